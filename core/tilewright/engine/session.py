@@ -1,0 +1,145 @@
+"""One compilation: check the kernel against the backend, run its phases under one
+instrumentation point, generate source, and build it with the first available executor."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import tvm
+from tvm import tirx
+
+from ..errors import TilewrightError, UnsupportedOpError, span_location
+from ..ir import tile_ops_in
+from ..plugin import BackendModule, Executor, GeneratedSource
+from . import events, passconfig
+from .target import Target, resolve_target
+
+
+@dataclass
+class CompileContext:
+    """What the phases, codegen and executors of a compilation can read."""
+
+    target: Target
+    backend: BackendModule
+    pass_configs: dict
+    session: int
+    func_name: str
+    timings: dict = field(default_factory=dict)
+
+
+@dataclass
+class Lowered:
+    """The result of :func:`lower`: final IR and generated source."""
+
+    ctx: CompileContext
+    tile_func: tirx.PrimFunc
+    module: tvm.IRModule
+    source: GeneratedSource
+
+
+class _Instrument:
+    """Reports every TVM pass of a phase as engine events."""
+
+    def __init__(self, session: int, phase: list):
+        self.session, self.phase = session, phase
+
+    def enter_pass_ctx(self):
+        pass
+
+    def exit_pass_ctx(self):
+        pass
+
+    def should_run(self, mod, info):
+        return True
+
+    def run_before_pass(self, mod, info):
+        events.emit("pass_start", self.session, phase=self.phase[0], name=info.name, mod=mod)
+
+    def run_after_pass(self, mod, info):
+        events.emit("pass_end", self.session, phase=self.phase[0], name=info.name, mod=mod)
+
+
+def _instrument(session: int, phase: list):
+    cls = tvm.ir.instrument.pass_instrument(_Instrument)
+    return cls(session, phase)
+
+
+def check_support(func: tirx.PrimFunc, backend: BackendModule) -> None:
+    """Every tile op and dtype the kernel uses must be one the backend declares."""
+    caps = backend.capabilities
+    for call in tile_ops_in(func):
+        if call.name not in caps.tile_ops:
+            raise UnsupportedOpError(
+                f"T.{call.name} is not supported by backend '{backend.name}' (it supports "
+                f"{', '.join(sorted(caps.tile_ops))}); choose another target or rewrite the "
+                "kernel without it", span_location(call.span))
+    for param in func.params:
+        buf = func.buffer_map.get(param, param) if hasattr(func, "buffer_map") else param
+        dtype = str(getattr(buf, "dtype", ""))
+        if dtype and dtype not in caps.dtypes and dtype != "handle":
+            raise UnsupportedOpError(f"dtype {dtype} of parameter {buf.name!r} is not supported "
+                                     f"by backend '{backend.name}'")
+
+
+def lower(func: tirx.PrimFunc, target="auto", pass_configs=None) -> Lowered:
+    """Run the backend's pipeline and codegen on ``func``."""
+    target_obj, backend = resolve_target(target)
+    configs = passconfig.validate(pass_configs)
+    session = events.new_session()
+    name = str(func.attrs["global_symbol"]) if func.attrs and "global_symbol" in func.attrs \
+        else "main"
+    ctx = CompileContext(target_obj, backend, configs, session, name)
+    check_support(func, backend)
+    events.emit("session_start", session, target=str(target_obj), backend=backend.name,
+                func=func, name=name)
+    phase = [""]
+    instruments = [_instrument(session, phase)] if events.active() else []
+    mod = tvm.IRModule({name: func})
+    try:
+        with tvm.transform.PassContext(opt_level=3, instruments=instruments):
+            for step in backend.pipelines[target_obj.kind].phases:
+                phase[0] = step.name
+                start = time.perf_counter()
+                for p in step.passes(ctx):
+                    mod = p(mod)
+                ctx.timings[step.name] = time.perf_counter() - start
+            phase[0] = "codegen"
+            start = time.perf_counter()
+            source = backend.codegens[target_obj.kind].generate(mod, ctx)
+            ctx.timings["codegen"] = time.perf_counter() - start
+    except Exception as exc:
+        events.emit("session_end", session, ok=False, error=exc)
+        raise
+    events.emit("codegen", session, language=source.language, text=source.text,
+                file_ext=source.file_ext)
+    return Lowered(ctx, func, mod, source)
+
+
+def pick_executor(backend: BackendModule, name: str | None = None) -> Executor:
+    """The named executor, or the first available one; errors explain each refusal."""
+    reasons = []
+    for executor in backend.executors:
+        if name is not None and executor.name != name:
+            continue
+        availability = executor.available()
+        if availability:
+            return executor
+        reasons.append(f"{executor.name}: {availability.reason}")
+    if name is not None and not reasons:
+        names = ", ".join(e.name for e in backend.executors)
+        raise TilewrightError(f"backend '{backend.name}' has no executor {name!r} ({names})")
+    raise TilewrightError(f"no executor of backend '{backend.name}' is available here: "
+                          + "; ".join(reasons))
+
+
+def build(lowered: Lowered, workdir, executor: str | None = None) -> tuple[Any, Executor]:
+    """Build ``lowered`` with an executor, writing its artifacts into ``workdir``."""
+    chosen = pick_executor(lowered.ctx.backend, executor)
+    start = time.perf_counter()
+    kernel = chosen.build(lowered.source, lowered.ctx, workdir)
+    lowered.ctx.timings["build"] = time.perf_counter() - start
+    events.emit("build", lowered.ctx.session, executor=chosen.name, workdir=str(workdir))
+    events.emit("session_end", lowered.ctx.session, ok=True, timings=dict(lowered.ctx.timings))
+    return kernel, chosen

@@ -1,0 +1,100 @@
+"""Errors that tilewright raises to kernel authors and backend authors.
+
+Every error about a kernel names the user's file and line: the frontend records where each
+statement came from, and lowering rules raise through :func:`kernel_error` with that location.
+"""
+
+from __future__ import annotations
+
+import linecache
+import os
+import sys
+from dataclasses import dataclass
+
+_PKG_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+@dataclass(frozen=True)
+class SourceLocation:
+    """A position in the user's source: file and 1-based line."""
+
+    filename: str
+    line: int
+
+    def __str__(self) -> str:
+        return f"{self.filename}:{self.line}"
+
+    def excerpt(self) -> str:
+        text = linecache.getline(self.filename, self.line).rstrip()
+        return f"    {self.line} | {text.strip()}" if text else ""
+
+
+class TilewrightError(Exception):
+    """Base class of every error tilewright raises on purpose."""
+
+
+class KernelError(TilewrightError):
+    """A problem in a kernel, reported at the user's source line."""
+
+    def __init__(self, message: str, location: SourceLocation | None = None):
+        self.message = message
+        self.location = location
+        super().__init__(self._format())
+
+    def _format(self) -> str:
+        if self.location is None:
+            return self.message
+        excerpt = self.location.excerpt()
+        tail = f"\n{excerpt}" if excerpt else ""
+        return f"{self.location}: {self.message}{tail}"
+
+
+class KernelValueError(KernelError, ValueError):
+    """A tile op got operands of the wrong shape (a ValueError, as in TileLang)."""
+
+
+class UnsupportedOpError(KernelError):
+    """The chosen backend cannot lower an op the kernel uses."""
+
+
+class PluginError(TilewrightError):
+    """A plugin broke the contract (bad declaration, unknown hook, version mismatch)."""
+
+
+class TargetError(TilewrightError):
+    """A target string names no backend, or more than one."""
+
+
+class ConfigError(TilewrightError):
+    """An unknown or invalid pass-config key or option."""
+
+
+class ArgumentError(TilewrightError, TypeError):
+    """A kernel was called with arguments that do not match its signature."""
+
+
+def user_location(skip_internal: bool = True) -> SourceLocation | None:
+    """The innermost stack frame outside the tilewright package and TVM: the user's line."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        internal = filename.startswith(_PKG_DIR) or "/tvm/" in filename or "/tvm_ffi/" in filename
+        if not (skip_internal and internal) and not filename.startswith("<"):
+            return SourceLocation(filename, frame.f_lineno)
+        frame = frame.f_back
+    return None
+
+
+def kernel_error(message: str, location: SourceLocation | None = None) -> KernelError:
+    """A :class:`KernelError` at ``location`` or, when none is known, at the user's line."""
+    return KernelError(message, location if location is not None else user_location())
+
+
+def span_location(span) -> SourceLocation | None:
+    """Turn a TVM ``Span`` recorded by the frontend back into a :class:`SourceLocation`."""
+    if span is None:
+        return None
+    try:
+        return SourceLocation(str(span.source_name.name), int(span.line))
+    except (AttributeError, TypeError, ValueError):
+        return None

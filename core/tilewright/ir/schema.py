@@ -1,0 +1,211 @@
+"""Tile-op schemas: one declaration per op, read by every analysis instead of special cases.
+
+A tile op lives in the IR as ``Evaluate(Call(Op("tw.<name>"), args))``. The arguments are the
+op's operands in schema order (a region operand is a ``tw.region`` call holding the first
+element and the extents), followed by its attributes in schema order. :func:`decode` turns
+such a statement back into a :class:`TileOpCall` view with named operands and attributes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import tvm
+import tvm_ffi
+from tvm import tirx
+
+from ..errors import TilewrightError
+
+Access = Literal["read", "write", "readwrite"]
+_REGION_OP = "tw.region"
+
+
+@dataclass(frozen=True)
+class Operand:
+    """One operand of a tile op: a buffer region (``region``) or a scalar expression."""
+
+    name: str
+    access: Access = "read"
+    kind: Literal["region", "expr"] = "region"
+
+
+@dataclass(frozen=True)
+class Attr:
+    """A compile-time attribute of a tile op, with its Python type and default."""
+
+    name: str
+    type: type
+    default: Any
+
+
+@dataclass(frozen=True)
+class TileOpSchema:
+    """The declaration of a tile op.
+
+    ``dialect`` is None for a portable op; a dialect op names the backends that lower it in
+    ``backends``, and using it on another backend is a compile-time error.
+    """
+
+    name: str
+    operands: tuple[Operand, ...]
+    attrs: tuple[Attr, ...] = ()
+    doc: str = ""
+    dialect: str | None = None
+    backends: tuple[str, ...] = ()
+
+    @property
+    def ir_name(self) -> str:
+        return f"tw.{self.name}"
+
+    def attr_defaults(self) -> dict[str, Any]:
+        return {a.name: a.default for a in self.attrs}
+
+
+@dataclass(frozen=True)
+class Region:
+    """A rectangular region of a buffer: per-dimension start and extent."""
+
+    buffer: tirx.Buffer
+    starts: tuple
+    extents: tuple
+
+    @staticmethod
+    def full(buffer: tirx.Buffer) -> Region:
+        return Region(buffer, tuple(0 for _ in buffer.shape), tuple(buffer.shape))
+
+    def to_expr(self) -> tvm.ir.Call:
+        starts = [tirx.IntImm("int32", s) if isinstance(s, int) else s for s in self.starts]
+        load = tirx.BufferLoad(self.buffer, starts)
+        return tvm.ir.Call(tvm.ir.Op.get(_REGION_OP), [load, *self.extents])
+
+
+@dataclass(frozen=True)
+class TileOpCall:
+    """A decoded tile op: its schema, operands by name, attributes by name, source span."""
+
+    schema: TileOpSchema
+    operands: dict[str, Any]
+    attrs: dict[str, Any]
+    span: Any = None
+    stmt: Any = field(default=None, compare=False)
+
+    @property
+    def name(self) -> str:
+        return self.schema.name
+
+    def regions(self, access: str) -> list[Region]:
+        """Regions this op reads (``"read"``) or writes (``"write"``), from the schema."""
+        out = []
+        for op in self.schema.operands:
+            if op.kind == "region" and (op.access == access or op.access == "readwrite"):
+                out.append(self.operands[op.name])
+        return out
+
+
+_REGISTRY: dict[str, TileOpSchema] = {}
+_BY_IR_NAME: dict[str, TileOpSchema] = {}
+
+
+def _register_tvm_op(name: str, doc: str) -> None:
+    try:
+        tvm.ir.Op.get(name)
+        return
+    except Exception:  # noqa: BLE001 - TVM raises its own error type for unknown ops
+        pass
+    tvm_ffi.get_global_func("ir.RegisterOp")(name, doc)
+    tvm.ir.register_op_attr(name, "TCallEffectKind", tirx.CallEffectKind.Opaque.value)
+    tvm.ir.register_op_attr(name, "TScriptPrinterName", name.replace(".", "_"))
+
+
+def register_tile_op(schema: TileOpSchema) -> TileOpSchema:
+    """Register ``schema`` once; registering the same name with another schema is an error."""
+    existing = _REGISTRY.get(schema.name)
+    if existing is not None:
+        if existing != schema:
+            raise TilewrightError(f"tile op {schema.name!r} is already registered differently")
+        return existing
+    _register_tvm_op(schema.ir_name, schema.doc or schema.name)
+    _REGISTRY[schema.name] = schema
+    _BY_IR_NAME[schema.ir_name] = schema
+    return schema
+
+
+def get_schema(name: str) -> TileOpSchema:
+    return _REGISTRY[name]
+
+
+def registered_ops() -> dict[str, TileOpSchema]:
+    """Every registered tile op by name (portable and dialect ops)."""
+    return dict(_REGISTRY)
+
+
+def _encode_attr(attr: Attr, value: Any):
+    if attr.type is bool:
+        return tirx.IntImm("bool", bool(value))
+    if attr.type is int:
+        return tirx.IntImm("int32", int(value))
+    if attr.type is float:
+        return tirx.FloatImm("float64", float(value))
+    return tvm.ir.StringImm("" if value is None else str(value))
+
+
+def _decode_attr(attr: Attr, value: Any):
+    if attr.type is str:
+        return str(value.value)
+    if attr.type is bool:
+        return bool(value.value)
+    return attr.type(value.value)
+
+
+def make_call(name: str, operands: dict[str, Any], attrs: dict[str, Any] | None = None,
+              span=None) -> tirx.Evaluate:
+    """Build the statement for tile op ``name``; operands are :class:`Region` or PrimExpr."""
+    schema = _REGISTRY[name]
+    attrs = {**schema.attr_defaults(), **(attrs or {})}
+    args = []
+    for op in schema.operands:
+        value = operands[op.name]
+        args.append(value.to_expr() if isinstance(value, Region) else value)
+    args.extend(_encode_attr(a, attrs[a.name]) for a in schema.attrs)
+    call = tvm.ir.Call(tvm.ir.Op.get(schema.ir_name), args)
+    return tirx.Evaluate(call, span=span)
+
+
+def decode_region(expr) -> Region:
+    load, extents = expr.args[0], tuple(expr.args[1:])
+    return Region(load.source, tuple(load.indices), extents)
+
+
+def decode(stmt) -> TileOpCall | None:
+    """The :class:`TileOpCall` view of ``stmt``, or None when it is not a tile op."""
+    if not isinstance(stmt, tirx.Evaluate):
+        return None
+    call = stmt.value
+    if not isinstance(call, tvm.ir.Call) or not isinstance(call.op, tvm.ir.Op):
+        return None
+    schema = _BY_IR_NAME.get(call.op.name)
+    if schema is None:
+        return None
+    n = len(schema.operands)
+    operands = {}
+    for op, arg in zip(schema.operands, call.args[:n]):
+        operands[op.name] = decode_region(arg) if op.kind == "region" else arg
+    attrs = {a.name: _decode_attr(a, v) for a, v in zip(schema.attrs, call.args[n:])}
+    return TileOpCall(schema, operands, attrs, stmt.span, stmt)
+
+
+def tile_ops_in(node) -> list[TileOpCall]:
+    """Every tile op in ``node`` (a PrimFunc, IRModule or Stmt), in program order."""
+    found: list[TileOpCall] = []
+
+    def visit(value):
+        call = decode(value)
+        if call is not None:
+            found.append(call)
+
+    tvm_ffi.structural_walk(node, (tirx.Evaluate, visit), order="pre")
+    return found
+
+
+_register_tvm_op(_REGION_OP, "a rectangular buffer region: first element and extents")

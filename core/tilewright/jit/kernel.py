@@ -1,0 +1,226 @@
+"""The kernel object and ``compile``: cache lookup, lowering, building, argument checks."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from tvm import tirx
+
+from .. import __version__
+from ..engine import build, lower, pick_executor, resolve_target, validate
+from ..errors import ArgumentError
+from .cache import DiskCache, make_key
+from .signature import KernelSignature
+
+
+def _torch():
+    import torch
+
+    return torch
+
+
+class JITKernel:
+    """A compiled kernel: call it with torch tensors (inputs; outputs are allocated)."""
+
+    def __init__(self, func, signature: KernelSignature, backend, target, executor: str,
+                 fn, source: str, source_ext: str, artifact_dir: str | None = None,
+                 lowered_text: str | None = None):
+        self.func = func
+        self.signature = signature
+        self.backend = backend
+        self.target = target
+        self.executor = executor
+        self._fn = fn
+        self._source = source
+        self.source_ext = source_ext
+        self.artifact_dir = artifact_dir
+        self._lowered_text = lowered_text
+        self._plans: dict = {}
+        torch = _torch()
+        self._dtypes = [getattr(torch, p.dtype) if p.kind == "tensor" else None
+                        for p in signature.params]
+        self._inputs = [i for i, p in enumerate(signature.params) if not p.is_output]
+        self._outputs = [i for i, p in enumerate(signature.params) if p.is_output]
+        self._device = backend.device
+
+    # -- inspection -------------------------------------------------------------------
+    def get_kernel_source(self) -> str:
+        """The generated source (LLVM IR, CUDA C++, Ascend C ... by backend)."""
+        return self._source
+
+    def get_tir(self):
+        """The tile-level program this kernel was compiled from."""
+        return self.func
+
+    def get_lowered_tir(self) -> str:
+        """The IR after the backend's pipeline, as TVMScript text."""
+        return self._lowered_text or ""
+
+    @property
+    def params(self):
+        return self.signature.params
+
+    def __repr__(self) -> str:
+        return (f"JITKernel({self.signature.name}, target={self.target!s}, "
+                f"executor={self.executor})")
+
+    # -- calling ----------------------------------------------------------------------
+    def __call__(self, *args):
+        inputs = self._inputs
+        if len(args) != len(inputs):
+            names = ", ".join(self.signature.params[i].name for i in inputs)
+            raise ArgumentError(f"kernel {self.signature.name} takes {len(inputs)} input(s) "
+                                f"({names}), got {len(args)}")
+        key = tuple((a.dtype, a.shape, a.device, a.is_contiguous()) if hasattr(a, "dtype")
+                    else type(a) for a in args)
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._plan(args)
+            self._plans[key] = plan
+        if not self._outputs:
+            self._fn(*args)
+            return None
+        torch = _torch()
+        device = args[0].device if args and hasattr(args[0], "device") else self._device
+        outs = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in plan]
+        full = list(args)
+        for pos, out in zip(self._outputs, outs):
+            full.insert(pos, out)
+        self._fn(*full)
+        return outs[0] if len(outs) == 1 else outs
+
+    def _plan(self, args):
+        """Check every argument against the signature (once per shape/dtype/device key) and
+        compute the output shapes."""
+        torch = _torch()
+        sig = self.signature
+        symbols: dict[str, int] = {}
+        for pos, (index, arg) in enumerate(zip(self._inputs, args)):
+            spec = sig.params[index]
+            where = f"argument {pos} ({spec.name!r}) of kernel {sig.name}"
+            if spec.kind == "scalar":
+                if isinstance(arg, torch.Tensor):
+                    raise ArgumentError(f"{where} is a scalar of dtype {spec.dtype}, got a tensor")
+                continue
+            if not isinstance(arg, torch.Tensor):
+                raise ArgumentError(f"{where} must be a torch.Tensor, got {type(arg).__name__}")
+            if arg.dtype != self._dtypes[index]:
+                raise ArgumentError(f"{where} must have dtype {spec.dtype}, got "
+                                    f"{str(arg.dtype).removeprefix('torch.')}")
+            if arg.device.type != self._device:
+                raise ArgumentError(f"{where} must be on device '{self._device}' (backend "
+                                    f"'{self.backend.name}'), got '{arg.device}'")
+            if not arg.is_contiguous():
+                raise ArgumentError(f"{where} must be contiguous; call .contiguous() first")
+            if arg.dim() != len(spec.shape):
+                raise ArgumentError(f"{where} must have {len(spec.shape)} dimension(s) "
+                                    f"{_fmt(spec.shape)}, got shape {tuple(arg.shape)}")
+            for dim, (want, got) in enumerate(zip(spec.shape, arg.shape)):
+                if isinstance(want, int):
+                    if want != got:
+                        raise ArgumentError(f"{where} must have shape {_fmt(spec.shape)}, got "
+                                            f"{tuple(arg.shape)} (dimension {dim})")
+                elif want.isidentifier():
+                    if symbols.setdefault(want, got) != got:
+                        raise ArgumentError(f"{where}: dimension {dim} is {want} = {got}, but "
+                                            f"an earlier argument set {want} = {symbols[want]}")
+        for name, _, _ in sig.symbols:
+            symbols.setdefault(name, None)
+        shapes = []
+        for index in self._outputs:
+            spec = sig.params[index]
+            shapes.append((tuple(_eval_dim(d, symbols, spec.name) for d in spec.shape),
+                           self._dtypes[index]))
+        for index, arg in zip(self._inputs, args):
+            spec = sig.params[index]
+            for dim, want in enumerate(spec.shape):
+                if isinstance(want, str) and not want.isidentifier():
+                    value = _eval_dim(want, symbols, spec.name)
+                    if value != arg.shape[dim]:
+                        raise ArgumentError(f"argument {spec.name!r}: dimension {dim} must be "
+                                            f"{want} = {value}, got {arg.shape[dim]}")
+        return shapes
+
+
+def _fmt(shape) -> str:
+    return "(" + ", ".join(str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def _eval_dim(dim, symbols: dict, param: str) -> int:
+    if isinstance(dim, int):
+        return dim
+    unknown = [n for n, v in symbols.items() if v is None and n in dim]
+    try:
+        value = eval(dim, {"__builtins__": {}}, {k: v for k, v in symbols.items()  # noqa: S307
+                                                 if v is not None})
+    except NameError:
+        raise ArgumentError(f"the shape of {param!r} uses {dim!r}, which no input tensor's "
+                            f"shape provides{' (' + ', '.join(unknown) + ')' if unknown else ''}"
+                            ) from None
+    return int(value)
+
+
+# -- compile -----------------------------------------------------------------------------------
+def _out_idx(func: tirx.PrimFunc, out_idx):
+    declared = [int(i) for i in func.attrs["tw.outputs"]] if func.attrs and \
+        "tw.outputs" in func.attrs else []
+    if out_idx is None:
+        return declared
+    out_idx = [out_idx] if isinstance(out_idx, int) else list(out_idx)
+    return sorted(set(declared) | {i % len(func.params) for i in out_idx})
+
+
+def compile(func: tirx.PrimFunc, out_idx=None, target="auto", pass_configs=None,  # noqa: A001
+            execution_backend: str | None = None, cache: DiskCache | None = None) -> JITKernel:
+    """Compile a tile-level PrimFunc into a :class:`JITKernel`, through the disk cache."""
+    target_obj, backend = resolve_target(target)
+    configs = validate(pass_configs)
+    outputs = _out_idx(func, out_idx)
+    signature = KernelSignature.from_func(func, outputs)
+    executor = pick_executor(backend, execution_backend)
+    use_cache = executor.load is not None and not configs.get("tw.disable_cache", False)
+    cache = cache or DiskCache()
+    key = make_key({
+        "tilewright": __version__, "backend": backend.name, "backend_version": backend.version,
+        "target": str(target_obj), "pass_configs": configs, "executor": executor.name,
+        "out_idx": outputs, "program": func.script(),
+    })
+    if use_cache:
+        meta = cache.lookup(key)
+        if meta is None:
+            with cache.lock(key):
+                meta = cache.lookup(key) or _build_into_cache(cache, key, func, target_obj,
+                                                              configs, executor.name, signature)
+        return _from_meta(meta, func, signature, backend, target_obj, executor)
+    lowered = lower(func, target_obj, configs)
+    fn, chosen = build(lowered, None, executor.name)
+    return JITKernel(func, signature, backend, target_obj, chosen.name, fn, lowered.source.text,
+                     lowered.source.file_ext, None, lowered.module.script())
+
+
+def _build_into_cache(cache, key, func, target, configs, executor, signature) -> dict:
+    lowered = lower(func, target, configs)
+    staging = cache.staging()
+    try:
+        build(lowered, staging, executor)
+        source_name = f"kernel.{lowered.source.file_ext}"
+        (staging / source_name).write_text(lowered.source.text)
+        (staging / "lowered.tir").write_text(lowered.module.script())
+        meta = {"signature": signature.to_json(), "backend": lowered.ctx.backend.name,
+                "target": str(target), "executor": executor, "entry": lowered.source.entry,
+                "source": source_name, "timings": lowered.ctx.timings}
+        return cache.commit(key, staging, meta)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def _from_meta(meta, func, signature, backend, target, executor) -> JITKernel:
+    path = Path(meta["path"])
+    fn = executor.load(path, meta["entry"])
+    source = (path / meta["source"]).read_text()
+    lowered = path / "lowered.tir"
+    return JITKernel(func, signature, backend, target, executor.name, fn, source,
+                     meta["source"].rsplit(".", 1)[-1], str(path),
+                     lowered.read_text() if lowered.exists() else None)

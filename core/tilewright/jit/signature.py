@@ -1,0 +1,80 @@
+"""A compiled kernel's signature: parameter names, shapes, dtypes, outputs, and where each
+shape symbol is read from. Stored as JSON next to cached kernels (no pickle)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from tvm import tirx
+
+from ..errors import TilewrightError
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    name: str
+    shape: tuple  # ints, symbol names, or expression strings over symbols
+    dtype: str
+    is_output: bool = False
+    kind: str = "tensor"  # tensor | scalar
+
+
+@dataclass(frozen=True)
+class KernelSignature:
+    name: str
+    params: tuple[ParamSpec, ...]
+    symbols: tuple[tuple[str, int, int], ...]  # (symbol, input position, dim)
+
+    @property
+    def inputs(self) -> tuple[ParamSpec, ...]:
+        return tuple(p for p in self.params if not p.is_output)
+
+    @property
+    def outputs(self) -> tuple[ParamSpec, ...]:
+        return tuple(p for p in self.params if p.is_output)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @staticmethod
+    def from_json(data: dict) -> KernelSignature:
+        params = tuple(ParamSpec(p["name"], tuple(p["shape"]), p["dtype"], p["is_output"],
+                                 p["kind"]) for p in data["params"])
+        return KernelSignature(data["name"], params, tuple(tuple(s) for s in data["symbols"]))
+
+    @staticmethod
+    def from_func(func: tirx.PrimFunc, out_idx) -> KernelSignature:
+        n = len(func.params)
+        outputs = set()
+        for i in out_idx or ():
+            j = i + n if i < 0 else i
+            if not 0 <= j < n:
+                raise TilewrightError(f"out_idx {i} is out of range for {n} parameters")
+            outputs.add(j)
+        params = []
+        for i, p in enumerate(func.params):
+            if isinstance(p, tirx.Buffer):
+                shape = tuple(_dim(s) for s in p.shape)
+                params.append(ParamSpec(str(p.name), shape, str(p.dtype), i in outputs))
+            else:
+                if i in outputs:
+                    raise TilewrightError(f"out_idx names scalar parameter {p.name!r}")
+                params.append(ParamSpec(str(p.name), (), str(p.ty), False, "scalar"))
+        symbols, seen = [], set()
+        inputs = [p for p in params if not p.is_output]
+        for pos, p in enumerate(inputs):
+            for dim, s in enumerate(p.shape):
+                if isinstance(s, str) and s.isidentifier() and s not in seen:
+                    seen.add(s)
+                    symbols.append((s, pos, dim))
+        name = str(func.attrs["global_symbol"]) if func.attrs and "global_symbol" in func.attrs \
+            else "main"
+        return KernelSignature(name, tuple(params), tuple(symbols))
+
+
+def _dim(extent):
+    if isinstance(extent, tirx.IntImm):
+        return int(extent.value)
+    if isinstance(extent, tirx.Var):
+        return str(extent.name)
+    return str(extent)

@@ -1,0 +1,178 @@
+"""Buffers as kernel code sees them: indexing loads, stores, slices and region starts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import tvm
+from tvm import tirx
+
+from ..errors import kernel_error
+from ..ir import Region
+from . import builder as B
+from .dtypes import normalize_dtype
+
+
+def as_int(value):
+    """``value`` as a Python int when it is a constant, else unchanged."""
+    if isinstance(value, tirx.IntImm):
+        return int(value.value)
+    return value
+
+
+def dtype_of(value) -> str | None:
+    """The dtype of a PrimExpr as a string; None for Python values."""
+    ty = getattr(value, "ty", None)
+    return None if ty is None else str(ty)
+
+
+def to_expr(value, dtype: str | None = None):
+    """Convert a Python scalar or a buffer element to a PrimExpr (of ``dtype`` if given)."""
+    if isinstance(value, TileBuffer):
+        raise kernel_error(f"buffer {value.name!r} used where a scalar was expected; index it")
+    if isinstance(value, bool):
+        return tirx.const(value, dtype or "bool")
+    if isinstance(value, int):
+        return tirx.const(value, dtype or "int32")
+    if isinstance(value, float):
+        return tirx.const(value, dtype or "float32")
+    if dtype is not None and dtype_of(value) not in (None, dtype):
+        return tirx.Cast(dtype, value)
+    return value
+
+
+@dataclass(frozen=True)
+class BufferSlice:
+    """``A[0:64, k:k+32]``: a region whose extents are given by slices (None where a point)."""
+
+    buffer: tirx.Buffer
+    starts: tuple
+    extents: tuple
+
+
+class TileBuffer:
+    """A kernel buffer: ``A[i, j]`` loads, ``A[i, j] = v`` stores, ``A[0:64, :]`` slices."""
+
+    __slots__ = ("buffer",)
+
+    def __init__(self, buffer: tirx.Buffer):
+        self.buffer = buffer
+
+    @property
+    def name(self) -> str:
+        return str(self.buffer.name)
+
+    @property
+    def shape(self) -> tuple:
+        return tuple(as_int(s) for s in self.buffer.shape)
+
+    @property
+    def dtype(self) -> str:
+        return str(self.buffer.dtype)
+
+    @property
+    def scope(self) -> str:
+        return str(self.buffer.scope())
+
+    @property
+    def ndim(self) -> int:
+        return len(self.buffer.shape)
+
+    def __repr__(self) -> str:
+        return (f"TileBuffer({self.name}, shape={self.shape}, dtype={self.dtype}, "
+                f"scope={self.scope})")
+
+    def _key(self, key) -> tuple:
+        key = key if isinstance(key, tuple) else (key,)
+        if len(key) > self.ndim:
+            raise kernel_error(f"buffer {self.name!r} has {self.ndim} dimension(s) but was "
+                               f"indexed with {len(key)}")
+        return key
+
+    def __getitem__(self, key):
+        key = self._key(key)
+        if len(key) == self.ndim and not any(isinstance(k, slice) for k in key):
+            return tirx.BufferLoad(self.buffer, [to_expr(k) for k in key])
+        starts, extents = [], []
+        for dim, k in enumerate(key + (slice(None),) * (self.ndim - len(key))):
+            if isinstance(k, slice):
+                if k.step not in (None, 1):
+                    raise kernel_error(f"slices of {self.name!r} must have step 1")
+                start = 0 if k.start is None else k.start
+                stop = self.shape[dim] if k.stop is None else k.stop
+                starts.append(start)
+                extents.append(stop - start if isinstance(stop, int) and isinstance(start, int)
+                               else to_expr(stop) - to_expr(start))
+            elif dim < len(key):
+                starts.append(k)
+                extents.append(None)
+        return BufferSlice(self.buffer, tuple(starts), tuple(extents))
+
+    def __setitem__(self, key, value) -> None:
+        key = self._key(key)
+        if len(key) != self.ndim or any(isinstance(k, slice) for k in key):
+            raise kernel_error(f"store to {self.name!r} needs one index per dimension "
+                               f"({self.ndim}); use T.fill or T.copy for regions")
+        builder = B.require_kernel(f"storing to {self.name!r}")
+        if builder.enclosing("parallel", "serial", "pipelined", "kernel") is None:
+            raise kernel_error(f"store to {self.name!r} outside the kernel body")
+        store = tirx.BufferStore(self.buffer, to_expr(value, self.dtype),
+                                 [to_expr(k) for k in key], span=B.here())
+        builder.emit(store)
+
+
+def unwrap(value):
+    return value.buffer if isinstance(value, TileBuffer) else value
+
+
+def region_of(value, what: str):
+    """A region reference: (buffer, starts, extents with None where to be inferred)."""
+    if isinstance(value, TileBuffer):
+        return value.buffer, tuple(0 for _ in value.shape), tuple(value.shape)
+    if isinstance(value, BufferSlice):
+        return value.buffer, value.starts, value.extents
+    if isinstance(value, tvm.ir.TensorLoad):
+        return value.source, tuple(value.indices), tuple(None for _ in value.indices)
+    raise kernel_error(f"{what} expects a buffer, a buffer slice or a buffer element, "
+                       f"got {type(value).__name__}")
+
+
+def shape_str(extents) -> str:
+    return "(" + ", ".join(str(as_int(e)) for e in extents) + ("," if len(extents) == 1 else "") + ")"
+
+
+def squeeze(extents) -> list:
+    return [e for e in extents if not (isinstance(as_int(e), int) and as_int(e) == 1)]
+
+
+def resolve(ref, like: tuple | None, what: str) -> Region:
+    """Fill the inferred extents of ``ref`` from ``like`` (right-aligned), as TileLang does."""
+    buffer, starts, extents = ref
+    if all(e is not None for e in extents):
+        return Region(buffer, tuple(starts), tuple(as_int(e) for e in extents))
+    missing = [i for i, e in enumerate(extents) if e is None]
+    if like is None:
+        filled = [1 if e is None else e for e in extents]
+        return Region(buffer, tuple(starts), tuple(filled))
+    target = list(like)
+    while len(target) > len(missing) and isinstance(as_int(target[0]), int) and \
+            as_int(target[0]) == 1:
+        target.pop(0)
+    if len(target) > len(missing):
+        raise kernel_error(f"{what}: a region of rank {len(missing)} starting in "
+                           f"{buffer.name!r} cannot hold a tile of shape {shape_str(like)}")
+    target = [1] * (len(missing) - len(target)) + target
+    filled = list(extents)
+    for i, e in zip(missing, target):
+        filled[i] = e
+    return Region(buffer, tuple(starts), tuple(as_int(e) for e in filled))
+
+
+def declare(name: str, shape, dtype, scope: str) -> tirx.Buffer:
+    dims = []
+    for s in (shape if isinstance(shape, (tuple, list)) else (shape,)):
+        s = as_int(s)
+        if isinstance(s, int) and s <= 0:
+            raise kernel_error(f"buffer {name!r} has a non-positive dimension {s}")
+        dims.append(s)
+    return tirx.decl_buffer(dims, normalize_dtype(dtype), name, scope=scope)

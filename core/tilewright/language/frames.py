@@ -1,0 +1,290 @@
+"""Kernel frames and loops: ``T.Kernel``, ``T.Parallel``, ``T.Pipelined``, ``T.serial``.
+
+Each loop kind is a :class:`LoopSpec`. The rewritten ``for`` statement iterates
+``spec.run()``, which opens a frame, yields the symbolic loop variables once (the body runs
+once and emits its statements into the frame), then closes the frame into IR ``For`` loops.
+"""
+
+from __future__ import annotations
+
+from tvm import tirx
+
+from ..errors import kernel_error
+from . import builder as B
+from .buffer import as_int, dtype_of, to_expr
+
+LOOP_KIND_KEY = "tw.loop"
+BLOCK_AXES = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
+
+
+def _index(value, what: str):
+    value = as_int(value)
+    if isinstance(value, float):
+        raise kernel_error(f"{what} must be an integer, got {value}")
+    expr = to_expr(value)
+    if not dtype_of(expr).startswith(("int", "uint")):
+        raise kernel_error(f"{what} must be an integer expression, got dtype {dtype_of(expr)}")
+    return value
+
+
+class Kernel:
+    """``with T.Kernel(gx, gy, threads=128) as (bx, by):`` — the program of one block."""
+
+    def __init__(self, *grid, threads=128, prelude=None, **options):
+        if not 1 <= len(grid) <= 3:
+            raise kernel_error(f"T.Kernel takes 1 to 3 grid dimensions, got {len(grid)}")
+        self.grid = tuple(_index(g, "a T.Kernel grid dimension") for g in grid)
+        threads = threads if isinstance(threads, (tuple, list)) else (threads,)
+        self.threads = tuple(int(t) for t in threads) + (1,) * (3 - len(threads))
+        if any(t <= 0 for t in self.threads):
+            raise kernel_error(f"T.Kernel threads must be positive, got {threads}")
+        self.options = options
+        self.vars = tuple(tirx.Var(n, "int32") for n in ("bx", "by", "bz")[: len(self.grid)])
+        self._frame = None
+
+    def __enter__(self):
+        builder = B.current("T.Kernel")
+        if builder.kernel_seen or builder.in_kernel():
+            raise kernel_error("a kernel has exactly one 'with T.Kernel(...)' block")
+        builder.kernel_seen = True
+        builder.threads = self.threads
+        self._span = B.here()
+        self._frame = builder.open("kernel", kernel=self)
+        return self.vars
+
+    def __exit__(self, exc_type, exc, tb):
+        builder = B.current("T.Kernel")
+        body = builder.close(self._frame)
+        if exc_type is not None:
+            return False
+        annotations = {"tw.threads": list(self.threads)}
+        for axis in reversed(range(len(self.grid))):
+            var, extent = self.vars[axis], to_expr(self.grid[axis])
+            iv = tirx.IterVar(tvm_range(extent), var, tirx.IterVar.ThreadIndex, BLOCK_AXES[axis])
+            body = tirx.For(var, 0, extent, tirx.ForKind.THREAD_BINDING, body, thread_binding=iv,
+                            annotations=annotations if axis == 0 else None, span=self._span)
+        builder.emit(body)
+        return False
+
+
+def tvm_range(extent):
+    import tvm
+
+    return tvm.ir.Range(0, extent)
+
+
+class LoopSpec:
+    """A loop nest to build: one ``For`` per extent, with a kind and annotations."""
+
+    kind_name = "serial"
+    for_kind = tirx.ForKind.SERIAL
+
+    def __init__(self, extents, starts=None, annotations=None):
+        self.extents = tuple(_index(e, f"a T.{self.kind_name} extent") for e in extents)
+        self.starts = tuple(starts) if starts else (0,) * len(self.extents)
+        self.annotations = annotations or {}
+
+    def check(self, builder) -> None:
+        if builder.enclosing("kernel") is None:
+            raise kernel_error(f"T.{self.kind_name} loops must be inside 'with T.Kernel(...)'")
+
+    def run(self, names=()):
+        builder = B.current(f"T.{self.kind_name}")
+        self.check(builder)
+        span = B.here()
+        if len(names) != len(self.extents):
+            names = "ijklmn"[: len(self.extents)] if len(self.extents) > 1 else ("i",)
+        loop_vars = [tirx.Var(n, "int32") for n in names]
+        frame = builder.open(self.kind_name, loop_vars=loop_vars)
+        yield loop_vars[0] if len(loop_vars) == 1 else tuple(loop_vars)
+        body = builder.close(frame)
+        annotations = {LOOP_KIND_KEY: self.kind_name, **self.annotations}
+        for var, start, extent in reversed(list(zip(loop_vars, self.starts, self.extents))):
+            body = tirx.For(var, to_expr(start), to_expr(extent), self.for_kind, body,
+                            annotations=annotations, span=span)
+        builder.emit(body)
+
+
+class Parallel(LoopSpec):
+    """``for i, j in T.Parallel(M, N)``: iterations are independent (threads, vector lanes)."""
+
+    kind_name = "parallel"
+
+    def __init__(self, *extents, coalesced_width=None):
+        super().__init__(extents, annotations={"tw.coalesced_width": coalesced_width}
+                         if coalesced_width else None)
+
+
+def _start_stop(start, stop):
+    if stop is None:
+        return 0, start
+    return start, stop
+
+
+class Pipelined(LoopSpec):
+    """``for k in T.Pipelined(n, num_stages=3)``: a serial loop whose copies are pipelined."""
+
+    kind_name = "pipelined"
+
+    def __init__(self, start, stop=None, num_stages=0, order=None, stage=None, sync=None,
+                 group=None):
+        start, stop = _start_stop(start, stop)
+        annotations = {"tw.num_stages": int(num_stages)}
+        if order is not None:
+            annotations["tw.order"] = [int(o) for o in order]
+        if stage is not None:
+            annotations["tw.stage"] = [int(s) for s in stage]
+        super().__init__((to_expr(stop) - to_expr(start) if not (isinstance(start, int) and
+                          isinstance(stop, int)) else stop - start,), (start,), annotations)
+
+    def check(self, builder) -> None:
+        super().check(builder)
+        if builder.enclosing("pipelined") is not None:
+            raise kernel_error("T.Pipelined cannot be nested inside another T.Pipelined loop")
+        if builder.enclosing("parallel") is not None:
+            raise kernel_error("T.Pipelined cannot be nested inside a T.Parallel loop")
+
+
+class serial(LoopSpec):  # noqa: N801 - the language's name
+    """``for k in T.serial(n)`` or ``T.serial(start, stop)``: a sequential loop."""
+
+    kind_name = "serial"
+
+    def __init__(self, start, stop=None, step=None, annotations=None):
+        if step not in (None, 1):
+            raise kernel_error("T.serial supports step 1 only")
+        start, stop = _start_stop(start, stop)
+        extent = stop - start if isinstance(start, int) and isinstance(stop, int) else \
+            to_expr(stop) - to_expr(start)
+        super().__init__((extent,), (start,), annotations)
+
+
+class unroll(serial):  # noqa: N801 - the language's name
+    """``for k in T.unroll(n)``: a sequential loop the backend unrolls."""
+
+    kind_name = "unroll"
+    for_kind = tirx.ForKind.UNROLLED
+
+
+# -- helpers the rewritten kernel code calls through `__tw__` -------------------------------
+class _Branch:
+    def __init__(self, cond):
+        self.cond = cond
+        self.value = None
+        self._then = None
+        self._span = None
+
+    def then(self):
+        return _BranchFrame(self, "then")
+
+    def otherwise(self):
+        return _BranchFrame(self, "else")
+
+
+class _BranchFrame:
+    def __init__(self, branch: _Branch, which: str):
+        self.branch, self.which = branch, which
+
+    def __enter__(self):
+        builder = B.current("if")
+        if self.which == "then":
+            self.branch._span = B.here()
+        self.frame = builder.open("if")
+        return None
+
+    def __exit__(self, exc_type, exc, tb):
+        builder = B.current("if")
+        body = builder.close(self.frame)
+        if exc_type is not None:
+            return False
+        if self.which == "then":
+            self.branch._then = tirx.IfThenElse(self.branch.cond, body, None,
+                                                span=self.branch._span)
+            builder.emit(self.branch._then)
+        else:
+            stmts = builder.frames[-1].stmts
+            stmts[stmts.index(self.branch._then)] = tirx.IfThenElse(
+                self.branch.cond, self.branch._then.then_case, body, span=self.branch._span)
+        return False
+
+
+class _Helpers:
+    """The ``__tw__`` object rewritten kernels call."""
+
+    @staticmethod
+    def loop(iterable, names=()):
+        return iterable.run(names) if isinstance(iterable, LoopSpec) else iterable
+
+    @staticmethod
+    def range(*args):
+        # `for k in range(n)` inside a kernel is a serial IR loop, as in TileLang
+        builder = B.maybe_current()
+        if builder is not None and builder.in_kernel():
+            return serial(*args)
+        return range(*args)
+
+    @staticmethod
+    def branch(cond):
+        if isinstance(cond, tirx.IntImm):
+            cond = bool(cond.value)
+        branch = _Branch(cond)
+        if dtype_of(cond) is None:
+            branch.value = bool(cond)
+        return branch
+
+    @staticmethod
+    def is_static(branch) -> bool:
+        if branch.value is None and B.maybe_current() is None:
+            raise kernel_error("a symbolic condition can only be used inside a kernel")
+        return branch.value is not None
+
+    @staticmethod
+    def static_condition(cond):
+        if dtype_of(cond) is not None and not isinstance(cond, tirx.IntImm):
+            raise kernel_error("'while' needs a condition known at compile time; use a "
+                               "T.serial loop with an 'if' inside")
+        return bool(cond.value) if isinstance(cond, tirx.IntImm) else cond
+
+    @staticmethod
+    def single_target(ctx):
+        return _Single(ctx) if isinstance(ctx, Kernel) else ctx
+
+    @staticmethod
+    def name_buffer(name, value):
+        # `A_shared = T.alloc_shared(...)` names the buffer after the variable
+        from .buffer import TileBuffer
+
+        builder = B.maybe_current()
+        if not isinstance(value, TileBuffer) or builder is None:
+            return value
+        stmts = builder.frames[-1].stmts
+        if not stmts or not isinstance(stmts[-1], tirx.AllocBuffer) or \
+                not stmts[-1].buffer.same_as(value.buffer):
+            return value
+        old = value.buffer
+        new = tirx.decl_buffer(old.shape, old.dtype, name, scope=old.scope())
+        stmts[-1] = tirx.AllocBuffer(new, span=stmts[-1].span)
+        return TileBuffer(new)
+
+    @staticmethod
+    def annotate(name, current, annotation, value):
+        from .kernel import annotate
+
+        return annotate(name, current, annotation, value)
+
+
+class _Single:
+    """``with T.Kernel(n) as bx`` binds the block index itself rather than a 1-tuple."""
+
+    def __init__(self, kernel: Kernel):
+        self.kernel = kernel
+
+    def __enter__(self):
+        vars_ = self.kernel.__enter__()
+        return vars_[0] if len(vars_) == 1 else vars_
+
+    def __exit__(self, *exc):
+        return self.kernel.__exit__(*exc)
+
+
+HELPERS = _Helpers()

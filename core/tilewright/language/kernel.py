@@ -1,0 +1,190 @@
+"""Kernel definitions: ``T.prim_func``, ``T.Tensor``, ``T.const``, ``T.dynamic``, ``T.empty``,
+``T.macro`` and the allocation primitives."""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+
+from tvm import tirx
+
+from ..errors import KernelError, kernel_error
+from . import builder as B
+from .buffer import TileBuffer, as_int, declare
+from .dtypes import DType, normalize_dtype
+from .frames import HELPERS
+from .rewrite import rewrite
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """``T.Tensor(shape, dtype)``: the declared type of a global tensor."""
+
+    shape: tuple
+    dtype: str
+
+    def __class_getitem__(cls, item):
+        shape, dtype = item
+        return Tensor(shape, dtype)
+
+
+def Tensor(shape, dtype="float32") -> TensorSpec:  # noqa: N802 - the language's name
+    """Declare a global tensor parameter of ``shape`` and ``dtype``."""
+    shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
+    return TensorSpec(tuple(as_int(s) for s in shape), normalize_dtype(dtype))
+
+
+Buffer = Tensor
+
+
+def const(names: str):
+    """``M, N = T.const("M, N")``: shape symbols bound at compile time from the arguments."""
+    builder = B.current("T.const")
+    parts = [n.strip() for n in names.split(",") if n.strip()]
+    if not parts:
+        raise kernel_error("T.const needs at least one name")
+    values = tuple(builder.const_symbol(n) for n in parts)
+    return values[0] if len(values) == 1 else values
+
+
+def dynamic(name: str, dtype: str = "int32"):
+    """``M = T.dynamic("m")``: a shape symbol read from the arguments at every call."""
+    return tirx.Var(name, normalize_dtype(dtype))
+
+
+symbolic = dynamic
+
+
+def empty(shape, dtype="float32") -> TileBuffer:
+    """``C = T.empty((M, N), dtype)``: an output tensor the kernel allocates and returns."""
+    builder = B.current("T.empty")
+    if builder.in_kernel():
+        raise kernel_error("T.empty declares a kernel output; call it before 'with T.Kernel'")
+    index = sum(1 for p in builder.params if p.is_output)
+    name = f"out{index}" if index else "C"
+    while any(p.name == name for p in builder.params):
+        name = "_" + name
+    buf = declare(name, shape, dtype, "global")
+    builder.add_param(name, buf, is_output=True)
+    return TileBuffer(buf)
+
+
+class _ParamSlot:
+    """Stands for an eager kernel's tensor argument until its annotation declares it."""
+
+    def __init__(self, name: str, value=None):
+        self.name, self.value = name, value
+
+
+def annotate(name, current, annotation, value):
+    """``NAME: ANNOTATION [= VALUE]`` inside a kernel body."""
+    if isinstance(annotation, TensorSpec):
+        if value is not None:
+            raise kernel_error(f"{name!r}: a T.Tensor annotation declares a parameter and "
+                               "takes no value")
+        builder = B.current(f"declaring {name!r}")
+        if builder.in_kernel():
+            raise kernel_error(f"declare tensor {name!r} before 'with T.Kernel'")
+        if isinstance(current, TileBuffer):
+            return current
+        if current is not None and not isinstance(current, _ParamSlot):
+            raise kernel_error(f"{name!r} is annotated as a tensor but is not a parameter")
+        buf = declare(name, annotation.shape, annotation.dtype, "global")
+        _bind_consts(builder, name, annotation.shape, current)
+        builder.add_param(name, buf)
+        return TileBuffer(buf)
+    return value if value is not None else current
+
+
+def _bind_consts(builder, name, shape, slot) -> None:
+    for dim, extent in enumerate(shape):
+        if isinstance(extent, tirx.Var) and extent.name in builder.const_symbols and \
+                builder.const_symbols[extent.name].same_as(extent):
+            builder.const_sources.setdefault(extent.name, (name, dim))
+
+
+def prim_func(fn=None, *, name: str | None = None):
+    """Trace ``fn`` into a tile-level ``PrimFunc``; parameters are annotated with T.Tensor."""
+    if fn is None:
+        return lambda f: prim_func(f, name=name)
+    builder = B.Builder(name or fn.__name__)
+    try:
+        annotations = inspect.get_annotations(fn, eval_str=True)
+    except Exception as exc:  # noqa: BLE001 - any error evaluating user annotations
+        raise KernelError(f"cannot evaluate the annotations of {fn.__name__}: {exc}") from exc
+    body = rewrite(fn, HELPERS)
+    args = []
+    with builder.active():
+        for param in inspect.signature(fn).parameters.values():
+            spec = annotations.get(param.name)
+            if isinstance(spec, TensorSpec):
+                buf = declare(param.name, spec.shape, spec.dtype, "global")
+                builder.add_param(param.name, buf)
+                args.append(TileBuffer(buf))
+            elif isinstance(spec, (DType, str)):
+                var = tirx.Var(param.name, normalize_dtype(spec))
+                builder.add_param(param.name, var)
+                args.append(var)
+            else:
+                raise kernel_error(f"parameter {param.name!r} of {fn.__name__} needs a "
+                                   "T.Tensor(shape, dtype) or dtype annotation")
+        body(*args)
+    return builder.finish()
+
+
+def trace_eager(fn, args: dict, const_values: dict | None, name: str | None = None):
+    """Trace an eager-style kernel: tensors in ``args`` are declared by annotations in the
+    body; other arguments are compile-time values. Returns (PrimFunc, builder)."""
+    builder = B.Builder(name or fn.__name__, const_values=const_values)
+    body = rewrite(fn, HELPERS)
+    with builder.active():
+        result = body(**args)
+    func = builder.finish()
+    outputs = result if isinstance(result, tuple) else (result,) if result is not None else ()
+    return func, builder, outputs
+
+
+class Macro:
+    """``@T.macro``: a helper whose statements are emitted inline where it is called."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.__name__ = fn.__name__
+        self.__doc__ = fn.__doc__
+        self._body = None
+
+    def __call__(self, *args, **kwargs):
+        B.current(f"macro {self.fn.__name__}")
+        if self._body is None:
+            self._body = rewrite(self.fn, HELPERS)
+        return self._body(*args, **kwargs)
+
+
+def macro(fn):
+    return Macro(fn)
+
+
+# -- allocation ------------------------------------------------------------------------------
+def _alloc(shape, dtype, scope: str, what: str, name: str | None = None) -> TileBuffer:
+    builder = B.require_kernel(what)
+    if builder.enclosing("parallel") is not None:
+        raise kernel_error(f"{what} inside a T.Parallel loop: allocate before the loop")
+    n = sum(1 for f in builder.frames for s in f.stmts if isinstance(s, tirx.AllocBuffer))
+    buf = declare(name or f"{scope.split('.')[0]}_{n}", shape, dtype, scope)
+    builder.emit(tirx.AllocBuffer(buf, span=B.here()))
+    return TileBuffer(buf)
+
+
+def alloc_shared(shape, dtype, scope="shared.dyn", name=None) -> TileBuffer:
+    """A tile in the block's shared memory."""
+    return _alloc(shape, dtype, scope, "T.alloc_shared", name)
+
+
+def alloc_fragment(shape, dtype, scope="local.fragment", name=None) -> TileBuffer:
+    """A tile distributed over the block's threads (registers on GPUs)."""
+    return _alloc(shape, dtype, scope, "T.alloc_fragment", name)
+
+
+def alloc_local(shape, dtype, scope="local", name=None) -> TileBuffer:
+    """A per-thread array."""
+    return _alloc(shape, dtype, scope, "T.alloc_local", name)

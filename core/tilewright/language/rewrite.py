@@ -1,0 +1,163 @@
+"""Turn a kernel's Python body into code that builds IR while it runs.
+
+Most of a kernel body runs as ordinary Python: indexing builds loads, ``with T.Kernel`` opens a
+frame, calls to tile ops emit statements. Three constructs need help, so the function's AST is
+rewritten (line numbers kept, so errors and tracebacks point at the user's source):
+
+- ``for x in ITER`` iterates ``__tw__.loop(ITER)``: a tile loop (``T.Parallel``, ``T.serial``,
+  ``range`` ...) runs its body once with symbolic loop variables and becomes an IR loop;
+  any other iterable is unrolled by Python.
+- ``if COND`` asks ``__tw__.branch(COND)``: a Python truth value picks a branch now; a
+  symbolic condition runs both bodies, each inside a branch frame of an IR ``if``.
+- ``NAME: ANNOTATION`` (no value) declares a kernel parameter in the eager style.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import inspect
+import textwrap
+from types import FunctionType
+
+from ..errors import TilewrightError
+
+HELPER = "__tw__"
+
+
+class _Rewriter(ast.NodeTransformer):
+    def __init__(self):
+        self.depth = 0
+
+    def visit_FunctionDef(self, node: ast.FunctionDef):
+        self.depth += 1
+        try:
+            if self.depth > 1:
+                return node  # nested helpers keep plain Python semantics
+            node.decorator_list = []
+            self.generic_visit(node)
+            return node
+        finally:
+            self.depth -= 1
+
+    def _helper(self, name: str, *args, node) -> ast.Call:
+        call = ast.Call(ast.Attribute(ast.Name(HELPER, ast.Load()), name, ast.Load()),
+                        list(args), [])
+        return ast.copy_location(call, node)
+
+    def visit_For(self, node: ast.For):
+        self.generic_visit(node)
+        it = node.iter
+        if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range":
+            it = ast.copy_location(ast.Call(ast.Attribute(ast.Name(HELPER, ast.Load()), "range",
+                                                          ast.Load()), it.args, it.keywords), it)
+        targets = node.target.elts if isinstance(node.target, ast.Tuple) else [node.target]
+        names = [t.id if isinstance(t, ast.Name) else "i" for t in targets]
+        node.iter = self._helper("loop", it, ast.Constant(tuple(names)), node=node.iter)
+        return node
+
+    def visit_If(self, node: ast.If):
+        self.generic_visit(node)
+        # if __tw__.is_static(c := __tw__.branch(COND)):
+        #     if c.value: BODY
+        #     else: ORELSE
+        # else:
+        #     with c.then(): BODY
+        #     with c.otherwise(): ORELSE
+        name = f"_tw_cond_{node.lineno}_{node.col_offset}"
+        store = ast.NamedExpr(ast.Name(name, ast.Store()),
+                              self._helper("branch", node.test, node=node.test))
+        static_test = self._helper("is_static", store, node=node.test)
+        value = ast.Attribute(ast.Name(name, ast.Load()), "value", ast.Load())
+        static_if = ast.If(value, node.body, node.orelse or [ast.Pass()])
+        with_then = ast.With([ast.withitem(ast.Call(ast.Attribute(
+            ast.Name(name, ast.Load()), "then", ast.Load()), [], []))], node.body)
+        symbolic = [with_then]
+        if node.orelse:
+            symbolic.append(ast.With([ast.withitem(ast.Call(ast.Attribute(
+                ast.Name(name, ast.Load()), "otherwise", ast.Load()), [], []))], node.orelse))
+        out = ast.If(static_test, [static_if], symbolic)
+        return ast.fix_missing_locations(ast.copy_location(out, node))
+
+    def visit_Assign(self, node: ast.Assign):
+        self.generic_visit(node)
+        if len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) and \
+                isinstance(node.value, ast.Call):
+            node.value = self._helper("name_buffer", ast.Constant(node.targets[0].id),
+                                      node.value, node=node.value)
+        return node
+
+    def visit_While(self, node: ast.While):
+        self.generic_visit(node)
+        node.test = self._helper("static_condition", node.test, node=node.test)
+        return node
+
+    def visit_AnnAssign(self, node: ast.AnnAssign):
+        self.generic_visit(node)
+        if not isinstance(node.target, ast.Name):
+            return node
+        name = node.target.id
+        lookup = ast.Call(ast.Attribute(ast.Call(ast.Name("locals", ast.Load()), [], []), "get",
+                                        ast.Load()), [ast.Constant(name)], [])
+        value = node.value if node.value is not None else ast.Constant(None)
+        call = self._helper("annotate", ast.Constant(name), lookup, node.annotation, value,
+                            node=node)
+        return ast.copy_location(ast.Assign([ast.Name(name, ast.Store())], call), node)
+
+    def visit_With(self, node: ast.With):
+        self.generic_visit(node)
+        # `with T.Kernel(n) as (bx)` and `as bx` both mean the single block index
+        for item in node.items:
+            if isinstance(item.optional_vars, ast.Name):
+                item.context_expr = self._helper("single_target", item.context_expr,
+                                                 node=item.context_expr)
+        return node
+
+
+def _function_ast(code) -> tuple[ast.FunctionDef, str]:
+    try:
+        lines, first = inspect.getsourcelines(code)
+    except (OSError, TypeError) as exc:
+        raise TilewrightError(f"cannot read the source of {code.co_name}: {exc}; kernels "
+                              "must be defined in a file") from exc
+    source = textwrap.dedent("".join(lines))
+    tree = ast.parse(source)
+    func = tree.body[0]
+    if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        raise TilewrightError(f"{code.co_name} is not a function definition")
+    ast.increment_lineno(tree, first - 1)
+    return func, code.co_filename
+
+
+@functools.lru_cache(maxsize=256)
+def _compiled(code):
+    func, filename = _function_ast(code)
+    func = _Rewriter().visit(func)
+    freevars = list(code.co_freevars)
+    factory = ast.FunctionDef(
+        name="_tw_factory",
+        args=ast.arguments(posonlyargs=[], args=[ast.arg(HELPER)] + [ast.arg(v) for v in freevars],
+                           kwonlyargs=[], kw_defaults=[], defaults=[]),
+        body=[func, ast.Return(ast.Name(func.name, ast.Load()))],
+        decorator_list=[], returns=None, type_params=[])
+    module = ast.Module([factory], type_ignores=[])
+    ast.fix_missing_locations(module)
+    return compile(module, filename, "exec")
+
+
+def rewrite(fn: FunctionType, helper) -> FunctionType:
+    """The rewritten ``fn``, bound to the same globals, closure values and defaults."""
+    code = _compiled(fn.__code__)
+    namespace: dict = {}
+    exec(code, fn.__globals__, namespace)  # noqa: S102 - compiling the user's own kernel
+    cells = []
+    for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
+        try:
+            cells.append(cell.cell_contents)
+        except ValueError as exc:
+            raise TilewrightError(f"{fn.__qualname__} uses {name!r} before it is "
+                                  "assigned in the enclosing function") from exc
+    new = namespace["_tw_factory"](helper, *cells)
+    new.__defaults__ = fn.__defaults__
+    new.__kwdefaults__ = fn.__kwdefaults__
+    return new

@@ -1,0 +1,132 @@
+"""Tile ops as the kernel author calls them: ``T.copy``, ``T.fill``, ``T.clear``, ``T.gemm``,
+``T.reduce_*``. Each checks its operands here, at the user's line, and emits one IR call."""
+
+from __future__ import annotations
+
+from ..errors import KernelValueError, kernel_error, user_location
+from ..ir import REDUCE_KINDS, make_call
+from . import builder as B
+from .buffer import as_int, region_of, resolve, shape_str, squeeze, to_expr
+
+
+def _emit(name: str, operands: dict, attrs: dict | None = None) -> None:
+    builder = B.require_kernel(f"T.{name}")
+    if builder.enclosing("parallel") is not None:
+        raise kernel_error(f"T.{name} is a tile operation and cannot be used inside a "
+                           "T.Parallel loop; call it outside the loop")
+    builder.emit(make_call(name, operands, attrs, span=B.here()))
+
+
+def _same(a, b) -> bool:
+    a, b = as_int(a), as_int(b)
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    from tvm import sym as arith
+
+    return arith.Analyzer().can_prove_equal(to_expr(a), to_expr(b))
+
+
+def _shapes_match(a, b) -> bool:
+    a, b = squeeze(a), squeeze(b)
+    return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+
+
+def copy(src, dst, coalesced_width=None, disable_tma=False, eviction_policy=None,
+         loop_layout=None):
+    """Copy a tile from ``src`` to ``dst`` (buffers, slices or a start element)."""
+    src_ref, dst_ref = region_of(src, "T.copy source"), region_of(dst, "T.copy destination")
+    src_known = all(e is not None for e in src_ref[2])
+    dst_known = all(e is not None for e in dst_ref[2])
+    if not src_known and not dst_known:
+        src_r = resolve(src_ref, None, "T.copy")
+        dst_r = resolve(dst_ref, None, "T.copy")
+    elif src_known:
+        src_r = resolve(src_ref, None, "T.copy")
+        dst_r = resolve(dst_ref, squeeze(src_r.extents) or (1,), "T.copy destination")
+    else:
+        dst_r = resolve(dst_ref, None, "T.copy")
+        src_r = resolve(src_ref, squeeze(dst_r.extents) or (1,), "T.copy source")
+    if not _shapes_match(src_r.extents, dst_r.extents):
+        raise kernel_error(
+            f"T.copy shape mismatch: source {src_r.buffer.name!r} region has shape "
+            f"{shape_str(src_r.extents)} but destination {dst_r.buffer.name!r} region has "
+            f"shape {shape_str(dst_r.extents)}")
+    _emit("copy", {"src": src_r, "dst": dst_r},
+          {"coalesced_width": coalesced_width or 0, "disable_tma": disable_tma,
+           "eviction_policy": eviction_policy or ""})
+
+
+def fill(buffer, value):
+    """Set every element of ``buffer`` (or a slice of it) to ``value``."""
+    region = resolve(region_of(buffer, "T.fill"), None, "T.fill")
+    _emit("fill", {"dst": region, "value": to_expr(value, str(region.buffer.dtype))})
+
+
+def clear(buffer):
+    """Set every element of ``buffer`` to zero."""
+    fill(buffer, 0)
+
+
+def _matrix(value, what: str):
+    region = resolve(region_of(value, f"T.gemm {what}"), None, f"T.gemm {what}")
+    dims = squeeze(region.extents)
+    if len(dims) != 2:
+        raise kernel_error(f"T.gemm operand {what} ({region.buffer.name!r}) must be a 2-D tile, "
+                           f"got shape {shape_str(region.extents)}")
+    return region, dims
+
+
+def gemm(A, B_, C, transpose_A=False, transpose_B=False, policy=None, clear_accum=False,
+         k_pack=1, wg_wait=0):
+    """``C += op(A) @ op(B)`` with ``op`` a transpose when requested."""
+    a, (a0, a1) = _matrix(A, "A")
+    b, (b0, b1) = _matrix(B_, "B")
+    c, (c0, c1) = _matrix(C, "C")
+    m, ka = (a1, a0) if transpose_A else (a0, a1)
+    kb, n = (b1, b0) if transpose_B else (b0, b1)
+    if not _same(ka, kb):
+        raise kernel_error(f"T.gemm K mismatch: A {a.buffer.name!r} gives K = {as_int(ka)} but "
+                           f"B {b.buffer.name!r} gives K = {as_int(kb)}")
+    if not (_same(m, c0) and _same(n, c1)):
+        raise kernel_error(f"T.gemm shape mismatch: op(A) @ op(B) is ({as_int(m)}, {as_int(n)}) "
+                           f"but C {c.buffer.name!r} is ({as_int(c0)}, {as_int(c1)})")
+    policy_name = getattr(policy, "name", policy) or "square"
+    _emit("gemm", {"A": a, "B": b, "C": c},
+          {"transpose_A": transpose_A, "transpose_B": transpose_B, "policy": str(policy_name),
+           "clear_accum": clear_accum, "k_pack": k_pack, "wg_wait": wg_wait})
+
+
+def _reduce(kind: str, buffer, out, dim: int = -1, clear: bool = True):
+    name = f"reduce_{kind}"
+    src = resolve(region_of(buffer, f"T.{name}"), None, f"T.{name}")
+    dst = resolve(region_of(out, f"T.{name}"), None, f"T.{name}")
+    rank = len(src.extents)
+    axis = dim + rank if dim < 0 else dim
+    if not 0 <= axis < rank:
+        raise kernel_error(f"T.{name}: dim={dim} is out of range for a tile of rank {rank}")
+    kept = [e for i, e in enumerate(src.extents) if i != axis]
+    kept_unit = [1 if i == axis else e for i, e in enumerate(src.extents)]
+    out_shape = list(dst.extents)
+    ok = (len(out_shape) == len(kept) and all(_same(x, y) for x, y in zip(out_shape, kept))) or \
+        (len(out_shape) == rank and all(_same(x, y) for x, y in zip(out_shape, kept_unit))) or \
+        (not kept and [as_int(e) for e in out_shape] == [1])
+    if not ok:
+        raise KernelValueError(
+            f"T.{name}: output {dst.buffer.name!r} has shape {shape_str(out_shape)} but reducing "
+            f"{shape_str(src.extents)} over dim {dim} gives {shape_str(kept or (1,))} (or "
+            f"{shape_str(kept_unit)} keeping the dimension)", user_location())
+    _emit(name, {"src": src, "dst": dst}, {"dim": axis, "clear": clear})
+
+
+def _make_reduce(kind: str):
+    def reduce_op(buffer, out, dim: int = -1, clear: bool = True):
+        _reduce(kind, buffer, out, dim, clear)
+
+    reduce_op.__name__ = f"reduce_{kind}"
+    reduce_op.__doc__ = f"Reduce ``buffer`` along ``dim`` into ``out``: {REDUCE_KINDS[kind]}."
+    return reduce_op
+
+
+REDUCE_OPS = {f"reduce_{kind}": _make_reduce(kind) for kind in REDUCE_KINDS}
+
+__all__ = ["clear", "copy", "fill", "gemm", *REDUCE_OPS]

@@ -1,0 +1,230 @@
+"""The frozen declarations a plugin returns. Each validates itself on construction, so a
+broken plugin is reported when it loads, not in the middle of a compilation."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from ..errors import PluginError
+
+API_VERSION = "1.0"
+_NAME = re.compile(r"^[a-z][a-z0-9_-]*$")
+
+
+def _check_name(kind: str, name: str) -> None:
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise PluginError(f"{kind} name {name!r} must match {_NAME.pattern}")
+
+
+def _freeze(mapping) -> Mapping:
+    return MappingProxyType(dict(mapping or {}))
+
+
+@dataclass(frozen=True)
+class Phase:
+    """A named step of a pipeline: a factory returning the TVM passes to run, in order.
+
+    ``passes`` is called with the compile context (target, pass configs) when the phase runs.
+    """
+
+    name: str
+    passes: Callable[[Any], list]
+    doc: str = ""
+
+    def __post_init__(self):
+        _check_name("phase", self.name)
+        if not callable(self.passes):
+            raise PluginError(f"phase {self.name!r}: passes must be callable")
+
+
+@dataclass(frozen=True)
+class PassPipeline:
+    """The ordered, named phases that take a tile program to codegen-ready IR."""
+
+    phases: tuple[Phase, ...]
+
+    def __post_init__(self):
+        object.__setattr__(self, "phases", tuple(self.phases))
+        names = [p.name for p in self.phases]
+        if not names:
+            raise PluginError("a pass pipeline needs at least one phase")
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise PluginError(f"pipeline phase names must be unique; repeated: {sorted(dup)}")
+
+
+@dataclass(frozen=True)
+class GeneratedSource:
+    """What a codegen produced: source text in ``language`` plus an opaque payload (for
+    example a built TVM module) that the executors of the same backend understand."""
+
+    text: str
+    language: str
+    file_ext: str
+    payload: Any = None
+    entry: str = "main"
+
+
+@dataclass(frozen=True)
+class DeviceCodegen:
+    """Turns lowered IR into source: ``generate(mod, ctx) -> GeneratedSource``."""
+
+    language: str
+    file_ext: str
+    generate: Callable[[Any, Any], GeneratedSource]
+
+    def __post_init__(self):
+        if not callable(self.generate):
+            raise PluginError(f"codegen for {self.language!r}: generate must be callable")
+
+
+@dataclass(frozen=True)
+class Availability:
+    """Whether an executor (or backend) can run here, and why not."""
+
+    ok: bool
+    reason: str = ""
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+
+@dataclass(frozen=True)
+class Executor:
+    """Builds generated source into something callable, and reloads it from the cache.
+
+    - ``available() -> Availability``
+    - ``build(source, ctx, workdir) -> kernel`` writes its artifact files into ``workdir``
+      (a folder the cache keeps) and returns a callable taking the kernel's arguments;
+    - ``load(workdir, entry) -> kernel`` rebuilds the callable from those files.
+    """
+
+    name: str
+    available: Callable[[], Availability]
+    build: Callable[[GeneratedSource, Any, Any], Callable]
+    load: Callable[[Any, str], Callable] | None = None
+    doc: str = ""
+
+    def __post_init__(self):
+        _check_name("executor", self.name)
+        for attr in ("available", "build"):
+            if not callable(getattr(self, attr)):
+                raise PluginError(f"executor {self.name!r}: {attr} must be callable")
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend supports, as data: the core checks kernels against it."""
+
+    tile_ops: frozenset[str]
+    dtypes: frozenset[str]
+    memory_scopes: frozenset[str] = frozenset()
+    features: frozenset[str] = frozenset()
+
+    def __post_init__(self):
+        for attr in ("tile_ops", "dtypes", "memory_scopes", "features"):
+            object.__setattr__(self, attr, frozenset(getattr(self, attr)))
+
+
+@dataclass(frozen=True)
+class BackendModule:
+    """Everything the core needs to compile for one backend."""
+
+    name: str
+    version: str
+    api_version: str
+    target_kinds: tuple[str, ...]
+    pipelines: Mapping[str, PassPipeline]
+    codegens: Mapping[str, DeviceCodegen]
+    executors: tuple[Executor, ...]
+    capabilities: Capabilities
+    accelerator: bool = False
+    device: str = "cpu"
+    device_available: Callable[[], Availability] = field(default=lambda: Availability(True))
+    target_options: tuple[str, ...] = ()
+    description: str = ""
+
+    def __post_init__(self):
+        _check_name("backend", self.name)
+        object.__setattr__(self, "target_kinds", tuple(self.target_kinds))
+        object.__setattr__(self, "executors", tuple(self.executors))
+        object.__setattr__(self, "pipelines", _freeze(self.pipelines))
+        object.__setattr__(self, "codegens", _freeze(self.codegens))
+        if not self.target_kinds:
+            raise PluginError(f"backend {self.name!r} claims no target kinds")
+        for kind in self.target_kinds:
+            _check_name("target kind", kind)
+            if not isinstance(self.pipelines.get(kind), PassPipeline):
+                raise PluginError(f"backend {self.name!r}: no PassPipeline for target {kind!r}")
+            if not isinstance(self.codegens.get(kind), DeviceCodegen):
+                raise PluginError(f"backend {self.name!r}: no DeviceCodegen for target {kind!r}")
+        if not self.executors or not all(isinstance(e, Executor) for e in self.executors):
+            raise PluginError(f"backend {self.name!r} needs at least one Executor")
+        if not isinstance(self.capabilities, Capabilities):
+            raise PluginError(f"backend {self.name!r}: capabilities must be a Capabilities")
+        check_api_version(self.name, self.api_version)
+
+
+def check_api_version(owner: str, version: str) -> None:
+    """Refuse a contract version this core cannot serve, naming both versions."""
+    try:
+        major, minor = (int(x) for x in str(version).split(".")[:2])
+        core_major, core_minor = (int(x) for x in API_VERSION.split("."))
+    except ValueError:
+        raise PluginError(f"{owner}: api_version {version!r} is not 'MAJOR.MINOR'") from None
+    if major != core_major or minor > core_minor:
+        raise PluginError(f"{owner} declares plugin api_version {version} but this tilewright "
+                          f"core implements api_version {API_VERSION}")
+
+
+@dataclass(frozen=True)
+class PassConfigKey:
+    """A ``pass_configs`` key a plugin (or the core) understands."""
+
+    name: str
+    type: type
+    default: Any
+    doc: str = ""
+    owner: str = "core"
+
+
+@dataclass(frozen=True)
+class Timer:
+    """A way for ``do_bench`` to time a callable: ``measure(fn, warmup, rep) -> [ms]``."""
+
+    name: str
+    available: Callable[[], Availability]
+    measure: Callable[..., list]
+    doc: str = ""
+
+
+@dataclass(frozen=True)
+class ArchModel:
+    """Peak numbers of a device for the roofline analyser."""
+
+    name: str
+    peak_tflops: Mapping[str, float]
+    bandwidth_gbps: float
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class LanguageExtension:
+    """A dialect module (``import <module> as T``) and the backends that lower its ops."""
+
+    name: str
+    module: str
+    backends: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class CliTool:
+    """A ``tilewright <name>`` subcommand: ``run(argv) -> exit code``."""
+
+    name: str
+    help: str
+    run: Callable[[list[str]], int]

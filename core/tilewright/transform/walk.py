@@ -1,0 +1,77 @@
+"""A small statement mutator for the statement kinds tile programs contain.
+
+Passes subclass :class:`StmtMutator` and override ``visit_<Kind>``; unchanged subtrees are
+returned as they are. Loop ranges are tracked in ``self.analyzer`` so rules can prove bounds.
+"""
+
+from __future__ import annotations
+
+import tvm
+from tvm import sym as arith
+from tvm import tirx
+
+
+class StmtMutator:
+    def __init__(self):
+        self.analyzer = arith.Analyzer()
+        self.loops: list[tirx.For] = []
+
+    def visit(self, stmt):
+        method = getattr(self, f"visit_{type(stmt).__name__}", None)
+        return method(stmt) if method is not None else stmt
+
+    def visit_SeqStmt(self, stmt):
+        new = [self.visit(s) for s in stmt.seq]
+        if all(a.same_as(b) for a, b in zip(new, stmt.seq)):
+            return stmt
+        flat = []
+        for s in new:
+            flat.extend(s.seq if isinstance(s, tirx.SeqStmt) else [s])
+        return flat[0] if len(flat) == 1 else tirx.SeqStmt(flat)
+
+    def visit_For(self, stmt):
+        self.analyzer.bind(stmt.loop_var, tvm.ir.Range.from_min_extent(stmt.min, stmt.extent))
+        self.loops.append(stmt)
+        try:
+            body = self.visit(stmt.body)
+        finally:
+            self.loops.pop()
+        if body.same_as(stmt.body):
+            return stmt
+        return rebuild_for(stmt, body=body)
+
+    def visit_IfThenElse(self, stmt):
+        then_case = self.visit(stmt.then_case)
+        else_case = self.visit(stmt.else_case) if stmt.else_case is not None else None
+        if then_case.same_as(stmt.then_case) and (
+                else_case is None or else_case.same_as(stmt.else_case)):
+            return stmt
+        return tirx.IfThenElse(stmt.condition, then_case, else_case, span=stmt.span)
+
+    def visit_AttrStmt(self, stmt):
+        body = self.visit(stmt.body)
+        if body.same_as(stmt.body):
+            return stmt
+        return tirx.AttrStmt(stmt.node, stmt.attr_key, stmt.value, body, span=stmt.span)
+
+
+def rebuild_for(loop, **changes):
+    """A copy of ``loop`` with some fields changed."""
+    fields = {
+        "loop_var": loop.loop_var, "min": loop.min, "extent": loop.extent, "kind": loop.kind,
+        "body": loop.body, "thread_binding": loop.thread_binding,
+        "annotations": dict(loop.annotations), "span": loop.span,
+    }
+    fields.update(changes)
+    return tirx.For(fields["loop_var"], fields["min"], fields["extent"], fields["kind"],
+                    fields["body"], thread_binding=fields["thread_binding"],
+                    annotations=fields["annotations"], span=fields["span"])
+
+
+def prim_func_pass(name: str, fn):
+    """A TVM pass named ``name`` that maps every PrimFunc with ``fn(func) -> func``."""
+
+    def transform(func, mod, ctx):
+        return fn(func)
+
+    return tirx.transform.prim_func_pass(transform, opt_level=0, name=name)

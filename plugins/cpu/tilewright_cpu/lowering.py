@@ -1,0 +1,175 @@
+"""Lowering rules of the CPU backend: one function per tile op, in a table keyed by op.
+
+Each rule turns one tile op into plain loops. Loops over independent elements are marked
+``tw.loop = "parallel"`` so the loop phase can vectorise them. Accesses that may fall outside
+a buffer are guarded: reads give zero, writes are skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import tvm
+from tvm import tirx
+
+from tilewright.ir import REDUCE_KINDS, Region, TileOpCall
+from tilewright.transform import RuleContext
+
+from .microkernel import gemm_loops
+
+Rule = Callable[[TileOpCall, RuleContext], tirx.Stmt]
+RULES: dict[str, Rule] = {}
+PARALLEL = {"tw.loop": "parallel"}
+
+
+def register_lowering(name: str):
+    def wrap(fn: Rule) -> Rule:
+        RULES[name] = fn
+        return fn
+
+    return wrap
+
+
+def _is_one(e) -> bool:
+    return isinstance(e, tirx.IntImm) and int(e.value) == 1 or e == 1
+
+
+def _expr(x):
+    return tirx.const(x, "int32") if isinstance(x, int) else x
+
+
+def loop_nest(extents, body_fn, annotations=PARALLEL, names="ijkl", ctx=None):
+    """``for v0 in extents[0]: ... body_fn(vars)``; binds the new vars in ``ctx.analyzer``."""
+    loop_vars = [tirx.Var(f"{names[n % len(names)]}{n}", "int32") for n in range(len(extents))]
+    if ctx is not None:
+        for var, ext in zip(loop_vars, extents):
+            ctx.analyzer.bind(var, tvm.ir.Range.from_min_extent(0, _expr(ext)))
+    body = body_fn(loop_vars)
+    for var, ext in reversed(list(zip(loop_vars, extents))):
+        body = tirx.For(var, 0, _expr(ext), tirx.ForKind.SERIAL, body, annotations=annotations)
+    return body
+
+
+def region_index(region: Region, loop_vars, dims) -> list:
+    """Indices into ``region`` for loop vars over its non-unit dims ``dims``."""
+    index = []
+    for d, start in enumerate(region.starts):
+        index.append(_expr(start) + loop_vars[dims.index(d)] if d in dims else _expr(start))
+    return index
+
+
+def in_bounds(buffer, index, ctx: RuleContext):
+    """The condition that ``index`` lies inside ``buffer``, or None when provably true."""
+    conds = [i < _expr(s) for i, s in zip(index, buffer.shape)
+             if not ctx.can_prove(i < _expr(s))]
+    if not conds:
+        return None
+    cond = conds[0]
+    for c in conds[1:]:
+        cond = tirx.And(cond, c)
+    return cond
+
+
+def guarded_load(buffer, index, ctx, dtype=None):
+    load = tirx.BufferLoad(buffer, index)
+    if dtype is not None and str(buffer.dtype) != dtype:
+        load = tirx.Cast(dtype, load)
+    cond = in_bounds(buffer, index, ctx)
+    if cond is None:
+        return load
+    return tirx.if_then_else(cond, load, tirx.const(0, dtype or str(buffer.dtype)))
+
+
+def guarded_store(buffer, value, index, ctx):
+    store = tirx.BufferStore(buffer, value, index)
+    cond = in_bounds(buffer, index, ctx)
+    return store if cond is None else tirx.IfThenElse(cond, store, None)
+
+
+def non_unit(region: Region) -> list[int]:
+    return [d for d, e in enumerate(region.extents) if not _is_one(e)]
+
+
+@register_lowering("copy")
+def lower_copy(call: TileOpCall, ctx: RuleContext):
+    src, dst = call.operands["src"], call.operands["dst"]
+    sdims, ddims = non_unit(src), non_unit(dst)
+    extents = [dst.extents[d] for d in ddims]
+
+    def body(v):
+        value = guarded_load(src.buffer, region_index(src, v, sdims), ctx, str(dst.buffer.dtype))
+        return guarded_store(dst.buffer, value, region_index(dst, v, ddims), ctx)
+
+    return loop_nest(extents, body, ctx=ctx)
+
+
+@register_lowering("fill")
+def lower_fill(call: TileOpCall, ctx: RuleContext):
+    dst, value = call.operands["dst"], call.operands["value"]
+    dims = non_unit(dst)
+    value = value if str(value.ty) == str(dst.buffer.dtype) else tirx.Cast(str(dst.buffer.dtype),
+                                                                           value)
+    return loop_nest([dst.extents[d] for d in dims],
+                     lambda v: guarded_store(dst.buffer, value, region_index(dst, v, dims), ctx),
+                     ctx=ctx)
+
+
+@register_lowering("gemm")
+def lower_gemm(call: TileOpCall, ctx: RuleContext):
+    return gemm_loops(call, ctx)
+
+
+def _reduce_parts(kind: str, dtype: str):
+    """(identity, combine(acc, x)) of a reduction kind."""
+    is_float = dtype.startswith(("float", "bfloat"))
+    lowest = tirx.infinity(dtype) * -1 if is_float else tirx.min_value(dtype)
+    highest = tirx.infinity(dtype) if is_float else tirx.max_value(dtype)
+    zero = tirx.const(0, dtype)
+    return {
+        "sum": (zero, lambda a, x: a + x),
+        "abssum": (zero, lambda a, x: a + tirx.abs(x)),
+        "max": (lowest, lambda a, x: tirx.Max(a, x)),
+        "min": (highest, lambda a, x: tirx.Min(a, x)),
+        "absmax": (zero, lambda a, x: tirx.Max(a, tirx.abs(x))),
+    }[kind]
+
+
+def _make_reduce_rule(kind: str):
+    def lower_reduce(call: TileOpCall, ctx: RuleContext):
+        src, dst = call.operands["src"], call.operands["dst"]
+        axis, clear = call.attrs["dim"], call.attrs["clear"]
+        dtype = str(dst.buffer.dtype)
+        identity, combine = _reduce_parts(kind, dtype)
+        kept = [d for d in range(len(src.extents)) if d != axis]
+        keep_rank = len(dst.extents) == len(src.extents)
+
+        def dst_index(v):
+            if keep_rank:
+                return [_expr(s) + (v[kept.index(d)] if d in kept else 0)
+                        for d, s in enumerate(dst.starts)]
+            return [_expr(s) + v[n] for n, s in enumerate(dst.starts)] if kept else \
+                [_expr(s) for s in dst.starts]
+
+        def body(v):
+            index = dst_index(v)
+            r = tirx.Var("r", "int32")
+            src_index = []
+            for d, s in enumerate(src.starts):
+                src_index.append(_expr(s) + (r if d == axis else v[kept.index(d)]))
+            x = tirx.BufferLoad(src.buffer, src_index)
+            x = x if str(src.buffer.dtype) == dtype else tirx.Cast(dtype, x)
+            acc = tirx.BufferLoad(dst.buffer, index)
+            update = tirx.For(r, 0, _expr(src.extents[axis]), tirx.ForKind.SERIAL,
+                              tirx.BufferStore(dst.buffer, combine(acc, x), index))
+            if not clear:
+                return update
+            return tirx.SeqStmt([tirx.BufferStore(dst.buffer, identity, index), update])
+
+        return loop_nest([src.extents[d] for d in kept], body, ctx=ctx)
+
+    lower_reduce.__name__ = f"lower_reduce_{kind}"
+    return lower_reduce
+
+
+for _kind in REDUCE_KINDS:
+    register_lowering(f"reduce_{_kind}")(_make_reduce_rule(_kind))

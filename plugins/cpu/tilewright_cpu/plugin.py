@@ -1,0 +1,64 @@
+"""The entry point of tilewright-cpu: declares the ``cpu`` backend."""
+
+from __future__ import annotations
+
+from tilewright.plugin import (
+    API_VERSION,
+    BackendModule,
+    Capabilities,
+    PassPipeline,
+    Phase,
+    hookimpl,
+)
+from tilewright.transform import lower_tile_ops
+
+from . import __version__, passes
+from .codegen import CODEGEN
+from .executor import EXECUTORS
+from .lowering import RULES
+
+DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+          "float16", "bfloat16", "float32", "float64")
+
+
+def _rules(ctx) -> dict:
+    from tilewright.plugin import get_manager
+
+    extra = dict(get_manager().collect("tilewright_lowering_rules", backend="cpu"))
+    return {**RULES, **extra}
+
+
+PIPELINE = PassPipeline((
+    Phase("lower_tile_ops", lambda ctx: [lower_tile_ops(_rules(ctx), "cpu")],
+          "each tile op becomes loops (rules in tilewright_cpu.lowering)"),
+    Phase("lower_loops", lambda ctx: [passes.lower_loops(
+        not ctx.pass_configs.get("tw.disable_vectorize", False))],
+          "T.Parallel loops are vectorised where their extent allows"),
+    Phase("lower_memory", lambda ctx: [passes.lower_scopes()],
+          "shared and fragment tiles become per-block host arrays"),
+    Phase("lower_blocks", lambda ctx: [passes.lower_blocks()],
+          "the block grid becomes one parallel loop over CPU workers"),
+))
+
+BACKEND = BackendModule(
+    name="cpu",
+    version=__version__,
+    api_version=API_VERSION,
+    target_kinds=("cpu",),
+    pipelines={"cpu": PIPELINE},
+    codegens={"cpu": CODEGEN},
+    executors=EXECUTORS,
+    capabilities=Capabilities(
+        tile_ops=frozenset(RULES),
+        dtypes=frozenset(DTYPES),
+        memory_scopes=frozenset({"global", "shared.dyn", "local.fragment", "local"}),
+        features=frozenset({"dynamic_shapes", "partial_tiles"}),
+    ),
+    description="reference backend: host CPU through TVM's LLVM codegen",
+)
+
+
+@hookimpl
+def tilewright_backends():
+    return [BACKEND]
+
