@@ -1,6 +1,13 @@
 """tilewright: a tile-level kernel language for Python and a plugin-based compiler."""
 
+import os as _os
+
 __version__ = "0.1.0"
+
+# TVM's runtime thread pool spins for a long time after every parallel region, starving every
+# other thread pool in the process (torch's too) and making side-by-side timings lie. TVM reads
+# this when its library loads, so it is set before anything imports TVM; users may override it.
+_os.environ.setdefault("TVM_THREAD_POOL_SPIN_COUNT", "0")
 
 from .errors import (  # noqa: E402
     ArgumentError,

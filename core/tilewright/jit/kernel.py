@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import importlib
 import shutil
+import sys
 from pathlib import Path
 
 from tvm import tirx
@@ -162,6 +166,19 @@ def _eval_dim(dim, symbols: dict, param: str) -> int:
 
 
 # -- compile -----------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=None)
+def _fingerprint(package: str) -> str:
+    """A digest of the size and mtime of a package's Python files: editing the compiler (core
+    or backend) in place invalidates kernels cached by the old code, even at one version."""
+    module = sys.modules.get(package) or importlib.import_module(package)
+    root = Path(module.__file__).parent
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        stat = path.stat()
+        h.update(f"{path.relative_to(root)}:{stat.st_size}:{stat.st_mtime_ns};".encode())
+    return h.hexdigest()[:16]
+
+
 def _out_idx(func: tirx.PrimFunc, out_idx):
     declared = [int(i) for i in func.attrs["tw.outputs"]] if func.attrs and \
         "tw.outputs" in func.attrs else []
@@ -183,6 +200,8 @@ def compile(func: tirx.PrimFunc, out_idx=None, target="auto", pass_configs=None,
     cache = cache or DiskCache()
     key = make_key({
         "tilewright": __version__, "backend": backend.name, "backend_version": backend.version,
+        "code": [_fingerprint("tilewright"),
+                 _fingerprint(backend.codegens[target_obj.kind].generate.__module__.split(".")[0])],
         "target": str(target_obj), "pass_configs": configs, "executor": executor.name,
         "out_idx": outputs, "program": func.script(),
     })

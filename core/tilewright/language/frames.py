@@ -233,6 +233,28 @@ class _Helpers:
         return branch
 
     @staticmethod
+    def all_of(value, *thunks):
+        for thunk in thunks:
+            if dtype_of(value) is None:
+                if not value:
+                    return value
+                value = thunk()
+            else:
+                value = tirx.And(value, to_expr(thunk()))
+        return value
+
+    @staticmethod
+    def any_of(value, *thunks):
+        for thunk in thunks:
+            if dtype_of(value) is None:
+                if value:
+                    return value
+                value = thunk()
+            else:
+                value = tirx.Or(value, to_expr(thunk()))
+        return value
+
+    @staticmethod
     def is_static(branch) -> bool:
         if branch.value is None and B.maybe_current() is None:
             raise kernel_error("a symbolic condition can only be used inside a kernel")

@@ -10,6 +10,8 @@ rewritten (line numbers kept, so errors and tracebacks point at the user's sourc
 - ``if COND`` asks ``__tw__.branch(COND)``: a Python truth value picks a branch now; a
   symbolic condition runs both bodies, each inside a branch frame of an IR ``if``.
 - ``NAME: ANNOTATION`` (no value) declares a kernel parameter in the eager style.
+- ``A and B`` / ``A or B`` call ``__tw__.all_of`` / ``__tw__.any_of`` with the later operands
+  as thunks: Python values short-circuit as usual, symbolic ones build an IR ``And``/``Or``.
 """
 
 from __future__ import annotations
@@ -78,6 +80,14 @@ class _Rewriter(ast.NodeTransformer):
                 ast.Name(name, ast.Load()), "otherwise", ast.Load()), [], []))], node.orelse))
         out = ast.If(static_test, [static_if], symbolic)
         return ast.fix_missing_locations(ast.copy_location(out, node))
+
+    def visit_BoolOp(self, node: ast.BoolOp):
+        self.generic_visit(node)
+        no_args = ast.arguments(posonlyargs=[], args=[], kwonlyargs=[], kw_defaults=[],
+                                defaults=[])
+        thunks = [ast.copy_location(ast.Lambda(no_args, v), v) for v in node.values[1:]]
+        name = "all_of" if isinstance(node.op, ast.And) else "any_of"
+        return ast.fix_missing_locations(self._helper(name, node.values[0], *thunks, node=node))
 
     def visit_Assign(self, node: ast.Assign):
         self.generic_visit(node)

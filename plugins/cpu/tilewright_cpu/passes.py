@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import tvm_ffi
 from tvm import tirx
+from tvm.sym.pattern import detect_linear_equation
 
 from tilewright.transform import StmtMutator, prim_func_pass, rebuild_for
 
@@ -36,15 +37,43 @@ class _Loops(StmtMutator):
             return rebuild_for(stmt, annotations=annotations)
         extent = int(stmt.extent.value)
         if extent == VECTOR_LANES:
-            return rebuild_for(stmt, annotations=annotations, kind=tirx.ForKind.VECTORIZED)
+            return _vector_chunk(stmt.loop_var, stmt.body)
         outer, lane = tirx.Var(f"{stmt.loop_var.name}_o", "int32"), tirx.Var(
             f"{stmt.loop_var.name}_v", "int32")
-        index = outer * VECTOR_LANES + lane
-        body = tvm_ffi.structural_map(
-            stmt.body, (tirx.Var, lambda v: index if v.same_as(stmt.loop_var) else v))
-        inner = tirx.For(lane, 0, VECTOR_LANES, tirx.ForKind.VECTORIZED, body)
-        return tirx.For(outer, 0, extent // VECTOR_LANES, tirx.ForKind.SERIAL, inner,
-                        span=stmt.span)
+        body = _substitute(stmt.body, stmt.loop_var, outer * VECTOR_LANES + lane)
+        return tirx.For(outer, 0, extent // VECTOR_LANES, tirx.ForKind.SERIAL,
+                        _vector_chunk(lane, body), span=stmt.span)
+
+
+def _substitute(node, var, value):
+    return tvm_ffi.structural_map(node, (tirx.Var, lambda v: value if v.same_as(var) else v))
+
+
+def _monotone_conjuncts(cond, var) -> bool:
+    """Whether ``cond`` is a conjunction of comparisons linear in ``var`` (so it holds for a
+    whole range of ``var`` when it holds at both ends)."""
+    if isinstance(cond, tirx.And):
+        return _monotone_conjuncts(cond.a, var) and _monotone_conjuncts(cond.b, var)
+    if isinstance(cond, (tirx.LT, tirx.LE, tirx.GT, tirx.GE)):
+        return bool(detect_linear_equation(cond.a - cond.b, [var]))
+    return False
+
+
+def _vector_chunk(lane, body):
+    """A vector loop over ``lane``. A body guarded by a bounds-like ``if`` is split in two
+    versions: the vector loop when the guard holds for every lane (checked at both ends), a
+    scalar guarded loop for the ragged edge."""
+    vector = tirx.For(lane, 0, VECTOR_LANES, tirx.ForKind.VECTORIZED, body)
+    if not (isinstance(body, tirx.IfThenElse) and body.else_case is None and
+            _monotone_conjuncts(body.condition, lane)):
+        return vector
+    whole = tirx.And(_substitute(body.condition, lane, tirx.const(0, "int32")),
+                     _substitute(body.condition, lane, tirx.const(VECTOR_LANES - 1, "int32")))
+    edge_lane = tirx.Var(lane.name, "int32")
+    edge = tirx.For(edge_lane, 0, VECTOR_LANES, tirx.ForKind.SERIAL,
+                    _substitute(body, lane, edge_lane))
+    fast = tirx.For(lane, 0, VECTOR_LANES, tirx.ForKind.VECTORIZED, body.then_case)
+    return tirx.IfThenElse(whole, fast, edge)
 
 
 def lower_loops(vectorize: bool = True):

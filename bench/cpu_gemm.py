@@ -1,0 +1,99 @@
+"""float32 GEMM as a tile kernel on the CPU backend, against ``torch.matmul``.
+
+Both sides use every core (``torch.set_num_threads(os.cpu_count())``; TVM's thread pool is
+given the same count through ``TVM_NUM_THREADS``). Prints GFLOP/s for each and the ratio;
+with ``--check`` exits non-zero when the ratio is below ``--min-ratio`` (0.8).
+
+    python bench/cpu_gemm.py [--size 1024] [--block 128 256 128] [--check]
+"""
+
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+os.environ.setdefault("TVM_NUM_THREADS", str(os.cpu_count()))
+
+import torch  # noqa: E402
+
+import tilewright  # noqa: E402
+import tilewright.language as T  # noqa: E402
+
+BLOCK = (96, 256, 256)
+
+
+@tilewright.jit(out_idx=[-1], target="cpu")
+def matmul(M, N, K, block_M, block_N, block_K, dtype="float32", accum_dtype="float32"):
+    @T.prim_func
+    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype),
+             C: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=128) as (bx, by):
+            A_shared = T.alloc_shared((block_M, block_K), dtype)
+            B_shared = T.alloc_shared((block_K, block_N), dtype)
+            C_local = T.alloc_fragment((block_M, block_N), accum_dtype)
+            T.clear(C_local)
+            for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=1):
+                T.copy(A[by * block_M, k * block_K], A_shared)
+                T.copy(B[k * block_K, bx * block_N], B_shared)
+                T.gemm(A_shared, B_shared, C_local)
+            T.copy(C_local, C[by * block_M, bx * block_N])
+
+    return main
+
+
+def median_seconds(fn, warmup: int, runs: int) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", type=int, nargs="+", default=[1024],
+                        help="M [N K]; one value means a square problem")
+    parser.add_argument("--block", type=int, nargs=3, default=list(BLOCK),
+                        metavar=("BM", "BN", "BK"))
+    parser.add_argument("--runs", type=int, default=15)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--check", action="store_true",
+                        help="exit 1 when tilewright / torch is below --min-ratio")
+    parser.add_argument("--min-ratio", type=float, default=0.8)
+    args = parser.parse_args(argv)
+
+    m, n, k = (args.size * 3)[:3] if len(args.size) == 1 else args.size
+    threads = os.cpu_count()
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    a, b = torch.randn(m, k), torch.randn(k, n)
+
+    start = time.perf_counter()
+    kernel = matmul(m, n, k, *args.block)
+    compile_s = time.perf_counter() - start
+    torch.testing.assert_close(kernel(a, b), a @ b, rtol=1e-4, atol=1e-3)
+
+    out = torch.empty(m, n)
+    tw_s = median_seconds(lambda: kernel(a, b), args.warmup, args.runs)
+    torch_s = median_seconds(lambda: torch.matmul(a, b, out=out), args.warmup, args.runs)
+    flops = 2.0 * m * n * k
+    ratio = torch_s / tw_s
+    print(f"float32 GEMM {m}x{n}x{k}, blocks {tuple(args.block)}, {threads} threads "
+          f"(TVM_NUM_THREADS={os.environ['TVM_NUM_THREADS']}), compile {compile_s:.2f} s")
+    print(f"{'':12} {'ms':>8} {'GFLOP/s':>9}")
+    print(f"{'tilewright':12} {tw_s * 1e3:8.2f} {flops / tw_s / 1e9:9.1f}")
+    print(f"{'torch':12} {torch_s * 1e3:8.2f} {flops / torch_s / 1e9:9.1f}")
+    print(f"{'ratio':12} {ratio:8.2f}x")
+    if args.check and ratio < args.min_ratio:
+        print(f"FAIL: ratio {ratio:.2f} < {args.min_ratio}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

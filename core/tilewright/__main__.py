@@ -1,0 +1,5 @@
+"""``python -m tilewright``: the ``tilewright`` command."""
+
+from .cli.main import main
+
+raise SystemExit(main())

@@ -1,0 +1,283 @@
+"""The plugin contract: loading, validation, error isolation, selection and target claims."""
+
+from __future__ import annotations
+
+import types
+from importlib import metadata
+
+import pytest
+
+from tilewright.engine import passconfig
+from tilewright.errors import ConfigError, PluginError, TargetError
+from tilewright.plugin import (
+    API_VERSION,
+    ENTRY_POINT_GROUP,
+    ENV_SELECT,
+    Availability,
+    BackendModule,
+    Capabilities,
+    DeviceCodegen,
+    Executor,
+    PassConfigKey,
+    PassPipeline,
+    Phase,
+    PluginManager,
+    check_api_version,
+    hookimpl,
+    set_manager,
+)
+
+
+class FakeDist:
+    def __init__(self, name: str, version: str):
+        self.name, self.version = name, version
+
+
+class FakeEntryPoint:
+    """What the manager reads from an ``importlib.metadata`` entry point."""
+
+    def __init__(self, name: str, load, version: str = "9.9"):
+        self.name = name
+        self._load = load
+        self.dist = FakeDist(f"tilewright-{name}", version)
+        self.loads = 0
+
+    def load(self):
+        self.loads += 1
+        return self._load()
+
+
+def cpu_entry_point():
+    eps = [ep for ep in metadata.entry_points(group=ENTRY_POINT_GROUP) if ep.name == "cpu"]
+    assert eps, "tilewright-cpu is not installed"
+    return eps[0]
+
+
+def fake_backend(name="fake", kinds=("fake",), api_version=API_VERSION, **overrides):
+    fields = dict(
+        name=name, version="1.2.3", api_version=api_version, target_kinds=kinds,
+        pipelines={k: PassPipeline((Phase("only", lambda ctx: []),)) for k in kinds},
+        codegens={k: DeviceCodegen("c", "c", lambda mod, ctx: None) for k in kinds},
+        executors=(Executor("run", lambda: Availability(True), lambda src, ctx, wd: None),),
+        capabilities=Capabilities(frozenset({"copy"}), frozenset({"float32"})),
+    )
+    fields.update(overrides)
+    return BackendModule(**fields)
+
+
+def plugin_module(name: str, **hooks) -> types.ModuleType:
+    """A plugin module whose hooks are the given functions, marked with ``hookimpl``."""
+    module = types.ModuleType(name)
+    for hook, fn in hooks.items():
+        fn.__name__ = hook
+        setattr(module, hook, hookimpl(fn))
+    return module
+
+
+def backend_plugin(name: str, make_backends) -> types.ModuleType:
+    return plugin_module(name, tilewright_backends=lambda: make_backends())
+
+
+def broken_import():
+    raise ImportError("No module named 'tilewright_broken_dep'")
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch):
+    monkeypatch.delenv(ENV_SELECT, raising=False)
+
+
+@pytest.fixture
+def install():
+    """Install a manager as the process-wide one; the previous one comes back afterwards."""
+    previous = set_manager(None)
+    yield set_manager
+    set_manager(previous)
+
+
+# -- error isolation -------------------------------------------------------------------------
+def test_plugin_failing_at_import_is_recorded_and_cpu_still_works():
+    broken = FakeEntryPoint("broken", broken_import)
+    manager = PluginManager(entry_points=[broken, cpu_entry_point()]).load()
+    record = manager.records["broken"]
+    assert record.status == "failed"
+    assert "tilewright_broken_dep" in record.error
+    assert record.version == "9.9" and record.distribution == "tilewright-broken"
+    assert manager.records["cpu"].status == "ok"
+    assert manager.backend_for("cpu").name == "cpu"
+    assert set(manager.backends()) == {"cpu"}
+
+
+def test_loading_is_idempotent():
+    broken = FakeEntryPoint("broken", broken_import)
+    fake = FakeEntryPoint("fake", lambda: backend_plugin("fake", lambda: [fake_backend()]))
+    manager = PluginManager(entry_points=[broken, fake])
+    manager.load()
+    manager.load()
+    assert broken.loads == 1 and fake.loads == 1
+    assert list(manager.backends()) == ["fake"]
+
+
+def test_missing_target_lists_plugins_that_did_not_load():
+    manager = PluginManager(entry_points=[FakeEntryPoint("broken", broken_import)])
+    with pytest.raises(TargetError, match=r"no installed backend claims target 'cuda'") as exc:
+        manager.backend_for("cuda")
+    assert "broken" in str(exc.value) and "tilewright_broken_dep" in str(exc.value)
+
+
+def test_hook_that_raises_later_is_skipped():
+    def keys():
+        raise RuntimeError("boom")
+
+    manager = PluginManager(entry_points=[])
+    manager.register(plugin_module("bad_keys", tilewright_pass_config_keys=keys), "bad_keys")
+    assert manager.collect("tilewright_pass_config_keys") == []
+    assert "tilewright_pass_config_keys raised RuntimeError: boom" in \
+        manager.records["bad_keys"].error
+
+
+# -- validation at registration --------------------------------------------------------------
+def test_unknown_hook_is_refused_naming_the_hook():
+    module = plugin_module("foo", tilewright_foo=lambda: [])
+    manager = PluginManager(entry_points=[])
+    record = manager.register(module, "foo")
+    assert record.status == "failed"
+    assert "tilewright_foo" in record.error and "'foo'" in record.error
+    assert "tilewright_backends" in record.error  # the known hooks are listed
+    assert manager.collect("tilewright_foo") == []
+
+
+def test_hook_with_unknown_argument_is_refused_naming_plugin_hook_and_signature():
+    module = plugin_module("rules", tilewright_lowering_rules=lambda backend, extra: {})
+    record = PluginManager(entry_points=[]).register(module, "rules")
+    assert record.status == "failed"
+    assert "rules" in record.error and "tilewright_lowering_rules" in record.error
+    assert "extra" in record.error
+
+
+def test_incompatible_api_version_is_refused_naming_both_versions():
+    manager = PluginManager(entry_points=[])
+    record = manager.register(
+        backend_plugin("future", lambda: [fake_backend("future", api_version="2.0")]), "future")
+    assert record.status == "failed"
+    assert "2.0" in record.error and API_VERSION in record.error
+    assert "future" not in manager.backends()
+    with pytest.raises(PluginError, match=r"2\.0.*" + API_VERSION.replace(".", r"\.")):
+        check_api_version("future", "2.0")
+    check_api_version("current", API_VERSION)
+
+
+def test_hook_returning_something_else_than_backend_module_is_refused():
+    record = PluginManager(entry_points=[]).register(
+        backend_plugin("odd", lambda: ["cpu"]), "odd")
+    assert record.status == "failed" and "not a BackendModule" in record.error
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: fake_backend(pipelines={}), r"no PassPipeline for target 'fake'"),
+    (lambda: fake_backend(codegens={}), r"no DeviceCodegen for target 'fake'"),
+    (lambda: fake_backend(executors=()), r"needs at least one Executor"),
+    (lambda: fake_backend(kinds=()), r"claims no target kinds"),
+    (lambda: fake_backend(name="Bad Name"), r"backend name 'Bad Name' must match"),
+    (lambda: fake_backend(kinds=("CUDA",)), r"target kind name 'CUDA' must match"),
+    (lambda: Executor("Not OK", lambda: Availability(True), lambda s, c, w: None),
+     r"executor name 'Not OK'"),
+    (lambda: Phase("lower tile", lambda ctx: []), r"phase name 'lower tile'"),
+    (lambda: PassPipeline((Phase("a", lambda ctx: []), Phase("a", lambda ctx: []))),
+     r"repeated: \['a'\]"),
+    (lambda: PassPipeline(()), r"at least one phase"),
+    (lambda: fake_backend(api_version="one"), r"is not 'MAJOR.MINOR'"),
+])
+def test_invalid_declarations_raise_plugin_error(make, message):
+    with pytest.raises(PluginError, match=message):
+        make()
+
+
+def test_invalid_declaration_in_a_plugin_fails_only_that_plugin():
+    manager = PluginManager(entry_points=[
+        FakeEntryPoint("nopipe", lambda: backend_plugin(
+            "nopipe", lambda: [fake_backend("nopipe", pipelines={})])),
+        cpu_entry_point(),
+    ]).load()
+    assert manager.records["nopipe"].status == "failed"
+    assert "PluginError" in manager.records["nopipe"].error
+    assert "no PassPipeline for target 'fake'" in manager.records["nopipe"].error
+    assert manager.backend_for("cpu").name == "cpu"
+
+
+# -- target claims -----------------------------------------------------------------------------
+def test_two_backends_claiming_one_target_collide_naming_both():
+    manager = PluginManager(entry_points=[
+        FakeEntryPoint("alpha", lambda: backend_plugin("alpha", lambda: [fake_backend("alpha")])),
+        FakeEntryPoint("beta", lambda: backend_plugin("beta", lambda: [fake_backend("beta")])),
+    ])
+    with pytest.raises(TargetError, match="claimed by several backends: alpha, beta"):
+        manager.backend_for("fake")
+
+
+def test_backend_claiming_cpu_collides_with_the_cpu_plugin():
+    manager = PluginManager(entry_points=[
+        cpu_entry_point(),
+        FakeEntryPoint("mycpu", lambda: backend_plugin(
+            "mycpu", lambda: [fake_backend("mycpu", kinds=("cpu",))])),
+    ])
+    with pytest.raises(TargetError) as exc:
+        manager.backend_for("cpu")
+    assert "cpu, mycpu" in str(exc.value) and ENV_SELECT in str(exc.value)
+
+
+# -- TILEWRIGHT_PLUGINS ------------------------------------------------------------------------
+def selection_manager():
+    return PluginManager(entry_points=[
+        cpu_entry_point(),
+        FakeEntryPoint("fake", lambda: backend_plugin("fake", lambda: [fake_backend()])),
+    ]).load()
+
+
+def test_selection_none_disables_every_plugin(monkeypatch):
+    monkeypatch.setenv(ENV_SELECT, "none")
+    manager = selection_manager()
+    assert {r.status for r in manager.records.values()} == {"disabled"}
+    assert manager.backends() == {}
+    with pytest.raises(TargetError, match=f"disabled by {ENV_SELECT}"):
+        manager.backend_for("cpu")
+
+
+def test_selection_by_name_loads_only_that_plugin(monkeypatch):
+    monkeypatch.setenv(ENV_SELECT, "cpu")
+    manager = selection_manager()
+    assert manager.records["cpu"].status == "ok"
+    assert manager.records["fake"].status == "disabled"
+    assert set(manager.backends()) == {"cpu"}
+
+
+def test_selection_minus_excludes_a_plugin(monkeypatch):
+    monkeypatch.setenv(ENV_SELECT, "-cpu")
+    manager = selection_manager()
+    assert manager.records["cpu"].status == "disabled"
+    assert manager.records["fake"].status == "ok"
+    assert set(manager.backends()) == {"fake"}
+    with pytest.raises(TargetError, match="no installed backend claims target 'cpu'"):
+        manager.backend_for("cpu")
+
+
+# -- pass configs ----------------------------------------------------------------------------
+def test_unknown_pass_config_key_lists_close_matches(install):
+    install(PluginManager(entry_points=[]))
+    with pytest.raises(ConfigError, match=r"unknown pass_configs key 'tw.disable_vectoriz'") \
+            as exc:
+        passconfig.validate({"tw.disable_vectoriz": True})
+    assert "did you mean 'tw.disable_vectorize'" in str(exc.value)
+
+
+def test_plugin_pass_config_keys_are_known_and_typed(install):
+    manager = PluginManager(entry_points=[])
+    key = PassConfigKey("fake.unroll", int, 4, "unroll factor", owner="fake")
+    manager.register(plugin_module("fake", tilewright_pass_config_keys=lambda: [key]), "fake")
+    install(manager)
+    assert passconfig.validate({"fake.unroll": 8, "tw.dump_ir": False}) == \
+        {"fake.unroll": 8, "tw.dump_ir": False}
+    with pytest.raises(ConfigError, match=r"did you mean 'fake.unroll'"):
+        passconfig.validate({"fake.unrol": 8})
+    with pytest.raises(ConfigError, match=r"must be int"):
+        passconfig.validate({"fake.unroll": "8"})
