@@ -5,8 +5,10 @@ given the same count through ``TVM_NUM_THREADS``). Prints GFLOP/s for each and t
 with ``--check`` exits non-zero when the ratio is below ``--min-ratio`` (0.8).
 
     python bench/cpu_gemm.py [--size 1024] [--block 128 256 128] [--check]
-"""
 
+The kernel's annotations close over the factory's arguments, so this module must not use
+``from __future__ import annotations``.
+"""
 
 import argparse
 import os
@@ -43,15 +45,17 @@ def matmul(M, N, K, block_M, block_N, block_K, dtype="float32", accum_dtype="flo
     return main
 
 
-def median_seconds(fn, warmup: int, runs: int) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+def median_seconds(fns, warmup: int, runs: int) -> list[float]:
+    """The median time of each of ``fns``; their runs alternate, so a busy machine slows all
+    of them alike."""
+    times = [[] for _ in fns]
+    for n in range(warmup + runs):
+        for fn, acc in zip(fns, times):
+            start = time.perf_counter()
+            fn()
+            if n >= warmup:
+                acc.append(time.perf_counter() - start)
+    return [statistics.median(t) for t in times]
 
 
 def main(argv=None) -> int:
@@ -79,8 +83,8 @@ def main(argv=None) -> int:
     torch.testing.assert_close(kernel(a, b), a @ b, rtol=1e-4, atol=1e-3)
 
     out = torch.empty(m, n)
-    tw_s = median_seconds(lambda: kernel(a, b), args.warmup, args.runs)
-    torch_s = median_seconds(lambda: torch.matmul(a, b, out=out), args.warmup, args.runs)
+    tw_s, torch_s = median_seconds([lambda: kernel(a, b), lambda: torch.matmul(a, b, out=out)],
+                                   args.warmup, args.runs)
     flops = 2.0 * m * n * k
     ratio = torch_s / tw_s
     print(f"float32 GEMM {m}x{n}x{k}, blocks {tuple(args.block)}, {threads} threads "

@@ -1,6 +1,8 @@
 """tilewright: a tile-level kernel language for Python and a plugin-based compiler."""
 
 import os as _os
+import sys as _sys
+import types as _types
 
 __version__ = "0.1.0"
 
@@ -20,7 +22,6 @@ from .errors import (  # noqa: E402
 )
 
 _LAZY = {
-    "jit": ("jit", "jit"),
     "compile": ("jit", "compile"),
     "lower": ("jit", "lower"),
     "JITKernel": ("jit", "JITKernel"),
@@ -40,6 +41,24 @@ def __getattr__(name):
     globals()[name] = value
     return value
 
+
+class _Package(_types.ModuleType):
+    """``tilewright.jit`` names both the decorator and its subpackage. Importing the subpackage
+    (``import tilewright.jit.cache``, or ``tilewright.compile``) makes Python set the attribute
+    to the module, so the attribute is a property that always means the decorator."""
+
+    @property
+    def jit(self):
+        from .jit import jit
+
+        return jit
+
+    @jit.setter
+    def jit(self, value):  # the import system binding the subpackage; the decorator wins
+        pass
+
+
+_sys.modules[__name__].__class__ = _Package
 
 __all__ = ["ArgumentError", "ConfigError", "JITKernel", "KernelError", "PluginError",
            "TargetError", "TilewrightError", "UnsupportedOpError", "__version__", "compile",

@@ -134,6 +134,7 @@ def _doctor_report() -> dict:
     from ..jit.cache import DiskCache
     from ..plugin import API_VERSION
 
+    tvm = _package("apache-tvm", "tvm")
     manager = _manager()
     plugins = _plugins_report(manager)
     backends = []
@@ -145,7 +146,7 @@ def _doctor_report() -> dict:
                              "targets": b["target_kinds"], "device": b["device"],
                              "device_available": b["device_available"],
                              "executors": b["executors"], "usable_executors": usable,
-                             "can_compile": True, "can_run": runs})
+                             "can_compile": not tvm["error"], "can_run": runs})
     missing = [{"plugin": p["name"], "status": p["status"], "error": p["error"]}
                for p in plugins["plugins"] if p["status"] != "ok"]
     try:
@@ -158,7 +159,7 @@ def _doctor_report() -> dict:
         "tilewright": __version__, "api_version": API_VERSION,
         "python": {"version": platform.python_version(), "executable": sys.executable},
         "platform": platform.platform(),
-        "tvm": _package("apache-tvm", "tvm"),
+        "tvm": tvm,
         # torch is large: report its installed version without importing it
         "torch": _package("torch", None),
         "backends": backends, "missing": missing, "collisions": plugins["collisions"],
@@ -186,8 +187,11 @@ def _print_doctor(r: dict) -> None:
         print(f"  device {b['device']}: {_word(b['device_available'])}")
         for e in b["executors"]:
             print(f"  executor {e['name']}: {_word(e, 'usable')}")
-        verdict = "compile and run" if b["can_run"] else "compile only (cannot run here)"
-        print(f"  -> can {verdict}")
+        if not b["can_compile"]:
+            print("  -> cannot compile: TVM does not import")
+        else:
+            verdict = "compile and run" if b["can_run"] else "compile only (cannot run here)"
+            print(f"  -> can {verdict}")
     for kind, owners in r["collisions"].items():
         print(f"conflict: target {kind!r} is claimed by {', '.join(owners)}; select plugins "
               "with TILEWRIGHT_PLUGINS")

@@ -20,13 +20,13 @@ from .kernel import (
 )
 from .math import cast, ceildiv, exp, exp2, if_then_else, infinity, max, min
 from .tileops import REDUCE_OPS as _REDUCE_OPS
-from .tileops import clear, copy, fill, gemm
+from .tileops import GemmWarpPolicy, clear, copy, fill, gemm
 
 globals().update(_DTYPES)
 globals().update(_REDUCE_OPS)
 
 __all__ = [
-    "Buffer", "DType", "Kernel", "Macro", "Parallel", "Pipelined", "Tensor", "TileBuffer",
+    "Buffer", "DType", "GemmWarpPolicy", "Kernel", "Macro", "Parallel", "Pipelined", "Tensor", "TileBuffer",
     "alloc_fragment", "alloc_local", "alloc_shared", "cast", "ceildiv", "clear", "const", "copy",
     "dynamic", "empty", "exp", "exp2", "fill", "gemm", "if_then_else", "infinity", "macro",
     "max", "min", "prim_func", "serial", "symbolic", "unroll", *_DTYPES, *_REDUCE_OPS,

@@ -5,12 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import tvm
-from tvm import tirx
+from tvm import sym, tirx
 
 from ..errors import kernel_error
 from ..ir import Region
 from . import builder as B
 from .dtypes import normalize_dtype
+
+
+_ANALYZER = sym.Analyzer()
 
 
 def as_int(value):
@@ -28,7 +31,9 @@ def dtype_of(value) -> str | None:
 
 def to_expr(value, dtype: str | None = None):
     """Convert a Python scalar or a buffer element to a PrimExpr (of ``dtype`` if given)."""
-    if isinstance(value, TileBuffer):
+    if isinstance(value, VarHandle):
+        value = value.load()
+    elif isinstance(value, TileBuffer):
         raise kernel_error(f"buffer {value.name!r} used where a scalar was expected; index it")
     if isinstance(value, bool):
         return tirx.const(value, dtype or "bool")
@@ -43,7 +48,7 @@ def to_expr(value, dtype: str | None = None):
 
 @dataclass(frozen=True)
 class BufferSlice:
-    """``A[0:64, k:k+32]``: a region whose extents are given by slices (None where a point)."""
+    """``A[0:64, k:k+32]`` or ``A[b, 0:64, :]``: a region; a point index has extent 1."""
 
     buffer: tirx.Buffer
     starts: tuple
@@ -102,10 +107,10 @@ class TileBuffer:
                 stop = self.shape[dim] if k.stop is None else k.stop
                 starts.append(start)
                 extents.append(stop - start if isinstance(stop, int) and isinstance(start, int)
-                               else to_expr(stop) - to_expr(start))
-            elif dim < len(key):
+                               else as_int(_ANALYZER.simplify(to_expr(stop) - to_expr(start))))
+            else:
                 starts.append(k)
-                extents.append(None)
+                extents.append(1)
         return BufferSlice(self.buffer, tuple(starts), tuple(extents))
 
     def __setitem__(self, key, value) -> None:
@@ -119,6 +124,62 @@ class TileBuffer:
         store = tirx.BufferStore(self.buffer, to_expr(value, self.dtype),
                                  [to_expr(k) for k in key], span=B.here())
         builder.emit(store)
+
+
+def _binary(name: str, reflected: bool = False):
+    def op(self, other):
+        a, b = self.load(), to_expr(other, self.dtype) if dtype_of(other) is None else \
+            to_expr(other)
+        return getattr(b, name)(a) if reflected else getattr(a, name)(b)
+
+    return op
+
+
+class VarHandle(TileBuffer):
+    """``x = T.alloc_var(dtype)``: a mutable scalar. Reading ``x`` loads it; ``x = v`` and
+    ``x += v`` store into it."""
+
+    __slots__ = ()
+
+    def load(self):
+        return tirx.BufferLoad(self.buffer, [tirx.const(0, "int32")])
+
+    @property
+    def ty(self):
+        return self.load().ty
+
+    def store(self, value) -> None:
+        self[0] = value
+
+    def __iadd__(self, other):
+        self.store(self.load() + to_expr(other, self.dtype))
+        return self
+
+    def __isub__(self, other):
+        self.store(self.load() - to_expr(other, self.dtype))
+        return self
+
+    def __imul__(self, other):
+        self.store(self.load() * to_expr(other, self.dtype))
+        return self
+
+    def __neg__(self):
+        return tirx.const(0, self.dtype) - self.load()
+
+    def __bool__(self):
+        raise kernel_error(f"the value of {self.name!r} is only known when the kernel runs; "
+                           "use it in an 'if' on the kernel side, not in Python logic")
+
+    def __getitem__(self, key):
+        return self.load() if key in (0, (0,)) else super().__getitem__(key)
+
+
+for _name in ("__add__", "__sub__", "__mul__", "__truediv__", "__floordiv__", "__mod__",
+              "__lt__", "__le__", "__gt__", "__ge__"):
+    setattr(VarHandle, _name, _binary(_name))
+for _name, _base in (("__radd__", "__add__"), ("__rsub__", "__sub__"), ("__rmul__", "__mul__"),
+                     ("__rtruediv__", "__truediv__")):
+    setattr(VarHandle, _name, _binary(_base, reflected=True))
 
 
 def unwrap(value):

@@ -64,6 +64,7 @@ class Builder:
         self.const_symbols: dict[str, tirx.Var] = {}
         self.const_sources: dict[str, tuple[str, int]] = {}
         self.kernel_seen = False
+        self.kernel_annotations: dict = {}
         self.threads: tuple[int, ...] = ()
 
     # -- activation -------------------------------------------------------------------

@@ -57,7 +57,7 @@ class Kernel:
         body = builder.close(self._frame)
         if exc_type is not None:
             return False
-        annotations = {"tw.threads": list(self.threads)}
+        annotations = {"tw.threads": list(self.threads), **builder.kernel_annotations}
         for axis in reversed(range(len(self.grid))):
             var, extent = self.vars[axis], to_expr(self.grid[axis])
             iv = tirx.IterVar(tvm_range(extent), var, tirx.IterVar.ThreadIndex, BLOCK_AXES[axis])
@@ -272,13 +272,17 @@ class _Helpers:
         return _Single(ctx) if isinstance(ctx, Kernel) else ctx
 
     @staticmethod
-    def name_buffer(name, value):
-        # `A_shared = T.alloc_shared(...)` names the buffer after the variable
-        from .buffer import TileBuffer
+    def assign(name, current, value):
+        from .buffer import TileBuffer, VarHandle
 
+        if isinstance(current, VarHandle) and not isinstance(value, TileBuffer) and \
+                B.maybe_current() is not None:
+            current.store(value)
+            return current
         builder = B.maybe_current()
         if not isinstance(value, TileBuffer) or builder is None:
             return value
+        # `A_shared = T.alloc_shared(...)` names the buffer after the variable
         stmts = builder.frames[-1].stmts
         if not stmts or not isinstance(stmts[-1], tirx.AllocBuffer) or \
                 not stmts[-1].buffer.same_as(value.buffer):
@@ -286,7 +290,7 @@ class _Helpers:
         old = value.buffer
         new = tirx.decl_buffer(old.shape, old.dtype, name, scope=old.scope())
         stmts[-1] = tirx.AllocBuffer(new, span=stmts[-1].span)
-        return TileBuffer(new)
+        return type(value)(new)
 
     @staticmethod
     def annotate(name, current, annotation, value):
@@ -310,3 +314,64 @@ class _Single:
 
 
 HELPERS = _Helpers()
+
+
+class Persistent(LoopSpec):
+    """``for bx, by in T.Persistent([m_blocks, n_blocks], num_workers, worker_id)``.
+
+    Each of ``num_workers`` resident blocks walks the tile domain in steps of ``num_workers``;
+    2-D domains are visited in panels of ``group_size`` rows so neighbouring tiles share cached
+    data. The wave count is rounded up to a multiple of ``group_size``; iterations past the
+    last tile are skipped by a guard.
+    """
+
+    kind_name = "persistent"
+
+    def __init__(self, domain, num_workers, worker_id, group_size: int = 8):
+        self.domain = tuple(_index(d, "a T.Persistent domain extent") for d in domain)
+        if not 1 <= len(self.domain) <= 3:
+            raise kernel_error("T.Persistent takes a domain of 1 to 3 dimensions")
+        self.num_workers = _index(num_workers, "T.Persistent's worker count")
+        self.worker_id = worker_id
+        self.group_size = int(group_size)
+        total = to_expr(self.domain[0])
+        for d in self.domain[1:]:
+            total = total * to_expr(d)
+        self.total = total
+        waves = tirx.floordiv(total + to_expr(self.num_workers) - 1, to_expr(self.num_workers))
+        g = self.group_size
+        waves = tirx.floordiv(waves + g - 1, g) * g
+        super().__init__((waves,), annotations={"tw.persistent": g})
+
+    def run(self, names=()):
+        builder = B.current("T.Persistent")
+        self.check(builder)
+        span = B.here()
+        wave = tirx.Var("wave", "int32")
+        names = names if len(names) == len(self.domain) else ("bx", "by", "bz")[: len(self.domain)]
+        tile_vars = [tirx.Var(n, "int32") for n in names]
+        frame = builder.open("serial")
+        yield tile_vars[0] if len(tile_vars) == 1 else tuple(tile_vars)
+        body = builder.close(frame)
+        tile = wave * to_expr(self.num_workers) + to_expr(self.worker_id)
+        binds = [tirx.Bind(v, e, span=span) for v, e in zip(tile_vars, self._decode(tile))]
+        guarded = tirx.IfThenElse(tile < self.total, tirx.SeqStmt([*binds, body]), None,
+                                  span=span)
+        builder.emit(tirx.For(wave, 0, to_expr(self.extents[0]), tirx.ForKind.SERIAL, guarded,
+                              annotations={LOOP_KIND_KEY: "serial", **self.annotations},
+                              span=span))
+
+    def _decode(self, tile) -> list:
+        dims = [to_expr(d) for d in self.domain]
+        if len(dims) == 2:
+            m, n = dims
+            per_group = self.group_size * n
+            first = tirx.floordiv(tile, per_group) * self.group_size
+            rows = tirx.Min(m - first, tirx.const(self.group_size, "int32"))
+            within = tirx.floormod(tile, per_group)
+            return [first + tirx.floormod(within, rows), tirx.floordiv(within, rows)]
+        out, rest = [], tile
+        for d in reversed(dims):
+            out.append(tirx.floormod(rest, d))
+            rest = tirx.floordiv(rest, d)
+        return list(reversed(out))

@@ -10,7 +10,7 @@ from tvm import tirx
 
 from ..errors import KernelError, kernel_error
 from . import builder as B
-from .buffer import TileBuffer, as_int, declare
+from .buffer import TileBuffer, VarHandle, as_int, declare
 from .dtypes import DType, normalize_dtype
 from .frames import HELPERS
 from .rewrite import rewrite
@@ -188,3 +188,11 @@ def alloc_fragment(shape, dtype, scope="local.fragment", name=None) -> TileBuffe
 def alloc_local(shape, dtype, scope="local", name=None) -> TileBuffer:
     """A per-thread array."""
     return _alloc(shape, dtype, scope, "T.alloc_local", name)
+
+
+def alloc_var(dtype, init=None, scope="local.var", name=None) -> VarHandle:
+    """A mutable scalar: ``x = T.alloc_var(T.int32, init=0)``, then ``x = x + 1``."""
+    handle = VarHandle(_alloc((1,), dtype, scope, "T.alloc_var", name).buffer)
+    if init is not None:
+        handle.store(init)
+    return handle

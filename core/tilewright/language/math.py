@@ -11,6 +11,7 @@ from .dtypes import is_float, normalize_dtype
 
 def _pair(a, b):
     """Both operands as PrimExprs of one dtype (Python scalars take the other side's)."""
+    a, b = (v if dtype_of(v) is None else to_expr(v) for v in (a, b))
     a_py, b_py = dtype_of(a) is None, dtype_of(b) is None
     if a_py and b_py:
         a, b = to_expr(a), to_expr(b)
@@ -75,6 +76,35 @@ def _float_unary(name: str, fn):
     return op
 
 
-UNARY = {name: _float_unary(name, getattr(tirx, name)) for name in ("exp", "exp2")}
-exp = UNARY["exp"]
-exp2 = UNARY["exp2"]
+def _rsqrt(x):
+    return tirx.const(1, dtype_of(x)) / tirx.sqrt(x)
+
+
+def _sigmoid(x):
+    one = tirx.const(1, dtype_of(x))
+    return one / (one + tirx.exp(tirx.const(0, dtype_of(x)) - x))
+
+
+# The floating-point unary family, registered from one table.
+UNARY = {name: _float_unary(name, fn) for name, fn in {
+    "exp": tirx.exp, "exp2": tirx.exp2, "log": tirx.log, "log2": tirx.log2,
+    "sqrt": tirx.sqrt, "rsqrt": _rsqrt, "tanh": tirx.tanh, "sigmoid": _sigmoid,
+    "floor": tirx.floor, "ceil": tirx.ceil, "sin": tirx.sin, "cos": tirx.cos,
+    "round": tirx.round, "trunc": tirx.trunc,
+}.items()}
+globals().update(UNARY)
+
+
+def abs(x):  # noqa: A001 - the language's name
+    """Absolute value of an integer or floating-point value."""
+    return tirx.abs(to_expr(x))
+
+
+def max_value(dtype):
+    """The largest finite value of ``dtype``."""
+    return tirx.max_value(normalize_dtype(dtype))
+
+
+def min_value(dtype):
+    """The lowest finite value of ``dtype``."""
+    return tirx.min_value(normalize_dtype(dtype))

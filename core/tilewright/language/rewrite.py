@@ -90,12 +90,17 @@ class _Rewriter(ast.NodeTransformer):
         return ast.fix_missing_locations(self._helper(name, node.values[0], *thunks, node=node))
 
     def visit_Assign(self, node: ast.Assign):
+        # `x = v`: stores into x when x is a T.alloc_var scalar; names a fresh allocation
         self.generic_visit(node)
-        if len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) and \
-                isinstance(node.value, ast.Call):
-            node.value = self._helper("name_buffer", ast.Constant(node.targets[0].id),
+        if len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            name = node.targets[0].id
+            node.value = self._helper("assign", ast.Constant(name), self._lookup(name),
                                       node.value, node=node.value)
         return node
+
+    def _lookup(self, name: str) -> ast.expr:
+        return ast.Call(ast.Attribute(ast.Call(ast.Name("locals", ast.Load()), [], []), "get",
+                                      ast.Load()), [ast.Constant(name)], [])
 
     def visit_While(self, node: ast.While):
         self.generic_visit(node)
@@ -107,8 +112,7 @@ class _Rewriter(ast.NodeTransformer):
         if not isinstance(node.target, ast.Name):
             return node
         name = node.target.id
-        lookup = ast.Call(ast.Attribute(ast.Call(ast.Name("locals", ast.Load()), [], []), "get",
-                                        ast.Load()), [ast.Constant(name)], [])
+        lookup = self._lookup(name)
         value = node.value if node.value is not None else ast.Constant(None)
         call = self._helper("annotate", ast.Constant(name), lookup, node.annotation, value,
                             node=node)

@@ -3,10 +3,20 @@
 
 from __future__ import annotations
 
+import enum
+
 from ..errors import KernelValueError, kernel_error, user_location
 from ..ir import REDUCE_KINDS, make_call
 from . import builder as B
 from .buffer import as_int, region_of, resolve, shape_str, squeeze, to_expr
+
+
+class GemmWarpPolicy(enum.Enum):
+    """How a GEMM's warps split the output tile (a hint; backends without warps ignore it)."""
+
+    Square = "square"
+    FullRow = "full_row"
+    FullCol = "full_col"
 
 
 def _emit(name: str, operands: dict, attrs: dict | None = None) -> None:
@@ -90,7 +100,7 @@ def gemm(A, B_, C, transpose_A=False, transpose_B=False, policy=None, clear_accu
     if not (_same(m, c0) and _same(n, c1)):
         raise kernel_error(f"T.gemm shape mismatch: op(A) @ op(B) is ({as_int(m)}, {as_int(n)}) "
                            f"but C {c.buffer.name!r} is ({as_int(c0)}, {as_int(c1)})")
-    policy_name = getattr(policy, "name", policy) or "square"
+    policy_name = policy.value if isinstance(policy, GemmWarpPolicy) else policy or "square"
     _emit("gemm", {"A": a, "B": b, "C": c},
           {"transpose_A": transpose_A, "transpose_B": transpose_B, "policy": str(policy_name),
            "clear_accum": clear_accum, "k_pack": k_pack, "wg_wait": wg_wait})
@@ -129,4 +139,4 @@ def _make_reduce(kind: str):
 
 REDUCE_OPS = {f"reduce_{kind}": _make_reduce(kind) for kind in REDUCE_KINDS}
 
-__all__ = ["clear", "copy", "fill", "gemm", *REDUCE_OPS]
+__all__ = ["GemmWarpPolicy", "clear", "copy", "fill", "gemm", *REDUCE_OPS]

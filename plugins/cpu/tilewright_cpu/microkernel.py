@@ -22,6 +22,7 @@ from tilewright.transform import RuleContext
 MR = 6
 NR = 16
 LANES = 8
+PACK_MIN_ROWS = 2 * MR
 PARALLEL = {"tw.loop": "parallel"}
 
 
@@ -78,18 +79,22 @@ class _Gemm:
         return tirx.BufferLoad(self.c.buffer, self.c_index(i, j))
 
 
-def _tile_loops(rows: int, cols: int, body_fn) -> tirx.Stmt:
+def _tile_loops(rows, cols: int, body_fn, rows_kind=tirx.ForKind.UNROLLED) -> tirx.Stmt:
     """``for r in rows (unrolled): for c in cols (vectorised when cols allows): body``."""
     r, c = tirx.Var("r", "int32"), tirx.Var("c", "int32")
     inner = tirx.For(c, 0, _expr(cols),
                      tirx.ForKind.VECTORIZED if cols % LANES == 0 else tirx.ForKind.UNROLLED,
                      body_fn(r, c))
-    return tirx.For(r, 0, _expr(rows), tirx.ForKind.UNROLLED, inner)
+    return tirx.For(r, 0, _expr(rows), rows_kind, inner)
 
 
-def _micro(g: _Gemm, i0, j0, rows: int, cols: int) -> tirx.Stmt:
-    """``C[i0:i0+rows, j0:j0+cols] += op(A) @ op(B)`` through a register accumulator."""
-    acc = tirx.decl_buffer((rows, cols), g.acc, "C_acc", scope="local")
+def _micro(g: _Gemm, i0, j0, rows: int, cols: int, b_at) -> tirx.Stmt:
+    """``C[i0:i0+rows, j0:j0+cols] += op(A) @ op(B)`` through a register accumulator;
+    ``b_at(k, c)`` reads op(B) at column ``j0 + c``."""
+    # "global" rather than "local": a small constant-size global allocation becomes a stack
+    # alloca that LLVM promotes to registers, while a "local" one is lowered to a workspace
+    # allocation (a heap pointer LLVM cannot promote).
+    acc = tirx.decl_buffer((rows, cols), g.acc, "C_acc", scope="global")
     if g.clear:
         init = _tile_loops(rows, cols, lambda r, c: tirx.BufferStore(
             acc, tirx.const(0, g.acc), [r, c]))
@@ -98,22 +103,22 @@ def _micro(g: _Gemm, i0, j0, rows: int, cols: int) -> tirx.Stmt:
             acc, g.c_at(i0 + r, j0 + c), [r, c]))
     kk = tirx.Var("k", "int32")
     update = _tile_loops(rows, cols, lambda r, c: tirx.BufferStore(
-        acc, tirx.BufferLoad(acc, [r, c]) + g.a_at(i0 + r, kk) * g.b_at(kk, j0 + c), [r, c]))
+        acc, tirx.BufferLoad(acc, [r, c]) + g.a_at(i0 + r, kk) * b_at(kk, c), [r, c]))
     k_loop = tirx.For(kk, 0, _expr(g.k), tirx.ForKind.SERIAL, update)
     store = _tile_loops(rows, cols, lambda r, c: tirx.BufferStore(
         g.c.buffer, tirx.BufferLoad(acc, [r, c]), g.c_index(i0 + r, j0 + c)))
     return tirx.SeqStmt([tirx.AllocBuffer(acc), init, k_loop, store])
 
 
-def _row_blocks(g: _Gemm, m: int, j0, cols: int) -> list:
+def _row_blocks(g: _Gemm, m: int, j0, cols: int, b_at) -> list:
     """Micro-kernels over all rows of C for the column block at ``j0``."""
     stmts = []
     if m >= MR:
         io = tirx.Var("io", "int32")
         stmts.append(tirx.For(io, 0, _expr(m // MR), tirx.ForKind.SERIAL,
-                              _micro(g, io * MR, j0, MR, cols)))
+                              _micro(g, io * MR, j0, MR, cols, b_at)))
     if m % MR:
-        stmts.append(_micro(g, _expr(m - m % MR), j0, m % MR, cols))
+        stmts.append(_micro(g, _expr(m - m % MR), j0, m % MR, cols, b_at))
     return stmts
 
 
@@ -121,10 +126,22 @@ def _blocked(g: _Gemm, m: int, n: int) -> tirx.Stmt:
     stmts = []
     if n >= NR:
         jo = tirx.Var("jo", "int32")
-        stmts.append(tirx.For(jo, 0, _expr(n // NR), tirx.ForKind.SERIAL,
-                              _seq(_row_blocks(g, m, jo * NR, NR))))
+        j0 = jo * NR
+        if m >= PACK_MIN_ROWS and _const(g.k) is not None:
+            # op(B)'s K x NR column panel, copied contiguously (and converted to the
+            # accumulator type) once, then read by every row block from L1.
+            panel = tirx.decl_buffer((_const(g.k), NR), g.acc, "B_panel", scope="global")
+            pack = _tile_loops(_const(g.k), NR, lambda kk, c: tirx.BufferStore(
+                panel, g.b_at(kk, j0 + c), [kk, c]), rows_kind=tirx.ForKind.SERIAL)
+            body = [pack, *_row_blocks(g, m, j0, NR,
+                                       lambda kk, c: tirx.BufferLoad(panel, [kk, c]))]
+            stmts.append(tirx.AllocBuffer(panel))
+        else:
+            body = _row_blocks(g, m, j0, NR, lambda kk, c: g.b_at(kk, j0 + c))
+        stmts.append(tirx.For(jo, 0, _expr(n // NR), tirx.ForKind.SERIAL, _seq(body)))
     if n % NR:
-        stmts.extend(_row_blocks(g, m, _expr(n - n % NR), n % NR))
+        j0 = _expr(n - n % NR)
+        stmts.extend(_row_blocks(g, m, j0, n % NR, lambda kk, c: g.b_at(kk, j0 + c)))
     return _seq(stmts)
 
 

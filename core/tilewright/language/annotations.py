@@ -1,0 +1,95 @@
+"""Layout and scheduling annotations: ``T.annotate_layout``, ``T.Layout``, ``T.Fragment``,
+``T.use_swizzle``, and ``T.region``.
+
+Annotations are hints about *how* to run a kernel, never about *what* it computes: they are
+recorded on the kernel's block loop (``tw.layouts`` / ``tw.swizzle`` annotations) for backends
+that use them; a
+backend that does not need them (the CPU backend) ignores them without changing results.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+from tvm import tirx
+
+from ..errors import kernel_error
+from . import builder as B
+from .buffer import BufferSlice, TileBuffer, as_int, to_expr
+
+
+class Layout:
+    """``T.Layout(shape, fn)``: maps a tile index to a physical index, ``fn(*index)``."""
+
+    def __init__(self, shape, forward_fn):
+        self.shape = tuple(as_int(s) for s in shape)
+        self.forward_fn = forward_fn
+        arity = len(inspect.signature(forward_fn).parameters)
+        if arity not in (len(self.shape), 0) and not _varargs(forward_fn):
+            raise kernel_error(f"T.Layout: the index function takes {arity} argument(s) but "
+                               f"the shape has {len(self.shape)} dimension(s)")
+
+    def map(self, *index):
+        out = self.forward_fn(*index)
+        return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+
+    def index_map(self) -> tuple:
+        """Symbolic output of the layout function, for printing and for backends."""
+        args = [tirx.Var(f"i{n}", "int32") for n in range(len(self.shape))]
+        return tuple(to_expr(e) for e in self.map(*args))
+
+
+class Fragment(Layout):
+    """``T.Fragment(shape, forward_thread_fn=..., forward_index_fn=...)``: a layout that also
+    says which thread holds each element."""
+
+    def __init__(self, shape, forward_thread_fn=None, forward_index_fn=None, replicate=1,
+                 forward_fn=None):
+        index_fn = forward_index_fn or forward_fn or (lambda *i: i)
+        super().__init__(shape, index_fn)
+        self.forward_thread_fn = forward_thread_fn
+        self.replicate = replicate
+
+
+def _varargs(fn) -> bool:
+    return any(p.kind == p.VAR_POSITIONAL for p in inspect.signature(fn).parameters.values())
+
+
+def annotate_layout(layouts: dict):
+    """Ask for specific layouts of some shared or fragment buffers."""
+    builder = B.require_kernel("T.annotate_layout")
+    for buf, layout in layouts.items():
+        if not isinstance(buf, TileBuffer):
+            raise kernel_error("T.annotate_layout keys must be buffers allocated in the kernel")
+        if not isinstance(layout, Layout):
+            raise kernel_error(f"T.annotate_layout: the layout of {buf.name!r} must be a "
+                               f"T.Layout or T.Fragment, got {type(layout).__name__}")
+        if tuple(layout.shape) != tuple(buf.shape):
+            raise kernel_error(f"T.annotate_layout: layout shape {layout.shape} does not match "
+                               f"{buf.name!r} of shape {buf.shape}")
+        builder.kernel_annotations.setdefault("tw.layouts", {})[buf.name] = \
+            list(layout.index_map())
+
+
+def use_swizzle(panel_size: int = 10, order: str = "row", enable: bool = True):
+    """Rasterise blocks in panels of ``panel_size`` so neighbours share L2 data."""
+    builder = B.require_kernel("T.use_swizzle")
+    if order not in ("row", "col"):
+        raise kernel_error(f"T.use_swizzle order must be 'row' or 'col', got {order!r}")
+    if int(panel_size) <= 0:
+        raise kernel_error(f"T.use_swizzle panel_size must be positive, got {panel_size}")
+    if enable:
+        builder.kernel_annotations["tw.swizzle"] = [int(panel_size), order]
+
+
+def region(start, access_type: str = "rw", *extents) -> BufferSlice:
+    """``T.region(A[i, j], "r", 64, 32)``: the region of that shape starting at an element."""
+    if not hasattr(start, "indices"):
+        raise kernel_error("T.region takes a buffer element such as A[i, j] as its start")
+    if access_type not in ("r", "w", "rw"):
+        raise kernel_error(f"T.region access type must be 'r', 'w' or 'rw', got {access_type!r}")
+    starts = tuple(start.indices)
+    if len(extents) > len(starts):
+        raise kernel_error(f"T.region: {len(extents)} extents for a {len(starts)}-D start")
+    full = (1,) * (len(starts) - len(extents)) + tuple(as_int(e) for e in extents)
+    return BufferSlice(start.source, starts, full)

@@ -1,0 +1,204 @@
+"""The disk cache of compiled kernels: hits across processes, corruption, races, leftovers."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+import torch
+
+import tilewright
+from tilewright.jit.cache import DiskCache
+
+KERNEL_SOURCE = '''
+import tilewright
+import tilewright.language as T
+
+
+def make(M=256, scale=1.0):
+    @T.prim_func
+    def main(A: T.Tensor((M,), "float32"), B: T.Tensor((M,), "float32"),
+             C: T.Tensor((M,), "float32")):
+        with T.Kernel(T.ceildiv(M, 64)) as bx:
+            for i in T.Parallel(64):
+                C[bx * 64 + i] = (A[bx * 64 + i] + B[bx * 64 + i]) * scale
+    return main
+'''
+
+CHILD = '''
+import json, os, sys, time
+import torch
+sys.path.insert(0, sys.argv[1])
+import tilewright
+import tilewright.jit.kernel as jk
+from cachekernel import make
+
+built = []
+inner = jk._build_into_cache
+jk._build_into_cache = lambda *a, **k: built.append(1) or inner(*a, **k)
+if len(sys.argv) > 2:  # rendezvous so that both processes compile at the same moment
+    open(os.path.join(sys.argv[1], "ready-" + sys.argv[2]), "w").close()
+    while len([f for f in os.listdir(sys.argv[1]) if f.startswith("ready-")]) < 2:
+        time.sleep(0.01)
+start = time.perf_counter()
+kernel = tilewright.compile(make(), out_idx=[-1], target="cpu")
+seconds = time.perf_counter() - start
+a, b = torch.randn(256), torch.randn(256)
+ok = torch.allclose(kernel(a, b), a + b)
+print(json.dumps({"built": len(built), "ok": ok, "dir": kernel.artifact_dir, "s": seconds}))
+'''
+
+
+@pytest.fixture
+def kernel_module(tmp_path, monkeypatch):
+    folder = tmp_path / "mod"
+    folder.mkdir()
+    (folder / "cachekernel.py").write_text(KERNEL_SOURCE)
+    (folder / "child.py").write_text(CHILD)
+    monkeypatch.syspath_prepend(str(folder))
+    sys.modules.pop("cachekernel", None)
+    import cachekernel
+
+    yield folder, cachekernel
+    sys.modules.pop("cachekernel", None)
+
+
+def compile_(func, **kw):
+    return tilewright.compile(func, out_idx=[-1], target="cpu", **kw)
+
+
+def entries(root) -> list:
+    return sorted(p for p in (root / "kernels").glob("*/*") if p.is_dir()) \
+        if (root / "kernels").exists() else []
+
+
+def check(kernel, n=256, scale=1.0):
+    a, b = torch.randn(n), torch.randn(n)
+    torch.testing.assert_close(kernel(a, b), (a + b) * scale)
+
+
+def child(folder, *extra) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, str(folder / "child.py"), str(folder), *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=os.environ.copy())
+
+
+def result(proc) -> dict:
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def test_fresh_process_hits_the_cache(kernel_module, cache_dir):
+    folder, mod = kernel_module
+    first = compile_(mod.make())
+    check(first)
+    [entry] = entries(cache_dir)
+    assert first.artifact_dir == str(entry)
+    meta = json.loads((entry / "meta.json").read_text())
+    for phase in ("lower_tile_ops", "lower_loops", "lower_memory", "lower_blocks", "codegen",
+                  "build"):
+        assert meta["timings"][phase] >= 0
+    assert "kernel.so" in meta["files"]
+    before = (entry / "meta.json").stat().st_mtime_ns
+
+    out = result(child(folder))
+    assert out == {**out, "built": 0, "ok": True, "dir": str(entry)}
+    assert entries(cache_dir) == [entry]
+    assert (entry / "meta.json").stat().st_mtime_ns == before
+
+
+@pytest.mark.parametrize("victim", ["kernel.so", "meta.json"])
+def test_corrupt_entry_warns_and_rebuilds(kernel_module, cache_dir, victim):
+    _, mod = kernel_module
+    compile_(mod.make())
+    [entry] = entries(cache_dir)
+    with open(entry / victim, "r+b") as f:
+        f.truncate(10)
+    with pytest.warns(RuntimeWarning, match="corrupt"):
+        kernel = compile_(mod.make())
+    check(kernel)
+    assert entries(cache_dir) == [entry]
+    assert DiskCache(cache_dir).lookup(entry.name) is not None
+
+
+def test_missing_library_warns_and_rebuilds(kernel_module, cache_dir):
+    _, mod = kernel_module
+    compile_(mod.make())
+    [entry] = entries(cache_dir)
+    (entry / "kernel.so").unlink()
+    with pytest.warns(RuntimeWarning, match="corrupt"):
+        check(compile_(mod.make()))
+
+
+def test_two_processes_compiling_at_once(kernel_module, cache_dir):
+    folder, _ = kernel_module
+    procs = [child(folder, str(n)) for n in range(2)]
+    outs = [result(p) for p in procs]
+    assert all(o["ok"] for o in outs)
+    assert sum(o["built"] for o in outs) == 1  # the lock kept the second from building
+    [entry] = entries(cache_dir)
+    assert {o["dir"] for o in outs} == {str(entry)}
+    assert not list((cache_dir / "tmp").iterdir())
+
+
+def test_leftover_staging_dir_is_harmless(kernel_module, cache_dir):
+    _, mod = kernel_module
+    # what a compile killed between building and renaming leaves behind
+    stale = cache_dir / "tmp" / "build-999999-dead"
+    stale.mkdir(parents=True)
+    (stale / "kernel.so").write_bytes(b"\x7fELF half a library")
+    (cache_dir / "locks").mkdir()
+    kernel = compile_(mod.make())
+    check(kernel)
+    assert len(entries(cache_dir)) == 1
+    check(compile_(mod.make()))
+    cache = DiskCache(cache_dir)
+    assert cache.clear() == 1
+    assert not stale.exists() and entries(cache_dir) == []
+
+
+def test_disable_cache_bypasses_the_cache(kernel_module, cache_dir):
+    _, mod = kernel_module
+    kernel = compile_(mod.make(), pass_configs={"tw.disable_cache": True})
+    check(kernel)
+    assert kernel.artifact_dir is None
+    assert entries(cache_dir) == []
+    # and it neither reads an existing entry
+    compile_(mod.make())
+    [entry] = entries(cache_dir)
+    (entry / "kernel.so").write_bytes(b"garbage")
+    check(compile_(mod.make(), pass_configs={"tw.disable_cache": True}))
+
+
+def test_key_follows_pass_configs_and_source(kernel_module, cache_dir):
+    _, mod = kernel_module
+    base = compile_(mod.make()).artifact_dir
+    assert compile_(mod.make()).artifact_dir == base
+    novec = compile_(mod.make(), pass_configs={"tw.disable_vectorize": True})
+    check(novec)
+    scaled = compile_(mod.make(scale=2.0))
+    check(scaled, scale=2.0)
+    other_size = compile_(mod.make(M=128))
+    check(other_size, n=128)
+    dirs = {base, novec.artifact_dir, scaled.artifact_dir, other_size.artifact_dir}
+    assert len(dirs) == 4
+    assert len(entries(cache_dir)) == 4
+
+
+def test_jit_hits_cache_without_relowering(kernel_module, cache_dir, monkeypatch):
+    _, mod = kernel_module
+    compile_(mod.make())
+    import tilewright.jit.kernel as jk
+
+    def fail(*a, **k):
+        raise AssertionError("lowered again despite a cache entry")
+
+    monkeypatch.setattr(jk, "lower", fail)
+    start = time.perf_counter()
+    kernel = compile_(mod.make())
+    assert time.perf_counter() - start < 5
+    check(kernel)

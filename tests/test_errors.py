@@ -1,0 +1,232 @@
+"""Bad kernels and bad calls: one clear error that names the problem and the user's line."""
+
+import pathlib
+
+import pytest
+import torch
+
+import tilewright
+import tilewright.language as T
+
+THIS = pathlib.Path(__file__)
+LINES = THIS.read_text().splitlines()
+
+
+def line_of(marker: str) -> int:
+    """The 1-based line of this file that carries ``# <marker>``."""
+    hits = [n for n, text in enumerate(LINES, 1) if text.rstrip().endswith(f"# {marker}")]
+    assert len(hits) == 1, marker
+    return hits[0]
+
+
+def assert_at(exc: BaseException, marker: str, *words: str) -> None:
+    text = str(exc)
+    assert f"{THIS.name}:{line_of(marker)}" in text, text
+    for word in words:
+        assert word in text, text
+
+
+def build(factory, *args):
+    return tilewright.jit(factory, out_idx=[-1], target="cpu")(*args)
+
+
+# -- errors while tracing a kernel -----------------------------------------------------------
+def test_copy_shape_mismatch():
+    def k():
+        @T.prim_func
+        def main(A: T.Tensor((64, 64), "float32"), B: T.Tensor((64, 64), "float32")):
+            with T.Kernel(1) as bx:
+                s = T.alloc_shared((32, 16), "float32")
+                T.copy(A[0:32, 0:32], s)  # copy-mismatch
+        return main
+
+    with pytest.raises(tilewright.KernelError) as info:
+        build(k)
+    assert_at(info.value, "copy-mismatch", "T.copy shape mismatch", "(32, 32)", "(32, 16)")
+
+
+def test_gemm_k_mismatch():
+    def k():
+        @T.prim_func
+        def main(A: T.Tensor((64, 64), "float32"), C: T.Tensor((64, 64), "float32")):
+            with T.Kernel(1) as bx:
+                a = T.alloc_shared((32, 16), "float32")
+                b = T.alloc_shared((8, 32), "float32")
+                c = T.alloc_fragment((32, 32), "float32")
+                T.gemm(a, b, c)  # gemm-k
+        return main
+
+    with pytest.raises(tilewright.KernelError) as info:
+        build(k)
+    assert_at(info.value, "gemm-k", "K mismatch", "16", "8")
+
+
+def test_unknown_dtype_lists_close_matches():
+    def k():
+        @T.prim_func
+        def main(A: T.Tensor((64,), "float32"), C: T.Tensor((64,), "float32")):
+            with T.Kernel(1) as bx:
+                s = T.alloc_shared((64,), "flaot16")  # bad-dtype
+        return main
+
+    with pytest.raises(tilewright.KernelError) as info:
+        build(k)
+    assert_at(info.value, "bad-dtype", "unknown dtype 'flaot16'", "'float16'")
+    assert str(info.value).count("unknown dtype") == 1
+
+
+def test_unknown_dtype_in_tensor_annotation():
+    with pytest.raises(tilewright.KernelError) as info:
+        @T.prim_func
+        def main(A: T.Tensor((64,), "flaot16")):  # bad-annotation
+            with T.Kernel(1) as bx:
+                pass
+    assert_at(info.value, "bad-annotation", "unknown dtype 'flaot16'", "'float16'")
+
+
+def test_undefined_name_points_at_line():
+    def k():
+        @T.prim_func
+        def main(A: T.Tensor((64,), "float32"), C: T.Tensor((64,), "float32")):
+            with T.Kernel(1) as bx:
+                for i in T.Parallel(64):
+                    C[i] = A[i] + undefined_thing  # noqa: F821 # undefined-name
+        return main
+
+    with pytest.raises(NameError) as info:
+        build(k)
+    assert "undefined_thing" in str(info.value)
+    # the traceback's innermost frame in this file is the offending line
+    frames = [f for f in info.traceback if pathlib.Path(str(f.path)) == THIS]
+    assert frames[-1].lineno + 1 == line_of("undefined-name")
+
+
+def test_alloc_inside_parallel():
+    def k():
+        @T.prim_func
+        def main(A: T.Tensor((64,), "float32"), C: T.Tensor((64,), "float32")):
+            with T.Kernel(1) as bx:
+                for i in T.Parallel(64):
+                    t = T.alloc_local((1,), "float32")  # alloc-parallel
+        return main
+
+    with pytest.raises(tilewright.KernelError) as info:
+        build(k)
+    assert_at(info.value, "alloc-parallel", "inside a T.Parallel loop")
+
+
+def test_reduce_wrong_output_shape_is_value_error():
+    def k():
+        @T.prim_func
+        def main(A: T.Tensor((16, 8), "float32"), C: T.Tensor((16,), "float32")):
+            with T.Kernel(1) as bx:
+                t = T.alloc_fragment((16, 8), "float32")
+                r = T.alloc_fragment((8,), "float32")
+                T.reduce_sum(t, r, dim=1)  # reduce-shape
+        return main
+
+    with pytest.raises(ValueError) as info:
+        build(k)
+    assert_at(info.value, "reduce-shape", "T.reduce_sum", "(8,)", "(16,)")
+
+
+def test_nested_pipelined():
+    def k():
+        @T.prim_func
+        def main(A: T.Tensor((64,), "float32"), C: T.Tensor((64,), "float32")):
+            with T.Kernel(1) as bx:
+                for k in T.Pipelined(4, num_stages=2):
+                    for j in T.Pipelined(4, num_stages=2):  # nested-pipelined
+                        C[k * 16 + j] = A[k * 16 + j]
+        return main
+
+    with pytest.raises(tilewright.KernelError) as info:
+        build(k)
+    assert_at(info.value, "nested-pipelined", "T.Pipelined cannot be nested")
+
+
+def test_unknown_pass_config_lists_close_matches():
+    def k():
+        @T.prim_func
+        def main(A: T.Tensor((64,), "float32"), C: T.Tensor((64,), "float32")):
+            with T.Kernel(1) as bx:
+                for i in T.Parallel(64):
+                    C[i] = A[i]
+        return main
+
+    fn = tilewright.jit(k, out_idx=[-1], target="cpu",
+                        pass_configs={"tw.disable_vectorise": True})
+    with pytest.raises(tilewright.ConfigError) as info:
+        fn()
+    assert "unknown pass_configs key 'tw.disable_vectorise'" in str(info.value)
+    assert "'tw.disable_vectorize'" in str(info.value)
+
+
+# -- errors when calling a kernel ------------------------------------------------------------
+@tilewright.jit(out_idx=[-1], target="cpu")
+def add2d(M, N):
+    @T.prim_func
+    def main(A: T.Tensor((M, N), "float32"), B: T.Tensor((M, N), "float32"),
+             C: T.Tensor((M, N), "float32")):
+        with T.Kernel(1) as bx:
+            for i, j in T.Parallel(M, N):
+                C[i, j] = A[i, j] + B[i, j]
+    return main
+
+
+@pytest.fixture
+def kernel(monkeypatch):
+    k = add2d(8, 4)
+    calls = []
+    inner = k._fn
+    monkeypatch.setattr(k, "_fn", lambda *a: calls.append(a) or inner(*a))
+    yield k
+    assert not calls, "the kernel ran despite a bad argument"
+
+
+def good():
+    return torch.randn(8, 4)
+
+
+@pytest.mark.parametrize("bad,words", [
+    (lambda: (good(), torch.randn(8, 5)), ["'B'", "(8, 4)", "(8, 5)"]),
+    (lambda: (good(), torch.randn(8)), ["'B'", "2 dimension"]),
+    (lambda: (good().double(), good()), ["'A'", "float32", "float64"]),
+    (lambda: (good(), torch.empty(8, 4, device="meta")), ["'B'", "device", "meta"]),
+    (lambda: (good(), torch.randn(4, 8).t()), ["'B'", "contiguous"]),
+    (lambda: (good(),), ["2 input", "A, B", "got 1"]),
+    (lambda: (good(), good(), good()), ["2 input", "got 3"]),
+    (lambda: (good(), 3.0), ["'B'", "torch.Tensor"]),
+])
+def test_bad_call_is_argument_error(kernel, bad, words):
+    with pytest.raises(tilewright.ArgumentError) as info:
+        kernel(*bad())
+    for word in words:
+        assert word in str(info.value), str(info.value)
+    assert isinstance(info.value, TypeError)
+
+
+def test_good_call_after_bad_call_runs():
+    k = add2d(8, 4)
+    with pytest.raises(tilewright.ArgumentError):
+        k(good(), good().double())
+    a, b = good(), good()
+    torch.testing.assert_close(k(a, b), a + b)
+
+
+def test_dynamic_dim_only_in_output_is_type_error_at_call():
+    @tilewright.jit(out_idx=[-1], target="cpu")
+    def pad(M):
+        n = T.dynamic("n")
+
+        @T.prim_func
+        def main(A: T.Tensor((M,), "float32"), C: T.Tensor((n,), "float32")):
+            with T.Kernel(1) as bx:
+                for i in T.serial(n):
+                    C[i] = A[0]
+        return main
+
+    k = pad(8)
+    with pytest.raises(TypeError) as info:
+        k(torch.randn(8))
+    assert "'C'" in str(info.value) and "n" in str(info.value)
