@@ -1,5 +1,6 @@
 """The disk cache of compiled kernels: hits across processes, corruption, races, leftovers."""
 
+import importlib
 import json
 import os
 import subprocess
@@ -32,9 +33,11 @@ CHILD = '''
 import json, os, sys, time
 import torch
 sys.path.insert(0, sys.argv[1])
+import importlib
 import tilewright
-import tilewright.jit.kernel as jk
 from cachekernel import make
+
+jk = importlib.import_module("tilewright.jit.kernel")  # `tilewright.jit` is the decorator
 
 built = []
 inner = jk._build_into_cache
@@ -116,8 +119,11 @@ def test_corrupt_entry_warns_and_rebuilds(kernel_module, cache_dir, victim):
     _, mod = kernel_module
     compile_(mod.make())
     [entry] = entries(cache_dir)
-    with open(entry / victim, "r+b") as f:
-        f.truncate(10)
+    # write the truncated file under a new inode: truncating in place the library this
+    # process has mapped would crash it (SIGBUS), as it would any dlopen user
+    data = (entry / victim).read_bytes()
+    (entry / "partial").write_bytes(data[:10])
+    os.replace(entry / "partial", entry / victim)
     with pytest.warns(RuntimeWarning, match="corrupt"):
         kernel = compile_(mod.make())
     check(kernel)
@@ -192,7 +198,7 @@ def test_key_follows_pass_configs_and_source(kernel_module, cache_dir):
 def test_jit_hits_cache_without_relowering(kernel_module, cache_dir, monkeypatch):
     _, mod = kernel_module
     compile_(mod.make())
-    import tilewright.jit.kernel as jk
+    jk = importlib.import_module("tilewright.jit.kernel")
 
     def fail(*a, **k):
         raise AssertionError("lowered again despite a cache entry")
@@ -202,3 +208,23 @@ def test_jit_hits_cache_without_relowering(kernel_module, cache_dir, monkeypatch
     kernel = compile_(mod.make())
     assert time.perf_counter() - start < 5
     check(kernel)
+
+
+def test_key_follows_kernel_source_not_its_formatting(kernel_module, cache_dir):
+    folder, mod = kernel_module
+    base = compile_(mod.make()).artifact_dir
+
+    def variant(source: str, name: str):
+        (folder / f"{name}.py").write_text(source)
+        return importlib.import_module(name)
+
+    commented = variant(KERNEL_SOURCE.replace("    return main", "    # a comment\n    return main"),
+                        "cachekernel_comment")
+    assert compile_(commented.make()).artifact_dir == base
+    edited = variant(KERNEL_SOURCE.replace("A[bx * 64 + i] + B", "A[bx * 64 + i] - B"),
+                     "cachekernel_edit")
+    kernel = compile_(edited.make())
+    assert kernel.artifact_dir != base
+    a, b = torch.randn(256), torch.randn(256)
+    torch.testing.assert_close(kernel(a, b), a - b)
+    assert len(entries(cache_dir)) == 2

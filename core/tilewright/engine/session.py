@@ -11,8 +11,9 @@ import tvm
 from tvm import tirx
 
 from ..errors import TilewrightError, UnsupportedOpError, span_location
-from ..ir import tile_ops_in
+from ..ir import intrinsics_in, tile_ops_in
 from ..plugin import BackendModule, Executor, GeneratedSource
+from ..transform import reraise_pass_error
 from . import events, passconfig
 from .target import Target, resolve_target
 
@@ -75,6 +76,9 @@ def check_support(func: tirx.PrimFunc, backend: BackendModule) -> None:
                 f"T.{call.name} is not supported by backend '{backend.name}' (it supports "
                 f"{', '.join(sorted(caps.tile_ops))}); choose another target or rewrite the "
                 "kernel without it", span_location(call.span))
+    for name in sorted(set(intrinsics_in(func)) - caps.tile_ops):
+        raise UnsupportedOpError(f"T.{name} is not supported by backend '{backend.name}'; "
+                                 "choose another target or rewrite the kernel without it")
     for param in func.params:
         buf = func.buffer_map.get(param, param) if hasattr(func, "buffer_map") else param
         dtype = str(getattr(buf, "dtype", ""))
@@ -111,6 +115,7 @@ def lower(func: tirx.PrimFunc, target="auto", pass_configs=None) -> Lowered:
             ctx.timings["codegen"] = time.perf_counter() - start
     except Exception as exc:
         events.emit("session_end", session, ok=False, error=exc)
+        reraise_pass_error(exc)
         raise
     events.emit("codegen", session, language=source.language, text=source.text,
                 file_ext=source.file_ext)

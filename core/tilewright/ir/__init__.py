@@ -1,7 +1,7 @@
 """The tile IR: tile ops as TVM calls, each described by a registered schema."""
 
 from . import ops
-from .ops import PORTABLE_OPS, REDUCE_KINDS
+from .ops import ATOMIC_KINDS, PORTABLE_OPS, REDUCE_KINDS
 from .schema import (
     Attr,
     Operand,
@@ -10,14 +10,16 @@ from .schema import (
     TileOpSchema,
     decode,
     get_schema,
+    intrinsics_in,
     make_call,
+    register_intrinsic,
     register_tile_op,
     registered_ops,
     tile_ops_in,
 )
 
 __all__ = [
-    "PORTABLE_OPS", "REDUCE_KINDS", "Attr", "Operand", "Region", "TileOpCall", "TileOpSchema",
-    "decode", "get_schema", "make_call", "ops", "register_tile_op", "registered_ops",
+    "ATOMIC_KINDS", "PORTABLE_OPS", "REDUCE_KINDS", "Attr", "Operand", "Region", "TileOpCall", "TileOpSchema",
+    "decode", "get_schema", "intrinsics_in", "make_call", "ops", "register_intrinsic", "register_tile_op", "registered_ops",
     "tile_ops_in",
 ]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .schema import Attr, Operand, TileOpSchema, register_tile_op
+from .schema import Attr, Operand, TileOpSchema, register_intrinsic, register_tile_op
 
 COPY = register_tile_op(TileOpSchema(
     "copy",
@@ -45,4 +45,38 @@ for _kind, _doc in REDUCE_KINDS.items():
         doc=f"reduce a tile along one dimension: {_doc}",
     ))
 
-PORTABLE_OPS = ("copy", "fill", "gemm", *(f"reduce_{k}" for k in REDUCE_KINDS))
+CUMSUM = register_tile_op(TileOpSchema(
+    "cumsum",
+    (Operand("src", "read"), Operand("dst", "write")),
+    (Attr("dim", int, 0), Attr("reverse", bool, False)),
+    doc="inclusive prefix sum along one dimension",
+))
+
+# Atomics: `dst` is one element or a tile; `src` is a value or a tile of the same shape.
+ATOMIC_KINDS = ("add", "max", "min")
+for _kind in ATOMIC_KINDS:
+    register_tile_op(TileOpSchema(
+        f"atomic_{_kind}",
+        (Operand("dst", "readwrite"), Operand("src", "read", kind="any")),
+        (Attr("memory_order", str, "relaxed"),),
+        doc=f"atomic read-modify-write ({_kind}) of global memory shared by blocks",
+    ))
+    register_intrinsic(f"tw.atomic_{_kind}_prev", f"atomic_{_kind}",
+                       f"atomic {_kind} of one element, returning the previous value")
+
+PRINT_TILE = register_tile_op(TileOpSchema(
+    "print_tile", (Operand("buf", "read"),), (Attr("msg", str, ""),),
+    doc="print a whole buffer from the kernel (debugging)",
+))
+PRINT_VALUE = register_tile_op(TileOpSchema(
+    "print_value", (Operand("value", "read", kind="expr"),), (Attr("msg", str, ""),),
+    doc="print a scalar from the kernel (debugging)",
+))
+DEVICE_ASSERT = register_tile_op(TileOpSchema(
+    "device_assert", (Operand("cond", "read", kind="expr"),), (Attr("msg", str, ""),),
+    doc="stop the kernel with an error when a condition does not hold",
+))
+
+PORTABLE_OPS = ("copy", "fill", "gemm", *(f"reduce_{k}" for k in REDUCE_KINDS), "cumsum",
+                *(f"atomic_{k}" for k in ATOMIC_KINDS), "print_tile", "print_value",
+                "device_assert")

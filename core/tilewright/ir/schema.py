@@ -27,7 +27,7 @@ class Operand:
 
     name: str
     access: Access = "read"
-    kind: Literal["region", "expr"] = "region"
+    kind: Literal["region", "expr", "any"] = "region"
 
 
 @dataclass(frozen=True)
@@ -131,6 +131,29 @@ def register_tile_op(schema: TileOpSchema) -> TileOpSchema:
     return schema
 
 
+_INTRINSICS: dict[str, str] = {}
+
+
+def register_intrinsic(ir_name: str, capability: str, doc: str = "") -> tvm.ir.Op:
+    """Register an expression-level op (for example an atomic that returns the old value).
+    ``capability`` is the tile-op name a backend declares to support it."""
+    _register_tvm_op(ir_name, doc or ir_name)
+    _INTRINSICS[ir_name] = capability
+    return tvm.ir.Op.get(ir_name)
+
+
+def intrinsics_in(node) -> list[str]:
+    """Capability names of the expression intrinsics used in ``node``."""
+    found: list[str] = []
+
+    def visit(value):
+        if isinstance(value.op, tvm.ir.Op) and value.op.name in _INTRINSICS:
+            found.append(_INTRINSICS[value.op.name])
+
+    tvm_ffi.structural_walk(node, (tvm.ir.Call, visit))
+    return found
+
+
 def get_schema(name: str) -> TileOpSchema:
     return _REGISTRY[name]
 
@@ -172,6 +195,11 @@ def make_call(name: str, operands: dict[str, Any], attrs: dict[str, Any] | None 
     return tirx.Evaluate(call, span=span)
 
 
+def _is_region(expr) -> bool:
+    return isinstance(expr, tvm.ir.Call) and isinstance(expr.op, tvm.ir.Op) and \
+        expr.op.name == _REGION_OP
+
+
 def decode_region(expr) -> Region:
     load, extents = expr.args[0], tuple(expr.args[1:])
     return Region(load.source, tuple(load.indices), extents)
@@ -190,7 +218,7 @@ def decode(stmt) -> TileOpCall | None:
     n = len(schema.operands)
     operands = {}
     for op, arg in zip(schema.operands, call.args[:n]):
-        operands[op.name] = decode_region(arg) if op.kind == "region" else arg
+        operands[op.name] = decode_region(arg) if _is_region(arg) else arg
     attrs = {a.name: _decode_attr(a, v) for a, v in zip(schema.attrs, call.args[n:])}
     return TileOpCall(schema, operands, attrs, stmt.span, stmt)
 

@@ -7,6 +7,7 @@ import hashlib
 import importlib
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 from tvm import tirx
@@ -213,9 +214,15 @@ def compile(func: tirx.PrimFunc, out_idx=None, target="auto", pass_configs=None,
                                                               configs, executor.name, signature)
         return _from_meta(meta, func, signature, backend, target_obj, executor)
     lowered = lower(func, target_obj, configs)
-    fn, chosen = build(lowered, None, executor.name)
-    return JITKernel(func, signature, backend, target_obj, chosen.name, fn, lowered.source.text,
-                     lowered.source.file_ext, None, lowered.module.script())
+    # executors write their artifacts to a folder; outside the cache it is a private one that
+    # lives as long as the kernel
+    scratch = tempfile.TemporaryDirectory(prefix="tilewright-")
+    fn, chosen = build(lowered, scratch.name, executor.name)
+    kernel = JITKernel(func, signature, backend, target_obj, chosen.name, fn,
+                       lowered.source.text, lowered.source.file_ext, None,
+                       lowered.module.script())
+    kernel._scratch = scratch
+    return kernel
 
 
 def _build_into_cache(cache, key, func, target, configs, executor, signature) -> dict:

@@ -1,9 +1,11 @@
 """``import tilewright.language as T``: the portable tile language."""
 
-from .buffer import TileBuffer
+from .annotations import Fragment, Layout, annotate_layout, region, use_swizzle
+from .buffer import TileBuffer, VarHandle
+from .debug import device_assert, print
 from .dtypes import DTYPES as _DTYPES
 from .dtypes import DType
-from .frames import Kernel, Parallel, Pipelined, serial, unroll
+from .frames import Kernel, Parallel, Persistent, Pipelined, serial, unroll
 from .kernel import (
     Buffer,
     Macro,
@@ -11,6 +13,7 @@ from .kernel import (
     alloc_fragment,
     alloc_local,
     alloc_shared,
+    alloc_var,
     const,
     dynamic,
     empty,
@@ -18,16 +21,36 @@ from .kernel import (
     prim_func,
     symbolic,
 )
-from .math import cast, ceildiv, exp, exp2, if_then_else, infinity, max, min
+from .math import (
+    UNARY as _UNARY,
+)
+from .math import (
+    abs,
+    cast,
+    ceildiv,
+    if_then_else,
+    infinity,
+    max,
+    max_value,
+    min,
+    min_value,
+)
+from .reducer import alloc_reducer, finalize_reducer, reducer_init, reducer_update
+from .tileops import ATOMIC_OPS as _ATOMIC_OPS
 from .tileops import REDUCE_OPS as _REDUCE_OPS
-from .tileops import GemmWarpPolicy, clear, copy, fill, gemm
+from .tileops import GemmWarpPolicy, clear, copy, cumsum, fill, gemm
 
 globals().update(_DTYPES)
 globals().update(_REDUCE_OPS)
+globals().update(_ATOMIC_OPS)
+globals().update(_UNARY)
 
 __all__ = [
-    "Buffer", "DType", "GemmWarpPolicy", "Kernel", "Macro", "Parallel", "Pipelined", "Tensor", "TileBuffer",
-    "alloc_fragment", "alloc_local", "alloc_shared", "cast", "ceildiv", "clear", "const", "copy",
-    "dynamic", "empty", "exp", "exp2", "fill", "gemm", "if_then_else", "infinity", "macro",
-    "max", "min", "prim_func", "serial", "symbolic", "unroll", *_DTYPES, *_REDUCE_OPS,
+    "Buffer", "DType", "Fragment", "GemmWarpPolicy", "Kernel", "Layout", "Macro", "Parallel",
+    "Persistent", "Pipelined", "Tensor", "TileBuffer", "VarHandle", "abs", "alloc_fragment",
+    "alloc_local", "alloc_reducer", "alloc_shared", "alloc_var", "annotate_layout", "cast",
+    "ceildiv", "clear", "const", "copy", "cumsum", "device_assert", "dynamic", "empty", "fill",
+    "finalize_reducer", "gemm", "if_then_else", "infinity", "macro", "max", "max_value", "min",
+    "min_value", "prim_func", "print", "reducer_init", "reducer_update", "region", "serial",
+    "symbolic", "unroll", "use_swizzle", *_DTYPES, *_REDUCE_OPS, *_ATOMIC_OPS, *_UNARY,
 ]

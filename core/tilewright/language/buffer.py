@@ -25,6 +25,8 @@ def as_int(value):
 
 def dtype_of(value) -> str | None:
     """The dtype of a PrimExpr as a string; None for Python values."""
+    if hasattr(value, "asobject"):  # `a == b` on expressions: a deferred comparison
+        value = value.asobject()
     ty = getattr(value, "ty", None)
     return None if ty is None else str(ty)
 
@@ -33,6 +35,8 @@ def to_expr(value, dtype: str | None = None):
     """Convert a Python scalar or a buffer element to a PrimExpr (of ``dtype`` if given)."""
     if isinstance(value, VarHandle):
         value = value.load()
+    elif hasattr(value, "asobject"):  # `a == b` on expressions: a deferred comparison
+        value = value.asobject()
     elif isinstance(value, TileBuffer):
         raise kernel_error(f"buffer {value.name!r} used where a scalar was expected; index it")
     if isinstance(value, bool):
@@ -188,6 +192,9 @@ def unwrap(value):
 
 def region_of(value, what: str):
     """A region reference: (buffer, starts, extents with None where to be inferred)."""
+    if getattr(value, "is_reducer", False):
+        raise kernel_error(f"{what}: {value.name!r} is a reducer; it can only be used with "
+                           "T.reducer_init, T.reducer_update and T.finalize_reducer")
     if isinstance(value, TileBuffer):
         return value.buffer, tuple(0 for _ in value.shape), tuple(value.shape)
     if isinstance(value, BufferSlice):

@@ -225,6 +225,8 @@ class _Helpers:
 
     @staticmethod
     def branch(cond):
+        if dtype_of(cond) is not None:
+            cond = to_expr(cond)
         if isinstance(cond, tirx.IntImm):
             cond = bool(cond.value)
         branch = _Branch(cond)

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import enum
 
+import tvm
+
 from ..errors import KernelValueError, kernel_error, user_location
-from ..ir import REDUCE_KINDS, make_call
+from ..ir import ATOMIC_KINDS, REDUCE_KINDS, make_call
 from . import builder as B
-from .buffer import as_int, region_of, resolve, shape_str, squeeze, to_expr
+from .buffer import BufferSlice, TileBuffer, as_int, dtype_of, region_of, resolve, shape_str, squeeze, to_expr
 
 
 class GemmWarpPolicy(enum.Enum):
@@ -19,9 +21,9 @@ class GemmWarpPolicy(enum.Enum):
     FullCol = "full_col"
 
 
-def _emit(name: str, operands: dict, attrs: dict | None = None) -> None:
+def _emit(name: str, operands: dict, attrs: dict | None = None, element_op=False) -> None:
     builder = B.require_kernel(f"T.{name}")
-    if builder.enclosing("parallel") is not None:
+    if not element_op and builder.enclosing("parallel") is not None:
         raise kernel_error(f"T.{name} is a tile operation and cannot be used inside a "
                            "T.Parallel loop; call it outside the loop")
     builder.emit(make_call(name, operands, attrs, span=B.here()))
@@ -139,4 +141,60 @@ def _make_reduce(kind: str):
 
 REDUCE_OPS = {f"reduce_{kind}": _make_reduce(kind) for kind in REDUCE_KINDS}
 
-__all__ = ["GemmWarpPolicy", "clear", "copy", "fill", "gemm", *REDUCE_OPS]
+
+def cumsum(src, dst=None, dim: int = 0, reverse: bool = False):
+    """Inclusive prefix sum of ``src`` along ``dim`` into ``dst`` (in place when omitted)."""
+    s = resolve(region_of(src, "T.cumsum"), None, "T.cumsum")
+    d = s if dst is None else resolve(region_of(dst, "T.cumsum"), None, "T.cumsum")
+    rank = len(s.extents)
+    axis = dim + rank if dim < 0 else dim
+    if not 0 <= axis < rank:
+        raise kernel_error(f"T.cumsum: dim={dim} is out of range for a tile of rank {rank}")
+    if not _shapes_match(s.extents, d.extents):
+        raise KernelValueError(f"T.cumsum: destination {d.buffer.name!r} has shape "
+                               f"{shape_str(d.extents)} but the source is "
+                               f"{shape_str(s.extents)}", user_location())
+    _emit("cumsum", {"src": s, "dst": d}, {"dim": axis, "reverse": reverse})
+
+
+def _make_atomic(kind: str):
+    def atomic(dst, value, memory_order=None, return_prev: bool = False):
+        name = f"atomic_{kind}"
+        ref = region_of(dst, f"T.{name}")
+        tile_value = isinstance(value, (TileBuffer, BufferSlice))
+        if all(e is None for e in ref[2]) and not tile_value:  # one element: dst is A[i, j]
+            region = resolve(ref, None, f"T.{name}")
+            if dtype_of(value) is None and not hasattr(value, "buffer"):
+                value = to_expr(value, str(region.buffer.dtype))
+            if return_prev:
+                op = tvm.ir.Op.get(f"tw.atomic_{kind}_prev")
+                return tvm.ir.Call(op, [dst, to_expr(value, str(region.buffer.dtype))],
+                                   ret_ty=str(region.buffer.dtype))
+            _emit(name, {"dst": region, "src": to_expr(value, str(region.buffer.dtype))},
+                  {"memory_order": memory_order or "relaxed"}, element_op=True)
+            return None
+        if return_prev:
+            raise kernel_error(f"T.{name}: return_prev needs a single element as destination")
+        if not tile_value:
+            region = resolve(ref, None, f"T.{name}")
+            src = to_expr(value, str(region.buffer.dtype))
+        else:
+            src = resolve(region_of(value, f"T.{name}"), None, f"T.{name}")
+            region = resolve(ref, squeeze(src.extents) or (1,), f"T.{name}")
+            if not _shapes_match(src.extents, region.extents):
+                raise kernel_error(f"T.{name}: value tile {src.buffer.name!r} has shape "
+                                   f"{shape_str(src.extents)} but destination "
+                                   f"{region.buffer.name!r} is {shape_str(region.extents)}")
+        _emit(name, {"dst": region, "src": src}, {"memory_order": memory_order or "relaxed"},
+              element_op=True)
+        return None
+
+    atomic.__name__ = f"atomic_{kind}"
+    atomic.__doc__ = (f"Atomic {kind} into global memory: ``dst`` is one element (``A[i]``) or "
+                      "a tile; ``return_prev=True`` returns the old value (one element only).")
+    return atomic
+
+
+ATOMIC_OPS = {f"atomic_{kind}": _make_atomic(kind) for kind in ATOMIC_KINDS}
+
+__all__ = ["GemmWarpPolicy", "clear", "copy", "cumsum", "fill", "gemm", *REDUCE_OPS, *ATOMIC_OPS]

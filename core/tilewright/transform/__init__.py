@@ -1,6 +1,6 @@
 """Backend-agnostic passes and pass frameworks."""
 
 from .lower_tile_ops import RuleContext, lower_tile_ops
-from .walk import StmtMutator, prim_func_pass, rebuild_for
+from .walk import StmtMutator, prim_func_pass, rebuild_for, reraise_pass_error
 
-__all__ = ["RuleContext", "StmtMutator", "lower_tile_ops", "prim_func_pass", "rebuild_for"]
+__all__ = ["RuleContext", "StmtMutator", "lower_tile_ops", "prim_func_pass", "rebuild_for", "reraise_pass_error"]

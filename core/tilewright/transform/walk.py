@@ -6,6 +6,8 @@ returned as they are. Loop ranges are tracked in ``self.analyzer`` so rules can 
 
 from __future__ import annotations
 
+import threading
+
 import tvm
 from tvm import sym as arith
 from tvm import tirx
@@ -68,10 +70,29 @@ def rebuild_for(loop, **changes):
                     annotations=fields["annotations"], span=fields["span"])
 
 
+_failure = threading.local()
+
+
 def prim_func_pass(name: str, fn):
-    """A TVM pass named ``name`` that maps every PrimFunc with ``fn(func) -> func``."""
+    """A TVM pass named ``name`` that maps every PrimFunc with ``fn(func) -> func``.
+
+    An exception raised by ``fn`` crosses TVM's C++ pass manager, which turns it into a plain
+    RuntimeError; the original is kept so :func:`reraise_pass_error` can restore it.
+    """
 
     def transform(func, mod, ctx):
-        return fn(func)
+        try:
+            return fn(func)
+        except Exception as exc:
+            _failure.error = exc
+            raise
 
     return tirx.transform.prim_func_pass(transform, opt_level=0, name=name)
+
+
+def reraise_pass_error(exc: BaseException) -> None:
+    """Raise the original exception of a Python pass that failed inside TVM, if any."""
+    original = getattr(_failure, "error", None)
+    _failure.error = None
+    if original is not None and original is not exc:
+        raise original.with_traceback(None) from None

@@ -10,6 +10,8 @@ import tvm
 
 from tilewright.plugin import Availability, Executor, GeneratedSource
 
+from . import runtime
+
 LIBRARY = "kernel.so"
 
 
@@ -28,6 +30,7 @@ def _build_shared(source: GeneratedSource, ctx, workdir) -> object:
 
 
 def _load_shared(workdir, entry: str):
+    runtime.load()  # kernels may call its atomics
     return tvm.runtime.load_module(str(Path(workdir) / LIBRARY))[entry]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tvm
 import tvm_ffi
 from tvm import tirx
 from tvm.sym.pattern import detect_linear_equation
@@ -16,6 +17,18 @@ def _has_loop(stmt) -> bool:
     found = []
     tvm_ffi.structural_walk(stmt, (tirx.For, lambda s: found.append(s)))
     return bool(found)
+
+
+def _has_side_effects(stmt) -> bool:
+    """Assertions and calls out of the kernel (printing, atomics) run lane by lane."""
+    found = []
+    tvm_ffi.structural_walk(stmt, [(tirx.AssertStmt, lambda s: found.append(s)),
+                                   (tvm.ir.Call, lambda c: found.append(c) if isinstance(
+                                       c.op, tvm.ir.Op) and c.op.name in _OPAQUE_CALLS else None)])
+    return bool(found)
+
+
+_OPAQUE_CALLS = frozenset({"tirx.tvm_call_packed", "tirx.call_extern", "tirx.call_packed"})
 
 
 class _Loops(StmtMutator):
@@ -33,6 +46,7 @@ class _Loops(StmtMutator):
         if kind == "unroll":
             return rebuild_for(stmt, annotations=annotations, kind=tirx.ForKind.UNROLLED)
         if kind != "parallel" or not self.vectorize or _has_loop(stmt.body) or \
+                _has_side_effects(stmt.body) or \
                 not isinstance(stmt.extent, tirx.IntImm) or int(stmt.extent.value) % VECTOR_LANES:
             return rebuild_for(stmt, annotations=annotations)
         extent = int(stmt.extent.value)

@@ -12,7 +12,7 @@ from tilewright.plugin import (
 )
 from tilewright.transform import lower_tile_ops
 
-from . import __version__, passes
+from . import __version__, lowering_extra, passes
 from .codegen import CODEGEN
 from .executor import EXECUTORS
 from .lowering import RULES
@@ -29,7 +29,8 @@ def _rules(ctx) -> dict:
 
 
 PIPELINE = PassPipeline((
-    Phase("lower_tile_ops", lambda ctx: [lower_tile_ops(_rules(ctx), "cpu")],
+    Phase("lower_tile_ops", lambda ctx: [lower_tile_ops(_rules(ctx), "cpu"),
+                                         lowering_extra.lower_intrinsics()],
           "each tile op becomes loops (rules in tilewright_cpu.lowering)"),
     Phase("lower_loops", lambda ctx: [passes.lower_loops(
         not ctx.pass_configs.get("tw.disable_vectorize", False))],

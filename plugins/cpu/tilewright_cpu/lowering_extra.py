@@ -1,0 +1,179 @@
+"""CPU lowering rules for scans, atomics and kernel-side debugging.
+
+Atomics call the C helpers in ``csrc/tw_cpu_runtime.c`` (blocks run on several threads, so
+updates to shared global memory need real atomics); ``T.print`` calls back into Python with
+the block index; ``T.device_assert`` becomes a runtime assertion that raises in the caller.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import tvm
+import tvm_ffi
+from tvm import tirx
+
+from tilewright.ir import ATOMIC_KINDS, Region, TileOpCall
+from tilewright.transform import RuleContext, prim_func_pass
+
+from . import runtime
+from .lowering import _expr, in_bounds, loop_nest, non_unit, region_index, register_lowering
+
+PRINT_VALUE = "tilewright_cpu.print_value"
+PRINT_TILE = "tilewright_cpu.print_tile"
+
+
+@register_lowering("cumsum")
+def lower_cumsum(call: TileOpCall, ctx: RuleContext):
+    src, dst = call.operands["src"], call.operands["dst"]
+    axis, reverse = call.attrs["dim"], call.attrs["reverse"]
+    dtype = str(dst.buffer.dtype)
+    kept = [d for d in range(len(src.extents)) if d != axis]
+    n = _expr(src.extents[axis])
+
+    def body(v):
+        r = tirx.Var("r", "int32")
+        pos = n - 1 - r if reverse else r
+        prev = pos + 1 if reverse else pos - 1
+
+        def index(region: Region, at):
+            return [_expr(s) + (at if d == axis else v[kept.index(d)])
+                    for d, s in enumerate(region.starts)]
+
+        x = tirx.BufferLoad(src.buffer, index(src, pos))
+        x = x if str(src.buffer.dtype) == dtype else tirx.Cast(dtype, x)
+        carried = tirx.if_then_else(r > 0, tirx.BufferLoad(dst.buffer, index(dst, prev)),
+                                    tirx.const(0, dtype))
+        return tirx.For(r, 0, n, tirx.ForKind.SERIAL,
+                        tirx.BufferStore(dst.buffer, carried + x, index(dst, pos)))
+
+    return loop_nest([src.extents[d] for d in kept], body, ctx=ctx)
+
+
+def _atomic_call(kind: str, buffer, index, value):
+    """``tw_atomic_<kind>_<dtype>(&buffer[index], value)``, returning the previous value."""
+    dtype = str(buffer.dtype)
+    wide = dtype in ("float16", "bfloat16")
+    value_type = "float32" if wide else dtype
+    value = value if str(value.ty) == value_type else tirx.Cast(value_type, value)
+    ptr = tirx.address_of(tirx.BufferLoad(buffer, index))
+    old = tirx.call_extern(value_type, f"tw_atomic_{kind}_{dtype}", ptr, value)
+    return tirx.Cast(dtype, old) if wide else old
+
+
+def _make_atomic_rule(kind: str):
+    def lower_atomic(call: TileOpCall, ctx: RuleContext):
+        runtime.load()
+        dst, src = call.operands["dst"], call.operands["src"]
+        ddims = non_unit(dst)
+        sdims = non_unit(src) if isinstance(src, Region) else []
+
+        def body(v):
+            index = region_index(dst, v, ddims)
+            value = tirx.BufferLoad(src.buffer, region_index(src, v, sdims)) \
+                if isinstance(src, Region) else src
+            update = tirx.Evaluate(_atomic_call(kind, dst.buffer, index, value))
+            cond = in_bounds(dst.buffer, index, ctx)
+            return update if cond is None else tirx.IfThenElse(cond, update, None)
+
+        if not ddims:
+            return body([])
+        return loop_nest([dst.extents[d] for d in ddims], body, annotations={}, ctx=ctx)
+
+    lower_atomic.__name__ = f"lower_atomic_{kind}"
+    return lower_atomic
+
+
+for _kind in ATOMIC_KINDS:
+    register_lowering(f"atomic_{_kind}")(_make_atomic_rule(_kind))
+
+
+def lower_intrinsics():
+    """Expression intrinsics (atomics returning the old value) become runtime calls."""
+    ops = {tvm.ir.Op.get(f"tw.atomic_{k}_prev"): k for k in ATOMIC_KINDS}
+
+    def rewrite(call):
+        if not isinstance(call.op, tvm.ir.Op):
+            return call
+        kind = next((k for op, k in ops.items() if op.same_as(call.op)), None)
+        if kind is None:
+            return call
+        runtime.load()
+        load, value = call.args
+        return _atomic_call(kind, load.source, list(load.indices), value)
+
+    return prim_func_pass("CPULowerIntrinsics", lambda f: f.with_body(
+        tvm_ffi.structural_map(f.body, (tvm.ir.Call, rewrite))))
+
+
+def _positions(ctx: RuleContext) -> list:
+    """Block indices, then the indices of enclosing T.Parallel loops ("threads")."""
+    blocks = [loop.loop_var for loop in ctx.loops if loop.kind == tirx.ForKind.THREAD_BINDING]
+    lanes = [loop.loop_var for loop in ctx.loops
+             if str(loop.annotations.get("tw.loop", "")) == "parallel"]
+    return [tirx.const(len(blocks), "int32"), *blocks, *lanes]
+
+
+@register_lowering("print_value")
+def lower_print_value(call: TileOpCall, ctx: RuleContext):
+    value = call.operands["value"]
+    dtype = str(value.ty)
+    wide = "float64" if dtype.startswith(("float", "bfloat")) else "int64"
+    return tirx.Evaluate(tirx.call_packed(PRINT_VALUE, tvm.ir.StringImm(call.attrs["msg"]),
+                                          tvm.ir.StringImm(dtype), tirx.Cast(wide, value),
+                                          *_positions(ctx)))
+
+
+@register_lowering("print_tile")
+def lower_print_tile(call: TileOpCall, ctx: RuleContext):
+    buf = call.operands["buf"].buffer
+    shape = ",".join(str(int(s)) if isinstance(s, tirx.IntImm) else "?" for s in buf.shape)
+    size = tirx.const(1, "int64")
+    for extent in buf.shape:
+        size = size * tirx.Cast("int64", extent)
+    return tirx.Evaluate(tirx.call_packed(
+        PRINT_TILE, tvm.ir.StringImm(call.attrs["msg"]), tvm.ir.StringImm(str(buf.name)),
+        tvm.ir.StringImm(f"{buf.dtype}:{shape}"), buf.data, size, *_positions(ctx)))
+
+
+@register_lowering("device_assert")
+def lower_device_assert(call: TileOpCall, ctx: RuleContext):
+    # TVM 0.27's Python wrapper names its first two parameters (kind, condition) but forwards
+    # them in that order to a constructor taking (condition, kind): pass them accordingly.
+    return tirx.AssertStmt(call.operands["cond"], tvm.ir.StringImm("RuntimeError"),
+                           [tvm.ir.StringImm(call.attrs["msg"])])
+
+
+def _where(args) -> str:
+    n = int(args[0])
+    blocks, lanes = tuple(int(a) for a in args[1:1 + n]), tuple(int(a) for a in args[1 + n:])
+    text = f"block {blocks}"
+    return text + (f" iteration {lanes}" if lanes else "")
+
+
+@tvm.register_global_func(PRINT_VALUE, override=True)
+def _print_value(msg, dtype, value, *where):
+    print(f"[{_where(where)}] {msg}{': ' if msg else ''}{value} ({dtype})", flush=True)
+    return 0
+
+
+_NUMPY = {"float16": np.float16, "bfloat16": np.uint16, "float32": np.float32,
+          "float64": np.float64, "int8": np.int8, "int16": np.int16, "int32": np.int32,
+          "int64": np.int64, "uint8": np.uint8, "uint16": np.uint16, "uint32": np.uint32,
+          "uint64": np.uint64, "bool": np.bool_}
+
+
+@tvm.register_global_func(PRINT_TILE, override=True)
+def _print_tile(msg, name, layout, data, size, *where):
+    dtype, shape = str(layout).split(":")
+    address = data.value if hasattr(data, "value") else int(data)
+    raw = np.ctypeslib.as_array((ctypes.c_uint8 * (int(size) * np.dtype(_NUMPY[dtype]).itemsize))
+                                .from_address(address)).view(_NUMPY[dtype])
+    if dtype == "bfloat16":
+        raw = (raw.astype(np.uint32) << 16).view(np.float32)
+    dims = [int(d) for d in shape.split(",")] if "?" not in shape else [int(size)]
+    array = raw.reshape(dims)
+    head = f"[{_where(where)}] {msg}{': ' if msg else ''}{name} shape {tuple(dims)} {dtype}"
+    print(f"{head}\n{np.array2string(array, threshold=256, edgeitems=4)}", flush=True)
+    return 0
