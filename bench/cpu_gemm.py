@@ -1,7 +1,7 @@
 """float32 GEMM as a tile kernel on the CPU backend, against ``torch.matmul``.
 
-Both sides use every core (``torch.set_num_threads(os.cpu_count())``; TVM's thread pool is
-given the same count through ``TVM_NUM_THREADS``). Prints GFLOP/s for each and the ratio;
+Both sides use the same number of threads, every core by default
+(``torch.set_num_threads``; TVM's thread pool gets the count through ``TVM_NUM_THREADS``). Prints GFLOP/s for each and the ratio;
 with ``--check`` exits non-zero when the ratio is below ``--min-ratio`` (0.8).
 
     python bench/cpu_gemm.py [--size 1024] [--block 96 256 256] [--check]
@@ -16,7 +16,19 @@ import statistics
 import sys
 import time
 
-os.environ.setdefault("TVM_NUM_THREADS", str(os.cpu_count()))
+
+def _threads(argv) -> int:
+    """``--threads N`` must reach TVM's thread pool through the environment before it starts."""
+    for n, arg in enumerate(argv):
+        if arg == "--threads" and n + 1 < len(argv):
+            return int(argv[n + 1])
+        if arg.startswith("--threads="):
+            return int(arg.split("=", 1)[1])
+    return os.cpu_count()
+
+
+THREADS = _threads(sys.argv[1:])
+os.environ["TVM_NUM_THREADS"] = str(THREADS)
 
 import torch  # noqa: E402
 
@@ -64,6 +76,8 @@ def main(argv=None) -> int:
                         help="M [N K]; one value means a square problem")
     parser.add_argument("--block", type=int, nargs=3, default=list(BLOCK),
                         metavar=("BM", "BN", "BK"))
+    parser.add_argument("--threads", type=int, default=THREADS,
+                        help="threads for both sides (default: every core)")
     parser.add_argument("--runs", type=int, default=15)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--check", action="store_true",
@@ -72,7 +86,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     m, n, k = (args.size * 3)[:3] if len(args.size) == 1 else args.size
-    threads = os.cpu_count()
+    threads = args.threads
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     a, b = torch.randn(m, k), torch.randn(k, n)

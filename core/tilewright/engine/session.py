@@ -76,6 +76,8 @@ def check_support(func: tirx.PrimFunc, backend: BackendModule) -> None:
                 f"T.{call.name} is not supported by backend '{backend.name}' (it supports "
                 f"{', '.join(sorted(caps.tile_ops))}); choose another target or rewrite the "
                 "kernel without it", span_location(call.span))
+    if "warps" in caps.features:
+        _check_warps(func, backend)
     for name in sorted(set(intrinsics_in(func)) - caps.tile_ops):
         raise UnsupportedOpError(f"T.{name} is not supported by backend '{backend.name}'; "
                                  "choose another target or rewrite the kernel without it")
@@ -85,6 +87,19 @@ def check_support(func: tirx.PrimFunc, backend: BackendModule) -> None:
         if dtype and dtype not in caps.dtypes and dtype != "handle":
             raise UnsupportedOpError(f"dtype {dtype} of parameter {buf.name!r} is not supported "
                                      f"by backend '{backend.name}'")
+
+
+def _check_warps(func: tirx.PrimFunc, backend: BackendModule) -> None:
+    """A backend that schedules warps needs a block size that is a multiple of 32."""
+    loop = func.body
+    if isinstance(loop, tirx.For) and "tw.threads" in loop.annotations:
+        threads = [int(t) for t in loop.annotations["tw.threads"]]
+        total = threads[0] * threads[1] * threads[2]
+        if total % 32:
+            raise UnsupportedOpError(
+                f"T.Kernel threads={threads[0] if total == threads[0] else threads} gives "
+                f"{total} threads per block, but backend '{backend.name}' runs whole warps: "
+                "use a multiple of 32", span_location(loop.span))
 
 
 def lower(func: tirx.PrimFunc, target="auto", pass_configs=None) -> Lowered:

@@ -47,6 +47,9 @@ class JITKernel:
                         for p in signature.params]
         self._inputs = [i for i, p in enumerate(signature.params) if not p.is_output]
         self._outputs = [i for i, p in enumerate(signature.params) if p.is_output]
+        self._tail_outputs = self._outputs == list(range(len(self._inputs),
+                                                         len(signature.params)))
+        self._tensor_type, self._empty = torch.Tensor, torch.empty
         self._device = backend.device
 
     # -- inspection -------------------------------------------------------------------
@@ -72,28 +75,40 @@ class JITKernel:
 
     # -- calling ----------------------------------------------------------------------
     def __call__(self, *args):
+        # fast path: one dict lookup keyed by what the argument checks depend on
+        try:
+            key = tuple([(a.dtype, a.shape, a.device, a.is_contiguous()) for a in args])
+        except AttributeError:  # scalars or non-torch values among the arguments
+            key = tuple((a.dtype, a.shape, a.device, a.is_contiguous())
+                        if isinstance(a, self._tensor_type) else type(a) for a in args)
+        outs = self._plans.get(key)
+        if outs is None:
+            outs = self._plans[key] = self._new_plan(args)
+        if not outs:
+            self._fn(*args)
+            return None
+        empty = self._empty
+        outs = [empty(shape, dtype=dtype, device=device) for shape, dtype, device in outs]
+        if self._tail_outputs:
+            self._fn(*args, *outs)
+        else:
+            full = list(args)
+            for pos, out in zip(self._outputs, outs):
+                full.insert(pos, out)
+            self._fn(*full)
+        return outs[0] if len(outs) == 1 else outs
+
+    def _new_plan(self, args) -> tuple:
+        """Check the arguments (count, then :meth:`_plan`); the outputs' (shape, dtype,
+        device)."""
         inputs = self._inputs
         if len(args) != len(inputs):
             names = ", ".join(self.signature.params[i].name for i in inputs)
             raise ArgumentError(f"kernel {self.signature.name} takes {len(inputs)} input(s) "
                                 f"({names}), got {len(args)}")
-        key = tuple((a.dtype, a.shape, a.device, a.is_contiguous()) if hasattr(a, "dtype")
-                    else type(a) for a in args)
-        plan = self._plans.get(key)
-        if plan is None:
-            plan = self._plan(args)
-            self._plans[key] = plan
-        if not self._outputs:
-            self._fn(*args)
-            return None
-        torch = _torch()
+        shapes = self._plan(args)
         device = args[0].device if args and hasattr(args[0], "device") else self._device
-        outs = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in plan]
-        full = list(args)
-        for pos, out in zip(self._outputs, outs):
-            full.insert(pos, out)
-        self._fn(*full)
-        return outs[0] if len(outs) == 1 else outs
+        return tuple((shape, dtype, device) for shape, dtype in shapes)
 
     def _plan(self, args):
         """Check every argument against the signature (once per shape/dtype/device key) and

@@ -7,9 +7,10 @@ once and emits its statements into the frame), then closes the frame into IR ``F
 
 from __future__ import annotations
 
+import tvm_ffi
 from tvm import tirx
 
-from ..errors import kernel_error
+from ..errors import KernelError, kernel_error, span_location
 from . import builder as B
 from .buffer import as_int, dtype_of, to_expr
 
@@ -109,6 +110,14 @@ class Parallel(LoopSpec):
     """``for i, j in T.Parallel(M, N)``: iterations are independent (threads, vector lanes)."""
 
     kind_name = "parallel"
+
+    def run(self, names=()):
+        builder = B.current("T.Parallel")
+        outer = builder.enclosing("parallel") is None
+        for loop_vars in super().run(names):
+            yield loop_vars
+        if outer:  # check the whole nest once, at its outermost T.Parallel
+            check_races(builder.frames[-1].stmts[-1])
 
     def __init__(self, *extents, coalesced_width=None):
         super().__init__(extents, annotations={"tw.coalesced_width": coalesced_width}
@@ -377,3 +386,46 @@ class Persistent(LoopSpec):
             out.append(tirx.floormod(rest, d))
             rest = tirx.floordiv(rest, d)
         return list(reversed(out))
+
+
+def _vars_in(node) -> set:
+    found = set()
+    tvm_ffi.structural_walk(node, (tirx.Var, lambda v: found.add(v)))
+    return found
+
+
+def check_races(nest) -> None:
+    """Reject a ``T.Parallel`` nest whose iterations depend on each other through a buffer:
+    an element written by one iteration and read at another index, or read-modify-written by
+    several iterations."""
+    import tvm
+
+    par_vars, stores, loads = set(), [], []
+
+    def visit_for(loop):
+        if str(loop.annotations.get(LOOP_KIND_KEY, "")) == "parallel":
+            par_vars.add(loop.loop_var)
+
+    tvm_ffi.structural_walk(nest, [(tirx.For, visit_for),
+                                   (tirx.BufferStore, lambda st: stores.append(st)),
+                                   (tvm.ir.TensorLoad, lambda ld: loads.append(ld))])
+    for store in stores:
+        if str(store.buffer.scope()).startswith("local.reducer"):
+            continue  # reducers are combined per element by design
+        where = span_location(store.span)
+        index = list(store.indices)
+        reads = [ld for ld in loads if ld.source.same_as(store.buffer)]
+        missing = par_vars - _vars_in(index)
+        name = store.buffer.name
+        text = f"{name}[{', '.join(str(i) for i in index)}]"
+        for ld in reads:
+            if not tvm_ffi.structural_equal(list(ld.indices), index):
+                other = f"{name}[{', '.join(str(i) for i in ld.indices)}]"
+                raise KernelError(f"T.Parallel race: iterations write {text} but read {other}, "
+                                  "which other iterations write; use a separate buffer for the "
+                                  "result", where)
+        if missing and (reads or (_vars_in(store.value) & missing)):
+            loop_names = ", ".join(sorted(str(v.name) for v in missing))
+            raise KernelError(f"T.Parallel race: every iteration of {loop_names} writes the same "
+                              f"element {text}; reduce with T.reduce_* or T.alloc_reducer, or "
+                              "loop over it with T.serial", where)
