@@ -10,7 +10,7 @@ from typing import Any
 import tvm
 from tvm import tirx
 
-from ..errors import TilewrightError, UnsupportedOpError, span_location
+from ..errors import KernelError, TilewrightError, UnsupportedOpError, span_location
 from ..ir import intrinsics_in, tile_ops_in
 from ..plugin import BackendModule, Executor, GeneratedSource
 from ..transform import reraise_pass_error
@@ -96,7 +96,7 @@ def _check_warps(func: tirx.PrimFunc, backend: BackendModule) -> None:
         threads = [int(t) for t in loop.annotations["tw.threads"]]
         total = threads[0] * threads[1] * threads[2]
         if total % 32:
-            raise UnsupportedOpError(
+            raise KernelError(
                 f"T.Kernel threads={threads[0] if total == threads[0] else threads} gives "
                 f"{total} threads per block, but backend '{backend.name}' runs whole warps: "
                 "use a multiple of 32", span_location(loop.span))

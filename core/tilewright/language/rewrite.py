@@ -19,6 +19,7 @@ from __future__ import annotations
 import ast
 import functools
 import inspect
+import linecache
 import textwrap
 from types import FunctionType
 
@@ -128,9 +129,20 @@ class _Rewriter(ast.NodeTransformer):
         return node
 
 
+def _source_lines(code) -> tuple[list[str], int]:
+    """The lines of ``code``'s definition and its first line number, read through linecache:
+    ``inspect.getsourcelines`` on a code object scans every loaded module for its file, which
+    takes over 100 ms once torch is imported."""
+    linecache.checkcache(code.co_filename)
+    lines = linecache.getlines(code.co_filename)
+    if not lines or code.co_firstlineno > len(lines):
+        raise OSError("could not get source code")
+    return inspect.getblock(lines[code.co_firstlineno - 1:]), code.co_firstlineno
+
+
 def _function_ast(code) -> tuple[ast.FunctionDef, str]:
     try:
-        lines, first = inspect.getsourcelines(code)
+        lines, first = _source_lines(code)
     except (OSError, TypeError) as exc:
         raise TilewrightError(f"cannot read the source of {code.co_name}: {exc}; kernels "
                               "must be defined in a file") from exc

@@ -194,7 +194,9 @@ class PassConfigKey:
 
 @dataclass(frozen=True)
 class Timer:
-    """A way for ``do_bench`` to time a callable: ``measure(fn, warmup, rep) -> [ms]``."""
+    """A way for ``do_bench`` to time a callable:
+    ``measure(fn, n_warmup, n_repeat, flush=None) -> list of milliseconds``; ``flush`` (when
+    given) is called before each timed repetition to evict caches."""
 
     name: str
     available: Callable[[], Availability]

@@ -28,6 +28,21 @@ def _has_side_effects(stmt) -> bool:
     return bool(found)
 
 
+def _stores_vary(stmt, var) -> bool:
+    """Whether every store in ``stmt`` writes a different element for each value of ``var``
+    (a store that does not, such as a reducer update, must stay scalar)."""
+    ok = []
+
+    def visit(store):
+        used = set()
+        for index in store.indices:
+            tvm_ffi.structural_walk(index, (tirx.Var, lambda v: used.add(v)))
+        ok.append(any(v.same_as(var) for v in used))
+
+    tvm_ffi.structural_walk(stmt, (tirx.BufferStore, visit))
+    return all(ok)
+
+
 _OPAQUE_CALLS = frozenset({"tirx.tvm_call_packed", "tirx.call_extern", "tirx.call_packed"})
 
 
@@ -46,7 +61,7 @@ class _Loops(StmtMutator):
         if kind == "unroll":
             return rebuild_for(stmt, annotations=annotations, kind=tirx.ForKind.UNROLLED)
         if kind != "parallel" or not self.vectorize or _has_loop(stmt.body) or \
-                _has_side_effects(stmt.body) or \
+                _has_side_effects(stmt.body) or not _stores_vary(stmt.body, stmt.loop_var) or \
                 not isinstance(stmt.extent, tirx.IntImm) or int(stmt.extent.value) % VECTOR_LANES:
             return rebuild_for(stmt, annotations=annotations)
         extent = int(stmt.extent.value)
