@@ -197,6 +197,7 @@ def good():
     (lambda: (good(),), ["2 input", "A, B", "got 1"]),
     (lambda: (good(), good(), good()), ["2 input", "got 3"]),
     (lambda: (good(), 3.0), ["'B'", "torch.Tensor"]),
+    (lambda: (good(), good().numpy()), ["'B'", "torch.Tensor", "ndarray"]),
 ])
 def test_bad_call_is_argument_error(kernel, bad, words):
     with pytest.raises(tilewright.ArgumentError) as info:

@@ -338,3 +338,20 @@ def test_script_shows_tile_ops():
     text = matmul(64, 64, 32).get_tir().script()
     assert "tw_copy" in text and "tw_gemm" in text and "tw_fill" in text
     assert "tw_reduce_sum" in softmax(4, 8, "float32").get_tir().script()
+
+
+@tilewright.jit(out_idx=[-1], target="cpu")
+def axpy(M):
+    @T.prim_func
+    def main(A: T.Tensor((M,), "float32"), alpha: T.float32, B: T.Tensor((M,), "float32")):
+        with T.Kernel(1) as bx:
+            for i in T.Parallel(M):
+                B[i] = A[i] * alpha
+    return main
+
+
+def test_scalar_parameter():
+    k = axpy(16)
+    a = torch.randn(16)
+    close(k(a, 2.5), a * 2.5)
+    close(k(a, -1.0), -a)

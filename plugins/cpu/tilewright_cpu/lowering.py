@@ -134,6 +134,42 @@ def _reduce_parts(kind: str, dtype: str):
     }[kind]
 
 
+LANES = 8
+
+
+def _reduce_last_axis_vectorised(kind, src, dst, axis, clear, kept, dst_index, ctx):
+    """A reduction along the contiguous last axis: LANES partial results in a vector, combined
+    at the end. Only for constant extents that are a multiple of LANES."""
+    dtype = str(dst.buffer.dtype)
+    identity, combine = _reduce_parts(kind, dtype)
+    part = tirx.decl_buffer((LANES,), dtype, "partial", scope="local")
+    extent = int(src.extents[axis].value if isinstance(src.extents[axis], tirx.IntImm)
+                 else src.extents[axis])
+
+    def body(v):
+        index = dst_index(v)
+        lane, chunk, r = (tirx.Var(n, "int32") for n in ("lane", "chunk", "r"))
+        src_index = [_expr(s) + (chunk * LANES + lane if d == axis else v[kept.index(d)])
+                     for d, s in enumerate(src.starts)]
+        x = tirx.BufferLoad(src.buffer, src_index)
+        x = x if str(src.buffer.dtype) == dtype else tirx.Cast(dtype, x)
+        init = tirx.For(lane, 0, LANES, tirx.ForKind.VECTORIZED,
+                        tirx.BufferStore(part, identity, [lane]))
+        accumulate = tirx.For(chunk, 0, extent // LANES, tirx.ForKind.SERIAL, tirx.For(
+            lane, 0, LANES, tirx.ForKind.VECTORIZED,
+            tirx.BufferStore(part, combine(tirx.BufferLoad(part, [lane]), x), [lane])))
+        merge_combine = _reduce_parts("max" if kind == "absmax" else
+                                      "sum" if kind == "abssum" else kind, dtype)[1]
+        merged = [tirx.BufferStore(dst.buffer, identity, index)] if clear else []
+        merged.append(tirx.For(r, 0, LANES, tirx.ForKind.SERIAL, tirx.BufferStore(
+            dst.buffer, merge_combine(tirx.BufferLoad(dst.buffer, index),
+                                      tirx.BufferLoad(part, [r])), index)))
+        return tirx.SeqStmt([init, accumulate, *merged])
+
+    nest = loop_nest([src.extents[d] for d in kept], body, annotations={}, ctx=ctx)
+    return tirx.SeqStmt([tirx.AllocBuffer(part), nest])
+
+
 def _make_reduce_rule(kind: str):
     def lower_reduce(call: TileOpCall, ctx: RuleContext):
         src, dst = call.operands["src"], call.operands["dst"]
@@ -149,6 +185,13 @@ def _make_reduce_rule(kind: str):
                         for d, s in enumerate(dst.starts)]
             return [_expr(s) + v[n] for n, s in enumerate(dst.starts)] if kept else \
                 [_expr(s) for s in dst.starts]
+
+        extent = src.extents[axis]
+        if axis == len(src.extents) - 1 and isinstance(extent, (int, tirx.IntImm)) and \
+                int(getattr(extent, "value", extent)) % LANES == 0 and \
+                int(getattr(extent, "value", extent)) >= 2 * LANES:
+            return _reduce_last_axis_vectorised(kind, src, dst, axis, clear, kept, dst_index,
+                                                ctx)
 
         def body(v):
             index = dst_index(v)

@@ -6,13 +6,14 @@ from tilewright.plugin import (
     API_VERSION,
     BackendModule,
     Capabilities,
+    PassConfigKey,
     PassPipeline,
     Phase,
     hookimpl,
 )
 from tilewright.transform import lower_tile_ops
 
-from . import __version__, lowering_extra, passes
+from . import __version__, fastmath, lowering_extra, passes
 from .codegen import CODEGEN
 from .executor import EXECUTORS
 from .lowering import RULES
@@ -32,9 +33,11 @@ PIPELINE = PassPipeline((
     Phase("lower_tile_ops", lambda ctx: [lower_tile_ops(_rules(ctx), "cpu"),
                                          lowering_extra.lower_intrinsics()],
           "each tile op becomes loops (rules in tilewright_cpu.lowering)"),
-    Phase("lower_loops", lambda ctx: [passes.lower_loops(
-        not ctx.pass_configs.get("tw.disable_vectorize", False))],
-          "T.Parallel loops are vectorised where their extent allows"),
+    Phase("lower_loops", lambda ctx: [
+        *([] if ctx.pass_configs.get("cpu.precise_math") else [fastmath.lower_fast_math()]),
+        passes.lower_loops(not ctx.pass_configs.get("tw.disable_vectorize", False))],
+          "vectorisable float32 exp/exp2; T.Parallel loops vectorised where their extent "
+          "allows"),
     Phase("lower_memory", lambda ctx: [passes.lower_scopes()],
           "shared and fragment tiles become per-block host arrays"),
     Phase("lower_blocks", lambda ctx: [passes.lower_blocks()],
@@ -63,3 +66,9 @@ BACKEND = BackendModule(
 def tilewright_backends():
     return [BACKEND]
 
+
+
+@hookimpl
+def tilewright_pass_config_keys():
+    return [PassConfigKey("cpu.precise_math", bool, False,
+                          "use libm exp/exp2 instead of the vectorised polynomial", owner="cpu")]
