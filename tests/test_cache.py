@@ -38,12 +38,15 @@ import tilewright
 from cachekernel import make
 
 jk = importlib.import_module("tilewright.jit.kernel")  # `tilewright.jit` is the decorator
-
 built = []
 inner = jk._build_into_cache
 jk._build_into_cache = lambda *a, **k: built.append(1) or inner(*a, **k)
-if len(sys.argv) > 2:  # rendezvous so that both processes compile at the same moment
-    open(os.path.join(sys.argv[1], "ready-" + sys.argv[2]), "w").close()
+kind, name = sys.argv[2].split(":")
+if kind == "gate":  # wait until the parent has filled the cache
+    while not os.path.exists(os.path.join(sys.argv[1], name)):
+        time.sleep(0.01)
+else:  # "race:N": wait until both racers are ready, so that they compile at the same moment
+    open(os.path.join(sys.argv[1], "ready-" + name), "w").close()
     while len([f for f in os.listdir(sys.argv[1]) if f.startswith("ready-")]) < 2:
         time.sleep(0.01)
 start = time.perf_counter()
@@ -60,13 +63,36 @@ def kernel_module(tmp_path, monkeypatch):
     folder = tmp_path / "mod"
     folder.mkdir()
     (folder / "cachekernel.py").write_text(KERNEL_SOURCE)
-    (folder / "child.py").write_text(CHILD)
     monkeypatch.syspath_prepend(str(folder))
     sys.modules.pop("cachekernel", None)
     import cachekernel
 
     yield folder, cachekernel
     sys.modules.pop("cachekernel", None)
+
+
+@pytest.fixture(scope="module")
+def children(tmp_path_factory):
+    """Child processes started together, so that their slow imports (torch, TVM) overlap:
+    one waits for its cache to be filled, one races this process to fill another."""
+    root = tmp_path_factory.mktemp("children")
+    (root / "cachekernel.py").write_text(KERNEL_SOURCE)
+    (root / "child.py").write_text(CHILD)
+    caches = {"fresh": root / "fresh-cache", "race": root / "race-cache"}
+
+    def start(cache, mode):
+        env = {**os.environ, "TILEWRIGHT_CACHE_DIR": str(cache)}
+        return subprocess.Popen([sys.executable, str(root / "child.py"), str(root), mode],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=env)
+
+    procs = {"fresh": start(caches["fresh"], "gate:go"),
+             "race": start(caches["race"], "race:child")}
+    yield root, caches, procs
+    for proc in procs.values():
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
 
 
 def compile_(func, **kw):
@@ -83,23 +109,19 @@ def check(kernel, n=256, scale=1.0):
     torch.testing.assert_close(kernel(a, b), (a + b) * scale)
 
 
-def child(folder, *extra) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, str(folder / "child.py"), str(folder), *extra],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=os.environ.copy())
-
-
 def result(proc) -> dict:
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
     return json.loads(out.strip().splitlines()[-1])
 
 
-def test_fresh_process_hits_the_cache(kernel_module, cache_dir):
-    folder, mod = kernel_module
+def test_fresh_process_hits_the_cache(kernel_module, children, monkeypatch):
+    _, mod = kernel_module
+    root, caches, procs = children
+    monkeypatch.setenv("TILEWRIGHT_CACHE_DIR", str(caches["fresh"]))
     first = compile_(mod.make())
     check(first)
-    [entry] = entries(cache_dir)
+    [entry] = entries(caches["fresh"])
     assert first.artifact_dir == str(entry)
     meta = json.loads((entry / "meta.json").read_text())
     for phase in ("lower_tile_ops", "lower_loops", "lower_memory", "lower_blocks", "codegen",
@@ -108,10 +130,35 @@ def test_fresh_process_hits_the_cache(kernel_module, cache_dir):
     assert "kernel.so" in meta["files"]
     before = (entry / "meta.json").stat().st_mtime_ns
 
-    out = result(child(folder))
+    (root / "go").touch()
+    out = result(procs["fresh"])
     assert out == {**out, "built": 0, "ok": True, "dir": str(entry)}
-    assert entries(cache_dir) == [entry]
+    assert entries(caches["fresh"]) == [entry]
     assert (entry / "meta.json").stat().st_mtime_ns == before
+
+
+def test_two_processes_compiling_at_once(kernel_module, children, monkeypatch):
+    _, mod = kernel_module
+    root, caches, procs = children
+    monkeypatch.setenv("TILEWRIGHT_CACHE_DIR", str(caches["race"]))
+    jk = importlib.import_module("tilewright.jit.kernel")
+    built = []
+    inner = jk._build_into_cache
+    monkeypatch.setattr(jk, "_build_into_cache", lambda *a, **k: built.append(1) or inner(*a, **k))
+    deadline = time.monotonic() + 120
+    while not (root / "ready-child").exists():  # the child has imported everything
+        assert procs["race"].poll() is None, procs["race"].communicate()[1]
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    (root / "ready-parent").touch()
+    kernel = compile_(mod.make())
+    out = result(procs["race"])
+    check(kernel)
+    assert out["ok"]
+    assert out["built"] + len(built) == 1  # the lock kept the second from building
+    [entry] = entries(caches["race"])
+    assert {out["dir"], kernel.artifact_dir} == {str(entry)}
+    assert not list((caches["race"] / "tmp").iterdir())
 
 
 @pytest.mark.parametrize("victim", ["kernel.so", "meta.json"])
@@ -138,17 +185,6 @@ def test_missing_library_warns_and_rebuilds(kernel_module, cache_dir):
     (entry / "kernel.so").unlink()
     with pytest.warns(RuntimeWarning, match="corrupt"):
         check(compile_(mod.make()))
-
-
-def test_two_processes_compiling_at_once(kernel_module, cache_dir):
-    folder, _ = kernel_module
-    procs = [child(folder, str(n)) for n in range(2)]
-    outs = [result(p) for p in procs]
-    assert all(o["ok"] for o in outs)
-    assert sum(o["built"] for o in outs) == 1  # the lock kept the second from building
-    [entry] = entries(cache_dir)
-    assert {o["dir"] for o in outs} == {str(entry)}
-    assert not list((cache_dir / "tmp").iterdir())
 
 
 def test_leftover_staging_dir_is_harmless(kernel_module, cache_dir):
@@ -218,7 +254,7 @@ def test_key_follows_kernel_source_not_its_formatting(kernel_module, cache_dir):
         (folder / f"{name}.py").write_text(source)
         return importlib.import_module(name)
 
-    commented = variant(KERNEL_SOURCE.replace("    return main", "    # a comment\n    return main"),
+    commented = variant(KERNEL_SOURCE.replace("    return main", "    # note\n    return main"),
                         "cachekernel_comment")
     assert compile_(commented.make()).artifact_dir == base
     edited = variant(KERNEL_SOURCE.replace("A[bx * 64 + i] + B", "A[bx * 64 + i] - B"),

@@ -355,3 +355,27 @@ def test_scalar_parameter():
     a = torch.randn(16)
     close(k(a, 2.5), a * 2.5)
     close(k(a, -1.0), -a)
+
+
+@tilewright.jit(target="cpu")
+def clip_outside(X, lo=None, hi: float = 1.0, blk: int = 64):
+    M = T.const("M")
+    X: T.Tensor((M,), T.float32)
+    Y = T.empty((M,), T.float32)
+    with T.Kernel(T.ceildiv(M, blk)) as bx:
+        for i in T.Parallel(blk):
+            g = bx * blk + i
+            if g < M:
+                # `lo is not None and ...` short-circuits in Python; `or` of IR conditions
+                if lo is not None and X[g] < T.float32(lo) or X[g] > T.float32(hi):
+                    Y[g] = T.float32(0)
+                else:
+                    Y[g] = X[g]
+    return Y
+
+
+@pytest.mark.parametrize("lo", [None, -0.5])
+def test_and_or_in_conditions(lo):
+    x = torch.randn(100)
+    outside = x > 1.0 if lo is None else (x < lo) | (x > 1.0)
+    close(clip_outside(x, lo=lo), torch.where(outside, torch.zeros_like(x), x))

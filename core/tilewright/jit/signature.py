@@ -53,7 +53,7 @@ class KernelSignature:
             outputs.add(j)
         params = []
         for i, p in enumerate(func.params):
-            if isinstance(p, tirx.Buffer):
+            if tirx.buffer.is_buffer_var(p):  # `tirx.Buffer` is an alias of every Var
                 shape = tuple(_dim(s) for s in p.shape)
                 params.append(ParamSpec(str(p.name), shape, str(p.dtype), i in outputs))
             else:

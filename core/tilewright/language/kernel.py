@@ -11,7 +11,7 @@ from tvm import tirx
 from ..errors import KernelError, kernel_error
 from . import builder as B
 from .buffer import TileBuffer, VarHandle, as_int, declare
-from .dtypes import DType, normalize_dtype
+from .dtypes import DTYPES, DType, normalize_dtype
 from .frames import HELPERS
 from .rewrite import rewrite
 
@@ -109,7 +109,11 @@ def prim_func(fn=None, *, name: str | None = None):
         return lambda f: prim_func(f, name=name)
     builder = B.Builder(name or fn.__name__)
     try:
-        annotations = inspect.get_annotations(fn, eval_str=True)
+        # a string annotation is postponed and evaluated here, unless it is a dtype such as
+        # T.float32 (a str) or "float32"; eval_str=True would evaluate those too and fail
+        annotations = {
+            k: eval(v, fn.__globals__) if type(v) is str and v not in DTYPES else v  # noqa: S307
+            for k, v in inspect.get_annotations(fn).items()}
     except Exception as exc:  # noqa: BLE001 - any error evaluating user annotations
         raise KernelError(f"cannot evaluate the annotations of {fn.__name__}: {exc}") from exc
     body = rewrite(fn, HELPERS)

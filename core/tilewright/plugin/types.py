@@ -206,12 +206,34 @@ class Timer:
 
 @dataclass(frozen=True)
 class ArchModel:
-    """Peak numbers of a device for the roofline analyser."""
+    """A device for the roofline analyser and the tile-shape recommender (carver).
+
+    ``peak_tflops`` maps a compute dtype (``float16``, ``float32`` ...) to its peak; dtypes it
+    lacks use the ``float32`` entry. The on-chip fields are per compute unit (SM, AI core, CPU
+    core); 0 means unknown, and the carver refuses a model that lacks what it needs.
+    ``mma_shape`` is the (m, n, k) granularity of the matrix instruction; ``transaction_bytes``
+    the global-memory access granularity.
+    """
 
     name: str
     peak_tflops: Mapping[str, float]
     bandwidth_gbps: float
     description: str = ""
+    compute_units: int = 0
+    shared_memory_bytes: int = 0
+    register_budget: int = 0
+    mma_shape: tuple[int, int, int] = (16, 16, 16)
+    transaction_bytes: int = 128
+    unit_partitions: int = 4
+
+    def __post_init__(self):
+        _check_name("arch model", self.name)
+        object.__setattr__(self, "peak_tflops", _freeze(self.peak_tflops))
+        object.__setattr__(self, "mma_shape", tuple(self.mma_shape))
+        if not self.peak_tflops or any(not v > 0 for v in self.peak_tflops.values()):
+            raise PluginError(f"arch model {self.name!r}: peak_tflops needs positive entries")
+        if not self.bandwidth_gbps > 0:
+            raise PluginError(f"arch model {self.name!r}: bandwidth_gbps must be positive")
 
 
 @dataclass(frozen=True)

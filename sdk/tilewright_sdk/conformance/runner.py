@@ -1,0 +1,115 @@
+"""Running one catalogue case on one backend in one mode.
+
+- ``codegen``: the backend's pipeline and codegen produce source text;
+- ``compile``: that source is built into the backend's final artifact by an available executor;
+- ``execute``: the kernel is compiled through ``tilewright.compile``, called on random inputs,
+  and its outputs compared with the float64 torch reference (:mod:`tilewright.testing`).
+
+A case needing an op, dtype or feature the backend does not declare raises
+:class:`Unsupported`; a case the backend claims and gets wrong raises an error (a failure).
+"""
+
+from __future__ import annotations
+
+import tempfile
+
+from tilewright.ir import registered_ops
+from tilewright.plugin import BackendModule
+
+from .catalogue import Case
+
+MODES = ("codegen", "compile", "execute")
+
+
+class Unsupported(Exception):  # noqa: N818 - an outcome, not an error
+    """The backend declares it does not support what the case needs."""
+
+
+class Unavailable(Exception):  # noqa: N818 - an outcome, not an error
+    """The backend supports the case but cannot run it on this machine (no executor)."""
+
+
+def missing_capabilities(case: Case, backend: BackendModule) -> list[str]:
+    """What ``case`` needs that ``backend``'s :class:`Capabilities` do not declare."""
+    caps = backend.capabilities
+    known = registered_ops()
+    missing = [f"op {op}" for op in case.kernel.ops if op in known and op not in caps.tile_ops]
+    for dtype in sorted({case.dtype, "float32"}):
+        if dtype not in caps.dtypes:
+            missing.append(f"dtype {dtype}")
+    missing += [f"feature {f}" for f in case.features if f not in caps.features]
+    return missing
+
+
+def _available_executor(backend: BackendModule):
+    reasons = []
+    for executor in backend.executors:
+        availability = executor.available()
+        if availability:
+            return executor
+        reasons.append(f"{executor.name}: {availability.reason or 'no reason given'}")
+    raise Unavailable(f"no executor of backend '{backend.name}' is available here ("
+                      + "; ".join(reasons) + ")")
+
+
+def run_case(case: Case, backend: BackendModule, mode: str, target: str | None = None,
+             seed: int = 0) -> str:
+    """Run ``case``; returns a one-line summary on success."""
+    if mode not in MODES:
+        raise ValueError(f"unknown conformance mode {mode!r}; choose one of {', '.join(MODES)}")
+    missing = missing_capabilities(case, backend)
+    if missing:
+        raise Unsupported(f"backend '{backend.name}' does not declare {', '.join(missing)}")
+    target = target or backend.target_kinds[0]
+    func = case.kernel.make(case.dtype, **case.dims)
+    if mode == "codegen":
+        from tilewright.engine import lower
+
+        lowered = lower(func, target)
+        text = lowered.source.text
+        if not isinstance(text, str) or not text.strip():
+            raise AssertionError(f"codegen of backend '{backend.name}' produced no source text")
+        return f"{len(text)} characters of {lowered.source.language}"
+    if mode == "compile":
+        from tilewright.engine import build, lower
+
+        executor = _available_executor(backend)
+        lowered = lower(func, target)
+        with tempfile.TemporaryDirectory(prefix="tw-conformance-") as workdir:
+            fn, chosen = build(lowered, workdir, executor.name)
+        if not callable(fn):
+            raise AssertionError(f"executor {chosen.name!r} returned a non-callable {fn!r}")
+        return f"built by {chosen.name}"
+    _available_executor(backend)
+    return _execute(case, func, target, seed)
+
+
+def _execute(case: Case, func, target: str, seed: int) -> str:
+    import torch
+
+    import tilewright
+    from tilewright.testing import assert_close, float64_reference
+
+    kernel = tilewright.compile(func, out_idx=list(case.kernel.out_idx), target=target)
+    shapes = [case.dims]
+    if case.variant == "dynamic":  # one compiled kernel must serve other sizes too
+        shapes.append({k: max(1, v * 3 // 4 + 1) for k, v in case.dims.items()})
+    worst = 0.0
+    for dims in shapes:
+        gen = torch.Generator().manual_seed(seed)
+        inputs = case.kernel.inputs(torch, gen, case.dtype, **dims)
+        expected = float64_reference(case.kernel.reference, *inputs)
+        args = [t.clone() for t in inputs]
+        result = kernel(*args)
+        actual = [] if result is None else list(result) if isinstance(result, (list, tuple)) \
+            else [result]
+        actual += [args[i] for i in case.kernel.inplace]
+        if len(actual) != len(expected):
+            raise AssertionError(f"kernel produced {len(actual)} output(s), the reference "
+                                 f"{len(expected)}")
+        for n, (got, want) in enumerate(zip(actual, expected)):
+            result = assert_close(got, want, dtype=str(got.dtype),
+                                  reduction_length=case.kernel.reduction(**dims),
+                                  name=f"output {n} at {dims}")
+            worst = max(worst, result.max_rel_error)
+    return f"max relative error {worst:.3g}"
