@@ -37,9 +37,12 @@ def new_session() -> int:
     return next(_ids)
 
 
-def emit(kind: str, session: int, **data: Any) -> None:
+def emit(kind: str, session: int, **data: Any) -> Event | None:
+    """Deliver an event; returns it (listeners may answer in ``data``, for example a
+    ``codegen`` listener setting ``patched_text``), or None when nobody listens."""
     if not _listeners:
-        return
+        return None
     event = Event(kind, session, data)
     for listener in list(_listeners):
         listener(event)
+    return event

@@ -11,7 +11,24 @@ CORE_KEYS = (
     PassConfigKey("tw.disable_cache", bool, False, "compile even when the disk cache has it"),
     PassConfigKey("tw.disable_vectorize", bool, False, "do not vectorise T.Parallel loops"),
     PassConfigKey("tw.dump_ir", bool, False, "print the IR after every pass"),
+    PassConfigKey("tw.dump_ir_dir", str, "",
+                  "write the IR after every pass to NN_<phase>_<pass>.tir files in this folder"),
+    PassConfigKey("tw.pass_timing", bool, False,
+                  "print the compile time of every pass and phase when the compilation ends"),
+    PassConfigKey("tw.layout_visualization_enable", bool, False,
+                  "print every fragment layout of the kernel ('<buf> inferred layout: ...')"),
+    PassConfigKey("tw.layout_visualization_formats", str, "txt",
+                  "comma-separated outputs of the layout views: txt, png, svg, pdf"),
+    PassConfigKey("tw.layout_visualization_dir", str, "./tmp/layout_visualization",
+                  "folder for the png / svg / pdf layout pictures"),
 )
+
+DEBUG_KEYS = ("tw.dump_ir", "tw.dump_ir_dir", "tw.pass_timing", "tw.layout_visualization_enable")
+
+
+def debug_requested(configs: dict) -> bool:
+    """Whether ``configs`` switch on a debug tool that must watch the compilation."""
+    return any(configs.get(key) for key in DEBUG_KEYS)
 
 
 def known_keys() -> dict[str, PassConfigKey]:

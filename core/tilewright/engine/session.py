@@ -3,6 +3,7 @@ instrumentation point, generate source, and build it with the first available ex
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +29,7 @@ class CompileContext:
     session: int
     func_name: str
     timings: dict = field(default_factory=dict)
+    detach: Any = None  # detaches the debug tools pass_configs switched on; None once finished
 
 
 @dataclass
@@ -111,8 +113,9 @@ def lower(func: tirx.PrimFunc, target="auto", pass_configs=None) -> Lowered:
         else "main"
     ctx = CompileContext(target_obj, backend, configs, session, name)
     check_support(func, backend)
+    detach = _attach_config_tools(session, configs)
     events.emit("session_start", session, target=str(target_obj), backend=backend.name,
-                func=func, name=name)
+                func=func, name=name, pass_configs=configs)
     phase = [""]
     instruments = [_instrument(session, phase)] if events.active() else []
     mod = tvm.IRModule({name: func})
@@ -129,12 +132,32 @@ def lower(func: tirx.PrimFunc, target="auto", pass_configs=None) -> Lowered:
             source = backend.codegens[target_obj.kind].generate(mod, ctx)
             ctx.timings["codegen"] = time.perf_counter() - start
     except Exception as exc:
-        events.emit("session_end", session, ok=False, error=exc)
+        events.emit("session_end", session, ok=False, error=exc, phase=phase[0])
+        detach()
         reraise_pass_error(exc)
         raise
-    events.emit("codegen", session, language=source.language, text=source.text,
-                file_ext=source.file_ext)
+    event = events.emit("codegen", session, language=source.language, text=source.text,
+                        file_ext=source.file_ext, mod=mod)
+    if event is not None and event.data.get("patched_text") is not None:
+        # a debug tool (the lower trace's edit-and-recompile workflow) supplies edited source;
+        # executors that compile source text use it, the others keep building the payload
+        source = dataclasses.replace(source, text=event.data["patched_text"])
+    ctx.detach = detach
     return Lowered(ctx, func, mod, source)
+
+
+def _no_tools() -> None:
+    pass
+
+
+def _attach_config_tools(session: int, configs: dict):
+    """Debug tools switched on by ``pass_configs`` (IR dumps, layout views, pass timing)
+    listen to this session only; returns the callable that detaches them."""
+    if not passconfig.debug_requested(configs):
+        return _no_tools
+    from ..tools import _config_tools
+
+    return _config_tools.attach(session, configs)
 
 
 def pick_executor(backend: BackendModule, name: str | None = None) -> Executor:
@@ -160,6 +183,19 @@ def build(lowered: Lowered, workdir, executor: str | None = None) -> tuple[Any, 
     start = time.perf_counter()
     kernel = chosen.build(lowered.source, lowered.ctx, workdir)
     lowered.ctx.timings["build"] = time.perf_counter() - start
-    events.emit("build", lowered.ctx.session, executor=chosen.name, workdir=str(workdir))
-    events.emit("session_end", lowered.ctx.session, ok=True, timings=dict(lowered.ctx.timings))
+    events.emit("build", lowered.ctx.session, executor=chosen.name, workdir=str(workdir),
+                from_source=chosen.from_source,
+                source_executors=[e.name for e in lowered.ctx.backend.executors
+                                  if e.from_source])
+    finish(lowered)
     return kernel, chosen
+
+
+def finish(lowered: Lowered) -> None:
+    """End the compile session of ``lowered`` (``build`` does; callers that only lower, such as
+    compile-only, call it themselves so that debug tools finish their reports)."""
+    if lowered.ctx.detach is None:
+        return
+    events.emit("session_end", lowered.ctx.session, ok=True, timings=dict(lowered.ctx.timings))
+    lowered.ctx.detach()
+    lowered.ctx.detach = None

@@ -13,7 +13,8 @@ from pathlib import Path
 from tvm import tirx
 
 from .. import __version__
-from ..engine import build, lower, pick_executor, resolve_target, validate
+from ..engine import build, events, lower, pick_executor, resolve_target, validate
+from ..engine.passconfig import debug_requested
 from ..errors import ArgumentError
 from .cache import DiskCache, make_key
 from .signature import KernelSignature
@@ -212,7 +213,10 @@ def compile(func: tirx.PrimFunc, out_idx=None, target="auto", pass_configs=None,
     outputs = _out_idx(func, out_idx)
     signature = KernelSignature.from_func(func, outputs)
     executor = pick_executor(backend, execution_backend)
-    use_cache = executor.load is not None and not configs.get("tw.disable_cache", False)
+    # a debug tool watching compilations (lower trace, pass timing, IR dumps) needs one to
+    # happen, and an edited codegen file must be compiled: such runs bypass the cache
+    use_cache = executor.load is not None and not configs.get("tw.disable_cache", False) \
+        and not events.active() and not debug_requested(configs)
     cache = cache or DiskCache()
     key = make_key({
         "tilewright": __version__, "backend": backend.name, "backend_version": backend.version,

@@ -100,7 +100,9 @@ class Executor:
     - ``available() -> Availability``
     - ``build(source, ctx, workdir) -> kernel`` writes its artifact files into ``workdir``
       (a folder the cache keeps) and returns a callable taking the kernel's arguments;
-    - ``load(workdir, entry) -> kernel`` rebuilds the callable from those files.
+    - ``load(workdir, entry) -> kernel`` rebuilds the callable from those files;
+    - ``from_source``: it compiles ``GeneratedSource.text`` (NVRTC, nvcc, a C compiler ...), so
+      an edited source (the lower trace's edit-and-recompile workflow) takes effect.
     """
 
     name: str
@@ -108,6 +110,7 @@ class Executor:
     build: Callable[[GeneratedSource, Any, Any], Callable]
     load: Callable[[Any, str], Callable] | None = None
     doc: str = ""
+    from_source: bool = False
 
     def __post_init__(self):
         _check_name("executor", self.name)

@@ -2,13 +2,32 @@
 
 from __future__ import annotations
 
+import functools
 import statistics
+import time
+from pathlib import Path
 
 import numpy as np
 
-from .timers import get_timer
+from ..errors import ConfigError
+from .timers import get_timer, supports_flush
 
+RETURN_MODES = ("mean", "median", "min", "max", "all")
 _FLUSH_BUFFERS: dict[int, np.ndarray] = {}
+
+
+@functools.lru_cache(maxsize=None)
+def last_level_cache_bytes() -> int:
+    """The largest CPU cache of this machine (from sysfs), or 32 MiB when unknown."""
+    largest = 0
+    for path in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        text = path.read_text().strip().upper()
+        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+        try:
+            largest = max(largest, int(text.rstrip("KMG")) * scale)
+        except ValueError:
+            continue
+    return largest or 32 << 20
 
 
 def _flusher(cache_size_mb: int):
@@ -23,28 +42,60 @@ def _flusher(cache_size_mb: int):
     return flush
 
 
+def _check_args(warmup, rep, quantiles, return_mode):
+    if return_mode not in RETURN_MODES:
+        raise ConfigError(f"return_mode must be one of {', '.join(RETURN_MODES)}, got "
+                          f"{return_mode!r}")
+    for name, value in (("warmup", warmup), ("rep", rep)):
+        if not isinstance(value, (int, float)) or value < 0:
+            raise ConfigError(f"do_bench: {name} is a time budget in ms and must be >= 0, got "
+                              f"{value!r}")
+    if quantiles is not None:
+        quantiles = list(quantiles)
+        bad = [q for q in quantiles if not 0 <= q <= 1]
+        if not quantiles or bad:
+            raise ConfigError(f"do_bench: quantiles must be numbers in [0, 1], got {quantiles}")
+    return quantiles
+
+
 def do_bench(fn, warmup: float = 25, rep: float = 100, _n_warmup: int = 0, _n_repeat: int = 0,
              quantiles=None, fast_flush: bool = True, backend: str = "wall",
-             return_mode: str = "mean", device=None, cache_size: int = 256):
+             return_mode: str = "median", device=None, cache_size: int | None = None):
     """Time ``fn()`` in milliseconds.
 
     ``warmup`` and ``rep`` are time budgets in ms (as in TileLang); ``_n_warmup`` and
-    ``_n_repeat`` override them with counts. ``quantiles`` returns those quantiles;
-    otherwise ``return_mode`` picks ``mean``, ``median``, ``min``, ``max`` or ``all``.
+    ``_n_repeat`` override them with counts. ``backend`` names the timer (``wall`` from the
+    core, others from plugins; see :func:`tilewright.profiler.timers`). When ``fast_flush`` is
+    set and the timer supports it, a buffer of ``cache_size`` MiB (default: twice the host's
+    last-level cache) is overwritten before every timed repetition, so each one starts from
+    cold caches; the flush itself is not timed. ``quantiles`` returns those quantiles of the
+    samples; otherwise ``return_mode`` picks ``median`` (the default), ``mean``, ``min``,
+    ``max`` or ``all`` (every sample).
     """
-    if return_mode not in ("mean", "median", "min", "max", "all"):
-        raise ValueError(f"return_mode must be mean, median, min, max or all, got "
-                         f"{return_mode!r}")
+    quantiles = _check_args(warmup, rep, quantiles, return_mode)
     timer = get_timer(backend)
+    flush = None
+    if fast_flush and cache_size != 0 and supports_flush(timer):
+        size = cache_size or max(8, 2 * last_level_cache_bytes() >> 20)
+        flush = _flusher(int(size))
     estimate = statistics.median(timer.measure(fn, 1, 5))
+    flush_ms = 0.0
+    if flush is not None:
+        start = time.perf_counter()
+        flush()
+        flush_ms = (time.perf_counter() - start) * 1e3
+    # budgets count the flushes too, so a cold-cache benchmark takes about as long as a warm one
+    per_rep = max(estimate + flush_ms, 1e-3)
     n_warmup = _n_warmup or max(1, int(warmup / max(estimate, 1e-3)))
-    n_repeat = _n_repeat or max(1, int(rep / max(estimate, 1e-3)))
-    flush = _flusher(cache_size) if fast_flush and cache_size else None
-    samples = timer.measure(fn, n_warmup, n_repeat, flush=flush)
+    n_repeat = _n_repeat or max(5, int(rep / per_rep))
+    if flush is not None:
+        samples = timer.measure(fn, n_warmup, n_repeat, flush=flush)
+    else:
+        samples = timer.measure(fn, n_warmup, n_repeat)
     if quantiles is not None:
-        values = np.quantile(np.asarray(samples), list(quantiles)).tolist()
+        values = np.quantile(np.asarray(samples), quantiles).tolist()
         return values[0] if len(values) == 1 else values
     if return_mode == "all":
-        return samples
+        return list(samples)
     return {"mean": statistics.fmean, "median": statistics.median, "min": min,
             "max": max}[return_mode](samples)

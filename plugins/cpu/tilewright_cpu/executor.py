@@ -1,5 +1,6 @@
 """CPU executors: the LLVM-built module, as a shared library the cache can keep, or in memory
-when no system linker is present."""
+when no system linker is present; or ``llvm-ir``, which compiles the LLVM IR text itself (so an
+edited ``codegen.ll`` from the lower trace takes effect)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,13 @@ from pathlib import Path
 
 import tvm
 
+from tilewright.errors import TilewrightError
 from tilewright.plugin import Availability, Executor, GeneratedSource
 
 from . import runtime
 
 LIBRARY = "kernel.so"
+IR_FILE = "kernel.ll"
 
 
 def _linker() -> Availability:
@@ -38,6 +41,25 @@ def _build_memory(source: GeneratedSource, ctx, workdir) -> object:
     return source.payload[source.entry]
 
 
+def _build_ir(source: GeneratedSource, ctx, workdir) -> object:
+    path = Path(workdir) / IR_FILE
+    path.write_text(source.text)
+    return _load_ir(workdir, source.entry)
+
+
+def _load_ir(workdir, entry: str):
+    runtime.load()
+    path = Path(workdir) / IR_FILE
+    try:
+        module = tvm.runtime.load_module(str(path))
+    except Exception as exc:  # LLVM's parser reports file:line:col of the bad line
+        message = str(exc).strip().replace(str(path), IR_FILE)
+        raise TilewrightError(f"executor 'llvm-ir' could not compile the LLVM IR (line numbers "
+                              f"are those of the source it was given, for example an edited "
+                              f"codegen.ll):\n{message}") from None
+    return module[entry]
+
+
 SHARED = Executor(
     name="llvm-shared", available=_linker, build=_build_shared, load=_load_shared,
     doc="links the LLVM object into a shared library (cached on disk) and loads it",
@@ -46,4 +68,8 @@ IN_MEMORY = Executor(
     name="llvm-jit", available=lambda: Availability(True), build=_build_memory, load=None,
     doc="runs the LLVM module from memory; nothing is cached on disk",
 )
-EXECUTORS = (SHARED, IN_MEMORY)
+FROM_IR = Executor(
+    name="llvm-ir", available=lambda: Availability(True), build=_build_ir, load=_load_ir,
+    doc="compiles the LLVM IR text with LLVM's JIT (used for edited sources)", from_source=True,
+)
+EXECUTORS = (SHARED, IN_MEMORY, FROM_IR)

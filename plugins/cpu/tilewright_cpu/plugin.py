@@ -72,3 +72,10 @@ def tilewright_backends():
 def tilewright_pass_config_keys():
     return [PassConfigKey("cpu.precise_math", bool, False,
                           "use libm exp/exp2 instead of the vectorised polynomial", owner="cpu")]
+
+
+@hookimpl
+def tilewright_arch_models():
+    from .archmodel import host_model
+
+    return [host_model()]

@@ -8,8 +8,8 @@ arguments at every call). Shapes are small: the suite checks semantics, not spee
 stay quick on an interpreter.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: T.prim_func evaluates the parameter annotations,
+# which name the factory's local sizes.
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -404,7 +404,7 @@ def _catalogue() -> tuple[Kernel, ...]:
                doc="global -> shared -> fragment -> global"),
         Kernel("fill", ("fill", "copy"), _fill, _two_d, lambda a: [a + 1.5], mn,
                doc="T.fill and T.clear, then an elementwise add"),
-        Kernel("elementwise", ("parallel",), _elementwise,
+        Kernel("elementwise", (), _elementwise,
                lambda torch, gen, dtype, M, N: [_randn(torch, gen, (M, N), dtype),
                                                  _randn(torch, gen, (M, N), dtype)],
                lambda a, b: [a * 2.0 + b], mn, doc="T.Parallel with a bounds guard"),
@@ -427,7 +427,7 @@ def _catalogue() -> tuple[Kernel, ...]:
         Kernel("gemm_pipelined", ("gemm", "copy", "fill"),
                lambda dtype, M, N, K: _gemm(dtype, M, N, K, stages=3), _gemm_inputs,
                _gemm_ref(), {"partial": {"M": 24, "N": 24, "K": 72}},
-               reduction=lambda K, **_: K, features=("pipelining",),
+               reduction=lambda K, **_: K,
                doc="T.Pipelined with num_stages=3"),
         Kernel("gemm_dynamic", ("gemm", "copy", "fill"),
                lambda dtype, M, N, K: _gemm_dynamic(dtype), _gemm_inputs, _gemm_ref(),
@@ -472,7 +472,7 @@ def _catalogue() -> tuple[Kernel, ...]:
                lambda torch, gen, dtype, S, D: [_randn(torch, gen, (S, D), dtype)
                                                 for _ in range(3)],
                _attention_ref, {"full": {"S": 16, "D": 16}, "partial": {"S": 20, "D": 16}},
-               reduction=lambda S, D: max(S, D), features=("pipelining",),
+               reduction=lambda S, D: max(S, D),
                doc="flash attention with online softmax, one head"),
         Kernel("debug", ("copy", "print_tile", "print_value", "device_assert"), _debug,
                lambda torch, gen, dtype, N: [_randn(torch, gen, (N,), dtype)],
