@@ -41,6 +41,9 @@ jk = importlib.import_module("tilewright.jit.kernel")  # `tilewright.jit` is the
 built = []
 inner = jk._build_into_cache
 jk._build_into_cache = lambda *a, **k: built.append(1) or inner(*a, **k)
+PARTS = {}
+_mk = jk.make_key
+jk.make_key = lambda p: PARTS.update(p) or _mk(p)
 kind, name = sys.argv[2].split(":")
 if kind == "gate":  # wait until the parent has filled the cache
     while not os.path.exists(os.path.join(sys.argv[1], name)):
@@ -54,7 +57,7 @@ kernel = tilewright.compile(make(), out_idx=[-1], target="cpu")
 seconds = time.perf_counter() - start
 a, b = torch.randn(256), torch.randn(256)
 ok = torch.allclose(kernel(a, b), a + b)
-print(json.dumps({"built": len(built), "ok": ok, "dir": kernel.artifact_dir, "s": seconds}))
+print(json.dumps({"built": len(built), "ok": ok, "dir": kernel.artifact_dir, "s": seconds, "parts": PARTS}, default=str))
 '''
 
 
@@ -109,6 +112,14 @@ def check(kernel, n=256, scale=1.0):
     torch.testing.assert_close(kernel(a, b), (a + b) * scale)
 
 
+def rehash_compiler_code() -> None:
+    """Cache keys include a digest of the compiler's files, taken once per process at its first
+    compile. Take it again here, as the child does, in case the checkout was edited since."""
+    fingerprint = getattr(importlib.import_module("tilewright.jit.kernel"), "_fingerprint", None)
+    if hasattr(fingerprint, "cache_clear"):
+        fingerprint.cache_clear()
+
+
 def result(proc) -> dict:
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
@@ -119,6 +130,11 @@ def test_fresh_process_hits_the_cache(kernel_module, children, monkeypatch):
     _, mod = kernel_module
     root, caches, procs = children
     monkeypatch.setenv("TILEWRIGHT_CACHE_DIR", str(caches["fresh"]))
+    rehash_compiler_code()
+    jk = importlib.import_module("tilewright.jit.kernel")
+    PARTS = {}
+    _mk = jk.make_key
+    monkeypatch.setattr(jk, "make_key", lambda p: PARTS.update(p) or _mk(p))
     first = compile_(mod.make())
     check(first)
     [entry] = entries(caches["fresh"])
@@ -132,6 +148,9 @@ def test_fresh_process_hits_the_cache(kernel_module, children, monkeypatch):
 
     (root / "go").touch()
     out = result(procs["fresh"])
+    for k in PARTS:
+        if json.dumps(PARTS[k], default=str) != json.dumps(out["parts"][k], default=str):
+            print("DIFF", k, "\nPARENT", PARTS[k], "\nCHILD", out["parts"][k])
     assert out == {**out, "built": 0, "ok": True, "dir": str(entry)}
     assert entries(caches["fresh"]) == [entry]
     assert (entry / "meta.json").stat().st_mtime_ns == before
@@ -150,6 +169,7 @@ def test_two_processes_compiling_at_once(kernel_module, children, monkeypatch):
         assert procs["race"].poll() is None, procs["race"].communicate()[1]
         assert time.monotonic() < deadline
         time.sleep(0.01)
+    rehash_compiler_code()
     (root / "ready-parent").touch()
     kernel = compile_(mod.make())
     out = result(procs["race"])

@@ -350,7 +350,7 @@ def _finalize_reducer(kind: str, src: Region, dst: Region, ctx: RuleContext):
                           "constant size")
     scratch = tirx.decl_buffer((warps, size), dtype, "reducer_scratch", scope="shared.dyn")
     part = tirx.decl_buffer((1,), dtype, "red_part", scope="local")
-    e, w = tirx.Var("e", "int32"), tirx.Var("w", "int32")
+    e = tirx.Var("e", "int32")
     warp, lane = tirx.floordiv(tx, WARP), tirx.floormod(tx, WARP)
     per_warp = tirx.SeqStmt([
         tirx.BufferStore(part, tirx.BufferLoad(src.buffer, [_expr(src.starts[0]) + e]), [0]),
@@ -364,7 +364,6 @@ def _finalize_reducer(kind: str, src: Region, dst: Region, ctx: RuleContext):
     dims = non_unit(dst)
     out_index = region_index(dst, [e], dims) if dims else [_expr(s) for s in dst.starts]
     store = guarded_store(dst.buffer, cast(total, str(dst.buffer.dtype)), out_index, ctx)
-    del w
     return tirx.SeqStmt([
         tirx.AllocBuffer(part), tirx.AllocBuffer(scratch),
         tirx.For(e, 0, size, tirx.ForKind.SERIAL, per_warp),

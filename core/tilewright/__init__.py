@@ -21,11 +21,24 @@ from .errors import (  # noqa: E402
     UnsupportedOpError,
 )
 
+from . import log as _log  # noqa: E402
+
+_log.configure()
+
+# debug tools switched on by the environment subscribe to compile events now (they are off,
+# and cost nothing, when none of these is set)
+_TOOL_ENVS = ("TILEWRIGHT_LOWER_TRACE", "TILEWRIGHT_PASS_DIFF", "TILEWRIGHT_PASS_TIMING")
+if any(_os.environ.get(_name) for _name in _TOOL_ENVS):
+    from .tools import _env  # noqa: E402
+
+    _env.apply()
+
 _LAZY = {
     "compile": ("jit", "compile"),
     "lower": ("jit", "lower"),
     "JITKernel": ("jit", "JITKernel"),
     "language": ("language", None),
+    "autotune": ("autotuner", "autotune"),
 }
 
 
@@ -60,6 +73,6 @@ class _Package(_types.ModuleType):
 
 _sys.modules[__name__].__class__ = _Package
 
-__all__ = ["ArgumentError", "ConfigError", "JITKernel", "KernelError", "PluginError",
+__all__ = ["ArgumentError", "ConfigError", "autotune", "JITKernel", "KernelError", "PluginError",
            "TargetError", "TilewrightError", "UnsupportedOpError", "__version__", "compile",
            "jit", "language", "lower"]

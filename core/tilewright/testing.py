@@ -164,12 +164,14 @@ def compare(actual, expected, *, dtype=None, reduction_length: int | None = None
         allowed = tol.atol + tol.rtol * np.abs(want64)
         same_special = (np.isnan(got64) & np.isnan(want64)) | (
             np.isinf(want64) & (got64 == want64))
-        bad = ~((err <= allowed) | same_special)
+        bad = ~(((err <= allowed) & np.isfinite(want64)) | same_special)
         err = np.where(same_special, 0.0, np.where(np.isnan(err), np.inf, err))
         rel = err / np.maximum(np.abs(want64), np.finfo(np.float64).tiny)
     total, mismatched = int(want.size), int(bad.sum())
     ok = mismatched <= tol.max_mismatch_ratio * total
-    order = np.argsort(-(err - allowed), axis=None, kind="stable")[:worst] if bad.any() else []
+    with np.errstate(invalid="ignore"):
+        excess = np.nan_to_num(err - allowed, nan=np.inf)
+    order = np.argsort(-excess, axis=None, kind="stable")[:worst] if bad.any() else []
     rows = []
     for flat in order:
         index = tuple(int(i) for i in np.unravel_index(int(flat), want.shape))

@@ -4,6 +4,8 @@
   the backends it provides, their targets, executors and capabilities;
 - ``tilewright doctor [--json]``: what this machine can compile and run, and what is missing;
 - ``tilewright cache info [--json]`` / ``tilewright cache clear``: the disk cache of kernels;
+- ``tilewright analyze script.py [--arch NAME] [--plot out.png]`` / ``tilewright bench
+  script.py``: roofline analysis and timing of the kernels a script compiles;
 - ``tilewright <tool> ...``: subcommands that plugins add through ``tilewright_cli_tools``.
 
 Importing this module is cheap: plugins (and with them TVM) load only when a command needs
@@ -18,7 +20,7 @@ import platform
 import sys
 from importlib import metadata
 
-BUILTINS = ("backends", "doctor", "cache")
+BUILTINS = ("backends", "doctor", "cache", "analyze", "bench")
 
 
 def _manager():
@@ -255,6 +257,9 @@ def build_parser(tools: dict | None = None) -> argparse.ArgumentParser:
     info.add_argument("--json", action="store_true", help="machine-readable output")
     csub.add_parser("clear", help="remove every entry")
     p.set_defaults(func=cmd_cache)
+    from ..profiler.cli import add_commands  # analyze, bench
+
+    add_commands(sub)
     for tool in (tools or {}).values():
         sub.add_parser(tool.name, help=f"{tool.help} (plugin)", add_help=False)
     return parser

@@ -66,6 +66,18 @@ class JITKernel:
         """The IR after the backend's pipeline, as TVMScript text."""
         return self._lowered_text or ""
 
+    def export(self, path):
+        """Write a bundle that ``tilewright.runtime.load(path)`` runs without the compiler.
+        The executor's kernel object writes it (``fn.export(path, signature_json)``)."""
+        exporter = getattr(self._fn, "export", None)
+        if exporter is None:
+            from ..errors import TilewrightError
+
+            raise TilewrightError(f"executor '{self.executor}' of backend '{self.backend.name}' "
+                                  "cannot export kernels; compile for a backend whose "
+                                  "executor writes bundles (for example target 'cuda')")
+        return exporter(path, self.signature.to_json())
+
     @property
     def params(self):
         return self.signature.params

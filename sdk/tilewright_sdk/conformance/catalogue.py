@@ -340,6 +340,18 @@ def _debug(dtype, N, bn=8):
     return debug
 
 
+def probe_kernel(dtype="float32"):
+    """A kernel with no tile ops (a ``T.Parallel`` loop): every backend can lower it."""
+
+    @T.prim_func
+    def probe(A: T.Tensor((8,), dtype), B: T.Tensor((8,), dtype)):
+        with T.Kernel(1, threads=32) as _bx:
+            for i in T.Parallel(8):
+                B[i] = A[i]
+
+    return probe
+
+
 # -- inputs and references ---------------------------------------------------------------------
 def _two_d(torch, gen, dtype, M, N, **_):
     return [_randn(torch, gen, (M, N), dtype)]

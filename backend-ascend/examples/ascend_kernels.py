@@ -1,0 +1,127 @@
+"""The Ascend examples of the seeds, in the tilelang-ascend (A2/A3) dialect.
+
+Run: python backend-ascend/examples/ascend_kernels.py  (uses the CPU emulator without an NPU)
+"""
+
+import torch
+
+import tilewright
+import tilewright_ascend.language as T
+
+VEC_NUM = 2
+
+
+def vec_add(M, N, block_M, block_N, dtype="float32"):
+    """GM -> UB (MTE2), add on V, UB -> GM (MTE3), ordered by two barrier_all."""
+    m_num, n_num = M // block_M, N // block_N
+
+    @T.prim_func
+    def main(A: T.Tensor((M, N), dtype), B: T.Tensor((M, N), dtype),
+             C: T.Tensor((M, N), dtype)):
+        with T.Kernel(m_num * n_num, is_npu=True) as (cid, vid):
+            bx = cid // n_num
+            by = cid % n_num
+            a_ub = T.alloc_ub((block_M // VEC_NUM, block_N), dtype)
+            b_ub = T.alloc_ub((block_M // VEC_NUM, block_N), dtype)
+            c_ub = T.alloc_ub((block_M // VEC_NUM, block_N), dtype)
+            with T.Scope("V"):
+                row = bx * block_M + vid * block_M // VEC_NUM
+                T.copy(A[row, by * block_N], a_ub)
+                T.copy(B[row, by * block_N], b_ub)
+                T.barrier_all()
+                T.tile.add(c_ub, a_ub, b_ub)
+                T.barrier_all()
+                T.copy(c_ub, C[row, by * block_N])
+
+    return main
+
+
+def vec_add_pipelined(M, N, block_M, block_N, sub_M, dtype="float32", stages=2):
+    """Double-buffered add with hand-written flags: MTE3->MTE2 returns a slot, MTE2->V says
+    a slot is loaded, V->MTE3 says it is computed."""
+    m_num, n_num = M // block_M, N // block_N
+    vec_proc = block_M // sub_M
+    rows = sub_M // VEC_NUM
+
+    @T.prim_func
+    def main(A: T.Tensor((M, N), dtype), B: T.Tensor((M, N), dtype),
+             C: T.Tensor((M, N), dtype)):
+        with T.Kernel(m_num * n_num, is_npu=True) as (cid, vid):
+            bx = cid // n_num
+            by = cid % n_num
+            a_ub = T.alloc_ub((stages, rows, block_N), dtype)
+            b_ub = T.alloc_ub((stages, rows, block_N), dtype)
+            c_ub = T.alloc_ub((stages, rows, block_N), dtype)
+            with T.Scope("V"):
+                base = bx * block_M + vid * rows
+                T.set_flag("mte3", "mte2", 0)
+                T.set_flag("mte3", "mte2", 1)
+                T.wait_flag("mte3", "mte2", 0)
+                T.copy(A[base, by * block_N], a_ub[0, :, :])
+                T.copy(B[base, by * block_N], b_ub[0, :, :])
+                T.set_flag("mte2", "v", 0)
+                for mm in T.serial(vec_proc):
+                    cur = mm % stages
+                    nxt = (mm + 1) % stages
+                    if mm < vec_proc - 1:
+                        T.wait_flag("mte3", "mte2", nxt)
+                        T.copy(A[base + (mm + 1) * sub_M, by * block_N], a_ub[nxt, :, :])
+                        T.copy(B[base + (mm + 1) * sub_M, by * block_N], b_ub[nxt, :, :])
+                        T.set_flag("mte2", "v", nxt)
+                    T.wait_flag("mte2", "v", cur)
+                    for i, j in T.Parallel(rows, block_N):
+                        c_ub[cur, i, j] = a_ub[cur, i, j] + b_ub[cur, i, j]
+                    T.set_flag("v", "mte3", cur)
+                    T.wait_flag("v", "mte3", cur)
+                    T.copy(c_ub[cur, :, :], C[base + mm * sub_M, by * block_N])
+                    T.set_flag("mte3", "mte2", cur)
+                T.wait_flag("mte3", "mte2", 0)
+                T.wait_flag("mte3", "mte2", 1)
+
+    return main
+
+
+def gemm(M, N, K, block_M, block_N, K_L1, dtype="float16", accum_dtype="float32"):
+    """GM -> L1 (MTE2), gemm_v0: L1 -> L0A/L0B (MTE1) -> MMAD (M) -> L0C, L0C -> GM (FIX)."""
+    m_num, n_num = M // block_M, N // block_N
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype),
+             C: T.Tensor((M, N), dtype)):
+        with T.Kernel(m_num * n_num, is_npu=True) as (cid, _):
+            bx = cid // n_num
+            by = cid % n_num
+            A_L1 = T.alloc_L1((block_M, K_L1), dtype)
+            B_L1 = T.alloc_L1((K_L1, block_N), dtype)
+            C_L0 = T.alloc_L0C((block_M, block_N), accum_dtype)
+            with T.Scope("C"):
+                loop_k = T.ceildiv(K, K_L1)
+                for k in T.serial(loop_k):
+                    T.copy(A[bx * block_M, k * K_L1], A_L1)
+                    T.copy(B[k * K_L1, by * block_N], B_L1)
+                    T.barrier_all()
+                    T.gemm_v0(A_L1, B_L1, C_L0, init=(k == 0))
+                    T.barrier_all()
+                T.copy(C_L0, C[bx * block_M, by * block_N])
+
+    return main
+
+
+TARGET = "ascend"
+
+
+def main():
+    a, b = torch.randn(256, 256), torch.randn(256, 256)
+    add = tilewright.compile(vec_add(256, 256, 64, 128), out_idx=[-1], target=TARGET)
+    torch.testing.assert_close(add(a, b), a + b)
+    add2 = tilewright.compile(vec_add_pipelined(256, 256, 128, 128, 32), out_idx=[-1],
+                              target=TARGET)
+    torch.testing.assert_close(add2(a, b), a + b)
+    x, y = torch.randn(128, 256).half(), torch.randn(256, 128).half()
+    mm = tilewright.compile(gemm(128, 128, 256, 64, 64, 128), out_idx=[-1], target=TARGET)
+    torch.testing.assert_close(mm(x, y).float(), x.float() @ y.float(), rtol=1e-2, atol=1e-2)
+    print("elementwise add, double-buffered add and gemm_v0 GEMM match torch on the emulator")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,344 @@
+"""Ascend C code generation: one source file per kernel, with its host launch function.
+
+The kernel is ``extern "C" __global__ __aicore__``, of type MIX (1 AIC : 2 AIV). A ``TPipe``
+serves only as an allocator: one ``TBuf`` per memory, every buffer taken at the offset the
+memory plan gave it. Cube code sits under ``if ASCEND_IS_AIC``, vector code under
+``if ASCEND_IS_AIV``; statements outside ``T.Scope`` go to the core whose memories or pipes
+they use. Tile ops become Ascend C calls through the rules in :mod:`.lowering`.
+"""
+
+from __future__ import annotations
+
+import tvm
+from tilewright.errors import KernelError, span_location
+from tilewright.ir import decode
+from tilewright.plugin import DeviceCodegen, GeneratedSource
+from tvm import sym, tirx
+
+from . import __version__
+from .arch import ARCH, CUBE_SCOPES, MEMORIES, soc_of
+from .language.dialect import SCOPE_KEY
+from .lowering import RULES, core_of, ctype, parallel_rule
+from .passes import PLAN_KEY, dtype_bytes, gemm_calls
+
+_BINOPS = {"Add": "+", "Sub": "-", "Mul": "*", "Div": "/", "FloorDiv": "/", "FloorMod": "%",
+           "Mod": "%", "EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">=",
+           "And": "&&", "Or": "||"}
+CORES = ("AIC", "AIV")
+
+
+class Emitter:
+    """Walks one lowered PrimFunc and writes its Ascend C."""
+
+    def __init__(self, func: tirx.PrimFunc, name: str):
+        self.func, self.name = func, name
+        self.plan = {str(k): (str(v[0]), int(v[1]), int(v[2]))
+                     for k, v in func.attrs[PLAN_KEY].items()}
+        self.analyzer = sym.Analyzer()
+        self.lines: list[str] = []
+        self.depth = 0
+        self.var_names: dict = {}
+        self.used: set[str] = set()
+        self.core = "AIV"
+        self.scope: str | None = None
+        self.buffer_names: dict = {}
+
+    # -- names and expressions --------------------------------------------------------
+    def ident(self, wanted: str) -> str:
+        base = "".join(c if c.isalnum() or c == "_" else "_" for c in wanted) or "v"
+        name, n = base, 1
+        while name in self.used:
+            name, n = f"{base}_{n}", n + 1
+        self.used.add(name)
+        return name
+
+    def var(self, v) -> str:
+        if v not in self.var_names:
+            self.var_names[v] = self.ident(str(v.name))
+        return self.var_names[v]
+
+    def buf(self, buffer) -> str:
+        return self.buffer_names[str(buffer.name)]
+
+    def expr(self, e) -> str:
+        e = self.analyzer.simplify(e) if not isinstance(e, (int, float)) else e
+        return self._expr(e)
+
+    def _expr(self, e) -> str:
+        if isinstance(e, bool):
+            return "true" if e else "false"
+        if isinstance(e, (int, float)):
+            return repr(e)
+        kind = type(e).__name__
+        if kind == "IntImm":
+            return ("true" if e.value else "false") if str(e.ty) == "bool" else str(e.value)
+        if kind == "FloatImm":
+            return f"{float(e.value)!r}" + ("f" if str(e.ty) != "float64" else "")
+        if kind == "Var":
+            return self.var(e)
+        if kind in _BINOPS:
+            return f"({self._expr(e.a)} {_BINOPS[kind]} {self._expr(e.b)})"
+        if kind in ("Min", "Max"):
+            return f"{kind.lower()}({self._expr(e.a)}, {self._expr(e.b)})"
+        if kind == "Not":
+            return f"(!{self._expr(e.a)})"
+        if kind == "Cast":
+            return f"(({ctype(str(e.ty))}){self._expr(e.value)})"
+        if kind == "Select":
+            return (f"({self._expr(e.condition)} ? {self._expr(e.true_value)} : "
+                    f"{self._expr(e.false_value)})")
+        raise KernelError(f"backend 'ascend' cannot print the scalar expression {e} "
+                          f"({kind}) in Ascend C")
+
+    # -- output -----------------------------------------------------------------------
+    def line(self, text: str) -> None:
+        self.lines.append("    " * self.depth + text)
+
+    def block(self, head: str):
+        emitter = self
+
+        class _Block:
+            def __enter__(self):
+                emitter.line(head + " {")
+                emitter.depth += 1
+
+            def __exit__(self, *exc):
+                emitter.depth -= 1
+                emitter.line("}")
+
+        return _Block()
+
+    # -- statements -------------------------------------------------------------------
+    def projects(self, stmt) -> bool:
+        """Whether ``stmt`` has anything for the current core."""
+        mark = len(self.lines), self.depth, dict(self.var_names), set(self.used)
+        self.stmt(stmt)
+        found = len(self.lines) > mark[0]
+        del self.lines[mark[0]:]
+        self.depth, self.var_names, self.used = mark[1], mark[2], mark[3]
+        return found
+
+    def stmt(self, s) -> None:
+        kind = type(s).__name__
+        getattr(self, f"stmt_{kind}", self.stmt_unknown)(s)
+
+    def stmt_unknown(self, s):
+        raise KernelError(f"backend 'ascend' cannot generate code for {type(s).__name__}",
+                          span_location(getattr(s, "span", None)))
+
+    def stmt_SeqStmt(self, s):
+        for child in s.seq:
+            self.stmt(child)
+
+    def stmt_AllocBuffer(self, s):
+        pass  # declared at the top of the core's block
+
+    def stmt_Bind(self, s):
+        value = self.expr(s.value)
+        self.line(f"{ctype(str(s.var.ty))} {self.var(s.var)} = {value};")
+
+    def stmt_AttrStmt(self, s):
+        if s.attr_key != SCOPE_KEY:
+            return self.stmt(s.body)
+        want = "AIC" if str(s.value.value) == "C" else "AIV"
+        if want != self.core:
+            return None
+        self.scope = want
+        try:
+            self.stmt(s.body)
+        finally:
+            self.scope = None
+        return None
+
+    def stmt_IfThenElse(self, s):
+        has_then = self.projects(s.then_case)
+        has_else = s.else_case is not None and self.projects(s.else_case)
+        if not (has_then or has_else):
+            return
+        with self.block(f"if ({self.expr(s.condition)})"):
+            self.stmt(s.then_case)
+        if has_else:
+            self.lines[-1] += " else {"
+            self.depth += 1
+            self.stmt(s.else_case)
+            self.depth -= 1
+            self.line("}")
+
+    def stmt_For(self, s):
+        if str(s.annotations.get("tw.loop", "")) == "parallel":
+            return self.emit_rule(lambda: parallel_rule(self, s), s.span, "AIV", "T.Parallel")
+        if not self.projects(s.body):
+            return None
+        self.analyzer.bind(s.loop_var, tvm.ir.Range.from_min_extent(s.min, s.extent))
+        v = self.var(s.loop_var)
+        lo, hi = self.expr(s.min), self.expr(s.min + s.extent)
+        with self.block(f"for (int32_t {v} = {lo}; {v} < {hi}; ++{v})"):
+            self.stmt(s.body)
+        return None
+
+    def stmt_Evaluate(self, s):
+        call = decode(s)
+        if call is None:
+            if isinstance(s.value, tirx.IntImm):
+                return None
+            raise KernelError(f"backend 'ascend' cannot generate code for {s.value}",
+                              span_location(s.span))
+        rule = RULES.get(call.name)
+        if rule is None:
+            raise KernelError(f"T.{call.name} is not supported by backend 'ascend'; rewrite "
+                              "the kernel without it", span_location(call.span))
+        cores = core_of(call)
+        return self.emit_rule(lambda: rule(self, call), call.span, cores,
+                              f"T.{call.name.removeprefix('ascend.')}")
+
+    def emit_rule(self, fn, span, cores, what):
+        where = span_location(span)
+        if self.scope is not None and cores is not None and self.scope not in cores:
+            other = "T.Scope('C') (cube core)" if self.scope == "AIC" else \
+                "T.Scope('V') (vector core)"
+            raise KernelError(f"{what} runs on the {'/'.join(cores)} core but is inside "
+                              f"{other}", where)
+        if self.scope is None and cores is not None and self.core not in cores:
+            return None
+        if self.scope is None and cores is None:
+            raise KernelError(f"{what} outside T.Scope: put it inside T.Scope('C') or "
+                              "T.Scope('V') so the backend knows which core runs it", where)
+        try:
+            fn()
+        except KernelError as exc:
+            if exc.location is None:
+                raise KernelError(exc.message, where) from exc
+            raise
+        return None
+
+    # -- the file ---------------------------------------------------------------------
+    def core_block(self, core: str, body, cid, vid) -> None:
+        self.core = core
+        if not self.projects(body):
+            return
+        guard = "ASCEND_IS_AIC" if core == "AIC" else "ASCEND_IS_AIV"
+        with self.block(f"if {guard}"):
+            for name, (scope, offset, size) in self.plan.items():
+                if (scope in CUBE_SCOPES) != (core == "AIC") or name not in self.buffer_dtypes:
+                    continue
+                dt = self.buffer_dtypes[name]
+                count = size // dtype_bytes(dt)
+                self.line(f"LocalTensor<{ctype(dt)}> {self.buffer_names[name]} = "
+                          f"{self.memory_var(scope)}.GetWithOffset<{ctype(dt)}>({count}, "
+                          f"{offset});")
+                self.line(f"TW_DEBUG_NAME({self.buffer_names[name]});")
+            if core == "AIC":
+                self.line(f"int32_t {self.var(cid)} = GetBlockIdx();")
+                self.line(f"int32_t {self.var(vid)} = 0;")
+            else:
+                self.line(f"int32_t {self.var(cid)} = GetBlockIdx() / 2;")
+                self.line(f"int32_t {self.var(vid)} = GetSubBlockIdx();")
+            self.stmt(body)
+        self.var_names.pop(cid, None)
+        self.var_names.pop(vid, None)
+        self.used.discard(str(cid.name))
+        self.used.discard(str(vid.name))
+
+    def gemm_index(self, call) -> int:
+        for n, other in enumerate(self.gemms):
+            if other.stmt.same_as(call.stmt):
+                return n
+        raise KernelError("internal error: T.gemm_v0 missing from the memory plan")
+
+    def memory_var(self, scope: str) -> str:
+        return scope.split(".")[-1] + "_mem"
+
+    def generate(self, blocks: int, soc: str) -> str:
+        func = self.func
+        cid_loop = func.body
+        if not (isinstance(cid_loop, tirx.For) and isinstance(cid_loop.body, tirx.For)):
+            raise KernelError("backend 'ascend' compiles kernels written with "
+                              "'T.Kernel(n, is_npu=True) as (cid, vid)' from "
+                              "tilewright_ascend.language")
+        vid_loop = cid_loop.body
+        self.buffer_dtypes = {}
+        for alloc in _allocs(func):
+            self.buffer_dtypes[str(alloc.buffer.name)] = str(alloc.buffer.dtype)
+            self.buffer_names[str(alloc.buffer.name)] = self.ident(str(alloc.buffer.name))
+        for name, (scope, _, size) in self.plan.items():
+            if name not in self.buffer_names:  # hidden staging tiles of gemm_v0
+                self.buffer_names[name] = self.ident(name)
+        self.gemms = gemm_calls(func)
+        for n, call in enumerate(self.gemms):
+            self.buffer_dtypes[f"gemm{n}_l0a"] = str(call.operands["A"].buffer.dtype)
+            self.buffer_dtypes[f"gemm{n}_l0b"] = str(call.operands["B"].buffer.dtype)
+        params = []
+        for p in func.params:
+            buf = func.buffer_map.get(p, p) if hasattr(func, "buffer_map") else p
+            if not isinstance(buf, tirx.Buffer):
+                raise KernelError(f"parameter {p.name!r}: backend 'ascend' takes tensor "
+                                  "parameters only")
+            self.buffer_names[str(buf.name)] = self.ident(str(buf.name))
+            params.append(buf)
+        head = [
+            f"// Ascend C generated by tilewright-ascend {__version__} for kernel "
+            f"'{self.name}' (SoC {soc}, {ARCH})",
+            '#include "kernel_operator.h"',
+            "using namespace AscendC;",
+            "",
+            "#ifndef TW_DEBUG_NAME",
+            "#define TW_DEBUG_NAME(t)",
+            "#endif",
+            "",
+        ]
+        self.lines = head
+        args = ", ".join(f"GM_ADDR {self.buf(b)}_addr" for b in params)
+        kernel = f"{self.name}_kernel"
+        self.kernel_symbol = kernel
+        with self.block(f'extern "C" __global__ __aicore__ void {kernel}({args})'):
+            self.line("KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);")
+            self.line("TPipe pipe;")
+            for scope in MEMORIES:
+                if any(v[0] == scope for v in self.plan.values()):
+                    position, size = MEMORIES[scope]
+                    mem = self.memory_var(scope)
+                    self.line(f"TBuf<TPosition::{position}> {mem};")
+                    self.line(f"pipe.InitBuffer({mem}, {size});")
+            for b in params:
+                t = ctype(str(b.dtype))
+                self.line(f"GlobalTensor<{t}> {self.buf(b)};")
+                self.line(f"{self.buf(b)}.SetGlobalBuffer((__gm__ {t}*){self.buf(b)}_addr);")
+            for core in CORES:
+                self.core_block(core, vid_loop.body, cid_loop.loop_var, vid_loop.loop_var)
+        host_args = ", ".join(f"uint8_t* {self.buf(b)}" for b in params)
+        call_args = ", ".join(self.buf(b) for b in params)
+        self.line("")
+        self.line("#ifndef __TW_EMULATOR__")
+        self.line(f"// host launch: {blocks} AI core groups (1 AIC + 2 AIV each)")
+        with self.block(f'extern "C" void {self.name}_launch(void* stream, {host_args})'):
+            self.line(f"{kernel}<<<{blocks}, nullptr, stream>>>({call_args});")
+        self.line("#endif")
+        self.params = params
+        return "\n".join(self.lines) + "\n"
+
+
+def _allocs(func):
+    from .passes import allocations
+
+    return allocations(func)
+
+
+def generate(mod: tvm.IRModule, ctx) -> GeneratedSource:
+    (gvar, func), = list(mod.functions.items())
+    grid = func.body.extent if isinstance(func.body, tirx.For) else None
+    if not isinstance(grid, tirx.IntImm):
+        raise KernelError("backend 'ascend' needs a grid size known at compile time in "
+                          "T.Kernel(n, is_npu=True)")
+    soc = soc_of(ctx.target)
+    if int(grid.value) > soc.aic:
+        pass  # more blocks than cores run in waves; the runtime schedules them
+    emitter = Emitter(func, ctx.func_name)
+    text = emitter.generate(int(grid.value), soc.name)
+    payload = {"kernel": emitter.kernel_symbol, "blocks": int(grid.value),
+               "params": [(emitter.buf(b), str(b.dtype),
+                           [int(s) for s in b.shape]) for b in emitter.params]}
+    return GeneratedSource(text=text, language="ascendc", file_ext="cpp", payload=payload,
+                           entry=ctx.func_name)
+
+
+CODEGEN = DeviceCodegen(language="ascendc", file_ext="cpp", generate=generate)

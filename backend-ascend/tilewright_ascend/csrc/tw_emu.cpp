@@ -1,0 +1,500 @@
+// The emulator runtime: records each core's instruction queues, runs them adversarially,
+// detects races with per-byte shadow state and vector clocks, and checks synchronisation.
+#include <algorithm>
+#include <cstdarg>
+#include <map>
+#include <string>
+
+#include "kernel_operator.h"
+
+namespace tw_emu {
+namespace {
+constexpr int CORES = 3;                 // AIC, AIV0, AIV1 of one AI core group
+constexpr int LANES = CORES * NPIPE;     // one in-order queue per (core, pipe)
+constexpr uint64_t GM_GRAIN = 32;        // GM shadow granule (bytes); on-chip is per byte
+const char* PIPE_NAMES[NPIPE] = {"S", "V", "M", "MTE1", "MTE2", "MTE3", "FIX"};
+const char* SPACE_NAMES[NSPACE] = {"GM", "UB", "L1", "L0A", "L0B", "L0C"};
+const char* CORE_NAMES[CORES] = {"AIC", "AIV0", "AIV1"};
+const uint64_t CAPACITY[NSPACE] = {0, 196352, 524032, 65536, 65536, 131072};
+
+enum Kind { DATA, SET, WAIT, BARRIER, CSET, CWAIT };
+
+struct Instr {
+    Kind kind;
+    int lane, line;
+    const char* what;
+    std::vector<Acc> acc;
+    std::function<void()> fn;
+    int src = 0, dst = 0, id = 0, group = 0, mode = 0;
+    double cost = 0;
+    uint64_t bytes = 0;
+    uint32_t local = 0;  // position in its lane, from 1
+};
+
+struct Shadow { uint32_t w; uint32_t r[NPIPE]; };       // on-chip: instr ids (+1), 0 = none
+struct GmShadow { uint32_t w; uint32_t r[LANES]; };
+
+struct Flag { bool set = false; int line = 0; double time = 0; uint32_t vc[LANES]; };
+struct Cross { int count = 0; double time = 0; uint32_t vc[LANES]; int line = 0; };
+
+struct Arg { uint64_t begin, end; std::string name; std::vector<GmShadow> shadow; };
+struct Name { int core, space; uint64_t off, len; std::string name; };
+
+struct State {
+    int blocks = 0, block = 0, core = 0;
+    std::vector<uint8_t> mem[CORES][NSPACE];
+    std::vector<Shadow> shadow[CORES][NSPACE];
+    uint64_t inited[CORES][NSPACE];
+    std::vector<Instr> instrs;
+    std::vector<uint32_t> queue[LANES];
+    std::vector<Arg> args;
+    std::vector<Name> names;
+    std::string report;
+    int errors = 0, races = 0, groups = 0;
+    std::map<std::string, int> seen;
+    // statistics
+    uint64_t n_instr[CORES][NPIPE], n_bytes[CORES][NPIPE];
+    double busy[CORES][NPIPE], overlap_mte2 = 0, mte2_total = 0, span = 0;
+    std::vector<std::pair<double, double>> intervals[CORES][NPIPE];
+};
+State* S = nullptr;
+
+std::string where(int line) { return "kernel.cpp:" + std::to_string(line); }
+std::string lane_name(int lane) {
+    return std::string(PIPE_NAMES[lane % NPIPE]) + "@" + CORE_NAMES[lane / NPIPE];
+}
+
+void add_report(const std::string& key, const std::string& text) {
+    if (S->seen.count(key)) return;
+    S->seen[key] = 1;
+    if (S->errors < 50) S->report += "error: " + text + "\n";
+    S->errors++;
+}
+
+std::string name_of(int core, int space, uint64_t off) {
+    if (space == SGM) {
+        for (auto& a : S->args)
+            if (off >= a.begin && off < a.end) return "'" + a.name + "'";
+        return "GM";
+    }
+    for (auto& n : S->names)
+        if (n.core == core && n.space == space && off >= n.off && off < n.off + n.len)
+            return "'" + n.name + "'";
+    return "unnamed";
+}
+
+uint32_t* vc_of_lane(std::vector<std::vector<uint32_t>>& vc, int lane) { return vc[lane].data(); }
+}  // namespace
+
+bool is_aic() { return S->core == 0; }
+bool is_aiv() { return S->core != 0; }
+int block_idx() { return S->block; }
+int block_num() { return S->blocks; }
+int sub_block_idx() { return S->core == 0 ? 0 : S->core - 1; }
+const char* space_name(int space) { return SPACE_NAMES[space]; }
+
+uint8_t* space_base(int space) {
+    auto& m = S->mem[S->core][space];
+    if (m.empty()) m.assign(CAPACITY[space], 0);
+    return m.data();
+}
+
+void error(int line, const char* fmt, ...) {
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    add_report(std::to_string(line) + buf, std::string(buf) + " (" + where(line) + ", block " +
+               std::to_string(S->block) + " " + CORE_NAMES[S->core] + ")");
+}
+
+void init_buffer(int space, uint64_t bytes, int line) {
+    if (space == SGM) return;
+    if (S->core == 0 ? space == SUB : space != SUB) return;  // the other core type's memory
+    if (bytes > CAPACITY[space])
+        error(line, "InitBuffer asks %llu bytes of %s, which holds %llu bytes",
+              (unsigned long long)bytes, SPACE_NAMES[space], (unsigned long long)CAPACITY[space]);
+}
+
+bool check_local(int space, uint64_t off, uint64_t bytes, int line) {
+    bool ok = true;
+    if (off % 32) {
+        error(line, "%s tensor at offset %llu is not 32-byte aligned", SPACE_NAMES[space],
+              (unsigned long long)off);
+        ok = false;
+    }
+    if (off + bytes > CAPACITY[space]) {
+        error(line, "%s tensor of %llu bytes at offset %llu exceeds the %llu bytes of %s",
+              SPACE_NAMES[space], (unsigned long long)bytes, (unsigned long long)off,
+              (unsigned long long)CAPACITY[space], SPACE_NAMES[space]);
+        ok = false;
+    }
+    return ok;
+}
+
+void name_range(int space, uint64_t off, uint64_t len, const char* name) {
+    for (auto& n : S->names)
+        if (n.core == S->core && n.space == space && n.off == off && n.name == name) return;
+    S->names.push_back({S->core, space, off, len, name});
+}
+
+static void push(Instr in, int pipe) {
+    in.lane = S->core * NPIPE + pipe;
+    S->instrs.push_back(std::move(in));
+    S->queue[S->instrs.back().lane].push_back(uint32_t(S->instrs.size() - 1));
+}
+
+void issue(int pipe, const char* what, int line, std::vector<Acc> acc, std::function<void()> fn,
+           double cost, uint64_t bytes) {
+    for (auto& a : acc) {
+        if (a.space == SGM || a.len == 0) continue;
+        if (a.off + a.len > CAPACITY[a.space]) {
+            error(line, "%s touches %s bytes [%llu, %llu), beyond its %llu bytes", what,
+                  SPACE_NAMES[a.space], (unsigned long long)a.off,
+                  (unsigned long long)(a.off + a.len), (unsigned long long)CAPACITY[a.space]);
+            return;
+        }
+    }
+    Instr in{DATA, 0, line, what, std::move(acc), std::move(fn)};
+    in.cost = cost;
+    in.bytes = bytes;
+    push(std::move(in), pipe);
+}
+
+static bool event_ok(int src, int dst, int id, int line, const char* what) {
+    if (id < 0 || id > 7) {
+        error(line, "%s<%s_%s>(%d): event id %d is out of range 0-7", what, PIPE_NAMES[src],
+              PIPE_NAMES[dst], id, id);
+        return false;
+    }
+    return true;
+}
+
+void issue_set(int src, int dst, int id, int line) {
+    if (!event_ok(src, dst, id, line, "SetFlag")) return;
+    Instr in{SET, 0, line, "SetFlag"};
+    in.src = src, in.dst = dst, in.id = id;
+    push(std::move(in), src);
+}
+
+void issue_wait(int src, int dst, int id, int line) {
+    if (!event_ok(src, dst, id, line, "WaitFlag")) return;
+    Instr in{WAIT, 0, line, "WaitFlag"};
+    in.src = src, in.dst = dst, in.id = id;
+    push(std::move(in), dst);
+}
+
+void issue_barrier_all(int line) {
+    int group = ++S->groups;
+    for (int p = 0; p < NPIPE; ++p) {
+        Instr in{BARRIER, 0, line, "PipeBarrier<PIPE_ALL>"};
+        in.group = group;
+        push(std::move(in), p);
+    }
+}
+
+void issue_cross_set(int pipe, int id, int mode, int line) {
+    if (id < 0 || id > 10) { error(line, "CrossCoreSetFlag(%d): flag id out of range 0-10", id); return; }
+    Instr in{CSET, 0, line, "CrossCoreSetFlag"};
+    in.id = id, in.mode = mode;
+    push(std::move(in), pipe);
+}
+
+void issue_cross_wait(int id, int line) {
+    if (id < 0 || id > 10) { error(line, "CrossCoreWaitFlag(%d): flag id out of range 0-10", id); return; }
+    Instr in{CWAIT, 0, line, "CrossCoreWaitFlag"};
+    in.id = id;
+    push(std::move(in), PS);
+}
+
+namespace {
+struct Run {
+    std::vector<std::vector<uint32_t>> vc = std::vector<std::vector<uint32_t>>(LANES, std::vector<uint32_t>(LANES, 0));
+    size_t head[LANES] = {0};
+    double ready[LANES] = {0};
+    Flag flags[CORES][NPIPE][NPIPE][8];
+    Cross cross[CORES][11];
+};
+
+bool ordered(const Run& run, int lane, uint32_t prior) {
+    if (prior == 0) return true;
+    const Instr& p = S->instrs[prior - 1];
+    return p.lane == lane || run.vc[lane][p.lane] >= p.local;
+}
+
+void race(const Instr& now, uint32_t prior, const Acc& a, uint64_t off, bool prior_write) {
+    const Instr& p = S->instrs[prior - 1];
+    int core = now.lane / NPIPE;
+    std::string buf = name_of(core, a.space, off);
+    std::string key = std::to_string(p.line) + "/" + std::to_string(now.line) + buf;
+    const char* kind = prior_write ? (a.write ? "write-after-write" : "read-after-write")
+                                   : "write-after-read";
+    S->races++;
+    add_report(key, std::string("race (") + kind + ") on " + SPACE_NAMES[a.space] + " buffer " +
+               buf + ": " + now.what + " on " + lane_name(now.lane) + " (" + where(now.line) +
+               ") is not ordered after " + p.what + " on " + lane_name(p.lane) + " (" +
+               where(p.line) + "); add set_flag/wait_flag between " + PIPE_NAMES[p.lane % NPIPE] +
+               " and " + PIPE_NAMES[now.lane % NPIPE] + " (block " + std::to_string(S->block) + ")");
+}
+
+void check_access(Run& run, const Instr& in, uint32_t id) {
+    int lane = in.lane, core = lane / NPIPE, pipe = lane % NPIPE;
+    for (const Acc& a : in.acc) {
+        if (a.len == 0) continue;
+        if (a.space == SGM) {
+            for (auto& arg : S->args) {
+                if (a.off + a.len <= arg.begin || a.off >= arg.end) continue;
+                uint64_t lo = (std::max(a.off, arg.begin) - arg.begin) / GM_GRAIN;
+                uint64_t hi = (std::min(a.off + a.len, arg.end) - arg.begin + GM_GRAIN - 1) / GM_GRAIN;
+                for (uint64_t g = lo; g < hi; ++g) {
+                    GmShadow& sh = arg.shadow[g];
+                    if (!ordered(run, lane, sh.w)) race(in, sh.w, a, arg.begin + g * GM_GRAIN, true);
+                    if (a.write)
+                        for (int l = 0; l < LANES; ++l)
+                            if (!ordered(run, lane, sh.r[l])) race(in, sh.r[l], a, arg.begin + g * GM_GRAIN, false);
+                    if (a.write) { sh.w = id; std::fill(sh.r, sh.r + LANES, 0u); }
+                    else sh.r[lane] = id;
+                }
+            }
+            continue;
+        }
+        auto& shadow = S->shadow[core][a.space];
+        if (shadow.empty()) shadow.assign(CAPACITY[a.space], Shadow{});
+        for (uint64_t b = a.off; b < a.off + a.len; ++b) {
+            Shadow& sh = shadow[b];
+            if (sh.w && !ordered(run, lane, sh.w)) race(in, sh.w, a, b, true);
+            if (a.write) {
+                for (int p = 0; p < NPIPE; ++p)
+                    if (sh.r[p] && p != pipe && !ordered(run, lane, sh.r[p])) race(in, sh.r[p], a, b, false);
+                sh.w = id;
+                std::fill(sh.r, sh.r + NPIPE, 0u);
+            } else {
+                sh.r[pipe] = id;
+            }
+        }
+    }
+}
+
+bool runnable(Run& run, const Instr& in) {
+    int core = in.lane / NPIPE;
+    switch (in.kind) {
+    case WAIT: return run.flags[core][in.src][in.dst][in.id].set;
+    case BARRIER:
+        for (int p = 0; p < NPIPE; ++p) {
+            int l = core * NPIPE + p;
+            if (run.head[l] >= S->queue[l].size()) return false;
+            const Instr& h = S->instrs[S->queue[l][run.head[l]]];
+            if (h.kind != BARRIER || h.group != in.group) return false;
+        }
+        return true;
+    case CWAIT: return run.cross[core][in.id].count >= (core == 0 ? 2 : 1);
+    default: return true;
+    }
+}
+
+void join(uint32_t* into, const uint32_t* from) {
+    for (int l = 0; l < LANES; ++l) into[l] = std::max(into[l], from[l]);
+}
+
+void execute(Run& run, int lane) {
+    uint32_t index = S->queue[lane][run.head[lane]];
+    Instr& in = S->instrs[index];
+    int core = lane / NPIPE, pipe = lane % NPIPE;
+    uint32_t* vc = run.vc[lane].data();
+    if (in.kind == BARRIER) {
+        std::vector<uint32_t> all(LANES, 0);
+        double t = 0;
+        for (int p = 0; p < NPIPE; ++p) {
+            int l = core * NPIPE + p;
+            Instr& b = S->instrs[S->queue[l][run.head[l]]];
+            b.local = ++run.vc[l][l];
+            join(all.data(), run.vc[l].data());
+            t = std::max(t, run.ready[l]);
+        }
+        for (int p = 0; p < NPIPE; ++p) {
+            int l = core * NPIPE + p;
+            join(run.vc[l].data(), all.data());
+            run.ready[l] = t;
+            run.head[l]++;
+        }
+        return;
+    }
+    in.local = ++vc[lane];
+    double start = run.ready[lane];
+    if (in.kind == DATA) {
+        check_access(run, in, index + 1);
+        if (in.fn) in.fn();
+        run.ready[lane] = start + in.cost;
+        S->n_instr[core][pipe]++;
+        S->n_bytes[core][pipe] += in.bytes;
+        S->busy[core][pipe] += in.cost;
+        S->intervals[core][pipe].push_back({start, start + in.cost});
+    } else if (in.kind == SET) {
+        Flag& f = run.flags[core][in.src][in.dst][in.id];
+        if (f.set)
+            add_report("set" + std::to_string(in.line) + "/" + std::to_string(S->block),
+                       std::string("SetFlag<") + PIPE_NAMES[in.src] + "_" + PIPE_NAMES[in.dst] +
+                       ">(" + std::to_string(in.id) + ") at " + where(in.line) +
+                       " raises a flag that is already set (by " + where(f.line) +
+                       ") and not yet waited: unpaired set");
+        f.set = true;
+        f.line = in.line;
+        f.time = start;
+        std::copy(vc, vc + LANES, f.vc);
+    } else if (in.kind == WAIT) {
+        Flag& f = run.flags[core][in.src][in.dst][in.id];
+        f.set = false;
+        join(vc, f.vc);
+        vc[lane] = in.local;
+        run.ready[lane] = std::max(start, f.time);
+    } else if (in.kind == CSET) {
+        std::vector<int> targets = core == 0 ? std::vector<int>{1, 2} : std::vector<int>{0};
+        for (int t : targets) {
+            Cross& c = run.cross[t][in.id];
+            if (c.count >= 15)
+                add_report("cross" + std::to_string(in.line), "CrossCoreSetFlag(" + std::to_string(in.id) +
+                           ") at " + where(in.line) + " has more than 15 pending sets");
+            c.count++;
+            join(c.vc, vc);
+            c.time = std::max(c.time, start);
+            c.line = in.line;
+        }
+    } else if (in.kind == CWAIT) {
+        Cross& c = run.cross[core][in.id];
+        c.count -= core == 0 ? 2 : 1;
+        join(vc, c.vc);
+        vc[lane] = in.local;
+        run.ready[lane] = std::max(start, c.time);
+    }
+    run.head[lane]++;
+}
+
+double union_overlap(std::vector<std::pair<double, double>> a, std::vector<std::pair<double, double>> b) {
+    // length of (union of a) intersected with (union of b)
+    auto merge = [](std::vector<std::pair<double, double>>& v) {
+        std::sort(v.begin(), v.end());
+        std::vector<std::pair<double, double>> out;
+        for (auto& iv : v) {
+            if (!out.empty() && iv.first <= out.back().second) out.back().second = std::max(out.back().second, iv.second);
+            else out.push_back(iv);
+        }
+        v = out;
+    };
+    merge(a);
+    merge(b);
+    double total = 0;
+    size_t i = 0, j = 0;
+    while (i < a.size() && j < b.size()) {
+        double lo = std::max(a[i].first, b[j].first), hi = std::min(a[i].second, b[j].second);
+        if (hi > lo) total += hi - lo;
+        (a[i].second < b[j].second) ? ++i : ++j;
+    }
+    return total;
+}
+
+void run_block() {
+    Run run;
+    size_t total = S->instrs.size(), done = 0;
+    while (done < total) {
+        int best = -1;
+        uint32_t best_index = 0;
+        for (int l = 0; l < LANES; ++l) {
+            if (run.head[l] >= S->queue[l].size()) continue;
+            uint32_t index = S->queue[l][run.head[l]];
+            if (!runnable(run, S->instrs[index])) continue;
+            if (best < 0 || index > best_index) best = l, best_index = index;  // latest issued first
+        }
+        if (best < 0) {
+            for (int l = 0; l < LANES; ++l) {
+                if (run.head[l] >= S->queue[l].size()) continue;
+                const Instr& in = S->instrs[S->queue[l][run.head[l]]];
+                std::string what = in.kind == WAIT
+                    ? std::string("WaitFlag<") + PIPE_NAMES[in.src] + "_" + PIPE_NAMES[in.dst] + ">(" + std::to_string(in.id) + ")"
+                    : std::string(in.what);
+                add_report("dead" + std::to_string(in.line),
+                           what + " at " + where(in.line) + " on " + lane_name(l) +
+                           " can never be satisfied: no matching set is left (deadlock; block " +
+                           std::to_string(S->block) + ")");
+            }
+            break;
+        }
+        if (S->instrs[best_index].kind == BARRIER) done += NPIPE; else done += 1;
+        execute(run, best);
+    }
+    for (int c = 0; c < CORES; ++c)
+        for (int s = 0; s < NPIPE; ++s)
+            for (int d = 0; d < NPIPE; ++d)
+                for (int id = 0; id < 8; ++id)
+                    if (run.flags[c][s][d][id].set)
+                        add_report("left" + std::to_string(run.flags[c][s][d][id].line),
+                                   std::string("SetFlag<") + PIPE_NAMES[s] + "_" + PIPE_NAMES[d] + ">(" +
+                                   std::to_string(id) + ") at " + where(run.flags[c][s][d][id].line) +
+                                   " is never waited: flag left set at kernel end (" + CORE_NAMES[c] + ")");
+    double end = 0;
+    for (int l = 0; l < LANES; ++l) end = std::max(end, run.ready[l]);
+    S->span += end;
+    for (int c = 0; c < CORES; ++c) {
+        auto compute = S->intervals[c][PV];
+        compute.insert(compute.end(), S->intervals[c][PM].begin(), S->intervals[c][PM].end());
+        S->overlap_mte2 += union_overlap(S->intervals[c][PMTE2], compute);
+        for (auto& iv : S->intervals[c][PMTE2]) S->mte2_total += iv.second - iv.first;
+        for (int p = 0; p < NPIPE; ++p) S->intervals[c][p].clear();
+    }
+}
+}  // namespace
+
+int launch(int blocks, int nargs, void** args, const int64_t* sizes, const char** names,
+           const std::function<void()>& kernel) {
+    delete S;
+    S = new State();
+    S->blocks = blocks;
+    for (int i = 0; i < nargs; ++i) {
+        Arg a;
+        a.begin = (uint64_t)(uintptr_t)args[i];
+        a.end = a.begin + sizes[i];
+        a.name = names[i];
+        a.shadow.assign(sizes[i] / GM_GRAIN + 2, GmShadow{});
+        S->args.push_back(std::move(a));
+    }
+    for (int b = 0; b < blocks; ++b) {
+        S->block = b;
+        S->instrs.clear();
+        S->names.clear();
+        for (int l = 0; l < LANES; ++l) S->queue[l].clear();
+        for (int c = 0; c < CORES; ++c) {
+            S->core = c;
+            kernel();
+        }
+        for (int c = 0; c < CORES; ++c)
+            for (int s = 0; s < NSPACE; ++s)
+                if (!S->shadow[c][s].empty()) std::fill(S->shadow[c][s].begin(), S->shadow[c][s].end(), Shadow{});
+        run_block();
+    }
+    return S->errors;
+}
+}  // namespace tw_emu
+
+extern "C" const char* tw_emu_report() { return tw_emu::S ? tw_emu::S->report.c_str() : ""; }
+
+extern "C" const char* tw_emu_stats() {
+    static std::string out;
+    using namespace tw_emu;
+    if (!S) return "{}";
+    out = "{\"cycles\": " + std::to_string(S->span) + ", \"races\": " + std::to_string(S->races) +
+          ", \"mte2_overlap\": " + std::to_string(S->mte2_total > 0 ? S->overlap_mte2 / S->mte2_total : 0.0) +
+          ", \"pipes\": {";
+    bool first = true;
+    for (int p = 0; p < NPIPE; ++p) {
+        uint64_t n = 0, bytes = 0;
+        double busy = 0;
+        for (int c = 0; c < CORES; ++c) n += S->n_instr[c][p], bytes += S->n_bytes[c][p], busy += S->busy[c][p];
+        if (!n) continue;
+        out += std::string(first ? "" : ", ") + "\"" + PIPE_NAMES[p] + "\": {\"instructions\": " +
+               std::to_string(n) + ", \"bytes\": " + std::to_string(bytes) + ", \"busy_cycles\": " +
+               std::to_string(busy) + "}";
+        first = false;
+    }
+    out += "}}";
+    return out.c_str();
+}

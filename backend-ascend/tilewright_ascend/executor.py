@@ -1,0 +1,213 @@
+"""Executors: the CPU emulator of the generated Ascend C, and bisheng + torch_npu on an NPU.
+
+The emulator compiles the generated source with the host C++ compiler against
+``csrc/kernel_operator.h`` (the subset of the Ascend C API our codegen uses) and the runtime
+``csrc/tw_emu.cpp`` (compiled once per runtime version and cached), then runs it on CPU
+torch tensors through ctypes. Races and synchronisation errors raise :class:`EmulatorError`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from tilewright.errors import TilewrightError
+from tilewright.plugin import Availability, Executor, GeneratedSource
+
+CSRC = Path(__file__).parent / "csrc"
+LIBRARY = "kernel.so"
+META = "emulator.json"
+FLAGS = ["-std=c++17", "-O1", "-fPIC", "-D__TW_EMULATOR__"]
+_last_stats: dict = {}
+
+
+class EmulatorError(TilewrightError):
+    """The emulator found races or synchronisation errors in the generated Ascend C."""
+
+
+def _compiler() -> str | None:
+    return os.environ.get("CXX") or shutil.which("g++") or shutil.which("clang++")
+
+
+def emulator_available() -> Availability:
+    if _compiler() is None:
+        return Availability(False, "no C++ compiler (g++ or clang++) on PATH; install g++")
+    return Availability(True)
+
+
+def npu_available() -> Availability:
+    """Whether CANN, bisheng and torch_npu are present; never imports torch_npu."""
+    missing = []
+    if not os.environ.get("ASCEND_HOME_PATH"):
+        missing.append("ASCEND_HOME_PATH is not set (source ascend-toolkit/set_env.sh)")
+    if shutil.which("bisheng") is None:
+        missing.append("bisheng is not on PATH (part of CANN)")
+    if importlib.util.find_spec("torch_npu") is None:
+        missing.append("torch_npu is not installed")
+    return Availability(not missing, "; ".join(missing))
+
+
+def _runtime_object() -> Path:
+    """``tw_emu.o``, built once per (runtime sources, compiler) and kept in a user cache."""
+    digest = hashlib.sha256()
+    for path in sorted(CSRC.iterdir()):
+        digest.update(path.name.encode() + path.read_bytes())
+    digest.update(" ".join([_compiler() or "", *FLAGS]).encode())
+    root = Path(os.environ.get("TILEWRIGHT_ASCEND_EMU_DIR") or
+                Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") /
+                "tilewright-ascend")
+    target = root / f"tw_emu-{digest.hexdigest()[:16]}.o"
+    if not target.exists():
+        root.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(suffix=".o", dir=root)
+        os.close(fd)
+        _run([_compiler(), *FLAGS, "-O2", "-I", str(CSRC), "-c", str(CSRC / "tw_emu.cpp"),
+              "-o", tmp])
+        os.replace(tmp, target)
+    return target
+
+
+def _run(cmd: list[str]) -> None:
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode:
+        raise TilewrightError(f"the emulator build failed:\n  {' '.join(cmd)}\n"
+                              f"{proc.stderr[-4000:]}")
+
+
+def _harness(payload: dict) -> str:
+    params = payload["params"]
+    decl = ", ".join("uint8_t*" for _ in params)
+    call = ", ".join(f"(uint8_t*)args[{i}]" for i in range(len(params)))
+    return (
+        "#include <cstdint>\n#include <functional>\n"
+        "namespace tw_emu { int launch(int, int, void**, const int64_t*, const char**, "
+        "const std::function<void()>&); }\n"
+        f'extern "C" void {payload["kernel"]}({decl});\n'
+        'extern "C" int tw_run(void** args, const int64_t* sizes, const char** names) {\n'
+        f'    return tw_emu::launch({payload["blocks"]}, {len(params)}, args, sizes, names, '
+        f'[&] {{ {payload["kernel"]}({call}); }});\n}}\n')
+
+
+class EmulatedKernel:
+    """The loaded emulator library, callable with the kernel's CPU torch tensors."""
+
+    def __init__(self, path: Path, meta: dict):
+        self.meta = meta
+        self.lib = ctypes.CDLL(str(path))
+        self.lib.tw_run.restype = ctypes.c_int
+        self.lib.tw_emu_report.restype = ctypes.c_char_p
+        self.lib.tw_emu_stats.restype = ctypes.c_char_p
+        params = meta["params"]
+        self.names = (ctypes.c_char_p * len(params))(*[p[0].encode() for p in params])
+        self.last_stats: dict = {}
+
+    def __call__(self, *tensors):
+        params = self.meta["params"]
+        ptrs, sizes = [], []
+        for (name, _, _), t in zip(params, tensors):
+            if getattr(t, "device", None) is not None and t.device.type != "cpu":
+                raise TilewrightError(f"the Ascend emulator runs on CPU tensors; argument "
+                                      f"{name!r} is on {t.device}")
+            if not t.is_contiguous():
+                raise TilewrightError(f"argument {name!r} must be contiguous")
+            ptrs.append(t.data_ptr())
+            sizes.append(t.numel() * t.element_size())
+        args = (ctypes.c_void_p * len(ptrs))(*ptrs)
+        c_sizes = (ctypes.c_int64 * len(sizes))(*sizes)
+        errors = self.lib.tw_run(args, c_sizes, self.names)
+        self.last_stats = json.loads(self.lib.tw_emu_stats().decode())
+        _last_stats.clear()
+        _last_stats.update(self.last_stats)
+        if errors:
+            report = self.lib.tw_emu_report().decode()
+            message = (f"the Ascend emulator found {errors} problem(s) in kernel "
+                       f"{self.meta['kernel']}:\n{report}")
+            if self.meta.get("races") == "warn":
+                import warnings
+
+                warnings.warn(message, stacklevel=2)
+            else:
+                raise EmulatorError(message)
+
+
+def last_run_stats() -> dict:
+    """Per-pipe activity of the last emulated launch: instructions, bytes and busy cycles per
+    pipe, total cycles, and the fraction of MTE2 time that overlaps V or M work."""
+    return dict(_last_stats)
+
+
+def build_emulator(source: GeneratedSource, ctx, workdir) -> EmulatedKernel:
+    workdir = Path(workdir)
+    (workdir / "kernel.cpp").write_text(source.text)
+    (workdir / "harness.cpp").write_text(_harness(source.payload))
+    obj = _runtime_object()
+    _run([_compiler(), *FLAGS, "-shared", "-I", str(CSRC), str(workdir / "kernel.cpp"),
+          str(workdir / "harness.cpp"), str(obj), "-o", str(workdir / LIBRARY)])
+    meta = {**source.payload,
+            "races": str(ctx.pass_configs.get("ascend.emulator_races", "error"))}
+    (workdir / META).write_text(json.dumps(meta))
+    return EmulatedKernel(workdir / LIBRARY, meta)
+
+
+def load_emulator(workdir, entry: str) -> EmulatedKernel:
+    workdir = Path(workdir)
+    return EmulatedKernel(workdir / LIBRARY, json.loads((workdir / META).read_text()))
+
+
+def compile_and_run_source(text: str, payload: dict, tensors, workdir) -> EmulatedKernel:
+    """Build ``text`` (for example a hand-edited generated source) and run it once."""
+    source = GeneratedSource(text, "ascendc", "cpp", payload, payload["kernel"])
+
+    class _Ctx:
+        pass_configs: dict = {}
+
+    kernel = build_emulator(source, _Ctx(), workdir)
+    kernel(*tensors)
+    return kernel
+
+
+def _build_npu(source: GeneratedSource, ctx, workdir):
+    home = os.environ["ASCEND_HOME_PATH"]
+    workdir = Path(workdir)
+    (workdir / "kernel.cpp").write_text(source.text)
+    _run(["bisheng", "--npu-arch=dav-2201", "-O2", "-std=c++17", "-xasc",
+          "--cce-auto-sync=off", "-fPIC", "--shared", f"-I{home}/include",
+          f"-I{home}/compiler/tikcpp/tikcfw", f"-I{home}/compiler/tikcpp/tikcfw/impl",
+          f"-I{home}/compiler/tikcpp/tikcfw/interface", str(workdir / "kernel.cpp"),
+          f"-L{home}/lib64", "-lruntime", "-lascendcl", "-o", str(workdir / LIBRARY)])
+    (workdir / META).write_text(json.dumps(source.payload))
+    return _load_npu(workdir, source.entry)
+
+
+def _load_npu(workdir, entry: str):
+    import torch  # torch_npu registers the device when imported by the user
+
+    meta = json.loads((Path(workdir) / META).read_text())
+    lib = ctypes.CDLL(str(Path(workdir) / LIBRARY))
+    launch = getattr(lib, f"{entry}_launch")
+
+    def run(*tensors):
+        stream = torch.npu.current_stream().npu_stream  # type: ignore[attr-defined]
+        launch(ctypes.c_void_p(stream), *[ctypes.c_void_p(t.data_ptr()) for t in tensors])
+
+    run.meta = meta
+    return run
+
+
+EMULATOR = Executor(
+    name="emulator", available=emulator_available, build=build_emulator, load=load_emulator,
+    doc="compiles the generated Ascend C with g++ against a CPU model of the Ascend C API; "
+        "runs on CPU tensors and reports races and synchronisation errors",
+)
+BISHENG = Executor(
+    name="bisheng", available=npu_available, build=_build_npu, load=_load_npu,
+    doc="bisheng (CANN) builds the Ascend C; ctypes launches it on torch_npu tensors",
+)
+EXECUTORS = (BISHENG, EMULATOR)

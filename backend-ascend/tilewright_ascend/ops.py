@@ -1,0 +1,78 @@
+"""The Ascend dialect's tile ops, registered once in the core's schema registry.
+
+Every op carries ``dialect="ascend"`` and ``backends=("ascend",)``: the core refuses them on
+any other backend at compile time, naming the op.
+"""
+
+from __future__ import annotations
+
+import tvm
+from tilewright.ir.schema import Attr, Operand, TileOpSchema, register_tile_op
+from tilewright.ir.schema import _register_tvm_op
+
+PREFIX = "ascend."
+PACK = "tw.ascend.pack"  # a list of scalar arguments (printf)
+_register_tvm_op(PACK, "the scalar arguments of an Ascend dialect op")
+
+
+def _op(name: str, operands=(), attrs=(), doc: str = "") -> TileOpSchema:
+    return register_tile_op(TileOpSchema(PREFIX + name, tuple(operands), tuple(attrs), doc,
+                                         dialect="ascend", backends=("ascend",)))
+
+
+_ID = Operand("event_id", "read", kind="expr")
+SET_FLAG = _op("set_flag", (_ID,), (Attr("src", str, ""), Attr("dst", str, "")),
+               "raise the flag SRC_DST[event_id] once every earlier SRC-pipe instruction is done")
+WAIT_FLAG = _op("wait_flag", (_ID,), (Attr("src", str, ""), Attr("dst", str, "")),
+                "block the DST pipe until flag SRC_DST[event_id] is raised, then clear it")
+PIPE_BARRIER = _op("pipe_barrier", (), (Attr("pipe", str, ""),),
+                   "order the instructions of one pipe (PIPE_ALL: every pipe of the core)")
+BARRIER_ALL = _op("barrier_all", (), (), "wait for everything issued so far on this core")
+SET_CROSS_FLAG = _op("set_cross_flag", (_ID,), (Attr("pipe", str, ""), Attr("mode", int, 2)),
+                     "cube <-> vector handoff: count up a cross-core flag after PIPE's work")
+WAIT_CROSS_FLAG = _op("wait_cross_flag", (_ID,), (),
+                      "block until the cross-core flag counts up, then count it down")
+GEMM_V0 = _op("gemm_v0", (Operand("A", "read"), Operand("B", "read"), Operand("C", "readwrite"),
+                          Operand("init", "read", kind="expr")),
+              (Attr("transpose_A", bool, False), Attr("transpose_B", bool, False),
+               Attr("kL0Size", int, 128)),
+              "C (L0C) = [C +] A (L1) @ B (L1), through L0A/L0B in steps of kL0Size")
+MMA = _op("mma", (Operand("A", "read"), Operand("B", "read"), Operand("C", "readwrite"),
+                  Operand("init", "read", kind="expr")), (),
+          "one cube MMAD: C (L0C) = [C +] A (L0A) @ B (L0B)")
+PRINTF = _op("printf", (Operand("args", "read", kind="any"),), (Attr("format", str, ""),),
+             "print from the AI core (AscendC::printf)")
+DUMP_TENSOR = _op("dump_tensor", (Operand("src", "read"),),
+                  (Attr("desc", int, 0), Attr("dump_size", int, 0), Attr("shape", str, "")),
+                  "print a tile with a header (AscendC::DumpTensor)")
+
+# T.tile.* vector ops, registered from data tables: name -> Ascend C instruction
+BINARY = {"add": "Add", "sub": "Sub", "mul": "Mul", "div": "Div", "max": "Max", "min": "Min"}
+UNARY = {"exp": "Exp", "ln": "Ln", "abs": "Abs", "sqrt": "Sqrt", "relu": "Relu",
+         "reciprocal": "Reciprocal", "copy": "Copy"}
+SCALAR = {"adds": "Adds", "muls": "Muls", "maxs": "Maxs", "mins": "Mins"}
+
+for _name in BINARY:
+    _op(f"tile.{_name}", (Operand("dst", "write"), Operand("src0", "read"),
+                          Operand("src1", "read")), (), f"vector {_name} of two UB tiles")
+for _name in UNARY:
+    _op(f"tile.{_name}", (Operand("dst", "write"), Operand("src", "read")), (),
+        f"vector {_name} of a UB tile")
+for _name in SCALAR:
+    _op(f"tile.{_name}", (Operand("dst", "write"), Operand("src", "read"),
+                          Operand("scalar", "read", kind="expr")), (),
+        f"vector {_name} of a UB tile and a scalar")
+FILL = _op("tile.fill", (Operand("dst", "write"), Operand("value", "read", kind="expr")), (),
+           "set every element of a UB tile (Duplicate)")
+CAST = _op("tile.cast", (Operand("dst", "write"), Operand("src", "read")),
+           (Attr("round", str, "CAST_NONE"),), "convert a UB tile to another dtype")
+
+VECTOR_OPS = tuple(f"{PREFIX}tile.{n}" for n in (*BINARY, *UNARY, *SCALAR, "fill", "cast"))
+SYNC_OPS = tuple(PREFIX + n for n in ("set_flag", "wait_flag", "pipe_barrier", "barrier_all",
+                                      "set_cross_flag", "wait_cross_flag"))
+DIALECT_OPS = (*SYNC_OPS, PREFIX + "gemm_v0", PREFIX + "mma", PREFIX + "printf",
+               PREFIX + "dump_tensor", *VECTOR_OPS)
+
+
+def pack(args) -> tvm.ir.Call:
+    return tvm.ir.Call(tvm.ir.Op.get(PACK), list(args))

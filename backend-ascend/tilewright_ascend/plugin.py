@@ -1,0 +1,92 @@
+"""The entry point of tilewright-ascend: declares the ``ascend`` backend and its dialect."""
+
+from __future__ import annotations
+
+from tilewright.plugin import (
+    API_VERSION,
+    ArchModel,
+    BackendModule,
+    Capabilities,
+    LanguageExtension,
+    PassConfigKey,
+    PassPipeline,
+    Phase,
+    hookimpl,
+)
+
+from . import __version__, ops
+from .arch import MEMORIES, SOCS
+from .codegen import CODEGEN
+from .executor import EXECUTORS, npu_available
+from .lowering import RULES
+from .passes import plan_memory
+from .profiler import TIMERS
+
+DTYPES = ("float32", "float16", "bfloat16", "int32", "int16", "int8", "uint8")
+
+PIPELINE = PassPipeline((
+    Phase("plan_memory", lambda ctx: [plan_memory()],
+          "check memory scopes; place every on-chip buffer (32-byte aligned, capacity "
+          "checked)"),
+))
+
+BACKEND = BackendModule(
+    name="ascend",
+    version=__version__,
+    api_version=API_VERSION,
+    target_kinds=("ascend",),
+    pipelines={"ascend": PIPELINE},
+    codegens={"ascend": CODEGEN},
+    executors=EXECUTORS,
+    capabilities=Capabilities(
+        tile_ops=frozenset(RULES),
+        dtypes=frozenset(DTYPES),
+        memory_scopes=frozenset({"global", *MEMORIES}),
+        features=frozenset({"manual_sync", "dialect:ascend"}),
+    ),
+    accelerator=True,
+    # tensors live where the first available executor runs: the NPU, else the CPU emulator
+    device="npu" if npu_available() else "cpu",
+    device_available=npu_available,
+    target_options=("soc",),
+    description="Huawei Ascend A2/A3 (dav-2201): Ascend C codegen; bisheng + torch_npu, or "
+                "the CPU emulator of the generated Ascend C",
+)
+
+assert set(ops.DIALECT_OPS) <= set(RULES), "every dialect op needs a codegen rule"
+
+
+@hookimpl
+def tilewright_backends():
+    return [BACKEND]
+
+
+@hookimpl
+def tilewright_language_extensions():
+    return [LanguageExtension("ascend", "tilewright_ascend.language", ("ascend",))]
+
+
+@hookimpl
+def tilewright_pass_config_keys():
+    return [
+        PassConfigKey("ascend.exception_dump", bool, False,
+                      "append the argument descriptor for AI-core exception dumps (changes "
+                      "the kernel ABI)", owner="ascend"),
+        PassConfigKey("ascend.emulator_races", str, "error",
+                      "what the emulator does on a race or sync error: 'error' or 'warn'",
+                      owner="ascend"),
+    ]
+
+
+@hookimpl
+def tilewright_timers():
+    return list(TIMERS)
+
+
+@hookimpl
+def tilewright_arch_models():
+    return [ArchModel(f"ascend-{s.name.lower()}", {"float16": 313.0, "float32": 78.0}, 1600.0,
+                      f"Ascend {s.name}: {s.aic} AIC + {s.aiv} AIV [peaks unconfirmed]",
+                      compute_units=s.aic, shared_memory_bytes=MEMORIES["ascend.l1"][1],
+                      mma_shape=(16, 16, 16), transaction_bytes=32)
+            for s in SOCS.values()]

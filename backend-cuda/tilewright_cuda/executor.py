@@ -1,0 +1,176 @@
+"""CUDA executors: NVRTC (through cuda-python, the default) and ``nvcc``. Both build a cubin
+for the target's architecture without a GPU; the kernel needs a GPU only when called.
+
+Each writes ``kernel.cu``, ``kernel.cubin``, ``launch.json`` and ``build.log`` (compiler
+messages: registers, spills) into its work folder; ``load`` rebuilds the kernel from them.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+from tilewright.errors import TilewrightError
+from tilewright.plugin import Availability, Executor, GeneratedSource
+from tilewright.runtime.cuda import CubinFunction
+
+FLAGS = ("-std=c++17", "-O3")
+
+
+class CompileError(TilewrightError):
+    """The CUDA compiler rejected generated code."""
+
+
+def cuda_home() -> Path | None:
+    for candidate in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if candidate and (Path(candidate) / "include").is_dir():
+            return Path(candidate)
+    nvcc = shutil.which("nvcc")
+    return Path(nvcc).resolve().parent.parent if nvcc else None
+
+
+def include_dirs() -> list[str]:
+    """Header folders NVRTC needs for the standard headers TVM's source includes."""
+    home = cuda_home()
+    if home is None:
+        return []
+    dirs = [home / "include", home / "include" / "cccl"]
+    return [str(d) for d in dirs if d.is_dir()]
+
+
+# -- NVRTC -----------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=1)
+def nvrtc_available() -> Availability:
+    try:
+        from cuda.bindings import nvrtc
+
+        err, major, minor = nvrtc.nvrtcVersion()
+    except Exception as exc:  # noqa: BLE001 - missing wheel or library
+        return Availability(False, f"NVRTC is not loadable ({type(exc).__name__}: {exc}); "
+                                   "pip install 'cuda-bindings==13.0.*' "
+                                   "'nvidia-cuda-nvrtc==13.0.*'")
+    if not include_dirs():
+        return Availability(False, "NVRTC needs the CUDA headers (cuda/std, cuda_fp16.h): set "
+                                   "CUDA_HOME to a CUDA 13 toolkit")
+    return Availability(True, f"NVRTC {major}.{minor}")
+
+
+def _nvrtc_check(result, prog, what):
+    from cuda.bindings import nvrtc
+
+    err, *rest = result
+    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+        raise CompileError(f"NVRTC {what} failed: {err}")
+    return rest
+
+
+def nvrtc_compile(source: str, arch, workdir: Path) -> tuple[bytes, str]:
+    """(cubin, log) for ``source``; a failure raises :class:`CompileError` with the failing
+    generated line and a command that reproduces it."""
+    from cuda.bindings import nvrtc
+
+    options = [f"--gpu-architecture={arch.name}", *FLAGS[:1], "--diag-suppress=177,550",
+               "--ptxas-options=-v",
+               *(f"-I{d}" for d in include_dirs())]
+    (prog,) = _nvrtc_check(nvrtc.nvrtcCreateProgram(source.encode(), b"kernel.cu", 0, [], []),
+                           None, "create")
+    try:
+        (err,) = nvrtc.nvrtcCompileProgram(prog, len(options), [o.encode() for o in options])
+        (size,) = _nvrtc_check(nvrtc.nvrtcGetProgramLogSize(prog), prog, "log")
+        log = b" " * size
+        nvrtc.nvrtcGetProgramLog(prog, log)
+        log = log.decode(errors="replace").rstrip("\x00 ")
+        if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            raise compile_failure("NVRTC", log, source, workdir,
+                                  ["nvcc", "-cubin", arch.gencode, *FLAGS,
+                                   *(f"-I{d}" for d in include_dirs()), "kernel.cu"])
+        (size,) = _nvrtc_check(nvrtc.nvrtcGetCUBINSize(prog), prog, "cubin size")
+        cubin = b" " * size
+        nvrtc.nvrtcGetCUBIN(prog, cubin)
+        return cubin, log
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+
+
+def compile_failure(tool: str, log: str, source: str, workdir: Path, command) -> CompileError:
+    lines = source.splitlines()
+    shown = []
+    for match in re.finditer(r"kernel\.cu\((\d+)\): error: (.*)", log):
+        number = int(match.group(1))
+        text = lines[number - 1].strip() if 0 < number <= len(lines) else ""
+        shown.append(f"  kernel.cu:{number}: {match.group(2)}\n    {text}")
+    path = Path(workdir) / "kernel.cu"
+    repro = f"cd {shlex.quote(str(workdir))} && {shlex.join(command)}"
+    detail = "\n".join(shown) or log[-2000:]
+    return CompileError(f"{tool} failed to compile the generated CUDA ({path}):\n{detail}\n"
+                        f"reproduce with: {repro}")
+
+
+# -- nvcc ------------------------------------------------------------------------------------
+def nvcc_path() -> str | None:
+    home = cuda_home()
+    if home is not None and (home / "bin" / "nvcc").exists():
+        return str(home / "bin" / "nvcc")
+    return shutil.which("nvcc")
+
+
+def nvcc_available() -> Availability:
+    nvcc = nvcc_path()
+    if nvcc is None:
+        return Availability(False, "nvcc not found (set CUDA_HOME or put nvcc on PATH)")
+    return Availability(True, nvcc)
+
+
+def nvcc_command(arch, out: str = "kernel.cubin", src: str = "kernel.cu") -> list[str]:
+    return [nvcc_path() or "nvcc", "-cubin", arch.gencode, *FLAGS, "-Xptxas=-v",
+            "-diag-suppress=177,550", "-o", out, src]
+
+
+def nvcc_compile(source: str, arch, workdir: Path) -> tuple[bytes, str]:
+    workdir = Path(workdir)
+    (workdir / "kernel.cu").write_text(source)
+    command = nvcc_command(arch)
+    result = subprocess.run(command, cwd=workdir, capture_output=True, text=True)
+    log = result.stdout + result.stderr
+    if result.returncode != 0:
+        raise compile_failure("nvcc", log, source, workdir, command)
+    return (workdir / "kernel.cubin").read_bytes(), log
+
+
+# -- executors ---------------------------------------------------------------------------------
+def _build(compiler):
+    def build(source: GeneratedSource, ctx, workdir) -> CubinFunction:
+        from . import arch as arch_mod
+
+        workdir = Path(workdir)
+        workdir.mkdir(parents=True, exist_ok=True)
+        (workdir / "kernel.cu").write_text(source.text)
+        arch = arch_mod.get(source.payload["arch"])
+        cubin, log = compiler(source.text, arch, workdir)
+        (workdir / "kernel.cubin").write_bytes(cubin)
+        (workdir / "launch.json").write_text(json.dumps(source.payload, indent=1))
+        (workdir / "build.log").write_text(log)
+        return CubinFunction(cubin, source.payload, source.text)
+
+    return build
+
+
+def load(workdir, entry: str) -> CubinFunction:
+    workdir = Path(workdir)
+    launch = json.loads((workdir / "launch.json").read_text())
+    return CubinFunction((workdir / "kernel.cubin").read_bytes(), launch,
+                         (workdir / "kernel.cu").read_text())
+
+
+NVRTC = Executor(name="nvrtc", available=nvrtc_available, build=_build(nvrtc_compile),
+                 load=load, doc="NVRTC through cuda-python to a cubin; launched with the driver "
+                                "API on torch's current stream")
+NVCC = Executor(name="nvcc", available=nvcc_available, build=_build(nvcc_compile), load=load,
+                doc="nvcc -cubin (with -Xptxas -v) to a cubin; launched like nvrtc")
+EXECUTORS = (NVRTC, NVCC)

@@ -1,0 +1,312 @@
+"""``@tilewright.autotune``: search compile-time parameters of a ``@tilewright.jit`` kernel.
+
+The decorated kernel is a factory; the configs set some of its parameters, the call supplies
+the others. The first call with a given key compiles every config (in parallel), measures
+the ones that compiled, checks them against ``reference`` when one is given, prints the table
+and returns the fastest kernel. The result is kept in memory and on disk
+(``<cache>/autotuner/<key>.json``), keyed by the tilewright version, the kernel's source,
+the configs, the call's arguments, backend, target and timing arguments (and the sources of
+``reference`` and ``supply``); a later call with the same key compiles only the winner.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+
+from .. import __version__
+from ..errors import ConfigError, TilewrightError
+from .executors import EXECUTORS, compile_local, default_workers, import_ray, run_ray
+from .measure import Measurer, Outcome
+
+_MEMORY: dict[str, tuple] = {}  # key -> (result, kernel)
+
+
+@dataclass
+class AutotuneResult:
+    """The outcome of a search: the best config, its latency, every config's row."""
+
+    best_config: dict
+    best_latency_ms: float
+    rows: list = field(default_factory=list)  # dicts: config, status, compile_s, latency_ms, error
+    key: str = ""
+    cached: bool = False
+    seconds: float = 0.0
+
+    def table(self) -> str:
+        names = sorted({k for r in self.rows for k in r["config"]})
+        head = [*names, "status", "compile s", "latency ms"]
+        body = []
+        for row in self.rows:
+            latency = f"{row['latency_ms']:.4f}" if row["latency_ms"] is not None else "-"
+            status = row["status"] + (" *" if row["config"] == self.best_config else "")
+            body.append([*(str(row["config"].get(n, "")) for n in names), status,
+                         f"{row['compile_s']:.2f}", latency])
+        widths = [max(len(h), *(len(r[i]) for r in body)) if body else len(h)
+                  for i, h in enumerate(head)]
+        lines = ["  ".join(h.ljust(w) for h, w in zip(head, widths))]
+        lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in body]
+        errors = [(i, r["error"]) for i, r in enumerate(self.rows) if r["error"]]
+        lines += [f"config {i}: {e.splitlines()[0]}" for i, e in errors]
+        if self.best_config:
+            lines.append(f"best: {self.best_config} at {self.best_latency_ms:.4f} ms (* above)")
+        return "\n".join(lines)
+
+    def to_json(self) -> dict:
+        return {"best_config": self.best_config, "best_latency_ms": self.best_latency_ms,
+                "rows": self.rows, "key": self.key, "seconds": self.seconds}
+
+
+class _Progress:
+    """A one-line progress bar on a terminal, a start and an end line elsewhere."""
+
+    def __init__(self, total: int, label: str, stream=None, enabled: bool = True):
+        self.total, self.label, self.done = total, label, 0
+        self.stream = stream or sys.stderr
+        self.enabled = enabled
+        self.tty = enabled and hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.start = time.perf_counter()
+        if enabled and not self.tty:
+            print(f"{label}: {total} config(s)", file=self.stream)
+
+    def advance(self) -> None:
+        self.done += 1
+        if self.tty:
+            filled = int(30 * self.done / self.total)
+            self.stream.write(f"\r{self.label} [{'#' * filled}{'.' * (30 - filled)}] "
+                              f"{self.done}/{self.total}")
+            self.stream.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            end = "\n" if self.tty else ""
+            print(f"{end}{self.label}: {self.done}/{self.total} done in "
+                  f"{time.perf_counter() - self.start:.1f} s", file=self.stream)
+
+
+def _source(obj) -> str | None:
+    if obj is None:
+        return ""
+    try:
+        return inspect.getsource(obj)
+    except (OSError, TypeError):
+        return None
+
+
+def _cache_dir():
+    from ..jit.cache import cache_root
+
+    return cache_root() / "autotuner"
+
+
+class AutoTuner:
+    """What ``@autotune`` returns: call it like the kernel factory, minus the tuned keys."""
+
+    def __init__(self, jit_fn, configs, warmup=25, rep=100, timer="wall", reference=None,
+                 supply=None, rtol=None, atol=None, max_mismatch_ratio=None,
+                 reduction_length=None, executor="process", workers=None, ray_address=None, cache=True,
+                 progress=True):
+        from ..jit import JITFunction
+
+        if not isinstance(jit_fn, JITFunction):
+            raise ConfigError("@autotune decorates a @tilewright.jit kernel; put @autotune "
+                              "above @tilewright.jit")
+        if not jit_fn.factory:
+            raise ConfigError(f"@autotune needs a kernel factory (a function returning a "
+                              f"@T.prim_func); {jit_fn.fn.__name__} is an eager kernel")
+        self.jit_fn = jit_fn
+        self.configs = self._validate(configs)
+        if executor not in EXECUTORS:
+            raise ConfigError(f"unknown autotune executor {executor!r}; choose one of "
+                              f"{', '.join(EXECUTORS)}")
+        if executor == "ray":
+            import_ray()
+        if workers is not None and (not isinstance(workers, int) or workers < 1):
+            raise ConfigError(f"workers must be a positive integer, got {workers!r}")
+        self.executor, self.workers, self.ray_address = executor, workers, ray_address
+        self.warmup, self.rep, self.timer = warmup, rep, timer
+        self.reference, self.supply = reference, supply
+        self.tolerances = (rtol, atol, max_mismatch_ratio, reduction_length)
+        self.cache, self.progress = cache, progress
+        self.last_result: AutotuneResult | None = None
+        self.__wrapped__ = jit_fn.fn
+        self.__name__ = jit_fn.fn.__name__
+        self.__doc__ = jit_fn.fn.__doc__
+
+    # -- validation -------------------------------------------------------------------
+    def _validate(self, configs) -> list[dict]:
+        name = self.jit_fn.fn.__name__
+        configs = list(configs) if configs is not None else []
+        if not configs:
+            raise ConfigError(f"autotune of {name}: the config list is empty")
+        params = inspect.signature(self.jit_fn.fn).parameters
+        open_ended = any(p.kind is p.VAR_KEYWORD for p in params.values())
+        for n, config in enumerate(configs):
+            if not isinstance(config, dict):
+                raise ConfigError(f"autotune of {name}: config {n} must be a dict, got "
+                                  f"{type(config).__name__}")
+            unknown = [k for k in config if k not in params or
+                       params[k].kind is inspect.Parameter.VAR_POSITIONAL]
+            if unknown and not open_ended:
+                raise ConfigError(f"autotune of {name}: config {n} {config} has key(s) "
+                                  f"{', '.join(map(repr, unknown))} that {name} does not take; "
+                                  f"its parameters are {', '.join(params)}")
+        return configs
+
+    def _bind(self, args, kwargs) -> None:
+        """The call must not set a tuned parameter, and with any config must bind."""
+        signature = inspect.signature(self.jit_fn.fn)
+        tuned = {k for c in self.configs for k in c}
+        try:
+            given = signature.bind_partial(*args, **kwargs).arguments
+        except TypeError as exc:
+            raise ConfigError(f"{self.__name__}: {exc}") from None
+        both = sorted(tuned & set(given))
+        if both:
+            raise ConfigError(f"{self.__name__}: {', '.join(both)} is set both by the call and "
+                              "by the autotune configs; leave tuned parameters out of the call")
+        for n, config in enumerate(self.configs):
+            try:
+                signature.bind(*args, **kwargs, **config)
+            except TypeError as exc:
+                raise ConfigError(f"{self.__name__}: config {n} {config} with this call: "
+                                  f"{exc}") from None
+
+    # -- keys and caches --------------------------------------------------------------
+    def _key(self, args, kwargs) -> str | None:
+        from ..engine import resolve_target
+
+        target, backend = resolve_target(self.jit_fn.target)
+        sources = [_source(self.jit_fn.fn), _source(self.reference), _source(self.supply)]
+        if any(s is None for s in sources):
+            return None  # a callable without source has no stable identity
+        parts = {
+            "tilewright": __version__, "sources": sources, "configs": self.configs,
+            "args": repr(args), "kwargs": repr(sorted(kwargs.items())),
+            "backend": backend.name, "backend_version": backend.version, "target": str(target),
+            "out_idx": repr(self.jit_fn.out_idx), "pass_configs": repr(self.jit_fn.pass_configs),
+            "timing": {"warmup": self.warmup, "rep": self.rep, "timer": self.timer},
+            "tolerances": self.tolerances,
+        }
+        text = json.dumps(parts, sort_keys=True, default=repr)
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def _load(self, key: str) -> AutotuneResult | None:
+        path = _cache_dir() / f"{key}.json"
+        try:
+            data = json.loads(path.read_text())
+            return AutotuneResult(data["best_config"], data["best_latency_ms"], data["rows"],
+                                  key, True, data.get("seconds", 0.0))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, KeyError, TypeError):
+            path.unlink(missing_ok=True)  # a corrupt record is searched again
+            return None
+
+    def _store(self, key: str, result: AutotuneResult) -> None:
+        folder = _cache_dir()
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f".{key}.{os.getpid()}.tmp"
+        tmp.write_text(json.dumps(result.to_json(), indent=1, default=repr))
+        os.replace(tmp, folder / f"{key}.json")
+
+    # -- the search -------------------------------------------------------------------
+    def __call__(self, *args, **kwargs):
+        self._bind(args, kwargs)
+        key = self._key(args, kwargs) if self.cache else None
+        if key is not None and key in _MEMORY:
+            self.last_result, kernel = _MEMORY[key]
+            return kernel
+        result = self._load(key) if key is not None else None
+        if result is None:
+            result = self.search(args, kwargs)
+            result.key = key or ""
+            if key is not None:
+                self._store(key, result)
+        kernel = self.jit_fn(*args, **kwargs, **result.best_config)
+        kernel.autotune_result = result
+        self.last_result = result
+        if key is not None:
+            _MEMORY[key] = (result, kernel)
+        return kernel
+
+    def search(self, args, kwargs) -> AutotuneResult:
+        """Compile and measure every config; never reads or writes the tuning cache."""
+        from ..engine import resolve_target
+
+        start = time.perf_counter()
+        rtol, atol, ratio, length = self.tolerances
+        measurer = Measurer(self.warmup, self.rep, self.timer, self.reference, self.supply,
+                            rtol, atol, ratio, length)
+        name = self.__name__
+        progress = _Progress(len(self.configs), f"autotune {name}: compiling",
+                             enabled=bool(self.progress))
+        if self.executor == "ray":
+            _, backend = resolve_target(self.jit_fn.target)
+            outcomes = run_ray(self.jit_fn, args, kwargs, self.configs, measurer, backend,
+                               progress, self.ray_address)
+            progress.close()
+        else:
+            workers = self.workers or default_workers()
+            outcomes = compile_local(self.jit_fn, args, kwargs, self.configs, workers, progress)
+            progress.close()
+            for outcome in outcomes:
+                if outcome.status == "compiled":
+                    self._measure_here(args, kwargs, outcome, measurer)
+        return self._finish(outcomes, time.perf_counter() - start)
+
+    def _measure_here(self, args, kwargs, outcome: Outcome, measurer: Measurer) -> None:
+        try:  # a cache hit: the worker built it
+            kernel = self.jit_fn(*args, **kwargs, **outcome.config)
+        except Exception as exc:  # noqa: BLE001
+            outcome.status, outcome.error = "compile failed", f"{type(exc).__name__}: {exc}"
+            return
+        measurer.measure(kernel, outcome)
+
+    def _finish(self, outcomes: list[Outcome], seconds: float) -> AutotuneResult:
+        rows = [{"config": o.config, "status": o.status, "compile_s": round(o.compile_s, 4),
+                 "latency_ms": o.latency_ms, "error": o.error} for o in outcomes]
+        good = [o for o in outcomes if o.status == "ok"]
+        if not good:
+            result = AutotuneResult({}, float("nan"), rows, seconds=seconds)
+            raise TilewrightError(f"autotune of {self.__name__}: no config compiled, ran and "
+                                  f"passed the check\n{result.table()}")
+        best = min(good, key=lambda o: o.latency_ms)
+        result = AutotuneResult(best.config, best.latency_ms, rows, seconds=seconds)
+        if self.progress:
+            print(result.table(), file=sys.stderr)
+        return result
+
+
+def autotune(fn=None, *, configs=None, warmup: float = 25, rep: float = 100,
+             timer: str = "wall", reference=None, supply=None, rtol=None, atol=None,
+             max_mismatch_ratio=None, reduction_length: int | None = None,
+             executor: str = "process", workers: int | None = None,
+             ray_address=None, cache: bool = True, progress: bool = True, ref_prog=None,
+             supply_prog=None):
+    """Tune a ``@tilewright.jit`` kernel factory over ``configs`` (dicts of its compile-time
+    parameters).
+
+    - ``warmup``/``rep``: ``do_bench`` time budgets (ms) per config; ``timer`` its timer;
+    - ``reference(*inputs)``: expected outputs; a config whose outputs differ (tolerances from
+      :func:`tilewright.testing.assert_close` with ``reduction_length``, the K of a GEMM, or
+      ``rtol``/``atol``) is reported, not chosen;
+    - ``supply(kernel)``: the input tensors (default: random, from the kernel's signature);
+    - ``executor``: ``"process"`` (``workers`` forked compile processes, default one per
+      core) or ``"ray"`` (``pip install 'tilewright[ray]'``; ``ray_address`` of a cluster,
+      else a local one is started);
+    - ``cache``: keep results in memory and on disk; ``progress``: progress bar and table on
+      stderr. ``ref_prog``/``supply_prog`` are TileLang's names for ``reference``/``supply``.
+    """
+    def wrap(jit_fn):
+        return AutoTuner(jit_fn, configs, warmup, rep, timer, reference or ref_prog,
+                         supply or supply_prog, rtol, atol, max_mismatch_ratio,
+                         reduction_length, executor,
+                         workers, ray_address, cache, progress)
+
+    return wrap(fn) if fn is not None else wrap

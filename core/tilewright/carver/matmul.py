@@ -1,0 +1,189 @@
+"""The GEMM tile-shape recommender.
+
+Candidates: per dimension, the instruction granularity times powers of two and the divisors
+of the problem size that are multiples of it (block_M, block_N up to 256; block_K up to 128).
+Two hard limits filter them, per compute unit: on-chip memory for the pipelined A and B
+tiles (``stages * (bM*bK + bK*bN) * bytes <= shared_memory_bytes``) and the accumulator's
+register proxy (``2 * bM*bN * accum_bits / 32 <= register_budget``). The score estimates the
+whole kernel's DRAM traffic: the bytes one output tile moves (rows rounded up to the
+transaction size) times the number of waves, ``ceil(tiles / (blocks per unit * units))``;
+lower is better. Recommendations are a starting point for ``autotune``, which measures.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import tvm
+
+from ..errors import ConfigError
+from ..plugin import ArchModel
+from ..profiler.arch import get_arch
+
+DEFAULT_KEYS = ("block_M", "block_N", "block_K", "num_stages", "threads")
+
+
+def _bytes(dtype: str) -> int:
+    try:
+        t = tvm.DataType(str(dtype))
+    except Exception:  # noqa: BLE001 - TVM raises its own error type
+        raise ConfigError(f"unknown dtype {dtype!r}") from None
+    return max(1, t.bits // 8)
+
+
+def _round_up(value: int, step: int) -> int:
+    return -(-value // step) * step
+
+
+@dataclass(frozen=True)
+class Hint:
+    """One recommended tile shape, with the numbers behind its score."""
+
+    block_M: int
+    block_N: int
+    block_K: int
+    num_stages: int
+    threads: int
+    score: float
+    traffic_bytes: int
+    waves: int
+    tiles: int
+    blocks_per_unit: int
+    smem_bytes: int
+    reg_usage: int
+    explanation: str
+
+    @property
+    def block(self) -> tuple[int, int]:
+        return self.block_M, self.block_N
+
+    def config(self, keys=DEFAULT_KEYS) -> dict:
+        """An ``autotune`` config: the fields named by ``keys`` (a sequence of field names,
+        or a mapping from field name to the kernel's parameter name)."""
+        mapping = keys if isinstance(keys, dict) else {k: k for k in keys}
+        unknown = [k for k in mapping if k not in DEFAULT_KEYS]
+        if unknown:
+            raise ConfigError(f"a hint has no field(s) {', '.join(unknown)}; fields: "
+                              f"{', '.join(DEFAULT_KEYS)}")
+        return {param: getattr(self, name) for name, param in mapping.items()}
+
+
+@dataclass(frozen=True)
+class MatmulTemplate:
+    """C[M, N] = A[M, K] @ B[K, N] (``trans_A``/``trans_B`` for stored transposes)."""
+
+    M: int
+    N: int
+    K: int
+    in_dtype: str = "float16"
+    out_dtype: str = "float16"
+    accum_dtype: str = "float32"
+    trans_A: bool = False
+    trans_B: bool = False
+    arch: ArchModel | None = None
+
+    def __post_init__(self):
+        for name in ("M", "N", "K"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value <= 0:
+                raise ConfigError(f"MatmulTemplate: {name} must be a positive integer, got "
+                                  f"{value!r}")
+        for name in ("in_dtype", "out_dtype", "accum_dtype"):
+            object.__setattr__(self, name, str(getattr(self, name)))
+            _bytes(getattr(self, name))
+
+    def with_arch(self, arch) -> MatmulTemplate:
+        """This template on ``arch`` (an ArchModel or a registered model's name)."""
+        model = get_arch(arch)
+        missing = [f for f in ("compute_units", "shared_memory_bytes", "register_budget")
+                   if not getattr(model, f)]
+        if missing:
+            raise ConfigError(f"arch model {model.name!r} lacks {', '.join(missing)}, which "
+                              "the tile-shape recommender needs")
+        return replace(self, arch=model)
+
+    # -- search -----------------------------------------------------------------------
+    def _candidates(self, size: int, gran: int, cap: int) -> list[int]:
+        values = set()
+        step = gran
+        while step <= cap:
+            values.add(step)
+            step *= 2
+        values.update(d for d in range(gran, min(size, cap) + 1, gran) if size % d == 0)
+        small = [v for v in sorted(values) if v < _round_up(size, gran)]
+        # a block larger than the whole dimension only wastes work: keep the first one that
+        # covers it
+        cover = [v for v in sorted(values) if v >= size][:1]
+        return small + cover
+
+    def _traffic(self, bm: int, bn: int, bk: int) -> int:
+        """DRAM bytes one output tile moves, each contiguous row rounded to transactions."""
+        a, o = _bytes(self.in_dtype), _bytes(self.out_dtype)
+        tx = self.arch.transaction_bytes
+        steps = math.ceil(self.K / bk)
+        a_rows = bk * _round_up(bm * a, tx) if self.trans_A else bm * _round_up(bk * a, tx)
+        b_rows = bn * _round_up(bk * a, tx) if self.trans_B else bk * _round_up(bn * a, tx)
+        return steps * (a_rows + b_rows) + bm * _round_up(bn * o, tx)
+
+    def _hint(self, bm: int, bn: int, bk: int) -> Hint | None:
+        arch = self.arch
+        a = _bytes(self.in_dtype)
+        accum_bits = _bytes(self.accum_dtype) * 8
+        reg = 2 * bm * bn * accum_bits // 32
+        if reg > arch.register_budget:
+            return None
+        stage_bytes = (bm * bk + bk * bn) * a
+        if stage_bytes > arch.shared_memory_bytes:
+            return None
+        base_stages = 2 if self.K > bk else 1
+        occupancy = min(arch.shared_memory_bytes // (base_stages * stage_bytes) or 1,
+                        arch.register_budget // reg, arch.unit_partitions)
+        stages = base_stages
+        # deepen the pipeline while the same number of blocks still fits on a unit
+        while stages < 4 and self.K > stages * bk and \
+                arch.shared_memory_bytes // ((stages + 1) * stage_bytes) >= occupancy:
+            stages += 1
+        smem = stages * stage_bytes
+        if smem > arch.shared_memory_bytes:
+            stages, smem = 1, stage_bytes
+        tiles = math.ceil(self.M / bm) * math.ceil(self.N / bn)
+        waves = math.ceil(tiles / (occupancy * arch.compute_units))
+        traffic = self._traffic(bm, bn, bk)
+        warps = max(1, (bm // 64 or 1) * (bn // 64 or 1))
+        warps = min(warps, 8)
+        score = float((traffic + 1) * waves)
+        explanation = (f"({traffic} B per tile + 1) x {waves} wave(s): {tiles} tile(s) over "
+                       f"{arch.compute_units} unit(s) x {occupancy} block(s) each; on-chip "
+                       f"{smem} of {arch.shared_memory_bytes} B ({stages} stage(s)), "
+                       f"registers {reg} of {arch.register_budget}")
+        return Hint(bm, bn, bk, stages, 32 * warps, score, traffic, waves, tiles, occupancy,
+                    smem, reg, explanation)
+
+    def recommend_hints(self, topk: int = 20) -> list[Hint]:
+        """The ``topk`` feasible tile shapes with the lowest score, best first."""
+        if self.arch is None:
+            raise ConfigError("MatmulTemplate has no architecture: call .with_arch(arch) first")
+        if not isinstance(topk, int) or topk < 1:
+            raise ConfigError(f"topk must be a positive integer, got {topk!r}")
+        gm, gn, gk = self.arch.mma_shape
+        k_floor = max(gk, 8)
+        hints = []
+        for bm in self._candidates(self.M, gm, 256):
+            for bn in self._candidates(self.N, gn, 256):
+                for bk in self._candidates(self.K, k_floor, 128):
+                    hint = self._hint(bm, bn, bk)
+                    if hint is not None:
+                        hints.append(hint)
+        if not hints:
+            raise ConfigError(f"no tile shape of {self.M}x{self.N}x{self.K} fits the on-chip "
+                              f"memory ({self.arch.shared_memory_bytes} B) and register budget "
+                              f"({self.arch.register_budget}) of {self.arch.name}")
+        partitions = self.arch.unit_partitions
+        hints.sort(key=lambda h: (h.score, abs(h.threads // 32 - partitions), -h.block_K,
+                                  h.num_stages))
+        return hints[:topk]
+
+    def recommend_configs(self, topk: int = 20, keys=DEFAULT_KEYS) -> list[dict]:
+        """``recommend_hints`` as ``autotune`` configs (see :meth:`Hint.config`)."""
+        return [h.config(keys) for h in self.recommend_hints(topk)]

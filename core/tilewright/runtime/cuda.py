@@ -1,0 +1,190 @@
+"""Launching cubins through the CUDA driver API (cuda-python) on torch's current stream.
+
+Used by exported bundles and by the CUDA backend's executors alike. Nothing here needs the
+compiler; a GPU is needed only when a kernel is called.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import threading
+from pathlib import Path
+
+_CTYPES = {"int32": ctypes.c_int32, "int64": ctypes.c_int64, "uint32": ctypes.c_uint32,
+           "uint64": ctypes.c_uint64, "float32": ctypes.c_float, "float64": ctypes.c_double,
+           "bool": ctypes.c_bool, "int8": ctypes.c_int8, "int16": ctypes.c_int16}
+_SMEM_DEFAULT_LIMIT = 48 * 1024
+
+
+def _driver():
+    from cuda.bindings import driver
+
+    return driver
+
+
+def _check(result, what: str):
+    driver = _driver()
+    err, *rest = result if isinstance(result, tuple) else (result,)
+    if err != driver.CUresult.CUDA_SUCCESS:
+        _, name = driver.cuGetErrorName(err)
+        raise RuntimeError(f"{what} failed: {name.decode() if isinstance(name, bytes) else name}")
+    return rest[0] if len(rest) == 1 else rest
+
+
+def _ensure_context(device_index: int):
+    """Make torch's (primary) context of ``device_index`` current on this thread."""
+    import torch
+
+    torch.cuda.init()
+    driver = _driver()
+    ctx = _check(driver.cuCtxGetCurrent(), "cuCtxGetCurrent")
+    if ctx is None or int(ctx) == 0:
+        device = _check(driver.cuDeviceGet(device_index), "cuDeviceGet")
+        ctx = _check(driver.cuDevicePrimaryCtxRetain(device), "cuDevicePrimaryCtxRetain")
+        _check(driver.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+
+
+class CubinFunction:
+    """One ``__global__`` function of a cubin plus how to launch it.
+
+    ``launch`` (from the backend's codegen) holds ``entry``, ``params`` (tensor / scalar /
+    symbol, in device-parameter order), ``symbols`` (where each shape symbol is read: kernel
+    parameter and dimension), ``grid`` (three Python expressions over the symbols), ``block``
+    and ``dynamic_smem_bytes``. Called with every kernel parameter (inputs and outputs) in
+    kernel order. The module is loaded on first call, so building needs no GPU.
+    """
+
+    def __init__(self, cubin: bytes, launch: dict, source: str = ""):
+        self.cubin, self.launch, self.source = cubin, launch, source
+        self._functions: dict[int, object] = {}
+        self._lock = threading.Lock()
+        self._grid = [compile(g, "<grid>", "eval") for g in launch["grid"]]
+
+    def _function(self, device_index: int):
+        fn = self._functions.get(device_index)
+        if fn is not None:
+            return fn
+        with self._lock:
+            driver = _driver()
+            _ensure_context(device_index)
+            module = _check(driver.cuModuleLoadData(self.cubin), "cuModuleLoadData")
+            fn = _check(driver.cuModuleGetFunction(module, self.launch["entry"].encode()),
+                        f"cuModuleGetFunction({self.launch['entry']})")
+            smem = int(self.launch["dynamic_smem_bytes"])
+            if smem > _SMEM_DEFAULT_LIMIT:
+                attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+                _check(driver.cuFuncSetAttribute(fn, attr, smem),
+                       f"setting {smem} bytes of dynamic shared memory")
+            self._functions[device_index] = (module, fn)
+            return self._functions[device_index]
+
+    def symbols(self, args) -> dict:
+        return {name: int(args[param].shape[dim])
+                for name, (param, dim) in self.launch["symbols"].items()}
+
+    def __call__(self, *args):
+        import torch
+
+        device = next((a.device for a in args if isinstance(a, torch.Tensor)), None)
+        if device is None or device.type != "cuda":
+            raise RuntimeError("CUDA kernels take CUDA tensors; got none on a CUDA device")
+        _, fn = self._function(device.index or 0)
+        symbols = self.symbols(args)
+        grid = [int(eval(g, {"__builtins__": {}, "min": min, "max": max}, symbols))  # noqa: S307
+                for g in self._grid]
+        if min(grid) <= 0:
+            return  # an empty problem: nothing to launch
+        values, types = [], []
+        for p in self.launch["params"]:
+            if p["kind"] == "tensor":
+                values.append(args[p["param"]].data_ptr())
+                types.append(ctypes.c_void_p)
+            elif p["kind"] == "scalar":
+                values.append(args[p["param"]])
+                types.append(_CTYPES[p["dtype"]])
+            else:
+                values.append(symbols[p["name"]])
+                types.append(_CTYPES[p["dtype"]])
+        stream = torch.cuda.current_stream(device).cuda_stream
+        driver = _driver()
+        bx, by, bz = self.launch["block"]
+        _check(driver.cuLaunchKernel(fn, *grid, bx, by, bz, int(self.launch["dynamic_smem_bytes"]),
+                                     driver.CUstream(stream), (tuple(values), tuple(types)), 0),
+               f"launching {self.launch['entry']}")
+
+    # -- bundles --------------------------------------------------------------------------
+    def export(self, path, signature: dict) -> Path:
+        """Write a bundle: ``kernel.cubin``, ``launch.json``, ``signature.json``, the CUDA
+        source for reference, and ``manifest.json``."""
+        from . import FORMAT, MANIFEST, VERSION
+
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        (path / "kernel.cubin").write_bytes(self.cubin)
+        (path / "kernel.cu").write_text(self.source)
+        (path / "launch.json").write_text(json.dumps(self.launch, indent=1))
+        (path / "signature.json").write_text(json.dumps(signature, indent=1))
+        manifest = {"format": FORMAT, "version": VERSION, "binary": "cubin",
+                    "arch": self.launch.get("arch"), "entry": self.launch["entry"],
+                    "files": {"binary": "kernel.cubin", "launch": "launch.json",
+                              "signature": "signature.json", "source": "kernel.cu"}}
+        (path / MANIFEST).write_text(json.dumps(manifest, indent=1))
+        return path
+
+
+class BundleKernel:
+    """An exported kernel: inputs in, outputs allocated from the signature and returned."""
+
+    def __init__(self, function: CubinFunction, signature: dict):
+        self.function, self.signature = function, signature
+        self.params = signature["params"]
+        self.name = signature["name"]
+
+    @staticmethod
+    def from_bundle(path: Path, manifest: dict) -> BundleKernel:
+        files = manifest["files"]
+        launch = json.loads((path / files["launch"]).read_text())
+        signature = json.loads((path / files["signature"]).read_text())
+        source = (path / files["source"]).read_text() if (path / files["source"]).exists() \
+            else ""
+        return BundleKernel(CubinFunction((path / files["binary"]).read_bytes(), launch,
+                                          source), signature)
+
+    def __call__(self, *inputs):
+        import torch
+
+        ins = [p for p in self.params if not p["is_output"]]
+        if len(inputs) != len(ins):
+            raise TypeError(f"kernel {self.name} takes {len(ins)} input(s) "
+                            f"({', '.join(p['name'] for p in ins)}), got {len(inputs)}")
+        symbols = {}
+        for spec, arg in zip(ins, inputs):
+            if spec["kind"] != "tensor":
+                continue
+            if str(arg.dtype).removeprefix("torch.") != spec["dtype"]:
+                raise TypeError(f"{spec['name']} must have dtype {spec['dtype']}, got {arg.dtype}")
+            if not arg.is_cuda or not arg.is_contiguous():
+                raise TypeError(f"{spec['name']} must be a contiguous CUDA tensor")
+            for want, got in zip(spec["shape"], arg.shape):
+                if isinstance(want, str) and want.isidentifier():
+                    symbols.setdefault(want, got)
+                elif isinstance(want, int) and want != got:
+                    raise TypeError(f"{spec['name']} must have shape {spec['shape']}, got "
+                                    f"{tuple(arg.shape)}")
+        device = next(a.device for a in inputs if isinstance(a, torch.Tensor))
+        full, it, outs = [], iter(inputs), []
+        for spec in self.params:
+            if not spec["is_output"]:
+                full.append(next(it))
+                continue
+            shape = [d if isinstance(d, int) else
+                     int(eval(d, {"__builtins__": {}}, dict(symbols)))  # noqa: S307
+                     for d in spec["shape"]]
+            out = torch.empty(shape, dtype=getattr(torch, spec["dtype"]), device=device)
+            outs.append(out)
+            full.append(out)
+        self.function(*full)
+        if not outs:
+            return None
+        return outs[0] if len(outs) == 1 else outs

@@ -1,0 +1,11 @@
+"""Debug tools switched on by environment variables, applied when ``tilewright`` is imported."""
+
+from __future__ import annotations
+
+
+def apply() -> None:
+    from . import lower_trace, pass_diff, pass_timing
+
+    lower_trace.enable_from_env()
+    pass_diff.enable_from_env()
+    pass_timing.enable_from_env()

@@ -1,0 +1,3 @@
+"""tilewright backend 'interp'."""
+
+__version__ = "0.1.0"

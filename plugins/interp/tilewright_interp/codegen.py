@@ -1,0 +1,279 @@
+"""The interpreter's codegen: the tile IR becomes a plain Python function.
+
+Every statement becomes the Python statement that does the same thing: loops become ``for``
+loops (the block grid too, so blocks run one at a time), buffers become NumPy arrays named
+after the kernel's buffers, tile ops become calls into the rule table (:mod:`.lowering`).
+The source is what runs: step through it with a debugger and print any tile by name.
+"""
+
+from __future__ import annotations
+
+import keyword
+import re
+
+import tvm
+from tvm import tirx
+
+from tilewright.errors import UnsupportedOpError, span_location
+from tilewright.ir import decode
+from tilewright.ir.schema import Region as IRRegion
+from tilewright.plugin import DeviceCodegen, GeneratedSource
+
+_BINARY = {"Add": "+", "Sub": "-", "Mul": "*", "FloorDiv": "//", "FloorMod": "%",
+           "EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
+_MATH = {"exp", "exp2", "log", "log2", "log10", "sqrt", "rsqrt", "sin", "cos", "tan", "tanh",
+         "floor", "ceil", "trunc", "round", "nearbyint", "fabs", "sigmoid", "erf", "pow", "fmod",
+         "isnan", "isinf"}
+_FLOAT = ("float", "bfloat")
+
+
+def _dtype(expr) -> str:
+    return str(expr.ty) if hasattr(expr, "ty") else str(expr.dtype)
+
+
+class _Emitter:
+    """Walks one PrimFunc and writes its Python source."""
+
+    def __init__(self, func: tirx.PrimFunc, name: str):
+        self.func, self.name = func, name
+        self.lines: list[str] = []
+        self.consts: list[str] = []
+        self.names: dict[int, str] = {}  # object handle -> Python name
+        self.taken: set[str] = {"np", "rt", "RULES", "atomic_prev"}
+        self.buffers: dict[int, tirx.Buffer] = {}
+        self.blocks: list[str] = []
+
+    # -- names ---------------------------------------------------------------------------
+    def fresh(self, hint: str) -> str:
+        base = re.sub(r"\W", "_", hint or "v")
+        if not base or base[0].isdigit() or keyword.iskeyword(base):
+            base = "v_" + base
+        name, n = base, 1
+        while name in self.taken:
+            name, n = f"{base}_{n}", n + 1
+        self.taken.add(name)
+        return name
+
+    def var(self, var) -> str:
+        key = var.__chandle__()
+        if key not in self.names:
+            self.names[key] = self.fresh(var.name)
+        return self.names[key]
+
+    def buf(self, buffer) -> str:
+        key = buffer.__chandle__()
+        if key not in self.names:
+            self.names[key] = self.fresh(buffer.name)
+            self.buffers[key] = buffer
+        return self.names[key]
+
+    def const(self, value: float, dtype: str) -> str:
+        name = f"_c{len(self.consts)}"
+        cast = "np.float32" if dtype == "bfloat16" else f"np.{dtype}"
+        text = f"{cast}(float.fromhex({float(value).hex()!r}))"
+        if dtype == "bfloat16":
+            text = f"rt.round_bf16({text})"
+        self.consts.append(f"{name} = {text}")
+        return name
+
+    # -- expressions ---------------------------------------------------------------------
+    def expr(self, e) -> str:  # noqa: C901, PLR0911, PLR0912 - one branch per node kind
+        kind = type(e).__name__
+        if isinstance(e, tirx.Var):
+            return self.buf(e) if tirx.buffer.is_buffer_var(e) else self.var(e)
+        if kind == "IntImm":
+            return str(bool(e.value)) if _dtype(e) == "bool" else str(int(e.value))
+        if kind == "FloatImm":
+            return self.const(e.value, _dtype(e))
+        if kind == "StringImm":
+            return repr(str(e.value))
+        if kind == "TensorLoad":
+            return f"{self.buf(e.source)}[{self.index(e.indices)}]"
+        if kind in _BINARY:
+            return f"({self.expr(e.a)} {_BINARY[kind]} {self.expr(e.b)})"
+        if kind in ("Div", "Mod"):
+            if _dtype(e).startswith(_FLOAT):
+                op = "/" if kind == "Div" else "%"
+                return f"({self.expr(e.a)} {op} {self.expr(e.b)})"
+            return f"rt.t{kind.lower()}({self.expr(e.a)}, {self.expr(e.b)})"
+        if kind in ("Min", "Max"):
+            return f"{kind.lower()}({self.expr(e.a)}, {self.expr(e.b)})"
+        if kind == "And":
+            return f"({self.expr(e.a)} and {self.expr(e.b)})"
+        if kind == "Or":
+            return f"({self.expr(e.a)} or {self.expr(e.b)})"
+        if kind == "Not":
+            return f"(not {self.expr(e.a)})"
+        if kind == "Select":
+            return (f"({self.expr(e.true_value)} if {self.expr(e.condition)} else "
+                    f"{self.expr(e.false_value)})")
+        if kind == "Cast":
+            return f"rt.cast({self.expr(e.value)}, {_dtype(e)!r})"
+        if kind == "Let":
+            return f"(lambda {self.var(e.var)}: {self.expr(e.body)})({self.expr(e.value)})"
+        if kind == "Call":
+            return self.call(e)
+        raise UnsupportedOpError(f"backend 'interp' cannot evaluate a {kind} expression "
+                                 f"({e}); add it to tilewright_interp.codegen")
+
+    def call(self, e) -> str:
+        op = e.op.name if isinstance(e.op, tvm.ir.Op) else str(e.op)
+        short = op.split(".", 1)[-1]
+        args = [self.expr(a) for a in e.args]
+        if short == "if_then_else":  # lazy, like the hardware: the untaken side may be out of
+            return f"({args[1]} if {args[0]} else {args[2]})"  # bounds
+        if short in _MATH:
+            return f"rt.{short}({', '.join(args)})"
+        if short in ("abs",):
+            return f"rt.abs({args[0]})"
+        if op.startswith("tw.atomic_") and op.endswith("_prev"):
+            kind = op[len("tw.atomic_"):-len("_prev")]
+            load = e.args[0]
+            return (f"atomic_prev({kind!r}, {self.buf(load.source)}, "
+                    f"({self.index(load.indices)},), {args[1]}, {str(load.source.dtype)!r})")
+        raise UnsupportedOpError(f"backend 'interp' cannot evaluate call {op}; add it to "
+                                 "tilewright_interp.codegen or tilewright_interp.runtime")
+
+    def index(self, indices) -> str:
+        return ", ".join(self.expr(i) for i in indices) if len(indices) else "()"
+
+    def region(self, r: IRRegion) -> str:
+        starts = ", ".join(self.expr(s) if not isinstance(s, int) else str(s) for s in r.starts)
+        extents = ", ".join(self.expr(x) if not isinstance(x, int) else str(x)
+                            for x in r.extents)
+        return (f"rt.Region({self.buf(r.buffer)}, ({starts},), ({extents},), "
+                f"{str(r.buffer.dtype)!r}, {str(r.buffer.name)!r})")
+
+    # -- statements ----------------------------------------------------------------------
+    def emit(self, depth: int, text: str) -> None:
+        self.lines.append("    " * depth + text)
+
+    def stmt(self, s, depth: int) -> None:  # noqa: C901, PLR0912 - one branch per node kind
+        kind = type(s).__name__
+        line = span_location(s.span) if getattr(s, "span", None) is not None else None
+        if kind == "SeqStmt":
+            for child in s.seq:
+                self.stmt(child, depth)
+        elif kind == "For":
+            v = self.var(s.loop_var)
+            lo, ext = self.expr(s.min), self.expr(s.extent)
+            rng = f"range({ext})" if lo == "0" else f"range({lo}, {lo} + {ext})"
+            block = s.kind == tirx.ForKind.THREAD_BINDING
+            self.emit(depth, f"for {v} in {rng}:" + ("  # block index" if block else ""))
+            if block:
+                self.blocks.append(v)
+            self.stmt(s.body, depth + 1)
+            if block:
+                self.blocks.pop()
+        elif kind == "IfThenElse":
+            self.emit(depth, f"if {self.expr(s.condition)}:")
+            self.stmt(s.then_case, depth + 1)
+            if s.else_case is not None:
+                self.emit(depth, "else:")
+                self.stmt(s.else_case, depth + 1)
+        elif kind == "BufferStore":
+            value = self.expr(s.value)
+            if str(s.buffer.dtype) == "bfloat16":
+                value = f"rt.round_bf16({value})"
+            self.emit(depth, f"{self.buf(s.buffer)}[{self.index(s.indices)}] = {value}")
+        elif kind in ("AllocBuffer", "DeclBuffer"):
+            buffer = s.buffer
+            shape = ", ".join(self.expr(x) for x in buffer.shape)
+            name = self.buf(buffer)
+            self.emit(depth, f"{name} = rt.alloc(({shape},), {str(buffer.dtype)!r})"
+                      f"  # {buffer.scope()}")
+        elif kind in ("Bind", "LetStmt"):
+            self.emit(depth, f"{self.var(s.var)} = {self.expr(s.value)}")
+            if kind == "LetStmt":
+                self.stmt(s.body, depth)
+        elif kind == "AttrStmt":
+            self.stmt(s.body, depth)
+        elif kind == "AssertStmt":
+            msg = ", ".join(str(m.value) if hasattr(m, "value") else str(m)
+                            for m in (s.message if isinstance(s.message, (list, tuple)) or
+                                      hasattr(s.message, "__len__") and
+                                      not isinstance(s.message, str) else [s.message]))
+            self.emit(depth, f"if not {self.expr(s.condition)}:")
+            self.emit(depth + 1, f"raise RuntimeError({msg!r})")
+        elif kind == "Evaluate":
+            self.evaluate(s, depth, line)
+        else:
+            raise UnsupportedOpError(f"backend 'interp' cannot run a {kind} statement; add it "
+                                     "to tilewright_interp.codegen", line)
+
+    def evaluate(self, s, depth: int, line) -> None:
+        call = decode(s)
+        if call is None:
+            if isinstance(s.value, tvm.ir.Call):
+                self.emit(depth, self.expr(s.value))
+            return
+        args = [f"({', '.join(self.blocks)}{',' if len(self.blocks) == 1 else ''})"]
+        for operand in call.schema.operands:
+            value = call.operands[operand.name]
+            text = self.region(value) if isinstance(value, IRRegion) else self.expr(value)
+            args.append(f"{operand.name}={text}")
+        args += [f"{k}={v!r}" for k, v in call.attrs.items()]
+        where = f"  # {line}" if line else ""
+        self.emit(depth, f"RULES[{call.name!r}]({', '.join(args)}){where}")
+
+    # -- the function ----------------------------------------------------------------------
+    def function(self) -> str:
+        func = self.func
+        params, prologue, epilogue = [], [], []
+        for param in func.params:
+            buffer = param if tirx.buffer.is_buffer_var(param) else None
+            if buffer is None:
+                params.append(self.var(param))
+                continue
+            arg = self.fresh(f"{buffer.name}_arg")
+            params.append(arg)
+            name = self.buf(buffer)
+            dtype = str(buffer.dtype)
+            prologue.append(f"{name} = rt.bind({arg}, {dtype!r})")
+            for axis, dim in enumerate(buffer.shape):
+                if isinstance(dim, tirx.Var) and not tirx.buffer.is_buffer_var(dim) and \
+                        dim.__chandle__() not in self.names:
+                    prologue.append(f"{self.var(dim)} = {name}.shape[{axis}]")
+            if dtype == "bfloat16":
+                epilogue.append(f"rt.write_back({arg}, {name}, {dtype!r})")
+        body_start = len(self.lines)
+        self.stmt(func.body, 1)
+        body = self.lines[body_start:]
+        self.lines = self.lines[:body_start]
+        head = [f"def {self.name}({', '.join(params)}):",
+                f'    """Kernel {self.name!r}: runs every block of the grid, one at a time."""']
+        return "\n".join([*head, *("    " + p for p in prologue), *body,
+                          *("    " + e for e in epilogue), ""])
+
+
+HEADER = '''"""Generated by tilewright-interp from the tile program {name!r}.
+
+Each buffer is a NumPy array named after the kernel's buffer; blocks run one at a time in the
+outer loops. Set a breakpoint on any line and print any tile.
+"""
+
+import numpy as np
+
+from tilewright_interp import runtime as rt
+from tilewright_interp.lowering import RULES, atomic_prev
+
+'''
+
+
+def python_name(name: str) -> str:
+    name = re.sub(r"\W", "_", name) or "kernel"
+    return f"k_{name}" if name[0].isdigit() or keyword.iskeyword(name) else name
+
+
+def generate(mod: tvm.IRModule, ctx) -> GeneratedSource:
+    gvar, func = next(iter(mod.functions.items()))
+    name = python_name(ctx.func_name if ctx is not None else gvar.name_hint)
+    emitter = _Emitter(func, name)
+    emitter.taken.add(name)
+    body = emitter.function()
+    text = HEADER.format(name=name) + "\n".join(emitter.consts) + "\n\n\n" + body
+    return GeneratedSource(text=text, language="python", file_ext="py", payload=None,
+                           entry=name)
+
+
+CODEGEN = DeviceCodegen(language="python", file_ext="py", generate=generate)

@@ -1,0 +1,132 @@
+"""The interpreter's rule table: one function per tile op, executing it on NumPy arrays.
+
+Where a compiling backend lowers a tile op to loops, the interpreter runs it directly: the
+generated code calls ``RULES[op](block, **operands, **attrs)`` with :class:`~.runtime.Region`
+operands. ``block`` is the block index, for messages. These functions are the semantics the CPU
+backend is cross-checked against, so they are written for clarity, not speed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from tilewright.ir import ATOMIC_KINDS, REDUCE_KINDS
+
+from .runtime import Region
+
+RULES: dict[str, Callable] = {}
+
+
+def register_lowering(name: str):
+    """``@register_lowering("copy")`` adds the rule of tile op ``copy``."""
+
+    def wrap(fn):
+        RULES[name] = fn
+        return fn
+
+    return wrap
+
+
+@register_lowering("copy")
+def run_copy(block, src: Region, dst: Region, **_attrs):
+    values = src.read()
+    if values.size != np.prod(dst.extents):
+        raise ValueError(f"T.copy: {src.extents} elements do not fit {dst.extents}")
+    dst.write(values.astype(dst.array.dtype))
+
+
+@register_lowering("fill")
+def run_fill(block, dst: Region, value):
+    dst.write(np.full(dst.extents, value, dtype=dst.array.dtype))
+
+
+@register_lowering("gemm")
+def run_gemm(block, A: Region, B: Region, C: Region, transpose_A=False, transpose_B=False,
+             clear_accum=False, **_attrs):
+    acc = C.array.dtype
+    a, b = A.read().astype(acc), B.read().astype(acc)
+    a, b = (a.T if transpose_A else a), (b.T if transpose_B else b)
+    product = a @ b
+    C.write(product if clear_accum else C.read() + product)
+
+
+_REDUCE = {
+    "sum": (np.sum, np.add),
+    "max": (np.max, np.maximum),
+    "min": (np.min, np.minimum),
+    "abssum": (lambda x, axis: np.sum(np.abs(x), axis=axis), np.add),
+    "absmax": (lambda x, axis: np.max(np.abs(x), axis=axis), np.maximum),
+}
+
+
+def _make_reduce(kind: str):
+    reduce, combine = _REDUCE[kind]
+
+    def run_reduce(block, src: Region, dst: Region, dim=-1, clear=True):
+        acc = dst.array.dtype
+        out = reduce(src.read().astype(acc), axis=dim).reshape(dst.extents)
+        dst.write(out if clear else combine(dst.read(), out))
+
+    run_reduce.__name__ = f"run_reduce_{kind}"
+    return run_reduce
+
+
+for _kind in REDUCE_KINDS:
+    register_lowering(f"reduce_{_kind}")(_make_reduce(_kind))
+
+
+@register_lowering("cumsum")
+def run_cumsum(block, src: Region, dst: Region, dim=0, reverse=False):
+    x = src.read().astype(dst.array.dtype)
+    if reverse:
+        x = np.flip(x, axis=dim)
+    out = np.cumsum(x, axis=dim, dtype=dst.array.dtype)
+    dst.write(np.flip(out, axis=dim) if reverse else out)
+
+
+_ATOMIC = {"add": np.add, "max": np.maximum, "min": np.minimum}
+
+
+def _make_atomic(kind: str):
+    combine = _ATOMIC[kind]
+
+    def run_atomic(block, dst: Region, src, memory_order="relaxed"):
+        # blocks run one at a time, so a read-modify-write is atomic
+        value = src.read().reshape(dst.extents) if isinstance(src, Region) else src
+        wide = np.float32 if dst.array.dtype == np.float16 else dst.array.dtype
+        dst.write(combine(dst.read().astype(wide), np.asarray(value, dtype=wide)))
+
+    run_atomic.__name__ = f"run_atomic_{kind}"
+    return run_atomic
+
+
+for _kind in ATOMIC_KINDS:
+    register_lowering(f"atomic_{_kind}")(_make_atomic(_kind))
+
+
+def atomic_prev(kind: str, array, index, value, dtype: str):
+    """``T.atomic_<kind>(A[i], v, return_prev=True)``: update one element, return the old."""
+    old = array[index]
+    region = Region(array, index, (1,) * len(index), dtype)
+    region.write(_ATOMIC[kind](np.float32(old) if array.dtype == np.float16 else old, value))
+    return old
+
+
+@register_lowering("print_tile")
+def run_print_tile(block, buf: Region, msg=""):
+    head = f"[block {tuple(block)}] {msg}{': ' if msg else ''}{buf.name} shape {buf.extents} " \
+           f"{buf.dtype}"
+    print(f"{head}\n{np.array2string(buf.read(), threshold=256, edgeitems=4)}", flush=True)
+
+
+@register_lowering("print_value")
+def run_print_value(block, value, msg=""):
+    print(f"[block {tuple(block)}] {msg}{': ' if msg else ''}{value}", flush=True)
+
+
+@register_lowering("device_assert")
+def run_device_assert(block, cond, msg=""):
+    if not cond:
+        raise RuntimeError(f"{msg} (block {tuple(block)})")

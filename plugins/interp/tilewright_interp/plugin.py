@@ -1,0 +1,37 @@
+"""The entry point of tilewright-interp: declares the backend 'interp', an interpreter of the
+tile IR in Python and NumPy."""
+
+from __future__ import annotations
+
+from tilewright.plugin import API_VERSION, BackendModule, Capabilities, hookimpl
+
+from . import __version__
+from .codegen import CODEGEN
+from .executor import EXECUTORS
+from .lowering import RULES
+from .pipeline import PIPELINE
+
+BACKEND = BackendModule(
+    name="interp",
+    version=__version__,
+    api_version=API_VERSION,
+    target_kinds=("interp",),
+    pipelines={"interp": PIPELINE},
+    codegens={"interp": CODEGEN},
+    executors=EXECUTORS,
+    capabilities=Capabilities(
+        tile_ops=frozenset(RULES),  # exactly the ops with a lowering rule
+        dtypes=frozenset({"bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
+                          "uint32", "uint64", "float16", "bfloat16", "float32", "float64"}),
+        memory_scopes=frozenset({"global", "shared.dyn", "local.fragment", "local"}),
+        features=frozenset({"dynamic_shapes", "partial_tiles"}),
+    ),
+    description="reference interpreter: runs the tile IR in Python and NumPy, one block "
+                "at a time",
+)
+
+
+@hookimpl
+def tilewright_backends():
+    """Called once when the plugin manager loads plugins."""
+    return [BACKEND]

@@ -1,0 +1,169 @@
+"""What the generated Python of a kernel calls: buffers as NumPy arrays, regions, dtype
+rounding, math.
+
+Every buffer is a NumPy array: global tensors are views of the torch arguments (bfloat16 ones
+are float32 copies written back after the kernel), shared and fragment tiles are allocated per
+block. bfloat16 values are held in float32 and rounded to bfloat16 (nearest even) whenever they
+are stored or cast, so results match a machine that stores bfloat16.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+NUMPY = {"float16": np.float16, "float32": np.float32, "float64": np.float64,
+         "bfloat16": np.float32, "int8": np.int8, "int16": np.int16, "int32": np.int32,
+         "int64": np.int64, "uint8": np.uint8, "uint16": np.uint16, "uint32": np.uint32,
+         "uint64": np.uint64, "bool": np.bool_}
+
+
+def round_bf16(x):
+    """Round float32 values to the nearest bfloat16 (ties to even); returns float32."""
+    a = np.asarray(x, dtype=np.float32)
+    bits = a.view(np.uint32).astype(np.uint64)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    out = np.where(np.isnan(a), a, bits.astype(np.uint32).view(np.float32))
+    return out if out.ndim else np.float32(out)
+
+
+def cast(value, dtype: str):
+    """``T.cast``: convert a scalar to ``dtype`` with that dtype's rounding."""
+    if dtype == "bfloat16":
+        return round_bf16(np.float32(value))
+    if dtype == "bool":
+        return bool(value)
+    if dtype.startswith(("int", "uint")):
+        return int(value)
+    return NUMPY[dtype](value)
+
+
+def tdiv(a, b):
+    """Integer division truncating toward zero (TIR ``Div`` on integers)."""
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b >= 0) else -q
+
+
+def tmod(a, b):
+    return a - tdiv(a, b) * b
+
+
+def alloc(shape, dtype: str) -> np.ndarray:
+    """A per-block tile (shared or fragment memory), zero-filled."""
+    return np.zeros(tuple(int(s) for s in shape), dtype=NUMPY[dtype])
+
+
+class Region:
+    """A rectangular part of a buffer; reads outside the buffer give zero, writes outside it
+    are dropped (the semantics of ``T.copy`` at partial tiles)."""
+
+    __slots__ = ("array", "starts", "extents", "dtype", "name")
+
+    def __init__(self, array, starts, extents, dtype, name=""):
+        self.array, self.dtype, self.name = array, dtype, name
+        self.starts = tuple(int(s) for s in starts)
+        self.extents = tuple(int(e) for e in extents)
+
+    def _clipped(self):
+        """(slices into the array, slices into the region) of the part inside the array."""
+        inner, outer = [], []
+        for start, extent, size in zip(self.starts, self.extents, self.array.shape):
+            lo, hi = max(start, 0), min(start + extent, size)
+            hi = max(hi, lo)
+            inner.append(slice(lo, hi))
+            outer.append(slice(lo - start, hi - start))
+        return tuple(inner), tuple(outer)
+
+    def read(self) -> np.ndarray:
+        inner, outer = self._clipped()
+        out = np.zeros(self.extents, dtype=self.array.dtype)
+        out[outer] = self.array[inner]
+        return out
+
+    def write(self, values) -> None:
+        values = np.asarray(values)
+        values = np.broadcast_to(values.reshape(self.extents) if values.size == math.prod(
+            self.extents) else values, self.extents)
+        if self.dtype == "bfloat16":
+            values = round_bf16(values.astype(np.float32))
+        inner, outer = self._clipped()
+        self.array[inner] = values[outer]
+
+    def in_bounds(self) -> np.ndarray:
+        mask = np.zeros(self.extents, dtype=bool)
+        mask[self._clipped()[1]] = True
+        return mask
+
+
+def bind(arg, dtype: str):
+    """The NumPy array a kernel argument is seen as."""
+    if hasattr(arg, "detach"):  # a torch tensor
+        if arg.device.type != "cpu":
+            raise ValueError(f"the interpreter runs on the host; got a tensor on {arg.device}")
+        if dtype == "bfloat16":
+            return arg.detach().float().numpy().copy()
+        return arg.detach().numpy()
+    return np.asarray(arg)
+
+
+def write_back(arg, array, dtype: str) -> None:
+    """Copy a bfloat16 argument's float32 working array back into the torch tensor."""
+    if dtype == "bfloat16" and hasattr(arg, "copy_"):
+        import torch
+
+        arg.copy_(torch.from_numpy(np.ascontiguousarray(array)).to(torch.bfloat16))
+
+
+def _unary(fn):
+    def op(x):
+        if isinstance(x, np.ndarray | np.generic):
+            with np.errstate(all="ignore"):
+                return fn(x)
+        with np.errstate(all="ignore"):
+            return fn(np.float32(x))
+
+    return op
+
+
+exp = _unary(np.exp)
+exp2 = _unary(np.exp2)
+log = _unary(np.log)
+log2 = _unary(np.log2)
+log10 = _unary(np.log10)
+sqrt = _unary(np.sqrt)
+rsqrt = _unary(lambda x: 1 / np.sqrt(x))
+sin = _unary(np.sin)
+cos = _unary(np.cos)
+tan = _unary(np.tan)
+tanh = _unary(np.tanh)
+floor = _unary(np.floor)
+ceil = _unary(np.ceil)
+trunc = _unary(np.trunc)
+round = _unary(np.rint)  # noqa: A001 - TIR's name
+nearbyint = round
+fabs = _unary(np.abs)
+sigmoid = _unary(lambda x: 1 / (1 + np.exp(-x)))
+erf = _unary(np.vectorize(math.erf))
+
+
+def pow(x, y):  # noqa: A001 - TIR's name
+    with np.errstate(all="ignore"):
+        return np.power(x, y)
+
+
+def fmod(x, y):
+    with np.errstate(all="ignore"):
+        return np.fmod(x, y)
+
+
+def abs(x):  # noqa: A001 - TIR's name
+    return x if isinstance(x, bool) else -x if x < 0 else x
+
+
+def isnan(x):
+    return bool(np.isnan(x))
+
+
+def isinf(x):
+    return bool(np.isinf(x))

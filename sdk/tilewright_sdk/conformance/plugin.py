@@ -1,0 +1,146 @@
+"""The pytest plugin of the conformance suite (entry point ``pytest11``).
+
+``pytest --pyargs tilewright_sdk.conformance --tilewright-backend NAME
+[--tilewright-mode codegen|compile|execute] [--tilewright-report DIR]``
+
+The plugin is inert unless ``--tilewright-backend`` is given, so installing the SDK changes no
+other test session. It resolves the backend (an unknown name is a usage error listing the
+installed ones), parametrises the catalogue, records each case's outcome (pass, fail,
+unsupported, unavailable) and prints the coverage matrix; ``--tilewright-report`` also writes
+``conformance-NAME-MODE.json`` and ``.html``.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import pytest
+
+UNSUPPORTED = "unsupported: "
+UNAVAILABLE = "unavailable: "
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("tilewright", "tilewright backend conformance")
+    group.addoption("--tilewright-backend", default=None, metavar="NAME",
+                    help="the backend whose conformance is checked")
+    group.addoption("--tilewright-mode", default="execute",
+                    choices=("codegen", "compile", "execute"),
+                    help="how far each kernel is taken: source, built artifact, or run and "
+                         "compared with torch (default: execute)")
+    group.addoption("--tilewright-report", default=None, metavar="DIR",
+                    help="write a JSON and a self-contained HTML report into DIR")
+
+
+class _State:
+    def __init__(self, name: str, mode: str):
+        self.name, self.mode = name, mode
+        self.backend = None
+        self.record = None  # the plugin record when the backend's plugin failed to load
+        self.results: list[dict] = []
+
+
+def _installed(manager) -> str:
+    names = sorted(manager.backends())
+    return ", ".join(names) if names else "none"
+
+
+def pytest_configure(config):
+    name = config.getoption("--tilewright-backend", default=None)
+    if not name:
+        return
+    os.environ.setdefault("TILEWRIGHT_CACHE_DIR", tempfile.mkdtemp(prefix="tw-conformance-"))
+    from tilewright.plugin import get_manager
+
+    manager = get_manager()
+    state = _State(name, config.getoption("--tilewright-mode"))
+    backends = manager.backends()
+    if name in backends:
+        state.backend = backends[name]
+    else:
+        failed = [r for r in manager.records.values() if r.status == "failed" and r.name == name]
+        if not failed:
+            raise pytest.UsageError(f"--tilewright-backend {name!r}: no installed backend has "
+                                    f"that name; installed backends: {_installed(manager)}")
+        state.record = failed[0]
+    config._tilewright_conformance = state
+
+
+def state_of(config) -> _State | None:
+    return getattr(config, "_tilewright_conformance", None)
+
+
+@pytest.fixture(scope="session")
+def tilewright_conformance(request):
+    """The conformance session: backend name, mode, the loaded backend (or the failed plugin
+    record)."""
+    state = state_of(request.config)
+    if state is None:
+        pytest.fail("the conformance suite needs --tilewright-backend NAME", pytrace=False)
+    return state
+
+
+@pytest.fixture(scope="session")
+def tilewright_backend(tilewright_conformance):
+    """The :class:`BackendModule` under test; fails with the plugin's load error if its
+    declarations did not validate."""
+    state = tilewright_conformance
+    if state.backend is None:
+        pytest.fail(f"backend plugin {state.name!r} failed to load: {state.record.error}",
+                    pytrace=False)
+    return state.backend
+
+
+def pytest_generate_tests(metafunc):
+    if "conformance_case" not in metafunc.fixturenames:
+        return
+    from .catalogue import cases
+
+    selected = cases()
+    metafunc.parametrize("conformance_case", selected, ids=[c.id for c in selected])
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    state = state_of(item.config)
+    case = getattr(item, "callspec", None) and item.callspec.params.get("conformance_case")
+    if state is None or case is None or report.when != "call" and not (
+            report.when == "setup" and report.outcome != "passed"):
+        return
+    status = report.outcome
+    detail = ""
+    if report.skipped:
+        text = str(report.longrepr[2]) if isinstance(report.longrepr, tuple) else ""
+        text = text.removeprefix("Skipped: ")
+        status = "unsupported" if text.startswith(UNSUPPORTED) else \
+            "unavailable" if text.startswith(UNAVAILABLE) else "skipped"
+        detail = text.split(": ", 1)[-1]
+    elif report.failed:
+        status = "failed"
+        detail = str(getattr(report.longrepr, "reprcrash", None) and
+                     report.longrepr.reprcrash.message or report.longrepr)[:2000]
+    else:
+        detail = next((v for k, v in report.user_properties if k == "tilewright_summary"), "")
+    state.results.append({"kernel": case.kernel.name, "ops": list(case.kernel.ops),
+                          "dtype": case.dtype, "variant": case.variant, "mode": state.mode,
+                          "status": status, "detail": detail,
+                          "seconds": round(report.duration, 3)})
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    state = state_of(config)
+    if state is None or not state.results:
+        return
+    from .report import terminal_table, write_reports
+
+    terminalreporter.write_sep("=", f"tilewright conformance: backend {state.name}, "
+                                    f"mode {state.mode}")
+    for line in terminal_table(state.results):
+        terminalreporter.write_line(line)
+    directory = config.getoption("--tilewright-report")
+    if directory:
+        paths = write_reports(state.results, directory, state.name, state.mode)
+        terminalreporter.write_line("report: " + ", ".join(str(p) for p in paths))
