@@ -4,13 +4,13 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.tilewright-installed
 
-.PHONY: setup demo test bench clean
+.PHONY: setup demo test conformance bench clean
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml plugins/cpu/pyproject.toml
+$(STAMP): pyproject.toml plugins/cpu/pyproject.toml sdk/pyproject.toml plugins/interp/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q -e ".[test]" -e plugins/cpu
+	$(PY) -m pip install -q -e ".[test]" -e plugins/cpu -e sdk -e plugins/interp
 	touch $(STAMP)
 
 demo: setup
@@ -18,6 +18,12 @@ demo: setup
 
 test: setup
 	$(PY) -m pytest
+	$(MAKE) conformance
+
+# The backend conformance suite (tilewright-sdk) against the CPU backend and the interpreter.
+conformance: setup
+	$(PY) -m pytest -p no:cacheprovider --pyargs tilewright_sdk.conformance --tilewright-backend interp
+	$(PY) -m pytest -p no:cacheprovider --pyargs tilewright_sdk.conformance --tilewright-backend cpu
 
 bench: setup
 	$(PY) bench/cpu_gemm.py

@@ -29,10 +29,9 @@ CONFIGS = [dict(zip(("block_M", "block_N", "block_K"), values))
 
 
 def tune(size: int, workers: int) -> dict:
-    import torch
-
     import tilewright
     import tilewright.language as T
+    import torch
 
     @tilewright.autotune(configs=CONFIGS, warmup=1, rep=5, workers=workers, progress=False,
                          reference=lambda a, b: a @ b, reduction_length=size)

@@ -81,7 +81,7 @@ def vec_add_pipelined(M, N, block_M, block_N, sub_M, dtype="float32", stages=2):
     return main
 
 
-def gemm(M, N, K, block_M, block_N, K_L1, dtype="float16", accum_dtype="float32"):
+def gemm(M, N, K, block_M, block_N, K_L1, dtype="float16", accum_dtype="float32", kL0Size=128):
     """GM -> L1 (MTE2), gemm_v0: L1 -> L0A/L0B (MTE1) -> MMAD (M) -> L0C, L0C -> GM (FIX)."""
     m_num, n_num = M // block_M, N // block_N
 
@@ -100,7 +100,7 @@ def gemm(M, N, K, block_M, block_N, K_L1, dtype="float16", accum_dtype="float32"
                     T.copy(A[bx * block_M, k * K_L1], A_L1)
                     T.copy(B[k * K_L1, by * block_N], B_L1)
                     T.barrier_all()
-                    T.gemm_v0(A_L1, B_L1, C_L0, init=(k == 0))
+                    T.gemm_v0(A_L1, B_L1, C_L0, init=(k == 0), kL0Size=kL0Size)
                     T.barrier_all()
                 T.copy(C_L0, C[bx * block_M, by * block_N])
 

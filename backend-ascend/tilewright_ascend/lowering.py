@@ -65,11 +65,8 @@ def core_of(call):
     if name in ("ascend.barrier_all", "ascend.printf"):
         return ("AIC", "AIV")
     regions = [v for v in call.operands.values() if isinstance(v, Region)]
-    for region in regions:
-        core = _mem_core(_scope(region))
-        if core:
-            return core
-    return ("AIC", "AIV")
+    cores = {_mem_core(_scope(r)) for r in regions} - {None}
+    return cores.pop() if len(cores) == 1 else ("AIC", "AIV")
 
 
 # -- regions as Ascend C tensors --------------------------------------------------------------

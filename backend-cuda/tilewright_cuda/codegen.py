@@ -7,11 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import tvm
-from tvm import tirx
-from tvm.tirx.build import split_host_device_mods
-
 from tilewright.errors import KernelError
 from tilewright.plugin import DeviceCodegen, GeneratedSource
+from tvm import tirx
+from tvm.tirx.build import split_host_device_mods
 
 from . import arch as arch_mod
 from .passes import find_thread

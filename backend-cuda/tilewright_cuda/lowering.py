@@ -16,11 +16,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import tvm
-from tvm import tirx
-
 from tilewright.errors import KernelError
 from tilewright.ir import REDUCE_KINDS, Region, TileOpCall
 from tilewright.transform import RuleContext
+from tvm import tirx
 
 Rule = Callable[[TileOpCall, RuleContext], tirx.Stmt]
 RULES: dict[str, Rule] = {}

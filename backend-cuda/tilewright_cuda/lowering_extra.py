@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import tvm
 import tvm_ffi
-from tvm import tirx
-
 from tilewright.errors import KernelError
 from tilewright.ir import ATOMIC_KINDS, Region, TileOpCall
 from tilewright.transform import RuleContext, prim_func_pass
+from tvm import tirx
 
 from .lowering import (
     _expr,

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import tvm
 import tvm_ffi
-from tvm import tirx
-
 from tilewright.errors import KernelError, span_location
 from tilewright.transform import StmtMutator, prim_func_pass, rebuild_for
+from tvm import tirx
 
 from .lowering import sync
 

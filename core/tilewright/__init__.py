@@ -73,6 +73,6 @@ class _Package(_types.ModuleType):
 
 _sys.modules[__name__].__class__ = _Package
 
-__all__ = ["ArgumentError", "ConfigError", "autotune", "JITKernel", "KernelError", "PluginError",
-           "TargetError", "TilewrightError", "UnsupportedOpError", "__version__", "compile",
-           "jit", "language", "lower"]
+__all__ = ["ArgumentError", "ConfigError", "JITKernel", "KernelError", "PluginError",
+           "TargetError", "TilewrightError", "UnsupportedOpError", "__version__", "autotune",
+           "compile", "jit", "language", "lower"]

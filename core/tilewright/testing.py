@@ -120,11 +120,11 @@ class Comparison:
     def describe(self, name: str = "output") -> str:
         tol = self.tolerance
         ratio = self.mismatched / self.total if self.total else 0.0
-        lines = [f"{name}: {self.mismatched} of {self.total} elements ({ratio:.3%}) differ "
-                 f"beyond tolerance (at most {tol.max_mismatch_ratio:.3%} may); "
-                 f"rtol={tol.rtol:.3g}, atol={tol.atol:.3g} from {tol.why}; "
-                 f"max abs error {self.max_abs_error:.3g}, max rel error "
-                 f"{self.max_rel_error:.3g}"]
+        lines = [(f"{name}: {self.mismatched} of {self.total} elements ({ratio:.3%}) differ "
+                  f"beyond tolerance (at most {tol.max_mismatch_ratio:.3%} may); "
+                  f"rtol={tol.rtol:.3g}, atol={tol.atol:.3g} from {tol.why}; "
+                  f"max abs error {self.max_abs_error:.3g}, max rel error "
+                  f"{self.max_rel_error:.3g}")]
         for index, got, want, err, allowed in self.worst:
             lines.append(f"  at {index}: actual {got!r}, expected {want!r}, |diff| {err:.3g} "
                          f"(allowed {allowed:.3g})")

@@ -4,7 +4,6 @@ import json
 import textwrap
 
 import pytest
-
 from tilewright_sdk.conformance import plugin
 
 BROKEN = textwrap.dedent('''
@@ -55,8 +54,8 @@ def test_invalid_declarations_fail_the_contract_with_the_reason(pytester):
         "-p", "no:cacheprovider", "-p", "broken_setup", "--pyargs",
         "tilewright_sdk.conformance.test_contract", "--tilewright-backend", "broken")
     result.assert_outcomes(errors=9)
-    result.stdout.fnmatch_lines(["*backend plugin 'broken' failed to load: PluginError: "
-                                 "backend 'broken': no PassPipeline for target 'broken'*"])
+    result.stdout.fnmatch_lines([("*backend plugin 'broken' failed to load: PluginError: "
+                                  "backend 'broken': no PassPipeline for target 'broken'*")])
     assert "Traceback" not in result.stdout.str()
 
 
@@ -108,5 +107,5 @@ def test_undeclared_ops_are_unsupported_not_failures(pytester):
     result.assert_outcomes(passed=6, skipped=12)
     result.stdout.fnmatch_lines(["cumsum *unsup 2/2*unsup 2/2*unsup 2/2*",
                                  "6 passed, 12 unsupported of 18", "unsupported:",
-                                 "*cumsum-float32-full: backend 'partial' does not declare op "
-                                 "cumsum*"])
+                                 ("*cumsum-float32-full: backend 'partial' does not declare op "
+                                  "cumsum*")])

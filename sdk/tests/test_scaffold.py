@@ -4,7 +4,6 @@ import importlib
 import sys
 
 import pytest
-
 from tilewright.plugin import PluginManager, set_manager
 from tilewright_sdk.cli import main
 from tilewright_sdk.conformance import contract
@@ -69,9 +68,8 @@ def test_scaffolded_backend_passes_the_contract_checks(tmp_path):
 
 
 def test_contract_checks_catch_a_broken_backend():
-    from tilewright.plugin import Availability, Executor
-
     import tilewright_interp.plugin as interp
+    from tilewright.plugin import Availability, Executor
 
     mute = Executor("mute", lambda: Availability(False, ""), lambda s, c, w: None)
     broken = interp.BACKEND.__class__(**{**interp.BACKEND.__dict__, "executors": (mute,)})

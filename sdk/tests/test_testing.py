@@ -5,7 +5,6 @@ import math
 import numpy as np
 import pytest
 import torch
-
 from tilewright.testing import (
     ToleranceError,
     assert_close,

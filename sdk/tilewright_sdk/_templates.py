@@ -233,7 +233,6 @@ def _private_cache(tmp_path, monkeypatch):
 FILES["tests/test_contract.py"] = '''"""The backend contract, checked with the SDK's contract checks."""
 
 import pytest
-
 from tilewright.plugin import get_manager
 
 contract = pytest.importorskip("tilewright_sdk.conformance.contract")

@@ -4,7 +4,6 @@ manager with a fake accelerator plugin that registers timers and architecture mo
 import types
 
 import pytest
-
 from tilewright.plugin import ArchModel, Availability, PluginManager, Timer, hookimpl, set_manager
 
 # A GPU-like model with round numbers, so expected times can be computed by hand.

@@ -4,6 +4,7 @@
 #include <cstdarg>
 #include <map>
 #include <string>
+#include <tuple>
 
 #include "kernel_operator.h"
 
@@ -276,9 +277,11 @@ void check_access(Run& run, const Instr& in, uint32_t id) {
     }
 }
 
-bool runnable(Run& run, const Instr& in) {
+bool runnable(Run& run, const Instr& in, bool force_sets) {
     int core = in.lane / NPIPE;
     switch (in.kind) {
+    case SET:  // a set on a raised flag runs only when nothing else can (then it is reported)
+        return force_sets || !run.flags[core][in.src][in.dst][in.id].set;
     case WAIT: return run.flags[core][in.src][in.dst][in.id].set;
     case BARRIER:
         for (int p = 0; p < NPIPE; ++p) {
@@ -393,18 +396,41 @@ double union_overlap(std::vector<std::pair<double, double>> a, std::vector<std::
     return total;
 }
 
+void check_pairs() {
+    // every SetFlag of a (core, event, id) needs exactly one WaitFlag, and the other way round
+    std::map<std::tuple<int, int, int, int>, std::pair<int, int>> count;
+    std::map<std::tuple<int, int, int, int>, int> line;
+    for (const Instr& in : S->instrs) {
+        if (in.kind != SET && in.kind != WAIT) continue;
+        auto key = std::make_tuple(in.lane / NPIPE, in.src, in.dst, in.id);
+        (in.kind == SET ? count[key].first : count[key].second)++;
+        line[key] = in.line;
+    }
+    for (auto& [key, c] : count) {
+        if (c.first == c.second) continue;
+        auto [core, src, dst, id] = key;
+        add_report("pair" + std::to_string(line[key]),
+                   std::string("unpaired flags: ") + std::to_string(c.first) + " SetFlag<" +
+                   PIPE_NAMES[src] + "_" + PIPE_NAMES[dst] + ">(" + std::to_string(id) + ") but " +
+                   std::to_string(c.second) + " WaitFlag on " + CORE_NAMES[core] + " (last at " +
+                   where(line[key]) + ", block " + std::to_string(S->block) + ")");
+    }
+}
+
 void run_block() {
+    check_pairs();
     Run run;
     size_t total = S->instrs.size(), done = 0;
     while (done < total) {
         int best = -1;
         uint32_t best_index = 0;
-        for (int l = 0; l < LANES; ++l) {
-            if (run.head[l] >= S->queue[l].size()) continue;
-            uint32_t index = S->queue[l][run.head[l]];
-            if (!runnable(run, S->instrs[index])) continue;
-            if (best < 0 || index > best_index) best = l, best_index = index;  // latest issued first
-        }
+        for (int force = 0; force < 2 && best < 0; ++force)
+            for (int l = 0; l < LANES; ++l) {
+                if (run.head[l] >= S->queue[l].size()) continue;
+                uint32_t index = S->queue[l][run.head[l]];
+                if (!runnable(run, S->instrs[index], force)) continue;
+                if (best < 0 || index > best_index) best = l, best_index = index;  // latest first
+            }
         if (best < 0) {
             for (int l = 0; l < LANES; ++l) {
                 if (run.head[l] >= S->queue[l].size()) continue;

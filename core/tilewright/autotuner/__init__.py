@@ -1,5 +1,5 @@
 """Autotuning: ``@tilewright.autotune`` over ``@tilewright.jit`` kernel factories."""
 
-from .tuner import AutotuneResult, AutoTuner, autotune
+from .tuner import AutoTuner, AutotuneResult, autotune
 
 __all__ = ["AutoTuner", "AutotuneResult", "autotune"]

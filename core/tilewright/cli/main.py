@@ -165,8 +165,14 @@ def _doctor_report() -> dict:
         # torch is large: report its installed version without importing it
         "torch": _package("torch", None),
         "backends": backends, "missing": missing, "collisions": plugins["collisions"],
-        "auto_target": auto, "cache": DiskCache().info(),
+        "auto_target": auto, "cache": DiskCache().info(), "logging": _log_describe(),
     }
+
+
+def _log_describe() -> dict:
+    from ..log import describe
+
+    return describe()
 
 
 def _print_doctor(r: dict) -> None:
@@ -202,6 +208,13 @@ def _print_doctor(r: dict) -> None:
         for m in r["missing"]:
             print(f"  {m['plugin']} [{m['status']}]: {m['error']}")
     print(f"\ntarget 'auto' resolves to: {r['auto_target']}")
+    log = r["logging"]
+    print("\nlogging")
+    print(f"  {log['tilewright']['env']}={log['tilewright']['value'] or '(unset)'}: level "
+          f"{log['tilewright']['level']} - {log['tilewright']['help']}")
+    for name in ("TVM_LOG_LEVEL", "TVM_LOG_DEBUG"):
+        print(f"  {name}={log['tvm'][name] or '(unset)'}")
+    print(f"  TVM: {log['tvm']['help']}")
 
 
 def cmd_doctor(args) -> int:

@@ -73,6 +73,12 @@ def check_support(func: tirx.PrimFunc, backend: BackendModule) -> None:
     """Every tile op and dtype the kernel uses must be one the backend declares."""
     caps = backend.capabilities
     for call in tile_ops_in(func):
+        if call.name not in caps.tile_ops and call.schema.dialect:
+            raise UnsupportedOpError(
+                f"T.{call.name} is an op of the '{call.schema.dialect}' dialect, lowered only by "
+                f"backend(s) {', '.join(call.schema.backends)}; backend '{backend.name}' cannot "
+                "lower it: compile for one of those targets or use portable ops",
+                span_location(call.span))
         if call.name not in caps.tile_ops:
             raise UnsupportedOpError(
                 f"T.{call.name} is not supported by backend '{backend.name}' (it supports "

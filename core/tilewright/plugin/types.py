@@ -230,7 +230,8 @@ class ArchModel:
     unit_partitions: int = 4
 
     def __post_init__(self):
-        _check_name("arch model", self.name)
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise PluginError(f"arch model name must be a non-empty string, got {self.name!r}")
         object.__setattr__(self, "peak_tflops", _freeze(self.peak_tflops))
         object.__setattr__(self, "mma_shape", tuple(self.mma_shape))
         if not self.peak_tflops or any(not v > 0 for v in self.peak_tflops.values()):

@@ -1,6 +1,8 @@
-"""Profiling: ``do_bench`` over timers that the core and plugins register."""
+"""Profiling: ``do_bench`` over timers that the core and plugins register, and the
+architecture models (by name) that the roofline analyser and the carver use."""
 
+from .arch import arch_models, get_arch
 from .bench import do_bench
 from .timers import WALL, get_timer, timers
 
-__all__ = ["WALL", "do_bench", "get_timer", "timers"]
+__all__ = ["WALL", "arch_models", "do_bench", "get_arch", "get_timer", "timers"]

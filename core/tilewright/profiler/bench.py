@@ -16,7 +16,7 @@ RETURN_MODES = ("mean", "median", "min", "max", "all")
 _FLUSH_BUFFERS: dict[int, np.ndarray] = {}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def last_level_cache_bytes() -> int:
     """The largest CPU cache of this machine (from sysfs), or 32 MiB when unknown."""
     largest = 0

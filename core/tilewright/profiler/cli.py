@@ -174,7 +174,7 @@ def cmd_bench(args) -> int:
         try:
             if inputs is None:
                 inputs = random_inputs(kernel)
-            ms = do_bench(lambda: kernel(*inputs), warmup=args.warmup, rep=args.rep,
+            ms = do_bench(lambda k=kernel, a=inputs: k(*a), warmup=args.warmup, rep=args.rep,
                           backend=args.timer)
         except TilewrightError as exc:
             notes.append(f"{label}: not timed: {exc}")

@@ -91,7 +91,7 @@ class CubinFunction:
             raise RuntimeError("CUDA kernels take CUDA tensors; got none on a CUDA device")
         _, fn = self._function(device.index or 0)
         symbols = self.symbols(args)
-        grid = [int(eval(g, {"__builtins__": {}, "min": min, "max": max}, symbols))  # noqa: S307
+        grid = [int(eval(g, {"__builtins__": {}, "min": min, "max": max}, symbols))
                 for g in self._grid]
         if min(grid) <= 0:
             return  # an empty problem: nothing to launch
@@ -179,7 +179,7 @@ class BundleKernel:
                 full.append(next(it))
                 continue
             shape = [d if isinstance(d, int) else
-                     int(eval(d, {"__builtins__": {}}, dict(symbols)))  # noqa: S307
+                     int(eval(d, {"__builtins__": {}}, dict(symbols)))
                      for d in spec["shape"]]
             out = torch.empty(shape, dtype=getattr(torch, spec["dtype"]), device=device)
             outs.append(out)

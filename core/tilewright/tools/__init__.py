@@ -7,7 +7,9 @@
 - :mod:`.pass_timing` — compile time per pass and phase (``TILEWRIGHT_PASS_TIMING``);
 - :mod:`.layout_view` — ``plot_layout``: text and pictures of ``T.Layout`` / ``T.Fragment`` layouts;
 - :mod:`.pass_visualizer` — per-pass structure trees as HTML
-  (``python -m tilewright.tools.pass_visualizer``).
+  (``python -m tilewright.tools.pass_visualizer``);
+- :mod:`.analyzer` — ``Analyzer.analysis(func, arch)``: the static roofline estimate, and
+  ``plot_roofline`` (``tilewright analyze script.py``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ _LAZY = {
     "pass_timing": (".pass_timing", None),
     "plot_layout": (".layout_view", "plot_layout"),
     "layout_text": (".layout_view", "layout_text"),
+    "Analyzer": (".analyzer", "Analyzer"),
+    "plot_roofline": (".analyzer", "plot_roofline"),
 }
 
 

@@ -29,7 +29,7 @@ from ..ir import decode
 from ..plugin import ArchModel
 from ..profiler.arch import get_arch
 
-__all__ = ["AnalysisResult", "Analyzer", "FLOP_RULES", "plot_roofline"]
+__all__ = ["FLOP_RULES", "AnalysisResult", "Analyzer", "plot_roofline"]
 
 # -- FLOPs of tile ops, one rule per op ----------------------------------------------------------
 FLOP_RULES: dict = {}
@@ -274,19 +274,19 @@ class AnalysisResult:
             float("inf")
 
     def summary(self) -> str:
+        ops = ", ".join(f"{k} {v:.3g}" for k, v in self.flops_by_op.items()) or "none"
+        kinds = ", ".join(f"{k} {v:.3g}" for k, v in self.bytes_by_kind.items()) or "none"
         lines = [
             f"kernel {self.name} on {self.arch.name}: {self.bound}-bound",
-            f"  total FLOPs         {self.total_flops:.4g}  "
-            f"({', '.join(f'{k} {v:.3g}' for k, v in self.flops_by_op.items()) or 'none'})",
-            f"  global bytes        {self.total_global_bytes:.4g}  "
-            f"({', '.join(f'{k} {v:.3g}' for k, v in self.bytes_by_kind.items()) or 'none'})",
+            f"  total FLOPs         {self.total_flops:.4g}  ({ops})",
+            f"  global bytes        {self.total_global_bytes:.4g}  ({kinds})",
             f"  intensity           {self.arithmetic_intensity:.3g} FLOP/B",
             f"  grid                {' x '.join(str(g) for g in self.grid) or '1'}",
-            f"  compute / memory    {self.compute_time * 1e3:.4g} ms / "
-            f"{self.memory_time * 1e3:.4g} ms",
+            (f"  compute / memory    {self.compute_time * 1e3:.4g} ms / "
+             f"{self.memory_time * 1e3:.4g} ms"),
             f"  estimated time      {self.estimated_time * 1e3:.4g} ms",
-            f"  expected            {self.expected_tflops:.4g} TFLOP/s, "
-            f"{self.expected_bandwidth_GBps:.4g} GB/s",
+            (f"  expected            {self.expected_tflops:.4g} TFLOP/s, "
+             f"{self.expected_bandwidth_GBps:.4g} GB/s"),
         ]
         if self.uncounted_ops:
             lines.append(f"  not counted         {', '.join(self.uncounted_ops)} (no FLOP rule)")

@@ -504,6 +504,8 @@ def enable(mode=None, trace_dir=None, codegen_output=None) -> Config:
     config = Config(mode, str(trace_dir or os.environ.get(ENV_DIR) or DEFAULT_DIR),
                     str(codegen_output) if codegen_output else None)
     disable()
+    with _lock:
+        _ordinal["n"] = 0  # codegen.<ext> is the first kernel compiled after enable()
     _active = _Tracer(config)
     events.subscribe(_active)
     return config

@@ -12,7 +12,6 @@ import os
 import time
 
 import numpy as np
-
 from tilewright.plugin import ArchModel
 
 

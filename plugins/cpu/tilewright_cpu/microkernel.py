@@ -1,12 +1,17 @@
 """GEMM on the CPU: ``C += op(A) @ op(B)`` as a register-blocked micro-kernel.
 
-When C's tile has constant extents, C is cut into ``MR x NR`` blocks (plus narrower blocks at
-the right and lower edges). Each block's accumulator lives in a small ``local`` buffer that is
-loaded from C (or zeroed, with ``clear_accum``) before the k loop and stored back after it.
-The block's rows are unrolled and its columns vectorised, so LLVM keeps the accumulator in
-vector registers: with ``MR = 6`` and ``NR = 16`` that is 12 of the 16 AVX2 registers, leaving
-room for two rows of B and one broadcast element of A. The column blocks are the outer loop,
-so one ``K x NR`` panel of B stays in L1 while the row blocks of A stream past it.
+When C's tile has constant extents, C is cut into ``MR x NR`` blocks (plus shorter and
+narrower blocks at the lower and right edges). Each block's accumulator lives in a small
+buffer that is loaded from C (or zeroed, with ``clear_accum``) before the k loop and stored
+back after it. The block's rows are unrolled and its columns vectorised, so LLVM keeps the
+accumulator in vector registers: with ``MR = 6`` and ``NR = 16`` that is 12 of the 16 AVX2
+registers, leaving room for two rows of B and one broadcast element of A.
+
+The column blocks are the outer loop. When there are enough row blocks to repay it, op(B)'s
+``K x NR`` column panel is first copied into a contiguous buffer (converted to the
+accumulator type, transposed when ``transpose_B``), so that it stays in L1 while the row
+blocks of A stream past it; read in place, a panel of a power-of-two-wide tile maps onto a
+few cache sets and is evicted.
 
 A tile with a symbolic extent falls back to the plain i-k-j loop nest, whose innermost loop
 walks a row of B and of C and is vectorised by the loop phase.
@@ -80,7 +85,8 @@ class _Gemm:
 
 
 def _tile_loops(rows, cols: int, body_fn, rows_kind=tirx.ForKind.UNROLLED) -> tirx.Stmt:
-    """``for r in rows (unrolled): for c in cols (vectorised when cols allows): body``."""
+    """``for r in rows (unrolled unless told): for c in cols: body``; the column loop is
+    vectorised when ``cols`` is a multiple of the vector width and unrolled otherwise."""
     r, c = tirx.Var("r", "int32"), tirx.Var("c", "int32")
     inner = tirx.For(c, 0, _expr(cols),
                      tirx.ForKind.VECTORIZED if cols % LANES == 0 else tirx.ForKind.UNROLLED,
@@ -91,9 +97,9 @@ def _tile_loops(rows, cols: int, body_fn, rows_kind=tirx.ForKind.UNROLLED) -> ti
 def _micro(g: _Gemm, i0, j0, rows: int, cols: int, b_at) -> tirx.Stmt:
     """``C[i0:i0+rows, j0:j0+cols] += op(A) @ op(B)`` through a register accumulator;
     ``b_at(k, c)`` reads op(B) at column ``j0 + c``."""
-    # "global" rather than "local": a small constant-size global allocation becomes a stack
-    # alloca that LLVM promotes to registers, while a "local" one is lowered to a workspace
-    # allocation (a heap pointer LLVM cannot promote).
+    # "global" rather than "local": a constant-size global allocation under 1 KiB becomes a
+    # stack alloca that LLVM promotes to registers, while TVM lowers a "local" one to a
+    # workspace allocation (a heap pointer LLVM cannot promote).
     acc = tirx.decl_buffer((rows, cols), g.acc, "C_acc", scope="global")
     if g.clear:
         init = _tile_loops(rows, cols, lambda r, c: tirx.BufferStore(

@@ -1,7 +1,6 @@
 """The backend contract, checked with the SDK's contract checks."""
 
 import pytest
-
 from tilewright.plugin import get_manager
 
 contract = pytest.importorskip("tilewright_sdk.conformance.contract")

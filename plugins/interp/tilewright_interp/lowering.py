@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
-
 from tilewright.ir import ATOMIC_KINDS, REDUCE_KINDS
 
 from .runtime import Region

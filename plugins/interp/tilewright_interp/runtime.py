@@ -58,7 +58,7 @@ class Region:
     """A rectangular part of a buffer; reads outside the buffer give zero, writes outside it
     are dropped (the semantics of ``T.copy`` at partial tiles)."""
 
-    __slots__ = ("array", "starts", "extents", "dtype", "name")
+    __slots__ = ("array", "dtype", "extents", "name", "starts")
 
     def __init__(self, array, starts, extents, dtype, name=""):
         self.array, self.dtype, self.name = array, dtype, name
@@ -140,14 +140,14 @@ tanh = _unary(np.tanh)
 floor = _unary(np.floor)
 ceil = _unary(np.ceil)
 trunc = _unary(np.trunc)
-round = _unary(np.rint)  # noqa: A001 - TIR's name
+round = _unary(np.rint)
 nearbyint = round
 fabs = _unary(np.abs)
 sigmoid = _unary(lambda x: 1 / (1 + np.exp(-x)))
 erf = _unary(np.vectorize(math.erf))
 
 
-def pow(x, y):  # noqa: A001 - TIR's name
+def pow(x, y):
     with np.errstate(all="ignore"):
         return np.power(x, y)
 
@@ -157,7 +157,7 @@ def fmod(x, y):
         return np.fmod(x, y)
 
 
-def abs(x):  # noqa: A001 - TIR's name
+def abs(x):
     return x if isinstance(x, bool) else -x if x < 0 else x
 
 

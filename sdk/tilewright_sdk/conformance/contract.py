@@ -76,17 +76,19 @@ def check_phases_visible(backend: BackendModule) -> None:
 
     from .catalogue import probe_kernel
 
+    seen, codegen = [], []
+
+    def listen(event):
+        if event.kind == "pass_start":
+            seen.append(event.data["phase"])
+        elif event.kind == "codegen":
+            codegen.append(event.data)
+
     for kind in backend.target_kinds:
-        seen, codegen = [], []
-
-        def listen(event):
-            if event.kind == "pass_start":
-                seen.append(event.data["phase"])
-            elif event.kind == "codegen":
-                codegen.append(event.data)
-
+        seen.clear()
+        codegen.clear()
         dtype = "float32" if "float32" in backend.capabilities.dtypes else \
-            sorted(backend.capabilities.dtypes)[0]
+            min(backend.capabilities.dtypes)
         events.subscribe(listen)
         try:
             lowered = lower(probe_kernel(dtype), kind)
@@ -112,7 +114,7 @@ def check_unsupported_message(backend: BackendModule) -> None:
     kernel = next((k for k in CATALOGUE if set(k.ops) & set(missing)), None)
     if kernel is None:
         return
-    variant, dims = next(iter(kernel.shapes.items()))
+    dims = next(iter(kernel.shapes.values()))
     func = kernel.make("float32", **dims)
     try:
         lower(func, backend.target_kinds[0])

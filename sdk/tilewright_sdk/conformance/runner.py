@@ -21,11 +21,11 @@ from .catalogue import Case
 MODES = ("codegen", "compile", "execute")
 
 
-class Unsupported(Exception):  # noqa: N818 - an outcome, not an error
+class Unsupported(Exception):
     """The backend declares it does not support what the case needs."""
 
 
-class Unavailable(Exception):  # noqa: N818 - an outcome, not an error
+class Unavailable(Exception):
     """The backend supports the case but cannot run it on this machine (no executor)."""
 
 
@@ -85,9 +85,8 @@ def run_case(case: Case, backend: BackendModule, mode: str, target: str | None =
 
 
 def _execute(case: Case, func, target: str, seed: int) -> str:
-    import torch
-
     import tilewright
+    import torch
     from tilewright.testing import assert_close, float64_reference
 
     kernel = tilewright.compile(func, out_idx=list(case.kernel.out_idx), target=target)

@@ -5,7 +5,6 @@ import sys
 import time
 
 import pytest
-
 from tilewright.errors import ConfigError
 from tilewright.plugin import Availability, Timer
 from tilewright.profiler import bench, do_bench, get_timer, timers

@@ -3,10 +3,9 @@
 import builtins
 
 import pytest
-from kernels import axpy_func, dynamic_copy_func, matmul, row_softmax_func
-
-from tilewright.errors import ConfigError, TilewrightError
-from tilewright.plugin import ArchModel, PluginError
+from profiler_kernels import axpy_func, dynamic_copy_func, matmul, row_softmax_func
+from tilewright.errors import ConfigError, PluginError, TilewrightError
+from tilewright.plugin import ArchModel
 from tilewright.profiler.arch import arch_models, get_arch
 from tilewright.tools.analyzer import Analyzer, plot_roofline
 

@@ -69,3 +69,31 @@ def dynamic_copy_func(block=64):
             T.copy(s, Y[bx * block])
 
     return main
+
+
+@tilewright.jit(out_idx=[-1], target="cpu")
+def scaled_copy(N, block=64, scale=1.0, fail=False):
+    """Y = X * scale; ``fail`` makes the factory refuse the config."""
+    if fail:
+        raise ValueError("this config cannot be built")
+
+    @T.prim_func
+    def main(X: T.Tensor((N,), "float32"), Y: T.Tensor((N,), "float32")):
+        with T.Kernel(T.ceildiv(N, block), threads=128) as bx:
+            for i in T.Parallel(block):
+                if bx * block + i < N:
+                    Y[bx * block + i] = X[bx * block + i] * scale
+
+    return main
+
+
+@tilewright.jit
+def eager_scale(X, block=64):
+    N = T.const("N")
+    X: T.Tensor((N,), T.float32)
+    Y = T.empty((N,), T.float32)
+    with T.Kernel(T.ceildiv(N, block), threads=128) as bx:
+        for i in T.Parallel(block):
+            if bx * block + i < N:
+                Y[bx * block + i] = X[bx * block + i]
+    return Y

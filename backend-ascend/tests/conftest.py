@@ -1,0 +1,27 @@
+"""Fixtures of the Ascend backend tests. Nothing here needs CANN, torch_npu or an NPU: the
+generated Ascend C runs on the CPU emulator."""
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cache(tmp_path, monkeypatch, tmp_path_factory):
+    monkeypatch.setenv("TILEWRIGHT_CACHE_DIR", str(tmp_path / "cache"))
+    if not os.environ.get("TILEWRIGHT_ASCEND_EMU_DIR"):
+        # the emulator runtime object is built once per test session
+        monkeypatch.setenv("TILEWRIGHT_ASCEND_EMU_DIR", str(_emu_dir(tmp_path_factory)))
+
+
+_EMU = []
+
+
+def _emu_dir(factory):
+    if not _EMU:
+        _EMU.append(factory.mktemp("ascend-emu"))
+    return _EMU[0]

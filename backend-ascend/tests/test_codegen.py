@@ -1,0 +1,94 @@
+"""Ascend C generation and compile-time memory checks."""
+
+import ascend_kernels as K
+import pytest
+
+import tilewright
+import tilewright_ascend.language as T
+from tilewright.errors import KernelError
+
+
+def _source(func):
+    return tilewright.lower(func, target="ascend").source.text
+
+
+def test_elementwise_source_structure():
+    src = _source(K.vec_add(256, 256, 64, 128))
+    assert 'extern "C" __global__ __aicore__ void main_kernel(GM_ADDR A_addr' in src
+    assert "KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);" in src
+    assert "TBuf<TPosition::VECCALC> ub_mem;" in src
+    assert "if ASCEND_IS_AIV {" in src and "ASCEND_IS_AIC" not in src
+    assert "int32_t cid = GetBlockIdx() / 2;" in src
+    assert src.count("PipeBarrier<PIPE_ALL>();") == 2
+    assert "Add(c_ub, a_ub, b_ub, 4096);" in src
+    assert "main_kernel<<<8, nullptr, stream>>>(A, B, C);" in src
+    # buffers are planned 32-byte aligned, one after another
+    assert "ub_mem.GetWithOffset<float>(4096, 16384)" in src
+
+
+def test_gemm_source_structure():
+    src = _source(K.gemm(128, 128, 256, 64, 64, 128))
+    assert "if ASCEND_IS_AIC {" in src and "ASCEND_IS_AIV" not in src
+    for piece in ("TBuf<TPosition::A1> l1_mem;", "TBuf<TPosition::CO1> l0c_mem;",
+                  "LoadData(", "SetFlag<HardEvent::MTE1_M>(0);", "Mmad(C_L0, gemm0_l0a",
+                  "mp.cmatrixInitVal = ((k == 0)) && kk == 0;", "Fixpipe(C[", "half"):
+        assert piece in src, piece
+
+
+def _ub_kernel(rows, cols, address=None):
+    @T.prim_func
+    def main(A: T.Tensor((rows, cols), "float32")):
+        with T.Kernel(1, is_npu=True) as (cid, vid):
+            big_ub = T.alloc_ub((rows, cols), "float32")
+            if address is not None:
+                T.annotate_address({big_ub: address})
+            with T.Scope("V"):
+                T.copy(A[0, 0], big_ub)
+                T.barrier_all()
+                T.copy(big_ub, A[0, 0])
+
+    return main
+
+
+def test_ub_overflow_names_buffer_bytes_and_limit():
+    with pytest.raises(KernelError, match=r"buffer 'big_ub' needs 262144 bytes of UB at offset "
+                                          r"0, but UB holds 196352 bytes") as info:
+        _source(_ub_kernel(256, 256))
+    assert "test_codegen.py" in str(info.value)
+
+
+def test_l0c_overflow_is_a_compile_time_error():
+    with pytest.raises(KernelError, match=r"'C_L0' needs 262144 bytes of L0C .* holds 131072"):
+        _source(K.gemm(256, 256, 256, 256, 256, 64))
+
+
+def test_unaligned_ub_placement_is_an_error():
+    with pytest.raises(KernelError, match=r"'big_ub' \(4096 bytes\) is placed at UB offset 100, "
+                                          r"which is not 32-byte aligned"):
+        _source(_ub_kernel(32, 32, address=100))
+
+
+def test_no_data_path_between_cores():
+    @T.prim_func
+    def main(A: T.Tensor((16, 16), "float32")):
+        with T.Kernel(1, is_npu=True) as (cid, vid):
+            acc = T.alloc_L0C((16, 16), "float32")
+            ub = T.alloc_ub((16, 16), "float32")
+            with T.Scope("V"):
+                T.copy(acc, ub)
+
+    with pytest.raises(KernelError, match="no Ascend data path from L0C to UB"):
+        _source(main)
+
+
+def test_portable_kernel_scope_not_yet_inferred_says_so():
+    import tilewright.language as P
+
+    @P.prim_func
+    def main(A: P.Tensor((64,), "float32")):
+        with P.Kernel(1, threads=1) as bx:
+            s = P.alloc_shared((64,), "float32")
+            P.copy(A[0], s)
+
+    with pytest.raises(KernelError, match="portable scope 'shared.dyn'"):
+        _source(main)

@@ -1,0 +1,204 @@
+"""The GPU harness: runs exported bundles on a GPU with torch and cuda-python only.
+
+Run (on the GPU machine, from the repository root):
+    PYTHONPATH=core python backend-cuda/bench/harness.py --bundles backend-cuda/bench/bundles \
+        --out OUTDIR
+
+First correctness (fresh random inputs, outputs poisoned with NaN, torch references, dtype
+tolerances), then timing (CUDA events after warm-up, median), each kernel as a ratio to its
+peer measured in the same run: cuBLAS through torch.matmul, torch SDPA, device-to-device copy
+bandwidth. The machine's ceilings are measured too. Full logs go to OUTDIR (at most 8 files);
+one short table is printed last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import torch
+from tilewright.runtime import load
+
+LOG: list[str] = []
+
+
+def log(text: str) -> None:
+    LOG.append(text)
+    print(text, flush=True)
+
+
+def bench(fn, budget_s: float = 2.0, max_reps: int = 50) -> float:
+    """Median milliseconds of ``fn`` with CUDA events, after warm-up."""
+    fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    first = start.elapsed_time(end)
+    reps = max(3, min(max_reps, int(budget_s * 1e3 / max(first, 1e-3))))
+    samples = []
+    for _ in range(reps):
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end))
+    return statistics.median(samples)
+
+
+def poisoned_call(kernel, inputs):
+    """Run a bundle with its outputs pre-filled with NaN; returns the outputs."""
+    specs = kernel.signature["params"]
+    symbols = {}
+    it = iter(inputs)
+    full, outs = [], []
+    ins = [next(it) if not p["is_output"] else None for p in specs]
+    for spec, arg in zip(specs, ins):
+        if arg is not None:
+            for want, got in zip(spec["shape"], arg.shape):
+                if isinstance(want, str):
+                    symbols.setdefault(want, got)
+    for spec, arg in zip(specs, ins):
+        if arg is None:
+            shape = [d if isinstance(d, int) else int(eval(d, {}, dict(symbols)))
+                     for d in spec["shape"]]
+            arg = torch.full(shape, float("nan"), dtype=getattr(torch, spec["dtype"]),
+                             device="cuda")
+            outs.append(arg)
+        full.append(arg)
+    kernel.function(*full)
+    return outs, full
+
+
+def tolerance(dtype) -> dict:
+    return {torch.float16: {"rtol": 2e-2, "atol": 2e-2}, torch.bfloat16: {"rtol": 5e-2,
+            "atol": 5e-2}, torch.float32: {"rtol": 1e-4, "atol": 1e-4}}[dtype]
+
+
+def run_case(name: str, kernel, case: dict, ceilings: dict) -> dict:
+    dtype = getattr(torch, case["dtype"])
+    kind = case["kind"]
+    torch.manual_seed(0)
+    if kind == "gemm":
+        m, n, k = case["M"], case["N"], case["K"]
+        a = torch.randn(m, k, device="cuda", dtype=dtype)
+        b = torch.randn(k, n, device="cuda", dtype=dtype)
+        (c,), full = poisoned_call(kernel, [a, b])
+        ref = (a.float() @ b.float()).to(dtype)
+        tol = tolerance(dtype)
+        torch.testing.assert_close(c.float(), ref.float(), rtol=tol["rtol"],
+                                   atol=tol["atol"] * k ** 0.5)
+        ours = bench(lambda: kernel.function(*full))
+        peer = bench(lambda: torch.matmul(a, b))
+        flops = 2 * m * n * k
+        return {"ours_ms": ours, "peer_ms": peer, "peer": "torch.matmul (cuBLAS)",
+                "ours_tflops": flops / ours * 1e-9, "ratio": peer / ours}
+    if kind == "attention":
+        b_, h, s, d = case["batch"], case["heads"], case["seq"], case["dim"]
+        q, k_, v = (torch.randn(b_, s, h, d, device="cuda", dtype=dtype) for _ in range(3))
+        (o,), full = poisoned_call(kernel, [q, k_, v])
+        qt, kt, vt = (t.transpose(1, 2) for t in (q, k_, v))
+        ref = torch.nn.functional.scaled_dot_product_attention(qt.float(), kt.float(),
+                                                               vt.float()).transpose(1, 2)
+        torch.testing.assert_close(o.float(), ref, **tolerance(dtype))
+        qc, kc, vc = (t.contiguous() for t in (qt, kt, vt))
+        ours = bench(lambda: kernel.function(*full))
+        peer = bench(lambda: torch.nn.functional.scaled_dot_product_attention(qc, kc, vc))
+        flops = 4 * b_ * h * s * s * d
+        return {"ours_ms": ours, "peer_ms": peer, "peer": "torch SDPA",
+                "ours_tflops": flops / ours * 1e-9, "ratio": peer / ours}
+    if kind == "add":
+        a = torch.randn(case["M"], case["N"], device="cuda", dtype=dtype)
+        b = torch.randn_like(a)
+        (c,), full = poisoned_call(kernel, [a, b])
+        torch.testing.assert_close(c, a + b)
+        ours = bench(lambda: kernel.function(*full))
+        moved = 3 * a.numel() * a.element_size()
+        tbps = moved / ours * 1e-9
+        return {"ours_ms": ours, "peer_ms": None, "peer": "d2d copy bandwidth",
+                "ours_tbps": tbps, "ratio": tbps / ceilings["copy_tbps"]}
+    if kind in ("softmax", "rmsnorm"):
+        x = torch.randn(case["M"], case["N"], device="cuda", dtype=dtype)
+        if kind == "softmax":
+            (y,), full = poisoned_call(kernel, [x])
+            torch.testing.assert_close(y, torch.softmax(x, 1), **tolerance(dtype))
+            peer_fn = lambda: torch.softmax(x, 1)
+            moved = 2 * x.numel() * x.element_size()
+        else:
+            w = torch.randn(case["N"], device="cuda", dtype=dtype)
+            (y,), full = poisoned_call(kernel, [x, w])
+            ref = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + case["eps"]) * w
+            torch.testing.assert_close(y, ref, **tolerance(dtype))
+            peer_fn = lambda: torch.nn.functional.rms_norm(x, (case["N"],), w, case["eps"])
+            moved = 2 * x.numel() * x.element_size()
+        ours = bench(lambda: kernel.function(*full))
+        peer = bench(peer_fn)
+        return {"ours_ms": ours, "peer_ms": peer, "peer": f"torch {kind}",
+                "ours_tbps": moved / ours * 1e-9, "ratio": peer / ours}
+    raise ValueError(f"{name}: unknown case kind {kind!r}")
+
+
+def ceilings() -> dict:
+    n = 8192
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    mm = bench(lambda: torch.matmul(a, b))
+    src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    cp = bench(lambda: dst.copy_(src))
+    out = {"bf16_matmul_tflops": 2 * n ** 3 / mm * 1e-9, "copy_tbps": 2 * src.numel() / cp * 1e-9}
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--bundles", type=Path, required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--only", default="", help="comma-separated bundle names")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    props = torch.cuda.get_device_properties(0)
+    log(f"# {time.strftime('%Y-%m-%d %H:%M:%S %Z')} on {props.name} ({props.multi_processor_count}"
+        f" SMs), torch {torch.__version__}, CUDA {torch.version.cuda}")
+    ceil = ceilings()
+    torch.cuda.empty_cache()
+    log(f"ceilings: torch bf16 matmul 8192^3 {ceil['bf16_matmul_tflops']:.0f} TFLOP/s, "
+        f"d2d copy {ceil['copy_tbps']:.2f} TB/s")
+    only = {s for s in args.only.split(",") if s}
+    rows = []
+    for path in sorted(p for p in args.bundles.iterdir() if (p / "manifest.json").exists()):
+        if only and path.name not in only:
+            continue
+        case = json.loads((path / "case.json").read_text())
+        try:
+            kernel = load(path)
+            result = run_case(path.name, kernel, case, ceil)
+            result["status"] = "ok"
+        except Exception as exc:  # noqa: BLE001 - one failing kernel must not stop the rest
+            log(f"{path.name}: FAILED\n{traceback.format_exc()}")
+            result = {"status": f"FAILED: {type(exc).__name__}: {str(exc)[:80]}"}
+        torch.cuda.empty_cache()
+        log(f"{path.name}: {json.dumps(result)}")
+        rows.append((path.name, result))
+    (args.out / "harness.log").write_text("\n".join(LOG) + "\n")
+    (args.out / "results.json").write_text(json.dumps({"ceilings": ceil, "results": dict(rows)},
+                                                      indent=1))
+    print("\nkernel                       status  ours ms    peer ms    ratio  vs")
+    for name, r in rows:
+        if r["status"] != "ok":
+            print(f"{name:28s} {r['status']}")
+            continue
+        peer = f"{r['peer_ms']:9.3f}" if r["peer_ms"] is not None else "        -"
+        print(f"{name:28s} ok   {r['ours_ms']:9.3f}  {peer}  {r['ratio']:6.3f}  {r['peer']}")
+    return 0 if all(r["status"] == "ok" for _, r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

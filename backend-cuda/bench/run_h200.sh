@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The GPU check in two halves (see ../../../shared/GPU-CHECKS.md, "compile here, run there").
+#   backend-cuda/bench/run_h200.sh build [--quick]   on the development machine: builds the
+#                                                     sm_90a bundles into bench/bundles
+#   backend-cuda/bench/run_h200.sh run OUTDIR         on the GPU machine (torch + cuda-python,
+#                                                     no TVM): correctness, timing, one table
+# Run both from the repository root. Record results in backend-cuda/bench/RESULTS.md.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+case "${1:-}" in
+  build)
+    shift
+    "${PYTHON:-$root/.venv/bin/python}" "$here/build_bundles.py" --out "$here/bundles" "$@"
+    du -sh "$here/bundles"
+    ;;
+  run)
+    out="${2:?usage: run_h200.sh run OUTDIR}"
+    mkdir -p "$out"
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$out/gpu.txt" || true
+    PYTHONPATH="$root/core" "${PYTHON:-python}" "$here/harness.py" --bundles "$here/bundles" \
+      --out "$out" "${@:3}"
+    ;;
+  *)
+    echo "usage: $0 build [--quick] | run OUTDIR [--only NAME,...]" >&2
+    exit 2
+    ;;
+esac

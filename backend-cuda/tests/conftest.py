@@ -1,0 +1,47 @@
+"""The one place that decides what the CUDA tests can do on this machine.
+
+Markers: ``nvcc`` and ``nvrtc`` (a compiler), ``emulator`` (g++ for the host emulation of
+generated CUDA), ``gpu`` (a visible NVIDIA GPU). A test whose requirement is missing is skipped
+with the reason given here. Every test compiles into its own disk cache.
+"""
+
+from __future__ import annotations
+
+import hostemu
+import pytest
+from tilewright_cuda import arch, executor
+
+
+def _reasons() -> dict[str, str | None]:
+    nvrtc = executor.nvrtc_available()
+    nvcc = executor.nvcc_available()
+    gpu = arch.visible_gpu_arch()
+    return {
+        "nvrtc": None if nvrtc else f"NVRTC unavailable: {nvrtc.reason}",
+        "nvcc": None if nvcc else f"nvcc unavailable: {nvcc.reason}",
+        "emulator": (f"host emulation unavailable: {hostemu.available()}"
+                     if hostemu.available() else None),
+        "gpu": None if gpu else "no NVIDIA GPU visible (execution on a GPU is checked by "
+                                "backend-cuda/bench/run_h200.sh on a GPU machine)",
+    }
+
+
+def pytest_configure(config):
+    for name in ("nvcc", "nvrtc", "emulator", "gpu"):
+        config.addinivalue_line("markers", f"{name}: needs {name} (skipped otherwise)")
+
+
+def pytest_collection_modifyitems(config, items):
+    reasons = _reasons()
+    for item in items:
+        for name, reason in reasons.items():
+            if reason and item.get_closest_marker(name):
+                item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@pytest.fixture(autouse=True)
+def cache_dir(tmp_path, monkeypatch):
+    path = tmp_path / "tw-cache"
+    monkeypatch.setenv("TILEWRIGHT_CACHE_DIR", str(path))
+    monkeypatch.delenv(arch.ENV, raising=False)
+    return path

@@ -1,0 +1,115 @@
+"""The examples' kernels at small sizes, as tile-level PrimFuncs, with torch references."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import sys
+from pathlib import Path
+
+import torch
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def _module(name: str):
+    if str(EXAMPLES) not in sys.path:
+        sys.path.insert(0, str(EXAMPLES))
+    return importlib.import_module(name)
+
+
+def _eager(jitted, consts, **static):
+    from tilewright.language.kernel import _ParamSlot, trace_eager
+
+    args = {}
+    for name, p in inspect.signature(jitted.fn).parameters.items():
+        if name in static:
+            args[name] = static[name]
+        elif p.default is not inspect.Parameter.empty:
+            args[name] = p.default
+        else:
+            args[name] = _ParamSlot(name)
+    return trace_eager(jitted.fn, args, consts)[0]
+
+
+def func(name: str):
+    """The PrimFunc of example kernel ``name`` at test size."""
+    if name == "gemm":
+        return _eager(_module("gemm").matmul, {"M": 256, "N": 256, "K": 128})
+    if name == "gemm_bf16":
+        return _eager(_module("gemm").matmul, {"M": 256, "N": 256, "K": 128}, dtype="bfloat16")
+    if name == "gemm_dynamic":
+        return _eager(_module("gemm_dynamic").matmul_dynamic, {})
+    if name == "elementwise_add":
+        return _eager(_module("elementwise_add").add, {"M": 70, "N": 130})
+    if name == "flash_attention":
+        return _module("flash_attention").flashattn.fn(1, 2, 96, 64, True)
+    if name == "softmax":
+        return _module("softmax").softmax.fn(10, 256)
+    if name == "rmsnorm":
+        return _module("rmsnorm").rmsnorm.fn(10, 256)
+    if name == "row_reduce":
+        return _module("row_reduce").row_sum.fn(20, 300)
+    if name == "gemm_persistent":
+        return _module("gemm_persistent").matmul_persistent.fn(100, 130, 64, 2)
+    if name == "gemm_splitk":
+        return _module("gemm_splitk").matmul_splitk.fn(64, 96, 300, 3)
+    if name == "quickstart_vector_add":
+        return _eager(_module("quickstart").vector_add, {"M": 3000})
+    if name == "quickstart_matmul":
+        return _module("quickstart").matmul.fn(128, 128, 64)
+    if name == "quickstart_softmax":
+        return _module("quickstart").softmax.fn(16, 128)
+    raise KeyError(name)
+
+
+NAMES = ("gemm", "gemm_bf16", "gemm_dynamic", "elementwise_add", "flash_attention", "softmax",
+         "rmsnorm", "row_reduce", "gemm_persistent", "gemm_splitk", "quickstart_vector_add",
+         "quickstart_matmul", "quickstart_softmax")
+
+
+def _nan(*shape):
+    return torch.full(shape, float("nan"))
+
+
+def case(name: str):
+    """(every kernel argument, outputs check) for the float32 kernels: inputs random, outputs
+    poisoned with NaN; ``check()`` compares against torch."""
+    g = torch.Generator().manual_seed(0)
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=g)
+
+    if name == "elementwise_add":
+        a, b, c = rand(70, 130), rand(70, 130), _nan(70, 130)
+        return (a, b, c), lambda: torch.testing.assert_close(c, a + b)
+    if name == "softmax":
+        x, y = rand(10, 256), _nan(10, 256)
+        return (x, y), lambda: torch.testing.assert_close(y, torch.softmax(x, 1))
+    if name == "rmsnorm":
+        x, w, y = rand(10, 256), rand(256), _nan(10, 256)
+        ref = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+        return (x, w, y), lambda: torch.testing.assert_close(y, ref)
+    if name == "row_reduce":
+        x, y = rand(20, 300), _nan(20)
+        return (x, y), lambda: torch.testing.assert_close(y, x.sum(1), rtol=1e-4, atol=1e-4)
+    if name == "gemm_persistent":
+        a, b, c = rand(100, 64), rand(64, 130), _nan(100, 130)
+        return (a, b, c), lambda: torch.testing.assert_close(c, a @ b, rtol=1e-4, atol=1e-4)
+    if name == "gemm_splitk":
+        a, b, c = rand(64, 300), rand(300, 96), torch.zeros(64, 96)
+        return (a, b, c), lambda: torch.testing.assert_close(c, a @ b, rtol=1e-4, atol=1e-4)
+    if name == "gemm_dynamic":
+        a, b, c = rand(77, 65), rand(65, 130), _nan(77, 130)
+        return (a, b, c), lambda: torch.testing.assert_close(c, a @ b, rtol=1e-4, atol=1e-4)
+    if name == "flash_attention":
+        q, k, v = (rand(1, 96, 2, 64) for _ in range(3))
+        o = _nan(1, 96, 2, 64)
+        ref = torch.nn.functional.scaled_dot_product_attention(
+            *(t.transpose(1, 2) for t in (q, k, v)), is_causal=True).transpose(1, 2)
+        return (q, k, v, o), lambda: torch.testing.assert_close(o, ref, rtol=1e-4, atol=1e-4)
+    raise KeyError(name)
+
+
+FLOAT32 = ("elementwise_add", "softmax", "rmsnorm", "row_reduce", "gemm_persistent",
+           "gemm_splitk", "gemm_dynamic", "flash_attention")

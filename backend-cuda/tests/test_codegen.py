@@ -1,0 +1,111 @@
+"""Every example kernel lowers to CUDA C++ with the launch description the executors need;
+targets, architectures and bad input give clear errors."""
+
+from __future__ import annotations
+
+import kernels
+import pytest
+import tilewright
+import tilewright.language as T
+from tilewright.errors import KernelError, TargetError
+
+
+@pytest.mark.parametrize("name", kernels.NAMES)
+def test_example_lowers_to_cuda(name):
+    lowered = tilewright.lower(kernels.func(name), "cuda -arch=sm_90a")
+    text, launch = lowered.source.text, lowered.source.payload
+    assert lowered.source.language == "cuda"
+    assert f'extern "C" __global__ void __launch_bounds__({launch["block"][0]}) ' \
+           f'{launch["entry"]}(' in text
+    assert "threadIdx.x" in text and "blockIdx.x" in text
+    assert launch["arch"] == "sm_90a" and launch["block"] == [128, 1, 1]
+    tensors = [p for p in launch["params"] if p["kind"] == "tensor"]
+    assert len(tensors) == len(kernels.func(name).params)
+    if launch["dynamic_smem_bytes"]:
+        assert "extern __shared__" in text
+    assert "tw_atomic_add" in text if name == "gemm_splitk" else True
+
+
+def test_gemm_layout_and_barriers():
+    lowered = tilewright.lower(kernels.func("gemm"), "cuda -arch=sm_80")
+    launch = lowered.source.payload
+    # A 128x32 + B 32x128 fp16 tiles, C 128x128 fp32 fragment in the shared pool
+    assert launch["dynamic_smem_bytes"] == 8192 + 8192 + 65536
+    assert launch["grid"] == ["2", "2", "1"]
+    body = lowered.source.text.split("for (int k = 0;", 1)[1]
+    # one barrier before the tile copies (the previous gemm read the tiles), one before gemm
+    assert body.split("for (int it_3")[0].count("__syncthreads()") == 2
+
+
+def test_dynamic_grid_is_an_expression_over_shape_symbols():
+    launch = tilewright.lower(kernels.func("gemm_dynamic"), "cuda").source.payload
+    assert launch["symbols"] == {"m": [0, 0], "k": [0, 1], "n": [1, 1]}
+    grid = [eval(g, {}, {"m": 77, "n": 130, "k": 65}) for g in launch["grid"]]
+    assert grid == [3, 2, 1]
+    assert {p["name"] for p in launch["params"] if p["kind"] == "symbol"} == {"m", "n", "k"}
+
+
+def test_reductions_use_warp_shuffles():
+    text = tilewright.lower(kernels.func("softmax"), "cuda").source.text
+    assert "__shfl_xor_sync" in text
+
+
+def test_plain_cuda_compiles_for_the_env_arch_then_sm_90a(monkeypatch):
+    func = kernels.func("elementwise_add")
+    assert tilewright.lower(func, "cuda").source.payload["arch"] == "sm_90a"
+    monkeypatch.setenv("TILEWRIGHT_CUDA_ARCH", "sm_80")
+    assert tilewright.lower(func, "cuda").source.payload["arch"] == "sm_80"
+
+
+def test_unknown_arch_is_an_error_naming_it():
+    with pytest.raises(TargetError, match=r"unknown CUDA architecture 'sm_99'.*sm_90a"):
+        tilewright.lower(kernels.func("elementwise_add"), "cuda -arch=sm_99")
+
+
+def test_unknown_target_option_is_an_error():
+    with pytest.raises(TargetError, match="no option -mcpu"):
+        tilewright.lower(kernels.func("elementwise_add"), "cuda -mcpu=x")
+
+
+def _big_shared():
+    @T.prim_func
+    def main(A: T.Tensor((1024, 1024), "float32")):
+        with T.Kernel(1, threads=128):
+            S = T.alloc_shared((256, 256), "float32")
+            T.copy(A[0, 0], S)
+            T.copy(S, A[0, 0])
+
+    return main
+
+
+def test_shared_memory_above_the_arch_limit_gives_bytes_and_limit():
+    with pytest.raises(KernelError, match=r"needs 262144 bytes of shared memory.*above the "
+                                          r"166912 bytes one block may use on sm_80"):
+        tilewright.lower(_big_shared(), "cuda -arch=sm_80")
+
+
+def test_threads_not_a_multiple_of_a_warp_is_refused():
+    @T.prim_func
+    def main(A: T.Tensor((64,), "float32")):
+        with T.Kernel(1, threads=48):
+            for i in T.Parallel(64):
+                A[i] = A[i] + 1.0
+
+    with pytest.raises(KernelError, match="multiple of 32"):
+        tilewright.lower(main, "cuda")
+
+
+def test_device_assert_and_print_are_gated():
+    @T.prim_func
+    def main(A: T.Tensor((128,), "float32")):
+        with T.Kernel(1, threads=128):
+            F = T.alloc_fragment((128,), "float32")
+            T.copy(A[0], F)
+            T.print(F, msg="tile")
+            T.print(A[3], msg="scalar")
+            T.device_assert(A[0] > 0.0, msg="positive")
+
+    text = tilewright.lower(main, "cuda").source.text
+    assert "if (((int)threadIdx.x) == 0)" in text  # the tile: one thread prints it
+    assert text.count("printf(") == 4  # tile header, tile element, scalar, assertion
+    assert "__trap()" in text and "positive" in text

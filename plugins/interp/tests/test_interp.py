@@ -1,0 +1,129 @@
+"""The interpreter: generated Python, debugging, and agreement with the CPU backend."""
+
+import sys
+from pathlib import Path
+
+import pytest
+import tilewright
+import tilewright.language as T
+import torch
+from tilewright.plugin import get_manager
+from tilewright.testing import ToleranceError, assert_close, float64_reference
+from tilewright_interp import lowering
+
+catalogue = pytest.importorskip("tilewright_sdk.conformance.catalogue")
+runner = pytest.importorskip("tilewright_sdk.conformance.runner")
+
+
+def _row_sum(M, N, bm=4):
+    @T.prim_func
+    def row_sum(X: T.Tensor((M, N), "float32"), Y: T.Tensor((M,), "float32")):
+        with T.Kernel(T.ceildiv(M, bm), threads=128) as bx:
+            tile = T.alloc_fragment((bm, N), "float32")
+            acc = T.alloc_fragment((bm,), "float32")
+            T.copy(X[bx * bm, 0], tile)
+            T.reduce_sum(tile, acc, dim=1)
+            T.print(acc, msg="row sums")
+            T.device_assert(acc[0] == acc[0], "no NaN")
+            T.copy(acc, Y[bx * bm])
+
+    return row_sum
+
+
+def test_generated_source_is_python_named_after_the_kernel():
+    kernel = tilewright.compile(_row_sum(10, 12), out_idx=[-1], target="interp")
+    source = kernel.get_kernel_source()
+    assert kernel.source_ext == "py"
+    compile(source, "kernel.py", "exec")  # valid Python
+    assert "def row_sum(X_arg, Y_arg):" in source
+    assert "for bx in range(3):  # block index" in source
+    assert "tile = rt.alloc((4, 12,), 'float32')  # local.fragment" in source
+    assert "RULES['reduce_sum']" in source
+    x = torch.randn(10, 12)
+    torch.testing.assert_close(kernel(x), x.sum(1), rtol=1e-6, atol=1e-6)
+
+
+def test_blocks_run_one_at_a_time_and_tiles_are_visible_to_a_debugger(capfd):
+    kernel = tilewright.compile(_row_sum(8, 6), out_idx=[-1], target="interp")
+    x = torch.arange(48, dtype=torch.float32).reshape(8, 6)
+    seen = []
+    assert (Path(kernel.artifact_dir) / "kernel.py").read_text() == kernel.get_kernel_source()
+
+    def tracer(frame, event, arg):
+        if frame.f_code.co_name == "row_sum" and Path(frame.f_code.co_filename).name == "kernel.py":
+            if event == "return":  # the kernel's frame: every tile is a local NumPy array
+                seen.append(frame.f_locals["acc"].copy())
+            return tracer
+        return None
+
+    sys.settrace(tracer)
+    try:
+        kernel(x)
+    finally:
+        sys.settrace(None)
+    assert seen and list(seen[-1]) == [float(v) for v in x[4:8].sum(1)]  # the last block
+    out = capfd.readouterr().out
+    assert out.index("[block (0,)] row sums: acc shape (4,) float32") < \
+        out.index("[block (1,)] row sums")
+
+
+def test_device_assert_stops_the_kernel_with_its_message():
+    @T.prim_func
+    def checked(X: T.Tensor((4,), "float32"), Y: T.Tensor((4,), "float32")):
+        with T.Kernel(1, threads=32):
+            T.device_assert(X[0] > 0, "X[0] must be positive")
+            for i in T.Parallel(4):
+                Y[i] = X[i]
+
+    kernel = tilewright.compile(checked, out_idx=[-1], target="interp")
+    assert kernel(torch.ones(4)).sum() == 4
+    with pytest.raises(RuntimeError, match=r"device_assert failed: X\[0\] must be positive"):
+        kernel(-torch.ones(4))
+
+
+def test_a_wrong_rule_is_caught_by_the_conformance_case(monkeypatch):
+    backend = get_manager().backends()["interp"]
+    case = next(c for c in catalogue.cases(["reduce_sum"]) if c.dtype == "float32")
+    assert "max relative error" in runner.run_case(case, backend, "execute")
+    monkeypatch.setitem(lowering.RULES, "reduce_sum", lowering.RULES["reduce_max"])
+    with pytest.raises(ToleranceError, match="elements .* differ beyond tolerance"):
+        runner.run_case(case, backend, "execute")
+
+
+@pytest.mark.parametrize("name", ["gemm_nt", "softmax", "cumsum_reverse", "atomic_add",
+                                  "attention"])
+def test_cpu_backend_agrees_with_the_interpreter(name):
+    """The interpreter is the semantics reference the CPU backend is cross-checked against."""
+    if "cpu" not in get_manager().backends():
+        pytest.skip("tilewright-cpu is not installed")
+    for case in catalogue.cases([name]):
+        if case.dtype != "float16":
+            continue
+        kernel = case.kernel
+        func = kernel.make(case.dtype, **case.dims)
+        gen = torch.Generator().manual_seed(1)
+        inputs = kernel.inputs(torch, gen, case.dtype, **case.dims)
+        outs = {}
+        for target in ("interp", "cpu"):
+            compiled = tilewright.compile(func, out_idx=list(kernel.out_idx), target=target)
+            args = [t.clone() for t in inputs]
+            result = compiled(*args)
+            result = [] if result is None else [result] if torch.is_tensor(result) else result
+            outs[target] = [*result, *(args[i] for i in kernel.inplace)]
+        expected = float64_reference(kernel.reference, *inputs)
+        for ours, cpu, want in zip(outs["interp"], outs["cpu"], expected):
+            k = kernel.reduction(**case.dims)
+            assert_close(ours, want, reduction_length=k, name=f"interp {case.id}")
+            assert_close(cpu, ours.double(), reduction_length=k, name=f"cpu vs interp {case.id}")
+
+
+def test_an_op_without_a_rule_is_refused_at_compile_time(monkeypatch):
+    monkeypatch.delitem(lowering.RULES, "cumsum")
+    backend = get_manager().backends()["interp"]
+    case = catalogue.cases(["cumsum"])[0]
+    from tilewright.engine import lower
+
+    with pytest.raises(tilewright.UnsupportedOpError,
+                       match="T.cumsum is not supported by backend 'interp'"):
+        lower(case.kernel.make(case.dtype, **case.dims), "interp")
+    assert backend.name == "interp"

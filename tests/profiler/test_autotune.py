@@ -1,0 +1,169 @@
+"""@autotune: validation, parallel compilation, failures in the table, caching."""
+
+import builtins
+
+import pytest
+import tilewright
+from profiler_kernels import eager_scale, scaled_copy
+from tilewright.autotuner import tuner
+from tilewright.errors import ConfigError, TilewrightError
+
+FAST = {"warmup": 1, "rep": 2}
+
+
+@pytest.fixture(autouse=True)
+def fresh_memory():
+    tuner._MEMORY.clear()
+    yield
+    tuner._MEMORY.clear()
+
+
+def _identity(x):
+    return x.clone()
+
+
+def test_search_reports_failures_and_returns_the_fastest(capsys):
+    configs = [{"block": 32}, {"block": 64}, {"scale": 2.0}, {"fail": True}]
+    tuned = tilewright.autotune(configs=configs, reference=_identity, workers=2,
+                                **FAST)(scaled_copy)
+    kernel = tuned(200)
+    result = kernel.autotune_result
+    statuses = [row["status"] for row in result.rows]
+    assert statuses == ["ok", "ok", "check failed", "compile failed"]
+    assert "ValueError: this config cannot be built" in result.rows[3]["error"]
+    assert "differ beyond tolerance" in result.rows[2]["error"]
+    assert result.best_config in configs[:2] and not result.cached
+    assert result.best_latency_ms == min(r["latency_ms"] for r in result.rows[:2])
+    err = capsys.readouterr().err
+    assert "autotune scaled_copy: compiling: 4/4 done" in err
+    assert "check failed" in err and "compile failed" in err and "best: " in err
+    x = __import__("torch").randn(200)
+    assert (kernel(x) == x).all()
+
+
+def test_second_call_hits_memory_then_disk(monkeypatch):
+    configs = [{"block": 32}, {"block": 64}]
+    first = tilewright.autotune(configs=configs, progress=False, workers=1, **FAST)(scaled_copy)
+    kernel = first(100)
+    assert first(100) is kernel  # in memory
+
+    def no_search(*args, **kwargs):
+        raise AssertionError("searched again")
+
+    monkeypatch.setattr(tuner.AutoTuner, "search", no_search)
+    tuner._MEMORY.clear()
+    again = tilewright.autotune(configs=configs, progress=False, workers=1, **FAST)(scaled_copy)
+    cached = again(100)
+    assert cached.autotune_result.cached
+    assert cached.autotune_result.best_config == kernel.autotune_result.best_config
+    # other timing arguments, configs or call arguments are other keys
+    for changed, call in (({"configs": configs, "warmup": 2, "rep": 2}, 100),
+                          ({"configs": configs[:1], **FAST}, 100),
+                          ({"configs": configs, **FAST}, 101)):
+        other = tilewright.autotune(progress=False, workers=1, **changed)(scaled_copy)
+        with pytest.raises(AssertionError, match="searched again"):
+            other(call)
+
+
+def test_cache_off_searches_every_time(monkeypatch):
+    tuned = tilewright.autotune(configs=[{"block": 32}], cache=False, progress=False,
+                                **FAST)(scaled_copy)
+    tuned(64)
+    monkeypatch.setattr(tuner.AutoTuner, "search",
+                        lambda *a: (_ for _ in ()).throw(AssertionError("searched")))
+    with pytest.raises(AssertionError, match="searched"):
+        tuned(64)
+
+
+def test_every_config_failing_is_an_error_with_the_table():
+    tuned = tilewright.autotune(configs=[{"fail": True}, {"scale": 3.0}], reference=_identity,
+                                progress=False, workers=1, **FAST)(scaled_copy)
+    with pytest.raises(TilewrightError) as info:
+        tuned(64)
+    text = str(info.value)
+    assert "no config compiled, ran and passed the check" in text
+    assert "compile failed" in text and "check failed" in text
+
+
+def test_reference_with_another_output_shape():
+    tuned = tilewright.autotune(configs=[{"block": 32}], reference=lambda x: x[:10],
+                                progress=False, workers=1, **FAST)(scaled_copy)
+    with pytest.raises(ConfigError, match=r"reference's output 0 has shape \(10,\) but "
+                                          r"kernel main produces \(64,\)"):
+        tuned(64)
+
+
+@pytest.mark.parametrize("configs, words", [
+    ([], "the config list is empty"),
+    (None, "the config list is empty"),
+    ([{"block": 32}, {"blok": 64}], ("config 1 {'blok': 64} has key(s) 'blok' that "
+                                     "scaled_copy does not take; its parameters are N, "
+                                     "block, scale, fail")),
+    ([("block", 32)], "config 0 must be a dict"),
+])
+def test_bad_configs(configs, words):
+    with pytest.raises(ConfigError) as info:
+        tilewright.autotune(configs=configs)(scaled_copy)
+    assert words in str(info.value)
+
+
+def test_call_must_not_set_a_tuned_parameter():
+    tuned = tilewright.autotune(configs=[{"block": 32}], progress=False)(scaled_copy)
+    with pytest.raises(ConfigError, match="block is set both by the call and by the "
+                                          "autotune configs"):
+        tuned(64, block=16)
+    with pytest.raises(ConfigError, match="missing a required argument: 'N'"):
+        tuned()
+
+
+def test_decorator_misuse():
+    with pytest.raises(ConfigError, match="put @autotune above @tilewright.jit"):
+        tilewright.autotune(configs=[{"block": 1}])(lambda block: block)
+    with pytest.raises(ConfigError, match="needs a kernel factory.*eager_scale is an eager"):
+        tilewright.autotune(configs=[{"block": 32}])(eager_scale)
+    with pytest.raises(ConfigError, match="unknown autotune executor 'dask'"):
+        tilewright.autotune(configs=[{"block": 32}], executor="dask")(scaled_copy)
+    with pytest.raises(ConfigError, match="workers must be a positive integer"):
+        tilewright.autotune(configs=[{"block": 32}], workers=0)(scaled_copy)
+
+
+def test_ray_missing_names_the_extra(monkeypatch):
+    real_import = builtins.__import__
+
+    def no_ray(name, *args, **kwargs):
+        if name == "ray" or name.startswith("ray."):
+            raise ImportError("No module named 'ray'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_ray)
+    with pytest.raises(ConfigError, match=r"executor='ray' needs Ray, which is not "
+                                          r"installed: pip install 'tilewright\[ray\]'"):
+        tilewright.autotune(configs=[{"block": 32}], executor="ray")(scaled_copy)
+
+
+def test_dynamic_inputs_need_supply():
+    import tilewright.language as T
+
+    @tilewright.jit(out_idx=[-1], target="cpu")
+    def dyn(block=64):
+        n = T.dynamic("n")
+
+        @T.prim_func
+        def main(X: T.Tensor((n,), "float32"), Y: T.Tensor((n,), "float32")):
+            with T.Kernel(T.ceildiv(n, block), threads=128) as bx:
+                for i in T.Parallel(block):
+                    if bx * block + i < n:
+                        Y[bx * block + i] = X[bx * block + i]
+
+        return main
+
+    tuned = tilewright.autotune(configs=[{"block": 32}], progress=False, workers=1,
+                                **FAST)(dyn)
+    with pytest.raises(ConfigError, match="parameter 'X'.*pass supply=callable"):
+        tuned()
+    import torch
+
+    supplied = tilewright.autotune(configs=[{"block": 32}, {"block": 64}], progress=False,
+                                   workers=1, supply=lambda kernel: [torch.randn(100)],
+                                   reference=_identity, **FAST)(dyn)
+    assert supplied().autotune_result.best_config in ({"block": 32}, {"block": 64})

@@ -1,0 +1,33 @@
+"""executor="ray" on a local Ray cluster started by the test."""
+
+import pytest
+import tilewright
+from profiler_kernels import scaled_copy
+from tilewright.autotuner import tuner
+
+ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'tilewright[ray]')")
+
+
+@pytest.fixture(scope="module")
+def local_cluster(tmp_path_factory):
+    # one worker process: it imports TVM and torch once, and the test stays short
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False,
+             _temp_dir=str(tmp_path_factory.mktemp("ray")))
+    yield
+    ray.shutdown()
+
+
+def test_search_on_a_local_ray_cluster(local_cluster, capsys):
+    tuner._MEMORY.clear()
+    configs = [{"block": 32}, {"fail": True}, {"scale": 2.0}]
+    tuned = tilewright.autotune(configs=configs, executor="ray", warmup=1, rep=2,
+                                reference=lambda x: x.clone())(scaled_copy)
+    kernel = tuned(300)
+    result = kernel.autotune_result
+    assert [r["status"] for r in result.rows] == ["ok", "compile failed", "check failed"]
+    assert result.best_config == configs[0]
+    assert "compiling: 3/3 done" in capsys.readouterr().err
+    import torch
+
+    x = torch.randn(300)
+    assert (kernel(x) == x).all()
