@@ -8,9 +8,11 @@ STAMP := $(VENV)/.tilewright-installed
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml plugins/cpu/pyproject.toml sdk/pyproject.toml plugins/interp/pyproject.toml
+$(STAMP): pyproject.toml plugins/cpu/pyproject.toml sdk/pyproject.toml plugins/interp/pyproject.toml \
+		backend-cuda/pyproject.toml backend-ascend/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q -e ".[test]" -e plugins/cpu -e sdk -e plugins/interp
+	$(PY) -m pip install -q -e ".[test]" -e plugins/cpu -e sdk -e plugins/interp -e backend-cuda \
+		-e backend-ascend
 	touch $(STAMP)
 
 demo: setup

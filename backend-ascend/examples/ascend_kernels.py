@@ -3,9 +3,9 @@
 Run: python backend-ascend/examples/ascend_kernels.py  (uses the CPU emulator without an NPU)
 """
 
+import tilewright
 import torch
 
-import tilewright
 import tilewright_ascend.language as T
 
 VEC_NUM = 2
@@ -102,6 +102,87 @@ def gemm(M, N, K, block_M, block_N, K_L1, dtype="float16", accum_dtype="float32"
                     T.barrier_all()
                     T.gemm_v0(A_L1, B_L1, C_L0, init=(k == 0), kL0Size=kL0Size)
                     T.barrier_all()
+                T.copy(C_L0, C[bx * block_M, by * block_N])
+
+    return main
+
+
+def vec_add_conservative(M, N, block_M, block_N, sub_M, dtype="float32"):
+    """The same work as :func:`vec_add_pipelined` with one buffer and each set/wait pair
+    adjacent before its consumer: safe, but MTE2, V and MTE3 take turns."""
+    m_num, n_num = M // block_M, N // block_N
+    vec_proc = block_M // sub_M
+    rows = sub_M // VEC_NUM
+
+    @T.prim_func
+    def main(A: T.Tensor((M, N), dtype), B: T.Tensor((M, N), dtype),
+             C: T.Tensor((M, N), dtype)):
+        with T.Kernel(m_num * n_num, is_npu=True) as (cid, vid):
+            bx = cid // n_num
+            by = cid % n_num
+            a_ub = T.alloc_ub((rows, block_N), dtype)
+            b_ub = T.alloc_ub((rows, block_N), dtype)
+            c_ub = T.alloc_ub((rows, block_N), dtype)
+            with T.Scope("V"):
+                base = bx * block_M + vid * rows
+                for mm in T.serial(vec_proc):
+                    T.set_flag("v", "mte2", 0)
+                    T.wait_flag("v", "mte2", 0)
+                    T.copy(A[base + mm * sub_M, by * block_N], a_ub)
+                    T.copy(B[base + mm * sub_M, by * block_N], b_ub)
+                    T.set_flag("mte3", "v", 0)
+                    T.wait_flag("mte3", "v", 0)
+                    T.set_flag("mte2", "v", 0)
+                    T.wait_flag("mte2", "v", 0)
+                    T.tile.add(c_ub, a_ub, b_ub)
+                    T.set_flag("v", "mte3", 0)
+                    T.wait_flag("v", "mte3", 0)
+                    T.copy(c_ub, C[base + mm * sub_M, by * block_N])
+
+    return main
+
+
+def gemm_pipelined(M, N, K, block_M, block_N, K_L1, dtype="float16", accum_dtype="float32",
+                   kL0Size=128, conservative=False):
+    """GEMM with L1 double buffering and hand-written flags: MTE2 loads the next K tile while
+    the cube works on the current one. ``conservative`` waits right after each set instead."""
+    m_num, n_num = M // block_M, N // block_N
+    loop_k = K // K_L1
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype),
+             C: T.Tensor((M, N), dtype)):
+        with T.Kernel(m_num * n_num, is_npu=True) as (cid, _):
+            bx = cid // n_num
+            by = cid % n_num
+            A_L1 = T.alloc_L1((2, block_M, K_L1), dtype)
+            B_L1 = T.alloc_L1((2, K_L1, block_N), dtype)
+            C_L0 = T.alloc_L0C((block_M, block_N), accum_dtype)
+            with T.Scope("C"):
+                T.set_flag("mte1", "mte2", 0)
+                T.set_flag("mte1", "mte2", 1)
+                for k in T.serial(loop_k):
+                    cur = k % 2
+                    T.wait_flag("mte1", "mte2", cur)
+                    T.copy(A[bx * block_M, k * K_L1], A_L1[cur, :, :])
+                    T.copy(B[k * K_L1, by * block_N], B_L1[cur, :, :])
+                    T.set_flag("mte2", "mte1", cur)
+                    if conservative:
+                        T.wait_flag("mte2", "mte1", cur)
+                        T.gemm_v0(A_L1[cur, :, :], B_L1[cur, :, :], C_L0, init=(k == 0),
+                                  kL0Size=kL0Size)
+                        T.set_flag("mte1", "mte2", cur)
+                        T.wait_flag("mte1", "mte2", cur)
+                        T.set_flag("mte1", "mte2", cur)
+                    else:
+                        T.wait_flag("mte2", "mte1", cur)
+                        T.gemm_v0(A_L1[cur, :, :], B_L1[cur, :, :], C_L0, init=(k == 0),
+                                  kL0Size=kL0Size)
+                        T.set_flag("mte1", "mte2", cur)
+                T.wait_flag("mte1", "mte2", 0)
+                T.wait_flag("mte1", "mte2", 1)
+                T.set_flag("m", "fix", 0)
+                T.wait_flag("m", "fix", 0)
                 T.copy(C_L0, C[bx * block_M, by * block_N])
 
     return main

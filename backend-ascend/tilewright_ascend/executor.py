@@ -75,7 +75,7 @@ def _runtime_object() -> Path:
 
 
 def _run(cmd: list[str]) -> None:
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode:
         raise TilewrightError(f"the emulator build failed:\n  {' '.join(cmd)}\n"
                               f"{proc.stderr[-4000:]}")
@@ -85,6 +85,8 @@ def _harness(payload: dict) -> str:
     params = payload["params"]
     decl = ", ".join("uint8_t*" for _ in params)
     call = ", ".join(f"(uint8_t*)args[{i}]" for i in range(len(params)))
+    if payload.get("exception_dump"):  # no exception handler on the CPU: no descriptor
+        decl, call = decl + ", uint8_t*", call + ", nullptr"
     return (
         "#include <cstdint>\n#include <functional>\n"
         "namespace tw_emu { int launch(int, int, void**, const int64_t*, const char**, "
@@ -147,28 +149,37 @@ def build_emulator(source: GeneratedSource, ctx, workdir) -> EmulatedKernel:
     workdir = Path(workdir)
     (workdir / "kernel.cpp").write_text(source.text)
     (workdir / "harness.cpp").write_text(_harness(source.payload))
-    obj = _runtime_object()
-    _run([_compiler(), *FLAGS, "-shared", "-I", str(CSRC), str(workdir / "kernel.cpp"),
-          str(workdir / "harness.cpp"), str(obj), "-o", str(workdir / LIBRARY)])
-    meta = {**source.payload,
+    obj = _link(workdir, workdir)
+    meta = {**source.payload, "runtime": obj.name,
             "races": str(ctx.pass_configs.get("ascend.emulator_races", "error"))}
     (workdir / META).write_text(json.dumps(meta))
     return EmulatedKernel(workdir / LIBRARY, meta)
 
 
+def _link(sources: Path, out: Path) -> Path:
+    obj = _runtime_object()
+    _run([_compiler(), *FLAGS, "-shared", "-I", str(CSRC), str(sources / "kernel.cpp"),
+          str(sources / "harness.cpp"), str(obj), "-o", str(out / LIBRARY)])
+    return obj
+
+
 def load_emulator(workdir, entry: str) -> EmulatedKernel:
     workdir = Path(workdir)
-    return EmulatedKernel(workdir / LIBRARY, json.loads((workdir / META).read_text()))
+    meta = json.loads((workdir / META).read_text())
+    if meta.get("runtime") != _runtime_object().name:
+        # the cached library was linked with an older emulator runtime: relink it privately
+        fresh = Path(tempfile.mkdtemp(prefix="tilewright-ascend-"))
+        _link(workdir, fresh)
+        return EmulatedKernel(fresh / LIBRARY, meta)
+    return EmulatedKernel(workdir / LIBRARY, meta)
 
 
 def compile_and_run_source(text: str, payload: dict, tensors, workdir) -> EmulatedKernel:
     """Build ``text`` (for example a hand-edited generated source) and run it once."""
     source = GeneratedSource(text, "ascendc", "cpp", payload, payload["kernel"])
 
-    class _Ctx:
-        pass_configs: dict = {}
-
-    kernel = build_emulator(source, _Ctx(), workdir)
+    ctx = type("EmulatorContext", (), {"pass_configs": {}})()
+    kernel = build_emulator(source, ctx, workdir)
     kernel(*tensors)
     return kernel
 

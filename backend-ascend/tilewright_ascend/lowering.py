@@ -194,26 +194,25 @@ def rule_gemm_v0(em, call) -> None:
     a_off, b_off = offset_of(em, a), offset_of(em, b)
     kk = em.ident("kk")
     init = em.expr(call.operands["init"])
-    with em.block("if (true)"):
-        with em.block(f"for (int32_t {kk} = 0; {kk} < {k // kl0}; ++{kk})"):
-            # A: m x kl0 slice of op(A); B: kl0 x n slice of op(B)
-            if ta:
-                load_data(em, a, scope_a, kl0, m, astride, True,
-                          f"{a_off} + {kk} * {kl0 * astride}")
-            else:
-                load_data(em, a, scope_a, m, kl0, astride, False, f"{a_off} + {kk} * {kl0}")
-            if tb:
-                load_data(em, b, scope_b, n, kl0, bstride, True, f"{b_off} + {kk} * {kl0}")
-            else:
-                load_data(em, b, scope_b, kl0, n, bstride, False,
-                          f"{b_off} + {kk} * {kl0 * bstride}")
-            em.line("SetFlag<HardEvent::MTE1_M>(0);")
-            em.line("WaitFlag<HardEvent::MTE1_M>(0);")
-            em.line(f"MmadParams mp; mp.m = {m}; mp.n = {n}; mp.k = {kl0}; "
-                    f"mp.cmatrixInitVal = ({init}) && {kk} == 0;")
-            em.line(f"Mmad({tensor(em, c)}, {scope_a}, {scope_b}, mp);")
-            em.line("SetFlag<HardEvent::M_MTE1>(0);")
-            em.line("WaitFlag<HardEvent::M_MTE1>(0);")
+    with em.block("if (true)"), em.block(f"for (int32_t {kk} = 0; {kk} < {k // kl0}; ++{kk})"):
+        # A: m x kl0 slice of op(A); B: kl0 x n slice of op(B)
+        if ta:
+            load_data(em, a, scope_a, kl0, m, astride, True,
+                      f"{a_off} + {kk} * {kl0 * astride}")
+        else:
+            load_data(em, a, scope_a, m, kl0, astride, False, f"{a_off} + {kk} * {kl0}")
+        if tb:
+            load_data(em, b, scope_b, n, kl0, bstride, True, f"{b_off} + {kk} * {kl0}")
+        else:
+            load_data(em, b, scope_b, kl0, n, bstride, False,
+                      f"{b_off} + {kk} * {kl0 * bstride}")
+        em.line("SetFlag<HardEvent::MTE1_M>(0);")
+        em.line("WaitFlag<HardEvent::MTE1_M>(0);")
+        em.line(f"MmadParams mp; mp.m = {m}; mp.n = {n}; mp.k = {kl0}; "
+                f"mp.cmatrixInitVal = ({init}) && {kk} == 0;")
+        em.line(f"Mmad({tensor(em, c)}, {scope_a}, {scope_b}, mp);")
+        em.line("SetFlag<HardEvent::M_MTE1>(0);")
+        em.line("WaitFlag<HardEvent::M_MTE1>(0);")
 
 
 def rule_mma(em, call) -> None:

@@ -7,8 +7,7 @@ any other backend at compile time, naming the op.
 from __future__ import annotations
 
 import tvm
-from tilewright.ir.schema import Attr, Operand, TileOpSchema, register_tile_op
-from tilewright.ir.schema import _register_tvm_op
+from tilewright.ir.schema import Attr, Operand, TileOpSchema, _register_tvm_op, register_tile_op
 
 PREFIX = "ascend."
 PACK = "tw.ascend.pack"  # a list of scalar arguments (printf)

@@ -4,7 +4,8 @@ The source is compiled with g++ against a small shim: every CUDA thread of a blo
 thread, ``__syncthreads`` is a ``std::barrier``, warp shuffles exchange through memory between
 two barriers, the dynamic shared-memory pool is poisoned before each block, and blocks run one
 after another. It checks what the generated code computes (indexing, guards, barriers,
-reductions); it says nothing about speed. Float types only (no cuda_fp16 on the host).
+reductions); it says nothing about speed. float16 and bfloat16 use the host side of cuda_fp16.h and cuda_bf16.h; mma.sync is
+emulated per warp from the PTX fragment layouts.
 """
 
 from __future__ import annotations
@@ -61,6 +62,53 @@ inline float __expf(float x) { return std::exp(x); }
 inline float exp2f(float x) { return std::exp2(x); }
 inline float __int_as_float(unsigned v) { float f; std::memcpy(&f, &v, 4); return f; }
 inline double __longlong_as_double(unsigned long long v) { double d; std::memcpy(&d, &v, 8); return d; }
+#define TW_HOST_EMULATION 1
+unsigned tw_mma_exchange[1024][6];
+inline float tw_bits16_to_float(unsigned bits, bool bf16) {
+  unsigned u;
+  if (bf16) {
+    u = bits << 16;
+  } else {  // IEEE half: sign, 5-bit exponent, 10-bit mantissa
+    unsigned sign = (bits & 0x8000u) << 16, exp = (bits >> 10) & 0x1f, man = bits & 0x3ff;
+    if (exp == 0x1f) {
+      u = sign | 0x7f800000u | (man << 13);
+    } else if (exp == 0) {
+      float f = std::ldexp((float)man, -24);
+      return (bits & 0x8000u) ? -f : f;
+    } else {
+      u = sign | ((exp + 112) << 23) | (man << 13);
+    }
+  }
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+// mma.sync.m16n8k16 across the 32 lanes of the calling warp, from the PTX fragment layouts
+inline void tw_emulate_mma_16816(float* c, const unsigned* a, const unsigned* b, bool bf16) {
+  unsigned t = threadIdx.x, base = t / 32 * 32;
+  for (int i = 0; i < 4; ++i) tw_mma_exchange[t][i] = a[i];
+  tw_mma_exchange[t][4] = b[0];
+  tw_mma_exchange[t][5] = b[1];
+  tw_barrier->arrive_and_wait();
+  float A[16][16], B[16][8];
+  for (int l = 0; l < 32; ++l) {
+    const unsigned* r = tw_mma_exchange[base + l];
+    int g = l >> 2, q = (l & 3) * 2;
+    for (int h = 0; h < 2; ++h) {
+      A[g][q + h] = tw_bits16_to_float((r[0] >> (16 * h)) & 0xffff, bf16);
+      A[g + 8][q + h] = tw_bits16_to_float((r[1] >> (16 * h)) & 0xffff, bf16);
+      A[g][q + 8 + h] = tw_bits16_to_float((r[2] >> (16 * h)) & 0xffff, bf16);
+      A[g + 8][q + 8 + h] = tw_bits16_to_float((r[3] >> (16 * h)) & 0xffff, bf16);
+      B[q + h][g] = tw_bits16_to_float((r[4] >> (16 * h)) & 0xffff, bf16);
+      B[q + 8 + h][g] = tw_bits16_to_float((r[5] >> (16 * h)) & 0xffff, bf16);
+    }
+  }
+  tw_barrier->arrive_and_wait();
+  int lane = t % 32, g = lane >> 2, q = (lane & 3) * 2;
+  int rows[4] = {g, g, g + 8, g + 8}, cols[4] = {q, q + 1, q, q + 1};
+  for (int i = 0; i < 4; ++i)
+    for (int k = 0; k < 16; ++k) c[i] += A[rows[i]][k] * B[k][cols[i]];
+}
 struct tw_ptr { void* p; template <class T> operator T*() const { return (T*)p; } };
 """
 

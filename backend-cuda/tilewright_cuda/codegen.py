@@ -16,6 +16,7 @@ from . import arch as arch_mod
 from .passes import find_thread
 
 HEADER = (Path(__file__).parent / "include" / "tw_cuda.h").read_text()
+MMA_HEADER = (Path(__file__).parent / "include" / "tw_mma.h").read_text()
 _MARK = 'extern "C" __global__'
 
 
@@ -126,7 +127,8 @@ def generate(mod: tvm.IRModule, ctx) -> GeneratedSource:
     kernel_gvar, device_func = kernels[0]
     text = tvm.get_global_func("target.build.cuda")(dev_mod, dev_target).inspect_source()
     at = text.find(_MARK)
-    text = text[:at] + HEADER + "\n" + text[at:]
+    header = HEADER + (MMA_HEADER if "tw_gemm_mma<" in text else "")
+    text = text[:at] + header + "\n" + text[at:]
     meta = {
         "entry": str(kernel_gvar.name_hint), "arch": arch.name,
         "params": _param_kinds(func, device_func), "symbols": symbol_sources(func), **launch,

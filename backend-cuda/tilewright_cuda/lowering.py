@@ -191,6 +191,75 @@ def lower_fill(call: TileOpCall, ctx: RuleContext):
 
 @register_lowering("gemm")
 def lower_gemm(call: TileOpCall, ctx: RuleContext):
+    """The first variant whose predicate holds: tensor cores (``mma.sync``), else a
+    thread-distributed loop."""
+    for variant, fits in GEMM_VARIANTS:
+        if fits(call, ctx) is None:
+            return variant(call, ctx)
+    raise AssertionError("the thread gemm fits every gemm")
+
+
+def _leading_dim(region: Region):
+    shape = region.buffer.shape
+    return _const(shape[-1]) if len(shape) == 2 else None
+
+
+def mma_misfit(call: TileOpCall, ctx: RuleContext) -> str | None:
+    """Why ``mma.sync.m16n8k16`` cannot run this gemm, or None when it can."""
+    a, b, c = (call.operands[k] for k in ("A", "B", "C"))
+    arch = ctx.options
+    if arch is None or arch.sm < 80:
+        return "mma.sync m16n8k16 needs sm_80 or newer"
+    dtypes = (str(a.buffer.dtype), str(b.buffer.dtype), str(c.buffer.dtype))
+    if dtypes not in (("float16", "float16", "float32"), ("bfloat16", "bfloat16", "float32")):
+        return f"operand dtypes {dtypes} are not (float16|bfloat16, same, float32)"
+    for name, region in (("A", a), ("B", b), ("C", c)):
+        if is_thread_local(region.buffer) or scope(region.buffer) == "global":
+            return f"{name} is not in shared memory or a fragment"
+        if _leading_dim(region) is None or len(non_unit(region)) != 2:
+            return f"{name} is not a 2-D tile of a 2-D buffer with a constant row length"
+    adims, cdims = non_unit(a), non_unit(c)
+    m, n = _const(c.extents[cdims[0]]), _const(c.extents[cdims[1]])
+    k = _const(a.extents[adims[0]] if call.attrs["transpose_A"] else a.extents[adims[1]])
+    if None in (m, n, k) or m % 16 or n % 8 or k % 16:
+        return f"tile {m}x{n}x{k} is not a multiple of the 16x8x16 instruction"
+    _, threads = thread_var(ctx)
+    if (m // 16) * (n // 8) % (threads // WARP):
+        return f"{(m // 16) * (n // 8)} 16x8 output tiles do not split evenly over " \
+               f"{threads // WARP} warps"
+    return None
+
+
+def lower_gemm_mma(call: TileOpCall, ctx: RuleContext):
+    """One call of ``tw_gemm_mma`` (include/tw_mma.h) by every thread of the block."""
+    a, b, c = (call.operands[k] for k in ("A", "B", "C"))
+    cdims, adims = non_unit(c), non_unit(a)
+    m, n = _const(c.extents[cdims[0]]), _const(c.extents[cdims[1]])
+    k = _const(a.extents[adims[0]] if call.attrs["transpose_A"] else a.extents[adims[1]])
+    _, threads = thread_var(ctx)
+    flags = ", ".join("true" if call.attrs[f] else "false" for f in ("transpose_A",
+                                                                     "transpose_B"))
+    name = f"tw_gemm_mma<{m}, {n}, {k}, {flags}, {threads}>"
+
+    def ptr(region):
+        return tirx.address_of(tirx.BufferLoad(region.buffer, [_expr(s) for s in region.starts]))
+
+    gemm = tirx.Evaluate(tirx.call_extern(
+        "int32", name, ptr(a), _expr(_leading_dim(a)), ptr(b), _expr(_leading_dim(b)), ptr(c),
+        _expr(_leading_dim(c))))
+    if not call.attrs["clear_accum"]:
+        return gemm
+    zero = lower_fill(_fill_call(c), ctx)
+    return tirx.SeqStmt([zero, sync(), gemm])
+
+
+def _fill_call(region: Region) -> TileOpCall:
+    from tilewright.ir import get_schema
+
+    return TileOpCall(get_schema("fill"), {"dst": region, "value": tirx.const(0, "float32")}, {})
+
+
+def lower_gemm_threads(call: TileOpCall, ctx: RuleContext):
     """C += op(A) @ op(B): the (i, j) elements of C are spread over the threads; each thread
     accumulates its dot products in a register."""
     a, b, c = (call.operands[k] for k in ("A", "B", "C"))
@@ -222,6 +291,9 @@ def lower_gemm(call: TileOpCall, ctx: RuleContext):
         ])
 
     return loop_nest([m, n], body, ctx=ctx)
+
+
+GEMM_VARIANTS = ((lower_gemm_mma, mma_misfit), (lower_gemm_threads, lambda call, ctx: None))
 
 
 def _const(e) -> int | None:

@@ -39,7 +39,7 @@ def _arch(ctx):
 PIPELINE = PassPipeline((
     Phase("bind_threads", lambda ctx: [_arch(ctx) and passes.bind_threads()],
           "the block's program is wrapped in a threadIdx.x loop of T.Kernel's threads"),
-    Phase("lower_tile_ops", lambda ctx: [lower_tile_ops(_rules(ctx), "cuda"),
+    Phase("lower_tile_ops", lambda ctx: [lower_tile_ops(_rules(ctx), "cuda", _arch(ctx)),
                                          lowering_extra.lower_intrinsics()],
           "each tile op becomes parallel nests or thread code (tilewright_cuda.lowering)"),
     Phase("distribute", lambda ctx: [passes.distribute()],

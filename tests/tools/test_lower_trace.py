@@ -236,7 +236,10 @@ def test_environment_switch_is_read_at_import(tmp_path):
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
                          env=env, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert "[lower_trace] * 00 lower_tile_ops/LowerTileOps" in out.stdout
+    assert re.search(r"\[lower_trace\] [o*] 00 lower_tile_ops/LowerTileOps  \+\d+ -\d+",
+                     out.stdout)
+    assert re.search(r"\[lower_trace\] # \d+ codegen/codegen", out.stdout)
+    assert "more lines of generated source" in out.stdout
     bad = subprocess.run([sys.executable, "-c", "import tilewright"], capture_output=True,
                          text=True, env={**env, "TILEWRIGHT_LOWER_TRACE": "fancy"}, timeout=60)
     assert bad.returncode != 0 and "valid modes" in bad.stderr

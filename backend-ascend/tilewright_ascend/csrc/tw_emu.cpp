@@ -55,7 +55,7 @@ struct State {
     std::map<std::string, int> seen;
     // statistics
     uint64_t n_instr[CORES][NPIPE], n_bytes[CORES][NPIPE];
-    double busy[CORES][NPIPE], overlap_mte2 = 0, mte2_total = 0, span = 0;
+    double busy[CORES][NPIPE], overlap_mte2 = 0, mte2_total = 0, compute_total = 0, span = 0;
     std::vector<std::pair<double, double>> intervals[CORES][NPIPE];
 };
 State* S = nullptr;
@@ -465,6 +465,7 @@ void run_block() {
         compute.insert(compute.end(), S->intervals[c][PM].begin(), S->intervals[c][PM].end());
         S->overlap_mte2 += union_overlap(S->intervals[c][PMTE2], compute);
         for (auto& iv : S->intervals[c][PMTE2]) S->mte2_total += iv.second - iv.first;
+        for (auto& iv : compute) S->compute_total += iv.second - iv.first;
         for (int p = 0; p < NPIPE; ++p) S->intervals[c][p].clear();
     }
 }
@@ -508,7 +509,10 @@ extern "C" const char* tw_emu_stats() {
     using namespace tw_emu;
     if (!S) return "{}";
     out = "{\"cycles\": " + std::to_string(S->span) + ", \"races\": " + std::to_string(S->races) +
-          ", \"mte2_overlap\": " + std::to_string(S->mte2_total > 0 ? S->overlap_mte2 / S->mte2_total : 0.0) +
+          ", \"mte2_overlap\": " + std::to_string(std::min(S->mte2_total, S->compute_total) > 0
+              ? S->overlap_mte2 / std::min(S->mte2_total, S->compute_total) : 0.0) +
+          ", \"mte2_cycles\": " + std::to_string(S->mte2_total) +
+          ", \"compute_cycles\": " + std::to_string(S->compute_total) +
           ", \"pipes\": {";
     bool first = true;
     for (int p = 0; p < NPIPE; ++p) {

@@ -6,9 +6,10 @@ Names of the other Ascend tree (TileLang mainline's ``tilelang.ascend.language``
 950: ``T.alloc_l1``, ``T.dual_copy`` ...) raise an error saying which names this backend uses.
 """
 
-from tilewright.language import *  # noqa: F403 - the dialect extends the portable language
+from tilewright.language import *
 from tilewright.language import __all__ as _PORTABLE
 
+from .dialect import OTHER_TREE as _OTHER_TREE
 from .dialect import (
     Kernel,
     Scope,
@@ -30,11 +31,12 @@ from .dialect import (
     wait_cross_flag,
     wait_flag,
 )
-from .dialect import OTHER_TREE as _OTHER_TREE
 
-__all__ = [*_PORTABLE, "Scope", "alloc_L0A", "alloc_L0B", "alloc_L0C", "alloc_L1", "alloc_ub",
-           "annotate_address", "barrier_all", "dump_tensor", "gemm_v0", "mma", "pipe_barrier",
-           "printf", "set_cross_flag", "set_flag", "tile", "wait_cross_flag", "wait_flag"]
+__all__ = [  # noqa: PLE0604 - the portable names plus the dialect's
+    *_PORTABLE, "Kernel", "Scope", "alloc_L0A", "alloc_L0B", "alloc_L0C", "alloc_L1", "alloc_ub",
+    "annotate_address", "barrier_all", "dump_tensor", "gemm_v0", "mma", "pipe_barrier", "printf",
+    "set_cross_flag", "set_flag", "tile", "wait_cross_flag", "wait_flag",
+]
 
 
 def __getattr__(name):

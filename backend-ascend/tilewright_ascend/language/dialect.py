@@ -91,7 +91,6 @@ class Scope:
             raise error("T.Scope blocks cannot be nested")
         self._span = span()
         self._frame = builder.open("ascend_scope")
-        return None
 
     def __exit__(self, exc_type, exc, tb):
         builder = B.current("T.Scope")
@@ -115,22 +114,22 @@ def _alloc(shape, dtype, scope: str, what: str) -> TileBuffer:
     return TileBuffer(buf)
 
 
-def alloc_L1(shape, dtype):  # noqa: N802 - the dialect's name
+def alloc_L1(shape, dtype):
     """A tile in L1, the cube core's staging memory (512 KiB)."""
     return _alloc(shape, dtype, "ascend.l1", "T.alloc_L1")
 
 
-def alloc_L0A(shape, dtype):  # noqa: N802
+def alloc_L0A(shape, dtype):
     """A tile in L0A, the cube's left operand memory (64 KiB)."""
     return _alloc(shape, dtype, "ascend.l0a", "T.alloc_L0A")
 
 
-def alloc_L0B(shape, dtype):  # noqa: N802
+def alloc_L0B(shape, dtype):
     """A tile in L0B, the cube's right operand memory (64 KiB)."""
     return _alloc(shape, dtype, "ascend.l0b", "T.alloc_L0B")
 
 
-def alloc_L0C(shape, dtype):  # noqa: N802
+def alloc_L0C(shape, dtype):
     """A tile in L0C, the cube's accumulator memory (128 KiB)."""
     return _alloc(shape, dtype, "ascend.l0c", "T.alloc_L0C")
 
@@ -252,7 +251,7 @@ def gemm_v0(A, B, C, transpose_A=False, transpose_B=False, init=False, kL0Size=1
     c = _matrix(C, "T.gemm_v0 C", ("ascend.l0c",), "in L0C (T.alloc_L0C)")
     if n_actual is not None:
         raise error("T.gemm_v0: n_actual is not supported by this backend; use full tiles")
-    m, n, k = _mkn(a, b, c, transpose_A, transpose_B, "T.gemm_v0")
+    k = _mkn(a, b, c, transpose_A, transpose_B, "T.gemm_v0")[2]
     if k % min(int(kL0Size), k):
         raise error(f"T.gemm_v0: K = {k} is not a multiple of kL0Size = {kL0Size}")
     emit(ops.GEMM_V0.name, {"A": a[0], "B": b[0], "C": c[0], "init": to_expr(init, "bool")},

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import argparse
 import ast
+import builtins
+import contextlib
 import copy
 import hashlib
+import importlib
 import os
+import runpy
+import signal
 import subprocess
 import sys
 import tempfile
@@ -65,13 +70,77 @@ def _resolve(tree, path):
     return node
 
 
+def _preload(tree) -> None:
+    """Import the program's top-level absolute imports in this process, before forking."""
+    for node in tree.body:
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+            [node.module] if isinstance(node, ast.ImportFrom) and node.module and \
+            not node.level else []
+        for name in names:
+            with contextlib.suppress(Exception):
+                importlib.import_module(name)
+
+
+def _run_forked(path: Path, timeout: float) -> str:
+    """Run ``path`` as ``__main__`` in a forked child; its stdout and stderr together ('' on
+    timeout)."""
+    out_path = path.with_suffix(".out")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns
+        code = 1
+        try:
+            fd = os.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            os.dup2(fd, 1)
+            os.dup2(fd, 2)
+            sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115
+            sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115
+            builtins.__freeze__ = contextlib.nullcontext()
+            sys.argv = [str(path)]
+            runpy.run_path(str(path), run_name="__main__")
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+            if not isinstance(exc.code, int) and exc.code is not None:
+                print(exc.code, file=sys.stderr)
+        except BaseException:  # noqa: BLE001 - the traceback is the output we search
+            import traceback
+
+            traceback.print_exc()
+        finally:
+            with contextlib.suppress(Exception):
+                sys.stdout.flush()
+                sys.stderr.flush()
+            os._exit(code)
+    deadline = time.monotonic() + timeout
+    while True:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return ""
+        time.sleep(0.005)
+    try:
+        return out_path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
 class DeltaDebugger:
     """Shrinks ``source`` while ``message`` appears in the output of running it."""
 
     def __init__(self, source: str, message: str, timeout: float = 60.0,
                  python: str = sys.executable, filename: str = "candidate.py",
-                 max_seconds: float | None = None, verbose: bool = False):
+                 max_seconds: float | None = None, verbose: bool = False, fork: bool = True):
         self.tree = ast.parse(source)
+        # forking a process that already imported the program's modules (TVM, torch ...)
+        # saves seconds per candidate; elsewhere each candidate is a fresh interpreter
+        self.fork = fork and hasattr(os, "fork") and python == sys.executable
+        if self.fork:
+            _preload(self.tree)
         self.message = message
         self.timeout = timeout
         self.python = python
@@ -94,6 +163,8 @@ class DeltaDebugger:
         self.runs += 1
         path = Path(self._tmp.name) / self.filename
         path.write_text(source)
+        if self.fork:
+            return self.message in _run_forked(path, self.timeout)
         try:
             proc = subprocess.run([self.python, "-c", _RUNNER, str(path)], capture_output=True,
                                   text=True, timeout=self.timeout, cwd=self._tmp.name,
@@ -201,11 +272,11 @@ class DeltaDebugger:
 
 
 def minimize(path, message: str, timeout: float = 60.0, max_seconds: float | None = None,
-             verbose: bool = False) -> Result:
+             verbose: bool = False, fork: bool = True) -> Result:
     """Minimise the program in ``path``; see :class:`DeltaDebugger`."""
     path = Path(path)
     return DeltaDebugger(path.read_text(), message, timeout, filename=path.name,
-                         max_seconds=max_seconds, verbose=verbose).run()
+                         max_seconds=max_seconds, verbose=verbose, fork=fork).run()
 
 
 def main(argv=None) -> int:
@@ -221,6 +292,9 @@ def main(argv=None) -> int:
                         help="seconds one candidate may run (default 60)")
     parser.add_argument("--max-time", type=float, default=None,
                         help="stop searching after this many seconds, keeping the best so far")
+    parser.add_argument("--no-fork", action="store_true",
+                        help="run every candidate in a fresh interpreter (slower; use when the "
+                             "program's imports do not survive fork)")
     parser.add_argument("-v", "--verbose", action="store_true")
     ns = parser.parse_args(argv)
     path = Path(ns.file)
@@ -228,7 +302,8 @@ def main(argv=None) -> int:
         print(f"autodd: no such file: {path}", file=sys.stderr)
         return 2
     try:
-        result = minimize(path, ns.err_msg, ns.timeout, ns.max_time, ns.verbose)
+        result = minimize(path, ns.err_msg, ns.timeout, ns.max_time, ns.verbose,
+                          fork=not ns.no_fork)
     except SyntaxError as exc:
         print(f"autodd: {path} is not valid Python: {exc}", file=sys.stderr)
         return 2

@@ -46,14 +46,18 @@ def compile_local(jit_fn, args, kwargs, configs, workers: int, progress) -> list
             progress.advance()
         return outcomes
     _prime_cache_keys(jit_fn)
+    outcomes: list[Outcome | None] = [None] * len(configs)
+    # The first config compiles here: the lazy imports and initialisation of a first
+    # compilation then happen once, and the forked workers inherit them.
+    outcomes[0] = compile_config(jit_fn, args, kwargs, 0, configs[0])
+    progress.advance()
     job = next(_job_ids)
     _JOBS[job] = (jit_fn, args, kwargs, configs)
-    outcomes: list[Outcome | None] = [None] * len(configs)
     try:
         context = multiprocessing.get_context("fork")
-        with ProcessPoolExecutor(max_workers=min(workers, len(configs)),
+        with ProcessPoolExecutor(max_workers=min(workers, len(configs) - 1),
                                  mp_context=context) as pool:
-            futures = {pool.submit(_compile_job, job, i): i for i in range(len(configs))}
+            futures = {pool.submit(_compile_job, job, i): i for i in range(1, len(configs))}
             for future in as_completed(futures):
                 index = futures[future]
                 try:

@@ -37,6 +37,7 @@ class AutotuneResult:
     key: str = ""
     cached: bool = False
     seconds: float = 0.0
+    compile_seconds: float = 0.0
 
     def table(self) -> str:
         names = sorted({k for r in self.rows for k in r["config"]})
@@ -59,7 +60,8 @@ class AutotuneResult:
 
     def to_json(self) -> dict:
         return {"best_config": self.best_config, "best_latency_ms": self.best_latency_ms,
-                "rows": self.rows, "key": self.key, "seconds": self.seconds}
+                "rows": self.rows, "key": self.key, "seconds": self.seconds,
+                "compile_seconds": self.compile_seconds}
 
 
 class _Progress:
@@ -201,7 +203,8 @@ class AutoTuner:
         try:
             data = json.loads(path.read_text())
             return AutotuneResult(data["best_config"], data["best_latency_ms"], data["rows"],
-                                  key, True, data.get("seconds", 0.0))
+                                  key, True, data.get("seconds", 0.0),
+                                  data.get("compile_seconds", 0.0))
         except FileNotFoundError:
             return None
         except (OSError, ValueError, KeyError, TypeError):
@@ -251,14 +254,18 @@ class AutoTuner:
             outcomes = run_ray(self.jit_fn, args, kwargs, self.configs, measurer, backend,
                                progress, self.ray_address)
             progress.close()
+            compiled = time.perf_counter()
         else:
             workers = self.workers or default_workers()
             outcomes = compile_local(self.jit_fn, args, kwargs, self.configs, workers, progress)
             progress.close()
+            compiled = time.perf_counter()
             for outcome in outcomes:
                 if outcome.status == "compiled":
                     self._measure_here(args, kwargs, outcome, measurer)
-        return self._finish(outcomes, time.perf_counter() - start)
+        result = self._finish(outcomes, time.perf_counter() - start)
+        result.compile_seconds = compiled - start
+        return result
 
     def _measure_here(self, args, kwargs, outcome: Outcome, measurer: Measurer) -> None:
         try:  # a cache hit: the worker built it

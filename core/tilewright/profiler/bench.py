@@ -66,7 +66,7 @@ def do_bench(fn, warmup: float = 25, rep: float = 100, _n_warmup: int = 0, _n_re
     ``warmup`` and ``rep`` are time budgets in ms (as in TileLang); ``_n_warmup`` and
     ``_n_repeat`` override them with counts. ``backend`` names the timer (``wall`` from the
     core, others from plugins; see :func:`tilewright.profiler.timers`). When ``fast_flush`` is
-    set and the timer supports it, a buffer of ``cache_size`` MiB (default: twice the host's
+    set and the timer supports it, a buffer of ``cache_size`` MiB (default: the size of the host's
     last-level cache) is overwritten before every timed repetition, so each one starts from
     cold caches; the flush itself is not timed. ``quantiles`` returns those quantiles of the
     samples; otherwise ``return_mode`` picks ``median`` (the default), ``mean``, ``min``,
@@ -76,7 +76,7 @@ def do_bench(fn, warmup: float = 25, rep: float = 100, _n_warmup: int = 0, _n_re
     timer = get_timer(backend)
     flush = None
     if fast_flush and cache_size != 0 and supports_flush(timer):
-        size = cache_size or max(8, 2 * last_level_cache_bytes() >> 20)
+        size = cache_size or max(8, last_level_cache_bytes() >> 20)
         flush = _flusher(int(size))
     estimate = statistics.median(timer.measure(fn, 1, 5))
     flush_ms = 0.0

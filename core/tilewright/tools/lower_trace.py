@@ -41,6 +41,7 @@ ENV_MODE = "TILEWRIGHT_LOWER_TRACE"
 ENV_DIR = "TILEWRIGHT_LOWER_TRACE_DIR"
 DEFAULT_DIR = "./tmp/lower_trace_dir"
 MODES = ("html", "terminal", "both")
+CODEGEN_LINES = 40  # lines of generated source the terminal shows
 _OFF = ("", "0", "false", "no", "off")
 _ON = ("1", "true", "yes", "on", "html")
 
@@ -180,6 +181,13 @@ class Printer:
             print(self._c("31", f"[FAILED] {rec.name}: {rec.error_msg}"), file=self.stream)
             print("IR before the failing pass:", file=self.stream)
             print(rec.before_text, file=self.stream)
+            return
+        if rec.status == "codegen":
+            lines = rec.after_text.splitlines()
+            print("\n".join(lines[:CODEGEN_LINES]), file=self.stream)
+            if len(lines) > CODEGEN_LINES:
+                print(f"... ({len(lines) - CODEGEN_LINES} more lines of generated source)",
+                      file=self.stream)
             return
         if not rec.changed:
             return

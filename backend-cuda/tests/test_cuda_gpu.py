@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import kernels
+import cuda_cases as kernels
 import pytest
 from tilewright.jit import compile as tw_compile
 

@@ -5,9 +5,9 @@ import re
 
 import ascend_kernels as K
 import pytest
+import tilewright
 import torch
 
-import tilewright
 import tilewright_ascend.language as T
 from tilewright_ascend.executor import EmulatorError, compile_and_run_source, last_run_stats
 
@@ -107,7 +107,7 @@ def test_sync_errors_are_reported(tmp_path):
         "can never be satisfied": _edit(low, "SetFlag<HardEvent::MTE2_V>(0);",
                                         "SetFlag<HardEvent::MTE2_V>(0); "
                                         "WaitFlag<HardEvent::MTE2_V>(5);"),
-        "unpaired flags: 3 SetFlag<MTE3_MTE2>\\(1\\) but 2 WaitFlag": _edit(low, "SetFlag<HardEvent::MTE3_MTE2>(1);",
+        r"unpaired flags: 4 SetFlag<MTE3_MTE2>\(1\) but 3 WaitFlag": _edit(low, "SetFlag<HardEvent::MTE3_MTE2>(1);",
                              "SetFlag<HardEvent::MTE3_MTE2>(1); SetFlag<HardEvent::MTE3_MTE2>(1);"),
     }
     for n, (expected, text) in enumerate(cases.items()):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 import subprocess
 
-import kernels
+import cuda_cases as kernels
 import pytest
 from tilewright.jit import compile as tw_compile
 from tilewright_cuda import executor
@@ -40,6 +40,15 @@ def _ptx(name, arch, tmp_path):
            str(tmp_path / "k.ptx"), str(tmp_path / "k.cu")]
     subprocess.run(cmd, check=True, capture_output=True)
     return (tmp_path / "k.ptx").read_text()
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_ptx_has_tensor_core_mma(arch, tmp_path):
+    assert len(re.findall(r"mma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.f16\.f16\.f32",
+                          _ptx("gemm", arch, tmp_path))) == 2  # block_K 32 = 2 x k16
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in _ptx("gemm_bf16", arch,
+                                                                         tmp_path)
 
 
 @pytest.mark.nvcc

@@ -44,6 +44,8 @@ def func(name: str):
         return _eager(_module("elementwise_add").add, {"M": 70, "N": 130})
     if name == "flash_attention":
         return _module("flash_attention").flashattn.fn(1, 2, 96, 64, True)
+    if name == "flash_attention_f16":
+        return _module("flash_attention").flashattn.fn(1, 2, 128, 64, False, dtype="float16")
     if name == "softmax":
         return _module("softmax").softmax.fn(10, 256)
     if name == "rmsnorm":
@@ -63,7 +65,8 @@ def func(name: str):
     raise KeyError(name)
 
 
-NAMES = ("gemm", "gemm_bf16", "gemm_dynamic", "elementwise_add", "flash_attention", "softmax",
+NAMES = ("gemm", "gemm_bf16", "gemm_dynamic", "elementwise_add", "flash_attention",
+         "flash_attention_f16", "softmax",
          "rmsnorm", "row_reduce", "gemm_persistent", "gemm_splitk", "quickstart_vector_add",
          "quickstart_matmul", "quickstart_softmax")
 
@@ -108,8 +111,26 @@ def case(name: str):
         ref = torch.nn.functional.scaled_dot_product_attention(
             *(t.transpose(1, 2) for t in (q, k, v)), is_causal=True).transpose(1, 2)
         return (q, k, v, o), lambda: torch.testing.assert_close(o, ref, rtol=1e-4, atol=1e-4)
+    if name in ("gemm", "gemm_bf16"):
+        dtype = torch.float16 if name == "gemm" else torch.bfloat16
+        a, b = rand(256, 128).to(dtype), rand(128, 256).to(dtype)
+        c = _nan(256, 256).to(dtype)
+        ref = (a.double() @ b.double()).to(dtype)
+        tol = 1e-2 if dtype == torch.float16 else 2e-2
+        return (a, b, c), lambda: torch.testing.assert_close(c, ref, rtol=tol, atol=tol * 12)
+    if name == "flash_attention_f16":
+        q, k, v = (rand(1, 128, 2, 64).half() for _ in range(3))
+        o = _nan(1, 128, 2, 64).half()
+        ref = torch.nn.functional.scaled_dot_product_attention(
+            *(t.transpose(1, 2).double() for t in (q, k, v))).transpose(1, 2).half()
+        return (q, k, v, o), lambda: torch.testing.assert_close(o, ref, rtol=1e-2, atol=1e-2)
     raise KeyError(name)
 
+
+# run by the host emulation; the float16/bfloat16 ones take the mma.sync path
+EMULATED = ("elementwise_add", "softmax", "rmsnorm", "row_reduce", "gemm_persistent",
+            "gemm_splitk", "gemm_dynamic", "flash_attention", "gemm", "gemm_bf16",
+            "flash_attention_f16")
 
 FLOAT32 = ("elementwise_add", "softmax", "rmsnorm", "row_reduce", "gemm_persistent",
            "gemm_splitk", "gemm_dynamic", "flash_attention")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-import kernels
+import cuda_cases as kernels
 import pytest
 from tilewright.jit import compile as tw_compile
 

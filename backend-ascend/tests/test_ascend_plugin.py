@@ -1,12 +1,12 @@
 """The plugin contract: backend, targets, dialect registration, refusals on other backends."""
 
 import pytest
-
 import tilewright
-import tilewright_ascend.language as T
 from tilewright.errors import KernelError, TargetError, UnsupportedOpError
 from tilewright.ir import registered_ops
 from tilewright.plugin import get_manager
+
+import tilewright_ascend.language as T
 
 
 def test_backend_declared_with_targets_and_executors():
@@ -31,10 +31,9 @@ def test_dialect_ops_registered_for_ascend_only():
 def _flag_kernel():
     @T.prim_func
     def main(A: T.Tensor((64,), "float32")):
-        with T.Kernel(1, is_npu=True) as (cid, vid):
-            with T.Scope("V"):
-                T.set_flag("mte2", "v", 0)
-                T.wait_flag("mte2", "v", 0)
+        with T.Kernel(1, is_npu=True) as (cid, vid), T.Scope("V"):
+            T.set_flag("mte2", "v", 0)
+            T.wait_flag("mte2", "v", 0)
 
     return main
 
@@ -43,7 +42,7 @@ def test_dialect_op_on_cpu_is_a_compile_time_error_naming_the_op():
     with pytest.raises(UnsupportedOpError, match=r"T\.ascend\.set_flag .*'ascend' dialect.*"
                                                  r"backend 'cpu' cannot lower it") as info:
         tilewright.lower(_flag_kernel(), target="cpu")
-    assert "test_plugin.py" in str(info.value)
+    assert "test_ascend_plugin.py" in str(info.value)
 
 
 def test_soc_option_checked():
@@ -68,7 +67,7 @@ def test_dialect_checks_at_the_users_line():
 
     with pytest.raises(KernelError, match="event id 8 is out of range") as info:
         bad()
-    assert "test_plugin.py" in str(info.value)
+    assert "test_ascend_plugin.py" in str(info.value)
     with pytest.raises(KernelError, match="no hardware event V_FIX"):
         @T.prim_func
         def main2(A: T.Tensor((64,), "float32")):

@@ -3,7 +3,7 @@ targets, architectures and bad input give clear errors."""
 
 from __future__ import annotations
 
-import kernels
+import cuda_cases as kernels
 import pytest
 import tilewright
 import tilewright.language as T
@@ -34,7 +34,32 @@ def test_gemm_layout_and_barriers():
     assert launch["grid"] == ["2", "2", "1"]
     body = lowered.source.text.split("for (int k = 0;", 1)[1]
     # one barrier before the tile copies (the previous gemm read the tiles), one before gemm
-    assert body.split("for (int it_3")[0].count("__syncthreads()") == 2
+    assert body.split("tw_gemm_mma<")[0].count("__syncthreads()") == 2
+
+
+def test_gemm_takes_tensor_cores_where_they_fit():
+    fp16 = tilewright.lower(kernels.func("gemm"), "cuda -arch=sm_80").source.text
+    assert "tw_gemm_mma<128, 128, 32, false, false, 128>(" in fp16
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in fp16
+    old_arch = tilewright.lower(kernels.func("gemm"), "cuda -arch=sm_75").source.text
+    fp32 = tilewright.lower(kernels.func("gemm_dynamic"), "cuda -arch=sm_90a").source.text
+    for text in (old_arch, fp32):
+        assert "tw_gemm_mma<" not in text and "gemm_acc" in text
+
+
+def test_mma_predicate_explains_each_misfit():
+    from tilewright.ir import tile_ops_in
+    from tilewright.transform import RuleContext
+    from tvm import sym
+
+    from tilewright_cuda import arch
+    from tilewright_cuda.lowering import mma_misfit
+
+    call = next(c for c in tile_ops_in(kernels.func("gemm_dynamic")) if c.name == "gemm")
+    ctx = RuleContext("cuda", sym.Analyzer(), [], arch.get("sm_75"))
+    assert mma_misfit(call, ctx) == "mma.sync m16n8k16 needs sm_80 or newer"
+    ctx.options = arch.get("sm_90a")
+    assert "are not (float16|bfloat16, same, float32)" in mma_misfit(call, ctx)
 
 
 def test_dynamic_grid_is_an_expression_over_shape_symbols():

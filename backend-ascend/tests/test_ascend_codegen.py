@@ -2,10 +2,10 @@
 
 import ascend_kernels as K
 import pytest
-
 import tilewright
-import tilewright_ascend.language as T
 from tilewright.errors import KernelError
+
+import tilewright_ascend.language as T
 
 
 def _source(func):
@@ -54,7 +54,7 @@ def test_ub_overflow_names_buffer_bytes_and_limit():
     with pytest.raises(KernelError, match=r"buffer 'big_ub' needs 262144 bytes of UB at offset "
                                           r"0, but UB holds 196352 bytes") as info:
         _source(_ub_kernel(256, 256))
-    assert "test_codegen.py" in str(info.value)
+    assert "test_ascend_codegen.py" in str(info.value)
 
 
 def test_l0c_overflow_is_a_compile_time_error():
@@ -92,3 +92,10 @@ def test_portable_kernel_scope_not_yet_inferred_says_so():
 
     with pytest.raises(KernelError, match="portable scope 'shared.dyn'"):
         _source(main)
+
+
+def test_exception_dump_appends_the_descriptor_argument():
+    low = tilewright.lower(K.vec_add(64, 128, 64, 128), target="ascend",
+                           pass_configs={"ascend.exception_dump": True})
+    assert "GM_ADDR C_addr, GM_ADDR tw_exception_desc)" in low.source.text
+    assert "(A, B, C, tw_exception_desc);" in low.source.text

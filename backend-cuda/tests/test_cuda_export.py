@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-import kernels
+import cuda_cases as kernels
 import pytest
 from tilewright.jit import compile as tw_compile
 

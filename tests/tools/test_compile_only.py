@@ -1,0 +1,45 @@
+"""Compile-only: source without building, from Python and from the command line."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from tool_kernels import add_one
+
+from tilewright.errors import TargetError
+from tilewright.plugin import get_manager
+from tilewright.tools import compile_kernel_source
+
+EXAMPLE = Path(__file__).parents[2] / "examples" / "elementwise_add.py"
+
+
+def test_compile_kernel_source_default_target():
+    text = compile_kernel_source(add_one())
+    assert "define" in text and "fadd" in text  # LLVM IR of the CPU backend
+
+
+def test_auto_is_refused_with_the_reason():
+    with pytest.raises(TargetError, match="refuses target 'auto'.*probing"):
+        compile_kernel_source(add_one(), "auto")
+
+
+def test_cli_writes_the_first_kernel_and_runs_nothing(tmp_path):
+    out = tmp_path / "out.ll"
+    proc = subprocess.run([sys.executable, "-m", "tilewright.tools.compile_only",
+                           "--output_file", str(out), str(EXAMPLE)],
+                          capture_output=True, text=True, timeout=180, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "-> " + str(out) in proc.stdout and out.read_text().startswith("; ModuleID")
+    refused = subprocess.run([sys.executable, "-m", "tilewright.tools.compile_only",
+                              "--target", "auto", "--output_file", str(out), str(EXAMPLE)],
+                             capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and "refuses target 'auto'" in refused.stderr
+
+
+def test_accelerator_targets_need_no_device():
+    backends = {kind for b in get_manager().backends().values() for kind in b.target_kinds}
+    if "cuda" not in backends:
+        pytest.skip("the cuda backend is not installed")
+    text = compile_kernel_source(add_one(), "cuda")
+    assert "__global__" in text
