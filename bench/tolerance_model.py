@@ -19,7 +19,6 @@ import argparse
 import math
 
 import torch
-
 from tilewright.testing import tolerance, unit_roundoff
 
 

@@ -188,6 +188,87 @@ def gemm_pipelined(M, N, K, block_M, block_N, K_L1, dtype="float16", accum_dtype
     return main
 
 
+def vec_add_auto(M, N, block_M, block_N, sub_M, dtype="float32"):
+    """The looped add written without any flag: the backend inserts them."""
+    m_num, n_num = M // block_M, N // block_N
+    vec_proc = block_M // sub_M
+    rows = sub_M // VEC_NUM
+
+    @T.prim_func
+    def main(A: T.Tensor((M, N), dtype), B: T.Tensor((M, N), dtype),
+             C: T.Tensor((M, N), dtype)):
+        with T.Kernel(m_num * n_num, is_npu=True) as (cid, vid):
+            bx = cid // n_num
+            by = cid % n_num
+            a_ub = T.alloc_ub((rows, block_N), dtype)
+            b_ub = T.alloc_ub((rows, block_N), dtype)
+            c_ub = T.alloc_ub((rows, block_N), dtype)
+            with T.Scope("V"):
+                base = bx * block_M + vid * rows
+                for mm in T.serial(vec_proc):
+                    T.copy(A[base + mm * sub_M, by * block_N], a_ub)
+                    T.copy(B[base + mm * sub_M, by * block_N], b_ub)
+                    T.tile.add(c_ub, a_ub, b_ub)
+                    T.tile.muls(c_ub, c_ub, 2.0)
+                    T.copy(c_ub, C[base + mm * sub_M, by * block_N])
+
+    return main
+
+
+def gemm_auto(M, N, K, block_M, block_N, K_L1, dtype="float16", accum_dtype="float32",
+              kL0Size=128, num_stages=0):
+    """The gemm_v0 GEMM without barriers: the backend inserts the flags. With
+    ``num_stages`` the K loop is ``T.Pipelined`` and the L1 tiles get that many versions."""
+    m_num, n_num = M // block_M, N // block_N
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype),
+             C: T.Tensor((M, N), dtype)):
+        with T.Kernel(m_num * n_num, is_npu=True) as (cid, _):
+            bx = cid // n_num
+            by = cid % n_num
+            A_L1 = T.alloc_L1((block_M, K_L1), dtype)
+            B_L1 = T.alloc_L1((K_L1, block_N), dtype)
+            C_L0 = T.alloc_L0C((block_M, block_N), accum_dtype)
+            with T.Scope("C"):
+                for k in (T.Pipelined(K // K_L1, num_stages=num_stages) if num_stages
+                          else T.serial(K // K_L1)):
+                    T.copy(A[bx * block_M, k * K_L1], A_L1)
+                    T.copy(B[k * K_L1, by * block_N], B_L1)
+                    T.gemm_v0(A_L1, B_L1, C_L0, init=(k == 0), kL0Size=kL0Size)
+                T.copy(C_L0, C[bx * block_M, by * block_N])
+
+    return main
+
+
+def vec_add_pipelined_auto(M, N, block_M, block_N, sub_M, dtype="float32", num_stages=2):
+    """The looped add as a portable-style pipelined loop without flags: the backend gives the
+    tiles two versions and inserts the flags (one event id per version)."""
+    m_num, n_num = M // block_M, N // block_N
+    vec_proc = block_M // sub_M
+    rows = sub_M // VEC_NUM
+
+    @T.prim_func
+    def main(A: T.Tensor((M, N), dtype), B: T.Tensor((M, N), dtype),
+             C: T.Tensor((M, N), dtype)):
+        with T.Kernel(m_num * n_num, is_npu=True) as (cid, vid):
+            bx = cid // n_num
+            by = cid % n_num
+            a_ub = T.alloc_ub((rows, block_N), dtype)
+            b_ub = T.alloc_ub((rows, block_N), dtype)
+            c_ub = T.alloc_ub((rows, block_N), dtype)
+            with T.Scope("V"):
+                base = bx * block_M + vid * rows
+                for mm in T.Pipelined(vec_proc, num_stages=num_stages):
+                    T.copy(A[base + mm * sub_M, by * block_N], a_ub)
+                    T.copy(B[base + mm * sub_M, by * block_N], b_ub)
+                    for i, j in T.Parallel(rows, block_N):
+                        c_ub[i, j] = a_ub[i, j] + b_ub[i, j]
+                    T.copy(c_ub, C[base + mm * sub_M, by * block_N])
+
+    return main
+
+
 TARGET = "ascend"
 
 

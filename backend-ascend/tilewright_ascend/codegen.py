@@ -99,7 +99,7 @@ class Emitter:
 
         class _Block:
             def __enter__(self):
-                emitter.line(head + " {")
+                emitter.line(f"{head} {{" if head else "{")
                 emitter.depth += 1
 
             def __exit__(self, *exc):

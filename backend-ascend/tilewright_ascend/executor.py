@@ -24,7 +24,7 @@ from tilewright.plugin import Availability, Executor, GeneratedSource
 CSRC = Path(__file__).parent / "csrc"
 LIBRARY = "kernel.so"
 META = "emulator.json"
-FLAGS = ["-std=c++17", "-O1", "-fPIC", "-D__TW_EMULATOR__"]
+FLAGS = ["-std=c++17", "-fPIC", "-D__TW_EMULATOR__"]  # kernels build at -O0: compile time wins
 _last_stats: dict = {}
 
 

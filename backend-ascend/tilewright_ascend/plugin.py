@@ -19,15 +19,23 @@ from .arch import MEMORIES, SOCS
 from .codegen import CODEGEN
 from .executor import EXECUTORS, npu_available
 from .lowering import RULES
+from .multibuffer import multi_buffer
 from .passes import plan_memory
+from .sync_insert import insert_sync
 from .profiler import TIMERS
 
 DTYPES = ("float32", "float16", "bfloat16", "int32", "int16", "int8", "uint8")
 
 PIPELINE = PassPipeline((
+    Phase("multi_buffer", lambda ctx: [multi_buffer()],
+          "T.Pipelined(num_stages=S) loops: buffers produced and consumed inside get S "
+          "versions (kernels without hand-written synchronisation)"),
     Phase("plan_memory", lambda ctx: [plan_memory()],
           "check memory scopes; place every on-chip buffer (32-byte aligned, capacity "
           "checked)"),
+    Phase("insert_sync", lambda ctx: [insert_sync()],
+          "set/wait flags after producers and before consumers, for kernels without "
+          "hand-written synchronisation"),
 ))
 
 BACKEND = BackendModule(

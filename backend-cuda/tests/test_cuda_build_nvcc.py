@@ -45,8 +45,9 @@ def _ptx(name, arch, tmp_path):
 @pytest.mark.nvcc
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 def test_ptx_has_tensor_core_mma(arch, tmp_path):
+    # 32 tiles of 16x8 per warp, block_K 32 = 2 x k16, fully unrolled
     assert len(re.findall(r"mma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.f16\.f16\.f32",
-                          _ptx("gemm", arch, tmp_path))) == 2  # block_K 32 = 2 x k16
+                          _ptx("gemm", arch, tmp_path))) == 64
     assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in _ptx("gemm_bf16", arch,
                                                                          tmp_path)
 

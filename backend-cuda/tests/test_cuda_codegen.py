@@ -29,37 +29,47 @@ def test_example_lowers_to_cuda(name):
 def test_gemm_layout_and_barriers():
     lowered = tilewright.lower(kernels.func("gemm"), "cuda -arch=sm_80")
     launch = lowered.source.payload
-    # A 128x32 + B 32x128 fp16 tiles, C 128x128 fp32 fragment in the shared pool
-    assert launch["dynamic_smem_bytes"] == 8192 + 8192 + 65536
+    # A 128x32 + B 32x128 fp16 tiles in the shared pool; the C fragment is in registers
+    assert launch["dynamic_smem_bytes"] == 8192 + 8192
     assert launch["grid"] == ["2", "2", "1"]
     body = lowered.source.text.split("for (int k = 0;", 1)[1]
     # one barrier before the tile copies (the previous gemm read the tiles), one before gemm
-    assert body.split("tw_gemm_mma<")[0].count("__syncthreads()") == 2
+    assert body.split("tw_gemm_mma_rf<")[0].count("__syncthreads()") == 2
 
 
 def test_gemm_takes_tensor_cores_where_they_fit():
     fp16 = tilewright.lower(kernels.func("gemm"), "cuda -arch=sm_80").source.text
-    assert "tw_gemm_mma<128, 128, 32, false, false, 128>(" in fp16
+    # the accumulator in registers: 128x128 / (16x8 per tile) / 4 warps = 32 tiles x 4 floats
+    assert "tw_gemm_mma_rf<128, 128, 32, false, false, 128>(" in fp16
+    assert "float C_local_ptr[128];" in fp16
     assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in fp16
-    old_arch = tilewright.lower(kernels.func("gemm"), "cuda -arch=sm_75").source.text
+    old_arch = tilewright.lower(kernels.func("gemm"), "cuda -arch=sm_70").source.text
     fp32 = tilewright.lower(kernels.func("gemm_dynamic"), "cuda -arch=sm_90a").source.text
     for text in (old_arch, fp32):
-        assert "tw_gemm_mma<" not in text and "gemm_acc" in text
+        assert "tw_gemm_mma" not in text and "gemm_acc" in text
+
+
+def test_fragments_used_elementwise_stay_in_shared_memory():
+    text = tilewright.lower(kernels.func("flash_attention_f16"), "cuda -arch=sm_90a").source.text
+    # acc_s and acc_o are also read and written element by element in T.Parallel loops
+    assert text.count("tw_gemm_mma<64, 64, 64, false, true, 128>(") == 1
+    assert text.count("tw_gemm_mma<64, 64, 64, false, false, 128>(") == 1
+    assert "tw_gemm_mma_rf<" not in text
 
 
 def test_mma_predicate_explains_each_misfit():
     from tilewright.ir import tile_ops_in
-    from tilewright.transform import RuleContext
-    from tvm import sym
-
     from tilewright_cuda import arch
-    from tilewright_cuda.lowering import mma_misfit
+    from tilewright_cuda.lowering import mma_misfit_for
 
-    call = next(c for c in tile_ops_in(kernels.func("gemm_dynamic")) if c.name == "gemm")
-    ctx = RuleContext("cuda", sym.Analyzer(), [], arch.get("sm_75"))
-    assert mma_misfit(call, ctx) == "mma.sync m16n8k16 needs sm_80 or newer"
-    ctx.options = arch.get("sm_90a")
-    assert "are not (float16|bfloat16, same, float32)" in mma_misfit(call, ctx)
+    fp32 = next(c for c in tile_ops_in(kernels.func("gemm_dynamic")) if c.name == "gemm")
+    fp16 = next(c for c in tile_ops_in(kernels.func("gemm")) if c.name == "gemm")
+    assert mma_misfit_for(fp16, arch.get("sm_75"), 128) == "mma.sync m16n8k16 needs sm_80 or newer"
+    assert "are not (float16|bfloat16, same, float32)" in mma_misfit_for(fp32, arch.get("sm_90a"),
+                                                                        128)
+    assert mma_misfit_for(fp16, arch.get("sm_90a"), 128) is None
+    # 8 x 16 = 128 output tiles over 96 threads = 3 warps
+    assert "do not split evenly over 3 warps" in mma_misfit_for(fp16, arch.get("sm_90a"), 96)
 
 
 def test_dynamic_grid_is_an_expression_over_shape_symbols():

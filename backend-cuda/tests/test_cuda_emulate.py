@@ -5,8 +5,8 @@ NaN."""
 
 from __future__ import annotations
 
-import hostemu
 import cuda_cases as kernels
+import hostemu
 import pytest
 import tilewright
 

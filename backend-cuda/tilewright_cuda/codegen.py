@@ -127,7 +127,7 @@ def generate(mod: tvm.IRModule, ctx) -> GeneratedSource:
     kernel_gvar, device_func = kernels[0]
     text = tvm.get_global_func("target.build.cuda")(dev_mod, dev_target).inspect_source()
     at = text.find(_MARK)
-    header = HEADER + (MMA_HEADER if "tw_gemm_mma<" in text else "")
+    header = HEADER + (MMA_HEADER if "tw_gemm_mma" in text else "")
     text = text[:at] + header + "\n" + text[at:]
     meta = {
         "entry": str(kernel_gvar.name_hint), "arch": arch.name,

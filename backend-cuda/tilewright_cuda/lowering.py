@@ -37,6 +37,35 @@ def register_lowering(name: str):
 
 
 # -- memory scopes --------------------------------------------------------------------------
+# A float32 fragment that only fill, mma gemm (as C) and copy (as source) touch lives in
+# registers in the mma.m16n8k16 accumulator layout (see passes.infer_layout).
+MMA_ACC = "local.mma_acc"
+
+
+def mma_acc_registers(buffer, threads: int) -> int:
+    """Registers per thread of an ``MMA_ACC`` fragment: four per 16x8 tile the warp owns."""
+    m, n = (int(e.value) for e in buffer.shape)
+    return (m // 16) * (n // 8) // (threads // WARP) * 4
+
+
+def mma_acc_element(buffer, r, threads: int, tx):
+    """(row, column) of register ``r`` of thread ``tx`` in an ``MMA_ACC`` fragment."""
+    n = int(buffer.shape[1].value)
+    warps, tiles_n = threads // WARP, n // 8
+    tile = tirx.floordiv(tx, WARP) + tirx.floordiv(r, 4) * warps
+    lane = tirx.floormod(tx, WARP)
+    q = tirx.floormod(r, 4)
+    row = tirx.floordiv(tile, tiles_n) * 16 + tirx.floordiv(lane, 4) + tirx.floordiv(q, 2) * 8
+    col = tirx.floormod(tile, tiles_n) * 8 + tirx.floormod(lane, 4) * 2 + tirx.floormod(q, 2)
+    return row, col
+
+
+def register_index(buffer, r):
+    """Register ``r`` as an index of the (M, N) fragment buffer (flattened: ``r``)."""
+    n = int(buffer.shape[1].value)
+    return [tirx.floordiv(r, n), tirx.floormod(r, n)]
+
+
 def scope(buffer) -> str:
     return str(buffer.scope())
 
@@ -163,6 +192,8 @@ def lower_copy(call: TileOpCall, ctx: RuleContext):
     kind = reducer_kind(src.buffer)
     if kind is not None:
         return _finalize_reducer(kind, src, dst, ctx)
+    if scope(src.buffer) == MMA_ACC:
+        return _copy_from_registers(src, dst, ctx)
     sdims, ddims = non_unit(src), non_unit(dst)
     extents = [dst.extents[d] for d in ddims]
     if len(sdims) != len(ddims):
@@ -177,10 +208,25 @@ def lower_copy(call: TileOpCall, ctx: RuleContext):
     return loop_nest(extents, body, annotations={} if every_thread else PARALLEL, ctx=ctx)
 
 
+def _copy_from_registers(src: Region, dst: Region, ctx: RuleContext):
+    """Each thread writes its accumulator registers to their (row, column) in ``dst``."""
+    tx, threads = thread_var(ctx)
+    r = tirx.Var("r", "int32")
+    row, col = mma_acc_element(src.buffer, r, threads, tx)
+    value = cast(tirx.BufferLoad(src.buffer, register_index(src.buffer, r)), str(dst.buffer.dtype))
+    store = guarded_store(dst.buffer, value, region_index(dst, [row, col], non_unit(dst)), ctx)
+    return tirx.For(r, 0, mma_acc_registers(src.buffer, threads), tirx.ForKind.UNROLLED, store)
+
+
 @register_lowering("fill")
 def lower_fill(call: TileOpCall, ctx: RuleContext):
     dst = call.operands["dst"]
     value = cast(call.operands["value"], str(dst.buffer.dtype))
+    if scope(dst.buffer) == MMA_ACC:
+        _, threads = thread_var(ctx)
+        r = tirx.Var("r", "int32")
+        return tirx.For(r, 0, mma_acc_registers(dst.buffer, threads), tirx.ForKind.UNROLLED,
+                        tirx.BufferStore(dst.buffer, value, register_index(dst.buffer, r)))
     dims = non_unit(dst)
     # a thread-local buffer (reducers included) is filled whole by every thread
     annotations = {} if is_thread_local(dst.buffer) else PARALLEL
@@ -206,15 +252,19 @@ def _leading_dim(region: Region):
 
 def mma_misfit(call: TileOpCall, ctx: RuleContext) -> str | None:
     """Why ``mma.sync.m16n8k16`` cannot run this gemm, or None when it can."""
+    return mma_misfit_for(call, ctx.options, thread_var(ctx)[1])
+
+
+def mma_misfit_for(call: TileOpCall, arch, threads: int) -> str | None:
     a, b, c = (call.operands[k] for k in ("A", "B", "C"))
-    arch = ctx.options
     if arch is None or arch.sm < 80:
         return "mma.sync m16n8k16 needs sm_80 or newer"
     dtypes = (str(a.buffer.dtype), str(b.buffer.dtype), str(c.buffer.dtype))
     if dtypes not in (("float16", "float16", "float32"), ("bfloat16", "bfloat16", "float32")):
         return f"operand dtypes {dtypes} are not (float16|bfloat16, same, float32)"
     for name, region in (("A", a), ("B", b), ("C", c)):
-        if is_thread_local(region.buffer) or scope(region.buffer) == "global":
+        if (is_thread_local(region.buffer) and scope(region.buffer) != MMA_ACC) or \
+                scope(region.buffer) == "global":
             return f"{name} is not in shared memory or a fragment"
         if _leading_dim(region) is None or len(non_unit(region)) != 2:
             return f"{name} is not a 2-D tile of a 2-D buffer with a constant row length"
@@ -223,7 +273,6 @@ def mma_misfit(call: TileOpCall, ctx: RuleContext) -> str | None:
     k = _const(a.extents[adims[0]] if call.attrs["transpose_A"] else a.extents[adims[1]])
     if None in (m, n, k) or m % 16 or n % 8 or k % 16:
         return f"tile {m}x{n}x{k} is not a multiple of the 16x8x16 instruction"
-    _, threads = thread_var(ctx)
     if (m // 16) * (n // 8) % (threads // WARP):
         return f"{(m // 16) * (n // 8)} 16x8 output tiles do not split evenly over " \
                f"{threads // WARP} warps"
@@ -239,18 +288,19 @@ def lower_gemm_mma(call: TileOpCall, ctx: RuleContext):
     _, threads = thread_var(ctx)
     flags = ", ".join("true" if call.attrs[f] else "false" for f in ("transpose_A",
                                                                      "transpose_B"))
-    name = f"tw_gemm_mma<{m}, {n}, {k}, {flags}, {threads}>"
+    in_registers = scope(c.buffer) == MMA_ACC
+    name = f"tw_gemm_mma{'_rf' if in_registers else ''}<{m}, {n}, {k}, {flags}, {threads}>"
 
     def ptr(region):
         return tirx.address_of(tirx.BufferLoad(region.buffer, [_expr(s) for s in region.starts]))
 
+    c_args = [ptr(c)] if in_registers else [ptr(c), _expr(_leading_dim(c))]
     gemm = tirx.Evaluate(tirx.call_extern(
-        "int32", name, ptr(a), _expr(_leading_dim(a)), ptr(b), _expr(_leading_dim(b)), ptr(c),
-        _expr(_leading_dim(c))))
+        "int32", name, ptr(a), _expr(_leading_dim(a)), ptr(b), _expr(_leading_dim(b)), *c_args))
     if not call.attrs["clear_accum"]:
         return gemm
     zero = lower_fill(_fill_call(c), ctx)
-    return tirx.SeqStmt([zero, sync(), gemm])
+    return tirx.SeqStmt([zero, gemm] if in_registers else [zero, sync(), gemm])
 
 
 def _fill_call(region: Region) -> TileOpCall:

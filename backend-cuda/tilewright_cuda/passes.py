@@ -9,7 +9,7 @@ from tilewright.errors import KernelError, span_location
 from tilewright.transform import StmtMutator, prim_func_pass, rebuild_for
 from tvm import tirx
 
-from .lowering import sync
+from .lowering import MMA_ACC, mma_acc_registers, mma_misfit_for, sync
 
 LOOP_KEY = "tw.loop"
 SPREAD = "tw.spread"  # marks a loop whose iterations are spread over the threads
@@ -57,6 +57,67 @@ def find_thread(func):
                                         s.thread_binding is not None and
                                         str(s.thread_binding.thread_tag) == THREAD_TAG else None))
     return found[0]
+
+
+# -- infer_layout -----------------------------------------------------------------------------
+def _full(region) -> bool:
+    return all(isinstance(s, tirx.IntImm) and int(s.value) == 0 for s in region.starts) and \
+        all(isinstance(e, tirx.IntImm) and isinstance(d, tirx.IntImm) and
+            int(e.value) == int(d.value) for e, d in zip(region.extents, region.buffer.shape))
+
+
+def _register_candidates(func, arch, threads) -> set:
+    """Fragments that may live in registers in the mma accumulator layout: float32, 2-D,
+    written by at least one ``mma.sync`` gemm as C, and otherwise only filled whole or copied
+    from whole — never indexed element by element."""
+    from tilewright.ir import tile_ops_in
+
+    frags = set()
+    tvm_ffi.structural_walk(func.body, (tirx.AllocBuffer, lambda a: frags.add(a.buffer) if
+                                        str(a.buffer.scope()) == "local.fragment" and
+                                        str(a.buffer.dtype) == "float32" and
+                                        len(a.buffer.shape) == 2 else None))
+    allowed, regions, fed = {f: True for f in frags}, {f: 0 for f in frags}, set()
+    for call in tile_ops_in(func):
+        for op in call.schema.operands:
+            region = call.operands[op.name]
+            if op.kind == "expr" or not hasattr(region, "buffer") or region.buffer not in frags:
+                continue
+            buf = region.buffer
+            regions[buf] += 1
+            fits = _full(region) and (
+                (call.name == "fill" and op.name == "dst") or
+                (call.name == "copy" and op.name == "src") or
+                (call.name == "gemm" and op.name == "C" and
+                 mma_misfit_for(call, arch, threads) is None))
+            allowed[buf] = allowed[buf] and fits
+            if fits and call.name == "gemm":
+                fed.add(buf)
+    uses = {f: 0 for f in frags}
+
+    def count(node):
+        buf = node.source if isinstance(node, tvm.ir.TensorLoad) else node.buffer
+        if buf in uses:
+            uses[buf] += 1
+
+    tvm_ffi.structural_walk(func.body, [(tvm.ir.TensorLoad, count), (tirx.BufferStore, count)])
+    return {f for f in frags if allowed[f] and f in fed and uses[f] == regions[f]}
+
+
+def infer_layout(arch):
+    """Layout inference for fragments: a fragment whose every use fits the mma accumulator
+    layout becomes registers (scope ``local.mma_acc``); every other fragment stays a shared
+    array visible to the whole block (see README, "Fragments")."""
+
+    def run(func):
+        chosen = _register_candidates(func, arch, threads_of(func))
+        if not chosen:
+            return func
+        remap = {f: tirx.decl_buffer(f.shape, f.dtype, f.name, scope=MMA_ACC) for f in chosen}
+        return func.with_body(tvm_ffi.structural_map(
+            func.body, (tirx.Buffer, lambda b: remap.get(b, b))))
+
+    return prim_func_pass("CUDAInferLayout", run)
 
 
 # -- distribute -------------------------------------------------------------------------------
@@ -271,12 +332,17 @@ def place_memory(arch):
     def run(func):
         allocs = []
         tvm_ffi.structural_walk(func.body, (tirx.AllocBuffer, allocs.append))
+        threads = int(find_thread(func).extent.value)
         offset, views, locals_ = 0, {}, {}
         for alloc in allocs:
             buf = alloc.buffer
             if _shared(buf):
                 views[buf] = (buf, offset)
                 offset += -(-_bytes(buf) // SMEM_ALIGN) * SMEM_ALIGN
+            elif str(buf.scope()) == MMA_ACC:
+                n = int(buf.shape[1].value)
+                rows = -(-mma_acc_registers(buf, threads) // n)
+                locals_[buf] = tirx.decl_buffer((rows, n), buf.dtype, buf.name, scope="local")
             elif str(buf.scope()) != "local":
                 locals_[buf] = tirx.decl_buffer(buf.shape, buf.dtype, buf.name, scope="local")
         if offset > arch.max_shared_bytes:

@@ -39,6 +39,8 @@ def _arch(ctx):
 PIPELINE = PassPipeline((
     Phase("bind_threads", lambda ctx: [_arch(ctx) and passes.bind_threads()],
           "the block's program is wrapped in a threadIdx.x loop of T.Kernel's threads"),
+    Phase("infer_layout", lambda ctx: [passes.infer_layout(_arch(ctx))],
+          "fragments used only as mma accumulators become registers in the mma layout"),
     Phase("lower_tile_ops", lambda ctx: [lower_tile_ops(_rules(ctx), "cuda", _arch(ctx)),
                                          lowering_extra.lower_intrinsics()],
           "each tile op becomes parallel nests or thread code (tilewright_cuda.lowering)"),

@@ -167,3 +167,65 @@ def test_dynamic_inputs_need_supply():
                                    workers=1, supply=lambda kernel: [torch.randn(100)],
                                    reference=_identity, **FAST)(dyn)
     assert supplied().autotune_result.best_config in ({"block": 32}, {"block": 64})
+
+
+class _Quiet:
+    def advance(self):
+        pass
+
+
+def _sleepy_factory(**config):
+    """Stands in for a kernel factory whose compilation waits (0.5 s) rather than computes,
+    so overlap shows even on a busy machine."""
+    import os
+    import time
+
+    time.sleep(0.5)
+    if config.get("fail"):
+        raise RuntimeError("no such tile")
+    return os.getpid()
+
+
+_sleepy_factory.target = "cpu"
+
+
+def test_worker_processes_compile_concurrently(monkeypatch):
+    import os
+    import time
+
+    from tilewright.autotuner import executors
+
+    pids = []
+    monkeypatch.setattr(executors, "compile_config",
+                        _recording(executors.compile_config, pids))
+    configs = [{"i": i} for i in range(6)] + [{"fail": True}]
+    start = time.perf_counter()
+    outcomes = executors.compile_local(_sleepy_factory, (), {}, configs, 3, _Quiet())
+    parallel = time.perf_counter() - start
+    assert [o.index for o in outcomes] == list(range(7))
+    assert [o.status for o in outcomes] == ["compiled"] * 6 + ["compile failed"]
+    assert outcomes[6].error == "RuntimeError: no such tile"
+    # the first config compiles in this process, the others in forked workers
+    assert pids[0] == os.getpid()
+    serial = 7 * 0.5  # 1 here, then 6 over 3 workers: about 1.5 s and the forks
+    assert parallel < 0.8 * serial, (parallel, serial)
+
+
+def _recording(fn, pids):
+    import os
+
+    def record(*args, **kwargs):
+        pids.append(os.getpid())
+        return fn(*args, **kwargs)
+
+    return record
+
+
+def test_cache_clear_forgets_tuning_records(cache_dir):
+    from tilewright.jit.cache import DiskCache
+
+    tuned = tilewright.autotune(configs=[{"block": 32}], progress=False, **FAST)(scaled_copy)
+    tuned(32)
+    assert list((cache_dir / "autotuner").glob("*.json"))
+    DiskCache().clear()
+    assert not (cache_dir / "autotuner").exists()

@@ -6,7 +6,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from tilewright.autodd import DeltaDebugger, minimize
 
 BUGGY = Path(__file__).parent / "data" / "autodd_buggy.py"
@@ -14,24 +13,37 @@ MESSAGE = "T.gemm K mismatch"
 
 
 def test_planted_bug_shrinks_and_keeps_the_message(tmp_path):
-    out = tmp_path / "minimized.py"
-    proc = subprocess.run([sys.executable, "-m", "tilewright.autodd", str(BUGGY),
-                           "--err-msg", MESSAGE, "-o", str(out), "--timeout", "60"],
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    small = out.read_text()
+    result = minimize(BUGGY, MESSAGE, timeout=60)
+    small = result.source
     before = len(BUGGY.read_text().splitlines())
-    assert len(small.splitlines()) < before * 0.6
+    assert result.lines_after < before * 0.6
     # the bug and what was frozen stay; the noise goes
     assert "T.gemm(A_s, B_s, C_l)" in small and "block_K_b" in small
     assert "print('header kept')" in small
     for noise in ("unused", "helper", "scale", "T.copy"):
         assert noise not in small
-    run = subprocess.run([sys.executable, "-c", "import builtins, contextlib, runpy; "
-                          "builtins.__freeze__ = contextlib.nullcontext(); "
-                          f"runpy.run_path({str(out)!r}, run_name='__main__')"],
-                         capture_output=True, text=True, timeout=120)
+    out = tmp_path / "minimized.py"
+    out.write_text(small)
+    code = ("import builtins, contextlib, runpy; builtins.__freeze__ = "
+            f"contextlib.nullcontext(); runpy.run_path({str(out)!r}, run_name='__main__')")
+    run = subprocess.run([sys.executable, "-c", code],
+                         check=False, capture_output=True, text=True, timeout=120)
     assert MESSAGE in run.stderr
+
+
+def test_command_line(tmp_path):
+    src = tmp_path / "plain.py"
+    src.write_text(PLAIN)
+    out = tmp_path / "min.py"
+    proc = subprocess.run([sys.executable, "-m", "tilewright.autodd", str(src), "--err-msg",
+                           "planted failure", "-o", str(out)],
+                          check=False, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert " -> 3 lines" in proc.stdout and "marker = 'kept'" in out.read_text()
+    missing = subprocess.run([sys.executable, "-m", "tilewright.autodd", str(tmp_path / "no.py"),
+                              "--err-msg", "x"], check=False, capture_output=True, text=True,
+                             timeout=60)
+    assert missing.returncode == 2 and "no such file" in missing.stderr
 
 
 PLAIN = """\

@@ -5,13 +5,12 @@ import resource
 import time
 
 import pytest
-from tool_kernels import gemm
-
 import tilewright
 import tilewright.language as T
 from tilewright.errors import TilewrightError
 from tilewright.tools import layout_text, plot_layout
 from tilewright.tools.layout_view import default_fragment, evaluate, fragments_of
+from tool_kernels import gemm
 
 
 def test_fragment_text():

@@ -7,14 +7,13 @@ import sys
 from pathlib import Path
 
 import pytest
+import tilewright
 import torch
 import tvm
-from tool_kernels import add_one
-
-import tilewright
 from tilewright.engine import events
 from tilewright.errors import ConfigError
 from tilewright.tools import lower_trace as lt
+from tool_kernels import add_one
 
 
 def _run_dir(root: Path) -> Path:
@@ -94,7 +93,7 @@ def test_every_compilation_is_its_own_session(tmp_path):
 def test_interleaved_sessions_do_not_mix(tmp_path):
     tracer = lt._Tracer(lt.Config("html", str(tmp_path)))
     mod = tvm.IRModule({"main": add_one()})
-    emit = lambda kind, sid, **d: tracer(events.Event(kind, sid, d))  # noqa: E731
+    emit = lambda kind, sid, **d: tracer(events.Event(kind, sid, d))
     emit("session_start", 901, name="a", backend="cpu", target="cpu")
     emit("session_start", 902, name="b", backend="cpu", target="cpu")
     emit("pass_start", 901, phase="p", name="A1", mod=mod)
@@ -132,7 +131,7 @@ def test_one_shot_api(tmp_path, capsys):
     steps = lt.lower_trace(func, [("Simplify", tvm.tirx.transform.StmtSimplify()),
                                   tvm.tirx.transform.RemoveNoOp()], mode="both",
                            html_path=html)
-    assert [s["name"] for s in steps][0] == "Simplify"
+    assert steps[0]["name"] == "Simplify"
     for step in steps:
         assert set(step) >= {"name", "before_script", "after_script", "diff_lines",
                              "insertions", "deletions", "changed"}
@@ -218,7 +217,7 @@ def test_unwritable_folder_warns_once_and_compiles(tmp_path, monkeypatch):
     blocker.write_text("")
     lt.enable("html", blocker / "trace")
     a = torch.arange(256, dtype=torch.float32)
-    with pytest.warns(RuntimeWarning, match="cannot write the trace") as record:
+    with pytest.warns(RuntimeWarning, match="cannot write the trace") as record:  # noqa: PT031
         k1 = tilewright.compile(add_one(), out_idx=[-1], target="cpu")
         k2 = tilewright.compile(add_one(512), out_idx=[-1], target="cpu")
     assert len([w for w in record if "cannot write" in str(w.message)]) == 1
@@ -228,18 +227,55 @@ def test_unwritable_folder_warns_once_and_compiles(tmp_path, monkeypatch):
 
 def test_environment_switch_is_read_at_import(tmp_path):
     script = tmp_path / "envtrace.py"
+    here = str(Path(__file__).parent)
     script.write_text(
-        "import sys\nsys.path.insert(0, %r)\nimport tilewright\nfrom tool_kernels import "
-        "add_one\ntilewright.compile(add_one(), out_idx=[-1], target='cpu')\n" % str(Path(__file__).parent))
+        f"import sys\nsys.path.insert(0, {here!r})\nimport tilewright\nfrom tool_kernels "
+        "import add_one\ntilewright.compile(add_one(), out_idx=[-1], target='cpu')\n")
     env = {"TILEWRIGHT_LOWER_TRACE": "terminal", "TILEWRIGHT_LOWER_TRACE_DIR": str(tmp_path),
            "TILEWRIGHT_CACHE_DIR": str(tmp_path / "cache"), "PATH": "/usr/bin:/bin"}
-    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, str(script)], check=False, capture_output=True, text=True,
                          env=env, timeout=120)
     assert out.returncode == 0, out.stderr
     assert re.search(r"\[lower_trace\] [o*] 00 lower_tile_ops/LowerTileOps  \+\d+ -\d+",
                      out.stdout)
     assert re.search(r"\[lower_trace\] # \d+ codegen/codegen", out.stdout)
     assert "more lines of generated source" in out.stdout
-    bad = subprocess.run([sys.executable, "-c", "import tilewright"], capture_output=True,
+    bad = subprocess.run([sys.executable, "-c", "import tilewright"], check=False, capture_output=True,
                          text=True, env={**env, "TILEWRIGHT_LOWER_TRACE": "fancy"}, timeout=60)
     assert bad.returncode != 0 and "valid modes" in bad.stderr
+
+
+@pytest.mark.parametrize("kind", ["cuda", "ascend", "interp"])
+def test_other_backends_are_traced_too(tmp_path, kind):
+    from tilewright.plugin import get_manager
+    from tilewright.tools import compile_kernel_source
+
+    backends = [b for b in get_manager().backends().values() if kind in b.target_kinds]
+    if not backends:
+        pytest.skip(f"no installed backend claims target {kind!r}")
+    lt.enable("html", tmp_path)
+    try:
+        text = compile_kernel_source(add_one(), kind)
+    except tilewright.TilewrightError as exc:
+        pytest.skip(f"backend for {kind!r} cannot lower this kernel: {exc}")
+    session = lt.last_sessions()[-1]
+    assert session.info["backend"] == backends[0].name
+    ext = backends[0].codegens[kind].file_ext
+    assert (tmp_path / lt.script_name() / f"codegen.{ext}").read_text() == text
+    phases = {r.phase for r in session.records}
+    assert {p.name for p in backends[0].pipelines[kind].phases} & phases
+    assert session.records[-1].status == "codegen"
+
+
+def test_report_is_copied_where_links_are_impossible(tmp_path, monkeypatch):
+    def no_links(*args, **kwargs):
+        raise OSError("symlinks not supported here")
+
+    monkeypatch.setattr(lt.os, "symlink", no_links)
+    lt.enable("html", tmp_path)
+    tilewright.compile(add_one(), out_idx=[-1], target="cpu")
+    root = tmp_path / lt.script_name()
+    link = root / "report.html"
+    assert not link.is_symlink()
+    assert link.read_text() == (_run_dir(root) / "report.html").read_text()
+    assert 'class="tw-end"' in link.read_text()  # the final copy, not the first one

@@ -1,10 +1,9 @@
 """Pass Diff, the older interface on top of the lower trace."""
 
 import tvm
-from tool_kernels import add_one
-
 from tilewright.tools import lower_trace
 from tilewright.tools.pass_diff import enable, pass_diff
+from tool_kernels import add_one
 
 
 def test_pass_diff_reports_each_pass(capsys):

@@ -1,10 +1,9 @@
 """Pass timing and per-pass IR dumps through pass_configs."""
 
-from tool_kernels import add_one
-
 import tilewright
 from tilewright.engine import events
 from tilewright.tools import pass_timing
+from tool_kernels import add_one
 
 
 def test_collect_times_every_pass_and_phase():

@@ -2,9 +2,17 @@
 
 from . import events
 from .passconfig import known_keys, validate
-from .session import (CompileContext, Lowered, build, check_support, finish, lower,
-                      pick_executor)
+from .session import (
+    CompileContext,
+    Lowered,
+    build,
+    check_support,
+    finish,
+    lower,
+    pick_executor,
+)
 from .target import Target, parse_target, resolve_target
 
 __all__ = ["CompileContext", "Lowered", "Target", "build", "check_support", "events",
-           "finish", "known_keys", "lower", "parse_target", "pick_executor", "resolve_target", "validate"]
+           "finish", "known_keys", "lower", "parse_target", "pick_executor", "resolve_target",
+           "validate"]

@@ -13,10 +13,13 @@ from tvm import tirx
 
 from ..errors import KernelError, TilewrightError, UnsupportedOpError, span_location
 from ..ir import intrinsics_in, tile_ops_in
+from ..log import get_logger
 from ..plugin import BackendModule, Executor, GeneratedSource
 from ..transform import reraise_pass_error
 from . import events, passconfig
 from .target import Target, resolve_target
+
+_log = get_logger("engine")
 
 
 @dataclass
@@ -119,6 +122,8 @@ def lower(func: tirx.PrimFunc, target="auto", pass_configs=None) -> Lowered:
         else "main"
     ctx = CompileContext(target_obj, backend, configs, session, name)
     check_support(func, backend)
+    _log.debug("session %d: lowering %s for %s (backend %s)", session, name, target_obj,
+               backend.name)
     detach = _attach_config_tools(session, configs)
     events.emit("session_start", session, target=str(target_obj), backend=backend.name,
                 func=func, name=name, pass_configs=configs)
@@ -189,6 +194,8 @@ def build(lowered: Lowered, workdir, executor: str | None = None) -> tuple[Any, 
     start = time.perf_counter()
     kernel = chosen.build(lowered.source, lowered.ctx, workdir)
     lowered.ctx.timings["build"] = time.perf_counter() - start
+    _log.debug("session %d: built with executor %s; timings %s", lowered.ctx.session,
+               chosen.name, {k: round(v, 4) for k, v in lowered.ctx.timings.items()})
     events.emit("build", lowered.ctx.session, executor=chosen.name, workdir=str(workdir),
                 from_source=chosen.from_source,
                 source_executors=[e.name for e in lowered.ctx.backend.executors

@@ -135,8 +135,9 @@ class DiskCache:
                 "bytes": sum(e["bytes"] for e in entries)}
 
     def clear(self) -> int:
-        """Remove every entry and leftover temporary folder; returns the entries removed."""
+        """Remove every entry, leftover temporary folder and autotuning record; returns the
+        kernel entries removed."""
         count = len(self.entries())
-        for sub in ("kernels", "tmp", "locks"):
+        for sub in ("kernels", "tmp", "locks", "autotuner"):
             shutil.rmtree(self.root / sub, ignore_errors=True)
         return count

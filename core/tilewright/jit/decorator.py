@@ -48,7 +48,7 @@ def _is_tensor(value) -> bool:
 
 
 def _freeze(value):
-    if isinstance(value, list):
+    if isinstance(value, (list, tuple)):
         return tuple(_freeze(v) for v in value)
     if isinstance(value, dict):
         return tuple(sorted((k, _freeze(v)) for k, v in value.items()))

@@ -53,6 +53,8 @@ def infinity(dtype):
     dtype = normalize_dtype(dtype)
     if not is_float(dtype):
         raise kernel_error(f"T.infinity needs a floating-point dtype, got {dtype}")
+    if dtype == "bfloat16":  # TVM has no bfloat16 infinity; float32's converts exactly
+        return tirx.Cast(dtype, tirx.infinity("float32"))
     return tirx.infinity(dtype)
 
 
@@ -100,11 +102,17 @@ def abs(x):  # noqa: A001 - the language's name
     return tirx.abs(to_expr(x))
 
 
+# TVM gives float32's limits for bfloat16, which round to infinity in bfloat16
+_BF16_MAX = 3.3895313892515355e38
+
+
 def max_value(dtype):
     """The largest finite value of ``dtype``."""
-    return tirx.max_value(normalize_dtype(dtype))
+    dtype = normalize_dtype(dtype)
+    return tirx.const(_BF16_MAX, dtype) if dtype == "bfloat16" else tirx.max_value(dtype)
 
 
 def min_value(dtype):
     """The lowest finite value of ``dtype``."""
-    return tirx.min_value(normalize_dtype(dtype))
+    dtype = normalize_dtype(dtype)
+    return tirx.const(-_BF16_MAX, dtype) if dtype == "bfloat16" else tirx.min_value(dtype)

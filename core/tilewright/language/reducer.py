@@ -16,6 +16,7 @@ from . import builder as B
 from .buffer import TileBuffer, to_expr
 from .dtypes import is_float
 from .kernel import _alloc
+from .math import infinity
 from .tileops import copy, fill
 
 OPS = ("sum", "max", "min", "bitand", "bitor", "bitxor")
@@ -65,8 +66,8 @@ def _identity(op: str, dtype: str):
         return tirx.const(0, dtype)
     if op == "bitand":
         return tirx.const(-1, dtype)
-    lowest = -tirx.infinity(dtype) if is_float(dtype) else tirx.min_value(dtype)
-    highest = tirx.infinity(dtype) if is_float(dtype) else tirx.max_value(dtype)
+    lowest = -infinity(dtype) if is_float(dtype) else tirx.min_value(dtype)
+    highest = infinity(dtype) if is_float(dtype) else tirx.max_value(dtype)
     return lowest if op == "max" else highest
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import enum
 
 import tvm
+from tvm import tirx
 
 from ..errors import KernelValueError, kernel_error, user_location
 from ..ir import ATOMIC_KINDS, REDUCE_KINDS, make_call
@@ -103,9 +104,25 @@ def gemm(A, B_, C, transpose_A=False, transpose_B=False, policy=None, clear_accu
         raise kernel_error(f"T.gemm shape mismatch: op(A) @ op(B) is ({as_int(m)}, {as_int(n)}) "
                            f"but C {c.buffer.name!r} is ({as_int(c0)}, {as_int(c1)})")
     policy_name = policy.value if isinstance(policy, GemmWarpPolicy) else policy or "square"
+    clear_accum = _clear_accum(clear_accum, c)
     _emit("gemm", {"A": a, "B": b, "C": c},
           {"transpose_A": transpose_A, "transpose_B": transpose_B, "policy": str(policy_name),
            "clear_accum": clear_accum, "k_pack": k_pack, "wg_wait": wg_wait})
+
+
+def _clear_accum(flag, c) -> bool:
+    """``clear_accum`` as a bool; a condition known only at run time (``k == 0``) becomes an
+    IR ``if`` that zeroes C before an accumulating GEMM."""
+    if dtype_of(flag) is None:
+        return bool(flag)
+    cond = to_expr(flag)
+    if isinstance(cond, tirx.IntImm):
+        return bool(cond.value)
+    builder = B.require_kernel("T.gemm")
+    zero = make_call("fill", {"dst": c, "value": tirx.const(0, str(c.buffer.dtype))},
+                     span=B.here())
+    builder.emit(tirx.IfThenElse(cond, zero, None, span=B.here()))
+    return False
 
 
 def _reduce(kind: str, buffer, out, dim: int = -1, clear: bool = True):

@@ -37,4 +37,5 @@ def __getattr__(name):
     return module if attr is None else getattr(module, attr)
 
 
-__all__ = sorted(_LAZY)
+__all__ = ["Analyzer", "compile_kernel_source", "layout_text", "lower_trace", "pass_diff",
+           "pass_timing", "plot_layout", "plot_roofline"]

@@ -210,12 +210,12 @@ h2{margin:18px 0 4px}h3{margin:10px 0 2px;font-size:13px}.same{color:#57606a}
 
 def render(results: dict, title: str) -> str:
     """``results``: target -> steps (or an error string)."""
-    parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}"
-             f"</title><style>{_STYLE}</style></head><body><h1>{html.escape(title)}</h1>"
-             "<div class='legend'><span class='k tileop'>tile op</span><span class='k sync'>"
-             "synchronisation</span><span class='k intrin'>lowered intrinsic</span><span "
-             "class='k kernel'>kernel / thread loop</span><span class='k alloc'>allocation"
-             "</span></div>"]
+    parts = [(f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}"
+              f"</title><style>{_STYLE}</style></head><body><h1>{html.escape(title)}</h1>"
+              "<div class='legend'><span class='k tileop'>tile op</span><span class='k sync'>"
+              "synchronisation</span><span class='k intrin'>lowered intrinsic</span><span "
+              "class='k kernel'>kernel / thread loop</span><span class='k alloc'>allocation"
+              "</span></div>")]
     for target, steps in results.items():
         parts.append(f"<h2>target {html.escape(target)}</h2>")
         if isinstance(steps, str):

@@ -128,7 +128,8 @@ function diffTable(rec){
       }
     }
   });
-  return `<table class="diff">${out.join("")}</table>`;
+  return `<table class="diff"><colgroup><col style="width:3.5em"><col><col style="width:3.5em">`+
+    `<col></colgroup>${out.join("")}</table>`;
 }
 function copyText(t){
   if(navigator.clipboard)navigator.clipboard.writeText(t).catch(()=>{});

@@ -122,8 +122,11 @@ def lower_gemm(call: TileOpCall, ctx: RuleContext):
 def _reduce_parts(kind: str, dtype: str):
     """(identity, combine(acc, x)) of a reduction kind."""
     is_float = dtype.startswith(("float", "bfloat"))
-    lowest = tirx.infinity(dtype) * -1 if is_float else tirx.min_value(dtype)
-    highest = tirx.infinity(dtype) if is_float else tirx.max_value(dtype)
+    # TVM has no bfloat16 infinity; float32's converts exactly
+    inf = tirx.Cast(dtype, tirx.infinity("float32")) if dtype == "bfloat16" else \
+        tirx.infinity(dtype)
+    lowest = inf * -1 if is_float else tirx.min_value(dtype)
+    highest = inf if is_float else tirx.max_value(dtype)
     zero = tirx.const(0, dtype)
     return {
         "sum": (zero, lambda a, x: a + x),

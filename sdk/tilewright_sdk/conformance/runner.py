@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import tempfile
 
+import tvm_ffi
 from tilewright.ir import registered_ops
 from tilewright.plugin import BackendModule
+from tvm import tirx
 
 from .catalogue import Case
 
@@ -29,8 +31,16 @@ class Unavailable(Exception):
     """The backend supports the case but cannot run it on this machine (no executor)."""
 
 
-def missing_capabilities(case: Case, backend: BackendModule) -> list[str]:
-    """What ``case`` needs that ``backend``'s :class:`Capabilities` do not declare."""
+def memory_scopes(func) -> set[str]:
+    """The memory scopes of the buffers a kernel allocates."""
+    found = set()
+    tvm_ffi.structural_walk(func.body, (tirx.AllocBuffer, lambda s: found.add(s.buffer.scope())))
+    return found
+
+
+def missing_capabilities(case: Case, backend: BackendModule, func=None) -> list[str]:
+    """What ``case`` needs that ``backend``'s :class:`Capabilities` do not declare. Memory
+    scopes are checked when the backend declares any (and ``func``, the kernel, is given)."""
     caps = backend.capabilities
     known = registered_ops()
     missing = [f"op {op}" for op in case.kernel.ops if op in known and op not in caps.tile_ops]
@@ -38,6 +48,9 @@ def missing_capabilities(case: Case, backend: BackendModule) -> list[str]:
         if dtype not in caps.dtypes:
             missing.append(f"dtype {dtype}")
     missing += [f"feature {f}" for f in case.features if f not in caps.features]
+    if func is not None and caps.memory_scopes:
+        missing += [f"memory scope {s}" for s in sorted(memory_scopes(func) -
+                                                         caps.memory_scopes)]
     return missing
 
 
@@ -58,10 +71,13 @@ def run_case(case: Case, backend: BackendModule, mode: str, target: str | None =
     if mode not in MODES:
         raise ValueError(f"unknown conformance mode {mode!r}; choose one of {', '.join(MODES)}")
     missing = missing_capabilities(case, backend)
+    func = None
+    if not missing:
+        func = case.kernel.make(case.dtype, **case.dims)
+        missing = missing_capabilities(case, backend, func)
     if missing:
         raise Unsupported(f"backend '{backend.name}' does not declare {', '.join(missing)}")
     target = target or backend.target_kinds[0]
-    func = case.kernel.make(case.dtype, **case.dims)
     if mode == "codegen":
         from tilewright.engine import lower
 

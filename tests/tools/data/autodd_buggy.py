@@ -1,4 +1,6 @@
+# ruff: noqa  (a planted bug for the AutoDD test: noise is the point)
 import math
+
 import tilewright.language as T
 
 M, N, K = 64, 64, 64

@@ -1,0 +1,134 @@
+"""T.atomic_add / atomic_max / atomic_min: scalars, tiles and return_prev, across blocks that
+run concurrently on the CPU backend's worker threads."""
+
+import pytest
+import torch
+from language_helpers import TORCH, check, rand
+
+import tilewright
+import tilewright.language as T
+
+TORCH_COMBINE = {"add": lambda a, x: a + x, "max": torch.maximum, "min": torch.minimum}
+
+
+@tilewright.jit(target="cpu")
+def scalar_atomics(kind, blocks, bn, dtype):
+    """Every (block, lane) adds/maxes/mins its input element into Out[lane % 3]."""
+    op = getattr(T, f"atomic_{kind}")
+
+    @T.prim_func
+    def main(X: T.Tensor((blocks * bn,), dtype), Out: T.Tensor((3,), dtype)):
+        with T.Kernel(blocks) as bx:
+            for i in T.serial(bn):
+                op(Out[i % 3], X[bx * bn + i])
+    return main
+
+
+@pytest.mark.parametrize("kind,dtype", [("add", "float32"), ("max", "float32"),
+                                        ("min", "float32"), ("add", "int32"),
+                                        ("max", "int32"), ("add", "float16"),
+                                        ("min", "bfloat16")])
+def test_scalar_atomics_from_many_blocks(kind, dtype):
+    blocks, bn = 64, 6
+    if dtype == "int32":
+        x = torch.randint(-50, 50, (blocks * bn,), dtype=torch.int32,
+                          generator=torch.Generator().manual_seed(0))
+    else:
+        x = rand(blocks * bn, dtype=dtype)
+    start = torch.tensor([0.5, -0.5, 0.0]).to(TORCH[dtype])
+    out = start.clone()
+    scalar_atomics(kind, blocks, bn, dtype)(x, out)
+    want = start.double() if dtype != "int32" else start.long()
+    for n in range(blocks * bn):
+        v = x[n].double() if dtype != "int32" else x[n].long()
+        want[n % bn % 3] = TORCH_COMBINE[kind](want[n % bn % 3], v)
+    if dtype == "int32":
+        assert torch.equal(out.long(), want)
+    elif kind == "add" and dtype == "float16":
+        # every one of 128 additions rounds to float16
+        check(out, want, rtol=128 * 2.0 ** -11, atol=128 * 2.0 ** -11)
+    else:
+        check(out, want, k=blocks * bn // 3)
+
+
+@tilewright.jit(target="cpu")
+def tile_atomic_add(M, N, splits, bm, bn, dtype):
+    """Each split block adds a (bm, bn) tile of its slice into C: a split-K-style sum."""
+    @T.prim_func
+    def main(A: T.Tensor((splits, M, N), dtype), C: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), splits) as (bx, by, bz):
+            tile = T.alloc_fragment((bm, bn), dtype)
+            T.copy(A[bz, by * bm, bx * bn], tile)
+            T.atomic_add(C[by * bm, bx * bn], tile)  # partial tiles: out-of-range skipped
+    return main
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_tile_atomic_add_partial_tiles(dtype):
+    a = rand(5, 11, 13, dtype=dtype)
+    c = torch.ones(11, 13).to(TORCH[dtype])
+    tile_atomic_add(11, 13, 5, 8, 8, dtype)(a, c)
+    check(c, 1 + a.double().sum(0), k=5)
+
+
+@tilewright.jit(target="cpu")
+def tile_atomic_minmax(M, splits, kind):
+    @T.prim_func
+    def main(A: T.Tensor((splits, M), "float32"), C: T.Tensor((M,), "float32")):
+        with T.Kernel(splits) as bz:
+            getattr(T, f"atomic_{kind}")(C[0:M], A[bz, 0:M])
+    return main
+
+
+@pytest.mark.parametrize("kind", ["max", "min"])
+def test_tile_atomic_max_min_with_slices(kind):
+    a = rand(16, 20)
+    c = torch.zeros(20)
+    tile_atomic_minmax(20, 16, kind)(a, c)
+    want = a.amax(0).clamp(min=0) if kind == "max" else a.amin(0).clamp(max=0)
+    check(c, want)
+
+
+@tilewright.jit(target="cpu")
+def tickets(blocks):
+    """Each block takes a ticket with atomic_add(..., return_prev=True)."""
+    @T.prim_func
+    def main(Counter: T.Tensor((1,), "int32"), Ticket: T.Tensor((blocks,), "int32"),
+             Prev: T.Tensor((blocks,), "float32"), Best: T.Tensor((1,), "float32"),
+             X: T.Tensor((blocks,), "float32")):
+        with T.Kernel(blocks) as bx:
+            Ticket[bx] = T.atomic_add(Counter[0], 1, return_prev=True)
+            Prev[bx] = T.atomic_max(Best[0], X[bx], return_prev=True)
+    return main
+
+
+def test_return_prev_gives_each_block_a_distinct_old_value():
+    n = 200
+    counter = torch.tensor([10], dtype=torch.int32)
+    ticket = torch.zeros(n, dtype=torch.int32)
+    prev, best = torch.zeros(n), torch.tensor([-100.0])
+    x = rand(n)
+    tickets(n)(counter, ticket, prev, best, x)
+    assert int(counter) == 10 + n
+    assert sorted(ticket.tolist()) == list(range(10, 10 + n))
+    assert float(best) == float(x.max())
+    # every old value of Best is either the start or some block's value, and at most max
+    assert all(p == -100.0 or p in set(x.tolist()) for p in prev.tolist())
+    assert float(prev.max()) <= float(x.max())
+
+
+@tilewright.jit(target="cpu")
+def atomic_min_prev(blocks):
+    @T.prim_func
+    def main(Best: T.Tensor((1,), "int32"), Prev: T.Tensor((blocks,), "int32")):
+        with T.Kernel(blocks) as bx:
+            Prev[bx] = T.atomic_min(Best[0], blocks - bx, return_prev=True)
+    return main
+
+
+def test_atomic_min_return_prev_integer():
+    best = torch.tensor([1000], dtype=torch.int32)
+    prev = torch.zeros(50, dtype=torch.int32)
+    atomic_min_prev(50)(best, prev)
+    assert int(best) == 1
+    assert int(prev.max()) == 1000 and int(prev.min()) >= 1

@@ -1,0 +1,232 @@
+"""T.reduce_*, T.cumsum and T.alloc_reducer on the CPU backend, against torch."""
+
+import pytest
+import torch
+from language_helpers import DTYPES, TORCH, check, rand
+
+import tilewright
+import tilewright.language as T
+
+REFERENCE = {
+    "sum": lambda x, d: x.sum(d),
+    "max": lambda x, d: x.amax(d),
+    "min": lambda x, d: x.amin(d),
+    "abssum": lambda x, d: x.abs().sum(d),
+    "absmax": lambda x, d: x.abs().amax(d),
+}
+
+
+@tilewright.jit(out_idx=[-1], target="cpu")
+def reduce_2d(kind, M, N, dim, keep, dtype, bm=8):
+    """Each block reduces a (bm, N) tile of rows; partial row tiles at the bottom."""
+    out_shape = (M, N) if dim in (0, -2) else (M,)
+    red_shape = {(0, False): (N,), (0, True): (1, N), (1, False): (bm,), (1, True): (bm, 1),
+                 (-1, False): (bm,), (-2, False): (N,)}[(dim, keep)]
+    op = getattr(T, f"reduce_{kind}")
+
+    @T.prim_func
+    def main(A: T.Tensor((M, N), dtype), B: T.Tensor(out_shape, "float32")):
+        with T.Kernel(T.ceildiv(M, bm)) as bx:
+            tile = T.alloc_fragment((bm, N), dtype)
+            red = T.alloc_fragment(red_shape, "float32")
+            T.copy(A[bx * bm, 0], tile)
+            op(tile, red, dim=dim)
+            if dim in (0, -2):  # column results: broadcast to every row of the block
+                for i, j in T.Parallel(bm, N):
+                    if bx * bm + i < M:
+                        B[bx * bm + i, j] = red[0, j] if keep else red[j]
+            else:
+                for i in T.Parallel(bm):
+                    if bx * bm + i < M:
+                        B[bx * bm + i] = red[i, 0] if keep else red[i]
+    return main
+
+
+def _reference(kind, a, dim, bm):
+    x = a.double()
+    if dim in (1, -1):
+        return REFERENCE[kind](x, 1)
+    out = torch.empty_like(x)
+    for r in range(0, x.shape[0], bm):
+        rows = x[r:r + bm]
+        if len(rows) < bm:  # the guarded tail reads of the last block give zeros
+            rows = torch.cat([rows, rows.new_zeros(bm - len(rows), x.shape[1])])
+        out[r:r + bm] = REFERENCE[kind](rows, 0)
+    return out
+
+
+@pytest.mark.parametrize("kind", list(REFERENCE))
+@pytest.mark.parametrize("dim,keep", [(1, False), (0, True)])
+def test_reduce_kinds_and_ranks(kind, dim, keep):
+    a = rand(13, 24)  # 13 rows: the second block has a partial tile
+    check(reduce_2d(kind, 13, 24, dim, keep, "float32")(a), _reference(kind, a, dim, 8),
+          k=24 if dim == 1 else 8)
+
+
+@pytest.mark.parametrize("dim,keep", [(-1, False), (-2, False), (1, True), (0, False)])
+def test_reduce_negative_dims_and_keepdim(dim, keep):
+    a = rand(16, 10)
+    check(reduce_2d("sum", 16, 10, dim, keep, "float32")(a), _reference("sum", a, dim, 8),
+          k=10)
+
+
+@pytest.mark.parametrize("dtype", DTYPES[1:])
+@pytest.mark.parametrize("kind", ["sum", "absmax"])
+def test_reduce_low_precision_inputs_accumulate_in_float32(dtype, kind):
+    a = rand(9, 32, dtype=dtype)  # 32 wide: the vectorised last-axis path
+    check(reduce_2d(kind, 9, 32, 1, False, dtype)(a), REFERENCE[kind](a.double(), 1), k=32)
+
+
+@tilewright.jit(out_idx=[-1], target="cpu")
+def reduce_into_scalar(N, kind, dtype):
+    @T.prim_func
+    def main(A: T.Tensor((N,), dtype), B: T.Tensor((1,), dtype)):
+        with T.Kernel(1) as bx:
+            tile = T.alloc_fragment((N,), dtype)
+            out = T.alloc_fragment((1,), dtype)
+            T.copy(A, tile)
+            getattr(T, f"reduce_{kind}")(tile, out, dim=0)
+            T.copy(out, B)
+    return main
+
+
+@pytest.mark.parametrize("kind,dtype", [("max", "bfloat16"), ("min", "float16"),
+                                        ("abssum", "float32")])
+def test_reduce_1d_to_one_element(kind, dtype):
+    a = rand(21, dtype=dtype)
+    check(reduce_into_scalar(21, kind, dtype)(a), REFERENCE[kind](a.double(), 0).reshape(1),
+          k=21)
+
+
+@tilewright.jit(out_idx=[-1], target="cpu")
+def reduce_no_clear(M, N, kind):
+    @T.prim_func
+    def main(A: T.Tensor((M, N), "float32"), B: T.Tensor((M,), "float32")):
+        with T.Kernel(1) as bx:
+            tile = T.alloc_fragment((M, N), "float32")
+            acc = T.alloc_fragment((M,), "float32")
+            T.copy(A, tile)
+            T.fill(acc, 0.5)
+            for _ in T.serial(2):  # the tile twice, on top of 0.5
+                getattr(T, f"reduce_{kind}")(tile, acc, dim=1, clear=False)
+            T.copy(acc, B)
+    return main
+
+
+@pytest.mark.parametrize("kind", ["sum", "min", "absmax"])
+def test_reduce_clear_false_in_a_loop(kind):
+    a = rand(6, 16)
+    x = a.double()
+    want = {"sum": 0.5 + 2 * x.sum(1), "min": x.amin(1).clamp(max=0.5),
+            "absmax": x.abs().amax(1).clamp(min=0.5)}[kind]
+    check(reduce_no_clear(6, 16, kind)(a), want, k=32)
+
+
+@tilewright.jit(out_idx=[-1], target="cpu")
+def reduce_dynamic_rows(N, bm=4):
+    m = T.dynamic("m")
+
+    @T.prim_func
+    def main(A: T.Tensor((m, N), "float32"), B: T.Tensor((m,), "float32")):
+        with T.Kernel(T.ceildiv(m, bm)) as bx:
+            tile = T.alloc_fragment((bm, N), "float32")
+            red = T.alloc_fragment((bm,), "float32")
+            T.copy(A[bx * bm, 0], tile)
+            T.reduce_max(tile, red, dim=1)
+            T.copy(red, B[bx * bm])
+    return main
+
+
+def test_reduce_dynamic_shape_one_kernel():
+    kernel = reduce_dynamic_rows(12)
+    for m in (1, 4, 7, 30):
+        a = rand(m, 12)
+        check(kernel(a), a.amax(1))
+    assert reduce_dynamic_rows(12) is kernel
+
+
+# -- cumsum ------------------------------------------------------------------------------------
+@tilewright.jit(out_idx=[-1], target="cpu")
+def cumsum_2d(M, N, dim, reverse, in_place, dtype):
+    @T.prim_func
+    def main(A: T.Tensor((M, N), dtype), B: T.Tensor((M, N), dtype)):
+        with T.Kernel(1) as bx:
+            src = T.alloc_shared((M, N), dtype)
+            dst = T.alloc_fragment((M, N), "float32")
+            T.copy(A, src)
+            if in_place:
+                T.copy(src, dst)
+                T.cumsum(dst, dim=dim, reverse=reverse)
+            else:
+                T.cumsum(src, dst, dim=dim, reverse=reverse)
+            T.copy(dst, B)
+    return main
+
+
+@pytest.mark.parametrize("dim,reverse,in_place,dtype", [
+    (0, False, False, "float32"), (1, False, True, "float32"), (-1, True, False, "float32"),
+    (0, True, True, "float32"), (1, False, False, "float16"), (0, False, True, "bfloat16")])
+def test_cumsum(dim, reverse, in_place, dtype):
+    a = rand(7, 11, dtype=dtype)
+    x = a.double().flip(dim) if reverse else a.double()
+    want = x.cumsum(dim)
+    want = want.flip(dim) if reverse else want
+    check(cumsum_2d(7, 11, dim, reverse, in_place, dtype)(a), want, k=11)
+
+
+@tilewright.jit(out_idx=[-1], target="cpu")
+def cumsum_tiles(M, bm=8):
+    @T.prim_func
+    def main(A: T.Tensor((M,), "float32"), B: T.Tensor((M,), "float32")):
+        with T.Kernel(T.ceildiv(M, bm)) as bx:
+            tile = T.alloc_fragment((bm,), "float32")
+            T.copy(A[bx * bm], tile)
+            T.cumsum(tile, dim=0)
+            T.copy(tile, B[bx * bm])
+    return main
+
+
+def test_cumsum_partial_tiles_per_block():
+    a = rand(19)
+    want = torch.cat([c.double().cumsum(0) for c in a.split(8)])
+    check(cumsum_tiles(19)(a), want, k=8)
+
+
+# -- alloc_reducer -----------------------------------------------------------------------------
+@tilewright.jit(out_idx=[-1], target="cpu")
+def reducer_rows(M, N, op, dtype, bm=4, bn=8):
+    @T.prim_func
+    def main(X: T.Tensor((M, N), dtype), Y: T.Tensor((M,), dtype)):
+        with T.Kernel(T.ceildiv(M, bm)) as bx:
+            acc = T.alloc_reducer((bm,), dtype, op=op)
+            out = T.alloc_fragment((bm,), dtype)
+            T.reducer_init(acc)
+            for k in T.serial(T.ceildiv(N, bn)):
+                for i, j in T.Parallel(bm, bn):
+                    r, c = bx * bm + i, k * bn + j
+                    if r < M and c < N:
+                        T.reducer_update(acc[i], X[r, c])
+            T.finalize_reducer(acc, out)
+            T.copy(out, Y[bx * bm])
+    return main
+
+
+@pytest.mark.parametrize("op,dtype", [("sum", "float32"), ("max", "bfloat16"),
+                                      ("min", "float16"), ("sum", "bfloat16")])
+def test_reducer_float_ops_with_tails(op, dtype):
+    a = rand(10, 21, dtype=dtype)
+    x = a.double()
+    want = {"sum": x.sum(1), "max": x.amax(1), "min": x.amin(1)}[op]
+    check(reducer_rows(10, 21, op, dtype)(a), want, k=21)
+
+
+@pytest.mark.parametrize("op", ["bitand", "bitor", "bitxor", "max", "sum"])
+def test_reducer_integer_ops(op):
+    gen = torch.Generator().manual_seed(3)
+    a = torch.randint(0, 1 << 12, (6, 13), generator=gen, dtype=torch.int32)
+    want = a[:, 0].clone()
+    for c in range(1, 13):
+        col = a[:, c]
+        want = {"bitand": want & col, "bitor": want | col, "bitxor": want ^ col,
+                "max": torch.maximum(want, col), "sum": want + col}[op]
+    assert torch.equal(reducer_rows(6, 13, op, "int32")(a), want)
