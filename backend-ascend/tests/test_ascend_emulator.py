@@ -63,15 +63,15 @@ def test_mutation_every_deleted_pair_is_a_reported_race(tmp_path):
     a race for each deletion. The pairs are those the compiler inserted: automatic
     synchronisation of the looped add and of the GEMM, and the gemm_v0 lowering's own."""
     cases = []
-    low = tilewright.lower(K.vec_add_auto(128, 256, 128, 256, 32), target="ascend")
+    low = tilewright.lower(K.vec_add_pipelined_auto(128, 256, 128, 256, 32), target="ascend")
     lines = low.source.text.splitlines()
     cases += [(low, lines, p, (torch.randn(128, 256), torch.randn(128, 256),
                                torch.empty(128, 256)))
               for p in _loop_pairs(lines, ("MTE2_V", "V_MTE3", "V_MTE2", "MTE3_V"))]
-    low_g = tilewright.lower(K.gemm_auto(64, 64, 256, 64, 64, 128, kL0Size=64),
+    low_g = tilewright.lower(K.gemm_auto(64, 64, 512, 64, 64, 128, kL0Size=64, num_stages=2),
                              target="ascend")
     glines = low_g.source.text.splitlines()
-    cases += [(low_g, glines, p, (torch.randn(64, 256).half(), torch.randn(256, 64).half(),
+    cases += [(low_g, glines, p, (torch.randn(64, 512).half(), torch.randn(512, 64).half(),
                                   torch.empty(64, 64).half()))
               for p in _loop_pairs(glines, ("MTE2_MTE1", "MTE1_MTE2", "M_FIX", "MTE1_M",
                                             "M_MTE1"))]
