@@ -15,13 +15,12 @@ Run: python bench/ascend_overlap.py
 import sys
 from pathlib import Path
 
-import torch
-
 import tilewright
+import torch
 from tilewright_ascend.executor import last_run_stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "backend-ascend" / "examples"))
-import ascend_kernels as K  # noqa: E402
+import ascend_kernels as K
 
 
 def measure(func, *tensors):

@@ -86,7 +86,7 @@ def test_portable_kernel_scope_not_yet_inferred_says_so():
 
     @P.prim_func
     def main(A: P.Tensor((64,), "float32")):
-        with P.Kernel(1, threads=1) as bx:
+        with P.Kernel(1, threads=1) as _:
             s = P.alloc_shared((64,), "float32")
             P.copy(A[0], s)
 
@@ -99,3 +99,30 @@ def test_exception_dump_appends_the_descriptor_argument():
                            pass_configs={"ascend.exception_dump": True})
     assert "GM_ADDR C_addr, GM_ADDR tw_exception_desc)" in low.source.text
     assert "(A, B, C, tw_exception_desc);" in low.source.text
+
+
+def test_manual_sync_kept_and_automatic_sync_inserted():
+    manual = _source(K.vec_add_pipelined(128, 128, 128, 128, 32))
+    assert manual.count("SetFlag<") == 7 and manual.count("WaitFlag<") == 6
+    assert "PipeBarrier" not in manual
+    auto = _source(K.vec_add_pipelined_auto(128, 256, 128, 256, 32))
+    # two versions per tile: one id per version, raised before the loop, drained after it
+    assert "LocalTensor<float> a_ub = ub_mem.GetWithOffset<float>(8192, 0);" in auto
+    for line in ("SetFlag<HardEvent::V_MTE2>(1);", "WaitFlag<HardEvent::V_MTE2>((mm % 2));",
+                 "SetFlag<HardEvent::MTE2_V>((mm % 2));", "WaitFlag<HardEvent::MTE3_V>(1);"):
+        assert line in auto, line
+
+
+def test_more_than_eight_flags_of_one_event_is_an_error():
+    @T.prim_func
+    def main(A: T.Tensor((9, 64), "float32")):
+        with T.Kernel(1, is_npu=True) as (cid, vid):
+            tiles = [T.alloc_ub((64,), "float32") for _ in range(9)]
+            with T.Scope("V"):
+                for n in range(9):
+                    T.copy(A[n, 0], tiles[n])
+                for n in range(9):
+                    T.tile.adds(tiles[n], tiles[n], 1.0)
+
+    with pytest.raises(KernelError, match="more than 8 flags of event MTE2_V"):
+        _source(main)

@@ -99,34 +99,36 @@ def _rewrite_loop(loop, remap: dict, stages: int):
                     annotations=annotations, span=loop.span)
 
 
+def _version_buffers(func, loop, stages: int, names: list[str]):
+    remap = {}
+
+    def alloc(stmt):
+        name = str(stmt.buffer.name)
+        if name not in names:
+            return stmt
+        old = stmt.buffer
+        new = tirx.decl_buffer((stages, *old.shape), old.dtype, old.name, scope=old.scope())
+        remap[name] = (old, new)
+        return tirx.AllocBuffer(new, span=stmt.span)
+
+    body = tvm_ffi.structural_map(func.body, (tirx.AllocBuffer, alloc))
+    target = next(f for f in _pipelined_loops(func.with_body(body))
+                  if f.loop_var.same_as(loop.loop_var))
+    new_loop = _rewrite_loop(target, remap, stages)
+    body = tvm_ffi.structural_map(body, (tirx.For, lambda f: new_loop if f.same_as(target)
+                                         else f))
+    return func.with_body(body)
+
+
 def multi_buffer():
     def run(func):
         if has_manual_sync(func):
             return func
         for loop in _pipelined_loops(func):
-            stages = int(loop.annotations["tw.num_stages"])
             names = _candidates(func, loop)
-            if not names:
-                continue
-            remap = {}
-
-            def alloc(stmt):
-                name = str(stmt.buffer.name)
-                if name not in names:
-                    return stmt
-                old = stmt.buffer
-                new = tirx.decl_buffer((stages, *old.shape), old.dtype, old.name,
-                                       scope=old.scope())
-                remap[name] = (old, new)
-                return tirx.AllocBuffer(new, span=stmt.span)
-
-            body = tvm_ffi.structural_map(func.body, (tirx.AllocBuffer, alloc))
-            target = [f for f in _pipelined_loops(func.with_body(body))
-                      if f.loop_var.same_as(loop.loop_var)][0]
-            new_loop = _rewrite_loop(target, remap, stages)
-            body = tvm_ffi.structural_map(body, (tirx.For, lambda f: new_loop
-                                                 if f.same_as(target) else f))
-            func = func.with_body(body)
+            if names:
+                func = _version_buffers(func, loop, int(loop.annotations["tw.num_stages"]),
+                                        names)
         return func
 
     return prim_func_pass("AscendMultiBuffer", run)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from tilewright.plugin import (
     API_VERSION,
     ArchModel,
+    Availability,
     BackendModule,
     Capabilities,
     LanguageExtension,
@@ -21,10 +22,17 @@ from .executor import EXECUTORS, npu_available
 from .lowering import RULES
 from .multibuffer import multi_buffer
 from .passes import plan_memory
-from .sync_insert import insert_sync
 from .profiler import TIMERS
+from .sync_insert import insert_sync
 
 DTYPES = ("float32", "float16", "bfloat16", "int32", "int16", "int8", "uint8")
+
+def _device_available() -> Availability:
+    npu = npu_available()
+    if npu:
+        return npu
+    return Availability(False, f"no NPU here ({npu.reason}); kernels run on the CPU emulator")
+
 
 PIPELINE = PassPipeline((
     Phase("multi_buffer", lambda ctx: [multi_buffer()],
@@ -55,7 +63,7 @@ BACKEND = BackendModule(
     accelerator=True,
     # tensors live where the first available executor runs: the NPU, else the CPU emulator
     device="npu" if npu_available() else "cpu",
-    device_available=npu_available,
+    device_available=_device_available,
     target_options=("soc",),
     description="Huawei Ascend A2/A3 (dav-2201): Ascend C codegen; bisheng + torch_npu, or "
                 "the CPU emulator of the generated Ascend C",

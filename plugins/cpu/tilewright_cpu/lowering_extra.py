@@ -8,6 +8,7 @@ the block index; ``T.device_assert`` becomes a runtime assertion that raises in 
 from __future__ import annotations
 
 import ctypes
+import threading
 
 import numpy as np
 import tvm
@@ -22,6 +23,9 @@ from .lowering import _expr, in_bounds, loop_nest, non_unit, region_index, regis
 
 PRINT_VALUE = "tilewright_cpu.print_value"
 PRINT_TILE = "tilewright_cpu.print_tile"
+ASSERT_FAILED = "tilewright_cpu.device_assert_failed"
+ASSERT_RESET = "tilewright_cpu.device_assert_reset"
+ASSERT_RAISE = "tilewright_cpu.device_assert_raise"
 
 
 @register_lowering("cumsum")
@@ -139,10 +143,61 @@ def lower_print_tile(call: TileOpCall, ctx: RuleContext):
 
 @register_lowering("device_assert")
 def lower_device_assert(call: TileOpCall, ctx: RuleContext):
+    # Blocks run as tasks of TVM's thread pool, whose launch ignores a task's error code: a
+    # failed assertion is also recorded, and `check_device_asserts` raises it in the caller.
+    cond, msg = call.operands["cond"], tvm.ir.StringImm(call.attrs["msg"])
+    record = tirx.IfThenElse(tirx.Not(cond), tirx.Evaluate(tirx.call_packed(ASSERT_FAILED, msg)),
+                             None)
     # TVM 0.27's Python wrapper names its first two parameters (kind, condition) but forwards
     # them in that order to a constructor taking (condition, kind): pass them accordingly.
-    return tirx.AssertStmt(call.operands["cond"], tvm.ir.StringImm("RuntimeError"),
-                           [tvm.ir.StringImm(call.attrs["msg"])])
+    return tirx.SeqStmt([record, tirx.AssertStmt(cond, tvm.ir.StringImm("RuntimeError"), [msg])])
+
+
+def check_device_asserts():
+    """A kernel with ``T.device_assert`` forgets earlier failures when it starts and raises the
+    first failure its blocks recorded when they have all finished."""
+
+    def run(func):
+        found = []
+        tvm_ffi.structural_walk(func.body, (tvm.ir.Call, lambda c: found.append(c) if len(
+            c.args) and isinstance(c.args[0], tvm.ir.StringImm) and
+            str(c.args[0].value) == ASSERT_FAILED else None))
+        if not found:
+            return func
+        return func.with_body(tirx.SeqStmt([tirx.Evaluate(tirx.call_packed(ASSERT_RESET)),
+                                            func.body,
+                                            tirx.Evaluate(tirx.call_packed(ASSERT_RAISE))]))
+
+    return prim_func_pass("CPUCheckDeviceAsserts", run)
+
+
+_failures: list[str] = []
+_failures_lock = threading.Lock()
+
+
+@tvm.register_global_func(ASSERT_FAILED, override=True)
+def _assert_failed(msg):
+    with _failures_lock:
+        if not _failures:
+            _failures.append(str(msg))
+    return 0
+
+
+@tvm.register_global_func(ASSERT_RESET, override=True)
+def _assert_reset():
+    with _failures_lock:
+        _failures.clear()
+    return 0
+
+
+@tvm.register_global_func(ASSERT_RAISE, override=True)
+def _assert_raise():
+    with _failures_lock:
+        msg = _failures[0] if _failures else None
+        _failures.clear()
+    if msg is not None:
+        raise RuntimeError(msg)
+    return 0
 
 
 def _where(args) -> str:

@@ -40,7 +40,8 @@ PIPELINE = PassPipeline((
           "allows"),
     Phase("lower_memory", lambda ctx: [passes.lower_scopes()],
           "shared and fragment tiles become per-block host arrays"),
-    Phase("lower_blocks", lambda ctx: [passes.lower_blocks()],
+    Phase("lower_blocks", lambda ctx: [passes.lower_blocks(),
+                                       lowering_extra.check_device_asserts()],
           "the block grid becomes one parallel loop over CPU workers"),
 ))
 

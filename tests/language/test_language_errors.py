@@ -1,0 +1,346 @@
+"""The errors a kernel author meets (issue 3, item 4), each naming the user's source line, and
+ops or launch shapes that a backend cannot take."""
+
+import dataclasses
+import pathlib
+import types
+from importlib import metadata
+
+import pytest
+import torch
+
+import tilewright
+import tilewright.language as T
+from tilewright.plugin import (
+    ENTRY_POINT_GROUP,
+    Capabilities,
+    PluginManager,
+    hookimpl,
+    set_manager,
+)
+
+THIS = pathlib.Path(__file__)
+LINES = THIS.read_text().splitlines()
+
+
+def line_of(marker: str) -> int:
+    hits = [n for n, text in enumerate(LINES, 1) if text.rstrip().endswith(f"# {marker}")]
+    assert len(hits) == 1, marker
+    return hits[0]
+
+
+def assert_at(exc: BaseException, marker: str, *words: str) -> None:
+    text = str(exc)
+    assert f"{THIS.name}:{line_of(marker)}" in text, text
+    for word in words:
+        assert word in text, text
+
+
+def build(factory, *args, target="cpu"):
+    return tilewright.jit(factory, out_idx=[-1], target=target)(*args)
+
+
+# -- copy and gemm: ranks and shapes ------------------------------------------------------------
+def test_copy_rank_mismatch():
+    def k():
+        @T.prim_func
+        def main(A: T.Tensor((4, 8, 2), "float32"), B: T.Tensor((4,), "float32")):
+            with T.Kernel(1) as bx:
+                s = T.alloc_shared((4, 8), "float32")
+                T.copy(A[0:4, 0:8, 0:2], s)  # copy-rank
+        return main
+
+    with pytest.raises(tilewright.KernelError) as info:
+        build(k)
+    assert_at(info.value, "copy-rank", "T.copy shape mismatch", "(4, 8, 2)", "(4, 8)")
+
+
+def test_copy_start_element_cannot_hold_tile():
+    def k():
+        @T.prim_func
+        def main(A: T.Tensor((64,), "float32"), B: T.Tensor((4,), "float32")):
+            with T.Kernel(1) as bx:
+                s = T.alloc_shared((4, 8), "float32")
+                T.copy(A[8], s)  # copy-start
+        return main
+
+    with pytest.raises(tilewright.KernelError) as info:
+        build(k)
+    assert_at(info.value, "copy-start", "T.copy", "rank 1", "'A'", "(4, 8)")
+
+
+def test_gemm_rank_mismatch():
+    def k():
+        @T.prim_func
+        def main(A: T.Tensor((8, 8), "float32"), C: T.Tensor((8, 8), "float32")):
+            with T.Kernel(1) as bx:
+                a = T.alloc_shared((2, 8, 8), "float32")
+                b = T.alloc_shared((8, 8), "float32")
+                c = T.alloc_fragment((8, 8), "float32")
+                T.gemm(a, b, c)  # gemm-rank
+        return main
+
+    with pytest.raises(tilewright.KernelError) as info:
+        build(k)
+    assert_at(info.value, "gemm-rank", "T.gemm operand A", "2-D", "(2, 8, 8)")
+
+
+def test_gemm_output_shape_mismatch_with_transpose():
+    def k():
+        @T.prim_func
+        def main(A: T.Tensor((8, 8), "float32"), C: T.Tensor((8, 8), "float32")):
+            with T.Kernel(1) as bx:
+                a = T.alloc_shared((16, 32), "float32")
+                b = T.alloc_shared((8, 16), "float32")
+                c = T.alloc_fragment((32, 16), "float32")
+                T.gemm(a, b, c, transpose_A=True, transpose_B=True)  # gemm-shape
+        return main
+
+    with pytest.raises(tilewright.KernelError) as info:
+        build(k)
+    assert_at(info.value, "gemm-shape", "T.gemm shape mismatch", "(32, 8)", "(32, 16)")
+
+
+# -- reduce output shapes: a ValueError -------------------------------------------------------
+@pytest.mark.parametrize("kind,dim,out", [("max", 0, (16,)), ("min", 1, (16, 1)),
+                                          ("absmax", -1, (1, 8)), ("abssum", 1, (2, 16))])
+def test_reduce_wrong_output_shape(kind, dim, out):
+    def k():
+        @T.prim_func
+        def main(A: T.Tensor((16, 8), "float32"), C: T.Tensor((16,), "float32")):
+            with T.Kernel(1) as bx:
+                t = T.alloc_fragment((16, 8), "float32")
+                r = T.alloc_fragment(out, "float32")
+                getattr(T, f"reduce_{kind}")(t, r, dim=dim)  # reduce-out
+        return main
+
+    with pytest.raises(ValueError) as info:
+        build(k)
+    assert isinstance(info.value, tilewright.KernelError)
+    assert_at(info.value, "reduce-out", f"T.reduce_{kind}", str(out).replace(",)", ",)"))
+
+
+def test_reduce_dim_out_of_range():
+    def k():
+        @T.prim_func
+        def main(A: T.Tensor((16, 8), "float32"), C: T.Tensor((16,), "float32")):
+            with T.Kernel(1) as bx:
+                t = T.alloc_fragment((16, 8), "float32")
+                r = T.alloc_fragment((16,), "float32")
+                T.reduce_sum(t, r, dim=2)  # reduce-dim
+        return main
+
+    with pytest.raises(tilewright.KernelError) as info:
+        build(k)
+    assert_at(info.value, "reduce-dim", "dim=2", "rank 2")
+
+
+# -- races in T.Parallel --------------------------------------------------------------------------
+def test_parallel_reading_a_neighbour_it_writes_is_a_race():
+    def k():
+        @T.prim_func
+        def main(A: T.Tensor((16,), "float32"), C: T.Tensor((16,), "float32")):
+            with T.Kernel(1) as bx:
+                f = T.alloc_fragment((17,), "float32")
+                T.copy(A, f[0:16])
+                for i in T.Parallel(16):
+                    f[i] = f[i + 1] * 2.0  # race-neighbour
+                T.copy(f[0:16], C)
+        return main
+
+    with pytest.raises(tilewright.KernelError) as info:
+        build(k)
+    assert_at(info.value, "race-neighbour", "T.Parallel race", "f[i]", "f[i + 1]")
+
+
+def test_parallel_accumulating_into_one_element_is_a_race():
+    def k():
+        @T.prim_func
+        def main(A: T.Tensor((8, 16), "float32"), C: T.Tensor((8,), "float32")):
+            with T.Kernel(1) as bx:
+                f = T.alloc_fragment((8, 16), "float32")
+                acc = T.alloc_fragment((8,), "float32")
+                T.copy(A, f)
+                T.clear(acc)
+                for i, j in T.Parallel(8, 16):
+                    acc[i] = acc[i] + f[i, j]  # race-accumulate
+                T.copy(acc, C)
+        return main
+
+    with pytest.raises(tilewright.KernelError) as info:
+        build(k)
+    assert_at(info.value, "race-accumulate", "T.Parallel race", "j", "acc[i]", "T.reduce_")
+
+
+def test_parallel_elementwise_update_in_place_is_not_a_race():
+    def k():
+        @T.prim_func
+        def main(A: T.Tensor((8, 16), "float32"), C: T.Tensor((8, 16), "float32")):
+            with T.Kernel(1) as bx:
+                f = T.alloc_fragment((8, 16), "float32")
+                T.copy(A, f)
+                for i, j in T.Parallel(8, 16):
+                    f[i, j] = f[i, j] * 2.0 + f[i, j]
+                for i in T.Parallel(8):
+                    for j in T.serial(15):
+                        f[i, j + 1] = f[i, j + 1] + f[i, j]  # a serial scan per row
+                T.copy(f, C)
+        return main
+
+    a = torch.randn(8, 16)
+    torch.testing.assert_close(build(k)(a), (3 * a).cumsum(1), rtol=1e-5, atol=1e-5)
+
+
+# -- loops ---------------------------------------------------------------------------------------
+def test_pipelined_nested_through_a_serial_loop():
+    def k():
+        @T.prim_func
+        def main(A: T.Tensor((64,), "float32"), C: T.Tensor((64,), "float32")):
+            with T.Kernel(1) as bx:
+                for k in T.Pipelined(4, num_stages=2):
+                    for j in T.serial(2):
+                        for m in T.Pipelined(8, num_stages=2):  # nested-deep
+                            C[k * 16 + j * 8 + m] = A[k * 16 + j * 8 + m]
+        return main
+
+    with pytest.raises(tilewright.KernelError) as info:
+        build(k)
+    assert_at(info.value, "nested-deep", "T.Pipelined cannot be nested")
+
+
+def test_pipelined_inside_parallel():
+    def k():
+        @T.prim_func
+        def main(A: T.Tensor((64,), "float32"), C: T.Tensor((64,), "float32")):
+            with T.Kernel(1) as bx:
+                for i in T.Parallel(4):
+                    for m in T.Pipelined(16, num_stages=2):  # pipelined-in-parallel
+                        C[i * 16 + m] = A[i * 16 + m]
+        return main
+
+    with pytest.raises(tilewright.KernelError) as info:
+        build(k)
+    assert_at(info.value, "pipelined-in-parallel", "T.Pipelined", "T.Parallel")
+
+
+# -- dynamic dimensions that no argument gives ---------------------------------------------------
+def test_dynamic_dimension_only_in_an_expression_is_type_error_at_call():
+    @tilewright.jit(out_idx=[-1], target="cpu")
+    def twice():
+        n = T.dynamic("n")
+
+        @T.prim_func
+        def main(A: T.Tensor((n * 2,), "float32"), C: T.Tensor((n,), "float32")):
+            with T.Kernel(1) as bx:
+                for i in T.serial(n):
+                    C[i] = A[2 * i] + A[2 * i + 1]
+        return main
+
+    kernel = twice()
+    with pytest.raises(TypeError) as info:
+        kernel(torch.randn(8))
+    assert "n" in str(info.value)
+
+
+def test_eager_dynamic_dimension_only_in_output_is_type_error_at_call():
+    @tilewright.jit(target="cpu")
+    def widen(A):
+        M = T.const("M")
+        n = T.dynamic("n")
+        A: T.Tensor((M,), T.float32)
+        C = T.empty((M, n), T.float32)
+        with T.Kernel(1) as bx:
+            for i in T.serial(M):
+                C[i, 0] = A[i]
+        return C
+
+    with pytest.raises(TypeError) as info:
+        widen(torch.randn(4))
+    assert "'n'" in str(info.value) or " n " in str(info.value), str(info.value)
+
+
+# -- backends that cannot take a kernel ---------------------------------------------------------
+def _backend_like_cpu(name, *, tile_ops=None, features=frozenset()):
+    from tilewright_cpu import plugin as cpu
+
+    caps = cpu.BACKEND.capabilities
+    return dataclasses.replace(
+        cpu.BACKEND, name=name, target_kinds=(name,),
+        pipelines={name: cpu.BACKEND.pipelines["cpu"]},
+        codegens={name: cpu.BACKEND.codegens["cpu"]},
+        capabilities=Capabilities(frozenset(caps.tile_ops if tile_ops is None else tile_ops),
+                                  caps.dtypes, caps.memory_scopes, frozenset(features)))
+
+
+@pytest.fixture(scope="module")
+def fake_backends():
+    """The CPU plugin plus two fakes reusing its pipeline: ``warpy`` runs whole warps,
+    ``nogemm`` has neither GEMM nor atomics."""
+    module = types.ModuleType("fake_backends")
+    backends = [_backend_like_cpu("warpy", features={"warps"}),
+                _backend_like_cpu("nogemm", tile_ops={"copy", "fill"})]
+    module.tilewright_backends = hookimpl(lambda: backends)
+    module.tilewright_backends.__name__ = "tilewright_backends"
+    cpu_ep = [ep for ep in metadata.entry_points(group=ENTRY_POINT_GROUP) if ep.name == "cpu"]
+    manager = PluginManager(entry_points=cpu_ep).load()
+    manager.register(module, "fake_backends")
+    previous = set_manager(manager)
+    yield
+    set_manager(previous)
+
+
+def copy_kernel(threads):
+    @T.prim_func
+    def main(A: T.Tensor((64,), "float32"), C: T.Tensor((64,), "float32")):
+        with T.Kernel(2, threads=threads) as bx:  # threads-line
+            s = T.alloc_shared((32,), "float32")
+            T.copy(A[bx * 32], s)
+            T.copy(s, C[bx * 32])
+    return main
+
+
+@pytest.mark.parametrize("threads", [48, (16, 3)])
+def test_threads_not_a_multiple_of_32_on_a_warp_backend(fake_backends, threads):
+    with pytest.raises(tilewright.KernelError) as info:
+        build(copy_kernel, threads, target="warpy")
+    assert_at(info.value, "threads-line", "48 threads per block", "'warpy'", "multiple of 32")
+
+
+def test_warp_backend_runs_a_good_block_size_and_cpu_takes_any(fake_backends):
+    a = torch.randn(64)
+    torch.testing.assert_close(build(copy_kernel, 64, target="warpy")(a), a)
+    torch.testing.assert_close(build(copy_kernel, 48, target="cpu")(a), a)
+
+
+def test_op_a_backend_cannot_lower_names_op_backend_and_line(fake_backends):
+    def k():
+        @T.prim_func
+        def main(A: T.Tensor((16, 16), "float32"), C: T.Tensor((16, 16), "float32")):
+            with T.Kernel(1) as bx:
+                s = T.alloc_shared((16, 16), "float32")
+                f = T.alloc_fragment((16, 16), "float32")
+                T.copy(A, s)
+                T.clear(f)
+                T.gemm(s, s, f)  # no-gemm
+                T.copy(f, C)
+        return main
+
+    with pytest.raises(tilewright.UnsupportedOpError) as info:
+        build(k, target="nogemm")
+    assert_at(info.value, "no-gemm", "T.gemm", "'nogemm'")
+    assert str(info.value).count("\n") <= 1  # one sentence (and the source excerpt)
+
+
+def test_expression_intrinsic_a_backend_cannot_lower_names_the_line(fake_backends):
+    def k():
+        @T.prim_func
+        def main(A: T.Tensor((4,), "int32"), C: T.Tensor((4,), "int32")):
+            with T.Kernel(4) as bx:
+                s = T.alloc_shared((1,), "int32")
+                T.fill(s, 0)
+                C[bx] = T.atomic_add(A[0], 1, return_prev=True)  # no-atomic
+        return main
+
+    with pytest.raises(tilewright.UnsupportedOpError) as info:
+        build(k, target="nogemm")
+    assert_at(info.value, "no-atomic", "atomic_add", "'nogemm'")
