@@ -308,8 +308,21 @@ def _make_vector_rule(name: str, instr: str, operand_names: tuple, scalar: str |
     return rule
 
 
+def rule_fill(em, call) -> None:
+    dst = call.operands["dst"]
+    if str(dst.buffer.scope()) != "ascend.ub":
+        raise KernelError(f"T.fill of {dst.buffer.name!r} in "
+                          f"{SHORT.get(str(dst.buffer.scope()), dst.buffer.scope())}: backend "
+                          "'ascend' fills UB tiles (Duplicate on V) and clears accumulators "
+                          "through the GEMM's init")
+    args, count = _vector_operands(em, [dst], "T.fill")
+    em.line(f"Duplicate({args[0]}, ({ctype(str(dst.buffer.dtype))})"
+            f"{em.expr(call.operands['value'])}, {count});")
+
+
 RULES = {
     "copy": rule_copy,
+    "fill": rule_fill,
     "ascend.gemm_v0": rule_gemm_v0,
     "ascend.mma": rule_mma,
     "ascend.set_flag": rule_set_flag,

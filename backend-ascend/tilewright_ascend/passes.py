@@ -60,15 +60,13 @@ def hidden_buffers(func) -> list[tuple[str, str, int, object]]:
 
 
 def check_scopes(func) -> None:
-    """Portable scopes need the scope inference of a later version; say so at the line."""
+    """Every buffer must be in an Ascend memory by now (the portable phase assigns them)."""
     for alloc in allocations(func):
         scope = str(alloc.buffer.scope())
         if scope in PORTABLE_SCOPES:
             raise KernelError(
-                f"buffer {alloc.buffer.name!r} is in the portable scope {scope!r}; this version "
-                "of backend 'ascend' compiles kernels written with the Ascend dialect "
-                "(tilewright_ascend.language: T.alloc_ub, T.alloc_L1, T.alloc_L0C ...)",
-                span_location(alloc.span))
+                f"buffer {alloc.buffer.name!r} is in the portable scope {scope!r} but no Ascend "
+                "memory could be inferred for it", span_location(alloc.span))
         if scope not in MEMORIES:
             raise KernelError(f"buffer {alloc.buffer.name!r} has scope {scope!r}, which backend "
                               f"'ascend' does not know ({', '.join(MEMORIES)})",

@@ -22,6 +22,7 @@ from .executor import EXECUTORS, npu_available
 from .lowering import RULES
 from .multibuffer import multi_buffer
 from .passes import plan_memory
+from .portable import lower_portable
 from .profiler import TIMERS
 from .sync_insert import insert_sync
 
@@ -35,6 +36,9 @@ def _device_available() -> Availability:
 
 
 PIPELINE = PassPipeline((
+    Phase("portable", lambda ctx: [lower_portable()],
+          "portable kernels: memories by use (GEMM operands L1, accumulators L0C, other tiles "
+          "UB), the grid on the 1-D core grid, T.gemm as gemm_v0"),
     Phase("multi_buffer", lambda ctx: [multi_buffer()],
           "T.Pipelined(num_stages=S) loops: buffers produced and consumed inside get S "
           "versions (kernels without hand-written synchronisation)"),
@@ -55,7 +59,7 @@ BACKEND = BackendModule(
     codegens={"ascend": CODEGEN},
     executors=EXECUTORS,
     capabilities=Capabilities(
-        tile_ops=frozenset(RULES),
+        tile_ops=frozenset({*RULES, "gemm"}),  # T.gemm: by the portable phase
         dtypes=frozenset(DTYPES),
         memory_scopes=frozenset({"global", *MEMORIES}),
         features=frozenset({"manual_sync", "dialect:ascend"}),

@@ -132,3 +132,32 @@ def test_atomic_min_return_prev_integer():
     atomic_min_prev(50)(best, prev)
     assert int(best) == 1
     assert int(prev.max()) == 1000 and int(prev.min()) >= 1
+
+
+@tilewright.jit(target="cpu")
+def histogram(bins, bn=16):
+    n = T.dynamic("n")
+
+    @T.prim_func
+    def main(X: T.Tensor((n,), "int32"), Hist: T.Tensor((bins,), "int32"),
+             W: T.Tensor((n,), "float32"), Total: T.Tensor((bins,), "float32")):
+        with T.Kernel(T.ceildiv(n, bn)) as bx:
+            for i in T.serial(bn):
+                if bx * bn + i < n:
+                    T.atomic_add(Hist[X[bx * bn + i] % bins], 1)
+                    T.atomic_add(Total[X[bx * bn + i] % bins], W[bx * bn + i])
+    return main
+
+
+def test_atomics_with_data_dependent_addresses_and_dynamic_size():
+    kernel = histogram(5)
+    gen = torch.Generator().manual_seed(4)
+    for n in (3, 16, 101):
+        x = torch.randint(0, 1000, (n,), generator=gen, dtype=torch.int32)
+        w = rand(n, seed=n)
+        hist, total = torch.zeros(5, dtype=torch.int32), torch.zeros(5)
+        kernel(x, hist, w, total)
+        assert torch.equal(hist, torch.bincount(x % 5, minlength=5).int())
+        check(total, torch.zeros(5, dtype=torch.float64).index_add_(0, (x % 5).long(),
+                                                                     w.double()), k=n)
+    assert histogram(5) is kernel

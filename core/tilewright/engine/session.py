@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import tvm
+import tvm_ffi
 from tvm import tirx
 
 from ..errors import KernelError, TilewrightError, UnsupportedOpError, span_location
@@ -91,13 +92,27 @@ def check_support(func: tirx.PrimFunc, backend: BackendModule) -> None:
         _check_warps(func, backend)
     for name in sorted(set(intrinsics_in(func)) - caps.tile_ops):
         raise UnsupportedOpError(f"T.{name} is not supported by backend '{backend.name}'; "
-                                 "choose another target or rewrite the kernel without it")
+                                 "choose another target or rewrite the kernel without it",
+                                 _intrinsic_location(func, name))
     for param in func.params:
         buf = func.buffer_map.get(param, param) if hasattr(func, "buffer_map") else param
         dtype = str(getattr(buf, "dtype", ""))
         if dtype and dtype not in caps.dtypes and dtype != "handle":
             raise UnsupportedOpError(f"dtype {dtype} of parameter {buf.name!r} is not supported "
                                      f"by backend '{backend.name}'")
+
+
+def _intrinsic_location(func: tirx.PrimFunc, name: str):
+    """The source line of the first statement that uses expression intrinsic ``name``."""
+    found = []
+
+    def visit(stmt):
+        if not found and stmt.span is not None and name in intrinsics_in(stmt):
+            found.append(span_location(stmt.span))
+
+    tvm_ffi.structural_walk(func.body, [(t, visit) for t in (
+        tirx.BufferStore, tirx.Evaluate, tirx.AssertStmt, tirx.Bind)])
+    return found[0] if found else None
 
 
 def _check_warps(func: tirx.PrimFunc, backend: BackendModule) -> None:

@@ -400,9 +400,10 @@ def check_races(nest) -> None:
     several iterations."""
     import tvm
 
-    par_vars, stores, loads = set(), [], []
+    par_vars, loop_vars, stores, loads = set(), set(), [], []
 
     def visit_for(loop):
+        loop_vars.add(loop.loop_var)
         if str(loop.annotations.get(LOOP_KIND_KEY, "")) == "parallel":
             par_vars.add(loop.loop_var)
 
@@ -419,7 +420,8 @@ def check_races(nest) -> None:
         name = store.buffer.name
         text = f"{name}[{', '.join(str(i) for i in index)}]"
         for ld in reads:
-            if not tvm_ffi.structural_equal(list(ld.indices), index):
+            if not tvm_ffi.structural_equal(list(ld.indices), index) and \
+                    not _separated(index, list(ld.indices), par_vars, loop_vars):
                 other = f"{name}[{', '.join(str(i) for i in ld.indices)}]"
                 raise KernelError(f"T.Parallel race: iterations write {text} but read {other}, "
                                   "which other iterations write; use a separate buffer for the "
@@ -429,3 +431,27 @@ def check_races(nest) -> None:
             raise KernelError(f"T.Parallel race: every iteration of {loop_names} writes the same "
                               f"element {text}; reduce with T.reduce_* or T.alloc_reducer, or "
                               "loop over it with T.serial", where)
+
+
+def _separated(write, read, par_vars, loop_vars) -> bool:
+    """Whether two different iterations of the T.Parallel nest can never meet at these indices:
+    for each parallel variable ``v`` some dimension has the same index on both sides, linear in
+    ``v`` and free of every other loop variable of the nest (``f[i, j + 1]`` and ``f[i, j]``
+    inside ``for i in T.Parallel`` / ``for j in T.serial``: rows of different ``i`` differ)."""
+    from tvm.sym.pattern import detect_linear_equation
+
+    for v in par_vars:
+        others = loop_vars - {v}
+        if not any(tvm_ffi.structural_equal(w, r) and v in _vars_in(w) and
+                   not (_vars_in(w) & others) and _linear_in(detect_linear_equation(w, [v]))
+                   for w, r in zip(write, read)):
+            return False
+    return True
+
+
+def _linear_in(coeffs) -> bool:
+    """A ``detect_linear_equation`` result with a non-zero constant coefficient."""
+    if not coeffs:
+        return False
+    coef = coeffs[0]
+    return isinstance(coef, tirx.IntImm) and int(coef.value) != 0

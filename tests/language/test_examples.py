@@ -1,0 +1,62 @@
+"""Every script in examples/ runs its command-line main path on the CPU backend with small
+sizes, checks itself against torch and prints its time."""
+
+import pathlib
+import re
+import runpy
+import subprocess
+import sys
+
+import pytest
+
+import tilewright.profiler
+
+EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
+SCRIPTS = sorted(p.name for p in EXAMPLES.glob("*.py"))
+
+# Small sizes that keep partial tiles; scripts without options run their defaults.
+ARGS = {
+    "gemm.py": [["--m", "130", "--n", "136", "--k", "64"],
+                ["--m", "64", "--n", "40", "--k", "96", "--dtype", "bfloat16"]],
+    "gemm_persistent.py": [["--m", "130", "--n", "70", "--k", "64", "--workers", "3"]],
+    "gemm_splitk.py": [["--m", "70", "--n", "48", "--k", "200", "--splits", "3"]],
+    "flash_attention.py": [["--batch", "1", "--heads", "2", "--seq", "100", "--dim", "32"],
+                           ["--batch", "2", "--heads", "1", "--seq", "128", "--dim", "16",
+                            "--causal"]],
+    "rmsnorm.py": [["--m", "10", "--n", "96"], ["--m", "9", "--n", "64", "--dtype", "float16"]],
+    "softmax.py": [["--m", "10", "--n", "80"], ["--m", "6", "--n", "64", "--dtype", "bfloat16"]],
+}
+CASES = [(name, args) for name in SCRIPTS for args in ARGS.get(name, [[]])]
+
+
+def quick_bench(fn, *args, **kwargs):
+    """Stands in for do_bench: runs the kernel twice, reports a made-up time."""
+    fn()
+    fn()
+    return 0.125
+
+
+def test_every_example_has_a_case():
+    assert {"gemm.py", "gemm_dynamic.py", "gemm_persistent.py", "gemm_splitk.py",
+            "flash_attention.py", "rmsnorm.py", "softmax.py", "row_reduce.py",
+            "elementwise_add.py"} <= set(SCRIPTS)
+    assert set(ARGS) <= set(SCRIPTS), "ARGS names a script that no longer exists"
+
+
+@pytest.mark.parametrize("name,args", CASES, ids=[f"{n}{'-' + '-'.join(a) if a else ''}"
+                                                  for n, a in CASES])
+def test_example_main_checks_itself(name, args, monkeypatch, capsys):
+    monkeypatch.setattr(tilewright.profiler, "do_bench", quick_bench)
+    monkeypatch.setattr(sys, "argv", [str(EXAMPLES / name), *args])
+    runpy.run_path(str(EXAMPLES / name), run_name="__main__")  # asserts against torch inside
+    out = capsys.readouterr().out
+    assert "match" in out, out
+    assert re.search(r"\d+\.\d+\s*ms|ms\b", out), out
+
+
+def test_example_runs_from_the_command_line(tmp_path):
+    script = EXAMPLES / "softmax.py"
+    result = subprocess.run([sys.executable, str(script), "--m", "5", "--n", "40"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "matches torch" in result.stdout and " ms" in result.stdout, result.stdout
