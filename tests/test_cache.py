@@ -227,7 +227,9 @@ def test_disable_cache_bypasses_the_cache(kernel_module, cache_dir):
     # and it neither reads an existing entry
     compile_(mod.make())
     [entry] = entries(cache_dir)
-    (entry / "kernel.so").write_bytes(b"garbage")
+    # a new inode: this process has the old library mapped (see the corruption test)
+    (entry / "garbage").write_bytes(b"garbage")
+    os.replace(entry / "garbage", entry / "kernel.so")
     check(compile_(mod.make(), pass_configs={"tw.disable_cache": True}))
 
 

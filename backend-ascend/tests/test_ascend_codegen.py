@@ -81,19 +81,6 @@ def test_no_data_path_between_cores():
         _source(main)
 
 
-def test_portable_kernel_scope_not_yet_inferred_says_so():
-    import tilewright.language as P
-
-    @P.prim_func
-    def main(A: P.Tensor((64,), "float32")):
-        with P.Kernel(1, threads=1) as _:
-            s = P.alloc_shared((64,), "float32")
-            P.copy(A[0], s)
-
-    with pytest.raises(KernelError, match="portable scope 'shared.dyn'"):
-        _source(main)
-
-
 def test_exception_dump_appends_the_descriptor_argument():
     low = tilewright.lower(K.vec_add(64, 128, 64, 128), target="ascend",
                            pass_configs={"ascend.exception_dump": True})
@@ -125,4 +112,22 @@ def test_more_than_eight_flags_of_one_event_is_an_error():
                     T.tile.adds(tile, tile, 1.0)
 
     with pytest.raises(KernelError, match="more than 8 flags of event MTE2_V"):
+        _source(main)
+
+
+def test_portable_kernel_needing_both_cores_is_refused():
+    import tilewright.language as P
+
+    @P.prim_func
+    def main(A: P.Tensor((64, 64), "float16"), C: P.Tensor((64, 64), "float32")):
+        with P.Kernel(1, threads=128) as _:
+            a_s = P.alloc_shared((64, 64), "float16")
+            acc = P.alloc_fragment((64, 64), "float32")
+            out = P.alloc_shared((64, 64), "float32")
+            P.copy(A[0, 0], a_s)
+            P.gemm(a_s, a_s, acc, clear_accum=True)
+            P.copy(acc, out)
+            P.copy(out, C[0, 0])
+
+    with pytest.raises(KernelError, match="uses the cube .* and vector tiles"):
         _source(main)

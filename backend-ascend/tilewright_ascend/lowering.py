@@ -194,7 +194,7 @@ def rule_gemm_v0(em, call) -> None:
     a_off, b_off = offset_of(em, a), offset_of(em, b)
     kk = em.ident("kk")
     init = em.expr(call.operands["init"])
-    with em.block("if (true)"), em.block(f"for (int32_t {kk} = 0; {kk} < {k // kl0}; ++{kk})"):
+    with em.block(f"for (int32_t {kk} = 0; {kk} < {k // kl0}; ++{kk})"):
         # A: m x kl0 slice of op(A); B: kl0 x n slice of op(B)
         if ta:
             load_data(em, a, scope_a, kl0, m, astride, True,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from tilewright.plugin import (
     API_VERSION,
-    ArchModel,
     Availability,
     BackendModule,
     Capabilities,
@@ -16,7 +15,7 @@ from tilewright.plugin import (
 )
 
 from . import __version__, ops
-from .arch import MEMORIES, SOCS
+from .arch import MEMORIES
 from .codegen import CODEGEN
 from .executor import EXECUTORS, npu_available
 from .lowering import RULES
@@ -101,12 +100,3 @@ def tilewright_pass_config_keys():
 @hookimpl
 def tilewright_timers():
     return list(TIMERS)
-
-
-@hookimpl
-def tilewright_arch_models():
-    return [ArchModel(f"ascend-{s.name.lower()}", {"float16": 313.0, "float32": 78.0}, 1600.0,
-                      f"Ascend {s.name}: {s.aic} AIC + {s.aiv} AIV [peaks unconfirmed]",
-                      compute_units=s.aic, shared_memory_bytes=MEMORIES["ascend.l1"][1],
-                      mma_shape=(16, 16, 16), transaction_bytes=32)
-            for s in SOCS.values()]

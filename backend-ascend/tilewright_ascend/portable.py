@@ -145,7 +145,7 @@ def to_dialect(func):
                           tirx.SeqStmt(work) if len(work) > 1 else work[0])
     new_allocs = [s for s in (list(inner.seq) if isinstance(inner, tirx.SeqStmt) else [inner])
                   if isinstance(s, tirx.AllocBuffer)]
-    kernel_body = tirx.SeqStmt([*new_allocs, scope])
+    kernel_body = tirx.SeqStmt([*new_allocs, scope]) if new_allocs else scope
     vid_loop = tirx.For(vid, 0, 2, tirx.ForKind.THREAD_BINDING, kernel_body,
                         thread_binding=tirx.IterVar(tvm.ir.Range(0, 2), vid,
                                                     tirx.IterVar.ThreadIndex, VID_TAG))

@@ -1,7 +1,6 @@
 """Helpers shared by the language conformance tests (CPU reference backend)."""
 
 import torch
-
 from tilewright.testing import assert_close
 
 DTYPES = ("float32", "float16", "bfloat16")

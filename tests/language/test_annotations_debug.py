@@ -4,11 +4,10 @@ T.print and T.device_assert on the CPU backend."""
 import pathlib
 
 import pytest
-import torch
-from language_helpers import check, rand
-
 import tilewright
 import tilewright.language as T
+import torch
+from language_helpers import check, rand
 
 THIS = pathlib.Path(__file__)
 
@@ -78,6 +77,7 @@ def printing(M, blocks=2):
             T.copy(A[bx, 0:M], tile)
             T.print(tile, msg="tile")
             T.print(bx * 10 + 1, msg="scalar")
+            T.print(A[bx, 1:3], msg="part")  # a slice prints only its region
             for i in T.Parallel(M):
                 if i == M - 1:
                     T.print(tile[i], msg="last")
@@ -93,6 +93,8 @@ def test_print_tags_values_with_block_and_iteration(capfd):
     for b in (0, 1):
         assert f"[block ({b},)] tile: tile shape (4,) float32" in text
         assert f"[block ({b},)] scalar: {b * 10 + 1} (int32)" in text
+        assert f"[block ({b},)] part: A[{b}:{b + 1}, 1:3] shape (1, 2) float32\n" \
+               f"[[{a[b, 1].item()} {a[b, 2].item()}]]" in text
         assert f"[block ({b},) iteration (3,)] last: {a[b, 3].item()} (float32)" in text
     assert "[0.5 1.5 2.5 3.5]" in text and "[4.5 5.5 6.5 7.5]" in text
 

@@ -2,11 +2,10 @@
 run concurrently on the CPU backend's worker threads."""
 
 import pytest
-import torch
-from language_helpers import TORCH, check, rand
-
 import tilewright
 import tilewright.language as T
+import torch
+from language_helpers import TORCH, check, rand
 
 TORCH_COMBINE = {"add": lambda a, x: a + x, "max": torch.maximum, "min": torch.minimum}
 

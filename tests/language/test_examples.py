@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 import pytest
-
 import tilewright.profiler
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
@@ -57,6 +56,6 @@ def test_example_main_checks_itself(name, args, monkeypatch, capsys):
 def test_example_runs_from_the_command_line(tmp_path):
     script = EXAMPLES / "softmax.py"
     result = subprocess.run([sys.executable, str(script), "--m", "5", "--n", "40"],
-                            capture_output=True, text=True, timeout=120)
+                            capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "matches torch" in result.stdout and " ms" in result.stdout, result.stdout

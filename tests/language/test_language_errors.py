@@ -7,10 +7,9 @@ import types
 from importlib import metadata
 
 import pytest
-import torch
-
 import tilewright
 import tilewright.language as T
+import torch
 from tilewright.plugin import (
     ENTRY_POINT_GROUP,
     Capabilities,
@@ -256,7 +255,27 @@ def test_dynamic_dimension_only_in_an_expression_is_type_error_at_call():
     kernel = twice()
     with pytest.raises(TypeError) as info:
         kernel(torch.randn(8))
-    assert "n" in str(info.value)
+    assert "'C'" in str(info.value) and "'n'" in str(info.value)
+
+
+def test_dynamic_dimension_never_whole_is_type_error_not_a_compiler_crash():
+    @tilewright.jit(out_idx=[-1], target="cpu")
+    def even_sum():
+        n = T.dynamic("n")
+
+        @T.prim_func
+        def main(A: T.Tensor((n * 2,), "float32"), C: T.Tensor((1,), "float32")):
+            with T.Kernel(1) as bx:
+                C[0] = 0.0
+                for i in T.serial(n):
+                    C[0] = C[0] + A[2 * i]
+        return main
+
+    with pytest.raises(TypeError) as info:
+        even_sum()
+    assert isinstance(info.value, tilewright.ArgumentError)
+    assert "'A'" in str(info.value) and "(n * 2,)" in str(info.value), str(info.value)
+    assert "'n'" in str(info.value)
 
 
 def test_eager_dynamic_dimension_only_in_output_is_type_error_at_call():

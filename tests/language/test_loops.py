@@ -2,11 +2,10 @@
 T.Persistent on the CPU backend."""
 
 import pytest
-import torch
-from language_helpers import check, rand
-
 import tilewright
 import tilewright.language as T
+import torch
+from language_helpers import check, rand
 
 
 @tilewright.jit(out_idx=[-1], target="cpu")

@@ -1,11 +1,10 @@
 """Scalar expressions and math on the CPU backend: every T.<fn> against torch, per dtype."""
 
 import pytest
-import torch
-from language_helpers import DTYPES, TORCH, check, rand
-
 import tilewright
 import tilewright.language as T
+import torch
+from language_helpers import DTYPES, TORCH, check, rand
 
 UNARY = {
     "exp": (torch.exp, "any"), "exp2": (torch.exp2, "any"), "log": (torch.log, "positive"),

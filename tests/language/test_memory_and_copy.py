@@ -1,11 +1,10 @@
 """Kernel frame, allocation, T.copy / T.fill / T.clear and T.gemm on the CPU backend."""
 
 import pytest
-import torch
-from language_helpers import DTYPES, TORCH, check, rand
-
 import tilewright
 import tilewright.language as T
+import torch
+from language_helpers import DTYPES, TORCH, check, rand
 
 
 # -- kernel frame: grids of 1-3 dims, T.Buffer, T.symbolic, macro, out_idx -------------------

@@ -1,11 +1,10 @@
 """T.reduce_*, T.cumsum and T.alloc_reducer on the CPU backend, against torch."""
 
 import pytest
-import torch
-from language_helpers import DTYPES, TORCH, check, rand
-
 import tilewright
 import tilewright.language as T
+import torch
+from language_helpers import DTYPES, check, rand
 
 REFERENCE = {
     "sum": lambda x, d: x.sum(d),
@@ -96,6 +95,29 @@ def test_reduce_1d_to_one_element(kind, dtype):
     a = rand(21, dtype=dtype)
     check(reduce_into_scalar(21, kind, dtype)(a), REFERENCE[kind](a.double(), 0).reshape(1),
           k=21)
+
+
+@tilewright.jit(out_idx=[-1], target="cpu")
+def reduce_3d(dim, keep):
+    out = [2, 6, 8]
+    out[dim] = 1
+    out = tuple(out) if keep else tuple(e for d, e in enumerate(out) if d != dim)
+
+    @T.prim_func
+    def main(A: T.Tensor((2, 6, 8), "float32"), B: T.Tensor(out, "float32")):
+        with T.Kernel(1) as bx:
+            t = T.alloc_fragment((2, 6, 8), "float32")
+            r = T.alloc_fragment(out, "float32")
+            T.copy(A, t)
+            T.reduce_sum(t, r, dim=dim)
+            T.copy(r, B)
+    return main
+
+
+@pytest.mark.parametrize("dim,keep", [(1, False), (1, True), (0, False)])
+def test_reduce_3d_tiles(dim, keep):
+    a = rand(2, 6, 8)
+    check(reduce_3d(dim, keep)(a), a.double().sum(dim, keepdim=keep), k=6)
 
 
 @tilewright.jit(out_idx=[-1], target="cpu")

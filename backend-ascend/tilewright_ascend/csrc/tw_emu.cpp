@@ -204,9 +204,13 @@ void issue_cross_set(int pipe, int id, int mode, int line) {
 
 void issue_cross_wait(int id, int line) {
     if (id < 0 || id > 10) { error(line, "CrossCoreWaitFlag(%d): flag id out of range 0-10", id); return; }
-    Instr in{CWAIT, 0, line, "CrossCoreWaitFlag"};
-    in.id = id;
-    push(std::move(in), PS);
+    // the scalar unit stalls at the wait: nothing issued after it starts before it returns
+    int group = ++S->groups;
+    for (int p = 0; p < NPIPE; ++p) {
+        Instr in{CWAIT, 0, line, "CrossCoreWaitFlag"};
+        in.id = id, in.group = group;
+        push(std::move(in), p);
+    }
 }
 
 namespace {
@@ -235,8 +239,10 @@ void race(const Instr& now, uint32_t prior, const Acc& a, uint64_t off, bool pri
     add_report(key, std::string("race (") + kind + ") on " + SPACE_NAMES[a.space] + " buffer " +
                buf + ": " + now.what + " on " + lane_name(now.lane) + " (" + where(now.line) +
                ") is not ordered after " + p.what + " on " + lane_name(p.lane) + " (" +
-               where(p.line) + "); add set_flag/wait_flag between " + PIPE_NAMES[p.lane % NPIPE] +
-               " and " + PIPE_NAMES[now.lane % NPIPE] + " (block " + std::to_string(S->block) + ")");
+               where(p.line) + "); add " +
+               (p.lane / NPIPE == now.lane / NPIPE ? "set_flag/wait_flag" : "set_cross_flag/wait_cross_flag") +
+               " between " + PIPE_NAMES[p.lane % NPIPE] + " and " + PIPE_NAMES[now.lane % NPIPE] +
+               " (block " + std::to_string(S->block) + ")");
 }
 
 void check_access(Run& run, const Instr& in, uint32_t id) {
@@ -291,7 +297,15 @@ bool runnable(Run& run, const Instr& in, bool force_sets) {
             if (h.kind != BARRIER || h.group != in.group) return false;
         }
         return true;
-    case CWAIT: return run.cross[core][in.id].count >= (core == 0 ? 2 : 1);
+    case CWAIT:
+        if (run.cross[core][in.id].count < (core == 0 ? 2 : 1)) return false;
+        for (int p = 0; p < NPIPE; ++p) {
+            int l = core * NPIPE + p;
+            if (run.head[l] >= S->queue[l].size()) return false;
+            const Instr& h = S->instrs[S->queue[l][run.head[l]]];
+            if (h.kind != CWAIT || h.group != in.group) return false;
+        }
+        return true;
     default: return true;
     }
 }
@@ -305,9 +319,15 @@ void execute(Run& run, int lane) {
     Instr& in = S->instrs[index];
     int core = lane / NPIPE, pipe = lane % NPIPE;
     uint32_t* vc = run.vc[lane].data();
-    if (in.kind == BARRIER) {
+    if (in.kind == BARRIER || in.kind == CWAIT) {
         std::vector<uint32_t> all(LANES, 0);
         double t = 0;
+        if (in.kind == CWAIT) {
+            Cross& c = run.cross[core][in.id];
+            c.count -= core == 0 ? 2 : 1;
+            join(all.data(), c.vc);
+            t = c.time;
+        }
         for (int p = 0; p < NPIPE; ++p) {
             int l = core * NPIPE + p;
             Instr& b = S->instrs[S->queue[l][run.head[l]]];
@@ -363,12 +383,6 @@ void execute(Run& run, int lane) {
             c.time = std::max(c.time, start);
             c.line = in.line;
         }
-    } else if (in.kind == CWAIT) {
-        Cross& c = run.cross[core][in.id];
-        c.count -= core == 0 ? 2 : 1;
-        join(vc, c.vc);
-        vc[lane] = in.local;
-        run.ready[lane] = std::max(start, c.time);
     }
     run.head[lane]++;
 }
@@ -445,7 +459,8 @@ void run_block() {
             }
             break;
         }
-        if (S->instrs[best_index].kind == BARRIER) done += NPIPE; else done += 1;
+        Kind kind = S->instrs[best_index].kind;
+        done += kind == BARRIER || kind == CWAIT ? NPIPE : 1;
         execute(run, best);
     }
     for (int c = 0; c < CORES; ++c)

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass
 
 from tvm import tirx
 
-from ..errors import TilewrightError
+from ..errors import ArgumentError, TilewrightError
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,7 @@ class KernelSignature:
                 if i in outputs:
                     raise TilewrightError(f"out_idx names scalar parameter {p.name!r}")
                 params.append(ParamSpec(str(p.name), (), str(p.ty), False, "scalar"))
+        _check_symbols_readable(func)
         symbols, seen = [], set()
         inputs = [p for p in params if not p.is_output]
         for pos, p in enumerate(inputs):
@@ -78,3 +79,31 @@ def _dim(extent):
     if isinstance(extent, tirx.Var):
         return str(extent.name)
     return str(extent)
+
+
+def _check_symbols_readable(func: tirx.PrimFunc) -> None:
+    """Every shape symbol must be a whole dimension of some parameter, else no argument gives
+    its value: a TypeError naming the symbol, as for a symbol used only by outputs."""
+    import tvm_ffi
+
+    whole = {str(p.name) for p in func.params if not tirx.buffer.is_buffer_var(p)}
+    for p in func.params:
+        if tirx.buffer.is_buffer_var(p):
+            whole.update(str(s.name) for s in p.shape if isinstance(s, tirx.Var))
+    for p in func.params:
+        if not tirx.buffer.is_buffer_var(p):
+            continue
+        for extent in p.shape:
+            used: list = []
+            tvm_ffi.structural_walk(extent, (tirx.Var, used.append))
+            for name in (str(v.name) for v in used):
+                if name not in whole:
+                    raise ArgumentError(
+                        f"the shape of {str(p.name)!r} is {_shape_text(p.shape)}: symbol "
+                        f"{name!r} is never a whole dimension of a parameter, so no argument "
+                        f"gives its value; add a parameter with {name!r} as one of its "
+                        "dimensions")
+
+
+def _shape_text(shape) -> str:
+    return "(" + ", ".join(str(_dim(s)) for s in shape) + ("," if len(shape) == 1 else "") + ")"

@@ -131,14 +131,16 @@ def lower_print_value(call: TileOpCall, ctx: RuleContext):
 
 @register_lowering("print_tile")
 def lower_print_tile(call: TileOpCall, ctx: RuleContext):
-    buf = call.operands["buf"].buffer
-    shape = ",".join(str(int(s)) if isinstance(s, tirx.IntImm) else "?" for s in buf.shape)
-    size = tirx.const(1, "int64")
-    for extent in buf.shape:
-        size = size * tirx.Cast("int64", extent)
+    region = call.operands["buf"]
+    buf = region.buffer
+
+    def wide(values):
+        return [tirx.Cast("int64", _expr(v)) for v in values]
+
     return tirx.Evaluate(tirx.call_packed(
         PRINT_TILE, tvm.ir.StringImm(call.attrs["msg"]), tvm.ir.StringImm(str(buf.name)),
-        tvm.ir.StringImm(f"{buf.dtype}:{shape}"), buf.data, size, *_positions(ctx)))
+        tvm.ir.StringImm(str(buf.dtype)), buf.data, tirx.const(len(buf.shape), "int32"),
+        *wide(buf.shape), *wide(region.starts), *wide(region.extents), *_positions(ctx)))
 
 
 @register_lowering("device_assert")
@@ -220,15 +222,24 @@ _NUMPY = {"float16": np.float16, "bfloat16": np.uint16, "float32": np.float32,
 
 
 @tvm.register_global_func(PRINT_TILE, override=True)
-def _print_tile(msg, name, layout, data, size, *where):
-    dtype, shape = str(layout).split(":")
+def _print_tile(msg, name, dtype, data, rank, *rest):
+    rank = int(rank)
+    dims = [int(d) for d in rest[:rank]]
+    starts = [int(s) for s in rest[rank:2 * rank]]
+    extents = [int(e) for e in rest[2 * rank:3 * rank]]
+    dtype = str(dtype)
+    size = int(np.prod(dims))
     address = data.value if hasattr(data, "value") else int(data)
-    raw = np.ctypeslib.as_array((ctypes.c_uint8 * (int(size) * np.dtype(_NUMPY[dtype]).itemsize))
+    raw = np.ctypeslib.as_array((ctypes.c_uint8 * (size * np.dtype(_NUMPY[dtype]).itemsize))
                                 .from_address(address)).view(_NUMPY[dtype])
     if dtype == "bfloat16":
         raw = (raw.astype(np.uint32) << 16).view(np.float32)
-    dims = [int(d) for d in shape.split(",")] if "?" not in shape else [int(size)]
     array = raw.reshape(dims)
-    head = f"[{_where(where)}] {msg}{': ' if msg else ''}{name} shape {tuple(dims)} {dtype}"
+    label = str(name)
+    if starts != [0] * rank or extents != dims:  # a slice: print only that region
+        array = array[tuple(slice(s, s + e) for s, e in zip(starts, extents))]
+        label += "[" + ", ".join(f"{s}:{s + e}" for s, e in zip(starts, extents)) + "]"
+    head = f"[{_where(rest[3 * rank:])}] {msg}{': ' if msg else ''}{label} shape " \
+           f"{tuple(array.shape)} {dtype}"
     print(f"{head}\n{np.array2string(array, threshold=256, edgeitems=4)}", flush=True)
     return 0
