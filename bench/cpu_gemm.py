@@ -18,10 +18,9 @@ import statistics
 import sys
 import time
 
-import torch
-
 import tilewright
 import tilewright.language as T
+import torch
 
 BLOCK = (96, 256, 256)
 

@@ -18,7 +18,6 @@ import flash_attention  # noqa: E402
 import gemm  # noqa: E402
 import rmsnorm  # noqa: E402
 import softmax  # noqa: E402
-
 from tilewright.profiler import do_bench  # noqa: E402
 
 TARGETS = {"softmax": 0.5, "rmsnorm": 0.5, "flash attention": 0.5}

@@ -3,10 +3,9 @@
 Run: python examples/elementwise_add.py
 """
 
-import torch
-
 import tilewright
 import tilewright.language as T
+import torch
 from tilewright.profiler import do_bench
 
 

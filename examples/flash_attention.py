@@ -6,10 +6,9 @@ Run: python examples/flash_attention.py [--causal] [--batch 1 --heads 8 --seq 25
 import argparse
 import time
 
-import torch
-
 import tilewright
 import tilewright.language as T
+import torch
 
 
 @tilewright.jit(out_idx=[3])

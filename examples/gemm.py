@@ -5,10 +5,9 @@ Run: python examples/gemm.py [--m 1024 --n 1024 --k 1024] [--dtype float16]
 
 import argparse
 
-import torch
-
 import tilewright
 import tilewright.language as T
+import torch
 from tilewright.profiler import do_bench
 
 

@@ -3,10 +3,9 @@
 Run: python examples/gemm_dynamic.py
 """
 
-import torch
-
 import tilewright
 import tilewright.language as T
+import torch
 from tilewright.profiler import do_bench
 
 

@@ -5,10 +5,9 @@ Run: python examples/gemm_persistent.py [--workers 4]
 
 import argparse
 
-import torch
-
 import tilewright
 import tilewright.language as T
+import torch
 from tilewright.profiler import do_bench
 
 

@@ -6,10 +6,9 @@ Run: python examples/gemm_splitk.py [--splits 4]
 
 import argparse
 
-import torch
-
 import tilewright
 import tilewright.language as T
+import torch
 from tilewright.profiler import do_bench
 
 

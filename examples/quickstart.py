@@ -5,10 +5,9 @@ Run: python examples/quickstart.py
 
 import time
 
-import torch
-
 import tilewright
 import tilewright.language as T
+import torch
 
 
 # Eager style: tensors are declared in the body, the output with T.empty.

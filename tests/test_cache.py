@@ -5,13 +5,11 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 import time
 
 import pytest
-import torch
-
 import tilewright
+import torch
 from tilewright.jit.cache import DiskCache
 
 KERNEL_SOURCE = '''

@@ -11,7 +11,6 @@ import types
 from importlib import metadata
 
 import pytest
-
 from tilewright.cli.main import main
 from tilewright.jit.cache import ENV_DIR, DiskCache
 from tilewright.plugin import (

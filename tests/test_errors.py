@@ -3,10 +3,9 @@
 import pathlib
 
 import pytest
-import torch
-
 import tilewright
 import tilewright.language as T
+import torch
 
 THIS = pathlib.Path(__file__)
 LINES = THIS.read_text().splitlines()

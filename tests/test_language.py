@@ -1,10 +1,9 @@
 """The tile language on the CPU reference backend: results match torch."""
 
 import pytest
-import torch
-
 import tilewright
 import tilewright.language as T
+import torch
 
 
 def close(a, b, **kw):

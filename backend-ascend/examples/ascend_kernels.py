@@ -4,9 +4,8 @@ Run: python backend-ascend/examples/ascend_kernels.py  (uses the CPU emulator wi
 """
 
 import tilewright
-import torch
-
 import tilewright_ascend.language as T
+import torch
 
 VEC_NUM = 2
 

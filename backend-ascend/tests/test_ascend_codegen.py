@@ -3,9 +3,8 @@
 import ascend_kernels as K
 import pytest
 import tilewright
-from tilewright.errors import KernelError
-
 import tilewright_ascend.language as T
+from tilewright.errors import KernelError
 
 
 def _source(func):

@@ -6,9 +6,8 @@ import re
 import ascend_kernels as K
 import pytest
 import tilewright
-import torch
-
 import tilewright_ascend.language as T
+import torch
 from tilewright_ascend.executor import EmulatorError, compile_and_run_source, last_run_stats
 
 

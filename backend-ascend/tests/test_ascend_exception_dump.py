@@ -3,7 +3,6 @@
 import numpy as np
 import pytest
 from tilewright.errors import TilewrightError
-
 from tilewright_ascend.exception_dump import encode_descriptor, parse_exception_dump
 
 

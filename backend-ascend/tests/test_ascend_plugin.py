@@ -2,11 +2,10 @@
 
 import pytest
 import tilewright
+import tilewright_ascend.language as T
 from tilewright.errors import KernelError, TargetError, UnsupportedOpError
 from tilewright.ir import registered_ops
 from tilewright.plugin import get_manager
-
-import tilewright_ascend.language as T
 
 
 def test_backend_declared_with_targets_and_executors():

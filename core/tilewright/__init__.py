@@ -11,6 +11,7 @@ __version__ = "0.1.0"
 # this when its library loads, so it is set before anything imports TVM; users may override it.
 _os.environ.setdefault("TVM_THREAD_POOL_SPIN_COUNT", "0")
 
+from . import log as _log  # noqa: E402
 from .errors import (  # noqa: E402
     ArgumentError,
     ConfigError,
@@ -20,8 +21,6 @@ from .errors import (  # noqa: E402
     TilewrightError,
     UnsupportedOpError,
 )
-
-from . import log as _log  # noqa: E402
 
 _log.configure()
 

@@ -20,6 +20,7 @@ from ..engine import lower as _lower_engine
 from ..errors import ArgumentError, KernelError
 from .kernel import JITKernel, compile
 
+
 def lower(func, target="auto", pass_configs=None):
     """Lower ``func`` for ``target`` without building it; returns the engine's
     :class:`~tilewright.engine.Lowered` (final IR module and generated source)."""

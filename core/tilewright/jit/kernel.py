@@ -195,7 +195,7 @@ def _eval_dim(dim, symbols: dict, param: str) -> int:
 
 
 # -- compile -----------------------------------------------------------------------------------
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _fingerprint(package: str) -> str:
     """A digest of the size and mtime of a package's Python files: editing the compiler (core
     or backend) in place invalidates kernels cached by the old code, even at one version."""

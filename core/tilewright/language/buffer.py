@@ -12,7 +12,6 @@ from ..ir import Region
 from . import builder as B
 from .dtypes import normalize_dtype
 
-
 _ANALYZER = sym.Analyzer()
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..errors import kernel_error, user_location
 from ..ir import make_call
 from . import builder as B
-from .buffer import BufferSlice, TileBuffer, dtype_of, resolve, region_of, to_expr
+from .buffer import BufferSlice, TileBuffer, dtype_of, region_of, resolve, to_expr
 
 
 def print(obj, msg: str = "", warp_group_id: int = 0, warp_id: int = 0):  # noqa: A001

@@ -11,7 +11,17 @@ from tvm import tirx
 from ..errors import KernelValueError, kernel_error, user_location
 from ..ir import ATOMIC_KINDS, REDUCE_KINDS, make_call
 from . import builder as B
-from .buffer import BufferSlice, TileBuffer, as_int, dtype_of, region_of, resolve, shape_str, squeeze, to_expr
+from .buffer import (
+    BufferSlice,
+    TileBuffer,
+    as_int,
+    dtype_of,
+    region_of,
+    resolve,
+    shape_str,
+    squeeze,
+    to_expr,
+)
 
 
 class GemmWarpPolicy(enum.Enum):

@@ -1,10 +1,9 @@
 """T.gemm on the CPU backend against torch: the register-blocked micro-kernel and its edges."""
 
 import pytest
-import torch
-
 import tilewright
 import tilewright.language as T
+import torch
 
 
 @pytest.fixture(autouse=True)

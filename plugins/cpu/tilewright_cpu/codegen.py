@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 
 import tvm
-
 from tilewright.plugin import DeviceCodegen, GeneratedSource
 
 

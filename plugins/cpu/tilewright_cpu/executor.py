@@ -8,7 +8,6 @@ import shutil
 from pathlib import Path
 
 import tvm
-
 from tilewright.errors import TilewrightError
 from tilewright.plugin import Availability, Executor, GeneratedSource
 

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import tvm
 import tvm_ffi
-from tvm import tirx
-
 from tilewright.transform import prim_func_pass
+from tvm import tirx
 
 LOG2E = 1.4426950408889634
 _P = (1.535336188319500e-4, 1.339887440266574e-3, 9.618437357674640e-3,

@@ -10,10 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import tvm
-from tvm import tirx
-
 from tilewright.ir import REDUCE_KINDS, Region, TileOpCall
 from tilewright.transform import RuleContext
+from tvm import tirx
 
 from .microkernel import gemm_loops
 

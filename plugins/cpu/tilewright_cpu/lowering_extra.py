@@ -13,10 +13,9 @@ import threading
 import numpy as np
 import tvm
 import tvm_ffi
-from tvm import tirx
-
 from tilewright.ir import ATOMIC_KINDS, Region, TileOpCall
 from tilewright.transform import RuleContext, prim_func_pass
+from tvm import tirx
 
 from . import runtime
 from .lowering import _expr, in_bounds, loop_nest, non_unit, region_index, register_lowering

@@ -19,10 +19,9 @@ walks a row of B and of C and is vectorised by the loop phase.
 
 from __future__ import annotations
 
-from tvm import tirx
-
 from tilewright.ir import TileOpCall
 from tilewright.transform import RuleContext
+from tvm import tirx
 
 MR = 6
 NR = 16

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import tvm
 import tvm_ffi
+from tilewright.transform import StmtMutator, prim_func_pass, rebuild_for
 from tvm import tirx
 from tvm.sym.pattern import detect_linear_equation
-
-from tilewright.transform import StmtMutator, prim_func_pass, rebuild_for
 
 LOOP_KEY = "tw.loop"
 VECTOR_LANES = 8
