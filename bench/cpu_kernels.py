@@ -10,7 +10,11 @@ import os
 import sys
 from pathlib import Path
 
-import torch
+# torch's OpenMP workers spin for a while after each call and would take the cores from the
+# kernel timed next (tilewright's TVM workers do not spin): let them sleep, for fair timings.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 

@@ -3,11 +3,16 @@
 Run: python examples/quickstart.py
 """
 
+import os
 import time
 
-import tilewright
-import tilewright.language as T
-import torch
+# torch's OpenMP workers spin for a while after each call and would take the cores from the
+# kernel timed next (tilewright's TVM workers do not spin): let them sleep, for fair timings.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import tilewright  # noqa: E402
+import tilewright.language as T  # noqa: E402
+import torch  # noqa: E402
 
 
 # Eager style: tensors are declared in the body, the output with T.empty.

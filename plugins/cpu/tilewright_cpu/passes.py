@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import tvm
 import tvm_ffi
 from tilewright.transform import StmtMutator, prim_func_pass, rebuild_for
@@ -135,9 +137,12 @@ def lower_scopes():
     return prim_func_pass("CPULowerScopes", run)
 
 
-def lower_blocks():
-    """The block grid becomes one parallel loop over all blocks: each CPU worker runs whole
-    blocks, one after another."""
+def lower_blocks(workers: int | None = None):
+    """The block grid becomes a parallel loop over ``workers`` CPU workers (the host's core
+    count by default), each running every ``workers``-th block in turn. The kernel's tiles are
+    allocated once per worker, not once per block: a large tile allocated per block costs a
+    fresh mapping and page faults every time."""
+    workers = workers or os.cpu_count() or 1
 
     def run(func):
         loops = []
@@ -147,15 +152,27 @@ def lower_blocks():
             stmt = stmt.body
         if not loops:
             return func
-        fused = tirx.Var("block", "int32")
+        body = list(stmt.seq) if isinstance(stmt, tirx.SeqStmt) else [stmt]
+        tiles = [s for s in body if isinstance(s, tirx.AllocBuffer)]
+        rest = [s for s in body if not isinstance(s, tirx.AllocBuffer)]
+        total = loops[0].extent
+        for loop in loops[1:]:
+            total = total * loop.extent
+        total = tvm.sym.Analyzer().simplify(total)
+        count = min(int(total.value), workers) if isinstance(total, tirx.IntImm) else workers
+        worker, step = tirx.Var("worker", "int32"), tirx.Var("step", "int32")
+        block = worker + step * count
         binds, stride = [], None
         for loop in reversed(loops):
-            value = fused if stride is None else tirx.floordiv(fused, stride)
+            value = block if stride is None else tirx.floordiv(block, stride)
             binds.append(tirx.Bind(loop.loop_var, tirx.floormod(value, loop.extent)
                                    if loop is not loops[0] else value))
             stride = loop.extent if stride is None else stride * loop.extent
-        body = tirx.SeqStmt(list(reversed(binds)) + [stmt])
-        return func.with_body(tirx.For(fused, 0, stride, tirx.ForKind.PARALLEL, body,
+        steps = tirx.floordiv(total - worker + (count - 1), count)
+        per_block = tirx.For(step, 0, steps, tirx.ForKind.SERIAL,
+                             tirx.SeqStmt(list(reversed(binds)) + rest))
+        worker_body = tirx.SeqStmt([*tiles, per_block]) if tiles else per_block
+        return func.with_body(tirx.For(worker, 0, count, tirx.ForKind.PARALLEL, worker_body,
                                        span=loops[0].span))
 
     return prim_func_pass("CPULowerBlocks", run)
