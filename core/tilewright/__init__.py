@@ -10,6 +10,9 @@ __version__ = "0.1.0"
 # other thread pool in the process (torch's too) and making side-by-side timings lie. TVM reads
 # this when its library loads, so it is set before anything imports TVM; users may override it.
 _os.environ.setdefault("TVM_THREAD_POOL_SPIN_COUNT", "0")
+# TVM sizes its pool from the physical cores it detects, which on some virtual machines is one
+# of several usable cores; blocks then run on a single core. Use every core we may run on.
+_os.environ.setdefault("TVM_NUM_THREADS", str(len(_os.sched_getaffinity(0))))
 
 from . import log as _log  # noqa: E402
 from .errors import (  # noqa: E402
