@@ -105,7 +105,7 @@ def test_alloc_inside_parallel():
         @T.prim_func
         def main(A: T.Tensor((64,), "float32"), C: T.Tensor((64,), "float32")):
             with T.Kernel(1) as bx:
-                for i in T.Parallel(64):
+                for _i in T.Parallel(64):
                     t = T.alloc_local((1,), "float32")  # alloc-parallel
         return main
 

@@ -122,8 +122,9 @@ def test_sync_errors_are_reported(tmp_path):
         "can never be satisfied": _edit(low, "SetFlag<HardEvent::MTE2_V>(0);",
                                         "SetFlag<HardEvent::MTE2_V>(0); "
                                         "WaitFlag<HardEvent::MTE2_V>(5);"),
-        r"unpaired flags: 4 SetFlag<MTE3_MTE2>\(1\) but 3 WaitFlag": _edit(low, "SetFlag<HardEvent::MTE3_MTE2>(1);",
-                             "SetFlag<HardEvent::MTE3_MTE2>(1); SetFlag<HardEvent::MTE3_MTE2>(1);"),
+        r"unpaired flags: 4 SetFlag<MTE3_MTE2>\(1\) but 3 WaitFlag": _edit(
+            low, "SetFlag<HardEvent::MTE3_MTE2>(1);",
+            "SetFlag<HardEvent::MTE3_MTE2>(1); SetFlag<HardEvent::MTE3_MTE2>(1);"),
     }
     for n, (expected, text) in enumerate(cases.items()):
         with pytest.raises(EmulatorError, match=expected):

@@ -260,7 +260,7 @@ class Emitter:
         for alloc in _allocs(func):
             self.buffer_dtypes[str(alloc.buffer.name)] = str(alloc.buffer.dtype)
             self.buffer_names[str(alloc.buffer.name)] = self.ident(str(alloc.buffer.name))
-        for name, (scope, _, size) in self.plan.items():
+        for name in self.plan:
             if name not in self.buffer_names:  # hidden staging tiles of gemm_v0
                 self.buffer_names[name] = self.ident(name)
         self.gemms = gemm_calls(func)

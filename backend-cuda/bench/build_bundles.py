@@ -18,8 +18,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "examples"))
 
-from tilewright.jit import compile as tw_compile
-from tilewright.language.kernel import _ParamSlot, trace_eager
+from tilewright.jit import compile as tw_compile  # noqa: E402 - after the sys.path setup
+from tilewright.language.kernel import _ParamSlot, trace_eager  # noqa: E402
 
 
 def _eager(jitted, consts, **static):

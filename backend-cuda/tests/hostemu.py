@@ -4,8 +4,8 @@ The source is compiled with g++ against a small shim: every CUDA thread of a blo
 thread, ``__syncthreads`` is a ``std::barrier``, warp shuffles exchange through memory between
 two barriers, the dynamic shared-memory pool is poisoned before each block, and blocks run one
 after another. It checks what the generated code computes (indexing, guards, barriers,
-reductions); it says nothing about speed. float16 and bfloat16 use the host side of cuda_fp16.h and cuda_bf16.h; mma.sync is
-emulated per warp from the PTX fragment layouts.
+reductions); it says nothing about speed. float16 and bfloat16 use the host side of cuda_fp16.h
+and cuda_bf16.h; mma.sync is emulated per warp from the PTX fragment layouts.
 """
 
 from __future__ import annotations
@@ -50,10 +50,18 @@ template <class T> T __shfl_xor_sync(unsigned, T v, int offset, int = 32) {
   tw_barrier->arrive_and_wait();
   return r;
 }
-template <class T> T atomicAdd(T* p, T v) { std::lock_guard<std::mutex> g(tw_atomic_mutex); T o = *p; *p = o + v; return o; }
-template <class T> T atomicMax(T* p, T v) { std::lock_guard<std::mutex> g(tw_atomic_mutex); T o = *p; *p = o > v ? o : v; return o; }
-template <class T> T atomicMin(T* p, T v) { std::lock_guard<std::mutex> g(tw_atomic_mutex); T o = *p; *p = o < v ? o : v; return o; }
-template <class T> T atomicCAS(T* p, T c, T v) { std::lock_guard<std::mutex> g(tw_atomic_mutex); T o = *p; if (o == c) *p = v; return o; }
+template <class T> T atomicAdd(T* p, T v) {
+  std::lock_guard<std::mutex> g(tw_atomic_mutex); T o = *p; *p = o + v; return o;
+}
+template <class T> T atomicMax(T* p, T v) {
+  std::lock_guard<std::mutex> g(tw_atomic_mutex); T o = *p; *p = o > v ? o : v; return o;
+}
+template <class T> T atomicMin(T* p, T v) {
+  std::lock_guard<std::mutex> g(tw_atomic_mutex); T o = *p; *p = o < v ? o : v; return o;
+}
+template <class T> T atomicCAS(T* p, T c, T v) {
+  std::lock_guard<std::mutex> g(tw_atomic_mutex); T o = *p; if (o == c) *p = v; return o;
+}
 template <class T> T max(T a, T b) { return a > b ? a : b; }
 template <class T> T min(T a, T b) { return a < b ? a : b; }
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
@@ -61,7 +69,9 @@ inline double rsqrt(double x) { return 1.0 / std::sqrt(x); }
 inline float __expf(float x) { return std::exp(x); }
 inline float exp2f(float x) { return std::exp2(x); }
 inline float __int_as_float(unsigned v) { float f; std::memcpy(&f, &v, 4); return f; }
-inline double __longlong_as_double(unsigned long long v) { double d; std::memcpy(&d, &v, 8); return d; }
+inline double __longlong_as_double(unsigned long long v) {
+  double d; std::memcpy(&d, &v, 8); return d;
+}
 #define TW_HOST_EMULATION 1
 unsigned tw_mma_exchange[1024][6];
 inline float tw_bits16_to_float(unsigned bits, bool bf16) {

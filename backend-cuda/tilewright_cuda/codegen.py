@@ -100,7 +100,8 @@ def tvm_passes() -> list:
     default CUDA pipeline, no automatic barriers or shared-buffer merging: the insert_sync and
     place_memory phases own those."""
     t, s = tirx.transform, tvm.s_tir.transform
-    return [s.UnifyThreadBinding(), s.LowerOpaqueBlock(), t.StmtSimplify(), t.FlattenBuffer(), t.BF16ComputeLegalize(), t.NarrowDataType(32),
+    return [s.UnifyThreadBinding(), s.LowerOpaqueBlock(), t.StmtSimplify(), t.FlattenBuffer(),
+            t.BF16ComputeLegalize(), t.NarrowDataType(32),
             t.VectorizeLoop(True), t.UnrollLoop(), t.StmtSimplify(), t.RemoveNoOp(),
             t.CommonSubexprElim(), t.FP8ComputeLegalize(), t.VerifyMemory(),
             t.AnnotateEntryFunc(), t.SplitHostDevice(), t.MakePackedAPI(),

@@ -42,12 +42,18 @@ tox                              # the same, each in a fresh environment
 
 | file | what it is |
 |---|---|
-| `pyproject.toml` | the distribution; its entry point `tilewright.plugins: {{name}}` is how the core finds the backend |
-| `{{package}}/plugin.py` | the entry-point module: implements the hook `tilewright_backends` and returns the `BackendModule` (name, targets, pipeline, codegen, executors, capabilities) |
-| `{{package}}/pipeline.py` | the `PassPipeline`: ordered, named phases of TVM passes; the engine runs them and reports every pass to debug tools under the phase's name |
-| `{{package}}/lowering.py` | the lowering-rule table: one function per tile op, registered with `@register_lowering("op")`; the capabilities declare exactly the ops in this table |
-| `{{package}}/codegen.py` | the `DeviceCodegen`: turns the lowered IR into source text (here, the printed IR) |
-| `{{package}}/executor.py` | the `Executor`s: build source into something callable; each says whether it is available here and why not |
+| `pyproject.toml` | the distribution; its entry point `tilewright.plugins: {{name}}` is how the \
+core finds the backend |
+| `{{package}}/plugin.py` | the entry-point module: implements the hook `tilewright_backends` and \
+returns the `BackendModule` (name, targets, pipeline, codegen, executors, capabilities) |
+| `{{package}}/pipeline.py` | the `PassPipeline`: ordered, named phases of TVM passes; the engine \
+runs them and reports every pass to debug tools under the phase's name |
+| `{{package}}/lowering.py` | the lowering-rule table: one function per tile op, registered with \
+`@register_lowering("op")`; the capabilities declare exactly the ops in this table |
+| `{{package}}/codegen.py` | the `DeviceCodegen`: turns the lowered IR into source text (here, the \
+printed IR) |
+| `{{package}}/executor.py` | the `Executor`s: build source into something callable; each says \
+whether it is available here and why not |
 | `tests/conftest.py` | the one place where hardware is gated: a fixture or skip with one reason |
 | `tests/test_contract.py` | the contract checks of `tilewright_sdk.conformance.contract` |
 | `tox.ini` | environments: the backend's tests and its conformance run |
@@ -79,7 +85,8 @@ commands = pytest {toxinidir}/tests {posargs}
 
 [testenv:conformance]
 description = the tilewright conformance suite in codegen mode
-commands = pytest -p no:cacheprovider --pyargs tilewright_sdk.conformance --tilewright-backend {{name}} --tilewright-mode codegen {posargs}
+commands = pytest -p no:cacheprovider --pyargs tilewright_sdk.conformance --tilewright-backend \
+{{name}} --tilewright-mode codegen {posargs}
 '''
 
 FILES["PACKAGE/__init__.py"] = '''"""tilewright backend '{{name}}'."""
@@ -123,7 +130,8 @@ def tilewright_backends():
     return [BACKEND]
 '''
 
-FILES["PACKAGE/pipeline.py"] = '''"""The pass pipeline of '{{name}}': ordered, named phases of TVM passes.
+FILES["PACKAGE/pipeline.py"] = '''\
+"""The pass pipeline of '{{name}}': ordered, named phases of TVM passes.
 
 The engine calls ``Phase.passes(ctx)`` when the phase runs and applies each returned pass under
 its instrumentation, so every pass is visible to debug tools under the phase's name.
@@ -142,7 +150,8 @@ PIPELINE = PassPipeline((
 ))
 '''
 
-FILES["PACKAGE/lowering.py"] = '''"""Lowering rules of '{{name}}': one function per tile op, in a table keyed by op name.
+FILES["PACKAGE/lowering.py"] = '''\
+"""Lowering rules of '{{name}}': one function per tile op, in a table keyed by op name.
 
 A rule receives the decoded op (``call.operands``, ``call.attrs``; regions have ``buffer``,
 ``starts`` and ``extents``) and a ``RuleContext`` (``ctx.analyzer``, ``ctx.can_prove``) and
@@ -193,7 +202,8 @@ def generate(mod, ctx) -> GeneratedSource:
 CODEGEN = DeviceCodegen(language="tir", file_ext="py", generate=generate)
 '''
 
-FILES["PACKAGE/executor.py"] = '''"""The executors of '{{name}}': generated source to a callable kernel.
+FILES["PACKAGE/executor.py"] = '''\
+"""The executors of '{{name}}': generated source to a callable kernel.
 
 ``available()`` says whether the executor can run here and, if not, why and how to fix it.
 ``build(source, ctx, workdir)`` writes artifacts into ``workdir`` and returns a callable taking
@@ -219,7 +229,8 @@ EXECUTORS = (Executor(name="none", available=_available, build=_build,
                       doc="placeholder until a real executor exists"),)
 '''
 
-FILES["tests/conftest.py"] = '''"""Test setup of {{dist}}: a private kernel cache per test. Gate hardware here, in one
+FILES["tests/conftest.py"] = '''\
+"""Test setup of {{dist}}: a private kernel cache per test. Gate hardware here, in one
 place, with one skip reason."""
 
 import pytest
@@ -230,7 +241,8 @@ def _private_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("TILEWRIGHT_CACHE_DIR", str(tmp_path / "cache"))
 '''
 
-FILES["tests/test_contract.py"] = '''"""The backend contract, checked with the SDK's contract checks."""
+FILES["tests/test_contract.py"] = '''\
+"""The backend contract, checked with the SDK's contract checks."""
 
 import pytest
 from tilewright.plugin import get_manager

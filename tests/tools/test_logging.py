@@ -30,8 +30,8 @@ def test_configure_sets_our_logger_only(monkeypatch):
 
 def test_doctor_explains_both(monkeypatch):
     env = {"TILEWRIGHT_LOG_LEVEL": "INFO", "TVM_LOG_LEVEL": "2", "PATH": "/usr/bin:/bin"}
-    proc = subprocess.run([sys.executable, "-m", "tilewright", "doctor"], check=False, capture_output=True,
-                          text=True, timeout=180, env=env)
+    proc = subprocess.run([sys.executable, "-m", "tilewright", "doctor"], check=False,
+                          capture_output=True, text=True, timeout=180, env=env)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "TILEWRIGHT_LOG_LEVEL=INFO: level INFO" in out

@@ -240,8 +240,9 @@ def test_environment_switch_is_read_at_import(tmp_path):
                      out.stdout)
     assert re.search(r"\[lower_trace\] # \d+ codegen/codegen", out.stdout)
     assert "more lines of generated source" in out.stdout
-    bad = subprocess.run([sys.executable, "-c", "import tilewright"], check=False, capture_output=True,
-                         text=True, env={**env, "TILEWRIGHT_LOWER_TRACE": "fancy"}, timeout=60)
+    bad = subprocess.run([sys.executable, "-c", "import tilewright"], check=False,
+                         capture_output=True, text=True,
+                         env={**env, "TILEWRIGHT_LOWER_TRACE": "fancy"}, timeout=60)
     assert bad.returncode != 0 and "valid modes" in bad.stderr
 
 

@@ -44,7 +44,8 @@ def test_cli_covers_every_installed_backend(tmp_path):
     out = tmp_path / "passes.html"
     proc = subprocess.run([sys.executable, "-m", "tilewright.tools.pass_visualizer",
                            str(EXAMPLE), "--set", "M=128", "--set", "N=128", "--set", "K=64",
-                           "--out", str(out)], check=False, capture_output=True, text=True, timeout=300)
+                           "--out", str(out)], check=False, capture_output=True, text=True,
+                          timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "pass_visualizer: cpu:" in proc.stdout and "steps" in proc.stdout
     assert "<h2>target cpu</h2>" in out.read_text()

@@ -75,6 +75,7 @@ def test_report_keys_theme_and_screenshot(tmp_path):
     assert r["tabs"] == ["all", "lower_trace"] and "FAILED" in r["status"]
     shot = tmp_path / "shot.png"
     subprocess.run([*_flags(tmp_path), "--window-size=1280,800", f"--screenshot={shot}",
-                    f"file://{tmp_path / 'report.html'}"], check=False, capture_output=True, timeout=120)
+                    f"file://{tmp_path / 'report.html'}"], check=False, capture_output=True,
+                   timeout=120)
     assert shot.exists() and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert shot.stat().st_size > 10_000

@@ -6,7 +6,8 @@ Names of the other Ascend tree (TileLang mainline's ``tilelang.ascend.language``
 950: ``T.alloc_l1``, ``T.dual_copy`` ...) raise an error saying which names this backend uses.
 """
 
-from tilewright.language import *
+# the portable language is re-exported whole; its names are spelled out in __all__ via _PORTABLE
+from tilewright.language import *  # noqa: F403
 from tilewright.language import __all__ as _PORTABLE
 
 from .dialect import OTHER_TREE as _OTHER_TREE

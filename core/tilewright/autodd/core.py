@@ -166,8 +166,9 @@ class DeltaDebugger:
         if self.fork:
             return self.message in _run_forked(path, self.timeout)
         try:
-            proc = subprocess.run([self.python, "-c", _RUNNER, str(path)], check=False, capture_output=True,
-                                  text=True, timeout=self.timeout, cwd=self._tmp.name,
+            proc = subprocess.run([self.python, "-c", _RUNNER, str(path)], check=False,
+                                  capture_output=True, text=True, timeout=self.timeout,
+                                  cwd=self._tmp.name,
                                   env={**os.environ, "PYTHONHASHSEED": "0"})
         except subprocess.TimeoutExpired:
             return False

@@ -111,8 +111,8 @@ class AutoTuner:
 
     def __init__(self, jit_fn, configs, warmup=25, rep=100, timer="wall", reference=None,
                  supply=None, rtol=None, atol=None, max_mismatch_ratio=None,
-                 reduction_length=None, executor="process", workers=None, ray_address=None, cache=True,
-                 progress=True):
+                 reduction_length=None, executor="process", workers=None, ray_address=None,
+                 cache=True, progress=True):
         from ..jit import JITFunction
 
         if not isinstance(jit_fn, JITFunction):

@@ -19,7 +19,7 @@ from .schema import (
 )
 
 __all__ = [
-    "ATOMIC_KINDS", "PORTABLE_OPS", "REDUCE_KINDS", "Attr", "Operand", "Region", "TileOpCall", "TileOpSchema",
-    "decode", "get_schema", "intrinsics_in", "make_call", "ops", "register_intrinsic", "register_tile_op", "registered_ops",
-    "tile_ops_in",
+    "ATOMIC_KINDS", "PORTABLE_OPS", "REDUCE_KINDS", "Attr", "Operand", "Region", "TileOpCall",
+    "TileOpSchema", "decode", "get_schema", "intrinsics_in", "make_call", "ops",
+    "register_intrinsic", "register_tile_op", "registered_ops", "tile_ops_in",
 ]

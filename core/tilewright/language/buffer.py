@@ -205,7 +205,8 @@ def region_of(value, what: str):
 
 
 def shape_str(extents) -> str:
-    return "(" + ", ".join(str(as_int(e)) for e in extents) + ("," if len(extents) == 1 else "") + ")"
+    trailing = "," if len(extents) == 1 else ""
+    return "(" + ", ".join(str(as_int(e)) for e in extents) + trailing + ")"
 
 
 def squeeze(extents) -> list:

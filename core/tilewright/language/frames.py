@@ -114,8 +114,7 @@ class Parallel(LoopSpec):
     def run(self, names=()):
         builder = B.current("T.Parallel")
         outer = builder.enclosing("parallel") is None
-        for loop_vars in super().run(names):
-            yield loop_vars
+        yield from super().run(names)
         if outer:  # check the whole nest once, at its outermost T.Parallel
             check_races(builder.frames[-1].stmts[-1])
 

@@ -1,6 +1,7 @@
 """Debug tools for every backend, fed by the engine's compile events.
 
-- :mod:`.lower_trace` — IR before/after every pass and the codegen step (``TILEWRIGHT_LOWER_TRACE``);
+- :mod:`.lower_trace` — IR before/after every pass and the codegen step
+  (``TILEWRIGHT_LOWER_TRACE``);
 - :mod:`.pass_diff` — the older pass-diff interface, on top of the trace;
 - :mod:`.compile_only` — generated source without building or running
   (``python -m tilewright.tools.compile_only``);

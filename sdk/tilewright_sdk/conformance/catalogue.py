@@ -282,7 +282,7 @@ def _attention(dtype, S, D, bm=8, bn=8):
 
     @T.prim_func
     def attention(Q: T.Tensor((S, D), dtype), K: T.Tensor((S, D), dtype),
-                  V: T.Tensor((S, D), dtype), O: T.Tensor((S, D), dtype)):
+                  V: T.Tensor((S, D), dtype), Out: T.Tensor((S, D), dtype)):
         with T.Kernel(T.ceildiv(S, bm), threads=128) as bx:
             Q_s = T.alloc_shared((bm, D), dtype)
             K_s = T.alloc_shared((bn, D), dtype)
@@ -320,7 +320,7 @@ def _attention(dtype, S, D, bm=8, bn=8):
                 T.gemm(p, V_s, acc)
             for i, j in T.Parallel(bm, D):
                 acc[i, j] = acc[i, j] / total[i]
-            T.copy(acc, O[bx * bm, 0])
+            T.copy(acc, Out[bx * bm, 0])
 
     return attention
 
