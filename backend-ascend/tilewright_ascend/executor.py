@@ -214,11 +214,12 @@ def _load_npu(workdir, entry: str):
 
 EMULATOR = Executor(
     name="emulator", available=emulator_available, build=build_emulator, load=load_emulator,
+    from_source=True,
     doc="compiles the generated Ascend C with g++ against a CPU model of the Ascend C API; "
         "runs on CPU tensors and reports races and synchronisation errors",
 )
 BISHENG = Executor(
-    name="bisheng", available=npu_available, build=_build_npu, load=_load_npu,
+    name="bisheng", available=npu_available, build=_build_npu, load=_load_npu, from_source=True,
     doc="bisheng (CANN) builds the Ascend C; ctypes launches it on torch_npu tensors",
 )
 EXECUTORS = (BISHENG, EMULATOR)

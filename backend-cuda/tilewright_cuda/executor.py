@@ -170,8 +170,10 @@ def load(workdir, entry: str) -> CubinFunction:
 
 
 NVRTC = Executor(name="nvrtc", available=nvrtc_available, build=_build(nvrtc_compile),
-                 load=load, doc="NVRTC through cuda-python to a cubin; launched with the driver "
-                                "API on torch's current stream")
+                 load=load, from_source=True,
+                 doc="NVRTC through cuda-python to a cubin; launched with the driver "
+                     "API on torch's current stream")
 NVCC = Executor(name="nvcc", available=nvcc_available, build=_build(nvcc_compile), load=load,
+                from_source=True,
                 doc="nvcc -cubin (with -Xptxas -v) to a cubin; launched like nvrtc")
 EXECUTORS = (NVRTC, NVCC)
