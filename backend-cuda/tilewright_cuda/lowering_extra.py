@@ -9,10 +9,9 @@ Atomics become ``atomicAdd`` (native) and the ``tw_atomic_*`` helpers of ``inclu
 from __future__ import annotations
 
 import tvm
-import tvm_ffi
 from tilewright.errors import KernelError
 from tilewright.ir import ATOMIC_KINDS, Region, TileOpCall
-from tilewright.transform import RuleContext, prim_func_pass
+from tilewright.transform import RuleContext
 from tvm import tirx
 
 from .lowering import (
@@ -102,21 +101,16 @@ for _kind in ATOMIC_KINDS:
     register_lowering(f"atomic_{_kind}")(_make_atomic_rule(_kind))
 
 
-def lower_intrinsics():
-    """Expression intrinsics (atomics returning the old value) become helper calls."""
-    ops = {tvm.ir.Op.get(f"tw.atomic_{k}_prev"): k for k in ATOMIC_KINDS}
-
-    def rewrite(call):
-        if not isinstance(call.op, tvm.ir.Op):
-            return call
-        kind = next((k for op, k in ops.items() if op.same_as(call.op)), None)
-        if kind is None:
-            return call
+def _atomic_prev_rule(kind: str):
+    def rule(call):
         load, value = call.args
         return atomic_call(kind, load.source, list(load.indices), value)
 
-    return prim_func_pass("CUDALowerIntrinsics", lambda f: f.with_body(
-        tvm_ffi.structural_map(f.body, (tvm.ir.Call, rewrite))))
+    return rule
+
+
+# Expression intrinsics (atomics returning the old value) become helper calls.
+INTRINSIC_RULES = {f"tw.atomic_{k}_prev": _atomic_prev_rule(k) for k in ATOMIC_KINDS}
 
 
 # -- debugging ------------------------------------------------------------------------------

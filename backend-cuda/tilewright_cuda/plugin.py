@@ -14,7 +14,7 @@ from tilewright.plugin import (
     Timer,
     hookimpl,
 )
-from tilewright.transform import lower_tile_ops
+from tilewright.transform import lower_intrinsics, lower_tile_ops
 
 from . import __version__, arch, lowering_extra, passes
 from .codegen import CODEGEN
@@ -42,7 +42,8 @@ PIPELINE = PassPipeline((
     Phase("infer_layout", lambda ctx: [passes.infer_layout(_arch(ctx))],
           "fragments used only as mma accumulators become registers in the mma layout"),
     Phase("lower_tile_ops", lambda ctx: [lower_tile_ops(_rules(ctx), "cuda", _arch(ctx)),
-                                         lowering_extra.lower_intrinsics()],
+                                         lower_intrinsics(lowering_extra.INTRINSIC_RULES,
+                                                          "CUDALowerIntrinsics")],
           "each tile op becomes parallel nests or thread code (tilewright_cuda.lowering)"),
     Phase("distribute", lambda ctx: [passes.distribute()],
           "T.Parallel iterations are spread over the block's threads"),

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import tvm
+import tvm_ffi
 from tvm import sym as arith
 from tvm import tirx
 
@@ -66,3 +68,15 @@ def lower_tile_ops(rules: dict, backend: str, options=None, name: str = "LowerTi
         return func if body.same_as(func.body) else func.with_body(body)
 
     return prim_func_pass(name, run)
+
+
+def lower_intrinsics(rules: dict, name: str = "LowerIntrinsics"):
+    """A pass replacing each call of an expression intrinsic (for example ``tw.atomic_add_prev``)
+    by ``rules[op name](call) -> PrimExpr``; calls without a rule are left alone."""
+
+    def rewrite(call):
+        rule = rules.get(call.op.name) if isinstance(call.op, tvm.ir.Op) else None
+        return call if rule is None else rule(call)
+
+    return prim_func_pass(name, lambda f: f.with_body(
+        tvm_ffi.structural_map(f.body, (tvm.ir.Call, rewrite))))

@@ -92,22 +92,17 @@ for _kind in ATOMIC_KINDS:
     register_lowering(f"atomic_{_kind}")(_make_atomic_rule(_kind))
 
 
-def lower_intrinsics():
-    """Expression intrinsics (atomics returning the old value) become runtime calls."""
-    ops = {tvm.ir.Op.get(f"tw.atomic_{k}_prev"): k for k in ATOMIC_KINDS}
-
-    def rewrite(call):
-        if not isinstance(call.op, tvm.ir.Op):
-            return call
-        kind = next((k for op, k in ops.items() if op.same_as(call.op)), None)
-        if kind is None:
-            return call
+def _atomic_prev_rule(kind: str):
+    def rule(call):
         runtime.load()
         load, value = call.args
         return _atomic_call(kind, load.source, list(load.indices), value)
 
-    return prim_func_pass("CPULowerIntrinsics", lambda f: f.with_body(
-        tvm_ffi.structural_map(f.body, (tvm.ir.Call, rewrite))))
+    return rule
+
+
+# Expression intrinsics (atomics returning the old value) become runtime calls.
+INTRINSIC_RULES = {f"tw.atomic_{k}_prev": _atomic_prev_rule(k) for k in ATOMIC_KINDS}
 
 
 def _positions(ctx: RuleContext) -> list:

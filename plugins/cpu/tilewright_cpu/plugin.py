@@ -11,7 +11,7 @@ from tilewright.plugin import (
     Phase,
     hookimpl,
 )
-from tilewright.transform import lower_tile_ops
+from tilewright.transform import lower_intrinsics, lower_tile_ops
 
 from . import __version__, fastmath, lowering_extra, passes
 from .codegen import CODEGEN
@@ -31,7 +31,8 @@ def _rules(ctx) -> dict:
 
 PIPELINE = PassPipeline((
     Phase("lower_tile_ops", lambda ctx: [lower_tile_ops(_rules(ctx), "cpu"),
-                                         lowering_extra.lower_intrinsics()],
+                                         lower_intrinsics(lowering_extra.INTRINSIC_RULES,
+                                                          "CPULowerIntrinsics")],
           "each tile op becomes loops (rules in tilewright_cpu.lowering)"),
     Phase("lower_loops", lambda ctx: [
         *([] if ctx.pass_configs.get("cpu.precise_math") else [fastmath.lower_fast_math()]),
