@@ -19,11 +19,19 @@ import tvm
 from tilewright.errors import KernelError
 from tilewright.ir import REDUCE_KINDS, Region, TileOpCall
 from tilewright.transform import RuleContext
+from tilewright.transform.lowering_utils import (
+    PARALLEL,
+    as_expr,
+    guarded_load,
+    guarded_store,
+    loop_nest,
+    non_unit,
+    region_index,
+)
 from tvm import tirx
 
 Rule = Callable[[TileOpCall, RuleContext], tirx.Stmt]
 RULES: dict[str, Rule] = {}
-PARALLEL = {"tw.loop": "parallel"}
 WARP = 32
 FULL_MASK = tirx.const(0xFFFFFFFF, "uint32")
 
@@ -96,61 +104,8 @@ def sync() -> tirx.Stmt:
 
 
 # -- loop and index helpers -----------------------------------------------------------------
-def _is_one(e) -> bool:
-    return (isinstance(e, tirx.IntImm) and int(e.value) == 1) or (isinstance(e, int) and e == 1)
-
-
-def _expr(x):
-    return tirx.const(x, "int32") if isinstance(x, int) else x
-
-
-def loop_nest(extents, body_fn, annotations=PARALLEL, names="ijkl", ctx=None):
-    """``for v0 in extents[0]: ... body_fn(vars)``; binds the new vars in ``ctx.analyzer``."""
-    loop_vars = [tirx.Var(f"{names[n % len(names)]}{n}", "int32") for n in range(len(extents))]
-    if ctx is not None:
-        for var, ext in zip(loop_vars, extents):
-            ctx.analyzer.bind(var, tvm.ir.Range.from_min_extent(0, _expr(ext)))
-    body = body_fn(loop_vars)
-    for var, ext in reversed(list(zip(loop_vars, extents))):
-        body = tirx.For(var, 0, _expr(ext), tirx.ForKind.SERIAL, body, annotations=annotations)
-    return body
-
-
-def non_unit(region: Region) -> list[int]:
-    return [d for d, e in enumerate(region.extents) if not _is_one(e)]
-
-
-def region_index(region: Region, loop_vars, dims) -> list:
-    return [_expr(s) + loop_vars[dims.index(d)] if d in dims else _expr(s)
-            for d, s in enumerate(region.starts)]
-
-
-def in_bounds(buffer, index, ctx: RuleContext):
-    """The condition that ``index`` lies inside ``buffer``, or None when provably true."""
-    conds = [i < _expr(s) for i, s in zip(index, buffer.shape) if not ctx.can_prove(i < _expr(s))]
-    if not conds:
-        return None
-    cond = conds[0]
-    for c in conds[1:]:
-        cond = tirx.And(cond, c)
-    return cond
-
-
 def cast(value, dtype: str):
     return value if str(value.ty) == dtype else tirx.Cast(dtype, value)
-
-
-def guarded_load(buffer, index, ctx, dtype=None):
-    load = cast(tirx.BufferLoad(buffer, index), dtype or str(buffer.dtype))
-    cond = in_bounds(buffer, index, ctx)
-    return load if cond is None else tirx.if_then_else(cond, load,
-                                                       tirx.const(0, dtype or str(buffer.dtype)))
-
-
-def guarded_store(buffer, value, index, ctx):
-    store = tirx.BufferStore(buffer, value, index)
-    cond = in_bounds(buffer, index, ctx)
-    return store if cond is None else tirx.IfThenElse(cond, store, None)
 
 
 # -- reductions -----------------------------------------------------------------------------
@@ -292,11 +247,11 @@ def lower_gemm_mma(call: TileOpCall, ctx: RuleContext):
     name = f"tw_gemm_mma{'_rf' if in_registers else ''}<{m}, {n}, {k}, {flags}, {threads}>"
 
     def ptr(region):
-        return tirx.address_of(tirx.BufferLoad(region.buffer, [_expr(s) for s in region.starts]))
+        return tirx.address_of(tirx.BufferLoad(region.buffer, [as_expr(s) for s in region.starts]))
 
-    c_args = [ptr(c)] if in_registers else [ptr(c), _expr(_leading_dim(c))]
+    c_args = [ptr(c)] if in_registers else [ptr(c), as_expr(_leading_dim(c))]
     gemm = tirx.Evaluate(tirx.call_extern(
-        "int32", name, ptr(a), _expr(_leading_dim(a)), ptr(b), _expr(_leading_dim(b)), *c_args))
+        "int32", name, ptr(a), as_expr(_leading_dim(a)), ptr(b), as_expr(_leading_dim(b)), *c_args))
     if not call.attrs["clear_accum"]:
         return gemm
     zero = lower_fill(_fill_call(c), ctx)
@@ -335,7 +290,7 @@ def lower_gemm_threads(call: TileOpCall, ctx: RuleContext):
         return tirx.SeqStmt([
             tirx.AllocBuffer(acc),
             tirx.BufferStore(acc, init, [0]),
-            tirx.For(r, 0, _expr(k), tirx.ForKind.SERIAL, tirx.BufferStore(
+            tirx.For(r, 0, as_expr(k), tirx.ForKind.SERIAL, tirx.BufferStore(
                 acc, tirx.BufferLoad(acc, [0]) + product, [0])),
             tirx.BufferStore(c.buffer, tirx.BufferLoad(acc, [0]), c_idx),
         ])
@@ -364,18 +319,18 @@ def _make_reduce_rule(kind: str):
         kept_extents = [src.extents[d] for d in kept]
         rows = 1
         for e in kept_extents:
-            rows = rows * _expr(e) if not isinstance(rows, int) or _const(e) is None \
+            rows = rows * as_expr(e) if not isinstance(rows, int) or _const(e) is None \
                 else rows * _const(e)
         length = src.extents[axis]
 
         def dst_index(v):
             if keep_rank:
-                return [_expr(s) + (v[kept.index(d)] if d in kept else 0)
+                return [as_expr(s) + (v[kept.index(d)] if d in kept else 0)
                         for d, s in enumerate(dst.starts)]
-            return [_expr(s) + v[n] for n, s in enumerate(dst.starts)]
+            return [as_expr(s) + v[n] for n, s in enumerate(dst.starts)]
 
         def src_index(v, r):
-            return [_expr(s) + (r if d == axis else v[kept.index(d)])
+            return [as_expr(s) + (r if d == axis else v[kept.index(d)])
                     for d, s in enumerate(src.starts)]
 
         if is_thread_local(src.buffer) or is_thread_local(dst.buffer):
@@ -395,7 +350,7 @@ def _serial_reduce(kept_extents, length, src, dst, clear, identity, combine, dst
         index = dst_index(v)
         r = tirx.Var("r", "int32")
         x = cast(tirx.BufferLoad(src.buffer, src_index(v, r)), dtype)
-        update = tirx.For(r, 0, _expr(length), tirx.ForKind.SERIAL, tirx.BufferStore(
+        update = tirx.For(r, 0, as_expr(length), tirx.ForKind.SERIAL, tirx.BufferStore(
             dst.buffer, combine(tirx.BufferLoad(dst.buffer, index), x), index))
         return tirx.SeqStmt([tirx.BufferStore(dst.buffer, identity, index), update]) \
             if clear else update
@@ -424,17 +379,17 @@ def _shuffle_reduce(kept_extents, rows, length, src, dst, clear, identity, combi
     p, r = tirx.Var("rp", "int32"), tirx.Var("r", "int32")
     row = p * per_pass + tirx.floordiv(tx, group)
     lane = tirx.floormod(tx, group)
-    row_ok = row < _expr(rows)
+    row_ok = row < as_expr(rows)
     # the row index as one index per kept dimension
     coords, stride = [], 1
     for e in reversed(kept_extents):
-        coords.insert(0, tirx.floormod(tirx.floordiv(row, stride), _expr(e))
-                      if stride != 1 else tirx.floormod(row, _expr(e)))
-        stride = stride * _expr(e) if not isinstance(stride, int) or _const(e) is None \
+        coords.insert(0, tirx.floormod(tirx.floordiv(row, stride), as_expr(e))
+                      if stride != 1 else tirx.floormod(row, as_expr(e)))
+        stride = stride * as_expr(e) if not isinstance(stride, int) or _const(e) is None \
             else stride * _const(e)
     if len(kept_extents) == 1:
         coords = [row]
-    steps = tirx.floordiv(_expr(length) - lane + group - 1, group)
+    steps = tirx.floordiv(as_expr(length) - lane + group - 1, group)
     x = cast(tirx.BufferLoad(src.buffer, src_index(coords, r * group + lane)), dtype)
     accumulate = tirx.For(r, 0, steps, tirx.ForKind.SERIAL, tirx.BufferStore(
         part, combine(tirx.BufferLoad(part, [0]), x), [0]))
@@ -451,7 +406,7 @@ def _shuffle_reduce(kept_extents, rows, length, src, dst, clear, identity, combi
         write,
     ])
     return tirx.SeqStmt([tirx.AllocBuffer(part),
-                         tirx.For(p, 0, _expr(passes), tirx.ForKind.SERIAL, body)])
+                         tirx.For(p, 0, as_expr(passes), tirx.ForKind.SERIAL, body)])
 
 
 for _kind in REDUCE_KINDS:
@@ -474,7 +429,7 @@ def _finalize_reducer(kind: str, src: Region, dst: Region, ctx: RuleContext):
     e = tirx.Var("e", "int32")
     warp, lane = tirx.floordiv(tx, WARP), tirx.floormod(tx, WARP)
     per_warp = tirx.SeqStmt([
-        tirx.BufferStore(part, tirx.BufferLoad(src.buffer, [_expr(src.starts[0]) + e]), [0]),
+        tirx.BufferStore(part, tirx.BufferLoad(src.buffer, [as_expr(src.starts[0]) + e]), [0]),
         *butterfly(part, merge, WARP),
         tirx.IfThenElse(lane == 0, tirx.BufferStore(scratch, tirx.BufferLoad(part, [0]),
                                                     [warp, e]), None),
@@ -483,7 +438,7 @@ def _finalize_reducer(kind: str, src: Region, dst: Region, ctx: RuleContext):
     for k in range(warps):
         total = merge(total, tirx.BufferLoad(scratch, [k, e]))
     dims = non_unit(dst)
-    out_index = region_index(dst, [e], dims) if dims else [_expr(s) for s in dst.starts]
+    out_index = region_index(dst, [e], dims) if dims else [as_expr(s) for s in dst.starts]
     store = guarded_store(dst.buffer, cast(total, str(dst.buffer.dtype)), out_index, ctx)
     return tirx.SeqStmt([
         tirx.AllocBuffer(part), tirx.AllocBuffer(scratch),

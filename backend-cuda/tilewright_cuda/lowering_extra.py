@@ -12,15 +12,17 @@ import tvm
 from tilewright.errors import KernelError
 from tilewright.ir import ATOMIC_KINDS, Region, TileOpCall
 from tilewright.transform import RuleContext
-from tvm import tirx
-
-from .lowering import (
-    _expr,
-    cast,
+from tilewright.transform.lowering_utils import (
+    as_expr,
     in_bounds,
     loop_nest,
     non_unit,
     region_index,
+)
+from tvm import tirx
+
+from .lowering import (
+    cast,
     register_lowering,
     sync,
     thread_var,
@@ -34,7 +36,7 @@ def lower_cumsum(call: TileOpCall, ctx: RuleContext):
     axis, reverse = call.attrs["dim"] % len(src.extents), call.attrs["reverse"]
     dtype = str(dst.buffer.dtype)
     kept = [d for d in range(len(src.extents)) if d != axis]
-    n = _expr(src.extents[axis])
+    n = as_expr(src.extents[axis])
 
     def body(v):
         r = tirx.Var("r", "int32")
@@ -42,7 +44,7 @@ def lower_cumsum(call: TileOpCall, ctx: RuleContext):
         prev = pos + 1 if reverse else pos - 1
 
         def index(region: Region, at):
-            return [_expr(s) + (at if d == axis else v[kept.index(d)])
+            return [as_expr(s) + (at if d == axis else v[kept.index(d)])
                     for d, s in enumerate(region.starts)]
 
         x = cast(tirx.BufferLoad(src.buffer, index(src, pos)), dtype)

@@ -9,16 +9,22 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import tvm
-from tilewright.ir import REDUCE_KINDS, Region, TileOpCall
+from tilewright.ir import REDUCE_KINDS, TileOpCall
 from tilewright.transform import RuleContext
+from tilewright.transform.lowering_utils import (
+    as_expr,
+    guarded_load,
+    guarded_store,
+    loop_nest,
+    non_unit,
+    region_index,
+)
 from tvm import tirx
 
 from .microkernel import gemm_loops
 
 Rule = Callable[[TileOpCall, RuleContext], tirx.Stmt]
 RULES: dict[str, Rule] = {}
-PARALLEL = {"tw.loop": "parallel"}
 
 
 def register_lowering(name: str):
@@ -27,66 +33,6 @@ def register_lowering(name: str):
         return fn
 
     return wrap
-
-
-def _is_one(e) -> bool:
-    return isinstance(e, tirx.IntImm) and int(e.value) == 1 or e == 1
-
-
-def _expr(x):
-    return tirx.const(x, "int32") if isinstance(x, int) else x
-
-
-def loop_nest(extents, body_fn, annotations=PARALLEL, names="ijkl", ctx=None):
-    """``for v0 in extents[0]: ... body_fn(vars)``; binds the new vars in ``ctx.analyzer``."""
-    loop_vars = [tirx.Var(f"{names[n % len(names)]}{n}", "int32") for n in range(len(extents))]
-    if ctx is not None:
-        for var, ext in zip(loop_vars, extents):
-            ctx.analyzer.bind(var, tvm.ir.Range.from_min_extent(0, _expr(ext)))
-    body = body_fn(loop_vars)
-    for var, ext in reversed(list(zip(loop_vars, extents))):
-        body = tirx.For(var, 0, _expr(ext), tirx.ForKind.SERIAL, body, annotations=annotations)
-    return body
-
-
-def region_index(region: Region, loop_vars, dims) -> list:
-    """Indices into ``region`` for loop vars over its non-unit dims ``dims``."""
-    index = []
-    for d, start in enumerate(region.starts):
-        index.append(_expr(start) + loop_vars[dims.index(d)] if d in dims else _expr(start))
-    return index
-
-
-def in_bounds(buffer, index, ctx: RuleContext):
-    """The condition that ``index`` lies inside ``buffer``, or None when provably true."""
-    conds = [i < _expr(s) for i, s in zip(index, buffer.shape)
-             if not ctx.can_prove(i < _expr(s))]
-    if not conds:
-        return None
-    cond = conds[0]
-    for c in conds[1:]:
-        cond = tirx.And(cond, c)
-    return cond
-
-
-def guarded_load(buffer, index, ctx, dtype=None):
-    load = tirx.BufferLoad(buffer, index)
-    if dtype is not None and str(buffer.dtype) != dtype:
-        load = tirx.Cast(dtype, load)
-    cond = in_bounds(buffer, index, ctx)
-    if cond is None:
-        return load
-    return tirx.if_then_else(cond, load, tirx.const(0, dtype or str(buffer.dtype)))
-
-
-def guarded_store(buffer, value, index, ctx):
-    store = tirx.BufferStore(buffer, value, index)
-    cond = in_bounds(buffer, index, ctx)
-    return store if cond is None else tirx.IfThenElse(cond, store, None)
-
-
-def non_unit(region: Region) -> list[int]:
-    return [d for d, e in enumerate(region.extents) if not _is_one(e)]
 
 
 @register_lowering("copy")
@@ -151,7 +97,7 @@ def _reduce_last_axis_vectorised(kind, src, dst, axis, clear, kept, dst_index, c
     def body(v):
         index = dst_index(v)
         lane, chunk, r = (tirx.Var(n, "int32") for n in ("lane", "chunk", "r"))
-        src_index = [_expr(s) + (chunk * LANES + lane if d == axis else v[kept.index(d)])
+        src_index = [as_expr(s) + (chunk * LANES + lane if d == axis else v[kept.index(d)])
                      for d, s in enumerate(src.starts)]
         x = tirx.BufferLoad(src.buffer, src_index)
         x = x if str(src.buffer.dtype) == dtype else tirx.Cast(dtype, x)
@@ -183,10 +129,10 @@ def _make_reduce_rule(kind: str):
 
         def dst_index(v):
             if keep_rank:
-                return [_expr(s) + (v[kept.index(d)] if d in kept else 0)
+                return [as_expr(s) + (v[kept.index(d)] if d in kept else 0)
                         for d, s in enumerate(dst.starts)]
-            return [_expr(s) + v[n] for n, s in enumerate(dst.starts)] if kept else \
-                [_expr(s) for s in dst.starts]
+            return [as_expr(s) + v[n] for n, s in enumerate(dst.starts)] if kept else \
+                [as_expr(s) for s in dst.starts]
 
         extent = src.extents[axis]
         if axis == len(src.extents) - 1 and isinstance(extent, (int, tirx.IntImm)) and \
@@ -200,11 +146,11 @@ def _make_reduce_rule(kind: str):
             r = tirx.Var("r", "int32")
             src_index = []
             for d, s in enumerate(src.starts):
-                src_index.append(_expr(s) + (r if d == axis else v[kept.index(d)]))
+                src_index.append(as_expr(s) + (r if d == axis else v[kept.index(d)]))
             x = tirx.BufferLoad(src.buffer, src_index)
             x = x if str(src.buffer.dtype) == dtype else tirx.Cast(dtype, x)
             acc = tirx.BufferLoad(dst.buffer, index)
-            update = tirx.For(r, 0, _expr(src.extents[axis]), tirx.ForKind.SERIAL,
+            update = tirx.For(r, 0, as_expr(src.extents[axis]), tirx.ForKind.SERIAL,
                               tirx.BufferStore(dst.buffer, combine(acc, x), index))
             if not clear:
                 return update

@@ -15,10 +15,17 @@ import tvm
 import tvm_ffi
 from tilewright.ir import ATOMIC_KINDS, Region, TileOpCall
 from tilewright.transform import RuleContext, prim_func_pass
+from tilewright.transform.lowering_utils import (
+    as_expr,
+    in_bounds,
+    loop_nest,
+    non_unit,
+    region_index,
+)
 from tvm import tirx
 
 from . import runtime
-from .lowering import _expr, in_bounds, loop_nest, non_unit, region_index, register_lowering
+from .lowering import register_lowering
 
 PRINT_VALUE = "tilewright_cpu.print_value"
 PRINT_TILE = "tilewright_cpu.print_tile"
@@ -33,7 +40,7 @@ def lower_cumsum(call: TileOpCall, ctx: RuleContext):
     axis, reverse = call.attrs["dim"], call.attrs["reverse"]
     dtype = str(dst.buffer.dtype)
     kept = [d for d in range(len(src.extents)) if d != axis]
-    n = _expr(src.extents[axis])
+    n = as_expr(src.extents[axis])
 
     def body(v):
         r = tirx.Var("r", "int32")
@@ -41,7 +48,7 @@ def lower_cumsum(call: TileOpCall, ctx: RuleContext):
         prev = pos + 1 if reverse else pos - 1
 
         def index(region: Region, at):
-            return [_expr(s) + (at if d == axis else v[kept.index(d)])
+            return [as_expr(s) + (at if d == axis else v[kept.index(d)])
                     for d, s in enumerate(region.starts)]
 
         x = tirx.BufferLoad(src.buffer, index(src, pos))
@@ -129,7 +136,7 @@ def lower_print_tile(call: TileOpCall, ctx: RuleContext):
     buf = region.buffer
 
     def wide(values):
-        return [tirx.Cast("int64", _expr(v)) for v in values]
+        return [tirx.Cast("int64", as_expr(v)) for v in values]
 
     return tirx.Evaluate(tirx.call_packed(
         PRINT_TILE, tvm.ir.StringImm(call.attrs["msg"]), tvm.ir.StringImm(str(buf.name)),

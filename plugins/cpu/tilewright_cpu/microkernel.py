@@ -21,17 +21,13 @@ from __future__ import annotations
 
 from tilewright.ir import TileOpCall
 from tilewright.transform import RuleContext
+from tilewright.transform.lowering_utils import PARALLEL, as_expr
 from tvm import tirx
 
 MR = 6
 NR = 16
 LANES = 8
 PACK_MIN_ROWS = 2 * MR
-PARALLEL = {"tw.loop": "parallel"}
-
-
-def _expr(x):
-    return tirx.const(x, "int32") if isinstance(x, int) else x
 
 
 def _const(x):
@@ -48,7 +44,7 @@ def _matrix_dims(region):
 
 
 def _index(region, dims, r, c):
-    index = [_expr(s) for s in region.starts]
+    index = [as_expr(s) for s in region.starts]
     index[dims[0]] = index[dims[0]] + r
     index[dims[1]] = index[dims[1]] + c
     return index
@@ -87,10 +83,10 @@ def _tile_loops(rows, cols: int, body_fn, rows_kind=tirx.ForKind.UNROLLED) -> ti
     """``for r in rows (unrolled unless told): for c in cols: body``; the column loop is
     vectorised when ``cols`` is a multiple of the vector width and unrolled otherwise."""
     r, c = tirx.Var("r", "int32"), tirx.Var("c", "int32")
-    inner = tirx.For(c, 0, _expr(cols),
+    inner = tirx.For(c, 0, as_expr(cols),
                      tirx.ForKind.VECTORIZED if cols % LANES == 0 else tirx.ForKind.UNROLLED,
                      body_fn(r, c))
-    return tirx.For(r, 0, _expr(rows), rows_kind, inner)
+    return tirx.For(r, 0, as_expr(rows), rows_kind, inner)
 
 
 def _micro(g: _Gemm, i0, j0, rows: int, cols: int, b_at) -> tirx.Stmt:
@@ -109,7 +105,7 @@ def _micro(g: _Gemm, i0, j0, rows: int, cols: int, b_at) -> tirx.Stmt:
     kk = tirx.Var("k", "int32")
     update = _tile_loops(rows, cols, lambda r, c: tirx.BufferStore(
         acc, tirx.BufferLoad(acc, [r, c]) + g.a_at(i0 + r, kk) * b_at(kk, c), [r, c]))
-    k_loop = tirx.For(kk, 0, _expr(g.k), tirx.ForKind.SERIAL, update)
+    k_loop = tirx.For(kk, 0, as_expr(g.k), tirx.ForKind.SERIAL, update)
     store = _tile_loops(rows, cols, lambda r, c: tirx.BufferStore(
         g.c.buffer, tirx.BufferLoad(acc, [r, c]), g.c_index(i0 + r, j0 + c)))
     return tirx.SeqStmt([tirx.AllocBuffer(acc), init, k_loop, store])
@@ -120,10 +116,10 @@ def _row_blocks(g: _Gemm, m: int, j0, cols: int, b_at) -> list:
     stmts = []
     if m >= MR:
         io = tirx.Var("io", "int32")
-        stmts.append(tirx.For(io, 0, _expr(m // MR), tirx.ForKind.SERIAL,
+        stmts.append(tirx.For(io, 0, as_expr(m // MR), tirx.ForKind.SERIAL,
                               _micro(g, io * MR, j0, MR, cols, b_at)))
     if m % MR:
-        stmts.append(_micro(g, _expr(m - m % MR), j0, m % MR, cols, b_at))
+        stmts.append(_micro(g, as_expr(m - m % MR), j0, m % MR, cols, b_at))
     return stmts
 
 
@@ -143,9 +139,9 @@ def _blocked(g: _Gemm, m: int, n: int) -> tirx.Stmt:
             stmts.append(tirx.AllocBuffer(panel))
         else:
             body = _row_blocks(g, m, j0, NR, lambda kk, c: g.b_at(kk, j0 + c))
-        stmts.append(tirx.For(jo, 0, _expr(n // NR), tirx.ForKind.SERIAL, _seq(body)))
+        stmts.append(tirx.For(jo, 0, as_expr(n // NR), tirx.ForKind.SERIAL, _seq(body)))
     if n % NR:
-        j0 = _expr(n - n % NR)
+        j0 = as_expr(n - n % NR)
         stmts.extend(_row_blocks(g, m, j0, n % NR, lambda kk, c: g.b_at(kk, j0 + c)))
     return _seq(stmts)
 
@@ -159,14 +155,14 @@ def _loop_nest(g: _Gemm) -> tirx.Stmt:
     i, kk, j = (tirx.Var(v, "int32") for v in ("i", "k", "j"))
     c_index = g.c_index(i, j)
     update = tirx.BufferStore(g.c.buffer, g.c_at(i, j) + g.a_at(i, kk) * g.b_at(kk, j), c_index)
-    nest = tirx.For(i, 0, _expr(g.m), tirx.ForKind.SERIAL, tirx.For(
-        kk, 0, _expr(g.k), tirx.ForKind.SERIAL,
-        tirx.For(j, 0, _expr(g.n), tirx.ForKind.SERIAL, update, annotations=PARALLEL)))
+    nest = tirx.For(i, 0, as_expr(g.m), tirx.ForKind.SERIAL, tirx.For(
+        kk, 0, as_expr(g.k), tirx.ForKind.SERIAL,
+        tirx.For(j, 0, as_expr(g.n), tirx.ForKind.SERIAL, update, annotations=PARALLEL)))
     if not g.clear:
         return nest
     i2, j2 = tirx.Var("i", "int32"), tirx.Var("j", "int32")
-    zero = tirx.For(i2, 0, _expr(g.m), tirx.ForKind.SERIAL, tirx.For(
-        j2, 0, _expr(g.n), tirx.ForKind.SERIAL,
+    zero = tirx.For(i2, 0, as_expr(g.m), tirx.ForKind.SERIAL, tirx.For(
+        j2, 0, as_expr(g.n), tirx.ForKind.SERIAL,
         tirx.BufferStore(g.c.buffer, tirx.const(0, g.acc), g.c_index(i2, j2)),
         annotations=PARALLEL))
     return tirx.SeqStmt([zero, nest])

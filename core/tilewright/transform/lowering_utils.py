@@ -1,0 +1,73 @@
+"""Building blocks for backends' lowering rules: loop nests over tile regions, region indexing
+and bounds guards that the analyser drops when it can prove them."""
+
+from __future__ import annotations
+
+import tvm
+from tvm import tirx
+
+from ..ir import Region
+from .lower_tile_ops import RuleContext
+
+PARALLEL = {"tw.loop": "parallel"}
+
+
+def is_one(extent) -> bool:
+    return (isinstance(extent, tirx.IntImm) and int(extent.value) == 1) or \
+        (isinstance(extent, int) and extent == 1)
+
+
+def as_expr(x):
+    """A Python int as an int32 constant; expressions unchanged."""
+    return tirx.const(x, "int32") if isinstance(x, int) else x
+
+
+def loop_nest(extents, body_fn, annotations=PARALLEL, names="ijkl", ctx=None):
+    """``for v0 in extents[0]: ... body_fn(vars)``; binds the new vars in ``ctx.analyzer``."""
+    loop_vars = [tirx.Var(f"{names[n % len(names)]}{n}", "int32") for n in range(len(extents))]
+    if ctx is not None:
+        for var, ext in zip(loop_vars, extents):
+            ctx.analyzer.bind(var, tvm.ir.Range.from_min_extent(0, as_expr(ext)))
+    body = body_fn(loop_vars)
+    for var, ext in reversed(list(zip(loop_vars, extents))):
+        body = tirx.For(var, 0, as_expr(ext), tirx.ForKind.SERIAL, body, annotations=annotations)
+    return body
+
+
+def non_unit(region: Region) -> list[int]:
+    """The dimensions of ``region`` whose extent is not 1."""
+    return [d for d, e in enumerate(region.extents) if not is_one(e)]
+
+
+def region_index(region: Region, loop_vars, dims) -> list:
+    """Indices into ``region`` for loop vars over its non-unit dims ``dims``."""
+    return [as_expr(s) + loop_vars[dims.index(d)] if d in dims else as_expr(s)
+            for d, s in enumerate(region.starts)]
+
+
+def in_bounds(buffer, index, ctx: RuleContext):
+    """The condition that ``index`` lies inside ``buffer``, or None when provably true."""
+    conds = [i < as_expr(s) for i, s in zip(index, buffer.shape)
+             if not ctx.can_prove(i < as_expr(s))]
+    if not conds:
+        return None
+    cond = conds[0]
+    for c in conds[1:]:
+        cond = tirx.And(cond, c)
+    return cond
+
+
+def guarded_load(buffer, index, ctx, dtype=None):
+    """``buffer[index]`` (cast to ``dtype``), reading zero where it may be out of bounds."""
+    dtype = dtype or str(buffer.dtype)
+    load = tirx.BufferLoad(buffer, index)
+    load = load if str(buffer.dtype) == dtype else tirx.Cast(dtype, load)
+    cond = in_bounds(buffer, index, ctx)
+    return load if cond is None else tirx.if_then_else(cond, load, tirx.const(0, dtype))
+
+
+def guarded_store(buffer, value, index, ctx):
+    """``buffer[index] = value``, skipped where it may be out of bounds."""
+    store = tirx.BufferStore(buffer, value, index)
+    cond = in_bounds(buffer, index, ctx)
+    return store if cond is None else tirx.IfThenElse(cond, store, None)
