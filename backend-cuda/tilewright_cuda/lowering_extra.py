@@ -13,11 +13,11 @@ from tilewright.errors import KernelError
 from tilewright.ir import ATOMIC_KINDS, Region, TileOpCall
 from tilewright.transform import RuleContext
 from tilewright.transform.lowering_utils import (
-    as_expr,
     in_bounds,
     loop_nest,
     non_unit,
     region_index,
+    scan_rows,
 )
 from tvm import tirx
 
@@ -32,31 +32,11 @@ from .lowering import (
 @register_lowering("cumsum")
 def lower_cumsum(call: TileOpCall, ctx: RuleContext):
     """Each row is scanned by one thread; rows are spread over the threads."""
-    src, dst = call.operands["src"], call.operands["dst"]
-    axis, reverse = call.attrs["dim"] % len(src.extents), call.attrs["reverse"]
-    dtype = str(dst.buffer.dtype)
-    kept = [d for d in range(len(src.extents)) if d != axis]
-    n = as_expr(src.extents[axis])
-
-    def body(v):
-        r = tirx.Var("r", "int32")
-        pos = n - 1 - r if reverse else r
-        prev = pos + 1 if reverse else pos - 1
-
-        def index(region: Region, at):
-            return [as_expr(s) + (at if d == axis else v[kept.index(d)])
-                    for d, s in enumerate(region.starts)]
-
-        x = cast(tirx.BufferLoad(src.buffer, index(src, pos)), dtype)
-        carried = tirx.if_then_else(r > 0, tirx.BufferLoad(dst.buffer, index(dst, prev)),
-                                    tirx.const(0, dtype))
-        return tirx.For(r, 0, n, tirx.ForKind.SERIAL,
-                        tirx.BufferStore(dst.buffer, carried + x, index(dst, pos)))
-
-    if not kept:  # one row: one thread scans it
+    rows, body = scan_rows(call)
+    if not rows:  # one row: one thread scans it
         tx, _ = thread_var(ctx)
         return tirx.IfThenElse(tx == 0, body([]), None)
-    return loop_nest([src.extents[d] for d in kept], body, ctx=ctx)
+    return loop_nest(rows, body, ctx=ctx)
 
 
 _NATIVE_ADD = ("float32", "float64", "float16", "bfloat16", "int32", "uint32", "uint64")

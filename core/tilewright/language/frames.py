@@ -7,6 +7,7 @@ once and emits its statements into the frame), then closes the frame into IR ``F
 
 from __future__ import annotations
 
+import tvm
 import tvm_ffi
 from tvm import tirx
 
@@ -61,17 +62,12 @@ class Kernel:
         annotations = {"tw.threads": list(self.threads), **builder.kernel_annotations}
         for axis in reversed(range(len(self.grid))):
             var, extent = self.vars[axis], to_expr(self.grid[axis])
-            iv = tirx.IterVar(tvm_range(extent), var, tirx.IterVar.ThreadIndex, BLOCK_AXES[axis])
+            iv = tirx.IterVar(tvm.ir.Range(0, extent), var, tirx.IterVar.ThreadIndex,
+                              BLOCK_AXES[axis])
             body = tirx.For(var, 0, extent, tirx.ForKind.THREAD_BINDING, body, thread_binding=iv,
                             annotations=annotations if axis == 0 else None, span=self._span)
         builder.emit(body)
         return False
-
-
-def tvm_range(extent):
-    import tvm
-
-    return tvm.ir.Range(0, extent)
 
 
 class LoopSpec:

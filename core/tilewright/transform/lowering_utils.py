@@ -6,7 +6,7 @@ from __future__ import annotations
 import tvm
 from tvm import tirx
 
-from ..ir import Region
+from ..ir import Region, TileOpCall
 from .lower_tile_ops import RuleContext
 
 PARALLEL = {"tw.loop": "parallel"}
@@ -71,3 +71,31 @@ def guarded_store(buffer, value, index, ctx):
     store = tirx.BufferStore(buffer, value, index)
     cond = in_bounds(buffer, index, ctx)
     return store if cond is None else tirx.IfThenElse(cond, store, None)
+
+
+def scan_rows(call: TileOpCall):
+    """``T.cumsum`` as (extents of the rows, ``body(row vars)``): each row is one serial
+    inclusive scan along the op's dimension (reversed when asked), so it may run in place."""
+    src, dst = call.operands["src"], call.operands["dst"]
+    axis, reverse = call.attrs["dim"] % len(src.extents), call.attrs["reverse"]
+    dtype = str(dst.buffer.dtype)
+    kept = [d for d in range(len(src.extents)) if d != axis]
+    n = as_expr(src.extents[axis])
+
+    def body(v):
+        r = tirx.Var("r", "int32")
+        pos = n - 1 - r if reverse else r
+        prev = pos + 1 if reverse else pos - 1
+
+        def index(region: Region, at):
+            return [as_expr(s) + (at if d == axis else v[kept.index(d)])
+                    for d, s in enumerate(region.starts)]
+
+        x = tirx.BufferLoad(src.buffer, index(src, pos))
+        x = x if str(src.buffer.dtype) == dtype else tirx.Cast(dtype, x)
+        carried = tirx.if_then_else(r > 0, tirx.BufferLoad(dst.buffer, index(dst, prev)),
+                                    tirx.const(0, dtype))
+        return tirx.For(r, 0, n, tirx.ForKind.SERIAL,
+                        tirx.BufferStore(dst.buffer, carried + x, index(dst, pos)))
+
+    return [src.extents[d] for d in kept], body

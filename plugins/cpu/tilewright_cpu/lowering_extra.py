@@ -21,6 +21,7 @@ from tilewright.transform.lowering_utils import (
     loop_nest,
     non_unit,
     region_index,
+    scan_rows,
 )
 from tvm import tirx
 
@@ -36,29 +37,8 @@ ASSERT_RAISE = "tilewright_cpu.device_assert_raise"
 
 @register_lowering("cumsum")
 def lower_cumsum(call: TileOpCall, ctx: RuleContext):
-    src, dst = call.operands["src"], call.operands["dst"]
-    axis, reverse = call.attrs["dim"], call.attrs["reverse"]
-    dtype = str(dst.buffer.dtype)
-    kept = [d for d in range(len(src.extents)) if d != axis]
-    n = as_expr(src.extents[axis])
-
-    def body(v):
-        r = tirx.Var("r", "int32")
-        pos = n - 1 - r if reverse else r
-        prev = pos + 1 if reverse else pos - 1
-
-        def index(region: Region, at):
-            return [as_expr(s) + (at if d == axis else v[kept.index(d)])
-                    for d, s in enumerate(region.starts)]
-
-        x = tirx.BufferLoad(src.buffer, index(src, pos))
-        x = x if str(src.buffer.dtype) == dtype else tirx.Cast(dtype, x)
-        carried = tirx.if_then_else(r > 0, tirx.BufferLoad(dst.buffer, index(dst, prev)),
-                                    tirx.const(0, dtype))
-        return tirx.For(r, 0, n, tirx.ForKind.SERIAL,
-                        tirx.BufferStore(dst.buffer, carried + x, index(dst, pos)))
-
-    return loop_nest([src.extents[d] for d in kept], body, ctx=ctx)
+    rows, body = scan_rows(call)
+    return loop_nest(rows, body, ctx=ctx)
 
 
 def _atomic_call(kind: str, buffer, index, value):
