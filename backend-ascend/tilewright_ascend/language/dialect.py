@@ -15,7 +15,7 @@ from tilewright.language.buffer import (
     squeeze,
     to_expr,
 )
-from tilewright.language.frames import BLOCK_AXES, tvm_range
+from tilewright.language.frames import BLOCK_AXES
 from tvm import tirx
 
 from .. import ops
@@ -63,13 +63,13 @@ class Kernel(_PortableKernel):
             return False
         cid, vid = self.vars
         body = tirx.For(vid, 0, 2, tirx.ForKind.THREAD_BINDING, body,
-                        thread_binding=tirx.IterVar(tvm_range(2), vid,
+                        thread_binding=tirx.IterVar(tvm.ir.Range(0, 2), vid,
                                                     tirx.IterVar.ThreadIndex, VID_TAG),
                         span=self._span)
         annotations = {"tw.threads": [1, 1, 1], "ascend.npu": True,
                        **builder.kernel_annotations}
         extent = to_expr(self.grid[0])
-        iv = tirx.IterVar(tvm_range(extent), cid, tirx.IterVar.ThreadIndex, BLOCK_AXES[0])
+        iv = tirx.IterVar(tvm.ir.Range(0, extent), cid, tirx.IterVar.ThreadIndex, BLOCK_AXES[0])
         builder.emit(tirx.For(cid, 0, extent, tirx.ForKind.THREAD_BINDING, body,
                               thread_binding=iv, annotations=annotations, span=self._span))
         return False
