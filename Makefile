@@ -11,7 +11,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml plugins/cpu/pyproject.toml sdk/pyproject.toml plugins/interp/pyproject.toml \
 		backend-cuda/pyproject.toml backend-ascend/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q -e ".[test]" -e plugins/cpu -e sdk -e plugins/interp -e backend-cuda \
+	$(PY) -m pip install -q -e ".[test]" -e plugins/cpu -e sdk -e plugins/interp -e "backend-cuda[sass]" \
 		-e backend-ascend
 	touch $(STAMP)
 

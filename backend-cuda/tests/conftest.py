@@ -1,7 +1,8 @@
 """The one place that decides what the CUDA tests can do on this machine.
 
 Markers: ``nvcc`` and ``nvrtc`` (a compiler), ``emulator`` (g++ for the host emulation of
-generated CUDA), ``gpu`` (a visible NVIDIA GPU). A test whose requirement is missing is skipped
+generated CUDA), ``sass`` (cuobjdump and nvdisasm to read machine code), ``gpu`` (a visible
+NVIDIA GPU). A test whose requirement is missing is skipped
 with the reason given here. Every test compiles into its own disk cache.
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import hostemu
 import pytest
+import sass
 from tilewright_cuda import arch, executor
 
 
@@ -21,13 +23,14 @@ def _reasons() -> dict[str, str | None]:
         "nvcc": None if nvcc else f"nvcc unavailable: {nvcc.reason}",
         "emulator": (f"host emulation unavailable: {hostemu.available()}"
                      if hostemu.available() else None),
+        "sass": f"SASS unreadable: {sass.available()}" if sass.available() else None,
         "gpu": None if gpu else "no NVIDIA GPU visible (execution on a GPU is checked by "
                                 "backend-cuda/bench/run_h200.sh on a GPU machine)",
     }
 
 
 def pytest_configure(config):
-    for name in ("nvcc", "nvrtc", "emulator", "gpu"):
+    for name in ("nvcc", "nvrtc", "emulator", "sass", "gpu"):
         config.addinivalue_line("markers", f"{name}: needs {name} (skipped otherwise)")
 
 

@@ -5,7 +5,8 @@ thread, ``__syncthreads`` is a ``std::barrier``, warp shuffles exchange through 
 two barriers, the dynamic shared-memory pool is poisoned before each block, and blocks run one
 after another. It checks what the generated code computes (indexing, guards, barriers,
 reductions); it says nothing about speed. float16 and bfloat16 use the host side of cuda_fp16.h
-and cuda_bf16.h; mma.sync is emulated per warp from the PTX fragment layouts.
+and cuda_bf16.h; mma.sync and ldmatrix are emulated per warp from the PTX fragment layouts
+(through memory between two barriers), cp.async as a synchronous copy with zero fill.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ SHIM = r"""
 struct tw_dim3 { unsigned x = 0, y = 0, z = 0; };
 thread_local tw_dim3 threadIdx, blockIdx;
 tw_dim3 blockDim, gridDim;
-alignas(128) unsigned char tw_smem_ptr[1 << 18];
+alignas(1024) unsigned char tw_smem_ptr[1 << 18];
 std::barrier<>* tw_barrier;
 std::mutex tw_atomic_mutex;
 alignas(16) unsigned char tw_exchange[1024][16];
@@ -119,6 +120,29 @@ inline void tw_emulate_mma_16816(float* c, const unsigned* a, const unsigned* b,
   for (int i = 0; i < 4; ++i)
     for (int k = 0; k < 16; ++k) c[i] += A[rows[i]][k] * B[k][cols[i]];
 }
+// ldmatrix.m8n8.x{num}[.trans] across the calling warp: lane l gave the address of row l % 8
+// of matrix l / 8; register j gets matrix j, (row l / 4, columns 2 (l % 4) + 0, 1), or with
+// trans (rows 2 (l % 4) + 0, 1, column l / 4)
+const void* tw_ldsm_rows[1024];
+inline void tw_emulate_ldmatrix(unsigned* d, const void* row, int num, bool trans) {
+  unsigned t = threadIdx.x, base = t / 32 * 32, lane = t % 32;
+  tw_ldsm_rows[t] = row;
+  tw_barrier->arrive_and_wait();
+  for (int j = 0; j < num; ++j) {
+    const unsigned short* const* rows = (const unsigned short* const*)&tw_ldsm_rows[base + 8 * j];
+    unsigned lo, hi;
+    if (trans) {
+      lo = rows[(lane % 4) * 2][lane / 4];
+      hi = rows[(lane % 4) * 2 + 1][lane / 4];
+    } else {
+      lo = rows[lane / 4][(lane % 4) * 2];
+      hi = rows[lane / 4][(lane % 4) * 2 + 1];
+    }
+    d[j] = lo | (hi << 16);
+  }
+  tw_barrier->arrive_and_wait();
+}
+inline size_t __cvta_generic_to_shared(const void* p) { return (size_t)p; }
 struct tw_ptr { void* p; template <class T> operator T*() const { return (T*)p; } };
 """
 
@@ -142,6 +166,25 @@ extern "C" void tw_launch(void** ptrs, long long* ints, int gx, int gy, int gz, 
 """
 
 
+class _TensorMap(ctypes.Structure):
+    """The emulation's stand-in for a CUtensorMap (``tw_tensormap`` under TW_HOST_EMULATION)."""
+
+    _fields_ = [("base", ctypes.c_void_p), ("rank", ctypes.c_longlong),
+                ("elem_bytes", ctypes.c_longlong), ("swizzle", ctypes.c_longlong),
+                ("dims", ctypes.c_longlong * 5), ("strides", ctypes.c_longlong * 5),
+                ("box", ctypes.c_longlong * 5)]
+
+    @classmethod
+    def of(cls, p: dict, tensor):
+        from tilewright.runtime.cuda import tensor_map_layout
+
+        dims, strides = tensor_map_layout(p, tensor)
+        m = cls(tensor.data_ptr(), p["rank"], tensor.element_size(), p["swizzle"])
+        for i in range(p["rank"]):
+            m.dims[i], m.strides[i], m.box[i] = dims[i], strides[i], p["box"][i]
+        return m
+
+
 def available() -> str | None:
     """None when g++ with C++20 is here, else the reason."""
     return None if shutil.which("g++") else "g++ is not on PATH"
@@ -150,6 +193,9 @@ def available() -> str | None:
 def build(source: str, launch: dict, workdir: Path) -> ctypes.CDLL:
     args = []
     for n, p in enumerate(launch["params"]):
+        if p["kind"] == "tensormap":  # the host struct of include/tw_hopper.h
+            args.append(f"*(const tw_tensormap*)ptrs[{n}]")
+            continue
         args.append(f"tw_ptr{{ptrs[{n}]}}" if p["kind"] == "tensor" else f"ints[{n}]")
     text = SHIM + source + LAUNCHER.replace("KERNEL", launch["entry"]).replace(
         "ARGS", ", ".join(args))
@@ -174,9 +220,13 @@ def run(source: str, launch: dict, workdir: Path, *args) -> None:
                for name, (param, dim) in launch["symbols"].items()}
     n = len(launch["params"])
     ptrs, ints = (ctypes.c_void_p * n)(), (ctypes.c_longlong * n)()
+    maps = []  # TMA descriptors as the emulation's host structs, alive for the launch
     for i, p in enumerate(launch["params"]):
         if p["kind"] == "tensor":
             ptrs[i] = args[p["param"]].data_ptr()
+        elif p["kind"] == "tensormap":
+            maps.append(_TensorMap.of(p, args[p["param"]]))
+            ptrs[i] = ctypes.addressof(maps[-1])
         elif p["kind"] == "scalar":
             ints[i] = int(args[p["param"]])
         else:

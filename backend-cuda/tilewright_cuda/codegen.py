@@ -4,6 +4,7 @@ executors and exported bundles use."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import tvm
@@ -13,10 +14,12 @@ from tvm import tirx
 from tvm.tirx.build import split_host_device_mods
 
 from . import arch as arch_mod
+from . import hopper, swizzle
 from .passes import find_thread
 
 HEADER = (Path(__file__).parent / "include" / "tw_cuda.h").read_text()
 MMA_HEADER = (Path(__file__).parent / "include" / "tw_mma.h").read_text()
+COPY_HEADER = (Path(__file__).parent / "include" / "tw_copy.h").read_text()
 _MARK = 'extern "C" __global__'
 
 
@@ -108,13 +111,30 @@ def tvm_passes() -> list:
             t.FP8StorageLegalize(), t.BF16StorageLegalize()]
 
 
+_TRAITS = re.compile(r"\n\s*#include <cuda/std/type_traits>\n\s*namespace std \{\n"
+                     r"((?:\s*using cuda::std::\w+;\n)+)\s*\}\n")
+
+
+def _drop_unused_type_traits(text: str) -> str:
+    """TVM's NVRTC prelude includes ``<cuda/std/type_traits>`` (most of NVRTC's ~2 s front-end
+    time for a kernel) to alias a few traits into ``std``; drop it when nothing uses them."""
+    match = _TRAITS.search(text)
+    if match is None:
+        return text
+    names = re.findall(r"using cuda::std::(\w+);", match.group(1))
+    rest = text[:match.start()] + text[match.end():]
+    if any(re.search(rf"\b{name}\b", rest) for name in names):
+        return text
+    return text[:match.start()] + "\n" + text[match.end():]
+
+
 def generate(mod: tvm.IRModule, ctx) -> GeneratedSource:
     arch = arch_mod.resolve(ctx.target.option("arch"))
     target = tvm_target(arch)
     (gvar, func), = list(mod.functions.items())
     launch = launch_info(func)
-    mod = tvm.IRModule({gvar: func.without_attr("tw.dyn_smem_bytes")
-                        if "tw.dyn_smem_bytes" in func.attrs else func})
+    mod = tvm.IRModule({gvar: hopper.strip_attrs(func.without_attr("tw.dyn_smem_bytes")
+                                                 if "tw.dyn_smem_bytes" in func.attrs else func)})
     mod = tirx.transform.BindTarget(target)(mod)
     mod = tvm.ir.transform.Sequential(tvm_passes())(mod)
     _, device = split_host_device_mods(mod)
@@ -128,12 +148,19 @@ def generate(mod: tvm.IRModule, ctx) -> GeneratedSource:
     kernel_gvar, device_func = kernels[0]
     text = tvm.get_global_func("target.build.cuda")(dev_mod, dev_target).inspect_source()
     at = text.find(_MARK)
-    header = HEADER + (MMA_HEADER if "tw_gemm_mma" in text else "")
-    text = text[:at] + header + "\n" + text[at:]
+    header = HEADER + (COPY_HEADER if "tw_cp_async" in text or "tw_copy16" in text else "") + \
+        (MMA_HEADER if "tw_gemm_mma" in text or "tw::" in text else "")
+    if "tw_gemm_" in text:  # a warp tile's accumulators: let ptxas use up to 255 registers
+        text = re.sub(r"__launch_bounds__\((\d+)\)", r"__launch_bounds__(\1, 1)", text)
+    # swizzled tiles sit at multiples of swizzle.ALIGN from the pool's base
+    text = text.replace("extern __shared__ __align__(64) uchar tw_smem_ptr[]",
+                        f"extern __shared__ __align__({swizzle.ALIGN}) uchar tw_smem_ptr[]")
+    text = _drop_unused_type_traits(text[:at] + header + "\n" + text[at:])
     meta = {
         "entry": str(kernel_gvar.name_hint), "arch": arch.name,
         "params": _param_kinds(func, device_func), "symbols": symbol_sources(func), **launch,
     }
+    text, meta = hopper.finish_source(func, text, meta)  # the CUDA dialect's descriptors
     return GeneratedSource(text=text, language="cuda", file_ext="cu", payload=meta,
                            entry=ctx.func_name)
 

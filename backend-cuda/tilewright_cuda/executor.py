@@ -14,6 +14,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 from tilewright.errors import TilewrightError
@@ -88,7 +89,7 @@ def nvrtc_compile(source: str, arch, workdir: Path) -> tuple[bytes, str]:
         log = log.decode(errors="replace").rstrip("\x00 ")
         if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             raise compile_failure("NVRTC", log, source, workdir,
-                                  ["nvcc", "-cubin", arch.gencode, *FLAGS,
+                                  [nvcc_path() or "nvcc", "-cubin", arch.gencode, *FLAGS,
                                    *(f"-I{d}" for d in include_dirs()), "kernel.cu"])
         (size,) = _nvrtc_check(nvrtc.nvrtcGetCUBINSize(prog), prog, "cubin size")
         cubin = b" " * size
@@ -99,17 +100,22 @@ def nvrtc_compile(source: str, arch, workdir: Path) -> tuple[bytes, str]:
 
 
 def compile_failure(tool: str, log: str, source: str, workdir: Path, command) -> CompileError:
+    """The error for a failed build: each failing generated line with its neighbours and line
+    numbers, and a command reproducing the failure on a copy of the source that outlives the
+    (temporary) build folder."""
     lines = source.splitlines()
     shown = []
     for match in re.finditer(r"kernel\.cu\((\d+)\): error: (.*)", log):
         number = int(match.group(1))
-        text = lines[number - 1].strip() if 0 < number <= len(lines) else ""
-        shown.append(f"  kernel.cu:{number}: {match.group(2)}\n    {text}")
-    path = Path(workdir) / "kernel.cu"
-    repro = f"cd {shlex.quote(str(workdir))} && {shlex.join(command)}"
+        shown.append(f"  kernel.cu:{number}: error: {match.group(2)}")
+        for n in range(max(1, number - 1), min(len(lines), number + 1) + 1):
+            shown.append(f"    {'>' if n == number else ' '} {n:5d} | {lines[n - 1]}")
+    keep = Path(tempfile.mkdtemp(prefix="tilewright-cuda-failure-"))
+    (keep / "kernel.cu").write_text(source)
+    repro = f"cd {shlex.quote(str(keep))} && {shlex.join(command)}"
     detail = "\n".join(shown) or log[-2000:]
-    return CompileError(f"{tool} failed to compile the generated CUDA ({path}):\n{detail}\n"
-                        f"reproduce with: {repro}")
+    return CompileError(f"{tool} failed to compile the generated CUDA (kept at "
+                        f"{keep / 'kernel.cu'}):\n{detail}\nreproduce with: {repro}")
 
 
 # -- nvcc ------------------------------------------------------------------------------------

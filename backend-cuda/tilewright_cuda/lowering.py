@@ -13,10 +13,11 @@ Accesses that may fall outside a buffer are guarded: reads give zero, writes are
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import tvm
-from tilewright.errors import KernelError
+from tilewright.errors import KernelError, UnsupportedOpError
 from tilewright.ir import REDUCE_KINDS, Region, TileOpCall
 from tilewright.transform import RuleContext
 from tilewright.transform.lowering_utils import (
@@ -24,11 +25,14 @@ from tilewright.transform.lowering_utils import (
     as_expr,
     guarded_load,
     guarded_store,
+    in_bounds,
     loop_nest,
     non_unit,
     region_index,
 )
 from tvm import tirx
+
+from . import swizzle, wgmma
 
 Rule = Callable[[TileOpCall, RuleContext], tirx.Stmt]
 RULES: dict[str, Rule] = {}
@@ -48,23 +52,64 @@ def register_lowering(name: str):
 # A float32 fragment that only fill, mma gemm (as C) and copy (as source) touch lives in
 # registers in the mma.m16n8k16 accumulator layout (see passes.infer_layout).
 MMA_ACC = "local.mma_acc"
+# data_alignment mark of an MMA_ACC fragment in the layout of wgmma.m64nNk16 (wgmma.py)
+WGMMA_ACC = 2048
+
+
+def warp_grid(m: int, n: int, warps: int, policy: str = "square") -> tuple[int, int] | None:
+    """How ``warps`` split an ``m`` x ``n`` mma output tile: ``(WM, WN)`` warps along rows and
+    columns, each warp owning an ``m / WM`` x ``n / WN`` tile of whole 16x8 instruction tiles;
+    None when no split exists. ``full_row`` puts every warp on its own rows, ``full_col`` on
+    its own columns, ``square`` keeps the warp tile closest to square (fewest fragment loads
+    per mma), preferring taller tiles on a tie."""
+    grids = [(wm, warps // wm) for wm in range(1, warps + 1)
+             if warps % wm == 0 and m % (16 * wm) == 0 and n % (8 * (warps // wm)) == 0]
+    if not grids:
+        return None
+    if policy == "full_row":
+        return max(grids)
+    if policy == "full_col":
+        return min(grids)
+    return min(grids, key=lambda g: (abs(math.log2((m / g[0]) / (n / g[1]))), g[0]))
+
+
+ROWS_MARK = 256  # data_alignment of an MMA_ACC fragment whose warps own whole rows
+
+
+def acc_grid(buffer, threads: int) -> tuple[int, int]:
+    """The warp grid of an ``MMA_ACC`` fragment: the square grid of its shape, whatever the
+    policy of the gemms that write it (every op touching it must agree on one layout); one
+    warp column (warps own whole rows, so row reductions stay in a warp) when infer_layout
+    marked it ``ROWS_MARK`` (or wgmma.py ``WGMMA_ACC``)."""
+    m, n = (int(e.value) for e in buffer.shape)
+    if int(buffer.data_alignment) == WGMMA_ACC:  # one 16-row strip per warp (wgmma.py)
+        return threads // WARP, 1
+    if int(buffer.data_alignment) == ROWS_MARK:
+        grid = warp_grid(m, n, threads // WARP, "full_row")
+        return grid if grid is not None and grid[1] == 1 else None
+    return warp_grid(m, n, threads // WARP)
 
 
 def mma_acc_registers(buffer, threads: int) -> int:
-    """Registers per thread of an ``MMA_ACC`` fragment: four per 16x8 tile the warp owns."""
+    """Registers per thread of an ``MMA_ACC`` fragment: four per 16x8 tile of its warp tile."""
     m, n = (int(e.value) for e in buffer.shape)
-    return (m // 16) * (n // 8) // (threads // WARP) * 4
+    return m * n // threads
 
 
 def mma_acc_element(buffer, r, threads: int, tx):
-    """(row, column) of register ``r`` of thread ``tx`` in an ``MMA_ACC`` fragment."""
-    n = int(buffer.shape[1].value)
-    warps, tiles_n = threads // WARP, n // 8
-    tile = tirx.floordiv(tx, WARP) + tirx.floordiv(r, 4) * warps
-    lane = tirx.floormod(tx, WARP)
-    q = tirx.floormod(r, 4)
-    row = tirx.floordiv(tile, tiles_n) * 16 + tirx.floordiv(lane, 4) + tirx.floordiv(q, 2) * 8
-    col = tirx.floormod(tile, tiles_n) * 8 + tirx.floormod(lane, 4) * 2 + tirx.floormod(q, 2)
+    """(row, column) of register ``r`` of thread ``tx`` in an ``MMA_ACC`` fragment: warp
+    ``w`` owns the warp tile ``(w // WN, w % WN)``; register ``r`` is element ``r % 4`` of
+    16x8 tile ``r // 4`` (row-major over the warp tile's tiles), in the PTX C layout."""
+    m, n = (int(e.value) for e in buffer.shape)
+    wm, wn = acc_grid(buffer, threads)
+    tm, tn = m // wm, n // wn
+    tiles_n = tn // 8
+    warp, lane = tirx.floordiv(tx, WARP), tirx.floormod(tx, WARP)
+    tile, q = tirx.floordiv(r, 4), tirx.floormod(r, 4)
+    row = tirx.floordiv(warp, wn) * tm + tirx.floordiv(tile, tiles_n) * 16 + \
+        tirx.floordiv(lane, 4) + tirx.floordiv(q, 2) * 8
+    col = tirx.floormod(warp, wn) * tn + tirx.floormod(tile, tiles_n) * 8 + \
+        tirx.floormod(lane, 4) * 2 + tirx.floormod(q, 2)
     return row, col
 
 
@@ -154,6 +199,9 @@ def lower_copy(call: TileOpCall, ctx: RuleContext):
     if len(sdims) != len(ddims):
         raise KernelError(f"T.copy between regions of different ranks ({len(sdims)} and "
                           f"{len(ddims)} non-unit dimensions)")
+    vector = _vector_copy(src, dst, sdims, ddims, ctx)
+    if vector is not None:
+        return vector
 
     def body(v):
         value = guarded_load(src.buffer, region_index(src, v, sdims), ctx, str(dst.buffer.dtype))
@@ -163,14 +211,95 @@ def lower_copy(call: TileOpCall, ctx: RuleContext):
     return loop_nest(extents, body, annotations={} if every_thread else PARALLEL, ctx=ctx)
 
 
+SHARED_SCOPES = ("shared", "shared.dyn", "local.fragment")  # fragments not in registers
+VECTOR_BYTES = 16
+
+
+def cp_async_commit() -> tirx.Stmt:
+    return tirx.Evaluate(tirx.call_extern("int32", "tw_cp_async_commit"))
+
+
+def cp_async_wait(groups: int) -> tirx.Stmt:
+    """Wait until at most ``groups`` committed cp.async groups are in flight."""
+    return tirx.Evaluate(tirx.call_extern("int32", f"tw_cp_async_wait<{groups}>"))
+
+
+def _vector_copy(src: Region, dst: Region, sdims, ddims, ctx: RuleContext):
+    """A global -> shared copy in 16-byte chunks, or None when the regions do not allow it:
+    both innermost dimensions contiguous, the chunk count whole, and every chunk 16-byte
+    aligned on both sides (tensor bases are taken to be 16-byte aligned, as torch allocates).
+    On sm_80+ each chunk is a ``cp.async.cg`` (committed and waited for here; T.Pipelined
+    moves the wait), else a 128-bit load and store. A chunk outside the source tensor is
+    zero-filled; one outside the destination is skipped."""
+    if scope(src.buffer) != "global" or scope(dst.buffer) not in SHARED_SCOPES or \
+            not sdims or str(src.buffer.dtype) != str(dst.buffer.dtype):
+        return None
+    bits = tvm.runtime.DataType(str(dst.buffer.dtype)).bits
+    if bits % 8 or VECTOR_BYTES % (bits // 8):
+        return None
+    vec = VECTOR_BYTES // (bits // 8)
+    if sdims[-1] != len(src.buffer.shape) - 1 or ddims[-1] != len(dst.buffer.shape) - 1:
+        return None
+    inner, row, start = (_const(e) for e in (dst.extents[ddims[-1]], dst.buffer.shape[-1],
+                                              dst.starts[-1]))
+    if None in (inner, row, start) or inner % vec or row % vec or start % vec:
+        return None
+    if not ctx.can_prove(tirx.floormod(as_expr(src.buffer.shape[-1]), vec) == 0) or \
+            not ctx.can_prove(tirx.floormod(as_expr(src.starts[-1]), vec) == 0):
+        return None
+    arch = ctx.options
+    use_async = arch is not None and arch.sm >= 80
+    extents = [dst.extents[d] for d in ddims[:-1]] + [inner // vec]
+
+    def body(v):
+        v = [*v[:-1], v[-1] * vec]
+        s_idx, d_idx = region_index(src, v, sdims), region_index(dst, v, ddims)
+        inside = in_bounds(src.buffer, s_idx, ctx)  # the first element decides for the chunk
+        nbytes = tirx.const(VECTOR_BYTES, "int32")
+        if inside is not None:
+            s_idx = [tirx.if_then_else(inside, i, tirx.const(0, "int32")) for i in s_idx]
+            nbytes = tirx.if_then_else(inside, nbytes, tirx.const(0, "int32"))
+        chunk = tirx.Evaluate(tirx.call_extern(
+            "int32", "tw_cp_async16" if use_async else "tw_copy16",
+            tirx.address_of(tirx.BufferLoad(dst.buffer, d_idx)),
+            tirx.address_of(tirx.BufferLoad(src.buffer, s_idx)), nbytes))
+        fits = in_bounds(dst.buffer, d_idx, ctx)
+        return chunk if fits is None else tirx.IfThenElse(fits, chunk, None)
+
+    nest = loop_nest(extents, body, ctx=ctx)
+    return tirx.SeqStmt([nest, cp_async_commit(), cp_async_wait(0)]) if use_async else nest
+
+
 def _copy_from_registers(src: Region, dst: Region, ctx: RuleContext):
-    """Each thread writes its accumulator registers to their (row, column) in ``dst``."""
+    """Each thread writes its accumulator registers to their (row, column) in ``dst``; the two
+    registers of one row pair (adjacent columns) as one 2-element store where ``dst``'s rows
+    are contiguous and of even length (``tw::store_pair``)."""
     tx, threads = thread_var(ctx)
     r = tirx.Var("r", "int32")
-    row, col = mma_acc_element(src.buffer, r, threads, tx)
-    value = cast(tirx.BufferLoad(src.buffer, register_index(src.buffer, r)), str(dst.buffer.dtype))
-    store = guarded_store(dst.buffer, value, region_index(dst, [row, col], non_unit(dst)), ctx)
-    return tirx.For(r, 0, mma_acc_registers(src.buffer, threads), tirx.ForKind.UNROLLED, store)
+    count, dims = mma_acc_registers(src.buffer, threads), non_unit(dst)
+    dtype = str(dst.buffer.dtype)
+    paired = dtype in ("float16", "bfloat16", "float32") and len(dims) == 2 and \
+        dims[-1] == len(dst.buffer.shape) - 1 and \
+        ctx.can_prove(tirx.floormod(as_expr(dst.buffer.shape[-1]), 2) == 0) and \
+        ctx.can_prove(tirx.floormod(as_expr(dst.starts[-1]), 2) == 0)
+    first = r * 2 if paired else r
+    row, col = mma_acc_element(src.buffer, first, threads, tx)
+    index = region_index(dst, [row, col], dims)
+
+    def value(reg):
+        return cast(tirx.BufferLoad(src.buffer, register_index(src.buffer, reg)), dtype)
+
+    if not paired:
+        store = guarded_store(dst.buffer, value(r), index, ctx)
+        return tirx.For(r, 0, count, tirx.ForKind.UNROLLED, store)
+    # the pair starts at an even column of an even-length row: in bounds when its first is
+    store = tirx.Evaluate(tirx.call_extern(
+        "int32", "tw::store_pair", tirx.address_of(tirx.BufferLoad(dst.buffer, index)),
+        tirx.BufferLoad(src.buffer, register_index(src.buffer, first)),
+        tirx.BufferLoad(src.buffer, register_index(src.buffer, first + 1))))
+    inside = in_bounds(dst.buffer, index, ctx)
+    store = store if inside is None else tirx.IfThenElse(inside, store, None)
+    return tirx.For(r, 0, count // 2, tirx.ForKind.UNROLLED, store)
 
 
 @register_lowering("fill")
@@ -194,6 +323,9 @@ def lower_fill(call: TileOpCall, ctx: RuleContext):
 def lower_gemm(call: TileOpCall, ctx: RuleContext):
     """The first variant whose predicate holds: tensor cores (``mma.sync``), else a
     thread-distributed loop."""
+    problem = mma_policy_error(call, ctx.options, thread_var(ctx)[1])
+    if problem is not None:
+        raise UnsupportedOpError(problem)
     for variant, fits in GEMM_VARIANTS:
         if fits(call, ctx) is None:
             return variant(call, ctx)
@@ -211,6 +343,11 @@ def mma_misfit(call: TileOpCall, ctx: RuleContext) -> str | None:
 
 
 def mma_misfit_for(call: TileOpCall, arch, threads: int) -> str | None:
+    return _mma_not_asked(call, arch) or _mma_shape_misfit(call, threads)
+
+
+def _mma_not_asked(call: TileOpCall, arch) -> str | None:
+    """Why the gemm does not ask for tensor cores (arch, dtypes, operand memory), or None."""
     a, b, c = (call.operands[k] for k in ("A", "B", "C"))
     if arch is None or arch.sm < 80:
         return "mma.sync m16n8k16 needs sm_80 or newer"
@@ -223,6 +360,12 @@ def mma_misfit_for(call: TileOpCall, arch, threads: int) -> str | None:
             return f"{name} is not in shared memory or a fragment"
         if _leading_dim(region) is None or len(non_unit(region)) != 2:
             return f"{name} is not a 2-D tile of a 2-D buffer with a constant row length"
+    return None
+
+
+def _mma_shape_misfit(call: TileOpCall, threads: int) -> str | None:
+    """Why the tile shape or the warps do not fit ``mma.sync.m16n8k16``, or None."""
+    a, c = call.operands["A"], call.operands["C"]
     adims, cdims = non_unit(a), non_unit(c)
     m, n = _const(c.extents[cdims[0]]), _const(c.extents[cdims[1]])
     k = _const(a.extents[adims[0]] if call.attrs["transpose_A"] else a.extents[adims[1]])
@@ -234,8 +377,40 @@ def mma_misfit_for(call: TileOpCall, arch, threads: int) -> str | None:
     return None
 
 
+def mma_policy_error(call: TileOpCall, arch, threads: int) -> str | None:
+    """Why a gemm that asks for tensor cores cannot have them, or None. A gemm asks for them
+    when it reads float16/bfloat16 from shared memory or fragments into a float32 accumulator on
+    sm_80+; its tile must then be a multiple of the 16x8x16 instruction and its 16x8 output
+    tiles must split evenly over the warps. Other gemms take the thread gemm quietly."""
+    if _mma_not_asked(call, arch) is not None:
+        return None
+    misfit = _mma_shape_misfit(call, threads)
+    if misfit is None:
+        return None
+    a, c = call.operands["A"], call.operands["C"]
+    cdims, adims = non_unit(c), non_unit(a)
+    m, n = (_const(c.extents[d]) for d in cdims)
+    k = _const(a.extents[adims[0]] if call.attrs["transpose_A"] else a.extents[adims[1]])
+    what = (f"T.gemm of {a.buffer.dtype} into a float32 accumulator on backend 'cuda' "
+            f"({arch.name}) uses the tensor-core instruction mma.sync m16n8k16")
+    if misfit.startswith("tile "):
+        return (f"{what}, but its tile M x N x K = {m} x {n} x {k} is not a multiple of the "
+                f"instruction shape 16 x 8 x 16: make block M and K multiples of 16 and "
+                f"block N a multiple of 8")
+    if "split evenly" not in misfit:
+        return f"{what}, but {misfit}"
+    tiles, warps = (m // 16) * (n // 8), threads // WARP
+    fits = [w * WARP for w in range(1, tiles + 1) if tiles % w == 0 and w * WARP <= 1024][-4:]
+    return (f"{what}, but threads={threads} gives {warps} warps and the {m} x {n} "
+            f"accumulator has {tiles} output tiles of 16 x 8 ({m // 16} x {n // 8}), which do "
+            f"not split evenly over {warps} warps: use threads in "
+            f"{{{', '.join(map(str, fits))}}} or a tile with a multiple of {warps} 16 x 8 tiles")
+
+
 def lower_gemm_mma(call: TileOpCall, ctx: RuleContext):
-    """One call of ``tw_gemm_mma`` (include/tw_mma.h) by every thread of the block."""
+    """One call of ``tw_gemm_mma`` (include/tw_mma.h) by every thread of the block: a warp
+    grid over C, each warp loading A/B fragments with ``ldmatrix`` from the operands' shared
+    layouts (swizzled or row-major) and issuing ``mma.sync`` over its warp tile."""
     a, b, c = (call.operands[k] for k in ("A", "B", "C"))
     cdims, adims = non_unit(c), non_unit(a)
     m, n = _const(c.extents[cdims[0]]), _const(c.extents[cdims[1]])
@@ -244,18 +419,39 @@ def lower_gemm_mma(call: TileOpCall, ctx: RuleContext):
     flags = ", ".join("true" if call.attrs[f] else "false" for f in ("transpose_A",
                                                                      "transpose_B"))
     in_registers = scope(c.buffer) == MMA_ACC
-    name = f"tw_gemm_mma{'_rf' if in_registers else ''}<{m}, {n}, {k}, {flags}, {threads}>"
+    grid = acc_grid(c.buffer, threads) if in_registers else \
+        warp_grid(m, n, threads // WARP, str(call.attrs["policy"]))
+    if grid is None:
+        raise KernelError(f"the {m}x{n} gemm tile has no grid of {threads // WARP} warps with "
+                          "whole 16x8 tiles per warp; use a power-of-two number of warps")
+    layouts = ", ".join(_operand_layout(r) for r in (a, b))
+    name = (f"tw_gemm_mma{'_rf' if in_registers else ''}<{m}, {n}, {k}, {flags}, {threads}, "
+            f"{grid[0]}, {grid[1]}, {layouts}>")
 
     def ptr(region):
         return tirx.address_of(tirx.BufferLoad(region.buffer, [as_expr(s) for s in region.starts]))
 
     c_args = [ptr(c)] if in_registers else [ptr(c), as_expr(_leading_dim(c))]
-    gemm = tirx.Evaluate(tirx.call_extern(
-        "int32", name, ptr(a), as_expr(_leading_dim(a)), ptr(b), as_expr(_leading_dim(b)), *c_args))
+    gemm = tirx.Evaluate(tirx.call_extern("int32", name, ptr(a), ptr(b), *c_args))
     if not call.attrs["clear_accum"]:
         return gemm
     zero = lower_fill(_fill_call(c), ctx)
     return tirx.SeqStmt([zero, gemm] if in_registers else [zero, sync(), gemm])
+
+
+def _operand_layout(region: Region) -> str:
+    """The C++ layout type (include/tw_mma.h) of a gemm operand tile in shared memory."""
+    swizzled = swizzle.layout_of(region.buffer)
+    if swizzled is not None:
+        if not all(_const(s) == 0 for s in region.starts):
+            raise KernelError(f"gemm operand {region.buffer.name} is swizzled but the gemm "
+                              "reads only part of it")
+        return f"tw::swizzled<{int(region.buffer.shape[-2])}, {swizzled[0]}, {swizzled[1]}>"
+    ld = _leading_dim(region)
+    # ldmatrix reads 16-byte rows: row starts and the first column must be 16-byte aligned
+    aligned = (ld * 2) % 16 == 0 and _const(region.starts[-1]) is not None and \
+        _const(region.starts[-1]) % 8 == 0
+    return f"tw::rowmajor<{ld}, {'true' if aligned else 'false'}>"
 
 
 def _fill_call(region: Region) -> TileOpCall:
@@ -298,7 +494,8 @@ def lower_gemm_threads(call: TileOpCall, ctx: RuleContext):
     return loop_nest([m, n], body, ctx=ctx)
 
 
-GEMM_VARIANTS = ((lower_gemm_mma, mma_misfit), (lower_gemm_threads, lambda call, ctx: None))
+GEMM_VARIANTS = ((wgmma.lower_gemm_wgmma, wgmma.misfit), (lower_gemm_mma, mma_misfit),
+                 (lower_gemm_threads, lambda call, ctx: None))
 
 
 def _const(e) -> int | None:
@@ -311,6 +508,8 @@ def _make_reduce_rule(kind: str):
     def lower_reduce(call: TileOpCall, ctx: RuleContext):
         src, dst = call.operands["src"], call.operands["dst"]
         axis, clear = call.attrs["dim"], call.attrs["clear"]
+        if scope(src.buffer) == MMA_ACC:
+            return _reduce_registers(kind, src, dst, clear, ctx)
         axis = axis % len(src.extents)
         dtype = str(dst.buffer.dtype)
         identity, combine, merge = reduce_parts(kind, dtype)
@@ -341,6 +540,41 @@ def _make_reduce_rule(kind: str):
 
     lower_reduce.__name__ = f"lower_reduce_{kind}"
     return lower_reduce
+
+
+def _reduce_registers(kind: str, src: Region, dst: Region, clear: bool, ctx: RuleContext):
+    """A row reduction of an ``MMA_ACC`` fragment whose warps own whole rows: each thread
+    combines its registers of each of its rows, the four lanes sharing a row (lane / 4) combine
+    with XOR shuffles, and the first of them writes the row's result."""
+    tx, threads = thread_var(ctx)
+    m, n = (int(e.value) for e in src.buffer.shape)
+    wm, _ = acc_grid(src.buffer, threads)
+    dtype = str(dst.buffer.dtype)
+    identity, combine, merge = reduce_parts(kind, dtype)
+    tiles_m, tiles_n = m // wm // 16, n // 8
+    part = tirx.decl_buffer((1,), dtype, "red_part", scope="local")
+    lane = tirx.floormod(tx, WARP)
+    stmts = [tirx.AllocBuffer(part)]
+    for mi in range(tiles_m):
+        for half in range(2):  # rows lane / 4 and lane / 4 + 8 of the 16-row tile
+            row = tirx.floordiv(tx, WARP) * (m // wm) + mi * 16 + half * 8 + \
+                tirx.floordiv(lane, 4)
+            stmts.append(tirx.BufferStore(part, identity, [0]))
+            for ni in range(tiles_n):
+                for e in range(2):
+                    r = (mi * tiles_n + ni) * 4 + half * 2 + e
+                    x = cast(tirx.BufferLoad(src.buffer, register_index(
+                        src.buffer, tirx.const(r, "int32"))), dtype)
+                    stmts.append(tirx.BufferStore(
+                        part, combine(tirx.BufferLoad(part, [0]), x), [0]))
+            stmts += butterfly(part, merge, 4)
+            index = [as_expr(dst.starts[0]) + row]
+            result = tirx.BufferLoad(part, [0])
+            if not clear:
+                result = merge(tirx.BufferLoad(dst.buffer, index), result)
+            stmts.append(tirx.IfThenElse(tirx.floormod(lane, 4) == 0,
+                                         tirx.BufferStore(dst.buffer, result, index), None))
+    return tirx.SeqStmt(stmts)
 
 
 def _serial_reduce(kept_extents, length, src, dst, clear, identity, combine, dst_index,

@@ -9,9 +9,10 @@ Atomics become ``atomicAdd`` (native) and the ``tw_atomic_*`` helpers of ``inclu
 from __future__ import annotations
 
 import tvm
+import tvm_ffi
 from tilewright.errors import KernelError
 from tilewright.ir import ATOMIC_KINDS, Region, TileOpCall
-from tilewright.transform import RuleContext
+from tilewright.transform import RuleContext, StmtMutator, prim_func_pass
 from tilewright.transform.lowering_utils import (
     in_bounds,
     loop_nest,
@@ -42,8 +43,10 @@ def lower_cumsum(call: TileOpCall, ctx: RuleContext):
 _NATIVE_ADD = ("float32", "float64", "float16", "bfloat16", "int32", "uint32", "uint64")
 _HELPER = {"add": ("float32", "float64", "float16", "bfloat16", "int32", "uint32", "uint64",
                    "int64"),
-           "max": ("float32", "float64", "int32", "uint32", "int64", "uint64"),
-           "min": ("float32", "float64", "int32", "uint32", "int64", "uint64")}
+           "max": ("float32", "float64", "float16", "bfloat16", "int32", "uint32", "int64",
+                   "uint64"),
+           "min": ("float32", "float64", "float16", "bfloat16", "int32", "uint32", "int64",
+                   "uint64")}
 
 
 def atomic_call(kind: str, buffer, index, value):
@@ -93,6 +96,38 @@ def _atomic_prev_rule(kind: str):
 
 # Expression intrinsics (atomics returning the old value) become helper calls.
 INTRINSIC_RULES = {f"tw.atomic_{k}_prev": _atomic_prev_rule(k) for k in ATOMIC_KINDS}
+
+
+_PREV_OPS = frozenset(f"tw.atomic_{k}_prev" for k in ATOMIC_KINDS)
+
+
+def _has_atomic_prev(expr) -> bool:
+    found = []
+    tvm_ffi.structural_walk(expr, (tvm.ir.Call, lambda c: found.append(c) if isinstance(
+        c.op, tvm.ir.Op) and c.op.name in _PREV_OPS else None))
+    return bool(found)
+
+
+class _GateScalarAtomics(StmtMutator):
+    """``Y[i] = T.atomic_<kind>(X[j], v, return_prev=True)`` outside ``T.Parallel`` is block
+    code, which every thread of the block runs; the atomic must happen once per block, so the
+    store is made by thread 0 only."""
+
+    def visit_BufferStore(self, stmt):
+        if any(loop.kind == tirx.ForKind.PARALLEL for loop in self.loops) or \
+                str(stmt.buffer.scope()) != "global" or not _has_atomic_prev(stmt.value):
+            return stmt
+        for loop in reversed(self.loops):
+            if loop.thread_binding is not None and \
+                    str(loop.thread_binding.thread_tag) == "threadIdx.x":
+                return tirx.IfThenElse(loop.loop_var == 0, stmt, None)
+        return stmt
+
+
+def gate_scalar_atomics():
+    """The pass of :class:`_GateScalarAtomics`."""
+    return prim_func_pass("CUDAGateScalarAtomics",
+                          lambda f: f.with_body(_GateScalarAtomics().visit(f.body)))
 
 
 # -- debugging ------------------------------------------------------------------------------

@@ -9,7 +9,17 @@ from tilewright.errors import KernelError, span_location
 from tilewright.transform import StmtMutator, prim_func_pass, rebuild_for
 from tvm import tirx
 
-from .lowering import MMA_ACC, mma_acc_registers, mma_misfit_for, sync
+from . import swizzle
+from .lowering import (
+    MMA_ACC,
+    ROWS_MARK,
+    acc_grid,
+    mma_acc_element,
+    mma_acc_registers,
+    mma_misfit_for,
+    register_index,
+    sync,
+)
 
 LOOP_KEY = "tw.loop"
 SPREAD = "tw.spread"  # marks a loop whose iterations are spread over the threads
@@ -55,7 +65,8 @@ def find_thread(func):
     found = []
     tvm_ffi.structural_walk(func.body, (tirx.For, lambda s: found.append(s) if
                                         s.thread_binding is not None and
-                                        str(s.thread_binding.thread_tag) == THREAD_TAG else None))
+                                        str(s.thread_binding.thread_tag) == THREAD_TAG else None),
+                           order="pre")  # the block's loop, not a T.ws role's (hopper.py)
     return found[0]
 
 
@@ -66,10 +77,65 @@ def _full(region) -> bool:
             int(e.value) == int(d.value) for e, d in zip(region.extents, region.buffer.shape))
 
 
-def _register_candidates(func, arch, threads) -> set:
+def _parallel_nests(body) -> list:
+    """The outermost ``T.Parallel`` nests: (loops of the nest, innermost body)."""
+    found = []
+
+    def visit(stmt):
+        if isinstance(stmt, tirx.For) and str(stmt.annotations.get(LOOP_KEY, "")) == "parallel":
+            loops, inner = [], stmt
+            while isinstance(inner, tirx.For) and \
+                    str(inner.annotations.get(LOOP_KEY, "")) == "parallel":
+                loops.append(inner)
+                inner = inner.body
+            found.append((loops, inner))
+            return
+        for child in _children(stmt):
+            visit(child)
+
+    visit(body)
+    return found
+
+
+def _children(stmt) -> list:
+    if isinstance(stmt, tirx.SeqStmt):
+        return list(stmt.seq)
+    if isinstance(stmt, tirx.IfThenElse):
+        return [stmt.then_case] + ([stmt.else_case] if stmt.else_case is not None else [])
+    if hasattr(stmt, "body") and isinstance(stmt.body, tirx.Stmt):
+        return [stmt.body]
+    return []
+
+
+def _elementwise_uses(func, frags) -> dict:
+    """Per fragment, (accesses inside ``T.Parallel`` nests that index it exactly by the nest's
+    two loop variables over its whole shape, any other access inside a nest)."""
+    good, bad = {f: 0 for f in frags}, {f: 0 for f in frags}
+    for loops, _ in _parallel_nests(func.body):
+        nest = loops[0]
+
+        def visit(node, loops=loops):
+            buf = node.source if isinstance(node, tvm.ir.TensorLoad) else node.buffer
+            if buf not in good:
+                return
+            shape = [int(e.value) if isinstance(e, tirx.IntImm) else None for e in buf.shape]
+            ok = len(loops) == 2 and len(node.indices) == 2 and all(
+                isinstance(i, tirx.Var) and i.same_as(loop.loop_var) and
+                isinstance(loop.extent, tirx.IntImm) and int(loop.extent.value) == extent and
+                isinstance(loop.min, tirx.IntImm) and int(loop.min.value) == 0
+                for i, loop, extent in zip(node.indices, loops, shape))
+            (good if ok else bad)[buf] += 1
+
+        tvm_ffi.structural_walk(nest, [(tvm.ir.TensorLoad, visit), (tirx.BufferStore, visit)])
+    return {f: (good[f], bad[f]) for f in frags}
+
+
+def _register_candidates(func, arch, threads) -> dict:
     """Fragments that may live in registers in the mma accumulator layout: float32, 2-D,
-    written by at least one ``mma.sync`` gemm as C, and otherwise only filled whole or copied
-    from whole — never indexed element by element."""
+    written by at least one ``mma.sync`` gemm as C, and otherwise only filled whole, copied
+    from whole, reduced whole along rows into a shared row vector, or indexed ``[i, j]`` by
+    the two loop variables of a ``T.Parallel`` nest over its whole shape. Maps each to True
+    when its warps must own whole rows (rows reduced or touched element by element)."""
     from tilewright.ir import tile_ops_in
 
     frags = set()
@@ -78,6 +144,7 @@ def _register_candidates(func, arch, threads) -> set:
                                         str(a.buffer.dtype) == "float32" and
                                         len(a.buffer.shape) == 2 else None))
     allowed, regions, fed = {f: True for f in frags}, {f: 0 for f in frags}, set()
+    rows = set()
     for call in tile_ops_in(func):
         for op in call.schema.operands:
             region = call.operands[op.name]
@@ -85,12 +152,18 @@ def _register_candidates(func, arch, threads) -> set:
                 continue
             buf = region.buffer
             regions[buf] += 1
+            reduced = call.name.startswith("reduce_") and op.name == "src" and \
+                int(call.attrs["dim"]) in (1, -1) and len(call.operands["dst"].extents) == 1 \
+                and str(call.operands["dst"].buffer.scope()) in ("shared", "shared.dyn",
+                                                                  "local.fragment")
             fits = _full(region) and (
                 (call.name == "fill" and op.name == "dst") or
-                (call.name == "copy" and op.name == "src") or
+                (call.name == "copy" and op.name == "src") or reduced or
                 (call.name == "gemm" and op.name == "C" and
                  mma_misfit_for(call, arch, threads) is None))
             allowed[buf] = allowed[buf] and fits
+            if reduced:
+                rows.add(buf)
             if fits and call.name == "gemm":
                 fed.add(buf)
     uses = {f: 0 for f in frags}
@@ -101,21 +174,67 @@ def _register_candidates(func, arch, threads) -> set:
             uses[buf] += 1
 
     tvm_ffi.structural_walk(func.body, [(tvm.ir.TensorLoad, count), (tirx.BufferStore, count)])
-    return {f for f in frags if allowed[f] and f in fed and uses[f] == regions[f]}
+    elementwise = _elementwise_uses(func, frags)
+    chosen = {}
+    for f in frags:
+        good, bad = elementwise[f]
+        if not (allowed[f] and f in fed and not bad and uses[f] == regions[f] + good):
+            continue
+        needs_rows = f in rows or good > 0
+        marked = tirx.decl_buffer(f.shape, f.dtype, f.name, scope=MMA_ACC,
+                                  data_alignment=ROWS_MARK if needs_rows else -1)
+        if acc_grid(marked, threads) is not None:
+            chosen[f] = needs_rows
+    return chosen
+
+
+def _swizzle_candidates(func, arch, threads, in_registers) -> dict:
+    """Shared tiles (and fragments kept in shared memory) that get the swizzled layout of
+    swizzle.py: float16/bfloat16, 2-D, read whole as A or B by at least one gemm taking the
+    ``mma.sync`` path, and never read in part by such a gemm (its ldmatrix addressing needs
+    the whole tile). Every other access is rewritten element by element in place_memory."""
+    from tilewright.ir import tile_ops_in
+
+    whole: dict = {}
+    for call in tile_ops_in(func):
+        if call.name != "gemm" or mma_misfit_for(call, arch, threads) is not None:
+            continue
+        for op in ("A", "B"):
+            buf = call.operands[op].buffer
+            if str(buf.scope()) in ("shared", "shared.dyn", "local.fragment") and \
+                    buf not in in_registers and len(buf.shape) == 2:
+                whole[buf] = whole.get(buf, True) and _full(call.operands[op])
+    chosen = {}
+    for buf, ok in whole.items():
+        shape = [int(e.value) if isinstance(e, tirx.IntImm) else None for e in buf.shape]
+        layout = swizzle.params(*shape, str(buf.dtype)) if ok and None not in shape else None
+        if layout is not None:
+            chosen[buf] = layout
+    return chosen
 
 
 def infer_layout(arch):
-    """Layout inference for fragments: a fragment whose every use fits the mma accumulator
-    layout becomes registers (scope ``local.mma_acc``); every other fragment stays a shared
-    array visible to the whole block (see README, "Fragments")."""
-
+    """Layout inference. Fragments: one whose every use fits the mma accumulator layout
+    becomes registers (scope ``local.mma_acc``); every other fragment stays a shared array
+    visible to the whole block (see README, "Fragments"). Shared gemm operands: the swizzled
+    layout of swizzle.py, marked on the buffer and recorded in the ``swizzle.ATTR`` attribute
+    (name -> [W, B])."""
     def run(func):
-        chosen = _register_candidates(func, arch, threads_of(func))
-        if not chosen:
+        threads = threads_of(func)
+        chosen = _register_candidates(func, arch, threads)
+        swizzled = _swizzle_candidates(func, arch, threads, chosen)
+        if not chosen and not swizzled:
             return func
-        remap = {f: tirx.decl_buffer(f.shape, f.dtype, f.name, scope=MMA_ACC) for f in chosen}
-        return func.with_body(tvm_ffi.structural_map(
+        remap = {f: tirx.decl_buffer(f.shape, f.dtype, f.name, scope=MMA_ACC,
+                                     data_alignment=ROWS_MARK if rows else -1)
+                 for f, rows in chosen.items()}
+        remap.update({b: swizzle.marked(b) for b in swizzled})
+        func = func.with_body(tvm_ffi.structural_map(
             func.body, (tirx.Buffer, lambda b: remap.get(b, b))))
+        if swizzled:
+            func = func.with_attr(swizzle.ATTR, {b.name: list(layout)
+                                                 for b, layout in swizzled.items()})
+        return func
 
     return prim_func_pass("CUDAInferLayout", run)
 
@@ -162,6 +281,9 @@ class _Distribute(StmtMutator):
             loops.append(body)
             body = body.body
         body = _strip(body)
+        registers = self._accumulators(body)
+        if registers:
+            return self._per_register(loops, body, registers[0])
         # reducers take per-thread partial updates, so their nests are spread too
         stores = _stores(body)
         if stores and all(str(b.scope()) in ("local", "local.var") for b in stores):
@@ -169,6 +291,38 @@ class _Distribute(StmtMutator):
                 body = tirx.For(loop.loop_var, loop.min, loop.extent, tirx.ForKind.SERIAL, body)
             return body
         return self._spread(loops, body)
+
+    @staticmethod
+    def _accumulators(body) -> list:
+        found = []
+
+        def visit(node):
+            buf = node.source if isinstance(node, tvm.ir.TensorLoad) else node.buffer
+            if str(buf.scope()) == MMA_ACC and not any(buf.same_as(f) for f in found):
+                found.append(buf)
+
+        tvm_ffi.structural_walk(body, [(tvm.ir.TensorLoad, visit), (tirx.BufferStore, visit)])
+        return found
+
+    def _per_register(self, loops, body, acc):
+        """A nest over an accumulator in registers (infer_layout checked that it indexes
+        ``[i, j]`` by its two loop variables): each thread runs the iterations of the elements
+        it holds, ``(i, j)`` of register ``r`` in the mma layout."""
+        r = tirx.Var("r", "int32")
+        row, col = mma_acc_element(acc, r, self.threads, self.tx)
+        inner = _substitute(body, {loops[0].loop_var: row, loops[1].loop_var: col})
+        index = register_index(acc, r)
+
+        def load(e):
+            return tirx.BufferLoad(e.source, index) if e.source.same_as(acc) else e
+
+        def store(st):
+            return tirx.BufferStore(acc, st.value, index) if st.buffer.same_as(acc) else st
+
+        inner = tvm_ffi.structural_map(inner, [(tvm.ir.TensorLoad, load),
+                                               (tirx.BufferStore, store)])
+        return tirx.For(r, 0, mma_acc_registers(acc, self.threads), tirx.ForKind.UNROLLED,
+                        inner, span=loops[0].span)
 
     def _spread(self, loops, body):
         extents = [loop.extent for loop in loops]
@@ -224,42 +378,122 @@ def _shared(buffer) -> bool:
     return str(buffer.scope()) in ("shared", "shared.dyn", "local.fragment")
 
 
-def _accesses(stmt):
-    """(shared buffers read, shared buffers written) anywhere in ``stmt``."""
-    reads, writes = set(), set()
+def _version_key(index, stages: int):
+    """Which version of a pipelined tile an index names: ``("c", v)`` for a constant,
+    ``("k", loop var, offset, stages)`` for ``floormod(var + offset, stages)``, else None."""
+    if isinstance(index, tirx.IntImm):
+        return ("c", int(index.value) % stages)
+    if isinstance(index, tirx.FloorMod) and isinstance(index.b, tirx.IntImm) and \
+            int(index.b.value) == stages:
+        a = index.a
+        if isinstance(a, tirx.Var):
+            return ("k", hash(a), 0, stages)
+        if isinstance(a, tirx.Add) and isinstance(a.a, tirx.Var) and isinstance(a.b, tirx.IntImm):
+            return ("k", hash(a.a), int(a.b.value) % stages, stages)
+    return None
 
-    def load(e):
-        if _shared(e.source):
-            reads.add(e.source)
 
-    def store(s):
-        if _shared(s.buffer):
-            writes.add(s.buffer)
+def _overlap(k1, k2) -> bool:
+    if k1 is None or k2 is None or k1[0] != k2[0]:
+        return True
+    if k1[0] == "c":
+        return k1[1] == k2[1]
+    return k1[1] != k2[1] or k1[2] == k2[2]
 
-    def call(c):  # atomics and printing take element addresses
-        if isinstance(c.op, tvm.ir.Op) and c.op.name == "tirx.address_of":
-            target = c.args[0]
+
+def _conflict(xs, ys) -> bool:
+    return any(b1.same_as(b2) and _overlap(k1, k2) for b1, k1 in xs for b2, k2 in ys)
+
+
+def _is_address_of(e) -> bool:
+    return isinstance(e, tvm.ir.Call) and isinstance(e.op, tvm.ir.Op) and \
+        e.op.name == "tirx.address_of"
+
+
+class _Access:
+    """The shared-memory effects of a statement: ``reads`` and ``writes`` (visible to other
+    threads after the next barrier), ``issued`` (cp.async writes, visible only after a wait
+    and a barrier), and whether it waits for cp.async groups (``lands``). Entries are
+    ``(buffer, version key)``."""
+
+    def __init__(self, stmt, versions: dict):
+        self.reads, self.writes, self.issued, self.lands = set(), set(), set(), False
+        handled = []
+
+        def entry(buf, indices):
+            stages = versions.get(str(buf.name))
+            key = _version_key(indices[0], stages) if stages and len(indices) == len(
+                buf.shape) == 3 else None
+            return buf, key
+
+        def add(target, *sets):
             if _shared(target.source):
-                writes.add(target.source)
+                for into in sets:
+                    into.add(entry(target.source, target.indices))
 
-    tvm_ffi.structural_walk(stmt, [(tvm.ir.TensorLoad, load), (tirx.BufferStore, store),
-                                   (tvm.ir.Call, call)])
-    return reads, writes
+        def extern(c):
+            if not (isinstance(c.op, tvm.ir.Op) and c.op.name == "tirx.call_extern"):
+                return
+            name = str(c.args[0].value)
+            ptrs = [a for a in c.args[1:] if _is_address_of(a)]
+            if name.startswith("tw_cp_async_wait"):
+                self.lands = True
+            elif name.startswith("tw_cp_async16"):
+                handled.extend(ptrs)
+                add(ptrs[0].args[0], self.issued)
+            elif name.startswith("tw_copy16"):
+                handled.extend(ptrs)
+                add(ptrs[0].args[0], self.writes)
+            elif name.startswith("tw_gemm"):  # A, B read; C (in shared memory) updated
+                handled.extend(ptrs)
+                for n, p in enumerate(ptrs):
+                    add(p.args[0], self.reads, *([self.writes] if n >= 2 else []))
+
+        tvm_ffi.structural_walk(stmt, (tvm.ir.Call, extern))
+        skip = [p.args[0] for p in handled]
+
+        def load(e):
+            if _shared(e.source) and not any(e.same_as(x) for x in skip):
+                self.reads.add(entry(e.source, e.indices))
+
+        def store(s):
+            if _shared(s.buffer):
+                self.writes.add(entry(s.buffer, s.indices))
+
+        def address(c):  # atomics and printing take element addresses
+            if _is_address_of(c) and not any(c.same_as(h) for h in handled):
+                add(c.args[0], self.writes)
+
+        tvm_ffi.structural_walk(stmt, [(tvm.ir.TensorLoad, load), (tirx.BufferStore, store),
+                                       (tvm.ir.Call, address)])
+
+
+def _rekey(entries, var_hash, fn):
+    out = set()
+    for buf, key in entries:
+        out.add((buf, fn(key) if key is not None and key[0] == "k" and key[1] == var_hash
+                 else key))
+    return out
 
 
 class _Syncs:
     """Inserts ``__syncthreads()`` before a statement that reads shared memory written since
-    the last barrier, or writes shared memory read or written since then. Statements whose
-    control flow is the same in every thread of the block are entered; others are leaves."""
+    the last barrier, or writes shared memory read or written since then. ``cp.async`` writes
+    count as written at the ``wait_group`` that follows them. Versions of a pipelined tile
+    (pipeline.py) are told apart, with the previous iteration's versions shifted by one on a
+    loop's back edge. Statements whose control flow is the same in every thread of the block
+    are entered; others are leaves. A state is (reads, writes, issued)."""
 
-    def __init__(self, tx):
-        self.tx = tx
+    def __init__(self, tx, versions: dict | None = None):
+        self.tx, self.versions = tx, versions or {}
 
     def uniform(self, node) -> bool:
         return not _uses(node, self.tx)
 
     def run(self, stmt, state):
-        reads, writes = state
+        if len(state) == 2:  # (reads, writes): nothing in flight
+            state = (*state, set())
+        reads, writes, issued = state
         if isinstance(stmt, tirx.SeqStmt):
             out = []
             for s in stmt.seq:
@@ -267,34 +501,62 @@ class _Syncs:
                 out.append(s)
             return tirx.SeqStmt(out), state
         if _is_sync(stmt):
-            return stmt, (set(), set())
+            return stmt, (set(), set(), issued)
         if isinstance(stmt, tirx.For) and stmt.kind != tirx.ForKind.THREAD_BINDING and \
                 self.uniform(stmt.extent) and self.uniform(stmt.min) and \
                 not self._is_spread(stmt):
-            # a barrier the first iteration needs goes before the loop; inside, only what
-            # one iteration needs after the previous one
-            r, w = _accesses(stmt.body)
-            before = None
-            if (r & writes) or (w & (reads | writes)):
-                before, state = sync(), (set(), set())
-            _, end = self.run(stmt.body, (set(), set()))
-            body, end = self.run(stmt.body, end)
-            loop = rebuild_for(stmt, body=body)
-            after = (state[0] | end[0], state[1] | end[1])
-            return (loop if before is None else tirx.SeqStmt([before, loop])), after
+            return self._loop(stmt, state)
         if isinstance(stmt, tirx.IfThenElse) and self.uniform(stmt.condition):
             then_case, s1 = self.run(stmt.then_case, state)
             else_case, s2 = (self.run(stmt.else_case, state) if stmt.else_case is not None
                              else (None, state))
             return (tirx.IfThenElse(stmt.condition, then_case, else_case, span=stmt.span),
-                    (s1[0] | s2[0], s1[1] | s2[1]))
-        r, w = _accesses(stmt)
-        if (r & writes) or (w & (reads | writes)):
-            return tirx.SeqStmt([sync(), stmt]), (set(r), set(w))
-        return stmt, (reads | r, writes | w)
+                    tuple(a | b for a, b in zip(s1, s2)))
+        acc = _Access(stmt, self.versions)
+        if _conflict(acc.reads, writes) or _conflict(acc.writes | acc.issued, reads | writes):
+            stmt, reads, writes = tirx.SeqStmt([sync(), stmt]), set(), set()
+        reads, writes, issued = reads | acc.reads, writes | acc.writes, issued | acc.issued
+        if acc.lands:
+            writes, issued = writes | issued, set()
+        return stmt, (reads, writes, issued)
+
+    def _loop(self, stmt, state):
+        """A barrier the first iteration needs goes before the loop; inside, only what one
+        iteration needs after the previous one (its versions shifted back by one)."""
+        reads, writes, issued = state
+        acc = _Access(stmt.body, self.versions)
+        before = None
+        if not _starts_with_sync(stmt.body) and (
+                _conflict(acc.reads, writes) or _conflict(acc.writes | acc.issued,
+                                                          reads | writes)):
+            before, reads, writes = sync(), set(), set()
+        var = hash(stmt.loop_var)
+
+        def back_edge(key):
+            return (key[0], key[1], (key[2] - 1) % key[3], key[3])
+
+        _, end = self.run(stmt.body, (set(), set(), set(issued)))
+        end = tuple(_rekey(e, var, back_edge) for e in end)
+        body, end = self.run(stmt.body, end)
+        loop = rebuild_for(stmt, body=body)
+        end = tuple(_rekey(e, var, lambda key: None) for e in end)
+        after = (reads | end[0], writes | end[1], end[2])
+        return (loop if before is None else tirx.SeqStmt([before, loop])), after
 
     def _is_spread(self, loop) -> bool:
         return SPREAD in loop.annotations
+
+
+def _starts_with_sync(body) -> bool:
+    """A barrier comes before any shared access of ``body`` (cp.async waits may precede it)."""
+    for s in (body.seq if isinstance(body, tirx.SeqStmt) else [body]):
+        if _is_sync(s):
+            return True
+        if not (isinstance(s, tirx.Evaluate) and isinstance(s.value, tvm.ir.Call) and
+                isinstance(s.value.op, tvm.ir.Op) and s.value.op.name == "tirx.call_extern" and
+                str(s.value.args[0].value).startswith("tw_cp_async_wait")):
+            return False
+    return False
 
 
 def _is_sync(stmt) -> bool:
@@ -304,8 +566,12 @@ def _is_sync(stmt) -> bool:
 
 def insert_sync():
     def run(func):
+        from .pipeline import VERSIONS_ATTR
+
+        versions = {str(k): int(v) for k, v in func.attrs[VERSIONS_ATTR].items()} \
+            if func.attrs is not None and VERSIONS_ATTR in func.attrs else {}
         tx_loop = find_thread(func)
-        body, _ = _Syncs(tx_loop.loop_var).run(tx_loop.body, (set(), set()))
+        body, _ = _Syncs(tx_loop.loop_var, versions).run(tx_loop.body, (set(), set(), set()))
         new_loop = rebuild_for(tx_loop, body=body)
         return func.with_body(tvm_ffi.structural_map(
             func.body, (tirx.For, lambda s: new_loop if s.same_as(tx_loop) else s)))
@@ -326,10 +592,16 @@ def _bytes(buffer) -> int:
 
 def place_memory(arch):
     """Shared buffers and fragments (design: fragments live in shared memory, see README)
-    become views into one dynamic shared-memory pool; thread-local scopes become registers
-    (``local``). Fails when the pool exceeds what one block may use on ``arch``."""
+    become views into one dynamic shared-memory pool, swizzled tiles (with all their pipeline
+    versions) at multiples of ``swizzle.ALIGN`` with every access rewritten to the swizzled
+    offset; thread-local scopes become registers (``local``). Fails when the pool exceeds
+    what one block may use on ``arch``."""
 
     def run(func):
+        from .pipeline import VERSIONS_ATTR
+
+        versions = func.attrs[VERSIONS_ATTR] if func.attrs is not None and \
+            VERSIONS_ATTR in func.attrs else {}
         allocs = []
         tvm_ffi.structural_walk(func.body, (tirx.AllocBuffer, allocs.append))
         threads = int(find_thread(func).extent.value)
@@ -337,6 +609,8 @@ def place_memory(arch):
         for alloc in allocs:
             buf = alloc.buffer
             if _shared(buf):
+                align = swizzle.ALIGN if swizzle.layout_of(buf) else SMEM_ALIGN
+                offset = -(-offset // align) * align
                 views[buf] = (buf, offset)
                 offset += -(-_bytes(buf) // SMEM_ALIGN) * SMEM_ALIGN
             elif str(buf.scope()) == MMA_ACC:
@@ -346,17 +620,37 @@ def place_memory(arch):
             elif str(buf.scope()) != "local":
                 locals_[buf] = tirx.decl_buffer(buf.shape, buf.dtype, buf.name, scope="local")
         if offset > arch.max_shared_bytes:
-            parts = ", ".join(f"{b.name} {_bytes(b)}" for b, _ in views.values())
+            parts = ", ".join(f"{b.name} {_bytes(b)}" + (
+                f" ({int(b.shape[0].value)} pipeline versions)" if str(b.name) in versions
+                else "") for b, _ in views.values())
             raise KernelError(
                 f"the kernel needs {offset} bytes of shared memory ({parts}), above the "
                 f"{arch.max_shared_bytes} bytes one block may use on {arch.name}; use smaller "
                 "tiles or fewer stages", span_location(func.body.span))
         pool = tirx.decl_buffer((max(offset, 16),), "uint8", "tw_smem", scope="shared.dyn")
         remap = dict(locals_)
+        swizzled = []
         for buf, (old, at) in views.items():
             itemsize = tvm.runtime.DataType(str(old.dtype)).bits // 8
-            remap[buf] = tirx.decl_buffer(old.shape, old.dtype, old.name, data=pool.data,
+            shape = old.shape
+            if swizzle.layout_of(old) is not None:  # one flat array, indexed by swizzle.py
+                swizzled.append(buf)
+                shape = (_bytes(old) // itemsize,)
+            remap[buf] = tirx.decl_buffer(shape, old.dtype, old.name, data=pool.data,
                                           elem_offset=at // itemsize, scope="shared.dyn")
+
+        def swizzled_view(buf):
+            return next((remap[b] for b in swizzled if b.same_as(buf)), None)
+
+        def load(e):
+            view = swizzled_view(e.source)
+            return e if view is None else tirx.BufferLoad(
+                view, [swizzle.element_index(e.source, list(e.indices))])
+
+        def store(st):
+            view = swizzled_view(st.buffer)
+            return st if view is None else tirx.BufferStore(
+                view, st.value, [swizzle.element_index(st.buffer, list(st.indices))])
 
         def rewrite_alloc(stmt):
             if stmt.buffer in views:
@@ -367,6 +661,9 @@ def place_memory(arch):
             return stmt
 
         body = tvm_ffi.structural_map(func.body, [(tirx.AllocBuffer, rewrite_alloc)])
+        if swizzled:
+            body = tvm_ffi.structural_map(body, [(tvm.ir.TensorLoad, load),
+                                                 (tirx.BufferStore, store)])
         body = tvm_ffi.structural_map(body, (tirx.Buffer, lambda b: remap.get(b, b)))
         if views:
             tx_loop = find_thread(func.with_body(body))

@@ -1,5 +1,5 @@
-"""The entry point of tilewright-cuda: declares the ``cuda`` backend, its ``event`` timer and
-architecture models."""
+"""The entry point of tilewright-cuda: declares the ``cuda`` backend, its timers (``event``,
+``cudagraph``, ``cupti``; see timers.py) and architecture models."""
 
 from __future__ import annotations
 
@@ -9,17 +9,18 @@ from tilewright.plugin import (
     Availability,
     BackendModule,
     Capabilities,
+    LanguageExtension,
     PassPipeline,
     Phase,
-    Timer,
     hookimpl,
 )
 from tilewright.transform import lower_intrinsics, lower_tile_ops
 
-from . import __version__, arch, lowering_extra, passes
+from . import __version__, arch, hopper, lowering_extra, passes, pipeline, wgmma
 from .codegen import CODEGEN
 from .executor import EXECUTORS
 from .lowering import RULES
+from .timers import TIMERS
 
 DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
           "float16", "bfloat16", "float32", "float64")
@@ -37,19 +38,25 @@ def _arch(ctx):
 
 
 PIPELINE = PassPipeline((
-    Phase("bind_threads", lambda ctx: [_arch(ctx) and passes.bind_threads()],
+    Phase("bind_threads", lambda ctx: [_arch(ctx) and passes.bind_threads(),
+                                       hopper.bind_roles()],
           "the block's program is wrapped in a threadIdx.x loop of T.Kernel's threads"),
-    Phase("infer_layout", lambda ctx: [passes.infer_layout(_arch(ctx))],
+    Phase("infer_layout", lambda ctx: [passes.infer_layout(_arch(ctx)),
+                                       wgmma.mark_accumulators(_arch(ctx))],
           "fragments used only as mma accumulators become registers in the mma layout"),
     Phase("lower_tile_ops", lambda ctx: [lower_tile_ops(_rules(ctx), "cuda", _arch(ctx)),
+                                         lowering_extra.gate_scalar_atomics(),
                                          lower_intrinsics(lowering_extra.INTRINSIC_RULES,
                                                           "CUDALowerIntrinsics")],
           "each tile op becomes parallel nests or thread code (tilewright_cuda.lowering)"),
-    Phase("distribute", lambda ctx: [passes.distribute()],
+    Phase("pipeline", lambda ctx: [pipeline.pipeline()],
+          "T.Pipelined loops: prologue, multi-versioned shared tiles, cp.async groups"),
+    Phase("distribute", lambda ctx: [hopper.distribute_roles(), passes.distribute()],
           "T.Parallel iterations are spread over the block's threads"),
-    Phase("insert_sync", lambda ctx: [passes.insert_sync()],
+    Phase("insert_sync", lambda ctx: [hopper.insert_sync()],
           "__syncthreads() where shared-memory dependencies cross threads"),
-    Phase("place_memory", lambda ctx: [passes.place_memory(_arch(ctx)),
+    Phase("place_memory", lambda ctx: [hopper.role_registers(), passes.place_memory(_arch(ctx)),
+                                       hopper.finish(),
                                        passes.strip_annotations()],
           "shared tiles and fragments become views of one dynamic shared-memory pool"),
 ))
@@ -77,6 +84,7 @@ BACKEND = BackendModule(
     device="cuda",
     device_available=device_available,
     target_options=("arch",),
+    target_defaults=lambda kind: {"arch": arch.resolve(None).name},
     description="NVIDIA GPUs: CUDA C++ through TVM's CUDA codegen, NVRTC or nvcc, launched "
                 "with the driver API",
 )
@@ -87,50 +95,46 @@ def tilewright_backends():
     return [BACKEND]
 
 
-def _event_timer(fn, n_warmup: int, n_repeat: int, flush=None) -> list[float]:
-    import torch
-
-    for _ in range(n_warmup):
-        fn()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(n_repeat):
-        if flush is not None:
-            flush()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end))
-    return samples
-
-
-def _event_available() -> Availability:
-    try:
-        import torch
-    except ImportError:
-        return Availability(False, "torch is not installed")
-    if not torch.cuda.is_available():
-        return Availability(False, "torch sees no CUDA device")
-    return Availability(True)
+@hookimpl
+def tilewright_language_extensions():
+    return [LanguageExtension("cuda", "tilewright_cuda.language", ("cuda",))]
 
 
 @hookimpl
 def tilewright_timers():
-    return [Timer("event", _event_available, _event_timer,
-                  "CUDA events around each call on torch's current stream")]
+    return list(TIMERS)
+
+
+# (name, description, peak TFLOP/s fp16/bf16 and fp32, HBM GB/s, SMs, shared memory per SM and
+# per block, L2 bytes, compute capability, max threads per SM, mma shapes). Per SM on every one:
+# 65536 32-bit registers, 4 sub-partitions, warps of 32, at most 1024 threads per block.
+_GPUS = (
+    ("A100", "NVIDIA A100 SXM 80 GB", 312.0, 19.5, 2039.0, 108, 167936, 166912, 40 << 20,
+     "8.0", 2048, ((16, 8, 16), (16, 8, 8))),
+    ("H100", "NVIDIA H100 SXM", 989.0, 67.0, 3350.0, 132, 233472, 232448, 50 << 20, "9.0",
+     2048, ((16, 8, 16), (64, 256, 16))),
+    ("H200", "NVIDIA H200 SXM", 989.0, 67.0, 4800.0, 132, 233472, 232448, 50 << 20, "9.0",
+     2048, ((16, 8, 16), (64, 256, 16))),
+    ("RTX4090", "NVIDIA GeForce RTX 4090", 165.0, 82.6, 1008.0, 128, 102400, 101376, 72 << 20,
+     "8.9", 1536, ((16, 8, 16), (16, 8, 8))),
+)
+
+
+def _arch_model(name, description, half, single, bandwidth, sms, smem_sm, smem_block, l2, cc,
+                threads_sm, mma_shapes) -> ArchModel:
+    return ArchModel(
+        name, {"float16": half, "bfloat16": half, "float32": single}, bandwidth, description,
+        compute_units=sms, shared_memory_bytes=smem_sm, register_budget=65536,
+        mma_shape=mma_shapes[0], transaction_bytes=128, unit_partitions=4,
+        block_shared_memory_bytes=smem_block,
+        details={"compute_capability": cc, "warp_size": 32, "max_threads_per_block": 1024,
+                 "max_threads_per_unit": threads_sm, "registers_per_unit": 65536,
+                 "l2_bytes": l2, "mma_shapes": mma_shapes})
+
+
+ARCH_MODELS = tuple(_arch_model(*row) for row in _GPUS)
 
 
 @hookimpl
 def tilewright_arch_models():
-    return [
-        ArchModel("A100", {"float16": 312.0, "bfloat16": 312.0, "float32": 19.5}, 2039.0,
-                  "NVIDIA A100 SXM 80 GB"),
-        ArchModel("H100", {"float16": 989.0, "bfloat16": 989.0, "float32": 67.0}, 3350.0,
-                  "NVIDIA H100 SXM"),
-        ArchModel("H200", {"float16": 989.0, "bfloat16": 989.0, "float32": 67.0}, 4800.0,
-                  "NVIDIA H200 SXM"),
-        ArchModel("RTX4090", {"float16": 165.0, "bfloat16": 165.0, "float32": 82.6}, 1008.0,
-                  "NVIDIA GeForce RTX 4090"),
-    ]
+    return list(ARCH_MODELS)

@@ -38,3 +38,29 @@ TW_FLOAT_ATOMIC(tw_atomic_max, float, unsigned int, >)
 TW_FLOAT_ATOMIC(tw_atomic_min, float, unsigned int, <)
 TW_FLOAT_ATOMIC(tw_atomic_max, double, unsigned long long, >)
 TW_FLOAT_ATOMIC(tw_atomic_min, double, unsigned long long, <)
+
+// float16/bfloat16 max/min: a compare-and-swap loop on the 16-bit word (atomicCAS on
+// unsigned short is native from sm_70, the oldest architecture this backend targets). Values
+// are compared as float; a NaN value leaves memory unchanged, like the float helpers above.
+#define TW_HALF_ATOMIC(NAME, T, TO_FLOAT, CMP)                                           \
+  template <>                                                                            \
+  __device__ __forceinline__ T NAME<T>(T* address, T value) {                            \
+    unsigned short* raw = reinterpret_cast<unsigned short*>(address);                    \
+    unsigned short old = *raw, assumed;                                                  \
+    const float wanted = TO_FLOAT(value);                                                \
+    do {                                                                                 \
+      assumed = old;                                                                     \
+      if (!(wanted CMP TO_FLOAT(*reinterpret_cast<T*>(&assumed)))) break;                \
+      old = atomicCAS(raw, assumed, *reinterpret_cast<unsigned short*>(&value));         \
+    } while (assumed != old);                                                            \
+    return *reinterpret_cast<T*>(&old);                                                  \
+  }
+
+#ifdef __CUDA_FP16_TYPES_EXIST__
+TW_HALF_ATOMIC(tw_atomic_max, __half, __half2float, >)
+TW_HALF_ATOMIC(tw_atomic_min, __half, __half2float, <)
+#endif
+#ifdef __CUDA_BF16_TYPES_EXIST__
+TW_HALF_ATOMIC(tw_atomic_max, __nv_bfloat16, __bfloat162float, >)
+TW_HALF_ATOMIC(tw_atomic_min, __nv_bfloat16, __bfloat162float, <)
+#endif

@@ -3,7 +3,8 @@
 Candidates: per dimension, the instruction granularity times powers of two and the divisors
 of the problem size that are multiples of it (block_M, block_N up to 256; block_K up to 128).
 Two hard limits filter them, per compute unit: on-chip memory for the pipelined A and B
-tiles (``stages * (bM*bK + bK*bN) * bytes <= shared_memory_bytes``) and the accumulator's
+tiles (``stages * (bM*bK + bK*bN) * bytes <= shared_memory_bytes``, and no more than one
+block may use, ``block_shared_memory_bytes``, where the model gives it) and the accumulator's
 register proxy (``2 * bM*bN * accum_bits / 32 <= register_budget``). The score estimates the
 whole kernel's DRAM traffic: the bytes one output tile moves (rows rounded up to the
 transaction size) times the number of waves, ``ceil(tiles / (blocks per unit * units))``;
@@ -134,7 +135,9 @@ class MatmulTemplate:
         if reg > arch.register_budget:
             return None
         stage_bytes = (bm * bk + bk * bn) * a
-        if stage_bytes > arch.shared_memory_bytes:
+        block_limit = min(arch.block_shared_memory_bytes or arch.shared_memory_bytes,
+                          arch.shared_memory_bytes)
+        if stage_bytes > block_limit:
             return None
         base_stages = 2 if self.K > bk else 1
         occupancy = min(arch.shared_memory_bytes // (base_stages * stage_bytes) or 1,
@@ -142,10 +145,11 @@ class MatmulTemplate:
         stages = base_stages
         # deepen the pipeline while the same number of blocks still fits on a unit
         while stages < 4 and self.K > stages * bk and \
+                (stages + 1) * stage_bytes <= block_limit and \
                 arch.shared_memory_bytes // ((stages + 1) * stage_bytes) >= occupancy:
             stages += 1
         smem = stages * stage_bytes
-        if smem > arch.shared_memory_bytes:
+        if smem > block_limit:
             stages, smem = 1, stage_bytes
         tiles = math.ceil(self.M / bm) * math.ceil(self.N / bn)
         waves = math.ceil(tiles / (occupancy * arch.compute_units))

@@ -58,4 +58,8 @@ def resolve_target(target, manager: PluginManager | None = None) -> tuple[Target
         if key not in known:
             raise TargetError(f"target {target!r}: backend '{backend.name}' has no option "
                               f"-{key} (options: {', '.join(sorted(known)) or 'none'})")
+    if backend.target_defaults is not None:
+        given = dict(options)
+        defaults = backend.target_defaults(kind)
+        options = tuple(sorted({**{k: str(v) for k, v in defaults.items()}, **given}.items()))
     return Target(kind, options, backend.name), backend

@@ -150,6 +150,10 @@ class BackendModule:
     device_available: Callable[[], Availability] = field(default=lambda: Availability(True))
     target_options: tuple[str, ...] = ()
     description: str = ""
+    # ``target_defaults(kind) -> {option: value}`` fills in the options a target string leaves
+    # out (plain ``cuda`` -> ``-arch`` of this machine), so the resolved target -- and with it
+    # the disk-cache key -- always names what the kernel is compiled for
+    target_defaults: Callable[[str], Mapping[str, str]] | None = None
 
     def __post_init__(self):
         _check_name("backend", self.name)
@@ -215,7 +219,11 @@ class ArchModel:
     lacks use the ``float32`` entry. The on-chip fields are per compute unit (SM, AI core, CPU
     core); 0 means unknown, and the carver refuses a model that lacks what it needs.
     ``mma_shape`` is the (m, n, k) granularity of the matrix instruction; ``transaction_bytes``
-    the global-memory access granularity.
+    the global-memory access granularity. ``block_shared_memory_bytes`` is the most one block
+    (one program instance) may use, when that is below the per-unit ``shared_memory_bytes``
+    (0: the same). ``details`` holds further facts for tools and reports, by convention
+    ``compute_capability``, ``warp_size``, ``max_threads_per_block``, ``max_threads_per_unit``,
+    ``registers_per_unit``, ``l2_bytes`` and ``mma_shapes`` (every matrix instruction shape).
     """
 
     name: str
@@ -228,11 +236,14 @@ class ArchModel:
     mma_shape: tuple[int, int, int] = (16, 16, 16)
     transaction_bytes: int = 128
     unit_partitions: int = 4
+    block_shared_memory_bytes: int = 0
+    details: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name.strip():
             raise PluginError(f"arch model name must be a non-empty string, got {self.name!r}")
         object.__setattr__(self, "peak_tflops", _freeze(self.peak_tflops))
+        object.__setattr__(self, "details", _freeze(self.details))
         object.__setattr__(self, "mma_shape", tuple(self.mma_shape))
         if not self.peak_tflops or any(not v > 0 for v in self.peak_tflops.values()):
             raise PluginError(f"arch model {self.name!r}: peak_tflops needs positive entries")

@@ -45,6 +45,48 @@ def _ensure_context(device_index: int):
         _check(driver.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
 
 
+_TMA_DTYPES = {"float16": "FLOAT16", "bfloat16": "BFLOAT16", "float32": "FLOAT32",
+               "float64": "FLOAT64", "int32": "INT32", "int64": "INT64", "uint8": "UINT8",
+               "int8": "UINT8", "uint16": "UINT16", "int16": "UINT16", "uint32": "UINT32",
+               "uint64": "UINT64"}
+_TMA_SWIZZLE = {0: "NONE", 32: "32B", 64: "64B", 128: "128B"}
+
+
+def tensor_map_layout(p: dict, tensor) -> tuple[list, list]:
+    """(dims, byte strides) of ``tensor``, innermost first, as TMA wants them; a layout TMA
+    cannot address is an error naming the tensor."""
+    item = tensor.element_size()
+    if tensor.dim() != p["rank"]:
+        raise RuntimeError(f"TMA descriptor of {p['tensor']!r}: expected a {p['rank']}-D "
+                           f"tensor, got {tensor.dim()}-D")
+    dims = [int(d) for d in reversed(tensor.shape)]
+    strides = [int(s) * item for s in reversed(tensor.stride())]
+    if tensor.dim() and tensor.stride()[-1] != 1:
+        raise RuntimeError(f"TMA needs {p['tensor']!r} contiguous in its last dimension")
+    if tensor.data_ptr() % 16 or any(s % 16 for s in strides[1:]):
+        raise RuntimeError(f"TMA needs {p['tensor']!r} 16-byte aligned with row strides a "
+                           f"multiple of 16 bytes; got strides {strides[1:]} bytes")
+    return dims, strides
+
+
+def encode_tensor_map(p: dict, tensor):
+    """``cuTensorMapEncodeTiled`` for one TMA parameter of a launch description."""
+    driver = _driver()
+    dims, strides = tensor_map_layout(p, tensor)
+    enum = driver.CUtensorMapDataType
+    return _check(driver.cuTensorMapEncodeTiled(
+        getattr(enum, f"CU_TENSOR_MAP_DATA_TYPE_{_TMA_DTYPES[p['dtype']]}"), p["rank"],
+        tensor.data_ptr(), [driver.cuuint64_t(d) for d in dims],
+        [driver.cuuint64_t(s) for s in strides[1:]],
+        [driver.cuuint32_t(b) for b in p["box"]], [driver.cuuint32_t(1)] * p["rank"],
+        driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+        getattr(driver.CUtensorMapSwizzle,
+                f"CU_TENSOR_MAP_SWIZZLE_{_TMA_SWIZZLE[p['swizzle']]}"),
+        driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+        driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+        f"cuTensorMapEncodeTiled({p['tensor']})")
+
+
 class CubinFunction:
     """One ``__global__`` function of a cubin plus how to launch it.
 
@@ -60,6 +102,7 @@ class CubinFunction:
         self._functions: dict[int, object] = {}
         self._lock = threading.Lock()
         self._grid = [compile(g, "<grid>", "eval") for g in launch["grid"]]
+        self._maps: dict = {}
 
     def _function(self, device_index: int):
         fn = self._functions.get(device_index)
@@ -95,6 +138,10 @@ class CubinFunction:
                 for g in self._grid]
         if min(grid) <= 0:
             return  # an empty problem: nothing to launch
+        cluster = self.launch.get("cluster_dims")
+        if cluster and any(g % c for g, c in zip(grid, cluster)):
+            raise RuntimeError(f"{self.launch['entry']}: grid {grid} is not a multiple of its "
+                               f"thread-block cluster {cluster}")
         values, types = [], []
         for p in self.launch["params"]:
             if p["kind"] == "tensor":
@@ -103,6 +150,9 @@ class CubinFunction:
             elif p["kind"] == "scalar":
                 values.append(args[p["param"]])
                 types.append(_CTYPES[p["dtype"]])
+            elif p["kind"] == "tensormap":  # a TMA descriptor, passed by value
+                values.append(self._tensor_map(p, args[p["param"]]))
+                types.append(None)
             else:
                 values.append(symbols[p["name"]])
                 types.append(_CTYPES[p["dtype"]])
@@ -112,6 +162,15 @@ class CubinFunction:
         _check(driver.cuLaunchKernel(fn, *grid, bx, by, bz, int(self.launch["dynamic_smem_bytes"]),
                                      driver.CUstream(stream), (tuple(values), tuple(types)), 0),
                f"launching {self.launch['entry']}")
+
+    def _tensor_map(self, p: dict, tensor):
+        """The ``CUtensorMap`` of a TMA parameter for ``tensor`` (cached per address, shape
+        and strides): box, swizzle and dtype from the launch description."""
+        key = (p["name"], tensor.data_ptr(), tuple(tensor.shape), tuple(tensor.stride()))
+        cached = self._maps.get(key)
+        if cached is None:
+            cached = self._maps[key] = encode_tensor_map(p, tensor)
+        return cached
 
     # -- bundles --------------------------------------------------------------------------
     def export(self, path, signature: dict) -> Path:

@@ -1,0 +1,160 @@
+"""Kernels written with the CUDA dialect (``tilewright_cuda.language``), for the dialect tests
+(test_cuda_dialect.py builds them, test_cuda_dialect_emulate.py runs them on the host)."""
+
+import tilewright_cuda.language as T
+
+
+def tma_gemm(M=256, N=256, K=128, bM=128, bN=128, bK=64, stages=2, dtype="float16"):
+    """A TMA + mbarrier pipeline (full/empty barrier per stage), one role."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype),
+             C: T.Tensor((M, N), "float32")):
+        with T.Kernel(T.ceildiv(N, bN), T.ceildiv(M, bM), threads=128) as (bx, by):
+            A_s = T.alloc_shared((stages, bM, bK), dtype)
+            B_s = T.alloc_shared((stages, bK, bN), dtype)
+            C_l = T.alloc_fragment((bM, bN), "float32")
+            full = T.alloc_barrier([128] * stages)
+            empty = T.alloc_barrier([128] * stages)
+            T.clear(C_l)
+            for ko in T.serial(T.ceildiv(K, bK)):
+                s = ko % stages
+                T.mbarrier_wait_parity(empty[s], ((ko // stages) % 2) ^ 1)
+                T.tma_copy(A[by * bM:(by + 1) * bM, ko * bK:(ko + 1) * bK], A_s[s, :, :],
+                           barrier=full[s])
+                T.tma_copy(B[ko * bK:(ko + 1) * bK, bx * bN:(bx + 1) * bN], B_s[s, :, :],
+                           barrier=full[s])
+                T.mbarrier_arrive(full[s])
+                T.mbarrier_wait_parity(full[s], (ko // stages) % 2)
+                T.gemm(A_s[s, :, :], B_s[s, :, :], C_l)
+                T.mbarrier_arrive(empty[s])
+            T.copy(C_l, C[by * bM, bx * bN])
+
+    return main
+
+
+def tma_gemm_swizzled(M=256, N=256, K=128, bM=128, bN=128, bK=64, dtype="float16"):
+    """2-D operand tiles: layout inference swizzles them (swizzle.py), so the TMA boxes are
+    128-byte column blocks with SWIZZLE_128B and the mma.sync gemm reads them swizzled."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype),
+             C: T.Tensor((M, N), "float32")):
+        with T.Kernel(T.ceildiv(N, bN), T.ceildiv(M, bM), threads=128) as (bx, by):
+            A_s = T.alloc_shared((bM, bK), dtype)
+            B_s = T.alloc_shared((bK, bN), dtype)
+            C_l = T.alloc_fragment((bM, bN), "float32")
+            full = T.alloc_barrier(128)
+            empty = T.alloc_barrier(128)
+            T.clear(C_l)
+            for ko in T.serial(T.ceildiv(K, bK)):
+                T.mbarrier_wait_parity(empty, (ko % 2) ^ 1)
+                T.tma_copy(A[by * bM:(by + 1) * bM, ko * bK:(ko + 1) * bK], A_s, barrier=full)
+                T.tma_copy(B[ko * bK:(ko + 1) * bK, bx * bN:(bx + 1) * bN], B_s, barrier=full)
+                T.mbarrier_arrive(full)
+                T.mbarrier_wait_parity(full, ko % 2)
+                T.gemm(A_s, B_s, C_l)
+                T.mbarrier_arrive(empty)
+            T.copy(C_l, C[by * bM, bx * bN])
+
+    return main
+
+
+def ws_gemm(M=256, N=256, K=128, bM=128, bN=128, bK=32, num_stages=2, dtype="float16"):
+    """The warp-specialised GEMM of the seeds: warpgroup 1 loads with TMA, warpgroup 0
+    computes; registers move from the loader to the compute role."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype),
+             C: T.Tensor((M, N), "float32")):
+        with T.Kernel(T.ceildiv(N, bN), T.ceildiv(M, bM), threads=256) as (bx, by):
+            A_shared = T.alloc_shared((num_stages, bM, bK), dtype)
+            B_shared = T.alloc_shared((num_stages, bK, bN), dtype)
+            C_local = T.alloc_fragment((bM, bN), "float32")
+            mbars = T.alloc_barrier([128, 128] * num_stages)
+            with T.ws(1):
+                T.dec_max_nreg(40)
+            with T.ws(0):
+                T.inc_max_nreg(232)
+                T.clear(C_local)
+            for ko in T.Pipelined(T.ceildiv(K, bK), num_stages=num_stages):
+                with T.ws(1):
+                    T.mbarrier_wait_parity(mbarrier=mbars[ko % num_stages + num_stages],
+                                           parity=((ko // num_stages) % 2) ^ 1)
+                    T.tma_copy(A[by * bM:(by + 1) * bM, ko * bK:(ko + 1) * bK],
+                               A_shared[ko % num_stages, :, :], barrier=mbars[ko % num_stages])
+                    T.tma_copy(B[ko * bK:(ko + 1) * bK, bx * bN:(bx + 1) * bN],
+                               B_shared[ko % num_stages, :, :], barrier=mbars[ko % num_stages])
+                    T.mbarrier_arrive(mbarrier=mbars[ko % num_stages])
+                with T.ws(0):
+                    T.mbarrier_wait_parity(mbarrier=mbars[ko % num_stages],
+                                           parity=(ko // num_stages) % 2)
+                    T.gemm(A_shared[ko % num_stages, :, :], B_shared[ko % num_stages, :, :],
+                           C_local)
+                    T.mbarrier_arrive(mbarrier=mbars[ko % num_stages + num_stages])
+            with T.ws(0):
+                T.copy(C_local, C[by * bM, bx * bN])
+
+    return main
+
+
+def ws_store(M=256, N=128, bM=64, bN=64, dtype="float32"):
+    """Role 1 loads a tile with TMA; role 0 adds one and stores it with TMA."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, N), dtype), B: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, bN), T.ceildiv(M, bM), threads=256) as (bx, by):
+            S = T.alloc_shared((bM, bN), dtype)
+            O = T.alloc_shared((bM, bN), dtype)
+            bar = T.alloc_barrier([128])
+            with T.ws(1):
+                T.tma_copy(A[by * bM:(by + 1) * bM, bx * bN:(bx + 1) * bN], S, barrier=bar[0])
+                T.mbarrier_arrive(bar[0])
+            with T.ws(0):
+                T.mbarrier_wait_parity(bar[0], 0)
+                for i, j in T.Parallel(bM, bN):
+                    O[i, j] = S[i, j] + 1.0
+                T.tma_copy(O, B[by * bM:(by + 1) * bM, bx * bN:(bx + 1) * bN])
+                T.tma_store_wait()
+
+    return main
+
+
+def cluster_scale(M=256, N=128, bM=64, bN=64, dtype="float16"):
+    """TMA load, scale, TMA store, in clusters of 2x1 blocks."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, N), dtype), B: T.Tensor((M, N), dtype)):
+        with T.ClusterKernel(T.ceildiv(N, bN), T.ceildiv(M, bM), threads=128,
+                             cluster_dims=(2, 1)) as (bx, by):
+            S = T.alloc_shared((bM, bN), dtype)
+            O = T.alloc_shared((bM, bN), dtype)
+            bar = T.alloc_barrier(128)
+            T.tma_copy(A[by * bM:(by + 1) * bM, bx * bN:(bx + 1) * bN], S, barrier=bar)
+            T.mbarrier_arrive(bar)
+            T.mbarrier_wait_parity(bar, 0)
+            for i, j in T.Parallel(bM, bN):
+                O[i, j] = S[i, j] * 2.0
+            T.tma_copy(O, B[by * bM:(by + 1) * bM, bx * bN:(bx + 1) * bN])
+            T.tma_store_wait()
+
+    return main
+
+
+def head_copy(B=2, H=3, D=64, bN=32, dtype="float16"):
+    """The seeds' ``K[bz, by, k:k + block_N, :]`` into one version of a staged tile and back:
+    a 4-D tensor with a symbolic sequence length."""
+    S = T.symbolic("S")
+
+    @T.prim_func
+    def main(K: T.Tensor((B, H, S, D), dtype), O: T.Tensor((B, H, S, D), dtype)):
+        with T.Kernel(T.ceildiv(S, bN), H, B, threads=128) as (bx, by, bz):
+            K_s = T.alloc_shared((2, bN, D), dtype)
+            bar = T.alloc_barrier([128, 128])
+            T.tma_copy(K[bz, by, bx * bN:(bx + 1) * bN, :], K_s[1, :, :], barrier=bar[1])
+            T.mbarrier_arrive(bar[1])
+            T.mbarrier_wait_parity(bar[1], 0)
+            T.tma_copy(K_s[1, :, :], O[bz, by, bx * bN:(bx + 1) * bN, :])
+            T.tma_store_wait()
+
+    return main

@@ -1,0 +1,214 @@
+"""The CUDA dialect (``tilewright_cuda.language``): TMA with compiler-built descriptors,
+mbarriers, warp-specialised roles, register budgets and clusters. Kernels compile to sm_90a
+cubins whose machine code has the Hopper instructions and are refused with the op's name on
+other backends and on older architectures (test_cuda_dialect_emulate.py runs them)."""
+
+import json
+
+import pytest
+import sass
+import tilewright
+import tilewright_cuda.language as T
+import torch
+from dialect_cases import cluster_scale, head_copy, tma_gemm, tma_gemm_swizzled, ws_gemm, ws_store
+from tilewright.errors import KernelError
+from tilewright.runtime.cuda import tensor_map_layout
+from tilewright_cuda import arch, executor
+
+
+def _lower(func, target="cuda -arch=sm_90a"):
+    lowered = tilewright.lower(func, target)
+    return lowered.source.text, lowered.source.payload
+
+
+def _kernel(text: str) -> str:
+    return text[text.index('extern "C" __global__'):]
+
+
+def _maps(launch) -> list:
+    return [p for p in launch["params"] if p["kind"] == "tensormap"]
+
+
+# -- descriptors, roles, clusters in the generated code --------------------------------------
+def test_descriptors_are_deduplicated_and_passed_with_the_launch():
+    text, launch = _lower(tma_gemm())
+    maps = _maps(launch)
+    # A and B: one descriptor each, shared by every stage and iteration
+    assert [(m["tensor"], m["box"], m["swizzle"]) for m in maps] == \
+        [("A", [64, 128], 0), ("B", [128, 64], 0)]
+    assert [m["param"] for m in maps] == [0, 1]
+    kernel = _kernel(text)
+    assert kernel.count("const __grid_constant__ tw_tensormap tw_tmap_1") == 2  # proto + def
+    assert kernel.count("tw_tma_load_2d(") == 2 and "TW_TMAP(0)" in kernel
+    # the load raises the expected bytes of the stage's full barrier, from one thread
+    assert "tw_mbar_expect_tx(" in kernel and "(uint)16384" in kernel
+    assert "if (((int)threadIdx.x) == 0)" in kernel
+    json.dumps(launch)  # the launch description (launch.json, bundles) stays plain JSON
+
+
+def test_descriptors_of_higher_rank_and_symbolic_tensors():
+    text, launch = _lower(head_copy())
+    # K[bz, by, s:s+32, :]: rank 4, box innermost first; the sequence length is read at launch
+    assert [(m["tensor"], m["rank"], m["box"]) for m in _maps(launch)] == \
+        [("K", 4, [64, 32, 1, 1]), ("O", 4, [64, 32, 1, 1])]
+    assert "tw_tma_load_4d(" in text and "tw_tma_store_4d(" in text
+    assert launch["grid"][0] == "(((S + 32) - 1) // 32)"
+
+
+def test_swizzled_tiles_take_column_block_boxes():
+    _, launch = _lower(tma_gemm_swizzled())
+    # A_s [128, 64] fp16: one 128-byte block; B_s [64, 128]: two blocks through one descriptor
+    assert [(m["tensor"], m["box"], m["swizzle"]) for m in _maps(launch)] == \
+        [("A", [64, 128], 128), ("B", [64, 64], 128)]
+
+
+def test_warp_specialised_roles_become_thread_range_branches():
+    text, launch = _lower(ws_gemm())
+    kernel = _kernel(text)
+    assert "if (128 <= ((int)threadIdx.x))" in kernel and "if (((int)threadIdx.x) < 128)" in kernel
+    assert "tw_setmaxnreg_dec<40>()" in kernel and "tw_setmaxnreg_inc<232>()" in kernel
+    assert "__launch_bounds__(256, 1)" in kernel  # setmaxnreg needs a known entry budget
+    # the loader role's first thread issues the TMA
+    assert "if (((int)threadIdx.x) == 128)" in kernel
+    loop = kernel.split("for (int ko = 0;", 1)[1].split("\n  }\n", 1)[0]
+    assert "__syncthreads()" not in loop  # roles hand over through mbarriers only
+    assert launch["block"] == [256, 1, 1]
+
+
+def test_barriers_inside_a_role_are_named_barriers_of_its_threads():
+    kernel = _kernel(_lower(ws_store())[0])
+    role0 = kernel.split("if (((int)threadIdx.x) < 128) {", 1)[1]
+    assert role0.count("tw_named_barrier_sync(1, 128)") == 2  # before the store, after wait
+    assert "__syncthreads()" not in role0
+    assert "tw_fence_proxy_async();" in role0 and "tw_tma_store_wait<0>();" in role0
+
+
+def test_cluster_kernel_declares_cluster_dims():
+    text, launch = _lower(cluster_scale())
+    assert "__global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(128)" in text
+    assert launch["cluster_dims"] == [2, 1, 1]
+
+
+@pytest.mark.nvrtc
+def test_bundles_carry_what_the_launcher_needs(tmp_path):
+    from tilewright.jit import compile as tw_compile
+
+    kernel = tw_compile(cluster_scale(), target="cuda -arch=sm_90a")
+    launch = json.loads((kernel.export(tmp_path / "b") / "launch.json").read_text())
+    assert launch["cluster_dims"] == [2, 1, 1]
+    assert [(m["param"], m["dtype"], m["box"], m["swizzle"]) for m in _maps(launch)] == \
+        [(0, "float16", [64, 64], 0), (1, "float16", [64, 64], 0)]
+
+
+# -- machine code ----------------------------------------------------------------------------
+def _sass(func) -> tuple[str, bytes, str]:
+    text, _ = _lower(func)
+    cubin, log = executor.nvrtc_compile(text, arch.get("sm_90a"), ".")
+    return sass.dump(cubin), cubin, log
+
+
+@pytest.mark.nvrtc
+@pytest.mark.sass
+def test_tma_pipeline_sass_has_tma_loads_and_mbarriers():
+    code, _, log = _sass(tma_gemm())
+    assert code.count("UTMALDG.2D") == 2
+    assert "SYNCS.ARRIVE.TRANS64" in code and "SYNCS.PHASECHK.TRANS64.TRYWAIT" in code
+    assert "SYNCS.EXCH.64" in code  # mbarrier.init
+    assert "0 bytes spill stores" in log
+
+
+@pytest.mark.nvrtc
+@pytest.mark.sass
+def test_warp_specialised_sass_has_register_handover_and_tma():
+    code, _, log = _sass(ws_gemm())
+    assert "USETMAXREG.DEALLOC" in code and "USETMAXREG.TRY" in code
+    assert "UTMALDG" in code and "SYNCS.PHASECHK.TRANS64.TRYWAIT" in code
+    assert "ignored" not in log  # ptxas honoured setmaxnreg
+
+
+@pytest.mark.nvrtc
+@pytest.mark.sass
+def test_cluster_and_tma_store_machine_code():
+    code, cubin, _ = _sass(cluster_scale())
+    assert "UTMASTG" in code and "UTMALDG" in code
+    elf = sass.dump(cubin, "-elf")
+    assert "EIATTR_CTA_PER_CLUSTER" in elf and "0x2 0x1 0x1" in elf
+    code, _, log = _sass(ws_store())
+    assert "UTMASTG" in code and "used 2 barriers" in log  # __syncthreads + role 0's
+
+
+# -- errors ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("kernel, op", [(tma_gemm, "alloc_barrier"), (ws_gemm, "alloc_barrier"),
+                                        (cluster_scale, "ClusterKernel")])
+def test_other_backends_refuse_dialect_ops_by_name(kernel, op):
+    with pytest.raises(KernelError, match=rf"T\.{op} is an op of the 'cuda' dialect.*backend "
+                                          r"'cpu' cannot lower it"):
+        tilewright.lower(kernel(), "cpu")
+
+
+def test_tma_copy_alone_is_refused_by_the_cpu_backend():
+    @T.prim_func
+    def main(A: T.Tensor((64, 64), "float32")):
+        with T.Kernel(1, threads=128):
+            S = T.alloc_shared((64, 64), "float32")
+            T.tma_copy(S, A[0:64, 0:64])
+
+    with pytest.raises(KernelError, match=r"T\.tma_copy is an op of the 'cuda' dialect"):
+        tilewright.lower(main, "cpu")
+    with pytest.raises(KernelError, match=r"T\.tma_copy needs sm_90 or newer.*sm_80"):
+        tilewright.lower(main, "cuda -arch=sm_80")
+
+
+def test_older_architectures_refuse_hopper_ops():
+    with pytest.raises(KernelError, match=r"T\.alloc_barrier needs sm_90 or newer .* sm_80"):
+        tilewright.lower(tma_gemm(), "cuda -arch=sm_80")
+    with pytest.raises(KernelError, match=r"T\.ClusterKernel needs sm_90 or newer"):
+        tilewright.lower(cluster_scale(), "cuda -arch=sm_86")
+    with pytest.raises(KernelError, match=r"T\.set_max_nreg needs sm_90a"):
+        tilewright.lower(ws_gemm(), "cuda -arch=sm_90")
+
+
+def test_bad_dialect_use_is_a_clear_error():
+    with pytest.raises(KernelError, match="needs barrier=mbars"):
+        @T.prim_func
+        def no_barrier(A: T.Tensor((64, 64), "float32")):
+            with T.Kernel(1, threads=128):
+                S = T.alloc_shared((64, 64), "float32")
+                T.tma_copy(A[0:64, 0:64], S)
+
+    with pytest.raises(KernelError, match=r"T\.ws\(2\) needs warpgroups .* threads=256"):
+        @T.prim_func
+        def too_few_threads(A: T.Tensor((64,), "float32")):
+            with T.Kernel(1, threads=256):
+                with T.ws(2):
+                    T.fill(A, 0.0)
+
+    with pytest.raises(KernelError, match="grid dimension 0 \\(3\\) is not a multiple"):
+        cluster_scale(N=192)
+
+    with pytest.raises(KernelError, match="must be at the top of the kernel body"):
+        @T.prim_func
+        def barrier_in_loop(A: T.Tensor((64,), "float32")):
+            with T.Kernel(1, threads=128):
+                for _ in T.serial(2):
+                    T.alloc_barrier(128)
+
+    with pytest.raises(KernelError, match="innermost box extent .* 12 bytes"):
+        @T.prim_func
+        def narrow_box(A: T.Tensor((64, 64), "float32")):
+            with T.Kernel(1, threads=128):
+                S = T.alloc_shared((64, 3), "float32")
+                bar = T.alloc_barrier(128)
+                T.tma_copy(A[0:64, 0:3], S, barrier=bar)
+
+        tilewright.lower(narrow_box, "cuda -arch=sm_90a")
+
+
+def test_tensor_maps_check_the_tensor_at_launch():
+    p = {"tensor": "A", "rank": 2, "box": [64, 64], "dtype": "float16", "swizzle": 0}
+    dims, strides = tensor_map_layout(p, torch.empty(100, 72, dtype=torch.float16))
+    assert dims == [72, 100] and strides == [2, 144]
+    with pytest.raises(RuntimeError, match="multiple of 16 bytes"):
+        tensor_map_layout(p, torch.empty(100, 71, dtype=torch.float16))
+    with pytest.raises(RuntimeError, match="expected a 2-D tensor"):
+        tensor_map_layout(p, torch.empty(4, 100, 72, dtype=torch.float16))

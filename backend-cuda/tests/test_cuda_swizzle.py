@@ -1,0 +1,108 @@
+"""The swizzled shared layout of gemm operand tiles (tilewright_cuda/swizzle.py): the formula,
+its bank-conflict freedom for ldmatrix and 16-byte copies, the TIR form place_memory uses,
+and which buffers layout inference chooses."""
+
+from __future__ import annotations
+
+import cuda_cases as kernels
+import pytest
+import tilewright
+import tvm
+from tilewright_cuda import swizzle
+from tvm import tirx
+
+# (rows, cols) of the operand tiles of the standard GEMM, FlashAttention and the transposes
+TILES = [(128, 32), (32, 128), (64, 64), (128, 64), (64, 128), (128, 16), (32, 256)]
+
+
+def _group(offset: int) -> int:
+    """The 16-byte bank group (of the eight in a 128-byte line) of a byte offset."""
+    return offset // 16 % 8
+
+
+@pytest.mark.parametrize("rows, cols", TILES)
+def test_every_ldmatrix_read_hits_eight_bank_groups(rows, cols):
+    width, bits = swizzle.params(rows, cols)
+    # each 8x8 matrix of an ldmatrix reads 8 rows of 16 bytes: rows r0..r0+7, columns c0..c0+7
+    for r0 in range(0, rows - 7):
+        for c0 in range(0, cols, 8):
+            groups = {_group(swizzle.byte_offset(r0 + i, c0, rows, width, bits))
+                      for i in range(8)}
+            assert len(groups) == 8, (r0, c0, groups)
+
+
+@pytest.mark.parametrize("rows, cols", TILES)
+def test_sixteen_byte_copies_of_eight_threads_hit_eight_bank_groups(rows, cols):
+    width, bits = swizzle.params(rows, cols)
+    chunks = [(r, c) for r in range(rows) for c in range(0, cols, 8)]  # thread t: chunk t
+    for first in range(0, len(chunks), 8):
+        groups = {_group(swizzle.byte_offset(r, c, rows, width, bits))
+                  for r, c in chunks[first:first + 8]}
+        assert len(groups) == 8
+
+
+@pytest.mark.parametrize("rows, cols", TILES)
+def test_layout_is_a_permutation_keeping_chunks_whole(rows, cols):
+    width, bits = swizzle.params(rows, cols)
+    offsets = {}
+    for r in range(rows):
+        for c in range(cols):
+            o = swizzle.byte_offset(r, c, rows, width, bits)
+            offsets[o] = (r, c)
+            if c % 8:  # a chunk of 8 elements stays contiguous
+                assert o == swizzle.byte_offset(r, c - c % 8, rows, width, bits) + 2 * (c % 8)
+    assert sorted(offsets) == list(range(0, rows * cols * 2, 2))
+
+
+def test_contract_parameters():
+    assert swizzle.params(128, 32) == (64, 2)
+    assert swizzle.params(32, 128) == (128, 3)
+    assert swizzle.params(64, 256) == (128, 3)  # two column blocks of 128 bytes
+    assert swizzle.params(64, 16) == (32, 1)
+    assert swizzle.params(64, 8) is None  # 16-byte rows: nothing to swizzle
+    assert swizzle.params(64, 96) is None  # 192-byte rows do not split into 128-byte blocks
+    assert swizzle.params(64, 64, "float32") is None
+    # block 1 of a 256-column tile starts rows x 128 bytes after block 0
+    assert swizzle.byte_offset(0, 64, 64, 128, 3) == 64 * 128
+    # the XOR flips 16-byte chunks by the row within the 1024-byte period
+    assert swizzle.byte_offset(3, 0, 32, 128, 3) == 3 * 128 + 3 * 16
+
+
+def test_tir_index_matches_the_formula():
+    analyzer = tvm.sym.Analyzer()
+    for rows, cols in [(128, 32), (32, 256)]:
+        buf = swizzle.marked(tirx.decl_buffer((3, rows, cols), "float16", "t",
+                                              scope="shared.dyn"))
+        width, bits = swizzle.layout_of(buf)
+        for v, r, c in [(0, 0, 0), (1, 5, 8), (2, rows - 1, cols - 1), (0, 7, 17)]:
+            e = analyzer.simplify(swizzle.element_index(buf, [tirx.const(x, "int32")
+                                                              for x in (v, r, c)]))
+            assert int(e.value) == v * rows * cols + \
+                swizzle.byte_offset(r, c, rows, width, bits) // 2
+
+
+def _layout_attr(name):
+    seen = {}
+
+    def listen(event):
+        if event.kind == "pass_end" and event.data.get("name") == "CUDAInferLayout":
+            (func,) = event.data["mod"].functions.values()
+            seen.update({str(k): [int(x) for x in v]
+                         for k, v in dict(func.attrs.get(swizzle.ATTR, {})).items()})
+
+    from tilewright.engine import events
+
+    events.subscribe(listen)
+    try:
+        tilewright.lower(kernels.func(name), "cuda -arch=sm_80")
+    finally:
+        events.unsubscribe(listen)
+    return seen
+
+
+def test_layout_inference_records_the_operand_layouts():
+    assert _layout_attr("gemm") == {"A_shared": [64, 2], "B_shared": [128, 3]}
+    # FlashAttention: Q, K, V and the float16 copy of the scores feed mma gemms whole
+    assert _layout_attr("flash_attention_f16") == {
+        name: [128, 3] for name in ("Q_shared", "K_shared", "V_shared", "acc_s_cast")}
+    assert _layout_attr("gemm_dynamic") == {}  # float32: the thread gemm, no swizzle

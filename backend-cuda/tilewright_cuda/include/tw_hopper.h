@@ -1,0 +1,237 @@
+// tilewright CUDA dialect (sm_90+): TMA, mbarriers, named barriers, register budgets.
+// Under TW_HOST_EMULATION (tests/hostemu.py) the same functions run on the host: a TMA is a
+// synchronous tiled copy honouring the box and the swizzle mode, an mbarrier a counter with a
+// phase bit, a named barrier a std::barrier of the role's threads.
+#ifndef TW_HOPPER_H
+#define TW_HOPPER_H
+#define TW_TMAP(k) (&tw_tmap_##k)
+
+#ifndef TW_HOST_EMULATION
+// CUtensorMap (cuda.h): 128 opaque bytes, 64-byte aligned, built by the launcher.
+struct alignas(64) tw_tensormap { unsigned long long opaque[16]; };
+
+__device__ __forceinline__ unsigned tw_smem_u32(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void* tw_offset_bytes(void* p, int bytes) {
+  return static_cast<char*>(p) + bytes;
+}
+__device__ __forceinline__ void tw_mbar_init(void* bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(tw_smem_u32(bar)), "r"(count));
+}
+__device__ __forceinline__ void tw_fence_barrier_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+__device__ __forceinline__ void tw_mbar_arrive(void* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(tw_smem_u32(bar)) : "memory");
+}
+__device__ __forceinline__ void tw_mbar_expect_tx(void* bar, unsigned bytes) {
+  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;"
+               :: "r"(tw_smem_u32(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void tw_mbar_wait(void* bar, int parity) {
+  asm volatile("{\n .reg .pred p;\n TW_WAIT_%=:\n"
+               " mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+               " @!p bra TW_WAIT_%=;\n}" :: "r"(tw_smem_u32(bar)), "r"(parity) : "memory");
+}
+__device__ __forceinline__ void tw_fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+__device__ __forceinline__ void tw_named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(threads) : "memory");
+}
+template <int N> __device__ __forceinline__ void tw_setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" :: "n"(N));
+}
+template <int N> __device__ __forceinline__ void tw_setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" :: "n"(N));
+}
+__device__ __forceinline__ void tw_tma_store_commit() {
+  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+template <int N> __device__ __forceinline__ void tw_tma_store_wait() {
+  asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory");
+}
+#define TW_DESC(d) "l"(reinterpret_cast<unsigned long long>(d))
+__device__ __forceinline__ void tw_tma_load_1d(const void* d, void* bar, void* dst,
+                                               int c0) {
+  asm volatile("cp.async.bulk.tensor.1d.shared::cluster.global.mbarrier::complete_tx::bytes"
+               " [%0], [%1, {%2}], [%3];"
+               :: "r"(tw_smem_u32(dst)), TW_DESC(d), "r"(c0), "r"(tw_smem_u32(bar)) : "memory");
+}
+__device__ __forceinline__ void tw_tma_load_2d(const void* d, void* bar, void* dst,
+                                               int c0, int c1) {
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+               " [%0], [%1, {%2, %3}], [%4];"
+               :: "r"(tw_smem_u32(dst)), TW_DESC(d), "r"(c0), "r"(c1), "r"(tw_smem_u32(bar))
+               : "memory");
+}
+__device__ __forceinline__ void tw_tma_load_3d(const void* d, void* bar, void* dst,
+                                               int c0, int c1, int c2) {
+  asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+               " [%0], [%1, {%2, %3, %4}], [%5];"
+               :: "r"(tw_smem_u32(dst)), TW_DESC(d), "r"(c0), "r"(c1), "r"(c2),
+                  "r"(tw_smem_u32(bar)) : "memory");
+}
+__device__ __forceinline__ void tw_tma_load_4d(const void* d, void* bar, void* dst,
+                                               int c0, int c1, int c2, int c3) {
+  asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes"
+               " [%0], [%1, {%2, %3, %4, %5}], [%6];"
+               :: "r"(tw_smem_u32(dst)), TW_DESC(d), "r"(c0), "r"(c1), "r"(c2), "r"(c3),
+                  "r"(tw_smem_u32(bar)) : "memory");
+}
+__device__ __forceinline__ void tw_tma_load_5d(const void* d, void* bar, void* dst,
+                                               int c0, int c1, int c2, int c3, int c4) {
+  asm volatile("cp.async.bulk.tensor.5d.shared::cluster.global.mbarrier::complete_tx::bytes"
+               " [%0], [%1, {%2, %3, %4, %5, %6}], [%7];"
+               :: "r"(tw_smem_u32(dst)), TW_DESC(d), "r"(c0), "r"(c1), "r"(c2), "r"(c3),
+                  "r"(c4), "r"(tw_smem_u32(bar)) : "memory");
+}
+__device__ __forceinline__ void tw_tma_store_1d(const void* d, void* src, int c0) {
+  asm volatile("cp.async.bulk.tensor.1d.global.shared::cta.bulk_group [%0, {%2}], [%1];"
+               :: TW_DESC(d), "r"(tw_smem_u32(src)), "r"(c0) : "memory");
+}
+__device__ __forceinline__ void tw_tma_store_2d(const void* d, void* src, int c0,
+                                                int c1) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];"
+               :: TW_DESC(d), "r"(tw_smem_u32(src)), "r"(c0), "r"(c1) : "memory");
+}
+__device__ __forceinline__ void tw_tma_store_3d(const void* d, void* src, int c0,
+                                                int c1, int c2) {
+  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], "
+               "[%1];" :: TW_DESC(d), "r"(tw_smem_u32(src)), "r"(c0), "r"(c1), "r"(c2)
+               : "memory");
+}
+__device__ __forceinline__ void tw_tma_store_4d(const void* d, void* src, int c0,
+                                                int c1, int c2, int c3) {
+  asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}],"
+               " [%1];" :: TW_DESC(d), "r"(tw_smem_u32(src)), "r"(c0), "r"(c1), "r"(c2),
+               "r"(c3) : "memory");
+}
+__device__ __forceinline__ void tw_tma_store_5d(const void* d, void* src, int c0,
+                                                int c1, int c2, int c3, int c4) {
+  asm volatile("cp.async.bulk.tensor.5d.global.shared::cta.bulk_group "
+               "[%0, {%2, %3, %4, %5, %6}], [%1];"
+               :: TW_DESC(d), "r"(tw_smem_u32(src)), "r"(c0), "r"(c1), "r"(c2), "r"(c3),
+                  "r"(c4) : "memory");
+}
+#undef TW_DESC
+
+#else  // TW_HOST_EMULATION
+#include <map>
+#define __grid_constant__
+#define __cluster_dims__(...)
+// what the host emulation's launcher fills in place of a CUtensorMap
+struct tw_tensormap {
+  unsigned char* base;
+  long long rank, elem_bytes, swizzle;   // swizzle: 0, 32, 64 or 128 bytes
+  long long dims[5], strides[5], box[5];  // innermost first; strides in bytes
+};
+struct tw_mbar_state { long long expected, pending, tx; int phase; };
+inline std::map<void*, tw_mbar_state> tw_mbars;
+inline std::mutex tw_mbar_mutex;
+inline void tw_mbar_complete(tw_mbar_state& s) {
+  if (s.pending == 0 && s.tx == 0) { s.phase ^= 1; s.pending = s.expected; }
+}
+inline void* tw_offset_bytes(void* p, int bytes) { return (char*)p + bytes; }
+inline void tw_mbar_init(void* bar, unsigned count) {
+  std::lock_guard<std::mutex> g(tw_mbar_mutex);
+  tw_mbars[bar] = {count, count, 0, 0};
+}
+inline void tw_fence_barrier_init() {}
+inline void tw_fence_proxy_async() {}
+inline tw_mbar_state& tw_mbar_get(void* bar) {
+  auto it = tw_mbars.find(bar);
+  if (it == tw_mbars.end()) { std::fprintf(stderr, "mbarrier used before init\n"); __trap(); }
+  return it->second;
+}
+inline void tw_mbar_arrive(void* bar) {
+  std::lock_guard<std::mutex> g(tw_mbar_mutex);
+  tw_mbar_state& s = tw_mbar_get(bar);
+  if (--s.pending < 0) { std::fprintf(stderr, "mbarrier: more arrivals than its count\n"); __trap(); }
+  tw_mbar_complete(s);
+}
+inline void tw_mbar_expect_tx(void* bar, unsigned bytes) {
+  std::lock_guard<std::mutex> g(tw_mbar_mutex);
+  tw_mbar_get(bar).tx += bytes;
+}
+inline void tw_mbar_complete_tx(void* bar, long long bytes) {
+  std::lock_guard<std::mutex> g(tw_mbar_mutex);
+  tw_mbar_state& s = tw_mbar_get(bar);
+  s.tx -= bytes;
+  tw_mbar_complete(s);
+}
+inline void tw_mbar_wait(void* bar, int parity) {
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> g(tw_mbar_mutex);
+      if (tw_mbar_get(bar).phase != (parity & 1)) return;
+    }
+    std::this_thread::yield();
+  }
+}
+inline std::map<long long, std::barrier<>*> tw_named;
+inline void tw_named_barrier_sync(int id, int threads) {
+  std::barrier<>* b;
+  {
+    std::lock_guard<std::mutex> g(tw_mbar_mutex);
+    auto& slot = tw_named[id * 4096LL + threads];
+    if (!slot) slot = new std::barrier<>(threads);
+    b = slot;
+  }
+  b->arrive_and_wait();
+}
+template <int N> inline void tw_setmaxnreg_inc() {}
+template <int N> inline void tw_setmaxnreg_dec() {}
+inline void tw_tma_store_commit() {}
+template <int N> inline void tw_tma_store_wait() {}
+// the shared-memory byte offset of box element `linear` under the swizzle mode
+inline long long tw_swizzled(long long o, long long swizzle) {
+  long long mask = swizzle == 128 ? 7 : swizzle == 64 ? 3 : swizzle == 32 ? 1 : 0;
+  return o ^ (((o >> 7) & mask) << 4);
+}
+inline long long tw_tma_walk(const tw_tensormap* d, unsigned char* smem, const int* c,
+                             bool load) {
+  long long n = 1;
+  for (int i = 0; i < d->rank; ++i) n *= d->box[i];
+  for (long long linear = 0; linear < n; ++linear) {
+    long long rest = linear, offset = 0;
+    bool inside = true;
+    for (int i = 0; i < d->rank; ++i) {
+      long long x = c[i] + rest % d->box[i];
+      rest /= d->box[i];
+      inside = inside && x >= 0 && x < d->dims[i];
+      offset += x * (i == 0 ? d->elem_bytes : d->strides[i]);
+    }
+    unsigned char* s = smem + tw_swizzled(linear * d->elem_bytes, d->swizzle);
+    if (load) {
+      if (inside) std::memcpy(s, d->base + offset, d->elem_bytes);
+      else std::memset(s, 0, d->elem_bytes);
+    } else if (inside) {
+      std::memcpy(d->base + offset, s, d->elem_bytes);
+    }
+  }
+  return n * d->elem_bytes;
+}
+template <class... C> inline void tw_tma_load(const void* d, void* bar, void* dst,
+                                              C... coords) {
+  int c[] = {coords...};
+  if ((long long)sizeof...(C) != ((const tw_tensormap*)d)->rank) { std::fprintf(stderr, "TMA rank\n"); __trap(); }
+  tw_mbar_complete_tx(bar, tw_tma_walk((const tw_tensormap*)d, (unsigned char*)dst, c, true));
+}
+template <class... C> inline void tw_tma_store(const void* d, void* src, C... coords) {
+  int c[] = {coords...};
+  tw_tma_walk((const tw_tensormap*)d, (unsigned char*)src, c, false);
+}
+#define tw_tma_load_1d tw_tma_load
+#define tw_tma_load_2d tw_tma_load
+#define tw_tma_load_3d tw_tma_load
+#define tw_tma_load_4d tw_tma_load
+#define tw_tma_load_5d tw_tma_load
+#define tw_tma_store_1d tw_tma_store
+#define tw_tma_store_2d tw_tma_store
+#define tw_tma_store_3d tw_tma_store
+#define tw_tma_store_4d tw_tma_store
+#define tw_tma_store_5d tw_tma_store
+#endif  // TW_HOST_EMULATION
+#endif  // TW_HOPPER_H

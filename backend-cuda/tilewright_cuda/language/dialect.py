@@ -1,0 +1,268 @@
+"""The CUDA dialect calls (Hopper and newer). Each checks its operands at the user's line and
+emits one tile op (``tilewright_cuda.ops``); ``tilewright_cuda.hopper`` lowers them."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import tilewright
+import tvm
+from tilewright.errors import KernelError, SourceLocation
+from tilewright.ir import make_call
+from tilewright.language import Kernel as _PortableKernel
+from tilewright.language import builder as B
+from tilewright.language.buffer import (
+    TileBuffer,
+    as_int,
+    declare,
+    region_of,
+    resolve,
+    shape_str,
+    squeeze,
+    to_expr,
+)
+from tvm import tirx
+
+from .. import ops
+
+WS_KEY = "tw.cuda.ws"  # AttrStmt around a role's code; value: the warpgroups, "0,1"
+CLUSTER_KEY = "tw.cuda.cluster_dims"  # annotation of the block loop: [x, y, z]
+BARRIER_PREFIX = "mbarrier"
+WARPGROUP = 128
+
+_PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_CORE = os.path.dirname(os.path.abspath(tilewright.__file__))
+
+
+def _location() -> SourceLocation | None:
+    """The user's line: the innermost frame outside tilewright, this plugin and TVM."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        name = frame.f_code.co_filename
+        internal = name.startswith((_PKG, _CORE)) or "/tvm/" in name or "/tvm_ffi/" in name
+        if not internal and not name.startswith("<"):
+            return SourceLocation(name, frame.f_lineno)
+        frame = frame.f_back
+    return None
+
+
+def error(message: str) -> KernelError:
+    return KernelError(message, _location())
+
+
+def _emit(name: str, operands: dict, attrs: dict | None = None) -> None:
+    what = f"T.{name}"
+    builder = B.current(what)
+    if not builder.in_kernel():
+        raise error(f"{what} must be used inside 'with T.Kernel(...)'")
+    if builder.enclosing("parallel") is not None:
+        raise error(f"{what} cannot be used inside a T.Parallel loop")
+    builder.emit(make_call(name, operands, attrs, span=B.span_of(_location())))
+
+
+# -- kernels and roles -----------------------------------------------------------------------
+class ClusterKernel(_PortableKernel):
+    """``with T.ClusterKernel(gx, gy, threads=256, cluster_dims=(2, 1)) as (bx, by):`` — a
+    kernel whose blocks are launched in thread-block clusters (``__cluster_dims__``)."""
+
+    def __init__(self, *grid, cluster_dims=(1, 1, 1), threads=128, **options):
+        dims = cluster_dims if isinstance(cluster_dims, (tuple, list)) else (cluster_dims,)
+        if not 1 <= len(dims) <= 3 or not all(isinstance(d, int) and d > 0 for d in dims):
+            raise error(f"T.ClusterKernel cluster_dims must be 1 to 3 positive ints, got "
+                        f"{cluster_dims!r}")
+        self.cluster_dims = tuple(dims) + (1,) * (3 - len(dims))
+        size = self.cluster_dims[0] * self.cluster_dims[1] * self.cluster_dims[2]
+        if size > 8:
+            raise error(f"T.ClusterKernel: a cluster of {size} blocks is above the portable "
+                        "limit of 8 blocks")
+        super().__init__(*grid, threads=threads, **options)
+        for axis, (g, c) in enumerate(zip(self.grid, self.cluster_dims)):
+            g = as_int(g)
+            if isinstance(g, int) and g % c:
+                raise error(f"T.ClusterKernel: grid dimension {axis} ({g}) is not a multiple of "
+                            f"cluster dimension {c}")
+        if len(self.grid) < 3 and any(c != 1 for c in self.cluster_dims[len(self.grid):]):
+            raise error(f"T.ClusterKernel: cluster_dims {cluster_dims} has more non-unit "
+                        f"dimensions than the grid ({len(self.grid)})")
+
+    def __enter__(self):
+        result = super().__enter__()
+        builder = B.current("T.ClusterKernel")
+        builder.kernel_annotations[CLUSTER_KEY] = list(self.cluster_dims)
+        _emit(ops.CLUSTER.name, {}, {"dims": ",".join(map(str, self.cluster_dims))})
+        return result
+
+
+class ws:  # noqa: N801 - TileLang's name
+    """``with T.ws(1):`` — code only warpgroup 1 (threads 128-255) runs; ``T.ws(0, 1)`` two
+    groups. Inside, tile ops are spread over the role's threads, and barriers the role needs
+    are named barriers of its threads only. Roles hand data over with mbarriers."""
+
+    def __init__(self, *groups):
+        if not groups or not all(isinstance(g, int) and g >= 0 for g in groups):
+            raise error(f"T.ws takes warpgroup indices (non-negative ints), got {groups!r}")
+        ordered = sorted(set(groups))
+        if ordered != list(range(ordered[0], ordered[-1] + 1)):
+            raise error(f"T.ws warpgroups must be consecutive, got {groups!r}")
+        self.groups = ordered
+
+    def __enter__(self):
+        builder = B.current("T.ws")
+        if not builder.in_kernel():
+            raise error("T.ws must be used inside 'with T.Kernel(...)'")
+        if builder.enclosing("parallel") is not None:
+            raise error("T.ws cannot be used inside a T.Parallel loop")
+        if builder.enclosing("cuda_ws") is not None:
+            raise error("T.ws blocks cannot be nested")
+        threads = 1
+        for t in builder.threads:
+            threads *= t
+        if threads % WARPGROUP or (self.groups[-1] + 1) * WARPGROUP > threads:
+            raise error(f"T.ws({', '.join(map(str, self.groups))}) needs warpgroups of "
+                        f"{WARPGROUP} threads up to thread {(self.groups[-1] + 1) * WARPGROUP}; "
+                        f"the kernel has threads={threads}")
+        self._span = B.span_of(_location())
+        self._frame = builder.open("cuda_ws")
+        _emit(ops.WS.name, {}, {"groups": ",".join(map(str, self.groups))})
+
+    def __exit__(self, exc_type, exc, tb):
+        builder = B.current("T.ws")
+        body = builder.close(self._frame)
+        if exc_type is None:
+            builder.emit(tirx.AttrStmt(tirx.IntImm("int32", 0), WS_KEY,
+                                       tvm.ir.StringImm(",".join(map(str, self.groups))), body,
+                                       span=self._span))
+        return False
+
+
+# -- register budget -------------------------------------------------------------------------
+def set_max_nreg(reg_count: int, is_inc: int):
+    """``setmaxnreg``: this warpgroup's registers per thread become ``reg_count`` (24-256, a
+    multiple of 8); ``is_inc=1`` raises the budget, ``0`` releases registers."""
+    if not isinstance(reg_count, int) or not 24 <= reg_count <= 256 or reg_count % 8:
+        raise error(f"T.set_max_nreg: reg_count must be a multiple of 8 in 24..256, got "
+                    f"{reg_count!r}")
+    _emit(ops.SET_MAX_NREG.name, {}, {"reg_count": reg_count, "is_inc": int(bool(is_inc))})
+
+
+def inc_max_nreg(reg_count: int):
+    """Raise this warpgroup's register budget to ``reg_count`` (``setmaxnreg.inc``)."""
+    set_max_nreg(reg_count, 1)
+
+
+def dec_max_nreg(reg_count: int):
+    """Lower this warpgroup's register budget to ``reg_count`` (``setmaxnreg.dec``)."""
+    set_max_nreg(reg_count, 0)
+
+
+# -- mbarriers -------------------------------------------------------------------------------
+def alloc_barrier(arrive_count):
+    """``mbars = T.alloc_barrier([128] * 4)``: shared-memory mbarriers, each expecting that
+    many arrivals per phase; ``mbars[i]`` is one barrier. Initialised where allocated."""
+    counts = list(arrive_count) if isinstance(arrive_count, (list, tuple)) else [arrive_count]
+    if not counts or not all(isinstance(c, int) and 0 < c < (1 << 20) for c in counts):
+        raise error(f"T.alloc_barrier takes a positive arrival count or a list of them, got "
+                    f"{arrive_count!r}")
+    builder = B.current("T.alloc_barrier")
+    if not builder.in_kernel():
+        raise error("T.alloc_barrier must be used inside 'with T.Kernel(...)'")
+    if builder.enclosing("parallel", "serial", "pipelined", "cuda_ws") is not None:
+        raise error("T.alloc_barrier must be at the top of the kernel body, outside loops and "
+                    "T.ws roles (every thread takes part in the initialisation)")
+    n = sum(1 for f in builder.frames for s in f.stmts if isinstance(s, tirx.AllocBuffer))
+    buf = declare(f"{BARRIER_PREFIX}_{n}", (len(counts),), "uint64", "shared.dyn")
+    builder.emit(tirx.AllocBuffer(buf, span=B.span_of(_location())))
+    region = resolve(region_of(TileBuffer(buf), "T.alloc_barrier"), None, "T.alloc_barrier")
+    _emit(ops.INIT_BARRIERS.name, {"barriers": region}, {"counts": ",".join(map(str, counts))})
+    return TileBuffer(buf)
+
+
+def is_barrier_buffer(buffer) -> bool:
+    return str(buffer.dtype) == "uint64" and str(buffer.scope()).startswith("shared") and \
+        str(buffer.name).startswith(BARRIER_PREFIX)
+
+
+def _barrier(value, what: str):
+    """One barrier as an expression: ``mbars[i]``, or ``mbars`` when it holds one."""
+    if isinstance(value, TileBuffer) and is_barrier_buffer(value.buffer):
+        if value.shape != (1,):
+            raise error(f"{what}: {value.name!r} holds {value.shape[0]} barriers; index it "
+                        f"({value.name}[i])")
+        return tirx.BufferLoad(value.buffer, [tirx.const(0, "int32")])
+    if isinstance(value, tvm.ir.TensorLoad) and is_barrier_buffer(value.source):
+        return value
+    raise error(f"{what} takes a barrier from T.alloc_barrier (mbars[i]), got "
+                f"{type(value).__name__}")
+
+
+def mbarrier_arrive(mbarrier):
+    """Every calling thread arrives once on ``mbarrier``."""
+    _emit(ops.ARRIVE.name, {"barrier": _barrier(mbarrier, "T.mbarrier_arrive")})
+
+
+def mbarrier_wait_parity(mbarrier, parity):
+    """Wait until the phase of ``mbarrier`` with this parity (0 or 1) has completed."""
+    _emit(ops.WAIT_PARITY.name, {"barrier": _barrier(mbarrier, "T.mbarrier_wait_parity"),
+                                 "parity": to_expr(parity, "int32")})
+
+
+def mbarrier_expect_tx(mbarrier, tx):
+    """One thread adds ``tx`` bytes to what ``mbarrier``'s current phase waits for."""
+    _emit(ops.EXPECT_TX.name, {"barrier": _barrier(mbarrier, "T.mbarrier_expect_tx"),
+                               "bytes": to_expr(tx, "int32")})
+
+
+# -- TMA -------------------------------------------------------------------------------------
+def tma_copy(src, dst, barrier=None):
+    """A tile through the Tensor Memory Accelerator, issued by one thread of the block (or of
+    the T.ws role). Global -> shared: the barrier's expected bytes are raised and the load
+    completes on ``barrier`` (wait with T.mbarrier_wait_parity; no arrival is made for the
+    caller). Shared -> global: a TMA store in a commit group (T.tma_store_wait to reuse the
+    shared tile). Descriptors are built by the compiler and passed with the launch."""
+    src_ref, dst_ref = region_of(src, "T.tma_copy source"), region_of(dst, "T.tma_copy "
+                                                                            "destination")
+    if all(e is not None for e in src_ref[2]):
+        src_r = resolve(src_ref, None, "T.tma_copy")
+        dst_r = resolve(dst_ref, squeeze(src_r.extents) or (1,), "T.tma_copy destination")
+    else:
+        dst_r = resolve(dst_ref, None, "T.tma_copy")
+        src_r = resolve(src_ref, squeeze(dst_r.extents) or (1,), "T.tma_copy source")
+    scopes = (str(src_r.buffer.scope()), str(dst_r.buffer.scope()))
+    if scopes[0] == "global" and scopes[1].startswith("shared"):
+        if barrier is None:
+            raise error("T.tma_copy from global to shared memory needs barrier=mbars[i]: the "
+                        "load completes on that mbarrier")
+        bar = _barrier(barrier, "T.tma_copy barrier")
+    elif scopes[0].startswith("shared") and scopes[1] == "global":
+        if barrier is not None:
+            raise error("T.tma_copy from shared to global memory takes no barrier: wait for "
+                        "stores with T.tma_store_wait()")
+        bar = tirx.const(0, "int32")
+    else:
+        raise error(f"T.tma_copy copies global <-> shared memory; got {src_r.buffer.name!r} "
+                    f"({scopes[0]}) -> {dst_r.buffer.name!r} ({scopes[1]})")
+    if [as_int(e) for e in squeeze(src_r.extents)] != [as_int(e)
+                                                        for e in squeeze(dst_r.extents)]:
+        raise error(f"T.tma_copy shape mismatch: source {src_r.buffer.name!r} region has shape "
+                    f"{shape_str(src_r.extents)} but destination {dst_r.buffer.name!r} region "
+                    f"has shape {shape_str(dst_r.extents)}")
+    _emit(ops.TMA_COPY.name, {"src": src_r, "dst": dst_r, "barrier": bar})
+
+
+def tma_store_wait(count: int = 0):
+    """Wait until at most ``count`` TMA store groups of this thread still read shared memory,
+    then synchronise the block (or role) so the shared tiles can be overwritten."""
+    if not isinstance(count, int) or count < 0:
+        raise error(f"T.tma_store_wait count must be a non-negative int, got {count!r}")
+    _emit(ops.TMA_STORE_WAIT.name, {}, {"count": count})
+
+
+def fence_proxy_async():
+    """``fence.proxy.async``: shared-memory writes made by threads become visible to TMA."""
+    _emit(ops.FENCE_PROXY_ASYNC.name, {})
+
+
+__all__ = ["ClusterKernel", "alloc_barrier", "dec_max_nreg", "fence_proxy_async",
+           "inc_max_nreg", "mbarrier_arrive", "mbarrier_expect_tx", "mbarrier_wait_parity",
+           "set_max_nreg", "tma_copy", "tma_store_wait", "ws"]

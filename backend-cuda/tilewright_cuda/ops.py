@@ -1,0 +1,52 @@
+"""The CUDA dialect's tile ops, registered once in the core's schema registry.
+
+Every op carries ``dialect="cuda"`` and ``backends=("cuda",)``: the core refuses them on any
+other backend at compile time, naming the op. Names are the user's (``T.tma_copy`` is op
+``tma_copy``) so that error messages quote what the kernel wrote.
+"""
+
+from __future__ import annotations
+
+from tilewright.ir.schema import Attr, Operand, TileOpSchema, _register_tvm_op, register_tile_op
+
+# The address of a shared-memory element (a barrier, a TMA destination). Kept apart from
+# ``tirx.address_of`` until the shared pool is placed: insert_sync reads address_of as a write.
+SHARED_ADDR = "tw.cuda.shared_addr"
+# A TMA descriptor: (global tensor element 0, box extents innermost first..., swizzle bytes);
+# replaced by a reference to a deduplicated kernel parameter when the kernel is finished.
+TENSORMAP = "tw.cuda.tensormap"
+_register_tvm_op(SHARED_ADDR, "the address of a shared-memory element (CUDA dialect)")
+_register_tvm_op(TENSORMAP, "a TMA tensor map of a global tensor (CUDA dialect)")
+
+
+def _op(name: str, operands=(), attrs=(), doc: str = "") -> TileOpSchema:
+    return register_tile_op(TileOpSchema(name, tuple(operands), tuple(attrs), doc,
+                                         dialect="cuda", backends=("cuda",)))
+
+
+_BAR = Operand("barrier", "read", kind="expr")
+TMA_COPY = _op("tma_copy", (Operand("src", "read"), Operand("dst", "write"), _BAR), (),
+               "a tile global -> shared (expect_tx + TMA load completing on the barrier) or "
+               "shared -> global (TMA store + commit group), issued by one thread")
+INIT_BARRIERS = _op("alloc_barrier", (Operand("barriers", "write"),),
+                    (Attr("counts", str, ""),),
+                    "initialise an array of mbarriers with their arrival counts")
+ARRIVE = _op("mbarrier_arrive", (_BAR,), (), "every calling thread arrives on the mbarrier")
+WAIT_PARITY = _op("mbarrier_wait_parity", (_BAR, Operand("parity", "read", kind="expr")), (),
+                  "wait until the mbarrier phase of the given parity has completed")
+EXPECT_TX = _op("mbarrier_expect_tx", (_BAR, Operand("bytes", "read", kind="expr")), (),
+                "one thread raises the mbarrier's expected transaction bytes")
+TMA_STORE_WAIT = _op("tma_store_wait", (), (Attr("count", int, 0),),
+                     "wait until at most COUNT TMA store groups still read shared memory")
+FENCE_PROXY_ASYNC = _op("fence_proxy_async", (), (),
+                        "order generic-proxy shared-memory writes before async-proxy reads")
+SET_MAX_NREG = _op("set_max_nreg", (), (Attr("reg_count", int, 0), Attr("is_inc", int, 0)),
+                   "setmaxnreg: raise (is_inc=1) or lower the warpgroup's register budget")
+WS = _op("ws", (), (Attr("groups", str, ""),),
+         "start of a warp-specialised role: code run by the listed warpgroups only")
+CLUSTER = _op("ClusterKernel", (), (Attr("dims", str, ""),),
+              "the kernel's blocks form thread-block clusters of the given dims")
+
+DIALECT_OPS = (TMA_COPY.name, INIT_BARRIERS.name, ARRIVE.name, WAIT_PARITY.name,
+               EXPECT_TX.name, TMA_STORE_WAIT.name, FENCE_PROXY_ASYNC.name, SET_MAX_NREG.name,
+               WS.name, CLUSTER.name)

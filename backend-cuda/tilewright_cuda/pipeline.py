@@ -1,0 +1,279 @@
+"""Software pipelining of ``T.Pipelined(n, num_stages=S)`` loops (the ``pipeline`` phase, after
+tile-op lowering).
+
+The statements of the loop body are split into *producers*, global -> shared copies whose
+loads read only global tensors, and *consumers*, everything else. Each shared tile a
+producer writes gets ``S`` versions (``[S, *shape]``, version ``v`` of iteration ``i`` is
+``i % S``), and the loop becomes::
+
+    P(0); commit; ...; P(S-2); commit                      # prologue: S-1 stages in flight
+    for i in range(n):
+        cp.async.wait_group(S-2)                          # stage i has landed (this thread)
+        __syncthreads()                                   # ... for every thread; i-1 read
+        if i + S-1 < n: P(i + S-1)                        # refill the version read at i-1
+        commit                                            # (empty groups keep the count)
+        C(i)
+    cp.async.wait_group(0)                                # drain
+
+The barrier after the wait is placed here, unconditionally (the refill is conditional, so a
+barrier ``insert_sync`` put before it could be skipped). ``insert_sync`` adds only what the
+consumers need among themselves: it tells the versions of a tile apart from their index
+(``floormod(i + c, S)``; the tiles are listed in the function attribute
+:data:`VERSIONS_ATTR`), so the refill of one version and the reads of another need no
+barrier. A loop none of whose copies is a ``cp.async`` (before sm_80, unaligned or dynamic
+tiles) runs in order: with copies through registers nothing would overlap.
+
+``stage=[...]`` (one entry per statement of the body) selects the producers explicitly
+(stage 0; any other stage is a consumer) and ``order=[...]`` gives the order the body's
+statements are issued in the steady state. A loop whose copies cannot be versioned (the tile
+is also used outside the loop, or written by a consumer) runs in order, unpipelined.
+"""
+
+from __future__ import annotations
+
+import tvm
+import tvm_ffi
+from tilewright.errors import KernelError, span_location
+from tilewright.transform import prim_func_pass
+from tvm import tirx
+
+from .lowering import SHARED_SCOPES, cp_async_commit, cp_async_wait, sync
+
+STAGES_KEY = "tw.num_stages"
+VERSIONS_ATTR = "tw.cuda.smem_versions"
+_COPY_CALLS = ("tw_cp_async16", "tw_copy16")
+_GROUP_CALLS = ("tw_cp_async_commit", "tw_cp_async_wait")
+
+
+def _extern_name(node) -> str | None:
+    if isinstance(node, tvm.ir.Call) and isinstance(node.op, tvm.ir.Op) and \
+            node.op.name == "tirx.call_extern":
+        return str(node.args[0].value)
+    return None
+
+
+def _is_group_call(stmt) -> bool:
+    return isinstance(stmt, tirx.Evaluate) and \
+        (_extern_name(stmt.value) or "").startswith(_GROUP_CALLS)
+
+
+def _seq(stmts: list):
+    return stmts[0] if len(stmts) == 1 else tirx.SeqStmt(stmts)
+
+
+def _strip_groups(stmt):
+    """A producer without the commit/wait its copy rule added (the pipeline places them)."""
+    if isinstance(stmt, tirx.SeqStmt):
+        return _seq([s for s in stmt.seq if not _is_group_call(s)])
+    return stmt
+
+
+def _producer_writes(stmt) -> list | None:
+    """The shared buffers ``stmt`` fills from global memory, or None when it is not such a
+    copy (it reads anything but global tensors, writes anything but shared tiles, or calls
+    anything but the 16-byte copies)."""
+    written, bad, copy_dst = [], [], []
+
+    def call(c):
+        name = _extern_name(c)
+        if name is None:
+            if isinstance(c.op, tvm.ir.Op) and c.op.name not in (
+                    "tirx.address_of", "tirx.if_then_else", "prim.if_then_else", "tirx.likely"):
+                bad.append(c)
+            return
+        if name.startswith(_COPY_CALLS):
+            dst = c.args[1].args[0]
+            copy_dst.append(dst)
+            written.append(dst.source)
+        elif not name.startswith(_GROUP_CALLS):
+            bad.append(c)
+
+    def load(e):
+        if str(e.source.scope()) != "global" and not any(e.same_as(d) for d in copy_dst):
+            bad.append(e)
+
+    def store(s):
+        written.append(s.buffer)
+        if str(s.buffer.scope()) not in SHARED_SCOPES:
+            bad.append(s)
+
+    tvm_ffi.structural_walk(stmt, (tvm.ir.Call, call))
+    tvm_ffi.structural_walk(stmt, [(tvm.ir.TensorLoad, load), (tirx.BufferStore, store)])
+    if bad or not written or any(str(b.scope()) not in SHARED_SCOPES for b in written):
+        return None
+    unique = []
+    for b in written:
+        if not any(b.same_as(u) for u in unique):
+            unique.append(b)
+    return unique
+
+
+def _touches(stmt, buffers) -> bool:
+    found = []
+
+    def visit(node):
+        buf = node.source if isinstance(node, tvm.ir.TensorLoad) else node.buffer
+        if any(buf.same_as(b) for b in buffers):
+            found.append(buf)
+
+    tvm_ffi.structural_walk(stmt, [(tvm.ir.TensorLoad, visit), (tirx.BufferStore, visit)])
+    return bool(found)
+
+
+def _writes(stmt, buffers) -> bool:
+    found = []
+    tvm_ffi.structural_walk(stmt, (tirx.BufferStore, lambda s: found.append(s) if any(
+        s.buffer.same_as(b) for b in buffers) else None))
+    return bool(found)
+
+
+class _Versioned:
+    """Rewrites accesses of the versioned tiles: ``X[idx]`` -> ``Xv[version, idx]``."""
+
+    def __init__(self, buffers: list, stages: int):
+        self.old = buffers
+        self.new = [tirx.decl_buffer((stages, *b.shape), b.dtype, b.name, scope=str(b.scope()),
+                                     data_alignment=int(b.data_alignment)) for b in buffers]
+
+    def lookup(self, buf):
+        for old, new in zip(self.old, self.new):
+            if buf.same_as(old):
+                return new
+        return None
+
+    def rewrite(self, stmt, loop_var, value, version):
+        def load(e):
+            new = self.lookup(e.source)
+            return e if new is None else tirx.BufferLoad(new, [version, *e.indices])
+
+        def store(s):
+            new = self.lookup(s.buffer)
+            return s if new is None else tirx.BufferStore(new, s.value, [version, *s.indices])
+
+        stmt = tvm_ffi.structural_map(stmt, (tirx.Var, lambda v: value if v.same_as(loop_var)
+                                             else v))
+        return tvm_ffi.structural_map(stmt, [(tvm.ir.TensorLoad, load),
+                                             (tirx.BufferStore, store)])
+
+
+def _plan(loop, stages: int):
+    """(statements, indices of the producers) of a pipelined loop's body."""
+    body = loop.body
+    stmts = list(body.seq) if isinstance(body, tirx.SeqStmt) else [body]
+    # the copy rules' own commit/wait (flattened into the body) give way to the pipeline's
+    stmts = [s for s in stmts if not _is_group_call(s)]
+    stage = loop.annotations.get("tw.stage")
+    if stage is None:
+        return stmts, [i for i, s in enumerate(stmts) if _producer_writes(s) is not None]
+    stage = [int(x) for x in stage]
+    if len(stage) != len(stmts):
+        raise KernelError(f"T.Pipelined stage= has {len(stage)} entries but the loop body has "
+                          f"{len(stmts)} statements", span_location(loop.span))
+    producers = [i for i, x in enumerate(stage) if x == 0]
+    for i in producers:
+        if _producer_writes(stmts[i]) is None:
+            raise KernelError(f"T.Pipelined stage 0 statement #{i} is not a copy from global "
+                              "into shared memory; the CUDA backend prefetches only such "
+                              "copies", span_location(loop.span))
+    return stmts, producers
+
+
+def _issue_order(loop, count: int) -> list[int]:
+    order = loop.annotations.get("tw.order")
+    if order is None:
+        return list(range(count))
+    order = [int(x) for x in order]
+    if sorted(order) != list(range(count)):
+        raise KernelError(f"T.Pipelined order= must be a permutation of 0..{count - 1}, got "
+                          f"{order}", span_location(loop.span))
+    return sorted(range(count), key=lambda i: order[i])
+
+
+def _pipeline_loop(loop, func_body, analyzer):
+    """The pipelined replacement of ``loop`` and its versioned buffers, or None to keep it."""
+    stages = int(loop.annotations[STAGES_KEY])
+    stmts, producers = _plan(loop, stages)
+    if not producers:
+        return None
+    tiles = []
+    for i in producers:
+        for b in _producer_writes(stmts[i]):
+            if not any(b.same_as(t) for t in tiles):
+                tiles.append(b)
+    consumers = [s for i, s in enumerate(stmts) if i not in producers]
+    if any(_writes(s, tiles) for s in consumers):
+        return None
+    outside = tvm_ffi.structural_map(func_body, (tirx.For, lambda s: tirx.Evaluate(0)
+                                                 if s.same_as(loop) else s))
+    if _touches(outside, tiles):
+        return None
+    if not any("tw_cp_async16" in str(stmts[p]) for p in producers):
+        return None  # nothing would overlap: the copies go through registers anyway
+    versioned = _Versioned(tiles, stages)
+    n = loop.extent
+    i = tirx.Var(loop.loop_var.name, loop.loop_var.ty)
+
+    def produce(at, version):
+        return [versioned.rewrite(_strip_groups(stmts[p]), loop.loop_var, loop.min + at, version)
+                for p in producers]
+
+    prologue = []
+    for s in range(stages - 1):
+        copies = _seq(produce(tirx.const(s, "int32"), tirx.const(s, "int32")))
+        in_range = tirx.const(s, "int32") < n
+        prologue.append(copies if analyzer.can_prove(in_range) else
+                        tirx.IfThenElse(in_range, copies, None))
+        prologue.append(cp_async_commit())
+    ahead = i + (stages - 1)
+    refill = tirx.IfThenElse(ahead < n, _seq(produce(ahead, tirx.floormod(
+        ahead, stages))), None)
+    # the one barrier of an iteration: stage i visible to all, iteration i-1's reads done
+    steady = [cp_async_wait(stages - 2), sync()]
+    first = True
+    for index in _issue_order(loop, len(stmts)):
+        if index in producers:
+            if first:  # all refills issue together, where the first producer stands
+                steady.append(refill)
+                steady.append(cp_async_commit())
+                first = False
+        else:
+            steady.append(versioned.rewrite(stmts[index], loop.loop_var, loop.min + i,
+                                            tirx.floormod(i, stages)))
+    annotations = {k: v for k, v in loop.annotations.items()
+                   if str(k) not in (STAGES_KEY, "tw.order", "tw.stage")}
+    main = tirx.For(i, 0, n, loop.kind, tirx.SeqStmt(steady), annotations=annotations,
+                    span=loop.span)
+    return tirx.SeqStmt([*prologue, main, cp_async_wait(0)]), versioned
+
+
+def pipeline():
+    """Software-pipelines every ``T.Pipelined`` loop with ``num_stages >= 2``."""
+
+    def run(func):
+        loops = []
+        tvm_ffi.structural_walk(func.body, (tirx.For, lambda s: loops.append(s) if int(
+            s.annotations.get(STAGES_KEY, 0)) >= 2 else None))
+        if not loops:
+            return func
+        body, versions = func.body, {}
+        analyzer = tvm.sym.Analyzer()
+        for loop in loops:
+            done = _pipeline_loop(loop, body, analyzer)
+            if done is None:
+                continue
+            new_loop, versioned = done
+            stages = int(loop.annotations[STAGES_KEY])
+
+            def swap(node, loop=loop, new_loop=new_loop):
+                return new_loop if node.same_as(loop) else node
+
+            def alloc(a, versioned=versioned):
+                new = versioned.lookup(a.buffer)
+                return a if new is None else tirx.AllocBuffer(new)
+
+            body = tvm_ffi.structural_map(body, [(tirx.For, swap), (tirx.AllocBuffer, alloc)])
+            versions.update({b.name: stages for b in versioned.old})
+        func = func.with_body(body)
+        return func.with_attr(VERSIONS_ATTR, versions) if versions else func
+
+    return prim_func_pass("CUDASoftwarePipeline", run)
