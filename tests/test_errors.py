@@ -230,3 +230,29 @@ def test_dynamic_dim_only_in_output_is_type_error_at_call():
     with pytest.raises(TypeError) as info:
         k(torch.randn(8))
     assert "'C'" in str(info.value) and "n" in str(info.value)
+
+
+def test_op_dtypes_refuse_an_input_dtype_at_the_users_line():
+    import dataclasses
+
+    from tilewright.engine.session import check_support
+    from tilewright.errors import UnsupportedOpError
+    from tilewright.plugin import get_manager
+
+    @T.prim_func
+    def gemm32(A: T.Tensor((16, 16), "float32"), B: T.Tensor((16, 16), "float32"),
+               C: T.Tensor((16, 16), "float32")):
+        with T.Kernel(1, threads=32):
+            c = T.alloc_fragment((16, 16), "float32")
+            T.clear(c)
+            T.gemm(A[0:16, 0:16], B[0:16, 0:16], c)  # gemm-f32
+            T.copy(c, C)
+
+    cpu = get_manager().backends()["cpu"]
+    narrow = dataclasses.replace(cpu, capabilities=dataclasses.replace(
+        cpu.capabilities, op_dtypes={"gemm": {"float16", "bfloat16"}}))
+    check_support(gemm32, cpu)
+    with pytest.raises(UnsupportedOpError) as info:
+        check_support(gemm32, narrow)
+    assert_at(info.value, "gemm-f32", "T.gemm on float32 operands (A) is not supported by "
+              "backend 'cpu' (it takes bfloat16, float16)")

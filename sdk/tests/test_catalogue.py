@@ -3,6 +3,7 @@
 import dataclasses
 
 import pytest
+from tilewright.errors import PluginError
 from tilewright.ir import PORTABLE_OPS
 from tilewright.plugin import get_manager
 from tilewright_sdk.conformance.catalogue import CATALOGUE, DTYPES, cases, covered_ops
@@ -42,6 +43,18 @@ def test_capabilities_decide_unsupported(interp):
         "dtype float16", "feature partial_tiles", "memory scope shared.dyn"]
     with pytest.raises(Unsupported, match="backend 'interp' does not declare dtype float16"):
         run_case(f16, narrow, "codegen")
+
+
+def test_op_dtypes_narrow_an_op(interp):
+    narrow = dataclasses.replace(interp, capabilities=dataclasses.replace(
+        interp.capabilities, op_dtypes={"gemm": {"float16", "bfloat16"}}))
+    by_id = {c.id: c for c in cases(["gemm"])}
+    assert missing_capabilities(by_id["gemm-float16-full"], narrow) == []
+    assert missing_capabilities(by_id["gemm-float32-full"], narrow) == ["op gemm on float32"]
+    assert narrow.capabilities.supports("gemm", "bfloat16")
+    assert not narrow.capabilities.supports("gemm", "float32")
+    with pytest.raises(PluginError, match="op_dtypes names op 'nosuch', which tile_ops"):
+        dataclasses.replace(interp.capabilities, op_dtypes={"nosuch": {"float32"}})
 
 
 def test_unknown_mode_is_refused(interp):

@@ -88,6 +88,17 @@ def check_support(func: tirx.PrimFunc, backend: BackendModule) -> None:
                 f"T.{call.name} is not supported by backend '{backend.name}' (it supports "
                 f"{', '.join(sorted(caps.tile_ops))}); choose another target or rewrite the "
                 "kernel without it", span_location(call.span))
+        if call.name in caps.op_dtypes:
+            inputs = [call.operands[op.name] for op in call.schema.operands
+                      if op.kind == "region" and op.access == "read"]
+            for region in inputs:
+                dtype = str(region.buffer.dtype)
+                if not caps.supports(call.name, dtype):
+                    raise UnsupportedOpError(
+                        f"T.{call.name} on {dtype} operands ({region.buffer.name}) is not "
+                        f"supported by backend '{backend.name}' (it takes "
+                        f"{', '.join(sorted(caps.op_dtypes[call.name]))})",
+                        span_location(call.span))
     if "warps" in caps.features:
         _check_warps(func, backend)
     for name in sorted(set(intrinsics_in(func)) - caps.tile_ops):

@@ -127,10 +127,24 @@ class Capabilities:
     dtypes: frozenset[str]
     memory_scopes: frozenset[str] = frozenset()
     features: frozenset[str] = frozenset()
+    # op -> the input dtypes this backend supports for it, where narrower than ``dtypes``
+    # (an Ascend cube GEMM takes float16/bfloat16 operands but not every float32 layout)
+    op_dtypes: Mapping[str, frozenset[str]] = field(default_factory=dict)
 
     def __post_init__(self):
         for attr in ("tile_ops", "dtypes", "memory_scopes", "features"):
             object.__setattr__(self, attr, frozenset(getattr(self, attr)))
+        limits = {}
+        for op, dtypes in dict(self.op_dtypes).items():
+            if op not in self.tile_ops:
+                raise PluginError(f"capabilities: op_dtypes names op {op!r}, which tile_ops "
+                                  "does not declare")
+            limits[op] = frozenset(dtypes)
+        object.__setattr__(self, "op_dtypes", MappingProxyType(limits))
+
+    def supports(self, op: str, dtype: str) -> bool:
+        """Whether ``op`` is declared for inputs of ``dtype``."""
+        return op in self.tile_ops and dtype in self.op_dtypes.get(op, self.dtypes)
 
 
 @dataclass(frozen=True)

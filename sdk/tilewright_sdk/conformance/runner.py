@@ -44,6 +44,9 @@ def missing_capabilities(case: Case, backend: BackendModule, func=None) -> list[
     caps = backend.capabilities
     known = registered_ops()
     missing = [f"op {op}" for op in case.kernel.ops if op in known and op not in caps.tile_ops]
+    missing += [f"op {op} on {case.dtype}" for op in case.kernel.ops
+                if op in caps.tile_ops and case.dtype in caps.dtypes
+                and not caps.supports(op, case.dtype)]
     for dtype in sorted({case.dtype, "float32"}):
         if dtype not in caps.dtypes:
             missing.append(f"dtype {dtype}")
