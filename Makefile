@@ -21,11 +21,17 @@ demo: setup
 test: setup
 	$(PY) -m pytest
 	$(MAKE) conformance
+	$(PY) -m ruff check .
 
-# The backend conformance suite (tilewright-sdk) against the CPU backend and the interpreter.
+# The backend conformance suite (tilewright-sdk) against every backend that can run here: the
+# interpreter and the CPU backend execute, CUDA compiles to cubins (no GPU needed), Ascend
+# executes on its CPU emulator.
+CONFORMANCE := $(PY) -m pytest -p no:cacheprovider --pyargs tilewright_sdk.conformance
 conformance: setup
-	$(PY) -m pytest -p no:cacheprovider --pyargs tilewright_sdk.conformance --tilewright-backend interp
-	$(PY) -m pytest -p no:cacheprovider --pyargs tilewright_sdk.conformance --tilewright-backend cpu
+	$(CONFORMANCE) --tilewright-backend interp
+	$(CONFORMANCE) --tilewright-backend cpu
+	$(CONFORMANCE) --tilewright-backend cuda --tilewright-mode compile
+	$(CONFORMANCE) --tilewright-backend ascend --tilewright-mode execute
 
 bench: setup
 	$(PY) bench/cpu_gemm.py

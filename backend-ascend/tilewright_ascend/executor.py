@@ -112,6 +112,7 @@ class EmulatedKernel:
 
     def __call__(self, *tensors):
         params = self.meta["params"]
+        tensors = (*tensors, *_workspaces(self.meta, tensors))
         ptrs, sizes = [], []
         for (name, _, _), t in zip(params, tensors):
             if getattr(t, "device", None) is not None and t.device.type != "cpu":
@@ -137,6 +138,21 @@ class EmulatedKernel:
                 warnings.warn(message, stacklevel=2)
             else:
                 raise EmulatorError(message)
+
+
+def _workspaces(meta: dict, tensors) -> list:
+    """GM workspaces for the trailing workspace parameters of a split kernel (see
+    :mod:`.split`), on the device of the kernel's tensors; float ones start as NaN, so a
+    read before the producer's write shows in the results."""
+    count = int(meta.get("workspaces", 0))
+    if not count:
+        return []
+    import torch
+
+    device = tensors[0].device if tensors else "cpu"
+    out = [torch.empty(shape, dtype=getattr(torch, dtype), device=device)
+           for _, dtype, shape in meta["params"][-count:]]
+    return [t.fill_(float("nan")) if t.is_floating_point() else t.zero_() for t in out]
 
 
 def last_run_stats() -> dict:
@@ -206,6 +222,7 @@ def _load_npu(workdir, entry: str):
 
     def run(*tensors):
         stream = torch.npu.current_stream().npu_stream  # type: ignore[attr-defined]
+        tensors = (*tensors, *_workspaces(meta, tensors))
         launch(ctypes.c_void_p(stream), *[ctypes.c_void_p(t.data_ptr()) for t in tensors])
 
     run.meta = meta

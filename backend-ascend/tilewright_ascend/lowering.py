@@ -4,9 +4,8 @@ A rule is ``rule(emitter, call)`` and writes lines through the emitter. ``T.copy
 on its data path (source and destination memory): GM->UB and GM->L1 on MTE2, UB->GM on MTE3,
 L1->L0A/L0B on MTE1, L0C->GM on FIX, UB->UB on V.
 
-L1 and L0 tiles are kept row-major (ND). ``LoadData2DParams`` is used in that ND sense:
-``repeatTimes`` source rows of ``dstGap`` elements, ``srcStride`` elements apart, optionally
-transposed; the fractal (NZ) layout real cube units need is not generated yet.
+The cube paths (GM->L1, L1->L0A/L0B, L0C->GM, ``gemm_v0``, ``mma``) are in :mod:`.cube`,
+which keeps L1 and L0 tiles in the hardware's fractal formats.
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ from tilewright.errors import KernelError
 from tilewright.ir import Region
 from tvm import tirx
 
-from . import ops
+from . import cube, ops
 from .arch import ALIGN, CUBE_SCOPES, SHORT
 from .passes import dtype_bytes
 
@@ -105,9 +104,13 @@ def view(region: Region) -> tuple[int, int, int]:
     for e in ext[:-1]:
         rows *= e
     outer = [i for i in range(len(ext) - 1) if ext[i] > 1]
-    if outer and any(ext[j] != shape[j] for j in range(outer[0] + 1, len(ext) - 1)):
+    if outer and any(ext[j] != shape[j] for j in range(outer[0] + 1, outer[-1] + 1)):
         raise KernelError(f"the region of {region.buffer.name!r} with extents {ext} is not a "
                           "set of equally spaced rows; copy it in parts")
+    if outer:  # dimensions of extent 1 after the rows only offset them
+        stride = 1
+        for dim in shape[outer[-1] + 1:]:
+            stride *= dim
     if rows == 1:
         stride = cols
     return rows, cols, stride
@@ -145,84 +148,26 @@ def _data_copy(em, src: Region, dst: Region, what: str) -> None:
             f"DataCopyParams({sr}, {blen}, {sgap}, {dgap}));")
 
 
-def load_data(em, src: Region, dst_name: str, rows: int, cols: int, stride: int,
-              transpose: bool, src_off: str) -> None:
-    """L1 -> L0A/L0B on MTE1 (ND model of LoadData2DParams, see the module doc)."""
-    src_t = em.buf(src.buffer) if src_off == "0" else f"{em.buf(src.buffer)}[{src_off}]"
-    em.line(f"LoadData({dst_name}, {src_t}, LoadData2DParams{{0, {rows}, {stride}, 0, {cols}, "
-            f"{'true' if transpose else 'false'}, 0}});")
-
-
 def rule_copy(em, call) -> None:
     src, dst = call.operands["src"], call.operands["dst"]
     path = (_scope(src), _scope(dst))
     what = f"T.copy {src.buffer.name} -> {dst.buffer.name}"
-    if path in (("global", "ascend.ub"), ("ascend.ub", "global"), ("global", "ascend.l1"),
-                ("ascend.ub", "ascend.ub")):
+    if path in (("global", "ascend.ub"), ("ascend.ub", "global")):
+        from .vector_codegen import copy_gm_ub  # bounds-checked copies (imports this module)
+
+        if copy_gm_ub(em, call):
+            return None
+    if path in (("global", "ascend.ub"), ("ascend.ub", "global"), ("ascend.ub", "ascend.ub")):
         return _data_copy(em, src, dst, what)
+    if path == ("global", "ascend.l1"):
+        return cube.copy_gm_to_l1(em, src, dst, what)
     if path in (("ascend.l1", "ascend.l0a"), ("ascend.l1", "ascend.l0b")):
-        rows, cols, stride = view(src)
-        dr, dc, _ = view(dst)
-        if (rows, cols) != (dr, dc):
-            raise KernelError(f"{what}: L1 -> L0 copies whole 2-D tiles of equal shape")
-        return load_data(em, src, tensor(em, dst), rows, cols, stride, False,
-                         offset_of(em, src))
+        return cube.copy_l1_to_l0(em, src, dst, what)
     if path == ("ascend.l0c", "global"):
-        rows, cols, stride = view(src)
-        _, _, dstride = view(dst)
-        em.line("{")
-        em.line(f"    FixpipeParamsV220 fp; fp.nSize = {cols}; fp.mSize = {rows}; "
-                f"fp.srcStride = {stride}; fp.dstStride = {dstride};")
-        em.line(f"    Fixpipe({tensor(em, dst)}, {tensor(em, src)}, fp);")
-        em.line("}")
-        return None
+        return cube.copy_l0c_to_gm(em, src, dst, what)
     raise KernelError(f"{what}: no Ascend data path from {SHORT.get(path[0], path[0])} to "
                       f"{SHORT.get(path[1], path[1])} (paths: GM->UB, UB->GM, GM->L1, "
                       "L1->L0A/L0B, L0C->GM, UB->UB; cube and vector cores meet only in GM)")
-
-
-def rule_gemm_v0(em, call) -> None:
-    a, b, c = call.operands["A"], call.operands["B"], call.operands["C"]
-    ta, tb, kl0 = call.attrs["transpose_A"], call.attrs["transpose_B"], call.attrs["kL0Size"]
-    ar, ac, astride = view(a)
-    br, bc, bstride = view(b)
-    m, k = (ac, ar) if ta else (ar, ac)
-    n = br if tb else bc
-    index = em.gemm_index(call)
-    scope_a = em.buffer_names[f"gemm{index}_l0a"]
-    scope_b = em.buffer_names[f"gemm{index}_l0b"]
-    a_off, b_off = offset_of(em, a), offset_of(em, b)
-    kk = em.ident("kk")
-    init = em.expr(call.operands["init"])
-    with em.block(f"for (int32_t {kk} = 0; {kk} < {k // kl0}; ++{kk})"):
-        # A: m x kl0 slice of op(A); B: kl0 x n slice of op(B)
-        if ta:
-            load_data(em, a, scope_a, kl0, m, astride, True,
-                      f"{a_off} + {kk} * {kl0 * astride}")
-        else:
-            load_data(em, a, scope_a, m, kl0, astride, False, f"{a_off} + {kk} * {kl0}")
-        if tb:
-            load_data(em, b, scope_b, n, kl0, bstride, True, f"{b_off} + {kk} * {kl0}")
-        else:
-            load_data(em, b, scope_b, kl0, n, bstride, False,
-                      f"{b_off} + {kk} * {kl0 * bstride}")
-        em.line("SetFlag<HardEvent::MTE1_M>(0);")
-        em.line("WaitFlag<HardEvent::MTE1_M>(0);")
-        em.line(f"MmadParams mp; mp.m = {m}; mp.n = {n}; mp.k = {kl0}; "
-                f"mp.cmatrixInitVal = ({init}) && {kk} == 0;")
-        em.line(f"Mmad({tensor(em, c)}, {scope_a}, {scope_b}, mp);")
-        em.line("SetFlag<HardEvent::M_MTE1>(0);")
-        em.line("WaitFlag<HardEvent::M_MTE1>(0);")
-
-
-def rule_mma(em, call) -> None:
-    a, b, c = call.operands["A"], call.operands["B"], call.operands["C"]
-    m, k = view(a)[:2]
-    n = view(b)[1]
-    init = em.expr(call.operands["init"])
-    em.line(f"{{ MmadParams mp; mp.m = {m}; mp.n = {n}; mp.k = {k}; "
-            f"mp.cmatrixInitVal = {init}; Mmad({tensor(em, c)}, {tensor(em, a)}, "
-            f"{tensor(em, b)}, mp); }}")
 
 
 def _event(call) -> str:
@@ -323,8 +268,8 @@ def rule_fill(em, call) -> None:
 RULES = {
     "copy": rule_copy,
     "fill": rule_fill,
-    "ascend.gemm_v0": rule_gemm_v0,
-    "ascend.mma": rule_mma,
+    "ascend.gemm_v0": cube.rule_gemm_v0,
+    "ascend.mma": cube.rule_mma,
     "ascend.set_flag": rule_set_flag,
     "ascend.wait_flag": rule_wait_flag,
     "ascend.pipe_barrier": rule_pipe_barrier,

@@ -20,10 +20,12 @@ from .codegen import CODEGEN
 from .executor import EXECUTORS, npu_available
 from .lowering import RULES
 from .multibuffer import multi_buffer
-from .passes import plan_memory
+from .passes import PORTABLE_SCOPES, plan_memory
 from .portable import lower_portable
 from .profiler import TIMERS
 from .sync_insert import insert_sync
+from .vector import PORTABLE_VECTOR_OPS, lower_vector
+from .vector_codegen import RULES as _VECTOR_RULES  # noqa: F401 - registers rules
 
 DTYPES = ("float32", "float16", "bfloat16", "int32", "int16", "int8", "uint8")
 
@@ -38,6 +40,9 @@ PIPELINE = PassPipeline((
     Phase("portable", lambda ctx: [lower_portable()],
           "portable kernels: memories by use (GEMM operands L1, accumulators L0C, other tiles "
           "UB), the grid on the 1-D core grid, T.gemm as gemm_v0"),
+    Phase("vector", lambda ctx: [lower_vector()],
+          "portable vector work: T.Parallel nests, reductions, scans and converting copies "
+          "become vector ops on UB tiles (scalar-unit loops where no instruction fits)"),
     Phase("multi_buffer", lambda ctx: [multi_buffer()],
           "T.Pipelined(num_stages=S) loops: buffers produced and consumed inside get S "
           "versions (kernels without hand-written synchronisation)"),
@@ -58,10 +63,14 @@ BACKEND = BackendModule(
     codegens={"ascend": CODEGEN},
     executors=EXECUTORS,
     capabilities=Capabilities(
-        tile_ops=frozenset({*RULES, "gemm"}),  # T.gemm: by the portable phase
+        tile_ops=frozenset({*RULES, "gemm", *PORTABLE_VECTOR_OPS}),  # T.gemm: by the portable phase
         dtypes=frozenset(DTYPES),
-        memory_scopes=frozenset({"global", *MEMORIES}),
-        features=frozenset({"manual_sync", "dialect:ascend"}),
+        # portable scopes: the portable phase maps them to Ascend memories by use
+        memory_scopes=frozenset({"global", *MEMORIES, *PORTABLE_SCOPES}),
+        features=frozenset({"manual_sync", "dialect:ascend", "partial_tiles"}),
+        # the cube takes float16/bfloat16 operands: a float32 B (or transposed A) would need
+        # its fractals transposed on the way to L0B/L0A, which LoadData2D does for 2-byte types
+        op_dtypes={"gemm": frozenset({"float16", "bfloat16"})},
     ),
     accelerator=True,
     # tensors live where the first available executor runs: the NPU, else the CPU emulator

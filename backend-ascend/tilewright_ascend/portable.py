@@ -6,15 +6,18 @@ A kernel written with ``tilewright.language`` (``alloc_shared``/``alloc_fragment
 - the block grid (up to 3-D) becomes ``cid`` on the 1-D grid: ``bx = cid % gx``,
   ``by = cid // gx % gy``, ``bz = cid // (gx * gy)``;
 - a buffer used as a GEMM operand goes to L1, a GEMM accumulator to L0C, every other tile to
-  UB; the body runs in ``T.Scope("C")`` when it uses the cube, else in ``T.Scope("V")``;
+  UB; the body runs in ``T.Scope("C")`` when it uses only the cube, in ``T.Scope("V")``
+  when it uses only vector tiles;
 - ``T.gemm`` becomes ``gemm_v0``; ``T.clear(C)`` of an accumulator followed by the K loop
   becomes ``init=(k == start)`` on that loop's first GEMM into ``C``.
 
-Kernels that need both cores (a GEMM with a vector epilogue) would need a GM workspace
-between the cube and the vector cores; they are refused with a message.
+Kernels that need both cores (a GEMM with a vector epilogue, flash attention) are split into
+a cube and a vector program that meet in GM workspaces (:mod:`.split`).
 """
 
 from __future__ import annotations
+
+import math
 
 import tvm
 import tvm_ffi
@@ -25,6 +28,8 @@ from tvm import tirx
 
 from .language.dialect import SCOPE_KEY, VID_TAG
 from .passes import allocations
+from .split import WORKSPACES_KEY, Split
+from .vector import PORTABLE_KEY
 
 _PORTABLE = {"shared", "shared.dyn", "local.fragment", "local"}
 
@@ -113,22 +118,36 @@ def to_dialect(func):
                           span_location(loops[0].span))
     scopes = _scopes(func)
     kinds = {"cube" if s != "ascend.ub" else "vector" for s in scopes.values()}
-    if len(kinds) > 1:
-        raise KernelError("this kernel uses the cube (T.gemm) and vector tiles: backend "
-                          "'ascend' does not yet split such kernels into cube and vector parts "
-                          "through a GM workspace; write it with tilewright_ascend.language",
-                          span_location(loops[0].span))
-    remap = {}
-    for alloc in allocations(func):
-        name = str(alloc.buffer.name)
-        if name in scopes:
-            old = alloc.buffer
-            remap[old] = tirx.decl_buffer(old.shape, old.dtype, old.name, scope=scopes[name])
-    body = tvm_ffi.structural_map(body, (tirx.Buffer, lambda b: remap.get(b, b)))
-    stmts = _clear_accumulators(list(body.seq) if isinstance(body, tirx.SeqStmt) else [body],
-                                {str(v.name): str(v.scope()) for v in remap.values()})
     cid, vid = tirx.Var("cid", "int32"), tirx.Var("vid", "int32")
     sizes = [int(e.value) for e in extents]
+    buffers = {str(a.buffer.name): a.buffer for a in allocations(func)}
+    split = None
+    top = list(body.seq) if isinstance(body, tirx.SeqStmt) else [body]
+    if "cube" in kinds:
+        split = Split([s for s in top if not isinstance(s, tirx.AllocBuffer)], buffers, cid,
+                      vid, math.prod(sizes))
+        split = split if split.has_vector else None
+    if split is not None:  # cube and vector programs through GM workspaces
+        cube, vector = split.run()
+        scopes.update(split.scopes)
+        body = tirx.SeqStmt([*[s for s in top if isinstance(s, tirx.AllocBuffer)],
+                             *split.new_allocs, _scope("C", cube), _scope("V", vector)])
+    remap = {}
+    halves = split.row_halves if split is not None else {}  # tiles split over AIV0/AIV1
+    for name, old in buffers.items():
+        if name in scopes:
+            remap[old] = tirx.decl_buffer(halves.get(name, old.shape), old.dtype, old.name,
+                                          scope=scopes[name])
+    body = tvm_ffi.structural_map(body, (tirx.Buffer, lambda b: remap.get(b, b)))
+    new_scopes = {str(v.name): str(v.scope()) for v in remap.values()}
+    if split is None:
+        stmts = _clear_accumulators(list(body.seq) if isinstance(body, tirx.SeqStmt)
+                                    else [body], new_scopes)
+    else:
+        *allocs, cube_scope, vector_scope = list(body.seq)
+        cube = _clear_accumulators(list(cube_scope.body.seq) if isinstance(
+            cube_scope.body, tirx.SeqStmt) else [cube_scope.body], new_scopes)
+        stmts = [*allocs, _scope("C", cube), vector_scope]
     stride, subst = 1, {}
     # loops[0] is blockIdx.x (outermost); recover each axis from cid
     for loop, size in zip(loops, sizes):
@@ -140,9 +159,8 @@ def to_dialect(func):
     inner = tvm_ffi.structural_map(inner, (tirx.Var, lambda v: subst.get(v, v)))
     work = [s for s in (list(inner.seq) if isinstance(inner, tirx.SeqStmt) else [inner])
             if not isinstance(s, tirx.AllocBuffer)]
-    scope = tirx.AttrStmt(tirx.IntImm("int32", 0), SCOPE_KEY,
-                          tvm.ir.StringImm("C" if kinds == {"cube"} else "V"),
-                          tirx.SeqStmt(work) if len(work) > 1 else work[0])
+    scope = tirx.SeqStmt(work) if split is not None else \
+        _scope("C" if kinds == {"cube"} else "V", work)
     new_allocs = [s for s in (list(inner.seq) if isinstance(inner, tirx.SeqStmt) else [inner])
                   if isinstance(s, tirx.AllocBuffer)]
     kernel_body = tirx.SeqStmt([*new_allocs, scope]) if new_allocs else scope
@@ -154,7 +172,17 @@ def to_dialect(func):
                         thread_binding=tirx.IterVar(tvm.ir.Range(0, total), cid,
                                                     tirx.IterVar.ThreadIndex, "blockIdx.x"),
                         annotations=annotations, span=loops[0].span)
-    return func.with_body(cid_loop)
+    func = func.with_body(cid_loop).with_attr(PORTABLE_KEY, True)
+    if split is not None and split.workspaces:
+        func = func.with_attr(WORKSPACES_KEY, [
+            [str(w.name), str(w.dtype), [int(x) for x in w.shape]] for w in split.workspaces])
+    return func
+
+
+def _scope(core: str, stmts):
+    stmts = list(stmts)
+    return tirx.AttrStmt(tirx.IntImm("int32", 0), SCOPE_KEY, tvm.ir.StringImm(core),
+                         tirx.SeqStmt(stmts) if len(stmts) > 1 else stmts[0])
 
 
 def lower_portable():

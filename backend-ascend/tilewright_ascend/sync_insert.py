@@ -29,7 +29,9 @@ from tvm import tirx
 
 from . import ops
 from .language.dialect import SCOPE_KEY
+from .passes import PLAN_KEY
 from .sync import HARD_EVENTS
+from .vector import SCALAR_KEY
 
 VERSION_KEY = "ascend.versions"  # set by the multi-buffering pass
 
@@ -61,6 +63,10 @@ def accesses(stmt) -> list[Access]:
     call = decode(stmt)
     if call is not None:
         return _op_accesses(call)
+    if isinstance(stmt, tirx.For) and SCALAR_KEY in stmt.annotations:  # GetValue/SetValue
+        loads, stores = _loads_stores(stmt)
+        return [Access("s", str(b), False) for b in loads] + \
+            [Access("s", str(b), True) for b in stores]
     if isinstance(stmt, tirx.For) and str(stmt.annotations.get("tw.loop", "")) == "parallel":
         loads, stores = _loads_stores(stmt)
         return [Access("v", str(b), False) for b in loads] + \
@@ -101,6 +107,14 @@ def _op_accesses(call) -> list[Access]:
             [Access("m", str(call.operands["C"].buffer.name), False)]
     if name == "ascend.dump_tensor":
         return [Access("s", str(call.operands["src"].buffer.name), False)]
+    if name == "ascend.tile.vbrc" and call.attrs["axis"] == "row":  # row scalars: GetValue
+        return [Access("s", str(call.operands["vec"].buffer.name), False),
+                Access("v", str(call.operands["src"].buffer.name), False),
+                Access("v", str(call.operands["dst"].buffer.name), True)]
+    if name.startswith("atomic_") and hasattr(call.operands["src"], "buffer"):
+        return [Access("mte3", str(call.operands["src"].buffer.name), False)]
+    if name == "print_tile":
+        return [Access("s", str(call.operands["buf"].buffer.name), False)]
     if name.startswith("ascend.tile."):
         return [Access("v", str(r.buffer.name), o == "dst")
                 for o, r in call.operands.items() if hasattr(r, "buffer")]
@@ -112,9 +126,19 @@ def _global(name: str, scopes: dict) -> bool:
 
 
 class _Inserter:
-    def __init__(self, scopes: dict):
+    def __init__(self, scopes: dict, plan: dict | None = None):
         self.scopes = scopes
         self.next_id: dict[str, int] = {}
+        # buffers the memory plan lets share bytes conflict like one buffer
+        self.aliases: set[tuple[str, str]] = set()
+        items = list((plan or {}).items())
+        for i, (x, (sx, ox, nx)) in enumerate(items):
+            for y, (sy, oy, ny) in items[i + 1:]:
+                if sx == sy and ox < oy + ny and oy < ox + nx:
+                    self.aliases |= {(x, y), (y, x)}
+
+    def same(self, a: str, b: str) -> bool:
+        return a == b or (a, b) in self.aliases
 
     def event_id(self, event: str, span) -> int:
         n = self.next_id.get(event, 0)
@@ -139,7 +163,7 @@ class _Inserter:
                     order += list(range(n - 1, j - 1, -1))
                 for i in order:
                     for b in acc[i]:
-                        if b.buffer != a.buffer or not (a.write or b.write) or \
+                        if not self.same(a.buffer, b.buffer) or not (a.write or b.write) or \
                                 b.pipe in seen_pipes:
                             continue
                         seen_pipes.add(b.pipe)
@@ -203,6 +227,14 @@ class _Inserter:
                             if len(body) > 1 else body[0], annotations=stmt.annotations,
                             span=stmt.span)
             return tirx.SeqStmt([*pro, loop, *epi]) if pro else loop
+        if isinstance(stmt, tirx.IfThenElse):  # each branch is synchronised on its own
+            then, _, _ = self.sequence(_flat(stmt.then_case), looped=False)
+            other = None
+            if stmt.else_case is not None:
+                other, _, _ = self.sequence(_flat(stmt.else_case), looped=False)
+                other = tirx.SeqStmt(other) if len(other) > 1 else other[0]
+            return tirx.IfThenElse(stmt.condition, tirx.SeqStmt(then) if len(then) > 1
+                                   else then[0], other, span=stmt.span)
         return stmt
 
 
@@ -211,7 +243,10 @@ def _flat(stmt) -> list:
 
 
 def has_manual_sync(func) -> bool:
-    return any(c.name in ops.SYNC_OPS for c in tile_ops_in(func))
+    """Whether the kernel has hand-written intra-core synchronisation (cross-core flags, which
+    order whole cores, do not count)."""
+    cross = (ops.SET_CROSS_FLAG.name, ops.WAIT_CROSS_FLAG.name)
+    return any(c.name in ops.SYNC_OPS and c.name not in cross for c in tile_ops_in(func))
 
 
 def _rewrite_scopes(stmt, inserter):
@@ -237,6 +272,8 @@ def insert_sync():
         from .passes import allocations
 
         scopes = {str(a.buffer.name): str(a.buffer.scope()) for a in allocations(func)}
-        return func.with_body(_rewrite_scopes(func.body, _Inserter(scopes)))
+        plan = {str(k): (str(v[0]), int(v[1]), int(v[2]))
+                for k, v in (func.attrs.get(PLAN_KEY) or {}).items()}
+        return func.with_body(_rewrite_scopes(func.body, _Inserter(scopes, plan)))
 
     return prim_func_pass("AscendInsertSync", run)

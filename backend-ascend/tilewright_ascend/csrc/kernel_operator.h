@@ -6,11 +6,13 @@
 // runtime (tw_emu.cpp) then executes the queues adversarially -- each pipe as late as its
 // flags allow -- and checks every access against per-byte shadow state.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <type_traits>
 #include <vector>
 
@@ -54,6 +56,48 @@ void issue_wait(int src, int dst, int id, int line);
 void issue_barrier_all(int line);
 void issue_cross_set(int pipe, int id, int mode, int line);
 void issue_cross_wait(int id, int line);
+void fence_last();                 // the scalar unit stalls until the last instruction is done
+int atomic_mode();                 // 0 none, 1 add, 2 max, 3 min (SetAtomic*)
+void set_atomic(int mode);
+void assert_fail(int line, const char* msg);
+
+// A value the scalar unit reads from memory (GetValue): known once that read has run, so
+// instructions issued after it take it lazily; arithmetic on it stays lazy.
+struct Lazy { std::function<double()> f; double get() const { return f(); } };
+template <typename T> constexpr bool is_lazy = std::is_same<std::decay_t<T>, Lazy>::value;
+inline double val(const Lazy& l) { return l.get(); }
+template <typename U> inline double val(const U& u) {
+    if constexpr (std::is_integral<U>::value) return double(u); else return double(float(u));
+}
+template <typename T> inline T from_double(double v) {
+    if constexpr (std::is_integral<T>::value) return T(v); else return T(float(v));
+}
+#define TW_LAZY_OP(OP)                                                                         \
+    template <typename A, typename B, typename = std::enable_if_t<is_lazy<A> || is_lazy<B>>>   \
+    Lazy operator OP(const A& a, const B& b) { return Lazy{[=] { return double(val(a) OP val(b)); }}; }
+TW_LAZY_OP(+) TW_LAZY_OP(-) TW_LAZY_OP(*) TW_LAZY_OP(/) TW_LAZY_OP(<) TW_LAZY_OP(<=)
+TW_LAZY_OP(>) TW_LAZY_OP(>=) TW_LAZY_OP(==) TW_LAZY_OP(!=)
+#undef TW_LAZY_OP
+inline Lazy operator-(const Lazy& a) { return Lazy{[=] { return -val(a); }}; }
+template <typename T, typename U> auto cast(const U& u) {
+    if constexpr (is_lazy<U>) return Lazy{[=] { return val(from_double<T>(val(u))); }};
+    else return static_cast<T>(u);
+}
+template <typename C, typename A, typename B> auto select(const C& c, const A& a, const B& b) {
+    if constexpr (is_lazy<C> || is_lazy<A> || is_lazy<B>) return Lazy{[=] { return val(c) != 0 ? val(a) : val(b); }};
+    else return c ? a : b;
+}
+template <typename A, typename B> auto lmin(const A& a, const B& b) { return select(a < b, a, b); }
+template <typename A, typename B> auto lmax(const A& a, const B& b) { return select(a > b, a, b); }
+template <typename T> Lazy get_value(int space, uint64_t off, const T* p, int line) {
+    auto slot = std::make_shared<double>(0.0);
+    issue(PS, "GetValue", line, {Acc{space, off, sizeof(T), false}}, [=] { *slot = val(*p); }, 1.0, sizeof(T));
+    fence_last();
+    return Lazy{[slot] { return *slot; }};
+}
+template <typename T, typename U> void set_value(int space, uint64_t off, T* p, const U& v, int line) {
+    issue(PS, "SetValue", line, {Acc{space, off, sizeof(T), true}}, [=] { *p = from_double<T>(val(v)); }, 1.0, sizeof(T));
+}
 const char* space_name(int space);
 template <typename T> const char* type_name();
 }  // namespace tw_emu
@@ -88,6 +132,8 @@ template <typename T> struct GlobalTensor {
     uint64_t addr() const { return (uint64_t)(uintptr_t)ptr; }
     T* data() const { return ptr; }
     static constexpr int space = tw_emu::SGM;
+    tw_emu::Lazy GetValue(uint64_t i, TW_LINE) const { return tw_emu::get_value<T>(tw_emu::SGM, addr() + i * sizeof(T), ptr + i, line); }
+    template <typename U> void SetValue(uint64_t i, const U& v, TW_LINE) const { tw_emu::set_value<T>(tw_emu::SGM, addr() + i * sizeof(T), ptr + i, v, line); }
 };
 
 template <typename T> struct LocalTensor {
@@ -101,6 +147,8 @@ template <typename T> struct LocalTensor {
     T* data() const { return reinterpret_cast<T*>(base + off); }
     uint64_t addr() const { return off; }
     uint32_t GetSize() const { return count; }
+    tw_emu::Lazy GetValue(uint64_t i, TW_LINE) const { return tw_emu::get_value<T>(space, off + i * sizeof(T), data() + i, line); }
+    template <typename U> void SetValue(uint64_t i, const U& v, TW_LINE) const { tw_emu::set_value<T>(space, off + i * sizeof(T), data() + i, v, line); }
 };
 
 template <TPosition P> struct TBuf {
@@ -130,15 +178,54 @@ struct DataCopyParams {
     DataCopyParams(uint16_t c, uint16_t l, uint16_t s, uint16_t d)
         : blockCount(c), blockLen(l), srcStride(s), dstStride(d) {}
 };
-// ND model (see tilewright_ascend.lowering): repeatTimes source rows of dstGap elements,
-// srcStride elements apart; ifTranspose writes the transpose.
+// Cube operand formats (fractal = 16 rows x C0 elements = 512 bytes, C0 = 32 / sizeof(T)):
+//   L1 "NZ": column blocks of C0 elements, each holding every row; element (r, c) at
+//     (c / C0) * dstNzC0Stride * C0 + r * dstNzNStride * C0 + c % C0 (strides in 32-byte units)
+//   L0A "ZZ": fractals row-major over (m block, k block), each row-major inside
+//   L0B "ZN": fractals row-major over (k block, n block), each column-major (n) inside
+//   L0C "NZ": 16 x 16 fractals column-major over (n block, m block), row-major inside
+struct Nd2NzParams {
+    uint16_t ndNum = 1, nValue = 0, dValue = 0, srcNdMatrixStride = 0, srcDValue = 0,
+             dstNzC0Stride = 0, dstNzNStride = 1, dstNzMatrixStride = 0;
+    Nd2NzParams() = default;
+    Nd2NzParams(uint16_t nd, uint16_t n, uint16_t d, uint16_t srcMat, uint16_t srcD, uint16_t c0s,
+                uint16_t ns, uint16_t dstMat)
+        : ndNum(nd), nValue(n), dValue(d), srcNdMatrixStride(srcMat), srcDValue(srcD),
+          dstNzC0Stride(c0s), dstNzNStride(ns), dstNzMatrixStride(dstMat) {}
+};
+// repeatTimes fractals: source fractal startIndex + i * srcStride (512-byte units) goes to
+// destination fractal i * (1 + dstGap); ifTranspose transposes each 16 x 16 fractal (2-byte
+// types only, as LoadData2D on the hardware).
 struct LoadData2DParams {
-    uint16_t startIndex = 0, repeatTimes = 0, srcStride = 0, sid = 0, dstGap = 0;
+    uint16_t startIndex = 0;
+    uint8_t repeatTimes = 0;
+    uint16_t srcStride = 0;
+    uint8_t sid = 0;
+    uint16_t dstGap = 0;
     bool ifTranspose = false;
     uint8_t addrMode = 0;
 };
+// repeatTimes x (blockNum 32-byte blocks, then dstGap blocks skipped), all set to initValue
+template <typename T> struct InitConstValueParams {
+    uint16_t repeatTimes = 0, blockNum = 0, dstGap = 0;
+    T initValue = T(0);
+    InitConstValueParams() = default;
+    InitConstValueParams(uint16_t r, uint16_t b, uint16_t g, T v) : repeatTimes(r), blockNum(b), dstGap(g), initValue(v) {}
+};
 struct MmadParams { uint16_t m = 0, n = 0, k = 0; bool cmatrixInitVal = true; bool isBias = false; };
-struct FixpipeParamsV220 { uint16_t nSize = 0, mSize = 0; uint32_t srcStride = 0, dstStride = 0; };
+enum class QuantMode_t { NoQuant, F322F16, F322BF16 };
+// L0C -> GM: mSize x nSize; srcStride = distance between the L0C column blocks in rows of 16
+// elements (the padded M), dstStride = GM row stride in elements (CFG_ROW_MAJOR: NZ -> ND)
+struct FixpipeParamsV220 {
+    uint16_t nSize = 0, mSize = 0;
+    uint32_t srcStride = 0, dstStride = 0;
+    QuantMode_t quantPre = QuantMode_t::NoQuant;
+    bool reluEn = false;
+    uint8_t ndNum = 1;
+};
+struct FixpipeConfig { bool rowMajor; };
+inline constexpr FixpipeConfig CFG_ROW_MAJOR{true};
+inline constexpr FixpipeConfig CFG_NZ{false};
 struct ShapeInfo {
     uint32_t dims = 0, shape[8] = {0};
     ShapeInfo() = default;
@@ -155,6 +242,18 @@ template <typename T> inline tw_emu::Acc acc(const LocalTensor<T>& t, uint64_t b
 template <typename T> inline tw_emu::Acc acc(const GlobalTensor<T>& t, uint64_t bytes, bool w) {
     return tw_emu::Acc{tw_emu::SGM, t.addr(), bytes, w};
 }
+
+// -- GM stores under SetAtomicAdd/Max/Min ---------------------------------------------------
+template <typename T> inline void atomic_store(T* d, const T* s, uint64_t n, int mode) {
+    for (uint64_t i = 0; i < n; ++i) {
+        float a = float(d[i]), b = float(s[i]);
+        d[i] = mode == 1 ? T(a + b) : mode == 2 ? T(std::fmax(a, b)) : mode == 3 ? T(std::fmin(a, b)) : s[i];
+    }
+}
+template <typename T> void SetAtomicAdd() { tw_emu::set_atomic(1); }
+template <typename T> void SetAtomicMax() { tw_emu::set_atomic(2); }
+template <typename T> void SetAtomicMin() { tw_emu::set_atomic(3); }
+inline void SetAtomicNone() { tw_emu::set_atomic(0); }
 
 // -- strided block copies ---------------------------------------------------------------
 template <typename T> inline void strided(T* dst, const T* src, const DataCopyParams& p) {
@@ -186,7 +285,12 @@ void DataCopy(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const DataC
     auto b = strided_acc<T>(tw_emu::SGM, dst.addr(), p, p.dstStride, true);
     a.insert(a.end(), b.begin(), b.end());
     uint64_t bytes = uint64_t(p.blockCount) * p.blockLen * 32;
-    tw_emu::issue(tw_emu::PMTE3, "DataCopy", line, a, [=] { strided(dst.data(), src.data(), p); },
+    int mode = tw_emu::atomic_mode();
+    tw_emu::issue(tw_emu::PMTE3, "DataCopy", line, a, [=] {
+        const uint64_t per = 32 / sizeof(T), len = p.blockLen * per;
+        for (uint32_t b = 0; b < p.blockCount; ++b)
+            atomic_store(dst.data() + b * (len + p.dstStride * per), src.data() + b * (len + p.srcStride * per), len, mode);
+    },
                   copy_cost(bytes, 64), bytes);
 }
 template <typename T>
@@ -206,48 +310,124 @@ template <typename D, typename S> void DataCopy(const D& dst, const S& src, uint
 }
 
 // -- cube ---------------------------------------------------------------------------------
+template <typename T> constexpr uint64_t c0_of() { return 32 / sizeof(T); }
+
+// GM (ND) -> L1 (NZ) on MTE2; only the elements the parameters name are written
+template <typename T>
+void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const Nd2NzParams& p, TW_LINE) {
+    constexpr uint64_t C0 = c0_of<T>();
+    if (dst.space != tw_emu::SL1) tw_emu::error(line, "DataCopy with Nd2NzParams writes L1 only");
+    std::vector<tw_emu::Acc> a;
+    uint64_t blocks = (p.dValue + C0 - 1) / C0;
+    for (uint64_t m = 0; m < p.ndNum; ++m)
+        for (uint64_t r = 0; r < p.nValue; ++r) {
+            a.push_back({tw_emu::SGM, src.addr() + (m * p.srcNdMatrixStride + r * p.srcDValue) * sizeof(T),
+                         p.dValue * sizeof(T), false});
+            for (uint64_t b = 0; b < blocks; ++b) {
+                uint64_t n = std::min<uint64_t>(C0, p.dValue - b * C0);
+                a.push_back({dst.space, dst.off + (m * p.dstNzMatrixStride + (b * p.dstNzC0Stride + r * p.dstNzNStride) * C0) * sizeof(T),
+                             n * sizeof(T), true});
+            }
+        }
+    uint64_t bytes = uint64_t(p.ndNum) * p.nValue * p.dValue * sizeof(T);
+    tw_emu::issue(tw_emu::PMTE2, "DataCopy(Nd2Nz)", line, a, [=] {
+        T* d = dst.data(); const T* s = src.data();
+        for (uint64_t m = 0; m < p.ndNum; ++m)
+            for (uint64_t r = 0; r < p.nValue; ++r)
+                for (uint64_t c = 0; c < p.dValue; ++c)
+                    d[m * p.dstNzMatrixStride + ((c / C0) * p.dstNzC0Stride + r * p.dstNzNStride) * C0 + c % C0] =
+                        s[m * p.srcNdMatrixStride + r * p.srcDValue + c];
+    }, copy_cost(bytes, 64), bytes);
+}
+template <typename T>
+void InitConstValue(const LocalTensor<T>& dst, const InitConstValueParams<T>& p, TW_LINE) {
+    std::vector<tw_emu::Acc> a;
+    const uint64_t per = 32 / sizeof(T);
+    for (uint64_t r = 0; r < p.repeatTimes; ++r)
+        a.push_back({dst.space, dst.off + r * (p.blockNum + p.dstGap) * 32ull, p.blockNum * 32ull, true});
+    tw_emu::issue(tw_emu::PMTE2, "InitConstValue", line, a, [=] {
+        for (uint64_t r = 0; r < p.repeatTimes; ++r)
+            for (uint64_t i = 0; i < p.blockNum * per; ++i) dst.data()[r * (p.blockNum + p.dstGap) * per + i] = p.initValue;
+    }, copy_cost(uint64_t(p.repeatTimes) * p.blockNum * 32, 128), uint64_t(p.repeatTimes) * p.blockNum * 32);
+}
+// L1 (NZ) -> L0A/L0B on MTE1, one 512-byte fractal per repeat
 template <typename T>
 void LoadData(const LocalTensor<T>& dst, const LocalTensor<T>& src, const LoadData2DParams& p, TW_LINE) {
-    const uint64_t rows = p.repeatTimes, cols = p.dstGap, ld = p.srcStride;
+    constexpr uint64_t F = 512 / sizeof(T), C0 = c0_of<T>();
+    if (src.space != tw_emu::SL1 || (dst.space != tw_emu::SL0A && dst.space != tw_emu::SL0B))
+        tw_emu::error(line, "LoadData2D moves L1 -> L0A/L0B");
+    if (p.ifTranspose && sizeof(T) != 2)
+        tw_emu::error(line, "LoadData2D transposes 16x16 fractals of 2-byte types only; a %zu-byte type "
+                      "needs LoadDataWithTranspose", sizeof(T));
     std::vector<tw_emu::Acc> a;
-    for (uint64_t r = 0; r < rows; ++r) a.push_back({src.space, src.off + r * ld * sizeof(T), cols * sizeof(T), false});
-    a.push_back({dst.space, dst.off, rows * cols * sizeof(T), true});
-    bool tr = p.ifTranspose;
+    for (uint64_t i = 0; i < p.repeatTimes; ++i) {
+        a.push_back({src.space, src.off + (p.startIndex + i * p.srcStride) * 512ull, 512, false});
+        a.push_back({dst.space, dst.off + i * (1 + p.dstGap) * 512ull, 512, true});
+    }
     tw_emu::issue(tw_emu::PMTE1, "LoadData", line, a, [=] {
         T* d = dst.data(); const T* s = src.data();
-        for (uint64_t r = 0; r < rows; ++r)
-            for (uint64_t c = 0; c < cols; ++c) (tr ? d[c * rows + r] : d[r * cols + c]) = s[r * ld + c];
-    }, copy_cost(rows * cols * sizeof(T), 256), rows * cols * sizeof(T));
+        for (uint64_t i = 0; i < p.repeatTimes; ++i) {
+            const T* f = s + (p.startIndex + i * p.srcStride) * F;
+            T* g = d + i * (1 + p.dstGap) * F;
+            for (uint64_t r = 0; r < 16; ++r)
+                for (uint64_t c = 0; c < C0; ++c) (p.ifTranspose ? g[c * 16 + r] : g[r * C0 + c]) = f[r * C0 + c];
+        }
+    }, copy_cost(p.repeatTimes * 512ull, 256), p.repeatTimes * 512ull);
 }
+// C (L0C, NZ) = [C +] A (L0A, ZZ) @ B (L0B, ZN); whole fractals: m, n round up to 16, k to C0
 template <typename C, typename A, typename B>
 void Mmad(const LocalTensor<C>& c, const LocalTensor<A>& a, const LocalTensor<B>& b, const MmadParams& p, TW_LINE) {
-    const uint64_t m = p.m, n = p.n, k = p.k;
-    std::vector<tw_emu::Acc> acc = {{a.space, a.off, m * k * sizeof(A), false},
-                                    {b.space, b.off, k * n * sizeof(B), false}};
-    if (!p.cmatrixInitVal) acc.push_back({c.space, c.off, m * n * sizeof(C), false});
-    acc.push_back({c.space, c.off, m * n * sizeof(C), true});
+    constexpr uint64_t C0 = c0_of<A>();
+    if (a.space != tw_emu::SL0A || b.space != tw_emu::SL0B || c.space != tw_emu::SL0C)
+        tw_emu::error(line, "Mmad takes L0A, L0B and writes L0C");
+    const uint64_t mb = (p.m + 15) / 16, nb = (p.n + 15) / 16, kb = (p.k + C0 - 1) / C0;
+    const uint64_t M = mb * 16, N = nb * 16, K = kb * C0;
+    std::vector<tw_emu::Acc> acc = {{a.space, a.off, M * K * sizeof(A), false},
+                                    {b.space, b.off, K * N * sizeof(B), false}};
+    if (!p.cmatrixInitVal) acc.push_back({c.space, c.off, M * N * sizeof(C), false});
+    acc.push_back({c.space, c.off, M * N * sizeof(C), true});
     bool init = p.cmatrixInitVal;
     tw_emu::issue(tw_emu::PM, "Mmad", line, acc, [=] {
         C* cd = c.data(); const A* ad = a.data(); const B* bd = b.data();
-        for (uint64_t i = 0; i < m; ++i)
-            for (uint64_t j = 0; j < n; ++j) {
-                float s = init ? 0.0f : float(cd[i * n + j]);
-                for (uint64_t q = 0; q < k; ++q) s += float(ad[i * k + q]) * float(bd[q * n + j]);
-                cd[i * n + j] = C(s);
+        for (uint64_t i = 0; i < M; ++i)
+            for (uint64_t j = 0; j < N; ++j) {
+                C& out = cd[((j / 16) * mb + i / 16) * 256 + (i % 16) * 16 + j % 16];
+                float s = init ? 0.0f : float(out);
+                for (uint64_t q = 0; q < K; ++q)
+                    s += float(ad[((i / 16) * kb + q / C0) * 16 * C0 + (i % 16) * C0 + q % C0]) *
+                         float(bd[((q / C0) * nb + j / 16) * 16 * C0 + (j % 16) * C0 + q % C0]);
+                out = C(s);
             }
-    }, 16.0 + double(m * n * k) / 4096.0, m * k * sizeof(A) + k * n * sizeof(B));
+    }, 16.0 + double(M * N * K) / 4096.0, M * K * sizeof(A) + K * N * sizeof(B));
 }
 template <typename D, typename S>
+constexpr QuantMode_t quant_needed() {
+    return std::is_same<S, float>::value && std::is_same<D, half>::value ? QuantMode_t::F322F16
+         : std::is_same<S, float>::value && std::is_same<D, bfloat16_t>::value ? QuantMode_t::F322BF16
+         : QuantMode_t::NoQuant;
+}
+// L0C (NZ) -> GM (ND with CFG_ROW_MAJOR) on FIX, converting by quantPre
+template <typename D, typename S, const FixpipeConfig& CFG = CFG_ROW_MAJOR>
 void Fixpipe(const GlobalTensor<D>& dst, const LocalTensor<S>& src, const FixpipeParamsV220& p, TW_LINE) {
-    const uint64_t m = p.mSize, n = p.nSize, ss = p.srcStride ? p.srcStride : n, ds = p.dstStride;
+    if (!CFG.rowMajor) tw_emu::error(line, "Fixpipe to GM: only CFG_ROW_MAJOR (NZ -> ND) is modelled");
+    if (p.quantPre != quant_needed<D, S>())
+        tw_emu::error(line, "Fixpipe from %s to %s needs quantPre %d, got %d", tw_emu::type_name<S>(),
+                      tw_emu::type_name<D>(), int(quant_needed<D, S>()), int(p.quantPre));
+    if (p.srcStride % 16 || p.srcStride < p.mSize)
+        tw_emu::error(line, "Fixpipe srcStride %u must be a multiple of 16 covering mSize %u",
+                      p.srcStride, p.mSize);
+    const uint64_t m = p.mSize, n = p.nSize, ss = p.srcStride, ds = p.dstStride;
     std::vector<tw_emu::Acc> a;
-    for (uint64_t r = 0; r < m; ++r) {
-        a.push_back({src.space, src.off + r * ss * sizeof(S), n * sizeof(S), false});
-        a.push_back({tw_emu::SGM, dst.addr() + r * ds * sizeof(D), n * sizeof(D), true});
-    }
+    for (uint64_t b = 0; b < (n + 15) / 16; ++b)
+        a.push_back({src.space, src.off + b * ss * 16 * sizeof(S), m * 16 * sizeof(S), false});
+    for (uint64_t r = 0; r < m; ++r) a.push_back({tw_emu::SGM, dst.addr() + r * ds * sizeof(D), n * sizeof(D), true});
+    bool relu = p.reluEn;
     tw_emu::issue(tw_emu::PFIX, "Fixpipe", line, a, [=] {
         for (uint64_t r = 0; r < m; ++r)
-            for (uint64_t c = 0; c < n; ++c) dst.data()[r * ds + c] = D(float(src.data()[r * ss + c]));
+            for (uint64_t c = 0; c < n; ++c) {
+                float v = float(src.data()[(c / 16) * ss * 16 + r * 16 + c % 16]);
+                dst.data()[r * ds + c] = D(relu && v < 0 ? 0.0f : v);
+            }
     }, copy_cost(m * n * sizeof(D), 64), m * n * sizeof(D));
 }
 
@@ -274,9 +454,8 @@ TW_BINARY(Min, std::fmin(float(a[i]), float(b[i])))
     template <typename T, typename U>                                                         \
     void NAME(const LocalTensor<T>& d, const LocalTensor<T>& x, U s, int32_t count, TW_LINE) { \
         uint64_t nb = uint64_t(count) * sizeof(T);                                           \
-        float b = float(s);                                                                   \
         tw_emu::issue(tw_emu::PV, #NAME, line, {acc(x, nb, false), acc(d, nb, true)},         \
-                      [=] { T* o = d.data(); const T* a = x.data();                           \
+                      [=] { T* o = d.data(); const T* a = x.data(); float b = float(tw_emu::val(s)); \
                             for (int32_t i = 0; i < count; ++i) o[i] = T(EXPR); },            \
                       vec_cost<T>(count), nb);                                                \
     }
@@ -300,19 +479,110 @@ TW_UNARY(Abs, std::fabs(v))
 TW_UNARY(Sqrt, std::sqrt(v))
 TW_UNARY(Relu, v > 0 ? v : 0.0f)
 TW_UNARY(Reciprocal, 1.0f / v)
+TW_UNARY(Rsqrt, 1.0f / std::sqrt(v))
 #undef TW_UNARY
 template <typename T, typename U>
 void Duplicate(const LocalTensor<T>& d, U value, int32_t count, TW_LINE) {
     uint64_t nb = uint64_t(count) * sizeof(T);
-    T v = T(float(value));
     tw_emu::issue(tw_emu::PV, "Duplicate", line, {acc(d, nb, true)},
-                  [=] { for (int32_t i = 0; i < count; ++i) d.data()[i] = v; }, vec_cost<T>(count), nb);
+                  [=] { T v = tw_emu::from_double<T>(tw_emu::val(value));
+                        for (int32_t i = 0; i < count; ++i) d.data()[i] = v; }, vec_cost<T>(count), nb);
 }
 template <typename D, typename S>
 void Cast(const LocalTensor<D>& d, const LocalTensor<S>& x, RoundMode, int32_t count, TW_LINE) {
     tw_emu::issue(tw_emu::PV, "Cast", line, {acc(x, uint64_t(count) * sizeof(S), false), acc(d, uint64_t(count) * sizeof(D), true)},
                   [=] { for (int32_t i = 0; i < count; ++i) d.data()[i] = D(float(x.data()[i])); },
                   vec_cost<S>(count), uint64_t(count) * sizeof(S));
+}
+
+// -- reductions along repeats -----------------------------------------------------------------
+enum class ReduceOrder { ORDER_VALUE_INDEX, ORDER_INDEX_VALUE, ORDER_ONLY_VALUE, ORDER_ONLY_INDEX };
+template <typename T, typename F>
+void whole_reduce(const char* what, const LocalTensor<T>& d, const LocalTensor<T>& s, int32_t mask, int32_t repeat,
+                  int32_t dstRepStride, int32_t srcBlkStride, int32_t srcRepStride, F combine, int line) {
+    if (srcBlkStride != 1 || mask < 1 || mask * sizeof(T) > 256)
+        tw_emu::error(line, "%s: the emulator models srcBlkStride 1 and masks of 1-%d elements", what, int(256 / sizeof(T)));
+    std::vector<tw_emu::Acc> a;
+    const uint64_t rep = uint64_t(srcRepStride) * 32;
+    for (int32_t r = 0; r < repeat; ++r) a.push_back({s.space, s.off + r * rep, uint64_t(mask) * sizeof(T), false});
+    for (int32_t r = 0; r < repeat; ++r) a.push_back({d.space, d.off + uint64_t(r) * dstRepStride * sizeof(T), sizeof(T), true});
+    tw_emu::issue(tw_emu::PV, what, line, a, [=] {
+        for (int32_t r = 0; r < repeat; ++r) {
+            const T* x = reinterpret_cast<const T*>(s.base + s.off + r * rep);
+            float acc = float(x[0]);
+            for (int32_t i = 1; i < mask; ++i) acc = combine(acc, float(x[i]));
+            d.data()[uint64_t(r) * dstRepStride] = T(acc);
+        }
+    }, vec_cost<T>(uint64_t(repeat) * mask), uint64_t(repeat) * mask * sizeof(T));
+}
+template <typename T>
+void WholeReduceSum(const LocalTensor<T>& d, const LocalTensor<T>& s, int32_t mask, int32_t repeat, int32_t dstRepStride,
+                    int32_t srcBlkStride, int32_t srcRepStride, TW_LINE) {
+    whole_reduce("WholeReduceSum", d, s, mask, repeat, dstRepStride, srcBlkStride, srcRepStride, [](float a, float b) { return a + b; }, line);
+}
+#define TW_WHOLE(NAME, EXPR)                                                                   \
+    template <typename T>                                                                      \
+    void NAME(const LocalTensor<T>& d, const LocalTensor<T>& s, int32_t mask, int32_t repeat, int32_t dstRepStride, \
+              int32_t srcBlkStride, int32_t srcRepStride, ReduceOrder order = ReduceOrder::ORDER_VALUE_INDEX, TW_LINE) { \
+        if (order != ReduceOrder::ORDER_ONLY_VALUE)                                            \
+            tw_emu::error(line, #NAME ": the emulator models ReduceOrder::ORDER_ONLY_VALUE only"); \
+        whole_reduce(#NAME, d, s, mask, repeat, dstRepStride, srcBlkStride, srcRepStride, [](float a, float b) { return EXPR; }, line); \
+    }
+TW_WHOLE(WholeReduceMax, std::fmax(a, b))
+TW_WHOLE(WholeReduceMin, std::fmin(a, b))
+#undef TW_WHOLE
+
+// -- DataCopyPad: byte-exact rows, UB rows padded to 32 bytes --------------------------------
+struct DataCopyExtParams {
+    uint16_t blockCount = 1;
+    uint32_t blockLen = 0, srcStride = 0, dstStride = 0, rsv = 0;  // blockLen in bytes
+    DataCopyExtParams() = default;
+    DataCopyExtParams(uint16_t c, uint32_t l, uint32_t s, uint32_t d, uint32_t r = 0)
+        : blockCount(c), blockLen(l), srcStride(s), dstStride(d), rsv(r) {}
+};
+template <typename T> struct DataCopyPadExtParams {
+    bool isPad = false;
+    uint8_t leftPadding = 0, rightPadding = 0;
+    T paddingValue{};
+    DataCopyPadExtParams() = default;
+    DataCopyPadExtParams(bool p, uint8_t l, uint8_t r, T v) : isPad(p), leftPadding(l), rightPadding(r), paddingValue(v) {}
+};
+inline uint64_t ceil32(uint64_t n) { return (n + 31) / 32 * 32; }
+// GM -> UB: srcStride is the byte gap between GM rows, dstStride the 32-byte-block gap in UB
+template <typename T>
+void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const DataCopyExtParams& p,
+                 const DataCopyPadExtParams<T>& pad, TW_LINE) {
+    std::vector<tw_emu::Acc> a;
+    const uint64_t len = p.blockLen, srow = len + p.srcStride, drow = ceil32(len) + uint64_t(p.dstStride) * 32;
+    for (uint32_t b = 0; b < p.blockCount; ++b) {
+        a.push_back({tw_emu::SGM, src.addr() + b * srow, len, false});
+        a.push_back({dst.space, dst.off + b * drow, ceil32(len), true});
+    }
+    tw_emu::issue(tw_emu::PMTE2, "DataCopyPad", line, a, [=] {
+        for (uint32_t b = 0; b < p.blockCount; ++b) {
+            uint8_t* d = dst.base + dst.off + b * drow;
+            std::memcpy(d, reinterpret_cast<const uint8_t*>(src.data()) + b * srow, len);
+            if (pad.isPad)
+                for (uint64_t i = len / sizeof(T); i < ceil32(len) / sizeof(T); ++i) reinterpret_cast<T*>(d)[i] = pad.paddingValue;
+        }
+    }, copy_cost(p.blockCount * len, 64), p.blockCount * len);
+}
+// UB -> GM: srcStride is the 32-byte-block gap in UB, dstStride the byte gap between GM rows
+template <typename T>
+void DataCopyPad(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const DataCopyExtParams& p, TW_LINE) {
+    std::vector<tw_emu::Acc> a;
+    const uint64_t len = p.blockLen, srow = ceil32(len) + uint64_t(p.srcStride) * 32, drow = len + p.dstStride;
+    for (uint32_t b = 0; b < p.blockCount; ++b) {
+        a.push_back({src.space, src.off + b * srow, len, false});
+        a.push_back({tw_emu::SGM, dst.addr() + b * drow, len, true});
+    }
+    int mode = tw_emu::atomic_mode();
+    if (len % sizeof(T)) tw_emu::error(line, "DataCopyPad of %u bytes is not a whole number of elements", p.blockLen);
+    tw_emu::issue(tw_emu::PMTE3, "DataCopyPad", line, a, [=] {
+        for (uint32_t b = 0; b < p.blockCount; ++b)
+            atomic_store(reinterpret_cast<T*>(reinterpret_cast<uint8_t*>(dst.data()) + b * drow),
+                         reinterpret_cast<const T*>(src.base + src.off + b * srow), len / sizeof(T), mode);
+    }, copy_cost(p.blockCount * len, 64), p.blockCount * len);
 }
 
 // -- synchronisation ------------------------------------------------------------------------
@@ -363,3 +633,10 @@ template <typename T> void name_tensor(const AscendC::LocalTensor<T>& t, const c
     name_range(t.space, t.off, uint64_t(t.count) * sizeof(T), name);
 }
 }  // namespace tw_emu
+
+// scalar-unit helpers of the generated source (plain C++ casts and selects on an NPU)
+#define TW_CAST(T, x) ::tw_emu::cast<T>(x)
+#define TW_SELECT(c, a, b) ::tw_emu::select((c), (a), (b))
+#define TW_MIN(a, b) ::tw_emu::lmin((a), (b))
+#define TW_MAX(a, b) ::tw_emu::lmax((a), (b))
+#define TW_DEVICE_ASSERT(c, msg) do { if (!(c)) ::tw_emu::assert_fail(__LINE__, (msg)); } while (0)

@@ -30,6 +30,9 @@ struct Instr {
     double cost = 0;
     uint64_t bytes = 0;
     uint32_t local = 0;  // position in its lane, from 1
+    uint32_t fence = 0;  // a scalar read (GetValue) issued before this one (+1): runs first
+    bool is_fence = false;
+    std::vector<uint32_t> snap;  // a fence's vector clock once it ran
 };
 
 struct Shadow { uint32_t w; uint32_t r[NPIPE]; };       // on-chip: instr ids (+1), 0 = none
@@ -52,6 +55,8 @@ struct State {
     std::vector<Name> names;
     std::string report;
     int errors = 0, races = 0, groups = 0;
+    uint32_t fence[CORES] = {0, 0, 0};
+    int atomic[CORES] = {0, 0, 0};
     std::map<std::string, int> seen;
     // statistics
     uint64_t n_instr[CORES][NPIPE], n_bytes[CORES][NPIPE];
@@ -96,7 +101,8 @@ const char* space_name(int space) { return SPACE_NAMES[space]; }
 
 uint8_t* space_base(int space) {
     auto& m = S->mem[S->core][space];
-    if (m.empty()) m.assign(CAPACITY[space], 0);
+    // cube memories start as NaN bytes, so padding a kernel forgets to zero shows in results
+    if (m.empty()) m.assign(CAPACITY[space], space == SUB ? 0 : 0xFF);
     return m.data();
 }
 
@@ -142,13 +148,31 @@ void name_range(int space, uint64_t off, uint64_t len, const char* name) {
 
 static void push(Instr in, int pipe) {
     in.lane = S->core * NPIPE + pipe;
+    in.fence = S->fence[S->core];
     S->instrs.push_back(std::move(in));
     S->queue[S->instrs.back().lane].push_back(uint32_t(S->instrs.size() - 1));
 }
 
+void fence_last() {
+    S->instrs.back().is_fence = true;
+    S->fence[S->core] = uint32_t(S->instrs.size());
+}
+int atomic_mode() { return S->atomic[S->core]; }
+void set_atomic(int mode) { S->atomic[S->core] = mode; }
+void assert_fail(int line, const char* msg) { error(line, "device assertion failed: %s", msg); }
+
 void issue(int pipe, const char* what, int line, std::vector<Acc> acc, std::function<void()> fn,
            double cost, uint64_t bytes) {
     for (auto& a : acc) {
+        if (a.space == SGM && a.len) {
+            bool inside = false;
+            for (auto& arg : S->args) inside |= a.off >= arg.begin && a.off + a.len <= arg.end;
+            if (!inside) {
+                error(line, "%s touches %llu GM bytes outside every tensor argument", what,
+                      (unsigned long long)a.len);
+                return;
+            }
+        }
         if (a.space == SGM || a.len == 0) continue;
         if (a.off + a.len > CAPACITY[a.space]) {
             error(line, "%s touches %s bytes [%llu, %llu), beyond its %llu bytes", what,
@@ -220,6 +244,7 @@ struct Run {
     double ready[LANES] = {0};
     Flag flags[CORES][NPIPE][NPIPE][8];
     Cross cross[CORES][11];
+    std::vector<char> done = std::vector<char>(S->instrs.size(), 0);
 };
 
 bool ordered(const Run& run, int lane, uint32_t prior) {
@@ -285,6 +310,7 @@ void check_access(Run& run, const Instr& in, uint32_t id) {
 
 bool runnable(Run& run, const Instr& in, bool force_sets) {
     int core = in.lane / NPIPE;
+    if (in.fence && !run.done[in.fence - 1]) return false;  // issued after a scalar read
     switch (in.kind) {
     case SET:  // a set on a raised flag runs only when nothing else can (then it is reported)
         return force_sets || !run.flags[core][in.src][in.dst][in.id].set;
@@ -322,6 +348,7 @@ void execute(Run& run, int lane) {
     if (in.kind == BARRIER || in.kind == CWAIT) {
         std::vector<uint32_t> all(LANES, 0);
         double t = 0;
+        if (in.fence) join(all.data(), S->instrs[in.fence - 1].snap.data());
         if (in.kind == CWAIT) {
             Cross& c = run.cross[core][in.id];
             c.count -= core == 0 ? 2 : 1;
@@ -331,6 +358,7 @@ void execute(Run& run, int lane) {
         for (int p = 0; p < NPIPE; ++p) {
             int l = core * NPIPE + p;
             Instr& b = S->instrs[S->queue[l][run.head[l]]];
+            run.done[S->queue[l][run.head[l]]] = 1;
             b.local = ++run.vc[l][l];
             join(all.data(), run.vc[l].data());
             t = std::max(t, run.ready[l]);
@@ -343,11 +371,14 @@ void execute(Run& run, int lane) {
         }
         return;
     }
+    if (in.fence) join(vc, S->instrs[in.fence - 1].snap.data());
     in.local = ++vc[lane];
+    run.done[index] = 1;
     double start = run.ready[lane];
     if (in.kind == DATA) {
         check_access(run, in, index + 1);
         if (in.fn) in.fn();
+        if (in.is_fence) in.snap.assign(vc, vc + LANES);
         run.ready[lane] = start + in.cost;
         S->n_instr[core][pipe]++;
         S->n_bytes[core][pipe] += in.bytes;
@@ -503,6 +534,8 @@ int launch(int blocks, int nargs, void** args, const int64_t* sizes, const char*
         S->block = b;
         S->instrs.clear();
         S->names.clear();
+        for (int c = 0; c < CORES; ++c) S->fence[c] = 0, S->atomic[c] = 0;
+        for (auto& a : S->args) std::fill(a.shadow.begin(), a.shadow.end(), GmShadow{});
         for (int l = 0; l < LANES; ++l) S->queue[l].clear();
         for (int c = 0; c < CORES; ++c) {
             S->core = c;

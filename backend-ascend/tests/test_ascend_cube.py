@@ -1,0 +1,98 @@
+"""The cube path in the hardware's fractal formats: GM (ND) -> L1 (NZ) by Nd2Nz, L1 -> L0A
+(ZZ) / L0B (ZN) by LoadData, Mmad into L0C (NZ), Fixpipe NZ -> ND. The emulator implements the
+formats byte for byte, so a wrong parameter in the generated code gives wrong numbers or a
+report; partial tiles are zero-padded in L1."""
+
+import re
+
+import pytest
+import tilewright
+import tilewright.language as PT
+import tilewright_ascend.language as T
+import torch
+from tilewright.errors import KernelError
+
+
+def _gemm(M, N, K_, ta, tb, dtype, bm=32, bn=16, bk=32):
+    a_shape, b_shape = ((K_, M) if ta else (M, K_)), ((N, K_) if tb else (K_, N))
+    as_shape, bs_shape = ((bk, bm) if ta else (bm, bk)), ((bn, bk) if tb else (bk, bn))
+
+    @PT.prim_func
+    def main(A: PT.Tensor(a_shape, dtype), B: PT.Tensor(b_shape, dtype),
+             C: PT.Tensor((M, N), dtype)):
+        with PT.Kernel(PT.ceildiv(N, bn), PT.ceildiv(M, bm)) as (bx, by):
+            A_s = PT.alloc_shared(as_shape, dtype)
+            B_s = PT.alloc_shared(bs_shape, dtype)
+            C_f = PT.alloc_fragment((bm, bn), "float32")
+            PT.clear(C_f)
+            for k in PT.Pipelined(PT.ceildiv(K_, bk), num_stages=2):
+                if ta:
+                    PT.copy(A[k * bk, by * bm], A_s)
+                else:
+                    PT.copy(A[by * bm, k * bk], A_s)
+                if tb:
+                    PT.copy(B[bx * bn, k * bk], B_s)
+                else:
+                    PT.copy(B[k * bk, bx * bn], B_s)
+                PT.gemm(A_s, B_s, C_f, transpose_A=ta, transpose_B=tb)
+            PT.copy(C_f, C[by * bm, bx * bn])
+
+    return main
+
+
+@pytest.mark.parametrize("ta,tb", [(False, False), (True, True)])
+def test_partial_tiles_are_zero_padded_in_l1(ta, tb):
+    M, N, K_ = 40, 24, 72  # none a multiple of its tile (32, 16, 32)
+    kernel = tilewright.compile(_gemm(M, N, K_, ta, tb, "bfloat16"), out_idx=[-1],
+                                target="ascend")
+    src = kernel.get_kernel_source()
+    assert "InitConstValue(" in src and "fp.mSize = tw_rows" in src
+    a = torch.randn((K_, M) if ta else (M, K_)).bfloat16()
+    b = torch.randn((N, K_) if tb else (K_, N)).bfloat16()
+    ref = (a.T if ta else a).float() @ (b.T if tb else b).float()
+    torch.testing.assert_close(kernel(a, b).float(), ref, rtol=2e-2, atol=5e-2)
+
+
+def test_float32_cube_needs_b_transposed():
+    a, b = torch.randn(32, 64), torch.randn(16, 64)
+    kernel = tilewright.compile(_gemm(32, 16, 64, False, True, "float32"), out_idx=[-1],
+                                target="ascend")
+    torch.testing.assert_close(kernel(a, b), a @ b.T, rtol=1e-4, atol=1e-4)
+    with pytest.raises(KernelError, match=r"B in float32 needs its fractals transposed, which "
+                                          r"LoadData2D does for 2-byte types only"):
+        tilewright.lower(_gemm(32, 16, 64, False, False, "float32"), target="ascend")
+
+
+def _mma(M, N, K_):
+    """Hand-written: L1 -> L0A/L0B with T.copy, one T.mma, L0C -> GM."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K_), "float16"), B: T.Tensor((K_, N), "float16"),
+             C: T.Tensor((M, N), "float32")):
+        with T.Kernel(1, is_npu=True) as (cid, vid):
+            a_l1 = T.alloc_L1((M, K_), "float16")
+            b_l1 = T.alloc_L1((K_, N), "float16")
+            a_l0 = T.alloc_L0A((M, K_), "float16")
+            b_l0 = T.alloc_L0B((K_, N), "float16")
+            c_l0 = T.alloc_L0C((M, N), "float32")
+            with T.Scope("C"):
+                T.copy(A[0, 0], a_l1)
+                T.copy(B[0, 0], b_l1)
+                T.barrier_all()
+                T.copy(a_l1, a_l0)
+                T.copy(b_l1, b_l0)
+                T.barrier_all()
+                T.mma(a_l0, b_l0, c_l0, init=True)
+                T.barrier_all()
+                T.copy(c_l0, C[0, 0])
+
+    return main
+
+
+def test_hand_written_l0_loads_and_mma():
+    kernel = tilewright.compile(_mma(48, 32, 64), out_idx=[-1], target="ascend")
+    src = kernel.get_kernel_source()
+    assert re.search(r"LoadData\(b_l0\[kb \* 512\], b_l1\[\(0 \* 4 \+ kb\) \* 256\], "
+                     r"LoadData2DParams\{0, 2, 4, 0, 0, true, 0\}\);", src), src
+    a, b = torch.randn(48, 64).half(), torch.randn(64, 32).half()
+    torch.testing.assert_close(kernel(a, b), a.float() @ b.float(), rtol=1e-3, atol=1e-3)
