@@ -3,13 +3,7 @@ emits one tile op (``tilewright_cuda.ops``); ``tilewright_cuda.hopper`` lowers t
 
 from __future__ import annotations
 
-import os
-import sys
-
-import tilewright
 import tvm
-from tilewright.errors import KernelError, SourceLocation
-from tilewright.ir import make_call
 from tilewright.language import Kernel as _PortableKernel
 from tilewright.language import builder as B
 from tilewright.language.buffer import (
@@ -22,6 +16,7 @@ from tilewright.language.buffer import (
     squeeze,
     to_expr,
 )
+from tilewright.language.extension import DialectSupport
 from tvm import tirx
 
 from .. import ops
@@ -31,34 +26,8 @@ CLUSTER_KEY = "tw.cuda.cluster_dims"  # annotation of the block loop: [x, y, z]
 BARRIER_PREFIX = "mbarrier"
 WARPGROUP = 128
 
-_PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_CORE = os.path.dirname(os.path.abspath(tilewright.__file__))
-
-
-def _location() -> SourceLocation | None:
-    """The user's line: the innermost frame outside tilewright, this plugin and TVM."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        name = frame.f_code.co_filename
-        internal = name.startswith((_PKG, _CORE)) or "/tvm/" in name or "/tvm_ffi/" in name
-        if not internal and not name.startswith("<"):
-            return SourceLocation(name, frame.f_lineno)
-        frame = frame.f_back
-    return None
-
-
-def error(message: str) -> KernelError:
-    return KernelError(message, _location())
-
-
-def _emit(name: str, operands: dict, attrs: dict | None = None) -> None:
-    what = f"T.{name}"
-    builder = B.current(what)
-    if not builder.in_kernel():
-        raise error(f"{what} must be used inside 'with T.Kernel(...)'")
-    if builder.enclosing("parallel") is not None:
-        raise error(f"{what} cannot be used inside a T.Parallel loop")
-    builder.emit(make_call(name, operands, attrs, span=B.span_of(_location())))
+_D = DialectSupport(__file__)
+error, _location, _emit = _D.error, _D.location, _D.emit
 
 
 # -- kernels and roles -----------------------------------------------------------------------
@@ -108,11 +77,7 @@ class ws:  # noqa: N801 - TileLang's name
         self.groups = ordered
 
     def __enter__(self):
-        builder = B.current("T.ws")
-        if not builder.in_kernel():
-            raise error("T.ws must be used inside 'with T.Kernel(...)'")
-        if builder.enclosing("parallel") is not None:
-            raise error("T.ws cannot be used inside a T.Parallel loop")
+        builder = _D.kernel_builder("T.ws")
         if builder.enclosing("cuda_ws") is not None:
             raise error("T.ws blocks cannot be nested")
         threads = 1

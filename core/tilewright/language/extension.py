@@ -1,0 +1,66 @@
+"""What a backend's dialect package needs to add ops to the language.
+
+A dialect (``tilewright_cuda.language``, ``tilewright_ascend.language``) makes one
+:class:`DialectSupport` for its package; its op functions then report errors at the user's
+line and emit one tile-op statement into the kernel being traced::
+
+    _D = DialectSupport(__file__)
+
+    def mbarrier_arrive(bar):
+        _D.emit("cuda.mbarrier_arrive", {"bar": bar})
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from ..errors import KernelError, SourceLocation
+from ..ir import make_call
+from . import builder as B
+
+_CORE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class DialectSupport:
+    def __init__(self, module_file: str):
+        # the distribution's top package: frames inside it are not the user's
+        here = os.path.dirname(os.path.abspath(module_file))
+        while os.path.exists(os.path.join(os.path.dirname(here), "__init__.py")):
+            here = os.path.dirname(here)
+        self.package = here
+
+    def location(self) -> SourceLocation | None:
+        """The user's line: the innermost frame outside tilewright, the dialect's package and
+        TVM."""
+        frame = sys._getframe(1)
+        while frame is not None:
+            name = frame.f_code.co_filename
+            internal = name.startswith((self.package, _CORE)) or "/tvm/" in name or \
+                "/tvm_ffi/" in name
+            if not internal and not name.startswith("<"):
+                return SourceLocation(name, frame.f_lineno)
+            frame = frame.f_back
+        return None
+
+    def error(self, message: str) -> KernelError:
+        return KernelError(message, self.location())
+
+    def span(self):
+        return B.span_of(self.location())
+
+    def kernel_builder(self, what: str):
+        """The current builder, checked to be inside ``T.Kernel`` and outside ``T.Parallel``."""
+        builder = B.current(what)
+        if not builder.in_kernel():
+            raise self.error(f"{what} must be used inside 'with T.Kernel(...)'")
+        if builder.enclosing("parallel") is not None:
+            raise self.error(f"{what} cannot be used inside a T.Parallel loop")
+        return builder
+
+    def emit(self, name: str, operands: dict, attrs: dict | None = None,
+             what: str | None = None) -> None:
+        """Emit the tile op ``name`` (``what``: how the user wrote it, default ``T.<op>``)."""
+        what = what or f"T.{name.split('.', 1)[-1]}"
+        builder = self.kernel_builder(what)
+        builder.emit(make_call(name, operands, attrs, span=self.span()))
