@@ -2,83 +2,131 @@
 
 Run: python backend-cuda/bench/build_bundles.py [--out backend-cuda/bench/bundles] [--quick]
 
+The issue's sizes go to OUT, the small sizes of a smoke run (``harness.py --quick``) to
+OUT/quick; ``--quick`` builds only the latter.
+
 Each bundle folder holds the cubin (sm_90a, CUDA 13.0 toolchain), its launch description, the
-signature, and ``case.json`` telling the harness what the kernel computes and at which sizes.
+signature, ``build.log`` (ptxas registers and spills) and ``case.json`` telling the harness what
+the kernel computes, at which sizes, with which tile configuration (``kernels.py``). The build
+fails when a kernel spills registers or its SASS lacks the instructions its configuration is
+chosen for (HGMMA for the GEMMs and attention, LDG.E.128/STG.E.128 for the add), when
+cuobjdump is here to read it.
 """
 
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
+import re
+import shutil
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "examples"))
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "tests"))  # sass.py, the cuobjdump wrapper
 
-from tilewright.jit import compile as tw_compile  # noqa: E402 - after the sys.path setup
-from tilewright.language.kernel import _ParamSlot, trace_eager  # noqa: E402
+import kernels  # noqa: E402 - after the sys.path setup
+from tilewright.jit import compile as tw_compile  # noqa: E402
 
-
-def _eager(jitted, consts, **static):
-    args = {}
-    for name, p in inspect.signature(jitted.fn).parameters.items():
-        if name in static:
-            args[name] = static[name]
-        elif p.default is not inspect.Parameter.empty:
-            args[name] = p.default
-        else:
-            args[name] = _ParamSlot(name)
-    return trace_eager(jitted.fn, args, consts)[0]
+ATTENTION_SIZES = {"full": (4, 32, 4096, 128), "quick": (1, 4, 512, 128)}
+GEMM_SIZES = {"full": (4096, 8192), "quick": (1024,)}
+ADD_SIZES = {"full": (16384, 16384), "quick": (1024, 1024)}  # float32: 1 GiB per tensor
 
 
 def cases(quick: bool):
-    import elementwise_add
-    import flash_attention
-    import gemm
-    import rmsnorm
-    import softmax
-
-    sizes = (1024,) if quick else (4096, 8192)
+    """(bundle name, case description, prim_func, SASS instructions the build must show)."""
+    size = "quick" if quick else "full"
     for dtype in ("float16", "bfloat16"):
-        for n in sizes:
-            yield (f"gemm_{dtype}_{n}", {"kind": "gemm", "M": n, "N": n, "K": n, "dtype": dtype},
-                   _eager(gemm.matmul, {"M": n, "N": n, "K": n}, dtype=dtype))
-    b, h, s, d = (1, 4, 512, 128) if quick else (4, 32, 4096, 128)
-    yield ("flash_attention_float16", {"kind": "attention", "batch": b, "heads": h, "seq": s,
-                                       "dim": d, "causal": False, "dtype": "float16"},
-           flash_attention.flashattn.fn(b, h, s, d, False, dtype="float16"))
-    rows, cols = (1024, 1024) if quick else (16384, 16384)  # 1 GiB per float32 tensor
-    yield ("elementwise_add_float32", {"kind": "add", "M": rows, "N": cols, "dtype": "float32"},
-           _eager(elementwise_add.add, {"M": rows, "N": cols}))
-    m, n = (1024, 1024) if quick else (16384, 4096)
-    yield ("softmax_float32", {"kind": "softmax", "M": m, "N": n, "dtype": "float32"},
-           softmax.softmax.fn(m, n))
-    yield ("rmsnorm_float32", {"kind": "rmsnorm", "M": m, "N": n, "dtype": "float32",
-                               "eps": 1e-6}, rmsnorm.rmsnorm.fn(m, n))
+        for n in GEMM_SIZES[size]:
+            config = dict(kernels.GEMM)
+            yield (f"gemm_{dtype}_{n}",
+                   {"kind": "gemm", "M": n, "N": n, "K": n, "dtype": dtype, "config": config},
+                   kernels.gemm.fn(n, n, n, dtype, **config),
+                   ["HGMMA.64x256x16.F32" + (".BF16" if dtype == "bfloat16" else ""),
+                    "WARPGROUP.DEPBAR.LE gsb0, 0x1"])  # one wgmma group kept in flight
+    # a diagnostic row: two stages, so each gemm waits for its own wgmma group (no overlap);
+    # if the rows above fail on the GPU and this one passes, suspect the overlap
+    n = GEMM_SIZES[size][-1]
+    config = {**kernels.GEMM, "num_stages": 2}
+    yield (f"gemm_float16_{n}_2stages",
+           {"kind": "gemm", "M": n, "N": n, "K": n, "dtype": "float16", "config": config},
+           kernels.gemm.fn(n, n, n, "float16", **config), ["HGMMA.64x256x16.F32"])
+    b, h, s, d = ATTENTION_SIZES[size]
+    config = dict(kernels.ATTENTION)
+    yield ("flash_attention_float16",
+           {"kind": "attention", "batch": b, "heads": h, "seq": s, "dim": d, "causal": False,
+            "dtype": "float16", "config": config},
+           kernels.attention.fn(b, h, s, d, "float16", **config), ["HGMMA.64x128x16.F32"])
+    rows, cols = ADD_SIZES[size]
+    config = dict(kernels.ADD)
+    yield ("elementwise_add_float32",
+           {"kind": "add", "M": rows, "N": cols, "dtype": "float32", "config": config},
+           kernels.add.fn(rows, cols, "float32", **config), ["LDG.E.128", "STG.E.128"])
+
+
+def check_build(name: str, log: str, cubin: bytes, expect: list[str]) -> dict:
+    """Registers, spills and the expected SASS instructions; raises when the build is bad."""
+    regs = re.search(r"Used (\d+) registers", log)
+    spills = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
+    info = {"registers": int(regs.group(1)) if regs else None,
+            "spill_bytes": int(spills.group(1)) + int(spills.group(2)) if spills else None}
+    if info["spill_bytes"]:
+        raise SystemExit(f"{name}: the kernel spills registers:\n{log}")
+    if re.search(r"wgmma.*serializ", log, re.IGNORECASE):
+        raise SystemExit(f"{name}: ptxas serialises the wgmma instructions:\n{log}")
+    import sass
+
+    if sass.available() is None:
+        code = sass.dump(cubin)
+        missing = [i for i in expect if i not in code]
+        if missing:
+            raise SystemExit(f"{name}: the SASS has no {', '.join(missing)}")
+        info["sass"] = {i: code.count(i) for i in expect}
+    else:
+        info["sass"] = f"not checked: {sass.available()}"
+    return info
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "bundles")
+    parser.add_argument("--out", type=Path, default=HERE / "bundles")
     parser.add_argument("--arch", default="sm_90a")
     parser.add_argument("--executor", default="nvrtc", choices=["nvrtc", "nvcc"])
-    parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
+    parser.add_argument("--quick", action="store_true",
+                        help="only the small sizes (OUT/quick), not the issue's sizes too")
     args = parser.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
-    for name, case, func in cases(args.quick):
-        start = time.perf_counter()
-        kernel = tw_compile(func, target=f"cuda -arch={args.arch}",
-                            execution_backend=args.executor)
-        path = kernel.export(args.out / name)
-        (path / "case.json").write_text(json.dumps(case, indent=1))
-        log = Path(kernel.artifact_dir or path) / "build.log"
-        if log.exists():
-            (path / "build.log").write_text(log.read_text())
-        print(f"{name}: {time.perf_counter() - start:.1f} s -> {path}")
+    total = time.perf_counter()
+    for quick in (True,) if args.quick else (False, True):
+        build_set(args.out / "quick" if quick else args.out, quick, args)
+    print(f"built in {time.perf_counter() - total:.1f} s")
     return 0
+
+
+def build_set(out: Path, quick: bool, args) -> None:
+    """Build one size set into ``out``, removing bundles of earlier builds first."""
+    out.mkdir(parents=True, exist_ok=True)
+    for old in out.iterdir():
+        if (old / "manifest.json").exists():
+            shutil.rmtree(old)
+    for name, case, func, expect in cases(quick):
+        start = time.perf_counter()
+        kernel = tw_compile(func, out_idx=[len(func.params) - 1],  # the last is the output
+                            target=f"cuda -arch={args.arch}", execution_backend=args.executor)
+        path = kernel.export(out / name)
+        log_path = Path(kernel.artifact_dir or path) / "build.log"
+        log = log_path.read_text() if log_path.exists() else ""
+        (path / "build.log").write_text(log)
+        launch = json.loads((path / "launch.json").read_text())
+        case["build"] = check_build(name, log, (path / "kernel.cubin").read_bytes(), expect)
+        case["build"]["smem_bytes"] = launch.get("dynamic_smem_bytes")
+        case["build"]["grid"], case["build"]["block"] = launch["grid"], launch["block"]
+        (path / "case.json").write_text(json.dumps(case, indent=1))
+        size = sum(f.stat().st_size for f in path.iterdir())
+        print(f"{name}: {time.perf_counter() - start:.1f} s, {size / 1024:.0f} KiB, "
+              f"{case['build']['registers']} registers, {case['build']['spill_bytes']} spill "
+              f"bytes, {case['build']['smem_bytes']} B shared, SASS {case['build']['sass']}")
 
 
 if __name__ == "__main__":

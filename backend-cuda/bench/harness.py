@@ -2,13 +2,17 @@
 
 Run (on the GPU machine, from the repository root):
     PYTHONPATH=core python backend-cuda/bench/harness.py --bundles backend-cuda/bench/bundles \
-        --out OUTDIR
+        --out OUTDIR [--quick] [--only NAME,...]
+    PYTHONPATH=core python backend-cuda/bench/harness.py --bundles ... --list   (no GPU needed:
+        loads every bundle and checks its metadata against its case; exit status 1 if broken)
 
 First correctness (fresh random inputs, outputs poisoned with NaN, torch references, dtype
 tolerances), then timing (CUDA events after warm-up, median), each kernel as a ratio to its
 peer measured in the same run: cuBLAS through torch.matmul, torch SDPA, device-to-device copy
-bandwidth. The machine's ceilings are measured too. Full logs go to OUTDIR (at most 8 files);
-one short table is printed last.
+bandwidth; for attention every SDPA backend torch has is timed and the fastest is the peer.
+The machine's ceilings are measured too. The whole run takes about two minutes on an H200
+(each timing stops after ``--budget`` seconds or 50 runs). Full logs go to OUTDIR (two
+files); one short table is printed last.
 """
 
 from __future__ import annotations
@@ -21,8 +25,9 @@ import time
 import traceback
 from pathlib import Path
 
-import torch
 from tilewright.runtime import load
+
+torch = None  # imported in main(): --list runs without torch's CUDA
 
 LOG: list[str] = []
 
@@ -32,7 +37,10 @@ def log(text: str) -> None:
     print(text, flush=True)
 
 
-def bench(fn, budget_s: float = 2.0, max_reps: int = 50) -> float:
+BUDGET_S = 1.0
+
+
+def bench(fn, budget_s: float | None = None, max_reps: int = 50) -> float:
     """Median milliseconds of ``fn`` with CUDA events, after warm-up."""
     fn()
     torch.cuda.synchronize()
@@ -42,6 +50,7 @@ def bench(fn, budget_s: float = 2.0, max_reps: int = 50) -> float:
     end.record()
     end.synchronize()
     first = start.elapsed_time(end)
+    budget_s = BUDGET_S if budget_s is None else budget_s
     reps = max(3, min(max_reps, int(budget_s * 1e3 / max(first, 1e-3))))
     samples = []
     for _ in range(reps):
@@ -110,9 +119,9 @@ def run_case(name: str, kernel, case: dict, ceilings: dict) -> dict:
         torch.testing.assert_close(o.float(), ref, **tolerance(dtype))
         qc, kc, vc = (t.contiguous() for t in (qt, kt, vt))
         ours = bench(lambda: kernel.function(*full))
-        peer = bench(lambda: torch.nn.functional.scaled_dot_product_attention(qc, kc, vc))
+        peer, backend = best_sdpa(qc, kc, vc)
         flops = 4 * b_ * h * s * s * d
-        return {"ours_ms": ours, "peer_ms": peer, "peer": "torch SDPA",
+        return {"ours_ms": ours, "peer_ms": peer, "peer": f"torch SDPA ({backend})",
                 "ours_tflops": flops / ours * 1e-9, "ratio": peer / ours}
     if kind == "add":
         a = torch.randn(case["M"], case["N"], device="cuda", dtype=dtype)
@@ -145,6 +154,30 @@ def run_case(name: str, kernel, case: dict, ceilings: dict) -> dict:
     raise ValueError(f"{name}: unknown case kind {kind!r}")
 
 
+def best_sdpa(q, k, v) -> tuple[float, str]:
+    """The fastest of torch's SDPA backends on these inputs: (milliseconds, backend)."""
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+    except ImportError:  # an old torch: its default choice only
+        return bench(lambda: sdpa(q, k, v)), "default"
+    times = {}
+    for name in ("FLASH_ATTENTION", "CUDNN_ATTENTION", "EFFICIENT_ATTENTION"):
+        backend = getattr(SDPBackend, name, None)
+        if backend is None:
+            continue
+        try:
+            with sdpa_kernel(backend):
+                times[name.lower()] = bench(lambda: sdpa(q, k, v))
+        except RuntimeError as exc:  # not available for these inputs or this build
+            log(f"  SDPA {name.lower()}: unavailable ({str(exc).splitlines()[0][:100]})")
+    if not times:
+        return bench(lambda: sdpa(q, k, v)), "default"
+    log(f"  SDPA backends (ms): {json.dumps(times)}")
+    name = min(times, key=times.get)
+    return times[name], name
+
+
 def ceilings() -> dict:
     n = 8192
     a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
@@ -157,26 +190,117 @@ def ceilings() -> dict:
     return out
 
 
+def expected_params(case: dict) -> list[tuple]:
+    """(dtype, shape, is_output) of each kernel parameter a case's kind implies."""
+    dt, kind = case["dtype"], case["kind"]
+    if kind == "gemm":
+        m, n, k = case["M"], case["N"], case["K"]
+        return [(dt, [m, k], False), (dt, [k, n], False), (dt, [m, n], True)]
+    if kind == "attention":
+        shape = [case["batch"], case["seq"], case["heads"], case["dim"]]
+        return [(dt, shape, False)] * 3 + [(dt, shape, True)]
+    if kind == "add":
+        shape = [case["M"], case["N"]]
+        return [(dt, shape, False)] * 2 + [(dt, shape, True)]
+    if kind == "softmax":
+        return [(dt, [case["M"], case["N"]], False), (dt, [case["M"], case["N"]], True)]
+    if kind == "rmsnorm":
+        return [(dt, [case["M"], case["N"]], False), (dt, [case["N"]], False),
+                (dt, [case["M"], case["N"]], True)]
+    raise ValueError(f"unknown case kind {kind!r}")
+
+
+def check_bundle(path: Path) -> list[str]:
+    """What is wrong with a bundle, without a GPU: it loads, its files are there, its
+    signature is what its case computes, it is built for sm_90a without spills. Empty when
+    fine."""
+    problems = []
+    try:
+        case = json.loads((path / "case.json").read_text())
+        kernel = load(path)
+        want = expected_params(case)
+        got = [(p["dtype"], p["shape"], p["is_output"]) for p in kernel.signature["params"]]
+        if got != want:
+            problems.append(f"signature {got} is not the case's {want}")
+        launch = kernel.function.launch
+        if launch.get("arch") != "sm_90a":
+            problems.append(f"built for {launch.get('arch')}, not sm_90a")
+        if len(kernel.function.cubin) < 1024:
+            problems.append("the cubin is empty or truncated")
+        build = case.get("build", {})
+        if build.get("spill_bytes"):
+            problems.append(f"{build['spill_bytes']} bytes of register spills")
+        if int(launch.get("dynamic_smem_bytes", 0)) > 227 * 1024:
+            problems.append(f"{launch['dynamic_smem_bytes']} B of shared memory > 227 KB")
+    except Exception as exc:  # noqa: BLE001 - report every broken bundle, not the first
+        problems.append(f"{type(exc).__name__}: {exc}")
+    return problems
+
+
+def bundles_in(root: Path, only: set) -> list[Path]:
+    return sorted(p for p in root.iterdir() if (p / "manifest.json").exists() and
+                  (not only or p.name in only))
+
+
+def list_bundles(root: Path, only: set) -> int:
+    paths = bundles_in(root, only)
+    if not paths:
+        print(f"no bundles in {root}")
+        return 1
+    bad = 0
+    total = 0
+    for path in paths:
+        size = sum(f.stat().st_size for f in path.iterdir())
+        total += size
+        problems = check_bundle(path)
+        bad += bool(problems)
+        case = json.loads((path / "case.json").read_text()) if (path / "case.json").exists() \
+            else {}
+        sizes = {k: v for k, v in case.items() if k not in ("kind", "config", "build")}
+        print(f"{path.name:28s} {'BROKEN' if problems else 'ok':6s} {size / 1024:6.0f} KiB "
+              f"{json.dumps(sizes)} {json.dumps(case.get('config', {}))}")
+        for problem in problems:
+            print(f"    {problem}")
+    print(f"{len(paths)} bundles, {total / 2 ** 20:.1f} MiB, {bad} broken")
+    return 1 if bad else 0
+
+
 def main() -> int:
+    global torch
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bundles", type=Path, required=True)
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--out", type=Path, help="folder for the logs (not with --list)")
     parser.add_argument("--only", default="", help="comma-separated bundle names")
+    parser.add_argument("--quick", action="store_true",
+                        help="the small sizes (BUNDLES/quick), a smoke run")
+    parser.add_argument("--list", action="store_true",
+                        help="check every bundle's metadata (no GPU) and exit")
+    parser.add_argument("--budget", type=float, default=BUDGET_S,
+                        help="seconds of timed runs per measurement (at most 50 runs)")
     args = parser.parse_args()
+    root = args.bundles / "quick" if args.quick else args.bundles
+    only = {s for s in args.only.split(",") if s}
+    if args.list:
+        return list_bundles(root, only)
+    if args.out is None:
+        parser.error("--out is required unless --list is given")
+    import torch as torch_module
+
+    torch = torch_module
+    globals()["BUDGET_S"] = args.budget
     args.out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
     props = torch.cuda.get_device_properties(0)
     log(f"# {time.strftime('%Y-%m-%d %H:%M:%S %Z')} on {props.name} ({props.multi_processor_count}"
-        f" SMs), torch {torch.__version__}, CUDA {torch.version.cuda}")
+        f" SMs), torch {torch.__version__}, CUDA {torch.version.cuda}, bundles {root}")
     ceil = ceilings()
     torch.cuda.empty_cache()
     log(f"ceilings: torch bf16 matmul 8192^3 {ceil['bf16_matmul_tflops']:.0f} TFLOP/s, "
         f"d2d copy {ceil['copy_tbps']:.2f} TB/s")
-    only = {s for s in args.only.split(",") if s}
     rows = []
-    for path in sorted(p for p in args.bundles.iterdir() if (p / "manifest.json").exists()):
-        if only and path.name not in only:
-            continue
+    for path in bundles_in(root, only):
         case = json.loads((path / "case.json").read_text())
+        start = time.perf_counter()
         try:
             kernel = load(path)
             result = run_case(path.name, kernel, case, ceil)
@@ -185,18 +309,25 @@ def main() -> int:
             log(f"{path.name}: FAILED\n{traceback.format_exc()}")
             result = {"status": f"FAILED: {type(exc).__name__}: {str(exc)[:80]}"}
         torch.cuda.empty_cache()
+        result["seconds"] = round(time.perf_counter() - start, 1)
         log(f"{path.name}: {json.dumps(result)}")
         rows.append((path.name, result))
+    log(f"total {time.perf_counter() - started:.0f} s")
     (args.out / "harness.log").write_text("\n".join(LOG) + "\n")
     (args.out / "results.json").write_text(json.dumps({"ceilings": ceil, "results": dict(rows)},
                                                       indent=1))
-    print("\nkernel                       status  ours ms    peer ms    ratio  vs")
+    print(f"\nceilings: torch bf16 matmul {ceil['bf16_matmul_tflops']:.0f} TFLOP/s, d2d copy "
+          f"{ceil['copy_tbps']:.2f} TB/s")
+    print("kernel                       status  ours ms    peer ms  ratio  ours        vs")
     for name, r in rows:
         if r["status"] != "ok":
             print(f"{name:28s} {r['status']}")
             continue
         peer = f"{r['peer_ms']:9.3f}" if r["peer_ms"] is not None else "        -"
-        print(f"{name:28s} ok   {r['ours_ms']:9.3f}  {peer}  {r['ratio']:6.3f}  {r['peer']}")
+        rate = f"{r['ours_tflops']:6.0f} TF/s" if "ours_tflops" in r else \
+            f"{r['ours_tbps']:6.2f} TB/s"
+        print(f"{name:28s} ok   {r['ours_ms']:9.3f}  {peer}  {r['ratio']:5.2f}  {rate} "
+              f"{r['peer']}")
     return 0 if all(r["status"] == "ok" for _, r in rows) else 1
 
 

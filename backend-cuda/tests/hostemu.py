@@ -18,6 +18,8 @@ import subprocess
 from pathlib import Path
 
 SHIM = r"""
+#include <vector_types.h>  // float4 & co. for vectorised loads and stores (16-byte aligned)
+#include <vector_functions.h>  // make_float4 & co.
 #include <barrier>
 #include <cmath>
 #include <cstdio>

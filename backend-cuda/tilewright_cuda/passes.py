@@ -51,6 +51,7 @@ def bind_threads():
     def run(func):
         loops, inner = _block_loops(func)
         threads = threads_of(func)
+        loops, inner = _rasterise(loops, inner)
         tx = tirx.Var("tx", "int32")
         iv = tirx.IterVar(tvm.ir.Range(0, threads), tx, tirx.IterVar.ThreadIndex, THREAD_TAG)
         body = tirx.For(tx, 0, threads, tirx.ForKind.THREAD_BINDING, inner, thread_binding=iv)
@@ -59,6 +60,51 @@ def bind_threads():
         return func.with_body(body)
 
     return prim_func_pass("CUDABindThreads", run)
+
+
+def _rasterise(loops, inner):
+    """``T.use_swizzle(panel, order)``: the launch's block ``(x, y)`` (linear ``x + y gx``)
+    runs the program of another block, so that consecutive blocks walk a panel of ``panel``
+    rows (``order="row"``; columns for ``"col"``) column by column, every other panel
+    backwards: the blocks in flight together share their A rows and B columns in L2. A
+    bijection of the grid (the last panel may be narrower); a 1-D grid is left alone."""
+    if not loops or "tw.swizzle" not in loops[0].annotations or len(loops) < 2:
+        return loops, inner
+    panel, order = loops[0].annotations["tw.swizzle"]
+    panel, order = int(panel), str(order)
+    bx, by = loops[0].loop_var, loops[1].loop_var
+    gx, gy = loops[0].extent, loops[1].extent
+    lx, ly = tirx.Var("bx_launch", "int32"), tirx.Var("by_launch", "int32")
+    linear = lx + ly * gx
+    fdiv, fmod = tirx.floordiv, tirx.floormod
+    if order == "row":  # panels of `panel` rows, each walked down its columns
+        per = gx * panel
+        index = fdiv(linear, per)
+        offset = fmod(linear, per)
+        stride = tirx.min(tirx.const(panel, "int32"), gy - index * panel)
+        col = fdiv(offset, stride)
+        new_x = tirx.Select(fmod(index, 2) == 1, gx - 1 - col, col)
+        new_y = fmod(offset, stride) + index * panel
+    else:  # panels of `panel` columns, each walked along its rows
+        per = gy * panel
+        index = fdiv(linear, per)
+        offset = fmod(linear, per)
+        stride = tirx.min(tirx.const(panel, "int32"), gx - index * panel)
+        row = fdiv(offset, stride)
+        new_y = tirx.Select(fmod(index, 2) == 1, gy - 1 - row, row)
+        new_x = fmod(offset, stride) + index * panel
+    inner = _substitute(inner, {bx: new_x, by: new_y})
+    annotations = {k: v for k, v in loops[0].annotations.items() if str(k) != "tw.swizzle"}
+    loops = [rebuild_for(loops[0], loop_var=lx, annotations=annotations,
+                         thread_binding=tirx.IterVar(loops[0].thread_binding.dom, lx,
+                                                     tirx.IterVar.ThreadIndex,
+                                                     loops[0].thread_binding.thread_tag)),
+             rebuild_for(loops[1], loop_var=ly,
+                         thread_binding=tirx.IterVar(loops[1].thread_binding.dom, ly,
+                                                     tirx.IterVar.ThreadIndex,
+                                                     loops[1].thread_binding.thread_tag)),
+             *loops[2:]]
+    return loops, inner
 
 
 def find_thread(func):
@@ -325,6 +371,9 @@ class _Distribute(StmtMutator):
                         inner, span=loops[0].span)
 
     def _spread(self, loops, body):
+        vector = self._vectorized(loops, body)
+        if vector is not None:
+            return vector
         extents = [loop.extent for loop in loops]
         total = extents[0]
         for e in extents[1:]:
@@ -347,6 +396,82 @@ class _Distribute(StmtMutator):
         count = self.analyzer.simplify(tirx.floordiv(total + threads - 1, threads))
         return tirx.For(it, 0, count, tirx.ForKind.SERIAL, inner, annotations={SPREAD: 1},
                         span=loops[0].span)
+
+
+    def _vector_width(self, loops, body) -> int | None:
+        """Elements per 16-byte vector when every thread can take whole vectors: the body is
+        plain stores of loads and arithmetic (no call, cast or branch) to global or shared
+        buffers of one 32-bit type, each indexed by the innermost loop variable with unit
+        stride in its contiguous last dimension at a 16-byte aligned start, and the
+        constant iteration space splits evenly into vectors for all threads."""
+        stmts = list(body.seq) if isinstance(body, tirx.SeqStmt) else [body]
+        if not all(isinstance(st, tirx.BufferStore) for st in stmts):
+            return None
+        extents = [loop.extent for loop in loops]
+        if not all(isinstance(e, tirx.IntImm) for e in extents) or \
+                not all(_is_zero(loop.min) for loop in loops):
+            return None
+        total = 1
+        for e in extents:
+            total *= int(e.value)
+        accesses, calls = [], []
+        for st in stmts:
+            accesses.append((st.buffer, list(st.indices)))
+            tvm_ffi.structural_walk(st.value, [
+                (tvm.ir.TensorLoad, lambda e: accesses.append((e.source, list(e.indices)))),
+                (tvm.ir.Call, calls.append), (tirx.Cast, calls.append)])
+        if calls:
+            return None
+        # 32-bit elements only: TVM's vector code for 16-bit types mixed with float32
+        # arithmetic (8 lanes through ulonglong4) does not compile
+        dtypes = {str(buf.dtype) for buf, _ in accesses}
+        if len(dtypes) != 1 or next(iter(dtypes)) not in ("float32", "int32"):
+            return None
+        vec = VECTOR_BYTES // 4
+        inner = int(extents[-1].value)
+        if inner % vec or total % (vec * self.threads):
+            return None
+        j = loops[-1].loop_var
+        q = tirx.Var("q", "int32")
+        for buf, indices in accesses:
+            if str(buf.scope()) not in ("global", "shared", "shared.dyn") or not indices or \
+                    any(_uses(i, j) for i in indices[:-1]):
+                return None
+            offset = self.analyzer.simplify(indices[-1] - j)
+            if _uses(offset, j) or not self.analyzer.can_prove(
+                    tirx.floormod(_substitute(offset, {j: q * vec}), vec) == 0):
+                return None
+            if len(buf.shape) > 1 and not self.analyzer.can_prove(
+                    tirx.floormod(buf.shape[-1], vec) == 0):
+                return None
+        return vec
+
+    def _vectorized(self, loops, body):
+        """Thread ``t`` takes the 16-byte vectors ``t, t + threads, ...`` of the fused space:
+        a serial loop over them around a vectorised loop over one vector's elements, which
+        TVM's code generator turns into 128-bit loads and stores."""
+        vec = self._vector_width(loops, body)
+        if vec is None:
+            return None
+        extents = [int(loop.extent.value) for loop in loops]
+        total = 1
+        for e in extents:
+            total *= e
+        it, v = tirx.Var("it", "int32"), tirx.Var("v", "int32")
+        base = (it * self.threads + self.tx) * vec  # the vector's first element, flat
+        mapping, stride = {}, 1
+        for loop, extent in reversed(list(zip(loops, extents))):
+            value = base if stride == 1 else tirx.floordiv(base, stride)
+            if loop is not loops[0]:
+                value = tirx.floormod(value, extent)
+            mapping[loop.loop_var] = value + v if stride == 1 else value
+            stride *= extent
+        inner = tirx.For(v, 0, vec, tirx.ForKind.VECTORIZED, _substitute(body, mapping))
+        return tirx.For(it, 0, total // (vec * self.threads), tirx.ForKind.SERIAL, inner,
+                        annotations={SPREAD: 1}, span=loops[0].span)
+
+
+VECTOR_BYTES = 16
 
 
 def _is_zero(e) -> bool:

@@ -37,6 +37,7 @@ from tilewright.errors import KernelError, span_location
 from tilewright.transform import prim_func_pass
 from tvm import tirx
 
+from . import wgmma
 from .lowering import SHARED_SCOPES, cp_async_commit, cp_async_wait, sync
 
 STAGES_KEY = "tw.num_stages"
@@ -212,23 +213,29 @@ def _pipeline_loop(loop, func_body, analyzer):
     versioned = _Versioned(tiles, stages)
     n = loop.extent
     i = tirx.Var(loop.loop_var.name, loop.loop_var.ty)
+    overlap = stages >= 3 and _wgmma_can_overlap(consumers, tiles)
+    if overlap:  # one wgmma group stays in flight: its version is refilled one step later
+        stmts = [s if i_ in producers else _keep_one_wgmma_group(s)
+                 for i_, s in enumerate(stmts)]
+    ahead_by = stages - 2 if overlap else stages - 1
 
     def produce(at, version):
         return [versioned.rewrite(_strip_groups(stmts[p]), loop.loop_var, loop.min + at, version)
                 for p in producers]
 
     prologue = []
-    for s in range(stages - 1):
+    for s in range(ahead_by):
         copies = _seq(produce(tirx.const(s, "int32"), tirx.const(s, "int32")))
         in_range = tirx.const(s, "int32") < n
         prologue.append(copies if analyzer.can_prove(in_range) else
                         tirx.IfThenElse(in_range, copies, None))
         prologue.append(cp_async_commit())
-    ahead = i + (stages - 1)
+    ahead = i + ahead_by
     refill = tirx.IfThenElse(ahead < n, _seq(produce(ahead, tirx.floormod(
         ahead, stages))), None)
     # the one barrier of an iteration: stage i visible to all, iteration i-1's reads done
-    steady = [cp_async_wait(stages - 2), sync()]
+    # (with wgmma overlap: iteration i-2's wgmma groups retired in every warpgroup)
+    steady = [cp_async_wait(ahead_by - 1), sync()]
     first = True
     for index in _issue_order(loop, len(stmts)):
         if index in producers:
@@ -239,11 +246,88 @@ def _pipeline_loop(loop, func_body, analyzer):
         else:
             steady.append(versioned.rewrite(stmts[index], loop.loop_var, loop.min + i,
                                             tirx.floormod(i, stages)))
+    steady = _one_barrier_for_wgmma(steady)
     annotations = {k: v for k, v in loop.annotations.items()
                    if str(k) not in (STAGES_KEY, "tw.order", "tw.stage")}
     main = tirx.For(i, 0, n, loop.kind, tirx.SeqStmt(steady), annotations=annotations,
                     span=loop.span)
-    return tirx.SeqStmt([*prologue, main, cp_async_wait(0)]), versioned
+    drain = [wgmma.wait(0)] if overlap else []
+    return tirx.SeqStmt([*prologue, main, *drain, cp_async_wait(0)]), versioned
+
+
+def _flat(stmts: list) -> list:
+    out = []
+    for st in stmts:
+        out += _flat(list(st.seq)) if isinstance(st, tirx.SeqStmt) else [st]
+    return out
+
+
+def _is_extern(stmt, name: str) -> bool:
+    return isinstance(stmt, tirx.Evaluate) and _extern_name(stmt.value) == name
+
+
+def _is_sync(stmt) -> bool:
+    return isinstance(stmt, tirx.Evaluate) and isinstance(stmt.value, tvm.ir.Call) and \
+        isinstance(stmt.value.op, tvm.ir.Op) and stmt.value.op.name == "tirx.tvm_storage_sync"
+
+
+def _one_barrier_for_wgmma(steady: list) -> list:
+    """``wait; sync; refill; commit; fence.proxy.async; sync; wgmma ...`` (a wgmma gemm
+    first among the consumers) -> ``wait; fence.proxy.async; sync; refill; commit; wgmma``:
+    each thread's landed copies of this stage are fenced to the async proxy before the
+    iteration's barrier, which then serves the wgmma too (the refill writes another
+    version). One block-wide barrier per k-tile instead of two."""
+    flat = _flat(steady)
+    if len(flat) < 6 or not _is_sync(flat[1]) or not _is_extern(flat[3], "tw_cp_async_commit"):
+        return steady
+    fence, barrier, rest = flat[4], flat[5], flat[6:]
+    if not (_is_extern(fence, "tw_fence_proxy_async") and _is_sync(barrier) and rest and
+            _wgmma_calls(rest[0])):
+        return steady
+    return [flat[0], fence, flat[1], flat[2], flat[3], *rest]
+
+
+def _wgmma_calls(stmt) -> list:
+    found = []
+    tvm_ffi.structural_walk(stmt, (tvm.ir.Call, lambda c: found.append(c) if (
+        _extern_name(c) or "").startswith("tw_gemm_wgmma<") else None))
+    return found
+
+
+def _loads_in(expr) -> list:
+    found = []
+    tvm_ffi.structural_walk(expr, (tvm.ir.TensorLoad, lambda e: found.append(e.source)))
+    return found
+
+
+def _wgmma_can_overlap(consumers: list, tiles: list) -> bool:
+    """Whether the loop's wgmma gemms may leave their group in flight into the next
+    iteration: each reads only the pipelined tiles or shared tiles nothing in the loop
+    writes, and its accumulator is touched by nothing else in the loop (not cleared, not
+    read element-wise as FlashAttention's scores are)."""
+    calls = [c for s in consumers for c in _wgmma_calls(s)]
+    if not calls:
+        return False
+    without = [tvm_ffi.structural_map(s, (tirx.Evaluate, lambda e: tirx.Evaluate(0) if
+                                          _wgmma_calls(e) else e)) for s in consumers]
+    for call in calls:
+        a, b, acc = (_loads_in(arg) for arg in call.args[1:4])
+        for buf in a + b:
+            if not any(buf.same_as(t) for t in tiles) and any(_writes(s, [buf])
+                                                            for s in consumers):
+                return False
+        if any(_touches(s, acc) for s in without):
+            return False
+    return True
+
+
+def _keep_one_wgmma_group(stmt):
+    """A consumer whose gemms wait for all but their own wgmma group (``wait_group 1``)."""
+    def visit(e):
+        name = _extern_name(e.value) or ""
+        return wgmma.wait(1) if name == f"{wgmma.WAIT}0>" else e
+
+    return tvm_ffi.structural_map(stmt, (tirx.Evaluate, visit))
 
 
 def pipeline():

@@ -94,10 +94,19 @@ def lower_gemm_wgmma(call: TileOpCall, ctx: RuleContext):
         tirx.address_of(tirx.BufferLoad(c.buffer, [zero, zero])),
         tirx.floordiv(tx, WARPGROUP)))
     fence = tirx.Evaluate(tirx.call_extern("void", "tw_fence_proxy_async"))
-    stmts = [fence, lw.sync(), gemm]
+    stmts = [fence, lw.sync(), gemm, wait(0)]
     if call.attrs["clear_accum"]:
         stmts.insert(0, lw.lower_fill(lw._fill_call(c), ctx))
     return tirx.SeqStmt(stmts)
+
+
+WAIT = "tw_wgmma_wait<"
+
+
+def wait(groups: int) -> tirx.Stmt:
+    """Retire this warpgroup's wgmma groups until at most ``groups`` are in flight (a gemm
+    waits for its own, ``0``; pipeline.py keeps one in flight across a pipelined loop)."""
+    return tirx.Evaluate(tirx.call_extern("void", f"{WAIT}{groups}>"))
 
 
 def mark_accumulators(arch):

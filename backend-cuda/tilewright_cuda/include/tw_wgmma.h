@@ -2,7 +2,8 @@
 // (tilewright_cuda/swizzle.py) read through wgmma matrix descriptors.
 //
 // tw_gemm_wgmma<N, K, NC, BF16, B_MN, RA, WA, RB, WB>(A, B, acc, wg): warpgroup wg (128
-// threads) computes rows 64 wg .. 64 wg + 63 of an M x N tile as wgmma.m64nNCk16 steps: A is
+// threads) issues rows 64 wg .. 64 wg + 63 of an M x N tile as wgmma.m64nNCk16 steps, one
+// committed group; the caller retires it with tw_wgmma_wait<N>() before reading acc: A is
 // [RA, K] (K-major), B is [RB = K, N] (MN-major, B_MN) or [RB = N, K] (K-major); WA, WB are
 // the tiles' column-block widths in bytes. acc holds NC / 2 floats per N chunk in the PTX
 // m64nNk16 D layout, which is the (warps x 1) warp grid of the "local.mma_acc" layout.
@@ -27,15 +28,19 @@ __device__ inline void tw_wgmma_m64k16(float* d, unsigned long long da, unsigned
 __device__ __forceinline__ void tw_wgmma_fence() {
   asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 }
-__device__ __forceinline__ void tw_wgmma_commit_wait() {
-  asm volatile("wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;" ::: "memory");
+__device__ __forceinline__ void tw_wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+// at most N committed wgmma groups of this warpgroup still in flight
+template <int N>
+__device__ __forceinline__ void tw_wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
 }
 #else
 inline unsigned tw_smem_u32(const void* p) {
   return (unsigned)((const unsigned char*)p - tw_smem_ptr);
 }
 inline void tw_wgmma_fence() {}
-inline void tw_wgmma_commit_wait() {}
 // element (row, col) of the operand a descriptor describes, decoded from the descriptor alone
 inline float tw_wgmma_read(unsigned long long desc, bool mn_major, int row, int col,
                            bool bf16) {
@@ -56,17 +61,58 @@ inline float tw_wgmma_read(unsigned long long desc, bool mn_major, int row, int 
   std::memcpy(&bits, tw_smem_ptr + o, 2);
   return tw_bits16_to_float(bits, bf16);
 }
-template <int NC, bool BF16, bool B_MN>
-inline void tw_wgmma_m64k16(float* d, unsigned long long da, unsigned long long db) {
+// wgmma is asynchronous: an instruction may read shared memory at any time until the
+// wait_group that retires its group. The emulation computes each instruction's products when
+// it is issued and again when it is retired, adds them to the accumulators at retirement,
+// and aborts when the two differ: shared memory under a wgmma in flight was overwritten.
+struct tw_wgmma_op {
+  float* d;
+  unsigned long long da, db;
+  int nc;
+  bool bf16, b_mn;
+  std::vector<float> issued;
+};
+inline std::vector<float> tw_wgmma_products(const tw_wgmma_op& op) {
   int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
-  for (int i = 0; i < NC / 2; ++i) {
+  std::vector<float> out(op.nc / 2);
+  for (int i = 0; i < op.nc / 2; ++i) {
     int row = 16 * warp + lane / 4 + 8 * ((i % 4) / 2);
     int col = (i / 4) * 8 + 2 * (lane % 4) + i % 2;
     float s = 0;
     for (int k = 0; k < 16; ++k)
-      s += tw_wgmma_read(da, false, row, k, BF16) *
-           (B_MN ? tw_wgmma_read(db, true, k, col, BF16) : tw_wgmma_read(db, false, col, k, BF16));
-    d[i] += s;
+      s += tw_wgmma_read(op.da, false, row, k, op.bf16) *
+           (op.b_mn ? tw_wgmma_read(op.db, true, k, col, op.bf16)
+                    : tw_wgmma_read(op.db, false, col, k, op.bf16));
+    out[i] = s;
+  }
+  return out;
+}
+thread_local std::vector<tw_wgmma_op> tw_wgmma_open;               // issued, not committed
+thread_local std::vector<std::vector<tw_wgmma_op>> tw_wgmma_groups;  // committed, in flight
+template <int NC, bool BF16, bool B_MN>
+inline void tw_wgmma_m64k16(float* d, unsigned long long da, unsigned long long db) {
+  tw_wgmma_op op{d, da, db, NC, BF16, B_MN, {}};
+  op.issued = tw_wgmma_products(op);
+  tw_wgmma_open.push_back(std::move(op));
+}
+inline void tw_wgmma_commit() {
+  tw_wgmma_groups.push_back(std::move(tw_wgmma_open));
+  tw_wgmma_open.clear();
+}
+template <int N>
+inline void tw_wgmma_wait() {
+  while (tw_wgmma_groups.size() > (size_t)N) {
+    for (auto& op : tw_wgmma_groups.front()) {
+      std::vector<float> now = tw_wgmma_products(op);
+      if (std::memcmp(now.data(), op.issued.data(), now.size() * sizeof(float)) != 0) {
+        std::printf("tw emulation: block (%u, %u, %u) thread %u: shared memory read by a wgmma "
+                    "in flight was overwritten before its wait_group\n",
+                    blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x);
+        __trap();
+      }
+      for (size_t i = 0; i < now.size(); ++i) op.d[i] += now[i];
+    }
+    tw_wgmma_groups.erase(tw_wgmma_groups.begin());
   }
 }
 #endif
@@ -92,6 +138,6 @@ __device__ __forceinline__ void tw_gemm_wgmma(const void* A, const void* B, floa
       tw_wgmma_m64k16<NC, BF16, B_MN>(acc + n0 / 2, da, db);
     }
   }
-  tw_wgmma_commit_wait();
+  tw_wgmma_commit();  // the gemm's own tw_wgmma_wait<0> (or <1> when pipelined) follows
 }
 #endif  // TW_WGMMA_H

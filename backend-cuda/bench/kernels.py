@@ -1,0 +1,122 @@
+"""The benchmark kernels, written with the portable language, and their tile configurations.
+
+``build_bundles.py`` builds them for sm_90a at the issue's sizes; the tests
+(``backend-cuda/tests/test_cuda_bench_kernels.py``) run the very same configurations in host
+emulation at small problem sizes. Only the problem size differs between the two.
+
+Configurations (sm_90a, chosen for H100/H200):
+
+- GEMM: 128x256x64 block tiles, 256 threads = two warpgroups of 64x256 each (the wgmma
+  variant, ``HGMMA.64x256x16``), 4 cp.async stages (4 x 48 KB = 192 KB of the 227 KB of
+  shared memory), fp32 accumulation, fp16/bf16 output.
+- FlashAttention forward: 128 query rows per block, 128 keys per step, 256 threads (two
+  warpgroups of 64 rows: both gemms are wgmma), K and V double-buffered with cp.async.
+- Elementwise add: 4096-element blocks of 256 threads, each thread moving 16-byte vectors.
+"""
+
+import tilewright
+import tilewright.language as T
+
+GEMM = {"block_M": 128, "block_N": 256, "block_K": 64, "threads": 256, "num_stages": 4}
+ATTENTION = {"block_M": 128, "block_N": 128, "threads": 256, "num_stages": 2}
+ADD = {"block_M": 8, "block_N": 512, "threads": 256}
+SWIZZLE_PANEL = 8  # blocks per raster panel (T.use_swizzle): 8 x 256 columns of B stay in L2
+
+
+@tilewright.jit(out_idx=[2])
+def gemm(M, N, K, dtype="float16", block_M=128, block_N=256, block_K=64, threads=256,
+         num_stages=4, panel=SWIZZLE_PANEL):
+    """C = A @ B, A [M, K], B [K, N] row-major, fp32 accumulation, C in ``dtype``."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype),
+             C: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
+            A_s = T.alloc_shared((block_M, block_K), dtype)
+            B_s = T.alloc_shared((block_K, block_N), dtype)
+            C_l = T.alloc_fragment((block_M, block_N), "float32")
+            if panel:
+                T.use_swizzle(panel_size=panel)
+            T.clear(C_l)
+            for ko in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
+                T.copy(A[by * block_M, ko * block_K], A_s)
+                T.copy(B[ko * block_K, bx * block_N], B_s)
+                T.gemm(A_s, B_s, C_l)
+            T.copy(C_l, C[by * block_M, bx * block_N])
+
+    return main
+
+
+@tilewright.jit(out_idx=[3])
+def attention(batch, heads, seq_len, dim, dtype="float16", block_M=128, block_N=128,
+              threads=256, num_stages=2):
+    """FlashAttention forward, not causal, [batch, seq, heads, dim] tensors; ``seq_len`` a
+    multiple of ``block_N`` (no key mask)."""
+    scale = (1.0 / dim) ** 0.5 * 1.44269504  # exponents in base 2
+    shape = [batch, seq_len, heads, dim]
+    acc = "float32"
+    if seq_len % block_N:
+        raise ValueError(f"attention: seq_len {seq_len} must be a multiple of block_N "
+                         f"{block_N} (this kernel has no key mask)")
+
+    @T.prim_func
+    def main(Q: T.Tensor(shape, dtype), K: T.Tensor(shape, dtype), V: T.Tensor(shape, dtype),
+             Output: T.Tensor(shape, dtype)):
+        with T.Kernel(T.ceildiv(seq_len, block_M), heads, batch, threads=threads) as (bx, by, bz):
+            Q_s = T.alloc_shared([block_M, dim], dtype)
+            K_s = T.alloc_shared([block_N, dim], dtype)
+            V_s = T.alloc_shared([block_N, dim], dtype)
+            acc_s = T.alloc_fragment([block_M, block_N], acc)
+            acc_s_cast = T.alloc_fragment([block_M, block_N], dtype)
+            acc_o = T.alloc_fragment([block_M, dim], acc)
+            m = T.alloc_fragment([block_M], acc)
+            m_prev = T.alloc_fragment([block_M], acc)
+            rescale = T.alloc_fragment([block_M], acc)
+            row_sum = T.alloc_fragment([block_M], acc)
+            logsum = T.alloc_fragment([block_M], acc)
+            T.copy(Q[bz, bx * block_M:(bx + 1) * block_M, by, :], Q_s)
+            T.fill(acc_o, 0)
+            T.fill(logsum, 0)
+            T.fill(m, -T.infinity(acc))
+            for k in T.Pipelined(T.ceildiv(seq_len, block_N), num_stages=num_stages):
+                T.copy(K[bz, k * block_N:(k + 1) * block_N, by, :], K_s)
+                T.copy(V[bz, k * block_N:(k + 1) * block_N, by, :], V_s)
+                T.gemm(Q_s, K_s, acc_s, transpose_B=True, clear_accum=True,
+                       policy=T.GemmWarpPolicy.FullRow)
+                T.copy(m, m_prev)
+                T.reduce_max(acc_s, m, dim=1, clear=False)
+                for i in T.Parallel(block_M):
+                    rescale[i] = T.exp2(m_prev[i] * scale - m[i] * scale)
+                for i, j in T.Parallel(block_M, block_N):
+                    acc_s[i, j] = T.exp2(acc_s[i, j] * scale - m[i] * scale)
+                T.reduce_sum(acc_s, row_sum, dim=1)
+                for i in T.Parallel(block_M):
+                    logsum[i] = logsum[i] * rescale[i] + row_sum[i]
+                T.copy(acc_s, acc_s_cast)
+                for i, j in T.Parallel(block_M, dim):
+                    acc_o[i, j] *= rescale[i]
+                T.gemm(acc_s_cast, V_s, acc_o, policy=T.GemmWarpPolicy.FullRow)
+            for i, j in T.Parallel(block_M, dim):
+                acc_o[i, j] /= logsum[i]
+            T.copy(acc_o, Output[bz, bx * block_M:(bx + 1) * block_M, by, :])
+
+    return main
+
+
+@tilewright.jit(out_idx=[2])
+def add(M, N, dtype="float32", block_M=8, block_N=512, threads=256):
+    """C = A + B over [M, N] tensors whose sizes are multiples of the block (no tails), so
+    each thread's run of 16 bytes is one 128-bit load per input and one store."""
+    if M % block_M or N % block_N:
+        raise ValueError(f"add: [{M}, {N}] must be a multiple of the block "
+                         f"[{block_M}, {block_N}]")
+
+    @T.prim_func
+    def main(A: T.Tensor((M, N), dtype), B: T.Tensor((M, N), dtype),
+             C: T.Tensor((M, N), dtype)):
+        with T.Kernel(N // block_N, M // block_M, threads=threads) as (bx, by):
+            for i, j in T.Parallel(block_M, block_N):
+                C[by * block_M + i, bx * block_N + j] = \
+                    A[by * block_M + i, bx * block_N + j] + B[by * block_M + i, bx * block_N + j]
+
+    return main

@@ -1,0 +1,112 @@
+"""The GPU benchmark's kernels (bench/kernels.py) with their bundled tile configurations, run
+in host emulation at small problem sizes, and the harness's GPU-free bundle check
+(``harness.py --list``) on bundles built here."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import hostemu
+import pytest
+import tilewright
+import torch
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+ROOT = BENCH.parents[1]
+sys.path.insert(0, str(BENCH))
+
+import build_bundles  # noqa: E402 - after the sys.path setup
+import kernels  # noqa: E402
+
+TARGET = "cuda -arch=sm_90a"
+
+
+def _emulate(func, tmp_path, *args):
+    lowered = tilewright.lower(func, TARGET)
+    hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, *args)
+    return lowered.source.text
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_bundled_gemm_config_matches_torch(dtype, tmp_path):
+    # 2 x 2 blocks of the bundled 128x256x64 tile, 4 k-tiles through the 4 stages
+    M, N, K = 256, 512, 256
+    torch.manual_seed(0)
+    tdtype = getattr(torch, dtype)
+    a, b = torch.randn(M, K).to(tdtype), torch.randn(K, N).to(tdtype)
+    c = torch.full((M, N), float("nan")).to(tdtype)
+    text = _emulate(kernels.gemm.fn(M, N, K, dtype, **kernels.GEMM), tmp_path, a, b, c)
+    assert "tw_gemm_wgmma<256, 64, 256," in text  # the bundle's HGMMA.64x256x16 path
+    ref = a.float() @ b.float()
+    tol = {"float16": 1e-2, "bfloat16": 2e-2}[dtype]
+    torch.testing.assert_close(c.float(), ref, rtol=tol, atol=tol * K ** 0.5)
+
+
+@pytest.mark.emulator
+def test_bundled_attention_config_matches_torch(tmp_path):
+    b, h, s, d = 1, 2, 256, 128  # 2 x 2 blocks of 128 queries, 2 steps of 128 keys
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(b, s, h, d).half() for _ in range(3))
+    o = torch.full((b, s, h, d), float("nan")).half()
+    text = _emulate(kernels.attention.fn(b, h, s, d, "float16", **kernels.ATTENTION),
+                    tmp_path, q, k, v, o)
+    assert text.count("tw_gemm_wgmma<128, 128, 128,") == 2  # both gemms take wgmma
+    ref = torch.nn.functional.scaled_dot_product_attention(
+        *(t.transpose(1, 2).float() for t in (q, k, v))).transpose(1, 2)
+    torch.testing.assert_close(o.float(), ref, rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.emulator
+def test_bundled_add_config_is_vectorised_and_matches_torch(tmp_path):
+    M, N = 16, 1024  # 2 x 2 blocks of 8 x 512
+    torch.manual_seed(0)
+    a, b = torch.randn(M, N), torch.randn(M, N)
+    c = torch.full((M, N), float("nan"))
+    text = _emulate(kernels.add.fn(M, N, "float32", **kernels.ADD), tmp_path, a, b, c)
+    assert "*(float4*)(C_ptr + " in text
+    torch.testing.assert_close(c, a + b)
+
+
+def test_bench_kernels_reject_sizes_they_do_not_handle():
+    with pytest.raises(ValueError, match="multiple of block_N"):
+        kernels.attention.fn(1, 1, 100, 64)
+    with pytest.raises(ValueError, match=r"multiple of the block \[8, 512\]"):
+        kernels.add.fn(8, 100)
+
+
+def _list(bundles: Path, *extra) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "core")}
+    return subprocess.run([sys.executable, str(BENCH / "harness.py"), "--bundles",
+                           str(bundles), "--list", *extra], capture_output=True, text=True,
+                          env=env, check=False, timeout=120)
+
+
+@pytest.mark.nvrtc
+def test_harness_list_checks_bundles_without_a_gpu(tmp_path, monkeypatch):
+    # build the smallest bundle the way build_bundles.py does, then break a copy of it
+    case = next(c for c in build_bundles.cases(quick=True) if c[0].startswith("elementwise"))
+    monkeypatch.setattr(build_bundles, "cases", lambda quick: [case])
+    monkeypatch.setattr(sys, "argv", ["build_bundles.py", "--out", str(tmp_path), "--quick"])
+    assert build_bundles.main() == 0
+    good = _list(tmp_path, "--quick")
+    assert good.returncode == 0, good.stdout + good.stderr
+    assert "elementwise_add_float32      ok" in good.stdout and "0 broken" in good.stdout
+    sig = tmp_path / "quick" / "elementwise_add_float32" / "signature.json"
+    data = json.loads(sig.read_text())
+    data["params"][2]["is_output"] = False
+    sig.write_text(json.dumps(data))
+    bad = _list(tmp_path, "--quick")
+    assert bad.returncode == 1 and "BROKEN" in bad.stdout and "signature" in bad.stdout
+
+
+def test_harness_list_accepts_the_built_bundles():
+    """The bundles ``run_h200.sh build`` left in bench/bundles (skipped before a build)."""
+    root = BENCH / "bundles"
+    if not any((p / "manifest.json").exists() for p in root.glob("*")):
+        pytest.skip("no bundles built yet (backend-cuda/bench/run_h200.sh build)")
+    for extra in ((), ("--quick",)):
+        result = _list(root, *extra)
+        assert result.returncode == 0, result.stdout + result.stderr
