@@ -129,6 +129,8 @@ def test_portable_kernel_needing_both_cores_is_split():
             P.copy(A[0, 0], a_s)
             P.gemm(a_s, a_s, acc, clear_accum=True)
             P.copy(acc, out)
+            for i, j in P.Parallel(64, 64):  # an epilogue: (a bare acc -> out -> C is one
+                out[i, j] = out[i, j] * 2.0  # Fixpipe to C, see portable._fold_staging)
             P.copy(out, C[0, 0])
 
     src = _source(main)  # the cube hands acc over through a GM workspace (split.py)

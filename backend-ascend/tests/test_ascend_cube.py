@@ -10,7 +10,6 @@ import tilewright
 import tilewright.language as PT
 import tilewright_ascend.language as T
 import torch
-from tilewright.errors import KernelError
 
 
 def _gemm(M, N, K_, ta, tb, dtype, bm=32, bn=16, bk=32):
@@ -53,14 +52,17 @@ def test_partial_tiles_are_zero_padded_in_l1(ta, tb):
     torch.testing.assert_close(kernel(a, b).float(), ref, rtol=2e-2, atol=5e-2)
 
 
-def test_float32_cube_needs_b_transposed():
+def test_float32_cube_b_transposed_or_not():
+    """B transposed loads with LoadData2D; B not transposed with LoadDataWithTranspose (every
+    combination: test_ascend_fp32_gemm.py)."""
     a, b = torch.randn(32, 64), torch.randn(16, 64)
     kernel = tilewright.compile(_gemm(32, 16, 64, False, True, "float32"), out_idx=[-1],
                                 target="ascend")
     torch.testing.assert_close(kernel(a, b), a @ b.T, rtol=1e-4, atol=1e-4)
-    with pytest.raises(KernelError, match=r"B in float32 needs its fractals transposed, which "
-                                          r"LoadData2D does for 2-byte types only"):
-        tilewright.lower(_gemm(32, 16, 64, False, False, "float32"), target="ascend")
+    kernel = tilewright.compile(_gemm(32, 16, 64, False, False, "float32"), out_idx=[-1],
+                                target="ascend")
+    assert "LoadDataWithTranspose(" in kernel.get_kernel_source()
+    torch.testing.assert_close(kernel(a, b.T.contiguous()), a @ b.T, rtol=1e-4, atol=1e-4)
 
 
 def _mma(M, N, K_):

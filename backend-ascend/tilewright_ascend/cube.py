@@ -44,6 +44,9 @@ def padded_tile(scope: str, rows: int, cols: int, dtype: str) -> tuple[int, int]
         return _up(rows, k0), _up(cols, 16)
     if scope == "ascend.l0c":
         return _up(rows, 16), _up(cols, 16)
+    if scope == "ascend.l1" and dtype_bytes(dtype) == 4:
+        # 16 x 16 squares (two fractals) for LoadDataWithTranspose
+        return _up(rows, 16), _up(cols, 16)
     return _up(rows, 16), _up(cols, k0)
 
 
@@ -85,6 +88,7 @@ class Tile:
             stride *= dim
         self.name = em.buf(buf)
         self.base = em.expr(offset)
+        self.square = square_layout(em, buf)
 
     def at(self, extra: str = "0") -> str:
         parts = [p for p in (self.base, extra) if p != "0"]
@@ -130,9 +134,11 @@ def _gm_extent(em, region: Region) -> tuple[str, str, int, bool]:
         if not (isinstance(valid, tirx.IntImm) and valid.value == ext[dim]):
             full = False
         out.append(em.expr(valid))
-    stride = 1
-    for s in low._ints(shape[dims[0] + 1:], buf.name) if len(dims) == 2 else []:
-        stride *= s
+    stride = 1  # elements between rows: a C++ expression when a dimension is dynamic
+    for s in shape[dims[0] + 1:] if len(dims) == 2 else []:
+        stride = stride * (s.value if isinstance(s, tirx.IntImm) else s)
+    if not isinstance(stride, int):
+        stride = em.expr(stride)
     return out[0], out[1], stride, full
 
 
@@ -144,9 +150,53 @@ def _valid(em, rows: str, cols: str) -> tuple[str, str]:
     return r, c
 
 
+def square_layout(em, buf) -> bool:
+    """Whether the L1 buffer ``buf`` holds a 4-byte operand whose fractals must be transposed
+    on the way to L0 (B not transposed, A transposed). Such a tile is stored in L1 as rows of
+    fractals (fractal (row block, column block) at (row block * column blocks + column
+    block) * 512 bytes), so that each 16 x 16 square is two consecutive fractals, as
+    LoadDataWithTranspose takes them."""
+    if str(buf.scope()) != "ascend.l1" or dtype_bytes(str(buf.dtype)) != 4:
+        return False
+    cached = getattr(em, "_square_l1", None)
+    if cached is None:
+        squares, plain = {}, {}
+        for call in getattr(em, "gemms", []):
+            for operand, flag in (("A", "transpose_A"), ("B", "transpose_B")):
+                b = call.operands[operand].buffer
+                if dtype_bytes(str(b.dtype)) != 4:
+                    continue
+                wants = bool(call.attrs[flag]) == (operand == "A")
+                (squares if wants else plain)[str(b.name)] = call
+        both = set(squares) & set(plain)
+        if both:
+            name = sorted(both)[0]
+            raise KernelError(f"{name!r} (4-byte) is a GEMM operand both with and without a "
+                              "fractal transpose; its L1 layout cannot serve both: use two "
+                              "buffers")
+        cached = em._square_l1 = set(squares)
+    return str(buf.name) in cached
+
+
+def _copy_squares(em, tile, src: Region, rows: str, cols: str, stride) -> None:
+    """GM (ND) -> L1 as rows of fractals: one Nd2Nz copy per 16-row slab (a slab is a row of
+    fractals, ``dstNzC0Stride`` 16 puts its column blocks one fractal apart)."""
+    low = _low()
+    slab = 16 * tile.pcols  # elements of a row of fractals
+    gm = low.tensor(em, src)
+    name, _, off = gm.partition("[")
+    off = off[:-1] if off else "0"
+    s = em.ident("tw_slab")
+    with em.block(f"for (int32_t {s} = 0; {s} * 16 < ({rows}); ++{s})"):
+        em.line(f"DataCopy({tile.at(f'{s} * {slab}')}, {name}[{off} + {s} * 16 * {stride}], "
+                f"Nd2NzParams(1, (({rows}) - {s} * 16 < 16 ? ({rows}) - {s} * 16 : 16), "
+                f"{cols}, 0, {stride}, 16, 1, 0));")
+
+
 def copy_gm_to_l1(em, src: Region, dst: Region, what: str) -> None:
     low = _low()
     tile = Tile(em, dst, what)
+    squares = square_layout(em, dst.buffer)
     rows, cols, stride, full = _gm_extent(em, src)
     if str(src.buffer.dtype) != tile.dtype:
         raise KernelError(f"{what}: {src.buffer.name!r} is {src.buffer.dtype} but "
@@ -157,19 +207,22 @@ def copy_gm_to_l1(em, src: Region, dst: Region, what: str) -> None:
             f"(1, {nbytes // 32}, 0, 0));")
 
     def copy(r, c):
-        return (f"DataCopy({tile.at()}, {low.tensor(em, src)}, Nd2NzParams(1, {r}, {c}, 0, "
+        if squares:
+            _copy_squares(em, tile, src, r, c, stride)
+            return
+        em.line(f"DataCopy({tile.at()}, {low.tensor(em, src)}, Nd2NzParams(1, {r}, {c}, 0, "
                 f"{stride}, {tile.prows}, 1, 0));")
 
     if full:
         if (tile.prows, tile.pcols) != (tile.rows, tile.cols):
             em.line(zero)  # the fractal padding must add nothing
-        em.line(copy(rows, cols))
+        copy(rows, cols)
         return
     with em.block(""):  # a partial tile: zero it, then copy what is inside the tensor
         r, c = _valid(em, rows, cols)
         em.line(zero)
         with em.block(f"if ({r} > 0 && {c} > 0)"):
-            em.line(copy(r, c))
+            copy(r, c)
 
 
 def copy_l0c_to_gm(em, src: Region, dst: Region, what: str) -> None:
@@ -204,6 +257,14 @@ def _load(em, dst: str, src: str, repeat: int, src_stride: int, transpose: bool)
             f"{'true' if transpose else 'false'}, 0}});")
 
 
+def _load_t(em, dst: str, src: str, repeat: int, dst_gap: int, frac_gap: int) -> None:
+    if repeat > 255:
+        raise KernelError(f"LoadDataWithTranspose of {repeat} squares at once exceeds 255; use "
+                          "a smaller tile")
+    em.line(f"LoadDataWithTranspose({dst}, {src}, LoadData2dTransposeParams{{0, {repeat}, 1, "
+            f"{dst_gap}, {frac_gap}, 0}});")
+
+
 def _need_b16(dtype: str, what: str, operand: str) -> None:
     if dtype_bytes(dtype) != 2:
         raise UnsupportedOpError(
@@ -223,6 +284,15 @@ def load_a(em, a: Tile, dst: str, kk: str, kl0: int, transpose: bool, what: str)
                   a.at(f"{kk} * {kl0 * a.prows} + {mb} * {16 * k0}"), kl0 // k0, a.prows // 16,
                   False)
         return
+    if dtype_bytes(a.dtype) == 4 and a.square:
+        # L1 holds A^T (K x m) as rows of fractals: per 16-row slab of K, each 16 x 16
+        # square (m block j) transposes into L0A fractals (j, 2 kb) and (j, 2 kb + 1)
+        kb = em.ident("kb")
+        with em.block(f"for (int32_t {kb} = 0; {kb} < {kl0 // 16}; ++{kb})"):
+            _load_t(em, f"{dst}[{kb} * 256]", a.at(f"({kk} * {kl0 // 16} + {kb}) * "
+                                                   f"{16 * a.pcols}"),
+                    a.pcols // 16, kl0 // 8 - 1, 0)
+        return
     _need_b16(a.dtype, what, "A^T")
     with em.block(f"for (int32_t {mb} = 0; {mb} < {a.pcols // 16}; ++{mb})"):
         # L1 holds A^T (K x m): the fractals of column block mb, transposed
@@ -235,6 +305,15 @@ def load_b(em, b: Tile, dst: str, kk: str, kl0: int, transpose: bool, what: str)
     k0 = c0(b.dtype)
     if transpose:  # L1 holds B^T (n x K): its fractals are ZN fractals already, in order
         _load(em, dst, b.at(f"{kk} * {kl0 * b.prows}"), (kl0 // k0) * (b.prows // 16), 1, False)
+        return
+    if dtype_bytes(b.dtype) == 4 and b.square:
+        # L1 holds B (K x n) as rows of fractals: per 16-row slab of K, each 16 x 16 square
+        # (n block j) transposes into L0B fractals (2 kb, j) and (2 kb + 1, j)
+        kb = em.ident("kb")
+        nb = b.pcols // 16
+        with em.block(f"for (int32_t {kb} = 0; {kb} < {kl0 // 16}; ++{kb})"):
+            _load_t(em, f"{dst}[{kb} * {2 * nb * 128}]",
+                    b.at(f"({kk} * {kl0 // 16} + {kb}) * {16 * b.pcols}"), nb, 0, nb - 1)
         return
     _need_b16(b.dtype, what, "B")
     kb = em.ident("kb")

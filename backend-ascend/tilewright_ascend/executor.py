@@ -82,9 +82,10 @@ def _run(cmd: list[str]) -> None:
 
 
 def _harness(payload: dict) -> str:
-    params = payload["params"]
-    decl = ", ".join("uint8_t*" for _ in params)
-    call = ", ".join(f"(uint8_t*)args[{i}]" for i in range(len(params)))
+    params, dims = payload["params"], payload.get("dims", [])
+    decl = ", ".join(["uint8_t*" for _ in params] + ["int32_t" for _ in dims])
+    call = ", ".join([f"(uint8_t*)args[{i}]" for i in range(len(params))] +
+                     [f"(int32_t)dims[{i}]" for i in range(len(dims))])
     if payload.get("exception_dump"):  # no exception handler on the CPU: no descriptor
         decl, call = decl + ", uint8_t*", call + ", nullptr"
     return (
@@ -92,8 +93,10 @@ def _harness(payload: dict) -> str:
         "namespace tw_emu { int launch(int, int, void**, const int64_t*, const char**, "
         "const std::function<void()>&); }\n"
         f'extern "C" void {payload["kernel"]}({decl});\n'
-        'extern "C" int tw_run(void** args, const int64_t* sizes, const char** names) {\n'
-        f'    return tw_emu::launch({payload["blocks"]}, {len(params)}, args, sizes, names, '
+        'extern "C" int tw_run(void** args, const int64_t* sizes, const char** names, '
+        'int blocks, const int64_t* dims) {\n'
+        '    (void)dims;\n'
+        f'    return tw_emu::launch(blocks, {len(params)}, args, sizes, names, '
         f'[&] {{ {payload["kernel"]}({call}); }});\n}}\n')
 
 
@@ -124,7 +127,10 @@ class EmulatedKernel:
             sizes.append(t.numel() * t.element_size())
         args = (ctypes.c_void_p * len(ptrs))(*ptrs)
         c_sizes = (ctypes.c_int64 * len(sizes))(*sizes)
-        errors = self.lib.tw_run(args, c_sizes, self.names)
+        dims = launch_dims(self.meta, tensors)
+        c_dims = (ctypes.c_int64 * max(1, len(dims)))(*dims.values())
+        errors = self.lib.tw_run(args, c_sizes, self.names, launch_blocks(self.meta, dims),
+                                 c_dims)
         self.last_stats = json.loads(self.lib.tw_emu_stats().decode())
         _last_stats.clear()
         _last_stats.update(self.last_stats)
@@ -138,6 +144,25 @@ class EmulatedKernel:
                 warnings.warn(message, stacklevel=2)
             else:
                 raise EmulatorError(message)
+
+
+def launch_dims(meta: dict, tensors) -> dict:
+    """The dynamic dimensions (T.dynamic) of a launch, read from the tensors' shapes."""
+    out = {}
+    for name, index, axis in meta.get("dims", []):
+        value = int(tensors[index].shape[axis])
+        if value >= 2 ** 31:
+            raise TilewrightError(f"dimension {name} = {value} does not fit the kernel's int32")
+        out[name] = value
+    return out
+
+
+def launch_blocks(meta: dict, dims: dict) -> int:
+    """The grid size: fixed, or computed from the dynamic dimensions at each launch."""
+    blocks = meta["blocks"]
+    if isinstance(blocks, int):
+        return blocks
+    return int(eval(blocks, {"__builtins__": {}, "min": min, "max": max}, dict(dims)))  # noqa: S307 - our own expression over ints
 
 
 def _workspaces(meta: dict, tensors) -> list:
@@ -223,7 +248,9 @@ def _load_npu(workdir, entry: str):
     def run(*tensors):
         stream = torch.npu.current_stream().npu_stream  # type: ignore[attr-defined]
         tensors = (*tensors, *_workspaces(meta, tensors))
-        launch(ctypes.c_void_p(stream), *[ctypes.c_void_p(t.data_ptr()) for t in tensors])
+        dims = launch_dims(meta, tensors)
+        launch(ctypes.c_void_p(stream), *[ctypes.c_void_p(t.data_ptr()) for t in tensors],
+               *[ctypes.c_int32(v) for v in dims.values()])
 
     run.meta = meta
     return run

@@ -80,7 +80,8 @@ def _ints(values, what):
 
 
 def offset_of(em, region: Region) -> str:
-    shape = _ints(region.buffer.shape, region.buffer.name)
+    # a tensor's dimensions may be dynamic (T.dynamic): kernel arguments
+    shape = [d.value if isinstance(d, tirx.IntImm) else d for d in region.buffer.shape]
     offset, stride = 0, 1
     for start, dim in reversed(list(zip(region.starts, shape))):
         offset = offset + (start if not isinstance(start, int) else tirx.const(start, "int32")) \
@@ -96,21 +97,25 @@ def tensor(em, region: Region) -> str:
 
 
 def view(region: Region) -> tuple[int, int, int]:
-    """The region as (rows, cols, row stride in elements) of its buffer."""
-    shape = _ints(region.buffer.shape, region.buffer.name)
+    """The region as (rows, cols, row stride in elements) of its buffer. The stride is an
+    expression when a dimension of the tensor is dynamic (T.dynamic)."""
+    shape = [d.value if isinstance(d, tirx.IntImm) else d for d in region.buffer.shape]
+    if str(region.buffer.scope()) != "global":
+        shape = _ints(shape, region.buffer.name)
     ext = _ints(region.extents, region.buffer.name)
     cols, stride = ext[-1], shape[-1]
     rows = 1
     for e in ext[:-1]:
         rows *= e
     outer = [i for i in range(len(ext) - 1) if ext[i] > 1]
-    if outer and any(ext[j] != shape[j] for j in range(outer[0] + 1, outer[-1] + 1)):
+    if outer and any(not isinstance(shape[j], int) or ext[j] != shape[j]
+                     for j in range(outer[0] + 1, outer[-1] + 1)):
         raise KernelError(f"the region of {region.buffer.name!r} with extents {ext} is not a "
                           "set of equally spaced rows; copy it in parts")
     if outer:  # dimensions of extent 1 after the rows only offset them
         stride = 1
         for dim in shape[outer[-1] + 1:]:
-            stride *= dim
+            stride = stride * dim
     if rows == 1:
         stride = cols
     return rows, cols, stride

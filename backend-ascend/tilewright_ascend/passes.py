@@ -20,7 +20,8 @@ from .arch import ALIGN, CUBE_SCOPES, MEMORIES, SHORT
 
 PLAN_KEY = "ascend.memory_plan"
 ADDRESS_KEY = "ascend.address"
-PORTABLE_SCOPES = {"shared", "shared.dyn", "local.fragment", "local", "local.var"}
+PORTABLE_SCOPES = {"shared", "shared.dyn", "local.fragment", "local", "local.var",
+                   "local.reducer.sum", "local.reducer.max", "local.reducer.min"}
 
 
 def dtype_bytes(dtype: str) -> int:

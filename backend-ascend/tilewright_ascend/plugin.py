@@ -67,10 +67,11 @@ BACKEND = BackendModule(
         dtypes=frozenset(DTYPES),
         # portable scopes: the portable phase maps them to Ascend memories by use
         memory_scopes=frozenset({"global", *MEMORIES, *PORTABLE_SCOPES}),
-        features=frozenset({"manual_sync", "dialect:ascend", "partial_tiles"}),
-        # the cube takes float16/bfloat16 operands: a float32 B (or transposed A) would need
-        # its fractals transposed on the way to L0B/L0A, which LoadData2D does for 2-byte types
-        op_dtypes={"gemm": frozenset({"float16", "bfloat16"})},
+        features=frozenset({"manual_sync", "dialect:ascend", "partial_tiles",
+                            "dynamic_shapes"}),
+        # the cube takes float16/bfloat16/float32 operands (float32 fractals are transposed
+        # by LoadDataWithTranspose from an L1 stored as rows of fractals, see cube.py)
+        op_dtypes={"gemm": frozenset({"float16", "bfloat16", "float32"})},
     ),
     accelerator=True,
     # tensors live where the first available executor runs: the NPU, else the CPU emulator

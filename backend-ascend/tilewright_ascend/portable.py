@@ -22,7 +22,7 @@ import math
 import tvm
 import tvm_ffi
 from tilewright.errors import KernelError, span_location
-from tilewright.ir import decode, make_call, tile_ops_in
+from tilewright.ir import Region, decode, make_call, tile_ops_in
 from tilewright.transform.walk import prim_func_pass
 from tvm import tirx
 
@@ -31,7 +31,8 @@ from .passes import allocations
 from .split import WORKSPACES_KEY, Split
 from .vector import PORTABLE_KEY
 
-_PORTABLE = {"shared", "shared.dyn", "local.fragment", "local"}
+_PORTABLE = {"shared", "shared.dyn", "local.fragment", "local", "local.reducer.sum",
+             "local.reducer.max", "local.reducer.min"}  # reducers: plain UB tiles
 
 
 def _block_loops(func):
@@ -93,6 +94,9 @@ def _clear_accumulators(stmts: list, scopes: dict) -> list:
                                   "cube has no fill", span_location(stmt.span))
             init[str(call.operands["dst"].buffer.name)] = "pending"
             continue
+        if not init and _clears_inside(stmt, scopes):  # e.g. under T.Persistent's guard
+            out.append(_clear_nested(stmt, scopes))
+            continue
         if isinstance(stmt, tirx.For):
             pending = {n: tirx.EQ(stmt.loop_var, stmt.min) for n, v in init.items()
                        if v == "pending"}
@@ -108,25 +112,179 @@ def _clear_accumulators(stmts: list, scopes: dict) -> list:
     return out
 
 
+def _clears_inside(stmt, scopes) -> bool:
+    return decode(stmt) is None and any(
+        c.name == "fill" and scopes.get(str(c.operands["dst"].buffer.name)) == "ascend.l0c"
+        for c in tile_ops_in(stmt))
+
+
+def _clear_nested(stmt, scopes):
+    """:func:`_clear_accumulators` inside the body of a loop or a branch."""
+    def inner(body):
+        stmts = _clear_accumulators(list(body.seq) if isinstance(body, tirx.SeqStmt)
+                                    else [body], scopes)
+        return tirx.SeqStmt(stmts) if len(stmts) > 1 else stmts[0]
+
+    if isinstance(stmt, tirx.For):
+        return tirx.For(stmt.loop_var, stmt.min, stmt.extent, stmt.kind, inner(stmt.body),
+                        thread_binding=stmt.thread_binding, annotations=stmt.annotations,
+                        span=stmt.span)
+    if isinstance(stmt, tirx.IfThenElse):
+        return tirx.IfThenElse(stmt.condition, inner(stmt.then_case),
+                               inner(stmt.else_case) if stmt.else_case is not None else None,
+                               span=stmt.span)
+    if isinstance(stmt, tirx.SeqStmt):
+        return inner(stmt)
+    raise KernelError("T.clear of an accumulator nested in this statement is not supported "
+                      "by backend 'ascend'", span_location(stmt.span))
+
+
+def _cube_only(body, scopes) -> bool:
+    """Whether every tile op only moves data between GM and the cube memories or multiplies
+    (and no statement stores scalars): such a kernel needs no split, whatever its nesting."""
+    stores = []
+    tvm_ffi.structural_walk(body, (tirx.BufferStore, stores.append))
+    if stores:
+        return False
+    for call in tile_ops_in(body):
+        if call.name not in ("gemm", "copy", "fill"):
+            return False
+        names = [str(r.buffer.name) for r in call.regions("read") + call.regions("write")]
+        if any(scopes.get(n, "global") == "ascend.ub" for n in names if n in scopes) or \
+                all(n not in scopes for n in names):
+            return False
+    return True
+
+
+def _fold_staging(func):
+    """``T.copy(acc, X); T.copy(X, C[...])`` with ``X`` a tile used only there and ``acc`` a
+    GEMM accumulator becomes ``T.copy(acc, C[...])``: L0C goes to GM by Fixpipe directly (the
+    A2 cube has no path from L0C to UB)."""
+    accumulators = {str(c.operands["C"].buffer.name) for c in tile_ops_in(func)
+                    if c.name == "gemm"}
+    if not accumulators:
+        return func
+    uses: dict[str, int] = {}
+    for c in tile_ops_in(func):
+        for r in c.regions("read") + c.regions("write"):
+            uses[str(r.buffer.name)] = uses.get(str(r.buffer.name), 0) + 1
+    # scalar accesses: loads beyond the one per tile-op region, and stores
+    seen: dict[str, int] = {}
+    stores: set[str] = set()
+    tvm_ffi.structural_walk(func.body, (tvm.ir.TensorLoad, lambda x: seen.__setitem__(
+        str(x.source.name), seen.get(str(x.source.name), 0) + 1)))
+    tvm_ffi.structural_walk(func.body, (tirx.BufferStore, lambda x: stores.add(
+        str(x.buffer.name))))
+    loads = stores | {n for n, k in seen.items() if k > uses.get(n, 0)}
+
+    def pair(a, b):
+        ca, cb = decode(a), decode(b)
+        if ca is None or cb is None or ca.name != "copy" or cb.name != "copy":
+            return None
+        acc, tile = ca.operands["src"], ca.operands["dst"]
+        name = str(tile.buffer.name)
+        if str(acc.buffer.name) not in accumulators or name in accumulators or \
+                name in loads or uses.get(name) != 2 or \
+                not cb.operands["src"].buffer.same_as(tile.buffer) or \
+                str(cb.operands["dst"].buffer.scope()) != "global" or \
+                str(tile.buffer.dtype) != str(cb.operands["dst"].buffer.dtype):
+            return None
+        return make_call("copy", {"src": acc, "dst": cb.operands["dst"]}, span=b.span)
+
+    def fold(seq):
+        stmts, out, i = list(seq.seq), [], 0
+        while i < len(stmts):
+            folded = pair(stmts[i], stmts[i + 1]) if i + 1 < len(stmts) else None
+            out.append(folded if folded is not None else stmts[i])
+            i += 2 if folded is not None else 1
+        return tirx.SeqStmt(out) if len(out) > 1 else out[0]
+
+    body = tvm_ffi.structural_map(func.body, (tirx.SeqStmt, fold))
+    left = {str(r.buffer.name) for c in tile_ops_in(body)
+            for r in c.regions("read") + c.regions("write")} | loads
+
+    def drop(seq):  # the allocation of a folded tile goes with it
+        stmts = [x for x in seq.seq if not (isinstance(x, tirx.AllocBuffer) and
+                                            str(x.buffer.name) in uses and
+                                            str(x.buffer.name) not in left)]
+        return tirx.SeqStmt(stmts) if len(stmts) > 1 else stmts[0]
+
+    return func.with_body(tvm_ffi.structural_map(body, (tirx.SeqStmt, drop)))
+
+
+def _reducer_nest(loop):
+    """``for i, j in T.Parallel(R, C): acc[i] = op(acc[i], tile[i, j])`` (a T.alloc_reducer
+    update over a whole 2-D tile) as ``T.reduce_<op>(tile, acc, dim=1, clear=False)``; None
+    for any other loop."""
+    inner = loop.body
+    if not (isinstance(inner, tirx.For) and isinstance(inner.body, tirx.BufferStore)):
+        return None
+    if any(str(lp.annotations.get("tw.loop", "")) != "parallel" for lp in (loop, inner)):
+        return None
+    store, i, j = inner.body, loop.loop_var, inner.loop_var
+    scope = str(store.buffer.scope())
+    if not scope.startswith("local.reducer.") or len(store.indices) != 1 or \
+            not store.indices[0].same_as(i):
+        return None
+    op = scope.rsplit(".", 1)[-1]
+    kinds = {"sum": tirx.Add, "max": tirx.Max, "min": tirx.Min}
+    value = store.value
+    if op not in kinds or not isinstance(value, kinds[op]):
+        return None
+    acc, other = value.a, value.b
+    if not _loads(acc, store.buffer, [i]):
+        acc, other = other, acc
+    if not _loads(acc, store.buffer, [i]) or not isinstance(other, tvm.ir.TensorLoad):
+        return None
+    tile = other.source
+    shape = [int(x) for x in tile.shape] if all(isinstance(x, tirx.IntImm) for x in tile.shape) \
+        else None
+    if not _loads(other, tile, [i, j]) or shape is None or \
+            [loop.extent, inner.extent] != [tirx.IntImm("int32", x) for x in shape] and \
+            [int(loop.extent), int(inner.extent)] != shape:
+        return None
+    if not all(isinstance(lp.min, tirx.IntImm) and lp.min.value == 0 for lp in (loop, inner)):
+        return None
+    return make_call(f"reduce_{op}", {"src": Region.full(tile), "dst": Region.full(store.buffer)},
+                     {"dim": 1, "clear": False}, span=loop.span)
+
+
+def _loads(e, buf, idx) -> bool:
+    return isinstance(e, tvm.ir.TensorLoad) and e.source.same_as(buf) and \
+        len(e.indices) == len(idx) and all(a.same_as(b) for a, b in zip(e.indices, idx))
+
+
+def _reducers(func):
+    def rewrite(loop):
+        call = _reducer_nest(loop)
+        return loop if call is None else call
+    return func.with_body(tvm_ffi.structural_map(func.body, (tirx.For, rewrite)))
+
+
 def to_dialect(func):
+    func = _fold_staging(_reducers(func))
     loops, body = _block_loops(func)
     if not loops or any("ascend.npu" in lp.annotations for lp in loops):
         return func
     extents = [lp.extent for lp in loops]
-    if not all(isinstance(e, tirx.IntImm) for e in extents):
-        raise KernelError("backend 'ascend' needs a grid known at compile time",
-                          span_location(loops[0].span))
+    dynamic = not all(isinstance(e, tirx.IntImm) for e in extents)
     scopes = _scopes(func)
     kinds = {"cube" if s != "ascend.ub" else "vector" for s in scopes.values()}
     cid, vid = tirx.Var("cid", "int32"), tirx.Var("vid", "int32")
-    sizes = [int(e.value) for e in extents]
+    sizes = [e if dynamic else int(e.value) for e in extents]
     buffers = {str(a.buffer.name): a.buffer for a in allocations(func)}
     split = None
     top = list(body.seq) if isinstance(body, tirx.SeqStmt) else [body]
-    if "cube" in kinds:
+    if "cube" in kinds and not _cube_only(body, scopes):
         split = Split([s for s in top if not isinstance(s, tirx.AllocBuffer)], buffers, cid,
-                      vid, math.prod(sizes))
+                      vid, 0 if dynamic else math.prod(sizes))
         split = split if split.has_vector else None
+        if split is not None and dynamic:
+            raise KernelError("backend 'ascend' splits this kernel into cube and vector "
+                              "programs whose GM workspaces are sized by the grid; with "
+                              "dynamic shapes (T.dynamic) the grid is known at run time only, "
+                              "which the split does not support yet",
+                              span_location(loops[0].span))
     if split is not None:  # cube and vector programs through GM workspaces
         cube, vector = split.run()
         scopes.update(split.scopes)
@@ -152,8 +310,8 @@ def to_dialect(func):
     # loops[0] is blockIdx.x (outermost); recover each axis from cid
     for loop, size in zip(loops, sizes):
         subst[loop.loop_var] = tirx.floormod(tirx.floordiv(cid, stride), size) \
-            if stride > 1 else tirx.floormod(cid, size)
-        stride *= size
+            if not (isinstance(stride, int) and stride == 1) else tirx.floormod(cid, size)
+        stride = stride * size
     total = stride
     inner = tirx.SeqStmt(stmts) if len(stmts) > 1 else stmts[0]
     inner = tvm_ffi.structural_map(inner, (tirx.Var, lambda v: subst.get(v, v)))

@@ -265,6 +265,11 @@ class Split:
                     vec.append(_loop_like(s, body, fresh))
                 continue
             call = decode(s)
+            if call is None and any(c.name == "gemm" for c in _calls(s)):
+                raise KernelError("the cube/vector split handles T.gemm at the top level of the "
+                                  "kernel or one loop deep, not under a condition or a let "
+                                  "(as T.Persistent produces); backend 'ascend' does not "
+                                  "compile this kernel", span_location(s.span))
             if call is not None and call.name == "gemm":
                 c, v = self._gemm(s, call, loop)
                 cube += c

@@ -192,11 +192,17 @@ class _Lowering:
         if ss == UB and ds == UB:
             op = "copy" if sd == dd else "cast"
             return [make_call(VUN.name, {"dst": dst, "src": src}, {"op": op}, span=stmt.span)]
+        # T.copy reads 0 past the end of a tensor: zero a tile the copy may not fill
+        zero = [make_call(VDUP.name, {"dst": dst, "value": tirx.const(0, dd)}, span=stmt.span)] \
+            if ss == "global" and ds == UB and not _inside(src) else []
         if sd == dd or (ss, ds) not in (("global", UB), (UB, "global")):
-            return [stmt]
+            return [*zero, stmt]
         out = []
         if ss == "global":  # GM -> UB staging tile in the source dtype -> Cast
             stage = self.temp(_non_unit(dst), sd, out)
+            if zero:
+                out.append(make_call(VDUP.name, {"dst": stage, "value": tirx.const(0, sd)},
+                                     span=stmt.span))
             out.append(make_call("copy", {"src": src, "dst": stage}, span=stmt.span))
             out.append(make_call(VUN.name, {"dst": dst, "src": stage}, {"op": "cast"},
                                  span=stmt.span))
@@ -524,6 +530,13 @@ class _Lowering:
                              {"op": op, "axis": axis}))
 
 
+def _inside(region) -> bool:
+    """Whether ``region`` provably lies inside its tensor."""
+    analyzer = sym.Analyzer()
+    return all(analyzer.can_prove(tirx.const(0, "int32") + start + int(ext) <= dim)
+               for start, ext, dim in zip(region.starts, region.extents, region.buffer.shape))
+
+
 def _promote(e):
     """``e`` computed in float32 where it computes in bfloat16 (loads and constants cast)."""
     if str(e.ty) != "bfloat16":
@@ -649,14 +662,58 @@ def _pad_tiles(func):
     return func.with_body(body)
 
 
+def _both_vector_cores(func):
+    """A kernel whose every statement is vector work (no cube scope, no atomics) runs two
+    blocks per AI core group: vector core ``vid`` of group ``cid`` runs block
+    ``2 * cid + vid`` (each with its own UB), and the grid shrinks to ceil(blocks / 2). None
+    for any other kernel."""
+    cid_loop = func.body
+    vid_loop = cid_loop.body if isinstance(cid_loop, tirx.For) else None
+    if not (isinstance(vid_loop, tirx.For) and vid_loop.thread_binding is not None and
+            str(vid_loop.thread_binding.thread_tag) == VID_TAG):
+        return None
+    scopes, atomics = [], []
+    tvm_ffi.structural_walk(func.body, (tirx.AttrStmt, lambda a: scopes.append(
+        str(a.value.value)) if a.attr_key == SCOPE_KEY else None))
+    tvm_ffi.structural_walk(func.body, (tvm.ir.Call, lambda c: atomics.append(c) if isinstance(
+        c.op, tvm.ir.Op) and "atomic" in str(c.op.name) else None))
+    if scopes != ["V"] or atomics:
+        return None
+    cid, vid, blocks = cid_loop.loop_var, vid_loop.loop_var, cid_loop.extent
+    block = cid * 2 + vid
+
+    def scope(stmt):
+        if stmt.attr_key != SCOPE_KEY:
+            return stmt
+        body = tvm_ffi.structural_map(stmt.body, (tirx.Var, lambda v: block
+                                                  if v.same_as(cid) else v))
+        guarded = tirx.IfThenElse(tirx.LT(block, blocks), body, None)
+        return tirx.AttrStmt(stmt.node, stmt.attr_key, stmt.value, guarded, span=stmt.span)
+
+    inner = tvm_ffi.structural_map(vid_loop, (tirx.AttrStmt, scope))
+    groups = tirx.floordiv(blocks + 1, 2)
+    if isinstance(blocks, tirx.IntImm):
+        groups = tirx.IntImm("int32", (int(blocks.value) + 1) // 2)
+    loop = tirx.For(cid, 0, groups, cid_loop.kind, inner,
+                    thread_binding=tirx.IterVar(tvm.ir.Range(0, groups), cid,
+                                                tirx.IterVar.ThreadIndex,
+                                                str(cid_loop.thread_binding.thread_tag)),
+                    annotations=cid_loop.annotations, span=cid_loop.span)
+    return func.with_body(loop)
+
+
 def _one_vector_core(func):
-    """Portable vector code runs on vector sub-core 0 only (both would write the same GM)."""
+    """Portable vector code runs on vector sub-core 0 only (both would write the same GM),
+    unless it can take two blocks per group (:func:`_both_vector_cores`)."""
     if "ascend.workspaces" in func.attrs:  # split kernels guard their own work (split.py)
         return func
     vid_loop = func.body.body if isinstance(func.body, tirx.For) else None
     if not (isinstance(vid_loop, tirx.For) and vid_loop.thread_binding is not None and
             str(vid_loop.thread_binding.thread_tag) == VID_TAG):
         return func
+    paired = _both_vector_cores(func)
+    if paired is not None:
+        return paired
     vid = vid_loop.loop_var
 
     def scope(stmt):

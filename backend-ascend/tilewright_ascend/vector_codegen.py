@@ -309,7 +309,8 @@ def copy_gm_ub(em, call, atomic: str | None = None) -> bool:
     if gcols != ucols and not (grows == 1 or urows == 1):
         raise KernelError(f"{what}: row lengths differ ({gcols} vs {ucols})")
     if gcols != ucols:  # one side is a single row: both must be dense
-        if not ((grows == 1 or gcols == gstride) and (urows == 1 or ucols == ustride)):
+        if not ((grows == 1 or (isinstance(gstride, int) and gcols == gstride)) and
+                (urows == 1 or ucols == ustride)):
             raise KernelError(f"{what}: cannot pair rows of {gcols} with rows of {ucols}")
         total = grows * gcols
         grows, gcols, gstride = 1, total, total
@@ -331,7 +332,8 @@ def copy_gm_ub(em, call, atomic: str | None = None) -> bool:
         cond = " && ".join([f"{nr} > 0", f"{nc} > 0", *checks])
         with em.block(f"if ({cond})"):
             gap = f"({ustride * eb} - ({nc} * {eb} + 31) / 32 * 32) / 32" if urows > 1 else "0"
-            ggap = f"({gstride} - {nc}) * {eb}" if grows > 1 else "0"
+            gs = gstride if isinstance(gstride, int) else em.expr(gstride)
+            ggap = f"({gs} - {nc}) * {eb}" if grows > 1 else "0"
             if to_ub:
                 em.line(f"DataCopyPad({ub_t}, {gm_t}, DataCopyExtParams({nr}, {nc} * {eb}, "
                         f"{ggap}, {gap}, 0), DataCopyPadExtParams<{t}>(false, 0, 0, 0));")

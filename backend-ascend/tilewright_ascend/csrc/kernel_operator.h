@@ -212,6 +212,19 @@ template <typename T> struct InitConstValueParams {
     InitConstValueParams() = default;
     InitConstValueParams(uint16_t r, uint16_t b, uint16_t g, T v) : repeatTimes(r), blockNum(b), dstGap(g), initValue(v) {}
 };
+// LoadDataWithTranspose for 4-byte types: iteration i takes the two consecutive 16 x C0
+// fractals at square startIndex + i * srcStride (1024-byte units) as one 16 x 16 square
+// [F0 | F1], transposes it and splits the result into two 16 x C0 fractals (the transposes of
+// the square's rows 0-7 and 8-15); the first goes to destination fractal i * (1 + dstGap), the
+// second 1 + dstFracGap fractals after it (512-byte units).
+struct LoadData2dTransposeParams {
+    uint16_t startIndex = 0;
+    uint8_t repeatTimes = 0;
+    uint16_t srcStride = 0;
+    uint16_t dstGap = 0;
+    uint16_t dstFracGap = 0;
+    uint8_t addrMode = 0;
+};
 struct MmadParams { uint16_t m = 0, n = 0, k = 0; bool cmatrixInitVal = true; bool isBias = false; };
 enum class QuantMode_t { NoQuant, F322F16, F322BF16 };
 // L0C -> GM: mSize x nSize; srcStride = distance between the L0C column blocks in rows of 16
@@ -373,6 +386,38 @@ void LoadData(const LocalTensor<T>& dst, const LocalTensor<T>& src, const LoadDa
                 for (uint64_t c = 0; c < C0; ++c) (p.ifTranspose ? g[c * 16 + r] : g[r * C0 + c]) = f[r * C0 + c];
         }
     }, copy_cost(p.repeatTimes * 512ull, 256), p.repeatTimes * 512ull);
+}
+// L1 -> L0A/L0B on MTE1 with the transpose of 16 x 16 squares (4-byte types here)
+template <typename T>
+void LoadDataWithTranspose(const LocalTensor<T>& dst, const LocalTensor<T>& src,
+                           const LoadData2dTransposeParams& p, TW_LINE) {
+    constexpr uint64_t F = 512 / sizeof(T), C0 = c0_of<T>();
+    if (src.space != tw_emu::SL1 || (dst.space != tw_emu::SL0A && dst.space != tw_emu::SL0B))
+        tw_emu::error(line, "LoadDataWithTranspose moves L1 -> L0A/L0B");
+    if (sizeof(T) != 4)
+        tw_emu::error(line, "the emulator models LoadDataWithTranspose for 4-byte types only "
+                      "(2-byte types use LoadData2D with ifTranspose)");
+    std::vector<tw_emu::Acc> a;
+    for (uint64_t i = 0; i < p.repeatTimes; ++i) {
+        uint64_t first = i * (1 + p.dstGap);
+        a.push_back({src.space, src.off + (p.startIndex + i * p.srcStride) * 1024ull, 1024, false});
+        a.push_back({dst.space, dst.off + first * 512ull, 512, true});
+        a.push_back({dst.space, dst.off + (first + 1 + p.dstFracGap) * 512ull, 512, true});
+    }
+    tw_emu::issue(tw_emu::PMTE1, "LoadDataWithTranspose", line, a, [=] {
+        T* d = dst.data(); const T* s = src.data();
+        for (uint64_t i = 0; i < p.repeatTimes; ++i) {
+            const T* sq = s + (p.startIndex + i * p.srcStride) * 2 * F;  // [F0 | F1], 16 x 16
+            uint64_t first = i * (1 + p.dstGap);
+            T* out[2] = {d + first * F, d + (first + 1 + p.dstFracGap) * F};
+            for (uint64_t r = 0; r < 16; ++r)          // square row r
+                for (uint64_t c = 0; c < 16; ++c) {    // square column c
+                    T v = sq[(c / C0) * F + r * C0 + c % C0];
+                    // transposed: element (c, r); rows 0-7 of the square become fractal 0
+                    out[r / C0][c * C0 + r % C0] = v;
+                }
+        }
+    }, copy_cost(p.repeatTimes * 1024ull, 256), p.repeatTimes * 1024ull);
 }
 // C (L0C, NZ) = [C +] A (L0A, ZZ) @ B (L0B, ZN); whole fractals: m, n round up to 16, k to C0
 template <typename C, typename A, typename B>

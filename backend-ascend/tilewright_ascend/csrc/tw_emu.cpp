@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdarg>
 #include <map>
+#include <unordered_map>
 #include <string>
 #include <tuple>
 
@@ -41,7 +42,13 @@ struct GmShadow { uint32_t w; uint32_t r[LANES]; };
 struct Flag { bool set = false; int line = 0; double time = 0; uint32_t vc[LANES]; };
 struct Cross { int count = 0; double time = 0; uint32_t vc[LANES]; int line = 0; };
 
-struct Arg { uint64_t begin, end; std::string name; std::vector<GmShadow> shadow; };
+// GM shadow: one entry per 32-byte granule; a granule that an access covers only in part
+// (DataCopyPad writes only the valid bytes) gets exact per-byte entries from then on, so
+// disjoint bytes of one granule never race and overlapping bytes always do.
+struct Arg {
+    uint64_t begin, end; std::string name; std::vector<GmShadow> shadow;
+    std::unordered_map<uint64_t, std::vector<GmShadow>> fine;
+};
 struct Name { int core, space; uint64_t off, len; std::string name; };
 
 struct State {
@@ -279,14 +286,26 @@ void check_access(Run& run, const Instr& in, uint32_t id) {
                 if (a.off + a.len <= arg.begin || a.off >= arg.end) continue;
                 uint64_t lo = (std::max(a.off, arg.begin) - arg.begin) / GM_GRAIN;
                 uint64_t hi = (std::min(a.off + a.len, arg.end) - arg.begin + GM_GRAIN - 1) / GM_GRAIN;
-                for (uint64_t g = lo; g < hi; ++g) {
-                    GmShadow& sh = arg.shadow[g];
-                    if (!ordered(run, lane, sh.w)) race(in, sh.w, a, arg.begin + g * GM_GRAIN, true);
+                uint64_t first = std::max(a.off, arg.begin) - arg.begin;
+                uint64_t last = std::min(a.off + a.len, arg.end) - arg.begin;  // exclusive
+                auto visit = [&](GmShadow& sh, uint64_t addr) {
+                    if (!ordered(run, lane, sh.w)) race(in, sh.w, a, addr, true);
                     if (a.write)
                         for (int l = 0; l < LANES; ++l)
-                            if (!ordered(run, lane, sh.r[l])) race(in, sh.r[l], a, arg.begin + g * GM_GRAIN, false);
+                            if (!ordered(run, lane, sh.r[l])) race(in, sh.r[l], a, addr, false);
                     if (a.write) { sh.w = id; std::fill(sh.r, sh.r + LANES, 0u); }
                     else sh.r[lane] = id;
+                };
+                for (uint64_t g = lo; g < hi; ++g) {
+                    uint64_t gb = g * GM_GRAIN, b0 = std::max(first, gb), b1 = std::min(last, gb + GM_GRAIN);
+                    auto it = arg.fine.find(g);
+                    if (it == arg.fine.end() && b0 == gb && b1 == gb + GM_GRAIN) {
+                        visit(arg.shadow[g], arg.begin + gb);
+                        continue;
+                    }
+                    if (it == arg.fine.end())  // split the granule into bytes
+                        it = arg.fine.emplace(g, std::vector<GmShadow>(GM_GRAIN, arg.shadow[g])).first;
+                    for (uint64_t b = b0; b < b1; ++b) visit(it->second[b - gb], arg.begin + b);
                 }
             }
             continue;
@@ -535,7 +554,7 @@ int launch(int blocks, int nargs, void** args, const int64_t* sizes, const char*
         S->instrs.clear();
         S->names.clear();
         for (int c = 0; c < CORES; ++c) S->fence[c] = 0, S->atomic[c] = 0;
-        for (auto& a : S->args) std::fill(a.shadow.begin(), a.shadow.end(), GmShadow{});
+        for (auto& a : S->args) std::fill(a.shadow.begin(), a.shadow.end(), GmShadow{}), a.fine.clear();
         for (int l = 0; l < LANES; ++l) S->queue[l].clear();
         for (int c = 0; c < CORES; ++c) {
             S->core = c;
