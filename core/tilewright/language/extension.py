@@ -7,7 +7,7 @@ line and emit one tile-op statement into the kernel being traced::
     _D = DialectSupport(__file__)
 
     def mbarrier_arrive(bar):
-        _D.emit("cuda.mbarrier_arrive", {"bar": bar})
+        _D.emit("mbarrier_arrive", {"barrier": bar})
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ class DialectSupport:
         frame = sys._getframe(1)
         while frame is not None:
             name = frame.f_code.co_filename
-            internal = name.startswith((self.package, _CORE)) or "/tvm/" in name or \
-                "/tvm_ffi/" in name
+            internal = name.startswith((self.package + os.sep, _CORE + os.sep)) or \
+                "/tvm/" in name or "/tvm_ffi/" in name
             if not internal and not name.startswith("<"):
                 return SourceLocation(name, frame.f_lineno)
             frame = frame.f_back

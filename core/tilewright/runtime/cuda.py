@@ -50,6 +50,7 @@ _TMA_DTYPES = {"float16": "FLOAT16", "bfloat16": "BFLOAT16", "float32": "FLOAT32
                "int8": "UINT8", "uint16": "UINT16", "int16": "UINT16", "uint32": "UINT32",
                "uint64": "UINT64"}
 _TMA_SWIZZLE = {0: "NONE", 32: "32B", 64: "64B", 128: "128B"}
+_MAX_TENSOR_MAPS = 256  # descriptors kept per kernel (128 bytes each), for tensors seen again
 
 
 def tensor_map_layout(p: dict, tensor) -> tuple[list, list]:
@@ -169,6 +170,8 @@ class CubinFunction:
         key = (p["name"], tensor.data_ptr(), tuple(tensor.shape), tuple(tensor.stride()))
         cached = self._maps.get(key)
         if cached is None:
+            if len(self._maps) >= _MAX_TENSOR_MAPS:  # the oldest first: dicts keep order
+                self._maps.pop(next(iter(self._maps)))
             cached = self._maps[key] = encode_tensor_map(p, tensor)
         return cached
 
