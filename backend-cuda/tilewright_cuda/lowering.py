@@ -32,7 +32,7 @@ from tilewright.transform.lowering_utils import (
 )
 from tvm import tirx
 
-from . import swizzle, wgmma
+from . import rows, swizzle, wgmma
 
 Rule = Callable[[TileOpCall, RuleContext], tirx.Stmt]
 RULES: dict[str, Rule] = {}
@@ -74,6 +74,10 @@ def warp_grid(m: int, n: int, warps: int, policy: str = "square") -> tuple[int, 
 
 
 ROWS_MARK = 256  # data_alignment of an MMA_ACC fragment whose warps own whole rows
+# annotation of a loop that writes each shared element it touches from one thread only, once,
+# and reads only elements its own thread wrote or that no iteration writes: insert_sync puts
+# no barrier between its iterations (passes._Syncs)
+OWN_ELEMENTS = "tw.own_elements"
 
 
 def acc_grid(buffer, threads: int) -> tuple[int, int]:
@@ -194,6 +198,9 @@ def lower_copy(call: TileOpCall, ctx: RuleContext):
         return _finalize_reducer(kind, src, dst, ctx)
     if scope(src.buffer) == MMA_ACC:
         return _copy_from_registers(src, dst, ctx)
+    if rows.is_rows(src.buffer) and rows.is_rows(dst.buffer):  # infer_layout: whole vectors
+        return rows.every_register(dst.buffer, thread_var(ctx)[1], lambda s: tirx.BufferStore(
+            dst.buffer, tirx.BufferLoad(src.buffer, [s]), [s]))
     sdims, ddims = non_unit(src), non_unit(dst)
     extents = [dst.extents[d] for d in ddims]
     if len(sdims) != len(ddims):
@@ -291,7 +298,8 @@ def _copy_from_registers(src: Region, dst: Region, ctx: RuleContext):
 
     if not paired:
         store = guarded_store(dst.buffer, value(r), index, ctx)
-        return tirx.For(r, 0, count, tirx.ForKind.UNROLLED, store)
+        return tirx.For(r, 0, count, tirx.ForKind.UNROLLED, store,
+                        annotations={OWN_ELEMENTS: 1})
     # the pair starts at an even column of an even-length row: in bounds when its first is
     store = tirx.Evaluate(tirx.call_extern(
         "int32", "tw::store_pair", tirx.address_of(tirx.BufferLoad(dst.buffer, index)),
@@ -299,7 +307,8 @@ def _copy_from_registers(src: Region, dst: Region, ctx: RuleContext):
         tirx.BufferLoad(src.buffer, register_index(src.buffer, first + 1))))
     inside = in_bounds(dst.buffer, index, ctx)
     store = store if inside is None else tirx.IfThenElse(inside, store, None)
-    return tirx.For(r, 0, count // 2, tirx.ForKind.UNROLLED, store)
+    return tirx.For(r, 0, count // 2, tirx.ForKind.UNROLLED, store,
+                    annotations={OWN_ELEMENTS: 1})
 
 
 @register_lowering("fill")
@@ -311,6 +320,9 @@ def lower_fill(call: TileOpCall, ctx: RuleContext):
         r = tirx.Var("r", "int32")
         return tirx.For(r, 0, mma_acc_registers(dst.buffer, threads), tirx.ForKind.UNROLLED,
                         tirx.BufferStore(dst.buffer, value, register_index(dst.buffer, r)))
+    if rows.is_rows(dst.buffer):
+        return rows.every_register(dst.buffer, thread_var(ctx)[1],
+                                   lambda s: tirx.BufferStore(dst.buffer, value, [s]))
     dims = non_unit(dst)
     # a thread-local buffer (reducers included) is filled whole by every thread
     annotations = {} if is_thread_local(dst.buffer) else PARALLEL
@@ -568,13 +580,18 @@ def _reduce_registers(kind: str, src: Region, dst: Region, clear: bool, ctx: Rul
                     stmts.append(tirx.BufferStore(
                         part, combine(tirx.BufferLoad(part, [0]), x), [0]))
             stmts += butterfly(part, merge, 4)
-            index = [as_expr(dst.starts[0]) + row]
+            in_rows = rows.is_rows(dst.buffer)  # every lane of the row keeps the result
+            index = [tirx.const(mi * 2 + half, "int32")] if in_rows else \
+                [as_expr(dst.starts[0]) + row]
             result = tirx.BufferLoad(part, [0])
             if not clear:
                 result = merge(tirx.BufferLoad(dst.buffer, index), result)
-            stmts.append(tirx.IfThenElse(tirx.floormod(lane, 4) == 0,
-                                         tirx.BufferStore(dst.buffer, result, index), None))
-    return tirx.SeqStmt(stmts)
+            store = tirx.BufferStore(dst.buffer, result, index)
+            stmts.append(store if in_rows else
+                         tirx.IfThenElse(tirx.floormod(lane, 4) == 0, store, None))
+    # each row's result is read and written by its one writer lane: no barrier between rows
+    return tirx.For(tirx.Var("rows", "int32"), 0, 1, tirx.ForKind.UNROLLED,
+                    tirx.SeqStmt(stmts), annotations={OWN_ELEMENTS: 1})
 
 
 def _serial_reduce(kept_extents, length, src, dst, clear, identity, combine, dst_index,

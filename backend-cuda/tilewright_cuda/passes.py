@@ -9,9 +9,11 @@ from tilewright.errors import KernelError, span_location
 from tilewright.transform import StmtMutator, prim_func_pass, rebuild_for
 from tvm import tirx
 
+from . import rows as row_vectors
 from . import swizzle
 from .lowering import (
     MMA_ACC,
+    OWN_ELEMENTS,
     ROWS_MARK,
     acc_grid,
     mma_acc_element,
@@ -269,11 +271,16 @@ def infer_layout(arch):
         threads = threads_of(func)
         chosen = _register_candidates(func, arch, threads)
         swizzled = _swizzle_candidates(func, arch, threads, chosen)
+        from .hopper import _role_loops
+        vectors = set() if _role_loops(func.body) else \
+            row_vectors.candidates(func, chosen, threads, _parallel_nests)
         if not chosen and not swizzled:
             return func
         remap = {f: tirx.decl_buffer(f.shape, f.dtype, f.name, scope=MMA_ACC,
                                      data_alignment=ROWS_MARK if rows else -1)
                  for f, rows in chosen.items()}
+        remap.update({v: tirx.decl_buffer(v.shape, v.dtype, v.name, scope=row_vectors.MMA_ROWS)
+                      for v in vectors})
         remap.update({b: swizzle.marked(b) for b in swizzled})
         func = func.with_body(tvm_ffi.structural_map(
             func.body, (tirx.Buffer, lambda b: remap.get(b, b))))
@@ -330,6 +337,9 @@ class _Distribute(StmtMutator):
         registers = self._accumulators(body)
         if registers:
             return self._per_register(loops, body, registers[0])
+        vectors = self._row_vectors(body)
+        if vectors:
+            return self._per_row(loops, body, vectors[0])
         # reducers take per-thread partial updates, so their nests are spread too
         stores = _stores(body)
         if stores and all(str(b.scope()) in ("local", "local.var") for b in stores):
@@ -350,12 +360,35 @@ class _Distribute(StmtMutator):
         tvm_ffi.structural_walk(body, [(tvm.ir.TensorLoad, visit), (tirx.BufferStore, visit)])
         return found
 
+    @staticmethod
+    def _row_vectors(body) -> list:
+        found = []
+
+        def visit(node):
+            buf = node.source if isinstance(node, tvm.ir.TensorLoad) else node.buffer
+            if row_vectors.is_rows(buf):
+                found.append(buf)
+
+        tvm_ffi.structural_walk(body, [(tvm.ir.TensorLoad, visit), (tirx.BufferStore, visit)])
+        return found
+
+    def _per_row(self, loops, body, vec):
+        """A 1-D nest over row vectors in registers (rows.py): each thread runs the rows it
+        holds, row ``i`` of register ``s``; the vectors are indexed by ``s``."""
+        s = tirx.Var("s", "int32")
+        inner = _row_registers(body, s)
+        inner = _substitute(inner, {loops[0].loop_var: row_vectors.row(vec, s, self.threads,
+                                                                        self.tx)})
+        return tirx.For(s, 0, row_vectors.registers(vec, self.threads), tirx.ForKind.UNROLLED,
+                        inner, span=loops[0].span)
+
     def _per_register(self, loops, body, acc):
         """A nest over an accumulator in registers (infer_layout checked that it indexes
         ``[i, j]`` by its two loop variables): each thread runs the iterations of the elements
         it holds, ``(i, j)`` of register ``r`` in the mma layout."""
         r = tirx.Var("r", "int32")
         row, col = mma_acc_element(acc, r, self.threads, self.tx)
+        body = _row_registers(body, row_vectors.of_accumulator(acc, r))
         inner = _substitute(body, {loops[0].loop_var: row, loops[1].loop_var: col})
         index = register_index(acc, r)
 
@@ -472,6 +505,18 @@ class _Distribute(StmtMutator):
 
 
 VECTOR_BYTES = 16
+
+
+def _row_registers(body, s):
+    """Row vectors (rows.py) read or written in ``body`` index their register ``s``."""
+    def load(e):
+        return tirx.BufferLoad(e.source, [s]) if row_vectors.is_rows(e.source) else e
+
+    def store(st):
+        return tirx.BufferStore(st.buffer, st.value, [s]) if row_vectors.is_rows(st.buffer) \
+            else st
+
+    return tvm_ffi.structural_map(body, [(tvm.ir.TensorLoad, load), (tirx.BufferStore, store)])
 
 
 def _is_zero(e) -> bool:
@@ -669,7 +714,7 @@ class _Syncs:
         return (loop if before is None else tirx.SeqStmt([before, loop])), after
 
     def _is_spread(self, loop) -> bool:
-        return SPREAD in loop.annotations
+        return SPREAD in loop.annotations or OWN_ELEMENTS in loop.annotations
 
 
 def _starts_with_sync(body) -> bool:
@@ -742,6 +787,9 @@ def place_memory(arch):
                 n = int(buf.shape[1].value)
                 rows = -(-mma_acc_registers(buf, threads) // n)
                 locals_[buf] = tirx.decl_buffer((rows, n), buf.dtype, buf.name, scope="local")
+            elif row_vectors.is_rows(buf):
+                locals_[buf] = tirx.decl_buffer((row_vectors.registers(buf, threads),),
+                                                buf.dtype, buf.name, scope="local")
             elif str(buf.scope()) != "local":
                 locals_[buf] = tirx.decl_buffer(buf.shape, buf.dtype, buf.name, scope="local")
         if offset > arch.max_shared_bytes:
