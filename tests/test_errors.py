@@ -6,23 +6,10 @@ import pytest
 import tilewright
 import tilewright.language as T
 import torch
+from source_lines import Markers
 
-THIS = pathlib.Path(__file__)
-LINES = THIS.read_text().splitlines()
-
-
-def line_of(marker: str) -> int:
-    """The 1-based line of this file that carries ``# <marker>``."""
-    hits = [n for n, text in enumerate(LINES, 1) if text.rstrip().endswith(f"# {marker}")]
-    assert len(hits) == 1, marker
-    return hits[0]
-
-
-def assert_at(exc: BaseException, marker: str, *words: str) -> None:
-    text = str(exc)
-    assert f"{THIS.name}:{line_of(marker)}" in text, text
-    for word in words:
-        assert word in text, text
+_M = Markers(__file__)
+THIS, line_of, assert_at = _M.path, _M.line_of, _M.assert_at
 
 
 def build(factory, *args):

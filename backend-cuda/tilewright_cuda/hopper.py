@@ -31,7 +31,14 @@ from tvm import tirx
 
 from . import ops, passes, swizzle
 from .language.dialect import CLUSTER_KEY, WARPGROUP, WS_KEY
-from .lowering import MMA_ACC, mma_acc_registers, register_lowering, sync, thread_var
+from .lowering import (
+    MMA_ACC,
+    is_sync,
+    mma_acc_registers,
+    register_lowering,
+    sync,
+    thread_var,
+)
 
 HEADER = (Path(__file__).parent / "include" / "tw_hopper.h").read_text()
 ROLE_KEY = "tw.cuda.role"  # annotation of a role's thread loop: its first thread
@@ -271,7 +278,7 @@ def distribute_roles():
     """``T.Parallel`` nests inside a role are spread over the role's threads."""
 
     def run(func):
-        return _map_roles(func, lambda loop: passes._Distribute(
+        return _map_roles(func, lambda loop: passes.Distribute(
             loop.loop_var, int(loop.extent.value)).visit(loop.body))
 
     return prim_func_pass("CUDADistributeRoles", run)
@@ -304,13 +311,13 @@ class _DropRoleSyncs(StmtMutator):
         return super().visit_For(stmt)
 
     def _clean(self, items, loop_body: bool):
-        items = [self.visit(s) if not passes._is_sync(s) else s for s in items]
-        real = [s for s in items if not passes._is_sync(s)]
+        items = [self.visit(s) if not is_sync(s) else s for s in items]
+        real = [s for s in items if not is_sync(s)]
         out = []
         for i, s in enumerate(items):
-            if passes._is_sync(s):
-                before = [x for x in items[:i] if not passes._is_sync(x)]
-                after = [x for x in items[i + 1:] if not passes._is_sync(x)]
+            if is_sync(s):
+                before = [x for x in items[:i] if not is_sync(x)]
+                after = [x for x in items[i + 1:] if not is_sync(x)]
                 prev = before[-1] if before else (real[-1] if loop_body and real else None)
                 nxt = after[0] if after else None
                 if prev is not None and nxt is not None and _is_role(prev) and _is_role(nxt):
@@ -323,7 +330,7 @@ def _named_barriers(body, lo: int, n: int):
     ident = tirx.const(1 + lo // WARPGROUP, "int32")
 
     def visit(stmt):
-        if passes._is_sync(stmt):
+        if is_sync(stmt):
             return _extern("tw_named_barrier_sync", ident, tirx.const(n, "int32"))
         return stmt
 
@@ -342,7 +349,7 @@ def insert_sync():
         func = func.with_body(_DropRoleSyncs().visit(func.body))
 
         def sync_role(loop):
-            body, _ = passes._Syncs(loop.loop_var).run(loop.body, (set(), set()))
+            body, _ = passes.Syncs(loop.loop_var).run(loop.body, (set(), set()))
             return _named_barriers(body, int(loop.annotations[ROLE_KEY]),
                                    int(loop.extent.value))
 
@@ -438,7 +445,7 @@ def finish():
             if ROLE_KEY not in loop.annotations:
                 return loop
             lo, n = int(loop.annotations[ROLE_KEY]), int(loop.extent.value)
-            inner = passes._substitute(loop.body, {loop.loop_var: tx - lo} if lo else
+            inner = passes.substitute(loop.body, {loop.loop_var: tx - lo} if lo else
                                        {loop.loop_var: tx})
             cond = tx < n if lo == 0 else tirx.And(tx >= lo, tx < lo + n)
             return tirx.IfThenElse(cond, inner, None, span=loop.span)

@@ -76,7 +76,7 @@ def warp_grid(m: int, n: int, warps: int, policy: str = "square") -> tuple[int, 
 ROWS_MARK = 256  # data_alignment of an MMA_ACC fragment whose warps own whole rows
 # annotation of a loop that writes each shared element it touches from one thread only, once,
 # and reads only elements its own thread wrote or that no iteration writes: insert_sync puts
-# no barrier between its iterations (passes._Syncs)
+# no barrier between its iterations (passes.Syncs)
 OWN_ELEMENTS = "tw.own_elements"
 
 
@@ -150,6 +150,12 @@ def thread_var(ctx: RuleContext):
 def sync() -> tirx.Stmt:
     return tirx.Evaluate(tirx.call_intrin("int32", "tirx.tvm_storage_sync",
                                           tvm.ir.StringImm("shared")))
+
+
+def is_sync(stmt) -> bool:
+    """Whether ``stmt`` is a :func:`sync` (``__syncthreads``)."""
+    return isinstance(stmt, tirx.Evaluate) and isinstance(stmt.value, tvm.ir.Call) and \
+        isinstance(stmt.value.op, tvm.ir.Op) and stmt.value.op.name == "tirx.tvm_storage_sync"
 
 
 # -- loop and index helpers -----------------------------------------------------------------

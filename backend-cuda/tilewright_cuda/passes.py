@@ -16,6 +16,7 @@ from .lowering import (
     OWN_ELEMENTS,
     ROWS_MARK,
     acc_grid,
+    is_sync,
     mma_acc_element,
     mma_acc_registers,
     mma_misfit_for,
@@ -95,7 +96,7 @@ def _rasterise(loops, inner):
         row = fdiv(offset, stride)
         new_y = tirx.Select(fmod(index, 2) == 1, gy - 1 - row, row)
         new_x = fmod(offset, stride) + index * panel
-    inner = _substitute(inner, {bx: new_x, by: new_y})
+    inner = substitute(inner, {bx: new_x, by: new_y})
     annotations = {k: v for k, v in loops[0].annotations.items() if str(k) != "tw.swizzle"}
     loops = [rebuild_for(loops[0], loop_var=lx, annotations=annotations,
                          thread_binding=tirx.IterVar(loops[0].thread_binding.dom, lx,
@@ -306,7 +307,7 @@ def _uses(node, var) -> bool:
     return bool(found)
 
 
-def _substitute(node, mapping: dict):
+def substitute(node, mapping: dict):
     def visit(v):
         for var, value in mapping.items():
             if v.same_as(var):
@@ -316,7 +317,7 @@ def _substitute(node, mapping: dict):
     return tvm_ffi.structural_map(node, (tirx.Var, visit))
 
 
-class _Distribute(StmtMutator):
+class Distribute(StmtMutator):
     """Each outermost ``T.Parallel`` nest becomes a strided loop over its fused iteration
     space: thread ``t`` runs iterations ``t, t + threads, ...``. A nest whose only effects
     are stores to thread-local storage (not reducers) runs whole in every thread."""
@@ -377,7 +378,7 @@ class _Distribute(StmtMutator):
         holds, row ``i`` of register ``s``; the vectors are indexed by ``s``."""
         s = tirx.Var("s", "int32")
         inner = _row_registers(body, s)
-        inner = _substitute(inner, {loops[0].loop_var: row_vectors.row(vec, s, self.threads,
+        inner = substitute(inner, {loops[0].loop_var: row_vectors.row(vec, s, self.threads,
                                                                         self.tx)})
         return tirx.For(s, 0, row_vectors.registers(vec, self.threads), tirx.ForKind.UNROLLED,
                         inner, span=loops[0].span)
@@ -389,7 +390,7 @@ class _Distribute(StmtMutator):
         r = tirx.Var("r", "int32")
         row, col = mma_acc_element(acc, r, self.threads, self.tx)
         body = _row_registers(body, row_vectors.of_accumulator(acc, r))
-        inner = _substitute(body, {loops[0].loop_var: row, loops[1].loop_var: col})
+        inner = substitute(body, {loops[0].loop_var: row, loops[1].loop_var: col})
         index = register_index(acc, r)
 
         def load(e):
@@ -422,7 +423,7 @@ class _Distribute(StmtMutator):
                 value = tirx.floormod(value, extent)
             mapping[loop.loop_var] = loop.min + value if not _is_zero(loop.min) else value
             stride = extent if stride is None else stride * extent
-        inner = _substitute(body, mapping)
+        inner = substitute(body, mapping)
         whole = isinstance(total, tirx.IntImm) and int(total.value) % threads == 0
         if not whole:
             inner = tirx.IfThenElse(flat < total, inner, None)
@@ -472,7 +473,7 @@ class _Distribute(StmtMutator):
                 return None
             offset = self.analyzer.simplify(indices[-1] - j)
             if _uses(offset, j) or not self.analyzer.can_prove(
-                    tirx.floormod(_substitute(offset, {j: q * vec}), vec) == 0):
+                    tirx.floormod(substitute(offset, {j: q * vec}), vec) == 0):
                 return None
             if len(buf.shape) > 1 and not self.analyzer.can_prove(
                     tirx.floormod(buf.shape[-1], vec) == 0):
@@ -499,7 +500,7 @@ class _Distribute(StmtMutator):
                 value = tirx.floormod(value, extent)
             mapping[loop.loop_var] = value + v if stride == 1 else value
             stride *= extent
-        inner = tirx.For(v, 0, vec, tirx.ForKind.VECTORIZED, _substitute(body, mapping))
+        inner = tirx.For(v, 0, vec, tirx.ForKind.VECTORIZED, substitute(body, mapping))
         return tirx.For(it, 0, total // (vec * self.threads), tirx.ForKind.SERIAL, inner,
                         annotations={SPREAD: 1}, span=loops[0].span)
 
@@ -537,7 +538,7 @@ def _strip(stmt):
 def distribute():
     def run(func):
         tx_loop = find_thread(func)
-        mutator = _Distribute(tx_loop.loop_var, int(tx_loop.extent.value))
+        mutator = Distribute(tx_loop.loop_var, int(tx_loop.extent.value))
         return func.with_body(mutator.visit(func.body))
 
     return prim_func_pass("CUDADistributeParallel", run)
@@ -646,7 +647,7 @@ def _rekey(entries, var_hash, fn):
     return out
 
 
-class _Syncs:
+class Syncs:
     """Inserts ``__syncthreads()`` before a statement that reads shared memory written since
     the last barrier, or writes shared memory read or written since then. ``cp.async`` writes
     count as written at the ``wait_group`` that follows them. Versions of a pipelined tile
@@ -670,7 +671,7 @@ class _Syncs:
                 s, state = self.run(s, state)
                 out.append(s)
             return tirx.SeqStmt(out), state
-        if _is_sync(stmt):
+        if is_sync(stmt):
             return stmt, (set(), set(), issued)
         if isinstance(stmt, tirx.For) and stmt.kind != tirx.ForKind.THREAD_BINDING and \
                 self.uniform(stmt.extent) and self.uniform(stmt.min) and \
@@ -720,18 +721,13 @@ class _Syncs:
 def _starts_with_sync(body) -> bool:
     """A barrier comes before any shared access of ``body`` (cp.async waits may precede it)."""
     for s in (body.seq if isinstance(body, tirx.SeqStmt) else [body]):
-        if _is_sync(s):
+        if is_sync(s):
             return True
         if not (isinstance(s, tirx.Evaluate) and isinstance(s.value, tvm.ir.Call) and
                 isinstance(s.value.op, tvm.ir.Op) and s.value.op.name == "tirx.call_extern" and
                 str(s.value.args[0].value).startswith("tw_cp_async_wait")):
             return False
     return False
-
-
-def _is_sync(stmt) -> bool:
-    return isinstance(stmt, tirx.Evaluate) and isinstance(stmt.value, tvm.ir.Call) and \
-        isinstance(stmt.value.op, tvm.ir.Op) and stmt.value.op.name == "tirx.tvm_storage_sync"
 
 
 def insert_sync():
@@ -741,7 +737,7 @@ def insert_sync():
         versions = {str(k): int(v) for k, v in func.attrs[VERSIONS_ATTR].items()} \
             if func.attrs is not None and VERSIONS_ATTR in func.attrs else {}
         tx_loop = find_thread(func)
-        body, _ = _Syncs(tx_loop.loop_var, versions).run(tx_loop.body, (set(), set(), set()))
+        body, _ = Syncs(tx_loop.loop_var, versions).run(tx_loop.body, (set(), set(), set()))
         new_loop = rebuild_for(tx_loop, body=body)
         return func.with_body(tvm_ffi.structural_map(
             func.body, (tirx.For, lambda s: new_loop if s.same_as(tx_loop) else s)))

@@ -38,7 +38,7 @@ from tilewright.transform import prim_func_pass
 from tvm import tirx
 
 from . import wgmma
-from .lowering import SHARED_SCOPES, cp_async_commit, cp_async_wait, sync
+from .lowering import SHARED_SCOPES, cp_async_commit, cp_async_wait, is_sync, sync
 
 STAGES_KEY = "tw.num_stages"
 VERSIONS_ATTR = "tw.cuda.smem_versions"
@@ -266,11 +266,6 @@ def _is_extern(stmt, name: str) -> bool:
     return isinstance(stmt, tirx.Evaluate) and _extern_name(stmt.value) == name
 
 
-def _is_sync(stmt) -> bool:
-    return isinstance(stmt, tirx.Evaluate) and isinstance(stmt.value, tvm.ir.Call) and \
-        isinstance(stmt.value.op, tvm.ir.Op) and stmt.value.op.name == "tirx.tvm_storage_sync"
-
-
 def _one_barrier_for_wgmma(steady: list) -> list:
     """``wait; sync; refill; commit; fence.proxy.async; sync; wgmma ...`` (a wgmma gemm
     first among the consumers) -> ``wait; fence.proxy.async; sync; refill; commit; wgmma``:
@@ -278,10 +273,10 @@ def _one_barrier_for_wgmma(steady: list) -> list:
     iteration's barrier, which then serves the wgmma too (the refill writes another
     version). One block-wide barrier per k-tile instead of two."""
     flat = _flat(steady)
-    if len(flat) < 6 or not _is_sync(flat[1]) or not _is_extern(flat[3], "tw_cp_async_commit"):
+    if len(flat) < 6 or not is_sync(flat[1]) or not _is_extern(flat[3], "tw_cp_async_commit"):
         return steady
     fence, barrier, rest = flat[4], flat[5], flat[6:]
-    if not (_is_extern(fence, "tw_fence_proxy_async") and _is_sync(barrier) and rest and
+    if not (_is_extern(fence, "tw_fence_proxy_async") and is_sync(barrier) and rest and
             _wgmma_calls(rest[0])):
         return steady
     return [flat[0], fence, flat[1], flat[2], flat[3], *rest]

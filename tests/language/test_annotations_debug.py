@@ -1,22 +1,16 @@
 """Layout and scheduling annotations (recorded, never changing results) and the debug ops
 T.print and T.device_assert on the CPU backend."""
 
-import pathlib
 
 import pytest
 import tilewright
 import tilewright.language as T
 import torch
 from language_helpers import check, rand
+from source_lines import Markers
 
-THIS = pathlib.Path(__file__)
-
-
-def line_of(marker: str) -> int:
-    hits = [n for n, text in enumerate(THIS.read_text().splitlines(), 1)
-            if text.rstrip().endswith(f"# {marker}")]
-    assert len(hits) == 1, marker
-    return hits[0]
+_M = Markers(__file__)
+THIS, line_of = _M.path, _M.line_of
 
 
 def swizzled(buf):

@@ -2,7 +2,6 @@
 ops or launch shapes that a backend cannot take."""
 
 import dataclasses
-import pathlib
 import types
 from importlib import metadata
 
@@ -10,6 +9,7 @@ import pytest
 import tilewright
 import tilewright.language as T
 import torch
+from source_lines import Markers
 from tilewright.plugin import (
     ENTRY_POINT_GROUP,
     Capabilities,
@@ -18,21 +18,8 @@ from tilewright.plugin import (
     set_manager,
 )
 
-THIS = pathlib.Path(__file__)
-LINES = THIS.read_text().splitlines()
-
-
-def line_of(marker: str) -> int:
-    hits = [n for n, text in enumerate(LINES, 1) if text.rstrip().endswith(f"# {marker}")]
-    assert len(hits) == 1, marker
-    return hits[0]
-
-
-def assert_at(exc: BaseException, marker: str, *words: str) -> None:
-    text = str(exc)
-    assert f"{THIS.name}:{line_of(marker)}" in text, text
-    for word in words:
-        assert word in text, text
+_M = Markers(__file__)
+line_of, assert_at = _M.line_of, _M.assert_at
 
 
 def build(factory, *args, target="cpu"):

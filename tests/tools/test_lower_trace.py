@@ -255,10 +255,7 @@ def test_other_backends_are_traced_too(tmp_path, kind):
     if not backends:
         pytest.skip(f"no installed backend claims target {kind!r}")
     lt.enable("html", tmp_path)
-    try:
-        text = compile_kernel_source(add_one(), kind)
-    except tilewright.TilewrightError as exc:
-        pytest.skip(f"backend for {kind!r} cannot lower this kernel: {exc}")
+    text = compile_kernel_source(add_one(), kind)
     session = lt.last_sessions()[-1]
     assert session.info["backend"] == backends[0].name
     ext = backends[0].codegens[kind].file_ext
