@@ -82,14 +82,15 @@ def check_scopes(func) -> None:
                               span_location(alloc.span))
 
 
-def plan(func) -> dict:
+def plan(func, reuse: bool = True) -> dict:
     """name -> (scope, offset, bytes) for every on-chip buffer of ``func``.
 
     ``T.annotate_address`` placements come first; the other buffers are placed first-fit by
     live range (:mod:`.liveness`), so buffers that are never live at the same time share
     bytes. In a kernel with hand-written intra-core flags every buffer stays live throughout
-    (its flags name buffers, not bytes). The L0A/L0B staging tiles of the GEMMs share a pool
-    above the user's buffers, each live at its own GEMM only.
+    (its flags name buffers, not bytes); so does every buffer when ``reuse`` is False. The
+    L0A/L0B staging tiles of the GEMMs share a pool above the user's buffers, each live at its
+    own GEMM only.
     """
     from .liveness import first_fit, live_ranges
     from .sync_insert import has_manual_sync
@@ -101,7 +102,8 @@ def plan(func) -> dict:
     user = [(str(a.buffer.name), str(a.buffer.scope()), buffer_bytes(a.buffer), a.span)
             for a in allocations(func)]
     hidden = hidden_buffers(func)
-    ranges = {} if has_manual_sync(func) else live_ranges(func.body, {it[0] for it in user})
+    ranges = {} if not reuse or has_manual_sync(func) else \
+        live_ranges(func.body, {it[0] for it in user})
     for name, scope, size, span in user:
         if name in fixed and fixed[name] % ALIGN:
             raise KernelError(f"buffer {name!r} ({size} bytes) is placed at {SHORT[scope]} "
@@ -131,10 +133,10 @@ def plan(func) -> dict:
     return result
 
 
-def plan_memory():
+def plan_memory(reuse: bool = True):
     def run(func):
         check_scopes(func)
-        table = {k: [v[0], v[1], v[2]] for k, v in plan(func).items()}
+        table = {k: [v[0], v[1], v[2]] for k, v in plan(func, reuse).items()}
         return func.with_attr(PLAN_KEY, table)
 
     return prim_func_pass("AscendPlanMemory", run)

@@ -14,7 +14,7 @@ from tilewright.plugin import (
     hookimpl,
 )
 
-from . import __version__, ops
+from . import __version__, ops, switches
 from .arch import MEMORIES
 from .codegen import CODEGEN
 from .executor import EXECUTORS, npu_available
@@ -37,7 +37,8 @@ def _device_available() -> Availability:
 
 
 PIPELINE = PassPipeline((
-    Phase("portable", lambda ctx: [lower_portable()],
+    Phase("portable", lambda ctx: [*switches.before_portable(ctx), lower_portable(),
+                                   *switches.after_portable(ctx)],
           "portable kernels: memories by use (GEMM operands L1, accumulators L0C, other tiles "
           "UB), the grid on the 1-D core grid, T.gemm as gemm_v0"),
     Phase("vector", lambda ctx: [lower_vector()],
@@ -46,7 +47,7 @@ PIPELINE = PassPipeline((
     Phase("multi_buffer", lambda ctx: [multi_buffer()],
           "T.Pipelined(num_stages=S) loops: buffers produced and consumed inside get S "
           "versions (kernels without hand-written synchronisation)"),
-    Phase("plan_memory", lambda ctx: [plan_memory()],
+    Phase("plan_memory", lambda ctx: [plan_memory(switches.plan_reuse(ctx))],
           "check memory scopes; place every on-chip buffer (32-byte aligned, capacity "
           "checked)"),
     Phase("insert_sync", lambda ctx: [insert_sync()],
@@ -100,10 +101,12 @@ def tilewright_pass_config_keys():
     return [
         PassConfigKey("ascend.exception_dump", bool, False,
                       "append the argument descriptor for AI-core exception dumps (changes "
-                      "the kernel ABI)", owner="ascend"),
+                      "the kernel ABI)", owner="ascend", tilelang="TL_ASCEND_EXCEPTION_DUMP",
+                      tilelang_value="tl.ascend_exception_dump"),
         PassConfigKey("ascend.emulator_races", str, "error",
                       "what the emulator does on a race or sync error: 'error' or 'warn'",
                       owner="ascend"),
+        *switches.KEYS,
     ]
 
 

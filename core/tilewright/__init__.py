@@ -41,6 +41,7 @@ _LAZY = {
     "JITKernel": ("jit", "JITKernel"),
     "language": ("language", None),
     "autotune": ("autotuner", "autotune"),
+    "PassConfigKey": ("engine.passconfig", "NAMES"),
 }
 
 
@@ -75,6 +76,6 @@ class _Package(_types.ModuleType):
 
 _sys.modules[__name__].__class__ = _Package
 
-__all__ = ["ArgumentError", "ConfigError", "JITKernel", "KernelError", "PluginError",
-           "TargetError", "TilewrightError", "UnsupportedOpError", "__version__", "autotune",
-           "compile", "jit", "language", "lower"]
+__all__ = ["ArgumentError", "ConfigError", "JITKernel", "KernelError", "PassConfigKey",
+           "PluginError", "TargetError", "TilewrightError", "UnsupportedOpError", "__version__",
+           "autotune", "compile", "jit", "language", "lower"]

@@ -1,4 +1,8 @@
-"""``pass_configs``: validated against the keys the core and the loaded plugins declare."""
+"""``pass_configs``: validated against the keys the core and the loaded plugins declare.
+
+A key may also be spelled as TileLang spells it (``"tl.enable_dump_ir"``) when its declaration
+names the TileLang member; :data:`NAMES` (``tilewright.PassConfigKey``) gives our key for a
+TileLang member name (``TL_ENABLE_DUMP_IR`` -> ``"tw.dump_ir"``)."""
 
 from __future__ import annotations
 
@@ -9,16 +13,24 @@ from ..plugin import PassConfigKey, get_manager
 
 CORE_KEYS = (
     PassConfigKey("tw.disable_cache", bool, False, "compile even when the disk cache has it"),
-    PassConfigKey("tw.disable_vectorize", bool, False, "do not vectorise T.Parallel loops"),
-    PassConfigKey("tw.dump_ir", bool, False, "print the IR after every pass"),
+    PassConfigKey("tw.disable_vectorize", bool, False, "do not vectorise T.Parallel loops",
+                  tilelang="TIR_DISABLE_VECTORIZE", tilelang_value="tirx.disable_vectorize"),
+    PassConfigKey("tw.dump_ir", bool, False, "print the IR after every pass",
+                  tilelang="TL_ENABLE_DUMP_IR", tilelang_value="tl.enable_dump_ir"),
     PassConfigKey("tw.dump_ir_dir", str, "",
-                  "write the IR after every pass to NN_<phase>_<pass>.tir files in this folder"),
+                  "write the IR after every pass to NN_<phase>_<pass>.tir files in this folder",
+                  tilelang="TL_DUMP_IR_DIR", tilelang_value="tl.dump_ir_path"),
     PassConfigKey("tw.pass_timing", bool, False,
-                  "print the compile time of every pass and phase when the compilation ends"),
+                  "print the compile time of every pass and phase when the compilation ends",
+                  tilelang="TL_PASS_PROFILE", tilelang_value="tl.pass_profile"),
     PassConfigKey("tw.layout_visualization_enable", bool, False,
-                  "print every fragment layout of the kernel ('<buf> inferred layout: ...')"),
+                  "print every fragment layout of the kernel ('<buf> inferred layout: ...')",
+                  tilelang="TL_LAYOUT_VISUALIZATION_ENABLE",
+                  tilelang_value="tl.layout_visualization_enable"),
     PassConfigKey("tw.layout_visualization_formats", str, "txt",
-                  "comma-separated outputs of the layout views: txt, png, svg, pdf"),
+                  "comma-separated outputs of the layout views: txt, png, svg, pdf",
+                  tilelang="TL_LAYOUT_VISUALIZATION_FORMATS",
+                  tilelang_value="tl.layout_visualization_formats"),
     PassConfigKey("tw.layout_visualization_dir", str, "./tmp/layout_visualization",
                   "folder for the png / svg / pdf layout pictures"),
 )
@@ -38,18 +50,105 @@ def known_keys() -> dict[str, PassConfigKey]:
     return keys
 
 
+def tilelang_keys(keys: dict[str, PassConfigKey] | None = None) -> dict[str, PassConfigKey]:
+    """TileLang member name -> the key declaring it (the first declaration wins)."""
+    out: dict[str, PassConfigKey] = {}
+    for key in (known_keys() if keys is None else keys).values():
+        if key.tilelang:
+            out.setdefault(key.tilelang, key)
+    return out
+
+
+def _close(name: str, candidates, cutoff: float = 0.5) -> str:
+    close = difflib.get_close_matches(name, list(candidates), n=3, cutoff=cutoff)
+    return f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+
+
+_TL_MEMBER, _TL_VALUE = ("TL_", "TIR_"), ("tl.", "tir.", "tirx.")
+
+
+def _unknown_hint(name: str, candidates, tilelang) -> str:
+    """Why ``name`` is unknown: a close match, or (for a TileLang name with no close TileLang
+    match) that neither the core nor an installed backend declares it (the core names no
+    backend: a backend not installed here may)."""
+    hint = ""
+    if name.startswith(_TL_MEMBER + _TL_VALUE):
+        known = sorted(tilelang)
+        hint = _close(name, known, 0.8) or (
+            "; neither the core nor an installed backend declares this TileLang key (a "
+            "backend plugin may: see 'tilewright backends'; TileLang names known here: "
+            f"{', '.join(known)})")
+    return hint or _close(name, candidates)
+
+
 def validate(pass_configs: dict | None) -> dict:
-    """A sorted copy of ``pass_configs``; an unknown key or a wrong type is a ConfigError."""
-    configs = dict(pass_configs or {})
+    """A sorted copy of ``pass_configs`` under our key names; an unknown key, a wrong type or
+    one key given under two spellings with different values is a ConfigError."""
     keys = known_keys()
-    for name, value in configs.items():
+    aliases = {k.tilelang_value: k.name for k in tilelang_keys(keys).values()}
+    configs: dict = {}
+    spelled: dict = {}
+    for written, value in (pass_configs or {}).items():
+        name = aliases.get(written, written)
         key = keys.get(name)
         if key is None:
-            close = difflib.get_close_matches(name, list(keys), n=3, cutoff=0.5)
-            hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-            raise ConfigError(f"unknown pass_configs key {name!r}{hint}")
+            hint = _unknown_hint(str(written), [*keys, *aliases], aliases)
+            raise ConfigError(f"unknown pass_configs key {written!r}{hint}")
         if key.type is bool and not isinstance(value, bool) or \
                 key.type is not bool and not isinstance(value, key.type):
-            raise ConfigError(f"pass_configs[{name!r}] must be {key.type.__name__}, got "
+            raise ConfigError(f"pass_configs[{written!r}] must be {key.type.__name__}, got "
                               f"{value!r}")
+        name = str(name)
+        if name in configs and configs[name] != value:
+            raise ConfigError(f"pass_configs sets {name!r} twice with different values: "
+                              f"{spelled[name]!r}: {configs[name]!r} and {written!r}: "
+                              f"{value!r}; keep one")
+        configs[name], spelled[name] = value, str(written)
     return dict(sorted(configs.items()))
+
+
+class KeyName(str):
+    """A key string from :data:`NAMES`; ``.value`` is the plain string (as on TileLang's enum
+    members) and ``.name`` the attribute it was read as."""
+
+    name: str
+
+    @property
+    def value(self) -> str:
+        return str(self)
+
+
+def _attribute_names() -> dict[str, str]:
+    """Attribute -> key: TileLang member names, then our names in upper case with ``.`` and
+    ``-`` as ``_`` (``tw.dump_ir`` -> ``TW_DUMP_IR``)."""
+    keys = known_keys()
+    names = {member: key.name for member, key in tilelang_keys(keys).items()}
+    for name in keys:
+        names.setdefault(name.upper().replace(".", "_").replace("-", "_"), name)
+    return names
+
+
+class _Names:
+    """``tilewright.PassConfigKey``: ``tilewright.PassConfigKey.TL_ENABLE_DUMP_IR`` is
+    ``"tw.dump_ir"``, the key of the same switch here; the names come from the keys the core
+    and the loaded plugins declare, so ``dir()`` lists what this installation understands."""
+
+    def __getattr__(self, attr: str) -> KeyName:
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        names = _attribute_names()
+        if attr not in names:
+            hint = _unknown_hint(attr, names, [n for n in names if n.startswith(_TL_MEMBER)])
+            raise AttributeError(f"tilewright.PassConfigKey has no {attr!r}{hint}")
+        key = KeyName(names[attr])
+        key.name = attr
+        return key
+
+    def __dir__(self) -> list[str]:
+        return sorted(_attribute_names())
+
+    def __repr__(self) -> str:
+        return "<tilewright.PassConfigKey: TileLang pass-config names -> tilewright keys>"
+
+
+NAMES = _Names()

@@ -13,6 +13,7 @@ from ..errors import PluginError
 
 API_VERSION = "1.0"
 _NAME = re.compile(r"^[a-z][a-z0-9_-]*$")
+_TILELANG_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
 
 
 def _check_name(kind: str, name: str) -> None:
@@ -204,13 +205,29 @@ def check_api_version(owner: str, version: str) -> None:
 
 @dataclass(frozen=True)
 class PassConfigKey:
-    """A ``pass_configs`` key a plugin (or the core) understands."""
+    """A ``pass_configs`` key a plugin (or the core) understands.
+
+    ``tilelang`` is the name of the TileLang ``PassConfigKey`` member with the same meaning
+    (``"TL_ENABLE_DUMP_IR"``) and ``tilelang_value`` that member's string
+    (``"tl.enable_dump_ir"``): ``tilewright.PassConfigKey.<tilelang>`` gives ``name``, and
+    ``pass_configs`` accept ``tilelang_value`` as another spelling of ``name``.
+    """
 
     name: str
     type: type
     default: Any
     doc: str = ""
     owner: str = "core"
+    tilelang: str = ""
+    tilelang_value: str = ""
+
+    def __post_init__(self):
+        if bool(self.tilelang) != bool(self.tilelang_value):
+            raise PluginError(f"pass config key {self.name!r}: give both tilelang (the TileLang "
+                              "member name) and tilelang_value (its string), or neither")
+        if self.tilelang and not _TILELANG_NAME.match(self.tilelang):
+            raise PluginError(f"pass config key {self.name!r}: tilelang name "
+                              f"{self.tilelang!r} must match {_TILELANG_NAME.pattern}")
 
 
 @dataclass(frozen=True)
