@@ -35,8 +35,13 @@ GEMM_SIZES = {"full": (4096, 8192), "quick": (1024,)}
 ADD_SIZES = {"full": (16384, 16384), "quick": (1024, 1024)}  # float32: 1 GiB per tensor
 
 
+IN_ORDER = {"cuda.disable_warp_specialized": True}  # TMA issued by one compute thread
+CPASYNC = {"cuda.disable_tma_lower": True}  # the tiles through cp.async instead of TMA
+
+
 def cases(quick: bool):
-    """(bundle name, case description, prim_func, SASS instructions the build must show)."""
+    """(bundle name, case description, prim_func, SASS instructions the build must show,
+    pass configs)."""
     size = "quick" if quick else "full"
     for dtype in ("float16", "bfloat16"):
         for n in GEMM_SIZES[size]:
@@ -45,25 +50,40 @@ def cases(quick: bool):
                    {"kind": "gemm", "M": n, "N": n, "K": n, "dtype": dtype, "config": config},
                    kernels.gemm.fn(n, n, n, dtype, **config),
                    ["HGMMA.64x256x16.F32" + (".BF16" if dtype == "bfloat16" else ""),
-                    "WARPGROUP.DEPBAR.LE gsb0, 0x1"])  # one wgmma group kept in flight
-    # a diagnostic row: two stages, so each gemm waits for its own wgmma group (no overlap);
-    # if the rows above fail on the GPU and this one passes, suspect the overlap
+                    "WARPGROUP.DEPBAR.LE gsb0, 0x1",  # one wgmma group kept in flight
+                    "UTMALDG.2D"], {})  # the tiles arrive through TMA
+    # diagnostic rows, not targets. Two stages: each gemm waits for its own wgmma group (no
+    # overlap); if the rows above fail on the GPU and this one passes, suspect the overlap.
+    # nows: TMA issued in order by one of the kernel's threads (no producer warpgroup);
+    # cpasync: the tiles copied by every thread with cp.async instead of TMA.
     n = GEMM_SIZES[size][-1]
     config = {**kernels.GEMM, "num_stages": 2}
     yield (f"gemm_float16_{n}_2stages",
            {"kind": "gemm", "M": n, "N": n, "K": n, "dtype": "float16", "config": config},
-           kernels.gemm.fn(n, n, n, "float16", **config), ["HGMMA.64x256x16.F32"])
+           kernels.gemm.fn(n, n, n, "float16", **config), ["HGMMA.64x256x16.F32"], {})
+    config = dict(kernels.GEMM)
+    for suffix, configs, copies in (("_nows", IN_ORDER, "UTMALDG.2D"),
+                                    ("_cpasync", CPASYNC, "LDGSTS.E.BYPASS.128")):
+        yield (f"gemm_float16_{n}{suffix}",
+               {"kind": "gemm", "M": n, "N": n, "K": n, "dtype": "float16", "config": config,
+                "pass_configs": configs},
+               kernels.gemm.fn(n, n, n, "float16", **config),
+               ["HGMMA.64x256x16.F32", copies], configs)
     b, h, s, d = ATTENTION_SIZES[size]
     config = dict(kernels.ATTENTION)
-    yield ("flash_attention_float16",
-           {"kind": "attention", "batch": b, "heads": h, "seq": s, "dim": d, "causal": False,
-            "dtype": "float16", "config": config},
-           kernels.attention.fn(b, h, s, d, "float16", **config), ["HGMMA.64x128x16.F32"])
+    for suffix, configs, copies in (("", {}, "UTMALDG.4D"), ("_nows", IN_ORDER, "UTMALDG.4D"),
+                                    ("_cpasync", CPASYNC, "LDGSTS.E.BYPASS.128")):
+        yield (f"flash_attention_float16{suffix}",
+               {"kind": "attention", "batch": b, "heads": h, "seq": s, "dim": d,
+                "causal": False, "dtype": "float16", "config": config,
+                **({"pass_configs": configs} if configs else {})},
+               kernels.attention.fn(b, h, s, d, "float16", **config),
+               ["HGMMA.64x128x16.F32", copies], configs)
     rows, cols = ADD_SIZES[size]
     config = dict(kernels.ADD)
     yield ("elementwise_add_float32",
            {"kind": "add", "M": rows, "N": cols, "dtype": "float32", "config": config},
-           kernels.add.fn(rows, cols, "float32", **config), ["LDG.E.128", "STG.E.128"])
+           kernels.add.fn(rows, cols, "float32", **config), ["LDG.E.128", "STG.E.128"], {})
 
 
 def check_build(name: str, log: str, cubin: bytes, expect: list[str]) -> dict:
@@ -110,10 +130,11 @@ def build_set(out: Path, quick: bool, args) -> None:
     for old in out.iterdir():
         if (old / "manifest.json").exists():
             shutil.rmtree(old)
-    for name, case, func, expect in cases(quick):
+    for name, case, func, expect, configs in cases(quick):
         start = time.perf_counter()
         kernel = tw_compile(func, out_idx=[len(func.params) - 1],  # the last is the output
-                            target=f"cuda -arch={args.arch}", execution_backend=args.executor)
+                            target=f"cuda -arch={args.arch}", execution_backend=args.executor,
+                            pass_configs=configs)
         path = kernel.export(out / name)
         log_path = Path(kernel.artifact_dir or path) / "build.log"
         log = log_path.read_text() if log_path.exists() else ""

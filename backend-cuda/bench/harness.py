@@ -256,7 +256,8 @@ def list_bundles(root: Path, only: set) -> int:
         bad += bool(problems)
         case = json.loads((path / "case.json").read_text()) if (path / "case.json").exists() \
             else {}
-        sizes = {k: v for k, v in case.items() if k not in ("kind", "config", "build")}
+        sizes = {k: v for k, v in case.items() if k not in ("kind", "config", "build",
+                                                         "pass_configs")}
         print(f"{path.name:28s} {'BROKEN' if problems else 'ok':6s} {size / 1024:6.0f} KiB "
               f"{json.dumps(sizes)} {json.dumps(case.get('config', {}))}")
         for problem in problems:
@@ -318,15 +319,15 @@ def main() -> int:
                                                       indent=1))
     print(f"\nceilings: torch bf16 matmul {ceil['bf16_matmul_tflops']:.0f} TFLOP/s, d2d copy "
           f"{ceil['copy_tbps']:.2f} TB/s")
-    print("kernel                       status  ours ms    peer ms  ratio  ours        vs")
+    print(f"{'kernel':32s} status  ours ms    peer ms  ratio  ours        vs")
     for name, r in rows:
         if r["status"] != "ok":
-            print(f"{name:28s} {r['status']}")
+            print(f"{name:32s} {r['status']}")
             continue
         peer = f"{r['peer_ms']:9.3f}" if r["peer_ms"] is not None else "        -"
         rate = f"{r['ours_tflops']:6.0f} TF/s" if "ours_tflops" in r else \
             f"{r['ours_tbps']:6.2f} TB/s"
-        print(f"{name:28s} ok   {r['ours_ms']:9.3f}  {peer}  {r['ratio']:5.2f}  {rate} "
+        print(f"{name:32s} ok   {r['ours_ms']:9.3f}  {peer}  {r['ratio']:5.2f}  {rate} "
               f"{r['peer']}")
     return 0 if all(r["status"] == "ok" for _, r in rows) else 1
 

@@ -2,11 +2,13 @@
 
 The source is compiled with g++ against a small shim: every CUDA thread of a block is a host
 thread, ``__syncthreads`` is a ``std::barrier``, warp shuffles exchange through memory between
-two barriers, the dynamic shared-memory pool is poisoned before each block, and blocks run one
-after another. It checks what the generated code computes (indexing, guards, barriers,
-reductions); it says nothing about speed. float16 and bfloat16 use the host side of cuda_fp16.h
-and cuda_bf16.h; mma.sync and ldmatrix are emulated per warp from the PTX fragment layouts
-(through memory between two barriers), cp.async as a synchronous copy with zero fill.
+two barriers of the warp (a warp-collective op waits for its warp only, as on the GPU, so the
+warps of one T.ws role run it while another role's do other work), the dynamic shared-memory
+pool is poisoned before each block, and blocks run one after another. It checks what the
+generated code computes (indexing, guards, barriers, reductions); it says nothing about speed.
+float16 and bfloat16 use the host side of cuda_fp16.h and cuda_bf16.h; mma.sync and ldmatrix
+are emulated per warp from the PTX fragment layouts (through memory between two barriers of
+the warp), cp.async as a synchronous copy with zero fill.
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ from pathlib import Path
 SHIM = r"""
 #include <vector_types.h>  // float4 & co. for vectorised loads and stores (16-byte aligned)
 #include <vector_functions.h>  // make_float4 & co.
+#include <algorithm>
 #include <barrier>
+#include <memory>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -40,17 +44,19 @@ thread_local tw_dim3 threadIdx, blockIdx;
 tw_dim3 blockDim, gridDim;
 alignas(1024) unsigned char tw_smem_ptr[1 << 18];
 std::barrier<>* tw_barrier;
+std::barrier<>* tw_warp_barriers[32];  // one per warp: warp-collective ops wait on their own
 std::mutex tw_atomic_mutex;
 alignas(16) unsigned char tw_exchange[1024][16];
 inline void __syncthreads() { tw_barrier->arrive_and_wait(); }
+inline void tw_warp_sync() { tw_warp_barriers[threadIdx.x / 32]->arrive_and_wait(); }
 inline void __trap() { std::fflush(stdout); std::abort(); }
 template <class T> T __shfl_xor_sync(unsigned, T v, int offset, int = 32) {
   unsigned t = threadIdx.x;
   std::memcpy(tw_exchange[t], &v, sizeof(T));
-  tw_barrier->arrive_and_wait();
+  tw_warp_sync();
   T r;
   std::memcpy(&r, tw_exchange[t ^ offset], sizeof(T));
-  tw_barrier->arrive_and_wait();
+  tw_warp_sync();
   return r;
 }
 template <class T> T atomicAdd(T* p, T v) {
@@ -102,7 +108,7 @@ inline void tw_emulate_mma_16816(float* c, const unsigned* a, const unsigned* b,
   for (int i = 0; i < 4; ++i) tw_mma_exchange[t][i] = a[i];
   tw_mma_exchange[t][4] = b[0];
   tw_mma_exchange[t][5] = b[1];
-  tw_barrier->arrive_and_wait();
+  tw_warp_sync();
   float A[16][16], B[16][8];
   for (int l = 0; l < 32; ++l) {
     const unsigned* r = tw_mma_exchange[base + l];
@@ -116,7 +122,7 @@ inline void tw_emulate_mma_16816(float* c, const unsigned* a, const unsigned* b,
       B[q + 8 + h][g] = tw_bits16_to_float((r[5] >> (16 * h)) & 0xffff, bf16);
     }
   }
-  tw_barrier->arrive_and_wait();
+  tw_warp_sync();
   int lane = t % 32, g = lane >> 2, q = (lane & 3) * 2;
   int rows[4] = {g, g, g + 8, g + 8}, cols[4] = {q, q + 1, q, q + 1};
   for (int i = 0; i < 4; ++i)
@@ -129,7 +135,7 @@ const void* tw_ldsm_rows[1024];
 inline void tw_emulate_ldmatrix(unsigned* d, const void* row, int num, bool trans) {
   unsigned t = threadIdx.x, base = t / 32 * 32, lane = t % 32;
   tw_ldsm_rows[t] = row;
-  tw_barrier->arrive_and_wait();
+  tw_warp_sync();
   for (int j = 0; j < num; ++j) {
     const unsigned short* const* rows = (const unsigned short* const*)&tw_ldsm_rows[base + 8 * j];
     unsigned lo, hi;
@@ -142,7 +148,7 @@ inline void tw_emulate_ldmatrix(unsigned* d, const void* row, int num, bool tran
     }
     d[j] = lo | (hi << 16);
   }
-  tw_barrier->arrive_and_wait();
+  tw_warp_sync();
 }
 inline size_t __cvta_generic_to_shared(const void* p) { return (size_t)p; }
 struct tw_ptr { void* p; template <class T> operator T*() const { return (T*)p; } };
@@ -156,6 +162,11 @@ extern "C" void tw_launch(void** ptrs, long long* ints, int gx, int gy, int gz, 
     std::memset(tw_smem_ptr, 0xff, sizeof(tw_smem_ptr));  // poison: NaN for floats
     std::barrier<> bar(threads);
     tw_barrier = &bar;
+    std::vector<std::unique_ptr<std::barrier<>>> warps;
+    for (int w = 0; w * 32 < threads; ++w) {
+      warps.push_back(std::make_unique<std::barrier<>>(std::min(32, threads - 32 * w)));
+      tw_warp_barriers[w] = warps.back().get();
+    }
     std::vector<std::thread> pool;
     for (int t = 0; t < threads; ++t) pool.emplace_back([=] {
       threadIdx = {(unsigned)t, 0, 0};

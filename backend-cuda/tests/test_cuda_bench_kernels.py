@@ -53,7 +53,9 @@ def test_bundled_attention_config_matches_torch(tmp_path):
     o = torch.full((b, s, h, d), float("nan")).half()
     text = _emulate(kernels.attention.fn(b, h, s, d, "float16", **kernels.ATTENTION),
                     tmp_path, q, k, v, o)
-    assert text.count("tw_gemm_wgmma<128, 128, 128,") == 2  # both gemms take wgmma
+    # both gemms take wgmma: Q @ K^T from shared tiles, P @ V with P in registers
+    assert text.count("tw_gemm_wgmma<128, 128, 128,") == 1
+    assert text.count("tw_gemm_wgmma_rs<128, 128, 128,") == 1
     ref = torch.nn.functional.scaled_dot_product_attention(
         *(t.transpose(1, 2).float() for t in (q, k, v))).transpose(1, 2)
     torch.testing.assert_close(o.float(), ref, rtol=1e-2, atol=1e-2)

@@ -42,8 +42,9 @@ def gemm(M, N, K, bm=128, bn=128, bk=32, stages=3, threads=128, dtype="float16",
     return main
 
 
-def _emulate(func, arch, tmp_path, M, N, K, dtype="float16", trans_a=False, trans_b=False):
-    lowered = tilewright.lower(func, f"cuda -arch={arch}")
+def _emulate(func, arch, tmp_path, M, N, K, dtype="float16", trans_a=False, trans_b=False,
+             configs=None):
+    lowered = tilewright.lower(func, f"cuda -arch={arch}", configs)
     torch_dtype = getattr(torch, dtype)
     g = torch.Generator().manual_seed(1)
     a = torch.randn((K, M) if trans_a else (M, K), generator=g).to(torch_dtype)

@@ -79,11 +79,17 @@ def test_a_vector_copied_out_stays_shared(tmp_path):
     assert not re.search(r"float (mx|half)_ptr\[", text)  # both in the shared pool
 
 
-def test_bundled_attention_loop_has_only_pipeline_barriers():
+@pytest.mark.parametrize("configs, barriers", [
+    ({}, 0),  # a producer warpgroup loads K and V: the compute threads never wait for each other
+    ({"cuda.disable_warp_specialized": True}, 1),  # the refill's (TMA: mbarriers make it visible)
+    ({"cuda.disable_tma_lower": True}, 2),  # the refill's and one before Q @ K^T (cp.async)
+])
+def test_bundled_attention_loop_has_only_pipeline_barriers(configs, barriers):
     func = kernels.attention.fn(1, 2, 256, 128, "float16", **kernels.ATTENTION)
-    text = tilewright.lower(func, "cuda -arch=sm_90a").source.text
-    loop = text[text.index("for (int k = 0;"):]
-    # the K/V pipeline's barrier and one before each wgmma; none for the row statistics
-    assert loop.count("__syncthreads") == 3
+    text = tilewright.lower(func, "cuda -arch=sm_90a", configs).source.text
+    kernel = text[text.index('extern "C" __global__'):]
+    loop = kernel[kernel.index("for (int k = 0;"):]
+    # none for the row statistics, none for P (registers)
+    assert loop.count("__syncthreads") + loop.count("tw_named_barrier_sync") == barriers
     for vec in ("m", "m_prev", "rescale", "row_sum", "logsum"):
         assert f"float {vec}_ptr[2];" in text

@@ -26,7 +26,9 @@ def _loop(text: str) -> str:
 
 
 def test_pipelined_wgmma_keeps_one_group_in_flight():
-    text = tilewright.lower(gemm(K=512, stages=4), TARGET).source.text
+    # the cp.async form (the TMA form below and in test_cuda_tma_pipeline.py)
+    text = tilewright.lower(gemm(K=512, stages=4), TARGET,
+                            {"cuda.disable_tma_lower": True}).source.text
     loop = _loop(text)
     body, after = loop.split("tw_wgmma_wait<1>();", 1)
     assert "tw_cp_async_wait<1>();" in body  # 4 stages, refilled 2 ahead: 1 group may fly
@@ -35,6 +37,16 @@ def test_pipelined_wgmma_keeps_one_group_in_flight():
     # one barrier per k-tile: the landed stage is fenced to the async proxy before it
     assert body.count("__syncthreads();") == 1
     assert body.index("tw_fence_proxy_async();") < body.index("__syncthreads();")
+
+
+def test_tma_pipeline_keeps_one_group_in_flight():
+    # issued in order by thread 0 (the warp-specialised form: test_cuda_tma_pipeline.py)
+    text = tilewright.lower(gemm(K=512, stages=4), TARGET,
+                            {"cuda.disable_warp_specialized": True}).source.text
+    body, after = _loop(text).split("tw_wgmma_wait<1>();", 1)
+    assert "tw_tma_load_2d(" in body and "if (ko < 6) {" in body  # refilled 2 stages ahead
+    assert "tw_wgmma_wait<0>" not in body and "tw_wgmma_wait<0>();" in after
+    assert body.count("__syncthreads();") == 1
 
 
 @pytest.mark.parametrize("kwargs", [{"stages": 2}, {"stages": 1}])

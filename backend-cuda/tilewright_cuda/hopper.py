@@ -30,6 +30,7 @@ from tilewright.transform import RuleContext, StmtMutator, prim_func_pass, rebui
 from tvm import tirx
 
 from . import ops, passes, swizzle
+from . import rows as row_vectors
 from .language.dialect import CLUSTER_KEY, WARPGROUP, WS_KEY
 from .lowering import (
     MMA_ACC,
@@ -157,9 +158,30 @@ def _check_shared_region(region, what: str):
 def lower_tma_copy(call: TileOpCall, ctx: RuleContext):
     _require(call, ctx, "the Tensor Memory Accelerator")
     src, dst = call.operands["src"], call.operands["dst"]
-    load = str(src.buffer.scope()) == "global"
-    g, s = (src, dst) if load else (dst, src)
-    what = "T.tma_copy"
+    if str(src.buffer.scope()) == "global":
+        return _leader(ctx, tma_load(src, dst, shared_addr(call.operands["barrier"])))
+    # every thread's shared writes must reach the async proxy before one thread stores
+    stores = tma_store(src, dst)
+    return tirx.SeqStmt([_extern("tw_fence_proxy_async"), sync(), _leader(ctx, stores)])
+
+
+def tma_load(src, dst, barrier, what: str = "T.tma_copy") -> list:
+    """The statements one thread issues to load the global region ``src`` into the shared
+    region ``dst`` through TMA, completing on ``barrier`` (its expected bytes raised first,
+    no arrival). Raises KernelError when TMA cannot move the tile."""
+    return _tma(src, dst, barrier, what)
+
+
+def tma_store(src, dst, what: str = "T.tma_copy") -> list:
+    """The statements one thread issues to store the shared region ``src`` to the global
+    region ``dst`` through TMA, in one commit group."""
+    return [*_tma(dst, src, None, what), _extern("tw_tma_store_commit")]
+
+
+def _tma(g, s, bar, what: str) -> list:
+    """Loads (``bar`` given) or stores between the global region ``g`` and the shared region
+    ``s``: a swizzled tile moves as one box per column block of its layout."""
+    load = bar is not None
     if str(g.buffer.dtype) != str(s.buffer.dtype):
         raise KernelError(f"{what}: {g.buffer.name!r} is {g.buffer.dtype} but "
                           f"{s.buffer.name!r} is {s.buffer.dtype}; TMA does not convert")
@@ -206,7 +228,6 @@ def lower_tma_copy(call: TileOpCall, ctx: RuleContext):
     rows = tile // (box[0] * blocks)
     stmts = []
     if load:
-        bar = shared_addr(call.operands["barrier"])
         stmts.append(_extern("tw_mbar_expect_tx", bar, tirx.const(tile * itemsize, "uint32")))
     base = shared_addr(tirx.BufferLoad(s.buffer, list(s.starts)))
     for b in range(blocks):
@@ -221,11 +242,7 @@ def lower_tma_copy(call: TileOpCall, ctx: RuleContext):
             stmts.append(_extern(f"tw_tma_load_{rank}d", descriptor, bar, smem, *c))
         else:
             stmts.append(_extern(f"tw_tma_store_{rank}d", descriptor, smem, *c))
-    if load:
-        return _leader(ctx, stmts)
-    stmts.append(_extern("tw_tma_store_commit"))
-    # every thread's shared writes must reach the async proxy before one thread stores
-    return tirx.SeqStmt([_extern("tw_fence_proxy_async"), sync(), _leader(ctx, stmts)])
+    return stmts
 
 
 # -- roles (T.ws) ----------------------------------------------------------------------------
@@ -359,8 +376,9 @@ def insert_sync():
 
 
 def role_registers():
-    """mma accumulators used inside a role are laid out over the role's warps: give them the
-    register count of that role (before ``place_memory`` sizes them for the whole block)."""
+    """mma accumulators (and their row vectors, rows.py) used inside a role are laid out over
+    the role's warps: give them the register count of that role (before ``place_memory``
+    sizes them for the whole block)."""
 
     def run(func):
         roles = _role_loops(func.body)
@@ -369,7 +387,7 @@ def role_registers():
         users: dict = {}
         for loop in roles:
             for buf in _buffers_in(loop.body):
-                if str(buf.scope()) == MMA_ACC:
+                if str(buf.scope()) == MMA_ACC or row_vectors.is_rows(buf):
                     users.setdefault(buf, set()).add(int(loop.extent.value))
         remap = {}
         for buf, sizes in users.items():
@@ -377,9 +395,13 @@ def role_registers():
                 raise KernelError(f"fragment {buf.name!r} is used in T.ws roles of different "
                                   "sizes or also outside them; keep an accumulator's uses "
                                   "(T.clear, T.gemm, T.copy) in one role")
+            if row_vectors.is_rows(buf):  # a row vector of an accumulator (rows.py)
+                count = row_vectors.registers(buf, sizes.pop())
+                remap[buf] = tirx.decl_buffer((count,), buf.dtype, buf.name, scope="local")
+                continue
             n = int(buf.shape[1].value)
-            rows = -(-mma_acc_registers(buf, sizes.pop()) // n)
-            remap[buf] = tirx.decl_buffer((rows, n), buf.dtype, buf.name, scope="local")
+            count = -(-mma_acc_registers(buf, sizes.pop()) // n)
+            remap[buf] = tirx.decl_buffer((count, n), buf.dtype, buf.name, scope="local")
         body = tvm_ffi.structural_map(func.body, (tirx.Buffer, lambda b: remap.get(b, b)))
         return func.with_body(body)
 
@@ -489,7 +511,7 @@ def finish_source(func, text: str, meta: dict) -> tuple[str, dict]:
         dims = f"__cluster_dims__({cluster[0]}, {cluster[1]}, {cluster[2]}) "
         kernel = kernel.replace(f"{_MARK} void ", f"{_MARK} void {dims}")
         meta = {**meta, "cluster_dims": cluster}
-    if "tw_gemm_wgmma<" in kernel:
+    if "tw_gemm_wgmma" in kernel:  # the shared-A and register-A (_rs) forms
         from . import wgmma
 
         kernel = wgmma.source(kernel) + kernel

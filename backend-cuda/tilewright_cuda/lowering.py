@@ -32,7 +32,7 @@ from tilewright.transform.lowering_utils import (
 )
 from tvm import tirx
 
-from . import rows, swizzle, wgmma
+from . import rows, swizzle, tma, wgmma
 
 Rule = Callable[[TileOpCall, RuleContext], tirx.Stmt]
 RULES: dict[str, Rule] = {}
@@ -202,6 +202,8 @@ def lower_copy(call: TileOpCall, ctx: RuleContext):
     kind = reducer_kind(src.buffer)
     if kind is not None:
         return _finalize_reducer(kind, src, dst, ctx)
+    if scope(src.buffer) == MMA_ACC and wgmma.is_register_a(dst.buffer):
+        return wgmma.convert_registers(src, dst, ctx)
     if scope(src.buffer) == MMA_ACC:
         return _copy_from_registers(src, dst, ctx)
     if rows.is_rows(src.buffer) and rows.is_rows(dst.buffer):  # infer_layout: whole vectors
@@ -214,7 +216,7 @@ def lower_copy(call: TileOpCall, ctx: RuleContext):
                           f"{len(ddims)} non-unit dimensions)")
     vector = _vector_copy(src, dst, sdims, ddims, ctx)
     if vector is not None:
-        return vector
+        return tma.lower_copy(call, ctx, vector)  # in T.Pipelined on sm_90+: maybe TMA
 
     def body(v):
         value = guarded_load(src.buffer, region_index(src, v, sdims), ctx, str(dst.buffer.dtype))

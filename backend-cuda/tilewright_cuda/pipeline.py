@@ -23,6 +23,12 @@ consumers need among themselves: it tells the versions of a tile apart from thei
 barrier. A loop none of whose copies is a ``cp.async`` (before sm_80, unaligned or dynamic
 tiles) runs in order: with copies through registers nothing would overlap.
 
+On sm_90+ the copy rule offers a TMA form of each producer it can (tma.py); when every
+producer of a loop has one, the loop takes the TMA forms of tma_pipeline.py instead: stages
+complete on mbarriers, issued in order by one thread of the block or, on sm_90a, by a producer
+warpgroup added to the block (warp specialisation). Choices left anywhere else take
+``cp.async``.
+
 ``stage=[...]`` (one entry per statement of the body) selects the producers explicitly
 (stage 0; any other stage is a consumer) and ``order=[...]`` gives the order the body's
 statements are issued in the steady state. A loop whose copies cannot be versioned (the tile
@@ -37,8 +43,10 @@ from tilewright.errors import KernelError, span_location
 from tilewright.transform import prim_func_pass
 from tvm import tirx
 
-from . import wgmma
+from . import tma, wgmma
 from .lowering import SHARED_SCOPES, cp_async_commit, cp_async_wait, is_sync, sync
+from .passes import find_thread
+from .tma_pipeline import WS_KEY, TmaPlan
 
 STAGES_KEY = "tw.num_stages"
 VERSIONS_ATTR = "tw.cuda.smem_versions"
@@ -122,9 +130,29 @@ def _touches(stmt, buffers) -> bool:
 
 
 def _writes(stmt, buffers) -> bool:
+    """Whether ``stmt`` may write one of ``buffers``: a store, or an element address passed
+    to a call (a cp.async or copy destination, an atomic, a gemm's accumulator, the packing
+    of wgmma A registers), a gemm's A and B operands aside."""
     found = []
-    tvm_ffi.structural_walk(stmt, (tirx.BufferStore, lambda s: found.append(s) if any(
-        s.buffer.same_as(b) for b in buffers) else None))
+
+    def store(s):
+        if any(s.buffer.same_as(b) for b in buffers):
+            found.append(s)
+
+    def call(c):
+        name = _extern_name(c)
+        if name is None:
+            return
+        args = c.args[3:] if name.startswith("tw_gemm") else c.args[1:]  # A, B are read
+        for a in args:
+            if not (isinstance(a, tvm.ir.Call) and isinstance(a.op, tvm.ir.Op) and
+                    a.op.name == "tirx.address_of"):
+                continue
+            if isinstance(a.args[0], tvm.ir.TensorLoad) and \
+                    any(a.args[0].source.same_as(b) for b in buffers):
+                found.append(a)
+
+    tvm_ffi.structural_walk(stmt, [(tirx.BufferStore, store), (tvm.ir.Call, call)])
     return bool(found)
 
 
@@ -165,14 +193,15 @@ def _plan(loop, stages: int):
     stmts = [s for s in stmts if not _is_group_call(s)]
     stage = loop.annotations.get("tw.stage")
     if stage is None:
-        return stmts, [i for i, s in enumerate(stmts) if _producer_writes(s) is not None]
+        return stmts, [i for i, s in enumerate(stmts)
+                       if _producer_writes(tma.resolve(s)) is not None]
     stage = [int(x) for x in stage]
     if len(stage) != len(stmts):
         raise KernelError(f"T.Pipelined stage= has {len(stage)} entries but the loop body has "
                           f"{len(stmts)} statements", span_location(loop.span))
     producers = [i for i, x in enumerate(stage) if x == 0]
     for i in producers:
-        if _producer_writes(stmts[i]) is None:
+        if _producer_writes(tma.resolve(stmts[i])) is None:
             raise KernelError(f"T.Pipelined stage 0 statement #{i} is not a copy from global "
                               "into shared memory; the CUDA backend prefetches only such "
                               "copies", span_location(loop.span))
@@ -190,15 +219,18 @@ def _issue_order(loop, count: int) -> list[int]:
     return sorted(range(count), key=lambda i: order[i])
 
 
-def _pipeline_loop(loop, func_body, analyzer):
+def _pipeline_loop(loop, func_body, analyzer, tx):
     """The pipelined replacement of ``loop`` and its versioned buffers, or None to keep it."""
     stages = int(loop.annotations[STAGES_KEY])
     stmts, producers = _plan(loop, stages)
     if not producers:
         return None
+    use_tma = all(tma.is_choice(stmts[p]) for p in producers)
+    stmts = [s.then_case if use_tma and i in producers else tma.resolve(s)
+             for i, s in enumerate(stmts)]
     tiles = []
     for i in producers:
-        for b in _producer_writes(stmts[i]):
+        for b in (tma.loaded_tiles if use_tma else _producer_writes)(stmts[i]):
             if not any(b.same_as(t) for t in tiles):
                 tiles.append(b)
     consumers = [s for i, s in enumerate(stmts) if i not in producers]
@@ -208,15 +240,20 @@ def _pipeline_loop(loop, func_body, analyzer):
                                                  if s.same_as(loop) else s))
     if _touches(outside, tiles):
         return None
-    if not any("tw_cp_async16" in str(stmts[p]) for p in producers):
+    if not use_tma and not any("tw_cp_async16" in str(stmts[p]) for p in producers):
         return None  # nothing would overlap: the copies go through registers anyway
     versioned = _Versioned(tiles, stages)
-    n = loop.extent
-    i = tirx.Var(loop.loop_var.name, loop.loop_var.ty)
     overlap = stages >= 3 and _wgmma_can_overlap(consumers, tiles)
     if overlap:  # one wgmma group stays in flight: its version is refilled one step later
         stmts = [s if i_ in producers else _keep_one_wgmma_group(s)
                  for i_, s in enumerate(stmts)]
+    if use_tma:
+        kept = _without_wgmma_barriers(stmts, producers, versioned.old)
+        return TmaPlan(loop, stmts, producers, versioned, overlap, kept,
+                       _issue_order(loop, len(stmts)), analyzer, tx,
+                       _nested(func_body, loop)), versioned
+    n = loop.extent
+    i = tirx.Var(loop.loop_var.name, loop.loop_var.ty)
     ahead_by = stages - 2 if overlap else stages - 1
 
     def produce(at, version):
@@ -255,6 +292,47 @@ def _pipeline_loop(loop, func_body, analyzer):
     return tirx.SeqStmt([*prologue, main, *drain, cp_async_wait(0)]), versioned
 
 
+def _call(name: str, *args) -> tirx.Stmt:
+    return tirx.Evaluate(tirx.call_extern("void", name, *args))
+
+
+def _without_wgmma_barriers(stmts: list, producers: list, tma_tiles: list) -> list:
+    """The loop body's statements with None for each ``fence.proxy.async; __syncthreads``
+    pair right before a wgmma whose operands are TMA tiles (made visible by their mbarrier)
+    or tiles no consumer writes (fenced before the loop, ordered by the iteration's
+    barrier)."""
+    consumers = [s for k, s in enumerate(stmts) if k not in producers]
+    kept = list(stmts)
+    for k, s in enumerate(stmts):
+        if k < 2 or k in producers or not isinstance(s, tirx.Evaluate) or \
+                not _wgmma_calls(s) or not is_sync(stmts[k - 1]) or \
+                not _is_extern(stmts[k - 2], "tw_fence_proxy_async"):
+            continue
+        operands = [buf for c in _wgmma_calls(s) for arg in c.args[1:3]
+                    for buf in _loads_in(arg) if str(buf.scope()) in SHARED_SCOPES]
+        if all(any(buf.same_as(t) for t in tma_tiles) or
+               not any(_writes(c, [buf]) for c in consumers) for buf in operands):
+            kept[k - 1] = kept[k - 2] = None
+    return kept
+
+
+def _nested(func_body, loop) -> bool:
+    """Whether ``loop`` runs inside another loop of the block's program."""
+    outer = []
+    tvm_ffi.structural_walk(func_body, (tirx.For, lambda s: outer.append(s) if
+                                        s.kind != tirx.ForKind.THREAD_BINDING and
+                                        not s.same_as(loop) and _contains(s.body, loop)
+                                        else None))
+    return bool(outer)
+
+
+def _contains(node, target) -> bool:
+    found = []
+    tvm_ffi.structural_walk(node, (tirx.For, lambda s: found.append(s) if s.same_as(target)
+                                   else None))
+    return bool(found)
+
+
 def _flat(stmts: list) -> list:
     out = []
     for st in stmts:
@@ -285,7 +363,7 @@ def _one_barrier_for_wgmma(steady: list) -> list:
 def _wgmma_calls(stmt) -> list:
     found = []
     tvm_ffi.structural_walk(stmt, (tvm.ir.Call, lambda c: found.append(c) if (
-        _extern_name(c) or "").startswith("tw_gemm_wgmma<") else None))
+        _extern_name(c) or "").startswith("tw_gemm_wgmma") else None))
     return found
 
 
@@ -325,8 +403,12 @@ def _keep_one_wgmma_group(stmt):
     return tvm_ffi.structural_map(stmt, (tirx.Evaluate, visit))
 
 
-def pipeline():
-    """Software-pipelines every ``T.Pipelined`` loop with ``num_stages >= 2``."""
+def pipeline(arch=None, configs=None):
+    """Software-pipelines every ``T.Pipelined`` loop with ``num_stages >= 2``; on sm_90a a
+    kernel's only such loop, fed by TMA, gets a producer warpgroup (unless the pass config
+    ``cuda.disable_warp_specialized`` says not to)."""
+    specialise = arch is not None and arch.sm >= 90 and arch.name.endswith("a") and \
+        not (configs or {}).get(WS_KEY)
 
     def run(func):
         loops = []
@@ -336,12 +418,19 @@ def pipeline():
             return func
         body, versions = func.body, {}
         analyzer = tvm.sym.Analyzer()
+        tx = find_thread(func).loop_var
         for loop in loops:
-            done = _pipeline_loop(loop, body, analyzer)
+            done = _pipeline_loop(loop, body, analyzer, tx)
             if done is None:
                 continue
             new_loop, versioned = done
             stages = int(loop.annotations[STAGES_KEY])
+            if isinstance(new_loop, TmaPlan):
+                split = new_loop.specialise(body) if specialise and len(loops) == 1 else None
+                if split is not None:
+                    body, new_loop = split, loop  # the loop is gone: nothing to swap
+                else:
+                    new_loop = new_loop.in_order()
 
             def swap(node, loop=loop, new_loop=new_loop):
                 return new_loop if node.same_as(loop) else node
@@ -352,7 +441,7 @@ def pipeline():
 
             body = tvm_ffi.structural_map(body, [(tirx.For, swap), (tirx.AllocBuffer, alloc)])
             versions.update({b.name: stages for b in versioned.old})
-        func = func.with_body(body)
+        func = func.with_body(tma.resolve(body))  # copies of loops left alone: cp.async
         return func.with_attr(VERSIONS_ATTR, versions) if versions else func
 
     return prim_func_pass("CUDASoftwarePipeline", run)

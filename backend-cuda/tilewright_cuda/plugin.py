@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from tilewright.plugin import (
     API_VERSION,
     ArchModel,
@@ -10,13 +12,14 @@ from tilewright.plugin import (
     BackendModule,
     Capabilities,
     LanguageExtension,
+    PassConfigKey,
     PassPipeline,
     Phase,
     hookimpl,
 )
 from tilewright.transform import lower_intrinsics, lower_tile_ops
 
-from . import __version__, arch, hopper, lowering_extra, passes, pipeline, wgmma
+from . import __version__, arch, hopper, lowering_extra, passes, pipeline, tma, wgmma
 from .codegen import CODEGEN
 from .executor import EXECUTORS
 from .lowering import RULES
@@ -37,23 +40,32 @@ def _arch(ctx):
     return arch.resolve(ctx.target.option("arch"))
 
 
+def _rule_arch(ctx):
+    """The architecture the lowering rules see, with the pass configs that steer them."""
+    chosen = _arch(ctx)
+    if ctx.pass_configs.get(tma.DISABLE_KEY):
+        chosen = dataclasses.replace(chosen, tma=False)
+    return chosen
+
+
 PIPELINE = PassPipeline((
     Phase("bind_threads", lambda ctx: [_arch(ctx) and passes.bind_threads(),
                                        hopper.bind_roles()],
           "the block's program is wrapped in a threadIdx.x loop of T.Kernel's threads"),
     Phase("infer_layout", lambda ctx: [passes.infer_layout(_arch(ctx)),
-                                       wgmma.mark_accumulators(_arch(ctx))],
+                                       wgmma.mark_accumulators(_arch(ctx)),
+                                       wgmma.keep_a_in_registers(_arch(ctx))],
           "fragments used only as mma accumulators become registers in the mma layout"),
-    Phase("lower_tile_ops", lambda ctx: [lower_tile_ops(_rules(ctx), "cuda", _arch(ctx)),
+    Phase("lower_tile_ops", lambda ctx: [lower_tile_ops(_rules(ctx), "cuda", _rule_arch(ctx)),
                                          lowering_extra.gate_scalar_atomics(),
                                          lower_intrinsics(lowering_extra.INTRINSIC_RULES,
                                                           "CUDALowerIntrinsics")],
           "each tile op becomes parallel nests or thread code (tilewright_cuda.lowering)"),
-    Phase("pipeline", lambda ctx: [pipeline.pipeline()],
+    Phase("pipeline", lambda ctx: [pipeline.pipeline(_arch(ctx), ctx.pass_configs)],
           "T.Pipelined loops: prologue, multi-versioned shared tiles, cp.async groups"),
     Phase("distribute", lambda ctx: [hopper.distribute_roles(), passes.distribute()],
           "T.Parallel iterations are spread over the block's threads"),
-    Phase("insert_sync", lambda ctx: [hopper.insert_sync()],
+    Phase("insert_sync", lambda ctx: [wgmma.drop_redundant_fences(), hopper.insert_sync()],
           "__syncthreads() where shared-memory dependencies cross threads"),
     Phase("place_memory", lambda ctx: [hopper.role_registers(), passes.place_memory(_arch(ctx)),
                                        hopper.finish(),
@@ -98,6 +110,20 @@ def tilewright_backends():
 @hookimpl
 def tilewright_language_extensions():
     return [LanguageExtension("cuda", "tilewright_cuda.language", ("cuda",))]
+
+
+@hookimpl
+def tilewright_pass_config_keys():
+    return [
+        PassConfigKey("cuda.disable_tma_lower", bool, False,
+                      "lower T.copy into shared memory inside T.Pipelined loops with cp.async "
+                      "instead of TMA (sm_90+)", owner="cuda",
+                      tilelang="TL_DISABLE_TMA_LOWER", tilelang_value="tl.disable_tma_lower"),
+        PassConfigKey("cuda.disable_warp_specialized", bool, False,
+                      "do not split T.Pipelined loops into producer and consumer warpgroups "
+                      "(sm_90a)", owner="cuda", tilelang="TL_DISABLE_WARP_SPECIALIZED",
+                      tilelang_value="tl.disable_warp_specialized"),
+    ]
 
 
 @hookimpl

@@ -10,6 +10,13 @@
 // Descriptor: start >> 4 (bits 0-13), leading byte offset >> 4 (16-29), stride byte offset
 // >> 4 (32-45), swizzle mode (62-63: 1 = 128 B, 2 = 64 B, 3 = 32 B). K-major: SBO = 8 rows x
 // W, LBO unused (16); MN-major: SBO = 8 K-rows x W, LBO = one column block (RB x W).
+//
+// tw_gemm_wgmma_rs<N, K, NC, BF16, B_MN, RB, WB>(A, B, acc, wg): the same with A in registers
+// (wgmma's register-A form): A is this thread's K / 2 halves (fp16 or bf16) of its warpgroup's
+// 64 x K rows in the m64nKk16 D layout (register i: row 16 warp + lane / 4 + 8 ((i % 4) / 2),
+// column 8 (i / 4) + 2 (lane % 4) + i % 2), which for every k16 step (registers 8 s .. 8 s + 7,
+// as four .b32 pairs) is the PTX m64k16 A fragment layout. A fp32 accumulator of that layout
+// rounded pairwise to 16 bits is such an A (FlashAttention's P).
 #ifndef TW_WGMMA_H
 #define TW_WGMMA_H
 
@@ -23,6 +30,8 @@ __host__ __device__ inline unsigned long long tw_wgmma_desc(unsigned addr, unsig
 
 template <int NC, bool BF16, bool B_MN>
 __device__ inline void tw_wgmma_m64k16(float* d, unsigned long long da, unsigned long long db);
+template <int NC, bool BF16, bool B_MN>
+__device__ inline void tw_wgmma_m64k16_rs(float* d, const unsigned* a, unsigned long long db);
 
 #ifndef TW_HOST_EMULATION
 __device__ __forceinline__ void tw_wgmma_fence() {
@@ -37,6 +46,7 @@ __device__ __forceinline__ void tw_wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
 }
 #else
+#include <memory>
 inline unsigned tw_smem_u32(const void* p) {
   return (unsigned)((const unsigned char*)p - tw_smem_ptr);
 }
@@ -71,6 +81,9 @@ struct tw_wgmma_op {
   int nc;
   bool bf16, b_mn;
   std::vector<float> issued;
+  const unsigned* regs = nullptr;  // register-A form: this thread's four A registers
+  unsigned held[4] = {};           // ... as issued (they must not change until retirement)
+  float a[2][16] = {};             // ... and the thread's two rows of A, from its quad's lanes
 };
 inline std::vector<float> tw_wgmma_products(const tw_wgmma_op& op) {
   int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
@@ -80,7 +93,7 @@ inline std::vector<float> tw_wgmma_products(const tw_wgmma_op& op) {
     int col = (i / 4) * 8 + 2 * (lane % 4) + i % 2;
     float s = 0;
     for (int k = 0; k < 16; ++k)
-      s += tw_wgmma_read(op.da, false, row, k, op.bf16) *
+      s += (op.regs ? op.a[(i % 4) / 2][k] : tw_wgmma_read(op.da, false, row, k, op.bf16)) *
            (op.b_mn ? tw_wgmma_read(op.db, true, k, col, op.bf16)
                     : tw_wgmma_read(op.db, false, col, k, op.bf16));
     out[i] = s;
@@ -92,6 +105,35 @@ thread_local std::vector<std::vector<tw_wgmma_op>> tw_wgmma_groups;  // committe
 template <int NC, bool BF16, bool B_MN>
 inline void tw_wgmma_m64k16(float* d, unsigned long long da, unsigned long long db) {
   tw_wgmma_op op{d, da, db, NC, BF16, B_MN, {}};
+  op.issued = tw_wgmma_products(op);
+  tw_wgmma_open.push_back(std::move(op));
+}
+// The register-A form: A is spread over the warp's lanes (lane l holds rows l / 4 and
+// l / 4 + 8, columns 2 (l % 4) + {0, 1, 8, 9}), so each thread gathers its two rows from the
+// four lanes of its quad through memory between two barriers of its warp (wgmma is issued by
+// whole warpgroups; other warps, a producer role's say, need not take part).
+inline unsigned tw_wgmma_a_exchange[1024][4];
+inline std::barrier<>& tw_wgmma_warp_barrier() {
+  static std::unique_ptr<std::barrier<>> bars[32];
+  static std::once_flag once;
+  std::call_once(once, [] {
+    for (auto& b : bars) b = std::make_unique<std::barrier<>>(32);
+  });
+  return *bars[threadIdx.x / 32];
+}
+template <int NC, bool BF16, bool B_MN>
+inline void tw_wgmma_m64k16_rs(float* d, const unsigned* a, unsigned long long db) {
+  tw_wgmma_op op{d, 0, db, NC, BF16, B_MN, {}};
+  op.regs = a;
+  unsigned t = threadIdx.x, quad = t / 4 * 4;
+  for (int r = 0; r < 4; ++r) op.held[r] = tw_wgmma_a_exchange[t][r] = a[r];
+  tw_wgmma_warp_barrier().arrive_and_wait();
+  for (int l = 0; l < 4; ++l)
+    for (int r = 0; r < 4; ++r)  // register r: row + 8 (r % 2), columns 2 l + 8 (r / 2) + h
+      for (int h = 0; h < 2; ++h)
+        op.a[r % 2][2 * l + 8 * (r / 2) + h] =
+            tw_bits16_to_float((tw_wgmma_a_exchange[quad + l][r] >> (16 * h)) & 0xffff, BF16);
+  tw_wgmma_warp_barrier().arrive_and_wait();
   op.issued = tw_wgmma_products(op);
   tw_wgmma_open.push_back(std::move(op));
 }
@@ -107,6 +149,12 @@ inline void tw_wgmma_wait() {
       if (std::memcmp(now.data(), op.issued.data(), now.size() * sizeof(float)) != 0) {
         std::printf("tw emulation: block (%u, %u, %u) thread %u: shared memory read by a wgmma "
                     "in flight was overwritten before its wait_group\n",
+                    blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x);
+        __trap();
+      }
+      if (op.regs && std::memcmp(op.regs, op.held, sizeof(op.held)) != 0) {
+        std::printf("tw emulation: block (%u, %u, %u) thread %u: A registers read by a wgmma "
+                    "in flight were overwritten before its wait_group\n",
                     blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x);
         __trap();
       }
@@ -140,4 +188,47 @@ __device__ __forceinline__ void tw_gemm_wgmma(const void* A, const void* B, floa
   }
   tw_wgmma_commit();  // the gemm's own tw_wgmma_wait<0> (or <1> when pipelined) follows
 }
+// A in registers (see the top): no descriptor, no shared-memory fence for A; the wgmma.fence
+// orders the ordinary instructions that wrote A (the convert) and acc before the wgmma reads.
+template <int N, int K, int NC, bool BF16, bool B_MN, int RB, int WB, class T>
+__device__ __forceinline__ void tw_gemm_wgmma_rs(const T* A, const void* B, float* acc, int wg) {
+  static_assert(sizeof(T) == 2, "wgmma register A holds 16-bit elements");
+  const unsigned* a = reinterpret_cast<const unsigned*>(A);
+  const unsigned b0 = tw_smem_u32(B);
+  tw_wgmma_fence();
+#pragma unroll
+  for (int k0 = 0; k0 < K; k0 += 16) {
+#pragma unroll
+    for (int n0 = 0; n0 < N; n0 += NC) {
+      unsigned long long db;
+      if constexpr (B_MN) {
+        db = tw_wgmma_desc(b0 + (n0 * 2 / WB) * RB * WB + k0 * WB, RB * WB, 8 * WB, WB);
+      } else {
+        db = tw_wgmma_desc(b0 + (k0 * 2 / WB) * RB * WB + n0 * WB + (k0 * 2 % WB), 16, 8 * WB,
+                           WB);
+      }
+      tw_wgmma_m64k16_rs<NC, BF16, B_MN>(acc + n0 / 2, a + k0 / 4, db);
+    }
+  }
+  tw_wgmma_commit();
+}
+
+// A register fragment of 16-bit elements from a pair of fp32 accumulators: one cvt.rn.f16x2
+// (or .bf16x2) per pair, written as one 32-bit register.
+#if defined(TW_HOST_EMULATION)
+template <class T>
+inline void tw_wgmma_pack(T* p, float lo, float hi) {
+  p[0] = T(lo);
+  p[1] = T(hi);
+}
+#else
+__device__ __forceinline__ void tw_wgmma_pack(half* p, float lo, float hi) {
+  *reinterpret_cast<half2*>(p) = __floats2half2_rn(lo, hi);
+}
+#ifdef __CUDA_BF16_TYPES_EXIST__
+__device__ __forceinline__ void tw_wgmma_pack(__nv_bfloat16* p, float lo, float hi) {
+  *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(lo, hi);
+}
+#endif
+#endif
 #endif  // TW_WGMMA_H

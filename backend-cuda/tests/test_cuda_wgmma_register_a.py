@@ -1,0 +1,217 @@
+"""wgmma with A in registers (wgmma.py ``keep_a_in_registers``, ``tw_gemm_wgmma_rs``): a
+16-bit fragment written only by a copy of a wgmma accumulator and read only as a wgmma A
+operand (FlashAttention's P) stays in the accumulator's registers, converted pairwise, and
+the gemm takes wgmma's register-A form: no shared store of P, no fence or barrier for it.
+The host emulation gathers each thread's A rows from its quad's registers (the PTX m64k16 A
+fragment layout), so a layout bug gives wrong numbers; the SASS shows HGMMA with a register
+A operand."""
+
+import re
+import sys
+from pathlib import Path
+
+import hostemu
+import pytest
+import sass
+import tilewright
+import tilewright.language as T
+import torch
+from tilewright.transform import prim_func_pass
+from tilewright_cuda import arch, executor, lowering
+from tvm import tirx
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+sys.path.insert(0, str(BENCH))
+
+import kernels  # noqa: E402 - after the sys.path setup
+
+TARGET = "cuda -arch=sm_90a"
+wgmma = lowering.wgmma  # (wgmma imported first would meet lowering half-initialised)
+
+
+def chain(M=128, N=64, D=64, threads=256, dtype="float16", extra_use=False, late_v=False):
+    """O = round(Q K^T) V per 128-row block: the FlashAttention gemm chain without softmax.
+    ``extra_use`` also writes P to global memory; ``late_v`` loads V after the first gemm."""
+
+    @T.prim_func
+    def main(Q: T.Tensor((M, D), dtype), K: T.Tensor((N, D), dtype),
+             V: T.Tensor((N, D), dtype), O: T.Tensor((M, D), "float32"),
+             P_out: T.Tensor((M, N), dtype)):
+        with T.Kernel(M // 128, threads=threads) as bx:
+            Q_s = T.alloc_shared((128, D), dtype)
+            K_s = T.alloc_shared((N, D), dtype)
+            V_s = T.alloc_shared((N, D), dtype)
+            S = T.alloc_fragment((128, N), "float32")
+            P = T.alloc_fragment((128, N), dtype)
+            acc = T.alloc_fragment((128, D), "float32")
+            T.copy(Q[bx * 128, 0], Q_s)
+            T.copy(K[0, 0], K_s)
+            if not late_v:
+                T.copy(V[0, 0], V_s)
+            T.gemm(Q_s, K_s, S, transpose_B=True, clear_accum=True)
+            T.copy(S, P)
+            if extra_use:
+                T.copy(P, P_out[bx * 128, 0])
+            if late_v:
+                T.copy(V[0, 0], V_s)
+            T.gemm(P, V_s, acc, clear_accum=True)
+            T.copy(acc, O[bx * 128, 0])
+
+    return main
+
+
+def _kernel(text: str) -> str:
+    return text[text.index('extern "C" __global__'):]
+
+
+def _loop(text: str, var: str = "k") -> str:
+    """The body of the kernel's ``for (int var ...)`` loop, by brace matching."""
+    kernel = _kernel(text)
+    start = kernel.index("{", kernel.index(f"for (int {var} = 0;"))
+    depth = 0
+    for at in range(start, len(kernel)):
+        depth += {"{": 1, "}": -1}.get(kernel[at], 0)
+        if depth == 0:
+            return kernel[start:at]
+    raise AssertionError("unbalanced braces")
+
+
+def _shared_p(monkeypatch):
+    """Today's path for comparison: P stays a fragment in shared memory."""
+    monkeypatch.setattr(wgmma, "keep_a_in_registers",
+                        lambda arch: prim_func_pass("KeepAShared", lambda f: f))
+
+
+def _attention(configs=None):
+    func = kernels.attention.fn(1, 2, 256, 128, "float16", **kernels.ATTENTION)
+    return tilewright.lower(func, TARGET, configs).source.text
+
+
+def _barriers(loop: str) -> int:
+    return loop.count("__syncthreads()") + loop.count("tw_named_barrier_sync")
+
+
+@pytest.mark.parametrize("configs, before, after, fences", [
+    ({}, 2, 0, 0),  # warp-specialised TMA pipeline: the compute warpgroups never wait
+    ({"cuda.disable_warp_specialized": True}, 2, 1, 0),  # TMA stages: the refill's barrier
+    ({"cuda.disable_tma_lower": True}, 3, 2, 1),  # cp.async: the refill's and Q @ K^T's
+])
+def test_attention_keeps_p_in_registers(configs, before, after, fences, monkeypatch):
+    text = _attention(configs)
+    kernel, loop = _kernel(text), _loop(text)
+    assert "tw_gemm_wgmma_rs<128, 128, 128, false, true, 128, 128>((&(acc_s_cast_ptr[0]))" \
+        in loop
+    assert loop.count("tw_gemm_wgmma<128, 128, 128, false, false,") == 1  # Q @ K^T: shared A
+    # P: 64 halves per thread, 32 pairwise converts, no shared store of it
+    assert "half acc_s_cast_ptr[" in kernel and loop.count("tw_wgmma_pack(") == 32
+    assert "store_pair" not in loop
+    _shared_p(monkeypatch)
+    shared = _loop(_attention(configs))
+    assert "tw_gemm_wgmma_rs" not in shared and shared.count("tw::store_pair") == 32
+    # the barriers (block or named) per step that ordered P's shared store and reads go; the
+    # P @ V gemm has no fence.proxy.async (cp.async: Q @ K^T's fences V too)
+    assert (_barriers(shared), _barriers(loop)) == (before, after)
+    assert loop.count("tw_fence_proxy_async") == fences
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_gemm_chain_takes_register_a(dtype):
+    text = tilewright.lower(chain(dtype=dtype), TARGET).source.text
+    kernel = _kernel(text)
+    flag = "true" if dtype == "bfloat16" else "false"
+    assert f"tw_gemm_wgmma_rs<64, 64, 64, {flag}, true, 64, 128>" in kernel
+    assert "wgmma.mma_async.sync.aligned.m64n64k16.f32" in text and \
+        "{%32, %33, %34, %35}, %36, p, 1, 1, 1;" in text  # the register-A instruction
+    # V was fenced with Q and K before the first gemm: the second needs no fence of its own
+    assert kernel.count("tw_fence_proxy_async();") == 1
+
+
+@pytest.mark.parametrize("kwargs", [{"extra_use": True}, {"threads": 128}])
+def test_other_uses_keep_p_in_shared_memory(kwargs):
+    # P also copied to global memory; 128 threads: 128 rows are not 64 per warpgroup
+    kernel = _kernel(tilewright.lower(chain(**kwargs), TARGET).source.text)
+    assert "tw_gemm_wgmma_rs" not in kernel and "tw_wgmma_pack" not in kernel
+
+
+def test_other_arches_keep_p_in_shared_memory():
+    kernel = _kernel(tilewright.lower(chain(), "cuda -arch=sm_80").source.text)
+    assert "tw_gemm_wgmma" not in kernel and "tw_gemm_mma" in kernel
+
+
+def test_a_write_of_b_after_the_last_fence_keeps_the_fence():
+    kernel = _kernel(tilewright.lower(chain(late_v=True), TARGET).source.text)
+    rs = kernel.index("tw_gemm_wgmma_rs<")
+    assert kernel.count("tw_fence_proxy_async();") == 2
+    assert kernel.rindex("__syncthreads();", 0, rs) > kernel.rindex("tw_cp_async_wait<0>", 0, rs)
+
+
+def test_shared_access_classification_of_register_a_gemm():
+    """passes._Access: the register-A call reads B only (A and C are registers)."""
+    from tilewright_cuda.hopper import shared_addr
+    from tilewright_cuda.passes import _Access
+
+    p = tirx.decl_buffer((128, 64), "float16", "P", scope="local.mma_acc")
+    b = tirx.decl_buffer((64, 64), "float16", "B", scope="shared.dyn")
+    c = tirx.decl_buffer((128, 64), "float32", "C", scope="local.mma_acc")
+    zero = tirx.const(0, "int32")
+    stmt = tirx.Evaluate(tirx.call_extern(
+        "void", "tw_gemm_wgmma_rs<64, 64, 64, false, true, 64, 128>",
+        tirx.address_of(tirx.BufferLoad(p, [zero, zero])),
+        shared_addr(tirx.BufferLoad(b, [zero, zero])),
+        tirx.address_of(tirx.BufferLoad(c, [zero, zero])), zero))
+    access = _Access(stmt, {})
+    assert [buf.name for buf, _ in access.reads] == ["B"]
+    assert not access.writes and not access.issued
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize("dtype,kwargs", [("float16", {}), ("bfloat16", {}),
+                                          ("float16", {"late_v": True}),
+                                          ("float16", {"extra_use": True})])
+def test_gemm_chain_matches_torch_in_emulation(dtype, kwargs, tmp_path):
+    M, N, D = 256, 64, 64
+    torch.manual_seed(0)
+    tdtype = getattr(torch, dtype)
+    q, k, v = (torch.randn(r, D).to(tdtype) for r in (M, N, N))
+    o = torch.full((M, D), float("nan"))
+    p_out = torch.zeros(M, N).to(tdtype)
+    lowered = tilewright.lower(chain(M, N, D, dtype=dtype, **kwargs), TARGET)
+    hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, q, k, v, o, p_out)
+    # P rounded to 16 bits: an element next to a rounding boundary may round the other way
+    # (one ulp of |P| ~ 8, times V), a layout error is off by O(1) almost everywhere
+    p = (q.float() @ k.float().t()).to(tdtype).float()
+    torch.testing.assert_close(o, p @ v.float(), rtol=1e-2, atol=3e-2)
+
+
+def _resources(log: str) -> tuple[int, int]:
+    registers = int(re.search(r"Used (\d+) registers", log).group(1))
+    spills = int(re.search(r"(\d+) bytes spill stores", log).group(1))
+    return registers, spills
+
+
+@pytest.mark.nvrtc
+@pytest.mark.sass
+def test_attention_sass_has_register_a_hgmma(monkeypatch, tmp_path):
+    builds = {}
+    for name in ("shared P", "P in registers"):
+        if name == "P in registers":
+            monkeypatch.undo()
+        else:
+            _shared_p(monkeypatch)
+        text = _attention()
+        cubin, log = executor.nvrtc_compile(text, arch.get("sm_90a"), tmp_path)
+        code = sass.dump(cubin)
+        counts = {op: len(re.findall(rf"\s{op}[\s.]", code)) for op in ("BAR", "STS", "HGMMA")}
+        builds[name] = (code, *_resources(log), counts)
+        print(f"attention 128x128, 256 threads, {name}: {builds[name][1]} registers, "
+              f"{builds[name][2]} bytes spilled, SASS {counts}")
+    shared, registers = builds["shared P"][0], builds["P in registers"][0]
+    # Q @ K^T reads A through a descriptor; P @ V reads A from registers (R.., not gdesc)
+    hgmma = r"HGMMA\.64x128x16\.F32 R\d+, "
+    assert re.search(hgmma + r"gdesc\[", registers)
+    assert len(re.findall(hgmma + r"R\d+, gdesc\[UR\d+\]\.tnspB", registers)) == 8
+    assert not re.search(hgmma + r"R\d+, gdesc", shared)
+    for name in builds:
+        assert builds[name][2] == 0, name  # no spills
+    assert builds["P in registers"][3]["STS"] < builds["shared P"][3]["STS"]
+    assert builds["P in registers"][3]["BAR"] < builds["shared P"][3]["BAR"]

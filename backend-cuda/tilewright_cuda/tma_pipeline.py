@@ -1,0 +1,286 @@
+"""The two TMA forms of a ``T.Pipelined`` loop whose producers are all TMA loads (tma.py):
+issued in order by one thread of the block (:meth:`TmaPlan.in_order`), or by a producer
+warpgroup added to the block while the kernel's own threads compute
+(:meth:`TmaPlan.specialise`, sm_90a, TileLang's warp specialisation).
+
+In both, the producers whose tiles the same consumer statement reads first form a *group*;
+each group has one "full" mbarrier per pipeline version, completed by one arrival (the
+issuing thread's) and the bytes of its loads, and waited for right before that consumer. So
+FlashAttention's ``Q K^T`` starts while V is still in flight. A wgmma that reads only TMA tiles
+and tiles written before the loop needs no barrier of its own (pipeline.py,
+``_without_wgmma_barriers``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import tvm
+import tvm_ffi
+from tvm import tirx
+
+from . import hopper, passes, tma, wgmma
+from .lowering import sync
+
+PRODUCER_REGISTERS = 40  # setmaxnreg budget of the producer warpgroup
+MAX_CONSUMER_REGISTERS = 240
+REGISTER_FILE = 65536  # 32-bit registers per SM (one block per SM with these kernels)
+WARPGROUP = 128
+WS_KEY = "cuda.disable_warp_specialized"
+
+
+def _call(name: str, *args) -> tirx.Stmt:
+    return tirx.Evaluate(tirx.call_extern("void", name, *args))
+
+
+def _seq(stmts: list):
+    return stmts[0] if len(stmts) == 1 else tirx.SeqStmt(stmts)
+
+
+def _flat(stmt) -> list:
+    if isinstance(stmt, tirx.SeqStmt):
+        return [x for s in stmt.seq for x in _flat(s)]
+    return [stmt]
+
+
+def _uses(node, var) -> bool:
+    found = []
+    tvm_ffi.structural_walk(node, (tirx.Var, lambda v: found.append(v) if v.same_as(var)
+                                   else None))
+    return bool(found)
+
+
+@dataclass
+class TmaPlan:
+    """A pipelined loop planned by pipeline.py whose producers are TMA loads."""
+
+    loop: Any  # the T.Pipelined loop
+    stmts: list  # its body's statements, producers (TMA) and consumers
+    producers: list  # indices of the producers in ``stmts``
+    versioned: Any  # pipeline._Versioned: the tiles' versioned buffers
+    overlap: bool  # a wgmma group stays in flight into the next iteration
+    kept: list  # ``stmts`` with the wgmma barriers TMA makes needless replaced by None
+    order: list  # the issue order of ``stmts``
+    analyzer: Any
+    tx: Any  # the block's threadIdx.x
+    nested: bool  # inside another loop: the barriers are set up again on each of its rounds
+
+    # -- shared by both forms ----------------------------------------------------------------
+    def __post_init__(self):
+        from .pipeline import STAGES_KEY, _touches
+
+        self.stages = int(self.loop.annotations[STAGES_KEY])
+        self.readers = [k for k in self.order if k not in self.producers and
+                        self.kept[k] is not None]
+        self.group_of = {}
+        for p in self.producers:
+            tiles = tma.loaded_tiles(self.stmts[p])
+            self.group_of[p] = next((k for k in self.readers if _touches(self.kept[k], tiles)),
+                                    None)
+        self.groups = sorted(set(self.group_of.values()), key=lambda k: len(self.readers)
+                             if k is None else self.readers.index(k))
+        self.i = tirx.Var(self.loop.loop_var.name, self.loop.loop_var.ty)
+
+    def _barriers(self, extra: int):
+        count = self.stages * len(self.groups) + extra
+        return tirx.decl_buffer((count,), "uint64", f"{self.loop.loop_var.name}_stage_bar",
+                                scope="shared.dyn")
+
+    def _full(self, bars, version, g):
+        return hopper.shared_addr(tirx.BufferLoad(bars, [version * len(self.groups) + g]))
+
+    def _leader(self, body: list):
+        return tirx.IfThenElse(self.tx == 0, _seq(body), None)
+
+    def _produce(self, bars, at, version):
+        """Stage ``at`` into ``version``: every producer's loads, then one arrival per group."""
+        from .pipeline import _seq as seq
+
+        loads = [self.versioned.rewrite(
+            tma.set_barrier(self.stmts[p], self._full(bars, version, self.groups.index(
+                self.group_of[p]))), self.loop.loop_var, self.loop.min + at, version)
+            for p in self.producers]
+        arrivals = [_call("tw_mbar_arrive", self._full(bars, version, g))
+                    for g in range(len(self.groups))]
+        return seq([*loads, self._leader(arrivals)])
+
+    def _init(self, bars, counts: list) -> list:
+        inits = [_call("tw_mbar_init", hopper.shared_addr(tirx.BufferLoad(
+            bars, [tirx.const(k, "int32")])), tirx.const(c, "uint32"))
+            for k, c in enumerate(counts)]
+        # set up again in a loop: every thread is past its last wait of the previous round
+        again = [sync()] if self.nested else []
+        return [tirx.AllocBuffer(bars), *again,
+                self._leader([*inits, _call("tw_fence_barrier_init")]), sync()]
+
+    def _steady(self, bars, release=None) -> list:
+        """One iteration's consumers, each group's wait before its first reader."""
+        parity = tirx.floormod(tirx.floordiv(self.i, self.stages), 2)
+        version = tirx.floormod(self.i, self.stages)
+        out, refilled = [], False
+        for index in self.order:
+            if index in self.producers:
+                if release is None and not refilled:
+                    out.append(None)  # where the in-order form refills
+                    refilled = True
+                continue
+            if self.kept[index] is None:
+                continue
+            if index in self.groups:
+                out.append(_call("tw_mbar_wait", self._full(
+                    bars, version, self.groups.index(index)), parity))
+            out.append(self.versioned.rewrite(self.kept[index], self.loop.loop_var,
+                                              self.loop.min + self.i, version))
+        if None in self.groups:  # tiles no consumer reads: their loads still complete
+            out.append(_call("tw_mbar_wait", self._full(bars, version, self.groups.index(
+                None)), parity))
+        return out
+
+    def _loop(self, body: list):
+        from .pipeline import STAGES_KEY
+
+        annotations = {k: v for k, v in self.loop.annotations.items()
+                       if str(k) not in (STAGES_KEY, "tw.order", "tw.stage")}
+        return tirx.For(self.i, 0, self.loop.extent, self.loop.kind, tirx.SeqStmt(body),
+                        annotations=annotations, span=self.loop.span)
+
+    # -- one thread of the block issues ------------------------------------------------------
+    def in_order(self) -> tirx.Stmt:
+        """::
+
+            init barriers; sync
+            P(0) ... P(S-2)                             # thread 0: loads, then arrivals
+            fence.proxy.async                           # earlier shared writes -> wgmma
+            for i in range(n):
+                __syncthreads()                         # iteration i-1's reads done
+                if i + S-1 < n: P(i + S-1)              # refill the version read at i-1
+                wait(full[i % S][g], (i / S) & 1); C(i) # per group, before its reader
+
+        With a wgmma group left in flight the refill runs one stage less ahead, as in the
+        cp.async form."""
+        n, stages = self.loop.extent, self.stages
+        bars = self._barriers(0)
+        ahead_by = stages - 2 if self.overlap else stages - 1
+        prologue = []
+        for s in range(ahead_by):
+            copies = self._produce(bars, tirx.const(s, "int32"), tirx.const(s, "int32"))
+            in_range = tirx.const(s, "int32") < n
+            prologue.append(copies if self.analyzer.can_prove(in_range) else
+                            tirx.IfThenElse(in_range, copies, None))
+        ahead = self.i + ahead_by
+        refill = tirx.IfThenElse(ahead < n, self._produce(bars, ahead, tirx.floormod(
+            ahead, stages)), None)
+        steady = [refill if s is None else s for s in self._steady(bars)]
+        drain = [wgmma.wait(0)] if self.overlap else []
+        return tirx.SeqStmt([*self._init(bars, [1] * (stages * len(self.groups))), *prologue,
+                             _call("tw_fence_proxy_async"), self._loop([sync(), *steady]),
+                             *drain])
+
+    # -- a producer warpgroup issues ---------------------------------------------------------
+    def specialise(self, func_body):
+        """``func_body`` with one more warpgroup in the block that only issues the loads,
+        or None when the kernel does not allow it (the loop is not at the top of the
+        block's program, the block has roles already, or no warpgroup fits)::
+
+            init barriers; sync                            # every thread
+            if tx >= T:                                    # the producer warpgroup
+                setmaxnreg.dec 40
+                if tx == T: for j in range(n):
+                    wait(empty[j % S], ((j / S) & 1) ^ 1)  # version j % S released
+                    P(j)                                   # loads, then arrivals on full
+            else:                                          # the kernel's T threads
+                setmaxnreg.inc R
+                code before the loop; fence.proxy.async; sync (named)
+                for i in range(n):
+                    wait(full[i % S][g], (i / S) & 1); C(i) ...
+                    arrive(empty[i % S])                   # (i-1 with a wgmma in flight)
+                code after the loop
+
+        The kernel's threads keep their indices, so code lowered for them is unchanged;
+        block-wide barriers among them become named barriers (hopper.insert_sync)."""
+        from .hopper import ROLE_KEY, _role_loops
+
+        thread = _find_block_loop(func_body)
+        if thread is None or _role_loops(func_body):
+            return None
+        threads = int(thread.extent.value)
+        if threads % WARPGROUP or threads + WARPGROUP > 1024:
+            return None
+        items = _flat(thread.body)
+        at = next((k for k, s in enumerate(items) if s.same_as(self.loop)), None)
+        if at is None:
+            return None
+        top, before, moved = [], [], []
+        for s in items[:at]:
+            if isinstance(s, tirx.AllocBuffer) or (isinstance(s, tirx.Bind) and
+                                                   not _uses(s, self.tx) and
+                                                   not _loads(s.value)):
+                top.append(s)
+            else:
+                before.append(s)
+                moved += [s.var] if isinstance(s, tirx.Bind) else []
+        after = [s for s in items[at + 1:] if not isinstance(s, tirx.AllocBuffer)]
+        top += [s for s in items[at + 1:] if isinstance(s, tirx.AllocBuffer)]
+        if any(_uses(self.stmts[p], v) for p in self.producers for v in moved):
+            return None  # the loads need values the kernel's threads compute
+        stages, n = self.stages, self.loop.extent
+        full = stages * len(self.groups)
+        bars = self._barriers(stages)
+
+        def empty(version):
+            return hopper.shared_addr(tirx.BufferLoad(bars, [full + version]))
+
+        j = tirx.Var(f"{self.loop.loop_var.name}_load", self.loop.loop_var.ty)
+        refill = passes.substitute(self._produce(bars, self.i, tirx.floormod(self.i, stages)),
+                                   {self.i: j})
+        released = _call("tw_mbar_wait", empty(tirx.floormod(j, stages)),
+                         tirx.floormod(tirx.floordiv(j, stages) + 1, 2))
+        loads = tirx.For(j, 0, n, tirx.ForKind.SERIAL, tirx.SeqStmt([released, refill]))
+        producer = [_call(f"tw_setmaxnreg_dec<{PRODUCER_REGISTERS}>"),
+                    tirx.IfThenElse(self.tx == 0, loads, None)]
+        steady = self._steady(bars, release=True)
+        if self.overlap:  # version i-1 is free once this iteration retired its wgmma group
+            steady.append(tirx.IfThenElse(self.i > 0, _call(
+                "tw_mbar_arrive", empty(tirx.floormod(self.i - 1, stages))), None))
+        else:
+            steady.append(_call("tw_mbar_arrive", empty(tirx.floormod(self.i, stages))))
+        registers = min(MAX_CONSUMER_REGISTERS,
+                        (REGISTER_FILE - WARPGROUP * PRODUCER_REGISTERS) // threads // 8 * 8)
+        consumer = [_call(f"tw_setmaxnreg_inc<{registers}>"), *before,
+                    _call("tw_fence_proxy_async"), sync(), self._loop(steady),
+                    *([wgmma.wait(0)] if self.overlap else []), *after]
+        roles = [_role(self.tx, threads, WARPGROUP, producer, ROLE_KEY, "tx_load"),
+                 _role(self.tx, 0, threads, consumer, ROLE_KEY, "tx_compute")]
+        counts = [1] * full + [threads] * stages
+        body = tirx.SeqStmt([*top, *self._init(bars, counts), *roles])
+        block = tirx.IterVar(tvm.ir.Range(0, threads + WARPGROUP), self.tx,
+                             tirx.IterVar.ThreadIndex, passes.THREAD_TAG)
+        new = tirx.For(self.tx, 0, threads + WARPGROUP, tirx.ForKind.THREAD_BINDING, body,
+                       thread_binding=block, annotations=thread.annotations, span=thread.span)
+        return tvm_ffi.structural_map(func_body, (tirx.For, lambda s: new if s.same_as(thread)
+                                                  else s))
+
+
+def _role(tx, lo: int, n: int, body: list, key: str, name: str):
+    """``body`` (written for the block's ``tx``) as a role of ``n`` threads from ``lo``."""
+    var = tirx.Var(name, "int32")
+    iv = tirx.IterVar(tvm.ir.Range(0, n), var, tirx.IterVar.ThreadIndex, passes.THREAD_TAG)
+    return tirx.For(var, 0, n, tirx.ForKind.THREAD_BINDING,
+                    passes.substitute(_seq(body), {tx: var}), thread_binding=iv,
+                    annotations={key: lo})
+
+
+def _loads(expr) -> bool:
+    found = []
+    tvm_ffi.structural_walk(expr, (tvm.ir.TensorLoad, lambda e: found.append(e)))
+    return bool(found)
+
+
+def _find_block_loop(body):
+    found = []
+    tvm_ffi.structural_walk(body, (tirx.For, lambda s: found.append(s) if
+                                   s.thread_binding is not None and
+                                   str(s.thread_binding.thread_tag) == passes.THREAD_TAG
+                                   else None), order="pre")
+    return found[0] if found else None
