@@ -258,7 +258,7 @@ def list_bundles(root: Path, only: set) -> int:
             else {}
         sizes = {k: v for k, v in case.items() if k not in ("kind", "config", "build",
                                                          "pass_configs")}
-        print(f"{path.name:28s} {'BROKEN' if problems else 'ok':6s} {size / 1024:6.0f} KiB "
+        print(f"{path.name:32s} {'BROKEN' if problems else 'ok':6s} {size / 1024:6.0f} KiB "
               f"{json.dumps(sizes)} {json.dumps(case.get('config', {}))}")
         for problem in problems:
             print(f"    {problem}")

@@ -95,7 +95,7 @@ def test_harness_list_checks_bundles_without_a_gpu(tmp_path, monkeypatch):
     assert build_bundles.main() == 0
     good = _list(tmp_path, "--quick")
     assert good.returncode == 0, good.stdout + good.stderr
-    assert "elementwise_add_float32      ok" in good.stdout and "0 broken" in good.stdout
+    assert "elementwise_add_float32          ok" in good.stdout and "0 broken" in good.stdout
     sig = tmp_path / "quick" / "elementwise_add_float32" / "signature.json"
     data = json.loads(sig.read_text())
     data["params"][2]["is_output"] = False
