@@ -44,8 +44,11 @@ def _chunk(n: int, block: int) -> int | None:
     return None
 
 
-def shape_misfit(call: TileOpCall, arch, threads: int) -> str | None:
-    """Why the gemm cannot be a wgmma, the accumulator's layout aside; None when it can."""
+def shape_misfit(call: TileOpCall, arch, threads: int, a_in_registers: bool = False
+                 ) -> str | None:
+    """Why the gemm cannot be a wgmma, the accumulator's layout aside; None when it can. With
+    ``a_in_registers`` A is the 2-D register fragment the register-A form reads (whole,
+    [M, K]) instead of a swizzled shared tile."""
     a, b, c = (call.operands[k] for k in ("A", "B", "C"))
     if arch is None or arch.name != "sm_90a":
         return "wgmma needs sm_90a"
@@ -53,18 +56,23 @@ def shape_misfit(call: TileOpCall, arch, threads: int) -> str | None:
     if dtypes not in DTYPES:
         return f"operand dtypes {dtypes} are not (float16|bfloat16, same, float32)"
     if call.attrs["transpose_A"]:
-        return "A must be stored [M, K] (K-major) for the wgmma descriptor"
-    for name, region in (("A", a), ("B", b)):
+        return "A in registers must be [M, K]" if a_in_registers else \
+            "A must be stored [M, K] (K-major) for the wgmma descriptor"
+    for name, region in ((("B", b),) if a_in_registers else (("A", a), ("B", b))):
         layout = swizzle.layout_of(region.buffer)
         if layout is None or len(region.buffer.shape) != 2:
             return f"{name} is not a swizzled 2-D shared tile (swizzle.py)"
         if not all(lw._const(s) == 0 for s in region.starts):
             return f"{name} is read in part"
+    if a_in_registers and (not all(lw._const(s) == 0 for s in a.starts) or [
+            lw._const(e) for e in a.extents] != [lw._const(e) for e in a.buffer.shape]):
+        return "A is read in part"
     if lw.scope(c.buffer) != lw.MMA_ACC or len(lw.non_unit(c)) != 2:
         return "C is not a 2-D register accumulator (local.mma_acc)"
     m, n = (lw._const(e) for e in c.extents)
     k = lw._const(a.extents[1])
-    if threads % WARPGROUP or m != 64 * (threads // WARPGROUP):
+    if threads % WARPGROUP or m != 64 * (threads // WARPGROUP) or \
+            (a_in_registers and lw._const(a.extents[0]) != m):
         return f"M = {m} is not 64 rows per warpgroup of the {threads} threads"
     width_b = swizzle.layout_of(b.buffer)[0]
     if None in (n, k) or k % 16 or n % 8 or _chunk(n, width_b // 2) is None:
@@ -78,31 +86,8 @@ def is_register_a(buffer) -> bool:
 
 
 def rs_misfit(call: TileOpCall, arch, threads: int) -> str | None:
-    """Why the gemm cannot be a register-A wgmma with A the 2-D register fragment it reads
-    (``shape_misfit`` with A in registers: M = 64 rows per warpgroup, K a multiple of 16)."""
-    a, b, c = (call.operands[k] for k in ("A", "B", "C"))
-    if arch is None or arch.name != "sm_90a":
-        return "wgmma needs sm_90a"
-    dtypes = (str(a.buffer.dtype), str(b.buffer.dtype), str(c.buffer.dtype))
-    if dtypes not in DTYPES:
-        return f"operand dtypes {dtypes} are not (float16|bfloat16, same, float32)"
-    if call.attrs["transpose_A"]:
-        return "A in registers must be [M, K]"
-    layout = swizzle.layout_of(b.buffer)
-    if layout is None or len(b.buffer.shape) != 2:
-        return "B is not a swizzled 2-D shared tile (swizzle.py)"
-    if not all(lw._const(s) == 0 for s in (*a.starts, *b.starts)) or \
-            [lw._const(e) for e in a.extents] != [lw._const(e) for e in a.buffer.shape]:
-        return "A or B is read in part"
-    if lw.scope(c.buffer) != lw.MMA_ACC or len(lw.non_unit(c)) != 2:
-        return "C is not a 2-D register accumulator (local.mma_acc)"
-    m, n = (lw._const(e) for e in c.extents)
-    k = lw._const(a.extents[1])
-    if threads % WARPGROUP or m != 64 * (threads // WARPGROUP) or lw._const(a.extents[0]) != m:
-        return f"M = {m} is not 64 rows per warpgroup of the {threads} threads"
-    if None in (n, k) or k % 16 or n % 8 or _chunk(n, layout[0] // 2) is None:
-        return f"tile N x K = {n} x {k} does not split into m64nNk16 instructions"
-    return None
+    """Why the gemm cannot be a register-A wgmma with A the 2-D register fragment it reads."""
+    return shape_misfit(call, arch, threads, a_in_registers=True)
 
 
 def misfit(call: TileOpCall, ctx: RuleContext) -> str | None:

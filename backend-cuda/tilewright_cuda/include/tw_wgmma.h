@@ -27,6 +27,16 @@ __host__ __device__ inline unsigned long long tw_wgmma_desc(unsigned addr, unsig
          ((unsigned long long)((lbo >> 4) & 0x3FFF) << 16) |
          ((unsigned long long)((sbo >> 4) & 0x3FFF) << 32) | (mode << 62);
 }
+// The descriptor of the B block at (k0, n0) of a swizzled [RB, ...] tile of WB-byte column
+// blocks (swizzle.py): stored N-major (B_MN, rows are k) or K-major (rows are n).
+template <bool B_MN, int RB, int WB>
+__host__ __device__ inline unsigned long long tw_wgmma_b_desc(unsigned b0, int k0, int n0) {
+  if constexpr (B_MN) {
+    return tw_wgmma_desc(b0 + (n0 * 2 / WB) * RB * WB + k0 * WB, RB * WB, 8 * WB, WB);
+  } else {
+    return tw_wgmma_desc(b0 + (k0 * 2 / WB) * RB * WB + n0 * WB + (k0 * 2 % WB), 16, 8 * WB, WB);
+  }
+}
 
 template <int NC, bool BF16, bool B_MN>
 __device__ inline void tw_wgmma_m64k16(float* d, unsigned long long da, unsigned long long db);
@@ -176,13 +186,7 @@ __device__ __forceinline__ void tw_gemm_wgmma(const void* A, const void* B, floa
     const unsigned long long da = tw_wgmma_desc(a, 16, 8 * WA, WA);
 #pragma unroll
     for (int n0 = 0; n0 < N; n0 += NC) {
-      unsigned long long db;
-      if constexpr (B_MN) {
-        db = tw_wgmma_desc(b0 + (n0 * 2 / WB) * RB * WB + k0 * WB, RB * WB, 8 * WB, WB);
-      } else {
-        db = tw_wgmma_desc(b0 + (k0 * 2 / WB) * RB * WB + n0 * WB + (k0 * 2 % WB), 16, 8 * WB,
-                           WB);
-      }
+      const unsigned long long db = tw_wgmma_b_desc<B_MN, RB, WB>(b0, k0, n0);
       tw_wgmma_m64k16<NC, BF16, B_MN>(acc + n0 / 2, da, db);
     }
   }
@@ -200,13 +204,7 @@ __device__ __forceinline__ void tw_gemm_wgmma_rs(const T* A, const void* B, floa
   for (int k0 = 0; k0 < K; k0 += 16) {
 #pragma unroll
     for (int n0 = 0; n0 < N; n0 += NC) {
-      unsigned long long db;
-      if constexpr (B_MN) {
-        db = tw_wgmma_desc(b0 + (n0 * 2 / WB) * RB * WB + k0 * WB, RB * WB, 8 * WB, WB);
-      } else {
-        db = tw_wgmma_desc(b0 + (k0 * 2 / WB) * RB * WB + n0 * WB + (k0 * 2 % WB), 16, 8 * WB,
-                           WB);
-      }
+      const unsigned long long db = tw_wgmma_b_desc<B_MN, RB, WB>(b0, k0, n0);
       tw_wgmma_m64k16_rs<NC, BF16, B_MN>(acc + n0 / 2, a + k0 / 4, db);
     }
   }
