@@ -346,7 +346,7 @@ def lower_gemm(call: TileOpCall, ctx: RuleContext):
     problem = mma_policy_error(call, ctx.options, thread_var(ctx)[1])
     if problem is not None:
         raise UnsupportedOpError(problem)
-    for variant, fits in GEMM_VARIANTS:
+    for variant, fits in gemm_variants():
         if fits(call, ctx) is None:
             return variant(call, ctx)
     raise AssertionError("the thread gemm fits every gemm")
@@ -514,8 +514,11 @@ def lower_gemm_threads(call: TileOpCall, ctx: RuleContext):
     return loop_nest([m, n], body, ctx=ctx)
 
 
-GEMM_VARIANTS = ((wgmma.lower_gemm_wgmma, wgmma.misfit), (lower_gemm_mma, mma_misfit),
-                 (lower_gemm_threads, lambda call, ctx: None))
+def gemm_variants() -> tuple:
+    """(lowering, why it does not fit) of each gemm variant, the preferred first (read at
+    call time: wgmma.py imports this module, whichever of the two is imported first)."""
+    return ((wgmma.lower_gemm_wgmma, wgmma.misfit), (lower_gemm_mma, mma_misfit),
+            (lower_gemm_threads, lambda call, ctx: None))
 
 
 def _const(e) -> int | None:

@@ -1,7 +1,7 @@
 """The ``wgmma`` GEMM variant (sm_90a): ``wgmma.mma_async.m64nNk16`` with both operands read
 from swizzled shared tiles (swizzle.py) through matrix descriptors (include/tw_wgmma.h).
 
-It is the first entry of ``lowering.GEMM_VARIANTS``; :func:`misfit` says why a gemm does not
+It is the first entry of ``lowering.gemm_variants()``; :func:`misfit` says why a gemm does not
 take it. The accumulator stays the ``local.mma_acc`` register fragment: the m64nNk16 D layout
 is that layout's ``(warps x 1)`` warp grid when each warp owns 16 rows (M = 64 per
 warpgroup). :func:`mark_accumulators` (after layout inference) marks such fragments so that
