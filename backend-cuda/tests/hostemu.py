@@ -49,6 +49,7 @@ std::mutex tw_atomic_mutex;
 alignas(16) unsigned char tw_exchange[1024][16];
 inline void __syncthreads() { tw_barrier->arrive_and_wait(); }
 inline void tw_warp_sync() { tw_warp_barriers[threadIdx.x / 32]->arrive_and_wait(); }
+inline void __syncwarp(unsigned = 0xffffffffu) { tw_warp_sync(); }
 inline void __trap() { std::fflush(stdout); std::abort(); }
 template <class T> T __shfl_xor_sync(unsigned, T v, int offset, int = 32) {
   unsigned t = threadIdx.x;

@@ -79,7 +79,8 @@ def test_sm_90a_adds_a_producer_warpgroup():
     assert "tw_named_barrier_sync" not in loop and "tw_fence_proxy_async" not in loop
     assert loop.index("tw_mbar_wait(") < loop.index("tw_gemm_wgmma<") < \
         loop.index("tw_wgmma_wait<1>();") < loop.index("tw_mbar_arrive(")
-    assert "(uint)256);" in kernel  # the release barriers count the compute threads
+    # the release barriers count the compute warps: lane 0 arrives once its warp synced
+    assert "(uint)8);" in kernel and "__syncwarp();" in loop
 
 
 @pytest.mark.emulator

@@ -27,6 +27,7 @@ PRODUCER_REGISTERS = 40  # setmaxnreg budget of the producer warpgroup
 MAX_CONSUMER_REGISTERS = 240
 REGISTER_FILE = 65536  # 32-bit registers per SM (one block per SM with these kernels)
 WARPGROUP = 128
+WARP = 32
 WS_KEY = "cuda.disable_warp_specialized"
 
 
@@ -194,7 +195,7 @@ class TmaPlan:
                 code before the loop; fence.proxy.async; sync (named)
                 for i in range(n):
                     wait(full[i % S][g], (i / S) & 1); C(i) ...
-                    arrive(empty[i % S])                   # (i-1 with a wgmma in flight)
+                    __syncwarp; lane 0: arrive(empty[i % S])  # (i-1: a wgmma in flight)
                 code after the loop
 
         The kernel's threads keep their indices, so code lowered for them is unchanged;
@@ -240,11 +241,17 @@ class TmaPlan:
         producer = [_call(f"tw_setmaxnreg_dec<{PRODUCER_REGISTERS}>"),
                     tirx.IfThenElse(self.tx == 0, loads, None)]
         steady = self._steady(bars, release=True)
+        # one arrival per warp, once all its lanes are past their reads of the version
+        # (__syncwarp orders them before lane 0's release)
+        lane0 = tirx.floormod(self.tx, WARP) == 0
         if self.overlap:  # version i-1 is free once this iteration retired its wgmma group
-            steady.append(tirx.IfThenElse(self.i > 0, _call(
-                "tw_mbar_arrive", empty(tirx.floormod(self.i - 1, stages))), None))
+            release = tirx.floormod(self.i - 1, stages)
+            steady.append(tirx.IfThenElse(self.i > 0, tirx.SeqStmt([_call("__syncwarp"), (
+                tirx.IfThenElse(lane0, _call("tw_mbar_arrive", empty(release)), None))]), None))
         else:
-            steady.append(_call("tw_mbar_arrive", empty(tirx.floormod(self.i, stages))))
+            release = tirx.floormod(self.i, stages)
+            steady += [_call("__syncwarp"),
+                       tirx.IfThenElse(lane0, _call("tw_mbar_arrive", empty(release)), None)]
         registers = min(MAX_CONSUMER_REGISTERS,
                         (REGISTER_FILE - WARPGROUP * PRODUCER_REGISTERS) // threads // 8 * 8)
         consumer = [_call(f"tw_setmaxnreg_inc<{registers}>"), *before,
@@ -252,7 +259,7 @@ class TmaPlan:
                     *([wgmma.wait(0)] if self.overlap else []), *after]
         roles = [_role(self.tx, threads, WARPGROUP, producer, ROLE_KEY, "tx_load"),
                  _role(self.tx, 0, threads, consumer, ROLE_KEY, "tx_compute")]
-        counts = [1] * full + [threads] * stages
+        counts = [1] * full + [threads // WARP] * stages
         body = tirx.SeqStmt([*top, *self._init(bars, counts), *roles])
         block = tirx.IterVar(tvm.ir.Range(0, threads + WARPGROUP), self.tx,
                              tirx.IterVar.ThreadIndex, passes.THREAD_TAG)
