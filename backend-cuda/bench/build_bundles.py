@@ -71,13 +71,16 @@ def cases(quick: bool):
                ["HGMMA.64x256x16.F32", copies], configs)
     b, h, s, d = ATTENTION_SIZES[size]
     config = dict(kernels.ATTENTION)
-    for suffix, configs, copies in (("", {}, "UTMALDG.4D"), ("_nows", IN_ORDER, "UTMALDG.4D"),
-                                    ("_cpasync", CPASYNC, "LDGSTS.E.BYPASS.128")):
+    deeper = {**config, "num_stages": 3}  # K and V three stages deep: 224 KB of shared memory
+    for suffix, cfg, configs, copies in (
+            ("", config, {}, "UTMALDG.4D"), ("_3stages", deeper, {}, "UTMALDG.4D"),
+            ("_nows", config, IN_ORDER, "UTMALDG.4D"),
+            ("_cpasync", config, CPASYNC, "LDGSTS.E.BYPASS.128")):
         yield (f"flash_attention_float16{suffix}",
                {"kind": "attention", "batch": b, "heads": h, "seq": s, "dim": d,
-                "causal": False, "dtype": "float16", "config": config,
+                "causal": False, "dtype": "float16", "config": cfg,
                 **({"pass_configs": configs} if configs else {})},
-               kernels.attention.fn(b, h, s, d, "float16", **config),
+               kernels.attention.fn(b, h, s, d, "float16", **cfg),
                ["HGMMA.64x128x16.F32", copies], configs)
     rows, cols = ADD_SIZES[size]
     config = dict(kernels.ADD)
