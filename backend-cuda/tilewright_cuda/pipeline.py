@@ -46,28 +46,20 @@ from tvm import tirx
 from . import tma, wgmma
 from .lowering import SHARED_SCOPES, cp_async_commit, cp_async_wait, is_sync, sync
 from .passes import find_thread
+from .tma import STAGES_KEY
+from .tma import extern_name as _extern_name
+from .tma import flat as _flat
+from .tma import seq as _seq
 from .tma_pipeline import WS_KEY, TmaPlan
 
-STAGES_KEY = "tw.num_stages"
 VERSIONS_ATTR = "tw.cuda.smem_versions"
 _COPY_CALLS = ("tw_cp_async16", "tw_copy16")
 _GROUP_CALLS = ("tw_cp_async_commit", "tw_cp_async_wait")
 
 
-def _extern_name(node) -> str | None:
-    if isinstance(node, tvm.ir.Call) and isinstance(node.op, tvm.ir.Op) and \
-            node.op.name == "tirx.call_extern":
-        return str(node.args[0].value)
-    return None
-
-
 def _is_group_call(stmt) -> bool:
     return isinstance(stmt, tirx.Evaluate) and \
         (_extern_name(stmt.value) or "").startswith(_GROUP_CALLS)
-
-
-def _seq(stmts: list):
-    return stmts[0] if len(stmts) == 1 else tirx.SeqStmt(stmts)
 
 
 def _strip_groups(stmt):
@@ -292,10 +284,6 @@ def _pipeline_loop(loop, func_body, analyzer, tx):
     return tirx.SeqStmt([*prologue, main, *drain, cp_async_wait(0)]), versioned
 
 
-def _call(name: str, *args) -> tirx.Stmt:
-    return tirx.Evaluate(tirx.call_extern("void", name, *args))
-
-
 def _without_wgmma_barriers(stmts: list, producers: list, tma_tiles: list) -> list:
     """The loop body's statements with None for each ``fence.proxy.async; __syncthreads``
     pair right before a wgmma whose operands are TMA tiles (made visible by their mbarrier)
@@ -331,13 +319,6 @@ def _contains(node, target) -> bool:
     tvm_ffi.structural_walk(node, (tirx.For, lambda s: found.append(s) if s.same_as(target)
                                    else None))
     return bool(found)
-
-
-def _flat(stmts: list) -> list:
-    out = []
-    for st in stmts:
-        out += _flat(list(st.seq)) if isinstance(st, tirx.SeqStmt) else [st]
-    return out
 
 
 def _is_extern(stmt, name: str) -> bool:

@@ -32,11 +32,33 @@ DISABLE_KEY = "cuda.disable_tma_lower"
 SWIZZLE_PERIOD = 1024  # bytes: a TMA destination with 128-byte swizzling starts at one
 
 
-def _extern_name(node) -> str | None:
+# -- small IR helpers shared by pipeline.py and tma_pipeline.py --------------------------------
+def extern_name(node) -> str | None:
+    """The function name of a ``call_extern``, else None."""
     if isinstance(node, tvm.ir.Call) and isinstance(node.op, tvm.ir.Op) and \
             node.op.name == "tirx.call_extern":
         return str(node.args[0].value)
     return None
+
+
+def call(name: str, *args) -> tirx.Stmt:
+    """``name(args...);`` as a statement."""
+    return tirx.Evaluate(tirx.call_extern("void", name, *args))
+
+
+def seq(stmts: list):
+    return stmts[0] if len(stmts) == 1 else tirx.SeqStmt(stmts)
+
+
+def flat(stmts: list) -> list:
+    """``stmts`` with nested sequences spliced in."""
+    out = []
+    for st in stmts:
+        out += flat(list(st.seq)) if isinstance(st, tirx.SeqStmt) else [st]
+    return out
+
+
+# -- the copy rule's side ----------------------------------------------------------------------
 
 
 def _const(e) -> int | None:
@@ -97,7 +119,7 @@ def lower_copy(call: TileOpCall, ctx: RuleContext, fallback):
 
 
 def is_choice(stmt) -> bool:
-    return isinstance(stmt, tirx.IfThenElse) and _extern_name(stmt.condition) == CHOICE
+    return isinstance(stmt, tirx.IfThenElse) and extern_name(stmt.condition) == CHOICE
 
 
 def resolve(stmt, take_tma: bool = False):
@@ -115,11 +137,11 @@ def loaded_tiles(stmt) -> list:
     found = []
 
     def visit(call):
-        name = _extern_name(call) or ""
+        name = extern_name(call) or ""
         if not name.startswith("tw_tma_load_"):
             return
         smem = call.args[3]
-        while _extern_name(smem) == "tw_offset_bytes":
+        while extern_name(smem) == "tw_offset_bytes":
             smem = smem.args[1]
         buf = smem.args[0].source  # tw.cuda.shared_addr(tile[...])
         if not any(buf.same_as(b) for b in found):
@@ -132,4 +154,4 @@ def loaded_tiles(stmt) -> list:
 def set_barrier(stmt, barrier):
     """``stmt`` with the stage-barrier placeholder replaced by ``barrier`` (an address)."""
     return tvm_ffi.structural_map(stmt, (tvm.ir.Call, lambda c: barrier
-                                         if _extern_name(c) == STAGE_BARRIER else c))
+                                         if extern_name(c) == STAGE_BARRIER else c))

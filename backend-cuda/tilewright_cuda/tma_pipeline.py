@@ -22,6 +22,10 @@ from tvm import tirx
 
 from . import hopper, passes, tma, wgmma
 from .lowering import sync
+from .tma import STAGES_KEY
+from .tma import call as _call
+from .tma import flat as _flat
+from .tma import seq as _seq
 
 PRODUCER_REGISTERS = 40  # setmaxnreg budget of the producer warpgroup
 MAX_CONSUMER_REGISTERS = 240
@@ -29,20 +33,6 @@ REGISTER_FILE = 65536  # 32-bit registers per SM (one block per SM with these ke
 WARPGROUP = 128
 WARP = 32
 WS_KEY = "cuda.disable_warp_specialized"
-
-
-def _call(name: str, *args) -> tirx.Stmt:
-    return tirx.Evaluate(tirx.call_extern("void", name, *args))
-
-
-def _seq(stmts: list):
-    return stmts[0] if len(stmts) == 1 else tirx.SeqStmt(stmts)
-
-
-def _flat(stmt) -> list:
-    if isinstance(stmt, tirx.SeqStmt):
-        return [x for s in stmt.seq for x in _flat(s)]
-    return [stmt]
 
 
 def _uses(node, var) -> bool:
@@ -69,7 +59,7 @@ class TmaPlan:
 
     # -- shared by both forms ----------------------------------------------------------------
     def __post_init__(self):
-        from .pipeline import STAGES_KEY, _touches
+        from .pipeline import _touches
 
         self.stages = int(self.loop.annotations[STAGES_KEY])
         self.readers = [k for k in self.order if k not in self.producers and
@@ -96,15 +86,13 @@ class TmaPlan:
 
     def _produce(self, bars, at, version):
         """Stage ``at`` into ``version``: every producer's loads, then one arrival per group."""
-        from .pipeline import _seq as seq
-
         loads = [self.versioned.rewrite(
             tma.set_barrier(self.stmts[p], self._full(bars, version, self.groups.index(
                 self.group_of[p]))), self.loop.loop_var, self.loop.min + at, version)
             for p in self.producers]
         arrivals = [_call("tw_mbar_arrive", self._full(bars, version, g))
                     for g in range(len(self.groups))]
-        return seq([*loads, self._leader(arrivals)])
+        return _seq([*loads, self._leader(arrivals)])
 
     def _init(self, bars, counts: list) -> list:
         inits = [_call("tw_mbar_init", hopper.shared_addr(tirx.BufferLoad(
@@ -139,8 +127,6 @@ class TmaPlan:
         return out
 
     def _loop(self, body: list):
-        from .pipeline import STAGES_KEY
-
         annotations = {k: v for k, v in self.loop.annotations.items()
                        if str(k) not in (STAGES_KEY, "tw.order", "tw.stage")}
         return tirx.For(self.i, 0, self.loop.extent, self.loop.kind, tirx.SeqStmt(body),
@@ -208,7 +194,7 @@ class TmaPlan:
         threads = int(thread.extent.value)
         if threads % WARPGROUP or threads + WARPGROUP > 1024:
             return None
-        items = _flat(thread.body)
+        items = _flat([thread.body])
         at = next((k for k, s in enumerate(items) if s.same_as(self.loop)), None)
         if at is None:
             return None
