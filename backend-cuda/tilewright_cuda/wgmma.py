@@ -123,12 +123,22 @@ def lower_gemm_wgmma(call: TileOpCall, ctx: RuleContext):
     nc = _chunk(n, width_b // 2)
     name = (f"tw_gemm_wgmma<{n}, {k}, {nc}, {bf16}, {'true' if b_mn else 'false'}, {rows_a}, "
             f"{width_a}, {rows_b}, {width_b}>")
+    return _issue(call, ctx, name, shared_addr(_origin(a.buffer)), shared_addr(_origin(b.buffer)),
+                  tx)
+
+
+def _origin(buffer):
     zero = tirx.const(0, "int32")
-    gemm = tirx.Evaluate(tirx.call_extern(
-        "void", name, shared_addr(tirx.BufferLoad(a.buffer, [zero, zero])),
-        shared_addr(tirx.BufferLoad(b.buffer, [zero, zero])),
-        tirx.address_of(tirx.BufferLoad(c.buffer, [zero, zero])),
-        tirx.floordiv(tx, WARPGROUP)))
+    return tirx.BufferLoad(buffer, [zero, zero])
+
+
+def _issue(call: TileOpCall, ctx: RuleContext, name: str, a, b, tx):
+    """``name(a, b, &C, warpgroup)`` after the operands' writers fenced their shared stores
+    to the async proxy (a barrier of the block or role), waiting for its own group; the
+    accumulator cleared first for ``clear_accum``."""
+    c = call.operands["C"]
+    gemm = tirx.Evaluate(tirx.call_extern("void", name, a, b, tirx.address_of(
+        _origin(c.buffer)), tirx.floordiv(tx, WARPGROUP)))
     fence = tirx.Evaluate(tirx.call_extern("void", "tw_fence_proxy_async"))
     stmts = [fence, lw.sync(), gemm, wait(0)]
     if call.attrs["clear_accum"]:
@@ -154,18 +164,9 @@ def lower_gemm_wgmma_rs(call: TileOpCall, ctx: RuleContext):
     bf16 = "true" if str(a.buffer.dtype) == "bfloat16" else "false"
     name = (f"{RS}{n}, {k}, {_chunk(n, width_b // 2)}, {bf16}, {'true' if b_mn else 'false'}, "
             f"{lw._const(b.buffer.shape[0])}, {width_b}>")
-    zero = tirx.const(0, "int32")
     # argument order A, B, C as in the other tw_gemm* calls (passes._Access reads them so)
-    gemm = tirx.Evaluate(tirx.call_extern(
-        "void", name, tirx.address_of(tirx.BufferLoad(a.buffer, [zero, zero])),
-        shared_addr(tirx.BufferLoad(b.buffer, [zero, zero])),
-        tirx.address_of(tirx.BufferLoad(c.buffer, [zero, zero])),
-        tirx.floordiv(tx, WARPGROUP)))
-    fence = tirx.Evaluate(tirx.call_extern("void", "tw_fence_proxy_async"))
-    stmts = [fence, lw.sync(), gemm, wait(0)]
-    if call.attrs["clear_accum"]:
-        stmts.insert(0, lw.lower_fill(lw._fill_call(c), ctx))
-    return tirx.SeqStmt(stmts)
+    return _issue(call, ctx, name, tirx.address_of(_origin(a.buffer)),
+                  shared_addr(_origin(b.buffer)), tx)
 
 
 def convert_registers(src, dst, ctx: RuleContext):
