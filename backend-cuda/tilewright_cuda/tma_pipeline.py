@@ -103,14 +103,15 @@ class TmaPlan:
         return [tirx.AllocBuffer(bars), *again,
                 self._leader([*inits, _call("tw_fence_barrier_init")]), sync()]
 
-    def _steady(self, bars, release=None) -> list:
-        """One iteration's consumers, each group's wait before its first reader."""
+    def _steady(self, bars, specialised: bool = False) -> list:
+        """One iteration's consumers, each group's wait before its first reader; in the
+        in-order form a None where the refill goes (where the first producer stood)."""
         parity = tirx.floormod(tirx.floordiv(self.i, self.stages), 2)
         version = tirx.floormod(self.i, self.stages)
         out, refilled = [], False
         for index in self.order:
             if index in self.producers:
-                if release is None and not refilled:
+                if not specialised and not refilled:
                     out.append(None)  # where the in-order form refills
                     refilled = True
                 continue
@@ -226,7 +227,7 @@ class TmaPlan:
         loads = tirx.For(j, 0, n, tirx.ForKind.SERIAL, tirx.SeqStmt([released, refill]))
         producer = [_call(f"tw_setmaxnreg_dec<{PRODUCER_REGISTERS}>"),
                     tirx.IfThenElse(self.tx == 0, loads, None)]
-        steady = self._steady(bars, release=True)
+        steady = self._steady(bars, specialised=True)
         # one arrival per warp, once all its lanes are past their reads of the version
         # (__syncwarp orders them before lane 0's release)
         lane0 = tirx.floormod(self.tx, WARP) == 0
