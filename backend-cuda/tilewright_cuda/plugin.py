@@ -62,7 +62,8 @@ PIPELINE = PassPipeline((
                                                           "CUDALowerIntrinsics")],
           "each tile op becomes parallel nests or thread code (tilewright_cuda.lowering)"),
     Phase("pipeline", lambda ctx: [pipeline.pipeline(_arch(ctx), ctx.pass_configs)],
-          "T.Pipelined loops: prologue, multi-versioned shared tiles, cp.async groups"),
+          "T.Pipelined loops: multi-versioned shared tiles filled by cp.async groups or TMA "
+          "on mbarriers (sm_90a: by a producer warpgroup the block gains)"),
     Phase("distribute", lambda ctx: [hopper.distribute_roles(), passes.distribute()],
           "T.Parallel iterations are spread over the block's threads"),
     Phase("insert_sync", lambda ctx: [wgmma.drop_redundant_fences(), hopper.insert_sync()],
