@@ -111,12 +111,17 @@ def _rasterise(loops, inner):
 
 
 def find_thread(func):
+    return block_loop(func.body)
+
+
+def block_loop(body):
+    """The block's ``threadIdx.x`` loop in ``body`` (not a T.ws role's, hopper.py), or None."""
     found = []
-    tvm_ffi.structural_walk(func.body, (tirx.For, lambda s: found.append(s) if
-                                        s.thread_binding is not None and
-                                        str(s.thread_binding.thread_tag) == THREAD_TAG else None),
-                           order="pre")  # the block's loop, not a T.ws role's (hopper.py)
-    return found[0]
+    tvm_ffi.structural_walk(body, (tirx.For, lambda s: found.append(s) if
+                                   s.thread_binding is not None and
+                                   str(s.thread_binding.thread_tag) == THREAD_TAG else None),
+                           order="pre")
+    return found[0] if found else None
 
 
 # -- infer_layout -----------------------------------------------------------------------------

@@ -45,7 +45,7 @@ from tvm import tirx
 
 from . import tma, wgmma
 from .lowering import SHARED_SCOPES, cp_async_commit, cp_async_wait, is_sync, sync
-from .passes import find_thread
+from .passes import _is_address_of, find_thread
 from .tma import STAGES_KEY
 from .tma import extern_name as _extern_name
 from .tma import flat as _flat
@@ -137,10 +137,7 @@ def _writes(stmt, buffers) -> bool:
             return
         args = c.args[3:] if name.startswith("tw_gemm") else c.args[1:]  # A, B are read
         for a in args:
-            if not (isinstance(a, tvm.ir.Call) and isinstance(a.op, tvm.ir.Op) and
-                    a.op.name == "tirx.address_of"):
-                continue
-            if isinstance(a.args[0], tvm.ir.TensorLoad) and \
+            if _is_address_of(a) and isinstance(a.args[0], tvm.ir.TensorLoad) and \
                     any(a.args[0].source.same_as(b) for b in buffers):
                 found.append(a)
 

@@ -35,13 +35,6 @@ WARP = 32
 WS_KEY = "cuda.disable_warp_specialized"
 
 
-def _uses(node, var) -> bool:
-    found = []
-    tvm_ffi.structural_walk(node, (tirx.Var, lambda v: found.append(v) if v.same_as(var)
-                                   else None))
-    return bool(found)
-
-
 @dataclass
 class TmaPlan:
     """A pipelined loop planned by pipeline.py whose producers are TMA loads."""
@@ -188,8 +181,9 @@ class TmaPlan:
         The kernel's threads keep their indices, so code lowered for them is unchanged;
         block-wide barriers among them become named barriers (hopper.insert_sync)."""
         from .hopper import ROLE_KEY, _role_loops
+        from .pipeline import _loads_in
 
-        thread = _find_block_loop(func_body)
+        thread = passes.block_loop(func_body)
         if thread is None or _role_loops(func_body):
             return None
         threads = int(thread.extent.value)
@@ -202,15 +196,15 @@ class TmaPlan:
         top, before, moved = [], [], []
         for s in items[:at]:
             if isinstance(s, tirx.AllocBuffer) or (isinstance(s, tirx.Bind) and
-                                                   not _uses(s, self.tx) and
-                                                   not _loads(s.value)):
+                                                   not passes._uses(s, self.tx) and
+                                                   not _loads_in(s.value)):
                 top.append(s)
             else:
                 before.append(s)
                 moved += [s.var] if isinstance(s, tirx.Bind) else []
         after = [s for s in items[at + 1:] if not isinstance(s, tirx.AllocBuffer)]
         top += [s for s in items[at + 1:] if isinstance(s, tirx.AllocBuffer)]
-        if any(_uses(self.stmts[p], v) for p in self.producers for v in moved):
+        if any(passes._uses(self.stmts[p], v) for p in self.producers for v in moved):
             return None  # the loads need values the kernel's threads compute
         stages, n = self.stages, self.loop.extent
         full = stages * len(self.groups)
@@ -263,18 +257,3 @@ def _role(tx, lo: int, n: int, body: list, key: str, name: str):
     return tirx.For(var, 0, n, tirx.ForKind.THREAD_BINDING,
                     passes.substitute(_seq(body), {tx: var}), thread_binding=iv,
                     annotations={key: lo})
-
-
-def _loads(expr) -> bool:
-    found = []
-    tvm_ffi.structural_walk(expr, (tvm.ir.TensorLoad, lambda e: found.append(e)))
-    return bool(found)
-
-
-def _find_block_loop(body):
-    found = []
-    tvm_ffi.structural_walk(body, (tirx.For, lambda s: found.append(s) if
-                                   s.thread_binding is not None and
-                                   str(s.thread_binding.thread_tag) == passes.THREAD_TAG
-                                   else None), order="pre")
-    return found[0] if found else None

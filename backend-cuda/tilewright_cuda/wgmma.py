@@ -26,7 +26,7 @@ from tilewright.transform import RuleContext, prim_func_pass
 from tvm import tirx
 
 from . import lowering as lw  # lowering imports this module: use its names at call time
-from . import swizzle
+from . import swizzle, tma
 
 HEADER = (Path(__file__).parent / "include" / "tw_wgmma.h").read_text()
 WARPGROUP = 128
@@ -330,11 +330,7 @@ def drop_redundant_fences():
 
 
 def _extern(stmt) -> str | None:
-    value = stmt.value if isinstance(stmt, tirx.Evaluate) else stmt
-    if isinstance(value, tvm.ir.Call) and isinstance(value.op, tvm.ir.Op) and \
-            value.op.name == "tirx.call_extern":
-        return str(value.args[0].value)
-    return None
+    return tma.extern_name(stmt.value if isinstance(stmt, tirx.Evaluate) else stmt)
 
 
 def _tma_only(body) -> set:
@@ -369,12 +365,6 @@ def _tma_only(body) -> set:
     return {b for b in loaded if not any(b.same_as(o) for o in other)}
 
 
-def _flatten(stmt) -> list:
-    if isinstance(stmt, tirx.SeqStmt):
-        return [x for s in stmt.seq for x in _flatten(s)]
-    return [stmt]
-
-
 def _drop_fences(stmt, versions: dict, tma_only: set):
     from tilewright.transform import rebuild_for
 
@@ -382,7 +372,7 @@ def _drop_fences(stmt, versions: dict, tma_only: set):
 
     if isinstance(stmt, tirx.SeqStmt):
         out: list = []
-        flat = _flatten(stmt)
+        flat = tma.flat([stmt])
         for s in (_drop_fences(x, versions, tma_only) for x in flat):
             name = _extern(s) or ""
             if name.startswith(RS):
