@@ -10,8 +10,10 @@ First correctness (fresh random inputs, outputs poisoned with NaN, torch referen
 tolerances), then timing (CUDA events after warm-up, median), each kernel as a ratio to its
 peer measured in the same run: cuBLAS through torch.matmul, torch SDPA, device-to-device copy
 bandwidth; for attention every SDPA backend torch has is timed and the fastest is the peer.
-The machine's ceilings are measured too. The whole run takes about two minutes on an H200
-(each timing stops after ``--budget`` seconds or 50 runs). Full logs go to OUTDIR (two
+The machine's ceilings are measured too. Each bundle runs in a process of its own, killed
+after ``--timeout`` seconds, so a kernel that hangs or breaks the CUDA context costs only its
+row. The whole run takes about three minutes on an H200 (each timing stops after ``--budget``
+seconds or 50 runs). Full logs go to OUTDIR after every row (two
 files); one short table is printed last.
 """
 
@@ -266,8 +268,61 @@ def list_bundles(root: Path, only: set) -> int:
     return 1 if bad else 0
 
 
-def main() -> int:
+def child(args) -> int:
+    """One measurement in this process: the ceilings (``--child ceilings``) or one bundle.
+    Prints its log lines, then ``RESULT <json>`` for the parent."""
     global torch
+    import torch as torch_module
+
+    torch = torch_module
+    globals()["BUDGET_S"] = args.budget
+    if args.child == "ceilings":
+        props = torch.cuda.get_device_properties(0)
+        result = {**ceilings(), "gpu": f"{props.name} ({props.multi_processor_count} SMs)",
+                  "torch": torch.__version__, "cuda": torch.version.cuda}
+    else:
+        path = args.bundles / args.child
+        case = json.loads((path / "case.json").read_text())
+        try:
+            result = run_case(path.name, load(path), case, json.loads(args.ceilings))
+            result["status"] = "ok"
+        except Exception as exc:  # noqa: BLE001 - reported as this bundle's row
+            log(traceback.format_exc().rstrip())
+            result = {"status": f"FAILED: {type(exc).__name__}: {str(exc)[:80]}"}
+    print("RESULT " + json.dumps(result), flush=True)
+    return 0
+
+
+def isolated(args, name: str, extra: list[str]) -> dict:
+    """Run ``--child name`` in a fresh process under ``--timeout``: a kernel that hangs or
+    crashes the CUDA context costs its own row, not the rest of the run."""
+    import subprocess
+
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--bundles", str(args.bundles),
+           "--budget", str(args.budget), "--child", name, *extra]
+    start = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+        out, err, code = proc.stdout, proc.stderr, proc.returncode
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        err, code = f"timed out after {args.timeout:.0f} s (a hang?)", None
+    result = None
+    for line in out.splitlines():
+        if line.startswith("RESULT "):
+            result = json.loads(line[len("RESULT "):])
+        elif line.strip():
+            log(f"  {line}")
+    if err.strip():
+        LOG.extend(f"  [stderr] {line}" for line in err.strip().splitlines()[-40:])
+    if result is None:
+        why = err.strip().splitlines()[-1] if err.strip() else f"exit status {code}"
+        result = {"status": f"FAILED: {why[:100]}"}
+    result["seconds"] = round(time.perf_counter() - start, 1)
+    return result
+
+
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bundles", type=Path, required=True)
     parser.add_argument("--out", type=Path, help="folder for the logs (not with --list)")
@@ -278,47 +333,50 @@ def main() -> int:
                         help="check every bundle's metadata (no GPU) and exit")
     parser.add_argument("--budget", type=float, default=BUDGET_S,
                         help="seconds of timed runs per measurement (at most 50 runs)")
+    parser.add_argument("--timeout", type=float, default=120.0,
+                        help="seconds one bundle may take (its own process) before it is "
+                             "killed and reported as a hang")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--ceilings", default="{}", help=argparse.SUPPRESS)
     args = parser.parse_args()
     root = args.bundles / "quick" if args.quick else args.bundles
     only = {s for s in args.only.split(",") if s}
     if args.list:
         return list_bundles(root, only)
+    if args.child:
+        return child(args)
     if args.out is None:
         parser.error("--out is required unless --list is given")
-    import torch as torch_module
-
-    torch = torch_module
-    globals()["BUDGET_S"] = args.budget
     args.out.mkdir(parents=True, exist_ok=True)
+    args.bundles = root
     started = time.perf_counter()
-    props = torch.cuda.get_device_properties(0)
-    log(f"# {time.strftime('%Y-%m-%d %H:%M:%S %Z')} on {props.name} ({props.multi_processor_count}"
-        f" SMs), torch {torch.__version__}, CUDA {torch.version.cuda}, bundles {root}")
-    ceil = ceilings()
-    torch.cuda.empty_cache()
-    log(f"ceilings: torch bf16 matmul 8192^3 {ceil['bf16_matmul_tflops']:.0f} TFLOP/s, "
-        f"d2d copy {ceil['copy_tbps']:.2f} TB/s")
     rows = []
+
+    def save() -> None:  # after every row: a run cut short still leaves its logs
+        (args.out / "harness.log").write_text("\n".join(LOG) + "\n")
+        (args.out / "results.json").write_text(json.dumps(
+            {"ceilings": ceil, "results": dict(rows)}, indent=1))
+
+    log(f"# {time.strftime('%Y-%m-%d %H:%M:%S %Z')}, bundles {root}, one process each "
+        f"(timeout {args.timeout:.0f} s)")
+    ceil = isolated(args, "ceilings", [])
+    if "copy_tbps" not in ceil:
+        log(f"ceilings: {json.dumps(ceil)}")
+        save()
+        return 1
+    log(f"{ceil['gpu']}, torch {ceil['torch']}, CUDA {ceil['cuda']}; ceilings: torch bf16 "
+        f"matmul 8192^3 {ceil['bf16_matmul_tflops']:.0f} TFLOP/s, d2d copy "
+        f"{ceil['copy_tbps']:.2f} TB/s")
     for path in bundles_in(root, only):
-        case = json.loads((path / "case.json").read_text())
-        start = time.perf_counter()
-        try:
-            kernel = load(path)
-            result = run_case(path.name, kernel, case, ceil)
-            result["status"] = "ok"
-        except Exception as exc:  # noqa: BLE001 - one failing kernel must not stop the rest
-            log(f"{path.name}: FAILED\n{traceback.format_exc()}")
-            result = {"status": f"FAILED: {type(exc).__name__}: {str(exc)[:80]}"}
-        torch.cuda.empty_cache()
-        result["seconds"] = round(time.perf_counter() - start, 1)
+        log(f"{path.name}:")
+        result = isolated(args, path.name, ["--ceilings", json.dumps(ceil)])
         log(f"{path.name}: {json.dumps(result)}")
         rows.append((path.name, result))
+        save()
     log(f"total {time.perf_counter() - started:.0f} s")
-    (args.out / "harness.log").write_text("\n".join(LOG) + "\n")
-    (args.out / "results.json").write_text(json.dumps({"ceilings": ceil, "results": dict(rows)},
-                                                      indent=1))
-    print(f"\nceilings: torch bf16 matmul {ceil['bf16_matmul_tflops']:.0f} TFLOP/s, d2d copy "
-          f"{ceil['copy_tbps']:.2f} TB/s")
+    save()
+    print(f"\n{ceil['gpu']}: torch bf16 matmul {ceil['bf16_matmul_tflops']:.0f} TFLOP/s, d2d "
+          f"copy {ceil['copy_tbps']:.2f} TB/s")
     print(f"{'kernel':32s} status  ours ms    peer ms  ratio  ours        vs")
     for name, r in rows:
         if r["status"] != "ok":
