@@ -64,6 +64,20 @@ def bench(fn, budget_s: float | None = None, max_reps: int = 50) -> float:
     return statistics.median(samples)
 
 
+ROUNDS = 5
+
+
+def compare(ours, peer) -> tuple[float, float]:
+    """Median milliseconds of ``ours`` and ``peer``, timed in alternating rounds: the GPU's
+    clocks drift with its temperature and power over a run, and a peer timed only after ours
+    (or before) would carry that drift into the ratio."""
+    mine, theirs = [], []
+    for _ in range(ROUNDS):
+        mine.append(bench(ours, BUDGET_S / ROUNDS))
+        theirs.append(bench(peer, BUDGET_S / ROUNDS))
+    return statistics.median(mine), statistics.median(theirs)
+
+
 def poisoned_call(kernel, inputs):
     """Run a bundle with its outputs pre-filled with NaN; returns the outputs."""
     specs = kernel.signature["params"]
@@ -106,8 +120,7 @@ def run_case(name: str, kernel, case: dict, ceilings: dict) -> dict:
         tol = tolerance(dtype)
         torch.testing.assert_close(c.float(), ref.float(), rtol=tol["rtol"],
                                    atol=tol["atol"] * k ** 0.5)
-        ours = bench(lambda: kernel.function(*full))
-        peer = bench(lambda: torch.matmul(a, b))
+        ours, peer = compare(lambda: kernel.function(*full), lambda: torch.matmul(a, b))
         flops = 2 * m * n * k
         return {"ours_ms": ours, "peer_ms": peer, "peer": "torch.matmul (cuBLAS)",
                 "ours_tflops": flops / ours * 1e-9, "ratio": peer / ours}
@@ -120,8 +133,8 @@ def run_case(name: str, kernel, case: dict, ceilings: dict) -> dict:
                                                                vt.float()).transpose(1, 2)
         torch.testing.assert_close(o.float(), ref, **tolerance(dtype))
         qc, kc, vc = (t.contiguous() for t in (qt, kt, vt))
-        ours = bench(lambda: kernel.function(*full))
-        peer, backend = best_sdpa(qc, kc, vc)
+        backend, peer_fn = best_sdpa(qc, kc, vc)
+        ours, peer = compare(lambda: kernel.function(*full), peer_fn)
         flops = 4 * b_ * h * s * s * d
         return {"ours_ms": ours, "peer_ms": peer, "peer": f"torch SDPA ({backend})",
                 "ours_tflops": flops / ours * 1e-9, "ratio": peer / ours}
@@ -149,35 +162,39 @@ def run_case(name: str, kernel, case: dict, ceilings: dict) -> dict:
             torch.testing.assert_close(y, ref, **tolerance(dtype))
             peer_fn = lambda: torch.nn.functional.rms_norm(x, (case["N"],), w, case["eps"])
             moved = 2 * x.numel() * x.element_size()
-        ours = bench(lambda: kernel.function(*full))
-        peer = bench(peer_fn)
+        ours, peer = compare(lambda: kernel.function(*full), peer_fn)
         return {"ours_ms": ours, "peer_ms": peer, "peer": f"torch {kind}",
                 "ours_tbps": moved / ours * 1e-9, "ratio": peer / ours}
     raise ValueError(f"{name}: unknown case kind {kind!r}")
 
 
-def best_sdpa(q, k, v) -> tuple[float, str]:
-    """The fastest of torch's SDPA backends on these inputs: (milliseconds, backend)."""
+def best_sdpa(q, k, v):
+    """The fastest of torch's SDPA backends on these inputs: (backend, a call of it)."""
     sdpa = torch.nn.functional.scaled_dot_product_attention
     try:
         from torch.nn.attention import SDPBackend, sdpa_kernel
     except ImportError:  # an old torch: its default choice only
-        return bench(lambda: sdpa(q, k, v)), "default"
-    times = {}
+        return "default", lambda: sdpa(q, k, v)
+    times, calls = {}, {}
     for name in ("FLASH_ATTENTION", "CUDNN_ATTENTION", "EFFICIENT_ATTENTION"):
         backend = getattr(SDPBackend, name, None)
         if backend is None:
             continue
-        try:
+
+        def call(backend=backend):
             with sdpa_kernel(backend):
-                times[name.lower()] = bench(lambda: sdpa(q, k, v))
+                return sdpa(q, k, v)
+
+        try:
+            times[name.lower()] = bench(call, BUDGET_S / ROUNDS)
+            calls[name.lower()] = call
         except RuntimeError as exc:  # not available for these inputs or this build
             log(f"  SDPA {name.lower()}: unavailable ({str(exc).splitlines()[0][:100]})")
     if not times:
-        return bench(lambda: sdpa(q, k, v)), "default"
+        return "default", lambda: sdpa(q, k, v)
     log(f"  SDPA backends (ms): {json.dumps(times)}")
     name = min(times, key=times.get)
-    return times[name], name
+    return name, calls[name]
 
 
 def ceilings() -> dict:

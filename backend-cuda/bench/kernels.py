@@ -7,10 +7,13 @@ emulation at small problem sizes. Only the problem size differs between the two.
 Configurations (sm_90a, chosen for H100/H200):
 
 - GEMM: 128x256x64 block tiles, 256 threads = two warpgroups of 64x256 each (the wgmma
-  variant, ``HGMMA.64x256x16``), 4 cp.async stages (4 x 48 KB = 192 KB of the 227 KB of
-  shared memory), fp32 accumulation, fp16/bf16 output.
+  variant, ``HGMMA.64x256x16``), 4 stages (4 x 48 KB = 192 KB of the 227 KB of shared
+  memory) filled by TMA from a producer warpgroup the compiler adds, fp32 accumulation,
+  fp16/bf16 output. Blocks are rasterised in panels of 16 block rows: of the 132 blocks in
+  flight, about 16 rows x 8 columns of tiles, the split that needs the fewest distinct A and B
+  bytes per step for 128x256 tiles (16 x 128 rows of A ~ 8 x 256 columns of B).
 - FlashAttention forward: 128 query rows per block, 128 keys per step, 256 threads (two
-  warpgroups of 64 rows: both gemms are wgmma), K and V double-buffered with cp.async.
+  warpgroups of 64 rows: both gemms are wgmma), K and V three stages deep through TMA.
 - Elementwise add: 4096-element blocks of 256 threads, each thread moving 16-byte vectors.
 """
 
@@ -18,9 +21,9 @@ import tilewright
 import tilewright.language as T
 
 GEMM = {"block_M": 128, "block_N": 256, "block_K": 64, "threads": 256, "num_stages": 4}
-ATTENTION = {"block_M": 128, "block_N": 128, "threads": 256, "num_stages": 2}
+ATTENTION = {"block_M": 128, "block_N": 128, "threads": 256, "num_stages": 3}
 ADD = {"block_M": 8, "block_N": 512, "threads": 256}
-SWIZZLE_PANEL = 8  # blocks per raster panel (T.use_swizzle): 8 x 256 columns of B stay in L2
+SWIZZLE_PANEL = 16  # block rows per raster panel (T.use_swizzle), see above
 
 
 @tilewright.jit(out_idx=[2])
@@ -49,7 +52,7 @@ def gemm(M, N, K, dtype="float16", block_M=128, block_N=256, block_K=64, threads
 
 @tilewright.jit(out_idx=[3])
 def attention(batch, heads, seq_len, dim, dtype="float16", block_M=128, block_N=128,
-              threads=256, num_stages=2):
+              threads=256, num_stages=3):
     """FlashAttention forward, not causal, [batch, seq, heads, dim] tensors; ``seq_len`` a
     multiple of ``block_N`` (no key mask)."""
     scale = (1.0 / dim) ** 0.5 * 1.44269504  # exponents in base 2

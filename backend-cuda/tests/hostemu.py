@@ -4,17 +4,21 @@ The source is compiled with g++ against a small shim: every CUDA thread of a blo
 thread, ``__syncthreads`` is a ``std::barrier``, warp shuffles exchange through memory between
 two barriers of the warp (a warp-collective op waits for its warp only, as on the GPU, so the
 warps of one T.ws role run it while another role's do other work), the dynamic shared-memory
-pool is poisoned before each block, and blocks run one after another. It checks what the
-generated code computes (indexing, guards, barriers, reductions); it says nothing about speed.
-float16 and bfloat16 use the host side of cuda_fp16.h and cuda_bf16.h; mma.sync and ldmatrix
-are emulated per warp from the PTX fragment layouts (through memory between two barriers of
-the warp), cp.async as a synchronous copy with zero fill.
+pool is poisoned before each block, and blocks run one after another, except that the
+blocks of one thread-block cluster run at once, each with its own shared memory, so that
+they can wait for each other (cluster barriers, TMA multicast, remote mbarrier arrivals).
+It checks what the generated code computes (indexing, guards, barriers, reductions); it
+says nothing about speed. float16 and bfloat16 use the host side of cuda_fp16.h and
+cuda_bf16.h; mma.sync and ldmatrix are emulated per warp from the PTX fragment layouts
+(through memory between two barriers of the warp), cp.async as a synchronous copy with zero
+fill.
 """
 
 from __future__ import annotations
 
 import ctypes
 import hashlib
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -42,17 +46,24 @@ SHIM = r"""
 struct tw_dim3 { unsigned x = 0, y = 0, z = 0; };
 thread_local tw_dim3 threadIdx, blockIdx;
 tw_dim3 blockDim, gridDim;
-alignas(1024) unsigned char tw_smem_ptr[1 << 18];
-std::barrier<>* tw_barrier;
-std::barrier<>* tw_warp_barriers[32];  // one per warp: warp-collective ops wait on their own
+constexpr int TW_MAX_CLUSTER = 8;
+alignas(1024) unsigned char tw_smem_pool[TW_MAX_CLUSTER][1 << 18];
+// per block of the running cluster: its shared memory, barriers, and its threads' slots in
+// the exchange buffers below (rank * 1024 + threadIdx.x)
+thread_local unsigned char* tw_smem_ptr;
+thread_local unsigned tw_cta_rank = 0, tw_slot_base = 0;
+unsigned char* tw_cta_smem[TW_MAX_CLUSTER];
+std::barrier<>* tw_cluster_barrier;
+thread_local std::barrier<>* tw_barrier;
+thread_local std::barrier<>** tw_warp_barriers;  // one per warp: warp ops wait on theirs
 std::mutex tw_atomic_mutex;
-alignas(16) unsigned char tw_exchange[1024][16];
+alignas(16) unsigned char tw_exchange[TW_MAX_CLUSTER * 1024][16];
 inline void __syncthreads() { tw_barrier->arrive_and_wait(); }
 inline void tw_warp_sync() { tw_warp_barriers[threadIdx.x / 32]->arrive_and_wait(); }
 inline void __syncwarp(unsigned = 0xffffffffu) { tw_warp_sync(); }
 inline void __trap() { std::fflush(stdout); std::abort(); }
 template <class T> T __shfl_xor_sync(unsigned, T v, int offset, int = 32) {
-  unsigned t = threadIdx.x;
+  unsigned t = tw_slot_base + threadIdx.x;
   std::memcpy(tw_exchange[t], &v, sizeof(T));
   tw_warp_sync();
   T r;
@@ -83,7 +94,7 @@ inline double __longlong_as_double(unsigned long long v) {
   double d; std::memcpy(&d, &v, 8); return d;
 }
 #define TW_HOST_EMULATION 1
-unsigned tw_mma_exchange[1024][6];
+unsigned tw_mma_exchange[TW_MAX_CLUSTER * 1024][6];
 inline float tw_bits16_to_float(unsigned bits, bool bf16) {
   unsigned u;
   if (bf16) {
@@ -105,7 +116,7 @@ inline float tw_bits16_to_float(unsigned bits, bool bf16) {
 }
 // mma.sync.m16n8k16 across the 32 lanes of the calling warp, from the PTX fragment layouts
 inline void tw_emulate_mma_16816(float* c, const unsigned* a, const unsigned* b, bool bf16) {
-  unsigned t = threadIdx.x, base = t / 32 * 32;
+  unsigned t = tw_slot_base + threadIdx.x, base = t / 32 * 32;
   for (int i = 0; i < 4; ++i) tw_mma_exchange[t][i] = a[i];
   tw_mma_exchange[t][4] = b[0];
   tw_mma_exchange[t][5] = b[1];
@@ -132,9 +143,9 @@ inline void tw_emulate_mma_16816(float* c, const unsigned* a, const unsigned* b,
 // ldmatrix.m8n8.x{num}[.trans] across the calling warp: lane l gave the address of row l % 8
 // of matrix l / 8; register j gets matrix j, (row l / 4, columns 2 (l % 4) + 0, 1), or with
 // trans (rows 2 (l % 4) + 0, 1, column l / 4)
-const void* tw_ldsm_rows[1024];
+const void* tw_ldsm_rows[TW_MAX_CLUSTER * 1024];
 inline void tw_emulate_ldmatrix(unsigned* d, const void* row, int num, bool trans) {
-  unsigned t = threadIdx.x, base = t / 32 * 32, lane = t % 32;
+  unsigned t = tw_slot_base + threadIdx.x, base = t / 32 * 32, lane = t % 32;
   tw_ldsm_rows[t] = row;
   tw_warp_sync();
   for (int j = 0; j < num; ++j) {
@@ -156,22 +167,36 @@ struct tw_ptr { void* p; template <class T> operator T*() const { return (T*)p; 
 """
 
 LAUNCHER = r"""
-extern "C" void tw_launch(void** ptrs, long long* ints, int gx, int gy, int gz, int threads) {
+extern "C" void tw_launch(void** ptrs, long long* ints, int gx, int gy, int gz, int threads,
+                          int cluster) {
   gridDim = {(unsigned)gx, (unsigned)gy, (unsigned)gz};
   blockDim = {(unsigned)threads, 1, 1};
-  for (int z = 0; z < gz; ++z) for (int y = 0; y < gy; ++y) for (int x = 0; x < gx; ++x) {
-    std::memset(tw_smem_ptr, 0xff, sizeof(tw_smem_ptr));  // poison: NaN for floats
-    std::barrier<> bar(threads);
-    tw_barrier = &bar;
-    std::vector<std::unique_ptr<std::barrier<>>> warps;
-    for (int w = 0; w * 32 < threads; ++w) {
-      warps.push_back(std::make_unique<std::barrier<>>(std::min(32, threads - 32 * w)));
-      tw_warp_barriers[w] = warps.back().get();
+  for (int z = 0; z < gz; ++z) for (int y = 0; y < gy; ++y)
+  for (int x0 = 0; x0 < gx; x0 += cluster) {
+    std::barrier<> everyone(threads * cluster);
+    tw_cluster_barrier = &everyone;
+    std::vector<std::unique_ptr<std::barrier<>>> blocks;
+    std::vector<std::vector<std::barrier<>*>> warps(cluster);
+    std::vector<std::unique_ptr<std::barrier<>>> keep;
+    for (int r = 0; r < cluster; ++r) {
+      tw_cta_smem[r] = tw_smem_pool[r];
+      std::memset(tw_smem_pool[r], 0xff, sizeof(tw_smem_pool[r]));  // poison: NaN for floats
+      blocks.push_back(std::make_unique<std::barrier<>>(threads));
+      for (int w = 0; w * 32 < threads; ++w) {
+        keep.push_back(std::make_unique<std::barrier<>>(std::min(32, threads - 32 * w)));
+        warps[r].push_back(keep.back().get());
+      }
     }
     std::vector<std::thread> pool;
-    for (int t = 0; t < threads; ++t) pool.emplace_back([=] {
+    for (int r = 0; r < cluster; ++r)
+    for (int t = 0; t < threads; ++t) pool.emplace_back([=, &blocks, &warps] {
       threadIdx = {(unsigned)t, 0, 0};
-      blockIdx = {(unsigned)x, (unsigned)y, (unsigned)z};
+      blockIdx = {(unsigned)(x0 + r), (unsigned)y, (unsigned)z};
+      tw_cta_rank = r;
+      tw_slot_base = r * 1024;
+      tw_smem_ptr = tw_smem_pool[r];
+      tw_barrier = blocks[r].get();
+      tw_warp_barriers = warps[r].data();
       KERNEL(ARGS);
     });
     for (auto& th : pool) th.join();
@@ -211,6 +236,7 @@ def build(source: str, launch: dict, workdir: Path) -> ctypes.CDLL:
             args.append(f"*(const tw_tensormap*)ptrs[{n}]")
             continue
         args.append(f"tw_ptr{{ptrs[{n}]}}" if p["kind"] == "tensor" else f"ints[{n}]")
+    source = re.sub(r"extern __shared__[^;]*\btw_smem_ptr\[\];", "", source)  # the shim's
     text = SHIM + source + LAUNCHER.replace("KERNEL", launch["entry"]).replace(
         "ARGS", ", ".join(args))
     digest = hashlib.sha256(text.encode()).hexdigest()[:12]
@@ -246,4 +272,8 @@ def run(source: str, launch: dict, workdir: Path, *args) -> None:
         else:
             ints[i] = symbols[p["name"]]
     grid = [int(eval(g, {"min": min, "max": max}, symbols)) for g in launch["grid"]]
-    lib.tw_launch(ptrs, ints, *grid, int(launch["block"][0]))
+    cluster = [int(c) for c in launch.get("cluster_dims") or (1, 1, 1)]
+    if cluster[1:] != [1, 1] or not 1 <= cluster[0] <= 8 or grid[0] % cluster[0]:
+        raise RuntimeError(f"host emulation runs clusters of up to 8 blocks along x whose "
+                           f"count divides the grid; got cluster {cluster}, grid {grid}")
+    lib.tw_launch(ptrs, ints, *grid, int(launch["block"][0]), cluster[0])

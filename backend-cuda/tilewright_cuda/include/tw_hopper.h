@@ -115,6 +115,61 @@ __device__ __forceinline__ void tw_tma_store_5d(const void* d, void* src, int c0
                :: TW_DESC(d), "r"(tw_smem_u32(src)), "r"(c0), "r"(c1), "r"(c2), "r"(c3),
                   "r"(c4) : "memory");
 }
+// thread-block clusters: this block's rank, a barrier of every thread of the cluster, an
+// arrival on the mbarrier at the same shared-memory offset in block `rank` of the cluster, and
+// TMA loads that land in every block of `mask` (same offset, each block's own mbarrier)
+__device__ __forceinline__ unsigned tw_cluster_ctarank() {
+  unsigned r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ void tw_cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n"
+               "barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void tw_mbar_arrive_cluster(void* bar, unsigned rank) {
+  unsigned remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote)
+               : "r"(tw_smem_u32(bar)), "r"(rank));
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];"
+               :: "r"(remote) : "memory");
+}
+#define TW_TMA_MC " .shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+__device__ __forceinline__ void tw_tma_load_multicast_1d(const void* d, void* bar, void* dst,
+                                                         unsigned short mask, int c0) {
+  asm volatile("cp.async.bulk.tensor.1d" TW_TMA_MC " [%0], [%1, {%2}], [%3], %4;"
+               :: "r"(tw_smem_u32(dst)), TW_DESC(d), "r"(c0), "r"(tw_smem_u32(bar)), "h"(mask)
+               : "memory");
+}
+__device__ __forceinline__ void tw_tma_load_multicast_2d(const void* d, void* bar, void* dst,
+                                                         unsigned short mask, int c0, int c1) {
+  asm volatile("cp.async.bulk.tensor.2d" TW_TMA_MC " [%0], [%1, {%2, %3}], [%4], %5;"
+               :: "r"(tw_smem_u32(dst)), TW_DESC(d), "r"(c0), "r"(c1), "r"(tw_smem_u32(bar)),
+                  "h"(mask) : "memory");
+}
+__device__ __forceinline__ void tw_tma_load_multicast_3d(const void* d, void* bar, void* dst,
+                                                         unsigned short mask, int c0, int c1,
+                                                         int c2) {
+  asm volatile("cp.async.bulk.tensor.3d" TW_TMA_MC " [%0], [%1, {%2, %3, %4}], [%5], %6;"
+               :: "r"(tw_smem_u32(dst)), TW_DESC(d), "r"(c0), "r"(c1), "r"(c2),
+                  "r"(tw_smem_u32(bar)), "h"(mask) : "memory");
+}
+__device__ __forceinline__ void tw_tma_load_multicast_4d(const void* d, void* bar, void* dst,
+                                                         unsigned short mask, int c0, int c1,
+                                                         int c2, int c3) {
+  asm volatile("cp.async.bulk.tensor.4d" TW_TMA_MC " [%0], [%1, {%2, %3, %4, %5}], [%6], %7;"
+               :: "r"(tw_smem_u32(dst)), TW_DESC(d), "r"(c0), "r"(c1), "r"(c2), "r"(c3),
+                  "r"(tw_smem_u32(bar)), "h"(mask) : "memory");
+}
+__device__ __forceinline__ void tw_tma_load_multicast_5d(const void* d, void* bar, void* dst,
+                                                         unsigned short mask, int c0, int c1,
+                                                         int c2, int c3, int c4) {
+  asm volatile("cp.async.bulk.tensor.5d" TW_TMA_MC
+               " [%0], [%1, {%2, %3, %4, %5, %6}], [%7], %8;"
+               :: "r"(tw_smem_u32(dst)), TW_DESC(d), "r"(c0), "r"(c1), "r"(c2), "r"(c3),
+                  "r"(c4), "r"(tw_smem_u32(bar)), "h"(mask) : "memory");
+}
+#undef TW_TMA_MC
 #undef TW_DESC
 
 #else  // TW_HOST_EMULATION
@@ -175,7 +230,7 @@ inline void tw_named_barrier_sync(int id, int threads) {
   std::barrier<>* b;
   {
     std::lock_guard<std::mutex> g(tw_mbar_mutex);
-    auto& slot = tw_named[id * 4096LL + threads];
+    auto& slot = tw_named[(tw_cta_rank * 64LL + id) * 4096LL + threads];
     if (!slot) slot = new std::barrier<>(threads);
     b = slot;
   }
@@ -233,5 +288,23 @@ template <class... C> inline void tw_tma_store(const void* d, void* src, C... co
 #define tw_tma_store_3d tw_tma_store
 #define tw_tma_store_4d tw_tma_store
 #define tw_tma_store_5d tw_tma_store
+// clusters: hostemu.py runs the blocks of one cluster at once, each with its own shared
+// memory (tw_cta_smem[rank]); these reach into a block of the cluster by rank
+inline unsigned tw_cluster_ctarank() { return tw_cta_rank; }
+inline void tw_cluster_sync() { tw_cluster_barrier->arrive_and_wait(); }
+inline void* tw_in_cta(void* p, unsigned rank) {  // the same offset in block `rank`
+  return tw_cta_smem[rank] + ((unsigned char*)p - tw_cta_smem[tw_cta_rank]);
+}
+inline void tw_mbar_arrive_cluster(void* bar, unsigned rank) { tw_mbar_arrive(tw_in_cta(bar, rank)); }
+template <class... C> inline void tw_tma_load_multicast(const void* d, void* bar, void* dst,
+                                                        unsigned short mask, C... coords) {
+  for (unsigned r = 0; r < 16; ++r)
+    if (mask >> r & 1) tw_tma_load(d, tw_in_cta(bar, r), tw_in_cta(dst, r), coords...);
+}
+#define tw_tma_load_multicast_1d tw_tma_load_multicast
+#define tw_tma_load_multicast_2d tw_tma_load_multicast
+#define tw_tma_load_multicast_3d tw_tma_load_multicast
+#define tw_tma_load_multicast_4d tw_tma_load_multicast
+#define tw_tma_load_multicast_5d tw_tma_load_multicast
 #endif  // TW_HOST_EMULATION
 #endif  // TW_HOPPER_H

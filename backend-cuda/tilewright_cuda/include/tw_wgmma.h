@@ -122,20 +122,20 @@ inline void tw_wgmma_m64k16(float* d, unsigned long long da, unsigned long long 
 // l / 4 + 8, columns 2 (l % 4) + {0, 1, 8, 9}), so each thread gathers its two rows from the
 // four lanes of its quad through memory between two barriers of its warp (wgmma is issued by
 // whole warpgroups; other warps, a producer role's say, need not take part).
-inline unsigned tw_wgmma_a_exchange[1024][4];
+inline unsigned tw_wgmma_a_exchange[TW_MAX_CLUSTER * 1024][4];
 inline std::barrier<>& tw_wgmma_warp_barrier() {
-  static std::unique_ptr<std::barrier<>> bars[32];
+  static std::unique_ptr<std::barrier<>> bars[TW_MAX_CLUSTER * 32];
   static std::once_flag once;
   std::call_once(once, [] {
     for (auto& b : bars) b = std::make_unique<std::barrier<>>(32);
   });
-  return *bars[threadIdx.x / 32];
+  return *bars[(tw_slot_base + threadIdx.x) / 32];
 }
 template <int NC, bool BF16, bool B_MN>
 inline void tw_wgmma_m64k16_rs(float* d, const unsigned* a, unsigned long long db) {
   tw_wgmma_op op{d, 0, db, NC, BF16, B_MN, {}};
   op.regs = a;
-  unsigned t = threadIdx.x, quad = t / 4 * 4;
+  unsigned t = tw_slot_base + threadIdx.x, quad = t / 4 * 4;
   for (int r = 0; r < 4; ++r) op.held[r] = tw_wgmma_a_exchange[t][r] = a[r];
   tw_wgmma_warp_barrier().arrive_and_wait();
   for (int l = 0; l < 4; ++l)
