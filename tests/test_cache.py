@@ -279,3 +279,32 @@ def test_key_follows_kernel_source_not_its_formatting(kernel_module, cache_dir):
     a, b = torch.randn(256), torch.randn(256)
     torch.testing.assert_close(kernel(a, b), a - b)
     assert len(entries(cache_dir)) == 2
+
+
+def test_the_compiler_fingerprint_covers_files_besides_python(tmp_path, monkeypatch):
+    # a backend's headers are compiled into every kernel: editing one must change cache keys
+    import sys
+    import types
+
+    from tilewright.jit.kernel import _fingerprint
+
+    pkg = tmp_path / "tw_fake_backend"
+    (pkg / "include").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    header = pkg / "include" / "fake.h"
+    header.write_text("// one\n")
+    module = types.ModuleType("tw_fake_backend")
+    module.__file__ = str(pkg / "__init__.py")
+    monkeypatch.setitem(sys.modules, "tw_fake_backend", module)
+    before = _fingerprint("tw_fake_backend")
+    _fingerprint.cache_clear()
+    header.write_text("// two, longer\n")
+    assert _fingerprint("tw_fake_backend") != before
+    _fingerprint.cache_clear()
+    (pkg / "__pycache__").mkdir()
+    (pkg / "__pycache__" / "x.pyc").write_bytes(b"0")  # bytecode is not the compiler's source
+    again = _fingerprint("tw_fake_backend")
+    _fingerprint.cache_clear()
+    (pkg / "__pycache__" / "x.pyc").write_bytes(b"0123")
+    assert _fingerprint("tw_fake_backend") == again
+    _fingerprint.cache_clear()

@@ -37,6 +37,7 @@ ADD_SIZES = {"full": (16384, 16384), "quick": (1024, 1024)}  # float32: 1 GiB pe
 
 IN_ORDER = {"cuda.disable_warp_specialized": True}  # TMA issued by one compute thread
 CPASYNC = {"cuda.disable_tma_lower": True}  # the tiles through cp.async instead of TMA
+NO_MULTICAST = {"cuda.disable_tma_multicast": True}  # each block loads its own B tile
 
 
 def cases(quick: bool):
@@ -51,18 +52,17 @@ def cases(quick: bool):
                    kernels.gemm.fn(n, n, n, dtype, **config),
                    ["HGMMA.64x256x16.F32" + (".BF16" if dtype == "bfloat16" else ""),
                     "WARPGROUP.DEPBAR.LE gsb0, 0x1",  # one wgmma group kept in flight
-                    "UTMALDG.2D"], {})  # the tiles arrive through TMA
+                    "UTMALDG.2D.MULTICAST"], {})  # B through TMA, once per pair of blocks
     # diagnostic rows, not targets: what each choice of the default buys, to pick defaults
     # from. nows: TMA issued in order by one of the kernel's threads (no producer warpgroup);
-    # cpasync: the tiles copied by every thread with cp.async instead of TMA; the others
-    # change one tile parameter of the default.
+    # cpasync: the tiles copied by every thread with cp.async instead of TMA; nomulticast:
+    # no clusters, every block loads its B tile itself; 3stages: one stage less.
     for n in GEMM_SIZES[size]:
         for suffix, change, configs, copies in (
                 ("_nows", {}, IN_ORDER, "UTMALDG.2D"),
                 ("_cpasync", {}, CPASYNC, "LDGSTS.E.BYPASS.128"),
-                ("_3stages", {"num_stages": 3}, {}, "UTMALDG.2D"),
-                ("_panel8", {"panel": 8}, {}, "UTMALDG.2D"),
-                ("_panel32", {"panel": 32}, {}, "UTMALDG.2D")):
+                ("_3stages", {"num_stages": 3}, {}, "UTMALDG.2D.MULTICAST"),
+                ("_nomulticast", {}, NO_MULTICAST, "UTMALDG.2D")):
             if quick and change:  # the smoke run checks the code paths, not the tile choices
                 continue
             config = {**kernels.GEMM, **change}

@@ -50,7 +50,7 @@ from .tma import STAGES_KEY
 from .tma import extern_name as _extern_name
 from .tma import flat as _flat
 from .tma import seq as _seq
-from .tma_pipeline import WS_KEY, TmaPlan
+from .tma_pipeline import MULTICAST_KEY, WS_KEY, TmaPlan
 
 VERSIONS_ATTR = "tw.cuda.smem_versions"
 _COPY_CALLS = ("tw_cp_async16", "tw_copy16")
@@ -404,7 +404,8 @@ def pipeline(arch=None, configs=None):
             new_loop, versioned = done
             stages = int(loop.annotations[STAGES_KEY])
             if isinstance(new_loop, TmaPlan):
-                split = new_loop.specialise(body) if specialise and len(loops) == 1 else None
+                split = new_loop.specialise(body, not (configs or {}).get(MULTICAST_KEY)) \
+                    if specialise and len(loops) == 1 else None
                 if split is not None:
                     body, new_loop = split, loop  # the loop is gone: nothing to swap
                 else:

@@ -9,6 +9,13 @@ issuing thread's) and the bytes of its loads, and waited for right before that c
 FlashAttention's ``Q K^T`` starts while V is still in flight. A wgmma that reads only TMA tiles
 and tiles written before the loop needs no barrier of its own (pipeline.py,
 ``_without_wgmma_barriers``).
+
+With a producer warpgroup, a tile that two neighbouring blocks (blockIdx.x 2c and 2c + 1)
+load from the same place -- the B tile of a GEMM whose rasterisation pairs blocks of one
+column -- is loaded once for both: the two blocks form a cluster, each loads half of the
+tile's TMA boxes and multicasts them into both blocks' shared memory (:class:`Multicast`).
+That halves the L2 traffic of the shared tile. The pass config ``cuda.disable_tma_multicast``
+turns it off.
 """
 
 from __future__ import annotations
@@ -33,6 +40,8 @@ REGISTER_FILE = 65536  # 32-bit registers per SM (one block per SM with these ke
 WARPGROUP = 128
 WARP = 32
 WS_KEY = "cuda.disable_warp_specialized"
+MULTICAST_KEY = "cuda.disable_tma_multicast"
+CLUSTER = 2  # blocks per cluster when tiles are multicast
 
 
 @dataclass
@@ -159,7 +168,7 @@ class TmaPlan:
                              *drain])
 
     # -- a producer warpgroup issues ---------------------------------------------------------
-    def specialise(self, func_body):
+    def specialise(self, func_body, multicast: bool = True):
         """``func_body`` with one more warpgroup in the block that only issues the loads,
         or None when the kernel does not allow it (the loop is not at the top of the
         block's program, the block has roles already, or no warpgroup fits)::
@@ -179,7 +188,9 @@ class TmaPlan:
                 code after the loop
 
         The kernel's threads keep their indices, so code lowered for them is unchanged;
-        block-wide barriers among them become named barriers (hopper.insert_sync)."""
+        block-wide barriers among them become named barriers (hopper.insert_sync). With
+        ``multicast``, tiles that pairs of blocks share are loaded once per pair
+        (:class:`Multicast`)."""
         from .hopper import ROLE_KEY, _role_loops
         from .pipeline import _loads_in
 
@@ -209,6 +220,9 @@ class TmaPlan:
         stages, n = self.stages, self.loop.extent
         full = stages * len(self.groups)
         bars = self._barriers(stages)
+        cast = Multicast.plan(self, func_body) if multicast else None
+        if cast is not None:
+            self.stmts = cast.stmts
 
         def empty(version):
             return hopper.shared_addr(tirx.BufferLoad(bars, [full + version]))
@@ -216,38 +230,55 @@ class TmaPlan:
         j = tirx.Var(f"{self.loop.loop_var.name}_load", self.loop.loop_var.ty)
         refill = passes.substitute(self._produce(bars, self.i, tirx.floormod(self.i, stages)),
                                    {self.i: j})
-        released = _call("tw_mbar_wait", empty(tirx.floormod(j, stages)),
+
+        def released(j):  # the version load j writes is free (read by load j - S's readers)
+            return _call("tw_mbar_wait", empty(tirx.floormod(j, stages)),
                          tirx.floormod(tirx.floordiv(j, stages) + 1, 2))
-        loads = tirx.For(j, 0, n, tirx.ForKind.SERIAL, tirx.SeqStmt([released, refill]))
+
+        loads = [tirx.For(j, 0, n, tirx.ForKind.SERIAL, tirx.SeqStmt([released(j), refill]))]
+        if cast is not None:  # stay until both blocks read every tile this one multicast
+            loads.append(cast.drain(n, stages, released))
         producer = [_call(f"tw_setmaxnreg_dec<{PRODUCER_REGISTERS}>"),
-                    tirx.IfThenElse(self.tx == 0, loads, None)]
+                    tirx.IfThenElse(self.tx == 0, _seq(loads), None)]
         steady = self._steady(bars, specialised=True)
         # one arrival per warp, once all its lanes are past their reads of the version
         # (__syncwarp orders them before lane 0's release)
         lane0 = tirx.floormod(self.tx, WARP) == 0
+
+        def release(version):  # in every block of the cluster when tiles are multicast
+            arrive = [_call("tw_mbar_arrive", empty(version))] if cast is None else \
+                [_call("tw_mbar_arrive_cluster", empty(version), tirx.const(r, "uint32"))
+                 for r in range(CLUSTER)]
+            return [_call("__syncwarp"), tirx.IfThenElse(lane0, _seq(arrive), None)]
+
+        tail = []
         if self.overlap:  # version i-1 is free once this iteration retired its wgmma group
-            release = tirx.floormod(self.i - 1, stages)
-            steady.append(tirx.IfThenElse(self.i > 0, tirx.SeqStmt([_call("__syncwarp"), (
-                tirx.IfThenElse(lane0, _call("tw_mbar_arrive", empty(release)), None))]), None))
+            steady.append(tirx.IfThenElse(self.i > 0, _seq(release(tirx.floormod(
+                self.i - 1, stages))), None))
+            tail.append(wgmma.wait(0))
+            if cast is not None:  # the last version too: the producers' drain waits for it
+                tail.append(tirx.IfThenElse(n > 0, _seq(release(tirx.floormod(
+                    n - 1, stages))), None))
         else:
-            release = tirx.floormod(self.i, stages)
-            steady += [_call("__syncwarp"),
-                       tirx.IfThenElse(lane0, _call("tw_mbar_arrive", empty(release)), None)]
+            steady += release(tirx.floormod(self.i, stages))
         registers = min(MAX_CONSUMER_REGISTERS,
                         (REGISTER_FILE - WARPGROUP * PRODUCER_REGISTERS) // threads // 8 * 8)
         consumer = [_call(f"tw_setmaxnreg_inc<{registers}>"), *before,
-                    _call("tw_fence_proxy_async"), sync(), self._loop(steady),
-                    *([wgmma.wait(0)] if self.overlap else []), *after]
+                    _call("tw_fence_proxy_async"), sync(), self._loop(steady), *tail, *after]
         roles = [_role(self.tx, threads, WARPGROUP, producer, ROLE_KEY, "tx_load"),
                  _role(self.tx, 0, threads, consumer, ROLE_KEY, "tx_compute")]
-        counts = [1] * full + [threads // WARP] * stages
-        body = tirx.SeqStmt([*top, *self._init(bars, counts), *roles])
+        counts = [1] * full + [threads // WARP * (1 if cast is None else CLUSTER)] * stages
+        init = self._init(bars, counts)
+        if cast is not None:  # both blocks' barriers are set up before either reaches across
+            init[-1] = _call("tw_cluster_sync")
+        body = tirx.SeqStmt([*top, *init, *roles])
         block = tirx.IterVar(tvm.ir.Range(0, threads + WARPGROUP), self.tx,
                              tirx.IterVar.ThreadIndex, passes.THREAD_TAG)
         new = tirx.For(self.tx, 0, threads + WARPGROUP, tirx.ForKind.THREAD_BINDING, body,
                        thread_binding=block, annotations=thread.annotations, span=thread.span)
-        return tvm_ffi.structural_map(func_body, (tirx.For, lambda s: new if s.same_as(thread)
-                                                  else s))
+        out = tvm_ffi.structural_map(func_body, (tirx.For, lambda s: new if s.same_as(thread)
+                                                 else s))
+        return out if cast is None else cast.clustered(out)
 
 
 def _role(tx, lo: int, n: int, body: list, key: str, name: str):
@@ -257,3 +288,172 @@ def _role(tx, lo: int, n: int, body: list, key: str, name: str):
     return tirx.For(var, 0, n, tirx.ForKind.THREAD_BINDING,
                     passes.substitute(_seq(body), {tx: var}), thread_binding=iv,
                     annotations={key: lo})
+
+
+class Multicast:
+    """The tiles of a specialised loop that the two blocks of a cluster (blockIdx.x 2c and
+    2c + 1) load from the same coordinates: each block issues half of such a tile's TMA boxes
+    (the first half rank 0, the second rank 1), multicast into both blocks' shared memory, on
+    each block's own full barrier (whose byte count is the whole tile's in both). A version is
+    free again once the readers of both blocks released it, so the empty barriers count the
+    arrivals of both, and a producer stays until both blocks read its last tiles."""
+
+    def __init__(self, stmts: list, block_x):
+        self.stmts, self.block_x = stmts, block_x
+
+    @staticmethod
+    def plan(loop_plan: TmaPlan, func_body) -> Multicast | None:
+        """The multicast form of ``loop_plan``'s producers, or None when no tile is shared by
+        the pairs, or that cannot be shown: the grid must be static with an even x extent,
+        every coordinate a function of the block indices plus one of the loop variable."""
+        from .language.dialect import CLUSTER_KEY
+
+        blocks = _block_loops(func_body)
+        x = blocks.get("blockIdx.x") if blocks is not None else None
+        if x is None or int(x.extent.value) % CLUSTER or CLUSTER_KEY in x.annotations:
+            return None
+        stmts, shared = list(loop_plan.stmts), 0
+        for p in loop_plan.producers:
+            loads = _tma_loads(stmts[p])
+            if len(loads) < CLUSTER or len(loads) % CLUSTER or not all(
+                    _same_in_pairs(list(c.args[4:]), blocks, loop_plan.loop.loop_var,
+                                   loop_plan.analyzer) for c in loads):
+                continue
+            stmts[p] = _multicast(stmts[p], loads)
+            shared += 1
+        return Multicast(stmts, x) if shared else None
+
+    @staticmethod
+    def drain(n, stages: int, released) -> tirx.Stmt:
+        """The producer's last waits: every version it filled was released by both blocks
+        (its tiles landed in the other block too), so the block may exit."""
+        t = tirx.Var("drain", "int32")
+        return tirx.For(t, 0, stages, tirx.ForKind.SERIAL,
+                        tirx.IfThenElse(n + t >= stages, released(n + t), None))
+
+    def clustered(self, func_body):
+        """``func_body`` launched in clusters of :data:`CLUSTER` blocks along x."""
+        from .language.dialect import CLUSTER_KEY
+
+        def visit(s):
+            if not s.loop_var.same_as(self.block_x.loop_var):
+                return s
+            return tirx.For(s.loop_var, s.min, s.extent, s.kind, s.body, s.thread_binding,
+                            annotations={**s.annotations, CLUSTER_KEY: [CLUSTER, 1, 1]},
+                            span=s.span)
+
+        return tvm_ffi.structural_map(func_body, (tirx.For, visit))
+
+
+def _block_loops(func_body) -> dict | None:
+    """The blockIdx loops by tag, or None when one has no constant extent."""
+    found = {}
+
+    def visit(s):
+        tag = str(s.thread_binding.thread_tag) if s.thread_binding is not None else ""
+        if tag.startswith("blockIdx."):
+            found[tag] = s
+
+    tvm_ffi.structural_walk(func_body, (tirx.For, visit))
+    if not all(isinstance(s.extent, tirx.IntImm) for s in found.values()):
+        return None
+    return found
+
+
+def _tma_loads(stmt) -> list:
+    loads = []
+    tvm_ffi.structural_walk(stmt, (tvm.ir.Call, lambda c: loads.append(c) if (
+        tma.extern_name(c) or "").startswith("tw_tma_load_") else None))
+    return loads
+
+
+def _multicast(stmt, loads: list):
+    """``stmt`` with load k of ``loads`` issued by rank k * CLUSTER // len(loads) for every
+    block of the cluster."""
+    rank = tirx.call_extern("int32", "tw_cluster_ctarank")
+    mask = tirx.const((1 << CLUSTER) - 1, "int32")
+
+    def visit(e):
+        k = next((k for k, c in enumerate(loads) if e.value.same_as(c)), None)
+        if k is None:
+            return e
+        name = tma.extern_name(e.value).replace("tw_tma_load_", "tw_tma_load_multicast_")
+        desc, bar, smem, *coords = e.value.args[1:]
+        cast = _call(name, desc, bar, smem, mask, *coords)
+        return tirx.IfThenElse(rank == k * CLUSTER // len(loads), cast, None)
+
+    return tvm_ffi.structural_map(stmt, (tirx.Evaluate, visit))
+
+
+MAX_BLOCKS_CHECKED = 1 << 20
+
+
+def _same_in_pairs(coords: list, blocks: dict, loop_var, analyzer) -> bool:
+    """Every coordinate is the same for blockIdx.x 2c and 2c + 1 at every step of the loop:
+    its change with the loop variable does not depend on the blocks (shown symbolically), and
+    at the loop's first value it is equal for every pair of the grid (evaluated)."""
+    names = [(s.loop_var, tag.split(".")[1]) for tag, s in blocks.items()]
+    block_vars = [v for v, _ in names]
+    try:
+        first = [passes.substitute(c, {loop_var: tirx.const(0, "int32")}) for c in coords]
+        for c, c0 in zip(coords, first):
+            step = analyzer.simplify(c - c0)
+            if any(passes._uses(step, v) for v in block_vars):
+                return False
+        code = compile(f"lambda x, y, z: ({', '.join(_py(c, names) for c in first)},)",
+                       "<coords>", "eval")
+    except _Unsupported:
+        return False
+    at = eval(code, {"_tdiv": _tdiv, "_tmod": _tmod, "min": min, "max": max})
+    gx, gy, gz = (int(blocks[f"blockIdx.{a}"].extent.value) if f"blockIdx.{a}" in blocks else 1
+                  for a in "xyz")
+    if gx * gy * gz > MAX_BLOCKS_CHECKED:
+        return False
+    return all(at(x, y, z) == at(x + 1, y, z)
+               for z in range(gz) for y in range(gy) for x in range(0, gx, CLUSTER))
+
+
+class _Unsupported(Exception):
+    pass
+
+
+_BINARY = {tirx.Add: "+", tirx.Sub: "-", tirx.Mul: "*", tirx.FloorDiv: "//",
+           tirx.FloorMod: "%", tirx.EQ: "==", tirx.NE: "!=", tirx.LT: "<", tirx.LE: "<=",
+           tirx.GT: ">", tirx.GE: ">=", tirx.And: "and", tirx.Or: "or"}
+
+
+def _tdiv(a: int, b: int) -> int:  # C's truncating division (TIR Div on integers)
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b > 0) else -q
+
+
+def _tmod(a: int, b: int) -> int:
+    return a - _tdiv(a, b) * b
+
+
+def _py(e, names: list) -> str:
+    """An integer TIR expression as Python source over x, y, z (blockIdx)."""
+    if isinstance(e, tirx.IntImm):
+        return str(int(e.value))
+    if isinstance(e, tirx.Var):
+        name = next((n for v, n in names if v.same_as(e)), None)
+        if name is None:
+            raise _Unsupported(str(e))
+        return name
+    op = _BINARY.get(type(e))
+    if op is not None:
+        return f"({_py(e.a, names)} {op} {_py(e.b, names)})"
+    if isinstance(e, (tirx.Div, tirx.Mod)):
+        fn = "_tdiv" if isinstance(e, tirx.Div) else "_tmod"
+        return f"{fn}({_py(e.a, names)}, {_py(e.b, names)})"
+    if isinstance(e, (tirx.Min, tirx.Max)):
+        fn = "min" if isinstance(e, tirx.Min) else "max"
+        return f"{fn}({_py(e.a, names)}, {_py(e.b, names)})"
+    if isinstance(e, tirx.Select):
+        return (f"({_py(e.true_value, names)} if {_py(e.condition, names)} else "
+                f"{_py(e.false_value, names)})")
+    if isinstance(e, tirx.Not):
+        return f"(not {_py(e.a, names)})"
+    if isinstance(e, tirx.Cast) and "int" in str(e.dtype):
+        return _py(e.value, names)
+    raise _Unsupported(type(e).__name__)

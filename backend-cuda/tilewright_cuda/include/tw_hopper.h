@@ -116,8 +116,10 @@ __device__ __forceinline__ void tw_tma_store_5d(const void* d, void* src, int c0
                   "r"(c4) : "memory");
 }
 // thread-block clusters: this block's rank, a barrier of every thread of the cluster, an
-// arrival on the mbarrier at the same shared-memory offset in block `rank` of the cluster, and
-// TMA loads that land in every block of `mask` (same offset, each block's own mbarrier)
+// arrival on the mbarrier at the same shared-memory offset in block `rank` of the cluster
+// (release at CTA scope, as CUTLASS's ClusterBarrier: it orders this block's reads of its own
+// tiles, done by then, before the TMA writes the arrival lets the other block issue), and TMA
+// loads that land in every block of `mask` (same offset, each block's own mbarrier)
 __device__ __forceinline__ unsigned tw_cluster_ctarank() {
   unsigned r;
   asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
@@ -131,8 +133,7 @@ __device__ __forceinline__ void tw_mbar_arrive_cluster(void* bar, unsigned rank)
   unsigned remote;
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote)
                : "r"(tw_smem_u32(bar)), "r"(rank));
-  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];"
-               :: "r"(remote) : "memory");
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" :: "r"(remote) : "memory");
 }
 #define TW_TMA_MC " .shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
 __device__ __forceinline__ void tw_tma_load_multicast_1d(const void* d, void* bar, void* dst,

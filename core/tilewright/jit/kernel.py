@@ -198,8 +198,9 @@ def _eval_dim(dim, symbols: dict, param: str) -> int:
 # -- compile -----------------------------------------------------------------------------------
 @functools.cache
 def _fingerprint(package: str) -> str:
-    """A digest of the size and mtime of a package's Python files: editing the compiler (core
-    or backend) in place invalidates kernels cached by the old code, even at one version."""
+    """A digest of the size and mtime of a package's files (its Python modules and what they
+    read: the CUDA backend's headers, say): editing the compiler (core or backend) in place
+    invalidates kernels cached by the old code, even at one version."""
     module = sys.modules.get(package) or importlib.import_module(package)
     root = os.path.dirname(module.__file__)
     entries = []
@@ -209,7 +210,7 @@ def _fingerprint(package: str) -> str:
             for entry in it:
                 if entry.is_dir(follow_symlinks=False) and entry.name != "__pycache__":
                     pending.append(entry.path)
-                elif entry.name.endswith(".py"):
+                elif not entry.name.endswith((".pyc", ".pyo")):
                     stat = entry.stat()
                     name = os.path.relpath(entry.path, root)
                     entries.append(f"{name}:{stat.st_size}:{stat.st_mtime_ns};")
