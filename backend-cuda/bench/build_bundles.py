@@ -38,6 +38,7 @@ ADD_SIZES = {"full": (16384, 16384), "quick": (1024, 1024)}  # float32: 1 GiB pe
 IN_ORDER = {"cuda.disable_warp_specialized": True}  # TMA issued by one compute thread
 CPASYNC = {"cuda.disable_tma_lower": True}  # the tiles through cp.async instead of TMA
 NO_MULTICAST = {"cuda.disable_tma_multicast": True}  # each block loads its own B tile
+TWO_PER_SM = {"cuda.blocks_per_sm": 2, **IN_ORDER}  # one block's epilogue under another's gemms
 
 
 def cases(quick: bool):
@@ -56,13 +57,17 @@ def cases(quick: bool):
     # diagnostic rows, not targets: what each choice of the default buys, to pick defaults
     # from. nows: TMA issued in order by one of the kernel's threads (no producer warpgroup);
     # cpasync: the tiles copied by every thread with cp.async instead of TMA; nomulticast:
-    # no clusters, every block loads its B tile itself; 3stages: one stage less.
+    # no clusters, every block loads its B tile itself; 3stages: one stage less; 128x128x2:
+    # 128x128 tiles, two blocks per SM (in-order TMA: a producer warpgroup's registers would
+    # not leave a 64x128 wgmma accumulator enough), so one block's prologue and epilogue run
+    # under the other's gemms.
     for n in GEMM_SIZES[size]:
         for suffix, change, configs, copies in (
                 ("_nows", {}, IN_ORDER, "UTMALDG.2D"),
                 ("_cpasync", {}, CPASYNC, "LDGSTS.E.BYPASS.128"),
                 ("_3stages", {"num_stages": 3}, {}, "UTMALDG.2D.MULTICAST"),
-                ("_nomulticast", {}, NO_MULTICAST, "UTMALDG.2D")):
+                ("_nomulticast", {}, NO_MULTICAST, "UTMALDG.2D"),
+                ("_128x128x2", {"block_N": 128, "num_stages": 3}, TWO_PER_SM, "UTMALDG.2D")):
             if quick and change:  # the smoke run checks the code paths, not the tile choices
                 continue
             config = {**kernels.GEMM, **change}
@@ -70,7 +75,7 @@ def cases(quick: bool):
                    {"kind": "gemm", "M": n, "N": n, "K": n, "dtype": "float16",
                     "config": config, **({"pass_configs": configs} if configs else {})},
                    kernels.gemm.fn(n, n, n, "float16", **config),
-                   ["HGMMA.64x256x16.F32", copies], configs)
+                   [f"HGMMA.64x{config['block_N']}x16.F32", copies], configs)
     b, h, s, d = ATTENTION_SIZES[size]
     config = dict(kernels.ATTENTION)
     shallower = {**config, "num_stages": 2}  # K and V two stages deep: 160 KB of shared memory

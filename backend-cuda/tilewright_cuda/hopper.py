@@ -489,6 +489,21 @@ def finish():
 _MARK = 'extern "C" __global__'
 
 
+def blocks_per_sm(func) -> int:
+    """The blocks per SM the kernel is built for (pass config ``cuda.blocks_per_sm``)."""
+    from .pipeline import BLOCKS_ATTR
+
+    return int(func.attrs[BLOCKS_ATTR]) if func.attrs is not None and \
+        BLOCKS_ATTR in func.attrs else 1
+
+
+def launch_bounds(text: str, blocks: int) -> str:
+    """``__launch_bounds__(threads, blocks)``: ptxas keeps to the registers that many blocks
+    per SM leave each thread."""
+    return re.sub(r"__launch_bounds__\((\d+)(, \d+)?\)", rf"__launch_bounds__(\1, {blocks})",
+                  text)
+
+
 def finish_source(func, text: str, meta: dict) -> tuple[str, dict]:
     """The dialect's part of the CUDA source and launch description: descriptor parameters,
     ``__cluster_dims__``, and ``tw_hopper.h`` when the kernel uses it."""
@@ -504,9 +519,8 @@ def finish_source(func, text: str, meta: dict) -> tuple[str, dict]:
         extra = ", ".join(f"const __grid_constant__ tw_tensormap {m['name']}" for m in maps)
         kernel = _add_params(kernel, f" {meta['entry']}(", extra)
         meta = {**meta, "params": [*meta["params"], *maps]}
-    if "tw_setmaxnreg_" in kernel:
-        # setmaxnreg needs the register count at entry fixed: one block per SM at most
-        kernel = re.sub(r"__launch_bounds__\((\d+)\)", r"__launch_bounds__(\1, 1)", kernel)
+    if "tw_setmaxnreg_" in kernel:  # setmaxnreg needs the register count at entry fixed
+        kernel = launch_bounds(kernel, blocks_per_sm(func))
     if cluster:
         dims = f"__cluster_dims__({cluster[0]}, {cluster[1]}, {cluster[2]}) "
         kernel = kernel.replace(f"{_MARK} void ", f"{_MARK} void {dims}")
@@ -537,7 +551,9 @@ def _add_params(text: str, opening: str, extra: str) -> str:
 
 
 def strip_attrs(func):
-    for key in (TENSORMAPS_ATTR, CLUSTER_ATTR):
+    from .pipeline import BLOCKS_ATTR
+
+    for key in (TENSORMAPS_ATTR, CLUSTER_ATTR, BLOCKS_ATTR):
         if key in func.attrs:
             func = func.without_attr(key)
     return func

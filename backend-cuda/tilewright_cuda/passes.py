@@ -761,6 +761,17 @@ def _bytes(buffer) -> int:
     return n * tvm.runtime.DataType(str(buffer.dtype)).bits // 8
 
 
+BLOCK_RESERVED_SHARED = 1024  # bytes of each resident block's shared memory the GPU keeps
+
+
+def shared_bytes_per_block(arch, blocks: int = 1) -> int:
+    """Dynamic shared memory one block may use when ``blocks`` blocks share an SM."""
+    if blocks == 1:
+        return arch.max_shared_bytes
+    per_sm = arch.max_shared_bytes + BLOCK_RESERVED_SHARED
+    return per_sm // blocks - BLOCK_RESERVED_SHARED
+
+
 def place_memory(arch):
     """Shared buffers and fragments (design: fragments live in shared memory, see README)
     become views into one dynamic shared-memory pool, swizzled tiles (with all their pipeline
@@ -793,14 +804,20 @@ def place_memory(arch):
                                                 buf.dtype, buf.name, scope="local")
             elif str(buf.scope()) != "local":
                 locals_[buf] = tirx.decl_buffer(buf.shape, buf.dtype, buf.name, scope="local")
-        if offset > arch.max_shared_bytes:
+        from .hopper import blocks_per_sm
+
+        blocks = blocks_per_sm(func)
+        limit = shared_bytes_per_block(arch, blocks)
+        if offset > limit:
             parts = ", ".join(f"{b.name} {_bytes(b)}" + (
                 f" ({int(b.shape[0].value)} pipeline versions)" if str(b.name) in versions
                 else "") for b, _ in views.values())
+            each = "one block" if blocks == 1 else f"each of {blocks} blocks per SM " \
+                "(cuda.blocks_per_sm)"
             raise KernelError(
                 f"the kernel needs {offset} bytes of shared memory ({parts}), above the "
-                f"{arch.max_shared_bytes} bytes one block may use on {arch.name}; use smaller "
-                "tiles or fewer stages", span_location(func.body.span))
+                f"{limit} bytes {each} may use on {arch.name}; use smaller tiles or fewer "
+                "stages", span_location(func.body.span))
         pool = tirx.decl_buffer((max(offset, 16),), "uint8", "tw_smem", scope="shared.dyn")
         remap = dict(locals_)
         swizzled = []

@@ -381,6 +381,20 @@ def _keep_one_wgmma_group(stmt):
     return tvm_ffi.structural_map(stmt, (tirx.Evaluate, visit))
 
 
+BLOCKS_KEY = "cuda.blocks_per_sm"
+BLOCKS_ATTR = "tw.cuda.blocks_per_sm"
+
+
+def blocks_per_sm(configs) -> int:
+    """The pass config ``cuda.blocks_per_sm``: blocks each SM should hold at once (the second
+    number of ``__launch_bounds__``; registers and shared memory are budgeted for it)."""
+    value = (configs or {}).get(BLOCKS_KEY, 1)
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 8:
+        raise KernelError(f"pass config {BLOCKS_KEY} must be an integer from 1 to 8, got "
+                          f"{value!r}")
+    return value
+
+
 def pipeline(arch=None, configs=None):
     """Software-pipelines every ``T.Pipelined`` loop with ``num_stages >= 2``; on sm_90a a
     kernel's only such loop, fed by TMA, gets a producer warpgroup (unless the pass config
@@ -388,7 +402,11 @@ def pipeline(arch=None, configs=None):
     specialise = arch is not None and arch.sm >= 90 and arch.name.endswith("a") and \
         not (configs or {}).get(WS_KEY)
 
+    blocks = blocks_per_sm(configs)
+
     def run(func):
+        if blocks > 1:
+            func = func.with_attr(BLOCKS_ATTR, blocks)
         loops = []
         tvm_ffi.structural_walk(func.body, (tirx.For, lambda s: loops.append(s) if int(
             s.annotations.get(STAGES_KEY, 0)) >= 2 else None))
@@ -404,8 +422,8 @@ def pipeline(arch=None, configs=None):
             new_loop, versioned = done
             stages = int(loop.annotations[STAGES_KEY])
             if isinstance(new_loop, TmaPlan):
-                split = new_loop.specialise(body, not (configs or {}).get(MULTICAST_KEY)) \
-                    if specialise and len(loops) == 1 else None
+                split = new_loop.specialise(body, not (configs or {}).get(MULTICAST_KEY),
+                                            blocks) if specialise and len(loops) == 1 else None
                 if split is not None:
                     body, new_loop = split, loop  # the loop is gone: nothing to swap
                 else:

@@ -128,6 +128,10 @@ def tilewright_pass_config_keys():
                       "in a warp-specialised T.Pipelined loop (sm_90a), do not load the tiles "
                       "that blocks 2c and 2c + 1 share once per pair of blocks (a cluster of "
                       "two, TMA multicast)", owner="cuda"),
+        PassConfigKey("cuda.blocks_per_sm", int, 1,
+                      "blocks each SM should hold at once: registers (__launch_bounds__, the "
+                      "setmaxnreg budgets) and shared memory are budgeted for that many",
+                      owner="cuda"),
     ]
 
 

@@ -36,7 +36,7 @@ from .tma import seq as _seq
 
 PRODUCER_REGISTERS = 40  # setmaxnreg budget of the producer warpgroup
 MAX_CONSUMER_REGISTERS = 240
-REGISTER_FILE = 65536  # 32-bit registers per SM (one block per SM with these kernels)
+REGISTER_FILE = 65536  # 32-bit registers per SM, shared by its blocks (cuda.blocks_per_sm)
 WARPGROUP = 128
 WARP = 32
 WS_KEY = "cuda.disable_warp_specialized"
@@ -168,7 +168,7 @@ class TmaPlan:
                              *drain])
 
     # -- a producer warpgroup issues ---------------------------------------------------------
-    def specialise(self, func_body, multicast: bool = True):
+    def specialise(self, func_body, multicast: bool = True, blocks: int = 1):
         """``func_body`` with one more warpgroup in the block that only issues the loads,
         or None when the kernel does not allow it (the loop is not at the top of the
         block's program, the block has roles already, or no warpgroup fits)::
@@ -261,8 +261,7 @@ class TmaPlan:
                     n - 1, stages))), None))
         else:
             steady += release(tirx.floormod(self.i, stages))
-        registers = min(MAX_CONSUMER_REGISTERS,
-                        (REGISTER_FILE - WARPGROUP * PRODUCER_REGISTERS) // threads // 8 * 8)
+        registers = consumer_registers(threads, blocks)
         consumer = [_call(f"tw_setmaxnreg_inc<{registers}>"), *before,
                     _call("tw_fence_proxy_async"), sync(), self._loop(steady), *tail, *after]
         roles = [_role(self.tx, threads, WARPGROUP, producer, ROLE_KEY, "tx_load"),
@@ -279,6 +278,15 @@ class TmaPlan:
         out = tvm_ffi.structural_map(func_body, (tirx.For, lambda s: new if s.same_as(thread)
                                                  else s))
         return out if cast is None else cast.clustered(out)
+
+
+def consumer_registers(threads: int, blocks: int = 1) -> int:
+    """The setmaxnreg budget of ``threads`` compute threads beside a producer warpgroup with
+    ``blocks`` blocks per SM: what the block gets at launch (an equal share of the register
+    file, in steps of 8 per thread) less the producer's budget."""
+    total = threads + WARPGROUP
+    pool = REGISTER_FILE // blocks // total // 8 * 8 * total
+    return min(MAX_CONSUMER_REGISTERS, (pool - WARPGROUP * PRODUCER_REGISTERS) // threads // 8 * 8)
 
 
 def _role(tx, lo: int, n: int, body: list, key: str, name: str):
