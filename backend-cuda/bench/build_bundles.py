@@ -37,7 +37,7 @@ ADD_SIZES = {"full": (16384, 16384), "quick": (1024, 1024)}  # float32: 1 GiB pe
 
 IN_ORDER = {"cuda.disable_warp_specialized": True}  # TMA issued by one compute thread
 CPASYNC = {"cuda.disable_tma_lower": True}  # the tiles through cp.async instead of TMA
-NO_MULTICAST = {"cuda.disable_tma_multicast": True}  # each block loads its own B tile
+MULTICAST = {"cuda.tma_multicast": True}  # pairs of blocks load their shared B tile once
 TWO_PER_SM = {"cuda.blocks_per_sm": 2, **IN_ORDER}  # one block's epilogue under another's gemms
 
 
@@ -53,20 +53,20 @@ def cases(quick: bool):
                    kernels.gemm.fn(n, n, n, dtype, **config),
                    ["HGMMA.64x256x16.F32" + (".BF16" if dtype == "bfloat16" else ""),
                     "WARPGROUP.DEPBAR.LE gsb0, 0x1",  # one wgmma group kept in flight
-                    "UTMALDG.2D.MULTICAST"], {})  # B through TMA, once per pair of blocks
+                    "UTMALDG.2D"], {})  # the tiles arrive through TMA
     # diagnostic rows, not targets: what each choice of the default buys, to pick defaults
     # from. nows: TMA issued in order by one of the kernel's threads (no producer warpgroup);
-    # cpasync: the tiles copied by every thread with cp.async instead of TMA; nomulticast:
-    # no clusters, every block loads its B tile itself; 3stages: one stage less; 128x128x2:
-    # 128x128 tiles, two blocks per SM (in-order TMA: a producer warpgroup's registers would
-    # not leave a 64x128 wgmma accumulator enough), so one block's prologue and epilogue run
-    # under the other's gemms.
+    # cpasync: the tiles copied by every thread with cp.async instead of TMA; multicast:
+    # clusters of two blocks that load their shared B tile once (cuda.tma_multicast);
+    # 3stages: one stage less; 128x128x2: 128x128 tiles, two blocks per SM (in-order TMA: a
+    # producer warpgroup's registers would not leave a 64x128 wgmma accumulator enough), so
+    # one block's prologue and epilogue run under the other's gemms.
     for n in GEMM_SIZES[size]:
         for suffix, change, configs, copies in (
                 ("_nows", {}, IN_ORDER, "UTMALDG.2D"),
                 ("_cpasync", {}, CPASYNC, "LDGSTS.E.BYPASS.128"),
-                ("_3stages", {"num_stages": 3}, {}, "UTMALDG.2D.MULTICAST"),
-                ("_nomulticast", {}, NO_MULTICAST, "UTMALDG.2D"),
+                ("_3stages", {"num_stages": 3}, {}, "UTMALDG.2D"),
+                ("_multicast", {}, MULTICAST, "UTMALDG.2D.MULTICAST"),
                 ("_128x128x2", {"block_N": 128, "num_stages": 3}, TWO_PER_SM, "UTMALDG.2D")):
             if quick and change:  # the smoke run checks the code paths, not the tile choices
                 continue
@@ -82,6 +82,7 @@ def cases(quick: bool):
     for suffix, cfg, configs, copies in (
             ("", config, {}, "UTMALDG.4D"), ("_2stages", shallower, {}, "UTMALDG.4D"),
             ("_nows", config, IN_ORDER, "UTMALDG.4D"),
+            ("_multicast", config, MULTICAST, "UTMALDG.4D.MULTICAST"),
             ("_cpasync", config, CPASYNC, "LDGSTS.E.BYPASS.128")):
         yield (f"flash_attention_float16{suffix}",
                {"kind": "attention", "batch": b, "heads": h, "seq": s, "dim": d,

@@ -422,7 +422,7 @@ def pipeline(arch=None, configs=None):
             new_loop, versioned = done
             stages = int(loop.annotations[STAGES_KEY])
             if isinstance(new_loop, TmaPlan):
-                split = new_loop.specialise(body, not (configs or {}).get(MULTICAST_KEY),
+                split = new_loop.specialise(body, bool((configs or {}).get(MULTICAST_KEY)),
                                             blocks) if specialise and len(loops) == 1 else None
                 if split is not None:
                     body, new_loop = split, loop  # the loop is gone: nothing to swap

@@ -124,10 +124,10 @@ def tilewright_pass_config_keys():
                       "do not split T.Pipelined loops into producer and consumer warpgroups "
                       "(sm_90a)", owner="cuda", tilelang="TL_DISABLE_WARP_SPECIALIZED",
                       tilelang_value="tl.disable_warp_specialized"),
-        PassConfigKey("cuda.disable_tma_multicast", bool, False,
-                      "in a warp-specialised T.Pipelined loop (sm_90a), do not load the tiles "
-                      "that blocks 2c and 2c + 1 share once per pair of blocks (a cluster of "
-                      "two, TMA multicast)", owner="cuda"),
+        PassConfigKey("cuda.tma_multicast", bool, False,
+                      "in a warp-specialised T.Pipelined loop (sm_90a), load the tiles that "
+                      "blocks 2c and 2c + 1 share once per pair of blocks (clusters of two, "
+                      "TMA multicast)", owner="cuda"),
         PassConfigKey("cuda.blocks_per_sm", int, 1,
                       "blocks each SM should hold at once: registers (__launch_bounds__, the "
                       "setmaxnreg budgets) and shared memory are budgeted for that many",

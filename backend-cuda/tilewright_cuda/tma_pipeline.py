@@ -14,8 +14,10 @@ With a producer warpgroup, a tile that two neighbouring blocks (blockIdx.x 2c an
 load from the same place -- the B tile of a GEMM whose rasterisation pairs blocks of one
 column -- is loaded once for both: the two blocks form a cluster, each loads half of the
 tile's TMA boxes and multicasts them into both blocks' shared memory (:class:`Multicast`).
-That halves the L2 traffic of the shared tile. The pass config ``cuda.disable_tma_multicast``
-turns it off.
+That halves the L2 traffic of the shared tile. It is opt-in, with the pass config
+``cuda.tma_multicast``: on an H200 the bench GEMM (128x256 tiles) and FlashAttention kernels
+ran no faster with it (backend-cuda/bench/RESULTS.md), their L2 traffic not being what
+bounds them.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ REGISTER_FILE = 65536  # 32-bit registers per SM, shared by its blocks (cuda.blo
 WARPGROUP = 128
 WARP = 32
 WS_KEY = "cuda.disable_warp_specialized"
-MULTICAST_KEY = "cuda.disable_tma_multicast"
+MULTICAST_KEY = "cuda.tma_multicast"
 CLUSTER = 2  # blocks per cluster when tiles are multicast
 
 
@@ -168,7 +170,7 @@ class TmaPlan:
                              *drain])
 
     # -- a producer warpgroup issues ---------------------------------------------------------
-    def specialise(self, func_body, multicast: bool = True, blocks: int = 1):
+    def specialise(self, func_body, multicast: bool = False, blocks: int = 1):
         """``func_body`` with one more warpgroup in the block that only issues the loads,
         or None when the kernel does not allow it (the loop is not at the top of the
         block's program, the block has roles already, or no warpgroup fits)::

@@ -1,0 +1,114 @@
+"""TMA multicast (tma_pipeline.Multicast, pass config ``cuda.tma_multicast``): in a
+warp-specialised loop on sm_90a, a tile that blocks 2c and 2c + 1 load from the same place is
+loaded once per pair, the two blocks forming a cluster, each issuing half of the tile's boxes
+into both blocks' shared memory. The host emulation runs the blocks of a cluster at once, each
+with its own shared memory, so a block that waited for the wrong barrier, or a version
+overwritten under the other block's wgmma, shows as a wrong result or an emulation abort."""
+
+import re
+import sys
+from pathlib import Path
+
+import hostemu
+import pytest
+import sass
+import tilewright
+import torch
+from tilewright_cuda import arch, executor
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+sys.path.insert(0, str(BENCH))
+
+import kernels  # noqa: E402 - after the sys.path setup
+
+TARGET = "cuda -arch=sm_90a"
+MULTICAST = {"cuda.tma_multicast": True}
+
+
+def _kernel(text: str) -> str:
+    return text[text.index('extern "C" __global__'):]
+
+
+def _gemm(M, N, K, dtype="float16", **kw):
+    return kernels.gemm.fn(M, N, K, dtype, **{**kernels.GEMM, **kw})
+
+
+def _run_gemm(func, M, N, K, dtype, configs, tmp_path):
+    lowered = tilewright.lower(func, TARGET, configs)
+    torch.manual_seed(0)
+    tdtype = getattr(torch, dtype)
+    a, b = torch.randn(M, K).to(tdtype), torch.randn(K, N).to(tdtype)
+    c = torch.full((M, N), float("nan")).to(tdtype)
+    hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, a, b, c)
+    tol = {"float16": 1e-2, "bfloat16": 2e-2}[dtype]
+    torch.testing.assert_close(c.float(), a.float() @ b.float(), rtol=tol, atol=tol * K ** 0.5)
+    return lowered
+
+
+def test_pairs_of_blocks_load_their_shared_b_tile_once():
+    # grid 2 x 4: blocks 2c and 2c + 1 are two row blocks of one column (T.use_swizzle)
+    lowered = tilewright.lower(_gemm(512, 512, 512), TARGET, MULTICAST)
+    text, launch = lowered.source.text, lowered.source.payload
+    kernel = _kernel(text)
+    assert launch["cluster_dims"] == [2, 1, 1] and "__cluster_dims__(2, 1, 1)" in kernel
+    # B's four 64-column boxes: the first two issued by rank 0, the last two by rank 1, each
+    # to both blocks (mask 3); A's box stays the block's own
+    issued = re.findall(r"if \(tw_cluster_ctarank\(\) == (\d)\) \{\s*"
+                        r"tw_tma_load_multicast_2d\([^;]*?, 3, ", kernel)
+    assert issued == ["0", "0", "1", "1"] and kernel.count("tw_tma_load_2d(") == 1
+    # both blocks' barriers are set up before either reaches across; every version is
+    # released in both blocks (16 arrivals: 8 warps each), the last one after the loop too
+    assert "tw_cluster_sync();" in kernel and "__syncthreads();" not in kernel
+    assert kernel.count("(uint)16);") == 4  # the four empty barriers
+    assert kernel.count("tw_mbar_arrive_cluster(") == 4
+    # the producer stays until both blocks read its last tiles
+    drain = kernel[kernel.index("for (int drain = 0; drain < 4; ++drain)"):]
+    assert drain.index("tw_mbar_wait(") < drain.index("tw_setmaxnreg_inc")
+
+
+def test_without_the_config_or_a_shared_tile_there_is_no_cluster():
+    cases = [(_gemm(512, 512, 512), {}),  # opt-in
+             (_gemm(512, 256, 512), MULTICAST),  # one block column: an odd grid x
+             (_gemm(512, 512, 512, panel=0), MULTICAST)]  # 2c, 2c + 1: one row, A shared,
+    for func, configs in cases:                           # but A is a single box
+        lowered = tilewright.lower(func, TARGET, configs)
+        kernel = _kernel(lowered.source.text)
+        assert "cluster_dims" not in lowered.source.payload
+        assert "tw_tma_load_multicast" not in kernel and "tw_cluster" not in kernel
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_multicast_gemm_matches_torch(dtype, tmp_path):
+    # 8 k-tiles through 4 stages: every version is refilled by both ranks twice
+    lowered = _run_gemm(_gemm(512, 512, 512, dtype), 512, 512, 512, dtype, MULTICAST, tmp_path)
+    assert "tw_tma_load_multicast_2d(" in lowered.source.text
+
+
+@pytest.mark.emulator
+def test_multicast_attention_matches_torch(tmp_path):
+    # query blocks 2c and 2c + 1 of one head read the same K and V tiles
+    b, h, s, d = 1, 2, 512, 128
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(b, s, h, d).half() for _ in range(3))
+    o = torch.full((b, s, h, d), float("nan")).half()
+    func = kernels.attention.fn(b, h, s, d, "float16", **kernels.ATTENTION)
+    lowered = tilewright.lower(func, TARGET, MULTICAST)
+    assert lowered.source.payload["cluster_dims"] == [2, 1, 1]
+    assert _kernel(lowered.source.text).count("tw_tma_load_multicast_4d(") == 4  # K, V: 2 each
+    hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, q, k, v, o)
+    ref = torch.nn.functional.scaled_dot_product_attention(
+        *(t.transpose(1, 2).float() for t in (q, k, v))).transpose(1, 2)
+    torch.testing.assert_close(o.float(), ref, rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.nvrtc
+@pytest.mark.sass
+def test_multicast_sass_loads_with_utmaldg_multicast():
+    text = tilewright.lower(_gemm(8192, 8192, 8192), TARGET, MULTICAST).source.text
+    cubin, log = executor.nvrtc_compile(text, arch.get("sm_90a"), ".")
+    code = sass.dump(cubin)
+    assert "0 bytes spill stores" in log
+    assert code.count("UTMALDG.2D.MULTICAST") >= 2 and "UCGABAR_WAIT" in code
+    # the remote arrival releases at CTA scope: no GPU-wide fence in the loop
+    assert code.count("MEMBAR.ALL.GPU") <= 1  # fence.mbarrier_init's, before the roles
