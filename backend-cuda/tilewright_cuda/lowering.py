@@ -240,14 +240,15 @@ def cp_async_wait(groups: int) -> tirx.Stmt:
 
 
 def _vector_copy(src: Region, dst: Region, sdims, ddims, ctx: RuleContext):
-    """A global -> shared copy in 16-byte chunks, or None when the regions do not allow it:
-    both innermost dimensions contiguous, the chunk count whole, and every chunk 16-byte
-    aligned on both sides (tensor bases are taken to be 16-byte aligned, as torch allocates).
-    On sm_80+ each chunk is a ``cp.async.cg`` (committed and waited for here; T.Pipelined
-    moves the wait), else a 128-bit load and store. A chunk outside the source tensor is
-    zero-filled; one outside the destination is skipped."""
-    if scope(src.buffer) != "global" or scope(dst.buffer) not in SHARED_SCOPES or \
-            not sdims or str(src.buffer.dtype) != str(dst.buffer.dtype):
+    """A global -> shared or shared -> global copy in 16-byte chunks, or None when the regions
+    do not allow it: both innermost dimensions contiguous, the chunk count whole, and every
+    chunk 16-byte aligned on both sides (tensor bases are taken to be 16-byte aligned, as
+    torch allocates). Into shared memory on sm_80+ each chunk is a ``cp.async.cg`` (committed
+    and waited for here; T.Pipelined moves the wait), else a 128-bit load and store. A chunk
+    outside the source tensor is zero-filled; one outside the destination is skipped."""
+    loading = scope(src.buffer) == "global" and scope(dst.buffer) in SHARED_SCOPES
+    storing = scope(src.buffer) in SHARED_SCOPES and scope(dst.buffer) == "global"
+    if not (loading or storing) or not sdims or str(src.buffer.dtype) != str(dst.buffer.dtype):
         return None
     bits = tvm.runtime.DataType(str(dst.buffer.dtype)).bits
     if bits % 8 or VECTOR_BYTES % (bits // 8):
@@ -255,15 +256,17 @@ def _vector_copy(src: Region, dst: Region, sdims, ddims, ctx: RuleContext):
     vec = VECTOR_BYTES // (bits // 8)
     if sdims[-1] != len(src.buffer.shape) - 1 or ddims[-1] != len(dst.buffer.shape) - 1:
         return None
-    inner, row, start = (_const(e) for e in (dst.extents[ddims[-1]], dst.buffer.shape[-1],
-                                              dst.starts[-1]))
+    tile, tensor = (dst, src) if loading else (src, dst)
+    tile_dims = ddims if loading else sdims
+    inner, row, start = (_const(e) for e in (tile.extents[tile_dims[-1]],
+                                              tile.buffer.shape[-1], tile.starts[-1]))
     if None in (inner, row, start) or inner % vec or row % vec or start % vec:
         return None
-    if not ctx.can_prove(tirx.floormod(as_expr(src.buffer.shape[-1]), vec) == 0) or \
-            not ctx.can_prove(tirx.floormod(as_expr(src.starts[-1]), vec) == 0):
+    if not ctx.can_prove(tirx.floormod(as_expr(tensor.buffer.shape[-1]), vec) == 0) or \
+            not ctx.can_prove(tirx.floormod(as_expr(tensor.starts[-1]), vec) == 0):
         return None
     arch = ctx.options
-    use_async = arch is not None and arch.sm >= 80
+    use_async = loading and arch is not None and arch.sm >= 80
     extents = [dst.extents[d] for d in ddims[:-1]] + [inner // vec]
 
     def body(v):

@@ -617,9 +617,10 @@ class _Access:
             elif name.startswith("tw_cp_async16"):
                 handled.extend(ptrs)
                 add(ptrs[0].args[0], self.issued)
-            elif name.startswith("tw_copy16"):
+            elif name.startswith("tw_copy16"):  # 16 bytes, either way (global <-> shared)
                 handled.extend(ptrs)
                 add(ptrs[0].args[0], self.writes)
+                add(ptrs[1].args[0], self.reads)
             elif name.startswith("tw_gemm"):  # A, B read; C (in shared memory) updated
                 handled.extend(ptrs)
                 for n, p in enumerate(ptrs):
