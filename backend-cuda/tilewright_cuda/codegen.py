@@ -14,7 +14,7 @@ from tvm import tirx
 from tvm.tirx.build import split_host_device_mods
 
 from . import arch as arch_mod
-from . import hopper, swizzle
+from . import hopper, passes, swizzle
 from .passes import find_thread
 
 HEADER = (Path(__file__).parent / "include" / "tw_cuda.h").read_text()
@@ -30,22 +30,11 @@ def tvm_target(arch) -> tvm.target.Target:
 
 def py_expr(e) -> str:
     """A Python expression for an integer TIR expression over shape symbols."""
-    if isinstance(e, int):
-        return str(e)
-    if isinstance(e, tirx.IntImm):
-        return str(int(e.value))
-    if isinstance(e, tirx.Var):
-        return str(e.name)
-    if isinstance(e, tirx.Cast):
-        return py_expr(e.value)
-    binary = {tirx.Add: "+", tirx.Sub: "-", tirx.Mul: "*", tirx.FloorDiv: "//",
-              tirx.FloorMod: "%", tirx.Div: "//", tirx.Mod: "%"}
-    for cls, op in binary.items():
-        if isinstance(e, cls):
-            return f"({py_expr(e.a)} {op} {py_expr(e.b)})"
-    if isinstance(e, (tirx.Min, tirx.Max)):
-        return f"{type(e).__name__.lower()}({py_expr(e.a)}, {py_expr(e.b)})"
-    raise KernelError(f"the CUDA backend cannot express the launch dimension {e} on the host")
+    try:
+        return passes.py_expr(e)
+    except passes.NotPython:
+        raise KernelError(f"the CUDA backend cannot express the launch dimension {e} on the "
+                          "host") from None
 
 
 def launch_info(func: tirx.PrimFunc) -> dict:

@@ -581,6 +581,51 @@ def _conflict(xs, ys) -> bool:
     return any(b1.same_as(b2) and _overlap(k1, k2) for b1, k1 in xs for b2, k2 in ys)
 
 
+class NotPython(Exception):
+    """An expression :func:`py_expr` cannot write as Python."""
+
+
+_PY_BINARY = {tirx.Add: "+", tirx.Sub: "-", tirx.Mul: "*", tirx.FloorDiv: "//",
+              tirx.FloorMod: "%", tirx.EQ: "==", tirx.NE: "!=", tirx.LT: "<", tirx.LE: "<=",
+              tirx.GT: ">", tirx.GE: ">=", tirx.And: "and", tirx.Or: "or"}
+
+
+def py_expr(e, names=None, truncating: bool = True) -> str:
+    """Python source for an integer TIR expression. Variables are written by their names, or
+    by the name ``names`` (a list of ``(var, name)``) gives them, any other one being
+    :class:`NotPython` then. TIR's truncating ``Div``/``Mod`` become Python's floor ``//`` and
+    ``%``, the same for non-negative operands (shape symbols); with ``truncating=False`` they
+    are NotPython instead."""
+    def py(x):
+        return py_expr(x, names, truncating)
+
+    if isinstance(e, int):
+        return str(e)
+    if isinstance(e, tirx.IntImm):
+        return str(int(e.value))
+    if isinstance(e, tirx.Var):
+        if names is None:
+            return str(e.name)
+        name = next((n for v, n in names if v.same_as(e)), None)
+        if name is None:
+            raise NotPython(f"the variable {e.name}")
+        return name
+    if isinstance(e, tirx.Cast) and "int" in str(e.dtype):
+        return py(e.value)
+    op = _PY_BINARY.get(type(e))
+    if op is None and truncating and isinstance(e, (tirx.Div, tirx.Mod)):
+        op = "//" if isinstance(e, tirx.Div) else "%"
+    if op is not None:
+        return f"({py(e.a)} {op} {py(e.b)})"
+    if isinstance(e, (tirx.Min, tirx.Max)):
+        return f"{type(e).__name__.lower()}({py(e.a)}, {py(e.b)})"
+    if isinstance(e, tirx.Select):
+        return f"({py(e.true_value)} if {py(e.condition)} else {py(e.false_value)})"
+    if isinstance(e, tirx.Not):
+        return f"(not {py(e.a)})"
+    raise NotPython(type(e).__name__)
+
+
 def _is_address_of(e) -> bool:
     return isinstance(e, tvm.ir.Call) and isinstance(e.op, tvm.ir.Op) and \
         e.op.name == "tirx.address_of"

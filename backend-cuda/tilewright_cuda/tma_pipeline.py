@@ -401,7 +401,7 @@ MAX_BLOCKS_CHECKED = 1 << 20
 def _same_in_pairs(coords: list, blocks: dict, loop_var, analyzer) -> bool:
     """Every coordinate is the same for blockIdx.x 2c and 2c + 1 at every step of the loop:
     its change with the loop variable does not depend on the blocks (shown symbolically), and
-    at the loop's first value it is equal for every pair of the grid (evaluated)."""
+    at 0 it is equal for every pair of the grid (evaluated)."""
     names = [(s.loop_var, tag.split(".")[1]) for tag, s in blocks.items()]
     block_vars = [v for v, _ in names]
     try:
@@ -410,60 +410,14 @@ def _same_in_pairs(coords: list, blocks: dict, loop_var, analyzer) -> bool:
             step = analyzer.simplify(c - c0)
             if any(passes._uses(step, v) for v in block_vars):
                 return False
-        code = compile(f"lambda x, y, z: ({', '.join(_py(c, names) for c in first)},)",
-                       "<coords>", "eval")
-    except _Unsupported:
+        source = ", ".join(passes.py_expr(c, names, truncating=False) for c in first)
+    except passes.NotPython:
         return False
-    at = eval(code, {"_tdiv": _tdiv, "_tmod": _tmod, "min": min, "max": max})
+    at = eval(compile(f"lambda x, y, z: ({source},)", "<coords>", "eval"),
+              {"min": min, "max": max})
     gx, gy, gz = (int(blocks[f"blockIdx.{a}"].extent.value) if f"blockIdx.{a}" in blocks else 1
                   for a in "xyz")
     if gx * gy * gz > MAX_BLOCKS_CHECKED:
         return False
     return all(at(x, y, z) == at(x + 1, y, z)
                for z in range(gz) for y in range(gy) for x in range(0, gx, CLUSTER))
-
-
-class _Unsupported(Exception):
-    pass
-
-
-_BINARY = {tirx.Add: "+", tirx.Sub: "-", tirx.Mul: "*", tirx.FloorDiv: "//",
-           tirx.FloorMod: "%", tirx.EQ: "==", tirx.NE: "!=", tirx.LT: "<", tirx.LE: "<=",
-           tirx.GT: ">", tirx.GE: ">=", tirx.And: "and", tirx.Or: "or"}
-
-
-def _tdiv(a: int, b: int) -> int:  # C's truncating division (TIR Div on integers)
-    q = abs(a) // abs(b)
-    return q if (a >= 0) == (b > 0) else -q
-
-
-def _tmod(a: int, b: int) -> int:
-    return a - _tdiv(a, b) * b
-
-
-def _py(e, names: list) -> str:
-    """An integer TIR expression as Python source over x, y, z (blockIdx)."""
-    if isinstance(e, tirx.IntImm):
-        return str(int(e.value))
-    if isinstance(e, tirx.Var):
-        name = next((n for v, n in names if v.same_as(e)), None)
-        if name is None:
-            raise _Unsupported(str(e))
-        return name
-    op = _BINARY.get(type(e))
-    if op is not None:
-        return f"({_py(e.a, names)} {op} {_py(e.b, names)})"
-    if isinstance(e, (tirx.Div, tirx.Mod)):
-        fn = "_tdiv" if isinstance(e, tirx.Div) else "_tmod"
-        return f"{fn}({_py(e.a, names)}, {_py(e.b, names)})"
-    if isinstance(e, (tirx.Min, tirx.Max)):
-        fn = "min" if isinstance(e, tirx.Min) else "max"
-        return f"{fn}({_py(e.a, names)}, {_py(e.b, names)})"
-    if isinstance(e, tirx.Select):
-        return (f"({_py(e.true_value, names)} if {_py(e.condition, names)} else "
-                f"{_py(e.false_value, names)})")
-    if isinstance(e, tirx.Not):
-        return f"(not {_py(e.a, names)})"
-    if isinstance(e, tirx.Cast) and "int" in str(e.dtype):
-        return _py(e.value, names)
-    raise _Unsupported(type(e).__name__)
