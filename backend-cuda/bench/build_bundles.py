@@ -35,6 +35,7 @@ GEMM_SIZES = {"full": (4096, 8192), "quick": (1024,)}
 ADD_SIZES = {"full": (16384, 16384), "quick": (1024, 1024)}  # float32: 1 GiB per tensor
 
 
+H200_SMS = 132  # persistent kernels: one block per SM
 IN_ORDER = {"cuda.disable_warp_specialized": True}  # TMA issued by one compute thread
 CPASYNC = {"cuda.disable_tma_lower": True}  # the tiles through cp.async instead of TMA
 MULTICAST = {"cuda.tma_multicast": True}  # pairs of blocks load their shared B tile once
@@ -76,6 +77,16 @@ def cases(quick: bool):
                     "config": config, **({"pass_configs": configs} if configs else {})},
                    kernels.gemm.fn(n, n, n, "float16", **config),
                    [f"HGMMA.64x{config['block_N']}x16.F32", copies], configs)
+    # persistent: one block per SM walks the tiles (kernels.gemm_persistent); its producer
+    # warpgroup loads the next tile while the compute warpgroups store the last one
+    for dtype in ("float16", "bfloat16"):
+        for n in GEMM_SIZES[size] if not quick else ():
+            config = {**kernels.GEMM, "workers": H200_SMS}
+            yield (f"gemm_{dtype}_{n}_persistent",
+                   {"kind": "gemm", "M": n, "N": n, "K": n, "dtype": dtype, "config": config},
+                   kernels.gemm_persistent.fn(n, n, n, dtype, **config),
+                   ["HGMMA.64x256x16.F32" + (".BF16" if dtype == "bfloat16" else ""),
+                    "UTMALDG.2D"], {})
     b, h, s, d = ATTENTION_SIZES[size]
     config = dict(kernels.ATTENTION)
     shallower = {**config, "num_stages": 2}  # K and V two stages deep: 160 KB of shared memory

@@ -12,6 +12,9 @@ Configurations (sm_90a, chosen for H100/H200):
   fp16/bf16 output. Blocks are rasterised in panels of 16 block rows: of the 132 blocks in
   flight, about 16 rows x 8 columns of tiles, the split that needs the fewest distinct A and B
   bytes per step for 128x256 tiles (16 x 128 rows of A ~ 8 x 256 columns of B).
+- Persistent GEMM (``gemm_persistent``, a candidate): the same tiles, 132 blocks walking them
+  with ``T.Persistent``; the producer warpgroup loads a block's next tile during the last
+  one's epilogue.
 - FlashAttention forward: 128 query rows per block, 128 keys per step, 256 threads (two
   warpgroups of 64 rows: both gemms are wgmma), K and V three stages deep through TMA.
 - Elementwise add: 4096-element blocks of 256 threads, each thread moving 16-byte vectors.
@@ -46,6 +49,32 @@ def gemm(M, N, K, dtype="float16", block_M=128, block_N=256, block_K=64, threads
                 T.copy(B[ko * block_K, bx * block_N], B_s)
                 T.gemm(A_s, B_s, C_l)
             T.copy(C_l, C[by * block_M, bx * block_N])
+
+    return main
+
+
+@tilewright.jit(out_idx=[2])
+def gemm_persistent(M, N, K, dtype="float16", block_M=128, block_N=256, block_K=64,
+                    threads=256, num_stages=4, workers=132, panel=SWIZZLE_PANEL):
+    """The GEMM above as a persistent kernel: ``workers`` blocks (one per SM: 132 on an
+    H100/H200 SXM) walk the output tiles (``T.Persistent``, in panels of ``panel`` block rows),
+    so a block's loads for its next tile run while it stores the last one."""
+    m_blocks, n_blocks = T.ceildiv(M, block_M), T.ceildiv(N, block_N)
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype),
+             C: T.Tensor((M, N), dtype)):
+        with T.Kernel(workers, threads=threads) as worker:
+            A_s = T.alloc_shared((block_M, block_K), dtype)
+            B_s = T.alloc_shared((block_K, block_N), dtype)
+            C_l = T.alloc_fragment((block_M, block_N), "float32")
+            for bm, bn in T.Persistent([m_blocks, n_blocks], workers, worker, group_size=panel):
+                T.clear(C_l)
+                for ko in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
+                    T.copy(A[bm * block_M, ko * block_K], A_s)
+                    T.copy(B[ko * block_K, bn * block_N], B_s)
+                    T.gemm(A_s, B_s, C_l)
+                T.copy(C_l, C[bm * block_M, bn * block_N])
 
     return main
 

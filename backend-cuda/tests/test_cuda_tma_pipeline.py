@@ -228,12 +228,20 @@ def two_tiles_per_block(M=256, N=256, K=256, dtype="float16"):
 
 @pytest.mark.emulator
 def test_a_pipelined_loop_inside_another_sets_its_barriers_up_each_round(tmp_path):
-    text = _emulate(two_tiles_per_block(), "sm_90a", tmp_path, 256, 256, 256)
+    # issued in order (a loop inside another gets a producer warpgroup by default, which
+    # walks the outer loop itself: test_cuda_persistent_ws.py)
+    text = _emulate(two_tiles_per_block(), "sm_90a", tmp_path, 256, 256, 256,
+                    configs=IN_ORDER)
     kernel = _kernel(text)
-    assert "tw_setmaxnreg" not in kernel  # not at the top of the block: issued in order
+    assert "tw_setmaxnreg" not in kernel
     rounds = kernel[kernel.index("for (int t = 0;"):]
     # a barrier before the set-up: no thread still polls a barrier of the previous round
     assert rounds.index("__syncthreads();") < rounds.index("tw_mbar_init(")
+    # by default: barriers set up once, before the roles; the producer's own outer loop
+    text = _emulate(two_tiles_per_block(), "sm_90a", tmp_path, 256, 256, 256)
+    kernel = _kernel(text)
+    assert kernel.index("tw_mbar_init(") < kernel.index("tw_setmaxnreg_dec<56>();") < \
+        kernel.index("for (int t_load = 0;")
 
 
 def scores_through_shared(L=256, d=64, dtype="float16"):

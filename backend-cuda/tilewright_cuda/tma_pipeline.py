@@ -10,6 +10,12 @@ FlashAttention's ``Q K^T`` starts while V is still in flight. A wgmma that reads
 and tiles written before the loop needs no barrier of its own (pipeline.py,
 ``_without_wgmma_barriers``).
 
+The producer warpgroup also serves a persistent kernel, whose pipelined loop sits in the
+serial loop over tiles that ``T.Persistent`` makes (:class:`_TileLoop`): the producer walks
+the tiles itself, computing each tile's indices on its own, so it loads the next tile's
+first stages while the compute warpgroups store the last tile; both count the loop's
+iterations across tiles, so versions and barrier phases carry on.
+
 With a producer warpgroup, a tile that two neighbouring blocks (blockIdx.x 2c and 2c + 1)
 load from the same place -- the B tile of a GEMM whose rasterisation pairs blocks of one
 column -- is loaded once for both: the two blocks form a cluster, each loads half of the
@@ -37,6 +43,9 @@ from .tma import flat as _flat
 from .tma import seq as _seq
 
 PRODUCER_REGISTERS = 40  # setmaxnreg budget of the producer warpgroup
+# ... walking a persistent kernel's tiles (its own tile indices, guard and counter): with 40,
+# ptxas spilled about 20 of the 8192^3 bench GEMM's producer values
+PERSISTENT_PRODUCER_REGISTERS = 56
 MAX_CONSUMER_REGISTERS = 240
 REGISTER_FILE = 65536  # 32-bit registers per SM, shared by its blocks (cuda.blocks_per_sm)
 WARPGROUP = 128
@@ -98,20 +107,23 @@ class TmaPlan:
                     for g in range(len(self.groups))]
         return _seq([*loads, self._leader(arrivals)])
 
-    def _init(self, bars, counts: list) -> list:
+    def _init(self, bars, counts: list, once: bool = False) -> list:
         inits = [_call("tw_mbar_init", hopper.shared_addr(tirx.BufferLoad(
             bars, [tirx.const(k, "int32")])), tirx.const(c, "uint32"))
             for k, c in enumerate(counts)]
         # set up again in a loop: every thread is past its last wait of the previous round
-        again = [sync()] if self.nested else []
+        again = [sync()] if self.nested and not once else []
         return [tirx.AllocBuffer(bars), *again,
                 self._leader([*inits, _call("tw_fence_barrier_init")]), sync()]
 
-    def _steady(self, bars, specialised: bool = False) -> list:
+    def _steady(self, bars, specialised: bool = False, count=None) -> list:
         """One iteration's consumers, each group's wait before its first reader; in the
-        in-order form a None where the refill goes (where the first producer stood)."""
-        parity = tirx.floormod(tirx.floordiv(self.i, self.stages), 2)
-        version = tirx.floormod(self.i, self.stages)
+        in-order form a None where the refill goes (where the first producer stood).
+        ``count``: the iteration's number among all the block's runs of the loop (its
+        version and barrier phase), ``i`` by default."""
+        count = self.i if count is None else count
+        parity = tirx.floormod(tirx.floordiv(count, self.stages), 2)
+        version = tirx.floormod(count, self.stages)
         out, refilled = [], False
         for index in self.order:
             if index in self.producers:
@@ -172,8 +184,9 @@ class TmaPlan:
     # -- a producer warpgroup issues ---------------------------------------------------------
     def specialise(self, func_body, multicast: bool = False, blocks: int = 1):
         """``func_body`` with one more warpgroup in the block that only issues the loads,
-        or None when the kernel does not allow it (the loop is not at the top of the
-        block's program, the block has roles already, or no warpgroup fits)::
+        or None when the kernel does not allow it (the loop is neither at the top of the
+        block's program nor directly in a serial loop there whose other code leaves the
+        pipelined tiles alone, the block has roles already, or no warpgroup fits)::
 
             init barriers; sync                            # every thread
             if tx >= T:                                    # the producer warpgroup
@@ -194,7 +207,7 @@ class TmaPlan:
         ``multicast``, tiles that pairs of blocks share are loaded once per pair
         (:class:`Multicast`)."""
         from .hopper import ROLE_KEY, _role_loops
-        from .pipeline import _loads_in
+        from .pipeline import _loads_in, _touches
 
         thread = passes.block_loop(func_body)
         if thread is None or _role_loops(func_body):
@@ -203,46 +216,65 @@ class TmaPlan:
         if threads % WARPGROUP or threads + WARPGROUP > 1024:
             return None
         items = _flat([thread.body])
-        at = next((k for k, s in enumerate(items) if s.same_as(self.loop)), None)
-        if at is None:
+        nest = _TileLoop.find(items, self.loop)
+        if nest is None:
             return None
+        at, tiles = nest
+
+        def pure(s):  # a value every role can compute for itself
+            return isinstance(s, tirx.Bind) and not passes._uses(s, self.tx) and \
+                not _loads_in(s.value)
+
         top, before, moved = [], [], []
         for s in items[:at]:
-            if isinstance(s, tirx.AllocBuffer) or (isinstance(s, tirx.Bind) and
-                                                   not passes._uses(s, self.tx) and
-                                                   not _loads_in(s.value)):
+            if isinstance(s, tirx.AllocBuffer) or pure(s):
                 top.append(s)
             else:
                 before.append(s)
                 moved += [s.var] if isinstance(s, tirx.Bind) else []
         after = [s for s in items[at + 1:] if not isinstance(s, tirx.AllocBuffer)]
         top += [s for s in items[at + 1:] if isinstance(s, tirx.AllocBuffer)]
+        if tiles is not None:
+            if not tiles.independent(self.tx, self.versioned.old, _touches, _loads_in):
+                return None  # the producer must not wait for the tiles' other code
+            moved += [s.var for s in tiles.before if isinstance(s, tirx.Bind) and not pure(s)]
         if any(passes._uses(self.stmts[p], v) for p in self.producers for v in moved):
             return None  # the loads need values the kernel's threads compute
         stages, n = self.stages, self.loop.extent
         full = stages * len(self.groups)
         bars = self._barriers(stages)
-        cast = Multicast.plan(self, func_body) if multicast else None
+        cast = Multicast.plan(self, func_body) if multicast and tiles is None else None
         if cast is not None:
             self.stmts = cast.stmts
 
         def empty(version):
             return hopper.shared_addr(tirx.BufferLoad(bars, [full + version]))
 
-        j = tirx.Var(f"{self.loop.loop_var.name}_load", self.loop.loop_var.ty)
-        refill = passes.substitute(self._produce(bars, self.i, tirx.floormod(self.i, stages)),
-                                   {self.i: j})
+        # a persistent kernel's loop runs once per tile: versions and phases go on counting
+        # from the iterations of its earlier tiles (``base``; 0 without a tile loop)
+        name = self.loop.loop_var.name
+        issued, issued_base = _Counter.of(tiles, f"{name}_issued")
+        consumed, consumed_base = _Counter.of(tiles, f"{name}_consumed")
+        j = tirx.Var(f"{name}_load", self.loop.loop_var.ty)
+        refill = passes.substitute(self._produce(bars, self.i, tirx.floormod(
+            issued_base + self.i, stages)), {self.i: j})
 
         def released(j):  # the version load j writes is free (read by load j - S's readers)
             return _call("tw_mbar_wait", empty(tirx.floormod(j, stages)),
                          tirx.floormod(tirx.floordiv(j, stages) + 1, 2))
 
-        loads = [tirx.For(j, 0, n, tirx.ForKind.SERIAL, tirx.SeqStmt([released(j), refill]))]
+        loads = [tirx.For(j, 0, n, tirx.ForKind.SERIAL,
+                          tirx.SeqStmt([released(issued_base + j), refill]))]
+        if tiles is not None:
+            loads = [issued.start(), tiles.for_producer(
+                [issued.bind(issued_base), *loads, issued.add(issued_base, n)], pure)]
         if cast is not None:  # stay until both blocks read every tile this one multicast
             loads.append(cast.drain(n, stages, released))
-        producer = [_call(f"tw_setmaxnreg_dec<{PRODUCER_REGISTERS}>"),
+        kept = PRODUCER_REGISTERS if tiles is None else PERSISTENT_PRODUCER_REGISTERS
+        producer = [_call(f"tw_setmaxnreg_dec<{kept}>"),
                     tirx.IfThenElse(self.tx == 0, _seq(loads), None)]
-        steady = self._steady(bars, specialised=True)
+        count = consumed_base + self.i
+        steady = self._steady(bars, specialised=True, count=count)
         # one arrival per warp, once all its lanes are past their reads of the version
         # (__syncwarp orders them before lane 0's release)
         lane0 = tirx.floormod(self.tx, WARP) == 0
@@ -256,20 +288,24 @@ class TmaPlan:
         tail = []
         if self.overlap:  # version i-1 is free once this iteration retired its wgmma group
             steady.append(tirx.IfThenElse(self.i > 0, _seq(release(tirx.floormod(
-                self.i - 1, stages))), None))
+                count - 1, stages))), None))
             tail.append(wgmma.wait(0))
-            if cast is not None:  # the last version too: the producers' drain waits for it
-                tail.append(tirx.IfThenElse(n > 0, _seq(release(tirx.floormod(
-                    n - 1, stages))), None))
+            if cast is not None or tiles is not None:  # the last version too: a producer
+                tail.append(tirx.IfThenElse(n > 0, _seq(release(tirx.floormod(  # waits for it
+                    consumed_base + n - 1, stages))), None))
         else:
-            steady += release(tirx.floormod(self.i, stages))
-        registers = consumer_registers(threads, blocks)
-        consumer = [_call(f"tw_setmaxnreg_inc<{registers}>"), *before,
-                    _call("tw_fence_proxy_async"), sync(), self._loop(steady), *tail, *after]
+            steady += release(tirx.floormod(count, stages))
+        computed = [_call("tw_fence_proxy_async"), sync(), self._loop(steady), *tail]
+        if tiles is not None:
+            computed = [consumed.start(), tiles.rebuild([
+                *tiles.before, consumed.bind(consumed_base), *computed,
+                consumed.add(consumed_base, n), *tiles.after])]
+        registers = consumer_registers(threads, blocks, kept)
+        consumer = [_call(f"tw_setmaxnreg_inc<{registers}>"), *before, *computed, *after]
         roles = [_role(self.tx, threads, WARPGROUP, producer, ROLE_KEY, "tx_load"),
                  _role(self.tx, 0, threads, consumer, ROLE_KEY, "tx_compute")]
         counts = [1] * full + [threads // WARP * (1 if cast is None else CLUSTER)] * stages
-        init = self._init(bars, counts)
+        init = self._init(bars, counts, once=True)
         if cast is not None:  # both blocks' barriers are set up before either reaches across
             init[-1] = _call("tw_cluster_sync")
         body = tirx.SeqStmt([*top, *init, *roles])
@@ -282,13 +318,94 @@ class TmaPlan:
         return out if cast is None else cast.clustered(out)
 
 
-def consumer_registers(threads: int, blocks: int = 1) -> int:
-    """The setmaxnreg budget of ``threads`` compute threads beside a producer warpgroup with
-    ``blocks`` blocks per SM: what the block gets at launch (an equal share of the register
-    file, in steps of 8 per thread) less the producer's budget."""
+@dataclass
+class _TileLoop:
+    """The serial loop over tiles that holds a persistent kernel's pipelined loop (T.Persistent:
+    ``for wave: if wave * workers + block < tiles: <binds> <before> <loop> <after>``)."""
+
+    loop: Any
+    guard: Any  # the condition around its body, or None
+    before: list  # the tile's statements before the pipelined loop
+    after: list
+
+    @staticmethod
+    def find(items: list, loop):
+        """(index in ``items``, None) when ``loop`` is one of them; (index, _TileLoop) when it
+        is directly in a serial loop that is; else None."""
+        for k, s in enumerate(items):
+            if s.same_as(loop):
+                return k, None
+            if not isinstance(s, tirx.For) or s.kind != tirx.ForKind.SERIAL:
+                continue
+            body, guard = s.body, None
+            if isinstance(body, tirx.IfThenElse) and body.else_case is None:
+                body, guard = body.then_case, body.condition
+            inner = _flat([body])
+            at = next((i for i, t in enumerate(inner) if t.same_as(loop)), None)
+            if at is not None:
+                return k, _TileLoop(s, guard, inner[:at], inner[at + 1:])
+        return None
+
+    def independent(self, tx, tiles, touches, loads_in) -> bool:
+        """The producer can walk the tiles by itself: the guard is the same for every thread
+        and reads no memory, and the tiles' other code leaves the pipelined tiles alone (the
+        producer fills them for the next tile meanwhile)."""
+        if self.guard is not None and (passes._uses(self.guard, tx) or loads_in(self.guard)):
+            return False
+        return not any(touches(s, tiles) for s in self.before + self.after)
+
+    def rebuild(self, body: list, var=None):
+        inner = _seq(body) if self.guard is None else tirx.IfThenElse(self.guard, _seq(body),
+                                                                      None)
+        stmt = tirx.For(self.loop.loop_var, self.loop.min, self.loop.extent, self.loop.kind,
+                        inner, annotations=self.loop.annotations, span=self.loop.span)
+        if var is None:
+            return stmt
+        return passes.substitute(stmt, {self.loop.loop_var: var})
+
+    def for_producer(self, body: list, pure) -> tirx.Stmt:
+        """The tile loop around ``body`` for the producer: the tile's binds it can compute
+        itself first, all under variables of its own."""
+        binds = [s for s in self.before if pure(s)]
+        fresh = {s.var: tirx.Var(f"{s.var.name}_load", s.var.ty) for s in binds}
+        own = [tirx.Bind(fresh[s.var], passes.substitute(s.value, fresh), span=s.span)
+               for s in binds]
+        var = tirx.Var(f"{self.loop.loop_var.name}_load", self.loop.loop_var.ty)
+        return self.rebuild([*own, *(passes.substitute(s, fresh) for s in body)], var)
+
+
+class _Counter:
+    """A role's running count of the pipelined loop's iterations over the tiles (a register)."""
+
+    def __init__(self, name: str):
+        self.buf = tirx.decl_buffer((1,), "int32", name, scope="local")
+
+    @staticmethod
+    def of(tiles, name: str):
+        """(counter, the variable its value is bound to per tile), or (None, 0) without tiles."""
+        if tiles is None:
+            return None, tirx.const(0, "int32")
+        return _Counter(name), tirx.Var(f"{name}_base", "int32")
+
+    def start(self) -> tirx.Stmt:
+        return tirx.SeqStmt([tirx.AllocBuffer(self.buf), tirx.BufferStore(
+            self.buf, tirx.const(0, "int32"), [tirx.const(0, "int32")])])
+
+    def bind(self, var) -> tirx.Stmt:
+        return tirx.Bind(var, tirx.BufferLoad(self.buf, [tirx.const(0, "int32")]))
+
+    def add(self, base, n) -> tirx.Stmt:
+        return tirx.BufferStore(self.buf, base + n, [tirx.const(0, "int32")])
+
+
+def consumer_registers(threads: int, blocks: int = 1,
+                       producer: int = PRODUCER_REGISTERS) -> int:
+    """The setmaxnreg budget of ``threads`` compute threads beside a producer warpgroup that
+    keeps ``producer`` registers, with ``blocks`` blocks per SM: what the block gets at launch
+    (an equal share of the register file, in steps of 8 per thread) less the producer's."""
     total = threads + WARPGROUP
     pool = REGISTER_FILE // blocks // total // 8 * 8 * total
-    return min(MAX_CONSUMER_REGISTERS, (pool - WARPGROUP * PRODUCER_REGISTERS) // threads // 8 * 8)
+    return min(MAX_CONSUMER_REGISTERS, (pool - WARPGROUP * producer) // threads // 8 * 8)
 
 
 def _role(tx, lo: int, n: int, body: list, key: str, name: str):

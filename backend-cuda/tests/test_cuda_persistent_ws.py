@@ -1,0 +1,115 @@
+"""Warp specialisation of a persistent kernel (tma_pipeline, ``_TileLoop``): when the
+``T.Pipelined`` loop sits in the serial loop over tiles that ``T.Persistent`` makes, the
+producer warpgroup walks the tiles by itself (computing each tile's indices on its own) and
+so loads the next tile's first stages while the compute warpgroups store the last tile. Both
+roles count the loop's iterations across tiles, so versions and barrier phases carry on from
+one tile to the next."""
+
+import re
+import sys
+from pathlib import Path
+
+import hostemu
+import pytest
+import sass
+import tilewright
+import tilewright.language as T
+import torch
+from tilewright_cuda import arch, executor
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+sys.path.insert(0, str(BENCH))
+
+import kernels  # noqa: E402 - after the sys.path setup
+
+TARGET = "cuda -arch=sm_90a"
+
+
+def _kernel(text: str) -> str:
+    return text[text.index('extern "C" __global__'):]
+
+
+def _persistent(M, N, K, workers, dtype="float16", **kw):
+    return kernels.gemm_persistent.fn(M, N, K, dtype, workers=workers, **kw)
+
+
+def test_the_producer_walks_the_tiles_and_runs_ahead():
+    kernel = _kernel(tilewright.lower(_persistent(512, 512, 256, 3), TARGET).source.text)
+    # the producer keeps 56 registers (its tile indices, guard and counter), the compute
+    # warpgroups get the rest: (168 x 384 - 56 x 128) / 256 = 224
+    producer, compute = kernel.split("tw_setmaxnreg_inc<224>();")
+    assert "tw_setmaxnreg_dec<56>();" in producer
+    # its own tile loop, guard and tile indices; iterations counted over the tiles
+    assert "for (int wave_load = 0; wave_load < 16; ++wave_load)" in producer
+    assert "if (((wave_load * 3) + ((int)blockIdx.x)) < 8)" in producer
+    assert "int bn_load = " in producer and "ko_issued_ptr[0] = (ko_issued_base + 4);" in producer
+    assert "((((ko_issued_base + ko_load) >> 2) + 1) & 1)" in producer  # the empty phase
+    # the compute warpgroups release the tile's last version after its last wgmma group, so
+    # the producer can refill it for the next tile while they store this one
+    assert "for (int wave = 0; wave < 16; ++wave)" in compute
+    tail = compute[compute.index("tw_wgmma_wait<0>();"):]
+    counted = "ko_consumed_ptr[0] = (ko_consumed_base + 4);"
+    assert tail.index("tw_mbar_arrive(") < tail.index(counted)
+    assert "__syncthreads" not in compute
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize("M, N, K, workers, dtype", [
+    (512, 512, 256, 3, "float16"),  # 8 tiles over 3 blocks: 3, 3 and 2 tiles
+    (384, 768, 200, 5, "bfloat16"),  # 9 tiles, partial k-tile (zero fill)
+    (256, 256, 512, 4, "float16"),  # fewer tiles than blocks: one idles
+])
+def test_persistent_warp_specialised_gemm_matches_torch(M, N, K, workers, dtype, tmp_path):
+    lowered = tilewright.lower(_persistent(M, N, K, workers, dtype), TARGET)
+    assert "tw_setmaxnreg_dec<56>();" in lowered.source.text
+    torch.manual_seed(0)
+    tdtype = getattr(torch, dtype)
+    a, b = torch.randn(M, K).to(tdtype), torch.randn(K, N).to(tdtype)
+    c = torch.full((M, N), float("nan")).to(tdtype)
+    hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, a, b, c)
+    tol = {"float16": 1e-2, "bfloat16": 2e-2}[dtype]
+    torch.testing.assert_close(c.float(), a.float() @ b.float(), rtol=tol, atol=tol * K ** 0.5)
+
+
+def tile_reader(M, N, K, workers=2, bm=128, bn=256, bk=64):
+    """A persistent GEMM whose tile code writes a pipelined tile before the loop."""
+    @T.prim_func
+    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"),
+             C: T.Tensor((M, N), "float16")):
+        with T.Kernel(workers, threads=256) as w:
+            A_s = T.alloc_shared((bm, bk), "float16")
+            B_s = T.alloc_shared((bk, bn), "float16")
+            C_l = T.alloc_fragment((bm, bn), "float32")
+            for i, j in T.Persistent([T.ceildiv(M, bm), T.ceildiv(N, bn)], workers, w):
+                T.clear(C_l)
+                T.clear(B_s)
+                for k in T.Pipelined(T.ceildiv(K, bk), num_stages=3):
+                    T.copy(A[i * bm, k * bk], A_s)
+                    T.copy(B[k * bk, j * bn], B_s)
+                    T.gemm(A_s, B_s, C_l)
+                T.copy(C_l, C[i * bm, j * bn])
+
+    return main
+
+
+@pytest.mark.emulator
+def test_tile_code_that_writes_the_pipelined_tiles_gets_no_producer_warpgroup(tmp_path):
+    # a producer would fill B_s for the next tile while this one still clears it
+    M, N, K = 512, 512, 256
+    lowered = tilewright.lower(tile_reader(M, N, K), TARGET)
+    assert "tw_setmaxnreg" not in _kernel(lowered.source.text)
+    torch.manual_seed(0)
+    a, b = torch.randn(M, K).half(), torch.randn(K, N).half()
+    c = torch.full((M, N), float("nan")).half()
+    hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, a, b, c)
+    torch.testing.assert_close(c.float(), a.float() @ b.float(), rtol=1e-2, atol=1e-2 * K ** 0.5)
+
+
+@pytest.mark.nvrtc
+@pytest.mark.sass
+def test_persistent_bench_gemm_builds_without_spills():
+    text = tilewright.lower(_persistent(8192, 8192, 8192, 132), TARGET).source.text
+    cubin, log = executor.nvrtc_compile(text, arch.get("sm_90a"), ".")
+    code = sass.dump(cubin)
+    assert "0 bytes spill stores" in log and "HGMMA.64x256x16.F32" in code
+    assert "UTMALDG.2D" in code and int(re.search(r"Used (\d+) registers", log).group(1)) <= 168
