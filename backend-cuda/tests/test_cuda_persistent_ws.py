@@ -9,12 +9,11 @@ import re
 import sys
 from pathlib import Path
 
-import hostemu
 import pytest
 import sass
 import tilewright
 import tilewright.language as T
-import torch
+from test_cuda_pipeline import _emulate
 from tilewright_cuda import arch, executor
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
@@ -60,15 +59,8 @@ def test_the_producer_walks_the_tiles_and_runs_ahead():
     (256, 256, 512, 4, "float16"),  # fewer tiles than blocks: one idles
 ])
 def test_persistent_warp_specialised_gemm_matches_torch(M, N, K, workers, dtype, tmp_path):
-    lowered = tilewright.lower(_persistent(M, N, K, workers, dtype), TARGET)
-    assert "tw_setmaxnreg_dec<56>();" in lowered.source.text
-    torch.manual_seed(0)
-    tdtype = getattr(torch, dtype)
-    a, b = torch.randn(M, K).to(tdtype), torch.randn(K, N).to(tdtype)
-    c = torch.full((M, N), float("nan")).to(tdtype)
-    hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, a, b, c)
-    tol = {"float16": 1e-2, "bfloat16": 2e-2}[dtype]
-    torch.testing.assert_close(c.float(), a.float() @ b.float(), rtol=tol, atol=tol * K ** 0.5)
+    text = _emulate(_persistent(M, N, K, workers, dtype), "sm_90a", tmp_path, M, N, K, dtype)
+    assert "tw_setmaxnreg_dec<56>();" in text
 
 
 def tile_reader(M, N, K, workers=2, bm=128, bn=256, bk=64):
@@ -95,14 +87,8 @@ def tile_reader(M, N, K, workers=2, bm=128, bn=256, bk=64):
 @pytest.mark.emulator
 def test_tile_code_that_writes_the_pipelined_tiles_gets_no_producer_warpgroup(tmp_path):
     # a producer would fill B_s for the next tile while this one still clears it
-    M, N, K = 512, 512, 256
-    lowered = tilewright.lower(tile_reader(M, N, K), TARGET)
-    assert "tw_setmaxnreg" not in _kernel(lowered.source.text)
-    torch.manual_seed(0)
-    a, b = torch.randn(M, K).half(), torch.randn(K, N).half()
-    c = torch.full((M, N), float("nan")).half()
-    hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, a, b, c)
-    torch.testing.assert_close(c.float(), a.float() @ b.float(), rtol=1e-2, atol=1e-2 * K ** 0.5)
+    text = _emulate(tile_reader(512, 512, 256), "sm_90a", tmp_path, 512, 512, 256)
+    assert "tw_setmaxnreg" not in _kernel(text)
 
 
 @pytest.mark.nvrtc

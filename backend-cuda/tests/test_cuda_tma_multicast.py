@@ -14,6 +14,7 @@ import pytest
 import sass
 import tilewright
 import torch
+from test_cuda_pipeline import _emulate
 from tilewright_cuda import arch, executor
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
@@ -31,18 +32,6 @@ def _kernel(text: str) -> str:
 
 def _gemm(M, N, K, dtype="float16", **kw):
     return kernels.gemm.fn(M, N, K, dtype, **{**kernels.GEMM, **kw})
-
-
-def _run_gemm(func, M, N, K, dtype, configs, tmp_path):
-    lowered = tilewright.lower(func, TARGET, configs)
-    torch.manual_seed(0)
-    tdtype = getattr(torch, dtype)
-    a, b = torch.randn(M, K).to(tdtype), torch.randn(K, N).to(tdtype)
-    c = torch.full((M, N), float("nan")).to(tdtype)
-    hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, a, b, c)
-    tol = {"float16": 1e-2, "bfloat16": 2e-2}[dtype]
-    torch.testing.assert_close(c.float(), a.float() @ b.float(), rtol=tol, atol=tol * K ** 0.5)
-    return lowered
 
 
 def test_pairs_of_blocks_load_their_shared_b_tile_once():
@@ -81,8 +70,9 @@ def test_without_the_config_or_a_shared_tile_there_is_no_cluster():
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_multicast_gemm_matches_torch(dtype, tmp_path):
     # 8 k-tiles through 4 stages: every version is refilled by both ranks twice
-    lowered = _run_gemm(_gemm(512, 512, 512, dtype), 512, 512, 512, dtype, MULTICAST, tmp_path)
-    assert "tw_tma_load_multicast_2d(" in lowered.source.text
+    text = _emulate(_gemm(512, 512, 512, dtype), "sm_90a", tmp_path, 512, 512, 512, dtype,
+                    configs=MULTICAST)
+    assert "tw_tma_load_multicast_2d(" in text
 
 
 @pytest.mark.emulator
