@@ -41,6 +41,10 @@ def test_two_blocks_per_sm_in_the_launch_bounds():
     # with a producer warpgroup the compute threads' budget comes from the smaller share
     ws = tilewright.lower(func, TARGET, {"cuda.blocks_per_sm": 2}).source.text
     assert "__launch_bounds__(384, 2)" in ws and "tw_setmaxnreg_inc<96>" in ws
+    # a kernel without gemm or roles too
+    add = kernels.add.fn(1024, 1024, "float32", **kernels.ADD)
+    text = tilewright.lower(add, TARGET, {"cuda.blocks_per_sm": 4}).source.text
+    assert "__launch_bounds__(256, 4)" in text
 
 
 def test_shared_memory_beyond_the_share_is_an_error_naming_the_config():

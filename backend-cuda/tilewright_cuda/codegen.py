@@ -139,8 +139,9 @@ def generate(mod: tvm.IRModule, ctx) -> GeneratedSource:
     at = text.find(_MARK)
     header = HEADER + (COPY_HEADER if "tw_cp_async" in text or "tw_copy16" in text else "") + \
         (MMA_HEADER if "tw_gemm_mma" in text or "tw::" in text else "")
-    if "tw_gemm_" in text:  # a warp tile's accumulators: let ptxas use up to 255 registers
-        text = hopper.launch_bounds(text, hopper.blocks_per_sm(func))  # (per block per SM)
+    blocks = hopper.blocks_per_sm(func)
+    if "tw_gemm_" in text or blocks > 1:  # a warp tile's accumulators: let ptxas use up to
+        text = hopper.launch_bounds(text, blocks)  # 255 registers (its share of the SM's)
     # swizzled tiles sit at multiples of swizzle.ALIGN from the pool's base
     text = text.replace("extern __shared__ __align__(64) uchar tw_smem_ptr[]",
                         f"extern __shared__ __align__({swizzle.ALIGN}) uchar tw_smem_ptr[]")

@@ -385,7 +385,7 @@ BLOCKS_KEY = "cuda.blocks_per_sm"
 BLOCKS_ATTR = "tw.cuda.blocks_per_sm"
 
 
-def blocks_per_sm(configs) -> int:
+def blocks_per_sm_config(configs) -> int:
     """The pass config ``cuda.blocks_per_sm``: blocks each SM should hold at once (the second
     number of ``__launch_bounds__``; registers and shared memory are budgeted for it)."""
     value = (configs or {}).get(BLOCKS_KEY, 1)
@@ -402,7 +402,7 @@ def pipeline(arch=None, configs=None):
     specialise = arch is not None and arch.sm >= 90 and arch.name.endswith("a") and \
         not (configs or {}).get(WS_KEY)
 
-    blocks = blocks_per_sm(configs)
+    blocks = blocks_per_sm_config(configs)
 
     def run(func):
         if blocks > 1:
