@@ -99,3 +99,35 @@ def test_persistent_bench_gemm_builds_without_spills():
     code = sass.dump(cubin)
     assert "0 bytes spill stores" in log and "HGMMA.64x256x16.F32" in code
     assert "UTMALDG.2D" in code and int(re.search(r"Used (\d+) registers", log).group(1)) <= 168
+
+
+def shared_column(M, N, K, workers=2, bm=128, bn=256, bk=64):
+    """A persistent GEMM whose B column comes through shared memory the tile code writes."""
+    @T.prim_func
+    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"),
+             C: T.Tensor((M, N), "float16")):
+        with T.Kernel(workers, threads=256) as w:
+            A_s = T.alloc_shared((bm, bk), "float16")
+            B_s = T.alloc_shared((bk, bn), "float16")
+            col = T.alloc_shared((1,), "int32")
+            C_l = T.alloc_fragment((bm, bn), "float32")
+            for i, j in T.Persistent([T.ceildiv(M, bm), T.ceildiv(N, bn)], workers, w):
+                col[0] = j * bn
+                T.clear(C_l)
+                for k in T.Pipelined(T.ceildiv(K, bk), num_stages=3):
+                    T.copy(A[i * bm, k * bk], A_s)
+                    T.copy(B[k * bk, col[0]], B_s)
+                    T.gemm(A_s, B_s, C_l)
+                T.copy(C_l, C[i * bm, j * bn])
+
+    return main
+
+
+@pytest.mark.emulator
+def test_a_load_that_reads_shared_memory_the_tile_code_writes_stays_with_it(tmp_path):
+    # B's column comes from col[0], which the compute threads write per tile: B's copy stays
+    # with them (element-wise: col[0]'s alignment is unknown); only A's box is the producer's
+    text = _emulate(shared_column(512, 512, 256), "sm_90a", tmp_path, 512, 512, 256)
+    producer, compute = _kernel(text).split("tw_setmaxnreg_inc<")
+    assert producer.count("tw_tma_load_2d(") == 1 and "col" not in producer
+    assert "B_ptr[" in compute and "B_ptr[" not in producer

@@ -240,6 +240,9 @@ class TmaPlan:
             moved += [s.var for s in tiles.before if isinstance(s, tirx.Bind) and not pure(s)]
         if any(passes._uses(self.stmts[p], v) for p in self.producers for v in moved):
             return None  # the loads need values the kernel's threads compute
+        written = _shared_writes(before + (tiles.before + tiles.after if tiles else []))
+        if any(_touches(self.stmts[p], written) for p in self.producers):
+            return None  # ... or read shared memory they write
         stages, n = self.stages, self.loop.extent
         full = stages * len(self.groups)
         bars = self._barriers(stages)
@@ -316,6 +319,20 @@ class TmaPlan:
         out = tvm_ffi.structural_map(func_body, (tirx.For, lambda s: new if s.same_as(thread)
                                                  else s))
         return out if cast is None else cast.clustered(out)
+
+
+def _shared_writes(stmts: list) -> list:
+    """The shared buffers ``stmts`` store to."""
+    found = []
+
+    def visit(store):
+        if str(store.buffer.scope()).startswith("shared") and \
+                not any(store.buffer.same_as(b) for b in found):
+            found.append(store.buffer)
+
+    for s in stmts:
+        tvm_ffi.structural_walk(s, (tirx.BufferStore, visit))
+    return found
 
 
 @dataclass
