@@ -299,7 +299,7 @@ inline void* tw_in_cta(void* p, unsigned rank) {  // the same offset in block `r
 inline void tw_mbar_arrive_cluster(void* bar, unsigned rank) { tw_mbar_arrive(tw_in_cta(bar, rank)); }
 template <class... C> inline void tw_tma_load_multicast(const void* d, void* bar, void* dst,
                                                         unsigned short mask, C... coords) {
-  for (unsigned r = 0; r < 16; ++r)
+  for (unsigned r = 0; r < TW_MAX_CLUSTER; ++r)  // hostemu.py runs at most that many
     if (mask >> r & 1) tw_tma_load(d, tw_in_cta(bar, r), tw_in_cta(dst, r), coords...);
 }
 #define tw_tma_load_multicast_1d tw_tma_load_multicast
