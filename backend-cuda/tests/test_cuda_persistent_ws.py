@@ -63,21 +63,31 @@ def test_persistent_warp_specialised_gemm_matches_torch(M, N, K, workers, dtype,
     assert "tw_setmaxnreg_dec<56>();" in text
 
 
-def tile_reader(M, N, K, workers=2, bm=128, bn=256, bk=64):
-    """A persistent GEMM whose tile code writes a pipelined tile before the loop."""
+def tile_code_gemm(M, N, K, tile_code, workers=2, bm=128, bn=256, bk=64):
+    """A persistent GEMM whose tile code writes shared memory before the pipelined loop:
+    ``"clear_b"`` clears the B tile, ``"shared_column"`` stores B's column in ``col[0]``,
+    which B's copy reads."""
     @T.prim_func
     def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"),
              C: T.Tensor((M, N), "float16")):
         with T.Kernel(workers, threads=256) as w:
             A_s = T.alloc_shared((bm, bk), "float16")
             B_s = T.alloc_shared((bk, bn), "float16")
+            if tile_code == "shared_column":
+                col = T.alloc_shared((1,), "int32")
             C_l = T.alloc_fragment((bm, bn), "float32")
             for i, j in T.Persistent([T.ceildiv(M, bm), T.ceildiv(N, bn)], workers, w):
+                if tile_code == "shared_column":
+                    col[0] = j * bn
                 T.clear(C_l)
-                T.clear(B_s)
+                if tile_code == "clear_b":
+                    T.clear(B_s)
                 for k in T.Pipelined(T.ceildiv(K, bk), num_stages=3):
                     T.copy(A[i * bm, k * bk], A_s)
-                    T.copy(B[k * bk, j * bn], B_s)
+                    if tile_code == "shared_column":
+                        T.copy(B[k * bk, col[0]], B_s)
+                    else:
+                        T.copy(B[k * bk, j * bn], B_s)
                     T.gemm(A_s, B_s, C_l)
                 T.copy(C_l, C[i * bm, j * bn])
 
@@ -87,7 +97,7 @@ def tile_reader(M, N, K, workers=2, bm=128, bn=256, bk=64):
 @pytest.mark.emulator
 def test_tile_code_that_writes_the_pipelined_tiles_gets_no_producer_warpgroup(tmp_path):
     # a producer would fill B_s for the next tile while this one still clears it
-    text = _emulate(tile_reader(512, 512, 256), "sm_90a", tmp_path, 512, 512, 256)
+    text = _emulate(tile_code_gemm(512, 512, 256, "clear_b"), "sm_90a", tmp_path, 512, 512, 256)
     assert "tw_setmaxnreg" not in _kernel(text)
 
 
@@ -101,33 +111,12 @@ def test_persistent_bench_gemm_builds_without_spills():
     assert "UTMALDG.2D" in code and int(re.search(r"Used (\d+) registers", log).group(1)) <= 168
 
 
-def shared_column(M, N, K, workers=2, bm=128, bn=256, bk=64):
-    """A persistent GEMM whose B column comes through shared memory the tile code writes."""
-    @T.prim_func
-    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"),
-             C: T.Tensor((M, N), "float16")):
-        with T.Kernel(workers, threads=256) as w:
-            A_s = T.alloc_shared((bm, bk), "float16")
-            B_s = T.alloc_shared((bk, bn), "float16")
-            col = T.alloc_shared((1,), "int32")
-            C_l = T.alloc_fragment((bm, bn), "float32")
-            for i, j in T.Persistent([T.ceildiv(M, bm), T.ceildiv(N, bn)], workers, w):
-                col[0] = j * bn
-                T.clear(C_l)
-                for k in T.Pipelined(T.ceildiv(K, bk), num_stages=3):
-                    T.copy(A[i * bm, k * bk], A_s)
-                    T.copy(B[k * bk, col[0]], B_s)
-                    T.gemm(A_s, B_s, C_l)
-                T.copy(C_l, C[i * bm, j * bn])
-
-    return main
-
-
 @pytest.mark.emulator
 def test_a_load_that_reads_shared_memory_the_tile_code_writes_stays_with_it(tmp_path):
     # B's column comes from col[0], which the compute threads write per tile: B's copy stays
     # with them (element-wise: col[0]'s alignment is unknown); only A's box is the producer's
-    text = _emulate(shared_column(512, 512, 256), "sm_90a", tmp_path, 512, 512, 256)
+    text = _emulate(tile_code_gemm(512, 512, 256, "shared_column"), "sm_90a", tmp_path,
+                    512, 512, 256)
     producer, compute = _kernel(text).split("tw_setmaxnreg_inc<")
     assert producer.count("tw_tma_load_2d(") == 1 and "col" not in producer
     assert "B_ptr[" in compute and "B_ptr[" not in producer

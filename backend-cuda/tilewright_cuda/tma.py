@@ -132,22 +132,24 @@ def resolve(stmt, take_tma: bool = False):
     return tvm_ffi.structural_map(stmt, (tirx.IfThenElse, visit))
 
 
+def loads(stmt) -> list:
+    """The TMA load calls (``tw_tma_load_*``) of ``stmt``, in order."""
+    found = []
+    tvm_ffi.structural_walk(stmt, (tvm.ir.Call, lambda c: found.append(c) if (
+        extern_name(c) or "").startswith("tw_tma_load_") else None))
+    return found
+
+
 def loaded_tiles(stmt) -> list:
     """The shared tiles the TMA loads of ``stmt`` write."""
     found = []
-
-    def visit(call):
-        name = extern_name(call) or ""
-        if not name.startswith("tw_tma_load_"):
-            return
+    for call in loads(stmt):
         smem = call.args[3]
         while extern_name(smem) == "tw_offset_bytes":
             smem = smem.args[1]
         buf = smem.args[0].source  # tw.cuda.shared_addr(tile[...])
         if not any(buf.same_as(b) for b in found):
             found.append(buf)
-
-    tvm_ffi.structural_walk(stmt, (tvm.ir.Call, visit))
     return found
 
 

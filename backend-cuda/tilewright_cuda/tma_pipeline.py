@@ -322,12 +322,11 @@ class TmaPlan:
 
 
 def _shared_writes(stmts: list) -> list:
-    """The shared buffers ``stmts`` store to."""
+    """The shared buffers (fragments too: they live there) ``stmts`` store to."""
     found = []
 
     def visit(store):
-        if str(store.buffer.scope()).startswith("shared") and \
-                not any(store.buffer.same_as(b) for b in found):
+        if passes._shared(store.buffer) and not any(store.buffer.same_as(b) for b in found):
             found.append(store.buffer)
 
     for s in stmts:
@@ -458,7 +457,7 @@ class Multicast:
             return None
         stmts, shared = list(loop_plan.stmts), 0
         for p in loop_plan.producers:
-            loads = _tma_loads(stmts[p])
+            loads = tma.loads(stmts[p])
             if len(loads) < CLUSTER or len(loads) % CLUSTER or not all(
                     _same_in_pairs(list(c.args[4:]), blocks, loop_plan.loop.loop_var,
                                    loop_plan.analyzer) for c in loads):
@@ -502,13 +501,6 @@ def _block_loops(func_body) -> dict | None:
     if not all(isinstance(s.extent, tirx.IntImm) for s in found.values()):
         return None
     return found
-
-
-def _tma_loads(stmt) -> list:
-    loads = []
-    tvm_ffi.structural_walk(stmt, (tvm.ir.Call, lambda c: loads.append(c) if (
-        tma.extern_name(c) or "").startswith("tw_tma_load_") else None))
-    return loads
 
 
 def _multicast(stmt, loads: list):
