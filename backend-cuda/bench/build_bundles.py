@@ -54,39 +54,41 @@ def cases(quick: bool):
                    kernels.gemm.fn(n, n, n, dtype, **config),
                    ["HGMMA.64x256x16.F32" + (".BF16" if dtype == "bfloat16" else ""),
                     "WARPGROUP.DEPBAR.LE gsb0, 0x1",  # one wgmma group kept in flight
-                    "UTMALDG.2D"], {})  # the tiles arrive through TMA
+                    "UTMALDG.2D",  # the tiles arrive through TMA
+                    "STG.E.128"], {})  # C leaves its shared tile in 16-byte stores
     # diagnostic rows, not targets: what each choice of the default buys, to pick defaults
     # from. nows: TMA issued in order by one of the kernel's threads (no producer warpgroup);
     # cpasync: the tiles copied by every thread with cp.async instead of TMA; multicast:
     # clusters of two blocks that load their shared B tile once (cuda.tma_multicast);
-    # 3stages: one stage less; 128x128x2: 128x128 tiles, two blocks per SM (in-order TMA: a
-    # producer warpgroup's registers would not leave a 64x128 wgmma accumulator enough), so
-    # one block's prologue and epilogue run under the other's gemms.
+    # direct: the accumulators stored straight to global memory (4-byte pairs) with the
+    # fourth stage the shared C tile's 64 KB would take; 128x128x2: 128x128 tiles, two blocks
+    # per SM (in-order TMA: a producer warpgroup's registers would not leave a 64x128 wgmma
+    # accumulator enough; C direct: two blocks' shared C tiles would not fit), so one block's
+    # prologue and epilogue run under the other's gemms; persistent: one block per SM walks
+    # the tiles (kernels.gemm_persistent), its producer warpgroup loading the next tile while
+    # the compute warpgroups store the last one.
+    direct = {"num_stages": 4, "c_shared": False}
+    both = ("float16", "bfloat16")
     for n in GEMM_SIZES[size]:
-        for suffix, change, configs, copies in (
-                ("_nows", {}, IN_ORDER, "UTMALDG.2D"),
-                ("_cpasync", {}, CPASYNC, "LDGSTS.E.BYPASS.128"),
-                ("_3stages", {"num_stages": 3}, {}, "UTMALDG.2D"),
-                ("_multicast", {}, MULTICAST, "UTMALDG.2D.MULTICAST"),
-                ("_128x128x2", {"block_N": 128, "num_stages": 3}, TWO_PER_SM, "UTMALDG.2D")):
+        for suffix, change, configs, copies, dtypes in (
+                ("_nows", {}, IN_ORDER, "UTMALDG.2D", both),
+                ("_cpasync", {}, CPASYNC, "LDGSTS.E.BYPASS.128", both[:1]),
+                ("_direct", direct, {}, "UTMALDG.2D", both[:1]),
+                ("_multicast", {}, MULTICAST, "UTMALDG.2D.MULTICAST", both[:1]),
+                ("_128x128x2", {"block_N": 128, "c_shared": False}, TWO_PER_SM, "UTMALDG.2D",
+                 both[:1]),
+                ("_persistent", {**direct, "workers": H200_SMS}, {}, "UTMALDG.2D", both[:1])):
             if quick and change:  # the smoke run checks the code paths, not the tile choices
                 continue
             config = {**kernels.GEMM, **change}
-            yield (f"gemm_float16_{n}{suffix}",
-                   {"kind": "gemm", "M": n, "N": n, "K": n, "dtype": "float16",
-                    "config": config, **({"pass_configs": configs} if configs else {})},
-                   kernels.gemm.fn(n, n, n, "float16", **config),
-                   [f"HGMMA.64x{config['block_N']}x16.F32", copies], configs)
-    # persistent: one block per SM walks the tiles (kernels.gemm_persistent); its producer
-    # warpgroup loads the next tile while the compute warpgroups store the last one
-    for dtype in ("float16", "bfloat16"):
-        for n in GEMM_SIZES[size] if not quick else ():
-            config = {**kernels.GEMM, "workers": H200_SMS}
-            yield (f"gemm_{dtype}_{n}_persistent",
-                   {"kind": "gemm", "M": n, "N": n, "K": n, "dtype": dtype, "config": config},
-                   kernels.gemm_persistent.fn(n, n, n, dtype, **config),
-                   ["HGMMA.64x256x16.F32" + (".BF16" if dtype == "bfloat16" else ""),
-                    "UTMALDG.2D"], {})
+            builder = kernels.gemm_persistent if "workers" in change else kernels.gemm
+            for dtype in dtypes[:1] if quick else dtypes:
+                yield (f"gemm_{dtype}_{n}{suffix}",
+                       {"kind": "gemm", "M": n, "N": n, "K": n, "dtype": dtype,
+                        "config": config, **({"pass_configs": configs} if configs else {})},
+                       builder.fn(n, n, n, dtype, **config),
+                       [f"HGMMA.64x{config['block_N']}x16.F32" +
+                        (".BF16" if dtype == "bfloat16" else ""), copies], configs)
     b, h, s, d = ATTENTION_SIZES[size]
     config = dict(kernels.ATTENTION)
     shallower = {**config, "num_stages": 2}  # K and V two stages deep: 160 KB of shared memory

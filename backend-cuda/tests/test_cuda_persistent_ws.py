@@ -120,3 +120,19 @@ def test_a_load_that_reads_shared_memory_the_tile_code_writes_stays_with_it(tmp_
     producer, compute = _kernel(text).split("tw_setmaxnreg_inc<")
     assert producer.count("tw_tma_load_2d(") == 1 and "col" not in producer
     assert "B_ptr[" in compute and "B_ptr[" not in producer
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize("M, N, K, workers, dtype", [
+    (512, 512, 256, 3, "float16"),  # 8 tiles over 3 blocks: the shared tile reused per tile
+    (384, 640, 200, 2, "bfloat16"),  # partial tiles in N and K: the 16-byte stores guarded
+])
+def test_persistent_gemm_storing_through_a_swizzled_shared_tile_matches_torch(
+        M, N, K, workers, dtype, tmp_path):
+    text = _emulate(_persistent(M, N, K, workers, dtype, num_stages=3, c_shared=True),
+                    "sm_90a", tmp_path, M, N, K, dtype)
+    epilogue = _kernel(text).split("tw::store_pair(")
+    # the epilogue tile is swizzled (a warp's pair stores cover eight bank groups) and leaves
+    # in 16-byte chunks, after a barrier of the compute warpgroups only
+    assert "^" in epilogue[1].split(";")[0] and len(epilogue) == 65
+    assert "tw_named_barrier_sync(1, 256);" in epilogue[-1] and "tw_copy16(" in epilogue[-1]

@@ -35,8 +35,10 @@ def _gemm(M, N, K, dtype="float16", **kw):
 
 
 def test_pairs_of_blocks_load_their_shared_b_tile_once():
-    # grid 2 x 4: blocks 2c and 2c + 1 are two row blocks of one column (T.use_swizzle)
-    lowered = tilewright.lower(_gemm(512, 512, 512), TARGET, MULTICAST)
+    # grid 2 x 4: blocks 2c and 2c + 1 are two row blocks of one column (T.use_swizzle);
+    # 4 stages, C stored from the accumulators
+    lowered = tilewright.lower(_gemm(512, 512, 512, num_stages=4, c_shared=False), TARGET,
+                               MULTICAST)
     text, launch = lowered.source.text, lowered.source.payload
     kernel = _kernel(text)
     assert launch["cluster_dims"] == [2, 1, 1] and "__cluster_dims__(2, 1, 1)" in kernel

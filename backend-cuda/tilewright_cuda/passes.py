@@ -244,13 +244,21 @@ def _register_candidates(func, arch, threads) -> dict:
 
 def _swizzle_candidates(func, arch, threads, in_registers) -> dict:
     """Shared tiles (and fragments kept in shared memory) that get the swizzled layout of
-    swizzle.py: float16/bfloat16, 2-D, read whole as A or B by at least one gemm taking the
-    ``mma.sync`` path, and never read in part by such a gemm (its ldmatrix addressing needs
-    the whole tile). Every other access is rewritten element by element in place_memory."""
+    swizzle.py: float16/bfloat16, 2-D, and either read whole as A or B by at least one gemm
+    taking the ``mma.sync`` path, never in part by such a gemm (its ldmatrix addressing needs
+    the whole tile), or written whole from an accumulator in registers (an epilogue tile: a
+    warp's pair stores then cover eight rows in eight distinct bank groups instead of one).
+    Every other access is rewritten element by element in place_memory; pointer accesses
+    (16-byte copies, pair stores) keep whole 16-byte chunks, which the swizzle never splits."""
     from tilewright.ir import tile_ops_in
 
     whole: dict = {}
     for call in tile_ops_in(func):
+        if call.name == "copy" and call.operands["src"].buffer in in_registers:
+            dst = call.operands["dst"]
+            if str(dst.buffer.scope()) in ("shared", "shared.dyn") and len(dst.buffer.shape) == 2:
+                whole[dst.buffer] = whole.get(dst.buffer, True) and _full(dst)
+            continue
         if call.name != "gemm" or mma_misfit_for(call, arch, threads) is not None:
             continue
         for op in ("A", "B"):
