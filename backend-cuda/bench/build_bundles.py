@@ -36,7 +36,7 @@ ADD_SIZES = {"full": (16384, 16384), "quick": (1024, 1024)}  # float32: 1 GiB pe
 
 
 H200_SMS = 132  # persistent kernels: one block per SM
-IN_ORDER = {"cuda.disable_warp_specialized": True}  # TMA issued by one compute thread
+IN_ORDER = kernels.GEMM_PASS_CONFIGS  # TMA issued in order by one compute thread
 CPASYNC = {"cuda.disable_tma_lower": True}  # the tiles through cp.async instead of TMA
 MULTICAST = {"cuda.tma_multicast": True}  # pairs of blocks load their shared B tile once
 TWO_PER_SM = {"cuda.blocks_per_sm": 2, **IN_ORDER}  # one block's epilogue under another's gemms
@@ -50,30 +50,31 @@ def cases(quick: bool):
         for n in GEMM_SIZES[size]:
             config = dict(kernels.GEMM)
             yield (f"gemm_{dtype}_{n}",
-                   {"kind": "gemm", "M": n, "N": n, "K": n, "dtype": dtype, "config": config},
+                   {"kind": "gemm", "M": n, "N": n, "K": n, "dtype": dtype, "config": config,
+                    "pass_configs": kernels.GEMM_PASS_CONFIGS},
                    kernels.gemm.fn(n, n, n, dtype, **config),
                    ["HGMMA.64x256x16.F32" + (".BF16" if dtype == "bfloat16" else ""),
                     "WARPGROUP.DEPBAR.LE gsb0, 0x1",  # one wgmma group kept in flight
                     "UTMALDG.2D",  # the tiles arrive through TMA
-                    "STG.E.128"], {})  # C leaves its shared tile in 16-byte stores
+                    "STG.E.128"],  # C leaves its shared tile in 16-byte stores
+                   kernels.GEMM_PASS_CONFIGS)
     # diagnostic rows, not targets: what each choice of the default buys, to pick defaults
-    # from. nows: TMA issued in order by one of the kernel's threads (no producer warpgroup);
-    # cpasync: the tiles copied by every thread with cp.async instead of TMA; multicast:
+    # from. ws: the warp-specialised schedule (a producer warpgroup issues the TMA loads, the
+    # compiler's default on sm_90a); cpasync: the tiles copied by every thread with cp.async
+    # instead of TMA; direct: the accumulators stored straight to global memory (4-byte
+    # pairs) with the fourth stage the shared C tile's 64 KB would take; multicast: ws in
     # clusters of two blocks that load their shared B tile once (cuda.tma_multicast);
-    # direct: the accumulators stored straight to global memory (4-byte pairs) with the
-    # fourth stage the shared C tile's 64 KB would take; 128x128x2: 128x128 tiles, two blocks
-    # per SM (in-order TMA: a producer warpgroup's registers would not leave a 64x128 wgmma
-    # accumulator enough; C direct: two blocks' shared C tiles would not fit), so one block's
-    # prologue and epilogue run under the other's gemms; persistent: one block per SM walks
-    # the tiles (kernels.gemm_persistent), its producer warpgroup loading the next tile while
-    # the compute warpgroups store the last one.
+    # 128x128x2: 128x128 tiles, two blocks per SM (C direct: two blocks' shared C tiles would
+    # not fit), so one block's prologue and epilogue run under the other's gemms; persistent:
+    # ws with one block per SM walking the tiles (kernels.gemm_persistent), its producer
+    # warpgroup loading the next tile while the compute warpgroups store the last one.
     direct = {"num_stages": 4, "c_shared": False}
     both = ("float16", "bfloat16")
     for n in GEMM_SIZES[size]:
         for suffix, change, configs, copies, dtypes in (
-                ("_nows", {}, IN_ORDER, "UTMALDG.2D", both),
+                ("_ws", {}, {}, "UTMALDG.2D", both),
                 ("_cpasync", {}, CPASYNC, "LDGSTS.E.BYPASS.128", both[:1]),
-                ("_direct", direct, {}, "UTMALDG.2D", both[:1]),
+                ("_direct", direct, IN_ORDER, "UTMALDG.2D", both[:1]),
                 ("_multicast", {}, MULTICAST, "UTMALDG.2D.MULTICAST", both[:1]),
                 ("_128x128x2", {"block_N": 128, "c_shared": False}, TWO_PER_SM, "UTMALDG.2D",
                  both[:1]),

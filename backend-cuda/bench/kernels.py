@@ -7,15 +7,19 @@ emulation at small problem sizes. Only the problem size differs between the two.
 Configurations (sm_90a, chosen for H100/H200):
 
 - GEMM: 128x256x64 block tiles, 256 threads = two warpgroups of 64x256 each (the wgmma
-  variant, ``HGMMA.64x256x16``), 3 stages (3 x 48 KB = 144 KB of shared memory) filled by TMA
-  from a producer warpgroup the compiler adds, fp32 accumulation, fp16/bf16 output through a
-  64 KB shared tile (``c_shared``: swizzled, so the accumulators' pair stores are free of bank
-  conflicts, then whole rows of 16-byte stores; 208 KB of the 227 KB in all). Blocks are
-  rasterised in panels of 16 block rows: of the 132 blocks in flight, about 16 rows x 8
-  columns of tiles, the split that needs the fewest distinct A and B bytes per step for
-  128x256 tiles (16 x 128 rows of A ~ 8 x 256 columns of B). Measured on the H200 (RESULTS.md):
-  the shared epilogue lifted 4096^3 from 0.87 to 0.91-0.92x of cuBLAS; a fourth stage (with
-  the accumulators stored straight to global memory, the ``_direct`` rows) bought nothing.
+  variant, ``HGMMA.64x256x16``), 3 stages (3 x 48 KB = 144 KB of shared memory) filled by TMA,
+  fp32 accumulation, fp16/bf16 output through a 64 KB shared tile (``c_shared``: swizzled, so
+  the accumulators' pair stores are free of bank conflicts, then whole rows of 16-byte
+  stores; 208 KB of the 227 KB in all). Built with ``GEMM_PASS_CONFIGS``: the TMA loads issued
+  in order by one of the kernel's threads, one barrier per k-tile, instead of the producer
+  warpgroup the compiler adds by default on sm_90a. Blocks are rasterised in panels of 16
+  block rows: of the 132 blocks in flight, about 16 rows x 8 columns of tiles, the split that
+  needs the fewest distinct A and B bytes per step for 128x256 tiles (16 x 128 rows of A ~
+  8 x 256 columns of B). Measured on the H200 (RESULTS.md, 2026-11-30): the shared epilogue
+  lifted 4096^3 from 0.87 to 0.90-0.95x of cuBLAS; in-order loads then gave 0.93-0.99x at
+  4096^3 and 0.99-1.01x at 8192^3, 2-6% above the warp-specialised schedule (the ``_ws``
+  rows) in each of two runs; a fourth stage with the accumulators stored straight to global
+  memory (the ``_direct`` rows) bought nothing.
 - Persistent GEMM (``gemm_persistent``, a diagnostic): the same tiles, 132 blocks walking
   them with ``T.Persistent``; the producer warpgroup loads a block's next tile during the
   last one's epilogue. Measured no faster than the plain grid.
@@ -29,6 +33,7 @@ import tilewright.language as T
 
 GEMM = {"block_M": 128, "block_N": 256, "block_K": 64, "threads": 256, "num_stages": 3,
         "c_shared": True}
+GEMM_PASS_CONFIGS = {"cuda.disable_warp_specialized": True}  # TMA issued in order, see above
 ATTENTION = {"block_M": 128, "block_N": 128, "threads": 256, "num_stages": 3}
 ADD = {"block_M": 8, "block_N": 512, "threads": 256}
 SWIZZLE_PANEL = 16  # block rows per raster panel (T.use_swizzle), see above

@@ -23,8 +23,8 @@ import kernels  # noqa: E402
 TARGET = "cuda -arch=sm_90a"
 
 
-def _emulate(func, tmp_path, *args):
-    lowered = tilewright.lower(func, TARGET)
+def _emulate(func, tmp_path, *args, configs=None):
+    lowered = tilewright.lower(func, TARGET, configs)
     hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, *args)
     return lowered.source.text
 
@@ -32,14 +32,18 @@ def _emulate(func, tmp_path, *args):
 @pytest.mark.emulator
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_bundled_gemm_config_matches_torch(dtype, tmp_path):
-    # 2 x 2 blocks of the bundled 128x256x64 tile, 4 k-tiles through the 4 stages
+    # 2 x 2 blocks of the bundled 128x256x64 tile, 4 k-tiles through the 3 stages, loads
+    # issued in order (the bundle's pass configs), C through the swizzled shared tile
     M, N, K = 256, 512, 256
     torch.manual_seed(0)
     tdtype = getattr(torch, dtype)
     a, b = torch.randn(M, K).to(tdtype), torch.randn(K, N).to(tdtype)
     c = torch.full((M, N), float("nan")).to(tdtype)
-    text = _emulate(kernels.gemm.fn(M, N, K, dtype, **kernels.GEMM), tmp_path, a, b, c)
+    text = _emulate(kernels.gemm.fn(M, N, K, dtype, **kernels.GEMM), tmp_path, a, b, c,
+                    configs=kernels.GEMM_PASS_CONFIGS)
     assert "tw_gemm_wgmma<256, 64, 256," in text  # the bundle's HGMMA.64x256x16 path
+    kernel = text[text.index('extern "C" __global__'):]
+    assert "tw_setmaxnreg_" not in kernel and "tw_copy16(" in kernel
     ref = a.float() @ b.float()
     tol = {"float16": 1e-2, "bfloat16": 2e-2}[dtype]
     torch.testing.assert_close(c.float(), ref, rtol=tol, atol=tol * K ** 0.5)

@@ -5,8 +5,11 @@ and which buffers layout inference chooses."""
 from __future__ import annotations
 
 import cuda_cases as kernels
+import hostemu
 import pytest
 import tilewright
+import tilewright.language as T
+import torch
 import tvm
 from tilewright_cuda import swizzle
 from tvm import tirx
@@ -106,3 +109,89 @@ def test_layout_inference_records_the_operand_layouts():
     assert _layout_attr("flash_attention_f16") == {
         name: [128, 3] for name in ("Q_shared", "K_shared", "V_shared", "acc_s_cast")}
     assert _layout_attr("gemm_dynamic") == {}  # float32: the thread gemm, no swizzle
+
+
+def epilogue_gemm(M, N, K, bm=128, bn=128, bk=32, threads=128, scale=None):
+    """A GEMM whose accumulator goes through a shared tile: copied out whole (``scale`` None)
+    or read element by element, scaled, by a ``T.Parallel`` loop."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"),
+             C: T.Tensor((M, N), "float16")):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=threads) as (bx, by):
+            A_s = T.alloc_shared((bm, bk), "float16")
+            B_s = T.alloc_shared((bk, bn), "float16")
+            C_l = T.alloc_fragment((bm, bn), "float32")
+            C_s = T.alloc_shared((bm, bn), "float16")
+            T.clear(C_l)
+            for k in T.Pipelined(T.ceildiv(K, bk), num_stages=2):
+                T.copy(A[by * bm, k * bk], A_s)
+                T.copy(B[k * bk, bx * bn], B_s)
+                T.gemm(A_s, B_s, C_l)
+            T.copy(C_l, C_s)
+            if scale is None:
+                T.copy(C_s, C[by * bm, bx * bn])
+            else:
+                for i, j in T.Parallel(bm, bn):
+                    C[by * bm + i, bx * bn + j] = C_s[i, j] * scale
+
+    return main
+
+
+def _epilogue_layouts(func, target):
+    seen = {}
+
+    def listen(event):
+        if event.kind == "pass_end" and event.data.get("name") == "CUDAInferLayout":
+            (f,) = event.data["mod"].functions.values()
+            seen.update({str(k): [int(x) for x in v]
+                         for k, v in dict(f.attrs.get(swizzle.ATTR, {})).items()})
+
+    from tilewright.engine import events
+
+    events.subscribe(listen)
+    try:
+        lowered = tilewright.lower(func, target)
+    finally:
+        events.unsubscribe(listen)
+    return seen, lowered
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize("arch, scale", [("sm_80", None), ("sm_80", 0.5), ("sm_90a", None),
+                                         ("sm_90a", 0.5)])
+def test_an_epilogue_tile_written_from_the_accumulator_is_swizzled(arch, scale, tmp_path):
+    M, N, K = 256, 256, 96
+    seen, lowered = _epilogue_layouts(epilogue_gemm(M, N, K, scale=scale), f"cuda -arch={arch}")
+    # 256-byte rows: row-major, a warp's pair stores (eight rows, one column) would all fall
+    # in one bank group; swizzled they take eight (test_every_ldmatrix_read_... above)
+    assert seen["C_s"] == [128, 3]
+    g = torch.Generator().manual_seed(3)
+    a, b = (torch.randn(shape, generator=g).half() for shape in ((M, K), (K, N)))
+    c = torch.full((M, N), float("nan")).half()
+    hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, a, b, c)
+    ref = (a.double() @ b.double()).half().double() * (1.0 if scale is None else scale)
+    torch.testing.assert_close(c.double(), ref, rtol=1e-2, atol=8e-2)
+
+
+def test_an_epilogue_tile_read_in_part_by_a_gemm_is_not_swizzled():
+    # the tile is also an operand the mma.sync gemm reads only in part: ldmatrix addressing
+    # needs it whole, so it keeps the row-major layout
+    @T.prim_func
+    def main(A: T.Tensor((64, 64), "float16"), C: T.Tensor((64, 32), "float32")):
+        with T.Kernel(1, threads=128) as _:
+            A_s = T.alloc_shared((64, 64), "float16")
+            S = T.alloc_shared((64, 64), "float16")
+            acc = T.alloc_fragment((64, 64), "float32")
+            out = T.alloc_fragment((64, 32), "float32")
+            T.copy(A, A_s)
+            T.clear(acc)
+            T.gemm(A_s, A_s, acc)
+            T.copy(acc, S)
+            T.clear(out)
+            T.gemm(S, A_s[:, 0:32], out)
+            T.gemm(A_s[:, 0:32], S[0:32, 0:32], out)
+            T.copy(out, C)
+
+    seen, _ = _epilogue_layouts(main, "cuda -arch=sm_80")
+    assert "S" not in seen

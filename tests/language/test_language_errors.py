@@ -367,3 +367,23 @@ def test_expression_intrinsic_a_backend_cannot_lower_names_the_line(fake_backend
     with pytest.raises(tilewright.UnsupportedOpError) as info:
         build(k, target="nogemm")
     assert_at(info.value, "no-atomic", "atomic_add", "'nogemm'")
+
+
+def test_postponed_annotations_see_the_factorys_arguments():
+    # from __future__ import annotations: T.Tensor((M, N), ...) is a string evaluated with
+    # the names the kernel closes over
+    import postponed_kernels
+
+    kernel = tilewright.compile(postponed_kernels.scale(64, 96, 3.0), out_idx=[1],
+                                target="cpu")
+    a = torch.randn(64, 96)
+    torch.testing.assert_close(kernel(a), a * 3.0)
+
+
+def test_a_postponed_annotation_naming_a_local_of_the_factory_only_says_so():
+    import postponed_kernels
+
+    with pytest.raises(tilewright.KernelError, match=r"cannot evaluate the annotations of main: "
+                       r"name 'rows' is not defined \(the annotations are postponed strings: a "
+                       r"name they use must be a global or also be used in the kernel's body\)"):
+        postponed_kernels.annotation_only(64, 96, 64)

@@ -108,14 +108,28 @@ def prim_func(fn=None, *, name: str | None = None):
     if fn is None:
         return lambda f: prim_func(f, name=name)
     builder = B.Builder(name or fn.__name__)
+    postponed = False
     try:
-        # a string annotation is postponed and evaluated here, unless it is a dtype such as
-        # T.float32 (a str) or "float32"; eval_str=True would evaluate those too and fail
-        annotations = {
-            k: eval(v, fn.__globals__) if type(v) is str and v not in DTYPES else v  # noqa: S307
-            for k, v in inspect.get_annotations(fn).items()}
+        # a string annotation is postponed (``from __future__ import annotations``) and
+        # evaluated here, in the function's globals and the variables it closes over (a
+        # factory's shape arguments), unless it is a dtype such as T.float32 (a str) or
+        # "float32"; eval_str=True would evaluate those too and fail
+        scope = dict(fn.__globals__)
+        for var, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
+            try:
+                scope[var] = cell.cell_contents
+            except ValueError:  # a cell not yet assigned
+                pass
+        annotations = {}
+        for k, v in inspect.get_annotations(fn).items():
+            postponed = postponed or (type(v) is str and v not in DTYPES)
+            annotations[k] = eval(v, scope) if type(v) is str and v not in DTYPES else v  # noqa: S307
     except Exception as exc:  # noqa: BLE001 - any error evaluating user annotations
-        raise KernelError(f"cannot evaluate the annotations of {fn.__name__}: {exc}") from exc
+        hint = (" (the annotations are postponed strings: a name they use must be a global or "
+                "also be used in the kernel's body)") if postponed and \
+            isinstance(exc, NameError) else ""
+        raise KernelError(f"cannot evaluate the annotations of {fn.__name__}: {exc}{hint}") \
+            from exc
     body = rewrite(fn, HELPERS)
     args = []
     with builder.active():
