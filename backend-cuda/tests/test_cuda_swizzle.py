@@ -84,23 +84,29 @@ def test_tir_index_matches_the_formula():
                 swizzle.byte_offset(r, c, rows, width, bits) // 2
 
 
-def _layout_attr(name):
+def _layouts(func, target="cuda -arch=sm_80"):
+    """The swizzle choices layout inference records for ``func`` (name -> [W, B]), and the
+    lowered kernel."""
     seen = {}
 
     def listen(event):
         if event.kind == "pass_end" and event.data.get("name") == "CUDAInferLayout":
-            (func,) = event.data["mod"].functions.values()
+            (f,) = event.data["mod"].functions.values()
             seen.update({str(k): [int(x) for x in v]
-                         for k, v in dict(func.attrs.get(swizzle.ATTR, {})).items()})
+                         for k, v in dict(f.attrs.get(swizzle.ATTR, {})).items()})
 
     from tilewright.engine import events
 
     events.subscribe(listen)
     try:
-        tilewright.lower(kernels.func(name), "cuda -arch=sm_80")
+        lowered = tilewright.lower(func, target)
     finally:
         events.unsubscribe(listen)
-    return seen
+    return seen, lowered
+
+
+def _layout_attr(name):
+    return _layouts(kernels.func(name))[0]
 
 
 def test_layout_inference_records_the_operand_layouts():
@@ -138,31 +144,12 @@ def epilogue_gemm(M, N, K, bm=128, bn=128, bk=32, threads=128, scale=None):
     return main
 
 
-def _epilogue_layouts(func, target):
-    seen = {}
-
-    def listen(event):
-        if event.kind == "pass_end" and event.data.get("name") == "CUDAInferLayout":
-            (f,) = event.data["mod"].functions.values()
-            seen.update({str(k): [int(x) for x in v]
-                         for k, v in dict(f.attrs.get(swizzle.ATTR, {})).items()})
-
-    from tilewright.engine import events
-
-    events.subscribe(listen)
-    try:
-        lowered = tilewright.lower(func, target)
-    finally:
-        events.unsubscribe(listen)
-    return seen, lowered
-
-
 @pytest.mark.emulator
 @pytest.mark.parametrize("arch, scale", [("sm_80", None), ("sm_80", 0.5), ("sm_90a", None),
                                          ("sm_90a", 0.5)])
 def test_an_epilogue_tile_written_from_the_accumulator_is_swizzled(arch, scale, tmp_path):
     M, N, K = 256, 256, 96
-    seen, lowered = _epilogue_layouts(epilogue_gemm(M, N, K, scale=scale), f"cuda -arch={arch}")
+    seen, lowered = _layouts(epilogue_gemm(M, N, K, scale=scale), f"cuda -arch={arch}")
     # 256-byte rows: row-major, a warp's pair stores (eight rows, one column) would all fall
     # in one bank group; swizzled they take eight (test_every_ldmatrix_read_... above)
     assert seen["C_s"] == [128, 3]
@@ -193,5 +180,4 @@ def test_an_epilogue_tile_read_in_part_by_a_gemm_is_not_swizzled():
             T.gemm(A_s[:, 0:32], S[0:32, 0:32], out)
             T.copy(out, C)
 
-    seen, _ = _epilogue_layouts(main, "cuda -arch=sm_80")
-    assert "S" not in seen
+    assert "S" not in _layouts(main)[0]
