@@ -16,10 +16,10 @@ Configurations (sm_90a, chosen for H100/H200):
   block rows: of the 132 blocks in flight, about 16 rows x 8 columns of tiles, the split that
   needs the fewest distinct A and B bytes per step for 128x256 tiles (16 x 128 rows of A ~
   8 x 256 columns of B). Measured on the H200 (RESULTS.md, 2026-11-30): the shared epilogue
-  lifted 4096^3 from 0.87 to 0.90-0.95x of cuBLAS; in-order loads then gave 0.93-0.99x at
-  4096^3 and 0.99-1.01x at 8192^3, 2-6% above the warp-specialised schedule (the ``_ws``
-  rows) in each of two runs; a fourth stage with the accumulators stored straight to global
-  memory (the ``_direct`` rows) bought nothing.
+  lifted 4096^3 from 0.87 to 0.90-0.95x of cuBLAS; in-order loads then gave 0.93-1.01x at
+  4096^3 and 0.99-1.02x at 8192^3, ahead of the warp-specialised schedule (the ``_ws`` rows)
+  or level with it in each of the three runs that had both; a fourth stage with the
+  accumulators stored straight to global memory (the ``_direct`` rows) bought nothing.
 - Persistent GEMM (``gemm_persistent``, a diagnostic): the same tiles, 132 blocks walking
   them with ``T.Persistent``; the producer warpgroup loads a block's next tile during the
   last one's epilogue. Measured no faster than the plain grid.
