@@ -18,7 +18,7 @@ Configurations (sm_90a, chosen for H100/H200):
   8 x 256 columns of B). Measured on the H200 (RESULTS.md, 2026-11-30): the shared epilogue
   lifted 4096^3 from 0.87 to 0.90-0.95x of cuBLAS; in-order loads then gave 0.93-1.01x at
   4096^3 and 0.99-1.02x at 8192^3, ahead of the warp-specialised schedule (the ``_ws`` rows)
-  or level with it in each of the three runs that had both; a fourth stage with the
+  or level with it in each of the four runs that had both; a fourth stage with the
   accumulators stored straight to global memory (the ``_direct`` rows) bought nothing.
 - Persistent GEMM (``gemm_persistent``, a diagnostic): the same tiles, 132 blocks walking
   them with ``T.Persistent``; the producer warpgroup loads a block's next tile during the
