@@ -39,6 +39,24 @@ ADD = {"block_M": 8, "block_N": 512, "threads": 256}
 SWIZZLE_PANEL = 16  # block rows per raster panel (T.use_swizzle), see above
 
 
+@T.macro
+def output_tile(A, B, C, A_s, B_s, C_l, C_s, bm, bn, num_stages):
+    """C's tile (bm, bn) of A @ B, the tile shape that of ``C_l``: the k-loop pipelined
+    through ``A_s`` and ``B_s``, then C stored from the accumulators, through the shared tile
+    ``C_s`` when there is one."""
+    (block_M, block_K), block_N = A_s.shape, B_s.shape[1]
+    T.clear(C_l)
+    for ko in T.Pipelined(T.ceildiv(A.shape[1], block_K), num_stages=num_stages):
+        T.copy(A[bm * block_M, ko * block_K], A_s)
+        T.copy(B[ko * block_K, bn * block_N], B_s)
+        T.gemm(A_s, B_s, C_l)
+    if C_s is not None:
+        T.copy(C_l, C_s)
+        T.copy(C_s, C[bm * block_M, bn * block_N])
+    else:
+        T.copy(C_l, C[bm * block_M, bn * block_N])
+
+
 @tilewright.jit(out_idx=[2])
 def gemm(M, N, K, dtype="float16", block_M=128, block_N=256, block_K=64, threads=256,
          num_stages=3, panel=SWIZZLE_PANEL, c_shared=True):
@@ -56,16 +74,7 @@ def gemm(M, N, K, dtype="float16", block_M=128, block_N=256, block_K=64, threads
             C_s = T.alloc_shared((block_M, block_N), dtype) if c_shared else None
             if panel:
                 T.use_swizzle(panel_size=panel)
-            T.clear(C_l)
-            for ko in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
-                T.copy(A[by * block_M, ko * block_K], A_s)
-                T.copy(B[ko * block_K, bx * block_N], B_s)
-                T.gemm(A_s, B_s, C_l)
-            if c_shared:
-                T.copy(C_l, C_s)
-                T.copy(C_s, C[by * block_M, bx * block_N])
-            else:
-                T.copy(C_l, C[by * block_M, bx * block_N])
+            output_tile(A, B, C, A_s, B_s, C_l, C_s, by, bx, num_stages)
 
     return main
 
@@ -88,16 +97,7 @@ def gemm_persistent(M, N, K, dtype="float16", block_M=128, block_N=256, block_K=
             C_l = T.alloc_fragment((block_M, block_N), "float32")
             C_s = T.alloc_shared((block_M, block_N), dtype) if c_shared else None
             for bm, bn in T.Persistent([m_blocks, n_blocks], workers, worker, group_size=panel):
-                T.clear(C_l)
-                for ko in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
-                    T.copy(A[bm * block_M, ko * block_K], A_s)
-                    T.copy(B[ko * block_K, bn * block_N], B_s)
-                    T.gemm(A_s, B_s, C_l)
-                if c_shared:
-                    T.copy(C_l, C_s)
-                    T.copy(C_s, C[bm * block_M, bn * block_N])
-                else:
-                    T.copy(C_l, C[bm * block_M, bn * block_N])
+                output_tile(A, B, C, A_s, B_s, C_l, C_s, bm, bn, num_stages)
 
     return main
 
