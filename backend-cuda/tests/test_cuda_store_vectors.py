@@ -12,7 +12,10 @@ from test_cuda_pipeline import _emulate
 TARGET = "cuda -arch=sm_90a"
 
 
-def staged_gemm(M, N, K, bm=64, bn=64, bk=32, dtype="float16"):
+def staged_gemm(M, N, K, bm=64, bn=64, bk=32, dtype="float16", scale=None):
+    """A GEMM whose accumulator goes through the shared tile ``C_s``: copied out whole
+    (``scale`` None) or read element by element, scaled, by a ``T.Parallel`` loop."""
+
     @T.prim_func
     def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype),
              C: T.Tensor((M, N), dtype)):
@@ -27,7 +30,11 @@ def staged_gemm(M, N, K, bm=64, bn=64, bk=32, dtype="float16"):
                 T.copy(B[ko * bk, bx * bn], B_s)
                 T.gemm(A_s, B_s, C_l)
             T.copy(C_l, C_s)
-            T.copy(C_s, C[by * bm, bx * bn])
+            if scale is None:
+                T.copy(C_s, C[by * bm, bx * bn])
+            else:
+                for i, j in T.Parallel(bm, bn):
+                    C[by * bm + i, bx * bn + j] = C_s[i, j] * scale
 
     return main
 

@@ -11,6 +11,7 @@ import tilewright
 import tilewright.language as T
 import torch
 import tvm
+from test_cuda_store_vectors import staged_gemm
 from tilewright_cuda import swizzle
 from tvm import tirx
 
@@ -117,38 +118,12 @@ def test_layout_inference_records_the_operand_layouts():
     assert _layout_attr("gemm_dynamic") == {}  # float32: the thread gemm, no swizzle
 
 
-def epilogue_gemm(M, N, K, bm=128, bn=128, bk=32, threads=128, scale=None):
-    """A GEMM whose accumulator goes through a shared tile: copied out whole (``scale`` None)
-    or read element by element, scaled, by a ``T.Parallel`` loop."""
-
-    @T.prim_func
-    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"),
-             C: T.Tensor((M, N), "float16")):
-        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=threads) as (bx, by):
-            A_s = T.alloc_shared((bm, bk), "float16")
-            B_s = T.alloc_shared((bk, bn), "float16")
-            C_l = T.alloc_fragment((bm, bn), "float32")
-            C_s = T.alloc_shared((bm, bn), "float16")
-            T.clear(C_l)
-            for k in T.Pipelined(T.ceildiv(K, bk), num_stages=2):
-                T.copy(A[by * bm, k * bk], A_s)
-                T.copy(B[k * bk, bx * bn], B_s)
-                T.gemm(A_s, B_s, C_l)
-            T.copy(C_l, C_s)
-            if scale is None:
-                T.copy(C_s, C[by * bm, bx * bn])
-            else:
-                for i, j in T.Parallel(bm, bn):
-                    C[by * bm + i, bx * bn + j] = C_s[i, j] * scale
-
-    return main
-
-
 @pytest.mark.emulator
 @pytest.mark.parametrize("arch, scale", [("sm_80", 0.5), ("sm_90a", None)])
 def test_an_epilogue_tile_written_from_the_accumulator_is_swizzled(arch, scale, tmp_path):
     M, N, K = 256, 256, 96
-    seen, lowered = _layouts(epilogue_gemm(M, N, K, scale=scale), f"cuda -arch={arch}")
+    seen, lowered = _layouts(staged_gemm(M, N, K, bm=128, bn=128, scale=scale),
+                             f"cuda -arch={arch}")
     # 256-byte rows: row-major, a warp's pair stores (eight rows, one column) would all fall
     # in one bank group; swizzled they take eight (test_every_ldmatrix_read_... above)
     assert seen["C_s"] == [128, 3]
