@@ -244,6 +244,7 @@ def compile(func: tirx.PrimFunc, out_idx=None, target="auto", pass_configs=None,
         "code": [_fingerprint("tilewright"),
                  _fingerprint(backend.codegens[target_obj.kind].generate.__module__.split(".")[0])],
         "target": str(target_obj), "pass_configs": configs, "executor": executor.name,
+        "toolchain": executor.fingerprint() if executor.fingerprint is not None else "",
         "out_idx": outputs, "program": func.script(),
     })
     if use_cache:

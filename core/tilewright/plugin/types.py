@@ -103,7 +103,10 @@ class Executor:
       (a folder the cache keeps) and returns a callable taking the kernel's arguments;
     - ``load(workdir, entry) -> kernel`` rebuilds the callable from those files;
     - ``from_source``: it compiles ``GeneratedSource.text`` (NVRTC, nvcc, a C compiler ...), so
-      an edited source (the lower trace's edit-and-recompile workflow) takes effect.
+      an edited source (the lower trace's edit-and-recompile workflow) takes effect;
+    - ``fingerprint() -> str``: what else decides the binary besides the source and the
+      backend's own files -- the toolchain's version (``nvrtc 13.0``, ``nvcc V13.0.48``), the
+      host CPU it targets. The disk-cache key includes it, so changing it recompiles.
     """
 
     name: str
@@ -112,12 +115,15 @@ class Executor:
     load: Callable[[Any, str], Callable] | None = None
     doc: str = ""
     from_source: bool = False
+    fingerprint: Callable[[], str] | None = None
 
     def __post_init__(self):
         _check_name("executor", self.name)
         for attr in ("available", "build"):
             if not callable(getattr(self, attr)):
                 raise PluginError(f"executor {self.name!r}: {attr} must be callable")
+        if self.fingerprint is not None and not callable(self.fingerprint):
+            raise PluginError(f"executor {self.name!r}: fingerprint must be callable")
 
 
 @dataclass(frozen=True)
