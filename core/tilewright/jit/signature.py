@@ -1,13 +1,18 @@
 """A compiled kernel's signature: parameter names, shapes, dtypes, outputs, and where each
-shape symbol is read from. Stored as JSON next to cached kernels (no pickle)."""
+shape symbol is read from. Stored as JSON next to cached kernels and in exported bundles (no
+pickle); shapes that are expressions over symbols are written in the grammar of
+:mod:`tilewright.runtime.expr`, which parses them without ``eval``."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+import tvm
+import tvm_ffi
 from tvm import tirx
 
 from ..errors import ArgumentError, TilewrightError
+from ..ir import decode
 
 
 @dataclass(frozen=True)
@@ -17,6 +22,12 @@ class ParamSpec:
     dtype: str
     is_output: bool = False
     kind: str = "tensor"  # tensor | scalar
+    # the byte alignment the generated code assumes of the tensor's data
+    align: int = 64
+    # the integer type the kernel indexes the tensor with (and holds its shape symbols in)
+    index_dtype: str = "int32"
+    # whether the kernel may write the tensor (False only when it provably only reads it)
+    written: bool = True
 
 
 @dataclass(frozen=True)
@@ -39,7 +50,8 @@ class KernelSignature:
     @staticmethod
     def from_json(data: dict) -> KernelSignature:
         params = tuple(ParamSpec(p["name"], tuple(p["shape"]), p["dtype"], p["is_output"],
-                                 p["kind"]) for p in data["params"])
+                                 p["kind"], p.get("align", 64), p.get("index_dtype", "int32"),
+                                 p.get("written", True)) for p in data["params"])
         return KernelSignature(data["name"], params, tuple(tuple(s) for s in data["symbols"]))
 
     @staticmethod
@@ -52,14 +64,20 @@ class KernelSignature:
                 raise TilewrightError(f"out_idx {i} is out of range for {n} parameters")
             outputs.add(j)
         params = []
+        written = written_buffers(func)
         for i, p in enumerate(func.params):
             if tirx.buffer.is_buffer_var(p):  # `tirx.Buffer` is an alias of every Var
                 shape = tuple(_dim(s) for s in p.shape)
-                params.append(ParamSpec(str(p.name), shape, str(p.dtype), i in outputs))
+                index = "int64" if any(str(getattr(s, "ty", "int32")) == "int64"
+                                       for s in p.shape) else "int32"
+                align = int(p.data_alignment) if int(p.data_alignment) > 0 else 64
+                params.append(ParamSpec(str(p.name), shape, str(p.dtype), i in outputs, "tensor",
+                                        align, index, any(p.same_as(w) for w in written)))
             else:
                 if i in outputs:
                     raise TilewrightError(f"out_idx names scalar parameter {p.name!r}")
-                params.append(ParamSpec(str(p.name), (), str(p.ty), False, "scalar"))
+                params.append(ParamSpec(str(p.name), (), str(p.ty), False, "scalar",
+                                        written=False))
         _check_symbols_readable(func)
         symbols, seen = [], set()
         inputs = [p for p in params if not p.is_output]
@@ -73,19 +91,70 @@ class KernelSignature:
         return KernelSignature(name, tuple(params), tuple(symbols))
 
 
+def written_buffers(func: tirx.PrimFunc) -> list:
+    """The buffers ``func`` may write: stored to, written by a tile op (from its schema), or
+    handed to a call by address (atomics, extern helpers)."""
+    found: list = []
+
+    def store(node):
+        found.append(node.buffer)
+
+    def evaluate(node):
+        call = decode(node)
+        if call is not None:
+            found.extend(r.buffer for r in call.regions("write"))
+
+    def call(node):
+        if isinstance(node.op, tvm.ir.Op) and node.op.name.startswith("tw."):
+            return  # tile ops: their schema says what they write (above)
+        for arg in node.args:
+            if isinstance(arg, tvm.ir.TensorLoad):
+                found.append(arg.source)
+            elif isinstance(arg, tvm.ir.Call) and arg.args and \
+                    isinstance(arg.args[0], tvm.ir.TensorLoad):  # address_of(A[i]) and kin
+                found.append(arg.args[0].source)
+            elif isinstance(arg, tirx.Var):
+                found.append(arg)
+
+    tvm_ffi.structural_walk(func.body, [(tirx.BufferStore, store), (tirx.Evaluate, evaluate),
+                                        (tvm.ir.Call, call)])
+    return found
+
+
+_BINARY = {tirx.Add: "+", tirx.Sub: "-", tirx.Mul: "*", tirx.FloorDiv: "//",
+           tirx.FloorMod: "%"}
+_CALLS = {tirx.Min: "min", tirx.Max: "max", tirx.Div: "truncdiv", tirx.Mod: "truncmod"}
+
+
+def expr_text(e) -> str:
+    """``e``, an integer TIR expression over shape symbols, in the grammar of
+    :mod:`tilewright.runtime.expr`; anything else is an :class:`ArgumentError`."""
+    if isinstance(e, tirx.IntImm):
+        return str(int(e.value))
+    if isinstance(e, tirx.Var):
+        return str(e.name)
+    if isinstance(e, tirx.Cast) and "int" in str(e.dtype):
+        return expr_text(e.value)
+    if type(e) in _BINARY:
+        return f"({expr_text(e.a)} {_BINARY[type(e)]} {expr_text(e.b)})"
+    if type(e) in _CALLS:
+        return f"{_CALLS[type(e)]}({expr_text(e.a)}, {expr_text(e.b)})"
+    raise ArgumentError(f"a tensor shape uses {e}, which tilewright cannot compute when the "
+                        "kernel is called; use +, -, *, //, %, min and max of shape symbols")
+
+
 def _dim(extent):
     if isinstance(extent, tirx.IntImm):
         return int(extent.value)
     if isinstance(extent, tirx.Var):
         return str(extent.name)
-    return str(extent)
+    text = expr_text(extent)
+    return text[1:-1] if text.startswith("(") and text.endswith(")") else text
 
 
 def _check_symbols_readable(func: tirx.PrimFunc) -> None:
     """Every shape symbol must be a whole dimension of some parameter, else no argument gives
     its value: a TypeError naming the symbol, as for a symbol used only by outputs."""
-    import tvm_ffi
-
     whole = {str(p.name) for p in func.params if not tirx.buffer.is_buffer_var(p)}
     for p in func.params:
         if tirx.buffer.is_buffer_var(p):
