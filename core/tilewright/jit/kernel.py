@@ -18,47 +18,29 @@ from tvm import tirx
 from .. import __version__
 from ..engine import build, events, lower, pick_executor, resolve_target, validate
 from ..engine.passconfig import debug_requested
-from ..errors import ArgumentError
+from ..errors import TilewrightError
 from ..plugin import get_manager
-from ..runtime.expr import ExprError
-from ..runtime.expr import parse as parse_expr
+from ..runtime.call import KernelCall, warn_once
+from ..runtime.signature import KernelSignature
 from .cache import CacheError, DiskCache, make_key
-from .signature import KernelSignature
+from .signature import signature_of
 
 
-def _torch():
-    import torch
-
-    return torch
-
-
-class JITKernel:
+class JITKernel(KernelCall):
     """A compiled kernel: call it with torch tensors (inputs; outputs are allocated)."""
 
     def __init__(self, func, signature: KernelSignature, backend, target, executor: str,
                  fn, source: str, source_ext: str, artifact_dir: str | None = None,
                  lowered_text: str | None = None):
+        super().__init__(signature, fn, backend.device, backend.name)
         self.func = func
-        self.signature = signature
         self.backend = backend
         self.target = target
         self.executor = executor
-        self._fn = fn
         self._source = source
         self.source_ext = source_ext
         self.artifact_dir = artifact_dir
         self._lowered_text = lowered_text
-        self._plans: dict = {}
-        torch = _torch()
-        self._dtypes = [getattr(torch, p.dtype) if p.kind == "tensor" else None
-                        for p in signature.params]
-        self._inputs = [i for i, p in enumerate(signature.params) if not p.is_output]
-        self._outputs = [i for i, p in enumerate(signature.params) if p.is_output]
-        self._tail_outputs = self._outputs == list(range(len(self._inputs),
-                                                         len(signature.params)))
-        self._tensor_type, self._empty = torch.Tensor, torch.empty
-        self._contiguous = torch.contiguous_format
-        self._device = backend.device
 
     # -- inspection -------------------------------------------------------------------
     def get_kernel_source(self) -> str:
@@ -73,17 +55,23 @@ class JITKernel:
         """The IR after the backend's pipeline, as TVMScript text."""
         return self._lowered_text or ""
 
-    def export(self, path):
-        """Write a bundle that ``tilewright.runtime.load(path)`` runs without the compiler.
-        The executor's kernel object writes it (``fn.export(path, signature_json)``)."""
+    @property
+    def executable(self):
+        """What the executor built: the callable taking every parameter in kernel order (a
+        ``tilewright.runtime.cuda.CubinFunction`` with ``cubin`` and ``launch`` for CUDA)."""
+        return self._fn
+
+    def export(self, path, extra: dict | None = None):
+        """Write a bundle that ``tilewright.runtime.load(path)`` runs without the compiler;
+        ``extra`` adds files to it (role -> (file name, bytes)), listed in its manifest like
+        the others. The executor's kernel object writes it (``fn.export(path, signature_json,
+        extra)``)."""
         exporter = getattr(self._fn, "export", None)
         if exporter is None:
-            from ..errors import TilewrightError
-
             raise TilewrightError(f"executor '{self.executor}' of backend '{self.backend.name}' "
                                   "cannot export kernels; compile for a backend whose "
                                   "executor writes bundles (for example target 'cuda')")
-        return exporter(path, self.signature.to_json())
+        return exporter(path, self.signature.to_json(), extra)
 
     @property
     def params(self):
@@ -92,194 +80,6 @@ class JITKernel:
     def __repr__(self) -> str:
         return (f"JITKernel({self.signature.name}, target={self.target!s}, "
                 f"executor={self.executor})")
-
-    # -- calling ----------------------------------------------------------------------
-    def __call__(self, *args):
-        # fast path: one dict lookup keyed by what the argument checks depend on
-        try:
-            key = tuple([(a.dtype, a.shape, a.device, a.is_contiguous(), a.data_ptr() & 255,
-                          a.requires_grad) for a in args])
-        except AttributeError:  # scalars or non-torch values among the arguments
-            key = tuple((a.dtype, a.shape, a.device, a.is_contiguous(), a.data_ptr() & 255,
-                         a.requires_grad) if isinstance(a, self._tensor_type) else
-                        (type(a), _scalar_key(a)) for a in args)
-        plan = self._plans.get(key)
-        if plan is None:
-            plan = self._plans[key] = self._new_plan(args)
-        outs, copies = plan
-        if copies:
-            args, written = self._copy_inputs(args, copies)
-        if not outs:
-            self._fn(*args)
-            if copies:
-                _copy_back(written)
-            return None
-        empty = self._empty
-        outs = [empty(shape, dtype=dtype, device=device) for shape, dtype, device in outs]
-        if self._tail_outputs:
-            self._fn(*args, *outs)
-        else:
-            full = list(args)
-            for pos, out in zip(self._outputs, outs):
-                full.insert(pos, out)
-            self._fn(*full)
-        if copies:
-            _copy_back(written)
-        return outs[0] if len(outs) == 1 else outs
-
-    def _copy_inputs(self, args, copies):
-        """Inputs the generated code cannot address as they are (a storage offset that breaks
-        the alignment it assumes, strides that are not contiguous), as aligned contiguous
-        copies; the pairs (original, copy) of those the kernel may write."""
-        args = list(args)
-        written = []
-        for pos, is_written in copies:
-            copy = args[pos].clone(memory_format=self._contiguous)
-            if is_written:
-                written.append((args[pos], copy))
-            args[pos] = copy
-        return args, written
-
-    def _new_plan(self, args) -> tuple:
-        """Check the arguments (count, then :meth:`_plan`); the outputs' (shape, dtype,
-        device) and the inputs to pass as copies."""
-        inputs = self._inputs
-        if len(args) != len(inputs):
-            names = ", ".join(self.signature.params[i].name for i in inputs)
-            raise ArgumentError(f"kernel {self.signature.name} takes {len(inputs)} input(s) "
-                                f"({names}), got {len(args)}")
-        shapes, copies = self._plan(args)
-        device = args[0].device if args and hasattr(args[0], "device") else self._device
-        return tuple((shape, dtype, device) for shape, dtype in shapes), tuple(copies)
-
-    def _plan(self, args):
-        """Check every argument against the signature (once per key of :meth:`__call__`);
-        compute the output shapes and which inputs must be passed as copies."""
-        torch = _torch()
-        sig = self.signature
-        symbols: dict[str, int] = {}
-        copies = []
-        for pos, (index, arg) in enumerate(zip(self._inputs, args)):
-            spec = sig.params[index]
-            where = f"argument {pos} ({spec.name!r}) of kernel {sig.name}"
-            if spec.kind == "scalar":
-                _check_scalar(arg, spec, where, torch)
-                continue
-            if not isinstance(arg, torch.Tensor):
-                raise ArgumentError(f"{where} must be a torch.Tensor of shape {_fmt(spec.shape)}"
-                                    f" and dtype {spec.dtype}, got {type(arg).__name__} "
-                                    f"{_short_repr(arg)}")
-            if arg.dtype != self._dtypes[index]:
-                raise ArgumentError(f"{where} must have dtype {spec.dtype}, got "
-                                    f"{str(arg.dtype).removeprefix('torch.')}")
-            if arg.device.type != self._device:
-                raise ArgumentError(f"{where} must be on device '{self._device}' (backend "
-                                    f"'{self.backend.name}'), got '{arg.device}'")
-            if arg.dim() != len(spec.shape):
-                raise ArgumentError(f"{where} must have {len(spec.shape)} dimension(s) "
-                                    f"{_fmt(spec.shape)}, got shape {tuple(arg.shape)}")
-            for dim, (want, got) in enumerate(zip(spec.shape, arg.shape)):
-                if isinstance(want, int):
-                    if want != got:
-                        raise ArgumentError(f"{where} must have shape {_fmt(spec.shape)}, got "
-                                            f"{tuple(arg.shape)} (dimension {dim})")
-                elif want.isidentifier():
-                    if symbols.setdefault(want, got) != got:
-                        raise ArgumentError(f"{where}: dimension {dim} is {want} = {got}, but "
-                                            f"an earlier argument set {want} = {symbols[want]}")
-                    if got > _INDEX_MAX[spec.index_dtype]:
-                        raise ArgumentError(f"{where}: dimension {dim} ({want} = {got}) does not "
-                                            f"fit the kernel's {spec.index_dtype} indices")
-            if arg.numel() > _INDEX_MAX[spec.index_dtype]:
-                raise ArgumentError(f"{where} has {arg.numel()} elements, more than the "
-                                    f"kernel's {spec.index_dtype} indices address; split the "
-                                    "work or declare the shape with T.int64 dimensions")
-            if not arg.is_contiguous() or arg.data_ptr() % spec.align:
-                copies.append((pos, spec.written))
-            if arg.requires_grad and torch.is_grad_enabled():
-                _warn_once(f"kernel {sig.name}: input {spec.name!r} requires grad, but the "
-                           "kernel is not differentiable: its outputs are not connected to "
-                           "autograd. Call it under torch.no_grad(), or pair it with a backward "
-                           "kernel in a torch.autograd.Function")
-        for name, _, _ in sig.symbols:
-            symbols.setdefault(name, None)
-        shapes = []
-        for index in self._outputs:
-            spec = sig.params[index]
-            shape = tuple(_eval_dim(d, symbols, spec.name) for d in spec.shape)
-            if any(d < 0 for d in shape):
-                raise ArgumentError(f"output {spec.name!r} of kernel {sig.name} would have shape "
-                                    f"{shape} for these inputs")
-            shapes.append((shape, self._dtypes[index]))
-        for index, arg in zip(self._inputs, args):
-            spec = sig.params[index]
-            for dim, want in enumerate(spec.shape):
-                if isinstance(want, str) and not want.isidentifier():
-                    value = _eval_dim(want, symbols, spec.name)
-                    if value != arg.shape[dim]:
-                        raise ArgumentError(f"argument {spec.name!r}: dimension {dim} must be "
-                                            f"{want} = {value}, got {arg.shape[dim]}")
-        return shapes, copies
-
-
-_INDEX_MAX = {"int32": (1 << 31) - 1, "int64": (1 << 63) - 1}
-_SCALAR_RANGE = {f"{s}int{b}": ((0, (1 << b) - 1) if s else (-(1 << (b - 1)), (1 << (b - 1)) - 1))
-                 for s in ("", "u") for b in (8, 16, 32, 64)}
-
-
-def _scalar_key(value):
-    """What of a scalar argument its check depends on: its range for integers."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        return None
-    return value.bit_length()
-
-
-def _short_repr(value) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
-def _check_scalar(arg, spec, where: str, torch) -> None:
-    if isinstance(arg, torch.Tensor):
-        raise ArgumentError(f"{where} is a scalar of dtype {spec.dtype}, got a tensor")
-    if spec.dtype.startswith(("int", "uint")):
-        if isinstance(arg, bool) or not isinstance(arg, int):
-            raise ArgumentError(f"{where} is an integer scalar ({spec.dtype}), got "
-                                f"{type(arg).__name__} {_short_repr(arg)}")
-        low, high = _SCALAR_RANGE.get(spec.dtype, (-(1 << 63), (1 << 63) - 1))
-        if not low <= arg <= high:
-            raise ArgumentError(f"{where} = {arg} does not fit its dtype {spec.dtype}")
-    elif spec.dtype.startswith(("float", "bfloat")) and not isinstance(arg, (int, float)):
-        raise ArgumentError(f"{where} is a scalar of dtype {spec.dtype}, got "
-                            f"{type(arg).__name__} {_short_repr(arg)}")
-
-
-def _copy_back(pairs) -> None:
-    for original, copy in pairs:
-        original.copy_(copy)
-
-
-def _fmt(shape) -> str:
-    return "(" + ", ".join(str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
-
-
-@functools.lru_cache(maxsize=1024)
-def _parsed(dim: str):
-    try:
-        return parse_expr(dim)
-    except ExprError as exc:
-        raise ArgumentError(f"shape expression {dim!r}: {exc}") from None
-
-
-def _eval_dim(dim, symbols: dict, param: str) -> int:
-    if isinstance(dim, int):
-        return dim
-    try:
-        return _parsed(dim)(symbols)
-    except ExprError as exc:
-        raise ArgumentError(f"the shape of {param!r} is not computable from the inputs: "
-                            f"{exc}") from None
-
 
 # -- compile -----------------------------------------------------------------------------------
 @functools.cache
@@ -345,15 +145,6 @@ def _out_idx(func: tirx.PrimFunc, out_idx):
     return sorted(set(declared) | {i % len(func.params) for i in out_idx})
 
 
-_WARNED: set = set()
-
-
-def _warn_once(message: str) -> None:
-    if message not in _WARNED:
-        _WARNED.add(message)
-        warnings.warn(message, RuntimeWarning, stacklevel=4)
-
-
 def compile(func: tirx.PrimFunc, out_idx=None, target="auto", pass_configs=None,  # noqa: A001
             execution_backend: str | None = None, cache: DiskCache | None = None) -> JITKernel:
     """Compile a tile-level PrimFunc into a :class:`JITKernel`, through the disk cache.
@@ -363,7 +154,7 @@ def compile(func: tirx.PrimFunc, out_idx=None, target="auto", pass_configs=None,
     target_obj, backend = resolve_target(target)
     configs = validate(pass_configs)
     outputs = _out_idx(func, out_idx)
-    signature = KernelSignature.from_func(func, outputs)
+    signature = signature_of(func, outputs)
     executor = pick_executor(backend, execution_backend)
     # a debug tool watching compilations (lower trace, pass timing, IR dumps) needs one to
     # happen, and an edited codegen file must be compiled: such runs bypass the cache
@@ -377,7 +168,7 @@ def compile(func: tirx.PrimFunc, out_idx=None, target="auto", pass_configs=None,
             return _compile_cached(cache, key, func, signature, backend, target_obj, configs,
                                    executor, built)
         except CacheError as exc:
-            _warn_once(f"tilewright compiled {signature.name} without the disk cache: {exc}")
+            warn_once(f"tilewright compiled {signature.name} without the disk cache: {exc}")
     lowered = built[0] if built else lower(func, target_obj, configs)
     # executors write their artifacts to a folder; outside the cache it is a private one that
     # lives as long as the kernel

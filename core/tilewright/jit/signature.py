@@ -1,94 +1,54 @@
-"""A compiled kernel's signature: parameter names, shapes, dtypes, outputs, and where each
-shape symbol is read from. Stored as JSON next to cached kernels and in exported bundles (no
-pickle); shapes that are expressions over symbols are written in the grammar of
-:mod:`tilewright.runtime.expr`, which parses them without ``eval``."""
+"""The signature of a tile program (:class:`~tilewright.runtime.signature.KernelSignature`):
+shapes that are expressions over symbols are written in the grammar of
+:mod:`tilewright.runtime.expr`, which parses them without ``eval``; which tensors the kernel
+may write; the alignment and index type its code assumes."""
 
 from __future__ import annotations
-
-from dataclasses import asdict, dataclass
 
 import tvm
 import tvm_ffi
 from tvm import tirx
 
 from ..errors import ArgumentError, TilewrightError
-from ..ir import decode
+from ..ir import decode, is_region, schema_of_call
+from ..runtime.signature import KernelSignature, ParamSpec
 
 
-@dataclass(frozen=True)
-class ParamSpec:
-    name: str
-    shape: tuple  # ints, symbol names, or expression strings over symbols
-    dtype: str
-    is_output: bool = False
-    kind: str = "tensor"  # tensor | scalar
-    # the byte alignment the generated code assumes of the tensor's data
-    align: int = 64
-    # the integer type the kernel indexes the tensor with (and holds its shape symbols in)
-    index_dtype: str = "int32"
-    # whether the kernel may write the tensor (False only when it provably only reads it)
-    written: bool = True
-
-
-@dataclass(frozen=True)
-class KernelSignature:
-    name: str
-    params: tuple[ParamSpec, ...]
-    symbols: tuple[tuple[str, int, int], ...]  # (symbol, input position, dim)
-
-    @property
-    def inputs(self) -> tuple[ParamSpec, ...]:
-        return tuple(p for p in self.params if not p.is_output)
-
-    @property
-    def outputs(self) -> tuple[ParamSpec, ...]:
-        return tuple(p for p in self.params if p.is_output)
-
-    def to_json(self) -> dict:
-        return asdict(self)
-
-    @staticmethod
-    def from_json(data: dict) -> KernelSignature:
-        params = tuple(ParamSpec(p["name"], tuple(p["shape"]), p["dtype"], p["is_output"],
-                                 p["kind"], p.get("align", 64), p.get("index_dtype", "int32"),
-                                 p.get("written", True)) for p in data["params"])
-        return KernelSignature(data["name"], params, tuple(tuple(s) for s in data["symbols"]))
-
-    @staticmethod
-    def from_func(func: tirx.PrimFunc, out_idx) -> KernelSignature:
-        n = len(func.params)
-        outputs = set()
-        for i in out_idx or ():
-            j = i + n if i < 0 else i
-            if not 0 <= j < n:
-                raise TilewrightError(f"out_idx {i} is out of range for {n} parameters")
-            outputs.add(j)
-        params = []
-        written = written_buffers(func)
-        for i, p in enumerate(func.params):
-            if tirx.buffer.is_buffer_var(p):  # `tirx.Buffer` is an alias of every Var
-                shape = tuple(_dim(s) for s in p.shape)
-                index = "int64" if any(str(getattr(s, "ty", "int32")) == "int64"
-                                       for s in p.shape) else "int32"
-                align = int(p.data_alignment) if int(p.data_alignment) > 0 else 64
-                params.append(ParamSpec(str(p.name), shape, str(p.dtype), i in outputs, "tensor",
-                                        align, index, any(p.same_as(w) for w in written)))
-            else:
-                if i in outputs:
-                    raise TilewrightError(f"out_idx names scalar parameter {p.name!r}")
-                params.append(ParamSpec(str(p.name), (), str(p.ty), False, "scalar",
-                                        written=False))
-        _check_symbols_readable(func)
-        symbols, seen = [], set()
-        inputs = [p for p in params if not p.is_output]
-        for pos, p in enumerate(inputs):
-            for dim, s in enumerate(p.shape):
-                if isinstance(s, str) and s.isidentifier() and s not in seen:
-                    seen.add(s)
-                    symbols.append((s, pos, dim))
-        name = str(func.attrs["global_symbol"]) if func.attrs and "global_symbol" in func.attrs \
-            else "main"
-        return KernelSignature(name, tuple(params), tuple(symbols))
+def signature_of(func: tirx.PrimFunc, out_idx) -> KernelSignature:
+    """The signature of tile program ``func`` with the parameters ``out_idx`` as outputs."""
+    n = len(func.params)
+    outputs = set()
+    for i in out_idx or ():
+        j = i + n if i < 0 else i
+        if not 0 <= j < n:
+            raise TilewrightError(f"out_idx {i} is out of range for {n} parameters")
+        outputs.add(j)
+    params = []
+    written = written_buffers(func)
+    for i, p in enumerate(func.params):
+        if tirx.buffer.is_buffer_var(p):  # `tirx.Buffer` is an alias of every Var
+            shape = tuple(_dim(s) for s in p.shape)
+            index = "int64" if any(str(getattr(s, "ty", "int32")) == "int64"
+                                   for s in p.shape) else "int32"
+            align = int(p.data_alignment) if int(p.data_alignment) > 0 else 64
+            params.append(ParamSpec(str(p.name), shape, str(p.dtype), i in outputs, "tensor",
+                                    align, index, any(p.same_as(w) for w in written)))
+        else:
+            if i in outputs:
+                raise TilewrightError(f"out_idx names scalar parameter {p.name!r}")
+            params.append(ParamSpec(str(p.name), (), str(p.ty), False, "scalar",
+                                    written=False))
+    _check_symbols_readable(func)
+    symbols, seen = [], set()
+    inputs = [p for p in params if not p.is_output]
+    for pos, p in enumerate(inputs):
+        for dim, s in enumerate(p.shape):
+            if isinstance(s, str) and s.isidentifier() and s not in seen:
+                seen.add(s)
+                symbols.append((s, pos, dim))
+    name = str(func.attrs["global_symbol"]) if func.attrs and "global_symbol" in func.attrs \
+        else "main"
+    return KernelSignature(name, tuple(params), tuple(symbols))
 
 
 def written_buffers(func: tirx.PrimFunc) -> list:
@@ -105,7 +65,7 @@ def written_buffers(func: tirx.PrimFunc) -> list:
             found.extend(r.buffer for r in call.regions("write"))
 
     def call(node):
-        if isinstance(node.op, tvm.ir.Op) and node.op.name.startswith("tw."):
+        if is_region(node) or schema_of_call(node) is not None:
             return  # tile ops: their schema says what they write (above)
         for arg in node.args:
             if isinstance(arg, tvm.ir.TensorLoad):
