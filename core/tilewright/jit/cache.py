@@ -363,7 +363,7 @@ class DiskCache:
                         return target
                 except (OSError, UnicodeDecodeError):
                     pass
-                if target.exists() or record.exists():
+                if record.exists():
                     warnings.warn(f"tilewright helper library {target} does not match its "
                                   "checksum; rebuilding it", RuntimeWarning, stacklevel=3)
                 fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=folder)

@@ -7,6 +7,10 @@ Two authoring styles:
 - eager: the decorated function takes tensors (declared in the body with ``A: T.Tensor``),
   declares outputs with ``T.empty`` and returns them; calling it with tensors compiles (once
   per specialisation) and runs the kernel.
+
+Compiled kernels are kept in memory keyed by the arguments and by a snapshot of the globals,
+closure variables and helper functions the kernel's code reads (see
+:mod:`tilewright.jit.reads` for exactly what is noticed); ``fn.cache_clear()`` forgets them.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import textwrap
 from ..engine import lower as _lower_engine
 from ..errors import ArgumentError, KernelError
 from .kernel import JITKernel, compile
+from .reads import Reads
 
 
 def lower(func, target="auto", pass_configs=None):
@@ -74,7 +79,13 @@ class JITFunction:
         self._signature = inspect.signature(fn)
         self._kernels: dict = {}
         self._recipes: dict = {}
+        self._reads = Reads(fn)
         functools.update_wrapper(self, fn)
+
+    def cache_clear(self) -> None:
+        """Forget the kernels compiled in this process (the disk cache is kept)."""
+        self._kernels.clear()
+        self._recipes.clear()
 
     def _compile(self, func) -> JITKernel:
         return compile(func, out_idx=self.out_idx, target=self.target,
@@ -82,7 +93,7 @@ class JITFunction:
 
     def __call__(self, *args, **kwargs):
         if self.factory:
-            key = (_freeze(args), _freeze(kwargs))
+            key = (_freeze(args), _freeze(kwargs), self._reads.snapshot())
             kernel = self._kernels.get(key)
             if kernel is None:
                 func = self.fn(*args, **kwargs)
@@ -105,7 +116,8 @@ class JITFunction:
     def _eager_kernel(self, tensors: dict, static: dict) -> JITKernel:
         from ..language.kernel import _ParamSlot, trace_eager
 
-        level1 = (_freeze(static), tuple((k, str(t.dtype), t.dim()) for k, t in tensors.items()))
+        level1 = (_freeze(static), tuple((k, str(t.dtype), t.dim()) for k, t in tensors.items()),
+                  self._reads.snapshot())
         recipe = self._recipes.get(level1)
         slots = {k: _ParamSlot(k, t) for k, t in tensors.items()}
         if recipe is None:
