@@ -17,6 +17,8 @@ from .. import __version__
 from ..engine import build, events, lower, pick_executor, resolve_target, validate
 from ..engine.passconfig import debug_requested
 from ..errors import ArgumentError
+from ..profiler.kernel_profiler import Profiler
+from ..utils.tensor import TensorSupplyType
 from .cache import DiskCache, make_key
 from .signature import KernelSignature
 
@@ -82,6 +84,12 @@ class JITKernel:
     @property
     def params(self):
         return self.signature.params
+
+    def get_profiler(self, tensor_supply_type=None):
+        """A :class:`~tilewright.profiler.Profiler` of this kernel, whose inputs are made as
+        ``tensor_supply_type`` (a :class:`~tilewright.TensorSupplyType`, default ``Auto``)
+        says."""
+        return Profiler(self, tensor_supply_type or TensorSupplyType.Auto)
 
     def __repr__(self) -> str:
         return (f"JITKernel({self.signature.name}, target={self.target!s}, "
