@@ -8,10 +8,10 @@ import importlib
 
 _NAMES = {
     "jit": "decorator", "JITFunction": "decorator", "lower": "decorator",
-    "compile": "kernel", "JITKernel": "kernel",
+    "compile": "decorator", "par_compile": "decorator", "JITKernel": "kernel",
 }
 
-__all__ = ["JITFunction", "JITKernel", "compile", "jit", "lower"]
+__all__ = ["JITFunction", "JITKernel", "compile", "jit", "lower", "par_compile"]
 
 
 def __getattr__(name):
