@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 
 from .. import __version__
 from ..errors import ConfigError, TilewrightError
-from .executors import EXECUTORS, compile_local, default_workers, import_ray, run_ray
 from ..utils.tensor import get_tensor_supply
+from .executors import EXECUTORS, compile_local, default_workers, import_ray, run_ray
 from .measure import Measurer, Outcome
 
 _MEMORY: dict[str, tuple] = {}  # key -> (result, kernel)
