@@ -12,6 +12,7 @@ from .kernel import (
     Macro,
     Tensor,
     alloc_fragment,
+    alloc_global,
     alloc_local,
     alloc_shared,
     alloc_var,
@@ -53,7 +54,7 @@ globals().update(_UNARY)
 __all__ = [
     "Buffer", "DType", "Fragment", "GemmWarpPolicy", "Kernel", "Layout", "Macro", "Parallel",
     "Persistent", "Pipelined", "Tensor", "TileBuffer", "VarHandle", "Cast", "abs",
-    "alloc_fragment", "alloc_local", "alloc_reducer", "alloc_shared", "alloc_var",
+    "alloc_fragment", "alloc_global", "alloc_local", "alloc_reducer", "alloc_shared", "alloc_var",
     "annotate_layout", "cast", "ceildiv", "clamp", "clear", "const", "copy", "cumsum",
     "device_assert", "dtype", "dynamic", "empty", "fill", "floordiv", "floormod",
     "finalize_reducer", "gemm", "if_then_else", "infinity", "macro", "max", "max_value", "min",
