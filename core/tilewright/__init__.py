@@ -52,6 +52,9 @@ _LAZY = {
     "cdiv": (".math", "cdiv"),
     "next_power_of_2": (".math", "next_power_of_2"),
     "set_log_level": (".log", "set_log_level"),
+    "disable_cache": (".jit", "disable_cache"),
+    "enable_cache": (".jit", "enable_cache"),
+    "is_cache_enabled": (".jit", "is_cache_enabled"),
     "tvm": ("tvm", None),
     **{sub: (f".{sub}", None) for sub in ("autotuner", "carver", "layout", "math", "profiler",
                                           "testing", "tools", "transform", "utils")},
@@ -92,4 +95,5 @@ _sys.modules[__name__].__class__ = _Package
 __all__ = ["ArgumentError", "ConfigError", "Fragment", "JITKernel", "KernelError", "Layout",
            "PassConfigKey", "PluginError", "Profiler", "TargetError", "TensorSupplyType",
            "TilewrightError", "UnsupportedOpError", "__version__", "autotune", "cdiv", "compile",
-           "jit", "language", "lower", "next_power_of_2", "par_compile", "set_log_level"]
+           "disable_cache", "enable_cache", "is_cache_enabled", "jit", "language", "lower",
+           "next_power_of_2", "par_compile", "set_log_level"]

@@ -9,9 +9,11 @@ import importlib
 _NAMES = {
     "jit": "decorator", "JITFunction": "decorator", "lower": "decorator",
     "compile": "decorator", "par_compile": "decorator", "JITKernel": "kernel",
+    "disable_cache": "decorator", "enable_cache": "decorator", "is_cache_enabled": "decorator",
 }
 
-__all__ = ["JITFunction", "JITKernel", "compile", "jit", "lower", "par_compile"]
+__all__ = ["JITFunction", "JITKernel", "compile", "disable_cache", "enable_cache",
+           "is_cache_enabled", "jit", "lower", "par_compile"]
 
 
 def __getattr__(name):

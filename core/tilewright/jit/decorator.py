@@ -53,11 +53,33 @@ def _executor(backend, name):
     return None
 
 
+_CACHE = {"enabled": True}
+
+
+def disable_cache() -> None:
+    """Compile every kernel from now on, bypassing the disk cache (TileLang's
+    ``tilelang.disable_cache``)."""
+    _CACHE["enabled"] = False
+
+
+def enable_cache() -> None:
+    """Use the disk cache again (the default)."""
+    _CACHE["enabled"] = True
+
+
+def is_cache_enabled() -> bool:
+    return _CACHE["enabled"]
+
+
 def _with_flags(pass_configs, compile_flags):
-    """``compile_flags`` travel as TileLang's TL_DEVICE_COMPILE_FLAGS pass config."""
-    if compile_flags is None:
-        return pass_configs
-    return {**(pass_configs or {}), NAMES.TL_DEVICE_COMPILE_FLAGS: compile_flags}
+    """``compile_flags`` travel as TileLang's TL_DEVICE_COMPILE_FLAGS pass config; with the
+    cache disabled, ``tw.disable_cache`` is set."""
+    configs = dict(pass_configs or {})
+    if compile_flags is not None:
+        configs[NAMES.TL_DEVICE_COMPILE_FLAGS] = compile_flags
+    if not _CACHE["enabled"]:
+        configs["tw.disable_cache"] = True
+    return configs
 
 
 def compile(func, out_idx=None, execution_backend=None, target="auto",  # noqa: A001
