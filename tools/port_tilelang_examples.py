@@ -74,7 +74,8 @@ OTHER_LIBRARY = [
     (r"^\s*(import|from)\s+flash_attn\b", "flash-attn"),
     (r"^\s*(import|from)\s+(fla|FLA_KDA)\b", "flash-linear-attention (Triton)"),
     (r"^\s*(import|from)\s+(vllm|aiter|flashinfer|flash_mla|deep_gemm|sgl_kernel|bitblas|"
-     r"cutlass)\b", "a CUDA library"),
+     r"cutlass|fast_hadamard_transform)\b", "a CUDA library"),
+    (r"^\s*(import|from)\s+transformers\b", "a model library (transformers) and its weights"),
 ]
 CHECKS = re.compile(r"\bassert\b|assert_close|assert_allclose|allclose|assert_similar|"
                     r"\bcheck\w*\(|\bcompare\w*\(|max err", re.IGNORECASE)
@@ -214,8 +215,7 @@ def _error_line(output: str) -> str:
     if start is None:
         return lines[-1][:200] if lines else ""
     for line in lines[start + 1:]:
-        if line and not line.startswith((" ", "\t", "Traceback", "During handling",
-                                         "The above exception")):
+        if re.match(r"[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b", line):
             return line[:200]
     return lines[-1][:200]
 
