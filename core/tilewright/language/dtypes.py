@@ -16,7 +16,8 @@ _CANONICAL = (
 # without TF32 multiply in float32, which is at least as precise)
 _ALIASES = {"float": "float32", "half": "float16", "double": "float64", "int": "int32",
             "uint": "uint32", "bf16": "bfloat16", "fp16": "float16", "fp32": "float32",
-            "tfloat32": "float32", "float8_e4m3": "float8_e4m3fn", "e4m3_float8": "float8_e4m3fn", "e5m2_float8": "float8_e5m2"}
+            "tfloat32": "float32", "float8_e4m3": "float8_e4m3fn", "e4m3_float8": "float8_e4m3fn",
+            "e5m2_float8": "float8_e5m2"}
 # Python spellings of TileLang's aliases: ``T.float``, ``T.half`` ...
 ALIAS_NAMES = ("float", "half", "double", "int", "uint", "tfloat32", "float8_e4m3")
 
