@@ -143,6 +143,7 @@ def lower(func: tirx.PrimFunc, target="auto", pass_configs=None) -> Lowered:
     """Run the backend's pipeline and codegen on ``func``."""
     target_obj, backend = resolve_target(target)
     configs = passconfig.validate(pass_configs)
+    passconfig.note_ignored(configs, backend.name)
     session = events.new_session()
     name = str(func.attrs["global_symbol"]) if func.attrs and "global_symbol" in func.attrs \
         else "main"

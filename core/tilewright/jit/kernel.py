@@ -20,8 +20,10 @@ from ..engine import build, events, lower, pick_executor, resolve_target, valida
 from ..engine.passconfig import debug_requested
 from ..errors import TilewrightError
 from ..plugin import get_manager
+from ..profiler.kernel_profiler import Profiler
 from ..runtime.call import KernelCall, warn_once
 from ..runtime.signature import KernelSignature
+from ..utils.tensor import TensorSupplyType
 from .cache import CacheError, DiskCache, make_key
 from .signature import signature_of
 
@@ -76,6 +78,12 @@ class JITKernel(KernelCall):
     @property
     def params(self):
         return self.signature.params
+
+    def get_profiler(self, tensor_supply_type=None):
+        """A :class:`~tilewright.profiler.Profiler` of this kernel, whose inputs are made as
+        ``tensor_supply_type`` (a :class:`~tilewright.TensorSupplyType`, default ``Auto``)
+        says."""
+        return Profiler(self, tensor_supply_type or TensorSupplyType.Auto)
 
     def __repr__(self) -> str:
         return (f"JITKernel({self.signature.name}, target={self.target!s}, "
