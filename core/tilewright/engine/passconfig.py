@@ -17,6 +17,10 @@ _log = logging.getLogger(__name__)
 
 CORE_KEYS = (
     PassConfigKey("tw.disable_cache", bool, False, "compile even when the disk cache has it"),
+    PassConfigKey("tw.bounds_check", bool, False,
+                  "check every element access against its buffer's shape while the kernel "
+                  "runs (T.device_assert before each access not provably in bounds), on every "
+                  "backend; for debugging"),
     PassConfigKey("tw.disable_vectorize", bool, False, "do not vectorise T.Parallel loops",
                   tilelang="TIR_DISABLE_VECTORIZE", tilelang_value="tirx.disable_vectorize"),
     PassConfigKey("tw.dump_ir", bool, False, "print the IR after every pass",

@@ -16,7 +16,7 @@ from ..errors import KernelError, TilewrightError, UnsupportedOpError, span_loca
 from ..ir import intrinsics_in, tile_ops_in
 from ..log import get_logger
 from ..plugin import BackendModule, Executor, GeneratedSource
-from ..transform import reraise_pass_error
+from ..transform import check_bounds, instrument_bounds, reraise_pass_error
 from . import events, passconfig
 from .target import Target, resolve_target
 
@@ -149,6 +149,9 @@ def lower(func: tirx.PrimFunc, target="auto", pass_configs=None) -> Lowered:
         else "main"
     ctx = CompileContext(target_obj, backend, configs, session, name)
     check_support(func, backend)
+    check_bounds(func)
+    if configs.get("tw.bounds_check"):
+        func = instrument_bounds(func)
     _log.debug("session %d: lowering %s for %s (backend %s)", session, name, target_obj,
                backend.name)
     detach = _attach_config_tools(session, configs)

@@ -1,5 +1,6 @@
 """Backend-agnostic passes and pass frameworks."""
 
+from .bounds import check_bounds, instrument_bounds
 from .lower_tile_ops import RuleContext, lower_intrinsics, lower_tile_ops
 from .walk import StmtMutator, prim_func_pass, rebuild_for, reraise_pass_error
 
@@ -8,5 +9,6 @@ from .walk import StmtMutator, prim_func_pass, rebuild_for, reraise_pass_error
 # passes above, so the name comes last
 from ..engine.passconfig import NAMES as PassConfigKey
 
-__all__ = ["PassConfigKey", "RuleContext", "StmtMutator", "lower_intrinsics", "lower_tile_ops",
-           "prim_func_pass", "rebuild_for", "reraise_pass_error"]
+__all__ = ["PassConfigKey", "RuleContext", "StmtMutator", "check_bounds", "instrument_bounds",
+           "lower_intrinsics", "lower_tile_ops", "prim_func_pass", "rebuild_for",
+           "reraise_pass_error"]
