@@ -304,7 +304,15 @@ def main(argv: list[str] | None = None) -> int:
                       f"{type(exc).__name__}: {exc}", file=sys.stderr)
                 return 1
         parser = build_parser(tools)
+        # argparse drops the '--' that separates a script's own arguments (analyze, bench):
+        # split them off first and hand them over behind it
+        tail = None
+        if argv and argv[0] in ("analyze", "bench") and "--" in argv:
+            split = argv.index("--")
+            argv, tail = argv[:split], argv[split + 1:]
         args = parser.parse_args(argv)
+        if tail is not None:
+            args.script_args = [*args.script_args, "--", *tail]
         if args.command is None:
             parser.print_help()
             return 0

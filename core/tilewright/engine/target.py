@@ -31,7 +31,10 @@ class Target:
 def parse_target(text: str) -> tuple[str, tuple[tuple[str, str], ...]]:
     if not isinstance(text, str) or not text.strip():
         raise TargetError(f"a target must be a non-empty string, got {text!r}")
-    parts = shlex.split(text)
+    try:
+        parts = shlex.split(text)
+    except ValueError as exc:
+        raise TargetError(f"target string {text!r} cannot be read: {exc}") from None
     kind, options = parts[0], []
     for part in parts[1:]:
         if not part.startswith("-") or "=" not in part:

@@ -26,15 +26,22 @@ def _linker() -> Availability:
                                "libraries; install gcc")
 
 
+def load_private_copy(path: Path):
+    """The module of the shared library ``path``, loaded from a private copy (see
+    :func:`runtime.private_copy`)."""
+    with runtime.private_copy(path) as copy:
+        return tvm.runtime.load_module(str(copy))
+
+
 def _build_shared(source: GeneratedSource, ctx, workdir) -> object:
     path = Path(workdir) / LIBRARY
     source.payload.export_library(str(path))
-    return tvm.runtime.load_module(str(path))[source.entry]
+    return load_private_copy(path)[source.entry]
 
 
 def _load_shared(workdir, entry: str):
     runtime.load()  # kernels may call its atomics
-    return tvm.runtime.load_module(str(Path(workdir) / LIBRARY))[entry]
+    return load_private_copy(Path(workdir) / LIBRARY)[entry]
 
 
 def _build_memory(source: GeneratedSource, ctx, workdir) -> object:

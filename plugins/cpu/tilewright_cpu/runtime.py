@@ -13,6 +13,7 @@ import hashlib
 import shutil
 import subprocess
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 from tilewright.errors import TilewrightError
@@ -28,6 +29,17 @@ def _compiler() -> str | None:
         if path:
             return path
     return None
+
+
+@contextmanager
+def private_copy(path: Path):
+    """A private copy of the shared library ``path`` to load, removed once loaded: a library
+    in the cache stays mapped while the process runs, and truncating the mapped file in place
+    (another process, a user) would kill this one with SIGBUS."""
+    with tempfile.TemporaryDirectory(prefix="tilewright-load-") as folder:
+        copy = Path(folder) / path.name
+        shutil.copyfile(path, copy)
+        yield copy
 
 
 def _build(target: Path) -> None:
@@ -55,5 +67,6 @@ def load() -> Path:
         warn_once(f"the CPU runtime helpers are built outside the disk cache: {exc}")
         target = Path(tempfile.mkdtemp(prefix="tilewright-runtime-")) / name
         _build(target)
-    ctypes.CDLL(str(target), mode=ctypes.RTLD_GLOBAL)
+    with private_copy(target) as copy:
+        ctypes.CDLL(str(copy), mode=ctypes.RTLD_GLOBAL)
     return target
