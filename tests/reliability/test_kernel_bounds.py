@@ -171,3 +171,35 @@ def test_bounds_check_stops_the_kernel_at_the_users_line(target):
     torch.testing.assert_close(kernel(a, good), a[good.long()])
     with pytest.raises(RuntimeError, match=r"test_kernel_bounds.py:\d+: index out of bounds"):
         kernel(a, torch.tensor([0, 1, 2, 3, 4, 5, 6, 64], dtype=torch.int32))
+
+
+def _scaled_tail(n_sym):
+    @T.prim_func
+    def main(A: T.Tensor((n_sym,), "float32"), C: T.Tensor((n_sym,), "float32")):
+        with T.Kernel(T.ceildiv(n_sym, 64)) as bx:
+            s = T.alloc_shared((64,), "float32")
+            T.copy(A[bx * 64], s)
+            for i in T.Parallel(64):
+                C[bx * 64 + i] = s[i] * 2.0  # the unguarded store
+    return main
+
+
+@pytest.mark.parametrize("target", ["cpu", "interp", "ascend"])
+def test_bounds_check_on_every_backend_that_runs_here(target):
+    if target not in tilewright.plugin.get_manager().backends():
+        pytest.skip(f"backend {target} is not installed")
+    kernel = tilewright.compile(_scaled_tail(T.dynamic("n")), out_idx=[-1], target=target,
+                                pass_configs={"tw.bounds_check": True})
+    a = torch.randn(128)
+    torch.testing.assert_close(kernel(a), a * 2.0)
+    with pytest.raises(Exception, match=r"test_kernel_bounds.py:\d+: index out of bounds: "
+                                        r"C\[bx \* 64 \+ i\]"):
+        kernel(torch.randn(100))  # the second block stores past the end
+
+
+def test_bounds_check_in_generated_cuda():
+    if "cuda" not in tilewright.plugin.get_manager().backends():
+        pytest.skip("backend cuda is not installed")
+    source = tilewright.lower(_scaled_tail(T.dynamic("n")), target="cuda -arch=sm_90a",
+                              pass_configs={"tw.bounds_check": True}).source.text
+    assert "index out of bounds: C[bx * 64 + i]" in source
