@@ -187,6 +187,8 @@ def test_hook_returning_something_else_than_backend_module_is_refused():
      r"repeated: \['a'\]"),
     (lambda: PassPipeline(()), r"at least one phase"),
     (lambda: fake_backend(api_version="one"), r"is not 'MAJOR.MINOR'"),
+    (lambda: fake_backend(device_available=True), r"device_available must be callable"),
+    (lambda: fake_backend(target_defaults={}), r"target_defaults must be callable"),
 ])
 def test_invalid_declarations_raise_plugin_error(make, message):
     with pytest.raises(PluginError, match=message):
