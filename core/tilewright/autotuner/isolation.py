@@ -155,8 +155,11 @@ class _Helper:
         return self.proc.poll() is None
 
     def send(self, *words) -> None:
-        self.proc.stdin.write((" ".join(map(str, words)) + "\n").encode())
-        self.proc.stdin.flush()
+        try:
+            self.proc.stdin.write((" ".join(map(str, words)) + "\n").encode())
+            self.proc.stdin.flush()
+        except OSError:  # it ended; the caller notices through alive()
+            pass
 
     def replies(self, wait: float) -> list[list[str]]:
         """The lines the helper wrote, waiting at most ``wait`` seconds for the first."""

@@ -80,7 +80,7 @@ class _Progress:
         self.stream = stream or sys.stderr
         self.enabled = enabled
         self.tty = enabled and hasattr(self.stream, "isatty") and self.stream.isatty()
-        self.start = time.perf_counter()
+        self.start, self.elapsed = time.perf_counter(), 0.0
         if enabled and not self.tty:
             print(f"{label}: {total} config(s)", file=self.stream)
 
