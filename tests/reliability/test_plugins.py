@@ -39,6 +39,19 @@ def backend(name, kinds, device_available=None, available=None, accelerator=Fals
         device_available=device_available or (lambda: Availability(True)))
 '''
 
+
+def _declares(name: str, kinds: tuple) -> str:
+    """The source of a plugin that declares one well-formed backend."""
+    return f'''
+        from tilewright.plugin import hookimpl
+        from twbad_common import backend
+
+        @hookimpl
+        def tilewright_backends():
+            return [backend({name!r}, {kinds!r})]
+    '''
+
+
 # plugin name -> (distribution, version, module source)
 PLUGINS = {
     "raises": ("tw-raises", "1.0.1", '''
@@ -73,38 +86,10 @@ PLUGINS = {
         def tilewright_backends():
             return {"backend": "not a list"}
     '''),
-    "dupname1": ("tw-dupname-one", "1.0.6", '''
-        from tilewright.plugin import hookimpl
-        from twbad_common import backend
-
-        @hookimpl
-        def tilewright_backends():
-            return [backend("twin", ("twinone",))]
-    '''),
-    "dupname2": ("tw-dupname-two", "1.0.7", '''
-        from tilewright.plugin import hookimpl
-        from twbad_common import backend
-
-        @hookimpl
-        def tilewright_backends():
-            return [backend("twin", ("twintwo",))]
-    '''),
-    "claimone": ("tw-claim-one", "1.0.8", '''
-        from tilewright.plugin import hookimpl
-        from twbad_common import backend
-
-        @hookimpl
-        def tilewright_backends():
-            return [backend("claimone", ("shared", "onlyone"))]
-    '''),
-    "claimtwo": ("tw-claim-two", "1.0.9", '''
-        from tilewright.plugin import hookimpl
-        from twbad_common import backend
-
-        @hookimpl
-        def tilewright_backends():
-            return [backend("claimtwo", ("shared",))]
-    '''),
+    "dupname1": ("tw-dupname-one", "1.0.6", _declares("twin", ("twinone",))),
+    "dupname2": ("tw-dupname-two", "1.0.7", _declares("twin", ("twintwo",))),
+    "claimone": ("tw-claim-one", "1.0.8", _declares("claimone", ("shared", "onlyone"))),
+    "claimtwo": ("tw-claim-two", "1.0.9", _declares("claimtwo", ("shared",))),
     "badhooks": ("tw-bad-hooks", "1.0.10", '''
         import sys
         import time

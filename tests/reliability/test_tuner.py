@@ -38,8 +38,8 @@ def _identity(x, *indices):
 
 
 def _tuned(configs, **options):
-    return tilewright.autotune(configs=configs, supply=_supply, reference=_identity,
-                               **{**FAST, **options})(copy_or_misbehave)
+    options = {"supply": _supply, "reference": _identity, **FAST, **options}
+    return tilewright.autotune(configs=configs, **options)(copy_or_misbehave)
 
 
 def test_misbehaving_configs_fail_alone_and_the_best_is_right(capsys):
@@ -63,6 +63,19 @@ def test_misbehaving_configs_fail_alone_and_the_best_is_right(capsys):
     assert torch.equal(kernel(x), x)
     err = capsys.readouterr().err
     assert "compiling: 8/8 done" in err and "measuring: 3/3 done" in err
+
+
+def test_ray_tasks_that_crash_or_hang_fail_alone(local_cluster):
+    configs = [{"mode": "segfault"}, GOOD[0], {"mode": "hang"}, GOOD[1]]
+    # Ray ships functions of this module by reference, and its workers cannot import it:
+    # lambdas travel by value
+    kernel = _tuned(configs, executor="ray", timeout=8, supply=lambda kernel: [torch.randn(N)],
+                    reference=lambda x: x.clone())(N)
+    rows = kernel.autotune_result.rows
+    assert [(r["status"], r["error"]) for r in rows] == [
+        ("compile failed", "killed by SIGSEGV"), ("ok", ""),
+        ("compile failed", "timed out after 8 s"), ("ok", "")]
+    assert kernel.autotune_result.best_config in GOOD
 
 
 def test_limits_are_checked():

@@ -21,6 +21,7 @@ import os
 import time
 
 from ..errors import ConfigError
+from ..plugin.guard import describe
 from . import isolation
 from .isolation import Failed, Limits, memory_reason
 from .measure import Outcome, compile_config, install_bundle, measure_config
@@ -134,7 +135,8 @@ def _ray_steps(ray, task, calls: list[tuple], limits: Limits, in_flight: int, do
             try:
                 results[index] = ray.get(ref)
             except Exception as exc:  # noqa: BLE001 - a task that died is one failed row
-                results[index] = Failed(f"the Ray task failed: {str(exc).splitlines()[0]}")
+                cause = getattr(exc, "cause", None) or exc  # what a RayTaskError wraps
+                results[index] = Failed(f"the Ray task failed: {describe(cause)}")
             done(index, results[index])
         for ref, (index, start) in list(running.items()):
             if allowed is not None and time.monotonic() - start > allowed:
