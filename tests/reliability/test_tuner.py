@@ -139,3 +139,20 @@ def test_a_refused_record_is_rebuilt_with_a_warning(cache_dir):
                                       "again")
     assert not again.cached and again.best_config in GOOD and first.best_config in GOOD
     assert json.loads(path.read_text())["best_config"] == again.best_config  # rewritten
+
+
+def _identity_under(lock, x, *indices):
+    with lock:
+        return x.clone()
+
+
+def test_a_reference_that_cannot_travel_is_a_clear_error():
+    import functools
+    import threading
+
+    tuned = _tuned(GOOD[:1], reference=functools.partial(_identity_under, threading.Lock()))
+    with pytest.raises(ConfigError, match=r"cannot send measure_config and its arguments \(the "
+                                          r"kernel factory, reference, supply \.\.\.\) to the "
+                                          r"process that runs it: TypeError: cannot pickle "
+                                          r"'_thread.lock' object"):
+        tuned(N)

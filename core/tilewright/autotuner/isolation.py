@@ -4,20 +4,19 @@ process of its own, with a time limit and a memory limit.
 Why not fork the tuning process: a forked child inherits the thread pools of TVM and torch
 without their threads, and hangs the first time it runs a parallel kernel or torch op once the
 parent has used them (both were measured to hang); and a forked child cannot use a CUDA
-context the parent created. So each step runs in a child forked from a *clean helper*: a
-process started once per tuning process (``python -c ...``, with the caller's ``sys.path``) that
-imports torch, TVM, tilewright and the plugins, and never runs a kernel or touches a device.
-Its children start in milliseconds, with no thread pool started and no device context, on
-every backend, and each dies alone.
+context the parent created. So each step runs in a child forked from a *clean helper*
+(:mod:`.helper`): a process started once per tuning process, with the caller's ``sys.path``,
+that imports torch, TVM, tilewright and the plugins, and never runs a kernel or touches a
+device. Its children start in a fraction of a second, with no thread pool started and no
+device context, on every backend, and each dies alone.
 
 A step travels as a file: the caller's ``sys.path``, working directory and environment
 (applied in the child, so ``TILEWRIGHT_CACHE_DIR`` or ``CUDA_VISIBLE_DEVICES`` set after the
 helper started still count), then the function and its arguments written with cloudpickle,
 which ships closures and functions of ``__main__`` by value as Ray does (code objects go whole,
-through ``marshal``, so their file name stays and the frontend can read the kernel's source
-in the child). No module is imported
-again in the child, so a script needs no ``if __name__ == "__main__"`` guard. The result comes
-back as a pickle file.
+through ``marshal``, so their file name stays and the frontend can read the kernel's source in
+the child). The caller's ``__main__`` is not run again in the child, so a script needs no
+``if __name__ == "__main__"`` guard. The result comes back as a pickle file.
 
 Limits of a step:
 
@@ -42,7 +41,6 @@ import marshal
 import os
 import pickle
 import re
-import resource
 import select
 import signal
 import subprocess
@@ -59,7 +57,6 @@ from pathlib import Path
 import cloudpickle
 
 from ..errors import ConfigError
-from ..plugin.guard import describe
 
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9,
           "gb": 10**9, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "tb": 10**12}
@@ -67,7 +64,7 @@ _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 
 _OUT_OF_MEMORY = re.compile(r"MemoryError|bad_alloc|Cannot allocate memory|can't allocate "
                             r"memory|Unable to allocate|out of memory", re.IGNORECASE)
 _BOOT = ("import json, sys; sys.path[:] = json.loads(sys.argv[1]); "
-         "from tilewright.autotuner.isolation import serve; serve()")
+         "from tilewright.autotuner.helper import serve; serve()")
 
 
 @dataclass(frozen=True)
@@ -93,6 +90,8 @@ class Limits:
 
 
 def parse_bytes(value) -> int | None:
+    """Bytes from an int or a size such as ``"2 GiB"`` (KiB/MiB/GiB/TiB are powers of 1024,
+    kB/MB/GB/TB of 1000); None stays None."""
     if value is None:
         return None
     if isinstance(value, int) and not isinstance(value, bool) and value > 0:
@@ -189,7 +188,6 @@ def _helper() -> _Helper:
 class _Job:
     index: int
     result: Path
-    pid: int = 0
     started: float = 0.0
     killed: bool = False
 
@@ -210,6 +208,17 @@ def _outcome(job: _Job, code: int, limits: Limits):
     if kind == "ok":
         return value
     return Failed(memory_reason(value, limits))
+
+
+def _write_job(path: str, context: dict, step: tuple) -> None:
+    with open(path, "wb") as f:
+        pickle.dump(context, f)
+        try:
+            _Pickler(f).dump(step)
+        except Exception as exc:
+            raise ConfigError(f"cannot send {getattr(step[0], '__name__', step[0])} and its "
+                              f"arguments (the kernel factory, reference, supply ...) to the "
+                              f"process that runs it: {type(exc).__name__}: {exc}") from exc
 
 
 def run(steps: list[tuple[Callable, tuple]], limits: Limits, workers: int = 1,
@@ -233,9 +242,7 @@ def run(steps: list[tuple[Callable, tuple]], limits: Limits, workers: int = 1,
                 while pending and len(running) < max(1, workers):
                     index = pending.pop(0)
                     job_id, path = str(next(_ids)), Path(folder) / str(index)
-                    with open(f"{path}.job", "wb") as f:
-                        pickle.dump(context, f)
-                        _Pickler(f).dump(steps[index])
+                    _write_job(f"{path}.job", context, steps[index])
                     running[job_id] = _Job(index, Path(f"{path}.out"))
                     helper.send("run", job_id, f"{path}.job", f"{path}.out", limits.memory or 0)
                 now = time.monotonic()
@@ -244,7 +251,7 @@ def run(steps: list[tuple[Callable, tuple]], limits: Limits, workers: int = 1,
                 for reply in helper.replies(min([1.0, *deadlines])):
                     kind, job_id, value = reply
                     if kind == "started" and job_id in running:
-                        running[job_id].pid, running[job_id].started = int(value), now
+                        running[job_id].started = now
                     elif kind == "exited" and job_id in running:
                         finish(job_id, _outcome(running[job_id], int(value), limits))
                 for job_id, job in running.items():
@@ -264,114 +271,3 @@ def run(steps: list[tuple[Callable, tuple]], limits: Limits, workers: int = 1,
                 helper.send("kill", job_id)
             raise
     return results
-
-
-# -- the helper's side ---------------------------------------------------------------------------
-def serve() -> None:
-    """The helper: preload, then fork one child per ``run`` line read from stdin, report
-    ``started ID PID`` and ``exited ID CODE`` on stdout, kill on ``kill ID``, and kill every
-    child and end when stdin closes."""
-    commands, replies = os.dup(0), os.dup(1)
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
-    os.dup2(2, 1)  # what the steps print goes to stderr, never into the replies
-    for name in ("torch", "tilewright.jit"):
-        try:
-            __import__(name)
-        except ImportError:
-            pass
-    from ..plugin import get_manager
-
-    try:
-        get_manager()
-    except Exception:  # noqa: BLE001 - each child meets the same error and reports it
-        pass
-    selection = os.environ.get("TILEWRIGHT_PLUGINS")
-    children: dict[int, str] = {}
-    buffer = b""
-    while True:
-        if select.select([commands], [], [], 0.05)[0]:
-            data = os.read(commands, 65536)
-            if not data:
-                for pid in children:
-                    _kill(pid)
-                os._exit(0)
-            buffer += data
-            *lines, buffer = buffer.split(b"\n")
-            for line in lines:
-                words = line.decode().split()
-                if words[0] == "run":
-                    job_id, job, result, memory = words[1:]
-                    pid = os.fork()
-                    if pid == 0:  # the child never returns into this loop
-                        code = 70
-                        try:
-                            os.close(commands)
-                            os.close(replies)
-                            _child(job, result, int(memory), selection)
-                            code = 0
-                        finally:
-                            os._exit(code)
-                    os.setpgid(pid, pid)
-                    children[pid] = job_id
-                    os.write(replies, f"started {job_id} {pid}\n".encode())
-                elif words[0] == "kill":
-                    for pid in [p for p, j in children.items() if j == words[1]]:
-                        _kill(pid)
-        while children:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                break
-            if pid == 0:
-                break
-            code = os.waitstatus_to_exitcode(status)
-            os.write(replies, f"exited {children.pop(pid)} {code}\n".encode())
-
-
-def _kill(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except OSError:
-        pass
-
-
-def _child(job: str, result: str, memory: int, selection: str | None) -> None:
-    """A forked child: load the step, run it under the memory limit, write its result."""
-    try:
-        os.setpgid(0, 0)
-        with open(job, "rb") as f:
-            context = pickle.load(f)
-            sys.path[:] = context["sys_path"]
-            os.chdir(context["cwd"])
-            os.environ.clear()
-            os.environ.update(context["env"])
-            if os.environ.get("TILEWRIGHT_PLUGINS") != selection:
-                from ..plugin import set_manager
-
-                set_manager(None)
-            fn, args = pickle.load(f)
-        limit = resource.getrlimit(resource.RLIMIT_DATA)
-        if memory:
-            resource.setrlimit(resource.RLIMIT_DATA, (_data_size() + memory, limit[1]))
-        try:
-            value = ("ok", fn(*args))
-        finally:
-            resource.setrlimit(resource.RLIMIT_DATA, limit)
-    except BaseException as exc:  # noqa: BLE001 - every way a step ends is reported
-        value = ("error", describe(exc))
-    try:
-        data = pickle.dumps(value)
-    except Exception as exc:  # noqa: BLE001
-        data = pickle.dumps(("error", f"the result cannot be pickled: {exc}"))
-    Path(result + ".tmp").write_bytes(data)
-    os.replace(result + ".tmp", result)
-
-
-def _data_size() -> int:
-    """This process's data size (``VmData``) in bytes: what ``RLIMIT_DATA`` counts."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmData:"):
-                return int(line.split()[1]) * 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
