@@ -78,6 +78,19 @@ def test_ray_tasks_that_crash_or_hang_fail_alone(local_cluster):
     assert kernel.autotune_result.best_config in GOOD
 
 
+def test_ray_tasks_past_their_deadline_are_cancelled(local_cluster, monkeypatch):
+    from tilewright.autotuner import executors
+    from tilewright.errors import TilewrightError
+
+    # the task's own limit (in its child process) normally fires first; here the deadline of
+    # the task itself passes first: 0.5 s after it was handed to Ray
+    monkeypatch.setattr(executors, "RAY_GRACE", -7.5)
+    tuned = _tuned([{"mode": "hang"}], executor="ray", timeout=8)
+    with pytest.raises(TilewrightError, match=r"timed out after 8 s \(the Ray task gave no "
+                                              r"answer within 0\.5 s; cancelled\)"):
+        tuned(N)
+
+
 def test_limits_are_checked():
     with pytest.raises(ConfigError, match="timeout must be a positive number of seconds"):
         _tuned(GOOD, timeout=0)

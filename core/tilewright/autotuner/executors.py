@@ -17,6 +17,7 @@ has CPUs are in flight, so that the clock of a task starts close to the task its
 
 from __future__ import annotations
 
+import inspect
 import os
 import time
 
@@ -32,11 +33,14 @@ RAY_GRACE = 300.0
 
 class JitSpec:
     """A ``@jit`` kernel factory as a child process or a Ray task receives it: the function
-    and its options, without the compiled kernels the tuning process holds."""
+    and every option it was made with (the arguments of ``JITFunction``, which keeps each
+    under its own name), without the compiled kernels the tuning process holds."""
 
     def __init__(self, jit_fn):
-        self.options = (jit_fn.fn, jit_fn.out_idx, jit_fn.target, jit_fn.pass_configs,
-                        jit_fn.execution_backend)
+        from ..jit import JITFunction
+
+        names = list(inspect.signature(JITFunction).parameters)
+        self.options = {name: getattr(jit_fn, name) for name in names}
         self._jit = None
 
     def __getstate__(self):
@@ -46,7 +50,7 @@ class JitSpec:
         if self._jit is None:
             from ..jit import JITFunction
 
-            self._jit = JITFunction(*self.options)
+            self._jit = JITFunction(**self.options)
         return self._jit(*args, **kwargs)
 
 

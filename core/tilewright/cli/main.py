@@ -184,7 +184,8 @@ def _print_doctor(r: dict) -> None:
     print(f"tvm        {pkg(r['tvm'])}")
     print(f"torch      {pkg(r['torch'])}")
     cache = r["cache"]
-    print(f"cache      {cache['path']} ({cache['entries']} entries, {cache['bytes']} bytes)")
+    print(f"cache      {cache['path']} ({cache['entries']} entries, {cache['bytes']} bytes)"
+          + (f"\n           not used: {cache['problem']}" if cache.get("problem") else ""))
     print()
     if not r["backends"]:
         print("no backend is loaded: nothing can be compiled")
@@ -228,11 +229,15 @@ def cmd_doctor(args) -> int:
 
 
 def cmd_cache(args) -> int:
-    from ..jit.cache import DiskCache
+    from ..jit.cache import CacheError, DiskCache
 
     cache = DiskCache()
     if args.cache_command == "clear":
-        removed = cache.clear()
+        try:
+            removed = cache.clear()
+        except CacheError as exc:
+            print(f"tilewright cache clear: {exc}", file=sys.stderr)
+            return 1
         print(f"removed {removed} cache entr{'y' if removed == 1 else 'ies'} from {cache.root}")
         return 0
     info = cache.info()
@@ -240,6 +245,8 @@ def cmd_cache(args) -> int:
         print(json.dumps(info, indent=2))
     else:
         print(f"path     {info['path']}\nentries  {info['entries']}\nbytes    {info['bytes']}")
+        if info.get("problem"):
+            print(f"problem  {info['problem']}")
     return 0
 
 

@@ -46,8 +46,9 @@ class Kernel:
 
     def __enter__(self):
         builder = B.current("T.Kernel")
-        if builder.kernel_seen or builder.in_kernel():
-            raise kernel_error("a kernel has exactly one 'with T.Kernel(...)' block")
+        if builder.in_kernel():
+            raise kernel_error("'with T.Kernel(...)' blocks cannot be nested; write them one "
+                               "after the other (each is a launch, in order)")
         builder.kernel_seen = True
         builder.threads = self.threads
         self._span = B.here()

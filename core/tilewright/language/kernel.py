@@ -208,6 +208,19 @@ def alloc_local(shape, dtype, scope="local", name=None) -> TileBuffer:
     return _alloc(shape, dtype, scope, "T.alloc_local", name)
 
 
+def alloc_global(shape, dtype, scope="global", name=None) -> TileBuffer:
+    """A global-memory workspace the kernel's ``T.Kernel`` blocks share: allocated before the
+    first block, outside every ``with T.Kernel``, and freed when the kernel returns."""
+    builder = B.current("T.alloc_global")
+    if builder.in_kernel():
+        raise kernel_error("T.alloc_global allocates a workspace shared by the kernel's "
+                           "T.Kernel blocks; call it before 'with T.Kernel'")
+    n = sum(1 for s in builder.frames[0].stmts if isinstance(s, tirx.AllocBuffer))
+    buf = declare(name or f"workspace_{n}", shape, dtype, scope)
+    builder.emit(tirx.AllocBuffer(buf, span=B.here()))
+    return TileBuffer(buf)
+
+
 def alloc_var(dtype, init=None, scope="local.var", name=None) -> VarHandle:
     """A mutable scalar: ``x = T.alloc_var(T.int32, init=0)``, then ``x = x + 1``."""
     handle = VarHandle(_alloc((1,), dtype, scope, "T.alloc_var", name).buffer)

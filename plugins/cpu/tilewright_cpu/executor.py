@@ -12,6 +12,7 @@ from tilewright.errors import TilewrightError
 from tilewright.plugin import Availability, Executor, GeneratedSource
 
 from . import runtime
+from .codegen import host_fingerprint
 
 LIBRARY = "kernel.so"
 IR_FILE = "kernel.ll"
@@ -62,6 +63,7 @@ def _load_ir(workdir, entry: str):
 SHARED = Executor(
     name="llvm-shared", available=_linker, build=_build_shared, load=_load_shared,
     doc="links the LLVM object into a shared library (cached on disk) and loads it",
+    fingerprint=host_fingerprint,
 )
 IN_MEMORY = Executor(
     name="llvm-jit", available=lambda: Availability(True), build=_build_memory, load=None,
@@ -70,5 +72,6 @@ IN_MEMORY = Executor(
 FROM_IR = Executor(
     name="llvm-ir", available=lambda: Availability(True), build=_build_ir, load=_load_ir,
     doc="compiles the LLVM IR text with LLVM's JIT (used for edited sources)", from_source=True,
+    fingerprint=host_fingerprint,
 )
 EXECUTORS = (SHARED, IN_MEMORY, FROM_IR)
