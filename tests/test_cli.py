@@ -78,7 +78,7 @@ def test_backends_json(manager, capsys):
     assert {"llvm-shared", "llvm-jit"} <= set(executors)
     assert executors["llvm-jit"]["ok"] is True
     assert "gemm" in cpu["capabilities"]["tile_ops"]
-    assert report["collisions"] == {}
+    assert report["conflicts"] == []
 
 
 def test_backends_shows_why_an_executor_is_unavailable(capsys):
@@ -115,7 +115,8 @@ def test_doctor(manager, capsys, tmp_path):
     assert "python" in out and "tvm" in out and "torch" in out
     assert "backend cpu" in out and "can compile and run" in out
     assert "executor llvm-jit: usable" in out
-    assert "broken [failed]" in out and "tilewright_broken_dep" in out
+    assert "plugin 'broken' (tilewright-broken 0.0.1) [failed]" in out
+    assert "tilewright_broken_dep" in out
     assert str(tmp_path / "cache") in out
     assert "target 'auto' resolves to: cpu" in out
 
@@ -198,3 +199,13 @@ def test_python_m_tilewright_backends(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "plugin cpu" in result.stdout and "targets" in result.stdout
     assert "executor llvm-jit" in result.stdout
+
+
+def test_misspelt_plugin_selection_leaves_help_working(manager, monkeypatch, capsys):
+    monkeypatch.setenv(ENV_SELECT, "cpux")
+    assert main(["--help"]) == 0
+    captured = capsys.readouterr()
+    assert "backends" in captured.out
+    assert f"warning: {ENV_SELECT}='cpux': no installed plugin is named 'cpux'" in captured.err
+    assert main(["backends"]) == 1
+    assert "installed plugins: broken, cpu; did you mean cpu?" in capsys.readouterr().err

@@ -21,6 +21,7 @@ from tilewright.plugin import (
     PassPipeline,
     Phase,
     PluginManager,
+    Timer,
     check_api_version,
     hookimpl,
     set_manager,
@@ -131,8 +132,8 @@ def test_hook_that_raises_later_is_skipped():
     manager = PluginManager(entry_points=[])
     manager.register(plugin_module("bad_keys", tilewright_pass_config_keys=keys), "bad_keys")
     assert manager.collect("tilewright_pass_config_keys") == []
-    assert "tilewright_pass_config_keys raised RuntimeError: boom" in \
-        manager.records["bad_keys"].error
+    assert manager.records["bad_keys"].error == \
+        "tilewright_pass_config_keys raised RuntimeError: boom"
 
 
 # -- validation at registration --------------------------------------------------------------
@@ -186,6 +187,8 @@ def test_hook_returning_something_else_than_backend_module_is_refused():
      r"repeated: \['a'\]"),
     (lambda: PassPipeline(()), r"at least one phase"),
     (lambda: fake_backend(api_version="one"), r"is not 'MAJOR.MINOR'"),
+    (lambda: fake_backend(device_available=True), r"device_available must be callable"),
+    (lambda: fake_backend(target_defaults={}), r"target_defaults must be callable"),
 ])
 def test_invalid_declarations_raise_plugin_error(make, message):
     with pytest.raises(PluginError, match=message):
@@ -210,8 +213,13 @@ def test_two_backends_claiming_one_target_collide_naming_both():
         FakeEntryPoint("alpha", lambda: backend_plugin("alpha", lambda: [fake_backend("alpha")])),
         FakeEntryPoint("beta", lambda: backend_plugin("beta", lambda: [fake_backend("beta")])),
     ])
-    with pytest.raises(TargetError, match="claimed by several backends: alpha, beta"):
+    with pytest.raises(TargetError) as exc:
         manager.backend_for("fake")
+    assert str(exc.value).startswith(
+        "target 'fake' is claimed by several backends: backend 'alpha' of plugin 'alpha' "
+        "(tilewright-alpha 9.9), backend 'beta' of plugin 'beta' (tilewright-beta 9.9); "
+        f"uninstall one or select plugins with {ENV_SELECT}")
+    assert manager.conflicts() == [str(exc.value)]
 
 
 def test_backend_claiming_cpu_collides_with_the_cpu_plugin():
@@ -222,7 +230,8 @@ def test_backend_claiming_cpu_collides_with_the_cpu_plugin():
     ])
     with pytest.raises(TargetError) as exc:
         manager.backend_for("cpu")
-    assert "cpu, mycpu" in str(exc.value) and ENV_SELECT in str(exc.value)
+    assert "backend 'cpu' of plugin 'cpu' (tilewright-cpu" in str(exc.value)
+    assert "backend 'mycpu' of plugin 'mycpu' (tilewright-mycpu 9.9)" in str(exc.value)
 
 
 # -- TILEWRIGHT_PLUGINS ------------------------------------------------------------------------
@@ -280,3 +289,134 @@ def test_plugin_pass_config_keys_are_known_and_typed(install):
         passconfig.validate({"fake.unrol": 8})
     with pytest.raises(ConfigError, match=r"must be int"):
         passconfig.validate({"fake.unroll": "8"})
+
+
+# -- isolation: exits, hangs, wrong types, names claimed twice --------------------------------
+def test_sys_exit_at_import_is_a_failed_plugin():
+    def exits():
+        raise SystemExit(3)
+
+    manager = PluginManager(entry_points=[FakeEntryPoint("exits", exits)]).load()
+    assert manager.records["exits"].status == "failed"
+    assert manager.records["exits"].error == "importing exits raised SystemExit: 3 (sys.exit)"
+
+
+def test_import_and_probe_time_limits(monkeypatch):
+    import threading
+
+    monkeypatch.setenv("TILEWRIGHT_PLUGIN_IMPORT_TIMEOUT", "0.2")
+    monkeypatch.setenv("TILEWRIGHT_PLUGIN_PROBE_TIMEOUT", "0.2")
+    release, probes = threading.Event(), []
+
+    def hang():
+        probes.append(1)
+        release.wait(30)
+        return Availability(True)
+
+    slow_import = FakeEntryPoint("slow", lambda: hang() and None)
+    probing = FakeEntryPoint("probing", lambda: backend_plugin(
+        "probing", lambda: [fake_backend("probing", device_available=hang)]))
+    try:
+        manager = PluginManager(entry_points=[slow_import, probing]).load()
+        assert manager.records["slow"].error == (
+            "importing slow did not finish within 0.2 s (limit set by "
+            "TILEWRIGHT_PLUGIN_IMPORT_TIMEOUT); abandoned")
+        backend = manager.backend_for("fake")
+        first, second = backend.device_available(), backend.device_available()
+        assert not first and first.reason == second.reason
+        assert "device probe of backend 'probing' did not finish within 0.2 s" in first.reason
+        assert "(plugin 'probing' (tilewright-probing 9.9))" in first.reason
+        assert len(probes) == 2  # the import and one probe: an abandoned probe is not retried
+    finally:
+        release.set()
+
+
+def test_bad_time_limit_is_a_config_error(monkeypatch):
+    monkeypatch.setenv("TILEWRIGHT_PLUGIN_IMPORT_TIMEOUT", "soon")
+    with pytest.raises(ConfigError, match="TILEWRIGHT_PLUGIN_IMPORT_TIMEOUT='soon' is not a "
+                                          "time limit"):
+        PluginManager(entry_points=[FakeEntryPoint("x", lambda: None)]).load()
+
+
+def test_probe_that_raises_or_returns_garbage_is_unavailable():
+    def boom():
+        raise SystemExit("no device")
+
+    manager = PluginManager(entry_points=[FakeEntryPoint("odd", lambda: backend_plugin(
+        "odd", lambda: [fake_backend("odd", device_available=boom, executors=(
+            Executor("run", lambda: "yes", lambda s, c, w: None),))]))]).load()
+    backend = manager.backend_for("fake")
+    assert backend.device_available().reason == (
+        "device probe of backend 'odd' raised SystemExit: no device (sys.exit) "
+        "(plugin 'odd' (tilewright-odd 9.9))")
+    assert backend.executors[0].available().reason == (
+        "availability probe of executor 'run' of backend 'odd' returned str, not an "
+        "Availability (plugin 'odd' (tilewright-odd 9.9))")
+
+
+def test_two_backends_with_one_name_are_both_refused():
+    manager = PluginManager(entry_points=[
+        FakeEntryPoint("one", lambda: backend_plugin("one", lambda: [fake_backend("same")])),
+        FakeEntryPoint("two", lambda: backend_plugin(
+            "two", lambda: [fake_backend("same", kinds=("other",))])),
+    ]).load()
+    message = ("backend name 'same' is declared by plugin 'one' (tilewright-one 9.9) and plugin "
+               "'two' (tilewright-two 9.9); neither is used")
+    assert manager.backends() == {}
+    assert manager.conflicts()[0].startswith(message)
+    for kind in ("fake", "other"):
+        with pytest.raises(TargetError, match=message.replace("(", r"\(").replace(")", r"\)")):
+            manager.backend_for(kind)
+
+
+def test_hook_items_claimed_twice_keep_the_first_and_note_the_second():
+    def timer(name):
+        return Timer(name, lambda: Availability(True), lambda fn, w, r: [1.0] * r)
+
+    manager = PluginManager(entry_points=[])
+    manager.register(plugin_module("a", tilewright_timers=lambda: [timer("event")]), "a")
+    manager.register(plugin_module("b", tilewright_timers=lambda: [timer("event"),
+                                                                    timer("other")]), "b")
+    assert [t.name for t in manager.collect("tilewright_timers")] == ["event", "other"]
+    assert manager.records["b"].error == ("tilewright_timers: 'event' is also provided by "
+                                          "plugin 'a', which is used; refused from this plugin")
+
+
+@pytest.mark.parametrize("hook, result, message", [
+    ("tilewright_timers", Availability(True), "tilewright_timers returned Availability, not a "
+                                              "list of Timer"),
+    ("tilewright_pass_config_keys", ["cpu.x"], "tilewright_pass_config_keys returned str among "
+                                               "its items, not PassConfigKey"),
+    ("tilewright_lowering_rules", {"copy": 3}, "tilewright_lowering_rules returned dict, not a "
+                                               "mapping of op names to rules"),
+])
+def test_hook_returning_the_wrong_type_is_noted_and_skipped(hook, result, message):
+    fn = (lambda backend: result) if hook == "tilewright_lowering_rules" else (lambda: result)
+    manager = PluginManager(entry_points=[])
+    manager.register(plugin_module("odd", **{hook: fn}), "odd")
+    kwargs = {"backend": "cpu"} if hook == "tilewright_lowering_rules" else {}
+    assert manager.collect(hook, **kwargs) == []
+    assert manager.records["odd"].error == message
+    assert manager.records["odd"].status == "ok"
+
+
+def test_target_defaults_that_raise_name_the_plugin():
+    def defaults(kind):
+        raise RuntimeError("no arch")
+
+    manager = PluginManager(entry_points=[FakeEntryPoint("dflt", lambda: backend_plugin(
+        "dflt", lambda: [fake_backend("dflt", target_defaults=defaults)]))]).load()
+    from tilewright.engine import resolve_target
+
+    with pytest.raises(PluginError, match=r"target_defaults of backend 'dflt' raised "
+                                          r"RuntimeError: no arch \(plugin 'dflt'"):
+        resolve_target("fake", manager)
+
+
+def test_misspelt_selection_lists_installed_plugins(monkeypatch):
+    monkeypatch.setenv(ENV_SELECT, "cpux,-fak")
+    with pytest.raises(PluginError) as exc:
+        selection_manager()
+    assert str(exc.value) == (f"{ENV_SELECT}='cpux,-fak': no installed plugin is named 'cpux', "
+                              "'fak'; installed plugins: cpu, fake; did you mean cpu, fake? "
+                              "(or 'none')")

@@ -54,8 +54,9 @@ def test_invalid_declarations_fail_the_contract_with_the_reason(pytester):
         "-p", "no:cacheprovider", "-p", "broken_setup", "--pyargs",
         "tilewright_sdk.conformance.test_contract", "--tilewright-backend", "broken")
     result.assert_outcomes(errors=9)
-    result.stdout.fnmatch_lines([("*backend plugin 'broken' failed to load: PluginError: "
-                                  "backend 'broken': no PassPipeline for target 'broken'*")])
+    result.stdout.fnmatch_lines([("*backend plugin 'broken' failed to load: tilewright_backends "
+                                  "raised PluginError: backend 'broken': no PassPipeline for "
+                                  "target 'broken'*")])
     assert "Traceback" not in result.stdout.str()
 
 

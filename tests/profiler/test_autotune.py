@@ -173,56 +173,35 @@ def test_dynamic_inputs_need_supply():
     assert supplied().autotune_result.best_config in ({"block": 32}, {"block": 64})
 
 
-class _Quiet:
-    def advance(self):
-        pass
-
-
-def _sleepy_factory(**config):
-    """Stands in for a kernel factory whose compilation waits (0.5 s) rather than computes,
-    so overlap shows even on a busy machine."""
+def _sleepy_step(fail: bool):
+    """Stands in for a compilation that waits (1 s) rather than computes, so overlap shows
+    even on a busy machine; returns its process id and when it ran."""
     import os
     import time
 
-    time.sleep(0.5)
-    if config.get("fail"):
-        raise RuntimeError("no such tile")
-    return os.getpid()
+    start = time.time()
+    time.sleep(1.0)
+    if fail:
+        raise SystemExit("no such tile")
+    return os.getpid(), start, time.time()
 
 
-_sleepy_factory.target = "cpu"
-
-
-def test_worker_processes_compile_concurrently(monkeypatch):
-    import os
-    import time
-
-    from tilewright.autotuner import executors
-
-    pids = []
-    monkeypatch.setattr(executors, "compile_config",
-                        _recording(executors.compile_config, pids))
-    configs = [{"i": i} for i in range(6)] + [{"fail": True}]
-    start = time.perf_counter()
-    outcomes = executors.compile_local(_sleepy_factory, (), {}, configs, 3, _Quiet())
-    parallel = time.perf_counter() - start
-    assert [o.index for o in outcomes] == list(range(7))
-    assert [o.status for o in outcomes] == ["compiled"] * 6 + ["compile failed"]
-    assert outcomes[6].error == "RuntimeError: no such tile"
-    # the first config compiles in this process, the others in forked workers
-    assert pids[0] == os.getpid()
-    serial = 7 * 0.5  # 1 here, then 6 over 3 workers: about 1.5 s and the forks
-    assert parallel < 0.8 * serial, (parallel, serial)
-
-
-def _recording(fn, pids):
+def test_steps_run_concurrently_in_child_processes():
     import os
 
-    def record(*args, **kwargs):
-        pids.append(os.getpid())
-        return fn(*args, **kwargs)
+    from tilewright.autotuner import isolation
 
-    return record
+    finished = []
+    results = isolation.run([(_sleepy_step, (i == 6,)) for i in range(7)],
+                            isolation.Limits(120, None), workers=3,
+                            done=lambda i, r: finished.append(i))
+    assert sorted(finished) == list(range(7))
+    assert results[6] == isolation.Failed("SystemExit: no such tile (sys.exit)")
+    pids = [pid for pid, _, _ in results[:6]]
+    assert len(set(pids)) == 6 and os.getpid() not in pids  # one process per step
+    # how many steps ran at once, at the start of each step: several, never above workers
+    at_once = [sum(s <= start < e for _, s, e in results[:6]) for _, start, _ in results[:6]]
+    assert 2 <= max(at_once) <= 3, at_once
 
 
 def test_cache_clear_forgets_tuning_records(cache_dir):

@@ -1,20 +1,8 @@
-"""executor="ray" on a local Ray cluster started by the test."""
+"""executor="ray" on a local Ray cluster (the session's, from ``tests/conftest.py``)."""
 
-import pytest
 import tilewright
 from profiler_kernels import scaled_copy
 from tilewright.autotuner import tuner
-
-ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'tilewright[ray]')")
-
-
-@pytest.fixture(scope="module")
-def local_cluster(tmp_path_factory):
-    # one worker process: it imports TVM and torch once, and the test stays short
-    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False,
-             _temp_dir=str(tmp_path_factory.mktemp("ray")))
-    yield
-    ray.shutdown()
 
 
 def test_search_on_a_local_ray_cluster(local_cluster, capsys):
@@ -31,3 +19,4 @@ def test_search_on_a_local_ray_cluster(local_cluster, capsys):
 
     x = torch.randn(300)
     assert (kernel(x) == x).all()
+

@@ -1,78 +1,99 @@
-"""Where the search runs: this process, a pool of forked worker processes, or a Ray cluster.
+"""Where the search runs: child processes on this machine, or tasks on a Ray cluster.
 
-Compilation is embarrassingly parallel and lands in the disk cache, so local workers only
-report success or the error; the tuning process then loads each kernel from the cache.
-Measurement always runs one config at a time, so timings never compete with each other.
+Every step of every config -- its compilation, then its run, reference check and timing --
+runs in a process of its own with the search's time and memory limits (:mod:`.isolation`), so
+a config that raises, crashes, hangs or exhausts memory is one failed row and the others go
+on. Compilation runs ``workers`` configs at a time and lands in the disk cache; measurement
+runs one config at a time, so timings never compete with each other. The tuning process then
+loads the winner from the cache.
+
+On Ray, each step is a task (never retried) whose body runs the step through
+:mod:`.isolation` on its worker, so the worker survives what the config does and the memory
+limit applies there. A task that does not answer within the time limit plus
+:data:`RAY_GRACE` seconds (the worker's start and its helper process) is cancelled with
+``ray.cancel(force=True)`` and recorded as timed out; at most as many tasks as the cluster
+has CPUs are in flight, so that the clock of a task starts close to the task itself.
 """
 
 from __future__ import annotations
 
-import itertools
-import multiprocessing
+import inspect
 import os
-from concurrent.futures import ProcessPoolExecutor, as_completed
+import time
 
 from ..errors import ConfigError
-from .measure import Outcome, compile_config, install_bundle, run_remote_measure
+from ..plugin.guard import describe
+from . import isolation
+from .isolation import Failed, Limits, memory_reason
+from .measure import Outcome, compile_config, install_bundle, measure_config
 
 EXECUTORS = ("process", "ray")
-# jobs handed to forked workers: the fork copies this table, so nothing is pickled but ids
-_JOBS: dict[int, tuple] = {}
-_job_ids = itertools.count(1)
+RAY_GRACE = 300.0
 
 
-def _compile_job(job: int, index: int) -> Outcome:
-    jit_fn, args, kwargs, configs = _JOBS[job]
-    return compile_config(jit_fn, args, kwargs, index, configs[index])
+class JitSpec:
+    """A ``@jit`` kernel factory as a child process or a Ray task receives it: the function
+    and every option it was made with (the arguments of ``JITFunction``, which keeps each
+    under its own name), without the compiled kernels the tuning process holds."""
 
+    def __init__(self, jit_fn):
+        from ..jit import JITFunction
 
-def _prime_cache_keys(jit_fn) -> None:
-    """Compute the compiler fingerprints that cache keys hold before forking, so the workers
-    and this process agree on every key even while the sources are being edited."""
-    from ..engine import resolve_target
-    from ..jit.kernel import _fingerprint
+        names = list(inspect.signature(JITFunction).parameters)
+        self.options = {name: getattr(jit_fn, name) for name in names}
+        self._jit = None
 
-    target, backend = resolve_target(jit_fn.target)
-    _fingerprint("tilewright")
-    _fingerprint(backend.codegens[target.kind].generate.__module__.split(".")[0])
+    def __getstate__(self):
+        return {"options": self.options, "_jit": None}
 
+    def __call__(self, *args, **kwargs):
+        if self._jit is None:
+            from ..jit import JITFunction
 
-def compile_local(jit_fn, args, kwargs, configs, workers: int, progress) -> list[Outcome]:
-    """Compile every config; ``workers > 1`` uses that many forked processes."""
-    if workers <= 1 or len(configs) == 1 or "fork" not in multiprocessing.get_all_start_methods():
-        outcomes = []
-        for index, config in enumerate(configs):
-            outcomes.append(compile_config(jit_fn, args, kwargs, index, config))
-            progress.advance()
-        return outcomes
-    _prime_cache_keys(jit_fn)
-    outcomes: list[Outcome | None] = [None] * len(configs)
-    # The first config compiles here: the lazy imports and initialisation of a first
-    # compilation then happen once, and the forked workers inherit them.
-    outcomes[0] = compile_config(jit_fn, args, kwargs, 0, configs[0])
-    progress.advance()
-    job = next(_job_ids)
-    _JOBS[job] = (jit_fn, args, kwargs, configs)
-    try:
-        context = multiprocessing.get_context("fork")
-        with ProcessPoolExecutor(max_workers=min(workers, len(configs) - 1),
-                                 mp_context=context) as pool:
-            futures = {pool.submit(_compile_job, job, i): i for i in range(1, len(configs))}
-            for future in as_completed(futures):
-                index = futures[future]
-                try:
-                    outcomes[index] = future.result()
-                except Exception as exc:  # noqa: BLE001 - a worker that died
-                    outcomes[index] = Outcome(index, configs[index], "compile failed",
-                                              error=f"worker process failed: {exc!r}")
-                progress.advance()
-    finally:
-        del _JOBS[job]
-    return outcomes
+            self._jit = JITFunction(**self.options)
+        return self._jit(*args, **kwargs)
 
 
 def default_workers() -> int:
     return max(1, min(os.cpu_count() or 1, 8))
+
+
+def _compiled(result, index: int, config: dict, limits: Limits) -> Outcome:
+    if isinstance(result, Failed):
+        return Outcome(index, config, "compile failed", error=result.reason)
+    result.error = memory_reason(result.error, limits)
+    return result
+
+
+def _measured(result, outcome: Outcome, limits: Limits) -> Outcome:
+    if isinstance(result, Failed):
+        outcome.status, outcome.error, outcome.bundle = "run failed", result.reason, None
+        return outcome
+    if result.status == "fatal":
+        raise ConfigError(result.error)
+    result.error = memory_reason(result.error, limits)
+    return result
+
+
+def search_local(jit_fn, args, kwargs, configs, measurer, limits: Limits, workers: int,
+                 progress) -> list[Outcome]:
+    """Compile every config (``workers`` at a time), then measure the compiled ones one at a
+    time; ``progress(stage, total)`` makes the progress bar of each stage."""
+    spec = JitSpec(jit_fn)
+    bar = progress("compiling", len(configs))
+    steps = [(compile_config, (spec, args, kwargs, i, c)) for i, c in enumerate(configs)]
+    results = isolation.run(steps, limits, workers, done=lambda i, r: bar.advance())
+    bar.close()
+    outcomes = [_compiled(r, i, configs[i], limits) for i, r in enumerate(results)]
+    compiled = [o for o in outcomes if o.status == "compiled"]
+    bar = progress("measuring", len(compiled))
+    for outcome in compiled:
+        (result,) = isolation.run([(measure_config, (spec, args, kwargs, outcome, measurer))],
+                                  limits)
+        outcomes[outcome.index] = _measured(result, outcome, limits)
+        bar.advance()
+    bar.close()
+    return outcomes
 
 
 # -- Ray ---------------------------------------------------------------------------------------
@@ -85,24 +106,10 @@ def import_ray():
     return ray
 
 
-class JitSpec:
-    """A ``@jit`` kernel factory as Ray ships it: the function and its options, without the
-    compiled kernels the tuning process holds."""
-
-    def __init__(self, jit_fn):
-        self.options = (jit_fn.fn, jit_fn.out_idx, jit_fn.target, jit_fn.pass_configs,
-                        jit_fn.execution_backend)
-        self._jit = None
-
-    def __getstate__(self):
-        return {"options": self.options, "_jit": None}
-
-    def __call__(self, *args, **kwargs):
-        if self._jit is None:
-            from ..jit import JITFunction
-
-            self._jit = JITFunction(*self.options)
-        return self._jit(*args, **kwargs)
+def isolated_step(limits: Limits, fn, *args):
+    """A Ray task body: ``fn(*args)`` in a child process of this worker."""
+    (result,) = isolation.run([(fn, args)], limits)
+    return result
 
 
 def _device_resources(backend) -> dict:
@@ -114,33 +121,66 @@ def _device_resources(backend) -> dict:
     return {"resources": {backend.device: 1}}
 
 
-def run_ray(jit_fn, args, kwargs, configs, measurer, backend, progress, address=None):
+def _ray_steps(ray, task, calls: list[tuple], limits: Limits, in_flight: int, done) -> list:
+    """Run ``task.remote(limits, *call)`` for each call, ``in_flight`` at a time; a task that
+    fails or passes its deadline is a :class:`Failed` result."""
+    results: list = [None] * len(calls)
+    pending, running = list(range(len(calls))), {}
+    allowed = None if limits.timeout is None else limits.timeout + RAY_GRACE
+    while pending or running:
+        while pending and len(running) < in_flight:
+            index = pending.pop(0)
+            running[task.remote(limits, *calls[index])] = (index, time.monotonic())
+        wait = None if allowed is None else max(
+            0.0, min(start + allowed for _, start in running.values()) - time.monotonic())
+        ready, _ = ray.wait(list(running), num_returns=1, timeout=wait)
+        for ref in ready:
+            index, _ = running.pop(ref)
+            try:
+                results[index] = ray.get(ref)
+            except Exception as exc:  # noqa: BLE001 - a task that died is one failed row
+                cause = getattr(exc, "cause", None) or exc  # what a RayTaskError wraps
+                results[index] = Failed(f"the Ray task failed: {describe(cause)}")
+            done(index, results[index])
+        for ref, (index, start) in list(running.items()):
+            if allowed is not None and time.monotonic() - start > allowed:
+                ray.cancel(ref, force=True)
+                del running[ref]
+                results[index] = Failed(f"timed out after {limits.timeout:g} s (the Ray task "
+                                        f"gave no answer within {allowed:g} s; cancelled)")
+                done(index, results[index])
+    return results
+
+
+def run_ray(jit_fn, args, kwargs, configs, measurer, backend, limits: Limits, progress,
+            address=None) -> list[Outcome]:
     """Compile every config on any Ray worker, then measure the compiled ones one at a time on
     workers that hold the target device. Returns the outcomes in config order."""
     ray = import_ray()
     if not ray.is_initialized():
         ray.init(address=address, include_dashboard=False, log_to_driver=False,
                  ignore_reinit_error=True)
-    jit_fn = JitSpec(jit_fn)
-    compile_task = ray.remote(num_cpus=1)(compile_config)
-    refs = [compile_task.remote(jit_fn, args, kwargs, i, c, True) for i, c in enumerate(configs)]
-    outcomes: list[Outcome] = [None] * len(configs)  # type: ignore[list-item]
-    pending = list(refs)
-    while pending:
-        done, pending = ray.wait(pending, num_returns=1)
-        outcome = ray.get(done[0])
-        outcomes[outcome.index] = outcome
-        progress.advance()
-    measure_task = ray.remote(num_cpus=1, **_device_resources(backend))(run_remote_measure)
-    for outcome in outcomes:
-        if outcome.status != "compiled":
-            continue
+    spec = JitSpec(jit_fn)
+    cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
+    compile_task = ray.remote(num_cpus=1, max_retries=0)(isolated_step)
+    calls = [(compile_config, spec, args, kwargs, i, c, True) for i, c in enumerate(configs)]
+    bar = progress("compiling", len(configs))
+    results = _ray_steps(ray, compile_task, calls, limits, cpus, lambda i, r: bar.advance())
+    bar.close()
+    outcomes = [_compiled(r, i, configs[i], limits) for i, r in enumerate(results)]
+    compiled = [o for o in outcomes if o.status == "compiled"]
+    measure_task = ray.remote(num_cpus=1, max_retries=0,
+                              **_device_resources(backend))(isolated_step)
+    bar = progress("measuring", len(compiled))
+    for outcome in compiled:
         bundle = outcome.bundle
-        result = ray.get(measure_task.remote(jit_fn, args, kwargs, outcome, measurer))
-        if result.status == "fatal":
-            raise ConfigError(result.error)
+        (result,) = _ray_steps(ray, measure_task, [(measure_config, spec, args, kwargs,
+                                                    outcome, measurer)], limits, 1,
+                               lambda i, r: bar.advance())
+        result = _measured(result, outcome, limits)
         result.bundle = bundle
         outcomes[result.index] = result
+    bar.close()
     for outcome in outcomes:  # the winner is loaded here, from the cache entry it shipped
         if outcome.status == "ok":
             install_bundle(outcome.bundle)

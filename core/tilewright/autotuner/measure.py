@@ -1,8 +1,8 @@
 """Running one config: compile it, and measure it against the reference.
 
-These functions run wherever the work is placed: in the tuning process, in a forked worker
-process (compilation only), or in a Ray task. They take plain values and return plain
-records, so every placement reports failures the same way.
+These functions are the steps that :mod:`.isolation` runs in a child process of their own,
+on this machine or inside a Ray task. They take plain values and return plain records, so
+every placement reports failures the same way.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ class Outcome:
 
     index: int
     config: dict
-    status: str = "pending"  # ok | compile failed | run failed | check failed
+    status: str = "pending"  # compiled | ok | compile failed | run failed | check failed
     compile_s: float = 0.0
     latency_ms: float | None = None
     error: str = ""
@@ -187,8 +187,9 @@ def random_inputs(kernel) -> list:
     return out
 
 
-def run_remote_measure(jit_fn, args, kwargs, outcome: Outcome, measurer: Measurer) -> Outcome:
-    """A Ray task body: install the shipped cache entry, load the kernel, measure it."""
+def measure_config(jit_fn, args, kwargs, outcome: Outcome, measurer: Measurer) -> Outcome:
+    """Load a compiled config (from the cache entry shipped with it, if any) and measure it.
+    A reference that cannot match any config makes the status ``fatal``."""
     try:
         install_bundle(outcome.bundle)
         outcome.bundle = None

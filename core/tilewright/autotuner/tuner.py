@@ -6,7 +6,12 @@ the ones that compiled, checks them against ``reference`` when one is given, pri
 and returns the fastest kernel. The result is kept in memory and on disk
 (``<cache>/autotuner/<key>.json``), keyed by the tilewright version, the kernel's source,
 the configs, the call's arguments, backend, target and timing arguments (and the sources of
-``reference`` and ``supply``); a later call with the same key compiles only the winner.
+``reference`` and ``supply``); a later call with the same key compiles only the winner. A
+record that does not describe exactly this search (:mod:`.record`) is discarded with a warning
+and the search runs again.
+
+Each config's compilation, and then its run, check and timing, run in a process of their own
+with a time and a memory limit (:mod:`.executors`, :mod:`.isolation`).
 """
 
 from __future__ import annotations
@@ -20,12 +25,15 @@ import os
 import sys
 import threading
 import time
+import warnings
 from dataclasses import dataclass, field
 
 from .. import __version__
 from ..errors import ConfigError, TilewrightError
 from ..utils.tensor import get_tensor_supply
-from .executors import EXECUTORS, compile_local, default_workers, import_ray, run_ray
+from . import record
+from .executors import EXECUTORS, default_workers, import_ray, run_ray, search_local
+from .isolation import Limits
 from .measure import Measurer, Outcome
 
 _MEMORY: dict[str, tuple] = {}  # key -> (result, kernel)
@@ -97,7 +105,7 @@ class _Progress:
         self.stream = stream or sys.stderr
         self.enabled = enabled
         self.tty = enabled and hasattr(self.stream, "isatty") and self.stream.isatty()
-        self.start = time.perf_counter()
+        self.start, self.elapsed = time.perf_counter(), 0.0
         if enabled and not self.tty:
             print(f"{label}: {total} config(s)", file=self.stream)
 
@@ -110,6 +118,7 @@ class _Progress:
             self.stream.flush()
 
     def close(self) -> None:
+        self.elapsed = time.perf_counter() - self.start
         if self.enabled:
             end = "\n" if self.tty else ""
             print(f"{end}{self.label}: {self.done}/{self.total} done in "
@@ -137,7 +146,7 @@ class AutoTuner:
     def __init__(self, jit_fn, configs, warmup=25, rep=100, timer="wall", reference=None,
                  supply=None, rtol=None, atol=None, max_mismatch_ratio=None,
                  reduction_length=None, executor="process", workers=None, ray_address=None,
-                 cache=True, progress=True):
+                 cache=True, progress=True, timeout=300, memory_limit="auto"):
         from ..jit import JITFunction
 
         if not isinstance(jit_fn, JITFunction):
@@ -156,6 +165,7 @@ class AutoTuner:
         if workers is not None and (not isinstance(workers, int) or workers < 1):
             raise ConfigError(f"workers must be a positive integer, got {workers!r}")
         self.executor, self.workers, self.ray_address = executor, workers, ray_address
+        self.limits = Limits.parse(timeout, memory_limit, workers or default_workers())
         self.warmup, self.rep, self.timer = warmup, rep, timer
         self.reference, self.supply = reference, supply
         self.tolerances = (rtol, atol, max_mismatch_ratio, reduction_length)
@@ -226,15 +236,15 @@ class AutoTuner:
     def _load(self, key: str) -> AutotuneResult | None:
         path = _cache_dir() / f"{key}.json"
         try:
-            data = json.loads(path.read_text())
-            return AutotuneResult(data["best_config"], data["best_latency_ms"], data["rows"],
-                                  key, True, data.get("seconds", 0.0),
-                                  data.get("compile_seconds", 0.0))
+            fields = record.check(path.read_text(), self.configs)
         except FileNotFoundError:
             return None
-        except (OSError, ValueError, KeyError, TypeError):
-            path.unlink(missing_ok=True)  # a corrupt record is searched again
+        except (OSError, UnicodeDecodeError, record.RecordError) as exc:
+            warnings.warn(f"tilewright tuning record {path} {exc}; tuning again",
+                          RuntimeWarning, stacklevel=3)
+            path.unlink(missing_ok=True)
             return None
+        return AutotuneResult(**fields, key=key, cached=True)
 
     def _store(self, key: str, result: AutotuneResult) -> None:
         folder = _cache_dir()
@@ -282,34 +292,23 @@ class AutoTuner:
         rtol, atol, ratio, length = self.tolerances
         measurer = Measurer(self.warmup, self.rep, self.timer, self.reference,
                             self.supply or _given_inputs(), rtol, atol, ratio, length)
-        name = self.__name__
-        progress = _Progress(len(self.configs), f"autotune {name}: compiling",
-                             enabled=bool(self.progress))
+        bars = {}
+
+        def progress(stage: str, total: int) -> _Progress:
+            bars[stage] = _Progress(total, f"autotune {self.__name__}: {stage}",
+                                    enabled=bool(self.progress))
+            return bars[stage]
+
         if self.executor == "ray":
             _, backend = resolve_target(self.jit_fn.target)
             outcomes = run_ray(self.jit_fn, args, kwargs, self.configs, measurer, backend,
-                               progress, self.ray_address)
-            progress.close()
-            compiled = time.perf_counter()
+                               self.limits, progress, self.ray_address)
         else:
-            workers = self.workers or default_workers()
-            outcomes = compile_local(self.jit_fn, args, kwargs, self.configs, workers, progress)
-            progress.close()
-            compiled = time.perf_counter()
-            for outcome in outcomes:
-                if outcome.status == "compiled":
-                    self._measure_here(args, kwargs, outcome, measurer)
+            outcomes = search_local(self.jit_fn, args, kwargs, self.configs, measurer,
+                                    self.limits, self.workers or default_workers(), progress)
         result = self._finish(outcomes, time.perf_counter() - start)
-        result.compile_seconds = compiled - start
+        result.compile_seconds = bars["compiling"].elapsed
         return result
-
-    def _measure_here(self, args, kwargs, outcome: Outcome, measurer: Measurer) -> None:
-        try:  # a cache hit: the worker built it
-            kernel = self.jit_fn(*args, **kwargs, **outcome.config)
-        except Exception as exc:  # noqa: BLE001
-            outcome.status, outcome.error = "compile failed", f"{type(exc).__name__}: {exc}"
-            return
-        measurer.measure(kernel, outcome)
 
     def _finish(self, outcomes: list[Outcome], seconds: float) -> AutotuneResult:
         rows = [{"config": o.config, "status": o.status, "compile_s": round(o.compile_s, 4),
@@ -326,7 +325,7 @@ class AutoTuner:
         return result
 
 
-TILELANG_IGNORED = ("timeout", "manual_check_prog", "cache_input_tensors", "do_not_specialize",
+TILELANG_IGNORED = ("manual_check_prog", "cache_input_tensors", "do_not_specialize",
                     "early_stop", "early_stop_factor")
 
 
@@ -343,8 +342,9 @@ def autotune(fn=None, *, configs=None, warmup: float = 25, rep: float = 100,
              timer: str = "wall", reference=None, supply=None, rtol=None, atol=None,
              max_mismatch_ratio=None, reduction_length: int | None = None,
              executor: str = "process", workers: int | None = None,
-             ray_address=None, cache: bool = True, progress: bool = True, ref_prog=None,
-             supply_prog=None, supply_type=None, skip_check: bool = False,
+             ray_address=None, cache: bool = True, progress: bool = True,
+             timeout: float | None = 300, memory_limit: int | str | None = "auto",
+             ref_prog=None, supply_prog=None, supply_type=None, skip_check: bool = False,
              max_mismatched_ratio=None, **tilelang_options):
     """Tune a ``@tilewright.jit`` kernel factory over ``configs`` (dicts of its compile-time
     parameters).
@@ -354,16 +354,22 @@ def autotune(fn=None, *, configs=None, warmup: float = 25, rep: float = 100,
       :func:`tilewright.testing.assert_close` with ``reduction_length``, the K of a GEMM, or
       ``rtol``/``atol``) is reported, not chosen;
     - ``supply(kernel)``: the input tensors (default: random, from the kernel's signature);
-    - ``executor``: ``"process"`` (``workers`` forked compile processes, default one per
-      core) or ``"ray"`` (``pip install 'tilewright[ray]'``; ``ray_address`` of a cluster,
-      else a local one is started);
+    - ``executor``: ``"process"`` (child processes on this machine, ``workers`` compiling at
+      once, default one per core up to 8) or ``"ray"`` (``pip install 'tilewright[ray]'``;
+      ``ray_address`` of a cluster, else a local one is started);
+    - ``timeout``: seconds each step of a config (its compilation; its run, check and timing)
+      may take, None for no limit; ``memory_limit``: what each step may allocate, in bytes or
+      as ``"2 GiB"``, None for no limit, ``"auto"`` (default) for this machine's memory
+      shared among the compiling processes (at least 1 GiB). Every step runs in a process of
+      its own (:mod:`tilewright.autotuner.isolation`), so a config that raises, crashes,
+      hangs or exhausts memory is a failed row with the reason and the search goes on;
     - ``cache``: keep results in memory and on disk; ``progress``: progress bar and table on
       stderr.
 
     TileLang's spellings are accepted: ``ref_prog``/``supply_prog``/``max_mismatched_ratio``
     (``reference``/``supply``/``max_mismatch_ratio``), ``supply_type`` (a
     :class:`~tilewright.TensorSupplyType` for the generated inputs), ``skip_check`` (no
-    reference check); its other options (``timeout``, ``manual_check_prog``,
+    reference check), ``timeout`` (the same meaning); its other options (``manual_check_prog``,
     ``cache_input_tensors``, ``do_not_specialize``, ``early_stop``, ``early_stop_factor``)
     have no counterpart here and are named in one log line; any other keyword is a
     ConfigError. A call that sets every tuned parameter itself compiles that config without
@@ -383,6 +389,6 @@ def autotune(fn=None, *, configs=None, warmup: float = 25, rep: float = 100,
                          None if skip_check else reference or ref_prog, supply or supply_prog,
                          rtol, atol, max_mismatch_ratio if max_mismatch_ratio is not None
                          else max_mismatched_ratio, reduction_length, executor,
-                         workers, ray_address, cache, progress)
+                         workers, ray_address, cache, progress, timeout, memory_limit)
 
     return wrap(fn) if fn is not None else wrap

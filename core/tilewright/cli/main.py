@@ -29,12 +29,10 @@ def _manager():
     return get_manager()
 
 
-def _check(fn) -> dict:
-    """``{"ok", "reason"}`` from an availability callable; an exception is a reason too."""
-    try:
-        result = fn()
-    except Exception as exc:  # noqa: BLE001 - a broken probe is reported, not raised
-        return {"ok": False, "reason": f"{type(exc).__name__}: {exc}"}
+def _check(probe) -> dict:
+    """``{"ok", "reason"}`` from an availability probe (the plugin manager makes every probe
+    of a plugin's declaration return an Availability, within its time limit)."""
+    result = probe()
     return {"ok": bool(result), "reason": "" if result else getattr(result, "reason", "")}
 
 
@@ -59,19 +57,14 @@ def _describe_backend(backend) -> dict:
     }
 
 
-def _collisions(manager) -> dict[str, list[str]]:
-    return {kind: sorted(owners) for kind, owners in sorted(manager.claims().items())
-            if len(owners) > 1}
-
-
 def _plugins_report(manager) -> dict:
     manager.load()
     plugins = [{"name": r.name, "version": r.version, "distribution": r.distribution,
-                "status": r.status, "error": r.error,
+                "label": r.label, "status": r.status, "error": r.error,
                 "backends": [_describe_backend(b) for b in r.backends] if r.status == "ok"
                 else []}
                for r in manager.records.values()]
-    return {"plugins": plugins, "collisions": _collisions(manager)}
+    return {"plugins": plugins, "conflicts": manager.conflicts()}
 
 
 def _word(check: dict, yes: str = "available") -> str:
@@ -103,8 +96,8 @@ def _print_backends(report: dict) -> None:
             for key, value in rows:
                 if value:
                     print(f"    {key:<{width}}  {value}")
-    for kind, owners in report["collisions"].items():
-        print(f"conflict: target {kind!r} is claimed by several backends: {', '.join(owners)}")
+    for message in report["conflicts"]:
+        print(f"conflict: {message}")
 
 
 def cmd_backends(args) -> int:
@@ -150,8 +143,11 @@ def _doctor_report() -> dict:
                              "device_available": b["device_available"],
                              "executors": b["executors"], "usable_executors": usable,
                              "can_compile": not tvm["error"], "can_run": runs})
-    missing = [{"plugin": p["name"], "status": p["status"], "error": p["error"]}
-               for p in plugins["plugins"] if p["status"] != "ok"]
+    missing = [{"plugin": p["name"], "label": p["label"], "status": p["status"],
+                "error": p["error"]} for p in plugins["plugins"] if p["status"] != "ok"]
+    # plugins that loaded but one of whose hooks failed or was refused
+    notes = [{"plugin": p["name"], "label": p["label"], "error": p["error"]}
+             for p in plugins["plugins"] if p["status"] == "ok" and p["error"]]
     try:
         from ..engine import resolve_target
 
@@ -165,7 +161,8 @@ def _doctor_report() -> dict:
         "tvm": tvm,
         # torch is large: report its installed version without importing it
         "torch": _package("torch", None),
-        "backends": backends, "missing": missing, "collisions": plugins["collisions"],
+        "backends": backends, "missing": missing, "notes": notes,
+        "conflicts": plugins["conflicts"],
         "auto_target": auto, "cache": DiskCache().info(), "logging": _log_describe(),
     }
 
@@ -202,13 +199,16 @@ def _print_doctor(r: dict) -> None:
         else:
             verdict = "compile and run" if b["can_run"] else "compile only (cannot run here)"
             print(f"  -> can {verdict}")
-    for kind, owners in r["collisions"].items():
-        print(f"conflict: target {kind!r} is claimed by {', '.join(owners)}; select plugins "
-              "with TILEWRIGHT_PLUGINS")
+    for message in r["conflicts"]:
+        print(f"conflict: {message}")
     if r["missing"]:
         print("\nmissing (plugins not loaded):")
         for m in r["missing"]:
-            print(f"  {m['plugin']} [{m['status']}]: {m['error']}")
+            print(f"  {m['label']} [{m['status']}]: {m['error']}")
+    if r["notes"]:
+        print("\nproblems of loaded plugins (the rest of each plugin works):")
+        for m in r["notes"]:
+            print(f"  {m['label']}: {m['error']}")
     print(f"\ntarget 'auto' resolves to: {r['auto_target']}")
     log = r["logging"]
     print("\nlogging")
@@ -251,9 +251,18 @@ def cmd_cache(args) -> int:
 
 
 def _plugin_tools() -> dict:
-    """Subcommands from ``tilewright_cli_tools``; a name taken by a builtin is skipped."""
+    """Subcommands from ``tilewright_cli_tools``; a name taken by a builtin is skipped. When
+    the plugins cannot load at all (a wrong ``TILEWRIGHT_PLUGINS``), a warning says why and
+    the builtin commands remain (``backends`` and ``doctor`` then report the error)."""
+    from ..errors import TilewrightError
+
+    try:
+        found = _manager().collect("tilewright_cli_tools")
+    except TilewrightError as exc:
+        print(f"tilewright: warning: {exc}; plugin subcommands are unavailable", file=sys.stderr)
+        return {}
     tools = {}
-    for tool in _manager().collect("tilewright_cli_tools"):
+    for tool in found:
         if tool.name in BUILTINS or tool.name in tools:
             print(f"tilewright: warning: plugin subcommand {tool.name!r} is already taken; "
                   "ignored", file=sys.stderr)

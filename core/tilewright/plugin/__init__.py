@@ -1,5 +1,6 @@
 """The backend contract: hook specifications, the plugin manager and the declarations."""
 
+from .guard import ENV_IMPORT_TIMEOUT, ENV_PROBE_TIMEOUT
 from .manager import (
     ENTRY_POINT_GROUP,
     ENV_SELECT,
@@ -28,8 +29,9 @@ from .types import (
 )
 
 __all__ = [
-    "API_VERSION", "ENTRY_POINT_GROUP", "ENV_SELECT", "ArchModel", "Availability",
-    "BackendModule", "Capabilities", "CliTool", "DeviceCodegen", "Executor", "GeneratedSource",
-    "LanguageExtension", "PassConfigKey", "PassPipeline", "Phase", "PluginManager",
-    "PluginRecord", "Timer", "check_api_version", "get_manager", "hookimpl", "set_manager",
+    "API_VERSION", "ENTRY_POINT_GROUP", "ENV_IMPORT_TIMEOUT", "ENV_PROBE_TIMEOUT", "ENV_SELECT",
+    "ArchModel", "Availability", "BackendModule", "Capabilities", "CliTool", "DeviceCodegen",
+    "Executor", "GeneratedSource", "LanguageExtension", "PassConfigKey", "PassPipeline", "Phase",
+    "PluginManager", "PluginRecord", "Timer", "check_api_version", "get_manager", "hookimpl",
+    "set_manager",
 ]

@@ -1,13 +1,25 @@
 """Loading plugins: entry points, validation, error isolation, target claims.
 
-Loading is idempotent. A plugin that fails to import, implements an unknown hook, or returns
-an invalid declaration is recorded with its error and skipped; the others keep working.
-``TILEWRIGHT_PLUGINS`` selects plugins: unset loads all, ``none`` loads none, ``a,b`` loads only
-``a`` and ``b``, ``-a`` loads all but ``a``.
+Loading is idempotent. Every call into a plugin goes through :mod:`.guard`, with a time limit:
+a plugin whose import raises (``SystemExit`` included), hangs, implements an unknown hook or
+returns an invalid declaration is recorded with its error, named by its distribution and
+version, and skipped; the others keep working. A hook that fails later (raises, hangs, returns
+the wrong type) loses that hook's contribution only, with a note on the plugin's record; the
+availability probes of the declarations handed out are wrapped the same way.
+
+Names are claimed once: two backends with one name are both refused, and a target kind that
+several backends claim is refused, each with an error naming every distribution involved; a
+timer, architecture model, pass-config key, language extension, command-line tool or lowering
+rule that an earlier plugin already provides is refused from the later one, with a note.
+
+``TILEWRIGHT_PLUGINS`` selects plugins: unset loads all, ``none`` loads none, ``a,b`` loads
+only ``a`` and ``b``, ``-a`` loads all but ``a``; a name that is not installed is an error
+listing the installed ones.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 from dataclasses import dataclass, field
@@ -16,18 +28,21 @@ from importlib import metadata
 import pluggy
 
 from ..errors import PluginError, TargetError
-from . import hookspecs
-from .types import BackendModule
+from ..log import get_logger
+from . import guard, hookspecs, validate
+from .guard import ENV_IMPORT_TIMEOUT, PluginFault
+from .types import BackendModule, Timer
+from .validate import ENV_SELECT
 
 ENTRY_POINT_GROUP = "tilewright.plugins"
-ENV_SELECT = "TILEWRIGHT_PLUGINS"
 hookimpl = pluggy.HookimplMarker(hookspecs.PROJECT)
 _SPEC_NAMES = frozenset(n for n in dir(hookspecs) if n.startswith("tilewright_"))
+_log = get_logger("plugin")
 
 
 @dataclass
 class PluginRecord:
-    """One plugin as the manager saw it."""
+    """One plugin as the manager saw it; ``error`` holds every problem found, ``; ``-joined."""
 
     name: str
     version: str = ""
@@ -36,17 +51,13 @@ class PluginRecord:
     error: str = ""
     module: object = None
     backends: list[BackendModule] = field(default_factory=list)
+    failed_hooks: set[str] = field(default_factory=set)
 
-
-def _selection(value: str | None):
-    """(only, excluded) sets from ``TILEWRIGHT_PLUGINS``; ``only`` None means all."""
-    if value is None or not value.strip():
-        return None, set()
-    items = [v.strip() for v in value.split(",") if v.strip()]
-    if [i.lower() for i in items] in (["none"], ["0"]):
-        return set(), set()
-    only = {i for i in items if not i.startswith("-")} or None
-    return only, {i[1:] for i in items if i.startswith("-")}
+    @property
+    def label(self) -> str:
+        """``plugin 'cuda' (tilewright-cuda 0.1.0)``: how messages name the plugin."""
+        dist = " ".join(x for x in (self.distribution, self.version) if x)
+        return f"plugin {self.name!r}" + (f" ({dist})" if dist else "")
 
 
 class PluginManager:
@@ -59,6 +70,7 @@ class PluginManager:
         self.pm = pluggy.PluginManager(hookspecs.PROJECT)
         self.pm.add_hookspecs(hookspecs)
         self.records: dict[str, PluginRecord] = {}
+        self._probes: dict[tuple, guard.Probe] = {}
 
     # -- loading ----------------------------------------------------------------------
     def _entry_points(self):
@@ -67,11 +79,15 @@ class PluginManager:
         return list(metadata.entry_points(group=ENTRY_POINT_GROUP))
 
     def load(self) -> PluginManager:
+        if self._loaded:
+            return self
         with self._lock:
             if self._loaded:
                 return self
-            only, excluded = _selection(os.environ.get(ENV_SELECT))
-            for ep in self._entry_points():
+            entry_points = self._entry_points()
+            only, excluded = validate.selection(os.environ.get(ENV_SELECT),
+                                                [ep.name for ep in entry_points])
+            for ep in entry_points:
                 name = ep.name
                 dist = getattr(ep, "dist", None)
                 record = PluginRecord(name, getattr(dist, "version", "") or "",
@@ -81,13 +97,16 @@ class PluginManager:
                     record.status, record.error = "disabled", f"disabled by {ENV_SELECT}"
                     continue
                 try:
-                    module = ep.load()
-                except Exception as exc:  # noqa: BLE001 - any import failure is reported
-                    record.status, record.error = "failed", f"import failed: {exc!r}"
+                    module = guard.call(ep.load, env=ENV_IMPORT_TIMEOUT,
+                                        what=f"importing {getattr(ep, 'value', name)}")
+                except PluginFault as fault:
+                    self._fail(record, str(fault))
                     continue
                 self._register(record, module)
             self._loaded = True
-            return self
+        for message in self.conflicts():
+            _log.warning("%s", message)
+        return self
 
     def register(self, module, name: str, version: str = "") -> PluginRecord:
         """Register an already-imported plugin module (used by tests and embedders)."""
@@ -96,86 +115,150 @@ class PluginManager:
         self._register(record, module)
         return record
 
+    def _fail(self, record: PluginRecord, error: str) -> None:
+        record.status, record.error, record.module, record.backends = "failed", error, None, []
+        _log.warning("%s skipped: %s", record.label, error)
+
     def _register(self, record: PluginRecord, module) -> None:
         unknown = sorted(n for n in dir(module) if n.startswith("tilewright_")
                          and callable(getattr(module, n)) and n not in _SPEC_NAMES)
         if unknown:
-            record.status = "failed"
-            record.error = (f"plugin {record.name!r} implements unknown hook(s) "
-                            f"{', '.join(unknown)}; known hooks: {', '.join(sorted(_SPEC_NAMES))}")
+            known = ", ".join(sorted(_SPEC_NAMES))
+            self._fail(record, f"plugin {record.name!r} implements unknown hook(s) "
+                               f"{', '.join(unknown)}; known hooks: {known}")
             return
         try:
             self.pm.register(module, name=record.name)
         except pluggy.PluginValidationError as exc:
-            record.status, record.error = "failed", f"invalid hook implementation: {exc}"
+            self._fail(record, f"invalid hook implementation: {exc}")
+            return
+        try:
+            backends = self._call(module, "tilewright_backends", {})
+            backends = validate.backends(backends)
+        except (PluginFault, PluginError) as exc:
+            self.pm.unregister(module)
+            self._fail(record, str(exc))
             return
         record.module = module
-        try:
-            backends = self._call_one(module, "tilewright_backends") or []
-            for backend in backends:
-                if not isinstance(backend, BackendModule):
-                    raise PluginError(f"tilewright_backends returned {type(backend).__name__}, "
-                                      "not a BackendModule")
-            record.backends = list(backends)
-        except Exception as exc:  # noqa: BLE001 - a broken plugin must not break the others
-            self.pm.unregister(module)
-            record.module = None
-            record.status, record.error = "failed", f"{type(exc).__name__}: {exc}"
+        record.backends = [guard.guard_backend(b, record.label) for b in backends]
 
-    def _call_one(self, module, hook: str, **kwargs):
+    @staticmethod
+    def _call(module, hook: str, kwargs: dict):
         impl = getattr(module, hook, None)
-        return impl(**kwargs) if impl is not None else None
+        if impl is None:
+            return None
+        return guard.call(impl, kwargs=kwargs, env=ENV_IMPORT_TIMEOUT, what=hook)
 
     # -- queries ----------------------------------------------------------------------
     def collect(self, hook: str, **kwargs) -> list:
-        """Concatenate the lists ``hook`` returns from every working plugin; a plugin whose
-        hook raises is marked failed and skipped."""
+        """Concatenate what ``hook`` returns from every working plugin: list items, or the
+        ``(key, value)`` pairs of a mapping. A plugin whose hook raises, times out or returns
+        the wrong type is noted and skipped; so is an item whose name an earlier plugin gave."""
         self.load()
-        out = []
+        out, owners = [], {}
         for record in list(self.records.values()):
-            if record.status != "ok" or record.module is None:
+            if record.status != "ok" or record.module is None or hook in record.failed_hooks:
                 continue
             try:
-                result = self._call_one(record.module, hook, **kwargs)
-            except Exception as exc:  # noqa: BLE001
-                record.error = f"{hook} raised {type(exc).__name__}: {exc}"
+                items = validate.items(hook, self._call(record.module, hook, kwargs))
+            except (PluginFault, PluginError) as exc:
+                record.failed_hooks.add(hook)
+                self._note(record, str(exc))
                 continue
-            if result:
-                out.extend(result.items() if isinstance(result, dict) else result)
+            for item in items:
+                name = item[0] if isinstance(item, tuple) else item.name
+                first = owners.setdefault(name, record)
+                if first is not record:
+                    self._note(record, f"{hook}: {name!r} is also provided by {first.label}, "
+                                       "which is used; refused from this plugin")
+                    continue
+                if isinstance(item, Timer):
+                    item = self._guard_timer(record, item)
+                out.append(item)
         return out
 
-    def backends(self) -> dict[str, BackendModule]:
+    def _guard_timer(self, record: PluginRecord, timer: Timer) -> Timer:
+        # one probe per timer and plugin, so that a probe that timed out stays abandoned
+        probe = self._probes.get((record.name, timer.name))
+        if probe is None or (probe.fn is not timer.available and not probe.abandoned):
+            probe = self._probes[(record.name, timer.name)] = guard.Probe(
+                timer.available, f"availability probe of timer {timer.name!r}", record.label)
+        return dataclasses.replace(timer, available=probe)
+
+    def _note(self, record: PluginRecord, text: str) -> None:
+        if text not in record.error:
+            record.error = f"{record.error}; {text}" if record.error else text
+            _log.warning("%s: %s", record.label, text)
+
+    def _declared(self) -> dict[str, list[tuple[PluginRecord, BackendModule]]]:
+        """Backend name -> the (plugin, backend) pairs declaring it."""
         self.load()
-        out = {}
+        out: dict[str, list] = {}
         for record in self.records.values():
             if record.status == "ok":
                 for backend in record.backends:
-                    out[backend.name] = backend
+                    out.setdefault(backend.name, []).append((record, backend))
         return out
 
+    def backends(self) -> dict[str, BackendModule]:
+        """Every usable backend by name: a name two plugins declare is in :meth:`conflicts`."""
+        return {name: owners[0][1] for name, owners in self._declared().items()
+                if len(owners) == 1}
+
     def claims(self) -> dict[str, list[str]]:
-        """Target kind -> names of the backends claiming it."""
+        """Target kind -> names of the usable backends claiming it."""
         claims: dict[str, list[str]] = {}
         for backend in self.backends().values():
             for kind in backend.target_kinds:
                 claims.setdefault(kind, []).append(backend.name)
         return claims
 
+    def _kind_owners(self, kind: str) -> list[tuple[PluginRecord, BackendModule]]:
+        return [(record, backend) for owners in self._declared().values()
+                for record, backend in owners if kind in backend.target_kinds]
+
+    def conflicts(self) -> list[str]:
+        """One message per backend name declared twice and per target kind claimed twice."""
+        messages = [_name_conflict(name, owners)
+                    for name, owners in sorted(self._declared().items()) if len(owners) > 1]
+        kinds = sorted({k for owners in self._declared().values() for _, b in owners
+                        for k in b.target_kinds})
+        messages += [_kind_conflict(kind, owners) for kind in kinds
+                     if len(owners := self._kind_owners(kind)) > 1]
+        return messages
+
     def backend_for(self, kind: str) -> BackendModule:
-        claims = self.claims()
-        owners = claims.get(kind, [])
+        owners = self._kind_owners(kind)
         if len(owners) > 1:
-            raise TargetError(f"target {kind!r} is claimed by several backends: "
-                              f"{', '.join(sorted(owners))}; uninstall one or select plugins "
-                              f"with {ENV_SELECT}")
+            raise TargetError(_kind_conflict(kind, owners))
         if not owners:
-            failed = [f"{r.name} ({r.error})" for r in self.records.values()
+            failed = [f"{r.label} ({r.error})" for r in self.records.values()
                       if r.status != "ok"]
-            known = ", ".join(sorted(claims)) or "none"
+            known = ", ".join(sorted(self.claims())) or "none"
             extra = f"; plugins not loaded: {'; '.join(failed)}" if failed else ""
             raise TargetError(f"no installed backend claims target {kind!r} (known targets: "
                               f"{known}){extra}")
-        return self.backends()[owners[0]]
+        name = owners[0][1].name
+        declared = self._declared()[name]
+        if len(declared) > 1:
+            raise TargetError(_name_conflict(name, declared))
+        return owners[0][1]
+
+
+def _fix(owners) -> str:
+    names = [record.name for record, _ in owners]
+    return (f"uninstall one or select plugins with {ENV_SELECT} (for example "
+            f"{ENV_SELECT}=-{names[-1]})")
+
+
+def _name_conflict(name: str, owners) -> str:
+    return (f"backend name {name!r} is declared by {' and '.join(r.label for r, _ in owners)}; "
+            f"neither is used: {_fix(owners)}")
+
+
+def _kind_conflict(kind: str, owners) -> str:
+    who = ", ".join(f"backend {b.name!r} of {r.label}" for r, b in owners)
+    return f"target {kind!r} is claimed by several backends: {who}; {_fix(owners)}"
 
 
 _MANAGER: PluginManager | None = None

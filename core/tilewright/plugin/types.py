@@ -194,6 +194,10 @@ class BackendModule:
             raise PluginError(f"backend {self.name!r} needs at least one Executor")
         if not isinstance(self.capabilities, Capabilities):
             raise PluginError(f"backend {self.name!r}: capabilities must be a Capabilities")
+        for attr in ("device_available", "target_defaults"):
+            value = getattr(self, attr)
+            if not callable(value) and (value is not None or attr == "device_available"):
+                raise PluginError(f"backend {self.name!r}: {attr} must be callable")
         check_api_version(self.name, self.api_version)
 
 
