@@ -164,11 +164,21 @@ def cast(value, dtype: str):
 
 
 # -- reductions -----------------------------------------------------------------------------
+def infinity(dtype: str, sign: int = 1):
+    """Positive (``sign`` 1) or negative infinity of a floating-point type. TVM has no
+    bfloat16 infinity, and folds a conversion of float32's into a constant it prints as
+    ``inff``: the bfloat16 one is converted on the device (``__float2bfloat16_rn``)."""
+    if dtype == "bfloat16":
+        return tirx.call_pure_extern(dtype, "__float2bfloat16_rn",
+                                     tirx.infinity("float32") * sign)
+    return tirx.infinity(dtype) * sign if sign < 0 else tirx.infinity(dtype)
+
+
 def reduce_parts(kind: str, dtype: str):
     """(identity, combine(acc, x), merge(a, b)) of a reduction kind."""
     is_float = dtype.startswith(("float", "bfloat"))
-    lowest = tirx.infinity(dtype) * -1 if is_float else tirx.min_value(dtype)
-    highest = tirx.infinity(dtype) if is_float else tirx.max_value(dtype)
+    lowest = infinity(dtype, -1) if is_float else tirx.min_value(dtype)
+    highest = infinity(dtype) if is_float else tirx.max_value(dtype)
     zero = tirx.const(0, dtype)
     add, mx, mn = (lambda a, b: a + b), tirx.Max, tirx.Min
     return {
