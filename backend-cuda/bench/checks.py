@@ -147,7 +147,7 @@ BENCH_CONFIGS = (  # (suffix, tile changes, pass configs): the benchmark bundles
     ("_multicast", {}, {"cuda.tma_multicast": True}),
     ("_128x128x2", {"block_N": 128, "c_shared": False},
      {"cuda.blocks_per_sm": 2, **kernels.GEMM_PASS_CONFIGS}),
-    ("_persistent", {"num_stages": 4, "c_shared": False, "workers": 4}, {}),
+    ("_persistent", {"num_stages": 4, "c_shared": False, "workers": 3}, {}),  # 4 tiles
 )
 ATTENTION_CONFIGS = (("", {}, {}), ("_2stages", {"num_stages": 2}, {}),
                      ("_nows", {}, kernels.GEMM_PASS_CONFIGS),
@@ -161,7 +161,7 @@ def dialect() -> list[Check]:
         dtype = str(case.args[0].dtype).removeprefix("torch.")
         out.append(Check(f"dialect-{name}", "dialect", dtype, lambda func=func: func,
                          lambda case=case: [_example_run(case)], case.reduction))
-    m, n, k = 512, 512, 256  # 2 x 4 blocks of 128 x 256 (pairs for multicast), 4 k-tiles
+    m, n, k = 256, 512, 256  # 2 x 2 blocks of 128 x 256 (pairs for multicast), 4 k-tiles
     for suffix, change, configs in BENCH_CONFIGS:
         for dtype in ("float16", "bfloat16") if suffix in ("", "_ws") else ("float16",):
             config = {**kernels.GEMM, **change}
