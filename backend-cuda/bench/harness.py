@@ -435,7 +435,7 @@ def main() -> int:
                              "before the timings, not at all, or alone")
     parser.add_argument("--batch", type=int, default=32,
                         help="checks per sanitized process")
-    parser.add_argument("--checks-budget", type=float, default=420.0,
+    parser.add_argument("--checks-budget", type=float, default=300.0,
                         help="seconds after which racecheck and synccheck stop starting "
                              "batches (memcheck always covers every check)")
     parser.add_argument("--sanitizer", default=None,

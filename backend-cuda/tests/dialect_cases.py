@@ -36,7 +36,7 @@ def tma_gemm(M=256, N=256, K=128, bM=128, bN=128, bK=64, stages=2, dtype="float1
 
 
 def tma_gemm_swizzled(M=256, N=256, K=128, bM=128, bN=128, bK=64, dtype="float16"):
-    """2-D operand tiles: layout inference swizzles them (swizzle.py), so the TMA boxes are
+    """2-D operand tiles: layout inference swizzles them (layout.Swizzled), so the TMA boxes are
     128-byte column blocks with SWIZZLE_128B and the mma.sync gemm reads them swizzled."""
 
     @T.prim_func
