@@ -184,7 +184,7 @@ def test_corrupt_entry_warns_and_rebuilds(kernel_module, cache_dir, victim):
     data = (entry / victim).read_bytes()
     (entry / "partial").write_bytes(data[:10])
     os.replace(entry / "partial", entry / victim)
-    with pytest.warns(RuntimeWarning, match="corrupt"):
+    with pytest.warns(RuntimeWarning, match="invalid"):
         kernel = compile_(mod.make())
     check(kernel)
     assert entries(cache_dir) == [entry]
@@ -196,7 +196,7 @@ def test_missing_library_warns_and_rebuilds(kernel_module, cache_dir):
     compile_(mod.make())
     [entry] = entries(cache_dir)
     (entry / "kernel.so").unlink()
-    with pytest.warns(RuntimeWarning, match="corrupt"):
+    with pytest.warns(RuntimeWarning, match="invalid"):
         check(compile_(mod.make()))
 
 

@@ -103,18 +103,114 @@ def test_unknown_tilelang_names_are_explained(only_cpu_and):
     with pytest.raises(AttributeError, match=r"has no 'TL_ENABLE_DUMP_I'; did you mean "
                                              r"'TL_ENABLE_DUMP_IR'\?"):
         Key.TL_ENABLE_DUMP_I  # noqa: B018
-    for name in ("TL_ASCEND_AUTO_SYNC", "TL_DISABLE_TMA_LOWER", "TL_DISABLE_WGMMA"):
-        with pytest.raises(AttributeError, match=rf"'{name}'; neither the core nor an installed "
-                                                 r"backend declares this TileLang key \(a "
-                                                 r"backend plugin may.*TileLang names known "
-                                                 r"here: TIR_DISABLE_VECTORIZE, "):
-            getattr(Key, name)
+    with pytest.raises(AttributeError, match=r"'TL_ASCEND_AUTO_SYNC'; neither the core nor an "
+                                             r"installed backend declares this TileLang key \(a "
+                                             r"backend plugin may.*TileLang names known "
+                                             r"here: TIR_ADD_LOWER_PASS, "):
+        Key.TL_ASCEND_AUTO_SYNC  # noqa: B018
     with pytest.raises(ConfigError, match=r"unknown pass_configs key 'tl.ascend_auto_sync'; "
                                           r"neither the core nor an installed backend"):
         passconfig.validate({"tl.ascend_auto_sync": True})
     with pytest.raises(ConfigError, match=r"'tl.enable_dump_irr'; did you mean "
                                           r"'tl.enable_dump_ir'\?"):
         passconfig.validate({"tl.enable_dump_irr": True})
+
+
+# TileLang's PassConfigKey members (0.1.15 and the upstream tree of the porting runs)
+TILELANG_MEMBERS = """
+TL_SIMPLIFY TL_SIMPLIFY_TRANSITIVELY_PROVE_INEQUALITIES TL_SIMPLIFY_CONVERT_BOOLEAN_TO_AND_OF_ORS
+TL_SIMPLIFY_APPLY_CONSTRAINTS_TO_BOOLEAN_BRANCHES TL_SIMPLIFY_PROPAGATE_KNOWNS_TO_PROVE_CONDITIONAL
+TL_SIMPLIFY_PROPAGATE_KNOWNS_TO_SIMPLIFY_EXPRESSIONS TL_SIMPLIFY_ENABLE_LET_INLINE
+TL_DISABLE_BUFFER_INIT_CHECK TL_DISABLE_DATA_RACE_CHECK TL_DISABLE_PRELOWER_SEMANTIC_CHECK
+TL_DISABLE_WARP_SPECIALIZED TL_ENABLE_FAST_MATH TL_DISABLE_FAST_MATH
+TL_PTXAS_REGISTER_USAGE_LEVEL TL_ENABLE_PTXAS_VERBOSE_OUTPUT TL_DEVICE_COMPILE_FLAGS
+TL_EMIT_LINE_DIRECTIVES TL_CONFIG_INDEX_BITWIDTH TL_ENABLE_REDUCER_PLAN_VERBOSE
+TL_LAYOUT_COST_MODEL TL_REDUCER_FORCE_BASELINE TL_DISABLE_TMA_LOWER TL_DISABLE_SAFE_MEMORY_ACCESS
+TL_ENABLE_ASYNC_COPY TL_ENABLE_LOWER_LDGSTG TL_ENABLE_LOWER_LDGSTG_PREDICATED
+TL_DISABLE_LOWER_LDGSTG_PREDICATED TL_ENABLE_VECTORIZE_PLANNER_VERBOSE TL_DISABLE_WGMMA
+TL_DEBUG_MERGE_SHARED_MEMORY_ALLOCATIONS TL_ENABLE_AGGRESSIVE_SHARED_MEMORY_MERGE
+TL_DISABLE_SHARED_MEMORY_REUSE TL_DISABLE_SHUFFLE_ELECT TL_DISABLE_LOOP_UNSWITCHING
+TL_LOOP_UNSWITCHING_ALLOW_NON_TRIVIAL_ELSE TL_IF_STMT_BINDING_INLINE_REPLAYABLE_BINDS
+TL_DISABLE_THREAD_STORAGE_SYNC TL_DEBUG_THREAD_STORAGE_SYNC_SUMMARY TL_FORCE_LET_INLINE
+TL_AST_PRINT_ENABLE TL_LAYOUT_VISUALIZATION_ENABLE TL_LAYOUT_VISUALIZATION_FORMATS
+TL_STORAGE_REWRITE_DETECT_INPLACE TIR_ENABLE_EQUIV_TERMS_IN_CSE TIR_DISABLE_CSE TIR_SIMPLIFY
+TIR_DISABLE_STORAGE_REWRITE TIR_DISABLE_VECTORIZE TIR_USE_ASYNC_COPY TIR_ENABLE_DEBUG
+TIR_MERGE_STATIC_SMEM TIR_ADD_LOWER_PASS TIR_NOALIAS CUDA_KERNELS_OUTPUT_DIR
+TL_DISABLE_OUT_OF_BOUND_WARNING TL_ENABLE_DUMP_IR TL_DUMP_IR_DIR TL_PASS_PROFILE
+TL_PASS_PROFILE_THRESHOLD_MS TL_DYNAMIC_ALIGNMENT TL_DISABLE_DYNAMIC_TAIL_SPLIT
+""".split()
+
+
+def test_every_tilelang_member_is_known_without_a_gpu_backend(only_cpu_and):
+    only_cpu_and()
+    keys = passconfig.known_keys()
+    for member in TILELANG_MEMBERS:
+        name = getattr(Key, member)
+        assert name in keys and keys[name].tilelang == member, member
+    assert Key.TL_DISABLE_TMA_LOWER == "cuda.disable_tma_lower"
+    assert keys["cuda.ptxas_register_usage_level"].owner == "cuda"
+    assert Key.TL_SIMPLIFY == "tilelang.simplify" and Key.TIR_SIMPLIFY == "tilelang.tir_simplify"
+    # a TileLang value takes the types TileLang accepts
+    assert passconfig.validate({"tl.device_compile_flags": ["-O3"],
+                                "tl.ptxas_register_usage_level": 10}) == {
+        "cuda.device_compile_flags": ["-O3"], "cuda.ptxas_register_usage_level": 10}
+    with pytest.raises(ConfigError, match=r"pass_configs\['tl.ptxas_register_usage_level'\] "
+                                          r"must be int"):
+        passconfig.validate({"tl.ptxas_register_usage_level": "high"})
+
+
+def test_a_gpu_backend_owns_the_members_it_declares(only_cpu_and):
+    only_cpu_and(keys_plugin("fakecuda", PassConfigKey(
+        "fakecuda.no_tma", bool, False, "mine", owner="fakecuda",
+        tilelang="TL_DISABLE_TMA_LOWER", tilelang_value="tl.disable_tma_lower")))
+    assert Key.TL_DISABLE_TMA_LOWER == "fakecuda.no_tma"
+    assert "cuda.disable_tma_lower" not in passconfig.known_keys()
+
+
+def test_keys_of_other_backends_are_accepted_with_one_log_line(caplog):
+    passconfig._NOTED.clear()
+    configs = {Key.TL_DISABLE_TMA_LOWER: True, Key.TL_SIMPLIFY: {}, Key.TL_ENABLE_FAST_MATH: True}
+    a = torch.randn(64)
+    with caplog.at_level("WARNING", logger="tilewright"):
+        for _ in range(2):
+            kernel = tilewright.compile(double(), out_idx=[-1], target="cpu",
+                                        pass_configs={**configs, "tw.disable_cache": True})
+    torch.testing.assert_close(kernel(a), 2 * a)
+    lines = [r.getMessage() for r in caplog.records if "has no effect" in r.getMessage()]
+    assert lines == [
+        "pass config TL_DISABLE_TMA_LOWER (cuda.disable_tma_lower) belongs to backend 'cuda' "
+        "and has no effect on backend 'cpu'",
+        "pass config TL_SIMPLIFY (tilelang.simplify) belongs to TileLang's own compiler and "
+        "has no effect on backend 'cpu'"], lines
+
+
+def exp_kernel(n=64):
+    @T.prim_func
+    def main(A: T.Tensor((n,), "float32"), B: T.Tensor((n,), "float32")):
+        with T.Kernel(1):
+            for i in T.Parallel(n):
+                B[i] = T.exp2(A[i])
+
+    return main
+
+
+def test_cpu_backend_honours_tl_enable_fast_math():
+    def source(configs):
+        kernel = tilewright.compile(exp_kernel(), out_idx=[-1], target="cpu",
+                                    pass_configs={**configs, "tw.disable_cache": True})
+        a = torch.linspace(-10, 10, 64)
+        torch.testing.assert_close(kernel(a), torch.exp2(a), rtol=1e-6, atol=0)
+        return kernel.get_kernel_source()
+
+    precise = source({Key.TL_ENABLE_FAST_MATH: False})
+    assert "exp2" in precise
+    assert source({Key.TL_DISABLE_FAST_MATH: True}) == precise
+    fast = source({Key.TL_ENABLE_FAST_MATH: True})
+    assert "exp2" not in fast and fast == source({})  # fast math is the CPU default
+    with pytest.raises(ConfigError, match="TL_ENABLE_FAST_MATH=True and TL_DISABLE_FAST_MATH"):
+        source({Key.TL_ENABLE_FAST_MATH: True, Key.TL_DISABLE_FAST_MATH: True})
+    with pytest.raises(ConfigError, match="fast math .* and for cpu.precise_math"):
+        source({Key.TL_ENABLE_FAST_MATH: True, "cpu.precise_math": True})
 
 
 def test_plugin_tilelang_names_resolve_and_are_listed(only_cpu_and):

@@ -251,15 +251,15 @@ def build_set(out: Path, quick: bool, args) -> None:
         kernel = tw_compile(func, out_idx=[len(func.params) - 1],  # the last is the output
                             target=f"cuda -arch={args.arch}", execution_backend=args.executor,
                             pass_configs=configs)
-        path = kernel.export(out / name)
-        log_path = Path(kernel.artifact_dir or path) / "build.log"
-        log = log_path.read_text() if log_path.exists() else ""
-        (path / "build.log").write_text(log)
-        launch = json.loads((path / "launch.json").read_text())
-        case["build"] = check_build(name, log, (path / "kernel.cubin").read_bytes(), expect)
+        log_path = Path(kernel.artifact_dir) / "build.log" if kernel.artifact_dir else None
+        log = log_path.read_text() if log_path and log_path.exists() else ""
+        launch = kernel.executable.launch
+        case["build"] = check_build(name, log, kernel.executable.cubin, expect)
         case["build"]["smem_bytes"] = launch.get("dynamic_smem_bytes")
         case["build"]["grid"], case["build"]["block"] = launch["grid"], launch["block"]
-        (path / "case.json").write_text(json.dumps(case, indent=1))
+        path = kernel.export(out / name, extra={
+            "log": ("build.log", log.encode()),
+            "case": ("case.json", json.dumps(case, indent=1).encode())})
         size = sum(f.stat().st_size for f in path.iterdir())
         print(f"{name}: {time.perf_counter() - start:.1f} s, {size / 1024:.0f} KiB, "
               f"{case['build']['registers']} registers, {case['build']['spill_bytes']} spill "

@@ -35,13 +35,29 @@ if any(_os.environ.get(_name) for _name in _TOOL_ENVS):
 
     _env.apply()
 
+# name -> (module, attribute or None for the module itself); a module name starting with "."
+# is ours, any other (tvm) is imported as it is
 _LAZY = {
-    "compile": ("jit", "compile"),
-    "lower": ("jit", "lower"),
-    "JITKernel": ("jit", "JITKernel"),
-    "language": ("language", None),
-    "autotune": ("autotuner", "autotune"),
-    "PassConfigKey": ("engine.passconfig", "NAMES"),
+    "compile": (".jit", "compile"),
+    "par_compile": (".jit", "par_compile"),
+    "lower": (".jit", "lower"),
+    "JITKernel": (".jit", "JITKernel"),
+    "language": (".language", None),
+    "autotune": (".autotuner", "autotune"),
+    "PassConfigKey": (".engine.passconfig", "NAMES"),
+    "TensorSupplyType": (".utils.tensor", "TensorSupplyType"),
+    "Profiler": (".profiler", "Profiler"),
+    "Layout": (".layout", "Layout"),
+    "Fragment": (".layout", "Fragment"),
+    "cdiv": (".math", "cdiv"),
+    "next_power_of_2": (".math", "next_power_of_2"),
+    "set_log_level": (".log", "set_log_level"),
+    "disable_cache": (".jit", "disable_cache"),
+    "enable_cache": (".jit", "enable_cache"),
+    "is_cache_enabled": (".jit", "is_cache_enabled"),
+    "tvm": ("tvm", None),
+    **{sub: (f".{sub}", None) for sub in ("autotuner", "carver", "layout", "math", "profiler",
+                                          "testing", "tools", "transform", "utils")},
 }
 
 
@@ -52,7 +68,7 @@ def __getattr__(name):
     import importlib
 
     module_name, attr = _LAZY[name]
-    module = importlib.import_module(f".{module_name}", __name__)
+    module = importlib.import_module(module_name, __name__)
     value = module if attr is None else getattr(module, attr)
     globals()[name] = value
     return value
@@ -76,6 +92,8 @@ class _Package(_types.ModuleType):
 
 _sys.modules[__name__].__class__ = _Package
 
-__all__ = ["ArgumentError", "ConfigError", "JITKernel", "KernelError", "PassConfigKey",
-           "PluginError", "TargetError", "TilewrightError", "UnsupportedOpError", "__version__",
-           "autotune", "compile", "jit", "language", "lower"]
+__all__ = ["ArgumentError", "ConfigError", "Fragment", "JITKernel", "KernelError", "Layout",
+           "PassConfigKey", "PluginError", "Profiler", "TargetError", "TensorSupplyType",
+           "TilewrightError", "UnsupportedOpError", "__version__", "autotune", "cdiv", "compile",
+           "disable_cache", "enable_cache", "is_cache_enabled", "jit", "language", "lower",
+           "next_power_of_2", "par_compile", "set_log_level"]

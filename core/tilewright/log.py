@@ -67,3 +67,9 @@ def describe() -> dict:
                     "TVM_LOG_DEBUG=<file>=<level>,... enables DLOG/VLOG only in TVM builds "
                     "compiled with TVM_LOG_DEBUG (release wheels drop them)"},
     }
+
+
+def set_log_level(level) -> logging.Logger:
+    """TileLang's ``set_log_level``: ``level`` is a name ("INFO") or a number
+    (``logging.INFO``)."""
+    return configure(str(level))

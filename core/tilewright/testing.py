@@ -12,13 +12,24 @@ kernel saw, so the reference's own rounding does not count against the kernel.
 
 from __future__ import annotations
 
+import importlib.util
+import inspect
 import math
+import operator
+import random
+import sys
 from dataclasses import dataclass
 
 import numpy as np
 
+from .utils.tensor import torch_assert_close
+
 __all__ = ["Comparison", "Tolerance", "ToleranceError", "assert_close", "compare",
-           "float64_reference", "tolerance", "unit_roundoff"]
+           "float64_reference", "main", "requires_cuda", "requires_cuda_compute_version",
+           "requires_cuda_compute_version_eq", "requires_cuda_compute_version_ge",
+           "requires_cuda_compute_version_gt", "requires_cuda_compute_version_le",
+           "requires_cuda_compute_version_lt", "requires_package", "set_random_seed",
+           "tolerance", "torch_assert_close", "unit_roundoff"]
 
 # Unit roundoff u = 2**-(mantissa bits + 1) of each floating dtype.
 _UNIT_ROUNDOFF = {
@@ -224,3 +235,77 @@ def _torch():
     import torch
 
     return torch
+
+
+# -- TileLang's test helpers (``tilelang.testing``) -------------------------------------------
+def set_random_seed(seed: int = 42) -> None:
+    """Seed Python's, NumPy's and torch's generators."""
+    random.seed(seed)
+    np.random.seed(seed)
+    _torch().manual_seed(seed)
+
+
+def main() -> None:
+    """Run pytest on the calling test file (``if __name__ == "__main__": testing.main()``)."""
+    import pytest
+
+    test_file = inspect.getsourcefile(sys._getframe(1))
+    sys.exit(pytest.main([test_file, *sys.argv[1:]]))
+
+
+def _cuda_capability() -> tuple[int, int] | None:
+    """The compute capability of torch's current CUDA device, or None without one."""
+    torch = _torch()
+    if not torch.cuda.is_available():
+        return None
+    return tuple(torch.cuda.get_device_capability())
+
+
+def _skip_unless(condition: bool, reason: str):
+    import pytest
+
+    return pytest.mark.skipif(not condition, reason=reason)
+
+
+def requires_cuda(func):
+    """Skip the test when no CUDA device is present."""
+    return _skip_unless(_cuda_capability() is not None, "needs a CUDA device")(func)
+
+
+_MODES = {"ge": operator.ge, "gt": operator.gt, "eq": operator.eq, "lt": operator.lt,
+          "le": operator.le}
+
+
+def requires_cuda_compute_version(major_version: int, minor_version: int = 0,
+                                  mode: str = "ge"):
+    """Skip the test unless a CUDA device's compute capability compares with
+    ``(major_version, minor_version)`` as ``mode`` (ge, gt, eq, lt, le) says."""
+    if mode not in _MODES:
+        raise ValueError(f"mode must be one of {', '.join(_MODES)}, got {mode!r}")
+    capability = _cuda_capability()
+    wanted = (major_version, minor_version)
+    ok = capability is not None and _MODES[mode](capability, wanted)
+    return _skip_unless(ok, f"needs a CUDA device of compute capability {mode} "
+                            f"{major_version}.{minor_version}")
+
+
+def _compute_version(mode: str):
+    def check(major_version: int, minor_version: int = 0):
+        return requires_cuda_compute_version(major_version, minor_version, mode)
+
+    check.__name__ = f"requires_cuda_compute_version_{mode}"
+    check.__doc__ = f"``requires_cuda_compute_version(..., mode={mode!r})``."
+    return check
+
+
+requires_cuda_compute_version_ge = _compute_version("ge")
+requires_cuda_compute_version_gt = _compute_version("gt")
+requires_cuda_compute_version_eq = _compute_version("eq")
+requires_cuda_compute_version_lt = _compute_version("lt")
+requires_cuda_compute_version_le = _compute_version("le")
+
+
+def requires_package(*names: str):
+    """Skip the test unless every named package can be imported."""
+    missing = [n for n in names if importlib.util.find_spec(n) is None]
+    return _skip_unless(not missing, f"needs the package(s) {', '.join(missing)}")

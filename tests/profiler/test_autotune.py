@@ -107,8 +107,12 @@ def test_bad_configs(configs, words):
     assert words in str(info.value)
 
 
-def test_call_must_not_set_a_tuned_parameter():
+def test_call_sets_every_tuned_parameter_or_none():
     tuned = tilewright.autotune(configs=[{"block": 32}], progress=False)(scaled_copy)
+    explicit = tuned(64, block=16)  # TileLang's explicit config: compiled, not searched
+    assert not hasattr(explicit, "autotune_result")
+    tuned = tilewright.autotune(configs=[{"block": 32, "scale": 1.0}], progress=False)(
+        scaled_copy)
     with pytest.raises(ConfigError, match="block is set both by the call and by the "
                                           "autotune configs"):
         tuned(64, block=16)

@@ -1,5 +1,6 @@
-"""Autotuning: ``@tilewright.autotune`` over ``@tilewright.jit`` kernel factories."""
+"""Autotuning: ``@tilewright.autotune`` over ``@tilewright.jit`` kernel factories;
+``set_autotune_inputs`` gives a search its input tensors."""
 
-from .tuner import AutoTuner, AutotuneResult, autotune
+from .tuner import AutoTuner, AutotuneResult, autotune, set_autotune_inputs
 
-__all__ = ["AutoTuner", "AutotuneResult", "autotune"]
+__all__ = ["AutoTuner", "AutotuneResult", "autotune", "set_autotune_inputs"]

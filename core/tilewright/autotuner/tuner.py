@@ -11,20 +11,45 @@ the configs, the call's arguments, backend, target and timing arguments (and the
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import inspect
 import json
+import logging
 import os
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 
 from .. import __version__
 from ..errors import ConfigError, TilewrightError
+from ..utils.tensor import get_tensor_supply
 from .executors import EXECUTORS, compile_local, default_workers, import_ray, run_ray
 from .measure import Measurer, Outcome
 
 _MEMORY: dict[str, tuple] = {}  # key -> (result, kernel)
+_log = logging.getLogger(__name__)
+_INPUTS = threading.local()
+
+
+@contextlib.contextmanager
+def set_autotune_inputs(*tensors):
+    """``with set_autotune_inputs(a, b):`` (or a list): searches started inside the block
+    run every config on these input tensors instead of generated ones."""
+    if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)):
+        tensors = tuple(tensors[0])
+    previous = getattr(_INPUTS, "tensors", None)
+    _INPUTS.tensors = list(tensors)
+    try:
+        yield
+    finally:
+        _INPUTS.tensors = previous
+
+
+def _given_inputs():
+    tensors = getattr(_INPUTS, "tensors", None)
+    return None if tensors is None else (lambda kernel: list(tensors))
 
 
 @dataclass
@@ -219,7 +244,16 @@ class AutoTuner:
         os.replace(tmp, folder / f"{key}.json")
 
     # -- the search -------------------------------------------------------------------
+    def _explicit(self, args, kwargs) -> bool:
+        """Whether the call sets every tuned parameter itself: then, as in TileLang, it names
+        the config and nothing is searched."""
+        tuned = {k for c in self.configs for k in c}
+        given = inspect.signature(self.jit_fn.fn).bind_partial(*args, **kwargs).arguments
+        return bool(tuned) and tuned <= set(given)
+
     def __call__(self, *args, **kwargs):
+        if self._explicit(args, kwargs):
+            return self.jit_fn(*args, **kwargs)
         self._bind(args, kwargs)
         key = self._key(args, kwargs) if self.cache else None
         if key is not None and key in _MEMORY:
@@ -233,6 +267,8 @@ class AutoTuner:
                 self._store(key, result)
         kernel = self.jit_fn(*args, **kwargs, **result.best_config)
         kernel.autotune_result = result
+        # TileLang's names for the outcome
+        kernel.config, kernel.latency = result.best_config, result.best_latency_ms
         self.last_result = result
         if key is not None:
             _MEMORY[key] = (result, kernel)
@@ -244,8 +280,8 @@ class AutoTuner:
 
         start = time.perf_counter()
         rtol, atol, ratio, length = self.tolerances
-        measurer = Measurer(self.warmup, self.rep, self.timer, self.reference, self.supply,
-                            rtol, atol, ratio, length)
+        measurer = Measurer(self.warmup, self.rep, self.timer, self.reference,
+                            self.supply or _given_inputs(), rtol, atol, ratio, length)
         name = self.__name__
         progress = _Progress(len(self.configs), f"autotune {name}: compiling",
                              enabled=bool(self.progress))
@@ -290,12 +326,26 @@ class AutoTuner:
         return result
 
 
+TILELANG_IGNORED = ("timeout", "manual_check_prog", "cache_input_tensors", "do_not_specialize",
+                    "early_stop", "early_stop_factor")
+
+
+def _supply_of(supply_type):
+    """A ``supply(kernel)`` making the kernel's inputs as ``supply_type`` says."""
+    def supply(kernel):
+        make = get_tensor_supply(supply_type, device=kernel.backend.device)
+        return [make(p) for p in kernel.params if not p.is_output]
+
+    return supply
+
+
 def autotune(fn=None, *, configs=None, warmup: float = 25, rep: float = 100,
              timer: str = "wall", reference=None, supply=None, rtol=None, atol=None,
              max_mismatch_ratio=None, reduction_length: int | None = None,
              executor: str = "process", workers: int | None = None,
              ray_address=None, cache: bool = True, progress: bool = True, ref_prog=None,
-             supply_prog=None):
+             supply_prog=None, supply_type=None, skip_check: bool = False,
+             max_mismatched_ratio=None, **tilelang_options):
     """Tune a ``@tilewright.jit`` kernel factory over ``configs`` (dicts of its compile-time
     parameters).
 
@@ -308,12 +358,31 @@ def autotune(fn=None, *, configs=None, warmup: float = 25, rep: float = 100,
       core) or ``"ray"`` (``pip install 'tilewright[ray]'``; ``ray_address`` of a cluster,
       else a local one is started);
     - ``cache``: keep results in memory and on disk; ``progress``: progress bar and table on
-      stderr. ``ref_prog``/``supply_prog`` are TileLang's names for ``reference``/``supply``.
+      stderr.
+
+    TileLang's spellings are accepted: ``ref_prog``/``supply_prog``/``max_mismatched_ratio``
+    (``reference``/``supply``/``max_mismatch_ratio``), ``supply_type`` (a
+    :class:`~tilewright.TensorSupplyType` for the generated inputs), ``skip_check`` (no
+    reference check); its other options (``timeout``, ``manual_check_prog``,
+    ``cache_input_tensors``, ``do_not_specialize``, ``early_stop``, ``early_stop_factor``)
+    have no counterpart here and are named in one log line; any other keyword is a
+    ConfigError. A call that sets every tuned parameter itself compiles that config without
+    searching, as in TileLang; ``set_autotune_inputs`` gives the search its input tensors.
     """
+    unknown = sorted(set(tilelang_options) - set(TILELANG_IGNORED))
+    if unknown:
+        raise ConfigError(f"autotune got unexpected keyword argument(s) {', '.join(unknown)}")
+    given = sorted(k for k, v in tilelang_options.items() if v not in (None, False))
+    if given:
+        _log.warning("autotune: TileLang option(s) %s have no effect here", ", ".join(given))
+    if supply_type is not None and supply is None and supply_prog is None:
+        supply = _supply_of(supply_type)
+
     def wrap(jit_fn):
-        return AutoTuner(jit_fn, configs, warmup, rep, timer, reference or ref_prog,
-                         supply or supply_prog, rtol, atol, max_mismatch_ratio,
-                         reduction_length, executor,
+        return AutoTuner(jit_fn, configs, warmup, rep, timer,
+                         None if skip_check else reference or ref_prog, supply or supply_prog,
+                         rtol, atol, max_mismatch_ratio if max_mismatch_ratio is not None
+                         else max_mismatched_ratio, reduction_length, executor,
                          workers, ray_address, cache, progress)
 
     return wrap(fn) if fn is not None else wrap

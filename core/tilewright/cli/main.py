@@ -187,7 +187,8 @@ def _print_doctor(r: dict) -> None:
     print(f"tvm        {pkg(r['tvm'])}")
     print(f"torch      {pkg(r['torch'])}")
     cache = r["cache"]
-    print(f"cache      {cache['path']} ({cache['entries']} entries, {cache['bytes']} bytes)")
+    print(f"cache      {cache['path']} ({cache['entries']} entries, {cache['bytes']} bytes)"
+          + (f"\n           not used: {cache['problem']}" if cache.get("problem") else ""))
     print()
     if not r["backends"]:
         print("no backend is loaded: nothing can be compiled")
@@ -228,11 +229,15 @@ def cmd_doctor(args) -> int:
 
 
 def cmd_cache(args) -> int:
-    from ..jit.cache import DiskCache
+    from ..jit.cache import CacheError, DiskCache
 
     cache = DiskCache()
     if args.cache_command == "clear":
-        removed = cache.clear()
+        try:
+            removed = cache.clear()
+        except CacheError as exc:
+            print(f"tilewright cache clear: {exc}", file=sys.stderr)
+            return 1
         print(f"removed {removed} cache entr{'y' if removed == 1 else 'ies'} from {cache.root}")
         return 0
     info = cache.info()
@@ -240,6 +245,8 @@ def cmd_cache(args) -> int:
         print(json.dumps(info, indent=2))
     else:
         print(f"path     {info['path']}\nentries  {info['entries']}\nbytes    {info['bytes']}")
+        if info.get("problem"):
+            print(f"problem  {info['problem']}")
     return 0
 
 
@@ -297,7 +304,15 @@ def main(argv: list[str] | None = None) -> int:
                       f"{type(exc).__name__}: {exc}", file=sys.stderr)
                 return 1
         parser = build_parser(tools)
+        # argparse drops the '--' that separates a script's own arguments (analyze, bench):
+        # split them off first and hand them over behind it
+        tail = None
+        if argv and argv[0] in ("analyze", "bench") and "--" in argv:
+            split = argv.index("--")
+            argv, tail = argv[:split], argv[split + 1:]
         args = parser.parse_args(argv)
+        if tail is not None:
+            args.script_args = [*args.script_args, "--", *tail]
         if args.command is None:
             parser.print_help()
             return 0

@@ -7,12 +7,20 @@ TileLang member name (``TL_ENABLE_DUMP_IR`` -> ``"tw.dump_ir"``)."""
 from __future__ import annotations
 
 import difflib
+import logging
 
 from ..errors import ConfigError
 from ..plugin import PassConfigKey, get_manager
+from .tilelang_keys import fallback_keys
+
+_log = logging.getLogger(__name__)
 
 CORE_KEYS = (
     PassConfigKey("tw.disable_cache", bool, False, "compile even when the disk cache has it"),
+    PassConfigKey("tw.bounds_check", bool, False,
+                  "check every element access against its buffer's shape while the kernel "
+                  "runs (T.device_assert before each access not provably in bounds), on every "
+                  "backend; for debugging"),
     PassConfigKey("tw.disable_vectorize", bool, False, "do not vectorise T.Parallel loops",
                   tilelang="TIR_DISABLE_VECTORIZE", tilelang_value="tirx.disable_vectorize"),
     PassConfigKey("tw.dump_ir", bool, False, "print the IR after every pass",
@@ -33,6 +41,13 @@ CORE_KEYS = (
                   tilelang_value="tl.layout_visualization_formats"),
     PassConfigKey("tw.layout_visualization_dir", str, "./tmp/layout_visualization",
                   "folder for the png / svg / pdf layout pictures"),
+    PassConfigKey("tw.enable_fast_math", bool, None,
+                  "fast approximations of exp, log, division ... (unset: the backend's "
+                  "default; see fast_math())",
+                  tilelang="TL_ENABLE_FAST_MATH", tilelang_value="tl.enable_fast_math"),
+    PassConfigKey("tw.disable_fast_math", bool, None,
+                  "the opposite of tw.enable_fast_math (TileLang's older spelling)",
+                  tilelang="TL_DISABLE_FAST_MATH", tilelang_value="tl.disable_fast_math"),
 )
 
 DEBUG_KEYS = ("tw.dump_ir", "tw.dump_ir_dir", "tw.pass_timing", "tw.layout_visualization_enable")
@@ -43,11 +58,45 @@ def debug_requested(configs: dict) -> bool:
     return any(configs.get(key) for key in DEBUG_KEYS)
 
 
+def fast_math(configs: dict) -> bool | None:
+    """Whether validated ``configs`` ask for fast math (True), for precise math (False), or
+    leave it to the backend (None). Asking both ways is a ConfigError."""
+    enable, disable = configs.get("tw.enable_fast_math"), configs.get("tw.disable_fast_math")
+    if enable is not None and disable is not None and enable == disable:
+        raise ConfigError(f"pass_configs set TL_ENABLE_FAST_MATH={enable} and "
+                          f"TL_DISABLE_FAST_MATH={disable}; keep one")
+    return enable if enable is not None else None if disable is None else not disable
+
+
 def known_keys() -> dict[str, PassConfigKey]:
+    """Every key: the core's, the loaded plugins', then TileLang's remaining members
+    (:mod:`.tilelang_keys`) under the backend they belong to."""
     keys = {k.name: k for k in CORE_KEYS}
     for key in get_manager().collect("tilewright_pass_config_keys"):
         keys.setdefault(key.name, key)
+    declared = {k.tilelang for k in keys.values() if k.tilelang}
+    for key in fallback_keys(declared):
+        keys.setdefault(key.name, key)
     return keys
+
+
+_NOTED: set = set()
+
+
+def note_ignored(configs: dict, backend: str) -> None:
+    """Log once per key and backend that a key of another backend (or of TileLang's own
+    compiler) has no effect on ``backend``."""
+    keys = known_keys()
+    for name in configs:
+        key = keys.get(name)
+        if key is None or key.owner in ("core", backend) or (name, backend) in _NOTED:
+            continue
+        _NOTED.add((name, backend))
+        spelled = f"{key.tilelang} ({name})" if key.tilelang else name
+        where = "TileLang's own compiler" if key.owner == "tilelang" else \
+            f"backend '{key.owner}'"
+        _log.warning("pass config %s belongs to %s and has no effect on backend '%s'",
+                     spelled, where, backend)
 
 
 def tilelang_keys(keys: dict[str, PassConfigKey] | None = None) -> dict[str, PassConfigKey]:
@@ -94,8 +143,8 @@ def validate(pass_configs: dict | None) -> dict:
         if key is None:
             hint = _unknown_hint(str(written), [*keys, *aliases], aliases)
             raise ConfigError(f"unknown pass_configs key {written!r}{hint}")
-        if key.type is bool and not isinstance(value, bool) or \
-                key.type is not bool and not isinstance(value, key.type):
+        if value is not None and (key.type is bool and not isinstance(value, bool) or
+                                  key.type is not bool and not isinstance(value, key.type)):
             raise ConfigError(f"pass_configs[{written!r}] must be {key.type.__name__}, got "
                               f"{value!r}")
         name = str(name)

@@ -16,7 +16,7 @@ from ..errors import KernelError, TilewrightError, UnsupportedOpError, span_loca
 from ..ir import intrinsics_in, tile_ops_in
 from ..log import get_logger
 from ..plugin import BackendModule, Executor, GeneratedSource
-from ..transform import reraise_pass_error
+from ..transform import check_bounds, instrument_bounds, reraise_pass_error
 from . import events, passconfig
 from .target import Target, resolve_target
 
@@ -143,11 +143,15 @@ def lower(func: tirx.PrimFunc, target="auto", pass_configs=None) -> Lowered:
     """Run the backend's pipeline and codegen on ``func``."""
     target_obj, backend = resolve_target(target)
     configs = passconfig.validate(pass_configs)
+    passconfig.note_ignored(configs, backend.name)
     session = events.new_session()
     name = str(func.attrs["global_symbol"]) if func.attrs and "global_symbol" in func.attrs \
         else "main"
     ctx = CompileContext(target_obj, backend, configs, session, name)
     check_support(func, backend)
+    check_bounds(func)
+    if configs.get("tw.bounds_check"):
+        func = instrument_bounds(func)
     _log.debug("session %d: lowering %s for %s (backend %s)", session, name, target_obj,
                backend.name)
     detach = _attach_config_tools(session, configs)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 from dataclasses import dataclass
 
 from ..errors import TargetError
 from ..plugin import BackendModule, PluginManager, get_manager
+
+ENV_TARGET = "TILEWRIGHT_TARGET"
 
 
 @dataclass(frozen=True)
@@ -28,7 +31,10 @@ class Target:
 def parse_target(text: str) -> tuple[str, tuple[tuple[str, str], ...]]:
     if not isinstance(text, str) or not text.strip():
         raise TargetError(f"a target must be a non-empty string, got {text!r}")
-    parts = shlex.split(text)
+    try:
+        parts = shlex.split(text)
+    except ValueError as exc:
+        raise TargetError(f"target string {text!r} cannot be read: {exc}") from None
     kind, options = parts[0], []
     for part in parts[1:]:
         if not part.startswith("-") or "=" not in part:
@@ -39,11 +45,14 @@ def parse_target(text: str) -> tuple[str, tuple[tuple[str, str], ...]]:
 
 
 def resolve_target(target, manager: PluginManager | None = None) -> tuple[Target, BackendModule]:
-    """The :class:`Target` and its backend. ``auto`` prefers an accelerator backend whose
+    """The :class:`Target` and its backend. ``auto`` means the target that the environment
+    variable ``TILEWRIGHT_TARGET`` names when it is set; otherwise an accelerator backend whose
     device is present, else the CPU backend."""
     manager = manager or get_manager()
     if isinstance(target, Target):
         return target, manager.backends()[target.backend]
+    if target in (None, "auto") and os.environ.get(ENV_TARGET):
+        target = os.environ[ENV_TARGET]
     kind, options = parse_target(target or "auto")
     if kind == "auto":
         if options:

@@ -11,15 +11,18 @@ from .schema import (
     decode,
     get_schema,
     intrinsics_in,
+    is_region,
     make_call,
     register_intrinsic,
     register_tile_op,
     registered_ops,
+    schema_of_call,
     tile_ops_in,
 )
 
 __all__ = [
     "ATOMIC_KINDS", "PORTABLE_OPS", "REDUCE_KINDS", "Attr", "Operand", "Region", "TileOpCall",
     "TileOpSchema", "decode", "get_schema", "intrinsics_in", "make_call", "ops",
-    "register_intrinsic", "register_tile_op", "registered_ops", "tile_ops_in",
+    "is_region", "register_intrinsic", "register_tile_op", "registered_ops", "schema_of_call",
+    "tile_ops_in",
 ]

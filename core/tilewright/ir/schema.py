@@ -200,9 +200,17 @@ def make_call(name: str, operands: dict[str, Any], attrs: dict[str, Any] | None 
     return tirx.Evaluate(call, span=span)
 
 
-def _is_region(expr) -> bool:
+def is_region(expr) -> bool:
+    """Whether ``expr`` is a region operand (``tw.region``) of a tile op."""
     return isinstance(expr, tvm.ir.Call) and isinstance(expr.op, tvm.ir.Op) and \
         expr.op.name == _REGION_OP
+
+
+def schema_of_call(call) -> TileOpSchema | None:
+    """The schema of the tile op ``call`` (a ``tvm.ir.Call``) invokes, or None."""
+    if not isinstance(call, tvm.ir.Call) or not isinstance(call.op, tvm.ir.Op):
+        return None
+    return _BY_IR_NAME.get(call.op.name)
 
 
 def decode_region(expr) -> Region:
@@ -223,7 +231,7 @@ def decode(stmt) -> TileOpCall | None:
     n = len(schema.operands)
     operands = {}
     for op, arg in zip(schema.operands, call.args[:n]):
-        operands[op.name] = decode_region(arg) if _is_region(arg) else arg
+        operands[op.name] = decode_region(arg) if is_region(arg) else arg
     attrs = {a.name: _decode_attr(a, v) for a, v in zip(schema.attrs, call.args[n:])}
     return TileOpCall(schema, operands, attrs, stmt.span, stmt)
 

@@ -8,10 +8,12 @@ import importlib
 
 _NAMES = {
     "jit": "decorator", "JITFunction": "decorator", "lower": "decorator",
-    "compile": "kernel", "JITKernel": "kernel",
+    "compile": "decorator", "par_compile": "decorator", "JITKernel": "kernel",
+    "disable_cache": "decorator", "enable_cache": "decorator", "is_cache_enabled": "decorator",
 }
 
-__all__ = ["JITFunction", "JITKernel", "compile", "jit", "lower"]
+__all__ = ["JITFunction", "JITKernel", "compile", "disable_cache", "enable_cache",
+           "is_cache_enabled", "jit", "lower", "par_compile"]
 
 
 def __getattr__(name):

@@ -7,6 +7,10 @@ Two authoring styles:
 - eager: the decorated function takes tensors (declared in the body with ``A: T.Tensor``),
   declares outputs with ``T.empty`` and returns them; calling it with tensors compiles (once
   per specialisation) and runs the kernel.
+
+Compiled kernels are kept in memory keyed by the arguments and by a snapshot of the globals,
+closure variables and helper functions the kernel's code reads (see
+:mod:`tilewright.jit.reads` for exactly what is noticed); ``fn.cache_clear()`` forgets them.
 """
 
 from __future__ import annotations
@@ -14,11 +18,122 @@ from __future__ import annotations
 import ast
 import functools
 import inspect
+import logging
+import os
 import textwrap
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 from ..engine import lower as _lower_engine
+from ..engine import resolve_target
+from ..engine.passconfig import NAMES
 from ..errors import ArgumentError, KernelError
-from .kernel import JITKernel, compile
+from .kernel import JITKernel
+from .kernel import compile as _compile_kernel
+from .reads import Reads
+
+_log = logging.getLogger(__name__)
+# TileLang's execution backends; where the chosen backend has no executor of that name, its
+# default executor runs the kernel (said once per name)
+TILELANG_EXECUTORS = ("auto", "tvm_ffi", "cython", "nvrtc", "torch", "cutedsl", "ctypes")
+_NOTED: set = set()
+
+
+def _note(message: str, *args) -> None:
+    text = message % args
+    if text not in _NOTED:
+        _NOTED.add(text)
+        _log.warning(text)
+
+
+def _executor(backend, name):
+    """``name`` when ``backend`` has an executor so named; None (its default) for "auto" and
+    for TileLang's executor names it lacks."""
+    if name is None or name == "auto":
+        return None
+    if any(e.name == name for e in backend.executors) or name not in TILELANG_EXECUTORS:
+        return name
+    _note("execution_backend=%r is TileLang's; backend '%s' runs kernels with its own "
+          "executors (%s)", name, backend.name, ", ".join(e.name for e in backend.executors))
+    return None
+
+
+_CACHE = {"enabled": True}
+
+
+def disable_cache() -> None:
+    """Compile every kernel from now on, bypassing the disk cache (TileLang's
+    ``tilelang.disable_cache``)."""
+    _CACHE["enabled"] = False
+
+
+def enable_cache() -> None:
+    """Use the disk cache again (the default)."""
+    _CACHE["enabled"] = True
+
+
+def is_cache_enabled() -> bool:
+    return _CACHE["enabled"]
+
+
+def _with_flags(pass_configs, compile_flags):
+    """``compile_flags`` travel as TileLang's TL_DEVICE_COMPILE_FLAGS pass config; with the
+    cache disabled, ``tw.disable_cache`` is set."""
+    configs = dict(pass_configs or {})
+    if compile_flags is not None:
+        configs[NAMES.TL_DEVICE_COMPILE_FLAGS] = compile_flags
+    if not _CACHE["enabled"]:
+        configs["tw.disable_cache"] = True
+    return configs
+
+
+def compile(func, out_idx=None, execution_backend=None, target="auto",  # noqa: A001
+            target_host=None, verbose=None, pass_configs=None, compile_flags=None,
+            cache=None) -> JITKernel:
+    """Compile a tile-level PrimFunc into a :class:`JITKernel` (TileLang's ``compile``).
+
+    ``compile_flags`` become the ``TL_DEVICE_COMPILE_FLAGS`` pass config (a backend that
+    compiles device code with flags uses them; the others say in one log line that they do
+    not); ``target_host`` is logged as having no effect (each backend builds its own host
+    code); ``verbose`` prints one line per compilation (name, target, executor, seconds)."""
+    if target_host is not None:
+        _note("target_host=%r has no effect: each backend builds its own host code",
+              target_host)
+    target_obj, backend = resolve_target(target)
+    start = time.perf_counter()
+    kernel = _compile_kernel(func, out_idx=out_idx, target=target_obj,
+                             pass_configs=_with_flags(pass_configs, compile_flags),
+                             execution_backend=_executor(backend, execution_backend),
+                             cache=cache)
+    if verbose:
+        print(f"tilewright: compiled {kernel.signature.name} for {target_obj} (backend "
+              f"{backend.name}, executor {kernel.executor}) in "
+              f"{time.perf_counter() - start:.2f} s", flush=True)
+    return kernel
+
+
+def par_compile(funcs, out_idx=None, execution_backend=None, target="auto", target_host=None,
+                verbose=None, pass_configs=None, compile_flags=None, num_workers=None,
+                ignore_error: bool = False) -> list:
+    """Compile several PrimFuncs on ``num_workers`` threads (default: one per core); the
+    kernels in order. With ``ignore_error`` a failed compilation is logged and gives None."""
+    funcs = list(funcs)
+
+    def one(func):
+        try:
+            return compile(func, out_idx, execution_backend, target, target_host, verbose,
+                           pass_configs, compile_flags)
+        except Exception as exc:
+            if not ignore_error:
+                raise
+            _log.warning("par_compile: %s failed: %s: %s",
+                         func.attrs["global_symbol"] if func.attrs else "kernel",
+                         type(exc).__name__, exc)
+            return None
+
+    workers = num_workers or len(os.sched_getaffinity(0))
+    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(funcs) or 1))) as pool:
+        return list(pool.map(one, funcs))
 
 
 def lower(func, target="auto", pass_configs=None):
@@ -28,11 +143,19 @@ def lower(func, target="auto", pass_configs=None):
 
 
 def _is_factory(fn) -> bool:
+    """A kernel factory defines a ``@T.prim_func`` or has no ``with T.Kernel`` block of its
+    own (it returns a PrimFunc made elsewhere); an eager kernel opens ``T.Kernel`` itself."""
     try:
         tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
     except (OSError, TypeError, SyntaxError):
         return True
+    opens_kernel = False
     for node in ast.walk(tree.body[0]):
+        if isinstance(node, ast.With):
+            for item in node.items:
+                call = item.context_expr
+                target = call.func if isinstance(call, ast.Call) else call
+                opens_kernel = opens_kernel or getattr(target, "attr", None) == "Kernel"
         if node is tree.body[0] or not isinstance(node, ast.FunctionDef):
             continue
         for deco in node.decorator_list:
@@ -40,7 +163,7 @@ def _is_factory(fn) -> bool:
             name = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
             if name == "prim_func":
                 return True
-    return False
+    return not opens_kernel
 
 
 def _is_tensor(value) -> bool:
@@ -64,25 +187,90 @@ class JITFunction:
     """What ``@jit`` returns."""
 
     def __init__(self, fn, out_idx=None, target="auto", pass_configs=None,
-                 execution_backend=None):
+                 execution_backend=None, target_host=None, verbose=None, debug_root_path=None,
+                 compile_flags=None):
         self.fn = fn
         self.out_idx = out_idx
         self.target = target
         self.pass_configs = pass_configs
         self.execution_backend = execution_backend
+        self.target_host = target_host
+        self.verbose = verbose
+        self.debug_root_path = debug_root_path
+        self.compile_flags = compile_flags
         self.factory = _is_factory(fn)
         self._signature = inspect.signature(fn)
         self._kernels: dict = {}
         self._recipes: dict = {}
+        self._reads = Reads(fn)
         functools.update_wrapper(self, fn)
 
+    def cache_clear(self) -> None:
+        """Forget the kernels compiled in this process (the disk cache is kept)."""
+        self._kernels.clear()
+        self._recipes.clear()
+
     def _compile(self, func) -> JITKernel:
-        return compile(func, out_idx=self.out_idx, target=self.target,
-                       pass_configs=self.pass_configs, execution_backend=self.execution_backend)
+        kernel = compile(func, self.out_idx, self.execution_backend, self.target,
+                         self.target_host, self.verbose, self.pass_configs, self.compile_flags)
+        if self.debug_root_path:
+            self._dump(func, kernel)
+        return kernel
+
+    def _dump(self, func, kernel: JITKernel) -> None:
+        """``debug_root_path``: the generated source and the tile program, as TileLang
+        writes them (``tilewright_jit_kernel_<name>.<ext>``, ``..._program_<name>.py``)."""
+        os.makedirs(self.debug_root_path, exist_ok=True)
+        name = self.fn.__name__
+        with open(os.path.join(self.debug_root_path,
+                               f"tilewright_jit_kernel_{name}.{kernel.source_ext}"), "w") as f:
+            f.write(kernel.get_kernel_source())
+        with open(os.path.join(self.debug_root_path,
+                               f"tilewright_jit_program_{name}.py"), "w") as f:
+            f.write(func.script())
+
+    def get_tir(self, *args, **kwargs):
+        """The tile-level PrimFunc for these arguments (factory arguments, or an eager
+        kernel's compile-time arguments and ``T.const`` values by name), uncompiled."""
+        if self.factory:
+            func = self.fn(*args, **kwargs)
+            if not hasattr(func, "script"):
+                raise KernelError(f"{self.fn.__name__} must return a @T.prim_func, got "
+                                  f"{type(func).__name__}")
+            return func
+        static, consts = self._eager_static(args, kwargs)
+        from ..language.kernel import trace_eager
+
+        return trace_eager(self.fn, static, consts)[0]
+
+    def get_kernel_source(self, *args, **kwargs) -> str:
+        """The generated source of the kernel these arguments compile to."""
+        return self.compile(*args, **kwargs).get_kernel_source()
+
+    def par_compile(self, configs, num_workers=None, ignore_error: bool = False) -> list:
+        """Compile one kernel per config (a dict of keyword arguments or a tuple of
+        positional ones) on ``num_workers`` threads; see :func:`par_compile`."""
+        funcs = []
+        for config in configs:
+            if isinstance(config, dict):
+                funcs.append(self.get_tir(**config))
+            elif isinstance(config, tuple):
+                funcs.append(self.get_tir(*config))
+            else:
+                raise ArgumentError(f"par_compile: a config is a dict or a tuple, got "
+                                    f"{type(config).__name__}")
+        kernels = par_compile(funcs, self.out_idx, self.execution_backend, self.target,
+                              self.target_host, self.verbose, self.pass_configs,
+                              self.compile_flags, num_workers, ignore_error)
+        if self.debug_root_path:
+            for func, kernel in zip(funcs, kernels):
+                if kernel is not None:
+                    self._dump(func, kernel)
+        return kernels
 
     def __call__(self, *args, **kwargs):
         if self.factory:
-            key = (_freeze(args), _freeze(kwargs))
+            key = (_freeze(args), _freeze(kwargs), self._reads.snapshot())
             kernel = self._kernels.get(key)
             if kernel is None:
                 func = self.fn(*args, **kwargs)
@@ -105,7 +293,8 @@ class JITFunction:
     def _eager_kernel(self, tensors: dict, static: dict) -> JITKernel:
         from ..language.kernel import _ParamSlot, trace_eager
 
-        level1 = (_freeze(static), tuple((k, str(t.dtype), t.dim()) for k, t in tensors.items()))
+        level1 = (_freeze(static), tuple((k, str(t.dtype), t.dim()) for k, t in tensors.items()),
+                  self._reads.snapshot())
         recipe = self._recipes.get(level1)
         slots = {k: _ParamSlot(k, t) for k, t in tensors.items()}
         if recipe is None:
@@ -128,28 +317,41 @@ class JITFunction:
             kernel = self._kernels[key] = self._compile(func)
         return kernel
 
-    def compile(self, *args, **kwargs) -> JITKernel:
-        """Compile without running: factory arguments, or ``T.const`` values by name (eager)."""
-        if self.factory:
-            return self(*args, **kwargs)
-        from ..language.kernel import _ParamSlot, trace_eager
+    def _eager_static(self, args, kwargs) -> tuple[dict, dict]:
+        """An eager kernel's compile-time arguments (positional or by name; tensors are
+        slots) and its ``T.const`` values (the other keyword arguments)."""
+        from ..language.kernel import _ParamSlot
 
         params = self._signature.parameters
-        static = {k: v for k, v in kwargs.items() if k in params}
+        static = dict(zip(params, args))
+        static.update({k: v for k, v in kwargs.items() if k in params})
         consts = {k: v for k, v in kwargs.items() if k not in params}
         for name, param in params.items():
             if name not in static and param.default is not inspect.Parameter.empty:
                 static[name] = param.default
-            elif name not in static:
+            elif name not in static or _is_tensor(static[name]):
                 static[name] = _ParamSlot(name)
-        func, _, _ = trace_eager(self.fn, static, consts)
-        return self._compile(func)
+        return static, consts
+
+    def compile(self, *args, **kwargs) -> JITKernel:
+        """Compile without running: factory arguments, or ``T.const`` values by name (eager)."""
+        if self.factory:
+            return self(*args, **kwargs)
+        return self._compile(self.get_tir(*args, **kwargs))
 
 
-def jit(fn=None, *, out_idx=None, target="auto", pass_configs=None, execution_backend=None,
-        **_ignored):
-    """Decorate a kernel factory or an eager kernel (see the module docstring)."""
+def jit(fn=None, *, out_idx=None, target="auto", target_host=None, execution_backend=None,
+        verbose=None, pass_configs=None, debug_root_path=None, compile_flags=None):
+    """Decorate a kernel factory or an eager kernel (see the module docstring).
+
+    The keyword arguments are TileLang's: ``out_idx``, ``target``, ``pass_configs`` and
+    ``execution_backend`` (an executor of the target's backend; TileLang's names that the
+    backend lacks, and ``"auto"``, pick its default) choose how to compile; ``verbose`` prints
+    one line per compilation; ``debug_root_path`` writes each kernel's generated source and
+    tile program into that folder; ``compile_flags`` and ``target_host``: see
+    :func:`compile`. Any other keyword is a TypeError."""
     def wrap(f):
-        return JITFunction(f, out_idx, target, pass_configs, execution_backend)
+        return JITFunction(f, out_idx, target, pass_configs, execution_backend, target_host,
+                           verbose, debug_root_path, compile_flags)
 
     return wrap(fn) if fn is not None else wrap

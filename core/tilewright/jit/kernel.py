@@ -9,50 +9,40 @@ import os
 import shutil
 import sys
 import tempfile
+import warnings
 from pathlib import Path
 
+import tvm
 from tvm import tirx
 
 from .. import __version__
 from ..engine import build, events, lower, pick_executor, resolve_target, validate
 from ..engine.passconfig import debug_requested
-from ..errors import ArgumentError
-from .cache import DiskCache, make_key
-from .signature import KernelSignature
+from ..errors import TilewrightError
+from ..plugin import get_manager
+from ..profiler.kernel_profiler import Profiler
+from ..runtime.call import KernelCall, warn_once
+from ..runtime.signature import KernelSignature
+from ..utils.tensor import TensorSupplyType
+from .cache import CacheError, DiskCache, make_key
+from .signature import signature_of
 
 
-def _torch():
-    import torch
-
-    return torch
-
-
-class JITKernel:
+class JITKernel(KernelCall):
     """A compiled kernel: call it with torch tensors (inputs; outputs are allocated)."""
 
     def __init__(self, func, signature: KernelSignature, backend, target, executor: str,
                  fn, source: str, source_ext: str, artifact_dir: str | None = None,
                  lowered_text: str | None = None):
+        super().__init__(signature, fn, backend.device, backend.name)
         self.func = func
-        self.signature = signature
         self.backend = backend
         self.target = target
         self.executor = executor
-        self._fn = fn
         self._source = source
         self.source_ext = source_ext
         self.artifact_dir = artifact_dir
         self._lowered_text = lowered_text
-        self._plans: dict = {}
-        torch = _torch()
-        self._dtypes = [getattr(torch, p.dtype) if p.kind == "tensor" else None
-                        for p in signature.params]
-        self._inputs = [i for i, p in enumerate(signature.params) if not p.is_output]
-        self._outputs = [i for i, p in enumerate(signature.params) if p.is_output]
-        self._tail_outputs = self._outputs == list(range(len(self._inputs),
-                                                         len(signature.params)))
-        self._tensor_type, self._empty = torch.Tensor, torch.empty
-        self._device = backend.device
 
     # -- inspection -------------------------------------------------------------------
     def get_kernel_source(self) -> str:
@@ -67,154 +57,91 @@ class JITKernel:
         """The IR after the backend's pipeline, as TVMScript text."""
         return self._lowered_text or ""
 
-    def export(self, path):
-        """Write a bundle that ``tilewright.runtime.load(path)`` runs without the compiler.
-        The executor's kernel object writes it (``fn.export(path, signature_json)``)."""
+    @property
+    def executable(self):
+        """What the executor built: the callable taking every parameter in kernel order (a
+        ``tilewright.runtime.cuda.CubinFunction`` with ``cubin`` and ``launch`` for CUDA)."""
+        return self._fn
+
+    def export(self, path, extra: dict | None = None):
+        """Write a bundle that ``tilewright.runtime.load(path)`` runs without the compiler;
+        ``extra`` adds files to it (role -> (file name, bytes)), listed in its manifest like
+        the others. The executor's kernel object writes it (``fn.export(path, signature_json,
+        extra)``)."""
         exporter = getattr(self._fn, "export", None)
         if exporter is None:
-            from ..errors import TilewrightError
-
             raise TilewrightError(f"executor '{self.executor}' of backend '{self.backend.name}' "
                                   "cannot export kernels; compile for a backend whose "
                                   "executor writes bundles (for example target 'cuda')")
-        return exporter(path, self.signature.to_json())
+        return exporter(path, self.signature.to_json(), extra)
 
     @property
     def params(self):
         return self.signature.params
 
+    def get_profiler(self, tensor_supply_type=None):
+        """A :class:`~tilewright.profiler.Profiler` of this kernel, whose inputs are made as
+        ``tensor_supply_type`` (a :class:`~tilewright.TensorSupplyType`, default ``Auto``)
+        says."""
+        return Profiler(self, tensor_supply_type or TensorSupplyType.Auto)
+
     def __repr__(self) -> str:
         return (f"JITKernel({self.signature.name}, target={self.target!s}, "
                 f"executor={self.executor})")
 
-    # -- calling ----------------------------------------------------------------------
-    def __call__(self, *args):
-        # fast path: one dict lookup keyed by what the argument checks depend on
-        try:
-            key = tuple([(a.dtype, a.shape, a.device, a.is_contiguous()) for a in args])
-        except AttributeError:  # scalars or non-torch values among the arguments
-            key = tuple((a.dtype, a.shape, a.device, a.is_contiguous())
-                        if isinstance(a, self._tensor_type) else type(a) for a in args)
-        outs = self._plans.get(key)
-        if outs is None:
-            outs = self._plans[key] = self._new_plan(args)
-        if not outs:
-            self._fn(*args)
-            return None
-        empty = self._empty
-        outs = [empty(shape, dtype=dtype, device=device) for shape, dtype, device in outs]
-        if self._tail_outputs:
-            self._fn(*args, *outs)
-        else:
-            full = list(args)
-            for pos, out in zip(self._outputs, outs):
-                full.insert(pos, out)
-            self._fn(*full)
-        return outs[0] if len(outs) == 1 else outs
-
-    def _new_plan(self, args) -> tuple:
-        """Check the arguments (count, then :meth:`_plan`); the outputs' (shape, dtype,
-        device)."""
-        inputs = self._inputs
-        if len(args) != len(inputs):
-            names = ", ".join(self.signature.params[i].name for i in inputs)
-            raise ArgumentError(f"kernel {self.signature.name} takes {len(inputs)} input(s) "
-                                f"({names}), got {len(args)}")
-        shapes = self._plan(args)
-        device = args[0].device if args and hasattr(args[0], "device") else self._device
-        return tuple((shape, dtype, device) for shape, dtype in shapes)
-
-    def _plan(self, args):
-        """Check every argument against the signature (once per shape/dtype/device key) and
-        compute the output shapes."""
-        torch = _torch()
-        sig = self.signature
-        symbols: dict[str, int] = {}
-        for pos, (index, arg) in enumerate(zip(self._inputs, args)):
-            spec = sig.params[index]
-            where = f"argument {pos} ({spec.name!r}) of kernel {sig.name}"
-            if spec.kind == "scalar":
-                if isinstance(arg, torch.Tensor):
-                    raise ArgumentError(f"{where} is a scalar of dtype {spec.dtype}, got a tensor")
-                continue
-            if not isinstance(arg, torch.Tensor):
-                raise ArgumentError(f"{where} must be a torch.Tensor, got {type(arg).__name__}")
-            if arg.dtype != self._dtypes[index]:
-                raise ArgumentError(f"{where} must have dtype {spec.dtype}, got "
-                                    f"{str(arg.dtype).removeprefix('torch.')}")
-            if arg.device.type != self._device:
-                raise ArgumentError(f"{where} must be on device '{self._device}' (backend "
-                                    f"'{self.backend.name}'), got '{arg.device}'")
-            if not arg.is_contiguous():
-                raise ArgumentError(f"{where} must be contiguous; call .contiguous() first")
-            if arg.dim() != len(spec.shape):
-                raise ArgumentError(f"{where} must have {len(spec.shape)} dimension(s) "
-                                    f"{_fmt(spec.shape)}, got shape {tuple(arg.shape)}")
-            for dim, (want, got) in enumerate(zip(spec.shape, arg.shape)):
-                if isinstance(want, int):
-                    if want != got:
-                        raise ArgumentError(f"{where} must have shape {_fmt(spec.shape)}, got "
-                                            f"{tuple(arg.shape)} (dimension {dim})")
-                elif want.isidentifier():
-                    if symbols.setdefault(want, got) != got:
-                        raise ArgumentError(f"{where}: dimension {dim} is {want} = {got}, but "
-                                            f"an earlier argument set {want} = {symbols[want]}")
-        for name, _, _ in sig.symbols:
-            symbols.setdefault(name, None)
-        shapes = []
-        for index in self._outputs:
-            spec = sig.params[index]
-            shapes.append((tuple(_eval_dim(d, symbols, spec.name) for d in spec.shape),
-                           self._dtypes[index]))
-        for index, arg in zip(self._inputs, args):
-            spec = sig.params[index]
-            for dim, want in enumerate(spec.shape):
-                if isinstance(want, str) and not want.isidentifier():
-                    value = _eval_dim(want, symbols, spec.name)
-                    if value != arg.shape[dim]:
-                        raise ArgumentError(f"argument {spec.name!r}: dimension {dim} must be "
-                                            f"{want} = {value}, got {arg.shape[dim]}")
-        return shapes
-
-
-def _fmt(shape) -> str:
-    return "(" + ", ".join(str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
-
-
-def _eval_dim(dim, symbols: dict, param: str) -> int:
-    if isinstance(dim, int):
-        return dim
-    unknown = [n for n, v in symbols.items() if v is None and n in dim]
-    try:
-        value = eval(dim, {"__builtins__": {}}, {k: v for k, v in symbols.items()  # noqa: S307
-                                                 if v is not None})
-    except NameError:
-        raise ArgumentError(f"the shape of {param!r} uses {dim!r}, which no input tensor's "
-                            f"shape provides{' (' + ', '.join(unknown) + ')' if unknown else ''}"
-                            ) from None
-    return int(value)
-
-
 # -- compile -----------------------------------------------------------------------------------
 @functools.cache
 def _fingerprint(package: str) -> str:
-    """A digest of the size and mtime of a package's files (its Python modules and what they
-    read: the CUDA backend's headers, say): editing the compiler (core or backend) in place
+    """A digest of the contents of a package's files (its Python modules and what they read:
+    the CUDA backend's headers, say): editing the compiler (core or backend) in place
     invalidates kernels cached by the old code, even at one version."""
     module = sys.modules.get(package) or importlib.import_module(package)
     root = os.path.dirname(module.__file__)
-    entries = []
+    h = hashlib.sha256()
+    files = []
     pending = [root]
-    while pending:  # os.scandir reuses the directory's stat data: this runs on every cold start
+    while pending:
         with os.scandir(pending.pop()) as it:
             for entry in it:
-                if entry.is_dir(follow_symlinks=False) and entry.name != "__pycache__":
-                    pending.append(entry.path)
+                if entry.is_dir(follow_symlinks=False):
+                    if entry.name != "__pycache__":
+                        pending.append(entry.path)
                 elif not entry.name.endswith((".pyc", ".pyo")):
-                    stat = entry.stat()
-                    name = os.path.relpath(entry.path, root)
-                    entries.append(f"{name}:{stat.st_size}:{stat.st_mtime_ns};")
-    return hashlib.sha256("".join(sorted(entries)).encode()).hexdigest()[:16]
+                    files.append(entry.path)
+    for path in sorted(files):
+        h.update(os.path.relpath(path, root).encode() + b"\0")
+        with open(path, "rb") as f:
+            h.update(hashlib.sha256(f.read()).digest())
+    return h.hexdigest()[:24]
+
+
+def _plugins_fingerprint() -> list:
+    """Every loaded plugin with its version and a digest of its package: a plugin may teach
+    any backend an op (``tilewright_lowering_rules``), so each can change a binary."""
+    manager = get_manager()
+    out = []
+    for record in sorted(manager.records.values(), key=lambda r: r.name):
+        if record.status == "ok" and record.module is not None:
+            package = record.module.__name__.split(".")[0]
+            module = sys.modules.get(package)
+            code = _fingerprint(package) if getattr(module, "__file__", None) else \
+                f"in-memory module {package}"
+            out.append([record.name, record.version, code])
+    return out
+
+
+def cache_key(func: tirx.PrimFunc, target, backend, executor, configs: dict, outputs) -> str:
+    """The disk-cache key of one compile: everything that decides the binary."""
+    return make_key({
+        "tilewright": __version__, "tvm": tvm.__version__, "backend": backend.name,
+        "backend_version": backend.version,
+        "code": [_fingerprint("tilewright"),
+                 _fingerprint(backend.codegens[target.kind].generate.__module__.split(".")[0])],
+        "plugins": _plugins_fingerprint(),
+        "target": str(target), "pass_configs": configs, "executor": executor.name,
+        "toolchain": executor.fingerprint() if executor.fingerprint is not None else "",
+        "out_idx": outputs, "program": func.script(),
+    })
 
 
 def _out_idx(func: tirx.PrimFunc, out_idx):
@@ -228,33 +155,29 @@ def _out_idx(func: tirx.PrimFunc, out_idx):
 
 def compile(func: tirx.PrimFunc, out_idx=None, target="auto", pass_configs=None,  # noqa: A001
             execution_backend: str | None = None, cache: DiskCache | None = None) -> JITKernel:
-    """Compile a tile-level PrimFunc into a :class:`JITKernel`, through the disk cache."""
+    """Compile a tile-level PrimFunc into a :class:`JITKernel`, through the disk cache.
+
+    When the cache cannot be used (see :mod:`tilewright.jit.cache`), the kernel is compiled
+    without it and one warning says why."""
     target_obj, backend = resolve_target(target)
     configs = validate(pass_configs)
     outputs = _out_idx(func, out_idx)
-    signature = KernelSignature.from_func(func, outputs)
+    signature = signature_of(func, outputs)
     executor = pick_executor(backend, execution_backend)
     # a debug tool watching compilations (lower trace, pass timing, IR dumps) needs one to
     # happen, and an edited codegen file must be compiled: such runs bypass the cache
     use_cache = executor.load is not None and not configs.get("tw.disable_cache", False) \
         and not events.active() and not debug_requested(configs)
-    cache = cache or DiskCache()
-    key = make_key({
-        "tilewright": __version__, "backend": backend.name, "backend_version": backend.version,
-        "code": [_fingerprint("tilewright"),
-                 _fingerprint(backend.codegens[target_obj.kind].generate.__module__.split(".")[0])],
-        "target": str(target_obj), "pass_configs": configs, "executor": executor.name,
-        "toolchain": executor.fingerprint() if executor.fingerprint is not None else "",
-        "out_idx": outputs, "program": func.script(),
-    })
+    built: list = []  # the lowering of a cached attempt, reused if the cache then fails
     if use_cache:
-        meta = cache.lookup(key)
-        if meta is None:
-            with cache.lock(key):
-                meta = cache.lookup(key) or _build_into_cache(cache, key, func, target_obj,
-                                                              configs, executor.name, signature)
-        return _from_meta(meta, func, signature, backend, target_obj, executor)
-    lowered = lower(func, target_obj, configs)
+        cache = cache or DiskCache()
+        key = cache_key(func, target_obj, backend, executor, configs, outputs)
+        try:
+            return _compile_cached(cache, key, func, signature, backend, target_obj, configs,
+                                   executor, built)
+        except CacheError as exc:
+            warn_once(f"tilewright compiled {signature.name} without the disk cache: {exc}")
+    lowered = built[0] if built else lower(func, target_obj, configs)
     # executors write their artifacts to a folder; outside the cache it is a private one that
     # lives as long as the kernel
     scratch = tempfile.TemporaryDirectory(prefix="tilewright-")
@@ -266,14 +189,41 @@ def compile(func: tirx.PrimFunc, out_idx=None, target="auto", pass_configs=None,
     return kernel
 
 
-def _build_into_cache(cache, key, func, target, configs, executor, signature) -> dict:
-    lowered = lower(func, target, configs)
+def _compile_cached(cache, key, func, signature, backend, target, configs, executor,
+                    built) -> JITKernel:
+    meta = cache.lookup(key)
+    if meta is not None:
+        kernel = _from_meta(cache, meta, func, signature, backend, target, executor)
+        if kernel is not None:
+            return kernel
+    with cache.lock(key):
+        meta = cache.lookup(key)
+        if meta is None:
+            if not built:
+                built.append(lower(func, target, configs))
+            meta = _build_into_cache(cache, key, built[0], target, executor.name, signature)
+        kernel = _from_meta(cache, meta, func, signature, backend, target, executor)
+    if kernel is None:
+        raise CacheError(f"the kernel stored in {meta['path']} could not be loaded")
+    return kernel
+
+
+def _build_into_cache(cache, key, lowered, target, executor, signature) -> dict:
     staging = cache.staging()
     try:
-        build(lowered, staging, executor)
+        try:
+            build(lowered, staging, executor)
+        except BaseException:
+            if not staging.is_dir():  # removed under us (a 'cache clear' of another process)
+                raise CacheError(f"its build folder {staging} was removed during the "
+                                 "compile") from None
+            raise
         source_name = f"kernel.{lowered.source.file_ext}"
-        (staging / source_name).write_text(lowered.source.text)
-        (staging / "lowered.tir").write_text(lowered.module.script())
+        try:
+            (staging / source_name).write_text(lowered.source.text)
+            (staging / "lowered.tir").write_text(lowered.module.script())
+        except OSError as exc:
+            raise CacheError(f"cannot write to {staging}: {exc.strerror or exc}") from None
         meta = {"signature": signature.to_json(), "backend": lowered.ctx.backend.name,
                 "target": str(target), "executor": executor, "entry": lowered.source.entry,
                 "source": source_name, "timings": lowered.ctx.timings}
@@ -283,11 +233,22 @@ def _build_into_cache(cache, key, func, target, configs, executor, signature) ->
         raise
 
 
-def _from_meta(meta, func, signature, backend, target, executor) -> JITKernel:
+def _from_meta(cache, meta, func, signature, backend, target, executor) -> JITKernel | None:
+    """The kernel of a validated entry; None (the entry moved aside with a warning) when the
+    executor cannot load it."""
     path = Path(meta["path"])
-    fn = executor.load(path, meta["entry"])
-    source = (path / meta["source"]).read_text()
-    lowered = path / "lowered.tir"
+    try:
+        fn = executor.load(path, meta["entry"])
+        source = (path / meta["source"]).read_text()
+        lowered = path / "lowered.tir"
+        lowered_text = lowered.read_text() if lowered.exists() else None
+    except FileNotFoundError as exc:  # removed by another process since it was validated
+        raise CacheError(f"the cache entry {path} was removed while loading it") from exc
+    except Exception as exc:  # noqa: BLE001 - whatever the executor raises on a bad entry
+        warnings.warn(f"tilewright cache entry {path} could not be loaded "
+                      f"({type(exc).__name__}: {exc}); rebuilding it", RuntimeWarning,
+                      stacklevel=4)
+        cache.discard(path)
+        return None
     return JITKernel(func, signature, backend, target, executor.name, fn, source,
-                     meta["source"].rsplit(".", 1)[-1], str(path),
-                     lowered.read_text() if lowered.exists() else None)
+                     meta["source"].rsplit(".", 1)[-1], str(path), lowered_text)

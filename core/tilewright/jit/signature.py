@@ -1,76 +1,106 @@
-"""A compiled kernel's signature: parameter names, shapes, dtypes, outputs, and where each
-shape symbol is read from. Stored as JSON next to cached kernels (no pickle)."""
+"""The signature of a tile program (:class:`~tilewright.runtime.signature.KernelSignature`):
+shapes that are expressions over symbols are written in the grammar of
+:mod:`tilewright.runtime.expr`, which parses them without ``eval``; which tensors the kernel
+may write; the alignment and index type its code assumes."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-
+import tvm
+import tvm_ffi
 from tvm import tirx
 
 from ..errors import ArgumentError, TilewrightError
+from ..ir import decode, is_region, schema_of_call
+from ..runtime.signature import KernelSignature, ParamSpec
 
 
-@dataclass(frozen=True)
-class ParamSpec:
-    name: str
-    shape: tuple  # ints, symbol names, or expression strings over symbols
-    dtype: str
-    is_output: bool = False
-    kind: str = "tensor"  # tensor | scalar
+def signature_of(func: tirx.PrimFunc, out_idx) -> KernelSignature:
+    """The signature of tile program ``func`` with the parameters ``out_idx`` as outputs."""
+    n = len(func.params)
+    outputs = set()
+    for i in out_idx or ():
+        j = i + n if i < 0 else i
+        if not 0 <= j < n:
+            raise TilewrightError(f"out_idx {i} is out of range for {n} parameters")
+        outputs.add(j)
+    params = []
+    written = written_buffers(func)
+    for i, p in enumerate(func.params):
+        if tirx.buffer.is_buffer_var(p):  # `tirx.Buffer` is an alias of every Var
+            shape = tuple(_dim(s) for s in p.shape)
+            index = "int64" if any(str(getattr(s, "ty", "int32")) == "int64"
+                                   for s in p.shape) else "int32"
+            align = int(p.data_alignment) if int(p.data_alignment) > 0 else 64
+            params.append(ParamSpec(str(p.name), shape, str(p.dtype), i in outputs, "tensor",
+                                    align, index, any(p.same_as(w) for w in written)))
+        else:
+            if i in outputs:
+                raise TilewrightError(f"out_idx names scalar parameter {p.name!r}")
+            params.append(ParamSpec(str(p.name), (), str(p.ty), False, "scalar",
+                                    written=False))
+    _check_symbols_readable(func)
+    symbols, seen = [], set()
+    inputs = [p for p in params if not p.is_output]
+    for pos, p in enumerate(inputs):
+        for dim, s in enumerate(p.shape):
+            if isinstance(s, str) and s.isidentifier() and s not in seen:
+                seen.add(s)
+                symbols.append((s, pos, dim))
+    name = str(func.attrs["global_symbol"]) if func.attrs and "global_symbol" in func.attrs \
+        else "main"
+    return KernelSignature(name, tuple(params), tuple(symbols))
 
 
-@dataclass(frozen=True)
-class KernelSignature:
-    name: str
-    params: tuple[ParamSpec, ...]
-    symbols: tuple[tuple[str, int, int], ...]  # (symbol, input position, dim)
+def written_buffers(func: tirx.PrimFunc) -> list:
+    """The buffers ``func`` may write: stored to, written by a tile op (from its schema), or
+    handed to a call by address (atomics, extern helpers)."""
+    found: list = []
 
-    @property
-    def inputs(self) -> tuple[ParamSpec, ...]:
-        return tuple(p for p in self.params if not p.is_output)
+    def store(node):
+        found.append(node.buffer)
 
-    @property
-    def outputs(self) -> tuple[ParamSpec, ...]:
-        return tuple(p for p in self.params if p.is_output)
+    def evaluate(node):
+        call = decode(node)
+        if call is not None:
+            found.extend(r.buffer for r in call.regions("write"))
 
-    def to_json(self) -> dict:
-        return asdict(self)
+    def call(node):
+        if is_region(node) or schema_of_call(node) is not None:
+            return  # tile ops: their schema says what they write (above)
+        for arg in node.args:
+            if isinstance(arg, tvm.ir.TensorLoad):
+                found.append(arg.source)
+            elif isinstance(arg, tvm.ir.Call) and arg.args and \
+                    isinstance(arg.args[0], tvm.ir.TensorLoad):  # address_of(A[i]) and kin
+                found.append(arg.args[0].source)
+            elif isinstance(arg, tirx.Var):
+                found.append(arg)
 
-    @staticmethod
-    def from_json(data: dict) -> KernelSignature:
-        params = tuple(ParamSpec(p["name"], tuple(p["shape"]), p["dtype"], p["is_output"],
-                                 p["kind"]) for p in data["params"])
-        return KernelSignature(data["name"], params, tuple(tuple(s) for s in data["symbols"]))
+    tvm_ffi.structural_walk(func.body, [(tirx.BufferStore, store), (tirx.Evaluate, evaluate),
+                                        (tvm.ir.Call, call)])
+    return found
 
-    @staticmethod
-    def from_func(func: tirx.PrimFunc, out_idx) -> KernelSignature:
-        n = len(func.params)
-        outputs = set()
-        for i in out_idx or ():
-            j = i + n if i < 0 else i
-            if not 0 <= j < n:
-                raise TilewrightError(f"out_idx {i} is out of range for {n} parameters")
-            outputs.add(j)
-        params = []
-        for i, p in enumerate(func.params):
-            if tirx.buffer.is_buffer_var(p):  # `tirx.Buffer` is an alias of every Var
-                shape = tuple(_dim(s) for s in p.shape)
-                params.append(ParamSpec(str(p.name), shape, str(p.dtype), i in outputs))
-            else:
-                if i in outputs:
-                    raise TilewrightError(f"out_idx names scalar parameter {p.name!r}")
-                params.append(ParamSpec(str(p.name), (), str(p.ty), False, "scalar"))
-        _check_symbols_readable(func)
-        symbols, seen = [], set()
-        inputs = [p for p in params if not p.is_output]
-        for pos, p in enumerate(inputs):
-            for dim, s in enumerate(p.shape):
-                if isinstance(s, str) and s.isidentifier() and s not in seen:
-                    seen.add(s)
-                    symbols.append((s, pos, dim))
-        name = str(func.attrs["global_symbol"]) if func.attrs and "global_symbol" in func.attrs \
-            else "main"
-        return KernelSignature(name, tuple(params), tuple(symbols))
+
+_BINARY = {tirx.Add: "+", tirx.Sub: "-", tirx.Mul: "*", tirx.FloorDiv: "//",
+           tirx.FloorMod: "%"}
+_CALLS = {tirx.Min: "min", tirx.Max: "max", tirx.Div: "truncdiv", tirx.Mod: "truncmod"}
+
+
+def expr_text(e) -> str:
+    """``e``, an integer TIR expression over shape symbols, in the grammar of
+    :mod:`tilewright.runtime.expr`; anything else is an :class:`ArgumentError`."""
+    if isinstance(e, tirx.IntImm):
+        return str(int(e.value))
+    if isinstance(e, tirx.Var):
+        return str(e.name)
+    if isinstance(e, tirx.Cast) and "int" in str(e.dtype):
+        return expr_text(e.value)
+    if type(e) in _BINARY:
+        return f"({expr_text(e.a)} {_BINARY[type(e)]} {expr_text(e.b)})"
+    if type(e) in _CALLS:
+        return f"{_CALLS[type(e)]}({expr_text(e.a)}, {expr_text(e.b)})"
+    raise ArgumentError(f"a tensor shape uses {e}, which tilewright cannot compute when the "
+                        "kernel is called; use +, -, *, //, %, min and max of shape symbols")
 
 
 def _dim(extent):
@@ -78,14 +108,13 @@ def _dim(extent):
         return int(extent.value)
     if isinstance(extent, tirx.Var):
         return str(extent.name)
-    return str(extent)
+    text = expr_text(extent)
+    return text[1:-1] if text.startswith("(") and text.endswith(")") else text
 
 
 def _check_symbols_readable(func: tirx.PrimFunc) -> None:
     """Every shape symbol must be a whole dimension of some parameter, else no argument gives
     its value: a TypeError naming the symbol, as for a symbol used only by outputs."""
-    import tvm_ffi
-
     whole = {str(p.name) for p in func.params if not tirx.buffer.is_buffer_var(p)}
     for p in func.params:
         if tirx.buffer.is_buffer_var(p):

@@ -5,12 +5,14 @@ from .buffer import TileBuffer, VarHandle
 from .debug import device_assert, print
 from .dtypes import DTYPES as _DTYPES
 from .dtypes import DType
+from .dtypes import DType as dtype
 from .frames import Kernel, Parallel, Persistent, Pipelined, serial, unroll
 from .kernel import (
     Buffer,
     Macro,
     Tensor,
     alloc_fragment,
+    alloc_global,
     alloc_local,
     alloc_shared,
     alloc_var,
@@ -25,9 +27,13 @@ from .math import (
     UNARY as _UNARY,
 )
 from .math import (
+    Cast,
     abs,
     cast,
     ceildiv,
+    clamp,
+    floordiv,
+    floormod,
     if_then_else,
     infinity,
     max,
@@ -47,9 +53,10 @@ globals().update(_UNARY)
 
 __all__ = [
     "Buffer", "DType", "Fragment", "GemmWarpPolicy", "Kernel", "Layout", "Macro", "Parallel",
-    "Persistent", "Pipelined", "Tensor", "TileBuffer", "VarHandle", "abs", "alloc_fragment",
-    "alloc_local", "alloc_reducer", "alloc_shared", "alloc_var", "annotate_layout", "cast",
-    "ceildiv", "clear", "const", "copy", "cumsum", "device_assert", "dynamic", "empty", "fill",
+    "Persistent", "Pipelined", "Tensor", "TileBuffer", "VarHandle", "Cast", "abs",
+    "alloc_fragment", "alloc_global", "alloc_local", "alloc_reducer", "alloc_shared", "alloc_var",
+    "annotate_layout", "cast", "ceildiv", "clamp", "clear", "const", "copy", "cumsum",
+    "device_assert", "dtype", "dynamic", "empty", "fill", "floordiv", "floormod",
     "finalize_reducer", "gemm", "if_then_else", "infinity", "macro", "max", "max_value", "min",
     "min_value", "prim_func", "print", "reducer_init", "reducer_update", "region", "serial",
     "symbolic", "unroll", "use_swizzle", *_DTYPES, *_REDUCE_OPS, *_ATOMIC_OPS, *_UNARY,

@@ -12,13 +12,39 @@ _CANONICAL = (
     "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
     "float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2",
 )
+# "tfloat32" is float32 storage (TileLang multiplies it in TF32 on tensor cores; backends
+# without TF32 multiply in float32, which is at least as precise)
 _ALIASES = {"float": "float32", "half": "float16", "double": "float64", "int": "int32",
-            "bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "e4m3_float8":
-            "float8_e4m3fn", "e5m2_float8": "float8_e5m2"}
+            "uint": "uint32", "bf16": "bfloat16", "fp16": "float16", "fp32": "float32",
+            "tfloat32": "float32", "float8_e4m3": "float8_e4m3fn", "e4m3_float8": "float8_e4m3fn",
+            "e5m2_float8": "float8_e5m2"}
+# Python spellings of TileLang's aliases: ``T.float``, ``T.half`` ...
+ALIAS_NAMES = ("float", "half", "double", "int", "uint", "tfloat32", "float8_e4m3")
 
 
 class DType(str):
-    """A dtype name; calling it makes a constant or a cast: ``T.float16(1.0)``."""
+    """A dtype name, as TileLang's ``T.dtype``: ``T.dtype(x)`` accepts a name, an alias
+    (``"half"``) or a torch dtype and gives the canonical name; calling a dtype makes a
+    constant or a cast (``T.float16(1.0)``); :meth:`as_torch` gives the torch dtype."""
+
+    def __new__(cls, value="float32"):
+        return super().__new__(cls, value if type(value) is DType else normalize_dtype(value))
+
+    @property
+    def bits(self) -> int:
+        if self == "bool":
+            return 8
+        return int("".join(c for c in self.split("_")[0] if c.isdigit()))
+
+    @property
+    def itemsize(self) -> int:
+        return self.bits // 8
+
+    def as_torch(self):
+        """The torch dtype of the same name (``torch.float16`` for ``T.float16``)."""
+        import torch
+
+        return getattr(torch, str(self))
 
     def __call__(self, value=None):
         if value is None:
@@ -49,4 +75,4 @@ def is_float(dtype: str) -> bool:
     return dtype.startswith(("float", "bfloat"))
 
 
-DTYPES = {name: DType(name) for name in _CANONICAL}
+DTYPES = {name: DType(name) for name in _CANONICAL + ALIAS_NAMES}

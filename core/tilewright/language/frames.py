@@ -46,8 +46,9 @@ class Kernel:
 
     def __enter__(self):
         builder = B.current("T.Kernel")
-        if builder.kernel_seen or builder.in_kernel():
-            raise kernel_error("a kernel has exactly one 'with T.Kernel(...)' block")
+        if builder.in_kernel():
+            raise kernel_error("'with T.Kernel(...)' blocks cannot be nested; write them one "
+                               "after the other (each is a launch, in order)")
         builder.kernel_seen = True
         builder.threads = self.threads
         self._span = B.here()
@@ -261,6 +262,20 @@ class _Helpers:
         return value
 
     @staticmethod
+    def not_of(value):
+        if dtype_of(value) is None:
+            return not value
+        return tirx.Not(to_expr(value) if dtype_of(value) == "bool" else to_expr(value) != 0)
+
+    @staticmethod
+    def floordiv(a, b):
+        return _integer_division("//", a, b)
+
+    @staticmethod
+    def floormod(a, b):
+        return _integer_division("%", a, b)
+
+    @staticmethod
     def is_static(branch) -> bool:
         if branch.value is None and B.maybe_current() is None:
             raise kernel_error("a symbolic condition can only be used inside a kernel")
@@ -317,6 +332,21 @@ class _Single:
 
     def __exit__(self, *exc):
         return self.kernel.__exit__(*exc)
+
+
+def _integer_division(op: str, a, b):
+    """``a // b`` or ``a % b``; on symbolic values both operands must be integers (TIR's
+    floordiv/floormod), a float one gets an error at the user's line."""
+    types = [dtype_of(v) for v in (a, b)]
+    if all(t is None for t in types):
+        return a // b if op == "//" else a % b
+    floats = [t for t in types if t is not None and not t.startswith(("int", "uint"))] + \
+        [type(v).__name__ for v, t in zip((a, b), types) if t is None and isinstance(v, float)]
+    if floats:
+        hint = "T.floor(a / b)" if op == "//" else "a - T.floor(a / b) * b"
+        raise kernel_error(f"'{op}' needs integer operands, got {' and '.join(floats)}; for "
+                           f"floats write {hint}")
+    return a // b if op == "//" else a % b
 
 
 HELPERS = _Helpers()

@@ -31,6 +31,10 @@ class TensorSpec:
 def Tensor(shape, dtype="float32") -> TensorSpec:  # noqa: N802 - the language's name
     """Declare a global tensor parameter of ``shape`` and ``dtype``."""
     shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
+    for dim, extent in enumerate(shape):
+        if isinstance(extent, float) or str(getattr(extent, "ty", "int")).startswith("float"):
+            raise kernel_error(f"T.Tensor shape {shape}: dimension {dim} is the float {extent}; "
+                               "shapes are integers (use // rather than /)")
     return TensorSpec(tuple(as_int(s) for s in shape), normalize_dtype(dtype))
 
 
@@ -88,7 +92,8 @@ def annotate(name, current, annotation, value):
         if isinstance(current, TileBuffer):
             return current
         if current is not None and not isinstance(current, _ParamSlot):
-            raise kernel_error(f"{name!r} is annotated as a tensor but is not a parameter")
+            raise kernel_error(f"{name!r} is annotated as a tensor, but the call passed "
+                               f"{type(current).__name__} {current!r:.40}; pass a torch.Tensor")
         buf = declare(name, annotation.shape, annotation.dtype, "global")
         _bind_consts(builder, name, annotation.shape, current)
         builder.add_param(name, buf)
@@ -165,17 +170,28 @@ def trace_eager(fn, args: dict, const_values: dict | None, name: str | None = No
 class Macro:
     """``@T.macro``: a helper whose statements are emitted inline where it is called."""
 
+    MAX_DEPTH = 64
+
     def __init__(self, fn):
         self.fn = fn
         self.__name__ = fn.__name__
         self.__doc__ = fn.__doc__
         self._body = None
+        self._depth = 0
 
     def __call__(self, *args, **kwargs):
         B.current(f"macro {self.fn.__name__}")
         if self._body is None:
             self._body = rewrite(self.fn, HELPERS)
-        return self._body(*args, **kwargs)
+        if self._depth >= self.MAX_DEPTH:
+            raise kernel_error(f"T.macro {self.fn.__name__} calls itself more than "
+                               f"{self.MAX_DEPTH} levels deep; a macro is expanded inline at "
+                               "compile time, so its recursion must end on a Python condition")
+        self._depth += 1
+        try:
+            return self._body(*args, **kwargs)
+        finally:
+            self._depth -= 1
 
 
 def macro(fn):
@@ -206,6 +222,19 @@ def alloc_fragment(shape, dtype, scope="local.fragment", name=None) -> TileBuffe
 def alloc_local(shape, dtype, scope="local", name=None) -> TileBuffer:
     """A per-thread array."""
     return _alloc(shape, dtype, scope, "T.alloc_local", name)
+
+
+def alloc_global(shape, dtype, scope="global", name=None) -> TileBuffer:
+    """A global-memory workspace the kernel's ``T.Kernel`` blocks share: allocated before the
+    first block, outside every ``with T.Kernel``, and freed when the kernel returns."""
+    builder = B.current("T.alloc_global")
+    if builder.in_kernel():
+        raise kernel_error("T.alloc_global allocates a workspace shared by the kernel's "
+                           "T.Kernel blocks; call it before 'with T.Kernel'")
+    n = sum(1 for s in builder.frames[0].stmts if isinstance(s, tirx.AllocBuffer))
+    buf = declare(name or f"workspace_{n}", shape, dtype, scope)
+    builder.emit(tirx.AllocBuffer(buf, span=B.here()))
+    return TileBuffer(buf)
 
 
 def alloc_var(dtype, init=None, scope="local.var", name=None) -> VarHandle:

@@ -20,9 +20,26 @@ def _pair(a, b):
     elif b_py:
         b = to_expr(b, dtype_of(a))
     if dtype_of(a) != dtype_of(b):
-        raise kernel_error(f"operands have different dtypes ({dtype_of(a)} and {dtype_of(b)}); "
-                           "use T.cast")
+        target = promoted(dtype_of(a), dtype_of(b))
+        a, b = to_expr(a, target), to_expr(b, target)
     return a, b
+
+
+def _bits(dtype: str) -> int:
+    return 1 if dtype == "bool" else int("".join(c for c in dtype.split("_")[0] if c.isdigit()))
+
+
+def promoted(a: str, b: str) -> str:
+    """The dtype two operands of different dtypes meet in, as TVM's arithmetic promotes: an
+    integer meets a float in the float, two floats or two integers in the wider one (a signed
+    and an unsigned integer of one width in the signed one)."""
+    if is_float(a) != is_float(b):
+        return a if is_float(a) else b
+    if _bits(a) != _bits(b):
+        return a if _bits(a) > _bits(b) else b
+    if is_float(a):  # float16 and bfloat16: float32 holds both
+        return "float32"
+    return a if a.startswith("int") else b
 
 
 def max(a, b):  # noqa: A001 - the language's name
@@ -46,6 +63,32 @@ def if_then_else(cond, then_value, else_value):
 def cast(value, dtype):
     """``value`` converted to ``dtype``."""
     return tirx.Cast(normalize_dtype(dtype), to_expr(value))
+
+
+def Cast(dtype, value):  # noqa: N802 - TileLang's (and TVM's) name and argument order
+    """``value`` converted to ``dtype`` (``T.cast`` with the arguments the other way round)."""
+    return cast(value, dtype)
+
+
+def clamp(value, lo, hi):
+    """``value`` limited to ``[lo, hi]``."""
+    return min(max(value, lo), hi)
+
+
+def floordiv(a, b):
+    """Division rounding towards negative infinity; a Python int when both are."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a // b
+    a, b = _pair(a, b)
+    return tirx.floordiv(a, b)
+
+
+def floormod(a, b):
+    """The remainder of :func:`floordiv` (the sign of ``b``); a Python int when both are."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a % b
+    a, b = _pair(a, b)
+    return tirx.floormod(a, b)
 
 
 def infinity(dtype):

@@ -11,7 +11,10 @@ rewritten (line numbers kept, so errors and tracebacks point at the user's sourc
   symbolic condition runs both bodies, each inside a branch frame of an IR ``if``.
 - ``NAME: ANNOTATION`` (no value) declares a kernel parameter in the eager style.
 - ``A and B`` / ``A or B`` call ``__tw__.all_of`` / ``__tw__.any_of`` with the later operands
-  as thunks: Python values short-circuit as usual, symbolic ones build an IR ``And``/``Or``.
+  as thunks: Python values short-circuit as usual, symbolic ones build an IR ``And``/``Or``;
+  ``not A`` calls ``__tw__.not_of`` (an IR ``Not`` for a symbolic value).
+- ``A // B`` and ``A % B`` call ``__tw__.floordiv`` / ``__tw__.floormod``, which refuse float
+  operands at the user's line (TIR's floor division is for integers).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from types import FunctionType
 from ..errors import TilewrightError
 
 HELPER = "__tw__"
+_BODY = "_tw_body"
 
 
 class _Rewriter(ast.NodeTransformer):
@@ -89,6 +93,19 @@ class _Rewriter(ast.NodeTransformer):
         thunks = [ast.copy_location(ast.Lambda(no_args, v), v) for v in node.values[1:]]
         name = "all_of" if isinstance(node.op, ast.And) else "any_of"
         return ast.fix_missing_locations(self._helper(name, node.values[0], *thunks, node=node))
+
+    def visit_UnaryOp(self, node: ast.UnaryOp):
+        self.generic_visit(node)
+        if isinstance(node.op, ast.Not):
+            return self._helper("not_of", node.operand, node=node)
+        return node
+
+    def visit_BinOp(self, node: ast.BinOp):
+        self.generic_visit(node)
+        if isinstance(node.op, (ast.FloorDiv, ast.Mod)):
+            name = "floordiv" if isinstance(node.op, ast.FloorDiv) else "floormod"
+            return self._helper(name, node.left, node.right, node=node)
+        return node
 
     def visit_Assign(self, node: ast.Assign):
         # `x = v`: stores into x when x is a T.alloc_var scalar; names a fresh allocation
@@ -159,6 +176,9 @@ def _function_ast(code) -> tuple[ast.FunctionDef, str]:
 def _compiled(code):
     func, filename = _function_ast(code)
     func = _Rewriter().visit(func)
+    # a name of its own, so that the body's uses of the original name (a macro calling itself)
+    # reach the global -- the macro object -- as in the original, not this inner function
+    func.name = _BODY
     freevars = list(code.co_freevars)
     factory = ast.FunctionDef(
         name="_tw_factory",
@@ -184,6 +204,9 @@ def rewrite(fn: FunctionType, helper) -> FunctionType:
             raise TilewrightError(f"{fn.__qualname__} uses {name!r} before it is "
                                   "assigned in the enclosing function") from exc
     new = namespace["_tw_factory"](helper, *cells)
+    new.__code__ = new.__code__.replace(co_name=fn.__code__.co_name,
+                                        co_qualname=fn.__code__.co_qualname)
+    new.__name__, new.__qualname__ = fn.__name__, fn.__qualname__
     new.__defaults__ = fn.__defaults__
     new.__kwdefaults__ = fn.__kwdefaults__
     return new

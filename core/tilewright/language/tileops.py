@@ -99,11 +99,12 @@ def _matrix(value, what: str):
     return region, dims
 
 
-def gemm(A, B_, C, transpose_A=False, transpose_B=False, policy=None, clear_accum=False,
-         k_pack=1, wg_wait=0):
-    """``C += op(A) @ op(B)`` with ``op`` a transpose when requested."""
+def gemm(A, B, C, transpose_A=False, transpose_B=False, policy=None,  # noqa: N803
+         clear_accum=False, k_pack=1, wg_wait=0):
+    """``C += op(A) @ op(B)`` with ``op`` a transpose when requested; every operand may be
+    passed by its name (``T.gemm(a, B=b, C=c)``), as in TileLang."""
     a, (a0, a1) = _matrix(A, "A")
-    b, (b0, b1) = _matrix(B_, "B")
+    b, (b0, b1) = _matrix(B, "B")
     c, (c0, c1) = _matrix(C, "C")
     m, ka = (a1, a0) if transpose_A else (a0, a1)
     kb, n = (b1, b0) if transpose_B else (b0, b1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import logging
 import statistics
 import time
 from pathlib import Path
@@ -10,9 +11,14 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ConfigError
-from .timers import get_timer, supports_flush
+from .timers import availability, get_timer, supports_flush, timers
 
 RETURN_MODES = ("mean", "median", "min", "max", "all")
+# TileLang's GPU timers: asked for where no plugin provides them (no GPU backend installed,
+# or its device is absent), do_bench times with the wall clock and says so once
+GPU_TIMERS = ("event", "cupti", "cudagraph")
+_log = logging.getLogger(__name__)
+_FELL_BACK: set = set()
 _FLUSH_BUFFERS: dict[int, np.ndarray] = {}
 
 
@@ -58,6 +64,19 @@ def _check_args(warmup, rep, quantiles, return_mode):
     return quantiles
 
 
+def _usable(backend: str) -> str:
+    """``backend``, or ``wall`` for one of TileLang's GPU timers that is unavailable here."""
+    if backend in GPU_TIMERS:
+        timer = timers().get(backend)
+        if timer is None or not availability(timer):
+            if backend not in _FELL_BACK:
+                _FELL_BACK.add(backend)
+                _log.warning("do_bench: timer %r needs a CUDA device; timing with 'wall'",
+                             backend)
+            return "wall"
+    return backend
+
+
 def do_bench(fn, warmup: float = 25, rep: float = 100, _n_warmup: int = 0, _n_repeat: int = 0,
              quantiles=None, fast_flush: bool = True, backend: str = "wall",
              return_mode: str = "median", device=None, cache_size: int | None = None):
@@ -65,7 +84,9 @@ def do_bench(fn, warmup: float = 25, rep: float = 100, _n_warmup: int = 0, _n_re
 
     ``warmup`` and ``rep`` are time budgets in ms (as in TileLang); ``_n_warmup`` and
     ``_n_repeat`` override them with counts. ``backend`` names the timer (``wall`` from the
-    core, others from plugins; see :func:`tilewright.profiler.timers`). When ``fast_flush`` is
+    core, others from plugins; see :func:`tilewright.profiler.timers`); TileLang's GPU timers
+    (``event``, ``cupti``, ``cudagraph``) fall back to ``wall``, with one log line, where no
+    CUDA device is present. When ``fast_flush`` is
     set and the timer supports it, a buffer of ``cache_size`` MiB (default: the size of the host's
     last-level cache) is overwritten before every timed repetition, so each one starts from
     cold caches; the flush itself is not timed. ``quantiles`` returns those quantiles of the
@@ -73,7 +94,7 @@ def do_bench(fn, warmup: float = 25, rep: float = 100, _n_warmup: int = 0, _n_re
     ``max`` or ``all`` (every sample).
     """
     quantiles = _check_args(warmup, rep, quantiles, return_mode)
-    timer = get_timer(backend)
+    timer = get_timer(_usable(backend))
     flush = None
     if fast_flush and cache_size != 0 and supports_flush(timer):
         size = cache_size or max(8, last_level_cache_bytes() >> 20)

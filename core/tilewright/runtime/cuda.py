@@ -8,8 +8,15 @@ from __future__ import annotations
 
 import ctypes
 import json
+import re
 import threading
 from pathlib import Path
+
+from .bundle import Bundle, BundleError, write_bundle
+from .call import KernelCall
+from .expr import ExprError
+from .expr import parse as parse_expr
+from .signature import KernelSignature, SignatureError
 
 _CTYPES = {"int32": ctypes.c_int32, "int64": ctypes.c_int64, "uint32": ctypes.c_uint32,
            "uint64": ctypes.c_uint64, "float32": ctypes.c_float, "float64": ctypes.c_double,
@@ -99,10 +106,11 @@ class CubinFunction:
     """
 
     def __init__(self, cubin: bytes, launch: dict, source: str = ""):
-        self.cubin, self.launch, self.source = cubin, launch, source
+        self.launch = check_launch(launch)
+        self.cubin, self.source = cubin, source
         self._functions: dict[int, object] = {}
         self._lock = threading.Lock()
-        self._grid = [compile(g, "<grid>", "eval") for g in launch["grid"]]
+        self._grid = [parse_expr(g, launch["symbols"]) for g in launch["grid"]]
         self._maps: dict = {}
 
     def _function(self, device_index: int):
@@ -135,8 +143,7 @@ class CubinFunction:
             raise RuntimeError("CUDA kernels take CUDA tensors; got none on a CUDA device")
         _, fn = self._function(device.index or 0)
         symbols = self.symbols(args)
-        grid = [int(eval(g, {"__builtins__": {}, "min": min, "max": max}, symbols))
-                for g in self._grid]
+        grid = [g(symbols) for g in self._grid]
         if min(grid) <= 0:
             return  # an empty problem: nothing to launch
         cluster = self.launch.get("cluster_dims")
@@ -176,77 +183,99 @@ class CubinFunction:
         return cached
 
     # -- bundles --------------------------------------------------------------------------
-    def export(self, path, signature: dict) -> Path:
+    def export(self, path, signature: dict, extra: dict | None = None) -> Path:
         """Write a bundle: ``kernel.cubin``, ``launch.json``, ``signature.json``, the CUDA
-        source for reference, and ``manifest.json``."""
-        from . import FORMAT, MANIFEST, VERSION
-
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        (path / "kernel.cubin").write_bytes(self.cubin)
-        (path / "kernel.cu").write_text(self.source)
-        (path / "launch.json").write_text(json.dumps(self.launch, indent=1))
-        (path / "signature.json").write_text(json.dumps(signature, indent=1))
-        manifest = {"format": FORMAT, "version": VERSION, "binary": "cubin",
-                    "arch": self.launch.get("arch"), "entry": self.launch["entry"],
-                    "files": {"binary": "kernel.cubin", "launch": "launch.json",
-                              "signature": "signature.json", "source": "kernel.cu"}}
-        (path / MANIFEST).write_text(json.dumps(manifest, indent=1))
-        return path
+        source for reference, ``extra`` files (role -> (name, bytes)), and ``manifest.json``
+        with the size and sha256 of each."""
+        files = {"binary": ("kernel.cubin", self.cubin),
+                 "launch": ("launch.json", json.dumps(self.launch, indent=1).encode()),
+                 "signature": ("signature.json", json.dumps(signature, indent=1).encode()),
+                 "source": ("kernel.cu", self.source.encode()), **(extra or {})}
+        return write_bundle(path, "cubin", files, arch=self.launch.get("arch"),
+                            entry=self.launch["entry"])
 
 
-class BundleKernel:
-    """An exported kernel: inputs in, outputs allocated from the signature and returned."""
+_ENTRY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,1023}$")
+_PARAM_KINDS = ("tensor", "scalar", "tensormap", "symbol")
 
-    def __init__(self, function: CubinFunction, signature: dict):
-        self.function, self.signature = function, signature
-        self.params = signature["params"]
-        self.name = signature["name"]
+
+def _int(value, low: int, high: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+
+
+def check_launch(launch) -> dict:
+    """``launch`` if it is a well-formed launch description; a ValueError naming the field
+    otherwise. Nothing in it is executed: grids are parsed by :mod:`tilewright.runtime.expr`."""
+    def expect(ok, what):
+        if not ok:
+            raise ValueError(f"malformed launch description: {what}")
+
+    expect(isinstance(launch, dict), "not an object")
+    expect(isinstance(launch.get("entry"), str) and _ENTRY.match(launch["entry"]),
+           f"entry {launch.get('entry')!r}")
+    symbols = launch.get("symbols")
+    expect(isinstance(symbols, dict) and all(
+        isinstance(k, str) and k.isidentifier() and isinstance(v, list) and len(v) == 2 and
+        all(_int(x, 0, 1 << 16) for x in v) for k, v in symbols.items()), "symbols")
+    grid = launch.get("grid")
+    expect(isinstance(grid, list) and len(grid) == 3, "grid")
+    for g in grid:
+        try:
+            parse_expr(g, symbols)
+        except ExprError as exc:
+            raise ValueError(f"malformed launch description: grid: {exc}") from None
+    block = launch.get("block")
+    expect(isinstance(block, list) and len(block) == 3 and all(_int(b, 1, 1024) for b in block)
+           and block[0] * block[1] * block[2] <= 1024, f"block {block!r}")
+    expect(_int(launch.get("dynamic_smem_bytes"), 0, 1 << 20), "dynamic_smem_bytes")
+    cluster = launch.get("cluster_dims")
+    expect(cluster is None or isinstance(cluster, list) and len(cluster) == 3 and
+           all(_int(c, 1, 16) for c in cluster), f"cluster_dims {cluster!r}")
+    params = launch.get("params")
+    expect(isinstance(params, list) and len(params) <= 1024, "params")
+    for p in params:
+        expect(isinstance(p, dict) and p.get("kind") in _PARAM_KINDS, f"param {p!r}")
+        kind = p["kind"]
+        if kind in ("tensor", "scalar", "tensormap"):
+            expect(_int(p.get("param"), 0, 1 << 16), f"param index in {p!r}")
+        if kind in ("scalar", "symbol"):
+            expect(p.get("dtype") in _CTYPES, f"dtype in {p!r}")
+        if kind == "symbol":
+            expect(p.get("name") in symbols, f"symbol in {p!r}")
+        if kind == "tensormap":
+            expect(_int(p.get("rank"), 1, 5) and p.get("dtype") in _TMA_DTYPES and
+                   p.get("swizzle") in _TMA_SWIZZLE and isinstance(p.get("box"), list) and
+                   len(p["box"]) == p["rank"] and all(_int(b, 1, 256) for b in p["box"]) and
+                   isinstance(p.get("name"), str) and isinstance(p.get("tensor"), str),
+                   f"tensor map {p!r}")
+    return launch
+
+
+class BundleKernel(KernelCall):
+    """An exported kernel: inputs in, outputs allocated from the signature and returned, with
+    the argument checks of the compiled kernel."""
+
+    def __init__(self, function: CubinFunction, signature: KernelSignature):
+        super().__init__(signature, function, "cuda", "cuda")
+        self.function = function
+        self.name = signature.name
 
     @staticmethod
-    def from_bundle(path: Path, manifest: dict) -> BundleKernel:
-        files = manifest["files"]
-        launch = json.loads((path / files["launch"]).read_text())
-        signature = json.loads((path / files["signature"]).read_text())
-        source = (path / files["source"]).read_text() if (path / files["source"]).exists() \
-            else ""
-        return BundleKernel(CubinFunction((path / files["binary"]).read_bytes(), launch,
-                                          source), signature)
-
-    def __call__(self, *inputs):
-        import torch
-
-        ins = [p for p in self.params if not p["is_output"]]
-        if len(inputs) != len(ins):
-            raise TypeError(f"kernel {self.name} takes {len(ins)} input(s) "
-                            f"({', '.join(p['name'] for p in ins)}), got {len(inputs)}")
-        symbols = {}
-        for spec, arg in zip(ins, inputs):
-            if spec["kind"] != "tensor":
-                continue
-            if str(arg.dtype).removeprefix("torch.") != spec["dtype"]:
-                raise TypeError(f"{spec['name']} must have dtype {spec['dtype']}, got {arg.dtype}")
-            if not arg.is_cuda or not arg.is_contiguous():
-                raise TypeError(f"{spec['name']} must be a contiguous CUDA tensor")
-            for want, got in zip(spec["shape"], arg.shape):
-                if isinstance(want, str) and want.isidentifier():
-                    symbols.setdefault(want, got)
-                elif isinstance(want, int) and want != got:
-                    raise TypeError(f"{spec['name']} must have shape {spec['shape']}, got "
-                                    f"{tuple(arg.shape)}")
-        device = next(a.device for a in inputs if isinstance(a, torch.Tensor))
-        full, it, outs = [], iter(inputs), []
-        for spec in self.params:
-            if not spec["is_output"]:
-                full.append(next(it))
-                continue
-            shape = [d if isinstance(d, int) else
-                     int(eval(d, {"__builtins__": {}}, dict(symbols)))
-                     for d in spec["shape"]]
-            out = torch.empty(shape, dtype=getattr(torch, spec["dtype"]), device=device)
-            outs.append(out)
-            full.append(out)
-        self.function(*full)
-        if not outs:
-            return None
-        return outs[0] if len(outs) == 1 else outs
+    def from_bundle(bundle: Bundle) -> BundleKernel:
+        try:
+            signature = KernelSignature.from_json(bundle.json("signature"))
+            launch = check_launch(bundle.json("launch"))
+        except (SignatureError, ValueError) as exc:
+            raise BundleError(bundle.path, "fields", str(exc)) from None
+        limit = len(signature.params)
+        for p in launch["params"]:
+            if "param" in p and p["param"] >= limit:
+                raise BundleError(bundle.path, "fields", f"launch parameter {p!r} names "
+                                                         f"parameter {p['param']} of {limit}")
+        for name, (param, dim) in launch["symbols"].items():
+            if param >= limit or signature.params[param].kind != "tensor" or \
+                    dim >= len(signature.params[param].shape):
+                raise BundleError(bundle.path, "fields", f"symbol {name!r} is read from "
+                                                         f"parameter {param}, dimension {dim}")
+        return BundleKernel(CubinFunction(bundle.files["binary"], launch,
+                                          bundle.text("source")), signature)

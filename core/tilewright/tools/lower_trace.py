@@ -106,7 +106,8 @@ def _safe(name: str) -> str:
 def script_name() -> str:
     """The running script's name without extension (``kernel`` when there is none)."""
     argv0 = sys.argv[0] if sys.argv and sys.argv[0] not in ("", "-c", "-m") else ""
-    return Path(argv0).stem or "kernel"
+    stem = _safe(Path(argv0).stem).strip(".")  # a script named '...py' is no way out
+    return stem or "kernel"
 
 
 class _Texts:

@@ -1,7 +1,14 @@
 """Backend-agnostic passes and pass frameworks."""
 
+from .bounds import check_bounds, instrument_bounds
 from .lower_tile_ops import RuleContext, lower_intrinsics, lower_tile_ops
 from .walk import StmtMutator, prim_func_pass, rebuild_for, reraise_pass_error
 
-__all__ = ["RuleContext", "StmtMutator", "lower_intrinsics", "lower_tile_ops", "prim_func_pass",
-           "rebuild_for", "reraise_pass_error"]
+# isort: split
+# TileLang's spelling, ``tilelang.transform.PassConfigKey``; the engine imports this package's
+# passes above, so the name comes last
+from ..engine.passconfig import NAMES as PassConfigKey
+
+__all__ = ["PassConfigKey", "RuleContext", "StmtMutator", "check_bounds", "instrument_bounds",
+           "lower_intrinsics", "lower_tile_ops", "prim_func_pass", "rebuild_for",
+           "reraise_pass_error"]

@@ -12,6 +12,7 @@ from tilewright.errors import TilewrightError
 from tilewright.plugin import Availability, Executor, GeneratedSource
 
 from . import runtime
+from .codegen import host_fingerprint
 
 LIBRARY = "kernel.so"
 IR_FILE = "kernel.ll"
@@ -25,15 +26,22 @@ def _linker() -> Availability:
                                "libraries; install gcc")
 
 
+def load_private_copy(path: Path):
+    """The module of the shared library ``path``, loaded from a private copy (see
+    :func:`runtime.private_copy`)."""
+    with runtime.private_copy(path) as copy:
+        return tvm.runtime.load_module(str(copy))
+
+
 def _build_shared(source: GeneratedSource, ctx, workdir) -> object:
     path = Path(workdir) / LIBRARY
     source.payload.export_library(str(path))
-    return tvm.runtime.load_module(str(path))[source.entry]
+    return load_private_copy(path)[source.entry]
 
 
 def _load_shared(workdir, entry: str):
     runtime.load()  # kernels may call its atomics
-    return tvm.runtime.load_module(str(Path(workdir) / LIBRARY))[entry]
+    return load_private_copy(Path(workdir) / LIBRARY)[entry]
 
 
 def _build_memory(source: GeneratedSource, ctx, workdir) -> object:
@@ -62,6 +70,7 @@ def _load_ir(workdir, entry: str):
 SHARED = Executor(
     name="llvm-shared", available=_linker, build=_build_shared, load=_load_shared,
     doc="links the LLVM object into a shared library (cached on disk) and loads it",
+    fingerprint=host_fingerprint,
 )
 IN_MEMORY = Executor(
     name="llvm-jit", available=lambda: Availability(True), build=_build_memory, load=None,
@@ -70,5 +79,6 @@ IN_MEMORY = Executor(
 FROM_IR = Executor(
     name="llvm-ir", available=lambda: Availability(True), build=_build_ir, load=_load_ir,
     doc="compiles the LLVM IR text with LLVM's JIT (used for edited sources)", from_source=True,
+    fingerprint=host_fingerprint,
 )
 EXECUTORS = (SHARED, IN_MEMORY, FROM_IR)

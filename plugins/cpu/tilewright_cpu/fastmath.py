@@ -4,13 +4,16 @@ LLVM lowers a vector ``exp`` to one libm call per lane. Instead, ``2**x`` is spl
 ``2**n * 2**f`` with ``n = round(x)`` and ``|f| <= 0.5``: ``2**f`` is a degree-6 polynomial
 (Cephes ``exp2f`` coefficients, relative error below 2e-7) and ``2**n`` is built in the exponent
 bits. Inputs are clamped to [-127, 128] so that -inf gives 0 and large inputs give inf, as the
-attention kernels expect. The pass config ``cpu.precise_math`` turns this off.
+attention kernels expect. It is on unless the pass configs ask for precise math:
+``cpu.precise_math``, or TileLang's ``TL_ENABLE_FAST_MATH=False`` / ``TL_DISABLE_FAST_MATH``.
 """
 
 from __future__ import annotations
 
 import tvm
 import tvm_ffi
+from tilewright.engine.passconfig import fast_math
+from tilewright.errors import ConfigError
 from tilewright.transform import prim_func_pass
 from tvm import tirx
 
@@ -34,6 +37,15 @@ def exp2_f32(x):
     bits = tirx.shift_left(tirx.Cast("int32", n) + tirx.const(127, "int32"),
                            tirx.const(23, "int32"))
     return frac * tirx.reinterpret("float32", bits)
+
+
+def wanted(configs: dict) -> bool:
+    """Whether the polynomial ``exp`` is used for these validated pass configs."""
+    fast, precise = fast_math(configs), configs.get("cpu.precise_math", False)
+    if fast and precise:
+        raise ConfigError("pass_configs ask for fast math (TL_ENABLE_FAST_MATH) and for "
+                          "cpu.precise_math; keep one")
+    return not precise if fast is None else fast
 
 
 def lower_fast_math():

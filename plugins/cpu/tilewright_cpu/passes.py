@@ -141,17 +141,17 @@ def lower_blocks(workers: int | None = None):
     """The block grid becomes a parallel loop over ``workers`` CPU workers (the host's core
     count by default), each running every ``workers``-th block in turn. The kernel's tiles are
     allocated once per worker, not once per block: a large tile allocated per block costs a
-    fresh mapping and page faults every time."""
+    fresh mapping and page faults every time. A function with several ``T.Kernel`` blocks
+    runs them one after the other, each lowered so."""
     workers = workers or os.cpu_count() or 1
 
-    def run(func):
+    def lower_grid(stmt):
         loops = []
-        stmt = func.body
         while isinstance(stmt, tirx.For) and stmt.kind == tirx.ForKind.THREAD_BINDING:
             loops.append(stmt)
             stmt = stmt.body
         if not loops:
-            return func
+            return None
         body = list(stmt.seq) if isinstance(stmt, tirx.SeqStmt) else [stmt]
         tiles = [s for s in body if isinstance(s, tirx.AllocBuffer)]
         rest = [s for s in body if not isinstance(s, tirx.AllocBuffer)]
@@ -172,7 +172,15 @@ def lower_blocks(workers: int | None = None):
         per_block = tirx.For(step, 0, steps, tirx.ForKind.SERIAL,
                              tirx.SeqStmt(list(reversed(binds)) + rest))
         worker_body = tirx.SeqStmt([*tiles, per_block]) if tiles else per_block
-        return func.with_body(tirx.For(worker, 0, count, tirx.ForKind.PARALLEL, worker_body,
-                                       span=loops[0].span))
+        return tirx.For(worker, 0, count, tirx.ForKind.PARALLEL, worker_body,
+                        span=loops[0].span)
+
+    def run(func):
+        stmts = list(func.body.seq) if isinstance(func.body, tirx.SeqStmt) else [func.body]
+        lowered = [lower_grid(s) for s in stmts]
+        if all(s is None for s in lowered):
+            return func
+        stmts = [new if new is not None else old for old, new in zip(stmts, lowered)]
+        return func.with_body(stmts[0] if len(stmts) == 1 else tirx.SeqStmt(stmts))
 
     return prim_func_pass("CPULowerBlocks", run)

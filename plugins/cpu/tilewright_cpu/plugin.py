@@ -35,7 +35,7 @@ PIPELINE = PassPipeline((
                                                           "CPULowerIntrinsics")],
           "each tile op becomes loops (rules in tilewright_cpu.lowering)"),
     Phase("lower_loops", lambda ctx: [
-        *([] if ctx.pass_configs.get("cpu.precise_math") else [fastmath.lower_fast_math()]),
+        *([fastmath.lower_fast_math()] if fastmath.wanted(ctx.pass_configs) else []),
         passes.lower_loops(not ctx.pass_configs.get("tw.disable_vectorize", False))],
           "vectorisable float32 exp/exp2; T.Parallel loops vectorised where their extent "
           "allows"),
@@ -73,7 +73,8 @@ def tilewright_backends():
 @hookimpl
 def tilewright_pass_config_keys():
     return [PassConfigKey("cpu.precise_math", bool, False,
-                          "use libm exp/exp2 instead of the vectorised polynomial", owner="cpu")]
+                          "use libm exp/exp2 instead of the vectorised polynomial (also what "
+                          "TL_ENABLE_FAST_MATH=False asks for)", owner="cpu")]
 
 
 @hookimpl

@@ -1,0 +1,241 @@
+"""Calling a compiled kernel: argument checks, output allocation, launch.
+
+:class:`KernelCall` is shared by the JIT's kernels and by exported bundles, so a kernel checks
+its arguments the same way wherever it runs. The checks run once per distinct key of dtypes,
+shapes, devices, layouts and alignments; later calls with the same key cost one dict lookup.
+They refuse what the generated code cannot handle (a dimension or element count above its
+index type, a scalar out of its dtype's range) and pass an input it cannot address as it is
+(non-contiguous strides, or a storage offset that breaks the alignment the code assumes) as an
+aligned contiguous copy, copied back after the call when the kernel may write it.
+
+Needs only the standard library and torch.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+
+from ..errors import ArgumentError
+from .expr import ExprError
+from .expr import parse as parse_expr
+from .signature import KernelSignature
+
+_WARNED: set = set()
+
+
+def warn_once(message: str, stacklevel: int = 4) -> None:
+    """A RuntimeWarning, once per process for each distinct message."""
+    if message not in _WARNED:
+        _WARNED.add(message)
+        warnings.warn(message, RuntimeWarning, stacklevel=stacklevel)
+
+
+class KernelCall:
+    """Calls ``fn`` (taking every parameter, outputs included, in kernel order) with checked
+    inputs and freshly allocated outputs; ``device`` is the torch device type it runs on."""
+
+    def __init__(self, signature: KernelSignature, fn, device: str, backend_name: str):
+        import torch
+
+        self.signature = signature
+        self._fn = fn
+        self._device = device
+        self._backend_name = backend_name
+        self._plans: dict = {}
+        self._dtypes = [getattr(torch, p.dtype) if p.kind == "tensor" else None
+                        for p in signature.params]
+        self._inputs = [i for i, p in enumerate(signature.params) if not p.is_output]
+        self._outputs = [i for i, p in enumerate(signature.params) if p.is_output]
+        self._tail_outputs = self._outputs == list(range(len(self._inputs),
+                                                         len(signature.params)))
+        self._tensor_type, self._empty = torch.Tensor, torch.empty
+        self._contiguous = torch.contiguous_format
+
+    # -- calling ----------------------------------------------------------------------
+    def __call__(self, *args):
+        # fast path: one dict lookup keyed by what the argument checks depend on
+        try:
+            key = tuple([(a.dtype, a.shape, a.device, a.is_contiguous(), a.data_ptr() & 255,
+                          a.requires_grad) for a in args])
+        except AttributeError:  # scalars or non-torch values among the arguments
+            key = tuple((a.dtype, a.shape, a.device, a.is_contiguous(), a.data_ptr() & 255,
+                         a.requires_grad) if isinstance(a, self._tensor_type) else
+                        (type(a), _scalar_key(a)) for a in args)
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._plans[key] = self._new_plan(args)
+        outs, copies = plan
+        if copies:
+            args, written = self._copy_inputs(args, copies)
+        if not outs:
+            self._fn(*args)
+            if copies:
+                _copy_back(written)
+            return None
+        empty = self._empty
+        outs = [empty(shape, dtype=dtype, device=device) for shape, dtype, device in outs]
+        if self._tail_outputs:
+            self._fn(*args, *outs)
+        else:
+            full = list(args)
+            for pos, out in zip(self._outputs, outs):
+                full.insert(pos, out)
+            self._fn(*full)
+        if copies:
+            _copy_back(written)
+        return outs[0] if len(outs) == 1 else outs
+
+    def _copy_inputs(self, args, copies):
+        """Inputs the generated code cannot address as they are (a storage offset that breaks
+        the alignment it assumes, strides that are not contiguous), as aligned contiguous
+        copies; the pairs (original, copy) of those the kernel may write."""
+        args = list(args)
+        written = []
+        for pos, is_written in copies:
+            copy = args[pos].clone(memory_format=self._contiguous)
+            if is_written:
+                written.append((args[pos], copy))
+            args[pos] = copy
+        return args, written
+
+    def _new_plan(self, args) -> tuple:
+        """Check the arguments (count, then :meth:`_plan`); the outputs' (shape, dtype,
+        device) and the inputs to pass as copies."""
+        inputs = self._inputs
+        if len(args) != len(inputs):
+            names = ", ".join(self.signature.params[i].name for i in inputs)
+            raise ArgumentError(f"kernel {self.signature.name} takes {len(inputs)} input(s) "
+                                f"({names}), got {len(args)}")
+        shapes, copies = self._plan(args)
+        device = args[0].device if args and hasattr(args[0], "device") else self._device
+        return tuple((shape, dtype, device) for shape, dtype in shapes), tuple(copies)
+
+    def _plan(self, args):
+        """Check every argument against the signature (once per key of :meth:`__call__`);
+        compute the output shapes and which inputs must be passed as copies."""
+        import torch
+
+        sig = self.signature
+        symbols: dict[str, int] = {}
+        copies = []
+        for pos, (index, arg) in enumerate(zip(self._inputs, args)):
+            spec = sig.params[index]
+            where = f"argument {pos} ({spec.name!r}) of kernel {sig.name}"
+            if spec.kind == "scalar":
+                _check_scalar(arg, spec, where, torch)
+                continue
+            if not isinstance(arg, torch.Tensor):
+                raise ArgumentError(f"{where} must be a torch.Tensor of shape {_fmt(spec.shape)}"
+                                    f" and dtype {spec.dtype}, got {type(arg).__name__} "
+                                    f"{_short_repr(arg)}")
+            if arg.dtype != self._dtypes[index]:
+                raise ArgumentError(f"{where} must have dtype {spec.dtype}, got "
+                                    f"{str(arg.dtype).removeprefix('torch.')}")
+            if arg.device.type != self._device:
+                raise ArgumentError(f"{where} must be on device '{self._device}' (backend "
+                                    f"'{self._backend_name}'), got '{arg.device}'")
+            if arg.dim() != len(spec.shape):
+                raise ArgumentError(f"{where} must have {len(spec.shape)} dimension(s) "
+                                    f"{_fmt(spec.shape)}, got shape {tuple(arg.shape)}")
+            for dim, (want, got) in enumerate(zip(spec.shape, arg.shape)):
+                if isinstance(want, int):
+                    if want != got:
+                        raise ArgumentError(f"{where} must have shape {_fmt(spec.shape)}, got "
+                                            f"{tuple(arg.shape)} (dimension {dim})")
+                elif want.isidentifier():
+                    if symbols.setdefault(want, got) != got:
+                        raise ArgumentError(f"{where}: dimension {dim} is {want} = {got}, but "
+                                            f"an earlier argument set {want} = {symbols[want]}")
+                    if got > _INDEX_MAX[spec.index_dtype]:
+                        raise ArgumentError(f"{where}: dimension {dim} ({want} = {got}) does not "
+                                            f"fit the kernel's {spec.index_dtype} indices")
+            if arg.numel() > _INDEX_MAX[spec.index_dtype]:
+                raise ArgumentError(f"{where} has {arg.numel()} elements, more than the "
+                                    f"kernel's {spec.index_dtype} indices address; split the "
+                                    "work or declare the shape with T.int64 dimensions")
+            if not arg.is_contiguous() or arg.data_ptr() % spec.align:
+                copies.append((pos, spec.written))
+            if arg.requires_grad and torch.is_grad_enabled():
+                warn_once(f"kernel {sig.name}: input {spec.name!r} requires grad, but the "
+                           "kernel is not differentiable: its outputs are not connected to "
+                           "autograd. Call it under torch.no_grad(), or pair it with a backward "
+                           "kernel in a torch.autograd.Function")
+        for name, _, _ in sig.symbols:
+            symbols.setdefault(name, None)
+        shapes = []
+        for index in self._outputs:
+            spec = sig.params[index]
+            shape = tuple(_eval_dim(d, symbols, spec.name) for d in spec.shape)
+            if any(d < 0 for d in shape):
+                raise ArgumentError(f"output {spec.name!r} of kernel {sig.name} would have shape "
+                                    f"{shape} for these inputs")
+            shapes.append((shape, self._dtypes[index]))
+        for index, arg in zip(self._inputs, args):
+            spec = sig.params[index]
+            for dim, want in enumerate(spec.shape):
+                if isinstance(want, str) and not want.isidentifier():
+                    value = _eval_dim(want, symbols, spec.name)
+                    if value != arg.shape[dim]:
+                        raise ArgumentError(f"argument {spec.name!r}: dimension {dim} must be "
+                                            f"{want} = {value}, got {arg.shape[dim]}")
+        return shapes, copies
+
+
+_INDEX_MAX = {"int32": (1 << 31) - 1, "int64": (1 << 63) - 1}
+_SCALAR_RANGE = {f"{s}int{b}": ((0, (1 << b) - 1) if s else (-(1 << (b - 1)), (1 << (b - 1)) - 1))
+                 for s in ("", "u") for b in (8, 16, 32, 64)}
+
+
+def _scalar_key(value):
+    """What of a scalar argument its check depends on: its range for integers."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    return value.bit_length()
+
+
+def _short_repr(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _check_scalar(arg, spec, where: str, torch) -> None:
+    if isinstance(arg, torch.Tensor):
+        raise ArgumentError(f"{where} is a scalar of dtype {spec.dtype}, got a tensor")
+    if spec.dtype.startswith(("int", "uint")):
+        if isinstance(arg, bool) or not isinstance(arg, int):
+            raise ArgumentError(f"{where} is an integer scalar ({spec.dtype}), got "
+                                f"{type(arg).__name__} {_short_repr(arg)}")
+        low, high = _SCALAR_RANGE.get(spec.dtype, (-(1 << 63), (1 << 63) - 1))
+        if not low <= arg <= high:
+            raise ArgumentError(f"{where} = {arg} does not fit its dtype {spec.dtype}")
+    elif spec.dtype.startswith(("float", "bfloat")) and not isinstance(arg, (int, float)):
+        raise ArgumentError(f"{where} is a scalar of dtype {spec.dtype}, got "
+                            f"{type(arg).__name__} {_short_repr(arg)}")
+
+
+def _copy_back(pairs) -> None:
+    for original, copy in pairs:
+        original.copy_(copy)
+
+
+def _fmt(shape) -> str:
+    return "(" + ", ".join(str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+@functools.lru_cache(maxsize=1024)
+def _parsed(dim: str):
+    try:
+        return parse_expr(dim)
+    except ExprError as exc:
+        raise ArgumentError(f"shape expression {dim!r}: {exc}") from None
+
+
+def _eval_dim(dim, symbols: dict, param: str) -> int:
+    if isinstance(dim, int):
+        return dim
+    try:
+        return _parsed(dim)(symbols)
+    except ExprError as exc:
+        raise ArgumentError(f"the shape of {param!r} is not computable from the inputs: "
+                            f"{exc}") from None

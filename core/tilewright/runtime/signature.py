@@ -1,0 +1,134 @@
+"""A compiled kernel's signature: parameter names, shapes, dtypes, outputs, and where each
+shape symbol is read from.
+
+Stored as JSON in cache entries and exported bundles (no pickle), and read back with
+:meth:`KernelSignature.from_json`, which checks every field -- types, names, dtypes, ranges,
+and that each shape expression parses in the grammar of :mod:`tilewright.runtime.expr` over
+the kernel's own symbols -- so a tampered file is refused before anything uses it. Needs only
+the standard library (``from_func``, which reads a TVM program, lives in
+:mod:`tilewright.jit.signature`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+
+from .expr import ExprError, parse
+
+DTYPES = frozenset({"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+                    "uint64", "float16", "bfloat16", "float32", "float64",
+                    "float8_e4m3fn", "float8_e5m2"})
+INDEX_DTYPES = ("int32", "int64")
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]{0,255}$")
+_MAX_PARAMS = 1024
+_MAX_RANK = 16
+
+
+class SignatureError(ValueError):
+    """A signature read from a file is malformed; the message names the field."""
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    name: str
+    shape: tuple  # ints, symbol names, or expression strings over symbols
+    dtype: str
+    is_output: bool = False
+    kind: str = "tensor"  # tensor | scalar
+    # the byte alignment the generated code assumes of the tensor's data
+    align: int = 64
+    # the integer type the kernel indexes the tensor with (and holds its shape symbols in)
+    index_dtype: str = "int32"
+    # whether the kernel may write the tensor (False only when it provably only reads it)
+    written: bool = True
+
+
+@dataclass(frozen=True)
+class KernelSignature:
+    name: str
+    params: tuple[ParamSpec, ...]
+    symbols: tuple[tuple[str, int, int], ...]  # (symbol, input position, dim)
+
+    @property
+    def inputs(self) -> tuple[ParamSpec, ...]:
+        return tuple(p for p in self.params if not p.is_output)
+
+    @property
+    def outputs(self) -> tuple[ParamSpec, ...]:
+        return tuple(p for p in self.params if p.is_output)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @staticmethod
+    def from_json(data) -> KernelSignature:
+        """The signature ``data`` describes; :class:`SignatureError` if any field is wrong."""
+        _expect(isinstance(data, dict), "the signature is not an object")
+        name = data.get("name")
+        _expect(isinstance(name, str) and _NAME.match(name), f"kernel name {name!r}")
+        raw = data.get("params")
+        _expect(isinstance(raw, list) and len(raw) <= _MAX_PARAMS, "params is not a list")
+        params = tuple(_param(i, p) for i, p in enumerate(raw))
+        names = [p.name for p in params]
+        _expect(len(set(names)) == len(names), "parameter names repeat")
+        symbols = data.get("symbols")
+        _expect(isinstance(symbols, list), "symbols is not a list")
+        inputs = [p for p in params if not p.is_output]
+        checked = []
+        for entry in symbols:
+            _expect(isinstance(entry, list | tuple) and len(entry) == 3, f"symbol {entry!r}")
+            sym, pos, dim = entry
+            _expect(isinstance(sym, str) and sym.isidentifier(), f"symbol name {sym!r}")
+            _expect(_is_int(pos) and 0 <= pos < len(inputs), f"symbol {sym!r}: input {pos!r}")
+            _expect(_is_int(dim) and 0 <= dim < len(inputs[pos].shape) and
+                    inputs[pos].shape[dim] == sym, f"symbol {sym!r}: dimension {dim!r}")
+            checked.append((sym, pos, dim))
+        known = {s for s, _, _ in checked}
+        for p in params:
+            for d in p.shape:
+                if isinstance(d, str):
+                    try:
+                        parse(d, known)
+                    except ExprError as exc:
+                        raise SignatureError(f"shape of {p.name!r}: {exc}") from None
+        return KernelSignature(name, params, tuple(checked))
+
+
+def _expect(ok, what: str) -> None:
+    if not ok:
+        raise SignatureError(f"malformed signature: {what}")
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _param(index: int, p) -> ParamSpec:
+    _expect(isinstance(p, dict), f"param {index} is not an object")
+    name = p.get("name")
+    _expect(isinstance(name, str) and _NAME.match(name), f"param {index} name {name!r}")
+    kind = p.get("kind", "tensor")
+    _expect(kind in ("tensor", "scalar"), f"param {name!r} kind {kind!r}")
+    dtype = p.get("dtype")
+    _expect(dtype in DTYPES, f"param {name!r} dtype {dtype!r}")
+    shape = p.get("shape")
+    _expect(isinstance(shape, list | tuple) and len(shape) <= _MAX_RANK and
+            all(_is_int(d) and 0 <= d < 1 << 62 or isinstance(d, str) and len(d) <= 2000
+                for d in shape), f"param {name!r} shape {shape!r}")
+    _expect(kind == "tensor" or not shape, f"scalar param {name!r} has a shape")
+    flags = {k: p.get(k, default) for k, default in
+             (("is_output", False), ("written", True))}
+    for k, v in flags.items():
+        _expect(isinstance(v, bool), f"param {name!r} {k} {v!r}")
+    _expect(kind == "tensor" or not flags["is_output"], f"scalar param {name!r} is an output")
+    align = p.get("align", 64)
+    _expect(_is_int(align) and 0 < align <= 4096 and align & (align - 1) == 0,
+            f"param {name!r} align {align!r}")
+    index_dtype = p.get("index_dtype", "int32")
+    _expect(index_dtype in INDEX_DTYPES, f"param {name!r} index_dtype {index_dtype!r}")
+    return ParamSpec(name, tuple(shape), dtype, flags["is_output"], kind, align, index_dtype,
+                     flags["written"])
+
+
+__all__ = ["DTYPES", "KernelSignature", "ParamSpec", "SignatureError"]

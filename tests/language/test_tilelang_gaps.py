@@ -1,0 +1,53 @@
+"""Language gaps TileLang's examples hit: several T.Kernel blocks in one function and the
+global workspaces they share (T.alloc_global); both backends that execute here."""
+
+import pytest
+import tilewright
+import tilewright.language as T
+import torch
+from tilewright.errors import KernelError
+
+
+def split_then_gather(n=64):
+    @T.prim_func
+    def main(A: T.Tensor((n,), "float32"), C: T.Tensor((n,), "float32")):
+        W = T.alloc_global((n,), "float32")
+        with T.Kernel(2) as bx:  # first launch: two blocks fill the workspace
+            for i in T.Parallel(n // 2):
+                W[bx * (n // 2) + i] = A[bx * (n // 2) + i] * 2.0
+        with T.Kernel(1):  # second launch reads what every block of the first wrote
+            for i in T.Parallel(n):
+                C[i] = W[n - 1 - i] + 1.0
+
+    return main
+
+
+@pytest.mark.parametrize("target", ["cpu", "interp"])
+def test_kernel_blocks_run_in_order_and_share_a_global_workspace(target):
+    kernel = tilewright.compile(split_then_gather(), out_idx=[1], target=target)
+    a = torch.randn(64)
+    torch.testing.assert_close(kernel(a), 2 * a.flip(0) + 1)
+
+
+def test_kernel_blocks_cannot_nest_and_workspaces_come_first():
+    def nested():
+        @T.prim_func
+        def main(A: T.Tensor((8,), "float32")):
+            with T.Kernel(1), T.Kernel(1):
+                A[0] = 1.0
+
+        return main
+
+    with pytest.raises(KernelError, match="cannot be nested"):
+        nested()
+
+    def late():
+        @T.prim_func
+        def main(A: T.Tensor((8,), "float32")):
+            with T.Kernel(1):
+                T.alloc_global((8,), "float32")
+
+        return main
+
+    with pytest.raises(KernelError, match="call it before 'with T.Kernel'"):
+        late()

@@ -1,0 +1,173 @@
+"""Kernel bounds: sizes past the index type, inputs the generated code cannot address as they
+are, accesses outside their buffers, and inputs that require grad."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import tilewright
+import tilewright.language as T
+import torch
+from tilewright.runtime import call as call_mod
+
+
+@pytest.fixture(autouse=True)
+def fresh_warnings(monkeypatch):
+    monkeypatch.setattr(call_mod, "_WARNED", set())
+
+
+@tilewright.jit(out_idx=[-1], target="cpu")
+def scale_dynamic():
+    n = T.dynamic("n")
+
+    @T.prim_func
+    def main(A: T.Tensor((n,), "float32"), C: T.Tensor((n,), "float32")):
+        with T.Kernel(T.ceildiv(n, 256)) as bx:
+            for i in T.Parallel(256):
+                if bx * 256 + i < n:
+                    C[bx * 256 + i] = A[bx * 256 + i] * 2.0
+    return main
+
+
+@tilewright.jit(target="cpu")
+def add_in_place():
+    n = T.dynamic("n")
+
+    @T.prim_func
+    def main(A: T.Tensor((n,), "float32"), B: T.Tensor((n,), "float32")):
+        with T.Kernel(T.ceildiv(n, 64)) as bx:
+            for i in T.Parallel(64):
+                if bx * 64 + i < n:
+                    A[bx * 64 + i] = A[bx * 64 + i] + B[bx * 64 + i]
+    return main
+
+
+def test_a_dimension_past_the_index_type_is_an_error_not_garbage():
+    kernel = scale_dynamic()
+    huge = torch.empty(1, dtype=torch.float32).expand(2**31 + 5)  # no memory behind it
+    with pytest.raises(tilewright.ArgumentError, match=r"does not fit the kernel's int32"):
+        kernel(huge)
+
+
+@pytest.mark.parametrize("make", [
+    lambda x: x[1:257],           # a storage offset that breaks 64-byte alignment
+    lambda x: x[:512:2],          # strided
+    lambda x: x.view(2, 500).t().reshape(-1)[:256].contiguous()[3:259],
+])
+def test_offset_and_strided_inputs_are_copied_not_crashed(make):
+    x = torch.randn(1000)
+    view = make(x)
+    torch.testing.assert_close(scale_dynamic()(view), view * 2.0)
+
+
+def test_a_written_strided_input_is_written_back():
+    base = torch.randn(400)
+    a = base[1:401:2]   # 200 elements, stride 2, offset 1
+    b = torch.randn(200)
+    expected = a + b
+    add_in_place()(a, b)
+    torch.testing.assert_close(a, expected)
+
+
+def test_scalar_arguments_are_checked_against_their_dtype():
+    @tilewright.jit(out_idx=[-1], target="cpu")
+    def shift():
+        @T.prim_func
+        def main(A: T.Tensor((8,), "int32"), k: T.int32, C: T.Tensor((8,), "int32")):
+            with T.Kernel(1) as bx:
+                for i in T.Parallel(8):
+                    C[i] = A[i] + k
+        return main
+
+    kernel = shift()
+    a = torch.arange(8, dtype=torch.int32)
+    torch.testing.assert_close(kernel(a, 3), a + 3)
+    with pytest.raises(tilewright.ArgumentError, match="does not fit its dtype int32"):
+        kernel(a, 2**40)
+    with pytest.raises(tilewright.ArgumentError, match="integer scalar"):
+        kernel(a, 1.5)
+
+
+def test_requires_grad_inputs_get_a_warning():
+    x = torch.randn(64, requires_grad=True)
+    with pytest.warns(RuntimeWarning, match="requires grad.*not connected to autograd"):
+        scale_dynamic()(x)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        scale_dynamic()(x)
+
+
+# -- accesses outside their buffers ------------------------------------------------------------
+def _compile(func, **kw):
+    return tilewright.compile(func, out_idx=[-1], target="cpu", **kw)
+
+
+def test_a_constant_index_past_the_end_is_a_compile_error():
+    @T.prim_func
+    def main(A: T.Tensor((64,), "float32"), C: T.Tensor((64,), "float32")):
+        with T.Kernel(1) as bx:
+            C[0] = A[64]  # the line
+
+    with pytest.raises(tilewright.KernelError) as info:
+        _compile(main)
+    assert "test_kernel_bounds.py" in str(info.value) and "# the line" in str(info.value)
+    assert "always outside [0, 64)" in str(info.value)
+
+
+def test_a_store_that_leaves_its_tile_is_a_compile_error():
+    # what TileLang's attention-sink backward example did: a fragment of `heads` elements
+    # written with block_M elements, overwriting its neighbours on the CPU
+    @T.prim_func
+    def main(A: T.Tensor((64,), "float32"), C: T.Tensor((4,), "float32")):
+        with T.Kernel(1) as bx:
+            sinks = T.alloc_fragment((4,), "float32")
+            for i in T.Parallel(16):
+                sinks[i] = A[i]  # the line
+            T.copy(sinks, C)
+
+    with pytest.raises(tilewright.KernelError, match=r"leaves tile sinks.*ranges over \[0, 15\]"):
+        _compile(main)
+
+
+def test_a_guarded_tile_access_is_accepted():
+    @T.prim_func
+    def main(A: T.Tensor((64,), "float32"), C: T.Tensor((4,), "float32")):
+        with T.Kernel(1) as bx:
+            sinks = T.alloc_fragment((4,), "float32")
+            for i in T.Parallel(16):
+                if i < 4:
+                    sinks[i] = A[i]
+            T.copy(sinks, C)
+
+    a = torch.randn(64)
+    torch.testing.assert_close(_compile(main)(a), a[:4])
+
+
+def test_a_copy_wholly_outside_a_tensor_is_a_warning():
+    @T.prim_func
+    def main(A: T.Tensor((64,), "float32"), C: T.Tensor((32,), "float32")):
+        with T.Kernel(1) as bx:
+            s = T.alloc_shared((32,), "float32")
+            T.copy(A[96:128], s)  # the line
+            T.copy(s, C)
+
+    with pytest.warns(RuntimeWarning, match="lies wholly outside its shape"):
+        _compile(main)
+
+
+@pytest.mark.parametrize("target", ["cpu", "interp"])
+def test_bounds_check_stops_the_kernel_at_the_users_line(target):
+    @T.prim_func
+    def gather(A: T.Tensor((64,), "float32"), I: T.Tensor((8,), "int32"),
+               C: T.Tensor((8,), "float32")):
+        with T.Kernel(1) as bx:
+            for i in T.Parallel(8):
+                C[i] = A[I[i]]  # the gather
+
+    kernel = tilewright.compile(gather, out_idx=[-1], target=target,
+                                pass_configs={"tw.bounds_check": True})
+    a, good = torch.randn(64), torch.arange(8, dtype=torch.int32)
+    torch.testing.assert_close(kernel(a, good), a[good.long()])
+    with pytest.raises(RuntimeError, match=r"test_kernel_bounds.py:\d+: index out of bounds"):
+        kernel(a, torch.tensor([0, 1, 2, 3, 4, 5, 6, 64], dtype=torch.int32))

@@ -1,0 +1,334 @@
+"""Port TileLang's upstream examples to tilewright mechanically and run them.
+
+    python tools/port_tilelang_examples.py --checkout /path/to/tilelang --target cpu
+
+The port is what a TileLang user would do by hand, and nothing more:
+
+- imports: ``import tilelang`` becomes ``import tilewright as tilelang``,
+  ``tilelang.language`` / ``tilelang.X`` become ``tilewright.language`` / ``tilewright.X``;
+- CUDA tensors map to the CPU: the strings ``"cuda"`` / ``"cuda:0"`` become ``"cpu"``,
+  ``target="cuda"`` becomes ``target="auto"``, and a small shim (``sitecustomize``) makes
+  ``Tensor.cuda()`` a no-op, ``torch.cuda.synchronize`` / ``torch.cuda.Event`` work on the host,
+  and ``torch.cuda.get_device_capability`` / ``get_device_properties`` (which some examples read
+  to pick a tiling) describe an sm_80-class device with the host's core count.
+
+Each example (a file with a ``__main__`` block, not a test or regression harness) runs as a
+script from a copy of its folder, with the sizes upstream gives it, under a timeout, with
+``TILEWRIGHT_TARGET`` naming the backend that ``target="auto"`` resolves to. An example that
+needs a GPU-only API (CUDA intrinsics, TMA / wgmma / tcgen05, warp specialisation, thread-level
+programming) or another library (Triton, flash-attn ...) is listed as not portable, with the
+reason, and is not run. The table gives each example's result and its error's first line:
+
+- ``verified``: it ran and its own checks (asserts, ``assert_close`` ...) passed;
+- ``ran (no check)``: it ran, but the example checks nothing;
+- ``wrong``: its own check failed;
+- ``frontend error``: it stopped before a kernel was compiled (a missing name, a tracing error);
+- ``runtime error``: compiling or running the kernel failed;
+- ``timeout``: it did not finish within ``--timeout`` seconds;
+- ``not portable``: see above.
+
+``--json FILE`` writes the results; ``--only`` runs the examples whose path contains a text;
+``--logs DIR`` keeps each example's output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+# -- what makes an example not portable: (pattern in its source, reason) -----------------------
+GPU_ONLY = [
+    (r"\bT\.(ptx_\w+|cp_async\w*|ldmatrix|stmatrix|mma_\w+)\b", "PTX intrinsics"),
+    (r"\bT\.(tma_\w+|create_tma\w*|fence_proxy_async)\b", "TMA"),
+    (r"\bT\.(wgmma\w*|wait_wgmma|warpgroup\w*)\b", "wgmma"),
+    (r"\bT\.(tcgen05\w*|alloc_tmem|clc_\w+)\b|tcgen05", "tcgen05 (sm_100)"),
+    (r"\bT\.(mbarrier\w*|alloc_barrier|alloc_cluster_barrier|barrier_wait|barrier_arrive|"
+     r"cp_async_barrier\w*)\b", "mbarriers"),
+    (r"\bT\.(ws|ws_op|WS\w+|annotate_ws\w*|set_max_nreg|inc_max_nreg|dec_max_nreg|"
+     r"no_set_max_nreg|disable_warp_group_reg_alloc|annotate_producer\w*|"
+     r"annotate_consumer\w*)\b", "warp specialisation"),
+    (r"\bT\.(get_thread_binding|thread_binding|get_warp\w*|shfl\w*|tvm_warp_shuffle|any_sync|"
+     r"tvm_thread_allreduce|launch_thread|get_block_binding|block_rank_in_cluster|sync_grid|"
+     r"ClusterKernel|PersistentTileScheduler)\b", "thread- or cluster-level programming"),
+    (r"\bT\.(call_extern|import_source)\b", "CUDA source called from the kernel"),
+    (r"tilelang\.(cuda|rocm)\.intrinsics|tilelang\.intrinsics|from tilelang\.tileop",
+     "tensor-core intrinsic emitters"),
+    (r"tilelang\.contrib\.(nvcc|hipcc|nvrtc)|from tilelang\.contrib import (nvcc|hipcc|nvrtc)|"
+     r"tilelang\.tools\.cuda|from tilelang\.tools\.cuda import",
+     "the CUDA toolchain or CUDA tools"),
+    (r"\bT\.(gemm_sp|mma_gemm_blockscaled|dp4a)\b", "sparse / block-scaled tensor-core GEMM"),
+    (r"target\s*=\s*[\"']hip|\bT\.mfma\w*", "AMD GPUs (HIP)"),
+]
+# GPU-only libraries; a CPU-capable one (einops ...) is simply needed in the environment
+OTHER_LIBRARY = [
+    (r"^\s*(import|from)\s+triton\b", "Triton"),
+    (r"^\s*(import|from)\s+flash_attn\b", "flash-attn"),
+    (r"^\s*(import|from)\s+(fla|FLA_KDA)\b", "flash-linear-attention (Triton)"),
+    (r"^\s*(import|from)\s+(vllm|aiter|flashinfer|flash_mla|deep_gemm|sgl_kernel|bitblas|"
+     r"cutlass|fast_hadamard_transform)\b", "a CUDA library"),
+    (r"^\s*(import|from)\s+transformers\b", "a model library (transformers) and its weights"),
+]
+CHECKS = re.compile(r"\bassert\b|assert_close|assert_allclose|allclose|assert_similar|"
+                    r"\bcheck\w*\(|\bcompare\w*\(|max err", re.IGNORECASE)
+
+
+@dataclass
+class Result:
+    example: str
+    result: str
+    detail: str = ""
+    seconds: float = 0.0
+
+
+# -- the mechanical port --------------------------------------------------------------------
+_IMPORTS = [
+    (re.compile(r"^(\s*)import tilelang\s*$", re.M), r"\1import tilewright as tilelang"),
+    (re.compile(r"^(\s*)import tilelang\.([\w.]+) as (\w+)", re.M),
+     r"\1import tilewright.\2 as \3"),
+    (re.compile(r"^(\s*)import tilelang\.([\w.]+)\s*$", re.M),
+     r"\1import tilewright.\2; import tilewright as tilelang"),
+    (re.compile(r"^(\s*)from tilelang(\.[\w.]+)? import", re.M), r"\1from tilewright\2 import"),
+]
+_DEVICES = [
+    (re.compile(r"target\s*=\s*([\"'])cuda\1"), 'target="auto"'),
+    (re.compile(r"([\"'])cuda(:\d+)?\1"), r'\1cpu\1'),
+]
+
+
+def port_source(text: str) -> str:
+    """The example's source with TileLang's imports renamed and CUDA devices mapped to the
+    CPU."""
+    for pattern, repl in _IMPORTS + _DEVICES:
+        text = pattern.sub(repl, text)
+    return text
+
+
+SHIM = '''\
+"""Installed by tools/port_tilelang_examples.py: CUDA calls of the examples map to the host."""
+import os
+import time
+
+import torch
+
+torch.Tensor.cuda = lambda self, *args, **kwargs: self
+torch.nn.Module.cuda = lambda self, *args, **kwargs: self
+torch.cuda.synchronize = lambda *args, **kwargs: None
+torch.cuda.current_device = lambda: "cpu"
+torch.cuda.empty_cache = lambda: None
+# examples that pick a tiling from the device see an sm_80-class device with the host's cores
+torch.cuda.get_device_capability = lambda *args, **kwargs: (8, 0)
+
+
+class _Properties:
+    name = "host CPU"
+    major, minor = 8, 0
+    multi_processor_count = len(os.sched_getaffinity(0))
+    total_memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+torch.cuda.get_device_properties = lambda *args, **kwargs: _Properties()
+
+
+class _Event:
+    def __init__(self, *args, **kwargs):
+        self.t = 0.0
+
+    def record(self, *args, **kwargs):
+        self.t = time.perf_counter()
+
+    def synchronize(self):
+        pass
+
+    def elapsed_time(self, end):
+        return (end.t - self.t) * 1e3
+
+
+torch.cuda.Event = _Event
+'''
+
+
+def not_portable(source: str) -> str | None:
+    """The reason an example cannot run on the host, or None."""
+    for pattern, reason in OTHER_LIBRARY:
+        if re.search(pattern, source, re.M):
+            return f"needs {reason}"
+    for pattern, reason in GPU_ONLY:
+        match = re.search(pattern, source, re.M)
+        if match:
+            return f"GPU-only API: {reason} ({match.group(0).strip()})"
+    return None
+
+
+def local_imports(path: Path, seen=None) -> list[Path]:
+    """The example's own helper modules (siblings it imports), recursively."""
+    seen = set() if seen is None else seen
+    out = []
+    for name in re.findall(r"^\s*(?:from|import)\s+([\w]+)", path.read_text(), re.M):
+        sibling = path.parent / f"{name}.py"
+        if sibling.exists() and sibling not in seen:
+            seen.add(sibling)
+            out += [sibling, *local_imports(sibling, seen)]
+    return out
+
+
+# AutoDD's inputs: a deliberately failing program and its expected reduction
+NOT_EXAMPLES = ("autodd/",)
+
+
+def discover(examples: Path, only: str | None) -> list[Path]:
+    """Every example: a file with a ``__main__`` block that imports TileLang, not a test, a
+    performance-regression harness or one of :data:`NOT_EXAMPLES`."""
+    found = []
+    for path in sorted(examples.rglob("*.py")):
+        name = path.name
+        rel = str(path.relative_to(examples))
+        if name.startswith(("test_", "regression_")) or name == "conftest.py" or \
+                rel.startswith(NOT_EXAMPLES):
+            continue
+        text = path.read_text(errors="replace")
+        if "__main__" not in text or not re.search(r"^\s*(import|from)\s+tilelang", text, re.M):
+            continue
+        if only and only not in rel:
+            continue
+        found.append(path)
+    return found
+
+
+# -- running and classifying ----------------------------------------------------------------
+_WRONG = re.compile(r"^(AssertionError|torch\.testing|.*Mismatched elements|.*Tensor-likes are "
+                    r"not close|.*not close)", re.M)
+
+
+def _error_line(output: str) -> str:
+    """The first line of the last exception in ``output``."""
+    lines = output.rstrip().splitlines()
+    start = max((i for i, line in enumerate(lines) if line.startswith("Traceback")), default=None)
+    if start is None:
+        return lines[-1][:200] if lines else ""
+    for line in lines[start + 1:]:
+        if re.match(r"[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b", line):
+            return line[:200]
+    return lines[-1][:200]
+
+
+def classify(rc: int, output: str, checked: bool) -> tuple[str, str]:
+    if rc == 0:
+        return ("verified", "") if checked else ("ran (no check)", "")
+    line = _error_line(output)
+    tail = output[output.rfind("Traceback"):] if "Traceback" in output else output
+    if line.startswith("AssertionError") or _WRONG.search(line):
+        return "wrong", line
+    compiled = any(part in tail for part in ("/tilewright/engine/", "tilewright_cpu",
+                                             "tilewright_interp", "/tilewright/jit/kernel.py"))
+    frontend = ("tilewright" in line and ("has no " in line or "cannot import" in line)) \
+        or "/tilewright/language/" in tail or "KernelError" in line or \
+        "ImportError" in line or "ModuleNotFoundError" in line
+    if frontend and not compiled:
+        return "frontend error", line
+    return "runtime error", line
+
+
+def run_one(path: Path, examples: Path, work: Path, target: str, timeout: float,
+            logs: Path | None) -> Result:
+    rel = str(path.relative_to(examples))
+    helpers = local_imports(path)
+    source = "\n".join(p.read_text(errors="replace") for p in [path, *helpers])
+    reason = not_portable(source)
+    if reason:
+        return Result(rel, "not portable", reason)
+    script = work / path.relative_to(examples)
+    env = {**os.environ, "TILEWRIGHT_TARGET": target, "PYTHONUNBUFFERED": "1",
+           "PYTHONPATH": os.pathsep.join([str(work / "_shim"), str(script.parent),
+                                          os.environ.get("PYTHONPATH", "")])}
+    start = time.monotonic()
+    try:
+        proc = subprocess.run([sys.executable, script.name], cwd=script.parent, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              timeout=timeout, errors="replace", start_new_session=True)
+        rc, output = proc.returncode, proc.stdout
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout or ""
+        output = out.decode(errors="replace") if isinstance(out, bytes) else out
+        rc = None
+    seconds = time.monotonic() - start
+    if logs is not None:
+        logs.mkdir(parents=True, exist_ok=True)
+        (logs / (rel.replace("/", "__") + ".log")).write_text(output)
+    if rc is None:
+        return Result(rel, "timeout", f"over {timeout:.0f} s", seconds)
+    result, detail = classify(rc, output, bool(CHECKS.search(source)))
+    return Result(rel, result, detail, seconds)
+
+
+def prepare(examples: Path, work: Path) -> None:
+    shutil.copytree(examples, work, dirs_exist_ok=True)
+    for path in work.rglob("*.py"):
+        text = path.read_text(errors="replace")
+        ported = port_source(text)
+        if ported != text:
+            path.write_text(ported)
+    (work / "_shim").mkdir(exist_ok=True)
+    (work / "_shim" / "sitecustomize.py").write_text(SHIM)
+
+
+ORDER = ("verified", "ran (no check)", "wrong", "frontend error", "runtime error", "timeout",
+         "not portable")
+
+
+def table(results: list[Result]) -> str:
+    width = max([len(r.example) for r in results] + [7])
+    lines = [f"{'example':<{width}}  {'result':<15}  {'s':>6}  first line of the error / reason",
+             "-" * (width + 60)]
+    for r in results:
+        lines.append(f"{r.example:<{width}}  {r.result:<15}  {r.seconds:6.1f}  {r.detail}")
+    counts = {k: sum(r.result == k for r in results) for k in ORDER}
+    portable = len(results) - counts["not portable"]
+    lines.append("")
+    lines.append(", ".join(f"{k}: {v}" for k, v in counts.items() if v))
+    if portable:
+        ok = counts["verified"] + counts["ran (no check)"]
+        lines.append(f"portable: {portable}; ran to the end: {ok} ({100 * ok / portable:.0f}%), "
+                     f"verified by their own checks: {counts['verified']} "
+                     f"({100 * counts['verified'] / portable:.0f}%)")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--checkout", required=True, type=Path,
+                        help="a TileLang source tree (its examples/ folder is ported)")
+    parser.add_argument("--target", default="cpu", help="cpu, interp, ... (what 'auto' means)")
+    parser.add_argument("--timeout", type=float, default=300, help="seconds per example")
+    parser.add_argument("--only", help="run only examples whose path contains this text")
+    parser.add_argument("--json", type=Path, help="write the results here")
+    parser.add_argument("--logs", type=Path, help="keep each example's output in this folder")
+    args = parser.parse_args(argv)
+    examples = args.checkout / "examples"
+    if not examples.is_dir():
+        parser.error(f"{examples} is not a folder: --checkout names a TileLang source tree")
+    results = []
+    with tempfile.TemporaryDirectory(prefix="tw-port-") as tmp:
+        work = Path(tmp) / "examples"
+        prepare(examples, work)
+        for path in discover(examples, args.only):
+            result = run_one(path, examples, work, args.target, args.timeout, args.logs)
+            results.append(result)
+            print(f"{result.example}: {result.result} ({result.seconds:.1f} s) {result.detail}",
+                  file=sys.stderr, flush=True)
+            if args.json:
+                args.json.write_text(json.dumps([asdict(r) for r in results], indent=1))
+    print(table(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
