@@ -19,6 +19,7 @@ cuobjdump is here to read it.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import re
 import shutil
@@ -201,25 +202,25 @@ def build_checks(out: Path, args) -> int:
             entry.update(status="build failed", reason=f"{type(exc).__name__}: {exc}"[:300])
             print(f"{check.name}: BUILD FAILED: {entry['reason']}")
             continue
-        path = kernel.export(out / check.name)
-        log_path = Path(kernel.artifact_dir or path) / "build.log"
-        log = log_path.read_text() if log_path.exists() else ""
-        (path / "build.log").write_text(log)
+        log_path = Path(kernel.artifact_dir) / "build.log" if kernel.artifact_dir else None
+        log = log_path.read_text() if log_path and log_path.exists() else ""
         runs = check.runs()
+        data = io.BytesIO()
         torch.save({"seed": checks.SEED, "runs": [
             {"args": r.args, "outputs": r.outputs, "expected": [
                 _stored(e, r.args[i]) for i, e in zip(r.outputs, r.expected)]} for r in runs]},
-            path / "check.pt")
-        launch = json.loads((path / "launch.json").read_text())
-        source = (path / "kernel.cu").read_text()
+            data)
+        launch = kernel.executable.launch
         case = {"kind": "check", "group": check.group, "dtype": check.dtype,
                 "reduction": check.reduction, "runs": len(runs),
                 "pass_configs": check.pass_configs,
                 # racecheck and synccheck look at shared memory and the barriers guarding it
                 "shared_memory": bool(launch.get("dynamic_smem_bytes")),
-                "barriers": any(b in source for b in BARRIERS),
+                "barriers": any(b in kernel.get_kernel_source() for b in BARRIERS),
                 "build": build_info(log)}
-        (path / "case.json").write_text(json.dumps(case, indent=1))
+        kernel.export(out / check.name, extra={
+            "log": ("build.log", log.encode()), "check": ("check.pt", data.getvalue()),
+            "case": ("case.json", json.dumps(case, indent=1).encode())})
         entry.update(status="bundled")
         print(f"{check.name}: {time.perf_counter() - start:.1f} s, "
               f"{case['build']['registers']} registers")

@@ -17,6 +17,7 @@ Without ``compute-sanitizer`` the batches run plainly and the verdict says so.
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import shutil
@@ -32,16 +33,23 @@ RESULT = "RESULT "
 
 
 # -- one process: run checks, print a RESULT line per check -------------------------------------
+def check_data(bundle) -> dict:
+    """The arguments and expected values a check bundle stores (its ``check`` file)."""
+    import torch
+
+    return torch.load(io.BytesIO(bundle.files["check"]), weights_only=True)
+
+
 def run_checks(root: Path, names: list[str]) -> int:
     """Run the named check bundles under ``root`` in this process (the GPU's), printing
     ``RESULT <json>`` for each; a check that raises gets an error result, the others go on."""
     import torch
-    from tilewright.runtime import load
+    from tilewright.runtime import load, open_bundle
 
     for name in names:
         start = time.perf_counter()
         try:
-            result = run_one(torch, load(root / name), root / name)
+            result = run_one(torch, load(root / name), open_bundle(root / name))
         except Exception as exc:  # noqa: BLE001 - reported as this check's result
             result = {"result": "error", "detail": f"{type(exc).__name__}: {exc}"[:300]}
         result["seconds"] = round(time.perf_counter() - start, 2)
@@ -49,12 +57,12 @@ def run_checks(root: Path, names: list[str]) -> int:
     return 0
 
 
-def run_one(torch, kernel, path: Path) -> dict:
+def run_one(torch, kernel, bundle) -> dict:
     """Every run of one check on the GPU; ``result`` ok or FAILED with the worst output."""
     from tilewright.testing import compare
 
-    case = json.loads((path / "case.json").read_text())
-    data = torch.load(path / "check.pt", weights_only=True)
+    case = bundle.json("case")
+    data = check_data(bundle)
     worst = {"result": "ok", "max_error": 0.0, "tolerance_ratio": 0.0}
     for r, run in enumerate(data["runs"]):
         args = [a.cuda() for a in run["args"]]

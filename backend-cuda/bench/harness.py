@@ -28,7 +28,7 @@ import traceback
 from pathlib import Path
 
 import check_runner
-from tilewright.runtime import load
+from tilewright.runtime import load, open_bundle
 
 torch = None  # imported in main(): --list runs without torch's CUDA
 
@@ -81,21 +81,21 @@ def compare(ours, peer) -> tuple[float, float]:
 
 def poisoned_call(kernel, inputs):
     """Run a bundle with its outputs pre-filled with NaN; returns the outputs."""
-    specs = kernel.signature["params"]
+    specs = kernel.signature.params
     symbols = {}
     it = iter(inputs)
     full, outs = [], []
-    ins = [next(it) if not p["is_output"] else None for p in specs]
+    ins = [next(it) if not p.is_output else None for p in specs]
     for spec, arg in zip(specs, ins):
         if arg is not None:
-            for want, got in zip(spec["shape"], arg.shape):
+            for want, got in zip(spec.shape, arg.shape):
                 if isinstance(want, str):
                     symbols.setdefault(want, got)
     for spec, arg in zip(specs, ins):
         if arg is None:
             shape = [d if isinstance(d, int) else int(eval(d, {}, dict(symbols)))
-                     for d in spec["shape"]]
-            arg = torch.full(shape, float("nan"), dtype=getattr(torch, spec["dtype"]),
+                     for d in spec.shape]
+            arg = torch.full(shape, float("nan"), dtype=getattr(torch, spec.dtype),
                              device="cuda")
             outs.append(arg)
         full.append(arg)
@@ -236,13 +236,15 @@ def check_bundle(path: Path) -> list[str]:
     fine."""
     problems = []
     try:
-        case = json.loads((path / "case.json").read_text())
+        bundle = open_bundle(path, required=("case",))
+        case = bundle.json("case")
         kernel = load(path)
         if case["kind"] == "check":
-            problems += check_arguments(path, kernel.signature["params"])
+            problems += check_arguments(check_runner.check_data(bundle),
+                                        kernel.signature.params)
         else:
             want = expected_params(case)
-            got = [(p["dtype"], p["shape"], p["is_output"]) for p in kernel.signature["params"]]
+            got = [(p.dtype, list(p.shape), p.is_output) for p in kernel.signature.params]
             if got != want:
                 problems.append(f"signature {got} is not the case's {want}")
         launch = kernel.function.launch
@@ -260,12 +262,10 @@ def check_bundle(path: Path) -> list[str]:
     return problems
 
 
-def check_arguments(path: Path, params: list) -> list[str]:
-    """A check bundle's stored arguments fit its kernel: one per parameter, of its dtype, of
-    its shape where the shape is constant; every run has an expected value per output."""
-    import torch as torch_module
-
-    data = torch_module.load(path / "check.pt", weights_only=True)
+def check_arguments(data: dict, params) -> list[str]:
+    """A check's stored arguments (``data``, its ``check.pt``) fit its kernel's parameters
+    (``ParamSpec``s): one per parameter, of its dtype, of its shape where the shape is
+    constant; every run has an expected value per output."""
     problems = []
     for r, run in enumerate(data["runs"]):
         if len(run["args"]) != len(params):
@@ -273,16 +273,25 @@ def check_arguments(path: Path, params: list) -> list[str]:
                             "parameters")
             continue
         for arg, p in zip(run["args"], params):
-            if p.get("kind", "tensor") != "tensor":
+            if p.kind != "tensor":
                 continue
-            shape = [d if isinstance(d, int) else s for d, s in zip(p["shape"], arg.shape)]
-            if str(arg.dtype).removeprefix("torch.") != p["dtype"] or list(arg.shape) != shape:
-                problems.append(f"run {r}: argument {p['name']} is {arg.dtype} "
-                                f"{list(arg.shape)}, the kernel takes {p['dtype']} {p['shape']}")
+            shape = [d if isinstance(d, int) else s for d, s in zip(p.shape, arg.shape)]
+            if str(arg.dtype).removeprefix("torch.") != p.dtype or list(arg.shape) != shape:
+                problems.append(f"run {r}: argument {p.name} is {arg.dtype} "
+                                f"{list(arg.shape)}, the kernel takes {p.dtype} {list(p.shape)}")
         if len(run["outputs"]) != len(run["expected"]) or not run["outputs"]:
             problems.append(f"run {r}: {len(run['outputs'])} outputs, "
                             f"{len(run['expected'])} expected values")
     return problems
+
+
+def _case(path: Path) -> dict:
+    """A bundle's case description, {} when the bundle cannot be opened (check_bundle says
+    why)."""
+    try:
+        return open_bundle(path).json("case")
+    except Exception:  # noqa: BLE001 - the listing goes on; the problem is reported
+        return {}
 
 
 def bundles_in(root: Path, only: set) -> list[Path]:
@@ -317,8 +326,7 @@ def list_bundles(root: Path, only: set) -> int:
         total += size
         problems = check_bundle(path)
         bad += bool(problems)
-        case = json.loads((path / "case.json").read_text()) if (path / "case.json").exists() \
-            else {}
+        case = _case(path)
         sizes = {k: v for k, v in case.items() if k not in ("kind", "config", "build",
                                                          "pass_configs", "group")}
         print(f"{path.name:48s} {'BROKEN' if problems else 'ok':6s} {size / 1024:6.0f} KiB "
@@ -343,7 +351,7 @@ def child(args) -> int:
                   "torch": torch.__version__, "cuda": torch.version.cuda}
     else:
         path = args.bundles / args.child
-        case = json.loads((path / "case.json").read_text())
+        case = open_bundle(path).json("case")
         try:
             result = run_case(path.name, load(path), case, json.loads(args.ceilings))
             result["status"] = "ok"
@@ -391,7 +399,7 @@ def device_checks(args, only: set) -> bool:
     index = json.loads((root / "index.json").read_text())
     if only:
         index = {n: e for n, e in index.items() if n in only}
-    cases = {n: json.loads((root / n / "case.json").read_text()) for n, e in index.items()
+    cases = {n: open_bundle(root / n).json("case") for n, e in index.items()
              if e["status"] == "bundled"}
     sanitizer = args.sanitizer or check_runner.find_sanitizer()
     started = time.perf_counter()

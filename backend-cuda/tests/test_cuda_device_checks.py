@@ -21,6 +21,8 @@ import build_bundles  # noqa: E402 - after the sys.path setup
 import check_runner  # noqa: E402
 import checks  # noqa: E402
 import cuda_cases  # noqa: E402
+import harness  # noqa: E402
+from tilewright.runtime import load, open_bundle  # noqa: E402
 from tilewright.testing import tolerance  # noqa: E402
 from tilewright_sdk.conformance.catalogue import cases  # noqa: E402
 
@@ -68,13 +70,16 @@ def test_checks_build_into_bundles_the_harness_lists(tmp_path, monkeypatch):
     good = _list(tmp_path)
     assert good.returncode == 0, good.stdout + good.stderr
     assert "3 bundles" in good.stdout and "0 broken" in good.stdout
-    # a stored argument that no longer fits the kernel is caught
-    path = tmp_path / "checks" / "example-row_reduce" / "check.pt"
-    data = torch.load(path, weights_only=True)
+    # a stored argument that no longer fits the kernel is caught, and a changed file too
+    bundle = open_bundle(tmp_path / "checks" / "example-row_reduce")
+    data = check_runner.check_data(bundle)
+    params = load(bundle.path).signature.params
+    assert harness.check_arguments(data, params) == []
     data["runs"][0]["args"][0] = data["runs"][0]["args"][0][:5]
-    torch.save(data, path)
+    assert "the kernel takes float32 [20, 300]" in harness.check_arguments(data, params)[0]
+    torch.save(data, bundle.path / "check.pt")
     bad = _list(tmp_path)
-    assert bad.returncode == 1 and "BROKEN" in bad.stdout and "the kernel takes" in bad.stdout
+    assert bad.returncode == 1 and "BROKEN" in bad.stdout and "check failed" in bad.stdout
     # the child process reports every check, here without a GPU as an error result
     run = check_runner.process_runner(BENCH / "harness.py", tmp_path / "checks", None, 300)
     outcome = run(None, ["dialect-ws_store"])
