@@ -154,9 +154,15 @@ class Verdicts:
     processes: int = 0
 
 
-def attribute(run: Runner, tool: str | None, names: list[str], into: Verdicts) -> None:
+def attribute(run: Runner, tool: str | None, names: list[str], into: Verdicts,
+              deadline: float | None = None) -> None:
     """Run ``names`` as one batch; clean clears them all, anything else is split in halves
-    until it is pinned on single checks."""
+    until it is pinned on single checks. Past ``deadline`` (a ``time.monotonic()`` value) no
+    batch starts: its checks say so."""
+    if deadline is not None and time.monotonic() > deadline:
+        for name in names:
+            into.tools.setdefault(name, {})[tool or "plain"] = "not run (time budget)"
+        return
     outcome = run(tool, names)
     into.processes += 1
     for name, result in outcome.results.items():
@@ -178,8 +184,8 @@ def attribute(run: Runner, tool: str | None, names: list[str], into: Verdicts) -
         into.logs.append(f"== {label} {name}: {verdict}\n{outcome.log[-6000:]}")
         return
     half = len(names) // 2
-    attribute(run, tool, names[:half], into)
-    attribute(run, tool, names[half:], into)
+    attribute(run, tool, names[:half], into, deadline)
+    attribute(run, tool, names[half:], into, deadline)
 
 
 def batches(names: list[str], size: int) -> list[list[str]]:
@@ -196,13 +202,9 @@ def sanitize_all(run: Runner, cases: dict, tools_found: bool, batch: int,
     synced = [n for n in names if cases[n].get("shared_memory") and cases[n].get("barriers")]
     plan = [("memcheck", names), ("racecheck", synced), ("synccheck", synced)] if \
         tools_found else [(None, names)]
-    for tool, subset in plan:
-        for group in batches(subset, batch):
-            if deadline is not None and time.monotonic() > deadline and tool != plan[0][0]:
-                for name in group:
-                    into.tools.setdefault(name, {})[tool] = "not run (time budget)"
-                continue
-            attribute(run, tool, group, into)
+    for n, (tool, subset) in enumerate(plan):
+        for group in batches(subset, batch):  # the first tool covers every check
+            attribute(run, tool, group, into, deadline if n else None)
     return into
 
 

@@ -406,7 +406,7 @@ def device_checks(args, only: set) -> bool:
     log(f"# checks: {len(index)} ({len(cases)} bundled), "
         f"{'under ' + sanitizer if sanitizer else 'NOT sanitized: no compute-sanitizer'}")
     run = check_runner.process_runner(Path(__file__).resolve(), root, sanitizer,
-                                      args.timeout * 2)
+                                      args.batch_timeout)
     verdicts = check_runner.sanitize_all(run, cases, sanitizer is not None, args.batch,
                                          time.monotonic() + args.checks_budget)
     rows = check_runner.rows(index, verdicts)
@@ -446,6 +446,9 @@ def main() -> int:
     parser.add_argument("--checks-budget", type=float, default=300.0,
                         help="seconds after which racecheck and synccheck stop starting "
                              "batches (memcheck always covers every check)")
+    parser.add_argument("--batch-timeout", type=float, default=300.0,
+                        help="seconds one process over a batch of checks may take before it "
+                             "is killed (its checks are then halved to find the one that hangs)")
     parser.add_argument("--sanitizer", default=None,
                         help="compute-sanitizer to use (default: on PATH or in /usr/local/cuda)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
