@@ -60,7 +60,7 @@ def _list(bundles: Path) -> subprocess.CompletedProcess:
 
 @pytest.mark.nvrtc
 def test_checks_build_into_bundles_the_harness_lists(tmp_path, monkeypatch):
-    only = "conformance-copy-float16-full,example-row_reduce,dialect-ws_store"
+    only = "conformance-copy-float16-full,example-row_reduce"
     monkeypatch.setattr(sys, "argv", ["build_bundles.py", "--out", str(tmp_path), "--checks",
                                       "only", "--only", only])
     assert build_bundles.main() == 0
@@ -69,22 +69,20 @@ def test_checks_build_into_bundles_the_harness_lists(tmp_path, monkeypatch):
     assert {e["status"] for e in index.values()} == {"bundled"}
     good = _list(tmp_path)
     assert good.returncode == 0, good.stdout + good.stderr
-    assert "3 bundles" in good.stdout and "0 broken" in good.stdout
-    # a stored argument that no longer fits the kernel is caught, and a changed file too
+    assert "2 bundles" in good.stdout and "0 broken" in good.stdout
+    # a stored argument that no longer fits the kernel is caught (a changed file fails the
+    # bundle's own checks: tests/reliability)
     bundle = open_bundle(tmp_path / "checks" / "example-row_reduce")
     data = check_runner.check_data(bundle)
     params = load(bundle.path).signature.params
     assert harness.check_arguments(data, params) == []
     data["runs"][0]["args"][0] = data["runs"][0]["args"][0][:5]
     assert "the kernel takes float32 [20, 300]" in harness.check_arguments(data, params)[0]
-    torch.save(data, bundle.path / "check.pt")
-    bad = _list(tmp_path)
-    assert bad.returncode == 1 and "BROKEN" in bad.stdout and "check failed" in bad.stdout
     # the child process reports every check, here without a GPU as an error result
     run = check_runner.process_runner(BENCH / "harness.py", tmp_path / "checks", None, 300)
-    outcome = run(None, ["dialect-ws_store"])
+    outcome = run(None, ["example-row_reduce"])
     assert outcome.complete and outcome.errors == 0
-    assert outcome.results["dialect-ws_store"]["result"] in ("ok", "error")
+    assert outcome.results["example-row_reduce"]["result"] in ("ok", "error")
 
 
 def test_sanitizer_summaries_are_counted():
