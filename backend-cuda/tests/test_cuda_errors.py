@@ -11,7 +11,8 @@ import pytest
 import tilewright
 import tilewright.language as T
 from tilewright.errors import KernelError, TargetError, UnsupportedOpError
-from tilewright_cuda import arch, executor, lowering
+from tilewright_cuda import arch, executor
+from tilewright_cuda.analysis.gemm_fit import mma_policy_error
 
 
 def smem_kernel(elements: int):
@@ -169,6 +170,6 @@ def test_policy_error_is_none_where_mma_fits():
     func = gemm_kernel(64, 64, 32, 128)
     tvm_ffi.structural_walk(func.body, (tirx.Evaluate, lambda s: calls.append(decode(s))))
     gemm = next(c for c in calls if c is not None and c.name == "gemm")
-    assert lowering.mma_policy_error(gemm, arch.get("sm_80"), 128) is None
-    assert "gives 3 warps" in lowering.mma_policy_error(gemm, arch.get("sm_80"), 96)
-    assert lowering.mma_policy_error(gemm, arch.get("sm_75"), 96) is None
+    assert mma_policy_error(gemm, arch.get("sm_80"), 128) is None
+    assert "gives 3 warps" in mma_policy_error(gemm, arch.get("sm_80"), 96)
+    assert mma_policy_error(gemm, arch.get("sm_75"), 96) is None

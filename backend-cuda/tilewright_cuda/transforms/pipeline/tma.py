@@ -1,4 +1,4 @@
-"""The two TMA forms of a ``T.Pipelined`` loop whose producers are all TMA loads (tma.py):
+"""The two TMA forms of a ``T.Pipelined`` loop whose producers are all TMA loads:
 issued in order by one thread of the block (:meth:`TmaPlan.in_order`), or by a producer
 warpgroup added to the block while the kernel's own threads compute
 (:meth:`TmaPlan.specialise`, sm_90a, TileLang's warp specialisation).
@@ -7,11 +7,11 @@ In both, the producers whose tiles the same consumer statement reads first form 
 each group has one "full" mbarrier per pipeline version, completed by one arrival (the
 issuing thread's) and the bytes of its loads, and waited for right before that consumer. So
 FlashAttention's ``Q K^T`` starts while V is still in flight. A wgmma that reads only TMA tiles
-and tiles written before the loop needs no barrier of its own (pipeline.py,
-``_without_wgmma_barriers``).
+and tiles written before the loop needs no barrier of its own
+(``plan.without_wgmma_barriers``).
 
 The producer warpgroup also serves a persistent kernel, whose pipelined loop sits in the
-serial loop over tiles that ``T.Persistent`` makes (:class:`_TileLoop`): the producer walks
+serial loop over tiles that ``T.Persistent`` makes (``persistent.TileLoop``): the producer walks
 the tiles itself, computing each tile's indices on its own, so it loads the next tile's
 first stages while the compute warpgroups store the last tile; both count the loop's
 iterations across tiles, so versions and barrier phases carry on.
@@ -19,11 +19,8 @@ iterations across tiles, so versions and barrier phases carry on.
 With a producer warpgroup, a tile that two neighbouring blocks (blockIdx.x 2c and 2c + 1)
 load from the same place -- the B tile of a GEMM whose rasterisation pairs blocks of one
 column -- is loaded once for both: the two blocks form a cluster, each loads half of the
-tile's TMA boxes and multicasts them into both blocks' shared memory (:class:`Multicast`).
-That halves the L2 traffic of the shared tile. It is opt-in, with the pass config
-``cuda.tma_multicast``: on an H200 the bench GEMM (128x256 tiles) and FlashAttention kernels
-ran no faster with it (backend-cuda/bench/RESULTS.md), their L2 traffic not being what
-bounds them.
+tile's TMA boxes and multicasts them into both blocks' shared memory (``multicast``, opt-in
+with the pass config ``cuda.tma_multicast``).
 """
 
 from __future__ import annotations
@@ -35,12 +32,13 @@ import tvm
 import tvm_ffi
 from tvm import tirx
 
-from . import hopper, passes, tma, wgmma
-from .lowering import sync
-from .tma import STAGES_KEY
-from .tma import call as _call
-from .tma import flat as _flat
-from .tma import seq as _seq
+from ... import intrinsics, keys
+from ...analysis.accesses import loaded_tiles, shared
+from ...analysis.ir import block_loop, flat, loads_in, role_loops, seq, substitute, touches, uses
+from ...keys import WARP, WARPGROUP
+from .multicast import CLUSTER, Multicast
+from .persistent import Counter, TileLoop
+from .plan import set_barrier
 
 PRODUCER_REGISTERS = 40  # setmaxnreg budget of the producer warpgroup
 # ... walking a persistent kernel's tiles (its own tile indices, guard and counter): with 40,
@@ -48,11 +46,6 @@ PRODUCER_REGISTERS = 40  # setmaxnreg budget of the producer warpgroup
 PERSISTENT_PRODUCER_REGISTERS = 56
 MAX_CONSUMER_REGISTERS = 240
 REGISTER_FILE = 65536  # 32-bit registers per SM, shared by its blocks (cuda.blocks_per_sm)
-WARPGROUP = 128
-WARP = 32
-WS_KEY = "cuda.disable_warp_specialized"
-MULTICAST_KEY = "cuda.tma_multicast"
-CLUSTER = 2  # blocks per cluster when tiles are multicast
 
 
 @dataclass
@@ -62,7 +55,7 @@ class TmaPlan:
     loop: Any  # the T.Pipelined loop
     stmts: list  # its body's statements, producers (TMA) and consumers
     producers: list  # indices of the producers in ``stmts``
-    versioned: Any  # pipeline._Versioned: the tiles' versioned buffers
+    versioned: Any  # plan.Versioned: the tiles' versioned buffers
     overlap: bool  # a wgmma group stays in flight into the next iteration
     kept: list  # ``stmts`` with the wgmma barriers TMA makes needless replaced by None
     order: list  # the issue order of ``stmts``
@@ -72,15 +65,13 @@ class TmaPlan:
 
     # -- shared by both forms ----------------------------------------------------------------
     def __post_init__(self):
-        from .pipeline import _touches
-
-        self.stages = int(self.loop.annotations[STAGES_KEY])
+        self.stages = int(self.loop.annotations[keys.STAGES])
         self.readers = [k for k in self.order if k not in self.producers and
                         self.kept[k] is not None]
         self.group_of = {}
         for p in self.producers:
-            tiles = tma.loaded_tiles(self.stmts[p])
-            self.group_of[p] = next((k for k in self.readers if _touches(self.kept[k], tiles)),
+            tiles = loaded_tiles(self.stmts[p])
+            self.group_of[p] = next((k for k in self.readers if touches(self.kept[k], tiles)),
                                     None)
         self.groups = sorted(set(self.group_of.values()), key=lambda k: len(self.readers)
                              if k is None else self.readers.index(k))
@@ -92,29 +83,30 @@ class TmaPlan:
                                 scope="shared.dyn")
 
     def _full(self, bars, version, g):
-        return hopper.shared_addr(tirx.BufferLoad(bars, [version * len(self.groups) + g]))
+        return intrinsics.shared_addr(tirx.BufferLoad(bars, [version * len(self.groups) + g]))
 
     def _leader(self, body: list):
-        return tirx.IfThenElse(self.tx == 0, _seq(body), None)
+        return tirx.IfThenElse(self.tx == 0, seq(body), None)
 
     def _produce(self, bars, at, version):
         """Stage ``at`` into ``version``: every producer's loads, then one arrival per group."""
         loads = [self.versioned.rewrite(
-            tma.set_barrier(self.stmts[p], self._full(bars, version, self.groups.index(
+            set_barrier(self.stmts[p], self._full(bars, version, self.groups.index(
                 self.group_of[p]))), self.loop.loop_var, self.loop.min + at, version)
             for p in self.producers]
-        arrivals = [_call("tw_mbar_arrive", self._full(bars, version, g))
+        arrivals = [intrinsics.call("tw_mbar_arrive", self._full(bars, version, g))
                     for g in range(len(self.groups))]
-        return _seq([*loads, self._leader(arrivals)])
+        return seq([*loads, self._leader(arrivals)])
 
     def _init(self, bars, counts: list, once: bool = False) -> list:
-        inits = [_call("tw_mbar_init", hopper.shared_addr(tirx.BufferLoad(
+        inits = [intrinsics.call("tw_mbar_init", intrinsics.shared_addr(tirx.BufferLoad(
             bars, [tirx.const(k, "int32")])), tirx.const(c, "uint32"))
             for k, c in enumerate(counts)]
         # set up again in a loop: every thread is past its last wait of the previous round
-        again = [sync()] if self.nested and not once else []
+        again = [intrinsics.sync()] if self.nested and not once else []
         return [tirx.AllocBuffer(bars), *again,
-                self._leader([*inits, _call("tw_fence_barrier_init")]), sync()]
+                self._leader([*inits, intrinsics.call("tw_fence_barrier_init")]),
+                intrinsics.sync()]
 
     def _steady(self, bars, specialised: bool = False, count=None) -> list:
         """One iteration's consumers, each group's wait before its first reader; in the
@@ -134,18 +126,18 @@ class TmaPlan:
             if self.kept[index] is None:
                 continue
             if index in self.groups:
-                out.append(_call("tw_mbar_wait", self._full(
+                out.append(intrinsics.call("tw_mbar_wait", self._full(
                     bars, version, self.groups.index(index)), parity))
             out.append(self.versioned.rewrite(self.kept[index], self.loop.loop_var,
                                               self.loop.min + self.i, version))
         if None in self.groups:  # tiles no consumer reads: their loads still complete
-            out.append(_call("tw_mbar_wait", self._full(bars, version, self.groups.index(
-                None)), parity))
+            out.append(intrinsics.call("tw_mbar_wait", self._full(
+                bars, version, self.groups.index(None)), parity))
         return out
 
     def _loop(self, body: list):
         annotations = {k: v for k, v in self.loop.annotations.items()
-                       if str(k) not in (STAGES_KEY, "tw.order", "tw.stage")}
+                       if str(k) not in (keys.STAGES, keys.ORDER, keys.STAGE)}
         return tirx.For(self.i, 0, self.loop.extent, self.loop.kind, tirx.SeqStmt(body),
                         annotations=annotations, span=self.loop.span)
 
@@ -176,10 +168,10 @@ class TmaPlan:
         refill = tirx.IfThenElse(ahead < n, self._produce(bars, ahead, tirx.floormod(
             ahead, stages)), None)
         steady = [refill if s is None else s for s in self._steady(bars)]
-        drain = [wgmma.wait(0)] if self.overlap else []
+        drain = [intrinsics.wgmma_wait(0)] if self.overlap else []
         return tirx.SeqStmt([*self._init(bars, [1] * (stages * len(self.groups))), *prologue,
-                             _call("tw_fence_proxy_async"), self._loop([sync(), *steady]),
-                             *drain])
+                             intrinsics.fence_proxy_async(),
+                             self._loop([intrinsics.sync(), *steady]), *drain])
 
     # -- a producer warpgroup issues ---------------------------------------------------------
     def specialise(self, func_body, multicast: bool = False, blocks: int = 1):
@@ -205,25 +197,21 @@ class TmaPlan:
         The kernel's threads keep their indices, so code lowered for them is unchanged;
         block-wide barriers among them become named barriers (hopper.insert_sync). With
         ``multicast``, tiles that pairs of blocks share are loaded once per pair
-        (:class:`Multicast`)."""
-        from .hopper import ROLE_KEY, _role_loops
-        from .pipeline import _loads_in, _touches
-
-        thread = passes.block_loop(func_body)
-        if thread is None or _role_loops(func_body):
+        (:class:`~.multicast.Multicast`)."""
+        thread = block_loop(func_body)
+        if thread is None or role_loops(func_body):
             return None
         threads = int(thread.extent.value)
         if threads % WARPGROUP or threads + WARPGROUP > 1024:
             return None
-        items = _flat([thread.body])
-        nest = _TileLoop.find(items, self.loop)
+        items = flat([thread.body])
+        nest = TileLoop.find(items, self.loop)
         if nest is None:
             return None
         at, tiles = nest
 
         def pure(s):  # a value every role can compute for itself
-            return isinstance(s, tirx.Bind) and not passes._uses(s, self.tx) and \
-                not _loads_in(s.value)
+            return isinstance(s, tirx.Bind) and not uses(s, self.tx) and not loads_in(s.value)
 
         top, before, moved = [], [], []
         for s in items[:at]:
@@ -235,13 +223,13 @@ class TmaPlan:
         after = [s for s in items[at + 1:] if not isinstance(s, tirx.AllocBuffer)]
         top += [s for s in items[at + 1:] if isinstance(s, tirx.AllocBuffer)]
         if tiles is not None:
-            if not tiles.independent(self.tx, self.versioned.old, _touches, _loads_in):
+            if not tiles.independent(self.tx, self.versioned.old):
                 return None  # the producer must not wait for the tiles' other code
             moved += [s.var for s in tiles.before if isinstance(s, tirx.Bind) and not pure(s)]
-        if any(passes._uses(self.stmts[p], v) for p in self.producers for v in moved):
+        if any(uses(self.stmts[p], v) for p in self.producers for v in moved):
             return None  # the loads need values the kernel's threads compute
         written = _shared_writes(before + (tiles.before + tiles.after if tiles else []))
-        if any(_touches(self.stmts[p], written) for p in self.producers):
+        if any(touches(self.stmts[p], written) for p in self.producers):
             return None  # ... or read shared memory they write
         stages, n = self.stages, self.loop.extent
         full = stages * len(self.groups)
@@ -251,20 +239,20 @@ class TmaPlan:
             self.stmts = cast.stmts
 
         def empty(version):
-            return hopper.shared_addr(tirx.BufferLoad(bars, [full + version]))
+            return intrinsics.shared_addr(tirx.BufferLoad(bars, [full + version]))
 
         # a persistent kernel's loop runs once per tile: versions and phases go on counting
         # from the iterations of its earlier tiles (``base``; 0 without a tile loop)
         name = self.loop.loop_var.name
-        issued, issued_base = _Counter.of(tiles, f"{name}_issued")
-        consumed, consumed_base = _Counter.of(tiles, f"{name}_consumed")
+        issued, issued_base = Counter.of(tiles, f"{name}_issued")
+        consumed, consumed_base = Counter.of(tiles, f"{name}_consumed")
         j = tirx.Var(f"{name}_load", self.loop.loop_var.ty)
-        refill = passes.substitute(self._produce(bars, self.i, tirx.floormod(
+        refill = substitute(self._produce(bars, self.i, tirx.floormod(
             issued_base + self.i, stages)), {self.i: j})
 
         def released(j):  # the version load j writes is free (read by load j - S's readers)
-            return _call("tw_mbar_wait", empty(tirx.floormod(j, stages)),
-                         tirx.floormod(tirx.floordiv(j, stages) + 1, 2))
+            return intrinsics.call("tw_mbar_wait", empty(tirx.floormod(j, stages)),
+                                   tirx.floormod(tirx.floordiv(j, stages) + 1, 2))
 
         loads = [tirx.For(j, 0, n, tirx.ForKind.SERIAL,
                           tirx.SeqStmt([released(issued_base + j), refill]))]
@@ -274,8 +262,8 @@ class TmaPlan:
         if cast is not None:  # stay until both blocks read every tile this one multicast
             loads.append(cast.drain(n, stages, released))
         kept = PRODUCER_REGISTERS if tiles is None else PERSISTENT_PRODUCER_REGISTERS
-        producer = [_call(f"tw_setmaxnreg_dec<{kept}>"),
-                    tirx.IfThenElse(self.tx == 0, _seq(loads), None)]
+        producer = [intrinsics.call(f"tw_setmaxnreg_dec<{kept}>"),
+                    tirx.IfThenElse(self.tx == 0, seq(loads), None)]
         count = consumed_base + self.i
         steady = self._steady(bars, specialised=True, count=count)
         # one arrival per warp, once all its lanes are past their reads of the version
@@ -283,37 +271,38 @@ class TmaPlan:
         lane0 = tirx.floormod(self.tx, WARP) == 0
 
         def release(version):  # in every block of the cluster when tiles are multicast
-            arrive = [_call("tw_mbar_arrive", empty(version))] if cast is None else \
-                [_call("tw_mbar_arrive_cluster", empty(version), tirx.const(r, "uint32"))
+            arrive = [intrinsics.call("tw_mbar_arrive", empty(version))] if cast is None else \
+                [intrinsics.call("tw_mbar_arrive_cluster", empty(version), tirx.const(r, "uint32"))
                  for r in range(CLUSTER)]
-            return [_call("__syncwarp"), tirx.IfThenElse(lane0, _seq(arrive), None)]
+            return [intrinsics.call("__syncwarp"), tirx.IfThenElse(lane0, seq(arrive), None)]
 
         tail = []
         if self.overlap:  # version i-1 is free once this iteration retired its wgmma group
-            steady.append(tirx.IfThenElse(self.i > 0, _seq(release(tirx.floormod(
+            steady.append(tirx.IfThenElse(self.i > 0, seq(release(tirx.floormod(
                 count - 1, stages))), None))
-            tail.append(wgmma.wait(0))
+            tail.append(intrinsics.wgmma_wait(0))
             if cast is not None or tiles is not None:  # the last version too: a producer
-                tail.append(tirx.IfThenElse(n > 0, _seq(release(tirx.floormod(  # waits for it
+                tail.append(tirx.IfThenElse(n > 0, seq(release(tirx.floormod(  # waits for it
                     consumed_base + n - 1, stages))), None))
         else:
             steady += release(tirx.floormod(count, stages))
-        computed = [_call("tw_fence_proxy_async"), sync(), self._loop(steady), *tail]
+        computed = [intrinsics.fence_proxy_async(), intrinsics.sync(), self._loop(steady), *tail]
         if tiles is not None:
             computed = [consumed.start(), tiles.rebuild([
                 *tiles.before, consumed.bind(consumed_base), *computed,
                 consumed.add(consumed_base, n), *tiles.after])]
         registers = consumer_registers(threads, blocks, kept)
-        consumer = [_call(f"tw_setmaxnreg_inc<{registers}>"), *before, *computed, *after]
-        roles = [_role(self.tx, threads, WARPGROUP, producer, ROLE_KEY, "tx_load"),
-                 _role(self.tx, 0, threads, consumer, ROLE_KEY, "tx_compute")]
+        consumer = [intrinsics.call(f"tw_setmaxnreg_inc<{registers}>"), *before, *computed,
+                    *after]
+        roles = [_role(self.tx, threads, WARPGROUP, producer, "tx_load"),
+                 _role(self.tx, 0, threads, consumer, "tx_compute")]
         counts = [1] * full + [threads // WARP * (1 if cast is None else CLUSTER)] * stages
         init = self._init(bars, counts, once=True)
         if cast is not None:  # both blocks' barriers are set up before either reaches across
-            init[-1] = _call("tw_cluster_sync")
+            init[-1] = intrinsics.call("tw_cluster_sync")
         body = tirx.SeqStmt([*top, *init, *roles])
         block = tirx.IterVar(tvm.ir.Range(0, threads + WARPGROUP), self.tx,
-                             tirx.IterVar.ThreadIndex, passes.THREAD_TAG)
+                             tirx.IterVar.ThreadIndex, keys.THREAD_TAG)
         new = tirx.For(self.tx, 0, threads + WARPGROUP, tirx.ForKind.THREAD_BINDING, body,
                        thread_binding=block, annotations=thread.annotations, span=thread.span)
         out = tvm_ffi.structural_map(func_body, (tirx.For, lambda s: new if s.same_as(thread)
@@ -326,92 +315,12 @@ def _shared_writes(stmts: list) -> list:
     found = []
 
     def visit(store):
-        if passes._shared(store.buffer) and not any(store.buffer.same_as(b) for b in found):
+        if shared(store.buffer) and not any(store.buffer.same_as(b) for b in found):
             found.append(store.buffer)
 
     for s in stmts:
         tvm_ffi.structural_walk(s, (tirx.BufferStore, visit))
     return found
-
-
-@dataclass
-class _TileLoop:
-    """The serial loop over tiles that holds a persistent kernel's pipelined loop (T.Persistent:
-    ``for wave: if wave * workers + block < tiles: <binds> <before> <loop> <after>``)."""
-
-    loop: Any
-    guard: Any  # the condition around its body, or None
-    before: list  # the tile's statements before the pipelined loop
-    after: list
-
-    @staticmethod
-    def find(items: list, loop):
-        """(index in ``items``, None) when ``loop`` is one of them; (index, _TileLoop) when it
-        is directly in a serial loop that is; else None."""
-        for k, s in enumerate(items):
-            if s.same_as(loop):
-                return k, None
-            if not isinstance(s, tirx.For) or s.kind != tirx.ForKind.SERIAL:
-                continue
-            body, guard = s.body, None
-            if isinstance(body, tirx.IfThenElse) and body.else_case is None:
-                body, guard = body.then_case, body.condition
-            inner = _flat([body])
-            at = next((i for i, t in enumerate(inner) if t.same_as(loop)), None)
-            if at is not None:
-                return k, _TileLoop(s, guard, inner[:at], inner[at + 1:])
-        return None
-
-    def independent(self, tx, tiles, touches, loads_in) -> bool:
-        """The producer can walk the tiles by itself: the guard is the same for every thread
-        and reads no memory, and the tiles' other code leaves the pipelined tiles alone (the
-        producer fills them for the next tile meanwhile)."""
-        if self.guard is not None and (passes._uses(self.guard, tx) or loads_in(self.guard)):
-            return False
-        return not any(touches(s, tiles) for s in self.before + self.after)
-
-    def rebuild(self, body: list, var=None):
-        inner = _seq(body) if self.guard is None else tirx.IfThenElse(self.guard, _seq(body),
-                                                                      None)
-        stmt = tirx.For(self.loop.loop_var, self.loop.min, self.loop.extent, self.loop.kind,
-                        inner, annotations=self.loop.annotations, span=self.loop.span)
-        if var is None:
-            return stmt
-        return passes.substitute(stmt, {self.loop.loop_var: var})
-
-    def for_producer(self, body: list, pure) -> tirx.Stmt:
-        """The tile loop around ``body`` for the producer: the tile's binds it can compute
-        itself first, all under variables of its own."""
-        binds = [s for s in self.before if pure(s)]
-        fresh = {s.var: tirx.Var(f"{s.var.name}_load", s.var.ty) for s in binds}
-        own = [tirx.Bind(fresh[s.var], passes.substitute(s.value, fresh), span=s.span)
-               for s in binds]
-        var = tirx.Var(f"{self.loop.loop_var.name}_load", self.loop.loop_var.ty)
-        return self.rebuild([*own, *(passes.substitute(s, fresh) for s in body)], var)
-
-
-class _Counter:
-    """A role's running count of the pipelined loop's iterations over the tiles (a register)."""
-
-    def __init__(self, name: str):
-        self.buf = tirx.decl_buffer((1,), "int32", name, scope="local")
-
-    @staticmethod
-    def of(tiles, name: str):
-        """(counter, the variable its value is bound to per tile), or (None, 0) without tiles."""
-        if tiles is None:
-            return None, tirx.const(0, "int32")
-        return _Counter(name), tirx.Var(f"{name}_base", "int32")
-
-    def start(self) -> tirx.Stmt:
-        return tirx.SeqStmt([tirx.AllocBuffer(self.buf), tirx.BufferStore(
-            self.buf, tirx.const(0, "int32"), [tirx.const(0, "int32")])])
-
-    def bind(self, var) -> tirx.Stmt:
-        return tirx.Bind(var, tirx.BufferLoad(self.buf, [tirx.const(0, "int32")]))
-
-    def add(self, base, n) -> tirx.Stmt:
-        return tirx.BufferStore(self.buf, base + n, [tirx.const(0, "int32")])
 
 
 def consumer_registers(threads: int, blocks: int = 1,
@@ -424,126 +333,10 @@ def consumer_registers(threads: int, blocks: int = 1,
     return min(MAX_CONSUMER_REGISTERS, (pool - WARPGROUP * producer) // threads // 8 * 8)
 
 
-def _role(tx, lo: int, n: int, body: list, key: str, name: str):
+def _role(tx, lo: int, n: int, body: list, name: str):
     """``body`` (written for the block's ``tx``) as a role of ``n`` threads from ``lo``."""
     var = tirx.Var(name, "int32")
-    iv = tirx.IterVar(tvm.ir.Range(0, n), var, tirx.IterVar.ThreadIndex, passes.THREAD_TAG)
+    iv = tirx.IterVar(tvm.ir.Range(0, n), var, tirx.IterVar.ThreadIndex, keys.THREAD_TAG)
     return tirx.For(var, 0, n, tirx.ForKind.THREAD_BINDING,
-                    passes.substitute(_seq(body), {tx: var}), thread_binding=iv,
-                    annotations={key: lo})
-
-
-class Multicast:
-    """The tiles of a specialised loop that the two blocks of a cluster (blockIdx.x 2c and
-    2c + 1) load from the same coordinates: each block issues half of such a tile's TMA boxes
-    (the first half rank 0, the second rank 1), multicast into both blocks' shared memory, on
-    each block's own full barrier (whose byte count is the whole tile's in both). A version is
-    free again once the readers of both blocks released it, so the empty barriers count the
-    arrivals of both, and a producer stays until both blocks read its last tiles."""
-
-    def __init__(self, stmts: list, block_x):
-        self.stmts, self.block_x = stmts, block_x
-
-    @staticmethod
-    def plan(loop_plan: TmaPlan, func_body) -> Multicast | None:
-        """The multicast form of ``loop_plan``'s producers, or None when no tile is shared by
-        the pairs, or that cannot be shown: the grid must be static with an even x extent,
-        every coordinate a function of the block indices plus one of the loop variable."""
-        from .language.dialect import CLUSTER_KEY
-
-        blocks = _block_loops(func_body)
-        x = blocks.get("blockIdx.x") if blocks is not None else None
-        if x is None or int(x.extent.value) % CLUSTER or CLUSTER_KEY in x.annotations:
-            return None
-        stmts, shared = list(loop_plan.stmts), 0
-        for p in loop_plan.producers:
-            loads = tma.loads(stmts[p])
-            if len(loads) < CLUSTER or len(loads) % CLUSTER or not all(
-                    _same_in_pairs(list(c.args[4:]), blocks, loop_plan.loop.loop_var,
-                                   loop_plan.analyzer) for c in loads):
-                continue
-            stmts[p] = _multicast(stmts[p], loads)
-            shared += 1
-        return Multicast(stmts, x) if shared else None
-
-    @staticmethod
-    def drain(n, stages: int, released) -> tirx.Stmt:
-        """The producer's last waits: every version it filled was released by both blocks
-        (its tiles landed in the other block too), so the block may exit."""
-        t = tirx.Var("drain", "int32")
-        return tirx.For(t, 0, stages, tirx.ForKind.SERIAL,
-                        tirx.IfThenElse(n + t >= stages, released(n + t), None))
-
-    def clustered(self, func_body):
-        """``func_body`` launched in clusters of :data:`CLUSTER` blocks along x."""
-        from .language.dialect import CLUSTER_KEY
-
-        def visit(s):
-            if not s.loop_var.same_as(self.block_x.loop_var):
-                return s
-            return tirx.For(s.loop_var, s.min, s.extent, s.kind, s.body, s.thread_binding,
-                            annotations={**s.annotations, CLUSTER_KEY: [CLUSTER, 1, 1]},
-                            span=s.span)
-
-        return tvm_ffi.structural_map(func_body, (tirx.For, visit))
-
-
-def _block_loops(func_body) -> dict | None:
-    """The blockIdx loops by tag, or None when one has no constant extent."""
-    found = {}
-
-    def visit(s):
-        tag = str(s.thread_binding.thread_tag) if s.thread_binding is not None else ""
-        if tag.startswith("blockIdx."):
-            found[tag] = s
-
-    tvm_ffi.structural_walk(func_body, (tirx.For, visit))
-    if not all(isinstance(s.extent, tirx.IntImm) for s in found.values()):
-        return None
-    return found
-
-
-def _multicast(stmt, loads: list):
-    """``stmt`` with load k of ``loads`` issued by rank k * CLUSTER // len(loads) for every
-    block of the cluster."""
-    rank = tirx.call_extern("int32", "tw_cluster_ctarank")
-    mask = tirx.const((1 << CLUSTER) - 1, "int32")
-
-    def visit(e):
-        k = next((k for k, c in enumerate(loads) if e.value.same_as(c)), None)
-        if k is None:
-            return e
-        name = tma.extern_name(e.value).replace("tw_tma_load_", "tw_tma_load_multicast_")
-        desc, bar, smem, *coords = e.value.args[1:]
-        cast = _call(name, desc, bar, smem, mask, *coords)
-        return tirx.IfThenElse(rank == k * CLUSTER // len(loads), cast, None)
-
-    return tvm_ffi.structural_map(stmt, (tirx.Evaluate, visit))
-
-
-MAX_BLOCKS_CHECKED = 1 << 20
-
-
-def _same_in_pairs(coords: list, blocks: dict, loop_var, analyzer) -> bool:
-    """Every coordinate is the same for blockIdx.x 2c and 2c + 1 at every step of the loop:
-    its change with the loop variable does not depend on the blocks (shown symbolically), and
-    at 0 it is equal for every pair of the grid (evaluated)."""
-    names = [(s.loop_var, tag.split(".")[1]) for tag, s in blocks.items()]
-    block_vars = [v for v, _ in names]
-    try:
-        first = [passes.substitute(c, {loop_var: tirx.const(0, "int32")}) for c in coords]
-        for c, c0 in zip(coords, first):
-            step = analyzer.simplify(c - c0)
-            if any(passes._uses(step, v) for v in block_vars):
-                return False
-        source = ", ".join(passes.py_expr(c, names, truncating=False) for c in first)
-    except passes.NotPython:
-        return False
-    at = eval(compile(f"lambda x, y, z: ({source},)", "<coords>", "eval"),
-              {"min": min, "max": max})
-    gx, gy, gz = (int(blocks[f"blockIdx.{a}"].extent.value) if f"blockIdx.{a}" in blocks else 1
-                  for a in "xyz")
-    if gx * gy * gz > MAX_BLOCKS_CHECKED:
-        return False
-    return all(at(x, y, z) == at(x + 1, y, z)
-               for z in range(gz) for y in range(gy) for x in range(0, gx, CLUSTER))
+                    substitute(seq(body), {tx: var}), thread_binding=iv,
+                    annotations={keys.ROLE: lo})
