@@ -122,10 +122,12 @@ def test_damaged_entries_are_rebuilt_never_loaded(cache_dir, damage):
 
 
 def test_the_key_covers_the_host_cpu(cache_dir):
-    from tilewright_cpu import codegen, executor
+    from tilewright.plugin import get_manager
+    from tilewright_cpu import codegen
 
     check(compile_())
-    shared = next(e for e in executor.EXECUTORS if e.name == "llvm-shared")
+    shared = next(e for e in get_manager().backends()["cpu"].executors
+                  if e.name == "llvm-shared")
     other_cpu = codegen.host_fingerprint() + ",+amx-tile"
     object.__setattr__(shared, "fingerprint", lambda: other_cpu)  # a frozen declaration
     try:
