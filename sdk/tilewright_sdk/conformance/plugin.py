@@ -17,8 +17,7 @@ import tempfile
 
 import pytest
 
-UNSUPPORTED = "unsupported: "
-UNAVAILABLE = "unavailable: "
+from .outcomes import NOT_VERIFIED, UNAVAILABLE, UNSUPPORTED
 
 
 def pytest_addoption(parser):
@@ -112,7 +111,11 @@ def pytest_runtest_makereport(item, call):
         return
     status = report.outcome
     detail = ""
-    if report.skipped:
+    if hasattr(report, "wasxfail"):
+        status = "xfailed" if report.skipped else "failed"
+        detail = report.wasxfail if report.skipped else \
+            f"[XPASS(strict)] {report.wasxfail}: fixed? delete its row in known_failures.py"
+    elif report.skipped:
         text = str(report.longrepr[2]) if isinstance(report.longrepr, tuple) else ""
         text = text.removeprefix("Skipped: ")
         status = "unsupported" if text.startswith(UNSUPPORTED) else \
@@ -124,7 +127,10 @@ def pytest_runtest_makereport(item, call):
                      report.longrepr.reprcrash.message or report.longrepr)[:2000]
     else:
         detail = next((v for k, v in report.user_properties if k == "tilewright_summary"), "")
+        if detail.startswith(NOT_VERIFIED):
+            status, detail = "unverified", detail.removeprefix(NOT_VERIFIED)
     state.results.append({"kernel": case.kernel.name, "ops": list(case.kernel.ops),
+                          "names": list(case.kernel.names),
                           "dtype": case.dtype, "variant": case.variant, "mode": state.mode,
                           "status": status, "detail": detail,
                           "seconds": round(report.duration, 3)})

@@ -8,11 +8,12 @@ import json
 from collections import Counter
 from pathlib import Path
 
-ORDER = ("failed", "passed", "unsupported", "unavailable", "skipped")
-SHORT = {"passed": "pass", "failed": "FAIL", "unsupported": "unsup", "unavailable": "n/a",
-         "skipped": "skip"}
-COLOURS = {"passed": "#c8efc8", "failed": "#f5b5b5", "unsupported": "#e4e4e4",
-           "unavailable": "#fbe7b0", "skipped": "#f0f0f0"}
+ORDER = ("failed", "xfailed", "unverified", "passed", "unsupported", "unavailable", "skipped")
+SHORT = {"passed": "pass", "failed": "FAIL", "xfailed": "known", "unverified": "unverif",
+         "unsupported": "unsup", "unavailable": "n/a", "skipped": "skip"}
+COLOURS = {"passed": "#c8efc8", "failed": "#f5b5b5", "xfailed": "#f7d6b5",
+           "unverified": "#dde8f5", "unsupported": "#e4e4e4", "unavailable": "#fbe7b0",
+           "skipped": "#f0f0f0"}
 
 
 def _cell(results: list[dict]) -> str:
