@@ -30,6 +30,16 @@ def pytest_addoption(parser):
                          "compared with torch (default: execute)")
     group.addoption("--tilewright-report", default=None, metavar="DIR",
                     help="write a JSON and a self-contained HTML report into DIR")
+    group.addoption("--examples", type=int, default=100, metavar="N",
+                    help="tilewright_sdk.fuzz: how many programs to generate (default 100)")
+    group.addoption("--seed", type=int, default=0, metavar="S",
+                    help="tilewright_sdk.fuzz: the Hypothesis seed (default 0)")
+    group.addoption("--tilewright-fuzz-known", action="store_true",
+                    help="tilewright_sdk.fuzz: also generate the features of known bugs of the "
+                         "backend (see tilewright_sdk.conformance.known_failures)")
+    group.addoption("--tilewright-fuzz-dir", default="tilewright-fuzz", metavar="DIR",
+                    help="tilewright_sdk.fuzz: where failing programs are saved as "
+                         "reproducers (default ./tilewright-fuzz)")
 
 
 class _State:
@@ -38,6 +48,7 @@ class _State:
         self.backend = None
         self.record = None  # the plugin record when the backend's plugin failed to load
         self.results: list[dict] = []
+        self.fuzz = None  # the FuzzStats of a tilewright_sdk.fuzz session
 
 
 def _installed(manager) -> str:
@@ -91,6 +102,27 @@ def tilewright_backend(tilewright_conformance):
     return state.backend
 
 
+class _Fuzz:
+    def __init__(self, stats, folder):
+        self.stats, self.folder = stats, folder
+
+
+@pytest.fixture(scope="session")
+def tilewright_fuzz(request, tilewright_conformance, tilewright_backend):
+    """The fuzzing session: ``stats`` (a :class:`~tilewright_sdk.fuzz.stats.FuzzStats`) and
+    ``folder`` for reproducers."""
+    from .known_failures import avoided_features
+    from ..fuzz.stats import FuzzStats
+
+    config = request.config
+    avoided = [] if config.getoption("--tilewright-fuzz-known") else \
+        sorted(avoided_features(tilewright_backend.name))
+    stats = FuzzStats(tilewright_backend.name, config.getoption("--seed"),
+                      config.getoption("--examples"), avoided)
+    tilewright_conformance.fuzz = stats
+    return _Fuzz(stats, config.getoption("--tilewright-fuzz-dir"))
+
+
 def pytest_generate_tests(metafunc):
     if "conformance_case" not in metafunc.fixturenames:
         return
@@ -138,15 +170,20 @@ def pytest_runtest_makereport(item, call):
 
 def pytest_terminal_summary(terminalreporter, config):
     state = state_of(config)
-    if state is None or not state.results:
+    if state is None or not (state.results or state.fuzz):
         return
     from .report import terminal_table, write_reports
 
-    terminalreporter.write_sep("=", f"tilewright conformance: backend {state.name}, "
-                                    f"mode {state.mode}")
-    for line in terminal_table(state.results):
-        terminalreporter.write_line(line)
+    if state.results:
+        terminalreporter.write_sep("=", f"tilewright conformance: backend {state.name}, "
+                                        f"mode {state.mode}")
+        for line in terminal_table(state.results):
+            terminalreporter.write_line(line)
+    if state.fuzz:
+        terminalreporter.write_sep("=", f"tilewright fuzz: backend {state.name}")
+        for line in state.fuzz.lines():
+            terminalreporter.write_line(line)
     directory = config.getoption("--tilewright-report")
     if directory:
-        paths = write_reports(state.results, directory, state.name, state.mode)
+        paths = write_reports(state, directory)
         terminalreporter.write_line("report: " + ", ".join(str(p) for p in paths))

@@ -20,7 +20,7 @@ from __future__ import annotations
 import tempfile
 
 import tvm_ffi
-from tilewright.ir import registered_ops
+from tilewright.ir import registered_ops, tile_ops_in
 from tilewright.plugin import BackendModule
 from tvm import tirx
 
@@ -70,6 +70,11 @@ def missing_capabilities(case: Case, backend: BackendModule, func=None) -> list[
         missing += [f"memory scope {s}" for s in sorted(memory_scopes(func) -
                                                          caps.memory_scopes)]
     return missing
+
+
+def missing_tile_ops(func, backend: BackendModule) -> list[str]:
+    """The tile ops ``func`` uses that ``backend`` does not declare."""
+    return sorted({call.name for call in tile_ops_in(func)} - backend.capabilities.tile_ops)
 
 
 def _available_executor(backend: BackendModule):

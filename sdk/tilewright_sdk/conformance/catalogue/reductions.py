@@ -251,6 +251,7 @@ def _rows():
                                               rand(torch, gen, (N,), dtype)],
             _reduce_acc_ref(kind), {"partial": {"M": 12, "N": 20}},
             reduction=lambda M, N: max(M, N), out_idx=(3, 4), accumulate_in_dtype=True,
+            dtypes=(*FLOATS, "int16", "int32"),
             doc=f"reduce_{kind} over each dimension onto a same-dtype accumulator, "
                 "clear=False"))
     for kind, ref in ATOMIC.items():

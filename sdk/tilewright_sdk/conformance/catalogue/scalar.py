@@ -84,7 +84,7 @@ FLOORDIV = {
 }
 
 
-def _elementwise(name, table, dtype, M, N, inputs=2, bm=8, bn=16):
+def _elementwise(name, table, dtype, M, N, bm=4, bn=8):
     """A kernel writing ``table[k](x, y)`` to ``Y[k]`` for every entry, with tiles loaded to
     fragments and partial tiles guarded by T.copy."""
     fns = [expr for expr, _ in table.values()]
@@ -143,7 +143,7 @@ def _int_inputs(torch, gen, dtype, M, N):
     return [rand(torch, gen, (M, N), dtype, -9, 9), rand(torch, gen, (M, N), dtype, -9, 9)]
 
 
-def _floordiv(dtype, M, N, bm=8, bn=16):
+def _floordiv(dtype, M, N, bm=4, bn=8):
     table = FLOORDIV if dtype in SIGNED else {k: v for k, v in FLOORDIV.items()
                                               if "neg" not in k}
     fns = [expr for expr, _ in table.values()]
@@ -179,7 +179,7 @@ def _floordiv_ref(x, d, dtype):
     return [_stack([ref(x, d, rotated) for _, ref in table.values()])]
 
 
-def _casts(dtype, targets, bn=16):
+def _casts(dtype, targets, bn=8):
     """Eager style: ``X`` (signed values for signed, float and bool targets) and ``U``
     (non-negative values for unsigned targets) cast to every dtype in ``targets``."""
 

@@ -336,6 +336,11 @@ def _gemm_rows():
 ROWS = (
     Kernel("copy", (*BASE, "alloc_shared", "alloc_fragment", "copy"), ("copy",), _copy, two_d,
            lambda a: [a], MN, doc="global -> shared -> fragment -> global"),
+    Kernel("copy_column", (*BASE, "alloc_shared", "alloc_fragment", "copy"), ("copy",),
+           lambda dtype, M, N: _copy(dtype, M, N, bm=8, bn=1), two_d, lambda a: [a],
+           {"partial": {"M": 20, "N": 1}},
+           doc="(8, 1) tiles of a column: a tile keeps its shape when the region it fills has "
+               "its rank (found by the fuzzer: it was copied as (1, 8))"),
     Kernel("copy_3d", (*BASE, "alloc_shared", "copy"), ("copy",), _copy_3d,
            lambda torch, gen, dtype, B, M, N: [rand(torch, gen, (B, M, N), dtype)],
            lambda a: [a], {"partial": {"B": 5, "M": 19, "N": 13}},
