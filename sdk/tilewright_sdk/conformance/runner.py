@@ -6,7 +6,9 @@
   and its outputs compared with the float64 torch reference (:mod:`tilewright.testing`).
 
 A backend that can run kernels here (an available executor and device) is always executed,
-whatever the mode: generating or compiling wrong code is not a pass. In ``codegen`` and
+whatever the mode: generating or compiling wrong code is not a pass. It can run when one of
+its executors is available and its tensors live on the host (``device="cpu"``) or its device
+is there. In ``codegen`` and
 ``compile`` modes a backend that cannot run here reports its cases as not verified (the
 summary starts with :data:`NOT_VERIFIED`); in ``execute`` mode such a case is
 :class:`Unavailable`.
@@ -94,9 +96,11 @@ def cannot_execute(backend: BackendModule) -> str:
         _available_executor(backend)
     except Unavailable as exc:
         return str(exc)
+    if backend.device == "cpu":  # host tensors: an available executor runs them
+        return ""
     device = backend.device_available()
-    return "" if device else (f"backend '{backend.name}' has no device here: "
-                              f"{device.reason or 'no reason given'}")
+    return "" if device else (f"backend '{backend.name}' has no {backend.device} device "
+                              f"here: {device.reason or 'no reason given'}")
 
 
 def run_case(case: Case, backend: BackendModule, mode: str, target: str | None = None,

@@ -27,6 +27,23 @@ class Mismatch(AssertionError):
     """The backend's result differs from the interpreter's beyond the program's bounds."""
 
 
+class Refused(Exception):
+    """The backend refused the program at compile time with a deliberate error (a
+    :class:`~tilewright.errors.KernelError` raised by tilewright code, not a crash wrapped in
+    one): a capability gap, not a wrong result."""
+
+
+def deliberate(exc: BaseException) -> bool:
+    """Whether ``exc`` and every exception behind it are tilewright's kernel errors."""
+    from tilewright.errors import KernelError
+
+    while exc is not None:
+        if not isinstance(exc, KernelError):
+            return False
+        exc = exc.__cause__ or exc.__context__
+    return True
+
+
 def module_source(program: Program, backend: str, seed: int, note: str = "") -> str:
     """The program as a standalone module for ``backend``; ``note`` goes in its docstring."""
     inputs = ", ".join(f"({n!r}, ({program.M}, {program.N}), {program.dtype!r}, {lo!r}, {hi!r})"
@@ -88,10 +105,18 @@ def make_inputs(inputs, seed: int) -> list:
 
 
 def run_on(func, target: str, inputs, n_outputs: int) -> list:
+    """Compile ``func`` for ``target`` (raising :class:`Refused` for a deliberate refusal) and
+    run it on copies of ``inputs``."""
     import tilewright
+    from tilewright.errors import KernelError
 
     out_idx = list(range(len(func.params) - n_outputs, len(func.params)))
-    kernel = tilewright.compile(func, out_idx=out_idx, target=target)
+    try:
+        kernel = tilewright.compile(func, out_idx=out_idx, target=target)
+    except KernelError as exc:
+        if deliberate(exc):
+            raise Refused(str(exc).splitlines()[0]) from exc
+        raise
     result = kernel(*[t.clone() for t in inputs])
     return list(result) if isinstance(result, (list, tuple)) else [result]
 
@@ -123,8 +148,14 @@ def differential(module, backend, seed: int, execute: bool) -> None:
     target = backend.target_kinds[0]
     if not execute:
         from tilewright.engine import build, lower
+        from tilewright.errors import KernelError
 
-        lowered = lower(module.fuzz, target)
+        try:
+            lowered = lower(module.fuzz, target)
+        except KernelError as exc:
+            if deliberate(exc):
+                raise Refused(str(exc).splitlines()[0]) from exc
+            raise
         with tempfile.TemporaryDirectory(prefix="tw-fuzz-") as workdir:
             build(lowered, workdir)
         return

@@ -252,6 +252,7 @@ class _Builder:
                 a = Expr(f"T.abs({a.text})", 0, a.mag, features=a.features)
             if dlo < 0:
                 return a
+            negative = False
         feats = a.features | {"floordiv"} | ({"negative_floordiv"} if negative else set())
         if op == "//":
             values = [a.lo / dlo, a.lo / dhi, a.hi / dlo, a.hi / dhi]
@@ -261,11 +262,12 @@ class _Builder:
             lo, hi = (-bound if dlo < 0 else 0), (0 if dhi < 0 else bound)
         return Expr(f"({a.text} {op} {dtext})", lo, hi, features=frozenset(feats))
 
-    def condition(self) -> tuple[str, frozenset]:
+    def condition(self, data: bool = True) -> tuple[str, frozenset]:
         """A comparison of exact values (loads, indices, constants) -- never of computed
-        floats, whose rounding may legitimately differ by a unit in the last place."""
-        a = self.leaf()
-        b = self.leaf()
+        floats, whose rounding may legitimately differ by a unit in the last place; of indices
+        and constants only unless ``data``."""
+        a = self.leaf() if data else self.index()
+        b = self.leaf() if data else self.const(self.draw(st.integers(0, 7)))
         if not (a.exact and b.exact):
             a = self.index()
         op = self.draw(st.sampled_from(("<", "<=", ">", ">=", "==", "!=")))
@@ -352,10 +354,11 @@ class _Builder:
             self.body.append(f"T.fill({tile.name}, {fill})")
         self.body.append(f"for i, j in T.Parallel({self.bm}, {self.bn}):")
         if guarded:
-            cond, cfeats = self.condition()
+            data = self.allowed("data_guard") and self.draw(st.booleans())
+            cond, cfeats = self.condition(data)
             self.body.append(f"    if {cond}:")
             indent = "        "
-            self.features |= cfeats | {"guard"}
+            self.features |= cfeats | {"guard"} | ({"data_guard"} if data else set())
         self.body.append(f"{indent}{tile.name}[i, j] = {e.text}")
         self.features |= e.features | {"map"}
 

@@ -19,9 +19,18 @@ class FuzzStats:
     compiled: int = 0
     rejected: int = 0
     features: Counter = field(default_factory=Counter)
+    refused: Counter = field(default_factory=Counter)  # refusal message -> count
     failures: list = field(default_factory=list)  # {"reproducer", "message", "features"}
     started: float = field(default_factory=time.monotonic)
     seconds: float = 0.0
+    first_failure_after: float | None = None  # seconds to the first failing program
+    programs_to_first_failure: int | None = None
+
+    def found(self) -> None:
+        """A program failed (before shrinking, the first time: when the bug was found)."""
+        if self.first_failure_after is None:
+            self.first_failure_after = round(time.monotonic() - self.started, 1)
+            self.programs_to_first_failure = self.programs
 
     def finish(self) -> None:
         self.seconds = round(time.monotonic() - self.started, 1)
@@ -34,8 +43,11 @@ class FuzzStats:
         return {"backend": self.backend, "seed": self.seed, "examples": self.examples,
                 "avoided_features": sorted(self.avoided), "programs": self.programs,
                 "executed": self.executed, "compiled": self.compiled,
-                "rejected": self.rejected, "seconds": self.seconds,
+                "rejected": self.rejected, "refused": dict(self.refused),
+                "seconds": self.seconds,
                 "programs_per_minute": round(self.per_minute, 1),
+                "first_failure_after_seconds": self.first_failure_after,
+                "programs_to_first_failure": self.programs_to_first_failure,
                 "features": dict(sorted(self.features.items())), "failures": self.failures}
 
     def lines(self) -> list[str]:
@@ -45,8 +57,12 @@ class FuzzStats:
                f"{self.seconds:g} s: {self.per_minute:.1f} programs/minute; seed {self.seed}",
                f"features covered: {len(self.features)}: " +
                ", ".join(f"{k} {v}" for k, v in sorted(self.features.items()))]
+        out += [f"refused by the backend ({n}): {why}" for why, n in self.refused.items()]
         if self.avoided:
             out.append("not generated (known bugs of this backend): " +
                        ", ".join(sorted(self.avoided)))
+        if self.first_failure_after is not None:
+            out.append(f"first failing program: number {self.programs_to_first_failure}, "
+                       f"after {self.first_failure_after:g} s (then shrunk)")
         out += [f"FAILURE, reproducer {f['reproducer']}" for f in self.failures]
         return out

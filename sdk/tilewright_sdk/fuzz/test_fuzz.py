@@ -9,8 +9,14 @@ from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import seed as hypothesis_seed
 
 from ..conformance.runner import cannot_execute, missing_tile_ops
-from .check import differential, load, module_source
+from .check import Refused, differential, load, module_source
 from .program import programs
+
+
+def _pattern(message: str) -> str:
+    """A refusal without its file, line and expression, so alike refusals count together."""
+    text = message.split(": ", 1)[-1] if message.startswith("/") else message
+    return text.split(" for ", 1)[0][:160]
 
 
 def test_backend_agrees_with_the_interpreter(tilewright_backend, tilewright_fuzz):
@@ -33,7 +39,14 @@ def test_backend_agrees_with_the_interpreter(tilewright_backend, tilewright_fuzz
         stats.programs += 1
         stats.features.update(program.features)
         last["program"] = program
-        differential(module, tilewright_backend, stats.seed, execute)
+        try:
+            differential(module, tilewright_backend, stats.seed, execute)
+        except Refused as exc:  # a clean refusal, not a wrong result
+            stats.refused[_pattern(str(exc))] += 1
+            reject()
+        except Exception:
+            stats.found()
+            raise
         if execute:
             stats.executed += 1
         else:

@@ -103,6 +103,24 @@ def _dynamic(dtype, bm=8, bn=16):
     return dynamic
 
 
+def _data_guard(dtype, M, N, bm=4, bn=8):
+    """A branch on tile data inside T.Parallel: elements where it fails keep the fill."""
+
+    @T.prim_func
+    def data_guard(A: T.Tensor((M, N), dtype), B: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=128) as (bx, by):
+            x = T.alloc_fragment((bm, bn), dtype)
+            y = T.alloc_fragment((bm, bn), dtype)
+            T.copy(A[by * bm, bx * bn], x)
+            T.fill(y, 0.5)
+            for i, j in T.Parallel(bm, bn):
+                if x[i, j] > 0:
+                    y[i, j] = x[i, j]
+            T.copy(y, B[by * bm, bx * bn])
+
+    return data_guard
+
+
 MN = {"partial": {"M": 12, "N": 20}}
 TILE = (*BASE, "alloc_fragment", "copy", "Parallel")
 
@@ -124,6 +142,9 @@ ROWS = (
            lambda torch, gen, dtype, M, N: [rand(torch, gen, (M, N), dtype),
                                              rand(torch, gen, (M, N), dtype)],
            lambda a, b: [b - a], MN, doc="a Python name rebound to a second tile"),
+    Kernel("data_guard", (*TILE, "fill"), ("copy", "fill"), _data_guard, two_d,
+           lambda a: [a.clamp(min=0) + (a <= 0) * 0.5], MN,
+           doc="an if on tile values inside T.Parallel"),
     Kernel("dynamic", (*BASE, "alloc_shared", "copy", "Parallel", "symbolic", "dynamic"),
            ("copy",), lambda dtype, M, N: _dynamic(dtype), two_d, lambda a: [a + 1.0],
            {"dynamic": {"M": 20, "N": 36}},
