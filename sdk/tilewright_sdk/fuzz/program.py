@@ -142,8 +142,12 @@ class _Builder:
         if kind == "rotate":
             return self.rotate()
         tile = self.draw(st.sampled_from(self.tiles))
-        return Expr(tile.at(), tile.lo, tile.hi, tile.err, tile.err == 0,
-                    frozenset({f"{tile.kind}_operand"} if tile.kind != "2d" else ()))
+        feats = frozenset({f"{tile.kind}_operand"} if tile.kind != "2d" else ())
+        if tile.dtype != self.dtype:  # a float32 accumulator read in the program's dtype
+            err = tile.err + self.u * max(abs(tile.lo), abs(tile.hi))
+            return Expr(f"T.cast({tile.at()}, {self.dtype!r})", tile.lo, tile.hi, err, False,
+                        feats | {"cast"})
+        return Expr(tile.at(), tile.lo, tile.hi, tile.err, tile.err == 0, feats)
 
     def index(self) -> Expr:
         """A global row or column index, shifted below zero unless the dtype is unsigned."""
@@ -186,14 +190,14 @@ class _Builder:
             return self.division(a, op, depth)
         if op == ">>":
             k = self.draw(st.integers(0, 3))
-            return Expr(f"({a.text} >> {k})", math.floor(a.lo / 2 ** k),
+            return Expr(f"({a.text} >> T.{self.dtype}({k}))", math.floor(a.lo / 2 ** k),
                         math.floor(a.hi / 2 ** k), features=frozenset(feats |
                                                                       {"shift"}))
         if op == "<<":
             k = self.draw(st.integers(0, 3))
             if a.lo < 0 or not self.fits(a.lo * 2 ** k, a.hi * 2 ** k):
                 return a
-            return Expr(f"({a.text} << {k})", a.lo * 2 ** k, a.hi * 2 ** k,
+            return Expr(f"({a.text} << T.{self.dtype}({k}))", a.lo * 2 ** k, a.hi * 2 ** k,
                         features=frozenset(feats | {"shift"}))
         if op == "abs":
             if self.unsigned or not self.fits(0, a.mag):
@@ -237,12 +241,12 @@ class _Builder:
             low = 1 if self.unsigned or not negative_ok else -7
             d = self.draw(st.integers(low, 7).filter(lambda v: v != 0))
             dlo = dhi = d
-            dtext = f"({d})" if d < 0 else str(d)
+            dtext = f"T.{self.dtype}({d})"  # typed: a bare int may make the result int32
         else:
             e = self.expr(depth - 2)
             if self.unsigned or not self.fits(0, e.mag + 1):
                 return a
-            dtext, dlo, dhi = f"(T.abs({e.text}) + 1)", 1, e.mag + 1
+            dtext, dlo, dhi = f"(T.abs({e.text}) + T.{self.dtype}(1))", 1, e.mag + 1
             a = Expr(a.text, a.lo, a.hi, features=a.features | e.features)
         negative = a.lo < 0 or dlo < 0
         if negative and not negative_ok:
@@ -305,7 +309,7 @@ class _Builder:
             lo, hi = (0.0, 1.0) if op == "sigmoid" else (-1.0, 1.0)
             return self.rounded(f"T.{op}({a.text})", lo, hi, a.err, a, features=feats)
         if op == "sqrt":  # of |a| + 0.25, never below 0.5
-            return self.rounded(f"T.sqrt(T.abs({a.text}) + 0.25)", 0.5,
+            return self.rounded(f"T.sqrt(T.abs({a.text}) + T.{self.dtype}(0.25))", 0.5,
                                 math.sqrt(a.mag + 0.25), a.err, a, features=feats)
         if op == "cast":  # through float32 and back
             return Expr(f"T.cast(T.cast({a.text}, 'float32'), {self.dtype!r})", a.lo, a.hi,
@@ -322,8 +326,8 @@ class _Builder:
         if op == "/":  # by |b| + 1
             lo, hi = min(a.lo, a.lo / (b.mag + 1)), max(a.hi, a.hi / (b.mag + 1))
             err = a.err + a.mag * b.err
-            return self.rounded(f"({a.text} / (T.abs({b.text}) + 1.0))", lo, hi, err, a, b,
-                                feats)
+            return self.rounded(f"({a.text} / (T.abs({b.text}) + T.{self.dtype}(1.0)))", lo, hi,
+                                err, a, b, feats)
         corners = {"+": (a.lo + b.lo, a.hi + b.hi), "-": (a.lo - b.hi, a.hi - b.lo),
                    "*": (a.lo * b.lo, a.lo * b.hi, a.hi * b.lo, a.hi * b.hi)}[op]
         lo, hi = min(corners), max(corners)
@@ -348,18 +352,18 @@ class _Builder:
         guarded = self.draw(st.integers(0, 3)) == 0
         fill = self.draw(st.sampled_from((0, 1, 2)))
         lo, hi = (min(e.lo, fill), max(e.hi, fill)) if guarded else (e.lo, e.hi)
-        tile = self.tile("2d", lo, hi, e.err)
-        indent = "    "
-        if guarded:
-            self.body.append(f"T.fill({tile.name}, {fill})")
-        self.body.append(f"for i, j in T.Parallel({self.bm}, {self.bn}):")
-        if guarded:
+        if guarded:  # drawn before the new tile exists: it must not read what it writes
             data = self.allowed("data_guard") and self.draw(st.booleans())
             cond, cfeats = self.condition(data)
-            self.body.append(f"    if {cond}:")
-            indent = "        "
             self.features |= cfeats | {"guard"} | ({"data_guard"} if data else set())
-        self.body.append(f"{indent}{tile.name}[i, j] = {e.text}")
+        tile = self.tile("2d", lo, hi, e.err)
+        if guarded:
+            self.body += [f"T.fill({tile.name}, {fill})",
+                          f"for i, j in T.Parallel({self.bm}, {self.bn}):",
+                          f"    if {cond}:", f"        {tile.name}[i, j] = {e.text}"]
+        else:
+            self.body += [f"for i, j in T.Parallel({self.bm}, {self.bn}):",
+                          f"    {tile.name}[i, j] = {e.text}"]
         self.features |= e.features | {"map"}
 
     def reduce(self) -> None:

@@ -31,14 +31,18 @@ def test_backend_agrees_with_the_interpreter(tilewright_backend, tilewright_fuzz
     @hypothesis_seed(stats.seed)
     @given(programs(avoid=stats.avoided, dtypes=tilewright_backend.capabilities.dtypes))
     def check(program):
+        last["program"] = program
         source = module_source(program, tilewright_backend.name, stats.seed)
-        module = load(source, scratch)
+        try:
+            module = load(source, scratch)
+        except Exception:
+            stats.found()
+            raise
         if missing_tile_ops(module.fuzz, tilewright_backend):
             stats.rejected += 1
             reject()
         stats.programs += 1
         stats.features.update(program.features)
-        last["program"] = program
         try:
             differential(module, tilewright_backend, stats.seed, execute)
         except Refused as exc:  # a clean refusal, not a wrong result
