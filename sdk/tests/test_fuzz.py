@@ -109,3 +109,29 @@ def test_a_wrong_backend_is_caught_shrunk_and_saved(pytester, tmp_path):
     data = json.loads((tmp_path / "report" / "fuzz-wrong.json").read_text())
     assert data["fuzz"]["failures"][0]["reproducer"] == str(saved)
     assert "Differential fuzzing" in (tmp_path / "report" / "index.html").read_text()
+
+
+def test_a_refusal_is_not_a_crash():
+    from tilewright.errors import KernelError
+    from tilewright_sdk.fuzz.check import deliberate
+
+    def raised(fn):
+        try:
+            fn()
+        except KernelError as exc:
+            return exc
+
+    def wrapped_crash():
+        try:
+            raise RuntimeError("InternalError: Cannot decide infinity for type int8")
+        except RuntimeError as exc:
+            raise KernelError("backend 'x' failed to lower T.reduce_sum") from exc
+
+    def refusal():
+        try:
+            {}["op"]
+        except KeyError:
+            raise KernelError("backend 'x' has no form for T.log2") from None
+
+    assert not deliberate(raised(wrapped_crash))
+    assert deliberate(raised(refusal))

@@ -34,13 +34,14 @@ class Refused(Exception):
 
 
 def deliberate(exc: BaseException) -> bool:
-    """Whether ``exc`` and every exception behind it are tilewright's kernel errors."""
+    """Whether ``exc`` and every exception it wraps (``raise ... from``) are tilewright's
+    kernel errors; an error that wraps a crash (a TVM ``InternalError``) is not."""
     from tilewright.errors import KernelError
 
     while exc is not None:
         if not isinstance(exc, KernelError):
             return False
-        exc = exc.__cause__ or exc.__context__
+        exc = exc.__cause__
     return True
 
 
