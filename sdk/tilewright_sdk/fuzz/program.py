@@ -4,7 +4,7 @@ A :class:`Program` is a kernel written out as Python source: input tiles loaded 
 ``T.copy``, then a few statements (element-wise maps inside ``T.Parallel`` with index
 expressions whose intermediate values go negative, guarded maps, reductions of every kind with
 float32 or same-dtype accumulators and ``clear=False``, cumulative sums both ways), and the
-results copied back. Every expression carries an interval of its values and a bound of its
+results copied back, or stored element by element under a bounds guard. Every expression carries an interval of its values and a bound of its
 rounding error, so the generator only writes what is defined (no overflow, no division by
 zero, no NaN) and the checker knows how far a correct backend may be from the interpreter.
 
@@ -478,6 +478,15 @@ def programs(draw, avoid=(), dtypes=None) -> Program:
     if not any(line.lstrip().startswith("for i, j in T.Parallel") for line in b.body):
         b.map()
     last = [t for t in b.tiles if t.kind == "2d"][-1]
-    b.body.append(f"T.copy({last.name}, Y[by * {bm}, bx * {bn}])")
-    outputs = [("Y", (M, N), dtype, last.err), *b.outputs]
+    err = last.err
+    if draw(st.booleans()):
+        b.body.append(f"T.copy({last.name}, Y[by * {bm}, bx * {bn}])")
+    else:  # each element stored to global memory by a guarded T.Parallel iteration
+        e = b.expr(draw(st.integers(1, 3)))
+        err = e.err
+        b.body += [f"for i, j in T.Parallel({bm}, {bn}):",
+                   f"    if by * {bm} + i < {M} and bx * {bn} + j < {N}:",
+                   f"        Y[by * {bm} + i, bx * {bn} + j] = {e.text}"]
+        b.features |= e.features | {"global_store"}
+    outputs = [("Y", (M, N), dtype, err), *b.outputs]
     return Program(dtype, M, N, bm, bn, inputs, outputs, b.body, b.features)
