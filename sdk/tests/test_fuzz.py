@@ -105,7 +105,7 @@ def test_a_wrong_backend_is_caught_shrunk_and_saved(pytester, tmp_path):
     (saved,) = (tmp_path / "repro").iterdir()
     text = saved.read_text()
     assert "def fuzz(" in text and "BACKEND = 'wrong'" in text and "reproduce(" in text
-    assert text.count("T.Parallel") == 1  # shrunk to a single map
+    assert text.count("T.Parallel") <= 2  # shrunk: one map, perhaps a store
     data = json.loads((tmp_path / "report" / "fuzz-wrong.json").read_text())
     assert data["fuzz"]["failures"][0]["reproducer"] == str(saved)
     assert "Differential fuzzing" in (tmp_path / "report" / "index.html").read_text()

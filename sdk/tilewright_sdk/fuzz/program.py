@@ -102,6 +102,7 @@ class _Builder:
         self.outputs: list = []
         self.features: set = set()
         self.count = 0
+        self.globals: list = []  # (name, low, high) of the inputs, read directly when storing
 
     # -- helpers -----------------------------------------------------------------------------
     def fresh(self, prefix: str) -> str:
@@ -131,7 +132,11 @@ class _Builder:
         choices = ["tile", "tile", "const", "index"]
         if any(t.kind == "2d" for t in self.tiles):
             choices.append("rotate")
+        if self.globals:
+            choices += ["global", "global"]
         kind = self.draw(st.sampled_from(choices))
+        if kind == "global":
+            return self.global_load()
         if kind == "const":
             if self.floating:
                 return self.const(self.draw(st.sampled_from((0.5, 1.5, -2.0, 3.0, -0.25))))
@@ -159,6 +164,18 @@ class _Builder:
         text = f"{base} * {size} + {var}" + (f" - {shift}" if shift else "")
         cast = f"T.cast({text}, {self.dtype!r})"
         return Expr(cast, -shift, top - shift, features=frozenset({"index_value"}))
+
+    def global_load(self) -> Expr:
+        """An input element read from global memory at this element or, under the store's
+        bounds guard, at the column ``(c - s) % N`` (negative intermediate values)."""
+        name, lo, hi = self.draw(st.sampled_from(self.globals))
+        row, col = f"by * {self.bm} + i", f"bx * {self.bn} + j"
+        feats = {"global_load"}
+        if self.allowed("negative_floordiv") and self.draw(st.booleans()):
+            s = self.draw(st.integers(1, 5))
+            col = f"({col} - {s}) % {self.N}"
+            feats |= {"floordiv", "negative_floordiv", "rotated_index"}
+        return Expr(f"{name}[{row}, {col}]", lo, hi, features=frozenset(feats))
 
     def rotate(self) -> Expr:
         """An element of a loaded tile at a rotated position: ``(i - s) % bm`` has negative
@@ -482,6 +499,7 @@ def programs(draw, avoid=(), dtypes=None) -> Program:
     if draw(st.booleans()):
         b.body.append(f"T.copy({last.name}, Y[by * {bm}, bx * {bn}])")
     else:  # each element stored to global memory by a guarded T.Parallel iteration
+        b.globals = inputs
         e = b.expr(draw(st.integers(1, 3)))
         err = e.err
         b.body += [f"for i, j in T.Parallel({bm}, {bn}):",
