@@ -4,7 +4,8 @@ A :class:`Program` is a kernel written out as Python source: input tiles loaded 
 ``T.copy``, then a few statements (element-wise maps inside ``T.Parallel`` with index
 expressions whose intermediate values go negative, guarded maps, reductions of every kind with
 float32 or same-dtype accumulators and ``clear=False``, cumulative sums both ways), and the
-results copied back, or stored element by element under a bounds guard. Every expression carries an interval of its values and a bound of its
+result copied back, or stored element by element under a bounds guard (reading inputs straight
+from global memory too). Every expression carries an interval of its values and a bound of its
 rounding error, so the generator only writes what is defined (no overflow, no division by
 zero, no NaN) and the checker knows how far a correct backend may be from the interpreter.
 
