@@ -232,6 +232,42 @@ def _reduce_cols(dtype, M, N, bn=8):
     return reduce_cols
 
 
+def _reduce_then_store(dtype, M, N):
+    """The fuzzer's shrunk program that found an Ascend race: reductions with clear=False of
+    one-element tiles, a select reading one, and an element-wise store from global memory."""
+
+    @T.prim_func
+    def reduce_then_store(X0: T.Tensor((M, N), dtype), X1: T.Tensor((M, N), dtype),
+                          Y: T.Tensor((M, N), dtype), R4: T.Tensor((M, N), dtype),
+                          R6: T.Tensor((M, N), dtype)):
+        with T.Kernel(1, 1, threads=128) as (bx, by):
+            t1 = T.alloc_fragment((1, 1), dtype)
+            T.copy(X0[by, bx], t1)
+            t2 = T.alloc_fragment((1, 1), dtype)
+            T.copy(X1[by, bx], t2)
+            t3 = T.alloc_fragment((1,), dtype)
+            T.fill(t3, -1)
+            T.reduce_sum(t2, t3, dim=0, clear=False)
+            for j in T.Parallel(1):
+                if bx + j < 1:
+                    R4[by, bx + j] = t3[j]
+            t5 = T.alloc_fragment((1,), dtype)
+            T.fill(t5, -1)
+            T.reduce_absmax(t1, t5, dim=0, clear=False)
+            for j in T.Parallel(1):
+                if bx + j < 1:
+                    R6[by, bx + j] = t5[j]
+            t7 = T.alloc_fragment((1, 1), dtype)
+            for i, j in T.Parallel(1, 1):
+                t7[i, j] = T.if_then_else(t2[(i + 1) % 1, j] != T.cast(-2, dtype), t5[j],
+                                          T.cast(5, dtype))
+            for i, j in T.Parallel(1, 1):
+                if by + i < 1 and bx + j < 1:
+                    Y[by + i, bx + j] = T.cast(-7, dtype) - X0[by + i, bx + j]
+
+    return reduce_then_store
+
+
 RED_SHAPES = {"full": {"M": 8, "N": 32}, "partial": {"M": 10, "N": 20}}
 FRAG = (*BASE, "alloc_fragment", "copy")
 
@@ -287,6 +323,15 @@ ROWS = (
            _atomic_prev_ref, {"partial": {"N": 12}}, out_idx=(), inplace=(1, 2, 3, 4),
            reduction=lambda N, **_: N, dtypes=("float32", "int32"),
            doc="atomics with return_prev: running values in one block, tickets across blocks"),
+    Kernel("reduce_then_store", (*FRAG, "fill", "reduce_sum", "reduce_absmax", "Parallel",
+                                 "if_then_else", "cast"), ("copy", "fill", "reduce_sum",
+                                                            "reduce_absmax"),
+           _reduce_then_store,
+           lambda torch, gen, dtype, M, N: [rand(torch, gen, (M, N), dtype),
+                                             rand(torch, gen, (M, N), dtype)],
+           lambda x0, x1: [-7 - x0, x1 - 1, x0.abs().clamp(min=-1)], {"full": {"M": 1, "N": 1}},
+           out_idx=(2, 3, 4), dtypes=("int8", "float32"),
+           doc="the fuzzer's reproducer of an Ascend race between a reduction and a store"),
     Kernel("reducers", (*FRAG, "serial", "Parallel", "alloc_reducer", "reducer_init",
                         "reducer_update", "finalize_reducer"), ("copy", "fill"), _reducers,
            lambda torch, gen, dtype, M, N: [rand(torch, gen, (M, N), dtype)], _reducers_ref,
