@@ -172,10 +172,11 @@ class _Builder:
         name, lo, hi = self.draw(st.sampled_from(self.globals))
         row, col = f"by * {self.bm} + i", f"bx * {self.bn} + j"
         feats = {"global_load"}
-        if self.allowed("negative_floordiv") and self.draw(st.booleans()):
+        if self.allowed("negative_floordiv", "global_rotated_index") and \
+                self.draw(st.booleans()):
             s = self.draw(st.integers(1, 5))
             col = f"({col} - {s}) % {self.N}"
-            feats |= {"floordiv", "negative_floordiv", "rotated_index"}
+            feats |= {"floordiv", "negative_floordiv", "rotated_index", "global_rotated_index"}
         return Expr(f"{name}[{row}, {col}]", lo, hi, features=frozenset(feats))
 
     def rotate(self) -> Expr:
