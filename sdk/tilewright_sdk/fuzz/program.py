@@ -387,7 +387,10 @@ class _Builder:
 
     def reduce(self) -> None:
         src = self.draw(st.sampled_from([t for t in self.tiles if t.kind == "2d"]))
-        kind = self.draw(st.sampled_from(REDUCE_KINDS))
+        kinds = [k for k in REDUCE_KINDS if self.allowed(f"reduce_{k}")]
+        if not kinds:
+            return
+        kind = self.draw(st.sampled_from(kinds))
         dim = self.draw(st.integers(0, 1))
         k = self.bn if dim == 1 else self.bm
         clear = self.draw(st.booleans())
