@@ -60,9 +60,6 @@ KNOWN_FAILURES: tuple[KnownFailure, ...] = (
                  "scalar-unit branch on tile data')", when="build"),
     KnownFailure("cuda", "limits-bfloat16-*", "prints T.infinity('bfloat16') (a float32 "
                  "infinity cast) with the undefined identifier 'inff'", when="build"),
-    KnownFailure("cuda", "reduce_*_acc-bfloat16-*", "cannot reduce into a bfloat16 buffer "
-                 "(asks TVM for a bfloat16 infinity)", when="build",
-                 fuzz=("reduce_into_bfloat16",)),
 )
 
 
