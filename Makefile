@@ -20,6 +20,7 @@ demo: setup
 
 test: setup
 	$(PY) -m pytest
+	$(VENV)/bin/lint-imports backend-ascend/pyproject.toml
 	$(MAKE) conformance
 	$(PY) -m ruff check .
 

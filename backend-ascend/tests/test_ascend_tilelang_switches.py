@@ -9,7 +9,7 @@ import tilewright.language as T
 import tilewright_ascend.language as A
 import torch
 from tilewright.errors import ConfigError, KernelError
-from tilewright_ascend.passes import PLAN_KEY
+from tilewright_ascend.transforms.memory import read_plan
 
 Key = tilewright.PassConfigKey
 ALL_ON = {Key.TL_ASCEND_AUTO_SYNC: True, Key.TL_ASCEND_MEMORY_PLANNING: True,
@@ -74,7 +74,7 @@ def gemm_relu(M=32, N=32, K=32):
 
 def _plan(lowered) -> dict:
     (_, func), = list(lowered.module.functions.items())
-    return {str(k): int(v[1]) for k, v in func.attrs[PLAN_KEY].items()}
+    return {str(b.name): v[1] for b, v in read_plan(func).items()}
 
 
 def test_names_map_to_the_ascend_keys():

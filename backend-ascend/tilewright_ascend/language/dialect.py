@@ -18,13 +18,10 @@ from tilewright.language.buffer import (
 from tilewright.language.frames import BLOCK_AXES
 from tvm import tirx
 
-from .. import ops
-from ..sync import HARD_EVENTS, PIPES
+from ..facts import ops
+from ..facts.events import HARD_EVENTS, PIPES
+from ..facts.keys import ADDRESS_KEY, NPU_KEY, SCOPE_KEY, VID_TAG
 from ._emit import emit, error, span
-
-SCOPE_KEY = "ascend.scope"
-VID_TAG = "ascend.vid"
-ADDRESS_KEY = "ascend.address"
 
 # names of the other Ascend tree -> what to write here
 OTHER_TREE = {
@@ -66,7 +63,7 @@ class Kernel(_PortableKernel):
                         thread_binding=tirx.IterVar(tvm.ir.Range(0, 2), vid,
                                                     tirx.IterVar.ThreadIndex, VID_TAG),
                         span=self._span)
-        annotations = {"tw.threads": [1, 1, 1], "ascend.npu": True,
+        annotations = {"tw.threads": [1, 1, 1], NPU_KEY: True,
                        **builder.kernel_annotations}
         extent = to_expr(self.grid[0])
         iv = tirx.IterVar(tvm.ir.Range(0, extent), cid, tirx.IterVar.ThreadIndex, BLOCK_AXES[0])

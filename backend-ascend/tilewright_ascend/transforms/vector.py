@@ -18,7 +18,7 @@ The pass runs on kernels the ``portable`` phase converted (function attribute
 - What the vector unit cannot do (comparisons, selects, integer division, index arithmetic
   as data) stays a loop of GetValue/SetValue on the scalar unit, marked :data:`SCALAR_KEY`
   with the reason; the codegen writes the reason as a comment.
-- ``T.reduce_*`` become :data:`VREDUCE` (WholeReduce along rows, vector adds down columns)
+- ``T.reduce_*`` become ``VREDUCE`` (one reduction per row, vector adds down columns)
   with a UB work tile; ``T.cumsum`` a scalar loop; ``T.fill`` of UB Duplicate; a ``T.copy``
   that converts dtypes goes through a UB staging tile and Cast; a scalar ``T.atomic_*`` writes
   its value into a one-element UB tile that the atomic copy adds to global memory.
@@ -32,41 +32,16 @@ import tvm
 import tvm_ffi
 from tilewright.errors import KernelError, span_location
 from tilewright.ir import Region, decode, make_call
-from tilewright.ir.schema import Attr, Operand, TileOpSchema, register_tile_op
 from tilewright.transform.walk import prim_func_pass
 from tvm import sym, tirx
 
-from .arch import ALIGN
-from .language.dialect import SCOPE_KEY, VID_TAG
-from .passes import dtype_bytes
+from ..facts.arch import ALIGN
+from ..facts.dtypes import dtype_bytes
+from ..facts.keys import PORTABLE_KEY, SCALAR_KEY, SCOPE_KEY, VID_TAG, WORKSPACES_KEY
+from ..facts.ops import VBIN, VBRC, VDUP, VREDUCE, VSCA, VUN
 
-PORTABLE_KEY = "ascend.portable"  # set by the portable phase on the kernels it converted
-SCALAR_KEY = "ascend.scalar"  # a loop nest the scalar unit runs; the value is the reason
 UB = "ascend.ub"
-
-
-def _op(name, operands, attrs=(), doc=""):
-    return register_tile_op(TileOpSchema(f"ascend.tile.{name}", tuple(operands), tuple(attrs),
-                                         doc, dialect="ascend", backends=("ascend",)))
-
-
-_D, _S = Operand("dst", "write"), Operand("src", "read")
-VBIN = _op("vbin", (_D, Operand("src0", "read"), Operand("src1", "read")), (Attr("op", str, ""),),
-           "dst = src0 op src1 on UB tiles (Add Sub Mul Div Max Min)")
-VSCA = _op("vsca", (_D, _S, Operand("scalar", "read", kind="expr")), (Attr("op", str, ""),),
-           "dst = src op scalar (add mul max min sub rsub div rdiv) on a UB tile")
-VUN = _op("vun", (_D, _S), (Attr("op", str, ""),),
-          "dst = op(src) on UB tiles (exp ln abs sqrt rsqrt reciprocal copy neg cast)")
-VDUP = _op("vdup", (_D, Operand("value", "read", kind="expr")), (),
-           "every element of a UB tile = value (Duplicate)")
-VBRC = _op("vbrc", (_D, _S, Operand("vec", "read")), (Attr("op", str, ""), Attr("axis", str, "")),
-           "dst[r, :] = src[r, :] op vec[r] (axis 'row': one scalar per row, read on S) or "
-           "src[r, :] op vec[:] (axis 'col')")
-VREDUCE = _op("vreduce", (Operand("dst", "readwrite"), _S, Operand("work", "write")),
-              (Attr("kind", str, ""), Attr("dim", int, 1), Attr("clear", bool, True)),
-              "reduce a UB tile along rows (WholeReduce) or columns (vector ops)")
-VECTOR_PATH_OPS = (VBIN, VSCA, VUN, VDUP, VBRC, VREDUCE)
-# portable tile ops this pass rewrites (their rules are the ops above)
+# portable tile ops this pass rewrites (their rules are the vector-path ops)
 PORTABLE_VECTOR_OPS = ("reduce_sum", "reduce_max", "reduce_min", "reduce_abssum",
                        "reduce_absmax", "cumsum")
 
@@ -368,7 +343,7 @@ class _Lowering:
 
         def tile_for(buffer, indices, write):
             starts, exts, used = region_of(buffer, indices)
-            key = (buffer.name, tuple(str(s) for s in starts))
+            key = (buffer, tuple(str(s) for s in starts))
             if key not in staged:
                 region = Region(buffer, tuple(starts), tuple(tirx.IntImm("int32", e)
                                                              for e in exts))
@@ -705,7 +680,7 @@ def _both_vector_cores(func):
 def _one_vector_core(func):
     """Portable vector code runs on vector sub-core 0 only (both would write the same GM),
     unless it can take two blocks per group (:func:`_both_vector_cores`)."""
-    if "ascend.workspaces" in func.attrs:  # split kernels guard their own work (split.py)
+    if WORKSPACES_KEY in func.attrs:  # split kernels guard their own work (split.py)
         return func
     vid_loop = func.body.body if isinstance(func.body, tirx.For) else None
     if not (isinstance(vid_loop, tirx.For) and vid_loop.thread_binding is not None and

@@ -11,19 +11,37 @@ from dataclasses import dataclass
 from tilewright.errors import TargetError
 
 ARCH = "dav-2201"
+NPU_ARCH = 2201
 ALIGN = 32  # bytes: DataCopy lengths and on-chip start addresses
 
-# memory scope -> (Ascend C TPosition used to allocate it, capacity in bytes)
-MEMORIES = {
-    "ascend.ub": ("VECCALC", 196352),
-    "ascend.l1": ("A1", 524032),
-    "ascend.l0a": ("A2", 65536),
-    "ascend.l0b": ("B2", 65536),
-    "ascend.l0c": ("CO1", 131072),
-}
-SHORT = {"ascend.ub": "UB", "ascend.l1": "L1", "ascend.l0a": "L0A", "ascend.l0b": "L0B",
-         "ascend.l0c": "L0C", "global": "GM"}
-CUBE_SCOPES = frozenset({"ascend.l1", "ascend.l0a", "ascend.l0b", "ascend.l0c"})
+
+@dataclass(frozen=True)
+class Memory:
+    """One on-chip memory: its scope, short name, the TPosition it is allocated with, its
+    capacity, the alignment of a tile's start and the core that owns it."""
+
+    scope: str
+    short: str
+    position: str
+    capacity: int
+    align: int
+    core: str
+
+
+MEMORIES = {m.scope: m for m in (
+    Memory("ascend.ub", "UB", "VECCALC", 192 * 1024 - 256, ALIGN, "AIV"),
+    Memory("ascend.l1", "L1", "A1", 512 * 1024 - 256, ALIGN, "AIC"),
+    Memory("ascend.l0a", "L0A", "A2", 64 * 1024, ALIGN, "AIC"),
+    Memory("ascend.l0b", "L0B", "B2", 64 * 1024, ALIGN, "AIC"),
+    Memory("ascend.l0c", "L0C", "CO1", 128 * 1024, ALIGN, "AIC"),
+)}
+SHORT = {**{m.scope: m.short for m in MEMORIES.values()}, "global": "GM"}
+CUBE_SCOPES = frozenset(s for s, m in MEMORIES.items() if m.core == "AIC")
+
+
+def short(scope) -> str:
+    """The short name of a memory scope (UB, L1, ..., GM), or the scope itself."""
+    return SHORT.get(str(scope), str(scope))
 
 
 @dataclass(frozen=True)

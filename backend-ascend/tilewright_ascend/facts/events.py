@@ -10,3 +10,9 @@ HARD_EVENTS = frozenset({
     "MTE3_S", "MTE2_FIX", "FIX_MTE2", "FIX_S", "M_S", "FIX_MTE3",
 })
 EVENT_IDS = 8
+CROSS_IDS = 11  # cross-core flags 0-10
+PIPE_CORE = {"v": "AIV", "mte3": "AIV", "m": "AIC", "mte1": "AIC", "fix": "AIC"}
+
+
+def event_name(src: str, dst: str) -> str:
+    return f"{src}_{dst}".upper()

@@ -20,131 +20,37 @@ inserted here, at buffer granularity:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from tilewright.errors import KernelError, span_location
-from tilewright.ir import decode, make_call, tile_ops_in
+from tilewright.ir import make_call
 from tilewright.transform.walk import prim_func_pass
 from tvm import tirx
 
-from . import ops
-from .language.dialect import SCOPE_KEY
-from .passes import PLAN_KEY
-from .sync import HARD_EVENTS
-from .vector import SCALAR_KEY
-
-VERSION_KEY = "ascend.versions"  # set by the multi-buffering pass
-
-_COPY_PIPE = {("global", "ascend.ub"): "mte2", ("global", "ascend.l1"): "mte2",
-              ("ascend.ub", "global"): "mte3", ("ascend.l1", "ascend.l0a"): "mte1",
-              ("ascend.l1", "ascend.l0b"): "mte1", ("ascend.l0c", "global"): "fix",
-              ("ascend.ub", "ascend.ub"): "v"}
-
-
-@dataclass(frozen=True)
-class Access:
-    pipe: str
-    buffer: str
-    write: bool
-
-
-def _loads_stores(stmt):
-    import tvm
-    import tvm_ffi
-
-    loads, stores = [], []
-    tvm_ffi.structural_walk(stmt, [(tvm.ir.TensorLoad, lambda x: loads.append(x.source.name)),
-                                   (tirx.BufferStore, lambda x: stores.append(x.buffer.name))])
-    return loads, stores
-
-
-def accesses(stmt) -> list[Access]:
-    """What ``stmt`` reads and writes, on which pipe (on-chip buffers only)."""
-    call = decode(stmt)
-    if call is not None:
-        return _op_accesses(call)
-    if isinstance(stmt, tirx.For) and SCALAR_KEY in stmt.annotations:  # GetValue/SetValue
-        loads, stores = _loads_stores(stmt)
-        return [Access("s", str(b), False) for b in loads] + \
-            [Access("s", str(b), True) for b in stores]
-    if isinstance(stmt, tirx.For) and str(stmt.annotations.get("tw.loop", "")) == "parallel":
-        loads, stores = _loads_stores(stmt)
-        return [Access("v", str(b), False) for b in loads] + \
-            [Access("v", str(b), True) for b in stores]
-    out = []
-    for child in _children(stmt):
-        out.extend(accesses(child))
-    return out
-
-
-def _children(stmt) -> list:
-    if isinstance(stmt, tirx.SeqStmt):
-        return list(stmt.seq)
-    if isinstance(stmt, tirx.For):
-        return [stmt.body]
-    if isinstance(stmt, tirx.IfThenElse):
-        return [stmt.then_case] + ([stmt.else_case] if stmt.else_case is not None else [])
-    if isinstance(stmt, tirx.AttrStmt):
-        return [stmt.body]
-    return []
-
-
-def _op_accesses(call) -> list[Access]:
-    name = call.name
-    if name == "copy":
-        src, dst = call.operands["src"], call.operands["dst"]
-        pipe = _COPY_PIPE.get((str(src.buffer.scope()), str(dst.buffer.scope())))
-        if pipe is None:
-            return []  # the codegen reports the missing data path
-        return [Access(pipe, str(src.buffer.name), False), Access(pipe, str(dst.buffer.name), True)]
-    if name == "ascend.gemm_v0":
-        return [Access("mte1", str(call.operands["A"].buffer.name), False),
-                Access("mte1", str(call.operands["B"].buffer.name), False),
-                Access("m", str(call.operands["C"].buffer.name), False),
-                Access("m", str(call.operands["C"].buffer.name), True)]
-    if name == "ascend.mma":
-        return [Access("m", str(call.operands[o].buffer.name), o == "C") for o in "ABC"] + \
-            [Access("m", str(call.operands["C"].buffer.name), False)]
-    if name == "ascend.dump_tensor":
-        return [Access("s", str(call.operands["src"].buffer.name), False)]
-    if name == "ascend.tile.vbrc" and call.attrs["axis"] == "row":  # row scalars: GetValue
-        return [Access("s", str(call.operands["vec"].buffer.name), False),
-                Access("v", str(call.operands["src"].buffer.name), False),
-                Access("v", str(call.operands["dst"].buffer.name), True)]
-    if name.startswith("atomic_") and hasattr(call.operands["src"], "buffer"):
-        return [Access("mte3", str(call.operands["src"].buffer.name), False)]
-    if name == "print_tile":
-        return [Access("s", str(call.operands["buf"].buffer.name), False)]
-    if name.startswith("ascend.tile."):
-        return [Access("v", str(r.buffer.name), o == "dst")
-                for o, r in call.operands.items() if hasattr(r, "buffer")]
-    return []
-
-
-def _global(name: str, scopes: dict) -> bool:
-    return scopes.get(name, "global") == "global"
+from ..analysis.accesses import accesses, has_manual_sync
+from ..facts import ops
+from ..facts.events import EVENT_IDS, HARD_EVENTS, event_name
+from ..facts.keys import SCOPE_KEY, VERSION_KEY
+from .memory import read_plan
 
 
 class _Inserter:
-    def __init__(self, scopes: dict, plan: dict | None = None):
-        self.scopes = scopes
+    def __init__(self, plan: dict):
         self.next_id: dict[str, int] = {}
         # buffers the memory plan lets share bytes conflict like one buffer
-        self.aliases: set[tuple[str, str]] = set()
-        items = list((plan or {}).items())
+        self.aliases: set[tuple] = set()
+        items = list(plan.items())
         for i, (x, (sx, ox, nx)) in enumerate(items):
             for y, (sy, oy, ny) in items[i + 1:]:
                 if sx == sy and ox < oy + ny and oy < ox + nx:
                     self.aliases |= {(x, y), (y, x)}
 
-    def same(self, a: str, b: str) -> bool:
-        return a == b or (a, b) in self.aliases
+    def same(self, a, b) -> bool:
+        return a.same_as(b) or (a, b) in self.aliases
 
     def event_id(self, event: str, span) -> int:
         n = self.next_id.get(event, 0)
-        if n >= 8:
-            raise KernelError(f"automatic synchronisation needs more than 8 flags of event "
-                              f"{event}; split the kernel or synchronise it by hand",
+        if n >= EVENT_IDS:
+            raise KernelError(f"automatic synchronisation needs more than {EVENT_IDS} flags of "
+                              f"event {event}; split the kernel or synchronise it by hand",
                               span_location(span))
         self.next_id[event] = n + 1
         return n
@@ -152,7 +58,7 @@ class _Inserter:
     def deps(self, items, looped: bool, versions: dict):
         """(producer index, consumer index, P, C, carried, versions) for a sequence of items;
         ``versions`` is the stage count of the buffer (1 when it is not multi-buffered)."""
-        acc = [[a for a in accesses(s) if not _global(a.buffer, self.scopes)] for s in items]
+        acc = [[a for a in accesses(s) if str(a.buffer.scope()) != "global"] for s in items]
         found = []
         n = len(items)
         for j in range(n):
@@ -167,8 +73,7 @@ class _Inserter:
                                 b.pipe in seen_pipes:
                             continue
                         seen_pipes.add(b.pipe)
-                        found.append((i, j, b.pipe, a.pipe, i >= j,
-                                      int(versions.get(a.buffer, 1))))
+                        found.append((i, j, b.pipe, a.pipe, i >= j, _stages(versions, a.buffer)))
         return sorted(set(found))
 
     @staticmethod
@@ -184,7 +89,7 @@ class _Inserter:
     def sequence(self, stmts: list, looped: bool, loop=None):
         """Rewrite a list of statements (one loop body or scope body); returns (stmts,
         prologue, epilogue) where the last two wrap a loop for its carried flags."""
-        versions = dict(loop.annotations.get(VERSION_KEY, {})) if loop is not None else {}
+        versions = loop.annotations.get(VERSION_KEY, {}) if loop is not None else {}
         stmts = [self.visit(s) for s in stmts]
         before = [[] for _ in stmts]
         after = [[] for _ in stmts]
@@ -195,7 +100,7 @@ class _Inserter:
                 if p in ("v", "m") and not carried:
                     before[j].append(make_call(ops.PIPE_BARRIER.name, {}, {"pipe": p}, span))
                 continue
-            event = f"{p}_{c}".upper()
+            event = event_name(p, c)
             if event not in HARD_EVENTS:
                 before[j].append(make_call(ops.BARRIER_ALL.name, {}, {}, span))
                 continue
@@ -238,15 +143,16 @@ class _Inserter:
         return stmt
 
 
+def _stages(versions, buffer) -> int:
+    """The number of versions of ``buffer`` in a multi-buffered loop (1: not versioned)."""
+    for key, value in versions.items():
+        if key.same_as(buffer):
+            return int(value)
+    return 1
+
+
 def _flat(stmt) -> list:
     return list(stmt.seq) if isinstance(stmt, tirx.SeqStmt) else [stmt]
-
-
-def has_manual_sync(func) -> bool:
-    """Whether the kernel has hand-written intra-core synchronisation (cross-core flags, which
-    order whole cores, do not count)."""
-    cross = (ops.SET_CROSS_FLAG.name, ops.WAIT_CROSS_FLAG.name)
-    return any(c.name in ops.SYNC_OPS and c.name not in cross for c in tile_ops_in(func))
 
 
 def _rewrite_scopes(stmt, inserter):
@@ -269,11 +175,6 @@ def insert_sync():
     def run(func):
         if has_manual_sync(func):
             return func
-        from .passes import allocations
-
-        scopes = {str(a.buffer.name): str(a.buffer.scope()) for a in allocations(func)}
-        plan = {str(k): (str(v[0]), int(v[1]), int(v[2]))
-                for k, v in (func.attrs.get(PLAN_KEY) or {}).items()}
-        return func.with_body(_rewrite_scopes(func.body, _Inserter(scopes, plan)))
+        return func.with_body(_rewrite_scopes(func.body, _Inserter(read_plan(func))))
 
     return prim_func_pass("AscendInsertSync", run)
