@@ -105,6 +105,8 @@ template <typename T> const char* type_name();
 namespace AscendC {
 enum class TPosition { GM, VECIN, VECOUT, VECCALC, A1, A2, B1, B2, CO1, CO2 };
 enum pipe_t { PIPE_S = 0, PIPE_V, PIPE_M, PIPE_MTE1, PIPE_MTE2, PIPE_MTE3, PIPE_FIX, PIPE_ALL };
+// the events of impl/basic_api/kernel_event.h (HardEvent); which core has which is checked
+// when a flag is issued (HardEventAic / HardEventAiv of the same header)
 #define TW_EV(a, b) a##_##b = PIPE_##a * 8 + PIPE_##b
 enum class HardEvent : int {
     TW_EV(MTE2, MTE1), TW_EV(MTE1, MTE2), TW_EV(MTE1, M), TW_EV(M, MTE1), TW_EV(MTE2, V),
@@ -113,6 +115,7 @@ enum class HardEvent : int {
     TW_EV(V, MTE1), TW_EV(M, FIX), TW_EV(FIX, M), TW_EV(MTE3, MTE2), TW_EV(MTE2, MTE3),
     TW_EV(S, V), TW_EV(V, S), TW_EV(S, MTE2), TW_EV(MTE2, S), TW_EV(S, MTE3), TW_EV(MTE3, S),
     TW_EV(MTE2, FIX), TW_EV(FIX, MTE2), TW_EV(FIX, S), TW_EV(M, S), TW_EV(FIX, MTE3),
+    TW_EV(MTE1, FIX), TW_EV(FIX, MTE1), TW_EV(FIX, FIX),
 };
 #undef TW_EV
 enum class RoundMode { CAST_NONE, CAST_RINT, CAST_FLOOR, CAST_CEIL, CAST_ROUND, CAST_TRUNC };
@@ -166,7 +169,19 @@ template <TPosition P> struct TBuf {
     template <typename T> LocalTensor<T> Get(TW_LINE) { return GetWithOffset<T>(size / sizeof(T), 0, line); }
 };
 
+// impl/basic_api/kernel_tpipe_impl.h (__NPU_ARCH__ 2201): on the cube core the constructor
+// sets M_MTE1 ids 0, 1 and 2 (for the Matmul library's L0 ping-pong and the bias load) and the
+// destructor waits for them; a kernel that sets one of them again sets a raised flag.
 struct TPipe {
+    int line_;
+    TPipe(TW_LINE) : line_(line) {
+        if (tw_emu::is_aic())
+            for (int id = 0; id < 3; ++id) tw_emu::issue_set(tw_emu::PM, tw_emu::PMTE1, id, line);
+    }
+    ~TPipe() {
+        if (tw_emu::is_aic())
+            for (int id = 0; id < 3; ++id) tw_emu::issue_wait(tw_emu::PM, tw_emu::PMTE1, id, line_);
+    }
     template <TPosition P> void InitBuffer(TBuf<P>& buf, uint32_t bytes, TW_LINE) {
         buf.size = bytes; tw_emu::init_buffer(space_of(P), bytes, line);
     }

@@ -39,7 +39,9 @@ struct Instr {
 struct Shadow { uint32_t w; uint32_t r[NPIPE]; };       // on-chip: instr ids (+1), 0 = none
 struct GmShadow { uint32_t w; uint32_t r[LANES]; };
 
-struct Flag { bool set = false; int line = 0; double time = 0; uint32_t vc[LANES]; };
+// a flag: raised or not, and the wait that last cleared it (a set not ordered after that wait
+// may find the flag still raised: SetFlag-WaitFlag(ISASI).md calls that undefined behaviour)
+struct Flag { bool set = false; int line = 0; double time = 0; uint32_t vc[LANES]; uint32_t waited = 0; int wait_line = 0; };
 struct Cross { int count = 0; double time = 0; uint32_t vc[LANES]; int line = 0; };
 
 // GM shadow: one entry per 32-byte granule; a granule that an access covers only in part
@@ -194,9 +196,41 @@ void issue(int pipe, const char* what, int line, std::vector<Acc> acc, std::func
     push(std::move(in), pipe);
 }
 
+// The events each core of dav-2201 has: HardEventAic and HardEventAiv in
+// impl/basic_api/kernel_event.h. Ids 6 and 7 exist but are the vendor's ("SetFlag/WaitFlag
+// (ISASI)" in the API documentation: 6 for the system, 7 for TPipe's automatic sync).
+static bool has_event(int core, int src, int dst) {
+    static const int AIC[][2] = {{PMTE2, PMTE1}, {PMTE1, PMTE2}, {PMTE1, PM}, {PM, PMTE1},
+        {PMTE3, PMTE1}, {PMTE1, PMTE3}, {PMTE2, PM}, {PM, PMTE2}, {PM, PFIX}, {PFIX, PM},
+        {PMTE3, PMTE2}, {PMTE2, PMTE3}, {PS, PMTE2}, {PMTE2, PS}, {PS, PMTE3}, {PMTE3, PS},
+        {PMTE2, PFIX}, {PFIX, PMTE2}, {PFIX, PS}, {PM, PS}, {PFIX, PMTE3}, {PMTE1, PFIX},
+        {PFIX, PMTE1}, {PFIX, PFIX}};
+    static const int AIV[][2] = {{PMTE2, PV}, {PV, PMTE2}, {PMTE3, PV}, {PV, PMTE3}, {PV, PV},
+        {PMTE3, PMTE2}, {PMTE2, PMTE3}, {PS, PV}, {PV, PS}, {PS, PMTE2}, {PMTE2, PS},
+        {PS, PMTE3}, {PMTE3, PS}};
+    if (core == 0) {
+        for (auto& e : AIC) if (e[0] == src && e[1] == dst) return true;
+    } else {
+        for (auto& e : AIV) if (e[0] == src && e[1] == dst) return true;
+    }
+    return false;
+}
+
 static bool event_ok(int src, int dst, int id, int line, const char* what) {
+    if (!has_event(S->core, src, dst)) {
+        error(line, "%s<%s_%s>(%d): %s has no event %s_%s (impl/basic_api/kernel_event.h)", what,
+              PIPE_NAMES[src], PIPE_NAMES[dst], id, S->core == 0 ? "AIC" : "AIV",
+              PIPE_NAMES[src], PIPE_NAMES[dst]);
+        return false;
+    }
     if (id < 0 || id > 7) {
         error(line, "%s<%s_%s>(%d): event id %d is out of range 0-7", what, PIPE_NAMES[src],
+              PIPE_NAMES[dst], id, id);
+        return false;
+    }
+    if (id > 5) {
+        error(line, "%s<%s_%s>(%d): event id %d is reserved by the vendor (6: system, 7: TPipe's "
+              "automatic synchronisation); kernels use ids 0-5", what, PIPE_NAMES[src],
               PIPE_NAMES[dst], id, id);
         return false;
     }
@@ -411,6 +445,13 @@ void execute(Run& run, int lane) {
                        ">(" + std::to_string(in.id) + ") at " + where(in.line) +
                        " raises a flag that is already set (by " + where(f.line) +
                        ") and not yet waited: unpaired set");
+        else if (f.waited && !ordered(run, lane, f.waited))
+            add_report("set" + std::to_string(in.line) + "/" + std::to_string(S->block),
+                       std::string("SetFlag<") + PIPE_NAMES[in.src] + "_" + PIPE_NAMES[in.dst] +
+                       ">(" + std::to_string(in.id) + ") at " + where(in.line) +
+                       " is not ordered after the WaitFlag at " + where(f.wait_line) +
+                       " that clears the previous set (by " + where(f.line) +
+                       "): the flag may be already set, a second set is undefined behaviour");
         f.set = true;
         f.line = in.line;
         f.time = start;
@@ -418,6 +459,8 @@ void execute(Run& run, int lane) {
     } else if (in.kind == WAIT) {
         Flag& f = run.flags[core][in.src][in.dst][in.id];
         f.set = false;
+        f.waited = index + 1;
+        f.wait_line = in.line;
         join(vc, f.vc);
         vc[lane] = in.local;
         run.ready[lane] = std::max(start, f.time);

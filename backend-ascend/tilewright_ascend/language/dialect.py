@@ -19,7 +19,15 @@ from tilewright.language.frames import BLOCK_AXES
 from tvm import tirx
 
 from ..facts import ops
-from ..facts.events import HARD_EVENTS, PIPES
+from ..facts.events import (
+    EVENT_IDS,
+    EVENTS,
+    PIPES,
+    TPIPE_IDS,
+    USER_IDS,
+    event_cores,
+    event_name,
+)
 from ..facts.keys import ADDRESS_KEY, NPU_KEY, SCOPE_KEY, VID_TAG
 from ._emit import emit, error, span
 
@@ -159,12 +167,24 @@ def _pipe(name, what: str) -> str:
 
 def _event(src, dst, event_id, what: str):
     s, d = _pipe(src, what), _pipe(dst, what)
-    if f"{s}_{d}".upper() not in HARD_EVENTS:
-        raise error(f"{what}: there is no hardware event {s.upper()}_{d.upper()}; events are "
-                    f"{', '.join(sorted(HARD_EVENTS))}")
+    event = event_name(s, d)
+    if not event_cores(event):
+        raise error(f"{what}: there is no hardware event {event} on A2/A3; the cube core has "
+                    f"{', '.join(sorted(EVENTS['AIC']))}; the vector cores have "
+                    f"{', '.join(sorted(EVENTS['AIV']))}")
     value = as_int(event_id)
-    if isinstance(value, int) and not 0 <= value < 8:
-        raise error(f"{what}: event id {value} is out of range; A2/A3 have ids 0-7 per event")
+    if isinstance(value, int):
+        if value in range(USER_IDS, EVENT_IDS):
+            raise error(f"{what}: event id {value} is reserved (6 for the system, 7 for TPipe's "
+                        f"automatic synchronisation); kernels use ids 0-{USER_IDS - 1}")
+        if not 0 <= value < EVENT_IDS:
+            raise error(f"{what}: event id {value} is out of range; A2/A3 have ids "
+                        f"0-{USER_IDS - 1} per event for kernels")
+        for (core, held), ids in TPIPE_IDS.items():
+            if held == event and value in ids:
+                raise error(f"{what}: {event} ids {ids[0]}-{ids[-1]} are held by TPipe on the "
+                            f"{core} (its constructor sets them and its destructor waits for "
+                            "them; a second set is undefined behaviour); use another id")
     return s, d, to_expr(event_id)
 
 

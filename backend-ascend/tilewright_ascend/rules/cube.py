@@ -264,7 +264,10 @@ def rule_gemm_v0(em, call) -> None:
     l0a, l0b = (em.buf(b) for b in em.staging_of(call))
     kk = em.ident("kk")
     init = em.expr(call.operands["init"])
+    # TPipe raised M_MTE1 id 0 on the cube core (and waits for it when it is destroyed): it
+    # says "L0A/L0B are free"; each K step waits for it, loads, and raises it after its Mmad
     with em.block(f"for (int32_t {kk} = 0; {kk} < {kp // kl0}; ++{kk})"):
+        em.line("WaitFlag<HardEvent::M_MTE1>(0);")
         load_a(em, a, l0a, kk, kl0, ta, what)
         load_b(em, b, l0b, kk, kl0, tb, what)
         em.line("SetFlag<HardEvent::MTE1_M>(0);")
@@ -273,7 +276,6 @@ def rule_gemm_v0(em, call) -> None:
                 f"mp.cmatrixInitVal = ({init}) && {kk} == 0;")
         em.line(f"Mmad({c.at()}, {l0a}, {l0b}, mp);")
         em.line("SetFlag<HardEvent::M_MTE1>(0);")
-        em.line("WaitFlag<HardEvent::M_MTE1>(0);")
 
 
 @copy_rule((L1, L0A), (L1, L0B))

@@ -15,7 +15,8 @@ inserted here, at buffer granularity:
 - a dependency implied by another of the same event (a later producer on the same pipe whose
   consumer comes no later) is pruned; same-pipe dependencies of the vector or cube pipes get a
   ``PipeBarrier``;
-- every remaining dependency takes its own event id, 0-7 per event; more is an error.
+- every remaining dependency takes its own event id among the ids the core leaves free
+  (:func:`..facts.events.free_ids`: 0-5, less TPipe's and the lowering rules'); more is an error.
 """
 
 from __future__ import annotations
@@ -27,14 +28,15 @@ from tvm import tirx
 
 from ..analysis.accesses import accesses, has_manual_sync
 from ..facts import ops
-from ..facts.events import EVENT_IDS, HARD_EVENTS, event_name
+from ..facts.events import EVENTS, event_name, free_ids
 from ..facts.keys import SCOPE_KEY, VERSION_KEY
 from .memory import read_plan
 
 
 class _Inserter:
     def __init__(self, plan: dict):
-        self.next_id: dict[str, int] = {}
+        self.core = "AIV"  # the core of the scope being synchronised
+        self.next_id: dict[tuple[str, str], int] = {}
         # buffers the memory plan lets share bytes conflict like one buffer
         self.aliases: set[tuple] = set()
         items = list(plan.items())
@@ -47,13 +49,16 @@ class _Inserter:
         return a.same_as(b) or (a, b) in self.aliases
 
     def event_id(self, event: str, span) -> int:
-        n = self.next_id.get(event, 0)
-        if n >= EVENT_IDS:
-            raise KernelError(f"automatic synchronisation needs more than {EVENT_IDS} flags of "
-                              f"event {event}; split the kernel or synchronise it by hand",
+        """The next free id of ``event`` on this core (:func:`..facts.events.free_ids`)."""
+        ids = free_ids(self.core, event)
+        n = self.next_id.get((self.core, event), 0)
+        if n >= len(ids):
+            raise KernelError(f"automatic synchronisation needs more than {len(ids)} flags of "
+                              f"event {event} (ids {', '.join(map(str, ids))} on the "
+                              f"{self.core}); split the kernel or synchronise it by hand",
                               span_location(span))
-        self.next_id[event] = n + 1
-        return n
+        self.next_id[(self.core, event)] = n + 1
+        return ids[n]
 
     def deps(self, items, looped: bool, versions: dict):
         """(producer index, consumer index, P, C, carried, versions) for a sequence of items;
@@ -101,7 +106,7 @@ class _Inserter:
                     before[j].append(make_call(ops.PIPE_BARRIER.name, {}, {"pipe": p}, span))
                 continue
             event = event_name(p, c)
-            if event not in HARD_EVENTS:
+            if event not in EVENTS[self.core]:
                 before[j].append(make_call(ops.BARRIER_ALL.name, {}, {}, span))
                 continue
             ids = [self.event_id(event, span) for _ in range(stages)]
@@ -157,6 +162,7 @@ def _flat(stmt) -> list:
 
 def _rewrite_scopes(stmt, inserter):
     if isinstance(stmt, tirx.AttrStmt) and stmt.attr_key == SCOPE_KEY:
+        inserter.core = "AIC" if str(stmt.value.value) == "C" else "AIV"
         body, _, _ = inserter.sequence(_flat(stmt.body), looped=False)
         return tirx.AttrStmt(stmt.node, stmt.attr_key, stmt.value, tirx.SeqStmt(body)
                              if len(body) > 1 else body[0], span=stmt.span)

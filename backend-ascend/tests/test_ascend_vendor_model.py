@@ -1,0 +1,100 @@
+"""The emulator models the vendor's documented behaviour (asc-devkit headers and the Ascend C
+API documentation), so that generated code that gets it wrong fails here: TPipe's pre-raised
+events, reserved event ids, the events each core has, and the code that respects them."""
+
+import ascend_kernels as K
+import pytest
+import tilewright
+import tilewright_ascend.language as T
+import torch
+from tilewright.errors import KernelError
+from tilewright_ascend.executor import EmulatorError, compile_and_run_source
+
+
+def _edit(low, old, new):
+    text = low.source.text
+    assert old in text, old
+    return text.replace(old, new, 1)
+
+
+def _run(low, text, tensors, tmp_path, name="k"):
+    work = tmp_path / name
+    work.mkdir()
+    return compile_and_run_source(text, low.source.payload, tensors, work)
+
+
+def _gemm_case():
+    low = tilewright.lower(K.gemm(64, 64, 128, 64, 64, 128, kL0Size=64), target="ascend")
+    x, y = torch.randn(64, 128).half(), torch.randn(128, 64).half()
+    return low, (x, y, torch.empty(64, 64).half())
+
+
+# -- TPipe (impl/basic_api/kernel_tpipe_impl.h) ------------------------------------------------
+def test_tpipe_holds_m_mte1_ids_0_to_2_on_the_cube_core(tmp_path):
+    low, tensors = _gemm_case()
+    text = _edit(low, "if ASCEND_IS_AIC {", "if ASCEND_IS_AIC {\n"
+                 "SetFlag<HardEvent::M_MTE1>(1); WaitFlag<HardEvent::M_MTE1>(1);")
+    with pytest.raises(EmulatorError, match=r"SetFlag<M_MTE1>\(1\).*already set"):
+        _run(low, text, tensors, tmp_path)
+
+
+def test_gemm_v0_waits_for_the_l0_buffers_tpipe_raised():
+    """The GEMM lowering uses TPipe's M_MTE1 id 0 as 'L0A/L0B free': wait before the loads of
+    each K step, set after its Mmad; it never sets the raised flag again."""
+    low, (x, y, _) = _gemm_case()
+    lines = [line.strip() for line in low.source.text.splitlines()]
+    step = lines.index(next(line for line in lines if line.startswith("for (int32_t kk")))
+    body = lines[step + 1:]
+    assert body[0] == "WaitFlag<HardEvent::M_MTE1>(0);", body[:3]
+    mmad = next(i for i, line in enumerate(body) if line.startswith("Mmad("))
+    assert body[mmad + 1] == "SetFlag<HardEvent::M_MTE1>(0);"
+    kernel = tilewright.compile(K.gemm(64, 64, 128, 64, 64, 128, kL0Size=64), out_idx=[-1],
+                                target="ascend")
+    torch.testing.assert_close(kernel(x, y).float(), x.float() @ y.float(), rtol=1e-2,
+                               atol=1e-2)
+
+
+def test_dialect_refuses_the_ids_tpipe_holds():
+    with pytest.raises(KernelError, match=r"M_MTE1 ids 0-2 .*TPipe"):
+        @T.prim_func
+        def main(A: T.Tensor((16, 16), "float16")):
+            with T.Kernel(1, is_npu=True) as (cid, vid):
+                with T.Scope("C"):
+                    T.set_flag("m", "mte1", 2)
+
+
+# -- events and ids (impl/basic_api/kernel_event.h, SetFlag-WaitFlag(ISASI).md) ---------------
+@pytest.mark.parametrize("src,dst", [("m", "v"), ("v", "m"), ("mte1", "v"), ("v", "mte1")])
+def test_dialect_refuses_events_a2_cores_lack(src, dst):
+    with pytest.raises(KernelError, match=f"no hardware event {src.upper()}_{dst.upper()}"):
+        @T.prim_func
+        def main(A: T.Tensor((16, 16), "float16")):
+            with T.Kernel(1, is_npu=True) as (cid, vid):
+                T.set_flag(src, dst, 0)
+
+
+@pytest.mark.parametrize("event_id", [6, 7])
+def test_dialect_refuses_the_reserved_ids(event_id):
+    with pytest.raises(KernelError, match=f"event id {event_id} .*reserved"):
+        @T.prim_func
+        def main(A: T.Tensor((16, 16), "float32")):
+            with T.Kernel(1, is_npu=True) as (cid, vid):
+                with T.Scope("V"):
+                    T.set_flag("mte2", "v", event_id)
+
+
+def test_emulator_reports_reserved_ids_and_missing_events(tmp_path):
+    low = tilewright.lower(K.vec_add_pipelined(128, 128, 128, 128, 32), target="ascend")
+    tensors = (torch.randn(128, 128), torch.randn(128, 128), torch.empty(128, 128))
+    cases = {
+        r"event id 6 is reserved": _edit(low, "SetFlag<HardEvent::MTE2_V>(0);",
+                                         "SetFlag<HardEvent::MTE2_V>(0); "
+                                         "SetFlag<HardEvent::MTE2_V>(6); "
+                                         "WaitFlag<HardEvent::MTE2_V>(6);"),
+        r"AIV has no event M_V": _edit(low, "SetFlag<HardEvent::MTE2_V>(0);",
+                                       "SetFlag<HardEvent::MTE2_V>(0); "
+                                       "SetFlag<HardEvent::M_V>(0); WaitFlag<HardEvent::M_V>(0);"),
+    }
+    for n, (expected, text) in enumerate(cases.items()):
+        with pytest.raises(EmulatorError, match=expected):
+            _run(low, text, tensors, tmp_path, f"e{n}")
