@@ -21,6 +21,8 @@ from pathlib import Path
 from tilewright.errors import TilewrightError
 from tilewright.plugin import Availability, Executor, GeneratedSource
 
+from .exception_dump import encode_descriptor
+
 CSRC = Path(__file__).parent / "csrc"
 LIBRARY = "kernel.so"
 META = "emulator.json"
@@ -115,7 +117,7 @@ class EmulatedKernel:
 
     def __call__(self, *tensors):
         params = self.meta["params"]
-        tensors = (*tensors, *_workspaces(self.meta, tensors))
+        tensors = (*tensors, *_workspaces(self.meta, tensors, float("nan")))
         ptrs, sizes = [], []
         for (name, _, _), t in zip(params, tensors):
             if getattr(t, "device", None) is not None and t.device.type != "cpu":
@@ -165,10 +167,11 @@ def launch_blocks(meta: dict, dims: dict) -> int:
     return int(eval(blocks, {"__builtins__": {}, "min": min, "max": max}, dict(dims)))  # noqa: S307 - our own expression over ints
 
 
-def _workspaces(meta: dict, tensors) -> list:
+def _workspaces(meta: dict, tensors, fill: float) -> list:
     """GM workspaces for the trailing workspace parameters of a split kernel (see
-    :mod:`.split`), on the device of the kernel's tensors; float ones start as NaN, so a
-    read before the producer's write shows in the results."""
+    :mod:`.transforms.split`), on the device of the kernel's tensors. Float ones start as
+    ``fill``: NaN on the emulator, so a read before the producer's write shows in the results;
+    0 on an NPU, where a NaN reaching Mmad is what its documentation warns against."""
     count = int(meta.get("workspaces", 0))
     if not count:
         return []
@@ -177,7 +180,7 @@ def _workspaces(meta: dict, tensors) -> list:
     device = tensors[0].device if tensors else "cpu"
     out = [torch.empty(shape, dtype=getattr(torch, dtype), device=device)
            for _, dtype, shape in meta["params"][-count:]]
-    return [t.fill_(float("nan")) if t.is_floating_point() else t.zero_() for t in out]
+    return [t.fill_(fill) if t.is_floating_point() else t.zero_() for t in out]
 
 
 def last_run_stats() -> dict:
@@ -247,13 +250,29 @@ def _load_npu(workdir, entry: str):
 
     def run(*tensors):
         stream = torch.npu.current_stream().npu_stream  # type: ignore[attr-defined]
-        tensors = (*tensors, *_workspaces(meta, tensors))
+        run.workspaces = _workspaces(meta, tensors, 0.0)  # kept until the next launch
+        tensors = (*tensors, *run.workspaces)
         dims = launch_dims(meta, tensors)
-        launch(ctypes.c_void_p(stream), *[ctypes.c_void_p(t.data_ptr()) for t in tensors],
-               *[ctypes.c_int32(v) for v in dims.values()])
+        args = [ctypes.c_void_p(stream), *[ctypes.c_void_p(t.data_ptr()) for t in tensors],
+                *[ctypes.c_int32(v) for v in dims.values()]]
+        if meta.get("exception_dump"):  # the host function's last parameter
+            run.descriptor = _descriptor(meta, tensors)
+            args.append(ctypes.c_void_p(run.descriptor.data_ptr()))
+        launch(*args)
 
     run.meta = meta
     return run
+
+
+def _descriptor(meta: dict, tensors):
+    """The exception-dump descriptor of a launch (:mod:`.exception_dump`) in device memory."""
+    import torch
+
+    data = encode_descriptor(meta["kernel"], [
+        (t.numel() * t.element_size(), t.data_ptr(), str(t.dtype).removeprefix("torch."))
+        for t in tensors])
+    host = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    return host.to(tensors[0].device if tensors else "cpu")
 
 
 EMULATOR = Executor(
