@@ -54,7 +54,7 @@ def _ub_kernel(rows, cols, address=None):
 
 def test_ub_overflow_names_buffer_bytes_and_limit():
     with pytest.raises(KernelError, match=r"buffer 'big_ub' needs 262144 bytes of UB at offset "
-                                          r"0, but UB holds 196352 bytes") as info:
+                                          r"0, but UB holds 196608 bytes") as info:
         _source(_ub_kernel(256, 256))
     assert "test_ascend_codegen.py" in str(info.value)
 

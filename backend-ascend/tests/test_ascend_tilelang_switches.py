@@ -122,7 +122,7 @@ def test_memory_planning_off_can_overflow_where_reuse_fits():
     from test_ascend_liveness import two_phases
 
     tilewright.lower(two_phases(), target="ascend")
-    with pytest.raises(KernelError, match="UB holds 196352 bytes"):
+    with pytest.raises(KernelError, match="UB holds 196608 bytes"):
         tilewright.lower(two_phases(), target="ascend",
                          pass_configs={"ascend.memory_planning": False})
 

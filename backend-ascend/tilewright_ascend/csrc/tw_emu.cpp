@@ -17,7 +17,9 @@ constexpr uint64_t GM_GRAIN = 32;        // GM shadow granule (bytes); on-chip i
 const char* PIPE_NAMES[NPIPE] = {"S", "V", "M", "MTE1", "MTE2", "MTE3", "FIX"};
 const char* SPACE_NAMES[NSPACE] = {"GM", "UB", "L1", "L0A", "L0B", "L0C"};
 const char* CORE_NAMES[CORES] = {"AIC", "AIV0", "AIV1"};
-const uint64_t CAPACITY[NSPACE] = {0, 196352, 524032, 65536, 65536, 131072};
+// UB: all 192 KiB (the 256 bytes ASC_UB_SIZE keeps back are the Matmul library's, see
+// facts/arch.py); L1: 512 KiB less the 256 bytes ASC_L1_SIZE keeps back
+const uint64_t CAPACITY[NSPACE] = {0, 196608, 524032, 65536, 65536, 131072};
 
 enum Kind { DATA, SET, WAIT, BARRIER, CSET, CWAIT };
 

@@ -1,7 +1,18 @@
 """The Ascend machines this backend targets: SoC versions, core counts and on-chip memories.
 
-One AI core group is 1 AIC (cube) + 2 AIV (vector). Sizes are bytes; UB and L1 keep the
-256 bytes the runtime reserves.
+One AI core group is 1 AIC (cube) + 2 AIV (vector). Sizes are bytes. The numbers follow the
+vendor's Ascend C headers for ``__NPU_ARCH__ == 2201`` (``include/utils/base/sys_constants.h``
+and ``impl/basic_api/utils/kernel_utils_constants.h``) and the Mmad documentation
+(``docs/zh/api/SIMD-API/基础API/矩阵计算（ISASI）/Mmad计算/Mmad.md``: L0A/L0B operands start
+512-byte aligned, the L0C result 1024-byte aligned).
+
+UB: ``ASC_UB_SIZE`` keeps back the last 256 of UB's 192 KiB. In the kit the only user of that
+region is ``KfcCommClient`` (``impl/basic_api/dav_c220/kfc/kfc_comm_client.h``: its message
+slot ``ubMsg`` sits at ``TOTAL_UB_SIZE - sizeof(KfcMsg)``), the cube/vector message channel of
+the Matmul high-level API; the other vendor scratch area, ``TMP_UB_OFFSET`` (184 KiB), is used
+only by ``Select``/``Compare``/``AddDeqRelu``. The generated code uses none of these, so its
+tiles may fill all of UB. L1 keeps the 256 bytes ``ASC_L1_SIZE`` reserves (the kit does not
+show who uses them).
 """
 
 from __future__ import annotations
@@ -29,7 +40,7 @@ class Memory:
 
 
 MEMORIES = {m.scope: m for m in (
-    Memory("ascend.ub", "UB", "VECCALC", 192 * 1024 - 256, ALIGN, "AIV"),
+    Memory("ascend.ub", "UB", "VECCALC", 192 * 1024, ALIGN, "AIV"),
     Memory("ascend.l1", "L1", "A1", 512 * 1024 - 256, ALIGN, "AIC"),
     Memory("ascend.l0a", "L0A", "A2", 64 * 1024, ALIGN, "AIC"),
     Memory("ascend.l0b", "L0B", "B2", 64 * 1024, ALIGN, "AIC"),
