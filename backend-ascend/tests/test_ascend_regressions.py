@@ -51,3 +51,23 @@ def test_the_seeds_first_ascend_example_fills_all_of_ub():
     kernel = tilewright.compile(K.vec_add(256, 512, 128, 256), out_idx=[-1], target="ascend")
     torch.testing.assert_close(kernel(a, b), a + b)
 
+
+def floor_index(N=16, dtype="float32"):
+    """Floor division and modulo of negative operands in an index and as data."""
+
+    @T.prim_func
+    def main(A: T.Tensor((N,), dtype), B: T.Tensor((N,), dtype)):
+        with T.Kernel(1, threads=32) as bx:
+            for i in T.Parallel(N):
+                B[i] = A[(i - 3) // 4 + 1] + T.cast((i - 3) % 4, dtype)
+
+    return main
+
+
+def test_floor_division_and_modulo_of_negative_operands():
+    a = torch.randn(16)
+    cpu, ascend = _both(floor_index(), a)
+    i = torch.arange(16)
+    torch.testing.assert_close(cpu, a[(i - 3) // 4 + 1] + ((i - 3) % 4).float())
+    torch.testing.assert_close(ascend, cpu)
+

@@ -45,6 +45,18 @@ PRELUDE = (
     "#define TW_MIN(a, b) ((a) < (b) ? (a) : (b))",
     "#define TW_MAX(a, b) ((a) > (b) ? (a) : (b))",
     "#endif",
+    "#ifndef TW_FLOORDIV",  # integer division and modulo rounding towards minus infinity
+    "template <typename A, typename B> __aicore__ inline auto tw_floordiv(A a, B b) {",
+    "    auto q = a / b;",
+    "    return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;",
+    "}",
+    "template <typename A, typename B> __aicore__ inline auto tw_floormod(A a, B b) {",
+    "    auto r = a % b;",
+    "    return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;",
+    "}",
+    "#define TW_FLOORDIV(a, b) tw_floordiv((a), (b))",
+    "#define TW_FLOORMOD(a, b) tw_floormod((a), (b))",
+    "#endif",
     "#ifndef TW_DEVICE_ASSERT",
     "#define TW_DEVICE_ASSERT(c, msg) assert((c) && (msg))",
     "#endif",
@@ -60,7 +72,7 @@ class Emitter:
                      for entry in func.attrs[PLAN_KEY]}
         self.staging = [(pair[0], pair[1]) for pair in (func.attrs.get(STAGING_KEY) or [])]
         self.analyzer = sym.Analyzer()
-        self.printer = ExprPrinter(self.var, self.buf)
+        self.printer = ExprPrinter(self.var, self.buf, self.analyzer.can_prove)
         self.lines: list[str] = []
         self.depth = 0
         self.var_names: dict = {}

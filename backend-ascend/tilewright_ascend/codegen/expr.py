@@ -2,7 +2,10 @@
 as Python (the executor evaluates those at launch).
 
 A load of a tile element prints as the scalar unit's ``GetValue`` of the flattened index;
-variables print through a naming callback (the emitter's C identifiers).
+variables print through a naming callback (the emitter's C identifiers). Floor division and
+modulo print as C's ``/`` and ``%`` only where the operands are provably non-negative and
+positive; elsewhere as ``TW_FLOORDIV``/``TW_FLOORMOD``, which round towards minus infinity
+(C's operators truncate towards zero).
 """
 
 from __future__ import annotations
@@ -13,18 +16,18 @@ from tilewright.errors import KernelError
 from ..analysis.buffers import flat_index
 from ..facts.dtypes import ctype
 
-_C_BINARY = {"Add": "+", "Sub": "-", "Mul": "*", "Div": "/", "FloorDiv": "/", "FloorMod": "%",
-             "Mod": "%", "EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">=",
-             "And": "&&", "Or": "||"}
+_C_BINARY = {"Add": "+", "Sub": "-", "Mul": "*", "Div": "/", "Mod": "%", "EQ": "==", "NE": "!=",
+             "LT": "<", "LE": "<=", "GT": ">", "GE": ">=", "And": "&&", "Or": "||"}
+_FLOOR = {"FloorDiv": ("/", "TW_FLOORDIV"), "FloorMod": ("%", "TW_FLOORMOD")}
 _PY_BINARY = {"Add": "+", "Sub": "-", "Mul": "*", "FloorDiv": "//", "FloorMod": "%"}
 
 
 class ExprPrinter:
-    """Prints expressions; ``name(var)`` gives a variable's identifier and ``buffer(buf)`` a
-    buffer's."""
+    """Prints expressions; ``name(var)`` gives a variable's identifier, ``buffer(buf)`` a
+    buffer's, and ``proves(cond)`` whether a condition always holds."""
 
-    def __init__(self, name, buffer):
-        self.name, self.buffer = name, buffer
+    def __init__(self, name, buffer, proves):
+        self.name, self.buffer, self.proves = name, buffer, proves
 
     # -- Ascend C ----------------------------------------------------------------------------
     def cpp(self, e) -> str:
@@ -43,6 +46,8 @@ class ExprPrinter:
             return f"{self.buffer(e.source)}.GetValue({self.cpp(flat_index(e.source, e.indices))})"
         if kind in _C_BINARY:
             return f"({self.cpp(e.a)} {_C_BINARY[kind]} {self.cpp(e.b)})"
+        if kind in _FLOOR:
+            return self._floor(e, kind)
         if kind in ("Min", "Max"):  # no min/max for scalars of mixed types; loads stay lazy
             return f"TW_{kind.upper()}({self.cpp(e.a)}, {self.cpp(e.b)})"
         if kind == "Not":
@@ -54,8 +59,18 @@ class ExprPrinter:
             cond, yes, no = (e.condition, e.true_value, e.false_value) if kind == "Select" \
                 else e.args
             return f"TW_SELECT({self.cpp(cond)}, {self.cpp(yes)}, {self.cpp(no)})"
-        raise KernelError(f"backend 'ascend' cannot print the scalar expression {e} "
-                          f"({kind}) in Ascend C")
+        raise KernelError(f"backend 'ascend' has neither a vector instruction nor a scalar-unit "
+                          f"form for {e} ({kind})")
+
+    def _floor(self, e, kind: str) -> str:
+        if not str(e.ty).startswith(("int", "uint")):
+            raise KernelError(f"backend 'ascend' prints floor division and modulo of integers; "
+                              f"{e} is {e.ty}")
+        a, b = self.cpp(e.a), self.cpp(e.b)
+        c_op, floor = _FLOOR[kind]
+        if self.proves(e.a >= 0) and self.proves(e.b > 0):
+            return f"({a} {c_op} {b})"
+        return f"{floor}({a}, {b})"
 
     @staticmethod
     def _float(e) -> str:

@@ -87,6 +87,16 @@ template <typename C, typename A, typename B> auto select(const C& c, const A& a
     if constexpr (is_lazy<C> || is_lazy<A> || is_lazy<B>) return Lazy{[=] { return val(c) != 0 ? val(a) : val(b); }};
     else return c ? a : b;
 }
+// floor division and modulo (the generated code's TW_FLOORDIV/TW_FLOORMOD): round towards -inf
+template <typename A, typename B> auto floordiv(const A& a, const B& b) {
+    if constexpr (is_lazy<A> || is_lazy<B>) return Lazy{[=] { return std::floor(val(a) / val(b)); }};
+    else { auto q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }
+}
+template <typename A, typename B> auto floormod(const A& a, const B& b) {
+    if constexpr (is_lazy<A> || is_lazy<B>)
+        return Lazy{[=] { double x = val(a), y = val(b); return x - std::floor(x / y) * y; }};
+    else { auto r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+}
 template <typename A, typename B> auto lmin(const A& a, const B& b) { return select(a < b, a, b); }
 template <typename A, typename B> auto lmax(const A& a, const B& b) { return select(a > b, a, b); }
 template <typename T> Lazy get_value(int space, uint64_t off, const T* p, int line) {
@@ -699,4 +709,6 @@ template <typename T> void name_tensor(const AscendC::LocalTensor<T>& t, const c
 #define TW_SELECT(c, a, b) ::tw_emu::select((c), (a), (b))
 #define TW_MIN(a, b) ::tw_emu::lmin((a), (b))
 #define TW_MAX(a, b) ::tw_emu::lmax((a), (b))
+#define TW_FLOORDIV(a, b) ::tw_emu::floordiv((a), (b))
+#define TW_FLOORMOD(a, b) ::tw_emu::floormod((a), (b))
 #define TW_DEVICE_ASSERT(c, msg) do { if (!(c)) ::tw_emu::assert_fail(__LINE__, (msg)); } while (0)

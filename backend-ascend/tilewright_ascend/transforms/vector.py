@@ -284,13 +284,18 @@ class _Lowering:
             guard, body = body.condition, body.then_case
         if guard is not None and _bounds_only(guard, body, variables):
             guard = None
-        body = self.stage_global(body, variables, extents, pre, post, loop.span,
-                                 keep=guard is not None)
-        stores = list(body.seq) if isinstance(body, tirx.SeqStmt) else [body]
         reason = None
-        if guard is not None:
+        try:
+            body = self.stage_global(body, variables, extents, pre, post, loop.span,
+                                     keep=guard is not None)
+        except Unvectorizable as exc:  # a global index the copies cannot tile
+            reason = str(exc)
+            pre.clear()
+            post.clear()
+        stores = list(body.seq) if isinstance(body, tirx.SeqStmt) else [body]
+        if reason is None and guard is not None:
             reason = f"the guard {guard} is not a bounds check of the tensors"
-        elif not all(isinstance(s, tirx.BufferStore) for s in stores):
+        elif reason is None and not all(isinstance(s, tirx.BufferStore) for s in stores):
             reason = "the loop body is not a sequence of element stores"
         ops = []
         if reason is None:
@@ -317,6 +322,8 @@ class _Lowering:
         """Replace global loads and stores in ``body`` by UB tiles copied in and out."""
         staged = {}
 
+        problems = []  # recorded, not raised: the callbacks run inside TVM
+
         def region_of(buffer, indices):
             starts, exts, used = [], [], []
             for index in indices:
@@ -325,24 +332,23 @@ class _Lowering:
                     starts.append(index)
                     exts.append(1)
                     continue
-                if len(mine) > 1:
-                    raise KernelError(f"T.Parallel on backend 'ascend': the index {index} of "
-                                      f"{buffer.name!r} mixes loop variables",
-                                      span_location(span))
                 v = mine[0]
                 start = _simplify(_subst(index, [(v, tirx.const(0, "int32"))]))
                 rest = _simplify(index - start - v)
-                if not (isinstance(rest, tirx.IntImm) and rest.value == 0):
-                    raise KernelError(f"T.Parallel on backend 'ascend': the index {index} of "
-                                      f"{buffer.name!r} is not loop variable + offset",
-                                      span_location(span))
+                if len(mine) > 1 or not (isinstance(rest, tirx.IntImm) and rest.value == 0):
+                    problems.append(f"the index {index} of {buffer.name!r} is not one loop "
+                                    "variable + offset")
+                    return None
                 starts.append(start)
                 exts.append(extents[variables.index(v)])
                 used.append(v)
             return starts, exts, used
 
         def tile_for(buffer, indices, write):
-            starts, exts, used = region_of(buffer, indices)
+            found = region_of(buffer, indices)
+            if found is None:
+                return None, None
+            starts, exts, used = found
             key = (buffer, tuple(str(s) for s in starts))
             if key not in staged:
                 region = Region(buffer, tuple(starts), tuple(tirx.IntImm("int32", e)
@@ -358,17 +364,23 @@ class _Lowering:
             if str(x.source.scope()) != "global":
                 return x
             tile, used = tile_for(x.source, list(x.indices), False)
+            if tile is None:
+                return x
             return tirx.BufferLoad(tile.buffer, list(used) or [tirx.const(0, "int32")])
 
         def store(x):
             if str(x.buffer.scope()) != "global":
                 return x
             tile, used = tile_for(x.buffer, list(x.indices), True)
+            if tile is None:
+                return x
             return tirx.BufferStore(tile.buffer, x.value, list(used) or [tirx.const(0, "int32")],
                                     span=x.span)
 
         body = tvm_ffi.structural_map(body, [(tvm.ir.TensorLoad, load),
                                              (tirx.BufferStore, store)])
+        if problems:
+            raise Unvectorizable(problems[0])
         for region, tile, _, how in staged.values():
             if how["read"] or (how["write"] and keep):
                 pre.append(make_call("copy", {"src": region, "dst": tile}, span=span))
