@@ -7,6 +7,7 @@ import pytest
 import tilewright
 import tilewright_ascend.language as T
 import torch
+from test_ascend_cube import _gemm
 from tilewright.errors import KernelError
 from tilewright_ascend.executor import EmulatorError, compile_and_run_source
 
@@ -98,3 +99,26 @@ def test_emulator_reports_reserved_ids_and_missing_events(tmp_path):
     for n, (expected, text) in enumerate(cases.items()):
         with pytest.raises(EmulatorError, match=expected):
             _run(low, text, tensors, tmp_path, f"e{n}")
+
+
+# -- one pipe's own order (PipeBarrier(ISASI).md) ----------------------------------------------
+def test_l1_zero_fill_and_copy_are_ordered_on_mte2(tmp_path):
+    """InitConstValue and the GM -> L1 copy of a partial tile are both MTE2 writes; without a
+    PipeBarrier<PIPE_MTE2> the emulator reports them."""
+    low = tilewright.lower(_gemm(40, 24, 72, False, False, "float16"), target="ascend")
+    x, y = torch.randn(40, 72).half(), torch.randn(72, 24).half()
+    tensors = (x, y, torch.empty(40, 24).half())
+    text = low.source.text
+    assert text.count("PipeBarrier<PIPE_MTE2>();") >= 1
+    _run(low, text, tensors, tmp_path, "ok")
+    torch.testing.assert_close(tensors[2].float(), x.float() @ y.float(), rtol=1e-2, atol=1e-2)
+    with pytest.raises(EmulatorError, match=r"no PipeBarrier<PIPE_MTE2> between them"):
+        _run(low, text.replace("PipeBarrier<PIPE_MTE2>();", ""), tensors, tmp_path, "bad")
+
+
+def test_dependent_vector_instructions_need_a_vector_barrier(tmp_path):
+    low = tilewright.lower(K.vec_add_auto(128, 256, 128, 256, 32), target="ascend")
+    tensors = (torch.randn(128, 256), torch.randn(128, 256), torch.empty(128, 256))
+    text = _edit(low, "PipeBarrier<PIPE_V>();", "")
+    with pytest.raises(EmulatorError, match=r"no PipeBarrier<PIPE_V> between them"):
+        _run(low, text, tensors, tmp_path)

@@ -54,6 +54,7 @@ void issue(int pipe, const char* what, int line, std::vector<Acc> acc, std::func
 void issue_set(int src, int dst, int id, int line);
 void issue_wait(int src, int dst, int id, int line);
 void issue_barrier_all(int line);
+void issue_pipe_barrier(int pipe, int line);
 void issue_cross_set(int pipe, int id, int mode, int line);
 void issue_cross_wait(int id, int line);
 void fence_last();                 // the scalar unit stalls until the last instruction is done
@@ -658,10 +659,15 @@ void DataCopyPad(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const Da
 // -- synchronisation ------------------------------------------------------------------------
 template <HardEvent E> void SetFlag(int32_t id, TW_LINE) { tw_emu::issue_set(int(E) / 8, int(E) % 8, id, line); }
 template <HardEvent E> void WaitFlag(int32_t id, TW_LINE) { tw_emu::issue_wait(int(E) / 8, int(E) % 8, id, line); }
+// PipeBarrier(ISASI).md: PipeBarrier<P> makes every earlier instruction of pipe P finish its
+// reads and writes before a later one of P starts; PIPE_ALL waits for every pipe. Two
+// instructions of one pipe that touch the same bytes (at least one writing) need it between
+// them on the vector pipe (the Add -> Mul example) and on MTE1/MTE2/MTE3/FIX ("在搬运地址有重叠
+// 的情况下需要开发者插入同步"); PIPE_S is refused.
 template <pipe_t P> void PipeBarrier(TW_LINE) {
     if (P == PIPE_ALL) tw_emu::issue_barrier_all(line);
     else if (P == PIPE_S) tw_emu::error(line, "PipeBarrier<PIPE_S> is a hardware error");
-    // a barrier inside one pipe orders nothing across pipes; the pipes here run in order
+    else tw_emu::issue_pipe_barrier(P, line);
 }
 template <int MODE, pipe_t P> void CrossCoreSetFlag(int32_t id, TW_LINE) { tw_emu::issue_cross_set(P, id, MODE, line); }
 inline void CrossCoreWaitFlag(int32_t id, TW_LINE) { tw_emu::issue_cross_wait(id, line); }

@@ -138,14 +138,18 @@ def copy_gm_to_l1(em, src: Region, dst: Region, what: str) -> None:
         em.line(f"DataCopy({tile.at()}, {tensor(em, src)}, Nd2NzParams(1, {r}, {c}, 0, "
                 f"{stride}, {tile.prows}, 1, 0));")
 
+    # InitConstValue and the copy are both MTE2 writes of the tile: the pipe does not order
+    # overlapping writes by itself (PipeBarrier(ISASI).md), so a barrier separates them
     if full:
         if (tile.prows, tile.pcols) != (tile.rows, tile.cols):
             em.line(zero)  # the fractal padding must add nothing
+            em.line("PipeBarrier<PIPE_MTE2>();")
         copy(rows, cols)
         return
     with em.block(""):  # a partial tile: zero it, then copy what is inside the tensor
         r, c = _valid(em, rows, cols)
         em.line(zero)
+        em.line("PipeBarrier<PIPE_MTE2>();")
         with em.block(f"if ({r} > 0 && {c} > 0)"):
             copy(r, c)
 
