@@ -71,3 +71,26 @@ def test_floor_division_and_modulo_of_negative_operands():
     torch.testing.assert_close(cpu, a[(i - 3) // 4 + 1] + ((i - 3) % 4).float())
     torch.testing.assert_close(ascend, cpu)
 
+
+def row_sum_kernel(M=8, N=1001, bn=1024):
+    """One column tile wider than the tensor: the copy leaves lanes 1001-1023 to padding."""
+
+    @T.prim_func
+    def main(X: T.Tensor((M, N), "float32"), Y: T.Tensor((M,), "float32")):
+        with T.Kernel(1, threads=128) as bx:
+            x = T.alloc_fragment((M, bn), "float32")
+            s = T.alloc_fragment((M,), "float32")
+            T.copy(X[0, 0], x)
+            T.reduce_sum(x, s, dim=1)
+            T.copy(s, Y[0])
+
+    return main
+
+
+def test_a_partial_column_tile_reduces_to_the_row_sum():
+    """DataCopyPad without padding fills the lanes up to the 32-byte boundary with the row's
+    first element (DataCopyPad（GMToUB非对齐数据搬运）.md): the copy must pad with zeros."""
+    x = torch.randn(8, 1001)
+    kernel = tilewright.compile(row_sum_kernel(), out_idx=[-1], target="ascend")
+    torch.testing.assert_close(kernel(x), x.sum(1), rtol=1e-4, atol=1e-3)
+    assert "DataCopyPadExtParams<float>(true, 0, " in kernel.get_kernel_source()

@@ -122,3 +122,41 @@ def test_dependent_vector_instructions_need_a_vector_barrier(tmp_path):
     text = _edit(low, "PipeBarrier<PIPE_V>();", "")
     with pytest.raises(EmulatorError, match=r"no PipeBarrier<PIPE_V> between them"):
         _run(low, text, tensors, tmp_path)
+
+
+# -- DataCopyPad pad lanes, Cast rounding, DumpTensor, Mmad (the API documentation) ----------
+def _one_row_copy(pad: str):
+    """12 floats GM -> UB by DataCopyPad (the row's 48 bytes padded to 64), UB -> GM whole."""
+    return f"""#include "kernel_operator.h"
+using namespace AscendC;
+extern "C" __global__ __aicore__ void pad_kernel(GM_ADDR a_addr, GM_ADDR b_addr) {{
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> ub_mem;
+    pipe.InitBuffer(ub_mem, 196608);
+    GlobalTensor<float> A; A.SetGlobalBuffer((__gm__ float*)a_addr);
+    GlobalTensor<float> B; B.SetGlobalBuffer((__gm__ float*)b_addr);
+    if ASCEND_IS_AIV {{
+        if (GetSubBlockIdx() == 0) {{
+            LocalTensor<float> x = ub_mem.GetWithOffset<float>(16, 0);
+            DataCopyPad(x, A, DataCopyExtParams(1, 48, 0, 0, 0), {pad});
+            SetFlag<HardEvent::MTE2_MTE3>(0);
+            WaitFlag<HardEvent::MTE2_MTE3>(0);
+            DataCopy(B, x, 16);
+        }}
+    }}
+}}
+"""
+
+
+@pytest.mark.parametrize("pad,lanes", [
+    ("DataCopyPadExtParams<float>(false, 0, 0, 0)", "first"),
+    ("DataCopyPadExtParams<float>(true, 0, 4, 0)", "zero"),
+])
+def test_datacopypad_pad_lanes(tmp_path, pad, lanes):
+    payload = {"kernel": "pad_kernel", "blocks": 1, "params": [["A", "float32", [12]],
+                                                              ["B", "float32", [16]]]}
+    a, b = torch.arange(1.0, 13.0), torch.full((16,), -1.0)
+    compile_and_run_source(_one_row_copy(pad), payload, (a, b), tmp_path)
+    torch.testing.assert_close(b[:12], a)
+    expect = a[0] if lanes == "first" else 0.0
+    assert torch.all(b[12:] == expect), b

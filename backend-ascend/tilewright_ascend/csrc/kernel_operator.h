@@ -619,22 +619,38 @@ template <typename T> struct DataCopyPadExtParams {
     DataCopyPadExtParams(bool p, uint8_t l, uint8_t r, T v) : isPad(p), leftPadding(l), rightPadding(r), paddingValue(v) {}
 };
 inline uint64_t ceil32(uint64_t n) { return (n + 31) / 32 * 32; }
-// GM -> UB: srcStride is the byte gap between GM rows, dstStride the 32-byte-block gap in UB
+// GM -> UB (DataCopyPad（GMToUB非对齐数据搬运）.md): srcStride is the byte gap between GM rows,
+// dstStride the 32-byte-block gap between UB rows. Each UB row is leftPadding elements, the
+// blockLen bytes, rightPadding elements, then "dummy" elements up to the next 32-byte boundary.
+// The padding and the dummy are paddingValue when isPad is set; otherwise, with no left or right
+// padding the dummy repeats the row's first element, and with padding everything padded is
+// undefined (here: NaN bytes, so a kernel that reads it shows it).
 template <typename T>
 void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const DataCopyExtParams& p,
                  const DataCopyPadExtParams<T>& pad, TW_LINE) {
     std::vector<tw_emu::Acc> a;
-    const uint64_t len = p.blockLen, srow = len + p.srcStride, drow = ceil32(len) + uint64_t(p.dstStride) * 32;
+    const uint64_t len = p.blockLen, left = uint64_t(pad.leftPadding) * sizeof(T),
+                   right = uint64_t(pad.rightPadding) * sizeof(T);
+    if (left > 32 || right > 32) tw_emu::error(line, "DataCopyPad: leftPadding and rightPadding cover at most 32 bytes");
+    const uint64_t row = ceil32(left + len + right);
+    const uint64_t srow = len + p.srcStride, drow = row + uint64_t(p.dstStride) * 32;
     for (uint32_t b = 0; b < p.blockCount; ++b) {
         a.push_back({tw_emu::SGM, src.addr() + b * srow, len, false});
-        a.push_back({dst.space, dst.off + b * drow, ceil32(len), true});
+        a.push_back({dst.space, dst.off + b * drow, row, true});
     }
     tw_emu::issue(tw_emu::PMTE2, "DataCopyPad", line, a, [=] {
         for (uint32_t b = 0; b < p.blockCount; ++b) {
             uint8_t* d = dst.base + dst.off + b * drow;
-            std::memcpy(d, reinterpret_cast<const uint8_t*>(src.data()) + b * srow, len);
-            if (pad.isPad)
-                for (uint64_t i = len / sizeof(T); i < ceil32(len) / sizeof(T); ++i) reinterpret_cast<T*>(d)[i] = pad.paddingValue;
+            const uint8_t* s = reinterpret_cast<const uint8_t*>(src.data()) + b * srow;
+            std::memcpy(d + left, s, len);
+            T* e = reinterpret_cast<T*>(d);
+            const uint64_t first = left / sizeof(T), end = (left + len) / sizeof(T), all = row / sizeof(T);
+            for (uint64_t i = 0; i < all; ++i) {
+                if (i >= first && i < end) continue;
+                if (pad.isPad) e[i] = pad.paddingValue;
+                else if (left == 0 && right == 0) e[i] = e[first];  // the dummy repeats the first element
+                else std::memset(e + i, 0xFF, sizeof(T));
+            }
         }
     }, copy_cost(p.blockCount * len, 64), p.blockCount * len);
 }

@@ -143,8 +143,12 @@ def pad_copy(em, src: Region, dst: Region, what: str, atomic: str | None = None)
             gs = gstride if isinstance(gstride, int) else em.expr(gstride)
             ggap = f"({gs} - {nc}) * {eb}" if grows > 1 else "0"
             if to_ub:
+                # the lanes up to each row's 32-byte boundary are padded with 0: without
+                # padding the hardware fills them with the row's first element
+                # (DataCopyPad（GMToUB非对齐数据搬运）.md), which a whole-row op would read
+                pad = f"(32 - {nc} * {eb} % 32) % 32 / {eb}" if eb < ALIGN else "0"
                 em.line(f"DataCopyPad({ub_t}, {gm_t}, DataCopyExtParams({nr}, {nc} * {eb}, "
-                        f"{ggap}, {gap}, 0), DataCopyPadExtParams<{t}>(false, 0, 0, 0));")
+                        f"{ggap}, {gap}, 0), DataCopyPadExtParams<{t}>(true, 0, {pad}, 0));")
             else:
                 if atomic:
                     em.line(f"SetAtomic{atomic}<{t}>();")
