@@ -94,3 +94,76 @@ def test_a_partial_column_tile_reduces_to_the_row_sum():
     kernel = tilewright.compile(row_sum_kernel(), out_idx=[-1], target="ascend")
     torch.testing.assert_close(kernel(x), x.sum(1), rtol=1e-4, atol=1e-3)
     assert "DataCopyPadExtParams<float>(true, 0, " in kernel.get_kernel_source()
+
+
+def tall_softmax(M=600, N=8, dtype="float32"):
+    """600 rows in one block: more rows than one reduction instruction repeats (255)."""
+
+    @T.prim_func
+    def main(X: T.Tensor((M, N), dtype), Y: T.Tensor((M, N), dtype)):
+        with T.Kernel(1, threads=128) as bx:
+            x = T.alloc_fragment((M, N), dtype)
+            m = T.alloc_fragment((M,), dtype)
+            s = T.alloc_fragment((M,), dtype)
+            T.copy(X[0, 0], x)
+            T.reduce_max(x, m, dim=1)
+            for i, j in T.Parallel(M, N):
+                x[i, j] = T.exp(x[i, j] - m[i])
+            T.reduce_sum(x, s, dim=1)
+            for i, j in T.Parallel(M, N):
+                x[i, j] = x[i, j] / s[i]
+            T.copy(x, Y[0, 0])
+
+    return main
+
+
+def test_reductions_of_more_rows_than_a_repeat_holds_are_split():
+    import re
+
+    x = torch.randn(600, 8)
+    kernel = tilewright.compile(tall_softmax(), out_idx=[-1], target="ascend")
+    torch.testing.assert_close(kernel(x), torch.softmax(x, 1), rtol=1e-5, atol=1e-6)
+    repeats = [int(r) for r in re.findall(r"WholeReduce\w+\([^;]*?, \d+, (\d+), 1, 1, \d+",
+                                          kernel.get_kernel_source())]
+    assert repeats and max(repeats) <= 255 and sum(repeats) == 2 * 600, repeats
+
+
+def reversed_and_printed(M=16, N=32, dtype="float32"):
+    """``2 - a`` (a scalar minus a tile) and T.print of a float."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, N), dtype), B: T.Tensor((M, N), dtype)):
+        with T.Kernel(1, threads=128) as bx:
+            a = T.alloc_fragment((M, N), dtype)
+            T.copy(A[0, 0], a)
+            for i, j in T.Parallel(M, N):
+                a[i, j] = 2.0 - a[i, j]
+            T.print(T.cast(bx, "float32") + 0.5, msg="half")
+            T.copy(a, B[0, 0])
+
+    return main
+
+
+def test_reversed_subtraction_and_float_print(capfd):
+    a = torch.randn(16, 32)
+    kernel = tilewright.compile(reversed_and_printed(), out_idx=[-1], target="ascend")
+    torch.testing.assert_close(kernel(a), 2.0 - a)
+    assert "half: 0.500000 (float32)" in capfd.readouterr().out
+    source = kernel.get_kernel_source()
+    assert "TW_CAST(float, -1)" in source and "(double)" not in source
+
+
+def test_bfloat16_reductions_compute_in_float32():
+    """A2's vector unit reduces half and float only (ReduceRepeat.md): a bfloat16 tile is
+    reduced through a float32 copy."""
+    import re
+
+    x = torch.randn(10, 20).bfloat16()
+    kernel = tilewright.compile(tall_softmax(M=10, N=20, dtype="bfloat16"), out_idx=[-1],
+                                target="ascend")
+    torch.testing.assert_close(kernel(x).float(), torch.softmax(x.float(), 1), rtol=2e-2,
+                               atol=2e-2)
+    source = kernel.get_kernel_source()
+    types = dict((name, ty) for ty, name in re.findall(r"LocalTensor<(\w+)> (\w+) =", source))
+    reduced = re.findall(r"WholeReduce\w+\((\w+)[\[,]", source)
+    assert reduced and all(types[name] in ("float", "half") for name in reduced), reduced

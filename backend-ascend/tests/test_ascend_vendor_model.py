@@ -160,3 +160,43 @@ def test_datacopypad_pad_lanes(tmp_path, pad, lanes):
     torch.testing.assert_close(b[:12], a)
     expect = a[0] if lanes == "first" else 0.0
     assert torch.all(b[12:] == expect), b
+
+
+def test_cast_follows_its_rounding_mode():
+    import numpy as np
+
+    @T.prim_func
+    def main(A: T.Tensor((64,), "float32"), F: T.Tensor((64,), "float16"),
+             C: T.Tensor((64,), "float16"), Z: T.Tensor((64,), "float16"),
+             N: T.Tensor((64,), "int32")):
+        with T.Kernel(1, is_npu=True) as (cid, vid):
+            a = T.alloc_ub((64,), "float32")
+            f = T.alloc_ub((64,), "float16")
+            c = T.alloc_ub((64,), "float16")
+            z = T.alloc_ub((64,), "float16")
+            n = T.alloc_ub((64,), "int32")
+            with T.Scope("V"):
+                if vid == 0:
+                    T.copy(A[0], a)
+                    T.barrier_all()
+                    T.tile.cast(f, a, "CAST_FLOOR")
+                    T.tile.cast(c, a, "CAST_CEIL")
+                    T.tile.cast(z, a, "CAST_TRUNC")
+                    T.tile.cast(n, a)  # a TIR cast: truncation
+                    T.barrier_all()
+                    T.copy(f, F[0])
+                    T.copy(c, C[0])
+                    T.copy(z, Z[0])
+                    T.copy(n, N[0])
+
+    a = torch.randn(64) * 100 + 1e-3
+    outs = tilewright.compile(main, out_idx=[1, 2, 3, 4], target="ascend")(a)
+    x = a.double().numpy()
+    down = np.where(x.astype(np.float16).astype(np.float64) > x,
+                    np.nextafter(x.astype(np.float16), np.float16(-np.inf)),
+                    x.astype(np.float16))
+    up = np.where(down.astype(np.float64) < x, np.nextafter(down, np.float16(np.inf)), down)
+    torch.testing.assert_close(outs[0], torch.from_numpy(down))
+    torch.testing.assert_close(outs[1], torch.from_numpy(up))
+    torch.testing.assert_close(outs[2], torch.from_numpy(np.where(x > 0, down, up)))
+    torch.testing.assert_close(outs[3], a.trunc().int())

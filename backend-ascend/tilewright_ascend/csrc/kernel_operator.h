@@ -129,7 +129,7 @@ enum class HardEvent : int {
     TW_EV(MTE1, FIX), TW_EV(FIX, MTE1), TW_EV(FIX, FIX),
 };
 #undef TW_EV
-enum class RoundMode { CAST_NONE, CAST_RINT, CAST_FLOOR, CAST_CEIL, CAST_ROUND, CAST_TRUNC };
+enum class RoundMode { CAST_NONE, CAST_RINT, CAST_FLOOR, CAST_CEIL, CAST_ROUND, CAST_TRUNC, CAST_ODD };
 
 inline constexpr int space_of(TPosition p) {
     return p == TPosition::A1 || p == TPosition::B1 ? tw_emu::SL1
@@ -503,8 +503,14 @@ void Fixpipe(const GlobalTensor<D>& dst, const LocalTensor<S>& src, const Fixpip
 }
 
 // -- vector -------------------------------------------------------------------------------
+// Element types each instruction computes on A2: the "数据类型" sections of the API documentation
+// (docs/zh/api/SIMD-API/基础API/Memory矢量计算/基础算术/<name>.md, 数据填充/Duplicate.md,
+// 归约计算/ReduceRepeat.md); a generated call with another type does not compile here either.
+template <typename T, typename... U> constexpr bool one_of() { return (std::is_same<T, U>::value || ...); }
+template <typename T> constexpr bool a2_arith() { return one_of<T, int16_t, half, int32_t, float>(); }
+template <typename T> constexpr bool a2_float() { return one_of<T, half, float>(); }
 template <typename T> inline double vec_cost(uint64_t count) { return 8.0 + count * sizeof(T) / 128.0; }
-#define TW_BINARY(NAME, EXPR)                                                                 \
+#define TW_BINARY(NAME, TYPES, EXPR)                                                          \
     template <typename T>                                                                     \
     void NAME(const LocalTensor<T>& d, const LocalTensor<T>& x, const LocalTensor<T>& y,      \
               int32_t count, TW_LINE) {                                                       \
@@ -514,16 +520,19 @@ template <typename T> inline double vec_cost(uint64_t count) { return 8.0 + coun
                             for (int32_t i = 0; i < count; ++i) o[i] = T(EXPR); },            \
                       vec_cost<T>(count), nb);                                                \
     }
-TW_BINARY(Add, float(a[i]) + float(b[i]))
-TW_BINARY(Sub, float(a[i]) - float(b[i]))
-TW_BINARY(Mul, float(a[i]) * float(b[i]))
-TW_BINARY(Div, float(a[i]) / float(b[i]))
-TW_BINARY(Max, std::fmax(float(a[i]), float(b[i])))
-TW_BINARY(Min, std::fmin(float(a[i]), float(b[i])))
+TW_BINARY(Add, a2_arith, float(a[i]) + float(b[i]))
+TW_BINARY(Sub, a2_arith, float(a[i]) - float(b[i]))
+TW_BINARY(Mul, a2_arith, float(a[i]) * float(b[i]))
+TW_BINARY(Div, a2_float, float(a[i]) / float(b[i]))
+TW_BINARY(Max, a2_arith, std::fmax(float(a[i]), float(b[i])))
+TW_BINARY(Min, a2_arith, std::fmin(float(a[i]), float(b[i])))
 #undef TW_BINARY
+// the scalar operand has the tensor's element type (Adds.md: "scalarValue ... 数据类型需要与目的
+// 操作数中的元素类型保持一致"); a value the scalar unit reads (GetValue) is lazy here
 #define TW_SCALAR(NAME, EXPR)                                                                 \
-    template <typename T, typename U>                                                         \
-    void NAME(const LocalTensor<T>& d, const LocalTensor<T>& x, U s, int32_t count, TW_LINE) { \
+    template <typename T, typename S>                                                         \
+    void NAME##_impl(const LocalTensor<T>& d, const LocalTensor<T>& x, S s, int32_t count, int line) { \
+        static_assert(a2_arith<T>(), #NAME ": A2 does not compute on this element type (" #NAME ".md)"); \
         uint64_t nb = uint64_t(count) * sizeof(T);                                           \
         tw_emu::issue(tw_emu::PV, #NAME, line, {acc(x, nb, false), acc(d, nb, true)},         \
                       [=] { T* o = d.data(); const T* a = x.data(); float b = float(tw_emu::val(s)); \
@@ -559,10 +568,89 @@ void Duplicate(const LocalTensor<T>& d, U value, int32_t count, TW_LINE) {
                   [=] { T v = tw_emu::from_double<T>(tw_emu::val(value));
                         for (int32_t i = 0; i < count; ++i) d.data()[i] = v; }, vec_cost<T>(count), nb);
 }
+template <typename T> void Duplicate(const LocalTensor<T>& d, const T& value, int32_t count, TW_LINE) {
+    duplicate_impl(d, value, count, line);
+}
+template <typename T> void Duplicate(const LocalTensor<T>& d, const tw_emu::Lazy& value, int32_t count, TW_LINE) {
+    duplicate_impl(d, value, count, line);
+}
+
+// -- Cast (类型转换/Cast.md): the (source, destination) pairs and rounding modes of A2 --------
+inline const char* round_name(RoundMode m) {
+    static const char* names[] = {"CAST_NONE", "CAST_RINT", "CAST_FLOOR", "CAST_CEIL", "CAST_ROUND", "CAST_TRUNC", "CAST_ODD"};
+    return names[int(m)];
+}
+template <typename T> constexpr const char* cname() {
+    return std::is_same<T, float>::value ? "float" : std::is_same<T, half>::value ? "half"
+         : std::is_same<T, bfloat16_t>::value ? "bfloat16_t" : std::is_same<T, int32_t>::value ? "int32_t"
+         : std::is_same<T, int16_t>::value ? "int16_t" : std::is_same<T, int8_t>::value ? "int8_t"
+         : std::is_same<T, uint8_t>::value ? "uint8_t" : std::is_same<T, int64_t>::value ? "int64_t" : "?";
+}
+inline bool cast_allowed(const char* src, const char* dst, RoundMode m) {
+    struct Row { const char* s; const char* d; unsigned modes; };  // bit i: RoundMode i
+    constexpr unsigned R = 0x3E, N = 0x01, O = 0x40;              // RINT..TRUNC, NONE, ODD
+    static const Row rows[] = {
+        {"int8_t", "half", N}, {"uint8_t", "half", N}, {"int16_t", "half", R | N}, {"int16_t", "float", N},
+        {"half", "int8_t", R | N}, {"half", "uint8_t", R | N}, {"half", "int16_t", R}, {"half", "int32_t", R},
+        {"half", "float", N}, {"bfloat16_t", "int32_t", R}, {"bfloat16_t", "float", N}, {"int32_t", "int16_t", N},
+        {"int32_t", "float", R | N}, {"int32_t", "int64_t", N}, {"float", "int16_t", R}, {"float", "half", R | O | N},
+        {"float", "bfloat16_t", R}, {"float", "int32_t", R}, {"float", "float", R}, {"float", "int64_t", R},
+        {"int64_t", "int32_t", N}, {"int64_t", "float", R}};
+    for (auto& r : rows)
+        if (!std::strcmp(r.s, src) && !std::strcmp(r.d, dst)) return (r.modes >> int(m)) & 1;
+    return false;
+}
+// rounding of a double to the floating type D (half, bfloat16_t, float) in mode m
+template <typename D> D round_float(double x, RoundMode m) {
+    D d = D(float(x));  // nearest even (float first: exact for the float sources A2 has)
+    double dv = double(float(d));
+    if (dv == x || m == RoundMode::CAST_NONE || m == RoundMode::CAST_RINT || std::isnan(x)) return d;
+    auto step = [](D v, bool up) {  // the next representable value up or down
+        if constexpr (std::is_same<D, float>::value) return std::nextafter(v, up ? INFINITY : -INFINITY);
+        else {
+            uint16_t b; std::memcpy(&b, &v, 2);
+            bool neg = b & 0x8000;
+            if ((b & 0x7FFF) == 0) b = up ? 0x0001 : 0x8001;
+            else b = uint16_t((up != neg) ? b + 1 : b - 1);
+            D r; std::memcpy(&r, &b, 2); return r;
+        }
+    };
+    D lo = dv < x ? d : step(d, false), hi = dv > x ? d : step(d, true);
+    double l = double(float(lo)), h = double(float(hi));
+    switch (m) {
+    case RoundMode::CAST_FLOOR: return lo;
+    case RoundMode::CAST_CEIL: return hi;
+    case RoundMode::CAST_TRUNC: return x > 0 ? lo : hi;
+    case RoundMode::CAST_ROUND: return (x - l < h - x || (x - l == h - x && x < 0)) ? lo : hi;
+    case RoundMode::CAST_ODD: {  // the neighbour whose last mantissa bit is 1
+        uint32_t bits = 0; std::memcpy(&bits, &lo, sizeof(D));
+        return (bits & 1) ? lo : hi;
+    }
+    default: return d;
+    }
+}
+template <typename D> D round_to(double x, RoundMode m) {
+    if constexpr (std::is_integral<D>::value) {
+        double r = m == RoundMode::CAST_FLOOR ? std::floor(x) : m == RoundMode::CAST_CEIL ? std::ceil(x)
+                 : m == RoundMode::CAST_TRUNC ? std::trunc(x) : m == RoundMode::CAST_ROUND ? std::round(x)
+                 : std::nearbyint(x);
+        return D(r);
+    } else {
+        return round_float<D>(x, m);
+    }
+}
 template <typename D, typename S>
-void Cast(const LocalTensor<D>& d, const LocalTensor<S>& x, RoundMode, int32_t count, TW_LINE) {
+void Cast(const LocalTensor<D>& d, const LocalTensor<S>& x, const RoundMode& mode, uint32_t count, TW_LINE) {
+    if (!cast_allowed(cname<S>(), cname<D>(), mode))
+        tw_emu::error(line, "Cast from %s to %s does not take %s on A2 (Cast.md)", cname<S>(), cname<D>(), round_name(mode));
     tw_emu::issue(tw_emu::PV, "Cast", line, {acc(x, uint64_t(count) * sizeof(S), false), acc(d, uint64_t(count) * sizeof(D), true)},
-                  [=] { for (int32_t i = 0; i < count; ++i) d.data()[i] = D(float(x.data()[i])); },
+                  [=] { for (uint32_t i = 0; i < count; ++i) {
+                            double v = tw_emu::val(x.data()[i]);
+                            if constexpr (std::is_same<D, S>::value)  // to an integral value
+                                d.data()[i] = D(float(round_to<int64_t>(v, mode)));
+                            else
+                                d.data()[i] = round_to<D>(v, mode);
+                        } },
                   vec_cost<S>(count), uint64_t(count) * sizeof(S));
 }
 
@@ -689,7 +777,9 @@ template <int MODE, pipe_t P> void CrossCoreSetFlag(int32_t id, TW_LINE) { tw_em
 inline void CrossCoreWaitFlag(int32_t id, TW_LINE) { tw_emu::issue_cross_wait(id, line); }
 
 // -- debugging ------------------------------------------------------------------------------
+// impl/utils/debug/npu_arch_2201/asc_aicore_printf_utils.h: "printf unsupport double type"
 template <typename... Args> void printf(const char* fmt, Args... args) {
+    static_assert(!(std::is_same<Args, double>::value || ...), "printf unsupport double type (2201)");
     std::printf(fmt, args...);
     std::fflush(stdout);
 }

@@ -28,6 +28,7 @@ from ..facts.events import (
     event_cores,
     event_name,
 )
+from ..facts.instructions import CAST_MODES, VECTOR_DTYPES, cast_mode, computes
 from ..facts.keys import ADDRESS_KEY, NPU_KEY, SCOPE_KEY, VID_TAG
 from ._emit import emit, error, span
 
@@ -294,6 +295,14 @@ def _ub(value, what: str):
     return region
 
 
+def _computes(instruction: str, region, what: str) -> None:
+    dtype = str(region.buffer.dtype)
+    if not computes(instruction, dtype):
+        raise error(f"{what}: A2's vector unit computes {instruction} on "
+                    f"{', '.join(sorted(VECTOR_DTYPES[instruction]))}, not {dtype} "
+                    f"({region.buffer.name!r}); convert with T.tile.cast first")
+
+
 def _same_shape(regions, what):
     shapes = [[as_int(e) for e in squeeze(r.extents)] for r in regions]
     if any(s != shapes[0] for s in shapes[1:]):
@@ -319,6 +328,7 @@ class _Tile:
             what = f"T.tile.{name}"
             regions = [_ub(dst, what), _ub(src0, what), _ub(src1, what)]
             _same_shape(regions, what)
+            _computes(ops.BINARY[name], regions[0], what)
             emit(f"ascend.tile.{name}", dict(zip(("dst", "src0", "src1"), regions)))
         op.__name__ = name
         return op
@@ -329,6 +339,8 @@ class _Tile:
             what = f"T.tile.{name}"
             regions = [_ub(dst, what), _ub(src, what)]
             _same_shape(regions, what)
+            if ops.UNARY[name] in VECTOR_DTYPES:
+                _computes(ops.UNARY[name], regions[0], what)
             emit(f"ascend.tile.{name}", dict(zip(("dst", "src"), regions)))
         op.__name__ = name
         return op
@@ -339,6 +351,7 @@ class _Tile:
             what = f"T.tile.{name}"
             regions = [_ub(dst, what), _ub(src, what)]
             _same_shape(regions, what)
+            _computes(ops.SCALAR[name], regions[0], what)
             value = to_expr(scalar, str(regions[0].buffer.dtype))
             emit(f"ascend.tile.{name}", {"dst": regions[0], "src": regions[1],
                                          "scalar": value})
@@ -348,13 +361,25 @@ class _Tile:
     @staticmethod
     def fill(dst, value):
         region = _ub(dst, "T.tile.fill")
+        _computes("Duplicate", region, "T.tile.fill")
         emit(ops.FILL.name, {"dst": region, "value": to_expr(value, str(region.buffer.dtype))})
 
     @staticmethod
-    def cast(dst, src, round_mode="CAST_NONE"):
+    def cast(dst, src, round_mode=None):
+        """``T.tile.cast(dst, src[, round_mode])``: the rounding mode defaults to a TIR cast's
+        (truncation to integers, round to nearest even when narrowing)."""
         regions = [_ub(dst, "T.tile.cast"), _ub(src, "T.tile.cast")]
         _same_shape(regions, "T.tile.cast")
-        emit(ops.CAST.name, {"dst": regions[0], "src": regions[1]}, {"round": str(round_mode)})
+        pair = (str(regions[1].buffer.dtype), str(regions[0].buffer.dtype))
+        modes = CAST_MODES.get(pair)
+        if modes is None:
+            raise error(f"T.tile.cast: A2's Cast does not convert {pair[0]} to {pair[1]}; "
+                        "convert through float32 or float16")
+        mode = cast_mode(*pair) if round_mode is None else str(round_mode)
+        if mode not in modes:
+            raise error(f"T.tile.cast: A2's Cast from {pair[0]} to {pair[1]} takes "
+                        f"{', '.join(modes)}, not {mode}")
+        emit(ops.CAST.name, {"dst": regions[0], "src": regions[1]}, {"round": mode})
 
 
 tile = _Tile()

@@ -39,7 +39,8 @@ def rule_print_value(em, call):
     value = call.operands["value"]
     dtype = str(value.ty)
     fmt = "%f" if dtype.startswith(("float", "bfloat")) else "%d"
-    arg = f"(double){em.expr(value)}" if fmt == "%f" else f"(int32_t){em.expr(value)}"
+    # %f takes a float: printf on 2201 refuses double (asc_aicore_printf_utils.h)
+    arg = f"(float){em.expr(value)}" if fmt == "%f" else f"(int32_t){em.expr(value)}"
     msg = call.attrs["msg"]
     em.line(f'AscendC::printf("{_c_string(msg)}{": " if msg else ""}{fmt} ({dtype})\\n", '
             f"{arg});")

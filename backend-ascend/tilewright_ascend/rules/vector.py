@@ -17,6 +17,7 @@ from tvm import tirx
 from ..facts import ops
 from ..facts.arch import ALIGN, short
 from ..facts.dtypes import ctype
+from ..facts.instructions import REPEAT_LIMIT, cast_mode
 from .regions import Operand, by_rows, like, vector_operands
 from .table import rule
 
@@ -79,17 +80,18 @@ def rule_vbin(em, call):
     by_rows(em, operands, lambda a, n: em.line(f"{instr}({', '.join(a)}, {n});"), instr)
 
 
-def _scalar_op(em, op: str, args, scalar: str, count, barrier=True):
-    """dst = src op scalar, ``scalar`` already printed; ``args`` = [dst, src]."""
+def _scalar_op(em, op: str, args, scalar: str, count, ct: str):
+    """dst = src op scalar, ``scalar`` already printed; ``args`` = [dst, src]; ``ct`` the
+    element type, which the scalar operand of Adds/Muls must have."""
     d, s = args
     if op in _SCA:
         em.line(f"{_SCA[op]}({d}, {s}, {scalar}, {count});")
     elif op == "sub":
-        em.line(f"Adds({d}, {s}, -{scalar}, {count});")
+        em.line(f"Adds({d}, {s}, TW_CAST({ct}, -{scalar}), {count});")
     elif op == "div":
-        em.line(f"Muls({d}, {s}, 1 / {scalar}, {count});")
+        em.line(f"Muls({d}, {s}, TW_CAST({ct}, 1 / {scalar}), {count});")
     elif op == "rsub":
-        em.line(f"Muls({d}, {s}, -1, {count});")
+        em.line(f"Muls({d}, {s}, TW_CAST({ct}, -1), {count});")
         em.line("PipeBarrier<PIPE_V>();")
         em.line(f"Adds({d}, {d}, {scalar}, {count});")
     elif op == "rdiv":
@@ -111,7 +113,8 @@ def rule_vsca(em, call):
     elif op == "div":
         op, value = "mul", tirx.Div(tirx.const(1, str(value.ty)), value)
     scalar = _scalar(em, value, dtype)
-    by_rows(em, operands, lambda a, n: _scalar_op(em, op, a, scalar, n), "vector op")
+    by_rows(em, operands, lambda a, n: _scalar_op(em, op, a, scalar, n, operands[0].ctype),
+            "vector op")
 
 
 @rule(ops.VUN.name)
@@ -119,8 +122,7 @@ def rule_vun(em, call):
     operands = [Operand(em, call.operands[n], "vector op") for n in ("dst", "src")]
     op = call.attrs["op"]
     if op == "cast":
-        narrow = operands[0].eb < operands[1].eb
-        mode = "CAST_RINT" if narrow else "CAST_NONE"
+        mode = cast_mode(call.operands["src"].buffer.dtype, call.operands["dst"].buffer.dtype)
         by_rows(em, operands,
                 lambda a, n: em.line(f"Cast({a[0]}, {a[1]}, RoundMode::{mode}, {n});"), "Cast")
     elif op == "copy":
@@ -163,7 +165,7 @@ def rule_vbrc(em, call):
                 em.line(f"Muls({args[0]}, {args[1]}, TW_CAST({dst.ctype}, 1 / {s}), "
                         f"{dst.cols});")
             else:
-                _scalar_op(em, op, args, f"TW_CAST({dst.ctype}, {s})", dst.cols)
+                _scalar_op(em, op, args, f"TW_CAST({dst.ctype}, {s})", dst.cols, dst.ctype)
         else:
             if vec.rows * vec.cols != dst.cols or not vec.contiguous:
                 raise KernelError("column broadcast: the vector must be one contiguous row of "
@@ -217,17 +219,24 @@ def rule_vreduce(em, call):
     mask = min(cols, per)
     blocks = stride * src.eb // ALIGN
     order = ", ReduceOrder::ORDER_ONLY_VALUE" if base != "Sum" else ""
-    target = dst.at()
+    target = dst
     if not clear:  # reduce into the tail of work, then combine with dst
         block = ALIGN // src.eb
         total = 1
         for s in call.operands["src"].buffer.shape:
             total *= int(s)
-        target = f"{work.name}[{-(-total // block) * block}]"
-    em.line(f"WholeReduce{base}({target}, {cur.at()}, {mask}, {rows}, 1, 1, {blocks}{order});")
+        target = like(dst, work.name)
+        target.off = str(-(-total // block) * block)
+    # one result per repeat; repeatTime is 8 bits: at most REPEAT_LIMIT rows per instruction,
+    # in chunks whose results start 32-byte aligned
+    step = REPEAT_LIMIT // (ALIGN // src.eb) * (ALIGN // src.eb)
+    for start in range(0, rows, step):
+        count = min(step, rows - start)
+        em.line(f"WholeReduce{base}({target.at(col=start)}, {cur.at(str(start) if start else None)}"
+                f", {mask}, {count}, 1, 1, {blocks}{order});")
     if not clear:
         em.line("PipeBarrier<PIPE_V>();")
-        em.line(f"{fold}({dst.at()}, {dst.at()}, {target}, {rows});")
+        em.line(f"{fold}({dst.at()}, {dst.at()}, {target.at()}, {rows});")
 
 
 _VEC_BINARY = {"Add": "Add", "Sub": "Sub", "Mul": "Mul", "Div": "Div", "Max": "Max",

@@ -37,6 +37,7 @@ from tvm import sym, tirx
 
 from ..facts.arch import ALIGN
 from ..facts.dtypes import dtype_bytes
+from ..facts.instructions import computes
 from ..facts.keys import PORTABLE_KEY, SCALAR_KEY, SCOPE_KEY, VID_TAG, WORKSPACES_KEY
 from ..facts.ops import VBIN, VBRC, VDUP, VREDUCE, VSCA, VUN
 
@@ -210,14 +211,35 @@ class _Lowering:
             raise KernelError(f"T.{call.name}: backend 'ascend' reduces 1-D and 2-D tiles",
                               span_location(stmt.span))
         rows = math.prod(extents[:dim]) if dim == rank - 1 else math.prod(extents[dim + 1:])
+        dtype = str(src.buffer.dtype)
+        if not computes("WholeReduceSum", dtype):
+            if not dtype.startswith("bfloat"):
+                raise KernelError(f"T.{call.name}: A2's vector unit reduces float16 and float32, "
+                                  f"not {dtype}", span_location(stmt.span))
+            # bfloat16: reduce a float32 copy (A2 converts bfloat16 but does not compute in it)
+            wide_src = self.temp(_ints(src.extents), "float32", out)
+            wide_dst = self.temp(_ints(dst.extents), "float32", out)
+            out.append(make_call(VUN.name, {"dst": wide_src, "src": src}, {"op": "cast"},
+                                 span=stmt.span))
+            if not call.attrs["clear"]:
+                out.append(make_call(VUN.name, {"dst": wide_dst, "src": dst}, {"op": "cast"},
+                                     span=stmt.span))
+            self._reduce(wide_src, wide_dst, kind, dim, rank, rows, call.attrs["clear"], out,
+                         stmt.span)
+            out.append(make_call(VUN.name, {"dst": dst, "src": wide_dst}, {"op": "cast"},
+                                 span=stmt.span))
+            return out
+        self._reduce(src, dst, kind, dim, rank, rows, call.attrs["clear"], out, stmt.span)
+        return out
+
+    def _reduce(self, src, dst, kind, dim, rank, rows, clear, out, span):
         per = ALIGN // dtype_bytes(str(src.buffer.dtype))
         work = self.temp([-(-math.prod(_ints(src.buffer.shape)) // per) * per +
                           -(-rows // per) * per],
                          str(src.buffer.dtype), out)
         out.append(make_call(VREDUCE.name, {"dst": dst, "src": src, "work": work},
                              {"kind": kind, "dim": 1 if dim == rank - 1 else 0,
-                              "clear": call.attrs["clear"]}, span=stmt.span))
-        return out
+                              "clear": clear}, span=span))
 
     def op_cumsum(self, call, stmt):
         src, dst = call.operands["src"], call.operands["dst"]
