@@ -514,6 +514,7 @@ template <typename T> inline double vec_cost(uint64_t count) { return 8.0 + coun
     template <typename T>                                                                     \
     void NAME(const LocalTensor<T>& d, const LocalTensor<T>& x, const LocalTensor<T>& y,      \
               int32_t count, TW_LINE) {                                                       \
+        static_assert(TYPES<T>(), #NAME ": A2 does not compute on this element type (" #NAME ".md)"); \
         uint64_t nb = uint64_t(count) * sizeof(T);                                           \
         tw_emu::issue(tw_emu::PV, #NAME, line, {acc(x, nb, false), acc(y, nb, false), acc(d, nb, true)}, \
                       [=] { T* o = d.data(); const T* a = x.data(); const T* b = y.data();    \
@@ -538,31 +539,43 @@ TW_BINARY(Min, a2_arith, std::fmin(float(a[i]), float(b[i])))
                       [=] { T* o = d.data(); const T* a = x.data(); float b = float(tw_emu::val(s)); \
                             for (int32_t i = 0; i < count; ++i) o[i] = T(EXPR); },            \
                       vec_cost<T>(count), nb);                                                \
+    }                                                                                         \
+    template <typename T>                                                                     \
+    void NAME(const LocalTensor<T>& d, const LocalTensor<T>& x, const T& s, int32_t count, TW_LINE) { \
+        NAME##_impl(d, x, s, count, line);                                                    \
+    }                                                                                         \
+    template <typename T>                                                                     \
+    void NAME(const LocalTensor<T>& d, const LocalTensor<T>& x, const tw_emu::Lazy& s, int32_t count, TW_LINE) { \
+        NAME##_impl(d, x, s, count, line);                                                    \
     }
 TW_SCALAR(Adds, float(a[i]) + b)
 TW_SCALAR(Muls, float(a[i]) * b)
 TW_SCALAR(Maxs, std::fmax(float(a[i]), b))
 TW_SCALAR(Mins, std::fmin(float(a[i]), b))
 #undef TW_SCALAR
-#define TW_UNARY(NAME, EXPR)                                                                  \
+template <typename T> constexpr bool a2_relu() { return one_of<T, half, int32_t, float>(); }
+#define TW_UNARY(NAME, TYPES, EXPR)                                                           \
     template <typename T>                                                                     \
     void NAME(const LocalTensor<T>& d, const LocalTensor<T>& x, int32_t count, TW_LINE) {     \
+        static_assert(TYPES<T>(), #NAME ": A2 does not compute on this element type (" #NAME ".md)"); \
         uint64_t nb = uint64_t(count) * sizeof(T);                                           \
         tw_emu::issue(tw_emu::PV, #NAME, line, {acc(x, nb, false), acc(d, nb, true)},         \
                       [=] { T* o = d.data(); const T* a = x.data();                           \
                             for (int32_t i = 0; i < count; ++i) { float v = float(a[i]); o[i] = T(EXPR); } }, \
                       vec_cost<T>(count), nb);                                                \
     }
-TW_UNARY(Exp, std::exp(v))
-TW_UNARY(Ln, std::log(v))
-TW_UNARY(Abs, std::fabs(v))
-TW_UNARY(Sqrt, std::sqrt(v))
-TW_UNARY(Relu, v > 0 ? v : 0.0f)
-TW_UNARY(Reciprocal, 1.0f / v)
-TW_UNARY(Rsqrt, 1.0f / std::sqrt(v))
+TW_UNARY(Exp, a2_float, std::exp(v))
+TW_UNARY(Ln, a2_float, std::log(v))
+TW_UNARY(Abs, a2_float, std::fabs(v))
+TW_UNARY(Sqrt, a2_float, std::sqrt(v))
+TW_UNARY(Relu, a2_relu, v > 0 ? v : 0.0f)
+TW_UNARY(Reciprocal, a2_float, 1.0f / v)
+TW_UNARY(Rsqrt, a2_float, 1.0f / std::sqrt(v))
 #undef TW_UNARY
-template <typename T, typename U>
-void Duplicate(const LocalTensor<T>& d, U value, int32_t count, TW_LINE) {
+template <typename T, typename S>
+void duplicate_impl(const LocalTensor<T>& d, S value, int32_t count, int line) {
+    static_assert(one_of<T, int16_t, uint16_t, half, bfloat16_t, int32_t, uint32_t, float>(),
+                  "Duplicate: A2 does not fill this element type (Duplicate.md)");
     uint64_t nb = uint64_t(count) * sizeof(T);
     tw_emu::issue(tw_emu::PV, "Duplicate", line, {acc(d, nb, true)},
                   [=] { T v = tw_emu::from_double<T>(tw_emu::val(value));
@@ -654,11 +667,16 @@ void Cast(const LocalTensor<D>& d, const LocalTensor<S>& x, const RoundMode& mod
                   vec_cost<S>(count), uint64_t(count) * sizeof(S));
 }
 
-// -- reductions along repeats -----------------------------------------------------------------
+// -- reductions along repeats (ReduceRepeat.md; WholeReduceSum/Max/Min are its older names) ---
 enum class ReduceOrder { ORDER_VALUE_INDEX, ORDER_INDEX_VALUE, ORDER_ONLY_VALUE, ORDER_ONLY_INDEX };
 template <typename T, typename F>
 void whole_reduce(const char* what, const LocalTensor<T>& d, const LocalTensor<T>& s, int32_t mask, int32_t repeat,
                   int32_t dstRepStride, int32_t srcBlkStride, int32_t srcRepStride, F combine, int line) {
+    static_assert(a2_float<T>(), "WholeReduce: A2 reduces half and float only (ReduceRepeat.md)");
+    if (repeat < 0 || repeat > 255) {
+        tw_emu::error(line, "%s: repeatTime %d is outside [0, 255] (ReduceRepeat.md; the hardware field is 8 bits)", what, repeat);
+        return;
+    }
     if (srcBlkStride != 1 || mask < 1 || mask * sizeof(T) > 256)
         tw_emu::error(line, "%s: the emulator models srcBlkStride 1 and masks of 1-%d elements", what, int(256 / sizeof(T)));
     std::vector<tw_emu::Acc> a;
