@@ -200,3 +200,53 @@ def test_cast_follows_its_rounding_mode():
     torch.testing.assert_close(outs[1], torch.from_numpy(up))
     torch.testing.assert_close(outs[2], torch.from_numpy(np.where(x > 0, down, up)))
     torch.testing.assert_close(outs[3], a.trunc().int())
+
+
+def test_dump_tensor_of_ub_orders_itself(capfd):
+    """DumpTensor waits for every pipe before and after its MTE3 copy (asc_aicore_dump_impl.h):
+    a tile written on V dumps its new values without a flag."""
+
+    @T.prim_func
+    def main(A: T.Tensor((64,), "float32"), C: T.Tensor((64,), "float32")):
+        with T.Kernel(1, is_npu=True) as (cid, vid):
+            a = T.alloc_ub((64,), "float32")
+            with T.Scope("V"):
+                if vid == 0:
+                    T.copy(A[0], a)
+                    T.barrier_all()
+                    T.tile.muls(a, a, 2.0)
+                    T.dump_tensor(a, 5, 4)
+                    T.tile.adds(a, a, 1.0)
+                    T.barrier_all()
+                    T.copy(a, C[0])
+
+    a = torch.arange(64, dtype=torch.float32)
+    out = tilewright.compile(main, out_idx=[-1], target="ascend")(a)
+    torch.testing.assert_close(out, a * 2 + 1)
+    assert "0, 2, 4, 6" in capfd.readouterr().out
+
+
+def test_mmad_operands_start_aligned():
+    @T.prim_func
+    def main(A: T.Tensor((16, 16), "float16"), B: T.Tensor((16, 16), "float16"),
+             C: T.Tensor((16, 16), "float32")):
+        with T.Kernel(1, is_npu=True) as (cid, vid):
+            a = T.alloc_L1((16, 16), "float16")
+            b = T.alloc_L1((16, 16), "float16")
+            c = T.alloc_L0C((16, 16), "float32")
+            T.annotate_address({c: 512})
+            with T.Scope("C"):
+                T.copy(A[0, 0], a)
+                T.copy(B[0, 0], b)
+                T.barrier_all()
+                T.gemm_v0(a, b, c, init=True)
+                T.barrier_all()
+                T.copy(c, C[0, 0])
+
+    with pytest.raises(KernelError, match=r"L0C offset 512, which is not 1024-byte aligned"):
+        tilewright.lower(main, target="ascend")
+
+
+def test_nd2nz_source_stride_limit():
+    with pytest.raises(KernelError, match=r"70000 elements apart.*at most 65535"):
+        tilewright.lower(K.gemm(16, 16, 70000, 16, 16, 128), target="ascend")

@@ -76,15 +76,13 @@ def op_accesses(call) -> list[Access]:
     if name == ops.MMA.name:
         return [Access("m", _buf(call, o), o == "C") for o in "ABC"] + \
             [Access("m", _buf(call, "C"), False)]
-    if name == ops.DUMP_TENSOR.name:
-        return [Access("s", _buf(call, "src"), False)]
+    if name in (ops.DUMP_TENSOR.name, "print_tile"):
+        return []  # DumpTensor orders itself: PipeBarrier<PIPE_ALL> before and after its copy
     if name == ops.VBRC.name and call.attrs["axis"] == "row":  # row scalars: GetValue
         return [Access("s", _buf(call, "vec"), False), Access("v", _buf(call, "src"), False),
                 Access("v", _buf(call, "dst"), True)]
     if name.startswith("atomic_") and hasattr(call.operands["src"], "buffer"):
         return [Access("mte3", _buf(call, "src"), False)]
-    if name == "print_tile":
-        return [Access("s", _buf(call, "buf"), False)]
     if name.startswith(ops.PREFIX + "tile."):
         return [Access("v", r.buffer, o == "dst")
                 for o, r in call.operands.items() if hasattr(r, "buffer")]

@@ -214,10 +214,17 @@ struct Nd2NzParams {
     uint16_t ndNum = 1, nValue = 0, dValue = 0, srcNdMatrixStride = 0, srcDValue = 0,
              dstNzC0Stride = 0, dstNzNStride = 1, dstNzMatrixStride = 0;
     Nd2NzParams() = default;
-    Nd2NzParams(uint16_t nd, uint16_t n, uint16_t d, uint16_t srcMat, uint16_t srcD, uint16_t c0s,
-                uint16_t ns, uint16_t dstMat)
-        : ndNum(nd), nValue(n), dValue(d), srcNdMatrixStride(srcMat), srcDValue(srcD),
-          dstNzC0Stride(c0s), dstNzNStride(ns), dstNzMatrixStride(dstMat) {}
+    // DataCopy（GMToL1随路转换-ND2NZ搬运）.md: ndNum <= 4095, nValue <= 16384, dValue <= 65535,
+    // srcNdMatrixStride <= 65535, srcDValue in [1, 65535], dstNzC0Stride and dstNzNStride in
+    // [1, 16384], dstNzMatrixStride <= 16384; the fields are 16 bits, so a larger value wraps:
+    // the constructor takes the values whole and the copy reports any outside its range
+    int64_t given[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    bool whole = false;  // constructed from whole values (then checked)
+    Nd2NzParams(int64_t nd, int64_t n, int64_t d, int64_t srcMat, int64_t srcD, int64_t c0s,
+                int64_t ns, int64_t dstMat)
+        : ndNum(uint16_t(nd)), nValue(uint16_t(n)), dValue(uint16_t(d)), srcNdMatrixStride(uint16_t(srcMat)),
+          srcDValue(uint16_t(srcD)), dstNzC0Stride(uint16_t(c0s)), dstNzNStride(uint16_t(ns)),
+          dstNzMatrixStride(uint16_t(dstMat)), given{nd, n, d, srcMat, srcD, c0s, ns, dstMat}, whole(true) {}
 };
 // repeatTimes fractals: source fractal startIndex + i * srcStride (512-byte units) goes to
 // destination fractal i * (1 + dstGap); ifTranspose transposes each 16 x 16 fractal (2-byte
@@ -356,6 +363,16 @@ template <typename T>
 void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const Nd2NzParams& p, TW_LINE) {
     constexpr uint64_t C0 = c0_of<T>();
     if (dst.space != tw_emu::SL1) tw_emu::error(line, "DataCopy with Nd2NzParams writes L1 only");
+    static const char* names[8] = {"ndNum", "nValue", "dValue", "srcNdMatrixStride", "srcDValue",
+                                   "dstNzC0Stride", "dstNzNStride", "dstNzMatrixStride"};
+    static const int64_t lo[8] = {0, 0, 0, 0, 1, 1, 1, 0};
+    static const int64_t hi[8] = {4095, 16384, 65535, 65535, 65535, 16384, 16384, 16384};
+    for (int i = 0; i < 8 && p.whole; ++i)
+        if (p.given[i] < lo[i] || p.given[i] > hi[i]) {
+            tw_emu::error(line, "DataCopy(Nd2NzParams): %s = %lld is outside [%lld, %lld]", names[i],
+                          (long long)p.given[i], (long long)lo[i], (long long)hi[i]);
+            return;
+        }
     std::vector<tw_emu::Acc> a;
     uint64_t blocks = (p.dValue + C0 - 1) / C0;
     for (uint64_t m = 0; m < p.ndNum; ++m)
@@ -451,6 +468,13 @@ void Mmad(const LocalTensor<C>& c, const LocalTensor<A>& a, const LocalTensor<B>
     constexpr uint64_t C0 = c0_of<A>();
     if (a.space != tw_emu::SL0A || b.space != tw_emu::SL0B || c.space != tw_emu::SL0C)
         tw_emu::error(line, "Mmad takes L0A, L0B and writes L0C");
+    // Mmad.md: L0C starts 1024-byte aligned, L0A and L0B 512-byte aligned; with m == 1 the
+    // cube reads L0A as one ND row (GEMV) instead of ZZ fractals
+    if (c.off % 1024 || a.off % 512 || b.off % 512)
+        tw_emu::error(line, "Mmad operands must start aligned (L0C 1024 bytes, L0A/L0B 512 bytes); "
+                      "got L0C %llu, L0A %llu, L0B %llu", (unsigned long long)c.off,
+                      (unsigned long long)a.off, (unsigned long long)b.off);
+    const bool gemv = p.m == 1;
     const uint64_t mb = (p.m + 15) / 16, nb = (p.n + 15) / 16, kb = (p.k + C0 - 1) / C0;
     const uint64_t M = mb * 16, N = nb * 16, K = kb * C0;
     std::vector<tw_emu::Acc> acc = {{a.space, a.off, M * K * sizeof(A), false},
@@ -465,7 +489,8 @@ void Mmad(const LocalTensor<C>& c, const LocalTensor<A>& a, const LocalTensor<B>
                 C& out = cd[((j / 16) * mb + i / 16) * 256 + (i % 16) * 16 + j % 16];
                 float s = init ? 0.0f : float(out);
                 for (uint64_t q = 0; q < K; ++q)
-                    s += float(ad[((i / 16) * kb + q / C0) * 16 * C0 + (i % 16) * C0 + q % C0]) *
+                    s += float(gemv ? (i == 0 ? ad[q] : A(0))
+                                    : ad[((i / 16) * kb + q / C0) * 16 * C0 + (i % 16) * C0 + q % C0]) *
                          float(bd[((q / C0) * nb + j / 16) * 16 * C0 + (j % 16) * C0 + q % C0]);
                 out = C(s);
             }
@@ -801,24 +826,37 @@ template <typename... Args> void printf(const char* fmt, Args... args) {
     std::printf(fmt, args...);
     std::fflush(stdout);
 }
+// DumpTensor on 2201 (impl/utils/debug/asc_aicore_dump_impl.h, npu_arch_2201/
+// asc_aicore_dump_utils.h): PipeBarrier<PIPE_ALL>, a copy to the dump area in GM (UB and L1:
+// copy_ubuf_to_gm / copy_cbuf_to_gm on MTE3, L0C: copy_matrix_cc_to_gm on FIX; L0A/L0B are not
+// dumped), PipeBarrier<PIPE_ALL>
 template <typename T> void DumpTensor(const LocalTensor<T>& t, uint32_t desc, uint32_t size, TW_LINE) {
-    tw_emu::issue(tw_emu::PS, "DumpTensor", line, {acc(t, uint64_t(size) * sizeof(T), false)}, [=] {
+    if (t.space == tw_emu::SL0A || t.space == tw_emu::SL0B) {
+        tw_emu::error(line, "DumpTensor of %s is not supported on 2201 (asc_aicore_dump_utils.h)", tw_emu::space_name(t.space));
+        return;
+    }
+    tw_emu::issue_barrier_all(line);
+    tw_emu::issue(t.space == tw_emu::SL0C ? tw_emu::PFIX : tw_emu::PMTE3, "DumpTensor", line,
+                  {acc(t, uint64_t(size) * sizeof(T), false)}, [=] {
         std::printf("DumpTensor: desc=%u, addr=%llu, data_type=%s, position=%s, dump_size=%u\n", desc,
                     (unsigned long long)t.off, tw_emu::type_name<T>(), tw_emu::space_name(t.space), size);
         for (uint32_t i = 0; i < size; ++i) std::printf(i + 1 < size ? "%g, " : "%g\n", double(float(t.data()[i])));
         std::fflush(stdout);
-    }, 1.0, 0);
+    }, copy_cost(uint64_t(size) * sizeof(T), 64), uint64_t(size) * sizeof(T));
+    tw_emu::issue_barrier_all(line);
 }
 template <typename T> void DumpTensor(const LocalTensor<T>& t, uint32_t desc, uint32_t size, ShapeInfo, TW_LINE) {
     DumpTensor(t, desc, size, line);
 }
 template <typename T> void DumpTensor(const GlobalTensor<T>& t, uint32_t desc, uint32_t size, TW_LINE) {
+    tw_emu::issue_barrier_all(line);  // then a scalar copy (mem_copy_gm_to_gm)
     tw_emu::issue(tw_emu::PS, "DumpTensor", line, {acc(t, uint64_t(size) * sizeof(T), false)}, [=] {
         std::printf("DumpTensor: desc=%u, addr=%p, data_type=%s, position=GM, dump_size=%u\n", desc,
                     (void*)t.ptr, tw_emu::type_name<T>(), size);
         for (uint32_t i = 0; i < size; ++i) std::printf(i + 1 < size ? "%g, " : "%g\n", double(float(t.ptr[i])));
         std::fflush(stdout);
     }, 1.0, 0);
+    tw_emu::issue_barrier_all(line);
 }
 }  // namespace AscendC
 

@@ -42,9 +42,9 @@ class Memory:
 MEMORIES = {m.scope: m for m in (
     Memory("ascend.ub", "UB", "VECCALC", 192 * 1024, ALIGN, "AIV"),
     Memory("ascend.l1", "L1", "A1", 512 * 1024 - 256, ALIGN, "AIC"),
-    Memory("ascend.l0a", "L0A", "A2", 64 * 1024, ALIGN, "AIC"),
-    Memory("ascend.l0b", "L0B", "B2", 64 * 1024, ALIGN, "AIC"),
-    Memory("ascend.l0c", "L0C", "CO1", 128 * 1024, ALIGN, "AIC"),
+    Memory("ascend.l0a", "L0A", "A2", 64 * 1024, 512, "AIC"),
+    Memory("ascend.l0b", "L0B", "B2", 64 * 1024, 512, "AIC"),
+    Memory("ascend.l0c", "L0C", "CO1", 128 * 1024, 1024, "AIC"),
 )}
 SHORT = {**{m.scope: m.short for m in MEMORIES.values()}, "global": "GM"}
 CUBE_SCOPES = frozenset(s for s, m in MEMORIES.items() if m.core == "AIC")

@@ -19,6 +19,7 @@ from tvm import tirx
 from ..analysis.gemm import gemm_k
 from ..facts import ops
 from ..facts.dtypes import ctype, dtype_bytes
+from ..facts.instructions import ND2NZ_SRC_D_LIMIT
 from ..facts.layout import c0, padded_tile
 from ..facts.paths import GM, L0A, L0B, L0C, L1
 from .regions import static_ints, tensor
@@ -127,6 +128,11 @@ def copy_gm_to_l1(em, src: Region, dst: Region, what: str) -> None:
         raise KernelError(f"{what}: {src.buffer.name!r} is {src.buffer.dtype} but "
                           f"{dst.buffer.name!r} is {tile.dtype}; DataCopy does not convert")
     full = full and rows == str(tile.rows)
+    if isinstance(stride, int) and stride > ND2NZ_SRC_D_LIMIT:
+        raise KernelError(f"{what}: the rows of {src.buffer.name!r} are {stride} elements apart, "
+                          f"but the copy to L1 (Nd2NzParams.srcDValue) takes at most "
+                          f"{ND2NZ_SRC_D_LIMIT}; make the tensor's last dimension at most "
+                          f"{ND2NZ_SRC_D_LIMIT}")
     nbytes = tile.prows * tile.pcols * dtype_bytes(tile.dtype)
     zero = (f"InitConstValue({tile.at()}, InitConstValueParams<{ctype(tile.dtype)}>"
             f"(1, {nbytes // 32}, 0, 0));")
