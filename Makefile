@@ -20,7 +20,7 @@ demo: setup
 
 test: setup
 	$(PY) -m pytest
-	$(VENV)/bin/lint-imports backend-ascend/pyproject.toml
+	$(VENV)/bin/lint-imports --no-cache backend-ascend/pyproject.toml
 	$(MAKE) conformance
 	$(PY) -m ruff check .
 

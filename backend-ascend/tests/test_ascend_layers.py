@@ -60,5 +60,5 @@ def test_import_layer_contract():
     lint = shutil.which("lint-imports", path=str(Path(sys.executable).parent))
     if lint is None:
         pytest.skip("import-linter is not installed (pip install -e '.[test]')")
-    proc = subprocess.run([lint, str(PYPROJECT)], capture_output=True, text=True)
+    proc = subprocess.run([lint, "--no-cache", str(PYPROJECT)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout[-3000:]

@@ -26,7 +26,7 @@ from .exception_dump import encode_descriptor
 CSRC = Path(__file__).parent / "csrc"
 LIBRARY = "kernel.so"
 META = "emulator.json"
-FLAGS = ["-std=c++17", "-fPIC", "-D__TW_EMULATOR__"]  # kernels build at -O0: compile time wins
+FLAGS = ["-std=c++17", "-fPIC", "-DTW_DEVICE_ONLY"]  # kernels build at -O0: compile time wins
 _last_stats: dict = {}
 
 

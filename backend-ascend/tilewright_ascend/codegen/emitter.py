@@ -346,7 +346,7 @@ class Emitter:
             host_args += ", uint8_t* tw_exception_desc"
             call_args += ", tw_exception_desc"
         self.line("")
-        self.line("#ifndef __TW_EMULATOR__")
+        self.line("#ifndef TW_DEVICE_ONLY  // the emulator and the header check leave it out")
         self.line(f"// host launch: {blocks} AI core groups (1 AIC + 2 AIV each)")
         with self.block(f'extern "C" void {self.name}_launch(void* stream, {host_args})'):
             self.line(f"{kernel}<<<{blocks}, nullptr, stream>>>({call_args});")
