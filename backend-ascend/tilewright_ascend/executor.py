@@ -22,6 +22,7 @@ from tilewright.errors import TilewrightError
 from tilewright.plugin import Availability, Executor, GeneratedSource
 
 from .exception_dump import encode_descriptor
+from .facts.arch import ARCH
 
 CSRC = Path(__file__).parent / "csrc"
 LIBRARY = "kernel.so"
@@ -228,15 +229,23 @@ def compile_and_run_source(text: str, payload: dict, tensors, workdir) -> Emulat
     return kernel
 
 
+def bisheng_command(home, source, library) -> list[str]:
+    """The bisheng command that builds ``source`` into the shared library ``library`` for
+    dav-2201 against the CANN installation ``home`` (``$ASCEND_HOME_PATH``). The backend
+    inserts every flag itself, so the compiler's own synchronisation is off."""
+    home = Path(home)
+    return ["bisheng", f"--npu-arch={ARCH}", "-O2", "-std=c++17", "-xasc",
+            "--cce-auto-sync=off", "-fPIC", "--shared", f"-I{home}/include",
+            f"-I{home}/compiler/tikcpp/tikcfw", f"-I{home}/compiler/tikcpp/tikcfw/impl",
+            f"-I{home}/compiler/tikcpp/tikcfw/interface", str(source), f"-L{home}/lib64",
+            "-lruntime", "-lascendcl", "-o", str(library)]
+
+
 def _build_npu(source: GeneratedSource, ctx, workdir):
-    home = os.environ["ASCEND_HOME_PATH"]
     workdir = Path(workdir)
     (workdir / "kernel.cpp").write_text(source.text)
-    _run(["bisheng", "--npu-arch=dav-2201", "-O2", "-std=c++17", "-xasc",
-          "--cce-auto-sync=off", "-fPIC", "--shared", f"-I{home}/include",
-          f"-I{home}/compiler/tikcpp/tikcfw", f"-I{home}/compiler/tikcpp/tikcfw/impl",
-          f"-I{home}/compiler/tikcpp/tikcfw/interface", str(workdir / "kernel.cpp"),
-          f"-L{home}/lib64", "-lruntime", "-lascendcl", "-o", str(workdir / LIBRARY)])
+    _run(bisheng_command(os.environ["ASCEND_HOME_PATH"], workdir / "kernel.cpp",
+                         workdir / LIBRARY))
     (workdir / META).write_text(json.dumps(source.payload))
     return _load_npu(workdir, source.entry)
 
