@@ -144,7 +144,9 @@ def vec_add_conservative(M, N, block_M, block_N, sub_M, dtype="float32"):
 def gemm_pipelined(M, N, K, block_M, block_N, K_L1, dtype="float16", accum_dtype="float32",
                    kL0Size=128, conservative=False):
     """GEMM with L1 double buffering and hand-written flags: MTE2 loads the next K tile while
-    the cube works on the current one. ``conservative`` waits right after each set instead."""
+    the cube works on the current one. ``conservative`` waits right after each set instead (a
+    set is only raised again once its wait has cleared it: a second set of a raised flag is
+    undefined behaviour)."""
     m_num, n_num = M // block_M, N // block_N
     loop_k = K // K_L1
 
@@ -158,28 +160,25 @@ def gemm_pipelined(M, N, K, block_M, block_N, K_L1, dtype="float16", accum_dtype
             B_L1 = T.alloc_L1((2, K_L1, block_N), dtype)
             C_L0 = T.alloc_L0C((block_M, block_N), accum_dtype)
             with T.Scope("C"):
-                T.set_flag("mte1", "mte2", 0)
-                T.set_flag("mte1", "mte2", 1)
+                if not conservative:  # both L1 slots start free
+                    T.set_flag("mte1", "mte2", 0)
+                    T.set_flag("mte1", "mte2", 1)
                 for k in T.serial(loop_k):
                     cur = k % 2
-                    T.wait_flag("mte1", "mte2", cur)
+                    if not conservative:
+                        T.wait_flag("mte1", "mte2", cur)
                     T.copy(A[bx * block_M, k * K_L1], A_L1[cur, :, :])
                     T.copy(B[k * K_L1, by * block_N], B_L1[cur, :, :])
                     T.set_flag("mte2", "mte1", cur)
-                    if conservative:
-                        T.wait_flag("mte2", "mte1", cur)
-                        T.gemm_v0(A_L1[cur, :, :], B_L1[cur, :, :], C_L0, init=(k == 0),
-                                  kL0Size=kL0Size)
-                        T.set_flag("mte1", "mte2", cur)
+                    T.wait_flag("mte2", "mte1", cur)
+                    T.gemm_v0(A_L1[cur, :, :], B_L1[cur, :, :], C_L0, init=(k == 0),
+                              kL0Size=kL0Size)
+                    T.set_flag("mte1", "mte2", cur)
+                    if conservative:  # the next load waits here, right after the GEMM
                         T.wait_flag("mte1", "mte2", cur)
-                        T.set_flag("mte1", "mte2", cur)
-                    else:
-                        T.wait_flag("mte2", "mte1", cur)
-                        T.gemm_v0(A_L1[cur, :, :], B_L1[cur, :, :], C_L0, init=(k == 0),
-                                  kL0Size=kL0Size)
-                        T.set_flag("mte1", "mte2", cur)
-                T.wait_flag("mte1", "mte2", 0)
-                T.wait_flag("mte1", "mte2", 1)
+                if not conservative:
+                    T.wait_flag("mte1", "mte2", 0)
+                    T.wait_flag("mte1", "mte2", 1)
                 T.set_flag("m", "fix", 0)
                 T.wait_flag("m", "fix", 0)
                 T.copy(C_L0, C[bx * block_M, by * block_N])
