@@ -167,3 +167,59 @@ def test_bfloat16_reductions_compute_in_float32():
     types = dict((name, ty) for ty, name in re.findall(r"LocalTensor<(\w+)> (\w+) =", source))
     reduced = re.findall(r"WholeReduce\w+\((\w+)[\[,]", source)
     assert reduced and all(types[name] in ("float", "half") for name in reduced), reduced
+
+
+def branch_per_iteration(M=64, N=32, bm=16, dtype="float32"):
+    """A serial loop whose body is one branch holding a whole load, compute and store: the
+    branch depends on itself from one iteration to the next."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, N), dtype), B: T.Tensor((M, N), dtype)):
+        with T.Kernel(1, threads=128) as _:
+            t = T.alloc_fragment((bm, N), dtype)
+            for k in T.serial(M // bm):
+                if k % 2 == 0:
+                    T.copy(A[k * bm, 0], t)
+                    for i, j in T.Parallel(bm, N):
+                        t[i, j] = t[i, j] * 2.0
+                    T.copy(t, B[k * bm, 0])
+                else:
+                    T.copy(A[k * bm, 0], t)
+                    for i, j in T.Parallel(bm, N):
+                        t[i, j] = t[i, j] + 1.0
+                    T.copy(t, B[k * bm, 0])
+
+    return main
+
+
+def test_a_branch_that_depends_on_itself_across_iterations():
+    """Each loop-carried flag is set again only after its wait cleared it: a set of a raised
+    flag is undefined behaviour (SetFlag-WaitFlag(ISASI).md), which the emulator reports."""
+    a = torch.randn(64, 32)
+    cpu, ascend = _both(branch_per_iteration(), a)
+    torch.testing.assert_close(ascend, cpu)
+
+
+def decayed_rows(M=64, N=32, bm=16, dtype="float32"):
+    """acc = acc / 2 + A_k: the vector instruction that writes acc in one iteration and the
+    one that reads it in the next are ordered by a vector-pipe barrier."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, N), dtype), B: T.Tensor((bm, N), dtype)):
+        with T.Kernel(1, threads=128) as _:
+            t = T.alloc_fragment((bm, N), dtype)
+            acc = T.alloc_fragment((bm, N), dtype)
+            T.clear(acc)
+            for k in T.serial(M // bm):
+                T.copy(A[k * bm, 0], t)
+                for i, j in T.Parallel(bm, N):
+                    acc[i, j] = acc[i, j] * 0.5 + t[i, j]
+            T.copy(acc, B[0, 0])
+
+    return main
+
+
+def test_a_loop_carried_vector_dependency_gets_a_vector_barrier():
+    a = torch.randn(64, 32)
+    cpu, ascend = _both(decayed_rows(), a)
+    torch.testing.assert_close(ascend, cpu)

@@ -30,6 +30,10 @@ TPIPE_IDS = {("AIC", "M_MTE1"): (0, 1, 2)}  # raised by TPipe, waited by its des
 # ids the lowering rules set and wait themselves (T.gemm_v0: MTE1_M 0 before each Mmad, and
 # TPipe's M_MTE1 0 as "L0A/L0B free"); automatic synchronisation leaves them alone
 RULE_IDS = {("AIC", "MTE1_M"): (0,), ("AIC", "M_MTE1"): (0,)}
+# pipes whose instructions touching the same bytes need a PipeBarrier of the pipe between them
+# ("PipeBarrier(ISASI)": the vector pipe and the DMA pipes; the scalar unit keeps order, and
+# PipeBarrier<PIPE_M> is kept as the cube's order of Mmads on one L0C tile)
+BARRIER_PIPES = ("v", "m", "mte1", "mte2", "mte3", "fix")
 CROSS_IDS = 11  # cross-core flags 0-10
 # the core whose work a pipe is, for ops written outside T.Scope
 PIPE_CORE = {"v": "AIV", "mte3": "AIV", "m": "AIC", "mte1": "AIC", "fix": "AIC"}

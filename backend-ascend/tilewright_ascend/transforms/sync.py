@@ -12,9 +12,15 @@ inserted here, at buffer granularity:
   right before the consumer, so the two pipes overlap in between; a loop-carried one is set
   at the end of its producer, waited before its consumer, raised once before the loop and
   drained once after it;
+- a flag may be set again only once its wait has cleared it (a second set of a raised flag is
+  undefined behaviour), so a loop-carried ``P -> C`` whose wait (on C) is not ordered before
+  its set (on P) within the iteration by the other flags gets a ``C -> P`` pair from right
+  after that wait to right before that set (an item that depends on itself, such as a branch
+  holding a whole GEMM, has no such order otherwise);
 - a dependency implied by another of the same event (a later producer on the same pipe whose
-  consumer comes no later) is pruned; same-pipe dependencies of the vector or cube pipes get a
-  ``PipeBarrier``;
+  consumer comes no later) is pruned; same-pipe dependencies of the vector, cube and DMA pipes
+  get a ``PipeBarrier`` of the pipe (:data:`..facts.events.BARRIER_PIPES`), loop-carried ones
+  too;
 - every remaining dependency takes its own event id among the ids the core leaves free
   (:func:`..facts.events.free_ids`: 0-5, less TPipe's and the lowering rules'); more is an error.
 """
@@ -28,7 +34,7 @@ from tvm import tirx
 
 from ..analysis.accesses import accesses, has_manual_sync
 from ..facts import ops
-from ..facts.events import EVENTS, event_name, free_ids
+from ..facts.events import BARRIER_PIPES, EVENTS, PIPES, event_name, free_ids
 from ..facts.keys import SCOPE_KEY, VERSION_KEY
 from .memory import read_plan
 
@@ -99,10 +105,12 @@ class _Inserter:
         before = [[] for _ in stmts]
         after = [[] for _ in stmts]
         prologue, epilogue = [], []
-        for i, j, p, c, carried, stages in self.prune(self.deps(stmts, looped, versions)):
+        kept = self.prune(self.deps(stmts, looped, versions))
+        carried_flags = []  # (i, j, p, c, its set, its wait)
+        for i, j, p, c, carried, stages in kept:
             span = stmts[j].span if hasattr(stmts[j], "span") else None
             if p == c:
-                if p in ("v", "m") and not carried:
+                if p in BARRIER_PIPES:
                     before[j].append(make_call(ops.PIPE_BARRIER.name, {}, {"pipe": p}, span))
                 continue
             event = event_name(p, c)
@@ -115,19 +123,41 @@ class _Inserter:
             if stages > 1:  # one flag per buffer version: id = base + iteration % stages
                 eid = eid + tirx.floormod(loop.loop_var - loop.min,
                                           tirx.IntImm("int32", stages))
-            after[i].append(make_call(ops.SET_FLAG.name, {"event_id": eid}, flag, span))
-            before[j].append(make_call(ops.WAIT_FLAG.name, {"event_id": eid}, flag, span))
+            set_call = make_call(ops.SET_FLAG.name, {"event_id": eid}, flag, span)
+            wait_call = make_call(ops.WAIT_FLAG.name, {"event_id": eid}, flag, span)
+            after[i].append(set_call)
+            before[j].append(wait_call)
             if carried:
+                carried_flags.append((i, j, p, c, set_call, wait_call))
                 for n in ids:
                     fixed = {"event_id": tirx.IntImm("int32", n)}
                     prologue.append(make_call(ops.SET_FLAG.name, fixed, flag, span))
                     epilogue.append(make_call(ops.WAIT_FLAG.name, fixed, flag, span))
+        for i, j, p, c, set_call, wait_call in carried_flags:
+            if not _ordered(kept, self.core, (c, 2 * j), (p, 2 * i + 1)):
+                self.order(before[j], after[i], c, p, set_call, wait_call, stmts[j])
         out = []
         for b, s, a in zip(before, stmts, after):
             out.extend(b)
             out.extend(s.seq if isinstance(s, tirx.SeqStmt) else [s])
             out.extend(a)
         return out, prologue, epilogue
+
+    def order(self, before: list, after: list, c: str, p: str, set_call, wait_call, stmt):
+        """Make the wait ``wait_call`` (on C, in ``before``) happen before the set ``set_call``
+        (on P, in ``after``) of the same iteration: a C -> P pair between the two, or
+        ``PipeBarrier<PIPE_ALL>`` before the set where the core has no such event."""
+        span = stmt.span if hasattr(stmt, "span") else None
+        at_set = next(k for k, x in enumerate(after) if x is set_call)
+        event = event_name(c, p)
+        if event not in EVENTS[self.core]:
+            after.insert(at_set, make_call(ops.BARRIER_ALL.name, {}, {}, span))
+            return
+        eid = {"event_id": tirx.IntImm("int32", self.event_id(event, span))}
+        flag = {"src": c, "dst": p}
+        after.insert(at_set, make_call(ops.WAIT_FLAG.name, eid, flag, span))
+        at_wait = next(k for k, x in enumerate(before) if x is wait_call)
+        before.insert(at_wait + 1, make_call(ops.SET_FLAG.name, eid, flag, span))
 
     def visit(self, stmt):
         if isinstance(stmt, tirx.For) and str(stmt.annotations.get("tw.loop", "")) in \
@@ -146,6 +176,29 @@ class _Inserter:
             return tirx.IfThenElse(stmt.condition, tirx.SeqStmt(then) if len(then) > 1
                                    else then[0], other, span=stmt.span)
         return stmt
+
+
+def _ordered(deps, core: str, start: tuple, goal: tuple) -> bool:
+    """Whether (pipe, slot) ``start`` happens before (pipe, slot) ``goal`` within one pass of a
+    sequence through its forward flags and barriers (slot 2k: before item k, 2k + 1: after it;
+    the items' own flags are not counted, as a branch may not run)."""
+    reached = {start[0]: start[1]}  # pipe -> the earliest slot reached on it
+    changed = True
+    while changed:
+        changed = False
+        for i, j, p, c, carried, _ in deps:
+            if carried or p == c:
+                continue
+            if event_name(p, c) in EVENTS[core]:
+                hops = [(c, 2 * j)] if p in reached and reached[p] <= 2 * i + 1 else []
+            else:  # PipeBarrier<PIPE_ALL> before item j
+                hops = [(q, 2 * j) for q in PIPES] \
+                    if any(s < 2 * j for s in reached.values()) else []
+            for q, slot in hops:
+                if slot < reached.get(q, slot + 1):
+                    reached[q] = slot
+                    changed = True
+    return goal[0] in reached and reached[goal[0]] <= goal[1]
 
 
 def _stages(versions, buffer) -> int:
