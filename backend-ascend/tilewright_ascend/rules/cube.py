@@ -19,7 +19,7 @@ from tvm import tirx
 from ..analysis.gemm import gemm_k
 from ..facts import ops
 from ..facts.dtypes import ctype, dtype_bytes
-from ..facts.instructions import ND2NZ_SRC_D_LIMIT
+from ..facts.instructions import ND2NZ_SRC_D_LIMIT, REPEAT_LIMIT
 from ..facts.layout import c0, padded_tile
 from ..facts.paths import GM, L0A, L0B, L0C, L1
 from .regions import static_ints, tensor
@@ -184,18 +184,21 @@ def copy_l0c_to_gm(em, src: Region, dst: Region, what: str) -> None:
             em.line("}")
 
 
+def _repeats(what: str, unit: str, repeat: int, hint: str) -> None:
+    """LoadData's repeatTimes is 8 bits, as the vector instructions' repeatTime."""
+    if repeat > REPEAT_LIMIT:
+        raise KernelError(f"{what} of {repeat} {unit} at once exceeds {REPEAT_LIMIT}; use "
+                          f"{hint}")
+
+
 def _load(em, dst: str, src: str, repeat: int, src_stride: int, transpose: bool) -> None:
-    if repeat > 255:
-        raise KernelError(f"LoadData of {repeat} fractals at once exceeds 255; use a smaller "
-                          "tile or kL0Size")
+    _repeats("LoadData", "fractals", repeat, "a smaller tile or kL0Size")
     em.line(f"LoadData({dst}, {src}, LoadData2DParams{{0, {repeat}, {src_stride}, 0, 0, "
             f"{'true' if transpose else 'false'}, 0}});")
 
 
 def _load_t(em, dst: str, src: str, repeat: int, dst_gap: int, frac_gap: int) -> None:
-    if repeat > 255:
-        raise KernelError(f"LoadDataWithTranspose of {repeat} squares at once exceeds 255; use "
-                          "a smaller tile")
+    _repeats("LoadDataWithTranspose", "squares", repeat, "a smaller tile")
     em.line(f"LoadDataWithTranspose({dst}, {src}, LoadData2dTransposeParams{{0, {repeat}, 1, "
             f"{dst_gap}, {frac_gap}, 0}});")
 
