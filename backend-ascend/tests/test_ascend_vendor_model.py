@@ -124,6 +124,15 @@ def test_dependent_vector_instructions_need_a_vector_barrier(tmp_path):
         _run(low, text, tensors, tmp_path)
 
 
+def test_a_flag_round_trip_orders_one_pipe_without_a_barrier():
+    """A SetFlag waits for its pipe's earlier work, so MTE2 -> V -> MTE2 orders the loads of
+    one iteration before those of the next and V -> MTE3 -> V the Muls before the next Add:
+    the only barrier left is the one between Add and the Muls that reads its result."""
+    text = tilewright.lower(K.vec_add_auto(128, 256, 128, 256, 32), target="ascend").source.text
+    assert text.count("PipeBarrier<PIPE_V>();") == 1, text
+    assert "PipeBarrier<PIPE_MTE2>" not in text, text
+
+
 # -- DataCopyPad pad lanes, Cast rounding, DumpTensor, Mmad (the API documentation) ----------
 def _one_row_copy(pad: str):
     """12 floats GM -> UB by DataCopyPad (the row's 48 bytes padded to 64), UB -> GM whole."""

@@ -20,7 +20,8 @@ inserted here, at buffer granularity:
 - a dependency implied by another of the same event (a later producer on the same pipe whose
   consumer comes no later) is pruned; same-pipe dependencies of the vector, cube and DMA pipes
   get a ``PipeBarrier`` of the pipe (:data:`..facts.events.BARRIER_PIPES`), loop-carried ones
-  too;
+  too, unless a flag round trip through another pipe orders the two already (a ``SetFlag``
+  waits for its pipe's earlier work);
 - every remaining dependency takes its own event id among the ids the core leaves free
   (:func:`..facts.events.free_ids`: 0-5, less TPipe's and the lowering rules'); more is an error.
 """
@@ -109,8 +110,10 @@ class _Inserter:
         carried_flags = []  # (i, j, p, c, its set, its wait)
         for i, j, p, c, carried, stages in kept:
             span = stmts[j].span if hasattr(stmts[j], "span") else None
-            if p == c:
-                if p in BARRIER_PIPES:
+            if p == c:  # unless a flag round trip through another pipe orders them already
+                goal = next_iteration(2 * j, len(stmts)) if carried else 2 * j
+                if p in BARRIER_PIPES and \
+                        not _ordered(kept, self.core, len(stmts), (p, 2 * i + 1), (p, goal)):
                     before[j].append(make_call(ops.PIPE_BARRIER.name, {}, {"pipe": p}, span))
                 continue
             event = event_name(p, c)
@@ -134,7 +137,7 @@ class _Inserter:
                     prologue.append(make_call(ops.SET_FLAG.name, fixed, flag, span))
                     epilogue.append(make_call(ops.WAIT_FLAG.name, fixed, flag, span))
         for i, j, p, c, set_call, wait_call in carried_flags:
-            if not _ordered(kept, self.core, (c, 2 * j), (p, 2 * i + 1)):
+            if not _ordered(kept, self.core, len(stmts), (c, 2 * j), (p, 2 * i + 1)):
                 self.order(before[j], after[i], c, p, set_call, wait_call, stmts[j])
         out = []
         for b, s, a in zip(before, stmts, after):
@@ -178,27 +181,46 @@ class _Inserter:
         return stmt
 
 
-def _ordered(deps, core: str, start: tuple, goal: tuple) -> bool:
-    """Whether (pipe, slot) ``start`` happens before (pipe, slot) ``goal`` within one pass of a
-    sequence through its forward flags and barriers (slot 2k: before item k, 2k + 1: after it;
-    the items' own flags are not counted, as a branch may not run)."""
-    reached = {start[0]: start[1]}  # pipe -> the earliest slot reached on it
+def _ordered(deps, core: str, n: int, start: tuple, goal: tuple) -> bool:
+    """Whether (pipe, position) ``start`` happens before (pipe, position) ``goal`` through the
+    flags and barriers of ``deps`` in a sequence of ``n`` items. Position 2k is before item k,
+    2k + 1 after it, in one iteration; ``next_iteration(position)`` is the same place one
+    iteration later, which a loop-carried flag of one version reaches. The items' own flags
+    are not counted (a branch may not run)."""
+    edges = []  # (pipe or None for any, last position it leaves from, pipe or None, arrival)
+    for i, j, p, c, carried, stages in deps:
+        if p == c:
+            continue
+        barrier = event_name(p, c) not in EVENTS[core]  # PipeBarrier<PIPE_ALL> before item j
+        for t in (0, 1):
+            if carried and not barrier:
+                if t == 0 and stages == 1:  # set in one iteration, waited in the next
+                    edges.append((p, 2 * i + 1, c, next_iteration(2 * j, n)))
+                continue
+            at = next_iteration(2 * j, n) if t else 2 * j
+            edges.append((None, at - 1, None, at) if barrier else
+                         (p, (next_iteration(2 * i + 1, n) if t else 2 * i + 1), c, at))
+    reached = {start[0]: start[1]}  # pipe -> the earliest position reached on it
+    arrived = {}  # the same, through a flag or barrier only (not by start's own pipe order)
     changed = True
     while changed:
         changed = False
-        for i, j, p, c, carried, _ in deps:
-            if carried or p == c:
-                continue
-            if event_name(p, c) in EVENTS[core]:
-                hops = [(c, 2 * j)] if p in reached and reached[p] <= 2 * i + 1 else []
-            else:  # PipeBarrier<PIPE_ALL> before item j
-                hops = [(q, 2 * j) for q in PIPES] \
-                    if any(s < 2 * j for s in reached.values()) else []
-            for q, slot in hops:
-                if slot < reached.get(q, slot + 1):
-                    reached[q] = slot
+        for p, leave, c, arrive in edges:
+            if p is None:
+                ok, targets = any(s <= leave for s in reached.values()), PIPES
+            else:
+                ok, targets = p in reached and reached[p] <= leave, (c,)
+            for q in targets if ok else ():
+                if arrive < arrived.get(q, arrive + 1):
+                    arrived[q] = arrive
+                    reached[q] = min(arrive, reached.get(q, arrive))
                     changed = True
-    return goal[0] in reached and reached[goal[0]] <= goal[1]
+    return goal[0] in arrived and arrived[goal[0]] <= goal[1]
+
+
+def next_iteration(position: int, n: int) -> int:
+    """A position of a sequence of ``n`` items, one loop iteration later."""
+    return position + 2 * n + 2
 
 
 def _stages(versions, buffer) -> int:
