@@ -17,7 +17,7 @@ import tvm_ffi
 from tilewright.ir import Region, decode, make_call
 from tvm import tirx
 
-from . import ops
+from ..facts import ops
 
 _PER_ROW = {"copy", "fill", *(f"reduce_{k}" for k in ("sum", "max", "min", "abssum", "absmax"))}
 
@@ -27,20 +27,20 @@ class _NoSplit(Exception):
 
 
 def split_rows(stmts: list, buffers: list, vid):
-    """(rewritten statements, {tile name: new shape}), or None when the program does not
-    split by rows."""
+    """(rewritten statements, {tile: new shape}), or None when the program does not split by
+    rows."""
     if not buffers:
         return None
     rows = {int(b.shape[0]) for b in buffers}
     if len(rows) != 1 or rows.pop() % 2:
         return None
     full = int(buffers[0].shape[0])
-    splitter = _Rows({str(b.name) for b in buffers}, full, vid)
+    splitter = _Rows(set(buffers), full, vid)
     try:
         out = [splitter.stmt(s) for s in stmts]
     except _NoSplit:
         return None
-    return out, {str(b.name): [full // 2, *[int(x) for x in b.shape[1:]]] for b in buffers}
+    return out, {b: [full // 2, *[int(x) for x in b.shape[1:]]] for b in buffers}
 
 
 def _is_int(e, value) -> bool:
@@ -48,8 +48,8 @@ def _is_int(e, value) -> bool:
 
 
 class _Rows:
-    def __init__(self, names: set[str], rows: int, vid):
-        self.names, self.rows, self.half = names, rows, rows // 2
+    def __init__(self, tiles: set, rows: int, vid):
+        self.tiles, self.rows, self.half = tiles, rows, rows // 2
         self.offset = vid * tirx.IntImm("int32", self.half)
 
     def stmt(self, s):
@@ -70,7 +70,7 @@ class _Rows:
 
     def region(self, r: Region, is_copy: bool) -> Region:
         starts, ext = list(r.starts), list(r.extents)
-        if str(r.buffer.name) in self.names:
+        if r.buffer in self.tiles:
             if not (_is_int(starts[0], 0) and _is_int(ext[0], self.rows)):
                 raise _NoSplit
             ext[0] = self.half
@@ -112,12 +112,12 @@ class _Rows:
             return [var, *list(indices)[1:]]
 
         def load(x):
-            if str(x.source.name) not in self.names:
+            if x.source not in self.tiles:
                 return x
             return tirx.BufferLoad(x.source, row_index(x.indices))
 
         def store(x):
-            if str(x.buffer.name) not in self.names:
+            if x.buffer not in self.tiles:
                 return x
             return tirx.BufferStore(x.buffer, x.value, row_index(x.indices))
 

@@ -9,30 +9,20 @@ bytes; the others may.
 
 from __future__ import annotations
 
-import tvm_ffi
 from tvm import tirx
 
-
-def _names(stmt) -> set[str]:
-    found = set()
-
-    def add(b):
-        if isinstance(b, tirx.Buffer):
-            found.add(str(b.name))
-
-    tvm_ffi.structural_walk(stmt, (tirx.Buffer, add))
-    return found
+from .buffers import buffers_in
 
 
-def live_ranges(body, names: set[str]) -> dict[str, tuple[int, int]]:
-    """name -> (first point, last point) for the buffers in ``names`` that ``body`` uses."""
-    ranges: dict[str, tuple[int, int]] = {}
+def live_ranges(body, buffers: set) -> dict:
+    """buffer -> (first point, last point) for the ``buffers`` that ``body`` uses."""
+    ranges: dict = {}
     clock = [0]
 
     def use(found, lo, hi):
-        for name in found & names:
-            old = ranges.get(name)
-            ranges[name] = (lo, hi) if old is None else (min(old[0], lo), max(old[1], hi))
+        for buf in found & buffers:
+            old = ranges.get(buf)
+            ranges[buf] = (lo, hi) if old is None else (min(old[0], lo), max(old[1], hi))
 
     def visit(stmt, loop_start):
         if isinstance(stmt, tirx.SeqStmt):
@@ -54,7 +44,7 @@ def live_ranges(body, names: set[str]) -> dict[str, tuple[int, int]]:
             start = clock[0]
             visit(stmt.body, start if outer else loop_start)
             if outer:  # everything used in the loop lives across all of it
-                used = _names(stmt.body)
+                used = buffers_in(stmt.body)
                 use(used, start, clock[0])
             return
         if isinstance(stmt, tirx.For):  # the block or vid binding, or a T.Parallel nest
@@ -64,14 +54,14 @@ def live_ranges(body, names: set[str]) -> dict[str, tuple[int, int]]:
         if isinstance(stmt, tirx.AllocBuffer):
             return
         clock[0] += 1
-        use(_names(stmt), clock[0], clock[0])
+        use(buffers_in(stmt), clock[0], clock[0])
 
     visit(body, None)
     return ranges
 
 
-def first_fit(items, align: int) -> dict[str, int]:
-    """Offsets for ``items`` = [(name, bytes, (start, end) or None for always live, fixed
+def first_fit(items, align: int) -> dict:
+    """Offsets for ``items`` = [(key, bytes, (start, end) or None for always live, fixed
     offset or None)], lowest first: a buffer never overlaps one whose range meets its own."""
     placed: list[tuple[int, int, tuple | None]] = []
     out = {}
@@ -79,8 +69,10 @@ def first_fit(items, align: int) -> dict[str, int]:
     def meets(r1, r2):
         return r1 is None or r2 is None or not (r1[1] < r2[0] or r2[1] < r1[0])
 
-    order = sorted(items, key=lambda it: (it[3] is None, it[2][0] if it[2] else -1, -it[1]))
-    for name, size, rng, fixed in order:
+    order = sorted(range(len(items)), key=lambda i: (items[i][3] is None,
+                                                     items[i][2][0] if items[i][2] else -1,
+                                                     -items[i][1], i))
+    for key, size, rng, fixed in (items[i] for i in order):
         if fixed is not None:
             offset = fixed
         else:
@@ -91,5 +83,5 @@ def first_fit(items, align: int) -> dict[str, int]:
                     break
                 offset = max(offset, -(-hi // align) * align)
         placed.append((offset, size, rng))
-        out[name] = offset
+        out[key] = offset
     return out

@@ -23,9 +23,9 @@ from tilewright.ir import tile_ops_in
 from tilewright.plugin import PassConfigKey
 from tilewright.transform.walk import prim_func_pass
 
-from . import ops
-from .sync_insert import has_manual_sync
-from .vector import PORTABLE_KEY
+from ..analysis.accesses import has_manual_sync
+from ..facts import ops
+from ..facts.keys import PORTABLE_KEY
 
 AUTO_SYNC = "ascend.auto_sync"
 MEMORY_PLANNING = "ascend.memory_planning"

@@ -31,14 +31,13 @@ from __future__ import annotations
 
 import tvm_ffi
 from tilewright.errors import KernelError, span_location
-from tilewright.ir import Region, decode, make_call
+from tilewright.ir import Region, decode, make_call, tile_ops_in
 from tvm import tirx
 
-from . import ops
+from ..analysis.buffers import buffers_in
+from ..facts import ops
+from ..facts.events import CROSS_IDS
 from .rowsplit import split_rows
-
-MAX_CROSS_ID = 10
-WORKSPACES_KEY = "ascend.workspaces"
 
 
 def _flat(stmt) -> list:
@@ -54,23 +53,17 @@ def _is_loop(stmt) -> bool:
         str(stmt.annotations.get("tw.loop", "")) != "parallel"
 
 
-def _buffers(stmt) -> set[str]:
-    found = set()
+def _ordered(stmts) -> dict:
+    """The buffers ``stmts`` refer to, in the order they first appear (a dict used as an
+    ordered set, so that everything derived from it is deterministic)."""
+    found: dict = {}
 
     def add(b):
         if isinstance(b, tirx.Buffer):
-            found.add(str(b.name))
+            found.setdefault(b, None)
 
-    tvm_ffi.structural_walk(stmt, (tirx.Buffer, add))
-    return found
-
-
-def _written(stmt) -> set[str]:
-    call = decode(stmt)
-    if call is not None:
-        return {str(r.buffer.name) for r in call.regions("write")}
-    found = set()
-    tvm_ffi.structural_walk(stmt, (tirx.BufferStore, lambda s: found.add(str(s.buffer.name))))
+    for stmt in stmts:
+        tvm_ffi.structural_walk(stmt, (tirx.Buffer, add), order="pre")
     return found
 
 
@@ -83,53 +76,59 @@ def _is_zero_fill(call) -> bool:
 class Split:
     """Splits one kernel body; see the module doc."""
 
-    def __init__(self, stmts: list, buffers: dict, cid, vid, blocks: int):
-        self.stmts, self.buffers, self.cid, self.vid = stmts, buffers, cid, vid
+    def __init__(self, stmts: list, local: set, cid, vid, blocks: int):
+        """``local``: the kernel's on-chip buffers."""
+        self.stmts, self.cid, self.vid = stmts, cid, vid
+        self.local = set(local)
         self.blocks = blocks
         self.next_id = 0
         self.workspaces: list = []
         self.new_allocs: list = []
-        self.scopes: dict[str, str] = {}
+        self.scopes: dict = {}  # buffer -> Ascend memory, for buffers the split decides
         gemms = [c for s in stmts for c in _calls(s) if c.name == "gemm"]
-        self.operands = {str(c.operands[o].buffer.name) for c in gemms for o in "AB"}
-        self.accumulators = {str(c.operands["C"].buffer.name) for c in gemms}
-        self.shared_operands: set[str] = set()  # known after the first classification
-        self.vector_touched = set()
+        order = _ordered(stmts)
+        operands = {c.operands[o].buffer for c in gemms for o in "AB"}
+        accumulators = {c.operands["C"].buffer for c in gemms}
+        self.operands = [b for b in order if b in operands]
+        self.accumulators = [b for b in order if b in accumulators]
+        self.shared_operands: list = []  # known after the first classification
+        touched: set = set()
         self.has_vector = False  # whether the kernel needs the vector cores at all
         for leaf in _leaves(stmts):
             if self._leaf_core(leaf, cube_only=self.accumulators) == "V":
-                self.vector_touched |= _buffers(leaf)
+                touched |= buffers_in(leaf)
                 self.has_vector = True
-        self.shared_operands = self.operands & self.vector_touched
-        shared_acc = self.accumulators & self.vector_touched
+        self.shared_operands = [b for b in self.operands if b in touched]
+        shared_acc = [b for b in self.accumulators if b in touched]
         # accumulators whose vector uses all follow their last GEMM: one handoff
-        self.handoff_at: dict[str, int] = {}
-        for name in shared_acc:
+        self.handoff_at: dict = {}
+        for acc in shared_acc:
             gemm_at = [i for i, s in enumerate(stmts)
-                       if any(c.name == "gemm" and str(c.operands["C"].buffer.name) == name
+                       if any(c.name == "gemm" and c.operands["C"].buffer.same_as(acc)
                               for c in _calls(s))]
-            vec_at = [i for i, s in enumerate(stmts) if not self._zero_fill_of(s, name) and
-                      any(name in _buffers(leaf) and self._leaf_core(
+            vec_at = [i for i, s in enumerate(stmts) if not self._zero_fill_of(s, acc) and
+                      any(acc in buffers_in(leaf) and self._leaf_core(
                           leaf, cube_only=self.accumulators) == "V" for leaf in _leaves([s]))]
             if vec_at and min(vec_at) > max(gemm_at):
-                self.handoff_at[name] = min(vec_at)
-        self.per_gemm = shared_acc - set(self.handoff_at)
-        self.row_halves: dict[str, list] = {}  # vector buffers split over AIV0/AIV1
-        self.shadow = {}
-        for name in self.shared_operands:
-            self.shadow[name] = self._new_buffer(name, "l1", "ascend.l1")
-        for name in shared_acc:
-            self.shadow[name] = self._new_buffer(name, "l0c", "ascend.l0c")
-        for name in self.vector_touched & (self.operands | self.accumulators):
-            self.scopes[name] = "ascend.ub"
-        self.tmp = {name: self._new_buffer(name, "part", "ascend.ub") for name in self.per_gemm}
+                self.handoff_at[acc] = min(vec_at)
+        self.per_gemm = [b for b in shared_acc if b not in self.handoff_at]
+        self.row_halves: dict = {}  # vector buffers split over AIV0/AIV1 -> their new shape
+        self.shadow: dict = {}
+        for buf in self.shared_operands:
+            self.shadow[buf] = self._new_buffer(buf, "l1", "ascend.l1")
+        for buf in shared_acc:
+            self.shadow[buf] = self._new_buffer(buf, "l0c", "ascend.l0c")
+        for buf in order:
+            if buf in touched and (buf in operands or buf in accumulators):
+                self.scopes[buf] = "ascend.ub"
+        self.tmp = {buf: self._new_buffer(buf, "part", "ascend.ub") for buf in self.per_gemm}
 
     # -- classification -------------------------------------------------------------------
     @staticmethod
-    def _zero_fill_of(stmt, name) -> bool:
+    def _zero_fill_of(stmt, buf) -> bool:
         call = decode(stmt)
         return call is not None and _is_zero_fill(call) and \
-            str(call.operands["dst"].buffer.name) == name
+            call.operands["dst"].buffer.same_as(buf)
 
     def _leaf_core(self, leaf, cube_only) -> str:
         call = decode(leaf)
@@ -140,29 +139,29 @@ class Split:
         if call.name == "copy":
             src, dst = call.operands["src"], call.operands["dst"]
             s, d = str(src.buffer.scope()), str(dst.buffer.scope())
-            if s == "global" and str(dst.buffer.name) in self.operands and \
-                    str(dst.buffer.name) not in self.shared_operands:
+            if s == "global" and dst.buffer in self.operands and \
+                    dst.buffer not in self.shared_operands:
                 return "C"
-            if d == "global" and str(src.buffer.name) in cube_only:
+            if d == "global" and src.buffer in cube_only:
                 return "C"
         if call.name == "fill" and _is_zero_fill(call) and \
-                str(call.operands["dst"].buffer.name) in cube_only:
+                call.operands["dst"].buffer in cube_only:
             return "C"
         return "V"
 
-    def _new_buffer(self, name: str, suffix: str, scope: str):
-        old = self.buffers[name]
-        buf = tirx.decl_buffer(old.shape, old.dtype, f"{name}_{suffix}", scope="shared")
-        self.buffers[str(buf.name)] = buf
-        self.scopes[str(buf.name)] = scope
+    def _new_buffer(self, old, suffix: str, scope: str):
+        buf = tirx.decl_buffer(old.shape, old.dtype, f"{old.name}_{suffix}", scope="shared")
+        self.scopes[buf] = scope
+        self.local.add(buf)
         self.new_allocs.append(tirx.AllocBuffer(buf))
         return buf
 
     # -- handoffs ---------------------------------------------------------------------------
     def _flag_id(self, span) -> tirx.IntImm:
-        if self.next_id > MAX_CROSS_ID:
-            raise KernelError("the cube/vector split of this kernel needs more than 11 "
-                              "cross-core flags (ids 0-10); use fewer GEMMs per loop",
+        if self.next_id >= CROSS_IDS:
+            raise KernelError(f"the cube/vector split of this kernel needs more than {CROSS_IDS} "
+                              f"cross-core flags (ids 0-{CROSS_IDS - 1}); use fewer GEMMs per "
+                              "loop",
                               span_location(span))
         self.next_id += 1
         return tirx.IntImm("int32", self.next_id - 1)
@@ -198,26 +197,23 @@ class Split:
         sub = {}
         for o in "AB":
             x = call.operands[o].buffer
-            if str(x.name) in self.shared_operands:
-                put, get = self._channel(x, x, self.shadow[str(x.name)], loop, "mte3", "mte2",
-                                         stmt.span)
+            if x in self.shared_operands:
+                put, get = self._channel(x, x, self.shadow[x], loop, "mte3", "mte2", stmt.span)
                 vec += put
                 cube += get
-                sub[x] = self.shadow[str(x.name)]
+                sub[x] = self.shadow[x]
         c = call.operands["C"].buffer
-        name = str(c.name)
-        if name in self.shadow:
-            sub[c] = self.shadow[name]
+        if c in self.shadow:
+            sub[c] = self.shadow[c]
         gemm = tvm_ffi.structural_map(stmt, (tirx.Buffer, lambda b: sub.get(b, b)))
-        if name not in self.per_gemm:
+        if c not in self.per_gemm:
             return cube + [gemm], vec
         if not call.attrs["clear_accum"]:  # a fresh product each time; the vector core adds
             new = decode(gemm)
             gemm = make_call("gemm", new.operands, {**new.attrs, "clear_accum": True},
                              span=stmt.span)
-        put, get = self._channel(c, self.shadow[name], self.tmp[name], loop, "fix", "mte2",
-                                 stmt.span)
-        part = Region.full(self.tmp[name])
+        put, get = self._channel(c, self.shadow[c], self.tmp[c], loop, "fix", "mte2", stmt.span)
+        part = Region.full(self.tmp[c])
         if call.attrs["clear_accum"]:
             combine = make_call("copy", {"src": part, "dst": Region.full(c)}, span=stmt.span)
         else:
@@ -243,10 +239,9 @@ class Split:
         cube, vec = [], []
         for index, s in enumerate(stmts):
             if top:
-                for name, at in self.handoff_at.items():
+                for acc, at in self.handoff_at.items():
                     if at == index:
-                        put, get = self._channel(self.buffers[name], self.shadow[name],
-                                                 self.buffers[name], None, "fix", "mte2",
+                        put, get = self._channel(acc, self.shadow[acc], acc, None, "fix", "mte2",
                                                  s.span)
                         cube += put
                         vec += get
@@ -275,12 +270,12 @@ class Split:
                 cube += c
                 vec += v
                 continue
-            cube_only = self.accumulators - set(self.per_gemm) - \
-                {n for n, at in self.handoff_at.items() if not top or index >= at}
+            cube_only = [b for b in self.accumulators if b not in self.per_gemm and not (
+                b in self.handoff_at and (not top or index >= self.handoff_at[b]))]
             if self._leaf_core(s, cube_only) == "C":
                 cube.append(tvm_ffi.structural_map(
-                    s, (tirx.Buffer, lambda b: self.shadow.get(str(b.name), b)
-                        if str(b.name) in self.accumulators else b)))
+                    s, (tirx.Buffer, lambda b: self.shadow.get(b, b)
+                        if b in self.accumulators else b)))
             else:
                 vec.append(s)
         return cube, vec
@@ -288,8 +283,8 @@ class Split:
     def run(self):
         """(cube statements, vector statements)."""
         cube, vec = self._build(self.stmts, None, True)
-        names = {n for n in _buffer_names(vec) if n in self.buffers}
-        halves = split_rows(vec, [self.buffers[n] for n in names], self.vid)
+        tiles = [b for b in _ordered(vec) if b in self.local]
+        halves = split_rows(vec, tiles, self.vid)
         if halves is None:
             return cube, self._guard(vec)
         self.row_halves = halves[1]
@@ -307,16 +302,7 @@ def _is_sync(stmt) -> bool:
     return call is not None and call.name in ops.SYNC_OPS
 
 
-def _buffer_names(stmts) -> set[str]:
-    found = set()
-    for s in stmts:
-        found |= _buffers(s)
-    return found
-
-
 def _calls(stmt) -> list:
-    from tilewright.ir import tile_ops_in
-
     return tile_ops_in(stmt)
 
 

@@ -1,4 +1,5 @@
-"""The Ascend dialect's tile ops, registered once in the core's schema registry.
+"""The Ascend tile ops, registered once in the core's schema registry: the dialect's ops and
+the vector-path ops that the ``vector`` phase lowers portable vector work to.
 
 Every op carries ``dialect="ascend"`` and ``backends=("ascend",)``: the core refuses them on
 any other backend at compile time, naming the op.
@@ -7,11 +8,11 @@ any other backend at compile time, naming the op.
 from __future__ import annotations
 
 import tvm
-from tilewright.ir.schema import Attr, Operand, TileOpSchema, _register_tvm_op, register_tile_op
+from tilewright.ir.schema import Attr, Operand, TileOpSchema, register_intrinsic, register_tile_op
 
 PREFIX = "ascend."
 PACK = "tw.ascend.pack"  # a list of scalar arguments (printf)
-_register_tvm_op(PACK, "the scalar arguments of an Ascend dialect op")
+register_intrinsic(PACK, "ascend.printf", "the scalar arguments of T.printf")
 
 
 def _op(name: str, operands=(), attrs=(), doc: str = "") -> TileOpSchema:
@@ -75,3 +76,23 @@ DIALECT_OPS = (*SYNC_OPS, PREFIX + "gemm_v0", PREFIX + "mma", PREFIX + "printf",
 
 def pack(args) -> tvm.ir.Call:
     return tvm.ir.Call(tvm.ir.Op.get(PACK), list(args))
+
+
+# -- the vector path of portable kernels (lowered by the ``vector`` phase) --------------------
+_D, _S = Operand("dst", "write"), Operand("src", "read")
+VBIN = _op("tile.vbin", (_D, Operand("src0", "read"), Operand("src1", "read")),
+           (Attr("op", str, ""),), "dst = src0 op src1 on UB tiles (Add Sub Mul Div Max Min)")
+VSCA = _op("tile.vsca", (_D, _S, Operand("scalar", "read", kind="expr")), (Attr("op", str, ""),),
+           "dst = src op scalar (add mul max min sub rsub div rdiv) on a UB tile")
+VUN = _op("tile.vun", (_D, _S), (Attr("op", str, ""),),
+          "dst = op(src) on UB tiles (exp ln abs sqrt rsqrt reciprocal copy neg cast)")
+VDUP = _op("tile.vdup", (_D, Operand("value", "read", kind="expr")), (),
+           "every element of a UB tile = value (Duplicate)")
+VBRC = _op("tile.vbrc", (_D, _S, Operand("vec", "read")),
+           (Attr("op", str, ""), Attr("axis", str, "")),
+           "dst[r, :] = src[r, :] op vec[r] (axis 'row': one scalar per row, read on S) or "
+           "src[r, :] op vec[:] (axis 'col')")
+VREDUCE = _op("tile.vreduce", (Operand("dst", "readwrite"), _S, Operand("work", "write")),
+              (Attr("kind", str, ""), Attr("dim", int, 1), Attr("clear", bool, True)),
+              "reduce a UB tile along rows (one reduction per repeat) or columns (vector ops)")
+VECTOR_PATH_OPS = (VBIN, VSCA, VUN, VDUP, VBRC, VREDUCE)

@@ -14,7 +14,9 @@ import tvm_ffi
 from tilewright.transform.walk import prim_func_pass
 from tvm import tirx
 
-from .sync_insert import VERSION_KEY, accesses, has_manual_sync
+from ..analysis.accesses import accesses, has_manual_sync
+from ..analysis.buffers import loads_and_stores
+from ..facts.keys import VERSION_KEY
 
 
 def _pipelined_loops(func) -> list:
@@ -26,27 +28,25 @@ def _pipelined_loops(func) -> list:
     return found
 
 
-def _uses(node) -> set[str]:
-    names = set()
-    tvm_ffi.structural_walk(node, [(tvm.ir.TensorLoad, lambda x: names.add(str(x.source.name))),
-                                   (tirx.BufferStore, lambda x: names.add(str(x.buffer.name)))])
-    return names
+def _uses(node) -> set:
+    loads, stores = loads_and_stores(node)
+    return {*loads, *stores}
 
 
 def _body_items(loop) -> list:
     return list(loop.body.seq) if isinstance(loop.body, tirx.SeqStmt) else [loop.body]
 
 
-def _candidates(func, loop) -> list[str]:
+def _candidates(func, loop) -> list:
     inside = _uses(loop.body)
     outside = set()
     for stmt in _outside(func.body, loop):
         outside |= _uses(stmt)
-    first: dict[str, bool] = {}
+    first: dict = {}
     for item in _body_items(loop):
         for a in accesses(item):
             first.setdefault(a.buffer, a.write)
-    return sorted(b for b in inside - outside if first.get(b))
+    return sorted((b for b in inside - outside if first.get(b)), key=lambda b: str(b.name))
 
 
 def _outside(stmt, loop) -> list:
@@ -71,16 +71,16 @@ def _rewrite_loop(loop, remap: dict, stages: int):
     v = _version(loop, stages)
 
     def load(x):
-        new = remap.get(str(x.source.name))
-        if new is None or not x.source.same_as(new[0]):
+        new = remap.get(x.source)
+        if new is None:
             return x
-        return tirx.BufferLoad(new[1], [v, *x.indices])
+        return tirx.BufferLoad(new, [v, *x.indices])
 
     def store(x):
-        new = remap.get(str(x.buffer.name))
-        if new is None or not x.buffer.same_as(new[0]):
+        new = remap.get(x.buffer)
+        if new is None:
             return x
-        return tirx.BufferStore(new[1], x.value, [v, *x.indices], span=x.span)
+        return tirx.BufferStore(new, x.value, [v, *x.indices], span=x.span)
 
     def region(call):
         if not (isinstance(call.op, tvm.ir.Op) and call.op.name == "tw.region"):
@@ -94,21 +94,20 @@ def _rewrite_loop(loop, remap: dict, stages: int):
                                               (tirx.BufferStore, store)])
     body = tvm_ffi.structural_map(body, (tvm.ir.Call, region))
     annotations = dict(loop.annotations)
-    annotations[VERSION_KEY] = {name: stages for name in remap}
+    annotations[VERSION_KEY] = {new: stages for new in remap.values()}
     return tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind, body,
                     annotations=annotations, span=loop.span)
 
 
-def _version_buffers(func, loop, stages: int, names: list[str]):
+def _version_buffers(func, loop, stages: int, buffers: list):
     remap = {}
 
     def alloc(stmt):
-        name = str(stmt.buffer.name)
-        if name not in names:
-            return stmt
         old = stmt.buffer
+        if old not in buffers:
+            return stmt
         new = tirx.decl_buffer((stages, *old.shape), old.dtype, old.name, scope=old.scope())
-        remap[name] = (old, new)
+        remap[old] = new
         return tirx.AllocBuffer(new, span=stmt.span)
 
     body = tvm_ffi.structural_map(func.body, (tirx.AllocBuffer, alloc))
@@ -125,10 +124,10 @@ def multi_buffer():
         if has_manual_sync(func):
             return func
         for loop in _pipelined_loops(func):
-            names = _candidates(func, loop)
-            if names:
+            buffers = _candidates(func, loop)
+            if buffers:
                 func = _version_buffers(func, loop, int(loop.annotations["tw.num_stages"]),
-                                        names)
+                                        buffers)
         return func
 
     return prim_func_pass("AscendMultiBuffer", run)

@@ -4,7 +4,9 @@ The kernel is ``extern "C" __global__ __aicore__``, of type MIX (1 AIC : 2 AIV).
 serves only as an allocator: one ``TBuf`` per memory, every buffer taken at the offset the
 memory plan gave it. Cube code sits under ``if ASCEND_IS_AIC``, vector code under
 ``if ASCEND_IS_AIV``; statements outside ``T.Scope`` go to the core whose memories or pipes
-they use. Tile ops become Ascend C calls through the rules in :mod:`.lowering`.
+they use. Tile ops become Ascend C calls through the rules in :mod:`..rules`; expressions print
+through :mod:`.expr`. Buffers are named by identity: two tiles with one name get two
+identifiers.
 """
 
 from __future__ import annotations
@@ -15,19 +17,50 @@ from tilewright.ir import decode
 from tilewright.plugin import DeviceCodegen, GeneratedSource
 from tvm import sym, tirx
 
-from . import __version__
-from .arch import ARCH, CUBE_SCOPES, MEMORIES, soc_of
-from .language.dialect import SCOPE_KEY
-from .lowering import RULES, core_of, ctype, parallel_rule
-from .passes import PLAN_KEY, dtype_bytes, gemm_calls
-from .split import WORKSPACES_KEY
-from .vector import PORTABLE_KEY, SCALAR_KEY
-from .vector_codegen import PRELUDE, emit_scalar_loop
+from .. import __version__
+from ..analysis.buffers import allocations
+from ..analysis.cores import core_of
+from ..analysis.gemm import gemm_calls, square_operands
+from ..facts.arch import ARCH, CUBE_SCOPES, MEMORIES, soc_of
+from ..facts.dtypes import ctype, dtype_bytes
+from ..facts.keys import (
+    PLAN_KEY,
+    PORTABLE_KEY,
+    SCALAR_KEY,
+    SCOPE_KEY,
+    STAGING_KEY,
+    WORKSPACES_KEY,
+)
+from ..rules import RULES, emit_scalar_loop, parallel_rule
+from .expr import ExprPrinter
 
-_BINOPS = {"Add": "+", "Sub": "-", "Mul": "*", "Div": "/", "FloorDiv": "/", "FloorMod": "%",
-           "Mod": "%", "EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">=",
-           "And": "&&", "Or": "||"}
 CORES = ("AIC", "AIV")
+# lines every generated file starts with; the emulator's header defines its own versions
+PRELUDE = (
+    "#ifndef TW_CAST",
+    "#define TW_CAST(T, x) static_cast<T>(x)",
+    "#endif",
+    "#ifndef TW_SELECT",
+    "#define TW_SELECT(c, a, b) ((c) ? (a) : (b))",
+    "#define TW_MIN(a, b) ((a) < (b) ? (a) : (b))",
+    "#define TW_MAX(a, b) ((a) > (b) ? (a) : (b))",
+    "#endif",
+    "#ifndef TW_FLOORDIV",  # integer division and modulo rounding towards minus infinity
+    "template <typename A, typename B> __aicore__ inline auto tw_floordiv(A a, B b) {",
+    "    auto q = a / b;",
+    "    return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;",
+    "}",
+    "template <typename A, typename B> __aicore__ inline auto tw_floormod(A a, B b) {",
+    "    auto r = a % b;",
+    "    return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;",
+    "}",
+    "#define TW_FLOORDIV(a, b) tw_floordiv((a), (b))",
+    "#define TW_FLOORMOD(a, b) tw_floormod((a), (b))",
+    "#endif",
+    "#ifndef TW_DEVICE_ASSERT",
+    "#define TW_DEVICE_ASSERT(c, msg) assert((c) && (msg))",
+    "#endif",
+)
 
 
 class Emitter:
@@ -35,16 +68,18 @@ class Emitter:
 
     def __init__(self, func: tirx.PrimFunc, name: str):
         self.func, self.name = func, name
-        self.plan = {str(k): (str(v[0]), int(v[1]), int(v[2]))
-                     for k, v in func.attrs[PLAN_KEY].items()}
+        self.plan = {entry[0]: (str(entry[1]), int(entry[2]), int(entry[3]))
+                     for entry in func.attrs[PLAN_KEY]}
+        self.staging = [(pair[0], pair[1]) for pair in (func.attrs.get(STAGING_KEY) or [])]
         self.analyzer = sym.Analyzer()
+        self.printer = ExprPrinter(self.var, self.buf, self.analyzer.can_prove)
         self.lines: list[str] = []
         self.depth = 0
         self.var_names: dict = {}
         self.used: set[str] = set()
         self.core = "AIV"
         self.scope: str | None = None
-        self.buffer_names: dict = {}
+        self.buffer_names: dict = {}  # buffer -> C identifier
 
     # -- names and expressions --------------------------------------------------------
     def ident(self, wanted: str) -> str:
@@ -61,44 +96,12 @@ class Emitter:
         return self.var_names[v]
 
     def buf(self, buffer) -> str:
-        return self.buffer_names[str(buffer.name)]
+        return self.buffer_names[buffer]
 
     def expr(self, e) -> str:
+        """``e`` simplified and printed as Ascend C."""
         e = self.analyzer.simplify(e) if not isinstance(e, (int, float)) else e
-        return self._expr(e)
-
-    def _expr(self, e) -> str:
-        if isinstance(e, bool):
-            return "true" if e else "false"
-        if isinstance(e, (int, float)):
-            return repr(e)
-        kind = type(e).__name__
-        if kind == "IntImm":
-            return ("true" if e.value else "false") if str(e.ty) == "bool" else str(e.value)
-        if kind == "FloatImm":
-            value = float(e.value)
-            if value != value or value in (float("inf"), float("-inf")):
-                text = "__builtin_nanf(\"\")" if value != value else \
-                    ("-" if value < 0 else "") + "__builtin_inff()"
-                return f"(({ctype(str(e.ty))}){text})"
-            return f"{value!r}" + ("f" if str(e.ty) != "float64" else "")
-        if kind == "Var":
-            return self.var(e)
-        if kind in _BINOPS:
-            return f"({self._expr(e.a)} {_BINOPS[kind]} {self._expr(e.b)})"
-        if kind in ("Min", "Max"):  # Ascend C has no min/max for scalars of mixed types
-            a, b = self._expr(e.a), self._expr(e.b)
-            return f"(({a}) {'<' if kind == 'Min' else '>'} ({b}) ? ({a}) : ({b}))"
-        if kind == "Not":
-            return f"(!{self._expr(e.a)})"
-        if kind == "Cast":
-            return f"(({ctype(str(e.ty))}){self._expr(e.value)})"
-        if kind == "Select" or (kind == "Call" and str(e.op.name).endswith(".if_then_else")):
-            cond, yes, no = (e.condition, e.true_value, e.false_value) if kind == "Select" \
-                else e.args
-            return f"({self._expr(cond)} ? {self._expr(yes)} : {self._expr(no)})"
-        raise KernelError(f"backend 'ascend' cannot print the scalar expression {e} "
-                          f"({kind}) in Ascend C")
+        return self.printer.cpp(e)
 
     # -- output -----------------------------------------------------------------------
     def line(self, text: str) -> None:
@@ -231,15 +234,15 @@ class Emitter:
             return
         guard = "ASCEND_IS_AIC" if core == "AIC" else "ASCEND_IS_AIV"
         with self.block(f"if {guard}"):
-            for name, (scope, offset, size) in self.plan.items():
-                if (scope in CUBE_SCOPES) != (core == "AIC") or name not in self.buffer_dtypes:
+            for buf, (scope, offset, size) in self.plan.items():
+                if (scope in CUBE_SCOPES) != (core == "AIC"):
                     continue
-                dt = self.buffer_dtypes[name]
+                dt = str(buf.dtype)
                 count = size // dtype_bytes(dt)
-                self.line(f"LocalTensor<{ctype(dt)}> {self.buffer_names[name]} = "
+                self.line(f"LocalTensor<{ctype(dt)}> {self.buf(buf)} = "
                           f"{self.memory_var(scope)}.GetWithOffset<{ctype(dt)}>({count}, "
                           f"{offset});")
-                self.line(f"TW_DEBUG_NAME({self.buffer_names[name]});")
+                self.line(f"TW_DEBUG_NAME({self.buf(buf)});")
             self.analyzer.bind(cid, tvm.ir.Range.from_min_extent(0, self.blocks))
             self.analyzer.bind(vid, tvm.ir.Range.from_min_extent(0, 2))
             if core == "AIC":
@@ -254,10 +257,11 @@ class Emitter:
         self.used.discard(str(cid.name))
         self.used.discard(str(vid.name))
 
-    def gemm_index(self, call) -> int:
+    def staging_of(self, call) -> tuple:
+        """The (L0A, L0B) staging tiles the memory plan gave a T.gemm_v0."""
         for n, other in enumerate(self.gemms):
             if other.stmt.same_as(call.stmt):
-                return n
+                return self.staging[n]
         raise KernelError("internal error: T.gemm_v0 missing from the memory plan")
 
     def memory_var(self, scope: str) -> str:
@@ -272,30 +276,25 @@ class Emitter:
                               "tilewright_ascend.language")
         vid_loop = cid_loop.body
         self.blocks = blocks
-        self.buffer_dtypes = {}
-        for alloc in _allocs(func):
-            self.buffer_dtypes[str(alloc.buffer.name)] = str(alloc.buffer.dtype)
-            self.buffer_names[str(alloc.buffer.name)] = self.ident(str(alloc.buffer.name))
-        for name in self.plan:
-            if name not in self.buffer_names:  # hidden staging tiles of gemm_v0
-                self.buffer_names[name] = self.ident(name)
+        for alloc in allocations(func):
+            self.buffer_names[alloc.buffer] = self.ident(str(alloc.buffer.name))
+        for buf in self.plan:
+            if buf not in self.buffer_names:  # the staging tiles of gemm_v0
+                self.buffer_names[buf] = self.ident(str(buf.name))
         self.gemms = gemm_calls(func)
-        for n, call in enumerate(self.gemms):
-            self.buffer_dtypes[f"gemm{n}_l0a"] = str(call.operands["A"].buffer.dtype)
-            self.buffer_dtypes[f"gemm{n}_l0b"] = str(call.operands["B"].buffer.dtype)
+        self.squares = square_operands(func)
         params = []
         for p in func.params:
             buf = func.buffer_map.get(p, p) if hasattr(func, "buffer_map") else p
             if not isinstance(buf, tirx.Buffer):
                 raise KernelError(f"parameter {p.name!r}: backend 'ascend' takes tensor "
                                   "parameters only")
-            self.buffer_names[str(buf.name)] = self.ident(str(buf.name))
+            self.buffer_names[buf] = self.ident(str(buf.name))
             params.append(buf)
         # GM workspaces of the cube/vector split: trailing arguments the executor allocates
-        self.workspaces = [tirx.decl_buffer(shape, dtype, name) for name, dtype, shape in
-                           (func.attrs.get(WORKSPACES_KEY) or [])]
+        self.workspaces = list(func.attrs.get(WORKSPACES_KEY) or [])
         for buf in self.workspaces:
-            self.buffer_names[str(buf.name)] = self.ident(str(buf.name))
+            self.buffer_names[buf] = self.ident(str(buf.name))
         params += self.workspaces
         # dynamic dimensions (T.dynamic): int32 kernel arguments after the tensors, read
         # from the tensors' shapes at each launch
@@ -328,7 +327,7 @@ class Emitter:
             self.line("TPipe pipe;")
             for scope in MEMORIES:
                 if any(v[0] == scope for v in self.plan.values()):
-                    position, size = MEMORIES[scope]
+                    position, size = MEMORIES[scope].position, MEMORIES[scope].capacity
                     mem = self.memory_var(scope)
                     self.line(f"TBuf<TPosition::{position}> {mem};")
                     self.line(f"pipe.InitBuffer({mem}, {size});")
@@ -347,19 +346,13 @@ class Emitter:
             host_args += ", uint8_t* tw_exception_desc"
             call_args += ", tw_exception_desc"
         self.line("")
-        self.line("#ifndef __TW_EMULATOR__")
+        self.line("#ifndef TW_DEVICE_ONLY  // the emulator and the header check leave it out")
         self.line(f"// host launch: {blocks} AI core groups (1 AIC + 2 AIV each)")
         with self.block(f'extern "C" void {self.name}_launch(void* stream, {host_args})'):
             self.line(f"{kernel}<<<{blocks}, nullptr, stream>>>({call_args});")
         self.line("#endif")
         self.params = params
         return "\n".join(self.lines) + "\n"
-
-
-def _allocs(func):
-    from .passes import allocations
-
-    return allocations(func)
 
 
 def generate(mod: tvm.IRModule, ctx) -> GeneratedSource:
@@ -375,7 +368,7 @@ def generate(mod: tvm.IRModule, ctx) -> GeneratedSource:
     text = emitter.generate(int(grid.value) if static else grid, soc.name, dump)
     known = {str(d[0].name) for d in emitter.dims}
     payload = {"kernel": emitter.kernel_symbol,
-               "blocks": int(grid.value) if static else _python(grid, known),
+               "blocks": int(grid.value) if static else emitter.printer.python(grid, known),
                "exception_dump": dump,
                "params": [(emitter.buf(b), str(b.dtype),
                            [int(s) if isinstance(s, tirx.IntImm) else -1 for s in b.shape])
@@ -384,25 +377,6 @@ def generate(mod: tvm.IRModule, ctx) -> GeneratedSource:
                "workspaces": len(emitter.workspaces)}
     return GeneratedSource(text=text, language="ascendc", file_ext="cpp", payload=payload,
                            entry=ctx.func_name)
-
-
-_PY = {"Add": "+", "Sub": "-", "Mul": "*", "FloorDiv": "//", "FloorMod": "%"}
-
-
-def _python(e, known: set) -> str:
-    """A grid size over dynamic dimensions as a Python expression the executor evaluates at
-    each launch."""
-    kind = type(e).__name__
-    if kind == "IntImm":
-        return str(int(e.value))
-    if kind == "Var" and str(e.name) in known:
-        return str(e.name)
-    if kind in _PY:
-        return f"({_python(e.a, known)} {_PY[kind]} {_python(e.b, known)})"
-    if kind in ("Min", "Max"):
-        return f"{kind.lower()}({_python(e.a, known)}, {_python(e.b, known)})"
-    raise KernelError(f"backend 'ascend' cannot compute the grid size {e} at launch ({kind}); "
-                      "use tensor dimensions and + - * // % min max")
 
 
 CODEGEN = DeviceCodegen(language="ascendc", file_ext="cpp", generate=generate)

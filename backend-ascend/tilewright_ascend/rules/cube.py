@@ -1,21 +1,13 @@
-"""The cube data path in the fractal formats of the hardware, one rule per data path.
-
-A cube operand is a 2-D tile (the last two dimensions of its buffer; leading dimensions index
-versions of the tile) stored in fractals of 16 rows x C0 elements, C0 = 32 bytes / element
-size (512 bytes a fractal):
-
-- L1 ``NZ``: column blocks of C0 elements, each holding every (padded) row;
-- L0A ``ZZ`` (m x k): fractals row-major over (m block, k block), row-major inside;
-- L0B ``ZN`` (k x n): fractals row-major over (k block, n block), column-major inside;
-- L0C ``NZ`` (m x n, 16 x 16 fractals): fractals column-major, row-major inside.
+"""The cube data paths in the fractal formats of the hardware (:mod:`..facts.layout`), one
+rule per data path, and the cube instructions.
 
 GM -> L1 is ``DataCopy`` with ``Nd2NzParams``; a tile that the copy may not fill entirely (a
 partial tile at the edge of the tensor, or a tile whose shape is not a whole number of
 fractals) is first zeroed with ``InitConstValue``, so the padding adds nothing to a GEMM.
 L1 -> L0A/L0B is ``LoadData`` with ``LoadData2DParams`` (``ifTranspose`` for the operands whose
-fractals must be transposed: 2-byte types only), ``Mmad`` multiplies, and L0C -> GM is
-``Fixpipe`` with ``CFG_ROW_MAJOR`` (NZ -> ND), writing only the rows and columns inside the
-tensor.
+fractals must be transposed: 2-byte types only; ``LoadDataWithTranspose`` for 4-byte operands
+stored as rows of fractals), ``Mmad`` multiplies, and L0C -> GM is ``Fixpipe`` with
+``CFG_ROW_MAJOR`` (NZ -> ND), writing only the rows and columns inside the tensor.
 """
 
 from __future__ import annotations
@@ -24,41 +16,14 @@ from tilewright.errors import KernelError, UnsupportedOpError
 from tilewright.ir import Region
 from tvm import tirx
 
-from .passes import dtype_bytes
-
-FRACTAL = 512  # bytes
-
-
-def c0(dtype: str) -> int:
-    return 32 // dtype_bytes(dtype)
-
-
-def _up(x: int, m: int) -> int:
-    return -(-x // m) * m
-
-
-def padded_tile(scope: str, rows: int, cols: int, dtype: str) -> tuple[int, int]:
-    """The (rows, cols) a tile of ``scope`` occupies in its fractal format."""
-    k0 = c0(dtype)
-    if scope == "ascend.l0b":
-        return _up(rows, k0), _up(cols, 16)
-    if scope == "ascend.l0c":
-        return _up(rows, 16), _up(cols, 16)
-    if scope == "ascend.l1" and dtype_bytes(dtype) == 4:
-        # 16 x 16 squares (two fractals) for LoadDataWithTranspose
-        return _up(rows, 16), _up(cols, 16)
-    return _up(rows, 16), _up(cols, k0)
-
-
-def padded_bytes(buf) -> int:
-    """Bytes of a cube-memory buffer in its fractal format (every version padded)."""
-    shape = [int(s) for s in buf.shape]
-    rows, cols = (shape[-2], shape[-1]) if len(shape) >= 2 else (1, shape[-1])
-    versions = 1
-    for s in shape[:-2]:
-        versions *= s
-    pr, pc = padded_tile(str(buf.scope()), rows, cols, str(buf.dtype))
-    return versions * pr * pc * dtype_bytes(str(buf.dtype))
+from ..analysis.gemm import gemm_k
+from ..facts import ops
+from ..facts.dtypes import ctype, dtype_bytes
+from ..facts.instructions import ND2NZ_SRC_D_LIMIT, REPEAT_LIMIT
+from ..facts.layout import c0, padded_tile
+from ..facts.paths import GM, L0A, L0B, L0C, L1
+from .regions import static_ints, tensor
+from .table import copy_rule, rule
 
 
 class Tile:
@@ -66,13 +31,12 @@ class Tile:
     rows and columns and their padded counts."""
 
     def __init__(self, em, region: Region, what: str):
-        low = _low()
         buf = region.buffer
-        shape = low._ints(buf.shape, buf.name)
+        shape = static_ints(buf.shape, buf.name)
         if len(shape) < 2:
             raise KernelError(f"{what}: {buf.name!r} must be a 2-D tile (the cube works on "
                               "matrices)")
-        ext = low._ints(region.extents, buf.name)
+        ext = static_ints(region.extents, buf.name)
         starts = list(region.starts)
         if ext[-2:] != shape[-2:] or any(not _is_zero(s) for s in starts[-2:]) or \
                 any(e != 1 for e in ext[:-2]):
@@ -88,19 +52,11 @@ class Tile:
             stride *= dim
         self.name = em.buf(buf)
         self.base = em.expr(offset)
-        self.square = square_layout(em, buf)
+        self.square = buf in em.squares
 
     def at(self, extra: str = "0") -> str:
         parts = [p for p in (self.base, extra) if p != "0"]
         return self.name if not parts else f"{self.name}[{' + '.join(parts)}]"
-
-
-def _low():
-    """The generic lowering helpers (imported late: :mod:`.lowering` dispatches to this
-    module)."""
-    from . import lowering
-
-    return lowering
 
 
 def _is_zero(e) -> bool:
@@ -115,10 +71,9 @@ def _gm_extent(em, region: Region) -> tuple[str, str, int, bool]:
     """(valid rows, valid cols, row stride) of a GM region clipped to its tensor, as C++
     text, and whether the clip is provably the whole region. The region has at most two
     dimensions of extent > 1 (rows, then columns); the columns are contiguous in GM."""
-    low = _low()
     buf = region.buffer
     shape = list(buf.shape)
-    ext = low._ints(region.extents, buf.name)
+    ext = static_ints(region.extents, buf.name)
     starts = [_expr(s) for s in region.starts]
     dims = [d for d, e in enumerate(ext) if e > 1] or [len(ext) - 1]
     if len(dims) > 2 or any(e != 1 for e in ext[dims[-1] + 1:]):
@@ -150,40 +105,11 @@ def _valid(em, rows: str, cols: str) -> tuple[str, str]:
     return r, c
 
 
-def square_layout(em, buf) -> bool:
-    """Whether the L1 buffer ``buf`` holds a 4-byte operand whose fractals must be transposed
-    on the way to L0 (B not transposed, A transposed). Such a tile is stored in L1 as rows of
-    fractals (fractal (row block, column block) at (row block * column blocks + column
-    block) * 512 bytes), so that each 16 x 16 square is two consecutive fractals, as
-    LoadDataWithTranspose takes them."""
-    if str(buf.scope()) != "ascend.l1" or dtype_bytes(str(buf.dtype)) != 4:
-        return False
-    cached = getattr(em, "_square_l1", None)
-    if cached is None:
-        squares, plain = {}, {}
-        for call in getattr(em, "gemms", []):
-            for operand, flag in (("A", "transpose_A"), ("B", "transpose_B")):
-                b = call.operands[operand].buffer
-                if dtype_bytes(str(b.dtype)) != 4:
-                    continue
-                wants = bool(call.attrs[flag]) == (operand == "A")
-                (squares if wants else plain)[str(b.name)] = call
-        both = set(squares) & set(plain)
-        if both:
-            name = sorted(both)[0]
-            raise KernelError(f"{name!r} (4-byte) is a GEMM operand both with and without a "
-                              "fractal transpose; its L1 layout cannot serve both: use two "
-                              "buffers")
-        cached = em._square_l1 = set(squares)
-    return str(buf.name) in cached
-
-
 def _copy_squares(em, tile, src: Region, rows: str, cols: str, stride) -> None:
     """GM (ND) -> L1 as rows of fractals: one Nd2Nz copy per 16-row slab (a slab is a row of
     fractals, ``dstNzC0Stride`` 16 puts its column blocks one fractal apart)."""
-    low = _low()
     slab = 16 * tile.pcols  # elements of a row of fractals
-    gm = low.tensor(em, src)
+    gm = tensor(em, src)
     name, _, off = gm.partition("[")
     off = off[:-1] if off else "0"
     s = em.ident("tw_slab")
@@ -193,40 +119,49 @@ def _copy_squares(em, tile, src: Region, rows: str, cols: str, stride) -> None:
                 f"{cols}, 0, {stride}, 16, 1, 0));")
 
 
+@copy_rule((GM, L1))
 def copy_gm_to_l1(em, src: Region, dst: Region, what: str) -> None:
-    low = _low()
     tile = Tile(em, dst, what)
-    squares = square_layout(em, dst.buffer)
+    squares = tile.square
     rows, cols, stride, full = _gm_extent(em, src)
     if str(src.buffer.dtype) != tile.dtype:
         raise KernelError(f"{what}: {src.buffer.name!r} is {src.buffer.dtype} but "
                           f"{dst.buffer.name!r} is {tile.dtype}; DataCopy does not convert")
     full = full and rows == str(tile.rows)
+    if isinstance(stride, int) and stride > ND2NZ_SRC_D_LIMIT:
+        raise KernelError(f"{what}: the rows of {src.buffer.name!r} are {stride} elements apart, "
+                          f"but the copy to L1 (Nd2NzParams.srcDValue) takes at most "
+                          f"{ND2NZ_SRC_D_LIMIT}; make the tensor's last dimension at most "
+                          f"{ND2NZ_SRC_D_LIMIT}")
     nbytes = tile.prows * tile.pcols * dtype_bytes(tile.dtype)
-    zero = (f"InitConstValue({tile.at()}, InitConstValueParams<{low.ctype(tile.dtype)}>"
+    zero = (f"InitConstValue({tile.at()}, InitConstValueParams<{ctype(tile.dtype)}>"
             f"(1, {nbytes // 32}, 0, 0));")
 
     def copy(r, c):
         if squares:
             _copy_squares(em, tile, src, r, c, stride)
             return
-        em.line(f"DataCopy({tile.at()}, {low.tensor(em, src)}, Nd2NzParams(1, {r}, {c}, 0, "
+        em.line(f"DataCopy({tile.at()}, {tensor(em, src)}, Nd2NzParams(1, {r}, {c}, 0, "
                 f"{stride}, {tile.prows}, 1, 0));")
 
+    # InitConstValue and the copy are both MTE2 writes of the tile: the pipe does not order
+    # overlapping writes by itself (PipeBarrier(ISASI).md), so a barrier separates them
     if full:
         if (tile.prows, tile.pcols) != (tile.rows, tile.cols):
             em.line(zero)  # the fractal padding must add nothing
+            em.line("PipeBarrier<PIPE_MTE2>();")
         copy(rows, cols)
         return
     with em.block(""):  # a partial tile: zero it, then copy what is inside the tensor
         r, c = _valid(em, rows, cols)
         em.line(zero)
+        em.line("PipeBarrier<PIPE_MTE2>();")
         with em.block(f"if ({r} > 0 && {c} > 0)"):
             copy(r, c)
 
 
+@copy_rule((L0C, GM))
 def copy_l0c_to_gm(em, src: Region, dst: Region, what: str) -> None:
-    low = _low()
     tile = Tile(em, src, what)
     rows, cols, stride, full = _gm_extent(em, dst)
     d, s = str(dst.buffer.dtype), tile.dtype
@@ -242,25 +177,28 @@ def copy_l0c_to_gm(em, src: Region, dst: Region, what: str) -> None:
         em.line(f"FixpipeParamsV220 fp; fp.nSize = {cols}; fp.mSize = {rows}; "
                 f"fp.srcStride = {tile.prows}; fp.dstStride = {stride}; "
                 f"fp.quantPre = QuantMode_t::{quant};")
-        em.line(f"Fixpipe<{low.ctype(d)}, {low.ctype(s)}, CFG_ROW_MAJOR>({low.tensor(em, dst)}, "
+        em.line(f"Fixpipe<{ctype(d)}, {ctype(s)}, CFG_ROW_MAJOR>({tensor(em, dst)}, "
                 f"{tile.at()}, fp);")
         if not full:
             em.depth -= 1
             em.line("}")
 
 
+def _repeats(what: str, unit: str, repeat: int, hint: str) -> None:
+    """LoadData's repeatTimes is 8 bits, as the vector instructions' repeatTime."""
+    if repeat > REPEAT_LIMIT:
+        raise KernelError(f"{what} of {repeat} {unit} at once exceeds {REPEAT_LIMIT}; use "
+                          f"{hint}")
+
+
 def _load(em, dst: str, src: str, repeat: int, src_stride: int, transpose: bool) -> None:
-    if repeat > 255:
-        raise KernelError(f"LoadData of {repeat} fractals at once exceeds 255; use a smaller "
-                          "tile or kL0Size")
+    _repeats("LoadData", "fractals", repeat, "a smaller tile or kL0Size")
     em.line(f"LoadData({dst}, {src}, LoadData2DParams{{0, {repeat}, {src_stride}, 0, 0, "
             f"{'true' if transpose else 'false'}, 0}});")
 
 
 def _load_t(em, dst: str, src: str, repeat: int, dst_gap: int, frac_gap: int) -> None:
-    if repeat > 255:
-        raise KernelError(f"LoadDataWithTranspose of {repeat} squares at once exceeds 255; use "
-                          "a smaller tile")
+    _repeats("LoadDataWithTranspose", "squares", repeat, "a smaller tile")
     em.line(f"LoadDataWithTranspose({dst}, {src}, LoadData2dTransposeParams{{0, {repeat}, 1, "
             f"{dst_gap}, {frac_gap}, 0}});")
 
@@ -323,6 +261,7 @@ def load_b(em, b: Tile, dst: str, kk: str, kl0: int, transpose: bool, what: str)
               nblocks, b.prows // 16, True)
 
 
+@rule(ops.GEMM_V0.name)
 def rule_gemm_v0(em, call) -> None:
     what = "T.gemm_v0"
     ta, tb = call.attrs["transpose_A"], call.attrs["transpose_B"]
@@ -335,12 +274,13 @@ def rule_gemm_v0(em, call) -> None:
         raise KernelError(f"{what}: shapes do not match: op(A) {m}x{k}, op(B) {kb_}x{n}, "
                           f"C {c.rows}x{c.cols}")
     kl0, kp = gemm_k(call)
-    index = em.gemm_index(call)
-    l0a = em.buffer_names[f"gemm{index}_l0a"]
-    l0b = em.buffer_names[f"gemm{index}_l0b"]
+    l0a, l0b = (em.buf(b) for b in em.staging_of(call))
     kk = em.ident("kk")
     init = em.expr(call.operands["init"])
+    # TPipe raised M_MTE1 id 0 on the cube core (and waits for it when it is destroyed): it
+    # says "L0A/L0B are free"; each K step waits for it, loads, and raises it after its Mmad
     with em.block(f"for (int32_t {kk} = 0; {kk} < {kp // kl0}; ++{kk})"):
+        em.line("WaitFlag<HardEvent::M_MTE1>(0);")
         load_a(em, a, l0a, kk, kl0, ta, what)
         load_b(em, b, l0b, kk, kl0, tb, what)
         em.line("SetFlag<HardEvent::MTE1_M>(0);")
@@ -349,42 +289,21 @@ def rule_gemm_v0(em, call) -> None:
                 f"mp.cmatrixInitVal = ({init}) && {kk} == 0;")
         em.line(f"Mmad({c.at()}, {l0a}, {l0b}, mp);")
         em.line("SetFlag<HardEvent::M_MTE1>(0);")
-        em.line("WaitFlag<HardEvent::M_MTE1>(0);")
 
 
-def gemm_k(call) -> tuple[int, int]:
-    """(K step through L0, K padded to whole steps) of a gemm_v0 call."""
-    a = call.operands["A"]
-    shape = [int(s) for s in a.buffer.shape]
-    k = shape[-2] if call.attrs["transpose_A"] else shape[-1]
-    kp = _up(k, 16)
-    kl0 = _up(min(int(call.attrs["kL0Size"]), kp), 16)
-    if kp % kl0:
-        raise KernelError(f"T.gemm_v0: K = {k} (padded to {kp}) is not a multiple of "
-                          f"kL0Size = {kl0}")
-    return kl0, kp
-
-
-def gemm_dims(call) -> tuple[int, int]:
-    """(padded M, padded N) of a gemm_v0 call."""
-    a, b = call.operands["A"], call.operands["B"]
-    ash, bsh = [int(s) for s in a.buffer.shape], [int(s) for s in b.buffer.shape]
-    m = ash[-1] if call.attrs["transpose_A"] else ash[-2]
-    n = bsh[-2] if call.attrs["transpose_B"] else bsh[-1]
-    return _up(m, 16), _up(n, 16)
-
-
+@copy_rule((L1, L0A), (L1, L0B))
 def copy_l1_to_l0(em, src: Region, dst: Region, what: str) -> None:
     """A whole L1 tile into L0A (as the A operand) or L0B (as the B operand)."""
     s, d = Tile(em, src, what), Tile(em, dst, what)
     if (s.rows, s.cols) != (d.rows, d.cols):
         raise KernelError(f"{what}: L1 -> L0 copies whole 2-D tiles of equal shape")
-    if str(dst.buffer.scope()) == "ascend.l0a":
+    if str(dst.buffer.scope()) == L0A:
         load_a(em, s, d.at(), "0", s.pcols, False, what)
     else:
         load_b(em, s, d.at(), "0", s.prows, False, what)
 
 
+@rule(ops.MMA.name)
 def rule_mma(em, call) -> None:
     a = Tile(em, call.operands["A"], "T.mma")
     b = Tile(em, call.operands["B"], "T.mma")

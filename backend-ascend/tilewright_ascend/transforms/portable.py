@@ -26,10 +26,9 @@ from tilewright.ir import Region, decode, make_call, tile_ops_in
 from tilewright.transform.walk import prim_func_pass
 from tvm import tirx
 
-from .language.dialect import SCOPE_KEY, VID_TAG
-from .passes import allocations
-from .split import WORKSPACES_KEY, Split
-from .vector import PORTABLE_KEY
+from ..analysis.buffers import allocations, loads_and_stores
+from ..facts.keys import NPU_KEY, PORTABLE_KEY, SCOPE_KEY, VID_TAG, WORKSPACES_KEY
+from .split import Split
 
 _PORTABLE = {"shared", "shared.dyn", "local.fragment", "local", "local.reducer.sum",
              "local.reducer.max", "local.reducer.min"}  # reducers: plain UB tiles
@@ -45,31 +44,30 @@ def _block_loops(func):
 
 
 def _scopes(func) -> dict:
+    """buffer -> Ascend memory for every tile in a portable scope."""
     scopes = {}
     for call in tile_ops_in(func):
         if call.name == "gemm":
             for operand, scope in (("A", "ascend.l1"), ("B", "ascend.l1"), ("C", "ascend.l0c")):
                 buf = call.operands[operand].buffer
                 if str(buf.scope()) in _PORTABLE:
-                    scopes[str(buf.name)] = scope
+                    scopes[buf] = scope
     for alloc in allocations(func):
-        name = str(alloc.buffer.name)
         if str(alloc.buffer.scope()) in _PORTABLE:
-            scopes.setdefault(name, "ascend.ub")
+            scopes.setdefault(alloc.buffer, "ascend.ub")
     return scopes
 
 
 def _gemms(stmt, init):
-    """Rewrite ``T.gemm`` calls in ``stmt``; ``init`` maps an accumulator name to the
-    condition of its first GEMM (consumed when used)."""
+    """Rewrite ``T.gemm`` calls in ``stmt``; ``init`` maps an accumulator to the condition of
+    its first GEMM (consumed when used)."""
 
     def rewrite(node):
         call = decode(node)
         if call is None or call.name != "gemm":
             return node
         c = call.operands["C"]
-        name = str(c.buffer.name)
-        cond = init.pop(name, None) if call.attrs["clear_accum"] is False else \
+        cond = init.pop(c.buffer, None) if call.attrs["clear_accum"] is False else \
             tirx.IntImm("bool", 1)
         k = int(call.operands["A"].extents[0 if call.attrs["transpose_A"] else -1])
         return make_call("ascend.gemm_v0",
@@ -87,26 +85,27 @@ def _clear_accumulators(stmts: list, scopes: dict) -> list:
     for stmt in stmts:
         call = decode(stmt)
         if call is not None and call.name == "fill" and \
-                scopes.get(str(call.operands["dst"].buffer.name)) == "ascend.l0c":
+                scopes.get(call.operands["dst"].buffer) == "ascend.l0c":
             value = call.operands["value"]
             if not (isinstance(value, (tirx.IntImm, tirx.FloatImm)) and value.value == 0):
                 raise KernelError("an accumulator in L0C can only be cleared (T.clear); the "
                                   "cube has no fill", span_location(stmt.span))
-            init[str(call.operands["dst"].buffer.name)] = "pending"
+            init[call.operands["dst"].buffer] = "pending"
             continue
         if not init and _clears_inside(stmt, scopes):  # e.g. under T.Persistent's guard
             out.append(_clear_nested(stmt, scopes))
             continue
         if isinstance(stmt, tirx.For):
-            pending = {n: tirx.EQ(stmt.loop_var, stmt.min) for n, v in init.items()
+            pending = {b: tirx.EQ(stmt.loop_var, stmt.min) for b, v in init.items()
                        if v == "pending"}
             stmt = _gemms(stmt, pending)
             if pending:
-                raise KernelError(f"T.clear({', '.join(pending)}) must be followed by the loop "
-                                  "whose T.gemm accumulates into it", span_location(stmt.span))
+                names = ", ".join(str(b.name) for b in pending)
+                raise KernelError(f"T.clear({names}) must be followed by the loop whose T.gemm "
+                                  "accumulates into it", span_location(stmt.span))
             init = {}
         else:
-            stmt = _gemms(stmt, {n: tirx.IntImm("bool", 1) for n in init})
+            stmt = _gemms(stmt, {b: tirx.IntImm("bool", 1) for b in init})
             init = {}
         out.append(stmt)
     return out
@@ -114,7 +113,7 @@ def _clear_accumulators(stmts: list, scopes: dict) -> list:
 
 def _clears_inside(stmt, scopes) -> bool:
     return decode(stmt) is None and any(
-        c.name == "fill" and scopes.get(str(c.operands["dst"].buffer.name)) == "ascend.l0c"
+        c.name == "fill" and scopes.get(c.operands["dst"].buffer) == "ascend.l0c"
         for c in tile_ops_in(stmt))
 
 
@@ -149,9 +148,8 @@ def _cube_only(body, scopes) -> bool:
     for call in tile_ops_in(body):
         if call.name not in ("gemm", "copy", "fill"):
             return False
-        names = [str(r.buffer.name) for r in call.regions("read") + call.regions("write")]
-        if any(scopes.get(n, "global") == "ascend.ub" for n in names if n in scopes) or \
-                all(n not in scopes for n in names):
+        bufs = [r.buffer for r in call.regions("read") + call.regions("write")]
+        if any(scopes.get(b) == "ascend.ub" for b in bufs) or all(b not in scopes for b in bufs):
             return False
     return True
 
@@ -160,31 +158,27 @@ def _fold_staging(func):
     """``T.copy(acc, X); T.copy(X, C[...])`` with ``X`` a tile used only there and ``acc`` a
     GEMM accumulator becomes ``T.copy(acc, C[...])``: L0C goes to GM by Fixpipe directly (the
     A2 cube has no path from L0C to UB)."""
-    accumulators = {str(c.operands["C"].buffer.name) for c in tile_ops_in(func)
-                    if c.name == "gemm"}
+    accumulators = {c.operands["C"].buffer for c in tile_ops_in(func) if c.name == "gemm"}
     if not accumulators:
         return func
-    uses: dict[str, int] = {}
+    uses: dict = {}
     for c in tile_ops_in(func):
         for r in c.regions("read") + c.regions("write"):
-            uses[str(r.buffer.name)] = uses.get(str(r.buffer.name), 0) + 1
+            uses[r.buffer] = uses.get(r.buffer, 0) + 1
     # scalar accesses: loads beyond the one per tile-op region, and stores
-    seen: dict[str, int] = {}
-    stores: set[str] = set()
-    tvm_ffi.structural_walk(func.body, (tvm.ir.TensorLoad, lambda x: seen.__setitem__(
-        str(x.source.name), seen.get(str(x.source.name), 0) + 1)))
-    tvm_ffi.structural_walk(func.body, (tirx.BufferStore, lambda x: stores.add(
-        str(x.buffer.name))))
-    loads = stores | {n for n, k in seen.items() if k > uses.get(n, 0)}
+    load_list, store_list = loads_and_stores(func.body)
+    seen: dict = {}
+    for buf in load_list:
+        seen[buf] = seen.get(buf, 0) + 1
+    loads = set(store_list) | {b for b, k in seen.items() if k > uses.get(b, 0)}
 
     def pair(a, b):
         ca, cb = decode(a), decode(b)
         if ca is None or cb is None or ca.name != "copy" or cb.name != "copy":
             return None
         acc, tile = ca.operands["src"], ca.operands["dst"]
-        name = str(tile.buffer.name)
-        if str(acc.buffer.name) not in accumulators or name in accumulators or \
-                name in loads or uses.get(name) != 2 or \
+        if acc.buffer not in accumulators or tile.buffer in accumulators or \
+                tile.buffer in loads or uses.get(tile.buffer) != 2 or \
                 not cb.operands["src"].buffer.same_as(tile.buffer) or \
                 str(cb.operands["dst"].buffer.scope()) != "global" or \
                 str(tile.buffer.dtype) != str(cb.operands["dst"].buffer.dtype):
@@ -200,13 +194,12 @@ def _fold_staging(func):
         return tirx.SeqStmt(out) if len(out) > 1 else out[0]
 
     body = tvm_ffi.structural_map(func.body, (tirx.SeqStmt, fold))
-    left = {str(r.buffer.name) for c in tile_ops_in(body)
+    left = {r.buffer for c in tile_ops_in(body)
             for r in c.regions("read") + c.regions("write")} | loads
 
     def drop(seq):  # the allocation of a folded tile goes with it
         stmts = [x for x in seq.seq if not (isinstance(x, tirx.AllocBuffer) and
-                                            str(x.buffer.name) in uses and
-                                            str(x.buffer.name) not in left)]
+                                            x.buffer in uses and x.buffer not in left)]
         return tirx.SeqStmt(stmts) if len(stmts) > 1 else stmts[0]
 
     return func.with_body(tvm_ffi.structural_map(body, (tirx.SeqStmt, drop)))
@@ -264,7 +257,7 @@ def _reducers(func):
 def to_dialect(func):
     func = _fold_staging(_reducers(func))
     loops, body = _block_loops(func)
-    if not loops or any("ascend.npu" in lp.annotations for lp in loops):
+    if not loops or any(NPU_KEY in lp.annotations for lp in loops):
         return func
     extents = [lp.extent for lp in loops]
     dynamic = not all(isinstance(e, tirx.IntImm) for e in extents)
@@ -272,11 +265,11 @@ def to_dialect(func):
     kinds = {"cube" if s != "ascend.ub" else "vector" for s in scopes.values()}
     cid, vid = tirx.Var("cid", "int32"), tirx.Var("vid", "int32")
     sizes = [e if dynamic else int(e.value) for e in extents]
-    buffers = {str(a.buffer.name): a.buffer for a in allocations(func)}
+    local = {a.buffer for a in allocations(func)}
     split = None
     top = list(body.seq) if isinstance(body, tirx.SeqStmt) else [body]
     if "cube" in kinds and not _cube_only(body, scopes):
-        split = Split([s for s in top if not isinstance(s, tirx.AllocBuffer)], buffers, cid,
+        split = Split([s for s in top if not isinstance(s, tirx.AllocBuffer)], local, cid,
                       vid, 0 if dynamic else math.prod(sizes))
         split = split if split.has_vector else None
         if split is not None and dynamic:
@@ -290,14 +283,11 @@ def to_dialect(func):
         scopes.update(split.scopes)
         body = tirx.SeqStmt([*[s for s in top if isinstance(s, tirx.AllocBuffer)],
                              *split.new_allocs, _scope("C", cube), _scope("V", vector)])
-    remap = {}
     halves = split.row_halves if split is not None else {}  # tiles split over AIV0/AIV1
-    for name, old in buffers.items():
-        if name in scopes:
-            remap[old] = tirx.decl_buffer(halves.get(name, old.shape), old.dtype, old.name,
-                                          scope=scopes[name])
+    remap = {old: tirx.decl_buffer(halves.get(old, old.shape), old.dtype, old.name, scope=scope)
+             for old, scope in scopes.items()}
     body = tvm_ffi.structural_map(body, (tirx.Buffer, lambda b: remap.get(b, b)))
-    new_scopes = {str(v.name): str(v.scope()) for v in remap.values()}
+    new_scopes = {new: str(new.scope()) for new in remap.values()}
     if split is None:
         stmts = _clear_accumulators(list(body.seq) if isinstance(body, tirx.SeqStmt)
                                     else [body], new_scopes)
@@ -325,15 +315,14 @@ def to_dialect(func):
     vid_loop = tirx.For(vid, 0, 2, tirx.ForKind.THREAD_BINDING, kernel_body,
                         thread_binding=tirx.IterVar(tvm.ir.Range(0, 2), vid,
                                                     tirx.IterVar.ThreadIndex, VID_TAG))
-    annotations = {**dict(loops[0].annotations), "ascend.npu": True}
+    annotations = {**dict(loops[0].annotations), NPU_KEY: True}
     cid_loop = tirx.For(cid, 0, total, tirx.ForKind.THREAD_BINDING, vid_loop,
                         thread_binding=tirx.IterVar(tvm.ir.Range(0, total), cid,
                                                     tirx.IterVar.ThreadIndex, "blockIdx.x"),
                         annotations=annotations, span=loops[0].span)
     func = func.with_body(cid_loop).with_attr(PORTABLE_KEY, True)
     if split is not None and split.workspaces:
-        func = func.with_attr(WORKSPACES_KEY, [
-            [str(w.name), str(w.dtype), [int(x) for x in w.shape]] for w in split.workspaces])
+        func = func.with_attr(WORKSPACES_KEY, list(split.workspaces))
     return func
 
 

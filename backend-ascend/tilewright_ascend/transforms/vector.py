@@ -18,7 +18,7 @@ The pass runs on kernels the ``portable`` phase converted (function attribute
 - What the vector unit cannot do (comparisons, selects, integer division, index arithmetic
   as data) stays a loop of GetValue/SetValue on the scalar unit, marked :data:`SCALAR_KEY`
   with the reason; the codegen writes the reason as a comment.
-- ``T.reduce_*`` become :data:`VREDUCE` (WholeReduce along rows, vector adds down columns)
+- ``T.reduce_*`` become ``VREDUCE`` (one reduction per row, vector adds down columns)
   with a UB work tile; ``T.cumsum`` a scalar loop; ``T.fill`` of UB Duplicate; a ``T.copy``
   that converts dtypes goes through a UB staging tile and Cast; a scalar ``T.atomic_*`` writes
   its value into a one-element UB tile that the atomic copy adds to global memory.
@@ -32,41 +32,17 @@ import tvm
 import tvm_ffi
 from tilewright.errors import KernelError, span_location
 from tilewright.ir import Region, decode, make_call
-from tilewright.ir.schema import Attr, Operand, TileOpSchema, register_tile_op
 from tilewright.transform.walk import prim_func_pass
 from tvm import sym, tirx
 
-from .arch import ALIGN
-from .language.dialect import SCOPE_KEY, VID_TAG
-from .passes import dtype_bytes
+from ..facts.arch import ALIGN
+from ..facts.dtypes import dtype_bytes
+from ..facts.instructions import computes
+from ..facts.keys import PORTABLE_KEY, SCALAR_KEY, SCOPE_KEY, VID_TAG, WORKSPACES_KEY
+from ..facts.ops import VBIN, VBRC, VDUP, VREDUCE, VSCA, VUN
 
-PORTABLE_KEY = "ascend.portable"  # set by the portable phase on the kernels it converted
-SCALAR_KEY = "ascend.scalar"  # a loop nest the scalar unit runs; the value is the reason
 UB = "ascend.ub"
-
-
-def _op(name, operands, attrs=(), doc=""):
-    return register_tile_op(TileOpSchema(f"ascend.tile.{name}", tuple(operands), tuple(attrs),
-                                         doc, dialect="ascend", backends=("ascend",)))
-
-
-_D, _S = Operand("dst", "write"), Operand("src", "read")
-VBIN = _op("vbin", (_D, Operand("src0", "read"), Operand("src1", "read")), (Attr("op", str, ""),),
-           "dst = src0 op src1 on UB tiles (Add Sub Mul Div Max Min)")
-VSCA = _op("vsca", (_D, _S, Operand("scalar", "read", kind="expr")), (Attr("op", str, ""),),
-           "dst = src op scalar (add mul max min sub rsub div rdiv) on a UB tile")
-VUN = _op("vun", (_D, _S), (Attr("op", str, ""),),
-          "dst = op(src) on UB tiles (exp ln abs sqrt rsqrt reciprocal copy neg cast)")
-VDUP = _op("vdup", (_D, Operand("value", "read", kind="expr")), (),
-           "every element of a UB tile = value (Duplicate)")
-VBRC = _op("vbrc", (_D, _S, Operand("vec", "read")), (Attr("op", str, ""), Attr("axis", str, "")),
-           "dst[r, :] = src[r, :] op vec[r] (axis 'row': one scalar per row, read on S) or "
-           "src[r, :] op vec[:] (axis 'col')")
-VREDUCE = _op("vreduce", (Operand("dst", "readwrite"), _S, Operand("work", "write")),
-              (Attr("kind", str, ""), Attr("dim", int, 1), Attr("clear", bool, True)),
-              "reduce a UB tile along rows (WholeReduce) or columns (vector ops)")
-VECTOR_PATH_OPS = (VBIN, VSCA, VUN, VDUP, VBRC, VREDUCE)
-# portable tile ops this pass rewrites (their rules are the ops above)
+# portable tile ops this pass rewrites (their rules are the vector-path ops)
 PORTABLE_VECTOR_OPS = ("reduce_sum", "reduce_max", "reduce_min", "reduce_abssum",
                        "reduce_absmax", "cumsum")
 
@@ -235,14 +211,35 @@ class _Lowering:
             raise KernelError(f"T.{call.name}: backend 'ascend' reduces 1-D and 2-D tiles",
                               span_location(stmt.span))
         rows = math.prod(extents[:dim]) if dim == rank - 1 else math.prod(extents[dim + 1:])
+        dtype = str(src.buffer.dtype)
+        if not computes("WholeReduceSum", dtype):
+            if not dtype.startswith("bfloat"):
+                raise KernelError(f"T.{call.name}: A2's vector unit reduces float16 and float32, "
+                                  f"not {dtype}", span_location(stmt.span))
+            # bfloat16: reduce a float32 copy (A2 converts bfloat16 but does not compute in it)
+            wide_src = self.temp(_ints(src.extents), "float32", out)
+            wide_dst = self.temp(_ints(dst.extents), "float32", out)
+            out.append(make_call(VUN.name, {"dst": wide_src, "src": src}, {"op": "cast"},
+                                 span=stmt.span))
+            if not call.attrs["clear"]:
+                out.append(make_call(VUN.name, {"dst": wide_dst, "src": dst}, {"op": "cast"},
+                                     span=stmt.span))
+            self._reduce(wide_src, wide_dst, kind, dim, rank, rows, call.attrs["clear"], out,
+                         stmt.span)
+            out.append(make_call(VUN.name, {"dst": dst, "src": wide_dst}, {"op": "cast"},
+                                 span=stmt.span))
+            return out
+        self._reduce(src, dst, kind, dim, rank, rows, call.attrs["clear"], out, stmt.span)
+        return out
+
+    def _reduce(self, src, dst, kind, dim, rank, rows, clear, out, span):
         per = ALIGN // dtype_bytes(str(src.buffer.dtype))
         work = self.temp([-(-math.prod(_ints(src.buffer.shape)) // per) * per +
                           -(-rows // per) * per],
                          str(src.buffer.dtype), out)
         out.append(make_call(VREDUCE.name, {"dst": dst, "src": src, "work": work},
                              {"kind": kind, "dim": 1 if dim == rank - 1 else 0,
-                              "clear": call.attrs["clear"]}, span=stmt.span))
-        return out
+                              "clear": clear}, span=span))
 
     def op_cumsum(self, call, stmt):
         src, dst = call.operands["src"], call.operands["dst"]
@@ -309,13 +306,18 @@ class _Lowering:
             guard, body = body.condition, body.then_case
         if guard is not None and _bounds_only(guard, body, variables):
             guard = None
-        body = self.stage_global(body, variables, extents, pre, post, loop.span,
-                                 keep=guard is not None)
-        stores = list(body.seq) if isinstance(body, tirx.SeqStmt) else [body]
         reason = None
-        if guard is not None:
+        try:
+            body = self.stage_global(body, variables, extents, pre, post, loop.span,
+                                     keep=guard is not None)
+        except Unvectorizable as exc:  # a global index the copies cannot tile
+            reason = str(exc)
+            pre.clear()
+            post.clear()
+        stores = list(body.seq) if isinstance(body, tirx.SeqStmt) else [body]
+        if reason is None and guard is not None:
             reason = f"the guard {guard} is not a bounds check of the tensors"
-        elif not all(isinstance(s, tirx.BufferStore) for s in stores):
+        elif reason is None and not all(isinstance(s, tirx.BufferStore) for s in stores):
             reason = "the loop body is not a sequence of element stores"
         ops = []
         if reason is None:
@@ -342,6 +344,8 @@ class _Lowering:
         """Replace global loads and stores in ``body`` by UB tiles copied in and out."""
         staged = {}
 
+        problems = []  # recorded, not raised: the callbacks run inside TVM
+
         def region_of(buffer, indices):
             starts, exts, used = [], [], []
             for index in indices:
@@ -350,25 +354,24 @@ class _Lowering:
                     starts.append(index)
                     exts.append(1)
                     continue
-                if len(mine) > 1:
-                    raise KernelError(f"T.Parallel on backend 'ascend': the index {index} of "
-                                      f"{buffer.name!r} mixes loop variables",
-                                      span_location(span))
                 v = mine[0]
                 start = _simplify(_subst(index, [(v, tirx.const(0, "int32"))]))
                 rest = _simplify(index - start - v)
-                if not (isinstance(rest, tirx.IntImm) and rest.value == 0):
-                    raise KernelError(f"T.Parallel on backend 'ascend': the index {index} of "
-                                      f"{buffer.name!r} is not loop variable + offset",
-                                      span_location(span))
+                if len(mine) > 1 or not (isinstance(rest, tirx.IntImm) and rest.value == 0):
+                    problems.append(f"the index {index} of {buffer.name!r} is not one loop "
+                                    "variable + offset")
+                    return None
                 starts.append(start)
                 exts.append(extents[variables.index(v)])
                 used.append(v)
             return starts, exts, used
 
         def tile_for(buffer, indices, write):
-            starts, exts, used = region_of(buffer, indices)
-            key = (buffer.name, tuple(str(s) for s in starts))
+            found = region_of(buffer, indices)
+            if found is None:
+                return None, None
+            starts, exts, used = found
+            key = (buffer, tuple(str(s) for s in starts))
             if key not in staged:
                 region = Region(buffer, tuple(starts), tuple(tirx.IntImm("int32", e)
                                                              for e in exts))
@@ -383,17 +386,23 @@ class _Lowering:
             if str(x.source.scope()) != "global":
                 return x
             tile, used = tile_for(x.source, list(x.indices), False)
+            if tile is None:
+                return x
             return tirx.BufferLoad(tile.buffer, list(used) or [tirx.const(0, "int32")])
 
         def store(x):
             if str(x.buffer.scope()) != "global":
                 return x
             tile, used = tile_for(x.buffer, list(x.indices), True)
+            if tile is None:
+                return x
             return tirx.BufferStore(tile.buffer, x.value, list(used) or [tirx.const(0, "int32")],
                                     span=x.span)
 
         body = tvm_ffi.structural_map(body, [(tvm.ir.TensorLoad, load),
                                              (tirx.BufferStore, store)])
+        if problems:
+            raise Unvectorizable(problems[0])
         for region, tile, _, how in staged.values():
             if how["read"] or (how["write"] and keep):
                 pre.append(make_call("copy", {"src": region, "dst": tile}, span=span))
@@ -705,7 +714,7 @@ def _both_vector_cores(func):
 def _one_vector_core(func):
     """Portable vector code runs on vector sub-core 0 only (both would write the same GM),
     unless it can take two blocks per group (:func:`_both_vector_cores`)."""
-    if "ascend.workspaces" in func.attrs:  # split kernels guard their own work (split.py)
+    if WORKSPACES_KEY in func.attrs:  # split kernels guard their own work (split.py)
         return func
     vid_loop = func.body.body if isinstance(func.body, tirx.For) else None
     if not (isinstance(vid_loop, tirx.For) and vid_loop.thread_binding is not None and
