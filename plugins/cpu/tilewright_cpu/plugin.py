@@ -60,7 +60,7 @@ BACKEND = BackendModule(
         dtypes=frozenset(DTYPES),
         memory_scopes=frozenset({"global", "shared.dyn", "local.fragment", "local", "local.var",
                                  *(f"local.reducer.{op}" for op in REDUCER_OPS)}),
-        features=frozenset({"dynamic_shapes", "partial_tiles"}),
+        features=frozenset({"dynamic_shapes", "partial_tiles", "kernel_sequence"}),
     ),
     description="reference backend: host CPU through TVM's LLVM codegen",
 )

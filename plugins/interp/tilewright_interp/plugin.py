@@ -26,7 +26,7 @@ BACKEND = BackendModule(
                           "uint32", "uint64", "float16", "bfloat16", "float32", "float64"}),
         memory_scopes=frozenset({"global", "shared.dyn", "local.fragment", "local", "local.var",
                                  *(f"local.reducer.{op}" for op in REDUCER_OPS)}),
-        features=frozenset({"dynamic_shapes", "partial_tiles"}),
+        features=frozenset({"dynamic_shapes", "partial_tiles", "kernel_sequence"}),
     ),
     description="reference interpreter: runs the tile IR in Python and NumPy, one block "
                 "at a time",

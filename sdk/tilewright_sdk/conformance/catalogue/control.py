@@ -121,6 +121,29 @@ def _data_guard(dtype, M, N, bm=4, bn=8):
     return data_guard
 
 
+def _kernel_sequence(dtype, M, N, bm=4, bn=8):
+    """Two T.Kernel launches in order, sharing a T.alloc_global workspace: the second reads
+    rows the first wrote from other blocks (row M - 1 - r)."""
+
+    @T.prim_func
+    def kernel_sequence(A: T.Tensor((M, N), dtype), B: T.Tensor((M, N), dtype)):
+        W = T.alloc_global((M, N), dtype)
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=128) as (bx, by):
+            for i, j in T.Parallel(bm, bn):
+                r = by * bm + i
+                c = bx * bn + j
+                if r < M and c < N:
+                    W[r, c] = A[r, c] * 2.0
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=128) as (bx, by):
+            for i, j in T.Parallel(bm, bn):
+                r = by * bm + i
+                c = bx * bn + j
+                if r < M and c < N:
+                    B[r, c] = W[M - 1 - r, c] + 1.0
+
+    return kernel_sequence
+
+
 MN = {"partial": {"M": 12, "N": 20}}
 TILE = (*BASE, "alloc_fragment", "copy", "Parallel")
 
@@ -145,6 +168,9 @@ ROWS = (
     Kernel("data_guard", (*TILE, "fill"), ("copy", "fill"), _data_guard, two_d,
            lambda a: [a.clamp(min=0) + (a <= 0) * 0.5], MN,
            doc="an if on tile values inside T.Parallel"),
+    Kernel("kernel_sequence", (*BASE, "alloc_global", "Parallel"), (), _kernel_sequence,
+           two_d, lambda a: [a.flip(0) * 2 + 1], MN, features=("kernel_sequence",),
+           doc="two T.Kernel launches in order sharing a T.alloc_global workspace"),
     Kernel("dynamic", (*BASE, "alloc_shared", "copy", "Parallel", "symbolic", "dynamic"),
            ("copy",), lambda dtype, M, N: _dynamic(dtype), two_d, lambda a: [a + 1.0],
            {"dynamic": {"M": 20, "N": 36}},

@@ -40,6 +40,7 @@ FLOAT_BINARY = {
     "neg": (lambda x, y: -x, lambda x, y: -x),
     "max": (T.max, lambda x, y: x.maximum(y)),
     "min": (T.min, lambda x, y: x.minimum(y)),
+    "clamp": (lambda x, y: T.clamp(x, 2, 5), lambda x, y: x.clamp(2, 5)),
     "select_lt": (lambda x, y: T.if_then_else(x < y, x, y * 2), lambda x, y: (x < y) * x +
                   (x >= y) * y * 2),
     "select_ge_zero": (lambda x, y: T.if_then_else(x >= 0, y, -y), lambda x, y: (x >= 0) * y -
@@ -62,6 +63,7 @@ INT_BINARY = {
     "xor": (lambda x, y: x ^ y, lambda x, y: x ^ y),
     "shr": (lambda x, y: x >> 2, lambda x, y: x >> 2),  # arithmetic for negative x
     "shl": (lambda x, y: T.abs(x) << 2, lambda x, y: x.abs() << 2),
+    "clamp": (lambda x, y: T.clamp(x, 2, 5), lambda x, y: x.clamp(2, 5)),
     "select_lt": (lambda x, y: T.if_then_else(x < y, x, y), lambda x, y: x.minimum(y)),
     "select_le": (lambda x, y: T.if_then_else(x <= 3, 1, 0), lambda x, y: (x <= 3).long()),
     "select_gt": (lambda x, y: T.if_then_else(x > y, 1, 2), lambda x, y: 2 - (x > y).long()),
@@ -79,6 +81,9 @@ FLOORDIV = {
     "floordiv_neg_const": (lambda x, y, c: x // -4,
                            lambda x, y, c: x.div(-4, rounding_mode="floor")),
     "floormod_neg_const": (lambda x, y, c: x % -3, lambda x, y, c: x.remainder(-3)),
+    "T.floordiv": (lambda x, y, c: T.floordiv(x, y),
+                   lambda x, y, c: x.div(y, rounding_mode="floor")),
+    "T.floormod": (lambda x, y, c: T.floormod(x, y), lambda x, y, c: x.remainder(y)),
     # an index with negative intermediate values: column (c - 3) mod N, a rotation
     "rotate": (lambda x, y, c: c, lambda x, y, c: c),
 }
@@ -193,7 +198,9 @@ def _casts(dtype, targets, bn=8):
                 for i in T.Parallel(bn):
                     g = bx * bn + i
                     if g < n:
-                        outs[k][g] = T.cast(U[g] if t.startswith("uint") else X[g], t)
+                        src = U[g] if t.startswith("uint") else X[g]
+                        # T.Cast is T.cast with TVM's argument order
+                        outs[k][g] = T.Cast(t, src) if k % 2 else T.cast(src, t)
         return tuple(outs)
 
     return casts
@@ -259,16 +266,16 @@ ROWS = (
            _table_ref(FLOAT_BINARY), {"partial": MN["partial"]},
            dtypes=(*FLOATS, "float64"),
            doc="+ - * / negation, T.max, T.min and comparisons through T.if_then_else"),
-    Kernel("int_arith", (*ELEMENTWISE, "max", "min", "abs", "if_then_else"), ("copy",),
+    Kernel("int_arith", (*ELEMENTWISE, "max", "min", "abs", "clamp", "if_then_else"), ("copy",),
            lambda dtype, M, N: _elementwise("int_arith", INT_BINARY, dtype, M, N),
            _int_inputs, _int_ref(_table_ref(INT_BINARY)), {"partial": MN["partial"]},
            dtypes=INTEGERS,
            doc="integer + - * min max abs & | ^ >> << and comparisons, negative operands"),
-    Kernel("int_floordiv", (*BASE, "Parallel"), (), _floordiv, _floordiv_inputs,
+    Kernel("int_floordiv", (*BASE, "Parallel", "floordiv", "floormod"), (), _floordiv, _floordiv_inputs,
            lambda x, d, dtype: _int_ref(lambda *t: _floordiv_ref(*t, dtype))(x, d),
            {"partial": MN["partial"]}, dtypes=INTEGERS, ref_args=("dtype",),
            doc="// and % with operands and divisors of both signs, and an index (c - 3) % N"),
-    Kernel("cast", (*BASE, "const", "empty", "Parallel", "cast", *ALL_DTYPES), (),
+    Kernel("cast", (*BASE, "const", "empty", "Parallel", "cast", "Cast", *ALL_DTYPES), (),
            lambda dtype, N, targets: eager(_casts(dtype, targets), n=N), _cast_inputs,
            _cast_ref, {"partial": {"N": 40, "targets": ALL_DTYPES}}, out_idx=(),
            dtypes=ALL_DTYPES, dtype_dims=("targets",), ref_args=("targets",),
