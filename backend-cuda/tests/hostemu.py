@@ -114,31 +114,46 @@ inline float tw_bits16_to_float(unsigned bits, bool bf16) {
   std::memcpy(&f, &u, 4);
   return f;
 }
-// mma.sync.m16n8k16 across the 32 lanes of the calling warp, from the PTX fragment layouts
-inline void tw_emulate_mma_16816(float* c, const unsigned* a, const unsigned* b, bool bf16) {
+// One element of an mma operand register: code 0 half, 1 bfloat16 (16-bit), 2 int8, 3 e4m3fn,
+// 4 e5m2 (8-bit), as include/tw_mma.h's mma_kind numbers them.
+inline float tw_mma_element(unsigned bits, int code) {
+  if (code < 2) return tw_bits16_to_float(bits, code == 1);
+  if (code == 2) return (float)(signed char)bits;
+  if (code == 4) return tw_bits16_to_float(bits << 8, false);  // e5m2 is half's upper byte
+  unsigned exp = (bits >> 3) & 0xf, man = bits & 7;  // e4m3fn: bias 7, no infinities
+  float f = exp == 0xf && man == 7 ? NAN
+            : exp == 0 ? std::ldexp((float)man, -9) : std::ldexp((float)(8 + man), (int)exp - 10);
+  return (bits & 0x80u) ? -f : f;
+}
+// mma.sync.m16n8k16 (16-bit operands) or m16n8k32 (8-bit) across the 32 lanes of the calling
+// warp, from the PTX fragment layouts: each 32-bit register holds E = 2 or 4 consecutive k.
+template <class C>
+inline void tw_emulate_mma(C* c, const unsigned* a, const unsigned* b, int code) {
   unsigned t = tw_slot_base + threadIdx.x, base = t / 32 * 32;
   for (int i = 0; i < 4; ++i) tw_mma_exchange[t][i] = a[i];
   tw_mma_exchange[t][4] = b[0];
   tw_mma_exchange[t][5] = b[1];
   tw_warp_sync();
-  float A[16][16], B[16][8];
+  const int E = code < 2 ? 2 : 4, K = 8 * E, H = K / 2, W = 32 / E;
+  float A[16][32], B[32][8];
   for (int l = 0; l < 32; ++l) {
     const unsigned* r = tw_mma_exchange[base + l];
-    int g = l >> 2, q = (l & 3) * 2;
-    for (int h = 0; h < 2; ++h) {
-      A[g][q + h] = tw_bits16_to_float((r[0] >> (16 * h)) & 0xffff, bf16);
-      A[g + 8][q + h] = tw_bits16_to_float((r[1] >> (16 * h)) & 0xffff, bf16);
-      A[g][q + 8 + h] = tw_bits16_to_float((r[2] >> (16 * h)) & 0xffff, bf16);
-      A[g + 8][q + 8 + h] = tw_bits16_to_float((r[3] >> (16 * h)) & 0xffff, bf16);
-      B[q + h][g] = tw_bits16_to_float((r[4] >> (16 * h)) & 0xffff, bf16);
-      B[q + 8 + h][g] = tw_bits16_to_float((r[5] >> (16 * h)) & 0xffff, bf16);
+    int g = l >> 2, q = (l & 3) * E;
+    for (int e = 0; e < E; ++e) {
+      auto at = [&](int reg) { return tw_mma_element((r[reg] >> (W * e)) & ((1u << W) - 1), code); };
+      A[g][q + e] = at(0);
+      A[g + 8][q + e] = at(1);
+      A[g][q + H + e] = at(2);
+      A[g + 8][q + H + e] = at(3);
+      B[q + e][g] = at(4);
+      B[q + H + e][g] = at(5);
     }
   }
   tw_warp_sync();
   int lane = t % 32, g = lane >> 2, q = (lane & 3) * 2;
   int rows[4] = {g, g, g + 8, g + 8}, cols[4] = {q, q + 1, q, q + 1};
   for (int i = 0; i < 4; ++i)
-    for (int k = 0; k < 16; ++k) c[i] += A[rows[i]][k] * B[k][cols[i]];
+    for (int k = 0; k < K; ++k) c[i] += (C)(A[rows[i]][k] * B[k][cols[i]]);
 }
 // ldmatrix.m8n8.x{num}[.trans] across the calling warp: lane l gave the address of row l % 8
 // of matrix l / 8; register j gets matrix j, (row l / 4, columns 2 (l % 4) + 0, 1), or with

@@ -128,7 +128,7 @@ def test_gemm_tile_not_a_multiple_of_the_instruction(dtype):
     with pytest.raises(UnsupportedOpError) as info:
         tilewright.lower(gemm_kernel(24, 64, 32, 128, dtype), "cuda -arch=sm_80")
     text = str(info.value)
-    assert f"T.gemm of {dtype} into a float32 accumulator on backend 'cuda' (sm_80)" in text
+    assert f"T.gemm of {dtype} into float32 accumulators on backend 'cuda' (sm_80)" in text
     assert "M x N x K = 24 x 64 x 32" in text
     assert "instruction shape 16 x 8 x 16" in text
     assert "# the gemm line" in text and "test_cuda_errors.py" in text

@@ -27,7 +27,7 @@ from .transforms import atomics, distribute, finish, layout, memory, sync, threa
 from .transforms.pipeline import pipeline
 
 DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-          "float16", "bfloat16", "float32", "float64")
+          "float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2")
 
 
 def _rules() -> dict:

@@ -1,9 +1,12 @@
 """Which gemm instruction fits a ``T.gemm``: ``wgmma.mma_async.m64nNk16`` (sm_90a), then
-``mma.sync.m16n8k16`` over warp tiles (sm_80+), else a gemm spread over the threads. Each
+``mma.sync`` over warp tiles (``MMA_FORMS``: m16n8k16 for float16/bfloat16 on sm_80+, m16n8k32
+for int8 on sm_80+ and float8 on sm_89+), else a gemm spread over the threads. Each
 predicate says why its instruction does not fit (None when it does); layout inference and the
 gemm rules ask the same ones."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from tilewright.ir import TileOpCall
 from tilewright.transform.lowering_utils import non_unit
@@ -12,7 +15,48 @@ from .. import layout
 from ..keys import WARP, WARPGROUP
 from .ir import const
 
-MMA_DTYPES = (("float16", "float16", "float32"), ("bfloat16", "bfloat16", "float32"))
+
+
+@dataclass(frozen=True)
+class MmaForm:
+    """One ``mma.sync`` form: the instruction's K, the oldest architecture that has it and its
+    PTX operand type (include/tw_mma.h issues it)."""
+
+    k: int
+    min_sm: int
+    ptx: str
+
+    @property
+    def instruction(self) -> str:
+        return f"mma.sync m16n8k{self.k} .{self.ptx}"
+
+
+# (A, B, C) dtypes -> the mma.sync form that computes them
+MMA_FORMS = {
+    ("float16", "float16", "float32"): MmaForm(16, 80, "f16"),
+    ("bfloat16", "bfloat16", "float32"): MmaForm(16, 80, "bf16"),
+    ("int8", "int8", "int32"): MmaForm(32, 80, "s8"),
+    ("float8_e4m3fn", "float8_e4m3fn", "float32"): MmaForm(32, 89, "e4m3"),
+    ("float8_e5m2", "float8_e5m2", "float32"): MmaForm(32, 89, "e5m2"),
+}
+# the (A, B, C) dtypes wgmma's m64nNk16 forms take here
+WGMMA_DTYPES = (("float16", "float16", "float32"), ("bfloat16", "bfloat16", "float32"))
+
+
+def dtypes_of(call: TileOpCall) -> tuple[str, str, str]:
+    """The (A, B, C) dtypes of a gemm."""
+    return tuple(str(call.operands[k].buffer.dtype) for k in ("A", "B", "C"))
+
+
+def mma_form(call: TileOpCall) -> MmaForm | None:
+    """The ``mma.sync`` form of a gemm's dtypes, or None."""
+    return MMA_FORMS.get(dtypes_of(call))
+
+
+def forms_on(arch) -> str:
+    """The (A, B) -> C dtypes the mma.sync forms of ``arch`` compute, for messages."""
+    return ", ".join(f"{a} -> {c}" for (a, _, c), form in MMA_FORMS.items()
+                     if arch is not None and arch.sm >= form.min_sm)
 
 
 def leading_dim(region) -> int | None:
@@ -29,11 +73,11 @@ def mma_misfit(call: TileOpCall, arch, threads: int) -> str | None:
 def mma_not_asked(call: TileOpCall, arch) -> str | None:
     """Why the gemm does not ask for tensor cores (arch, dtypes, operand memory), or None."""
     a, b, c = (call.operands[k] for k in ("A", "B", "C"))
-    if arch is None or arch.sm < 80:
-        return "mma.sync m16n8k16 needs sm_80 or newer"
-    dtypes = (str(a.buffer.dtype), str(b.buffer.dtype), str(c.buffer.dtype))
-    if dtypes not in MMA_DTYPES:
-        return f"operand dtypes {dtypes} are not (float16|bfloat16, same, float32)"
+    form = mma_form(call)
+    if form is None:
+        return f"operand dtypes {dtypes_of(call)} have no mma.sync form"
+    if arch is None or arch.sm < form.min_sm:
+        return f"{form.instruction} needs sm_{form.min_sm} or newer"
     for name, region in (("A", a), ("B", b), ("C", c)):
         if (layout.is_thread_local(region.buffer) and not
                 layout.is_accumulator(region.buffer)) or \
@@ -45,13 +89,14 @@ def mma_not_asked(call: TileOpCall, arch) -> str | None:
 
 
 def mma_shape_misfit(call: TileOpCall, threads: int) -> str | None:
-    """Why the tile shape or the warps do not fit ``mma.sync.m16n8k16``, or None."""
+    """Why the tile shape or the warps do not fit the gemm's ``mma.sync`` form, or None."""
     a, c = call.operands["A"], call.operands["C"]
     adims, cdims = non_unit(a), non_unit(c)
     m, n = const(c.extents[cdims[0]]), const(c.extents[cdims[1]])
     k = const(a.extents[adims[0]] if call.attrs["transpose_A"] else a.extents[adims[1]])
-    if None in (m, n, k) or m % 16 or n % 8 or k % 16:
-        return f"tile {m}x{n}x{k} is not a multiple of the 16x8x16 instruction"
+    ik = mma_form(call).k
+    if None in (m, n, k) or m % 16 or n % 8 or k % ik:
+        return f"tile {m}x{n}x{k} is not a multiple of the 16x8x{ik} instruction"
     if (m // 16) * (n // 8) % (threads // WARP):
         return f"{(m // 16) * (n // 8)} 16x8 output tiles do not split evenly over " \
                f"{threads // WARP} warps"
@@ -60,9 +105,19 @@ def mma_shape_misfit(call: TileOpCall, threads: int) -> str | None:
 
 def mma_policy_error(call: TileOpCall, arch, threads: int) -> str | None:
     """Why a gemm that asks for tensor cores cannot have them, or None. A gemm asks for them
-    when it reads float16/bfloat16 from shared memory or fragments into a float32 accumulator on
-    sm_80+; its tile must then be a multiple of the 16x8x16 instruction and its 16x8 output
-    tiles must split evenly over the warps. Other gemms take the thread gemm quietly."""
+    when its dtypes have an mma.sync form (``MMA_FORMS``) and it reads shared memory or
+    fragments; a form the architecture lacks is an error naming what it has (float8 before
+    sm_89); on one that has it, the tile must be a multiple of the instruction and its 16x8
+    output tiles must split evenly over the warps. Other gemms take the thread gemm quietly."""
+    form = mma_form(call)
+    if form is not None and (arch is None or arch.sm < form.min_sm) and \
+            form.min_sm > 80:
+        name = "no architecture" if arch is None else arch.name
+        return (f"T.gemm of {' x '.join(dtypes_of(call)[:2])} into {dtypes_of(call)[2]} on "
+                f"backend 'cuda' ({name}) needs {form.instruction}, which sm_{form.min_sm} and "
+                f"newer have; {name} computes gemm on tensor cores for "
+                f"{forms_on(arch) or 'no dtypes'}: target 'cuda -arch=sm_{form.min_sm}' or "
+                "newer, or convert the operands")
     if mma_not_asked(call, arch) is not None:
         return None
     misfit = mma_shape_misfit(call, threads)
@@ -72,12 +127,12 @@ def mma_policy_error(call: TileOpCall, arch, threads: int) -> str | None:
     cdims, adims = non_unit(c), non_unit(a)
     m, n = (const(c.extents[d]) for d in cdims)
     k = const(a.extents[adims[0]] if call.attrs["transpose_A"] else a.extents[adims[1]])
-    what = (f"T.gemm of {a.buffer.dtype} into a float32 accumulator on backend 'cuda' "
-            f"({arch.name}) uses the tensor-core instruction mma.sync m16n8k16")
+    what = (f"T.gemm of {a.buffer.dtype} into {c.buffer.dtype} accumulators on backend "
+            f"'cuda' ({arch.name}) uses the tensor-core instruction {form.instruction}")
     if misfit.startswith("tile "):
         return (f"{what}, but its tile M x N x K = {m} x {n} x {k} is not a multiple of the "
-                f"instruction shape 16 x 8 x 16: make block M and K multiples of 16 and "
-                f"block N a multiple of 8")
+                f"instruction shape 16 x 8 x {form.k}: make block M a multiple of 16, K of "
+                f"{form.k} and block N a multiple of 8")
     if "split evenly" not in misfit:
         return f"{what}, but {misfit}"
     tiles, warps = (m // 16) * (n // 8), threads // WARP
@@ -107,9 +162,8 @@ def wgmma_shape_misfit(call: TileOpCall, arch, threads: int, a_in_registers: boo
     a, b, c = (call.operands[k] for k in ("A", "B", "C"))
     if arch is None or arch.name != "sm_90a":
         return "wgmma needs sm_90a"
-    dtypes = (str(a.buffer.dtype), str(b.buffer.dtype), str(c.buffer.dtype))
-    if dtypes not in MMA_DTYPES:
-        return f"operand dtypes {dtypes} are not (float16|bfloat16, same, float32)"
+    if dtypes_of(call) not in WGMMA_DTYPES:
+        return f"operand dtypes {dtypes_of(call)} are not (float16|bfloat16, same, float32)"
     if call.attrs["transpose_A"]:
         return "A in registers must be [M, K]" if a_in_registers else \
             "A must be stored [M, K] (K-major) for the wgmma descriptor"

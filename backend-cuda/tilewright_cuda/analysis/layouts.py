@@ -75,13 +75,15 @@ def elementwise_uses(func, frags) -> dict:
 
 
 def accumulators(func, arch, threads) -> dict:
-    """Fragments that may live in registers in the mma accumulator layout: float32, 2-D,
+    """Fragments that may live in registers in the mma accumulator layout: float32 (int32 for
+    int8 gemms), 2-D,
     written by at least one ``mma.sync`` gemm as C, and otherwise only filled whole, copied
     from whole, reduced whole along rows into a shared row vector, or indexed ``[i, j]`` by
     the two loop variables of a ``T.Parallel`` nest over its whole shape. Maps each to its
     :class:`~tilewright_cuda.layout.Accumulator` (``rows`` when rows are reduced or touched
     element by element)."""
-    frags = set(_fragments(func, lambda b: str(b.dtype) == "float32" and len(b.shape) == 2))
+    frags = set(_fragments(func, lambda b: str(b.dtype) in ("float32", "int32") and
+                           len(b.shape) == 2))
     allowed, regions, fed = {f: True for f in frags}, {f: 0 for f in frags}, set()
     rows = set()
     for call, op, region in _operands(func, frags):

@@ -36,39 +36,83 @@ struct swizzled {
   }
 };
 
-template <class T>
-__device__ __forceinline__ unsigned pack2(T lo, T hi) {
-  unsigned short l = *reinterpret_cast<unsigned short*>(&lo);
-  unsigned short h = *reinterpret_cast<unsigned short*>(&hi);
-  return (unsigned)l | ((unsigned)h << 16);
+// The 32-bit register holding 4 / sizeof(T) consecutive elements, the first in the low bits.
+template <class T, class F>
+__device__ __forceinline__ unsigned pack(F at) {
+  constexpr int E = 4 / sizeof(T);
+  unsigned r = 0;
+#pragma unroll
+  for (int e = 0; e < E; ++e) {
+    T v = at(e);
+    unsigned bits = sizeof(T) == 2 ? *reinterpret_cast<unsigned short*>(&v)
+                                   : *reinterpret_cast<unsigned char*>(&v);
+    r |= bits << (8 * sizeof(T) * e);
+  }
+  return r;
 }
 
+// The mma.sync form of each operand type: K of one instruction, the accumulator type, and the
+// instruction (m16n8k16 for 16-bit operands, m16n8k32 for 8-bit ones; the same A/B/C fragment
+// layout in 32-bit registers, each holding 4 / sizeof(T) consecutive k).
 template <class T> struct mma_kind;
-template <> struct mma_kind<half> { static constexpr bool bf16 = false; };
+#ifdef __CUDA_FP16_TYPES_EXIST__
+template <> struct mma_kind<half> {
+  static constexpr int k = 16, code = 0;
+  using acc = float;
+};
+#endif
 #ifdef __CUDA_BF16_TYPES_EXIST__
-template <> struct mma_kind<__nv_bfloat16> { static constexpr bool bf16 = true; };
+template <> struct mma_kind<__nv_bfloat16> {
+  static constexpr int k = 16, code = 1;
+  using acc = float;
+};
+#endif
+template <> struct mma_kind<signed char> {
+  static constexpr int k = 32, code = 2;
+  using acc = int;
+};
+#ifdef __CUDA_FP8_TYPES_EXIST__
+template <> struct mma_kind<__nv_fp8_e4m3> {
+  static constexpr int k = 32, code = 3;
+  using acc = float;
+};
+template <> struct mma_kind<__nv_fp8_e5m2> {
+  static constexpr int k = 32, code = 4;
+  using acc = float;
+};
 #endif
 
-template <class T>
-__device__ __forceinline__ void mma_16816(float* c, const unsigned* a, const unsigned* b) {
+#define TW_MMA_F32(SHAPE, TYPE)                                                               \
+  asm volatile("mma.sync.aligned." SHAPE ".row.col.f32." TYPE "." TYPE                        \
+               ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"                 \
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])                               \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]))
+
+// c += a b: one mma.sync of T's form (mma_kind).
+template <class T, class C>
+__device__ __forceinline__ void mma(C* c, const unsigned* a, const unsigned* b) {
+  constexpr int code = mma_kind<T>::code;
 #if defined(TW_HOST_EMULATION)
-  tw_emulate_mma_16816(c, a, b, mma_kind<T>::bf16);
+  tw_emulate_mma(c, a, b, code);
 #elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  if constexpr (mma_kind<T>::bf16) {
+  if constexpr (code == 0) {
+    TW_MMA_F32("m16n8k16", "f16");
+  } else if constexpr (code == 1) {
+    TW_MMA_F32("m16n8k16", "bf16");
+  } else if constexpr (code == 2) {
     asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
         "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  } else if constexpr (code == 3) {
+    TW_MMA_F32("m16n8k32", "e4m3");
   } else {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    TW_MMA_F32("m16n8k32", "e5m2");
   }
 #endif
 }
+#undef TW_MMA_F32
 
 // ldmatrix.sync.aligned.m8n8.x{N}[.trans].shared.b16: lane l gives the address of row l % 8
 // of matrix l / 8; register j receives matrix j (transposed with TRANS).
@@ -94,54 +138,59 @@ __device__ __forceinline__ void ldmatrix(unsigned* d, const void* row) {
 #endif
 }
 
-// The A fragment (16x16 at m0, k0) in registers a[0..3]: matrices (rows m0 / m0 + 8) x
-// (k0 / k0 + 8) in the order of the PTX A layout.
+// The A fragment (16 x KS at m0, k0; KS = mma_kind<T>::k) in registers a[0..3]: matrices
+// (rows m0 / m0 + 8) x (the two 16-byte halves of k) in the order of the PTX A layout.
+// ldmatrix moves 16-bit elements, so 8-bit A takes it only stored [M][K] (no byte transpose).
 template <bool TRANS_A, class L, class T>
 __device__ __forceinline__ void load_a(unsigned* a, const T* A, int m0, int k0) {
   const int lane = threadIdx.x % 32;
-  if constexpr (L::ldsm) {
+  constexpr int H = 16 / sizeof(T);  // elements in 16 bytes: half of KS
+  if constexpr (L::ldsm && (sizeof(T) == 2 || !TRANS_A)) {
     const int j = lane / 8, i = lane % 8;
-    const int m = m0 + (j & 1) * 8, k = k0 + (j >> 1) * 8;
+    const int m = m0 + (j & 1) * 8, k = k0 + (j >> 1) * H;
     // stored [M][K]: row m + i; stored [K][M]: row k + i, transposed
     ldmatrix<4, TRANS_A>(a, TRANS_A ? A + L::at(k + i, m) : A + L::at(m + i, k));
   } else {
-    const int g = lane >> 2, t = (lane & 3) * 2;
+    constexpr int E = 4 / sizeof(T);
+    const int g = lane >> 2, t = (lane & 3) * E;
     auto at = [&](int i, int k) { return TRANS_A ? A[L::at(k, i)] : A[L::at(i, k)]; };
     const int r0 = m0 + g, r1 = r0 + 8, k = k0 + t;
-    a[0] = pack2(at(r0, k), at(r0, k + 1));
-    a[1] = pack2(at(r1, k), at(r1, k + 1));
-    a[2] = pack2(at(r0, k + 8), at(r0, k + 9));
-    a[3] = pack2(at(r1, k + 8), at(r1, k + 9));
+    a[0] = pack<T>([&](int e) { return at(r0, k + e); });
+    a[1] = pack<T>([&](int e) { return at(r1, k + e); });
+    a[2] = pack<T>([&](int e) { return at(r0, k + H + e); });
+    a[3] = pack<T>([&](int e) { return at(r1, k + H + e); });
   }
 }
 
-// NB B fragments (k16 x n8 each, NB = 1 or 2) at (k0, n0), n0 + 8: b[2 * nb + h] holds
-// k0 + 8 h .. + 7 of column tile nb.
+// NB B fragments (KS x n8 each, NB = 1 or 2) at (k0, n0), n0 + 8: b[2 * nb + h] holds the
+// h-th 16-byte half of k of column tile nb. 8-bit B takes ldmatrix only stored [N][K].
 template <int NB, bool TRANS_B, class L, class T>
 __device__ __forceinline__ void load_b(unsigned* b, const T* B, int k0, int n0) {
   const int lane = threadIdx.x % 32;
-  if constexpr (L::ldsm) {
+  constexpr int H = 16 / sizeof(T);
+  if constexpr (L::ldsm && (sizeof(T) == 2 || TRANS_B)) {
     const int j = (lane / 8) % (2 * NB), i = lane % 8;
-    const int k = k0 + (j & 1) * 8, n = n0 + (j >> 1) * 8;
+    const int k = k0 + (j & 1) * H, n = n0 + (j >> 1) * 8;
     // stored [N][K]: row n + i; stored [K][N]: row k + i, transposed
     ldmatrix<2 * NB, !TRANS_B>(b, TRANS_B ? B + L::at(n + i, k) : B + L::at(k + i, n));
   } else {
-    const int g = lane >> 2, t = (lane & 3) * 2;
+    constexpr int E = 4 / sizeof(T);
+    const int g = lane >> 2, t = (lane & 3) * E;
     auto at = [&](int k, int j) { return TRANS_B ? B[L::at(j, k)] : B[L::at(k, j)]; };
 #pragma unroll
     for (int nb = 0; nb < NB; ++nb) {
       const int n = n0 + nb * 8 + g, k = k0 + t;
-      b[2 * nb] = pack2(at(k, n), at(k + 1, n));
-      b[2 * nb + 1] = pack2(at(k + 8, n), at(k + 9, n));
+      b[2 * nb] = pack<T>([&](int e) { return at(k + e, n); });
+      b[2 * nb + 1] = pack<T>([&](int e) { return at(k + H + e, n); });
     }
   }
 }
 
 // One warp tile: acc[(mi * NI + ni) * 4 ..] += A[m0 + 16 mi, :K] B[:K, n0 + 8 ni].
-template <int MI, int NI, int K, bool TRANS_A, bool TRANS_B, class LA, class LB, class T>
-__device__ __forceinline__ void warp_tile(const T* A, const T* B, int m0, int n0, float* acc) {
+template <int MI, int NI, int K, bool TRANS_A, bool TRANS_B, class LA, class LB, class T, class C>
+__device__ __forceinline__ void warp_tile(const T* A, const T* B, int m0, int n0, C* acc) {
 #pragma unroll
-  for (int k0 = 0; k0 < K; k0 += 16) {
+  for (int k0 = 0; k0 < K; k0 += mma_kind<T>::k) {
     unsigned a[MI][4], b[NI][2];
 #pragma unroll
     for (int mi = 0; mi < MI; ++mi) load_a<TRANS_A, LA>(a[mi], A, m0 + mi * 16, k0);
@@ -151,7 +200,7 @@ __device__ __forceinline__ void warp_tile(const T* A, const T* B, int m0, int n0
 #pragma unroll
     for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
-      for (int ni = 0; ni < NI; ++ni) mma_16816<T>(acc + (mi * NI + ni) * 4, a[mi], b[ni]);
+      for (int ni = 0; ni < NI; ++ni) mma<T>(acc + (mi * NI + ni) * 4, a[mi], b[ni]);
   }
 }
 
@@ -165,11 +214,13 @@ __device__ __forceinline__ void store_pair(T* p, float a, float b) {
   if constexpr (sizeof(T) == 4) {
     *reinterpret_cast<float2*>(p) = make_float2(a, b);
 #ifdef __CUDA_BF16_TYPES_EXIST__
-  } else if constexpr (mma_kind<T>::bf16) {
+  } else if constexpr (mma_kind<T>::code == 1) {
     *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(a, b);
 #endif
+#ifdef __CUDA_FP16_TYPES_EXIST__
   } else {
     *reinterpret_cast<half2*>(p) = __floats2half2_rn(a, b);
+#endif
   }
 #endif
 }
@@ -179,10 +230,11 @@ __device__ __forceinline__ void store_pair(T* p, float a, float b) {
 // C in registers (the "local.mma_acc" fragment layout, see above).
 template <int M, int N, int K, bool TRANS_A, bool TRANS_B, int THREADS, int WM, int WN,
           class LA, class LB, class T>
-__device__ __forceinline__ void tw_gemm_mma_rf(const T* A, const T* B, float* acc) {
+__device__ __forceinline__ void tw_gemm_mma_rf(const T* A, const T* B,
+                                               typename tw::mma_kind<T>::acc* acc) {
   static_assert(WM * WN * 32 == THREADS, "the warp grid must cover the block's warps");
-  static_assert(M % (16 * WM) == 0 && N % (8 * WN) == 0 && K % 16 == 0,
-                "the warp tile must be a multiple of 16x8x16");
+  static_assert(M % (16 * WM) == 0 && N % (8 * WN) == 0 && K % tw::mma_kind<T>::k == 0,
+                "the warp tile must be a multiple of the instruction's 16 x 8 x k");
   constexpr int TM = M / WM, TN = N / WN;
   const int warp = threadIdx.x / 32;
   tw::warp_tile<TM / 16, TN / 8, K, TRANS_A, TRANS_B, LA, LB>(A, B, (warp / WN) * TM,
@@ -192,17 +244,18 @@ __device__ __forceinline__ void tw_gemm_mma_rf(const T* A, const T* B, float* ac
 // C in shared memory (float32, row-major, leading dimension ldc).
 template <int M, int N, int K, bool TRANS_A, bool TRANS_B, int THREADS, int WM, int WN,
           class LA, class LB, class T>
-__device__ __forceinline__ void tw_gemm_mma(const T* A, const T* B, float* C, int ldc) {
+__device__ __forceinline__ void tw_gemm_mma(const T* A, const T* B,
+                                            typename tw::mma_kind<T>::acc* C, int ldc) {
   static_assert(WM * WN * 32 == THREADS, "the warp grid must cover the block's warps");
-  static_assert(M % (16 * WM) == 0 && N % (8 * WN) == 0 && K % 16 == 0,
-                "the warp tile must be a multiple of 16x8x16");
+  static_assert(M % (16 * WM) == 0 && N % (8 * WN) == 0 && K % tw::mma_kind<T>::k == 0,
+                "the warp tile must be a multiple of the instruction's 16 x 8 x k");
   constexpr int TM = M / WM, TN = N / WN, MI = TM / 16, NI = TN / 8;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
   const int m0 = (warp / WN) * TM, n0 = (warp % WN) * TN;
-  float acc[MI * NI * 4];
+  typename tw::mma_kind<T>::acc acc[MI * NI * 4];
 #pragma unroll
   for (int i = 0; i < MI * NI; ++i) {
-    float* p = C + (m0 + (i / NI) * 16 + g) * ldc + n0 + (i % NI) * 8 + t * 2;
+    auto* p = C + (m0 + (i / NI) * 16 + g) * ldc + n0 + (i % NI) * 8 + t * 2;
     acc[4 * i] = p[0];
     acc[4 * i + 1] = p[1];
     acc[4 * i + 2] = p[8 * ldc];
@@ -211,7 +264,7 @@ __device__ __forceinline__ void tw_gemm_mma(const T* A, const T* B, float* C, in
   tw::warp_tile<MI, NI, K, TRANS_A, TRANS_B, LA, LB>(A, B, m0, n0, acc);
 #pragma unroll
   for (int i = 0; i < MI * NI; ++i) {
-    float* p = C + (m0 + (i / NI) * 16 + g) * ldc + n0 + (i % NI) * 8 + t * 2;
+    auto* p = C + (m0 + (i / NI) * 16 + g) * ldc + n0 + (i % NI) * 8 + t * 2;
     p[0] = acc[4 * i];
     p[1] = acc[4 * i + 1];
     p[8 * ldc] = acc[4 * i + 2];

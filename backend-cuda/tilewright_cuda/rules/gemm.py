@@ -5,7 +5,9 @@ it does not fit; the first that fits lowers the gemm.
    swizzled shared tiles through matrix descriptors, or A from registers (the register-A
    form ``tw_gemm_wgmma_rs``: the k16 steps' m64k16 A fragments, which the wgmma accumulator
    layout holds); C a register accumulator in the wgmma D layout;
-2. ``ldmatrix`` + ``mma.sync.m16n8k16`` over warp tiles (sm_80+, include/tw_mma.h);
+2. ``ldmatrix`` + ``mma.sync`` over warp tiles (include/tw_mma.h; the form of the dtypes,
+   ``gemm_fit.MMA_FORMS``: m16n8k16 for float16/bfloat16, m16n8k32 for int8 into int32 on
+   sm_80+ and float8_e4m3fn/float8_e5m2 into float32 on sm_89+);
 3. C's elements spread over the threads, each dot product in a register.
 
 A gemm that asks for tensor cores but cannot have them is an error (``mma_policy_error``).
@@ -126,8 +128,9 @@ def _operand_layout(region: Region) -> str:
         return f"tw::swizzled<{int(region.buffer.shape[-2])}, {swizzled[0]}, {swizzled[1]}>"
     ld = gemm_fit.leading_dim(region)
     # ldmatrix reads 16-byte rows: row starts and the first column must be 16-byte aligned
-    aligned = (ld * 2) % 16 == 0 and const(region.starts[-1]) is not None and \
-        const(region.starts[-1]) % 8 == 0
+    size = region.buffer.dtype.bits // 8
+    start = const(region.starts[-1])
+    aligned = (ld * size) % 16 == 0 and start is not None and (start * size) % 16 == 0
     return f"tw::rowmajor<{ld}, {'true' if aligned else 'false'}>"
 
 
