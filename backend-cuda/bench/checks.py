@@ -7,7 +7,9 @@
 - ``dialect``: the CUDA dialect kernels (``tests/dialect_cases.py``: TMA, mbarriers, roles,
   clusters) and the benchmark kernels at small sizes in each configuration the benchmark
   bundles (warp specialisation, TMA issued in order, multicast in clusters, persistent tiles,
-  two blocks per SM, cp.async).
+  two blocks per SM, cp.async), and the 8-bit GEMMs (``kernels.gemm_low_precision``: int8
+  into int32 against ``torch._int_mm``, float8_e4m3fn/e5m2 into float32 against the float64
+  product of the float8 operands).
 
 Each :class:`Check` is built here into a bundle (``build_bundles.py``) that also holds its
 inputs (drawn from the recorded seed) and torch's results in float64 (``check.pt``); the
@@ -181,7 +183,27 @@ def dialect() -> list[Check]:
     out.append(Check("dialect-bench_add_float32", "dialect", "float32",
                      lambda: kernels.add.fn(16, 1024, "float32", **kernels.ADD),
                      lambda: [_add_run(16, 1024)]))
+    m, n, k = 256, 384, 512  # 2 x 3 blocks of 128 x 128, 8 k-tiles
+    for dtype in kernels.LOW_PRECISION_ACCUM:
+        out.append(Check(
+            f"dialect-gemm_low_precision_{dtype}", "dialect", dtype,
+            lambda dtype=dtype: kernels.gemm_low_precision.fn(m, n, k, dtype),
+            lambda dtype=dtype: [_low_precision_run(m, n, k, dtype)], k))
     return out
+
+
+def _low_precision_run(m: int, n: int, k: int, dtype: str) -> Run:
+    """A [M, K] and B [N, K] of 8-bit values, C poisoned (NaN; int32's most negative value);
+    expected: ``torch._int_mm`` for int8, the product of the float8 operands in float64."""
+    gen = torch.Generator().manual_seed(SEED)
+    if dtype == "int8":
+        a, b = (torch.randint(-128, 128, s, generator=gen, dtype=torch.int8)
+                for s in ((m, k), (n, k)))
+        c = torch.full((m, n), -2 ** 31, dtype=torch.int32)
+        return Run([a, b, c], [2], [torch._int_mm(a, b.T.contiguous()).double()])
+    a, b = (torch.randn(*s, generator=gen).to(getattr(torch, dtype)) for s in ((m, k), (n, k)))
+    c = torch.full((m, n), float("nan"))
+    return Run([a, b, c], [2], [a.double() @ b.double().T])
 
 
 def _gemm_run(m: int, n: int, k: int, dtype: str) -> Run:

@@ -79,6 +79,39 @@ def gemm(M, N, K, dtype="float16", block_M=128, block_N=256, block_K=64, threads
     return main
 
 
+# the accumulator dtype of each 8-bit operand dtype T.gemm takes on tensor cores
+LOW_PRECISION_ACCUM = {"int8": "int32", "float8_e4m3fn": "float32", "float8_e5m2": "float32"}
+
+
+@tilewright.jit(out_idx=[2])
+def gemm_low_precision(M, N, K, dtype="int8", block_M=128, block_N=128, block_K=64,
+                       threads=128, num_stages=3, trans_b=True):
+    """C = A @ B^T (``trans_b``: B stored [N, K], the layout 8-bit GEMMs take; else [K, N])
+    with 8-bit A and B (int8, float8_e4m3fn, float8_e5m2) and C in the accumulator dtype
+    (``LOW_PRECISION_ACCUM``: int32 for int8, float32 for float8): torch's ``_int_mm`` and
+    the float32 product of the float8 operands. Tensor cores: ``mma.sync m16n8k32``."""
+    accum = LOW_PRECISION_ACCUM[dtype]
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((N, K) if trans_b else (K, N), dtype),
+             C: T.Tensor((M, N), accum)):
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
+            A_s = T.alloc_shared((block_M, block_K), dtype)
+            B_s = T.alloc_shared((block_N, block_K) if trans_b else (block_K, block_N), dtype)
+            C_l = T.alloc_fragment((block_M, block_N), accum)
+            T.clear(C_l)
+            for ko in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
+                T.copy(A[by * block_M, ko * block_K], A_s)
+                if trans_b:
+                    T.copy(B[bx * block_N, ko * block_K], B_s)
+                else:
+                    T.copy(B[ko * block_K, bx * block_N], B_s)
+                T.gemm(A_s, B_s, C_l, transpose_B=trans_b)
+            T.copy(C_l, C[by * block_M, bx * block_N])
+
+    return main
+
+
 @tilewright.jit(out_idx=[2])
 def gemm_persistent(M, N, K, dtype="float16", block_M=128, block_N=256, block_K=64,
                     threads=256, num_stages=4, workers=132, panel=SWIZZLE_PANEL,

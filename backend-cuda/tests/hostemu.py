@@ -140,7 +140,9 @@ inline void tw_emulate_mma(C* c, const unsigned* a, const unsigned* b, int code)
     const unsigned* r = tw_mma_exchange[base + l];
     int g = l >> 2, q = (l & 3) * E;
     for (int e = 0; e < E; ++e) {
-      auto at = [&](int reg) { return tw_mma_element((r[reg] >> (W * e)) & ((1u << W) - 1), code); };
+      auto at = [&](int reg) {
+        return tw_mma_element((r[reg] >> (W * e)) & ((1u << W) - 1), code);
+      };
       A[g][q + e] = at(0);
       A[g + 8][q + e] = at(1);
       A[g][q + H + e] = at(2);

@@ -16,7 +16,6 @@ from ..keys import WARP, WARPGROUP
 from .ir import const
 
 
-
 @dataclass(frozen=True)
 class MmaForm:
     """One ``mma.sync`` form: the instruction's K, the oldest architecture that has it and its

@@ -1,17 +1,20 @@
 // tilewright tensor-core GEMM on shared-memory tiles (pasted into kernels that use it).
 //
 // The register variant, tw_gemm_mma_rf with template arguments M, N, K, TRANS_A, TRANS_B,
-// THREADS, WM, WN, LA, LB and arguments (A, B, acc): acc += op(A) op(B), with A and B half or
-// bfloat16 tiles in shared memory and acc this thread's float32 accumulators. The
+// THREADS, WM, WN, LA, LB and arguments (A, B, acc): acc += op(A) op(B), with A and B tiles in
+// shared memory of an element type T with an mma.sync form (tw::mma_kind: half and bfloat16
+// into float32 with m16n8k16; int8 into int32 and fp8 e4m3/e5m2 into float32 with m16n8k32)
+// and acc this thread's accumulators. The
 // WARPS = THREADS / 32 warps form a WM x WN grid; warp w = wm * WN + wn owns the
 // (M / WM) x (N / WN) warp tile at (wm, wn): MI x NI tiles of 16x8, MI = M / WM / 16,
 // NI = N / WN / 8, whose accumulators are acc[(mi * NI + ni) * 4 + q] in the PTX C layout of
-// mma.m16n8k16 (row = 16 mi + lane / 4 + 8 (q / 2), column = 8 ni + 2 (lane % 4) + q % 2) --
-// the "local.mma_acc" layout of the CUDA backend (lowering.mma_acc_element). Per k16 step a
+// mma.m16n8k16 and .m16n8k32 (row = 16 mi + lane / 4 + 8 (q / 2), column = 8 ni + 2 (lane % 4)
+// + q % 2) -- the "local.mma_acc" layout of the CUDA backend (lowering.mma_acc_element). Per
+// k step of the instruction a
 // warp loads its MI A fragments and NI B fragments once (ldmatrix.x4 / .x2, .trans where the
 // operand is stored k-major in the other direction) and issues MI x NI mma.sync.
-// tw_gemm_mma (same template arguments; A, B, C, ldc) is the same with C a float32 row-major
-// tile in shared memory.
+// tw_gemm_mma (same template arguments; A, B, C, ldc) is the same with C a row-major tile of
+// the accumulator type in shared memory.
 //
 // LA and LB give the element offset of (row, column) of the tile as stored: tw::rowmajor<LD,
 // LDSM> (LDSM: rows are 16-byte aligned, so ldmatrix may read them) or tw::swizzled<R, W, B>

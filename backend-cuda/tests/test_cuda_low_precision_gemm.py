@@ -1,0 +1,100 @@
+"""T.gemm on 8-bit operands (bench/kernels.py ``gemm_low_precision``): int8 into int32
+accumulators on ``mma.sync m16n8k32 .s8`` (sm_80+), float8_e4m3fn/float8_e5m2 into float32 on
+``m16n8k32 .e4m3/.e5m2`` (sm_89+). The machine code shows the integer or fp8 tensor-core
+instruction itself (``IMMA.16832.S8.S8``, ``QMMA.16832.F32.E4M3.E4M3``), with no conversion to
+fp16 and no HMMA; the host emulation checks the numbers against torch (``torch._int_mm``, the
+float32 product of the float8 operands); float8 on an architecture without the instruction is
+refused at the gemm's line."""
+
+import re
+import sys
+from pathlib import Path
+
+import hostemu
+import pytest
+import sass
+import tilewright
+import torch
+from tilewright.errors import UnsupportedOpError
+from tilewright_cuda import arch, executor
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+
+import kernels  # noqa: E402 - after the sys.path setup
+
+TILE = {"block_M": 64, "block_N": 64, "block_K": 64, "num_stages": 2}
+
+
+def _gemm(m, n, k, dtype, trans_b=True):
+    return kernels.gemm_low_precision.fn(m, n, k, dtype, trans_b=trans_b, **TILE)
+
+
+@pytest.mark.nvcc
+@pytest.mark.sass
+@pytest.mark.parametrize(("dtype", "arch_name", "instruction"), [
+    ("int8", "sm_80", "IMMA.16832.S8.S8"),
+    ("int8", "sm_90a", "IMMA.16832.S8.S8"),
+    ("float8_e4m3fn", "sm_89", "QMMA.16832.F32.E4M3.E4M3"),
+    ("float8_e5m2", "sm_89", "QMMA.16832.F32.E5M2.E5M2"),
+    pytest.param("float8_e4m3fn", "sm_90a", "QGMMA", marks=pytest.mark.xfail(
+        strict=True, reason="Hopper has no fp8 mma.sync: ptxas turns m16n8k32 .e4m3 into "
+                            "F2FP.F16.E4M3.UNPACK_B + HMMA.16816; its fp8 tensor-core "
+                            "instruction is wgmma (QGMMA), not lowered for 8-bit operands yet")),
+])
+def test_8bit_gemm_runs_on_its_tensor_core_instruction(tmp_path, dtype, arch_name, instruction):
+    source = tilewright.lower(_gemm(128, 128, 128, dtype), f"cuda -arch={arch_name}").source.text
+    cubin, log = executor.nvcc_compile(source, arch.get(arch_name), tmp_path)
+    code = sass.dump(cubin)
+    # 64x64 block tiles, 4 warps of 32x32: 2 x 4 tiles of 16x8 per k32 step, 2 steps a k-tile
+    assert len(re.findall(rf"\s{re.escape(instruction)}\s", code)) % 16 == 0, code
+    assert instruction in code
+    assert "HMMA" not in code and "F2FP" not in code and "I2F" not in code
+    assert "LDSM.16.M88.4" in code  # A [M, K] and B [N, K] through ldmatrix, not transposed
+    assert int(re.search(r"(\d+) bytes spill stores", log).group(1)) == 0, log
+
+
+def _operands(dtype, m, n, k, trans_b):
+    gen = torch.Generator().manual_seed(3)
+    if dtype == "int8":
+        a, b = (torch.randint(-128, 128, s, generator=gen, dtype=torch.int8)
+                for s in ((m, k), (n, k)))
+        return a, b, torch._int_mm(a, b.T.contiguous()), torch.full((m, n), -7, dtype=torch.int32)
+    a, b = (torch.randn(*s, generator=gen).to(getattr(torch, dtype)) for s in ((m, k), (n, k)))
+    return a, b, a.float() @ b.float().T, torch.full((m, n), float("nan"))
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize(("dtype", "arch_name", "trans_b"), [
+    ("int8", "sm_80", True),     # B [N, K]: ldmatrix
+    ("int8", "sm_90a", False),   # B [K, N]: bytes gathered into registers (no byte transpose)
+    ("float8_e4m3fn", "sm_89", True),
+    ("float8_e5m2", "sm_89", True),
+])
+def test_8bit_gemm_matches_torch_in_emulation(tmp_path, dtype, arch_name, trans_b):
+    m, n, k = 128, 64, 192  # 2 x 1 blocks, 3 k-tiles through the pipeline
+    lowered = tilewright.lower(_gemm(m, n, k, dtype, trans_b), f"cuda -arch={arch_name}")
+    assert "tw_gemm_mma_rf<64, 64, 64, false, " in lowered.source.text
+    a, b, want, c = _operands(dtype, m, n, k, trans_b)
+    hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, a,
+                b if trans_b else b.T.contiguous(), c)
+    if dtype == "int8":
+        assert torch.equal(c, want)
+    else:  # exact products, float32 sums in another order
+        torch.testing.assert_close(c, want, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("arch_name", ["sm_80", "sm_86"])
+def test_float8_gemm_before_sm_89_is_refused_at_the_gemm(arch_name):
+    with pytest.raises(UnsupportedOpError) as info:
+        tilewright.lower(_gemm(128, 128, 128, "float8_e4m3fn"), f"cuda -arch={arch_name}")
+    text = str(info.value)
+    assert (f"T.gemm of float8_e4m3fn x float8_e4m3fn into float32 on backend 'cuda' "
+            f"({arch_name}) needs mma.sync m16n8k32 .e4m3, which sm_89 and newer") in text
+    assert "float16 -> float32, bfloat16 -> float32, int8 -> int32" in text
+    assert "T.gemm(A_s, B_s, C_l, transpose_B=trans_b)" in text and "kernels.py" in text
+
+
+def test_int8_gemm_k_not_a_multiple_of_32_is_refused():
+    func = kernels.gemm_low_precision.fn(128, 128, 128, "int8", block_K=48)
+    with pytest.raises(UnsupportedOpError, match=r"instruction shape 16 x 8 x 32"):
+        tilewright.lower(func, "cuda -arch=sm_80")
