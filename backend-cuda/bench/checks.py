@@ -183,11 +183,11 @@ def dialect() -> list[Check]:
     out.append(Check("dialect-bench_add_float32", "dialect", "float32",
                      lambda: kernels.add.fn(16, 1024, "float32", **kernels.ADD),
                      lambda: [_add_run(16, 1024)]))
-    m, n, k = 256, 384, 512  # 2 x 3 blocks of 128 x 128, 8 k-tiles
+    m, n, k = 256, 384, 512  # 2 x 3 blocks of 128 x 128 (256 threads: no spills), 8 k-tiles
     for dtype in kernels.LOW_PRECISION_ACCUM:
         out.append(Check(
             f"dialect-gemm_low_precision_{dtype}", "dialect", dtype,
-            lambda dtype=dtype: kernels.gemm_low_precision.fn(m, n, k, dtype),
+            lambda dtype=dtype: kernels.gemm_low_precision.fn(m, n, k, dtype, threads=256),
             lambda dtype=dtype: [_low_precision_run(m, n, k, dtype)], k))
     return out
 
