@@ -251,7 +251,8 @@ class TorchOp:
     ``resolve(device, args)``, when given, replaces the variants: it returns the kernel to
     call and its inputs (the JIT's eager kernels compile one per specialisation); ``fake``
     then computes the fake outputs from the operator's arguments. ``unavailable`` maps device
-    types to why no backend runs there (said when tensors arrive on one)."""
+    types to why the operator has no kernel there and what to do (said when tensors arrive
+    on one)."""
 
     def __init__(self, qualname: str, arguments: Sequence[Argument], outputs: int,
                  devices: Sequence[str], *, origin: str = "", resolve=None, fake=None,
@@ -336,7 +337,7 @@ class TorchOp:
             call, inputs = self._resolve(device, args)
             out = call(*inputs)
             return tuple(out) if isinstance(out, list) else out
-        inputs = self.kernel_inputs(args)
+        inputs = args
         variant = self.pick(device, inputs)
         if variant is None:
             raise self.no_kernel(device, inputs)
@@ -481,13 +482,11 @@ def _device_impl(op: TorchOp, device: str):
 def _no_device_impl(op: TorchOp):
     def impl(*args):
         device = next((a.device.type for a in args if isinstance(a, torch.Tensor)), "none")
-        reason = op.unavailable.get(device)
-        have = ", ".join(d for d in op.variants) or "no device"
-        what = f"backend {reason}" if reason else \
-            f"no installed tilewright backend runs on {device!r}"
-        raise OpError(f"torch op {op.qualname} got tensors on {device!r}: {what}. It runs on "
-                      f"{have}; move the tensors there, or install a tilewright backend for "
-                      f"{device!r}")
+        have = ", ".join(op.variants) or "no device"
+        advice = op.unavailable.get(device) or \
+            f"no installed tilewright backend runs on {device!r}; install one"
+        raise OpError(f"torch op {op.qualname} got tensors on {device!r}, where it has no "
+                      f"kernel: {advice}. It runs on {have}: move the tensors there")
 
     return impl
 

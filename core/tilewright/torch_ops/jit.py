@@ -47,13 +47,16 @@ def device_targets(target) -> tuple[dict, dict]:
             if available and any(e.available() for e in backend.executors):
                 runnable.setdefault(backend.device, backend.target_kinds[0])
             else:
-                unavailable.setdefault(backend.device, f"'{backend.name}' is installed but "
-                                       f"cannot run here ({getattr(available, 'reason', '')})")
+                reason = getattr(available, "reason", "") or "no usable executor"
+                unavailable.setdefault(backend.device, f"backend '{backend.name}' is installed "
+                                       f"but cannot run here ({reason})")
         runnable["cpu"] = "cpu"
     for backend in manager.backends().values():
         if backend.device not in runnable and backend.device not in unavailable:
-            unavailable[backend.device] = f"'{backend.name}' is installed but this operator's " \
-                                          f"target is {target}"
+            unavailable[backend.device] = (
+                f"its kernels are compiled for target '{target}'; compile the kernel for "
+                f"'{backend.device}' too (backend '{backend.name}') and register it as "
+                "another operator")
     return runnable, unavailable
 
 
