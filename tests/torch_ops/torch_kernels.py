@@ -90,3 +90,47 @@ def take_first(n_out):
                 C[i] = A[i]
 
     return main
+
+
+@tilewright.jit(out_idx=[-1], target="cpu")
+def softmax_fwd(M, N, block_M=4, dtype="float64"):
+    """Row softmax: X -> Y."""
+    @T.prim_func
+    def main(X: T.Tensor((M, N), dtype), Y: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(M, block_M), threads=128) as bx:
+            x = T.alloc_fragment((block_M, N), dtype)
+            row_max = T.alloc_fragment((block_M,), dtype)
+            row_sum = T.alloc_fragment((block_M,), dtype)
+            T.copy(X[bx * block_M, 0], x)
+            T.reduce_max(x, row_max, dim=1)
+            for i, j in T.Parallel(block_M, N):
+                x[i, j] = T.exp(x[i, j] - row_max[i])
+            T.reduce_sum(x, row_sum, dim=1)
+            for i, j in T.Parallel(block_M, N):
+                x[i, j] = x[i, j] / row_sum[i]
+            T.copy(x, Y[bx * block_M, 0])
+
+    return main
+
+
+@tilewright.jit(out_idx=[-1], target="cpu")
+def softmax_bwd(M, N, block_M=4, dtype="float64"):
+    """Its backward: (Y, grad_Y) -> grad_X = Y * (grad_Y - sum(grad_Y * Y))."""
+    @T.prim_func
+    def main(Y: T.Tensor((M, N), dtype), grad_Y: T.Tensor((M, N), dtype),
+             grad_X: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(M, block_M), threads=128) as bx:
+            y = T.alloc_fragment((block_M, N), dtype)
+            g = T.alloc_fragment((block_M, N), dtype)
+            prod = T.alloc_fragment((block_M, N), dtype)
+            dot = T.alloc_fragment((block_M,), dtype)
+            T.copy(Y[bx * block_M, 0], y)
+            T.copy(grad_Y[bx * block_M, 0], g)
+            for i, j in T.Parallel(block_M, N):
+                prod[i, j] = y[i, j] * g[i, j]
+            T.reduce_sum(prod, dot, dim=1)
+            for i, j in T.Parallel(block_M, N):
+                g[i, j] = y[i, j] * (g[i, j] - dot[i])
+            T.copy(g, grad_X[bx * block_M, 0])
+
+    return main

@@ -246,7 +246,7 @@ def output_shapes(signature: KernelSignature, inputs, semantics: Semantics = SYM
 # -- the operator ----------------------------------------------------------------------------
 class TorchOp:
     """A registered operator: ``op(*args)`` calls ``torch.ops.<ns>.<name>``; ``variants``
-    holds the compiled kernels of each device type.
+    holds the compiled kernels of each device type; ``outputs`` names the kernel's outputs.
 
     ``resolve(device, args)``, when given, replaces the variants: it returns the kernel to
     call and its inputs (the JIT's eager kernels compile one per specialisation); ``fake``
@@ -254,7 +254,7 @@ class TorchOp:
     types to why the operator has no kernel there and what to do (said when tensors arrive
     on one)."""
 
-    def __init__(self, qualname: str, arguments: Sequence[Argument], outputs: int,
+    def __init__(self, qualname: str, arguments: Sequence[Argument], outputs: Sequence[str],
                  devices: Sequence[str], *, origin: str = "", resolve=None, fake=None,
                  unavailable: dict | None = None):
         match = _QUALNAME.match(qualname or "")
@@ -263,13 +263,13 @@ class TorchOp:
                           "(letters, digits and _)")
         self.qualname, self.namespace, self.name = qualname, match[1], match[2]
         self.arguments = tuple(arguments)
-        self.outputs = outputs
+        self.outputs = tuple(outputs)  # the names of the kernel's outputs
         self.origin = origin
         self.variants: dict[str, list[Variant]] = {d: [] for d in devices}
         self.unavailable = dict(unavailable or {})
         self._resolve, self._fake = resolve, fake
         self._lock = threading.Lock()
-        self.schema = schema_of(qualname, self.arguments, outputs)
+        self.schema = schema_of(qualname, self.arguments, len(self.outputs))
         self._library = _register(self)
 
     # -- variants ---------------------------------------------------------------------------
@@ -300,7 +300,7 @@ class TorchOp:
         theirs = arguments_of(signature)
         if [(a.name, a.type, a.mutable) for a in theirs] != \
                 [(a.name, a.type, a.mutable) for a in self.arguments] or \
-                len(signature.outputs) != self.outputs:
+                len(signature.outputs) != len(self.outputs):
             other = schema_of(self.qualname, theirs, len(signature.outputs))
             raise OpError(f"torch op {self.qualname} has schema {self.schema}; kernel "
                           f"{signature.name} has {other}. Register it as another operator")

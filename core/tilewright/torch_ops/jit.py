@@ -65,7 +65,7 @@ def register_kernel(kernel, name: str, origin: str = "") -> TorchOp:
     signature = kernel.signature
     device = kernel.backend.device
     _, unavailable = device_targets(kernel.target)
-    op = TorchOp(name, arguments_of(signature), len(signature.outputs), [device],
+    op = TorchOp(name, arguments_of(signature), [p.name for p in signature.outputs], [device],
                  origin=origin or f"kernel {signature.name}", unavailable=unavailable)
     try:
         op.add(device, kernel, signature)
@@ -123,7 +123,7 @@ def register_eager(jitfn, name: str) -> TorchOp:
             sig = generic[key] = _generic_signature(jitfn, static, tensors)
         return fake_outputs(name, sig, [bound[p.name] for p in sig.inputs])
 
-    return TorchOp(name, arguments, len(signature.outputs), list(runnable),
+    return TorchOp(name, arguments, [p.name for p in signature.outputs], list(runnable),
                    origin=f"eager kernel {jitfn.fn.__qualname__}", resolve=resolve, fake=fake,
                    unavailable=unavailable)
 
