@@ -16,6 +16,7 @@ first use. Needs only the standard library and torch.
 from __future__ import annotations
 
 import ctypes
+import ctypes.util
 import functools
 import hashlib
 import json
@@ -151,13 +152,14 @@ def elf_symbols(data: bytes) -> tuple[set, set]:
 
 
 def check_library(binary: bytes, helper: bytes | None, where) -> None:
-    """A BundleError unless the kernel library needs nothing but the shim and its helper."""
+    """A BundleError unless the kernel library needs nothing but the shim, its helper and the
+    C library."""
     try:
         undefined, defined = elf_symbols(binary)
         provided = elf_symbols(helper)[1] if helper else set()
     except (ValueError, struct.error, IndexError) as exc:
         raise BundleError(where, "binary", f"the kernel library cannot be read: {exc}") from None
-    missing = sorted(undefined - provided - {ERROR_SYMBOL})
+    missing = sorted(s for s in undefined - provided - {ERROR_SYMBOL} if not _in_c_library(s))
     if missing:
         raise BundleError(where, "binary", f"the kernel library needs {', '.join(missing)}, "
                                            "which the kernel package runtime does not provide")
@@ -166,6 +168,18 @@ def check_library(binary: bytes, helper: bytes | None, where) -> None:
         raise BundleError(where, "binary", f"the kernel library calls the TVM runtime through "
                                            f"{', '.join(unknown)}, which the kernel package "
                                            "runtime does not provide")
+
+
+@functools.lru_cache(maxsize=1)
+def _c_libraries() -> tuple:
+    names = [ctypes.util.find_library(n) for n in ("c", "m")]
+    return tuple(ctypes.CDLL(n) for n in names if n)
+
+
+def _in_c_library(symbol: str) -> bool:
+    """Whether the C library (libc, libm) defines ``symbol``: kernels call memset and the
+    math functions from it, resolved in every process."""
+    return any(hasattr(lib, symbol) for lib in _c_libraries())
 
 
 # -- calling -------------------------------------------------------------------------------

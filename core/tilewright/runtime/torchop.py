@@ -284,14 +284,9 @@ class TorchOp:
         self.check_parameters(signature)
         variant = Variant(call, signature, dict(ranges or {}))
         with self._lock:
-            for other in self.variants[device]:
-                if _overlap(other.signature, signature) and not _disjoint(other, variant):
-                    raise OpError(
-                        f"torch op {self.qualname} already runs kernel "
-                        f"{other.signature.name} ({other.describe()}) on {device}, and kernel "
-                        f"{signature.name} ({variant.describe()}) would accept some of the "
-                        "same inputs, so a call could not tell which to run. Register it as "
-                        "another operator (kernel.as_torch_op('ns::other_name'))")
+            clash = ambiguity(self.qualname, device, self.variants[device], variant)
+            if clash is not None:
+                raise clash
             self.variants[device].append(variant)
         return variant
 
@@ -410,6 +405,20 @@ def fake_outputs(qualname: str, signature: KernelSignature, inputs):
     outs = [torch.empty(shape, dtype=getattr(torch, p.dtype), device=device)
             for shape, p in zip(shapes, signature.outputs)]
     return None if not outs else outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def ambiguity(qualname: str, device: str, variants, new: Variant) -> OpError | None:
+    """The error for adding ``new`` to ``variants`` when some input could fit it and one of
+    them alike (so a call could not tell which to run); None when every input tells them
+    apart."""
+    for other in variants:
+        if _overlap(other.signature, new.signature) and not _disjoint(other, new):
+            return OpError(f"torch op {qualname} already runs kernel {other.signature.name} "
+                           f"({other.describe()}) on {device}, and kernel "
+                           f"{new.signature.name} ({new.describe()}) would accept some of the "
+                           "same inputs, so a call could not tell which to run. Register it "
+                           "as another operator (kernel.as_torch_op('ns::other_name'))")
+    return None
 
 
 def _disjoint(a: Variant, b: Variant) -> bool:
