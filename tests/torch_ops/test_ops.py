@@ -169,3 +169,12 @@ def test_fake_tensors_give_symbolic_shapes_and_dtype_errors():
         with pytest.raises(TypeError, match=r"torch op tw_test::row_scale: 'X' must be a "
                                             r"float32 tensor"):
             torch.ops.tw_test.row_scale(x.to(torch.float64), w)
+
+
+def test_an_operator_of_one_kernel_names_the_shapes_it_runs():
+    op = rmsnorm(8, 32).as_torch_op(unique("norm"))
+    with pytest.raises(OpError, match=rf"torch op {op.qualname} has no cpu kernel for X: "
+                                      r"float32\(4, 32\), W: float32\(32,\); it has kernels "
+                                      r"for: X: float32\(8, 32\), W: float32\(32,\)"):
+        op(torch.randn(4, 32), torch.randn(32), 1e-5)
+    op.remove()

@@ -24,6 +24,7 @@ from filelock import FileLock
 from tilewright.runtime import BundleError
 from tilewright.runtime.bundle import write_bundle
 from tilewright.runtime.package import register_package
+from tilewright.runtime.torchop import OpError
 from tilewright.torch_ops.package import RUNTIME_FILES, PackageError, build_package
 
 REPO = Path(__file__).resolve().parents[2]
@@ -73,7 +74,7 @@ def test_registered_operators_dispatch_and_check_ranges(unpacked):
                                             r"for X: float32\(3, 7\); it has kernels for: "
                                             r"X: float32\(256, 128\); X: float32\(256, 512\)"):
             torch.ops.tw_examples.softmax(torch.randn(3, 7))
-        with pytest.raises(RuntimeError, match=r"torch op tw_examples::matmul: k = 5000 is "
+        with pytest.raises(OpError, match=r"torch op tw_examples::matmul: k = 5000 is "
                                                r"outside the range \[1, 4096\] its kernel was "
                                                "packaged for"):
             torch.ops.tw_examples.matmul(torch.randn(2, 5000), torch.randn(5000, 3))

@@ -184,20 +184,37 @@ class Variant:
     signature: KernelSignature
     ranges: dict = field(default_factory=dict)
 
+    def __post_init__(self):
+        # per tensor input: (position, torch dtype, rank, ((dimension, static size), ...))
+        self._tensors = tuple(
+            (pos, getattr(torch, p.dtype), len(p.shape),
+             tuple((d, n) for d, n in enumerate(p.shape) if isinstance(n, int)))
+            for pos, p in enumerate(self.signature.inputs) if p.kind == "tensor")
+        # per bounded symbol: (symbol, input position, dimension, low, high)
+        self._bounds = tuple((s, pos, dim, *self.ranges[s])
+                             for s, pos, dim in self.signature.symbols if s in self.ranges)
+
     def accepts(self, inputs) -> bool:
         """Whether the dtypes, ranks and static dimensions of ``inputs`` fit; on fake
         tensors a static dimension compared with a symbolic size guards on it (the variant
         exists for that size only)."""
-        for spec, arg in zip(self.signature.inputs, inputs):
-            if spec.kind != "tensor":
-                continue
-            if not isinstance(arg, torch.Tensor) or str(arg.dtype)[6:] != spec.dtype or \
-                    arg.dim() != len(spec.shape):
+        for pos, dtype, rank, static in self._tensors:
+            arg = inputs[pos]
+            if not isinstance(arg, torch.Tensor) or arg.dtype != dtype or arg.dim() != rank:
                 return False
-            for want, got in zip(spec.shape, arg.shape):
-                if isinstance(want, int) and not _same(got, want):
+            for dim, want in static:
+                if not _same(arg.shape[dim], want):
                     return False
         return True
+
+    def out_of_range(self, inputs):
+        """The first (symbol, size, low, high) of ``inputs`` outside the declared ranges, or
+        None; for real tensors (no guards)."""
+        for s, pos, dim, lo, hi in self._bounds:
+            value = inputs[pos].shape[dim]
+            if not lo <= value <= hi:
+                return s, value, lo, hi
+        return None
 
     def describe(self) -> str:
         parts = []
@@ -271,6 +288,8 @@ class TorchOp:
         self._lock = threading.Lock()
         self.schema = schema_of(qualname, self.arguments, len(self.outputs))
         self._library = _register(self)
+        self.op = getattr(getattr(torch.ops, self.namespace), self.name)
+        """``torch.ops.<ns>.<name>``."""
 
     # -- variants ---------------------------------------------------------------------------
     def add(self, device: str, call, signature: KernelSignature,
@@ -319,37 +338,43 @@ class TorchOp:
 
     # -- calling ----------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
-        return getattr(getattr(torch.ops, self.namespace), self.name)(*args, **kwargs)
-
-    @property
-    def op(self):
-        """``torch.ops.<ns>.<name>``."""
-        return getattr(getattr(torch.ops, self.namespace), self.name)
+        return self.op(*args, **kwargs)
 
     def run(self, device: str, args):
-        """The real implementation on ``device``."""
+        """The real implementation on ``device``. An operator with one unbounded variant
+        calls it at once (the kernel checks its inputs; one it refuses gets the operator's
+        error); otherwise the variant that accepts the inputs runs, its ranges checked."""
         if self._resolve is not None:
             call, inputs = self._resolve(device, args)
             out = call(*inputs)
             return tuple(out) if isinstance(out, list) else out
-        inputs = args
-        variant = self.pick(device, inputs)
+        variants = self.variants[device]
+        if len(variants) == 1 and not variants[0].ranges:
+            variant = variants[0]
+            try:
+                out = variant.call(*args)
+            except ArgumentError:
+                if variant.accepts(args):
+                    raise
+                raise self.no_kernel(device, args) from None
+            return tuple(out) if isinstance(out, list) else out
+        variant = self.pick(device, args)
         if variant is None:
-            raise self.no_kernel(device, inputs)
-        if variant.ranges:
-            self._check_ranges(variant, inputs)
-        out = variant.call(*inputs)
+            raise self.no_kernel(device, args)
+        outside = variant.out_of_range(args)
+        if outside is not None:
+            raise OpError(self._range_message(*outside))
+        out = variant.call(*args)
         return tuple(out) if isinstance(out, list) else out
 
     def _check_ranges(self, variant: Variant, inputs) -> None:
-        for s, pos, dim in variant.signature.symbols:
-            if s in variant.ranges:
-                lo, hi = variant.ranges[s]
-                value = inputs[pos].shape[dim]
-                torch._check(lo <= value, lambda s=s, v=value, lo=lo, hi=hi:
-                             self._range_message(s, v, lo, hi))
-                torch._check(value <= hi, lambda s=s, v=value, lo=lo, hi=hi:
-                             self._range_message(s, v, lo, hi))
+        """The ranges of ``variant`` on symbolic sizes: runtime checks, not guards."""
+        for s, pos, dim, lo, hi in variant._bounds:
+            value = inputs[pos].shape[dim]
+            torch._check(lo <= value, lambda s=s, v=value, lo=lo, hi=hi:
+                         self._range_message(s, v, lo, hi))
+            torch._check(value <= hi, lambda s=s, v=value, lo=lo, hi=hi:
+                         self._range_message(s, v, lo, hi))
 
     def _range_message(self, symbol, value, lo, hi) -> str:
         return (f"torch op {self.qualname}: {symbol} = {value} is outside the range "
