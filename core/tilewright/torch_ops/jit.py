@@ -37,8 +37,8 @@ def device_targets(target) -> tuple[dict, dict]:
     manager = get_manager()
     runnable, unavailable = {}, {}
     if target not in (None, "auto"):
-        target_obj, backend = resolve_target(target)
-        runnable[backend.device] = target_obj
+        _, backend = resolve_target(target)
+        runnable[backend.device] = target  # as given: a cheap key of the eager kernel cache
     else:
         for backend in sorted(manager.backends().values(), key=lambda b: b.name):
             if backend.device == "cpu":
