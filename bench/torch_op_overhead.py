@@ -34,10 +34,10 @@ os.environ.setdefault("TVM_NUM_THREADS", "1")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import tilewright  # noqa: E402
-import tilewright.language as T  # noqa: E402
 import torch  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
+from quickstart import vector_add  # noqa: E402
 from rmsnorm import rmsnorm  # noqa: E402
 from softmax import softmax  # noqa: E402
 
@@ -45,17 +45,8 @@ CALL_TARGET_US = 5.0
 MODEL_TARGET_RATIO = 1.0
 
 
-@tilewright.jit(target="cpu", torch_op="tw_bench::vadd")
-def vadd(A, B, block_M: int = 256):
-    M = T.const("M")
-    A: T.Tensor((M,), T.float32)
-    B: T.Tensor((M,), T.float32)
-    C = T.empty((M,), T.float32)
-    with T.Kernel(T.ceildiv(M, block_M), threads=128) as (bx,):
-        for i in T.Parallel(block_M):
-            if bx * block_M + i < M:
-                C[bx * block_M + i] = A[bx * block_M + i] + B[bx * block_M + i]
-    return C
+# the quickstart's vector add (eager style), registered as an operator when decorated
+vadd = tilewright.jit(vector_add.fn, target="cpu", torch_op="tw_bench::vadd")
 
 
 def noop(a, b):
