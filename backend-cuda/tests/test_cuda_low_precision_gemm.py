@@ -4,7 +4,7 @@ accumulators on ``mma.sync m16n8k32 .s8`` (sm_80+), float8_e4m3fn/float8_e5m2 in
 instruction itself (``IMMA.16832.S8.S8``, ``QMMA.16832.F32.E4M3.E4M3``), with no conversion to
 fp16 and no HMMA; the host emulation checks the numbers against torch (``torch._int_mm``, the
 float32 product of the float8 operands); float8 on an architecture without the instruction is
-refused at the gemm's line."""
+refused at the gemm's line; float8 casts to every declared dtype compile."""
 
 import re
 import sys
@@ -16,7 +16,9 @@ import sass
 import tilewright
 import torch
 from tilewright.errors import UnsupportedOpError
+from tilewright.plugin import get_manager
 from tilewright_cuda import arch, executor
+from tilewright_sdk.conformance.catalogue import cases
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
@@ -98,3 +100,18 @@ def test_int8_gemm_k_not_a_multiple_of_32_is_refused():
     func = kernels.gemm_low_precision.fn(128, 128, 128, "int8", block_K=48)
     with pytest.raises(UnsupportedOpError, match=r"instruction shape 16 x 8 x 32"):
         tilewright.lower(func, "cuda -arch=sm_80")
+
+
+@pytest.mark.nvrtc
+@pytest.mark.parametrize("arch_name", ["sm_80", "sm_90a"])
+def test_float8_casts_to_every_dtype_compile(tmp_path, arch_name):
+    # the conformance cast case of float8_e4m3fn to every dtype the backend declares: e4m3 to
+    # e5m2 goes through float32 (CUDA's fp8 types do not convert to each other)
+    backend = get_manager().backends()["cuda"]
+    case, = (c.narrowed(backend.capabilities.dtypes) for c in cases(["cast"])
+             if c.dtype == "float8_e4m3fn")
+    assert {"float8_e5m2", "int8", "bfloat16"} <= set(case.dims["targets"])
+    source = tilewright.lower(case.kernel.make(case.dtype, **case.dims),
+                              f"cuda -arch={arch_name}").source.text
+    assert "((__nv_fp8_e5m2)((float)" in source or arch_name == "sm_80"
+    executor.nvrtc_compile(source, arch.get(arch_name), tmp_path)

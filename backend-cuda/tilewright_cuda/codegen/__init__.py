@@ -72,7 +72,7 @@ def device_kernel(gvar, func, target):
     if len(kernels) != 1:
         raise KernelError(f"CUDA codegen expected one device kernel, got {len(kernels)}")
     (kernel_gvar, kernel), = kernels
-    kernel = printable_constants(kernel)
+    kernel = float8_casts_through_float32(printable_constants(kernel))
     dev_mod = tvm.IRModule({kernel_gvar: kernel}, attrs=dev_mod.attrs)
     return dev_target, dev_mod, (kernel_gvar, kernel)
 
@@ -88,6 +88,20 @@ def printable_constants(func):
         return c
 
     return tvm_ffi.structural_map(func, (tirx.FloatImm, visit))
+
+
+def float8_casts_through_float32(func):
+    """``func`` with each cast from one float8 format to the other made through float32 (exact:
+    float32 holds every float8 value): CUDA's ``__nv_fp8_e4m3`` and ``__nv_fp8_e5m2`` convert
+    to and from float but not to each other, and TVM prints the cast as one C cast."""
+
+    def visit(c):
+        src, dst = str(c.value.ty), str(c.ty)
+        if src != dst and src.startswith("float8") and dst.startswith("float8"):
+            return tirx.Cast(dst, tirx.Cast("float32", c.value))
+        return c
+
+    return tvm_ffi.structural_map(func, (tirx.Cast, visit))
 
 
 def generate(mod: tvm.IRModule, ctx) -> GeneratedSource:
