@@ -85,9 +85,9 @@ template <> struct mma_kind<__nv_fp8_e5m2> {
 };
 #endif
 
-#define TW_MMA_F32(SHAPE, TYPE)                                                               \
-  asm volatile("mma.sync.aligned." SHAPE ".row.col.f32." TYPE "." TYPE                        \
-               ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"                 \
+// one mma.sync OP into four float accumulators
+#define TW_MMA_F32(OP)                                                                        \
+  asm volatile(OP " {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"                  \
                : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])                               \
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]))
 
@@ -99,9 +99,9 @@ __device__ __forceinline__ void mma(C* c, const unsigned* a, const unsigned* b) 
   tw_emulate_mma(c, a, b, code);
 #elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   if constexpr (code == 0) {
-    TW_MMA_F32("m16n8k16", "f16");
+    TW_MMA_F32("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32");
   } else if constexpr (code == 1) {
-    TW_MMA_F32("m16n8k16", "bf16");
+    TW_MMA_F32("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32");
   } else if constexpr (code == 2) {
     asm volatile(
         "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
@@ -109,9 +109,9 @@ __device__ __forceinline__ void mma(C* c, const unsigned* a, const unsigned* b) 
         : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
   } else if constexpr (code == 3) {
-    TW_MMA_F32("m16n8k32", "e4m3");
+    TW_MMA_F32("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32");
   } else {
-    TW_MMA_F32("m16n8k32", "e5m2");
+    TW_MMA_F32("mma.sync.aligned.m16n8k32.row.col.f32.e5m2.e5m2.f32");
   }
 #endif
 }
