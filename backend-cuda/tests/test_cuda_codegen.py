@@ -101,9 +101,9 @@ def test_mma_predicate_explains_each_misfit():
 
     fp32 = next(c for c in tile_ops_in(kernels.func("gemm_dynamic")) if c.name == "gemm")
     fp16 = next(c for c in tile_ops_in(kernels.func("gemm")) if c.name == "gemm")
-    assert mma_misfit_for(fp16, arch.get("sm_75"), 128) == "mma.sync m16n8k16 needs sm_80 or newer"
-    assert "are not (float16|bfloat16, same, float32)" in mma_misfit_for(fp32, arch.get("sm_90a"),
-                                                                        128)
+    assert mma_misfit_for(fp16, arch.get("sm_75"), 128) == \
+        "mma.sync m16n8k16 .f16 needs sm_80 or newer"
+    assert "have no mma.sync form" in mma_misfit_for(fp32, arch.get("sm_90a"), 128)
     assert mma_misfit_for(fp16, arch.get("sm_90a"), 128) is None
     # 8 x 16 = 128 output tiles over 96 threads = 3 warps
     assert "do not split evenly over 3 warps" in mma_misfit_for(fp16, arch.get("sm_90a"), 96)
