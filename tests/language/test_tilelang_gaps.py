@@ -51,3 +51,34 @@ def test_kernel_blocks_cannot_nest_and_workspaces_come_first():
 
     with pytest.raises(KernelError, match="call it before 'with T.Kernel'"):
         late()
+
+
+# -- T.Parallel race check: TileLang's layernorm-backward accumulation ---------------------------
+def row_accumulate(rows, width, par_rows):
+    @T.prim_func
+    def main(X: T.Tensor((rows, width), "float32"), G: T.Tensor((width,), "float32")):
+        with T.Kernel(1):
+            x = T.alloc_fragment((par_rows, width), "float32")
+            acc = T.alloc_fragment((width,), "float32")
+            T.clear(acc)
+            for k in T.serial(rows // par_rows):
+                T.copy(X[k * par_rows, 0], x)
+                for i, j in T.Parallel(par_rows, width):
+                    acc[j] += x[i, j] * 2.0  # accumulate
+            T.copy(acc, G)
+
+    return main
+
+
+@pytest.mark.parametrize("target", ["cpu", "interp"])
+def test_parallel_axis_of_extent_one_accumulates_without_a_race(target):
+    # for i, j in T.Parallel(1, D): acc[j] += ...  -- one iteration of i, so no two
+    # iterations write acc[j]
+    kernel = tilewright.compile(row_accumulate(8, 16, 1), out_idx=[1], target=target)
+    x = torch.randn(8, 16)
+    torch.testing.assert_close(kernel(x), 2 * x.sum(0), rtol=1e-5, atol=1e-5)
+
+
+def test_parallel_axis_of_extent_two_accumulating_one_element_is_still_a_race():
+    with pytest.raises(KernelError, match="T.Parallel race: every iteration of i writes"):
+        row_accumulate(8, 16, 2)

@@ -422,14 +422,15 @@ def _vars_in(node) -> set:
 def check_races(nest) -> None:
     """Reject a ``T.Parallel`` nest whose iterations depend on each other through a buffer:
     an element written by one iteration and read at another index, or read-modify-written by
-    several iterations."""
-    import tvm
-
+    several iterations. A ``T.Parallel`` axis of extent 1 has one iteration, so it cannot
+    race (``for i, j in T.Parallel(1, D): acc[j] += x[i, j]``, as in TileLang's layernorm
+    backward, accumulates each ``acc[j]`` once)."""
     par_vars, loop_vars, stores, loads = set(), set(), [], []
 
     def visit_for(loop):
         loop_vars.add(loop.loop_var)
-        if str(loop.annotations.get(LOOP_KIND_KEY, "")) == "parallel":
+        single = isinstance(loop.extent, tirx.IntImm) and int(loop.extent.value) == 1
+        if str(loop.annotations.get(LOOP_KIND_KEY, "")) == "parallel" and not single:
             par_vars.add(loop.loop_var)
 
     tvm_ffi.structural_walk(nest, [(tirx.For, visit_for),
