@@ -5,6 +5,7 @@ import pytest
 import tilewright
 import tilewright.language as T
 import torch
+from source_lines import Markers
 from tilewright.errors import KernelError
 
 
@@ -82,3 +83,36 @@ def test_parallel_axis_of_extent_one_accumulates_without_a_race(target):
 def test_parallel_axis_of_extent_two_accumulating_one_element_is_still_a_race():
     with pytest.raises(KernelError, match="T.Parallel race: every iteration of i writes"):
         row_accumulate(8, 16, 2)
+
+
+# -- fragments take the extents of the T.Parallel loop that indexes them (TileLang's layout) -----
+def sink_like(n=16, heads=2, shift=0):
+    @T.prim_func
+    def main(X: T.Tensor((n,), "float32"), S: T.Tensor((heads,), "float32"),
+             C: T.Tensor((n,), "float32")):
+        with T.Kernel(1):
+            sinks = T.alloc_fragment((heads,), "float32")
+            for i in T.Parallel(n):
+                sinks[i + shift] = S[1]  # widened
+            for i in T.Parallel(n):
+                C[i] = X[i] + sinks[i]
+
+    return main
+
+
+@pytest.mark.parametrize("target", ["cpu", "interp"])
+def test_fragment_indexed_by_a_parallel_loop_takes_its_extent(target, caplog):
+    # TileLang's attention-sink backward writes block_M values into alloc_fragment([heads]):
+    # on a GPU the fragment takes the loop's layout, so each iteration has its own element
+    with caplog.at_level("WARNING", logger="tilewright"):
+        kernel = tilewright.compile(sink_like(), out_idx=[2], target=target)
+    assert "fragment sinks is declared with shape (2,)" in caplog.text
+    assert f"test_tilelang_gaps.py:{Markers(__file__).line_of('widened')}" in caplog.text
+    assert "over (16,)" in caplog.text
+    x, s = torch.randn(16), torch.randn(2)
+    torch.testing.assert_close(kernel(x, s), x + s[1])
+
+
+def test_fragment_indexed_past_its_end_otherwise_is_still_an_error():
+    with pytest.raises(KernelError, match="leaves tile sinks"):
+        tilewright.compile(sink_like(shift=1), out_idx=[2], target="cpu")

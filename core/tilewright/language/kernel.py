@@ -12,6 +12,7 @@ from ..errors import KernelError, kernel_error
 from . import builder as B
 from .buffer import TileBuffer, VarHandle, as_int, declare
 from .dtypes import DTYPES, DType, normalize_dtype
+from .fragments import widen_fragments
 from .frames import HELPERS
 from .rewrite import rewrite
 
@@ -152,7 +153,12 @@ def prim_func(fn=None, *, name: str | None = None):
                 raise kernel_error(f"parameter {param.name!r} of {fn.__name__} needs a "
                                    "T.Tensor(shape, dtype) or dtype annotation")
         body(*args)
-    return builder.finish()
+    return _finish(builder)
+
+
+def _finish(builder: B.Builder) -> tirx.PrimFunc:
+    func = builder.finish()
+    return func.with_body(widen_fragments(func.body))
 
 
 def trace_eager(fn, args: dict, const_values: dict | None, name: str | None = None):
@@ -162,7 +168,7 @@ def trace_eager(fn, args: dict, const_values: dict | None, name: str | None = No
     body = rewrite(fn, HELPERS)
     with builder.active():
         result = body(**args)
-    func = builder.finish()
+    func = _finish(builder)
     outputs = result if isinstance(result, tuple) else (result,) if result is not None else ()
     return func, builder, outputs
 
