@@ -116,3 +116,54 @@ def test_fragment_indexed_by_a_parallel_loop_takes_its_extent(target, caplog):
 def test_fragment_indexed_past_its_end_otherwise_is_still_an_error():
     with pytest.raises(KernelError, match="leaves tile sinks"):
         tilewright.compile(sink_like(shift=1), out_idx=[2], target="cpu")
+
+
+# -- while with a run-time condition --------------------------------------------------------------
+def collatz_steps(n=10):
+    @T.prim_func
+    def main(A: T.Tensor((n,), "int32"), C: T.Tensor((n,), "int32")):
+        with T.Kernel(n) as bx:
+            x = T.alloc_var("int32", init=A[bx])
+            steps = T.alloc_var("int32", init=0)
+            while x != 1:
+                if x % 2 == 0:
+                    x = x // 2
+                else:
+                    x = 3 * x + 1
+                steps = steps + 1
+            C[bx] = steps
+
+    return main
+
+
+def stream_k_like(n=64, chunk=16):
+    # tile ops and a pipelined loop inside a run-time while, as in TileLang's stream-K GEMM
+    @T.prim_func
+    def main(A: T.Tensor((n,), "float32"), L: T.Tensor((1,), "int32"),
+             C: T.Tensor((chunk,), "float32")):
+        with T.Kernel(1):
+            start = T.alloc_fragment((1,), "int32", "local")
+            s = T.alloc_shared((chunk,), "float32")
+            acc = T.alloc_fragment((chunk,), "float32")
+            T.clear(acc)
+            start[0] = 0
+            while start[0] < L[0]:
+                for k in T.Pipelined(1, num_stages=1):
+                    T.copy(A[start[0] + k * chunk], s)
+                for i in T.Parallel(chunk):
+                    acc[i] += s[i]
+                start[0] = start[0] + chunk
+            T.copy(acc, C)
+
+    return main
+
+
+@pytest.mark.parametrize("target", ["cpu", "interp"])
+def test_while_with_a_runtime_condition(target):
+    steps = tilewright.compile(collatz_steps(), out_idx=[1], target=target)
+    a = torch.arange(1, 11, dtype=torch.int32)
+    assert steps(a).tolist() == [0, 1, 7, 2, 5, 8, 16, 3, 19, 6]
+    sums = tilewright.compile(stream_k_like(), out_idx=[2], target=target)
+    a = torch.randn(64)
+    torch.testing.assert_close(sums(a, torch.tensor([48], dtype=torch.int32)),
+                               a[:48].reshape(3, 16).sum(0), rtol=1e-5, atol=1e-5)

@@ -178,8 +178,9 @@ class VarHandle(TileBuffer):
 
 
 for _name in ("__add__", "__sub__", "__mul__", "__truediv__", "__floordiv__", "__mod__",
-              "__lt__", "__le__", "__gt__", "__ge__"):
+              "__lt__", "__le__", "__gt__", "__ge__", "__eq__", "__ne__"):
     setattr(VarHandle, _name, _binary(_name))
+VarHandle.__hash__ = TileBuffer.__hash__  # `x == 1` builds a comparison; identity hashes
 for _name, _base in (("__radd__", "__add__"), ("__rsub__", "__sub__"), ("__rmul__", "__mul__"),
                      ("__rtruediv__", "__truediv__")):
     setattr(VarHandle, _name, _binary(_base, reflected=True))

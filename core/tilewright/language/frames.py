@@ -284,9 +284,14 @@ class _Helpers:
     @staticmethod
     def static_condition(cond):
         if dtype_of(cond) is not None and not isinstance(cond, tirx.IntImm):
-            raise kernel_error("'while' needs a condition known at compile time; use a "
-                               "T.serial loop with an 'if' inside")
+            raise kernel_error("a 'while' loop with 'break' or 'continue' needs a condition "
+                               "known at compile time; with a run-time condition, end the loop "
+                               "through its condition")
         return bool(cond.value) if isinstance(cond, tirx.IntImm) else cond
+
+    @staticmethod
+    def while_loop(cond):
+        return WhileLoop(cond)
 
     @staticmethod
     def single_target(ctx):
@@ -318,6 +323,54 @@ class _Helpers:
         from .kernel import annotate
 
         return annotate(name, current, annotation, value)
+
+
+class WhileLoop:
+    """``while COND:`` in a kernel. A Python condition is a Python loop (:meth:`again`); a
+    run-time one (``while start[0] < last:``) is an IR ``while`` loop whose body is traced
+    once inside this frame and whose condition is evaluated before every iteration."""
+
+    def __init__(self, cond):
+        if dtype_of(cond) is not None:
+            cond = to_expr(cond)
+        if isinstance(cond, tirx.IntImm):
+            cond = bool(cond.value)
+        self.cond, self.symbolic, self._first = cond, dtype_of(cond) is not None, True
+        if self.symbolic and B.maybe_current() is None:
+            raise kernel_error("a 'while' loop with a run-time condition can only be used "
+                               "inside a kernel")
+
+    def again(self, thunk) -> bool:
+        if self._first:
+            self._first = False
+            return bool(self.cond)
+        value = thunk()
+        if dtype_of(value) is not None:
+            value = to_expr(value)
+            if not isinstance(value, tirx.IntImm):
+                raise kernel_error("the condition of this 'while' loop was a Python value at "
+                                   "its first test and is a run-time value now; make it a "
+                                   "run-time value from the start (a T.alloc_var)")
+            value = value.value
+        return bool(value)
+
+    def __enter__(self):
+        builder = B.require_kernel("a 'while' loop with a run-time condition")
+        if builder.enclosing("parallel") is not None:
+            raise kernel_error("a 'while' loop with a run-time condition cannot be inside a "
+                               "T.Parallel loop: its iterations would run different numbers "
+                               "of times; use T.serial")
+        self._span = B.here()
+        self._frame = builder.open("while")
+        return None
+
+    def __exit__(self, exc_type, exc, tb):
+        body = B.current("while").close(self._frame)
+        if exc_type is not None:
+            return False
+        cond = self.cond if dtype_of(self.cond) == "bool" else self.cond != 0
+        B.current("while").emit(tirx.While(cond, body, span=self._span))
+        return False
 
 
 class _Single:

@@ -58,7 +58,7 @@ BACKEND = BackendModule(
         tile_ops=frozenset(RULES),
         dtypes=frozenset(DTYPES),
         memory_scopes=frozenset({"global", "shared.dyn", "local.fragment", "local"}),
-        features=frozenset({"dynamic_shapes", "partial_tiles"}),
+        features=frozenset({"dynamic_shapes", "partial_tiles", "while_loops"}),
     ),
     description="reference backend: host CPU through TVM's LLVM codegen",
 )

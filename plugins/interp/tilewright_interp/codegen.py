@@ -164,6 +164,9 @@ class _Emitter:
             self.stmt(s.body, depth + 1)
             if block:
                 self.blocks.pop()
+        elif kind == "While":
+            self.emit(depth, f"while {self.expr(s.condition)}:")
+            self.stmt(s.body, depth + 1)
         elif kind == "IfThenElse":
             self.emit(depth, f"if {self.expr(s.condition)}:")
             self.stmt(s.then_case, depth + 1)

@@ -24,7 +24,7 @@ BACKEND = BackendModule(
         dtypes=frozenset({"bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
                           "uint32", "uint64", "float16", "bfloat16", "float32", "float64"}),
         memory_scopes=frozenset({"global", "shared.dyn", "local.fragment", "local"}),
-        features=frozenset({"dynamic_shapes", "partial_tiles"}),
+        features=frozenset({"dynamic_shapes", "partial_tiles", "while_loops"}),
     ),
     description="reference interpreter: runs the tile IR in Python and NumPy, one block "
                 "at a time",
