@@ -6,7 +6,8 @@ The port is what a TileLang user would do by hand, and nothing more:
 
 - imports: ``import tilelang`` becomes ``import tilewright as tilelang``,
   ``tilelang.language`` / ``tilelang.X`` become ``tilewright.language`` / ``tilewright.X``;
-- CUDA tensors map to the CPU: the strings ``"cuda"`` / ``"cuda:0"`` become ``"cpu"``,
+- CUDA tensors map to the CPU: the strings ``"cuda"`` / ``"cuda:0"`` become ``"cpu"`` (not
+  the one in ``carver.arch.CUDA("cuda")``, which names the GPU a kernel is analysed for),
   ``target="cuda"`` becomes ``target="auto"``, and a small shim (``sitecustomize``) makes
   ``Tensor.cuda()`` a no-op, ``torch.cuda.synchronize`` / ``torch.cuda.Event`` work on the host,
   and ``torch.cuda.get_device_capability`` / ``get_device_properties`` (which some examples read
@@ -159,7 +160,8 @@ _IMPORTS = [
 ]
 _DEVICES = [
     (re.compile(r"target\s*=\s*([\"'])cuda\1"), 'target="auto"'),
-    (re.compile(r"([\"'])cuda(:\d+)?\1"), r'\1cpu\1'),
+    # a device string, not the architecture that carver.arch.CUDA("cuda") describes
+    (re.compile(r"(?<!CUDA\()([\"'])cuda(:\d+)?\1"), r'\1cpu\1'),
 ]
 
 

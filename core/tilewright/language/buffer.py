@@ -86,6 +86,11 @@ class TileBuffer:
     def ndim(self) -> int:
         return len(self.buffer.shape)
 
+    @property
+    def data(self):
+        """The buffer's memory, for ``T.Tensor(shape, dtype, buf.data)`` views."""
+        return self.buffer.data
+
     def __repr__(self) -> str:
         return (f"TileBuffer({self.name}, shape={self.shape}, dtype={self.dtype}, "
                 f"scope={self.scope})")

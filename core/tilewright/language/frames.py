@@ -308,14 +308,17 @@ class _Helpers:
         builder = B.maybe_current()
         if not isinstance(value, TileBuffer) or builder is None:
             return value
-        # `A_shared = T.alloc_shared(...)` names the buffer after the variable
+        # `A_shared = T.alloc_shared(...)` names the buffer after the variable (a view of a
+        # tensor too: `flat = T.Tensor(shape, dtype, A.data)`)
         stmts = builder.frames[-1].stmts
-        if not stmts or not isinstance(stmts[-1], tirx.AllocBuffer) or \
+        if not stmts or not isinstance(stmts[-1], (tirx.AllocBuffer, tirx.DeclBuffer)) or \
                 not stmts[-1].buffer.same_as(value.buffer):
             return value
         old = value.buffer
         new = tirx.decl_buffer(old.shape, old.dtype, name, scope=old.scope())
-        stmts[-1] = tirx.AllocBuffer(new, span=stmts[-1].span)
+        stmts[-1] = tirx.AllocBuffer(new, span=stmts[-1].span) if isinstance(
+            stmts[-1], tirx.AllocBuffer) else tirx.DeclBuffer(new, data=stmts[-1].data,
+                                                               span=stmts[-1].span)
         return type(value)(new)
 
     @staticmethod

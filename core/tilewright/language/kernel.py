@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import inspect
+import math
 from dataclasses import dataclass
 
+import tvm
 from tvm import tirx
 
 from ..errors import KernelError, kernel_error
@@ -29,14 +31,43 @@ class TensorSpec:
         return Tensor(shape, dtype)
 
 
-def Tensor(shape, dtype="float32") -> TensorSpec:  # noqa: N802 - the language's name
-    """Declare a global tensor parameter of ``shape`` and ``dtype``."""
+def Tensor(shape, dtype="float32", data=None):  # noqa: N802 - the language's name
+    """Declare a global tensor parameter of ``shape`` and ``dtype``; with ``data`` (another
+    global tensor's ``.data``), a view of that tensor's memory with this shape, as in TileLang:
+    ``T.Tensor((K * K * C, F), dtype, kernel.data)`` reads a 4-D tensor as a matrix."""
     shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
     for dim, extent in enumerate(shape):
         if isinstance(extent, float) or str(getattr(extent, "ty", "int")).startswith("float"):
             raise kernel_error(f"T.Tensor shape {shape}: dimension {dim} is the float {extent}; "
                                "shapes are integers (use // rather than /)")
-    return TensorSpec(tuple(as_int(s) for s in shape), normalize_dtype(dtype))
+    spec = TensorSpec(tuple(as_int(s) for s in shape), normalize_dtype(dtype))
+    return spec if data is None else _view(spec, data)
+
+
+def _view(spec: TensorSpec, data) -> TileBuffer:
+    """A buffer over the memory of the global tensor whose ``.data`` is ``data``."""
+    base = getattr(data, "args", [None])[0] if isinstance(getattr(data, "op", None), tvm.ir.Op) \
+        and data.op.name == "tirx.buffer_data" else None
+    if base is None or str(base.scope()) not in ("global", ""):
+        raise kernel_error("T.Tensor(shape, dtype, data): data must be the .data of a global "
+                           f"tensor (a kernel parameter or T.empty), got {data!r:.60}")
+    builder = B.current("T.Tensor(shape, dtype, data)")
+    old, new = _elements(base.shape, base.dtype), _elements(spec.shape, spec.dtype)
+    if old is not None and new is not None and new > old:
+        raise kernel_error(f"T.Tensor{spec.shape} of {spec.dtype} over {base.name}.data needs "
+                           f"{new} bytes but {base.name} {tuple(as_int(s) for s in base.shape)} "
+                           f"of {base.dtype} has {old}")
+    view = declare(f"{base.name}_view", spec.shape, spec.dtype, "global")
+    builder.emit(tirx.DeclBuffer(view, data=data, span=B.here()))
+    return TileBuffer(view)
+
+
+def _elements(shape, dtype) -> int | None:
+    """The bytes of a buffer of static ``shape``, else None."""
+    shape = [as_int(s) for s in shape]
+    if not all(isinstance(s, int) for s in shape):
+        return None
+    return math.prod(shape) * tvm.runtime.DataType(str(dtype)).bits // 8
 
 
 Buffer = Tensor

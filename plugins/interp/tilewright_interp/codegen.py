@@ -178,6 +178,12 @@ class _Emitter:
             if str(s.buffer.dtype) == "bfloat16":
                 value = f"rt.round_bf16({value})"
             self.emit(depth, f"{self.buf(s.buffer)}[{self.index(s.indices)}] = {value}")
+        elif kind == "DeclBuffer" and getattr(s, "data", None) is not None:
+            # a view of a global tensor's memory: T.Tensor(shape, dtype, A.data)
+            base = s.data.args[0]
+            shape = ", ".join(self.expr(x) for x in s.buffer.shape)
+            self.emit(depth, f"{self.buf(s.buffer)} = rt.view({self.buf(base)}, ({shape},), "
+                      f"{str(base.dtype)!r}, {str(s.buffer.dtype)!r})")
         elif kind in ("AllocBuffer", "DeclBuffer"):
             buffer = s.buffer
             shape = ", ".join(self.expr(x) for x in buffer.shape)

@@ -107,6 +107,19 @@ def bind(arg, dtype: str):
     return np.asarray(arg)
 
 
+def view(base: np.ndarray, shape, base_dtype: str, dtype: str) -> np.ndarray:
+    """``T.Tensor(shape, dtype, A.data)``: the first elements of ``A``'s memory seen with
+    ``shape`` (and ``dtype``: another dtype reinterprets the bytes; bfloat16 tensors, held as
+    float32 here, can only be seen as bfloat16)."""
+    flat = base.reshape(-1)
+    if dtype != base_dtype:
+        if "bfloat16" in (dtype, base_dtype):
+            raise TypeError(f"the interpreter cannot view {base_dtype} memory as {dtype}")
+        flat = flat.view(NUMPY[dtype])
+    shape = tuple(int(s) for s in shape)
+    return flat[:math.prod(shape)].reshape(shape)
+
+
 def write_back(arg, array, dtype: str) -> None:
     """Copy a bfloat16 argument's float32 working array back into the torch tensor."""
     if dtype == "bfloat16" and hasattr(arg, "copy_"):
