@@ -2,6 +2,7 @@
 
 from .annotations import Fragment, Layout, annotate_layout, region, use_swizzle
 from .buffer import TileBuffer, VarHandle
+from .conv import c2d_im2col, im2col
 from .debug import device_assert, print
 from .dtypes import DTYPES as _DTYPES
 from .dtypes import DType
@@ -55,9 +56,10 @@ __all__ = [
     "Buffer", "DType", "Fragment", "GemmWarpPolicy", "Kernel", "Layout", "Macro", "Parallel",
     "Persistent", "Pipelined", "Tensor", "TileBuffer", "VarHandle", "Cast", "abs",
     "alloc_fragment", "alloc_global", "alloc_local", "alloc_reducer", "alloc_shared", "alloc_var",
-    "annotate_layout", "cast", "ceildiv", "clamp", "clear", "const", "copy", "cumsum",
-    "device_assert", "dtype", "dynamic", "empty", "fill", "floordiv", "floormod",
-    "finalize_reducer", "gemm", "if_then_else", "infinity", "macro", "max", "max_value", "min",
-    "min_value", "prim_func", "print", "reducer_init", "reducer_update", "region", "serial",
-    "symbolic", "unroll", "use_swizzle", *_DTYPES, *_REDUCE_OPS, *_ATOMIC_OPS, *_UNARY,
+    "annotate_layout", "c2d_im2col", "cast", "ceildiv", "clamp", "clear", "const", "copy",
+    "cumsum", "device_assert", "dtype", "dynamic", "empty", "fill", "floordiv", "floormod",
+    "finalize_reducer", "gemm", "if_then_else", "im2col", "infinity", "macro", "max",
+    "max_value", "min", "min_value", "prim_func", "print", "reducer_init", "reducer_update",
+    "region", "serial", "symbolic", "unroll", "use_swizzle", *_DTYPES, *_REDUCE_OPS,
+    *_ATOMIC_OPS, *_UNARY,
 ]
