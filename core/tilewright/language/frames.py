@@ -120,6 +120,22 @@ class Parallel(LoopSpec):
                          if coalesced_width else None)
 
 
+class parallel(Parallel):  # noqa: N801 - TileLang's (TVM script's) name
+    """``for i in T.parallel(n)`` or ``T.parallel(start, stop)``: a ``T.Parallel`` loop of one
+    dimension, as TileLang treats TVM's parallel loop."""
+
+    def __init__(self, start, stop=None):
+        start, stop = _start_stop(start, stop)
+        extent = stop - start if isinstance(start, int) and isinstance(stop, int) else \
+            to_expr(stop) - to_expr(start)
+        LoopSpec.__init__(self, (extent,), (start,))
+
+
+class vectorized(parallel):  # noqa: N801 - the language's name
+    """``for i in T.vectorized(n)``: independent iterations a backend may run as vector lanes;
+    a ``T.Parallel`` loop of one dimension (the CPU backend vectorises it where it can)."""
+
+
 def _start_stop(start, stop):
     if stop is None:
         return 0, start

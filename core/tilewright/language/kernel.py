@@ -28,13 +28,14 @@ class TensorSpec:
 
     def __class_getitem__(cls, item):
         shape, dtype = item
-        return Tensor(shape, dtype)
+        return _tensor(shape, dtype)
 
 
-def Tensor(shape, dtype="float32", data=None):  # noqa: N802 - the language's name
+def _tensor(shape, dtype="float32", data=None):
     """Declare a global tensor parameter of ``shape`` and ``dtype``; with ``data`` (another
-    global tensor's ``.data``), a view of that tensor's memory with this shape, as in TileLang:
-    ``T.Tensor((K * K * C, F), dtype, kernel.data)`` reads a 4-D tensor as a matrix."""
+    buffer's ``.data``), a view of that buffer's memory with this shape and dtype, as in
+    TileLang: ``T.Tensor((K * K * C, F), dtype, kernel.data)`` reads a 4-D tensor as a matrix
+    (a view of a tile stays in the tile's memory)."""
     shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
     for dim, extent in enumerate(shape):
         if isinstance(extent, float) or str(getattr(extent, "ty", "int")).startswith("float"):
@@ -44,22 +45,59 @@ def Tensor(shape, dtype="float32", data=None):  # noqa: N802 - the language's na
     return spec if data is None else _view(spec, data)
 
 
+class _TensorType:
+    """``T.Tensor(shape, dtype[, data])`` and TileLang's ``T.Tensor[shape, dtype]``."""
+
+    __call__ = staticmethod(_tensor)
+    __doc__ = _tensor.__doc__
+
+    def __getitem__(self, item):
+        if not isinstance(item, tuple) or len(item) != 2:
+            raise kernel_error("T.Tensor[shape, dtype] takes a shape and a dtype")
+        return _tensor(*item)
+
+
+Tensor = _TensorType()
+
+
 def _view(spec: TensorSpec, data) -> TileBuffer:
-    """A buffer over the memory of the global tensor whose ``.data`` is ``data``."""
+    """A buffer over the memory whose ``.data`` is ``data`` (a tensor's or a tile's)."""
     base = getattr(data, "args", [None])[0] if isinstance(getattr(data, "op", None), tvm.ir.Op) \
         and data.op.name == "tirx.buffer_data" else None
-    if base is None or str(base.scope()) not in ("global", ""):
-        raise kernel_error("T.Tensor(shape, dtype, data): data must be the .data of a global "
-                           f"tensor (a kernel parameter or T.empty), got {data!r:.60}")
-    builder = B.current("T.Tensor(shape, dtype, data)")
+    if base is None:
+        raise kernel_error("T.Tensor(shape, dtype, data): data must be the .data of a buffer "
+                           f"(a tensor or a tile), got {data!r:.60}")
     old, new = _elements(base.shape, base.dtype), _elements(spec.shape, spec.dtype)
     if old is not None and new is not None and new > old:
         raise kernel_error(f"T.Tensor{spec.shape} of {spec.dtype} over {base.name}.data needs "
                            f"{new} bytes but {base.name} {tuple(as_int(s) for s in base.shape)} "
                            f"of {base.dtype} has {old}")
-    view = declare(f"{base.name}_view", spec.shape, spec.dtype, "global")
+    builder = B.current("T.Tensor(shape, dtype, data)")
+    if str(base.scope()) not in ("global", "") and not builder.in_kernel():
+        raise kernel_error(f"a view of tile {base.name!r} must be inside 'with T.Kernel'")
+    view = declare(f"{base.name}_view", spec.shape, spec.dtype, str(base.scope()) or "global")
     builder.emit(tirx.DeclBuffer(view, data=data, span=B.here()))
     return TileBuffer(view)
+
+
+def view(src, shape=None, dtype=None) -> TileBuffer:
+    """``src`` (a tensor or a tile) seen with another shape and/or dtype, the same bytes."""
+    if not isinstance(src, TileBuffer):
+        raise kernel_error(f"T.view / T.reshape take a buffer, got {type(src).__name__}")
+    shape = src.shape if shape is None else shape
+    dtype = src.dtype if dtype is None else dtype
+    spec = _tensor(shape, dtype)
+    old, new = _elements(src.buffer.shape, src.dtype), _elements(spec.shape, spec.dtype)
+    if old is not None and new is not None and new != old:
+        raise kernel_error(f"T.view / T.reshape of {src.name!r} {src.shape} {src.dtype} "
+                           f"({old} bytes) as {spec.shape} {spec.dtype} ({new} bytes): the sizes "
+                           "must match")
+    return _view(spec, src.data)
+
+
+def reshape(src, shape) -> TileBuffer:
+    """``src`` seen with another shape of the same size."""
+    return view(src, shape)
 
 
 def _elements(shape, dtype) -> int | None:

@@ -18,6 +18,8 @@ from tilewright.ir.schema import Region as IRRegion
 from tilewright.plugin import DeviceCodegen, GeneratedSource
 from tvm import tirx
 
+from .runtime import EMULATED
+
 _BINARY = {"Add": "+", "Sub": "-", "Mul": "*", "FloorDiv": "//", "FloorMod": "%",
            "EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
 _MATH = {"exp", "exp2", "log", "log2", "log10", "sqrt", "rsqrt", "sin", "cos", "tan", "tanh",
@@ -68,10 +70,11 @@ class _Emitter:
 
     def const(self, value: float, dtype: str) -> str:
         name = f"_c{len(self.consts)}"
-        cast = "np.float32" if dtype == "bfloat16" else f"np.{dtype}"
+        emulated = dtype in EMULATED
+        cast = "np.float32" if emulated else f"np.{dtype}"
         text = f"{cast}(float.fromhex({float(value).hex()!r}))"
-        if dtype == "bfloat16":
-            text = f"rt.round_bf16({text})"
+        if emulated:
+            text = f"rt.round_to({text}, {dtype!r})"
         self.consts.append(f"{name} = {text}")
         return name
 
@@ -175,8 +178,8 @@ class _Emitter:
                 self.stmt(s.else_case, depth + 1)
         elif kind == "BufferStore":
             value = self.expr(s.value)
-            if str(s.buffer.dtype) == "bfloat16":
-                value = f"rt.round_bf16({value})"
+            if str(s.buffer.dtype) in EMULATED:
+                value = f"rt.round_to({value}, {str(s.buffer.dtype)!r})"
             self.emit(depth, f"{self.buf(s.buffer)}[{self.index(s.indices)}] = {value}")
         elif kind == "DeclBuffer" and getattr(s, "data", None) is not None:
             # a view of a global tensor's memory: T.Tensor(shape, dtype, A.data)
@@ -242,7 +245,7 @@ class _Emitter:
                 if isinstance(dim, tirx.Var) and not tirx.buffer.is_buffer_var(dim) and \
                         dim.__chandle__() not in self.names:
                     prologue.append(f"{self.var(dim)} = {name}.shape[{axis}]")
-            if dtype == "bfloat16":
+            if dtype in EMULATED:
                 epilogue.append(f"rt.write_back({arg}, {name}, {dtype!r})")
         body_start = len(self.lines)
         self.stmt(func.body, 1)

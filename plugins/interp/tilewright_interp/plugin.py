@@ -22,7 +22,8 @@ BACKEND = BackendModule(
     capabilities=Capabilities(
         tile_ops=frozenset(RULES),  # exactly the ops with a lowering rule
         dtypes=frozenset({"bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
-                          "uint32", "uint64", "float16", "bfloat16", "float32", "float64"}),
+                          "uint32", "uint64", "float16", "bfloat16", "float32", "float64",
+                          "float8_e4m3fn", "float8_e5m2"}),
         memory_scopes=frozenset({"global", "shared.dyn", "local.fragment", "local"}),
         features=frozenset({"dynamic_shapes", "partial_tiles", "while_loops"}),
     ),
