@@ -242,6 +242,20 @@ def trace_eager(fn, args: dict, const_values: dict | None, name: str | None = No
     return func, builder, outputs
 
 
+def eager_consts(fn, static: dict, tensors: dict) -> dict:
+    """The ``T.const`` values an eager kernel takes from ``tensors`` (by parameter name), its
+    other arguments given by ``static`` (missing ones take their defaults)."""
+    bound = inspect.signature(fn).bind_partial(
+        **static, **{k: _ParamSlot(k, t) for k, t in tensors.items()})
+    bound.apply_defaults()
+    _, builder, _ = trace_eager(fn, dict(bound.arguments), None)
+    unbound = sorted(set(builder.const_symbols) - set(builder.const_sources))
+    if unbound:
+        raise KernelError(f"{fn.__name__}: T.const symbol(s) {unbound} appear in no tensor "
+                          "annotation, so no argument gives their value")
+    return {name: int(tensors[p].shape[d]) for name, (p, d) in builder.const_sources.items()}
+
+
 class Macro:
     """``@T.macro``: a helper whose statements are emitted inline where it is called."""
 
