@@ -11,7 +11,9 @@ The port is what a TileLang user would do by hand, and nothing more:
   ``target="cuda"`` becomes ``target="auto"``, and a small shim (``sitecustomize``) makes
   ``Tensor.cuda()`` a no-op, ``torch.cuda.synchronize`` / ``torch.cuda.Event`` work on the host,
   and ``torch.cuda.get_device_capability`` / ``get_device_properties`` (which some examples read
-  to pick a tiling) describe an sm_80-class device with the host's core count.
+  to pick a tiling) describe an sm_80-class device with the host's core count; for the
+  examples' own code (not for torch or tilewright) ``torch.cuda.is_available()`` is True, as
+  some examples refuse to pick a tiling without a device.
 
 Each example (a file with a ``__main__`` block, not a test or regression harness) runs as a
 script from a copy of its folder, with the sizes upstream gives it, under a timeout, with
@@ -176,6 +178,7 @@ def port_source(text: str) -> str:
 SHIM = '''\
 """Installed by tools/port_tilelang_examples.py: CUDA calls of the examples map to the host."""
 import os
+import sys
 import time
 
 import torch
@@ -185,8 +188,21 @@ torch.nn.Module.cuda = lambda self, *args, **kwargs: self
 torch.cuda.synchronize = lambda *args, **kwargs: None
 torch.cuda.current_device = lambda: "cpu"
 torch.cuda.empty_cache = lambda: None
-# examples that pick a tiling from the device see an sm_80-class device with the host's cores
+# examples that pick a tiling from the device see an sm_80-class device with the host's cores;
+# torch.cuda.is_available() is True for the examples' own code only (torch, tilewright and the
+# libraries they call see the machine as it is)
 torch.cuda.get_device_capability = lambda *args, **kwargs: (8, 0)
+torch.cuda.get_device_name = lambda *args, **kwargs: "host CPU"
+_EXAMPLES = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_available = torch.cuda.is_available
+
+
+def _is_available():
+    caller = sys._getframe(1).f_code.co_filename
+    return os.path.abspath(caller).startswith(_EXAMPLES + os.sep) or _available()
+
+
+torch.cuda.is_available = _is_available
 
 
 class _Properties:
@@ -284,8 +300,16 @@ def _error_line(output: str) -> str:
 _MISSING = re.compile(r"ModuleNotFoundError: No module named '(\w+)")
 
 
+# what examples print when a check fails without raising
+_FAILED = re.compile(r"^.*(❌|✗|Verification FAILED|Validation: FAILED|similarity check "
+                     r"failed).*$", re.M)
+
+
 def classify(rc: int, output: str, checked: bool) -> tuple[str, str]:
     if rc == 0:
+        failed = _FAILED.search(output)
+        if failed:
+            return "wrong", failed.group(0).strip()[:200]
         return ("verified", "") if checked else ("ran (no check)", "")
     line = _error_line(output)
     missing = _MISSING.match(line)
