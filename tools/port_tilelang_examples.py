@@ -154,6 +154,7 @@ class Result:
 # -- the mechanical port --------------------------------------------------------------------
 _IMPORTS = [
     (re.compile(r"^(\s*)import tilelang\s*$", re.M), r"\1import tilewright as tilelang"),
+    (re.compile(r"^(\s*)import tilelang as (\w+)", re.M), r"\1import tilewright as \2"),
     (re.compile(r"^(\s*)import tilelang\.([\w.]+) as (\w+)", re.M),
      r"\1import tilewright.\2 as \3"),
     (re.compile(r"^(\s*)import tilelang\.([\w.]+)\s*$", re.M),
