@@ -3,6 +3,7 @@ tile IR in Python and NumPy."""
 
 from __future__ import annotations
 
+from tilewright.language.reducer import OPS as REDUCER_OPS
 from tilewright.plugin import API_VERSION, BackendModule, Capabilities, hookimpl
 
 from . import __version__
@@ -24,8 +25,10 @@ BACKEND = BackendModule(
         dtypes=frozenset({"bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
                           "uint32", "uint64", "float16", "bfloat16", "float32", "float64",
                           "float8_e4m3fn", "float8_e5m2"}),
-        memory_scopes=frozenset({"global", "shared.dyn", "local.fragment", "local"}),
-        features=frozenset({"dynamic_shapes", "partial_tiles", "while_loops"}),
+        memory_scopes=frozenset({"global", "shared.dyn", "local.fragment", "local", "local.var",
+                                 *(f"local.reducer.{op}" for op in REDUCER_OPS)}),
+        features=frozenset({"dynamic_shapes", "partial_tiles", "kernel_sequence",
+                            "while_loops"}),
     ),
     description="reference interpreter: runs the tile IR in Python and NumPy, one block "
                 "at a time",
