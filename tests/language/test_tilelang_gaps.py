@@ -167,3 +167,28 @@ def test_while_with_a_runtime_condition(target):
     a = torch.randn(64)
     torch.testing.assert_close(sums(a, torch.tensor([48], dtype=torch.int32)),
                                a[:48].reshape(3, 16).sum(0), rtol=1e-5, atol=1e-5)
+
+
+# -- outputs the JIT allocates ----------------------------------------------------------------
+def first_rows(n, rows):
+    @T.prim_func
+    def main(A: T.Tensor((n, 4), "float32"), L: T.Tensor((1,), "int32"),
+             B: T.Tensor((n, 4), "float32")):
+        with T.Kernel(1):
+            for i, j in T.Parallel(n, 4):
+                if i < L[0]:
+                    B[i, j] = A[i, j]
+
+    return main
+
+
+@pytest.mark.parametrize("target", ["cpu", "interp"])
+def test_output_elements_a_kernel_leaves_unwritten_are_zero(target):
+    # TileLang's varlen examples write only rows below each sequence's length and read the
+    # rest later under a mask: garbage there (a NaN) would poison the masked products
+    kernel = tilewright.compile(first_rows(64, 3), out_idx=[2], target=target)
+    for _ in range(3):  # a fresh allocation every call, whatever the allocator hands back
+        a = torch.randn(64, 4)
+        b = kernel(a, torch.tensor([5], dtype=torch.int32))
+        torch.testing.assert_close(b[:5], a[:5])
+        assert not b[5:].any()
