@@ -6,14 +6,20 @@ explicit bit manipulation with torch's semantics (round to nearest even; ``float
 saturates to +-448, infinities included, and has one NaN per sign; ``float8_e5m2`` is IEEE-like
 with infinities). Other floating types convert through float32, which holds every float8
 value exactly.
+
+A kernel's own float8 tiles (shared, fragment, local) are held as bytes (``uint8``), their loads
+and stores reinterpreted: TVM's float8 legalisation would otherwise turn them into float32
+tiles, under the integer code above. TVM legalises loads and stores of float8 parameters lane
+by lane, so a ``T.vectorized`` loop (a GEMM micro-kernel's) that touches float8 runs serially.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import tvm
 import tvm_ffi
-from tilewright.transform import prim_func_pass
+from tilewright.transform import StmtMutator, prim_func_pass, rebuild_for
 from tvm import tirx
 
 
@@ -111,7 +117,77 @@ def _convert(cast):
     return cast
 
 
+def touches_float8(stmt) -> bool:
+    """Whether ``stmt`` loads, stores or converts float8 values: TVM legalises those to
+    scalar integer code that LLVM cannot vectorise (a per-lane if_then_else)."""
+    found = []
+
+    def visit(node):
+        if str(getattr(node, "ty", "")).startswith("float8"):
+            found.append(node)
+
+    tvm_ffi.structural_walk(stmt, [(tirx.BufferStore, lambda s: visit(s.value)),
+                                   (tvm.ir.TensorLoad, visit), (tirx.Cast, visit)])
+    return bool(found)
+
+
+class _SerialFloat8(StmtMutator):
+    """``T.vectorized`` loops that touch float8 become serial loops."""
+
+    def visit_For(self, stmt):
+        stmt = super().visit_For(stmt)
+        if stmt.kind == tirx.ForKind.VECTORIZED and touches_float8(stmt.body):
+            return rebuild_for(stmt, kind=tirx.ForKind.SERIAL)
+        return stmt
+
+
+def _as_bytes(body):
+    """``body`` with its float8 tiles held as uint8 tiles of the same shape."""
+    tiles = {}
+
+    def collect(stmt):
+        buf = stmt.buffer
+        if str(buf.dtype) in FORMATS:
+            tiles[buf] = tirx.decl_buffer(buf.shape, "uint8", buf.name, scope=str(buf.scope()))
+
+    tvm_ffi.structural_walk(body, (tirx.AllocBuffer, collect))
+    if not tiles:
+        return body
+
+    def load(node):
+        tile = tiles.get(node.source)
+        if tile is None:
+            return node
+        return tirx.reinterpret(str(node.ty), tirx.BufferLoad(tile, node.indices))
+
+    def store(stmt):
+        tile = tiles.get(stmt.buffer)
+        if tile is None:
+            return stmt
+        return tirx.BufferStore(tile, tirx.reinterpret("uint8", stmt.value), stmt.indices,
+                                span=stmt.span)
+
+    body = tvm_ffi.structural_map(body, [(tvm.ir.TensorLoad, load), (tirx.BufferStore, store)])
+    return tvm_ffi.structural_map(body, (tirx.Buffer, lambda b: tiles.get(b, b)))
+
+
+def _collapse(call):
+    """``reinterpret(T, reinterpret(S, x))`` with ``x`` of type T is ``x``."""
+    if isinstance(call.op, tvm.ir.Op) and call.op.name == "tirx.reinterpret":
+        inner = call.args[0]
+        if isinstance(inner, tvm.ir.Call) and isinstance(inner.op, tvm.ir.Op) and \
+                inner.op.name == "tirx.reinterpret" and str(inner.args[0].ty) == str(call.ty):
+            return inner.args[0]
+    return call
+
+
+def _lower(f):
+    body = _SerialFloat8().visit(f.body)
+    body = _as_bytes(tvm_ffi.structural_map(body, (tirx.Cast, _convert)))
+    return f.with_body(tvm_ffi.structural_map(body, (tvm.ir.Call, _collapse)))
+
+
 def lower_float8():
-    """Every conversion to or from a float8 type becomes :func:`encode` / :func:`decode`."""
-    return prim_func_pass("CPULowerFloat8", lambda f: f.with_body(
-        tvm_ffi.structural_map(f.body, (tirx.Cast, _convert))))
+    """Every conversion to or from a float8 type becomes :func:`encode` / :func:`decode`, float8
+    tiles are held as bytes, a vectorised loop that touches float8 becomes serial."""
+    return prim_func_pass("CPULowerFloat8", _lower)

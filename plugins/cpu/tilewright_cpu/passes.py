@@ -10,6 +10,8 @@ from tilewright.transform import StmtMutator, prim_func_pass, rebuild_for
 from tvm import tirx
 from tvm.sym.pattern import detect_linear_equation
 
+from .lowering_float8 import touches_float8
+
 LOOP_KEY = "tw.loop"
 VECTOR_LANES = 8
 
@@ -47,20 +49,6 @@ def _stores_vary(stmt, var) -> bool:
 _OPAQUE_CALLS = frozenset({"tirx.tvm_call_packed", "tirx.call_extern", "tirx.call_packed"})
 
 
-def _has_float8(stmt) -> bool:
-    """Whether ``stmt`` loads, stores or converts float8 values: TVM legalises those to
-    scalar integer code that LLVM cannot vectorise (a per-lane if_then_else)."""
-    found = []
-
-    def visit(node):
-        if str(getattr(node, "ty", "")).startswith("float8"):
-            found.append(node)
-
-    tvm_ffi.structural_walk(stmt, [(tirx.BufferStore, lambda s: visit(s.value)),
-                                   (tvm.ir.TensorLoad, visit), (tirx.Cast, visit)])
-    return bool(found)
-
-
 class _Loops(StmtMutator):
     """Innermost ``T.Parallel`` loops with a constant extent become vector loops; every
     frontend annotation is dropped."""
@@ -77,7 +65,7 @@ class _Loops(StmtMutator):
             return rebuild_for(stmt, annotations=annotations, kind=tirx.ForKind.UNROLLED)
         if kind != "parallel" or not self.vectorize or _has_loop(stmt.body) or \
                 _has_side_effects(stmt.body) or not _stores_vary(stmt.body, stmt.loop_var) or \
-                _has_float8(stmt.body) or \
+                touches_float8(stmt.body) or \
                 not isinstance(stmt.extent, tirx.IntImm) or int(stmt.extent.value) % VECTOR_LANES:
             return rebuild_for(stmt, annotations=annotations)
         extent = int(stmt.extent.value)
