@@ -122,8 +122,13 @@ def const(names: str):
 
 
 def dynamic(name: str, dtype: str = "int32"):
-    """``M = T.dynamic("m")``: a shape symbol read from the arguments at every call."""
-    return tirx.Var(name, normalize_dtype(dtype))
+    """``M = T.dynamic("m")``: a shape symbol read from the arguments at every call;
+    ``M, N = T.dynamic("m, n")`` declares several, as ``T.const`` does."""
+    parts = [n.strip() for n in name.split(",") if n.strip()]
+    if not parts:
+        raise kernel_error("T.dynamic needs at least one name")
+    values = tuple(tirx.Var(n, normalize_dtype(dtype)) for n in parts)
+    return values[0] if len(values) == 1 else values
 
 
 symbolic = dynamic
