@@ -164,20 +164,37 @@ def _as_bytes(body):
         tile = tiles.get(stmt.buffer)
         if tile is None:
             return stmt
-        return tirx.BufferStore(tile, tirx.reinterpret("uint8", stmt.value), stmt.indices,
+        return tirx.BufferStore(tile, _bits(stmt.value), stmt.indices,
                                 span=stmt.span)
 
     body = tvm_ffi.structural_map(body, [(tvm.ir.TensorLoad, load), (tirx.BufferStore, store)])
     return tvm_ffi.structural_map(body, (tirx.Buffer, lambda b: tiles.get(b, b)))
 
 
+def _op_name(node) -> str:
+    op = getattr(node, "op", None)
+    return op.name if isinstance(node, tvm.ir.Call) and isinstance(op, tvm.ir.Op) else ""
+
+
+def _bits(value):
+    """The uint8 bits of a float8 expression, without a float8 value in between where it can:
+    TVM's legalisation widens float8 selects and constants to float32, under a reinterpret."""
+    if isinstance(value, tirx.FloatImm):
+        return encode(tirx.const(float(value.value), "float32"), FORMATS[str(value.ty)])
+    if isinstance(value, tirx.Select):
+        return tirx.Select(value.condition, _bits(value.true_value), _bits(value.false_value))
+    if _op_name(value) == "prim.if_then_else":
+        return tirx.if_then_else(value.args[0], _bits(value.args[1]), _bits(value.args[2]))
+    if _op_name(value) == "tirx.reinterpret" and str(value.args[0].ty) == "uint8":
+        return value.args[0]
+    return tirx.reinterpret("uint8", value)
+
+
 def _collapse(call):
-    """``reinterpret(T, reinterpret(S, x))`` with ``x`` of type T is ``x``."""
-    if isinstance(call.op, tvm.ir.Op) and call.op.name == "tirx.reinterpret":
-        inner = call.args[0]
-        if isinstance(inner, tvm.ir.Call) and isinstance(inner.op, tvm.ir.Op) and \
-                inner.op.name == "tirx.reinterpret" and str(inner.args[0].ty) == str(call.ty):
-            return inner.args[0]
+    """``reinterpret(uint8, x)`` of a float8 ``x`` is :func:`_bits` of it."""
+    if _op_name(call) == "tirx.reinterpret" and str(call.ty) == "uint8" and \
+            str(call.args[0].ty) in FORMATS:
+        return _bits(call.args[0])
     return call
 
 
