@@ -35,9 +35,9 @@ reason, and is not run. The table gives each example's result and its error's fi
 
 ``--shrink`` runs the examples listed in :data:`SHRINK` with smaller problem sizes, given
 through the example's own command-line arguments (nothing in the example changes); the table
-marks them. ``--json FILE`` writes the results; ``--only`` runs the examples whose path
-contains a text; ``--rerun FILE`` runs only the examples a former ``--json`` file lists as
-verified (to check that another target agrees); ``--logs DIR`` keeps each example's output.
+marks them. ``--json FILE`` writes the results; ``--only TEXT`` (repeatable) runs the
+examples whose path contains one of the texts; ``--rerun FILE`` runs only the examples a former
+``--json`` file lists as verified (to check that another target agrees); ``--logs DIR`` keeps each example's output.
 """
 
 from __future__ import annotations
@@ -262,7 +262,7 @@ def local_imports(path: Path, seen=None) -> list[Path]:
 NOT_EXAMPLES = ("autodd/",)
 
 
-def discover(examples: Path, only: str | None) -> list[Path]:
+def discover(examples: Path, only: list[str] | None) -> list[Path]:
     """Every example: a file with a ``__main__`` block that imports TileLang, not a test, a
     performance-regression harness or one of :data:`NOT_EXAMPLES`."""
     found = []
@@ -275,7 +275,7 @@ def discover(examples: Path, only: str | None) -> list[Path]:
         text = path.read_text(errors="replace")
         if "__main__" not in text or not re.search(r"^\s*(import|from)\s+tilelang", text, re.M):
             continue
-        if only and only not in rel:
+        if only and not any(text in rel for text in only):
             continue
         found.append(path)
     return found
@@ -418,7 +418,8 @@ def main(argv=None) -> int:
                         help="a TileLang source tree (its examples/ folder is ported)")
     parser.add_argument("--target", default="cpu", help="cpu, interp, ... (what 'auto' means)")
     parser.add_argument("--timeout", type=float, default=300, help="seconds per example")
-    parser.add_argument("--only", help="run only examples whose path contains this text")
+    parser.add_argument("--only", action="append",
+                        help="run only examples whose path contains this text (repeatable)")
     parser.add_argument("--json", type=Path, help="write the results here")
     parser.add_argument("--logs", type=Path, help="keep each example's output in this folder")
     parser.add_argument("--shrink", action="store_true",
