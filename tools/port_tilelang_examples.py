@@ -37,7 +37,8 @@ reason, and is not run. The table gives each example's result and its error's fi
 through the example's own command-line arguments (nothing in the example changes); the table
 marks them. ``--json FILE`` writes the results; ``--only TEXT`` (repeatable) runs the
 examples whose path contains one of the texts; ``--rerun FILE`` runs only the examples a former
-``--json`` file lists as verified (to check that another target agrees); ``--logs DIR`` keeps each example's output.
+``--json`` file lists as verified (to check that another target agrees); ``--logs DIR`` keeps
+each example's output.
 """
 
 from __future__ import annotations
