@@ -192,3 +192,33 @@ def test_output_elements_a_kernel_leaves_unwritten_are_zero(target):
         b = kernel(a, torch.tensor([5], dtype=torch.int32))
         torch.testing.assert_close(b[:5], a[:5])
         assert not b[5:].any()
+
+
+# -- bounds: a loop over a length read at run time -------------------------------------------
+def running_max_per_block(n, block, blocks):
+    @T.prim_func
+    def main(X: T.Tensor((n,), "float32"), L: T.Tensor((1,), "int32"),
+             S: T.Tensor((blocks,), "float32")):
+        with T.Kernel(1):
+            tile = T.alloc_fragment((block,), "float32")
+            m = T.alloc_fragment((1,), "float32")
+            seen = T.alloc_shared((1, blocks), "float32")
+            T.fill(seen, 0.0)
+            for k in T.serial(T.ceildiv(L[0], block)):  # in range only because L[0] <= n
+                T.copy(X[k * block:(k + 1) * block], tile)
+                T.reduce_max(tile, m, dim=0)
+                T.copy(m, seen[:, k])
+            T.copy(seen[0, :], S)
+
+    return main
+
+
+@pytest.mark.parametrize("target", ["cpu", "interp"])
+def test_tile_region_indexed_by_a_loop_over_a_run_time_length(target):
+    # TileLang's varlen decoding writes S_shared[:, k] for k below a length read from a tensor:
+    # the analysis cannot bound k (only its type's range), so it is no compile-time error
+    kernel = tilewright.compile(running_max_per_block(64, 16, 4), out_idx=[2], target=target)
+    x = torch.randn(64)
+    s = kernel(x, torch.tensor([40], dtype=torch.int32))
+    torch.testing.assert_close(s[:3], x[:48].view(3, 16).max(1).values)
+    assert not s[3:].any()
