@@ -222,3 +222,25 @@ def test_tile_region_indexed_by_a_loop_over_a_run_time_length(target):
     s = kernel(x, torch.tensor([40], dtype=torch.int32))
     torch.testing.assert_close(s[:3], x[:48].view(3, 16).max(1).values)
     assert not s[3:].any()
+
+
+# -- a T.alloc_var as a region start ---------------------------------------------------------
+def pick_row(rows, n):
+    @T.prim_func
+    def main(A: T.Tensor((rows, n), "float32"), I: T.Tensor((1,), "int32"),
+             C: T.Tensor((n,), "float32")):
+        with T.Kernel(1):
+            row = T.alloc_var("int32")
+            row = I[0]
+            s = T.alloc_shared((1, n), "float32")
+            T.copy(A[row, 0:n], s)  # TileLang's grouped GEMM picks its batch so
+            T.copy(s[0, :], C)
+
+    return main
+
+
+@pytest.mark.parametrize("target", ["cpu", "interp"])
+def test_alloc_var_as_a_region_start(target):
+    kernel = tilewright.compile(pick_row(5, 16), out_idx=[2], target=target)
+    a = torch.randn(5, 16)
+    torch.testing.assert_close(kernel(a, torch.tensor([3], dtype=torch.int32)), a[3])

@@ -111,13 +111,13 @@ class TileBuffer:
             if isinstance(k, slice):
                 if k.step not in (None, 1):
                     raise kernel_error(f"slices of {self.name!r} must have step 1")
-                start = 0 if k.start is None else k.start
+                start = 0 if k.start is None else _start(k.start)
                 stop = self.shape[dim] if k.stop is None else k.stop
                 starts.append(start)
                 extents.append(stop - start if isinstance(stop, int) and isinstance(start, int)
                                else as_int(_ANALYZER.simplify(to_expr(stop) - to_expr(start))))
             else:
-                starts.append(k)
+                starts.append(_start(k))
                 extents.append(1)
         return BufferSlice(self.buffer, tuple(starts), tuple(extents))
 
@@ -132,6 +132,12 @@ class TileBuffer:
         store = tirx.BufferStore(self.buffer, to_expr(value, self.dtype),
                                  [to_expr(k) for k in key], span=B.here())
         builder.emit(store)
+
+
+def _start(value):
+    """A region start: a Python int as it is, anything else (a ``T.alloc_var``) as an
+    expression."""
+    return value if isinstance(value, int) else to_expr(value)
 
 
 def _binary(name: str, reflected: bool = False):
