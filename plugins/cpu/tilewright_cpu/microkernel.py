@@ -86,15 +86,12 @@ class _Gemm:
         return tirx.BufferLoad(self.c.buffer, self.c_index(i, j))
 
 
-def _tile_loops(rows, cols: int, lanes: int, body_fn,
-                rows_kind=tirx.ForKind.UNROLLED) -> tirx.Stmt:
-    """``for r in rows (unrolled unless told): for c in cols: body``; the column loop is
-    vectorised when ``cols`` is a multiple of the vector width and unrolled otherwise."""
-    r, c = tirx.Var("r", "int32"), tirx.Var("c", "int32")
-    inner = tirx.For(c, 0, as_expr(cols),
-                     tirx.ForKind.VECTORIZED if cols % lanes == 0 else tirx.ForKind.UNROLLED,
-                     body_fn(r, c))
-    return tirx.For(r, 0, as_expr(rows), rows_kind, inner)
+def _row_loop(cols: int, lanes: int, body_fn) -> tirx.Stmt:
+    """``for c in cols: body_fn(c)``, vectorised when ``cols`` is a multiple of the vector
+    width and unrolled otherwise."""
+    c = tirx.Var("c", "int32")
+    kind = tirx.ForKind.VECTORIZED if cols % lanes == 0 else tirx.ForKind.UNROLLED
+    return tirx.For(c, 0, as_expr(cols), kind, body_fn(c))
 
 
 def _copy_loops(rows: int, cols: int, lanes: int, body_fn) -> tirx.Stmt:
@@ -121,24 +118,26 @@ def _micro(g: _Gemm, blk: Blocking, chunk: _Chunk, i0, j0, rows: int, cols: int,
            zero: bool) -> tirx.Stmt:
     """``C[i0:i0+rows, j0:j0+cols] += op(A) @ op(B)`` over one K chunk through a register
     accumulator; ``chunk.b_at(k, c)`` reads op(B) at column ``j0 + c``."""
-    # "global" rather than "local": a constant-size global allocation under 1 KiB becomes a
-    # stack alloca that LLVM promotes to registers, while TVM lowers a "local" one to a
-    # workspace allocation (a heap pointer LLVM cannot promote).
-    acc = tirx.decl_buffer((rows, cols), g.acc, "C_acc", scope="global")
+    # One buffer per row, of scope "global" rather than "local": TVM makes a constant-size
+    # global allocation of at most 1 KiB a stack alloca, which LLVM promotes to registers,
+    # and a larger one or a "local" one a workspace allocation (a heap pointer it cannot).
+    accs = [tirx.decl_buffer((cols,), g.acc, f"C_acc{r}", scope="global") for r in range(rows)]
+
+    def each_row(body_fn) -> list:
+        return [_row_loop(cols, blk.lanes, lambda c, r=r: body_fn(r, c)) for r in range(rows)]
+
     if zero:
-        init = _tile_loops(rows, cols, blk.lanes, lambda r, c: tirx.BufferStore(
-            acc, tirx.const(0, g.acc), [r, c]))
+        init = each_row(lambda r, c: tirx.BufferStore(accs[r], tirx.const(0, g.acc), [c]))
     else:
-        init = _tile_loops(rows, cols, blk.lanes, lambda r, c: tirx.BufferStore(
-            acc, g.c_at(i0 + r, j0 + c), [r, c]))
+        init = each_row(lambda r, c: tirx.BufferStore(accs[r], g.c_at(i0 + r, j0 + c), [c]))
     kk = tirx.Var("k", "int32")
-    update = _tile_loops(rows, cols, blk.lanes, lambda r, c: tirx.BufferStore(
-        acc, tirx.BufferLoad(acc, [r, c]) + chunk.a_at(i0 + r, kk) * chunk.b_at(kk, c),
-        [r, c]))
-    k_loop = tirx.For(kk, 0, as_expr(chunk.depth), tirx.ForKind.SERIAL, update)
-    store = _tile_loops(rows, cols, blk.lanes, lambda r, c: tirx.BufferStore(
-        g.c.buffer, tirx.BufferLoad(acc, [r, c]), g.c_index(i0 + r, j0 + c)))
-    return tirx.SeqStmt([tirx.AllocBuffer(acc), init, k_loop, store])
+    update = each_row(lambda r, c: tirx.BufferStore(
+        accs[r], tirx.BufferLoad(accs[r], [c]) + chunk.a_at(i0 + r, kk) * chunk.b_at(kk, c),
+        [c]))
+    k_loop = tirx.For(kk, 0, as_expr(chunk.depth), tirx.ForKind.SERIAL, _seq(update))
+    store = each_row(lambda r, c: tirx.BufferStore(
+        g.c.buffer, tirx.BufferLoad(accs[r], [c]), g.c_index(i0 + r, j0 + c)))
+    return tirx.SeqStmt([*(tirx.AllocBuffer(a) for a in accs), *init, k_loop, *store])
 
 
 def _prefetch_panel(g: _Gemm, k0, depth: int, j0, nr: int, shares: int):

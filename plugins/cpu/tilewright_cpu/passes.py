@@ -3,15 +3,18 @@ scopes and the block grid."""
 
 from __future__ import annotations
 
+import math
 import os
 
 import tvm
 import tvm_ffi
+from tilewright.errors import TilewrightError
 from tilewright.ir import Region, decode, make_call
 from tilewright.transform import StmtMutator, prim_func_pass, rebuild_for
 from tvm import tirx
 from tvm.sym.pattern import detect_linear_equation
 
+from . import runtime
 from .blocking import k_unroll
 
 LOOP_KEY = "tw.loop"
@@ -141,12 +144,62 @@ def lower_scopes():
     return prim_func_pass("CPULowerScopes", run)
 
 
+STACK_BYTES = 1024  # TVM keeps a constant-size CPU allocation up to this size on the stack
+CLAIM = "tw_atomic_add_int32"  # the C runtime's atomic fetch-and-add
+
+
+def _claims_available() -> bool:
+    """Whether kernels may call the C runtime (built with the host C compiler)."""
+    try:
+        runtime.load()
+    except TilewrightError:
+        return False
+    return True
+
+
+def _hoist(rest: list) -> tuple[list, list]:
+    """Constant-size allocations nested in a block's statements too large for the stack (GEMM
+    panels, deeper tiles) taken out, to be made once per worker: TVM would otherwise allocate
+    them from its workspace pool at every iteration of the loops around them."""
+    hoisted = []
+
+    def take(stmt):
+        shape = [_const_int(d) for d in stmt.buffer.shape]
+        if str(stmt.buffer.scope()) != "global" or any(d is None for d in shape):
+            return stmt
+        if math.prod(shape) * tvm.DataType(str(stmt.buffer.dtype)).bits // 8 <= STACK_BYTES:
+            return stmt
+        hoisted.append(stmt)
+        return tirx.Evaluate(tirx.const(0, "int32"))
+
+    rest = [_flatten(tvm_ffi.structural_map(s, (tirx.AllocBuffer, take))) for s in rest]
+    return [s for s in rest if not _no_op(s)], hoisted
+
+
+def _bind_block(loops: list, block) -> list:
+    """``Bind`` statements giving each grid variable its value for the linear ``block``
+    index. The first grid dimension (``blockIdx.x``) varies fastest, as a GPU dispatches
+    blocks: kernels are written so that neighbours in x share data (the rows of A of a GEMM,
+    the keys and values of an attention head), which then stays in cache between blocks."""
+    binds, stride = [], None
+    for loop in loops:
+        value = block if stride is None else tirx.floordiv(block, stride)
+        binds.append(tirx.Bind(loop.loop_var, tirx.floormod(value, loop.extent)
+                               if loop is not loops[-1] else value))
+        stride = loop.extent if stride is None else stride * loop.extent
+    return binds
+
+
 def lower_blocks(workers: int | None = None):
     """The block grid becomes a parallel loop over ``workers`` CPU workers (the host's core
-    count by default), each running every ``workers``-th block in turn. The kernel's tiles are
-    allocated once per worker, not once per block: a large tile allocated per block costs a
-    fresh mapping and page faults every time. A function with several ``T.Kernel`` blocks
-    runs them one after the other, each lowered so."""
+    count by default). The workers share the blocks dynamically: each claims the next block
+    from a counter with an atomic increment when it finishes one, so a worker slowed by other
+    load on its core takes fewer blocks (where the C runtime cannot be built, worker ``w``
+    runs blocks ``w, w + workers, ...`` instead). The kernel's tiles, and the larger buffers
+    the tile ops' lowering made inside a block, are allocated once per worker, not once per
+    block: a large tile allocated per block costs a fresh mapping and page faults every time.
+    A function with several ``T.Kernel`` blocks runs them one after the other, each lowered
+    so."""
     workers = workers or os.cpu_count() or 1
 
     def lower_grid(stmt):
@@ -157,24 +210,32 @@ def lower_blocks(workers: int | None = None):
         if not loops:
             return None
         body = list(stmt.seq) if isinstance(stmt, tirx.SeqStmt) else [stmt]
-        tiles = [s for s in body if isinstance(s, tirx.AllocBuffer)]
-        rest = [s for s in body if not isinstance(s, tirx.AllocBuffer)]
+        rest, hoisted = _hoist([s for s in body if not isinstance(s, tirx.AllocBuffer)])
+        tiles = [s for s in body if isinstance(s, tirx.AllocBuffer)] + hoisted
         total = loops[0].extent
         for loop in loops[1:]:
             total = total * loop.extent
         total = tvm.sym.Analyzer().simplify(total)
         count = min(int(total.value), workers) if isinstance(total, tirx.IntImm) else workers
-        worker, step = tirx.Var("worker", "int32"), tirx.Var("step", "int32")
-        block = worker + step * count
-        binds, stride = [], None
-        for loop in reversed(loops):
-            value = block if stride is None else tirx.floordiv(block, stride)
-            binds.append(tirx.Bind(loop.loop_var, tirx.floormod(value, loop.extent)
-                                   if loop is not loops[0] else value))
-            stride = loop.extent if stride is None else stride * loop.extent
+        worker = tirx.Var("worker", "int32")
+        if _claims_available():
+            counter = tirx.decl_buffer((1,), "int32", "next_block", scope="global")
+            mine = tirx.decl_buffer((1,), "int32", "block", scope="global")
+            claim = tirx.BufferStore(mine, tirx.call_extern(
+                "int32", CLAIM, tirx.address_of(tirx.BufferLoad(counter, [0])),
+                tirx.const(1, "int32")), [0])
+            block = tirx.BufferLoad(mine, [0])
+            blocks = tirx.While(block < total, tirx.SeqStmt(
+                [*_bind_block(loops, block), *rest, claim]))
+            worker_body = tirx.SeqStmt([*tiles, tirx.AllocBuffer(mine), claim, blocks])
+            grid = tirx.For(worker, 0, count, tirx.ForKind.PARALLEL, worker_body,
+                            span=loops[0].span)
+            return tirx.SeqStmt([tirx.AllocBuffer(counter),
+                                 tirx.BufferStore(counter, tirx.const(0, "int32"), [0]), grid])
+        step = tirx.Var("step", "int32")
         steps = tirx.floordiv(total - worker + (count - 1), count)
-        per_block = tirx.For(step, 0, steps, tirx.ForKind.SERIAL,
-                             tirx.SeqStmt(list(reversed(binds)) + rest))
+        per_block = tirx.For(step, 0, steps, tirx.ForKind.SERIAL, tirx.SeqStmt(
+            _bind_block(loops, worker + step * count) + rest))
         worker_body = tirx.SeqStmt([*tiles, per_block]) if tiles else per_block
         return tirx.For(worker, 0, count, tirx.ForKind.PARALLEL, worker_body,
                         span=loops[0].span)
@@ -185,7 +246,7 @@ def lower_blocks(workers: int | None = None):
         if all(s is None for s in lowered):
             return func
         stmts = [new if new is not None else old for old, new in zip(stmts, lowered)]
-        return func.with_body(stmts[0] if len(stmts) == 1 else tirx.SeqStmt(stmts))
+        return func.with_body(_flatten(stmts[0] if len(stmts) == 1 else tirx.SeqStmt(stmts)))
 
     return prim_func_pass("CPULowerBlocks", run)
 
