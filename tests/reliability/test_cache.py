@@ -121,17 +121,21 @@ def test_damaged_entries_are_rebuilt_never_loaded(cache_dir, damage):
         check(compile_(2.0), 2.0)
 
 
-def test_the_key_covers_the_host_cpu(cache_dir):
-    from tilewright_cpu import codegen, executor
+def test_the_key_covers_the_host_cpu(cache_dir, monkeypatch):
+    import dataclasses
+
+    from tilewright_cpu import hostcpu
 
     check(compile_())
-    shared = next(e for e in executor.EXECUTORS if e.name == "llvm-shared")
-    other_cpu = codegen.host_fingerprint() + ",+amx-tile"
-    object.__setattr__(shared, "fingerprint", lambda: other_cpu)  # a frozen declaration
+    host = hostcpu.host_cpu()
+    other_cpu = dataclasses.replace(host, features=host.features | {"amx-tile"})
+    monkeypatch.setattr(hostcpu, "host_cpu", lambda: other_cpu)
+    hostcpu.host_fingerprint.cache_clear()
     try:
         check(compile_())
     finally:
-        object.__setattr__(shared, "fingerprint", codegen.host_fingerprint)
+        monkeypatch.undo()
+        hostcpu.host_fingerprint.cache_clear()
     assert len(entry_dirs(cache_dir)) == 2
 
 

@@ -15,17 +15,6 @@ def host_target() -> tvm.target.Target:
     return tvm.target.Target({"kind": "llvm", "mcpu": str(cpu)})
 
 
-@functools.lru_cache(maxsize=1)
-def host_fingerprint() -> str:
-    """The host CPU as LLVM sees it: its name and enabled features. Kernels are compiled for
-    exactly this (``-mcpu`` of the host), so it is part of their disk-cache key: a kernel built
-    on another CPU may use instructions this one lacks."""
-    cpu = str(tvm.get_global_func("tvm.codegen.llvm.GetHostCPUName")())
-    features = tvm.get_global_func("tvm.codegen.llvm.GetHostCPUFeatures")()
-    enabled = sorted(str(k) for k, v in features.items() if bool(v))
-    return f"llvm {cpu} +{',+'.join(enabled)}"
-
-
 # LLVM names the alias-analysis type of an allocated buffer after the address of its variable
 _ADDRESS = re.compile(r'(?<=!")0x[0-9a-f]+(?=[."])')
 

@@ -12,7 +12,7 @@ from tilewright.errors import TilewrightError
 from tilewright.plugin import Availability, Executor, GeneratedSource
 
 from . import runtime
-from .codegen import host_fingerprint
+from .hostcpu import host_fingerprint
 
 LIBRARY = "kernel.so"
 IR_FILE = "kernel.ll"

@@ -97,3 +97,14 @@ def host_cpu() -> HostCPU:
                    l1_bytes=cache_bytes(1), l2_bytes=cache_bytes(2), l3_bytes=cache_bytes(3),
                    cores=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
                    else os.cpu_count() or 1)
+
+
+@functools.lru_cache(maxsize=1)
+def host_fingerprint() -> str:
+    """The host CPU as kernels are compiled and blocked for it: LLVM's name and enabled
+    features (kernels are built with ``-mcpu`` of the host) and the cache sizes (the GEMM
+    blocking follows them). Part of the disk-cache key of CPU kernels: a kernel built on
+    another CPU may use instructions this one lacks."""
+    host = host_cpu()
+    return f"llvm {host.name} +{',+'.join(sorted(host.features))} caches {host.l1_bytes}," \
+           f"{host.l2_bytes},{host.l3_bytes}"
