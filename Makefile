@@ -22,16 +22,22 @@ test: setup
 	$(PY) -m pytest
 	$(MAKE) conformance
 	$(PY) -m ruff check .
+	$(VENV)/bin/lint-imports --no-cache --config backend-cuda/pyproject.toml
+	$(VENV)/bin/lint-imports --no-cache --config backend-ascend/pyproject.toml
 
 # The backend conformance suite (tilewright-sdk) against every backend that can run here: the
 # interpreter and the CPU backend execute, CUDA compiles to cubins (no GPU needed), Ascend
-# executes on its CPU emulator.
+# executes on its CPU emulator. Then a bounded differential fuzzing run (fixed seed) of each.
 CONFORMANCE := $(PY) -m pytest -p no:cacheprovider --pyargs tilewright_sdk.conformance
+FUZZ := $(PY) -m pytest -p no:cacheprovider --pyargs tilewright_sdk.fuzz --seed 0
 conformance: setup
 	$(CONFORMANCE) --tilewright-backend interp
 	$(CONFORMANCE) --tilewright-backend cpu
 	$(CONFORMANCE) --tilewright-backend cuda --tilewright-mode compile
 	$(CONFORMANCE) --tilewright-backend ascend --tilewright-mode execute
+	$(FUZZ) --tilewright-backend cpu --examples 30
+	$(FUZZ) --tilewright-backend cuda --examples 20
+	$(FUZZ) --tilewright-backend ascend --examples 10
 
 bench: setup
 	$(PY) bench/cpu_gemm.py

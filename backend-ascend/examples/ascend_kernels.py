@@ -144,7 +144,9 @@ def vec_add_conservative(M, N, block_M, block_N, sub_M, dtype="float32"):
 def gemm_pipelined(M, N, K, block_M, block_N, K_L1, dtype="float16", accum_dtype="float32",
                    kL0Size=128, conservative=False):
     """GEMM with L1 double buffering and hand-written flags: MTE2 loads the next K tile while
-    the cube works on the current one. ``conservative`` waits right after each set instead."""
+    the cube works on the current one. ``conservative`` waits right after each set instead (a
+    set is only raised again once its wait has cleared it: a second set of a raised flag is
+    undefined behaviour)."""
     m_num, n_num = M // block_M, N // block_N
     loop_k = K // K_L1
 
@@ -158,28 +160,25 @@ def gemm_pipelined(M, N, K, block_M, block_N, K_L1, dtype="float16", accum_dtype
             B_L1 = T.alloc_L1((2, K_L1, block_N), dtype)
             C_L0 = T.alloc_L0C((block_M, block_N), accum_dtype)
             with T.Scope("C"):
-                T.set_flag("mte1", "mte2", 0)
-                T.set_flag("mte1", "mte2", 1)
+                if not conservative:  # both L1 slots start free
+                    T.set_flag("mte1", "mte2", 0)
+                    T.set_flag("mte1", "mte2", 1)
                 for k in T.serial(loop_k):
                     cur = k % 2
-                    T.wait_flag("mte1", "mte2", cur)
+                    if not conservative:
+                        T.wait_flag("mte1", "mte2", cur)
                     T.copy(A[bx * block_M, k * K_L1], A_L1[cur, :, :])
                     T.copy(B[k * K_L1, by * block_N], B_L1[cur, :, :])
                     T.set_flag("mte2", "mte1", cur)
-                    if conservative:
-                        T.wait_flag("mte2", "mte1", cur)
-                        T.gemm_v0(A_L1[cur, :, :], B_L1[cur, :, :], C_L0, init=(k == 0),
-                                  kL0Size=kL0Size)
-                        T.set_flag("mte1", "mte2", cur)
+                    T.wait_flag("mte2", "mte1", cur)
+                    T.gemm_v0(A_L1[cur, :, :], B_L1[cur, :, :], C_L0, init=(k == 0),
+                              kL0Size=kL0Size)
+                    T.set_flag("mte1", "mte2", cur)
+                    if conservative:  # the next load waits here, right after the GEMM
                         T.wait_flag("mte1", "mte2", cur)
-                        T.set_flag("mte1", "mte2", cur)
-                    else:
-                        T.wait_flag("mte2", "mte1", cur)
-                        T.gemm_v0(A_L1[cur, :, :], B_L1[cur, :, :], C_L0, init=(k == 0),
-                                  kL0Size=kL0Size)
-                        T.set_flag("mte1", "mte2", cur)
-                T.wait_flag("mte1", "mte2", 0)
-                T.wait_flag("mte1", "mte2", 1)
+                if not conservative:
+                    T.wait_flag("mte1", "mte2", 0)
+                    T.wait_flag("mte1", "mte2", 1)
                 T.set_flag("m", "fix", 0)
                 T.wait_flag("m", "fix", 0)
                 T.copy(C_L0, C[bx * block_M, by * block_N])
@@ -268,6 +267,94 @@ def vec_add_pipelined_auto(M, N, block_M, block_N, sub_M, dtype="float32", num_s
     return main
 
 
+def dialect_tour(N=64, dtype="float32"):
+    """Every T.tile instruction of the dialect once, on vector core 0, ordered by barriers (the
+    chain of :func:`dialect_tour_reference`), with T.printf and T.dump_tensor on the way."""
+
+    @T.prim_func
+    def main(A: T.Tensor((N,), dtype), B: T.Tensor((N,), dtype), Y: T.Tensor((N,), dtype),
+             H: T.Tensor((N,), "float16")):
+        with T.Kernel(1, is_npu=True) as (cid, vid):
+            a = T.alloc_ub((N,), dtype)
+            b = T.alloc_ub((N,), dtype)
+            t = T.alloc_ub((N,), dtype)
+            h = T.alloc_ub((N,), "float16")
+            with T.Scope("V"):
+                if vid == 0:  # one vector core is enough
+                    T.copy(A[0], a)
+                    T.copy(B[0], b)
+                    T.barrier_all()
+                    T.tile.abs(b, b)  # b = |B| + 1 > 0 for ln, sqrt and reciprocal
+                    T.barrier_all()
+                    T.tile.adds(b, b, 1.0)
+                    T.barrier_all()
+                    for op in (T.tile.add, T.tile.sub, T.tile.mul, T.tile.div, T.tile.max,
+                               T.tile.min):
+                        op(t, a, b)
+                        T.barrier_all()
+                        T.tile.copy(a, t)
+                        T.barrier_all()
+                    for op in (T.tile.ln, T.tile.sqrt, T.tile.reciprocal, T.tile.exp, T.tile.relu):
+                        op(t, b)
+                        T.barrier_all()
+                        T.tile.add(a, a, t)
+                        T.barrier_all()
+                    for op, x in ((T.tile.muls, 0.5), (T.tile.adds, 1.0), (T.tile.maxs, -2.0),
+                                  (T.tile.mins, 4.0)):
+                        op(a, a, x)
+                        T.barrier_all()
+                    T.tile.fill(t, 0.25)
+                    T.barrier_all()
+                    T.tile.add(a, a, t)
+                    T.barrier_all()
+                    T.tile.cast(h, a, "CAST_RINT")
+                    T.barrier_all()
+                    T.printf("block %d: tour done\n", cid)
+                    T.dump_tensor(a, 7, 8)
+                    T.barrier_all()
+                    T.copy(a, Y[0])
+                    T.copy(h, H[0])
+
+    return main
+
+
+def dialect_tour_reference(a, b):
+    """What :func:`dialect_tour` computes, in torch."""
+    b = b.abs() + 1
+    for op in (torch.add, torch.sub, torch.mul, torch.div, torch.maximum, torch.minimum):
+        a = op(a, b)
+    for op in (torch.log, torch.sqrt, torch.reciprocal, torch.exp, torch.relu):
+        a = a + op(b)
+    a = (a * 0.5 + 1.0).clamp(-2.0, 4.0) + 0.25
+    return a, a.half()
+
+
+def mma_tile(M=48, N=32, K=64):
+    """Hand-written cube path: GM -> L1 (T.copy), L1 -> L0A/L0B (T.copy), one T.mma, L0C -> GM."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"),
+             C: T.Tensor((M, N), "float32")):
+        with T.Kernel(1, is_npu=True) as (cid, vid):
+            a_l1 = T.alloc_L1((M, K), "float16")
+            b_l1 = T.alloc_L1((K, N), "float16")
+            a_l0 = T.alloc_L0A((M, K), "float16")
+            b_l0 = T.alloc_L0B((K, N), "float16")
+            c_l0 = T.alloc_L0C((M, N), "float32")
+            with T.Scope("C"):
+                T.copy(A[0, 0], a_l1)
+                T.copy(B[0, 0], b_l1)
+                T.barrier_all()
+                T.copy(a_l1, a_l0)
+                T.copy(b_l1, b_l0)
+                T.barrier_all()
+                T.mma(a_l0, b_l0, c_l0, init=True)
+                T.barrier_all()
+                T.copy(c_l0, C[0, 0])
+
+    return main
+
+
 TARGET = "ascend"
 
 
@@ -281,7 +368,17 @@ def main():
     x, y = torch.randn(128, 256).half(), torch.randn(256, 128).half()
     mm = tilewright.compile(gemm(128, 128, 256, 64, 64, 128), out_idx=[-1], target=TARGET)
     torch.testing.assert_close(mm(x, y).float(), x.float() @ y.float(), rtol=1e-2, atol=1e-2)
-    print("elementwise add, double-buffered add and gemm_v0 GEMM match torch on the emulator")
+    a, b = torch.randn(64), torch.randn(64)
+    tour = tilewright.compile(dialect_tour(), out_idx=[2, 3], target=TARGET)
+    y, h = tour(a, b)
+    ref, ref_h = dialect_tour_reference(a, b)
+    torch.testing.assert_close(y, ref, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(h, ref_h, rtol=1e-3, atol=1e-3)
+    x, y = torch.randn(48, 64).half(), torch.randn(64, 32).half()
+    mma = tilewright.compile(mma_tile(), out_idx=[-1], target=TARGET)
+    torch.testing.assert_close(mma(x, y), x.float() @ y.float(), rtol=1e-3, atol=1e-3)
+    print("the seed's add, double-buffered add and gemm_v0 GEMM, the dialect tour and the "
+          "hand-written mma match torch")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,7 @@
 """Fixtures of the Ascend backend tests. Nothing here needs CANN, torch_npu or an NPU: the
-generated Ascend C runs on the CPU emulator."""
+generated Ascend C runs on the CPU emulator. The checks against the vendor's Ascend C headers
+need the asc-devkit (``$TILEWRIGHT_ASC_DEVKIT``, else ``../shared/vendor/asc-devkit`` next to
+the repository) and skip without it."""
 
 import os
 import sys
@@ -8,6 +10,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)
@@ -25,3 +28,15 @@ def _emu_dir(factory):
     if not _EMU:
         _EMU.append(factory.mktemp("ascend-emu"))
     return _EMU[0]
+
+
+@pytest.fixture(scope="session")
+def asc_devkit():
+    """The asc-devkit root, or a skip with the reason."""
+    from tilewright_ascend.kit.headers import find_devkit, unavailable
+
+    devkit = find_devkit(REPO.parent / "shared" / "vendor" / "asc-devkit")
+    reason = unavailable(devkit)
+    if reason:
+        pytest.skip(reason)
+    return devkit

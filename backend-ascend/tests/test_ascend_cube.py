@@ -5,10 +5,10 @@ report; partial tiles are zero-padded in L1."""
 
 import re
 
+import ascend_kernels as K
 import pytest
 import tilewright
 import tilewright.language as PT
-import tilewright_ascend.language as T
 import torch
 
 
@@ -65,34 +65,8 @@ def test_float32_cube_b_transposed_or_not():
     torch.testing.assert_close(kernel(a, b.T.contiguous()), a @ b.T, rtol=1e-4, atol=1e-4)
 
 
-def _mma(M, N, K_):
-    """Hand-written: L1 -> L0A/L0B with T.copy, one T.mma, L0C -> GM."""
-
-    @T.prim_func
-    def main(A: T.Tensor((M, K_), "float16"), B: T.Tensor((K_, N), "float16"),
-             C: T.Tensor((M, N), "float32")):
-        with T.Kernel(1, is_npu=True) as (cid, vid):
-            a_l1 = T.alloc_L1((M, K_), "float16")
-            b_l1 = T.alloc_L1((K_, N), "float16")
-            a_l0 = T.alloc_L0A((M, K_), "float16")
-            b_l0 = T.alloc_L0B((K_, N), "float16")
-            c_l0 = T.alloc_L0C((M, N), "float32")
-            with T.Scope("C"):
-                T.copy(A[0, 0], a_l1)
-                T.copy(B[0, 0], b_l1)
-                T.barrier_all()
-                T.copy(a_l1, a_l0)
-                T.copy(b_l1, b_l0)
-                T.barrier_all()
-                T.mma(a_l0, b_l0, c_l0, init=True)
-                T.barrier_all()
-                T.copy(c_l0, C[0, 0])
-
-    return main
-
-
 def test_hand_written_l0_loads_and_mma():
-    kernel = tilewright.compile(_mma(48, 32, 64), out_idx=[-1], target="ascend")
+    kernel = tilewright.compile(K.mma_tile(48, 32, 64), out_idx=[-1], target="ascend")
     src = kernel.get_kernel_source()
     assert re.search(r"LoadData\(b_l0\[kb \* 512\], b_l1\[\(0 \* 4 \+ kb\) \* 256\], "
                      r"LoadData2DParams\{0, 2, 4, 0, 0, true, 0\}\);", src), src

@@ -7,9 +7,11 @@ import tilewright
 import tilewright_ascend.language as T
 import torch
 from tilewright.errors import KernelError
-from tilewright_ascend.passes import PLAN_KEY
+from tilewright_ascend.analysis.buffers import allocations
+from tilewright_ascend.analysis.liveness import first_fit, live_ranges
+from tilewright_ascend.transforms.memory import read_plan
 
-ROWS, COLS = 96, 256  # 96 KiB of float32: two such tiles exceed UB (196352 bytes)
+ROWS, COLS = 100, 256  # 100 KiB of float32: two such tiles exceed UB (196608 bytes)
 SHAPE = (2 * ROWS, COLS)  # one half per vector core
 
 
@@ -42,8 +44,7 @@ def _func(lowered):
 
 def test_dead_buffers_share_space_and_the_kernel_runs_clean():
     low = tilewright.lower(two_phases(), target="ascend")
-    plan = {str(k): [str(v[0]), int(v[1]), int(v[2])] for k, v in
-            _func(low).attrs[PLAN_KEY].items()}
+    plan = {str(b.name): list(v) for b, v in read_plan(_func(low)).items()}
     assert plan["x"][1] == plan["y"][1] == 0, plan
     text = low.source.text
     # y's load waits for x's store: they are one buffer to the synchronisation
@@ -56,17 +57,16 @@ def test_dead_buffers_share_space_and_the_kernel_runs_clean():
 
 
 def test_hand_synchronised_kernels_keep_one_place_per_buffer():
-    with pytest.raises(KernelError, match=r"buffer 'y' needs 98304 bytes of UB at offset "
-                                          r"98304, but UB holds 196352 bytes"):
+    with pytest.raises(KernelError, match=r"buffer 'y' needs 102400 bytes of UB at offset "
+                                          r"102400, but UB holds 196608 bytes"):
         tilewright.lower(two_phases(manual=True), target="ascend")
 
 
 def test_live_ranges_cover_whole_loops():
-    from tilewright_ascend.liveness import first_fit, live_ranges
-
-    ranges = live_ranges(_func(tilewright.lower(two_phases(), target="ascend")).body,
-                         {"x", "y"})
-    assert ranges["x"][1] < ranges["y"][0]
+    func = _func(tilewright.lower(two_phases(), target="ascend"))
+    tiles = {str(a.buffer.name): a.buffer for a in allocations(func)}
+    ranges = live_ranges(func.body, {tiles["x"], tiles["y"]})
+    assert ranges[tiles["x"]][1] < ranges[tiles["y"]][0]
     offsets = first_fit([("a", 64, (0, 5), None), ("b", 64, (3, 9), None),
                          ("c", 64, (6, 9), None), ("d", 40, None, 512)], 32)
     assert offsets == {"d": 512, "a": 0, "b": 64, "c": 0}

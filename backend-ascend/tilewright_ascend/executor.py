@@ -21,10 +21,13 @@ from pathlib import Path
 from tilewright.errors import TilewrightError
 from tilewright.plugin import Availability, Executor, GeneratedSource
 
+from .exception_dump import encode_descriptor
+from .facts.arch import ARCH
+
 CSRC = Path(__file__).parent / "csrc"
 LIBRARY = "kernel.so"
 META = "emulator.json"
-FLAGS = ["-std=c++17", "-fPIC", "-D__TW_EMULATOR__"]  # kernels build at -O0: compile time wins
+FLAGS = ["-std=c++17", "-fPIC", "-DTW_DEVICE_ONLY"]  # kernels build at -O0: compile time wins
 _last_stats: dict = {}
 
 
@@ -115,7 +118,7 @@ class EmulatedKernel:
 
     def __call__(self, *tensors):
         params = self.meta["params"]
-        tensors = (*tensors, *_workspaces(self.meta, tensors))
+        tensors = (*tensors, *_workspaces(self.meta, tensors, float("nan")))
         ptrs, sizes = [], []
         for (name, _, _), t in zip(params, tensors):
             if getattr(t, "device", None) is not None and t.device.type != "cpu":
@@ -165,10 +168,11 @@ def launch_blocks(meta: dict, dims: dict) -> int:
     return int(eval(blocks, {"__builtins__": {}, "min": min, "max": max}, dict(dims)))  # noqa: S307 - our own expression over ints
 
 
-def _workspaces(meta: dict, tensors) -> list:
+def _workspaces(meta: dict, tensors, fill: float) -> list:
     """GM workspaces for the trailing workspace parameters of a split kernel (see
-    :mod:`.split`), on the device of the kernel's tensors; float ones start as NaN, so a
-    read before the producer's write shows in the results."""
+    :mod:`.transforms.split`), on the device of the kernel's tensors. Float ones start as
+    ``fill``: NaN on the emulator, so a read before the producer's write shows in the results;
+    0 on an NPU, where a NaN reaching Mmad is what its documentation warns against."""
     count = int(meta.get("workspaces", 0))
     if not count:
         return []
@@ -177,7 +181,7 @@ def _workspaces(meta: dict, tensors) -> list:
     device = tensors[0].device if tensors else "cpu"
     out = [torch.empty(shape, dtype=getattr(torch, dtype), device=device)
            for _, dtype, shape in meta["params"][-count:]]
-    return [t.fill_(float("nan")) if t.is_floating_point() else t.zero_() for t in out]
+    return [t.fill_(fill) if t.is_floating_point() else t.zero_() for t in out]
 
 
 def last_run_stats() -> dict:
@@ -225,15 +229,23 @@ def compile_and_run_source(text: str, payload: dict, tensors, workdir) -> Emulat
     return kernel
 
 
+def bisheng_command(home, source, library) -> list[str]:
+    """The bisheng command that builds ``source`` into the shared library ``library`` for
+    dav-2201 against the CANN installation ``home`` (``$ASCEND_HOME_PATH``). The backend
+    inserts every flag itself, so the compiler's own synchronisation is off."""
+    home = Path(home)
+    return ["bisheng", f"--npu-arch={ARCH}", "-O2", "-std=c++17", "-xasc",
+            "--cce-auto-sync=off", "-fPIC", "--shared", f"-I{home}/include",
+            f"-I{home}/compiler/tikcpp/tikcfw", f"-I{home}/compiler/tikcpp/tikcfw/impl",
+            f"-I{home}/compiler/tikcpp/tikcfw/interface", str(source), f"-L{home}/lib64",
+            "-lruntime", "-lascendcl", "-o", str(library)]
+
+
 def _build_npu(source: GeneratedSource, ctx, workdir):
-    home = os.environ["ASCEND_HOME_PATH"]
     workdir = Path(workdir)
     (workdir / "kernel.cpp").write_text(source.text)
-    _run(["bisheng", "--npu-arch=dav-2201", "-O2", "-std=c++17", "-xasc",
-          "--cce-auto-sync=off", "-fPIC", "--shared", f"-I{home}/include",
-          f"-I{home}/compiler/tikcpp/tikcfw", f"-I{home}/compiler/tikcpp/tikcfw/impl",
-          f"-I{home}/compiler/tikcpp/tikcfw/interface", str(workdir / "kernel.cpp"),
-          f"-L{home}/lib64", "-lruntime", "-lascendcl", "-o", str(workdir / LIBRARY)])
+    _run(bisheng_command(os.environ["ASCEND_HOME_PATH"], workdir / "kernel.cpp",
+                         workdir / LIBRARY))
     (workdir / META).write_text(json.dumps(source.payload))
     return _load_npu(workdir, source.entry)
 
@@ -247,13 +259,29 @@ def _load_npu(workdir, entry: str):
 
     def run(*tensors):
         stream = torch.npu.current_stream().npu_stream  # type: ignore[attr-defined]
-        tensors = (*tensors, *_workspaces(meta, tensors))
+        run.workspaces = _workspaces(meta, tensors, 0.0)  # kept until the next launch
+        tensors = (*tensors, *run.workspaces)
         dims = launch_dims(meta, tensors)
-        launch(ctypes.c_void_p(stream), *[ctypes.c_void_p(t.data_ptr()) for t in tensors],
-               *[ctypes.c_int32(v) for v in dims.values()])
+        args = [ctypes.c_void_p(stream), *[ctypes.c_void_p(t.data_ptr()) for t in tensors],
+                *[ctypes.c_int32(v) for v in dims.values()]]
+        if meta.get("exception_dump"):  # the host function's last parameter
+            run.descriptor = _descriptor(meta, tensors)
+            args.append(ctypes.c_void_p(run.descriptor.data_ptr()))
+        launch(*args)
 
     run.meta = meta
     return run
+
+
+def _descriptor(meta: dict, tensors):
+    """The exception-dump descriptor of a launch (:mod:`.exception_dump`) in device memory."""
+    import torch
+
+    data = encode_descriptor(meta["kernel"], [
+        (t.numel() * t.element_size(), t.data_ptr(), str(t.dtype).removeprefix("torch."))
+        for t in tensors])
+    host = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    return host.to(tensors[0].device if tensors else "cpu")
 
 
 EMULATOR = Executor(

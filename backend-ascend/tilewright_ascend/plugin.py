@@ -14,18 +14,19 @@ from tilewright.plugin import (
     hookimpl,
 )
 
-from . import __version__, ops, switches
-from .arch import MEMORIES
+from . import __version__
 from .codegen import CODEGEN
 from .executor import EXECUTORS, npu_available
-from .lowering import RULES
-from .multibuffer import multi_buffer
-from .passes import PORTABLE_SCOPES, plan_memory
-from .portable import lower_portable
+from .facts import ops
+from .facts.arch import MEMORIES
 from .profiler import TIMERS
-from .sync_insert import insert_sync
-from .vector import PORTABLE_VECTOR_OPS, lower_vector
-from .vector_codegen import RULES as _VECTOR_RULES  # noqa: F401 - registers rules
+from .rules import RULES
+from .transforms import switches
+from .transforms.memory import PORTABLE_SCOPES, plan_memory
+from .transforms.multibuffer import multi_buffer
+from .transforms.portable import lower_portable
+from .transforms.sync import insert_sync
+from .transforms.vector import PORTABLE_VECTOR_OPS, lower_vector
 
 DTYPES = ("float32", "float16", "bfloat16", "int32", "int16", "int8", "uint8")
 

@@ -1,9 +1,12 @@
 """Build the GPU benchmark kernels here (no GPU needed) and export them as bundles.
 
 Run: python backend-cuda/bench/build_bundles.py [--out backend-cuda/bench/bundles] [--quick]
+        [--checks all|none|only] [--only PREFIX,...]
 
 The issue's sizes go to OUT, the small sizes of a smoke run (``harness.py --quick``) to
-OUT/quick; ``--quick`` builds only the latter.
+OUT/quick; ``--quick`` builds only the latter. The correctness checks (checks.py: the whole
+conformance catalogue, the examples, the dialect and benchmark kernels at small sizes) go to
+OUT/checks, each bundle with its inputs and torch's results (``check.pt``).
 
 Each bundle folder holds the cubin (sm_90a, CUDA 13.0 toolchain), its launch description, the
 signature, ``build.log`` (ptxas registers and spills) and ``case.json`` telling the harness what
@@ -16,6 +19,7 @@ cuobjdump is here to read it.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import re
 import shutil
@@ -27,7 +31,11 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))  # sass.py, the cuobjdump wrapper
 
-import kernels  # noqa: E402 - after the sys.path setup
+import checks  # noqa: E402 - after the sys.path setup
+import kernels  # noqa: E402
+import sass  # noqa: E402
+import torch  # noqa: E402
+from tilewright.errors import UnsupportedOpError  # noqa: E402
 from tilewright.jit import compile as tw_compile  # noqa: E402
 
 ATTENTION_SIZES = {"full": (4, 32, 4096, 128), "quick": (1, 4, 512, 128)}
@@ -111,18 +119,21 @@ def cases(quick: bool):
            kernels.add.fn(rows, cols, "float32", **config), ["LDG.E.128", "STG.E.128"], {})
 
 
-def check_build(name: str, log: str, cubin: bytes, expect: list[str]) -> dict:
-    """Registers, spills and the expected SASS instructions; raises when the build is bad."""
+def build_info(log: str) -> dict:
+    """Registers and spilled bytes from ptxas's report in a build log."""
     regs = re.search(r"Used (\d+) registers", log)
     spills = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
-    info = {"registers": int(regs.group(1)) if regs else None,
+    return {"registers": int(regs.group(1)) if regs else None,
             "spill_bytes": int(spills.group(1)) + int(spills.group(2)) if spills else None}
+
+
+def check_build(name: str, log: str, cubin: bytes, expect: list[str]) -> dict:
+    """Registers, spills and the expected SASS instructions; raises when the build is bad."""
+    info = build_info(log)
     if info["spill_bytes"]:
         raise SystemExit(f"{name}: the kernel spills registers:\n{log}")
     if re.search(r"wgmma.*serializ", log, re.IGNORECASE):
         raise SystemExit(f"{name}: ptxas serialises the wgmma instructions:\n{log}")
-    import sass
-
     if sass.available() is None:
         code = sass.dump(cubin)
         missing = [i for i in expect if i not in code]
@@ -141,12 +152,93 @@ def main() -> int:
     parser.add_argument("--executor", default="nvrtc", choices=["nvrtc", "nvcc"])
     parser.add_argument("--quick", action="store_true",
                         help="only the small sizes (OUT/quick), not the issue's sizes too")
+    parser.add_argument("--checks", choices=["all", "none", "only"], default="all",
+                        help="the correctness checks (checks.py, OUT/checks): with the "
+                             "benchmark bundles, not at all, or alone")
+    parser.add_argument("--only", default="",
+                        help="comma-separated prefixes: build only the checks whose names "
+                             "start with one")
     args = parser.parse_args()
     total = time.perf_counter()
-    for quick in (True,) if args.quick else (False, True):
-        build_set(args.out / "quick" if quick else args.out, quick, args)
+    if args.checks != "only":
+        for quick in (True,) if args.quick else (False, True):
+            build_set(args.out / "quick" if quick else args.out, quick, args)
+    failed = 0
+    if args.checks != "none":
+        failed = build_checks(args.out / "checks", args)
     print(f"built in {time.perf_counter() - total:.1f} s")
-    return 0
+    return 1 if failed else 0
+
+
+def build_checks(out: Path, args) -> int:
+    """Build the correctness checks of checks.py into ``out``, one bundle each with its
+    inputs and expected outputs (``check.pt``), and ``index.json`` saying what became of every
+    check (bundled, unsupported and why, or a build failure); returns the failures."""
+    prefixes = tuple(p for p in args.only.split(",") if p)
+    out.mkdir(parents=True, exist_ok=True)
+    for old in out.iterdir():
+        if old.is_dir() and (old / "manifest.json").exists():
+            shutil.rmtree(old)
+    index, failed = {}, 0
+    for check in checks.every_check():
+        if prefixes and not check.name.startswith(prefixes):
+            continue
+        entry = {"group": check.group, "dtype": check.dtype}
+        index[check.name] = entry
+        reason = check.unsupported() if check.unsupported is not None else None
+        if reason is not None:
+            entry.update(status="unsupported", reason=reason)
+            continue
+        start = time.perf_counter()
+        try:
+            kernel = tw_compile(check.make(), target=f"cuda -arch={args.arch}",
+                                execution_backend=args.executor,
+                                pass_configs=check.pass_configs)
+        except UnsupportedOpError as exc:
+            entry.update(status="unsupported", reason=str(exc).splitlines()[0])
+            continue
+        except Exception as exc:  # noqa: BLE001 - every check gets its row; the build fails
+            failed += 1
+            entry.update(status="build failed", reason=f"{type(exc).__name__}: {exc}"[:300])
+            print(f"{check.name}: BUILD FAILED: {entry['reason']}")
+            continue
+        log_path = Path(kernel.artifact_dir) / "build.log" if kernel.artifact_dir else None
+        log = log_path.read_text() if log_path and log_path.exists() else ""
+        runs = check.runs()
+        data = io.BytesIO()
+        torch.save({"seed": checks.SEED, "runs": [
+            {"args": r.args, "outputs": r.outputs, "expected": [
+                _stored(e, r.args[i]) for i, e in zip(r.outputs, r.expected)]} for r in runs]},
+            data)
+        launch = kernel.executable.launch
+        case = {"kind": "check", "group": check.group, "dtype": check.dtype,
+                "reduction": check.reduction, "runs": len(runs),
+                "pass_configs": check.pass_configs,
+                # racecheck and synccheck look at shared memory and the barriers guarding it
+                "shared_memory": bool(launch.get("dynamic_smem_bytes")),
+                "barriers": any(b in kernel.get_kernel_source() for b in BARRIERS),
+                "build": build_info(log)}
+        kernel.export(out / check.name, extra={
+            "log": ("build.log", log.encode()), "check": ("check.pt", data.getvalue()),
+            "case": ("case.json", json.dumps(case, indent=1).encode())})
+        entry.update(status="bundled")
+        print(f"{check.name}: {time.perf_counter() - start:.1f} s, "
+              f"{case['build']['registers']} registers")
+    (out / "index.json").write_text(json.dumps(index, indent=1))
+    counts = {}
+    for entry in index.values():
+        counts[entry["status"]] = counts.get(entry["status"], 0) + 1
+    print(f"checks: {json.dumps(counts)}")
+    return failed
+
+
+def _stored(expected, output):
+    """The expected value as stored: float32 for a 16-bit output (float32's rounding is far
+    below a 16-bit output's tolerance; half the bytes a bundle carries), float64 otherwise."""
+    return expected.float() if output.dtype in (torch.float16, torch.bfloat16) else expected
+
+
+BARRIERS = ("__syncthreads", "tw_mbar_", "tw_named_barrier", "tw_cluster_sync", "__syncwarp")
 
 
 def build_set(out: Path, quick: bool, args) -> None:

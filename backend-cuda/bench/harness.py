@@ -27,7 +27,8 @@ import time
 import traceback
 from pathlib import Path
 
-from tilewright.runtime import load
+import check_runner
+from tilewright.runtime import load, open_bundle
 
 torch = None  # imported in main(): --list runs without torch's CUDA
 
@@ -80,21 +81,21 @@ def compare(ours, peer) -> tuple[float, float]:
 
 def poisoned_call(kernel, inputs):
     """Run a bundle with its outputs pre-filled with NaN; returns the outputs."""
-    specs = kernel.signature["params"]
+    specs = kernel.signature.params
     symbols = {}
     it = iter(inputs)
     full, outs = [], []
-    ins = [next(it) if not p["is_output"] else None for p in specs]
+    ins = [next(it) if not p.is_output else None for p in specs]
     for spec, arg in zip(specs, ins):
         if arg is not None:
-            for want, got in zip(spec["shape"], arg.shape):
+            for want, got in zip(spec.shape, arg.shape):
                 if isinstance(want, str):
                     symbols.setdefault(want, got)
     for spec, arg in zip(specs, ins):
         if arg is None:
             shape = [d if isinstance(d, int) else int(eval(d, {}, dict(symbols)))
-                     for d in spec["shape"]]
-            arg = torch.full(shape, float("nan"), dtype=getattr(torch, spec["dtype"]),
+                     for d in spec.shape]
+            arg = torch.full(shape, float("nan"), dtype=getattr(torch, spec.dtype),
                              device="cuda")
             outs.append(arg)
         full.append(arg)
@@ -235,12 +236,17 @@ def check_bundle(path: Path) -> list[str]:
     fine."""
     problems = []
     try:
-        case = json.loads((path / "case.json").read_text())
+        bundle = open_bundle(path, required=("case",))
+        case = bundle.json("case")
         kernel = load(path)
-        want = expected_params(case)
-        got = [(p["dtype"], p["shape"], p["is_output"]) for p in kernel.signature["params"]]
-        if got != want:
-            problems.append(f"signature {got} is not the case's {want}")
+        if case["kind"] == "check":
+            problems += check_arguments(check_runner.check_data(bundle),
+                                        kernel.signature.params)
+        else:
+            want = expected_params(case)
+            got = [(p.dtype, list(p.shape), p.is_output) for p in kernel.signature.params]
+            if got != want:
+                problems.append(f"signature {got} is not the case's {want}")
         launch = kernel.function.launch
         if launch.get("arch") != "sm_90a":
             problems.append(f"built for {launch.get('arch')}, not sm_90a")
@@ -256,13 +262,60 @@ def check_bundle(path: Path) -> list[str]:
     return problems
 
 
+def check_arguments(data: dict, params) -> list[str]:
+    """A check's stored arguments (``data``, its ``check.pt``) fit its kernel's parameters
+    (``ParamSpec``s): one per parameter, of its dtype, of its shape where the shape is
+    constant; every run has an expected value per output."""
+    problems = []
+    for r, run in enumerate(data["runs"]):
+        if len(run["args"]) != len(params):
+            problems.append(f"run {r}: {len(run['args'])} arguments for {len(params)} "
+                            "parameters")
+            continue
+        for arg, p in zip(run["args"], params):
+            if p.kind != "tensor":
+                continue
+            shape = [d if isinstance(d, int) else s for d, s in zip(p.shape, arg.shape)]
+            if str(arg.dtype).removeprefix("torch.") != p.dtype or list(arg.shape) != shape:
+                problems.append(f"run {r}: argument {p.name} is {arg.dtype} "
+                                f"{list(arg.shape)}, the kernel takes {p.dtype} {list(p.shape)}")
+        if len(run["outputs"]) != len(run["expected"]) or not run["outputs"]:
+            problems.append(f"run {r}: {len(run['outputs'])} outputs, "
+                            f"{len(run['expected'])} expected values")
+    return problems
+
+
+def _case(path: Path) -> dict:
+    """A bundle's case description, {} when the bundle cannot be opened (check_bundle says
+    why)."""
+    try:
+        return open_bundle(path).json("case")
+    except Exception:  # noqa: BLE001 - the listing goes on; the problem is reported
+        return {}
+
+
 def bundles_in(root: Path, only: set) -> list[Path]:
     return sorted(p for p in root.iterdir() if (p / "manifest.json").exists() and
                   (not only or p.name in only))
 
 
 def list_bundles(root: Path, only: set) -> int:
+    """Check every bundle under ``root`` (and its correctness checks, ``root/checks``) without
+    a GPU; print one line each; 1 when one is broken or there are none."""
     paths = bundles_in(root, only)
+    checks = root / "checks"
+    if checks.is_dir():
+        paths += bundles_in(checks, only)
+        index = json.loads((checks / "index.json").read_text())
+        counts: dict = {}
+        for entry in index.values():
+            counts[entry["status"]] = counts.get(entry["status"], 0) + 1
+        print(f"checks: {json.dumps(counts)} (index.json)")
+        missing = [n for n, e in index.items() if e["status"] == "bundled" and
+                   not (checks / n / "manifest.json").exists() and (not only or n in only)]
+        if missing:
+            print(f"checks missing their bundles: {', '.join(missing)}")
+            return 1
     if not paths:
         print(f"no bundles in {root}")
         return 1
@@ -273,11 +326,10 @@ def list_bundles(root: Path, only: set) -> int:
         total += size
         problems = check_bundle(path)
         bad += bool(problems)
-        case = json.loads((path / "case.json").read_text()) if (path / "case.json").exists() \
-            else {}
+        case = _case(path)
         sizes = {k: v for k, v in case.items() if k not in ("kind", "config", "build",
-                                                         "pass_configs")}
-        print(f"{path.name:32s} {'BROKEN' if problems else 'ok':6s} {size / 1024:6.0f} KiB "
+                                                         "pass_configs", "group")}
+        print(f"{path.name:48s} {'BROKEN' if problems else 'ok':6s} {size / 1024:6.0f} KiB "
               f"{json.dumps(sizes)} {json.dumps(case.get('config', {}))}")
         for problem in problems:
             print(f"    {problem}")
@@ -299,7 +351,7 @@ def child(args) -> int:
                   "torch": torch.__version__, "cuda": torch.version.cuda}
     else:
         path = args.bundles / args.child
-        case = json.loads((path / "case.json").read_text())
+        case = open_bundle(path).json("case")
         try:
             result = run_case(path.name, load(path), case, json.loads(args.ceilings))
             result["status"] = "ok"
@@ -339,6 +391,39 @@ def isolated(args, name: str, extra: list[str]) -> dict:
     return result
 
 
+def device_checks(args, only: set) -> bool:
+    """The correctness checks (BUNDLES/checks) under compute-sanitizer: writes checks.json,
+    checks.md (the table) and sanitizer.log to OUT, logs a summary and the rows that are not
+    ok and clean; True when every bundled check passed clean."""
+    root = args.bundles / "checks"
+    index = json.loads((root / "index.json").read_text())
+    if only:
+        index = {n: e for n, e in index.items() if n in only}
+    cases = {n: open_bundle(root / n).json("case") for n, e in index.items()
+             if e["status"] == "bundled"}
+    sanitizer = args.sanitizer or check_runner.find_sanitizer()
+    started = time.perf_counter()
+    log(f"# checks: {len(index)} ({len(cases)} bundled), "
+        f"{'under ' + sanitizer if sanitizer else 'NOT sanitized: no compute-sanitizer'}")
+    run = check_runner.process_runner(Path(__file__).resolve(), root, sanitizer,
+                                      args.batch_timeout)
+    verdicts = check_runner.sanitize_all(run, cases, sanitizer is not None, args.batch,
+                                         time.monotonic() + args.checks_budget)
+    rows = check_runner.rows(index, verdicts)
+    table = check_runner.table(rows)
+    (args.out / "checks.md").write_text(table + "\n")
+    (args.out / "checks.json").write_text(json.dumps(rows, indent=1))
+    (args.out / "sanitizer.log").write_text("\n".join(verdicts.logs) + "\n")
+    for r in rows:
+        if check_runner.trouble(r):
+            log(f"  {r['check']} {r['dtype']}: {r['result']} {r['error']}; {r['sanitizer']}; "
+                f"{r.get('detail', '')[:200]}")
+    log(f"{table.splitlines()[-1]}; {verdicts.processes} processes, "
+        f"{time.perf_counter() - started:.0f} s (table: checks.md)")
+    (args.out / "harness.log").write_text("\n".join(LOG) + "\n")
+    return check_runner.healthy(rows)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bundles", type=Path, required=True)
@@ -353,18 +438,39 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=120.0,
                         help="seconds one bundle may take (its own process) before it is "
                              "killed and reported as a hang")
+    parser.add_argument("--checks", choices=["all", "none", "only"], default="all",
+                        help="the correctness checks (BUNDLES/checks) under compute-sanitizer "
+                             "before the timings, not at all, or alone")
+    parser.add_argument("--batch", type=int, default=32,
+                        help="checks per sanitized process")
+    parser.add_argument("--checks-budget", type=float, default=300.0,
+                        help="seconds after which racecheck and synccheck stop starting "
+                             "batches (memcheck always covers every check)")
+    parser.add_argument("--batch-timeout", type=float, default=300.0,
+                        help="seconds one process over a batch of checks may take before it "
+                             "is killed (its checks are then halved to find the one that hangs)")
+    parser.add_argument("--sanitizer", default=None,
+                        help="compute-sanitizer to use (default: on PATH or in /usr/local/cuda)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--run-checks", help=argparse.SUPPRESS)
     parser.add_argument("--ceilings", default="{}", help=argparse.SUPPRESS)
     args = parser.parse_args()
     root = args.bundles / "quick" if args.quick else args.bundles
     only = {s for s in args.only.split(",") if s}
     if args.list:
         return list_bundles(root, only)
+    if args.run_checks:
+        return check_runner.run_checks(args.bundles, args.run_checks.split(","))
     if args.child:
         return child(args)
     if args.out is None:
         parser.error("--out is required unless --list is given")
     args.out.mkdir(parents=True, exist_ok=True)
+    checked = True
+    if args.checks != "none" and (args.bundles / "checks").is_dir():
+        checked = device_checks(args, only)
+    if args.checks == "only":
+        return 0 if checked else 1
     args.bundles = root
     started = time.perf_counter()
     rows = []

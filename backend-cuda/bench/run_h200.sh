@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # The GPU check in two halves (see ../../../shared/GPU-CHECKS.md, "compile here, run there").
-#   backend-cuda/bench/run_h200.sh build [--quick]   on the development machine: builds the
-#                                                     sm_90a bundles into bench/bundles (the
-#                                                     small sizes into bench/bundles/quick) and
-#                                                     checks them with harness.py --list
-#   backend-cuda/bench/run_h200.sh run OUTDIR [--quick] [--only NAME,...]
-#                                                     on the GPU machine (torch + cuda-python,
-#                                                     no TVM): correctness, timing, one table
+#   backend-cuda/bench/run_h200.sh build [--quick] [--checks all|none|only] [--only PREFIX,...]
+#                                    on the development machine: builds the sm_90a bundles
+#                                    into bench/bundles (the small sizes into bench/bundles/quick,
+#                                    the correctness checks of checks.py -- the whole conformance
+#                                    catalogue, the examples, the dialect and benchmark kernels
+#                                    -- into bench/bundles/checks) and checks them all with
+#                                    harness.py --list
+#   backend-cuda/bench/run_h200.sh run OUTDIR [--quick] [--only NAME,...] [--checks none|only]
+#                                    on the GPU machine (torch + cuda-python, no TVM): the
+#                                    checks under compute-sanitizer (table: OUTDIR/checks.md),
+#                                    then correctness and timing of the benchmark, one table
 # Run both from the repository root. Record results in backend-cuda/bench/RESULTS.md.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"

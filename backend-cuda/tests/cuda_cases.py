@@ -5,9 +5,11 @@ from __future__ import annotations
 import importlib
 import inspect
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from tilewright.testing import assert_close
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -75,62 +77,86 @@ def _nan(*shape):
     return torch.full(shape, float("nan"))
 
 
-def case(name: str):
-    """(every kernel argument, outputs check) for the float32 kernels: inputs random, outputs
-    poisoned with NaN; ``check()`` compares against torch."""
+@dataclass
+class Case:
+    """An example kernel's arguments (inputs random, outputs poisoned with NaN or, for
+    accumulating kernels, zero), the positions of its outputs among them, torch's results for
+    those, the tolerance of the emulation tests (``torch.testing.assert_close``) and the
+    longest reduction behind an output (the tolerance model's K, for the GPU checks)."""
+
+    args: tuple
+    outputs: tuple
+    expected: list
+    tol: dict = field(default_factory=dict)
+    reduction: int = 1
+
+    def check(self) -> None:
+        """The outputs (after a run) match torch's: within ``tol`` when given, else within
+        the tolerance model of ``tilewright.testing`` (the GPU checks' too)."""
+        for i, want in zip(self.outputs, self.expected, strict=True):
+            if self.tol:
+                torch.testing.assert_close(self.args[i], want.to(self.args[i].dtype),
+                                           **self.tol)
+            else:
+                assert_close(self.args[i], want, reduction_length=self.reduction,
+                             name=f"output {i}")
+
+
+def case(name: str) -> Case:
+    """The example's :class:`Case` at the size of :func:`func`."""
     g = torch.Generator().manual_seed(0)
 
     def rand(*shape):
         return torch.randn(*shape, generator=g)
 
-    if name == "elementwise_add":
-        a, b, c = rand(70, 130), rand(70, 130), _nan(70, 130)
-        return (a, b, c), lambda: torch.testing.assert_close(c, a + b)
-    if name == "softmax":
-        x, y = rand(10, 256), _nan(10, 256)
-        return (x, y), lambda: torch.testing.assert_close(y, torch.softmax(x, 1))
+    exact = {"rtol": 1e-4, "atol": 1e-4}
+    if name in ("elementwise_add", "quickstart_vector_add"):
+        shape = (70, 130) if name == "elementwise_add" else (3000,)
+        a, b = rand(*shape), rand(*shape)
+        return Case((a, b, _nan(*shape)), (2,), [a + b])
+    if name in ("softmax", "quickstart_softmax"):
+        shape = (10, 256) if name == "softmax" else (16, 128)
+        x = rand(*shape)
+        return Case((x, _nan(*shape)), (1,), [torch.softmax(x, 1)], reduction=shape[1])
     if name == "rmsnorm":
-        x, w, y = rand(10, 256), rand(256), _nan(10, 256)
+        x, w = rand(10, 256), rand(256)
         ref = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
-        return (x, w, y), lambda: torch.testing.assert_close(y, ref)
+        return Case((x, w, _nan(10, 256)), (2,), [ref], reduction=256)
     if name == "row_reduce":
-        x, y = rand(20, 300), _nan(20)
-        return (x, y), lambda: torch.testing.assert_close(y, x.sum(1), rtol=1e-4, atol=1e-4)
-    if name == "gemm_persistent":
-        a, b, c = rand(100, 64), rand(64, 130), _nan(100, 130)
-        return (a, b, c), lambda: torch.testing.assert_close(c, a @ b, rtol=1e-4, atol=1e-4)
-    if name == "gemm_splitk":
-        a, b, c = rand(64, 300), rand(300, 96), torch.zeros(64, 96)
-        return (a, b, c), lambda: torch.testing.assert_close(c, a @ b, rtol=1e-4, atol=1e-4)
-    if name == "gemm_dynamic":
-        a, b, c = rand(77, 65), rand(65, 130), _nan(77, 130)
-        return (a, b, c), lambda: torch.testing.assert_close(c, a @ b, rtol=1e-4, atol=1e-4)
+        x = rand(20, 300)
+        return Case((x, _nan(20)), (1,), [x.sum(1)], exact, 300)
+    if name in ("gemm_persistent", "gemm_splitk", "gemm_dynamic", "quickstart_matmul"):
+        m, n, k = {"gemm_persistent": (100, 130, 64), "gemm_splitk": (64, 96, 300),
+                   "gemm_dynamic": (77, 130, 65), "quickstart_matmul": (128, 128, 64)}[name]
+        a, b = rand(m, k), rand(k, n)
+        c = torch.zeros(m, n) if name == "gemm_splitk" else _nan(m, n)  # split-K adds into C
+        return Case((a, b, c), (2,), [a @ b], exact, k)
     if name == "flash_attention":
         q, k, v = (rand(1, 96, 2, 64) for _ in range(3))
-        o = _nan(1, 96, 2, 64)
         ref = torch.nn.functional.scaled_dot_product_attention(
             *(t.transpose(1, 2) for t in (q, k, v)), is_causal=True).transpose(1, 2)
-        return (q, k, v, o), lambda: torch.testing.assert_close(o, ref, rtol=1e-4, atol=1e-4)
+        return Case((q, k, v, _nan(1, 96, 2, 64)), (3,), [ref], exact, 96)
     if name in ("gemm", "gemm_bf16"):
         dtype = torch.float16 if name == "gemm" else torch.bfloat16
         a, b = rand(256, 128).to(dtype), rand(128, 256).to(dtype)
-        c = _nan(256, 256).to(dtype)
         ref = (a.double() @ b.double()).to(dtype)
         tol = 1e-2 if dtype == torch.float16 else 2e-2
-        return (a, b, c), lambda: torch.testing.assert_close(c, ref, rtol=tol, atol=tol * 12)
+        return Case((a, b, _nan(256, 256).to(dtype)), (2,), [ref],
+                    {"rtol": tol, "atol": tol * 12}, 128)
     if name == "flash_attention_f16":
         q, k, v = (rand(1, 128, 2, 64).half() for _ in range(3))
-        o = _nan(1, 128, 2, 64).half()
         ref = torch.nn.functional.scaled_dot_product_attention(
             *(t.transpose(1, 2).double() for t in (q, k, v))).transpose(1, 2).half()
-        return (q, k, v, o), lambda: torch.testing.assert_close(o, ref, rtol=1e-2, atol=1e-2)
+        return Case((q, k, v, _nan(1, 128, 2, 64).half()), (3,), [ref],
+                    {"rtol": 1e-2, "atol": 1e-2}, 128)
     raise KeyError(name)
 
 
 # run by the host emulation; the float16/bfloat16 ones take the mma.sync path
 EMULATED = ("elementwise_add", "softmax", "rmsnorm", "row_reduce", "gemm_persistent",
             "gemm_splitk", "gemm_dynamic", "flash_attention", "gemm", "gemm_bf16",
-            "flash_attention_f16")
+            "flash_attention_f16", "quickstart_vector_add", "quickstart_matmul",
+            "quickstart_softmax")
 
 FLOAT32 = ("elementwise_add", "softmax", "rmsnorm", "row_reduce", "gemm_persistent",
            "gemm_splitk", "gemm_dynamic", "flash_attention")

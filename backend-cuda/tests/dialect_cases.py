@@ -2,6 +2,8 @@
 (test_cuda_dialect.py builds them, test_cuda_dialect_emulate.py runs them on the host)."""
 
 import tilewright_cuda.language as T
+import torch
+from cuda_cases import Case
 
 
 def tma_gemm(M=256, N=256, K=128, bM=128, bN=128, bK=64, stages=2, dtype="float16"):
@@ -34,7 +36,7 @@ def tma_gemm(M=256, N=256, K=128, bM=128, bN=128, bK=64, stages=2, dtype="float1
 
 
 def tma_gemm_swizzled(M=256, N=256, K=128, bM=128, bN=128, bK=64, dtype="float16"):
-    """2-D operand tiles: layout inference swizzles them (swizzle.py), so the TMA boxes are
+    """2-D operand tiles: layout inference swizzles them (layout.Swizzled), so the TMA boxes are
     128-byte column blocks with SWIZZLE_128B and the mma.sync gemm reads them swizzled."""
 
     @T.prim_func
@@ -158,3 +160,32 @@ def head_copy(B=2, H=3, D=64, bN=32, dtype="float16"):
             T.tma_store_wait()
 
     return main
+
+
+def cases():
+    """``(name, kernel, cuda_cases.Case)`` of each dialect kernel at a size with partial
+    tiles where the kernel allows them: the GPU checks (bench/checks.py) run them."""
+    g = torch.Generator().manual_seed(0)
+
+    def rand(*shape, dtype=torch.float32):
+        return torch.randn(*shape, generator=g).to(dtype)
+
+    def nan(*shape, dtype=torch.float32):
+        return torch.full(shape, float("nan"), dtype=dtype)
+
+    def gemm(M, N, K, dtype):
+        a, b = rand(M, K, dtype=dtype), rand(K, N, dtype=dtype)
+        return Case((a, b, nan(M, N)), (2,), [a.double() @ b.double()], reduction=K)
+
+    a32, a16 = rand(200, 136), rand(200, 128, dtype=torch.float16)
+    k = rand(2, 3, 100, 64, dtype=torch.float16)
+    return [
+        ("tma_gemm", tma_gemm(200, 136, 104), gemm(200, 136, 104, torch.float16)),
+        ("tma_gemm_swizzled", tma_gemm_swizzled(), gemm(256, 256, 128, torch.float16)),
+        ("ws_gemm", ws_gemm(dtype="float32"), gemm(256, 256, 128, torch.float32)),
+        ("ws_store", ws_store(200, 136), Case((a32, nan(200, 136)), (1,), [a32 + 1])),
+        ("cluster_scale", cluster_scale(200, 128),
+         Case((a16, nan(200, 128, dtype=torch.float16)), (1,), [a16 * 2])),
+        ("head_copy", head_copy(), Case((k, nan(2, 3, 100, 64, dtype=torch.float16)), (1,),
+                                        [k])),
+    ]

@@ -11,8 +11,8 @@ import tilewright
 from test_cuda_pipeline import _emulate
 from tilewright.errors import ConfigError, KernelError
 from tilewright_cuda import arch, executor
-from tilewright_cuda.passes import shared_bytes_per_block
-from tilewright_cuda.tma_pipeline import consumer_registers
+from tilewright_cuda.transforms.memory import shared_bytes_per_block
+from tilewright_cuda.transforms.pipeline.tma import consumer_registers
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 sys.path.insert(0, str(BENCH))

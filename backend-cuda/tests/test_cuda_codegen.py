@@ -97,7 +97,7 @@ def test_fragments_indexed_otherwise_stay_in_shared_memory():
 def test_mma_predicate_explains_each_misfit():
     from tilewright.ir import tile_ops_in
     from tilewright_cuda import arch
-    from tilewright_cuda.lowering import mma_misfit_for
+    from tilewright_cuda.analysis.gemm_fit import mma_misfit as mma_misfit_for
 
     fp32 = next(c for c in tile_ops_in(kernels.func("gemm_dynamic")) if c.name == "gemm")
     fp16 = next(c for c in tile_ops_in(kernels.func("gemm")) if c.name == "gemm")

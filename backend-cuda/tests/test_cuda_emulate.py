@@ -15,6 +15,6 @@ import tilewright
 @pytest.mark.parametrize("name", kernels.EMULATED)
 def test_generated_cuda_matches_torch(name, tmp_path):
     lowered = tilewright.lower(kernels.func(name), "cuda -arch=sm_90a")
-    args, check = kernels.case(name)
-    hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, *args)
-    check()
+    case = kernels.case(name)
+    hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, *case.args)
+    case.check()

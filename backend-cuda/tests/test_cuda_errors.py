@@ -11,7 +11,8 @@ import pytest
 import tilewright
 import tilewright.language as T
 from tilewright.errors import KernelError, TargetError, UnsupportedOpError
-from tilewright_cuda import arch, executor, lowering
+from tilewright_cuda import arch, executor
+from tilewright_cuda.analysis.gemm_fit import mma_policy_error
 
 
 def smem_kernel(elements: int):
@@ -169,6 +170,23 @@ def test_policy_error_is_none_where_mma_fits():
     func = gemm_kernel(64, 64, 32, 128)
     tvm_ffi.structural_walk(func.body, (tirx.Evaluate, lambda s: calls.append(decode(s))))
     gemm = next(c for c in calls if c is not None and c.name == "gemm")
-    assert lowering.mma_policy_error(gemm, arch.get("sm_80"), 128) is None
-    assert "gives 3 warps" in lowering.mma_policy_error(gemm, arch.get("sm_80"), 96)
-    assert lowering.mma_policy_error(gemm, arch.get("sm_75"), 96) is None
+    assert mma_policy_error(gemm, arch.get("sm_80"), 128) is None
+    assert "gives 3 warps" in mma_policy_error(gemm, arch.get("sm_80"), 96)
+    assert mma_policy_error(gemm, arch.get("sm_75"), 96) is None
+
+
+def test_several_kernel_blocks_are_refused_at_the_second_block():
+    @T.prim_func
+    def two_blocks(A: T.Tensor((64,), "float32"), C: T.Tensor((64,), "float32")):
+        W = T.alloc_global((64,), "float32")
+        with T.Kernel(1, threads=128):
+            for i in T.Parallel(64):
+                W[i] = A[i] * 2.0
+        with T.Kernel(1, threads=128):  # the second block
+            for i in T.Parallel(64):
+                C[i] = W[63 - i]
+
+    with pytest.raises(UnsupportedOpError, match=r"2 'with T.Kernel' blocks.*backend 'cuda'") \
+            as info:
+        tilewright.lower(two_blocks, "cuda -arch=sm_90a")
+    assert "the second block" in str(info.value)

@@ -14,10 +14,10 @@ def test_example_runs_on_the_gpu(name):
     import torch
 
     kernel = tw_compile(kernels.func(name), target="cuda", execution_backend="nvrtc")
-    args, check = kernels.case(name)
-    on_gpu = [a.cuda() for a in args]
+    case = kernels.case(name)
+    on_gpu = [a.cuda() for a in case.args]
     kernel._fn(*on_gpu)  # every parameter, outputs included (poisoned with NaN)
     torch.cuda.synchronize()
-    for host, device in zip(args, on_gpu):
+    for host, device in zip(case.args, on_gpu):
         host.copy_(device.cpu())
-    check()
+    case.check()

@@ -1,9 +1,9 @@
-"""Warp specialisation of a persistent kernel (tma_pipeline, ``_TileLoop``): when the
-``T.Pipelined`` loop sits in the serial loop over tiles that ``T.Persistent`` makes, the
-producer warpgroup walks the tiles by itself (computing each tile's indices on its own) and
-so loads the next tile's first stages while the compute warpgroups store the last tile. Both
-roles count the loop's iterations across tiles, so versions and barrier phases carry on from
-one tile to the next."""
+"""Warp specialisation of a persistent kernel (transforms/pipeline/persistent.py,
+``TileLoop``): when the ``T.Pipelined`` loop sits in the serial loop over tiles that
+``T.Persistent`` makes, the producer warpgroup walks the tiles by itself (computing each tile's
+indices on its own) and so loads the next tile's first stages while the compute warpgroups
+store the last tile. Both roles count the loop's iterations across tiles, so versions and
+barrier phases carry on from one tile to the next."""
 
 import re
 import sys

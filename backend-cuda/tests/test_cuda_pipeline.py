@@ -89,9 +89,9 @@ def test_flash_attention_pipelined_two_stages(tmp_path):
     func = kernels._module("flash_attention").flashattn.fn(1, 2, 128, 64, False,
                                                             dtype="float16", num_stages=2)
     lowered = tilewright.lower(func, "cuda -arch=sm_80")
-    args, check = kernels.case("flash_attention_f16")
-    hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, *args)
-    check()
+    case = kernels.case("flash_attention_f16")
+    hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, *case.args)
+    case.check()
     # K and V are prefetched one stage ahead: 2 versions each
     assert "tw_cp_async_wait<0>();" in lowered.source.text
 

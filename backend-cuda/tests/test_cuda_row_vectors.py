@@ -1,7 +1,7 @@
-"""Row vectors in registers (rows.py): 1-D fragments that only go with register accumulators
-whose warps own whole rows stay in each thread's registers, so row statistics need no shared
-memory and no block barrier; a vector used any other way stays in shared memory. Run in host
-emulation on the mma.sync (sm_80) and wgmma (sm_90a) paths."""
+"""Row vectors in registers (layout.RowVector): 1-D fragments that only go with register
+accumulators whose warps own whole rows stay in each thread's registers, so row statistics need
+no shared memory and no block barrier; a vector used any other way stays in shared memory. Run
+in host emulation on the mma.sync (sm_80) and wgmma (sm_90a) paths."""
 
 import re
 import sys

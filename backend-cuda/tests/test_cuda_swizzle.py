@@ -1,4 +1,4 @@
-"""The swizzled shared layout of gemm operand tiles (tilewright_cuda/swizzle.py): the formula,
+"""The swizzled shared layout of gemm operand tiles (tilewright_cuda/layout.py): the formula,
 its bank-conflict freedom for ldmatrix and 16-byte copies, the TIR form place_memory uses,
 and which buffers layout inference chooses."""
 
@@ -12,7 +12,7 @@ import tilewright.language as T
 import torch
 import tvm
 from test_cuda_store_vectors import staged_gemm
-from tilewright_cuda import swizzle
+from tilewright_cuda import keys, layout
 from tvm import tirx
 
 # (rows, cols) of the operand tiles of the standard GEMM, FlashAttention and the transposes
@@ -26,63 +26,64 @@ def _group(offset: int) -> int:
 
 @pytest.mark.parametrize("rows, cols", TILES)
 def test_every_ldmatrix_read_hits_eight_bank_groups(rows, cols):
-    width, bits = swizzle.params(rows, cols)
+    width, bits = layout.params(rows, cols)
     # each 8x8 matrix of an ldmatrix reads 8 rows of 16 bytes: rows r0..r0+7, columns c0..c0+7
     for r0 in range(0, rows - 7):
         for c0 in range(0, cols, 8):
-            groups = {_group(swizzle.byte_offset(r0 + i, c0, rows, width, bits))
+            groups = {_group(layout.byte_offset(r0 + i, c0, rows, width, bits))
                       for i in range(8)}
             assert len(groups) == 8, (r0, c0, groups)
 
 
 @pytest.mark.parametrize("rows, cols", TILES)
 def test_sixteen_byte_copies_of_eight_threads_hit_eight_bank_groups(rows, cols):
-    width, bits = swizzle.params(rows, cols)
+    width, bits = layout.params(rows, cols)
     chunks = [(r, c) for r in range(rows) for c in range(0, cols, 8)]  # thread t: chunk t
     for first in range(0, len(chunks), 8):
-        groups = {_group(swizzle.byte_offset(r, c, rows, width, bits))
+        groups = {_group(layout.byte_offset(r, c, rows, width, bits))
                   for r, c in chunks[first:first + 8]}
         assert len(groups) == 8
 
 
 @pytest.mark.parametrize("rows, cols", TILES)
 def test_layout_is_a_permutation_keeping_chunks_whole(rows, cols):
-    width, bits = swizzle.params(rows, cols)
+    width, bits = layout.params(rows, cols)
     offsets = {}
     for r in range(rows):
         for c in range(cols):
-            o = swizzle.byte_offset(r, c, rows, width, bits)
+            o = layout.byte_offset(r, c, rows, width, bits)
             offsets[o] = (r, c)
             if c % 8:  # a chunk of 8 elements stays contiguous
-                assert o == swizzle.byte_offset(r, c - c % 8, rows, width, bits) + 2 * (c % 8)
+                assert o == layout.byte_offset(r, c - c % 8, rows, width, bits) + 2 * (c % 8)
     assert sorted(offsets) == list(range(0, rows * cols * 2, 2))
 
 
 def test_contract_parameters():
-    assert swizzle.params(128, 32) == (64, 2)
-    assert swizzle.params(32, 128) == (128, 3)
-    assert swizzle.params(64, 256) == (128, 3)  # two column blocks of 128 bytes
-    assert swizzle.params(64, 16) == (32, 1)
-    assert swizzle.params(64, 8) is None  # 16-byte rows: nothing to swizzle
-    assert swizzle.params(64, 96) is None  # 192-byte rows do not split into 128-byte blocks
-    assert swizzle.params(64, 64, "float32") is None
+    assert layout.params(128, 32) == (64, 2)
+    assert layout.params(32, 128) == (128, 3)
+    assert layout.params(64, 256) == (128, 3)  # two column blocks of 128 bytes
+    assert layout.params(64, 16) == (32, 1)
+    assert layout.params(64, 8) is None  # 16-byte rows: nothing to swizzle
+    assert layout.params(64, 96) is None  # 192-byte rows do not split into 128-byte blocks
+    assert layout.params(64, 64, "float32") is None
     # block 1 of a 256-column tile starts rows x 128 bytes after block 0
-    assert swizzle.byte_offset(0, 64, 64, 128, 3) == 64 * 128
+    assert layout.byte_offset(0, 64, 64, 128, 3) == 64 * 128
     # the XOR flips 16-byte chunks by the row within the 1024-byte period
-    assert swizzle.byte_offset(3, 0, 32, 128, 3) == 3 * 128 + 3 * 16
+    assert layout.byte_offset(3, 0, 32, 128, 3) == 3 * 128 + 3 * 16
 
 
 def test_tir_index_matches_the_formula():
     analyzer = tvm.sym.Analyzer()
     for rows, cols in [(128, 32), (32, 256)]:
-        buf = swizzle.marked(tirx.decl_buffer((3, rows, cols), "float16", "t",
-                                              scope="shared.dyn"))
-        width, bits = swizzle.layout_of(buf)
+        width, bits = layout.params(rows, cols)
+        buf = layout.attach(tirx.decl_buffer((3, rows, cols), "float16", "t",
+                                             scope="shared.dyn"), layout.Swizzled(width, bits))
+        assert layout.of(buf) == layout.Swizzled(width, bits)
         for v, r, c in [(0, 0, 0), (1, 5, 8), (2, rows - 1, cols - 1), (0, 7, 17)]:
-            e = analyzer.simplify(swizzle.element_index(buf, [tirx.const(x, "int32")
+            e = analyzer.simplify(layout.element_index(buf, [tirx.const(x, "int32")
                                                               for x in (v, r, c)]))
             assert int(e.value) == v * rows * cols + \
-                swizzle.byte_offset(r, c, rows, width, bits) // 2
+                layout.byte_offset(r, c, rows, width, bits) // 2
 
 
 def _layouts(func, target="cuda -arch=sm_80"):
@@ -94,7 +95,7 @@ def _layouts(func, target="cuda -arch=sm_80"):
         if event.kind == "pass_end" and event.data.get("name") == "CUDAInferLayout":
             (f,) = event.data["mod"].functions.values()
             seen.update({str(k): [int(x) for x in v]
-                         for k, v in dict(f.attrs.get(swizzle.ATTR, {})).items()})
+                         for k, v in dict(f.attrs.get(keys.SMEM_LAYOUT, {})).items()})
 
     from tilewright.engine import events
 

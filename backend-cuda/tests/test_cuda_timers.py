@@ -1,12 +1,12 @@
 """The CUDA timers of do_bench (event, cudagraph, cupti): registered, each unavailable with a
-clear reason where torch sees no GPU, the cupti per-call bookkeeping checked on recorded
-events, and all three timing a GPU kernel where one is visible."""
+clear reason where torch sees no GPU (do_bench then times with the wall clock), the cupti
+per-call bookkeeping checked on recorded events, and all three timing a GPU kernel where one
+is visible."""
 
 from types import SimpleNamespace
 
 import pytest
 import torch
-from tilewright.errors import ConfigError
 from tilewright.profiler import do_bench
 from tilewright.profiler.timers import availability, timers
 from tilewright_cuda import timers as cuda_timers
@@ -24,9 +24,8 @@ def test_the_three_timers_are_registered():
 @pytest.mark.parametrize("name", NAMES)
 def test_without_a_gpu_each_timer_says_why(name):
     assert availability(timers()[name]).reason == "torch sees no CUDA device"
-    with pytest.raises(ConfigError, match=rf"timer '{name}' is not available here: torch sees "
-                                          "no CUDA device; available: wall"):
-        do_bench(lambda: None, backend=name)
+    # do_bench times with the wall clock instead (TileLang's GPU timers fall back)
+    assert do_bench(lambda: None, backend=name, _n_warmup=1, _n_repeat=3) >= 0
 
 
 def test_cudagraph_needs_cuda_graphs(monkeypatch):

@@ -1,4 +1,4 @@
-"""TMA multicast (tma_pipeline.Multicast, pass config ``cuda.tma_multicast``): in a
+"""TMA multicast (transforms/pipeline/multicast.py, pass config ``cuda.tma_multicast``): in a
 warp-specialised loop on sm_90a, a tile that blocks 2c and 2c + 1 load from the same place is
 loaded once per pair, the two blocks forming a cluster, each issuing half of the tile's boxes
 into both blocks' shared memory. The host emulation runs the blocks of a cluster at once, each

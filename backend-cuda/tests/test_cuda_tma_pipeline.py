@@ -1,9 +1,9 @@
 """Portable copies into shared tiles become TMA loads in ``T.Pipelined`` loops on sm_90+
-(tma.py, tma_pipeline.py): every stage completes on its own mbarriers. On sm_90a a producer
-warpgroup added to the block issues the loads and the kernel's threads never wait for each
-other in the loop (warp specialisation); otherwise one thread of the block issues them and the
-loop keeps one barrier per iteration. The host emulation runs the TMA boxes with their
-swizzle and out-of-bounds zero fill, the mbarrier phases and the roles' named barriers."""
+(rules/tma.py, transforms/pipeline/tma.py): every stage completes on its own mbarriers. On
+sm_90a a producer warpgroup added to the block issues the loads and the kernel's threads never
+wait for each other in the loop (warp specialisation); otherwise one thread of the block issues
+them and the loop keeps one barrier per iteration. The host emulation runs the TMA boxes with
+their swizzle and out-of-bounds zero fill, the mbarrier phases and the roles' named barriers."""
 
 import re
 import sys

@@ -1,5 +1,5 @@
-"""``T.use_swizzle(panel_size, order)`` on CUDA: block rasterisation in panels (passes.py,
-``_rasterise``). The host emulation launches blocks in order (x fastest), so a block that
+"""``T.use_swizzle(panel_size, order)`` on CUDA: block rasterisation in panels
+(transforms/threads.py). The host emulation launches blocks in order (x fastest), so a block that
 takes a ticket from a global counter records its launch position."""
 
 import hostemu

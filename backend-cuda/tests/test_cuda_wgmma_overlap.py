@@ -1,4 +1,4 @@
-"""wgmma groups kept in flight across the k-tiles of a ``T.Pipelined`` loop (pipeline.py):
+"""wgmma groups kept in flight across the k-tiles of a ``T.Pipelined`` loop (transforms/pipeline):
 with 3+ stages each gemm retires all but its own group (``wgmma.wait_group 1``) and the
 cp.async refill runs one stage less ahead, so it never overwrites a tile a wgmma in flight
 reads. The host emulation retires wgmma groups at their wait_group and aborts when shared

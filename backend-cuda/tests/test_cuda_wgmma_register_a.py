@@ -1,4 +1,4 @@
-"""wgmma with A in registers (wgmma.py ``keep_a_in_registers``, ``tw_gemm_wgmma_rs``): a
+"""wgmma with A in registers (``transforms.layout.keep_a_in_registers``, ``tw_gemm_wgmma_rs``): a
 16-bit fragment written only by a copy of a wgmma accumulator and read only as a wgmma A
 operand (FlashAttention's P) stays in the accumulator's registers, converted pairwise, and
 the gemm takes wgmma's register-A form: no shared store of P, no fence or barrier for it.
@@ -17,7 +17,9 @@ import tilewright
 import tilewright.language as T
 import torch
 from tilewright.transform import prim_func_pass
-from tilewright_cuda import arch, executor, lowering
+from tilewright_cuda import arch, executor, intrinsics
+from tilewright_cuda.analysis.accesses import Access
+from tilewright_cuda.transforms import layout as layout_pass
 from tvm import tirx
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
@@ -26,7 +28,6 @@ sys.path.insert(0, str(BENCH))
 import kernels  # noqa: E402 - after the sys.path setup
 
 TARGET = "cuda -arch=sm_90a"
-wgmma = lowering.wgmma  # (wgmma imported first would meet lowering half-initialised)
 
 
 def chain(M=128, N=64, D=64, threads=256, dtype="float16", extra_use=False, late_v=False):
@@ -78,8 +79,8 @@ def _loop(text: str, var: str = "k") -> str:
 
 def _shared_p(monkeypatch):
     """Today's path for comparison: P stays a fragment in shared memory."""
-    monkeypatch.setattr(wgmma, "keep_a_in_registers",
-                        lambda arch: prim_func_pass("KeepAShared", lambda f: f))
+    monkeypatch.setattr(layout_pass, "keep_a_in_registers",
+                        lambda options: prim_func_pass("KeepAShared", lambda f: f))
 
 
 def _attention(configs=None):
@@ -148,10 +149,7 @@ def test_a_write_of_b_after_the_last_fence_keeps_the_fence():
 
 
 def test_shared_access_classification_of_register_a_gemm():
-    """passes._Access: the register-A call reads B only (A and C are registers)."""
-    from tilewright_cuda.hopper import shared_addr
-    from tilewright_cuda.passes import _Access
-
+    """analysis.accesses.Access: the register-A call reads B only (A and C are registers)."""
     p = tirx.decl_buffer((128, 64), "float16", "P", scope="local.mma_acc")
     b = tirx.decl_buffer((64, 64), "float16", "B", scope="shared.dyn")
     c = tirx.decl_buffer((128, 64), "float32", "C", scope="local.mma_acc")
@@ -159,9 +157,9 @@ def test_shared_access_classification_of_register_a_gemm():
     stmt = tirx.Evaluate(tirx.call_extern(
         "void", "tw_gemm_wgmma_rs<64, 64, 64, false, true, 64, 128>",
         tirx.address_of(tirx.BufferLoad(p, [zero, zero])),
-        shared_addr(tirx.BufferLoad(b, [zero, zero])),
+        intrinsics.shared_addr(tirx.BufferLoad(b, [zero, zero])),
         tirx.address_of(tirx.BufferLoad(c, [zero, zero])), zero))
-    access = _Access(stmt, {})
+    access = Access(stmt, {})
     assert [buf.name for buf, _ in access.reads] == ["B"]
     assert not access.writes and not access.issued
 

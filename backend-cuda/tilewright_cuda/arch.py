@@ -24,7 +24,6 @@ class Arch:
     major: int
     minor: int
     max_shared_bytes: int  # dynamic shared memory one block may opt in to
-    tma: bool = True  # portable copies may become TMA loads (pass config cuda.disable_tma_lower)
 
     @property
     def sm(self) -> int:

@@ -21,6 +21,8 @@ from tilewright.errors import TilewrightError
 from tilewright.plugin import Availability, Executor, GeneratedSource
 from tilewright.runtime.cuda import CubinFunction
 
+from . import arch as arch_mod
+
 FLAGS = ("-std=c++17", "-O3")
 
 
@@ -45,13 +47,56 @@ def include_dirs() -> list[str]:
     return [str(d) for d in dirs if d.is_dir()]
 
 
+_DEFINES = (("cuda.h", "CUDA_VERSION"), ("cccl/cuda/std/__cccl/version.h", "CCCL_VERSION"))
+
+
+def header_versions() -> str:
+    """The versions of the CUDA headers the generated source includes (``cuda_fp16.h``,
+    ``cuda/std``): the toolkit's ``CUDA_VERSION`` and libcu++'s ``CCCL_VERSION``."""
+    home = cuda_home()
+    if home is None:
+        return "no CUDA headers"
+    return ", ".join(_define(home / "include" / path, name) for path, name in _DEFINES)
+
+
+@functools.cache
+def _define(path: Path, name: str) -> str:
+    """``NAME value`` of a ``#define NAME value`` in a header, ``NAME ?`` when absent."""
+    try:
+        match = re.search(rf"^\s*#\s*define\s+{name}\s+(\S+)", path.read_text(errors="replace"),
+                          re.MULTILINE)
+    except OSError:
+        match = None
+    return f"{name} {match.group(1) if match else '?'}"
+
+
 # -- NVRTC -----------------------------------------------------------------------------------
+NVRTC_FLAGS = (FLAGS[0], "--diag-suppress=177,550", "--ptxas-options=-v")
+
+
+def nvrtc_options(arch) -> list[str]:
+    return [f"--gpu-architecture={arch.name}", *NVRTC_FLAGS,
+            *(f"-I{d}" for d in include_dirs())]
+
+
+@functools.lru_cache(maxsize=1)
+def nvrtc_version() -> str:
+    from cuda.bindings import nvrtc
+
+    _, major, minor = nvrtc.nvrtcVersion()
+    return f"NVRTC {major}.{minor}"
+
+
+def nvrtc_fingerprint() -> str:
+    """What decides an NVRTC cubin besides the source and the architecture (which the
+    target gives): NVRTC's version, the CUDA headers' versions and the options."""
+    return f"{nvrtc_version()}; {header_versions()}; {' '.join(NVRTC_FLAGS)}"
+
+
 @functools.lru_cache(maxsize=1)
 def nvrtc_available() -> Availability:
     try:
-        from cuda.bindings import nvrtc
-
-        _, major, minor = nvrtc.nvrtcVersion()
+        version = nvrtc_version()
     except Exception as exc:  # noqa: BLE001 - missing wheel or library
         return Availability(False, f"NVRTC is not loadable ({type(exc).__name__}: {exc}); "
                                    "pip install 'cuda-bindings==13.0.*' "
@@ -59,7 +104,7 @@ def nvrtc_available() -> Availability:
     if not include_dirs():
         return Availability(False, "NVRTC needs the CUDA headers (cuda/std, cuda_fp16.h): set "
                                    "CUDA_HOME to a CUDA 13 toolkit")
-    return Availability(True, f"NVRTC {major}.{minor}")
+    return Availability(True, version)
 
 
 def _nvrtc_check(result, prog, what):
@@ -76,9 +121,7 @@ def nvrtc_compile(source: str, arch, workdir: Path) -> tuple[bytes, str]:
     generated line and a command that reproduces it."""
     from cuda.bindings import nvrtc
 
-    options = [f"--gpu-architecture={arch.name}", *FLAGS[:1], "--diag-suppress=177,550",
-               "--ptxas-options=-v",
-               *(f"-I{d}" for d in include_dirs())]
+    options = nvrtc_options(arch)
     (prog,) = _nvrtc_check(nvrtc.nvrtcCreateProgram(source.encode(), b"kernel.cu", 0, [], []),
                            None, "create")
     try:
@@ -133,9 +176,27 @@ def nvcc_available() -> Availability:
     return Availability(True, nvcc)
 
 
+@functools.lru_cache(maxsize=1)
+def nvcc_version() -> str:
+    """``nvcc --version``'s release and build lines (``Cuda compilation tools, release 13.0,
+    V13.0.48``, ``Build cuda_13.0.r13.0/compiler.36424714_0``)."""
+    out = subprocess.run([nvcc_path() or "nvcc", "--version"], capture_output=True, text=True,
+                         check=False).stdout
+    lines = [line.strip() for line in out.splitlines() if line.startswith(("Cuda", "Build"))]
+    return "; ".join(lines) or "nvcc of unknown version"
+
+
+def nvcc_fingerprint() -> str:
+    """What decides an nvcc cubin besides the source and the architecture: nvcc's version,
+    the CUDA headers' versions and the options."""
+    return f"{nvcc_version()}; {header_versions()}; {' '.join(NVCC_FLAGS)}"
+
+
+NVCC_FLAGS = (*FLAGS, "-Xptxas=-v", "-diag-suppress=177,550")
+
+
 def nvcc_command(arch, out: str = "kernel.cubin", src: str = "kernel.cu") -> list[str]:
-    return [nvcc_path() or "nvcc", "-cubin", arch.gencode, *FLAGS, "-Xptxas=-v",
-            "-diag-suppress=177,550", "-o", out, src]
+    return [nvcc_path() or "nvcc", "-cubin", arch.gencode, *NVCC_FLAGS, "-o", out, src]
 
 
 def nvcc_compile(source: str, arch, workdir: Path) -> tuple[bytes, str]:
@@ -153,8 +214,6 @@ def nvcc_compile(source: str, arch, workdir: Path) -> tuple[bytes, str]:
 # -- executors ---------------------------------------------------------------------------------
 def _build(compiler):
     def build(source: GeneratedSource, ctx, workdir) -> CubinFunction:
-        from . import arch as arch_mod
-
         workdir = Path(workdir)
         workdir.mkdir(parents=True, exist_ok=True)
         (workdir / "kernel.cu").write_text(source.text)
@@ -176,10 +235,10 @@ def load(workdir, entry: str) -> CubinFunction:
 
 
 NVRTC = Executor(name="nvrtc", available=nvrtc_available, build=_build(nvrtc_compile),
-                 load=load, from_source=True,
+                 load=load, from_source=True, fingerprint=nvrtc_fingerprint,
                  doc="NVRTC through cuda-python to a cubin; launched with the driver "
                      "API on torch's current stream")
 NVCC = Executor(name="nvcc", available=nvcc_available, build=_build(nvcc_compile), load=load,
-                from_source=True,
+                from_source=True, fingerprint=nvcc_fingerprint,
                 doc="nvcc -cubin (with -Xptxas -v) to a cubin; launched like nvrtc")
 EXECUTORS = (NVRTC, NVCC)

@@ -7,7 +7,7 @@ other backend at compile time, naming the op. Names are the user's (``T.tma_copy
 
 from __future__ import annotations
 
-from tilewright.ir.schema import Attr, Operand, TileOpSchema, _register_tvm_op, register_tile_op
+from tilewright.ir.schema import Attr, Operand, TileOpSchema, register_tile_op, register_tvm_op
 
 # The address of a shared-memory element (a barrier, a TMA destination). Kept apart from
 # ``tirx.address_of`` until the shared pool is placed: insert_sync reads address_of as a write.
@@ -15,8 +15,8 @@ SHARED_ADDR = "tw.cuda.shared_addr"
 # A TMA descriptor: (global tensor element 0, box extents innermost first..., swizzle bytes);
 # replaced by a reference to a deduplicated kernel parameter when the kernel is finished.
 TENSORMAP = "tw.cuda.tensormap"
-_register_tvm_op(SHARED_ADDR, "the address of a shared-memory element (CUDA dialect)")
-_register_tvm_op(TENSORMAP, "a TMA tensor map of a global tensor (CUDA dialect)")
+register_tvm_op(SHARED_ADDR, "the address of a shared-memory element (CUDA dialect)")
+register_tvm_op(TENSORMAP, "a TMA tensor map of a global tensor (CUDA dialect)")
 
 
 def _op(name: str, operands=(), attrs=(), doc: str = "") -> TileOpSchema:

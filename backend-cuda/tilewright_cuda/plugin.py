@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 from tilewright.plugin import (
     API_VERSION,
     ArchModel,
@@ -15,62 +13,62 @@ from tilewright.plugin import (
     PassConfigKey,
     PassPipeline,
     Phase,
+    get_manager,
     hookimpl,
 )
 from tilewright.transform import lower_intrinsics, lower_tile_ops
 
-from . import __version__, arch, hopper, lowering_extra, passes, pipeline, tma, wgmma
+from . import __version__, arch, keys, options
 from .codegen import CODEGEN
 from .executor import EXECUTORS
-from .lowering import RULES
+from .rules import INTRINSIC_RULES, RULES
 from .timers import TIMERS
+from .transforms import atomics, distribute, finish, layout, memory, sync, threads
+from .transforms.pipeline import pipeline
 
 DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
           "float16", "bfloat16", "float32", "float64")
 
 
-def _rules(ctx) -> dict:
-    from tilewright.plugin import get_manager
-
+def _rules() -> dict:
+    """The backend's rules and those other plugins register for it."""
     extra = dict(get_manager().collect("tilewright_lowering_rules", backend="cuda"))
     return {**RULES, **extra}
 
 
-def _arch(ctx):
-    return arch.resolve(ctx.target.option("arch"))
+def _bind_threads(ctx) -> list:
+    options.of(ctx)  # an unknown architecture or a bad pass config fails here, first
+    return [threads.bind_threads(), threads.bind_roles()]
 
 
-def _rule_arch(ctx):
-    """The architecture the lowering rules see, with the pass configs that steer them."""
-    chosen = _arch(ctx)
-    if ctx.pass_configs.get(tma.DISABLE_KEY):
-        chosen = dataclasses.replace(chosen, tma=False)
-    return chosen
+def _infer_layout(ctx) -> list:
+    chosen = options.of(ctx)
+    return [layout.infer_layout(chosen), layout.mark_wgmma_accumulators(chosen),
+            layout.keep_a_in_registers(chosen)]
+
+
+def _lower_tile_ops(ctx) -> list:
+    return [lower_tile_ops(_rules(), "cuda", options.of(ctx)), atomics.gate_scalar_atomics(),
+            lower_intrinsics(INTRINSIC_RULES, "CUDALowerIntrinsics")]
 
 
 PIPELINE = PassPipeline((
-    Phase("bind_threads", lambda ctx: [_arch(ctx) and passes.bind_threads(),
-                                       hopper.bind_roles()],
+    Phase("bind_threads", _bind_threads,
           "the block's program is wrapped in a threadIdx.x loop of T.Kernel's threads"),
-    Phase("infer_layout", lambda ctx: [passes.infer_layout(_arch(ctx)),
-                                       wgmma.mark_accumulators(_arch(ctx)),
-                                       wgmma.keep_a_in_registers(_arch(ctx))],
+    Phase("infer_layout", _infer_layout,
           "fragments used only as mma accumulators become registers in the mma layout"),
-    Phase("lower_tile_ops", lambda ctx: [lower_tile_ops(_rules(ctx), "cuda", _rule_arch(ctx)),
-                                         lowering_extra.gate_scalar_atomics(),
-                                         lower_intrinsics(lowering_extra.INTRINSIC_RULES,
-                                                          "CUDALowerIntrinsics")],
-          "each tile op becomes parallel nests or thread code (tilewright_cuda.lowering)"),
-    Phase("pipeline", lambda ctx: [pipeline.pipeline(_arch(ctx), ctx.pass_configs)],
+    Phase("lower_tile_ops", _lower_tile_ops,
+          "each tile op becomes parallel nests or thread code (tilewright_cuda.rules)"),
+    Phase("pipeline", lambda ctx: [pipeline(options.of(ctx))],
           "T.Pipelined loops: multi-versioned shared tiles filled by cp.async groups or TMA "
           "on mbarriers (sm_90a: by a producer warpgroup the block gains)"),
-    Phase("distribute", lambda ctx: [hopper.distribute_roles(), passes.distribute()],
+    Phase("distribute", lambda ctx: [distribute.distribute_roles(), distribute.distribute()],
           "T.Parallel iterations are spread over the block's threads"),
-    Phase("insert_sync", lambda ctx: [wgmma.drop_redundant_fences(), hopper.insert_sync()],
+    Phase("insert_sync", lambda ctx: [sync.drop_redundant_fences(), sync.insert_sync()],
           "__syncthreads() where shared-memory dependencies cross threads"),
-    Phase("place_memory", lambda ctx: [hopper.role_registers(), passes.place_memory(_arch(ctx)),
-                                       hopper.finish(),
-                                       passes.strip_annotations()],
+    Phase("place_memory", lambda ctx: [memory.role_registers(),
+                                       memory.place_memory(options.of(ctx)), finish.finish(),
+                                       memory.strip_annotations()],
           "shared tiles and fragments become views of one dynamic shared-memory pool"),
 ))
 
@@ -116,19 +114,19 @@ def tilewright_language_extensions():
 @hookimpl
 def tilewright_pass_config_keys():
     return [
-        PassConfigKey("cuda.disable_tma_lower", bool, False,
+        PassConfigKey(keys.DISABLE_TMA, bool, False,
                       "lower T.copy into shared memory inside T.Pipelined loops with cp.async "
                       "instead of TMA (sm_90+)", owner="cuda",
                       tilelang="TL_DISABLE_TMA_LOWER", tilelang_value="tl.disable_tma_lower"),
-        PassConfigKey("cuda.disable_warp_specialized", bool, False,
+        PassConfigKey(keys.DISABLE_WARP_SPECIALIZED, bool, False,
                       "do not split T.Pipelined loops into producer and consumer warpgroups "
                       "(sm_90a)", owner="cuda", tilelang="TL_DISABLE_WARP_SPECIALIZED",
                       tilelang_value="tl.disable_warp_specialized"),
-        PassConfigKey("cuda.tma_multicast", bool, False,
+        PassConfigKey(keys.TMA_MULTICAST, bool, False,
                       "in a warp-specialised T.Pipelined loop (sm_90a), load the tiles that "
                       "blocks 2c and 2c + 1 share once per pair of blocks (clusters of two, "
                       "TMA multicast)", owner="cuda"),
-        PassConfigKey("cuda.blocks_per_sm", int, 1,
+        PassConfigKey(keys.BLOCKS_PER_SM, int, 1,
                       "blocks each SM should hold at once: registers (__launch_bounds__, the "
                       "setmaxnreg budgets) and shared memory are budgeted for that many",
                       owner="cuda"),

@@ -1,29 +1,66 @@
-"""The catalogue covers the portable language; capabilities decide what is unsupported."""
+"""The catalogue covers the language; capabilities decide what is unsupported."""
 
 import dataclasses
+from fnmatch import fnmatchcase
 
 import pytest
+import tilewright.language as T
+import torch
 from tilewright.errors import PluginError
 from tilewright.ir import PORTABLE_OPS
 from tilewright.plugin import get_manager
-from tilewright_sdk.conformance.catalogue import CATALOGUE, DTYPES, cases, covered_ops
-from tilewright_sdk.conformance.runner import Unsupported, missing_capabilities, run_case
+from tilewright_sdk.conformance.catalogue import (
+    ALL_DTYPES,
+    CATALOGUE,
+    NOT_COMPUTING,
+    cases,
+    covered_ops,
+    uncovered_names,
+)
+from tilewright_sdk.conformance.known_failures import KNOWN_FAILURES, known_failure
+from tilewright_sdk.conformance.runner import (
+    Unsupported,
+    dtypes_used,
+    missing_capabilities,
+    run_case,
+)
+
+
+def test_every_computing_export_of_the_language_has_a_case():
+    assert uncovered_names() == []
+    assert set(NOT_COMPUTING) <= set(T.__all__), "an exemption names no export"
 
 
 def test_every_portable_tile_op_is_covered():
     assert set(PORTABLE_OPS) <= covered_ops()
 
 
-def test_dtypes_and_shape_variants():
+def test_rows_are_unique_and_name_real_exports():
     all_cases = cases()
     assert len({c.id for c in all_cases}) == len(all_cases)
-    assert {c.dtype for c in all_cases} == set(DTYPES) == {"float32", "float16", "bfloat16"}
-    variants = {c.variant for c in all_cases}
-    assert variants == {"full", "partial", "dynamic"}
-    assert all(k.shapes for k in CATALOGUE)
-    names = {k.name for k in CATALOGUE}
-    assert {"gemm", "gemm_tn", "gemm_nt", "gemm_tt", "gemm_pipelined", "gemm_dynamic",
-            "softmax", "rmsnorm", "attention", "cumsum", "atomic_add"} <= names
+    assert len({k.name for k in CATALOGUE}) == len(CATALOGUE)
+    for kernel in CATALOGUE:
+        assert set(kernel.names) <= set(T.__all__), kernel.name
+        assert kernel.shapes and kernel.dtypes, kernel.name
+    assert {c.variant for c in all_cases} == {"full", "partial", "dynamic"}
+    assert {c.dtype for c in all_cases} == set(ALL_DTYPES)
+
+
+def test_every_reference_runs_on_its_inputs():
+    """References of rows no installed backend runs (float8 casts) are still exercised."""
+    for case in cases():
+        gen = torch.Generator().manual_seed(0)
+        inputs = case.kernel.inputs(torch, gen, case.dtype, **case.dims)
+        expected = case.reference(inputs)
+        assert isinstance(expected, list) and expected, case.id
+
+
+def test_cast_targets_narrow_to_the_declared_dtypes():
+    case = next(c for c in cases(["cast"]) if c.dtype == "int8")
+    narrowed = case.narrowed({"int8", "float32", "bfloat16"})
+    assert narrowed.dims["targets"] == ("int8", "bfloat16", "float32")
+    func = narrowed.kernel.make(narrowed.dtype, **narrowed.dims)
+    assert dtypes_used(func) == {"int8", "bfloat16", "float32"}
 
 
 @pytest.fixture(scope="module")
@@ -61,3 +98,16 @@ def test_unknown_mode_is_refused(interp):
     with pytest.raises(ValueError, match="unknown conformance mode 'run'; choose one of "
                                          "codegen, compile, execute"):
         run_case(cases(["copy"])[0], interp, "run")
+
+
+def test_known_failures_name_real_cases():
+    ids = [c.id for c in cases()]
+    for row in KNOWN_FAILURES:
+        assert row.when in ("build", "run")
+        assert any(known_failure(row.backend, i, executes=True) is row for i in ids), row
+    # a wrong result shows only where the backend runs kernels; a build failure everywhere
+    for row in KNOWN_FAILURES:
+        case_id = next(i for i in ids if fnmatchcase(i, row.cases))
+        assert (known_failure(row.backend, case_id, executes=False) is row) == \
+            (row.when == "build"), row
+        assert known_failure("no-such-backend", case_id, executes=True) is None

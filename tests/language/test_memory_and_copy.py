@@ -334,3 +334,23 @@ def test_gemm_dynamic_k_one_kernel():
         a, b = rand(8, k), rand(k, 24, seed=1)
         check(kernel(a, b), a.double() @ b.double(), k=k)
     assert gemm_dynamic_k(8, 24) is kernel
+
+
+@tilewright.jit(out_idx=[-1], target="cpu")
+def column_tiles(M, bm=2):
+    @T.prim_func
+    def main(X: T.Tensor((M, 1), "int32"), Y: T.Tensor((M, 1), "int32")):
+        with T.Kernel(1, T.ceildiv(M, bm)) as (bx, by):
+            t = T.alloc_fragment((bm, 1), "int32")
+            T.copy(X[by * bm, bx], t)
+            T.copy(t, Y[by * bm, bx])
+    return main
+
+
+def test_a_column_tile_copies_as_a_column():
+    """A (2, 1) tile copied from an element start covers a column, not (1, 2) of a row (found
+    by tilewright_sdk.fuzz)."""
+    x = torch.arange(5, dtype=torch.int32)[:, None]
+    assert torch.equal(column_tiles(5)(x), x)
+    text = column_tiles(5).get_tir().script()
+    assert "tw_region(X[by * 2, bx], 2, 1)" in text

@@ -54,6 +54,7 @@ void issue(int pipe, const char* what, int line, std::vector<Acc> acc, std::func
 void issue_set(int src, int dst, int id, int line);
 void issue_wait(int src, int dst, int id, int line);
 void issue_barrier_all(int line);
+void issue_pipe_barrier(int pipe, int line);
 void issue_cross_set(int pipe, int id, int mode, int line);
 void issue_cross_wait(int id, int line);
 void fence_last();                 // the scalar unit stalls until the last instruction is done
@@ -87,6 +88,16 @@ template <typename C, typename A, typename B> auto select(const C& c, const A& a
     if constexpr (is_lazy<C> || is_lazy<A> || is_lazy<B>) return Lazy{[=] { return val(c) != 0 ? val(a) : val(b); }};
     else return c ? a : b;
 }
+// floor division and modulo (the generated code's TW_FLOORDIV/TW_FLOORMOD): round towards -inf
+template <typename A, typename B> auto floordiv(const A& a, const B& b) {
+    if constexpr (is_lazy<A> || is_lazy<B>) return Lazy{[=] { return std::floor(val(a) / val(b)); }};
+    else { auto q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }
+}
+template <typename A, typename B> auto floormod(const A& a, const B& b) {
+    if constexpr (is_lazy<A> || is_lazy<B>)
+        return Lazy{[=] { double x = val(a), y = val(b); return x - std::floor(x / y) * y; }};
+    else { auto r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+}
 template <typename A, typename B> auto lmin(const A& a, const B& b) { return select(a < b, a, b); }
 template <typename A, typename B> auto lmax(const A& a, const B& b) { return select(a > b, a, b); }
 template <typename T> Lazy get_value(int space, uint64_t off, const T* p, int line) {
@@ -105,6 +116,8 @@ template <typename T> const char* type_name();
 namespace AscendC {
 enum class TPosition { GM, VECIN, VECOUT, VECCALC, A1, A2, B1, B2, CO1, CO2 };
 enum pipe_t { PIPE_S = 0, PIPE_V, PIPE_M, PIPE_MTE1, PIPE_MTE2, PIPE_MTE3, PIPE_FIX, PIPE_ALL };
+// the events of impl/basic_api/kernel_event.h (HardEvent); which core has which is checked
+// when a flag is issued (HardEventAic / HardEventAiv of the same header)
 #define TW_EV(a, b) a##_##b = PIPE_##a * 8 + PIPE_##b
 enum class HardEvent : int {
     TW_EV(MTE2, MTE1), TW_EV(MTE1, MTE2), TW_EV(MTE1, M), TW_EV(M, MTE1), TW_EV(MTE2, V),
@@ -113,9 +126,10 @@ enum class HardEvent : int {
     TW_EV(V, MTE1), TW_EV(M, FIX), TW_EV(FIX, M), TW_EV(MTE3, MTE2), TW_EV(MTE2, MTE3),
     TW_EV(S, V), TW_EV(V, S), TW_EV(S, MTE2), TW_EV(MTE2, S), TW_EV(S, MTE3), TW_EV(MTE3, S),
     TW_EV(MTE2, FIX), TW_EV(FIX, MTE2), TW_EV(FIX, S), TW_EV(M, S), TW_EV(FIX, MTE3),
+    TW_EV(MTE1, FIX), TW_EV(FIX, MTE1), TW_EV(FIX, FIX),
 };
 #undef TW_EV
-enum class RoundMode { CAST_NONE, CAST_RINT, CAST_FLOOR, CAST_CEIL, CAST_ROUND, CAST_TRUNC };
+enum class RoundMode { CAST_NONE, CAST_RINT, CAST_FLOOR, CAST_CEIL, CAST_ROUND, CAST_TRUNC, CAST_ODD };
 
 inline constexpr int space_of(TPosition p) {
     return p == TPosition::A1 || p == TPosition::B1 ? tw_emu::SL1
@@ -166,7 +180,19 @@ template <TPosition P> struct TBuf {
     template <typename T> LocalTensor<T> Get(TW_LINE) { return GetWithOffset<T>(size / sizeof(T), 0, line); }
 };
 
+// impl/basic_api/kernel_tpipe_impl.h (__NPU_ARCH__ 2201): on the cube core the constructor
+// sets M_MTE1 ids 0, 1 and 2 (for the Matmul library's L0 ping-pong and the bias load) and the
+// destructor waits for them; a kernel that sets one of them again sets a raised flag.
 struct TPipe {
+    int line_;
+    TPipe(TW_LINE) : line_(line) {
+        if (tw_emu::is_aic())
+            for (int id = 0; id < 3; ++id) tw_emu::issue_set(tw_emu::PM, tw_emu::PMTE1, id, line);
+    }
+    ~TPipe() {
+        if (tw_emu::is_aic())
+            for (int id = 0; id < 3; ++id) tw_emu::issue_wait(tw_emu::PM, tw_emu::PMTE1, id, line_);
+    }
     template <TPosition P> void InitBuffer(TBuf<P>& buf, uint32_t bytes, TW_LINE) {
         buf.size = bytes; tw_emu::init_buffer(space_of(P), bytes, line);
     }
@@ -188,10 +214,17 @@ struct Nd2NzParams {
     uint16_t ndNum = 1, nValue = 0, dValue = 0, srcNdMatrixStride = 0, srcDValue = 0,
              dstNzC0Stride = 0, dstNzNStride = 1, dstNzMatrixStride = 0;
     Nd2NzParams() = default;
-    Nd2NzParams(uint16_t nd, uint16_t n, uint16_t d, uint16_t srcMat, uint16_t srcD, uint16_t c0s,
-                uint16_t ns, uint16_t dstMat)
-        : ndNum(nd), nValue(n), dValue(d), srcNdMatrixStride(srcMat), srcDValue(srcD),
-          dstNzC0Stride(c0s), dstNzNStride(ns), dstNzMatrixStride(dstMat) {}
+    // DataCopy（GMToL1随路转换-ND2NZ搬运）.md: ndNum <= 4095, nValue <= 16384, dValue <= 65535,
+    // srcNdMatrixStride <= 65535, srcDValue in [1, 65535], dstNzC0Stride and dstNzNStride in
+    // [1, 16384], dstNzMatrixStride <= 16384; the fields are 16 bits, so a larger value wraps:
+    // the constructor takes the values whole and the copy reports any outside its range
+    int64_t given[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    bool whole = false;  // constructed from whole values (then checked)
+    Nd2NzParams(int64_t nd, int64_t n, int64_t d, int64_t srcMat, int64_t srcD, int64_t c0s,
+                int64_t ns, int64_t dstMat)
+        : ndNum(uint16_t(nd)), nValue(uint16_t(n)), dValue(uint16_t(d)), srcNdMatrixStride(uint16_t(srcMat)),
+          srcDValue(uint16_t(srcD)), dstNzC0Stride(uint16_t(c0s)), dstNzNStride(uint16_t(ns)),
+          dstNzMatrixStride(uint16_t(dstMat)), given{nd, n, d, srcMat, srcD, c0s, ns, dstMat}, whole(true) {}
 };
 // repeatTimes fractals: source fractal startIndex + i * srcStride (512-byte units) goes to
 // destination fractal i * (1 + dstGap); ifTranspose transposes each 16 x 16 fractal (2-byte
@@ -330,6 +363,16 @@ template <typename T>
 void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const Nd2NzParams& p, TW_LINE) {
     constexpr uint64_t C0 = c0_of<T>();
     if (dst.space != tw_emu::SL1) tw_emu::error(line, "DataCopy with Nd2NzParams writes L1 only");
+    static const char* names[8] = {"ndNum", "nValue", "dValue", "srcNdMatrixStride", "srcDValue",
+                                   "dstNzC0Stride", "dstNzNStride", "dstNzMatrixStride"};
+    static const int64_t lo[8] = {0, 0, 0, 0, 1, 1, 1, 0};
+    static const int64_t hi[8] = {4095, 16384, 65535, 65535, 65535, 16384, 16384, 16384};
+    for (int i = 0; i < 8 && p.whole; ++i)
+        if (p.given[i] < lo[i] || p.given[i] > hi[i]) {
+            tw_emu::error(line, "DataCopy(Nd2NzParams): %s = %lld is outside [%lld, %lld]", names[i],
+                          (long long)p.given[i], (long long)lo[i], (long long)hi[i]);
+            return;
+        }
     std::vector<tw_emu::Acc> a;
     uint64_t blocks = (p.dValue + C0 - 1) / C0;
     for (uint64_t m = 0; m < p.ndNum; ++m)
@@ -425,6 +468,13 @@ void Mmad(const LocalTensor<C>& c, const LocalTensor<A>& a, const LocalTensor<B>
     constexpr uint64_t C0 = c0_of<A>();
     if (a.space != tw_emu::SL0A || b.space != tw_emu::SL0B || c.space != tw_emu::SL0C)
         tw_emu::error(line, "Mmad takes L0A, L0B and writes L0C");
+    // Mmad.md: L0C starts 1024-byte aligned, L0A and L0B 512-byte aligned; with m == 1 the
+    // cube reads L0A as one ND row (GEMV) instead of ZZ fractals
+    if (c.off % 1024 || a.off % 512 || b.off % 512)
+        tw_emu::error(line, "Mmad operands must start aligned (L0C 1024 bytes, L0A/L0B 512 bytes); "
+                      "got L0C %llu, L0A %llu, L0B %llu", (unsigned long long)c.off,
+                      (unsigned long long)a.off, (unsigned long long)b.off);
+    const bool gemv = p.m == 1;
     const uint64_t mb = (p.m + 15) / 16, nb = (p.n + 15) / 16, kb = (p.k + C0 - 1) / C0;
     const uint64_t M = mb * 16, N = nb * 16, K = kb * C0;
     std::vector<tw_emu::Acc> acc = {{a.space, a.off, M * K * sizeof(A), false},
@@ -439,7 +489,8 @@ void Mmad(const LocalTensor<C>& c, const LocalTensor<A>& a, const LocalTensor<B>
                 C& out = cd[((j / 16) * mb + i / 16) * 256 + (i % 16) * 16 + j % 16];
                 float s = init ? 0.0f : float(out);
                 for (uint64_t q = 0; q < K; ++q)
-                    s += float(ad[((i / 16) * kb + q / C0) * 16 * C0 + (i % 16) * C0 + q % C0]) *
+                    s += float(gemv ? (i == 0 ? ad[q] : A(0))
+                                    : ad[((i / 16) * kb + q / C0) * 16 * C0 + (i % 16) * C0 + q % C0]) *
                          float(bd[((q / C0) * nb + j / 16) * 16 * C0 + (j % 16) * C0 + q % C0]);
                 out = C(s);
             }
@@ -477,74 +528,180 @@ void Fixpipe(const GlobalTensor<D>& dst, const LocalTensor<S>& src, const Fixpip
 }
 
 // -- vector -------------------------------------------------------------------------------
+// Element types each instruction computes on A2: the "数据类型" sections of the API documentation
+// (docs/zh/api/SIMD-API/基础API/Memory矢量计算/基础算术/<name>.md, 数据填充/Duplicate.md,
+// 归约计算/ReduceRepeat.md); a generated call with another type does not compile here either.
+template <typename T, typename... U> constexpr bool one_of() { return (std::is_same<T, U>::value || ...); }
+template <typename T> constexpr bool a2_arith() { return one_of<T, int16_t, half, int32_t, float>(); }
+template <typename T> constexpr bool a2_float() { return one_of<T, half, float>(); }
 template <typename T> inline double vec_cost(uint64_t count) { return 8.0 + count * sizeof(T) / 128.0; }
-#define TW_BINARY(NAME, EXPR)                                                                 \
+#define TW_BINARY(NAME, TYPES, EXPR)                                                          \
     template <typename T>                                                                     \
     void NAME(const LocalTensor<T>& d, const LocalTensor<T>& x, const LocalTensor<T>& y,      \
               int32_t count, TW_LINE) {                                                       \
+        static_assert(TYPES<T>(), #NAME ": A2 does not compute on this element type (" #NAME ".md)"); \
         uint64_t nb = uint64_t(count) * sizeof(T);                                           \
         tw_emu::issue(tw_emu::PV, #NAME, line, {acc(x, nb, false), acc(y, nb, false), acc(d, nb, true)}, \
                       [=] { T* o = d.data(); const T* a = x.data(); const T* b = y.data();    \
                             for (int32_t i = 0; i < count; ++i) o[i] = T(EXPR); },            \
                       vec_cost<T>(count), nb);                                                \
     }
-TW_BINARY(Add, float(a[i]) + float(b[i]))
-TW_BINARY(Sub, float(a[i]) - float(b[i]))
-TW_BINARY(Mul, float(a[i]) * float(b[i]))
-TW_BINARY(Div, float(a[i]) / float(b[i]))
-TW_BINARY(Max, std::fmax(float(a[i]), float(b[i])))
-TW_BINARY(Min, std::fmin(float(a[i]), float(b[i])))
+TW_BINARY(Add, a2_arith, float(a[i]) + float(b[i]))
+TW_BINARY(Sub, a2_arith, float(a[i]) - float(b[i]))
+TW_BINARY(Mul, a2_arith, float(a[i]) * float(b[i]))
+TW_BINARY(Div, a2_float, float(a[i]) / float(b[i]))
+TW_BINARY(Max, a2_arith, std::fmax(float(a[i]), float(b[i])))
+TW_BINARY(Min, a2_arith, std::fmin(float(a[i]), float(b[i])))
 #undef TW_BINARY
+// the scalar operand has the tensor's element type (Adds.md: "scalarValue ... 数据类型需要与目的
+// 操作数中的元素类型保持一致"); a value the scalar unit reads (GetValue) is lazy here
 #define TW_SCALAR(NAME, EXPR)                                                                 \
-    template <typename T, typename U>                                                         \
-    void NAME(const LocalTensor<T>& d, const LocalTensor<T>& x, U s, int32_t count, TW_LINE) { \
+    template <typename T, typename S>                                                         \
+    void NAME##_impl(const LocalTensor<T>& d, const LocalTensor<T>& x, S s, int32_t count, int line) { \
+        static_assert(a2_arith<T>(), #NAME ": A2 does not compute on this element type (" #NAME ".md)"); \
         uint64_t nb = uint64_t(count) * sizeof(T);                                           \
         tw_emu::issue(tw_emu::PV, #NAME, line, {acc(x, nb, false), acc(d, nb, true)},         \
                       [=] { T* o = d.data(); const T* a = x.data(); float b = float(tw_emu::val(s)); \
                             for (int32_t i = 0; i < count; ++i) o[i] = T(EXPR); },            \
                       vec_cost<T>(count), nb);                                                \
+    }                                                                                         \
+    template <typename T>                                                                     \
+    void NAME(const LocalTensor<T>& d, const LocalTensor<T>& x, const T& s, int32_t count, TW_LINE) { \
+        NAME##_impl(d, x, s, count, line);                                                    \
+    }                                                                                         \
+    template <typename T>                                                                     \
+    void NAME(const LocalTensor<T>& d, const LocalTensor<T>& x, const tw_emu::Lazy& s, int32_t count, TW_LINE) { \
+        NAME##_impl(d, x, s, count, line);                                                    \
     }
 TW_SCALAR(Adds, float(a[i]) + b)
 TW_SCALAR(Muls, float(a[i]) * b)
 TW_SCALAR(Maxs, std::fmax(float(a[i]), b))
 TW_SCALAR(Mins, std::fmin(float(a[i]), b))
 #undef TW_SCALAR
-#define TW_UNARY(NAME, EXPR)                                                                  \
+template <typename T> constexpr bool a2_relu() { return one_of<T, half, int32_t, float>(); }
+#define TW_UNARY(NAME, TYPES, EXPR)                                                           \
     template <typename T>                                                                     \
     void NAME(const LocalTensor<T>& d, const LocalTensor<T>& x, int32_t count, TW_LINE) {     \
+        static_assert(TYPES<T>(), #NAME ": A2 does not compute on this element type (" #NAME ".md)"); \
         uint64_t nb = uint64_t(count) * sizeof(T);                                           \
         tw_emu::issue(tw_emu::PV, #NAME, line, {acc(x, nb, false), acc(d, nb, true)},         \
                       [=] { T* o = d.data(); const T* a = x.data();                           \
                             for (int32_t i = 0; i < count; ++i) { float v = float(a[i]); o[i] = T(EXPR); } }, \
                       vec_cost<T>(count), nb);                                                \
     }
-TW_UNARY(Exp, std::exp(v))
-TW_UNARY(Ln, std::log(v))
-TW_UNARY(Abs, std::fabs(v))
-TW_UNARY(Sqrt, std::sqrt(v))
-TW_UNARY(Relu, v > 0 ? v : 0.0f)
-TW_UNARY(Reciprocal, 1.0f / v)
-TW_UNARY(Rsqrt, 1.0f / std::sqrt(v))
+TW_UNARY(Exp, a2_float, std::exp(v))
+TW_UNARY(Ln, a2_float, std::log(v))
+TW_UNARY(Abs, a2_float, std::fabs(v))
+TW_UNARY(Sqrt, a2_float, std::sqrt(v))
+TW_UNARY(Relu, a2_relu, v > 0 ? v : 0.0f)
+TW_UNARY(Reciprocal, a2_float, 1.0f / v)
+TW_UNARY(Rsqrt, a2_float, 1.0f / std::sqrt(v))
 #undef TW_UNARY
-template <typename T, typename U>
-void Duplicate(const LocalTensor<T>& d, U value, int32_t count, TW_LINE) {
+template <typename T, typename S>
+void duplicate_impl(const LocalTensor<T>& d, S value, int32_t count, int line) {
+    static_assert(one_of<T, int16_t, uint16_t, half, bfloat16_t, int32_t, uint32_t, float>(),
+                  "Duplicate: A2 does not fill this element type (Duplicate.md)");
     uint64_t nb = uint64_t(count) * sizeof(T);
     tw_emu::issue(tw_emu::PV, "Duplicate", line, {acc(d, nb, true)},
                   [=] { T v = tw_emu::from_double<T>(tw_emu::val(value));
                         for (int32_t i = 0; i < count; ++i) d.data()[i] = v; }, vec_cost<T>(count), nb);
 }
+template <typename T> void Duplicate(const LocalTensor<T>& d, const T& value, int32_t count, TW_LINE) {
+    duplicate_impl(d, value, count, line);
+}
+template <typename T> void Duplicate(const LocalTensor<T>& d, const tw_emu::Lazy& value, int32_t count, TW_LINE) {
+    duplicate_impl(d, value, count, line);
+}
+
+// -- Cast (类型转换/Cast.md): the (source, destination) pairs and rounding modes of A2 --------
+inline const char* round_name(RoundMode m) {
+    static const char* names[] = {"CAST_NONE", "CAST_RINT", "CAST_FLOOR", "CAST_CEIL", "CAST_ROUND", "CAST_TRUNC", "CAST_ODD"};
+    return names[int(m)];
+}
+template <typename T> constexpr const char* cname() {
+    return std::is_same<T, float>::value ? "float" : std::is_same<T, half>::value ? "half"
+         : std::is_same<T, bfloat16_t>::value ? "bfloat16_t" : std::is_same<T, int32_t>::value ? "int32_t"
+         : std::is_same<T, int16_t>::value ? "int16_t" : std::is_same<T, int8_t>::value ? "int8_t"
+         : std::is_same<T, uint8_t>::value ? "uint8_t" : std::is_same<T, int64_t>::value ? "int64_t" : "?";
+}
+inline bool cast_allowed(const char* src, const char* dst, RoundMode m) {
+    struct Row { const char* s; const char* d; unsigned modes; };  // bit i: RoundMode i
+    constexpr unsigned R = 0x3E, N = 0x01, O = 0x40;              // RINT..TRUNC, NONE, ODD
+    static const Row rows[] = {
+        {"int8_t", "half", N}, {"uint8_t", "half", N}, {"int16_t", "half", R | N}, {"int16_t", "float", N},
+        {"half", "int8_t", R | N}, {"half", "uint8_t", R | N}, {"half", "int16_t", R}, {"half", "int32_t", R},
+        {"half", "float", N}, {"bfloat16_t", "int32_t", R}, {"bfloat16_t", "float", N}, {"int32_t", "int16_t", N},
+        {"int32_t", "float", R | N}, {"int32_t", "int64_t", N}, {"float", "int16_t", R}, {"float", "half", R | O | N},
+        {"float", "bfloat16_t", R}, {"float", "int32_t", R}, {"float", "float", R}, {"float", "int64_t", R},
+        {"int64_t", "int32_t", N}, {"int64_t", "float", R}};
+    for (auto& r : rows)
+        if (!std::strcmp(r.s, src) && !std::strcmp(r.d, dst)) return (r.modes >> int(m)) & 1;
+    return false;
+}
+// rounding of a double to the floating type D (half, bfloat16_t, float) in mode m
+template <typename D> D round_float(double x, RoundMode m) {
+    D d = D(float(x));  // nearest even (float first: exact for the float sources A2 has)
+    double dv = double(float(d));
+    if (dv == x || m == RoundMode::CAST_NONE || m == RoundMode::CAST_RINT || std::isnan(x)) return d;
+    auto step = [](D v, bool up) {  // the next representable value up or down
+        if constexpr (std::is_same<D, float>::value) return std::nextafter(v, up ? INFINITY : -INFINITY);
+        else {
+            uint16_t b; std::memcpy(&b, &v, 2);
+            bool neg = b & 0x8000;
+            if ((b & 0x7FFF) == 0) b = up ? 0x0001 : 0x8001;
+            else b = uint16_t((up != neg) ? b + 1 : b - 1);
+            D r; std::memcpy(&r, &b, 2); return r;
+        }
+    };
+    D lo = dv < x ? d : step(d, false), hi = dv > x ? d : step(d, true);
+    double l = double(float(lo)), h = double(float(hi));
+    switch (m) {
+    case RoundMode::CAST_FLOOR: return lo;
+    case RoundMode::CAST_CEIL: return hi;
+    case RoundMode::CAST_TRUNC: return x > 0 ? lo : hi;
+    case RoundMode::CAST_ROUND: return (x - l < h - x || (x - l == h - x && x < 0)) ? lo : hi;
+    case RoundMode::CAST_ODD: {  // the neighbour whose last mantissa bit is 1
+        uint32_t bits = 0; std::memcpy(&bits, &lo, sizeof(D));
+        return (bits & 1) ? lo : hi;
+    }
+    default: return d;
+    }
+}
+template <typename D> D round_to(double x, RoundMode m) {
+    if constexpr (std::is_integral<D>::value) {
+        double r = m == RoundMode::CAST_FLOOR ? std::floor(x) : m == RoundMode::CAST_CEIL ? std::ceil(x)
+                 : m == RoundMode::CAST_TRUNC ? std::trunc(x) : m == RoundMode::CAST_ROUND ? std::round(x)
+                 : std::nearbyint(x);
+        return D(r);
+    } else {
+        return round_float<D>(x, m);
+    }
+}
 template <typename D, typename S>
-void Cast(const LocalTensor<D>& d, const LocalTensor<S>& x, RoundMode, int32_t count, TW_LINE) {
+void Cast(const LocalTensor<D>& d, const LocalTensor<S>& x, const RoundMode& mode, uint32_t count, TW_LINE) {
+    if (!cast_allowed(cname<S>(), cname<D>(), mode))
+        tw_emu::error(line, "Cast from %s to %s does not take %s on A2 (Cast.md)", cname<S>(), cname<D>(), round_name(mode));
     tw_emu::issue(tw_emu::PV, "Cast", line, {acc(x, uint64_t(count) * sizeof(S), false), acc(d, uint64_t(count) * sizeof(D), true)},
-                  [=] { for (int32_t i = 0; i < count; ++i) d.data()[i] = D(float(x.data()[i])); },
+                  [=] { for (uint32_t i = 0; i < count; ++i) {
+                            double v = tw_emu::val(x.data()[i]);
+                            if constexpr (std::is_same<D, S>::value)  // to an integral value
+                                d.data()[i] = D(float(round_to<int64_t>(v, mode)));
+                            else
+                                d.data()[i] = round_to<D>(v, mode);
+                        } },
                   vec_cost<S>(count), uint64_t(count) * sizeof(S));
 }
 
-// -- reductions along repeats -----------------------------------------------------------------
+// -- reductions along repeats (ReduceRepeat.md; WholeReduceSum/Max/Min are its older names) ---
 enum class ReduceOrder { ORDER_VALUE_INDEX, ORDER_INDEX_VALUE, ORDER_ONLY_VALUE, ORDER_ONLY_INDEX };
 template <typename T, typename F>
 void whole_reduce(const char* what, const LocalTensor<T>& d, const LocalTensor<T>& s, int32_t mask, int32_t repeat,
                   int32_t dstRepStride, int32_t srcBlkStride, int32_t srcRepStride, F combine, int line) {
+    static_assert(a2_float<T>(), "WholeReduce: A2 reduces half and float only (ReduceRepeat.md)");
+    if (repeat < 0 || repeat > 255) {
+        tw_emu::error(line, "%s: repeatTime %d is outside [0, 255] (ReduceRepeat.md; the hardware field is 8 bits)", what, repeat);
+        return;
+    }
     if (srcBlkStride != 1 || mask < 1 || mask * sizeof(T) > 256)
         tw_emu::error(line, "%s: the emulator models srcBlkStride 1 and masks of 1-%d elements", what, int(256 / sizeof(T)));
     std::vector<tw_emu::Acc> a;
@@ -593,22 +750,38 @@ template <typename T> struct DataCopyPadExtParams {
     DataCopyPadExtParams(bool p, uint8_t l, uint8_t r, T v) : isPad(p), leftPadding(l), rightPadding(r), paddingValue(v) {}
 };
 inline uint64_t ceil32(uint64_t n) { return (n + 31) / 32 * 32; }
-// GM -> UB: srcStride is the byte gap between GM rows, dstStride the 32-byte-block gap in UB
+// GM -> UB (DataCopyPad（GMToUB非对齐数据搬运）.md): srcStride is the byte gap between GM rows,
+// dstStride the 32-byte-block gap between UB rows. Each UB row is leftPadding elements, the
+// blockLen bytes, rightPadding elements, then "dummy" elements up to the next 32-byte boundary.
+// The padding and the dummy are paddingValue when isPad is set; otherwise, with no left or right
+// padding the dummy repeats the row's first element, and with padding everything padded is
+// undefined (here: NaN bytes, so a kernel that reads it shows it).
 template <typename T>
 void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const DataCopyExtParams& p,
                  const DataCopyPadExtParams<T>& pad, TW_LINE) {
     std::vector<tw_emu::Acc> a;
-    const uint64_t len = p.blockLen, srow = len + p.srcStride, drow = ceil32(len) + uint64_t(p.dstStride) * 32;
+    const uint64_t len = p.blockLen, left = uint64_t(pad.leftPadding) * sizeof(T),
+                   right = uint64_t(pad.rightPadding) * sizeof(T);
+    if (left > 32 || right > 32) tw_emu::error(line, "DataCopyPad: leftPadding and rightPadding cover at most 32 bytes");
+    const uint64_t row = ceil32(left + len + right);
+    const uint64_t srow = len + p.srcStride, drow = row + uint64_t(p.dstStride) * 32;
     for (uint32_t b = 0; b < p.blockCount; ++b) {
         a.push_back({tw_emu::SGM, src.addr() + b * srow, len, false});
-        a.push_back({dst.space, dst.off + b * drow, ceil32(len), true});
+        a.push_back({dst.space, dst.off + b * drow, row, true});
     }
     tw_emu::issue(tw_emu::PMTE2, "DataCopyPad", line, a, [=] {
         for (uint32_t b = 0; b < p.blockCount; ++b) {
             uint8_t* d = dst.base + dst.off + b * drow;
-            std::memcpy(d, reinterpret_cast<const uint8_t*>(src.data()) + b * srow, len);
-            if (pad.isPad)
-                for (uint64_t i = len / sizeof(T); i < ceil32(len) / sizeof(T); ++i) reinterpret_cast<T*>(d)[i] = pad.paddingValue;
+            const uint8_t* s = reinterpret_cast<const uint8_t*>(src.data()) + b * srow;
+            std::memcpy(d + left, s, len);
+            T* e = reinterpret_cast<T*>(d);
+            const uint64_t first = left / sizeof(T), end = (left + len) / sizeof(T), all = row / sizeof(T);
+            for (uint64_t i = 0; i < all; ++i) {
+                if (i >= first && i < end) continue;
+                if (pad.isPad) e[i] = pad.paddingValue;
+                else if (left == 0 && right == 0) e[i] = e[first];  // the dummy repeats the first element
+                else std::memset(e + i, 0xFF, sizeof(T));
+            }
         }
     }, copy_cost(p.blockCount * len, 64), p.blockCount * len);
 }
@@ -633,37 +806,57 @@ void DataCopyPad(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const Da
 // -- synchronisation ------------------------------------------------------------------------
 template <HardEvent E> void SetFlag(int32_t id, TW_LINE) { tw_emu::issue_set(int(E) / 8, int(E) % 8, id, line); }
 template <HardEvent E> void WaitFlag(int32_t id, TW_LINE) { tw_emu::issue_wait(int(E) / 8, int(E) % 8, id, line); }
+// PipeBarrier(ISASI).md: PipeBarrier<P> makes every earlier instruction of pipe P finish its
+// reads and writes before a later one of P starts; PIPE_ALL waits for every pipe. Two
+// instructions of one pipe that touch the same bytes (at least one writing) need it between
+// them on the vector pipe (the Add -> Mul example) and on MTE1/MTE2/MTE3/FIX ("在搬运地址有重叠
+// 的情况下需要开发者插入同步"); PIPE_S is refused.
 template <pipe_t P> void PipeBarrier(TW_LINE) {
     if (P == PIPE_ALL) tw_emu::issue_barrier_all(line);
     else if (P == PIPE_S) tw_emu::error(line, "PipeBarrier<PIPE_S> is a hardware error");
-    // a barrier inside one pipe orders nothing across pipes; the pipes here run in order
+    else tw_emu::issue_pipe_barrier(P, line);
 }
 template <int MODE, pipe_t P> void CrossCoreSetFlag(int32_t id, TW_LINE) { tw_emu::issue_cross_set(P, id, MODE, line); }
 inline void CrossCoreWaitFlag(int32_t id, TW_LINE) { tw_emu::issue_cross_wait(id, line); }
 
 // -- debugging ------------------------------------------------------------------------------
+// impl/utils/debug/npu_arch_2201/asc_aicore_printf_utils.h: "printf unsupport double type"
 template <typename... Args> void printf(const char* fmt, Args... args) {
+    static_assert(!(std::is_same<Args, double>::value || ...), "printf unsupport double type (2201)");
     std::printf(fmt, args...);
     std::fflush(stdout);
 }
+// DumpTensor on 2201 (impl/utils/debug/asc_aicore_dump_impl.h, npu_arch_2201/
+// asc_aicore_dump_utils.h): PipeBarrier<PIPE_ALL>, a copy to the dump area in GM (UB and L1:
+// copy_ubuf_to_gm / copy_cbuf_to_gm on MTE3, L0C: copy_matrix_cc_to_gm on FIX; L0A/L0B are not
+// dumped), PipeBarrier<PIPE_ALL>
 template <typename T> void DumpTensor(const LocalTensor<T>& t, uint32_t desc, uint32_t size, TW_LINE) {
-    tw_emu::issue(tw_emu::PS, "DumpTensor", line, {acc(t, uint64_t(size) * sizeof(T), false)}, [=] {
+    if (t.space == tw_emu::SL0A || t.space == tw_emu::SL0B) {
+        tw_emu::error(line, "DumpTensor of %s is not supported on 2201 (asc_aicore_dump_utils.h)", tw_emu::space_name(t.space));
+        return;
+    }
+    tw_emu::issue_barrier_all(line);
+    tw_emu::issue(t.space == tw_emu::SL0C ? tw_emu::PFIX : tw_emu::PMTE3, "DumpTensor", line,
+                  {acc(t, uint64_t(size) * sizeof(T), false)}, [=] {
         std::printf("DumpTensor: desc=%u, addr=%llu, data_type=%s, position=%s, dump_size=%u\n", desc,
                     (unsigned long long)t.off, tw_emu::type_name<T>(), tw_emu::space_name(t.space), size);
         for (uint32_t i = 0; i < size; ++i) std::printf(i + 1 < size ? "%g, " : "%g\n", double(float(t.data()[i])));
         std::fflush(stdout);
-    }, 1.0, 0);
+    }, copy_cost(uint64_t(size) * sizeof(T), 64), uint64_t(size) * sizeof(T));
+    tw_emu::issue_barrier_all(line);
 }
 template <typename T> void DumpTensor(const LocalTensor<T>& t, uint32_t desc, uint32_t size, ShapeInfo, TW_LINE) {
     DumpTensor(t, desc, size, line);
 }
 template <typename T> void DumpTensor(const GlobalTensor<T>& t, uint32_t desc, uint32_t size, TW_LINE) {
+    tw_emu::issue_barrier_all(line);  // then a scalar copy (mem_copy_gm_to_gm)
     tw_emu::issue(tw_emu::PS, "DumpTensor", line, {acc(t, uint64_t(size) * sizeof(T), false)}, [=] {
         std::printf("DumpTensor: desc=%u, addr=%p, data_type=%s, position=GM, dump_size=%u\n", desc,
                     (void*)t.ptr, tw_emu::type_name<T>(), size);
         for (uint32_t i = 0; i < size; ++i) std::printf(i + 1 < size ? "%g, " : "%g\n", double(float(t.ptr[i])));
         std::fflush(stdout);
     }, 1.0, 0);
+    tw_emu::issue_barrier_all(line);
 }
 }  // namespace AscendC
 
@@ -684,4 +877,6 @@ template <typename T> void name_tensor(const AscendC::LocalTensor<T>& t, const c
 #define TW_SELECT(c, a, b) ::tw_emu::select((c), (a), (b))
 #define TW_MIN(a, b) ::tw_emu::lmin((a), (b))
 #define TW_MAX(a, b) ::tw_emu::lmax((a), (b))
+#define TW_FLOORDIV(a, b) ::tw_emu::floordiv((a), (b))
+#define TW_FLOORMOD(a, b) ::tw_emu::floormod((a), (b))
 #define TW_DEVICE_ASSERT(c, msg) do { if (!(c)) ::tw_emu::assert_fail(__LINE__, (msg)); } while (0)

@@ -17,7 +17,9 @@ constexpr uint64_t GM_GRAIN = 32;        // GM shadow granule (bytes); on-chip i
 const char* PIPE_NAMES[NPIPE] = {"S", "V", "M", "MTE1", "MTE2", "MTE3", "FIX"};
 const char* SPACE_NAMES[NSPACE] = {"GM", "UB", "L1", "L0A", "L0B", "L0C"};
 const char* CORE_NAMES[CORES] = {"AIC", "AIV0", "AIV1"};
-const uint64_t CAPACITY[NSPACE] = {0, 196352, 524032, 65536, 65536, 131072};
+// UB: all 192 KiB (the 256 bytes ASC_UB_SIZE keeps back are the Matmul library's, see
+// facts/arch.py); L1: 512 KiB less the 256 bytes ASC_L1_SIZE keeps back
+const uint64_t CAPACITY[NSPACE] = {0, 196608, 524032, 65536, 65536, 131072};
 
 enum Kind { DATA, SET, WAIT, BARRIER, CSET, CWAIT };
 
@@ -32,6 +34,8 @@ struct Instr {
     uint64_t bytes = 0;
     uint32_t local = 0;  // position in its lane, from 1
     uint32_t fence = 0;  // a scalar read (GetValue) issued before this one (+1): runs first
+    uint32_t epoch = 0;  // PipeBarriers of its pipe issued before it on its core
+    bool atomic = false;  // issued under SetAtomicAdd/Max/Min (combines with GM, any order)
     bool is_fence = false;
     std::vector<uint32_t> snap;  // a fence's vector clock once it ran
 };
@@ -39,7 +43,9 @@ struct Instr {
 struct Shadow { uint32_t w; uint32_t r[NPIPE]; };       // on-chip: instr ids (+1), 0 = none
 struct GmShadow { uint32_t w; uint32_t r[LANES]; };
 
-struct Flag { bool set = false; int line = 0; double time = 0; uint32_t vc[LANES]; };
+// a flag: raised or not, and the wait that last cleared it (a set not ordered after that wait
+// may find the flag still raised: SetFlag-WaitFlag(ISASI).md calls that undefined behaviour)
+struct Flag { bool set = false; int line = 0; double time = 0; uint32_t vc[LANES]; uint32_t waited = 0; int wait_line = 0; };
 struct Cross { int count = 0; double time = 0; uint32_t vc[LANES]; int line = 0; };
 
 // GM shadow: one entry per 32-byte granule; a granule that an access covers only in part
@@ -63,6 +69,7 @@ struct State {
     std::string report;
     int errors = 0, races = 0, groups = 0;
     uint32_t fence[CORES] = {0, 0, 0};
+    uint32_t epoch[LANES] = {0};  // PipeBarriers issued so far per (core, pipe)
     int atomic[CORES] = {0, 0, 0};
     std::map<std::string, int> seen;
     // statistics
@@ -156,6 +163,8 @@ void name_range(int space, uint64_t off, uint64_t len, const char* name) {
 static void push(Instr in, int pipe) {
     in.lane = S->core * NPIPE + pipe;
     in.fence = S->fence[S->core];
+    in.epoch = S->epoch[in.lane];
+    in.atomic = S->atomic[S->core] != 0;
     S->instrs.push_back(std::move(in));
     S->queue[S->instrs.back().lane].push_back(uint32_t(S->instrs.size() - 1));
 }
@@ -194,9 +203,41 @@ void issue(int pipe, const char* what, int line, std::vector<Acc> acc, std::func
     push(std::move(in), pipe);
 }
 
+// The events each core of dav-2201 has: HardEventAic and HardEventAiv in
+// impl/basic_api/kernel_event.h. Ids 6 and 7 exist but are the vendor's ("SetFlag/WaitFlag
+// (ISASI)" in the API documentation: 6 for the system, 7 for TPipe's automatic sync).
+static bool has_event(int core, int src, int dst) {
+    static const int AIC[][2] = {{PMTE2, PMTE1}, {PMTE1, PMTE2}, {PMTE1, PM}, {PM, PMTE1},
+        {PMTE3, PMTE1}, {PMTE1, PMTE3}, {PMTE2, PM}, {PM, PMTE2}, {PM, PFIX}, {PFIX, PM},
+        {PMTE3, PMTE2}, {PMTE2, PMTE3}, {PS, PMTE2}, {PMTE2, PS}, {PS, PMTE3}, {PMTE3, PS},
+        {PMTE2, PFIX}, {PFIX, PMTE2}, {PFIX, PS}, {PM, PS}, {PFIX, PMTE3}, {PMTE1, PFIX},
+        {PFIX, PMTE1}, {PFIX, PFIX}};
+    static const int AIV[][2] = {{PMTE2, PV}, {PV, PMTE2}, {PMTE3, PV}, {PV, PMTE3}, {PV, PV},
+        {PMTE3, PMTE2}, {PMTE2, PMTE3}, {PS, PV}, {PV, PS}, {PS, PMTE2}, {PMTE2, PS},
+        {PS, PMTE3}, {PMTE3, PS}};
+    if (core == 0) {
+        for (auto& e : AIC) if (e[0] == src && e[1] == dst) return true;
+    } else {
+        for (auto& e : AIV) if (e[0] == src && e[1] == dst) return true;
+    }
+    return false;
+}
+
 static bool event_ok(int src, int dst, int id, int line, const char* what) {
+    if (!has_event(S->core, src, dst)) {
+        error(line, "%s<%s_%s>(%d): %s has no event %s_%s (impl/basic_api/kernel_event.h)", what,
+              PIPE_NAMES[src], PIPE_NAMES[dst], id, S->core == 0 ? "AIC" : "AIV",
+              PIPE_NAMES[src], PIPE_NAMES[dst]);
+        return false;
+    }
     if (id < 0 || id > 7) {
         error(line, "%s<%s_%s>(%d): event id %d is out of range 0-7", what, PIPE_NAMES[src],
+              PIPE_NAMES[dst], id, id);
+        return false;
+    }
+    if (id > 5) {
+        error(line, "%s<%s_%s>(%d): event id %d is reserved by the vendor (6: system, 7: TPipe's "
+              "automatic synchronisation); kernels use ids 0-5", what, PIPE_NAMES[src],
               PIPE_NAMES[dst], id, id);
         return false;
     }
@@ -217,7 +258,13 @@ void issue_wait(int src, int dst, int id, int line) {
     push(std::move(in), dst);
 }
 
+void issue_pipe_barrier(int pipe, int line) {
+    (void)line;
+    S->epoch[S->core * NPIPE + pipe]++;
+}
+
 void issue_barrier_all(int line) {
+    for (int p = 0; p < NPIPE; ++p) S->epoch[S->core * NPIPE + p]++;
     int group = ++S->groups;
     for (int p = 0; p < NPIPE; ++p) {
         Instr in{BARRIER, 0, line, "PipeBarrier<PIPE_ALL>"};
@@ -252,6 +299,9 @@ struct Run {
     Flag flags[CORES][NPIPE][NPIPE][8];
     Cross cross[CORES][11];
     std::vector<char> done = std::vector<char>(S->instrs.size(), 0);
+    // per lane: how many of its own instructions are known finished through a flag round trip
+    // (a SetFlag of the lane waits for them; a WaitFlag back on the lane learns it)
+    uint32_t completed[LANES] = {0};
 };
 
 bool ordered(const Run& run, int lane, uint32_t prior) {
@@ -277,6 +327,29 @@ void race(const Instr& now, uint32_t prior, const Acc& a, uint64_t off, bool pri
                " (block " + std::to_string(S->block) + ")");
 }
 
+// Two accesses of one pipe to the same bytes, at least one a write, with no PipeBarrier of the
+// pipe between them (the vector pipe and the DMA pipes; the cube and scalar pipes keep order)
+bool same_pipe_unordered(const Run& run, const Instr& in, uint32_t prior, uint32_t id) {
+    if (!prior || prior == id) return false;
+    const Instr& p = S->instrs[prior - 1];
+    int pipe = in.lane % NPIPE;
+    if (in.atomic && p.atomic) return false;
+    return p.lane == in.lane && p.epoch == in.epoch && p.local > run.completed[in.lane] &&
+           pipe != PS && pipe != PM;
+}
+
+void same_pipe_race(const Instr& now, uint32_t prior, const Acc& a, uint64_t off, bool prior_write) {
+    const Instr& p = S->instrs[prior - 1];
+    std::string buf = name_of(now.lane / NPIPE, a.space, off);
+    const char* kind = prior_write ? (a.write ? "write-after-write" : "read-after-write") : "write-after-read";
+    S->races++;
+    add_report("pipe" + std::to_string(p.line) + "/" + std::to_string(now.line) + buf,
+               std::string("race (") + kind + ") on " + SPACE_NAMES[a.space] + " buffer " + buf + ": " +
+               now.what + " (" + where(now.line) + ") and " + p.what + " (" + where(p.line) + ") on " +
+               lane_name(now.lane) + " touch the same bytes with no PipeBarrier<PIPE_" +
+               PIPE_NAMES[now.lane % NPIPE] + "> between them (block " + std::to_string(S->block) + ")");
+}
+
 void check_access(Run& run, const Instr& in, uint32_t id) {
     int lane = in.lane, core = lane / NPIPE, pipe = lane % NPIPE;
     for (const Acc& a : in.acc) {
@@ -290,9 +363,12 @@ void check_access(Run& run, const Instr& in, uint32_t id) {
                 uint64_t last = std::min(a.off + a.len, arg.end) - arg.begin;  // exclusive
                 auto visit = [&](GmShadow& sh, uint64_t addr) {
                     if (!ordered(run, lane, sh.w)) race(in, sh.w, a, addr, true);
+                    else if (same_pipe_unordered(run, in, sh.w, id)) same_pipe_race(in, sh.w, a, addr, true);
                     if (a.write)
-                        for (int l = 0; l < LANES; ++l)
+                        for (int l = 0; l < LANES; ++l) {
                             if (!ordered(run, lane, sh.r[l])) race(in, sh.r[l], a, addr, false);
+                            else if (same_pipe_unordered(run, in, sh.r[l], id)) same_pipe_race(in, sh.r[l], a, addr, false);
+                        }
                     if (a.write) { sh.w = id; std::fill(sh.r, sh.r + LANES, 0u); }
                     else sh.r[lane] = id;
                 };
@@ -315,9 +391,11 @@ void check_access(Run& run, const Instr& in, uint32_t id) {
         for (uint64_t b = a.off; b < a.off + a.len; ++b) {
             Shadow& sh = shadow[b];
             if (sh.w && !ordered(run, lane, sh.w)) race(in, sh.w, a, b, true);
+            else if (same_pipe_unordered(run, in, sh.w, id)) same_pipe_race(in, sh.w, a, b, true);
             if (a.write) {
                 for (int p = 0; p < NPIPE; ++p)
                     if (sh.r[p] && p != pipe && !ordered(run, lane, sh.r[p])) race(in, sh.r[p], a, b, false);
+                if (same_pipe_unordered(run, in, sh.r[pipe], id)) same_pipe_race(in, sh.r[pipe], a, b, false);
                 sh.w = id;
                 std::fill(sh.r, sh.r + NPIPE, 0u);
             } else {
@@ -371,6 +449,8 @@ void execute(Run& run, int lane) {
         if (in.kind == CWAIT) {
             Cross& c = run.cross[core][in.id];
             c.count -= core == 0 ? 2 : 1;
+            for (int p = 0; p < NPIPE; ++p)
+                run.completed[core * NPIPE + p] = std::max(run.completed[core * NPIPE + p], c.vc[core * NPIPE + p]);
             join(all.data(), c.vc);
             t = c.time;
         }
@@ -411,6 +491,13 @@ void execute(Run& run, int lane) {
                        ">(" + std::to_string(in.id) + ") at " + where(in.line) +
                        " raises a flag that is already set (by " + where(f.line) +
                        ") and not yet waited: unpaired set");
+        else if (f.waited && !ordered(run, lane, f.waited))
+            add_report("set" + std::to_string(in.line) + "/" + std::to_string(S->block),
+                       std::string("SetFlag<") + PIPE_NAMES[in.src] + "_" + PIPE_NAMES[in.dst] +
+                       ">(" + std::to_string(in.id) + ") at " + where(in.line) +
+                       " is not ordered after the WaitFlag at " + where(f.wait_line) +
+                       " that clears the previous set (by " + where(f.line) +
+                       "): the flag may be already set, a second set is undefined behaviour");
         f.set = true;
         f.line = in.line;
         f.time = start;
@@ -418,6 +505,9 @@ void execute(Run& run, int lane) {
     } else if (in.kind == WAIT) {
         Flag& f = run.flags[core][in.src][in.dst][in.id];
         f.set = false;
+        f.waited = index + 1;
+        f.wait_line = in.line;
+        run.completed[lane] = std::max(run.completed[lane], f.vc[lane]);
         join(vc, f.vc);
         vc[lane] = in.local;
         run.ready[lane] = std::max(start, f.time);

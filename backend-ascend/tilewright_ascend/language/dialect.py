@@ -18,13 +18,19 @@ from tilewright.language.buffer import (
 from tilewright.language.frames import BLOCK_AXES
 from tvm import tirx
 
-from .. import ops
-from ..sync import HARD_EVENTS, PIPES
+from ..facts import ops
+from ..facts.events import (
+    EVENT_IDS,
+    EVENTS,
+    PIPES,
+    TPIPE_IDS,
+    USER_IDS,
+    event_cores,
+    event_name,
+)
+from ..facts.instructions import CAST_MODES, VECTOR_DTYPES, cast_mode, computes
+from ..facts.keys import ADDRESS_KEY, NPU_KEY, SCOPE_KEY, VID_TAG
 from ._emit import emit, error, span
-
-SCOPE_KEY = "ascend.scope"
-VID_TAG = "ascend.vid"
-ADDRESS_KEY = "ascend.address"
 
 # names of the other Ascend tree -> what to write here
 OTHER_TREE = {
@@ -66,7 +72,7 @@ class Kernel(_PortableKernel):
                         thread_binding=tirx.IterVar(tvm.ir.Range(0, 2), vid,
                                                     tirx.IterVar.ThreadIndex, VID_TAG),
                         span=self._span)
-        annotations = {"tw.threads": [1, 1, 1], "ascend.npu": True,
+        annotations = {"tw.threads": [1, 1, 1], NPU_KEY: True,
                        **builder.kernel_annotations}
         extent = to_expr(self.grid[0])
         iv = tirx.IterVar(tvm.ir.Range(0, extent), cid, tirx.IterVar.ThreadIndex, BLOCK_AXES[0])
@@ -162,12 +168,24 @@ def _pipe(name, what: str) -> str:
 
 def _event(src, dst, event_id, what: str):
     s, d = _pipe(src, what), _pipe(dst, what)
-    if f"{s}_{d}".upper() not in HARD_EVENTS:
-        raise error(f"{what}: there is no hardware event {s.upper()}_{d.upper()}; events are "
-                    f"{', '.join(sorted(HARD_EVENTS))}")
+    event = event_name(s, d)
+    if not event_cores(event):
+        raise error(f"{what}: there is no hardware event {event} on A2/A3; the cube core has "
+                    f"{', '.join(sorted(EVENTS['AIC']))}; the vector cores have "
+                    f"{', '.join(sorted(EVENTS['AIV']))}")
     value = as_int(event_id)
-    if isinstance(value, int) and not 0 <= value < 8:
-        raise error(f"{what}: event id {value} is out of range; A2/A3 have ids 0-7 per event")
+    if isinstance(value, int):
+        if value in range(USER_IDS, EVENT_IDS):
+            raise error(f"{what}: event id {value} is reserved (6 for the system, 7 for TPipe's "
+                        f"automatic synchronisation); kernels use ids 0-{USER_IDS - 1}")
+        if not 0 <= value < EVENT_IDS:
+            raise error(f"{what}: event id {value} is out of range; A2/A3 have ids "
+                        f"0-{USER_IDS - 1} per event for kernels")
+        for (core, held), ids in TPIPE_IDS.items():
+            if held == event and value in ids:
+                raise error(f"{what}: {event} ids {ids[0]}-{ids[-1]} are held by TPipe on the "
+                            f"{core} (its constructor sets them and its destructor waits for "
+                            "them; a second set is undefined behaviour); use another id")
     return s, d, to_expr(event_id)
 
 
@@ -277,6 +295,14 @@ def _ub(value, what: str):
     return region
 
 
+def _computes(instruction: str, region, what: str) -> None:
+    dtype = str(region.buffer.dtype)
+    if not computes(instruction, dtype):
+        raise error(f"{what}: A2's vector unit computes {instruction} on "
+                    f"{', '.join(sorted(VECTOR_DTYPES[instruction]))}, not {dtype} "
+                    f"({region.buffer.name!r}); convert with T.tile.cast first")
+
+
 def _same_shape(regions, what):
     shapes = [[as_int(e) for e in squeeze(r.extents)] for r in regions]
     if any(s != shapes[0] for s in shapes[1:]):
@@ -302,6 +328,7 @@ class _Tile:
             what = f"T.tile.{name}"
             regions = [_ub(dst, what), _ub(src0, what), _ub(src1, what)]
             _same_shape(regions, what)
+            _computes(ops.BINARY[name], regions[0], what)
             emit(f"ascend.tile.{name}", dict(zip(("dst", "src0", "src1"), regions)))
         op.__name__ = name
         return op
@@ -312,6 +339,8 @@ class _Tile:
             what = f"T.tile.{name}"
             regions = [_ub(dst, what), _ub(src, what)]
             _same_shape(regions, what)
+            if ops.UNARY[name] in VECTOR_DTYPES:
+                _computes(ops.UNARY[name], regions[0], what)
             emit(f"ascend.tile.{name}", dict(zip(("dst", "src"), regions)))
         op.__name__ = name
         return op
@@ -322,6 +351,7 @@ class _Tile:
             what = f"T.tile.{name}"
             regions = [_ub(dst, what), _ub(src, what)]
             _same_shape(regions, what)
+            _computes(ops.SCALAR[name], regions[0], what)
             value = to_expr(scalar, str(regions[0].buffer.dtype))
             emit(f"ascend.tile.{name}", {"dst": regions[0], "src": regions[1],
                                          "scalar": value})
@@ -331,13 +361,25 @@ class _Tile:
     @staticmethod
     def fill(dst, value):
         region = _ub(dst, "T.tile.fill")
+        _computes("Duplicate", region, "T.tile.fill")
         emit(ops.FILL.name, {"dst": region, "value": to_expr(value, str(region.buffer.dtype))})
 
     @staticmethod
-    def cast(dst, src, round_mode="CAST_NONE"):
+    def cast(dst, src, round_mode=None):
+        """``T.tile.cast(dst, src[, round_mode])``: the rounding mode defaults to a TIR cast's
+        (truncation to integers, round to nearest even when narrowing)."""
         regions = [_ub(dst, "T.tile.cast"), _ub(src, "T.tile.cast")]
         _same_shape(regions, "T.tile.cast")
-        emit(ops.CAST.name, {"dst": regions[0], "src": regions[1]}, {"round": str(round_mode)})
+        pair = (str(regions[1].buffer.dtype), str(regions[0].buffer.dtype))
+        modes = CAST_MODES.get(pair)
+        if modes is None:
+            raise error(f"T.tile.cast: A2's Cast does not convert {pair[0]} to {pair[1]}; "
+                        "convert through float32 or float16")
+        mode = cast_mode(*pair) if round_mode is None else str(round_mode)
+        if mode not in modes:
+            raise error(f"T.tile.cast: A2's Cast from {pair[0]} to {pair[1]} takes "
+                        f"{', '.join(modes)}, not {mode}")
+        emit(ops.CAST.name, {"dst": regions[0], "src": regions[1]}, {"round": mode})
 
 
 tile = _Tile()

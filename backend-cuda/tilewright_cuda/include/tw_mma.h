@@ -15,7 +15,7 @@
 //
 // LA and LB give the element offset of (row, column) of the tile as stored: tw::rowmajor<LD,
 // LDSM> (LDSM: rows are 16-byte aligned, so ldmatrix may read them) or tw::swizzled<R, W, B>
-// (tilewright_cuda/swizzle.py).
+// (tilewright_cuda/layout.py).
 #pragma once
 
 namespace tw {

@@ -1,5 +1,5 @@
 // tilewright wgmma GEMM (sm_90a): acc += A B with A and B swizzled tiles in shared memory
-// (tilewright_cuda/swizzle.py) read through wgmma matrix descriptors.
+// (tilewright_cuda/layout.py) read through wgmma matrix descriptors.
 //
 // tw_gemm_wgmma<N, K, NC, BF16, B_MN, RA, WA, RB, WB>(A, B, acc, wg): warpgroup wg (128
 // threads) issues rows 64 wg .. 64 wg + 63 of an M x N tile as wgmma.m64nNCk16 steps, one
@@ -28,7 +28,7 @@ __host__ __device__ inline unsigned long long tw_wgmma_desc(unsigned addr, unsig
          ((unsigned long long)((sbo >> 4) & 0x3FFF) << 32) | (mode << 62);
 }
 // The descriptor of the B block at (k0, n0) of a swizzled [RB, ...] tile of WB-byte column
-// blocks (swizzle.py): stored N-major (B_MN, rows are k) or K-major (rows are n).
+// blocks (layout.py): stored N-major (B_MN, rows are k) or K-major (rows are n).
 template <bool B_MN, int RB, int WB>
 __host__ __device__ inline unsigned long long tw_wgmma_b_desc(unsigned b0, int k0, int n0) {
   if constexpr (B_MN) {

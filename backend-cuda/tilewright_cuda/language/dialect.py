@@ -1,5 +1,5 @@
 """The CUDA dialect calls (Hopper and newer). Each checks its operands at the user's line and
-emits one tile op (``tilewright_cuda.ops``); ``tilewright_cuda.hopper`` lowers them."""
+emits one tile op (``tilewright_cuda.ops``); ``tilewright_cuda.rules.dialect`` lowers them."""
 
 from __future__ import annotations
 
@@ -20,11 +20,11 @@ from tilewright.language.extension import DialectSupport
 from tvm import tirx
 
 from .. import ops
+from ..keys import CLUSTER as CLUSTER_KEY
+from ..keys import WARPGROUP
+from ..keys import WS as WS_KEY
 
-WS_KEY = "tw.cuda.ws"  # AttrStmt around a role's code; value: the warpgroups, "0,1"
-CLUSTER_KEY = "tw.cuda.cluster_dims"  # annotation of the block loop: [x, y, z]
 BARRIER_PREFIX = "mbarrier"
-WARPGROUP = 128
 
 _D = DialectSupport(__file__)
 error, _location, _emit = _D.error, _D.location, _D.emit

@@ -101,6 +101,13 @@ def check_support(func: tirx.PrimFunc, backend: BackendModule) -> None:
                         span_location(call.span))
     if "warps" in caps.features:
         _check_warps(func, backend)
+    launches = _kernel_launches(func)
+    if len(launches) > 1 and "kernel_sequence" not in caps.features:
+        raise UnsupportedOpError(
+            f"this kernel has {len(launches)} 'with T.Kernel' blocks run one after another; "
+            f"backend '{backend.name}' runs one block per function: split it into one kernel "
+            "per block, or compile for a backend with the 'kernel_sequence' feature (cpu, "
+            "interp)", span_location(launches[1].span))
     for name in sorted(set(intrinsics_in(func)) - caps.tile_ops):
         raise UnsupportedOpError(f"T.{name} is not supported by backend '{backend.name}'; "
                                  "choose another target or rewrite the kernel without it",
@@ -111,6 +118,12 @@ def check_support(func: tirx.PrimFunc, backend: BackendModule) -> None:
         if dtype and dtype not in caps.dtypes and dtype != "handle":
             raise UnsupportedOpError(f"dtype {dtype} of parameter {buf.name!r} is not supported "
                                      f"by backend '{backend.name}'")
+
+
+def _kernel_launches(func: tirx.PrimFunc) -> list[tirx.For]:
+    """The 'with T.Kernel' blocks at the top of ``func``, in order."""
+    stmts = list(func.body.seq) if isinstance(func.body, tirx.SeqStmt) else [func.body]
+    return [s for s in stmts if isinstance(s, tirx.For) and "tw.threads" in s.annotations]
 
 
 def _intrinsic_location(func: tirx.PrimFunc, name: str):

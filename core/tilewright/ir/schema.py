@@ -107,7 +107,9 @@ _REGISTRY: dict[str, TileOpSchema] = {}
 _BY_IR_NAME: dict[str, TileOpSchema] = {}
 
 
-def _register_tvm_op(name: str, doc: str) -> None:
+def register_tvm_op(name: str, doc: str) -> None:
+    """Register ``name`` as an opaque TVM op (once), for a plugin's own intrinsics that are
+    not tile ops (the CUDA dialect's shared-memory addresses and TMA descriptors, say)."""
     try:
         tvm.ir.Op.get(name)
         return
@@ -118,6 +120,9 @@ def _register_tvm_op(name: str, doc: str) -> None:
     tvm.ir.register_op_attr(name, "TScriptPrinterName", name.replace(".", "_"))
 
 
+_register_tvm_op = register_tvm_op  # the name tilewright_ascend imports
+
+
 def register_tile_op(schema: TileOpSchema) -> TileOpSchema:
     """Register ``schema`` once; registering the same name with another schema is an error."""
     existing = _REGISTRY.get(schema.name)
@@ -125,7 +130,7 @@ def register_tile_op(schema: TileOpSchema) -> TileOpSchema:
         if existing != schema:
             raise TilewrightError(f"tile op {schema.name!r} is already registered differently")
         return existing
-    _register_tvm_op(schema.ir_name, schema.doc or schema.name)
+    register_tvm_op(schema.ir_name, schema.doc or schema.name)
     _REGISTRY[schema.name] = schema
     _BY_IR_NAME[schema.ir_name] = schema
     return schema
@@ -137,7 +142,7 @@ _INTRINSICS: dict[str, str] = {}
 def register_intrinsic(ir_name: str, capability: str, doc: str = "") -> tvm.ir.Op:
     """Register an expression-level op (for example an atomic that returns the old value).
     ``capability`` is the tile-op name a backend declares to support it."""
-    _register_tvm_op(ir_name, doc or ir_name)
+    register_tvm_op(ir_name, doc or ir_name)
     _INTRINSICS[ir_name] = capability
     return tvm.ir.Op.get(ir_name)
 
@@ -244,4 +249,4 @@ def tile_ops_in(node) -> list[TileOpCall]:
     return found
 
 
-_register_tvm_op(_REGION_OP, "a rectangular buffer region: first element and extents")
+register_tvm_op(_REGION_OP, "a rectangular buffer region: first element and extents")

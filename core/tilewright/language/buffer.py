@@ -214,7 +214,9 @@ def squeeze(extents) -> list:
 
 
 def resolve(ref, like: tuple | None, what: str) -> Region:
-    """Fill the inferred extents of ``ref`` from ``like`` (right-aligned), as TileLang does."""
+    """Fill the inferred extents of ``ref`` from ``like``, the shape of the other side: taken
+    as it is when its rank is the number of extents to fill (a (64, 1) tile stays a column),
+    else without its unit dimensions and right-aligned, as TileLang does."""
     buffer, starts, extents = ref
     if all(e is not None for e in extents):
         return Region(buffer, tuple(starts), tuple(as_int(e) for e in extents))
@@ -222,7 +224,7 @@ def resolve(ref, like: tuple | None, what: str) -> Region:
     if like is None:
         filled = [1 if e is None else e for e in extents]
         return Region(buffer, tuple(starts), tuple(filled))
-    target = list(like)
+    target = list(like) if len(like) == len(missing) else squeeze(like) or [1]
     while len(target) > len(missing) and isinstance(as_int(target[0]), int) and \
             as_int(target[0]) == 1:
         target.pop(0)

@@ -65,10 +65,10 @@ def copy(src, dst, coalesced_width=None, disable_tma=False, eviction_policy=None
         dst_r = resolve(dst_ref, None, "T.copy")
     elif src_known:
         src_r = resolve(src_ref, None, "T.copy")
-        dst_r = resolve(dst_ref, squeeze(src_r.extents) or (1,), "T.copy destination")
+        dst_r = resolve(dst_ref, src_r.extents, "T.copy destination")
     else:
         dst_r = resolve(dst_ref, None, "T.copy")
-        src_r = resolve(src_ref, squeeze(dst_r.extents) or (1,), "T.copy source")
+        src_r = resolve(src_ref, dst_r.extents, "T.copy source")
     if not _shapes_match(src_r.extents, dst_r.extents):
         raise kernel_error(
             f"T.copy shape mismatch: source {src_r.buffer.name!r} region has shape "
@@ -208,7 +208,7 @@ def _make_atomic(kind: str):
             src = to_expr(value, str(region.buffer.dtype))
         else:
             src = resolve(region_of(value, f"T.{name}"), None, f"T.{name}")
-            region = resolve(ref, squeeze(src.extents) or (1,), f"T.{name}")
+            region = resolve(ref, src.extents, f"T.{name}")
             if not _shapes_match(src.extents, region.extents):
                 raise kernel_error(f"T.{name}: value tile {src.buffer.name!r} has shape "
                                    f"{shape_str(src.extents)} but destination "

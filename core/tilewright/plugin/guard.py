@@ -35,7 +35,7 @@ import os
 import threading
 from collections.abc import Mapping
 
-from ..errors import ConfigError, PluginError
+from ..errors import ConfigError, PluginError, TargetError
 from .types import Availability, BackendModule
 
 ENV_IMPORT_TIMEOUT = "TILEWRIGHT_PLUGIN_IMPORT_TIMEOUT"
@@ -132,8 +132,10 @@ class Probe:
 
 class TargetDefaults:
     """A backend's ``target_defaults`` behind the probe time limit (it asks the device what it
-    is): a failure is a :class:`PluginError` naming the plugin, and so is a result other than
-    a mapping."""
+    is). A :class:`TargetError` or :class:`ConfigError` it raises is about the user's target or
+    environment (an unknown architecture in ``$TILEWRIGHT_CUDA_ARCH``) and reaches the user
+    unchanged; any other failure is a :class:`PluginError` naming the plugin, and so is a
+    result other than a mapping."""
 
     def __init__(self, fn, backend: str, owner: str):
         self.fn, self.backend, self.owner = fn, backend, owner
@@ -143,6 +145,8 @@ class TargetDefaults:
         try:
             result = call(self.fn, (kind,), env=ENV_PROBE_TIMEOUT, what=what)
         except PluginFault as fault:
+            if isinstance(fault.__cause__, (TargetError, ConfigError)):
+                raise fault.__cause__ from None
             raise PluginError(f"{fault} ({self.owner})") from None
         if not isinstance(result, Mapping):
             raise PluginError(f"{what} returned {type(result).__name__}, not a mapping of "

@@ -66,12 +66,13 @@ def lower_gemm(call: TileOpCall, ctx: RuleContext):
 
 def _reduce_parts(kind: str, dtype: str):
     """(identity, combine(acc, x)) of a reduction kind."""
-    is_float = dtype.startswith(("float", "bfloat"))
-    # TVM has no bfloat16 infinity; float32's converts exactly
-    inf = tirx.Cast(dtype, tirx.infinity("float32")) if dtype == "bfloat16" else \
-        tirx.infinity(dtype)
-    lowest = inf * -1 if is_float else tirx.min_value(dtype)
-    highest = inf if is_float else tirx.max_value(dtype)
+    if dtype.startswith(("float", "bfloat")):
+        # TVM has no bfloat16 infinity; float32's converts exactly
+        highest = tirx.Cast(dtype, tirx.infinity("float32")) if dtype == "bfloat16" else \
+            tirx.infinity(dtype)
+        lowest = highest * -1
+    else:  # integers have no infinity
+        lowest, highest = tirx.min_value(dtype), tirx.max_value(dtype)
     zero = tirx.const(0, dtype)
     return {
         "sum": (zero, lambda a, x: a + x),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tilewright.language.reducer import OPS as REDUCER_OPS
 from tilewright.plugin import (
     API_VERSION,
     BackendModule,
@@ -59,8 +60,9 @@ BACKEND = BackendModule(
     capabilities=Capabilities(
         tile_ops=frozenset(RULES),
         dtypes=frozenset(DTYPES),
-        memory_scopes=frozenset({"global", "shared.dyn", "local.fragment", "local"}),
-        features=frozenset({"dynamic_shapes", "partial_tiles"}),
+        memory_scopes=frozenset({"global", "shared.dyn", "local.fragment", "local", "local.var",
+                                 *(f"local.reducer.{op}" for op in REDUCER_OPS)}),
+        features=frozenset({"dynamic_shapes", "partial_tiles", "kernel_sequence"}),
     ),
     description="reference backend: host CPU through TVM's LLVM codegen",
 )

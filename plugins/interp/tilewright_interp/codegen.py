@@ -19,7 +19,9 @@ from tilewright.plugin import DeviceCodegen, GeneratedSource
 from tvm import tirx
 
 _BINARY = {"Add": "+", "Sub": "-", "Mul": "*", "FloorDiv": "//", "FloorMod": "%",
-           "EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
+           "EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">=",
+           "BitwiseAnd": "&", "BitwiseOr": "|", "BitwiseXor": "^", "LShift": "<<",
+           "RShift": ">>"}
 _MATH = {"exp", "exp2", "log", "log2", "log10", "sqrt", "rsqrt", "sin", "cos", "tan", "tanh",
          "floor", "ceil", "trunc", "round", "nearbyint", "fabs", "sigmoid", "erf", "pow", "fmod",
          "isnan", "isinf"}
@@ -103,6 +105,8 @@ class _Emitter:
             return f"({self.expr(e.a)} or {self.expr(e.b)})"
         if kind == "Not":
             return f"(not {self.expr(e.a)})"
+        if kind == "BitwiseNot":
+            return f"(~{self.expr(e.a)})"
         if kind == "Select":
             return (f"({self.expr(e.true_value)} if {self.expr(e.condition)} else "
                     f"{self.expr(e.false_value)})")
@@ -266,9 +270,11 @@ def python_name(name: str) -> str:
 
 def generate(mod: tvm.IRModule, ctx) -> GeneratedSource:
     gvar, func = next(iter(mod.functions.items()))
-    name = python_name(ctx.func_name if ctx is not None else gvar.name_hint)
-    emitter = _Emitter(func, name)
-    emitter.taken.add(name)
+    emitter = _Emitter(func, "")
+    # a fresh name: a kernel called like a helper of the module (atomic_prev, rt) would
+    # shadow it
+    name = emitter.name = emitter.fresh(
+        python_name(ctx.func_name if ctx is not None else gvar.name_hint))
     body = emitter.function()
     text = HEADER.format(name=name) + "\n".join(emitter.consts) + "\n\n\n" + body
     return GeneratedSource(text=text, language="python", file_ext="py", payload=None,

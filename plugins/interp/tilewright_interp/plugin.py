@@ -3,6 +3,7 @@ tile IR in Python and NumPy."""
 
 from __future__ import annotations
 
+from tilewright.language.reducer import OPS as REDUCER_OPS
 from tilewright.plugin import API_VERSION, BackendModule, Capabilities, hookimpl
 
 from . import __version__
@@ -23,8 +24,9 @@ BACKEND = BackendModule(
         tile_ops=frozenset(RULES),  # exactly the ops with a lowering rule
         dtypes=frozenset({"bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
                           "uint32", "uint64", "float16", "bfloat16", "float32", "float64"}),
-        memory_scopes=frozenset({"global", "shared.dyn", "local.fragment", "local"}),
-        features=frozenset({"dynamic_shapes", "partial_tiles"}),
+        memory_scopes=frozenset({"global", "shared.dyn", "local.fragment", "local", "local.var",
+                                 *(f"local.reducer.{op}" for op in REDUCER_OPS)}),
+        features=frozenset({"dynamic_shapes", "partial_tiles", "kernel_sequence"}),
     ),
     description="reference interpreter: runs the tile IR in Python and NumPy, one block "
                 "at a time",

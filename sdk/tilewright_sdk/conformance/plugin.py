@@ -17,8 +17,7 @@ import tempfile
 
 import pytest
 
-UNSUPPORTED = "unsupported: "
-UNAVAILABLE = "unavailable: "
+from .outcomes import NOT_VERIFIED, UNAVAILABLE, UNSUPPORTED
 
 
 def pytest_addoption(parser):
@@ -31,6 +30,17 @@ def pytest_addoption(parser):
                          "compared with torch (default: execute)")
     group.addoption("--tilewright-report", default=None, metavar="DIR",
                     help="write a JSON and a self-contained HTML report into DIR")
+    group.addoption("--examples", type=int, default=100, metavar="N",
+                    help="tilewright_sdk.fuzz: how many programs to generate (default 100)")
+    group.addoption("--seed", type=int, default=0, metavar="S",
+                    help="tilewright_sdk.fuzz: the Hypothesis seed (default 0)")
+    group.addoption("--tilewright-fuzz-known", default="", metavar="FEATURES",
+                    help="tilewright_sdk.fuzz: generate these features of known bugs of the "
+                         "backend anyway (comma-separated, or 'all'; see "
+                         "tilewright_sdk.conformance.known_failures)")
+    group.addoption("--tilewright-fuzz-dir", default="tilewright-fuzz", metavar="DIR",
+                    help="tilewright_sdk.fuzz: where failing programs are saved as "
+                         "reproducers (default ./tilewright-fuzz)")
 
 
 class _State:
@@ -39,6 +49,7 @@ class _State:
         self.backend = None
         self.record = None  # the plugin record when the backend's plugin failed to load
         self.results: list[dict] = []
+        self.fuzz = None  # the FuzzStats of a tilewright_sdk.fuzz session
 
 
 def _installed(manager) -> str:
@@ -92,6 +103,28 @@ def tilewright_backend(tilewright_conformance):
     return state.backend
 
 
+class _Fuzz:
+    def __init__(self, stats, folder):
+        self.stats, self.folder = stats, folder
+
+
+@pytest.fixture(scope="session")
+def tilewright_fuzz(request, tilewright_conformance, tilewright_backend):
+    """The fuzzing session: ``stats`` (a :class:`~tilewright_sdk.fuzz.stats.FuzzStats`) and
+    ``folder`` for reproducers."""
+    from ..fuzz.stats import FuzzStats
+    from .known_failures import avoided_features
+
+    config = request.config
+    wanted = {f.strip() for f in config.getoption("--tilewright-fuzz-known").split(",")}
+    avoided = [] if "all" in wanted else \
+        sorted(avoided_features(tilewright_backend.name) - wanted)
+    stats = FuzzStats(tilewright_backend.name, config.getoption("--seed"),
+                      config.getoption("--examples"), avoided)
+    tilewright_conformance.fuzz = stats
+    return _Fuzz(stats, config.getoption("--tilewright-fuzz-dir"))
+
+
 def pytest_generate_tests(metafunc):
     if "conformance_case" not in metafunc.fixturenames:
         return
@@ -112,7 +145,9 @@ def pytest_runtest_makereport(item, call):
         return
     status = report.outcome
     detail = ""
-    if report.skipped:
+    if report.skipped and hasattr(report, "wasxfail"):
+        status, detail = "xfailed", report.wasxfail
+    elif report.skipped:
         text = str(report.longrepr[2]) if isinstance(report.longrepr, tuple) else ""
         text = text.removeprefix("Skipped: ")
         status = "unsupported" if text.startswith(UNSUPPORTED) else \
@@ -124,7 +159,10 @@ def pytest_runtest_makereport(item, call):
                      report.longrepr.reprcrash.message or report.longrepr)[:2000]
     else:
         detail = next((v for k, v in report.user_properties if k == "tilewright_summary"), "")
+        if detail.startswith(NOT_VERIFIED):
+            status, detail = "unverified", detail.removeprefix(NOT_VERIFIED)
     state.results.append({"kernel": case.kernel.name, "ops": list(case.kernel.ops),
+                          "names": list(case.kernel.names),
                           "dtype": case.dtype, "variant": case.variant, "mode": state.mode,
                           "status": status, "detail": detail,
                           "seconds": round(report.duration, 3)})
@@ -132,15 +170,20 @@ def pytest_runtest_makereport(item, call):
 
 def pytest_terminal_summary(terminalreporter, config):
     state = state_of(config)
-    if state is None or not state.results:
+    if state is None or not (state.results or state.fuzz):
         return
     from .report import terminal_table, write_reports
 
-    terminalreporter.write_sep("=", f"tilewright conformance: backend {state.name}, "
-                                    f"mode {state.mode}")
-    for line in terminal_table(state.results):
-        terminalreporter.write_line(line)
+    if state.results:
+        terminalreporter.write_sep("=", f"tilewright conformance: backend {state.name}, "
+                                        f"mode {state.mode}")
+        for line in terminal_table(state.results):
+            terminalreporter.write_line(line)
+    if state.fuzz:
+        terminalreporter.write_sep("=", f"tilewright fuzz: backend {state.name}")
+        for line in state.fuzz.lines():
+            terminalreporter.write_line(line)
     directory = config.getoption("--tilewright-report")
     if directory:
-        paths = write_reports(state.results, directory, state.name, state.mode)
+        paths = write_reports(state, directory)
         terminalreporter.write_line("report: " + ", ".join(str(p) for p in paths))

@@ -2,11 +2,17 @@
 
 import pytest
 
-from .plugin import UNAVAILABLE, UNSUPPORTED
-from .runner import Unavailable, Unsupported, run_case
+from .known_failures import known_failure
+from .outcomes import UNAVAILABLE, UNSUPPORTED
+from .runner import Unavailable, Unsupported, cannot_execute, run_case
 
 
-def test_kernel(conformance_case, tilewright_backend, tilewright_conformance, record_property):
+def test_kernel(conformance_case, tilewright_backend, tilewright_conformance, record_property,
+                request):
+    known = known_failure(tilewright_backend.name, conformance_case.id,
+                          executes=not cannot_execute(tilewright_backend))
+    if known is not None:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=known.reason()))
     try:
         summary = run_case(conformance_case, tilewright_backend, tilewright_conformance.mode)
     except Unsupported as exc:

@@ -1,0 +1,48 @@
+"""Every Ascend C source the backend generates compiles against the vendor's headers
+(asc-devkit), as the cube core and as a vector core: the conformance catalogue, the kernels of
+backend-ascend/examples and examples/ retargeted to Ascend (tilewright_ascend.kit.sources).
+A wrong call is a diagnostic located in our source."""
+
+import re
+
+import tilewright
+import tilewright_ascend.language as T
+from tilewright_ascend.kit.headers import CORES, HeaderCheck, check_sources
+from tilewright_ascend.kit.sources import source_set
+
+
+def test_every_generated_source_compiles_against_the_vendor_headers(asc_devkit, tmp_path):
+    kernels = source_set()
+    groups = {k.group for k in kernels}
+    assert groups == {"conformance", "seed", "examples"}, groups
+    sources = {k.name.replace("/", "__"): k.source() for k in kernels}
+    findings = HeaderCheck(asc_devkit, tmp_path).check(sources)
+    report = "\n\n".join(f"== {f.name} as {f.core}\n{f.text[-3000:]}" for f in findings)
+    assert not findings, f"{len(findings)} of {len(sources) * len(CORES)} compiles:\n{report}"
+
+
+def test_the_check_finds_a_wrong_call(asc_devkit):
+    """A scalar operand of another type than the tile (Muls takes ``const T&``) and a double
+    passed to printf (refused by a static_assert on 2201) are diagnostics."""
+
+    @T.prim_func
+    def main(A: T.Tensor((64,), "float32")):
+        with T.Kernel(1, is_npu=True) as (cid, vid):
+            a = T.alloc_ub((64,), "float32")
+            with T.Scope("V"):
+                T.copy(A[0], a)
+                T.barrier_all()
+                T.tile.muls(a, a, 2.0)
+                T.barrier_all()
+                T.copy(a, A[0])
+
+    good = tilewright.lower(main, target="ascend").source.text
+    bad = re.sub(r"Muls\((\w+), (\w+), \(float\)2\.0f, 64\)", r"Muls(\1, \2, -1, 64)", good)
+    assert bad != good
+    printf = good.replace("PipeBarrier<PIPE_ALL>();",
+                          'AscendC::printf("%f\\n", (double)cid); PipeBarrier<PIPE_ALL>();', 1)
+    findings = check_sources({"good": good, "muls": bad, "printf": printf}, asc_devkit)
+    assert {f.name for f in findings} == {"muls", "printf"}, findings
+    text = {f.name: f.text.replace("‘", "'").replace("’", "'") for f in findings}
+    assert "muls.cpp" in text["muls"] and "no matching function for call to 'Muls" in text["muls"]
+    assert "printf unsupport double type" in text["printf"]

@@ -1,0 +1,96 @@
+"""What each statement reads and writes, on which pipe: the input of the synchronisation and
+multi-buffering passes. Buffers are the IR's buffer objects (identity), never names.
+
+A tile op's accesses come from its data path (:mod:`..facts.paths`) or, for the ops that are
+not copies, from the table below; a ``T.Parallel`` nest is vector work, a loop the scalar unit
+runs (:data:`..facts.keys.SCALAR_KEY`) scalar work; any other statement has the accesses of its
+children.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tilewright.ir import decode, tile_ops_in
+from tvm import tirx
+
+from ..facts import ops
+from ..facts.keys import SCALAR_KEY
+from ..facts.paths import path
+from .buffers import loads_and_stores
+
+
+@dataclass(frozen=True)
+class Access:
+    pipe: str
+    buffer: object  # a tirx.Buffer
+    write: bool
+
+
+def accesses(stmt) -> list[Access]:
+    """What ``stmt`` reads and writes, on which pipe."""
+    call = decode(stmt)
+    if call is not None:
+        return op_accesses(call)
+    if isinstance(stmt, tirx.For) and SCALAR_KEY in stmt.annotations:  # GetValue/SetValue
+        return _loop_accesses(stmt, "s")
+    if isinstance(stmt, tirx.For) and str(stmt.annotations.get("tw.loop", "")) == "parallel":
+        return _loop_accesses(stmt, "v")
+    out = []
+    for child in children(stmt):
+        out.extend(accesses(child))
+    return out
+
+
+def _loop_accesses(loop, pipe: str) -> list[Access]:
+    loads, stores = loads_and_stores(loop)
+    return [Access(pipe, b, False) for b in loads] + [Access(pipe, b, True) for b in stores]
+
+
+def children(stmt) -> list:
+    if isinstance(stmt, tirx.SeqStmt):
+        return list(stmt.seq)
+    if isinstance(stmt, (tirx.For, tirx.AttrStmt)):
+        return [stmt.body]
+    if isinstance(stmt, tirx.IfThenElse):
+        return [stmt.then_case] + ([stmt.else_case] if stmt.else_case is not None else [])
+    return []
+
+
+def _buf(call, operand):
+    return call.operands[operand].buffer
+
+
+def op_accesses(call) -> list[Access]:
+    """The accesses of one tile op."""
+    name = call.name
+    if name == "copy":
+        src, dst = _buf(call, "src"), _buf(call, "dst")
+        route = path(src.scope(), dst.scope())
+        if route is None:
+            return []  # the codegen reports the missing data path
+        return [Access(route.pipe, src, False), Access(route.pipe, dst, True)]
+    if name == ops.GEMM_V0.name:
+        return [Access("mte1", _buf(call, "A"), False), Access("mte1", _buf(call, "B"), False),
+                Access("m", _buf(call, "C"), False), Access("m", _buf(call, "C"), True)]
+    if name == ops.MMA.name:
+        return [Access("m", _buf(call, o), o == "C") for o in "ABC"] + \
+            [Access("m", _buf(call, "C"), False)]
+    if name in (ops.DUMP_TENSOR.name, "print_tile"):
+        return []  # DumpTensor orders itself: PipeBarrier<PIPE_ALL> before and after its copy
+    if name == ops.VBRC.name and call.attrs["axis"] == "row":  # row scalars: GetValue
+        return [Access("s", _buf(call, "vec"), False), Access("v", _buf(call, "src"), False),
+                Access("v", _buf(call, "dst"), True)]
+    if name.startswith("atomic_") and hasattr(call.operands["src"], "buffer"):
+        return [Access("mte3", _buf(call, "src"), False)]
+    if name.startswith(ops.PREFIX + "tile."):
+        return [Access("v", r.buffer, o == "dst")
+                for o, r in call.operands.items() if hasattr(r, "buffer")]
+    return []
+
+
+def has_manual_sync(node) -> bool:
+    """Whether the kernel has hand-written intra-core synchronisation (cross-core flags, which
+    order whole cores, do not count)."""
+    cross = (ops.SET_CROSS_FLAG.name, ops.WAIT_CROSS_FLAG.name)
+    return any(c.name in ops.SYNC_OPS and c.name not in cross for c in tile_ops_in(node))

@@ -1,0 +1,6 @@
+"""Ascend C code generation: :mod:`.emitter` walks the lowered IR, :mod:`.expr` prints its
+expressions, and the rules of :mod:`..rules` write each tile op."""
+
+from .emitter import CODEGEN
+
+__all__ = ["CODEGEN"]

@@ -1,0 +1,382 @@
+"""Ascend C code generation: one source file per kernel, with its host launch function.
+
+The kernel is ``extern "C" __global__ __aicore__``, of type MIX (1 AIC : 2 AIV). A ``TPipe``
+serves only as an allocator: one ``TBuf`` per memory, every buffer taken at the offset the
+memory plan gave it. Cube code sits under ``if ASCEND_IS_AIC``, vector code under
+``if ASCEND_IS_AIV``; statements outside ``T.Scope`` go to the core whose memories or pipes
+they use. Tile ops become Ascend C calls through the rules in :mod:`..rules`; expressions print
+through :mod:`.expr`. Buffers are named by identity: two tiles with one name get two
+identifiers.
+"""
+
+from __future__ import annotations
+
+import tvm
+from tilewright.errors import KernelError, span_location
+from tilewright.ir import decode
+from tilewright.plugin import DeviceCodegen, GeneratedSource
+from tvm import sym, tirx
+
+from .. import __version__
+from ..analysis.buffers import allocations
+from ..analysis.cores import core_of
+from ..analysis.gemm import gemm_calls, square_operands
+from ..facts.arch import ARCH, CUBE_SCOPES, MEMORIES, soc_of
+from ..facts.dtypes import ctype, dtype_bytes
+from ..facts.keys import (
+    PLAN_KEY,
+    PORTABLE_KEY,
+    SCALAR_KEY,
+    SCOPE_KEY,
+    STAGING_KEY,
+    WORKSPACES_KEY,
+)
+from ..rules import RULES, emit_scalar_loop, parallel_rule
+from .expr import ExprPrinter
+
+CORES = ("AIC", "AIV")
+# lines every generated file starts with; the emulator's header defines its own versions
+PRELUDE = (
+    "#ifndef TW_CAST",
+    "#define TW_CAST(T, x) static_cast<T>(x)",
+    "#endif",
+    "#ifndef TW_SELECT",
+    "#define TW_SELECT(c, a, b) ((c) ? (a) : (b))",
+    "#define TW_MIN(a, b) ((a) < (b) ? (a) : (b))",
+    "#define TW_MAX(a, b) ((a) > (b) ? (a) : (b))",
+    "#endif",
+    "#ifndef TW_FLOORDIV",  # integer division and modulo rounding towards minus infinity
+    "template <typename A, typename B> __aicore__ inline auto tw_floordiv(A a, B b) {",
+    "    auto q = a / b;",
+    "    return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;",
+    "}",
+    "template <typename A, typename B> __aicore__ inline auto tw_floormod(A a, B b) {",
+    "    auto r = a % b;",
+    "    return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;",
+    "}",
+    "#define TW_FLOORDIV(a, b) tw_floordiv((a), (b))",
+    "#define TW_FLOORMOD(a, b) tw_floormod((a), (b))",
+    "#endif",
+    "#ifndef TW_DEVICE_ASSERT",
+    "#define TW_DEVICE_ASSERT(c, msg) assert((c) && (msg))",
+    "#endif",
+)
+
+
+class Emitter:
+    """Walks one lowered PrimFunc and writes its Ascend C."""
+
+    def __init__(self, func: tirx.PrimFunc, name: str):
+        self.func, self.name = func, name
+        self.plan = {entry[0]: (str(entry[1]), int(entry[2]), int(entry[3]))
+                     for entry in func.attrs[PLAN_KEY]}
+        self.staging = [(pair[0], pair[1]) for pair in (func.attrs.get(STAGING_KEY) or [])]
+        self.analyzer = sym.Analyzer()
+        self.printer = ExprPrinter(self.var, self.buf, self.analyzer.can_prove)
+        self.lines: list[str] = []
+        self.depth = 0
+        self.var_names: dict = {}
+        self.used: set[str] = set()
+        self.core = "AIV"
+        self.scope: str | None = None
+        self.buffer_names: dict = {}  # buffer -> C identifier
+
+    # -- names and expressions --------------------------------------------------------
+    def ident(self, wanted: str) -> str:
+        base = "".join(c if c.isalnum() or c == "_" else "_" for c in wanted) or "v"
+        name, n = base, 1
+        while name in self.used:
+            name, n = f"{base}_{n}", n + 1
+        self.used.add(name)
+        return name
+
+    def var(self, v) -> str:
+        if v not in self.var_names:
+            self.var_names[v] = self.ident(str(v.name))
+        return self.var_names[v]
+
+    def buf(self, buffer) -> str:
+        return self.buffer_names[buffer]
+
+    def expr(self, e) -> str:
+        """``e`` simplified and printed as Ascend C."""
+        e = self.analyzer.simplify(e) if not isinstance(e, (int, float)) else e
+        return self.printer.cpp(e)
+
+    # -- output -----------------------------------------------------------------------
+    def line(self, text: str) -> None:
+        self.lines.append("    " * self.depth + text)
+
+    def block(self, head: str):
+        emitter = self
+
+        class _Block:
+            def __enter__(self):
+                emitter.line(f"{head} {{" if head else "{")
+                emitter.depth += 1
+
+            def __exit__(self, *exc):
+                emitter.depth -= 1
+                emitter.line("}")
+
+        return _Block()
+
+    # -- statements -------------------------------------------------------------------
+    def projects(self, stmt) -> bool:
+        """Whether ``stmt`` has anything for the current core."""
+        mark = len(self.lines), self.depth, dict(self.var_names), set(self.used)
+        self.stmt(stmt)
+        found = len(self.lines) > mark[0]
+        del self.lines[mark[0]:]
+        self.depth, self.var_names, self.used = mark[1], mark[2], mark[3]
+        return found
+
+    def stmt(self, s) -> None:
+        kind = type(s).__name__
+        getattr(self, f"stmt_{kind}", self.stmt_unknown)(s)
+
+    def stmt_unknown(self, s):
+        raise KernelError(f"backend 'ascend' cannot generate code for {type(s).__name__}",
+                          span_location(getattr(s, "span", None)))
+
+    def stmt_SeqStmt(self, s):
+        for child in s.seq:
+            self.stmt(child)
+
+    def stmt_AllocBuffer(self, s):
+        pass  # declared at the top of the core's block
+
+    def stmt_Bind(self, s):
+        value = self.expr(s.value)
+        self.line(f"{ctype(str(s.var.ty))} {self.var(s.var)} = {value};")
+
+    def stmt_AttrStmt(self, s):
+        if s.attr_key != SCOPE_KEY:
+            return self.stmt(s.body)
+        want = "AIC" if str(s.value.value) == "C" else "AIV"
+        if want != self.core:
+            return None
+        self.scope = want
+        try:
+            self.stmt(s.body)
+        finally:
+            self.scope = None
+        return None
+
+    def stmt_IfThenElse(self, s):
+        has_then = self.projects(s.then_case)
+        has_else = s.else_case is not None and self.projects(s.else_case)
+        if not (has_then or has_else):
+            return
+        with self.block(f"if ({self.expr(s.condition)})"):
+            self.stmt(s.then_case)
+        if has_else:
+            self.lines[-1] += " else {"
+            self.depth += 1
+            self.stmt(s.else_case)
+            self.depth -= 1
+            self.line("}")
+
+    def stmt_For(self, s):
+        if SCALAR_KEY in s.annotations:
+            return self.emit_rule(lambda: emit_scalar_loop(self, s), s.span, ("AIV",),
+                                  "a scalar loop")
+        if str(s.annotations.get("tw.loop", "")) == "parallel":
+            return self.emit_rule(lambda: parallel_rule(self, s), s.span, "AIV", "T.Parallel")
+        if not self.projects(s.body):
+            return None
+        self.analyzer.bind(s.loop_var, tvm.ir.Range.from_min_extent(s.min, s.extent))
+        v = self.var(s.loop_var)
+        lo, hi = self.expr(s.min), self.expr(s.min + s.extent)
+        with self.block(f"for (int32_t {v} = {lo}; {v} < {hi}; ++{v})"):
+            self.stmt(s.body)
+        return None
+
+    def stmt_Evaluate(self, s):
+        call = decode(s)
+        if call is None:
+            if isinstance(s.value, tirx.IntImm):
+                return None
+            raise KernelError(f"backend 'ascend' cannot generate code for {s.value}",
+                              span_location(s.span))
+        rule = RULES.get(call.name)
+        if rule is None:
+            raise KernelError(f"T.{call.name} is not supported by backend 'ascend'; rewrite "
+                              "the kernel without it", span_location(call.span))
+        cores = core_of(call)
+        return self.emit_rule(lambda: rule(self, call), call.span, cores,
+                              f"T.{call.name.removeprefix('ascend.')}")
+
+    def emit_rule(self, fn, span, cores, what):
+        where = span_location(span)
+        if self.scope is not None and cores is not None and self.scope not in cores:
+            other = "T.Scope('C') (cube core)" if self.scope == "AIC" else \
+                "T.Scope('V') (vector core)"
+            raise KernelError(f"{what} runs on the {'/'.join(cores)} core but is inside "
+                              f"{other}", where)
+        if self.scope is None and cores is not None and self.core not in cores:
+            return
+        if self.scope is None and cores is None:
+            raise KernelError(f"{what} outside T.Scope: put it inside T.Scope('C') or "
+                              "T.Scope('V') so the backend knows which core runs it", where)
+        try:
+            fn()
+        except KernelError as exc:
+            if exc.location is None:
+                raise KernelError(exc.message, where) from exc
+            raise
+        return
+
+    # -- the file ---------------------------------------------------------------------
+    def core_block(self, core: str, body, cid, vid) -> None:
+        self.core = core
+        if not self.projects(body):
+            return
+        guard = "ASCEND_IS_AIC" if core == "AIC" else "ASCEND_IS_AIV"
+        with self.block(f"if {guard}"):
+            for buf, (scope, offset, size) in self.plan.items():
+                if (scope in CUBE_SCOPES) != (core == "AIC"):
+                    continue
+                dt = str(buf.dtype)
+                count = size // dtype_bytes(dt)
+                self.line(f"LocalTensor<{ctype(dt)}> {self.buf(buf)} = "
+                          f"{self.memory_var(scope)}.GetWithOffset<{ctype(dt)}>({count}, "
+                          f"{offset});")
+                self.line(f"TW_DEBUG_NAME({self.buf(buf)});")
+            self.analyzer.bind(cid, tvm.ir.Range.from_min_extent(0, self.blocks))
+            self.analyzer.bind(vid, tvm.ir.Range.from_min_extent(0, 2))
+            if core == "AIC":
+                self.line(f"int32_t {self.var(cid)} = GetBlockIdx();")
+                self.line(f"int32_t {self.var(vid)} = 0;")
+            else:
+                self.line(f"int32_t {self.var(cid)} = GetBlockIdx() / 2;")
+                self.line(f"int32_t {self.var(vid)} = GetSubBlockIdx();")
+            self.stmt(body)
+        self.var_names.pop(cid, None)
+        self.var_names.pop(vid, None)
+        self.used.discard(str(cid.name))
+        self.used.discard(str(vid.name))
+
+    def staging_of(self, call) -> tuple:
+        """The (L0A, L0B) staging tiles the memory plan gave a T.gemm_v0."""
+        for n, other in enumerate(self.gemms):
+            if other.stmt.same_as(call.stmt):
+                return self.staging[n]
+        raise KernelError("internal error: T.gemm_v0 missing from the memory plan")
+
+    def memory_var(self, scope: str) -> str:
+        return scope.split(".")[-1] + "_mem"
+
+    def generate(self, blocks, soc: str, exception_dump: bool = False) -> str:
+        func = self.func
+        cid_loop = func.body
+        if not (isinstance(cid_loop, tirx.For) and isinstance(cid_loop.body, tirx.For)):
+            raise KernelError("backend 'ascend' compiles kernels written with "
+                              "'T.Kernel(n, is_npu=True) as (cid, vid)' from "
+                              "tilewright_ascend.language")
+        vid_loop = cid_loop.body
+        self.blocks = blocks
+        for alloc in allocations(func):
+            self.buffer_names[alloc.buffer] = self.ident(str(alloc.buffer.name))
+        for buf in self.plan:
+            if buf not in self.buffer_names:  # the staging tiles of gemm_v0
+                self.buffer_names[buf] = self.ident(str(buf.name))
+        self.gemms = gemm_calls(func)
+        self.squares = square_operands(func)
+        params = []
+        for p in func.params:
+            buf = func.buffer_map.get(p, p) if hasattr(func, "buffer_map") else p
+            if not isinstance(buf, tirx.Buffer):
+                raise KernelError(f"parameter {p.name!r}: backend 'ascend' takes tensor "
+                                  "parameters only")
+            self.buffer_names[buf] = self.ident(str(buf.name))
+            params.append(buf)
+        # GM workspaces of the cube/vector split: trailing arguments the executor allocates
+        self.workspaces = list(func.attrs.get(WORKSPACES_KEY) or [])
+        for buf in self.workspaces:
+            self.buffer_names[buf] = self.ident(str(buf.name))
+        params += self.workspaces
+        # dynamic dimensions (T.dynamic): int32 kernel arguments after the tensors, read
+        # from the tensors' shapes at each launch
+        self.dims = []
+        for index, buf in enumerate(params):
+            for axis, dim in enumerate(buf.shape):
+                if isinstance(dim, tirx.Var) and all(not d[0].same_as(dim) for d in self.dims):
+                    self.dims.append((dim, index, axis))
+        head = [
+            (f"// Ascend C generated by tilewright-ascend {__version__} for kernel "
+             f"'{self.name}' (SoC {soc}, {ARCH})"),
+            '#include "kernel_operator.h"',
+            "using namespace AscendC;",
+            "",
+            "#ifndef TW_DEBUG_NAME",
+            "#define TW_DEBUG_NAME(t)",
+            "#endif",
+            *PRELUDE,
+            "",
+        ]
+        self.lines = head
+        args = ", ".join([*(f"GM_ADDR {self.buf(b)}_addr" for b in params),
+                          *(f"int32_t {self.var(d[0])}" for d in self.dims)])
+        if exception_dump:  # the runtime's exception handler finds this by its magic
+            args += ", GM_ADDR tw_exception_desc"
+        kernel = f"{self.name}_kernel"
+        self.kernel_symbol = kernel
+        with self.block(f'extern "C" __global__ __aicore__ void {kernel}({args})'):
+            self.line("KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);")
+            self.line("TPipe pipe;")
+            for scope in MEMORIES:
+                if any(v[0] == scope for v in self.plan.values()):
+                    position, size = MEMORIES[scope].position, MEMORIES[scope].capacity
+                    mem = self.memory_var(scope)
+                    self.line(f"TBuf<TPosition::{position}> {mem};")
+                    self.line(f"pipe.InitBuffer({mem}, {size});")
+            for b in params:
+                t = ctype(str(b.dtype))
+                self.line(f"GlobalTensor<{t}> {self.buf(b)};")
+                self.line(f"{self.buf(b)}.SetGlobalBuffer((__gm__ {t}*){self.buf(b)}_addr);")
+            for core in CORES:
+                self.core_block(core, vid_loop.body, cid_loop.loop_var, vid_loop.loop_var)
+        host_args = ", ".join([*(f"uint8_t* {self.buf(b)}" for b in params),
+                               *(f"int32_t {self.var(d[0])}" for d in self.dims)])
+        call_args = ", ".join([*(self.buf(b) for b in params),
+                               *(self.var(d[0]) for d in self.dims)])
+        blocks = blocks if isinstance(blocks, int) else self.expr(blocks)
+        if exception_dump:
+            host_args += ", uint8_t* tw_exception_desc"
+            call_args += ", tw_exception_desc"
+        self.line("")
+        self.line("#ifndef TW_DEVICE_ONLY  // the emulator and the header check leave it out")
+        self.line(f"// host launch: {blocks} AI core groups (1 AIC + 2 AIV each)")
+        with self.block(f'extern "C" void {self.name}_launch(void* stream, {host_args})'):
+            self.line(f"{kernel}<<<{blocks}, nullptr, stream>>>({call_args});")
+        self.line("#endif")
+        self.params = params
+        return "\n".join(self.lines) + "\n"
+
+
+def generate(mod: tvm.IRModule, ctx) -> GeneratedSource:
+    (_, func), = list(mod.functions.items())
+    grid = func.body.extent if isinstance(func.body, tirx.For) else None
+    if grid is None or not (isinstance(grid, tirx.IntImm) or func.attrs.get(PORTABLE_KEY)):
+        raise KernelError("backend 'ascend' needs a grid size known at compile time in "
+                          "T.Kernel(n, is_npu=True)")
+    soc = soc_of(ctx.target)
+    emitter = Emitter(func, ctx.func_name)
+    dump = bool(ctx.pass_configs.get("ascend.exception_dump", False))
+    static = isinstance(grid, tirx.IntImm)
+    text = emitter.generate(int(grid.value) if static else grid, soc.name, dump)
+    known = {str(d[0].name) for d in emitter.dims}
+    payload = {"kernel": emitter.kernel_symbol,
+               "blocks": int(grid.value) if static else emitter.printer.python(grid, known),
+               "exception_dump": dump,
+               "params": [(emitter.buf(b), str(b.dtype),
+                           [int(s) if isinstance(s, tirx.IntImm) else -1 for s in b.shape])
+                          for b in emitter.params],
+               "dims": [[str(v.name), index, axis] for v, index, axis in emitter.dims],
+               "workspaces": len(emitter.workspaces)}
+    return GeneratedSource(text=text, language="ascendc", file_ext="cpp", payload=payload,
+                           entry=ctx.func_name)
+
+
+CODEGEN = DeviceCodegen(language="ascendc", file_ext="cpp", generate=generate)

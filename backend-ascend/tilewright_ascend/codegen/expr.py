@@ -1,0 +1,96 @@
+"""The one expression printer of the backend: TIR scalar expressions as Ascend C, and grid sizes
+as Python (the executor evaluates those at launch).
+
+A load of a tile element prints as the scalar unit's ``GetValue`` of the flattened index;
+variables print through a naming callback (the emitter's C identifiers). Floor division and
+modulo print as C's ``/`` and ``%`` only where the operands are provably non-negative and
+positive; elsewhere as ``TW_FLOORDIV``/``TW_FLOORMOD``, which round towards minus infinity
+(C's operators truncate towards zero).
+"""
+
+from __future__ import annotations
+
+import tvm
+from tilewright.errors import KernelError
+
+from ..analysis.buffers import flat_index
+from ..facts.dtypes import ctype
+
+_C_BINARY = {"Add": "+", "Sub": "-", "Mul": "*", "Div": "/", "Mod": "%", "EQ": "==", "NE": "!=",
+             "LT": "<", "LE": "<=", "GT": ">", "GE": ">=", "And": "&&", "Or": "||"}
+_FLOOR = {"FloorDiv": ("/", "TW_FLOORDIV"), "FloorMod": ("%", "TW_FLOORMOD")}
+_PY_BINARY = {"Add": "+", "Sub": "-", "Mul": "*", "FloorDiv": "//", "FloorMod": "%"}
+
+
+class ExprPrinter:
+    """Prints expressions; ``name(var)`` gives a variable's identifier, ``buffer(buf)`` a
+    buffer's, and ``proves(cond)`` whether a condition always holds."""
+
+    def __init__(self, name, buffer, proves):
+        self.name, self.buffer, self.proves = name, buffer, proves
+
+    # -- Ascend C ----------------------------------------------------------------------------
+    def cpp(self, e) -> str:
+        if isinstance(e, bool):
+            return "true" if e else "false"
+        if isinstance(e, (int, float)):
+            return repr(e)
+        kind = type(e).__name__
+        if kind == "IntImm":
+            return ("true" if e.value else "false") if str(e.ty) == "bool" else str(e.value)
+        if kind == "FloatImm":
+            return self._float(e)
+        if kind == "Var":
+            return self.name(e)
+        if kind == "TensorLoad":
+            return f"{self.buffer(e.source)}.GetValue({self.cpp(flat_index(e.source, e.indices))})"
+        if kind in _C_BINARY:
+            return f"({self.cpp(e.a)} {_C_BINARY[kind]} {self.cpp(e.b)})"
+        if kind in _FLOOR:
+            return self._floor(e, kind)
+        if kind in ("Min", "Max"):  # no min/max for scalars of mixed types; loads stay lazy
+            return f"TW_{kind.upper()}({self.cpp(e.a)}, {self.cpp(e.b)})"
+        if kind == "Not":
+            return f"(!{self.cpp(e.a)})"
+        if kind == "Cast":
+            return f"TW_CAST({ctype(str(e.ty))}, {self.cpp(e.value)})"
+        if kind == "Select" or (kind == "Call" and isinstance(e.op, tvm.ir.Op) and
+                                str(e.op.name).endswith(".if_then_else")):
+            cond, yes, no = (e.condition, e.true_value, e.false_value) if kind == "Select" \
+                else e.args
+            return f"TW_SELECT({self.cpp(cond)}, {self.cpp(yes)}, {self.cpp(no)})"
+        raise KernelError(f"backend 'ascend' has neither a vector instruction nor a scalar-unit "
+                          f"form for {e} ({kind})")
+
+    def _floor(self, e, kind: str) -> str:
+        if not str(e.ty).startswith(("int", "uint")):
+            raise KernelError(f"backend 'ascend' prints floor division and modulo of integers; "
+                              f"{e} is {e.ty}")
+        a, b = self.cpp(e.a), self.cpp(e.b)
+        c_op, floor = _FLOOR[kind]
+        if self.proves(e.a >= 0) and self.proves(e.b > 0):
+            return f"({a} {c_op} {b})"
+        return f"{floor}({a}, {b})"
+
+    @staticmethod
+    def _float(e) -> str:
+        value = float(e.value)
+        if value != value or value in (float("inf"), float("-inf")):
+            text = "__builtin_nanf(\"\")" if value != value else \
+                ("-" if value < 0 else "") + "__builtin_inff()"
+            return f"(({ctype(str(e.ty))}){text})"
+        return f"{value!r}" + ("f" if str(e.ty) != "float64" else "")
+
+    # -- Python (grid sizes over dynamic dimensions) -------------------------------------------
+    def python(self, e, known: set) -> str:
+        kind = type(e).__name__
+        if kind == "IntImm":
+            return str(int(e.value))
+        if kind == "Var" and str(e.name) in known:
+            return str(e.name)
+        if kind in _PY_BINARY:
+            return f"({self.python(e.a, known)} {_PY_BINARY[kind]} {self.python(e.b, known)})"
+        if kind in ("Min", "Max"):
+            return f"{kind.lower()}({self.python(e.a, known)}, {self.python(e.b, known)})"
+        raise KernelError(f"backend 'ascend' cannot compute the grid size {e} at launch "
+                          f"({kind}); use tensor dimensions and + - * // % min max")

@@ -1,0 +1,81 @@
+"""The Ascend machines this backend targets: SoC versions, core counts and on-chip memories.
+
+One AI core group is 1 AIC (cube) + 2 AIV (vector). Sizes are bytes. The numbers follow the
+vendor's Ascend C headers for ``__NPU_ARCH__ == 2201`` (``include/utils/base/sys_constants.h``
+and ``impl/basic_api/utils/kernel_utils_constants.h``) and the Mmad documentation
+(``docs/zh/api/SIMD-API/基础API/矩阵计算（ISASI）/Mmad计算/Mmad.md``: L0A/L0B operands start
+512-byte aligned, the L0C result 1024-byte aligned).
+
+UB: ``ASC_UB_SIZE`` keeps back the last 256 of UB's 192 KiB. In the kit the only user of that
+region is ``KfcCommClient`` (``impl/basic_api/dav_c220/kfc/kfc_comm_client.h``: its message
+slot ``ubMsg`` sits at ``TOTAL_UB_SIZE - sizeof(KfcMsg)``), the cube/vector message channel of
+the Matmul high-level API; the other vendor scratch area, ``TMP_UB_OFFSET`` (184 KiB), is used
+only by ``Select``/``Compare``/``AddDeqRelu``. The generated code uses none of these, so its
+tiles may fill all of UB. L1 keeps the 256 bytes ``ASC_L1_SIZE`` reserves (the kit does not
+show who uses them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tilewright.errors import TargetError
+
+ARCH = "dav-2201"
+NPU_ARCH = 2201
+ALIGN = 32  # bytes: DataCopy lengths and on-chip start addresses
+
+
+@dataclass(frozen=True)
+class Memory:
+    """One on-chip memory: its scope, short name, the TPosition it is allocated with, its
+    capacity, the alignment of a tile's start and the core that owns it."""
+
+    scope: str
+    short: str
+    position: str
+    capacity: int
+    align: int
+    core: str
+
+
+MEMORIES = {m.scope: m for m in (
+    Memory("ascend.ub", "UB", "VECCALC", 192 * 1024, ALIGN, "AIV"),
+    Memory("ascend.l1", "L1", "A1", 512 * 1024 - 256, ALIGN, "AIC"),
+    Memory("ascend.l0a", "L0A", "A2", 64 * 1024, 512, "AIC"),
+    Memory("ascend.l0b", "L0B", "B2", 64 * 1024, 512, "AIC"),
+    Memory("ascend.l0c", "L0C", "CO1", 128 * 1024, 1024, "AIC"),
+)}
+SHORT = {**{m.scope: m.short for m in MEMORIES.values()}, "global": "GM"}
+CUBE_SCOPES = frozenset(s for s, m in MEMORIES.items() if m.core == "AIC")
+
+
+def short(scope) -> str:
+    """The short name of a memory scope (UB, L1, ..., GM), or the scope itself."""
+    return SHORT.get(str(scope), str(scope))
+
+
+@dataclass(frozen=True)
+class Soc:
+    """One SoC version: how many cube cores (AIC) and vector cores (AIV) it has."""
+
+    name: str
+    aic: int
+    aiv: int
+
+
+SOCS = {s.name: s for s in (
+    Soc("910B1", 24, 48), Soc("910B2", 24, 48), Soc("910B3", 20, 40), Soc("910B4", 20, 40),
+    Soc("A3", 24, 48),
+)}
+DEFAULT_SOC = "910B2"
+
+
+def soc_of(target) -> Soc:
+    """The SoC a target names with ``-soc=...`` (default 910B2); unknown names list the rest."""
+    name = target.option("soc", DEFAULT_SOC) if target is not None else DEFAULT_SOC
+    name = name.removeprefix("Ascend")
+    if name not in SOCS:
+        raise TargetError(f"target option -soc={name} is not an Ascend A2/A3 SoC this backend "
+                          f"knows; choose one of {', '.join(SOCS)}")
+    return SOCS[name]

@@ -1,0 +1,69 @@
+"""What A2/A3 instructions accept, from the Ascend C API documentation
+(``docs/zh/api/SIMD-API/基础API``, the "数据类型" and "参数说明" sections for Atlas A2): the
+element types of each vector instruction, the rounding modes of each Cast, and the limits of
+instruction fields. The dialect, the rules and the passes check against these tables; the
+emulator's header asserts the same facts in C++.
+"""
+
+from __future__ import annotations
+
+from tilewright.errors import KernelError
+
+from .dtypes import dtype_bytes
+
+_ARITH = frozenset({"int16", "float16", "int32", "float32"})
+_FLOAT = frozenset({"float16", "float32"})
+
+# instruction -> element types it computes on A2 (Memory矢量计算/基础算术/*.md, 数据填充,
+# 归约计算/ReduceRepeat.md for the WholeReduce family)
+VECTOR_DTYPES = {
+    **{op: _ARITH for op in ("Add", "Sub", "Mul", "Max", "Min", "Adds", "Muls", "Maxs",
+                             "Mins")},
+    **{op: _FLOAT for op in ("Div", "Exp", "Ln", "Abs", "Sqrt", "Rsqrt", "Reciprocal",
+                             "WholeReduceSum", "WholeReduceMax", "WholeReduceMin")},
+    "Relu": frozenset({"float16", "int32", "float32"}),
+    "Duplicate": frozenset({"int16", "uint16", "float16", "bfloat16", "int32", "uint32",
+                            "float32"}),
+}
+
+_ROUNDING = ("CAST_RINT", "CAST_FLOOR", "CAST_CEIL", "CAST_ROUND", "CAST_TRUNC")
+# (source, destination) -> the rounding modes Cast takes on A2 (类型转换/Cast.md)
+CAST_MODES = {
+    ("int8", "float16"): ("CAST_NONE",), ("uint8", "float16"): ("CAST_NONE",),
+    ("int16", "float16"): (*_ROUNDING, "CAST_NONE"), ("int16", "float32"): ("CAST_NONE",),
+    ("float16", "int8"): (*_ROUNDING, "CAST_NONE"), ("float16", "uint8"): (*_ROUNDING,
+                                                                            "CAST_NONE"),
+    ("float16", "int16"): _ROUNDING, ("float16", "int32"): _ROUNDING,
+    ("float16", "float32"): ("CAST_NONE",),
+    ("bfloat16", "int32"): _ROUNDING, ("bfloat16", "float32"): ("CAST_NONE",),
+    ("int32", "int16"): ("CAST_NONE",), ("int32", "float32"): (*_ROUNDING, "CAST_NONE"),
+    ("int32", "int64"): ("CAST_NONE",),
+    ("float32", "int16"): _ROUNDING, ("float32", "float16"): (*_ROUNDING, "CAST_ODD",
+                                                               "CAST_NONE"),
+    ("float32", "bfloat16"): _ROUNDING, ("float32", "int32"): _ROUNDING,
+    ("float32", "float32"): _ROUNDING, ("float32", "int64"): _ROUNDING,
+    ("int64", "int32"): ("CAST_NONE",), ("int64", "float32"): _ROUNDING,
+}
+
+REPEAT_LIMIT = 255  # repeatTime of the repeat-form vector instructions (ReduceRepeat.md)
+ND2NZ_SRC_D_LIMIT = 65535  # Nd2NzParams.srcDValue (DataCopy GM->L1 ND2NZ)
+
+
+def computes(instruction: str, dtype) -> bool:
+    """Whether ``instruction`` computes on ``dtype`` on A2."""
+    return str(dtype) in VECTOR_DTYPES[instruction]
+
+
+def cast_mode(src, dst) -> str:
+    """The rounding mode that gives a TIR cast's meaning: floats to integers truncate (as C
+    does), a narrowing float conversion rounds to nearest even, a widening one is exact."""
+    src, dst = str(src), str(dst)
+    modes = CAST_MODES.get((src, dst))
+    if modes is None:
+        raise KernelError(f"A2's Cast does not convert {src} to {dst}; convert through "
+                          "float32 or float16")
+    if dst.startswith("int") and not src.startswith("int"):
+        return "CAST_TRUNC"
+    if "CAST_NONE" in modes and dtype_bytes(src) <= dtype_bytes(dst):
+        return "CAST_NONE"
+    return "CAST_RINT" if "CAST_RINT" in modes else modes[0]

@@ -1,0 +1,12 @@
+"""Names of the attributes and annotations the Ascend passes attach to the IR."""
+
+SCOPE_KEY = "ascend.scope"  # AttrStmt: the body runs on the cube ("C") or vector ("V") core
+VID_TAG = "ascend.vid"  # thread tag of the vector sub-core loop of T.Kernel(n, is_npu=True)
+NPU_KEY = "ascend.npu"  # annotation of the core-grid loop of a dialect kernel
+ADDRESS_KEY = "ascend.address"  # T.annotate_address placements: {buffer name: byte offset}
+PORTABLE_KEY = "ascend.portable"  # function attr: a kernel the portable phase converted
+SCALAR_KEY = "ascend.scalar"  # loop annotation: the scalar unit runs it; the value is the reason
+VERSION_KEY = "ascend.versions"  # loop annotation: {buffer: stages} of multi-buffered tiles
+WORKSPACES_KEY = "ascend.workspaces"  # function attr: GM workspaces of the cube/vector split
+PLAN_KEY = "ascend.memory_plan"  # function attr: [buffer, scope, offset, bytes] per tile
+STAGING_KEY = "ascend.gemm_staging"  # function attr: [L0A tile, L0B tile] per T.gemm_v0

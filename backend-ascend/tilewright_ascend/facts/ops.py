@@ -1,0 +1,98 @@
+"""The Ascend tile ops, registered once in the core's schema registry: the dialect's ops and
+the vector-path ops that the ``vector`` phase lowers portable vector work to.
+
+Every op carries ``dialect="ascend"`` and ``backends=("ascend",)``: the core refuses them on
+any other backend at compile time, naming the op.
+"""
+
+from __future__ import annotations
+
+import tvm
+from tilewright.ir.schema import Attr, Operand, TileOpSchema, register_intrinsic, register_tile_op
+
+PREFIX = "ascend."
+PACK = "tw.ascend.pack"  # a list of scalar arguments (printf)
+register_intrinsic(PACK, "ascend.printf", "the scalar arguments of T.printf")
+
+
+def _op(name: str, operands=(), attrs=(), doc: str = "") -> TileOpSchema:
+    return register_tile_op(TileOpSchema(PREFIX + name, tuple(operands), tuple(attrs), doc,
+                                         dialect="ascend", backends=("ascend",)))
+
+
+_ID = Operand("event_id", "read", kind="expr")
+SET_FLAG = _op("set_flag", (_ID,), (Attr("src", str, ""), Attr("dst", str, "")),
+               "raise the flag SRC_DST[event_id] once every earlier SRC-pipe instruction is done")
+WAIT_FLAG = _op("wait_flag", (_ID,), (Attr("src", str, ""), Attr("dst", str, "")),
+                "block the DST pipe until flag SRC_DST[event_id] is raised, then clear it")
+PIPE_BARRIER = _op("pipe_barrier", (), (Attr("pipe", str, ""),),
+                   "order the instructions of one pipe (PIPE_ALL: every pipe of the core)")
+BARRIER_ALL = _op("barrier_all", (), (), "wait for everything issued so far on this core")
+SET_CROSS_FLAG = _op("set_cross_flag", (_ID,), (Attr("pipe", str, ""), Attr("mode", int, 2)),
+                     "cube <-> vector handoff: count up a cross-core flag after PIPE's work")
+WAIT_CROSS_FLAG = _op("wait_cross_flag", (_ID,), (),
+                      "block until the cross-core flag counts up, then count it down")
+GEMM_V0 = _op("gemm_v0", (Operand("A", "read"), Operand("B", "read"), Operand("C", "readwrite"),
+                          Operand("init", "read", kind="expr")),
+              (Attr("transpose_A", bool, False), Attr("transpose_B", bool, False),
+               Attr("kL0Size", int, 128)),
+              "C (L0C) = [C +] A (L1) @ B (L1), through L0A/L0B in steps of kL0Size")
+MMA = _op("mma", (Operand("A", "read"), Operand("B", "read"), Operand("C", "readwrite"),
+                  Operand("init", "read", kind="expr")), (),
+          "one cube MMAD: C (L0C) = [C +] A (L0A) @ B (L0B)")
+PRINTF = _op("printf", (Operand("args", "read", kind="any"),), (Attr("format", str, ""),),
+             "print from the AI core (AscendC::printf)")
+DUMP_TENSOR = _op("dump_tensor", (Operand("src", "read"),),
+                  (Attr("desc", int, 0), Attr("dump_size", int, 0), Attr("shape", str, "")),
+                  "print a tile with a header (AscendC::DumpTensor)")
+
+# T.tile.* vector ops, registered from data tables: name -> Ascend C instruction
+BINARY = {"add": "Add", "sub": "Sub", "mul": "Mul", "div": "Div", "max": "Max", "min": "Min"}
+UNARY = {"exp": "Exp", "ln": "Ln", "abs": "Abs", "sqrt": "Sqrt", "relu": "Relu",
+         "reciprocal": "Reciprocal", "copy": "Copy"}
+SCALAR = {"adds": "Adds", "muls": "Muls", "maxs": "Maxs", "mins": "Mins"}
+
+for _name in BINARY:
+    _op(f"tile.{_name}", (Operand("dst", "write"), Operand("src0", "read"),
+                          Operand("src1", "read")), (), f"vector {_name} of two UB tiles")
+for _name in UNARY:
+    _op(f"tile.{_name}", (Operand("dst", "write"), Operand("src", "read")), (),
+        f"vector {_name} of a UB tile")
+for _name in SCALAR:
+    _op(f"tile.{_name}", (Operand("dst", "write"), Operand("src", "read"),
+                          Operand("scalar", "read", kind="expr")), (),
+        f"vector {_name} of a UB tile and a scalar")
+FILL = _op("tile.fill", (Operand("dst", "write"), Operand("value", "read", kind="expr")), (),
+           "set every element of a UB tile (Duplicate)")
+CAST = _op("tile.cast", (Operand("dst", "write"), Operand("src", "read")),
+           (Attr("round", str, "CAST_NONE"),), "convert a UB tile to another dtype")
+
+VECTOR_OPS = tuple(f"{PREFIX}tile.{n}" for n in (*BINARY, *UNARY, *SCALAR, "fill", "cast"))
+SYNC_OPS = tuple(PREFIX + n for n in ("set_flag", "wait_flag", "pipe_barrier", "barrier_all",
+                                      "set_cross_flag", "wait_cross_flag"))
+DIALECT_OPS = (*SYNC_OPS, PREFIX + "gemm_v0", PREFIX + "mma", PREFIX + "printf",
+               PREFIX + "dump_tensor", *VECTOR_OPS)
+
+
+def pack(args) -> tvm.ir.Call:
+    return tvm.ir.Call(tvm.ir.Op.get(PACK), list(args))
+
+
+# -- the vector path of portable kernels (lowered by the ``vector`` phase) --------------------
+_D, _S = Operand("dst", "write"), Operand("src", "read")
+VBIN = _op("tile.vbin", (_D, Operand("src0", "read"), Operand("src1", "read")),
+           (Attr("op", str, ""),), "dst = src0 op src1 on UB tiles (Add Sub Mul Div Max Min)")
+VSCA = _op("tile.vsca", (_D, _S, Operand("scalar", "read", kind="expr")), (Attr("op", str, ""),),
+           "dst = src op scalar (add mul max min sub rsub div rdiv) on a UB tile")
+VUN = _op("tile.vun", (_D, _S), (Attr("op", str, ""),),
+          "dst = op(src) on UB tiles (exp ln abs sqrt rsqrt reciprocal copy neg cast)")
+VDUP = _op("tile.vdup", (_D, Operand("value", "read", kind="expr")), (),
+           "every element of a UB tile = value (Duplicate)")
+VBRC = _op("tile.vbrc", (_D, _S, Operand("vec", "read")),
+           (Attr("op", str, ""), Attr("axis", str, "")),
+           "dst[r, :] = src[r, :] op vec[r] (axis 'row': one scalar per row, read on S) or "
+           "src[r, :] op vec[:] (axis 'col')")
+VREDUCE = _op("tile.vreduce", (Operand("dst", "readwrite"), _S, Operand("work", "write")),
+              (Attr("kind", str, ""), Attr("dim", int, 1), Attr("clear", bool, True)),
+              "reduce a UB tile along rows (one reduction per repeat) or columns (vector ops)")
+VECTOR_PATH_OPS = (VBIN, VSCA, VUN, VDUP, VBRC, VREDUCE)

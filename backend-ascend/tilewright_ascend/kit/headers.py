@@ -1,0 +1,157 @@
+"""Front-end check of generated Ascend C against the vendor's Ascend C API (asc-devkit).
+
+Each source is compiled by the host C++ compiler (``g++ -fsyntax-only``) against the
+asc-devkit headers for ``__NPU_ARCH__ == 2201``, twice: as the cube core (``__DAV_CUBE__``)
+and as a vector core (``__DAV_VEC__``). What bisheng builds in and the headers take for
+granted (address-space qualifiers, ``half``/``bfloat16_t``, the compiler's enums, the device
+builtins) comes from ``devkit/device_stubs.h``; the kit's high-level API headers
+(``include/adv_api``, whose implementation the kit does not ship) are empty stand-ins. The
+headers then parse without a diagnostic, so every diagnostic of a check comes from the
+generated source: a wrong function, overload, template argument, or a ``static_assert`` of the
+vendor's implementation (for example a dtype an A2 instruction does not take).
+
+The kit is found at the path in ``TILEWRIGHT_ASC_DEVKIT`` or at a default the caller gives;
+the headers are precompiled once per core for a check. Run it as
+``python -m tilewright_ascend.kit.headers [--devkit PATH]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..facts.arch import NPU_ARCH
+from .sources import REPO, source_set
+
+DEVKIT_ENV = "TILEWRIGHT_ASC_DEVKIT"
+STUBS = Path(__file__).parent / "devkit"
+CORES = {"AIC": "__DAV_CUBE__", "AIV": "__DAV_VEC__"}
+# kit paths the headers include each other by
+INCLUDES = (".", "include", "include/basic_api", "include/utils", "impl", "impl/basic_api",
+            "impl/utils")
+FLAGS = ("-std=c++17", "-fsyntax-only", "-Wno-attributes", f"-D__NPU_ARCH__={NPU_ARCH}",
+         "-DTW_DEVICE_ONLY")
+
+
+def find_devkit(default: Path | None = None) -> Path | None:
+    """The asc-devkit root: ``$TILEWRIGHT_ASC_DEVKIT``, else ``default``; None when neither
+    holds the kit's ``include/kernel_operator.h``."""
+    for candidate in (os.environ.get(DEVKIT_ENV), default):
+        if candidate and (Path(candidate) / "include" / "kernel_operator.h").is_file():
+            return Path(candidate).resolve()
+    return None
+
+
+def compiler() -> str | None:
+    return os.environ.get("CXX") or shutil.which("g++")
+
+
+def unavailable(devkit: Path | None) -> str | None:
+    """Why the check cannot run here, or None."""
+    if devkit is None:
+        return (f"the asc-devkit headers are not here (set {DEVKIT_ENV} to the kit's root, the "
+                "folder holding include/kernel_operator.h)")
+    if compiler() is None:
+        return "no host C++ compiler (g++) on PATH"
+    return None
+
+
+@dataclass(frozen=True)
+class Finding:
+    """The diagnostics of one source compiled as one core."""
+
+    name: str
+    core: str
+    text: str
+
+
+class HeaderCheck:
+    """Compiles sources against the kit; :meth:`prepare` builds the precompiled headers."""
+
+    def __init__(self, devkit: Path, workdir: Path):
+        self.devkit, self.workdir = Path(devkit), Path(workdir)
+        self.shim = self.workdir / "adv_api_stand_ins"
+        self.prelude: dict[str, Path] = {}
+
+    def include_flags(self) -> list[str]:
+        return [f"-I{self.shim}", *(f"-I{self.devkit / p}" for p in INCLUDES)]
+
+    def core_flags(self, core: str) -> list[str]:
+        return [*FLAGS, f"-D{CORES[core]}", *self.include_flags()]
+
+    def prepare(self) -> None:
+        """The empty stand-ins of ``include/adv_api`` and one precompiled prelude per core."""
+        for header in (self.devkit / "include" / "adv_api").rglob("*.h"):
+            stand_in = self.shim / header.relative_to(self.devkit)
+            stand_in.parent.mkdir(parents=True, exist_ok=True)
+            stand_in.touch()
+        for core in CORES:
+            folder = self.workdir / core
+            folder.mkdir(parents=True, exist_ok=True)
+            prelude = folder / "tw_devkit.h"
+            prelude.write_text(f'#include "{STUBS / "device_stubs.h"}"\n'
+                               '#include "kernel_operator.h"\n')
+            flags = [f for f in self.core_flags(core) if f != "-fsyntax-only"]
+            proc = subprocess.run([compiler(), *flags, "-x", "c++-header", str(prelude), "-o",
+                                   f"{prelude}.gch"], capture_output=True, text=True)
+            if proc.returncode or proc.stderr.strip():
+                raise RuntimeError(f"the asc-devkit headers do not parse as the {core} with the "
+                                   f"stubs of {STUBS}:\n{proc.stderr[-4000:]}")
+            self.prelude[core] = prelude
+
+    def compile(self, name: str, text: str, core: str) -> Finding | None:
+        """The diagnostics of ``text`` compiled as ``core``, or None when there are none."""
+        source = self.workdir / "sources" / f"{name}.cpp"
+        source.parent.mkdir(parents=True, exist_ok=True)
+        source.write_text(text)
+        proc = subprocess.run([compiler(), *self.core_flags(core), "-Winvalid-pch", "-include",
+                               str(self.prelude[core]), str(source)],
+                              capture_output=True, text=True)
+        out = proc.stderr.strip()
+        return Finding(name, core, out) if proc.returncode or out else None
+
+    def check(self, sources: dict[str, str], jobs: int = 2) -> list[Finding]:
+        """Every source as both cores; the findings, in order."""
+        if not self.prelude:
+            self.prepare()
+        work = [(name, text, core) for name, text in sources.items() for core in CORES]
+        with ThreadPoolExecutor(max(1, jobs)) as pool:
+            results = list(pool.map(lambda w: self.compile(*w), work))
+        return [r for r in results if r is not None]
+
+
+def check_sources(sources: dict[str, str], devkit: Path, jobs: int = 2) -> list[Finding]:
+    """Check ``sources`` (name -> generated Ascend C) in a temporary folder."""
+    with tempfile.TemporaryDirectory(prefix="tw-devkit-check-") as workdir:
+        return HeaderCheck(devkit, Path(workdir)).check(sources, jobs)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--devkit", type=Path, default=None,
+                        help=f"asc-devkit root (default ${DEVKIT_ENV}, else "
+                             "../shared/vendor/asc-devkit next to the repository)")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
+    args = parser.parse_args(argv)
+    devkit = find_devkit(args.devkit or REPO.parent / "shared" / "vendor" / "asc-devkit")
+    reason = unavailable(devkit)
+    if reason:
+        print(f"skipped: {reason}")
+        return 0
+    sources = {k.name.replace("/", "__"): k.source() for k in source_set()}
+    findings = check_sources(sources, devkit, args.jobs)
+    for f in findings:
+        print(f"== {f.name} as {f.core}\n{f.text}\n")
+    print(f"{len(sources)} sources x {len(CORES)} cores: {len(findings)} with diagnostics")
+    return 1 if findings else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,124 @@
+"""The set of kernels whose generated Ascend C the checks compile: every conformance case the
+backend supports and builds (``tilewright_sdk.conformance``), every kernel of
+``backend-ascend/examples/ascend_kernels.py`` (the seed's Ascend examples and the dialect
+kernels) and every example of ``examples/`` retargeted to Ascend at small sizes.
+
+Each :class:`KernelSource` lowers its kernel on demand (:meth:`KernelSource.source`); the
+repository root defaults to the checkout this package lies in.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import tilewright
+from tilewright_sdk.conformance.catalogue import cases
+from tilewright_sdk.conformance.known_failures import known_failure
+from tilewright_sdk.conformance.runner import missing_capabilities
+
+from ..plugin import BACKEND
+
+TARGET = "ascend"
+REPO = Path(__file__).resolve().parents[3]
+
+
+@dataclass(frozen=True)
+class KernelSource:
+    """One kernel of the set: ``group`` is conformance, seed or examples; ``build`` returns a
+    PrimFunc to lower, or a compiled kernel (eager examples) whose source is taken."""
+
+    name: str
+    group: str
+    build: Callable
+
+    def source(self) -> str:
+        """The generated Ascend C."""
+        built = self.build()
+        if hasattr(built, "get_kernel_source"):  # an eager example, compiled by its call
+            return built.get_kernel_source()
+        return tilewright.lower(built, target=TARGET).source.text
+
+
+def _module(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def conformance() -> list[KernelSource]:
+    """Every conformance case whose ops, dtypes and features the backend declares, less the
+    known build failures (``tilewright_sdk.conformance.known_failures``: no source to check)."""
+    out = []
+    for case in cases():
+        if missing_capabilities(case, BACKEND) or \
+                known_failure(BACKEND.name, case.id, executes=False):
+            continue
+        out.append(KernelSource(f"conformance/{case.id}", "conformance",
+                                lambda c=case: c.kernel.make(c.dtype, **c.dims)))
+    return out
+
+
+# backend-ascend/examples/ascend_kernels.py: kernel factory -> its arguments
+SEED = {
+    "vec_add": ((256, 512, 128, 256), {}),
+    "vec_add_pipelined": ((256, 256, 128, 128, 32), {}),
+    "gemm": ((128, 128, 256, 64, 64, 128), {}),
+    "vec_add_conservative": ((512, 512, 512, 256, 32), {}),
+    "gemm_pipelined": ((128, 128, 1024, 64, 64, 128), {"kL0Size": 64}),
+    "vec_add_auto": ((128, 256, 128, 256, 32), {}),
+    "gemm_auto": ((128, 128, 1024, 64, 64, 128), {"kL0Size": 64, "num_stages": 2}),
+    "vec_add_pipelined_auto": ((512, 512, 512, 256, 32), {}),
+    "dialect_tour": ((), {}),
+    "mma_tile": ((), {}),
+}
+
+
+def seed(repo: Path = REPO) -> list[KernelSource]:
+    module = _module(repo / "backend-ascend" / "examples" / "ascend_kernels.py",
+                     "tw_kit_ascend_kernels")
+    return [KernelSource(f"seed/{name}", "seed",
+                         lambda m=module, n=name, a=args, k=kwargs: getattr(m, n)(*a, **k))
+            for name, (args, kwargs) in SEED.items()]
+
+
+# examples/<file>.py: (jit function, factory arguments, keyword arguments); an eager example
+# (tensors as arguments) takes its T.const sizes as keywords and is compiled
+EXAMPLES = {
+    "quickstart": [("vector_add", (), {"M": 1003, "block_M": 256}),
+                   ("matmul", (70, 40, 48), {"block_M": 32, "block_N": 32, "block_K": 16}),
+                   ("softmax", (20, 64), {})],
+    "gemm": [("matmul", (), {"M": 70, "N": 40, "K": 64, "block_M": 32, "block_N": 32,
+                             "block_K": 32, "dtype": "float32"})],
+    "gemm_splitk": [("matmul_splitk", (40, 48, 100, 3),
+                     {"block_M": 32, "block_N": 32, "block_K": 16})],
+    "flash_attention": [("flashattn", (1, 2, 40, 16, True), {"block_M": 16, "block_N": 16})],
+    "rmsnorm": [("rmsnorm", (10, 96), {})],
+    "softmax": [("softmax", (10, 80), {"dtype": "bfloat16"})],
+    "row_reduce": [("row_sum", (20, 300), {})],
+    "elementwise_add": [("add", (), {"M": 70, "N": 100})],
+    "gemm_dynamic": [("matmul_dynamic", (), {"block_M": 32, "block_N": 32, "block_K": 16})],
+    "gemm_persistent": [("matmul_persistent", (70, 40, 48, 3),
+                         {"block_M": 32, "block_N": 32, "block_K": 16})],
+}
+
+
+def examples(repo: Path = REPO) -> list[KernelSource]:
+    out = []
+    for stem, entries in EXAMPLES.items():
+        module = _module(repo / "examples" / f"{stem}.py", f"tw_kit_example_{stem}")
+        for fn, args, kwargs in entries:
+            jitted = getattr(module, fn)
+            retargeted = tilewright.jit(out_idx=jitted.out_idx, target=TARGET)(jitted.fn)
+            build = (lambda j=retargeted, a=args, k=kwargs: j.fn(*a, **k)) if jitted.factory \
+                else (lambda j=retargeted, k=kwargs: j.compile(**k))
+            out.append(KernelSource(f"examples/{stem}.{fn}", "examples", build))
+    return out
+
+
+def source_set(repo: Path = REPO) -> list[KernelSource]:
+    """Every kernel the checks compile, conformance first."""
+    return [*conformance(), *seed(repo), *examples(repo)]

@@ -1,0 +1,18 @@
+"""Tile op -> Ascend C: one rule per op in :data:`RULES` (keyed by op name) and one copy rule
+per data path. A rule is ``rule(emitter, call)`` and writes lines through the emitter, which
+also prints its expressions and names its buffers.
+
+Families: :mod:`.copy` (``T.copy`` by data path, GM <-> UB, atomics), :mod:`.cube` (the cube
+paths and instructions), :mod:`.vector` (vector instructions), :mod:`.sync`, :mod:`.debug`;
+:mod:`.scalar` writes the loops the scalar unit runs.
+"""
+
+from ..facts.paths import PATHS
+from . import copy, cube, debug, sync, vector  # noqa: F401 - the families register their rules
+from .scalar import emit_scalar_loop
+from .table import COPY_RULES, RULES
+from .vector import parallel_rule
+
+assert set(COPY_RULES) == set(PATHS), "every data path needs exactly one copy rule"
+
+__all__ = ["RULES", "emit_scalar_loop", "parallel_rule"]

@@ -1,0 +1,47 @@
+"""Loops the vector unit cannot do, on the scalar unit: ``GetValue``/``SetValue`` loops written
+under a comment giving the reason."""
+
+from __future__ import annotations
+
+import tvm
+from tilewright.errors import KernelError
+from tvm import tirx
+
+from ..analysis.buffers import flat_index, loads_and_stores
+from ..facts.dtypes import ctype
+from ..facts.keys import SCALAR_KEY
+
+
+def emit_scalar_loop(em, loop) -> None:
+    em.line(f"// scalar fallback on the S pipe (GetValue/SetValue): "
+            f"{str(loop.annotations[SCALAR_KEY])}")
+    _scalar_stmt(em, loop)
+
+
+def _scalar_stmt(em, s):
+    if isinstance(s, tirx.SeqStmt):
+        for child in s.seq:
+            _scalar_stmt(em, child)
+    elif isinstance(s, tirx.For):
+        em.analyzer.bind(s.loop_var, tvm.ir.Range.from_min_extent(s.min, s.extent))
+        v = em.var(s.loop_var)
+        with em.block(f"for (int32_t {v} = {em.expr(s.min)}; {v} < "
+                      f"{em.expr(s.min + s.extent)}; ++{v})"):
+            _scalar_stmt(em, s.body)
+    elif isinstance(s, tirx.IfThenElse):
+        if loads_and_stores(s.condition)[0]:
+            raise KernelError("backend 'ascend': a scalar-unit branch on tile data is not "
+                              "supported")
+        with em.block(f"if ({em.expr(s.condition)})"):
+            _scalar_stmt(em, s.then_case)
+        if s.else_case is not None:
+            em.lines[-1] += " else {"
+            em.depth += 1
+            _scalar_stmt(em, s.else_case)
+            em.depth -= 1
+            em.line("}")
+    elif isinstance(s, tirx.BufferStore):
+        em.line(f"{em.buf(s.buffer)}.SetValue({em.expr(flat_index(s.buffer, s.indices))}, "
+                f"TW_CAST({ctype(str(s.buffer.dtype))}, {em.expr(s.value)}));")
+    else:
+        raise KernelError(f"backend 'ascend' cannot run {type(s).__name__} on the scalar unit")

@@ -1,0 +1,41 @@
+"""Synchronisation: intra-core flags and barriers, cross-core flags."""
+
+from __future__ import annotations
+
+from ..facts import ops
+from .table import rule
+
+
+def _event(call) -> str:
+    return f"HardEvent::{call.attrs['src'].upper()}_{call.attrs['dst'].upper()}"
+
+
+@rule(ops.SET_FLAG.name)
+def rule_set_flag(em, call) -> None:
+    em.line(f"SetFlag<{_event(call)}>({em.expr(call.operands['event_id'])});")
+
+
+@rule(ops.WAIT_FLAG.name)
+def rule_wait_flag(em, call) -> None:
+    em.line(f"WaitFlag<{_event(call)}>({em.expr(call.operands['event_id'])});")
+
+
+@rule(ops.PIPE_BARRIER.name)
+def rule_pipe_barrier(em, call) -> None:
+    em.line(f"PipeBarrier<PIPE_{call.attrs['pipe'].upper()}>();")
+
+
+@rule(ops.BARRIER_ALL.name)
+def rule_barrier_all(em, call) -> None:
+    em.line("PipeBarrier<PIPE_ALL>();")
+
+
+@rule(ops.SET_CROSS_FLAG.name)
+def rule_set_cross_flag(em, call) -> None:
+    em.line(f"CrossCoreSetFlag<{call.attrs['mode']}, PIPE_{call.attrs['pipe'].upper()}>"
+            f"({em.expr(call.operands['event_id'])});")
+
+
+@rule(ops.WAIT_CROSS_FLAG.name)
+def rule_wait_cross_flag(em, call) -> None:
+    em.line(f"CrossCoreWaitFlag({em.expr(call.operands['event_id'])});")

@@ -1,0 +1,336 @@
+"""Portable kernels on Ascend: memory scopes by use, the grid on the 1-D core grid.
+
+A kernel written with ``tilewright.language`` (``alloc_shared``/``alloc_fragment``,
+``T.gemm``, ``T.clear``) becomes a dialect kernel before the other Ascend passes run:
+
+- the block grid (up to 3-D) becomes ``cid`` on the 1-D grid: ``bx = cid % gx``,
+  ``by = cid // gx % gy``, ``bz = cid // (gx * gy)``;
+- a buffer used as a GEMM operand goes to L1, a GEMM accumulator to L0C, every other tile to
+  UB; the body runs in ``T.Scope("C")`` when it uses only the cube, in ``T.Scope("V")``
+  when it uses only vector tiles;
+- ``T.gemm`` becomes ``gemm_v0``; ``T.clear(C)`` of an accumulator followed by the K loop
+  becomes ``init=(k == start)`` on that loop's first GEMM into ``C``.
+
+Kernels that need both cores (a GEMM with a vector epilogue, flash attention) are split into
+a cube and a vector program that meet in GM workspaces (:mod:`.split`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import tvm
+import tvm_ffi
+from tilewright.errors import KernelError, span_location
+from tilewright.ir import Region, decode, make_call, tile_ops_in
+from tilewright.transform.walk import prim_func_pass
+from tvm import tirx
+
+from ..analysis.buffers import allocations, loads_and_stores
+from ..facts.keys import NPU_KEY, PORTABLE_KEY, SCOPE_KEY, VID_TAG, WORKSPACES_KEY
+from .split import Split
+
+_PORTABLE = {"shared", "shared.dyn", "local.fragment", "local", "local.reducer.sum",
+             "local.reducer.max", "local.reducer.min"}  # reducers: plain UB tiles
+
+
+def _block_loops(func):
+    loops, body = [], func.body
+    while isinstance(body, tirx.For) and body.kind == tirx.ForKind.THREAD_BINDING and \
+            str(body.thread_binding.thread_tag).startswith("blockIdx"):
+        loops.append(body)
+        body = body.body
+    return loops, body
+
+
+def _scopes(func) -> dict:
+    """buffer -> Ascend memory for every tile in a portable scope."""
+    scopes = {}
+    for call in tile_ops_in(func):
+        if call.name == "gemm":
+            for operand, scope in (("A", "ascend.l1"), ("B", "ascend.l1"), ("C", "ascend.l0c")):
+                buf = call.operands[operand].buffer
+                if str(buf.scope()) in _PORTABLE:
+                    scopes[buf] = scope
+    for alloc in allocations(func):
+        if str(alloc.buffer.scope()) in _PORTABLE:
+            scopes.setdefault(alloc.buffer, "ascend.ub")
+    return scopes
+
+
+def _gemms(stmt, init):
+    """Rewrite ``T.gemm`` calls in ``stmt``; ``init`` maps an accumulator to the condition of
+    its first GEMM (consumed when used)."""
+
+    def rewrite(node):
+        call = decode(node)
+        if call is None or call.name != "gemm":
+            return node
+        c = call.operands["C"]
+        cond = init.pop(c.buffer, None) if call.attrs["clear_accum"] is False else \
+            tirx.IntImm("bool", 1)
+        k = int(call.operands["A"].extents[0 if call.attrs["transpose_A"] else -1])
+        return make_call("ascend.gemm_v0",
+                         {"A": call.operands["A"], "B": call.operands["B"], "C": c,
+                          "init": cond if cond is not None else tirx.IntImm("bool", 0)},
+                         {"transpose_A": call.attrs["transpose_A"],
+                          "transpose_B": call.attrs["transpose_B"], "kL0Size": min(128, k)},
+                         span=node.span)
+
+    return tvm_ffi.structural_map(stmt, (tirx.Evaluate, rewrite))
+
+
+def _clear_accumulators(stmts: list, scopes: dict) -> list:
+    out, init = [], {}
+    for stmt in stmts:
+        call = decode(stmt)
+        if call is not None and call.name == "fill" and \
+                scopes.get(call.operands["dst"].buffer) == "ascend.l0c":
+            value = call.operands["value"]
+            if not (isinstance(value, (tirx.IntImm, tirx.FloatImm)) and value.value == 0):
+                raise KernelError("an accumulator in L0C can only be cleared (T.clear); the "
+                                  "cube has no fill", span_location(stmt.span))
+            init[call.operands["dst"].buffer] = "pending"
+            continue
+        if not init and _clears_inside(stmt, scopes):  # e.g. under T.Persistent's guard
+            out.append(_clear_nested(stmt, scopes))
+            continue
+        if isinstance(stmt, tirx.For):
+            pending = {b: tirx.EQ(stmt.loop_var, stmt.min) for b, v in init.items()
+                       if v == "pending"}
+            stmt = _gemms(stmt, pending)
+            if pending:
+                names = ", ".join(str(b.name) for b in pending)
+                raise KernelError(f"T.clear({names}) must be followed by the loop whose T.gemm "
+                                  "accumulates into it", span_location(stmt.span))
+            init = {}
+        else:
+            stmt = _gemms(stmt, {b: tirx.IntImm("bool", 1) for b in init})
+            init = {}
+        out.append(stmt)
+    return out
+
+
+def _clears_inside(stmt, scopes) -> bool:
+    return decode(stmt) is None and any(
+        c.name == "fill" and scopes.get(c.operands["dst"].buffer) == "ascend.l0c"
+        for c in tile_ops_in(stmt))
+
+
+def _clear_nested(stmt, scopes):
+    """:func:`_clear_accumulators` inside the body of a loop or a branch."""
+    def inner(body):
+        stmts = _clear_accumulators(list(body.seq) if isinstance(body, tirx.SeqStmt)
+                                    else [body], scopes)
+        return tirx.SeqStmt(stmts) if len(stmts) > 1 else stmts[0]
+
+    if isinstance(stmt, tirx.For):
+        return tirx.For(stmt.loop_var, stmt.min, stmt.extent, stmt.kind, inner(stmt.body),
+                        thread_binding=stmt.thread_binding, annotations=stmt.annotations,
+                        span=stmt.span)
+    if isinstance(stmt, tirx.IfThenElse):
+        return tirx.IfThenElse(stmt.condition, inner(stmt.then_case),
+                               inner(stmt.else_case) if stmt.else_case is not None else None,
+                               span=stmt.span)
+    if isinstance(stmt, tirx.SeqStmt):
+        return inner(stmt)
+    raise KernelError("T.clear of an accumulator nested in this statement is not supported "
+                      "by backend 'ascend'", span_location(stmt.span))
+
+
+def _cube_only(body, scopes) -> bool:
+    """Whether every tile op only moves data between GM and the cube memories or multiplies
+    (and no statement stores scalars): such a kernel needs no split, whatever its nesting."""
+    stores = []
+    tvm_ffi.structural_walk(body, (tirx.BufferStore, stores.append))
+    if stores:
+        return False
+    for call in tile_ops_in(body):
+        if call.name not in ("gemm", "copy", "fill"):
+            return False
+        bufs = [r.buffer for r in call.regions("read") + call.regions("write")]
+        if any(scopes.get(b) == "ascend.ub" for b in bufs) or all(b not in scopes for b in bufs):
+            return False
+    return True
+
+
+def _fold_staging(func):
+    """``T.copy(acc, X); T.copy(X, C[...])`` with ``X`` a tile used only there and ``acc`` a
+    GEMM accumulator becomes ``T.copy(acc, C[...])``: L0C goes to GM by Fixpipe directly (the
+    A2 cube has no path from L0C to UB)."""
+    accumulators = {c.operands["C"].buffer for c in tile_ops_in(func) if c.name == "gemm"}
+    if not accumulators:
+        return func
+    uses: dict = {}
+    for c in tile_ops_in(func):
+        for r in c.regions("read") + c.regions("write"):
+            uses[r.buffer] = uses.get(r.buffer, 0) + 1
+    # scalar accesses: loads beyond the one per tile-op region, and stores
+    load_list, store_list = loads_and_stores(func.body)
+    seen: dict = {}
+    for buf in load_list:
+        seen[buf] = seen.get(buf, 0) + 1
+    loads = set(store_list) | {b for b, k in seen.items() if k > uses.get(b, 0)}
+
+    def pair(a, b):
+        ca, cb = decode(a), decode(b)
+        if ca is None or cb is None or ca.name != "copy" or cb.name != "copy":
+            return None
+        acc, tile = ca.operands["src"], ca.operands["dst"]
+        if acc.buffer not in accumulators or tile.buffer in accumulators or \
+                tile.buffer in loads or uses.get(tile.buffer) != 2 or \
+                not cb.operands["src"].buffer.same_as(tile.buffer) or \
+                str(cb.operands["dst"].buffer.scope()) != "global" or \
+                str(tile.buffer.dtype) != str(cb.operands["dst"].buffer.dtype):
+            return None
+        return make_call("copy", {"src": acc, "dst": cb.operands["dst"]}, span=b.span)
+
+    def fold(seq):
+        stmts, out, i = list(seq.seq), [], 0
+        while i < len(stmts):
+            folded = pair(stmts[i], stmts[i + 1]) if i + 1 < len(stmts) else None
+            out.append(folded if folded is not None else stmts[i])
+            i += 2 if folded is not None else 1
+        return tirx.SeqStmt(out) if len(out) > 1 else out[0]
+
+    body = tvm_ffi.structural_map(func.body, (tirx.SeqStmt, fold))
+    left = {r.buffer for c in tile_ops_in(body)
+            for r in c.regions("read") + c.regions("write")} | loads
+
+    def drop(seq):  # the allocation of a folded tile goes with it
+        stmts = [x for x in seq.seq if not (isinstance(x, tirx.AllocBuffer) and
+                                            x.buffer in uses and x.buffer not in left)]
+        return tirx.SeqStmt(stmts) if len(stmts) > 1 else stmts[0]
+
+    return func.with_body(tvm_ffi.structural_map(body, (tirx.SeqStmt, drop)))
+
+
+def _reducer_nest(loop):
+    """``for i, j in T.Parallel(R, C): acc[i] = op(acc[i], tile[i, j])`` (a T.alloc_reducer
+    update over a whole 2-D tile) as ``T.reduce_<op>(tile, acc, dim=1, clear=False)``; None
+    for any other loop."""
+    inner = loop.body
+    if not (isinstance(inner, tirx.For) and isinstance(inner.body, tirx.BufferStore)):
+        return None
+    if any(str(lp.annotations.get("tw.loop", "")) != "parallel" for lp in (loop, inner)):
+        return None
+    store, i, j = inner.body, loop.loop_var, inner.loop_var
+    scope = str(store.buffer.scope())
+    if not scope.startswith("local.reducer.") or len(store.indices) != 1 or \
+            not store.indices[0].same_as(i):
+        return None
+    op = scope.rsplit(".", 1)[-1]
+    kinds = {"sum": tirx.Add, "max": tirx.Max, "min": tirx.Min}
+    value = store.value
+    if op not in kinds or not isinstance(value, kinds[op]):
+        return None
+    acc, other = value.a, value.b
+    if not _loads(acc, store.buffer, [i]):
+        acc, other = other, acc
+    if not _loads(acc, store.buffer, [i]) or not isinstance(other, tvm.ir.TensorLoad):
+        return None
+    tile = other.source
+    shape = [int(x) for x in tile.shape] if all(isinstance(x, tirx.IntImm) for x in tile.shape) \
+        else None
+    if not _loads(other, tile, [i, j]) or shape is None or \
+            [loop.extent, inner.extent] != [tirx.IntImm("int32", x) for x in shape] and \
+            [int(loop.extent), int(inner.extent)] != shape:
+        return None
+    if not all(isinstance(lp.min, tirx.IntImm) and lp.min.value == 0 for lp in (loop, inner)):
+        return None
+    return make_call(f"reduce_{op}", {"src": Region.full(tile), "dst": Region.full(store.buffer)},
+                     {"dim": 1, "clear": False}, span=loop.span)
+
+
+def _loads(e, buf, idx) -> bool:
+    return isinstance(e, tvm.ir.TensorLoad) and e.source.same_as(buf) and \
+        len(e.indices) == len(idx) and all(a.same_as(b) for a, b in zip(e.indices, idx))
+
+
+def _reducers(func):
+    def rewrite(loop):
+        call = _reducer_nest(loop)
+        return loop if call is None else call
+    return func.with_body(tvm_ffi.structural_map(func.body, (tirx.For, rewrite)))
+
+
+def to_dialect(func):
+    func = _fold_staging(_reducers(func))
+    loops, body = _block_loops(func)
+    if not loops or any(NPU_KEY in lp.annotations for lp in loops):
+        return func
+    extents = [lp.extent for lp in loops]
+    dynamic = not all(isinstance(e, tirx.IntImm) for e in extents)
+    scopes = _scopes(func)
+    kinds = {"cube" if s != "ascend.ub" else "vector" for s in scopes.values()}
+    cid, vid = tirx.Var("cid", "int32"), tirx.Var("vid", "int32")
+    sizes = [e if dynamic else int(e.value) for e in extents]
+    local = {a.buffer for a in allocations(func)}
+    split = None
+    top = list(body.seq) if isinstance(body, tirx.SeqStmt) else [body]
+    if "cube" in kinds and not _cube_only(body, scopes):
+        split = Split([s for s in top if not isinstance(s, tirx.AllocBuffer)], local, cid,
+                      vid, 0 if dynamic else math.prod(sizes))
+        split = split if split.has_vector else None
+        if split is not None and dynamic:
+            raise KernelError("backend 'ascend' splits this kernel into cube and vector "
+                              "programs whose GM workspaces are sized by the grid; with "
+                              "dynamic shapes (T.dynamic) the grid is known at run time only, "
+                              "which the split does not support yet",
+                              span_location(loops[0].span))
+    if split is not None:  # cube and vector programs through GM workspaces
+        cube, vector = split.run()
+        scopes.update(split.scopes)
+        body = tirx.SeqStmt([*[s for s in top if isinstance(s, tirx.AllocBuffer)],
+                             *split.new_allocs, _scope("C", cube), _scope("V", vector)])
+    halves = split.row_halves if split is not None else {}  # tiles split over AIV0/AIV1
+    remap = {old: tirx.decl_buffer(halves.get(old, old.shape), old.dtype, old.name, scope=scope)
+             for old, scope in scopes.items()}
+    body = tvm_ffi.structural_map(body, (tirx.Buffer, lambda b: remap.get(b, b)))
+    new_scopes = {new: str(new.scope()) for new in remap.values()}
+    if split is None:
+        stmts = _clear_accumulators(list(body.seq) if isinstance(body, tirx.SeqStmt)
+                                    else [body], new_scopes)
+    else:
+        *allocs, cube_scope, vector_scope = list(body.seq)
+        cube = _clear_accumulators(list(cube_scope.body.seq) if isinstance(
+            cube_scope.body, tirx.SeqStmt) else [cube_scope.body], new_scopes)
+        stmts = [*allocs, _scope("C", cube), vector_scope]
+    stride, subst = 1, {}
+    # loops[0] is blockIdx.x (outermost); recover each axis from cid
+    for loop, size in zip(loops, sizes):
+        subst[loop.loop_var] = tirx.floormod(tirx.floordiv(cid, stride), size) \
+            if not (isinstance(stride, int) and stride == 1) else tirx.floormod(cid, size)
+        stride = stride * size
+    total = stride
+    inner = tirx.SeqStmt(stmts) if len(stmts) > 1 else stmts[0]
+    inner = tvm_ffi.structural_map(inner, (tirx.Var, lambda v: subst.get(v, v)))
+    work = [s for s in (list(inner.seq) if isinstance(inner, tirx.SeqStmt) else [inner])
+            if not isinstance(s, tirx.AllocBuffer)]
+    scope = tirx.SeqStmt(work) if split is not None else \
+        _scope("C" if kinds == {"cube"} else "V", work)
+    new_allocs = [s for s in (list(inner.seq) if isinstance(inner, tirx.SeqStmt) else [inner])
+                  if isinstance(s, tirx.AllocBuffer)]
+    kernel_body = tirx.SeqStmt([*new_allocs, scope]) if new_allocs else scope
+    vid_loop = tirx.For(vid, 0, 2, tirx.ForKind.THREAD_BINDING, kernel_body,
+                        thread_binding=tirx.IterVar(tvm.ir.Range(0, 2), vid,
+                                                    tirx.IterVar.ThreadIndex, VID_TAG))
+    annotations = {**dict(loops[0].annotations), NPU_KEY: True}
+    cid_loop = tirx.For(cid, 0, total, tirx.ForKind.THREAD_BINDING, vid_loop,
+                        thread_binding=tirx.IterVar(tvm.ir.Range(0, total), cid,
+                                                    tirx.IterVar.ThreadIndex, "blockIdx.x"),
+                        annotations=annotations, span=loops[0].span)
+    func = func.with_body(cid_loop).with_attr(PORTABLE_KEY, True)
+    if split is not None and split.workspaces:
+        func = func.with_attr(WORKSPACES_KEY, list(split.workspaces))
+    return func
+
+
+def _scope(core: str, stmts):
+    stmts = list(stmts)
+    return tirx.AttrStmt(tirx.IntImm("int32", 0), SCOPE_KEY, tvm.ir.StringImm(core),
+                         tirx.SeqStmt(stmts) if len(stmts) > 1 else stmts[0])
+
+
+def lower_portable():
+    return prim_func_pass("AscendPortable", to_dialect)

@@ -1,0 +1,316 @@
+"""Cube/vector split of portable kernels that use ``T.gemm`` and vector tiles.
+
+The kernel body becomes two programs with the same loops: a cube program (``T.Scope("C")``:
+GM -> L1 copies, GEMMs, L0C -> GM) and a vector program (``T.Scope("V")``: everything else).
+They meet in GM workspaces, one per handoff channel, allocated by the executor at launch
+(``ascend.workspaces``: one tile per AI core group and slot), ordered by cross-core flags:
+
+- an accumulator the vector code also touches is handed over in one of two ways. When every
+  vector use comes after the last GEMM into it (a GEMM with an epilogue), the cube
+  accumulates the whole K loop in L0C and hands the result over once, before the first vector
+  use. Otherwise (the accumulator is rescaled or masked between GEMMs, as in flash
+  attention) each GEMM computes into a fresh L0C tile and the vector core adds the handed-over
+  product to its UB copy;
+- a GEMM operand the vector code writes (or reads) lives in UB for the vector core and is
+  handed to an L1 copy before each GEMM that uses it.
+
+A channel is ``full`` (producer -> consumer: ``set_cross_flag`` after the producer's write on
+its pipe, ``wait_cross_flag`` before the consumer's read). Inside a loop a channel has two
+workspace slots (iteration % 2) and an ``empty`` flag back (consumer -> producer) that the
+producer waits for before it overwrites a slot, from the third iteration on; the consumer
+sends it after its read except in the last two iterations, so every set is waited.
+
+The vector program runs on both vector cores of the group. When it works row by row
+(:mod:`.rowsplit`), each vector core takes half of the rows of every vector tile and of every
+workspace tile; otherwise its data work runs on AIV0 only (each statement under
+``vid == 0``). Either way both vector cores take part in every cross-core handshake: the
+cube's sets count up both, and its waits need a set from each.
+"""
+
+from __future__ import annotations
+
+import tvm_ffi
+from tilewright.errors import KernelError, span_location
+from tilewright.ir import Region, decode, make_call, tile_ops_in
+from tvm import tirx
+
+from ..analysis.buffers import buffers_in
+from ..facts import ops
+from ..facts.events import CROSS_IDS
+from .rowsplit import split_rows
+
+
+def _flat(stmt) -> list:
+    return list(stmt.seq) if isinstance(stmt, tirx.SeqStmt) else [stmt]
+
+
+def _seq(stmts):
+    return stmts[0] if len(stmts) == 1 else tirx.SeqStmt(stmts)
+
+
+def _is_loop(stmt) -> bool:
+    return isinstance(stmt, tirx.For) and stmt.kind != tirx.ForKind.THREAD_BINDING and \
+        str(stmt.annotations.get("tw.loop", "")) != "parallel"
+
+
+def _ordered(stmts) -> dict:
+    """The buffers ``stmts`` refer to, in the order they first appear (a dict used as an
+    ordered set, so that everything derived from it is deterministic)."""
+    found: dict = {}
+
+    def add(b):
+        if isinstance(b, tirx.Buffer):
+            found.setdefault(b, None)
+
+    for stmt in stmts:
+        tvm_ffi.structural_walk(stmt, (tirx.Buffer, add), order="pre")
+    return found
+
+
+def _is_zero_fill(call) -> bool:
+    value = call.operands.get("value")
+    return call.name == "fill" and isinstance(value, (tirx.IntImm, tirx.FloatImm)) and \
+        value.value == 0
+
+
+class Split:
+    """Splits one kernel body; see the module doc."""
+
+    def __init__(self, stmts: list, local: set, cid, vid, blocks: int):
+        """``local``: the kernel's on-chip buffers."""
+        self.stmts, self.cid, self.vid = stmts, cid, vid
+        self.local = set(local)
+        self.blocks = blocks
+        self.next_id = 0
+        self.workspaces: list = []
+        self.new_allocs: list = []
+        self.scopes: dict = {}  # buffer -> Ascend memory, for buffers the split decides
+        gemms = [c for s in stmts for c in _calls(s) if c.name == "gemm"]
+        order = _ordered(stmts)
+        operands = {c.operands[o].buffer for c in gemms for o in "AB"}
+        accumulators = {c.operands["C"].buffer for c in gemms}
+        self.operands = [b for b in order if b in operands]
+        self.accumulators = [b for b in order if b in accumulators]
+        self.shared_operands: list = []  # known after the first classification
+        touched: set = set()
+        self.has_vector = False  # whether the kernel needs the vector cores at all
+        for leaf in _leaves(stmts):
+            if self._leaf_core(leaf, cube_only=self.accumulators) == "V":
+                touched |= buffers_in(leaf)
+                self.has_vector = True
+        self.shared_operands = [b for b in self.operands if b in touched]
+        shared_acc = [b for b in self.accumulators if b in touched]
+        # accumulators whose vector uses all follow their last GEMM: one handoff
+        self.handoff_at: dict = {}
+        for acc in shared_acc:
+            gemm_at = [i for i, s in enumerate(stmts)
+                       if any(c.name == "gemm" and c.operands["C"].buffer.same_as(acc)
+                              for c in _calls(s))]
+            vec_at = [i for i, s in enumerate(stmts) if not self._zero_fill_of(s, acc) and
+                      any(acc in buffers_in(leaf) and self._leaf_core(
+                          leaf, cube_only=self.accumulators) == "V" for leaf in _leaves([s]))]
+            if vec_at and min(vec_at) > max(gemm_at):
+                self.handoff_at[acc] = min(vec_at)
+        self.per_gemm = [b for b in shared_acc if b not in self.handoff_at]
+        self.row_halves: dict = {}  # vector buffers split over AIV0/AIV1 -> their new shape
+        self.shadow: dict = {}
+        for buf in self.shared_operands:
+            self.shadow[buf] = self._new_buffer(buf, "l1", "ascend.l1")
+        for buf in shared_acc:
+            self.shadow[buf] = self._new_buffer(buf, "l0c", "ascend.l0c")
+        for buf in order:
+            if buf in touched and (buf in operands or buf in accumulators):
+                self.scopes[buf] = "ascend.ub"
+        self.tmp = {buf: self._new_buffer(buf, "part", "ascend.ub") for buf in self.per_gemm}
+
+    # -- classification -------------------------------------------------------------------
+    @staticmethod
+    def _zero_fill_of(stmt, buf) -> bool:
+        call = decode(stmt)
+        return call is not None and _is_zero_fill(call) and \
+            call.operands["dst"].buffer.same_as(buf)
+
+    def _leaf_core(self, leaf, cube_only) -> str:
+        call = decode(leaf)
+        if call is None:
+            return "V"
+        if call.name == "gemm":
+            return "C"
+        if call.name == "copy":
+            src, dst = call.operands["src"], call.operands["dst"]
+            s, d = str(src.buffer.scope()), str(dst.buffer.scope())
+            if s == "global" and dst.buffer in self.operands and \
+                    dst.buffer not in self.shared_operands:
+                return "C"
+            if d == "global" and src.buffer in cube_only:
+                return "C"
+        if call.name == "fill" and _is_zero_fill(call) and \
+                call.operands["dst"].buffer in cube_only:
+            return "C"
+        return "V"
+
+    def _new_buffer(self, old, suffix: str, scope: str):
+        buf = tirx.decl_buffer(old.shape, old.dtype, f"{old.name}_{suffix}", scope="shared")
+        self.scopes[buf] = scope
+        self.local.add(buf)
+        self.new_allocs.append(tirx.AllocBuffer(buf))
+        return buf
+
+    # -- handoffs ---------------------------------------------------------------------------
+    def _flag_id(self, span) -> tirx.IntImm:
+        if self.next_id >= CROSS_IDS:
+            raise KernelError(f"the cube/vector split of this kernel needs more than {CROSS_IDS} "
+                              f"cross-core flags (ids 0-{CROSS_IDS - 1}); use fewer GEMMs per "
+                              "loop",
+                              span_location(span))
+        self.next_id += 1
+        return tirx.IntImm("int32", self.next_id - 1)
+
+    def _channel(self, buf, src, dst, loop, src_pipe, dst_pipe, span):
+        """(producer statements, consumer statements) moving ``src`` to ``dst`` through a
+        fresh workspace; ``src_pipe``/``dst_pipe`` write and read the workspace."""
+        slots = 2 if loop is not None else 1
+        ws = tirx.decl_buffer((self.blocks, slots, *buf.shape), buf.dtype,
+                              f"ws_{buf.name}_{len(self.workspaces)}", scope="global")
+        self.workspaces.append(ws)
+        slot = tirx.floormod(loop.loop_var - loop.min, 2) if loop is not None else \
+            tirx.IntImm("int32", 0)
+        zeros = [tirx.IntImm("int32", 0)] * len(buf.shape)
+        region = Region(ws, (self.cid, slot, *zeros), (1, 1, *buf.shape))
+        full = self._flag_id(span)
+        put = [make_call("copy", {"src": Region.full(src), "dst": region}, span=span),
+               make_call(ops.SET_CROSS_FLAG.name, {"event_id": full}, {"pipe": src_pipe},
+                         span)]
+        get = [make_call(ops.WAIT_CROSS_FLAG.name, {"event_id": full}, span=span),
+               make_call("copy", {"src": region, "dst": Region.full(dst)}, span=span)]
+        if loop is not None:
+            empty = self._flag_id(span)
+            i = loop.loop_var - loop.min
+            put.insert(0, tirx.IfThenElse(i >= 2, make_call(
+                ops.WAIT_CROSS_FLAG.name, {"event_id": empty}, span=span), None))
+            get.append(tirx.IfThenElse(i < loop.extent - 2, make_call(
+                ops.SET_CROSS_FLAG.name, {"event_id": empty}, {"pipe": dst_pipe}, span), None))
+        return put, get
+
+    def _gemm(self, stmt, call, loop):
+        cube, vec = [], []
+        sub = {}
+        for o in "AB":
+            x = call.operands[o].buffer
+            if x in self.shared_operands:
+                put, get = self._channel(x, x, self.shadow[x], loop, "mte3", "mte2", stmt.span)
+                vec += put
+                cube += get
+                sub[x] = self.shadow[x]
+        c = call.operands["C"].buffer
+        if c in self.shadow:
+            sub[c] = self.shadow[c]
+        gemm = tvm_ffi.structural_map(stmt, (tirx.Buffer, lambda b: sub.get(b, b)))
+        if c not in self.per_gemm:
+            return cube + [gemm], vec
+        if not call.attrs["clear_accum"]:  # a fresh product each time; the vector core adds
+            new = decode(gemm)
+            gemm = make_call("gemm", new.operands, {**new.attrs, "clear_accum": True},
+                             span=stmt.span)
+        put, get = self._channel(c, self.shadow[c], self.tmp[c], loop, "fix", "mte2", stmt.span)
+        part = Region.full(self.tmp[c])
+        if call.attrs["clear_accum"]:
+            combine = make_call("copy", {"src": part, "dst": Region.full(c)}, span=stmt.span)
+        else:
+            combine = make_call("ascend.tile.add", {"dst": Region.full(c),
+                                                    "src0": Region.full(c), "src1": part},
+                                span=stmt.span)
+        return cube + [gemm] + put, vec + get + [combine]
+
+    # -- the two programs -------------------------------------------------------------------
+    def _guard(self, stmts):
+        """Vector data work on AIV0 only; flags run on both vector cores."""
+        out = []
+        for s in stmts:
+            if _is_sync(s):
+                out.append(s)
+            elif _is_loop(s):
+                out.append(_loop_like(s, _seq(self._guard(_flat(s.body)))))
+            else:
+                out.append(tirx.IfThenElse(tirx.EQ(self.vid, 0), s, None))
+        return out
+
+    def _build(self, stmts, loop, top: bool):
+        cube, vec = [], []
+        for index, s in enumerate(stmts):
+            if top:
+                for acc, at in self.handoff_at.items():
+                    if at == index:
+                        put, get = self._channel(acc, self.shadow[acc], acc, None, "fix", "mte2",
+                                                 s.span)
+                        cube += put
+                        vec += get
+            if _is_loop(s):
+                if loop is not None and any(c.name == "gemm" for c in _calls(s)):
+                    raise KernelError("the cube/vector split handles GEMMs at most one loop "
+                                      "deep; flatten the loops around this T.gemm",
+                                      span_location(s.span))
+                c, v = self._build(_flat(s.body), s, False)
+                if c:
+                    cube.append(_loop_like(s, _seq(c)))
+                if v:
+                    fresh = tirx.Var(str(s.loop_var.name), s.loop_var.ty)
+                    body = tvm_ffi.structural_map(_seq(v), (tirx.Var, lambda x, lv=s.loop_var,
+                                                            f=fresh: f if x.same_as(lv) else x))
+                    vec.append(_loop_like(s, body, fresh))
+                continue
+            call = decode(s)
+            if call is None and any(c.name == "gemm" for c in _calls(s)):
+                raise KernelError("the cube/vector split handles T.gemm at the top level of the "
+                                  "kernel or one loop deep, not under a condition or a let "
+                                  "(as T.Persistent produces); backend 'ascend' does not "
+                                  "compile this kernel", span_location(s.span))
+            if call is not None and call.name == "gemm":
+                c, v = self._gemm(s, call, loop)
+                cube += c
+                vec += v
+                continue
+            cube_only = [b for b in self.accumulators if b not in self.per_gemm and not (
+                b in self.handoff_at and (not top or index >= self.handoff_at[b]))]
+            if self._leaf_core(s, cube_only) == "C":
+                cube.append(tvm_ffi.structural_map(
+                    s, (tirx.Buffer, lambda b: self.shadow.get(b, b)
+                        if b in self.accumulators else b)))
+            else:
+                vec.append(s)
+        return cube, vec
+
+    def run(self):
+        """(cube statements, vector statements)."""
+        cube, vec = self._build(self.stmts, None, True)
+        tiles = [b for b in _ordered(vec) if b in self.local]
+        halves = split_rows(vec, tiles, self.vid)
+        if halves is None:
+            return cube, self._guard(vec)
+        self.row_halves = halves[1]
+        return cube, halves[0]
+
+
+def _loop_like(loop, body, var=None):
+    return tirx.For(var if var is not None else loop.loop_var, loop.min, loop.extent,
+                    loop.kind, body, annotations=loop.annotations, span=loop.span)
+
+
+def _is_sync(stmt) -> bool:
+    """A cross-core flag, or one under the iteration condition of a looped channel."""
+    call = decode(stmt.then_case if isinstance(stmt, tirx.IfThenElse) else stmt)
+    return call is not None and call.name in ops.SYNC_OPS
+
+
+def _calls(stmt) -> list:
+    return tile_ops_in(stmt)
+
+
+def _leaves(stmts):
+    for s in stmts:
+        if _is_loop(s):
+            yield from _leaves(_flat(s.body))
+        elif isinstance(s, tirx.SeqStmt):
+            yield from _leaves(list(s.seq))
+        else:
+            yield s

@@ -1,0 +1,261 @@
+"""Automatic synchronisation for Ascend kernels written without flags.
+
+A kernel (or ``T.Scope`` body) that uses no ``set_flag``/``wait_flag``/barrier gets them
+inserted here, at buffer granularity:
+
+- each tile op is a list of accesses (pipe, buffer, read/write), from the op's data path;
+  a serial loop or branch is one item whose accesses are its body's;
+- for every access, the nearest earlier conflicting access (at least one write) of each other
+  pipe is a dependency; in a loop body the search wraps around to the previous iteration
+  (a loop-carried dependency);
+- a dependency P -> C becomes ``SetFlag<P_C>`` right after the producer and ``WaitFlag<P_C>``
+  right before the consumer, so the two pipes overlap in between; a loop-carried one is set
+  at the end of its producer, waited before its consumer, raised once before the loop and
+  drained once after it;
+- a flag may be set again only once its wait has cleared it (a second set of a raised flag is
+  undefined behaviour), so a loop-carried ``P -> C`` whose wait (on C) is not ordered before
+  its set (on P) within the iteration by the other flags gets a ``C -> P`` pair from right
+  after that wait to right before that set (an item that depends on itself, such as a branch
+  holding a whole GEMM, has no such order otherwise);
+- a dependency implied by another of the same event (a later producer on the same pipe whose
+  consumer comes no later) is pruned; same-pipe dependencies of the vector, cube and DMA pipes
+  get a ``PipeBarrier`` of the pipe (:data:`..facts.events.BARRIER_PIPES`), loop-carried ones
+  too, unless a flag round trip through another pipe orders the two already (a ``SetFlag``
+  waits for its pipe's earlier work);
+- every remaining dependency takes its own event id among the ids the core leaves free
+  (:func:`..facts.events.free_ids`: 0-5, less TPipe's and the lowering rules'); more is an error.
+"""
+
+from __future__ import annotations
+
+from tilewright.errors import KernelError, span_location
+from tilewright.ir import make_call
+from tilewright.transform.walk import prim_func_pass
+from tvm import tirx
+
+from ..analysis.accesses import accesses, has_manual_sync
+from ..facts import ops
+from ..facts.events import BARRIER_PIPES, EVENTS, PIPES, event_name, free_ids
+from ..facts.keys import SCOPE_KEY, VERSION_KEY
+from .memory import read_plan
+
+
+class _Inserter:
+    def __init__(self, plan: dict):
+        self.core = "AIV"  # the core of the scope being synchronised
+        self.next_id: dict[tuple[str, str], int] = {}
+        # buffers the memory plan lets share bytes conflict like one buffer
+        self.aliases: set[tuple] = set()
+        items = list(plan.items())
+        for i, (x, (sx, ox, nx)) in enumerate(items):
+            for y, (sy, oy, ny) in items[i + 1:]:
+                if sx == sy and ox < oy + ny and oy < ox + nx:
+                    self.aliases |= {(x, y), (y, x)}
+
+    def same(self, a, b) -> bool:
+        return a.same_as(b) or (a, b) in self.aliases
+
+    def event_id(self, event: str, span) -> int:
+        """The next free id of ``event`` on this core (:func:`..facts.events.free_ids`)."""
+        ids = free_ids(self.core, event)
+        n = self.next_id.get((self.core, event), 0)
+        if n >= len(ids):
+            raise KernelError(f"automatic synchronisation needs more than {len(ids)} flags of "
+                              f"event {event} (ids {', '.join(map(str, ids))} on the "
+                              f"{self.core}); split the kernel or synchronise it by hand",
+                              span_location(span))
+        self.next_id[(self.core, event)] = n + 1
+        return ids[n]
+
+    def deps(self, items, looped: bool, versions: dict):
+        """(producer index, consumer index, P, C, carried, versions) for a sequence of items;
+        ``versions`` is the stage count of the buffer (1 when it is not multi-buffered)."""
+        acc = [[a for a in accesses(s) if str(a.buffer.scope()) != "global"] for s in items]
+        found = []
+        n = len(items)
+        for j in range(n):
+            for a in acc[j]:
+                seen_pipes = set()
+                order = list(range(j - 1, -1, -1))
+                if looped:
+                    order += list(range(n - 1, j - 1, -1))
+                for i in order:
+                    for b in acc[i]:
+                        if not self.same(a.buffer, b.buffer) or not (a.write or b.write) or \
+                                b.pipe in seen_pipes:
+                            continue
+                        seen_pipes.add(b.pipe)
+                        found.append((i, j, b.pipe, a.pipe, i >= j, _stages(versions, a.buffer)))
+        return sorted(set(found))
+
+    @staticmethod
+    def prune(deps):
+        kept = []
+        for d in deps:
+            i, j = d[0], d[1]
+            implied = any(o != d and o[2:] == d[2:] and o[0] >= i and o[1] <= j for o in deps)
+            if not implied:
+                kept.append(d)
+        return kept
+
+    def sequence(self, stmts: list, looped: bool, loop=None):
+        """Rewrite a list of statements (one loop body or scope body); returns (stmts,
+        prologue, epilogue) where the last two wrap a loop for its carried flags."""
+        versions = loop.annotations.get(VERSION_KEY, {}) if loop is not None else {}
+        stmts = [self.visit(s) for s in stmts]
+        before = [[] for _ in stmts]
+        after = [[] for _ in stmts]
+        prologue, epilogue = [], []
+        kept = self.prune(self.deps(stmts, looped, versions))
+        carried_flags = []  # (i, j, p, c, its set, its wait)
+        for i, j, p, c, carried, stages in kept:
+            span = stmts[j].span if hasattr(stmts[j], "span") else None
+            if p == c:  # unless a flag round trip through another pipe orders them already
+                goal = next_iteration(2 * j, len(stmts)) if carried else 2 * j
+                if p in BARRIER_PIPES and \
+                        not _ordered(kept, self.core, len(stmts), (p, 2 * i + 1), (p, goal)):
+                    before[j].append(make_call(ops.PIPE_BARRIER.name, {}, {"pipe": p}, span))
+                continue
+            event = event_name(p, c)
+            if event not in EVENTS[self.core]:
+                before[j].append(make_call(ops.BARRIER_ALL.name, {}, {}, span))
+                continue
+            ids = [self.event_id(event, span) for _ in range(stages)]
+            flag = {"src": p, "dst": c}
+            eid = tirx.IntImm("int32", ids[0])
+            if stages > 1:  # one flag per buffer version: id = base + iteration % stages
+                eid = eid + tirx.floormod(loop.loop_var - loop.min,
+                                          tirx.IntImm("int32", stages))
+            set_call = make_call(ops.SET_FLAG.name, {"event_id": eid}, flag, span)
+            wait_call = make_call(ops.WAIT_FLAG.name, {"event_id": eid}, flag, span)
+            after[i].append(set_call)
+            before[j].append(wait_call)
+            if carried:
+                carried_flags.append((i, j, p, c, set_call, wait_call))
+                for n in ids:
+                    fixed = {"event_id": tirx.IntImm("int32", n)}
+                    prologue.append(make_call(ops.SET_FLAG.name, fixed, flag, span))
+                    epilogue.append(make_call(ops.WAIT_FLAG.name, fixed, flag, span))
+        for i, j, p, c, set_call, wait_call in carried_flags:
+            if not _ordered(kept, self.core, len(stmts), (c, 2 * j), (p, 2 * i + 1)):
+                self.order(before[j], after[i], c, p, set_call, wait_call, stmts[j])
+        out = []
+        for b, s, a in zip(before, stmts, after):
+            out.extend(b)
+            out.extend(s.seq if isinstance(s, tirx.SeqStmt) else [s])
+            out.extend(a)
+        return out, prologue, epilogue
+
+    def order(self, before: list, after: list, c: str, p: str, set_call, wait_call, stmt):
+        """Make the wait ``wait_call`` (on C, in ``before``) happen before the set ``set_call``
+        (on P, in ``after``) of the same iteration: a C -> P pair between the two, or
+        ``PipeBarrier<PIPE_ALL>`` before the set where the core has no such event."""
+        span = stmt.span if hasattr(stmt, "span") else None
+        at_set = next(k for k, x in enumerate(after) if x is set_call)
+        event = event_name(c, p)
+        if event not in EVENTS[self.core]:
+            after.insert(at_set, make_call(ops.BARRIER_ALL.name, {}, {}, span))
+            return
+        eid = {"event_id": tirx.IntImm("int32", self.event_id(event, span))}
+        flag = {"src": c, "dst": p}
+        after.insert(at_set, make_call(ops.WAIT_FLAG.name, eid, flag, span))
+        at_wait = next(k for k, x in enumerate(before) if x is wait_call)
+        before.insert(at_wait + 1, make_call(ops.SET_FLAG.name, eid, flag, span))
+
+    def visit(self, stmt):
+        if isinstance(stmt, tirx.For) and str(stmt.annotations.get("tw.loop", "")) in \
+                ("serial", "pipelined", "unroll"):
+            body, pro, epi = self.sequence(_flat(stmt.body), looped=True, loop=stmt)
+            loop = tirx.For(stmt.loop_var, stmt.min, stmt.extent, stmt.kind, tirx.SeqStmt(body)
+                            if len(body) > 1 else body[0], annotations=stmt.annotations,
+                            span=stmt.span)
+            return tirx.SeqStmt([*pro, loop, *epi]) if pro else loop
+        if isinstance(stmt, tirx.IfThenElse):  # each branch is synchronised on its own
+            then, _, _ = self.sequence(_flat(stmt.then_case), looped=False)
+            other = None
+            if stmt.else_case is not None:
+                other, _, _ = self.sequence(_flat(stmt.else_case), looped=False)
+                other = tirx.SeqStmt(other) if len(other) > 1 else other[0]
+            return tirx.IfThenElse(stmt.condition, tirx.SeqStmt(then) if len(then) > 1
+                                   else then[0], other, span=stmt.span)
+        return stmt
+
+
+def _ordered(deps, core: str, n: int, start: tuple, goal: tuple) -> bool:
+    """Whether (pipe, position) ``start`` happens before (pipe, position) ``goal`` through the
+    flags and barriers of ``deps`` in a sequence of ``n`` items. Position 2k is before item k,
+    2k + 1 after it, in one iteration; ``next_iteration(position)`` is the same place one
+    iteration later, which a loop-carried flag of one version reaches. The items' own flags
+    are not counted (a branch may not run)."""
+    edges = []  # (pipe or None for any, last position it leaves from, pipe or None, arrival)
+    for i, j, p, c, carried, stages in deps:
+        if p == c:
+            continue
+        barrier = event_name(p, c) not in EVENTS[core]  # PipeBarrier<PIPE_ALL> before item j
+        for t in (0, 1):
+            if carried and not barrier:
+                if t == 0 and stages == 1:  # set in one iteration, waited in the next
+                    edges.append((p, 2 * i + 1, c, next_iteration(2 * j, n)))
+                continue
+            at = next_iteration(2 * j, n) if t else 2 * j
+            edges.append((None, at - 1, None, at) if barrier else
+                         (p, (next_iteration(2 * i + 1, n) if t else 2 * i + 1), c, at))
+    reached = {start[0]: start[1]}  # pipe -> the earliest position reached on it
+    arrived = {}  # the same, through a flag or barrier only (not by start's own pipe order)
+    changed = True
+    while changed:
+        changed = False
+        for p, leave, c, arrive in edges:
+            if p is None:
+                ok, targets = any(s <= leave for s in reached.values()), PIPES
+            else:
+                ok, targets = p in reached and reached[p] <= leave, (c,)
+            for q in targets if ok else ():
+                if arrive < arrived.get(q, arrive + 1):
+                    arrived[q] = arrive
+                    reached[q] = min(arrive, reached.get(q, arrive))
+                    changed = True
+    return goal[0] in arrived and arrived[goal[0]] <= goal[1]
+
+
+def next_iteration(position: int, n: int) -> int:
+    """A position of a sequence of ``n`` items, one loop iteration later."""
+    return position + 2 * n + 2
+
+
+def _stages(versions, buffer) -> int:
+    """The number of versions of ``buffer`` in a multi-buffered loop (1: not versioned)."""
+    for key, value in versions.items():
+        if key.same_as(buffer):
+            return int(value)
+    return 1
+
+
+def _flat(stmt) -> list:
+    return list(stmt.seq) if isinstance(stmt, tirx.SeqStmt) else [stmt]
+
+
+def _rewrite_scopes(stmt, inserter):
+    if isinstance(stmt, tirx.AttrStmt) and stmt.attr_key == SCOPE_KEY:
+        inserter.core = "AIC" if str(stmt.value.value) == "C" else "AIV"
+        body, _, _ = inserter.sequence(_flat(stmt.body), looped=False)
+        return tirx.AttrStmt(stmt.node, stmt.attr_key, stmt.value, tirx.SeqStmt(body)
+                             if len(body) > 1 else body[0], span=stmt.span)
+    if isinstance(stmt, tirx.SeqStmt):
+        return tirx.SeqStmt([_rewrite_scopes(s, inserter) for s in stmt.seq])
+    if isinstance(stmt, tirx.For):
+        return tirx.For(stmt.loop_var, stmt.min, stmt.extent, stmt.kind,
+                        _rewrite_scopes(stmt.body, inserter), thread_binding=stmt.thread_binding,
+                        annotations=stmt.annotations, span=stmt.span)
+    return stmt
+
+
+def insert_sync():
+    """The pass: kernels with hand-written synchronisation are left untouched."""
+
+    def run(func):
+        if has_manual_sync(func):
+            return func
+        return func.with_body(_rewrite_scopes(func.body, _Inserter(read_plan(func))))
+
+    return prim_func_pass("AscendInsertSync", run)

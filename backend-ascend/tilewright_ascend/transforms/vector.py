@@ -1,0 +1,772 @@
+"""The vector path of portable kernels: T.Parallel nests, reductions, scans and tile copies
+become Ascend vector ops on UB tiles before memory planning and synchronisation.
+
+The pass runs on kernels the ``portable`` phase converted (function attribute
+:data:`PORTABLE_KEY`); hand-written dialect kernels are left as they are.
+
+- 2-D UB tiles get their rows padded to 32 bytes, so every row starts on a 32-byte boundary
+  (DataCopyPad rows, per-row vector instructions, WholeReduce repeat strides).
+- Global tensors read or written inside a ``T.Parallel`` nest are staged through UB tiles:
+  a bounds-checked ``T.copy`` in before the nest, one out after it. A guard of the nest that
+  only checks the global indices against the tensor's shape is dropped (the copies check the
+  bounds); any other guard keeps the nest on the scalar unit.
+- Each store ``dst[i, j] = expr`` becomes one vector op per node of ``expr`` (Add, Sub, Mul,
+  Div, Max, Min; Adds/Muls/Maxs/Mins with a scalar; Exp, Ln, Abs, Sqrt, Reciprocal, Cast;
+  Duplicate), each intermediate in its own UB temporary. An operand indexed by the row only
+  (``row_max[i]``) is a row broadcast (one scalar per row, read with GetValue on the S
+  pipe); one indexed by the column only (``W[j]``) a column broadcast (one vector per row).
+- What the vector unit cannot do (comparisons, selects, integer division, index arithmetic
+  as data) stays a loop of GetValue/SetValue on the scalar unit, marked :data:`SCALAR_KEY`
+  with the reason; the codegen writes the reason as a comment.
+- ``T.reduce_*`` become ``VREDUCE`` (one reduction per row, vector adds down columns)
+  with a UB work tile; ``T.cumsum`` a scalar loop; ``T.fill`` of UB Duplicate; a ``T.copy``
+  that converts dtypes goes through a UB staging tile and Cast; a scalar ``T.atomic_*`` writes
+  its value into a one-element UB tile that the atomic copy adds to global memory.
+"""
+
+from __future__ import annotations
+
+import math
+
+import tvm
+import tvm_ffi
+from tilewright.errors import KernelError, span_location
+from tilewright.ir import Region, decode, make_call
+from tilewright.transform.walk import prim_func_pass
+from tvm import sym, tirx
+
+from ..facts.arch import ALIGN
+from ..facts.dtypes import dtype_bytes
+from ..facts.instructions import computes
+from ..facts.keys import PORTABLE_KEY, SCALAR_KEY, SCOPE_KEY, VID_TAG, WORKSPACES_KEY
+from ..facts.ops import VBIN, VBRC, VDUP, VREDUCE, VSCA, VUN
+
+UB = "ascend.ub"
+# portable tile ops this pass rewrites (their rules are the vector-path ops)
+PORTABLE_VECTOR_OPS = ("reduce_sum", "reduce_max", "reduce_min", "reduce_abssum",
+                       "reduce_absmax", "cumsum")
+
+_BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Max": "max", "Min": "min"}
+_COMMUTES = {"add", "mul", "max", "min"}
+_REVERSED = {"sub": "rsub", "div": "rdiv"}
+_UNARY_CALLS = {"tirx.exp": "exp", "tirx.log": "ln", "tirx.fabs": "abs", "tirx.sqrt": "sqrt",
+                "tirx.rsqrt": "rsqrt"}
+_FLOATS = ("float32", "float16", "bfloat16")
+
+
+class Unvectorizable(Exception):
+    """The expression has a node the vector unit cannot compute."""
+
+
+def _simplify(e):
+    return sym.Analyzer().simplify(e)
+
+
+def _vars_in(e) -> list:
+    found = []
+    tvm_ffi.structural_walk(e, (tirx.Var, lambda v: found.append(v)))
+    return found
+
+
+def _uses_any(e, variables) -> bool:
+    return any(any(v.same_as(w) for w in variables) for v in _vars_in(e))
+
+
+def _subst(e, mapping):
+    return tvm_ffi.structural_map(e, (tirx.Var, lambda v: next(
+        (val for k, val in mapping if k.same_as(v)), v)))
+
+
+def _loads(e) -> list:
+    found = []
+    tvm_ffi.structural_walk(e, (tvm.ir.TensorLoad, lambda x: found.append(x)))
+    return found
+
+
+def _ints(values) -> list[int] | None:
+    out = []
+    for v in values:
+        v = v.value if isinstance(v, tirx.IntImm) else v
+        if not isinstance(v, int):
+            return None
+        out.append(v)
+    return out
+
+
+def padded_shape(shape, dtype):
+    """The shape of a UB tile whose rows are padded to 32 bytes (2-D and up)."""
+    dims = _ints(shape)
+    if dims is None or len(dims) < 2:
+        return None
+    per = ALIGN // dtype_bytes(dtype)
+    last = -(-dims[-1] // per) * per
+    return None if last == dims[-1] else [*dims[:-1], last]
+
+
+class _Lowering:
+    """Rewrites one converted kernel body."""
+
+    def __init__(self):
+        self.count = 0
+
+    # -- temporaries ---------------------------------------------------------------------
+    def temp(self, extents, dtype, out: list) -> Region:
+        shape = [int(e) for e in extents] or [1]
+        self.count += 1
+        alloc_shape = padded_shape(shape, dtype) or shape
+        buf = tirx.decl_buffer(alloc_shape, dtype, f"tw_t{self.count}", scope=UB)
+        out.append(tirx.AllocBuffer(buf))
+        return Region(buf, tuple(0 for _ in shape), tuple(tirx.IntImm("int32", s)
+                                                          for s in shape))
+
+    # -- statements ----------------------------------------------------------------------
+    def visit(self, stmt):
+        if isinstance(stmt, tirx.SeqStmt):
+            out = []
+            for s in stmt.seq:
+                new = self.visit(s)
+                out.extend(new.seq if isinstance(new, tirx.SeqStmt) else [new])
+            return tirx.SeqStmt(out) if len(out) > 1 else out[0]
+        if isinstance(stmt, tirx.For):
+            if str(stmt.annotations.get("tw.loop", "")) == "parallel":
+                return _seq(self.parallel(stmt))
+            body = self.visit(stmt.body)
+            return stmt if body.same_as(stmt.body) else tirx.For(
+                stmt.loop_var, stmt.min, stmt.extent, stmt.kind, body,
+                thread_binding=stmt.thread_binding, annotations=stmt.annotations,
+                span=stmt.span)
+        if isinstance(stmt, tirx.IfThenElse):
+            then = self.visit(stmt.then_case)
+            other = self.visit(stmt.else_case) if stmt.else_case is not None else None
+            return tirx.IfThenElse(stmt.condition, then, other, span=stmt.span)
+        if isinstance(stmt, tirx.AttrStmt):
+            return tirx.AttrStmt(stmt.node, stmt.attr_key, stmt.value, self.visit(stmt.body),
+                                 span=stmt.span)
+        call = decode(stmt)
+        if call is not None:
+            family = call.name.split("_")[0] if call.name.startswith(("reduce_", "atomic_")) \
+                else call.name
+            handler = getattr(self, "op_" + family, None)
+            if handler is not None:
+                return _seq(handler(call, stmt))
+        return stmt
+
+    # -- tile ops ------------------------------------------------------------------------
+    def op_fill(self, call, stmt):
+        dst = call.operands["dst"]
+        if str(dst.buffer.scope()) != UB:
+            return [stmt]
+        value = call.operands["value"]
+        if str(value.ty) != str(dst.buffer.dtype):
+            value = tirx.Cast(str(dst.buffer.dtype), value)
+        return [make_call(VDUP.name, {"dst": dst, "value": value}, span=stmt.span)]
+
+    def op_copy(self, call, stmt):
+        src, dst = call.operands["src"], call.operands["dst"]
+        ss, ds = str(src.buffer.scope()), str(dst.buffer.scope())
+        sd, dd = str(src.buffer.dtype), str(dst.buffer.dtype)
+        if ss == UB and ds == UB:
+            op = "copy" if sd == dd else "cast"
+            return [make_call(VUN.name, {"dst": dst, "src": src}, {"op": op}, span=stmt.span)]
+        # T.copy reads 0 past the end of a tensor: zero a tile the copy may not fill
+        zero = [make_call(VDUP.name, {"dst": dst, "value": tirx.const(0, dd)}, span=stmt.span)] \
+            if ss == "global" and ds == UB and not _inside(src) else []
+        if sd == dd or (ss, ds) not in (("global", UB), (UB, "global")):
+            return [*zero, stmt]
+        out = []
+        if ss == "global":  # GM -> UB staging tile in the source dtype -> Cast
+            stage = self.temp(_non_unit(dst), sd, out)
+            if zero:
+                out.append(make_call(VDUP.name, {"dst": stage, "value": tirx.const(0, sd)},
+                                     span=stmt.span))
+            out.append(make_call("copy", {"src": src, "dst": stage}, span=stmt.span))
+            out.append(make_call(VUN.name, {"dst": dst, "src": stage}, {"op": "cast"},
+                                 span=stmt.span))
+        else:
+            stage = self.temp(_non_unit(src), dd, out)
+            out.append(make_call(VUN.name, {"dst": stage, "src": src}, {"op": "cast"},
+                                 span=stmt.span))
+            out.append(make_call("copy", {"src": stage, "dst": dst}, span=stmt.span))
+        return out
+
+    def op_reduce(self, call, stmt):
+        src, dst = call.operands["src"], call.operands["dst"]
+        kind = call.name.removeprefix("reduce_")
+        if str(src.buffer.scope()) != UB or str(dst.buffer.scope()) != UB:
+            raise KernelError(f"T.{call.name}: backend 'ascend' reduces UB tiles (fragments); "
+                              f"{src.buffer.name!r} -> {dst.buffer.name!r} are not both tiles",
+                              span_location(stmt.span))
+        dims = _non_unit(src)
+        dim = call.attrs["dim"]
+        rank = len(src.extents)
+        dim = dim + rank if dim < 0 else dim
+        out = []
+        extents = _ints(src.extents)
+        if extents is None or str(src.buffer.dtype) != str(dst.buffer.dtype):
+            raise KernelError(f"T.{call.name}: backend 'ascend' reduces tiles of static shape "
+                              f"into tiles of the same dtype ({src.buffer.name!r} is "
+                              f"{src.buffer.dtype}, {dst.buffer.name!r} {dst.buffer.dtype})",
+                              span_location(stmt.span))
+        if len(dims) > 2 or (rank > 1 and dim not in (rank - 1, rank - 2)):
+            raise KernelError(f"T.{call.name}: backend 'ascend' reduces 1-D and 2-D tiles",
+                              span_location(stmt.span))
+        rows = math.prod(extents[:dim]) if dim == rank - 1 else math.prod(extents[dim + 1:])
+        dtype = str(src.buffer.dtype)
+        if not computes("WholeReduceSum", dtype):
+            if not dtype.startswith("bfloat"):
+                raise KernelError(f"T.{call.name}: A2's vector unit reduces float16 and float32, "
+                                  f"not {dtype}", span_location(stmt.span))
+            # bfloat16: reduce a float32 copy (A2 converts bfloat16 but does not compute in it)
+            wide_src = self.temp(_ints(src.extents), "float32", out)
+            wide_dst = self.temp(_ints(dst.extents), "float32", out)
+            out.append(make_call(VUN.name, {"dst": wide_src, "src": src}, {"op": "cast"},
+                                 span=stmt.span))
+            if not call.attrs["clear"]:
+                out.append(make_call(VUN.name, {"dst": wide_dst, "src": dst}, {"op": "cast"},
+                                     span=stmt.span))
+            self._reduce(wide_src, wide_dst, kind, dim, rank, rows, call.attrs["clear"], out,
+                         stmt.span)
+            out.append(make_call(VUN.name, {"dst": dst, "src": wide_dst}, {"op": "cast"},
+                                 span=stmt.span))
+            return out
+        self._reduce(src, dst, kind, dim, rank, rows, call.attrs["clear"], out, stmt.span)
+        return out
+
+    def _reduce(self, src, dst, kind, dim, rank, rows, clear, out, span):
+        per = ALIGN // dtype_bytes(str(src.buffer.dtype))
+        work = self.temp([-(-math.prod(_ints(src.buffer.shape)) // per) * per +
+                          -(-rows // per) * per],
+                         str(src.buffer.dtype), out)
+        out.append(make_call(VREDUCE.name, {"dst": dst, "src": src, "work": work},
+                             {"kind": kind, "dim": 1 if dim == rank - 1 else 0,
+                              "clear": clear}, span=span))
+
+    def op_cumsum(self, call, stmt):
+        src, dst = call.operands["src"], call.operands["dst"]
+        extents = _ints(src.extents)
+        if extents is None or str(src.buffer.scope()) != UB or str(dst.buffer.scope()) != UB:
+            raise KernelError("T.cumsum: backend 'ascend' scans UB tiles of static shape",
+                              span_location(stmt.span))
+        dim = call.attrs["dim"] % len(extents)
+        loops = [tirx.Var(f"c{n}", "int32") for n in range(len(extents))]
+        axis = loops[dim]
+        n = extents[dim]
+        pos = (n - 1 - axis) if call.attrs["reverse"] else axis
+        prev = (pos + 1) if call.attrs["reverse"] else (pos - 1)
+
+        def at(region, p):
+            idx = [tirx.const(0, "int32") + s + (p if d == dim else loops[d])
+                   for d, s in enumerate(_as_exprs(region.starts))]
+            return idx
+
+        x = tirx.BufferLoad(src.buffer, at(src, pos))
+        if str(src.buffer.dtype) != str(dst.buffer.dtype):
+            x = tirx.Cast(str(dst.buffer.dtype), x)
+        acc = tirx.BufferLoad(dst.buffer, at(dst, prev))
+        body = tirx.IfThenElse(tirx.EQ(axis, 0), tirx.BufferStore(dst.buffer, x, at(dst, pos)),
+                               tirx.BufferStore(dst.buffer, acc + x, at(dst, pos)))
+        for d in reversed(range(len(extents))):
+            body = tirx.For(loops[d], 0, extents[d], tirx.ForKind.SERIAL, body,
+                            annotations={SCALAR_KEY: "T.cumsum: each element adds the one "
+                                         "before it"} if d == 0 else {})
+        return [_with_span(body, stmt.span)]
+
+    def op_atomic(self, call, stmt):
+        src = call.operands["src"]
+        if isinstance(src, Region):
+            return [stmt]
+        dst = call.operands["dst"]
+        out = []
+        tile = self.temp([1], str(dst.buffer.dtype), out)
+        value = src if str(src.ty) == str(dst.buffer.dtype) else tirx.Cast(str(dst.buffer.dtype),
+                                                                          src)
+        v = tirx.Var("a0", "int32")
+        out.append(tirx.For(v, 0, 1, tirx.ForKind.SERIAL,
+                            tirx.BufferStore(tile.buffer, value, [v]),
+                            annotations={SCALAR_KEY: "a scalar atomic's value is computed on "
+                                         "the scalar unit"}, span=stmt.span))
+        out.append(make_call(call.name, {"dst": dst, "src": tile}, call.attrs, span=stmt.span))
+        return out
+
+    # -- T.Parallel --------------------------------------------------------------------------
+    def parallel(self, loop) -> list:
+        loops, body = [], loop
+        while isinstance(body, tirx.For) and \
+                str(body.annotations.get("tw.loop", "")) == "parallel":
+            loops.append(body)
+            body = body.body
+        variables = [lp.loop_var for lp in loops]
+        extents = _ints([lp.extent for lp in loops])
+        if extents is None:
+            raise KernelError("T.Parallel on backend 'ascend' needs constant extents",
+                              span_location(loop.span))
+        pre, post = [], []
+        guard = None
+        if isinstance(body, tirx.IfThenElse) and body.else_case is None:
+            guard, body = body.condition, body.then_case
+        if guard is not None and _bounds_only(guard, body, variables):
+            guard = None
+        reason = None
+        try:
+            body = self.stage_global(body, variables, extents, pre, post, loop.span,
+                                     keep=guard is not None)
+        except Unvectorizable as exc:  # a global index the copies cannot tile
+            reason = str(exc)
+            pre.clear()
+            post.clear()
+        stores = list(body.seq) if isinstance(body, tirx.SeqStmt) else [body]
+        if reason is None and guard is not None:
+            reason = f"the guard {guard} is not a bounds check of the tensors"
+        elif reason is None and not all(isinstance(s, tirx.BufferStore) for s in stores):
+            reason = "the loop body is not a sequence of element stores"
+        ops = []
+        if reason is None:
+            try:
+                for store in stores:
+                    self.store(store, variables, extents, ops)
+            except Unvectorizable as exc:
+                reason = str(exc)
+        if reason is not None:
+            if guard is not None:
+                body = tirx.IfThenElse(guard, body, None)
+            nest = body
+            for lp, v in reversed(list(zip(loops, variables))):
+                nest = tirx.For(v, lp.min, lp.extent, tirx.ForKind.SERIAL, nest,
+                                annotations={SCALAR_KEY: reason} if lp is loops[0] else {},
+                                span=lp.span)
+            _check_scalar_buffers(nest, loop.span)
+            ops = [nest]
+        else:
+            ops = [_with_span(s, loop.span) for s in ops]
+        return [*pre, *ops, *post]
+
+    def stage_global(self, body, variables, extents, pre, post, span, keep):
+        """Replace global loads and stores in ``body`` by UB tiles copied in and out."""
+        staged = {}
+
+        problems = []  # recorded, not raised: the callbacks run inside TVM
+
+        def region_of(buffer, indices):
+            starts, exts, used = [], [], []
+            for index in indices:
+                mine = [v for v in variables if _uses_any(index, [v])]
+                if not mine:
+                    starts.append(index)
+                    exts.append(1)
+                    continue
+                v = mine[0]
+                start = _simplify(_subst(index, [(v, tirx.const(0, "int32"))]))
+                rest = _simplify(index - start - v)
+                if len(mine) > 1 or not (isinstance(rest, tirx.IntImm) and rest.value == 0):
+                    problems.append(f"the index {index} of {buffer.name!r} is not one loop "
+                                    "variable + offset")
+                    return None
+                starts.append(start)
+                exts.append(extents[variables.index(v)])
+                used.append(v)
+            return starts, exts, used
+
+        def tile_for(buffer, indices, write):
+            found = region_of(buffer, indices)
+            if found is None:
+                return None, None
+            starts, exts, used = found
+            key = (buffer, tuple(str(s) for s in starts))
+            if key not in staged:
+                region = Region(buffer, tuple(starts), tuple(tirx.IntImm("int32", e)
+                                                             for e in exts))
+                tile = self.temp([extents[variables.index(v)] for v in used] or [1],
+                                 str(buffer.dtype), pre)
+                staged[key] = (region, tile, used, {"read": False, "write": False})
+            region, tile, used, how = staged[key]
+            how["write" if write else "read"] = True
+            return tile, used
+
+        def load(x):
+            if str(x.source.scope()) != "global":
+                return x
+            tile, used = tile_for(x.source, list(x.indices), False)
+            if tile is None:
+                return x
+            return tirx.BufferLoad(tile.buffer, list(used) or [tirx.const(0, "int32")])
+
+        def store(x):
+            if str(x.buffer.scope()) != "global":
+                return x
+            tile, used = tile_for(x.buffer, list(x.indices), True)
+            if tile is None:
+                return x
+            return tirx.BufferStore(tile.buffer, x.value, list(used) or [tirx.const(0, "int32")],
+                                    span=x.span)
+
+        body = tvm_ffi.structural_map(body, [(tvm.ir.TensorLoad, load),
+                                             (tirx.BufferStore, store)])
+        if problems:
+            raise Unvectorizable(problems[0])
+        for region, tile, _, how in staged.values():
+            if how["read"] or (how["write"] and keep):
+                pre.append(make_call("copy", {"src": region, "dst": tile}, span=span))
+            if how["write"]:
+                post.append(make_call("copy", {"src": tile, "dst": region}, span=span))
+        return body
+
+    def store(self, store, variables, extents, ops):
+        dst = _operand(store.buffer, store.indices, variables, extents)
+        if dst is None or len(dst[1]) != len(variables):
+            raise Unvectorizable(f"the store to {store.buffer.name!r} does not cover every "
+                                 "loop variable")
+        value = store.value
+        if str(value.ty) == "bfloat16" and _loads(value):
+            value = _cast(_promote(value), "bfloat16")  # the A2 vector unit only converts bf16
+        self.eval(value, variables, extents, ops, target=dst)
+
+    def eval(self, e, variables, extents, ops, target=None):
+        """Emit ops computing ``e``; returns ("s", expr) or ("t", region, dims)."""
+        full = tuple(range(len(variables)))
+        value = self._eval(e, variables, extents, ops, target)
+        if target is None:
+            return value
+        if value[0] == "s":
+            ops.append(make_call(VDUP.name, {"dst": target[0], "value": _cast(value[1],
+                                             str(target[0].buffer.dtype))}))
+        elif value[1] is not target[0]:
+            if value[2] != full:
+                zero = tirx.const(0, str(target[0].buffer.dtype))
+                ops.append(make_call(VDUP.name, {"dst": target[0], "value": zero}))
+                self._broadcast("add", target[0], target[0], value, ops)
+            else:
+                op = "copy" if str(value[1].buffer.dtype) == str(target[0].buffer.dtype) \
+                    else "cast"
+                ops.append(make_call(VUN.name, {"dst": target[0], "src": value[1]}, {"op": op}))
+        return value
+
+    def _new(self, dims, extents, dtype, ops, target):
+        if target is not None and tuple(target[1]) == tuple(dims) and \
+                str(target[0].buffer.dtype) == dtype:
+            return target[0]
+        return self.temp([extents[d] for d in dims], dtype, ops)
+
+    def _eval(self, e, variables, extents, ops, target):
+        kind = type(e).__name__
+        dtype = str(e.ty)
+        if not _loads(e):
+            if _uses_any(e, variables):
+                raise Unvectorizable(f"{e} computes with the loop index")
+            return ("s", e)
+        if kind == "TensorLoad":
+            operand = _operand(e.source, e.indices, variables, extents)
+            if operand is None:
+                raise Unvectorizable(f"the load {e} is not a tile element")
+            return ("t", operand[0], operand[1])
+        if dtype not in _FLOATS:
+            raise Unvectorizable(f"{e} computes in {dtype}; the vector path handles floats")
+        if kind == "Cast":
+            inner = self._eval(e.value, variables, extents, ops, None)
+            if inner[0] == "s":
+                return ("s", e)
+            if str(inner[1].buffer.dtype) == dtype:
+                return inner
+            out = self._new(inner[2], extents, dtype, ops, target)
+            ops.append(make_call(VUN.name, {"dst": out, "src": inner[1]}, {"op": "cast"}))
+            return ("t", out, inner[2])
+        if kind in _BINARY:
+            op = _BINARY[kind]
+            a = self._eval(e.a, variables, extents, ops, None)
+            b = self._eval(e.b, variables, extents, ops, None)
+            if a[0] == "s" and b[0] == "s":
+                return ("s", e)
+            if a[0] == "s" or b[0] == "s":
+                tile, scalar = (a, b[1]) if b[0] == "s" else (b, a[1])
+                if a[0] == "s":
+                    op = op if op in _COMMUTES else _REVERSED[op]
+                value = getattr(_simplify(scalar), "value", None)
+                if target is None and (op, value) in (("mul", 1.0), ("div", 1.0), ("add", 0.0),
+                                                      ("sub", 0.0)):
+                    return tile  # x * 1, x + 0: nothing to compute
+                out = self._new(tile[2], extents, dtype, ops, target)
+                ops.append(make_call(VSCA.name, {"dst": out, "src": tile[1],
+                                                 "scalar": _cast(scalar, dtype)}, {"op": op}))
+                return ("t", out, tile[2])
+            if a[2] == b[2]:
+                out = self._new(a[2], extents, dtype, ops, target)
+                ops.append(make_call(VBIN.name, {"dst": out, "src0": a[1], "src1": b[1]},
+                                     {"op": op}))
+                return ("t", out, a[2])
+            full = tuple(range(len(variables)))
+            if len(variables) != 2:
+                raise Unvectorizable(f"{e} broadcasts in a {len(variables)}-D nest")
+            if a[2] != full and b[2] != full:  # row op column: materialise the row operand
+                tile = self.temp(extents, dtype, ops)
+                ops.append(make_call(VDUP.name, {"dst": tile, "value": tirx.const(0, dtype)}))
+                self._broadcast("add", tile, tile, a, ops)
+                a = ("t", tile, full)
+            if a[2] != full:
+                a, b = b, a
+                op = op if op in _COMMUTES else _REVERSED[op]
+            out = self._new(full, extents, dtype, ops, target)
+            self._broadcast(op, out, a[1], b, ops)
+            return ("t", out, full)
+        if kind == "Call" and isinstance(e.op, tvm.ir.Op):
+            name = e.op.name
+            if name == "tirx.exp2":  # exp(x * ln 2); a constant factor of x absorbs ln 2
+                arg, ln2 = e.args[0], tirx.const(math.log(2.0), dtype)
+                if isinstance(arg, tirx.Mul) and not _loads(arg.b) and \
+                        not _uses_any(arg.b, variables):
+                    arg = tirx.Mul(arg.a, _simplify(arg.b * ln2))
+                else:
+                    arg = arg * ln2
+                scaled = self._eval(arg, variables, extents, ops, None)
+                return self._unary("exp", scaled, extents, dtype, ops, target)
+            if name in _UNARY_CALLS and len(e.args) == 1:
+                inner = self._eval(e.args[0], variables, extents, ops, None)
+                return self._unary(_UNARY_CALLS[name], inner, extents, dtype, ops, target)
+        raise Unvectorizable(f"{kind} {e} has no vector instruction here")
+
+    def _unary(self, op, inner, extents, dtype, ops, target):
+        if inner[0] == "s":
+            raise Unvectorizable(f"{op} of a scalar expression")
+        out = self._new(inner[2], extents, dtype, ops, target)
+        ops.append(make_call(VUN.name, {"dst": out, "src": inner[1]}, {"op": op}))
+        return ("t", out, inner[2])
+
+    @staticmethod
+    def _broadcast(op, out, tile, vec, ops):
+        """out = tile op vec, with vec a row (dims (0,)) or column (dims (1,)) operand."""
+        if str(vec[1].buffer.dtype) != str(out.buffer.dtype):
+            raise Unvectorizable("a broadcast operand of another dtype")
+        axis = "row" if vec[2] == (0,) else "col"
+        ops.append(make_call(VBRC.name, {"dst": out, "src": tile, "vec": vec[1]},
+                             {"op": op, "axis": axis}))
+
+
+def _inside(region) -> bool:
+    """Whether ``region`` provably lies inside its tensor."""
+    analyzer = sym.Analyzer()
+    return all(analyzer.can_prove(tirx.const(0, "int32") + start + int(ext) <= dim)
+               for start, ext, dim in zip(region.starts, region.extents, region.buffer.shape))
+
+
+def _promote(e):
+    """``e`` computed in float32 where it computes in bfloat16 (loads and constants cast)."""
+    if str(e.ty) != "bfloat16":
+        return e
+    kind = type(e).__name__
+    if kind == "TensorLoad":
+        return tirx.Cast("float32", e)
+    if kind == "FloatImm":
+        return tirx.FloatImm("float32", float(e.value))
+    if kind == "Cast":
+        return _cast(_promote(e.value), "float32")
+    if kind in _BINARY:
+        return getattr(tirx, kind)(_promote(e.a), _promote(e.b))
+    if kind == "Call" and isinstance(e.op, tvm.ir.Op) and len(e.args) == 1 and \
+            e.op.name.startswith("tirx.") and hasattr(tirx, e.op.name[5:]):
+        return getattr(tirx, e.op.name[5:])(_promote(e.args[0]))
+    return tirx.Cast("float32", e)
+
+
+def _operand(buffer, indices, variables, extents):
+    """A UB load or store as (Region, dims) when each index is a loop variable (in nest order)
+    plus an offset or free of loop variables; None otherwise."""
+    if str(buffer.scope()) != UB:
+        return None
+    starts, exts, dims = [], [], []
+    for index in indices:
+        mine = [k for k, v in enumerate(variables) if _uses_any(index, [v])]
+        if not mine:
+            starts.append(index)
+            exts.append(tirx.IntImm("int32", 1))
+            continue
+        if len(mine) > 1:
+            return None
+        k = mine[0]
+        start = _simplify(_subst(index, [(variables[k], tirx.const(0, "int32"))]))
+        rest = _simplify(index - start - variables[k])
+        if not (isinstance(rest, tirx.IntImm) and rest.value == 0):
+            return None
+        starts.append(start)
+        exts.append(tirx.IntImm("int32", extents[k]))
+        dims.append(k)
+    if dims != sorted(dims) or len(set(dims)) != len(dims):
+        return None
+    return Region(buffer, tuple(starts), tuple(exts)), tuple(dims)
+
+
+def _bounds_only(guard, body, variables) -> bool:
+    """Whether ``body`` stores to global tensors only and every conjunct of ``guard`` is
+    ``index < extent`` for an index a global access of ``body`` uses in a dimension of that
+    extent (the bounds-checked copies then do what the guard did)."""
+    accesses = []
+    tvm_ffi.structural_walk(body, [
+        (tvm.ir.TensorLoad, lambda x: accesses.append((x.source, list(x.indices)))),
+        (tirx.BufferStore, lambda x: accesses.append((x.buffer, list(x.indices))))])
+    stores = []
+    tvm_ffi.structural_walk(body, (tirx.BufferStore, lambda x: stores.append(x.buffer)))
+    if any(str(b.scope()) != "global" for b in stores):
+        return False  # the guard also keeps UB elements unwritten
+    accesses = [(b, i) for b, i in accesses if str(b.scope()) == "global"]
+
+    def conjuncts(c):
+        return conjuncts(c.a) + conjuncts(c.b) if isinstance(c, tirx.And) else [c]
+
+    for c in conjuncts(guard):
+        if not isinstance(c, tirx.LT) or not _uses_any(c.a, variables):
+            return False
+        if not any(tvm_ffi.structural_equal(index, c.a) and
+                   tvm_ffi.structural_equal(buf.shape[d], c.b)
+                   for buf, idx in accesses for d, index in enumerate(idx)):
+            return False
+    return True
+
+
+def _check_scalar_buffers(nest, span):
+    for x in _loads(nest):
+        if str(x.source.scope()) not in (UB, "global"):
+            raise KernelError(f"the scalar unit reads UB and GM; {x.source.name!r} is in "
+                              f"{x.source.scope()}", span_location(span))
+
+
+def _non_unit(region):
+    dims = [e for e in (_ints(region.extents) or []) if e != 1]
+    return dims or [1]
+
+
+def _as_exprs(values):
+    return [tirx.const(v, "int32") if isinstance(v, int) else v for v in values]
+
+
+def _cast(e, dtype):
+    return e if str(e.ty) == dtype else tirx.Cast(dtype, e)
+
+
+def _seq(stmts):
+    stmts = list(stmts)
+    return stmts[0] if len(stmts) == 1 else tirx.SeqStmt(stmts)
+
+
+def _with_span(stmt, span):
+    if isinstance(stmt, tirx.Evaluate):
+        return tirx.Evaluate(stmt.value, span=span)
+    return stmt
+
+
+def _pad_tiles(func):
+    remap = {}
+
+    def alloc(stmt):
+        buf = stmt.buffer
+        if str(buf.scope()) != UB:
+            return stmt
+        shape = padded_shape(buf.shape, str(buf.dtype))
+        if shape is None:
+            return stmt
+        new = tirx.decl_buffer(shape, buf.dtype, buf.name, scope=UB)
+        remap[buf] = new
+        return tirx.AllocBuffer(new, span=stmt.span)
+
+    body = tvm_ffi.structural_map(func.body, (tirx.AllocBuffer, alloc))
+    if not remap:
+        return func
+    body = tvm_ffi.structural_map(body, (tirx.Buffer, lambda b: remap.get(b, b)))
+    return func.with_body(body)
+
+
+def _both_vector_cores(func):
+    """A kernel whose every statement is vector work (no cube scope, no atomics) runs two
+    blocks per AI core group: vector core ``vid`` of group ``cid`` runs block
+    ``2 * cid + vid`` (each with its own UB), and the grid shrinks to ceil(blocks / 2). None
+    for any other kernel."""
+    cid_loop = func.body
+    vid_loop = cid_loop.body if isinstance(cid_loop, tirx.For) else None
+    if not (isinstance(vid_loop, tirx.For) and vid_loop.thread_binding is not None and
+            str(vid_loop.thread_binding.thread_tag) == VID_TAG):
+        return None
+    scopes, atomics = [], []
+    tvm_ffi.structural_walk(func.body, (tirx.AttrStmt, lambda a: scopes.append(
+        str(a.value.value)) if a.attr_key == SCOPE_KEY else None))
+    tvm_ffi.structural_walk(func.body, (tvm.ir.Call, lambda c: atomics.append(c) if isinstance(
+        c.op, tvm.ir.Op) and "atomic" in str(c.op.name) else None))
+    if scopes != ["V"] or atomics:
+        return None
+    cid, vid, blocks = cid_loop.loop_var, vid_loop.loop_var, cid_loop.extent
+    block = cid * 2 + vid
+
+    def scope(stmt):
+        if stmt.attr_key != SCOPE_KEY:
+            return stmt
+        body = tvm_ffi.structural_map(stmt.body, (tirx.Var, lambda v: block
+                                                  if v.same_as(cid) else v))
+        guarded = tirx.IfThenElse(tirx.LT(block, blocks), body, None)
+        return tirx.AttrStmt(stmt.node, stmt.attr_key, stmt.value, guarded, span=stmt.span)
+
+    inner = tvm_ffi.structural_map(vid_loop, (tirx.AttrStmt, scope))
+    groups = tirx.floordiv(blocks + 1, 2)
+    if isinstance(blocks, tirx.IntImm):
+        groups = tirx.IntImm("int32", (int(blocks.value) + 1) // 2)
+    loop = tirx.For(cid, 0, groups, cid_loop.kind, inner,
+                    thread_binding=tirx.IterVar(tvm.ir.Range(0, groups), cid,
+                                                tirx.IterVar.ThreadIndex,
+                                                str(cid_loop.thread_binding.thread_tag)),
+                    annotations=cid_loop.annotations, span=cid_loop.span)
+    return func.with_body(loop)
+
+
+def _one_vector_core(func):
+    """Portable vector code runs on vector sub-core 0 only (both would write the same GM),
+    unless it can take two blocks per group (:func:`_both_vector_cores`)."""
+    if WORKSPACES_KEY in func.attrs:  # split kernels guard their own work (split.py)
+        return func
+    vid_loop = func.body.body if isinstance(func.body, tirx.For) else None
+    if not (isinstance(vid_loop, tirx.For) and vid_loop.thread_binding is not None and
+            str(vid_loop.thread_binding.thread_tag) == VID_TAG):
+        return func
+    paired = _both_vector_cores(func)
+    if paired is not None:
+        return paired
+    vid = vid_loop.loop_var
+
+    def scope(stmt):
+        if stmt.attr_key != SCOPE_KEY or str(stmt.value.value) != "V":
+            return stmt
+        guarded = tirx.IfThenElse(tirx.EQ(vid, tirx.const(0, "int32")), stmt.body, None)
+        return tirx.AttrStmt(stmt.node, stmt.attr_key, stmt.value, guarded, span=stmt.span)
+
+    return func.with_body(tvm_ffi.structural_map(func.body, (tirx.AttrStmt, scope)))
+
+
+def _refuse_return_prev(func):
+    found = []
+
+    def visit(stmt):
+        if any(str(c.op.name).startswith("tw.atomic_") and str(c.op.name).endswith("_prev")
+               for c in _calls(stmt.value)):
+            found.append(stmt)
+
+    tvm_ffi.structural_walk(func.body, [(tirx.BufferStore, visit), (tirx.Bind, visit),
+                                        (tirx.Evaluate, visit)])
+    if found:
+        raise KernelError("an atomic that returns the previous value (return_prev=True) is not "
+                          "supported by backend 'ascend': Ascend C atomics are SetAtomicAdd/Max/"
+                          "Min around a UB -> GM copy, which returns nothing; drop return_prev",
+                          span_location(getattr(found[0], "span", None)))
+
+
+def _calls(e) -> list:
+    found = []
+    tvm_ffi.structural_walk(e, (tvm.ir.Call, lambda c: found.append(c)
+                                if isinstance(c.op, tvm.ir.Op) else None))
+    return found
+
+
+def lower_vector_func(func):
+    if func.attrs is None or PORTABLE_KEY not in func.attrs:
+        return func
+    _refuse_return_prev(func)
+    func = _pad_tiles(func)
+    func = _one_vector_core(func)
+    lowering = _Lowering()
+    return func.with_body(lowering.visit(func.body))
+
+
+def lower_vector():
+    return prim_func_pass("AscendVector", lower_vector_func)

@@ -1,0 +1,269 @@
+"""The correctness checks on the GPU (bundles of checks.py, built by build_bundles.py), run by
+``harness.py``: torch, cuda-python and ``tilewright.testing`` only (no TVM).
+
+Each check's bundle holds its arguments and torch's float64 results (``check.pt``); a run
+copies the arguments to the GPU (outputs poisoned with NaN), calls the kernel, and compares
+each output with the tolerance model of ``tilewright.testing`` (``compare``: the dtype's unit
+roundoff, the reduction length), reporting the largest error and its ratio to what the model
+allows.
+
+Under ``compute-sanitizer`` the checks run in batches, one process per batch and tool:
+memcheck over every check (its run gives the results too), racecheck and synccheck over
+those with shared memory and barriers. A batch the tool passes clean clears all its checks; a
+batch with errors, a crash or a timeout is split in halves until each error is pinned on
+one check, so a clean run costs one process per batch and tool and a bad check a few more.
+Without ``compute-sanitizer`` the batches run plainly and the verdict says so.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+TOOLS = ("memcheck", "racecheck", "synccheck")
+RESULT = "RESULT "
+
+
+# -- one process: run checks, print a RESULT line per check -------------------------------------
+def check_data(bundle) -> dict:
+    """The arguments and expected values a check bundle stores (its ``check`` file)."""
+    import torch
+
+    return torch.load(io.BytesIO(bundle.files["check"]), weights_only=True)
+
+
+def run_checks(root: Path, names: list[str]) -> int:
+    """Run the named check bundles under ``root`` in this process (the GPU's), printing
+    ``RESULT <json>`` for each; a check that raises gets an error result, the others go on."""
+    import torch
+    from tilewright.runtime import load, open_bundle
+
+    for name in names:
+        start = time.perf_counter()
+        try:
+            result = run_one(torch, load(root / name), open_bundle(root / name))
+        except Exception as exc:  # noqa: BLE001 - reported as this check's result
+            result = {"result": "error", "detail": f"{type(exc).__name__}: {exc}"[:300]}
+        result["seconds"] = round(time.perf_counter() - start, 2)
+        print(RESULT + json.dumps({"name": name, **result}), flush=True)
+    return 0
+
+
+def run_one(torch, kernel, bundle) -> dict:
+    """Every run of one check on the GPU; ``result`` ok or FAILED with the worst output."""
+    from tilewright.testing import compare
+
+    case = bundle.json("case")
+    data = check_data(bundle)
+    worst = {"result": "ok", "max_error": 0.0, "tolerance_ratio": 0.0}
+    for r, run in enumerate(data["runs"]):
+        args = [a.cuda() for a in run["args"]]
+        kernel.function(*args)
+        torch.cuda.synchronize()
+        for position, want in zip(run["outputs"], run["expected"]):
+            got = args[position].cpu()
+            comparison = compare(got, want, dtype=str(got.dtype),
+                                 reduction_length=case["reduction"])
+            ratio = tolerance_ratio(torch, got, want, comparison.tolerance)
+            if ratio >= worst["tolerance_ratio"]:
+                worst.update(max_error=comparison.max_abs_error, tolerance_ratio=ratio,
+                             tolerance=comparison.tolerance.why)
+            if not comparison.ok and worst["result"] == "ok":
+                worst.update(result="FAILED",
+                             detail=comparison.describe(f"run {r} output {position}")[:400])
+    return worst
+
+
+def tolerance_ratio(torch, got, want, tol) -> float:
+    """The largest ``|got - want| / (atol + rtol |want|)`` (1 is the model's bound; NaN or an
+    infinite error where a finite value was expected counts as infinite)."""
+    got, want = got.double(), want.double()
+    err = (got - want).abs()
+    same = (got.isnan() & want.isnan()) | (want.isinf() & (got == want))
+    err = torch.where(same, torch.zeros_like(err), err.nan_to_num(nan=float("inf")))
+    allowed = tol.atol + tol.rtol * want.abs().nan_to_num(nan=0.0, posinf=0.0, neginf=0.0)
+    return float((err / allowed).max()) if err.numel() else 0.0
+
+
+# -- the parent: batches under the sanitizer ---------------------------------------------------
+@dataclass
+class Outcome:
+    """What one process over a batch gave: each check's result (by name), the errors the
+    sanitizer counted (None: no summary seen), whether every check reported."""
+
+    results: dict
+    errors: int | None
+    complete: bool
+    log: str = ""
+
+
+Runner = Callable[[str | None, list[str]], Outcome]
+
+
+def sanitizer_errors(text: str) -> int | None:
+    """The errors a compute-sanitizer run reported: its ``ERROR SUMMARY: N errors`` lines
+    (memcheck, synccheck) and racecheck's ``(N errors, M warnings)``; None when neither."""
+    counts = [int(n) for n in re.findall(r"ERROR SUMMARY: (\d+) errors?", text)]
+    counts += [int(n) for n in re.findall(r"\((\d+) errors?, \d+ warnings?\)", text)]
+    return sum(counts) if counts else None
+
+
+def process_runner(harness: Path, root: Path, sanitizer: str | None, timeout: float) -> Runner:
+    """A :data:`Runner` that starts ``harness.py --run-checks`` on a batch, under
+    ``sanitizer --tool TOOL`` when a tool is given."""
+
+    def run(tool: str | None, names: list[str]) -> Outcome:
+        cmd = [sys.executable, str(harness), "--bundles", str(root), "--run-checks",
+               ",".join(names)]
+        if tool is not None:
+            cmd = [sanitizer, "--tool", tool, "--report-api-errors", "no", *cmd]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+            out, code = proc.stdout + proc.stderr, proc.returncode
+        except subprocess.TimeoutExpired as exc:
+            out = "".join(x.decode() if isinstance(x, bytes) else (x or "")
+                          for x in (exc.stdout, exc.stderr))
+            out, code = out + f"\n(timed out after {timeout:.0f} s)", None
+        results = {}
+        for line in out.splitlines():
+            if line.startswith(RESULT):
+                item = json.loads(line[len(RESULT):])
+                results[item.pop("name")] = item
+        errors = 0 if tool is None else sanitizer_errors(out)
+        complete = code == 0 and set(results) == set(names)
+        return Outcome(results, errors, complete, out)
+
+    return run
+
+
+@dataclass
+class Verdicts:
+    """Per check: its result (from the first tool's runs) and each tool's verdict."""
+
+    results: dict = field(default_factory=dict)
+    tools: dict = field(default_factory=dict)  # name -> {tool: verdict}
+    logs: list = field(default_factory=list)
+    processes: int = 0
+
+
+def attribute(run: Runner, tool: str | None, names: list[str], into: Verdicts,
+              deadline: float | None = None) -> None:
+    """Run ``names`` as one batch; clean clears them all, anything else is split in halves
+    until it is pinned on single checks. Past ``deadline`` (a ``time.monotonic()`` value) no
+    batch starts: its checks say so."""
+    if deadline is not None and time.monotonic() > deadline:
+        for name in names:
+            into.tools.setdefault(name, {})[tool or "plain"] = "not run (time budget)"
+        return
+    outcome = run(tool, names)
+    into.processes += 1
+    for name, result in outcome.results.items():
+        into.results.setdefault(name, result)
+    label = tool or "plain"
+    if outcome.complete and outcome.errors == 0:
+        for name in names:
+            into.tools.setdefault(name, {})[label] = "clean" if tool else "not sanitized"
+        return
+    if len(names) == 1:
+        (name,) = names
+        if not outcome.complete:
+            verdict = "crashed or timed out"
+        elif outcome.errors is None:
+            verdict = "no summary"
+        else:
+            verdict = f"{outcome.errors} errors"
+        into.tools.setdefault(name, {})[label] = verdict
+        into.logs.append(f"== {label} {name}: {verdict}\n{outcome.log[-6000:]}")
+        return
+    half = len(names) // 2
+    attribute(run, tool, names[:half], into, deadline)
+    attribute(run, tool, names[half:], into, deadline)
+
+
+def batches(names: list[str], size: int) -> list[list[str]]:
+    return [names[i:i + size] for i in range(0, len(names), size)]
+
+
+def sanitize_all(run: Runner, cases: dict, tools_found: bool, batch: int,
+                 deadline: float | None = None) -> Verdicts:
+    """Every bundled check through memcheck (or plainly without a sanitizer), then those with
+    shared memory and barriers through racecheck and synccheck, while ``deadline`` (a
+    ``time.monotonic()`` value) allows; checks a tool did not reach say so."""
+    into = Verdicts()
+    names = sorted(cases)
+    synced = [n for n in names if cases[n].get("shared_memory") and cases[n].get("barriers")]
+    plan = [("memcheck", names), ("racecheck", synced), ("synccheck", synced)] if \
+        tools_found else [(None, names)]
+    for n, (tool, subset) in enumerate(plan):
+        for group in batches(subset, batch):  # the first tool covers every check
+            attribute(run, tool, group, into, deadline if n else None)
+    return into
+
+
+def find_sanitizer() -> str | None:
+    found = shutil.which("compute-sanitizer")
+    if found:
+        return found
+    for home in ("/usr/local/cuda",):
+        candidate = Path(home) / "bin" / "compute-sanitizer"
+        if candidate.exists():
+            return str(candidate)
+    return None
+
+
+# -- the table ---------------------------------------------------------------------------------
+def rows(index: dict, verdicts: Verdicts) -> list[dict]:
+    """One row per check of the index: name, dtype, result, error against the tolerance
+    model, sanitizer verdict."""
+    out = []
+    for name, entry in sorted(index.items()):
+        row = {"check": name, "dtype": entry["dtype"], "group": entry["group"]}
+        if entry["status"] != "bundled":
+            row.update(result=entry["status"], error="-", sanitizer="-",
+                       detail=entry.get("reason", ""))
+        else:
+            result = verdicts.results.get(name)
+            tools = verdicts.tools.get(name, {})
+            if result is None:
+                row.update(result="crashed", error="-")
+            else:
+                row.update(result=result["result"], detail=result.get("detail", ""),
+                           error=f"{result['max_error']:.2e} ({result['tolerance_ratio']:.2f} "
+                                 "of tol)" if "max_error" in result else "-")
+            row["sanitizer"] = ", ".join(f"{t} {v}" for t, v in tools.items()) or "-"
+        out.append(row)
+    return out
+
+
+def table(rows_: list[dict]) -> str:
+    """The rows as a Markdown table, then a count of each result."""
+    lines = ["| check | dtype | result | max error (of the tolerance) | sanitizer |",
+             "|---|---|---|---|---|"]
+    counts: dict = {}
+    for r in rows_:
+        counts[r["result"]] = counts.get(r["result"], 0) + 1
+        lines.append(f"| {r['check']} | {r['dtype']} | {r['result']} | {r['error']} | "
+                     f"{r['sanitizer']} |")
+    lines.append("")
+    lines.append("checks: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
+    return "\n".join(lines)
+
+
+def trouble(row: dict) -> bool:
+    """Whether a row is a bundled check that did not pass, or that a sanitizer flagged
+    (unsupported cases are not failures)."""
+    return row["result"] not in ("ok", "unsupported") or any(
+        bad in row["sanitizer"] for bad in ("errors", "crashed", "no summary"))
+
+
+def healthy(rows_: list[dict]) -> bool:
+    """Every bundled check ran ok and clean."""
+    return not any(trouble(r) for r in rows_)

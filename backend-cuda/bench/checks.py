@@ -1,0 +1,209 @@
+"""The GPU correctness checks: every kernel the project can show running on the H200.
+
+- ``conformance``: every case of the conformance catalogue (``tilewright_sdk.conformance``:
+  every kernel, dtype and shape variant; a dynamic one at the suite's two sizes);
+- ``example``: every kernel of ``examples/`` at the emulation tests' sizes
+  (``tests/cuda_cases.py``);
+- ``dialect``: the CUDA dialect kernels (``tests/dialect_cases.py``: TMA, mbarriers, roles,
+  clusters) and the benchmark kernels at small sizes in each configuration the benchmark
+  bundles (warp specialisation, TMA issued in order, multicast in clusters, persistent tiles,
+  two blocks per SM, cp.async).
+
+Each :class:`Check` is built here into a bundle (``build_bundles.py``) that also holds its
+inputs (drawn from the recorded seed) and torch's results in float64 (``check.pt``); the
+harness runs it on the GPU with torch and cuda-python only and compares with the tolerance
+model of ``tilewright.testing``. A case the CUDA backend declares it does not support, or
+refuses at compile time with an :class:`~tilewright.UnsupportedOpError`, is recorded as
+unsupported with the reason (``index.json``), not bundled.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "tests"))  # cuda_cases.py, dialect_cases.py
+
+import cuda_cases  # noqa: E402 - after the sys.path setup
+import dialect_cases  # noqa: E402
+import kernels  # noqa: E402
+import torch  # noqa: E402
+from tilewright.plugin import get_manager  # noqa: E402
+from tilewright.testing import float64_reference  # noqa: E402
+from tilewright_sdk.conformance.catalogue import cases  # noqa: E402
+from tilewright_sdk.conformance.runner import missing_capabilities  # noqa: E402
+
+SEED = 0
+
+
+@dataclass
+class Run:
+    """One call: every kernel argument (outputs poisoned with NaN, or the values an
+    accumulating kernel adds to) and the expected value of each output."""
+
+    args: list
+    outputs: list  # positions in ``args``
+    expected: list
+
+
+@dataclass
+class Check:
+    """A kernel to run on the GPU and what it must produce."""
+
+    name: str  # the bundle's folder name
+    group: str  # conformance, example or dialect
+    dtype: str
+    make: Callable  # () -> PrimFunc
+    runs: Callable  # () -> list[Run]
+    reduction: int = 1  # the longest reduction behind an output element (tolerance model)
+    pass_configs: dict = field(default_factory=dict)
+    unsupported: Callable | None = None  # () -> reason when the backend declares no support
+
+
+def conformance() -> list[Check]:
+    backend = get_manager().backends()["cuda"]
+    out = []
+    for case in cases():
+        kernel, dims = case.kernel, case.dims
+        sizes = [dims] + ([{k: max(1, v * 3 // 4 + 1) for k, v in dims.items()}]
+                          if case.variant == "dynamic" else [])  # the suite's second size
+
+        def runs(case=case, sizes=sizes) -> list[Run]:
+            return [_catalogue_run(case, size) for size in sizes]
+
+        def unsupported(case=case) -> str | None:
+            missing = missing_capabilities(case, backend)
+            if not missing:
+                missing = missing_capabilities(case, backend, case.kernel.make(
+                    case.dtype, **case.dims))
+            return f"does not declare {', '.join(missing)}" if missing else None
+
+        out.append(Check(f"conformance-{case.id}", "conformance", case.dtype,
+                         lambda case=case: case.kernel.make(case.dtype, **case.dims), runs,
+                         max(kernel.reduction(**size) for size in sizes),
+                         unsupported=unsupported))
+    return out
+
+
+def _catalogue_run(case, dims) -> Run:
+    gen = torch.Generator().manual_seed(SEED)
+    inputs = case.kernel.inputs(torch, gen, case.dtype, **dims)
+    expected = float64_reference(case.kernel.reference, *inputs)
+    func = case.kernel.make(case.dtype, **case.dims)
+    n = len(func.params)
+    outs = sorted(i % n for i in case.kernel.out_idx)
+    given, args, positions = iter(inputs), [], []
+    for i, param in enumerate(func.params):
+        if i in outs:
+            shape = _shape(param, args, func)
+            args.append(torch.full(shape, float("nan"), dtype=getattr(torch, str(param.dtype))))
+            positions.append(i)
+        else:
+            args.append(next(given))
+    positions += [_param_position(func, outs, k) for k in case.kernel.inplace]
+    return Run(args, positions, list(expected))
+
+
+def _param_position(func, outs: list, input_index: int) -> int:
+    """The kernel parameter of the ``input_index``-th argument the suite passes."""
+    inputs = [i for i in range(len(func.params)) if i not in outs]
+    return inputs[input_index]
+
+
+def _shape(param, args: list, func) -> list[int]:
+    """An output's shape, its symbols read from the inputs already placed in ``args``."""
+    symbols = {}
+    for arg, p in zip(args, func.params):
+        for dim, size in zip(p.shape, arg.shape):
+            if not hasattr(dim, "value"):
+                symbols[str(dim)] = int(size)
+    return [int(d.value) if hasattr(d, "value") else symbols[str(d)] for d in param.shape]
+
+
+def examples() -> list[Check]:
+    out = []
+    for name in cuda_cases.NAMES:
+        case = cuda_cases.case(name)
+        dtype = str(case.args[case.outputs[0]].dtype).removeprefix("torch.")
+        out.append(Check(f"example-{name}", "example", dtype,
+                         lambda name=name: cuda_cases.func(name),
+                         lambda name=name: [_example_run(cuda_cases.case(name))],
+                         case.reduction))
+    return out
+
+
+def _example_run(case) -> Run:
+    return Run(list(case.args), list(case.outputs), [e.double() for e in case.expected])
+
+
+BENCH_CONFIGS = (  # (suffix, tile changes, pass configs): the benchmark bundles' rows
+    ("", {}, kernels.GEMM_PASS_CONFIGS),
+    ("_ws", {}, {}),
+    ("_cpasync", {}, {"cuda.disable_tma_lower": True}),
+    ("_direct", {"num_stages": 4, "c_shared": False}, kernels.GEMM_PASS_CONFIGS),
+    ("_multicast", {}, {"cuda.tma_multicast": True}),
+    ("_128x128x2", {"block_N": 128, "c_shared": False},
+     {"cuda.blocks_per_sm": 2, **kernels.GEMM_PASS_CONFIGS}),
+    ("_persistent", {"num_stages": 4, "c_shared": False, "workers": 3}, {}),  # 4 tiles
+)
+ATTENTION_CONFIGS = (("", {}, {}), ("_2stages", {"num_stages": 2}, {}),
+                     ("_nows", {}, kernels.GEMM_PASS_CONFIGS),
+                     ("_multicast", {}, {"cuda.tma_multicast": True}),
+                     ("_cpasync", {}, {"cuda.disable_tma_lower": True}))
+
+
+def dialect() -> list[Check]:
+    out = []
+    for name, func, case in dialect_cases.cases():
+        dtype = str(case.args[0].dtype).removeprefix("torch.")
+        out.append(Check(f"dialect-{name}", "dialect", dtype, lambda func=func: func,
+                         lambda case=case: [_example_run(case)], case.reduction))
+    m, n, k = 256, 512, 256  # 2 x 2 blocks of 128 x 256 (pairs for multicast), 4 k-tiles
+    for suffix, change, configs in BENCH_CONFIGS:
+        for dtype in ("float16", "bfloat16") if suffix in ("", "_ws") else ("float16",):
+            config = {**kernels.GEMM, **change}
+            builder = kernels.gemm_persistent if "workers" in change else kernels.gemm
+            out.append(Check(
+                f"dialect-bench_gemm_{dtype}{suffix}", "dialect", dtype,
+                lambda builder=builder, dtype=dtype, config=config: builder.fn(
+                    m, n, k, dtype, **config),
+                lambda dtype=dtype: [_gemm_run(m, n, k, dtype)], k, configs))
+    b, h, s, d = 1, 2, 256, 128  # query blocks in pairs (multicast), 2 steps of 128 keys
+    for suffix, change, configs in ATTENTION_CONFIGS:
+        out.append(Check(
+            f"dialect-bench_attention_float16{suffix}", "dialect", "float16",
+            lambda change=change: kernels.attention.fn(b, h, s, d, "float16",
+                                                       **{**kernels.ATTENTION, **change}),
+            lambda: [_attention_run(b, h, s, d)], s, configs))
+    out.append(Check("dialect-bench_add_float32", "dialect", "float32",
+                     lambda: kernels.add.fn(16, 1024, "float32", **kernels.ADD),
+                     lambda: [_add_run(16, 1024)]))
+    return out
+
+
+def _gemm_run(m: int, n: int, k: int, dtype: str) -> Run:
+    gen = torch.Generator().manual_seed(SEED)
+    a, b = (torch.randn(*s, generator=gen).to(getattr(torch, dtype)) for s in ((m, k), (k, n)))
+    c = torch.full((m, n), float("nan"), dtype=a.dtype)
+    return Run([a, b, c], [2], [a.double() @ b.double()])
+
+
+def _attention_run(b: int, h: int, s: int, d: int) -> Run:
+    gen = torch.Generator().manual_seed(SEED)
+    q, k, v = (torch.randn(b, s, h, d, generator=gen).half() for _ in range(3))
+    ref = torch.nn.functional.scaled_dot_product_attention(
+        *(t.transpose(1, 2).double() for t in (q, k, v))).transpose(1, 2)
+    return Run([q, k, v, torch.full_like(q, float("nan"))], [3], [ref])
+
+
+def _add_run(m: int, n: int) -> Run:
+    gen = torch.Generator().manual_seed(SEED)
+    a, b = torch.randn(m, n, generator=gen), torch.randn(m, n, generator=gen)
+    return Run([a, b, torch.full_like(a, float("nan"))], [2], [a.double() + b.double()])
+
+
+def every_check() -> list[Check]:
+    return conformance() + examples() + dialect()

@@ -1,0 +1,164 @@
+"""The GPU correctness checks without a GPU: bench/checks.py covers the whole conformance
+catalogue, every example and the dialect and benchmark kernels; build_bundles.py builds them
+into bundles that ``harness.py --list`` accepts (and rejects when broken); the harness's
+sanitizer batching (bench/check_runner.py) pins errors, crashes and hangs on single checks,
+tried with a fake runner."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+ROOT = BENCH.parents[1]
+sys.path.insert(0, str(BENCH))
+
+import build_bundles  # noqa: E402 - after the sys.path setup
+import check_runner  # noqa: E402
+import checks  # noqa: E402
+import cuda_cases  # noqa: E402
+import harness  # noqa: E402
+from tilewright.runtime import load, open_bundle  # noqa: E402
+from tilewright.testing import tolerance  # noqa: E402
+from tilewright_sdk.conformance.catalogue import cases  # noqa: E402
+
+
+def test_every_catalogue_case_example_and_dialect_kernel_is_checked():
+    every = checks.every_check()
+    names = [c.name for c in every]
+    assert len(names) == len(set(names))
+    assert {f"conformance-{c.id}" for c in cases()} <= set(names)
+    assert {f"example-{n}" for n in cuda_cases.NAMES} <= set(names)
+    examples = {p.stem for p in (ROOT / "examples").glob("*.py")}
+    covered = {n.split("-", 1)[1] for n in names if n.startswith("example-")}
+    assert all(any(c.startswith(e) for c in covered) for e in examples), examples
+    dialect = {n for n in names if n.startswith("dialect-")}
+    assert {"dialect-ws_gemm", "dialect-cluster_scale", "dialect-bench_gemm_float16_multicast",
+            "dialect-bench_attention_float16_multicast",
+            "dialect-bench_gemm_float16_persistent"} <= dialect
+
+
+def test_a_dynamic_case_runs_at_the_suites_two_sizes():
+    check = next(c for c in checks.conformance() if c.name.endswith("-dynamic"))
+    runs = check.runs()
+    assert len(runs) == 2 and runs[0].args[0].shape != runs[1].args[0].shape
+    for run in runs:  # outputs poisoned, one expected value per output
+        assert all(run.args[i].isnan().all() for i in run.outputs)
+        assert len(run.outputs) == len(run.expected)
+
+
+def _list(bundles: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "core")}
+    return subprocess.run([sys.executable, str(BENCH / "harness.py"), "--bundles",
+                           str(bundles), "--list"], capture_output=True, text=True, env=env,
+                          check=False, timeout=300)
+
+
+@pytest.mark.nvrtc
+def test_checks_build_into_bundles_the_harness_lists(tmp_path, monkeypatch):
+    only = "conformance-copy-float16-full,example-row_reduce"
+    monkeypatch.setattr(sys, "argv", ["build_bundles.py", "--out", str(tmp_path), "--checks",
+                                      "only", "--only", only])
+    assert build_bundles.main() == 0
+    index = json.loads((tmp_path / "checks" / "index.json").read_text())
+    assert sorted(index) == sorted(only.split(","))
+    assert {e["status"] for e in index.values()} == {"bundled"}
+    good = _list(tmp_path)
+    assert good.returncode == 0, good.stdout + good.stderr
+    assert "2 bundles" in good.stdout and "0 broken" in good.stdout
+    # a stored argument that no longer fits the kernel is caught (a changed file fails the
+    # bundle's own checks: tests/reliability)
+    bundle = open_bundle(tmp_path / "checks" / "example-row_reduce")
+    data = check_runner.check_data(bundle)
+    params = load(bundle.path).signature.params
+    assert harness.check_arguments(data, params) == []
+    data["runs"][0]["args"][0] = data["runs"][0]["args"][0][:5]
+    assert "the kernel takes float32 [20, 300]" in harness.check_arguments(data, params)[0]
+    # the child process reports every check, here without a GPU as an error result
+    run = check_runner.process_runner(BENCH / "harness.py", tmp_path / "checks", None, 300)
+    outcome = run(None, ["example-row_reduce"])
+    assert outcome.complete and outcome.errors == 0
+    assert outcome.results["example-row_reduce"]["result"] in ("ok", "error")
+
+
+def test_sanitizer_summaries_are_counted():
+    assert check_runner.sanitizer_errors("========= ERROR SUMMARY: 0 errors\n") == 0
+    assert check_runner.sanitizer_errors("========= ERROR SUMMARY: 3 errors\n") == 3
+    assert check_runner.sanitizer_errors(
+        "========= RACECHECK SUMMARY: 2 hazards displayed (1 error, 1 warning)\n") == 1
+    assert check_runner.sanitizer_errors("no summary at all") is None
+
+
+def _fake(bad: dict):
+    """A runner whose checks are ok, except ``bad``: name -> "errors" or "crash"."""
+    calls = []
+
+    def run(tool, names):
+        calls.append((tool, list(names)))
+        crashed = [n for n in names if bad.get(n) == "crash"]
+        reached = names[:names.index(crashed[0])] if crashed else names
+        results = {n: {"result": "ok", "max_error": 0.0, "tolerance_ratio": 0.1}
+                   for n in reached}
+        errors = sum(bad.get(n) == "errors" for n in reached) * 2
+        return check_runner.Outcome(results, errors, not crashed, "log")
+
+    return run, calls
+
+
+def test_errors_and_crashes_are_pinned_on_single_checks():
+    names = [f"c{i}" for i in range(16)]
+    run, calls = _fake({"c3": "errors", "c12": "crash"})
+    into = check_runner.Verdicts()
+    check_runner.attribute(run, "memcheck", names, into)
+    assert into.tools["c3"] == {"memcheck": "2 errors"}
+    assert into.tools["c12"] == {"memcheck": "crashed or timed out"}
+    assert all(into.tools[n] == {"memcheck": "clean"} for n in names if n not in ("c3", "c12"))
+    assert "c12" not in into.results and into.results["c0"]["result"] == "ok"
+    assert len(calls) <= 1 + 2 * 2 * 4  # two bisections of depth 4 at most
+    clean, calls = _fake({})
+    check_runner.attribute(clean, "memcheck", names, check_runner.Verdicts())
+    assert len(calls) == 1
+
+
+def test_race_and_sync_checks_cover_shared_memory_with_barriers_within_the_budget():
+    cases = {"a": {"shared_memory": True, "barriers": True},
+             "b": {"shared_memory": False, "barriers": False}}
+    run, calls = _fake({})
+    into = check_runner.sanitize_all(run, cases, True, batch=8)
+    assert [tool for tool, _ in calls] == ["memcheck", "racecheck", "synccheck"]
+    assert into.tools["a"] == {t: "clean" for t in check_runner.TOOLS}
+    assert into.tools["b"] == {"memcheck": "clean"}
+    into = check_runner.sanitize_all(run, cases, True, batch=8, deadline=0)
+    assert into.tools["a"]["racecheck"] == "not run (time budget)"
+    plain = check_runner.sanitize_all(run, cases, False, batch=8)
+    assert plain.tools["b"] == {"plain": "not sanitized"}
+
+
+def test_the_table_has_a_row_per_check_with_result_error_and_verdict():
+    index = {"x": {"group": "conformance", "dtype": "float16", "status": "bundled"},
+             "y": {"group": "conformance", "dtype": "float32", "status": "unsupported",
+                   "reason": "does not declare op foo"},
+             "z": {"group": "example", "dtype": "float32", "status": "bundled"}}
+    verdicts = check_runner.Verdicts(
+        results={"x": {"result": "ok", "max_error": 1e-3, "tolerance_ratio": 0.25}},
+        tools={"x": {"memcheck": "clean"}, "z": {"memcheck": "crashed or timed out"}})
+    rows = check_runner.rows(index, verdicts)
+    text = check_runner.table(rows)
+    assert "| x | float16 | ok | 1.00e-03 (0.25 of tol) | memcheck clean |" in text
+    assert "| y | float32 | unsupported | - | - |" in text
+    assert "| z | float32 | crashed | - | memcheck crashed or timed out |" in text
+    assert not check_runner.healthy(rows)
+    assert check_runner.healthy(rows[:2])
+
+
+def test_the_tolerance_ratio_is_one_at_the_models_bound():
+    want = torch.tensor([1.0, -2.0, 0.0], dtype=torch.float64)
+    tol = tolerance("float16")
+    edge = want + (tol.atol + tol.rtol * want.abs())
+    assert check_runner.tolerance_ratio(torch, edge, want, tol) == pytest.approx(1.0)
+    nan = torch.tensor([float("nan"), 0.0, 0.0], dtype=torch.float64)
+    assert check_runner.tolerance_ratio(torch, nan, want, tol) == float("inf")

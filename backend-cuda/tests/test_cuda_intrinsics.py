@@ -1,0 +1,39 @@
+"""The intrinsics table (tilewright_cuda/intrinsics.py) is where the analyses learn what a
+device function call does: barrier insertion counts a 16-byte copy's source as read and its
+destination as written, a cp.async destination as in flight until a wait, and a name the
+table does not know is an error rather than a guess."""
+
+import pytest
+from tilewright_cuda import intrinsics
+from tilewright_cuda.analysis.accesses import Access
+from tvm import tirx
+
+ZERO = tirx.const(0, "int32")
+
+
+def _copy(name, dst, src):
+    return tirx.Evaluate(tirx.call_extern(
+        "int32", name, tirx.address_of(tirx.BufferLoad(dst, [ZERO])),
+        tirx.address_of(tirx.BufferLoad(src, [ZERO])), tirx.const(16, "int32")))
+
+
+def test_copy_effects_come_from_the_table():
+    smem = tirx.decl_buffer((64,), "float16", "S", scope="shared.dyn")
+    other = tirx.decl_buffer((64,), "float16", "O", scope="shared.dyn")
+    access = Access(_copy("tw_copy16", smem, other), {})
+    assert [b.name for b, _ in access.writes] == ["S"]
+    assert [b.name for b, _ in access.reads] == ["O"]
+    issued = Access(_copy("tw_cp_async16", smem, other), {})
+    assert [b.name for b, _ in issued.issued] == ["S"] and not issued.writes
+    assert Access(intrinsics.cp_async_wait(0), {}).lands
+
+
+def test_template_arguments_do_not_change_the_entry():
+    assert intrinsics.named("tw_gemm_mma<64, 64, 32, false, false, 128, 2, 2>").role == "gemm"
+    assert intrinsics.named("tw_cp_async_wait<2>").lands
+
+
+def test_an_unknown_function_is_an_error():
+    with pytest.raises(KeyError, match="intrinsics table has no 'tw_mystery'"):
+        intrinsics.named("tw_mystery<3>")
+    assert intrinsics.lookup("exp2f") is None

@@ -1,0 +1,206 @@
+"""Shared-memory accesses of statements, for barrier insertion, pipelining and fence removal:
+what a statement reads and writes (and which version of a pipelined tile), what it issues
+asynchronously, which tiles TMA loads fill. Effects of intrinsic calls come from
+``intrinsics.TABLE``."""
+
+from __future__ import annotations
+
+import tvm
+import tvm_ffi
+from tvm import tirx
+
+from .. import intrinsics, layout
+
+SHARED_MEMORIES = ("shared", "shared.dyn", "local.fragment")  # fragments not in registers
+
+
+def shared(buffer) -> bool:
+    """Whether ``buffer`` lives in shared memory (fragments not in registers do)."""
+    return layout.memory(buffer) in SHARED_MEMORIES
+
+
+def version_key(index, stages: int):
+    """Which version of a pipelined tile an index names: ``("c", v)`` for a constant,
+    ``("k", loop var, offset, stages)`` for ``floormod(var + offset, stages)``, else None."""
+    if isinstance(index, tirx.IntImm):
+        return ("c", int(index.value) % stages)
+    if isinstance(index, tirx.FloorMod) and isinstance(index.b, tirx.IntImm) and \
+            int(index.b.value) == stages:
+        a = index.a
+        if isinstance(a, tirx.Var):
+            return ("k", hash(a), 0, stages)
+        if isinstance(a, tirx.Add) and isinstance(a.a, tirx.Var) and isinstance(a.b, tirx.IntImm):
+            return ("k", hash(a.a), int(a.b.value) % stages, stages)
+    return None
+
+
+def _overlap(k1, k2) -> bool:
+    if k1 is None or k2 is None or k1[0] != k2[0]:
+        return True
+    if k1[0] == "c":
+        return k1[1] == k2[1]
+    return k1[1] != k2[1] or k1[2] == k2[2]
+
+
+def conflict(xs, ys) -> bool:
+    """Whether two sets of ``(buffer, version key)`` entries may touch the same memory."""
+    return any(b1.same_as(b2) and _overlap(k1, k2) for b1, k1 in xs for b2, k2 in ys)
+
+
+def rekey(entries, var_hash, fn):
+    """``entries`` with the version keys of loop variable ``var_hash`` mapped by ``fn``."""
+    out = set()
+    for buf, key in entries:
+        out.add((buf, fn(key) if key is not None and key[0] == "k" and key[1] == var_hash
+                 else key))
+    return out
+
+
+class Access:
+    """The shared-memory effects of a statement: ``reads`` and ``writes`` (visible to other
+    threads after the next barrier), ``issued`` (cp.async writes, visible only after a wait
+    and a barrier), and whether it waits for cp.async groups (``lands``). Entries are
+    ``(buffer, version key)``. Pointer arguments of intrinsics count as their table entry
+    says; any other element address a call takes counts as written, any other element read
+    as read."""
+
+    def __init__(self, stmt, versions: dict):
+        self.reads, self.writes, self.issued, self.lands = set(), set(), set(), False
+        handled = []
+
+        def entry(buf, indices):
+            stages = versions.get(str(buf.name))
+            key = version_key(indices[0], stages) if stages and len(indices) == len(
+                buf.shape) == 3 else None
+            return buf, key
+
+        def add(target, *sets):
+            if shared(target.source):
+                for into in sets:
+                    into.add(entry(target.source, target.indices))
+
+        sets = {"read": lambda: (self.reads,), "write": lambda: (self.writes,),
+                "readwrite": lambda: (self.reads, self.writes), "async": lambda: (self.issued,)}
+
+        def call(c):
+            found = intrinsics.of(c)
+            if found is None:
+                return
+            if found.lands:
+                self.lands = True
+            for load, effect in intrinsics.pointer_effects(c):
+                handled.append(load)
+                add(load, *sets[effect]())
+
+        tvm_ffi.structural_walk(stmt, (tvm.ir.Call, call))
+
+        def load(e):
+            if shared(e.source) and not any(e.same_as(x) for x in handled):
+                self.reads.add(entry(e.source, e.indices))
+
+        def store(s):
+            if shared(s.buffer):
+                self.writes.add(entry(s.buffer, s.indices))
+
+        def address(c):  # atomics and printing take element addresses
+            if intrinsics.is_address_of(c) and not any(c.args[0].same_as(h) for h in handled):
+                add(c.args[0], self.writes)
+
+        tvm_ffi.structural_walk(stmt, [(tvm.ir.TensorLoad, load), (tirx.BufferStore, store),
+                                       (tvm.ir.Call, address)])
+
+
+def producer_writes(stmt) -> list | None:
+    """The shared buffers ``stmt`` fills from global memory, or None when it is not such a
+    copy (it reads anything but global tensors, writes anything but shared tiles, or calls
+    anything but the 16-byte copies and cp.async group operations)."""
+    written, bad, copy_dst = [], [], []
+
+    def call(c):
+        found = intrinsics.of(c)
+        if found is None:
+            if isinstance(c.op, tvm.ir.Op) and c.op.name not in (
+                    "tirx.address_of", "tirx.if_then_else", "prim.if_then_else", "tirx.likely"):
+                bad.append(c)
+            return
+        if found.role == "copy16":
+            dst = c.args[1].args[0]
+            copy_dst.append(dst)
+            written.append(dst.source)
+        elif found.role != "group":
+            bad.append(c)
+
+    def load(e):
+        if layout.memory(e.source) != "global" and not any(e.same_as(d) for d in copy_dst):
+            bad.append(e)
+
+    def store(s):
+        written.append(s.buffer)
+        if layout.memory(s.buffer) not in SHARED_MEMORIES:
+            bad.append(s)
+
+    tvm_ffi.structural_walk(stmt, (tvm.ir.Call, call))
+    tvm_ffi.structural_walk(stmt, [(tvm.ir.TensorLoad, load), (tirx.BufferStore, store)])
+    if bad or not written or any(layout.memory(b) not in SHARED_MEMORIES for b in written):
+        return None
+    unique = []
+    for b in written:
+        if not any(b.same_as(u) for u in unique):
+            unique.append(b)
+    return unique
+
+
+def tma_loads(stmt) -> list:
+    """The TMA load calls of ``stmt``, in order."""
+    found = []
+    tvm_ffi.structural_walk(stmt, (tvm.ir.Call, lambda c: found.append(c) if
+                                   intrinsics.role(c) == "tma_load" else None))
+    return found
+
+
+def tma_destination(load_call):
+    """The shared tile a TMA load writes (its destination, possibly at a byte offset)."""
+    smem = load_call.args[3]
+    while intrinsics.extern_name(smem) == "tw_offset_bytes":
+        smem = smem.args[1]
+    return smem.args[0].source  # tw.cuda.shared_addr(tile[...])
+
+
+def loaded_tiles(stmt) -> list:
+    """The shared tiles the TMA loads of ``stmt`` write."""
+    found = []
+    for call in tma_loads(stmt):
+        buf = tma_destination(call)
+        if not any(buf.same_as(b) for b in found):
+            found.append(buf)
+    return found
+
+
+def tma_only(body) -> set:
+    """Shared buffers whose every write in ``body`` is a TMA load: a buffer stored to, or
+    passed to a call that writes it (or whose effects the table does not declare), is not;
+    a gemm's operands are only read."""
+    loaded, other = set(), set()
+
+    def addressed(e) -> list:
+        found = []
+        tvm_ffi.structural_walk(e, (tvm.ir.Call, lambda c: found.append(c.args[0].source) if (
+            intrinsics.is_address_of(c) or intrinsics.is_shared_addr(c))
+            and isinstance(c.args[0], tvm.ir.TensorLoad) else None))
+        return found
+
+    def call(c):
+        found = intrinsics.of(c)
+        if found is None:
+            return
+        if found.role == "tma_load":
+            loaded.update(addressed(c.args[3]))  # (map, barrier, destination, coordinates...)
+        elif found.args:
+            other.update(load.source for load, effect in intrinsics.pointer_effects(c)
+                         if effect != "read")
+        else:
+            other.update(addressed(c))
+
+    tvm_ffi.structural_walk(body, [(tvm.ir.Call, call),
+                                   (tirx.BufferStore, lambda st: other.add(st.buffer))])
+    return {b for b in loaded if not any(b.same_as(o) for o in other)}

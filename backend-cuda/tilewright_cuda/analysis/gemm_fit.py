@@ -1,0 +1,145 @@
+"""Which gemm instruction fits a ``T.gemm``: ``wgmma.mma_async.m64nNk16`` (sm_90a), then
+``mma.sync.m16n8k16`` over warp tiles (sm_80+), else a gemm spread over the threads. Each
+predicate says why its instruction does not fit (None when it does); layout inference and the
+gemm rules ask the same ones."""
+
+from __future__ import annotations
+
+from tilewright.ir import TileOpCall
+from tilewright.transform.lowering_utils import non_unit
+
+from .. import layout
+from ..keys import WARP, WARPGROUP
+from .ir import const
+
+MMA_DTYPES = (("float16", "float16", "float32"), ("bfloat16", "bfloat16", "float32"))
+
+
+def leading_dim(region) -> int | None:
+    """The constant row length of a region's 2-D buffer, else None."""
+    shape = region.buffer.shape
+    return const(shape[-1]) if len(shape) == 2 else None
+
+
+def mma_misfit(call: TileOpCall, arch, threads: int) -> str | None:
+    """Why ``mma.sync.m16n8k16`` cannot run this gemm on ``threads`` threads, or None."""
+    return mma_not_asked(call, arch) or mma_shape_misfit(call, threads)
+
+
+def mma_not_asked(call: TileOpCall, arch) -> str | None:
+    """Why the gemm does not ask for tensor cores (arch, dtypes, operand memory), or None."""
+    a, b, c = (call.operands[k] for k in ("A", "B", "C"))
+    if arch is None or arch.sm < 80:
+        return "mma.sync m16n8k16 needs sm_80 or newer"
+    dtypes = (str(a.buffer.dtype), str(b.buffer.dtype), str(c.buffer.dtype))
+    if dtypes not in MMA_DTYPES:
+        return f"operand dtypes {dtypes} are not (float16|bfloat16, same, float32)"
+    for name, region in (("A", a), ("B", b), ("C", c)):
+        if (layout.is_thread_local(region.buffer) and not
+                layout.is_accumulator(region.buffer)) or \
+                layout.memory(region.buffer) == "global":
+            return f"{name} is not in shared memory or a fragment"
+        if leading_dim(region) is None or len(non_unit(region)) != 2:
+            return f"{name} is not a 2-D tile of a 2-D buffer with a constant row length"
+    return None
+
+
+def mma_shape_misfit(call: TileOpCall, threads: int) -> str | None:
+    """Why the tile shape or the warps do not fit ``mma.sync.m16n8k16``, or None."""
+    a, c = call.operands["A"], call.operands["C"]
+    adims, cdims = non_unit(a), non_unit(c)
+    m, n = const(c.extents[cdims[0]]), const(c.extents[cdims[1]])
+    k = const(a.extents[adims[0]] if call.attrs["transpose_A"] else a.extents[adims[1]])
+    if None in (m, n, k) or m % 16 or n % 8 or k % 16:
+        return f"tile {m}x{n}x{k} is not a multiple of the 16x8x16 instruction"
+    if (m // 16) * (n // 8) % (threads // WARP):
+        return f"{(m // 16) * (n // 8)} 16x8 output tiles do not split evenly over " \
+               f"{threads // WARP} warps"
+    return None
+
+
+def mma_policy_error(call: TileOpCall, arch, threads: int) -> str | None:
+    """Why a gemm that asks for tensor cores cannot have them, or None. A gemm asks for them
+    when it reads float16/bfloat16 from shared memory or fragments into a float32 accumulator on
+    sm_80+; its tile must then be a multiple of the 16x8x16 instruction and its 16x8 output
+    tiles must split evenly over the warps. Other gemms take the thread gemm quietly."""
+    if mma_not_asked(call, arch) is not None:
+        return None
+    misfit = mma_shape_misfit(call, threads)
+    if misfit is None:
+        return None
+    a, c = call.operands["A"], call.operands["C"]
+    cdims, adims = non_unit(c), non_unit(a)
+    m, n = (const(c.extents[d]) for d in cdims)
+    k = const(a.extents[adims[0]] if call.attrs["transpose_A"] else a.extents[adims[1]])
+    what = (f"T.gemm of {a.buffer.dtype} into a float32 accumulator on backend 'cuda' "
+            f"({arch.name}) uses the tensor-core instruction mma.sync m16n8k16")
+    if misfit.startswith("tile "):
+        return (f"{what}, but its tile M x N x K = {m} x {n} x {k} is not a multiple of the "
+                f"instruction shape 16 x 8 x 16: make block M and K multiples of 16 and "
+                f"block N a multiple of 8")
+    if "split evenly" not in misfit:
+        return f"{what}, but {misfit}"
+    tiles, warps = (m // 16) * (n // 8), threads // WARP
+    fits = [w * WARP for w in range(1, tiles + 1) if tiles % w == 0 and w * WARP <= 1024][-4:]
+    return (f"{what}, but threads={threads} gives {warps} warps and the {m} x {n} "
+            f"accumulator has {tiles} output tiles of 16 x 8 ({m // 16} x {n // 8}), which do "
+            f"not split evenly over {warps} warps: use threads in "
+            f"{{{', '.join(map(str, fits))}}} or a tile with a multiple of {warps} 16 x 8 tiles")
+
+
+def wgmma_chunk(n: int, block: int) -> int | None:
+    """The N of one wgmma: all of ``n`` up to 256, else the largest multiple of the B tile's
+    column block (``block`` elements) that divides ``n``."""
+    if n <= 256:
+        return n
+    for nc in range(256, 7, -8):
+        if n % nc == 0 and nc % block == 0:
+            return nc
+    return None
+
+
+def wgmma_shape_misfit(call: TileOpCall, arch, threads: int, a_in_registers: bool = False
+                       ) -> str | None:
+    """Why the gemm cannot be a wgmma, the accumulator's layout aside; None when it can. With
+    ``a_in_registers`` A is the 2-D register fragment the register-A form reads (whole,
+    [M, K]) instead of a swizzled shared tile."""
+    a, b, c = (call.operands[k] for k in ("A", "B", "C"))
+    if arch is None or arch.name != "sm_90a":
+        return "wgmma needs sm_90a"
+    dtypes = (str(a.buffer.dtype), str(b.buffer.dtype), str(c.buffer.dtype))
+    if dtypes not in MMA_DTYPES:
+        return f"operand dtypes {dtypes} are not (float16|bfloat16, same, float32)"
+    if call.attrs["transpose_A"]:
+        return "A in registers must be [M, K]" if a_in_registers else \
+            "A must be stored [M, K] (K-major) for the wgmma descriptor"
+    for name, region in ((("B", b),) if a_in_registers else (("A", a), ("B", b))):
+        if layout.swizzle_of(region.buffer) is None or len(region.buffer.shape) != 2:
+            return f"{name} is not a swizzled 2-D shared tile (layout.Swizzled)"
+        if not all(const(s) == 0 for s in region.starts):
+            return f"{name} is read in part"
+    if a_in_registers and (not all(const(s) == 0 for s in a.starts) or [
+            const(e) for e in a.extents] != [const(e) for e in a.buffer.shape]):
+        return "A is read in part"
+    if not layout.is_accumulator(c.buffer) or len(non_unit(c)) != 2:
+        return "C is not a 2-D register accumulator (layout.Accumulator)"
+    m, n = (const(e) for e in c.extents)
+    k = const(a.extents[1])
+    if threads % WARPGROUP or m != 64 * (threads // WARPGROUP) or \
+            (a_in_registers and const(a.extents[0]) != m):
+        return f"M = {m} is not 64 rows per warpgroup of the {threads} threads"
+    width_b = layout.swizzle_of(b.buffer)[0]
+    if None in (n, k) or k % 16 or n % 8 or wgmma_chunk(n, width_b // 2) is None:
+        return f"tile N x K = {n} x {k} does not split into m64nNk16 instructions"
+    return None
+
+
+def wgmma_misfit(call: TileOpCall, arch, threads: int) -> str | None:
+    """Why the gemm cannot be a wgmma with C in the wgmma accumulator layout; a gemm reading
+    a register A operand that does not fit is an error (layout inference checked it: no
+    other variant reads such an A)."""
+    a_in_registers = layout.is_register_a(call.operands["A"].buffer)
+    problem = wgmma_shape_misfit(call, arch, threads, a_in_registers)
+    if problem is None and layout.of(call.operands["C"].buffer) != layout.Accumulator("wgmma"):
+        problem = "C does not have the wgmma accumulator layout"
+    return problem

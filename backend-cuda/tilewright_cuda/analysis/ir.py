@@ -1,0 +1,274 @@
+"""Facts read from the IR that every later layer asks: the block's thread loops and roles,
+which buffers a statement touches or writes, whole regions, ``T.Parallel`` nests, and integer
+expressions as Python."""
+
+from __future__ import annotations
+
+import tvm
+import tvm_ffi
+from tilewright.errors import KernelError
+from tilewright.transform import rebuild_for
+from tvm import tirx
+
+from .. import intrinsics, keys
+
+# -- loops ---------------------------------------------------------------------------------------
+
+
+def block_loops(func) -> tuple[list, tirx.Stmt]:
+    """The outermost ``blockIdx`` loops of ``func`` and the statement inside them."""
+    loops, stmt = [], func.body
+    while isinstance(stmt, tirx.For) and stmt.kind == tirx.ForKind.THREAD_BINDING:
+        loops.append(stmt)
+        stmt = stmt.body
+    return loops, stmt
+
+
+def threads_of(func) -> int:
+    """``T.Kernel``'s threads (2-D and 3-D flattened)."""
+    loops, _ = block_loops(func)
+    if not loops or keys.THREADS not in loops[0].annotations:
+        raise KernelError("the CUDA backend needs a kernel written with 'with T.Kernel(...)'")
+    x, y, z = (int(t) for t in loops[0].annotations[keys.THREADS])
+    return x * y * z
+
+
+def block_loop(body):
+    """The block's ``threadIdx.x`` loop in ``body`` (not a T.ws role's), or None."""
+    found = []
+    tvm_ffi.structural_walk(body, (tirx.For, lambda s: found.append(s) if
+                                   s.thread_binding is not None and
+                                   str(s.thread_binding.thread_tag) == keys.THREAD_TAG else None),
+                           order="pre")
+    return found[0] if found else None
+
+
+def find_thread(func):
+    """The block's ``threadIdx.x`` loop of ``func``."""
+    return block_loop(func.body)
+
+
+def role_loops(node) -> list:
+    """The thread loops of ``T.ws`` roles in ``node``, outermost first."""
+    found = []
+    tvm_ffi.structural_walk(node, (tirx.For, lambda s: found.append(s)
+                                   if keys.ROLE in s.annotations else None), order="pre")
+    return found
+
+
+def map_roles(func, fn):
+    """``func`` with each role loop's body replaced by ``fn(loop)``."""
+
+    def visit(loop):
+        if keys.ROLE not in loop.annotations:
+            return loop
+        return rebuild_for(loop, body=fn(loop))
+
+    return func.with_body(tvm_ffi.structural_map(func.body, (tirx.For, visit)))
+
+
+def is_role(stmt) -> bool:
+    return isinstance(stmt, tirx.For) and keys.ROLE in stmt.annotations
+
+
+def is_parallel(stmt) -> bool:
+    return isinstance(stmt, tirx.For) and str(stmt.annotations.get(keys.LOOP, "")) == "parallel"
+
+
+def parallel_nests(body) -> list:
+    """The outermost ``T.Parallel`` nests: (loops of the nest, innermost body)."""
+    found = []
+
+    def visit(stmt):
+        if is_parallel(stmt):
+            loops, inner = [], stmt
+            while is_parallel(inner):
+                loops.append(inner)
+                inner = inner.body
+            found.append((loops, inner))
+            return
+        for child in children(stmt):
+            visit(child)
+
+    visit(body)
+    return found
+
+
+def children(stmt) -> list:
+    if isinstance(stmt, tirx.SeqStmt):
+        return list(stmt.seq)
+    if isinstance(stmt, tirx.IfThenElse):
+        return [stmt.then_case] + ([stmt.else_case] if stmt.else_case is not None else [])
+    if hasattr(stmt, "body") and isinstance(stmt.body, tirx.Stmt):
+        return [stmt.body]
+    return []
+
+
+def contains(node, target) -> bool:
+    found = []
+    tvm_ffi.structural_walk(node, (tirx.For, lambda s: found.append(s) if s.same_as(target)
+                                   else None))
+    return bool(found)
+
+
+def nested(func_body, loop) -> bool:
+    """Whether ``loop`` runs inside another loop of the block's program."""
+    outer = []
+    tvm_ffi.structural_walk(func_body, (tirx.For, lambda s: outer.append(s) if
+                                        s.kind != tirx.ForKind.THREAD_BINDING and
+                                        not s.same_as(loop) and contains(s.body, loop)
+                                        else None))
+    return bool(outer)
+
+
+# -- statements ----------------------------------------------------------------------------------
+def flat(stmts: list) -> list:
+    """``stmts`` with nested sequences spliced in."""
+    out = []
+    for st in stmts:
+        out += flat(list(st.seq)) if isinstance(st, tirx.SeqStmt) else [st]
+    return out
+
+
+def seq(stmts: list):
+    return stmts[0] if len(stmts) == 1 else tirx.SeqStmt(stmts)
+
+
+def uses(node, var) -> bool:
+    found = []
+    tvm_ffi.structural_walk(node, (tirx.Var, lambda v: found.append(v) if v.same_as(var)
+                                   else None))
+    return bool(found)
+
+
+def substitute(node, mapping: dict):
+    def visit(v):
+        for var, value in mapping.items():
+            if v.same_as(var):
+                return value
+        return v
+
+    return tvm_ffi.structural_map(node, (tirx.Var, visit))
+
+
+# -- buffers -------------------------------------------------------------------------------------
+def accessed(node) -> object:
+    """The buffer of a load or store."""
+    return node.source if isinstance(node, tvm.ir.TensorLoad) else node.buffer
+
+
+def buffers_in(node) -> list:
+    """The buffers ``node`` loads or stores, in order of first appearance."""
+    found = []
+
+    def add(x):
+        buf = accessed(x)
+        if not any(b.same_as(buf) for b in found):
+            found.append(buf)
+
+    tvm_ffi.structural_walk(node, [(tvm.ir.TensorLoad, add), (tirx.BufferStore, add)])
+    return found
+
+
+def stores(stmt) -> list:
+    found = []
+    tvm_ffi.structural_walk(stmt, (tirx.BufferStore, lambda s: found.append(s.buffer)))
+    return found
+
+
+def loads_in(expr) -> list:
+    found = []
+    tvm_ffi.structural_walk(expr, (tvm.ir.TensorLoad, lambda e: found.append(e.source)))
+    return found
+
+
+def touches(stmt, buffers) -> bool:
+    """Whether ``stmt`` loads or stores one of ``buffers``."""
+    return any(any(b.same_as(x) for x in buffers) for b in buffers_in(stmt))
+
+
+def writes(stmt, buffers) -> bool:
+    """Whether ``stmt`` may write one of ``buffers``: a store, or an element address passed
+    to a call that writes through it (intrinsics.TABLE), or to one whose effects the table
+    does not declare."""
+    found = []
+
+    def store(s):
+        if any(s.buffer.same_as(b) for b in buffers):
+            found.append(s)
+
+    def call(c):
+        entry = intrinsics.of(c)
+        if entry is None:
+            return
+        effects = list(entry.args) + [""] * (len(c.args) - 1 - len(entry.args))
+        for arg, effect in zip(c.args[1:], effects):
+            writing = "write" in effect or effect == "async" or \
+                (not entry.args and intrinsics.is_address_of(arg))
+            if writing and intrinsics.is_address_of(arg) and \
+                    isinstance(arg.args[0], tvm.ir.TensorLoad) and \
+                    any(arg.args[0].source.same_as(b) for b in buffers):
+                found.append(arg)
+
+    tvm_ffi.structural_walk(stmt, [(tirx.BufferStore, store), (tvm.ir.Call, call)])
+    return bool(found)
+
+
+def full(region) -> bool:
+    """Whether a region covers its whole (constant-shaped) buffer."""
+    return all(isinstance(s, tirx.IntImm) and int(s.value) == 0 for s in region.starts) and \
+        all(isinstance(e, tirx.IntImm) and isinstance(d, tirx.IntImm) and
+            int(e.value) == int(d.value) for e, d in zip(region.extents, region.buffer.shape))
+
+
+def const(e) -> int | None:
+    """The value of a constant integer (a Python int or an ``IntImm``), else None."""
+    if isinstance(e, int):
+        return e
+    return int(e.value) if isinstance(e, tirx.IntImm) else None
+
+
+# -- expressions as Python -----------------------------------------------------------------------
+class NotPython(Exception):
+    """An expression :func:`py_expr` cannot write as Python."""
+
+
+_PY_BINARY = {tirx.Add: "+", tirx.Sub: "-", tirx.Mul: "*", tirx.FloorDiv: "//",
+              tirx.FloorMod: "%", tirx.EQ: "==", tirx.NE: "!=", tirx.LT: "<", tirx.LE: "<=",
+              tirx.GT: ">", tirx.GE: ">=", tirx.And: "and", tirx.Or: "or"}
+
+
+def py_expr(e, names=None, truncating: bool = True) -> str:
+    """Python source for an integer TIR expression. Variables are written by their names, or
+    by the name ``names`` (a list of ``(var, name)``) gives them, any other one being
+    :class:`NotPython` then. TIR's truncating ``Div``/``Mod`` become Python's floor ``//`` and
+    ``%``, the same for non-negative operands (shape symbols); with ``truncating=False`` they
+    are NotPython instead."""
+    def py(x):
+        return py_expr(x, names, truncating)
+
+    if isinstance(e, int):
+        return str(e)
+    if isinstance(e, tirx.IntImm):
+        return str(int(e.value))
+    if isinstance(e, tirx.Var):
+        if names is None:
+            return str(e.name)
+        name = next((n for v, n in names if v.same_as(e)), None)
+        if name is None:
+            raise NotPython(f"the variable {e.name}")
+        return name
+    if isinstance(e, tirx.Cast) and "int" in str(e.dtype):
+        return py(e.value)
+    op = _PY_BINARY.get(type(e))
+    if op is None and truncating and isinstance(e, (tirx.Div, tirx.Mod)):
+        op = "//" if isinstance(e, tirx.Div) else "%"
+    if op is not None:
+        return f"({py(e.a)} {op} {py(e.b)})"
+    if isinstance(e, (tirx.Min, tirx.Max)):
+        return f"{type(e).__name__.lower()}({py(e.a)}, {py(e.b)})"
+    if isinstance(e, tirx.Select):
+        return f"({py(e.true_value)} if {py(e.condition)} else {py(e.false_value)})"
+    if isinstance(e, tirx.Not):
+        return f"(not {py(e.a)})"
+    raise NotPython(type(e).__name__)

@@ -1,0 +1,297 @@
+"""Layout choice: which fragments can live in registers in an mma layout, which shared tiles
+get the swizzled layout, which row vectors go with register accumulators, which accumulators
+take the wgmma layout and which 16-bit fragments become wgmma's register A operand. Each
+function only decides; ``transforms.layout`` attaches the chosen ``layout`` values."""
+
+from __future__ import annotations
+
+import tvm
+import tvm_ffi
+from tilewright.ir import tile_ops_in
+from tvm import tirx
+
+from .. import layout
+from ..keys import WARP, WARPGROUP
+from . import gemm_fit
+from .ir import accessed, const, full, parallel_nests, role_loops
+
+FRAGMENT = "local.fragment"
+
+
+def _fragments(func, accept) -> list:
+    """The fragments ``func`` allocates that ``accept(buffer)``, in order."""
+    found = []
+    tvm_ffi.structural_walk(func.body, (tirx.AllocBuffer, lambda a: found.append(a.buffer) if
+                                        layout.memory(a.buffer) == FRAGMENT and accept(a.buffer)
+                                        else None))
+    return found
+
+
+def access_counts(func, buffers) -> dict:
+    """How many loads and stores of each of ``buffers`` ``func`` has."""
+    counts = {b: 0 for b in buffers}
+
+    def count(node):
+        buf = accessed(node)
+        if buf in counts:
+            counts[buf] += 1
+
+    tvm_ffi.structural_walk(func.body, [(tvm.ir.TensorLoad, count), (tirx.BufferStore, count)])
+    return counts
+
+
+def _operands(func, buffers):
+    """``(call, operand, region)`` of every tile-op operand that is a region of one of
+    ``buffers``."""
+    for call in tile_ops_in(func):
+        for op in call.schema.operands:
+            region = call.operands.get(op.name)
+            if op.kind == "expr" or not hasattr(region, "buffer") or region.buffer not in buffers:
+                continue
+            yield call, op, region
+
+
+def elementwise_uses(func, frags) -> dict:
+    """Per fragment, (accesses inside ``T.Parallel`` nests that index it exactly by the nest's
+    two loop variables over its whole shape, any other access inside a nest)."""
+    good, bad = {f: 0 for f in frags}, {f: 0 for f in frags}
+    for loops, _ in parallel_nests(func.body):
+        nest = loops[0]
+
+        def visit(node, loops=loops):
+            buf = accessed(node)
+            if buf not in good:
+                return
+            shape = [int(e.value) if isinstance(e, tirx.IntImm) else None for e in buf.shape]
+            ok = len(loops) == 2 and len(node.indices) == 2 and all(
+                isinstance(i, tirx.Var) and i.same_as(loop.loop_var) and
+                isinstance(loop.extent, tirx.IntImm) and int(loop.extent.value) == extent and
+                isinstance(loop.min, tirx.IntImm) and int(loop.min.value) == 0
+                for i, loop, extent in zip(node.indices, loops, shape))
+            (good if ok else bad)[buf] += 1
+
+        tvm_ffi.structural_walk(nest, [(tvm.ir.TensorLoad, visit), (tirx.BufferStore, visit)])
+    return {f: (good[f], bad[f]) for f in frags}
+
+
+def accumulators(func, arch, threads) -> dict:
+    """Fragments that may live in registers in the mma accumulator layout: float32, 2-D,
+    written by at least one ``mma.sync`` gemm as C, and otherwise only filled whole, copied
+    from whole, reduced whole along rows into a shared row vector, or indexed ``[i, j]`` by
+    the two loop variables of a ``T.Parallel`` nest over its whole shape. Maps each to its
+    :class:`~tilewright_cuda.layout.Accumulator` (``rows`` when rows are reduced or touched
+    element by element)."""
+    frags = set(_fragments(func, lambda b: str(b.dtype) == "float32" and len(b.shape) == 2))
+    allowed, regions, fed = {f: True for f in frags}, {f: 0 for f in frags}, set()
+    rows = set()
+    for call, op, region in _operands(func, frags):
+        buf = region.buffer
+        regions[buf] += 1
+        reduced = call.name.startswith("reduce_") and op.name == "src" and \
+            int(call.attrs["dim"]) in (1, -1) and len(call.operands["dst"].extents) == 1 \
+            and layout.memory(call.operands["dst"].buffer) in ("shared", "shared.dyn", FRAGMENT)
+        fits = full(region) and (
+            (call.name == "fill" and op.name == "dst") or
+            (call.name == "copy" and op.name == "src") or reduced or
+            (call.name == "gemm" and op.name == "C" and
+             gemm_fit.mma_misfit(call, arch, threads) is None))
+        allowed[buf] = allowed[buf] and fits
+        if reduced:
+            rows.add(buf)
+        if fits and call.name == "gemm":
+            fed.add(buf)
+    uses = access_counts(func, frags)
+    elementwise = elementwise_uses(func, frags)
+    chosen = {}
+    for f in frags:
+        good, bad = elementwise[f]
+        if not (allowed[f] and f in fed and not bad and uses[f] == regions[f] + good):
+            continue
+        acc = layout.Accumulator("rows" if f in rows or good > 0 else "square")
+        if layout.accumulator_grid(f.shape, acc, threads) is not None:
+            chosen[f] = acc
+    return chosen
+
+
+def swizzled(func, arch, threads, in_registers) -> dict:
+    """Shared tiles (and fragments kept in shared memory) that get the swizzled layout:
+    float16/bfloat16, 2-D, and either read whole as A or B by at least one gemm taking the
+    ``mma.sync`` path, never in part by such a gemm (its ldmatrix addressing needs the whole
+    tile), or written whole from an accumulator in registers (an epilogue tile: a warp's pair
+    stores then cover eight rows in eight distinct bank groups instead of one). Every other
+    access is rewritten element by element in place_memory; pointer accesses (16-byte
+    copies, pair stores) keep whole 16-byte chunks, which the swizzle never splits. Maps each
+    to its :class:`~tilewright_cuda.layout.Swizzled`."""
+    whole: dict = {}
+    for call in tile_ops_in(func):
+        if call.name == "copy" and call.operands["src"].buffer in in_registers:
+            dst = call.operands["dst"]
+            if layout.memory(dst.buffer) in ("shared", "shared.dyn") and \
+                    len(dst.buffer.shape) == 2:
+                whole[dst.buffer] = whole.get(dst.buffer, True) and full(dst)
+            continue
+        if call.name != "gemm" or gemm_fit.mma_misfit(call, arch, threads) is not None:
+            continue
+        for op in ("A", "B"):
+            buf = call.operands[op].buffer
+            if layout.memory(buf) in ("shared", "shared.dyn", FRAGMENT) and \
+                    buf not in in_registers and len(buf.shape) == 2:
+                whole[buf] = whole.get(buf, True) and full(call.operands[op])
+    chosen = {}
+    for buf, ok in whole.items():
+        shape = [int(e.value) if isinstance(e, tirx.IntImm) else None for e in buf.shape]
+        found = layout.params(*shape, str(buf.dtype)) if ok and None not in shape else None
+        if found is not None:
+            chosen[buf] = layout.Swizzled(*found)
+    return chosen
+
+
+def row_vectors(func, chosen: dict, threads: int) -> set:
+    """1-D float32 fragments of M rows, M a multiple of 16 rows per warp, whose every use is:
+    filled whole; copied whole from or to another such vector; the destination of a whole row
+    reduction of a chosen accumulator (``chosen``: buffer -> Accumulator) with a ``(warps x
+    1)`` grid; indexed ``[i]`` in a 1-D ``T.Parallel`` nest over its M rows that touches
+    nothing but such vectors and thread-local scalars; or read ``[i]`` in a 2-D nest that runs
+    on a chosen accumulator's registers (``[i, j]``). None in kernels with ``T.ws`` roles."""
+    if role_loops(func.body):
+        return set()
+    warps = threads // WARP
+    strip = {acc for acc, kind in chosen.items() if kind.grid == "rows" and
+             layout.accumulator_grid(acc.shape, kind, threads) == (warps, 1)}
+    vecs = _fragments(func, lambda b: str(b.dtype) == "float32" and len(b.shape) == 1 and
+                      isinstance(b.shape[0], tirx.IntImm) and
+                      int(b.shape[0].value) % (16 * warps) == 0)
+    if not vecs or not strip:
+        return set()
+    ok = {v: True for v in vecs}
+    uses = {v: 0 for v in vecs}
+    together = []  # groups of vectors that must all be chosen or none
+
+    def mark(buf, fine=False):
+        if buf in ok:
+            uses[buf] += 1
+            if not fine:
+                ok[buf] = False
+
+    for call, op, region in _operands(func, set(ok)):
+        buf, fine = region.buffer, full(region)
+        if call.name == "copy":
+            other = call.operands["dst" if op.name == "src" else "src"].buffer
+            fine = fine and other in ok and full(call.operands["dst"]) and \
+                full(call.operands["src"])
+            together.append({buf, other})
+        elif call.name == "reduce" or call.name.startswith("reduce_"):
+            src = call.operands["src"]
+            fine = fine and op.name == "dst" and src.buffer in strip and \
+                int(call.attrs["dim"]) in (1, -1) and \
+                int(src.buffer.shape[0].value) == int(buf.shape[0].value)
+        else:
+            fine = fine and call.name == "fill" and op.name == "dst"
+        mark(buf, fine)
+    for loops, _ in parallel_nests(func.body):
+        nest = loops[0]
+        seen, accs, others = [], [], []
+
+        def visit(node, loops=loops, seen=seen, accs=accs, others=others):
+            buf = accessed(node)
+            if buf in ok:
+                index = list(node.indices)
+                fine = len(index) == 1 and isinstance(index[0], tirx.Var) and \
+                    index[0].same_as(loops[0].loop_var) and _covers(loops[0], buf) and \
+                    (len(loops) == 1 or isinstance(node, tvm.ir.TensorLoad))
+                seen.append((buf, fine))
+            elif buf in strip:
+                accs.append(buf)
+            elif str(buf.scope()) not in ("local", "local.var"):
+                others.append(buf)
+
+        tvm_ffi.structural_walk(nest, [(tvm.ir.TensorLoad, visit), (tirx.BufferStore, visit)])
+        if not seen:
+            continue
+        shape_ok = len(loops) == 1 and not accs and not others or \
+            len(loops) == 2 and len(accs) > 0 and all(
+                int(a.shape[0].value) == int(loops[0].extent.value) for a in accs)
+        for buf, fine in seen:
+            mark(buf, fine and shape_ok)
+        if len(loops) == 1:
+            together.append({buf for buf, _ in seen})
+    counted = access_counts(func, vecs)
+    chosen_vecs = {v for v in vecs if ok[v] and counted[v] <= uses[v]}
+    changed = True
+    while changed:  # a vector goes only with the vectors it meets
+        changed = False
+        for group in together:
+            if not group <= chosen_vecs and group & chosen_vecs:
+                chosen_vecs -= group
+                changed = True
+    return chosen_vecs
+
+
+def _covers(loop, buf) -> bool:
+    return isinstance(loop.min, tirx.IntImm) and int(loop.min.value) == 0 and \
+        isinstance(loop.extent, tirx.IntImm) and \
+        int(loop.extent.value) == int(buf.shape[0].value)
+
+
+def threads_running(func, call, block: int) -> int:
+    """Threads that run ``call``: its T.ws role's, else the block's."""
+    for loop in role_loops(func.body):
+        if any(c.stmt.same_as(call.stmt) for c in tile_ops_in(loop.body)):
+            return int(loop.extent.value)
+    return block
+
+
+def wgmma_accumulators(func, arch, block: int) -> list:
+    """Register accumulators that only gemms fitting wgmma write (as C)."""
+    fits: dict = {}
+    for call in tile_ops_in(func):
+        if call.name != "gemm":
+            continue
+        for name in ("A", "B", "C"):
+            buf = call.operands[name].buffer
+            if layout.is_accumulator(buf):
+                ok = name == "C" and gemm_fit.wgmma_shape_misfit(
+                    call, arch, threads_running(func, call, block)) is None
+                fits[buf] = fits.get(buf, True) and ok
+    return [buf for buf, ok in fits.items() if ok]
+
+
+def register_a(func, arch, block: int) -> list:
+    """2-D float16/bfloat16 fragments whose only writes are whole ``T.copy``s from a wgmma
+    accumulator of their shape, whose only reads are as the whole A operand of gemms that fit
+    the register-A wgmma (C a wgmma accumulator with as many rows per warpgroup), and which
+    nothing else touches. None in kernels with ``T.ws`` roles."""
+    if role_loops(func.body):  # T.ws roles: not yet (nor emulated: see tw_wgmma.h)
+        return []
+    frags = set(_fragments(func, lambda b: str(b.dtype) in layout.SWIZZLE_DTYPES and
+                           len(b.shape) == 2))
+    if not frags:
+        return []
+    regions, ok, written, read = {f: 0 for f in frags}, {f: True for f in frags}, set(), set()
+    for call, op, region in _operands(func, frags):
+        buf, threads = region.buffer, threads_running(func, call, block)
+        regions[buf] += 1
+        if call.name == "copy" and op.name == "dst":
+            good = _converts_accumulator(call, threads)
+            written.add(buf)
+        elif call.name == "gemm" and op.name == "A":
+            c = call.operands["C"].buffer
+            good = full(region) and layout.of(c) == layout.Accumulator("wgmma") and \
+                gemm_fit.wgmma_shape_misfit(call, arch, threads, a_in_registers=True) is None
+            read.add(buf)
+        else:
+            good = False
+        ok[buf] = ok[buf] and good
+    uses = access_counts(func, frags)
+    return [f for f in frags if ok[f] and f in written and f in read and uses[f] == regions[f]]
+
+
+def _converts_accumulator(call, threads: int) -> bool:
+    """A whole copy of a float32 wgmma accumulator into a fragment of its shape, the
+    accumulator's rows 64 per warpgroup of the threads running the copy."""
+    src, dst = call.operands["src"], call.operands["dst"]
+    shape = [const(e) for e in src.buffer.shape]
+    return full(src) and full(dst) and layout.of(src.buffer) == layout.Accumulator("wgmma") \
+        and str(src.buffer.dtype) == "float32" \
+        and shape == [const(e) for e in dst.buffer.shape] and threads % WARPGROUP == 0 \
+        and shape[0] == 64 * (threads // WARPGROUP)

@@ -1,0 +1,123 @@
+"""CUDA codegen: TVM's CUDA code generator on the lowered kernel, our device headers for the
+intrinsics it calls (``intrinsics.TABLE`` says which), and the launch description (kernel
+name, parameters, grid, block, dynamic shared memory, TMA descriptors, cluster dims) that the
+executors and exported bundles use. The text edits TVM leaves no way around are in
+``codegen.source``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import tvm
+import tvm_ffi
+from tilewright.errors import KernelError
+from tilewright.plugin import DeviceCodegen, GeneratedSource
+from tvm import tirx
+from tvm.tirx.build import split_host_device_mods
+
+from .. import intrinsics, keys, options
+from . import source, wgmma
+from .launch import launch_info, param_kinds, symbol_sources
+
+INCLUDE = Path(__file__).resolve().parents[1] / "include"
+HEADERS = {name: (INCLUDE / name).read_text() for name in
+           (intrinsics.BASE, intrinsics.COPY, intrinsics.MMA, intrinsics.HOPPER)}
+# attributes of the lowered kernel that are ours, not TVM's: read here, removed before TVM
+OUR_ATTRS = (keys.DYN_SMEM, keys.TENSORMAPS, keys.CLUSTER)
+# the launch-bounds attribute TVM's CUDA printer turns into __launch_bounds__(threads, blocks)
+MIN_BLOCKS = "tirx.launch_bounds_min_blocks_per_sm"
+
+
+def tvm_target(arch) -> tvm.target.Target:
+    return tvm.target.Target({"kind": "cuda", "arch": arch.name},
+                             host=tvm.target.Target("llvm"))
+
+
+def tvm_passes() -> list:
+    """TVM's passes from flat loops to a device kernel and its host launcher. Unlike TVM's
+    default CUDA pipeline, no automatic barriers or shared-buffer merging: the insert_sync and
+    place_memory phases own those."""
+    t, s = tirx.transform, tvm.s_tir.transform
+    return [s.UnifyThreadBinding(), s.LowerOpaqueBlock(), t.StmtSimplify(), t.FlattenBuffer(),
+            t.BF16ComputeLegalize(), t.NarrowDataType(32),
+            t.VectorizeLoop(True), t.UnrollLoop(), t.StmtSimplify(), t.RemoveNoOp(),
+            t.CommonSubexprElim(), t.FP8ComputeLegalize(), t.VerifyMemory(),
+            t.AnnotateEntryFunc(), t.SplitHostDevice(), t.MakePackedAPI(),
+            t.FP8StorageLegalize(), t.BF16StorageLegalize()]
+
+
+def _extern_names(func) -> list[str]:
+    """The ``call_extern`` names of ``func``, in program order."""
+    found = []
+    tvm_ffi.structural_walk(func, (tvm.ir.Call, lambda c: found.append(
+        intrinsics.extern_name(c)) if intrinsics.extern_name(c) is not None else None),
+        order="pre")
+    return found
+
+
+def device_kernel(gvar, func, target):
+    """TVM's passes on ``func`` (named ``gvar``), then its device kernel: ``(target, module,
+    (global var, function))``."""
+    mod = tvm.IRModule({gvar: func})
+    mod = tirx.transform.BindTarget(target)(mod)
+    mod = tvm.ir.transform.Sequential(tvm_passes())(mod)
+    _, device = split_host_device_mods(mod)
+    (dev_target, dev_mod), = list(device.items())
+    dev_mod = tvm.ir.transform.Sequential([tirx.transform.LowerWarpMemory(),
+                                           tirx.transform.StmtSimplify(),
+                                           tirx.transform.LowerIntrin()])(dev_mod)
+    kernels = list(dev_mod.functions.items())
+    if len(kernels) != 1:
+        raise KernelError(f"CUDA codegen expected one device kernel, got {len(kernels)}")
+    return dev_target, dev_mod, kernels[0]
+
+
+def generate(mod: tvm.IRModule, ctx) -> GeneratedSource:
+    chosen = options.of(ctx)
+    arch = chosen.arch
+    (gvar, func), = list(mod.functions.items())
+    launch = launch_info(func)
+    maps = json.loads(str(func.attrs[keys.TENSORMAPS])) if keys.TENSORMAPS in func.attrs else []
+    cluster = json.loads(str(func.attrs[keys.CLUSTER])) if keys.CLUSTER in func.attrs else None
+    for key in OUR_ATTRS:
+        if key in func.attrs:
+            func = func.without_attr(key)
+    dev_target, dev_mod, (kernel_gvar, device_func) = device_kernel(gvar, func,
+                                                                    tvm_target(arch))
+    # ours only: TVM's codegen calls CUDA's math functions (exp2f ...) too
+    names = [n for n in _extern_names(device_func) if intrinsics.lookup(n) is not None]
+    used = [intrinsics.named(n) for n in names]
+    roles = {entry.role for entry in used}
+    # a warp tile's accumulators (let ptxas use up to 255 registers: its share of the SM's),
+    # setmaxnreg (the register count at entry must be fixed), or several blocks per SM
+    if roles & {"gemm", "wgmma"} or any(n.startswith("tw_setmaxnreg") for n in names) or \
+            chosen.blocks_per_sm > 1:
+        device_func = device_func.with_attr(MIN_BLOCKS, chosen.blocks_per_sm)
+        dev_mod = tvm.IRModule({kernel_gvar: device_func}, attrs=dev_mod.attrs)
+    text = tvm.get_global_func("target.build.cuda")(dev_mod, dev_target).inspect_source()
+    headers = {entry.header for entry in used}
+    text = source.insert_headers(text, HEADERS[intrinsics.BASE] + "".join(
+        HEADERS[h] for h in (intrinsics.COPY, intrinsics.MMA) if h in headers))
+    text = source.drop_unused_type_traits(text)
+    meta = {
+        "entry": str(kernel_gvar.name_hint), "arch": arch.name,
+        "params": param_kinds(func, device_func), "symbols": symbol_sources(func), **launch,
+    }
+    head, kernel = source.split_kernel(text)
+    if kernel and (maps or cluster or headers & {intrinsics.HOPPER, intrinsics.WGMMA}):
+        if maps:  # the CUDA dialect's descriptors
+            kernel = source.tensormap_params(kernel, meta["entry"], [m["name"] for m in maps])
+            meta = {**meta, "params": [*meta["params"], *maps]}
+        if cluster:
+            kernel = source.cluster_dims(kernel, cluster)
+            meta = {**meta, "cluster_dims": cluster}
+        gemms = [n for n, entry in zip(names, used) if entry.role == "wgmma"]
+        if gemms:
+            kernel = wgmma.source(gemms) + kernel
+        text = head + HEADERS[intrinsics.HOPPER] + "\n" + kernel
+    return GeneratedSource(text=text, language="cuda", file_ext="cu", payload=meta,
+                           entry=ctx.func_name)
+
+
+CODEGEN = DeviceCodegen(language="cuda", file_ext="cu", generate=generate)

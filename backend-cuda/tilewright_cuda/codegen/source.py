@@ -1,0 +1,80 @@
+"""Where the CUDA source TVM prints is edited as text, each edit with the reason TVM leaves no
+other way. Every other part of codegen works on the IR; this module is the only place that
+reads or changes printed source.
+
+- **Our device headers** (``include/*.h``) go between TVM's prelude (which defines ``half``,
+  ``nv_bfloat16`` and the integer types they use) and the first kernel: TVM's CUDA code
+  generator has no hook for extra device code.
+- **The ``<cuda/std/type_traits>`` include** TVM's NVRTC prelude adds (to alias a few traits
+  into ``std``) is dropped when nothing uses them: it is most of NVRTC's front-end time for a
+  kernel, and TVM has no option to leave it out.
+- **TMA descriptors** are appended to the kernel's parameter list as ``const
+  __grid_constant__ tw_tensormap`` parameters: TVM prints such parameters only for the
+  descriptors of its own tile primitives, which the CUDA dialect does not use.
+- **``__cluster_dims__``** goes before the kernel's name: TVM's CUDA printer has no cluster
+  attribute (clusters reach only its LLVM/NVPTX path).
+"""
+
+from __future__ import annotations
+
+import re
+
+KERNEL = 'extern "C" __global__'
+_TRAITS = re.compile(r"\n\s*#include <cuda/std/type_traits>\n\s*namespace std \{\n"
+                     r"((?:\s*using cuda::std::\w+;\n)+)\s*\}\n")
+
+
+def insert_headers(text: str, headers: str) -> str:
+    """``headers`` placed before the first kernel of ``text``."""
+    at = text.find(KERNEL)
+    return text[:at] + headers + "\n" + text[at:]
+
+
+def drop_unused_type_traits(text: str) -> str:
+    """``text`` without TVM's ``<cuda/std/type_traits>`` include and its ``std`` aliases
+    when nothing else in it uses the aliased names."""
+    match = _TRAITS.search(text)
+    if match is None:
+        return text
+    names = re.findall(r"using cuda::std::(\w+);", match.group(1))
+    rest = text[:match.start()] + text[match.end():]
+    if any(re.search(rf"\b{name}\b", rest) for name in names):
+        return text
+    return text[:match.start()] + "\n" + text[match.end():]
+
+
+def split_kernel(text: str) -> tuple[str, str]:
+    """(everything before the first kernel declaration, the rest)."""
+    at = text.find(KERNEL)
+    return (text, "") if at < 0 else (text[:at], text[at:])
+
+
+def add_params(kernel: str, entry: str, extra: str) -> str:
+    """``extra`` appended to the parameter list of every declaration of the kernel ``entry``
+    (TVM writes a prototype, then the definition); parameters are plain types, so the first
+    ``)`` closes the list."""
+    opening = f" {entry}("
+    out, at = [], 0
+    while (start := kernel.find(opening, at)) >= 0:
+        line = kernel[kernel.rfind("\n", 0, start) + 1:start]
+        close = kernel.find(")", start)
+        if "__global__" in line:
+            inner = kernel[start + len(opening):close].strip()
+            out.append(kernel[at:close] + (", " if inner else "") + extra)
+        else:
+            out.append(kernel[at:close])
+        at = close
+    out.append(kernel[at:])
+    return "".join(out)
+
+
+def tensormap_params(kernel: str, entry: str, names: list[str]) -> str:
+    """The descriptors ``names`` as the kernel's last parameters."""
+    return add_params(kernel, entry, ", ".join(
+        f"const __grid_constant__ tw_tensormap {name}" for name in names))
+
+
+def cluster_dims(kernel: str, dims: list[int]) -> str:
+    """``__cluster_dims__(x, y, z)`` on the kernel's declarations."""
+    return kernel.replace(f"{KERNEL} void ",
+                          f"{KERNEL} void __cluster_dims__({dims[0]}, {dims[1]}, {dims[2]}) ")

@@ -1,0 +1,207 @@
+"""The device functions generated code calls (``include/*.h`` and CUDA's own), in one table:
+which header defines each, what each of its pointer arguments does to the memory it points
+to, and its role in the analyses (a 16-byte copy, a cp.async group operation, a tensor-core
+gemm, a TMA load, ...). Barrier insertion, software pipelining, fence removal and codegen read
+their effects and headers from here, never from the spelling of a name. The builders below
+make the calls.
+
+Effects of a pointer argument (``address_of(x[i])`` or ``tw.cuda.shared_addr(x[i])``):
+
+- ``read``, ``write``, ``readwrite``: the call reads or writes the memory, visible to other
+  threads after the next block barrier;
+- ``async``: a ``cp.async`` write, visible after a ``cp.async.wait_group`` and a barrier;
+- ``""``: not a pointer.
+
+A call with no declared effects (a TMA load, an mbarrier operation) is read element by element
+by the analyses: an address it takes counts as written, an element it names otherwise as read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import tvm
+from tvm import tirx
+
+from . import ops
+
+CUDA, BASE, COPY, MMA, HOPPER, WGMMA = (None, "tw_cuda.h", "tw_copy.h", "tw_mma.h",
+                                        "tw_hopper.h", "tw_wgmma.h")
+
+
+@dataclass(frozen=True)
+class Intrinsic:
+    """One device function. ``role``: ``copy16`` (a 16-byte copy), ``group`` (cp.async commit
+    or wait), ``lands`` (a cp.async wait: issued copies have landed), ``gemm`` (mma.sync),
+    ``wgmma`` (a wgmma gemm: operands A, B, C), ``wgmma_wait``, ``tma_load`` (completes on the
+    mbarrier argument 1, writes the shared destination argument 2 through the async proxy),
+    ``fence_async`` (orders generic-proxy shared writes before async-proxy reads),
+    ``mbar_wait``, ``placeholder`` (replaced before codegen), or ``""``."""
+
+    name: str
+    header: str | None  # include/ file defining it (None: CUDA's own)
+    args: tuple[str, ...] = ()  # the effect of each argument, see the module docstring
+    role: str = ""
+    lands: bool = False  # a cp.async wait_group
+
+
+def _table(*entries: Intrinsic) -> dict[str, Intrinsic]:
+    return {e.name: e for e in entries}
+
+
+_GEMM_ARGS = ("read", "read", "readwrite", "")  # A, B, C (, C's row length)
+TABLE = _table(
+    Intrinsic("tw_cp_async16", COPY, ("async", "read", ""), "copy16"),
+    Intrinsic("tw_copy16", COPY, ("write", "read", ""), "copy16"),
+    Intrinsic("tw_cp_async_commit", COPY, (), "group"),
+    Intrinsic("tw_cp_async_wait", COPY, (), "group", lands=True),
+    Intrinsic("tw_gemm_mma", MMA, _GEMM_ARGS, "gemm"),
+    Intrinsic("tw_gemm_mma_rf", MMA, _GEMM_ARGS, "gemm"),
+    Intrinsic("tw::store_pair", MMA, ("write", "", "")),
+    Intrinsic("tw_gemm_wgmma", WGMMA, _GEMM_ARGS, "wgmma"),
+    Intrinsic("tw_gemm_wgmma_rs", WGMMA, _GEMM_ARGS, "wgmma"),
+    Intrinsic("tw_wgmma_wait", WGMMA, (), "wgmma_wait"),
+    Intrinsic("tw_wgmma_pack", WGMMA, ("write", "", "")),
+    *(Intrinsic(f"tw_atomic_{k}", BASE, ("readwrite", "")) for k in ("add", "max", "min")),
+    Intrinsic("tw_fence_proxy_async", HOPPER, (), "fence_async"),
+    Intrinsic("tw_fence_barrier_init", HOPPER),
+    Intrinsic("tw_mbar_init", HOPPER),
+    Intrinsic("tw_mbar_arrive", HOPPER),
+    Intrinsic("tw_mbar_arrive_cluster", HOPPER),
+    Intrinsic("tw_mbar_expect_tx", HOPPER),
+    Intrinsic("tw_mbar_wait", HOPPER, (), "mbar_wait"),
+    Intrinsic("tw_named_barrier_sync", HOPPER),
+    Intrinsic("tw_setmaxnreg_inc", HOPPER),
+    Intrinsic("tw_setmaxnreg_dec", HOPPER),
+    Intrinsic("tw_cluster_sync", HOPPER),
+    Intrinsic("tw_cluster_ctarank", HOPPER),
+    Intrinsic("tw_offset_bytes", HOPPER),
+    Intrinsic("TW_TMAP", HOPPER),
+    *(Intrinsic(f"tw_tma_load_{r}d", HOPPER, (), "tma_load") for r in range(1, 6)),
+    *(Intrinsic(f"tw_tma_load_multicast_{r}d", HOPPER, (), "tma_load") for r in range(1, 6)),
+    *(Intrinsic(f"tw_tma_store_{r}d", HOPPER) for r in range(1, 6)),
+    Intrinsic("tw_tma_store_commit", HOPPER),
+    Intrinsic("tw_tma_store_wait", HOPPER),
+    Intrinsic("tw_tma_choice", None, (), "placeholder"),
+    Intrinsic("tw_stage_barrier", None, (), "placeholder"),
+    Intrinsic("__shfl_xor_sync", CUDA),
+    Intrinsic("__syncwarp", CUDA),
+    Intrinsic("__trap", CUDA),
+    Intrinsic("__float2bfloat16_rn", CUDA),
+    Intrinsic("printf", CUDA),
+)
+
+
+def extern_name(node) -> str | None:
+    """The function name of a ``call_extern`` (with its template arguments), else None."""
+    if isinstance(node, tirx.Evaluate):
+        node = node.value
+    if isinstance(node, tvm.ir.Call) and isinstance(node.op, tvm.ir.Op) and \
+            node.op.name in ("tirx.call_extern", "tirx.call_pure_extern"):
+        return str(node.args[0].value)
+    return None
+
+
+def lookup(name: str) -> Intrinsic | None:
+    """The table entry of the function ``name`` (template arguments ignored), None when the
+    table has none (CUDA's math functions TVM's codegen calls, say)."""
+    return TABLE.get(name.split("<", 1)[0])
+
+
+def named(name: str) -> Intrinsic:
+    """The table entry of the function ``name`` (template arguments ignored). A name the table
+    does not know is an error: its effects would be guessed."""
+    entry = lookup(name)
+    if entry is None:
+        base = name.split("<", 1)[0]
+        raise KeyError(f"the CUDA backend's intrinsics table has no {base!r}")
+    return entry
+
+
+def of(node) -> Intrinsic | None:
+    """The table entry of a ``call_extern`` (or an ``Evaluate`` of one); None for anything
+    else."""
+    name = extern_name(node)
+    return None if name is None else named(name)
+
+
+def role(node) -> str | None:
+    """The role of the intrinsic ``node`` calls, None when it calls none."""
+    entry = of(node)
+    return entry.role if entry is not None else None
+
+
+def is_address_of(e) -> bool:
+    return isinstance(e, tvm.ir.Call) and isinstance(e.op, tvm.ir.Op) and \
+        e.op.name == "tirx.address_of"
+
+
+def is_shared_addr(e) -> bool:
+    return isinstance(e, tvm.ir.Call) and isinstance(e.op, tvm.ir.Op) and \
+        e.op.name == ops.SHARED_ADDR
+
+
+def pointer_effects(call) -> list[tuple]:
+    """``(element load, effect)`` of each pointer argument the table declares an effect for."""
+    entry = of(call)
+    if entry is None:
+        return []
+    out = []
+    for arg, effect in zip(call.args[1:], entry.args):
+        if effect and (is_address_of(arg) or is_shared_addr(arg)) and \
+                isinstance(arg.args[0], tvm.ir.TensorLoad):
+            out.append((arg.args[0], effect))
+    return out
+
+
+# -- builders ----------------------------------------------------------------------------------
+def call(name: str, *args) -> tirx.Stmt:
+    """``name(args...);`` as a statement."""
+    return tirx.Evaluate(tirx.call_extern("void", name, *args))
+
+
+def sync() -> tirx.Stmt:
+    """``__syncthreads()``."""
+    return tirx.Evaluate(tirx.call_intrin("int32", "tirx.tvm_storage_sync",
+                                          tvm.ir.StringImm("shared")))
+
+
+def is_sync(stmt) -> bool:
+    """Whether ``stmt`` is a :func:`sync` (``__syncthreads``)."""
+    return isinstance(stmt, tirx.Evaluate) and isinstance(stmt.value, tvm.ir.Call) and \
+        isinstance(stmt.value.op, tvm.ir.Op) and stmt.value.op.name == "tirx.tvm_storage_sync"
+
+
+def cp_async_commit() -> tirx.Stmt:
+    return tirx.Evaluate(tirx.call_extern("int32", "tw_cp_async_commit"))
+
+
+def cp_async_wait(groups: int) -> tirx.Stmt:
+    """Wait until at most ``groups`` committed cp.async groups are in flight."""
+    return tirx.Evaluate(tirx.call_extern("int32", f"tw_cp_async_wait<{groups}>"))
+
+
+def wgmma_wait(groups: int) -> tirx.Stmt:
+    """Retire this warpgroup's wgmma groups until at most ``groups`` are in flight."""
+    return tirx.Evaluate(tirx.call_extern("void", f"tw_wgmma_wait<{groups}>"))
+
+
+def fence_proxy_async() -> tirx.Stmt:
+    return call("tw_fence_proxy_async")
+
+
+def shared_addr(load) -> tvm.ir.Call:
+    """The address of a shared-memory element, kept apart from ``address_of`` until the pool
+    is placed (``address_of`` is a write to the analyses)."""
+    return tirx.call_intrin("handle", ops.SHARED_ADDR, load)
+
+
+def tma_choice():
+    """The condition of a copy's choice between its TMA and cp.async forms (resolved by the
+    pipeline phase)."""
+    return tirx.call_extern("bool", "tw_tma_choice")
+
+
+def stage_barrier():
+    """The mbarrier of a TMA copy's pipeline stage (set by the pipeline phase)."""
+    return tirx.call_extern("handle", "tw_stage_barrier")

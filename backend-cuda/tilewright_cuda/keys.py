@@ -1,0 +1,39 @@
+"""The names the CUDA backend's layers agree on: annotations and attributes it puts on the IR,
+the frontend annotations it reads, its pass-config keys, and the hardware's group sizes."""
+
+# -- hardware ----------------------------------------------------------------------------------
+WARP = 32
+WARPGROUP = 128  # four warps: the unit of wgmma, setmaxnreg and T.ws roles
+THREAD_TAG = "threadIdx.x"
+
+# -- frontend annotations (the core's language) ------------------------------------------------
+LOOP = "tw.loop"  # "parallel" (T.Parallel) or "unroll" (T.unroll) on a loop
+THREADS = "tw.threads"  # T.Kernel's threads on the outermost block loop
+SWIZZLE = "tw.swizzle"  # T.use_swizzle's (panel, order) on the outermost block loop
+STAGES = "tw.num_stages"  # T.Pipelined's num_stages
+STAGE = "tw.stage"  # T.Pipelined's stage=[...]
+ORDER = "tw.order"  # T.Pipelined's order=[...]
+
+# -- the CUDA dialect (tilewright_cuda.language) -----------------------------------------------
+WS = "tw.cuda.ws"  # AttrStmt around a T.ws role's code; value: the warpgroups, "0,1"
+CLUSTER = "tw.cuda.cluster_dims"  # annotation of the block loop and function attribute: [x, y, z]
+
+# -- annotations this backend puts on loops ----------------------------------------------------
+SPREAD = "tw.spread"  # a loop whose iterations are spread over the threads
+# a loop that writes each shared element it touches from one thread only, once, and reads only
+# elements its own thread wrote or that no iteration writes: no barrier between its iterations
+OWN_ELEMENTS = "tw.own_elements"
+ROLE = "tw.cuda.role"  # a T.ws role's thread loop: its first thread
+
+# -- function attributes -----------------------------------------------------------------------
+SMEM_LAYOUT = "tw.cuda.smem_layout"  # swizzled shared tiles: name -> [W, B] (layout.Swizzled)
+VERSIONS = "tw.cuda.smem_versions"  # pipelined tiles: name -> versions
+BLOCKS = "tw.cuda.blocks_per_sm"  # blocks per SM the kernel is built for (when not 1)
+TENSORMAPS = "tw.cuda.tensormaps"  # JSON: the TMA descriptors the launcher encodes
+DYN_SMEM = "tw.dyn_smem_bytes"  # bytes of the dynamic shared-memory pool
+
+# -- pass configs (declared in plugin.py, read once into options.Options) ----------------------
+DISABLE_TMA = "cuda.disable_tma_lower"
+DISABLE_WARP_SPECIALIZED = "cuda.disable_warp_specialized"
+TMA_MULTICAST = "cuda.tma_multicast"
+BLOCKS_PER_SM = "cuda.blocks_per_sm"

@@ -1,0 +1,53 @@
+"""The options of one CUDA compilation, read once from the target and the pass configs into a
+frozen, hashable value that rules (``RuleContext.options``), transforms and codegen consult."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from tilewright.errors import KernelError
+
+from . import arch as arch_mod
+from . import keys
+
+
+@dataclass(frozen=True)
+class Options:
+    """- ``arch``: the architecture compiled for (:class:`~tilewright_cuda.arch.Arch`);
+    - ``tma``: portable copies in ``T.Pipelined`` loops may become TMA loads (sm_90+, unless
+      ``cuda.disable_tma_lower``);
+    - ``warp_specialized``: a kernel's only TMA-fed pipelined loop gets a producer warpgroup
+      (sm_90a, unless ``cuda.disable_warp_specialized``);
+    - ``multicast``: tiles pairs of blocks share are loaded once per pair
+      (``cuda.tma_multicast``);
+    - ``blocks_per_sm``: blocks each SM should hold at once (``cuda.blocks_per_sm``, 1-8)."""
+
+    arch: arch_mod.Arch
+    tma: bool = True
+    warp_specialized: bool = True
+    multicast: bool = False
+    blocks_per_sm: int = 1
+
+    def __post_init__(self):
+        value = self.blocks_per_sm
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 8:
+            raise KernelError(f"pass config {keys.BLOCKS_PER_SM} must be an integer from 1 to "
+                              f"8, got {value!r}")
+
+
+def of(ctx) -> Options:
+    """The options of the compilation ``ctx`` (a ``CompileContext``)."""
+    configs = ctx.pass_configs or {}
+    return parse(ctx.target.option("arch"), configs.get(keys.DISABLE_TMA, False),
+                 configs.get(keys.DISABLE_WARP_SPECIALIZED, False),
+                 configs.get(keys.TMA_MULTICAST, False), configs.get(keys.BLOCKS_PER_SM, 1))
+
+
+@functools.lru_cache(maxsize=64, typed=True)
+def parse(arch: str | None, disable_tma: bool = False, disable_ws: bool = False,
+          multicast: bool = False, blocks_per_sm: int = 1) -> Options:
+    chosen = arch_mod.resolve(arch)
+    return Options(chosen, tma=chosen.sm >= 90 and not disable_tma,
+                   warp_specialized=chosen.sm >= 90 and chosen.name.endswith("a") and
+                   not disable_ws, multicast=bool(multicast), blocks_per_sm=blocks_per_sm)

@@ -1,0 +1,98 @@
+"""What the lowering rules share: the thread context of a rule, conversions, the reduction
+kinds' algebra and warp shuffles.
+
+A rule returns one of two kinds of code:
+
+- a *parallel nest*: loops annotated ``tw.loop = "parallel"`` over the elements of a tile; the
+  ``distribute`` phase spreads their iterations over the block's threads, exactly like a
+  user's ``T.Parallel`` loop;
+- *thread code*: statements written for one thread of the block, using ``threadIdx.x``
+  (the enclosing ``thread_binding`` loop in ``ctx.loops``), such as the shuffle reductions.
+
+Accesses that may fall outside a buffer are guarded: reads give zero, writes are skipped.
+"""
+
+from __future__ import annotations
+
+from tilewright.errors import KernelError
+from tilewright.ir import TileOpCall, get_schema
+from tilewright.transform import RuleContext
+from tvm import tirx
+
+from .. import keys, layout
+from ..keys import WARP
+
+FULL_MASK = tirx.const(0xFFFFFFFF, "uint32")
+
+
+def thread_var(ctx: RuleContext):
+    """(threadIdx.x var, threads per block) of the enclosing thread loop (a T.ws role's
+    inside one)."""
+    for loop in reversed(ctx.loops):
+        if loop.kind == tirx.ForKind.THREAD_BINDING and loop.thread_binding is not None and \
+                str(loop.thread_binding.thread_tag) == keys.THREAD_TAG:
+            return loop.loop_var, int(loop.extent.value)
+    raise KernelError("CUDA lowering found a tile op outside the block's thread loop")
+
+
+def leader(ctx: RuleContext, body: list) -> tirx.Stmt:
+    """``body`` run by the first thread of the block, or of the enclosing role."""
+    tx, _ = thread_var(ctx)
+    return tirx.IfThenElse(tx == 0, tirx.SeqStmt(body) if len(body) > 1 else body[0], None)
+
+
+def cast(value, dtype: str):
+    return value if str(value.ty) == dtype else tirx.Cast(dtype, value)
+
+
+def reducer_kind(buffer) -> str | None:
+    """The kind of a ``T.alloc_reducer`` buffer (``sum``, ``max``, ...), else None."""
+    scope = layout.memory(buffer)
+    return scope.rsplit(".", 1)[-1] if scope.startswith("local.reducer") else None
+
+
+def fill_call(region) -> TileOpCall:
+    """A ``T.fill(region, 0)`` call, for rules that clear an accumulator first."""
+    return TileOpCall(get_schema("fill"), {"dst": region, "value": tirx.const(0, "float32")}, {})
+
+
+# -- reductions ----------------------------------------------------------------------------------
+def infinity(dtype: str, sign: int = 1):
+    """Positive (``sign`` 1) or negative infinity of a floating-point type. TVM has no
+    bfloat16 infinity, and folds a conversion of float32's into a constant it prints as
+    ``inff``: the bfloat16 one is converted on the device (``__float2bfloat16_rn``)."""
+    if dtype == "bfloat16":
+        return tirx.call_pure_extern(dtype, "__float2bfloat16_rn",
+                                     tirx.infinity("float32") * sign)
+    return tirx.infinity(dtype) * sign if sign < 0 else tirx.infinity(dtype)
+
+
+def reduce_parts(kind: str, dtype: str):
+    """(identity, combine(acc, x), merge(a, b)) of a reduction kind."""
+    is_float = dtype.startswith(("float", "bfloat"))
+    lowest = infinity(dtype, -1) if is_float else tirx.min_value(dtype)
+    highest = infinity(dtype) if is_float else tirx.max_value(dtype)
+    zero = tirx.const(0, dtype)
+    add, mx, mn = (lambda a, b: a + b), tirx.Max, tirx.Min
+    return {
+        "sum": (zero, add, add),
+        "abssum": (zero, lambda a, x: a + tirx.abs(x), add),
+        "max": (lowest, mx, mx),
+        "min": (highest, mn, mn),
+        "absmax": (zero, lambda a, x: tirx.Max(a, tirx.abs(x)), mx),
+    }[kind]
+
+
+def shfl_xor(value, offset: int, width: int = WARP):
+    return tirx.call_extern(str(value.ty), "__shfl_xor_sync", FULL_MASK, value,
+                            tirx.const(offset, "int32"), tirx.const(width, "int32"))
+
+
+def butterfly(buf, merge, group: int) -> list:
+    """Combine ``buf[0]`` across ``group`` consecutive lanes with XOR shuffles."""
+    stmts, offset = [], group // 2
+    while offset:
+        value = tirx.BufferLoad(buf, [0])
+        stmts.append(tirx.BufferStore(buf, merge(value, shfl_xor(value, offset)), [0]))
+        offset //= 2
+    return stmts

@@ -1,0 +1,109 @@
+"""Lowering of the CUDA dialect (``tilewright_cuda.language``): mbarriers, TMA copies, the
+async-proxy fence, register budgets, warp-specialised roles and clusters, as calls of
+``include/tw_hopper.h``. Needs sm_90 or newer (``setmaxnreg``: sm_90a); an older
+architecture is an error naming the op and what it needs. Barrier and tile addresses are
+``tw.cuda.shared_addr(element)`` until the shared pool is placed. ``T.ws`` and
+``T.ClusterKernel`` leave nothing here: their regions and annotations are handled by the
+transforms (roles in ``transforms.roles``, clusters in ``transforms.finish``)."""
+
+from __future__ import annotations
+
+from tilewright.errors import KernelError
+from tilewright.ir import TileOpCall
+from tilewright.transform import RuleContext
+from tvm import tirx
+
+from .. import intrinsics, ops
+from . import tma
+from .common import leader
+from .table import register
+
+
+def _require(call: TileOpCall, ctx: RuleContext, feature: str, arch_specific: bool = False):
+    arch = ctx.options.arch
+    ok = arch.sm >= 90 and (not arch_specific or arch.name.endswith("a"))
+    if not ok:
+        need = "sm_90a (or sm_100a)" if arch_specific else "sm_90 or newer"
+        raise KernelError(
+            f"T.{call.name} needs {need} ({feature}); the target architecture is "
+            f"{arch.name}: compile for 'cuda -arch=sm_90a' or use portable ops")
+
+
+@register(ops.INIT_BARRIERS.name)
+def lower_alloc_barrier(call: TileOpCall, ctx: RuleContext):
+    _require(call, ctx, "mbarriers with transaction counts")
+    buf = call.operands["barriers"].buffer
+    counts = [int(c) for c in call.attrs["counts"].split(",")]
+    inits = [intrinsics.call("tw_mbar_init", _address(buf, i), tirx.const(c, "uint32"))
+             for i, c in enumerate(counts)]
+    inits.append(intrinsics.call("tw_fence_barrier_init"))
+    return tirx.SeqStmt([leader(ctx, inits), intrinsics.sync()])
+
+
+def _address(buffer, i: int):
+    return intrinsics.shared_addr(tirx.BufferLoad(buffer, [tirx.const(i, "int32")]))
+
+
+@register(ops.ARRIVE.name)
+def lower_arrive(call: TileOpCall, ctx: RuleContext):
+    _require(call, ctx, "mbarriers")
+    return intrinsics.call("tw_mbar_arrive", intrinsics.shared_addr(call.operands["barrier"]))
+
+
+@register(ops.WAIT_PARITY.name)
+def lower_wait_parity(call: TileOpCall, ctx: RuleContext):
+    _require(call, ctx, "mbarrier try_wait.parity")
+    return intrinsics.call("tw_mbar_wait", intrinsics.shared_addr(call.operands["barrier"]),
+                           call.operands["parity"])
+
+
+@register(ops.EXPECT_TX.name)
+def lower_expect_tx(call: TileOpCall, ctx: RuleContext):
+    _require(call, ctx, "mbarrier transaction counts")
+    return leader(ctx, [intrinsics.call("tw_mbar_expect_tx",
+                                        intrinsics.shared_addr(call.operands["barrier"]),
+                                        tirx.Cast("uint32", call.operands["bytes"]))])
+
+
+@register(ops.FENCE_PROXY_ASYNC.name)
+def lower_fence_proxy_async(call: TileOpCall, ctx: RuleContext):
+    _require(call, ctx, "the async proxy")
+    return intrinsics.call("tw_fence_proxy_async")
+
+
+@register(ops.TMA_STORE_WAIT.name)
+def lower_tma_store_wait(call: TileOpCall, ctx: RuleContext):
+    _require(call, ctx, "TMA bulk groups")
+    return tirx.SeqStmt([intrinsics.call(f"tw_tma_store_wait<{int(call.attrs['count'])}>"),
+                         intrinsics.sync()])
+
+
+@register(ops.SET_MAX_NREG.name)
+def lower_set_max_nreg(call: TileOpCall, ctx: RuleContext):
+    _require(call, ctx, "setmaxnreg", arch_specific=True)
+    kind = "inc" if call.attrs["is_inc"] else "dec"
+    return intrinsics.call(f"tw_setmaxnreg_{kind}<{int(call.attrs['reg_count'])}>")
+
+
+@register(ops.WS.name)
+def lower_ws(call: TileOpCall, ctx: RuleContext):
+    _require(call, ctx, "warpgroup-specialised roles")
+    return tirx.Evaluate(tirx.const(0, "int32"))
+
+
+@register(ops.CLUSTER.name)
+def lower_cluster(call: TileOpCall, ctx: RuleContext):
+    _require(call, ctx, "thread-block clusters")
+    return tirx.Evaluate(tirx.const(0, "int32"))
+
+
+@register(ops.TMA_COPY.name)
+def lower_tma_copy(call: TileOpCall, ctx: RuleContext):
+    _require(call, ctx, "the Tensor Memory Accelerator")
+    src, dst = call.operands["src"], call.operands["dst"]
+    if str(src.buffer.scope()) == "global":
+        return leader(ctx, tma.load(src, dst, intrinsics.shared_addr(call.operands["barrier"])))
+    # every thread's shared writes must reach the async proxy before one thread stores
+    stores = tma.store(src, dst)
+    return tirx.SeqStmt([intrinsics.fence_proxy_async(), intrinsics.sync(),
+                         leader(ctx, stores)])

@@ -1,0 +1,171 @@
+"""``T.gemm``: variants tried in order, each with a predicate (analysis.gemm_fit) that says why
+it does not fit; the first that fits lowers the gemm.
+
+1. ``wgmma.mma_async.m64nNk16`` (sm_90a, include/tw_wgmma.h): both operands read from
+   swizzled shared tiles through matrix descriptors, or A from registers (the register-A
+   form ``tw_gemm_wgmma_rs``: the k16 steps' m64k16 A fragments, which the wgmma accumulator
+   layout holds); C a register accumulator in the wgmma D layout;
+2. ``ldmatrix`` + ``mma.sync.m16n8k16`` over warp tiles (sm_80+, include/tw_mma.h);
+3. C's elements spread over the threads, each dot product in a register.
+
+A gemm that asks for tensor cores but cannot have them is an error (``mma_policy_error``).
+"""
+
+from __future__ import annotations
+
+from tilewright.errors import KernelError, UnsupportedOpError
+from tilewright.ir import Region, TileOpCall
+from tilewright.transform import RuleContext
+from tilewright.transform.lowering_utils import as_expr, loop_nest, non_unit, region_index
+from tvm import tirx
+
+from .. import intrinsics, layout
+from ..analysis import gemm_fit
+from ..analysis.ir import const
+from ..keys import WARP, WARPGROUP
+from .common import cast, fill_call, thread_var
+from .fill import lower_fill
+from .table import register
+
+
+@register("gemm")
+def lower_gemm(call: TileOpCall, ctx: RuleContext):
+    """The first variant whose predicate holds (the module docstring)."""
+    arch, threads = ctx.options.arch, thread_var(ctx)[1]
+    problem = gemm_fit.mma_policy_error(call, arch, threads)
+    if problem is not None:
+        raise UnsupportedOpError(problem)
+    for variant, misfit in VARIANTS:
+        if misfit(call, arch, threads) is None:
+            return variant(call, ctx)
+    raise AssertionError("the thread gemm fits every gemm")
+
+
+def _wgmma_misfit(call: TileOpCall, arch, threads: int) -> str | None:
+    problem = gemm_fit.wgmma_misfit(call, arch, threads)
+    if problem is not None and layout.is_register_a(call.operands["A"].buffer):
+        raise KernelError(f"T.gemm reads {call.operands['A'].buffer.name!r} from registers as "
+                          f"wgmma's A, but {problem}")
+    return problem
+
+
+def lower_gemm_wgmma(call: TileOpCall, ctx: RuleContext):
+    """Each warpgroup issues the wgmma steps of its 64 rows; the operands' writers fence
+    their shared stores to the async proxy first (a barrier of the block or role). With A
+    in registers only B's writers need that fence (``transforms.sync.drop_redundant_fences``
+    removes it where nothing wrote B since an earlier one)."""
+    a, b, c = (call.operands[k] for k in ("A", "B", "C"))
+    tx, _ = thread_var(ctx)
+    n, k = const(c.extents[1]), const(a.extents[1])
+    width_b, _ = layout.swizzle_of(b.buffer)
+    b_mn = "true" if not call.attrs["transpose_B"] else "false"
+    bf16 = "true" if str(a.buffer.dtype) == "bfloat16" else "false"
+    nc = gemm_fit.wgmma_chunk(n, width_b // 2)
+    rows_b = const(b.buffer.shape[0])
+    if layout.is_register_a(a.buffer):
+        name = f"tw_gemm_wgmma_rs<{n}, {k}, {nc}, {bf16}, {b_mn}, {rows_b}, {width_b}>"
+        a_arg = tirx.address_of(_origin(a.buffer))
+    else:
+        width_a, _ = layout.swizzle_of(a.buffer)
+        name = (f"tw_gemm_wgmma<{n}, {k}, {nc}, {bf16}, {b_mn}, {const(a.buffer.shape[0])}, "
+                f"{width_a}, {rows_b}, {width_b}>")
+        a_arg = intrinsics.shared_addr(_origin(a.buffer))
+    gemm = tirx.Evaluate(tirx.call_extern(
+        "void", name, a_arg, intrinsics.shared_addr(_origin(b.buffer)),
+        tirx.address_of(_origin(c.buffer)), tirx.floordiv(tx, WARPGROUP)))
+    stmts = [intrinsics.fence_proxy_async(), intrinsics.sync(), gemm, intrinsics.wgmma_wait(0)]
+    if call.attrs["clear_accum"]:
+        stmts.insert(0, lower_fill(fill_call(c), ctx))
+    return tirx.SeqStmt(stmts)
+
+
+def _origin(buffer):
+    zero = tirx.const(0, "int32")
+    return tirx.BufferLoad(buffer, [zero, zero])
+
+
+def lower_gemm_mma(call: TileOpCall, ctx: RuleContext):
+    """One call of ``tw_gemm_mma`` (include/tw_mma.h) by every thread of the block: a warp
+    grid over C, each warp loading A/B fragments with ``ldmatrix`` from the operands' shared
+    layouts (swizzled or row-major) and issuing ``mma.sync`` over its warp tile."""
+    a, b, c = (call.operands[k] for k in ("A", "B", "C"))
+    cdims, adims = non_unit(c), non_unit(a)
+    m, n = const(c.extents[cdims[0]]), const(c.extents[cdims[1]])
+    k = const(a.extents[adims[0]] if call.attrs["transpose_A"] else a.extents[adims[1]])
+    _, threads = thread_var(ctx)
+    flags = ", ".join("true" if call.attrs[f] else "false" for f in ("transpose_A",
+                                                                     "transpose_B"))
+    in_registers = layout.is_accumulator(c.buffer)
+    grid = layout.grid(c.buffer, threads) if in_registers else \
+        layout.warp_grid(m, n, threads // WARP, str(call.attrs["policy"]))
+    if grid is None:
+        raise KernelError(f"the {m}x{n} gemm tile has no grid of {threads // WARP} warps with "
+                          "whole 16x8 tiles per warp; use a power-of-two number of warps")
+    layouts = ", ".join(_operand_layout(r) for r in (a, b))
+    name = (f"tw_gemm_mma{'_rf' if in_registers else ''}<{m}, {n}, {k}, {flags}, {threads}, "
+            f"{grid[0]}, {grid[1]}, {layouts}>")
+
+    def ptr(region):
+        return tirx.address_of(tirx.BufferLoad(region.buffer, [as_expr(s) for s in region.starts]))
+
+    c_args = [ptr(c)] if in_registers else [ptr(c), as_expr(gemm_fit.leading_dim(c))]
+    gemm = tirx.Evaluate(tirx.call_extern("int32", name, ptr(a), ptr(b), *c_args))
+    if not call.attrs["clear_accum"]:
+        return gemm
+    zero = lower_fill(fill_call(c), ctx)
+    return tirx.SeqStmt([zero, gemm] if in_registers else [zero, intrinsics.sync(), gemm])
+
+
+def _operand_layout(region: Region) -> str:
+    """The C++ layout type (include/tw_mma.h) of a gemm operand tile in shared memory."""
+    swizzled = layout.swizzle_of(region.buffer)
+    if swizzled is not None:
+        if not all(const(s) == 0 for s in region.starts):
+            raise KernelError(f"gemm operand {region.buffer.name} is swizzled but the gemm "
+                              "reads only part of it")
+        return f"tw::swizzled<{int(region.buffer.shape[-2])}, {swizzled[0]}, {swizzled[1]}>"
+    ld = gemm_fit.leading_dim(region)
+    # ldmatrix reads 16-byte rows: row starts and the first column must be 16-byte aligned
+    aligned = (ld * 2) % 16 == 0 and const(region.starts[-1]) is not None and \
+        const(region.starts[-1]) % 8 == 0
+    return f"tw::rowmajor<{ld}, {'true' if aligned else 'false'}>"
+
+
+def lower_gemm_threads(call: TileOpCall, ctx: RuleContext):
+    """C += op(A) @ op(B): the (i, j) elements of C are spread over the threads; each thread
+    accumulates its dot products in a register."""
+    a, b, c = (call.operands[k] for k in ("A", "B", "C"))
+    ta, tb = call.attrs["transpose_A"], call.attrs["transpose_B"]
+    adims, bdims, cdims = non_unit(a), non_unit(b), non_unit(c)
+    if len(adims) != 2 or len(bdims) != 2 or len(cdims) != 2:
+        raise KernelError("T.gemm needs 2-D tiles for A, B and C")
+    m, n = c.extents[cdims[0]], c.extents[cdims[1]]
+    k = a.extents[adims[0]] if ta else a.extents[adims[1]]
+    dtype = str(c.buffer.dtype)
+    acc = tirx.decl_buffer((1,), dtype, "gemm_acc", scope="local")
+
+    def body(v):
+        i, j = v
+        r = tirx.Var("kk", "int32")
+        a_idx = region_index(a, [r, i] if ta else [i, r], adims)
+        b_idx = region_index(b, [j, r] if tb else [r, j], bdims)
+        c_idx = region_index(c, [i, j], cdims)
+        product = cast(tirx.BufferLoad(a.buffer, a_idx), dtype) * \
+            cast(tirx.BufferLoad(b.buffer, b_idx), dtype)
+        init = tirx.const(0, dtype) if call.attrs["clear_accum"] else \
+            tirx.BufferLoad(c.buffer, c_idx)
+        return tirx.SeqStmt([
+            tirx.AllocBuffer(acc),
+            tirx.BufferStore(acc, init, [0]),
+            tirx.For(r, 0, as_expr(k), tirx.ForKind.SERIAL, tirx.BufferStore(
+                acc, tirx.BufferLoad(acc, [0]) + product, [0])),
+            tirx.BufferStore(c.buffer, tirx.BufferLoad(acc, [0]), c_idx),
+        ])
+
+    return loop_nest([m, n], body, ctx=ctx)
+
+
+# (lowering, why it does not fit) of each variant, the preferred first
+VARIANTS = ((lower_gemm_wgmma, _wgmma_misfit),
+            (lower_gemm_mma, gemm_fit.mma_misfit),
+            (lower_gemm_threads, lambda call, arch, threads: None))

@@ -1,0 +1,178 @@
+"""TMA (the Tensor Memory Accelerator, sm_90+): the boxes of a copy between a global region
+and a shared one, for ``T.tma_copy`` (rules/dialect.py) and for portable copies in pipelined
+loops.
+
+A copy from a global tensor into a whole swizzled shared tile (TMA's own
+``SWIZZLE_128B``/``64B``/``32B`` layouts, ``layout.Swizzled``) that is a statement of a
+``T.Pipelined`` loop with two or more stages can be one TMA load per column block of the tile,
+issued by one thread and completing on an mbarrier of its pipeline stage, instead of
+``cp.async`` chunks issued by every thread. The copy rule cannot know yet whether the loop will
+be pipelined, so it emits a *choice*, ``if (tw_tma_choice()) <TMA> else <cp.async>``; the
+pipeline phase takes the TMA branch when every producer of a loop offers one and gives each
+stage its mbarrier (replacing ``tw_stage_barrier()``), and takes the ``cp.async`` branch of
+every choice left. Out-of-bounds parts of a box read as zero, as the ``cp.async`` path's do.
+
+``T.copy(..., disable_tma=True)`` keeps one copy on ``cp.async``; the pass config
+``cuda.disable_tma_lower`` (TileLang's ``tl.disable_tma_lower``) keeps all of them.
+
+A TMA names its descriptor as ``tw.cuda.tensormap(tensor, box..., swizzle)``; the finish
+pass deduplicates and numbers them.
+"""
+
+from __future__ import annotations
+
+import tvm
+from tilewright.errors import KernelError
+from tilewright.ir import TileOpCall
+from tilewright.transform import RuleContext
+from tvm import tirx
+
+from .. import intrinsics, keys, layout, ops
+from ..analysis.ir import const
+from .common import leader
+
+SWIZZLE_BYTES = {3: 128, 2: 64, 1: 32}
+MAX_BOX = 256
+SWIZZLE_PERIOD = 1024  # bytes: a TMA destination with 128-byte swizzling starts at one
+
+
+def _check_shared_region(region, what: str):
+    """The shared region must be one row-major block: unit dims, then full dims."""
+    shape = [const(d) for d in region.buffer.shape]
+    extents = [const(e) for e in region.extents]
+    first = next((i for i, e in enumerate(extents) if e != 1), len(extents))
+    for d in range(first + 1, len(extents)):
+        if extents[d] != shape[d] or const(region.starts[d]) != 0:
+            raise KernelError(f"{what}: the shared region of {region.buffer.name!r} must be "
+                              "contiguous (leading single indices, then whole trailing "
+                              "dimensions), e.g. S[stage, :, :]")
+
+
+def load(src, dst, barrier, what: str = "T.tma_copy") -> list:
+    """The statements one thread issues to load the global region ``src`` into the shared
+    region ``dst`` through TMA, completing on ``barrier`` (its expected bytes raised first,
+    no arrival). Raises KernelError when TMA cannot move the tile."""
+    return _boxes(src, dst, barrier, what)
+
+
+def store(src, dst, what: str = "T.tma_copy") -> list:
+    """The statements one thread issues to store the shared region ``src`` to the global
+    region ``dst`` through TMA, in one commit group."""
+    return [*_boxes(dst, src, None, what), intrinsics.call("tw_tma_store_commit")]
+
+
+def _boxes(g, s, bar, what: str) -> list:
+    """Loads (``bar`` given) or stores between the global region ``g`` and the shared region
+    ``s``: a swizzled tile moves as one box per column block of its layout."""
+    loading = bar is not None
+    if str(g.buffer.dtype) != str(s.buffer.dtype):
+        raise KernelError(f"{what}: {g.buffer.name!r} is {g.buffer.dtype} but "
+                          f"{s.buffer.name!r} is {s.buffer.dtype}; TMA does not convert")
+    extents = [const(e) for e in g.extents]
+    if any(e is None for e in extents):
+        raise KernelError(f"{what}: the global region of {g.buffer.name!r} needs constant "
+                          f"extents (the TMA box), got {list(g.extents)}")
+    rank = len(extents)
+    if rank > 5:
+        raise KernelError(f"{what}: TMA handles tensors of up to 5 dimensions, "
+                          f"{g.buffer.name!r} has {rank}")
+    _check_shared_region(s, what)
+    itemsize = tvm.runtime.DataType(str(g.buffer.dtype)).bits // 8
+    box = list(reversed(extents))  # innermost first
+    coords = list(reversed(list(g.starts)))
+    swizzled = layout.swizzle_of(s.buffer)
+    blocks, mode = 1, 0
+    if swizzled is not None:
+        width, bits = swizzled
+        if itemsize != 2 or box[0] * itemsize % width:
+            raise KernelError(f"{what}: {s.buffer.name!r} has a swizzled layout of {width}-byte "
+                              f"columns; the tile's rows ({box[0]} x {itemsize} bytes) must be "
+                              "a multiple of it")
+        whole = all(const(e) == const(d) for e, d in zip(s.extents[-2:], s.buffer.shape[-2:]))
+        if not whole:
+            raise KernelError(f"{what}: {s.buffer.name!r} has a swizzled layout; TMA moves it "
+                              "whole (every row and column of the tile)")
+        blocks, mode = box[0] * itemsize // width, SWIZZLE_BYTES[bits]
+        box[0] = width // itemsize
+    if box[0] * itemsize % 16:
+        raise KernelError(f"{what}: the innermost box extent of {g.buffer.name!r} is "
+                          f"{box[0] * itemsize} bytes; TMA needs a multiple of 16 bytes")
+    for extent in box:
+        if not 1 <= extent <= MAX_BOX:
+            raise KernelError(f"{what}: box extent {extent} of {g.buffer.name!r} is outside "
+                              f"1..{MAX_BOX}, TMA's limit per dimension")
+    tile = 1
+    for e in extents:
+        tile *= e
+    descriptor = tirx.call_intrin("handle", ops.TENSORMAP,
+                                  tirx.BufferLoad(g.buffer, [tirx.const(0, "int32")] * rank),
+                                  *[tirx.const(b, "int32") for b in box],
+                                  tirx.const(mode, "int32"))
+    rows = tile // (box[0] * blocks)
+    stmts = []
+    if loading:
+        stmts.append(intrinsics.call("tw_mbar_expect_tx", bar,
+                                     tirx.const(tile * itemsize, "uint32")))
+    base = intrinsics.shared_addr(tirx.BufferLoad(s.buffer, list(s.starts)))
+    for b in range(blocks):
+        # column block b of a swizzled tile starts rows x width bytes after the tile
+        smem = tirx.call_extern("handle", "tw_offset_bytes", base,
+                                tirx.const(b * rows * box[0] * itemsize, "int32")) if b else base
+        c = list(coords)
+        c[0] = c[0] + b * box[0] if b else c[0]
+        c = [tirx.Cast("int32", x) if str(x.ty) != "int32" else x
+             for x in (tirx.const(v, "int32") if isinstance(v, int) else v for v in c)]
+        if loading:
+            stmts.append(intrinsics.call(f"tw_tma_load_{rank}d", descriptor, bar, smem, *c))
+        else:
+            stmts.append(intrinsics.call(f"tw_tma_store_{rank}d", descriptor, smem, *c))
+    return stmts
+
+
+# -- portable copies in pipelined loops ------------------------------------------------------------
+def _pipelined(ctx: RuleContext) -> bool:
+    """The copy runs directly in a ``T.Pipelined`` loop of two or more stages, outside T.ws
+    roles (whose copies the kernel author synchronises)."""
+    if any(keys.ROLE in loop.annotations for loop in ctx.loops):
+        return False
+    inner = ctx.loops[-1] if ctx.loops else None
+    return inner is not None and int(inner.annotations.get(keys.STAGES, 0)) >= 2
+
+
+def why_not(call: TileOpCall, ctx: RuleContext) -> str | None:
+    """Why this copy stays on ``cp.async``; None when it may be a TMA load."""
+    src, dst = call.operands["src"], call.operands["dst"]
+    if not ctx.options.tma:
+        return "TMA needs sm_90+ and is not switched off"
+    if call.attrs.get("disable_tma", False):
+        return "T.copy(..., disable_tma=True)"
+    if not _pipelined(ctx):
+        return "not a statement of a T.Pipelined loop with num_stages >= 2"
+    if layout.memory(src.buffer) != "global" or not layout.memory(dst.buffer).startswith("shared"):
+        return "not a global -> shared copy"
+    swizzled = layout.swizzle_of(dst.buffer)
+    shape = [const(d) for d in dst.buffer.shape]
+    if swizzled is None or len(shape) != 2 or None in shape:
+        return "the shared tile has no swizzled layout"
+    if not all(const(s) == 0 for s in dst.starts) or \
+            [const(e) for e in dst.extents] != shape:
+        return "the copy fills part of the shared tile"
+    if shape[0] * swizzled[0] % SWIZZLE_PERIOD:
+        return "a column block of the tile is not a whole number of swizzle periods"
+    if len(src.buffer.shape) > 1 and not ctx.can_prove(
+            tirx.floormod(src.buffer.shape[-1], 8) == 0):
+        return "the tensor's rows are not a multiple of 16 bytes (TMA's stride rule)"
+    return None
+
+
+def copy_choice(call: TileOpCall, ctx: RuleContext, fallback):
+    """A choice between the TMA load of ``call`` and ``fallback`` (its ``cp.async`` lowering),
+    or ``fallback`` when the copy cannot be a TMA load."""
+    if why_not(call, ctx) is not None:
+        return fallback
+    try:
+        loads = load(call.operands["src"], call.operands["dst"], intrinsics.stage_barrier(),
+                     "T.copy")
+    except KernelError:  # a box TMA cannot move (too many dims, > 256 rows): keep cp.async
+        return fallback
+    return tirx.IfThenElse(intrinsics.tma_choice(), leader(ctx, loads), fallback)

@@ -1,0 +1,234 @@
+"""The ``distribute`` phase: every outermost ``T.Parallel`` nest (the user's and the rules')
+is spread over the block's threads (a role's, inside a ``T.ws`` role): a strided loop over its
+fused iteration space, 16-byte vectors per thread where the body allows, each thread's own
+registers for nests over register accumulators and row vectors."""
+
+from __future__ import annotations
+
+import tvm
+import tvm_ffi
+from tilewright.transform import StmtMutator, prim_func_pass, rebuild_for
+from tvm import tirx
+
+from .. import keys, layout
+from ..analysis.ir import buffers_in, find_thread, is_parallel, map_roles, substitute, uses
+from ..analysis.ir import stores as stores_of
+
+
+class Distribute(StmtMutator):
+    """Each outermost ``T.Parallel`` nest becomes a strided loop over its fused iteration
+    space: thread ``t`` runs iterations ``t, t + threads, ...``. A nest whose only effects
+    are stores to thread-local storage (not reducers) runs whole in every thread."""
+
+    def __init__(self, tx, threads: int):
+        super().__init__()
+        self.tx, self.threads = tx, threads
+
+    def visit_For(self, stmt):
+        if not is_parallel(stmt):
+            return super().visit_For(stmt)
+        loops, body = [], stmt
+        while is_parallel(body):
+            loops.append(body)
+            body = body.body
+        body = _strip(body)
+        registers = self._accumulators(body)
+        if registers:
+            return self._per_register(loops, body, registers[0])
+        vectors = self._row_vectors(body)
+        if vectors:
+            return self._per_row(loops, body, vectors[0])
+        # reducers take per-thread partial updates, so their nests are spread too
+        stores = stores_of(body)
+        if stores and all(str(b.scope()) in ("local", "local.var") for b in stores):
+            for loop in reversed(loops):
+                body = tirx.For(loop.loop_var, loop.min, loop.extent, tirx.ForKind.SERIAL, body)
+            return body
+        return self._spread(loops, body)
+
+    @staticmethod
+    def _accumulators(body) -> list:
+        return [b for b in buffers_in(body) if layout.is_accumulator(b)]
+
+    @staticmethod
+    def _row_vectors(body) -> list:
+        return [b for b in buffers_in(body) if layout.is_rows(b)]
+
+    def _per_row(self, loops, body, vec):
+        """A 1-D nest over row vectors in registers (layout.RowVector): each thread runs the rows it
+        holds, row ``i`` of register ``s``; the vectors are indexed by ``s``."""
+        s = tirx.Var("s", "int32")
+        inner = _row_registers(body, s)
+        inner = substitute(inner, {loops[0].loop_var: layout.row(vec, s, self.threads,
+                                                                  self.tx)})
+        return tirx.For(s, 0, layout.row_registers(vec, self.threads), tirx.ForKind.UNROLLED,
+                        inner, span=loops[0].span)
+
+    def _per_register(self, loops, body, acc):
+        """A nest over an accumulator in registers (infer_layout checked that it indexes
+        ``[i, j]`` by its two loop variables): each thread runs the iterations of the elements
+        it holds, ``(i, j)`` of register ``r`` in the mma layout."""
+        r = tirx.Var("r", "int32")
+        row, col = layout.element(acc, r, self.threads, self.tx)
+        body = _row_registers(body, layout.row_of_register(acc, r))
+        inner = substitute(body, {loops[0].loop_var: row, loops[1].loop_var: col})
+        index = layout.register_index(acc, r)
+
+        def load(e):
+            return tirx.BufferLoad(e.source, index) if e.source.same_as(acc) else e
+
+        def store(st):
+            return tirx.BufferStore(acc, st.value, index) if st.buffer.same_as(acc) else st
+
+        inner = tvm_ffi.structural_map(inner, [(tvm.ir.TensorLoad, load),
+                                               (tirx.BufferStore, store)])
+        return tirx.For(r, 0, layout.registers(acc, self.threads), tirx.ForKind.UNROLLED,
+                        inner, span=loops[0].span)
+
+    def _spread(self, loops, body):
+        vector = self._vectorized(loops, body)
+        if vector is not None:
+            return vector
+        extents = [loop.extent for loop in loops]
+        total = extents[0]
+        for e in extents[1:]:
+            total = total * e
+        total = self.analyzer.simplify(total)
+        threads = self.threads
+        it = tirx.Var("it", "int32")
+        flat = it * threads + self.tx
+        mapping, stride = {}, None
+        for loop, extent in reversed(list(zip(loops, extents))):
+            value = flat if stride is None else tirx.floordiv(flat, stride)
+            if loop is not loops[0]:
+                value = tirx.floormod(value, extent)
+            mapping[loop.loop_var] = loop.min + value if not _is_zero(loop.min) else value
+            stride = extent if stride is None else stride * extent
+        inner = substitute(body, mapping)
+        whole = isinstance(total, tirx.IntImm) and int(total.value) % threads == 0
+        if not whole:
+            inner = tirx.IfThenElse(flat < total, inner, None)
+        count = self.analyzer.simplify(tirx.floordiv(total + threads - 1, threads))
+        return tirx.For(it, 0, count, tirx.ForKind.SERIAL, inner,
+                        annotations={keys.SPREAD: 1}, span=loops[0].span)
+
+    def _vector_width(self, loops, body) -> int | None:
+        """Elements per 16-byte vector when every thread can take whole vectors: the body is
+        plain stores of loads and arithmetic (no call, cast or branch) to global or shared
+        buffers of one 32-bit type, each indexed by the innermost loop variable with unit
+        stride in its contiguous last dimension at a 16-byte aligned start, and the
+        constant iteration space splits evenly into vectors for all threads."""
+        stmts = list(body.seq) if isinstance(body, tirx.SeqStmt) else [body]
+        if not all(isinstance(st, tirx.BufferStore) for st in stmts):
+            return None
+        extents = [loop.extent for loop in loops]
+        if not all(isinstance(e, tirx.IntImm) for e in extents) or \
+                not all(_is_zero(loop.min) for loop in loops):
+            return None
+        total = 1
+        for e in extents:
+            total *= int(e.value)
+        accesses, calls = [], []
+        for st in stmts:
+            accesses.append((st.buffer, list(st.indices)))
+            tvm_ffi.structural_walk(st.value, [
+                (tvm.ir.TensorLoad, lambda e: accesses.append((e.source, list(e.indices)))),
+                (tvm.ir.Call, calls.append), (tirx.Cast, calls.append)])
+        if calls:
+            return None
+        # 32-bit elements only: TVM's vector code for 16-bit types mixed with float32
+        # arithmetic (8 lanes through ulonglong4) does not compile
+        dtypes = {str(buf.dtype) for buf, _ in accesses}
+        if len(dtypes) != 1 or next(iter(dtypes)) not in ("float32", "int32"):
+            return None
+        vec = VECTOR_BYTES // 4
+        inner = int(extents[-1].value)
+        if inner % vec or total % (vec * self.threads):
+            return None
+        j = loops[-1].loop_var
+        q = tirx.Var("q", "int32")
+        for buf, indices in accesses:
+            if str(buf.scope()) not in ("global", "shared", "shared.dyn") or not indices or \
+                    any(uses(i, j) for i in indices[:-1]):
+                return None
+            offset = self.analyzer.simplify(indices[-1] - j)
+            if uses(offset, j) or not self.analyzer.can_prove(
+                    tirx.floormod(substitute(offset, {j: q * vec}), vec) == 0):
+                return None
+            if len(buf.shape) > 1 and not self.analyzer.can_prove(
+                    tirx.floormod(buf.shape[-1], vec) == 0):
+                return None
+        return vec
+
+    def _vectorized(self, loops, body):
+        """Thread ``t`` takes the 16-byte vectors ``t, t + threads, ...`` of the fused space:
+        a serial loop over them around a vectorised loop over one vector's elements, which
+        TVM's code generator turns into 128-bit loads and stores."""
+        vec = self._vector_width(loops, body)
+        if vec is None:
+            return None
+        extents = [int(loop.extent.value) for loop in loops]
+        total = 1
+        for e in extents:
+            total *= e
+        it, v = tirx.Var("it", "int32"), tirx.Var("v", "int32")
+        base = (it * self.threads + self.tx) * vec  # the vector's first element, flat
+        mapping, stride = {}, 1
+        for loop, extent in reversed(list(zip(loops, extents))):
+            value = base if stride == 1 else tirx.floordiv(base, stride)
+            if loop is not loops[0]:
+                value = tirx.floormod(value, extent)
+            mapping[loop.loop_var] = value + v if stride == 1 else value
+            stride *= extent
+        inner = tirx.For(v, 0, vec, tirx.ForKind.VECTORIZED, substitute(body, mapping))
+        return tirx.For(it, 0, total // (vec * self.threads), tirx.ForKind.SERIAL, inner,
+                        annotations={keys.SPREAD: 1}, span=loops[0].span)
+
+
+VECTOR_BYTES = 16
+
+
+def _row_registers(body, s):
+    """Row vectors (layout.RowVector) read or written in ``body`` index their register ``s``."""
+    def load(e):
+        return tirx.BufferLoad(e.source, [s]) if layout.is_rows(e.source) else e
+
+    def store(st):
+        return tirx.BufferStore(st.buffer, st.value, [s]) if layout.is_rows(st.buffer) \
+            else st
+
+    return tvm_ffi.structural_map(body, [(tvm.ir.TensorLoad, load), (tirx.BufferStore, store)])
+
+
+def _is_zero(e) -> bool:
+    return isinstance(e, tirx.IntImm) and int(e.value) == 0
+
+
+def _strip(stmt):
+    """Drop ``T.Parallel`` annotations below a distributed nest (they run serially)."""
+    def visit(loop):
+        if any(str(k).startswith("tw.") for k in loop.annotations):
+            return rebuild_for(loop, annotations={k: v for k, v in loop.annotations.items()
+                                                  if not str(k).startswith("tw.")})
+        return loop
+
+    return tvm_ffi.structural_map(stmt, (tirx.For, visit))
+
+
+def distribute():
+    def run(func):
+        tx_loop = find_thread(func)
+        mutator = Distribute(tx_loop.loop_var, int(tx_loop.extent.value))
+        return func.with_body(mutator.visit(func.body))
+
+    return prim_func_pass("CUDADistributeParallel", run)
+
+
+def distribute_roles():
+    """``T.Parallel`` nests inside a role are spread over the role's threads."""
+
+    def run(func):
+        return map_roles(func, lambda loop: Distribute(
+            loop.loop_var, int(loop.extent.value)).visit(loop.body))
+
+    return prim_func_pass("CUDADistributeRoles", run)

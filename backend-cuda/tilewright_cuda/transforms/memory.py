@@ -1,0 +1,187 @@
+"""The ``place_memory`` phase: shared tiles and fragments become views of one dynamic
+shared-memory pool, register layouts become per-thread registers, frontend annotations go.
+A register accumulator or row vector used inside a T.ws role is sized for the role's threads
+first (:func:`role_registers`)."""
+
+from __future__ import annotations
+
+import tvm
+import tvm_ffi
+from tilewright.errors import KernelError, span_location
+from tilewright.transform import prim_func_pass, rebuild_for
+from tvm import tirx
+
+from .. import keys, layout
+from ..analysis.accesses import shared
+from ..analysis.ir import buffers_in, find_thread, map_roles, role_loops
+
+SMEM_ALIGN = 128
+
+
+def registers(buffer, threads: int):
+    """The per-thread register array of an accumulator or row vector on ``threads``
+    threads."""
+    if layout.is_rows(buffer):
+        return tirx.decl_buffer((layout.row_registers(buffer, threads),), buffer.dtype,
+                                buffer.name, scope="local")
+    n = int(buffer.shape[1].value)
+    rows = -(-layout.registers(buffer, threads) // n)
+    return tirx.decl_buffer((rows, n), buffer.dtype, buffer.name, scope="local")
+
+
+def _bytes(buffer) -> int:
+    n = 1
+    for extent in buffer.shape:
+        if not isinstance(extent, tirx.IntImm):
+            raise KernelError(f"shared buffer {buffer.name!r} needs a constant shape on the "
+                              f"CUDA backend, got {list(buffer.shape)}")
+        n *= int(extent.value)
+    return n * tvm.runtime.DataType(str(buffer.dtype)).bits // 8
+
+
+BLOCK_RESERVED_SHARED = 1024  # bytes of each resident block's shared memory the GPU keeps
+
+
+def shared_bytes_per_block(arch, blocks: int = 1) -> int:
+    """Dynamic shared memory one block may use when ``blocks`` blocks share an SM."""
+    if blocks == 1:
+        return arch.max_shared_bytes
+    per_sm = arch.max_shared_bytes + BLOCK_RESERVED_SHARED
+    return per_sm // blocks - BLOCK_RESERVED_SHARED
+
+
+def place_memory(options):
+    """Shared buffers and fragments (design: fragments live in shared memory, see README)
+    become views into one dynamic shared-memory pool, swizzled tiles (with all their pipeline
+    versions) at multiples of ``swizzle.ALIGN`` with every access rewritten to the swizzled
+    offset; thread-local scopes become registers (``local``). Fails when the pool exceeds
+    what one block may use on the architecture (its share with ``cuda.blocks_per_sm``)."""
+    arch = options.arch
+
+    def run(func):
+        versions = func.attrs[keys.VERSIONS] if func.attrs is not None and \
+            keys.VERSIONS in func.attrs else {}
+        allocs = []
+        tvm_ffi.structural_walk(func.body, (tirx.AllocBuffer, allocs.append))
+        threads = int(find_thread(func).extent.value)
+        offset, views, locals_ = 0, {}, {}
+        for alloc in allocs:
+            buf = alloc.buffer
+            if shared(buf):
+                align = layout.ALIGN if layout.swizzle_of(buf) else SMEM_ALIGN
+                offset = -(-offset // align) * align
+                views[buf] = (buf, offset)
+                offset += -(-_bytes(buf) // SMEM_ALIGN) * SMEM_ALIGN
+            elif layout.is_accumulator(buf) or layout.is_rows(buf):
+                locals_[buf] = registers(buf, threads)
+            elif str(buf.scope()) != "local":
+                locals_[buf] = tirx.decl_buffer(buf.shape, buf.dtype, buf.name, scope="local")
+        blocks = options.blocks_per_sm
+        limit = shared_bytes_per_block(arch, blocks)
+        if offset > limit:
+            parts = ", ".join(f"{b.name} {_bytes(b)}" + (
+                f" ({int(b.shape[0].value)} pipeline versions)" if str(b.name) in versions
+                else "") for b, _ in views.values())
+            each = "one block" if blocks == 1 else f"each of {blocks} blocks per SM " \
+                "(cuda.blocks_per_sm)"
+            raise KernelError(
+                f"the kernel needs {offset} bytes of shared memory ({parts}), above the "
+                f"{limit} bytes {each} may use on {arch.name}; use smaller tiles or fewer "
+                "stages", span_location(func.body.span))
+        # swizzled tiles sit at multiples of layout.ALIGN from the pool's base
+        pool = tirx.decl_buffer((max(offset, 16),), "uint8", "tw_smem", scope="shared.dyn",
+                                data_alignment=layout.ALIGN)
+        remap = dict(locals_)
+        swizzled = []
+        for buf, (old, at) in views.items():
+            itemsize = tvm.runtime.DataType(str(old.dtype)).bits // 8
+            shape = old.shape
+            if layout.swizzle_of(old) is not None:  # one flat array, indexed per the layout
+                swizzled.append(buf)
+                shape = (_bytes(old) // itemsize,)
+            remap[buf] = tirx.decl_buffer(shape, old.dtype, old.name, data=pool.data,
+                                          elem_offset=at // itemsize, scope="shared.dyn")
+
+        def swizzled_view(buf):
+            return next((remap[b] for b in swizzled if b.same_as(buf)), None)
+
+        def load(e):
+            view = swizzled_view(e.source)
+            return e if view is None else tirx.BufferLoad(
+                view, [layout.element_index(e.source, list(e.indices))])
+
+        def store(st):
+            view = swizzled_view(st.buffer)
+            return st if view is None else tirx.BufferStore(
+                view, st.value, [layout.element_index(st.buffer, list(st.indices))])
+
+        def rewrite_alloc(stmt):
+            if stmt.buffer in views:
+                view = remap[stmt.buffer]
+                return tirx.DeclBuffer(view, data=pool.data)
+            if stmt.buffer in locals_:
+                return tirx.AllocBuffer(remap[stmt.buffer])
+            return stmt
+
+        body = tvm_ffi.structural_map(func.body, [(tirx.AllocBuffer, rewrite_alloc)])
+        if swizzled:
+            body = tvm_ffi.structural_map(body, [(tvm.ir.TensorLoad, load),
+                                                 (tirx.BufferStore, store)])
+        body = tvm_ffi.structural_map(body, (tirx.Buffer, lambda b: remap.get(b, b)))
+        if views:
+            tx_loop = find_thread(func.with_body(body))
+            new_loop = rebuild_for(tx_loop, body=tirx.SeqStmt([tirx.AllocBuffer(pool),
+                                                              tx_loop.body]))
+            body = tvm_ffi.structural_map(
+                body, (tirx.For, lambda s: new_loop if s.same_as(tx_loop) else s))
+        return func.with_attr(keys.DYN_SMEM, offset if views else 0).with_body(body)
+
+    return prim_func_pass("CUDAPlaceMemory", run)
+
+
+def role_registers():
+    """mma accumulators (and their row vectors, layout.RowVector) used inside a role are laid
+    out over the role's warps: give them the register count of that role (before ``place_memory``
+    sizes them for the whole block)."""
+
+    def run(func):
+        roles = role_loops(func.body)
+        if not roles:
+            return func
+        users: dict = {}
+        for loop in roles:
+            for buf in buffers_in(loop.body):
+                if layout.is_accumulator(buf) or layout.is_rows(buf):
+                    users.setdefault(buf, set()).add(int(loop.extent.value))
+        remap = {}
+        for buf, sizes in users.items():
+            if len(sizes) > 1 or _used_outside(func, buf):
+                raise KernelError(f"fragment {buf.name!r} is used in T.ws roles of different "
+                                  "sizes or also outside them; keep an accumulator's uses "
+                                  "(T.clear, T.gemm, T.copy) in one role")
+            remap[buf] = registers(buf, sizes.pop())
+        body = tvm_ffi.structural_map(func.body, (tirx.Buffer, lambda b: remap.get(b, b)))
+        return func.with_body(body)
+
+    return prim_func_pass("CUDARoleRegisters", run)
+
+
+def _used_outside(func, buf) -> bool:
+    stripped = map_roles(func, lambda loop: tirx.Evaluate(tirx.const(0, "int32")))
+    return any(b.same_as(buf) for b in buffers_in(stripped.body))
+
+
+def strip_annotations():
+    """Frontend annotations (``tw.*``) are dropped; ``T.unroll`` loops become unrolled."""
+
+    def visit(loop):
+        if not any(str(k).startswith("tw.") for k in loop.annotations):
+            return loop
+        kind = loop.kind
+        if str(loop.annotations.get(keys.LOOP, "")) == "unroll":
+            kind = tirx.ForKind.UNROLLED
+        return rebuild_for(loop, kind=kind, annotations={
+            k: v for k, v in loop.annotations.items() if not str(k).startswith("tw.")})
+
+    return prim_func_pass("CUDAStripAnnotations", lambda f: f.with_body(
+        tvm_ffi.structural_map(f.body, (tirx.For, visit))))

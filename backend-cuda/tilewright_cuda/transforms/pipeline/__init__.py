@@ -1,0 +1,183 @@
+"""Software pipelining of ``T.Pipelined(n, num_stages=S)`` loops (the ``pipeline`` phase, after
+tile-op lowering).
+
+The statements of the loop body are split into *producers*, global -> shared copies whose
+loads read only global tensors, and *consumers*, everything else. Each shared tile a
+producer writes gets ``S`` versions (``[S, *shape]``, version ``v`` of iteration ``i`` is
+``i % S``), and the loop becomes::
+
+    P(0); commit; ...; P(S-2); commit                      # prologue: S-1 stages in flight
+    for i in range(n):
+        cp.async.wait_group(S-2)                          # stage i has landed (this thread)
+        __syncthreads()                                   # ... for every thread; i-1 read
+        if i + S-1 < n: P(i + S-1)                        # refill the version read at i-1
+        commit                                            # (empty groups keep the count)
+        C(i)
+    cp.async.wait_group(0)                                # drain
+
+The barrier after the wait is placed here, unconditionally (the refill is conditional, so a
+barrier ``insert_sync`` put before it could be skipped). ``insert_sync`` adds only what the
+consumers need among themselves: it tells the versions of a tile apart from their index
+(``floormod(i + c, S)``; the tiles are listed in the function attribute
+``keys.VERSIONS``), so the refill of one version and the reads of another need no
+barrier. A loop none of whose copies is a ``cp.async`` (before sm_80, unaligned or dynamic
+tiles) runs in order: with copies through registers nothing would overlap.
+
+On sm_90+ the copy rule offers a TMA form of each producer it can (tma.py); when every
+producer of a loop has one, the loop takes the TMA forms of tma_pipeline.py instead: stages
+complete on mbarriers, issued in order by one thread of the block or, on sm_90a, by a producer
+warpgroup added to the block (warp specialisation). Choices left anywhere else take
+``cp.async``.
+
+``stage=[...]`` (one entry per statement of the body) selects the producers explicitly
+(stage 0; any other stage is a consumer) and ``order=[...]`` gives the order the body's
+statements are issued in the steady state. A loop whose copies cannot be versioned (the tile
+is also used outside the loop, or written by a consumer) runs in order, unpipelined.
+"""
+
+from __future__ import annotations
+
+import tvm
+import tvm_ffi
+from tilewright.transform import prim_func_pass
+from tvm import tirx
+
+from ... import intrinsics, keys
+from ...analysis.accesses import loaded_tiles, producer_writes
+from ...analysis.ir import find_thread, nested, seq, touches, writes
+from .plan import (
+    Versioned,
+    is_choice,
+    issue_order,
+    keep_one_wgmma_group,
+    one_barrier_for_wgmma,
+    resolve,
+    statements,
+    strip_groups,
+    wgmma_can_overlap,
+    without_wgmma_barriers,
+)
+from .tma import TmaPlan
+
+
+def _issues_cp_async(stmt) -> bool:
+    found = []
+    tvm_ffi.structural_walk(stmt, (tvm.ir.Call, lambda c: found.append(c) if
+                                   intrinsics.extern_name(c) == "tw_cp_async16" else None))
+    return bool(found)
+
+
+def _pipeline_loop(loop, func_body, analyzer, tx):
+    """The pipelined replacement of ``loop`` and its versioned buffers, or None to keep it."""
+    stages = int(loop.annotations[keys.STAGES])
+    stmts, producers = statements(loop)
+    if not producers:
+        return None
+    use_tma = all(is_choice(stmts[p]) for p in producers)
+    stmts = [s.then_case if use_tma and i in producers else resolve(s)
+             for i, s in enumerate(stmts)]
+    tiles = []
+    for i in producers:
+        for b in (loaded_tiles if use_tma else producer_writes)(stmts[i]):
+            if not any(b.same_as(t) for t in tiles):
+                tiles.append(b)
+    consumers = [s for i, s in enumerate(stmts) if i not in producers]
+    if any(writes(s, tiles) for s in consumers):
+        return None
+    outside = tvm_ffi.structural_map(func_body, (tirx.For, lambda s: tirx.Evaluate(0)
+                                                 if s.same_as(loop) else s))
+    if touches(outside, tiles):
+        return None
+    if not use_tma and not any(_issues_cp_async(stmts[p]) for p in producers):
+        return None  # nothing would overlap: the copies go through registers anyway
+    versioned = Versioned(tiles, stages)
+    overlap = stages >= 3 and wgmma_can_overlap(consumers, tiles)
+    if overlap:  # one wgmma group stays in flight: its version is refilled one step later
+        stmts = [s if i_ in producers else keep_one_wgmma_group(s)
+                 for i_, s in enumerate(stmts)]
+    if use_tma:
+        kept = without_wgmma_barriers(stmts, producers, versioned.old)
+        return TmaPlan(loop, stmts, producers, versioned, overlap, kept,
+                       issue_order(loop, len(stmts)), analyzer, tx,
+                       nested(func_body, loop)), versioned
+    n = loop.extent
+    i = tirx.Var(loop.loop_var.name, loop.loop_var.ty)
+    ahead_by = stages - 2 if overlap else stages - 1
+
+    def produce(at, version):
+        return [versioned.rewrite(strip_groups(stmts[p]), loop.loop_var, loop.min + at, version)
+                for p in producers]
+
+    prologue = []
+    for s in range(ahead_by):
+        copies = seq(produce(tirx.const(s, "int32"), tirx.const(s, "int32")))
+        in_range = tirx.const(s, "int32") < n
+        prologue.append(copies if analyzer.can_prove(in_range) else
+                        tirx.IfThenElse(in_range, copies, None))
+        prologue.append(intrinsics.cp_async_commit())
+    ahead = i + ahead_by
+    refill = tirx.IfThenElse(ahead < n, seq(produce(ahead, tirx.floormod(
+        ahead, stages))), None)
+    # the one barrier of an iteration: stage i visible to all, iteration i-1's reads done
+    # (with wgmma overlap: iteration i-2's wgmma groups retired in every warpgroup)
+    steady = [intrinsics.cp_async_wait(ahead_by - 1), intrinsics.sync()]
+    first = True
+    for index in issue_order(loop, len(stmts)):
+        if index in producers:
+            if first:  # all refills issue together, where the first producer stands
+                steady.append(refill)
+                steady.append(intrinsics.cp_async_commit())
+                first = False
+        else:
+            steady.append(versioned.rewrite(stmts[index], loop.loop_var, loop.min + i,
+                                            tirx.floormod(i, stages)))
+    steady = one_barrier_for_wgmma(steady)
+    annotations = {k: v for k, v in loop.annotations.items()
+                   if str(k) not in (keys.STAGES, keys.ORDER, keys.STAGE)}
+    main = tirx.For(i, 0, n, loop.kind, tirx.SeqStmt(steady), annotations=annotations,
+                    span=loop.span)
+    drain = [intrinsics.wgmma_wait(0)] if overlap else []
+    return tirx.SeqStmt([*prologue, main, *drain, intrinsics.cp_async_wait(0)]), versioned
+
+
+def pipeline(options):
+    """Software-pipelines every ``T.Pipelined`` loop with ``num_stages >= 2``; on sm_90a a
+    kernel's only such loop, fed by TMA, gets a producer warpgroup (unless the pass config
+    ``cuda.disable_warp_specialized`` says not to: ``options.warp_specialized``)."""
+
+    def run(func):
+        loops = []
+        tvm_ffi.structural_walk(func.body, (tirx.For, lambda s: loops.append(s) if int(
+            s.annotations.get(keys.STAGES, 0)) >= 2 else None))
+        if not loops:
+            return func
+        body, versions = func.body, {}
+        analyzer = tvm.sym.Analyzer()
+        tx = find_thread(func).loop_var
+        for loop in loops:
+            done = _pipeline_loop(loop, body, analyzer, tx)
+            if done is None:
+                continue
+            new_loop, versioned = done
+            stages = int(loop.annotations[keys.STAGES])
+            if isinstance(new_loop, TmaPlan):
+                split = new_loop.specialise(body, options.multicast, options.blocks_per_sm) \
+                    if options.warp_specialized and len(loops) == 1 else None
+                if split is not None:
+                    body, new_loop = split, loop  # the loop is gone: nothing to swap
+                else:
+                    new_loop = new_loop.in_order()
+
+            def swap(node, loop=loop, new_loop=new_loop):
+                return new_loop if node.same_as(loop) else node
+
+            def alloc(a, versioned=versioned):
+                new = versioned.lookup(a.buffer)
+                return a if new is None else tirx.AllocBuffer(new)
+
+            body = tvm_ffi.structural_map(body, [(tirx.For, swap), (tirx.AllocBuffer, alloc)])
+            versions.update({b.name: stages for b in versioned.old})
+        func = func.with_body(resolve(body))  # copies of loops left alone: cp.async
+        return func.with_attr(keys.VERSIONS, versions) if versions else func
+
+    return prim_func_pass("CUDASoftwarePipeline", run)

@@ -1,0 +1,342 @@
+"""The two TMA forms of a ``T.Pipelined`` loop whose producers are all TMA loads:
+issued in order by one thread of the block (:meth:`TmaPlan.in_order`), or by a producer
+warpgroup added to the block while the kernel's own threads compute
+(:meth:`TmaPlan.specialise`, sm_90a, TileLang's warp specialisation).
+
+In both, the producers whose tiles the same consumer statement reads first form a *group*;
+each group has one "full" mbarrier per pipeline version, completed by one arrival (the
+issuing thread's) and the bytes of its loads, and waited for right before that consumer. So
+FlashAttention's ``Q K^T`` starts while V is still in flight. A wgmma that reads only TMA tiles
+and tiles written before the loop needs no barrier of its own
+(``plan.without_wgmma_barriers``).
+
+The producer warpgroup also serves a persistent kernel, whose pipelined loop sits in the
+serial loop over tiles that ``T.Persistent`` makes (``persistent.TileLoop``): the producer walks
+the tiles itself, computing each tile's indices on its own, so it loads the next tile's
+first stages while the compute warpgroups store the last tile; both count the loop's
+iterations across tiles, so versions and barrier phases carry on.
+
+With a producer warpgroup, a tile that two neighbouring blocks (blockIdx.x 2c and 2c + 1)
+load from the same place -- the B tile of a GEMM whose rasterisation pairs blocks of one
+column -- is loaded once for both: the two blocks form a cluster, each loads half of the
+tile's TMA boxes and multicasts them into both blocks' shared memory (``multicast``, opt-in
+with the pass config ``cuda.tma_multicast``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import tvm
+import tvm_ffi
+from tvm import tirx
+
+from ... import intrinsics, keys
+from ...analysis.accesses import loaded_tiles, shared
+from ...analysis.ir import block_loop, flat, loads_in, role_loops, seq, substitute, touches, uses
+from ...keys import WARP, WARPGROUP
+from .multicast import CLUSTER, Multicast
+from .persistent import Counter, TileLoop
+from .plan import set_barrier
+
+PRODUCER_REGISTERS = 40  # setmaxnreg budget of the producer warpgroup
+# ... walking a persistent kernel's tiles (its own tile indices, guard and counter): with 40,
+# ptxas spilled about 20 of the 8192^3 bench GEMM's producer values
+PERSISTENT_PRODUCER_REGISTERS = 56
+MAX_CONSUMER_REGISTERS = 240
+REGISTER_FILE = 65536  # 32-bit registers per SM, shared by its blocks (cuda.blocks_per_sm)
+
+
+@dataclass
+class TmaPlan:
+    """A pipelined loop planned by pipeline.py whose producers are TMA loads."""
+
+    loop: Any  # the T.Pipelined loop
+    stmts: list  # its body's statements, producers (TMA) and consumers
+    producers: list  # indices of the producers in ``stmts``
+    versioned: Any  # plan.Versioned: the tiles' versioned buffers
+    overlap: bool  # a wgmma group stays in flight into the next iteration
+    kept: list  # ``stmts`` with the wgmma barriers TMA makes needless replaced by None
+    order: list  # the issue order of ``stmts``
+    analyzer: Any
+    tx: Any  # the block's threadIdx.x
+    nested: bool  # inside another loop: the barriers are set up again on each of its rounds
+
+    # -- shared by both forms ----------------------------------------------------------------
+    def __post_init__(self):
+        self.stages = int(self.loop.annotations[keys.STAGES])
+        self.readers = [k for k in self.order if k not in self.producers and
+                        self.kept[k] is not None]
+        self.group_of = {}
+        for p in self.producers:
+            tiles = loaded_tiles(self.stmts[p])
+            self.group_of[p] = next((k for k in self.readers if touches(self.kept[k], tiles)),
+                                    None)
+        self.groups = sorted(set(self.group_of.values()), key=lambda k: len(self.readers)
+                             if k is None else self.readers.index(k))
+        self.i = tirx.Var(self.loop.loop_var.name, self.loop.loop_var.ty)
+
+    def _barriers(self, extra: int):
+        count = self.stages * len(self.groups) + extra
+        return tirx.decl_buffer((count,), "uint64", f"{self.loop.loop_var.name}_stage_bar",
+                                scope="shared.dyn")
+
+    def _full(self, bars, version, g):
+        return intrinsics.shared_addr(tirx.BufferLoad(bars, [version * len(self.groups) + g]))
+
+    def _leader(self, body: list):
+        return tirx.IfThenElse(self.tx == 0, seq(body), None)
+
+    def _produce(self, bars, at, version):
+        """Stage ``at`` into ``version``: every producer's loads, then one arrival per group."""
+        loads = [self.versioned.rewrite(
+            set_barrier(self.stmts[p], self._full(bars, version, self.groups.index(
+                self.group_of[p]))), self.loop.loop_var, self.loop.min + at, version)
+            for p in self.producers]
+        arrivals = [intrinsics.call("tw_mbar_arrive", self._full(bars, version, g))
+                    for g in range(len(self.groups))]
+        return seq([*loads, self._leader(arrivals)])
+
+    def _init(self, bars, counts: list, once: bool = False) -> list:
+        inits = [intrinsics.call("tw_mbar_init", intrinsics.shared_addr(tirx.BufferLoad(
+            bars, [tirx.const(k, "int32")])), tirx.const(c, "uint32"))
+            for k, c in enumerate(counts)]
+        # set up again in a loop: every thread is past its last wait of the previous round
+        again = [intrinsics.sync()] if self.nested and not once else []
+        return [tirx.AllocBuffer(bars), *again,
+                self._leader([*inits, intrinsics.call("tw_fence_barrier_init")]),
+                intrinsics.sync()]
+
+    def _steady(self, bars, specialised: bool = False, count=None) -> list:
+        """One iteration's consumers, each group's wait before its first reader; in the
+        in-order form a None where the refill goes (where the first producer stood).
+        ``count``: the iteration's number among all the block's runs of the loop (its
+        version and barrier phase), ``i`` by default."""
+        count = self.i if count is None else count
+        parity = tirx.floormod(tirx.floordiv(count, self.stages), 2)
+        version = tirx.floormod(count, self.stages)
+        out, refilled = [], False
+        for index in self.order:
+            if index in self.producers:
+                if not specialised and not refilled:
+                    out.append(None)  # where the in-order form refills
+                    refilled = True
+                continue
+            if self.kept[index] is None:
+                continue
+            if index in self.groups:
+                out.append(intrinsics.call("tw_mbar_wait", self._full(
+                    bars, version, self.groups.index(index)), parity))
+            out.append(self.versioned.rewrite(self.kept[index], self.loop.loop_var,
+                                              self.loop.min + self.i, version))
+        if None in self.groups:  # tiles no consumer reads: their loads still complete
+            out.append(intrinsics.call("tw_mbar_wait", self._full(
+                bars, version, self.groups.index(None)), parity))
+        return out
+
+    def _loop(self, body: list):
+        annotations = {k: v for k, v in self.loop.annotations.items()
+                       if str(k) not in (keys.STAGES, keys.ORDER, keys.STAGE)}
+        return tirx.For(self.i, 0, self.loop.extent, self.loop.kind, tirx.SeqStmt(body),
+                        annotations=annotations, span=self.loop.span)
+
+    # -- one thread of the block issues ------------------------------------------------------
+    def in_order(self) -> tirx.Stmt:
+        """::
+
+            init barriers; sync
+            P(0) ... P(S-2)                             # thread 0: loads, then arrivals
+            fence.proxy.async                           # earlier shared writes -> wgmma
+            for i in range(n):
+                __syncthreads()                         # iteration i-1's reads done
+                if i + S-1 < n: P(i + S-1)              # refill the version read at i-1
+                wait(full[i % S][g], (i / S) & 1); C(i) # per group, before its reader
+
+        With a wgmma group left in flight the refill runs one stage less ahead, as in the
+        cp.async form."""
+        n, stages = self.loop.extent, self.stages
+        bars = self._barriers(0)
+        ahead_by = stages - 2 if self.overlap else stages - 1
+        prologue = []
+        for s in range(ahead_by):
+            copies = self._produce(bars, tirx.const(s, "int32"), tirx.const(s, "int32"))
+            in_range = tirx.const(s, "int32") < n
+            prologue.append(copies if self.analyzer.can_prove(in_range) else
+                            tirx.IfThenElse(in_range, copies, None))
+        ahead = self.i + ahead_by
+        refill = tirx.IfThenElse(ahead < n, self._produce(bars, ahead, tirx.floormod(
+            ahead, stages)), None)
+        steady = [refill if s is None else s for s in self._steady(bars)]
+        drain = [intrinsics.wgmma_wait(0)] if self.overlap else []
+        return tirx.SeqStmt([*self._init(bars, [1] * (stages * len(self.groups))), *prologue,
+                             intrinsics.fence_proxy_async(),
+                             self._loop([intrinsics.sync(), *steady]), *drain])
+
+    # -- a producer warpgroup issues ---------------------------------------------------------
+    def specialise(self, func_body, multicast: bool = False, blocks: int = 1):
+        """``func_body`` with one more warpgroup in the block that only issues the loads,
+        or None when the kernel does not allow it (the loop is neither at the top of the
+        block's program nor directly in a serial loop there whose other code leaves the
+        pipelined tiles alone, the block has roles already, or no warpgroup fits)::
+
+            init barriers; sync                            # every thread
+            if tx >= T:                                    # the producer warpgroup
+                setmaxnreg.dec 40
+                if tx == T: for j in range(n):
+                    wait(empty[j % S], ((j / S) & 1) ^ 1)  # version j % S released
+                    P(j)                                   # loads, then arrivals on full
+            else:                                          # the kernel's T threads
+                setmaxnreg.inc R
+                code before the loop; fence.proxy.async; sync (named)
+                for i in range(n):
+                    wait(full[i % S][g], (i / S) & 1); C(i) ...
+                    __syncwarp; lane 0: arrive(empty[i % S])  # (i-1: a wgmma in flight)
+                code after the loop
+
+        The kernel's threads keep their indices, so code lowered for them is unchanged;
+        block-wide barriers among them become named barriers (hopper.insert_sync). With
+        ``multicast``, tiles that pairs of blocks share are loaded once per pair
+        (:class:`~.multicast.Multicast`)."""
+        thread = block_loop(func_body)
+        if thread is None or role_loops(func_body):
+            return None
+        threads = int(thread.extent.value)
+        if threads % WARPGROUP or threads + WARPGROUP > 1024:
+            return None
+        items = flat([thread.body])
+        nest = TileLoop.find(items, self.loop)
+        if nest is None:
+            return None
+        at, tiles = nest
+
+        def pure(s):  # a value every role can compute for itself
+            return isinstance(s, tirx.Bind) and not uses(s, self.tx) and not loads_in(s.value)
+
+        top, before, moved = [], [], []
+        for s in items[:at]:
+            if isinstance(s, tirx.AllocBuffer) or pure(s):
+                top.append(s)
+            else:
+                before.append(s)
+                moved += [s.var] if isinstance(s, tirx.Bind) else []
+        after = [s for s in items[at + 1:] if not isinstance(s, tirx.AllocBuffer)]
+        top += [s for s in items[at + 1:] if isinstance(s, tirx.AllocBuffer)]
+        if tiles is not None:
+            if not tiles.independent(self.tx, self.versioned.old):
+                return None  # the producer must not wait for the tiles' other code
+            moved += [s.var for s in tiles.before if isinstance(s, tirx.Bind) and not pure(s)]
+        if any(uses(self.stmts[p], v) for p in self.producers for v in moved):
+            return None  # the loads need values the kernel's threads compute
+        written = _shared_writes(before + (tiles.before + tiles.after if tiles else []))
+        if any(touches(self.stmts[p], written) for p in self.producers):
+            return None  # ... or read shared memory they write
+        stages, n = self.stages, self.loop.extent
+        full = stages * len(self.groups)
+        bars = self._barriers(stages)
+        cast = Multicast.plan(self, func_body) if multicast and tiles is None else None
+        if cast is not None:
+            self.stmts = cast.stmts
+
+        def empty(version):
+            return intrinsics.shared_addr(tirx.BufferLoad(bars, [full + version]))
+
+        # a persistent kernel's loop runs once per tile: versions and phases go on counting
+        # from the iterations of its earlier tiles (``base``; 0 without a tile loop)
+        name = self.loop.loop_var.name
+        issued, issued_base = Counter.of(tiles, f"{name}_issued")
+        consumed, consumed_base = Counter.of(tiles, f"{name}_consumed")
+        j = tirx.Var(f"{name}_load", self.loop.loop_var.ty)
+        refill = substitute(self._produce(bars, self.i, tirx.floormod(
+            issued_base + self.i, stages)), {self.i: j})
+
+        def released(j):  # the version load j writes is free (read by load j - S's readers)
+            return intrinsics.call("tw_mbar_wait", empty(tirx.floormod(j, stages)),
+                                   tirx.floormod(tirx.floordiv(j, stages) + 1, 2))
+
+        loads = [tirx.For(j, 0, n, tirx.ForKind.SERIAL,
+                          tirx.SeqStmt([released(issued_base + j), refill]))]
+        if tiles is not None:
+            loads = [issued.start(), tiles.for_producer(
+                [issued.bind(issued_base), *loads, issued.add(issued_base, n)], pure)]
+        if cast is not None:  # stay until both blocks read every tile this one multicast
+            loads.append(cast.drain(n, stages, released))
+        kept = PRODUCER_REGISTERS if tiles is None else PERSISTENT_PRODUCER_REGISTERS
+        producer = [intrinsics.call(f"tw_setmaxnreg_dec<{kept}>"),
+                    tirx.IfThenElse(self.tx == 0, seq(loads), None)]
+        count = consumed_base + self.i
+        steady = self._steady(bars, specialised=True, count=count)
+        # one arrival per warp, once all its lanes are past their reads of the version
+        # (__syncwarp orders them before lane 0's release)
+        lane0 = tirx.floormod(self.tx, WARP) == 0
+
+        def release(version):  # in every block of the cluster when tiles are multicast
+            arrive = [intrinsics.call("tw_mbar_arrive", empty(version))] if cast is None else \
+                [intrinsics.call("tw_mbar_arrive_cluster", empty(version), tirx.const(r, "uint32"))
+                 for r in range(CLUSTER)]
+            return [intrinsics.call("__syncwarp"), tirx.IfThenElse(lane0, seq(arrive), None)]
+
+        tail = []
+        if self.overlap:  # version i-1 is free once this iteration retired its wgmma group
+            steady.append(tirx.IfThenElse(self.i > 0, seq(release(tirx.floormod(
+                count - 1, stages))), None))
+            tail.append(intrinsics.wgmma_wait(0))
+            if cast is not None or tiles is not None:  # the last version too: a producer
+                tail.append(tirx.IfThenElse(n > 0, seq(release(tirx.floormod(  # waits for it
+                    consumed_base + n - 1, stages))), None))
+        else:
+            steady += release(tirx.floormod(count, stages))
+        computed = [intrinsics.fence_proxy_async(), intrinsics.sync(), self._loop(steady), *tail]
+        if tiles is not None:
+            computed = [consumed.start(), tiles.rebuild([
+                *tiles.before, consumed.bind(consumed_base), *computed,
+                consumed.add(consumed_base, n), *tiles.after])]
+        registers = consumer_registers(threads, blocks, kept)
+        consumer = [intrinsics.call(f"tw_setmaxnreg_inc<{registers}>"), *before, *computed,
+                    *after]
+        roles = [_role(self.tx, threads, WARPGROUP, producer, "tx_load"),
+                 _role(self.tx, 0, threads, consumer, "tx_compute")]
+        counts = [1] * full + [threads // WARP * (1 if cast is None else CLUSTER)] * stages
+        init = self._init(bars, counts, once=True)
+        if cast is not None:  # both blocks' barriers are set up before either reaches across
+            init[-1] = intrinsics.call("tw_cluster_sync")
+        body = tirx.SeqStmt([*top, *init, *roles])
+        block = tirx.IterVar(tvm.ir.Range(0, threads + WARPGROUP), self.tx,
+                             tirx.IterVar.ThreadIndex, keys.THREAD_TAG)
+        new = tirx.For(self.tx, 0, threads + WARPGROUP, tirx.ForKind.THREAD_BINDING, body,
+                       thread_binding=block, annotations=thread.annotations, span=thread.span)
+        out = tvm_ffi.structural_map(func_body, (tirx.For, lambda s: new if s.same_as(thread)
+                                                 else s))
+        return out if cast is None else cast.clustered(out)
+
+
+def _shared_writes(stmts: list) -> list:
+    """The shared buffers (fragments too: they live there) ``stmts`` store to."""
+    found = []
+
+    def visit(store):
+        if shared(store.buffer) and not any(store.buffer.same_as(b) for b in found):
+            found.append(store.buffer)
+
+    for s in stmts:
+        tvm_ffi.structural_walk(s, (tirx.BufferStore, visit))
+    return found
+
+
+def consumer_registers(threads: int, blocks: int = 1,
+                       producer: int = PRODUCER_REGISTERS) -> int:
+    """The setmaxnreg budget of ``threads`` compute threads beside a producer warpgroup that
+    keeps ``producer`` registers, with ``blocks`` blocks per SM: what the block gets at launch
+    (an equal share of the register file, in steps of 8 per thread) less the producer's."""
+    total = threads + WARPGROUP
+    pool = REGISTER_FILE // blocks // total // 8 * 8 * total
+    return min(MAX_CONSUMER_REGISTERS, (pool - WARPGROUP * producer) // threads // 8 * 8)
+
+
+def _role(tx, lo: int, n: int, body: list, name: str):
+    """``body`` (written for the block's ``tx``) as a role of ``n`` threads from ``lo``."""
+    var = tirx.Var(name, "int32")
+    iv = tirx.IterVar(tvm.ir.Range(0, n), var, tirx.IterVar.ThreadIndex, keys.THREAD_TAG)
+    return tirx.For(var, 0, n, tirx.ForKind.THREAD_BINDING,
+                    substitute(seq(body), {tx: var}), thread_binding=iv,
+                    annotations={keys.ROLE: lo})

@@ -1,0 +1,248 @@
+"""The ``insert_sync`` phase: barriers where shared-memory dependencies cross threads.
+
+:class:`Syncs` walks the block's program (each T.ws role's too, whose barriers become named
+barriers of its threads; none goes between roles, which hand data over with mbarriers). Before
+it, :func:`drop_redundant_fences` removes the async-proxy fence and barrier in front of a
+register-A wgmma whose shared operand needs none."""
+
+from __future__ import annotations
+
+import tvm
+import tvm_ffi
+from tilewright.transform import StmtMutator, prim_func_pass, rebuild_for
+from tvm import tirx
+
+from .. import intrinsics, keys
+from ..analysis.accesses import Access, conflict, rekey, tma_only
+from ..analysis.ir import find_thread, flat, is_role, map_roles, role_loops, uses
+from ..keys import WARPGROUP
+
+
+class Syncs:
+    """Inserts ``__syncthreads()`` before a statement that reads shared memory written since
+    the last barrier, or writes shared memory read or written since then. ``cp.async`` writes
+    count as written at the ``wait_group`` that follows them. Versions of a pipelined tile
+    (transforms/pipeline) are told apart, with the previous iteration's versions shifted by one on a
+    loop's back edge. Statements whose control flow is the same in every thread of the block
+    are entered; others are leaves. A state is (reads, writes, issued)."""
+
+    def __init__(self, tx, versions: dict | None = None):
+        self.tx, self.versions = tx, versions or {}
+
+    def uniform(self, node) -> bool:
+        return not uses(node, self.tx)
+
+    def run(self, stmt, state):
+        if len(state) == 2:  # (reads, writes): nothing in flight
+            state = (*state, set())
+        reads, writes, issued = state
+        if isinstance(stmt, tirx.SeqStmt):
+            out = []
+            for s in stmt.seq:
+                s, state = self.run(s, state)
+                out.append(s)
+            return tirx.SeqStmt(out), state
+        if intrinsics.is_sync(stmt):
+            return stmt, (set(), set(), issued)
+        if isinstance(stmt, tirx.For) and stmt.kind != tirx.ForKind.THREAD_BINDING and \
+                self.uniform(stmt.extent) and self.uniform(stmt.min) and \
+                not self._is_spread(stmt):
+            return self._loop(stmt, state)
+        if isinstance(stmt, tirx.IfThenElse) and self.uniform(stmt.condition):
+            then_case, s1 = self.run(stmt.then_case, state)
+            else_case, s2 = (self.run(stmt.else_case, state) if stmt.else_case is not None
+                             else (None, state))
+            return (tirx.IfThenElse(stmt.condition, then_case, else_case, span=stmt.span),
+                    tuple(a | b for a, b in zip(s1, s2)))
+        acc = Access(stmt, self.versions)
+        if conflict(acc.reads, writes) or conflict(acc.writes | acc.issued, reads | writes):
+            stmt, reads, writes = tirx.SeqStmt([intrinsics.sync(), stmt]), set(), set()
+        reads, writes, issued = reads | acc.reads, writes | acc.writes, issued | acc.issued
+        if acc.lands:
+            writes, issued = writes | issued, set()
+        return stmt, (reads, writes, issued)
+
+    def _loop(self, stmt, state):
+        """A barrier the first iteration needs goes before the loop; inside, only what one
+        iteration needs after the previous one (its versions shifted back by one)."""
+        reads, writes, issued = state
+        acc = Access(stmt.body, self.versions)
+        before = None
+        if not _starts_with_sync(stmt.body) and (
+                conflict(acc.reads, writes) or conflict(acc.writes | acc.issued, reads | writes)):
+            before, reads, writes = intrinsics.sync(), set(), set()
+        var = hash(stmt.loop_var)
+
+        def back_edge(key):
+            return (key[0], key[1], (key[2] - 1) % key[3], key[3])
+
+        _, end = self.run(stmt.body, (set(), set(), set(issued)))
+        end = tuple(rekey(e, var, back_edge) for e in end)
+        body, end = self.run(stmt.body, end)
+        loop = rebuild_for(stmt, body=body)
+        end = tuple(rekey(e, var, lambda key: None) for e in end)
+        after = (reads | end[0], writes | end[1], end[2])
+        return (loop if before is None else tirx.SeqStmt([before, loop])), after
+
+    def _is_spread(self, loop) -> bool:
+        return keys.SPREAD in loop.annotations or keys.OWN_ELEMENTS in loop.annotations
+
+
+def _starts_with_sync(body) -> bool:
+    """A barrier comes before any shared access of ``body`` (cp.async waits may precede it)."""
+    for s in (body.seq if isinstance(body, tirx.SeqStmt) else [body]):
+        if intrinsics.is_sync(s):
+            return True
+        found = intrinsics.of(s) if isinstance(s, tirx.Evaluate) else None
+        if found is None or not found.lands:
+            return False
+    return False
+
+
+class _DropRoleSyncs(StmtMutator):
+    """A block-wide barrier between two roles is dropped: roles hand data over through
+    mbarriers, and a ``__syncthreads`` there would serialise them."""
+
+    def visit_SeqStmt(self, stmt):
+        return self._clean(flat([stmt]), loop_body=False)
+
+    def visit_For(self, stmt):
+        if keys.ROLE in stmt.annotations:
+            return stmt
+        body = flat([stmt.body])
+        if len(body) > 1:
+            loop_body = stmt.kind != tirx.ForKind.THREAD_BINDING
+            return rebuild_for(stmt, body=self._clean(body, loop_body=loop_body))
+        return super().visit_For(stmt)
+
+    def _clean(self, items, loop_body: bool):
+        items = [self.visit(s) if not intrinsics.is_sync(s) else s for s in items]
+        real = [s for s in items if not intrinsics.is_sync(s)]
+        out = []
+        for i, s in enumerate(items):
+            if intrinsics.is_sync(s):
+                before = [x for x in items[:i] if not intrinsics.is_sync(x)]
+                after = [x for x in items[i + 1:] if not intrinsics.is_sync(x)]
+                prev = before[-1] if before else (real[-1] if loop_body and real else None)
+                nxt = after[0] if after else None
+                if prev is not None and nxt is not None and is_role(prev) and is_role(nxt):
+                    continue
+            out.append(s)
+        return tirx.SeqStmt(out) if len(out) != 1 else out[0]
+
+
+def _named_barriers(body, lo: int, n: int):
+    ident = tirx.const(1 + lo // WARPGROUP, "int32")
+
+    def visit(stmt):
+        if intrinsics.is_sync(stmt):
+            return intrinsics.call("tw_named_barrier_sync", ident, tirx.const(n, "int32"))
+        return stmt
+
+    return tvm_ffi.structural_map(body, (tirx.Evaluate, visit))
+
+
+def insert_sync():
+    """Barriers for the block (:class:`Syncs` over its thread loop), then barriers inside each
+    T.ws role as named barriers of its threads (id ``1 + first warpgroup``); none between
+    roles."""
+
+    def run(func):
+        versions = {str(k): int(v) for k, v in func.attrs[keys.VERSIONS].items()} \
+            if func.attrs is not None and keys.VERSIONS in func.attrs else {}
+        tx_loop = find_thread(func)
+        body, _ = Syncs(tx_loop.loop_var, versions).run(tx_loop.body, (set(), set(), set()))
+        new_loop = rebuild_for(tx_loop, body=body)
+        func = func.with_body(tvm_ffi.structural_map(
+            func.body, (tirx.For, lambda s: new_loop if s.same_as(tx_loop) else s)))
+        if not role_loops(func.body):
+            return func
+        func = func.with_body(_DropRoleSyncs().visit(func.body))
+
+        def sync_role(loop):
+            body, _ = Syncs(loop.loop_var).run(loop.body, (set(), set()))
+            return _named_barriers(body, int(loop.annotations[keys.ROLE]),
+                                   int(loop.extent.value))
+
+        return map_roles(func, sync_role)
+
+    return prim_func_pass("CUDAInsertSync", run)
+
+
+def drop_redundant_fences():
+    """A register-A wgmma is lowered behind ``fence.proxy.async; __syncthreads()`` for B's
+    writers (A needs neither). The pair is dropped (``tw_mbar_wait``s between it and the gemm
+    stay) when B needs no fence here: every write of every shared tile the gemm reads is a
+    TMA load (async proxy, made visible by the mbarrier wait each thread does before the gemm,
+    as pipelined TMA loops have it), or the same statement list holds an earlier ``fence;
+    sync`` pair after which nothing writes (or lands ``cp.async`` copies into) those tiles.
+    FlashAttention's P @ V: P in registers, V a TMA (or cp.async) pipeline tile. Runs after
+    pipelining, before barrier insertion."""
+
+    def run(func):
+        calls = []
+        tvm_ffi.structural_walk(func.body, (tvm.ir.Call, lambda c: calls.append(c) if
+                                            _is_register_a_gemm(c) else None))
+        if not calls:
+            return func
+        versions = {str(k): int(v) for k, v in func.attrs[keys.VERSIONS].items()} \
+            if func.attrs is not None and keys.VERSIONS in func.attrs else {}
+        return func.with_body(_drop_fences(func.body, versions, tma_only(func.body)))
+
+    return prim_func_pass("CUDAWgmmaDropFences", run)
+
+
+def _is_register_a_gemm(node) -> bool:
+    found = intrinsics.of(node)
+    return found is not None and found.name == "tw_gemm_wgmma_rs"
+
+
+def _role(stmt) -> str | None:
+    found = intrinsics.of(stmt) if isinstance(stmt, (tirx.Evaluate, tvm.ir.Call)) else None
+    return found.role if found is not None else None
+
+
+def _drop_fences(stmt, versions: dict, tma_only: set):
+    if isinstance(stmt, tirx.SeqStmt):
+        out: list = []
+        items = flat([stmt])
+        for s in (_drop_fences(x, versions, tma_only) for x in items):
+            if _is_register_a_gemm(s.value if isinstance(s, tirx.Evaluate) else s):
+                j = len(out)
+                while j > 0 and _role(out[j - 1]) == "mbar_wait":
+                    j -= 1
+                if j >= 2 and intrinsics.is_sync(out[j - 1]) and \
+                        _role(out[j - 2]) == "fence_async":
+                    reads = Access(s, versions).reads
+                    if all(any(buf.same_as(t) for t in tma_only) for buf, _ in reads) or \
+                            _fenced_before(out[:j - 2], reads, versions):
+                        del out[j - 2:j]
+            out.append(s)
+        if len(out) == len(items) and all(a.same_as(b) for a, b in zip(out, items)):
+            return stmt  # nothing dropped here: the nesting stays as it was
+        return tirx.SeqStmt(out) if len(out) > 1 else out[0]
+    if isinstance(stmt, tirx.For):
+        body = _drop_fences(stmt.body, versions, tma_only)
+        return stmt if body.same_as(stmt.body) else rebuild_for(stmt, body=body)
+    if isinstance(stmt, tirx.IfThenElse):
+        then_case = _drop_fences(stmt.then_case, versions, tma_only)
+        else_case = None if stmt.else_case is None else \
+            _drop_fences(stmt.else_case, versions, tma_only)
+        if then_case.same_as(stmt.then_case) and (else_case is None or
+                                                   else_case.same_as(stmt.else_case)):
+            return stmt
+        return tirx.IfThenElse(stmt.condition, then_case, else_case, span=stmt.span)
+    return stmt
+
+
+def _fenced_before(before: list, reads, versions: dict) -> bool:
+    """Whether ``before`` holds a ``fence; sync`` pair followed by statements none of which
+    writes what ``reads`` names (nor waits for cp.async copies)."""
+    for j in range(len(before) - 1, 0, -1):
+        s = before[j]
+        if intrinsics.is_sync(s) and _role(before[j - 1]) == "fence_async":
+            return True
+        acc = Access(s, versions)
+        if acc.lands or conflict(reads, acc.writes | acc.issued):
+            return False
+    return False

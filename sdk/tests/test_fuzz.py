@@ -1,0 +1,137 @@
+"""The differential fuzzer: generated programs are valid, a backend that disagrees with the
+interpreter is caught, and the shrunk program is saved as a runnable reproducer."""
+
+import json
+import tempfile
+import textwrap
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import seed as hypothesis_seed
+from tilewright.plugin import get_manager
+from tilewright_sdk.conformance.known_failures import avoided_features
+from tilewright_sdk.fuzz.check import Mismatch, compare, differential, load, module_source
+from tilewright_sdk.fuzz.program import programs
+
+
+def test_generated_programs_are_valid_and_bounded():
+    """Every drawn program traces, runs on the interpreter and agrees with itself; its
+    tolerances are finite."""
+    interp = get_manager().backends()["interp"]
+    folder = tempfile.mkdtemp()
+    seen = set()
+
+    @settings(max_examples=12, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    @hypothesis_seed(3)
+    @given(programs())
+    def check(program):
+        module = load(module_source(program, "interp", 0), folder)
+        assert all(err >= 0 and err < float("inf") for *_, err in module.OUTPUTS)
+        differential(module, interp, 0, execute=True)
+        seen.update(program.features)
+
+    check()
+    assert {"map", "partial_tile"} <= seen
+
+
+def test_avoided_features_are_never_generated():
+    @settings(max_examples=60, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    @hypothesis_seed(5)
+    @given(programs(avoid={"negative_floordiv", "data_guard"}, dtypes={"int8", "int32"}))
+    def check(program):
+        assert not program.features & {"negative_floordiv", "data_guard"}
+        assert program.dtype in ("int8", "int32")
+
+    check()
+    assert "negative_floordiv" in avoided_features("ascend")
+
+
+def test_compare_names_the_output_and_bound():
+    import torch
+
+    outputs = [("Y", (2,), "float32", 0.0), ("R1", (2,), "int8", 0.0)]
+    compare([torch.ones(2), torch.zeros(2, dtype=torch.int8)],
+            [torch.ones(2), torch.zeros(2, dtype=torch.int8)], outputs)
+    with pytest.raises(Mismatch, match=r"R1: 1 of 2 elements"):
+        compare([torch.ones(2), torch.tensor([0, -1], dtype=torch.int8)],
+                [torch.ones(2), torch.zeros(2, dtype=torch.int8)], outputs)
+
+
+WRONG = textwrap.dedent('''
+    """The interpreter again, as backend 'wrong' whose kernels add 1 to the last element of
+    their last argument (an output)."""
+    import dataclasses
+    import types
+
+    from tilewright.plugin import Executor, get_manager, hookimpl
+
+    from tilewright_interp.plugin import BACKEND
+
+    python = BACKEND.executors[0]
+
+    def build(source, ctx, workdir):
+        fn = python.build(source, ctx, workdir)
+
+        def run(*args):
+            fn(*args)
+            args[-1].view(-1)[-1] += 1
+
+        return run
+
+    WRONG = dataclasses.replace(
+        BACKEND, name="wrong", target_kinds=("wrong",),
+        pipelines={"wrong": BACKEND.pipelines["interp"]},
+        codegens={"wrong": BACKEND.codegens["interp"]},
+        executors=(Executor("python", python.available, build),))
+    module = types.ModuleType("wrong_backend")
+    module.tilewright_backends = hookimpl(lambda: [WRONG])
+    get_manager().register(module, "wrong")
+''')
+
+
+def test_a_wrong_backend_is_caught_shrunk_and_saved(pytester, tmp_path):
+    pytester.makepyfile(wrong_setup=WRONG)
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-p", "wrong_setup", "--pyargs", "tilewright_sdk.fuzz",
+        "--tilewright-backend", "wrong", "--examples", "5", "--seed", "1",
+        "--tilewright-fuzz-dir", str(tmp_path / "repro"), "--tilewright-report",
+        str(tmp_path / "report"))
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*backend 'wrong' disagrees with the interpreter on a "
+                                 "generated program (shrunk); reproducer: *repro_wrong_*.py*",
+                                 "*tilewright fuzz: backend wrong*", "FAILURE, reproducer *"])
+    (saved,) = (tmp_path / "repro").iterdir()
+    text = saved.read_text()
+    assert "def fuzz(" in text and "BACKEND = 'wrong'" in text and "reproduce(" in text
+    assert text.count("T.Parallel") <= 2  # shrunk: one map, perhaps a store
+    data = json.loads((tmp_path / "report" / "fuzz-wrong.json").read_text())
+    assert data["fuzz"]["failures"][0]["reproducer"] == str(saved)
+    assert "Differential fuzzing" in (tmp_path / "report" / "index.html").read_text()
+
+
+def test_a_refusal_is_not_a_crash():
+    from tilewright.errors import KernelError
+    from tilewright_sdk.fuzz.check import deliberate
+
+    def raised(fn):
+        try:
+            fn()
+        except KernelError as exc:
+            return exc
+
+    def wrapped_crash():
+        try:
+            raise RuntimeError("InternalError: Cannot decide infinity for type int8")
+        except RuntimeError as exc:
+            raise KernelError("backend 'x' failed to lower T.reduce_sum") from exc
+
+    def refusal():
+        try:
+            {}["op"]
+        except KeyError:
+            raise KernelError("backend 'x' has no form for T.log2") from None
+
+    assert not deliberate(raised(wrapped_crash))
+    assert deliberate(raised(refusal))

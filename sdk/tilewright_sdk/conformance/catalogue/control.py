@@ -1,0 +1,178 @@
+"""Rows for the kernel frame and control flow: loop kinds (``T.serial`` with a start,
+``T.unroll``, ``range``), ``T.Persistent``, ``T.macro``, Python names rebound to a second tile,
+dynamic and symbolic shapes, and per-thread storage (``T.alloc_local``, ``T.alloc_var``)."""
+
+# No `from __future__ import annotations`: T.prim_func evaluates the parameter annotations.
+import tilewright.language as T
+
+from .model import Kernel, rand, two_d
+from .tiles import BASE
+
+
+def _loops(dtype, M, N, bn=8):
+    """Row r of Y: a running sum of X[r] over T.serial(1, N) after X[r, 0], doubled by an
+    unrolled loop, plus a ``range`` loop counting to 3 into a T.alloc_var."""
+
+    @T.prim_func
+    def loops(X: T.Tensor((M, N), dtype), Y: T.Tensor((M,), dtype)):
+        with T.Kernel(M, threads=32) as bx:
+            acc = T.alloc_local((1,), "float32")
+            count = T.alloc_var("int32", init=0)
+            acc[0] = T.cast(X[bx, 0], "float32")
+            for c in T.serial(1, N):
+                acc[0] = acc[0] + T.cast(X[bx, c], "float32")
+            for _ in T.unroll(2):
+                acc[0] = acc[0] * 2.0
+            for _ in range(3):
+                count = count + 1
+            Y[bx] = T.cast(acc[0] + T.cast(count, "float32"), dtype)
+
+    return loops
+
+
+def _persistent(dtype, M, N, workers=3, bm=8, bn=8):
+    @T.prim_func
+    def persistent(A: T.Tensor((M, N), dtype), B: T.Tensor((M, N), dtype)):
+        with T.Kernel(workers, threads=128) as wid:
+            tile = T.alloc_fragment((bm, bn), dtype)
+            for by, bx in T.Persistent([T.ceildiv(M, bm), T.ceildiv(N, bn)], workers, wid,
+                                       group_size=2):
+                T.copy(A[by * bm, bx * bn], tile)
+                for i, j in T.Parallel(bm, bn):
+                    tile[i, j] = tile[i, j] * 3.0
+                T.copy(tile, B[by * bm, bx * bn])
+
+    return persistent
+
+
+@T.macro
+def _scale_rows(tile, weights, bm, bn):
+    """A macro: multiplies each row of ``tile`` by its weight."""
+    for i, j in T.Parallel(bm, bn):
+        tile[i, j] = tile[i, j] * weights[i]
+
+
+def _macro(dtype, M, N, bm=8, bn=16):
+    @T.prim_func
+    def macro(A: T.Tensor((M, N), dtype), W: T.Tensor((M,), dtype),
+              B: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=128) as (bx, by):
+            tile = T.alloc_fragment((bm, bn), dtype)
+            w = T.alloc_fragment((bm,), dtype)
+            T.copy(A[by * bm, bx * bn], tile)
+            T.copy(W[by * bm], w)
+            _scale_rows(tile, w, bm, bn)
+            _scale_rows(tile, w, bm, bn)
+            T.copy(tile, B[by * bm, bx * bn])
+
+    return macro
+
+
+def _rebind(dtype, M, N, bm=8, bn=16):
+    """``x`` names a first tile, then a second one: each use sees the tile bound at that
+    point."""
+
+    @T.prim_func
+    def rebind(A: T.Tensor((M, N), dtype), B: T.Tensor((M, N), dtype),
+               C: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=128) as (bx, by):
+            x = T.alloc_fragment((bm, bn), dtype)
+            T.copy(A[by * bm, bx * bn], x)
+            first = x
+            x = T.alloc_fragment((bm, bn), dtype)
+            T.copy(B[by * bm, bx * bn], x)
+            for i, j in T.Parallel(bm, bn):
+                x[i, j] = x[i, j] - first[i, j]
+            T.copy(x, C[by * bm, bx * bn])
+
+    return rebind
+
+
+def _dynamic(dtype, bm=8, bn=16):
+    M, N = T.symbolic("m"), T.dynamic("n")
+
+    @T.prim_func
+    def dynamic(A: T.Tensor((M, N), dtype), B: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=128) as (bx, by):
+            tile = T.alloc_shared((bm, bn), dtype)
+            T.copy(A[by * bm, bx * bn], tile)
+            for i, j in T.Parallel(bm, bn):
+                if by * bm + i < M and bx * bn + j < N:
+                    B[by * bm + i, bx * bn + j] = tile[i, j] + 1.0
+
+    return dynamic
+
+
+def _data_guard(dtype, M, N, bm=4, bn=8):
+    """A branch on tile data inside T.Parallel: elements where it fails keep the fill."""
+
+    @T.prim_func
+    def data_guard(A: T.Tensor((M, N), dtype), B: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=128) as (bx, by):
+            x = T.alloc_fragment((bm, bn), dtype)
+            y = T.alloc_fragment((bm, bn), dtype)
+            T.copy(A[by * bm, bx * bn], x)
+            T.fill(y, 0.5)
+            for i, j in T.Parallel(bm, bn):
+                if x[i, j] > 0:
+                    y[i, j] = x[i, j]
+            T.copy(y, B[by * bm, bx * bn])
+
+    return data_guard
+
+
+def _kernel_sequence(dtype, M, N, bm=4, bn=8):
+    """Two T.Kernel launches in order, sharing a T.alloc_global workspace: the second reads
+    rows the first wrote from other blocks (row M - 1 - r)."""
+
+    @T.prim_func
+    def kernel_sequence(A: T.Tensor((M, N), dtype), B: T.Tensor((M, N), dtype)):
+        W = T.alloc_global((M, N), dtype)
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=128) as (bx, by):
+            for i, j in T.Parallel(bm, bn):
+                r = by * bm + i
+                c = bx * bn + j
+                if r < M and c < N:
+                    W[r, c] = A[r, c] * 2.0
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=128) as (bx, by):
+            for i, j in T.Parallel(bm, bn):
+                r = by * bm + i
+                c = bx * bn + j
+                if r < M and c < N:
+                    B[r, c] = W[M - 1 - r, c] + 1.0
+
+    return kernel_sequence
+
+
+MN = {"partial": {"M": 12, "N": 20}}
+TILE = (*BASE, "alloc_fragment", "copy", "Parallel")
+
+ROWS = (
+    Kernel("loops", (*BASE, "serial", "unroll", "alloc_local", "alloc_var", "cast"), (),
+           _loops, two_d,
+           lambda x: [(x.sum(dim=1) * 4 + 3)], {"partial": {"M": 6, "N": 10}},
+           reduction=lambda N, **_: N,
+           doc="T.serial(start, stop), T.unroll, range, T.alloc_local and T.alloc_var"),
+    Kernel("persistent", (*TILE, "Persistent"), ("copy",), _persistent, two_d,
+           lambda a: [a * 3], {"partial": {"M": 36, "N": 20}},
+           doc="three resident blocks walk a 5x3 tile domain in panels of two rows"),
+    Kernel("macro", (*TILE, "macro"), ("copy",), _macro,
+           lambda torch, gen, dtype, M, N: [rand(torch, gen, (M, N), dtype),
+                                             rand(torch, gen, (M,), dtype)],
+           lambda a, w: [a * w[:, None] * w[:, None]], MN,
+           doc="a T.macro expanded twice in one kernel"),
+    Kernel("rebind", TILE, ("copy",), _rebind,
+           lambda torch, gen, dtype, M, N: [rand(torch, gen, (M, N), dtype),
+                                             rand(torch, gen, (M, N), dtype)],
+           lambda a, b: [b - a], MN, doc="a Python name rebound to a second tile"),
+    Kernel("data_guard", (*TILE, "fill"), ("copy", "fill"), _data_guard, two_d,
+           lambda a: [a.clamp(min=0) + (a <= 0) * 0.5], MN,
+           doc="an if on tile values inside T.Parallel"),
+    Kernel("kernel_sequence", (*BASE, "alloc_global", "Parallel"), (), _kernel_sequence,
+           two_d, lambda a: [a.flip(0) * 2 + 1], MN, features=("kernel_sequence",),
+           doc="two T.Kernel launches in order sharing a T.alloc_global workspace"),
+    Kernel("dynamic", (*BASE, "alloc_shared", "copy", "Parallel", "symbolic", "dynamic"),
+           ("copy",), lambda dtype, M, N: _dynamic(dtype), two_d, lambda a: [a + 1.0],
+           {"dynamic": {"M": 20, "N": 36}},
+           doc="T.symbolic and T.dynamic sizes read from the arguments at every call"),
+)

@@ -1,0 +1,343 @@
+"""Rows for reductions and their relatives: every ``T.reduce_*`` kind with float32 and
+same-dtype accumulators over both dimensions and with ``clear=False``, ``T.cumsum`` in both
+directions, atomics on tiles and elements (with ``return_prev``), and reducers."""
+
+# No `from __future__ import annotations`: T.prim_func evaluates the parameter annotations.
+import tilewright.language as T
+
+from .model import FLOATS, Kernel, rand, two_d
+from .tiles import BASE
+
+REDUCE = {
+    "sum": lambda x, d: x.sum(dim=d),
+    "max": lambda x, d: x.amax(dim=d),
+    "min": lambda x, d: x.amin(dim=d),
+    "abssum": lambda x, d: x.abs().sum(dim=d),
+    "absmax": lambda x, d: x.abs().amax(dim=d),
+}
+COMBINE = {"sum": lambda a, b: a + b, "max": lambda a, b: a.maximum(b),
+           "min": lambda a, b: a.minimum(b), "abssum": lambda a, b: a + b,
+           "absmax": lambda a, b: a.maximum(b)}
+ATOMIC = {
+    "add": lambda y, x: y + x.sum(dim=0),
+    "max": lambda y, x: y.maximum(x.amax(dim=0)),
+    "min": lambda y, x: y.minimum(x.amin(dim=0)),
+}
+
+
+def _reduce(kind):
+    def make(dtype, M, N, bm=4):
+        op = getattr(T, f"reduce_{kind}")
+
+        @T.prim_func
+        def reduce(X: T.Tensor((M, N), dtype), Y: T.Tensor((M,), dtype)):
+            with T.Kernel(T.ceildiv(M, bm), threads=128) as bx:
+                x = T.alloc_fragment((bm, N), "float32")
+                y = T.alloc_fragment((bm,), "float32")
+                T.copy(X[bx * bm, 0], x)
+                op(x, y, dim=1)
+                T.copy(y, Y[bx * bm])
+
+        return reduce
+
+    return make
+
+
+def _reduce_acc(kind):
+    """One block reduces the whole (M, N) tile in the tensor's own dtype, over each dimension,
+    onto accumulators that start from the given Y0 / Z0 (``clear=False``)."""
+
+    def make(dtype, M, N):
+        op = getattr(T, f"reduce_{kind}")
+
+        @T.prim_func
+        def reduce_acc(X: T.Tensor((M, N), dtype), Y0: T.Tensor((M,), dtype),
+                       Z0: T.Tensor((N,), dtype), Y: T.Tensor((M,), dtype),
+                       Z: T.Tensor((N,), dtype)):
+            with T.Kernel(1, threads=128) as _bx:
+                x = T.alloc_fragment((M, N), dtype)
+                y = T.alloc_fragment((M,), dtype)
+                z = T.alloc_fragment((N,), dtype)
+                T.copy(X[0, 0], x)
+                T.copy(Y0[0], y)
+                T.copy(Z0[0], z)
+                op(x, y, dim=1, clear=False)
+                op(x, z, dim=0, clear=False)
+                T.copy(y, Y[0])
+                T.copy(z, Z[0])
+
+        return reduce_acc
+
+    return make
+
+
+def _reduce_acc_ref(kind):
+    def ref(x, y0, z0):
+        return [COMBINE[kind](y0, REDUCE[kind](x, 1)), COMBINE[kind](z0, REDUCE[kind](x, 0))]
+
+    return ref
+
+
+def _cumsum(dtype, M, N, bm=4):
+    @T.prim_func
+    def cumsum(X: T.Tensor((M, N), dtype), Y: T.Tensor((M, N), dtype),
+               R: T.Tensor((M, N), dtype), C: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(M, bm), threads=128) as bx:
+            x = T.alloc_fragment((bm, N), "float32")
+            y = T.alloc_fragment((bm, N), "float32")
+            T.copy(X[bx * bm, 0], x)
+            T.cumsum(x, y, dim=1)
+            T.copy(y, Y[bx * bm, 0])
+            T.cumsum(x, y, dim=1, reverse=True)
+            T.copy(y, R[bx * bm, 0])
+            T.cumsum(x, dim=0)  # in place, down the rows of this block's tile
+            T.copy(x, C[bx * bm, 0])
+
+    return cumsum
+
+
+def _cumsum_ref(x, bm=4):
+    blocks = [b.cumsum(dim=0) for b in x.split(bm, dim=0)]
+    import torch
+
+    return [x.cumsum(dim=1), x.flip(1).cumsum(dim=1).flip(1), torch.cat(blocks)]
+
+
+def _atomic_tile(kind):
+    def make(dtype, M, N, splits=3, bm=16, bn=16):
+        op = getattr(T, f"atomic_{kind}")
+
+        @T.prim_func
+        def atomic(X: T.Tensor((splits, M, N), dtype), Y: T.Tensor((M, N), dtype)):
+            with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), splits,
+                          threads=128) as (bx, by, bz):
+                x = T.alloc_fragment((bm, bn), dtype)
+                T.copy(X[bz, by * bm, bx * bn], x)
+                op(Y[by * bm, bx * bn], x)
+
+        return atomic
+
+    return make
+
+
+def _atomic_scalar(dtype, N, bn=8):
+    @T.prim_func
+    def atomic_scalar(X: T.Tensor((N,), dtype), Y: T.Tensor((1,), "float32")):
+        with T.Kernel(T.ceildiv(N, bn), threads=128) as bx:
+            for i in T.serial(bn):
+                if bx * bn + i < N:
+                    T.atomic_add(Y[0], T.cast(X[bx * bn + i], "float32"))
+
+    return atomic_scalar
+
+
+def _atomic_prev(dtype, N, blocks=5):
+    """One block's serial loop returns each previous value (deterministic: exclusive running
+    sum, max and min); then ``blocks`` blocks draw tickets from a counter."""
+
+    @T.prim_func
+    def atomic_prev(X: T.Tensor((N,), dtype), Acc: T.Tensor((3,), dtype),
+                    P: T.Tensor((3, N), dtype), Counter: T.Tensor((1,), "int32"),
+                    Seen: T.Tensor((blocks,), "int32")):
+        with T.Kernel(blocks, threads=128) as bx:
+            if bx == 0:
+                for t in T.serial(N):
+                    P[0, t] = T.atomic_add(Acc[0], X[t], return_prev=True)
+                    P[1, t] = T.atomic_max(Acc[1], X[t], return_prev=True)
+                    P[2, t] = T.atomic_min(Acc[2], X[t], return_prev=True)
+            ticket = T.alloc_var("int32")
+            ticket = T.atomic_add(Counter[0], 1, return_prev=True)
+            T.atomic_add(Seen[ticket], 1)
+
+    return atomic_prev
+
+
+def _atomic_prev_inputs(torch, gen, dtype, N, blocks=5):
+    x = rand(torch, gen, (N,), dtype)
+    acc = torch.tensor([0.0, -100.0, 100.0]).to(x.dtype)
+    return [x, acc, torch.zeros(3, N, dtype=x.dtype), torch.zeros(1, dtype=torch.int32),
+            torch.zeros(blocks, dtype=torch.int32)]
+
+
+def _atomic_prev_ref(x, acc, p, counter, seen):
+    import torch
+
+    n = x.shape[0]
+    add = torch.cat([acc[:1], x]).cumsum(0)
+    high = torch.cat([acc[1:2], x]).cummax(0).values
+    low = torch.cat([acc[2:3], x]).cummin(0).values
+    return [torch.stack([add[n], high[n], low[n]]), torch.stack([add[:n], high[:n], low[:n]]),
+            counter + seen.shape[0], torch.ones_like(seen)]
+
+
+# reducer op -> (dtypes it applies to, torch reference over dim 1)
+REDUCERS = {
+    "sum": lambda x: x.sum(dim=1),
+    "max": lambda x: x.amax(dim=1),
+    "min": lambda x: x.amin(dim=1),
+}
+BIT_REDUCERS = ("bitand", "bitor", "bitxor")
+
+
+def _reducers(dtype, M, N, bm=4, bn=8):
+    ops = tuple(REDUCERS) if dtype in FLOATS else BIT_REDUCERS + ("sum",)
+    R = len(ops)
+
+    @T.prim_func
+    def reducers(X: T.Tensor((M, N), dtype), Y: T.Tensor((R, M), dtype)):
+        with T.Kernel(T.ceildiv(M, bm), threads=128) as bx:
+            out = T.alloc_fragment((bm,), dtype)
+            accs = [T.alloc_reducer((bm,), dtype, op=op) for op in ops]
+            for k, acc in enumerate(accs):  # a Python loop: one nest per reducer
+                T.reducer_init(acc)
+                for c in T.serial(T.ceildiv(N, bn)):
+                    for i, j in T.Parallel(bm, bn):
+                        if bx * bm + i < M and c * bn + j < N:
+                            T.reducer_update(acc[i], X[bx * bm + i, c * bn + j])
+                T.finalize_reducer(acc, out)
+                T.copy(out, Y[k, bx * bm])
+
+    return reducers
+
+
+def _bits(fn):
+    def reduce(x):
+        out = x[:, 0]
+        for c in range(1, x.shape[1]):
+            out = fn(out, x[:, c])
+        return out
+
+    return reduce
+
+
+def _reducers_ref(x):
+    import torch
+
+    if x.is_floating_point():
+        return [torch.stack([ref(x) for ref in REDUCERS.values()])]
+    bits = [_bits(lambda a, b: a & b), _bits(lambda a, b: a | b), _bits(lambda a, b: a ^ b)]
+    return [torch.stack([f(x) for f in bits] + [x.sum(dim=1).to(x.dtype)])]
+
+
+def _reduce_cols(dtype, M, N, bn=8):
+    @T.prim_func
+    def reduce_cols(X: T.Tensor((M, N), dtype), Y: T.Tensor((N,), dtype)):
+        with T.Kernel(T.ceildiv(N, bn), threads=128) as bx:
+            x = T.alloc_fragment((M, bn), "float32")
+            y = T.alloc_fragment((bn,), "float32")
+            T.copy(X[0, bx * bn], x)
+            T.reduce_sum(x, y, dim=0)
+            T.copy(y, Y[bx * bn])
+
+    return reduce_cols
+
+
+def _reduce_then_store(dtype, M, N):
+    """The fuzzer's shrunk program that found an Ascend race: reductions with clear=False of
+    one-element tiles, a select reading one, and an element-wise store from global memory."""
+
+    @T.prim_func
+    def reduce_then_store(X0: T.Tensor((M, N), dtype), X1: T.Tensor((M, N), dtype),
+                          Y: T.Tensor((M, N), dtype), R4: T.Tensor((M, N), dtype),
+                          R6: T.Tensor((M, N), dtype)):
+        with T.Kernel(1, 1, threads=128) as (bx, by):
+            t1 = T.alloc_fragment((1, 1), dtype)
+            T.copy(X0[by, bx], t1)
+            t2 = T.alloc_fragment((1, 1), dtype)
+            T.copy(X1[by, bx], t2)
+            t3 = T.alloc_fragment((1,), dtype)
+            T.fill(t3, -1)
+            T.reduce_sum(t2, t3, dim=0, clear=False)
+            for j in T.Parallel(1):
+                if bx + j < 1:
+                    R4[by, bx + j] = t3[j]
+            t5 = T.alloc_fragment((1,), dtype)
+            T.fill(t5, -1)
+            T.reduce_absmax(t1, t5, dim=0, clear=False)
+            for j in T.Parallel(1):
+                if bx + j < 1:
+                    R6[by, bx + j] = t5[j]
+            t7 = T.alloc_fragment((1, 1), dtype)
+            for i, j in T.Parallel(1, 1):
+                t7[i, j] = T.if_then_else(t2[(i + 1) % 1, j] != T.cast(-2, dtype), t5[j],
+                                          T.cast(5, dtype))
+            for i, j in T.Parallel(1, 1):
+                if by + i < 1 and bx + j < 1:
+                    Y[by + i, bx + j] = T.cast(-7, dtype) - X0[by + i, bx + j]
+
+    return reduce_then_store
+
+
+RED_SHAPES = {"full": {"M": 8, "N": 32}, "partial": {"M": 10, "N": 20}}
+FRAG = (*BASE, "alloc_fragment", "copy")
+
+
+def _rows():
+    rows = []
+    for kind, ref in REDUCE.items():
+        rows.append(Kernel(
+            f"reduce_{kind}", (*FRAG, f"reduce_{kind}"), (f"reduce_{kind}", "copy"),
+            _reduce(kind), two_d, lambda x, _ref=ref: [_ref(x, 1)], RED_SHAPES,
+            reduction=lambda N, **_: N, doc=f"row-wise reduce_{kind} into float32"))
+        rows.append(Kernel(
+            f"reduce_{kind}_acc", (*FRAG, f"reduce_{kind}"), (f"reduce_{kind}", "copy"),
+            _reduce_acc(kind),
+            lambda torch, gen, dtype, M, N: [rand(torch, gen, (M, N), dtype),
+                                              rand(torch, gen, (M,), dtype),
+                                              rand(torch, gen, (N,), dtype)],
+            _reduce_acc_ref(kind), {"partial": {"M": 12, "N": 20}},
+            reduction=lambda M, N: max(M, N), out_idx=(3, 4), accumulate_in_dtype=True,
+            dtypes=(*FLOATS, "int16", "int32"),
+            doc=f"reduce_{kind} over each dimension onto a same-dtype accumulator, "
+                "clear=False"))
+    for kind, ref in ATOMIC.items():
+        rows.append(Kernel(
+            f"atomic_{kind}", (*FRAG, f"atomic_{kind}"), (f"atomic_{kind}", "copy"),
+            _atomic_tile(kind),
+            lambda torch, gen, dtype, M, N, splits=3: [rand(torch, gen, (splits, M, N), dtype),
+                                                        rand(torch, gen, (M, N), dtype)],
+            lambda x, y, _ref=ref: [_ref(y, x)],
+            {"full": {"M": 16, "N": 16}, "partial": {"M": 20, "N": 24}}, out_idx=(),
+            inplace=(1,), reduction=lambda **_: 3,
+            doc=f"three blocks atomic_{kind} a tile into global Y"))
+    return rows
+
+
+ROWS = (
+    *_rows(),
+    Kernel("reduce_sum_dim0", (*FRAG, "reduce_sum"), ("reduce_sum", "copy"),
+           _reduce_cols, two_d,
+           lambda x: [x.sum(dim=0)], {"partial": {"M": 12, "N": 20}},
+           reduction=lambda M, **_: M, doc="reduction over the first dimension"),
+    Kernel("cumsum", (*FRAG, "cumsum"), ("cumsum", "copy"), _cumsum, two_d, _cumsum_ref,
+           RED_SHAPES, out_idx=(1, 2, 3), reduction=lambda N, **_: N,
+           doc="inclusive prefix sums along rows (forward, reverse) and in place down columns"),
+    Kernel("atomic_add_scalar", (*BASE, "serial", "atomic_add", "cast"), ("atomic_add",),
+           _atomic_scalar,
+           lambda torch, gen, dtype, N: [rand(torch, gen, (N,), dtype), torch.zeros(1)],
+           lambda x, y: [y + x.sum()], {"partial": {"N": 20}}, out_idx=(), inplace=(1,),
+           reduction=lambda N, **_: N, doc="every element atomically added to Y[0]"),
+    Kernel("atomic_prev", (*BASE, "serial", "alloc_var", "atomic_add", "atomic_max",
+                           "atomic_min"),
+           ("atomic_add", "atomic_max", "atomic_min"), _atomic_prev, _atomic_prev_inputs,
+           _atomic_prev_ref, {"partial": {"N": 12}}, out_idx=(), inplace=(1, 2, 3, 4),
+           reduction=lambda N, **_: N, dtypes=("float32", "int32"),
+           doc="atomics with return_prev: running values in one block, tickets across blocks"),
+    Kernel("reduce_then_store", (*FRAG, "fill", "reduce_sum", "reduce_absmax", "Parallel",
+                                 "if_then_else", "cast"), ("copy", "fill", "reduce_sum",
+                                                            "reduce_absmax"),
+           _reduce_then_store,
+           lambda torch, gen, dtype, M, N: [rand(torch, gen, (M, N), dtype),
+                                             rand(torch, gen, (M, N), dtype)],
+           lambda x0, x1: [-7 - x0, x1 - 1, x0.abs().clamp(min=-1)], {"full": {"M": 1, "N": 1}},
+           out_idx=(2, 3, 4), dtypes=("int8", "float32"),
+           doc="the fuzzer's reproducer of an Ascend race between a reduction and a store"),
+    Kernel("reducers", (*FRAG, "serial", "Parallel", "alloc_reducer", "reducer_init",
+                        "reducer_update", "finalize_reducer"), ("copy", "fill"), _reducers,
+           lambda torch, gen, dtype, M, N: [rand(torch, gen, (M, N), dtype)], _reducers_ref,
+           RED_SHAPES, reduction=lambda N, **_: N, dtypes=("float32", "float16", "int32"),
+           accumulate_in_dtype=True,
+           doc="T.alloc_reducer for sum, max, min (floats) and bitand, bitor, bitxor, sum "
+               "(integers), updated inside T.Parallel with partial tiles"),
+)
+

@@ -1,0 +1,289 @@
+"""Rows for scalar expressions inside ``T.Parallel``: every math function, float and integer
+arithmetic (``//``, ``%``, ``>>`` and comparisons with negative operands), ``T.if_then_else``,
+casts between every pair of dtypes, and the dtype limits.
+
+Each row computes many results in one kernel (one output per function or target dtype), so a
+backend compiles a few kernels per dtype instead of one per name.
+"""
+
+# No `from __future__ import annotations`: T.prim_func evaluates the parameter annotations.
+import tilewright.language as T
+
+from .model import ALL_DTYPES, FLOATS, INTEGERS, SIGNED, Kernel, eager, rand
+from .tiles import BASE
+
+# name -> (uses the positive input, kernel expression, torch reference)
+UNARY = {
+    "exp": (False, T.exp, lambda x: x.exp()),
+    "exp2": (False, T.exp2, lambda x: x.exp2()),
+    "log": (True, T.log, lambda x: x.log()),
+    "log2": (True, T.log2, lambda x: x.log2()),
+    "sqrt": (True, T.sqrt, lambda x: x.sqrt()),
+    "rsqrt": (True, T.rsqrt, lambda x: x.rsqrt()),
+    "tanh": (False, T.tanh, lambda x: x.tanh()),
+    "sigmoid": (False, T.sigmoid, lambda x: x.sigmoid()),
+    "sin": (False, T.sin, lambda x: x.sin()),
+    "cos": (False, T.cos, lambda x: x.cos()),
+    "floor": (False, T.floor, lambda x: x.floor()),
+    "ceil": (False, T.ceil, lambda x: x.ceil()),
+    "round": (False, T.round, lambda x: x.round()),  # halves to even
+    "trunc": (False, T.trunc, lambda x: x.trunc()),
+    "abs": (False, T.abs, lambda x: x.abs()),
+}
+
+# Float arithmetic: name -> (kernel expression of x, y (> 0), torch reference)
+FLOAT_BINARY = {
+    "add": (lambda x, y: x + y, lambda x, y: x + y),
+    "sub": (lambda x, y: x - y, lambda x, y: x - y),
+    "mul": (lambda x, y: x * y, lambda x, y: x * y),
+    "div": (lambda x, y: x / y, lambda x, y: x / y),
+    "neg": (lambda x, y: -x, lambda x, y: -x),
+    "max": (T.max, lambda x, y: x.maximum(y)),
+    "min": (T.min, lambda x, y: x.minimum(y)),
+    "clamp": (lambda x, y: T.clamp(x, 2, 5), lambda x, y: x.clamp(2, 5)),
+    "select_lt": (lambda x, y: T.if_then_else(x < y, x, y * 2), lambda x, y: (x < y) * x +
+                  (x >= y) * y * 2),
+    "select_ge_zero": (lambda x, y: T.if_then_else(x >= 0, y, -y), lambda x, y: (x >= 0) * y -
+                       (x < 0) * y),
+    "select_eq": (lambda x, y: T.if_then_else(x == x, 1.0, 0.0) + T.if_then_else(x != y, 1.0, 0.0),
+                  lambda x, y: 1.0 + (x != y) * 1.0),
+}
+
+# Integer arithmetic that cannot overflow the narrowest dtype with operands in [-9, 9] (signed)
+# or x in [8, 15], y in [0, 7] (unsigned).
+INT_BINARY = {
+    "add": (lambda x, y: x + y, lambda x, y: x + y),
+    "sub": (lambda x, y: x - y, lambda x, y: x - y),
+    "mul": (lambda x, y: x * y, lambda x, y: x * y),
+    "max": (T.max, lambda x, y: x.maximum(y)),
+    "min": (T.min, lambda x, y: x.minimum(y)),
+    "abs": (lambda x, y: T.abs(x), lambda x, y: x.abs()),
+    "and": (lambda x, y: x & y, lambda x, y: x & y),
+    "or": (lambda x, y: x | y, lambda x, y: x | y),
+    "xor": (lambda x, y: x ^ y, lambda x, y: x ^ y),
+    "shr": (lambda x, y: x >> 2, lambda x, y: x >> 2),  # arithmetic for negative x
+    "shl": (lambda x, y: T.abs(x) << 2, lambda x, y: x.abs() << 2),
+    "clamp": (lambda x, y: T.clamp(x, 2, 5), lambda x, y: x.clamp(2, 5)),
+    "select_lt": (lambda x, y: T.if_then_else(x < y, x, y), lambda x, y: x.minimum(y)),
+    "select_le": (lambda x, y: T.if_then_else(x <= 3, 1, 0), lambda x, y: (x <= 3).long()),
+    "select_gt": (lambda x, y: T.if_then_else(x > y, 1, 2), lambda x, y: 2 - (x > y).long()),
+    "select_eq": (lambda x, y: T.if_then_else(x == y, 3, 0) + T.if_then_else(x != y, 0, 1),
+                  lambda x, y: (x == y).long() * 4),
+}
+
+# Floor division and modulo: Python's rules (the quotient rounds toward minus infinity, the
+# remainder takes the divisor's sign), for every sign of both operands.
+FLOORDIV = {
+    "floordiv": (lambda x, y, c: x // y, lambda x, y, c: x.div(y, rounding_mode="floor")),
+    "floormod": (lambda x, y, c: x % y, lambda x, y, c: x.remainder(y)),
+    "floordiv_const": (lambda x, y, c: x // 4, lambda x, y, c: x.div(4, rounding_mode="floor")),
+    "floormod_const": (lambda x, y, c: x % 3, lambda x, y, c: x.remainder(3)),
+    "floordiv_neg_const": (lambda x, y, c: x // -4,
+                           lambda x, y, c: x.div(-4, rounding_mode="floor")),
+    "floormod_neg_const": (lambda x, y, c: x % -3, lambda x, y, c: x.remainder(-3)),
+    "T.floordiv": (lambda x, y, c: T.floordiv(x, y),
+                   lambda x, y, c: x.div(y, rounding_mode="floor")),
+    "T.floormod": (lambda x, y, c: T.floormod(x, y), lambda x, y, c: x.remainder(y)),
+    # an index with negative intermediate values: column (c - 3) mod N, a rotation
+    "rotate": (lambda x, y, c: c, lambda x, y, c: c),
+}
+
+
+def _elementwise(name, table, dtype, M, N, bm=4, bn=8):
+    """A kernel writing ``table[k](x, y)`` to ``Y[k]`` for every entry, with tiles loaded to
+    fragments and partial tiles guarded by T.copy."""
+    fns = [expr for expr, _ in table.values()]
+    F = len(fns)
+
+    @T.prim_func
+    def kernel(X: T.Tensor((M, N), dtype), P: T.Tensor((M, N), dtype),
+               Y: T.Tensor((F, M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=128) as (bx, by):
+            x = T.alloc_fragment((bm, bn), dtype)
+            p = T.alloc_fragment((bm, bn), dtype)
+            y = T.alloc_fragment((bm, bn), dtype)
+            T.copy(X[by * bm, bx * bn], x)
+            T.copy(P[by * bm, bx * bn], p)
+            for k, fn in enumerate(fns):  # a Python loop: one T.Parallel nest per function
+                for i, j in T.Parallel(bm, bn):
+                    y[i, j] = fn(x[i, j], p[i, j])
+                T.copy(y, Y[k, by * bm, bx * bn])
+
+    kernel.__name__ = name
+    return kernel
+
+
+def _unary_table():
+    return {n: ((lambda x, p, _f=fn, _pos=pos: _f(p if _pos else x)), ref)
+            for n, (pos, fn, ref) in UNARY.items()}
+
+
+def _unary_ref(x, p):
+    return [_stack([ref(p if pos else x) for pos, _, ref in UNARY.values()])]
+
+
+def _stack(values):
+    import torch
+
+    return torch.stack(values)
+
+
+def _table_ref(table):
+    return lambda x, p: [_stack([ref(x, p) for _, ref in table.values()])]
+
+
+def _int_ref(fn):
+    """``fn`` on int64 copies, the result in the inputs' dtype: torch has no arithmetic on
+    uint16/32/64, and the catalogue's values never overflow the narrowest dtype."""
+
+    def ref(*tensors):
+        return [r.to(tensors[0].dtype) for r in fn(*(t.long() for t in tensors))]
+
+    return ref
+
+
+def _int_inputs(torch, gen, dtype, M, N):
+    if dtype.startswith("uint"):
+        return [rand(torch, gen, (M, N), dtype, 8, 15), rand(torch, gen, (M, N), dtype, 0, 7)]
+    return [rand(torch, gen, (M, N), dtype, -9, 9), rand(torch, gen, (M, N), dtype, -9, 9)]
+
+
+def _floordiv(dtype, M, N, bm=4, bn=8):
+    table = FLOORDIV if dtype in SIGNED else {k: v for k, v in FLOORDIV.items()
+                                              if "neg" not in k}
+    fns = [expr for expr, _ in table.values()]
+    F = len(fns)
+
+    @T.prim_func
+    def floordiv(X: T.Tensor((M, N), dtype), D: T.Tensor((M, N), dtype),
+                 Y: T.Tensor((F, M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=128) as (bx, by):
+            for k, fn in enumerate(fns):
+                for i, j in T.Parallel(bm, bn):
+                    r = by * bm + i
+                    c = bx * bn + j
+                    if r < M and c < N:
+                        Y[k, r, c] = fn(X[r, c], D[r, c], X[r, (c - 3) % N])
+
+    return floordiv
+
+
+def _floordiv_inputs(torch, gen, dtype, M, N):
+    lo = 0 if dtype.startswith("uint") else -9
+    d = rand(torch, gen, (M, N), dtype, 1, 5)
+    if dtype in SIGNED:  # divisors of both signs, never zero
+        sign = torch.randint(0, 2, (M, N), generator=gen).to(d.dtype) * 2 - 1
+        d = d * sign
+    return [rand(torch, gen, (M, N), dtype, lo, 9), d]
+
+
+def _floordiv_ref(x, d, dtype):
+    table = FLOORDIV if dtype in SIGNED else {k: v for k, v in FLOORDIV.items()
+                                              if "neg" not in k}
+    rotated = x.roll(3, dims=1)
+    return [_stack([ref(x, d, rotated) for _, ref in table.values()])]
+
+
+def _casts(dtype, targets, bn=8):
+    """Eager style: ``X`` (signed values for signed, float and bool targets) and ``U``
+    (non-negative values for unsigned targets) cast to every dtype in ``targets``."""
+
+    def casts(X, U):
+        n = T.const("n")
+        X: T.Tensor((n,), dtype)
+        U: T.Tensor((n,), dtype)
+        outs = [T.empty((n,), t) for t in targets]
+        with T.Kernel(T.ceildiv(n, bn), threads=128) as bx:
+            for k, t in enumerate(targets):
+                for i in T.Parallel(bn):
+                    g = bx * bn + i
+                    if g < n:
+                        src = U[g] if t.startswith("uint") else X[g]
+                        # T.Cast is T.cast with TVM's argument order
+                        outs[k][g] = T.Cast(t, src) if k % 2 else T.cast(src, t)
+        return tuple(outs)
+
+    return casts
+
+
+def _cast_inputs(torch, gen, dtype, N, targets):
+    if dtype == "bool":
+        x = rand(torch, gen, (N,), "bool")
+        return [x, x]
+    if dtype.startswith("uint"):
+        u = rand(torch, gen, (N,), dtype, 0, 100)
+        return [u, u]
+    if dtype.startswith("int"):
+        return [rand(torch, gen, (N,), dtype, -100, 100), rand(torch, gen, (N,), dtype, 0, 100)]
+    # quarters: exact in every float dtype up to 60, with a fraction for float -> int to cut
+    quarters = rand(torch, gen, (N,), "int32", -240, 240).double() / 4
+    return [quarters.to(getattr(torch, dtype)), quarters.abs().to(getattr(torch, dtype))]
+
+
+def _cast_ref(x, u, targets):
+    import torch
+
+    return [(u if t.startswith("uint") else x).to(getattr(torch, t)) for t in targets]
+
+
+def _limits(dtype):
+    floating = dtype not in INTEGERS
+
+    @T.prim_func
+    def limits(Y: T.Tensor((3,), dtype)):
+        with T.Kernel(1, threads=32) as _bx:
+            Y[0] = T.max_value(dtype)
+            Y[1] = T.min_value(dtype)
+            Y[2] = T.infinity(dtype) if floating else T.cast(0, dtype)
+
+    return limits
+
+
+def _limits_ref(dtype):
+    import torch
+
+    t = getattr(torch, dtype)
+    info = torch.finfo(t) if t.is_floating_point else torch.iinfo(t)
+    if t.is_floating_point:
+        return [torch.tensor([info.max, info.min, float("inf")], dtype=torch.float64)]
+    return [torch.tensor([info.max, info.min, 0], dtype=t)]
+
+
+MN = {"full": {"M": 16, "N": 32}, "partial": {"M": 12, "N": 20}}
+ELEMENTWISE = (*BASE, "alloc_fragment", "copy", "Parallel")
+
+ROWS = (
+    Kernel("unary_math", (*ELEMENTWISE, *UNARY), ("copy",),
+           lambda dtype, M, N: _elementwise("unary_math", _unary_table(), dtype, M, N),
+           lambda torch, gen, dtype, M, N: [rand(torch, gen, (M, N), dtype),
+                                             rand(torch, gen, (M, N), dtype, 0.25, 4.0)],
+           _unary_ref, {"partial": MN["partial"]}, dtypes=(*FLOATS, "float64"),
+           doc="every math function of T (log, sqrt, rsqrt on positive inputs)"),
+    Kernel("float_arith", (*ELEMENTWISE, "max", "min", "if_then_else"), ("copy",),
+           lambda dtype, M, N: _elementwise("float_arith", FLOAT_BINARY, dtype, M, N),
+           lambda torch, gen, dtype, M, N: [rand(torch, gen, (M, N), dtype),
+                                             rand(torch, gen, (M, N), dtype, 0.25, 4.0)],
+           _table_ref(FLOAT_BINARY), {"partial": MN["partial"]},
+           dtypes=(*FLOATS, "float64"),
+           doc="+ - * / negation, T.max, T.min and comparisons through T.if_then_else"),
+    Kernel("int_arith", (*ELEMENTWISE, "max", "min", "abs", "clamp", "if_then_else"), ("copy",),
+           lambda dtype, M, N: _elementwise("int_arith", INT_BINARY, dtype, M, N),
+           _int_inputs, _int_ref(_table_ref(INT_BINARY)), {"partial": MN["partial"]},
+           dtypes=INTEGERS,
+           doc="integer + - * min max abs & | ^ >> << and comparisons, negative operands"),
+    Kernel("int_floordiv", (*BASE, "Parallel", "floordiv", "floormod"), (), _floordiv,
+           _floordiv_inputs,
+           lambda x, d, dtype: _int_ref(lambda *t: _floordiv_ref(*t, dtype))(x, d),
+           {"partial": MN["partial"]}, dtypes=INTEGERS, ref_args=("dtype",),
+           doc="// and % with operands and divisors of both signs, and an index (c - 3) % N"),
+    Kernel("cast", (*BASE, "const", "empty", "Parallel", "cast", "Cast", *ALL_DTYPES), (),
+           lambda dtype, N, targets: eager(_casts(dtype, targets), n=N), _cast_inputs,
+           _cast_ref, {"partial": {"N": 40, "targets": ALL_DTYPES}}, out_idx=(),
+           dtypes=ALL_DTYPES, dtype_dims=("targets",), ref_args=("targets",),
+           doc="T.cast from the case's dtype to every dtype the backend declares (eager "
+               "style: T.const, T.empty)"),
+    Kernel("limits", (*BASE, "Parallel", "max_value", "min_value", "infinity"), (),
+           lambda dtype: _limits(dtype), lambda torch, gen, dtype: [], _limits_ref,
+           {"full": {}}, dtypes=(*FLOATS, "float64", *INTEGERS), ref_args=("dtype",),
+           doc="T.max_value, T.min_value and T.infinity of each dtype"),
+)

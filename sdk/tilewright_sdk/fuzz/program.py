@@ -1,0 +1,515 @@
+"""Random valid tile programs over the portable language, as Hypothesis strategies.
+
+A :class:`Program` is a kernel written out as Python source: input tiles loaded with
+``T.copy``, then a few statements (element-wise maps inside ``T.Parallel`` with index
+expressions whose intermediate values go negative, guarded maps, reductions of every kind with
+float32 or same-dtype accumulators and ``clear=False``, cumulative sums both ways), and the
+result copied back, or stored element by element under a bounds guard (reading inputs straight
+from global memory too). Every expression carries an interval of its values and a bound of its
+rounding error, so the generator only writes what is defined (no overflow, no division by
+zero, no NaN) and the checker knows how far a correct backend may be from the interpreter.
+
+Features (``floordiv``, ``negative_floordiv``, ``shift``, ``reduce_max`` ...) are recorded per
+program for the statistics and can be avoided (:func:`programs`), which is how the fuzzer
+stays clear of bugs the conformance suite already knows.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from hypothesis import strategies as st
+
+INT_DTYPES = ("int8", "int16", "int32", "uint8", "int64")
+FLOAT_DTYPES = ("float32", "float16", "bfloat16")
+_LIMITS = {"int8": 127, "int16": 32767, "int32": 2**31 - 1, "int64": 2**63 - 1, "uint8": 255}
+_ROUNDOFF = {"float32": 2.0 ** -24, "float16": 2.0 ** -11, "bfloat16": 2.0 ** -8}
+_FLOAT_MAX = 1e4  # magnitudes stay far below float16's 65504
+REDUCE_KINDS = ("sum", "max", "min", "abssum", "absmax")
+
+
+@dataclass(frozen=True)
+class Expr:
+    """Source text of a scalar expression at element ``[i, j]`` of a tile, the interval of its
+    values, a bound of its absolute rounding error, and whether it is exact (the same bits on
+    every correct backend: loads, constants, indices and what only selects among them)."""
+
+    text: str
+    lo: float
+    hi: float
+    err: float = 0.0
+    exact: bool = True
+    features: frozenset = frozenset()
+
+    @property
+    def mag(self) -> float:
+        return max(abs(self.lo), abs(self.hi))
+
+
+@dataclass
+class Tile:
+    name: str
+    kind: str  # "2d" (bm, bn), "row" (bm,) indexed by i, "col" (bn,) indexed by j
+    lo: float
+    hi: float
+    err: float
+    dtype: str
+
+    def at(self) -> str:
+        return {"2d": f"{self.name}[i, j]", "row": f"{self.name}[i]",
+                "col": f"{self.name}[j]"}[self.kind]
+
+
+@dataclass
+class Program:
+    """A generated kernel: its source, the input value ranges and the output tolerances."""
+
+    dtype: str
+    M: int
+    N: int
+    bm: int
+    bn: int
+    inputs: list  # (name, low, high)
+    outputs: list  # (name, shape, dtype, atol)
+    body: list = field(default_factory=list)
+    features: set = field(default_factory=set)
+
+    def kernel_source(self) -> str:
+        params = [f"{n}: T.Tensor(({self.M}, {self.N}), {self.dtype!r})"
+                  for n, _, _ in self.inputs]
+        params += [f"{n}: T.Tensor({shape}, {dtype!r})" for n, shape, dtype, _ in self.outputs]
+        lines = ["@T.prim_func", f"def fuzz({', '.join(params)}):",
+                 f"    with T.Kernel({math.ceil(self.N / self.bn)}, "
+                 f"{math.ceil(self.M / self.bm)}, threads=128) as (bx, by):"]
+        lines += ["        " + line for line in self.body]
+        return "\n".join(lines) + "\n"
+
+
+class _Builder:
+    """The state of one program being drawn."""
+
+    def __init__(self, draw, dtype, M, N, bm, bn, avoid, wide):
+        self.draw, self.dtype = draw, dtype
+        self.M, self.N, self.bm, self.bn = M, N, bm, bn
+        self.avoid = frozenset(avoid)
+        self.wide = wide  # a declared dtype integers round-trip through, or None
+        self.floating = dtype in FLOAT_DTYPES
+        self.unsigned = dtype.startswith("uint")
+        self.limit = _FLOAT_MAX if self.floating else _LIMITS[dtype]
+        self.u = _ROUNDOFF.get(dtype, 0.0)
+        self.tiles: list[Tile] = []
+        self.body: list[str] = []
+        self.outputs: list = []
+        self.features: set = set()
+        self.count = 0
+        self.globals: list = []  # (name, low, high) of the inputs, read directly when storing
+
+    # -- helpers -----------------------------------------------------------------------------
+    def fresh(self, prefix: str) -> str:
+        self.count += 1
+        return f"{prefix}{self.count}"
+
+    def fits(self, lo, hi) -> bool:
+        low = 0 if self.unsigned else -self.limit
+        return low <= lo and hi <= self.limit
+
+    def allowed(self, *features) -> bool:
+        return not (set(features) & self.avoid)
+
+    def const(self, value) -> Expr:
+        """A constant of the program's dtype (``T.float16(0.5)``): an untyped Python number
+        would make an int32 or float32 expression where no operand gives it a dtype."""
+        return Expr(f"T.{self.dtype}({value!r})", value, value)
+
+    def rounded(self, text, lo, hi, err, a, b=None, features=()) -> Expr:
+        """A float result: one more rounding of the result's magnitude."""
+        feats = a.features | (b.features if b is not None else frozenset()) | set(features)
+        mag = max(abs(lo), abs(hi))
+        return Expr(text, lo, hi, err + self.u * mag, False, frozenset(feats))
+
+    # -- leaves ------------------------------------------------------------------------------
+    def leaf(self) -> Expr:
+        choices = ["tile", "tile", "const", "index"]
+        if any(t.kind == "2d" for t in self.tiles):
+            choices.append("rotate")
+        if self.globals:
+            choices += ["global", "global"]
+        kind = self.draw(st.sampled_from(choices))
+        if kind == "global":
+            return self.global_load()
+        if kind == "const":
+            if self.floating:
+                return self.const(self.draw(st.sampled_from((0.5, 1.5, -2.0, 3.0, -0.25))))
+            low = 0 if self.unsigned else -7
+            return self.const(self.draw(st.integers(low, 7)))
+        if kind == "index":
+            return self.index()
+        if kind == "rotate":
+            return self.rotate()
+        tile = self.draw(st.sampled_from(self.tiles))
+        feats = frozenset({f"{tile.kind}_operand"} if tile.kind != "2d" else ())
+        if tile.dtype != self.dtype:  # a float32 accumulator read in the program's dtype
+            err = tile.err + self.u * max(abs(tile.lo), abs(tile.hi))
+            return Expr(f"T.cast({tile.at()}, {self.dtype!r})", tile.lo, tile.hi, err, False,
+                        feats | {"cast"})
+        return Expr(tile.at(), tile.lo, tile.hi, tile.err, tile.err == 0, feats)
+
+    def index(self) -> Expr:
+        """A global row or column index, shifted below zero unless the dtype is unsigned."""
+        row = self.draw(st.booleans())
+        base, size, extent = ("by", self.bm, self.M) if row else ("bx", self.bn, self.N)
+        var = "i" if row else "j"
+        top = math.ceil(extent / size) * size - 1
+        shift = 0 if self.unsigned else self.draw(st.integers(0, 9))
+        text = f"{base} * {size} + {var}" + (f" - {shift}" if shift else "")
+        cast = f"T.cast({text}, {self.dtype!r})"
+        return Expr(cast, -shift, top - shift, features=frozenset({"index_value"}))
+
+    def global_load(self) -> Expr:
+        """An input element read from global memory at this element or, under the store's
+        bounds guard, at the column ``(c - s) % N`` (negative intermediate values)."""
+        name, lo, hi = self.draw(st.sampled_from(self.globals))
+        row, col = f"by * {self.bm} + i", f"bx * {self.bn} + j"
+        feats = {"global_load"}
+        if self.allowed("negative_floordiv", "global_rotated_index") and \
+                self.draw(st.booleans()):
+            s = self.draw(st.integers(1, 5))
+            col = f"({col} - {s}) % {self.N}"
+            feats |= {"floordiv", "negative_floordiv", "rotated_index", "global_rotated_index"}
+        return Expr(f"{name}[{row}, {col}]", lo, hi, features=frozenset(feats))
+
+    def rotate(self) -> Expr:
+        """An element of a loaded tile at a rotated position: ``(i - s) % bm`` has negative
+        intermediate values."""
+        tile = self.draw(st.sampled_from([t for t in self.tiles if t.kind == "2d"]))
+        negative = self.allowed("negative_floordiv") and self.draw(st.booleans())
+        if self.draw(st.booleans()):
+            s = self.draw(st.integers(1, max(1, self.bm - 1)))
+            index = f"(i - {s}) % {self.bm}, j" if negative else f"(i + {s}) % {self.bm}, j"
+        else:
+            s = self.draw(st.integers(1, max(1, self.bn - 1)))
+            index = f"i, (j - {s}) % {self.bn}" if negative else f"i, (j + {s}) % {self.bn}"
+        feats = {"rotated_index", "floordiv"} | ({"negative_floordiv"} if negative else set())
+        return Expr(f"{tile.name}[{index}]", tile.lo, tile.hi, tile.err, tile.err == 0,
+                    frozenset(feats))
+
+    # -- expressions ---------------------------------------------------------------------------
+    def expr(self, depth: int) -> Expr:
+        if depth <= 0 or self.draw(st.integers(0, 3)) == 0:
+            return self.leaf()
+        return self.float_op(depth) if self.floating else self.int_op(depth)
+
+    def int_op(self, depth: int) -> Expr:
+        a = self.expr(depth - 1)
+        op = self.draw(st.sampled_from(("+", "-", "*", "//", "%", ">>", "<<", "&", "|", "^",
+                                        "max", "min", "abs", "select", "cast")))
+        feats = a.features | {op_name(op)}
+        if op in ("//", "%"):
+            return self.division(a, op, depth)
+        if op == ">>":
+            k = self.draw(st.integers(0, 3))
+            return Expr(f"({a.text} >> T.{self.dtype}({k}))", math.floor(a.lo / 2 ** k),
+                        math.floor(a.hi / 2 ** k), features=frozenset(feats |
+                                                                      {"shift"}))
+        if op == "<<":
+            k = self.draw(st.integers(0, 3))
+            if a.lo < 0 or not self.fits(a.lo * 2 ** k, a.hi * 2 ** k):
+                return a
+            return Expr(f"({a.text} << T.{self.dtype}({k}))", a.lo * 2 ** k, a.hi * 2 ** k,
+                        features=frozenset(feats | {"shift"}))
+        if op == "abs":
+            if self.unsigned or not self.fits(0, a.mag):
+                return a
+            lo = 0 if a.lo <= 0 <= a.hi else min(abs(a.lo), abs(a.hi))
+            return Expr(f"T.abs({a.text})", lo, a.mag, features=frozenset(feats))
+        if op == "cast":  # a round trip through a wider dtype
+            if self.wide is None:
+                return a
+            return Expr(f"T.cast(T.cast({a.text}, {self.wide!r}), {self.dtype!r})", a.lo,
+                        a.hi, features=frozenset(feats | {"cast"}))
+        b = self.expr(depth - 1)
+        feats |= b.features
+        if op == "select":
+            return self.select(a, b, feats)
+        if op in ("&", "|", "^"):
+            if a.lo < 0 or b.lo < 0:
+                return a
+            bits = max(int(a.hi), int(b.hi), 1).bit_length()
+            hi = 2 ** bits - 1 if op != "&" else min(a.hi, b.hi)
+            if not self.fits(0, hi):
+                return a
+            return Expr(f"({a.text} {op} {b.text})", 0, hi, features=frozenset(feats))
+        if op in ("max", "min"):
+            lo, hi = (max(a.lo, b.lo), max(a.hi, b.hi)) if op == "max" else \
+                (min(a.lo, b.lo), min(a.hi, b.hi))
+            return Expr(f"T.{op}({a.text}, {b.text})", lo, hi, features=frozenset(feats))
+        corners = {"+": (a.lo + b.lo, a.hi + b.hi), "-": (a.lo - b.hi, a.hi - b.lo),
+                   "*": tuple(sorted((a.lo * b.lo, a.lo * b.hi, a.hi * b.lo, a.hi * b.hi)))}
+        c = corners[op]
+        lo, hi = min(c), max(c)
+        if not self.fits(lo, hi):
+            return a
+        return Expr(f"({a.text} {op} {b.text})", lo, hi, features=frozenset(feats))
+
+    def division(self, a: Expr, op: str, depth: int) -> Expr:
+        """``a // d`` or ``a % d`` with a divisor that is never zero: a constant of either
+        sign or ``T.abs(e) + 1``."""
+        negative_ok = self.allowed("negative_floordiv")
+        if self.draw(st.booleans()) or depth <= 1:
+            low = 1 if self.unsigned or not negative_ok else -7
+            d = self.draw(st.integers(low, 7).filter(lambda v: v != 0))
+            dlo = dhi = d
+            dtext = f"T.{self.dtype}({d})"  # typed: a bare int may make the result int32
+        else:
+            e = self.expr(depth - 2)
+            if self.unsigned or not self.fits(0, e.mag + 1):
+                return a
+            dtext, dlo, dhi = f"(T.abs({e.text}) + T.{self.dtype}(1))", 1, e.mag + 1
+            a = Expr(a.text, a.lo, a.hi, features=a.features | e.features)
+        negative = a.lo < 0 or dlo < 0
+        if negative and not negative_ok:
+            if a.lo < 0:
+                if self.unsigned or not self.fits(0, a.mag):
+                    return a
+                a = Expr(f"T.abs({a.text})", 0, a.mag, features=a.features)
+            if dlo < 0:
+                return a
+            negative = False
+        feats = a.features | {"floordiv"} | ({"negative_floordiv"} if negative else set())
+        if op == "//":
+            values = [a.lo / dlo, a.lo / dhi, a.hi / dlo, a.hi / dhi]
+            lo, hi = math.floor(min(values)) - 1, math.ceil(max(values)) + 1
+        else:
+            bound = max(abs(dlo), abs(dhi)) - 1
+            lo, hi = (-bound if dlo < 0 else 0), (0 if dhi < 0 else bound)
+        return Expr(f"({a.text} {op} {dtext})", lo, hi, features=frozenset(feats))
+
+    def condition(self, data: bool = True) -> tuple[str, frozenset]:
+        """A comparison of exact values (loads, indices, constants) -- never of computed
+        floats, whose rounding may legitimately differ by a unit in the last place; of indices
+        and constants only unless ``data``."""
+        a = self.leaf() if data else self.index()
+        b = self.leaf() if data else self.const(self.draw(st.integers(0, 7)))
+        if not (a.exact and b.exact):
+            a = self.index()
+        op = self.draw(st.sampled_from(("<", "<=", ">", ">=", "==", "!=")))
+        return f"{a.text} {op} {b.text}", a.features | b.features | {"compare"}
+
+    def select(self, a: Expr, b: Expr, feats) -> Expr:
+        cond, cfeats = self.condition()
+        return Expr(f"T.if_then_else({cond}, {a.text}, {b.text})", min(a.lo, b.lo),
+                    max(a.hi, b.hi), max(a.err, b.err), a.exact and b.exact,
+                    frozenset(feats | cfeats | {"if_then_else"}))
+
+    def float_op(self, depth: int) -> Expr:
+        a = self.expr(depth - 1)
+        op = self.draw(st.sampled_from(("+", "-", "*", "/", "max", "min", "abs", "neg",
+                                        "exp", "sigmoid", "tanh", "sqrt", "floor", "select",
+                                        "cast")))
+        feats = a.features | {op_name(op)}
+        if op == "abs":
+            lo = 0 if a.lo <= 0 <= a.hi else min(abs(a.lo), abs(a.hi))
+            return Expr(f"T.abs({a.text})", lo, a.mag, a.err, a.exact, frozenset(feats))
+        if op == "neg":
+            return Expr(f"(-{a.text})", -a.hi, -a.lo, a.err, a.exact, frozenset(feats))
+        if op == "floor":  # only of exact values: a floor of a rounded value may jump by 1
+            if not a.exact:
+                return a
+            return Expr(f"T.floor({a.text})", math.floor(a.lo), math.floor(a.hi), 0.0, True,
+                        frozenset(feats))
+        if op == "exp":
+            if a.hi > 6 or a.lo < -30:
+                return a
+            lo, hi = math.exp(a.lo), math.exp(a.hi)
+            return self.rounded(f"T.exp({a.text})", lo, hi, hi * a.err * 1.01, a,
+                                features=feats)
+        if op in ("sigmoid", "tanh"):
+            lo, hi = (0.0, 1.0) if op == "sigmoid" else (-1.0, 1.0)
+            return self.rounded(f"T.{op}({a.text})", lo, hi, a.err, a, features=feats)
+        if op == "sqrt":  # of |a| + 0.25, never below 0.5
+            return self.rounded(f"T.sqrt(T.abs({a.text}) + T.{self.dtype}(0.25))", 0.5,
+                                math.sqrt(a.mag + 0.25), a.err, a, features=feats)
+        if op == "cast":  # through float32 and back
+            return Expr(f"T.cast(T.cast({a.text}, 'float32'), {self.dtype!r})", a.lo, a.hi,
+                        a.err, a.exact, frozenset(feats | {"cast"}))
+        b = self.expr(depth - 1)
+        feats |= b.features
+        if op == "select":
+            return self.select(a, b, feats)
+        if op in ("max", "min"):
+            lo, hi = (max(a.lo, b.lo), max(a.hi, b.hi)) if op == "max" else \
+                (min(a.lo, b.lo), min(a.hi, b.hi))
+            return Expr(f"T.{op}({a.text}, {b.text})", lo, hi, max(a.err, b.err),
+                        a.exact and b.exact, frozenset(feats))
+        if op == "/":  # by |b| + 1
+            lo, hi = min(a.lo, a.lo / (b.mag + 1)), max(a.hi, a.hi / (b.mag + 1))
+            err = a.err + a.mag * b.err
+            return self.rounded(f"({a.text} / (T.abs({b.text}) + T.{self.dtype}(1.0)))", lo, hi,
+                                err, a, b, feats)
+        corners = {"+": (a.lo + b.lo, a.hi + b.hi), "-": (a.lo - b.hi, a.hi - b.lo),
+                   "*": (a.lo * b.lo, a.lo * b.hi, a.hi * b.lo, a.hi * b.hi)}[op]
+        lo, hi = min(corners), max(corners)
+        if not self.fits(lo, hi):
+            return a
+        err = a.err + b.err if op != "*" else a.err * b.mag + b.err * a.mag
+        return self.rounded(f"({a.text} {op} {b.text})", lo, hi, err, a, b, feats)
+
+    # -- statements ---------------------------------------------------------------------------
+    def tile(self, kind: str, lo, hi, err, dtype=None) -> Tile:
+        name = self.fresh("t")
+        shape = {"2d": f"({self.bm}, {self.bn})", "row": f"({self.bm},)",
+                 "col": f"({self.bn},)"}[kind]
+        dtype = dtype or self.dtype
+        self.body.append(f"{name} = T.alloc_fragment({shape}, {dtype!r})")
+        tile = Tile(name, kind, lo, hi, err, dtype)
+        self.tiles.append(tile)
+        return tile
+
+    def map(self) -> None:
+        e = self.expr(self.draw(st.integers(1, 4)))
+        guarded = self.draw(st.integers(0, 3)) == 0
+        fill = self.draw(st.sampled_from((0, 1, 2)))
+        lo, hi = (min(e.lo, fill), max(e.hi, fill)) if guarded else (e.lo, e.hi)
+        if guarded:  # drawn before the new tile exists: it must not read what it writes
+            data = self.allowed("data_guard") and self.draw(st.booleans())
+            cond, cfeats = self.condition(data)
+            self.features |= cfeats | {"guard"} | ({"data_guard"} if data else set())
+        tile = self.tile("2d", lo, hi, e.err)
+        if guarded:
+            self.body += [f"T.fill({tile.name}, {fill})",
+                          f"for i, j in T.Parallel({self.bm}, {self.bn}):",
+                          f"    if {cond}:", f"        {tile.name}[i, j] = {e.text}"]
+        else:
+            self.body += [f"for i, j in T.Parallel({self.bm}, {self.bn}):",
+                          f"    {tile.name}[i, j] = {e.text}"]
+        self.features |= e.features | {"map"}
+
+    def reduce(self) -> None:
+        src = self.draw(st.sampled_from([t for t in self.tiles if t.kind == "2d"]))
+        kinds = [k for k in REDUCE_KINDS if self.allowed(f"reduce_{k}")]
+        if not kinds:
+            return
+        kind = self.draw(st.sampled_from(kinds))
+        dim = self.draw(st.integers(0, 1))
+        k = self.bn if dim == 1 else self.bm
+        clear = self.draw(st.booleans())
+        init = 0 if clear else self.draw(st.sampled_from((1, 2) if self.unsigned else
+                                                         (-1, 2)))
+        acc = self.dtype
+        if self.floating and (self.draw(st.booleans()) or
+                              not self.allowed(f"reduce_into_{acc}")):
+            acc = "float32"
+        mag = max(abs(src.lo), abs(src.hi))
+        if kind in ("sum", "abssum"):
+            lo = -mag * k if kind == "sum" and src.lo < 0 else 0
+            lo, hi = lo - abs(init), mag * k + abs(init)
+        else:
+            lo, hi = -mag - abs(init), mag + abs(init)
+        if kind in ("abssum", "absmax") and (self.unsigned or not self.fits(0, mag)):
+            return
+        if not self.fits(lo, hi):
+            return
+        u_acc = _ROUNDOFF.get(acc, 0.0)
+        err = src.err * k + (u_acc * math.sqrt(k) * k * mag if kind in ("sum", "abssum")
+                             else 0.0) + self.u * max(abs(lo), abs(hi))
+        out = self.tile("row" if dim == 1 else "col", lo, hi, err, acc)
+        if not clear:
+            self.body.append(f"T.fill({out.name}, {init})")
+        self.body.append(f"T.reduce_{kind}({src.name}, {out.name}, dim={dim}, "
+                         f"clear={clear})")
+        self.features |= {f"reduce_{kind}", f"reduce_dim{dim}", f"reduce_into_{acc}",
+                          f"reduce_acc_{'same' if acc == self.dtype else 'float32'}",
+                          "reduce_clear" if clear else "reduce_accumulate"}
+        self.write_vector(out, dim)
+
+    def write_vector(self, tile: Tile, dim: int) -> None:
+        """Each block writes its reduction to its own row or column of an output."""
+        name = self.fresh("R")
+        gm, gn = math.ceil(self.M / self.bm), math.ceil(self.N / self.bn)
+        if dim == 1:
+            shape = (self.M, gn)
+            lines = [f"for i in T.Parallel({self.bm}):",
+                     f"    if by * {self.bm} + i < {self.M}:",
+                     f"        {name}[by * {self.bm} + i, bx] = {tile.name}[i]"]
+        else:
+            shape = (gm, self.N)
+            lines = [f"for j in T.Parallel({self.bn}):",
+                     f"    if bx * {self.bn} + j < {self.N}:",
+                     f"        {name}[by, bx * {self.bn} + j] = {tile.name}[j]"]
+        self.body += lines
+        self.outputs.append((name, shape, tile.dtype, tile.err))
+
+    def cumsum(self) -> None:
+        src = self.draw(st.sampled_from([t for t in self.tiles if t.kind == "2d"]))
+        dim = self.draw(st.integers(0, 1))
+        reverse = self.draw(st.booleans())
+        k = self.bn if dim == 1 else self.bm
+        mag = max(abs(src.lo), abs(src.hi)) * k
+        lo = -mag if src.lo < 0 else 0
+        if not self.fits(lo, mag):
+            return
+        err = src.err * k + self.u * math.sqrt(k) * mag * 2
+        out = self.tile("2d", lo, mag, err)
+        self.body.append(f"T.cumsum({src.name}, {out.name}, dim={dim}, reverse={reverse})")
+        self.features |= {"cumsum", f"cumsum_dim{dim}"} | ({"cumsum_reverse"} if reverse
+                                                          else set())
+
+
+def op_name(op: str) -> str:
+    return {"+": "add", "-": "sub", "*": "mul", "/": "div", "//": "floordiv", "%": "floormod",
+            ">>": "shift", "<<": "shift", "&": "bitwise", "|": "bitwise",
+            "^": "bitwise"}.get(op, op)
+
+
+@st.composite
+def programs(draw, avoid=(), dtypes=None) -> Program:
+    """A strategy of valid programs; ``avoid``: features never to generate; ``dtypes``: the
+    dtypes a program may use (default: all)."""
+    declared = set(INT_DTYPES + FLOAT_DTYPES) if dtypes is None else set(dtypes)
+    dtype = draw(st.sampled_from([d for d in INT_DTYPES + FLOAT_DTYPES if d in declared]))
+    wide = next((w for w in ("int32", "int64") if w in declared and
+                 _LIMITS[w] > _LIMITS.get(dtype, 0)), None)
+    bm = draw(st.sampled_from((1, 2, 4, 8, 16)))
+    bn = draw(st.sampled_from((1, 2, 4, 8, 16)))
+    M = draw(st.integers(1, 3 * bm + 3))
+    N = draw(st.integers(1, 3 * bn + 3))
+    b = _Builder(draw, dtype, M, N, bm, bn, avoid, wide)
+    floating = dtype in FLOAT_DTYPES
+    n_inputs = draw(st.integers(1, 3))
+    inputs = []
+    for k in range(n_inputs):
+        if floating:
+            low, high = -4.0, 4.0
+        else:
+            low, high = (0, 20) if dtype.startswith("uint") else (-20, 20)
+        name = f"X{k}"
+        inputs.append((name, low, high))
+        tile = b.tile("2d", low, high, 0.0)
+        scope = draw(st.sampled_from(("fragment", "shared")))
+        if scope == "shared":
+            b.body[-1] = b.body[-1].replace("T.alloc_fragment", "T.alloc_shared")
+            b.features.add("shared_tile")
+        b.body.append(f"T.copy({name}[by * {bm}, bx * {bn}], {tile.name})")
+    b.features.add(f"dtype_{dtype}")
+    if M % bm or N % bn:
+        b.features.add("partial_tile")
+    for _ in range(draw(st.integers(1, 4))):
+        kind = draw(st.sampled_from(("map", "map", "map", "reduce", "cumsum")))
+        getattr(b, kind)()
+    if not any(line.lstrip().startswith("for i, j in T.Parallel") for line in b.body):
+        b.map()
+    last = [t for t in b.tiles if t.kind == "2d"][-1]
+    err = last.err
+    if draw(st.booleans()):
+        b.body.append(f"T.copy({last.name}, Y[by * {bm}, bx * {bn}])")
+    else:  # each element stored to global memory by a guarded T.Parallel iteration
+        b.globals = inputs
+        e = b.expr(draw(st.integers(1, 3)))
+        err = e.err
+        b.body += [f"for i, j in T.Parallel({bm}, {bn}):",
+                   f"    if by * {bm} + i < {M} and bx * {bn} + j < {N}:",
+                   f"        Y[by * {bm} + i, bx * {bn} + j] = {e.text}"]
+        b.features |= e.features | {"global_store"}
+    outputs = [("Y", (M, N), dtype, err), *b.outputs]
+    return Program(dtype, M, N, bm, bn, inputs, outputs, b.body, b.features)

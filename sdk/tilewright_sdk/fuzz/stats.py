@@ -1,0 +1,68 @@
+"""What a fuzzing session did: programs generated, executed or only compiled, rejected, the
+features they covered, and the failures with their reproducers."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+
+@dataclass
+class FuzzStats:
+    backend: str
+    seed: int
+    examples: int
+    avoided: list = field(default_factory=list)
+    programs: int = 0
+    executed: int = 0
+    compiled: int = 0
+    rejected: int = 0
+    features: Counter = field(default_factory=Counter)
+    refused: Counter = field(default_factory=Counter)  # refusal message -> count
+    failures: list = field(default_factory=list)  # {"reproducer", "message", "features"}
+    started: float = field(default_factory=time.monotonic)
+    seconds: float = 0.0
+    first_failure_after: float | None = None  # seconds to the first failing program
+    programs_to_first_failure: int | None = None
+
+    def found(self) -> None:
+        """A program failed (before shrinking, the first time: when the bug was found)."""
+        if self.first_failure_after is None:
+            self.first_failure_after = round(time.monotonic() - self.started, 1)
+            self.programs_to_first_failure = self.programs
+
+    def finish(self) -> None:
+        self.seconds = round(time.monotonic() - self.started, 1)
+
+    @property
+    def per_minute(self) -> float:
+        return 60.0 * (self.executed + self.compiled) / self.seconds if self.seconds else 0.0
+
+    def to_json(self) -> dict:
+        return {"backend": self.backend, "seed": self.seed, "examples": self.examples,
+                "avoided_features": sorted(self.avoided), "programs": self.programs,
+                "executed": self.executed, "compiled": self.compiled,
+                "rejected": self.rejected, "refused": dict(self.refused),
+                "seconds": self.seconds,
+                "programs_per_minute": round(self.per_minute, 1),
+                "first_failure_after_seconds": self.first_failure_after,
+                "programs_to_first_failure": self.programs_to_first_failure,
+                "features": dict(sorted(self.features.items())), "failures": self.failures}
+
+    def lines(self) -> list[str]:
+        done = f"{self.executed} executed" + (f", {self.compiled} compiled only"
+                                              if self.compiled else "")
+        out = [f"{self.programs} programs ({done}, {self.rejected} rejected) in "
+               f"{self.seconds:g} s: {self.per_minute:.1f} programs/minute; seed {self.seed}",
+               f"features covered: {len(self.features)}: " +
+               ", ".join(f"{k} {v}" for k, v in sorted(self.features.items()))]
+        out += [f"refused by the backend ({n}): {why}" for why, n in self.refused.items()]
+        if self.avoided:
+            out.append("not generated (known bugs of this backend): " +
+                       ", ".join(sorted(self.avoided)))
+        if self.first_failure_after is not None:
+            out.append(f"first failing program: number {self.programs_to_first_failure}, "
+                       f"after {self.first_failure_after:g} s (then shrunk)")
+        out += [f"FAILURE, reproducer {f['reproducer']}" for f in self.failures]
+        return out

@@ -1,0 +1,77 @@
+"""The differential fuzzer as a pytest test (see :mod:`tilewright_sdk.fuzz`)."""
+
+import hashlib
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, reject, settings
+from hypothesis import seed as hypothesis_seed
+
+from ..conformance.runner import cannot_execute, missing_tile_ops
+from .check import Refused, differential, load, module_source
+from .program import programs
+
+
+def _pattern(message: str) -> str:
+    """A refusal without its file, line and expression, so alike refusals count together."""
+    text = message.split(": ", 1)[-1] if message.startswith("/") else message
+    return text.split(" for ", 1)[0][:160]
+
+
+def test_backend_agrees_with_the_interpreter(tilewright_backend, tilewright_fuzz):
+    stats = tilewright_fuzz.stats
+    execute = not cannot_execute(tilewright_backend)
+    last = {}
+    scratch = tempfile.mkdtemp(prefix="tw-fuzz-")
+
+    @settings(max_examples=stats.examples, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck), report_multiple_bugs=False,
+              print_blob=False)
+    @hypothesis_seed(stats.seed)
+    @given(programs(avoid=stats.avoided, dtypes=tilewright_backend.capabilities.dtypes))
+    def check(program):
+        last["program"] = program
+        source = module_source(program, tilewright_backend.name, stats.seed)
+        try:
+            module = load(source, scratch)
+        except Exception:
+            stats.found()
+            raise
+        if missing_tile_ops(module.fuzz, tilewright_backend):
+            stats.rejected += 1
+            reject()
+        stats.programs += 1
+        stats.features.update(program.features)
+        try:
+            differential(module, tilewright_backend, stats.seed, execute)
+        except Refused as exc:  # a clean refusal, not a wrong result
+            stats.refused[_pattern(str(exc))] += 1
+            reject()
+        except Exception:
+            stats.found()
+            raise
+        if execute:
+            stats.executed += 1
+        else:
+            stats.compiled += 1
+
+    try:
+        check()
+    except Exception as exc:
+        program = last.get("program")
+        if program is None:
+            raise
+        note = f"{type(exc).__name__}: {exc}"
+        source = module_source(program, tilewright_backend.name, stats.seed, note)
+        folder = Path(tilewright_fuzz.folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        digest = hashlib.sha256(source.encode()).hexdigest()[:10]
+        path = folder / f"repro_{tilewright_backend.name}_{digest}.py"
+        path.write_text(source)
+        stats.failures.append({"reproducer": str(path), "message": note[:2000],
+                               "features": sorted(program.features)})
+        pytest.fail(f"backend {tilewright_backend.name!r} disagrees with the interpreter on a "
+                    f"generated program (shrunk); reproducer: {path}\n{note}", pytrace=False)
+    finally:
+        stats.finish()
