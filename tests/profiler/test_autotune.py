@@ -89,7 +89,7 @@ def test_reference_with_another_output_shape():
     tuned = tilewright.autotune(configs=[{"block": 32}], reference=lambda x: x[:10],
                                 progress=False, workers=1, **FAST)(scaled_copy)
     with pytest.raises(ConfigError, match=r"reference's output 0 has shape \(10,\) but "
-                                          r"kernel main produces \(64,\)"):
+                                          r"kernel scaled_copy produces \(64,\)"):
         tuned(64)
 
 
