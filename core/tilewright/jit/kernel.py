@@ -144,7 +144,8 @@ def cache_key(func: tirx.PrimFunc, target, backend, executor, configs: dict, out
     })
 
 
-def _out_idx(func: tirx.PrimFunc, out_idx):
+def output_indices(func: tirx.PrimFunc, out_idx) -> list[int]:
+    """The output parameters of ``func``: those ``out_idx`` names and those it declares."""
     declared = [int(i) for i in func.attrs["tw.outputs"]] if func.attrs and \
         "tw.outputs" in func.attrs else []
     if out_idx is None:
@@ -161,7 +162,7 @@ def compile(func: tirx.PrimFunc, out_idx=None, target="auto", pass_configs=None,
     without it and one warning says why."""
     target_obj, backend = resolve_target(target)
     configs = validate(pass_configs)
-    outputs = _out_idx(func, out_idx)
+    outputs = output_indices(func, out_idx)
     signature = signature_of(func, outputs)
     executor = pick_executor(backend, execution_backend)
     # a debug tool watching compilations (lower trace, pass timing, IR dumps) needs one to
