@@ -68,7 +68,8 @@ whether it is available here and why not |
 See `docs/writing-a-backend.md` in the tilewright repository for the whole contract.
 '''
 
-FILES["tox.ini"] = '''# Each environment installs this backend (editable) into a fresh virtualenv, with the
+FILES["tox.ini"] = '''\
+# Each environment installs this backend (editable) into a fresh virtualenv, with the
 # tilewright distributions {{tilewright_origin}}.
 [tox]
 envlist = tests, conformance
