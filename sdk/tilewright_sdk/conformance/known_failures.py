@@ -58,8 +58,6 @@ KNOWN_FAILURES: tuple[KnownFailure, ...] = (
                  "fuzzer)", fuzz=("reduce_absmax", "reduce_abssum")),
     KnownFailure("ascend", "data_guard-*", "refuses an if on tile data inside T.Parallel ('a "
                  "scalar-unit branch on tile data')", when="build"),
-    KnownFailure("cuda", "limits-bfloat16-*", "prints T.infinity('bfloat16') (a float32 "
-                 "infinity cast) with the undefined identifier 'inff'", when="build"),
 )
 
 
