@@ -40,3 +40,24 @@ def test_the_readme_installs_every_backend_and_each_has_a_readme():
         path = "." if folder == ROOT else str(folder.relative_to(ROOT))
         assert path in installed, f"the README's install block does not install {name}"
         assert not backend or (folder / "README.md").is_file(), f"{name} has no README.md"
+
+
+def test_the_core_declares_every_distribution_it_imports_at_module_level():
+    """A dependency that only arrives through another one (filelock through torch) breaks
+    the day that one drops it."""
+    import ast
+    import sys
+
+    provided_by = {"tvm": "apache-tvm", "tvm_ffi": "apache-tvm"}  # tvm_ffi comes with tvm
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    declared = {Requirement(r).name for r in project["dependencies"]}
+    for path in (ROOT / "core" / "tilewright").rglob("*.py"):
+        for node in ast.parse(path.read_text()).body:
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 else []
+            for name in names:
+                top = name.split(".")[0]
+                if top in sys.stdlib_module_names or top == "tilewright":
+                    continue
+                assert provided_by.get(top, top) in declared, \
+                    f"{path.relative_to(ROOT)} imports {top}, not a dependency of the core"
