@@ -19,6 +19,10 @@ def fresh_memory():
     tuner._MEMORY.clear()
 
 
+def no_search(*args, **kwargs):
+    raise AssertionError("searched again")
+
+
 def _identity(x):
     return x.clone()
 
@@ -47,9 +51,6 @@ def test_second_call_hits_memory_then_disk(monkeypatch):
     first = tilewright.autotune(configs=configs, progress=False, workers=1, **FAST)(scaled_copy)
     kernel = first(100)
     assert first(100) is kernel  # in memory
-
-    def no_search(*args, **kwargs):
-        raise AssertionError("searched again")
 
     monkeypatch.setattr(tuner.AutoTuner, "search", no_search)
     tuner._MEMORY.clear()
@@ -90,7 +91,7 @@ def test_reference_with_another_output_shape():
     tuned = tilewright.autotune(configs=[{"block": 32}], reference=lambda x: x[:10],
                                 progress=False, workers=1, **FAST)(scaled_copy)
     with pytest.raises(ConfigError, match=r"reference's output 0 has shape \(10,\) but "
-                                          r"kernel main produces \(64,\)"):
+                                          r"kernel scaled_copy produces \(64,\)"):
         tuned(64)
 
 
@@ -240,3 +241,32 @@ def test_eager_kernel_compile_by_const_values_with_given_inputs():
     torch.testing.assert_close(kernel(x), x)
     explicit = tuned.compile(N=300, block=32)
     assert not hasattr(explicit, "autotune_result")
+
+
+def test_key_names_the_arguments_that_decide_the_config(monkeypatch, capsys, caplog):
+    """As Triton's ``key=``: calls that agree on the key's arguments share one search, and a
+    reuse of the cache is said on stderr and in the log."""
+    import logging
+
+    import torch
+
+    tuned = tilewright.autotune(configs=[{"block": 32}, {"block": 64}], key=["N"], workers=1,
+                                **FAST)(scaled_copy)
+    first = tuned(100)
+    assert "nothing measured" not in capsys.readouterr().err
+
+    monkeypatch.setattr(tuner.AutoTuner, "search", no_search)
+    with caplog.at_level(logging.INFO, logger="tilewright"):
+        other_scale = tuned(100, scale=3.0)  # not in the key: the tuned config is reused
+    assert "from the tuning cache (memory); nothing measured" in capsys.readouterr().err
+    assert "from the tuning cache" in caplog.text
+    assert other_scale.autotune_result.cached and other_scale is not first
+    assert other_scale.config == first.config
+    x = torch.randn(100)
+    torch.testing.assert_close(other_scale(x), 3 * x)
+    with pytest.raises(AssertionError, match="searched again"):
+        tuned(101)  # N is in the key
+    for bad, words in (("M", "key 'M' is not an argument of it"),
+                       ("block", "key 'block' is a tuned parameter")):
+        with pytest.raises(ConfigError, match=words):
+            tilewright.autotune(configs=[{"block": 32}], key=[bad])(scaled_copy)

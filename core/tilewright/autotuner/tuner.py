@@ -23,6 +23,7 @@ with a time and a memory limit (:mod:`.executors`, :mod:`.isolation`).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import inspect
 import json
@@ -43,7 +44,7 @@ from .executors import EXECUTORS, default_workers, import_ray, run_ray, search_l
 from .isolation import Limits
 from .measure import Measurer, Outcome
 
-_MEMORY: dict[str, tuple] = {}  # key -> (result, kernel)
+_MEMORY: dict[str, AutotuneResult] = {}  # key -> result
 _log = logging.getLogger(__name__)
 _INPUTS = threading.local()
 
@@ -157,7 +158,7 @@ class AutoTuner:
     def __init__(self, jit_fn, configs, warmup=25, rep=100, timer="wall", reference=None,
                  supply=None, rtol=None, atol=None, max_mismatch_ratio=None,
                  reduction_length=None, executor="process", workers=None, ray_address=None,
-                 cache=True, progress=True, timeout=300, memory_limit="auto"):
+                 cache=True, progress=True, timeout=300, memory_limit="auto", key=None):
         from ..jit import JITFunction
 
         if not isinstance(jit_fn, JITFunction):
@@ -165,6 +166,7 @@ class AutoTuner:
                               "above @tilewright.jit")
         self.jit_fn = jit_fn
         self.configs = configs if callable(configs) else self._validate(configs)
+        self.key_names = self._key_names(key)
         if executor not in EXECUTORS:
             raise ConfigError(f"unknown autotune executor {executor!r}; choose one of "
                               f"{', '.join(EXECUTORS)}")
@@ -203,6 +205,22 @@ class AutoTuner:
                                   f"its parameters are {', '.join(params)}")
         return configs
 
+    def _key_names(self, key) -> tuple[str, ...] | None:
+        if key is None:
+            return None
+        names = (key,) if isinstance(key, str) else tuple(key)
+        params = inspect.signature(self.jit_fn.fn).parameters
+        # configs given as a callable are known only at a call
+        tuned = set() if callable(self.configs) else {k for c in self.configs for k in c}
+        for name in names:
+            if not isinstance(name, str) or name not in params:
+                raise ConfigError(f"autotune of {self.jit_fn.fn.__name__}: key {name!r} is not "
+                                  f"an argument of it; its arguments are {', '.join(params)}")
+            if name in tuned:
+                raise ConfigError(f"autotune of {self.jit_fn.fn.__name__}: key {name!r} is a "
+                                  "tuned parameter; the key names arguments of the call")
+        return names
+
     def _configs_for(self, args, kwargs) -> list[dict]:
         """The configs of this call: the list, or what the callable returns for the call's
         arguments (as TileLang calls it)."""
@@ -239,6 +257,10 @@ class AutoTuner:
         sources = [_source(self.jit_fn.fn), _source(self.reference), _source(self.supply)]
         if any(s is None for s in sources):
             return None  # a callable without source has no stable identity
+        if self.key_names is not None:  # only the named arguments' values count
+            bound = inspect.signature(self.jit_fn.fn).bind_partial(*args, **kwargs)
+            bound.apply_defaults()
+            args, kwargs = (), {n: bound.arguments.get(n) for n in self.key_names}
         parts = {
             "tilewright": __version__, "sources": sources, "configs": configs,
             "args": repr(args), "kwargs": repr(sorted(kwargs.items())),
@@ -314,15 +336,18 @@ class AutoTuner:
         """The best config's kernel for these compile arguments: from memory, from the tuning
         record on disk, or by searching."""
         key = self._key(configs, args, kwargs) if self.cache else None
-        if key is not None and key in _MEMORY:
-            self.last_result, kernel = _MEMORY[key]
-            return kernel
-        result = self._load(key, configs) if key is not None else None
-        if result is None:
+        result = _MEMORY.get(key) if key is not None else None
+        if result is not None:
+            result = self._used_cache(result, "memory")
+        elif key is not None and (result := self._load(key, configs)) is not None:
+            result = self._used_cache(result, str(_cache_dir() / f"{key}.json"))
+        else:
             result = self.search(args, kwargs, configs, supply)
             result.key = key or ""
             if key is not None:
                 self._store(key, result)
+        # built for this call (the key may leave arguments out); the JIT's memo makes a
+        # repeated call cheap
         build = self.jit_fn if self.jit_fn.factory else self.jit_fn.compile
         kernel = build(*args, **kwargs, **result.best_config)
         kernel.autotune_result = result
@@ -330,8 +355,19 @@ class AutoTuner:
         kernel.config, kernel.latency = result.best_config, result.best_latency_ms
         self.last_result = result
         if key is not None:
-            _MEMORY[key] = (result, kernel)
+            _MEMORY[key] = result
         return kernel
+
+    def _used_cache(self, result: AutotuneResult, where: str) -> AutotuneResult:
+        """``result`` marked as cached, after saying that the search was skipped: on stderr
+        with ``progress``, and in the log."""
+        message = (f"autotune {self.__name__}: {result.best_config} "
+                   f"({result.best_latency_ms:.4f} ms) from the tuning cache ({where}); "
+                   "nothing measured (cache=False or `tilewright cache clear` tunes again)")
+        _log.info("%s", message)
+        if self.progress:
+            print(message, file=sys.stderr)
+        return dataclasses.replace(result, cached=True)
 
     def search(self, args, kwargs, configs=None, supply=None) -> AutotuneResult:
         """Compile and measure every config (of this call: ``configs``, measured on the
@@ -396,7 +432,7 @@ def autotune(fn=None, *, configs=None, warmup: float = 25, rep: float = 100,
              executor: str = "process", workers: int | None = None,
              ray_address=None, cache: bool = True, progress: bool = True,
              timeout: float | None = 300, memory_limit: int | str | None = "auto",
-             ref_prog=None, supply_prog=None, supply_type=None, skip_check: bool = False,
+             key=None, ref_prog=None, supply_prog=None, supply_type=None, skip_check: bool = False,
              max_mismatched_ratio=None, **tilelang_options):
     """Tune a ``@tilewright.jit`` kernel (a factory or an eager kernel) over ``configs``
     (dicts of its compile-time parameters, or a callable given the call's arguments that
@@ -416,8 +452,11 @@ def autotune(fn=None, *, configs=None, warmup: float = 25, rep: float = 100,
       shared among the compiling processes (at least 1 GiB). Every step runs in a process of
       its own (:mod:`tilewright.autotuner.isolation`), so a config that raises, crashes,
       hangs or exhausts memory is a failed row with the reason and the search goes on;
-    - ``cache``: keep results in memory and on disk; ``progress``: progress bar and table on
-      stderr.
+    - ``cache``: keep results in memory and on disk (a call that reuses one says so on stderr
+      with ``progress``, and in the log); ``progress``: progress bars and table on stderr;
+    - ``key``: names of the factory's arguments whose values decide the tuned config, as in
+      Triton (``key=["M", "N"]``): calls that agree on them reuse one search; by default every
+      argument of the call counts.
 
     TileLang's spellings are accepted: ``ref_prog``/``supply_prog``/``max_mismatched_ratio``
     (``reference``/``supply``/``max_mismatch_ratio``), ``supply_type`` (a
@@ -442,6 +481,6 @@ def autotune(fn=None, *, configs=None, warmup: float = 25, rep: float = 100,
                          None if skip_check else reference or ref_prog, supply or supply_prog,
                          rtol, atol, max_mismatch_ratio if max_mismatch_ratio is not None
                          else max_mismatched_ratio, reduction_length, executor,
-                         workers, ray_address, cache, progress, timeout, memory_limit)
+                         workers, ray_address, cache, progress, timeout, memory_limit, key)
 
     return wrap(fn) if fn is not None else wrap

@@ -31,10 +31,12 @@ def _rules(ctx) -> dict:
 
 
 PIPELINE = PassPipeline((
-    Phase("lower_tile_ops", lambda ctx: [lower_tile_ops(_rules(ctx), "cpu"),
+    Phase("lower_tile_ops", lambda ctx: [passes.fuse_gemm_k(),
+                                         lower_tile_ops(_rules(ctx), "cpu"),
                                          lower_intrinsics(lowering_extra.INTRINSIC_RULES,
                                                           "CPULowerIntrinsics")],
-          "each tile op becomes loops (rules in tilewright_cpu.lowering)"),
+          "GEMM K loops merged into deeper GEMMs; each tile op becomes loops (rules in "
+          "tilewright_cpu.lowering)"),
     Phase("lower_loops", lambda ctx: [
         lowering_float8.lower_float8(),
         *([fastmath.lower_fast_math()] if fastmath.wanted(ctx.pass_configs) else []),
