@@ -4,7 +4,8 @@ Both sides use the same number of threads, every core by default (``torch.set_nu
 TVM's thread pool gets the count through ``TVM_NUM_THREADS``). Their timed calls alternate;
 the table shows the median and the best time of each and the ratio of torch's time to ours.
 With ``--check`` the exit status is 1 when the median ratio is below ``--min-ratio`` (0.8).
-Run it on an otherwise idle machine: other load skews the two sides differently.
+Other load on the machine slows both sides alike only roughly: the table says what the load
+was.
 
     python bench/cpu_gemm.py [--size 1024] [--block 96 256 256] [--threads 2] [--check]
 
@@ -25,6 +26,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import tilewright  # noqa: E402
 import tilewright.language as T  # noqa: E402
 import torch  # noqa: E402
+from cpu_timing import alternate, load_average  # noqa: E402
 
 BLOCK = (96, 256, 256)
 
@@ -46,19 +48,6 @@ def matmul(M, N, K, block_M, block_N, block_K, dtype="float32", accum_dtype="flo
             T.copy(C_local, C[by * block_M, bx * block_N])
 
     return main
-
-
-def time_runs(fns, warmup: int, runs: int) -> list[list[float]]:
-    """The times of ``runs`` calls of each of ``fns``; their calls alternate, so a busy
-    machine slows all of them alike."""
-    times = [[] for _ in fns]
-    for n in range(warmup + runs):
-        for fn, acc in zip(fns, times):
-            start = time.perf_counter()
-            fn()
-            if n >= warmup:
-                acc.append(time.perf_counter() - start)
-    return times
 
 
 def main(argv=None) -> int:
@@ -89,7 +78,7 @@ def main(argv=None) -> int:
     torch.testing.assert_close(kernel(a, b), a @ b, rtol=1e-4, atol=1e-3)
 
     out = torch.empty(m, n)
-    tw, ref = time_runs([lambda: kernel(a, b), lambda: torch.matmul(a, b, out=out)],
+    tw, ref = alternate([lambda: kernel(a, b), lambda: torch.matmul(a, b, out=out)],
                         args.warmup, args.runs)
     tw_s, torch_s = statistics.median(tw), statistics.median(ref)
     flops = 2.0 * m * n * k
@@ -102,6 +91,7 @@ def main(argv=None) -> int:
         print(f"{name:12} {med * 1e3:10.2f} {flops / med / 1e9:9.1f} {best * 1e3:9.2f} "
               f"{flops / best / 1e9:9.1f}")
     print(f"{'ratio':12} {ratio:10.2f}x {'':9} {min(ref) / min(tw):8.2f}x")
+    print(load_average())
     if args.check and ratio < args.min_ratio:
         print(f"FAIL: ratio {ratio:.2f} < {args.min_ratio}", file=sys.stderr)
         return 1

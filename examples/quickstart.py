@@ -69,14 +69,17 @@ def softmax(M, N, block_M=8, dtype="float32"):
     return main
 
 
-def timed(fn, *args, reps=20):
-    fn(*args)
-    times = []
+def timed(ours, theirs, *args, reps=21):
+    """Median milliseconds of ``ours(*args)`` and ``theirs(*args)``, their calls alternating
+    so that other load on the machine slows both alike."""
+    ours(*args), theirs(*args)
+    times = ([], [])
     for _ in range(reps):
-        start = time.perf_counter()
-        fn(*args)
-        times.append(time.perf_counter() - start)
-    return sorted(times)[len(times) // 2] * 1e3
+        for fn, acc in zip((ours, theirs), times):
+            start = time.perf_counter()
+            fn(*args)
+            acc.append(time.perf_counter() - start)
+    return tuple(sorted(t)[len(t) // 2] * 1e3 for t in times)
 
 
 def main():
@@ -85,23 +88,23 @@ def main():
 
     a, b = torch.randn(1_000_003), torch.randn(1_000_003)
     torch.testing.assert_close(vector_add(a, b), a + b)
-    rows.append(("vector add (1M, tail)", timed(vector_add, a, b), timed(torch.add, a, b)))
+    rows.append(("vector add (1M, tail)", *timed(vector_add, torch.add, a, b)))
 
     M = N = K = 512
     kernel = matmul(M, N, K)
     A, B = torch.randn(M, K), torch.randn(K, N)
     torch.testing.assert_close(kernel(A, B), A @ B, rtol=1e-4, atol=1e-3)
-    rows.append((f"gemm {M}x{N}x{K} fp32", timed(kernel, A, B), timed(torch.matmul, A, B)))
+    rows.append((f"gemm {M}x{N}x{K} fp32", *timed(kernel, torch.matmul, A, B)))
 
     X = torch.randn(4096, 256)
     sm = softmax(4096, 256)
     torch.testing.assert_close(sm(X), torch.softmax(X, dim=1), rtol=1e-5, atol=1e-6)
-    rows.append(("softmax 4096x256 fp32", timed(sm, X), timed(torch.softmax, X, 1)))
+    rows.append(("softmax 4096x256 fp32", *timed(sm, lambda x: torch.softmax(x, 1), X)))
 
     print(f"tilewright {tilewright.__version__} on the CPU backend; all results match torch\n")
-    print(f"{'kernel':<24}{'tilewright ms':>15}{'torch ms':>12}")
+    print(f"{'kernel':<24}{'tilewright ms':>15}{'torch ms':>12}{'torch / ours':>14}")
     for name, ours, theirs in rows:
-        print(f"{name:<24}{ours:>15.3f}{theirs:>12.3f}")
+        print(f"{name:<24}{ours:>15.3f}{theirs:>12.3f}{theirs / ours:>13.2f}x")
 
 
 if __name__ == "__main__":

@@ -251,6 +251,12 @@ def test_selection_none_disables_every_plugin(monkeypatch):
         manager.backend_for("cpu")
 
 
+def test_no_backend_at_all_says_what_to_install():
+    with pytest.raises(TargetError, match=r"known targets: none\); install a backend, for "
+                                          r"example `pip install tilewright-cpu`"):
+        PluginManager(entry_points=[]).load().backend_for("cpu")
+
+
 def test_selection_by_name_loads_only_that_plugin(monkeypatch):
     monkeypatch.setenv(ENV_SELECT, "cpu")
     manager = selection_manager()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tilewright.plugin import (
     API_VERSION,
+    ArchModel,
     Availability,
     BackendModule,
     Capabilities,
@@ -18,7 +19,7 @@ from . import __version__
 from .codegen import CODEGEN
 from .executor import EXECUTORS, npu_available
 from .facts import ops
-from .facts.arch import MEMORIES
+from .facts.arch import CLOCK_GHZ, CUBE_MNK, DEFAULT_SOC, HBM_GBPS, MEMORIES, SOCS
 from .profiler import TIMERS
 from .rules import RULES
 from .transforms import switches
@@ -114,3 +115,29 @@ def tilewright_pass_config_keys():
 @hookimpl
 def tilewright_timers():
     return list(TIMERS)
+
+
+def _arch_model(name: str, soc) -> ArchModel:
+    """The roofline model of one SoC: cube peak from its AI cube cores, the cube's shape and
+    the nominal clock; HBM bandwidth; per core the on-chip memories."""
+    peak = {dtype: soc.aic * 2 * m * n * k * CLOCK_GHZ / 1e3
+            for dtype, (m, n, k) in CUBE_MNK.items()}
+    return ArchModel(
+        name, peak, HBM_GBPS,
+        f"Huawei Ascend {soc.name} ({soc.aic} AIC + {soc.aiv} AIV), nominal figures "
+        f"({CLOCK_GHZ} GHz, {HBM_GBPS:.0f} GB/s HBM), not measured",
+        compute_units=soc.aic, shared_memory_bytes=MEMORIES["ascend.l1"].capacity,
+        register_budget=MEMORIES["ascend.l0c"].capacity // 4, mma_shape=CUBE_MNK["float16"],
+        transaction_bytes=512, unit_partitions=1,
+        details={"soc": soc.name, "aiv": soc.aiv, "ub_bytes": MEMORIES["ascend.ub"].capacity,
+                 "nominal": True})
+
+
+# ``ascend-910b`` is the default SoC (as the target without ``-soc``)
+ARCH_MODELS = (*(_arch_model(f"ascend-{name.lower()}", soc) for name, soc in SOCS.items()),
+               _arch_model("ascend-910b", SOCS[DEFAULT_SOC]))
+
+
+@hookimpl
+def tilewright_arch_models():
+    return list(ARCH_MODELS)

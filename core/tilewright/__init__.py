@@ -3,8 +3,9 @@
 import os as _os
 import sys as _sys
 import types as _types
+from importlib.metadata import version as _version
 
-__version__ = "0.1.0"
+__version__ = _version("tilewright")  # one source of truth: pyproject.toml
 
 # TVM's runtime thread pool spins for a long time after every parallel region, starving every
 # other thread pool in the process (torch's too) and making side-by-side timings lie. TVM reads

@@ -79,3 +79,30 @@ def test_contract_checks_catch_a_broken_backend():
         contract.check_capabilities(broken.__class__(**{
             **broken.__dict__, "capabilities": broken.capabilities.__class__(
                 {"tw_made_up"}, {"float32"})}))
+
+
+def test_tox_installs_from_this_checkout_with_package_editable():
+    import configparser
+
+    from tilewright_sdk.scaffold import tilewright_checkout
+
+    root = tilewright_checkout()
+    assert root is not None and (root / "core" / "tilewright").is_dir()
+    tox = configparser.ConfigParser(interpolation=None)
+    tox.read_string(render("local")["tox.ini"])
+    env = tox["testenv"]
+    assert env["package"] == "editable" and "commands_pre" not in env
+    deps = env["deps"].split()
+    assert f"{{env:TILEWRIGHT_SRC:{root}}}" in deps and f"{{env:TILEWRIGHT_SRC:{root}}}/sdk" in deps
+
+
+def test_contract_tests_fail_loudly_without_the_sdk(tmp_path):
+    import subprocess
+
+    new_backend("loud", tmp_path)
+    code = ("import sys; sys.modules['tilewright_sdk.conformance'] = None; "
+            f"sys.path.insert(0, {str(tmp_path / 'loud' / 'tests')!r}); import test_contract")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert proc.returncode != 0
+    assert "the contract tests need tilewright-sdk: pip install -e '.[test]'" in proc.stderr

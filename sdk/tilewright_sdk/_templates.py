@@ -68,16 +68,19 @@ whether it is available here and why not |
 See `docs/writing-a-backend.md` in the tilewright repository for the whole contract.
 '''
 
-FILES["tox.ini"] = '''[tox]
+FILES["tox.ini"] = '''\
+# Each environment installs this backend (editable) into a fresh virtualenv, with the
+# tilewright distributions {{tilewright_origin}}.
+[tox]
 envlist = tests, conformance
-skipsdist = true
 
 [testenv]
+package = editable
 deps =
     pytest>=8
+{{tilewright_deps}}
 setenv =
     TILEWRIGHT_CACHE_DIR = {envtmpdir}/cache
-commands_pre = python -m pip install -q -e {toxinidir}
 
 [testenv:tests]
 description = this backend's own tests
@@ -247,7 +250,11 @@ FILES["tests/test_contract.py"] = '''\
 import pytest
 from tilewright.plugin import get_manager
 
-contract = pytest.importorskip("tilewright_sdk.conformance.contract")
+try:
+    from tilewright_sdk.conformance import contract
+except ImportError as exc:  # a loud error, not a skipped test that looks like a pass
+    raise ImportError("the contract tests need tilewright-sdk: pip install -e '.[test]' (or "
+                      "run tox)") from exc
 
 
 @pytest.fixture(scope="module")

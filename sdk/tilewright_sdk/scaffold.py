@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import tilewright
+
 from ._templates import FILES
 
 NAME = re.compile(r"^[a-z][a-z0-9_-]*[a-z0-9]$|^[a-z]$")
@@ -28,11 +30,33 @@ def check_name(name: str) -> None:
             "becomes tilewright-NAME, the package tilewright_NAME)")
 
 
+def tilewright_checkout() -> Path | None:
+    """The tilewright source checkout the running core is installed from (editable), if
+    any: the folder holding its ``pyproject.toml`` and ``sdk/``."""
+    root = Path(tilewright.__file__).resolve().parents[2]
+    if (root / "pyproject.toml").is_file() and (root / "sdk" / "pyproject.toml").is_file():
+        return root
+    return None
+
+
+def _tox_deps() -> dict[str, str]:
+    """How the scaffolded tox.ini installs the core and the SDK: from the checkout this
+    backend was scaffolded from (``TILEWRIGHT_SRC`` overrides it), else from the index."""
+    root = tilewright_checkout()
+    if root is None:
+        return {"tilewright_origin": "from the package index",
+                "tilewright_deps": "    tilewright>=0.1,<0.2\n    tilewright-sdk>=0.1,<0.2"}
+    src = f"{{env:TILEWRIGHT_SRC:{root}}}"
+    return {"tilewright_origin": f"from the checkout {root} (set TILEWRIGHT_SRC to use "
+                                 "another)",
+            "tilewright_deps": f"    -e {src}\n    -e {src}/sdk"}
+
+
 def render(name: str) -> dict[str, str]:
     """The files of a new backend ``name``: relative path -> text."""
     check_name(name)
     package = "tilewright_" + name.replace("-", "_")
-    values = {"name": name, "package": package, "dist": f"tilewright-{name}"}
+    values = {"name": name, "package": package, "dist": f"tilewright-{name}", **_tox_deps()}
     out = {}
     for path, text in FILES.items():
         rendered = text

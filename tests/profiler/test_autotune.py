@@ -4,6 +4,7 @@ import builtins
 
 import pytest
 import tilewright
+import torch
 from profiler_kernels import eager_scale, scaled_copy
 from tilewright.autotuner import tuner
 from tilewright.errors import ConfigError, TilewrightError
@@ -16,6 +17,10 @@ def fresh_memory():
     tuner._MEMORY.clear()
     yield
     tuner._MEMORY.clear()
+
+
+def no_search(*args, **kwargs):
+    raise AssertionError("searched again")
 
 
 def _identity(x):
@@ -46,9 +51,6 @@ def test_second_call_hits_memory_then_disk(monkeypatch):
     first = tilewright.autotune(configs=configs, progress=False, workers=1, **FAST)(scaled_copy)
     kernel = first(100)
     assert first(100) is kernel  # in memory
-
-    def no_search(*args, **kwargs):
-        raise AssertionError("searched again")
 
     monkeypatch.setattr(tuner.AutoTuner, "search", no_search)
     tuner._MEMORY.clear()
@@ -89,7 +91,7 @@ def test_reference_with_another_output_shape():
     tuned = tilewright.autotune(configs=[{"block": 32}], reference=lambda x: x[:10],
                                 progress=False, workers=1, **FAST)(scaled_copy)
     with pytest.raises(ConfigError, match=r"reference's output 0 has shape \(10,\) but "
-                                          r"kernel main produces \(64,\)"):
+                                          r"kernel scaled_copy produces \(64,\)"):
         tuned(64)
 
 
@@ -123,8 +125,6 @@ def test_call_sets_every_tuned_parameter_or_none():
 def test_decorator_misuse():
     with pytest.raises(ConfigError, match="put @autotune above @tilewright.jit"):
         tilewright.autotune(configs=[{"block": 1}])(lambda block: block)
-    with pytest.raises(ConfigError, match="needs a kernel factory.*eager_scale is an eager"):
-        tilewright.autotune(configs=[{"block": 32}])(eager_scale)
     with pytest.raises(ConfigError, match="unknown autotune executor 'dask'"):
         tilewright.autotune(configs=[{"block": 32}], executor="dask")(scaled_copy)
     with pytest.raises(ConfigError, match="workers must be a positive integer"):
@@ -212,3 +212,61 @@ def test_cache_clear_forgets_tuning_records(cache_dir):
     assert list((cache_dir / "autotuner").glob("*.json"))
     DiskCache().clear()
     assert not (cache_dir / "autotuner").exists()
+
+
+# -- eager kernels and configs as a callable (TileLang's forms) ----------------------------------
+def test_eager_kernel_call_tunes_on_its_tensors_and_returns_the_outputs():
+    tuned = tilewright.autotune(configs=[{"block": 32}, {"block": 128}], reference=_identity,
+                                progress=False, **FAST)(eager_scale)
+    x = torch.randn(200)
+    torch.testing.assert_close(tuned(x), x)
+    assert {row["config"]["block"] for row in tuned.last_result.rows} == {32, 128}
+    assert tuned.last_result.best_config in ({"block": 32}, {"block": 128})
+    torch.testing.assert_close(tuned(x, block=16), x)  # explicit config: no search
+
+
+def test_eager_kernel_compile_by_const_values_with_given_inputs():
+    seen = []
+
+    def configs(*args, **kwargs):  # TileLang passes the call's arguments
+        seen.append(kwargs)
+        return [{"block": 64}, {"block": 256}]
+
+    tuned = tilewright.autotune(configs=configs, progress=False, **FAST)(eager_scale)
+    x = torch.randn(300)
+    with tilewright.autotuner.set_autotune_inputs(x):
+        kernel = tuned.compile(N=300)
+    assert seen == [{"N": 300}]
+    assert kernel.config in ({"block": 64}, {"block": 256}) and kernel.latency > 0
+    torch.testing.assert_close(kernel(x), x)
+    explicit = tuned.compile(N=300, block=32)
+    assert not hasattr(explicit, "autotune_result")
+
+
+def test_key_names_the_arguments_that_decide_the_config(monkeypatch, capsys, caplog):
+    """As Triton's ``key=``: calls that agree on the key's arguments share one search, and a
+    reuse of the cache is said on stderr and in the log."""
+    import logging
+
+    import torch
+
+    tuned = tilewright.autotune(configs=[{"block": 32}, {"block": 64}], key=["N"], workers=1,
+                                **FAST)(scaled_copy)
+    first = tuned(100)
+    assert "nothing measured" not in capsys.readouterr().err
+
+    monkeypatch.setattr(tuner.AutoTuner, "search", no_search)
+    with caplog.at_level(logging.INFO, logger="tilewright"):
+        other_scale = tuned(100, scale=3.0)  # not in the key: the tuned config is reused
+    assert "from the tuning cache (memory); nothing measured" in capsys.readouterr().err
+    assert "from the tuning cache" in caplog.text
+    assert other_scale.autotune_result.cached and other_scale is not first
+    assert other_scale.config == first.config
+    x = torch.randn(100)
+    torch.testing.assert_close(other_scale(x), 3 * x)
+    with pytest.raises(AssertionError, match="searched again"):
+        tuned(101)  # N is in the key
+    for bad, words in (("M", "key 'M' is not an argument of it"),
+                       ("block", "key 'block' is a tuned parameter")):
+        with pytest.raises(ConfigError, match=words):
+            tilewright.autotune(configs=[{"block": 32}], key=[bad])(scaled_copy)

@@ -44,6 +44,32 @@ def test_caches_are_flushed_before_each_timed_repetition(monkeypatch):
     assert flushed == []
 
 
+def test_a_huge_reported_cache_is_flushed_within_the_budget(monkeypatch):
+    """A VM reporting a 300 MiB last-level cache: writing it (here 0.05 ms per MiB) would
+    leave a handful of samples in the default budget, so the flush is cut down."""
+    flushed = []
+
+    def flusher(size):
+        def flush():
+            flushed.append(size)
+            time.sleep(size * 0.05e-3)
+
+        return flush
+
+    monkeypatch.setattr(bench, "last_level_cache_bytes", lambda: 300 << 20)
+    monkeypatch.setattr(bench, "_flusher", flusher)
+    samples = do_bench(lambda: None, return_mode="all")
+    used = flushed[-1]
+    assert flushed[0] == 300 and bench.FLUSH_FLOOR_MB <= used < 300
+    assert used * 0.05 <= bench.FLUSH_SHARE * 100 / bench.MIN_SAMPLES * 1.5
+    assert len(samples) >= 20 and flushed.count(used) >= len(samples)
+    # a size the caller gives is kept, and the budget still buys the minimum of samples
+    flushed.clear()
+    assert len(do_bench(lambda: None, rep=10, cache_size=300, return_mode="all")) == \
+        bench.MIN_SAMPLES
+    assert set(flushed) == {300}
+
+
 def test_timer_without_flush_support_is_not_given_one(fake_plugins):
     assert supports_flush(timers()["wall"])
     no_flush = Timer("plain", lambda: Availability(True), lambda fn, w, n: [1.0] * n)

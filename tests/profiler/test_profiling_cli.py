@@ -28,6 +28,7 @@ SCRIPT = textwrap.dedent('''
     kernel = axpy(n)
     if "--no-call" not in sys.argv:
         kernel(torch.randn(n), torch.randn(n))
+    print("the script's own output")
 ''')
 
 
@@ -72,8 +73,9 @@ def test_bench_prints_the_table(script, capsys):
     assert main(["bench", str(script), "--warmup", "1", "--rep", "5", "--", "512",
                  "--no-call"]) == 0
     out = capsys.readouterr().out
-    assert out.splitlines()[0].split()[:3] == ["kernel", "calls", "time"]
-    assert "#0 main" in out
+    assert out.splitlines()[0] == "the script's own output"
+    assert out.splitlines()[1].split()[:3] == ["kernel", "calls", "time"]
+    assert "#0 axpy" in out  # a factory's kernel is named after the factory
 
 
 def test_bench_errors(script, tmp_path, capsys):
@@ -87,3 +89,27 @@ def test_bench_errors(script, tmp_path, capsys):
     assert "not timed: unknown timer 'nosuch'; available: wall" in capsys.readouterr().out
     assert main(["bench", str(script), "--bogus"]) == 1
     assert "pass the script's own arguments after '--'" in capsys.readouterr().err
+
+
+def test_json_output_is_json_only(script, capfd):
+    """The script's prints (and any native output) go to stderr; stdout is one JSON text."""
+    for command in ("analyze", "bench"):
+        assert main([command, str(script), "--json", "--warmup", "1", "--rep", "5"][
+            :3 if command == "analyze" else None]) == 0
+        out, err = capfd.readouterr()
+        assert json.loads(out)["kernels"][0]["kernel"] == "#0 axpy"
+        assert "the script's own output" in err
+
+
+def test_a_time_beating_the_roofline_is_flagged(script, capsys, monkeypatch):
+    from types import SimpleNamespace
+
+    from tilewright.profiler import cli
+
+    arch = SimpleNamespace(name="cpu", details={"overrides": ("PEAK_VAR", "BW_VAR")})
+    monkeypatch.setattr(cli, "_analyse", lambda record, name: SimpleNamespace(
+        total_flops=1, total_global_bytes=1, estimated_time=10.0, bound="memory", arch=arch))
+    assert main(["bench", str(script), "--warmup", "1", "--rep", "5", "--json"]) == 0
+    (note,) = json.loads(capsys.readouterr().out)["notes"]
+    assert "#0 axpy: measured faster than the roofline of 'cpu' allows" in note
+    assert "set PEAK_VAR / BW_VAR" in note

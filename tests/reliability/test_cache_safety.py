@@ -123,17 +123,17 @@ def test_damaged_entries_are_rebuilt_never_loaded(cache_dir, damage):
 
 def test_the_key_covers_the_host_cpu(cache_dir):
     from tilewright.plugin import get_manager
-    from tilewright_cpu import codegen
+    from tilewright_cpu import hostcpu
 
     check(compile_())
     shared = next(e for e in get_manager().backends()["cpu"].executors
                   if e.name == "llvm-shared")
-    other_cpu = codegen.host_fingerprint() + ",+amx-tile"
+    other_cpu = hostcpu.host_fingerprint() + ",+amx-tile"
     object.__setattr__(shared, "fingerprint", lambda: other_cpu)  # a frozen declaration
     try:
         check(compile_())
     finally:
-        object.__setattr__(shared, "fingerprint", codegen.host_fingerprint)
+        object.__setattr__(shared, "fingerprint", hostcpu.host_fingerprint)
     assert len(entry_dirs(cache_dir)) == 2
 
 

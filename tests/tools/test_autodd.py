@@ -40,6 +40,9 @@ def test_command_line(tmp_path):
                           check=False, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert " -> 3 lines" in proc.stdout and "marker = 'kept'" in out.read_text()
+    plain = subprocess.run([sys.executable, str(out)], check=False, capture_output=True,
+                           text=True, timeout=60)  # the result runs with plain python
+    assert "planted failure" in plain.stderr and "'__freeze__' is not defined" not in plain.stderr
     missing = subprocess.run([sys.executable, "-m", "tilewright.autodd", str(tmp_path / "no.py"),
                               "--err-msg", "x"], check=False, capture_output=True, text=True,
                              timeout=60)
@@ -60,6 +63,16 @@ if total > 3:
     raise ValueError('planted failure ' + str(len(values)))
 print('unreachable')
 """
+
+
+def test_runnable_defines_the_marker_after_docstring_and_future_imports():
+    from tilewright.autodd.core import FREEZE_DEFINITION, runnable
+
+    assert runnable("x = 1\n") == "x = 1\n"
+    source = '"""doc."""\nfrom __future__ import annotations\nwith __freeze__:\n    x = 1\n'
+    lines = runnable(source).splitlines()
+    assert lines[2] == FREEZE_DEFINITION and lines[3] == "with __freeze__:"
+    exec(compile(runnable(source), "<autodd>", "exec"), {})
 
 
 def test_deterministic_and_same_with_or_without_fork():

@@ -42,3 +42,52 @@ def test_accelerator_targets_need_no_device():
         pytest.skip("the cuda backend is not installed")
     text = compile_kernel_source(add_one(), "cuda")
     assert "__global__" in text
+
+
+ALL_SCRIPT = '''
+import torch
+import tilewright
+import tilewright.language as T
+
+
+@tilewright.jit(out_idx=[-1], target="cpu")
+def scale_by(n, s):
+    @T.prim_func
+    def main(A: T.Tensor((n,), "float32"), B: T.Tensor((n,), "float32")):
+        with T.Kernel(1, threads=1):
+            for i in T.Parallel(n):
+                B[i] = A[i] * s
+    return main
+
+
+@tilewright.jit(target="cpu")
+def add_one(A):
+    n = T.const("n")
+    A: T.Tensor((n,), T.float32)
+    B = T.empty((n,), T.float32)
+    with T.Kernel(1, threads=1):
+        for i in T.Parallel(n):
+            B[i] = A[i] + 1.0
+    return B
+
+
+assert scale_by(16, 2.0)(torch.randn(16)).shape == (16,)
+assert scale_by(32, 3.0)(torch.randn(32)).shape == (32,)
+assert add_one(torch.randn(8)).shape == (8,)
+assert (add_one(torch.zeros(8)) == 1).all(), "nothing ran"
+'''
+
+
+def test_all_writes_every_factory_call_and_eager_kernel(tmp_path):
+    script = tmp_path / "several.py"
+    script.write_text(ALL_SCRIPT)
+    out = tmp_path / "out.ll"
+    proc = subprocess.run([sys.executable, "-m", "tilewright.tools.compile_only", "--all",
+                           "--output_file", str(out), str(script)],
+                          check=False, capture_output=True, text=True, timeout=180, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    names = [line.split()[2] for line in proc.stdout.splitlines() if "->" in line]
+    assert names == ["scale_by", "scale_by", "add_one"]
+    assert all(p.read_text().startswith("; ModuleID")
+               for p in (out, tmp_path / "out.ll.1", tmp_path / "out.ll.2"))
+    assert "stopped after 3 kernel(s) (AssertionError: nothing ran)" in proc.stderr

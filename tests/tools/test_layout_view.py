@@ -4,6 +4,7 @@ config that prints every fragment layout of a kernel."""
 import resource
 import time
 
+import numpy as np
 import pytest
 import tilewright
 import tilewright.language as T
@@ -65,6 +66,24 @@ def test_gemm_accumulator_png_is_fast_and_small(tmp_path):
     assert (tmp_path / "C_local.png").stat().st_size > 1000 and out["svg"].endswith(".svg")
     assert elapsed < 5 * 3  # 5 s on an idle machine; shared CI cores get slack
     assert grown_mb < 500
+
+
+def test_128_threads_get_128_colours_neighbours_far_apart(tmp_path):
+    from tilewright.tools.layout_view import thread_colours
+
+    colours = thread_colours(128)
+    assert len({tuple(np.round(c, 3)) for c in colours}) == 128
+    steps = np.linalg.norm(np.diff(colours, axis=0), axis=1)
+    assert steps.min() > 0.3  # threads t and t + 1 never look alike
+    pytest.importorskip("matplotlib", reason="pictures need the 'viz' extra (matplotlib)")
+    from PIL import Image
+
+    plot_layout(default_fragment((32, 32), 128), "acc", formats="png", out_dir=tmp_path,
+                verbose=False)
+    pixels = np.asarray(Image.open(tmp_path / "acc.png").convert("RGB")).reshape(-1, 3)
+    drawn = {tuple(p) for p in pixels}
+    wanted = {tuple(int(round(v * 255)) for v in c) for c in colours}
+    assert len(wanted & drawn) >= 120  # every thread's colour is in the picture
 
 
 def test_missing_matplotlib_names_the_extra(monkeypatch):

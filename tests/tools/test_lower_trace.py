@@ -63,7 +63,8 @@ def test_trace_layout_and_report(tmp_path, capsys):
     assert {"lower_tile_ops", "lower_loops", "lower_memory", "lower_blocks", "codegen",
             "unscoped"} <= phases
     before = sorted(p.name for p in (run / "lower_tile_ops").iterdir())
-    assert before[0] == "00_LowerTileOps_after.tir" and "00_LowerTileOps_before.tir" in before
+    assert before[:2] == ["00_CPUFuseGemmK_after.tir", "00_CPUFuseGemmK_before.tir"]
+    assert "01_LowerTileOps_before.tir" in before  # files named by pass
     codegen = sorted(p.name for p in (run / "codegen").iterdir())
     assert len(codegen) == 2 and codegen[0].endswith("_codegen_after.ll")
     assert codegen[1].endswith("_codegen_before.tir")
@@ -73,7 +74,7 @@ def test_trace_layout_and_report(tmp_path, capsys):
     statuses = {r["status"] for r in recs}
     assert {"changed", "noop", "codegen"} <= statuses
     first = recs[0]
-    assert first["name"] == "LowerTileOps" and first["phase"] == "lower_tile_ops"
+    assert first["name"] == "CPUFuseGemmK" and first["phase"] == "lower_tile_ops"
     changed = [r for r in recs if r["status"] == "changed"]
     assert all(r["changed"] and r["add_lines"] + r["del_lines"] > 0 for r in changed)
     assert "report:" in capsys.readouterr().err
@@ -88,6 +89,12 @@ def test_every_compilation_is_its_own_session(tmp_path):
     assert (root / "codegen.ll").exists() and (root / "codegen_2.ll").exists()
     first, second = lt.last_sessions()[-2:]
     assert first.records[0].index == second.records[0].index == 0
+    # one index page links every compilation's report
+    index = (root / "index.html").read_text()
+    reports = re.findall(r'<a href="([^"]+)">main</a>', index)
+    assert len(reports) == 2 and all((root / r).is_file() for r in reports)
+    assert {str(s.run_dir / "report.html") for s in (first, second)} <= \
+        {str(root / r) for r in reports}
 
 
 def test_interleaved_sessions_do_not_mix(tmp_path):
@@ -236,7 +243,7 @@ def test_environment_switch_is_read_at_import(tmp_path):
     out = subprocess.run([sys.executable, str(script)], check=False, capture_output=True, text=True,
                          env=env, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert re.search(r"\[lower_trace\] [o*] 00 lower_tile_ops/LowerTileOps  \+\d+ -\d+",
+    assert re.search(r"\[lower_trace\] [o*] 01 lower_tile_ops/LowerTileOps  \+\d+ -\d+",
                      out.stdout)
     assert re.search(r"\[lower_trace\] # \d+ codegen/codegen", out.stdout)
     assert "more lines of generated source" in out.stdout

@@ -78,5 +78,5 @@ def test_every_cpu_example_of_docs_torch_md_and_the_quickstart_runs(tmp_path):
                   "torch op docs::rope is already registered by tilewright",
                   "torch op tw_examples::matmul: k = 5000 is outside the range [1, 4096]",
                   "torch op docs::rmsnorm has no cpu kernel for X: float32(16, 128)",
-                  "output 'C' of kernel main has shape (n,), which depends on the value of n"):
+                  "output 'C' of kernel take_first has shape (n,), which depends on the value"):
         assert shown in proc.stdout, proc.stdout

@@ -119,7 +119,7 @@ def test_factory_specialisations_dispatch_by_shape_and_refuse_ambiguity():
     with pytest.raises(OpError, match=rf"torch op {name} has no cpu kernel for X: "
                                       r"float32\(4, 32\).*X: float32\(8, 32\)"):
         op(torch.randn(4, 32), torch.randn(32), 1e-5)
-    with pytest.raises(OpError, match=rf"torch op {name} already runs kernel main .* would "
+    with pytest.raises(OpError, match=rf"torch op {name} already runs kernel rmsnorm .* would "
                                       "accept some of the same inputs"):
         factory(8, 32, block_M=8)  # another kernel for the same shapes
     op.remove()
@@ -130,7 +130,7 @@ def test_registering_a_name_twice_is_refused():
     name = unique("norm")
     op = kernel.as_torch_op(name)
     with pytest.raises(OpError, match=rf"torch op {name} is already registered by tilewright "
-                                      r"\(kernel main\); pick another name"):
+                                      r"\(kernel rmsnorm\); pick another name"):
         kernel.as_torch_op(name)
     op.remove()
     kernel.as_torch_op(name).remove()  # free again once removed
@@ -141,7 +141,7 @@ def test_registering_a_name_twice_is_refused():
 
 
 def test_outputs_that_depend_on_values_are_refused():
-    with pytest.raises(OpError, match=r"output 'C' of kernel main has shape \(n,\), which "
+    with pytest.raises(OpError, match=r"output 'C' of kernel take_first has shape \(n,\), which "
                                       "depends on the value of n, not on input shapes"):
         take_first(0).as_torch_op(unique("take"))
 

@@ -70,6 +70,13 @@ SOCS = {s.name: s for s in (
 )}
 DEFAULT_SOC = "910B2"
 
+# For the roofline model: one cube instruction multiplies 16 x 16 x 16 float16 per cycle
+# (16 x 16 x 8 for 32-bit inputs), at the AI cores' nominal clock; HBM2e bandwidth. These are
+# published nominal figures, not measurements: the model says so.
+CUBE_MNK = {"float16": (16, 16, 16), "bfloat16": (16, 16, 16), "float32": (16, 16, 8)}
+CLOCK_GHZ = 1.8
+HBM_GBPS = 1600.0
+
 
 def soc_of(target) -> Soc:
     """The SoC a target names with ``-soc=...`` (default 910B2); unknown names list the rest."""

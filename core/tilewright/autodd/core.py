@@ -26,6 +26,30 @@ _RUNNER = ("import builtins, contextlib, runpy, sys; builtins.__freeze__ = "
            "runpy.run_path(sys.argv[0], run_name='__main__')")
 
 
+# what a written result starts with when it keeps ``with __freeze__:`` blocks, so that it runs
+# with plain ``python``
+FREEZE_DEFINITION = (f"{FREEZE} = __import__('contextlib').nullcontext()  # AutoDD's marker of "
+                     "blocks kept as written")
+
+
+def runnable(source: str) -> str:
+    """``source`` with ``__freeze__`` defined where it uses the marker (after a docstring and
+    ``from __future__`` imports), so that the file runs with plain ``python``."""
+    tree = ast.parse(source)
+    if not any(isinstance(n, ast.Name) and n.id == FREEZE for n in ast.walk(tree)):
+        return source
+    at = 0
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.module == "__future__" or \
+                at == 0 and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) \
+                and isinstance(node.value.value, str):
+            at = node.end_lineno
+        else:
+            break
+    lines = source.splitlines(keepends=True)
+    return "".join(lines[:at]) + FREEZE_DEFINITION + "\n" + "".join(lines[at:])
+
+
 @dataclass
 class Result:
     source: str
@@ -312,7 +336,7 @@ def main(argv=None) -> int:
         print(f"autodd: {exc}", file=sys.stderr)
         return 1
     out = Path(ns.output) if ns.output else path.with_suffix(".min.py")
-    out.write_text(result.source)
+    out.write_text(runnable(result.source))
     print(f"autodd: {result.lines_before} -> {result.lines_after} lines, {result.candidates} "
           f"candidates, {result.seconds:.1f} s -> {out}")
     return 0

@@ -176,6 +176,8 @@ def _log_describe() -> dict:
 
 
 def _print_doctor(r: dict) -> None:
+    from ..plugin.manager import INSTALL_HINT
+
     def pkg(p):
         return p["version"] + (f" ({p['error']})" if p["error"] else "") if p["version"] \
             else p["error"]
@@ -190,7 +192,7 @@ def _print_doctor(r: dict) -> None:
           + (f"\n           not used: {cache['problem']}" if cache.get("problem") else ""))
     print()
     if not r["backends"]:
-        print("no backend is loaded: nothing can be compiled")
+        print(f"no backend is loaded: nothing can be compiled; {INSTALL_HINT}")
     for b in r["backends"]:
         print(f"backend {b['name']} (plugin {b['plugin']}), targets {', '.join(b['targets'])}")
         print(f"  device {b['device']}: {_word(b['device_available'])}")

@@ -241,15 +241,23 @@ class JITFunction:
         """The tile-level PrimFunc for these arguments (factory arguments, or an eager
         kernel's compile-time arguments and ``T.const`` values by name), uncompiled."""
         if self.factory:
-            func = self.fn(*args, **kwargs)
-            if not hasattr(func, "script"):
-                raise KernelError(f"{self.fn.__name__} must return a @T.prim_func, got "
-                                  f"{type(func).__name__}")
-            return func
+            return self._factory_func(args, kwargs)
         static, consts = self._eager_static(args, kwargs)
         from ..language.kernel import trace_eager
 
         return trace_eager(self.fn, static, consts)[0]
+
+    def _factory_func(self, args, kwargs):
+        """The factory's PrimFunc for these arguments. One it left named ``main`` (the usual
+        name of the inner function) is named after the factory, so that every tool and the
+        generated source call it by the name the user wrote."""
+        func = self.fn(*args, **kwargs)
+        if not hasattr(func, "script"):
+            raise KernelError(f"{self.fn.__name__} must return a @T.prim_func, got "
+                              f"{type(func).__name__}")
+        if func.attrs is not None and str(func.attrs.get("global_symbol", "")) == "main":
+            func = func.with_attr("global_symbol", self.fn.__name__)
+        return func
 
     def get_kernel_source(self, *args, **kwargs) -> str:
         """The generated source of the kernel these arguments compile to."""
@@ -281,11 +289,7 @@ class JITFunction:
             key = (_freeze(args), _freeze(kwargs), self._reads.snapshot())
             kernel = self._kernels.get(key)
             if kernel is None:
-                func = self.fn(*args, **kwargs)
-                if not hasattr(func, "script"):
-                    raise KernelError(f"{self.fn.__name__} must return a @T.prim_func, got "
-                                      f"{type(func).__name__}")
-                kernel = self._compile(func)
+                kernel = self._compile(self._factory_func(args, kwargs))
                 if self.torch_op_name is not None:
                     from ..torch_ops.jit import bind_factory_kernel
 

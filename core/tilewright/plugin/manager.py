@@ -35,6 +35,9 @@ from .types import BackendModule, Timer
 from .validate import ENV_SELECT
 
 ENTRY_POINT_GROUP = "tilewright.plugins"
+# what a user with no backend at all is told to do
+INSTALL_HINT = ("install a backend, for example `pip install tilewright-cpu` (from a checkout: "
+                "`pip install -e plugins/cpu`), and check with `tilewright backends`")
 hookimpl = pluggy.HookimplMarker(hookspecs.PROJECT)
 _SPEC_NAMES = frozenset(n for n in dir(hookspecs) if n.startswith("tilewright_"))
 _log = get_logger("plugin")
@@ -236,6 +239,8 @@ class PluginManager:
                       if r.status != "ok"]
             known = ", ".join(sorted(self.claims())) or "none"
             extra = f"; plugins not loaded: {'; '.join(failed)}" if failed else ""
+            if known == "none":
+                extra += f"; {INSTALL_HINT}"
             raise TargetError(f"no installed backend claims target {kind!r} (known targets: "
                               f"{known}){extra}")
         name = owners[0][1].name

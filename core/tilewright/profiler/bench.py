@@ -22,6 +22,14 @@ _FELL_BACK: set = set()
 _FLUSH_BUFFERS: dict[int, np.ndarray] = {}
 
 
+# Fewer samples than this say little about a median; a budget too small for them is exceeded.
+MIN_SAMPLES = 10
+# The flush may take this share of a repetition's budget (rep / MIN_SAMPLES) at most: a larger
+# buffer is cut down to what is written in that time (never below FLUSH_FLOOR_MB).
+FLUSH_SHARE = 0.25
+FLUSH_FLOOR_MB = 8
+
+
 @functools.cache
 def last_level_cache_bytes() -> int:
     """The largest CPU cache of this machine (from sysfs), or 32 MiB when unknown."""
@@ -41,11 +49,36 @@ def _flusher(cache_size_mb: int):
     buf = _FLUSH_BUFFERS.get(cache_size_mb)
     if buf is None:
         buf = _FLUSH_BUFFERS[cache_size_mb] = np.empty(cache_size_mb << 18, dtype=np.float32)
+        buf.fill(0.0)  # its pages are mapped now, not during the first timed flush
 
     def flush():
         buf.fill(0.0)
 
     return flush
+
+
+def _timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return (time.perf_counter() - start) * 1e3
+
+
+def _sized_flush(cache_size: int | None, rep: float):
+    """The flush and its time in ms: ``cache_size`` MiB when given, else the last-level
+    cache's size, cut down so that one flush takes at most ``FLUSH_SHARE`` of the time a
+    repetition may take when ``rep`` is shared by ``MIN_SAMPLES`` of them (a VM may report a
+    last-level cache of hundreds of MiB, whose flush would eat the budget)."""
+    size = cache_size or max(FLUSH_FLOOR_MB, last_level_cache_bytes() >> 20)
+    flush = _flusher(int(size))
+    flush_ms = _timed(flush)
+    limit = FLUSH_SHARE * rep / MIN_SAMPLES
+    if not cache_size and flush_ms > limit and size > FLUSH_FLOOR_MB:
+        size = max(FLUSH_FLOOR_MB, int(size * limit / flush_ms))
+        flush = _flusher(size)
+        flush_ms = _timed(flush)
+        _log.debug("do_bench: flushing %d MiB (%.2f ms) instead of the last-level cache's "
+                   "%d MiB", size, flush_ms, last_level_cache_bytes() >> 20)
+    return flush, flush_ms
 
 
 def _check_args(warmup, rep, quantiles, return_mode):
@@ -87,28 +120,24 @@ def do_bench(fn, warmup: float = 25, rep: float = 100, _n_warmup: int = 0, _n_re
     core, others from plugins; see :func:`tilewright.profiler.timers`); TileLang's GPU timers
     (``event``, ``cupti``, ``cudagraph``) fall back to ``wall``, with one log line, where no
     CUDA device is present. When ``fast_flush`` is
-    set and the timer supports it, a buffer of ``cache_size`` MiB (default: the size of the host's
-    last-level cache) is overwritten before every timed repetition, so each one starts from
-    cold caches; the flush itself is not timed. ``quantiles`` returns those quantiles of the
-    samples; otherwise ``return_mode`` picks ``median`` (the default), ``mean``, ``min``,
+    set and the timer supports it, a buffer of ``cache_size`` MiB is overwritten before every
+    timed repetition, so each one starts from cold caches; the flush itself is not timed. By
+    default the buffer is the size of the host's last-level cache, cut down to what is written in
+    a quarter of ``rep / MIN_SAMPLES`` (at least 8 MiB). The budgets count the flushes, and at
+    least ``MIN_SAMPLES`` (10) repetitions are timed. ``quantiles`` returns those quantiles of
+    the samples; otherwise ``return_mode`` picks ``median`` (the default), ``mean``, ``min``,
     ``max`` or ``all`` (every sample).
     """
     quantiles = _check_args(warmup, rep, quantiles, return_mode)
     timer = get_timer(_usable(backend))
-    flush = None
+    flush, flush_ms = None, 0.0
     if fast_flush and cache_size != 0 and supports_flush(timer):
-        size = cache_size or max(8, last_level_cache_bytes() >> 20)
-        flush = _flusher(int(size))
+        flush, flush_ms = _sized_flush(cache_size, rep)
     estimate = statistics.median(timer.measure(fn, 1, 5))
-    flush_ms = 0.0
-    if flush is not None:
-        start = time.perf_counter()
-        flush()
-        flush_ms = (time.perf_counter() - start) * 1e3
     # budgets count the flushes too, so a cold-cache benchmark takes about as long as a warm one
     per_rep = max(estimate + flush_ms, 1e-3)
     n_warmup = _n_warmup or max(1, int(warmup / max(estimate, 1e-3)))
-    n_repeat = _n_repeat or max(5, int(rep / per_rep))
+    n_repeat = _n_repeat or max(MIN_SAMPLES, int(rep / per_rep))
     if flush is not None:
         samples = timer.measure(fn, n_warmup, n_repeat, flush=flush)
     else:

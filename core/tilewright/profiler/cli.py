@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import runpy
 import sys
 from dataclasses import dataclass, field
@@ -55,9 +56,27 @@ def capture_kernels():
         JITKernel.__init__, JITKernel.__call__ = original_init, original_call
 
 
-def run_script(script: str, script_args: list[str]) -> tuple[list[Captured], str]:
+@contextlib.contextmanager
+def output_to_stderr():
+    """Inside the block, what is written to standard output (by Python code or by native
+    code on file descriptor 1) goes to standard error, so that a tool's own output on
+    standard output stays machine-readable."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def run_script(script: str, script_args: list[str],
+               quiet: bool = False) -> tuple[list[Captured], str]:
     """Run ``script`` as ``__main__``; its kernels and the error that stopped it ("" if
-    none)."""
+    none). With ``quiet`` the script's standard output goes to standard error."""
     path = Path(script)
     if not path.is_file():
         raise TilewrightError(f"no such script: {script}")
@@ -65,7 +84,8 @@ def run_script(script: str, script_args: list[str]) -> tuple[list[Captured], str
     sys.argv = [str(path), *script_args]
     sys.path.insert(0, str(path.resolve().parent))
     error = ""
-    with capture_kernels() as records:
+    with capture_kernels() as records, \
+            output_to_stderr() if quiet else contextlib.nullcontext():
         try:
             runpy.run_path(str(path), run_name="__main__")
         except SystemExit as exc:
@@ -110,7 +130,7 @@ def _label(record: Captured, n: int) -> str:
 
 
 def cmd_analyze(args) -> int:
-    records, error = run_script(args.script, args.script_args)
+    records, error = run_script(args.script, args.script_args, quiet=args.json)
     if not records:
         raise TilewrightError(f"{args.script} compiled no kernel"
                               + (f" ({error})" if error else ""))
@@ -156,45 +176,60 @@ def cmd_analyze(args) -> int:
     return 0 if results else 1
 
 
-def cmd_bench(args) -> int:
+def _override_hint(arch) -> str:
+    names = arch.details.get("overrides", ())
+    return f"; set {' / '.join(names)} to correct it" if names else ""
+
+
+def _bench_one(args, n: int, record: Captured, rows: list, notes: list, report: list) -> None:
+    """Time one captured kernel, analyse it and add its table row, report entry and notes."""
     from ..autotuner.measure import random_inputs
     from . import do_bench
 
-    records, error = run_script(args.script, args.script_args)
+    label = _label(record, n)
+    kernel = record.kernel
+    inputs = record.args
+    try:
+        if inputs is None:
+            inputs = random_inputs(kernel)
+        ms = do_bench(lambda k=kernel, a=inputs: k(*a), warmup=args.warmup, rep=args.rep,
+                      backend=args.timer)
+    except TilewrightError as exc:
+        notes.append(f"{label}: not timed: {exc}")
+        return
+    entry = {"kernel": label, "calls": record.calls, "time_ms": ms}
+    try:
+        result = _analyse(record, args.arch)
+        flops, nbytes = result.total_flops, result.total_global_bytes
+        entry.update(tflops=flops / (ms * 1e-3) / 1e12, GBps=nbytes / (ms * 1e-3) / 1e9,
+                     roofline_ms=result.estimated_time * 1e3, bound=result.bound,
+                     arch=result.arch.name,
+                     fraction=result.estimated_time * 1e3 / ms)
+    except TilewrightError as exc:
+        notes.append(f"{label}: no roofline: {exc}")
+    if entry.get("fraction", 0) > 1:
+        notes.append(f"{label}: measured faster than the roofline of '{entry['arch']}' allows "
+                     "(the model underestimates this machine" + _override_hint(result.arch)
+                     + ")")
+    report.append(entry)
+    rows.append([label, str(record.calls), f"{ms:.4f}",
+                 *(f"{entry[k]:.4g}" if k in entry else "-"
+                   for k in ("tflops", "GBps", "roofline_ms")),
+                 entry.get("bound", "-"),
+                 f"{entry['fraction']:.1%}" if "fraction" in entry else "-"])
+
+
+def cmd_bench(args) -> int:
+    records, error = run_script(args.script, args.script_args, quiet=args.json)
     if not records:
         raise TilewrightError(f"{args.script} compiled no kernel"
                               + (f" ({error})" if error else ""))
     head = ["kernel", "calls", "time ms", "TFLOP/s", "GB/s", "roofline ms", "bound",
             "of roofline"]
     rows, notes, report = [], [], []
-    for n, record in enumerate(records):
-        label = _label(record, n)
-        kernel = record.kernel
-        inputs = record.args
-        try:
-            if inputs is None:
-                inputs = random_inputs(kernel)
-            ms = do_bench(lambda k=kernel, a=inputs: k(*a), warmup=args.warmup, rep=args.rep,
-                          backend=args.timer)
-        except TilewrightError as exc:
-            notes.append(f"{label}: not timed: {exc}")
-            continue
-        entry = {"kernel": label, "calls": record.calls, "time_ms": ms}
-        try:
-            result = _analyse(record, args.arch)
-            flops, nbytes = result.total_flops, result.total_global_bytes
-            entry.update(tflops=flops / (ms * 1e-3) / 1e12, GBps=nbytes / (ms * 1e-3) / 1e9,
-                         roofline_ms=result.estimated_time * 1e3, bound=result.bound,
-                         arch=result.arch.name,
-                         fraction=result.estimated_time * 1e3 / ms)
-        except TilewrightError as exc:
-            notes.append(f"{label}: no roofline: {exc}")
-        report.append(entry)
-        rows.append([label, str(record.calls), f"{ms:.4f}",
-                     *(f"{entry[k]:.4g}" if k in entry else "-"
-                       for k in ("tflops", "GBps", "roofline_ms")),
-                     entry.get("bound", "-"),
-                     f"{entry['fraction']:.1%}" if "fraction" in entry else "-"])
+    with output_to_stderr() if args.json else contextlib.nullcontext():
+        for n, record in enumerate(records):
+            _bench_one(args, n, record, rows, notes, report)
     if args.json:
         print(json.dumps({"kernels": report, "notes": notes, "script_error": error}, indent=2))
         return 0 if report else 1

@@ -5,8 +5,11 @@ runs ``script.py`` until its first kernel compiles, writes that kernel's source 
 stops the script there (nothing is built, no device is touched). The default target ``cpu``
 works on any machine; an accelerator target (``cuda``, ``ascend``) needs its backend installed
 but no device, since codegen needs none; ``auto`` is refused because choosing it would probe
-the devices of this machine. ``--all`` keeps running the script and writes every kernel
-(``F``, ``F.1``, ...), where the script does not need its kernels' results.
+the devices of this machine. ``--all`` keeps running the script and writes every kernel it
+compiles (``F``, ``F.1``, ...): every call of a factory, every eager kernel. There a kernel
+call checks its arguments and returns outputs of the right shape, uninitialised (nothing
+runs), so a script that checks its results stops at the first check, keeping what it
+compiled before.
 
 In Python: :func:`compile_kernel_source` (a PrimFunc and a target, returns the source text).
 """
@@ -19,7 +22,10 @@ import runpy
 import sys
 from pathlib import Path
 
+from ..engine import resolve_target
 from ..errors import TargetError, TilewrightError
+from ..jit.signature import signature_of
+from ..runtime.call import KernelCall
 
 DEFAULT_TARGET = "cpu"
 
@@ -57,14 +63,16 @@ def _intercept(target: str, keep_going: bool, sources: list):
     if "compile" in vars(tilewright):
         modules.append(tilewright)
     original = kernel_mod.compile
+    _, backend = resolve_target(target)
 
     def compile_only(func, *args, **kwargs):
         text = compile_kernel_source(func, target, kwargs.get("pass_configs"))
-        sources.append((func.attrs["global_symbol"] if func.attrs and "global_symbol" in
-                        func.attrs else "main", text))
+        signature = signature_of(func, kernel_mod.output_indices(
+            func, kwargs.get("out_idx", args[0] if args else None)))
+        sources.append((signature.name, text))
         if not keep_going:
             raise _Stop()
-        return _Unbuilt(str(sources[-1][0]))
+        return _Unbuilt(signature, backend)
 
     for module in modules:
         module.compile = compile_only
@@ -76,13 +84,15 @@ def _intercept(target: str, keep_going: bool, sources: list):
 
 
 class _Unbuilt:
-    """What a compile-only compilation returns when the script goes on (``--all``)."""
+    """What a compile-only compilation returns when the script goes on (``--all``): a call
+    checks its arguments as the kernel's would and returns its outputs uninitialised."""
 
-    def __init__(self, name: str):
-        self.name = name
+    def __init__(self, signature, backend):
+        self.signature, self.name = signature, signature.name
+        self._call = KernelCall(signature, lambda *args: None, backend.device, backend.name)
 
-    def __call__(self, *args, **kwargs):
-        raise _Stop()
+    def __call__(self, *args):
+        return self._call(*args)
 
     def get_kernel_source(self) -> str:
         return ""
@@ -102,8 +112,6 @@ def main(argv=None) -> int:
     ns = parser.parse_args(argv)
     try:
         _check_target(ns.target)
-        from ..engine import resolve_target
-
         resolve_target(ns.target)
     except TilewrightError as exc:
         print(f"compile_only: {exc}", file=sys.stderr)
@@ -124,6 +132,11 @@ def main(argv=None) -> int:
     except SystemExit as exc:
         if exc.code not in (0, None) and not sources:
             raise
+    except Exception as exc:
+        if not (ns.all and sources):
+            raise
+        print(f"compile_only: the script stopped after {len(sources)} kernel(s) "
+              f"({type(exc).__name__}: {exc})", file=sys.stderr)
     finally:
         sys.argv = old_argv
         sys.path.pop(0)

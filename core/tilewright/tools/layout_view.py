@@ -17,6 +17,7 @@ portable default model of :func:`default_fragment`, labelled as such.
 
 from __future__ import annotations
 
+import colorsys
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -206,6 +207,14 @@ def layout_text(view, name: str = "layout", max_elements: int = MAX_ELEMENTS,
     return "\n".join(lines)
 
 
+def thread_colours(count: int) -> np.ndarray:
+    """``count`` RGB colours, one per thread, neighbouring threads far apart: hues step by
+    the golden ratio around the wheel, and saturation and brightness alternate."""
+    golden = (5 ** 0.5 - 1) / 2
+    return np.array([colorsys.hsv_to_rgb((i * golden) % 1.0, (0.9, 0.55)[i % 2],
+                                         (0.95, 0.75)[(i // 2) % 2]) for i in range(count)])
+
+
 def _pyplot():
     try:
         import matplotlib
@@ -257,13 +266,20 @@ def _figure(plt, view: FragmentView, name: str, max_elements: int):
         index_arr = index_arr.reshape(-1, cols)
         thread_arr = thread_arr.reshape(-1, cols) if thread_arr is not None else None
     rows, cols = index_arr.shape
-    colour = thread_arr if thread_arr is not None else index_arr
     scale = 0.45 if rows * cols <= MAX_LABELLED else min(12 / max(rows, cols), 0.45)
     fig, ax = plt.subplots(figsize=(max(4, cols * scale + 2), max(3, rows * scale + 1)))
-    image = ax.imshow(colour, cmap="tab20" if thread_arr is not None else "viridis",
-                      interpolation="nearest", aspect="equal")
-    fig.colorbar(image, ax=ax, label="thread" if thread_arr is not None else "index",
-                 fraction=0.04)
+    if thread_arr is not None:  # one colour per thread, its number on the colour bar
+        from matplotlib.colors import BoundaryNorm, ListedColormap
+
+        count = int(thread_arr.max()) + 1
+        image = ax.imshow(thread_arr, cmap=ListedColormap(thread_colours(count)),
+                          norm=BoundaryNorm(np.arange(count + 1) - 0.5, count),
+                          interpolation="nearest", aspect="equal")
+        bar = fig.colorbar(image, ax=ax, label="thread", fraction=0.04)
+        bar.set_ticks(range(0, count, max(1, count // 16)))
+    else:
+        image = ax.imshow(index_arr, cmap="viridis", interpolation="nearest", aspect="equal")
+        fig.colorbar(image, ax=ax, label="index", fraction=0.04)
     if rows * cols <= MAX_LABELLED:
         size = max(3, min(8, 220 / max(rows, cols)))
         for r in range(rows):

@@ -8,6 +8,8 @@ passes of whichever backend compiles. Output layout, under ``TILEWRIGHT_LOWER_TR
 (default ``./tmp/lower_trace_dir``)::
 
     <dir>/<script>/report.html               link to (or copy of) the latest run's report
+    <dir>/<script>/index.html                every compilation of the latest script run: its
+                                             kernel, backend, outcome and report
     <dir>/<script>/codegen.<ext>             generated source; edit it and re-run
     <dir>/<script>/codegen.<ext>.original    baseline of the edit-and-recompile workflow
     <dir>/<script>/codegen.<ext>.latest      the latest codegen output
@@ -23,6 +25,7 @@ leaves what ran.
 from __future__ import annotations
 
 import difflib
+import html
 import os
 import re
 import shutil
@@ -152,6 +155,7 @@ class Config:
 _warned_io = False
 _lock = threading.Lock()
 _ordinal = {"n": 0}
+_index: dict[Path, list[dict]] = {}  # script folder -> this process's finished sessions
 
 
 def _warn_io(exc: Exception) -> None:
@@ -383,7 +387,17 @@ class TraceSession:
             self._io(self.html.close, summary)
             if getattr(self, "link_is_copy", False):
                 self._io(shutil.copyfile, self.html.path, self.script_dir / "report.html")
-            print(f"[lower_trace] report: {self.html.path}", file=sys.stderr)
+            entry = {"n": self.ordinal, "kernel": str(self.info.get("name", "")),
+                     "backend": str(self.info.get("backend", "")),
+                     "target": str(self.info.get("target", "")), "ok": ok,
+                     "passes": len(self.records), "codegen": self.codegen_status,
+                     "report": os.path.relpath(self.html.path, self.script_dir)}
+            with _lock:
+                entries = _index.setdefault(self.script_dir, [])
+                entries.append(entry)
+                self._io(write_index, self.script_dir, sorted(entries, key=lambda e: e["n"]))
+            print(f"[lower_trace] report: {self.html.path} (every kernel: "
+                  f"{self.script_dir / 'index.html'})", file=sys.stderr)
 
     # -- edit and recompile -----------------------------------------------------------
     def _codegen_path(self, ext: str | None) -> Path:
@@ -634,3 +648,28 @@ def _emit(rec: Record, printer, writer) -> None:
 
 __all__ = ["DEFAULT_DIR", "ENV_DIR", "ENV_MODE", "MODES", "Record", "TraceSession", "disable",
            "enable", "is_enabled", "last_sessions", "lower_trace", "parse_mode"]
+
+
+def write_index(script_dir: Path, entries: list[dict]) -> Path:
+    """``<script>/index.html``: one row per compilation (kernel, backend, target, outcome,
+    passes traced) linking to its report."""
+    def cell(value) -> str:
+        return f"<td>{html.escape(str(value))}</td>"
+
+    rows = "\n".join(
+        f"<tr><td>{e['n']}</td><td><a href=\"{html.escape(e['report'])}\">"
+        f"{html.escape(e['kernel'] or '(unnamed)')}</a></td>{cell(e['backend'])}"
+        f"{cell(e['target'])}{cell('ok' if e['ok'] else 'FAILED')}{cell(e['passes'])}"
+        f"{cell(e['codegen'])}</tr>" for e in entries)
+    title = f"lower trace: {html.escape(script_dir.name)}"
+    page = (f"<!doctype html><html><head><meta charset=\"utf-8\"><title>{title}</title>"
+            "<style>body{font-family:sans-serif}td,th{padding:2px 10px;text-align:left}"
+            "</style></head><body>"
+            f"<h1>{title}</h1><p>{len(entries)} compilation(s); each links to its report. "
+            "Pass dumps are in each run's folder as &lt;phase&gt;/NN_&lt;pass&gt;_before.tir "
+            "and _after.tir.</p><table><tr><th>#</th><th>kernel</th><th>backend</th>"
+            "<th>target</th><th>outcome</th><th>passes</th><th>codegen file</th></tr>\n"
+            f"{rows}\n</table></body></html>\n")
+    path = script_dir / "index.html"
+    path.write_text(page)
+    return path

@@ -1,3 +1,5 @@
 """tilewright-cpu: the reference backend. Runs every portable tile kernel on the host CPU."""
 
-__version__ = "0.1.0"
+from importlib.metadata import version
+
+__version__ = version("tilewright-cpu")  # one source of truth: pyproject.toml

@@ -1,86 +1,270 @@
-"""The host CPU as an architecture model, measured by a short benchmark (about 0.2 s).
+"""The host CPU as an architecture model for the roofline analyser (``--arch cpu``).
 
-Peak FLOP/s comes from a float32 and a float64 matrix product (numpy's BLAS, every core);
-bandwidth from copying a buffer several times larger than the last-level cache. The numbers
-are measured once per process.
+Peak FLOP/s for float32 and float64 and the memory bandwidth are measured once per machine and
+kept in the tilewright cache (``runtime/tw_cpu_roofline-<digest>.json``, the digest of the CPU's
+name and features, its core count and cache sizes), so every process sees the same model:
+
+- peak: a torch matrix product on one thread, sized so it takes at least ``PROBE_SECONDS`` of
+  that thread's CPU time, best of ``REPEATS``, times the cores (CPU time, unlike wall time,
+  does not grow when other processes share the cores; sleeping worker threads play no part);
+- bandwidth: torch copies (every core) of a buffer four times the last-level cache (64 to
+  512 MiB), best of ``REPEATS`` back-to-back copies after an untimed one that wakes the
+  threads, counting a read and a write per byte.
+
+A measurement is checked against what the host can do: the nominal peak is cores x float32
+lanes of the widest vector unit x 2 FLOPs per FMA x 2 FMA units x clock (``/proc/cpuinfo``).
+A float32 peak under a quarter of the nominal one says the machine was busy: it is used but not
+cached, so the next process measures again. Under 1/16 of it or above 1.5 times it, a float64
+peak above 3/4 of the float32 one, or a bandwidth under 1 GB/s, the value is replaced by an
+estimate (half the nominal peak; half the float32 peak for float64; 10 GB/s per core), not
+cached either. The model's description and ``details`` (``estimated``, ``busy``) say so.
+
+Environment variables override the model, measured or cached: ``TILEWRIGHT_CPU_PEAK_TFLOPS``
+(one number for float32, or ``float32=0.1,float64=0.05``) and ``TILEWRIGHT_CPU_BANDWIDTH_GBPS``.
+To measure again, remove the cache file (``details["cache_file"]``).
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import os
+import re
 import time
+import warnings
+from pathlib import Path
 
-import numpy as np
+from tilewright.errors import ConfigError
+from tilewright.jit.cache import CacheError, DiskCache
 from tilewright.plugin import ArchModel
 
+from .hostcpu import host_cpu, host_fingerprint
 
-def _best_seconds(fn, repeat: int) -> float:
+PEAK_ENV = "TILEWRIGHT_CPU_PEAK_TFLOPS"
+BANDWIDTH_ENV = "TILEWRIGHT_CPU_BANDWIDTH_GBPS"
+FORMAT = 1
+PROBE_SECONDS = 0.02
+REPEATS = 3
+BUDGET_SECONDS = 0.5
+FMA_UNITS = 2
+FLOPS_PER_FMA = 2
+
+
+class Uncacheable(Exception):
+    """A measurement the model may use but must not cache; ``values`` holds it."""
+
+    def __init__(self, values: dict):
+        super().__init__("a measurement of a busy machine")
+        self.values = values
+
+
+def _best(fn, clock=time.perf_counter, repeat: int = REPEATS) -> float:
+    """The shortest of ``repeat`` back-to-back calls of ``fn`` by ``clock`` (fewer when they
+    pass ``BUDGET_SECONDS``), after an untimed one that wakes the worker threads."""
     fn()
-    best = float("inf")
+    best, deadline = float("inf"), time.perf_counter() + BUDGET_SECONDS
     for _ in range(repeat):
-        start = time.perf_counter()
+        start = clock()
         fn()
-        best = min(best, time.perf_counter() - start)
+        best = min(best, clock() - start)
+        if time.perf_counter() > deadline:
+            break
     return best
 
 
-def _peak_tflops(dtype, n: int = 256) -> float:
-    a = np.random.default_rng(0).standard_normal((n, n)).astype(dtype)
-    b = a.copy()
-    seconds = _best_seconds(lambda: a @ b, 4)
-    return 2 * n ** 3 / seconds / 1e12
-
-
-def _bandwidth_gbps(llc_bytes: int) -> float:
-    size = min(max(32 << 20, 2 * llc_bytes), 256 << 20)
-    src = np.ones(size // 8, dtype=np.float64)
-    dst = np.empty_like(src)
-    seconds = _best_seconds(lambda: np.copyto(dst, src), 3)
-    return 2 * size / seconds / 1e9  # one read and one write per byte copied
-
-
-def _cache_bytes(level: int) -> int:
-    root = "/sys/devices/system/cpu/cpu0/cache"
+def _clock_ghz() -> float:
+    """The highest clock ``/proc/cpuinfo`` reports (3 GHz when it reports none)."""
     try:
-        for entry in sorted(os.listdir(root)):
-            base = os.path.join(root, entry)
-            if not entry.startswith("index"):
-                continue
-            with open(os.path.join(base, "level")) as f:
-                if int(f.read()) != level:
-                    continue
-            with open(os.path.join(base, "type")) as f:
-                if f.read().strip() == "Instruction":
-                    continue
-            with open(os.path.join(base, "size")) as f:
-                text = f.read().strip().upper()
-            scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
-            return int(text.rstrip("KMG")) * scale
-    except (OSError, ValueError):
-        pass
-    return {1: 32 << 10, 2: 1 << 20, 3: 32 << 20}.get(level, 0)
+        mhz = [float(m) for m in re.findall(r"^cpu MHz\s*:\s*([\d.]+)",
+                                            Path("/proc/cpuinfo").read_text(), re.M)]
+    except OSError:
+        mhz = []
+    return max(mhz) / 1e3 if mhz else 3.0
+
+
+def nominal_tflops() -> float:
+    """The float32 peak the host's cores, vector width and clock allow."""
+    host = host_cpu()
+    fma = FMA_UNITS * FLOPS_PER_FMA if host.fma else FMA_UNITS
+    return host.cores * host.lanes(32) * fma * _clock_ghz() / 1e3
+
+
+def _peak_tflops(dtype) -> float:
+    """The peak of all cores: one core's, timed by the CPU time of the thread that runs it
+    (other load on the machine delays the product but does not change that time), times the
+    cores."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        n = 128
+        while True:
+            a = torch.randn(n, n, dtype=dtype)
+            product = functools.partial(torch.matmul, a, a)
+            if _best(product, time.thread_time, 1) >= PROBE_SECONDS or n >= 4096:
+                break
+            n *= 2
+        return 2 * n ** 3 / _best(product, time.thread_time) / 1e12 * host_cpu().cores
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _bandwidth_gbps() -> float:
+    import torch
+
+    size = min(max(64 << 20, 4 * host_cpu().l3_bytes), 512 << 20)
+    src = torch.ones(size // 4)
+    dst = torch.empty_like(src)
+    return 2 * size / _best(lambda: dst.copy_(src)) / 1e9  # a read and a write per byte
+
+
+def measure() -> dict:
+    """A fresh measurement as stored in the cache; raises :class:`Uncacheable` (carrying the
+    values, estimates in place of implausible ones) when it must not be cached."""
+    import torch
+
+    nominal = nominal_tflops()
+    fp32, fp64 = _peak_tflops(torch.float32), _peak_tflops(torch.float64)
+    values = {"format": FORMAT, "host": host_fingerprint(), "cores": host_cpu().cores,
+              "nominal_tflops": nominal, "peak_tflops": {"float32": fp32, "float64": fp64},
+              "bandwidth_gbps": _bandwidth_gbps(), "estimated": [], "busy": False,
+              "notes": []}
+    if not nominal / 16 <= fp32 <= nominal * 1.5:
+        values["notes"].append(f"measured {fp32 * 1e3:.3g} GFLOP/s float32 is implausible for "
+                               f"a nominal {nominal * 1e3:.3g}")
+        values["peak_tflops"]["float32"] = fp32 = nominal / 2
+        values["estimated"].append("float32")
+    elif fp32 < nominal / 4:
+        values["notes"].append(f"measured {fp32 * 1e3:.3g} GFLOP/s float32, under a quarter "
+                               f"of a nominal {nominal * 1e3:.3g}")
+        values["busy"] = True
+    if not fp32 / 16 <= fp64 <= fp32 * 0.75:
+        values["notes"].append(f"measured {fp64 * 1e3:.3g} GFLOP/s float64 is implausible next "
+                               f"to {fp32 * 1e3:.3g} float32")
+        values["peak_tflops"]["float64"] = fp32 / 2
+        values["estimated"].append("float64")
+    if values["bandwidth_gbps"] < 1.0:
+        values["notes"].append(f"measured {values['bandwidth_gbps']:.3g} GB/s is implausible")
+        values["bandwidth_gbps"] = 10.0 * host_cpu().cores
+        values["estimated"].append("bandwidth")
+    if values["estimated"] or values["busy"]:
+        raise Uncacheable(values)
+    return values
+
+
+def _valid(values) -> bool:
+    try:
+        return values["format"] == FORMAT and values["bandwidth_gbps"] > 0 and all(
+            values["peak_tflops"][d] > 0 for d in ("float32", "float64"))
+    except (KeyError, TypeError):
+        return False
+
+
+def cache_name() -> str:
+    """The cache file of this machine's model."""
+    host = host_cpu()
+    key = f"{FORMAT} {host_fingerprint()} cores={host.cores} caches={host.l1_bytes}," \
+          f"{host.l2_bytes},{host.l3_bytes}"
+    return f"tw_cpu_roofline-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
+
+
+def _write(path: Path, values: dict) -> None:
+    path.write_text(json.dumps(values, indent=1, sort_keys=True))
+
+
+def _measured_or_cached() -> dict:
+    """The model's values from the cache, measured (and stored) when absent."""
+    cache, name = DiskCache(), cache_name()
+    try:
+        path = cache.helper_library(name, lambda path: _write(path, measure()))
+        values = json.loads(path.read_text())
+        if not _valid(values):
+            raise ValueError(f"{path} is malformed; remove it to measure again")
+        return {**values, "cache_file": str(path)}
+    except Uncacheable as exc:
+        warnings.warn("tilewright: the CPU roofline measurement was not cached (" +
+                      "; ".join(exc.values["notes"]) + "): the machine is probably busy; "
+                      f"set {PEAK_ENV} / {BANDWIDTH_ENV} to give the values",
+                      RuntimeWarning, stacklevel=2)
+        return exc.values
+    except (CacheError, OSError, ValueError) as exc:
+        warnings.warn(f"tilewright: the CPU roofline model is measured without the cache: {exc}",
+                      RuntimeWarning, stacklevel=2)
+        try:
+            return measure()
+        except Uncacheable as busy:
+            return busy.values
+
+
+def _overrides(values: dict) -> dict:
+    """``values`` with the environment's overrides applied (their names in ``overridden``)."""
+    values = {**values, "peak_tflops": dict(values["peak_tflops"]), "overridden": []}
+    text = os.environ.get(PEAK_ENV, "").strip()
+    if text:
+        try:
+            if "=" in text:
+                given = {k.strip(): float(v) for k, v in
+                         (item.split("=", 1) for item in text.split(","))}
+            else:
+                given = {"float32": float(text)}
+        except ValueError:
+            raise ConfigError(f"{PEAK_ENV}={text!r}: give TFLOP/s as a number (float32) or as "
+                              "dtype=number pairs, e.g. float32=0.1,float64=0.05") from None
+        if any(not v > 0 for v in given.values()):
+            raise ConfigError(f"{PEAK_ENV}={text!r}: peaks must be positive")
+        values["peak_tflops"].update(given)
+        values["overridden"] += sorted(given)
+    text = os.environ.get(BANDWIDTH_ENV, "").strip()
+    if text:
+        try:
+            bandwidth = float(text)
+        except ValueError:
+            bandwidth = 0.0
+        if not bandwidth > 0:
+            raise ConfigError(f"{BANDWIDTH_ENV}={text!r}: give a positive number of GB/s")
+        values["bandwidth_gbps"] = bandwidth
+        values["overridden"].append("bandwidth")
+    return values
+
+
+def _describe(values: dict) -> str:
+    host = host_cpu()
+    fp32, bandwidth = values["peak_tflops"]["float32"] * 1e3, values["bandwidth_gbps"]
+    how = []
+    if values["overridden"]:
+        how.append(f"{', '.join(values['overridden'])} from the environment")
+    estimated = [e for e in values["estimated"] if e not in values["overridden"]]
+    if estimated:
+        how.append(f"{', '.join(estimated)} estimated: the measurement looked wrong")
+    elif values["busy"] and "float32" not in values["overridden"]:
+        how.append("the machine looked busy: not cached")
+    return (f"host CPU, {host.cores} core(s), {host.isa}, measured: {fp32:.1f} GFLOP/s fp32, "
+            f"{bandwidth:.1f} GB/s copy" + (f" ({'; '.join(how)})" if how else ""))
 
 
 @functools.lru_cache(maxsize=1)
 def host_model() -> ArchModel:
-    """The measured model of this machine's CPU, named ``cpu``."""
-    fp32 = _peak_tflops(np.float32)
-    fp64 = _peak_tflops(np.float64)
-    bandwidth = _bandwidth_gbps(_cache_bytes(3))
-    cores = os.cpu_count() or 1
+    """The model of this machine's CPU, named ``cpu`` (see the module docstring)."""
+    values = _overrides(_measured_or_cached())
+    host = host_cpu()
     return ArchModel(
         name="cpu",
-        peak_tflops={"float32": fp32, "float64": fp64},
-        bandwidth_gbps=bandwidth,
-        description=f"host CPU, {cores} core(s), measured: {fp32 * 1e3:.1f} GFLOP/s fp32, "
-                    f"{bandwidth:.1f} GB/s copy",
-        compute_units=cores,
+        peak_tflops=values["peak_tflops"],
+        bandwidth_gbps=values["bandwidth_gbps"],
+        description=_describe(values),
+        compute_units=host.cores,
         # a CPU worker keeps a block's shared and fragment tiles in its private L2
-        shared_memory_bytes=_cache_bytes(2),
+        shared_memory_bytes=host.l2_bytes,
         # the accumulator tile should stay in L1 (4-byte words)
-        register_budget=_cache_bytes(1) // 4,
+        register_budget=host.l1_bytes // 4,
         mma_shape=(8, 8, 1),
         transaction_bytes=64,
         unit_partitions=1,
+        details={"nominal_tflops": values["nominal_tflops"],
+                 "estimated": tuple(values["estimated"]), "busy": values["busy"],
+                 "overridden": tuple(values["overridden"]),
+                 "overrides": (PEAK_ENV, BANDWIDTH_ENV),
+                 "cache_file": values.get("cache_file", ""), "l2_bytes": host.l2_bytes},
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import re
 
 import tvm
 from tilewright.plugin import DeviceCodegen, GeneratedSource
@@ -14,20 +15,20 @@ def host_target() -> tvm.target.Target:
     return tvm.target.Target({"kind": "llvm", "mcpu": str(cpu)})
 
 
-@functools.lru_cache(maxsize=1)
-def host_fingerprint() -> str:
-    """The host CPU as LLVM sees it: its name and enabled features. Kernels are compiled for
-    exactly this (``-mcpu`` of the host), so it is part of their disk-cache key: a kernel built
-    on another CPU may use instructions this one lacks."""
-    cpu = str(tvm.get_global_func("tvm.codegen.llvm.GetHostCPUName")())
-    features = tvm.get_global_func("tvm.codegen.llvm.GetHostCPUFeatures")()
-    enabled = sorted(str(k) for k, v in features.items() if bool(v))
-    return f"llvm {cpu} +{',+'.join(enabled)}"
+# LLVM names the alias-analysis type of an allocated buffer after the address of its variable
+_ADDRESS = re.compile(r'(?<=!")0x[0-9a-f]+(?=[."])')
+
+
+def stable_text(text: str) -> str:
+    """The LLVM IR with buffer addresses in alias-analysis type names replaced by ``buf0``,
+    ``buf1`` ... in order of appearance, so one kernel always prints the same source."""
+    names: dict = {}
+    return _ADDRESS.sub(lambda m: names.setdefault(m.group(0), f"buf{len(names)}"), text)
 
 
 def generate(mod: tvm.IRModule, ctx) -> GeneratedSource:
     executable = tvm.compile(mod, target=host_target())
-    text = executable.mod.inspect_source("ll")
+    text = stable_text(executable.mod.inspect_source("ll"))
     return GeneratedSource(text=text, language="llvm", file_ext="ll", payload=executable,
                            entry=ctx.func_name)
 

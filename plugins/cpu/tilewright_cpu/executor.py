@@ -16,7 +16,7 @@ from tilewright.plugin import Availability, Executor, GeneratedSource
 from tilewright.runtime.cpu import export_library
 
 from . import runtime
-from .codegen import host_fingerprint
+from .hostcpu import host_fingerprint
 
 LIBRARY = "kernel.so"
 IR_FILE = "kernel.ll"

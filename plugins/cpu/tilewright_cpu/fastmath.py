@@ -1,10 +1,15 @@
-"""Vectorisable float32 ``exp`` and ``exp2`` for the CPU backend.
+"""Fast math for the CPU backend: vectorisable float32 ``exp`` and ``exp2``, and division by
+a loop-invariant float32 as a multiplication by its reciprocal.
 
 LLVM lowers a vector ``exp`` to one libm call per lane. Instead, ``2**x`` is split into
 ``2**n * 2**f`` with ``n = round(x)`` and ``|f| <= 0.5``: ``2**f`` is a degree-6 polynomial
 (Cephes ``exp2f`` coefficients, relative error below 2e-7) and ``2**n`` is built in the exponent
 bits. Inputs are clamped to [-127, 128] so that -inf gives 0 and large inputs give inf, as the
-attention kernels expect. It is on unless the pass configs ask for precise math:
+attention kernels expect. Inside a loop, ``x / y`` with a float32 ``y`` that the loop does not
+change (a row sum, a norm) becomes ``x * (1 / y)``, which LLVM hoists out of the loop: a vector
+division costs several times a multiplication, and the result differs from the quotient by at
+most one unit in the last place more (as CUDA's fast-math division does). It is on unless the
+pass configs ask for precise math:
 ``cpu.precise_math``, or TileLang's ``TL_ENABLE_FAST_MATH=False`` / ``TL_DISABLE_FAST_MATH``.
 """
 
@@ -61,5 +66,38 @@ def lower_fast_math():
             return exp2_f32(call.args[0] * _f32(LOG2E))
         return call
 
-    return prim_func_pass("CPUFastMath", lambda f: f.with_body(
-        tvm_ffi.structural_map(f.body, (tvm.ir.Call, rewrite))))
+    return prim_func_pass("CPUFastMath", lambda f: f.with_body(_reciprocals(
+        tvm_ffi.structural_map(f.body, (tvm.ir.Call, rewrite)))))
+
+
+def _uses(node, pred) -> bool:
+    found = []
+    tvm_ffi.structural_walk(node, [(tirx.Var, lambda v: found.append(v) if pred(v) else None),
+                                   (tvm.ir.TensorLoad, lambda n: found.append(n)
+                                    if pred(n.source) else None)])
+    return bool(found)
+
+
+def _reciprocals(body):
+    """``x / y`` in a loop whose variable and stored buffers ``y`` does not use, with ``y`` a
+    float32, becomes ``x * (1 / y)``."""
+
+    def loop(stmt):
+        stored = set()
+        tvm_ffi.structural_walk(stmt.body, (tirx.BufferStore, lambda s: stored.add(s.buffer)))
+
+        def invariant(y) -> bool:
+            return not _uses(y, lambda v: v.same_as(stmt.loop_var) or any(
+                v.same_as(b) for b in stored))
+
+        def divide(node):
+            if str(node.ty) != "float32" or not invariant(node.b):
+                return node
+            return node.a * (_f32(1.0) / node.b)
+
+        return tirx.For(stmt.loop_var, stmt.min, stmt.extent, stmt.kind,
+                        tvm_ffi.structural_map(stmt.body, (tirx.Div, divide)),
+                        thread_binding=stmt.thread_binding, annotations=stmt.annotations,
+                        span=stmt.span)
+
+    return tvm_ffi.structural_map(body, (tirx.For, loop))

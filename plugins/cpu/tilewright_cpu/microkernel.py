@@ -1,17 +1,22 @@
-"""GEMM on the CPU: ``C += op(A) @ op(B)`` as a register-blocked micro-kernel.
+"""GEMM on the CPU: ``C += op(A) @ op(B)`` as a register-blocked micro-kernel sized for the host.
 
-When C's tile has constant extents, C is cut into ``MR x NR`` blocks (plus shorter and
-narrower blocks at the lower and right edges). Each block's accumulator lives in a small
-buffer that is loaded from C (or zeroed, with ``clear_accum``) before the k loop and stored
-back after it. The block's rows are unrolled and its columns vectorised, so LLVM keeps the
-accumulator in vector registers: with ``MR = 6`` and ``NR = 16`` that is 12 of the 16 AVX2
-registers, leaving room for two rows of B and one broadcast element of A.
+Register blocking. When C's tile has constant extents it is cut into ``mr x nr`` blocks (plus
+shorter and narrower blocks at the lower and right edges). Each block's accumulator lives in a
+small buffer that is loaded from C (or zeroed, with ``clear_accum``) before the k loop and stored
+back after it; its rows are unrolled and its columns vectorised, so LLVM keeps it in vector
+registers. ``nr`` is a multiple of the host's vector width (8 float32 lanes with AVX2, 16 with
+AVX-512) and :func:`choose_blocking` picks ``(mr, nr)`` for the tile's shape among the pairs
+whose accumulators, ``nr / lanes`` vectors of B and one broadcast element of A fit the host's
+vector registers, with a cost model of a core that issues two vector FMAs and two loads per
+cycle and waits five cycles for an FMA's result; the edge blocks are part of the cost.
 
-The column blocks are the outer loop. When there are enough row blocks to repay it, op(B)'s
-``K x NR`` column panel is first copied into a contiguous buffer (converted to the
-accumulator type, transposed when ``transpose_B``), so that it stays in L1 while the row
-blocks of A stream past it; read in place, a panel of a power-of-two-wide tile maps onto a
-few cache sets and is evicted.
+Cache blocking. The column blocks are the outer loop. When there are enough row blocks to repay
+it, op(B)'s ``kc x nr`` column panel is first copied into a contiguous buffer in the accumulator
+type (transposed when ``transpose_B``), so that it stays in L1 while the row blocks of A stream
+past it; read in place, a panel of a power-of-two-wide tile maps onto a few cache sets and is
+evicted. ``kc`` is the depth whose panel fills half of L1; a deeper K is processed in chunks of
+``kc``. An A whose dtype is not the accumulator's (float16 ...) is converted once per chunk into
+a buffer of the accumulator type rather than at every use.
 
 A tile with a symbolic extent falls back to the plain i-k-j loop nest, whose innermost loop
 walks a row of B and of C and is vectorised by the loop phase.
@@ -19,16 +24,17 @@ walks a row of B and of C and is vectorised by the loop phase.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import tvm
 from tilewright.ir import TileOpCall
 from tilewright.transform import RuleContext
 from tilewright.transform.lowering_utils import PARALLEL, as_expr
 from tvm import tirx
 
-MR = 6
-NR = 16
-LANES = 8
-PACK_MIN_ROWS = 2 * MR
+from .blocking import Blocking, choose_blocking, column_vectors
 
+LINE_BYTES = 64
 
 def _const(x):
     """The value of an integer extent, or None when it is symbolic."""
@@ -61,6 +67,7 @@ class _Gemm:
         self.m, self.n = self.c.extents[self.cd[0]], self.c.extents[self.cd[1]]
         self.k = self.a.extents[self.ad[0]] if self.ta else self.a.extents[self.ad[1]]
         self.acc = str(self.c.buffer.dtype)
+        self.acc_bits = tvm.DataType(self.acc).bits
 
     def _load(self, region, dims, r, col):
         value = tirx.BufferLoad(region.buffer, _index(region, dims, r, col))
@@ -79,75 +86,168 @@ class _Gemm:
         return tirx.BufferLoad(self.c.buffer, self.c_index(i, j))
 
 
-def _tile_loops(rows, cols: int, body_fn, rows_kind=tirx.ForKind.UNROLLED) -> tirx.Stmt:
-    """``for r in rows (unrolled unless told): for c in cols: body``; the column loop is
-    vectorised when ``cols`` is a multiple of the vector width and unrolled otherwise."""
+def _row_loop(cols: int, lanes: int, body_fn) -> tirx.Stmt:
+    """``for c in cols: body_fn(c)``, vectorised when ``cols`` is a multiple of the vector
+    width and unrolled otherwise."""
+    c = tirx.Var("c", "int32")
+    kind = tirx.ForKind.VECTORIZED if cols % lanes == 0 else tirx.ForKind.UNROLLED
+    return tirx.For(c, 0, as_expr(cols), kind, body_fn(c))
+
+
+def _copy_loops(rows: int, cols: int, lanes: int, body_fn) -> tirx.Stmt:
+    """A serial ``rows x cols`` loop nest whose inner loop is vectorised when it can be."""
     r, c = tirx.Var("r", "int32"), tirx.Var("c", "int32")
-    inner = tirx.For(c, 0, as_expr(cols),
-                     tirx.ForKind.VECTORIZED if cols % LANES == 0 else tirx.ForKind.UNROLLED,
+    vector = cols % lanes == 0
+    inner = tirx.For(c, 0, cols, tirx.ForKind.VECTORIZED if vector else tirx.ForKind.SERIAL,
                      body_fn(r, c))
-    return tirx.For(r, 0, as_expr(rows), rows_kind, inner)
+    return tirx.For(r, 0, rows, tirx.ForKind.SERIAL, inner)
 
 
-def _micro(g: _Gemm, i0, j0, rows: int, cols: int, b_at) -> tirx.Stmt:
-    """``C[i0:i0+rows, j0:j0+cols] += op(A) @ op(B)`` through a register accumulator;
-    ``b_at(k, c)`` reads op(B) at column ``j0 + c``."""
-    # "global" rather than "local": a constant-size global allocation under 1 KiB becomes a
-    # stack alloca that LLVM promotes to registers, while TVM lowers a "local" one to a
-    # workspace allocation (a heap pointer LLVM cannot promote).
-    acc = tirx.decl_buffer((rows, cols), g.acc, "C_acc", scope="global")
-    if g.clear:
-        init = _tile_loops(rows, cols, lambda r, c: tirx.BufferStore(
-            acc, tirx.const(0, g.acc), [r, c]))
+@dataclass
+class _Chunk:
+    """One K chunk: its first k, its depth, and accessors of op(A) (row, k within the chunk)
+    and of op(B) (k within the chunk, column)."""
+
+    k0: object
+    depth: int | object
+    a_at: object
+    b_at: object
+
+
+def _micro(g: _Gemm, blk: Blocking, chunk: _Chunk, i0, j0, rows: int, cols: int,
+           zero: bool) -> tirx.Stmt:
+    """``C[i0:i0+rows, j0:j0+cols] += op(A) @ op(B)`` over one K chunk through a register
+    accumulator; ``chunk.b_at(k, c)`` reads op(B) at column ``j0 + c``."""
+    # One buffer per row, of scope "global" rather than "local": TVM makes a constant-size
+    # global allocation of at most 1 KiB a stack alloca, which LLVM promotes to registers,
+    # and a larger one or a "local" one a workspace allocation (a heap pointer it cannot).
+    accs = [tirx.decl_buffer((cols,), g.acc, f"C_acc{r}", scope="global") for r in range(rows)]
+
+    def each_row(body_fn) -> list:
+        return [_row_loop(cols, blk.lanes, lambda c, r=r: body_fn(r, c)) for r in range(rows)]
+
+    if zero:
+        init = each_row(lambda r, c: tirx.BufferStore(accs[r], tirx.const(0, g.acc), [c]))
     else:
-        init = _tile_loops(rows, cols, lambda r, c: tirx.BufferStore(
-            acc, g.c_at(i0 + r, j0 + c), [r, c]))
+        init = each_row(lambda r, c: tirx.BufferStore(accs[r], g.c_at(i0 + r, j0 + c), [c]))
     kk = tirx.Var("k", "int32")
-    update = _tile_loops(rows, cols, lambda r, c: tirx.BufferStore(
-        acc, tirx.BufferLoad(acc, [r, c]) + g.a_at(i0 + r, kk) * b_at(kk, c), [r, c]))
-    k_loop = tirx.For(kk, 0, as_expr(g.k), tirx.ForKind.SERIAL, update)
-    store = _tile_loops(rows, cols, lambda r, c: tirx.BufferStore(
-        g.c.buffer, tirx.BufferLoad(acc, [r, c]), g.c_index(i0 + r, j0 + c)))
-    return tirx.SeqStmt([tirx.AllocBuffer(acc), init, k_loop, store])
+    update = each_row(lambda r, c: tirx.BufferStore(
+        accs[r], tirx.BufferLoad(accs[r], [c]) + chunk.a_at(i0 + r, kk) * chunk.b_at(kk, c),
+        [c]))
+    k_loop = tirx.For(kk, 0, as_expr(chunk.depth), tirx.ForKind.SERIAL, _seq(update))
+    store = each_row(lambda r, c: tirx.BufferStore(
+        g.c.buffer, tirx.BufferLoad(accs[r], [c]), g.c_index(i0 + r, j0 + c)))
+    return tirx.SeqStmt([*(tirx.AllocBuffer(a) for a in accs), *init, k_loop, *store])
 
 
-def _row_blocks(g: _Gemm, m: int, j0, cols: int, b_at) -> list:
-    """Micro-kernels over all rows of C for the column block at ``j0``."""
+def _prefetch_panel(g: _Gemm, k0, depth: int, j0, nr: int, shares: int):
+    """``share(s)``: prefetches of the ``s``-th of ``shares`` parts of the cache lines of
+    op(B)'s ``depth x nr`` panel at ``(k0, j0)``; a prefetch never faults, so the last part
+    may reach past the panel."""
+    elt = max(1, tvm.DataType(str(g.b.buffer.dtype)).bits // 8)
+    rows, row_elems = (nr, depth) if g.tb else (depth, nr)
+    per_line = max(1, LINE_BYTES // elt)
+    lines_per_row = -(-row_elems // per_line)
+    count = -(-rows * lines_per_row // shares)
+
+    def share(s):
+        p = tirx.Var("p", "int32")
+        q = s * count + p
+        r, col = tirx.floordiv(q, lines_per_row), tirx.floormod(q, lines_per_row) * per_line
+        index = _index(g.b, g.bd, j0 + r, k0 + col) if g.tb else \
+            _index(g.b, g.bd, k0 + r, j0 + col)
+        hint = tirx.call_llvm_intrin("void", "llvm.prefetch.p0", tirx.address_of(
+            tirx.BufferLoad(g.b.buffer, index)), tirx.const(0, "int32"), tirx.const(3, "int32"),
+            tirx.const(1, "int32"))
+        return tirx.For(p, 0, count, tirx.ForKind.SERIAL, tirx.Evaluate(hint))
+
+    return share
+
+
+def _row_blocks(g: _Gemm, blk: Blocking, chunk: _Chunk, m: int, j0, cols: int,
+                zero: bool, prefetch=None) -> list:
+    """Micro-kernels over all rows of C for the column block at ``j0``; before each full one,
+    ``prefetch(row block)`` when given."""
     stmts = []
-    if m >= MR:
+    rows = blk.rows_for(column_vectors(cols, blk.lanes))
+    if m >= rows:
         io = tirx.Var("io", "int32")
-        stmts.append(tirx.For(io, 0, as_expr(m // MR), tirx.ForKind.SERIAL,
-                              _micro(g, io * MR, j0, MR, cols, b_at)))
-    if m % MR:
-        stmts.append(_micro(g, as_expr(m - m % MR), j0, m % MR, cols, b_at))
+        micro = _micro(g, blk, chunk, io * rows, j0, rows, cols, zero)
+        if prefetch is not None:
+            micro = tirx.SeqStmt([prefetch(io), micro])
+        stmts.append(tirx.For(io, 0, as_expr(m // rows), tirx.ForKind.SERIAL, micro))
+    if m % rows:
+        stmts.append(_micro(g, blk, chunk, as_expr(m - m % rows), j0, m % rows, cols, zero))
     return stmts
-
-
-def _blocked(g: _Gemm, m: int, n: int) -> tirx.Stmt:
-    stmts = []
-    if n >= NR:
-        jo = tirx.Var("jo", "int32")
-        j0 = jo * NR
-        if m >= PACK_MIN_ROWS and _const(g.k) is not None:
-            # op(B)'s K x NR column panel, copied contiguously (and converted to the
-            # accumulator type) once, then read by every row block from L1.
-            panel = tirx.decl_buffer((_const(g.k), NR), g.acc, "B_panel", scope="global")
-            pack = _tile_loops(_const(g.k), NR, lambda kk, c: tirx.BufferStore(
-                panel, g.b_at(kk, j0 + c), [kk, c]), rows_kind=tirx.ForKind.SERIAL)
-            body = [pack, *_row_blocks(g, m, j0, NR,
-                                       lambda kk, c: tirx.BufferLoad(panel, [kk, c]))]
-            stmts.append(tirx.AllocBuffer(panel))
-        else:
-            body = _row_blocks(g, m, j0, NR, lambda kk, c: g.b_at(kk, j0 + c))
-        stmts.append(tirx.For(jo, 0, as_expr(n // NR), tirx.ForKind.SERIAL, _seq(body)))
-    if n % NR:
-        j0 = as_expr(n - n % NR)
-        stmts.extend(_row_blocks(g, m, j0, n % NR, lambda kk, c: g.b_at(kk, j0 + c)))
-    return _seq(stmts)
 
 
 def _seq(stmts: list) -> tirx.Stmt:
     return stmts[0] if len(stmts) == 1 else tirx.SeqStmt(stmts)
+
+
+def _chunk_body(g: _Gemm, blk: Blocking, k0, depth, m: int, n: int, zero: bool) -> tirx.Stmt:
+    """Every column and row block of C over the K chunk ``[k0, k0 + depth)``."""
+    stmts = []
+    a_at = lambda i, kk: g.a_at(i, k0 + kk)  # noqa: E731
+    if str(g.a.buffer.dtype) != g.acc and _const(depth) is not None:
+        # op(A) converted once, laid out as A is so the copy reads it contiguously
+        shape = (depth, m) if g.ta else (m, depth)
+        conv = tirx.decl_buffer(shape, g.acc, "A_acc", scope="global")
+        if g.ta:
+            fill = _copy_loops(depth, m, blk.lanes, lambda kk, i: tirx.BufferStore(
+                conv, g.a_at(i, k0 + kk), [kk, i]))
+            a_at = lambda i, kk: tirx.BufferLoad(conv, [kk, i])  # noqa: E731
+        else:
+            fill = _copy_loops(m, depth, blk.lanes, lambda i, kk: tirx.BufferStore(
+                conv, g.a_at(i, k0 + kk), [i, kk]))
+            a_at = lambda i, kk: tirx.BufferLoad(conv, [i, kk])  # noqa: E731
+        stmts += [tirx.AllocBuffer(conv), fill]
+    if n >= blk.nr:
+        jo = tirx.Var("jo", "int32")
+        j0 = jo * blk.nr
+        if m >= 2 * blk.mr and _const(depth) is not None:
+            # op(B)'s depth x nr column panel, copied contiguously (and converted to the
+            # accumulator type) once, then read by every row block from L1.
+            panel = tirx.decl_buffer((_const(depth), blk.nr), g.acc, "B_panel", scope="global")
+            pack = _copy_loops(_const(depth), blk.nr, blk.lanes, lambda kk, c: tirx.BufferStore(
+                panel, g.b_at(k0 + kk, j0 + c), [kk, c]))
+            chunk = _Chunk(k0, depth, a_at, lambda kk, c: tirx.BufferLoad(panel, [kk, c]))
+            # while the row blocks run, the next panel (the next chunk's first after the
+            # last) comes into cache: its rows are far apart in a wide B and stall the pack
+            last = jo == n // blk.nr - 1
+            prefetch = _prefetch_panel(
+                g, tirx.Select(last, k0 + depth, k0), _const(depth),
+                tirx.Select(last, tirx.const(0, "int32"), j0 + blk.nr), blk.nr,
+                m // blk.rows_for(blk.nr // blk.lanes))
+            body = [pack, *_row_blocks(g, blk, chunk, m, j0, blk.nr, zero, prefetch)]
+            stmts.append(tirx.AllocBuffer(panel))
+        else:
+            chunk = _Chunk(k0, depth, a_at, lambda kk, c: g.b_at(k0 + kk, j0 + c))
+            body = _row_blocks(g, blk, chunk, m, j0, blk.nr, zero)
+        stmts.append(tirx.For(jo, 0, as_expr(n // blk.nr), tirx.ForKind.SERIAL, _seq(body)))
+    if n % blk.nr:
+        j0 = as_expr(n - n % blk.nr)
+        chunk = _Chunk(k0, depth, a_at, lambda kk, c: g.b_at(k0 + kk, j0 + c))
+        stmts.extend(_row_blocks(g, blk, chunk, m, j0, n % blk.nr, zero))
+    return _seq(stmts)
+
+
+def _blocked(g: _Gemm, m: int, n: int) -> tirx.Stmt:
+    blk = choose_blocking(m, n, g.acc_bits)
+    k = _const(g.k)
+    if k is None or k <= blk.kc:
+        return _chunk_body(g, blk, tirx.const(0, "int32"), g.k, m, n, g.clear)
+    stmts = []
+    if g.clear:  # the first chunk cannot zero C: later chunks accumulate onto it
+        stmts.append(_copy_loops(m, n, blk.lanes, lambda i, j: tirx.BufferStore(
+            g.c.buffer, tirx.const(0, g.acc), g.c_index(i, j))))
+    kb = tirx.Var("kb", "int32")
+    stmts.append(tirx.For(kb, 0, k // blk.kc, tirx.ForKind.SERIAL,
+                          _chunk_body(g, blk, kb * blk.kc, blk.kc, m, n, False)))
+    if k % blk.kc:
+        stmts.append(_chunk_body(g, blk, tirx.const(k - k % blk.kc, "int32"), k % blk.kc,
+                                 m, n, False))
+    return _seq(stmts)
 
 
 def _loop_nest(g: _Gemm) -> tirx.Stmt:

@@ -1,14 +1,22 @@
-"""CPU-specific phases after tile-op lowering: loops, memory scopes, block grid."""
+"""CPU-specific passes: GEMM K loops merged before tile-op lowering; after it, loops, memory
+scopes and the block grid."""
 
 from __future__ import annotations
 
+import math
 import os
 
 import tvm
 import tvm_ffi
+from tilewright.errors import TilewrightError
+from tilewright.ir import Region, decode, make_call
 from tilewright.transform import StmtMutator, prim_func_pass, rebuild_for
 from tvm import tirx
 from tvm.sym.pattern import detect_linear_equation
+
+from . import runtime
+from .blocking import k_unroll
+from .lowering_float8 import touches_float8
 
 LOOP_KEY = "tw.loop"
 VECTOR_LANES = 8
@@ -63,6 +71,7 @@ class _Loops(StmtMutator):
             return rebuild_for(stmt, annotations=annotations, kind=tirx.ForKind.UNROLLED)
         if kind != "parallel" or not self.vectorize or _has_loop(stmt.body) or \
                 _has_side_effects(stmt.body) or not _stores_vary(stmt.body, stmt.loop_var) or \
+                touches_float8(stmt.body) or \
                 not isinstance(stmt.extent, tirx.IntImm) or int(stmt.extent.value) % VECTOR_LANES:
             return rebuild_for(stmt, annotations=annotations)
         extent = int(stmt.extent.value)
@@ -137,12 +146,62 @@ def lower_scopes():
     return prim_func_pass("CPULowerScopes", run)
 
 
+STACK_BYTES = 1024  # TVM keeps a constant-size CPU allocation up to this size on the stack
+CLAIM = "tw_atomic_add_int32"  # the C runtime's atomic fetch-and-add
+
+
+def _claims_available() -> bool:
+    """Whether kernels may call the C runtime (built with the host C compiler)."""
+    try:
+        runtime.load()
+    except TilewrightError:
+        return False
+    return True
+
+
+def _hoist(rest: list) -> tuple[list, list]:
+    """Constant-size allocations nested in a block's statements too large for the stack (GEMM
+    panels, deeper tiles) taken out, to be made once per worker: TVM would otherwise allocate
+    them from its workspace pool at every iteration of the loops around them."""
+    hoisted = []
+
+    def take(stmt):
+        shape = [_const_int(d) for d in stmt.buffer.shape]
+        if str(stmt.buffer.scope()) != "global" or any(d is None for d in shape):
+            return stmt
+        if math.prod(shape) * tvm.DataType(str(stmt.buffer.dtype)).bits // 8 <= STACK_BYTES:
+            return stmt
+        hoisted.append(stmt)
+        return tirx.Evaluate(tirx.const(0, "int32"))
+
+    rest = [_flatten(tvm_ffi.structural_map(s, (tirx.AllocBuffer, take))) for s in rest]
+    return [s for s in rest if not _no_op(s)], hoisted
+
+
+def _bind_block(loops: list, block) -> list:
+    """``Bind`` statements giving each grid variable its value for the linear ``block``
+    index. The first grid dimension (``blockIdx.x``) varies fastest, as a GPU dispatches
+    blocks: kernels are written so that neighbours in x share data (the rows of A of a GEMM,
+    the keys and values of an attention head), which then stays in cache between blocks."""
+    binds, stride = [], None
+    for loop in loops:
+        value = block if stride is None else tirx.floordiv(block, stride)
+        binds.append(tirx.Bind(loop.loop_var, tirx.floormod(value, loop.extent)
+                               if loop is not loops[-1] else value))
+        stride = loop.extent if stride is None else stride * loop.extent
+    return binds
+
+
 def lower_blocks(workers: int | None = None):
     """The block grid becomes a parallel loop over ``workers`` CPU workers (the host's core
-    count by default), each running every ``workers``-th block in turn. The kernel's tiles are
-    allocated once per worker, not once per block: a large tile allocated per block costs a
-    fresh mapping and page faults every time. A function with several ``T.Kernel`` blocks
-    runs them one after the other, each lowered so."""
+    count by default). The workers share the blocks dynamically: each claims the next block
+    from a counter with an atomic increment when it finishes one, so a worker slowed by other
+    load on its core takes fewer blocks (where the C runtime cannot be built, worker ``w``
+    runs blocks ``w, w + workers, ...`` instead). The kernel's tiles, and the larger buffers
+    the tile ops' lowering made inside a block, are allocated once per worker, not once per
+    block: a large tile allocated per block costs a fresh mapping and page faults every time.
+    A function with several ``T.Kernel`` blocks runs them one after the other, each lowered
+    so."""
     workers = workers or os.cpu_count() or 1
 
     def lower_grid(stmt):
@@ -153,24 +212,32 @@ def lower_blocks(workers: int | None = None):
         if not loops:
             return None
         body = list(stmt.seq) if isinstance(stmt, tirx.SeqStmt) else [stmt]
-        tiles = [s for s in body if isinstance(s, tirx.AllocBuffer)]
-        rest = [s for s in body if not isinstance(s, tirx.AllocBuffer)]
+        rest, hoisted = _hoist([s for s in body if not isinstance(s, tirx.AllocBuffer)])
+        tiles = [s for s in body if isinstance(s, tirx.AllocBuffer)] + hoisted
         total = loops[0].extent
         for loop in loops[1:]:
             total = total * loop.extent
         total = tvm.sym.Analyzer().simplify(total)
         count = min(int(total.value), workers) if isinstance(total, tirx.IntImm) else workers
-        worker, step = tirx.Var("worker", "int32"), tirx.Var("step", "int32")
-        block = worker + step * count
-        binds, stride = [], None
-        for loop in reversed(loops):
-            value = block if stride is None else tirx.floordiv(block, stride)
-            binds.append(tirx.Bind(loop.loop_var, tirx.floormod(value, loop.extent)
-                                   if loop is not loops[0] else value))
-            stride = loop.extent if stride is None else stride * loop.extent
+        worker = tirx.Var("worker", "int32")
+        if _claims_available():
+            counter = tirx.decl_buffer((1,), "int32", "next_block", scope="global")
+            mine = tirx.decl_buffer((1,), "int32", "block", scope="global")
+            claim = tirx.BufferStore(mine, tirx.call_extern(
+                "int32", CLAIM, tirx.address_of(tirx.BufferLoad(counter, [0])),
+                tirx.const(1, "int32")), [0])
+            block = tirx.BufferLoad(mine, [0])
+            blocks = tirx.While(block < total, tirx.SeqStmt(
+                [*_bind_block(loops, block), *rest, claim]))
+            worker_body = tirx.SeqStmt([*tiles, tirx.AllocBuffer(mine), claim, blocks])
+            grid = tirx.For(worker, 0, count, tirx.ForKind.PARALLEL, worker_body,
+                            span=loops[0].span)
+            return tirx.SeqStmt([tirx.AllocBuffer(counter),
+                                 tirx.BufferStore(counter, tirx.const(0, "int32"), [0]), grid])
+        step = tirx.Var("step", "int32")
         steps = tirx.floordiv(total - worker + (count - 1), count)
-        per_block = tirx.For(step, 0, steps, tirx.ForKind.SERIAL,
-                             tirx.SeqStmt(list(reversed(binds)) + rest))
+        per_block = tirx.For(step, 0, steps, tirx.ForKind.SERIAL, tirx.SeqStmt(
+            _bind_block(loops, worker + step * count) + rest))
         worker_body = tirx.SeqStmt([*tiles, per_block]) if tiles else per_block
         return tirx.For(worker, 0, count, tirx.ForKind.PARALLEL, worker_body,
                         span=loops[0].span)
@@ -181,6 +248,271 @@ def lower_blocks(workers: int | None = None):
         if all(s is None for s in lowered):
             return func
         stmts = [new if new is not None else old for old, new in zip(stmts, lowered)]
-        return func.with_body(stmts[0] if len(stmts) == 1 else tirx.SeqStmt(stmts))
+        return func.with_body(_flatten(stmts[0] if len(stmts) == 1 else tirx.SeqStmt(stmts)))
 
     return prim_func_pass("CPULowerBlocks", run)
+
+
+# -- GEMM K loops --------------------------------------------------------------------------------
+def _const_int(x):
+    return int(x.value) if isinstance(x, tirx.IntImm) else x if isinstance(x, int) else None
+
+
+def _references(body) -> dict:
+    """How many loads and stores (region operands included) name each buffer."""
+    count: dict = {}
+
+    def add(buf):
+        count[buf] = count.get(buf, 0) + 1
+
+    tvm_ffi.structural_walk(body, [(tvm.ir.TensorLoad, lambda n: add(n.source)),
+                                   (tirx.BufferStore, lambda n: add(n.buffer))])
+    return count
+
+
+def _is_full(region: Region) -> bool:
+    return len(region.extents) == len(region.buffer.shape) and all(
+        _const_int(s) == 0 for s in region.starts) and all(
+        _const_int(e) is not None and _const_int(e) == _const_int(d)
+        for e, d in zip(region.extents, region.buffer.shape))
+
+
+class _KLoop:
+    """A K loop of a GEMM over staged tiles: ``for k: copy(.., A_s); copy(.., B_s);
+    gemm(A_s, B_s, C)`` in any order of the copies. ``staged`` maps the gemm's ``A`` and ``B``
+    to the copy that fills each; ``None`` when the loop has another shape."""
+
+    def __init__(self, loop: tirx.For, refs: dict):
+        self.loop = loop
+        body = list(loop.body.seq) if isinstance(loop.body, tirx.SeqStmt) else [loop.body]
+        calls = [decode(s) for s in body]
+        self.gemm = None
+        self.staged = None
+        if any(c is None or c.name not in ("copy", "gemm") for c in calls):
+            return
+        gemms = [c for c in calls if c.name == "gemm"]
+        copies = {c.operands["dst"].buffer: c for c in calls if c.name == "copy"}
+        if len(gemms) != 1 or len(copies) != len(calls) - 1 or gemms[0].attrs["clear_accum"]:
+            return
+        gemm = gemms[0]
+        staged = {}
+        for name in "AB":
+            region = gemm.operands[name]
+            copy = copies.get(region.buffer)
+            # the tile is filled whole by its copy, read whole by the gemm and named nowhere
+            # else in the function (so a deeper tile can replace it)
+            if copy is None or len(region.buffer.shape) != 2 or not _is_full(region) or \
+                    not _is_full(copy.operands["dst"]) or refs.get(region.buffer) != 2:
+                return
+            staged[name] = copy
+        written = {c.buffer for c in (gemm.operands["C"], *(c.operands["dst"] for c in
+                                                             copies.values()))}
+        if any(c.operands["src"].buffer in written for c in copies.values()) or \
+                len(copies) != 2 or gemm.operands["C"].buffer in copies:
+            return
+        self.gemm, self.staged = gemm, staged
+
+    def k_dim(self, name: str) -> int:
+        transposed = self.gemm.attrs["transpose_" + name]
+        return (0 if transposed else 1) if name == "A" else (1 if transposed else 0)
+
+
+def _deeper(buffer, dim: int, factor: int, dtype: str):
+    """A tile ``factor`` times deeper than ``buffer`` along ``dim``, and its whole region."""
+    shape = [int(d) for d in buffer.shape]
+    shape[dim] *= factor
+    deep = tirx.decl_buffer(shape, dtype, f"{buffer.name}_k{factor}", scope=buffer.scope())
+    return deep, Region.full(deep)
+
+
+def _staging_dtype(copy, acc: str) -> str:
+    """The staged tile's dtype, or the accumulator's when the tile only widens to it on the
+    way from the copy's source to the gemm (float16 -> float32, int8 -> int32): converting
+    once on the copy gives the gemm the same values as converting at each use."""
+    src, tile = str(copy.operands["src"].buffer.dtype), str(copy.operands["dst"].buffer.dtype)
+    a, t = tvm.DataType(acc), tvm.DataType(tile)
+    widens = a.bits >= t.bits and (str(a).startswith(("float", "bfloat")) ==
+                                   str(t).startswith(("float", "bfloat")))
+    return acc if src == tile and widens else tile
+
+
+def _at(region: Region, var, value) -> Region:
+    """``region`` with ``var`` replaced by ``value`` in its starts and extents."""
+    simplify = tvm.sym.Analyzer().simplify
+    return Region(region.buffer,
+                  tuple(simplify(_substitute(s, var, value)) for s in region.starts),
+                  tuple(simplify(_substitute(e, var, value)) for e in region.extents))
+
+
+def _contiguous(sources: list, src: Region, dst: Region, k_dim: int, depth: int):
+    """One source region covering ``sources`` when they follow each other along the source
+    dimension copied into the tile's K dimension ``k_dim`` (else None)."""
+    sdims = [d for d, e in enumerate(src.extents) if _const_int(e) != 1]
+    ddims = [d for d, e in enumerate(dst.extents) if _const_int(e) != 1]
+    if len(sdims) != len(ddims) or k_dim not in ddims:
+        return None
+    axis = sdims[ddims.index(k_dim)]
+    analyzer = tvm.sym.Analyzer()
+    first = sources[0]
+    for u, part in enumerate(sources):
+        for d, (a, b) in enumerate(zip(part.starts, first.starts)):
+            shift = u * depth if d == axis else 0
+            if _const_int(analyzer.simplify(a - b - shift)) != 0:
+                return None
+        if any(_const_int(analyzer.simplify(a - b)) != 0
+               for a, b in zip(part.extents, first.extents)):
+            return None
+    extents = list(first.extents)
+    extents[axis] = extents[axis] * len(sources)
+    return Region(first.buffer, first.starts, tuple(extents))
+
+
+def _merge_k(kl: _KLoop, factor: int, direct: dict):
+    """The loop with ``factor`` iterations merged into one deeper GEMM (and a loop for the
+    remainder), and the deeper tiles it stages (``direct`` names the operands read in place).
+    """
+    loop, gemm = kl.loop, kl.gemm
+    acc = str(gemm.operands["C"].buffer.dtype)
+    outer = tirx.Var(f"{loop.loop_var.name}_o", "int32")
+    body, deep, operands = [], {}, {"C": gemm.operands["C"]}
+    for name, copy in kl.staged.items():
+        src, dst = copy.operands["src"], copy.operands["dst"]
+        k_dim = kl.k_dim(name)
+        depth = int(dst.buffer.shape[k_dim])
+        sources = [_at(src, loop.loop_var, loop.min + outer * factor + u) for u in range(factor)]
+        whole = _contiguous(sources, src, dst, k_dim, depth)
+        if name in direct:
+            operands[name] = whole
+            continue
+        deep[name], operands[name] = _deeper(dst.buffer, k_dim, factor, _staging_dtype(copy, acc))
+        if whole is not None:  # one copy whose rows the hardware prefetcher can stream
+            body.append(make_call("copy", {"src": whole, "dst": operands[name]}, copy.attrs,
+                                  span=copy.span))
+            continue
+        for u, part in enumerate(sources):
+            starts = [0, 0]
+            starts[k_dim] = u * depth
+            body.append(make_call("copy", {"src": part, "dst": Region(
+                deep[name], tuple(starts), tuple(dst.extents))}, copy.attrs, span=copy.span))
+    body.append(make_call("gemm", operands, gemm.attrs, span=gemm.span))
+    trips = loop.extent
+    main = tirx.For(outer, 0, tirx.floordiv(trips, factor), tirx.ForKind.SERIAL,
+                    tirx.SeqStmt(body), annotations=dict(loop.annotations), span=loop.span)
+    if _const_int(trips) is not None and _const_int(trips) % factor == 0:
+        return main, deep, False
+    rest = tirx.Var(loop.loop_var.name, "int32")
+    tail = tirx.For(rest, 0, trips - tirx.floordiv(trips, factor) * factor, tirx.ForKind.SERIAL,
+                    _substitute(loop.body, loop.loop_var,
+                                loop.min + tirx.floordiv(trips, factor) * factor + rest),
+                    annotations=dict(loop.annotations), span=loop.span)
+    return tirx.SeqStmt([main, tail]), deep, True
+
+
+class _FuseK(StmtMutator):
+    """Rewrites the K loops :class:`_KLoop` recognises; ``allocs`` maps each staged tile
+    to the allocations that replace its own."""
+
+    def __init__(self, refs: dict):
+        super().__init__()
+        self.refs = refs
+        self.allocs: dict = {}
+
+    def visit_For(self, stmt):
+        stmt = super().visit_For(stmt)  # the analyser now knows this loop and its parents
+        if stmt.kind != tirx.ForKind.SERIAL or not isinstance(stmt.body, tirx.SeqStmt):
+            return stmt
+        kl = _KLoop(stmt, self.refs)
+        if kl.gemm is None:
+            return stmt
+        c = kl.gemm.operands["C"]
+        m, n = (_const_int(e) for e in c.extents[-2:])
+        depth = _const_int(kl.staged["A"].operands["dst"].buffer.shape[kl.k_dim("A")])
+        if m is None or n is None or depth is None:
+            return stmt
+        direct = self._direct(kl)
+        tiles = {name: copy.operands["dst"].buffer for name, copy in kl.staged.items()}
+        if len(direct) == 2:  # the whole loop is one GEMM on the operands in place
+            for tile in tiles.values():
+                self.allocs[tile] = []
+            return make_call("gemm", {**direct, "C": c}, kl.gemm.attrs, span=kl.gemm.span)
+        factor = k_unroll(_const_int(stmt.extent), depth, m, n,
+                          tvm.DataType(str(c.buffer.dtype)).bits)
+        if factor < 2:
+            return stmt
+        new, deep, keeps_tiles = _merge_k(kl, factor, direct)
+        for name, tile in tiles.items():
+            self.allocs[tile] = ([tirx.AllocBuffer(tile)] if keeps_tiles else []) + \
+                ([tirx.AllocBuffer(deep[name])] if name in deep else [])
+        return new
+
+    def _direct(self, kl: _KLoop) -> dict:
+        """The operands whose copy over every iteration reads one region, of the tile's dtype,
+        provably inside its buffer: the GEMM may read that region in place."""
+        trips = _const_int(kl.loop.extent)
+        if trips is None:
+            return {}
+        found = {}
+        for name, copy in kl.staged.items():
+            src, dst = copy.operands["src"], copy.operands["dst"]
+            if str(src.buffer.dtype) != str(dst.buffer.dtype):
+                continue
+            k_dim = kl.k_dim(name)
+            sources = [_at(src, kl.loop.loop_var, kl.loop.min + u) for u in range(trips)]
+            whole = _contiguous(sources, src, dst, k_dim, int(dst.buffer.shape[k_dim]))
+            if whole is not None and all(
+                    self.analyzer.can_prove(s >= 0) and self.analyzer.can_prove(s + e <= d)
+                    for s, e, d in zip(whole.starts, whole.extents, whole.buffer.shape)):
+                found[name] = whole
+        return found
+
+
+def fuse_gemm_k():
+    """A K loop that stages tiles of A and B with ``T.copy`` and multiplies them with one
+    ``T.gemm`` (the GPU GEMM's shape) is rewritten so the micro-kernel keeps C in registers
+    across a deep K instead of loading and storing it every ``block_K``:
+
+    - when every copy is a plain copy of a region provably inside its buffer, and the
+      iterations' regions follow each other, the loop becomes one GEMM that reads the whole
+      K extent in place (the micro-kernel does its own cache blocking);
+    - otherwise :func:`~tilewright_cpu.blocking.k_unroll` iterations run as one deeper GEMM:
+      the kernel's copies, with their bounds guards, fill tiles that many times deeper (in the
+      accumulator's type when they only widen to it; an operand that may be read in place
+      is), and a remainder of iterations runs as written."""
+
+    def run(func):
+        fuse = _FuseK(_references(func.body))
+        body = fuse.visit(func.body)
+        if not fuse.allocs:
+            return func
+
+        def place(stmt):
+            return _seq_of(fuse.allocs[stmt.buffer]) if stmt.buffer in fuse.allocs else stmt
+
+        return func.with_body(_flatten(tvm_ffi.structural_map(body, (tirx.AllocBuffer, place))))
+
+    return prim_func_pass("CPUFuseGemmK", run)
+
+
+def _no_op(stmt) -> bool:
+    return isinstance(stmt, tirx.Evaluate) and _const_int(stmt.value) == 0
+
+
+def _seq_of(stmts):
+    if not stmts:
+        return tirx.Evaluate(tirx.const(0, "int32"))
+    return stmts[0] if len(stmts) == 1 else tirx.SeqStmt(stmts)
+
+
+def _flatten(stmt):
+    """Nested sequences spliced into their parents (an allocation must sit in the sequence
+    whose statements use it), no-ops dropped from them."""
+
+    def splice(seq):
+        flat = []
+        for s in seq.seq:
+            flat.extend(s.seq if isinstance(s, tirx.SeqStmt) else [] if _no_op(s) else [s])
+        if len(flat) == len(seq.seq) and all(a.same_as(b) for a, b in zip(flat, seq.seq)):
+            return seq
+        return _seq_of(flat)
+
+    return tvm_ffi.structural_map(stmt, (tirx.SeqStmt, splice))
