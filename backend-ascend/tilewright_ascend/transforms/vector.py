@@ -6,7 +6,8 @@ The pass runs on kernels the ``portable`` phase converted (function attribute
 
 - 2-D UB tiles get their rows padded to 32 bytes, so every row starts on a 32-byte boundary
   (DataCopyPad rows, per-row vector instructions, WholeReduce repeat strides).
-- Global tensors read or written inside a ``T.Parallel`` nest are staged through UB tiles:
+- Global tensors read or written inside a ``T.Parallel`` nest are staged through UB tiles
+  (a store outside any nest is a nest of one element):
   a bounds-checked ``T.copy`` in before the nest, one out after it. A guard of the nest that
   only checks the global indices against the tensor's shape is dropped (the copies check the
   bounds); any other guard keeps the nest on the scalar unit.
@@ -142,6 +143,10 @@ class _Lowering:
         if isinstance(stmt, tirx.AttrStmt):
             return tirx.AttrStmt(stmt.node, stmt.attr_key, stmt.value, self.visit(stmt.body),
                                  span=stmt.span)
+        if isinstance(stmt, tirx.BufferStore):  # one element: a T.Parallel of extent 1
+            one = tirx.For(tirx.Var("e0", "int32"), 0, 1, tirx.ForKind.SERIAL, stmt,
+                           annotations={"tw.loop": "parallel"}, span=stmt.span)
+            return _seq(self.parallel(one))
         call = decode(stmt)
         if call is not None:
             family = call.name.split("_")[0] if call.name.startswith(("reduce_", "atomic_")) \
