@@ -47,8 +47,6 @@ KNOWN_FAILURES: tuple[KnownFailure, ...] = (
                  "(more than 8 of S_MTE3) for a kernel with 15 tile copies out", when="build"),
     KnownFailure("ascend", "atomic_prev-*", "has no atomic returning the previous value "
                  "(Ascend C SetAtomicAdd/Max/Min return nothing)", when="build"),
-    KnownFailure("ascend", "loops-*", "cannot place a T.alloc_var ('local.var': no Ascend "
-                 "memory could be inferred)", when="build"),
     KnownFailure("ascend", "reduce_then_store-int8-*", "refuses an int8 reduction (A2's "
                  "vector unit reduces float16 and float32)", when="build"),
     KnownFailure("ascend", "data_guard-*", "refuses an if on tile data inside T.Parallel ('a "
