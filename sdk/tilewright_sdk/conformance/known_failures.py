@@ -34,8 +34,6 @@ class KnownFailure:
 KNOWN_FAILURES: tuple[KnownFailure, ...] = (
     KnownFailure("ascend", "int_floordiv-*", "prints floordiv and floormod as C '/' and '%', "
                  "wrong for negative operands", fuzz=("negative_floordiv",)),
-    KnownFailure("ascend", "rebind-*", "refuses a kernel that rebinds a Python name to a "
-                 "second tile", when="build"),
     KnownFailure("ascend", "copy_views-*", "refuses a computed index of a global tensor in "
                  "T.Parallel (2 * j + 1, (c - s) % N: 'is not loop variable + offset') with a "
                  "RuntimeError", when="build", fuzz=("global_rotated_index",)),
