@@ -3,9 +3,9 @@ multi-buffering passes. Buffers are the IR's buffer objects (identity), never na
 
 A tile op's accesses come from its data path (:mod:`..facts.paths`) or, for the ops that are
 not copies, from the table below (a vector op's reads and writes are its schema's operand
-effects, so a scratch operand such as a reduction's ``work`` counts as written); a ``T.Parallel`` nest is vector work, a loop the scalar unit
-runs (:data:`..facts.keys.SCALAR_KEY`) scalar work; any other statement has the accesses of its
-children.
+effects, so a scratch operand such as a reduction's ``work`` counts as written); a
+``T.Parallel`` nest is vector work, a loop the scalar unit runs (:data:`..facts.keys.SCALAR_KEY`)
+scalar work; any other statement has the accesses of its children.
 """
 
 from __future__ import annotations

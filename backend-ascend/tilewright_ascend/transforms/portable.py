@@ -32,7 +32,6 @@ from .memory import PORTABLE_SCOPES
 from .split import Split
 
 
-
 def _block_loops(func):
     loops, body = [], func.body
     while isinstance(body, tirx.For) and body.kind == tirx.ForKind.THREAD_BINDING and \

@@ -32,11 +32,6 @@ class KnownFailure:
 
 
 KNOWN_FAILURES: tuple[KnownFailure, ...] = (
-    KnownFailure("ascend", "int_floordiv-*", "prints floordiv and floormod as C '/' and '%', "
-                 "wrong for negative operands", fuzz=("negative_floordiv",)),
-    KnownFailure("ascend", "copy_views-*", "refuses a computed index of a global tensor in "
-                 "T.Parallel (2 * j + 1, (c - s) % N: 'is not loop variable + offset') with a "
-                 "RuntimeError", when="build", fuzz=("global_rotated_index",)),
     KnownFailure("ascend", "gemm_layouts-*", "cannot T.fill a GEMM accumulator ('an accumulator "
                  "in L0C can only be cleared')", when="build"),
     KnownFailure("ascend", "unary_math-*", "has no vector or scalar form for some math "
@@ -47,8 +42,6 @@ KNOWN_FAILURES: tuple[KnownFailure, ...] = (
                  "(Ascend C SetAtomicAdd/Max/Min return nothing)", when="build"),
     KnownFailure("ascend", "reduce_then_store-int8-*", "refuses an int8 reduction (A2's "
                  "vector unit reduces float16 and float32)", when="build"),
-    KnownFailure("ascend", "data_guard-*", "refuses an if on tile data inside T.Parallel ('a "
-                 "scalar-unit branch on tile data')", when="build"),
     KnownFailure("cuda", "limits-bfloat16-*", "prints T.infinity('bfloat16') (a float32 "
                  "infinity cast) with the undefined identifier 'inff'", when="build"),
 )
