@@ -93,6 +93,15 @@ Lazy operator/(const A& a, const B& b) {
 }
 template <typename A, typename B, typename = std::enable_if_t<is_lazy<A> || is_lazy<B>>>
 Lazy operator%(const A& a, const B& b) { return Lazy{[=] { return std::fmod(val(a), val(b)); }, true}; }
+// bitwise operators and shifts of integers (>> of a negative value is arithmetic)
+#define TW_LAZY_INT_OP(OP)                                                                     \
+    template <typename A, typename B, typename = std::enable_if_t<is_lazy<A> || is_lazy<B>>>   \
+    Lazy operator OP(const A& a, const B& b) {                                                 \
+        return Lazy{[=] { return double(int64_t(val(a)) OP int64_t(val(b))); }, true};         \
+    }
+TW_LAZY_INT_OP(&) TW_LAZY_INT_OP(|) TW_LAZY_INT_OP(^) TW_LAZY_INT_OP(<<) TW_LAZY_INT_OP(>>)
+#undef TW_LAZY_INT_OP
+inline Lazy operator~(const Lazy& a) { return Lazy{[=] { return double(~int64_t(val(a))); }, true}; }
 inline Lazy operator-(const Lazy& a) { return Lazy{[=] { return -val(a); }, a.integral}; }
 template <typename T, typename U> auto cast(const U& u) {
     if constexpr (is_lazy<U>) return Lazy{[=] { return val(from_double<T>(val(u))); }, std::is_integral<T>::value};
@@ -174,6 +183,11 @@ template <typename T> struct LocalTensor {
         LocalTensor t = *this; t.off += i * sizeof(T); t.count = count > i ? count - i : 0; return t;
     }
     T* data() const { return reinterpret_cast<T*>(base + off); }
+    // the same bytes as another element type (LocalTensor::ReinterpretCast, kernel_tensor.h)
+    template <typename U> LocalTensor<U> ReinterpretCast() const {
+        LocalTensor<U> t; t.space = space; t.off = off; t.base = base;
+        t.count = uint32_t(uint64_t(count) * sizeof(T) / sizeof(U)); return t;
+    }
     uint64_t addr() const { return off; }
     uint32_t GetSize() const { return count; }
     tw_emu::Lazy GetValue(uint64_t i, TW_LINE) const { return tw_emu::get_value<T>(space, off + i * sizeof(T), data() + i, line); }

@@ -36,8 +36,6 @@ KNOWN_FAILURES: tuple[KnownFailure, ...] = (
                  "in L0C can only be cleared')", when="build"),
     KnownFailure("ascend", "unary_math-*", "has no vector or scalar form for some math "
                  "functions (T.log2 first)", when="build"),
-    KnownFailure("ascend", "int_arith-*", "automatic synchronisation runs out of event flags "
-                 "(more than 8 of S_MTE3) for a kernel with 15 tile copies out", when="build"),
     KnownFailure("ascend", "atomic_prev-*", "has no atomic returning the previous value "
                  "(Ascend C SetAtomicAdd/Max/Min return nothing)", when="build"),
     KnownFailure("ascend", "reduce_then_store-int8-*", "refuses an int8 reduction (A2's "
