@@ -6,11 +6,14 @@ The port is what a TileLang user would do by hand, and nothing more:
 
 - imports: ``import tilelang`` becomes ``import tilewright as tilelang``,
   ``tilelang.language`` / ``tilelang.X`` become ``tilewright.language`` / ``tilewright.X``;
-- CUDA tensors map to the CPU: the strings ``"cuda"`` / ``"cuda:0"`` become ``"cpu"``,
+- CUDA tensors map to the CPU: the strings ``"cuda"`` / ``"cuda:0"`` become ``"cpu"`` (not
+  the one in ``carver.arch.CUDA("cuda")``, which names the GPU a kernel is analysed for),
   ``target="cuda"`` becomes ``target="auto"``, and a small shim (``sitecustomize``) makes
   ``Tensor.cuda()`` a no-op, ``torch.cuda.synchronize`` / ``torch.cuda.Event`` work on the host,
   and ``torch.cuda.get_device_capability`` / ``get_device_properties`` (which some examples read
-  to pick a tiling) describe an sm_80-class device with the host's core count.
+  to pick a tiling) describe an sm_80-class device with the host's core count; for the
+  examples' own code (not for torch or tilewright) ``torch.cuda.is_available()`` is True, as
+  some examples refuse to pick a tiling without a device.
 
 Each example (a file with a ``__main__`` block, not a test or regression harness) runs as a
 script from a copy of its folder, with the sizes upstream gives it, under a timeout, with
@@ -24,25 +27,34 @@ reason, and is not run. The table gives each example's result and its error's fi
 - ``wrong``: its own check failed;
 - ``frontend error``: it stopped before a kernel was compiled (a missing name, a tracing error);
 - ``runtime error``: compiling or running the kernel failed;
-- ``timeout``: it did not finish within ``--timeout`` seconds;
+- ``missing dependency``: it imports a library that is not installed here (``einops``,
+  ``tqdm``: the ``test`` extra of tilewright installs them);
+- ``timeout``: it did not finish within ``--timeout`` seconds (its whole process group is
+  stopped);
 - ``not portable``: see above.
 
-``--json FILE`` writes the results; ``--only`` runs the examples whose path contains a text;
-``--logs DIR`` keeps each example's output.
+``--shrink`` runs the examples listed in :data:`SHRINK` with smaller problem sizes, given
+through the example's own command-line arguments (nothing in the example changes); the table
+marks them. ``--json FILE`` writes the results; ``--only TEXT`` (repeatable) runs the
+examples whose path contains one of the texts; ``--rerun FILE`` runs only the examples a former
+``--json`` file lists as verified (to check that another target agrees); ``--logs DIR`` keeps
+each example's output.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 # -- what makes an example not portable: (pattern in its source, reason) -----------------------
@@ -81,17 +93,71 @@ CHECKS = re.compile(r"\bassert\b|assert_close|assert_allclose|allclose|assert_si
                     r"\bcheck\w*\(|\bcompare\w*\(|max err", re.IGNORECASE)
 
 
+# --shrink: smaller problems through the example's own command-line arguments (upstream sizes
+# are a GPU's: attention over 4096-token sequences and 64 heads, GEMMs of 4096^3 and more)
+SHRINK = {
+    "attention_sink/example_gqa_sink_bwd_bhsd.py": ["--h", "8", "--n_ctx", "256", "--groups",
+                                                    "4", "--window_size", "64"],
+    "attention_sink/example_gqa_sink_bwd_varlen.py": ["--batch", "2", "--heads", "8", "--groups",
+                                                      "4", "--q_seqlen", "256", "--k_seqlen",
+                                                      "256"],
+    "attention_sink/example_gqa_sink_fwd_varlen.py": ["--batch", "2", "--heads", "8", "--groups",
+                                                      "4", "--q_seqlen", "256", "--k_seqlen",
+                                                      "256"],
+    "attention_sink/example_mha_sink_bwd_bhsd.py": ["--h", "2", "--n_ctx", "256"],
+    "attention_sink/example_mha_sink_fwd_bhsd.py": ["--batch", "1", "--heads", "2", "--seq_q",
+                                                    "256", "--seq_kv", "256"],
+    "blocksparse_gemm/example_blocksparse_gemm.py": ["--m", "256", "--n", "256", "--k", "256"],
+    "convolution/example_convolution.py": ["--n", "8", "--c", "64", "--h", "16", "--w", "16",
+                                           "--f", "64"],
+    "convolution/example_convolution_autotune.py": ["--n", "8", "--c", "64", "--h", "16", "--w",
+                                                    "16", "--f", "64"],
+    "deepseek_mla/amd/benchmark_mla_decode_amd_tilelang.py": ["--batch", "2", "--heads", "64",
+                                                              "--kv_ctx", "512"],
+    # its check is atol = rtol = 1e-4 on float16 outputs against a float16 reference: it holds
+    # for a long context (small attention weights), not for a short one
+    "deepseek_mla/example_mla_decode.py": ["--batch", "1", "--heads", "64", "--kv_ctx", "8192"],
+    "deepseek_mla/example_mla_decode_paged.py": ["--batch", "2", "--h_q", "64",
+                                                 "--cache_seqlen", "512"],
+    "deepseek_v4/sparse_attn_fwd_sm90.py": ["--h", "16", "--n_ctx", "128", "--n_kv", "512",
+                                            "--topk", "128"],
+    "elementwise/example_elementwise_add.py": ["--m", "1024", "--n", "1024"],
+    "flash_attention/example_gqa_bwd.py": ["--batch", "1", "--h", "8", "--n_ctx", "256",
+                                           "--groups", "4"],
+    "flash_attention/example_gqa_fwd_bshd.py": ["--heads", "8", "--seq_len", "256", "--groups",
+                                                "4"],
+    "flash_attention/example_mha_bwd_bhsd.py": ["--batch", "1", "--h", "4", "--n_ctx", "256"],
+    "flash_attention/example_mha_bwd_bshd.py": ["--batch", "1", "--h", "4", "--n_ctx", "256"],
+    "flash_attention/example_mha_fwd_bshd.py": ["--batch", "1", "--heads", "4", "--seq_len",
+                                                "256"],
+    "flash_decoding/example_gqa_decode.py": ["--heads", "16", "--groups", "4", "--kv_seqlen",
+                                             "1024"],
+    "flash_decoding/example_gqa_decode_varlen_logits.py": ["--q_heads", "16", "--kv_heads", "4",
+                                                           "--k_seqlen", "1024"],
+    "gemm/example_gemm_advanced_autotune.py": ["--m", "512", "--n", "512", "--k", "512"],
+    "gemm/example_gemm_autotune.py": ["--m", "512", "--n", "512", "--k", "512"],
+    "gemm/example_gemm_autotune_pass_configs.py": ["--m", "512", "--n", "512", "--k", "512"],
+    "gemm/example_gemm_persistent.py": ["--M", "512", "--N", "512", "--K", "512"],
+    "grouped_gemm/example_grouped_gemm_bwd.py": ["--batch_sizes", "64, 128", "--K", "256", "--M",
+                                                 "256"],
+    "grouped_gemm/example_grouped_gemm_fwd.py": ["--batch_sizes", "64, 128", "--K", "256", "--M",
+                                                 "256"],
+}
+
+
 @dataclass
 class Result:
     example: str
     result: str
     detail: str = ""
     seconds: float = 0.0
+    arguments: list = field(default_factory=list)
 
 
 # -- the mechanical port --------------------------------------------------------------------
 _IMPORTS = [
     (re.compile(r"^(\s*)import tilelang\s*$", re.M), r"\1import tilewright as tilelang"),
+    (re.compile(r"^(\s*)import tilelang as (\w+)", re.M), r"\1import tilewright as \2"),
     (re.compile(r"^(\s*)import tilelang\.([\w.]+) as (\w+)", re.M),
      r"\1import tilewright.\2 as \3"),
     (re.compile(r"^(\s*)import tilelang\.([\w.]+)\s*$", re.M),
@@ -100,7 +166,8 @@ _IMPORTS = [
 ]
 _DEVICES = [
     (re.compile(r"target\s*=\s*([\"'])cuda\1"), 'target="auto"'),
-    (re.compile(r"([\"'])cuda(:\d+)?\1"), r'\1cpu\1'),
+    # a device string, not the architecture that carver.arch.CUDA("cuda") describes
+    (re.compile(r"(?<!CUDA\()([\"'])cuda(:\d+)?\1"), r'\1cpu\1'),
 ]
 
 
@@ -115,6 +182,7 @@ def port_source(text: str) -> str:
 SHIM = '''\
 """Installed by tools/port_tilelang_examples.py: CUDA calls of the examples map to the host."""
 import os
+import sys
 import time
 
 import torch
@@ -124,8 +192,21 @@ torch.nn.Module.cuda = lambda self, *args, **kwargs: self
 torch.cuda.synchronize = lambda *args, **kwargs: None
 torch.cuda.current_device = lambda: "cpu"
 torch.cuda.empty_cache = lambda: None
-# examples that pick a tiling from the device see an sm_80-class device with the host's cores
+# examples that pick a tiling from the device see an sm_80-class device with the host's cores;
+# torch.cuda.is_available() is True for the examples' own code only (torch, tilewright and the
+# libraries they call see the machine as it is)
 torch.cuda.get_device_capability = lambda *args, **kwargs: (8, 0)
+torch.cuda.get_device_name = lambda *args, **kwargs: "host CPU"
+_EXAMPLES = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_available = torch.cuda.is_available
+
+
+def _is_available():
+    caller = sys._getframe(1).f_code.co_filename
+    return os.path.abspath(caller).startswith(_EXAMPLES + os.sep) or _available()
+
+
+torch.cuda.is_available = _is_available
 
 
 class _Properties:
@@ -184,7 +265,7 @@ def local_imports(path: Path, seen=None) -> list[Path]:
 NOT_EXAMPLES = ("autodd/",)
 
 
-def discover(examples: Path, only: str | None) -> list[Path]:
+def discover(examples: Path, only: list[str] | None) -> list[Path]:
     """Every example: a file with a ``__main__`` block that imports TileLang, not a test, a
     performance-regression harness or one of :data:`NOT_EXAMPLES`."""
     found = []
@@ -197,7 +278,7 @@ def discover(examples: Path, only: str | None) -> list[Path]:
         text = path.read_text(errors="replace")
         if "__main__" not in text or not re.search(r"^\s*(import|from)\s+tilelang", text, re.M):
             continue
-        if only and only not in rel:
+        if only and not any(text in rel for text in only):
             continue
         found.append(path)
     return found
@@ -220,10 +301,24 @@ def _error_line(output: str) -> str:
     return lines[-1][:200]
 
 
+_MISSING = re.compile(r"ModuleNotFoundError: No module named '(\w+)")
+
+
+# what examples print when a check fails without raising
+_FAILED = re.compile(r"^.*(❌|✗|Verification FAILED|Validation: FAILED|similarity check "
+                     r"failed).*$", re.M)
+
+
 def classify(rc: int, output: str, checked: bool) -> tuple[str, str]:
     if rc == 0:
+        failed = _FAILED.search(output)
+        if failed:
+            return "wrong", failed.group(0).strip()[:200]
         return ("verified", "") if checked else ("ran (no check)", "")
     line = _error_line(output)
+    missing = _MISSING.match(line)
+    if missing and missing.group(1) not in ("tilewright", "tilelang"):
+        return "missing dependency", line
     tail = output[output.rfind("Traceback"):] if "Traceback" in output else output
     if line.startswith("AssertionError") or _WRONG.search(line):
         return "wrong", line
@@ -237,8 +332,26 @@ def classify(rc: int, output: str, checked: bool) -> tuple[str, str]:
     return "runtime error", line
 
 
+def _run(argv: list, cwd: Path, env: dict, timeout: float) -> tuple[int | None, str]:
+    """(exit status or None on timeout, output). The example runs in a session of its own; on
+    timeout the whole session is stopped (an autotuner's or a compiler's children too)."""
+    with tempfile.TemporaryFile("w+", errors="replace") as out:
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                text=True, start_new_session=True)
+        try:
+            rc = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            rc = None
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        out.seek(0)
+        return rc, out.read()
+
+
 def run_one(path: Path, examples: Path, work: Path, target: str, timeout: float,
-            logs: Path | None) -> Result:
+            logs: Path | None, shrink: bool = False) -> Result:
     rel = str(path.relative_to(examples))
     helpers = local_imports(path)
     source = "\n".join(p.read_text(errors="replace") for p in [path, *helpers])
@@ -246,27 +359,20 @@ def run_one(path: Path, examples: Path, work: Path, target: str, timeout: float,
     if reason:
         return Result(rel, "not portable", reason)
     script = work / path.relative_to(examples)
+    arguments = SHRINK.get(rel, []) if shrink else []
     env = {**os.environ, "TILEWRIGHT_TARGET": target, "PYTHONUNBUFFERED": "1",
            "PYTHONPATH": os.pathsep.join([str(work / "_shim"), str(script.parent),
                                           os.environ.get("PYTHONPATH", "")])}
     start = time.monotonic()
-    try:
-        proc = subprocess.run([sys.executable, script.name], cwd=script.parent, env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              timeout=timeout, errors="replace", start_new_session=True)
-        rc, output = proc.returncode, proc.stdout
-    except subprocess.TimeoutExpired as exc:
-        out = exc.stdout or ""
-        output = out.decode(errors="replace") if isinstance(out, bytes) else out
-        rc = None
+    rc, output = _run([sys.executable, script.name, *arguments], script.parent, env, timeout)
     seconds = time.monotonic() - start
     if logs is not None:
         logs.mkdir(parents=True, exist_ok=True)
         (logs / (rel.replace("/", "__") + ".log")).write_text(output)
     if rc is None:
-        return Result(rel, "timeout", f"over {timeout:.0f} s", seconds)
+        return Result(rel, "timeout", f"over {timeout:.0f} s", seconds, arguments)
     result, detail = classify(rc, output, bool(CHECKS.search(source)))
-    return Result(rel, result, detail, seconds)
+    return Result(rel, result, detail, seconds, arguments)
 
 
 def prepare(examples: Path, work: Path) -> None:
@@ -280,16 +386,19 @@ def prepare(examples: Path, work: Path) -> None:
     (work / "_shim" / "sitecustomize.py").write_text(SHIM)
 
 
-ORDER = ("verified", "ran (no check)", "wrong", "frontend error", "runtime error", "timeout",
-         "not portable")
+ORDER = ("verified", "ran (no check)", "wrong", "frontend error", "runtime error",
+         "missing dependency", "timeout", "not portable")
 
 
 def table(results: list[Result]) -> str:
-    width = max([len(r.example) for r in results] + [7])
-    lines = [f"{'example':<{width}}  {'result':<15}  {'s':>6}  first line of the error / reason",
+    """The results, one row per example (``*``: run with the :data:`SHRINK` arguments), and
+    the counts."""
+    width = max([len(r.example) for r in results] + [7]) + 2
+    lines = [f"{'example':<{width}}  {'result':<18}  {'s':>6}  first line of the error / reason",
              "-" * (width + 60)]
     for r in results:
-        lines.append(f"{r.example:<{width}}  {r.result:<15}  {r.seconds:6.1f}  {r.detail}")
+        name = r.example + (" *" if r.arguments else "")
+        lines.append(f"{name:<{width}}  {r.result:<18}  {r.seconds:6.1f}  {r.detail}")
     counts = {k: sum(r.result == k for r in results) for k in ORDER}
     portable = len(results) - counts["not portable"]
     lines.append("")
@@ -299,6 +408,10 @@ def table(results: list[Result]) -> str:
         lines.append(f"portable: {portable}; ran to the end: {ok} ({100 * ok / portable:.0f}%), "
                      f"verified by their own checks: {counts['verified']} "
                      f"({100 * counts['verified'] / portable:.0f}%)")
+    shrunk = sum(bool(r.arguments) for r in results)
+    if shrunk:
+        lines.append(f"* {shrunk} example(s) ran with smaller sizes given through their own "
+                     "command-line arguments (--shrink)")
     return "\n".join(lines)
 
 
@@ -308,22 +421,35 @@ def main(argv=None) -> int:
                         help="a TileLang source tree (its examples/ folder is ported)")
     parser.add_argument("--target", default="cpu", help="cpu, interp, ... (what 'auto' means)")
     parser.add_argument("--timeout", type=float, default=300, help="seconds per example")
-    parser.add_argument("--only", help="run only examples whose path contains this text")
+    parser.add_argument("--only", action="append",
+                        help="run only examples whose path contains this text (repeatable)")
     parser.add_argument("--json", type=Path, help="write the results here")
     parser.add_argument("--logs", type=Path, help="keep each example's output in this folder")
+    parser.add_argument("--shrink", action="store_true",
+                        help="run the examples of SHRINK with smaller sizes, through their own "
+                             "command-line arguments")
+    parser.add_argument("--rerun", type=Path,
+                        help="run only the examples this former --json file lists as verified")
     args = parser.parse_args(argv)
     examples = args.checkout / "examples"
     if not examples.is_dir():
         parser.error(f"{examples} is not a folder: --checkout names a TileLang source tree")
+    paths = discover(examples, args.only)
+    if args.rerun:
+        verified = {r["example"] for r in json.loads(args.rerun.read_text())
+                    if r["result"] == "verified"}
+        paths = [p for p in paths if str(p.relative_to(examples)) in verified]
     results = []
     with tempfile.TemporaryDirectory(prefix="tw-port-") as tmp:
         work = Path(tmp) / "examples"
         prepare(examples, work)
-        for path in discover(examples, args.only):
-            result = run_one(path, examples, work, args.target, args.timeout, args.logs)
+        for path in paths:
+            result = run_one(path, examples, work, args.target, args.timeout, args.logs,
+                             args.shrink)
             results.append(result)
-            print(f"{result.example}: {result.result} ({result.seconds:.1f} s) {result.detail}",
-                  file=sys.stderr, flush=True)
+            shrunk = " (shrunk)" if result.arguments else ""
+            print(f"{result.example}{shrunk}: {result.result} ({result.seconds:.1f} s) "
+                  f"{result.detail}", file=sys.stderr, flush=True)
             if args.json:
                 args.json.write_text(json.dumps([asdict(r) for r in results], indent=1))
     print(table(results))

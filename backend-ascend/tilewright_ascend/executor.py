@@ -251,6 +251,20 @@ def _build_npu(source: GeneratedSource, ctx, workdir):
 
 
 def _load_npu(workdir, entry: str):
+    """The launcher of a bisheng-built library, written to be captured by ``torch.npu.graph``
+    (ACLGraph) as the CUDA launch path is by ``torch.cuda.graph``:
+
+    - the kernel goes on the current stream of the tensors' device (inside
+      ``torch.npu.graph``, the capturing stream), through the generated host function, which
+      is one ``<<<blocks, nullptr, stream>>>`` launch;
+    - no host synchronisation: the grid and the dynamic dimensions come from the tensors'
+      shapes on the host, nothing is read back from the device;
+    - no device allocation of its own: workspaces come from torch's caching allocator on that
+      stream (under capture, from the graph's private pool) and are zeroed by a kernel on it;
+    - the exception-dump descriptor is copied from the host at each launch, which a capture
+      cannot record: a kernel built with ``ascend.exception_dump`` refuses to be captured.
+
+    torch_npu is never imported here: the user imports it, which makes ``torch.npu``."""
     import torch  # torch_npu registers the device when imported by the user
 
     meta = json.loads((Path(workdir) / META).read_text())
@@ -258,7 +272,14 @@ def _load_npu(workdir, entry: str):
     launch = getattr(lib, f"{entry}_launch")
 
     def run(*tensors):
-        stream = torch.npu.current_stream().npu_stream  # type: ignore[attr-defined]
+        npu = torch.npu  # type: ignore[attr-defined]
+        device = tensors[0].device if tensors else None
+        if meta.get("exception_dump") and npu.is_current_stream_capturing():
+            raise TilewrightError(
+                f"kernel {meta['kernel']} was built with ascend.exception_dump, which copies a "
+                "descriptor from the host at every launch; a torch.npu.graph capture cannot "
+                "record that copy. Compile it without ascend.exception_dump to capture it")
+        stream = npu.current_stream(device).npu_stream
         run.workspaces = _workspaces(meta, tensors, 0.0)  # kept until the next launch
         tensors = (*tensors, *run.workspaces)
         dims = launch_dims(meta, tensors)

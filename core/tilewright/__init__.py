@@ -44,6 +44,9 @@ _LAZY = {
     "JITKernel": (".jit", "JITKernel"),
     "language": (".language", None),
     "autotune": (".autotuner", "autotune"),
+    # torch operators: tilewright.autograd.Function pairs a forward and a backward kernel
+    "autograd": (".torch_ops.autograd", None),
+    "torch_ops": (".torch_ops", None),
     "PassConfigKey": (".engine.passconfig", "NAMES"),
     "TensorSupplyType": (".utils.tensor", "TensorSupplyType"),
     "Profiler": (".profiler", "Profiler"),

@@ -387,3 +387,37 @@ def test_a_postponed_annotation_naming_a_local_of_the_factory_only_says_so():
                        r"name 'rows' is not defined \(the annotations are postponed strings: a "
                        r"name they use must be a global or also be used in the kernel's body\)"):
         postponed_kernels.annotation_only(64, 96, 64)
+
+
+def test_while_with_a_runtime_condition_on_a_backend_without_while_loops(fake_backends):
+    def k():
+        @T.prim_func
+        def main(A: T.Tensor((4,), "int32"), C: T.Tensor((4,), "int32")):
+            with T.Kernel(1):
+                x = T.alloc_var("int32", init=A[0])
+                while x > 1:  # while-line
+                    x = x // 2
+                C[0] = x
+        return main
+
+    with pytest.raises(tilewright.UnsupportedOpError) as info:
+        build(k, target="nogemm")
+    assert_at(info.value, "while-line", "'nogemm'", "'while' loop", "T.serial")
+
+
+def test_while_with_a_runtime_condition_cannot_break():
+    def k():
+        @T.prim_func
+        def main(A: T.Tensor((4,), "int32"), C: T.Tensor((4,), "int32")):
+            with T.Kernel(1):
+                x = T.alloc_var("int32", init=A[0])
+                while x > 1:  # while-break
+                    if x == 7:
+                        break
+                    x = x // 2
+                C[0] = x
+        return main
+
+    with pytest.raises(tilewright.KernelError) as info:
+        build(k)
+    assert_at(info.value, "while-break", "'break' or 'continue'", "compile time")

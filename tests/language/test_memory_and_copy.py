@@ -84,7 +84,7 @@ def test_eager_const_gemm_partial_tiles(dtype):
 
 @tilewright.jit(target="cpu")
 def eager_dynamic_scale(X, block=32):
-    M, N = T.dynamic("m"), T.dynamic("n")
+    M, N = T.dynamic("m, n")  # several names at once, as T.const takes them
     X: T.Tensor((M, N), T.float32)
     Y = T.empty((M, N), T.float32)
     with T.Kernel(T.ceildiv(M, block), threads=32) as bx:

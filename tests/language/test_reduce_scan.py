@@ -252,3 +252,51 @@ def test_reducer_integer_ops(op):
         want = {"bitand": want & col, "bitor": want | col, "bitxor": want ^ col,
                 "max": torch.maximum(want, col), "sum": want + col}[op]
     assert torch.equal(reducer_rows(6, 13, op, "int32")(a), want)
+
+
+@tilewright.jit(out_idx=[-1], target="cpu")
+def reducer_tilelang_style(M, N, op, bm=4, bn=8):
+    # TileLang's forms: T.clear / T.fill start the epoch, acc[i] += x, finalize then T.copy
+    @T.prim_func
+    def main(X: T.Tensor((M, N), "float32"), Y: T.Tensor((M,), "float32")):
+        with T.Kernel(T.ceildiv(M, bm)) as bx:
+            acc = T.alloc_reducer((bm,), "float32", op=op)
+            if op == "sum":
+                T.clear(acc)
+            else:
+                T.fill(acc, -1.0)
+            for k in T.serial(T.ceildiv(N, bn)):
+                for i, j in T.Parallel(bm, bn):
+                    if op == "sum":
+                        acc[i] += X[bx * bm + i, k * bn + j]
+                    else:
+                        T.reducer_update(acc[i], X[bx * bm + i, k * bn + j])
+            T.finalize_reducer(acc)
+            T.copy(acc, Y[bx * bm])
+    return main
+
+
+@pytest.mark.parametrize("op", ["sum", "max"])
+def test_reducer_in_tilelang_style(op):
+    a = rand(8, 16)
+    want = a.double().sum(1) if op == "sum" else a.double().amax(1).clamp(min=-1.0)
+    check(reducer_tilelang_style(8, 16, op)(a), want, k=16)
+
+
+def test_reducer_fill_other_than_identity_of_a_sum_and_copy_before_finalize():
+    def bad(what):
+        @T.prim_func
+        def main(X: T.Tensor((4,), "float32"), Y: T.Tensor((4,), "float32")):
+            with T.Kernel(1):
+                acc = T.alloc_reducer((4,), "float32", op="sum")
+                if what == "fill":
+                    T.fill(acc, 1.0)
+                else:
+                    T.clear(acc)
+                    T.copy(acc, Y)
+        return main
+
+    with pytest.raises(tilewright.KernelError, match="must use its identity"):
+        bad("fill")
+    with pytest.raises(tilewright.KernelError, match="is a reducer"):
+        bad("copy")

@@ -5,6 +5,7 @@ import pytest
 import tilewright
 import tilewright.language as T
 import torch
+from source_lines import Markers
 from tilewright.errors import KernelError
 
 
@@ -51,3 +52,195 @@ def test_kernel_blocks_cannot_nest_and_workspaces_come_first():
 
     with pytest.raises(KernelError, match="call it before 'with T.Kernel'"):
         late()
+
+
+# -- T.Parallel race check: TileLang's layernorm-backward accumulation ---------------------------
+def row_accumulate(rows, width, par_rows):
+    @T.prim_func
+    def main(X: T.Tensor((rows, width), "float32"), G: T.Tensor((width,), "float32")):
+        with T.Kernel(1):
+            x = T.alloc_fragment((par_rows, width), "float32")
+            acc = T.alloc_fragment((width,), "float32")
+            T.clear(acc)
+            for k in T.serial(rows // par_rows):
+                T.copy(X[k * par_rows, 0], x)
+                for i, j in T.Parallel(par_rows, width):
+                    acc[j] += x[i, j] * 2.0  # accumulate
+            T.copy(acc, G)
+
+    return main
+
+
+@pytest.mark.parametrize("target", ["cpu", "interp"])
+def test_parallel_axis_of_extent_one_accumulates_without_a_race(target):
+    # for i, j in T.Parallel(1, D): acc[j] += ...  -- one iteration of i, so no two
+    # iterations write acc[j]
+    kernel = tilewright.compile(row_accumulate(8, 16, 1), out_idx=[1], target=target)
+    x = torch.randn(8, 16)
+    torch.testing.assert_close(kernel(x), 2 * x.sum(0), rtol=1e-5, atol=1e-5)
+
+
+def test_parallel_axis_of_extent_two_accumulating_one_element_is_still_a_race():
+    with pytest.raises(KernelError, match="T.Parallel race: every iteration of i writes"):
+        row_accumulate(8, 16, 2)
+
+
+# -- fragments take the extents of the T.Parallel loop that indexes them (TileLang's layout) -----
+def sink_like(n=16, heads=2, shift=0):
+    @T.prim_func
+    def main(X: T.Tensor((n,), "float32"), S: T.Tensor((heads,), "float32"),
+             C: T.Tensor((n,), "float32")):
+        with T.Kernel(1):
+            sinks = T.alloc_fragment((heads,), "float32")
+            for i in T.Parallel(n):
+                sinks[i + shift] = S[1]  # widened
+            for i in T.Parallel(n):
+                C[i] = X[i] + sinks[i]
+
+    return main
+
+
+@pytest.mark.parametrize("target", ["cpu", "interp"])
+def test_fragment_indexed_by_a_parallel_loop_takes_its_extent(target, caplog):
+    # TileLang's attention-sink backward writes block_M values into alloc_fragment([heads]):
+    # on a GPU the fragment takes the loop's layout, so each iteration has its own element
+    with caplog.at_level("WARNING", logger="tilewright"):
+        kernel = tilewright.compile(sink_like(), out_idx=[2], target=target)
+    assert "fragment sinks is declared with shape (2,)" in caplog.text
+    assert f"test_tilelang_gaps.py:{Markers(__file__).line_of('widened')}" in caplog.text
+    assert "over (16,)" in caplog.text
+    x, s = torch.randn(16), torch.randn(2)
+    torch.testing.assert_close(kernel(x, s), x + s[1])
+
+
+def test_fragment_indexed_past_its_end_otherwise_is_still_an_error():
+    with pytest.raises(KernelError, match="leaves tile sinks"):
+        tilewright.compile(sink_like(shift=1), out_idx=[2], target="cpu")
+
+
+# -- while with a run-time condition --------------------------------------------------------------
+def collatz_steps(n=10):
+    @T.prim_func
+    def main(A: T.Tensor((n,), "int32"), C: T.Tensor((n,), "int32")):
+        with T.Kernel(n) as bx:
+            x = T.alloc_var("int32", init=A[bx])
+            steps = T.alloc_var("int32", init=0)
+            while x != 1:
+                if x % 2 == 0:
+                    x = x // 2
+                else:
+                    x = 3 * x + 1
+                steps = steps + 1
+            C[bx] = steps
+
+    return main
+
+
+def stream_k_like(n=64, chunk=16):
+    # tile ops and a pipelined loop inside a run-time while, as in TileLang's stream-K GEMM
+    @T.prim_func
+    def main(A: T.Tensor((n,), "float32"), L: T.Tensor((1,), "int32"),
+             C: T.Tensor((chunk,), "float32")):
+        with T.Kernel(1):
+            start = T.alloc_fragment((1,), "int32", "local")
+            s = T.alloc_shared((chunk,), "float32")
+            acc = T.alloc_fragment((chunk,), "float32")
+            T.clear(acc)
+            start[0] = 0
+            while start[0] < L[0]:
+                for k in T.Pipelined(1, num_stages=1):
+                    T.copy(A[start[0] + k * chunk], s)
+                for i in T.Parallel(chunk):
+                    acc[i] += s[i]
+                start[0] = start[0] + chunk
+            T.copy(acc, C)
+
+    return main
+
+
+@pytest.mark.parametrize("target", ["cpu", "interp"])
+def test_while_with_a_runtime_condition(target):
+    steps = tilewright.compile(collatz_steps(), out_idx=[1], target=target)
+    a = torch.arange(1, 11, dtype=torch.int32)
+    assert steps(a).tolist() == [0, 1, 7, 2, 5, 8, 16, 3, 19, 6]
+    sums = tilewright.compile(stream_k_like(), out_idx=[2], target=target)
+    a = torch.randn(64)
+    torch.testing.assert_close(sums(a, torch.tensor([48], dtype=torch.int32)),
+                               a[:48].reshape(3, 16).sum(0), rtol=1e-5, atol=1e-5)
+
+
+# -- outputs the JIT allocates ----------------------------------------------------------------
+def first_rows(n, rows):
+    @T.prim_func
+    def main(A: T.Tensor((n, 4), "float32"), L: T.Tensor((1,), "int32"),
+             B: T.Tensor((n, 4), "float32")):
+        with T.Kernel(1):
+            for i, j in T.Parallel(n, 4):
+                if i < L[0]:
+                    B[i, j] = A[i, j]
+
+    return main
+
+
+@pytest.mark.parametrize("target", ["cpu", "interp"])
+def test_output_elements_a_kernel_leaves_unwritten_are_zero(target):
+    # TileLang's varlen examples write only rows below each sequence's length and read the
+    # rest later under a mask: garbage there (a NaN) would poison the masked products
+    kernel = tilewright.compile(first_rows(64, 3), out_idx=[2], target=target)
+    for _ in range(3):  # a fresh allocation every call, whatever the allocator hands back
+        a = torch.randn(64, 4)
+        b = kernel(a, torch.tensor([5], dtype=torch.int32))
+        torch.testing.assert_close(b[:5], a[:5])
+        assert not b[5:].any()
+
+
+# -- bounds: a loop over a length read at run time -------------------------------------------
+def running_max_per_block(n, block, blocks):
+    @T.prim_func
+    def main(X: T.Tensor((n,), "float32"), L: T.Tensor((1,), "int32"),
+             S: T.Tensor((blocks,), "float32")):
+        with T.Kernel(1):
+            tile = T.alloc_fragment((block,), "float32")
+            m = T.alloc_fragment((1,), "float32")
+            seen = T.alloc_shared((1, blocks), "float32")
+            T.fill(seen, 0.0)
+            for k in T.serial(T.ceildiv(L[0], block)):  # in range only because L[0] <= n
+                T.copy(X[k * block:(k + 1) * block], tile)
+                T.reduce_max(tile, m, dim=0)
+                T.copy(m, seen[:, k])
+            T.copy(seen[0, :], S)
+
+    return main
+
+
+@pytest.mark.parametrize("target", ["cpu", "interp"])
+def test_tile_region_indexed_by_a_loop_over_a_run_time_length(target):
+    # TileLang's varlen decoding writes S_shared[:, k] for k below a length read from a tensor:
+    # the analysis cannot bound k (only its type's range), so it is no compile-time error
+    kernel = tilewright.compile(running_max_per_block(64, 16, 4), out_idx=[2], target=target)
+    x = torch.randn(64)
+    s = kernel(x, torch.tensor([40], dtype=torch.int32))
+    torch.testing.assert_close(s[:3], x[:48].view(3, 16).max(1).values)
+    assert not s[3:].any()
+
+
+# -- a T.alloc_var as a region start ---------------------------------------------------------
+def pick_row(rows, n):
+    @T.prim_func
+    def main(A: T.Tensor((rows, n), "float32"), I: T.Tensor((1,), "int32"),
+             C: T.Tensor((n,), "float32")):
+        with T.Kernel(1):
+            row = T.alloc_var("int32")
+            row = I[0]
+            s = T.alloc_shared((1, n), "float32")
+            T.copy(A[row, 0:n], s)  # TileLang's grouped GEMM picks its batch so
+            T.copy(s[0, :], C)
+
+    return main
+
+
+@pytest.mark.parametrize("target", ["cpu", "interp"])
+def test_alloc_var_as_a_region_start(target):
+    kernel = tilewright.compile(pick_row(5, 16), out_idx=[2], target=target)
+    a = torch.randn(5, 16)
+    torch.testing.assert_close(kernel(a, torch.tensor([3], dtype=torch.int32)), a[3])

@@ -4,6 +4,7 @@ import builtins
 
 import pytest
 import tilewright
+import torch
 from profiler_kernels import eager_scale, scaled_copy
 from tilewright.autotuner import tuner
 from tilewright.errors import ConfigError, TilewrightError
@@ -123,8 +124,6 @@ def test_call_sets_every_tuned_parameter_or_none():
 def test_decorator_misuse():
     with pytest.raises(ConfigError, match="put @autotune above @tilewright.jit"):
         tilewright.autotune(configs=[{"block": 1}])(lambda block: block)
-    with pytest.raises(ConfigError, match="needs a kernel factory.*eager_scale is an eager"):
-        tilewright.autotune(configs=[{"block": 32}])(eager_scale)
     with pytest.raises(ConfigError, match="unknown autotune executor 'dask'"):
         tilewright.autotune(configs=[{"block": 32}], executor="dask")(scaled_copy)
     with pytest.raises(ConfigError, match="workers must be a positive integer"):
@@ -212,3 +211,32 @@ def test_cache_clear_forgets_tuning_records(cache_dir):
     assert list((cache_dir / "autotuner").glob("*.json"))
     DiskCache().clear()
     assert not (cache_dir / "autotuner").exists()
+
+
+# -- eager kernels and configs as a callable (TileLang's forms) ----------------------------------
+def test_eager_kernel_call_tunes_on_its_tensors_and_returns_the_outputs():
+    tuned = tilewright.autotune(configs=[{"block": 32}, {"block": 128}], reference=_identity,
+                                progress=False, **FAST)(eager_scale)
+    x = torch.randn(200)
+    torch.testing.assert_close(tuned(x), x)
+    assert {row["config"]["block"] for row in tuned.last_result.rows} == {32, 128}
+    assert tuned.last_result.best_config in ({"block": 32}, {"block": 128})
+    torch.testing.assert_close(tuned(x, block=16), x)  # explicit config: no search
+
+
+def test_eager_kernel_compile_by_const_values_with_given_inputs():
+    seen = []
+
+    def configs(*args, **kwargs):  # TileLang passes the call's arguments
+        seen.append(kwargs)
+        return [{"block": 64}, {"block": 256}]
+
+    tuned = tilewright.autotune(configs=configs, progress=False, **FAST)(eager_scale)
+    x = torch.randn(300)
+    with tilewright.autotuner.set_autotune_inputs(x):
+        kernel = tuned.compile(N=300)
+    assert seen == [{"N": 300}]
+    assert kernel.config in ({"block": 64}, {"block": 256}) and kernel.latency > 0
+    torch.testing.assert_close(kernel(x), x)
+    explicit = tuned.compile(N=300, block=32)
+    assert not hasattr(explicit, "autotune_result")

@@ -116,12 +116,12 @@ def test_a_constant_index_past_the_end_is_a_compile_error():
 
 
 def test_a_store_that_leaves_its_tile_is_a_compile_error():
-    # what TileLang's attention-sink backward example did: a fragment of `heads` elements
-    # written with block_M elements, overwriting its neighbours on the CPU
+    # a shared tile of 4 elements written with 16 (a fragment indexed by exactly the loop's
+    # variables takes the loop's extents instead, as TileLang's layout inference gives it)
     @T.prim_func
     def main(A: T.Tensor((64,), "float32"), C: T.Tensor((4,), "float32")):
         with T.Kernel(1) as bx:
-            sinks = T.alloc_fragment((4,), "float32")
+            sinks = T.alloc_shared((4,), "float32")
             for i in T.Parallel(16):
                 sinks[i] = A[i]  # the line
             T.copy(sinks, C)

@@ -7,6 +7,7 @@ executors and exported bundles use. The text edits TVM leaves no way around are 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import tvm
@@ -70,7 +71,23 @@ def device_kernel(gvar, func, target):
     kernels = list(dev_mod.functions.items())
     if len(kernels) != 1:
         raise KernelError(f"CUDA codegen expected one device kernel, got {len(kernels)}")
-    return dev_target, dev_mod, kernels[0]
+    (kernel_gvar, kernel), = kernels
+    kernel = printable_constants(kernel)
+    dev_mod = tvm.IRModule({kernel_gvar: kernel}, attrs=dev_mod.attrs)
+    return dev_target, dev_mod, (kernel_gvar, kernel)
+
+
+def printable_constants(func):
+    """``func`` with each non-finite bfloat16 constant written as the float32 constant converted
+    to bfloat16: TVM's CUDA printer writes the former as ``inff``/``nanf`` (T.infinity of
+    bfloat16, which does not compile) and the latter as ``CUDART_INF_F``/``CUDART_NAN_F``."""
+
+    def visit(c):
+        if str(c.ty) == "bfloat16" and not math.isfinite(c.value):
+            return tirx.Cast("bfloat16", tirx.FloatImm("float32", c.value))
+        return c
+
+    return tvm_ffi.structural_map(func, (tirx.FloatImm, visit))
 
 
 def generate(mod: tvm.IRModule, ctx) -> GeneratedSource:

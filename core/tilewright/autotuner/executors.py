@@ -32,7 +32,7 @@ RAY_GRACE = 300.0
 
 
 class JitSpec:
-    """A ``@jit`` kernel factory as a child process or a Ray task receives it: the function
+    """A ``@jit`` kernel as a child process or a Ray task receives it: the function
     and every option it was made with (the arguments of ``JITFunction``, which keeps each
     under its own name), without the compiled kernels the tuning process holds."""
 
@@ -47,11 +47,13 @@ class JitSpec:
         return {"options": self.options, "_jit": None}
 
     def __call__(self, *args, **kwargs):
+        """The compiled kernel (an eager kernel is compiled, not run)."""
         if self._jit is None:
             from ..jit import JITFunction
 
             self._jit = JITFunction(**self.options)
-        return self._jit(*args, **kwargs)
+        return self._jit(*args, **kwargs) if self._jit.factory else \
+            self._jit.compile(*args, **kwargs)
 
 
 def default_workers() -> int:

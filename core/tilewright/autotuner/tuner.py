@@ -1,7 +1,13 @@
 """``@tilewright.autotune``: search compile-time parameters of a ``@tilewright.jit`` kernel.
 
-The decorated kernel is a factory; the configs set some of its parameters, the call supplies
-the others. The first call with a given key compiles every config (in parallel), measures
+The configs set some of the kernel's parameters, the call supplies the others; ``configs`` may
+also be a callable that receives the call's arguments and returns the list (TileLang's form).
+For a kernel factory the call returns the tuned kernel. For an eager kernel, a call with
+tensors tunes on (copies of) those tensors and then runs the tuned kernel on them, returning
+its outputs; ``.compile(...)`` (``T.const`` values by name) returns the tuned kernel. A call
+that sets every tuned parameter itself uses that config without searching.
+
+The first call with a given key compiles every config (in parallel), measures
 the ones that compiled, checks them against ``reference`` when one is given, prints the table
 and returns the fastest kernel. The result is kept in memory and on disk
 (``<cache>/autotuner/<key>.json``), keyed by the tilewright version, the kernel's source,
@@ -30,6 +36,7 @@ from dataclasses import dataclass, field
 
 from .. import __version__
 from ..errors import ConfigError, TilewrightError
+from ..language.kernel import eager_consts
 from ..utils.tensor import get_tensor_supply
 from . import record
 from .executors import EXECUTORS, default_workers, import_ray, run_ray, search_local
@@ -125,6 +132,10 @@ class _Progress:
                   f"{time.perf_counter() - self.start:.1f} s", file=self.stream)
 
 
+def _is_tensor(value) -> bool:
+    return hasattr(value, "data_ptr") and hasattr(value, "shape")
+
+
 def _source(obj) -> str | None:
     if obj is None:
         return ""
@@ -141,7 +152,7 @@ def _cache_dir():
 
 
 class AutoTuner:
-    """What ``@autotune`` returns: call it like the kernel factory, minus the tuned keys."""
+    """What ``@autotune`` returns: call it like the kernel, minus the tuned keys."""
 
     def __init__(self, jit_fn, configs, warmup=25, rep=100, timer="wall", reference=None,
                  supply=None, rtol=None, atol=None, max_mismatch_ratio=None,
@@ -152,11 +163,8 @@ class AutoTuner:
         if not isinstance(jit_fn, JITFunction):
             raise ConfigError("@autotune decorates a @tilewright.jit kernel; put @autotune "
                               "above @tilewright.jit")
-        if not jit_fn.factory:
-            raise ConfigError(f"@autotune needs a kernel factory (a function returning a "
-                              f"@T.prim_func); {jit_fn.fn.__name__} is an eager kernel")
         self.jit_fn = jit_fn
-        self.configs = self._validate(configs)
+        self.configs = configs if callable(configs) else self._validate(configs)
         if executor not in EXECUTORS:
             raise ConfigError(f"unknown autotune executor {executor!r}; choose one of "
                               f"{', '.join(EXECUTORS)}")
@@ -195,10 +203,18 @@ class AutoTuner:
                                   f"its parameters are {', '.join(params)}")
         return configs
 
-    def _bind(self, args, kwargs) -> None:
-        """The call must not set a tuned parameter, and with any config must bind."""
+    def _configs_for(self, args, kwargs) -> list[dict]:
+        """The configs of this call: the list, or what the callable returns for the call's
+        arguments (as TileLang calls it)."""
+        if not callable(self.configs):
+            return self.configs
+        return self._validate(self.configs(*args, **kwargs))
+
+    def _bind(self, configs, args, kwargs, partial: bool = False) -> None:
+        """The call must not set a tuned parameter, and with any config must bind (``partial``:
+        leave out parameters, the tensors of an eager call)."""
         signature = inspect.signature(self.jit_fn.fn)
-        tuned = {k for c in self.configs for k in c}
+        tuned = {k for c in configs for k in c}
         try:
             given = signature.bind_partial(*args, **kwargs).arguments
         except TypeError as exc:
@@ -207,15 +223,16 @@ class AutoTuner:
         if both:
             raise ConfigError(f"{self.__name__}: {', '.join(both)} is set both by the call and "
                               "by the autotune configs; leave tuned parameters out of the call")
-        for n, config in enumerate(self.configs):
+        for n, config in enumerate(configs):
             try:
-                signature.bind(*args, **kwargs, **config)
+                (signature.bind_partial if partial else signature.bind)(*args, **kwargs,
+                                                                        **config)
             except TypeError as exc:
                 raise ConfigError(f"{self.__name__}: config {n} {config} with this call: "
                                   f"{exc}") from None
 
     # -- keys and caches --------------------------------------------------------------
-    def _key(self, args, kwargs) -> str | None:
+    def _key(self, configs, args, kwargs) -> str | None:
         from ..engine import resolve_target
 
         target, backend = resolve_target(self.jit_fn.target)
@@ -223,7 +240,7 @@ class AutoTuner:
         if any(s is None for s in sources):
             return None  # a callable without source has no stable identity
         parts = {
-            "tilewright": __version__, "sources": sources, "configs": self.configs,
+            "tilewright": __version__, "sources": sources, "configs": configs,
             "args": repr(args), "kwargs": repr(sorted(kwargs.items())),
             "backend": backend.name, "backend_version": backend.version, "target": str(target),
             "out_idx": repr(self.jit_fn.out_idx), "pass_configs": repr(self.jit_fn.pass_configs),
@@ -233,10 +250,10 @@ class AutoTuner:
         text = json.dumps(parts, sort_keys=True, default=repr)
         return hashlib.sha256(text.encode()).hexdigest()
 
-    def _load(self, key: str) -> AutotuneResult | None:
+    def _load(self, key: str, configs) -> AutotuneResult | None:
         path = _cache_dir() / f"{key}.json"
         try:
-            fields = record.check(path.read_text(), self.configs)
+            fields = record.check(path.read_text(), configs)
         except FileNotFoundError:
             return None
         except (OSError, UnicodeDecodeError, record.RecordError) as exc:
@@ -253,29 +270,61 @@ class AutoTuner:
         tmp.write_text(json.dumps(result.to_json(), indent=1, default=repr))
         os.replace(tmp, folder / f"{key}.json")
 
-    # -- the search -------------------------------------------------------------------
-    def _explicit(self, args, kwargs) -> bool:
+    # -- the calls --------------------------------------------------------------------
+    def _explicit(self, configs, args, kwargs) -> bool:
         """Whether the call sets every tuned parameter itself: then, as in TileLang, it names
         the config and nothing is searched."""
-        tuned = {k for c in self.configs for k in c}
-        given = inspect.signature(self.jit_fn.fn).bind_partial(*args, **kwargs).arguments
-        return bool(tuned) and tuned <= set(given)
+        tuned = {k for c in configs for k in c}
+        params = inspect.signature(self.jit_fn.fn).parameters
+        given = {k for k in kwargs if k in params} | set(list(params)[:len(args)])
+        return bool(tuned) and tuned <= given
 
     def __call__(self, *args, **kwargs):
-        if self._explicit(args, kwargs):
+        configs = self._configs_for(args, kwargs)
+        if self._explicit(configs, args, kwargs):
             return self.jit_fn(*args, **kwargs)
-        self._bind(args, kwargs)
-        key = self._key(args, kwargs) if self.cache else None
+        if self.jit_fn.factory:
+            self._bind(configs, args, kwargs)
+            return self._tuned(configs, args, kwargs)
+        # an eager call: tune on copies of its tensors, then run the best kernel on them
+        bound = inspect.signature(self.jit_fn.fn).bind_partial(*args, **kwargs).arguments
+        tensors = {k: v for k, v in bound.items() if _is_tensor(v)}
+        static = {k: v for k, v in bound.items() if k not in tensors}
+        self._bind(configs, (), static, partial=True)
+        consts = eager_consts(self.jit_fn.fn, {**static, **configs[0]}, tensors)
+
+        def supply(kernel):
+            return [tensors[p.name].clone() for p in kernel.signature.inputs]
+
+        kernel = self._tuned(configs, (), {**static, **consts}, supply)
+        return kernel(*[tensors[p.name] for p in kernel.signature.inputs])
+
+    def compile(self, *args, **kwargs):
+        """The tuned kernel, compiled and not run: a factory's arguments, or an eager kernel's
+        compile-time arguments and ``T.const`` values by name (its inputs are generated, or
+        given by ``set_autotune_inputs``)."""
+        if self.jit_fn.factory:
+            return self(*args, **kwargs)
+        configs = self._configs_for(args, kwargs)
+        if self._explicit(configs, args, kwargs):
+            return self.jit_fn.compile(*args, **kwargs)
+        return self._tuned(configs, args, kwargs)
+
+    def _tuned(self, configs, args, kwargs, supply=None):
+        """The best config's kernel for these compile arguments: from memory, from the tuning
+        record on disk, or by searching."""
+        key = self._key(configs, args, kwargs) if self.cache else None
         if key is not None and key in _MEMORY:
             self.last_result, kernel = _MEMORY[key]
             return kernel
-        result = self._load(key) if key is not None else None
+        result = self._load(key, configs) if key is not None else None
         if result is None:
-            result = self.search(args, kwargs)
+            result = self.search(args, kwargs, configs, supply)
             result.key = key or ""
             if key is not None:
                 self._store(key, result)
-        kernel = self.jit_fn(*args, **kwargs, **result.best_config)
+        build = self.jit_fn if self.jit_fn.factory else self.jit_fn.compile
+        kernel = build(*args, **kwargs, **result.best_config)
         kernel.autotune_result = result
         # TileLang's names for the outcome
         kernel.config, kernel.latency = result.best_config, result.best_latency_ms
@@ -284,14 +333,17 @@ class AutoTuner:
             _MEMORY[key] = (result, kernel)
         return kernel
 
-    def search(self, args, kwargs) -> AutotuneResult:
-        """Compile and measure every config; never reads or writes the tuning cache."""
+    def search(self, args, kwargs, configs=None, supply=None) -> AutotuneResult:
+        """Compile and measure every config (of this call: ``configs``, measured on the
+        inputs ``supply(kernel)`` makes, the decorator's ``supply`` and
+        ``set_autotune_inputs`` first); never reads or writes the tuning cache."""
         from ..engine import resolve_target
 
+        configs = self._configs_for(args, kwargs) if configs is None else configs
         start = time.perf_counter()
         rtol, atol, ratio, length = self.tolerances
         measurer = Measurer(self.warmup, self.rep, self.timer, self.reference,
-                            self.supply or _given_inputs(), rtol, atol, ratio, length)
+                            self.supply or _given_inputs() or supply, rtol, atol, ratio, length)
         bars = {}
 
         def progress(stage: str, total: int) -> _Progress:
@@ -301,10 +353,10 @@ class AutoTuner:
 
         if self.executor == "ray":
             _, backend = resolve_target(self.jit_fn.target)
-            outcomes = run_ray(self.jit_fn, args, kwargs, self.configs, measurer, backend,
+            outcomes = run_ray(self.jit_fn, args, kwargs, configs, measurer, backend,
                                self.limits, progress, self.ray_address)
         else:
-            outcomes = search_local(self.jit_fn, args, kwargs, self.configs, measurer,
+            outcomes = search_local(self.jit_fn, args, kwargs, configs, measurer,
                                     self.limits, self.workers or default_workers(), progress)
         result = self._finish(outcomes, time.perf_counter() - start)
         result.compile_seconds = bars["compiling"].elapsed
@@ -346,8 +398,9 @@ def autotune(fn=None, *, configs=None, warmup: float = 25, rep: float = 100,
              timeout: float | None = 300, memory_limit: int | str | None = "auto",
              ref_prog=None, supply_prog=None, supply_type=None, skip_check: bool = False,
              max_mismatched_ratio=None, **tilelang_options):
-    """Tune a ``@tilewright.jit`` kernel factory over ``configs`` (dicts of its compile-time
-    parameters).
+    """Tune a ``@tilewright.jit`` kernel (a factory or an eager kernel) over ``configs``
+    (dicts of its compile-time parameters, or a callable given the call's arguments that
+    returns them).
 
     - ``warmup``/``rep``: ``do_bench`` time budgets (ms) per config; ``timer`` its timer;
     - ``reference(*inputs)``: expected outputs; a config whose outputs differ (tolerances from

@@ -6,6 +6,8 @@
 - ``tilewright cache info [--json]`` / ``tilewright cache clear``: the disk cache of kernels;
 - ``tilewright analyze script.py [--arch NAME] [--plot out.png]`` / ``tilewright bench
   script.py``: roofline analysis and timing of the kernels a script compiles;
+- ``tilewright package MODULE --name NAME [--target cpu ...]``: a wheel of the module's kernels
+  as torch operators that runs with torch alone (:mod:`tilewright.torch_ops.package`);
 - ``tilewright <tool> ...``: subcommands that plugins add through ``tilewright_cli_tools``.
 
 Importing this module is cheap: plugins (and with them TVM) load only when a command needs
@@ -20,7 +22,7 @@ import platform
 import sys
 from importlib import metadata
 
-BUILTINS = ("backends", "doctor", "cache", "analyze", "bench")
+BUILTINS = ("backends", "doctor", "cache", "analyze", "bench", "package")
 
 
 def _manager():
@@ -250,6 +252,15 @@ def cmd_cache(args) -> int:
     return 0
 
 
+def cmd_package(args) -> int:
+    from ..torch_ops.package import build_package
+
+    wheel = build_package(args.module, args.name, version=args.version, out=args.out,
+                          targets=tuple(args.target or ("cpu",)))
+    print(f"built {wheel}")
+    return 0
+
+
 def _plugin_tools() -> dict:
     """Subcommands from ``tilewright_cli_tools``; a name taken by a builtin is skipped. When
     the plugins cannot load at all (a wrong ``TILEWRIGHT_PLUGINS``), a warning says why and
@@ -287,6 +298,16 @@ def build_parser(tools: dict | None = None) -> argparse.ArgumentParser:
     info.add_argument("--json", action="store_true", help="machine-readable output")
     csub.add_parser("clear", help="remove every entry")
     p.set_defaults(func=cmd_cache)
+    p = sub.add_parser("package", help="a wheel of a module's kernels as torch operators, "
+                       "running with torch alone")
+    p.add_argument("module", help="a .py file or an importable module whose TORCH_OPS table "
+                   "names the operators, kernels and configurations to build")
+    p.add_argument("--name", required=True, help="the package (and import) name")
+    p.add_argument("--version", default="0.1.0")
+    p.add_argument("--out", default=".", help="the folder to write the wheel to")
+    p.add_argument("--target", action="append", help="a target to build for (repeat for "
+                   "several; default cpu)")
+    p.set_defaults(func=cmd_package)
     from ..profiler.cli import add_commands  # analyze, bench
 
     add_commands(sub)

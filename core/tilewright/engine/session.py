@@ -74,7 +74,8 @@ def _instrument(session: int, phase: list):
 
 
 def check_support(func: tirx.PrimFunc, backend: BackendModule) -> None:
-    """Every tile op and dtype the kernel uses must be one the backend declares."""
+    """Every tile op and dtype the kernel uses must be one the backend declares, and a
+    ``while`` loop with a run-time condition needs the ``while_loops`` feature."""
     caps = backend.capabilities
     for call in tile_ops_in(func):
         if call.name not in caps.tile_ops and call.schema.dialect:
@@ -101,6 +102,14 @@ def check_support(func: tirx.PrimFunc, backend: BackendModule) -> None:
                         span_location(call.span))
     if "warps" in caps.features:
         _check_warps(func, backend)
+    if "while_loops" not in caps.features:
+        loops = []
+        tvm_ffi.structural_walk(func.body, (tirx.While, loops.append))
+        if loops:
+            raise UnsupportedOpError(
+                f"backend '{backend.name}' cannot run a 'while' loop with a run-time condition; "
+                "use a T.serial loop over an upper bound with an 'if' inside",
+                span_location(loops[0].span))
     launches = _kernel_launches(func)
     if len(launches) > 1 and "kernel_sequence" not in caps.features:
         raise UnsupportedOpError(

@@ -188,7 +188,7 @@ class JITFunction:
 
     def __init__(self, fn, out_idx=None, target="auto", pass_configs=None,
                  execution_backend=None, target_host=None, verbose=None, debug_root_path=None,
-                 compile_flags=None):
+                 compile_flags=None, torch_op=None):
         self.fn = fn
         self.out_idx = out_idx
         self.target = target
@@ -204,14 +204,22 @@ class JITFunction:
         self._recipes: dict = {}
         self._reads = Reads(fn)
         functools.update_wrapper(self, fn)
+        # the PyTorch operator (tilewright.torch_ops): an eager kernel's is registered now, a
+        # factory's when the factory first returns a kernel
+        self.torch_op_name = torch_op
+        self.torch_op = None
+        if torch_op is not None and not self.factory:
+            from ..torch_ops.jit import register_eager  # torch is imported only for operators
+
+            self.torch_op = register_eager(self, torch_op)
 
     def cache_clear(self) -> None:
         """Forget the kernels compiled in this process (the disk cache is kept)."""
         self._kernels.clear()
         self._recipes.clear()
 
-    def _compile(self, func) -> JITKernel:
-        kernel = compile(func, self.out_idx, self.execution_backend, self.target,
+    def _compile(self, func, target=None) -> JITKernel:
+        kernel = compile(func, self.out_idx, self.execution_backend, target or self.target,
                          self.target_host, self.verbose, self.pass_configs, self.compile_flags)
         if self.debug_root_path:
             self._dump(func, kernel)
@@ -277,24 +285,47 @@ class JITFunction:
                 if not hasattr(func, "script"):
                     raise KernelError(f"{self.fn.__name__} must return a @T.prim_func, got "
                                       f"{type(func).__name__}")
-                kernel = self._kernels[key] = self._compile(func)
+                kernel = self._compile(func)
+                if self.torch_op_name is not None:
+                    from ..torch_ops.jit import bind_factory_kernel
+
+                    self.torch_op = bind_factory_kernel(self.torch_op, self.torch_op_name,
+                                                        kernel, self.fn)
+                self._kernels[key] = kernel
             return kernel
+        kernel, inputs = self.specialize(args, kwargs)
+        return kernel(*inputs)
+
+    def specialize(self, args, kwargs, target=None) -> tuple[JITKernel, list]:
+        """An eager kernel's compiled kernel for these arguments (compiled once per
+        specialisation; for ``target`` when given, else the decorator's) and its inputs in
+        kernel order."""
         bound = self._signature.bind(*args, **kwargs)
         bound.apply_defaults()
         tensors = {k: v for k, v in bound.arguments.items() if _is_tensor(v)}
         static = {k: v for k, v in bound.arguments.items() if k not in tensors}
-        kernel = self._eager_kernel(tensors, static)
+        kernel = self._eager_kernel(tensors, static, target)
         inputs = [tensors.get(p.name) for p in kernel.signature.inputs]
         missing = [p.name for p, t in zip(kernel.signature.inputs, inputs) if t is None]
         if missing:
             raise ArgumentError(f"{self.fn.__name__}: no tensor passed for {', '.join(missing)}")
-        return kernel(*inputs)
+        return kernel, inputs
 
-    def _eager_kernel(self, tensors: dict, static: dict) -> JITKernel:
+    def generic_tir(self, static: dict, tensors: dict):
+        """An eager kernel's program for compile-time arguments ``static`` with its
+        ``T.const`` symbols left symbolic (``tensors`` stand for the tensor arguments: only
+        their dtype and rank are read)."""
+        from ..language.kernel import _ParamSlot, trace_eager
+
+        slots = {k: _ParamSlot(k, t) for k, t in tensors.items()}
+        func, _, _ = trace_eager(self.fn, {**static, **slots}, None)
+        return func
+
+    def _eager_kernel(self, tensors: dict, static: dict, target=None) -> JITKernel:
         from ..language.kernel import _ParamSlot, trace_eager
 
         level1 = (_freeze(static), tuple((k, str(t.dtype), t.dim()) for k, t in tensors.items()),
-                  self._reads.snapshot())
+                  self._reads.snapshot(), target)
         recipe = self._recipes.get(level1)
         slots = {k: _ParamSlot(k, t) for k, t in tensors.items()}
         if recipe is None:
@@ -314,7 +345,7 @@ class JITFunction:
         kernel = self._kernels.get(key)
         if kernel is None:
             func, _, _ = trace_eager(self.fn, {**static, **slots}, consts)
-            kernel = self._kernels[key] = self._compile(func)
+            kernel = self._kernels[key] = self._compile(func, target)
         return kernel
 
     def _eager_static(self, args, kwargs) -> tuple[dict, dict]:
@@ -341,7 +372,8 @@ class JITFunction:
 
 
 def jit(fn=None, *, out_idx=None, target="auto", target_host=None, execution_backend=None,
-        verbose=None, pass_configs=None, debug_root_path=None, compile_flags=None):
+        verbose=None, pass_configs=None, debug_root_path=None, compile_flags=None,
+        torch_op=None):
     """Decorate a kernel factory or an eager kernel (see the module docstring).
 
     The keyword arguments are TileLang's: ``out_idx``, ``target``, ``pass_configs`` and
@@ -349,9 +381,12 @@ def jit(fn=None, *, out_idx=None, target="auto", target_host=None, execution_bac
     backend lacks, and ``"auto"``, pick its default) choose how to compile; ``verbose`` prints
     one line per compilation; ``debug_root_path`` writes each kernel's generated source and
     tile program into that folder; ``compile_flags`` and ``target_host``: see
-    :func:`compile`. Any other keyword is a TypeError."""
+    :func:`compile`. ``torch_op="ns::name"`` registers the kernel as the PyTorch operator
+    ``torch.ops.ns.name`` (see :mod:`tilewright.torch_ops`): an eager kernel at once, one
+    operator for every specialisation; a factory's when it first returns a kernel, later
+    kernels joining it when inputs tell them apart. Any other keyword is a TypeError."""
     def wrap(f):
         return JITFunction(f, out_idx, target, pass_configs, execution_backend, target_host,
-                           verbose, debug_root_path, compile_flags)
+                           verbose, debug_root_path, compile_flags, torch_op)
 
     return wrap(fn) if fn is not None else wrap

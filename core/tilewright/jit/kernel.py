@@ -79,6 +79,14 @@ class JITKernel(KernelCall):
     def params(self):
         return self.signature.params
 
+    def as_torch_op(self, name: str):
+        """Register this kernel as the PyTorch operator ``torch.ops.<ns>.<name>`` (``name`` is
+        ``"ns::name"``); returns the :class:`~tilewright.runtime.torchop.TorchOp`. See
+        :mod:`tilewright.torch_ops`."""
+        from ..torch_ops.jit import register_kernel  # torch is imported only for operators
+
+        return register_kernel(self, name)
+
     def get_profiler(self, tensor_supply_type=None):
         """A :class:`~tilewright.profiler.Profiler` of this kernel, whose inputs are made as
         ``tensor_supply_type`` (a :class:`~tilewright.TensorSupplyType`, default ``Auto``)
@@ -144,7 +152,9 @@ def cache_key(func: tirx.PrimFunc, target, backend, executor, configs: dict, out
     })
 
 
-def _out_idx(func: tirx.PrimFunc, out_idx):
+def output_indices(func: tirx.PrimFunc, out_idx) -> list:
+    """The positions of the outputs of ``func``: those it declares (eager ``T.empty``) and
+    ``out_idx``."""
     declared = [int(i) for i in func.attrs["tw.outputs"]] if func.attrs and \
         "tw.outputs" in func.attrs else []
     if out_idx is None:
@@ -161,7 +171,7 @@ def compile(func: tirx.PrimFunc, out_idx=None, target="auto", pass_configs=None,
     without it and one warning says why."""
     target_obj, backend = resolve_target(target)
     configs = validate(pass_configs)
-    outputs = _out_idx(func, out_idx)
+    outputs = output_indices(func, out_idx)
     signature = signature_of(func, outputs)
     executor = pick_executor(backend, execution_backend)
     # a debug tool watching compilations (lower trace, pass timing, IR dumps) needs one to

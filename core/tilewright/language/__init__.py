@@ -2,11 +2,12 @@
 
 from .annotations import Fragment, Layout, annotate_layout, region, use_swizzle
 from .buffer import TileBuffer, VarHandle
+from .conv import c2d_im2col, im2col
 from .debug import device_assert, print
 from .dtypes import DTYPES as _DTYPES
 from .dtypes import DType
 from .dtypes import DType as dtype
-from .frames import Kernel, Parallel, Persistent, Pipelined, serial, unroll
+from .frames import Kernel, Parallel, Persistent, Pipelined, parallel, serial, unroll, vectorized
 from .kernel import (
     Buffer,
     Macro,
@@ -21,7 +22,9 @@ from .kernel import (
     empty,
     macro,
     prim_func,
+    reshape,
     symbolic,
+    view,
 )
 from .math import (
     UNARY as _UNARY,
@@ -40,6 +43,7 @@ from .math import (
     max_value,
     min,
     min_value,
+    reinterpret,
 )
 from .reducer import alloc_reducer, finalize_reducer, reducer_init, reducer_update
 from .tileops import ATOMIC_OPS as _ATOMIC_OPS
@@ -55,9 +59,10 @@ __all__ = [
     "Buffer", "DType", "Fragment", "GemmWarpPolicy", "Kernel", "Layout", "Macro", "Parallel",
     "Persistent", "Pipelined", "Tensor", "TileBuffer", "VarHandle", "Cast", "abs",
     "alloc_fragment", "alloc_global", "alloc_local", "alloc_reducer", "alloc_shared", "alloc_var",
-    "annotate_layout", "cast", "ceildiv", "clamp", "clear", "const", "copy", "cumsum",
-    "device_assert", "dtype", "dynamic", "empty", "fill", "floordiv", "floormod",
-    "finalize_reducer", "gemm", "if_then_else", "infinity", "macro", "max", "max_value", "min",
-    "min_value", "prim_func", "print", "reducer_init", "reducer_update", "region", "serial",
-    "symbolic", "unroll", "use_swizzle", *_DTYPES, *_REDUCE_OPS, *_ATOMIC_OPS, *_UNARY,
+    "annotate_layout", "c2d_im2col", "cast", "ceildiv", "clamp", "clear", "const", "copy",
+    "cumsum", "device_assert", "dtype", "dynamic", "empty", "fill", "floordiv", "floormod",
+    "finalize_reducer", "gemm", "if_then_else", "im2col", "infinity", "macro", "max", "max_value",
+    "min", "min_value", "parallel", "prim_func", "print", "reducer_init", "reducer_update",
+    "region", "reinterpret", "reshape", "serial", "symbolic", "unroll", "use_swizzle",
+    "vectorized", "view", *_DTYPES, *_REDUCE_OPS, *_ATOMIC_OPS, *_UNARY,
 ]

@@ -86,6 +86,11 @@ class TileBuffer:
     def ndim(self) -> int:
         return len(self.buffer.shape)
 
+    @property
+    def data(self):
+        """The buffer's memory, for ``T.Tensor(shape, dtype, buf.data)`` views."""
+        return self.buffer.data
+
     def __repr__(self) -> str:
         return (f"TileBuffer({self.name}, shape={self.shape}, dtype={self.dtype}, "
                 f"scope={self.scope})")
@@ -106,13 +111,13 @@ class TileBuffer:
             if isinstance(k, slice):
                 if k.step not in (None, 1):
                     raise kernel_error(f"slices of {self.name!r} must have step 1")
-                start = 0 if k.start is None else k.start
+                start = 0 if k.start is None else _start(k.start)
                 stop = self.shape[dim] if k.stop is None else k.stop
                 starts.append(start)
                 extents.append(stop - start if isinstance(stop, int) and isinstance(start, int)
                                else as_int(_ANALYZER.simplify(to_expr(stop) - to_expr(start))))
             else:
-                starts.append(k)
+                starts.append(_start(k))
                 extents.append(1)
         return BufferSlice(self.buffer, tuple(starts), tuple(extents))
 
@@ -127,6 +132,12 @@ class TileBuffer:
         store = tirx.BufferStore(self.buffer, to_expr(value, self.dtype),
                                  [to_expr(k) for k in key], span=B.here())
         builder.emit(store)
+
+
+def _start(value):
+    """A region start: a Python int as it is, anything else (a ``T.alloc_var``) as an
+    expression."""
+    return value if isinstance(value, int) else to_expr(value)
 
 
 def _binary(name: str, reflected: bool = False):
@@ -178,8 +189,9 @@ class VarHandle(TileBuffer):
 
 
 for _name in ("__add__", "__sub__", "__mul__", "__truediv__", "__floordiv__", "__mod__",
-              "__lt__", "__le__", "__gt__", "__ge__"):
+              "__lt__", "__le__", "__gt__", "__ge__", "__eq__", "__ne__"):
     setattr(VarHandle, _name, _binary(_name))
+VarHandle.__hash__ = TileBuffer.__hash__  # `x == 1` builds a comparison; identity hashes
 for _name, _base in (("__radd__", "__add__"), ("__rsub__", "__sub__"), ("__rmul__", "__mul__"),
                      ("__rtruediv__", "__truediv__")):
     setattr(VarHandle, _name, _binary(_base, reflected=True))

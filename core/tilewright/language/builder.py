@@ -66,6 +66,7 @@ class Builder:
         self.kernel_seen = False
         self.kernel_annotations: dict = {}
         self.threads: tuple[int, ...] = ()
+        self.finalized: list = []  # reducers T.finalize_reducer(acc) made readable by T.copy
 
     # -- activation -------------------------------------------------------------------
     @contextlib.contextmanager

@@ -120,6 +120,22 @@ class Parallel(LoopSpec):
                          if coalesced_width else None)
 
 
+class parallel(Parallel):  # noqa: N801 - TileLang's (TVM script's) name
+    """``for i in T.parallel(n)`` or ``T.parallel(start, stop)``: a ``T.Parallel`` loop of one
+    dimension, as TileLang treats TVM's parallel loop."""
+
+    def __init__(self, start, stop=None):
+        start, stop = _start_stop(start, stop)
+        extent = stop - start if isinstance(start, int) and isinstance(stop, int) else \
+            to_expr(stop) - to_expr(start)
+        LoopSpec.__init__(self, (extent,), (start,))
+
+
+class vectorized(parallel):  # noqa: N801 - the language's name
+    """``for i in T.vectorized(n)``: independent iterations a backend may run as vector lanes;
+    a ``T.Parallel`` loop of one dimension (the CPU backend vectorises it where it can)."""
+
+
 def _start_stop(start, stop):
     if stop is None:
         return 0, start
@@ -284,9 +300,14 @@ class _Helpers:
     @staticmethod
     def static_condition(cond):
         if dtype_of(cond) is not None and not isinstance(cond, tirx.IntImm):
-            raise kernel_error("'while' needs a condition known at compile time; use a "
-                               "T.serial loop with an 'if' inside")
+            raise kernel_error("a 'while' loop with 'break' or 'continue' needs a condition "
+                               "known at compile time; with a run-time condition, end the loop "
+                               "through its condition")
         return bool(cond.value) if isinstance(cond, tirx.IntImm) else cond
+
+    @staticmethod
+    def while_loop(cond):
+        return WhileLoop(cond)
 
     @staticmethod
     def single_target(ctx):
@@ -303,14 +324,17 @@ class _Helpers:
         builder = B.maybe_current()
         if not isinstance(value, TileBuffer) or builder is None:
             return value
-        # `A_shared = T.alloc_shared(...)` names the buffer after the variable
+        # `A_shared = T.alloc_shared(...)` names the buffer after the variable (a view of a
+        # tensor too: `flat = T.Tensor(shape, dtype, A.data)`)
         stmts = builder.frames[-1].stmts
-        if not stmts or not isinstance(stmts[-1], tirx.AllocBuffer) or \
+        if not stmts or not isinstance(stmts[-1], (tirx.AllocBuffer, tirx.DeclBuffer)) or \
                 not stmts[-1].buffer.same_as(value.buffer):
             return value
         old = value.buffer
         new = tirx.decl_buffer(old.shape, old.dtype, name, scope=old.scope())
-        stmts[-1] = tirx.AllocBuffer(new, span=stmts[-1].span)
+        stmts[-1] = tirx.AllocBuffer(new, span=stmts[-1].span) if isinstance(
+            stmts[-1], tirx.AllocBuffer) else tirx.DeclBuffer(new, data=stmts[-1].data,
+                                                               span=stmts[-1].span)
         return type(value)(new)
 
     @staticmethod
@@ -318,6 +342,54 @@ class _Helpers:
         from .kernel import annotate
 
         return annotate(name, current, annotation, value)
+
+
+class WhileLoop:
+    """``while COND:`` in a kernel. A Python condition is a Python loop (:meth:`again`); a
+    run-time one (``while start[0] < last:``) is an IR ``while`` loop whose body is traced
+    once inside this frame and whose condition is evaluated before every iteration."""
+
+    def __init__(self, cond):
+        if dtype_of(cond) is not None:
+            cond = to_expr(cond)
+        if isinstance(cond, tirx.IntImm):
+            cond = bool(cond.value)
+        self.cond, self.symbolic, self._first = cond, dtype_of(cond) is not None, True
+        if self.symbolic and B.maybe_current() is None:
+            raise kernel_error("a 'while' loop with a run-time condition can only be used "
+                               "inside a kernel")
+
+    def again(self, thunk) -> bool:
+        if self._first:
+            self._first = False
+            return bool(self.cond)
+        value = thunk()
+        if dtype_of(value) is not None:
+            value = to_expr(value)
+            if not isinstance(value, tirx.IntImm):
+                raise kernel_error("the condition of this 'while' loop was a Python value at "
+                                   "its first test and is a run-time value now; make it a "
+                                   "run-time value from the start (a T.alloc_var)")
+            value = value.value
+        return bool(value)
+
+    def __enter__(self):
+        builder = B.require_kernel("a 'while' loop with a run-time condition")
+        if builder.enclosing("parallel") is not None:
+            raise kernel_error("a 'while' loop with a run-time condition cannot be inside a "
+                               "T.Parallel loop: its iterations would run different numbers "
+                               "of times; use T.serial")
+        self._span = B.here()
+        self._frame = builder.open("while")
+        return None
+
+    def __exit__(self, exc_type, exc, tb):
+        body = B.current("while").close(self._frame)
+        if exc_type is not None:
+            return False
+        cond = self.cond if dtype_of(self.cond) == "bool" else self.cond != 0
+        B.current("while").emit(tirx.While(cond, body, span=self._span))
+        return False
 
 
 class _Single:
@@ -422,14 +494,15 @@ def _vars_in(node) -> set:
 def check_races(nest) -> None:
     """Reject a ``T.Parallel`` nest whose iterations depend on each other through a buffer:
     an element written by one iteration and read at another index, or read-modify-written by
-    several iterations."""
-    import tvm
-
+    several iterations. A ``T.Parallel`` axis of extent 1 has one iteration, so it cannot
+    race (``for i, j in T.Parallel(1, D): acc[j] += x[i, j]``, as in TileLang's layernorm
+    backward, accumulates each ``acc[j]`` once)."""
     par_vars, loop_vars, stores, loads = set(), set(), [], []
 
     def visit_for(loop):
         loop_vars.add(loop.loop_var)
-        if str(loop.annotations.get(LOOP_KIND_KEY, "")) == "parallel":
+        single = isinstance(loop.extent, tirx.IntImm) and int(loop.extent.value) == 1
+        if str(loop.annotations.get(LOOP_KIND_KEY, "")) == "parallel" and not single:
             par_vars.add(loop.loop_var)
 
     tvm_ffi.structural_walk(nest, [(tirx.For, visit_for),

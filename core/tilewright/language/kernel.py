@@ -4,14 +4,17 @@
 from __future__ import annotations
 
 import inspect
+import math
 from dataclasses import dataclass
 
+import tvm
 from tvm import tirx
 
 from ..errors import KernelError, kernel_error
 from . import builder as B
 from .buffer import TileBuffer, VarHandle, as_int, declare
 from .dtypes import DTYPES, DType, normalize_dtype
+from .fragments import widen_fragments
 from .frames import HELPERS
 from .rewrite import rewrite
 
@@ -25,17 +28,84 @@ class TensorSpec:
 
     def __class_getitem__(cls, item):
         shape, dtype = item
-        return Tensor(shape, dtype)
+        return _tensor(shape, dtype)
 
 
-def Tensor(shape, dtype="float32") -> TensorSpec:  # noqa: N802 - the language's name
-    """Declare a global tensor parameter of ``shape`` and ``dtype``."""
+def _tensor(shape, dtype="float32", data=None):
+    """Declare a global tensor parameter of ``shape`` and ``dtype``; with ``data`` (another
+    buffer's ``.data``), a view of that buffer's memory with this shape and dtype, as in
+    TileLang: ``T.Tensor((K * K * C, F), dtype, kernel.data)`` reads a 4-D tensor as a matrix
+    (a view of a tile stays in the tile's memory)."""
     shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
     for dim, extent in enumerate(shape):
         if isinstance(extent, float) or str(getattr(extent, "ty", "int")).startswith("float"):
             raise kernel_error(f"T.Tensor shape {shape}: dimension {dim} is the float {extent}; "
                                "shapes are integers (use // rather than /)")
-    return TensorSpec(tuple(as_int(s) for s in shape), normalize_dtype(dtype))
+    spec = TensorSpec(tuple(as_int(s) for s in shape), normalize_dtype(dtype))
+    return spec if data is None else _view(spec, data)
+
+
+class _TensorType:
+    """``T.Tensor(shape, dtype[, data])`` and TileLang's ``T.Tensor[shape, dtype]``."""
+
+    __call__ = staticmethod(_tensor)
+    __doc__ = _tensor.__doc__
+
+    def __getitem__(self, item):
+        if not isinstance(item, tuple) or len(item) != 2:
+            raise kernel_error("T.Tensor[shape, dtype] takes a shape and a dtype")
+        return _tensor(*item)
+
+
+Tensor = _TensorType()
+
+
+def _view(spec: TensorSpec, data) -> TileBuffer:
+    """A buffer over the memory whose ``.data`` is ``data`` (a tensor's or a tile's)."""
+    base = getattr(data, "args", [None])[0] if isinstance(getattr(data, "op", None), tvm.ir.Op) \
+        and data.op.name == "tirx.buffer_data" else None
+    if base is None:
+        raise kernel_error("T.Tensor(shape, dtype, data): data must be the .data of a buffer "
+                           f"(a tensor or a tile), got {data!r:.60}")
+    old, new = _elements(base.shape, base.dtype), _elements(spec.shape, spec.dtype)
+    if old is not None and new is not None and new > old:
+        raise kernel_error(f"T.Tensor{spec.shape} of {spec.dtype} over {base.name}.data needs "
+                           f"{new} bytes but {base.name} {tuple(as_int(s) for s in base.shape)} "
+                           f"of {base.dtype} has {old}")
+    builder = B.current("T.Tensor(shape, dtype, data)")
+    if str(base.scope()) not in ("global", "") and not builder.in_kernel():
+        raise kernel_error(f"a view of tile {base.name!r} must be inside 'with T.Kernel'")
+    view = declare(f"{base.name}_view", spec.shape, spec.dtype, str(base.scope()) or "global")
+    builder.emit(tirx.DeclBuffer(view, data=data, span=B.here()))
+    return TileBuffer(view)
+
+
+def view(src, shape=None, dtype=None) -> TileBuffer:
+    """``src`` (a tensor or a tile) seen with another shape and/or dtype, the same bytes."""
+    if not isinstance(src, TileBuffer):
+        raise kernel_error(f"T.view / T.reshape take a buffer, got {type(src).__name__}")
+    shape = src.shape if shape is None else shape
+    dtype = src.dtype if dtype is None else dtype
+    spec = _tensor(shape, dtype)
+    old, new = _elements(src.buffer.shape, src.dtype), _elements(spec.shape, spec.dtype)
+    if old is not None and new is not None and new != old:
+        raise kernel_error(f"T.view / T.reshape of {src.name!r} {src.shape} {src.dtype} "
+                           f"({old} bytes) as {spec.shape} {spec.dtype} ({new} bytes): the sizes "
+                           "must match")
+    return _view(spec, src.data)
+
+
+def reshape(src, shape) -> TileBuffer:
+    """``src`` seen with another shape of the same size."""
+    return view(src, shape)
+
+
+def _elements(shape, dtype) -> int | None:
+    """The bytes of a buffer of static ``shape``, else None."""
+    shape = [as_int(s) for s in shape]
+    if not all(isinstance(s, int) for s in shape):
+        return None
+    return math.prod(shape) * tvm.runtime.DataType(str(dtype)).bits // 8
 
 
 Buffer = Tensor
@@ -52,8 +122,13 @@ def const(names: str):
 
 
 def dynamic(name: str, dtype: str = "int32"):
-    """``M = T.dynamic("m")``: a shape symbol read from the arguments at every call."""
-    return tirx.Var(name, normalize_dtype(dtype))
+    """``M = T.dynamic("m")``: a shape symbol read from the arguments at every call;
+    ``M, N = T.dynamic("m, n")`` declares several, as ``T.const`` does."""
+    parts = [n.strip() for n in name.split(",") if n.strip()]
+    if not parts:
+        raise kernel_error("T.dynamic needs at least one name")
+    values = tuple(tirx.Var(n, normalize_dtype(dtype)) for n in parts)
+    return values[0] if len(values) == 1 else values
 
 
 symbolic = dynamic
@@ -152,7 +227,12 @@ def prim_func(fn=None, *, name: str | None = None):
                 raise kernel_error(f"parameter {param.name!r} of {fn.__name__} needs a "
                                    "T.Tensor(shape, dtype) or dtype annotation")
         body(*args)
-    return builder.finish()
+    return _finish(builder)
+
+
+def _finish(builder: B.Builder) -> tirx.PrimFunc:
+    func = builder.finish()
+    return func.with_body(widen_fragments(func.body))
 
 
 def trace_eager(fn, args: dict, const_values: dict | None, name: str | None = None):
@@ -162,9 +242,23 @@ def trace_eager(fn, args: dict, const_values: dict | None, name: str | None = No
     body = rewrite(fn, HELPERS)
     with builder.active():
         result = body(**args)
-    func = builder.finish()
+    func = _finish(builder)
     outputs = result if isinstance(result, tuple) else (result,) if result is not None else ()
     return func, builder, outputs
+
+
+def eager_consts(fn, static: dict, tensors: dict) -> dict:
+    """The ``T.const`` values an eager kernel takes from ``tensors`` (by parameter name), its
+    other arguments given by ``static`` (missing ones take their defaults)."""
+    bound = inspect.signature(fn).bind_partial(
+        **static, **{k: _ParamSlot(k, t) for k, t in tensors.items()})
+    bound.apply_defaults()
+    _, builder, _ = trace_eager(fn, dict(bound.arguments), None)
+    unbound = sorted(set(builder.const_symbols) - set(builder.const_sources))
+    if unbound:
+        raise KernelError(f"{fn.__name__}: T.const symbol(s) {unbound} appear in no tensor "
+                          "annotation, so no argument gives their value")
+    return {name: int(tensors[p].shape[d]) for name, (p, d) in builder.const_sources.items()}
 
 
 class Macro:

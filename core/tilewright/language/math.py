@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tvm
 from tvm import tirx
 
 from ..errors import kernel_error
@@ -73,6 +74,16 @@ def Cast(dtype, value):  # noqa: N802 - TileLang's (and TVM's) name and argument
 def clamp(value, lo, hi):
     """``value`` limited to ``[lo, hi]``."""
     return min(max(value, lo), hi)
+
+
+def reinterpret(value, dtype):
+    """The bits of ``value`` read as ``dtype`` (of the same width): ``T.reinterpret(x,
+    "uint32")`` is the IEEE-754 bit pattern of a float32 ``x``."""
+    dtype = normalize_dtype(dtype)
+    value = to_expr(value)
+    if tvm.runtime.DataType(dtype).bits != tvm.runtime.DataType(str(value.ty)).bits:
+        raise kernel_error(f"T.reinterpret of a {value.ty} value as {dtype}: the widths differ")
+    return tirx.reinterpret(dtype, value)
 
 
 def floordiv(a, b):

@@ -2,13 +2,19 @@
 kernel and is merged once by ``T.finalize_reducer``.
 
 A reducer is a fragment whose scope names its operation (``local.reducer.<op>``), so every
-backend knows how its per-thread partials combine. Reading it, storing to it, clearing it or
-copying from it directly are compile-time errors: use ``reducer_update`` and
-``finalize_reducer``.
+backend knows how its per-thread partials combine. Reading it or storing to it directly are
+compile-time errors: use ``reducer_update`` and ``finalize_reducer``.
+
+TileLang's spellings work too: ``T.fill(acc, v)`` / ``T.clear(acc)`` start an epoch (``v``
+must be the identity of the operation, or any value for ``max``/``min``, which every thread's
+partial may hold without changing the result); ``acc[i] += x`` updates a ``sum`` reducer; and
+``T.finalize_reducer(acc)`` without a destination makes ``acc`` readable by ``T.copy(acc,
+dst)``, which merges the partials into ``dst``.
 """
 
 from __future__ import annotations
 
+import tvm_ffi
 from tvm import tirx
 
 from ..errors import kernel_error
@@ -26,18 +32,32 @@ class ReducerBuffer(TileBuffer):
     """The handle ``T.alloc_reducer`` returns; ``acc[i]`` names an element to update."""
 
     __slots__ = ()
-    is_reducer = True
 
     @property
     def op(self) -> str:
         return self.scope.rsplit(".", 1)[-1]
 
+    @property
+    def is_reducer(self) -> bool:
+        """True until ``T.finalize_reducer(acc)`` makes it readable by ``T.copy``."""
+        builder = B.maybe_current()
+        return builder is None or not any(self.buffer.same_as(b) for b in builder.finalized)
+
+    def fill(self, value) -> None:
+        fill_reducer(self, value)
+
     def __getitem__(self, key):
         return _ReducerElement(self, key if isinstance(key, tuple) else (key,))
 
     def __setitem__(self, key, value):
-        raise kernel_error(f"{self.name!r} is a reducer: update it with T.reducer_update, not "
-                           "by assignment")
+        key = key if isinstance(key, tuple) else (key,)
+        if isinstance(value, _Contribution) and value.element.reducer.buffer.same_as(
+                self.buffer) and tvm_ffi.structural_equal(
+                    [to_expr(k) for k in value.element.index], [to_expr(k) for k in key]):
+            reducer_update(value.element, value.value)
+            return
+        raise kernel_error(f"{self.name!r} is a reducer: update it with T.reducer_update (or "
+                           "acc[i] += x for a sum reducer), not by assignment")
 
 
 class _ReducerElement:
@@ -46,9 +66,24 @@ class _ReducerElement:
     def __init__(self, reducer, index):
         self.reducer, self.index = reducer, index
 
+    def __iadd__(self, value):
+        if self.reducer.op != "sum":
+            raise kernel_error(f"'+=' updates a sum reducer; {self.reducer.name!r} is a "
+                               f"{self.reducer.op} reducer: use T.reducer_update")
+        return _Contribution(self, value)
+
     def __getattr__(self, name):
         raise kernel_error(f"{self.reducer.name!r} is a reducer and cannot be read before "
                            "T.finalize_reducer")
+
+
+class _Contribution:
+    """``acc[i] += x`` on its way to ``acc.__setitem__``."""
+
+    __slots__ = ("element", "value")
+
+    def __init__(self, element: _ReducerElement, value):
+        self.element, self.value = element, value
 
 
 def alloc_reducer(shape, dtype, op: str = "sum", replication=None) -> ReducerBuffer:
@@ -88,6 +123,22 @@ def reducer_init(acc):
     fill(TileBuffer(acc.buffer), _identity(acc.op, acc.dtype))
 
 
+def fill_reducer(acc: ReducerBuffer, value) -> None:
+    """``T.fill(acc, value)`` / ``T.clear(acc)``: start an epoch at ``value``, which must not
+    depend on how many partials the backend keeps (the identity; any value for max/min)."""
+    value = to_expr(value, acc.dtype)
+    identity = _identity(acc.op, acc.dtype)
+    if acc.op not in ("max", "min") and not (
+            isinstance(value, (tirx.IntImm, tirx.FloatImm)) and
+            tvm_ffi.structural_equal(value, identity)):
+        raise kernel_error(f"T.fill of the {acc.op} reducer {acc.name!r} must use its identity "
+                           f"{identity}: each thread's partial starts there, so another value "
+                           "would be counted once per partial")
+    B.current("T.fill").finalized[:] = [b for b in B.current().finalized
+                                        if not b.same_as(acc.buffer)]
+    fill(TileBuffer(acc.buffer), value)
+
+
 def reducer_update(element, value):
     """Contribute ``value`` to one element: ``T.reducer_update(acc[i], x)``."""
     if not isinstance(element, _ReducerElement):
@@ -99,7 +150,11 @@ def reducer_update(element, value):
                                                        to_expr(value, acc.dtype)))
 
 
-def finalize_reducer(acc, dst):
-    """Merge the contributions and write the result to ``dst``."""
+def finalize_reducer(acc, dst=None):
+    """Merge the contributions and write the result to ``dst``; without ``dst`` (TileLang's
+    form), ``T.copy(acc, dst)`` does that later."""
     acc = _check(acc, "T.finalize_reducer")
+    if dst is None:
+        B.require_kernel("T.finalize_reducer").finalized.append(acc.buffer)
+        return
     copy(TileBuffer(acc.buffer), dst)

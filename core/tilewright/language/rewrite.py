@@ -1,7 +1,7 @@
 """Turn a kernel's Python body into code that builds IR while it runs.
 
 Most of a kernel body runs as ordinary Python: indexing builds loads, ``with T.Kernel`` opens a
-frame, calls to tile ops emit statements. Three constructs need help, so the function's AST is
+frame, calls to tile ops emit statements. Some constructs need help, so the function's AST is
 rewritten (line numbers kept, so errors and tracebacks point at the user's source):
 
 - ``for x in ITER`` iterates ``__tw__.loop(ITER)``: a tile loop (``T.Parallel``, ``T.serial``,
@@ -15,6 +15,10 @@ rewritten (line numbers kept, so errors and tracebacks point at the user's sourc
   ``not A`` calls ``__tw__.not_of`` (an IR ``Not`` for a symbolic value).
 - ``A // B`` and ``A % B`` call ``__tw__.floordiv`` / ``__tw__.floormod``, which refuse float
   operands at the user's line (TIR's floor division is for integers).
+- ``while COND`` asks ``__tw__.while_loop(COND)``: a Python truth value runs a Python loop
+  (re-evaluating the condition each time); a symbolic one runs the body once inside a frame
+  that becomes an IR ``while`` loop. A body with ``break`` or ``continue`` needs a condition
+  known at compile time.
 """
 
 from __future__ import annotations
@@ -122,8 +126,30 @@ class _Rewriter(ast.NodeTransformer):
 
     def visit_While(self, node: ast.While):
         self.generic_visit(node)
-        node.test = self._helper("static_condition", node.test, node=node.test)
-        return node
+        if _jumps_out(node.body):
+            # break/continue need a Python loop: the condition must be known now
+            node.test = self._helper("static_condition", node.test, node=node.test)
+            return node
+        # _tw_while = __tw__.while_loop(COND)
+        # if _tw_while.symbolic:
+        #     with _tw_while: BODY          # one IR while loop
+        #     ORELSE
+        # else:
+        #     while _tw_while.again(lambda: COND): BODY
+        #     else: ORELSE
+        name = f"_tw_while_{node.lineno}_{node.col_offset}"
+        first = ast.Assign([ast.Name(name, ast.Store())],
+                           self._helper("while_loop", node.test, node=node.test))
+        no_args = ast.arguments(posonlyargs=[], args=[], kwonlyargs=[], kw_defaults=[],
+                                defaults=[])
+        again = ast.Call(ast.Attribute(ast.Name(name, ast.Load()), "again", ast.Load()),
+                         [ast.Lambda(no_args, node.test)], [])
+        python_loop = ast.While(again, node.body, node.orelse)
+        ir_loop = [ast.With([ast.withitem(ast.Name(name, ast.Load()))], node.body),
+                   *node.orelse]
+        symbolic = ast.Attribute(ast.Name(name, ast.Load()), "symbolic", ast.Load())
+        out = [first, ast.If(symbolic, ir_loop, [python_loop])]
+        return [ast.fix_missing_locations(ast.copy_location(n, node)) for n in out]
 
     def visit_AnnAssign(self, node: ast.AnnAssign):
         self.generic_visit(node)
@@ -144,6 +170,21 @@ class _Rewriter(ast.NodeTransformer):
                 item.context_expr = self._helper("single_target", item.context_expr,
                                                  node=item.context_expr)
         return node
+
+
+def _jumps_out(nodes) -> bool:
+    """Whether a ``break`` or ``continue`` among ``nodes`` leaves the loop that owns them (not
+    one of a nested loop or function)."""
+    for node in nodes:
+        if isinstance(node, (ast.Break, ast.Continue)):
+            return True
+        if isinstance(node, (ast.For, ast.While)):
+            if _jumps_out(node.orelse):
+                return True
+        elif not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef,
+                                   ast.Lambda)) and _jumps_out(ast.iter_child_nodes(node)):
+            return True
+    return False
 
 
 def _source_lines(code) -> tuple[list[str], int]:

@@ -80,7 +80,11 @@ def copy(src, dst, coalesced_width=None, disable_tma=False, eviction_policy=None
 
 
 def fill(buffer, value):
-    """Set every element of ``buffer`` (or a slice of it) to ``value``."""
+    """Set every element of ``buffer`` (or a slice of it) to ``value``; a reducer starts an
+    epoch at ``value`` (see :mod:`.reducer`)."""
+    if getattr(buffer, "is_reducer", False):
+        buffer.fill(value)
+        return
     region = resolve(region_of(buffer, "T.fill"), None, "T.fill")
     _emit("fill", {"dst": region, "value": to_expr(value, str(region.buffer.dtype))})
 

@@ -3,8 +3,9 @@
 A bundle is a folder written by ``kernel.export(path)``: ``manifest.json`` names its format,
 version and files with their sizes and sha256 (see :mod:`tilewright.runtime.bundle` for every
 check made before anything is loaded). Loading imports only the standard library, torch and
-the bundle's device runtime (cuda-python for ``cubin`` bundles) -- never TVM -- so bundles run
-on machines that have no compiler.
+the bundle's device runtime (cuda-python for ``cubin`` bundles; for ``cpu-so`` bundles, a
+small shim library built from :mod:`tilewright.runtime.cpu`'s C source) -- never TVM -- so
+bundles run on machines that have no compiler.
 """
 
 from __future__ import annotations
@@ -18,9 +19,13 @@ def load(path):
     naming the check, before anything is loaded."""
     bundle = open_bundle(path, required=("binary", "launch", "signature"))
     if bundle.manifest["binary"] == "cubin":
-        from .cuda import BundleKernel
+        from .cuda import BundleKernel  # cuda-python is imported only for CUDA bundles
 
         return BundleKernel.from_bundle(bundle)
+    if bundle.manifest["binary"] == "cpu-so":
+        from .cpu import CpuBundleKernel
+
+        return CpuBundleKernel.from_bundle(bundle)
     raise BundleError(path, "binary", f"no loader for {bundle.manifest['binary']!r}")
 
 

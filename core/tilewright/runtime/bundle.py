@@ -32,7 +32,7 @@ from pathlib import Path
 MANIFEST = "manifest.json"
 FORMAT = "tilewright-bundle"
 VERSION = 2
-BINARIES = ("cubin",)
+BINARIES = ("cubin", "cpu-so")
 MIB = 1 << 20
 # the largest file of each role a bundle may hold (bytes)
 LIMITS = {"manifest": MIB, "launch": 16 * MIB, "signature": 16 * MIB, "source": 256 * MIB,

@@ -33,7 +33,12 @@ def warn_once(message: str, stacklevel: int = 4) -> None:
 
 class KernelCall:
     """Calls ``fn`` (taking every parameter, outputs included, in kernel order) with checked
-    inputs and freshly allocated outputs; ``device`` is the torch device type it runs on."""
+    inputs and freshly allocated outputs; ``device`` is the torch device type it runs on.
+
+    Outputs are allocated zero-filled: an element the kernel leaves unwritten (rows past a
+    variable sequence length, say) reads 0 on every backend and every run, never whatever the
+    host allocator left there (a NaN among it spreads through a later kernel's masked
+    arithmetic, ``0 * NaN``)."""
 
     def __init__(self, signature: KernelSignature, fn, device: str, backend_name: str):
         import torch
@@ -49,7 +54,7 @@ class KernelCall:
         self._outputs = [i for i, p in enumerate(signature.params) if p.is_output]
         self._tail_outputs = self._outputs == list(range(len(self._inputs),
                                                          len(signature.params)))
-        self._tensor_type, self._empty = torch.Tensor, torch.empty
+        self._tensor_type, self._zeros = torch.Tensor, torch.zeros
         self._contiguous = torch.contiguous_format
 
     # -- calling ----------------------------------------------------------------------
@@ -73,8 +78,8 @@ class KernelCall:
             if copies:
                 _copy_back(written)
             return None
-        empty = self._empty
-        outs = [empty(shape, dtype=dtype, device=device) for shape, dtype, device in outs]
+        zeros = self._zeros
+        outs = [zeros(shape, dtype=dtype, device=device) for shape, dtype, device in outs]
         if self._tail_outputs:
             self._fn(*args, *outs)
         else:

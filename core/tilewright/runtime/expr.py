@@ -12,6 +12,11 @@ Accepted: integer literals; names from the given symbol set; ``+ - * // %``; una
 ``truncdiv`` and ``truncmod`` (TIR's truncating ``Div``/``Mod``) with two arguments. Values are
 Python ints bounded by :data:`LIMIT`; exceeding it, or dividing by zero, is an
 :class:`ExprError`.
+
+:meth:`Expr.evaluate` computes the same expression with other :class:`Semantics`: a torch fake
+implementation passes one whose operations build symbolic sizes (``torch.SymInt``) without
+turning them into Python ints or branching on them, so tracing a dynamic-shape kernel does not
+specialise it. This module itself needs only the standard library.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from __future__ import annotations
 import ast
 import operator
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 
 LIMIT = 1 << 63  # every value, intermediate ones included, stays within (-LIMIT, LIMIT)
 MAX_LENGTH = 2000  # characters of one expression
@@ -52,19 +58,29 @@ def _truncmod(a: int, b: int) -> int:
     return a - b * _truncdiv(a, b)
 
 
-_BINARY: dict[type, Callable[[int, int], int]] = {
-    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-    ast.FloorDiv: _floordiv, ast.Mod: _floormod,
-}
-_COMPARE: dict[type, Callable[[int, int], bool]] = {
-    ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
-    ast.Gt: operator.gt, ast.GtE: operator.ge,
-}
-_CALLS: dict[str, Callable[[int, int], int]] = {
-    "min": min, "max": max, "truncdiv": _truncdiv, "truncmod": _truncmod,
-}
+Thunk = Callable[[], object]
 
-Node = Callable[[Mapping[str, int]], int]
+
+@dataclass(frozen=True)
+class Semantics:
+    """What each operation of an expression computes. ``value`` checks a literal or a symbol's
+    value; ``compare`` maps an ``ast`` comparison type to a function; ``ite``, ``and_`` and
+    ``or_`` get their operands as thunks so a semantics may short-circuit (Python ints do:
+    ``n > 0 and 8 // n`` never divides by zero)."""
+
+    value: Callable[[object], object]
+    add: Callable
+    sub: Callable
+    mul: Callable
+    floordiv: Callable
+    mod: Callable
+    neg: Callable
+    not_: Callable
+    compare: Mapping[type, Callable]
+    and_: Callable[[list[Thunk]], object]
+    or_: Callable[[list[Thunk]], object]
+    ite: Callable[[object, Thunk, Thunk], object]
+    calls: Mapping[str, Callable]
 
 
 def _bounded(value) -> int:
@@ -74,17 +90,69 @@ def _bounded(value) -> int:
     return value
 
 
+def _checked(fn):
+    return lambda a, b: _bounded(fn(a, b))
+
+
+def _as_int(fn):
+    return lambda a, b: int(fn(a, b))
+
+
+COMPARISONS = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt,
+               ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge}
+
+
+INTS = Semantics(
+    value=_bounded, add=_checked(operator.add), sub=_checked(operator.sub),
+    mul=_checked(operator.mul), floordiv=_checked(_floordiv), mod=_checked(_floormod),
+    neg=operator.neg, not_=lambda a: int(not a),
+    compare={k: _as_int(f) for k, f in COMPARISONS.items()},
+    and_=lambda parts: int(all(p() for p in parts)),
+    or_=lambda parts: int(any(p() for p in parts)),
+    ite=lambda c, t, f: t() if c else f(),
+    calls={"min": _checked(min), "max": _checked(max), "truncdiv": _checked(_truncdiv),
+           "truncmod": _checked(_truncmod)},
+)
+"""Python ints within :data:`LIMIT` (what :meth:`Expr.__call__` computes)."""
+_BINARY = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.FloorDiv: "floordiv",
+           ast.Mod: "mod"}
+
+Node = Callable[[Mapping[str, object]], object]
+
+
 class Expr:
     """A parsed expression: ``expr(symbols)`` evaluates it; ``names`` are the symbols it reads."""
 
-    def __init__(self, text: str, node: Node, names: frozenset[str]):
-        self.text, self._node, self.names = text, node, names
+    def __init__(self, text: str, tree: ast.AST | None, names: frozenset[str], value=None):
+        self.text, self.names = text, names
+        self._tree, self._value = tree, value
+        self._nodes: dict[int, Node] = {}
+        self._node = self._compiled(INTS)
 
-    def __call__(self, symbols: Mapping[str, int]) -> int:
+    def _compiled(self, semantics: Semantics) -> Node:
+        node = self._nodes.get(id(semantics))
+        if node is None:
+            if self._tree is None:
+                value = self._value
+                node = lambda _s: value
+            else:
+                node = _build(self._tree, self.text, semantics)
+            self._nodes[id(semantics)] = node
+        return node
+
+    def _needs(self, symbols: Mapping[str, object]) -> None:
         missing = sorted(n for n in self.names if symbols.get(n) is None)
         if missing:
             raise ExprError(f"{self.text!r} needs {', '.join(missing)}, which no argument gives")
+
+    def __call__(self, symbols: Mapping[str, int]) -> int:
+        self._needs(symbols)
         return self._node(symbols)
+
+    def evaluate(self, symbols: Mapping[str, object], semantics: Semantics):
+        """The value under ``semantics`` (a literal stays a Python int)."""
+        self._needs(symbols)
+        return self._compiled(semantics)(symbols)
 
     def __repr__(self) -> str:
         return f"Expr({self.text!r})"
@@ -96,7 +164,7 @@ def parse(text, symbols: Iterable[str] | None = None) -> Expr:
         raise ExprError(f"expected an integer expression, got {type(text).__name__}")
     if isinstance(text, int):
         value = _bounded(text)
-        return Expr(str(value), lambda _s: value, frozenset())
+        return Expr(str(value), None, frozenset(), value)
     if len(text) > MAX_LENGTH:
         raise ExprError(f"expression of {len(text)} characters (at most {MAX_LENGTH})")
     try:
@@ -106,51 +174,82 @@ def parse(text, symbols: Iterable[str] | None = None) -> Expr:
     if sum(1 for _ in ast.walk(tree)) > MAX_NODES:
         raise ExprError(f"{text!r} has more than {MAX_NODES} nodes")
     names: set[str] = set()
-    node = _build(tree.body, text, names)
+    _names(tree.body, text, names)
     if symbols is not None:
         unknown = sorted(names - set(symbols))
         if unknown:
             raise ExprError(f"{text!r} reads {', '.join(unknown)}, which is not a shape symbol")
-    return Expr(text, node, frozenset(names))
+    return Expr(text, tree.body, frozenset(names))
 
 
-def _build(n: ast.AST, text: str, names: set[str]) -> Node:  # noqa: C901 - one case per node
+def _names(n: ast.AST, text: str, names: set[str]) -> None:
+    """Check that ``n`` is in the grammar (else an :class:`ExprError`); collect its names."""
     if isinstance(n, ast.Constant) and type(n.value) is int:
+        _bounded(n.value)
+        return
+    if isinstance(n, ast.Name):
+        names.add(n.id)
+        return
+    if isinstance(n, ast.BinOp) and type(n.op) in _BINARY:
+        children = (n.left, n.right)
+    elif isinstance(n, ast.UnaryOp) and isinstance(n.op, (ast.USub, ast.Not, ast.UAdd)):
+        children = (n.operand,)
+    elif isinstance(n, ast.Compare) and len(n.ops) == 1 and type(n.ops[0]) in INTS.compare:
+        children = (n.left, n.comparators[0])
+    elif isinstance(n, ast.BoolOp):
+        children = tuple(n.values)
+    elif isinstance(n, ast.IfExp):
+        children = (n.test, n.body, n.orelse)
+    elif isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and \
+            n.func.id in INTS.calls and len(n.args) == 2 and not n.keywords:
+        children = tuple(n.args)
+    else:
+        raise ExprError(f"{text!r}: {ast.dump(n)[:60]} is not allowed in a shape or grid "
+                        "expression")
+    for child in children:
+        _names(child, text, names)
+
+
+def _thunk(node: Node, symbols) -> Thunk:
+    return lambda: node(symbols)
+
+
+def _build(n: ast.AST, text: str, sem: Semantics) -> Node:  # noqa: C901 - one case per node
+    """A closure computing ``n`` (checked by :func:`_names`) under ``sem``."""
+    if isinstance(n, ast.Constant):
         value = _bounded(n.value)
         return lambda _s: value
     if isinstance(n, ast.Name):
-        name = n.id
-        names.add(name)
-        return lambda s: _bounded(s[name])
-    if isinstance(n, ast.BinOp) and type(n.op) in _BINARY:
-        fn, a, b = _BINARY[type(n.op)], _build(n.left, text, names), _build(n.right, text, names)
-        return lambda s: _bounded(fn(a(s), b(s)))
-    if isinstance(n, ast.UnaryOp) and isinstance(n.op, (ast.USub, ast.Not, ast.UAdd)):
-        a = _build(n.operand, text, names)
+        name, check = n.id, sem.value
+        return lambda s: check(s[name])
+    if isinstance(n, ast.BinOp):
+        fn, a, b = getattr(sem, _BINARY[type(n.op)]), _build(n.left, text, sem), \
+            _build(n.right, text, sem)
+        return lambda s: fn(a(s), b(s))
+    if isinstance(n, ast.UnaryOp):
+        a = _build(n.operand, text, sem)
         if isinstance(n.op, ast.USub):
-            return lambda s: -a(s)
+            neg = sem.neg
+            return lambda s: neg(a(s))
         if isinstance(n.op, ast.Not):
-            return lambda s: int(not a(s))
+            not_ = sem.not_
+            return lambda s: not_(a(s))
         return a
-    if isinstance(n, ast.Compare) and len(n.ops) == 1 and type(n.ops[0]) in _COMPARE:
-        fn = _COMPARE[type(n.ops[0])]
-        a, b = _build(n.left, text, names), _build(n.comparators[0], text, names)
-        return lambda s: int(fn(a(s), b(s)))
+    if isinstance(n, ast.Compare):
+        fn = sem.compare[type(n.ops[0])]
+        a, b = _build(n.left, text, sem), _build(n.comparators[0], text, sem)
+        return lambda s: fn(a(s), b(s))
     if isinstance(n, ast.BoolOp):
-        parts = [_build(v, text, names) for v in n.values]
-        if isinstance(n.op, ast.And):
-            return lambda s: int(all(p(s) for p in parts))
-        return lambda s: int(any(p(s) for p in parts))
+        parts = [_build(v, text, sem) for v in n.values]
+        fn = sem.and_ if isinstance(n.op, ast.And) else sem.or_
+        return lambda s: fn([_thunk(p, s) for p in parts])
     if isinstance(n, ast.IfExp):
-        c, t, f = (_build(x, text, names) for x in (n.test, n.body, n.orelse))
-        return lambda s: t(s) if c(s) else f(s)
-    if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in _CALLS \
-            and len(n.args) == 2 and not n.keywords:
-        fn = _CALLS[n.func.id]
-        a, b = (_build(x, text, names) for x in n.args)
-        return lambda s: _bounded(fn(a(s), b(s)))
-    raise ExprError(f"{text!r}: {ast.dump(n)[:60]} is not allowed in a shape or grid "
-                    "expression")
+        c, t, f = (_build(x, text, sem) for x in (n.test, n.body, n.orelse))
+        ite = sem.ite
+        return lambda s: ite(c(s), lambda: t(s), lambda: f(s))
+    fn = sem.calls[n.func.id]
+    a, b = (_build(x, text, sem) for x in n.args)
+    return lambda s: fn(a(s), b(s))
 
 
-__all__ = ["LIMIT", "Expr", "ExprError", "parse"]
+__all__ = ["COMPARISONS", "INTS", "LIMIT", "Expr", "ExprError", "Semantics", "parse"]

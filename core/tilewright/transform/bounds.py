@@ -11,6 +11,10 @@ the region of every tile op:
 - a tile-op region of a global tensor that lies wholly outside it is a warning (partial tiles of
   global tensors are legal: copies guard them).
 
+A loop whose range depends on a value known only at run time (a length read from a tensor, a
+``T.dynamic`` size) is not bounded by the analysis: its accesses are never compile-time errors
+(the bound would be the range of the size's type, not of the program), only guarded at run time.
+
 :func:`instrument_bounds` (pass config ``tw.bounds_check``) inserts a ``T.device_assert``
 before each statement whose accesses the analysis cannot prove in bounds, so that every
 backend stops the kernel at the first access outside its buffer and names the user's line.
@@ -28,7 +32,7 @@ from tvm import tirx
 
 from ..errors import KernelError, span_location
 from ..ir import decode, make_call, schema_of_call
-from .walk import StmtMutator
+from .walk import StmtMutator, rebuild_for
 
 _IF_THEN_ELSE = "tirx.if_then_else"
 
@@ -90,8 +94,28 @@ class _Bounds(StmtMutator):
         self.nest: _Nest | None = None
 
     # -- context ------------------------------------------------------------------------
+    def _run_time(self, stmt) -> bool:
+        """Whether the loop's range depends on a value known only at run time (a size read
+        from a tensor, a ``T.dynamic`` size): its analyser bound is only the type's range."""
+        loops = {loop.loop_var for loop in self.loops}
+        if self.nest is not None:
+            loops |= set(self.nest.ranges)
+        free = []
+        for expr in (stmt.min, stmt.extent):
+            tvm_ffi.structural_walk(expr, (tirx.Var, free.append))
+        return any(v not in loops for v in free)
+
     def visit_For(self, stmt):
         parallel = stmt.annotations.get("tw.loop") == "parallel" if stmt.annotations else False
+        if not parallel and self._run_time(stmt):
+            # unbound: its accesses are not proven out of range at compile time, only
+            # guarded at run time (tw.bounds_check)
+            self.loops.append(stmt)
+            try:
+                body = self.visit(stmt.body)
+            finally:
+                self.loops.pop()
+            return stmt if body.same_as(stmt.body) else rebuild_for(stmt, body=body)
         if not parallel:
             return super().visit_For(stmt)
         outer = self.nest is None
@@ -154,10 +178,13 @@ class _Bounds(StmtMutator):
 
     # -- checks ---------------------------------------------------------------------------
     def _range(self, expr) -> tuple[float, float]:
+        """The range of ``expr``; an end at its type's limit is unknown (infinite)."""
         bound = self.analyzer.const_int_bound(expr)
         lo, hi = bound.min_value, bound.max_value
-        return (float("-inf") if lo == bound.NEG_INF else lo,
-                float("inf") if hi == bound.POS_INF else hi)
+        bits = tvm.DataType(str(expr.ty)).bits if str(getattr(expr, "ty", "")).startswith(
+            "int") else 64
+        return (float("-inf") if lo == bound.NEG_INF or lo <= -(1 << (bits - 1)) else lo,
+                float("inf") if hi == bound.POS_INF or hi >= (1 << (bits - 1)) - 1 else hi)
 
     def _region(self, op: str, region, where) -> None:
         buffer = region.buffer

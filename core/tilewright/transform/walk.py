@@ -50,6 +50,12 @@ class StmtMutator:
             return stmt
         return tirx.IfThenElse(stmt.condition, then_case, else_case, span=stmt.span)
 
+    def visit_While(self, stmt):
+        body = self.visit(stmt.body)
+        if body.same_as(stmt.body):
+            return stmt
+        return tirx.While(stmt.condition, body, span=stmt.span)
+
     def visit_AttrStmt(self, stmt):
         body = self.visit(stmt.body)
         if body.same_as(stmt.body):

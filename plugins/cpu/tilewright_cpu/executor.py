@@ -1,6 +1,9 @@
 """CPU executors: the LLVM-built module, as a shared library the cache can keep, or in memory
 when no system linker is present; or ``llvm-ir``, which compiles the LLVM IR text itself (so an
-edited ``codegen.ll`` from the lower trace takes effect)."""
+edited ``codegen.ll`` from the lower trace takes effect).
+
+Kernels of the shared-library executor export ``cpu-so`` bundles (``kernel.export(path)``),
+which :mod:`tilewright.runtime.cpu` runs without TVM."""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ from pathlib import Path
 import tvm
 from tilewright.errors import TilewrightError
 from tilewright.plugin import Availability, Executor, GeneratedSource
+from tilewright.runtime.cpu import export_library
 
 from . import runtime
 from .codegen import host_fingerprint
@@ -33,15 +37,39 @@ def load_private_copy(path: Path):
         return tvm.runtime.load_module(str(copy))
 
 
+class LibraryKernel:
+    """A kernel of the shared-library executor: calls the library's entry; ``export`` writes
+    the library as a ``cpu-so`` bundle."""
+
+    __slots__ = ("function", "library", "entry")
+
+    def __init__(self, function, library: Path, entry: str):
+        self.function, self.library, self.entry = function, library, entry
+
+    def __call__(self, *args):
+        return self.function(*args)
+
+    def export(self, path, signature: dict, extra: dict | None = None) -> Path:
+        """A ``cpu-so`` bundle at ``path``: the library, the LLVM IR beside it when there is
+        one, and the runtime helpers its atomics call."""
+        if not self.library.is_file():
+            raise TilewrightError(f"the kernel library {self.library} is gone (the cache was "
+                                  "cleared?); compile the kernel again to export it")
+        ir = self.library.with_name(IR_FILE)
+        return export_library(path, self.library, self.entry, signature,
+                              ir.read_text() if ir.is_file() else "", runtime.load(), extra)
+
+
 def _build_shared(source: GeneratedSource, ctx, workdir) -> object:
     path = Path(workdir) / LIBRARY
     source.payload.export_library(str(path))
-    return load_private_copy(path)[source.entry]
+    return LibraryKernel(load_private_copy(path)[source.entry], path, source.entry)
 
 
 def _load_shared(workdir, entry: str):
     runtime.load()  # kernels may call its atomics
-    return load_private_copy(Path(workdir) / LIBRARY)[entry]
+    path = Path(workdir) / LIBRARY
+    return LibraryKernel(load_private_copy(path)[entry], path, entry)
 
 
 def _build_memory(source: GeneratedSource, ctx, workdir) -> object:

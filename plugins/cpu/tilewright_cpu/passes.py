@@ -10,6 +10,8 @@ from tilewright.transform import StmtMutator, prim_func_pass, rebuild_for
 from tvm import tirx
 from tvm.sym.pattern import detect_linear_equation
 
+from .lowering_float8 import touches_float8
+
 LOOP_KEY = "tw.loop"
 VECTOR_LANES = 8
 
@@ -63,6 +65,7 @@ class _Loops(StmtMutator):
             return rebuild_for(stmt, annotations=annotations, kind=tirx.ForKind.UNROLLED)
         if kind != "parallel" or not self.vectorize or _has_loop(stmt.body) or \
                 _has_side_effects(stmt.body) or not _stores_vary(stmt.body, stmt.loop_var) or \
+                touches_float8(stmt.body) or \
                 not isinstance(stmt.extent, tirx.IntImm) or int(stmt.extent.value) % VECTOR_LANES:
             return rebuild_for(stmt, annotations=annotations)
         extent = int(stmt.extent.value)

@@ -14,13 +14,13 @@ from tilewright.plugin import (
 )
 from tilewright.transform import lower_intrinsics, lower_tile_ops
 
-from . import __version__, fastmath, lowering_extra, passes
+from . import __version__, fastmath, lowering_extra, lowering_float8, passes
 from .codegen import CODEGEN
 from .executor import EXECUTORS
 from .lowering import RULES
 
 DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-          "float16", "bfloat16", "float32", "float64")
+          "float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2")
 
 
 def _rules(ctx) -> dict:
@@ -36,10 +36,11 @@ PIPELINE = PassPipeline((
                                                           "CPULowerIntrinsics")],
           "each tile op becomes loops (rules in tilewright_cpu.lowering)"),
     Phase("lower_loops", lambda ctx: [
+        lowering_float8.lower_float8(),
         *([fastmath.lower_fast_math()] if fastmath.wanted(ctx.pass_configs) else []),
         passes.lower_loops(not ctx.pass_configs.get("tw.disable_vectorize", False))],
-          "vectorisable float32 exp/exp2; T.Parallel loops vectorised where their extent "
-          "allows"),
+          "float8 conversions as integer code; vectorisable float32 exp/exp2; T.Parallel loops "
+          "vectorised where their extent allows"),
     Phase("lower_memory", lambda ctx: [passes.lower_scopes()],
           "shared and fragment tiles become per-block host arrays"),
     Phase("lower_blocks", lambda ctx: [passes.lower_blocks(),
@@ -60,7 +61,8 @@ BACKEND = BackendModule(
         dtypes=frozenset(DTYPES),
         memory_scopes=frozenset({"global", "shared.dyn", "local.fragment", "local", "local.var",
                                  *(f"local.reducer.{op}" for op in REDUCER_OPS)}),
-        features=frozenset({"dynamic_shapes", "partial_tiles", "kernel_sequence"}),
+        features=frozenset({"dynamic_shapes", "partial_tiles", "kernel_sequence",
+                            "while_loops"}),
     ),
     description="reference backend: host CPU through TVM's LLVM codegen",
 )

@@ -18,6 +18,8 @@ from tilewright.ir.schema import Region as IRRegion
 from tilewright.plugin import DeviceCodegen, GeneratedSource
 from tvm import tirx
 
+from .runtime import EMULATED
+
 _BINARY = {"Add": "+", "Sub": "-", "Mul": "*", "FloorDiv": "//", "FloorMod": "%",
            "EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">=",
            "BitwiseAnd": "&", "BitwiseOr": "|", "BitwiseXor": "^", "LShift": "<<",
@@ -70,10 +72,11 @@ class _Emitter:
 
     def const(self, value: float, dtype: str) -> str:
         name = f"_c{len(self.consts)}"
-        cast = "np.float32" if dtype == "bfloat16" else f"np.{dtype}"
+        emulated = dtype in EMULATED
+        cast = "np.float32" if emulated else f"np.{dtype}"
         text = f"{cast}(float.fromhex({float(value).hex()!r}))"
-        if dtype == "bfloat16":
-            text = f"rt.round_bf16({text})"
+        if emulated:
+            text = f"rt.round_to({text}, {dtype!r})"
         self.consts.append(f"{name} = {text}")
         return name
 
@@ -168,6 +171,9 @@ class _Emitter:
             self.stmt(s.body, depth + 1)
             if block:
                 self.blocks.pop()
+        elif kind == "While":
+            self.emit(depth, f"while {self.expr(s.condition)}:")
+            self.stmt(s.body, depth + 1)
         elif kind == "IfThenElse":
             self.emit(depth, f"if {self.expr(s.condition)}:")
             self.stmt(s.then_case, depth + 1)
@@ -176,9 +182,15 @@ class _Emitter:
                 self.stmt(s.else_case, depth + 1)
         elif kind == "BufferStore":
             value = self.expr(s.value)
-            if str(s.buffer.dtype) == "bfloat16":
-                value = f"rt.round_bf16({value})"
+            if str(s.buffer.dtype) in EMULATED:
+                value = f"rt.round_to({value}, {str(s.buffer.dtype)!r})"
             self.emit(depth, f"{self.buf(s.buffer)}[{self.index(s.indices)}] = {value}")
+        elif kind == "DeclBuffer" and getattr(s, "data", None) is not None:
+            # a view of a global tensor's memory: T.Tensor(shape, dtype, A.data)
+            base = s.data.args[0]
+            shape = ", ".join(self.expr(x) for x in s.buffer.shape)
+            self.emit(depth, f"{self.buf(s.buffer)} = rt.view({self.buf(base)}, ({shape},), "
+                      f"{str(base.dtype)!r}, {str(s.buffer.dtype)!r})")
         elif kind in ("AllocBuffer", "DeclBuffer"):
             buffer = s.buffer
             shape = ", ".join(self.expr(x) for x in buffer.shape)
@@ -237,7 +249,7 @@ class _Emitter:
                 if isinstance(dim, tirx.Var) and not tirx.buffer.is_buffer_var(dim) and \
                         dim.__chandle__() not in self.names:
                     prologue.append(f"{self.var(dim)} = {name}.shape[{axis}]")
-            if dtype == "bfloat16":
+            if dtype in EMULATED:
                 epilogue.append(f"rt.write_back({arg}, {name}, {dtype!r})")
         body_start = len(self.lines)
         self.stmt(func.body, 1)

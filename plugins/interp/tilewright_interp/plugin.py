@@ -23,10 +23,12 @@ BACKEND = BackendModule(
     capabilities=Capabilities(
         tile_ops=frozenset(RULES),  # exactly the ops with a lowering rule
         dtypes=frozenset({"bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
-                          "uint32", "uint64", "float16", "bfloat16", "float32", "float64"}),
+                          "uint32", "uint64", "float16", "bfloat16", "float32", "float64",
+                          "float8_e4m3fn", "float8_e5m2"}),
         memory_scopes=frozenset({"global", "shared.dyn", "local.fragment", "local", "local.var",
                                  *(f"local.reducer.{op}" for op in REDUCER_OPS)}),
-        features=frozenset({"dynamic_shapes", "partial_tiles", "kernel_sequence"}),
+        features=frozenset({"dynamic_shapes", "partial_tiles", "kernel_sequence",
+                            "while_loops"}),
     ),
     description="reference interpreter: runs the tile IR in Python and NumPy, one block "
                 "at a time",

@@ -1,22 +1,25 @@
 """What the generated Python of a kernel calls: buffers as NumPy arrays, regions, dtype
 rounding, math.
 
-Every buffer is a NumPy array: global tensors are views of the torch arguments (bfloat16 ones
-are float32 copies written back after the kernel), shared and fragment tiles are allocated per
-block. bfloat16 values are held in float32 and rounded to bfloat16 (nearest even) whenever they
-are stored or cast, so results match a machine that stores bfloat16.
+Every buffer is a NumPy array: global tensors are views of the torch arguments (bfloat16 and
+float8 ones are float32 copies written back after the kernel), shared and fragment tiles are
+allocated per block. bfloat16 and float8 values are held in float32 and rounded to their type
+(nearest even; float8_e4m3fn saturates at +-448 as torch does) whenever they are stored or
+cast, so results match a machine that stores them.
 """
 
 from __future__ import annotations
 
 import math
 
+import ml_dtypes
 import numpy as np
 
 NUMPY = {"float16": np.float16, "float32": np.float32, "float64": np.float64,
-         "bfloat16": np.float32, "int8": np.int8, "int16": np.int16, "int32": np.int32,
-         "int64": np.int64, "uint8": np.uint8, "uint16": np.uint16, "uint32": np.uint32,
-         "uint64": np.uint64, "bool": np.bool_}
+         "bfloat16": np.float32, "float8_e4m3fn": np.float32, "float8_e5m2": np.float32,
+         "int8": np.int8, "int16": np.int16, "int32": np.int32, "int64": np.int64,
+         "uint8": np.uint8, "uint16": np.uint16, "uint32": np.uint32, "uint64": np.uint64,
+         "bool": np.bool_}
 
 
 def round_bf16(x):
@@ -28,10 +31,32 @@ def round_bf16(x):
     return out if out.ndim else np.float32(out)
 
 
+def _round_float8(kind, limit):
+    def rounded(x):
+        a = np.asarray(x, dtype=np.float32)
+        if limit is not None:  # saturate, as torch does (ml_dtypes gives NaN)
+            a = np.clip(a, -limit, limit)
+        out = a.astype(kind).astype(np.float32)
+        return out if out.ndim else np.float32(out)
+
+    return rounded
+
+
+# types held in float32 here: a value of one is rounded by its function when stored or cast
+EMULATED = {"bfloat16": round_bf16,
+            "float8_e4m3fn": _round_float8(ml_dtypes.float8_e4m3fn, 448.0),
+            "float8_e5m2": _round_float8(ml_dtypes.float8_e5m2, None)}
+
+
+def round_to(x, dtype: str):
+    """``x`` (float32) rounded to the emulated type ``dtype``."""
+    return EMULATED[dtype](x)
+
+
 def cast(value, dtype: str):
     """``T.cast``: convert a scalar to ``dtype`` with that dtype's rounding."""
-    if dtype == "bfloat16":
-        return round_bf16(np.float32(value))
+    if dtype in EMULATED:
+        return round_to(np.float32(value), dtype)
     if dtype == "bool":
         return bool(value)
     if dtype.startswith(("int", "uint")):
@@ -85,8 +110,8 @@ class Region:
         values = np.asarray(values)
         values = np.broadcast_to(values.reshape(self.extents) if values.size == math.prod(
             self.extents) else values, self.extents)
-        if self.dtype == "bfloat16":
-            values = round_bf16(values.astype(np.float32))
+        if self.dtype in EMULATED:
+            values = round_to(values.astype(np.float32), self.dtype)
         inner, outer = self._clipped()
         self.array[inner] = values[outer]
 
@@ -101,18 +126,31 @@ def bind(arg, dtype: str):
     if hasattr(arg, "detach"):  # a torch tensor
         if arg.device.type != "cpu":
             raise ValueError(f"the interpreter runs on the host; got a tensor on {arg.device}")
-        if dtype == "bfloat16":
+        if dtype in EMULATED:
             return arg.detach().float().numpy().copy()
         return arg.detach().numpy()
     return np.asarray(arg)
 
 
+def view(base: np.ndarray, shape, base_dtype: str, dtype: str) -> np.ndarray:
+    """``T.Tensor(shape, dtype, A.data)``: the first elements of ``A``'s memory seen with
+    ``shape`` (and ``dtype``: another dtype reinterprets the bytes; bfloat16 and float8
+    tensors, held as float32 here, can only be seen as their own type)."""
+    flat = base.reshape(-1)
+    if dtype != base_dtype:
+        if dtype in EMULATED or base_dtype in EMULATED:
+            raise TypeError(f"the interpreter cannot view {base_dtype} memory as {dtype}")
+        flat = flat.view(NUMPY[dtype])
+    shape = tuple(int(s) for s in shape)
+    return flat[:math.prod(shape)].reshape(shape)
+
+
 def write_back(arg, array, dtype: str) -> None:
-    """Copy a bfloat16 argument's float32 working array back into the torch tensor."""
-    if dtype == "bfloat16" and hasattr(arg, "copy_"):
+    """Copy an emulated argument's float32 working array back into the torch tensor."""
+    if dtype in EMULATED and hasattr(arg, "copy_"):
         import torch
 
-        arg.copy_(torch.from_numpy(np.ascontiguousarray(array)).to(torch.bfloat16))
+        arg.copy_(torch.from_numpy(np.ascontiguousarray(array)).to(getattr(torch, dtype)))
 
 
 def _unary(fn):

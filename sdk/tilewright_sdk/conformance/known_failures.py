@@ -40,8 +40,6 @@ KNOWN_FAILURES: tuple[KnownFailure, ...] = (
                  "(Ascend C SetAtomicAdd/Max/Min return nothing)", when="build"),
     KnownFailure("ascend", "reduce_then_store-int8-*", "refuses an int8 reduction (A2's "
                  "vector unit reduces float16 and float32)", when="build"),
-    KnownFailure("cuda", "limits-bfloat16-*", "prints T.infinity('bfloat16') (a float32 "
-                 "infinity cast) with the undefined identifier 'inff'", when="build"),
 )
 
 

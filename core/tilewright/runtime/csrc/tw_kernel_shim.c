@@ -1,0 +1,157 @@
+/* What a CPU kernel library built by TVM needs from a runtime, without TVM.
+ *
+ * tilewright.runtime.cpu loads this library (RTLD_GLOBAL) before a kernel of a `cpu-so` bundle
+ * and points the kernel's context pointers (__TVMBackendParallelLaunch, ...) at the functions
+ * below. It provides:
+ * - TVMFFIErrorSetRaisedFromCStrParts: a kernel's argument checks report through it; the
+ *   message is kept per thread and read back with tw_shim_last_error();
+ * - a parallel launcher: a pool of worker threads, created on first use, running the tasks of
+ *   one launch at a time (a launch from inside a task runs its tasks serially);
+ * - workspace allocation: aligned malloc and free.
+ * Kernels that need anything else (a barrier between parallel tasks, say) are refused by the
+ * loader before they are loaded.
+ * Built with the host C compiler when a kernel package is built (or on first use). */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define TW_MESSAGE 4096
+#define TW_MAX_THREADS 256
+
+static __thread char tw_message[TW_MESSAGE];
+
+void TVMFFIErrorSetRaisedFromCStrParts(const char* kind, const char** parts, int32_t num_parts) {
+  size_t used = 0;
+  tw_message[0] = '\0';
+  if (kind != NULL) used = (size_t)snprintf(tw_message, TW_MESSAGE, "%s: ", kind);
+  for (int32_t i = 0; i < num_parts && used < TW_MESSAGE - 1; ++i) {
+    if (parts[i] == NULL) continue;
+    used += (size_t)snprintf(tw_message + used, TW_MESSAGE - used, "%s", parts[i]);
+  }
+}
+
+/* The message of the last error a kernel raised on this thread ("" if none); cleared. */
+const char* tw_shim_last_error(void) {
+  static __thread char copy[TW_MESSAGE];
+  memcpy(copy, tw_message, TW_MESSAGE);
+  tw_message[0] = '\0';
+  return copy;
+}
+
+void* tw_shim_alloc_workspace(int device_type, int device_id, uint64_t nbytes, int code,
+                              int bits) {
+  (void)device_type, (void)device_id, (void)code, (void)bits;
+  void* ptr = NULL;
+  if (posix_memalign(&ptr, 64, nbytes ? (size_t)nbytes : 1) != 0) {
+    TVMFFIErrorSetRaisedFromCStrParts("MemoryError", (const char*[]){"workspace allocation "
+                                      "failed"}, 1);
+    return NULL;
+  }
+  return ptr;
+}
+
+int tw_shim_free_workspace(int device_type, int device_id, void* ptr) {
+  (void)device_type, (void)device_id;
+  free(ptr);
+  return 0;
+}
+
+typedef struct {
+  void* sync_handle;
+  int32_t num_task;
+} TWParallelEnv;
+typedef int (*TWLambda)(int task_id, TWParallelEnv* env, void* cdata);
+
+static struct {
+  pthread_mutex_t lock;
+  pthread_cond_t start, done;
+  pthread_mutex_t launch; /* one launch at a time */
+  int threads;            /* workers + the launching thread */
+  uint64_t generation;
+  TWLambda fn;
+  void* cdata;
+  TWParallelEnv env;
+  int next_task, pending, failed;
+  char message[TW_MESSAGE];
+} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER,
+          PTHREAD_MUTEX_INITIALIZER, 0, 0, NULL, NULL, {NULL, 0}, 0, 0, 0, {0}};
+static __thread int tw_in_task;
+
+/* Run tasks of the current launch until none is left; the pool lock is held on entry. */
+static void run_tasks(void) {
+  while (pool.next_task < pool.env.num_task) {
+    int task = pool.next_task++;
+    pthread_mutex_unlock(&pool.lock);
+    tw_in_task = 1;
+    int rc = pool.fn(task, &pool.env, pool.cdata);
+    tw_in_task = 0;
+    pthread_mutex_lock(&pool.lock);
+    if (rc != 0 && !pool.failed) {
+      pool.failed = 1;
+      memcpy(pool.message, tw_message, TW_MESSAGE);
+    }
+    if (--pool.pending == 0) pthread_cond_broadcast(&pool.done);
+  }
+}
+
+static void* worker(void* arg) {
+  (void)arg;
+  uint64_t seen = 0;
+  pthread_mutex_lock(&pool.lock);
+  for (;;) {
+    while (pool.generation == seen) pthread_cond_wait(&pool.start, &pool.lock);
+    seen = pool.generation;
+    run_tasks();
+  }
+  return NULL;
+}
+
+static int thread_count(void) {
+  const char* env = getenv("TILEWRIGHT_NUM_THREADS");
+  long n = env ? strtol(env, NULL, 10) : 0;
+  if (n <= 0) {
+    cpu_set_t set;
+    n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : sysconf(_SC_NPROCESSORS_ONLN);
+  }
+  return n < 1 ? 1 : n > TW_MAX_THREADS ? TW_MAX_THREADS : (int)n;
+}
+
+static void start_pool(void) {
+  pool.threads = thread_count();
+  for (int i = 1; i < pool.threads; ++i) {
+    pthread_t t;
+    if (pthread_create(&t, NULL, worker, NULL) != 0) {
+      pool.threads = i;
+      break;
+    }
+    pthread_detach(t);
+  }
+}
+
+int tw_shim_parallel_launch(TWLambda fn, void* cdata, int num_task) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  if (tw_in_task) { /* nested: run serially on this thread */
+    TWParallelEnv env = {NULL, num_task > 0 ? num_task : 1};
+    for (int i = 0; i < env.num_task; ++i)
+      if (fn(i, &env, cdata) != 0) return -1;
+    return 0;
+  }
+  pthread_once(&once, start_pool);
+  pthread_mutex_lock(&pool.launch);
+  pthread_mutex_lock(&pool.lock);
+  pool.fn = fn, pool.cdata = cdata;
+  pool.env.num_task = num_task > 0 ? num_task : pool.threads;
+  pool.next_task = 0, pool.pending = pool.env.num_task, pool.failed = 0;
+  pool.generation++;
+  pthread_cond_broadcast(&pool.start);
+  run_tasks();
+  while (pool.pending > 0) pthread_cond_wait(&pool.done, &pool.lock);
+  int failed = pool.failed;
+  if (failed) memcpy(tw_message, pool.message, TW_MESSAGE);
+  pthread_mutex_unlock(&pool.lock);
+  pthread_mutex_unlock(&pool.launch);
+  return failed ? -1 : 0;
+}

@@ -1,0 +1,210 @@
+"""float8 conversions on the CPU backend, written out as integer code.
+
+TVM's float8 legalisation for LLVM decodes zero, subnormals, infinities and NaN wrongly and
+encodes subnormals as zero, so every conversion to or from a float8 type is replaced here by
+explicit bit manipulation with torch's semantics (round to nearest even; ``float8_e4m3fn``
+saturates to +-448, infinities included, and has one NaN per sign; ``float8_e5m2`` is IEEE-like
+with infinities). Other floating types convert through float32, which holds every float8
+value exactly.
+
+A kernel's own float8 tiles (shared, fragment, local) are held as bytes (``uint8``), their loads
+and stores reinterpreted: TVM's float8 legalisation would otherwise turn them into float32
+tiles, under the integer code above. TVM legalises loads and stores of float8 parameters lane
+by lane, so a ``T.vectorized`` loop (a GEMM micro-kernel's) that touches float8 runs serially.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import tvm
+import tvm_ffi
+from tilewright.transform import StmtMutator, prim_func_pass, rebuild_for
+from tvm import tirx
+
+
+@dataclass(frozen=True)
+class Float8Format:
+    """The layout of a float8 type: ``sign | exponent (exp_bits) | mantissa (man_bits)``."""
+
+    exp_bits: int
+    man_bits: int
+    saturate: bool  # e4m3fn: no infinities, overflow gives the largest finite value
+    max_code: int  # the largest finite magnitude's bits
+    nan_code: int
+
+    @property
+    def bias(self) -> int:
+        return (1 << (self.exp_bits - 1)) - 1
+
+    @property
+    def shift(self) -> int:  # float32 mantissa bits dropped
+        return 23 - self.man_bits
+
+
+FORMATS = {
+    "float8_e4m3fn": Float8Format(4, 3, True, 0x7E, 0x7F),
+    "float8_e5m2": Float8Format(5, 2, False, 0x7B, 0x7F),
+}
+
+
+def _u32(value):
+    return tirx.const(value, "uint32")
+
+
+def encode(value, fmt: Float8Format):
+    """The float8 bits (uint8) of a float32 ``value``."""
+    bits = tirx.reinterpret("uint32", value)
+    sign = (bits >> _u32(24)) & _u32(0x80)
+    mag = bits & _u32(0x7FFFFFFF)
+    # normal range: rebias the exponent, round the mantissa to nearest even
+    rebias = _u32((127 - fmt.bias) << 23)
+    half = _u32((1 << (fmt.shift - 1)) - 1)
+    rounded = (mag - rebias + half + ((mag >> _u32(fmt.shift)) & _u32(1))) >> _u32(fmt.shift)
+    # below the smallest normal: a multiple of the smallest subnormal, nearest even
+    unit = 2.0 ** (fmt.man_bits + fmt.bias - 1)
+    small = tirx.Cast("uint32", tirx.nearbyint(tirx.reinterpret("float32", mag) *
+                                               tirx.const(unit, "float32")))
+    min_normal = _u32((127 - fmt.bias + 1) << 23)
+    if fmt.saturate:
+        code = tirx.Select(mag >= _u32(_max_bits(fmt)), _u32(fmt.max_code),
+                           tirx.Select(mag >= min_normal, rounded, small))
+    else:
+        inf = _u32(fmt.max_code + 1)
+        code = tirx.Select(mag >= min_normal, tirx.Min(rounded, inf), small)
+    code = tirx.Select(mag > _u32(0x7F800000), _u32(fmt.nan_code), code)
+    return tirx.Cast("uint8", sign | code)
+
+
+def _max_bits(fmt: Float8Format) -> int:
+    """The float32 bits of the largest finite float8 value."""
+    exponent = (fmt.max_code >> fmt.man_bits) - fmt.bias + 127
+    mantissa = (fmt.max_code & ((1 << fmt.man_bits) - 1)) << fmt.shift
+    return (exponent << 23) | mantissa
+
+
+def decode(code, fmt: Float8Format):
+    """The float32 value of float8 bits ``code`` (uint8)."""
+    code = tirx.Cast("uint32", code)
+    sign = (code & _u32(0x80)) << _u32(24)
+    mag = code & _u32(0x7F)
+    exponent = mag >> _u32(fmt.man_bits)
+    normal = tirx.reinterpret("float32", sign | ((mag << _u32(fmt.shift)) +
+                                                 _u32((127 - fmt.bias) << 23)))
+    subnormal = tirx.Cast("float32", mag) * tirx.const(
+        2.0 ** -(fmt.man_bits + fmt.bias - 1), "float32")
+    subnormal = tirx.Select(sign != _u32(0), -subnormal, subnormal)
+    special = tirx.reinterpret("float32", sign | _u32(0x7F800000) |
+                               ((mag & _u32((1 << fmt.man_bits) - 1)) << _u32(fmt.shift)))
+    value = tirx.Select(exponent == _u32(0), subnormal, normal)
+    if fmt.saturate:  # only the all-ones code is NaN
+        return tirx.Select(mag == _u32(fmt.nan_code), tirx.const(float("nan"), "float32"),
+                           value)
+    return tirx.Select(exponent == _u32((1 << fmt.exp_bits) - 1), special, value)
+
+
+def _convert(cast):
+    target, source = str(cast.ty), str(cast.value.ty)
+    if target in FORMATS and source not in FORMATS:
+        value = cast.value if source == "float32" else tirx.Cast("float32", cast.value)
+        return tirx.reinterpret(target, encode(value, FORMATS[target]))
+    if source in FORMATS and target not in FORMATS:
+        value = decode(tirx.reinterpret("uint8", cast.value), FORMATS[source])
+        return value if target == "float32" else tirx.Cast(target, value)
+    if source in FORMATS and target in FORMATS and source != target:
+        value = decode(tirx.reinterpret("uint8", cast.value), FORMATS[source])
+        return tirx.reinterpret(target, encode(value, FORMATS[target]))
+    return cast
+
+
+def touches_float8(stmt) -> bool:
+    """Whether ``stmt`` loads, stores or converts float8 values: TVM legalises those to
+    scalar integer code that LLVM cannot vectorise (a per-lane if_then_else)."""
+    found = []
+
+    def visit(node):
+        if str(getattr(node, "ty", "")).startswith("float8"):
+            found.append(node)
+
+    tvm_ffi.structural_walk(stmt, [(tirx.BufferStore, lambda s: visit(s.value)),
+                                   (tvm.ir.TensorLoad, visit), (tirx.Cast, visit)])
+    return bool(found)
+
+
+class _SerialFloat8(StmtMutator):
+    """``T.vectorized`` loops that touch float8 become serial loops."""
+
+    def visit_For(self, stmt):
+        stmt = super().visit_For(stmt)
+        if stmt.kind == tirx.ForKind.VECTORIZED and touches_float8(stmt.body):
+            return rebuild_for(stmt, kind=tirx.ForKind.SERIAL)
+        return stmt
+
+
+def _as_bytes(body):
+    """``body`` with its float8 tiles held as uint8 tiles of the same shape."""
+    tiles = {}
+
+    def collect(stmt):
+        buf = stmt.buffer
+        if str(buf.dtype) in FORMATS:
+            tiles[buf] = tirx.decl_buffer(buf.shape, "uint8", buf.name, scope=str(buf.scope()))
+
+    tvm_ffi.structural_walk(body, (tirx.AllocBuffer, collect))
+    if not tiles:
+        return body
+
+    def load(node):
+        tile = tiles.get(node.source)
+        if tile is None:
+            return node
+        return tirx.reinterpret(str(node.ty), tirx.BufferLoad(tile, node.indices))
+
+    def store(stmt):
+        tile = tiles.get(stmt.buffer)
+        if tile is None:
+            return stmt
+        return tirx.BufferStore(tile, _bits(stmt.value), stmt.indices,
+                                span=stmt.span)
+
+    body = tvm_ffi.structural_map(body, [(tvm.ir.TensorLoad, load), (tirx.BufferStore, store)])
+    return tvm_ffi.structural_map(body, (tirx.Buffer, lambda b: tiles.get(b, b)))
+
+
+def _op_name(node) -> str:
+    op = getattr(node, "op", None)
+    return op.name if isinstance(node, tvm.ir.Call) and isinstance(op, tvm.ir.Op) else ""
+
+
+def _bits(value):
+    """The uint8 bits of a float8 expression, without a float8 value in between where it can:
+    TVM's legalisation widens float8 selects and constants to float32, under a reinterpret."""
+    if isinstance(value, tirx.FloatImm):
+        return encode(tirx.const(float(value.value), "float32"), FORMATS[str(value.ty)])
+    if isinstance(value, tirx.Select):
+        return tirx.Select(value.condition, _bits(value.true_value), _bits(value.false_value))
+    if _op_name(value) == "prim.if_then_else":
+        return tirx.if_then_else(value.args[0], _bits(value.args[1]), _bits(value.args[2]))
+    if _op_name(value) == "tirx.reinterpret" and str(value.args[0].ty) == "uint8":
+        return value.args[0]
+    return tirx.reinterpret("uint8", value)
+
+
+def _collapse(call):
+    """``reinterpret(uint8, x)`` of a float8 ``x`` is :func:`_bits` of it."""
+    if _op_name(call) == "tirx.reinterpret" and str(call.ty) == "uint8" and \
+            str(call.args[0].ty) in FORMATS:
+        return _bits(call.args[0])
+    return call
+
+
+def _lower(f):
+    body = _SerialFloat8().visit(f.body)
+    body = _as_bytes(tvm_ffi.structural_map(body, (tirx.Cast, _convert)))
+    return f.with_body(tvm_ffi.structural_map(body, (tvm.ir.Call, _collapse)))
+
+
+def lower_float8():
+    """Every conversion to or from a float8 type becomes :func:`encode` / :func:`decode`, float8
+    tiles are held as bytes, a vectorised loop that touches float8 becomes serial."""
+    return prim_func_pass("CPULowerFloat8", _lower)
