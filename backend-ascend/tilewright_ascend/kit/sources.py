@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import tilewright
+from tilewright.errors import TilewrightError
 from tilewright_sdk.conformance.catalogue import cases
 from tilewright_sdk.conformance.known_failures import known_failure
 from tilewright_sdk.conformance.runner import missing_capabilities
@@ -40,6 +41,18 @@ class KernelSource:
         if hasattr(built, "get_kernel_source"):  # an eager example, compiled by its call
             return built.get_kernel_source()
         return tilewright.lower(built, target=TARGET).source.text
+
+
+def generated(kernels) -> tuple[dict[str, str], list[str]]:
+    """The Ascend C of ``kernels`` by file-safe name, and a line for each kernel the backend
+    refuses at compile time (no source to check)."""
+    sources, refused = {}, []
+    for k in kernels:
+        try:
+            sources[k.name.replace("/", "__")] = k.source()
+        except TilewrightError as exc:
+            refused.append(f"{k.name}: {str(exc).splitlines()[0]}")
+    return sources, refused
 
 
 def _module(path: Path, name: str):
