@@ -4,6 +4,7 @@ import ascend_kernels as K
 import pytest
 import tilewright
 import tilewright_ascend.language as T
+import torch
 from tilewright.errors import KernelError
 
 
@@ -102,20 +103,28 @@ def test_manual_sync_kept_and_automatic_sync_inserted():
         assert line in auto, line
 
 
-def test_more_than_six_flags_of_one_event_is_an_error():
-    """Ids 6 and 7 are the vendor's: automatic synchronisation has 0-5."""
+def test_flags_beyond_the_six_ids_of_an_event_become_a_barrier():
+    """Ids 6 and 7 are the vendor's: automatic synchronisation has 0-5 of each event; a
+    seventh tile's MTE2 -> V and V -> MTE3 dependencies are ordered by PipeBarrier<PIPE_ALL>
+    (its MTE2 -> MTE3 one by the first of them)."""
     @T.prim_func
-    def main(A: T.Tensor((7, 64), "float32")):
+    def main(A: T.Tensor((2, 7, 64), "float32"), B: T.Tensor((2, 7, 64), "float32")):
         with T.Kernel(1, is_npu=True) as (cid, vid):
             tiles = [T.alloc_ub((64,), "float32") for _ in range(7)]
             with T.Scope("V"):
                 for n, tile in enumerate(tiles):  # Python loops: unrolled while tracing
-                    T.copy(A[n, 0], tile)
+                    T.copy(A[vid, n, 0], tile)
                 for tile in tiles:
                     T.tile.adds(tile, tile, 1.0)
+                for n, tile in enumerate(tiles):
+                    T.copy(tile, B[vid, n, 0])
 
-    with pytest.raises(KernelError, match=r"more than 6 flags of event MTE2_V \(ids 0, 1, 2"):
-        _source(main)
+    text = _source(main)
+    assert "SetFlag<HardEvent::MTE2_V>(5);" in text and "MTE2_V>(6)" not in text
+    assert text.count("PipeBarrier<PIPE_ALL>();") == 2
+    a = torch.randn(2, 7, 64)
+    kernel = tilewright.compile(main, out_idx=[-1], target="ascend")
+    torch.testing.assert_close(kernel(a), a + 1)
 
 
 def test_portable_kernel_needing_both_cores_is_split():

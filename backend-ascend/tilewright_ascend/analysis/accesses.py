@@ -2,9 +2,10 @@
 multi-buffering passes. Buffers are the IR's buffer objects (identity), never names.
 
 A tile op's accesses come from its data path (:mod:`..facts.paths`) or, for the ops that are
-not copies, from the table below; a ``T.Parallel`` nest is vector work, a loop the scalar unit
-runs (:data:`..facts.keys.SCALAR_KEY`) scalar work; any other statement has the accesses of its
-children.
+not copies, from the table below (a vector op's reads and writes are its schema's operand
+effects, so a scratch operand such as a reduction's ``work`` counts as written); a
+``T.Parallel`` nest is vector work, a loop the scalar unit runs (:data:`..facts.keys.SCALAR_KEY`)
+scalar work; any other statement has the accesses of its children.
 """
 
 from __future__ import annotations
@@ -83,9 +84,9 @@ def op_accesses(call) -> list[Access]:
                 Access("v", _buf(call, "dst"), True)]
     if name.startswith("atomic_") and hasattr(call.operands["src"], "buffer"):
         return [Access("mte3", _buf(call, "src"), False)]
-    if name.startswith(ops.PREFIX + "tile."):
-        return [Access("v", r.buffer, o == "dst")
-                for o, r in call.operands.items() if hasattr(r, "buffer")]
+    if name.startswith(ops.PREFIX + "tile."):  # the schema's effects: read, write or both
+        return [Access("v", r.buffer, False) for r in call.regions("read")] + \
+            [Access("v", r.buffer, True) for r in call.regions("write")]
     return []
 
 

@@ -17,7 +17,9 @@ from ..analysis.buffers import flat_index
 from ..facts.dtypes import ctype
 
 _C_BINARY = {"Add": "+", "Sub": "-", "Mul": "*", "Div": "/", "Mod": "%", "EQ": "==", "NE": "!=",
-             "LT": "<", "LE": "<=", "GT": ">", "GE": ">=", "And": "&&", "Or": "||"}
+             "LT": "<", "LE": "<=", "GT": ">", "GE": ">=", "And": "&&", "Or": "||",
+             "BitwiseAnd": "&", "BitwiseOr": "|", "BitwiseXor": "^", "LShift": "<<",
+             "RShift": ">>"}  # >> of a negative signed integer: arithmetic (C++20, bisheng)
 _FLOOR = {"FloorDiv": ("/", "TW_FLOORDIV"), "FloorMod": ("%", "TW_FLOORMOD")}
 _PY_BINARY = {"Add": "+", "Sub": "-", "Mul": "*", "FloorDiv": "//", "FloorMod": "%"}
 
@@ -52,6 +54,8 @@ class ExprPrinter:
             return f"TW_{kind.upper()}({self.cpp(e.a)}, {self.cpp(e.b)})"
         if kind == "Not":
             return f"(!{self.cpp(e.a)})"
+        if kind == "BitwiseNot":
+            return f"(~{self.cpp(e.a)})"
         if kind == "Cast":
             return f"TW_CAST({ctype(str(e.ty))}, {self.cpp(e.value)})"
         if kind == "Select" or (kind == "Call" and isinstance(e.op, tvm.ir.Op) and

@@ -64,9 +64,12 @@ void assert_fail(int line, const char* msg);
 
 // A value the scalar unit reads from memory (GetValue): known once that read has run, so
 // instructions issued after it take it lazily; arithmetic on it stays lazy.
-struct Lazy { std::function<double()> f; double get() const { return f(); } };
+// ``integral``: the value has an integer type, so / truncates and % is the remainder, as in C.
+struct Lazy { std::function<double()> f; bool integral = false; double get() const { return f(); } };
 template <typename T> constexpr bool is_lazy = std::is_same<std::decay_t<T>, Lazy>::value;
 inline double val(const Lazy& l) { return l.get(); }
+inline bool integral(const Lazy& l) { return l.integral; }
+template <typename U> constexpr bool integral(const U&) { return std::is_integral<U>::value; }
 template <typename U> inline double val(const U& u) {
     if constexpr (std::is_integral<U>::value) return double(u); else return double(float(u));
 }
@@ -75,27 +78,48 @@ template <typename T> inline T from_double(double v) {
 }
 #define TW_LAZY_OP(OP)                                                                         \
     template <typename A, typename B, typename = std::enable_if_t<is_lazy<A> || is_lazy<B>>>   \
-    Lazy operator OP(const A& a, const B& b) { return Lazy{[=] { return double(val(a) OP val(b)); }}; }
-TW_LAZY_OP(+) TW_LAZY_OP(-) TW_LAZY_OP(*) TW_LAZY_OP(/) TW_LAZY_OP(<) TW_LAZY_OP(<=)
+    Lazy operator OP(const A& a, const B& b) {                                                 \
+        return Lazy{[=] { return double(val(a) OP val(b)); }, integral(a) && integral(b)};     \
+    }
+TW_LAZY_OP(+) TW_LAZY_OP(-) TW_LAZY_OP(*) TW_LAZY_OP(<) TW_LAZY_OP(<=)
 TW_LAZY_OP(>) TW_LAZY_OP(>=) TW_LAZY_OP(==) TW_LAZY_OP(!=)
 #undef TW_LAZY_OP
-inline Lazy operator-(const Lazy& a) { return Lazy{[=] { return -val(a); }}; }
+// C's / and % of integers truncate towards zero (the printer emits them for operands it proves
+// non-negative; TW_FLOORDIV/TW_FLOORMOD otherwise)
+template <typename A, typename B, typename = std::enable_if_t<is_lazy<A> || is_lazy<B>>>
+Lazy operator/(const A& a, const B& b) {
+    bool ints = integral(a) && integral(b);
+    return Lazy{[=] { double q = val(a) / val(b); return ints ? std::trunc(q) : q; }, ints};
+}
+template <typename A, typename B, typename = std::enable_if_t<is_lazy<A> || is_lazy<B>>>
+Lazy operator%(const A& a, const B& b) { return Lazy{[=] { return std::fmod(val(a), val(b)); }, true}; }
+// bitwise operators and shifts of integers (>> of a negative value is arithmetic)
+#define TW_LAZY_INT_OP(OP)                                                                     \
+    template <typename A, typename B, typename = std::enable_if_t<is_lazy<A> || is_lazy<B>>>   \
+    Lazy operator OP(const A& a, const B& b) {                                                 \
+        return Lazy{[=] { return double(int64_t(val(a)) OP int64_t(val(b))); }, true};         \
+    }
+TW_LAZY_INT_OP(&) TW_LAZY_INT_OP(|) TW_LAZY_INT_OP(^) TW_LAZY_INT_OP(<<) TW_LAZY_INT_OP(>>)
+#undef TW_LAZY_INT_OP
+inline Lazy operator~(const Lazy& a) { return Lazy{[=] { return double(~int64_t(val(a))); }, true}; }
+inline Lazy operator-(const Lazy& a) { return Lazy{[=] { return -val(a); }, a.integral}; }
 template <typename T, typename U> auto cast(const U& u) {
-    if constexpr (is_lazy<U>) return Lazy{[=] { return val(from_double<T>(val(u))); }};
+    if constexpr (is_lazy<U>) return Lazy{[=] { return val(from_double<T>(val(u))); }, std::is_integral<T>::value};
     else return static_cast<T>(u);
 }
 template <typename C, typename A, typename B> auto select(const C& c, const A& a, const B& b) {
-    if constexpr (is_lazy<C> || is_lazy<A> || is_lazy<B>) return Lazy{[=] { return val(c) != 0 ? val(a) : val(b); }};
+    if constexpr (is_lazy<C> || is_lazy<A> || is_lazy<B>)
+        return Lazy{[=] { return val(c) != 0 ? val(a) : val(b); }, integral(a) && integral(b)};
     else return c ? a : b;
 }
 // floor division and modulo (the generated code's TW_FLOORDIV/TW_FLOORMOD): round towards -inf
 template <typename A, typename B> auto floordiv(const A& a, const B& b) {
-    if constexpr (is_lazy<A> || is_lazy<B>) return Lazy{[=] { return std::floor(val(a) / val(b)); }};
+    if constexpr (is_lazy<A> || is_lazy<B>) return Lazy{[=] { return std::floor(val(a) / val(b)); }, true};
     else { auto q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }
 }
 template <typename A, typename B> auto floormod(const A& a, const B& b) {
     if constexpr (is_lazy<A> || is_lazy<B>)
-        return Lazy{[=] { double x = val(a), y = val(b); return x - std::floor(x / y) * y; }};
+        return Lazy{[=] { double x = val(a), y = val(b); return x - std::floor(x / y) * y; }, true};
     else { auto r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
 }
 template <typename A, typename B> auto lmin(const A& a, const B& b) { return select(a < b, a, b); }
@@ -104,7 +128,7 @@ template <typename T> Lazy get_value(int space, uint64_t off, const T* p, int li
     auto slot = std::make_shared<double>(0.0);
     issue(PS, "GetValue", line, {Acc{space, off, sizeof(T), false}}, [=] { *slot = val(*p); }, 1.0, sizeof(T));
     fence_last();
-    return Lazy{[slot] { return *slot; }};
+    return Lazy{[slot] { return *slot; }, std::is_integral<T>::value};
 }
 template <typename T, typename U> void set_value(int space, uint64_t off, T* p, const U& v, int line) {
     issue(PS, "SetValue", line, {Acc{space, off, sizeof(T), true}}, [=] { *p = from_double<T>(val(v)); }, 1.0, sizeof(T));
@@ -159,6 +183,11 @@ template <typename T> struct LocalTensor {
         LocalTensor t = *this; t.off += i * sizeof(T); t.count = count > i ? count - i : 0; return t;
     }
     T* data() const { return reinterpret_cast<T*>(base + off); }
+    // the same bytes as another element type (LocalTensor::ReinterpretCast, kernel_tensor.h)
+    template <typename U> LocalTensor<U> ReinterpretCast() const {
+        LocalTensor<U> t; t.space = space; t.off = off; t.base = base;
+        t.count = uint32_t(uint64_t(count) * sizeof(T) / sizeof(U)); return t;
+    }
     uint64_t addr() const { return off; }
     uint32_t GetSize() const { return count; }
     tw_emu::Lazy GetValue(uint64_t i, TW_LINE) const { return tw_emu::get_value<T>(space, off + i * sizeof(T), data() + i, line); }

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..facts.arch import NPU_ARCH
-from .sources import REPO, source_set
+from .sources import REPO, generated, source_set
 
 DEVKIT_ENV = "TILEWRIGHT_ASC_DEVKIT"
 STUBS = Path(__file__).parent / "devkit"
@@ -145,11 +145,14 @@ def main(argv=None) -> int:
     if reason:
         print(f"skipped: {reason}")
         return 0
-    sources = {k.name.replace("/", "__"): k.source() for k in source_set()}
+    sources, refused = generated(source_set())
     findings = check_sources(sources, devkit, args.jobs)
     for f in findings:
         print(f"== {f.name} as {f.core}\n{f.text}\n")
-    print(f"{len(sources)} sources x {len(CORES)} cores: {len(findings)} with diagnostics")
+    for line in refused:
+        print(f"refused, not checked: {line}")
+    print(f"{len(sources)} sources x {len(CORES)} cores: {len(findings)} with diagnostics"
+          f" ({len(refused)} kernels refused by the backend)")
     return 1 if findings else 0
 
 

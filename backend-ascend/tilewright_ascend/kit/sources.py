@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import tilewright
+from tilewright.errors import TilewrightError
 from tilewright_sdk.conformance.catalogue import cases
 from tilewright_sdk.conformance.known_failures import known_failure
 from tilewright_sdk.conformance.runner import missing_capabilities
@@ -42,6 +43,18 @@ class KernelSource:
         return tilewright.lower(built, target=TARGET).source.text
 
 
+def generated(kernels) -> tuple[dict[str, str], list[str]]:
+    """The Ascend C of ``kernels`` by file-safe name, and a line for each kernel the backend
+    refuses at compile time (no source to check)."""
+    sources, refused = {}, []
+    for k in kernels:
+        try:
+            sources[k.name.replace("/", "__")] = k.source()
+        except TilewrightError as exc:
+            refused.append(f"{k.name}: {str(exc).splitlines()[0]}")
+    return sources, refused
+
+
 def _module(path: Path, name: str):
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
@@ -54,6 +67,7 @@ def conformance() -> list[KernelSource]:
     known build failures (``tilewright_sdk.conformance.known_failures``: no source to check)."""
     out = []
     for case in cases():
+        case = case.narrowed(BACKEND.capabilities.dtypes)  # dtype-list dims, as the suite does
         if missing_capabilities(case, BACKEND) or \
                 known_failure(BACKEND.name, case.id, executes=False):
             continue

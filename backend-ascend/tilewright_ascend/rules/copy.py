@@ -16,7 +16,7 @@ from tvm import tirx
 from ..facts.arch import ALIGN, short
 from ..facts.dtypes import ctype, dtype_bytes
 from ..facts.paths import GM, PATHS, UB
-from .regions import blocks, offset_of, tensor, view
+from .regions import blocks, offset_of, row_set, split_outer, tensor, view
 from .table import COPY_RULES, copy_rule, rule
 
 
@@ -31,7 +31,29 @@ def rule_copy(em, call) -> None:
         raise KernelError(f"{what}: no Ascend data path from {short(key[0])} to "
                           f"{short(key[1])} (paths: {paths}; cube and vector cores meet only "
                           "in GM)")
-    fn(em, src, dst, what)
+    copy_in_parts(em, src, dst, fn, what)
+
+
+def copy_in_parts(em, src: Region, dst: Region, fn, what: str) -> None:
+    """``fn(em, src, dst, what)``, or, where a region is not one set of equally spaced rows
+    (a 3-D tile of a larger tensor), a loop of such copies over its outermost dimension
+    (:func:`.regions.split_outer`): each copy one instruction with its own block parameters."""
+    split = src if not row_set(src) else dst if not row_set(dst) else None
+    if split is None:
+        fn(em, src, dst, what)
+        return
+    index = tirx.Var("p", "int32")
+    parts = split_outer(split, dst if split is src else src, index)
+    if parts is None:
+        view(split)  # names the region that cannot be copied
+    count, part, other = parts
+    em.analyzer.bind(index, tvm.ir.Range.from_min_extent(0, count))
+    v = em.var(index)
+    with em.block(f"for (int32_t {v} = 0; {v} < {count}; ++{v})"):
+        if split is src:
+            copy_in_parts(em, part, other, fn, what)
+        else:
+            copy_in_parts(em, other, part, fn, what)
 
 
 @copy_rule((GM, UB), (UB, GM))

@@ -50,8 +50,7 @@ def view(region: Region) -> tuple[int, int, int]:
     for e in ext[:-1]:
         rows *= e
     outer = [i for i in range(len(ext) - 1) if ext[i] > 1]
-    if outer and any(not isinstance(shape[j], int) or ext[j] != shape[j]
-                     for j in range(outer[0] + 1, outer[-1] + 1)):
+    if not _spaced(shape, ext, outer):
         raise KernelError(f"the region of {region.buffer.name!r} with extents {ext} is not a "
                           "set of equally spaced rows; copy it in parts")
     if outer:  # dimensions of extent 1 after the rows only offset them
@@ -61,6 +60,43 @@ def view(region: Region) -> tuple[int, int, int]:
     if rows == 1:
         stride = cols
     return rows, cols, stride
+
+
+def _spaced(shape, ext, outer) -> bool:
+    return not outer or all(isinstance(shape[j], int) and ext[j] == shape[j]
+                            for j in range(outer[0] + 1, outer[-1] + 1))
+
+
+def row_set(region: Region) -> bool:
+    """Whether ``region`` is one set of equally spaced rows (what :func:`view` takes)."""
+    shape = [d.value if isinstance(d, tirx.IntImm) else d for d in region.buffer.shape]
+    ext = [e.value if isinstance(e, tirx.IntImm) else e for e in region.extents]
+    if not all(isinstance(e, int) for e in ext):
+        return True  # view names the dynamic extent
+    return _spaced(shape, ext, [i for i in range(len(ext) - 1) if ext[i] > 1])
+
+
+def split_outer(a: Region, b: Region, index) -> tuple[int, Region, Region] | None:
+    """The copy ``a`` -> ``b``, where ``a`` is not a set of equally spaced rows, as ``count``
+    copies along ``a``'s outermost dimension of extent above 1: (count, part ``index`` of
+    ``a``, part ``index`` of ``b``); ``b``'s part is its share of the rows of its own outermost
+    such dimension. None when ``b`` has no such dimension or its extent is not a multiple."""
+    def outer(r):
+        ext = [e.value if isinstance(e, tirx.IntImm) else e for e in r.extents]
+        dims = [d for d in range(len(ext) - 1) if isinstance(ext[d], int) and ext[d] > 1]
+        return (dims[0], ext[dims[0]]) if dims else None
+
+    (da, count), ob = outer(a), outer(b)
+    if ob is None or ob[1] % count:
+        return None
+
+    def part(r, d, share):
+        starts, extents = list(r.starts), list(r.extents)
+        starts[d] = starts[d] + index * share
+        extents[d] = tirx.const(share, "int32")
+        return Region(r.buffer, tuple(starts), tuple(extents))
+
+    return count, part(a, da, 1), part(b, ob[0], ob[1] // count)
 
 
 def blocks(nbytes: int, what: str) -> int:

@@ -17,7 +17,7 @@ from tvm import tirx
 from ..facts import ops
 from ..facts.arch import ALIGN, short
 from ..facts.dtypes import ctype
-from ..facts.instructions import REPEAT_LIMIT, cast_mode
+from ..facts.instructions import REPEAT_LIMIT, cast_mode, computes
 from .regions import Operand, by_rows, like, vector_operands
 from .table import rule
 
@@ -126,9 +126,7 @@ def rule_vun(em, call):
         by_rows(em, operands,
                 lambda a, n: em.line(f"Cast({a[0]}, {a[1]}, RoundMode::{mode}, {n});"), "Cast")
     elif op == "copy":
-        by_rows(em, operands, lambda a, n: em.line(
-            f"DataCopy({a[0]}, {a[1]}, {n});" if n * operands[0].eb % ALIGN == 0 else
-            f"Adds({a[0]}, {a[1]}, ({operands[0].ctype})0, {n});"), "copy")
+        by_rows(em, operands, lambda a, n: _copy_lanes(em, operands[0], a, n), "copy")
     elif op == "neg":
         by_rows(em, operands, lambda a, n: em.line(
             f"Muls({a[0]}, {a[1]}, ({operands[0].ctype})-1, {n});"), "neg")
@@ -137,10 +135,45 @@ def rule_vun(em, call):
         by_rows(em, operands, lambda a, n: em.line(f"{instr}({a[0]}, {a[1]}, {n});"), instr)
 
 
+def _copy_lanes(em, dst: Operand, args, n: int) -> None:
+    """``n`` elements from ``args[1]`` to ``args[0]`` in UB: DataCopy of whole 32-byte blocks,
+    else Adds of 0, which A2 computes on 16- and 32-bit integers and float16/float32 only; other
+    element types are added as int16 lanes of the same bytes (LocalTensor::ReinterpretCast,
+    include/basic_api/kernel_tensor.h), an exact copy."""
+    dtype = str(dst.region.buffer.dtype)
+    if n * dst.eb % ALIGN == 0:
+        em.line(f"DataCopy({args[0]}, {args[1]}, {n});")
+    elif computes("Adds", dtype):
+        em.line(f"Adds({args[0]}, {args[1]}, ({dst.ctype})0, {n});")
+    elif n * dst.eb % 2 == 0:
+        em.line(f"Adds({args[0]}.ReinterpretCast<int16_t>(), "
+                f"{args[1]}.ReinterpretCast<int16_t>(), (int16_t)0, {n * dst.eb // 2});")
+    else:
+        raise KernelError(f"a UB copy into {dst.region.buffer.name!r}: backend 'ascend' copies "
+                          f"{dtype} rows of an even length or of whole 32-byte blocks; a row "
+                          f"has {n}")
+
+
 @rule(ops.VDUP.name)
 def rule_vdup(em, call):
     dst = Operand(em, call.operands["dst"], "Duplicate")
-    value = _scalar(em, call.operands["value"], str(call.operands["dst"].buffer.dtype))
+    dtype = str(call.operands["dst"].buffer.dtype)
+    if dtype in ("int8", "uint8") and not computes("Duplicate", dtype):
+        # A2's Duplicate fills 16- and 32-bit lanes: an 8-bit tile is filled as int16 pairs
+        # of the byte (LocalTensor::ReinterpretCast, include/basic_api/kernel_tensor.h)
+        byte = f"TW_CAST(uint16_t, TW_CAST(uint8_t, {em.expr(call.operands['value'])}))"
+
+        def pairs(a, n):
+            if n % 2:
+                raise KernelError(f"T.fill of {call.operands['dst'].buffer.name!r}: backend "
+                                  f"'ascend' fills {dtype} rows of an even length (Duplicate "
+                                  f"fills 16-bit lanes); a row has {n}")
+            em.line(f"Duplicate({a[0]}.ReinterpretCast<int16_t>(), "
+                    f"TW_CAST(int16_t, {byte} * 257), {n // 2});")
+
+        by_rows(em, [dst], pairs, "Duplicate")
+        return
+    value = _scalar(em, call.operands["value"], dtype)
     by_rows(em, [dst], lambda a, n: em.line(f"Duplicate({a[0]}, {value}, {n});"), "Duplicate")
 
 

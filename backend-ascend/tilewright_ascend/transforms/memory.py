@@ -22,6 +22,8 @@ from ..analysis.liveness import first_fit, live_ranges
 from ..facts.arch import MEMORIES, short
 from ..facts.keys import ADDRESS_KEY, PLAN_KEY, STAGING_KEY
 
+# the portable language's on-chip scopes: the portable phase maps each tile to an Ascend memory
+# (T.alloc_var and reducers are one-element or plain UB tiles)
 PORTABLE_SCOPES = {"shared", "shared.dyn", "local.fragment", "local", "local.var",
                    "local.reducer.sum", "local.reducer.max", "local.reducer.min"}
 

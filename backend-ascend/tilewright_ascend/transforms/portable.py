@@ -28,10 +28,8 @@ from tvm import tirx
 
 from ..analysis.buffers import allocations, loads_and_stores
 from ..facts.keys import NPU_KEY, PORTABLE_KEY, SCOPE_KEY, VID_TAG, WORKSPACES_KEY
+from .memory import PORTABLE_SCOPES
 from .split import Split
-
-_PORTABLE = {"shared", "shared.dyn", "local.fragment", "local", "local.reducer.sum",
-             "local.reducer.max", "local.reducer.min"}  # reducers: plain UB tiles
 
 
 def _block_loops(func):
@@ -50,10 +48,10 @@ def _scopes(func) -> dict:
         if call.name == "gemm":
             for operand, scope in (("A", "ascend.l1"), ("B", "ascend.l1"), ("C", "ascend.l0c")):
                 buf = call.operands[operand].buffer
-                if str(buf.scope()) in _PORTABLE:
+                if str(buf.scope()) in PORTABLE_SCOPES:
                     scopes[buf] = scope
     for alloc in allocations(func):
-        if str(alloc.buffer.scope()) in _PORTABLE:
+        if str(alloc.buffer.scope()) in PORTABLE_SCOPES:
             scopes.setdefault(alloc.buffer, "ascend.ub")
     return scopes
 

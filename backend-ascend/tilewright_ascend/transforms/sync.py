@@ -22,13 +22,16 @@ inserted here, at buffer granularity:
   get a ``PipeBarrier`` of the pipe (:data:`..facts.events.BARRIER_PIPES`), loop-carried ones
   too, unless a flag round trip through another pipe orders the two already (a ``SetFlag``
   waits for its pipe's earlier work);
-- every remaining dependency takes its own event id among the ids the core leaves free
-  (:func:`..facts.events.free_ids`: 0-5, less TPipe's and the lowering rules'); more is an error.
+- every remaining dependency takes an event id among the ids the core leaves free
+  (:func:`..facts.events.free_ids`: 0-5, less TPipe's and the lowering rules'): a loop-carried
+  one its own (one per buffer version), a one-off one an id of the same event that its
+  sequence used before where every earlier wait of that id is ordered before the new set by
+  the other flags (the flag is clear again), else a fresh one; when the ids run out, the
+  dependency is ordered by ``PipeBarrier<PIPE_ALL>`` before its consumer instead.
 """
 
 from __future__ import annotations
 
-from tilewright.errors import KernelError, span_location
 from tilewright.ir import make_call
 from tilewright.transform.walk import prim_func_pass
 from tvm import tirx
@@ -55,17 +58,15 @@ class _Inserter:
     def same(self, a, b) -> bool:
         return a.same_as(b) or (a, b) in self.aliases
 
-    def event_id(self, event: str, span) -> int:
-        """The next free id of ``event`` on this core (:func:`..facts.events.free_ids`)."""
+    def event_ids(self, event: str, count: int = 1) -> list[int] | None:
+        """``count`` fresh ids of ``event`` on this core (:func:`..facts.events.free_ids`),
+        never handed out before in this kernel; None when fewer are left."""
         ids = free_ids(self.core, event)
         n = self.next_id.get((self.core, event), 0)
-        if n >= len(ids):
-            raise KernelError(f"automatic synchronisation needs more than {len(ids)} flags of "
-                              f"event {event} (ids {', '.join(map(str, ids))} on the "
-                              f"{self.core}); split the kernel or synchronise it by hand",
-                              span_location(span))
-        self.next_id[(self.core, event)] = n + 1
-        return ids[n]
+        if n + count > len(ids):
+            return None
+        self.next_id[(self.core, event)] = n + count
+        return list(ids[n:n + count])
 
     def deps(self, items, looped: bool, versions: dict):
         """(producer index, consumer index, P, C, carried, versions) for a sequence of items;
@@ -107,20 +108,34 @@ class _Inserter:
         after = [[] for _ in stmts]
         prologue, epilogue = [], []
         kept = self.prune(self.deps(stmts, looped, versions))
+        barriers = set()  # the dependencies ordered by PipeBarrier<PIPE_ALL> instead of a flag
+        uses = {}  # event -> [(id, producer, consumer)] of this sequence's one-off flags
         carried_flags = []  # (i, j, p, c, its set, its wait)
-        for i, j, p, c, carried, stages in kept:
+        for dep in list(kept):
+            i, j, p, c, carried, stages = dep
             span = stmts[j].span if hasattr(stmts[j], "span") else None
             if p == c:  # unless a flag round trip through another pipe orders them already
                 goal = next_iteration(2 * j, len(stmts)) if carried else 2 * j
-                if p in BARRIER_PIPES and \
-                        not _ordered(kept, self.core, len(stmts), (p, 2 * i + 1), (p, goal)):
+                if p in BARRIER_PIPES and not _ordered(kept, self.core, len(stmts),
+                                                       (p, 2 * i + 1), (p, goal), barriers):
                     before[j].append(make_call(ops.PIPE_BARRIER.name, {}, {"pipe": p}, span))
                 continue
             event = event_name(p, c)
-            if event not in EVENTS[self.core]:
-                before[j].append(make_call(ops.BARRIER_ALL.name, {}, {}, span))
+            ids = None
+            if event in EVENTS[self.core] and (carried or stages > 1):
+                ids = self.event_ids(event, stages)
+            elif event in EVENTS[self.core]:
+                ids = self.reused_id(uses.setdefault(event, []), kept, barriers, len(stmts),
+                                     dep)
+            if ids is None:  # no such event on this core, or all its ids are taken
+                kept.remove(dep)  # no flag: ordered already, or by a barrier
+                goal = next_iteration(2 * j, len(stmts)) if carried else 2 * j
+                if not _ordered(kept, self.core, len(stmts), (p, 2 * i + 1), (c, goal),
+                                barriers):
+                    kept.append(dep)
+                    barriers.add(dep)
+                    before[j].append(make_call(ops.BARRIER_ALL.name, {}, {}, span))
                 continue
-            ids = [self.event_id(event, span) for _ in range(stages)]
             flag = {"src": p, "dst": c}
             eid = tirx.IntImm("int32", ids[0])
             if stages > 1:  # one flag per buffer version: id = base + iteration % stages
@@ -137,7 +152,7 @@ class _Inserter:
                     prologue.append(make_call(ops.SET_FLAG.name, fixed, flag, span))
                     epilogue.append(make_call(ops.WAIT_FLAG.name, fixed, flag, span))
         for i, j, p, c, set_call, wait_call in carried_flags:
-            if not _ordered(kept, self.core, len(stmts), (c, 2 * j), (p, 2 * i + 1)):
+            if not _ordered(kept, self.core, len(stmts), (c, 2 * j), (p, 2 * i + 1), barriers):
                 self.order(before[j], after[i], c, p, set_call, wait_call, stmts[j])
         out = []
         for b, s, a in zip(before, stmts, after):
@@ -146,6 +161,22 @@ class _Inserter:
             out.extend(a)
         return out, prologue, epilogue
 
+    def reused_id(self, uses: list, kept, barriers, n: int, dep) -> list[int] | None:
+        """An id for the one-off flag ``dep`` (P -> C, not loop-carried): one this sequence
+        used for the same event already, where each earlier wait of it (on C) is ordered
+        before this set (on P) by the other flags and barriers, so the flag is clear again;
+        else a fresh one. Recorded in ``uses``; None when none is left."""
+        i, j, p, c = dep[:4]
+        for eid in sorted({u[0] for u in uses}):
+            if all(_ordered(kept, self.core, n, (c, 2 * j0), (p, 2 * i + 1), barriers)
+                   for e, _, j0 in uses if e == eid):
+                uses.append((eid, i, j))
+                return [eid]
+        ids = self.event_ids(event_name(p, c))
+        if ids is not None:
+            uses.append((ids[0], i, j))
+        return ids
+
     def order(self, before: list, after: list, c: str, p: str, set_call, wait_call, stmt):
         """Make the wait ``wait_call`` (on C, in ``before``) happen before the set ``set_call``
         (on P, in ``after``) of the same iteration: a C -> P pair between the two, or
@@ -153,10 +184,11 @@ class _Inserter:
         span = stmt.span if hasattr(stmt, "span") else None
         at_set = next(k for k, x in enumerate(after) if x is set_call)
         event = event_name(c, p)
-        if event not in EVENTS[self.core]:
+        ids = self.event_ids(event) if event in EVENTS[self.core] else None
+        if ids is None:
             after.insert(at_set, make_call(ops.BARRIER_ALL.name, {}, {}, span))
             return
-        eid = {"event_id": tirx.IntImm("int32", self.event_id(event, span))}
+        eid = {"event_id": tirx.IntImm("int32", ids[0])}
         flag = {"src": c, "dst": p}
         after.insert(at_set, make_call(ops.WAIT_FLAG.name, eid, flag, span))
         at_wait = next(k for k, x in enumerate(before) if x is wait_call)
@@ -181,9 +213,11 @@ class _Inserter:
         return stmt
 
 
-def _ordered(deps, core: str, n: int, start: tuple, goal: tuple) -> bool:
+def _ordered(deps, core: str, n: int, start: tuple, goal: tuple, barriers=()) -> bool:
     """Whether (pipe, position) ``start`` happens before (pipe, position) ``goal`` through the
-    flags and barriers of ``deps`` in a sequence of ``n`` items. Position 2k is before item k,
+    flags and barriers of ``deps`` in a sequence of ``n`` items (``barriers``: the deps
+    ordered by ``PipeBarrier<PIPE_ALL>`` before their consumer, like those of an event the
+    core does not have). Position 2k is before item k,
     2k + 1 after it, in one iteration; ``next_iteration(position)`` is the same place one
     iteration later, which a loop-carried flag of one version reaches. The items' own flags
     are not counted (a branch may not run)."""
@@ -191,7 +225,9 @@ def _ordered(deps, core: str, n: int, start: tuple, goal: tuple) -> bool:
     for i, j, p, c, carried, stages in deps:
         if p == c:
             continue
-        barrier = event_name(p, c) not in EVENTS[core]  # PipeBarrier<PIPE_ALL> before item j
+        # PipeBarrier<PIPE_ALL> before item j
+        barrier = event_name(p, c) not in EVENTS[core] or \
+            (i, j, p, c, carried, stages) in barriers
         for t in (0, 1):
             if carried and not barrier:
                 if t == 0 and stages == 1:  # set in one iteration, waited in the next

@@ -6,7 +6,8 @@ The pass runs on kernels the ``portable`` phase converted (function attribute
 
 - 2-D UB tiles get their rows padded to 32 bytes, so every row starts on a 32-byte boundary
   (DataCopyPad rows, per-row vector instructions, WholeReduce repeat strides).
-- Global tensors read or written inside a ``T.Parallel`` nest are staged through UB tiles:
+- Global tensors read or written inside a ``T.Parallel`` nest are staged through UB tiles
+  (a store outside any nest is a nest of one element):
   a bounds-checked ``T.copy`` in before the nest, one out after it. A guard of the nest that
   only checks the global indices against the tensor's shape is dropped (the copies check the
   bounds); any other guard keeps the nest on the scalar unit.
@@ -142,6 +143,10 @@ class _Lowering:
         if isinstance(stmt, tirx.AttrStmt):
             return tirx.AttrStmt(stmt.node, stmt.attr_key, stmt.value, self.visit(stmt.body),
                                  span=stmt.span)
+        if isinstance(stmt, tirx.BufferStore):  # one element: a T.Parallel of extent 1
+            one = tirx.For(tirx.Var("e0", "int32"), 0, 1, tirx.ForKind.SERIAL, stmt,
+                           annotations={"tw.loop": "parallel"}, span=stmt.span)
+            return _seq(self.parallel(one))
         call = decode(stmt)
         if call is not None:
             family = call.name.split("_")[0] if call.name.startswith(("reduce_", "atomic_")) \
@@ -301,11 +306,17 @@ class _Lowering:
             raise KernelError("T.Parallel on backend 'ascend' needs constant extents",
                               span_location(loop.span))
         pre, post = [], []
-        guard = None
+        guard = written = None  # written: the guard as written, kept on the scalar unit
         if isinstance(body, tirx.IfThenElse) and body.else_case is None:
-            guard, body = body.condition, body.then_case
+            guard = written = body.condition
+            body = body.then_case
         if guard is not None and _bounds_only(guard, body, variables):
             guard = None
+        elif guard is not None and _loads(guard):
+            folded = _fold_guard(guard, body)
+            if folded is not None:
+                guard = written = None
+                body = folded
         reason = None
         try:
             body = self.stage_global(body, variables, extents, pre, post, loop.span,
@@ -327,8 +338,8 @@ class _Lowering:
             except Unvectorizable as exc:
                 reason = str(exc)
         if reason is not None:
-            if guard is not None:
-                body = tirx.IfThenElse(guard, body, None)
+            if written is not None:  # a dropped bounds check too: the nest may read GM
+                body = tirx.IfThenElse(written, body, None)
             nest = body
             for lp, v in reversed(list(zip(loops, variables))):
                 nest = tirx.For(v, lp.min, lp.extent, tirx.ForKind.SERIAL, nest,
@@ -617,6 +628,19 @@ def _bounds_only(guard, body, variables) -> bool:
                    for buf, idx in accesses for d, index in enumerate(idx)):
             return False
     return True
+
+
+def _fold_guard(guard, body):
+    """``if guard: y[...] = v`` on tile data as ``y[...] = guard ? v : y[...]``, where every
+    statement is a store to a UB tile and nothing reads global memory (both sides are read);
+    None otherwise. The scalar unit then runs no branch on data it has not read yet."""
+    stores = list(body.seq) if isinstance(body, tirx.SeqStmt) else [body]
+    if not all(isinstance(x, tirx.BufferStore) and str(x.buffer.scope()) == UB
+               for x in stores) or \
+            any(str(x.source.scope()) != UB for x in _loads(body) + _loads(guard)):
+        return None
+    return _seq([tirx.BufferStore(x.buffer, tirx.Select(guard, x.value, tirx.BufferLoad(
+        x.buffer, list(x.indices))), list(x.indices), span=x.span) for x in stores])
 
 
 def _check_scalar_buffers(nest, span):
