@@ -122,7 +122,8 @@ CASES = [quickstart_vector_add, quickstart_matmul, quickstart_softmax, gemm_floa
 
 def test_every_example_has_a_case():
     covered = {c.__name__ for c in CASES}
-    names = {p.stem for p in EXAMPLES.glob("*.py")}
+    # torch_package.py defines no kernel: it lists other examples' kernels for a wheel
+    names = {p.stem for p in EXAMPLES.glob("*.py")} - {"torch_package"}
     missing = {n for n in names if not any(c.startswith(n) for c in covered)}
     assert not missing, f"examples without an Ascend case: {sorted(missing)}"
 

@@ -27,7 +27,12 @@ from .transforms.memory import PORTABLE_SCOPES, plan_memory
 from .transforms.multibuffer import multi_buffer
 from .transforms.portable import lower_portable
 from .transforms.sync import insert_sync
-from .transforms.vector import PORTABLE_VECTOR_OPS, lower_vector
+from .transforms.vector import (
+    PORTABLE_REDUCTIONS,
+    PORTABLE_VECTOR_OPS,
+    REDUCTION_DTYPES,
+    lower_vector,
+)
 
 DTYPES = ("float32", "float16", "bfloat16", "int32", "int16", "int8", "uint8")
 
@@ -74,7 +79,10 @@ BACKEND = BackendModule(
                             "dynamic_shapes"}),
         # the cube takes float16/bfloat16/float32 operands (float32 fractals are transposed
         # by LoadDataWithTranspose from an L1 stored as rows of fractals, see cube.py)
-        op_dtypes={"gemm": frozenset({"float16", "bfloat16", "float32"})},
+        # reductions: what the WholeReduce family computes on, and bfloat16 (see
+        # transforms.vector)
+        op_dtypes={"gemm": frozenset({"float16", "bfloat16", "float32"}),
+                   **dict.fromkeys(PORTABLE_REDUCTIONS, REDUCTION_DTYPES)},
     ),
     accelerator=True,
     # tensors live where the first available executor runs: the NPU, else the CPU emulator

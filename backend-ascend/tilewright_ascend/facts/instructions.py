@@ -54,6 +54,29 @@ def computes(instruction: str, dtype) -> bool:
     return str(dtype) in VECTOR_DTYPES[instruction]
 
 
+_STAGES = ("float16", "float32")  # what a chain of Casts may pass through
+
+
+def cast_route(src, dst) -> tuple[str, ...]:
+    """The dtypes a conversion from ``src`` to ``dst`` passes through, ``dst`` last: one Cast
+    where A2 converts the pair directly, else the shortest chain of Casts A2 has (int8 ->
+    float16 -> float32, exact; bfloat16 -> float32 -> float16, one rounding; int32 -> float32
+    -> float16 rounds twice only above 2**24). A pair no chain reaches is refused."""
+    src, dst = str(src), str(dst)
+    routes, frontier = {src: ()}, [src]
+    while frontier and dst not in routes:
+        step = []
+        for here in frontier:
+            for a, b in CAST_MODES:
+                if a == here and b not in routes and (b == dst or b in _STAGES):
+                    routes[b] = (*routes[here], b)
+                    step.append(b)
+        frontier = step
+    if dst not in routes:
+        cast_mode(src, dst)  # raises, naming the pair
+    return routes[dst]
+
+
 def cast_mode(src, dst) -> str:
     """The rounding mode that gives a TIR cast's meaning: floats to integers truncate (as C
     does), a narrowing float conversion rounds to nearest even, a widening one is exact."""

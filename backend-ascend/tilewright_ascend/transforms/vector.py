@@ -38,14 +38,19 @@ from tvm import sym, tirx
 
 from ..facts.arch import ALIGN
 from ..facts.dtypes import dtype_bytes
-from ..facts.instructions import computes
+from ..facts.instructions import VECTOR_DTYPES, cast_route, computes
 from ..facts.keys import PORTABLE_KEY, SCALAR_KEY, SCOPE_KEY, VID_TAG, WORKSPACES_KEY
 from ..facts.ops import VBIN, VBRC, VDUP, VREDUCE, VSCA, VUN
 
 UB = "ascend.ub"
 # portable tile ops this pass rewrites (their rules are the vector-path ops)
-PORTABLE_VECTOR_OPS = ("reduce_sum", "reduce_max", "reduce_min", "reduce_abssum",
-                       "reduce_absmax", "cumsum")
+PORTABLE_REDUCTIONS = ("reduce_sum", "reduce_max", "reduce_min", "reduce_abssum",
+                       "reduce_absmax")
+PORTABLE_VECTOR_OPS = (*PORTABLE_REDUCTIONS, "cumsum")
+# the dtypes a portable reduction takes: those the WholeReduce family computes on, and
+# bfloat16 through a float32 copy (the capabilities declare it, so other dtypes are refused
+# before lowering and reported unsupported by the conformance suite)
+REDUCTION_DTYPES = frozenset({*VECTOR_DTYPES["WholeReduceSum"], "bfloat16"})
 
 _BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Max": "max", "Min": "min"}
 _COMMUTES = {"add", "mul", "max", "min"}
@@ -445,11 +450,22 @@ class _Lowering:
                 zero = tirx.const(0, str(target[0].buffer.dtype))
                 ops.append(make_call(VDUP.name, {"dst": target[0], "value": zero}))
                 self._broadcast("add", target[0], target[0], value, ops)
+            elif str(value[1].buffer.dtype) == str(target[0].buffer.dtype):
+                ops.append(make_call(VUN.name, {"dst": target[0], "src": value[1]},
+                                     {"op": "copy"}))
             else:
-                op = "copy" if str(value[1].buffer.dtype) == str(target[0].buffer.dtype) \
-                    else "cast"
-                ops.append(make_call(VUN.name, {"dst": target[0], "src": value[1]}, {"op": op}))
+                self._convert(target[0], value[1], ops)
         return value
+
+    def _convert(self, dst: Region, src: Region, ops) -> None:
+        """``src`` cast into ``dst`` through the chain of Casts A2 has (``cast_route``), each
+        intermediate in a UB temporary of ``dst``'s extents."""
+        *steps, _ = cast_route(src.buffer.dtype, dst.buffer.dtype)
+        for dtype in steps:
+            stage = self.temp(_ints(dst.extents), dtype, ops)
+            ops.append(make_call(VUN.name, {"dst": stage, "src": src}, {"op": "cast"}))
+            src = stage
+        ops.append(make_call(VUN.name, {"dst": dst, "src": src}, {"op": "cast"}))
 
     def _new(self, dims, extents, dtype, ops, target):
         if target is not None and tuple(target[1]) == tuple(dims) and \
@@ -478,7 +494,7 @@ class _Lowering:
             if str(inner[1].buffer.dtype) == dtype:
                 return inner
             out = self._new(inner[2], extents, dtype, ops, target)
-            ops.append(make_call(VUN.name, {"dst": out, "src": inner[1]}, {"op": "cast"}))
+            self._convert(out, inner[1], ops)
             return ("t", out, inner[2])
         if kind in _BINARY:
             op = _BINARY[kind]

@@ -38,8 +38,6 @@ KNOWN_FAILURES: tuple[KnownFailure, ...] = (
                  "functions (T.log2 first)", when="build"),
     KnownFailure("ascend", "atomic_prev-*", "has no atomic returning the previous value "
                  "(Ascend C SetAtomicAdd/Max/Min return nothing)", when="build"),
-    KnownFailure("ascend", "reduce_then_store-int8-*", "refuses an int8 reduction (A2's "
-                 "vector unit reduces float16 and float32)", when="build"),
 )
 
 
