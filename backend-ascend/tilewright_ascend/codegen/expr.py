@@ -62,7 +62,11 @@ class ExprPrinter:
                                 str(e.op.name).endswith(".if_then_else")):
             cond, yes, no = (e.condition, e.true_value, e.false_value) if kind == "Select" \
                 else e.args
-            return f"TW_SELECT({self.cpp(cond)}, {self.cpp(yes)}, {self.cpp(no)})"
+            arms = [self.cpp(yes), self.cpp(no)]
+            if str(e.ty) in ("float16", "bfloat16"):  # C++ computes half arithmetic in float:
+                # both arms of ?: in the select's type (the headers' types do not mix)
+                arms = [f"TW_CAST({ctype(str(e.ty))}, {a})" for a in arms]
+            return f"TW_SELECT({self.cpp(cond)}, {arms[0]}, {arms[1]})"
         raise KernelError(f"backend 'ascend' has neither a vector instruction nor a scalar-unit "
                           f"form for {e} ({kind})")
 
