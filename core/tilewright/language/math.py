@@ -62,8 +62,16 @@ def if_then_else(cond, then_value, else_value):
 
 
 def cast(value, dtype):
-    """``value`` converted to ``dtype``."""
-    return tirx.Cast(normalize_dtype(dtype), to_expr(value))
+    """``value`` converted to ``dtype``. A Python int outside int32 is a constant of ``dtype``
+    itself (``T.cast(0x80000000, "uint32")``), not first an int32 literal out of range."""
+    dtype = normalize_dtype(dtype)
+    if isinstance(value, int) and not isinstance(value, bool) and \
+            not -2**31 <= value < 2**31:
+        try:
+            return tirx.const(value, dtype)
+        except ValueError as exc:
+            raise kernel_error(f"T.cast of {value} to {dtype}: {exc}") from None
+    return tirx.Cast(dtype, to_expr(value))
 
 
 def Cast(dtype, value):  # noqa: N802 - TileLang's (and TVM's) name and argument order

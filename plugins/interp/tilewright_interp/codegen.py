@@ -132,6 +132,8 @@ class _Emitter:
             return f"rt.{short}({', '.join(args)})"
         if short in ("abs",):
             return f"rt.abs({args[0]})"
+        if short == "reinterpret":
+            return f"rt.reinterpret({args[0]}, {_dtype(e.args[0])!r}, {_dtype(e)!r})"
         if op.startswith("tw.atomic_") and op.endswith("_prev"):
             kind = op[len("tw.atomic_"):-len("_prev")]
             load = e.args[0]

@@ -64,6 +64,20 @@ def cast(value, dtype: str):
     return NUMPY[dtype](value)
 
 
+# the storage type of each dtype, for reading one value's bits as another dtype
+_STORAGE = {**NUMPY, "bfloat16": ml_dtypes.bfloat16, "float8_e4m3fn": ml_dtypes.float8_e4m3fn,
+            "float8_e5m2": ml_dtypes.float8_e5m2}
+
+
+def reinterpret(value, src: str, dtype: str):
+    """``T.reinterpret``: the bits of ``value`` (of dtype ``src``) read as ``dtype``, of the
+    same width; an emulated result is held in float32 again."""
+    bits = np.asarray(value).astype(_STORAGE[src]).view(_STORAGE[dtype])[()]
+    if dtype in EMULATED:
+        return np.float32(bits)
+    return cast(bits, dtype)
+
+
 def tdiv(a, b):
     """Integer division truncating toward zero (TIR ``Div`` on integers)."""
     q = abs(a) // abs(b)

@@ -1,6 +1,8 @@
 """Rows for the kernel frame and control flow: loop kinds (``T.serial`` with a start,
-``T.unroll``, ``range``), ``T.Persistent``, ``T.macro``, Python names rebound to a second tile,
-dynamic and symbolic shapes, and per-thread storage (``T.alloc_local``, ``T.alloc_var``)."""
+``T.unroll``, ``range``, ``T.parallel``, ``T.vectorized``), ``T.Persistent``, ``T.macro``,
+Python names rebound to a second tile, dynamic and symbolic shapes, per-thread storage
+(``T.alloc_local``, ``T.alloc_var``), several T.Kernel blocks, views of tiles (``T.reshape``,
+``T.view``, ``T.reinterpret``) and the im2col gather."""
 
 # No `from __future__ import annotations`: T.prim_func evaluates the parameter annotations.
 import tilewright.language as T
@@ -144,6 +146,68 @@ def _kernel_sequence(dtype, M, N, bm=4, bn=8):
     return kernel_sequence
 
 
+def _views(dtype, M, N, bm=4, bn=8):
+    """Y = -X + 1 through views: a tile seen flat (T.reshape) and as bytes of its shape
+    (T.view), each element's sign flipped through its bits (T.reinterpret to the unsigned
+    integer of its width), with the loop forms T.parallel and T.vectorized."""
+    bits = {"float32": "uint32", "float16": "uint16", "bfloat16": "uint16"}[dtype]
+    sign = {"uint32": 0x80000000, "uint16": 0x8000}[bits]
+
+    @T.prim_func
+    def views(X: T.Tensor((M, N), dtype), Y: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=128) as (bx, by):
+            x = T.alloc_shared((bm, bn), dtype)
+            T.copy(X[by * bm, bx * bn], x)
+            flat = T.reshape(x, (bm * bn,))
+            same = T.view(x, (bm, bn))
+            for k in T.parallel(bm * bn):
+                flat[k] = T.reinterpret(T.reinterpret(flat[k], bits) ^ T.cast(sign, bits),
+                                        dtype)
+            for i in T.serial(bm):
+                for j in T.vectorized(bn):
+                    same[i, j] = same[i, j] + T.cast(1.0, dtype)
+            T.copy(x, Y[by * bm, bx * bn])
+
+    return views
+
+
+def _im2col(dtype, N, H, W, C, kernel=3, stride=2, dilation=1, pad=1, bm=16, bk=16):
+    """The im2col matrix of an (N, H, W, C) image, tile by tile, through T.im2col and its
+    former name T.c2d_im2col (one output each)."""
+    oh = (H + 2 * pad - dilation * (kernel - 1) - 1) // stride + 1
+    ow = (W + 2 * pad - dilation * (kernel - 1) - 1) // stride + 1
+    rows, cols = N * oh * ow, kernel * kernel * C
+
+    @T.prim_func
+    def im2col(img: T.Tensor((N, H, W, C), dtype), A: T.Tensor((rows, cols), dtype),
+               B: T.Tensor((rows, cols), dtype)):
+        with T.Kernel(T.ceildiv(cols, bk), T.ceildiv(rows, bm), threads=128) as (bx, by):
+            a = T.alloc_shared((bm, bk), dtype)
+            b = T.alloc_shared((bm, bk), dtype)
+            T.im2col(img, a, by, bx, kernel, stride, dilation, pad)
+            T.c2d_im2col(img, b, by, bx, kernel, stride, dilation, pad)
+            T.copy(a, A[by * bm, bx * bk])
+            T.copy(b, B[by * bm, bx * bk])
+
+    return im2col
+
+
+def _im2col_ref(img, kernel=3, stride=2, dilation=1, pad=1):
+    n, h, w, c = img.shape
+    padded = img.new_zeros((n, h + 2 * pad, w + 2 * pad, c))
+    padded[:, pad:pad + h, pad:pad + w] = img
+    oh = (h + 2 * pad - dilation * (kernel - 1) - 1) // stride + 1
+    ow = (w + 2 * pad - dilation * (kernel - 1) - 1) // stride + 1
+    windows = [padded[:, kh * dilation:kh * dilation + stride * (oh - 1) + 1:stride,
+                      kw * dilation:kw * dilation + stride * (ow - 1) + 1:stride]
+               for kh in range(kernel) for kw in range(kernel)]
+    m = img.new_empty((n, oh, ow, kernel * kernel, c))  # one row per pixel, columns (kh, kw, c)
+    for k, window in enumerate(windows):
+        m[:, :, :, k] = window
+    m = m.reshape(n * oh * ow, kernel * kernel * c)
+    return [m, m]
+
+
 MN = {"partial": {"M": 12, "N": 20}}
 TILE = (*BASE, "alloc_fragment", "copy", "Parallel")
 
@@ -171,6 +235,16 @@ ROWS = (
     Kernel("kernel_sequence", (*BASE, "alloc_global", "Parallel"), (), _kernel_sequence,
            two_d, lambda a: [a.flip(0) * 2 + 1], MN, features=("kernel_sequence",),
            doc="two T.Kernel launches in order sharing a T.alloc_global workspace"),
+    Kernel("views", (*BASE, "alloc_shared", "copy", "reshape", "view", "reinterpret",
+                     "parallel", "serial", "vectorized", "cast"), ("copy",), _views, two_d,
+           lambda a: [1 - a], MN,
+           doc="T.reshape and T.view of a tile, T.reinterpret of its bits, T.parallel and "
+               "T.vectorized loops"),
+    Kernel("im2col", (*BASE, "alloc_shared", "copy", "im2col", "c2d_im2col"), ("copy",),
+           _im2col,
+           lambda torch, gen, dtype, N, H, W, C: [rand(torch, gen, (N, H, W, C), dtype)],
+           _im2col_ref, {"partial": {"N": 2, "H": 9, "W": 7, "C": 5}}, out_idx=(-2, -1),
+           doc="the im2col gather of a convolution (stride 2, padding 1, 3x3 window)"),
     Kernel("dynamic", (*BASE, "alloc_shared", "copy", "Parallel", "symbolic", "dynamic"),
            ("copy",), lambda dtype, M, N: _dynamic(dtype), two_d, lambda a: [a + 1.0],
            {"dynamic": {"M": 20, "N": 36}},
