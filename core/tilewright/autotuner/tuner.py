@@ -45,6 +45,7 @@ from .isolation import Limits
 from .measure import Measurer, Outcome
 
 _MEMORY: dict[str, AutotuneResult] = {}  # key -> result
+_ANNOUNCED: set = set()  # (key, place) of the cache uses said on stderr
 _log = logging.getLogger(__name__)
 _INPUTS = threading.local()
 
@@ -359,13 +360,15 @@ class AutoTuner:
         return kernel
 
     def _used_cache(self, result: AutotuneResult, where: str) -> AutotuneResult:
-        """``result`` marked as cached, after saying that the search was skipped: on stderr
-        with ``progress``, and in the log."""
+        """``result`` marked as cached, after saying that the search was skipped: in the log,
+        and on stderr with ``progress`` once per tuning key and place in this process (a
+        tuned eager kernel called in a loop says it once)."""
         message = (f"autotune {self.__name__}: {result.best_config} "
                    f"({result.best_latency_ms:.4f} ms) from the tuning cache ({where}); "
                    "nothing measured (cache=False or `tilewright cache clear` tunes again)")
         _log.info("%s", message)
-        if self.progress:
+        if self.progress and (result.key, where) not in _ANNOUNCED:
+            _ANNOUNCED.add((result.key, where))
             print(message, file=sys.stderr)
         return dataclasses.replace(result, cached=True)
 
