@@ -33,6 +33,7 @@ import cuda_cases  # noqa: E402 - after the sys.path setup
 import dialect_cases  # noqa: E402
 import kernels  # noqa: E402
 import torch  # noqa: E402
+from tilewright.jit.signature import output_indices  # noqa: E402
 from tilewright.plugin import get_manager  # noqa: E402
 from tilewright_sdk.conformance.catalogue import cases  # noqa: E402
 from tilewright_sdk.conformance.runner import missing_capabilities  # noqa: E402
@@ -94,11 +95,7 @@ def _catalogue_run(case, dims) -> Run:
     inputs = case.kernel.inputs(torch, gen, case.dtype, **dims)
     expected = case.reference(inputs, **dims)
     func = case.kernel.make(case.dtype, **case.dims)
-    n = len(func.params)
-    # an eager kernel's T.empty outputs are listed by the function itself
-    declared = [int(i) for i in func.attrs["tw.outputs"]] if func.attrs and \
-        "tw.outputs" in func.attrs else []
-    outs = sorted({i % n for i in case.kernel.out_idx} | set(declared))
+    outs = output_indices(func, case.kernel.out_idx)  # an eager kernel's T.empty ones too
     given, args, positions = iter(inputs), [], []
     for i, param in enumerate(func.params):
         if i in outs:

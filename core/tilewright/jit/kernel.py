@@ -25,7 +25,7 @@ from ..runtime.call import KernelCall, warn_once
 from ..runtime.signature import KernelSignature
 from ..utils.tensor import TensorSupplyType
 from .cache import CacheError, DiskCache, make_key
-from .signature import signature_of
+from .signature import output_indices, signature_of
 
 
 class JITKernel(KernelCall):
@@ -150,17 +150,6 @@ def cache_key(func: tirx.PrimFunc, target, backend, executor, configs: dict, out
         "toolchain": executor.fingerprint() if executor.fingerprint is not None else "",
         "out_idx": outputs, "program": func.script(),
     })
-
-
-def output_indices(func: tirx.PrimFunc, out_idx) -> list:
-    """The positions of the outputs of ``func``: those it declares (eager ``T.empty``) and
-    ``out_idx``."""
-    declared = [int(i) for i in func.attrs["tw.outputs"]] if func.attrs and \
-        "tw.outputs" in func.attrs else []
-    if out_idx is None:
-        return declared
-    out_idx = [out_idx] if isinstance(out_idx, int) else list(out_idx)
-    return sorted(set(declared) | {i % len(func.params) for i in out_idx})
 
 
 def compile(func: tirx.PrimFunc, out_idx=None, target="auto", pass_configs=None,  # noqa: A001

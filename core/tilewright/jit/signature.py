@@ -136,3 +136,14 @@ def _check_symbols_readable(func: tirx.PrimFunc) -> None:
 
 def _shape_text(shape) -> str:
     return "(" + ", ".join(str(_dim(s)) for s in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def output_indices(func: tirx.PrimFunc, out_idx) -> list:
+    """The positions of the outputs of ``func``: those it declares (eager ``T.empty``) and
+    ``out_idx``."""
+    declared = [int(i) for i in func.attrs["tw.outputs"]] if func.attrs and \
+        "tw.outputs" in func.attrs else []
+    if out_idx is None:
+        return declared
+    out_idx = [out_idx] if isinstance(out_idx, int) else list(out_idx)
+    return sorted(set(declared) | {i % len(func.params) for i in out_idx})

@@ -229,8 +229,13 @@ class _BranchFrame:
         return False
 
 
-class _Helpers:
-    """The ``__tw__`` object rewritten kernels call."""
+class Helpers:
+    """The ``__tw__`` object rewritten kernels call. ``annotate`` (``NAME: ANNOTATION [=
+    VALUE]`` in a kernel body) is given by the module that declares parameters
+    (``language.kernel``), which builds the one instance."""
+
+    def __init__(self, annotate):
+        self.annotate = annotate
 
     @staticmethod
     def loop(iterable, names=()):
@@ -337,12 +342,6 @@ class _Helpers:
                                                                span=stmts[-1].span)
         return type(value)(new)
 
-    @staticmethod
-    def annotate(name, current, annotation, value):
-        from .kernel import annotate
-
-        return annotate(name, current, annotation, value)
-
 
 class WhileLoop:
     """``while COND:`` in a kernel. A Python condition is a Python loop (:meth:`again`); a
@@ -420,8 +419,6 @@ def _integer_division(op: str, a, b):
                            f"floats write {hint}")
     return a // b if op == "//" else a % b
 
-
-HELPERS = _Helpers()
 
 
 class Persistent(LoopSpec):

@@ -15,7 +15,7 @@ from . import builder as B
 from .buffer import TileBuffer, VarHandle, as_int, declare
 from .dtypes import DTYPES, DType, normalize_dtype
 from .fragments import widen_fragments
-from .frames import HELPERS
+from .frames import Helpers
 from .rewrite import rewrite
 
 
@@ -174,6 +174,9 @@ def annotate(name, current, annotation, value):
         builder.add_param(name, buf)
         return TileBuffer(buf)
     return value if value is not None else current
+
+
+HELPERS = Helpers(annotate)
 
 
 def _bind_consts(builder, name, shape, slot) -> None:

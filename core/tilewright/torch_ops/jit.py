@@ -21,8 +21,7 @@ import inspect
 import torch
 
 from ..engine import resolve_target
-from ..jit.kernel import output_indices
-from ..jit.signature import signature_of
+from ..jit.signature import output_indices, signature_of
 from ..plugin import get_manager
 from ..runtime.torchop import Argument, OpError, TorchOp, arguments_of, fake_outputs
 
