@@ -37,7 +37,8 @@ SHIM = "libtw_kernel_shim.so"
 SHIM_SOURCE = Path(__file__).parent / "csrc" / "tw_kernel_shim.c"
 ERROR_SYMBOL = "TVMFFIErrorSetRaisedFromCStrParts"
 # the kernel's context pointers and the shim function each is set to
-CONTEXT = {"__TVMBackendParallelLaunch": "tw_shim_parallel_launch",
+PARALLEL_LAUNCH = "__TVMBackendParallelLaunch"
+CONTEXT = {PARALLEL_LAUNCH: "tw_shim_parallel_launch",
            "__TVMBackendAllocWorkspace": "tw_shim_alloc_workspace",
            "__TVMBackendFreeWorkspace": "tw_shim_free_workspace"}
 _ENTRY = re.compile(r"^__tvm_ffi_[A-Za-z_][A-Za-z0-9_]{0,1023}$")
@@ -96,7 +97,7 @@ def build_shim(target: Path) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     stage = target.with_name(f".{target.name}.{os.getpid()}")
     cmd = [cc, "-O2", "-shared", "-fPIC", "-D_GNU_SOURCE", "-o", str(stage), str(SHIM_SOURCE),
-           "-lpthread"]
+           "-lpthread", "-ldl"]
     result = subprocess.run(cmd, capture_output=True, text=True)
     if result.returncode != 0:
         raise RuntimeError(f"building the kernel shim failed: {' '.join(cmd)}\n{result.stderr}")
@@ -119,6 +120,19 @@ def shim() -> ctypes.CDLL:
     lib = ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
     lib.tw_shim_last_error.restype = ctypes.c_char_p
     return lib
+
+
+def bind_context(library: ctypes.CDLL, pointers=tuple(CONTEXT)) -> None:
+    """Point the context pointers named in ``pointers`` (keys of :data:`CONTEXT`) of the
+    loaded kernel ``library`` at the shim's functions; a pointer the library lacks (a kernel
+    without parallel loops has no launcher) is skipped."""
+    lib = shim()
+    for pointer in pointers:
+        try:
+            slot = ctypes.c_void_p.in_dll(library, pointer)
+        except ValueError:
+            continue
+        slot.value = ctypes.cast(getattr(lib, CONTEXT[pointer]), ctypes.c_void_p).value
 
 
 # -- ELF symbols -----------------------------------------------------------------------------
@@ -195,12 +209,7 @@ class LibraryFunction:
         if helper:
             self._keep.append(_load_private(helper, "helper.so", ctypes.RTLD_GLOBAL))
         self._lib = _load_private(binary, "kernel.so", ctypes.RTLD_LOCAL)
-        for pointer, target in CONTEXT.items():
-            try:
-                slot = ctypes.c_void_p.in_dll(self._lib, pointer)
-            except ValueError:
-                continue
-            slot.value = ctypes.cast(getattr(lib, target), ctypes.c_void_p).value
+        bind_context(self._lib)
         self._fn = _ENTRY_TYPE((symbol, self._lib))
         self._last_error = lib.tw_shim_last_error
         self.name = signature.name

@@ -2,18 +2,26 @@
 when no system linker is present; or ``llvm-ir``, which compiles the LLVM IR text itself (so an
 edited ``codegen.ll`` from the lower trace takes effect).
 
+A shared library's parallel loop (the block grid) runs on the worker pool of the kernel shim
+(:mod:`tilewright.runtime.cpu`), not on TVM's: any awake thread, the caller first, claims the
+launch's tasks, so a launch never waits for a worker the OS has not yet scheduled (TVM's pool
+gives task ``i`` to worker ``i`` and waits for it: on a loaded machine every launch paid a
+scheduler delay of milliseconds). The in-memory executors keep TVM's pool.
+
 Kernels of the shared-library executor export ``cpu-so`` bundles (``kernel.export(path)``),
 which :mod:`tilewright.runtime.cpu` runs without TVM."""
 
 from __future__ import annotations
 
+import ctypes
+import os
 import shutil
 from pathlib import Path
 
 import tvm
 from tilewright.errors import TilewrightError
 from tilewright.plugin import Availability, Executor, GeneratedSource
-from tilewright.runtime.cpu import export_library
+from tilewright.runtime.cpu import PARALLEL_LAUNCH, bind_context, export_library
 
 from . import runtime
 from .hostcpu import host_fingerprint
@@ -32,9 +40,13 @@ def _linker() -> Availability:
 
 def load_private_copy(path: Path):
     """The module of the shared library ``path``, loaded from a private copy (see
-    :func:`runtime.private_copy`)."""
+    :func:`runtime.private_copy`), its parallel launches going to the kernel shim's pool."""
     with runtime.private_copy(path) as copy:
-        return tvm.runtime.load_module(str(copy))
+        module = tvm.runtime.load_module(str(copy))
+        # the handle of the library TVM just loaded (RTLD_NOLOAD: the same one, not a copy)
+        library = ctypes.CDLL(str(copy), mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+        bind_context(library, (PARALLEL_LAUNCH,))
+    return module
 
 
 class LibraryKernel:

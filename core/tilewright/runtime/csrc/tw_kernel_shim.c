@@ -6,11 +6,14 @@
  * - TVMFFIErrorSetRaisedFromCStrParts: a kernel's argument checks report through it; the
  *   message is kept per thread and read back with tw_shim_last_error();
  * - a parallel launcher: a pool of worker threads, created on first use, running the tasks of
- *   one launch at a time (a launch from inside a task runs its tasks serially);
+ *   one launch at a time (a launch from inside a task runs its tasks serially). Tasks go to
+ *   whichever thread is awake, the launching one included, so a launch never waits for a
+ *   worker that the OS has not scheduled yet. The CPU backend's JIT kernels launch here too;
  * - workspace allocation: aligned malloc and free.
  * Kernels that need anything else (a barrier between parallel tasks, say) are refused by the
  * loader before they are loaded.
  * Built with the host C compiler when a kernel package is built (or on first use). */
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -65,6 +68,22 @@ typedef struct {
 } TWParallelEnv;
 typedef int (*TWLambda)(int task_id, TWParallelEnv* env, void* cdata);
 
+/* TVM FFI's error functions, when a TVM FFI runtime is loaded globally: a kernel then raises
+ * its errors there (per thread), and an error raised in a worker is moved to the launching
+ * thread. Without one, errors go through TVMFFIErrorSetRaisedFromCStrParts above. */
+static struct {
+  void (*move)(void** result);
+  void (*set)(void* error);
+  int (*decref)(void* object);
+} ffi;
+
+static void find_ffi(void) {
+  ffi.move = (void (*)(void**))dlsym(RTLD_DEFAULT, "TVMFFIErrorMoveFromRaised");
+  ffi.set = (void (*)(void*))dlsym(RTLD_DEFAULT, "TVMFFIErrorSetRaised");
+  ffi.decref = (int (*)(void*))dlsym(RTLD_DEFAULT, "TVMFFIObjectDecRef");
+  if (!ffi.move || !ffi.set || !ffi.decref) ffi.move = NULL;
+}
+
 static struct {
   pthread_mutex_t lock;
   pthread_cond_t start, done;
@@ -76,8 +95,9 @@ static struct {
   TWParallelEnv env;
   int next_task, pending, failed;
   char message[TW_MESSAGE];
+  void* error; /* the TVM FFI error of the first failed task, if TVM FFI is loaded */
 } pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER,
-          PTHREAD_MUTEX_INITIALIZER, 0, 0, NULL, NULL, {NULL, 0}, 0, 0, 0, {0}};
+          PTHREAD_MUTEX_INITIALIZER, 0, 0, NULL, NULL, {NULL, 0}, 0, 0, 0, {0}, NULL};
 static __thread int tw_in_task;
 
 /* Run tasks of the current launch until none is left; the pool lock is held on entry. */
@@ -88,11 +108,16 @@ static void run_tasks(void) {
     tw_in_task = 1;
     int rc = pool.fn(task, &pool.env, pool.cdata);
     tw_in_task = 0;
+    void* error = NULL;
+    if (rc != 0 && ffi.move) ffi.move(&error); /* taken from this thread's TLS */
     pthread_mutex_lock(&pool.lock);
     if (rc != 0 && !pool.failed) {
       pool.failed = 1;
       memcpy(pool.message, tw_message, TW_MESSAGE);
+      pool.error = error;
+      error = NULL;
     }
+    if (error) ffi.decref(error); /* a later task's failure: the first one is reported */
     if (--pool.pending == 0) pthread_cond_broadcast(&pool.done);
   }
 }
@@ -109,8 +134,11 @@ static void* worker(void* arg) {
   return NULL;
 }
 
+/* TILEWRIGHT_NUM_THREADS, else TVM_NUM_THREADS (the JIT's kernels run on this pool too, and
+ * TVM's variable is how their worker count was always set), else the cores we may run on. */
 static int thread_count(void) {
   const char* env = getenv("TILEWRIGHT_NUM_THREADS");
+  if (env == NULL || *env == '\0') env = getenv("TVM_NUM_THREADS");
   long n = env ? strtol(env, NULL, 10) : 0;
   if (n <= 0) {
     cpu_set_t set;
@@ -120,6 +148,7 @@ static int thread_count(void) {
 }
 
 static void start_pool(void) {
+  find_ffi();
   pool.threads = thread_count();
   for (int i = 1; i < pool.threads; ++i) {
     pthread_t t;
@@ -151,6 +180,11 @@ int tw_shim_parallel_launch(TWLambda fn, void* cdata, int num_task) {
   while (pool.pending > 0) pthread_cond_wait(&pool.done, &pool.lock);
   int failed = pool.failed;
   if (failed) memcpy(tw_message, pool.message, TW_MESSAGE);
+  if (pool.error) { /* raised again on the launching thread, which returns the failure */
+    ffi.set(pool.error);
+    ffi.decref(pool.error);
+    pool.error = NULL;
+  }
   pthread_mutex_unlock(&pool.lock);
   pthread_mutex_unlock(&pool.launch);
   return failed ? -1 : 0;
