@@ -21,7 +21,7 @@ def _module(name: str):
 
 
 def _eager(jitted, consts, **static):
-    from tilewright.language.kernel import _ParamSlot, trace_eager
+    from tilewright.language.kernel import ParamSlot, trace_eager
 
     args = {}
     for name, p in inspect.signature(jitted.fn).parameters.items():
@@ -30,7 +30,7 @@ def _eager(jitted, consts, **static):
         elif p.default is not inspect.Parameter.empty:
             args[name] = p.default
         else:
-            args[name] = _ParamSlot(name)
+            args[name] = ParamSlot(name)
     return trace_eager(jitted.fn, args, consts)[0]
 
 

@@ -28,6 +28,7 @@ from ..engine import lower as _lower_engine
 from ..engine import resolve_target
 from ..engine.passconfig import NAMES
 from ..errors import ArgumentError, KernelError
+from ..language.kernel import ParamSlot, trace_eager
 from .kernel import JITKernel
 from .kernel import compile as _compile_kernel
 from .reads import Reads
@@ -243,8 +244,6 @@ class JITFunction:
         if self.factory:
             return self._factory_func(args, kwargs)
         static, consts = self._eager_static(args, kwargs)
-        from ..language.kernel import trace_eager
-
         return trace_eager(self.fn, static, consts)[0]
 
     def _factory_func(self, args, kwargs):
@@ -319,19 +318,15 @@ class JITFunction:
         """An eager kernel's program for compile-time arguments ``static`` with its
         ``T.const`` symbols left symbolic (``tensors`` stand for the tensor arguments: only
         their dtype and rank are read)."""
-        from ..language.kernel import _ParamSlot, trace_eager
-
-        slots = {k: _ParamSlot(k, t) for k, t in tensors.items()}
+        slots = {k: ParamSlot(k, t) for k, t in tensors.items()}
         func, _, _ = trace_eager(self.fn, {**static, **slots}, None)
         return func
 
     def _eager_kernel(self, tensors: dict, static: dict, target=None) -> JITKernel:
-        from ..language.kernel import _ParamSlot, trace_eager
-
         level1 = (_freeze(static), tuple((k, str(t.dtype), t.dim()) for k, t in tensors.items()),
                   self._reads.snapshot(), target)
         recipe = self._recipes.get(level1)
-        slots = {k: _ParamSlot(k, t) for k, t in tensors.items()}
+        slots = {k: ParamSlot(k, t) for k, t in tensors.items()}
         if recipe is None:
             _, builder, _ = trace_eager(self.fn, {**static, **slots}, None)
             declared = {p.name for p in builder.params}
@@ -355,8 +350,6 @@ class JITFunction:
     def _eager_static(self, args, kwargs) -> tuple[dict, dict]:
         """An eager kernel's compile-time arguments (positional or by name; tensors are
         slots) and its ``T.const`` values (the other keyword arguments)."""
-        from ..language.kernel import _ParamSlot
-
         params = self._signature.parameters
         static = dict(zip(params, args))
         static.update({k: v for k, v in kwargs.items() if k in params})
@@ -365,7 +358,7 @@ class JITFunction:
             if name not in static and param.default is not inspect.Parameter.empty:
                 static[name] = param.default
             elif name not in static or _is_tensor(static[name]):
-                static[name] = _ParamSlot(name)
+                static[name] = ParamSlot(name)
         return static, consts
 
     def compile(self, *args, **kwargs) -> JITKernel:

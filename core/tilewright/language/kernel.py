@@ -148,8 +148,10 @@ def empty(shape, dtype="float32") -> TileBuffer:
     return TileBuffer(buf)
 
 
-class _ParamSlot:
-    """Stands for an eager kernel's tensor argument until its annotation declares it."""
+class ParamSlot:
+    """Stands for an eager kernel's tensor argument ``name`` (``value``: the tensor passed,
+    None when tracing without one) until its ``T.Tensor`` annotation declares it; the JIT
+    passes one for each tensor argument to :func:`trace_eager`."""
 
     def __init__(self, name: str, value=None):
         self.name, self.value = name, value
@@ -166,7 +168,7 @@ def annotate(name, current, annotation, value):
             raise kernel_error(f"declare tensor {name!r} before 'with T.Kernel'")
         if isinstance(current, TileBuffer):
             return current
-        if current is not None and not isinstance(current, _ParamSlot):
+        if current is not None and not isinstance(current, ParamSlot):
             raise kernel_error(f"{name!r} is annotated as a tensor, but the call passed "
                                f"{type(current).__name__} {current!r:.40}; pass a torch.Tensor")
         buf = declare(name, annotation.shape, annotation.dtype, "global")
@@ -254,7 +256,7 @@ def eager_consts(fn, static: dict, tensors: dict) -> dict:
     """The ``T.const`` values an eager kernel takes from ``tensors`` (by parameter name), its
     other arguments given by ``static`` (missing ones take their defaults)."""
     bound = inspect.signature(fn).bind_partial(
-        **static, **{k: _ParamSlot(k, t) for k, t in tensors.items()})
+        **static, **{k: ParamSlot(k, t) for k, t in tensors.items()})
     bound.apply_defaults()
     _, builder, _ = trace_eager(fn, dict(bound.arguments), None)
     unbound = sorted(set(builder.const_symbols) - set(builder.const_sources))

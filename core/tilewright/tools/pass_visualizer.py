@@ -265,19 +265,9 @@ def build_func(namespace: dict, values: dict, kernel: str | None = None):
     name, obj = candidates[0]
     if isinstance(obj, tirx.PrimFunc):
         return name, obj
-    if isinstance(obj, JITFunction) and not obj.factory:
-        from ..language.kernel import _ParamSlot, trace_eager
-
-        params = obj._signature.parameters
-        static = {k: v for k, v in values.items() if k in params}
-        consts = {k: v for k, v in values.items() if k not in params}
-        for pname, param in params.items():
-            if pname not in static:
-                static[pname] = param.default if param.default is not param.empty else \
-                    _ParamSlot(pname)
-        return name, trace_eager(obj.fn, static, consts)[0]
-    fn = obj.fn if isinstance(obj, JITFunction) else obj
-    return name, fn(**values)
+    if isinstance(obj, JITFunction):
+        return name, obj.get_tir(**values)
+    return name, obj(**values)
 
 
 def main(argv=None) -> int:
