@@ -1,11 +1,15 @@
 """Pass Visualizer: per-pass structure trees, for every installed backend."""
 
+import re
 import subprocess
 import sys
 from pathlib import Path
 
-from tilewright.tools.pass_visualizer import record, render, structure
+import tilewright
+import tilewright.language as T
+from tilewright.tools.pass_visualizer import LOOP_KINDS, build_func, record, render, structure
 from tool_kernels import gemm
+from tvm import tirx
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "gemm.py"
 
@@ -35,7 +39,7 @@ def test_record_and_render_cpu(tmp_path):
     assert steps[0]["phase"] == "input"
     assert [s["name"] for s in steps[1:4]] == ["CPUFuseGemmK", "LowerTileOps", "CPULowerIntrinsics"]
     page = render({"cpu": steps, "broken": "UnsupportedOpError: nope"}, "t")
-    assert page.count("<h3") == len(steps) and "class='err'" in page
+    assert page.count("<h3") == len(steps) and '<div class="err">UnsupportedOpError' in page
     assert 'class="k tileop">T.gemm' in page  # tile op before lowering
     assert 'class="k intrin"' in page  # lowered intrinsics after
 
@@ -48,4 +52,59 @@ def test_cli_covers_every_installed_backend(tmp_path):
                           timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "pass_visualizer: cpu:" in proc.stdout and "steps" in proc.stdout
-    assert "<h2>target cpu</h2>" in out.read_text()
+    assert re.search(r'<h2 id="t0">target cpu</h2>', out.read_text())
+
+
+def _walk(nodes):
+    for node in nodes:
+        yield node
+        yield from _walk(node["children"])
+
+
+def test_loop_kinds_are_words():
+    assert set(LOOP_KINDS) == set(tirx.ForKind)
+    steps = record(gemm(), "cpu")
+    kinds = {n["details"]["kind"] for step in steps for n in _walk(step["tree"])
+             if n["kind"] == "for"}
+    assert {"serial", "parallel", "vectorized", "thread-bound"} <= kinds <= \
+        set(LOOP_KINDS.values())
+    page = render({"cpu": steps}, "t")
+    assert "<b>kind</b>=vectorized" in page and "ForKind" not in page
+    assert not re.search(r"<b>kind</b>=\d", page)
+
+
+def test_contents_link_every_pass_and_mark_changes():
+    steps = record(gemm(), "cpu")
+    changed = {s["name"]: s["changed"] for s in steps}
+    assert changed["LowerTileOps"] and not changed["CPUFastMath"]  # gemm has no exp
+    page = render({"cpu": steps, "broken": "UnsupportedOpError: nope"}, "t")
+    contents = page[page.index('<nav id="contents">'):page.index("</nav>")]
+    entries = re.findall(r'<li class="(\w+)"><a href="#([\w-]+)">([^<]*)</a>', contents)
+    assert [name for _, _, name in entries] == [f"{s['phase']} / {s['name']}" for s in steps]
+    for (cls, anchor, _), step in zip(entries, steps):
+        assert cls == ("changed" if step["changed"] else "unchanged")
+        assert f'<h3 id="{anchor}"' in page
+    changes = sum(s["changed"] for s in steps[1:])
+    assert f"({changes} of {len(steps) - 1} passes changed the IR)" in contents
+    assert '<a href="#t1"><b>target broken</b></a>' in contents and '<h2 id="t1">' in page
+
+
+@tilewright.jit(target="cpu")
+def eager_add(A, B, block_M: int = 64):
+    M = T.const("M")
+    A: T.Tensor((M,), T.float32)
+    B: T.Tensor((M,), T.float32)
+    C = T.empty((M,), T.float32)
+    with T.Kernel(T.ceildiv(M, block_M)) as bx:
+        for i in T.Parallel(block_M):
+            if bx * block_M + i < M:
+                C[bx * block_M + i] = A[bx * block_M + i] + B[bx * block_M + i]
+    return C
+
+
+def test_builds_eager_kernels_and_factories_by_their_names():
+    name, func = build_func({"eager_add": eager_add}, {"M": 100, "block_M": 32})
+    assert name == "eager_add" and func.attrs["global_symbol"] == "eager_add"
+    assert int(func.buffer_map[func.params[0]].shape[0]) == 100  # T.const M from --set
+    name, func = build_func({"gemm": tilewright.jit(gemm)}, {"M": 64})
+    assert func.attrs["global_symbol"] == "gemm"

@@ -4,22 +4,38 @@
 --out passes.html`` loads ``script.py`` (without running its ``__main__`` block), builds its
 kernel with the ``--set`` values and lowers it for every installed backend (or ``--target``),
 recording the IR after each pass through the engine's events. Each pass shows a tree: kernel
-and loops with their annotations, allocations with scope and shape, buffer reads and writes,
-tile ops expanded into their operands and attributes (and M / N / K for GEMMs),
-synchronisation and lowered intrinsics, each kind in its own colour. Passes whose tree equals
-the previous one are listed but not repeated.
+and loops with their kind in words (serial, parallel, vectorized, unrolled, thread-bound) and
+annotations, allocations with scope and shape, buffer reads and writes, tile ops expanded into
+their operands and attributes (and M / N / K for GEMMs), synchronisation and lowered
+intrinsics, each kind in its own colour. A table of contents lists every pass of every target,
+linking its section and marking whether it changed the IR; passes whose tree equals the
+previous one are listed but not repeated. The page is the jinja2 template
+``templates/pass_visualizer.html.j2``.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
-import html
 import runpy
 import sys
 from pathlib import Path
 
+import jinja2
+import tvm
+import tvm_ffi
+from tvm import tirx
+
+from ..engine import events, finish, lower
+from ..ir import Region, decode
+from ..jit import JITFunction
+from ..plugin import get_manager
+
 _SYNC_WORDS = ("sync", "barrier", "fence", "wait", "set_flag", "arrive")
+LOOP_KINDS = {tirx.ForKind.SERIAL: "serial", tirx.ForKind.PARALLEL: "parallel",
+              tirx.ForKind.VECTORIZED: "vectorized", tirx.ForKind.UNROLLED: "unrolled",
+              tirx.ForKind.THREAD_BINDING: "thread-bound"}
+"""How each loop kind is shown."""
 
 
 def _region(region) -> str:
@@ -35,8 +51,6 @@ def _region(region) -> str:
 
 def tile_op_fields(call) -> dict:
     """The fields of a decoded tile op: operands (regions), attributes, and M/N/K of GEMMs."""
-    from ..ir import Region
-
     fields = {}
     for name, value in call.operands.items():
         fields[name] = _region(value) if isinstance(value, Region) else str(value)
@@ -64,9 +78,6 @@ def _call_class(name: str) -> str:
 
 
 def _expr_calls(expr) -> list[str]:
-    import tvm
-    import tvm_ffi
-
     names = []
 
     def visit(value):
@@ -83,17 +94,14 @@ def _expr_calls(expr) -> list[str]:
 
 def structure(stmt) -> list[dict]:
     """The tree of a statement (a list of nodes: sequences are flattened)."""
-    from tvm import tirx
-
-    from ..ir import decode
-
     if stmt is None:
         return []
     kind = type(stmt).__name__
     if isinstance(stmt, tirx.SeqStmt):
         return [n for s in stmt.seq for n in structure(s)]
     if isinstance(stmt, tirx.For):
-        details = {"kind": str(stmt.kind).split(".")[-1], "extent": str(stmt.extent)}
+        details = {"kind": LOOP_KINDS.get(stmt.kind, str(stmt.kind)),
+                   "extent": str(stmt.extent)}
         if stmt.thread_binding is not None:
             details["thread"] = str(stmt.thread_binding.thread_tag)
         details.update({f"@{k}": str(v) for k, v in stmt.annotations.items()})
@@ -145,35 +153,37 @@ def module_structure(mod) -> list[dict]:
 
 
 class Recorder:
-    """Engine-event listener: the structure after every (leaf) pass of one compilation."""
+    """Engine-event listener: the structure after every (leaf) pass of one compilation, and
+    whether the pass changed the IR (its module before and after, structurally compared)."""
 
     def __init__(self):
         self.steps: list[dict] = []
-        self.depth = 0
-        self.children: list[int] = []
+        self.open: list[list] = []  # per running pass: [its module before, passes inside]
 
     def __call__(self, event) -> None:
         if event.kind == "session_start":
-            self.steps.append({"phase": "input", "name": "tile program",
+            self.steps.append({"phase": "input", "name": "tile program", "changed": True,
                                "tree": [_node("func", "tile program", "func", {},
                                               structure(event.data["func"].body))]})
         elif event.kind == "pass_start":
-            if self.children:
-                self.children[-1] += 1
-            self.children.append(0)
-        elif event.kind == "pass_end" and self.children:
-            if self.children.pop():
+            if self.open:
+                self.open[-1][1] += 1
+            self.open.append([event.data["mod"], 0])
+        elif event.kind == "pass_end" and self.open:
+            before, inner = self.open.pop()
+            if inner:
                 return
             phase = event.data.get("phase") or "unscoped"
+            after = event.data["mod"]
             self.steps.append({"phase": "unscoped" if phase == "codegen" else phase,
                                "name": event.data["name"],
-                               "tree": module_structure(event.data["mod"])})
+                               "changed": not tvm_ffi.structural_equal(before, after),
+                               "tree": module_structure(after)})
 
 
 def record(func, target: str) -> list[dict]:
-    """The per-pass structure trees of lowering ``func`` for ``target``."""
-    from ..engine import events, finish, lower
-
+    """The per-pass structure trees of lowering ``func`` for ``target``: a list of steps
+    (``phase``, ``name``, ``changed``, ``tree``), the tile program first."""
     recorder = Recorder()
     events.subscribe(recorder)
     try:
@@ -184,53 +194,27 @@ def record(func, target: str) -> list[dict]:
 
 
 # -- HTML ---------------------------------------------------------------------------------------
-def _tree_html(nodes) -> str:
-    out = []
-    for node in nodes:
-        details = "".join(f'<span class="f"><b>{html.escape(k)}</b>={html.escape(v)}</span>'
-                          for k, v in node["details"].items())
-        label = f'<span class="k {node["cls"]}">{html.escape(node["label"])}</span> {details}'
-        if node["children"]:
-            out.append(f"<li><details open><summary>{label}</summary><ul>"
-                       f"{_tree_html(node['children'])}</ul></details></li>")
-        else:
-            out.append(f"<li>{label}</li>")
-    return "".join(out)
-
-
-_STYLE = """body{font:13px system-ui,sans-serif;margin:12px}ul{list-style:none;padding-left:18px;
-margin:0}.f{color:#57606a;margin-left:6px;font:12px ui-monospace,monospace}
-.k{font:12px ui-monospace,monospace;padding:0 3px;border-radius:3px}
-.tileop{background:#ddf4ff;color:#0550ae}.sync{background:#ffebe9;color:#a40e26}
-.intrin{background:#fbefff;color:#6639ba}.kernel{background:#dafbe1;color:#116329}
-.loop{color:#116329}.alloc{color:#953800}.store{color:#1f2328}.func{font-weight:bold}
-h2{margin:18px 0 4px}h3{margin:10px 0 2px;font-size:13px}.same{color:#57606a}
-.legend span{margin-right:8px}.err{background:#ffebe9;padding:6px;white-space:pre-wrap}"""
+_TEMPLATES = jinja2.Environment(loader=jinja2.PackageLoader("tilewright.tools"),
+                                autoescape=jinja2.select_autoescape(["html", "j2"]),
+                                trim_blocks=True, lstrip_blocks=True)
 
 
 def render(results: dict, title: str) -> str:
-    """``results``: target -> steps (or an error string)."""
-    parts = [(f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}"
-              f"</title><style>{_STYLE}</style></head><body><h1>{html.escape(title)}</h1>"
-              "<div class='legend'><span class='k tileop'>tile op</span><span class='k sync'>"
-              "synchronisation</span><span class='k intrin'>lowered intrinsic</span><span "
-              "class='k kernel'>kernel / thread loop</span><span class='k alloc'>allocation"
-              "</span></div>")]
-    for target, steps in results.items():
-        parts.append(f"<h2>target {html.escape(target)}</h2>")
+    """The HTML page of ``results``: target -> steps of :func:`record` (or an error string)."""
+    targets = []
+    for number, (target, steps) in enumerate(results.items()):
         if isinstance(steps, str):
-            parts.append(f"<div class='err'>{html.escape(steps)}</div>")
+            targets.append({"name": target, "anchor": f"t{number}", "error": steps})
             continue
-        previous = None
+        shown, previous = [], None
         for n, step in enumerate(steps):
-            head = f"{n:02d} {step['phase']} / {step['name']}"
-            if step["tree"] == previous:
-                parts.append(f"<h3 class='same'>{html.escape(head)} (same structure)</h3>")
-                continue
+            shown.append({**step, "number": n, "anchor": f"t{number}-p{n}",
+                          "same": step["tree"] == previous})
             previous = step["tree"]
-            parts.append(f"<h3>{html.escape(head)}</h3><ul>{_tree_html(step['tree'])}</ul>")
-    parts.append("</body></html>")
-    return "".join(parts)
+        targets.append({"name": target, "anchor": f"t{number}", "steps": shown,
+                        "changed": sum(1 for s in shown[1:] if s["changed"])})
+    return _TEMPLATES.get_template("pass_visualizer.html.j2").render(title=title,
+                                                                      targets=targets)
 
 
 # -- command line -------------------------------------------------------------------------------
@@ -249,10 +233,6 @@ def _parse_sets(items) -> dict:
 
 def build_func(namespace: dict, values: dict, kernel: str | None = None):
     """The tile-level PrimFunc of a script's kernel, built with ``values``."""
-    from tvm import tirx
-
-    from ..jit import JITFunction
-
     candidates = [(k, v) for k, v in namespace.items() if not k.startswith("_") and
                   (isinstance(v, (JITFunction, tirx.PrimFunc)))]
     if kernel is not None:
@@ -291,8 +271,6 @@ def main(argv=None) -> int:
     if ns.target:
         targets = ns.target
     else:
-        from ..plugin import get_manager
-
         targets = [kind for b in get_manager().backends().values() for kind in b.target_kinds]
     results = {}
     for target in targets:
