@@ -1,7 +1,8 @@
 """The signature of a tile program (:class:`~tilewright.runtime.signature.KernelSignature`):
 shapes that are expressions over symbols are written in the grammar of
 :mod:`tilewright.runtime.expr`, which parses them without ``eval``; which tensors the kernel
-may write; the alignment and index type its code assumes."""
+may write and which outputs it provably writes whole (:mod:`.coverage`); the alignment and
+index type its code assumes."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from tvm import tirx
 from ..errors import ArgumentError, TilewrightError
 from ..ir import decode, is_region, schema_of_call
 from ..runtime.signature import KernelSignature, ParamSpec
+from .coverage import covered_outputs
 
 
 def signature_of(func: tirx.PrimFunc, out_idx) -> KernelSignature:
@@ -25,6 +27,7 @@ def signature_of(func: tirx.PrimFunc, out_idx) -> KernelSignature:
         outputs.add(j)
     params = []
     written = written_buffers(func)
+    covered = covered_outputs(func, sorted(outputs))
     for i, p in enumerate(func.params):
         if tirx.buffer.is_buffer_var(p):  # `tirx.Buffer` is an alias of every Var
             shape = tuple(_dim(s) for s in p.shape)
@@ -32,7 +35,8 @@ def signature_of(func: tirx.PrimFunc, out_idx) -> KernelSignature:
                                    for s in p.shape) else "int32"
             align = int(p.data_alignment) if int(p.data_alignment) > 0 else 64
             params.append(ParamSpec(str(p.name), shape, str(p.dtype), i in outputs, "tensor",
-                                    align, index, any(p.same_as(w) for w in written)))
+                                    align, index, any(p.same_as(w) for w in written),
+                                    i in covered))
         else:
             if i in outputs:
                 raise TilewrightError(f"out_idx names scalar parameter {p.name!r}")

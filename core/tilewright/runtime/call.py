@@ -38,7 +38,9 @@ class KernelCall:
     Outputs are allocated zero-filled: an element the kernel leaves unwritten (rows past a
     variable sequence length, say) reads 0 on every backend and every run, never whatever the
     host allocator left there (a NaN among it spreads through a later kernel's masked
-    arithmetic, ``0 * NaN``)."""
+    arithmetic, ``0 * NaN``). An output the signature marks ``covered`` (the kernel provably
+    writes every element and reads none first) is allocated without the fill, which for a
+    memory-bound kernel is a pass over memory as large as its own output."""
 
     def __init__(self, signature: KernelSignature, fn, device: str, backend_name: str):
         import torch
@@ -54,7 +56,7 @@ class KernelCall:
         self._outputs = [i for i, p in enumerate(signature.params) if p.is_output]
         self._tail_outputs = self._outputs == list(range(len(self._inputs),
                                                          len(signature.params)))
-        self._tensor_type, self._zeros = torch.Tensor, torch.zeros
+        self._tensor_type, self._empty, self._zeros = torch.Tensor, torch.empty, torch.zeros
         self._contiguous = torch.contiguous_format
 
     # -- calling ----------------------------------------------------------------------
@@ -78,8 +80,7 @@ class KernelCall:
             if copies:
                 _copy_back(written)
             return None
-        zeros = self._zeros
-        outs = [zeros(shape, dtype=dtype, device=device) for shape, dtype, device in outs]
+        outs = [new(shape, dtype=dtype, device=device) for new, shape, dtype, device in outs]
         if self._tail_outputs:
             self._fn(*args, *outs)
         else:
@@ -105,8 +106,9 @@ class KernelCall:
         return args, written
 
     def _new_plan(self, args) -> tuple:
-        """Check the arguments (count, then :meth:`_plan`); the outputs' (shape, dtype,
-        device) and the inputs to pass as copies."""
+        """Check the arguments (count, then :meth:`_plan`); the outputs' (allocator, shape,
+        dtype, device), the allocator ``torch.empty`` for covered outputs, else
+        ``torch.zeros``, and the inputs to pass as copies."""
         inputs = self._inputs
         if len(args) != len(inputs):
             names = ", ".join(self.signature.params[i].name for i in inputs)
@@ -114,7 +116,10 @@ class KernelCall:
                                 f"({names}), got {len(args)}")
         shapes, copies = self._plan(args)
         device = args[0].device if args and hasattr(args[0], "device") else self._device
-        return tuple((shape, dtype, device) for shape, dtype in shapes), tuple(copies)
+        allocators = [self._empty if self.signature.params[i].covered else self._zeros
+                      for i in self._outputs]
+        return tuple((new, shape, dtype, device) for new, (shape, dtype)
+                     in zip(allocators, shapes)), tuple(copies)
 
     def _plan(self, args):
         """Check every argument against the signature (once per key of :meth:`__call__`);

@@ -42,6 +42,9 @@ class ParamSpec:
     index_dtype: str = "int32"
     # whether the kernel may write the tensor (False only when it provably only reads it)
     written: bool = True
+    # whether the kernel provably writes every element of this output without reading it
+    # first: the output is then allocated without a zero fill
+    covered: bool = False
 
 
 @dataclass(frozen=True)
@@ -118,17 +121,18 @@ def _param(index: int, p) -> ParamSpec:
                 for d in shape), f"param {name!r} shape {shape!r}")
     _expect(kind == "tensor" or not shape, f"scalar param {name!r} has a shape")
     flags = {k: p.get(k, default) for k, default in
-             (("is_output", False), ("written", True))}
+             (("is_output", False), ("written", True), ("covered", False))}
     for k, v in flags.items():
         _expect(isinstance(v, bool), f"param {name!r} {k} {v!r}")
     _expect(kind == "tensor" or not flags["is_output"], f"scalar param {name!r} is an output")
+    _expect(flags["is_output"] or not flags["covered"], f"input {name!r} is marked covered")
     align = p.get("align", 64)
     _expect(_is_int(align) and 0 < align <= 4096 and align & (align - 1) == 0,
             f"param {name!r} align {align!r}")
     index_dtype = p.get("index_dtype", "int32")
     _expect(index_dtype in INDEX_DTYPES, f"param {name!r} index_dtype {index_dtype!r}")
     return ParamSpec(name, tuple(shape), dtype, flags["is_output"], kind, align, index_dtype,
-                     flags["written"])
+                     flags["written"], flags["covered"])
 
 
 __all__ = ["DTYPES", "KernelSignature", "ParamSpec", "SignatureError"]
