@@ -1,12 +1,12 @@
 """Pass Visualizer: per-pass structure trees, for every installed backend."""
 
 import re
+import runpy
 import subprocess
 import sys
 from pathlib import Path
 
 import tilewright
-import tilewright.language as T
 from tilewright.tools.pass_visualizer import LOOP_KINDS, build_func, record, render, structure
 from tool_kernels import gemm
 from tvm import tirx
@@ -89,22 +89,10 @@ def test_contents_link_every_pass_and_mark_changes():
     assert '<a href="#t1"><b>target broken</b></a>' in contents and '<h2 id="t1">' in page
 
 
-@tilewright.jit(target="cpu")
-def eager_add(A, B, block_M: int = 64):
-    M = T.const("M")
-    A: T.Tensor((M,), T.float32)
-    B: T.Tensor((M,), T.float32)
-    C = T.empty((M,), T.float32)
-    with T.Kernel(T.ceildiv(M, block_M)) as bx:
-        for i in T.Parallel(block_M):
-            if bx * block_M + i < M:
-                C[bx * block_M + i] = A[bx * block_M + i] + B[bx * block_M + i]
-    return C
-
-
 def test_builds_eager_kernels_and_factories_by_their_names():
-    name, func = build_func({"eager_add": eager_add}, {"M": 100, "block_M": 32})
-    assert name == "eager_add" and func.attrs["global_symbol"] == "eager_add"
+    quickstart = runpy.run_path(str(EXAMPLE.with_name("quickstart.py")), run_name="qs")
+    name, func = build_func(quickstart, {"M": 100, "block_M": 32}, "vector_add")
+    assert name == "vector_add" and func.attrs["global_symbol"] == "vector_add"
     text = func.script()  # M from --set, block_M too: ceildiv(100, 32) blocks
     assert 'A: T.Buffer((100,), "float32")' in text and "T.thread_binding(4," in text
     name, func = build_func({"gemm": tilewright.jit(gemm)}, {"M": 64})
