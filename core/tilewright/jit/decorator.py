@@ -201,6 +201,13 @@ class JITFunction:
         self.compile_flags = compile_flags
         self.factory = _is_factory(fn)
         self._signature = inspect.signature(fn)
+        # for binding a call without inspect (see _bind): the parameter names in order and
+        # the defaults, when every parameter may be passed by position or by keyword
+        kinds = {p.kind for p in self._signature.parameters.values()}
+        simple = kinds <= {inspect.Parameter.POSITIONAL_OR_KEYWORD}
+        self._names = tuple(self._signature.parameters) if simple else None
+        self._defaults = {k: p.default for k, p in self._signature.parameters.items()
+                          if p.default is not inspect.Parameter.empty}
         self._kernels: dict = {}
         self._recipes: dict = {}
         self._reads = Reads(fn)
@@ -303,16 +310,31 @@ class JITFunction:
         """An eager kernel's compiled kernel for these arguments (compiled once per
         specialisation; for ``target`` when given, else the decorator's) and its inputs in
         kernel order."""
-        bound = self._signature.bind(*args, **kwargs)
-        bound.apply_defaults()
-        tensors = {k: v for k, v in bound.arguments.items() if _is_tensor(v)}
-        static = {k: v for k, v in bound.arguments.items() if k not in tensors}
+        arguments = self._bind(args, kwargs)
+        tensors = {k: v for k, v in arguments.items() if _is_tensor(v)}
+        static = {k: v for k, v in arguments.items() if k not in tensors}
         kernel = self._eager_kernel(tensors, static, target)
         inputs = [tensors.get(p.name) for p in kernel.signature.inputs]
         missing = [p.name for p, t in zip(kernel.signature.inputs, inputs) if t is None]
         if missing:
             raise ArgumentError(f"{self.fn.__name__}: no tensor passed for {', '.join(missing)}")
         return kernel, inputs
+
+    def _bind(self, args, kwargs) -> dict:
+        """Every parameter's value for a call (defaults filled in), by name. A call that names
+        each parameter once, positionally or by keyword, is bound directly (this runs on
+        every call of an eager kernel); any other goes through ``inspect``, which raises the
+        usual TypeError for a wrong one."""
+        names, defaults = self._names, self._defaults
+        if names is not None and len(args) <= len(names) and \
+                all(k in names[len(args):] for k in kwargs):
+            given = dict(zip(names, args))
+            given.update(kwargs)
+            if all(n in given or n in defaults for n in names):
+                return {n: given[n] if n in given else defaults[n] for n in names}
+        bound = self._signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        return bound.arguments
 
     def generic_tir(self, static: dict, tensors: dict):
         """An eager kernel's program for compile-time arguments ``static`` with its
@@ -326,8 +348,8 @@ class JITFunction:
         level1 = (_freeze(static), tuple((k, str(t.dtype), t.dim()) for k, t in tensors.items()),
                   self._reads.snapshot(), target)
         recipe = self._recipes.get(level1)
-        slots = {k: ParamSlot(k, t) for k, t in tensors.items()}
         if recipe is None:
+            slots = {k: ParamSlot(k, t) for k, t in tensors.items()}
             _, builder, _ = trace_eager(self.fn, {**static, **slots}, None)
             declared = {p.name for p in builder.params}
             undeclared = sorted(set(tensors) - declared)
@@ -343,6 +365,7 @@ class JITFunction:
         key = (level1, tuple(sorted(consts.items())))
         kernel = self._kernels.get(key)
         if kernel is None:
+            slots = {k: ParamSlot(k, t) for k, t in tensors.items()}
             func, _, _ = trace_eager(self.fn, {**static, **slots}, consts)
             kernel = self._kernels[key] = self._compile(func, target)
         return kernel
