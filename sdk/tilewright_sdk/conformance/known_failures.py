@@ -41,8 +41,6 @@ KNOWN_FAILURES: tuple[KnownFailure, ...] = (
     KnownFailure("ascend", "views-*", "cannot take a view of a tile (T.reshape / T.view of a "
                  "UB tile read by the scalar unit: 'the scalar unit reads UB and GM')",
                  when="build"),
-    KnownFailure("ascend", "im2col-*", "the emulator segfaults running the im2col gather "
-                 "(reads of the padding outside the image)", when="crash"),
     KnownFailure("ascend", "atomic_prev-*", "has no atomic returning the previous value "
                  "(Ascend C SetAtomicAdd/Max/Min return nothing)", when="build"),
 )
