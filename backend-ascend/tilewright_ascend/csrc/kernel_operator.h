@@ -108,6 +108,18 @@ template <typename T, typename U> auto cast(const U& u) {
     if constexpr (is_lazy<U>) return Lazy{[=] { return val(from_double<T>(val(u))); }, std::is_integral<T>::value};
     else return static_cast<T>(u);
 }
+// T.reinterpret (the generated TW_BITCAST): the bits of a U as a T of the same width
+template <typename T, typename U> T bits_as(U u) {
+    static_assert(sizeof(T) == sizeof(U), "T.reinterpret keeps the width");
+    T t;
+    std::memcpy(&t, &u, sizeof(T));
+    return t;
+}
+template <typename T, typename U, typename X> auto bitcast(const X& x) {
+    if constexpr (is_lazy<X>)
+        return Lazy{[=] { return val(bits_as<T>(from_double<U>(val(x)))); }, std::is_integral<T>::value};
+    else return bits_as<T>(static_cast<U>(x));
+}
 template <typename C, typename A, typename B> auto select(const C& c, const A& a, const B& b) {
     if constexpr (is_lazy<C> || is_lazy<A> || is_lazy<B>)
         return Lazy{[=] { return val(c) != 0 ? val(a) : val(b); }, integral(a) && integral(b)};
@@ -924,6 +936,7 @@ template <typename T> void name_tensor(const AscendC::LocalTensor<T>& t, const c
 
 // scalar-unit helpers of the generated source (plain C++ casts and selects on an NPU)
 #define TW_CAST(T, x) ::tw_emu::cast<T>(x)
+#define TW_BITCAST(T, U, x) ::tw_emu::bitcast<T, U>(x)
 #define TW_SELECT(c, a, b) ::tw_emu::select_arm((c), [&] { return (a); }, [&] { return (b); })
 #define TW_MIN(a, b) ::tw_emu::lmin((a), (b))
 #define TW_MAX(a, b) ::tw_emu::lmax((a), (b))
