@@ -34,8 +34,6 @@ class KnownFailure:
 
 
 KNOWN_FAILURES: tuple[KnownFailure, ...] = (
-    KnownFailure("ascend", "unary_math-*", "has no vector or scalar form for some math "
-                 "functions (T.log2 first)", when="build"),
     KnownFailure("ascend", "atomic_prev-*", "has no atomic returning the previous value "
                  "(Ascend C SetAtomicAdd/Max/Min return nothing)", when="build"),
 )
