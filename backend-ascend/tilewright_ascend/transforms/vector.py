@@ -15,9 +15,10 @@ The pass runs on kernels the ``portable`` phase converted (function attribute
   Div, Max, Min; Adds/Muls/Maxs/Mins with a scalar; Exp, Ln, Abs, Sqrt, Reciprocal, Cast;
   Duplicate), each intermediate in its own UB temporary (a subexpression used twice is
   computed once). Math functions without an instruction (log2, tanh, sin, cos, the rounding
-  functions) are first written as float32 expressions of those with one (:data:`_MATH`). An operand indexed by the row only
-  (``row_max[i]``) is a row broadcast (one scalar per row, read with GetValue on the S
-  pipe); one indexed by the column only (``W[j]``) a column broadcast (one vector per row).
+  functions) are first written as float32 expressions of those with one (:data:`_MATH`).
+  An operand indexed by the row only (``row_max[i]``) is a row broadcast (one scalar per
+  row, read with GetValue on the S pipe); one indexed by the column only (``W[j]``) a column
+  broadcast (one vector per row).
 - What the vector unit cannot do (comparisons, selects, integer division, index arithmetic
   as data) stays a loop of GetValue/SetValue on the scalar unit, marked :data:`SCALAR_KEY`
   with the reason; the codegen writes the reason as a comment.
