@@ -235,9 +235,12 @@ def test_atomic_return_prev_is_refused_with_a_reason():
                 x[i] = T.atomic_add(A[i], 1.0, return_prev=True)
             T.copy(x, B[0])
 
-    with pytest.raises(KernelError, match=r"return_prev=True\) is not supported by backend "
-                                          r"'ascend'"):
+    with pytest.raises(KernelError, match=r"T.atomic_add\(..., return_prev=True\) \(an atomic "
+                                          r"add of one element returning the previous value\) "
+                                          r"is not supported by backend 'ascend' \(it does not "
+                                          r"declare the feature 'atomic_return_prev'\)") as info:
         tilewright.lower(prev, target="ascend")
+    assert "x[i] = T.atomic_add(A[i], 1.0, return_prev=True)" in str(info.value)
 
 
 def test_long_rows_column_reductions_and_reversed_operands():

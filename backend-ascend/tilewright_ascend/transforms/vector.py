@@ -858,34 +858,9 @@ def _one_vector_core(func):
     return func.with_body(tvm_ffi.structural_map(func.body, (tirx.AttrStmt, scope)))
 
 
-def _refuse_return_prev(func):
-    found = []
-
-    def visit(stmt):
-        if any(str(c.op.name).startswith("tw.atomic_") and str(c.op.name).endswith("_prev")
-               for c in _calls(stmt.value)):
-            found.append(stmt)
-
-    tvm_ffi.structural_walk(func.body, [(tirx.BufferStore, visit), (tirx.Bind, visit),
-                                        (tirx.Evaluate, visit)])
-    if found:
-        raise KernelError("an atomic that returns the previous value (return_prev=True) is not "
-                          "supported by backend 'ascend': Ascend C atomics are SetAtomicAdd/Max/"
-                          "Min around a UB -> GM copy, which returns nothing; drop return_prev",
-                          span_location(getattr(found[0], "span", None)))
-
-
-def _calls(e) -> list:
-    found = []
-    tvm_ffi.structural_walk(e, (tvm.ir.Call, lambda c: found.append(c)
-                                if isinstance(c.op, tvm.ir.Op) else None))
-    return found
-
-
 def lower_vector_func(func):
     if func.attrs is None or PORTABLE_KEY not in func.attrs:
         return func
-    _refuse_return_prev(func)
     func = _pad_tiles(func)
     func = _one_vector_core(func)
     lowering = _Lowering()

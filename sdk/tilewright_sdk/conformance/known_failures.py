@@ -34,8 +34,6 @@ class KnownFailure:
 
 
 KNOWN_FAILURES: tuple[KnownFailure, ...] = (
-    KnownFailure("ascend", "atomic_prev-*", "has no atomic returning the previous value "
-                 "(Ascend C SetAtomicAdd/Max/Min return nothing)", when="build"),
 )
 
 
