@@ -109,15 +109,26 @@ def test_bad_configs(configs, words):
     assert words in str(info.value)
 
 
-def test_call_sets_every_tuned_parameter_or_none():
+def test_a_call_that_sets_a_tuned_parameter_is_compiled_as_called(caplog):
+    tuner._AS_CALLED.clear()
     tuned = tilewright.autotune(configs=[{"block": 32}], progress=False)(scaled_copy)
     explicit = tuned(64, block=16)  # TileLang's explicit config: compiled, not searched
     assert not hasattr(explicit, "autotune_result")
-    tuned = tilewright.autotune(configs=[{"block": 32, "scale": 1.0}], progress=False)(
-        scaled_copy)
-    with pytest.raises(ConfigError, match="block is set both by the call and by the "
-                                          "autotune configs"):
+    # TileLang's rule: one tuned parameter set by the call is enough, the others take their
+    # defaults (its topk example passes blk_m while the configs tune blk_m and threads)
+    tuned = tilewright.autotune(configs=[{"block": 32, "scale": 3.0}, {"block": 64, "scale": 2.0}],
+                                progress=False)(scaled_copy)
+    with caplog.at_level("WARNING", logger="tilewright.autotuner.tuner"):
+        kernel = tuned(64, block=16)
         tuned(64, block=16)
+    assert not hasattr(kernel, "autotune_result")
+    x = torch.randn(64)
+    torch.testing.assert_close(kernel(x), x)  # scale: the default 1.0, not a config's
+    said = [r.getMessage() for r in caplog.records if "compiled as called" in r.getMessage()]
+    assert said == ["autotune scaled_copy: the call sets tuned parameter(s) block; compiled "
+                    "as called, nothing searched"] + [  # once per kind of call
+                        "autotune scaled_copy: the call sets tuned parameter(s) block; compiled "
+                        "as called, nothing searched (scale: the default)"]
     with pytest.raises(ConfigError, match="missing a required argument: 'N'"):
         tuned()
 

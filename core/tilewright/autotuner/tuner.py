@@ -5,7 +5,8 @@ also be a callable that receives the call's arguments and returns the list (Tile
 For a kernel factory the call returns the tuned kernel. For an eager kernel, a call with
 tensors tunes on (copies of) those tensors and then runs the tuned kernel on them, returning
 its outputs; ``.compile(...)`` (``T.const`` values by name) returns the tuned kernel. A call
-that sets every tuned parameter itself uses that config without searching.
+that sets a tuned parameter itself is compiled as called, without searching (TileLang's rule:
+the parameters it leaves out take their defaults), and says so in a warning.
 
 The first call with a given key compiles every config (in parallel), measures
 the ones that compiled, checks them against ``reference`` when one is given, prints the table
@@ -40,12 +41,22 @@ from ..errors import ConfigError, TilewrightError
 from ..language.kernel import eager_consts
 from ..utils.tensor import get_tensor_supply
 from . import record
-from .executors import EXECUTORS, default_workers, import_ray, run_ray, search_local
+from .executors import (
+    EXECUTORS,
+    PASS_CONFIGS,
+    JitSpec,
+    config_arguments,
+    default_workers,
+    import_ray,
+    run_ray,
+    search_local,
+)
 from .isolation import Limits
 from .measure import Measurer, Outcome
 
 _MEMORY: dict[str, AutotuneResult] = {}  # key -> result
 _ANNOUNCED: set = set()  # (key, place) of the cache uses said on stderr
+_AS_CALLED: set = set()  # (kernel, tuned parameters left out) of the calls compiled as called
 _log = logging.getLogger(__name__)
 _INPUTS = threading.local()
 
@@ -71,7 +82,10 @@ def _given_inputs():
 
 @dataclass
 class AutotuneResult:
-    """The outcome of a search: the best config, its latency, every config's row."""
+    """The outcome of a search: the best config, its latency, every config's row; from
+    :meth:`AutoTuner.run`, also the tuned ``kernel`` and the reference's latency
+    (``ref_latency``, ms; None without a reference), under TileLang's names (``config``,
+    ``latency``, ``kernel``, ``ref_latency``, ``libcode``, ``func``)."""
 
     best_config: dict
     best_latency_ms: float
@@ -80,6 +94,26 @@ class AutotuneResult:
     cached: bool = False
     seconds: float = 0.0
     compile_seconds: float = 0.0
+    kernel: object = field(default=None, repr=False, compare=False)
+    ref_latency: float | None = None
+
+    @property
+    def config(self) -> dict:
+        return self.best_config
+
+    @property
+    def latency(self) -> float:
+        return self.best_latency_ms
+
+    @property
+    def libcode(self) -> str | None:
+        """The tuned kernel's generated source."""
+        return None if self.kernel is None else self.kernel.get_kernel_source()
+
+    @property
+    def func(self):
+        """The tuned kernel's tile program (a PrimFunc)."""
+        return None if self.kernel is None else self.kernel.get_tir()
 
     def table(self) -> str:
         names = sorted({k for r in self.rows for k in r["config"]})
@@ -104,6 +138,11 @@ class AutotuneResult:
         return {"best_config": self.best_config, "best_latency_ms": self.best_latency_ms,
                 "rows": self.rows, "key": self.key, "seconds": self.seconds,
                 "compile_seconds": self.compile_seconds}
+
+
+def _tuned_names(configs) -> set:
+    """The kernel parameters that some config sets."""
+    return {k for c in configs for k in config_arguments(c)}
 
 
 class _Progress:
@@ -166,6 +205,7 @@ class AutoTuner:
             raise ConfigError("@autotune decorates a @tilewright.jit kernel; put @autotune "
                               "above @tilewright.jit")
         self.jit_fn = jit_fn
+        self._spec = JitSpec(jit_fn)  # builds a config's kernel (its own pass configs too)
         self.configs = configs if callable(configs) else self._validate(configs)
         self.key_names = self._key_names(key)
         if executor not in EXECUTORS:
@@ -186,6 +226,90 @@ class AutoTuner:
         self.__name__ = jit_fn.fn.__name__
         self.__doc__ = jit_fn.fn.__doc__
 
+    # -- TileLang's object API ---------------------------------------------------------
+    @classmethod
+    def from_kernel(cls, kernel, configs):
+        """``AutoTuner.from_kernel(factory, configs)``: TileLang's object API over a plain
+        kernel factory (not decorated), then ``.set_compile_args(...)``,
+        ``.set_profile_args(...)`` and ``.run(...)``, which returns the
+        :class:`AutotuneResult`."""
+        from ..jit import JITFunction
+
+        if not callable(kernel):
+            raise ConfigError(f"AutoTuner.from_kernel takes the kernel factory, got "
+                              f"{type(kernel).__name__}")
+        return cls(JITFunction(kernel), configs)
+
+    def set_compile_args(self, out_idx=None, target=None, execution_backend=None,
+                         target_host=None, verbose=None, pass_configs=None) -> AutoTuner:
+        """How each config compiles (the arguments of ``@tilewright.jit``); returns self."""
+        from ..jit import JITFunction
+
+        self.jit_fn = JITFunction(self.jit_fn.fn, out_idx, target or "auto", pass_configs,
+                                  execution_backend, target_host, verbose)
+        self._spec = JitSpec(self.jit_fn)
+        return self
+
+    def set_profile_args(self, warmup: float = 25, rep: float = 100, timeout=None,
+                         supply_type=None, ref_prog=None, supply_prog=None, rtol: float = 1e-2,
+                         atol: float = 1e-2, max_mismatched_ratio: float = 0.01,
+                         skip_check: bool = False, manual_check_prog=None,
+                         cache_input_tensors: bool = False, backend: str = "event"
+                         ) -> AutoTuner:
+        """How each config is measured and checked, with TileLang's names and defaults
+        (``rtol = atol = 1e-2``, 1% of the elements may differ); ``timeout``: seconds per
+        step of a config unless ``run`` gives one; ``backend`` is the timer (CUDA events,
+        CUPTI, graphs on a GPU; the wall clock on the host). ``manual_check_prog`` and
+        ``cache_input_tensors`` have no counterpart here and are named in one log line.
+        Returns self."""
+        given = [n for n, v in (("manual_check_prog", manual_check_prog),
+                                ("cache_input_tensors", cache_input_tensors)) if v]
+        if given:
+            _log.warning("AutoTuner.set_profile_args: TileLang option(s) %s have no effect "
+                         "here", ", ".join(given))
+        self.warmup, self.rep, self.timer = warmup, rep, backend
+        self.reference = None if skip_check else ref_prog
+        self.supply = supply_prog or (None if supply_type is None else _supply_of(supply_type))
+        self.tolerances = (rtol, atol, max_mismatched_ratio, None)
+        if timeout is not None:
+            self.limits = Limits.parse(timeout, "auto", self.workers or default_workers())
+        return self
+
+    def run(self, warmup: float | None = None, rep: float | None = None, timeout=None,
+            **tilelang_options) -> AutotuneResult:
+        """Search the configs (or take the result from the tuning cache) and return the
+        :class:`AutotuneResult` with the tuned ``kernel`` and, with a reference, its latency
+        on the same inputs (``ref_latency``). ``warmup``/``rep``/``timeout`` override the
+        profile arguments; TileLang's scheduling options (``use_pipeline``,
+        ``enable_grouped_compile``, ``group_compile_size``, ``benchmark_devices``,
+        ``benchmark_multi_gpu``, ``early_stop``, ``early_stop_factor``) have no counterpart
+        (configs always compile in parallel here) and are named in one log line; any other
+        keyword is a ConfigError."""
+        unknown = sorted(set(tilelang_options) - set(RUN_OPTIONS))
+        if unknown:
+            raise ConfigError(f"AutoTuner.run got unexpected keyword argument(s) "
+                              f"{', '.join(unknown)}")
+        given = sorted(k for k, v in tilelang_options.items() if v not in (None, False))
+        if given:
+            _log.warning("AutoTuner.run: TileLang option(s) %s have no effect here",
+                         ", ".join(given))
+        self.warmup = self.warmup if warmup is None else warmup
+        self.rep = self.rep if rep is None else rep
+        if timeout is not None:
+            self.limits = Limits.parse(timeout, "auto", self.workers or default_workers())
+        configs = self._configs_for((), {})
+        self._bind(configs, (), {})
+        kernel = self._tuned(configs, (), {})
+        result = dataclasses.replace(kernel.autotune_result, kernel=kernel)
+        if self.reference is not None:
+            from ..profiler import do_bench
+
+            inputs = self._measurer().inputs(kernel)
+            result.ref_latency = float(do_bench(lambda: self.reference(*inputs),
+                                                warmup=self.warmup, rep=self.rep,
+                                                backend=self.timer))
+        return result
+
     # -- validation -------------------------------------------------------------------
     def _validate(self, configs) -> list[dict]:
         name = self.jit_fn.fn.__name__
@@ -198,8 +322,12 @@ class AutoTuner:
             if not isinstance(config, dict):
                 raise ConfigError(f"autotune of {name}: config {n} must be a dict, got "
                                   f"{type(config).__name__}")
-            unknown = [k for k in config if k not in params or
+            unknown = [k for k in config_arguments(config) if k not in params or
                        params[k].kind is inspect.Parameter.VAR_POSITIONAL]
+            own = config.get(PASS_CONFIGS, {})
+            if not isinstance(own, dict):
+                raise ConfigError(f"autotune of {name}: config {n} {config}: its "
+                                  f"{PASS_CONFIGS} must be a dict, got {type(own).__name__}")
             if unknown and not open_ended:
                 raise ConfigError(f"autotune of {name}: config {n} {config} has key(s) "
                                   f"{', '.join(map(repr, unknown))} that {name} does not take; "
@@ -212,7 +340,7 @@ class AutoTuner:
         names = (key,) if isinstance(key, str) else tuple(key)
         params = inspect.signature(self.jit_fn.fn).parameters
         # configs given as a callable are known only at a call
-        tuned = set() if callable(self.configs) else {k for c in self.configs for k in c}
+        tuned = set() if callable(self.configs) else _tuned_names(self.configs)
         for name in names:
             if not isinstance(name, str) or name not in params:
                 raise ConfigError(f"autotune of {self.jit_fn.fn.__name__}: key {name!r} is not "
@@ -230,22 +358,17 @@ class AutoTuner:
         return self._validate(self.configs(*args, **kwargs))
 
     def _bind(self, configs, args, kwargs, partial: bool = False) -> None:
-        """The call must not set a tuned parameter, and with any config must bind (``partial``:
-        leave out parameters, the tensors of an eager call)."""
+        """The call must bind with any config (``partial``: leave out parameters, the tensors
+        of an eager call)."""
         signature = inspect.signature(self.jit_fn.fn)
-        tuned = {k for c in configs for k in c}
         try:
-            given = signature.bind_partial(*args, **kwargs).arguments
+            signature.bind_partial(*args, **kwargs)
         except TypeError as exc:
             raise ConfigError(f"{self.__name__}: {exc}") from None
-        both = sorted(tuned & set(given))
-        if both:
-            raise ConfigError(f"{self.__name__}: {', '.join(both)} is set both by the call and "
-                              "by the autotune configs; leave tuned parameters out of the call")
         for n, config in enumerate(configs):
             try:
-                (signature.bind_partial if partial else signature.bind)(*args, **kwargs,
-                                                                        **config)
+                (signature.bind_partial if partial else signature.bind)(
+                    *args, **kwargs, **config_arguments(config))
             except TypeError as exc:
                 raise ConfigError(f"{self.__name__}: config {n} {config} with this call: "
                                   f"{exc}") from None
@@ -295,12 +418,23 @@ class AutoTuner:
 
     # -- the calls --------------------------------------------------------------------
     def _explicit(self, configs, args, kwargs) -> bool:
-        """Whether the call sets every tuned parameter itself: then, as in TileLang, it names
-        the config and nothing is searched."""
-        tuned = {k for c in configs for k in c}
+        """Whether the call sets a tuned parameter itself: then, as in TileLang, the call is
+        compiled as it is (the tuned parameters it leaves out take their defaults), nothing
+        is searched, and a warning says so (once per set of parameters in a process: an
+        example times such calls in a loop)."""
+        tuned = _tuned_names(configs)
         params = inspect.signature(self.jit_fn.fn).parameters
         given = {k for k in kwargs if k in params} | set(list(params)[:len(args)])
-        return bool(tuned) and tuned <= given
+        if not tuned & given:
+            return False
+        rest = sorted(tuned - given)
+        if (self.__name__, tuple(rest)) in _AS_CALLED:
+            return True
+        _AS_CALLED.add((self.__name__, tuple(rest)))
+        _log.warning("autotune %s: the call sets tuned parameter(s) %s; compiled as called, "
+                     "nothing searched%s", self.__name__, ", ".join(sorted(tuned & given)),
+                     f" ({', '.join(rest)}: the default)" if rest else "")
+        return True
 
     def __call__(self, *args, **kwargs):
         configs = self._configs_for(args, kwargs)
@@ -314,7 +448,8 @@ class AutoTuner:
         tensors = {k: v for k, v in bound.items() if _is_tensor(v)}
         static = {k: v for k, v in bound.items() if k not in tensors}
         self._bind(configs, (), static, partial=True)
-        consts = eager_consts(self.jit_fn.fn, {**static, **configs[0]}, tensors)
+        consts = eager_consts(self.jit_fn.fn, {**static, **config_arguments(configs[0])},
+                              tensors)
 
         def supply(kernel):
             return [tensors[p.name].clone() for p in kernel.signature.inputs]
@@ -349,8 +484,7 @@ class AutoTuner:
                 self._store(key, result)
         # built for this call (the key may leave arguments out); the JIT's memo makes a
         # repeated call cheap
-        build = self.jit_fn if self.jit_fn.factory else self.jit_fn.compile
-        kernel = build(*args, **kwargs, **result.best_config)
+        kernel = self._spec(*args, **kwargs, **result.best_config)
         kernel.autotune_result = result
         # TileLang's names for the outcome
         kernel.config, kernel.latency = result.best_config, result.best_latency_ms
@@ -380,9 +514,7 @@ class AutoTuner:
 
         configs = self._configs_for(args, kwargs) if configs is None else configs
         start = time.perf_counter()
-        rtol, atol, ratio, length = self.tolerances
-        measurer = Measurer(self.warmup, self.rep, self.timer, self.reference,
-                            self.supply or _given_inputs() or supply, rtol, atol, ratio, length)
+        measurer = self._measurer(supply)
         bars = {}
 
         def progress(stage: str, total: int) -> _Progress:
@@ -401,6 +533,13 @@ class AutoTuner:
         result.compile_seconds = bars["compiling"].elapsed
         return result
 
+    def _measurer(self, supply=None) -> Measurer:
+        """How configs are measured: on the inputs of the decorator's ``supply``, else of
+        ``set_autotune_inputs``, else of ``supply``, else random ones."""
+        rtol, atol, ratio, length = self.tolerances
+        return Measurer(self.warmup, self.rep, self.timer, self.reference,
+                        self.supply or _given_inputs() or supply, rtol, atol, ratio, length)
+
     def _finish(self, outcomes: list[Outcome], seconds: float) -> AutotuneResult:
         rows = [{"config": o.config, "status": o.status, "compile_s": round(o.compile_s, 4),
                  "latency_ms": o.latency_ms, "error": o.error} for o in outcomes]
@@ -416,6 +555,8 @@ class AutoTuner:
         return result
 
 
+RUN_OPTIONS = ("use_pipeline", "enable_grouped_compile", "group_compile_size",
+               "benchmark_devices", "benchmark_multi_gpu", "early_stop", "early_stop_factor")
 TILELANG_IGNORED = ("manual_check_prog", "cache_input_tensors", "do_not_specialize",
                     "early_stop", "early_stop_factor")
 
@@ -467,8 +608,8 @@ def autotune(fn=None, *, configs=None, warmup: float = 25, rep: float = 100,
     reference check), ``timeout`` (the same meaning); its other options (``manual_check_prog``,
     ``cache_input_tensors``, ``do_not_specialize``, ``early_stop``, ``early_stop_factor``)
     have no counterpart here and are named in one log line; any other keyword is a
-    ConfigError. A call that sets every tuned parameter itself compiles that config without
-    searching, as in TileLang; ``set_autotune_inputs`` gives the search its input tensors.
+    ConfigError. A call that sets a tuned parameter itself is compiled as called, without
+    searching, as in TileLang (the tuned parameters it leaves out take their defaults); ``set_autotune_inputs`` gives the search its input tensors.
     """
     unknown = sorted(set(tilelang_options) - set(TILELANG_IGNORED))
     if unknown:
