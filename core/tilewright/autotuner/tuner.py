@@ -609,7 +609,8 @@ def autotune(fn=None, *, configs=None, warmup: float = 25, rep: float = 100,
     ``cache_input_tensors``, ``do_not_specialize``, ``early_stop``, ``early_stop_factor``)
     have no counterpart here and are named in one log line; any other keyword is a
     ConfigError. A call that sets a tuned parameter itself is compiled as called, without
-    searching, as in TileLang (the tuned parameters it leaves out take their defaults); ``set_autotune_inputs`` gives the search its input tensors.
+    searching, as in TileLang (the tuned parameters it leaves out take their defaults);
+    ``set_autotune_inputs`` gives the search its input tensors.
     """
     unknown = sorted(set(tilelang_options) - set(TILELANG_IGNORED))
     if unknown:
