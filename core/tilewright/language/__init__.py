@@ -1,5 +1,6 @@
 """``import tilewright.language as T``: the portable tile language."""
 
+from . import tvm_names  # noqa: F401 - TileLang's tvm.tirx.PrimExpr on TVM 0.27
 from .annotations import Fragment, Layout, annotate_layout, region, use_swizzle
 from .buffer import TileBuffer, VarHandle
 from .conv import c2d_im2col, im2col
