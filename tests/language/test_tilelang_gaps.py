@@ -280,3 +280,43 @@ def test_alloc_var_inside_parallel_is_a_scalar_per_iteration(target):
     torch.testing.assert_close(c, torch.relu(a) * w)
     torch.testing.assert_close(r[2:], a[2:].sum(dim=1))
     assert r[:2].tolist() == [-1.0, -1.0]
+
+
+def nibble_sum(n=16):
+    """A helper annotated and checked with TileLang's TVM names (``tirx.PrimExpr``,
+    ``val.dtype``), a workspace from ``T.alloc_buffer`` (scope "global") and a shared tile
+    from it (TileLang's dequantize GEMM examples)."""
+    from tvm import tirx
+
+    def low_nibble(val: tirx.PrimExpr) -> tirx.PrimExpr:
+        assert val.dtype == T.uint8 and isinstance(val, tirx.PrimExpr)
+        return val & tirx.const(15, T.uint8)
+
+    @T.prim_func
+    def main(A: T.Tensor((n,), "uint8"), C: T.Tensor((n,), "int32")):
+        W = T.alloc_buffer((n,), "int32")
+        with T.Kernel(1):
+            S = T.alloc_buffer((n,), "uint8", scope="shared")
+            T.copy(A, S)
+            for i in T.Parallel(n):
+                W[i] = T.Cast("int32", low_nibble(S[i])) + 1
+        with T.Kernel(1):
+            for i in T.Parallel(n):
+                C[i] = W[i] * 2
+
+    return main
+
+
+@pytest.mark.parametrize("target", ["cpu", "interp"])
+def test_tilelang_tvm_names_and_alloc_buffer(target):
+    kernel = tilewright.compile(nibble_sum(), out_idx=[1], target=target)
+    a = torch.randint(0, 256, (16,), dtype=torch.uint8)
+    assert torch.equal(kernel(a), ((a.int() & 15) + 1) * 2)
+
+
+def test_alloc_buffer_of_an_unknown_scope():
+    with pytest.raises(KernelError, match="unknown scope 'texture'"):
+        @T.prim_func
+        def bad(A: T.Tensor((4,), "float32")):
+            with T.Kernel(1):
+                T.alloc_buffer((4,), "float32", scope="texture")

@@ -334,6 +334,21 @@ def alloc_global(shape, dtype, scope="global", name=None) -> TileBuffer:
     return TileBuffer(buf)
 
 
+def alloc_buffer(shape, dtype="float32", scope="global", name=None) -> TileBuffer:
+    """TVM script's allocation by scope, as TileLang exports it: ``"global"`` (its default) is
+    :func:`alloc_global` (a workspace, before ``with T.Kernel``), ``"shared"`` /
+    ``"shared.dyn"`` :func:`alloc_shared`, ``"local.fragment"`` :func:`alloc_fragment`,
+    ``"local"`` :func:`alloc_local`."""
+    allocate = {"global": alloc_global, "shared": alloc_shared, "shared.dyn": alloc_shared,
+                "local.fragment": alloc_fragment, "local": alloc_local}.get(str(scope))
+    if allocate is None:
+        raise kernel_error(f"T.alloc_buffer: unknown scope {scope!r}; one of global, shared, "
+                           "shared.dyn, local.fragment, local")
+    if allocate is alloc_shared:
+        return alloc_shared(shape, dtype, name=name)
+    return allocate(shape, dtype, scope=str(scope), name=name)
+
+
 def alloc_var(dtype, init=None, scope="local.var", name=None) -> VarHandle:
     """A mutable scalar: ``x = T.alloc_var(T.int32, init=0)``, then ``x = x + 1``. Inside a
     ``T.Parallel`` loop it is a scalar of each iteration, as a thread's register is on a GPU
