@@ -152,7 +152,8 @@ def row_normalise(block_n=None, n=64, m=32):
 
 def test_object_api_with_pass_configs_in_a_config(caplog):
     """``AutoTuner.from_kernel(...).set_compile_args(...).set_profile_args(...).run(...)``,
-    and a config's own ``pass_configs`` merged over the compile arguments' (TileLang's
+    ``supply_prog`` given the input parameters as TileLang gives them, and a config's own
+    ``pass_configs`` merged over the compile arguments' (TileLang's
     example_gemm_autotune_pass_configs and _early_stop)."""
     tuner._MEMORY.clear()
     fast, precise = ({tilewright.PassConfigKey.TL_ENABLE_FAST_MATH: on} for on in (True, False))
@@ -160,7 +161,7 @@ def test_object_api_with_pass_configs_in_a_config(caplog):
     tuned = (tuner.AutoTuner.from_kernel(kernel=row_normalise, configs=configs)
              .set_compile_args(out_idx=[-1], target="cpu",
                                pass_configs={"tw.disable_cache": True})
-             .set_profile_args(supply_type=tilewright.TensorSupplyType.Uniform,
+             .set_profile_args(supply_prog=lambda params: [torch.rand(*params[0].shape) + 0.5],
                                ref_prog=lambda a: a / a.sum(dim=1, keepdim=True),
                                cache_input_tensors=True))
     with caplog.at_level(logging.WARNING):

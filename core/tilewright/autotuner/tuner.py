@@ -269,7 +269,8 @@ class AutoTuner:
                          "here", ", ".join(given))
         self.warmup, self.rep, self.timer = warmup, rep, backend
         self.reference = None if skip_check else ref_prog
-        self.supply = supply_prog or (None if supply_type is None else _supply_of(supply_type))
+        self.supply = _from_params(supply_prog) if supply_prog is not None else \
+            None if supply_type is None else _supply_of(supply_type)
         self.tolerances = (rtol, atol, max_mismatched_ratio, None)
         if timeout is not None:
             self.limits = Limits.parse(timeout, "auto", self.workers or default_workers())
@@ -561,6 +562,15 @@ TILELANG_IGNORED = ("manual_check_prog", "cache_input_tensors", "do_not_speciali
                     "early_stop", "early_stop_factor")
 
 
+def _from_params(supply_prog):
+    """A ``supply(kernel)`` calling TileLang's ``supply_prog(params)``, which receives the
+    kernel's input parameters (``shape``, ``dtype``) and returns the input tensors."""
+    def supply(kernel):
+        return supply_prog([p for p in kernel.params if not p.is_output])
+
+    return supply
+
+
 def _supply_of(supply_type):
     """A ``supply(kernel)`` making the kernel's inputs as ``supply_type`` says."""
     def supply(kernel):
@@ -602,8 +612,9 @@ def autotune(fn=None, *, configs=None, warmup: float = 25, rep: float = 100,
       Triton (``key=["M", "N"]``): calls that agree on them reuse one search; by default every
       argument of the call counts.
 
-    TileLang's spellings are accepted: ``ref_prog``/``supply_prog``/``max_mismatched_ratio``
-    (``reference``/``supply``/``max_mismatch_ratio``), ``supply_type`` (a
+    TileLang's spellings are accepted: ``ref_prog``/``max_mismatched_ratio``
+    (``reference``/``max_mismatch_ratio``), ``supply_prog(params)`` (as TileLang calls it: with
+    the kernel's input parameters, each with ``shape`` and ``dtype``), ``supply_type`` (a
     :class:`~tilewright.TensorSupplyType` for the generated inputs), ``skip_check`` (no
     reference check), ``timeout`` (the same meaning); its other options (``manual_check_prog``,
     ``cache_input_tensors``, ``do_not_specialize``, ``early_stop``, ``early_stop_factor``)
@@ -618,12 +629,14 @@ def autotune(fn=None, *, configs=None, warmup: float = 25, rep: float = 100,
     given = sorted(k for k, v in tilelang_options.items() if v not in (None, False))
     if given:
         _log.warning("autotune: TileLang option(s) %s have no effect here", ", ".join(given))
-    if supply_type is not None and supply is None and supply_prog is None:
+    if supply is None and supply_prog is not None:
+        supply = _from_params(supply_prog)
+    if supply_type is not None and supply is None:
         supply = _supply_of(supply_type)
 
     def wrap(jit_fn):
         return AutoTuner(jit_fn, configs, warmup, rep, timer,
-                         None if skip_check else reference or ref_prog, supply or supply_prog,
+                         None if skip_check else reference or ref_prog, supply,
                          rtol, atol, max_mismatch_ratio if max_mismatch_ratio is not None
                          else max_mismatched_ratio, reduction_length, executor,
                          workers, ray_address, cache, progress, timeout, memory_limit, key)
