@@ -4,6 +4,7 @@ import builtins
 
 import pytest
 import tilewright
+import tilewright.language as T
 import torch
 from profiler_kernels import eager_scale, scaled_copy
 from tilewright.autotuner import tuner
@@ -281,3 +282,31 @@ def test_key_names_the_arguments_that_decide_the_config(monkeypatch, capsys, cap
                        ("block", "key 'block' is a tuned parameter")):
         with pytest.raises(ConfigError, match=words):
             tilewright.autotune(configs=[{"block": 32}], key=[bad])(scaled_copy)
+
+
+@tilewright.jit(out_idx=[-1], target="cpu")
+def relax(N, sweeps=1):
+    """``sweeps`` passes of Y = Y / 2 + X: the time grows with ``sweeps``."""
+    @T.prim_func
+    def main(X: T.Tensor((N,), "float32"), Y: T.Tensor((N,), "float32")):
+        with T.Kernel(1):
+            for _ in T.serial(sweeps):
+                for i in T.Parallel(N):
+                    Y[i] = Y[i] * 0.5 + X[i]
+
+    return main
+
+
+def test_early_stop_skips_the_full_timing_of_a_slow_config():
+    """TileLang's early stop: a config whose first runs take over ``early_stop_factor`` times
+    the best latency so far is not timed in full; its row says so and it cannot win."""
+    tuned = tilewright.autotune(configs=[{"sweeps": 1}, {"sweeps": 4000}], early_stop=True,
+                                early_stop_factor=2.0, cache=False, progress=False, workers=1,
+                                **FAST)(relax)
+    kernel = tuned(4096)
+    rows = kernel.autotune_result.rows
+    assert [r["status"] for r in rows] == ["ok", "stopped early"], rows
+    assert "over 2 x the best" in rows[1]["error"] and kernel.config == {"sweeps": 1}
+    with pytest.raises(ConfigError, match="early_stop_factor must be a number >= 1.0"):
+        tilewright.autotune(configs=[{"sweeps": 1}], early_stop=True, early_stop_factor=0.5)(
+            relax)

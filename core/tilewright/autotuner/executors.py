@@ -97,6 +97,13 @@ def _measured(result, outcome: Outcome, limits: Limits) -> Outcome:
     return result
 
 
+def _note_best(measurer, outcome: Outcome) -> None:
+    """The best latency measured so far, for the measurer's early stop."""
+    if outcome.status == "ok" and (measurer.best_ms is None or
+                                   outcome.latency_ms < measurer.best_ms):
+        measurer.best_ms = outcome.latency_ms
+
+
 def search_local(jit_fn, args, kwargs, configs, measurer, limits: Limits, workers: int,
                  progress) -> list[Outcome]:
     """Compile every config (``workers`` at a time), then measure the compiled ones one at a
@@ -113,6 +120,7 @@ def search_local(jit_fn, args, kwargs, configs, measurer, limits: Limits, worker
         (result,) = isolation.run([(measure_config, (spec, args, kwargs, outcome, measurer))],
                                   limits)
         outcomes[outcome.index] = _measured(result, outcome, limits)
+        _note_best(measurer, outcomes[outcome.index])
         bar.advance()
     bar.close()
     return outcomes
@@ -202,6 +210,7 @@ def run_ray(jit_fn, args, kwargs, configs, measurer, backend, limits: Limits, pr
         result = _measured(result, outcome, limits)
         result.bundle = bundle
         outcomes[result.index] = result
+        _note_best(measurer, result)
     bar.close()
     for outcome in outcomes:  # the winner is loaded here, from the cache entry it shipped
         if outcome.status == "ok":

@@ -198,7 +198,8 @@ class AutoTuner:
     def __init__(self, jit_fn, configs, warmup=25, rep=100, timer="wall", reference=None,
                  supply=None, rtol=None, atol=None, max_mismatch_ratio=None,
                  reduction_length=None, executor="process", workers=None, ray_address=None,
-                 cache=True, progress=True, timeout=300, memory_limit="auto", key=None):
+                 cache=True, progress=True, timeout=300, memory_limit="auto", key=None,
+                 early_stop_factor=None):
         from ..jit import JITFunction
 
         if not isinstance(jit_fn, JITFunction):
@@ -221,6 +222,7 @@ class AutoTuner:
         self.reference, self.supply = reference, supply
         self.tolerances = (rtol, atol, max_mismatch_ratio, reduction_length)
         self.cache, self.progress = cache, progress
+        self.early_stop_factor = self._early_stop(early_stop_factor)
         self.last_result: AutotuneResult | None = None
         self.__wrapped__ = jit_fn.fn
         self.__name__ = jit_fn.fn.__name__
@@ -277,15 +279,18 @@ class AutoTuner:
         return self
 
     def run(self, warmup: float | None = None, rep: float | None = None, timeout=None,
+            early_stop: bool = False, early_stop_factor: float = 2.0,
             **tilelang_options) -> AutotuneResult:
         """Search the configs (or take the result from the tuning cache) and return the
         :class:`AutotuneResult` with the tuned ``kernel`` and, with a reference, its latency
         on the same inputs (``ref_latency``). ``warmup``/``rep``/``timeout`` override the
-        profile arguments; TileLang's scheduling options (``use_pipeline``,
-        ``enable_grouped_compile``, ``group_compile_size``, ``benchmark_devices``,
-        ``benchmark_multi_gpu``, ``early_stop``, ``early_stop_factor``) have no counterpart
-        (configs always compile in parallel here) and are named in one log line; any other
-        keyword is a ConfigError."""
+        profile arguments; ``early_stop``: a config whose first runs take over
+        ``early_stop_factor`` times the best latency so far is not timed in full (TileLang's
+        early stop; its row says "stopped early"). TileLang's scheduling options
+        (``use_pipeline``, ``enable_grouped_compile``, ``group_compile_size``,
+        ``benchmark_devices``, ``benchmark_multi_gpu``) have no counterpart (configs always
+        compile in parallel here) and are named in one log line; any other keyword is a
+        ConfigError."""
         unknown = sorted(set(tilelang_options) - set(RUN_OPTIONS))
         if unknown:
             raise ConfigError(f"AutoTuner.run got unexpected keyword argument(s) "
@@ -294,6 +299,7 @@ class AutoTuner:
         if given:
             _log.warning("AutoTuner.run: TileLang option(s) %s have no effect here",
                          ", ".join(given))
+        self.early_stop_factor = self._early_stop(early_stop_factor) if early_stop else None
         self.warmup = self.warmup if warmup is None else warmup
         self.rep = self.rep if rep is None else rep
         if timeout is not None:
@@ -312,6 +318,13 @@ class AutoTuner:
         return result
 
     # -- validation -------------------------------------------------------------------
+    @staticmethod
+    def _early_stop(factor):
+        if factor is not None and (isinstance(factor, bool) or
+                                   not isinstance(factor, (int, float)) or not factor >= 1.0):
+            raise ConfigError(f"early_stop_factor must be a number >= 1.0, got {factor!r}")
+        return factor
+
     def _validate(self, configs) -> list[dict]:
         name = self.jit_fn.fn.__name__
         configs = list(configs) if configs is not None else []
@@ -539,7 +552,8 @@ class AutoTuner:
         ``set_autotune_inputs``, else of ``supply``, else random ones."""
         rtol, atol, ratio, length = self.tolerances
         return Measurer(self.warmup, self.rep, self.timer, self.reference,
-                        self.supply or _given_inputs() or supply, rtol, atol, ratio, length)
+                        self.supply or _given_inputs() or supply, rtol, atol, ratio, length,
+                        early_stop_factor=self.early_stop_factor)
 
     def _finish(self, outcomes: list[Outcome], seconds: float) -> AutotuneResult:
         rows = [{"config": o.config, "status": o.status, "compile_s": round(o.compile_s, 4),
@@ -557,9 +571,8 @@ class AutoTuner:
 
 
 RUN_OPTIONS = ("use_pipeline", "enable_grouped_compile", "group_compile_size",
-               "benchmark_devices", "benchmark_multi_gpu", "early_stop", "early_stop_factor")
-TILELANG_IGNORED = ("manual_check_prog", "cache_input_tensors", "do_not_specialize",
-                    "early_stop", "early_stop_factor")
+               "benchmark_devices", "benchmark_multi_gpu")
+TILELANG_IGNORED = ("manual_check_prog", "cache_input_tensors", "do_not_specialize")
 
 
 def _from_params(supply_prog):
@@ -587,7 +600,8 @@ def autotune(fn=None, *, configs=None, warmup: float = 25, rep: float = 100,
              ray_address=None, cache: bool = True, progress: bool = True,
              timeout: float | None = 300, memory_limit: int | str | None = "auto",
              key=None, ref_prog=None, supply_prog=None, supply_type=None, skip_check: bool = False,
-             max_mismatched_ratio=None, **tilelang_options):
+             max_mismatched_ratio=None, early_stop: bool = False, early_stop_factor: float = 2.0,
+             **tilelang_options):
     """Tune a ``@tilewright.jit`` kernel (a factory or an eager kernel) over ``configs``
     (dicts of its compile-time parameters, or a callable given the call's arguments that
     returns them).
@@ -616,12 +630,14 @@ def autotune(fn=None, *, configs=None, warmup: float = 25, rep: float = 100,
     (``reference``/``max_mismatch_ratio``), ``supply_prog(params)`` (as TileLang calls it: with
     the kernel's input parameters, each with ``shape`` and ``dtype``), ``supply_type`` (a
     :class:`~tilewright.TensorSupplyType` for the generated inputs), ``skip_check`` (no
-    reference check), ``timeout`` (the same meaning); its other options (``manual_check_prog``,
-    ``cache_input_tensors``, ``do_not_specialize``, ``early_stop``, ``early_stop_factor``)
-    have no counterpart here and are named in one log line; any other keyword is a
-    ConfigError. A call that sets a tuned parameter itself is compiled as called, without
-    searching, as in TileLang (the tuned parameters it leaves out take their defaults);
-    ``set_autotune_inputs`` gives the search its input tensors.
+    reference check), ``timeout`` (the same meaning), ``early_stop`` with
+    ``early_stop_factor`` (a config whose first runs take over that factor times the best
+    latency so far is not timed in full: "stopped early"); its other options
+    (``manual_check_prog``, ``cache_input_tensors``, ``do_not_specialize``) have no
+    counterpart here and are named in one log line; any other keyword is a ConfigError. A
+    call that sets a tuned parameter itself is compiled as called, without searching, as in
+    TileLang (the tuned parameters it leaves out take their defaults); ``set_autotune_inputs``
+    gives the search its input tensors.
     """
     unknown = sorted(set(tilelang_options) - set(TILELANG_IGNORED))
     if unknown:
@@ -639,6 +655,7 @@ def autotune(fn=None, *, configs=None, warmup: float = 25, rep: float = 100,
                          None if skip_check else reference or ref_prog, supply,
                          rtol, atol, max_mismatch_ratio if max_mismatch_ratio is not None
                          else max_mismatched_ratio, reduction_length, executor,
-                         workers, ray_address, cache, progress, timeout, memory_limit, key)
+                         workers, ray_address, cache, progress, timeout, memory_limit, key,
+                         early_stop_factor if early_stop else None)
 
     return wrap(fn) if fn is not None else wrap
