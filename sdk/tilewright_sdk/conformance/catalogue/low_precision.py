@@ -16,7 +16,7 @@ WIDE = ("float32", "float16", "bfloat16")  # the dtypes float8 converts to and f
 PROBES = 2048  # values encoded per source dtype: the designed ones, then random ones
 
 
-def _gemm_8bit(dtype, M, N, K, bm=16, bn=16, bk=32):
+def _gemm_8bit(dtype, M, N, K, bm=32, bn=32, bk=32):
     accum = ACCUM[dtype]
 
     @T.prim_func
@@ -110,7 +110,7 @@ def _float8_cast_ref(codes, x32, x16, xbf, dtype):
     return [codes.to(getattr(torch, wide)) for wide in WIDE] + [x.to(fp8) for x in probes]
 
 
-def _w4a16(dtype, M, N, K, group, bm=16, bn=16, bk=32):
+def _w4a16(dtype, M, N, K, group, bm=32, bn=32, bk=32):
     """C = A @ W^T, W [N, K] dequantised from 4-bit codes packed two to a byte (element k in
     the low nibble of byte k // 2 for even k), one scale and zero point per ``group`` of K:
     ``W[n, k] = (q[n, k] - zeros[n, k // group]) * scales[n, k // group]``. K is a multiple
