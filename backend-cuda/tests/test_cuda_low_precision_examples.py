@@ -5,7 +5,8 @@ The scaled fp8 GEMM in each scale layout compiles to the fp8 tensor-core instruc
 ``mma.sync`` on fp8 is ptxas's fp16 emulation: see test_cuda_low_precision_gemm.py); the block
 layout's per-k-block scaling matches torch in host emulation. The W4A16 GEMM's dequantised
 float16 tile feeds ``HMMA.16816.F32`` on sm_80 and sm_90a through ldmatrix, and matches torch
-in host emulation."""
+in host emulation. The GPU harness's own reference for the scaled GEMM (it runs without TVM)
+agrees with the example's."""
 
 import re
 import sys
@@ -19,9 +20,11 @@ import torch
 from tilewright_cuda import arch, executor
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
 import gemm_fp8_scaled as fp8  # noqa: E402 - after the sys.path setup
 import gemm_w4a16 as w4  # noqa: E402
+import harness  # noqa: E402
 
 FP8_TILE = {"block_M": 64, "num_stages": 2}  # sm_89: 101 KB of shared memory a block
 
@@ -88,3 +91,22 @@ def test_w4a16_matches_torch_in_emulation(tmp_path):
     hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, a, q, scales, zeros, c)
     want = a.double() @ w4.dequantize(q, scales, zeros).double().T
     torch.testing.assert_close(c.double(), want, rtol=1e-2, atol=1e-2 * want.abs().mean())
+
+
+@pytest.mark.parametrize("layout", fp8.LAYOUTS)
+def test_the_gpu_harness_checks_scaled_fp8_against_the_examples_reference(layout, monkeypatch):
+    # harness.py runs without TVM on the GPU machine: its own scale expansion must agree
+    # with the example's float64 reference (here on the CPU)
+    monkeypatch.setattr(harness, "torch", torch)
+    m, n, k = 70, 256, 320  # partial scale groups along K, partial row blocks of B
+    a = torch.randn(m, k).to(torch.float8_e4m3fn)
+    b = torch.randn(n, k).to(torch.float8_e4m3fn)
+    shapes = fp8.scale_shapes(layout, m, n, k)
+    sa, sb = (torch.rand(s) + 0.5 for s in shapes)
+    got = (a.double() * harness.fp8_expand(sa.double(), m, k, layout, False)) @ \
+        (b.double() * harness.fp8_expand(sb.double(), n, k, layout, True)).T
+    torch.testing.assert_close(got, fp8.reference(a, b, sa, sb, layout))
+    params = harness.expected_params({"kind": "fp8_gemm", "M": m, "N": n, "K": k,
+                                      "layout": layout, "dtype": "float8_e4m3fn",
+                                      "out_dtype": "bfloat16"})
+    assert [p[1] for p in params[2:4]] == [list(s) for s in shapes]
