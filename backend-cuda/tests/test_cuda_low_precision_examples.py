@@ -3,7 +3,8 @@
 The scaled fp8 GEMM in each scale layout compiles to the fp8 tensor-core instruction on sm_89
 (``QMMA.16832.F32.E4M3.E4M3``, no HMMA) and builds without spills for sm_90a (where
 ``mma.sync`` on fp8 is ptxas's fp16 emulation: see test_cuda_low_precision_gemm.py); the block
-layout's per-k-block scaling matches torch in host emulation. The W4A16 GEMM's dequantised
+layout's per-k-block scaling matches torch in host emulation, its running sum of scaled partial
+products in registers beside the gemm's accumulator. The W4A16 GEMM's dequantised
 float16 tile feeds ``HMMA.16816.F32`` on sm_80 and sm_90a through ldmatrix, and matches torch
 in host emulation. The GPU harness's own reference for the scaled GEMM (it runs without TVM)
 agrees with the example's."""
@@ -26,7 +27,7 @@ import gemm_fp8_scaled as fp8  # noqa: E402 - after the sys.path setup
 import gemm_w4a16 as w4  # noqa: E402
 import harness  # noqa: E402
 
-FP8_TILE = {"block_M": 64, "num_stages": 2}  # sm_89: 101 KB of shared memory a block
+FP8_TILE = {"num_stages": 2}  # sm_89: 101 KB of shared memory a block
 
 
 def _sass(func, arch_name, tmp_path):
@@ -64,6 +65,9 @@ def test_block_scaled_fp8_gemm_matches_torch_in_emulation(tmp_path):
     b, b_scale = fp8.quantize_blocks(torch.randn(n, k, generator=gen))
     lowered = tilewright.lower(fp8.fp8_gemm_scaled.fn(m, n, k, "block", **FP8_TILE),
                                "cuda -arch=sm_89")
+    # the running sum follows the gemm's accumulator into registers: shared memory holds
+    # only the two stages of 128 x 128 fp8 tiles of A and B
+    assert lowered.source.payload["dynamic_smem_bytes"] == 2 * 2 * 128 * 128
     c = torch.full((m, n), float("nan"), dtype=torch.bfloat16)
     hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, a, b, a_scale, b_scale,
                 c)
