@@ -7,9 +7,9 @@ import pytest
 import tilewright.language as T
 import torch
 from tilewright.errors import PluginError
-from tilewright.testing import ToleranceError
 from tilewright.ir import PORTABLE_OPS
 from tilewright.plugin import get_manager
+from tilewright.testing import ToleranceError
 from tilewright_sdk.conformance.catalogue import (
     ALL_DTYPES,
     CATALOGUE,

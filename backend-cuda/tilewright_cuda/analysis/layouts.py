@@ -123,6 +123,14 @@ def accumulators(func, arch, threads) -> dict:
     return chosen
 
 
+def _buffers_accessed(stmt) -> set:
+    """The buffers ``stmt`` loads or stores."""
+    found = set()
+    tvm_ffi.structural_walk(stmt, [(tvm.ir.TensorLoad, lambda n: found.add(accessed(n))),
+                                   (tirx.BufferStore, lambda n: found.add(accessed(n)))])
+    return found
+
+
 def _nest_partners(func, frag, chosen) -> list | None:
     """For a fragment touched only in ``T.Parallel`` nests (and filled or copied whole): the
     register accumulators of its shape in ``"rows"`` layout that each of its nests also
@@ -134,9 +142,7 @@ def _nest_partners(func, frag, chosen) -> list | None:
              [const(e) for e in b.shape] == shape]
     found = []
     for _, inner in parallel_nests(func.body):
-        touched = set()
-        tvm_ffi.structural_walk(inner, [(tvm.ir.TensorLoad, lambda n: touched.add(accessed(n))),
-                                        (tirx.BufferStore, lambda n: touched.add(accessed(n)))])
+        touched = _buffers_accessed(inner)
         if frag not in touched:
             continue
         here = [b for b in mates if b in touched]

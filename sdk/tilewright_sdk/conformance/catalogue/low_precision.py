@@ -1,8 +1,9 @@
 """Rows for the low-precision family: 8-bit GEMMs (int8 into int32, float8_e4m3fn/e5m2 into
 float32, B stored [N, K] as 8-bit GEMMs take it), the float8 conversions to and from float32,
-float16 and bfloat16 compared bit for bit with torch's (every float8 value, the ties between
-neighbours and the values just beside them, subnormals, saturation, infinities, NaN), and
-group-wise dequantisation of packed 4-bit weights (``T.unpack``)."""
+float16 and bfloat16 compared exactly with torch's (every float8 value, the ties between
+neighbours and the values just beside them, subnormals, saturation, infinities, NaN; NaN
+payloads are not compared), and group-wise dequantisation of packed 4-bit weights
+(``T.unpack``)."""
 
 # No `from __future__ import annotations`: T.prim_func evaluates the parameter annotations.
 import tilewright.language as T
@@ -172,9 +173,10 @@ ROWS = (
            _float8_cast_ref, {"full": {"P": PROBES}}, out_idx=tuple(range(4, 10)),
            dtypes=FLOAT8, ref_args=("dtype",), exact=True,
            doc="every float8 code decoded to float32, float16 and bfloat16, and probes of each "
-               "encoded (ties, subnormals, saturation, infinities, NaN): bit for bit as torch"),
-    Kernel("gemm_w4a16", (*GEMM, "Parallel", "min", "unpack"), ("gemm", "copy", "fill"), _w4a16, _w4a16_inputs,
-           _w4a16_ref, {"full": {"M": 16, "N": 32, "K": 128, "group": 32},
+               "encoded (ties, subnormals, saturation, infinities, NaN): exactly torch's values "
+               "(any NaN for a NaN)"),
+    Kernel("gemm_w4a16", (*GEMM, "Parallel", "min", "unpack"), ("gemm", "copy", "fill"),
+           _w4a16, _w4a16_inputs, _w4a16_ref, {"full": {"M": 16, "N": 32, "K": 128, "group": 32},
                         "partial": {"M": 12, "N": 24, "K": 96, "group": 32}},
            reduction=lambda K, **_: K, dtypes=("float16", "bfloat16"), ref_args=("group", "dtype"),
            doc="packed 4-bit weights (two per byte, T.unpack) dequantised in shared memory with "
