@@ -9,8 +9,8 @@ annotations, allocations with scope and shape, buffer reads and writes, tile ops
 their operands and attributes (and M / N / K for GEMMs), synchronisation and lowered
 intrinsics, each kind in its own colour. A table of contents lists every pass of every target,
 linking its section and marking whether it changed the IR; passes whose tree equals the
-previous one are listed but not repeated. The page is the jinja2 template
-``templates/pass_visualizer.html.j2``.
+previous one are listed but not repeated. The page is the template
+``templates/pass_visualizer.html.j2`` (see :mod:`.pages`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import runpy
 import sys
 from pathlib import Path
 
-import jinja2
 import tvm
 import tvm_ffi
 from tvm import tirx
@@ -30,6 +29,7 @@ from ..engine import events, finish, lower
 from ..ir import Region, decode
 from ..jit import JITFunction
 from ..plugin import get_manager
+from .pages import render_page
 
 _SYNC_WORDS = ("sync", "barrier", "fence", "wait", "set_flag", "arrive")
 LOOP_KINDS = {tirx.ForKind.SERIAL: "serial", tirx.ForKind.PARALLEL: "parallel",
@@ -194,11 +194,6 @@ def record(func, target: str) -> list[dict]:
 
 
 # -- HTML ---------------------------------------------------------------------------------------
-_TEMPLATES = jinja2.Environment(loader=jinja2.PackageLoader("tilewright.tools"),
-                                autoescape=jinja2.select_autoescape(["html", "j2"]),
-                                trim_blocks=True, lstrip_blocks=True)
-
-
 def render(results: dict, title: str) -> str:
     """The HTML page of ``results``: target -> steps of :func:`record` (or an error string)."""
     targets = []
@@ -213,8 +208,7 @@ def render(results: dict, title: str) -> str:
             previous = step["tree"]
         targets.append({"name": target, "anchor": f"t{number}", "steps": shown,
                         "changed": sum(1 for s in shown[1:] if s["changed"])})
-    return _TEMPLATES.get_template("pass_visualizer.html.j2").render(title=title,
-                                                                      targets=targets)
+    return render_page("pass_visualizer.html.j2", title=title, targets=targets)
 
 
 # -- command line -------------------------------------------------------------------------------
