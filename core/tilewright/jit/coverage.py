@@ -9,7 +9,7 @@ An output ``O`` is covered when the program never reads it (no load, no tile op 
 accumulating into it, no call taking its address) and one write to it, a store or the
 destination of ``T.copy`` / ``T.fill``, reaches every element:
 
-- only loops (any kind, starting at 0), the ``then`` branch of conditions, allocations,
+- only loops (any kind, from 0 in steps of 1), the ``then`` branch of conditions, allocations,
   attributes and bindings enclose it; a loop whose variable the index does not use runs at
   least once;
 - each condition is a conjunction of bounds checks on the written index (``index < extent``
@@ -106,7 +106,8 @@ def _writes(stmt, buf, loops, conditions):
 
 
 def _reaches_all(analyzer, shape, loops, conditions, indices) -> bool:
-    if not all(_is_zero(loop.min) for loop in loops):
+    if not all(_is_zero(loop.min) and (loop.step is None or _is_one(loop.step))
+               for loop in loops):
         return False
     used: list = []
     for dim, (index, tile) in enumerate(indices):
