@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib
-import inspect
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,17 +20,9 @@ def _module(name: str):
 
 
 def _eager(jitted, consts, **static):
-    from tilewright.language.kernel import ParamSlot, trace_eager
-
-    args = {}
-    for name, p in inspect.signature(jitted.fn).parameters.items():
-        if name in static:
-            args[name] = static[name]
-        elif p.default is not inspect.Parameter.empty:
-            args[name] = p.default
-        else:
-            args[name] = ParamSlot(name)
-    return trace_eager(jitted.fn, args, consts)[0]
+    """An eager example's program for ``consts`` (its T.const values) and ``static`` (its
+    compile-time arguments), as the JIT traces it."""
+    return jitted.get_tir(**static, **consts)
 
 
 def func(name: str):
