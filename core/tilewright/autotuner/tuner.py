@@ -36,6 +36,8 @@ import time
 import warnings
 from dataclasses import dataclass, field
 
+from tqdm import tqdm
+
 from .. import __version__
 from ..errors import ConfigError, TilewrightError
 from ..language.kernel import eager_consts
@@ -146,31 +148,30 @@ def _tuned_names(configs) -> set:
 
 
 class _Progress:
-    """A one-line progress bar on a terminal, a start and an end line elsewhere."""
+    """A tqdm progress bar on a terminal; a start and an end line elsewhere (a log keeps
+    both). The end line is printed on a terminal too, after the bar."""
 
     def __init__(self, total: int, label: str, stream=None, enabled: bool = True):
         self.total, self.label, self.done = total, label, 0
         self.stream = stream or sys.stderr
         self.enabled = enabled
-        self.tty = enabled and hasattr(self.stream, "isatty") and self.stream.isatty()
+        # disable=None: tqdm draws only when the stream is a terminal
+        self.bar = tqdm(total=total, desc=label, unit="config", file=self.stream,
+                        disable=None if enabled else True)
         self.start, self.elapsed = time.perf_counter(), 0.0
-        if enabled and not self.tty:
+        if enabled and self.bar.disable:
             print(f"{label}: {total} config(s)", file=self.stream)
 
     def advance(self) -> None:
         self.done += 1
-        if self.tty:
-            filled = int(30 * self.done / self.total)
-            self.stream.write(f"\r{self.label} [{'#' * filled}{'.' * (30 - filled)}] "
-                              f"{self.done}/{self.total}")
-            self.stream.flush()
+        self.bar.update()
 
     def close(self) -> None:
+        self.bar.close()
         self.elapsed = time.perf_counter() - self.start
         if self.enabled:
-            end = "\n" if self.tty else ""
-            print(f"{end}{self.label}: {self.done}/{self.total} done in "
-                  f"{time.perf_counter() - self.start:.1f} s", file=self.stream)
+            print(f"{self.label}: {self.done}/{self.total} done in {self.elapsed:.1f} s",
+                  file=self.stream)
 
 
 def _is_tensor(value) -> bool:

@@ -46,6 +46,7 @@ from .math import (
     min,
     min_value,
     reinterpret,
+    unpack,
 )
 from .reducer import alloc_reducer, finalize_reducer, reducer_init, reducer_update
 from .tileops import ATOMIC_OPS as _ATOMIC_OPS
@@ -66,6 +67,6 @@ __all__ = [
     "cumsum", "device_assert", "dtype", "dynamic", "empty", "fill", "floordiv", "floormod",
     "finalize_reducer", "gemm", "if_then_else", "im2col", "infinity", "macro", "max", "max_value",
     "min", "min_value", "parallel", "prim_func", "print", "reducer_init", "reducer_update",
-    "region", "reinterpret", "reshape", "serial", "symbolic", "unroll", "use_swizzle",
-    "vectorized", "view", *_DTYPES, *_REDUCE_OPS, *_ATOMIC_OPS, *_UNARY,
+    "region", "reinterpret", "reshape", "serial", "symbolic", "unpack", "unroll",
+    "use_swizzle", "vectorized", "view", *_DTYPES, *_REDUCE_OPS, *_ATOMIC_OPS, *_UNARY,
 ]
