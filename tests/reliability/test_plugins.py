@@ -193,10 +193,14 @@ def _install(site: Path) -> None:
 
 
 def _env(site: Path, cache: Path, **extra) -> dict:
+    """The scripts' environment. The CPU roofline model is given, not measured: measuring it
+    in a fresh cache may take longer than the plugins' time limits here on a loaded machine."""
     env = {k: v for k, v in os.environ.items() if k != "TILEWRIGHT_PLUGINS"}
     env.update(PYTHONPATH=os.pathsep.join(filter(None, [str(site), env.get("PYTHONPATH")])),
                TILEWRIGHT_CACHE_DIR=str(cache), TILEWRIGHT_PLUGIN_IMPORT_TIMEOUT=IMPORT_LIMIT,
-               TILEWRIGHT_PLUGIN_PROBE_TIMEOUT=PROBE_LIMIT, **extra)
+               TILEWRIGHT_PLUGIN_PROBE_TIMEOUT=PROBE_LIMIT,
+               TILEWRIGHT_CPU_PEAK_TFLOPS="float32=0.1,float64=0.05",
+               TILEWRIGHT_CPU_BANDWIDTH_GBPS="10", **extra)
     return env
 
 

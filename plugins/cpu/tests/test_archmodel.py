@@ -68,12 +68,20 @@ def test_a_busy_machine_is_used_but_not_cached(monkeypatch):
 
 
 def test_the_environment_overrides_the_model(monkeypatch):
-    fake_probe(monkeypatch, 0.5, 0.25)
+    made = fake_probe(monkeypatch, 0.5, 0.25)
     monkeypatch.setenv(archmodel.PEAK_ENV, "float32=0.2,float64=0.1")
     monkeypatch.setenv(archmodel.BANDWIDTH_ENV, "12.5")
     model = archmodel.host_model()
     assert model.peak_tflops == {"float32": 0.2, "float64": 0.1}
     assert model.bandwidth_gbps == 12.5 and "from the environment" in model.description
+    assert made == []  # every value given: nothing measured
+    monkeypatch.setenv(archmodel.PEAK_ENV, "0.2")  # float64 and the bandwidth still measured
+    monkeypatch.delenv(archmodel.BANDWIDTH_ENV)
+    archmodel.host_model.cache_clear()
+    model = archmodel.host_model()
+    assert model.peak_tflops == {"float32": 0.2, "float64": 0.25} and len(made) == 2
+    assert model.details["overridden"] == ("float32",)
+    monkeypatch.setenv(archmodel.BANDWIDTH_ENV, "12.5")
     for name, text in ((archmodel.PEAK_ENV, "fast"), (archmodel.PEAK_ENV, "-1"),
                        (archmodel.BANDWIDTH_ENV, "0")):
         monkeypatch.setenv(name, text)

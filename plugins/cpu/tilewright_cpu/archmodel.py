@@ -198,9 +198,10 @@ def _measured_or_cached() -> dict:
             return busy.values
 
 
-def _overrides(values: dict) -> dict:
-    """``values`` with the environment's overrides applied (their names in ``overridden``)."""
-    values = {**values, "peak_tflops": dict(values["peak_tflops"]), "overridden": []}
+def _given() -> dict:
+    """The environment's overrides: ``{"float32": .., "float64": .., "bandwidth": ..}``, the
+    keys it sets."""
+    given = {}
     text = os.environ.get(PEAK_ENV, "").strip()
     if text:
         try:
@@ -214,8 +215,6 @@ def _overrides(values: dict) -> dict:
                               "dtype=number pairs, e.g. float32=0.1,float64=0.05") from None
         if any(not v > 0 for v in given.values()):
             raise ConfigError(f"{PEAK_ENV}={text!r}: peaks must be positive")
-        values["peak_tflops"].update(given)
-        values["overridden"] += sorted(given)
     text = os.environ.get(BANDWIDTH_ENV, "").strip()
     if text:
         try:
@@ -224,8 +223,27 @@ def _overrides(values: dict) -> dict:
             bandwidth = 0.0
         if not bandwidth > 0:
             raise ConfigError(f"{BANDWIDTH_ENV}={text!r}: give a positive number of GB/s")
-        values["bandwidth_gbps"] = bandwidth
-        values["overridden"].append("bandwidth")
+        given["bandwidth"] = bandwidth
+    return given
+
+
+def _values() -> dict:
+    """The model's values: measured or cached, with the environment's overrides applied
+    (their names in ``overridden``); nothing is measured when the environment gives all of
+    the float32 and float64 peaks and the bandwidth."""
+    given = _given()
+    if {"float32", "float64", "bandwidth"} <= set(given):
+        values = {"nominal_tflops": nominal_tflops(), "peak_tflops": {}, "estimated": [],
+                  "busy": False}
+    else:
+        values = _measured_or_cached()
+    values = {**values, "peak_tflops": dict(values["peak_tflops"]), "overridden": []}
+    for key, value in sorted(given.items(), key=lambda item: (item[0] == "bandwidth", item[0])):
+        if key == "bandwidth":
+            values["bandwidth_gbps"] = value
+        else:
+            values["peak_tflops"][key] = value
+        values["overridden"].append(key)
     return values
 
 
@@ -247,7 +265,7 @@ def _describe(values: dict) -> str:
 @functools.lru_cache(maxsize=1)
 def host_model() -> ArchModel:
     """The model of this machine's CPU, named ``cpu`` (see the module docstring)."""
-    values = _overrides(_measured_or_cached())
+    values = _values()
     host = host_cpu()
     return ArchModel(
         name="cpu",
