@@ -1,5 +1,6 @@
 """The mainline dialect (``tilewright_ascend.language.mainline``) on the ``ascend-950`` target:
-the seed's versioned vector add and GEMMs through L1 and L0 run on the emulator against torch;
+the seed's versioned vector add and GEMMs through L1 and L0 (``examples/mainline_kernels.py``)
+run on the emulator against torch;
 buffer-version annotations, manual flags, the 950's memories; the errors for mixing the two
 trees, compiling a tree for the other's target and the adapter tree's pass configs."""
 
@@ -10,6 +11,7 @@ import tilewright
 import tilewright_ascend.language as A
 import tilewright_ascend.language.mainline as T
 import torch
+from mainline_kernels import gemm, vector_add
 from tilewright.errors import ConfigError, KernelError
 from tilewright_ascend.executor import last_run_stats
 from tilewright_ascend.facts.arch import ARCHS
@@ -17,63 +19,103 @@ from tilewright_ascend.facts.arch import ARCHS
 TARGET = "ascend-950"
 
 
-def vector_add(N, tile=1024, blocks=2, stages=2, spec="same"):
-    """The seed's vector add (TileLang mainline's example_vecadd, T.Parallel body)."""
-    iterations = N // (tile * blocks)
-    spec = stages if spec == "same" else spec
-
-    @T.prim_func
-    def main(A: T.Tensor((N,), "float32"), B: T.Tensor((N,), "float32"),
-             C: T.Tensor((N,), "float32")):
-        with T.Kernel(blocks) as bx:
-            a = T.alloc_shared((tile,), "float32")
-            b = T.alloc_shared((tile,), "float32")
-            c = T.alloc_shared((tile,), "float32")
-            T.annotate_buffer_versions({a: spec, b: spec, c: spec})
-            for step in T.Pipelined(iterations, num_stages=stages):
-                begin = (step * blocks + bx) * tile
-                T.copy(A[begin : begin + tile], a)
-                T.copy(B[begin : begin + tile], b)
-                for i in T.Parallel(tile):
-                    c[i] = a[i] + b[i]
-                T.copy(c, C[begin : begin + tile])
-
-    return main
-
-
-def gemm(M, N, K, BM, BN, BK, l0=False):
-    """C = A @ B through L1 (T.gemm of L1 tiles) or through L0A/L0B (T.copy L1 -> L0, then
-    T.gemm of the L0 tiles), K pipelined."""
-
-    @T.prim_func
-    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"),
-             C: T.Tensor((M, N), "float32")):
-        with T.Kernel((M // BM) * (N // BN)) as bx:
-            mi = bx // (N // BN)
-            ni = bx % (N // BN)
-            a = T.alloc_l1((BM, BK), "float16")
-            b = T.alloc_l1((BK, BN), "float16")
-            c = T.alloc_l0c((BM, BN), "float32")
-            a0 = T.alloc_l0a((BM, BK), "float16")
-            b0 = T.alloc_l0b((BK, BN), "float16")
-            T.clear(c)
-            for k in T.Pipelined(K // BK, num_stages=2):
-                T.copy(A[mi * BM, k * BK], a)
-                T.copy(B[k * BK, ni * BN], b)
-                if l0:
-                    T.copy(a, a0)
-                    T.copy(b, b0)
-                    T.gemm(a0, b0, c)
-                else:
-                    T.gemm(a, b, c)
-            T.copy(c, C[mi * BM, ni * BN])
-
-    return main
-
-
 def _tiles(text: str) -> dict:
     return {m[1]: int(m[2]) for m in re.finditer(r"LocalTensor<\w+> (\w+) = \w+\.GetWithOffset"
                                                   r"<\w+>\((\d+),", text)}
+
+
+@pytest.mark.parametrize("body", ["simt", "simd"])
+def test_vector_functions_run_on_the_950_emulator(body):
+    N = 8 * 1024
+    kernel = tilewright.compile(vector_add(N, body=body), out_idx=[2], target=TARGET)
+    a, b = torch.randn(N), torch.randn(N)
+    torch.testing.assert_close(kernel(a, b), a + b)
+    assert last_run_stats()["races"] == 0
+    text = tilewright.lower(vector_add(N, body=body), target=TARGET).source.text
+    # SIMT: one Add over the tile; SIMD: one Add per 2048-bit register (64 float32 lanes)
+    add = "Add(c[((step % 2) * 1024)], a[((step % 2) * 1024)], b[((step % 2) * 1024)], 1024);" \
+        if body == "simt" else "+ (g * 64))], 64);"
+    assert add in text
+
+
+def _simd(build):
+    @T.prim_func
+    def main(A: T.Tensor((128,), "float32"), H: T.Tensor((128,), "float16")):
+        with T.Kernel(1):
+            a = T.alloc_shared((128,), "float32")
+            h = T.alloc_shared((128,), "float16")
+            T.copy(A[0:128], a)
+            T.copy(H[0:128], h)
+            build(a, h)
+            T.copy(a, A[0:128])
+
+
+def test_simd_rules():
+    def outside(a, h):
+        T.simd.pset(32)
+
+    with pytest.raises(KernelError, match=r"T.simd.pset is a register instruction: use it "
+                                          r"inside 'with T.SimdVF\(\):'"):
+        _simd(outside)
+
+    def wrong_mask(a, h):
+        with T.SimdVF(latency=20):
+            T.simd.vsts(h[0], T.simd.vld(h[0]), T.simd.pset(32))
+
+    with pytest.raises(KernelError, match=r"the mask is for 32-bit lanes but the register holds "
+                                          r"float16 .*T.simd.pset\(16\)"):
+        _simd(wrong_mask)
+
+    def past_end(a, h):
+        with T.SimdVF():
+            T.simd.vld(a[96])
+
+    with pytest.raises(KernelError, match="64 lanes from element 96 run past the last "
+                                          "dimension of 'a' \\(128\\)"):
+        _simd(past_end)
+    with pytest.raises(AttributeError, match="T.simd.vgather is not supported"):
+        T.simd.vgather  # noqa: B018
+
+
+def test_simt_rules():
+    def threads(a, h):
+        with T.SimtVF(threads=4096):
+            pass
+
+    with pytest.raises(KernelError, match="threads= is 1 to 2048, got 4096"):
+        _simd(threads)
+
+    def binding(a, h):
+        with T.SimtVF(threads=64):
+            T.get_thread_binding()
+
+    with pytest.raises(KernelError, match="lowers the T.Parallel nests of T.SimtVF to vector "
+                                          "instructions, which have no thread index"):
+        _simd(binding)
+
+
+def test_dual_copy_rules():
+    def copy(src_shape, dst_shape):
+        @T.prim_func
+        def main(X: T.Tensor((64, 64), "float32")):
+            with T.Kernel(1):
+                c = T.alloc_l0c(src_shape, "float32")
+                u = T.alloc_shared(dst_shape, "float32")
+                T.dual_copy(c, u)
+
+    with pytest.raises(KernelError, match=r"T.dual_copy must be used inside a mixed kernel"):
+        copy((64, 32), (32, 32))  # M-split, but not in T.MixedKernel
+    with pytest.raises(KernelError, match=r"extent 33 of \[33, 32\] is odd"):
+        copy((33, 32), (16, 32))
+    with pytest.raises(KernelError, match=r"exactly one trailing dimension .* got \[64, 32\] "
+                                          r"-> \[64, 32\]"):
+        copy((64, 32), (64, 32))
+    with pytest.raises(KernelError, match="T.MixedKernel is not supported by backend 'ascend' "
+                                          "yet"):
+        @T.prim_func
+        def mixed(X: T.Tensor((64, 64), "float32")):
+            with T.MixedKernel(1, sids=2):
+                pass
 
 
 def test_versioned_vector_add_runs_on_the_950_emulator():
@@ -92,14 +134,14 @@ def test_versioned_vector_add_runs_on_the_950_emulator():
 @pytest.mark.parametrize(("spec", "stages", "elements"), [
     ((3, "iteration"), 2, 3072), ("auto", 3, 3072), (1, 2, 1024), ((4, "auto"), 1, 4096)])
 def test_annotated_versions_override_the_stages(spec, stages, elements):
-    text = tilewright.lower(vector_add(8 * 1024, stages=stages, spec=spec),
+    text = tilewright.lower(vector_add(8 * 1024, stages=stages, versions=spec),
                             target=TARGET).source.text
     assert set(_tiles(text).values()) == {elements}
 
 
 def test_three_versions_run_clean():
     N = 12 * 1024
-    kernel = tilewright.compile(vector_add(N, stages=2, spec=(3, "iteration")), out_idx=[2],
+    kernel = tilewright.compile(vector_add(N, stages=2, versions=(3, "iteration")), out_idx=[2],
                                 target=TARGET)
     a, b = torch.randn(N), torch.randn(N)
     torch.testing.assert_close(kernel(a, b), a + b)
@@ -107,13 +149,13 @@ def test_three_versions_run_clean():
 
 def test_version_annotation_errors():
     with pytest.raises(KernelError, match="mode 'counter' for 'a' is not implemented"):
-        tilewright.lower(vector_add(8 * 1024, spec=(2, "counter")), target=TARGET)
-    with pytest.raises(KernelError, match=r"test_ascend_mainline.py:\d+: T.annotate_buffer_"
+        tilewright.lower(vector_add(8 * 1024, versions=(2, "counter")), target=TARGET)
+    with pytest.raises(KernelError, match=r"mainline_kernels.py:\d+: T.annotate_buffer_"
                                           r"versions: the mode of 'a' is one of auto, "
                                           r"iteration, counter, got 'ring'"):
-        vector_add(8 * 1024, spec=(2, "ring"))
+        vector_add(8 * 1024, versions=(2, "ring"))
     with pytest.raises(KernelError, match="number of versions of 'a' must be a positive int"):
-        vector_add(8 * 1024, spec=0)
+        vector_add(8 * 1024, versions=0)
 
 
 def test_accumulator_cannot_be_versioned():

@@ -11,7 +11,10 @@ Ascend 950 and compiled for the target ``ascend-950``), over the portable langua
 - ``T.annotate_buffer_versions({buf: spec})`` sets the versions of buffers in a
   ``T.Pipelined`` loop (:func:`annotate_buffer_versions`);
 - ``T.ascend_pipe_barrier``, ``T.ascend_set_flag``, ``T.ascend_wait_flag`` for manual work (a
-  kernel with any of them keeps exactly its own intra-core synchronisation).
+  kernel with any of them keeps exactly its own intra-core synchronisation);
+- ``T.SimtVF(threads=N)`` and ``T.SimdVF()`` with ``T.simd.*`` (:mod:`.vf`);
+- ``T.dual_copy`` checks its rules (inside ``T.MixedKernel``; one trailing dimension halved;
+  even extents) and ``T.MixedKernel`` is refused: neither is lowered by this backend yet.
 
 Names of the adapter tree (``T.alloc_L1``, ``T.Scope`` ...) raise an ``AttributeError`` that
 names the mainline equivalent; using both trees in one kernel is an error naming both names.
@@ -26,6 +29,9 @@ from tilewright.language import Kernel as _PortableKernel
 from tilewright.language import __all__ as _PORTABLE
 from tilewright.language import alloc_shared as _portable_alloc
 from tilewright.language import builder as _B
+from tilewright.language.buffer import as_int as _as_int
+from tilewright.language.buffer import region_of as _region_of
+from tilewright.language.buffer import resolve as _resolve
 
 from ..facts.events import PIPES as _PIPES
 from ..facts.keys import BUFFER_VERSIONS_KEY as _VERSIONS_KEY
@@ -36,6 +42,7 @@ from .trees import ADAPTER as _ADAPTER
 from .trees import ADAPTER_TO_MAINLINE as _ADAPTER_TO_MAINLINE
 from .trees import MAINLINE as _MAINLINE
 from .trees import claim as _claim
+from .vf import SimdVF, SimtVF, get_thread_binding, simd
 
 VERSION_MODES = ("auto", "iteration", "counter")
 
@@ -178,11 +185,55 @@ def ascend_wait_flag(hard_event, event_id):
     _dialect.emit_flag("wait", src, dst, event_id, "T.ascend_wait_flag")
 
 
-_MAINLINE_NAMES = ["Kernel", "alloc_shared", "alloc_l1", "alloc_l0a", "alloc_l0b", "alloc_l0c",
-                   "annotate_buffer_versions", "ascend_pipe_barrier", "ascend_set_flag",
-                   "ascend_wait_flag"]
-__all__ = [*(n for n in _PORTABLE if n not in _MAINLINE_NAMES),  # noqa: PLE0604
-           *_MAINLINE_NAMES]
+class MixedKernel:
+    """``T.MixedKernel(n, sids=2)``: refused (not lowered by this backend yet)."""
+
+    def __init__(self, *grid, sids=2, **options):
+        raise _error("T.MixedKernel is not supported by backend 'ascend' yet; write "
+                     "'with T.Kernel(n) as bx': the compiler gives a kernel's cube work to the "
+                     "AIC and splits its vector work by rows over both AIVs itself")
+
+
+def _halved(src: list, dst: list) -> int:
+    """Which trailing dimension ``dst`` halves of ``src``: 0 for rows ([M, N] -> [M/2, N],
+    M-split), 1 for columns ([M, N] -> [M, N/2], N-split)."""
+    if len(src) < 2 or len(src) != len(dst):
+        raise _error(f"T.dual_copy: source and destination are regions of rank >= 2 of the "
+                     f"same rank, got {src} and {dst}")
+    for axis in (-2, -1):
+        whole, half = src[axis], dst[axis]
+        if _py.isinstance(whole, _py.int) and whole % 2 and half in (whole // 2, whole // 2 + 1):
+            raise _error(f"T.dual_copy: extent {whole} of {src} is odd; it is split over two "
+                         "vector cores only when even (an odd extent is not rounded)")
+    split = [axis for axis, other in ((-2, -1), (-1, -2))
+             if src[axis] == 2 * dst[axis] and src[other] == dst[other]]
+    if len(split) != 1 or src[:-2] != dst[:-2]:
+        raise _error(f"T.dual_copy: exactly one trailing dimension of the destination is half "
+                     f"the source's ([M, N] -> [M/2, N] or [M, N/2]), got {src} -> {dst}")
+    return split[0] + 2
+
+
+def dual_copy(src, dst, l2_cache_ctrl=None):
+    """``T.dual_copy(src, dst)``: one copy split between the two vector sub-cores of a mixed
+    kernel. Its rules are checked; the copy itself is not lowered by this backend yet."""
+    _claim(_MAINLINE, "dual_copy")
+    extents = []
+    for value in (src, dst):
+        region = _resolve(_region_of(value, "T.dual_copy"), None, "T.dual_copy")
+        extents.append([_as_int(e) for e in region.extents])
+    _halved(*extents)
+    if _B.current("T.dual_copy").enclosing("ascend_mixed") is None:
+        raise _error("T.dual_copy must be used inside a mixed kernel ('with "
+                     "T.MixedKernel(n, sids=2)'), with the cube work in the same kernel; it "
+                     "does not make a vector-only kernel run on two AIVs")
+
+
+__all__ = [  # noqa: PLE0604 - the portable names (less those redefined here) plus the dialect's
+    *(name for name in _PORTABLE if name not in ("Kernel", "alloc_shared")),
+    "Kernel", "MixedKernel", "SimdVF", "SimtVF", "alloc_l0a", "alloc_l0b", "alloc_l0c",
+    "alloc_l1", "alloc_shared", "annotate_buffer_versions", "ascend_pipe_barrier",
+    "ascend_set_flag", "ascend_wait_flag", "dual_copy", "get_thread_binding", "simd",
+]
 
 
 def __getattr__(name):
