@@ -18,8 +18,11 @@ $(STAMP): pyproject.toml plugins/cpu/pyproject.toml sdk/pyproject.toml plugins/i
 demo: setup
 	$(PY) examples/quickstart.py
 
+# the test files are shared out among one worker per core (pytest-xdist; a file stays on one
+# worker, so its module fixtures run once): WORKERS=0 runs them in this process
+WORKERS ?= auto
 test: setup
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(WORKERS) --dist loadfile
 	$(MAKE) conformance
 	$(PY) -m ruff check .
 	$(VENV)/bin/lint-imports --no-cache --config backend-cuda/pyproject.toml

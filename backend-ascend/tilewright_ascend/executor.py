@@ -2,7 +2,8 @@
 
 The emulator compiles the generated source with the host C++ compiler against
 ``csrc/kernel_operator.h`` (the subset of the Ascend C API our codegen uses) and the runtime
-``csrc/tw_emu.cpp`` (compiled once per runtime version and cached), then runs it on CPU
+``csrc/tw_emu.cpp`` (compiled once per runtime version and cached, as is a precompiled
+``kernel_operator.h``: most of a kernel's compile time is that header), then runs it on CPU
 torch tensors through ctypes. Races and synchronisation errors raise :class:`EmulatorError`.
 """
 
@@ -58,24 +59,51 @@ def npu_available() -> Availability:
     return Availability(not missing, "; ".join(missing))
 
 
-def _runtime_object() -> Path:
-    """``tw_emu.o``, built once per (runtime sources, compiler) and kept in a user cache."""
+def _cache_root() -> Path:
+    return Path(os.environ.get("TILEWRIGHT_ASCEND_EMU_DIR") or
+                Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") /
+                "tilewright-ascend")
+
+
+def _runtime_digest() -> str:
+    """A digest of the runtime sources, the compiler and the flags."""
     digest = hashlib.sha256()
     for path in sorted(CSRC.iterdir()):
         digest.update(path.name.encode() + path.read_bytes())
     digest.update(" ".join([_compiler() or "", *FLAGS]).encode())
-    root = Path(os.environ.get("TILEWRIGHT_ASCEND_EMU_DIR") or
-                Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") /
-                "tilewright-ascend")
-    target = root / f"tw_emu-{digest.hexdigest()[:16]}.o"
+    return digest.hexdigest()[:16]
+
+
+def _cached(name: str, build) -> Path:
+    """``name`` in the user cache, made by ``build(temporary_path)`` once: written under a
+    temporary name and renamed, so concurrent builders and a killed build leave no torn file."""
+    root = _cache_root()
+    target = root / name
     if not target.exists():
-        root.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(suffix=".o", dir=root)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(suffix=target.suffix, dir=target.parent)
         os.close(fd)
-        _run([_compiler(), *FLAGS, "-O2", "-I", str(CSRC), "-c", str(CSRC / "tw_emu.cpp"),
-              "-o", tmp])
-        os.replace(tmp, target)
+        try:
+            build(tmp)
+            os.replace(tmp, target)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
     return target
+
+
+def _runtime_object() -> Path:
+    """``tw_emu.o``, built once per (runtime sources, compiler) and kept in a user cache."""
+    return _cached(f"tw_emu-{_runtime_digest()}.o", lambda tmp: _run(
+        [_compiler(), *FLAGS, "-O2", "-I", str(CSRC), "-c", str(CSRC / "tw_emu.cpp"), "-o", tmp]))
+
+
+def _header_dir() -> Path:
+    """A folder holding ``kernel_operator.h.gch``, precompiled with the kernels' own flags;
+    searched before ``csrc``, so the compiler uses it, or, should it not fit, the header."""
+    header = "kernel_operator.h"
+    return _cached(f"pch-{_runtime_digest()}/{header}.gch", lambda tmp: _run(
+        [_compiler(), *FLAGS, "-x", "c++-header", str(CSRC / header), "-o", tmp])).parent
 
 
 def _run(cmd: list[str]) -> None:
@@ -208,7 +236,8 @@ def build_emulator(source: GeneratedSource, ctx, workdir) -> EmulatedKernel:
 
 def _link(sources: Path, out: Path) -> Path:
     obj = _runtime_object()
-    _run([_compiler(), *FLAGS, "-shared", "-I", str(CSRC), str(sources / "kernel.cpp"),
+    _run([_compiler(), *FLAGS, "-shared", "-I", str(_header_dir()), "-I", str(CSRC),
+          str(sources / "kernel.cpp"),
           str(sources / "harness.cpp"), str(obj), "-o", str(out / LIBRARY)])
     return obj
 

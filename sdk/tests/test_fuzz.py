@@ -141,3 +141,20 @@ def test_a_refusal_is_not_a_crash():
 
     assert not deliberate(raised(wrapped_crash))
     assert deliberate(raised(refusal))
+
+
+def test_shrinking_keeps_to_the_kind_of_failure_found():
+    """Once a wrong result is found, a build failure met while shrinking it is counted, not
+    shrunk to (the reproducer must show the bug that was found)."""
+    from tilewright_sdk.fuzz.stats import FuzzStats
+    from tilewright_sdk.fuzz.test_fuzz import _kind
+
+    stats = FuzzStats("x", 0, 10)
+    wrong = _kind(Mismatch("output Y: 3 of 16 elements differ"))
+    build = _kind(RuntimeError("the emulator build failed: /tmp/build-12/kernel.cpp:91"))
+    assert build == _kind(RuntimeError("the emulator build failed: /tmp/build-7/kernel.cpp:3"))
+    assert stats.found(wrong) and stats.failure_kind == "Mismatch"
+    assert not stats.found(build)
+    assert stats.found(_kind(Mismatch("output Z differs")))
+    assert stats.other_failures == {build: 1}
+    assert any("another failure seen while shrinking (1)" in line for line in stats.lines())

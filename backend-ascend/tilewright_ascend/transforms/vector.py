@@ -54,6 +54,9 @@ REDUCTION_DTYPES = frozenset({*VECTOR_DTYPES["WholeReduceSum"], "bfloat16"})
 
 _BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Max": "max", "Min": "min"}
 _COMMUTES = {"add", "mul", "max", "min"}
+# a vector op -> the A2 instruction family that computes it (its dtypes: VECTOR_DTYPES)
+_INSTRUCTION = {"add": "Add", "sub": "Sub", "rsub": "Sub", "mul": "Mul", "div": "Div",
+                "rdiv": "Div", "max": "Max", "min": "Min"}
 _REVERSED = {"sub": "rsub", "div": "rdiv"}
 _UNARY_CALLS = {"tirx.exp": "exp", "tirx.log": "ln", "tirx.fabs": "abs", "tirx.sqrt": "sqrt",
                 "tirx.rsqrt": "rsqrt"}
@@ -564,6 +567,10 @@ class _Lowering:
         """out = tile op vec, with vec a row (dims (0,)) or column (dims (1,)) operand."""
         if str(vec[1].buffer.dtype) != str(out.buffer.dtype):
             raise Unvectorizable("a broadcast operand of another dtype")
+        instruction = _INSTRUCTION[op]
+        if not computes(instruction, out.buffer.dtype):
+            raise Unvectorizable(f"a broadcast {op} of {out.buffer.dtype} ({instruction} does "
+                                 f"not compute on it on A2)")
         axis = "row" if vec[2] == (0,) else "col"
         ops.append(make_call(VBRC.name, {"dst": out, "src": tile, "vec": vec[1]},
                              {"op": op, "axis": axis}))

@@ -25,12 +25,22 @@ class FuzzStats:
     seconds: float = 0.0
     first_failure_after: float | None = None  # seconds to the first failing program
     programs_to_first_failure: int | None = None
+    # the kind of the first failure (see ``found``); other kinds seen while shrinking it
+    failure_kind: str | None = None
+    other_failures: Counter = field(default_factory=Counter)
 
-    def found(self) -> None:
-        """A program failed (before shrinking, the first time: when the bug was found)."""
-        if self.first_failure_after is None:
+    def found(self, kind: str) -> bool:
+        """A program failed with a failure of ``kind``. The first one was found (time and
+        count recorded); while it is shrunk, a failure of another kind is counted and answers
+        False: the shrinker keeps to the bug it found instead of sliding to another one."""
+        if self.failure_kind is None:
+            self.failure_kind = kind
             self.first_failure_after = round(time.monotonic() - self.started, 1)
             self.programs_to_first_failure = self.programs
+        if kind != self.failure_kind:
+            self.other_failures[kind] += 1
+            return False
+        return True
 
     def finish(self) -> None:
         self.seconds = round(time.monotonic() - self.started, 1)
@@ -48,6 +58,8 @@ class FuzzStats:
                 "programs_per_minute": round(self.per_minute, 1),
                 "first_failure_after_seconds": self.first_failure_after,
                 "programs_to_first_failure": self.programs_to_first_failure,
+                "failure_kind": self.failure_kind,
+                "other_failures_while_shrinking": dict(self.other_failures),
                 "features": dict(sorted(self.features.items())), "failures": self.failures}
 
     def lines(self) -> list[str]:
@@ -64,5 +76,7 @@ class FuzzStats:
         if self.first_failure_after is not None:
             out.append(f"first failing program: number {self.programs_to_first_failure}, "
                        f"after {self.first_failure_after:g} s (then shrunk)")
+        out += [f"another failure seen while shrinking ({n}): {kind}"
+                for kind, n in self.other_failures.items()]
         out += [f"FAILURE, reproducer {f['reproducer']}" for f in self.failures]
         return out

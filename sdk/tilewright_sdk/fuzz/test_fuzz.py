@@ -1,6 +1,7 @@
 """The differential fuzzer as a pytest test (see :mod:`tilewright_sdk.fuzz`)."""
 
 import hashlib
+import re
 import tempfile
 from pathlib import Path
 
@@ -9,7 +10,7 @@ from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import seed as hypothesis_seed
 
 from ..conformance.runner import cannot_execute, missing_tile_ops
-from .check import Refused, differential, load, module_source
+from .check import Mismatch, Refused, differential, load, module_source
 from .program import programs
 
 
@@ -17,6 +18,15 @@ def _pattern(message: str) -> str:
     """A refusal without its file, line and expression, so alike refusals count together."""
     text = message.split(": ", 1)[-1] if message.startswith("/") else message
     return text.split(" for ", 1)[0][:160]
+
+
+def _kind(exc: BaseException) -> str:
+    """What kind of failure ``exc`` is: any wrong result is one kind; any other failure is its
+    type and the first line of its message without paths and numbers."""
+    if isinstance(exc, Mismatch):
+        return "Mismatch"
+    line = (str(exc).splitlines() or [""])[0]
+    return f"{type(exc).__name__}: {re.sub(r'[^ ]*[/0-9][^ ]*', '#', line)[:200]}"
 
 
 def test_backend_agrees_with_the_interpreter(tilewright_backend, tilewright_fuzz):
@@ -35,8 +45,9 @@ def test_backend_agrees_with_the_interpreter(tilewright_backend, tilewright_fuzz
         source = module_source(program, tilewright_backend.name, stats.seed)
         try:
             module = load(source, scratch)
-        except Exception:
-            stats.found()
+        except Exception as exc:
+            if not stats.found(_kind(exc)):
+                reject()
             raise
         if missing_tile_ops(module.fuzz, tilewright_backend):
             stats.rejected += 1
@@ -48,8 +59,9 @@ def test_backend_agrees_with_the_interpreter(tilewright_backend, tilewright_fuzz
         except Refused as exc:  # a clean refusal, not a wrong result
             stats.refused[_pattern(str(exc))] += 1
             reject()
-        except Exception:
-            stats.found()
+        except Exception as exc:
+            if not stats.found(_kind(exc)):
+                reject()
             raise
         if execute:
             stats.executed += 1

@@ -5,7 +5,7 @@ swizzles, softmax, RMSNorm, attention, and the debug ops."""
 # No `from __future__ import annotations`: T.prim_func evaluates the parameter annotations.
 import tilewright.language as T
 
-from .model import Kernel, rand, two_d
+from .model import FLOATS, INTEGERS, Kernel, rand, two_d
 
 BASE = ("prim_func", "Tensor", "Kernel", "ceildiv")
 
@@ -98,6 +98,33 @@ def _elementwise(dtype, M, N, bm=16, bn=16):
                         B[by * bm + i, bx * bn + j]
 
     return elementwise
+
+
+def _broadcast(dtype, M, N, bm=16, bn=16):
+    @T.prim_func
+    def broadcast(A: T.Tensor((M, N), dtype), R: T.Tensor((M, N), dtype),
+                  C: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=128) as (bx, by):
+            tile = T.alloc_fragment((bm, bn), dtype)
+            rows = T.alloc_fragment((bm, bn), dtype)
+            cols = T.alloc_fragment((bm, bn), dtype)
+            T.copy(A[by * bm, bx * bn], tile)
+            for i, j in T.Parallel(bm, bn):
+                rows[i, j] = tile[0, j]
+                cols[i, j] = tile[i, 0]
+            T.copy(rows, R[by * bm, bx * bn])
+            T.copy(cols, C[by * bm, bx * bn])
+
+    return broadcast
+
+
+def _broadcast_ref(a, bm=16, bn=16):
+    """Each tile's first row repeated down the tile, and its first column across it."""
+    import torch
+
+    rows = torch.arange(a.shape[0]) // bm * bm
+    cols = torch.arange(a.shape[1]) // bn * bn
+    return [a[rows, :], a[:, cols]]
 
 
 # GEMM and attention tiles are multiples of the 16x8x16 tensor-core instruction and split evenly
@@ -357,6 +384,11 @@ ROWS = (
            lambda torch, gen, dtype, M, N: [rand(torch, gen, (M, N), dtype),
                                              rand(torch, gen, (M, N), dtype)],
            lambda a, b: [a * 2.0 + b], MN, doc="T.Parallel with a bounds guard"),
+    Kernel("broadcast", (*BASE, "alloc_fragment", "copy", "Parallel"), ("copy",), _broadcast,
+           two_d, _broadcast_ref, MN, out_idx=(1, 2), dtypes=(*FLOATS, *INTEGERS),
+           doc="a tile's row and column broadcast over the tile, in every dtype (found by the "
+               "fuzzer: Ascend broadcast an int8 row with Add, which A2 computes on 16- and "
+               "32-bit integers only)"),
     *_gemm_rows(),
     Kernel("gemm_serial", (*GEMM, "serial"), ("gemm", "copy", "fill"),
            lambda dtype, M, N, K: gemm_kernel(dtype, M, N, K, pipelined=False), _gemm_inputs,
