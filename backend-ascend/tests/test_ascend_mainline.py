@@ -297,7 +297,8 @@ def test_mixing_trees_in_one_kernel_names_both():
                                           r"the tilelang-ascend adapter tree for A2/A3 "
                                           r"\(tilewright_ascend.language, target 'ascend'\), but "
                                           r"this kernel is written in TileLang mainline's .*"
-                                          r"target 'ascend-950'.*write T.alloc_l1 here"):
+                                          r"target 'ascend-950'.*instead of T.alloc_L1, "
+                                          r"use T.alloc_l1"):
         mainline_then_adapter()
 
     def adapter_then_mainline():
@@ -307,7 +308,7 @@ def test_mixing_trees_in_one_kernel_names_both():
                 T.alloc_l1((16, 16), "float16")
 
     with pytest.raises(KernelError, match=r"T.alloc_l1 is a name of TileLang mainline's Ascend "
-                                          r"dialect .* write T.alloc_L1 here"):
+                                          r"dialect .* instead of T.alloc_l1, use T.alloc_L1"):
         adapter_then_mainline()
 
 

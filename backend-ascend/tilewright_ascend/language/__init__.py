@@ -32,8 +32,7 @@ from .dialect import (
     wait_flag,
 )
 from .trees import ADAPTER as _ADAPTER
-from .trees import MAINLINE as _MAINLINE
-from .trees import MAINLINE_TO_ADAPTER as _MAINLINE_TO_ADAPTER
+from .trees import foreign_name as _foreign_name
 
 __all__ = [  # noqa: PLE0604 - the portable names plus the dialect's
     *_PORTABLE, "Kernel", "Scope", "alloc_L0A", "alloc_L0B", "alloc_L0C", "alloc_L1", "alloc_ub",
@@ -43,10 +42,4 @@ __all__ = [  # noqa: PLE0604 - the portable names plus the dialect's
 
 
 def __getattr__(name):
-    ours = _MAINLINE_TO_ADAPTER.get(name)
-    if ours is not None:
-        raise AttributeError(
-            f"T.{name} belongs to {_MAINLINE.describe()} (TileLang's "
-            f"tilelang.ascend.language); this module speaks {_ADAPTER.describe()}: use {ours}, "
-            f"or import {_MAINLINE.module} as T for the mainline dialect")
-    raise AttributeError(f"module 'tilewright_ascend.language' has no attribute {name!r}")
+    raise _foreign_name(_ADAPTER, __name__, name)

@@ -39,9 +39,9 @@ from . import dialect as _dialect
 from ._emit import error as _error
 from ._emit import span as _span
 from .trees import ADAPTER as _ADAPTER
-from .trees import ADAPTER_TO_MAINLINE as _ADAPTER_TO_MAINLINE
 from .trees import MAINLINE as _MAINLINE
 from .trees import claim as _claim
+from .trees import foreign_name as _foreign_name
 from .vf import SimdVF, SimtVF, get_thread_binding, simd
 
 VERSION_MODES = ("auto", "iteration", "counter")
@@ -237,10 +237,4 @@ __all__ = [  # noqa: PLE0604 - the portable names (less those redefined here) pl
 
 
 def __getattr__(name):
-    ours = _ADAPTER_TO_MAINLINE.get(name)
-    if ours is not None:
-        raise AttributeError(
-            f"T.{name} belongs to {_ADAPTER.describe()}; this module speaks "
-            f"{_MAINLINE.describe()}: use {ours}, or import {_ADAPTER.module} as T for the "
-            "adapter tree")
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    raise _foreign_name(_MAINLINE, __name__, name)

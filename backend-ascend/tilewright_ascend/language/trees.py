@@ -66,9 +66,12 @@ ADAPTER_TO_MAINLINE = {
 
 
 def counterpart(tree: Tree, name: str) -> str:
-    """What the other tree writes for ``name`` of ``tree``."""
+    """What to do instead of ``T.<name>`` of ``tree`` in a kernel of the other tree."""
     table = MAINLINE_TO_ADAPTER if tree is MAINLINE else ADAPTER_TO_MAINLINE
-    return table.get(name.split(".")[0], "its own names")
+    ours = table.get(name.split(".")[0], "its own names")
+    if ours.startswith("nothing: "):
+        return f"it has no counterpart there ({ours.removeprefix('nothing: ')})"
+    return f"use {ours}"
 
 
 def claim(tree: Tree, name: str) -> None:
@@ -83,5 +86,16 @@ def claim(tree: Tree, name: str) -> None:
     elif have != tree.key:
         other = TREES[str(have)]
         raise error(f"T.{name} is a name of {tree.describe()}, but this kernel is written in "
-                    f"{other.describe()}; one kernel uses one tree: write "
-                    f"{counterpart(tree, name)} here instead of T.{name}")
+                    f"{other.describe()}; one kernel uses one tree: instead of T.{name}, "
+                    f"{counterpart(tree, name)}")
+
+
+def foreign_name(here: Tree, module: str, name: str) -> AttributeError:
+    """The error for ``T.<name>`` missing from ``module``, which speaks ``here``: a name of the
+    other tree says which tree it is from and what to write instead."""
+    other = MAINLINE if here is ADAPTER else ADAPTER
+    if name not in (ADAPTER_TO_MAINLINE if here is MAINLINE else MAINLINE_TO_ADAPTER):
+        return AttributeError(f"module {module!r} has no attribute {name!r}")
+    return AttributeError(f"T.{name} belongs to {other.describe()}; this module speaks "
+                          f"{here.describe()}: {counterpart(other, name)}, or import "
+                          f"{other.module} as T for the other tree")
