@@ -82,14 +82,14 @@ def alloc_l1(shape, dtype, name=None):
 
 
 def alloc_l0a(shape, dtype, name=None):
-    """A tile in L0A, the cube's left operand memory (its layout follows the consuming
-    ``T.gemm``)."""
+    """A tile in L0A, the cube's left operand memory, filled by ``T.copy`` from L1 in the
+    layout an untransposed ``T.gemm`` reads."""
     return _alloc(shape, dtype, "ascend.l0a", "alloc_l0a", name)
 
 
 def alloc_l0b(shape, dtype, name=None):
-    """A tile in L0B, the cube's right operand memory (its layout follows the consuming
-    ``T.gemm``)."""
+    """A tile in L0B, the cube's right operand memory, filled by ``T.copy`` from L1 in the
+    layout an untransposed ``T.gemm`` reads."""
     return _alloc(shape, dtype, "ascend.l0b", "alloc_l0b", name)
 
 
