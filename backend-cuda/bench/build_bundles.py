@@ -41,6 +41,7 @@ from tilewright.jit import compile as tw_compile  # noqa: E402
 ATTENTION_SIZES = {"full": (4, 32, 4096, 128), "quick": (1, 4, 512, 128)}
 GEMM_SIZES = {"full": (4096, 8192), "quick": (1024,)}
 ADD_SIZES = {"full": (16384, 16384), "quick": (1024, 1024)}  # float32: 1 GiB per tensor
+W4A16_SIZES = {"full": ((1, 8192), (16, 8192)), "quick": ((16, 1024),)}  # (M, N = K)
 
 
 H200_SMS = 132  # persistent kernels: one block per SM
@@ -112,6 +113,22 @@ def cases(quick: bool):
                 **({"pass_configs": configs} if configs else {})},
                kernels.attention.fn(b, h, s, d, "float16", **cfg),
                ["HGMMA.64x128x16.F32", copies], configs)
+    # fp8 on sm_90a: mma.sync unpacked to fp16 by ptxas (HMMA), see kernels.py
+    for n in GEMM_SIZES[size]:
+        for layout in ("tensor", "token", "block"):
+            config = {**kernels.FP8_GEMM, "block_K": kernels.FP8_BLOCK_K[layout]}
+            yield (f"fp8_gemm_{layout}_{n}",
+                   {"kind": "fp8_gemm", "M": n, "N": n, "K": n, "layout": layout,
+                    "dtype": "float8_e4m3fn", "out_dtype": "bfloat16", "config": config},
+                   kernels.fp8_gemm_scaled.fn(n, n, n, layout, **config),
+                   ["LDGSTS.E.BYPASS.128", "LDSM.16.M88.4", "HMMA.16816.F32"], {})
+    for m, n in W4A16_SIZES[size]:
+        config = dict(kernels.W4A16)
+        yield (f"w4a16_m{m}_{n}",
+               {"kind": "w4a16", "M": m, "N": n, "K": n, "group": 128, "dtype": "float16",
+                "config": config},
+               kernels.w4a16_gemm.fn(m, n, n, 128, **config),
+               ["LDGSTS.E.BYPASS.128", "HMMA.16816.F32"], {})
     rows, cols = ADD_SIZES[size]
     config = dict(kernels.ADD)
     yield ("elementwise_add_float32",

@@ -9,7 +9,8 @@
   bundles (warp specialisation, TMA issued in order, multicast in clusters, persistent tiles,
   two blocks per SM, cp.async), and the 8-bit GEMMs (``kernels.gemm_low_precision``: int8
   into int32 against ``torch._int_mm``, float8_e4m3fn/e5m2 into float32 against the float64
-  product of the float8 operands).
+  product of the float8 operands), the scaled fp8 GEMM in each scale layout and the W4A16
+  GEMM (``examples/``) against the float64 product of their dequantised operands.
 
 Each :class:`Check` is built here into a bundle (``build_bundles.py``) that also holds its
 inputs (drawn from the recorded seed) and torch's results in float64 (``check.pt``); the
@@ -28,9 +29,12 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))  # cuda_cases.py, dialect_cases.py
+sys.path.insert(0, str(HERE.parents[1] / "examples"))  # the low-precision examples
 
 import cuda_cases  # noqa: E402 - after the sys.path setup
 import dialect_cases  # noqa: E402
+import gemm_fp8_scaled as fp8  # noqa: E402
+import gemm_w4a16 as w4  # noqa: E402
 import kernels  # noqa: E402
 import torch  # noqa: E402
 from tilewright.jit.signature import output_indices  # noqa: E402
@@ -197,7 +201,46 @@ def dialect() -> list[Check]:
             f"dialect-gemm_low_precision_{dtype}", "dialect", dtype,
             lambda dtype=dtype: kernels.gemm_low_precision.fn(m, n, k, dtype, threads=256),
             lambda dtype=dtype: [_low_precision_run(m, n, k, dtype)], k))
+    return out + dequantising()
+
+
+def dequantising() -> list[Check]:
+    """The scaled fp8 GEMM in each scale layout and the W4A16 GEMM in their benchmark
+    configurations, at small sizes."""
+    out = []
+    m, n, k = 200, 256, 384  # a partial row tile, 2 x 2 blocks, 3 scale groups along K
+    for layout in kernels.FP8_BLOCK_K:
+        config = {**kernels.FP8_GEMM, "block_K": kernels.FP8_BLOCK_K[layout]}
+        out.append(Check(
+            f"dialect-fp8_gemm_{layout}", "dialect", "float8_e4m3fn",
+            lambda layout=layout, config=config: kernels.fp8_gemm_scaled.fn(
+                m, n, k, layout, **config),
+            lambda layout=layout: [_fp8_scaled_run(m, n, k, layout)], k))
+    rows, cols, depth = 5, 320, 512  # decode rows, 5 column tiles, 4 groups a row
+    out.append(Check("dialect-w4a16_float16", "dialect", "float16",
+                     lambda: kernels.w4a16_gemm.fn(rows, cols, depth, 128, **kernels.W4A16),
+                     lambda: [_w4a16_run(rows, cols, depth, 128)], depth))
     return out
+
+
+def _fp8_scaled_run(m: int, n: int, k: int, layout: str) -> Run:
+    """Quantised A and B with the scales of ``layout`` (examples/gemm_fp8_scaled.py), C
+    poisoned; expected: the float64 product of the dequantised operands."""
+    gen = torch.Generator().manual_seed(SEED)
+    a, sa = fp8.quantize(torch.randn(m, k, generator=gen), layout)
+    w = torch.randn(n, k, generator=gen)
+    b, sb = fp8.quantize_blocks(w) if layout == "block" else fp8.quantize(w, layout)
+    c = torch.full((m, n), float("nan"), dtype=torch.bfloat16)
+    return Run([a, b, sa, sb, c], [4], [fp8.reference(a, b, sa, sb, layout)])
+
+
+def _w4a16_run(m: int, n: int, k: int, group: int) -> Run:
+    gen = torch.Generator().manual_seed(SEED)
+    a = torch.randn(m, k, generator=gen).half()
+    q, scales, zeros = w4.quantize(torch.randn(n, k, generator=gen).half(), group)
+    c = torch.full((m, n), float("nan"), dtype=torch.float16)
+    return Run([a, q, scales, zeros, c], [4],
+               [a.double() @ w4.dequantize(q, scales, zeros).double().T])
 
 
 def _low_precision_run(m: int, n: int, k: int, dtype: str) -> Run:

@@ -9,7 +9,9 @@ Run (on the GPU machine, from the repository root):
 First correctness (fresh random inputs, outputs poisoned with NaN, torch references, dtype
 tolerances), then timing (CUDA events after warm-up, median), each kernel as a ratio to its
 peer measured in the same run: cuBLAS through torch.matmul, torch SDPA, device-to-device copy
-bandwidth; for attention every SDPA backend torch has is timed and the fastest is the peer.
+bandwidth, torch._scaled_mm for the scaled fp8 GEMMs (with block scales where the build of
+torch takes them, else its rowwise form), the float16 torch.matmul of the dequantised weights
+for W4A16; for attention every SDPA backend torch has is timed and the fastest is the peer.
 The machine's ceilings are measured too. Each bundle runs in a process of its own, killed
 after ``--timeout`` seconds, so a kernel that hangs or breaks the CUDA context costs only its
 row. The whole run takes about three minutes on an H200 (each timing stops after ``--budget``
@@ -166,7 +168,93 @@ def run_case(name: str, kernel, case: dict, ceilings: dict) -> dict:
         ours, peer = compare(lambda: kernel.function(*full), peer_fn)
         return {"ours_ms": ours, "peer_ms": peer, "peer": f"torch {kind}",
                 "ours_tbps": moved / ours * 1e-9, "ratio": peer / ours}
+    if kind == "fp8_gemm":
+        return fp8_gemm_row(kernel, case)
+    if kind == "w4a16":
+        return w4a16_row(kernel, case)
     raise ValueError(f"{name}: unknown case kind {kind!r}")
+
+
+FP8_GROUP = 128  # the block layout's scale granularity (examples/gemm_fp8_scaled.py)
+
+
+def fp8_scales(layout: str, m: int, n: int, k: int) -> tuple:
+    """Random positive float32 scales for A [m, k] and B [n, k] in ``layout``."""
+    kg, ng = -(-k // FP8_GROUP), -(-n // FP8_GROUP)
+    shapes = {"tensor": ((1,), (1,)), "token": ((m,), (n,)), "block": ((m, kg), (ng, kg))}
+    return tuple(torch.rand(s, device="cuda") * 0.01 + 0.001 for s in shapes[layout])
+
+
+def fp8_expand(scale, rows: int, k: int, layout: str, blocks: bool):
+    """A scale tensor as one float32 factor per element of its [rows, k] operand."""
+    if layout == "tensor":
+        return scale.expand(rows, k)
+    if layout == "token":
+        return scale[:, None].expand(rows, k)
+    wide = scale.repeat_interleave(FP8_GROUP, 1)[:, :k]
+    return wide.repeat_interleave(FP8_GROUP, 0)[:rows] if blocks else wide
+
+
+def fp8_peer(a, b, sa, sb, layout: str):
+    """torch._scaled_mm with the same scales where torch takes them (block scales where this
+    torch build accepts them), else with per-row scales of the same cost; (call, its name)."""
+    mm = torch._scaled_mm
+    if layout == "tensor":
+        return (lambda: mm(a, b.t(), sa.reshape(()), sb.reshape(()), out_dtype=torch.bfloat16),
+                "torch._scaled_mm (per-tensor)")
+    rows_a = torch.ones(a.shape[0], 1, device="cuda")
+    rows_b = torch.ones(1, b.shape[0], device="cuda")
+    rowwise = (lambda: mm(a, b.t(), rows_a if layout == "block" else sa[:, None],
+                          rows_b if layout == "block" else sb[None, :],
+                          out_dtype=torch.bfloat16), "torch._scaled_mm (rowwise)")
+    if layout == "token":
+        return rowwise
+    try:  # DeepSeek-V3 blocks: A 1x128, B 128x128 (torch lays B's scales out transposed)
+        block = lambda: mm(a, b.t(), sa, sb.t(), out_dtype=torch.bfloat16)  # noqa: E731
+        block()
+        return block, "torch._scaled_mm (1x128 / 128x128 blocks)"
+    except (RuntimeError, ValueError) as exc:
+        log(f"  torch._scaled_mm takes no block scales here ({str(exc).splitlines()[0][:100]});"
+            " the peer is its rowwise form")
+        return rowwise[0], "torch._scaled_mm (rowwise; blocks unavailable)"
+
+
+def fp8_gemm_row(kernel, case: dict) -> dict:
+    """The scaled fp8 GEMM against the float32 product of the dequantised operands, timed
+    against torch._scaled_mm."""
+    m, n, k, layout = case["M"], case["N"], case["K"], case["layout"]
+    fp8 = getattr(torch, case["dtype"])
+    a = torch.randn(m, k, device="cuda").to(fp8)
+    b = torch.randn(n, k, device="cuda").to(fp8)
+    sa, sb = fp8_scales(layout, m, n, k)
+    (c,), full = poisoned_call(kernel, [a, b, sa, sb])
+    ref = (a.float() * fp8_expand(sa, m, k, layout, False)) @ \
+        (b.float() * fp8_expand(sb, n, k, layout, True)).T
+    torch.testing.assert_close(c.float(), ref, rtol=2e-2, atol=2e-2 * ref.abs().mean().item())
+    peer_fn, peer_name = fp8_peer(a, b, sa, sb, layout)
+    ours, peer = compare(lambda: kernel.function(*full), peer_fn)
+    return {"ours_ms": ours, "peer_ms": peer, "peer": peer_name,
+            "ours_tflops": 2 * m * n * k / ours * 1e-9, "ratio": peer / ours}
+
+
+def w4a16_row(kernel, case: dict) -> dict:
+    """The W4A16 GEMM against the float16 torch.matmul of its dequantised weights (the
+    issue's peer), checked against that product."""
+    m, n, k, group = case["M"], case["N"], case["K"], case["group"]
+    dtype = getattr(torch, case["dtype"])
+    a = torch.randn(m, k, device="cuda", dtype=dtype)
+    q = torch.randint(0, 256, (n, k // 2), device="cuda", dtype=torch.uint8)
+    scales = (torch.rand(n, k // group, device="cuda") * 0.02 + 0.005).to(dtype)
+    zeros = torch.randint(0, 16, (n, k // group), device="cuda").to(dtype)
+    (c,), full = poisoned_call(kernel, [a, q, scales, zeros])
+    codes = torch.stack([q & 15, q >> 4], dim=-1).flatten(1).to(dtype)
+    w = (codes - zeros.repeat_interleave(group, 1)) * scales.repeat_interleave(group, 1)
+    ref = a.float() @ w.float().T
+    torch.testing.assert_close(c.float(), ref, rtol=2e-2, atol=2e-2 * ref.abs().mean().item())
+    ours, peer = compare(lambda: kernel.function(*full), lambda: torch.matmul(a, w.T))
+    moved = q.numel() + 2 * (a.numel() + c.numel() + 2 * scales.numel())
+    return {"ours_ms": ours, "peer_ms": peer, "peer": "torch.matmul of the float16 weights",
+            "ours_tbps": moved / ours * 1e-9, "ratio": peer / ours}
 
 
 def best_sdpa(q, k, v):
@@ -227,6 +315,17 @@ def expected_params(case: dict) -> list[tuple]:
     if kind == "rmsnorm":
         return [(dt, [case["M"], case["N"]], False), (dt, [case["N"]], False),
                 (dt, [case["M"], case["N"]], True)]
+    if kind == "fp8_gemm":
+        m, n, k = case["M"], case["N"], case["K"]
+        kg, ng = -(-k // FP8_GROUP), -(-n // FP8_GROUP)
+        sa, sb = {"tensor": ([1], [1]), "token": ([m], [n]),
+                  "block": ([m, kg], [ng, kg])}[case["layout"]]
+        return [(dt, [m, k], False), (dt, [n, k], False), ("float32", sa, False),
+                ("float32", sb, False), (case["out_dtype"], [m, n], True)]
+    if kind == "w4a16":
+        m, n, k, groups = case["M"], case["N"], case["K"], case["K"] // case["group"]
+        return [(dt, [m, k], False), ("uint8", [n, k // 2], False), (dt, [n, groups], False),
+                (dt, [n, groups], False), (dt, [m, n], True)]
     raise ValueError(f"unknown case kind {kind!r}")
 
 

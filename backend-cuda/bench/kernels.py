@@ -26,10 +26,24 @@ Configurations (sm_90a, chosen for H100/H200):
 - FlashAttention forward: 128 query rows per block, 128 keys per step, 256 threads (two
   warpgroups of 64 rows: both gemms are wgmma), K and V three stages deep through TMA.
 - Elementwise add: 4096-element blocks of 256 threads, each thread moving 16-byte vectors.
+- Scaled fp8 GEMM (``examples/gemm_fp8_scaled.py``): 128x128 tiles, 256 threads, 3 stages,
+  bfloat16 out; k-tiles 128 deep for block scales (one scale group each), 64 for the others
+  (128 spills 8-16 bytes there). Hopper has no fp8 ``mma.sync``: until wgmma takes 8-bit
+  operands, ptxas runs it as fp16 HMMA after unpacking, which costs the registers.
+- W4A16 (``examples/gemm_w4a16.py``), decode shapes: 16-row, 64-column tiles (128 blocks for
+  N = 8192, about one per SM), 128-deep k-tiles, 4 stages of codes and activations in flight.
 """
+
+import sys
+from pathlib import Path
 
 import tilewright
 import tilewright.language as T
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+
+from gemm_fp8_scaled import fp8_gemm_scaled  # noqa: E402, F401 - after the sys.path setup
+from gemm_w4a16 import w4a16_gemm  # noqa: E402, F401
 
 GEMM = {"block_M": 128, "block_N": 256, "block_K": 64, "threads": 256, "num_stages": 3,
         "c_shared": True}
@@ -37,6 +51,9 @@ GEMM_PASS_CONFIGS = {"cuda.disable_warp_specialized": True}  # TMA issued in ord
 ATTENTION = {"block_M": 128, "block_N": 128, "threads": 256, "num_stages": 3}
 ADD = {"block_M": 8, "block_N": 512, "threads": 256}
 SWIZZLE_PANEL = 16  # block rows per raster panel (T.use_swizzle), see above
+FP8_GEMM = {"block_M": 128, "block_N": 128, "threads": 256, "num_stages": 3}
+FP8_BLOCK_K = {"tensor": 64, "token": 64, "block": 128}  # per scale layout, see above
+W4A16 = {"block_M": 16, "block_N": 64, "block_K": 128, "threads": 128, "num_stages": 4}
 
 
 @T.macro

@@ -9,6 +9,7 @@ import torch
 from tilewright.errors import PluginError
 from tilewright.ir import PORTABLE_OPS
 from tilewright.plugin import get_manager
+from tilewright.testing import ToleranceError
 from tilewright_sdk.conformance.catalogue import (
     ALL_DTYPES,
     CATALOGUE,
@@ -21,6 +22,7 @@ from tilewright_sdk.conformance.known_failures import KNOWN_FAILURES, known_fail
 from tilewright_sdk.conformance.runner import (
     Unsupported,
     dtypes_used,
+    execute,
     missing_capabilities,
     run_case,
 )
@@ -111,3 +113,22 @@ def test_known_failures_name_real_cases():
         assert (known_failure(row.backend, case_id, executes=False) is row) == \
             (row.when == "build"), row
         assert known_failure("no-such-backend", case_id, executes=True) is None
+
+
+def test_an_exact_row_refuses_a_one_code_difference(interp):
+    # float8_casts compares bit for bit: one probe encoded to its neighbour code fails
+    case, = (c for c in cases(["float8_casts"]) if c.dtype == "float8_e4m3fn")
+    assert execute(case, case.kernel.make(case.dtype, **case.dims), "interp").startswith(
+        "max relative error 0")
+    real = case.kernel.reference
+
+    def off_by_one(*args, **kw):
+        out = real(*args, **kw)
+        bits = out[3].view(torch.uint8).clone()
+        bits[5] += 1
+        return [*out[:3], bits.view(out[3].dtype), *out[4:]]
+
+    wrong = dataclasses.replace(case, kernel=dataclasses.replace(case.kernel,
+                                                                 reference=off_by_one))
+    with pytest.raises(ToleranceError, match="output 3"):
+        execute(wrong, case.kernel.make(case.dtype, **case.dims), "interp")

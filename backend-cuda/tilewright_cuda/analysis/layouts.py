@@ -81,7 +81,8 @@ def accumulators(func, arch, threads) -> dict:
     from whole, reduced whole along rows into a shared row vector, or indexed ``[i, j]`` by
     the two loop variables of a ``T.Parallel`` nest over its whole shape. Maps each to its
     :class:`~tilewright_cuda.layout.Accumulator` (``rows`` when rows are reduced or touched
-    element by element)."""
+    element by element). A fragment no gemm writes whose every nest also touches such a
+    ``rows`` accumulator of its shape follows it into registers (:func:`_nest_partners`)."""
     frags = set(_fragments(func, lambda b: str(b.dtype) in ("float32", "int32") and
                            len(b.shape) == 2))
     allowed, regions, fed = {f: True for f in frags}, {f: 0 for f in frags}, set()
@@ -112,7 +113,43 @@ def accumulators(func, arch, threads) -> dict:
         acc = layout.Accumulator("rows" if f in rows or good > 0 else "square")
         if layout.accumulator_grid(f.shape, acc, threads) is not None:
             chosen[f] = acc
+    for f in frags:  # companions: fed by no gemm, only ever combined with an accumulator
+        good, bad = elementwise[f]
+        if f in fed or not (allowed[f] and good and not bad and uses[f] == regions[f] + good):
+            continue
+        partners = _nest_partners(func, f, chosen)
+        if partners is not None:
+            chosen[f] = layout.Accumulator("rows")
     return chosen
+
+
+def _buffers_accessed(stmt) -> set:
+    """The buffers ``stmt`` loads or stores."""
+    found = set()
+    tvm_ffi.structural_walk(stmt, [(tvm.ir.TensorLoad, lambda n: found.add(accessed(n))),
+                                   (tirx.BufferStore, lambda n: found.add(accessed(n)))])
+    return found
+
+
+def _nest_partners(func, frag, chosen) -> list | None:
+    """For a fragment touched only in ``T.Parallel`` nests (and filled or copied whole): the
+    register accumulators of its shape in ``"rows"`` layout that each of its nests also
+    touches, or None when some nest touches none (the fragment cannot follow a register
+    layout there). Such a fragment (a block-scaled GEMM's running sum of scaled partial
+    products) lives in registers in the same layout: each thread holds the same elements."""
+    shape = [const(e) for e in frag.shape]
+    mates = [b for b, kind in chosen.items() if kind == layout.Accumulator("rows") and
+             [const(e) for e in b.shape] == shape]
+    found = []
+    for _, inner in parallel_nests(func.body):
+        touched = _buffers_accessed(inner)
+        if frag not in touched:
+            continue
+        here = [b for b in mates if b in touched]
+        if not here:
+            return None
+        found += here
+    return found or None
 
 
 def swizzled(func, arch, threads, in_registers) -> dict:

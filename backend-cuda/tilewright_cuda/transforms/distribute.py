@@ -34,7 +34,7 @@ class Distribute(StmtMutator):
         body = _strip(body)
         registers = self._accumulators(body)
         if registers:
-            return self._per_register(loops, body, registers[0])
+            return self._per_register(loops, body, registers)
         vectors = self._row_vectors(body)
         if vectors:
             return self._per_row(loops, body, vectors[0])
@@ -64,21 +64,26 @@ class Distribute(StmtMutator):
         return tirx.For(s, 0, layout.row_registers(vec, self.threads), tirx.ForKind.UNROLLED,
                         inner, span=loops[0].span)
 
-    def _per_register(self, loops, body, acc):
-        """A nest over an accumulator in registers (infer_layout checked that it indexes
-        ``[i, j]`` by its two loop variables): each thread runs the iterations of the elements
-        it holds, ``(i, j)`` of register ``r`` in the mma layout."""
+    def _per_register(self, loops, body, registers):
+        """A nest over accumulators in registers (infer_layout checked that it indexes them
+        ``[i, j]`` by its two loop variables, and gave accumulators that meet in a nest one
+        shape and layout): each thread runs the iterations of the elements it holds, ``(i, j)``
+        of register ``r`` in the mma layout."""
+        acc = registers[0]
         r = tirx.Var("r", "int32")
         row, col = layout.element(acc, r, self.threads, self.tx)
         body = _row_registers(body, layout.row_of_register(acc, r))
         inner = substitute(body, {loops[0].loop_var: row, loops[1].loop_var: col})
         index = layout.register_index(acc, r)
 
+        def held(buf) -> bool:
+            return any(buf.same_as(b) for b in registers)
+
         def load(e):
-            return tirx.BufferLoad(e.source, index) if e.source.same_as(acc) else e
+            return tirx.BufferLoad(e.source, index) if held(e.source) else e
 
         def store(st):
-            return tirx.BufferStore(acc, st.value, index) if st.buffer.same_as(acc) else st
+            return tirx.BufferStore(st.buffer, st.value, index) if held(st.buffer) else st
 
         inner = tvm_ffi.structural_map(inner, [(tvm.ir.TensorLoad, load),
                                                (tirx.BufferStore, store)])

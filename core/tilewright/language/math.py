@@ -94,6 +94,34 @@ def reinterpret(value, dtype):
     return tirx.reinterpret(dtype, value)
 
 
+def unpack(packed, index, bits: int = 4, signed: bool = False):
+    """The ``index``-th ``bits``-wide field of the integer ``packed`` (field 0 in the least
+    significant bits), as an integer of ``packed``'s width: unsigned, or sign-extended with
+    ``signed``. ``T.unpack(Q[n, k // 2], k % 2, 4)`` is the k-th 4-bit weight of a row that
+    packs two to a byte; ``index`` may be an expression."""
+    value = to_expr(packed)
+    dtype = str(value.ty)
+    if dtype.startswith("float") or dtype.startswith("bfloat") or dtype == "bool":
+        raise kernel_error(f"T.unpack of a {dtype} value: it reads fields of an integer")
+    width = _bits(dtype)
+    if not isinstance(bits, int) or bits <= 0 or width % bits:
+        raise kernel_error(f"T.unpack of {bits}-bit fields from a {dtype} value: the field "
+                           f"width must divide {width}")
+    if isinstance(index, int) and not 0 <= index < width // bits:
+        raise kernel_error(f"T.unpack field {index} of a {dtype} value: it holds "
+                           f"{width // bits} fields of {bits} bits")
+    unsigned = f"uint{width}"
+    word = value if dtype == unsigned else tirx.reinterpret(unsigned, value)
+    offset = tirx.Cast(unsigned, to_expr(index, "int32") * bits)
+    value = (word >> offset) & tirx.const((1 << bits) - 1, unsigned)
+    if not signed:
+        return value
+    # two's complement of the field: minus twice its sign bit's weight
+    wide = "int64" if width == 64 else "int32"
+    sign = tirx.Cast(wide, value & tirx.const(1 << (bits - 1), unsigned))
+    return tirx.Cast(f"int{width}", tirx.Cast(wide, value) - sign * tirx.const(2, wide))
+
+
 def floordiv(a, b):
     """Division rounding towards negative infinity; a Python int when both are."""
     if isinstance(a, int) and isinstance(b, int):

@@ -34,7 +34,9 @@ class Kernel:
       backend declares, so a backend lacking one dtype still runs the others;
     - ``ref_args``: dims (or ``"dtype"``) the reference also takes, as keywords;
     - ``accumulate_in_dtype``: reductions accumulate in the case's dtype (the tolerance uses
-      its unit roundoff for the sum, not float32's).
+      its unit roundoff for the sum, not float32's);
+    - ``exact``: outputs must equal the reference exactly (NaN matches NaN), as conversions
+      must.
     """
 
     name: str
@@ -52,6 +54,7 @@ class Kernel:
     dtype_dims: tuple[str, ...] = ()
     ref_args: tuple[str, ...] = ()
     accumulate_in_dtype: bool = False
+    exact: bool = False
     doc: str = ""
 
 

@@ -1,0 +1,116 @@
+"""The low-precision examples on CUDA (examples/gemm_fp8_scaled.py, examples/gemm_w4a16.py).
+
+The scaled fp8 GEMM in each scale layout compiles to the fp8 tensor-core instruction on sm_89
+(``QMMA.16832.F32.E4M3.E4M3``, no HMMA) and builds without spills for sm_90a (where
+``mma.sync`` on fp8 is ptxas's fp16 emulation: see test_cuda_low_precision_gemm.py); the block
+layout's per-k-block scaling matches torch in host emulation, its running sum of scaled partial
+products in registers beside the gemm's accumulator. The W4A16 GEMM's dequantised
+float16 tile feeds ``HMMA.16816.F32`` on sm_80 and sm_90a through ldmatrix, and matches torch
+in host emulation. The GPU harness's own reference for the scaled GEMM (it runs without TVM)
+agrees with the example's."""
+
+import re
+import sys
+from pathlib import Path
+
+import hostemu
+import pytest
+import sass
+import tilewright
+import torch
+from tilewright_cuda import arch, executor
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+
+import gemm_fp8_scaled as fp8  # noqa: E402 - after the sys.path setup
+import gemm_w4a16 as w4  # noqa: E402
+import harness  # noqa: E402
+
+FP8_TILE = {"num_stages": 2}  # sm_89: 101 KB of shared memory a block
+
+
+def _sass(func, arch_name, tmp_path):
+    source = tilewright.lower(func, f"cuda -arch={arch_name}").source.text
+    cubin, log = executor.nvcc_compile(source, arch.get(arch_name), tmp_path)
+    assert int(re.search(r"(\d+) bytes spill stores", log).group(1)) == 0, log
+    return sass.dump(cubin)
+
+
+@pytest.mark.nvcc
+@pytest.mark.sass
+@pytest.mark.parametrize("layout", fp8.LAYOUTS)
+def test_scaled_fp8_gemm_runs_on_qmma_on_sm_89(tmp_path, layout):
+    code = _sass(fp8.fp8_gemm_scaled.fn(1024, 1024, 1024, layout, **FP8_TILE), "sm_89",
+                 tmp_path)
+    assert "QMMA.16832.F32.E4M3.E4M3" in code
+    assert "HMMA" not in code and "F2FP.F16.E4M3" not in code
+
+
+@pytest.mark.nvcc
+@pytest.mark.sass
+@pytest.mark.parametrize("layout", ["token", "block"])
+def test_scaled_fp8_gemm_builds_for_sm_90a(tmp_path, layout):
+    code = _sass(fp8.fp8_gemm_scaled.fn(4096, 4096, 4096, layout), "sm_90a", tmp_path)
+    assert "LDSM.16.M88.4" in code  # A [M, K] and B [N, K] through ldmatrix
+    # Hopper has no fp8 mma.sync: ptxas unpacks to fp16 for HMMA (wgmma's QGMMA is not used)
+    assert "HMMA.16816.F32" in code
+
+
+@pytest.mark.emulator
+def test_block_scaled_fp8_gemm_matches_torch_in_emulation(tmp_path):
+    m, n, k = 80, 256, 384  # a partial row tile, 2 column tiles, 3 scale groups along K
+    gen = torch.Generator().manual_seed(5)
+    a, a_scale = fp8.quantize(torch.randn(m, k, generator=gen), "block")
+    b, b_scale = fp8.quantize_blocks(torch.randn(n, k, generator=gen))
+    lowered = tilewright.lower(fp8.fp8_gemm_scaled.fn(m, n, k, "block", **FP8_TILE),
+                               "cuda -arch=sm_89")
+    # the running sum follows the gemm's accumulator into registers: shared memory holds
+    # only the two stages of 128 x 128 fp8 tiles of A and B
+    assert lowered.source.payload["dynamic_smem_bytes"] == 2 * 2 * 128 * 128
+    c = torch.full((m, n), float("nan"), dtype=torch.bfloat16)
+    hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, a, b, a_scale, b_scale,
+                c)
+    want = fp8.reference(a, b, a_scale, b_scale, "block")
+    torch.testing.assert_close(c.double(), want, rtol=8e-3, atol=1e-3 * want.abs().mean())
+
+
+@pytest.mark.nvcc
+@pytest.mark.sass
+@pytest.mark.parametrize("arch_name", ["sm_80", "sm_90a"])
+def test_w4a16_dequantised_tile_feeds_hmma(tmp_path, arch_name):
+    code = _sass(w4.w4a16_gemm.fn(16, 8192, 8192), arch_name, tmp_path)
+    assert "HMMA.16816.F32" in code  # the tensor cores on the dequantised float16 tile
+    assert "LDSM.16.M88.4" in code and "LDGSTS.E.BYPASS.128" in code  # cp.async stages
+
+
+@pytest.mark.emulator
+def test_w4a16_matches_torch_in_emulation(tmp_path):
+    m, n, k, group = 5, 200, 256, 64  # decode rows, a partial column tile, 4 groups a row
+    gen = torch.Generator().manual_seed(6)
+    a = torch.randn(m, k, generator=gen).half()
+    q, scales, zeros = w4.quantize(torch.randn(n, k, generator=gen).half(), group)
+    lowered = tilewright.lower(w4.w4a16_gemm.fn(m, n, k, group), "cuda -arch=sm_80")
+    c = torch.full((m, n), float("nan"), dtype=torch.float16)
+    hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, a, q, scales, zeros, c)
+    want = a.double() @ w4.dequantize(q, scales, zeros).double().T
+    torch.testing.assert_close(c.double(), want, rtol=1e-2, atol=1e-2 * want.abs().mean())
+
+
+@pytest.mark.parametrize("layout", fp8.LAYOUTS)
+def test_the_gpu_harness_checks_scaled_fp8_against_the_examples_reference(layout, monkeypatch):
+    # harness.py runs without TVM on the GPU machine: its own scale expansion must agree
+    # with the example's float64 reference (here on the CPU)
+    monkeypatch.setattr(harness, "torch", torch)
+    m, n, k = 70, 256, 320  # partial scale groups along K, partial row blocks of B
+    a = torch.randn(m, k).to(torch.float8_e4m3fn)
+    b = torch.randn(n, k).to(torch.float8_e4m3fn)
+    shapes = fp8.scale_shapes(layout, m, n, k)
+    sa, sb = (torch.rand(s) + 0.5 for s in shapes)
+    got = (a.double() * harness.fp8_expand(sa.double(), m, k, layout, False)) @ \
+        (b.double() * harness.fp8_expand(sb.double(), n, k, layout, True)).T
+    torch.testing.assert_close(got, fp8.reference(a, b, sa, sb, layout))
+    params = harness.expected_params({"kind": "fp8_gemm", "M": m, "N": n, "K": k,
+                                      "layout": layout, "dtype": "float8_e4m3fn",
+                                      "out_dtype": "bfloat16"})
+    assert [p[1] for p in params[2:4]] == [list(s) for s in shapes]

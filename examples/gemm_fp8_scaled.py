@@ -1,0 +1,178 @@
+"""fp8 GEMM with scales, as LLM inference runs it: C = (A * a_scale) @ (B * b_scale)^T with A
+[M, K] and B [N, K] in float8_e4m3fn (or e5m2), float32 accumulation, C in bfloat16.
+
+Three scale layouts, told apart by the scales' shapes as torch._scaled_mm does:
+
+- ``tensor``: one float32 scale per tensor, a_scale [1] and b_scale [1], applied in the
+  epilogue;
+- ``token``: one scale per row of A and per row of B (per token, per output channel),
+  a_scale [M] and b_scale [N], applied in the epilogue;
+- ``block`` (DeepSeek-V3): A scaled per token and 128-wide group of K, a_scale
+  [M, ceil(K / 128)], B per 128 x 128 block, b_scale [ceil(N / 128), ceil(K / 128)]; applied
+  per k-block: each 128-deep k-tile's product is scaled before it joins the accumulator.
+
+:func:`scaled_mm` checks the scales against the layouts before anything is launched.
+
+Run: python examples/gemm_fp8_scaled.py [--m 256 --n 256 --k 512] [--layout block]
+"""
+
+import argparse
+
+import tilewright
+import tilewright.language as T
+import torch
+from tilewright.profiler import do_bench
+
+GROUP = 128  # the block layout's scale granularity along K (and along N for B)
+LAYOUTS = ("tensor", "token", "block")
+
+
+def scale_shapes(layout: str, m: int, n: int, k: int) -> tuple[tuple, tuple]:
+    """The shapes of a_scale and b_scale in ``layout`` for A [m, k] and B [n, k]."""
+    kg, ng = -(-k // GROUP), -(-n // GROUP)
+    return {"tensor": ((1,), (1,)), "token": ((m,), (n,)),
+            "block": ((m, kg), (ng, kg))}[layout]
+
+
+@tilewright.jit(out_idx=[4])
+def fp8_gemm_scaled(M, N, K, layout="block", dtype="float8_e4m3fn", out_dtype="bfloat16",
+                    block_M=128, block_N=128, block_K=GROUP, threads=256, num_stages=3):
+    """The kernel of one layout; in the block layout a k-tile is one scale group
+    (``block_K`` = 128) and a column tile lies in one 128-row block of B."""
+    sa_shape, sb_shape = scale_shapes(layout, M, N, K)
+    if layout == "block" and (block_K != GROUP or GROUP % block_N):
+        raise ValueError(f"the block layout scales {GROUP}-deep k-tiles and {GROUP}-row blocks "
+                         f"of B: block_K must be {GROUP} and block_N divide it (got "
+                         f"block_K={block_K}, block_N={block_N})")
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((N, K), dtype),
+             SA: T.Tensor(sa_shape, "float32"), SB: T.Tensor(sb_shape, "float32"),
+             C: T.Tensor((M, N), out_dtype)):
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
+            A_s = T.alloc_shared((block_M, block_K), dtype)
+            B_s = T.alloc_shared((block_N, block_K), dtype)
+            C_l = T.alloc_fragment((block_M, block_N), "float32")
+            T.clear(C_l)
+            if layout == "block":
+                C_k = T.alloc_fragment((block_M, block_N), "float32")
+                sb_row = T.min(bx * block_N // GROUP, sb_shape[0] - 1)
+                for ko in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
+                    T.copy(A[by * block_M, ko * block_K], A_s)
+                    T.copy(B[bx * block_N, ko * block_K], B_s)
+                    T.gemm(A_s, B_s, C_k, transpose_B=True, clear_accum=True)
+                    for i, j in T.Parallel(block_M, block_N):  # rows past M read row M - 1
+                        C_l[i, j] += C_k[i, j] * SA[T.min(by * block_M + i, M - 1), ko] * \
+                            SB[sb_row, ko]
+            else:
+                for ko in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
+                    T.copy(A[by * block_M, ko * block_K], A_s)
+                    T.copy(B[bx * block_N, ko * block_K], B_s)
+                    T.gemm(A_s, B_s, C_l, transpose_B=True)
+                for i, j in T.Parallel(block_M, block_N):
+                    if layout == "tensor":
+                        C_l[i, j] *= SA[0] * SB[0]
+                    else:
+                        C_l[i, j] *= SA[T.min(by * block_M + i, M - 1)] * \
+                            SB[T.min(bx * block_N + j, N - 1)]
+            T.copy(C_l, C[by * block_M, bx * block_N])
+
+    return main
+
+
+def scale_layout(a, b, a_scale, b_scale) -> str:
+    """The layout whose scale shapes ``a_scale`` and ``b_scale`` have, for A ``a`` [M, K] and
+    B ``b`` [N, K]; a ValueError naming every layout's shapes when none matches."""
+    (m, k), (n, k_b) = a.shape, b.shape
+    if k != k_b:
+        raise ValueError(f"A is [{m}, {k}] and B [{n}, {k_b}]: B must be [N, K] with A's K")
+    given = (tuple(a_scale.shape), tuple(b_scale.shape))
+    for layout in LAYOUTS:
+        if given == scale_shapes(layout, m, n, k):
+            return layout
+    expected = "; ".join(f"{lay}: a_scale {list(sa)}, b_scale {list(sb)}"
+                         for lay in LAYOUTS for sa, sb in [scale_shapes(lay, m, n, k)])
+    raise ValueError(f"scales a_scale {list(given[0])} and b_scale {list(given[1])} match no "
+                     f"scale layout of A [{m}, {k}] x B [{n}, {k}]^T (expected {expected})")
+
+
+def scaled_mm(a, b, a_scale, b_scale, out_dtype="bfloat16", **tile):
+    """C = (a * a_scale) @ (b * b_scale)^T in ``out_dtype``, the layout read from the scales'
+    shapes (see the module's docstring); scales of no layout are refused before launch."""
+    layout = scale_layout(a, b, a_scale, b_scale)
+    for name, scale in (("a_scale", a_scale), ("b_scale", b_scale)):
+        if scale.dtype != torch.float32:
+            raise ValueError(f"{name} is {scale.dtype}: scales are float32")
+    (m, k), n = a.shape, b.shape[0]
+    kernel = fp8_gemm_scaled(m, n, k, layout, str(a.dtype).removeprefix("torch."), out_dtype,
+                             **tile)
+    return kernel(a, b, a_scale, b_scale)
+
+
+def reference(a, b, a_scale, b_scale, layout):
+    """The float64 product of the dequantised operands."""
+    a, b = a.double(), b.double()
+    sa, sb = a_scale.double(), b_scale.double()
+    if layout == "tensor":
+        return (a @ b.T) * sa * sb
+    if layout == "token":
+        return (a @ b.T) * sa[:, None] * sb[None, :]
+    m, k = a.shape
+    n = b.shape[0]
+    sa = sa.repeat_interleave(GROUP, 1)[:, :k]
+    sb = sb.repeat_interleave(GROUP, 0).repeat_interleave(GROUP, 1)[:n, :k]
+    return (a * sa) @ (b * sb).T
+
+
+def quantize(x, layout, dtype=torch.float8_e4m3fn):
+    """``x`` [rows, K] in ``dtype`` with the scales of ``layout`` (amax to the format's
+    largest value); rows are tokens for A, output channels for B (128 x 128 blocks of B in
+    the block layout are :func:`quantize_blocks`)."""
+    top = torch.finfo(dtype).max
+    if layout == "tensor":
+        scale = x.abs().amax().clamp(min=1e-12).reshape(1) / top
+        return (x / scale).to(dtype), scale.float()
+    if layout == "token":
+        scale = x.abs().amax(1).clamp(min=1e-12) / top
+        return (x / scale[:, None]).to(dtype), scale.float()
+    rows, k = x.shape
+    groups = x.reshape(rows, -1, GROUP) if k % GROUP == 0 else None
+    if groups is None:
+        raise ValueError(f"the example quantizes whole {GROUP}-wide groups: K={k}")
+    scale = groups.abs().amax(2).clamp(min=1e-12) / top
+    return (groups / scale[..., None]).reshape(rows, k).to(dtype), scale.float()
+
+
+def quantize_blocks(w, dtype=torch.float8_e4m3fn):
+    """``w`` [N, K] in ``dtype`` with one scale per 128 x 128 block."""
+    n, k = w.shape
+    blocks = w.reshape(n // GROUP, GROUP, k // GROUP, GROUP)
+    scale = blocks.abs().amax((1, 3)).clamp(min=1e-12) / torch.finfo(dtype).max
+    return (blocks / scale[:, None, :, None]).reshape(n, k).to(dtype), scale.float()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--m", type=int, default=256)
+    parser.add_argument("--n", type=int, default=256)
+    parser.add_argument("--k", type=int, default=512)
+    parser.add_argument("--layout", default="block", choices=LAYOUTS)
+    parser.add_argument("--dtype", default="float8_e4m3fn",
+                        choices=["float8_e4m3fn", "float8_e5m2"])
+    args = parser.parse_args()
+    dtype = getattr(torch, args.dtype)
+    x, w = torch.randn(args.m, args.k), torch.randn(args.n, args.k)
+    a, a_scale = quantize(x, args.layout, dtype)
+    b, b_scale = quantize_blocks(w, dtype) if args.layout == "block" else \
+        quantize(w, args.layout, dtype)
+    c = scaled_mm(a, b, a_scale, b_scale)
+    ref = reference(a, b, a_scale, b_scale, args.layout)
+    torch.testing.assert_close(c.double(), ref, rtol=1.6e-2, atol=1e-2 * ref.abs().mean())
+    ms = do_bench(lambda: scaled_mm(a, b, a_scale, b_scale), return_mode="median")
+    tflops = 2 * args.m * args.n * args.k / ms * 1e-9
+    print(f"fp8 gemm {args.m}x{args.n}x{args.k} {args.dtype}, {args.layout} scales: matches "
+          f"torch, {ms:.3f} ms, {tflops:.3f} TFLOP/s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,110 @@
+"""W4A16: C = A @ W^T with float16 activations A [M, K] and 4-bit weights W [N, K], the
+weight-only quantisation LLM decoding runs on (M is the batch of tokens, 1 to 16).
+
+W is stored as unsigned 4-bit codes packed two to a byte, Q [N, K / 2] (element k in the low
+nibble of byte k // 2 when k is even, the high nibble when odd), with one float16 scale and
+zero point per ``group`` consecutive elements of a row: ``W[n, k] = (code - zero) * scale``.
+The kernel copies each k-tile of codes to shared memory, dequantises it there (``T.unpack``)
+into a float16 tile, and multiplies that on the tensor cores with float32 accumulation.
+
+Run: python examples/gemm_w4a16.py [--m 16 --n 1024 --k 1024] [--group 128]
+"""
+
+import argparse
+
+import tilewright
+import tilewright.language as T
+import torch
+from tilewright.profiler import do_bench
+
+
+@tilewright.jit(out_idx=[4])
+def w4a16_gemm(M, N, K, group=128, dtype="float16", block_M=16, block_N=128, block_K=128,
+               threads=128, num_stages=3):
+    """The kernel: K a multiple of ``block_K``, ``block_K`` a multiple of 2."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), dtype), Q: T.Tensor((N, K // 2), "uint8"),
+             Scales: T.Tensor((N, K // group), dtype), Zeros: T.Tensor((N, K // group), dtype),
+             C: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
+            A_s = T.alloc_shared((block_M, block_K), dtype)
+            Q_s = T.alloc_shared((block_N, block_K // 2), "uint8")
+            W_s = T.alloc_shared((block_N, block_K), dtype)
+            C_l = T.alloc_fragment((block_M, block_N), "float32")
+            T.clear(C_l)
+            for ko in T.Pipelined(K // block_K, num_stages=num_stages):
+                T.copy(A[by * block_M, ko * block_K], A_s)
+                T.copy(Q[bx * block_N, ko * block_K // 2], Q_s)
+                for i, j in T.Parallel(block_N, block_K):
+                    # a partial column tile's rows past N dequantise row N - 1 (not stored)
+                    n, g = T.min(bx * block_N + i, N - 1), (ko * block_K + j) // group
+                    code = T.cast(T.unpack(Q_s[i, j // 2], j % 2, 4), dtype)
+                    W_s[i, j] = (code - Zeros[n, g]) * Scales[n, g]
+                T.gemm(A_s, W_s, C_l, transpose_B=True)
+            T.copy(C_l, C[by * block_M, bx * block_N])
+
+    return main
+
+
+def quantize(w, group=128):
+    """4-bit asymmetric quantisation of ``w`` [N, K] per ``group`` of a row: the packed codes
+    [N, K / 2] (uint8), the scales and the zero points [N, K / group] in ``w``'s dtype."""
+    n, k = w.shape
+    if k % group or group % 2:
+        raise ValueError(f"K={k} must be a multiple of an even group size (got {group})")
+    groups = w.float().reshape(n, k // group, group)
+    low, high = groups.amin(2), groups.amax(2)
+    scales = ((high - low) / 15).clamp(min=1e-6)
+    zeros = (-low / scales).round().clamp(0, 15)
+    codes = (groups / scales[..., None] + zeros[..., None]).round().clamp(0, 15)
+    codes = codes.reshape(n, k).to(torch.uint8)
+    packed = codes[:, 0::2] | (codes[:, 1::2] << 4)
+    return packed, scales.to(w.dtype), zeros.to(w.dtype)
+
+
+def dequantize(q, scales, zeros):
+    """W [N, K] in the scales' dtype, as the kernel computes it."""
+    codes = torch.stack([q & 15, q >> 4], dim=-1).flatten(1).to(scales.dtype)
+    group = codes.shape[1] // scales.shape[1]
+    return (codes - zeros.repeat_interleave(group, 1)) * scales.repeat_interleave(group, 1)
+
+
+def w4a16_mm(a, q, scales, zeros, **tile):
+    """C = a @ dequantize(q, scales, zeros)^T; the group size is read from the shapes, which
+    are checked before launch."""
+    (m, k), (n, half) = a.shape, q.shape
+    if half * 2 != k or q.dtype != torch.uint8:
+        raise ValueError(f"Q must be uint8 [N, K / 2] = [{n}, {k // 2}] for A [{m}, {k}] "
+                         f"(got {q.dtype} {list(q.shape)})")
+    if scales.shape != zeros.shape or scales.dim() != 2 or scales.shape[0] != n or \
+            not scales.shape[1] or k % scales.shape[1]:
+        raise ValueError(f"scales {list(scales.shape)} and zeros {list(zeros.shape)} must both "
+                         f"be [N, K / group] = [{n}, {k} / group]")
+    group = k // scales.shape[1]
+    kernel = w4a16_gemm(m, n, k, group, str(a.dtype).removeprefix("torch."), **tile)
+    return kernel(a, q, scales, zeros)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--m", type=int, default=16)
+    parser.add_argument("--n", type=int, default=1024)
+    parser.add_argument("--k", type=int, default=1024)
+    parser.add_argument("--group", type=int, default=128)
+    parser.add_argument("--dtype", default="float16", choices=["float16", "bfloat16"])
+    args = parser.parse_args()
+    dtype = getattr(torch, args.dtype)
+    a = torch.randn(args.m, args.k).to(dtype)
+    q, scales, zeros = quantize(torch.randn(args.n, args.k).to(dtype), args.group)
+    c = w4a16_mm(a, q, scales, zeros)
+    ref = a.double() @ dequantize(q, scales, zeros).double().T
+    torch.testing.assert_close(c.double(), ref, rtol=1e-2, atol=1e-2 * ref.abs().mean())
+    ms = do_bench(lambda: w4a16_mm(a, q, scales, zeros), return_mode="median")
+    gbps = (q.numel() + 2 * (a.numel() + c.numel() + 2 * scales.numel())) / ms * 1e-6
+    print(f"w4a16 gemm {args.m}x{args.n}x{args.k} group {args.group} {args.dtype}: matches "
+          f"torch, {ms:.3f} ms, {gbps:.3f} GB/s")
+
+
+if __name__ == "__main__":
+    main()

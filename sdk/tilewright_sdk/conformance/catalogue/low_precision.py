@@ -1,0 +1,184 @@
+"""Rows for the low-precision family: 8-bit GEMMs (int8 into int32, float8_e4m3fn/e5m2 into
+float32, B stored [N, K] as 8-bit GEMMs take it), the float8 conversions to and from float32,
+float16 and bfloat16 compared exactly with torch's (every float8 value, the ties between
+neighbours and the values just beside them, subnormals, saturation, infinities, NaN; NaN
+payloads are not compared), and group-wise dequantisation of packed 4-bit weights
+(``T.unpack``)."""
+
+# No `from __future__ import annotations`: T.prim_func evaluates the parameter annotations.
+import tilewright.language as T
+
+from .model import FLOAT8, Kernel, rand
+
+BASE = ("prim_func", "Tensor", "Kernel", "ceildiv")
+# the accumulator of each 8-bit operand dtype
+ACCUM = {"int8": "int32", "float8_e4m3fn": "float32", "float8_e5m2": "float32"}
+WIDE = ("float32", "float16", "bfloat16")  # the dtypes float8 converts to and from
+PROBES = 2048  # values encoded per source dtype: the designed ones, then random ones
+
+
+def _gemm_8bit(dtype, M, N, K, bm=32, bn=32, bk=32):
+    accum = ACCUM[dtype]
+
+    @T.prim_func
+    def gemm_8bit(A: T.Tensor((M, K), dtype), B: T.Tensor((N, K), dtype),
+                  C: T.Tensor((M, N), accum)):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=128) as (bx, by):
+            A_s = T.alloc_shared((bm, bk), dtype)
+            B_s = T.alloc_shared((bn, bk), dtype)
+            C_f = T.alloc_fragment((bm, bn), accum)
+            T.clear(C_f)
+            for k in T.Pipelined(T.ceildiv(K, bk), num_stages=2):
+                T.copy(A[by * bm, k * bk], A_s)
+                T.copy(B[bx * bn, k * bk], B_s)
+                T.gemm(A_s, B_s, C_f, transpose_B=True)
+            T.copy(C_f, C[by * bm, bx * bn])
+
+    return gemm_8bit
+
+
+def _gemm_8bit_inputs(torch, gen, dtype, M, N, K):
+    if dtype == "int8":  # the whole range: products up to 2^14, sums past int16
+        return [rand(torch, gen, s, dtype, -128, 127) for s in ((M, K), (N, K))]
+    return [rand(torch, gen, s, dtype) for s in ((M, K), (N, K))]
+
+
+def _gemm_8bit_ref(a, b):
+    if a.is_floating_point():  # float64 copies of the float8 operands: exact products
+        return [a @ b.T]
+    return [(a.long() @ b.long().T).int()]
+
+
+def _float8_casts(dtype, P, bn=128):
+    """Every float8 code decoded to each of WIDE; each WIDE dtype's probes encoded."""
+
+    @T.prim_func
+    def float8_casts(codes: T.Tensor((256,), dtype), x32: T.Tensor((P,), "float32"),
+                     x16: T.Tensor((P,), "float16"), xbf: T.Tensor((P,), "bfloat16"),
+                     d32: T.Tensor((256,), "float32"), d16: T.Tensor((256,), "float16"),
+                     dbf: T.Tensor((256,), "bfloat16"), e32: T.Tensor((P,), dtype),
+                     e16: T.Tensor((P,), dtype), ebf: T.Tensor((P,), dtype)):
+        with T.Kernel(T.ceildiv(P, bn), threads=128) as bx:
+            if bx == 0:
+                for i in T.Parallel(256):
+                    d32[i] = T.cast(codes[i], "float32")
+                    d16[i] = T.cast(codes[i], "float16")
+                    dbf[i] = T.Cast("bfloat16", codes[i])
+            for i in T.Parallel(bn):
+                e32[bx * bn + i] = T.cast(x32[bx * bn + i], dtype)
+                e16[bx * bn + i] = T.cast(x16[bx * bn + i], dtype)
+                ebf[bx * bn + i] = T.Cast(dtype, xbf[bx * bn + i])
+
+    return float8_casts
+
+
+def _float8_probes(torch, gen, wide):
+    """``PROBES`` values of dtype ``wide``: every finite value of both float8 formats, the
+    midpoints between neighbours (ties: nearest even) and the ``wide`` values just beside them,
+    the overflow and underflow regions and the special values, both signs; random values of
+    every magnitude fill the rest."""
+    t = getattr(torch, wide)
+    bits = torch.int32 if wide == "float32" else torch.int16
+    grid = torch.arange(256, dtype=torch.int32).to(torch.uint8)
+    values = []
+    for kind in (torch.float8_e4m3fn, torch.float8_e5m2):
+        v = grid.view(kind).float()
+        v = v[v.isfinite() & (v > 0)].unique()
+        mids = torch.cat([v[:1] / 2, (v[1:] + v[:-1]) / 2]).to(t)  # ties stay exact in t
+        values += [v.to(t), mids, (mids.view(bits) + 1).view(t), (mids.view(bits) - 1).view(t)]
+    special = torch.tensor([0.0, 1e-30, 1e-7, 448.0, 460.0, 464.0, 500.0, 1e5, 57344.0,
+                            61439.0, 61440.0, 1e9, float("inf"), float("nan")]).to(t)
+    designed = torch.cat(values + [special])
+    designed = torch.cat([designed, -designed])[:PROBES]
+    scale = torch.exp2(torch.randint(-20, 20, (PROBES - designed.numel(),), generator=gen))
+    filler = torch.randn(PROBES - designed.numel(), generator=gen) * scale
+    return torch.cat([designed, filler.to(t)])
+
+
+def _float8_cast_inputs(torch, gen, dtype, P):
+    codes = torch.arange(256, dtype=torch.int32).to(torch.uint8).view(getattr(torch, dtype))
+    return [codes, *(_float8_probes(torch, gen, wide) for wide in WIDE)]
+
+
+def _float8_cast_ref(codes, x32, x16, xbf, dtype):
+    import torch
+
+    # the reference receives float64 copies of float inputs: back to the kernel's dtypes,
+    # exactly (every value is one of them)
+    fp8 = getattr(torch, dtype)
+    codes = codes.to(fp8)
+    probes = [x.to(getattr(torch, wide)) for x, wide in zip((x32, x16, xbf), WIDE)]
+    return [codes.to(getattr(torch, wide)) for wide in WIDE] + [x.to(fp8) for x in probes]
+
+
+def _w4a16(dtype, M, N, K, group, bm=32, bn=32, bk=32):
+    """C = A @ W^T, W [N, K] dequantised from 4-bit codes packed two to a byte (element k in
+    the low nibble of byte k // 2 for even k), one scale and zero point per ``group`` of K:
+    ``W[n, k] = (q[n, k] - zeros[n, k // group]) * scales[n, k // group]``. K is a multiple
+    of ``bk`` and of ``group``."""
+
+    @T.prim_func
+    def w4a16(A: T.Tensor((M, K), dtype), Q: T.Tensor((N, K // 2), "uint8"),
+              scales: T.Tensor((N, K // group), dtype), zeros: T.Tensor((N, K // group), dtype),
+              C: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=128) as (bx, by):
+            A_s = T.alloc_shared((bm, bk), dtype)
+            Q_s = T.alloc_shared((bn, bk // 2), "uint8")
+            W_s = T.alloc_shared((bn, bk), dtype)
+            C_f = T.alloc_fragment((bm, bn), "float32")
+            T.clear(C_f)
+            for k in T.Pipelined(T.ceildiv(K, bk), num_stages=2):
+                T.copy(A[by * bm, k * bk], A_s)
+                T.copy(Q[bx * bn, k * bk // 2], Q_s)
+                for i, j in T.Parallel(bn, bk):
+                    # rows past N (a partial tile) dequantise row N - 1: their C is not stored
+                    n, g = T.min(bx * bn + i, N - 1), (k * bk + j) // group
+                    W_s[i, j] = (T.cast(T.unpack(Q_s[i, j // 2], j % 2, 4), dtype) -
+                                 zeros[n, g]) * scales[n, g]
+                T.gemm(A_s, W_s, C_f, transpose_B=True)
+            T.copy(C_f, C[by * bm, bx * bn])
+
+    return w4a16
+
+
+def _w4a16_inputs(torch, gen, dtype, M, N, K, group):
+    t = getattr(torch, dtype)
+    q = torch.randint(0, 256, (N, K // 2), generator=gen, dtype=torch.int32).to(torch.uint8)
+    scales = (torch.rand(N, K // group, generator=gen) * 0.05 + 0.01).to(t)
+    zeros = torch.randint(0, 16, (N, K // group), generator=gen).to(t)
+    return [rand(torch, gen, (M, K), dtype), q, scales, zeros]
+
+
+def _w4a16_ref(a, q, scales, zeros, group, dtype):
+    import torch
+
+    # the weights as the kernel dequantises them: exact codes minus zero points, one rounding
+    # into ``dtype`` after the scale
+    codes = torch.stack([q & 15, q >> 4], dim=-1).flatten(1).to(scales.dtype)
+    w = (codes - zeros.repeat_interleave(group, 1)) * scales.repeat_interleave(group, 1)
+    return [a @ w.to(getattr(torch, dtype)).to(a.dtype).T]
+
+
+GEMM = (*BASE, "alloc_shared", "alloc_fragment", "copy", "gemm", "clear", "Pipelined")
+CAST_NAMES = (*BASE, "Parallel", "cast", "Cast", *FLOAT8, *WIDE)
+
+ROWS = (
+    Kernel("gemm_8bit", (*GEMM, "int8", "int32", *FLOAT8), ("gemm", "copy", "fill"),
+           _gemm_8bit, _gemm_8bit_inputs, _gemm_8bit_ref,
+           {"full": {"M": 32, "N": 32, "K": 64}, "partial": {"M": 24, "N": 40, "K": 80}},
+           reduction=lambda K, **_: K, dtypes=tuple(ACCUM),
+           doc="C = A @ B^T with B stored [N, K]: int8 into int32 accumulators (exact), "
+               "float8_e4m3fn / float8_e5m2 into float32"),
+    Kernel("float8_casts", CAST_NAMES, (), _float8_casts, _float8_cast_inputs,
+           _float8_cast_ref, {"full": {"P": PROBES}}, out_idx=tuple(range(4, 10)),
+           dtypes=FLOAT8, ref_args=("dtype",), exact=True,
+           doc="every float8 code decoded to float32, float16 and bfloat16, and probes of each "
+               "encoded (ties, subnormals, saturation, infinities, NaN): exactly torch's values "
+               "(any NaN for a NaN)"),
+    Kernel("gemm_w4a16", (*GEMM, "Parallel", "min", "unpack"), ("gemm", "copy", "fill"),
+           _w4a16, _w4a16_inputs, _w4a16_ref, {"full": {"M": 16, "N": 32, "K": 128, "group": 32},
+                        "partial": {"M": 12, "N": 24, "K": 96, "group": 32}},
+           reduction=lambda K, **_: K, dtypes=("float16", "bfloat16"), ref_args=("group", "dtype"),
+           doc="packed 4-bit weights (two per byte, T.unpack) dequantised in shared memory with "
+               "group-wise scales and zero points, then a tensor-core GEMM"),
+)
