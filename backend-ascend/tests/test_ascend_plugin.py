@@ -10,7 +10,7 @@ from tilewright.plugin import get_manager
 
 def test_backend_declared_with_targets_and_executors():
     backend = get_manager().backends()["ascend"]
-    assert backend.target_kinds == ("ascend",)
+    assert backend.target_kinds == ("ascend", "ascend-950")
     assert "soc" in backend.target_options
     names = [e.name for e in backend.executors]
     assert names == ["bisheng", "emulator"]

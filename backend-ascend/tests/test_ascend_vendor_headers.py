@@ -1,14 +1,19 @@
 """Every Ascend C source the backend generates compiles against the vendor's headers
 (asc-devkit), as the cube core and as a vector core: the conformance catalogue, the kernels of
-backend-ascend/examples and examples/ retargeted to Ascend (tilewright_ascend.kit.sources).
-A wrong call is a diagnostic located in our source."""
+backend-ascend/examples and examples/ retargeted to Ascend (tilewright_ascend.kit.sources),
+against the arch-2201 headers; the mainline dialect's kernels and examples/ retargeted to
+ascend-950 against the arch-3510 headers. A wrong call is a diagnostic located in our
+source."""
 
 import re
 
 import tilewright
 import tilewright_ascend.language as T
+from tilewright_ascend.facts.arch import ARCHS
 from tilewright_ascend.kit.headers import CORES, HeaderCheck, check_sources
-from tilewright_ascend.kit.sources import generated, source_set
+from tilewright_ascend.kit.sources import examples, generated, mainline, source_set
+
+NPU_950 = ARCHS["ascend-950"].npu_arch
 
 
 def test_every_generated_source_compiles_against_the_vendor_headers(asc_devkit, tmp_path):
@@ -46,3 +51,23 @@ def test_the_check_finds_a_wrong_call(asc_devkit):
     text = {f.name: f.text.replace("‘", "'").replace("’", "'") for f in findings}
     assert "muls.cpp" in text["muls"] and "no matching function for call to 'Muls" in text["muls"]
     assert "printf unsupport double type" in text["printf"]
+
+
+def test_950_sources_compile_against_the_arch_3510_headers(asc_devkit, tmp_path):
+    """The mainline kernels and the examples for ascend-950 (the conformance catalogue for it
+    is ``python -m tilewright_ascend.kit.headers --target ascend-950``)."""
+    sources, refused = generated([*mainline(), *examples(target="ascend-950")])
+    assert not refused, refused
+    assert "(SoC 950PR, dav-3510)" in sources["seed__vector_add"]
+    findings = HeaderCheck(asc_devkit, tmp_path, NPU_950).check(sources)
+    report = "\n\n".join(f"== {f.name} as {f.core}\n{f.text[-3000:]}" for f in findings)
+    assert not findings, f"{len(findings)} of {len(sources) * len(CORES)} compiles:\n{report}"
+
+
+def test_the_950_check_finds_a_wrong_call(asc_devkit):
+    good = generated(mainline()[:1])[0]["seed__vector_add"]
+    bad = good.replace("Add(c[", "Add(1.5f, c[", 1)
+    assert bad != good
+    findings = check_sources({"good": good, "add": bad}, asc_devkit, npu_arch=NPU_950)
+    assert {f.name for f in findings} == {"add"}, findings  # as both cores: both parse it
+    assert all("no matching function for call to" in f.text for f in findings)

@@ -23,13 +23,14 @@ from tilewright.errors import TilewrightError
 from tilewright.plugin import Availability, Executor, GeneratedSource
 
 from .exception_dump import encode_descriptor
-from .facts.arch import ARCH
+from .facts.arch import ARCH, EMULATOR_SPACES, MEMORIES
 
 CSRC = Path(__file__).parent / "csrc"
 LIBRARY = "kernel.so"
 META = "emulator.json"
 FLAGS = ["-std=c++17", "-fPIC", "-DTW_DEVICE_ONLY"]  # kernels build at -O0: compile time wins
 _last_stats: dict = {}
+A2_CAPACITIES = [MEMORIES[s].capacity for s in EMULATOR_SPACES]
 
 
 class EmulatorError(TilewrightError):
@@ -119,14 +120,18 @@ def _harness(payload: dict) -> str:
                      [f"(int32_t)dims[{i}]" for i in range(len(dims))])
     if payload.get("exception_dump"):  # no exception handler on the CPU: no descriptor
         decl, call = decl + ", uint8_t*", call + ", nullptr"
+    # the target architecture's memories (A2's for a payload from before there were two)
+    capacities = ", ".join(f"{int(c)}ull" for c in payload.get("capacities", A2_CAPACITIES))
     return (
         "#include <cstdint>\n#include <functional>\n"
         "namespace tw_emu { int launch(int, int, void**, const int64_t*, const char**, "
-        "const std::function<void()>&); }\n"
+        "const std::function<void()>&); void set_capacities(const uint64_t*); }\n"
         f'extern "C" void {payload["kernel"]}({decl});\n'
         'extern "C" int tw_run(void** args, const int64_t* sizes, const char** names, '
         'int blocks, const int64_t* dims) {\n'
         '    (void)dims;\n'
+        f'    static const uint64_t capacities[] = {{{capacities}}};\n'
+        '    tw_emu::set_capacities(capacities);\n'
         f'    return tw_emu::launch(blocks, {len(params)}, args, sizes, names, '
         f'[&] {{ {payload["kernel"]}({call}); }});\n}}\n')
 

@@ -19,7 +19,7 @@ from . import __version__
 from .codegen import CODEGEN
 from .executor import EXECUTORS, npu_available
 from .facts import ops
-from .facts.arch import CLOCK_GHZ, CUBE_MNK, DEFAULT_SOC, HBM_GBPS, MEMORIES, SOCS
+from .facts.arch import ARCHS, CLOCK_GHZ, CUBE_MNK, HBM_GBPS, MEMORIES, arch_of
 from .profiler import TIMERS
 from .rules import RULES
 from .transforms import switches
@@ -56,7 +56,8 @@ PIPELINE = PassPipeline((
     Phase("multi_buffer", lambda ctx: [multi_buffer()],
           "T.Pipelined(num_stages=S) loops: buffers produced and consumed inside get S "
           "versions (kernels without hand-written synchronisation)"),
-    Phase("plan_memory", lambda ctx: [plan_memory(switches.plan_reuse(ctx))],
+    Phase("plan_memory", lambda ctx: [plan_memory(switches.plan_reuse(ctx),
+                                                   arch_of(ctx.target).memories)],
           "check memory scopes; place every on-chip buffer (32-byte aligned, capacity "
           "checked)"),
     Phase("insert_sync", lambda ctx: [insert_sync()],
@@ -68,9 +69,9 @@ BACKEND = BackendModule(
     name="ascend",
     version=__version__,
     api_version=API_VERSION,
-    target_kinds=("ascend",),
-    pipelines={"ascend": PIPELINE},
-    codegens={"ascend": CODEGEN},
+    target_kinds=tuple(ARCHS),
+    pipelines=dict.fromkeys(ARCHS, PIPELINE),
+    codegens=dict.fromkeys(ARCHS, CODEGEN),
     executors=EXECUTORS,
     capabilities=Capabilities(
         tile_ops=frozenset({*RULES, "gemm", *PORTABLE_VECTOR_OPS}),  # T.gemm: by the portable phase
@@ -91,8 +92,9 @@ BACKEND = BackendModule(
     device="npu" if npu_available() else "cpu",
     device_available=_device_available,
     target_options=("soc",),
-    description="Huawei Ascend A2/A3 (dav-2201): Ascend C codegen; bisheng + torch_npu, or "
-                "the CPU emulator of the generated Ascend C",
+    description="Huawei Ascend A2/A3 (target ascend, dav-2201) and Ascend 950 (target "
+                "ascend-950, dav-3510): Ascend C codegen; bisheng + torch_npu, or the CPU "
+                "emulator of the generated Ascend C",
 )
 
 assert set(ops.DIALECT_OPS) <= set(RULES), "every dialect op needs a codegen rule"
@@ -127,25 +129,32 @@ def tilewright_timers():
     return list(TIMERS)
 
 
-def _arch_model(name: str, soc) -> ArchModel:
-    """The roofline model of one SoC: cube peak from its AI cube cores, the cube's shape and
-    the nominal clock; HBM bandwidth; per core the on-chip memories."""
+def _arch_model(name: str, soc, arch) -> ArchModel:
+    """The roofline model of one SoC of ``arch``: cube peak from its AI cube cores, the cube's
+    shape and the nominal clock; HBM bandwidth; per core the on-chip memories."""
+    memories = arch.memories
     peak = {dtype: soc.aic * 2 * m * n * k * CLOCK_GHZ / 1e3
             for dtype, (m, n, k) in CUBE_MNK.items()}
     return ArchModel(
         name, peak, HBM_GBPS,
-        f"Huawei Ascend {soc.name} ({soc.aic} AIC + {soc.aiv} AIV), nominal figures "
-        f"({CLOCK_GHZ} GHz, {HBM_GBPS:.0f} GB/s HBM), not measured",
-        compute_units=soc.aic, shared_memory_bytes=MEMORIES["ascend.l1"].capacity,
-        register_budget=MEMORIES["ascend.l0c"].capacity // 4, mma_shape=CUBE_MNK["float16"],
+        f"Huawei Ascend {soc.name} ({arch.name}, {soc.aic} AIC + {soc.aiv} AIV), nominal "
+        f"figures ({CLOCK_GHZ} GHz, {HBM_GBPS:.0f} GB/s HBM), not measured",
+        compute_units=soc.aic, shared_memory_bytes=memories["ascend.l1"].capacity,
+        register_budget=memories["ascend.l0c"].capacity // 4, mma_shape=CUBE_MNK["float16"],
         transaction_bytes=512, unit_partitions=1,
-        details={"soc": soc.name, "aiv": soc.aiv, "ub_bytes": MEMORIES["ascend.ub"].capacity,
+        details={"soc": soc.name, "aiv": soc.aiv, "ub_bytes": memories["ascend.ub"].capacity,
+                 "arch": arch.name, "target": arch.kind, "vector_bits": arch.vector_bits,
                  "nominal": True})
 
 
-# ``ascend-910b`` is the default SoC (as the target without ``-soc``)
-ARCH_MODELS = (*(_arch_model(f"ascend-{name.lower()}", soc) for name, soc in SOCS.items()),
-               _arch_model("ascend-910b", SOCS[DEFAULT_SOC]))
+# one model per SoC; ``ascend-910b`` and ``ascend-950`` are each architecture's default SoC
+# (as its target without ``-soc``)
+ARCH_MODELS = (*(_arch_model(f"ascend-{name.lower()}", soc, arch)
+                 for arch in ARCHS.values() for name, soc in arch.socs.items()),
+               _arch_model("ascend-910b", ARCHS["ascend"].socs[ARCHS["ascend"].default_soc],
+                           ARCHS["ascend"]),
+               _arch_model("ascend-950", ARCHS["ascend-950"].socs[
+                   ARCHS["ascend-950"].default_soc], ARCHS["ascend-950"]))
 
 
 @hookimpl

@@ -17,9 +17,10 @@ constexpr uint64_t GM_GRAIN = 32;        // GM shadow granule (bytes); on-chip i
 const char* PIPE_NAMES[NPIPE] = {"S", "V", "M", "MTE1", "MTE2", "MTE3", "FIX"};
 const char* SPACE_NAMES[NSPACE] = {"GM", "UB", "L1", "L0A", "L0B", "L0C"};
 const char* CORE_NAMES[CORES] = {"AIC", "AIV0", "AIV1"};
-// UB: all 192 KiB (the 256 bytes ASC_UB_SIZE keeps back are the Matmul library's, see
-// facts/arch.py); L1: 512 KiB less the 256 bytes ASC_L1_SIZE keeps back
-const uint64_t CAPACITY[NSPACE] = {0, 196608, 524032, 65536, 65536, 131072};
+// A2's memories (UB: all 192 KiB, the 256 bytes ASC_UB_SIZE keeps back are the Matmul
+// library's, see facts/arch.py; L1: 512 KiB less the 256 bytes ASC_L1_SIZE keeps back) until
+// a launch sets its target's (set_capacities: Ascend 950 has 248 KiB UB, 256 KiB L0C)
+uint64_t CAPACITY[NSPACE] = {0, 196608, 524032, 65536, 65536, 131072};
 
 enum Kind { DATA, SET, WAIT, BARRIER, CSET, CWAIT };
 
@@ -112,6 +113,10 @@ int block_idx() { return S->block; }
 int block_num() { return S->blocks; }
 int sub_block_idx() { return S->core == 0 ? 0 : S->core - 1; }
 const char* space_name(int space) { return SPACE_NAMES[space]; }
+
+void set_capacities(const uint64_t* bytes) {
+    for (int space = 1; space < NSPACE; ++space) CAPACITY[space] = bytes[space - 1];
+}
 
 uint8_t* space_base(int space) {
     auto& m = S->mem[S->core][space];

@@ -1,5 +1,11 @@
 """The Ascend machines this backend targets: SoC versions, core counts and on-chip memories.
 
+Two target kinds, one per architecture (:data:`ARCHS`): ``ascend`` is A2/A3 (``dav-2201``,
+spoken by the adapter-tree dialect ``tilewright_ascend.language``) and ``ascend-950`` is the
+Ascend 950 class (``dav-3510``, spoken by the mainline dialect
+``tilewright_ascend.language.mainline``). The module-level names (:data:`MEMORIES`,
+:data:`SOCS`, ...) are A2's.
+
 One AI core group is 1 AIC (cube) + 2 AIV (vector). Sizes are bytes. The numbers follow the
 vendor's Ascend C headers for ``__NPU_ARCH__ == 2201`` (``include/utils/base/sys_constants.h``
 and ``impl/basic_api/utils/kernel_utils_constants.h``) and the Mmad documentation
@@ -46,6 +52,8 @@ MEMORIES = {m.scope: m for m in (
     Memory("ascend.l0b", "L0B", "B2", 64 * 1024, 512, "AIC"),
     Memory("ascend.l0c", "L0C", "CO1", 128 * 1024, 1024, "AIC"),
 )}
+# the emulator's on-chip spaces in the order of its ``SPACE_NAMES`` after GM (csrc/tw_emu.cpp)
+EMULATOR_SPACES = ("ascend.ub", "ascend.l1", "ascend.l0a", "ascend.l0b", "ascend.l0c")
 SHORT = {**{m.scope: m.short for m in MEMORIES.values()}, "global": "GM"}
 CUBE_SCOPES = frozenset(s for s, m in MEMORIES.items() if m.core == "AIC")
 
@@ -78,11 +86,63 @@ CLOCK_GHZ = 1.8
 HBM_GBPS = 1600.0
 
 
+# Ascend 950 (``__NPU_ARCH__ == 3510``), from the asc-devkit headers:
+# - memories: ``include/utils/base/sys_constants.h`` (``ASC_UB_SIZE`` 248 KiB with the VF stack
+#   and the reserved UB kept back, ``ASC_L1_SIZE`` 512 KiB, ``ASC_L0A_SIZE``/``ASC_L0B_SIZE``
+#   64 KiB, ``ASC_L0C_SIZE`` 256 KiB); ``impl/basic_api/utils/kernel_utils_constants.h`` agrees
+#   (``TOTAL_UB_SIZE`` 248 KiB, ``TOTAL_L1_SIZE`` 512 KiB, ``TOTAL_L0C_SIZE`` 256 KiB);
+# - vector registers: ``VECTOR_REG_WIDTH`` 256 bytes (2048 bits: 64 float32, 128 float16) in
+#   ``kernel_utils_constants.h``;
+# - cores: ``AIV_CORE_NUM`` 72 in ``kernel_utils_constants.h``; the groups are 1 AIC + 2 AIV as
+#   on A2 (the kit's 3510 kernels are ``KERNEL_TYPE_MIX_AIC_1_2`` too), so 36 AIC. The kit gives
+#   one figure for the architecture, so both SoC versions (Ascend 950PR and 950DT, the names of
+#   the API documentation) carry it.
+MEMORIES_950 = {m.scope: m for m in (
+    Memory("ascend.ub", "UB", "VECCALC", 248 * 1024, ALIGN, "AIV"),
+    Memory("ascend.l1", "L1", "A1", 512 * 1024, ALIGN, "AIC"),
+    Memory("ascend.l0a", "L0A", "A2", 64 * 1024, 512, "AIC"),
+    Memory("ascend.l0b", "L0B", "B2", 64 * 1024, 512, "AIC"),
+    Memory("ascend.l0c", "L0C", "CO1", 256 * 1024, 1024, "AIC"),
+)}
+SOCS_950 = {s.name: s for s in (Soc("950PR", 36, 72), Soc("950DT", 36, 72))}
+
+
+@dataclass(frozen=True)
+class Arch:
+    """One Ascend architecture as a target kind: its ``__NPU_ARCH__``, memories, SoC versions,
+    vector register width and the dialect module whose kernels it compiles."""
+
+    kind: str
+    name: str
+    npu_arch: int
+    family: str
+    memories: dict
+    socs: dict
+    default_soc: str
+    vector_bits: int
+    dialect: str
+
+
+ARCHS = {a.kind: a for a in (
+    Arch("ascend", ARCH, NPU_ARCH, "Ascend A2/A3", MEMORIES, SOCS, DEFAULT_SOC, 2048,
+         "tilewright_ascend.language"),
+    Arch("ascend-950", "dav-3510", 3510, "Ascend 950", MEMORIES_950, SOCS_950, "950PR", 2048,
+         "tilewright_ascend.language.mainline"),
+)}
+
+
+def arch_of(target) -> Arch:
+    """The architecture of a target (``ascend`` when there is none)."""
+    return ARCHS[target.kind if target is not None and target.kind in ARCHS else "ascend"]
+
+
 def soc_of(target) -> Soc:
-    """The SoC a target names with ``-soc=...`` (default 910B2); unknown names list the rest."""
-    name = target.option("soc", DEFAULT_SOC) if target is not None else DEFAULT_SOC
+    """The SoC a target names with ``-soc=...`` (default: the architecture's first);
+    unknown names list the ones the target's architecture has."""
+    arch = arch_of(target)
+    name = target.option("soc", arch.default_soc) if target is not None else arch.default_soc
     name = name.removeprefix("Ascend")
-    if name not in SOCS:
-        raise TargetError(f"target option -soc={name} is not an Ascend A2/A3 SoC this backend "
-                          f"knows; choose one of {', '.join(SOCS)}")
-    return SOCS[name]
+    if name not in arch.socs:
+        raise TargetError(f"target option -soc={name} is not an {arch.family} SoC this backend "
+                          f"knows (target {arch.kind}); choose one of {', '.join(arch.socs)}")
+    return arch.socs[name]

@@ -10,3 +10,5 @@ VERSION_KEY = "ascend.versions"  # loop annotation: {buffer: stages} of multi-bu
 WORKSPACES_KEY = "ascend.workspaces"  # function attr: GM workspaces of the cube/vector split
 PLAN_KEY = "ascend.memory_plan"  # function attr: [buffer, scope, offset, bytes] per tile
 STAGING_KEY = "ascend.gemm_staging"  # function attr: [L0A tile, L0B tile] per T.gemm_v0
+TREE_KEY = "ascend.tree"  # kernel annotation: the Ascend dialect tree it is written in
+BUFFER_VERSIONS_KEY = "ascend.buffer_versions"  # kernel annotation: {buffer: [count, mode]}

@@ -1,10 +1,12 @@
 """Front-end check of generated Ascend C against the vendor's Ascend C API (asc-devkit).
 
 Each source is compiled by the host C++ compiler (``g++ -fsyntax-only``) against the
-asc-devkit headers for ``__NPU_ARCH__ == 2201``, twice: as the cube core (``__DAV_CUBE__``)
+asc-devkit headers for the target's ``__NPU_ARCH__`` (2201 for ``ascend``, 3510 for
+``ascend-950``), twice: as the cube core (``__DAV_CUBE__``)
 and as a vector core (``__DAV_VEC__``). What bisheng builds in and the headers take for
 granted (address-space qualifiers, ``half``/``bfloat16_t``, the compiler's enums, the device
-builtins) comes from ``devkit/device_stubs.h``; the kit's high-level API headers
+builtins) comes from ``devkit/device_stubs.h`` (and, for 3510, ``devkit/device_stubs_3510.h``:
+the SIMT and register-API builtins, the 8- and 4-bit types); the kit's high-level API headers
 (``include/adv_api``, whose implementation the kit does not ship) are empty stand-ins. The
 headers then parse without a diagnostic, so every diagnostic of a check comes from the
 generated source: a wrong function, overload, template argument, or a ``static_assert`` of the
@@ -12,7 +14,7 @@ vendor's implementation (for example a dtype an A2 instruction does not take).
 
 The kit is found at the path in ``TILEWRIGHT_ASC_DEVKIT`` or at a default the caller gives;
 the headers are precompiled once per core for a check. Run it as
-``python -m tilewright_ascend.kit.headers [--devkit PATH]``.
+``python -m tilewright_ascend.kit.headers [--devkit PATH] [--target ascend|ascend-950]``.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..facts.arch import NPU_ARCH
+from ..facts.arch import ARCHS, NPU_ARCH
 from .sources import REPO, generated, source_set
 
 DEVKIT_ENV = "TILEWRIGHT_ASC_DEVKIT"
@@ -36,8 +38,10 @@ CORES = {"AIC": "__DAV_CUBE__", "AIV": "__DAV_VEC__"}
 # kit paths the headers include each other by
 INCLUDES = (".", "include", "include/basic_api", "include/utils", "impl", "impl/basic_api",
             "impl/utils")
-FLAGS = ("-std=c++17", "-fsyntax-only", "-Wno-attributes", f"-D__NPU_ARCH__={NPU_ARCH}",
-         "-DTW_DEVICE_ONLY")
+FLAGS = ("-std=c++17", "-fsyntax-only", "-Wno-attributes", "-DTW_DEVICE_ONLY")
+# per architecture: 3510's SIMT headers instantiate their own LgammaImpl<int> at the end of
+# every translation unit (kernel_simt_bessel_impl.h), converting +inf to int: a vendor warning
+ARCH_FLAGS = {3510: ("-Wno-overflow",)}
 
 
 def find_devkit(default: Path | None = None) -> Path | None:
@@ -75,8 +79,8 @@ class Finding:
 class HeaderCheck:
     """Compiles sources against the kit; :meth:`prepare` builds the precompiled headers."""
 
-    def __init__(self, devkit: Path, workdir: Path):
-        self.devkit, self.workdir = Path(devkit), Path(workdir)
+    def __init__(self, devkit: Path, workdir: Path, npu_arch: int = NPU_ARCH):
+        self.devkit, self.workdir, self.npu_arch = Path(devkit), Path(workdir), npu_arch
         self.shim = self.workdir / "adv_api_stand_ins"
         self.prelude: dict[str, Path] = {}
 
@@ -84,7 +88,8 @@ class HeaderCheck:
         return [f"-I{self.shim}", *(f"-I{self.devkit / p}" for p in INCLUDES)]
 
     def core_flags(self, core: str) -> list[str]:
-        return [*FLAGS, f"-D{CORES[core]}", *self.include_flags()]
+        return [*FLAGS, *ARCH_FLAGS.get(self.npu_arch, ()), f"-D__NPU_ARCH__={self.npu_arch}",
+                f"-D{CORES[core]}", *self.include_flags()]
 
     def prepare(self) -> None:
         """The empty stand-ins of ``include/adv_api`` and one precompiled prelude per core."""
@@ -102,8 +107,9 @@ class HeaderCheck:
             proc = subprocess.run([compiler(), *flags, "-x", "c++-header", str(prelude), "-o",
                                    f"{prelude}.gch"], capture_output=True, text=True)
             if proc.returncode or proc.stderr.strip():
-                raise RuntimeError(f"the asc-devkit headers do not parse as the {core} with the "
-                                   f"stubs of {STUBS}:\n{proc.stderr[-4000:]}")
+                raise RuntimeError(f"the asc-devkit headers do not parse as the {core} of "
+                                   f"__NPU_ARCH__ {self.npu_arch} with the stubs of {STUBS}:"
+                                   f"\n{proc.stderr[-4000:]}")
             self.prelude[core] = prelude
 
     def compile(self, name: str, text: str, core: str) -> Finding | None:
@@ -127,10 +133,11 @@ class HeaderCheck:
         return [r for r in results if r is not None]
 
 
-def check_sources(sources: dict[str, str], devkit: Path, jobs: int = 2) -> list[Finding]:
+def check_sources(sources: dict[str, str], devkit: Path, jobs: int = 2,
+                  npu_arch: int = NPU_ARCH) -> list[Finding]:
     """Check ``sources`` (name -> generated Ascend C) in a temporary folder."""
     with tempfile.TemporaryDirectory(prefix="tw-devkit-check-") as workdir:
-        return HeaderCheck(devkit, Path(workdir)).check(sources, jobs)
+        return HeaderCheck(devkit, Path(workdir), npu_arch).check(sources, jobs)
 
 
 def main(argv=None) -> int:
@@ -139,19 +146,23 @@ def main(argv=None) -> int:
                         help=f"asc-devkit root (default ${DEVKIT_ENV}, else "
                              "../shared/vendor/asc-devkit next to the repository)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
+    parser.add_argument("--target", choices=tuple(ARCHS), default="ascend",
+                        help="the target whose sources are checked against its architecture's "
+                             "headers (default ascend: A2, 2201; ascend-950: 3510)")
     args = parser.parse_args(argv)
     devkit = find_devkit(args.devkit or REPO.parent / "shared" / "vendor" / "asc-devkit")
     reason = unavailable(devkit)
     if reason:
         print(f"skipped: {reason}")
         return 0
-    sources, refused = generated(source_set())
-    findings = check_sources(sources, devkit, args.jobs)
+    sources, refused = generated(source_set(target=args.target))
+    findings = check_sources(sources, devkit, args.jobs, ARCHS[args.target].npu_arch)
     for f in findings:
         print(f"== {f.name} as {f.core}\n{f.text}\n")
     for line in refused:
         print(f"refused, not checked: {line}")
-    print(f"{len(sources)} sources x {len(CORES)} cores: {len(findings)} with diagnostics"
+    print(f"{args.target}: {len(sources)} sources x {len(CORES)} cores: {len(findings)} with "
+          "diagnostics"
           f" ({len(refused)} kernels refused by the backend)")
     return 1 if findings else 0
 

@@ -1,7 +1,9 @@
-"""The set of kernels whose generated Ascend C the checks compile: every conformance case the
-backend supports and builds (``tilewright_sdk.conformance``), every kernel of
-``backend-ascend/examples/ascend_kernels.py`` (the seed's Ascend examples and the dialect
-kernels) and every example of ``examples/`` retargeted to Ascend at small sizes.
+"""The set of kernels whose generated Ascend C the checks compile, per target: every
+conformance case the backend supports and builds (``tilewright_sdk.conformance``), the dialect
+kernels of the target's tree (``backend-ascend/examples/ascend_kernels.py``, the seed's A2/A3
+examples, for ``ascend``; ``backend-ascend/examples/mainline_kernels.py``, the Ascend 950
+examples of the mainline dialect, for ``ascend-950``) and every example of ``examples/``
+retargeted to the target at small sizes.
 
 Each :class:`KernelSource` lowers its kernel on demand (:meth:`KernelSource.source`); the
 repository root defaults to the checkout this package lies in.
@@ -34,13 +36,14 @@ class KernelSource:
     name: str
     group: str
     build: Callable
+    target: str = TARGET
 
     def source(self) -> str:
         """The generated Ascend C."""
         built = self.build()
         if hasattr(built, "get_kernel_source"):  # an eager example, compiled by its call
             return built.get_kernel_source()
-        return tilewright.lower(built, target=TARGET).source.text
+        return tilewright.lower(built, target=self.target).source.text
 
 
 def generated(kernels) -> tuple[dict[str, str], list[str]]:
@@ -62,7 +65,7 @@ def _module(path: Path, name: str):
     return module
 
 
-def conformance() -> list[KernelSource]:
+def conformance(target: str = TARGET) -> list[KernelSource]:
     """Every conformance case whose ops, dtypes and features the backend declares, less the
     known build failures (``tilewright_sdk.conformance.known_failures``: no source to check)."""
     out = []
@@ -72,7 +75,7 @@ def conformance() -> list[KernelSource]:
                 known_failure(BACKEND.name, case.id, executes=False):
             continue
         out.append(KernelSource(f"conformance/{case.id}", "conformance",
-                                lambda c=case: c.kernel.make(c.dtype, **c.dims)))
+                                lambda c=case: c.kernel.make(c.dtype, **c.dims), target))
     return out
 
 
@@ -91,12 +94,34 @@ SEED = {
 }
 
 
-def seed(repo: Path = REPO) -> list[KernelSource]:
-    module = _module(repo / "backend-ascend" / "examples" / "ascend_kernels.py",
-                     "tw_kit_ascend_kernels")
+# backend-ascend/examples/mainline_kernels.py (target ascend-950): name -> (factory, arguments,
+# keyword arguments)
+MAINLINE = {
+    "vector_add": ("vector_add", (16 * 1024,), {}),
+    "vector_add_3_versions": ("vector_add", (12 * 1024,), {"versions": (3, "iteration")}),
+    "vector_add_simt": ("vector_add", (8 * 1024,), {"body": "simt"}),
+    "vector_add_simd": ("vector_add", (8 * 1024,), {"body": "simd"}),
+    "gemm_l1": ("gemm", (128, 128, 256, 64, 64, 64), {}),
+    "gemm_l0": ("gemm", (128, 128, 256, 64, 64, 64), {"l0": True}),
+}
+
+
+def _factories(repo: Path, stem: str, table: dict, target: str) -> list[KernelSource]:
+    module = _module(repo / "backend-ascend" / "examples" / f"{stem}.py", f"tw_kit_{stem}")
     return [KernelSource(f"seed/{name}", "seed",
-                         lambda m=module, n=name, a=args, k=kwargs: getattr(m, n)(*a, **k))
-            for name, (args, kwargs) in SEED.items()]
+                         lambda m=module, n=fn, a=args, k=kwargs: getattr(m, n)(*a, **k), target)
+            for name, (fn, args, kwargs) in table.items()]
+
+
+def seed(repo: Path = REPO) -> list[KernelSource]:
+    """The adapter tree's seed kernels (target ``ascend``)."""
+    return _factories(repo, "ascend_kernels",
+                      {name: (name, *spec) for name, spec in SEED.items()}, TARGET)
+
+
+def mainline(repo: Path = REPO) -> list[KernelSource]:
+    """The mainline dialect's seed kernels (target ``ascend-950``)."""
+    return _factories(repo, "mainline_kernels", MAINLINE, "ascend-950")
 
 
 # examples/<file>.py: (jit function, factory arguments, keyword arguments); an eager example
@@ -120,19 +145,20 @@ EXAMPLES = {
 }
 
 
-def examples(repo: Path = REPO) -> list[KernelSource]:
+def examples(repo: Path = REPO, target: str = TARGET) -> list[KernelSource]:
     out = []
     for stem, entries in EXAMPLES.items():
         module = _module(repo / "examples" / f"{stem}.py", f"tw_kit_example_{stem}")
         for fn, args, kwargs in entries:
             jitted = getattr(module, fn)
-            retargeted = tilewright.jit(out_idx=jitted.out_idx, target=TARGET)(jitted.fn)
+            retargeted = tilewright.jit(out_idx=jitted.out_idx, target=target)(jitted.fn)
             build = (lambda j=retargeted, a=args, k=kwargs: j.fn(*a, **k)) if jitted.factory \
                 else (lambda j=retargeted, k=kwargs: j.compile(**k))
-            out.append(KernelSource(f"examples/{stem}.{fn}", "examples", build))
+            out.append(KernelSource(f"examples/{stem}.{fn}", "examples", build, target))
     return out
 
 
-def source_set(repo: Path = REPO) -> list[KernelSource]:
-    """Every kernel the checks compile, conformance first."""
-    return [*conformance(), *seed(repo), *examples(repo)]
+def source_set(repo: Path = REPO, target: str = TARGET) -> list[KernelSource]:
+    """Every kernel the checks compile for ``target``, conformance first."""
+    dialect = mainline(repo) if target == "ascend-950" else seed(repo)
+    return [*conformance(target), *dialect, *examples(repo, target)]

@@ -10,7 +10,6 @@ Names of the other Ascend tree (TileLang mainline's ``tilelang.ascend.language``
 from tilewright.language import *  # noqa: F403
 from tilewright.language import __all__ as _PORTABLE
 
-from .dialect import OTHER_TREE as _OTHER_TREE
 from .dialect import (
     Kernel,
     Scope,
@@ -32,6 +31,8 @@ from .dialect import (
     wait_cross_flag,
     wait_flag,
 )
+from .trees import ADAPTER as _ADAPTER
+from .trees import foreign_name as _foreign_name
 
 __all__ = [  # noqa: PLE0604 - the portable names plus the dialect's
     *_PORTABLE, "Kernel", "Scope", "alloc_L0A", "alloc_L0B", "alloc_L0C", "alloc_L1", "alloc_ub",
@@ -41,10 +42,4 @@ __all__ = [  # noqa: PLE0604 - the portable names plus the dialect's
 
 
 def __getattr__(name):
-    ours = _OTHER_TREE.get(name)
-    if ours is not None:
-        raise AttributeError(
-            f"T.{name} belongs to TileLang mainline's Ascend 950 dialect "
-            f"(tilelang.ascend.language); this backend speaks the tilelang-ascend A2/A3 dialect "
-            f"(tilewright_ascend.language): use {ours}")
-    raise AttributeError(f"module 'tilewright_ascend.language' has no attribute {name!r}")
+    raise _foreign_name(_ADAPTER, __name__, name)

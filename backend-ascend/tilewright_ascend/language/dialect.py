@@ -31,16 +31,7 @@ from ..facts.events import (
 from ..facts.instructions import CAST_MODES, VECTOR_DTYPES, cast_mode, computes
 from ..facts.keys import ADDRESS_KEY, NPU_KEY, SCOPE_KEY, VID_TAG
 from ._emit import emit, error, span
-
-# names of the other Ascend tree -> what to write here
-OTHER_TREE = {
-    "alloc_l1": "T.alloc_L1", "alloc_l0a": "T.alloc_L0A", "alloc_l0b": "T.alloc_L0B",
-    "alloc_l0c": "T.alloc_L0C", "ascend_set_flag": "T.set_flag",
-    "ascend_wait_flag": "T.wait_flag", "ascend_pipe_barrier": "T.pipe_barrier / T.barrier_all",
-    "dual_copy": "T.copy with the vid offset", "SimtVF": "T.Parallel inside T.Scope('V')",
-    "SimdVF": "T.tile.* vector ops", "MixedKernel": "T.Kernel(n, is_npu=True) as (cid, vid)",
-    "annotate_buffer_versions": "T.Pipelined(num_stages=...) (buffer versions are inferred)",
-}
+from .trees import ADAPTER, claim
 
 
 class Kernel(_PortableKernel):
@@ -61,6 +52,12 @@ class Kernel(_PortableKernel):
                         "thread block")
         super().__init__(grid[0], threads=1, **options)
         self.vars = (tirx.Var("cid", "int32"), tirx.Var("vid", "int32"))
+
+    def __enter__(self):
+        out = super().__enter__()
+        self._span = span()  # the user's line, not this module's
+        claim(ADAPTER, "Kernel")
+        return out
 
     def __exit__(self, exc_type, exc, tb):
         builder = B.current("T.Kernel")
@@ -95,6 +92,7 @@ class Scope:
             raise error("T.Scope must be used inside 'with T.Kernel(...)'")
         if builder.enclosing("ascend_scope") is not None:
             raise error("T.Scope blocks cannot be nested")
+        claim(ADAPTER, "Scope")
         self._span = span()
         self._frame = builder.open("ascend_scope")
 
@@ -114,6 +112,7 @@ def _alloc(shape, dtype, scope: str, what: str) -> TileBuffer:
         raise error(f"{what} must be used inside 'with T.Kernel(...)'")
     if builder.enclosing("parallel") is not None:
         raise error(f"{what} inside a T.Parallel loop: allocate before the loop")
+    claim(ADAPTER, what.removeprefix("T."))
     n = sum(1 for f in builder.frames for s in f.stmts if isinstance(s, tirx.AllocBuffer))
     buf = declare(f"{scope.split('.')[-1]}_{n}", shape, dtype, scope)
     builder.emit(tirx.AllocBuffer(buf, span=span()))
@@ -148,6 +147,7 @@ def alloc_ub(shape, dtype):
 def annotate_address(mapping: dict):
     """Place buffers at fixed byte offsets in their memory: ``{buf: offset}``."""
     builder = B.current("T.annotate_address")
+    claim(ADAPTER, "annotate_address")
     table = dict(builder.kernel_annotations.get(ADDRESS_KEY, {}))
     for buf, offset in mapping.items():
         if not isinstance(buf, TileBuffer) or buf.scope == "global":
@@ -189,36 +189,56 @@ def _event(src, dst, event_id, what: str):
     return s, d, to_expr(event_id)
 
 
+def emit_flag(kind: str, src, dst, event_id, what: str) -> None:
+    """Emit a ``set`` or ``wait`` of the hardware event SRC_DST with ``event_id`` (checked at
+    the user's line; ``what`` names the call in messages)."""
+    s, d, eid = _event(src, dst, event_id, what)
+    op = ops.SET_FLAG if kind == "set" else ops.WAIT_FLAG
+    emit(op.name, {"event_id": eid}, {"src": s, "dst": d})
+
+
 def set_flag(src, dst, event_id=0):
     """``T.set_flag("mte2", "v", id)``: after the SRC pipe's earlier work, raise the flag."""
-    s, d, eid = _event(src, dst, event_id, "T.set_flag")
-    emit(ops.SET_FLAG.name, {"event_id": eid}, {"src": s, "dst": d})
+    claim(ADAPTER, "set_flag")
+    emit_flag("set", src, dst, event_id, "T.set_flag")
 
 
 def wait_flag(src, dst, event_id=0):
     """``T.wait_flag("mte2", "v", id)``: the DST pipe waits for the flag, then clears it."""
-    s, d, eid = _event(src, dst, event_id, "T.wait_flag")
-    emit(ops.WAIT_FLAG.name, {"event_id": eid}, {"src": s, "dst": d})
+    claim(ADAPTER, "wait_flag")
+    emit_flag("wait", src, dst, event_id, "T.wait_flag")
+
+
+def emit_pipe_barrier(pipe, what: str) -> None:
+    """Emit a barrier of one pipe (not ``all``), checked at the user's line."""
+    p = _pipe(pipe, what)
+    if p == "s":
+        raise error(f"{what}('s') is a hardware error on Ascend; the scalar pipe is in order "
+                    "already")
+    emit(ops.PIPE_BARRIER.name, {}, {"pipe": p})
+
+
+def emit_barrier_all() -> None:
+    """Emit a barrier of every pipe of the core."""
+    emit(ops.BARRIER_ALL.name, {})
 
 
 def pipe_barrier(pipe):
     """``T.pipe_barrier("v")``: order the instructions of one pipe."""
-    p = str(pipe).lower().removeprefix("pipe_")
-    if p == "all":
+    claim(ADAPTER, "pipe_barrier")
+    if str(pipe).lower().removeprefix("pipe_") == "all":
         return barrier_all()
-    p = _pipe(pipe, "T.pipe_barrier")
-    if p == "s":
-        raise error("T.pipe_barrier('s') is a hardware error on Ascend; the scalar pipe is "
-                    "in order already")
-    emit(ops.PIPE_BARRIER.name, {}, {"pipe": p})
+    emit_pipe_barrier(pipe, "T.pipe_barrier")
 
 
 def barrier_all():
     """Wait until every instruction issued so far on this core has finished."""
-    emit(ops.BARRIER_ALL.name, {})
+    claim(ADAPTER, "barrier_all")
+    emit_barrier_all()
 
 
 def _cross_id(flag_id, what):
+    claim(ADAPTER, what.removeprefix("T."))
     value = as_int(flag_id)
     if isinstance(value, int) and not 0 <= value <= 10:
         raise error(f"{what}: cross-core flag id {value} is out of range 0-10")
@@ -238,6 +258,7 @@ def wait_cross_flag(flag_id):
 
 # -- cube ------------------------------------------------------------------------------------
 def _matrix(value, what: str, scopes: tuple, hint: str):
+    claim(ADAPTER, what.removeprefix("T.").split()[0])
     region = resolve(region_of(value, what), None, what)
     scope = str(region.buffer.scope())
     if scope not in scopes:
@@ -288,6 +309,7 @@ def mma(A, B, C, init=False):
 
 # -- vector ----------------------------------------------------------------------------------
 def _ub(value, what: str):
+    claim(ADAPTER, what.removeprefix("T."))
     region = resolve(region_of(value, what), None, what)
     if str(region.buffer.scope()) != "ascend.ub":
         raise error(f"{what}: {region.buffer.name!r} is in {region.buffer.scope()}; vector "

@@ -63,7 +63,7 @@ def _fixed_offsets(func) -> dict:
     return {}
 
 
-def plan(func, staging, reuse: bool = True) -> dict:
+def plan(func, staging, reuse: bool = True, memories=MEMORIES) -> dict:
     """buffer -> (scope, offset, bytes) for every on-chip buffer of ``func`` and the staging
     tiles ``staging`` of its GEMMs.
 
@@ -72,6 +72,7 @@ def plan(func, staging, reuse: bool = True) -> dict:
     share bytes. In a kernel with hand-written intra-core flags every buffer stays live
     throughout (its flags name buffers, not bytes); so does every buffer when ``reuse`` is
     False. The staging tiles share a pool above the user's buffers, each live at its own GEMM.
+    ``memories`` are the target architecture's (capacities differ between A2 and 950).
     """
     named = _fixed_offsets(func)
     user = [(a.buffer, str(a.buffer.scope()), buffer_bytes(a.buffer), a.span)
@@ -88,7 +89,7 @@ def plan(func, staging, reuse: bool = True) -> dict:
                               f"offset {fixed[buf]}, which is not {align}-byte aligned",
                               span_location(span))
     result = {}
-    for scope, memory in MEMORIES.items():
+    for scope, memory in memories.items():
         mine = [it for it in user if it[1] == scope]
         offsets = first_fit([(b, size, ranges.get(b), fixed.get(b)) for b, _, size, _ in mine],
                             memory.align)
@@ -118,11 +119,11 @@ def read_plan(func) -> dict:
             for entry in (func.attrs.get(PLAN_KEY) or [])}
 
 
-def plan_memory(reuse: bool = True):
+def plan_memory(reuse: bool = True, memories=MEMORIES):
     def run(func):
         check_scopes(func)
         staging = staging_buffers(func)
-        table = plan(func, staging, reuse)
+        table = plan(func, staging, reuse, memories)
         return func.with_attr(PLAN_KEY, [[b, s, o, n] for b, (s, o, n) in table.items()]) \
             .with_attr(STAGING_KEY, [[a, b] for a, b, _ in staging])
 

@@ -32,6 +32,7 @@ from tilewright.transform.walk import prim_func_pass
 from tvm import sym, tirx
 
 from ..analysis.buffers import allocations, loads_and_stores
+from ..facts.arch import MEMORIES
 from ..facts.keys import NPU_KEY, PORTABLE_KEY, SCOPE_KEY, VID_TAG, WORKSPACES_KEY
 from .memory import PORTABLE_SCOPES
 from .split import Split
@@ -47,7 +48,8 @@ def _block_loops(func):
 
 
 def _scopes(func) -> dict:
-    """buffer -> Ascend memory for every tile in a portable scope."""
+    """buffer -> Ascend memory for every tile in a portable scope, and for every tile already
+    in an Ascend memory."""
     scopes = {}
     for call in tile_ops_in(func):
         if call.name == "gemm":
@@ -56,8 +58,11 @@ def _scopes(func) -> dict:
                 if str(buf.scope()) in PORTABLE_SCOPES:
                     scopes[buf] = scope
     for alloc in allocations(func):
-        if str(alloc.buffer.scope()) in PORTABLE_SCOPES:
+        scope = str(alloc.buffer.scope())
+        if scope in PORTABLE_SCOPES:
             scopes.setdefault(alloc.buffer, "ascend.ub")
+        elif scope in MEMORIES:  # a tile the mainline dialect placed itself (T.alloc_l1 ...)
+            scopes.setdefault(alloc.buffer, scope)
     return scopes
 
 
@@ -72,15 +77,35 @@ def _gemms(stmt, init):
         c = call.operands["C"]
         cond = init.pop(c.buffer, None) if call.attrs["clear_accum"] is False else \
             tirx.IntImm("bool", 1)
+        cond = cond if cond is not None else tirx.IntImm("bool", 0)
+        if str(call.operands["A"].buffer.scope()) == "ascend.l0a":
+            return _mma(call, cond, node.span)
         k = int(call.operands["A"].extents[0 if call.attrs["transpose_A"] else -1])
         return make_call("ascend.gemm_v0",
                          {"A": call.operands["A"], "B": call.operands["B"], "C": c,
-                          "init": cond if cond is not None else tirx.IntImm("bool", 0)},
+                          "init": cond},
                          {"transpose_A": call.attrs["transpose_A"],
                           "transpose_B": call.attrs["transpose_B"], "kL0Size": min(128, k)},
                          span=node.span)
 
     return tvm_ffi.structural_map(stmt, (tirx.Evaluate, rewrite))
+
+
+def _mma(call, init, span):
+    """``T.gemm`` of operands the mainline dialect put in L0A and L0B (T.alloc_l0a/l0b) as one
+    MMAD; the L1 -> L0 copies before it lay the operands out as the cube reads them."""
+    a, b = call.operands["A"], call.operands["B"]
+    if str(b.buffer.scope()) != "ascend.l0b":
+        raise KernelError(f"T.gemm with A {a.buffer.name!r} in L0A needs B in L0B "
+                          f"(T.alloc_l0b), but {b.buffer.name!r} is in {b.buffer.scope()}",
+                          span_location(span))
+    if call.attrs["transpose_A"] or call.attrs["transpose_B"]:
+        raise KernelError("T.gemm of L0A/L0B operands with transpose_A/transpose_B is not "
+                          "supported by backend 'ascend' yet (the L1 -> L0 copies lay out "
+                          "untransposed operands); give the GEMM its L1 tiles, whose transposes "
+                          "it handles", span_location(span))
+    return make_call("ascend.mma", {"A": a, "B": b, "C": call.operands["C"], "init": init},
+                     span=span)
 
 
 def _accumulator_fill(stmt, scopes: dict):

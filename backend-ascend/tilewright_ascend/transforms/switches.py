@@ -14,18 +14,27 @@ default to True and setting them True changes nothing. False asks for the manual
   cross-core flags are the kernel's own (``T.Scope``, ``T.set_cross_flag``); a portable kernel
   that needs both cores, which the backend would split into two programs joined by flags it
   inserts, is refused.
+
+These keys, and ``ascend.exception_dump``, belong to the adapter tree only. A kernel written in
+the mainline dialect (``tilewright_ascend.language.mainline``) with any of them is refused with
+the seed's explanation, and a kernel of either dialect tree compiled for the target of the
+other is refused naming both (:func:`check_tree`).
 """
 
 from __future__ import annotations
 
-from tilewright.errors import ConfigError
+import tvm_ffi
+from tilewright.errors import ConfigError, KernelError, span_location
 from tilewright.ir import tile_ops_in
 from tilewright.plugin import PassConfigKey
 from tilewright.transform.walk import prim_func_pass
+from tvm import tirx
 
 from ..analysis.accesses import has_manual_sync
 from ..facts import ops
-from ..facts.keys import PORTABLE_KEY
+from ..facts.arch import arch_of
+from ..facts.keys import PORTABLE_KEY, TREE_KEY
+from ..language.trees import MAINLINE, TREES
 
 AUTO_SYNC = "ascend.auto_sync"
 MEMORY_PLANNING = "ascend.memory_planning"
@@ -55,6 +64,9 @@ KEYS = (
 )
 
 _TILELANG = {k.name: k.tilelang for k in KEYS}
+# the pass configs of the adapter tree that TileLang mainline's Ascend dialect does not have
+# (A tree: tilelang/transform/pass_config.py; the plugin declares ascend.exception_dump)
+ADAPTER_ONLY = {**_TILELANG, "ascend.exception_dump": "TL_ASCEND_EXCEPTION_DUMP"}
 
 
 def _off(ctx, key: str) -> bool:
@@ -69,10 +81,50 @@ def _named(key: str) -> str:
     return f"pass config {key!r} (TileLang {_TILELANG[key]})"
 
 
+def _tree_of(func):
+    """The dialect tree a kernel is written in and its kernel loop, or (None, None)."""
+    found = []
+    tvm_ffi.structural_walk(func.body, (tirx.For, lambda f: found.append(f)
+                                        if TREE_KEY in f.annotations else None))
+    return (TREES[str(found[0].annotations[TREE_KEY])], found[0]) if found else (None, None)
+
+
+def check_tree(ctx):
+    """A dialect kernel is compiled for the target its tree speaks; a mainline kernel takes
+    none of the adapter tree's pass configs."""
+    arch = arch_of(ctx.target)
+    given = [key for key in ADAPTER_ONLY if key in ctx.pass_configs]
+
+    def run(func):
+        tree, loop = _tree_of(func)
+        if tree is None:
+            return func
+        if tree.target != arch.kind:
+            other = next(t for t in TREES.values() if t.target == arch.kind)
+            raise KernelError(
+                f"kernel {_kernel(func)!r} is written in {tree.describe()}, but target "
+                f"{arch.kind!r} ({arch.family}, {arch.name}) compiles kernels of "
+                f"{other.describe()} and portable ones: compile it for target "
+                f"{tree.target!r}", span_location(loop.span))
+        if tree is MAINLINE and given:
+            names = ", ".join(f"{k!r} ({ADAPTER_ONLY[k]})" for k in given)
+            raise ConfigError(
+                f"pass config{'s' if len(given) > 1 else ''} {names} exist"
+                f"{'' if len(given) > 1 else 's'} only in the tilelang-ascend adapter tree (its "
+                "tilelang/transform/pass_config.py); kernel "
+                f"{_kernel(func)!r} is written in {MAINLINE.describe()}, which has no "
+                "TL_ASCEND_* keys: it always synchronises, plans memory and combines cube and "
+                "vector work itself. Copied into a mainline kernel such keys do nothing at best "
+                "and are unknown keys at worst; remove them from pass_configs.")
+        return func
+
+    return prim_func_pass("AscendCheckTree", run)
+
+
 def before_portable(ctx) -> list:
     """Checks on the kernel as written, run before the portable phase converts it."""
     if not _off(ctx, AUTO_SYNC):
-        return []
+        return [check_tree(ctx)]
 
     def run(func):
         if not has_manual_sync(func):
@@ -83,7 +135,7 @@ def before_portable(ctx) -> list:
                 "itself. Remove the key (or set it True), or synchronise the kernel by hand.")
         return func
 
-    return [prim_func_pass("AscendCheckManualSync", run)]
+    return [check_tree(ctx), prim_func_pass("AscendCheckManualSync", run)]
 
 
 def after_portable(ctx) -> list:

@@ -187,6 +187,7 @@ class _Lowering:
 
     def __init__(self):
         self.count = 0
+        self.loops: list = []  # the loops around the statement being rewritten
         self.computed = []  # see eval
 
     # -- temporaries ---------------------------------------------------------------------
@@ -210,7 +211,9 @@ class _Lowering:
         if isinstance(stmt, tirx.For):
             if str(stmt.annotations.get("tw.loop", "")) == "parallel":
                 return _seq(self.parallel(stmt))
+            self.loops.append(stmt)
             body = self.visit(stmt.body)
+            self.loops.pop()
             return stmt if body.same_as(stmt.body) else tirx.For(
                 stmt.loop_var, stmt.min, stmt.extent, stmt.kind, body,
                 thread_binding=stmt.thread_binding, annotations=stmt.annotations,
@@ -254,7 +257,7 @@ class _Lowering:
             return [make_call(VUN.name, {"dst": dst, "src": src}, {"op": op}, span=stmt.span)]
         # T.copy reads 0 past the end of a tensor: zero a tile the copy may not fill
         zero = [make_call(VDUP.name, {"dst": dst, "value": tirx.const(0, dd)}, span=stmt.span)] \
-            if ss == "global" and ds == UB and not _inside(src) else []
+            if ss == "global" and ds == UB and not _inside(src, self.loops) else []
         if sd == dd or (ss, ds) not in (("global", UB), (UB, "global")):
             return [*zero, stmt]
         out = []
@@ -658,9 +661,11 @@ class _Lowering:
                              {"op": op, "axis": axis}))
 
 
-def _inside(region) -> bool:
-    """Whether ``region`` provably lies inside its tensor."""
+def _inside(region, loops=()) -> bool:
+    """Whether ``region`` provably lies inside its tensor, within the ranges of ``loops``."""
     analyzer = sym.Analyzer()
+    for loop in loops:
+        analyzer.bind(loop.loop_var, tvm.ir.Range.from_min_extent(loop.min, loop.extent))
     return all(analyzer.can_prove(tirx.const(0, "int32") + start + int(ext) <= dim)
                for start, ext, dim in zip(region.starts, region.extents, region.buffer.shape))
 

@@ -45,8 +45,10 @@ enum pipe_t { PIPE_S = 0, PIPE_V, PIPE_M, PIPE_MTE1, PIPE_MTE2, PIPE_MTE3, PIPE_
 enum event_t { EVENT_ID0 = 0, EVENT_ID1, EVENT_ID2, EVENT_ID3, EVENT_ID4, EVENT_ID5, EVENT_ID6,
                EVENT_ID7 };
 // docs/zh/api/SIMD-API/基础API/矩阵计算（ISASI）/矩阵计算的搬出/Fixpipe（L0C到GM数据搬运）.md
+#if !defined(__NPU_ARCH__) || __NPU_ARCH__ != 3510  // 3510's longer list: device_stubs_3510.h
 enum QuantMode_t { NoQuant, F322F16, F322BF16, DEQF16, VDEQF16, QF322B8_PRE, VQF322B8_PRE, REQ8,
                    VREQ8 };
+#endif
 enum ub_addr8_t { VA0, VA1, VA2, VA3, VA4, VA5, VA6, VA7 };
 enum vld_half_t { L128, H128 };
 enum addr_cal_mode_t { inc, dec };
@@ -99,3 +101,7 @@ TW_DUMP(asc_dump_cbuf)
 TW_DUMP(asc_dump_l1buf)
 #undef TW_DUMP
 }  // namespace __asc_aicore
+
+#if defined(__NPU_ARCH__) && __NPU_ARCH__ == 3510
+#include "device_stubs_3510.h"
+#endif
