@@ -142,6 +142,9 @@ SHRINK = {
                                                  "256"],
     "grouped_gemm/example_grouped_gemm_fwd.py": ["--batch_sizes", "64, 128", "--K", "256", "--M",
                                                  "256"],
+    "linear_attention/example_mamba_chunk_state.py": ["--batch", "1", "--heads", "8", "--seq_len",
+                                                      "1024"],
+    "linear_attention/example_retention_fwd.py": ["--B", "1", "--S", "512", "--H", "4"],
 }
 
 

@@ -1,7 +1,10 @@
 """Fixes of conformance rows that Ascend used to fail, checked on the IR and the source
 (the conformance suite runs the kernels on the emulator)."""
 
+import pytest
 import tilewright
+import tilewright.language as T
+from tilewright.errors import KernelError
 from tilewright.ir import Region, make_call
 from tilewright_ascend.analysis.accesses import accesses
 from tilewright_ascend.facts.ops import VREDUCE
@@ -35,3 +38,28 @@ def test_an_8_bit_fill_duplicates_int16_pairs():
     text = _source("int_arith-int8-partial")
     assert "Duplicate(x[r * 32].ReinterpretCast<int16_t>(), " in text
     assert "Duplicate(x[r * 32], " not in text
+
+
+def test_views_of_a_tile_are_accesses_of_the_tile():
+    """T.reshape / T.view alias the tile's UB bytes: an element of the flat view is the tile's
+    element at the same row-major position, T.reinterpret of it a bit cast."""
+    text = _source("views-float32-partial")
+    assert "flat" not in text and "same" not in text
+    assert "x.SetValue(k, TW_CAST(float, TW_BITCAST(float, uint32_t, (TW_BITCAST(uint32_t, " \
+           "float, x.GetValue(" in text
+    assert "Adds(x[(i * 8)], x[(i * 8)], " in text
+
+
+def test_a_tile_op_on_a_reshaped_view_is_refused_at_its_line():
+    @T.prim_func
+    def flat_copy(X: T.Tensor((64,), "float32"), Y: T.Tensor((8, 8), "float32")):
+        with T.Kernel(1, threads=128) as bx:
+            x = T.alloc_shared((8, 8), "float32")
+            T.copy(X[bx * 64], T.reshape(x, (64,)))
+            T.copy(x, Y[0, 0])
+
+    with pytest.raises(KernelError, match=r"T.copy of view 'x_view' \(64,\) float32: backend "
+                                          r"'ascend' takes a view of tile 'x' \(8, 8\) float32 "
+                                          r"in element accesses only") as info:
+        tilewright.lower(flat_copy, target="ascend")
+    assert "T.copy(X[bx * 64], T.reshape(x, (64,)))" in str(info.value)

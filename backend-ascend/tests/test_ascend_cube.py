@@ -72,3 +72,37 @@ def test_hand_written_l0_loads_and_mma():
                      r"LoadData2DParams\{0, 2, 4, 0, 0, true, 0\}\);", src), src
     a, b = torch.randn(48, 64).half(), torch.randn(64, 32).half()
     torch.testing.assert_close(kernel(a, b), a.float() @ b.float(), rtol=1e-3, atol=1e-3)
+
+
+def _filled_gemm(value, clear_first, M=32, N=32, K_=48, bk=16):
+    @PT.prim_func
+    def main(A: PT.Tensor((M, K_), "float16"), B: PT.Tensor((K_, N), "float16"),
+             C: PT.Tensor((M, N), "float32")):
+        with PT.Kernel(1, 1) as (bx, by):
+            A_s = PT.alloc_shared((M, bk), "float16")
+            B_s = PT.alloc_shared((bk, N), "float16")
+            C_f = PT.alloc_fragment((M, N), "float32")
+            PT.fill(C_f, value)
+            for k in PT.serial(K_ // bk):
+                PT.copy(A[0, k * bk], A_s)
+                PT.copy(B[k * bk, 0], B_s)
+                PT.gemm(A_s, B_s, C_f, clear_accum=clear_first and k == 0)
+            PT.copy(C_f, C[0, 0])
+
+    return main
+
+
+def test_a_filled_accumulator_starts_from_its_value_or_is_cleared():
+    """A2's cube has no fill of L0C: an accumulator filled with a nonzero value that the GEMMs
+    accumulate onto is filled in UB by the vector core, which adds the cube's products (the
+    split); a fill the K loop's first GEMM clears (clear_accum=k == 0) is dead and the kernel
+    stays on the cube, its first Mmad initialising L0C."""
+    a, b = torch.randn(32, 48).half(), torch.randn(48, 32).half()
+    product = a.float() @ b.float()
+    onto = tilewright.compile(_filled_gemm(7.0, False), out_idx=[-1], target="ascend")
+    torch.testing.assert_close(onto(a, b), product + 7.0, rtol=1e-3, atol=1e-3)
+    assert "Duplicate(" in onto.get_kernel_source()
+    cleared = tilewright.compile(_filled_gemm(7.0, True), out_idx=[-1], target="ascend")
+    torch.testing.assert_close(cleared(a, b), product, rtol=1e-3, atol=1e-3)
+    source = cleared.get_kernel_source()
+    assert "ASCEND_IS_AIV" not in source and "mp.cmatrixInitVal = ((k == 0)) && kk == 0;" in source

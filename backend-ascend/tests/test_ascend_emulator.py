@@ -9,6 +9,7 @@ import tilewright
 import tilewright_ascend.language as T
 import torch
 from tilewright_ascend.executor import EmulatorError, compile_and_run_source, last_run_stats
+from tilewright_sdk.conformance.catalogue import cases
 
 
 def _run_source(lowered, text, tensors, tmp_path, name="k"):
@@ -129,6 +130,23 @@ def test_sync_errors_are_reported(tmp_path):
     for n, (expected, text) in enumerate(cases.items()):
         with pytest.raises(EmulatorError, match=expected):
             _run_source(low, text, tensors, tmp_path, f"s{n}")
+
+
+def test_a_guarded_read_outside_a_tensor_is_not_issued_an_unguarded_one_is_an_error(tmp_path):
+    """The generated select is C's ?:, which runs only the arm it picks: im2col's reads of the
+    padding around the image are never issued. Issuing both arms (as the emulator once did)
+    reads GM outside every tensor: a reported error, not a crash."""
+    case = next(c for c in cases() if c.id == "im2col-float32-partial")
+    low = tilewright.lower(case.kernel.make(case.dtype, **case.dims), target="ascend")
+    img = torch.randn(2, 9, 7, 5)
+    A, B = torch.empty(40, 45), torch.empty(40, 45)
+    _run_source(low, low.source.text, (img, A, B), tmp_path, "guarded")
+    torch.testing.assert_close(A, case.reference([img], **case.dims)[0].float())
+    both = "\ntemplate <typename C, typename A, typename B> A tw_both(C, A a, B) { return a; }\n"
+    text = _edit(low, "using namespace AscendC;", "using namespace AscendC;" + both)
+    text = text.replace("TW_SELECT(", "tw_both(")
+    with pytest.raises(EmulatorError, match="GetValue touches 4 GM bytes outside every tensor"):
+        _run_source(low, text, (img, A, B), tmp_path, "unguarded")
 
 
 def test_printf_and_dump_tensor_print(capfd):

@@ -178,6 +178,39 @@ def test_ub_capacity_error_names_buffer_bytes_and_limit():
     assert "'huge'" in message and "262144 bytes" in message and "196608" in message, message
 
 
+def test_math_functions_without_an_instruction_are_written_with_those_a2_has():
+    """log2 = Ln / ln 2, tanh through Exp, sin and cos by a reduction to [-pi, pi] (a Cast
+    with CAST_RINT) and Taylor series of the half angle, floor/ceil/round/trunc as float32
+    Casts in their modes: every element within the float32 tolerance model, over a range
+    wider than the catalogue's (|x| up to 40)."""
+    fns = {"log2": (lambda v: T.log2(T.abs(v) + 0.5), lambda v: (v.abs() + 0.5).log2()),
+           "tanh": (T.tanh, torch.tanh), "sin": (T.sin, torch.sin), "cos": (T.cos, torch.cos),
+           "floor": (T.floor, torch.floor), "ceil": (T.ceil, torch.ceil),
+           "round": (T.round, torch.round), "trunc": (T.trunc, torch.trunc)}
+
+    @T.prim_func
+    def math_fns(X: T.Tensor((8, 64), "float32"), Y: T.Tensor((8, 8, 64), "float32")):
+        with T.Kernel(1, threads=32) as _bx:
+            x = T.alloc_fragment((8, 64), "float32")
+            y = T.alloc_fragment((8, 64), "float32")
+            T.copy(X[0, 0], x)
+            for k, (fn, _) in enumerate(fns.values()):
+                for i, j in T.Parallel(8, 64):
+                    y[i, j] = fn(x[i, j])
+                T.copy(y, Y[k, 0, 0])
+
+    kernel = tilewright.compile(math_fns, out_idx=[-1], target="ascend")
+    text = kernel.get_kernel_source()
+    assert "scalar fallback" not in text
+    for mode in ("CAST_FLOOR", "CAST_CEIL", "CAST_RINT", "CAST_TRUNC"):
+        assert f"RoundMode::{mode}" in text
+    x = torch.linspace(-40, 40, 8 * 64).reshape(8, 64)
+    x[0, :8] = torch.tensor([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 1e-4, -1e-4])  # halves to even
+    got = kernel(x)
+    for k, (name, (_, ref)) in enumerate(fns.items()):
+        tilewright.testing.assert_close(got[k], ref(x.double()), dtype="float32", name=name)
+
+
 def test_no_vector_or_scalar_form_is_a_clear_error():
     @T.prim_func
     def gated(A: T.Tensor((8, 8), "float32"), B: T.Tensor((8, 8), "float32")):
@@ -202,9 +235,12 @@ def test_atomic_return_prev_is_refused_with_a_reason():
                 x[i] = T.atomic_add(A[i], 1.0, return_prev=True)
             T.copy(x, B[0])
 
-    with pytest.raises(KernelError, match=r"return_prev=True\) is not supported by backend "
-                                          r"'ascend'"):
+    with pytest.raises(KernelError, match=r"T.atomic_add\(..., return_prev=True\) \(an atomic "
+                                          r"add of one element returning the previous value\) "
+                                          r"is not supported by backend 'ascend' \(it does not "
+                                          r"declare the feature 'atomic_return_prev'\)") as info:
         tilewright.lower(prev, target="ascend")
+    assert "x[i] = T.atomic_add(A[i], 1.0, return_prev=True)" in str(info.value)
 
 
 def test_long_rows_column_reductions_and_reversed_operands():

@@ -1,3 +1,5 @@
 """tilewright backend for Huawei Ascend A2/A3 NPUs (Ascend C route), with a CPU emulator."""
 
-__version__ = "0.1.0"
+from importlib.metadata import version
+
+__version__ = version("tilewright-ascend")  # one source of truth: pyproject.toml

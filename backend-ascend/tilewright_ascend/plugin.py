@@ -33,6 +33,7 @@ from .transforms.vector import (
     REDUCTION_DTYPES,
     lower_vector,
 )
+from .transforms.views import fold_views
 
 DTYPES = ("float32", "float16", "bfloat16", "int32", "int16", "int8", "uint8")
 
@@ -44,9 +45,10 @@ def _device_available() -> Availability:
 
 
 PIPELINE = PassPipeline((
-    Phase("portable", lambda ctx: [*switches.before_portable(ctx), lower_portable(),
-                                   *switches.after_portable(ctx)],
-          "portable kernels: memories by use (GEMM operands L1, accumulators L0C, other tiles "
+    Phase("portable", lambda ctx: [fold_views(), *switches.before_portable(ctx),
+                                   lower_portable(), *switches.after_portable(ctx)],
+          "views of tiles (T.reshape, T.view) as accesses of the tile; portable kernels: "
+          "memories by use (GEMM operands L1, accumulators L0C, other tiles "
           "UB), the grid on the 1-D core grid, T.gemm as gemm_v0"),
     Phase("vector", lambda ctx: [lower_vector()],
           "portable vector work: T.Parallel nests, reductions, scans and converting copies "

@@ -1,3 +1,5 @@
 """tilewright-cuda: the ``cuda`` backend (NVIDIA GPUs)."""
 
-__version__ = "0.1.0"
+from importlib.metadata import version
+
+__version__ = version("tilewright-cuda")  # one source of truth: pyproject.toml

@@ -89,7 +89,7 @@ BACKEND = BackendModule(
         tile_ops=frozenset(RULES),
         dtypes=frozenset(DTYPES),
         memory_scopes=frozenset({"global", "shared.dyn", "local.fragment", "local"}),
-        features=frozenset({"warps", "dynamic_shapes", "partial_tiles"}),
+        features=frozenset({"warps", "dynamic_shapes", "partial_tiles", "atomic_return_prev"}),
     ),
     accelerator=True,
     device="cuda",

@@ -83,6 +83,7 @@ def test_contract_checks_catch_a_broken_backend():
 
 def test_tox_installs_from_this_checkout_with_package_editable():
     import configparser
+    from importlib import metadata
 
     from tilewright_sdk.scaffold import tilewright_checkout
 
@@ -94,6 +95,8 @@ def test_tox_installs_from_this_checkout_with_package_editable():
     assert env["package"] == "editable" and "commands_pre" not in env
     deps = env["deps"].split()
     assert f"{{env:TILEWRIGHT_SRC:{root}}}" in deps and f"{{env:TILEWRIGHT_SRC:{root}}}/sdk" in deps
+    # torch is the build this environment has: pip never chooses another one
+    assert f"{{env:TILEWRIGHT_TORCH:torch=={metadata.version('torch')}}}" in deps
 
 
 def test_contract_tests_fail_loudly_without_the_sdk(tmp_path):

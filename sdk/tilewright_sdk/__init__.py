@@ -7,4 +7,6 @@
 - tolerance-aware comparison lives in the core, :mod:`tilewright.testing`.
 """
 
-__version__ = "0.1.0"
+from importlib.metadata import version
+
+__version__ = version("tilewright-sdk")  # one source of truth: pyproject.toml

@@ -9,7 +9,7 @@ build-backend = "setuptools.build_meta"
 
 [project]
 name = "{{dist}}"
-version = "0.1.0"
+dynamic = ["version"]  # one source of truth: {{package}}.__version__
 description = "tilewright backend '{{name}}'"
 requires-python = ">=3.11,<3.12"
 dependencies = ["tilewright>=0.1,<0.2"]
@@ -20,6 +20,9 @@ test = ["pytest>=8", "tilewright-sdk>=0.1,<0.2"]
 # The core finds the backend through this entry point; nothing in the core names it.
 [project.entry-points."tilewright.plugins"]
 {{name}} = "{{package}}.plugin"
+
+[tool.setuptools.dynamic]
+version = { attr = "{{package}}.__version__" }
 
 [tool.setuptools.packages.find]
 where = ["."]
@@ -65,12 +68,16 @@ whether it is available here and why not |
 2. Generate real source in `codegen.py` and build it in `executor.py`.
 3. Run the conformance suite in `codegen`, then `compile`, then `execute` mode.
 
-See `docs/writing-a-backend.md` in the tilewright repository for the whole contract.
+`docs/writing-a-backend.md` in the tilewright repository walks through these steps to a
+backend that runs kernels (section "From the scaffolder to a running kernel") and describes
+the whole contract.
 '''
 
 FILES["tox.ini"] = '''\
-# Each environment installs this backend (editable) into a fresh virtualenv, with the
-# tilewright distributions {{tilewright_origin}}.
+# Each environment installs this backend (editable) into a fresh virtualenv, with torch (the
+# build the scaffolding environment had; TILEWRIGHT_TORCH sets another requirement) and the
+# tilewright distributions
+# {{tilewright_origin}}.
 [tox]
 envlist = tests, conformance
 
@@ -94,7 +101,7 @@ commands = pytest -p no:cacheprovider --pyargs tilewright_sdk.conformance --tile
 
 FILES["PACKAGE/__init__.py"] = '''"""tilewright backend '{{name}}'."""
 
-__version__ = "0.1.0"
+__version__ = "0.1.0"  # the distribution's version too (pyproject.toml reads it from here)
 '''
 
 FILES["PACKAGE/plugin.py"] = '''"""The entry point of {{dist}}: declares the backend '{{name}}'."""

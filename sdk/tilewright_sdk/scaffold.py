@@ -9,6 +9,7 @@ is not written yet. Each file's role is described in the generated README.
 from __future__ import annotations
 
 import re
+from importlib import metadata
 from pathlib import Path
 
 import tilewright
@@ -40,16 +41,21 @@ def tilewright_checkout() -> Path | None:
 
 
 def _tox_deps() -> dict[str, str]:
-    """How the scaffolded tox.ini installs the core and the SDK: from the checkout this
-    backend was scaffolded from (``TILEWRIGHT_SRC`` overrides it), else from the index."""
+    """How the scaffolded tox.ini installs torch, the core and the SDK. torch: the build this
+    environment has (``TILEWRIGHT_TORCH`` overrides the requirement), so that pip does not
+    choose the newest build from an index (a CUDA build where this one is for the CPU). The
+    core and the SDK: from the checkout this backend was scaffolded from (``TILEWRIGHT_SRC``
+    overrides it), else from the index."""
+    torch = f"    {{env:TILEWRIGHT_TORCH:torch=={metadata.version('torch')}}}"
     root = tilewright_checkout()
     if root is None:
         return {"tilewright_origin": "from the package index",
-                "tilewright_deps": "    tilewright>=0.1,<0.2\n    tilewright-sdk>=0.1,<0.2"}
+                "tilewright_deps": f"{torch}\n    tilewright>=0.1,<0.2\n"
+                                   "    tilewright-sdk>=0.1,<0.2"}
     src = f"{{env:TILEWRIGHT_SRC:{root}}}"
     return {"tilewright_origin": f"from the checkout {root} (set TILEWRIGHT_SRC to use "
                                  "another)",
-            "tilewright_deps": f"    -e {src}\n    -e {src}/sdk"}
+            "tilewright_deps": f"{torch}\n    -e {src}\n    -e {src}/sdk"}
 
 
 def render(name: str) -> dict[str, str]:

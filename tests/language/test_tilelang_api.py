@@ -131,3 +131,60 @@ def test_autotune_with_an_explicit_config_and_given_inputs():
     torch.testing.assert_close(kernel(a), 2 * a)
     with pytest.raises(tilewright.ConfigError, match="unexpected keyword argument.*nope"):
         tilewright.autotune(configs=[{"block": 16}], nope=1)
+
+
+def row_normalise(block_n=None, n=64, m=32):
+    """A plain factory (not decorated), as TileLang's object API takes it: each row divided by
+    its sum (a loop-invariant divisor: fast math makes it a reciprocal product on the CPU)."""
+    @T.prim_func
+    def main(A: T.Tensor((m, n), "float32"), B: T.Tensor((m, n), "float32")):
+        with T.Kernel(m) as row:
+            total = T.alloc_fragment((1,), "float32")
+            T.clear(total)
+            for j in T.serial(n):
+                total[0] += A[row, j]
+            for j in T.Parallel(block_n):
+                for jj in T.serial(n // block_n):
+                    B[row, jj * block_n + j] = A[row, jj * block_n + j] / total[0]
+
+    return main
+
+
+def test_object_api_with_pass_configs_in_a_config(caplog):
+    """``AutoTuner.from_kernel(...).set_compile_args(...).set_profile_args(...).run(...)``,
+    ``supply_prog`` given the input parameters as TileLang gives them, and a config's own
+    ``pass_configs`` merged over the compile arguments' (TileLang's
+    example_gemm_autotune_pass_configs and _early_stop)."""
+    tuner._MEMORY.clear()
+    fast, precise = ({tilewright.PassConfigKey.TL_ENABLE_FAST_MATH: on} for on in (True, False))
+    configs = [{"block_n": 16, "pass_configs": fast}, {"block_n": 16, "pass_configs": precise}]
+    tuned = (tuner.AutoTuner.from_kernel(kernel=row_normalise, configs=configs)
+             .set_compile_args(out_idx=[-1], target="cpu",
+                               pass_configs={"tw.disable_cache": True})
+             .set_profile_args(supply_prog=lambda params: [torch.rand(*params[0].shape) + 0.5],
+                               ref_prog=lambda a: a / a.sum(dim=1, keepdim=True),
+                               cache_input_tensors=True))
+    with caplog.at_level(logging.WARNING):
+        result = tuned.run(warmup=1, rep=2, early_stop=True, early_stop_factor=1e9,
+                           enable_grouped_compile=True)
+    assert [row["status"] for row in result.rows] == ["ok", "ok"]
+    assert result.config in configs and result.latency > 0 and result.ref_latency > 0
+    a = torch.rand(32, 64) + 0.5
+    torch.testing.assert_close(result.kernel(a), a / a.sum(dim=1, keepdim=True))
+    assert result.libcode == result.kernel.get_kernel_source()
+    as_jit = tilewright.jit(out_idx=[-1], target="cpu")(row_normalise)
+    assert result.func.script() == as_jit.get_tir(16).script()
+    said = " | ".join(r.getMessage() for r in caplog.records)
+    assert "enable_grouped_compile have no effect" in said and \
+        "cache_input_tensors have no effect" in said
+    # each config compiled with its own pass configs over the compile arguments'
+    sources = {on: tilewright.jit(out_idx=[-1], target="cpu", pass_configs={
+        tilewright.PassConfigKey.TL_ENABLE_FAST_MATH: on})(row_normalise)(16).get_kernel_source()
+        for on in (True, False)}
+    assert sources[True] != sources[False]
+    chosen = result.config["pass_configs"][tilewright.PassConfigKey.TL_ENABLE_FAST_MATH]
+    assert result.libcode == sources[chosen]
+    with pytest.raises(tilewright.ConfigError, match="pass_configs must be a dict"):
+        tuner.AutoTuner.from_kernel(row_normalise, [{"block_n": 16, "pass_configs": 1}])
+    with pytest.raises(tilewright.ConfigError, match="unexpected keyword argument.*nope"):
+        tuned.run(nope=1)

@@ -244,3 +244,79 @@ def test_alloc_var_as_a_region_start(target):
     kernel = tilewright.compile(pick_row(5, 16), out_idx=[2], target=target)
     a = torch.randn(5, 16)
     torch.testing.assert_close(kernel(a, torch.tensor([3], dtype=torch.int32)), a[3])
+
+
+def relu_gate(m=8, n=16):
+    """A scalar per T.Parallel iteration (TileLang's indexer backward: ``d = T.alloc_var``
+    in the loop body, set in both arms of an ``if``), in a 2-D nest and in a 1-D loop with a
+    start and a serial loop inside."""
+    @T.prim_func
+    def main(A: T.Tensor((m, n), "float32"), W: T.Tensor((n,), "float32"),
+             C: T.Tensor((m, n), "float32"), R: T.Tensor((m,), "float32")):
+        with T.Kernel(1):
+            for i, j in T.Parallel(m, n):
+                gate = T.alloc_var("float32")
+                if A[i, j] > 0:
+                    gate = 1.0
+                else:
+                    gate = 0.0
+                C[i, j] = A[i, j] * gate * W[j]
+            for i in T.parallel(2, m):
+                total = T.alloc_var("float32", init=0.0)
+                for j in T.serial(n):
+                    total += A[i, j]
+                R[i] = total
+            for i in T.Parallel(2):
+                R[i] = -1.0
+
+    return main
+
+
+@pytest.mark.parametrize("target", ["cpu", "interp"])
+def test_alloc_var_inside_parallel_is_a_scalar_per_iteration(target):
+    kernel = tilewright.compile(relu_gate(), out_idx=[2, 3], target=target)
+    a, w = torch.randn(8, 16), torch.randn(16)
+    c, r = kernel(a, w)
+    torch.testing.assert_close(c, torch.relu(a) * w)
+    torch.testing.assert_close(r[2:], a[2:].sum(dim=1))
+    assert r[:2].tolist() == [-1.0, -1.0]
+
+
+def nibble_sum(n=16):
+    """A helper annotated and checked with TileLang's TVM names (``tirx.PrimExpr``,
+    ``val.dtype``), a workspace from ``T.alloc_buffer`` (scope "global") and a shared tile
+    from it (TileLang's dequantize GEMM examples)."""
+    from tvm import tirx
+
+    def low_nibble(val: tirx.PrimExpr) -> tirx.PrimExpr:
+        assert val.dtype == T.uint8 and isinstance(val, tirx.PrimExpr)
+        return val & tirx.const(15, T.uint8)
+
+    @T.prim_func
+    def main(A: T.Tensor((n,), "uint8"), C: T.Tensor((n,), "int32")):
+        W = T.alloc_buffer((n,), "int32")
+        with T.Kernel(1):
+            S = T.alloc_buffer((n,), "uint8", scope="shared")
+            T.copy(A, S)
+            for i in T.Parallel(n):
+                W[i] = T.Cast("int32", low_nibble(S[i])) + 1
+        with T.Kernel(1):
+            for i in T.Parallel(n):
+                C[i] = W[i] * 2
+
+    return main
+
+
+@pytest.mark.parametrize("target", ["cpu", "interp"])
+def test_tilelang_tvm_names_and_alloc_buffer(target):
+    kernel = tilewright.compile(nibble_sum(), out_idx=[1], target=target)
+    a = torch.randint(0, 256, (16,), dtype=torch.uint8)
+    assert torch.equal(kernel(a), ((a.int() & 15) + 1) * 2)
+
+
+def test_alloc_buffer_of_an_unknown_scope():
+    with pytest.raises(KernelError, match="unknown scope 'texture'"):
+        @T.prim_func
+        def bad(A: T.Tensor((4,), "float32")):
+            with T.Kernel(1):
+                T.alloc_buffer((4,), "float32", scope="texture")

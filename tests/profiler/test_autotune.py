@@ -4,6 +4,7 @@ import builtins
 
 import pytest
 import tilewright
+import tilewright.language as T
 import torch
 from profiler_kernels import eager_scale, scaled_copy
 from tilewright.autotuner import tuner
@@ -109,15 +110,26 @@ def test_bad_configs(configs, words):
     assert words in str(info.value)
 
 
-def test_call_sets_every_tuned_parameter_or_none():
+def test_a_call_that_sets_a_tuned_parameter_is_compiled_as_called(caplog):
+    tuner._AS_CALLED.clear()
     tuned = tilewright.autotune(configs=[{"block": 32}], progress=False)(scaled_copy)
     explicit = tuned(64, block=16)  # TileLang's explicit config: compiled, not searched
     assert not hasattr(explicit, "autotune_result")
-    tuned = tilewright.autotune(configs=[{"block": 32, "scale": 1.0}], progress=False)(
-        scaled_copy)
-    with pytest.raises(ConfigError, match="block is set both by the call and by the "
-                                          "autotune configs"):
+    # TileLang's rule: one tuned parameter set by the call is enough, the others take their
+    # defaults (its topk example passes blk_m while the configs tune blk_m and threads)
+    tuned = tilewright.autotune(configs=[{"block": 32, "scale": 3.0}, {"block": 64, "scale": 2.0}],
+                                progress=False)(scaled_copy)
+    with caplog.at_level("WARNING", logger="tilewright.autotuner.tuner"):
+        kernel = tuned(64, block=16)
         tuned(64, block=16)
+    assert not hasattr(kernel, "autotune_result")
+    x = torch.randn(64)
+    torch.testing.assert_close(kernel(x), x)  # scale: the default 1.0, not a config's
+    said = [r.getMessage() for r in caplog.records if "compiled as called" in r.getMessage()]
+    assert said == ["autotune scaled_copy: the call sets tuned parameter(s) block; compiled "
+                    "as called, nothing searched"] + [  # once per kind of call
+                        "autotune scaled_copy: the call sets tuned parameter(s) block; compiled "
+                        "as called, nothing searched (scale: the default)"]
     with pytest.raises(ConfigError, match="missing a required argument: 'N'"):
         tuned()
 
@@ -270,3 +282,31 @@ def test_key_names_the_arguments_that_decide_the_config(monkeypatch, capsys, cap
                        ("block", "key 'block' is a tuned parameter")):
         with pytest.raises(ConfigError, match=words):
             tilewright.autotune(configs=[{"block": 32}], key=[bad])(scaled_copy)
+
+
+@tilewright.jit(out_idx=[-1], target="cpu")
+def relax(N, sweeps=1):
+    """``sweeps`` passes of Y = Y / 2 + X: the time grows with ``sweeps``."""
+    @T.prim_func
+    def main(X: T.Tensor((N,), "float32"), Y: T.Tensor((N,), "float32")):
+        with T.Kernel(1):
+            for _ in T.serial(sweeps):
+                for i in T.Parallel(N):
+                    Y[i] = Y[i] * 0.5 + X[i]
+
+    return main
+
+
+def test_early_stop_skips_the_full_timing_of_a_slow_config():
+    """TileLang's early stop: a config whose first runs take over ``early_stop_factor`` times
+    the best latency so far is not timed in full; its row says so and it cannot win."""
+    tuned = tilewright.autotune(configs=[{"sweeps": 1}, {"sweeps": 4000}], early_stop=True,
+                                early_stop_factor=2.0, cache=False, progress=False, workers=1,
+                                **FAST)(relax)
+    kernel = tuned(4096)
+    rows = kernel.autotune_result.rows
+    assert [r["status"] for r in rows] == ["ok", "stopped early"], rows
+    assert "over 2 x the best" in rows[1]["error"] and kernel.config == {"sweeps": 1}
+    with pytest.raises(ConfigError, match="early_stop_factor must be a number >= 1.0"):
+        tilewright.autotune(configs=[{"sweeps": 1}], early_stop=True, early_stop_factor=0.5)(
+            relax)

@@ -71,3 +71,41 @@ def test_cpu_model_gives_hints():
     hints = MatmulTemplate(512, 512, 512, "float32", "float32", "float32") \
         .with_arch("cpu").recommend_hints(topk=5)
     assert hints and all(h.block_M % 8 == 0 for h in hints)
+
+
+def test_tilelang_layout_and_hint_names(gpu_arch):
+    """``carver.template.MatmulTemplate`` and ``carver.roller.rasterization`` where TileLang's
+    GEMM autotune examples import them, and the hint fields they read."""
+    from dataclasses import replace
+
+    import torch
+    from tilewright.carver.roller.rasterization import NoRasterization, Rasterization2DColumn
+    from tilewright.carver.template import MatmulTemplate as FromTemplate
+
+    assert FromTemplate is MatmulTemplate
+    for h in MatmulTemplate(1024, 768, 512).with_arch(gpu_arch).recommend_hints(topk=30):
+        warp_m, warp_n = h.warp
+        assert (h.block_M // warp_m) * (h.block_N // warp_n) * 32 == h.threads
+        assert h.rstep == (h.block_K,) and h.pipeline_stage == h.num_stages
+    # TileLang's roller plan: column panels of sqrt(units) tiles on an sm_80+ GPU whose L2
+    # cannot hold A and B; none when it can, before sm_80, or without the facts
+    big = replace(gpu_arch, details={"compute_capability": "8.0", "l2_bytes": 40 << 20})
+    plan = MatmulTemplate(8192, 8192, 8192).with_arch(big).recommend_hints(1)[0]
+    assert plan.rasterization_plan == Rasterization2DColumn(10)
+    assert plan.rasterization_plan.panel_width == 10
+    for arch, size in ((big, 1024), (replace(big, details={"compute_capability": "7.0",
+                                                           "l2_bytes": 6 << 20}), 8192),
+                       (gpu_arch, 8192)):
+        hint = MatmulTemplate(size, size, size).with_arch(arch).recommend_hints(1)[0]
+        assert hint.rasterization_plan == NoRasterization()
+    with pytest.raises(ConfigError, match="has no panel width"):
+        _ = NoRasterization().panel_width
+    # the template's computation as a tile program that runs
+    for trans_a, trans_b in ((False, False), (True, True)):
+        template = MatmulTemplate(96, 80, 64, trans_A=trans_a, trans_B=trans_b)
+        kernel = tilewright.compile(template.equivalent_function(), out_idx=[-1], target="cpu")
+        a = torch.randn(64, 96) if trans_a else torch.randn(96, 64)
+        b = torch.randn(80, 64) if trans_b else torch.randn(64, 80)
+        a, b = a.half(), b.half()
+        expected = (a.T if trans_a else a).float() @ (b.T if trans_b else b).float()
+        torch.testing.assert_close(kernel(a, b).float(), expected, rtol=1e-2, atol=1e-2)

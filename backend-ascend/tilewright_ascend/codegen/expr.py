@@ -58,6 +58,9 @@ class ExprPrinter:
             return f"(~{self.cpp(e.a)})"
         if kind == "Cast":
             return f"TW_CAST({ctype(str(e.ty))}, {self.cpp(e.value)})"
+        if kind == "Call" and isinstance(e.op, tvm.ir.Op) and str(e.op.name) == "tirx.reinterpret":
+            value = e.args[0]
+            return f"TW_BITCAST({ctype(str(e.ty))}, {ctype(str(value.ty))}, {self.cpp(value)})"
         if kind == "Select" or (kind == "Call" and isinstance(e.op, tvm.ir.Op) and
                                 str(e.op.name).endswith(".if_then_else")):
             cond, yes, no = (e.condition, e.true_value, e.false_value) if kind == "Select" \

@@ -49,7 +49,8 @@ void error(int line, const char* fmt, ...);
 void init_buffer(int space, uint64_t bytes, int line);
 bool check_local(int space, uint64_t off, uint64_t bytes, int line);
 void name_range(int space, uint64_t off, uint64_t len, const char* name);
-void issue(int pipe, const char* what, int line, std::vector<Acc> acc, std::function<void()> fn,
+// queues an instruction; false (and an error reported) when it touches memory outside its space
+bool issue(int pipe, const char* what, int line, std::vector<Acc> acc, std::function<void()> fn,
            double cost, uint64_t bytes);
 void issue_set(int src, int dst, int id, int line);
 void issue_wait(int src, int dst, int id, int line);
@@ -107,10 +108,42 @@ template <typename T, typename U> auto cast(const U& u) {
     if constexpr (is_lazy<U>) return Lazy{[=] { return val(from_double<T>(val(u))); }, std::is_integral<T>::value};
     else return static_cast<T>(u);
 }
+// T.reinterpret (the generated TW_BITCAST): the bits of a U as a T of the same width
+template <typename T, typename U> T bits_as(U u) {
+    static_assert(sizeof(T) == sizeof(U), "T.reinterpret keeps the width");
+    T t;
+    std::memcpy(&t, &u, sizeof(T));
+    return t;
+}
+template <typename T, typename U, typename X> auto bitcast(const X& x) {
+    if constexpr (is_lazy<X>)
+        return Lazy{[=] { return val(bits_as<T>(from_double<U>(val(x)))); }, std::is_integral<T>::value};
+    else return bits_as<T>(static_cast<U>(x));
+}
 template <typename C, typename A, typename B> auto select(const C& c, const A& a, const B& b) {
     if constexpr (is_lazy<C> || is_lazy<A> || is_lazy<B>)
         return Lazy{[=] { return val(c) != 0 ? val(a) : val(b); }, integral(a) && integral(b)};
     else return c ? a : b;
+}
+// The generated TW_SELECT: C's ?: runs only the arm its condition picks, so a read it guards
+// (a GetValue of the padding around an image, im2col's) is never issued. A condition known only
+// once a GetValue has run cannot pick at issue time: then both arms are issued.
+template <typename V> Lazy lazy_of(const V& v) {
+    if constexpr (is_lazy<V>) return v; else return Lazy{[=] { return val(v); }, integral(v)};
+}
+template <typename C, typename FA, typename FB> auto select_arm(const C& c, FA fa, FB fb) {
+    using A = decltype(fa());
+    using B = decltype(fb());
+    if constexpr (is_lazy<C>) {
+        return select(c, fa(), fb());
+    } else if constexpr (is_lazy<A> || is_lazy<B>) {
+        Lazy r = c ? lazy_of(fa()) : lazy_of(fb());  // integral when both arms can be (as ?:'s type)
+        r.integral = r.integral && (is_lazy<A> || std::is_integral<A>::value) &&
+                     (is_lazy<B> || std::is_integral<B>::value);
+        return r;
+    } else {
+        return c ? fa() : fb();
+    }
 }
 // floor division and modulo (the generated code's TW_FLOORDIV/TW_FLOORMOD): round towards -inf
 template <typename A, typename B> auto floordiv(const A& a, const B& b) {
@@ -126,8 +159,8 @@ template <typename A, typename B> auto lmin(const A& a, const B& b) { return sel
 template <typename A, typename B> auto lmax(const A& a, const B& b) { return select(a > b, a, b); }
 template <typename T> Lazy get_value(int space, uint64_t off, const T* p, int line) {
     auto slot = std::make_shared<double>(0.0);
-    issue(PS, "GetValue", line, {Acc{space, off, sizeof(T), false}}, [=] { *slot = val(*p); }, 1.0, sizeof(T));
-    fence_last();
+    if (issue(PS, "GetValue", line, {Acc{space, off, sizeof(T), false}}, [=] { *slot = val(*p); }, 1.0, sizeof(T)))
+        fence_last();
     return Lazy{[slot] { return *slot; }, std::is_integral<T>::value};
 }
 template <typename T, typename U> void set_value(int space, uint64_t off, T* p, const U& v, int line) {
@@ -905,7 +938,8 @@ template <typename T> void name_tensor(const AscendC::LocalTensor<T>& t, const c
 
 // scalar-unit helpers of the generated source (plain C++ casts and selects on an NPU)
 #define TW_CAST(T, x) ::tw_emu::cast<T>(x)
-#define TW_SELECT(c, a, b) ::tw_emu::select((c), (a), (b))
+#define TW_BITCAST(T, U, x) ::tw_emu::bitcast<T, U>(x)
+#define TW_SELECT(c, a, b) ::tw_emu::select_arm((c), [&] { return (a); }, [&] { return (b); })
 #define TW_MIN(a, b) ::tw_emu::lmin((a), (b))
 #define TW_MAX(a, b) ::tw_emu::lmax((a), (b))
 #define TW_FLOORDIV(a, b) ::tw_emu::floordiv((a), (b))

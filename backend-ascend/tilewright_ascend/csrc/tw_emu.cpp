@@ -177,7 +177,7 @@ int atomic_mode() { return S->atomic[S->core]; }
 void set_atomic(int mode) { S->atomic[S->core] = mode; }
 void assert_fail(int line, const char* msg) { error(line, "device assertion failed: %s", msg); }
 
-void issue(int pipe, const char* what, int line, std::vector<Acc> acc, std::function<void()> fn,
+bool issue(int pipe, const char* what, int line, std::vector<Acc> acc, std::function<void()> fn,
            double cost, uint64_t bytes) {
     for (auto& a : acc) {
         if (a.space == SGM && a.len) {
@@ -186,7 +186,7 @@ void issue(int pipe, const char* what, int line, std::vector<Acc> acc, std::func
             if (!inside) {
                 error(line, "%s touches %llu GM bytes outside every tensor argument", what,
                       (unsigned long long)a.len);
-                return;
+                return false;
             }
         }
         if (a.space == SGM || a.len == 0) continue;
@@ -194,13 +194,14 @@ void issue(int pipe, const char* what, int line, std::vector<Acc> acc, std::func
             error(line, "%s touches %s bytes [%llu, %llu), beyond its %llu bytes", what,
                   SPACE_NAMES[a.space], (unsigned long long)a.off,
                   (unsigned long long)(a.off + a.len), (unsigned long long)CAPACITY[a.space]);
-            return;
+            return false;
         }
     }
     Instr in{DATA, 0, line, what, std::move(acc), std::move(fn)};
     in.cost = cost;
     in.bytes = bytes;
     push(std::move(in), pipe);
+    return true;
 }
 
 // The events each core of dav-2201 has: HardEventAic and HardEventAiv in

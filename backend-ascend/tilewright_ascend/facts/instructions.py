@@ -45,6 +45,10 @@ CAST_MODES = {
     ("int64", "int32"): ("CAST_NONE",), ("int64", "float32"): _ROUNDING,
 }
 
+# rounding to an integral value: a float32 -> float32 Cast in the mode (T.round: halves to even)
+ROUNDING_CASTS = {"floor": "CAST_FLOOR", "ceil": "CAST_CEIL", "round": "CAST_RINT",
+                  "trunc": "CAST_TRUNC"}
+
 REPEAT_LIMIT = 255  # repeatTime of the repeat-form vector instructions (ReduceRepeat.md)
 ND2NZ_SRC_D_LIMIT = 65535  # Nd2NzParams.srcDValue (DataCopy GM->L1 ND2NZ)
 

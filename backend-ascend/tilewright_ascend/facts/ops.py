@@ -85,7 +85,8 @@ VBIN = _op("tile.vbin", (_D, Operand("src0", "read"), Operand("src1", "read")),
 VSCA = _op("tile.vsca", (_D, _S, Operand("scalar", "read", kind="expr")), (Attr("op", str, ""),),
            "dst = src op scalar (add mul max min sub rsub div rdiv) on a UB tile")
 VUN = _op("tile.vun", (_D, _S), (Attr("op", str, ""),),
-          "dst = op(src) on UB tiles (exp ln abs sqrt rsqrt reciprocal copy neg cast)")
+          "dst = op(src) on UB tiles (exp ln abs sqrt rsqrt reciprocal copy neg cast; floor "
+          "ceil round trunc: a float32 Cast to an integral value)")
 VDUP = _op("tile.vdup", (_D, Operand("value", "read", kind="expr")), (),
            "every element of a UB tile = value (Duplicate)")
 VBRC = _op("tile.vbrc", (_D, _S, Operand("vec", "read")),

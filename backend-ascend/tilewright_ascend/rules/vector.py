@@ -17,7 +17,7 @@ from tvm import tirx
 from ..facts import ops
 from ..facts.arch import ALIGN, short
 from ..facts.dtypes import ctype
-from ..facts.instructions import REPEAT_LIMIT, cast_mode, computes
+from ..facts.instructions import REPEAT_LIMIT, ROUNDING_CASTS, cast_mode, computes
 from .regions import Operand, by_rows, like, vector_operands
 from .table import rule
 
@@ -123,6 +123,10 @@ def rule_vun(em, call):
     op = call.attrs["op"]
     if op == "cast":
         mode = cast_mode(call.operands["src"].buffer.dtype, call.operands["dst"].buffer.dtype)
+        by_rows(em, operands,
+                lambda a, n: em.line(f"Cast({a[0]}, {a[1]}, RoundMode::{mode}, {n});"), "Cast")
+    elif op in ROUNDING_CASTS:
+        mode = ROUNDING_CASTS[op]
         by_rows(em, operands,
                 lambda a, n: em.line(f"Cast({a[0]}, {a[1]}, RoundMode::{mode}, {n});"), "Cast")
     elif op == "copy":

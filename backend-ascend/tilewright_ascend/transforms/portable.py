@@ -9,7 +9,12 @@ A kernel written with ``tilewright.language`` (``alloc_shared``/``alloc_fragment
   UB; the body runs in ``T.Scope("C")`` when it uses only the cube, in ``T.Scope("V")``
   when it uses only vector tiles;
 - ``T.gemm`` becomes ``gemm_v0``; ``T.clear(C)`` of an accumulator followed by the K loop
-  becomes ``init=(k == start)`` on that loop's first GEMM into ``C``.
+  becomes ``init=(k == start)`` on that loop's first GEMM into ``C``, and ``clear_accum=cond``
+  (an ``if cond: T.fill(C, 0)`` before the GEMM) ``init=cond``; a fill of ``C`` that the next
+  loop clears before any use is dropped;
+- A2's cube has no fill of L0C: a kernel that fills an accumulator with a nonzero value the
+  GEMMs accumulate onto is split, the fill done in UB by the vector core, which adds the
+  cube's products.
 
 Kernels that need both cores (a GEMM with a vector epilogue, flash attention) are split into
 a cube and a vector program that meet in GM workspaces (:mod:`.split`).
@@ -24,7 +29,7 @@ import tvm_ffi
 from tilewright.errors import KernelError, span_location
 from tilewright.ir import Region, decode, make_call, tile_ops_in
 from tilewright.transform.walk import prim_func_pass
-from tvm import tirx
+from tvm import sym, tirx
 
 from ..analysis.buffers import allocations, loads_and_stores
 from ..facts.keys import NPU_KEY, PORTABLE_KEY, SCOPE_KEY, VID_TAG, WORKSPACES_KEY
@@ -78,24 +83,89 @@ def _gemms(stmt, init):
     return tvm_ffi.structural_map(stmt, (tirx.Evaluate, rewrite))
 
 
+def _accumulator_fill(stmt, scopes: dict):
+    """(buffer, value) when ``stmt`` is a ``T.fill`` of an L0C accumulator, else None."""
+    call = decode(stmt)
+    if call is not None and call.name == "fill" and \
+            scopes.get(call.operands["dst"].buffer) == "ascend.l0c":
+        return call.operands["dst"].buffer, call.operands["value"]
+    return None
+
+
+def _conditional_clear(stmt, scopes: dict):
+    """(buffer, condition) when ``stmt`` is ``if cond: T.fill(C, 0)`` of an accumulator (a
+    ``T.gemm`` whose ``clear_accum`` is known at run time only), else None."""
+    if isinstance(stmt, tirx.IfThenElse) and stmt.else_case is None:
+        fill = _accumulator_fill(stmt.then_case, scopes)
+        if fill is not None and _zero(fill[1]):
+            return fill[0], stmt.condition
+    return None
+
+
+def _gemm_into(stmt, buffer) -> bool:
+    call = decode(stmt)
+    return call is not None and call.name == "gemm" and \
+        call.operands["C"].buffer.same_as(buffer) and call.attrs["clear_accum"] is False
+
+
+def _first_use_clears(loop, buffer, scopes: dict) -> bool:
+    """Whether the first statement of ``loop``'s body that uses ``buffer`` clears it on the
+    loop's first iteration (``T.gemm(..., clear_accum=k == 0)``)."""
+    if not isinstance(loop, tirx.For):
+        return False
+    analyzer = sym.Analyzer()
+    for stmt in list(loop.body.seq) if isinstance(loop.body, tirx.SeqStmt) else [loop.body]:
+        clear = _conditional_clear(stmt, scopes)
+        if clear is not None and clear[0].same_as(buffer):
+            first = tvm_ffi.structural_map(
+                clear[1], (tirx.Var, lambda v: loop.min if v.same_as(loop.loop_var) else v))
+            return bool(analyzer.can_prove(first))
+        used = []
+        tvm_ffi.structural_walk(stmt, (tirx.Buffer, used.append))
+        if any(b.same_as(buffer) for b in used):
+            return False
+    return False
+
+
+def _dead_fills(body, scopes: dict) -> list:
+    """The fills of accumulators that the next loop clears before any use (a ``T.fill`` ahead
+    of a K loop whose first GEMM has ``clear_accum=k == 0``)."""
+    dead = []
+
+    def visit(seq):
+        for stmt, after in zip(seq.seq[:-1], seq.seq[1:]):
+            fill = _accumulator_fill(stmt, scopes)
+            if fill is not None and _first_use_clears(after, fill[0], scopes):
+                dead.append(stmt)
+
+    tvm_ffi.structural_walk(body, (tirx.SeqStmt, visit))
+    return dead
+
+
 def _clear_accumulators(stmts: list, scopes: dict) -> list:
     out, init = [], {}
-    for stmt in stmts:
-        call = decode(stmt)
-        if call is not None and call.name == "fill" and \
-                scopes.get(call.operands["dst"].buffer) == "ascend.l0c":
-            value = call.operands["value"]
-            if not (isinstance(value, (tirx.IntImm, tirx.FloatImm)) and value.value == 0):
-                raise KernelError("an accumulator in L0C can only be cleared (T.clear); the "
-                                  "cube has no fill", span_location(stmt.span))
-            init[call.operands["dst"].buffer] = "pending"
+    for n, stmt in enumerate(stmts):
+        after = stmts[n + 1] if n + 1 < len(stmts) else None
+        fill = _accumulator_fill(stmt, scopes)
+        if fill is not None:
+            if _first_use_clears(after, fill[0], scopes):
+                continue  # dead: the loop's first GEMM into it clears it
+            if not _zero(fill[1]):
+                raise KernelError("an accumulator in L0C can only be cleared (T.clear) in a "
+                                  "kernel the cube runs alone; the cube has no fill",
+                                  span_location(stmt.span))
+            init[fill[0]] = "pending"
+            continue
+        clear = _conditional_clear(stmt, scopes)
+        if clear is not None and after is not None and _gemm_into(after, clear[0]):
+            init[clear[0]] = clear[1]  # the GEMM's init: C = A*B where the condition holds
             continue
         if not init and _clears_inside(stmt, scopes):  # e.g. under T.Persistent's guard
             out.append(_clear_nested(stmt, scopes))
             continue
         if isinstance(stmt, tirx.For):
             pending = {b: tirx.EQ(stmt.loop_var, stmt.min) for b, v in init.items()
-                       if v == "pending"}
+                       if isinstance(v, str)}
             stmt = _gemms(stmt, pending)
             if pending:
                 names = ", ".join(str(b.name) for b in pending)
@@ -103,7 +173,8 @@ def _clear_accumulators(stmts: list, scopes: dict) -> list:
                                   "accumulates into it", span_location(stmt.span))
             init = {}
         else:
-            stmt = _gemms(stmt, {b: tirx.IntImm("bool", 1) for b in init})
+            stmt = _gemms(stmt, {b: tirx.IntImm("bool", 1) if isinstance(v, str) else v
+                                 for b, v in init.items()})
             init = {}
         out.append(stmt)
     return out
@@ -136,6 +207,10 @@ def _clear_nested(stmt, scopes):
                       "by backend 'ascend'", span_location(stmt.span))
 
 
+def _zero(value) -> bool:
+    return isinstance(value, (tirx.IntImm, tirx.FloatImm)) and value.value == 0
+
+
 def _cube_only(body, scopes) -> bool:
     """Whether every tile op only moves data between GM and the cube memories or multiplies
     (and no statement stores scalars): such a kernel needs no split, whatever its nesting."""
@@ -143,9 +218,13 @@ def _cube_only(body, scopes) -> bool:
     tvm_ffi.structural_walk(body, (tirx.BufferStore, stores.append))
     if stores:
         return False
+    dead = _dead_fills(body, scopes)
     for call in tile_ops_in(body):
         if call.name not in ("gemm", "copy", "fill"):
             return False
+        if call.name == "fill" and not _zero(call.operands["value"]) and \
+                not any(call.stmt.same_as(d) for d in dead):
+            return False  # filled in UB by the vector core, the GEMMs' products added there
         bufs = [r.buffer for r in call.regions("read") + call.regions("write")]
         if any(scopes.get(b) == "ascend.ub" for b in bufs) or all(b not in scopes for b in bufs):
             return False

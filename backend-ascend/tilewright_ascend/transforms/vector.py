@@ -13,9 +13,12 @@ The pass runs on kernels the ``portable`` phase converted (function attribute
   bounds); any other guard keeps the nest on the scalar unit.
 - Each store ``dst[i, j] = expr`` becomes one vector op per node of ``expr`` (Add, Sub, Mul,
   Div, Max, Min; Adds/Muls/Maxs/Mins with a scalar; Exp, Ln, Abs, Sqrt, Reciprocal, Cast;
-  Duplicate), each intermediate in its own UB temporary. An operand indexed by the row only
-  (``row_max[i]``) is a row broadcast (one scalar per row, read with GetValue on the S
-  pipe); one indexed by the column only (``W[j]``) a column broadcast (one vector per row).
+  Duplicate), each intermediate in its own UB temporary (a subexpression used twice is
+  computed once). Math functions without an instruction (log2, tanh, sin, cos, the rounding
+  functions) are first written as float32 expressions of those with one (:data:`_MATH`).
+  An operand indexed by the row only (``row_max[i]``) is a row broadcast (one scalar per
+  row, read with GetValue on the S pipe); one indexed by the column only (``W[j]``) a column
+  broadcast (one vector per row).
 - What the vector unit cannot do (comparisons, selects, integer division, index arithmetic
   as data) stays a loop of GetValue/SetValue on the scalar unit, marked :data:`SCALAR_KEY`
   with the reason; the codegen writes the reason as a comment.
@@ -38,7 +41,7 @@ from tvm import sym, tirx
 
 from ..facts.arch import ALIGN
 from ..facts.dtypes import dtype_bytes
-from ..facts.instructions import VECTOR_DTYPES, cast_route, computes
+from ..facts.instructions import ROUNDING_CASTS, VECTOR_DTYPES, cast_route, computes
 from ..facts.keys import PORTABLE_KEY, SCALAR_KEY, SCOPE_KEY, VID_TAG, WORKSPACES_KEY
 from ..facts.ops import VBIN, VBRC, VDUP, VREDUCE, VSCA, VUN
 
@@ -61,6 +64,73 @@ _REVERSED = {"sub": "rsub", "div": "rdiv"}
 _UNARY_CALLS = {"tirx.exp": "exp", "tirx.log": "ln", "tirx.fabs": "abs", "tirx.sqrt": "sqrt",
                 "tirx.rsqrt": "rsqrt"}
 _FLOATS = ("float32", "float16", "bfloat16")
+
+
+def _f32(value: float):
+    return tirx.const(value, "float32")
+
+
+def _horner(t, coefficients):
+    """c0 + t * (c1 + t * (c2 + ...)), as vector ops on the tile ``t``."""
+    acc = _f32(coefficients[-1])
+    for c in reversed(coefficients[:-1]):
+        acc = _f32(c) + t * acc
+    return acc
+
+
+def _half_angle(x):
+    """(sin h, cos h) of h = r / 2, r = x - 2 pi round(x / 2 pi) in [-pi, pi] (2 pi split in
+    two constants, Cody-Waite: k * 6.28125 is exact, so the reduction loses little for
+    moderate |x|): Taylor series of degrees 13 and 14 on [-pi/2, pi/2], each truncated below
+    1e-9."""
+    high = 6.28125  # 2 pi to 9 bits: k * high is exact
+    k = tirx.round(x * _f32(1 / (2 * math.pi)))
+    h = ((x - k * _f32(high)) - k * _f32(2 * math.pi - high)) * _f32(0.5)
+    t = h * h
+    sin_h = h * _horner(t, [(-1) ** n / math.factorial(2 * n + 1) for n in range(7)])
+    cos_h = _horner(t, [(-1) ** n / math.factorial(2 * n) for n in range(8)])
+    return sin_h, cos_h
+
+
+def _sin(x):
+    sin_h, cos_h = _half_angle(x)
+    return _f32(2.0) * sin_h * cos_h
+
+
+def _cos(x):
+    sin_h, cos_h = _half_angle(x)
+    return (cos_h - sin_h) * (cos_h + sin_h)  # relative errors of its factors: no 1 - 2 s^2
+
+
+# math functions A2 has no instruction for, as float32 expressions of those it has (a 16-bit
+# argument is converted to float32 and the result back); each within a few float32 roundings
+_MATH = {
+    "log2": lambda x: tirx.log(x) * _f32(1 / math.log(2.0)),
+    "tanh": lambda x: _f32(1.0) - _f32(2.0) / (tirx.exp(x * _f32(2.0)) + _f32(1.0)),
+    "sin": _sin,
+    "cos": _cos,
+    **{name: lambda x, _n=name: getattr(tirx, _n)(x) for name in ROUNDING_CASTS},
+}
+
+
+def _math_name(e) -> str | None:
+    if type(e).__name__ == "Call" and isinstance(e.op, tvm.ir.Op) and len(e.args) == 1:
+        return str(e.op.name).split(".")[-1]
+    return None
+
+
+def _expand_math(e):
+    """``e`` with each math function of :data:`_MATH` written with the instructions A2 has
+    (a rounding function stays a call on float32: a Cast to an integral value)."""
+
+    def expand(call):
+        name = _math_name(call)
+        if name not in _MATH or (name in ROUNDING_CASTS and str(call.ty) == "float32"):
+            return call
+        dtype = str(call.ty)
+        return _cast(_MATH[name](_cast(call.args[0], "float32")), dtype)
+
+    return tvm_ffi.structural_map(e, (tvm.ir.Call, expand))
 
 
 class Unvectorizable(Exception):
@@ -117,6 +187,7 @@ class _Lowering:
 
     def __init__(self):
         self.count = 0
+        self.computed = []  # see eval
 
     # -- temporaries ---------------------------------------------------------------------
     def temp(self, extents, dtype, out: list) -> Region:
@@ -437,11 +508,12 @@ class _Lowering:
         value = store.value
         if str(value.ty) == "bfloat16" and _loads(value):
             value = _cast(_promote(value), "bfloat16")  # the A2 vector unit only converts bf16
-        self.eval(value, variables, extents, ops, target=dst)
+        self.eval(_expand_math(value), variables, extents, ops, target=dst)
 
     def eval(self, e, variables, extents, ops, target=None):
         """Emit ops computing ``e``; returns ("s", expr) or ("t", region, dims)."""
         full = tuple(range(len(variables)))
+        self.computed = []  # (expression, value): a subexpression used twice is computed once
         value = self._eval(e, variables, extents, ops, target)
         if target is None:
             return value
@@ -477,6 +549,16 @@ class _Lowering:
         return self.temp([extents[d] for d in dims], dtype, ops)
 
     def _eval(self, e, variables, extents, ops, target):
+        if target is not None:
+            return self._compute(e, variables, extents, ops, target)
+        for seen, value in self.computed:
+            if seen.same_as(e):
+                return value
+        value = self._compute(e, variables, extents, ops, None)
+        self.computed.append((e, value))
+        return value
+
+    def _compute(self, e, variables, extents, ops, target):
         kind = type(e).__name__
         dtype = str(e.ty)
         if not _loads(e):
@@ -550,6 +632,9 @@ class _Lowering:
             if name in _UNARY_CALLS and len(e.args) == 1:
                 inner = self._eval(e.args[0], variables, extents, ops, None)
                 return self._unary(_UNARY_CALLS[name], inner, extents, dtype, ops, target)
+            if _math_name(e) in ROUNDING_CASTS and dtype == "float32":
+                inner = self._eval(e.args[0], variables, extents, ops, None)
+                return self._unary(_math_name(e), inner, extents, dtype, ops, target)
         raise Unvectorizable(f"{kind} {e} has no vector instruction here")
 
     def _unary(self, op, inner, extents, dtype, ops, target):
@@ -593,9 +678,8 @@ def _promote(e):
         return _cast(_promote(e.value), "float32")
     if kind in _BINARY:
         return getattr(tirx, kind)(_promote(e.a), _promote(e.b))
-    if kind == "Call" and isinstance(e.op, tvm.ir.Op) and len(e.args) == 1 and \
-            e.op.name.startswith("tirx.") and hasattr(tirx, e.op.name[5:]):
-        return getattr(tirx, e.op.name[5:])(_promote(e.args[0]))
+    if _math_name(e) is not None and str(e.args[0].ty) == "bfloat16":  # a math function
+        return tvm.ir.Call(e.op, [_promote(e.args[0])], ret_ty="float32", span=e.span)
     return tirx.Cast("float32", e)
 
 
@@ -781,34 +865,9 @@ def _one_vector_core(func):
     return func.with_body(tvm_ffi.structural_map(func.body, (tirx.AttrStmt, scope)))
 
 
-def _refuse_return_prev(func):
-    found = []
-
-    def visit(stmt):
-        if any(str(c.op.name).startswith("tw.atomic_") and str(c.op.name).endswith("_prev")
-               for c in _calls(stmt.value)):
-            found.append(stmt)
-
-    tvm_ffi.structural_walk(func.body, [(tirx.BufferStore, visit), (tirx.Bind, visit),
-                                        (tirx.Evaluate, visit)])
-    if found:
-        raise KernelError("an atomic that returns the previous value (return_prev=True) is not "
-                          "supported by backend 'ascend': Ascend C atomics are SetAtomicAdd/Max/"
-                          "Min around a UB -> GM copy, which returns nothing; drop return_prev",
-                          span_location(getattr(found[0], "span", None)))
-
-
-def _calls(e) -> list:
-    found = []
-    tvm_ffi.structural_walk(e, (tvm.ir.Call, lambda c: found.append(c)
-                                if isinstance(c.op, tvm.ir.Op) else None))
-    return found
-
-
 def lower_vector_func(func):
     if func.attrs is None or PORTABLE_KEY not in func.attrs:
         return func
-    _refuse_return_prev(func)
     func = _pad_tiles(func)
     func = _one_vector_core(func)
     lowering = _Lowering()

@@ -31,29 +31,49 @@ EXECUTORS = ("process", "ray")
 RAY_GRACE = 300.0
 
 
+PASS_CONFIGS = "pass_configs"  # TileLang's config key: pass configs of that config alone
+
+
+def config_arguments(config: dict) -> dict:
+    """The kernel's arguments that a config sets (all its keys but ``pass_configs``)."""
+    return {k: v for k, v in config.items() if k != PASS_CONFIGS}
+
+
 class JitSpec:
     """A ``@jit`` kernel as a child process or a Ray task receives it: the function
     and every option it was made with (the arguments of ``JITFunction``, which keeps each
-    under its own name), without the compiled kernels the tuning process holds."""
+    under its own name), without the compiled kernels the tuning process holds (in that
+    process the ``@jit`` object itself is used, with its memo)."""
 
     def __init__(self, jit_fn):
         from ..jit import JITFunction
 
         names = list(inspect.signature(JITFunction).parameters)
         self.options = {name: getattr(jit_fn, name) for name in names}
-        self._jit = None
+        self._jits = {None: jit_fn}  # a config's own pass configs (frozen) -> its @jit
 
     def __getstate__(self):
-        return {"options": self.options, "_jit": None}
+        return {"options": self.options, "_jits": {}}
 
     def __call__(self, *args, **kwargs):
-        """The compiled kernel (an eager kernel is compiled, not run)."""
-        if self._jit is None:
-            from ..jit import JITFunction
+        """The compiled kernel (an eager kernel is compiled, not run). A ``pass_configs``
+        keyword (a config's own, as in TileLang) is merged over the decorator's."""
+        jit = self._jit(kwargs.pop(PASS_CONFIGS, None))
+        return jit(*args, **kwargs) if jit.factory else jit.compile(*args, **kwargs)
 
-            self._jit = JITFunction(**self.options)
-        return self._jit(*args, **kwargs) if self._jit.factory else \
-            self._jit.compile(*args, **kwargs)
+    def _jit(self, pass_configs):
+        from ..jit import JITFunction
+
+        if pass_configs is not None and not isinstance(pass_configs, dict):
+            raise ConfigError(f"a config's {PASS_CONFIGS} must be a dict, got "
+                              f"{type(pass_configs).__name__}")
+        key = None if not pass_configs else tuple(sorted(pass_configs.items(), key=repr))
+        if key not in self._jits:
+            options = dict(self.options)
+            if key is not None:
+                options["pass_configs"] = {**(options["pass_configs"] or {}), **pass_configs}
+            self._jits[key] = JITFunction(**options)
+        return self._jits[key]
 
 
 def default_workers() -> int:
@@ -77,6 +97,13 @@ def _measured(result, outcome: Outcome, limits: Limits) -> Outcome:
     return result
 
 
+def _note_best(measurer, outcome: Outcome) -> None:
+    """The best latency measured so far, for the measurer's early stop."""
+    if outcome.status == "ok" and (measurer.best_ms is None or
+                                   outcome.latency_ms < measurer.best_ms):
+        measurer.best_ms = outcome.latency_ms
+
+
 def search_local(jit_fn, args, kwargs, configs, measurer, limits: Limits, workers: int,
                  progress) -> list[Outcome]:
     """Compile every config (``workers`` at a time), then measure the compiled ones one at a
@@ -93,6 +120,7 @@ def search_local(jit_fn, args, kwargs, configs, measurer, limits: Limits, worker
         (result,) = isolation.run([(measure_config, (spec, args, kwargs, outcome, measurer))],
                                   limits)
         outcomes[outcome.index] = _measured(result, outcome, limits)
+        _note_best(measurer, outcomes[outcome.index])
         bar.advance()
     bar.close()
     return outcomes
@@ -182,6 +210,7 @@ def run_ray(jit_fn, args, kwargs, configs, measurer, backend, limits: Limits, pr
         result = _measured(result, outcome, limits)
         result.bundle = bundle
         outcomes[result.index] = result
+        _note_best(measurer, result)
     bar.close()
     for outcome in outcomes:  # the winner is loaded here, from the cache entry it shipped
         if outcome.status == "ok":

@@ -20,7 +20,8 @@ class Outcome:
 
     index: int
     config: dict
-    status: str = "pending"  # compiled | ok | compile failed | run failed | check failed
+    status: str = "pending"  # compiled | ok | compile failed | run failed | check failed |
+    # stopped early
     compile_s: float = 0.0
     latency_ms: float | None = None
     error: str = ""
@@ -90,12 +91,16 @@ class Measurer:
     """Times configs on identical inputs and checks them against the reference.
 
     Inputs come from ``supply(kernel)`` or, by default, random tensors shaped by the kernel's
-    signature; the reference's outputs are computed once and reused.
+    signature; the reference's outputs are computed once and reused. With
+    ``early_stop_factor`` (TileLang's early stop), a config whose first few runs already take
+    longer than that factor times the best latency so far (``best_ms``, which the search sets
+    before each measurement) is not timed in full: its row says "stopped early".
     """
 
     def __init__(self, warmup: float, rep: float, timer: str, reference=None, supply=None,
                  rtol=None, atol=None, max_mismatch_ratio=None, reduction_length=None,
-                 seed: int = 0):
+                 seed: int = 0, early_stop_factor: float | None = None):
+        self.early_stop_factor, self.best_ms = early_stop_factor, None
         self.warmup, self.rep, self.timer = warmup, rep, timer
         self.reference, self.supply = reference, supply
         self.rtol, self.atol, self.max_mismatch_ratio = rtol, atol, max_mismatch_ratio
@@ -156,6 +161,15 @@ class Measurer:
             outcome.status, outcome.error = "check failed", _short(exc)
             return outcome
         try:
+            if self.early_stop_factor is not None and self.best_ms is not None:
+                estimate = float(do_bench(lambda: kernel(*inputs), _n_warmup=1, _n_repeat=3,
+                                          backend=self.timer))
+                if estimate > self.early_stop_factor * self.best_ms:
+                    outcome.status, outcome.latency_ms = "stopped early", estimate
+                    outcome.error = (f"stopped early: about {estimate:.4f} ms, over "
+                                     f"{self.early_stop_factor:g} x the best "
+                                     f"{self.best_ms:.4f} ms")
+                    return outcome
             outcome.latency_ms = float(do_bench(lambda: kernel(*inputs), warmup=self.warmup,
                                                 rep=self.rep, backend=self.timer))
         except Exception as exc:  # noqa: BLE001

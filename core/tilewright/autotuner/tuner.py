@@ -5,7 +5,8 @@ also be a callable that receives the call's arguments and returns the list (Tile
 For a kernel factory the call returns the tuned kernel. For an eager kernel, a call with
 tensors tunes on (copies of) those tensors and then runs the tuned kernel on them, returning
 its outputs; ``.compile(...)`` (``T.const`` values by name) returns the tuned kernel. A call
-that sets every tuned parameter itself uses that config without searching.
+that sets a tuned parameter itself is compiled as called, without searching (TileLang's rule:
+the parameters it leaves out take their defaults), and says so in a warning.
 
 The first call with a given key compiles every config (in parallel), measures
 the ones that compiled, checks them against ``reference`` when one is given, prints the table
@@ -35,17 +36,29 @@ import time
 import warnings
 from dataclasses import dataclass, field
 
+from tqdm import tqdm
+
 from .. import __version__
 from ..errors import ConfigError, TilewrightError
 from ..language.kernel import eager_consts
 from ..utils.tensor import get_tensor_supply
 from . import record
-from .executors import EXECUTORS, default_workers, import_ray, run_ray, search_local
+from .executors import (
+    EXECUTORS,
+    PASS_CONFIGS,
+    JitSpec,
+    config_arguments,
+    default_workers,
+    import_ray,
+    run_ray,
+    search_local,
+)
 from .isolation import Limits
 from .measure import Measurer, Outcome
 
 _MEMORY: dict[str, AutotuneResult] = {}  # key -> result
 _ANNOUNCED: set = set()  # (key, place) of the cache uses said on stderr
+_AS_CALLED: set = set()  # (kernel, tuned parameters left out) of the calls compiled as called
 _log = logging.getLogger(__name__)
 _INPUTS = threading.local()
 
@@ -71,7 +84,10 @@ def _given_inputs():
 
 @dataclass
 class AutotuneResult:
-    """The outcome of a search: the best config, its latency, every config's row."""
+    """The outcome of a search: the best config, its latency, every config's row; from
+    :meth:`AutoTuner.run`, also the tuned ``kernel`` and the reference's latency
+    (``ref_latency``, ms; None without a reference), under TileLang's names (``config``,
+    ``latency``, ``kernel``, ``ref_latency``, ``libcode``, ``func``)."""
 
     best_config: dict
     best_latency_ms: float
@@ -80,6 +96,26 @@ class AutotuneResult:
     cached: bool = False
     seconds: float = 0.0
     compile_seconds: float = 0.0
+    kernel: object = field(default=None, repr=False, compare=False)
+    ref_latency: float | None = None
+
+    @property
+    def config(self) -> dict:
+        return self.best_config
+
+    @property
+    def latency(self) -> float:
+        return self.best_latency_ms
+
+    @property
+    def libcode(self) -> str | None:
+        """The tuned kernel's generated source."""
+        return None if self.kernel is None else self.kernel.get_kernel_source()
+
+    @property
+    def func(self):
+        """The tuned kernel's tile program (a PrimFunc)."""
+        return None if self.kernel is None else self.kernel.get_tir()
 
     def table(self) -> str:
         names = sorted({k for r in self.rows for k in r["config"]})
@@ -106,32 +142,36 @@ class AutotuneResult:
                 "compile_seconds": self.compile_seconds}
 
 
+def _tuned_names(configs) -> set:
+    """The kernel parameters that some config sets."""
+    return {k for c in configs for k in config_arguments(c)}
+
+
 class _Progress:
-    """A one-line progress bar on a terminal, a start and an end line elsewhere."""
+    """A tqdm progress bar on a terminal; a start and an end line elsewhere (a log keeps
+    both). The end line is printed on a terminal too, after the bar."""
 
     def __init__(self, total: int, label: str, stream=None, enabled: bool = True):
         self.total, self.label, self.done = total, label, 0
         self.stream = stream or sys.stderr
         self.enabled = enabled
-        self.tty = enabled and hasattr(self.stream, "isatty") and self.stream.isatty()
+        # disable=None: tqdm draws only when the stream is a terminal
+        self.bar = tqdm(total=total, desc=label, unit="config", file=self.stream,
+                        disable=None if enabled else True)
         self.start, self.elapsed = time.perf_counter(), 0.0
-        if enabled and not self.tty:
+        if enabled and self.bar.disable:
             print(f"{label}: {total} config(s)", file=self.stream)
 
     def advance(self) -> None:
         self.done += 1
-        if self.tty:
-            filled = int(30 * self.done / self.total)
-            self.stream.write(f"\r{self.label} [{'#' * filled}{'.' * (30 - filled)}] "
-                              f"{self.done}/{self.total}")
-            self.stream.flush()
+        self.bar.update()
 
     def close(self) -> None:
+        self.bar.close()
         self.elapsed = time.perf_counter() - self.start
         if self.enabled:
-            end = "\n" if self.tty else ""
-            print(f"{end}{self.label}: {self.done}/{self.total} done in "
-                  f"{time.perf_counter() - self.start:.1f} s", file=self.stream)
+            print(f"{self.label}: {self.done}/{self.total} done in {self.elapsed:.1f} s",
+                  file=self.stream)
 
 
 def _is_tensor(value) -> bool:
@@ -159,13 +199,15 @@ class AutoTuner:
     def __init__(self, jit_fn, configs, warmup=25, rep=100, timer="wall", reference=None,
                  supply=None, rtol=None, atol=None, max_mismatch_ratio=None,
                  reduction_length=None, executor="process", workers=None, ray_address=None,
-                 cache=True, progress=True, timeout=300, memory_limit="auto", key=None):
+                 cache=True, progress=True, timeout=300, memory_limit="auto", key=None,
+                 early_stop_factor=None):
         from ..jit import JITFunction
 
         if not isinstance(jit_fn, JITFunction):
             raise ConfigError("@autotune decorates a @tilewright.jit kernel; put @autotune "
                               "above @tilewright.jit")
         self.jit_fn = jit_fn
+        self._spec = JitSpec(jit_fn)  # builds a config's kernel (its own pass configs too)
         self.configs = configs if callable(configs) else self._validate(configs)
         self.key_names = self._key_names(key)
         if executor not in EXECUTORS:
@@ -181,12 +223,109 @@ class AutoTuner:
         self.reference, self.supply = reference, supply
         self.tolerances = (rtol, atol, max_mismatch_ratio, reduction_length)
         self.cache, self.progress = cache, progress
+        self.early_stop_factor = self._early_stop(early_stop_factor)
         self.last_result: AutotuneResult | None = None
         self.__wrapped__ = jit_fn.fn
         self.__name__ = jit_fn.fn.__name__
         self.__doc__ = jit_fn.fn.__doc__
 
+    # -- TileLang's object API ---------------------------------------------------------
+    @classmethod
+    def from_kernel(cls, kernel, configs):
+        """``AutoTuner.from_kernel(factory, configs)``: TileLang's object API over a plain
+        kernel factory (not decorated), then ``.set_compile_args(...)``,
+        ``.set_profile_args(...)`` and ``.run(...)``, which returns the
+        :class:`AutotuneResult`."""
+        from ..jit import JITFunction
+
+        if not callable(kernel):
+            raise ConfigError(f"AutoTuner.from_kernel takes the kernel factory, got "
+                              f"{type(kernel).__name__}")
+        return cls(JITFunction(kernel), configs)
+
+    def set_compile_args(self, out_idx=None, target=None, execution_backend=None,
+                         target_host=None, verbose=None, pass_configs=None) -> AutoTuner:
+        """How each config compiles (the arguments of ``@tilewright.jit``); returns self."""
+        from ..jit import JITFunction
+
+        self.jit_fn = JITFunction(self.jit_fn.fn, out_idx, target or "auto", pass_configs,
+                                  execution_backend, target_host, verbose)
+        self._spec = JitSpec(self.jit_fn)
+        return self
+
+    def set_profile_args(self, warmup: float = 25, rep: float = 100, timeout=None,
+                         supply_type=None, ref_prog=None, supply_prog=None, rtol: float = 1e-2,
+                         atol: float = 1e-2, max_mismatched_ratio: float = 0.01,
+                         skip_check: bool = False, manual_check_prog=None,
+                         cache_input_tensors: bool = False, backend: str = "event"
+                         ) -> AutoTuner:
+        """How each config is measured and checked, with TileLang's names and defaults
+        (``rtol = atol = 1e-2``, 1% of the elements may differ); ``timeout``: seconds per
+        step of a config unless ``run`` gives one; ``backend`` is the timer (CUDA events,
+        CUPTI, graphs on a GPU; the wall clock on the host). ``manual_check_prog`` and
+        ``cache_input_tensors`` have no counterpart here and are named in one log line.
+        Returns self."""
+        given = [n for n, v in (("manual_check_prog", manual_check_prog),
+                                ("cache_input_tensors", cache_input_tensors)) if v]
+        if given:
+            _log.warning("AutoTuner.set_profile_args: TileLang option(s) %s have no effect "
+                         "here", ", ".join(given))
+        self.warmup, self.rep, self.timer = warmup, rep, backend
+        self.reference = None if skip_check else ref_prog
+        self.supply = _from_params(supply_prog) if supply_prog is not None else \
+            None if supply_type is None else _supply_of(supply_type)
+        self.tolerances = (rtol, atol, max_mismatched_ratio, None)
+        if timeout is not None:
+            self.limits = Limits.parse(timeout, "auto", self.workers or default_workers())
+        return self
+
+    def run(self, warmup: float | None = None, rep: float | None = None, timeout=None,
+            early_stop: bool = False, early_stop_factor: float = 2.0,
+            **tilelang_options) -> AutotuneResult:
+        """Search the configs (or take the result from the tuning cache) and return the
+        :class:`AutotuneResult` with the tuned ``kernel`` and, with a reference, its latency
+        on the same inputs (``ref_latency``). ``warmup``/``rep``/``timeout`` override the
+        profile arguments; ``early_stop``: a config whose first runs take over
+        ``early_stop_factor`` times the best latency so far is not timed in full (TileLang's
+        early stop; its row says "stopped early"). TileLang's scheduling options
+        (``use_pipeline``, ``enable_grouped_compile``, ``group_compile_size``,
+        ``benchmark_devices``, ``benchmark_multi_gpu``) have no counterpart (configs always
+        compile in parallel here) and are named in one log line; any other keyword is a
+        ConfigError."""
+        unknown = sorted(set(tilelang_options) - set(RUN_OPTIONS))
+        if unknown:
+            raise ConfigError(f"AutoTuner.run got unexpected keyword argument(s) "
+                              f"{', '.join(unknown)}")
+        given = sorted(k for k, v in tilelang_options.items() if v not in (None, False))
+        if given:
+            _log.warning("AutoTuner.run: TileLang option(s) %s have no effect here",
+                         ", ".join(given))
+        self.early_stop_factor = self._early_stop(early_stop_factor) if early_stop else None
+        self.warmup = self.warmup if warmup is None else warmup
+        self.rep = self.rep if rep is None else rep
+        if timeout is not None:
+            self.limits = Limits.parse(timeout, "auto", self.workers or default_workers())
+        configs = self._configs_for((), {})
+        self._bind(configs, (), {})
+        kernel = self._tuned(configs, (), {})
+        result = dataclasses.replace(kernel.autotune_result, kernel=kernel)
+        if self.reference is not None:
+            from ..profiler import do_bench
+
+            inputs = self._measurer().inputs(kernel)
+            result.ref_latency = float(do_bench(lambda: self.reference(*inputs),
+                                                warmup=self.warmup, rep=self.rep,
+                                                backend=self.timer))
+        return result
+
     # -- validation -------------------------------------------------------------------
+    @staticmethod
+    def _early_stop(factor):
+        if factor is not None and (isinstance(factor, bool) or
+                                   not isinstance(factor, (int, float)) or not factor >= 1.0):
+            raise ConfigError(f"early_stop_factor must be a number >= 1.0, got {factor!r}")
+        return factor
+
     def _validate(self, configs) -> list[dict]:
         name = self.jit_fn.fn.__name__
         configs = list(configs) if configs is not None else []
@@ -198,8 +337,12 @@ class AutoTuner:
             if not isinstance(config, dict):
                 raise ConfigError(f"autotune of {name}: config {n} must be a dict, got "
                                   f"{type(config).__name__}")
-            unknown = [k for k in config if k not in params or
+            unknown = [k for k in config_arguments(config) if k not in params or
                        params[k].kind is inspect.Parameter.VAR_POSITIONAL]
+            own = config.get(PASS_CONFIGS, {})
+            if not isinstance(own, dict):
+                raise ConfigError(f"autotune of {name}: config {n} {config}: its "
+                                  f"{PASS_CONFIGS} must be a dict, got {type(own).__name__}")
             if unknown and not open_ended:
                 raise ConfigError(f"autotune of {name}: config {n} {config} has key(s) "
                                   f"{', '.join(map(repr, unknown))} that {name} does not take; "
@@ -212,7 +355,7 @@ class AutoTuner:
         names = (key,) if isinstance(key, str) else tuple(key)
         params = inspect.signature(self.jit_fn.fn).parameters
         # configs given as a callable are known only at a call
-        tuned = set() if callable(self.configs) else {k for c in self.configs for k in c}
+        tuned = set() if callable(self.configs) else _tuned_names(self.configs)
         for name in names:
             if not isinstance(name, str) or name not in params:
                 raise ConfigError(f"autotune of {self.jit_fn.fn.__name__}: key {name!r} is not "
@@ -230,22 +373,17 @@ class AutoTuner:
         return self._validate(self.configs(*args, **kwargs))
 
     def _bind(self, configs, args, kwargs, partial: bool = False) -> None:
-        """The call must not set a tuned parameter, and with any config must bind (``partial``:
-        leave out parameters, the tensors of an eager call)."""
+        """The call must bind with any config (``partial``: leave out parameters, the tensors
+        of an eager call)."""
         signature = inspect.signature(self.jit_fn.fn)
-        tuned = {k for c in configs for k in c}
         try:
-            given = signature.bind_partial(*args, **kwargs).arguments
+            signature.bind_partial(*args, **kwargs)
         except TypeError as exc:
             raise ConfigError(f"{self.__name__}: {exc}") from None
-        both = sorted(tuned & set(given))
-        if both:
-            raise ConfigError(f"{self.__name__}: {', '.join(both)} is set both by the call and "
-                              "by the autotune configs; leave tuned parameters out of the call")
         for n, config in enumerate(configs):
             try:
-                (signature.bind_partial if partial else signature.bind)(*args, **kwargs,
-                                                                        **config)
+                (signature.bind_partial if partial else signature.bind)(
+                    *args, **kwargs, **config_arguments(config))
             except TypeError as exc:
                 raise ConfigError(f"{self.__name__}: config {n} {config} with this call: "
                                   f"{exc}") from None
@@ -295,12 +433,23 @@ class AutoTuner:
 
     # -- the calls --------------------------------------------------------------------
     def _explicit(self, configs, args, kwargs) -> bool:
-        """Whether the call sets every tuned parameter itself: then, as in TileLang, it names
-        the config and nothing is searched."""
-        tuned = {k for c in configs for k in c}
+        """Whether the call sets a tuned parameter itself: then, as in TileLang, the call is
+        compiled as it is (the tuned parameters it leaves out take their defaults), nothing
+        is searched, and a warning says so (once per set of parameters in a process: an
+        example times such calls in a loop)."""
+        tuned = _tuned_names(configs)
         params = inspect.signature(self.jit_fn.fn).parameters
         given = {k for k in kwargs if k in params} | set(list(params)[:len(args)])
-        return bool(tuned) and tuned <= given
+        if not tuned & given:
+            return False
+        rest = sorted(tuned - given)
+        if (self.__name__, tuple(rest)) in _AS_CALLED:
+            return True
+        _AS_CALLED.add((self.__name__, tuple(rest)))
+        _log.warning("autotune %s: the call sets tuned parameter(s) %s; compiled as called, "
+                     "nothing searched%s", self.__name__, ", ".join(sorted(tuned & given)),
+                     f" ({', '.join(rest)}: the default)" if rest else "")
+        return True
 
     def __call__(self, *args, **kwargs):
         configs = self._configs_for(args, kwargs)
@@ -314,7 +463,8 @@ class AutoTuner:
         tensors = {k: v for k, v in bound.items() if _is_tensor(v)}
         static = {k: v for k, v in bound.items() if k not in tensors}
         self._bind(configs, (), static, partial=True)
-        consts = eager_consts(self.jit_fn.fn, {**static, **configs[0]}, tensors)
+        consts = eager_consts(self.jit_fn.fn, {**static, **config_arguments(configs[0])},
+                              tensors)
 
         def supply(kernel):
             return [tensors[p.name].clone() for p in kernel.signature.inputs]
@@ -349,8 +499,7 @@ class AutoTuner:
                 self._store(key, result)
         # built for this call (the key may leave arguments out); the JIT's memo makes a
         # repeated call cheap
-        build = self.jit_fn if self.jit_fn.factory else self.jit_fn.compile
-        kernel = build(*args, **kwargs, **result.best_config)
+        kernel = self._spec(*args, **kwargs, **result.best_config)
         kernel.autotune_result = result
         # TileLang's names for the outcome
         kernel.config, kernel.latency = result.best_config, result.best_latency_ms
@@ -380,9 +529,7 @@ class AutoTuner:
 
         configs = self._configs_for(args, kwargs) if configs is None else configs
         start = time.perf_counter()
-        rtol, atol, ratio, length = self.tolerances
-        measurer = Measurer(self.warmup, self.rep, self.timer, self.reference,
-                            self.supply or _given_inputs() or supply, rtol, atol, ratio, length)
+        measurer = self._measurer(supply)
         bars = {}
 
         def progress(stage: str, total: int) -> _Progress:
@@ -401,6 +548,14 @@ class AutoTuner:
         result.compile_seconds = bars["compiling"].elapsed
         return result
 
+    def _measurer(self, supply=None) -> Measurer:
+        """How configs are measured: on the inputs of the decorator's ``supply``, else of
+        ``set_autotune_inputs``, else of ``supply``, else random ones."""
+        rtol, atol, ratio, length = self.tolerances
+        return Measurer(self.warmup, self.rep, self.timer, self.reference,
+                        self.supply or _given_inputs() or supply, rtol, atol, ratio, length,
+                        early_stop_factor=self.early_stop_factor)
+
     def _finish(self, outcomes: list[Outcome], seconds: float) -> AutotuneResult:
         rows = [{"config": o.config, "status": o.status, "compile_s": round(o.compile_s, 4),
                  "latency_ms": o.latency_ms, "error": o.error} for o in outcomes]
@@ -416,8 +571,18 @@ class AutoTuner:
         return result
 
 
-TILELANG_IGNORED = ("manual_check_prog", "cache_input_tensors", "do_not_specialize",
-                    "early_stop", "early_stop_factor")
+RUN_OPTIONS = ("use_pipeline", "enable_grouped_compile", "group_compile_size",
+               "benchmark_devices", "benchmark_multi_gpu")
+TILELANG_IGNORED = ("manual_check_prog", "cache_input_tensors", "do_not_specialize")
+
+
+def _from_params(supply_prog):
+    """A ``supply(kernel)`` calling TileLang's ``supply_prog(params)``, which receives the
+    kernel's input parameters (``shape``, ``dtype``) and returns the input tensors."""
+    def supply(kernel):
+        return supply_prog([p for p in kernel.params if not p.is_output])
+
+    return supply
 
 
 def _supply_of(supply_type):
@@ -436,7 +601,8 @@ def autotune(fn=None, *, configs=None, warmup: float = 25, rep: float = 100,
              ray_address=None, cache: bool = True, progress: bool = True,
              timeout: float | None = 300, memory_limit: int | str | None = "auto",
              key=None, ref_prog=None, supply_prog=None, supply_type=None, skip_check: bool = False,
-             max_mismatched_ratio=None, **tilelang_options):
+             max_mismatched_ratio=None, early_stop: bool = False, early_stop_factor: float = 2.0,
+             **tilelang_options):
     """Tune a ``@tilewright.jit`` kernel (a factory or an eager kernel) over ``configs``
     (dicts of its compile-time parameters, or a callable given the call's arguments that
     returns them).
@@ -461,14 +627,18 @@ def autotune(fn=None, *, configs=None, warmup: float = 25, rep: float = 100,
       Triton (``key=["M", "N"]``): calls that agree on them reuse one search; by default every
       argument of the call counts.
 
-    TileLang's spellings are accepted: ``ref_prog``/``supply_prog``/``max_mismatched_ratio``
-    (``reference``/``supply``/``max_mismatch_ratio``), ``supply_type`` (a
+    TileLang's spellings are accepted: ``ref_prog``/``max_mismatched_ratio``
+    (``reference``/``max_mismatch_ratio``), ``supply_prog(params)`` (as TileLang calls it: with
+    the kernel's input parameters, each with ``shape`` and ``dtype``), ``supply_type`` (a
     :class:`~tilewright.TensorSupplyType` for the generated inputs), ``skip_check`` (no
-    reference check), ``timeout`` (the same meaning); its other options (``manual_check_prog``,
-    ``cache_input_tensors``, ``do_not_specialize``, ``early_stop``, ``early_stop_factor``)
-    have no counterpart here and are named in one log line; any other keyword is a
-    ConfigError. A call that sets every tuned parameter itself compiles that config without
-    searching, as in TileLang; ``set_autotune_inputs`` gives the search its input tensors.
+    reference check), ``timeout`` (the same meaning), ``early_stop`` with
+    ``early_stop_factor`` (a config whose first runs take over that factor times the best
+    latency so far is not timed in full: "stopped early"); its other options
+    (``manual_check_prog``, ``cache_input_tensors``, ``do_not_specialize``) have no
+    counterpart here and are named in one log line; any other keyword is a ConfigError. A
+    call that sets a tuned parameter itself is compiled as called, without searching, as in
+    TileLang (the tuned parameters it leaves out take their defaults); ``set_autotune_inputs``
+    gives the search its input tensors.
     """
     unknown = sorted(set(tilelang_options) - set(TILELANG_IGNORED))
     if unknown:
@@ -476,14 +646,17 @@ def autotune(fn=None, *, configs=None, warmup: float = 25, rep: float = 100,
     given = sorted(k for k, v in tilelang_options.items() if v not in (None, False))
     if given:
         _log.warning("autotune: TileLang option(s) %s have no effect here", ", ".join(given))
-    if supply_type is not None and supply is None and supply_prog is None:
+    if supply is None and supply_prog is not None:
+        supply = _from_params(supply_prog)
+    if supply_type is not None and supply is None:
         supply = _supply_of(supply_type)
 
     def wrap(jit_fn):
         return AutoTuner(jit_fn, configs, warmup, rep, timer,
-                         None if skip_check else reference or ref_prog, supply or supply_prog,
+                         None if skip_check else reference or ref_prog, supply,
                          rtol, atol, max_mismatch_ratio if max_mismatch_ratio is not None
                          else max_mismatched_ratio, reduction_length, executor,
-                         workers, ray_address, cache, progress, timeout, memory_limit, key)
+                         workers, ray_address, cache, progress, timeout, memory_limit, key,
+                         early_stop_factor if early_stop else None)
 
     return wrap(fn) if fn is not None else wrap

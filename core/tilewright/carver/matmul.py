@@ -9,6 +9,13 @@ register proxy (``2 * bM*bN * accum_bits / 32 <= register_budget``). The score e
 whole kernel's DRAM traffic: the bytes one output tile moves (rows rounded up to the
 transaction size) times the number of waves, ``ceil(tiles / (blocks per unit * units))``;
 lower is better. Recommendations are a starting point for ``autotune``, which measures.
+
+A hint also answers with TileLang's roller names: ``block``, ``warp`` (the tile each warp of
+``threads`` computes), ``rstep`` (the reduction step, ``(block_K,)``), ``pipeline_stage`` and
+``rasterization_plan``: as TileLang's roller plans it, column panels of ``sqrt(units)`` tiles
+on a GPU of compute capability 8.0 or later whose L2 cache cannot hold the inputs,
+:class:`~.roller.rasterization.NoRasterization` otherwise (and on a device without an L2 size
+or compute capability, such as the host).
 """
 
 from __future__ import annotations
@@ -21,6 +28,8 @@ import tvm
 from ..errors import ConfigError
 from ..plugin import ArchModel
 from ..profiler.arch import get_arch
+from .programs import matmul_program
+from .roller.rasterization import NoRasterization, Rasterization, Rasterization2DColumn
 
 DEFAULT_KEYS = ("block_M", "block_N", "block_K", "num_stages", "threads")
 
@@ -35,6 +44,18 @@ def _bytes(dtype: str) -> int:
 
 def _round_up(value: int, step: int) -> int:
     return -(-value // step) * step
+
+
+def _warp_grid(block_m: int, block_n: int) -> tuple[int, int]:
+    """How the warps of a block tile it: one per 64 rows and 64 columns, at most 8 (the
+    longer side gives way)."""
+    rows, cols = block_m // 64 or 1, block_n // 64 or 1
+    while rows * cols > 8:
+        if cols >= rows:
+            cols //= 2
+        else:
+            rows //= 2
+    return rows, cols
 
 
 @dataclass(frozen=True)
@@ -54,10 +75,26 @@ class Hint:
     smem_bytes: int
     reg_usage: int
     explanation: str
+    rasterization_plan: Rasterization = NoRasterization()
 
     @property
     def block(self) -> tuple[int, int]:
         return self.block_M, self.block_N
+
+    @property
+    def warp(self) -> tuple[int, int]:
+        """The tile one warp computes (``block_M // warp_M * block_N // warp_N * 32 ==
+        threads``)."""
+        rows, cols = _warp_grid(self.block_M, self.block_N)
+        return self.block_M // rows, self.block_N // cols
+
+    @property
+    def rstep(self) -> tuple[int]:
+        return (self.block_K,)
+
+    @property
+    def pipeline_stage(self) -> int:
+        return self.num_stages
 
     def config(self, keys=DEFAULT_KEYS) -> dict:
         """An ``autotune`` config: the fields named by ``keys`` (a sequence of field names,
@@ -103,6 +140,21 @@ class MatmulTemplate:
             raise ConfigError(f"arch model {model.name!r} lacks {', '.join(missing)}, which "
                               "the tile-shape recommender needs")
         return replace(self, arch=model)
+
+    def equivalent_function(self):
+        """The computation this template describes, as a tile program (a PrimFunc of
+        ``A``, ``B`` -- stored transposed as ``trans_A``/``trans_B`` say -- and ``C``) that
+        compiles and runs with the best recommended tile shape, or 64 x 64 x 32 blocks
+        before :meth:`with_arch`."""
+        if self.arch is None:
+            bm, bn, bk, stages, threads = 64, 64, 32, 2, 128
+        else:
+            best = self.recommend_hints(topk=1)[0]
+            bm, bn, bk, stages, threads = (best.block_M, best.block_N, best.block_K,
+                                           best.num_stages, best.threads)
+        return matmul_program(self.M, self.N, self.K, self.in_dtype, self.out_dtype,
+                              self.accum_dtype, self.trans_A, self.trans_B,
+                              (bm, bn, bk, stages, threads))
 
     # -- search -----------------------------------------------------------------------
     def _candidates(self, size: int, gran: int, cap: int) -> list[int]:
@@ -154,15 +206,26 @@ class MatmulTemplate:
         tiles = math.ceil(self.M / bm) * math.ceil(self.N / bn)
         waves = math.ceil(tiles / (occupancy * arch.compute_units))
         traffic = self._traffic(bm, bn, bk)
-        warps = max(1, (bm // 64 or 1) * (bn // 64 or 1))
-        warps = min(warps, 8)
+        rows, cols = _warp_grid(bm, bn)
+        warps = rows * cols
         score = float((traffic + 1) * waves)
         explanation = (f"({traffic} B per tile + 1) x {waves} wave(s): {tiles} tile(s) over "
                        f"{arch.compute_units} unit(s) x {occupancy} block(s) each; on-chip "
                        f"{smem} of {arch.shared_memory_bytes} B ({stages} stage(s)), "
                        f"registers {reg} of {arch.register_budget}")
         return Hint(bm, bn, bk, stages, 32 * warps, score, traffic, waves, tiles, occupancy,
-                    smem, reg, explanation)
+                    smem, reg, explanation, self._rasterization())
+
+    def _rasterization(self) -> Rasterization:
+        """TileLang's roller plan: column panels on a compute capability 8.0+ GPU whose L2
+        cache cannot hold A and B, none otherwise."""
+        details = self.arch.details
+        capability = str(details.get("compute_capability", "")).replace(".", "")
+        l2 = int(details.get("l2_bytes", 0) or 0)
+        inputs = (self.M * self.K + self.K * self.N) * _bytes(self.in_dtype)
+        if not capability.isdigit() or int(capability) < 80 or not l2 or inputs < l2:
+            return NoRasterization()
+        return Rasterization2DColumn(int(self.arch.compute_units ** 0.5))
 
     def recommend_hints(self, topk: int = 20) -> list[Hint]:
         """The ``topk`` feasible tile shapes with the lowest score, best first."""

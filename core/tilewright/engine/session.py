@@ -13,7 +13,7 @@ import tvm_ffi
 from tvm import tirx
 
 from ..errors import KernelError, TilewrightError, UnsupportedOpError, span_location
-from ..ir import intrinsics_in, tile_ops_in
+from ..ir import intrinsic_features, intrinsics_in, tile_ops_in
 from ..log import get_logger
 from ..plugin import BackendModule, Executor, GeneratedSource
 from ..transform import check_bounds, instrument_bounds, reraise_pass_error
@@ -121,6 +121,11 @@ def check_support(func: tirx.PrimFunc, backend: BackendModule) -> None:
         raise UnsupportedOpError(f"T.{name} is not supported by backend '{backend.name}'; "
                                  "choose another target or rewrite the kernel without it",
                                  _intrinsic_location(func, name))
+    for feature, what in sorted(intrinsic_features(func).items()):
+        if feature not in caps.features:
+            raise UnsupportedOpError(f"{what} is not supported by backend '{backend.name}' (it "
+                                     f"does not declare the feature {feature!r})",
+                                     _feature_location(func, feature))
     for param in func.params:
         buf = func.buffer_map.get(param, param) if hasattr(func, "buffer_map") else param
         dtype = str(getattr(buf, "dtype", ""))
@@ -135,17 +140,27 @@ def _kernel_launches(func: tirx.PrimFunc) -> list[tirx.For]:
     return [s for s in stmts if isinstance(s, tirx.For) and "tw.threads" in s.annotations]
 
 
-def _intrinsic_location(func: tirx.PrimFunc, name: str):
-    """The source line of the first statement that uses expression intrinsic ``name``."""
+def _first_line(func: tirx.PrimFunc, uses):
+    """The source line of the first statement ``uses`` says is it."""
     found = []
 
     def visit(stmt):
-        if not found and stmt.span is not None and name in intrinsics_in(stmt):
+        if not found and stmt.span is not None and uses(stmt):
             found.append(span_location(stmt.span))
 
     tvm_ffi.structural_walk(func.body, [(t, visit) for t in (
         tirx.BufferStore, tirx.Evaluate, tirx.AssertStmt, tirx.Bind)])
     return found[0] if found else None
+
+
+def _intrinsic_location(func: tirx.PrimFunc, name: str):
+    """The source line of the first statement that uses expression intrinsic ``name``."""
+    return _first_line(func, lambda stmt: name in intrinsics_in(stmt))
+
+
+def _feature_location(func: tirx.PrimFunc, feature: str):
+    """The source line of the first statement whose intrinsics need backend ``feature``."""
+    return _first_line(func, lambda stmt: feature in intrinsic_features(stmt))
 
 
 def _check_warps(func: tirx.PrimFunc, backend: BackendModule) -> None:

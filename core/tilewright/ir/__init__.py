@@ -10,6 +10,7 @@ from .schema import (
     TileOpSchema,
     decode,
     get_schema,
+    intrinsic_features,
     intrinsics_in,
     is_region,
     make_call,
@@ -22,7 +23,8 @@ from .schema import (
 
 __all__ = [
     "ATOMIC_KINDS", "PORTABLE_OPS", "REDUCE_KINDS", "Attr", "Operand", "Region", "TileOpCall",
-    "TileOpSchema", "decode", "get_schema", "intrinsics_in", "make_call", "ops",
+    "TileOpSchema", "decode", "get_schema", "intrinsic_features", "intrinsics_in", "make_call",
+    "ops",
     "is_region", "register_intrinsic", "register_tile_op", "registered_ops", "schema_of_call",
     "tile_ops_in",
 ]

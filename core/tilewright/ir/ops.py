@@ -54,6 +54,9 @@ CUMSUM = register_tile_op(TileOpSchema(
 
 # Atomics: `dst` is one element or a tile; `src` is a value or a tile of the same shape.
 ATOMIC_KINDS = ("add", "max", "min")
+# the backend feature an atomic returning the previous value needs (Ascend C's atomics return
+# nothing: a backend without it refuses return_prev)
+ATOMIC_RETURN_PREV = "atomic_return_prev"
 for _kind in ATOMIC_KINDS:
     register_tile_op(TileOpSchema(
         f"atomic_{_kind}",
@@ -62,7 +65,8 @@ for _kind in ATOMIC_KINDS:
         doc=f"atomic read-modify-write ({_kind}) of global memory shared by blocks",
     ))
     register_intrinsic(f"tw.atomic_{_kind}_prev", f"atomic_{_kind}",
-                       f"atomic {_kind} of one element, returning the previous value")
+                       f"T.atomic_{_kind}(..., return_prev=True) (an atomic {_kind} of one "
+                       "element returning the previous value)", feature=ATOMIC_RETURN_PREV)
 
 PRINT_TILE = register_tile_op(TileOpSchema(
     "print_tile", (Operand("buf", "read"),), (Attr("msg", str, ""),),

@@ -137,14 +137,32 @@ def register_tile_op(schema: TileOpSchema) -> TileOpSchema:
 
 
 _INTRINSICS: dict[str, str] = {}
+_INTRINSIC_FEATURES: dict[str, tuple[str, str]] = {}  # ir name -> (feature, doc)
 
 
-def register_intrinsic(ir_name: str, capability: str, doc: str = "") -> tvm.ir.Op:
+def register_intrinsic(ir_name: str, capability: str, doc: str = "",
+                       feature: str | None = None) -> tvm.ir.Op:
     """Register an expression-level op (for example an atomic that returns the old value).
-    ``capability`` is the tile-op name a backend declares to support it."""
+    ``capability`` is the tile-op name a backend declares to support it; ``feature``, when
+    given, a backend feature it needs besides (an atomic's ``return_prev``)."""
     register_tvm_op(ir_name, doc or ir_name)
     _INTRINSICS[ir_name] = capability
+    if feature is not None:
+        _INTRINSIC_FEATURES[ir_name] = (feature, doc or ir_name)
     return tvm.ir.Op.get(ir_name)
+
+
+def intrinsic_features(node) -> dict[str, str]:
+    """feature -> what needs it, for the backend features the intrinsics in ``node`` need."""
+    found: dict[str, str] = {}
+
+    def visit(value):
+        if isinstance(value.op, tvm.ir.Op) and value.op.name in _INTRINSIC_FEATURES:
+            feature, doc = _INTRINSIC_FEATURES[value.op.name]
+            found.setdefault(feature, doc)
+
+    tvm_ffi.structural_walk(node, (tvm.ir.Call, visit))
+    return found
 
 
 def intrinsics_in(node) -> list[str]:

@@ -1,5 +1,6 @@
 """``import tilewright.language as T``: the portable tile language."""
 
+from . import tvm_names  # noqa: F401 - TileLang's tvm.tirx.PrimExpr on TVM 0.27
 from .annotations import Fragment, Layout, annotate_layout, region, use_swizzle
 from .buffer import TileBuffer, VarHandle
 from .conv import c2d_im2col, im2col
@@ -12,6 +13,7 @@ from .kernel import (
     Buffer,
     Macro,
     Tensor,
+    alloc_buffer,
     alloc_fragment,
     alloc_global,
     alloc_local,
@@ -59,7 +61,8 @@ globals().update(_UNARY)
 __all__ = [
     "Buffer", "DType", "Fragment", "GemmWarpPolicy", "Kernel", "Layout", "Macro", "Parallel",
     "Persistent", "Pipelined", "Tensor", "TileBuffer", "VarHandle", "Cast", "abs",
-    "alloc_fragment", "alloc_global", "alloc_local", "alloc_reducer", "alloc_shared", "alloc_var",
+    "alloc_buffer", "alloc_fragment", "alloc_global", "alloc_local", "alloc_reducer",
+    "alloc_shared", "alloc_var",
     "annotate_layout", "c2d_im2col", "cast", "ceildiv", "clamp", "clear", "const", "copy",
     "cumsum", "device_assert", "dtype", "dynamic", "empty", "fill", "floordiv", "floormod",
     "finalize_reducer", "gemm", "if_then_else", "im2col", "infinity", "macro", "max", "max_value",

@@ -197,6 +197,31 @@ for _name, _base in (("__radd__", "__add__"), ("__rsub__", "__sub__"), ("__rmul_
     setattr(VarHandle, _name, _binary(_base, reflected=True))
 
 
+class IterationVar(VarHandle):
+    """``x = T.alloc_var(dtype)`` inside a ``T.Parallel`` loop: a scalar of each iteration (a
+    thread's register on a GPU), held as one element per iteration of the enclosing parallel
+    loops, ``index`` being the iteration's element."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, buffer: tirx.Buffer, index: tuple):
+        super().__init__(buffer)
+        self.index = index
+
+    def load(self):
+        return tirx.BufferLoad(self.buffer, list(self.index))
+
+    def store(self, value) -> None:
+        B.require_kernel(f"storing to {self.name!r}").emit(tirx.BufferStore(
+            self.buffer, to_expr(value, self.dtype), list(self.index), span=B.here()))
+
+    def __getitem__(self, key):
+        if key in (0, (0,)):
+            return self.load()
+        raise kernel_error(f"{self.name!r} is a scalar (T.alloc_var); index it with 0 or not "
+                           "at all")
+
+
 def unwrap(value):
     return value.buffer if isinstance(value, TileBuffer) else value
 

@@ -93,7 +93,8 @@ class LoopSpec:
         if len(names) != len(self.extents):
             names = "ijklmn"[: len(self.extents)] if len(self.extents) > 1 else ("i",)
         loop_vars = [tirx.Var(n, "int32") for n in names]
-        frame = builder.open(self.kind_name, loop_vars=loop_vars)
+        frame = builder.open(self.kind_name, loop_vars=loop_vars, starts=self.starts,
+                             extents=self.extents)
         yield loop_vars[0] if len(loop_vars) == 1 else tuple(loop_vars)
         body = builder.close(frame)
         annotations = {LOOP_KIND_KEY: self.kind_name, **self.annotations}

@@ -12,7 +12,7 @@ from tvm import tirx
 
 from ..errors import KernelError, kernel_error
 from . import builder as B
-from .buffer import TileBuffer, VarHandle, as_int, declare
+from .buffer import IterationVar, TileBuffer, VarHandle, as_int, declare
 from .dtypes import DTYPES, DType, normalize_dtype
 from .fragments import widen_fragments
 from .frames import Helpers
@@ -334,9 +334,51 @@ def alloc_global(shape, dtype, scope="global", name=None) -> TileBuffer:
     return TileBuffer(buf)
 
 
+def alloc_buffer(shape, dtype="float32", scope="global", name=None) -> TileBuffer:
+    """TVM script's allocation by scope, as TileLang exports it: ``"global"`` (its default) is
+    :func:`alloc_global` (a workspace, before ``with T.Kernel``), ``"shared"`` /
+    ``"shared.dyn"`` :func:`alloc_shared`, ``"local.fragment"`` :func:`alloc_fragment`,
+    ``"local"`` :func:`alloc_local`."""
+    allocate = {"global": alloc_global, "shared": alloc_shared, "shared.dyn": alloc_shared,
+                "local.fragment": alloc_fragment, "local": alloc_local}.get(str(scope))
+    if allocate is None:
+        raise kernel_error(f"T.alloc_buffer: unknown scope {scope!r}; one of global, shared, "
+                           "shared.dyn, local.fragment, local")
+    if allocate is alloc_shared:
+        return alloc_shared(shape, dtype, name=name)
+    return allocate(shape, dtype, scope=str(scope), name=name)
+
+
 def alloc_var(dtype, init=None, scope="local.var", name=None) -> VarHandle:
-    """A mutable scalar: ``x = T.alloc_var(T.int32, init=0)``, then ``x = x + 1``."""
-    handle = VarHandle(_alloc((1,), dtype, scope, "T.alloc_var", name).buffer)
+    """A mutable scalar: ``x = T.alloc_var(T.int32, init=0)``, then ``x = x + 1``. Inside a
+    ``T.Parallel`` loop it is a scalar of each iteration, as a thread's register is on a GPU
+    (TileLang's ``d = T.alloc_var(...)`` in the loop body): one element per iteration of the
+    enclosing parallel loops, allocated before the outermost of them."""
+    builder = B.require_kernel("T.alloc_var")
+    if builder.enclosing("parallel") is None:
+        handle = VarHandle(_alloc((1,), dtype, scope, "T.alloc_var", name).buffer)
+    else:
+        handle = _iteration_var(builder, dtype, name)
     if init is not None:
         handle.store(init)
     return handle
+
+
+def _iteration_var(builder, dtype, name) -> IterationVar:
+    frames = builder.frames
+    outer = next(n for n, f in enumerate(frames) if f.kind == "parallel")
+    shape, index = [], []
+    for frame in frames[outer:]:
+        if frame.kind != "parallel":
+            continue
+        for var, start, extent in zip(frame.info["loop_vars"], frame.info["starts"],
+                                      frame.info["extents"]):
+            if not isinstance(as_int(extent), int):
+                raise kernel_error("T.alloc_var inside a T.Parallel loop of a run-time extent: "
+                                   "allocate it before the loop")
+            shape.append(as_int(extent))
+            index.append(var if isinstance(start, int) and start == 0 else var - start)
+    n = sum(1 for f in frames for s in f.stmts if isinstance(s, tirx.AllocBuffer))
+    buf = declare(name or f"var_{n}", shape, dtype, "local.fragment")
+    frames[outer - 1].stmts.append(tirx.AllocBuffer(buf, span=B.here()))
+    return IterationVar(buf, tuple(index))

@@ -25,7 +25,6 @@ leaves what ran.
 from __future__ import annotations
 
 import difflib
-import html
 import os
 import re
 import shutil
@@ -39,6 +38,7 @@ from pathlib import Path
 
 from ..errors import ConfigError
 from . import trace_html
+from .pages import render_page
 
 ENV_MODE = "TILEWRIGHT_LOWER_TRACE"
 ENV_DIR = "TILEWRIGHT_LOWER_TRACE_DIR"
@@ -653,23 +653,8 @@ __all__ = ["DEFAULT_DIR", "ENV_DIR", "ENV_MODE", "MODES", "Record", "TraceSessio
 def write_index(script_dir: Path, entries: list[dict]) -> Path:
     """``<script>/index.html``: one row per compilation (kernel, backend, target, outcome,
     passes traced) linking to its report."""
-    def cell(value) -> str:
-        return f"<td>{html.escape(str(value))}</td>"
-
-    rows = "\n".join(
-        f"<tr><td>{e['n']}</td><td><a href=\"{html.escape(e['report'])}\">"
-        f"{html.escape(e['kernel'] or '(unnamed)')}</a></td>{cell(e['backend'])}"
-        f"{cell(e['target'])}{cell('ok' if e['ok'] else 'FAILED')}{cell(e['passes'])}"
-        f"{cell(e['codegen'])}</tr>" for e in entries)
-    title = f"lower trace: {html.escape(script_dir.name)}"
-    page = (f"<!doctype html><html><head><meta charset=\"utf-8\"><title>{title}</title>"
-            "<style>body{font-family:sans-serif}td,th{padding:2px 10px;text-align:left}"
-            "</style></head><body>"
-            f"<h1>{title}</h1><p>{len(entries)} compilation(s); each links to its report. "
-            "Pass dumps are in each run's folder as &lt;phase&gt;/NN_&lt;pass&gt;_before.tir "
-            "and _after.tir.</p><table><tr><th>#</th><th>kernel</th><th>backend</th>"
-            "<th>target</th><th>outcome</th><th>passes</th><th>codegen file</th></tr>\n"
-            f"{rows}\n</table></body></html>\n")
+    page = render_page("lower_trace_index.html.j2", entries=entries,
+                       title=f"lower trace: {script_dir.name}")
     path = script_dir / "index.html"
     path.write_text(page)
     return path

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import argparse
 import ast
-import html
 import runpy
 import sys
 from pathlib import Path
+
+from .pages import render_page
 
 _SYNC_WORDS = ("sync", "barrier", "fence", "wait", "set_flag", "arrive")
 
@@ -184,53 +185,9 @@ def record(func, target: str) -> list[dict]:
 
 
 # -- HTML ---------------------------------------------------------------------------------------
-def _tree_html(nodes) -> str:
-    out = []
-    for node in nodes:
-        details = "".join(f'<span class="f"><b>{html.escape(k)}</b>={html.escape(v)}</span>'
-                          for k, v in node["details"].items())
-        label = f'<span class="k {node["cls"]}">{html.escape(node["label"])}</span> {details}'
-        if node["children"]:
-            out.append(f"<li><details open><summary>{label}</summary><ul>"
-                       f"{_tree_html(node['children'])}</ul></details></li>")
-        else:
-            out.append(f"<li>{label}</li>")
-    return "".join(out)
-
-
-_STYLE = """body{font:13px system-ui,sans-serif;margin:12px}ul{list-style:none;padding-left:18px;
-margin:0}.f{color:#57606a;margin-left:6px;font:12px ui-monospace,monospace}
-.k{font:12px ui-monospace,monospace;padding:0 3px;border-radius:3px}
-.tileop{background:#ddf4ff;color:#0550ae}.sync{background:#ffebe9;color:#a40e26}
-.intrin{background:#fbefff;color:#6639ba}.kernel{background:#dafbe1;color:#116329}
-.loop{color:#116329}.alloc{color:#953800}.store{color:#1f2328}.func{font-weight:bold}
-h2{margin:18px 0 4px}h3{margin:10px 0 2px;font-size:13px}.same{color:#57606a}
-.legend span{margin-right:8px}.err{background:#ffebe9;padding:6px;white-space:pre-wrap}"""
-
-
 def render(results: dict, title: str) -> str:
     """``results``: target -> steps (or an error string)."""
-    parts = [(f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}"
-              f"</title><style>{_STYLE}</style></head><body><h1>{html.escape(title)}</h1>"
-              "<div class='legend'><span class='k tileop'>tile op</span><span class='k sync'>"
-              "synchronisation</span><span class='k intrin'>lowered intrinsic</span><span "
-              "class='k kernel'>kernel / thread loop</span><span class='k alloc'>allocation"
-              "</span></div>")]
-    for target, steps in results.items():
-        parts.append(f"<h2>target {html.escape(target)}</h2>")
-        if isinstance(steps, str):
-            parts.append(f"<div class='err'>{html.escape(steps)}</div>")
-            continue
-        previous = None
-        for n, step in enumerate(steps):
-            head = f"{n:02d} {step['phase']} / {step['name']}"
-            if step["tree"] == previous:
-                parts.append(f"<h3 class='same'>{html.escape(head)} (same structure)</h3>")
-                continue
-            previous = step["tree"]
-            parts.append(f"<h3>{html.escape(head)}</h3><ul>{_tree_html(step['tree'])}</ul>")
-    parts.append("</body></html>")
-    return "".join(parts)
+    return render_page("pass_visualizer.html.j2", results=results, title=title)
 
 
 # -- command line -------------------------------------------------------------------------------

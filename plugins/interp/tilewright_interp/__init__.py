@@ -1,3 +1,5 @@
 """tilewright backend 'interp'."""
 
-__version__ = "0.1.0"
+from importlib.metadata import version
+
+__version__ = version("tilewright-interp")  # one source of truth: pyproject.toml

@@ -34,17 +34,6 @@ class KnownFailure:
 
 
 KNOWN_FAILURES: tuple[KnownFailure, ...] = (
-    KnownFailure("ascend", "gemm_layouts-*", "cannot T.fill a GEMM accumulator ('an accumulator "
-                 "in L0C can only be cleared')", when="build"),
-    KnownFailure("ascend", "unary_math-*", "has no vector or scalar form for some math "
-                 "functions (T.log2 first)", when="build"),
-    KnownFailure("ascend", "views-*", "cannot take a view of a tile (T.reshape / T.view of a "
-                 "UB tile read by the scalar unit: 'the scalar unit reads UB and GM')",
-                 when="build"),
-    KnownFailure("ascend", "im2col-*", "the emulator segfaults running the im2col gather "
-                 "(reads of the padding outside the image)", when="crash"),
-    KnownFailure("ascend", "atomic_prev-*", "has no atomic returning the previous value "
-                 "(Ascend C SetAtomicAdd/Max/Min return nothing)", when="build"),
 )
 
 

@@ -9,7 +9,8 @@ kernel error (an unsupported construct, named with its line) is counted as refus
 failure; crashes, build failures and wrong results are failures. On a disagreement
 Hypothesis shrinks the program, keeping to the kind of the first failure (a wrong result
 stays a wrong result; another kind met on the way is counted in the statistics, not shrunk
-to), and the smallest failing one is saved as a standalone reproducer (``--tilewright-fuzz-dir``, default ``tilewright-fuzz``). Features of bugs listed in
+to), and the smallest failing one is saved as a standalone reproducer
+(``--tilewright-fuzz-dir``, default ``tilewright-fuzz``). Features of bugs listed in
 :mod:`tilewright_sdk.conformance.known_failures` are not generated for that backend unless
 ``--tilewright-fuzz-known`` is given.
 """

@@ -322,6 +322,7 @@ ROWS = (
            ("atomic_add", "atomic_max", "atomic_min"), _atomic_prev, _atomic_prev_inputs,
            _atomic_prev_ref, {"partial": {"N": 12}}, out_idx=(), inplace=(1, 2, 3, 4),
            reduction=lambda N, **_: N, dtypes=("float32", "int32"),
+           features=("atomic_return_prev",),
            doc="atomics with return_prev: running values in one block, tickets across blocks"),
     Kernel("reduce_then_store", (*FRAG, "fill", "reduce_sum", "reduce_absmax", "Parallel",
                                  "if_then_else", "cast"), ("copy", "fill", "reduce_sum",
