@@ -115,9 +115,28 @@ def gemm_persistent():
     torch.testing.assert_close(kernel(a, b), a @ b, rtol=1e-4, atol=1e-4)
 
 
+def gemm_w4a16():
+    w = _example("gemm_w4a16")
+    kernel = _ascend(w.w4a16_gemm)(5, 64, 256, 64, block_M=16, block_N=32, block_K=64)
+    a = torch.randn(5, 256).half()
+    q, scales, zeros = w.quantize(torch.randn(64, 256).half(), 64)
+    want = a.double() @ w.dequantize(q, scales, zeros).double().T
+    torch.testing.assert_close(kernel(a, q, scales, zeros).double(), want, rtol=1e-2,
+                               atol=1e-2 * want.abs().mean())
+
+
+def gemm_fp8_scaled_refused():
+    # the cube has no float8: refused at the gemm's line, naming what it takes
+    f = _example("gemm_fp8_scaled")
+    with pytest.raises(tilewright.errors.UnsupportedOpError, match=r"T.gemm on float8_e4m3fn "
+                       r"operands \(A_s\) is not supported by backend 'ascend' \(it takes "
+                       r"bfloat16, float16, float32, int8\)"):
+        _ascend(f.fp8_gemm_scaled)(40, 64, 256, "block", block_M=32, block_N=32, threads=128)
+
+
 CASES = [quickstart_vector_add, quickstart_matmul, quickstart_softmax, gemm_float32,
          gemm_splitk, flash_attention_causal, rmsnorm, softmax_bfloat16, row_reduce,
-         elementwise_add, gemm_dynamic, gemm_persistent]
+         elementwise_add, gemm_dynamic, gemm_persistent, gemm_w4a16, gemm_fp8_scaled_refused]
 
 
 def test_every_example_has_a_case():

@@ -81,10 +81,11 @@ BACKEND = BackendModule(
         features=frozenset({"manual_sync", "dialect:ascend", "partial_tiles",
                             "dynamic_shapes"}),
         # the cube takes float16/bfloat16/float32 operands (float32 fractals are transposed
-        # by LoadDataWithTranspose from an L1 stored as rows of fractals, see cube.py)
+        # by LoadDataWithTranspose from an L1 stored as rows of fractals, see cube.py) and
+        # int8 into an int32 L0C (A [M, K], B [N, K]: int8 fractals are not transposed)
         # reductions: what the WholeReduce family computes on, and bfloat16 (see
         # transforms.vector)
-        op_dtypes={"gemm": frozenset({"float16", "bfloat16", "float32"}),
+        op_dtypes={"gemm": frozenset({"float16", "bfloat16", "float32", "int8"}),
                    **dict.fromkeys(PORTABLE_REDUCTIONS, REDUCTION_DTYPES)},
     ),
     accelerator=True,

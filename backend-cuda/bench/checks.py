@@ -3,14 +3,15 @@
 - ``conformance``: every case of the conformance catalogue (``tilewright_sdk.conformance``:
   every kernel, dtype and shape variant; a dynamic one at the suite's two sizes);
 - ``example``: every kernel of ``examples/`` at the emulation tests' sizes
-  (``tests/cuda_cases.py``);
+  (``tests/cuda_cases.py``), and the scaled fp8 GEMM in each scale layout and the W4A16 GEMM
+  in their benchmark configurations against the float64 product of their dequantised
+  operands;
 - ``dialect``: the CUDA dialect kernels (``tests/dialect_cases.py``: TMA, mbarriers, roles,
   clusters) and the benchmark kernels at small sizes in each configuration the benchmark
   bundles (warp specialisation, TMA issued in order, multicast in clusters, persistent tiles,
   two blocks per SM, cp.async), and the 8-bit GEMMs (``kernels.gemm_low_precision``: int8
   into int32 against ``torch._int_mm``, float8_e4m3fn/e5m2 into float32 against the float64
-  product of the float8 operands), the scaled fp8 GEMM in each scale layout and the W4A16
-  GEMM (``examples/``) against the float64 product of their dequantised operands.
+  product of the float8 operands).
 
 Each :class:`Check` is built here into a bundle (``build_bundles.py``) that also holds its
 inputs (drawn from the recorded seed) and torch's results in float64 (``check.pt``); the
@@ -201,23 +202,23 @@ def dialect() -> list[Check]:
             f"dialect-gemm_low_precision_{dtype}", "dialect", dtype,
             lambda dtype=dtype: kernels.gemm_low_precision.fn(m, n, k, dtype, threads=256),
             lambda dtype=dtype: [_low_precision_run(m, n, k, dtype)], k))
-    return out + dequantising()
+    return out
 
 
 def dequantising() -> list[Check]:
-    """The scaled fp8 GEMM in each scale layout and the W4A16 GEMM in their benchmark
-    configurations, at small sizes."""
+    """The examples' scaled fp8 GEMM in each scale layout and W4A16 GEMM, in their benchmark
+    configurations (``kernels.py``), at small sizes."""
     out = []
     m, n, k = 200, 256, 384  # a partial row tile, 2 x 2 blocks, 3 scale groups along K
     for layout in kernels.FP8_BLOCK_K:
         config = {**kernels.FP8_GEMM, "block_K": kernels.FP8_BLOCK_K[layout]}
         out.append(Check(
-            f"dialect-fp8_gemm_{layout}", "dialect", "float8_e4m3fn",
+            f"example-gemm_fp8_scaled_{layout}", "example", "float8_e4m3fn",
             lambda layout=layout, config=config: kernels.fp8_gemm_scaled.fn(
                 m, n, k, layout, **config),
             lambda layout=layout: [_fp8_scaled_run(m, n, k, layout)], k))
     rows, cols, depth = 5, 320, 512  # decode rows, 5 column tiles, 4 groups a row
-    out.append(Check("dialect-w4a16_float16", "dialect", "float16",
+    out.append(Check("example-gemm_w4a16", "example", "float16",
                      lambda: kernels.w4a16_gemm.fn(rows, cols, depth, 128, **kernels.W4A16),
                      lambda: [_w4a16_run(rows, cols, depth, 128)], depth))
     return out
@@ -279,4 +280,4 @@ def _add_run(m: int, n: int) -> Run:
 
 
 def every_check() -> list[Check]:
-    return conformance() + examples() + dialect()
+    return conformance() + examples() + dequantising() + dialect()

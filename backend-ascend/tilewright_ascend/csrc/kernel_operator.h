@@ -548,12 +548,14 @@ void Mmad(const LocalTensor<C>& c, const LocalTensor<A>& a, const LocalTensor<B>
         C* cd = c.data(); const A* ad = a.data(); const B* bd = b.data();
         for (uint64_t i = 0; i < M; ++i)
             for (uint64_t j = 0; j < N; ++j) {
+                // int8 operands accumulate exactly in int32 (L0C), the others in float
+                using Sum = typename std::conditional<std::is_integral<C>::value, C, float>::type;
                 C& out = cd[((j / 16) * mb + i / 16) * 256 + (i % 16) * 16 + j % 16];
-                float s = init ? 0.0f : float(out);
+                Sum s = init ? Sum(0) : Sum(out);
                 for (uint64_t q = 0; q < K; ++q)
-                    s += float(gemv ? (i == 0 ? ad[q] : A(0))
-                                    : ad[((i / 16) * kb + q / C0) * 16 * C0 + (i % 16) * C0 + q % C0]) *
-                         float(bd[((q / C0) * nb + j / 16) * 16 * C0 + (j % 16) * C0 + q % C0]);
+                    s += Sum(gemv ? (i == 0 ? ad[q] : A(0))
+                                  : ad[((i / 16) * kb + q / C0) * 16 * C0 + (i % 16) * C0 + q % C0]) *
+                         Sum(bd[((q / C0) * nb + j / 16) * 16 * C0 + (j % 16) * C0 + q % C0]);
                 out = C(s);
             }
     }, 16.0 + double(M * N * K) / 4096.0, M * K * sizeof(A) + K * N * sizeof(B));

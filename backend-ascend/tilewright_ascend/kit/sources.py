@@ -142,6 +142,10 @@ EXAMPLES = {
     "gemm_dynamic": [("matmul_dynamic", (), {"block_M": 32, "block_N": 32, "block_K": 16})],
     "gemm_persistent": [("matmul_persistent", (70, 40, 48, 3),
                          {"block_M": 32, "block_N": 32, "block_K": 16})],
+    "gemm_fp8_scaled": [("fp8_gemm_scaled", (40, 64, 256, "block"),
+                         {"block_M": 32, "block_N": 32, "threads": 128})],
+    "gemm_w4a16": [("w4a16_gemm", (5, 64, 256, 64), {"block_M": 16, "block_N": 32,
+                                                     "block_K": 64})],
 }
 
 
