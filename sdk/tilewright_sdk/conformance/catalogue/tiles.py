@@ -107,7 +107,7 @@ def _broadcast(dtype, M, N, bm=16, bn=16):
         with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=128) as (bx, by):
             tile = T.alloc_fragment((bm, bn), dtype)
             rows = T.alloc_fragment((bm, bn), dtype)
-            cols = T.alloc_fragment((bm, bn), dtype)
+            cols = T.alloc_buffer((bm, bn), dtype, scope="local.fragment")  # TVM script's form
             T.copy(A[by * bm, bx * bn], tile)
             for i, j in T.Parallel(bm, bn):
                 rows[i, j] = tile[0, j]
@@ -384,7 +384,8 @@ ROWS = (
            lambda torch, gen, dtype, M, N: [rand(torch, gen, (M, N), dtype),
                                              rand(torch, gen, (M, N), dtype)],
            lambda a, b: [a * 2.0 + b], MN, doc="T.Parallel with a bounds guard"),
-    Kernel("broadcast", (*BASE, "alloc_fragment", "copy", "Parallel"), ("copy",), _broadcast,
+    Kernel("broadcast", (*BASE, "alloc_fragment", "alloc_buffer", "copy", "Parallel"), ("copy",),
+           _broadcast,
            two_d, _broadcast_ref, MN, out_idx=(1, 2), dtypes=(*FLOATS, *INTEGERS),
            doc="a tile's row and column broadcast over the tile, in every dtype (found by the "
                "fuzzer: Ascend broadcast an int8 row with Add, which A2 computes on 16- and "
