@@ -10,6 +10,7 @@ torch tensors through ctypes. Races and synchronisation errors raise :class:`Emu
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import importlib.util
 import json
@@ -67,10 +68,16 @@ def _cache_root() -> Path:
 
 def _runtime_digest() -> str:
     """A digest of the runtime sources, the compiler and the flags."""
+    return _digest(_compiler() or "")
+
+
+@functools.cache
+def _digest(compiler: str) -> str:
+    """The runtime's digest with ``compiler``: its sources are read once per process."""
     digest = hashlib.sha256()
     for path in sorted(CSRC.iterdir()):
         digest.update(path.name.encode() + path.read_bytes())
-    digest.update(" ".join([_compiler() or "", *FLAGS]).encode())
+    digest.update(" ".join([compiler, *FLAGS]).encode())
     return digest.hexdigest()[:16]
 
 
