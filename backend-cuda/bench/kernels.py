@@ -26,10 +26,11 @@ Configurations (sm_90a, chosen for H100/H200):
 - FlashAttention forward: 128 query rows per block, 128 keys per step, 256 threads (two
   warpgroups of 64 rows: both gemms are wgmma), K and V three stages deep through TMA.
 - Elementwise add: 4096-element blocks of 256 threads, each thread moving 16-byte vectors.
-- Scaled fp8 GEMM (``examples/gemm_fp8_scaled.py``): 128x128 tiles, 256 threads, 3 stages,
-  bfloat16 out; k-tiles 128 deep for block scales (one scale group each), 64 for the others
-  (128 spills 8-16 bytes there). Hopper has no fp8 ``mma.sync``: until wgmma takes 8-bit
-  operands, ptxas runs it as fp16 HMMA after unpacking, which costs the registers.
+- Scaled fp8 GEMM (``examples/gemm_fp8_scaled.py``): 128x128 tiles, 256 threads = two
+  warpgroups of 64x128 each (the fp8 wgmma, ``QGMMA.64x128x32``), 3 stages of 128-deep
+  k-tiles filled by TMA (3 x 32 KB of shared memory), bfloat16 out; for block scales a k-tile
+  is one scale group. (Before wgmma took 8-bit operands, ptxas ran the fp8 ``mma.sync`` as
+  fp16 HMMA after unpacking, and 128-deep k-tiles spilled outside the block layout.)
 - W4A16 (``examples/gemm_w4a16.py``), decode shapes: 16-row, 64-column tiles (128 blocks for
   N = 8192, about one per SM), 128-deep k-tiles, 4 stages of codes and activations in flight.
 """
@@ -52,7 +53,7 @@ ATTENTION = {"block_M": 128, "block_N": 128, "threads": 256, "num_stages": 3}
 ADD = {"block_M": 8, "block_N": 512, "threads": 256}
 SWIZZLE_PANEL = 16  # block rows per raster panel (T.use_swizzle), see above
 FP8_GEMM = {"block_M": 128, "block_N": 128, "threads": 256, "num_stages": 3}
-FP8_BLOCK_K = {"tensor": 64, "token": 64, "block": 128}  # per scale layout, see above
+FP8_BLOCK_K = {"tensor": 128, "token": 128, "block": 128}  # per scale layout, see above
 W4A16 = {"block_M": 16, "block_N": 64, "block_K": 128, "threads": 128, "num_stages": 4}
 
 
@@ -106,7 +107,8 @@ def gemm_low_precision(M, N, K, dtype="int8", block_M=128, block_N=128, block_K=
     """C = A @ B^T (``trans_b``: B stored [N, K], the layout 8-bit GEMMs take; else [K, N])
     with 8-bit A and B (int8, float8_e4m3fn, float8_e5m2) and C in the accumulator dtype
     (``LOW_PRECISION_ACCUM``: int32 for int8, float32 for float8): torch's ``_int_mm`` and
-    the float32 product of the float8 operands. Tensor cores: ``mma.sync m16n8k32``."""
+    the float32 product of the float8 operands. Tensor cores: ``mma.sync m16n8k32``, and on
+    sm_90a wgmma ``m64nNk32`` for float8 with B [N, K] and 64 rows per warpgroup."""
     accum = LOW_PRECISION_ACCUM[dtype]
 
     @T.prim_func

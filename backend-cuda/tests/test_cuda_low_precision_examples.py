@@ -1,9 +1,9 @@
 """The low-precision examples on CUDA (examples/gemm_fp8_scaled.py, examples/gemm_w4a16.py).
 
 The scaled fp8 GEMM in each scale layout compiles to the fp8 tensor-core instruction on sm_89
-(``QMMA.16832.F32.E4M3.E4M3``, no HMMA) and builds without spills for sm_90a (where
-``mma.sync`` on fp8 is ptxas's fp16 emulation: see test_cuda_low_precision_gemm.py); the block
-layout's per-k-block scaling matches torch in host emulation, its running sum of scaled partial
+(``QMMA.16832.F32.E4M3.E4M3``, no HMMA) and on sm_90a (wgmma, ``QGMMA.64x128x32.F32.E4M3.E4M3``
+on tiles loaded by TMA, no HMMA and no unpacking to fp16), without spills; the block layout's
+per-k-block scaling matches torch in host emulation on both, its running sum of scaled partial
 products in registers beside the gemm's accumulator. The W4A16 GEMM's dequantised
 float16 tile feeds ``HMMA.16816.F32`` on sm_80 and sm_90a through ldmatrix, and matches torch
 in host emulation. The GPU harness's own reference for the scaled GEMM (it runs without TVM)
@@ -49,25 +49,33 @@ def test_scaled_fp8_gemm_runs_on_qmma_on_sm_89(tmp_path, layout):
 
 @pytest.mark.nvcc
 @pytest.mark.sass
-@pytest.mark.parametrize("layout", ["token", "block"])
-def test_scaled_fp8_gemm_builds_for_sm_90a(tmp_path, layout):
+@pytest.mark.parametrize("layout", fp8.LAYOUTS)
+def test_scaled_fp8_gemm_runs_on_qgmma_on_sm_90a(tmp_path, layout):
     code = _sass(fp8.fp8_gemm_scaled.fn(4096, 4096, 4096, layout), "sm_90a", tmp_path)
-    assert "LDSM.16.M88.4" in code  # A [M, K] and B [N, K] through ldmatrix
-    # Hopper has no fp8 mma.sync: ptxas unpacks to fp16 for HMMA (wgmma's QGMMA is not used)
-    assert "HMMA.16816.F32" in code
+    # two warpgroups of 64 x 128 each, one wgmma per 32-deep k step; the operands arrive by
+    # TMA and are read through descriptors: no ldmatrix, no fp8 -> fp16 unpacking, no HMMA
+    assert "QGMMA.64x128x32.F32.E4M3.E4M3" in code and "UTMALDG.2D" in code
+    assert "HMMA" not in code and "HGMMA" not in code and "LDSM" not in code
+    assert "F2FP.F16.E4M3" not in code and "F2FP.BF16.F32.PACK_AB" in code  # bf16 C only
 
 
 @pytest.mark.emulator
-def test_block_scaled_fp8_gemm_matches_torch_in_emulation(tmp_path):
+@pytest.mark.parametrize("arch_name", ["sm_89", "sm_90a"])
+def test_block_scaled_fp8_gemm_matches_torch_in_emulation(tmp_path, arch_name):
     m, n, k = 80, 256, 384  # a partial row tile, 2 column tiles, 3 scale groups along K
     gen = torch.Generator().manual_seed(5)
     a, a_scale = fp8.quantize(torch.randn(m, k, generator=gen), "block")
     b, b_scale = fp8.quantize_blocks(torch.randn(n, k, generator=gen))
     lowered = tilewright.lower(fp8.fp8_gemm_scaled.fn(m, n, k, "block", **FP8_TILE),
-                               "cuda -arch=sm_89")
+                               f"cuda -arch={arch_name}")
     # the running sum follows the gemm's accumulator into registers: shared memory holds
-    # only the two stages of 128 x 128 fp8 tiles of A and B
-    assert lowered.source.payload["dynamic_smem_bytes"] == 2 * 2 * 128 * 128
+    # only the two stages of 128 x 128 fp8 tiles of A and B (and on sm_90a their TMA
+    # barriers, one 8-byte mbarrier per stage, and the warp-specialised loop's empty ones)
+    smem = lowered.source.payload["dynamic_smem_bytes"]
+    assert smem == 2 * 2 * 128 * 128 if arch_name == "sm_89" else \
+        2 * 2 * 128 * 128 < smem <= 2 * 2 * 128 * 128 + 64
+    assert ("tw_gemm_wgmma<128, 128, 128, TW_WGMMA_E4M3," in lowered.source.text) == \
+        (arch_name == "sm_90a")
     c = torch.full((m, n), float("nan"), dtype=torch.bfloat16)
     hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, a, b, a_scale, b_scale,
                 c)

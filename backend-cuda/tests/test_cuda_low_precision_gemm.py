@@ -1,10 +1,13 @@
 """T.gemm on 8-bit operands (bench/kernels.py ``gemm_low_precision``): int8 into int32
 accumulators on ``mma.sync m16n8k32 .s8`` (sm_80+), float8_e4m3fn/float8_e5m2 into float32 on
-``m16n8k32 .e4m3/.e5m2`` (sm_89+). The machine code shows the integer or fp8 tensor-core
-instruction itself (``IMMA.16832.S8.S8``, ``QMMA.16832.F32.E4M3.E4M3``), with no conversion to
-fp16 and no HMMA; the host emulation checks the numbers against torch (``torch._int_mm``, the
-float32 product of the float8 operands); float8 on an architecture without the instruction is
-refused at the gemm's line; float8 casts to every declared dtype compile."""
+``m16n8k32 .e4m3/.e5m2`` (sm_89) and on wgmma's ``m64nNk32 .e4m3/.e5m2`` (sm_90a: 1-byte tiles
+in the swizzled layout, loaded by TMA and read through matrix descriptors). The machine code
+shows the integer or fp8 tensor-core instruction itself (``IMMA.16832.S8.S8``,
+``QMMA.16832.F32.E4M3.E4M3``, ``QGMMA.64x64x32.F32.E4M3.E4M3``), with no conversion to fp16 and
+no HMMA; the host emulation checks the numbers against torch (``torch._int_mm``, the float32
+product of the float8 operands), the emulated wgmma reading the fp8 tiles through its decoded
+descriptors; float8 on an architecture without the instruction is refused at the gemm's line;
+float8 casts to every declared dtype compile."""
 
 import re
 import sys
@@ -16,8 +19,10 @@ import sass
 import tilewright
 import torch
 from tilewright.errors import UnsupportedOpError
+from tilewright.ir import tile_ops_in
 from tilewright.plugin import get_manager
 from tilewright_cuda import arch, executor
+from tilewright_cuda.analysis import gemm_fit
 from tilewright_sdk.conformance.catalogue import cases
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
@@ -31,6 +36,14 @@ def _gemm(m, n, k, dtype, trans_b=True):
     return kernels.gemm_low_precision.fn(m, n, k, dtype, trans_b=trans_b, **TILE)
 
 
+def _sass(tmp_path, dtype, arch_name, **kwargs):
+    source = tilewright.lower(_gemm(128, 128, 128, dtype, **kwargs),
+                              f"cuda -arch={arch_name}").source.text
+    cubin, log = executor.nvcc_compile(source, arch.get(arch_name), tmp_path)
+    assert int(re.search(r"(\d+) bytes spill stores", log).group(1)) == 0, log
+    return sass.dump(cubin)
+
+
 @pytest.mark.nvcc
 @pytest.mark.sass
 @pytest.mark.parametrize(("dtype", "arch_name", "instruction"), [
@@ -38,21 +51,36 @@ def _gemm(m, n, k, dtype, trans_b=True):
     ("int8", "sm_90a", "IMMA.16832.S8.S8"),
     ("float8_e4m3fn", "sm_89", "QMMA.16832.F32.E4M3.E4M3"),
     ("float8_e5m2", "sm_89", "QMMA.16832.F32.E5M2.E5M2"),
-    pytest.param("float8_e4m3fn", "sm_90a", "QGMMA", marks=pytest.mark.xfail(
-        strict=True, reason="Hopper has no fp8 mma.sync: ptxas turns m16n8k32 .e4m3 into "
-                            "F2FP.F16.E4M3.UNPACK_B + HMMA.16816; its fp8 tensor-core "
-                            "instruction is wgmma (QGMMA), not lowered for 8-bit operands yet")),
+    ("float8_e4m3fn", "sm_90a", "QGMMA.64x64x32.F32.E4M3.E4M3"),
+    ("float8_e5m2", "sm_90a", "QGMMA.64x64x32.F32.E5M2.E5M2"),
 ])
 def test_8bit_gemm_runs_on_its_tensor_core_instruction(tmp_path, dtype, arch_name, instruction):
-    source = tilewright.lower(_gemm(128, 128, 128, dtype), f"cuda -arch={arch_name}").source.text
-    cubin, log = executor.nvcc_compile(source, arch.get(arch_name), tmp_path)
-    code = sass.dump(cubin)
-    # 64x64 block tiles, 4 warps of 32x32: 2 x 4 tiles of 16x8 per k32 step, 2 steps a k-tile
-    assert len(re.findall(rf"\s{re.escape(instruction)}\s", code)) % 16 == 0, code
-    assert instruction in code
+    code = _sass(tmp_path, dtype, arch_name)
+    found = re.findall(rf"\s{re.escape(instruction)}\s", code)
     assert "HMMA" not in code and "F2FP" not in code and "I2F" not in code
+    if instruction.startswith("QGMMA"):
+        # one warpgroup's 64x64 tile: a wgmma per 32-deep k step, both operands read from
+        # shared memory through descriptors (no ldmatrix), loaded by TMA
+        assert found and "HGMMA" not in code and "LDSM" not in code, code
+        assert "UTMALDG.2D" in code and "QMMA" not in code
+        return
+    # 64x64 block tiles, 4 warps of 32x32: 2 x 4 tiles of 16x8 per k32 step, 2 steps a k-tile
+    assert found and len(found) % 16 == 0, code
     assert "LDSM.16.M88.4" in code  # A [M, K] and B [N, K] through ldmatrix, not transposed
-    assert int(re.search(r"(\d+) bytes spill stores", log).group(1)) == 0, log
+
+
+@pytest.mark.nvcc
+@pytest.mark.sass
+def test_float8_gemm_with_b_stored_k_by_n_keeps_mma_sync_on_sm_90a(tmp_path):
+    # the 8-bit wgmma forms read B K-major only: B [K, N] stays on mma.sync, which ptxas runs
+    # as fp16 HMMA after unpacking (correct, slower); the predicate says why
+    func = _gemm(128, 128, 128, "float8_e4m3fn", trans_b=False)
+    source = tilewright.lower(func, "cuda -arch=sm_90a").source.text
+    assert "tw_gemm_wgmma" not in source[source.index('extern "C" __global__'):]
+    call, = (c for c in tile_ops_in(func) if c.name == "gemm")
+    assert "B must be stored [N, K] (transpose_B=True)" in gemm_fit.wgmma_shape_misfit(
+        call, arch.get("sm_90a"), 128)
+    assert "HMMA" in _sass(tmp_path, "float8_e4m3fn", "sm_90a", trans_b=False)
 
 
 def _operands(dtype, m, n, k, trans_b):
@@ -71,11 +99,16 @@ def _operands(dtype, m, n, k, trans_b):
     ("int8", "sm_90a", False),   # B [K, N]: bytes gathered into registers (no byte transpose)
     ("float8_e4m3fn", "sm_89", True),
     ("float8_e5m2", "sm_89", True),
+    ("float8_e4m3fn", "sm_90a", True),  # wgmma on 64-byte swizzled tiles loaded by TMA
+    ("float8_e5m2", "sm_90a", True),
 ])
 def test_8bit_gemm_matches_torch_in_emulation(tmp_path, dtype, arch_name, trans_b):
     m, n, k = 128, 64, 192  # 2 x 1 blocks, 3 k-tiles through the pipeline
     lowered = tilewright.lower(_gemm(m, n, k, dtype, trans_b), f"cuda -arch={arch_name}")
-    assert "tw_gemm_mma_rf<64, 64, 64, false, " in lowered.source.text
+    wgmma = arch_name == "sm_90a" and dtype.startswith("float8")
+    form = f"TW_WGMMA_{dtype[7:11].upper()}"
+    assert (f"tw_gemm_wgmma<64, 64, 64, {form}, false, 64, 64, 64, 64>" if wgmma else
+            "tw_gemm_mma_rf<64, 64, 64, false, ") in lowered.source.text
     a, b, want, c = _operands(dtype, m, n, k, trans_b)
     hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, a,
                 b if trans_b else b.T.contiguous(), c)
@@ -83,6 +116,22 @@ def test_8bit_gemm_matches_torch_in_emulation(tmp_path, dtype, arch_name, trans_
         assert torch.equal(c, want)
     else:  # exact products, float32 sums in another order
         torch.testing.assert_close(c, want, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.emulator
+def test_float8_wgmma_reads_cp_async_tiles_in_emulation(tmp_path):
+    # TMA off: every thread copies 16-byte chunks to the 1-byte swizzled addresses of the
+    # layout's TIR index (128-byte rows: SW128), which the wgmma descriptors then read
+    m, n, k = 64, 128, 256
+    func = kernels.gemm_low_precision.fn(m, n, k, "float8_e4m3fn", block_M=64, block_N=128,
+                                         block_K=128, num_stages=2)
+    lowered = tilewright.lower(func, "cuda -arch=sm_90a", {"cuda.disable_tma_lower": True})
+    text = lowered.source.text
+    assert "tw_gemm_wgmma<128, 128, 128, TW_WGMMA_E4M3, false, 64, 128, 128, 128>" in text
+    assert "tw_tma_load_2d(" not in text[text.index('extern "C" __global__'):]
+    a, b, want, c = _operands("float8_e4m3fn", m, n, k, True)
+    hostemu.run(text, lowered.source.payload, tmp_path, a, b, c)
+    torch.testing.assert_close(c, want, rtol=1e-5, atol=1e-4)
 
 
 @pytest.mark.parametrize("arch_name", ["sm_80", "sm_86"])

@@ -86,6 +86,33 @@ def test_tir_index_matches_the_formula():
                 layout.byte_offset(r, c, rows, width, bits) // 2
 
 
+@pytest.mark.parametrize("dtype", ["int8", "float8_e4m3fn", "float8_e5m2"])
+def test_one_byte_tiles_share_the_byte_layout_of_two_byte_ones(dtype):
+    # the contract is one of bytes: a [R, 2C] tile of 1-byte elements is laid out as a
+    # [R, C] tile of 2-byte ones, each element pair in its 2-byte slot (wgmma's 8-bit K-major
+    # SW128/SW64/SW32 layouts), and the TIR index follows the formula
+    analyzer = tvm.sym.Analyzer()
+    assert layout.params(64, 64, dtype) == (64, 2) == layout.params(64, 32)
+    assert layout.params(128, 128, dtype) == (128, 3) and layout.params(64, 16, dtype) is None
+    for rows, cols in [(64, 64), (128, 128), (32, 256), (64, 32)]:
+        width, bits = layout.params(rows, cols, dtype)
+        buf = layout.attach(tirx.decl_buffer((2, rows, cols), dtype, "t", scope="shared.dyn"),
+                            layout.Swizzled(width, bits))
+        assert layout.of(buf) == layout.Swizzled(width, bits)
+        offsets = set()
+        for r in range(rows):
+            for c in range(cols):
+                o = layout.byte_offset(r, c, rows, width, bits, size=1)
+                assert o == layout.byte_offset(r, c // 2, rows, width, bits) + c % 2
+                offsets.add(o)
+        assert offsets == set(range(rows * cols))
+        for v, r, c in [(0, 0, 0), (1, 5, 16), (1, rows - 1, cols - 1), (0, 7, 33 % cols)]:
+            e = analyzer.simplify(layout.element_index(buf, [tirx.const(x, "int32")
+                                                              for x in (v, r, c)]))
+            assert int(e.value) == v * rows * cols + \
+                layout.byte_offset(r, c, rows, width, bits, size=1)
+
+
 def _layouts(func, target="cuda -arch=sm_80"):
     """The swizzle choices layout inference records for ``func`` (name -> [W, B]), and the
     lowered kernel."""

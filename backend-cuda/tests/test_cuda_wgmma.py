@@ -91,7 +91,7 @@ def _text(func, target="cuda -arch=sm_90a"):
 def test_wgmma_variant_is_taken_where_it_fits(name):
     text, _ = _text(gemm(**CASES[name][0]))
     kernel = text[text.index('extern "C" __global__'):]
-    assert re.search(r"tw_gemm_wgmma<\d+, \d+, \d+, (true|false), (true|false), ", kernel)
+    assert re.search(r"tw_gemm_wgmma<\d+, \d+, \d+, TW_WGMMA_B?F16, (true|false), ", kernel)
     assert "tw_gemm_mma" not in kernel
     assert "wgmma.mma_async.sync.aligned.m64n" in text
 
@@ -139,7 +139,7 @@ def test_tma_warp_specialised_wgmma_kernel_builds():
     text, launch = _text(hopper_gemm())
     assert [(m["tensor"], m["box"], m["swizzle"]) for m in launch["params"]
             if m["kind"] == "tensormap"] == [("A", [64, 64], 128), ("B", [64, 64], 128)]
-    assert "tw_gemm_wgmma<128, 64, 128, false, true, 64, 128, 64, 128>" in text
+    assert "tw_gemm_wgmma<128, 64, 128, TW_WGMMA_F16, true, 64, 128, 64, 128>" in text
     cubin, _ = executor.nvrtc_compile(text, arch.get("sm_90a"), ".")
     code = sass.dump(cubin)
     for instr in ("HGMMA.64x128x16.F32", "UTMALDG.2D", "SYNCS.PHASECHK.TRANS64.TRYWAIT"):

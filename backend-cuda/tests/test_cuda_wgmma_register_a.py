@@ -102,9 +102,9 @@ def _barriers(loop: str) -> int:
 def test_attention_keeps_p_in_registers(configs, before, after, fences, monkeypatch):
     text = _attention(configs)
     kernel, loop = _kernel(text), _loop(text)
-    assert "tw_gemm_wgmma_rs<128, 128, 128, false, true, 128, 128>((&(acc_s_cast_ptr[0]))" \
+    assert "tw_gemm_wgmma_rs<128, 128, 128, TW_WGMMA_F16, true, 128, 128>((&(acc_s_cast_ptr[0]))" \
         in loop
-    assert loop.count("tw_gemm_wgmma<128, 128, 128, false, false,") == 1  # Q @ K^T: shared A
+    assert loop.count("tw_gemm_wgmma<128, 128, 128, TW_WGMMA_F16, false,") == 1  # Q @ K^T: shared A
     # P: 64 halves per thread, 32 pairwise converts, no shared store of it
     assert "half acc_s_cast_ptr[" in kernel and loop.count("tw_wgmma_pack(") == 32
     assert "store_pair" not in loop
@@ -121,7 +121,7 @@ def test_attention_keeps_p_in_registers(configs, before, after, fences, monkeypa
 def test_gemm_chain_takes_register_a(dtype):
     text = tilewright.lower(chain(dtype=dtype), TARGET).source.text
     kernel = _kernel(text)
-    flag = "true" if dtype == "bfloat16" else "false"
+    flag = "TW_WGMMA_BF16" if dtype == "bfloat16" else "TW_WGMMA_F16"
     assert f"tw_gemm_wgmma_rs<64, 64, 64, {flag}, true, 64, 128>" in kernel
     assert "wgmma.mma_async.sync.aligned.m64n64k16.f32" in text and \
         "{%32, %33, %34, %35}, %36, p, 1, 1, 1;" in text  # the register-A instruction
@@ -155,7 +155,7 @@ def test_shared_access_classification_of_register_a_gemm():
     c = tirx.decl_buffer((128, 64), "float32", "C", scope="local.mma_acc")
     zero = tirx.const(0, "int32")
     stmt = tirx.Evaluate(tirx.call_extern(
-        "void", "tw_gemm_wgmma_rs<64, 64, 64, false, true, 64, 128>",
+        "void", "tw_gemm_wgmma_rs<64, 64, 64, TW_WGMMA_F16, true, 64, 128>",
         tirx.address_of(tirx.BufferLoad(p, [zero, zero])),
         intrinsics.shared_addr(tirx.BufferLoad(b, [zero, zero])),
         tirx.address_of(tirx.BufferLoad(c, [zero, zero])), zero))

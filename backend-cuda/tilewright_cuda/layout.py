@@ -8,8 +8,8 @@ buffer's type, so a pass that rebuilds the buffer (a new shape for pipeline vers
 substituted buffer) keeps it by keeping the scope (:func:`reshaped`), and nothing else about
 the buffer (its alignment, say) is borrowed for it. The kinds:
 
-- :class:`Swizzled` -- a 2-byte shared tile (or a fragment kept in shared memory) stored in
-  CuTe's ``Swizzle<B, 4, 3>`` layout; scope ``<memory>.swizzled``;
+- :class:`Swizzled` -- a 1- or 2-byte shared tile (or a fragment kept in shared memory) stored
+  in CuTe's ``Swizzle<B, 4, 3>`` layout on bytes; scope ``<memory>.swizzled``;
 - :class:`Accumulator` -- an mma accumulator in registers: ``local.mma_acc`` (the square warp
   grid), ``local.mma_acc.rows`` (warps own whole rows), ``local.mma_acc.wgmma`` (the wgmma D
   layout: one 16-row strip per warp; a 16-bit fragment in it is a register A operand);
@@ -18,25 +18,28 @@ the buffer (its alignment, say) is borrowed for it. The kinds:
 
 **The swizzle contract** (between layout inference, memory placement, the ``mma.sync``/
 ``ldmatrix`` GEMM and any instruction that reads such tiles: ``wgmma`` descriptors, TMA
-boxes). A 2-D tile ``[R, C]`` of ``float16``/``bfloat16`` is stored as column blocks of ``W``
-bytes, ``W = 128`` when a row has at least 128 bytes (``C * 2 >= 128``, and then ``C * 2`` must
-be a multiple of 128), else ``W = C * 2``. Element ``(r, c)`` has the byte offset, from the tile
-base,
+boxes). A 2-D tile ``[R, C]`` of ``S``-byte elements (``SWIZZLE_DTYPES``: ``S = 2`` for
+``float16``/``bfloat16``, ``S = 1`` for ``int8``/``float8_e4m3fn``/``float8_e5m2``) is stored as
+column blocks of ``W`` bytes, ``W = 128`` when a row has at least 128 bytes (``C * S >= 128``,
+and then ``C * S`` must be a multiple of 128), else ``W = C * S``. Element ``(r, c)`` has the
+byte offset, from the tile base,
 
-    o = (c * 2 // W) * R * W + r * W + (c * 2 % W)
+    o = (c * S // W) * R * W + r * W + (c * S % W)
 
 which is then swizzled on byte offsets,
 
     o' = o ^ (((o >> 7) & ((1 << B) - 1)) << 4)
 
 with ``B = 3`` for ``W = 128``, ``2`` for ``W = 64``, ``1`` for ``W = 32`` and ``0`` (plain
-row-major) otherwise. The XOR moves whole 16-byte chunks, so eight consecutive elements that
-start at a multiple of eight columns stay contiguous and 16-byte aligned (``cp.async``,
-``ldmatrix`` rows), and the eight 16-byte rows of one ``ldmatrix`` 8x8 matrix land in eight
-distinct bank groups. The tile base is aligned to :data:`ALIGN` bytes (one full swizzle
-period), so the pattern on absolute shared addresses equals the pattern on offsets: this is
-CUTLASS's ``SW128``/``SW64``/``SW32`` K-major layout that ``wgmma`` and TMA expect. A tile
-with ``S`` pipeline versions is ``[S, R, C]``: version ``v`` starts ``v * R * C`` elements
+row-major) otherwise. The XOR moves whole 16-byte chunks, so the ``16 / S`` consecutive
+elements of a chunk stay contiguous and 16-byte aligned (``cp.async``, ``ldmatrix`` rows), and
+the eight 16-byte rows of one ``ldmatrix`` 8x8 matrix land in eight distinct bank groups. The
+layout is one of bytes, the same for both element sizes: a K-major tile of 8-bit elements in
+it is what ``wgmma``'s 8-bit forms read (their k32 step spans 32 bytes of a row, as the k16
+step of 16-bit elements does). The tile base is aligned to :data:`ALIGN` bytes (one full
+swizzle period), so the pattern on absolute shared addresses equals the pattern on offsets:
+this is CUTLASS's ``SW128``/``SW64``/``SW32`` K-major layout that ``wgmma`` and TMA expect. A
+tile with ``P`` pipeline versions is ``[P, R, C]``: version ``v`` starts ``v * R * C`` elements
 after the base.
 
 **Accumulators.** A float32 ``M x N`` fragment split over the warps as a ``WM x WN`` grid
@@ -59,7 +62,10 @@ from .keys import WARP
 
 ALIGN = 1024  # bytes: the base alignment of a swizzled tile (one swizzle period)
 SWIZZLE_BITS = {128: 3, 64: 2, 32: 1}
-SWIZZLE_DTYPES = ("float16", "bfloat16")
+# the dtypes a swizzled tile may hold, with their element size in bytes
+SWIZZLE_DTYPES = {"float16": 2, "bfloat16": 2, "int8": 1, "float8_e4m3fn": 1,
+                  "float8_e5m2": 1}
+REGISTER_A_DTYPES = ("float16", "bfloat16")  # wgmma's register A operand, as lowered here
 ACCUMULATOR = "local.mma_acc"
 ROW_VECTOR = "local.mma_rows"
 _SWIZZLED = ".swizzled"
@@ -68,8 +74,8 @@ _GRIDS = ("square", "rows", "wgmma")
 
 @dataclass(frozen=True)
 class Swizzled:
-    """The swizzled layout of a 2-byte tile: column blocks of ``width`` bytes, ``bits`` of
-    XOR (the contract above)."""
+    """The swizzled layout of a 1- or 2-byte tile: column blocks of ``width`` bytes, ``bits``
+    of XOR (the contract above)."""
 
     width: int
     bits: int
@@ -158,7 +164,7 @@ def is_rows(buffer) -> bool:
 
 def is_register_a(buffer) -> bool:
     """A 16-bit fragment in registers in the wgmma accumulator layout: a register A operand."""
-    return of(buffer) == Accumulator("wgmma") and str(buffer.dtype) in SWIZZLE_DTYPES
+    return of(buffer) == Accumulator("wgmma") and str(buffer.dtype) in REGISTER_A_DTYPES
 
 
 def swizzle_of(buffer) -> tuple[int, int] | None:
@@ -170,11 +176,12 @@ def swizzle_of(buffer) -> tuple[int, int] | None:
 # -- the swizzle ---------------------------------------------------------------------------------
 def params(rows: int, cols: int, dtype: str = "float16") -> tuple[int, int] | None:
     """``(W, B)`` of the contract for a ``[rows, cols]`` tile, or None when the tile gets no
-    swizzle (not a 2-byte dtype, rows too short to swizzle, or wide rows that do not split
-    into whole 128-byte blocks)."""
-    if dtype not in SWIZZLE_DTYPES or rows <= 0 or cols <= 0:
+    swizzle (not a dtype of ``SWIZZLE_DTYPES``, rows too short to swizzle, or wide rows that
+    do not split into whole 128-byte blocks)."""
+    size = SWIZZLE_DTYPES.get(dtype)
+    if size is None or rows <= 0 or cols <= 0:
         return None
-    row_bytes = cols * 2
+    row_bytes = cols * size
     if row_bytes > 128 and row_bytes % 128:
         return None
     width = 128 if row_bytes >= 128 else row_bytes
@@ -182,9 +189,10 @@ def params(rows: int, cols: int, dtype: str = "float16") -> tuple[int, int] | No
     return (width, bits) if bits else None
 
 
-def byte_offset(r: int, c: int, rows: int, width: int, bits: int) -> int:
-    """Swizzled byte offset of element ``(r, c)`` of a 2-byte tile (the formula above)."""
-    o = (c * 2 // width) * rows * width + r * width + (c * 2 % width)
+def byte_offset(r: int, c: int, rows: int, width: int, bits: int, size: int = 2) -> int:
+    """Swizzled byte offset of element ``(r, c)`` of a tile of ``size``-byte elements (the
+    formula above)."""
+    o = (c * size // width) * rows * width + r * width + (c * size % width)
     return o ^ (((o >> 7) & ((1 << bits) - 1)) << 4)
 
 
@@ -199,17 +207,20 @@ def element_index(buffer, indices):
     expression); ``indices`` are ``[r, c]`` or ``[version, r, c]``."""
     shape = _const_shape(buffer)
     width, bits = swizzle_of(buffer)
+    size = SWIZZLE_DTYPES[str(buffer.dtype)]
     rows, cols = shape[-2], shape[-1]
-    per_row = width // 2  # elements per block row
+    per_row = width // size  # elements per block row
     *version, r, c = indices
     if cols > per_row:
         e = tirx.floordiv(c, per_row) * (rows * per_row) + r * per_row + tirx.floormod(c, per_row)
     else:
         e = r * per_row + c
-    # byte bits [7, 7 + B) select the 16-byte chunk to flip: element bits [6, 6 + B) -> [3, ...)
+    # byte bits [7, 7 + B) select the 16-byte chunk to flip: in elements of 2^s bytes, bits
+    # [7 - s, 7 - s + B) -> [4 - s, ...)
+    shift = size.bit_length() - 1
     mask = tirx.const((1 << bits) - 1, "int32")
-    flip = tirx.shift_left(tirx.bitwise_and(tirx.shift_right(e, tirx.const(6, "int32")), mask),
-                           tirx.const(3, "int32"))
+    flip = tirx.shift_left(tirx.bitwise_and(tirx.shift_right(e, tirx.const(7 - shift, "int32")),
+                                            mask), tirx.const(4 - shift, "int32"))
     e = tirx.bitwise_xor(e, flip)
     if version:
         e = version[0] * (rows * cols) + e

@@ -1,4 +1,5 @@
-"""Which gemm instruction fits a ``T.gemm``: ``wgmma.mma_async.m64nNk16`` (sm_90a), then
+"""Which gemm instruction fits a ``T.gemm``: ``wgmma.mma_async`` (sm_90a, ``WGMMA_FORMS``:
+m64nNk16 for float16/bfloat16, m64nNk32 for float8_e4m3fn/float8_e5m2), then
 ``mma.sync`` over warp tiles (``MMA_FORMS``: m16n8k16 for float16/bfloat16 on sm_80+, m16n8k32
 for int8 on sm_80+ and float8 on sm_89+), else a gemm spread over the threads. Each
 predicate says why its instruction does not fit (None when it does); layout inference and the
@@ -38,8 +39,30 @@ MMA_FORMS = {
     ("float8_e4m3fn", "float8_e4m3fn", "float32"): MmaForm(32, 89, "e4m3"),
     ("float8_e5m2", "float8_e5m2", "float32"): MmaForm(32, 89, "e5m2"),
 }
-# the (A, B, C) dtypes wgmma's m64nNk16 forms take here
-WGMMA_DTYPES = (("float16", "float16", "float32"), ("bfloat16", "bfloat16", "float32"))
+
+
+@dataclass(frozen=True)
+class WgmmaForm:
+    """One ``wgmma.mma_async`` form: its PTX operand type, the K of one instruction (32 bytes
+    of either element size) and whether its operands may be stored MN-major (only the 16-bit
+    forms have the transpose operands). ``code`` names it in include/tw_wgmma.h."""
+
+    ptx: str
+    k: int
+    mn_major: bool
+
+    @property
+    def code(self) -> str:
+        return f"TW_WGMMA_{self.ptx.upper()}"
+
+
+# (A, B, C) dtypes -> the wgmma form that computes them (float32 accumulators only)
+WGMMA_FORMS = {
+    ("float16", "float16", "float32"): WgmmaForm("f16", 16, True),
+    ("bfloat16", "bfloat16", "float32"): WgmmaForm("bf16", 16, True),
+    ("float8_e4m3fn", "float8_e4m3fn", "float32"): WgmmaForm("e4m3", 32, False),
+    ("float8_e5m2", "float8_e5m2", "float32"): WgmmaForm("e5m2", 32, False),
+}
 
 
 def dtypes_of(call: TileOpCall) -> tuple[str, str, str]:
@@ -161,11 +184,16 @@ def wgmma_shape_misfit(call: TileOpCall, arch, threads: int, a_in_registers: boo
     a, b, c = (call.operands[k] for k in ("A", "B", "C"))
     if arch is None or arch.name != "sm_90a":
         return "wgmma needs sm_90a"
-    if dtypes_of(call) not in WGMMA_DTYPES:
-        return f"operand dtypes {dtypes_of(call)} are not (float16|bfloat16, same, float32)"
+    form = WGMMA_FORMS.get(dtypes_of(call))
+    if form is None:
+        return f"operand dtypes {dtypes_of(call)} have no wgmma form " \
+               "(float16|bfloat16|float8_e4m3fn|float8_e5m2, same, float32)"
     if call.attrs["transpose_A"]:
         return "A in registers must be [M, K]" if a_in_registers else \
             "A must be stored [M, K] (K-major) for the wgmma descriptor"
+    if not form.mn_major and not call.attrs["transpose_B"]:
+        return f"B must be stored [N, K] (transpose_B=True): the {form.ptx} wgmma reads " \
+               "8-bit operands K-major only"
     for name, region in ((("B", b),) if a_in_registers else (("A", a), ("B", b))):
         if layout.swizzle_of(region.buffer) is None or len(region.buffer.shape) != 2:
             return f"{name} is not a swizzled 2-D shared tile (layout.Swizzled)"
@@ -182,8 +210,9 @@ def wgmma_shape_misfit(call: TileOpCall, arch, threads: int, a_in_registers: boo
             (a_in_registers and const(a.extents[0]) != m):
         return f"M = {m} is not 64 rows per warpgroup of the {threads} threads"
     width_b = layout.swizzle_of(b.buffer)[0]
-    if None in (n, k) or k % 16 or n % 8 or wgmma_chunk(n, width_b // 2) is None:
-        return f"tile N x K = {n} x {k} does not split into m64nNk16 instructions"
+    block_b = width_b // layout.SWIZZLE_DTYPES[str(b.buffer.dtype)]
+    if None in (n, k) or k % form.k or n % 8 or wgmma_chunk(n, block_b) is None:
+        return f"tile N x K = {n} x {k} does not split into m64nNk{form.k} instructions"
     return None
 
 

@@ -153,11 +153,12 @@ def _nest_partners(func, frag, chosen) -> list | None:
 
 
 def swizzled(func, arch, threads, in_registers) -> dict:
-    """Shared tiles (and fragments kept in shared memory) that get the swizzled layout:
-    float16/bfloat16, 2-D, and either read whole as A or B by at least one gemm taking the
-    ``mma.sync`` path, never in part by such a gemm (its ldmatrix addressing needs the whole
-    tile), or written whole from an accumulator in registers (an epilogue tile: a warp's pair
-    stores then cover eight rows in eight distinct bank groups instead of one). Every other
+    """Shared tiles (and fragments kept in shared memory) that get the swizzled layout: 2-D,
+    and either read whole as A or B by at least one gemm taking a tensor-core path (1- or
+    2-byte elements, ``layout.SWIZZLE_DTYPES``), never in part by such a gemm (its ldmatrix
+    addressing and wgmma's descriptors need the whole tile), or float16/bfloat16 written
+    whole from an accumulator in registers (an epilogue tile: a warp's pair stores then cover
+    eight rows in eight distinct bank groups instead of one). Every other
     access is rewritten element by element in place_memory; pointer accesses (16-byte
     copies, pair stores) keep whole 16-byte chunks, which the swizzle never splits. Maps each
     to its :class:`~tilewright_cuda.layout.Swizzled`."""
@@ -166,7 +167,8 @@ def swizzled(func, arch, threads, in_registers) -> dict:
         if call.name == "copy" and call.operands["src"].buffer in in_registers:
             dst = call.operands["dst"]
             if layout.memory(dst.buffer) in ("shared", "shared.dyn") and \
-                    len(dst.buffer.shape) == 2:
+                    len(dst.buffer.shape) == 2 and \
+                    layout.SWIZZLE_DTYPES.get(str(dst.buffer.dtype)) == 2:
                 whole[dst.buffer] = whole.get(dst.buffer, True) and full(dst)
             continue
         if call.name != "gemm" or gemm_fit.mma_misfit(call, arch, threads) is not None:
@@ -302,7 +304,7 @@ def register_a(func, arch, block: int) -> list:
     nothing else touches. None in kernels with ``T.ws`` roles."""
     if role_loops(func.body):  # T.ws roles: not yet (nor emulated: see tw_wgmma.h)
         return []
-    frags = set(_fragments(func, lambda b: str(b.dtype) in layout.SWIZZLE_DTYPES and
+    frags = set(_fragments(func, lambda b: str(b.dtype) in layout.REGISTER_A_DTYPES and
                            len(b.shape) == 2))
     if not frags:
         return []

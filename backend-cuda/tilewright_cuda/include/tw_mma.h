@@ -17,8 +17,8 @@
 // the accumulator type in shared memory.
 //
 // LA and LB give the element offset of (row, column) of the tile as stored: tw::rowmajor<LD,
-// LDSM> (LDSM: rows are 16-byte aligned, so ldmatrix may read them) or tw::swizzled<R, W, B>
-// (tilewright_cuda/layout.py).
+// LDSM> (LDSM: rows are 16-byte aligned, so ldmatrix may read them) or tw::swizzled<R, W, B,
+// S> (tilewright_cuda/layout.py; S the element size in bytes).
 #pragma once
 
 namespace tw {
@@ -29,13 +29,14 @@ struct rowmajor {
   static __device__ __forceinline__ int at(int r, int c) { return r * LD + c; }
 };
 
-template <int R, int W, int B>
+// S: the element size in bytes (2 or 1); the swizzle moves 16-byte chunks of bytes.
+template <int R, int W, int B, int S = 2>
 struct swizzled {
   static constexpr bool ldsm = true;
   static __device__ __forceinline__ int at(int r, int c) {
-    constexpr int PER_ROW = W / 2;
+    constexpr int PER_ROW = W / S, LOG_S = S == 2 ? 1 : 0;
     int e = (c / PER_ROW) * (R * PER_ROW) + r * PER_ROW + c % PER_ROW;
-    return e ^ (((e >> 6) & ((1 << B) - 1)) << 3);
+    return e ^ (((e >> (7 - LOG_S)) & ((1 << B) - 1)) << (4 - LOG_S));
   }
 };
 

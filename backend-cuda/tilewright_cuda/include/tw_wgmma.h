@@ -1,24 +1,34 @@
 // tilewright wgmma GEMM (sm_90a): acc += A B with A and B swizzled tiles in shared memory
 // (tilewright_cuda/layout.py) read through wgmma matrix descriptors.
 //
-// tw_gemm_wgmma<N, K, NC, BF16, B_MN, RA, WA, RB, WB>(A, B, acc, wg): warpgroup wg (128
-// threads) issues rows 64 wg .. 64 wg + 63 of an M x N tile as wgmma.m64nNCk16 steps, one
+// TY names the operand type (tw_wgmma_type, numbered as include/tw_mma.h's mma_kind codes):
+// fp16 and bf16 take m64nNk16 steps, fp8 e4m3 and e5m2 m64nNk32 ones; a step spans 32 bytes
+// of K either way, so descriptors and offsets are the same in bytes. Every form accumulates
+// into float32.
+//
+// tw_gemm_wgmma<N, K, NC, TY, B_MN, RA, WA, RB, WB>(A, B, acc, wg): warpgroup wg (128
+// threads) issues rows 64 wg .. 64 wg + 63 of an M x N tile as wgmma.m64nNCkKS steps, one
 // committed group; the caller retires it with tw_wgmma_wait<N>() before reading acc: A is
-// [RA, K] (K-major), B is [RB = K, N] (MN-major, B_MN) or [RB = N, K] (K-major); WA, WB are
-// the tiles' column-block widths in bytes. acc holds NC / 2 floats per N chunk in the PTX
-// m64nNk16 D layout, which is the (warps x 1) warp grid of the "local.mma_acc" layout.
+// [RA, K] (K-major), B is [RB = K, N] (MN-major, B_MN: 16-bit types only, the 8-bit forms have
+// no transpose) or [RB = N, K] (K-major); WA, WB are the tiles' column-block widths in bytes.
+// acc holds NC / 2 floats per N chunk in the PTX m64nNk16 D layout (m64nNk32's is the same),
+// which is the (warps x 1) warp grid of the "local.mma_acc" layout.
 // Descriptor: start >> 4 (bits 0-13), leading byte offset >> 4 (16-29), stride byte offset
 // >> 4 (32-45), swizzle mode (62-63: 1 = 128 B, 2 = 64 B, 3 = 32 B). K-major: SBO = 8 rows x
 // W, LBO unused (16); MN-major: SBO = 8 K-rows x W, LBO = one column block (RB x W).
 //
-// tw_gemm_wgmma_rs<N, K, NC, BF16, B_MN, RB, WB>(A, B, acc, wg): the same with A in registers
-// (wgmma's register-A form): A is this thread's K / 2 halves (fp16 or bf16) of its warpgroup's
-// 64 x K rows in the m64nKk16 D layout (register i: row 16 warp + lane / 4 + 8 ((i % 4) / 2),
-// column 8 (i / 4) + 2 (lane % 4) + i % 2), which for every k16 step (registers 8 s .. 8 s + 7,
-// as four .b32 pairs) is the PTX m64k16 A fragment layout. A fp32 accumulator of that layout
+// tw_gemm_wgmma_rs<N, K, NC, TY, B_MN, RB, WB>(A, B, acc, wg): the same with A in registers
+// (wgmma's register-A form, 16-bit types): A is this thread's K / 2 halves (fp16 or bf16)
+// of its warpgroup's 64 x K rows in the m64nKk16 D layout (register i: row 16 warp + lane / 4
+// + 8 ((i % 4) / 2), column 8 (i / 4) + 2 (lane % 4) + i % 2), which for every k16 step
+// (registers 8 s .. 8 s + 7, as four .b32 pairs) is the PTX m64k16 A fragment layout. A fp32 accumulator of that layout
 // rounded pairwise to 16 bits is such an A (FlashAttention's P).
 #ifndef TW_WGMMA_H
 #define TW_WGMMA_H
+
+enum tw_wgmma_type { TW_WGMMA_F16 = 0, TW_WGMMA_BF16 = 1, TW_WGMMA_E4M3 = 3, TW_WGMMA_E5M2 = 4 };
+// bytes per element of a wgmma operand type
+__host__ __device__ constexpr int tw_wgmma_bytes(int ty) { return ty >= TW_WGMMA_E4M3 ? 1 : 2; }
 
 __host__ __device__ inline unsigned long long tw_wgmma_desc(unsigned addr, unsigned lbo,
                                                             unsigned sbo, int width) {
@@ -28,20 +38,23 @@ __host__ __device__ inline unsigned long long tw_wgmma_desc(unsigned addr, unsig
          ((unsigned long long)((sbo >> 4) & 0x3FFF) << 32) | (mode << 62);
 }
 // The descriptor of the B block at (k0, n0) of a swizzled [RB, ...] tile of WB-byte column
-// blocks (layout.py): stored N-major (B_MN, rows are k) or K-major (rows are n).
-template <bool B_MN, int RB, int WB>
+// blocks (layout.py) of EB-byte elements: stored N-major (B_MN, rows are k) or K-major (rows
+// are n).
+template <bool B_MN, int RB, int WB, int EB>
 __host__ __device__ inline unsigned long long tw_wgmma_b_desc(unsigned b0, int k0, int n0) {
   if constexpr (B_MN) {
-    return tw_wgmma_desc(b0 + (n0 * 2 / WB) * RB * WB + k0 * WB, RB * WB, 8 * WB, WB);
+    return tw_wgmma_desc(b0 + (n0 * EB / WB) * RB * WB + k0 * WB, RB * WB, 8 * WB, WB);
   } else {
-    return tw_wgmma_desc(b0 + (k0 * 2 / WB) * RB * WB + n0 * WB + (k0 * 2 % WB), 16, 8 * WB, WB);
+    return tw_wgmma_desc(b0 + (k0 * EB / WB) * RB * WB + n0 * WB + (k0 * EB % WB), 16, 8 * WB,
+                         WB);
   }
 }
 
-template <int NC, bool BF16, bool B_MN>
-__device__ inline void tw_wgmma_m64k16(float* d, unsigned long long da, unsigned long long db);
-template <int NC, bool BF16, bool B_MN>
-__device__ inline void tw_wgmma_m64k16_rs(float* d, const unsigned* a, unsigned long long db);
+// one wgmma of type TY over NC columns (the m64nNCk16 or m64nNCk32 step)
+template <int NC, int TY, bool B_MN>
+__device__ inline void tw_wgmma_step(float* d, unsigned long long da, unsigned long long db);
+template <int NC, int TY, bool B_MN>
+__device__ inline void tw_wgmma_step_rs(float* d, const unsigned* a, unsigned long long db);
 
 #ifndef TW_HOST_EMULATION
 __device__ __forceinline__ void tw_wgmma_fence() {
@@ -62,8 +75,8 @@ inline unsigned tw_smem_u32(const void* p) {
 }
 inline void tw_wgmma_fence() {}
 // element (row, col) of the operand a descriptor describes, decoded from the descriptor alone
-inline float tw_wgmma_read(unsigned long long desc, bool mn_major, int row, int col,
-                           bool bf16) {
+inline float tw_wgmma_read(unsigned long long desc, bool mn_major, int row, int col, int ty) {
+  const int eb = tw_wgmma_bytes(ty);
   long long start = (long long)(desc & 0x3FFF) << 4;
   long long lbo = (long long)((desc >> 16) & 0x3FFF) << 4;
   long long sbo = (long long)((desc >> 32) & 0x3FFF) << 4;
@@ -71,15 +84,15 @@ inline float tw_wgmma_read(unsigned long long desc, bool mn_major, int row, int 
   int width = mode == 1 ? 128 : mode == 2 ? 64 : 32;
   long long o;
   if (!mn_major) {  // (row: M or N, col: K): 8-row groups SBO apart, rows `width` apart
-    o = start + (row / 8) * sbo + (row % 8) * width + col * 2;
+    o = start + (row / 8) * sbo + (row % 8) * width + col * eb;
   } else {  // (row: K, col: N): column blocks LBO apart, 8 K-row groups SBO apart
-    int per = width / 2;
-    o = start + (col / per) * lbo + (row / 8) * sbo + (row % 8) * width + (col % per) * 2;
+    int per = width / eb;
+    o = start + (col / per) * lbo + (row / 8) * sbo + (row % 8) * width + (col % per) * eb;
   }
   o = tw_swizzled(o, width);
-  unsigned short bits;
-  std::memcpy(&bits, tw_smem_ptr + o, 2);
-  return tw_bits16_to_float(bits, bf16);
+  unsigned bits = 0;
+  std::memcpy(&bits, tw_smem_ptr + o, eb);
+  return tw_mma_element(bits, ty);
 }
 // wgmma is asynchronous: an instruction may read shared memory at any time until the
 // wait_group that retires its group. The emulation computes each instruction's products when
@@ -88,8 +101,8 @@ inline float tw_wgmma_read(unsigned long long desc, bool mn_major, int row, int 
 struct tw_wgmma_op {
   float* d;
   unsigned long long da, db;
-  int nc;
-  bool bf16, b_mn;
+  int nc, ty;
+  bool b_mn;
   std::vector<float> issued;
   const unsigned* regs = nullptr;  // register-A form: this thread's four A registers
   unsigned held[4] = {};           // ... as issued (they must not change until retirement)
@@ -102,19 +115,19 @@ inline std::vector<float> tw_wgmma_products(const tw_wgmma_op& op) {
     int row = 16 * warp + lane / 4 + 8 * ((i % 4) / 2);
     int col = (i / 4) * 8 + 2 * (lane % 4) + i % 2;
     float s = 0;
-    for (int k = 0; k < 16; ++k)
-      s += (op.regs ? op.a[(i % 4) / 2][k] : tw_wgmma_read(op.da, false, row, k, op.bf16)) *
-           (op.b_mn ? tw_wgmma_read(op.db, true, k, col, op.bf16)
-                    : tw_wgmma_read(op.db, false, col, k, op.bf16));
+    for (int k = 0; k < 32 / tw_wgmma_bytes(op.ty); ++k)
+      s += (op.regs ? op.a[(i % 4) / 2][k] : tw_wgmma_read(op.da, false, row, k, op.ty)) *
+           (op.b_mn ? tw_wgmma_read(op.db, true, k, col, op.ty)
+                    : tw_wgmma_read(op.db, false, col, k, op.ty));
     out[i] = s;
   }
   return out;
 }
 thread_local std::vector<tw_wgmma_op> tw_wgmma_open;               // issued, not committed
 thread_local std::vector<std::vector<tw_wgmma_op>> tw_wgmma_groups;  // committed, in flight
-template <int NC, bool BF16, bool B_MN>
-inline void tw_wgmma_m64k16(float* d, unsigned long long da, unsigned long long db) {
-  tw_wgmma_op op{d, da, db, NC, BF16, B_MN, {}};
+template <int NC, int TY, bool B_MN>
+inline void tw_wgmma_step(float* d, unsigned long long da, unsigned long long db) {
+  tw_wgmma_op op{d, da, db, NC, TY, B_MN, {}};
   op.issued = tw_wgmma_products(op);
   tw_wgmma_open.push_back(std::move(op));
 }
@@ -131,9 +144,9 @@ inline std::barrier<>& tw_wgmma_warp_barrier() {
   });
   return *bars[(tw_slot_base + threadIdx.x) / 32];
 }
-template <int NC, bool BF16, bool B_MN>
-inline void tw_wgmma_m64k16_rs(float* d, const unsigned* a, unsigned long long db) {
-  tw_wgmma_op op{d, 0, db, NC, BF16, B_MN, {}};
+template <int NC, int TY, bool B_MN>
+inline void tw_wgmma_step_rs(float* d, const unsigned* a, unsigned long long db) {
+  tw_wgmma_op op{d, 0, db, NC, TY, B_MN, {}};
   op.regs = a;
   unsigned t = tw_slot_base + threadIdx.x, quad = t / 4 * 4;
   for (int r = 0; r < 4; ++r) op.held[r] = tw_wgmma_a_exchange[t][r] = a[r];
@@ -142,7 +155,7 @@ inline void tw_wgmma_m64k16_rs(float* d, const unsigned* a, unsigned long long d
     for (int r = 0; r < 4; ++r)  // register r: row + 8 (r % 2), columns 2 l + 8 (r / 2) + h
       for (int h = 0; h < 2; ++h)
         op.a[r % 2][2 * l + 8 * (r / 2) + h] =
-            tw_bits16_to_float((tw_wgmma_a_exchange[quad + l][r] >> (16 * h)) & 0xffff, BF16);
+            tw_mma_element((tw_wgmma_a_exchange[quad + l][r] >> (16 * h)) & 0xffff, TY);
   tw_wgmma_warp_barrier().arrive_and_wait();
   op.issued = tw_wgmma_products(op);
   tw_wgmma_open.push_back(std::move(op));
@@ -175,28 +188,31 @@ inline void tw_wgmma_wait() {
 }
 #endif
 
-template <int N, int K, int NC, bool BF16, bool B_MN, int RA, int WA, int RB, int WB>
+template <int N, int K, int NC, int TY, bool B_MN, int RA, int WA, int RB, int WB>
 __device__ __forceinline__ void tw_gemm_wgmma(const void* A, const void* B, float* acc,
                                               int wg) {
+  constexpr int EB = tw_wgmma_bytes(TY), KS = 32 / EB;  // a step is 32 bytes of K
+  static_assert(!B_MN || EB == 2, "the 8-bit wgmma forms read B K-major only");
   const unsigned a0 = tw_smem_u32(A), b0 = tw_smem_u32(B);
   tw_wgmma_fence();
 #pragma unroll
-  for (int k0 = 0; k0 < K; k0 += 16) {
-    const unsigned a = a0 + (k0 * 2 / WA) * RA * WA + 64 * wg * WA + (k0 * 2 % WA);
+  for (int k0 = 0; k0 < K; k0 += KS) {
+    const unsigned a = a0 + (k0 * EB / WA) * RA * WA + 64 * wg * WA + (k0 * EB % WA);
     const unsigned long long da = tw_wgmma_desc(a, 16, 8 * WA, WA);
 #pragma unroll
     for (int n0 = 0; n0 < N; n0 += NC) {
-      const unsigned long long db = tw_wgmma_b_desc<B_MN, RB, WB>(b0, k0, n0);
-      tw_wgmma_m64k16<NC, BF16, B_MN>(acc + n0 / 2, da, db);
+      const unsigned long long db = tw_wgmma_b_desc<B_MN, RB, WB, EB>(b0, k0, n0);
+      tw_wgmma_step<NC, TY, B_MN>(acc + n0 / 2, da, db);
     }
   }
   tw_wgmma_commit();  // the gemm's own tw_wgmma_wait<0> (or <1> when pipelined) follows
 }
 // A in registers (see the top): no descriptor, no shared-memory fence for A; the wgmma.fence
 // orders the ordinary instructions that wrote A (the convert) and acc before the wgmma reads.
-template <int N, int K, int NC, bool BF16, bool B_MN, int RB, int WB, class T>
+template <int N, int K, int NC, int TY, bool B_MN, int RB, int WB, class T>
 __device__ __forceinline__ void tw_gemm_wgmma_rs(const T* A, const void* B, float* acc, int wg) {
-  static_assert(sizeof(T) == 2, "wgmma register A holds 16-bit elements");
+  static_assert(sizeof(T) == 2 && tw_wgmma_bytes(TY) == 2,
+                "wgmma register A holds 16-bit elements");
   const unsigned* a = reinterpret_cast<const unsigned*>(A);
   const unsigned b0 = tw_smem_u32(B);
   tw_wgmma_fence();
@@ -204,8 +220,8 @@ __device__ __forceinline__ void tw_gemm_wgmma_rs(const T* A, const void* B, floa
   for (int k0 = 0; k0 < K; k0 += 16) {
 #pragma unroll
     for (int n0 = 0; n0 < N; n0 += NC) {
-      const unsigned long long db = tw_wgmma_b_desc<B_MN, RB, WB>(b0, k0, n0);
-      tw_wgmma_m64k16_rs<NC, BF16, B_MN>(acc + n0 / 2, a + k0 / 4, db);
+      const unsigned long long db = tw_wgmma_b_desc<B_MN, RB, WB, 2>(b0, k0, n0);
+      tw_wgmma_step_rs<NC, TY, B_MN>(acc + n0 / 2, a + k0 / 4, db);
     }
   }
   tw_wgmma_commit();

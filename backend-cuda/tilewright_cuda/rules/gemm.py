@@ -1,10 +1,12 @@
 """``T.gemm``: variants tried in order, each with a predicate (analysis.gemm_fit) that says why
 it does not fit; the first that fits lowers the gemm.
 
-1. ``wgmma.mma_async.m64nNk16`` (sm_90a, include/tw_wgmma.h): both operands read from
-   swizzled shared tiles through matrix descriptors, or A from registers (the register-A
-   form ``tw_gemm_wgmma_rs``: the k16 steps' m64k16 A fragments, which the wgmma accumulator
-   layout holds); C a register accumulator in the wgmma D layout;
+1. ``wgmma.mma_async`` (sm_90a, include/tw_wgmma.h; the form of the dtypes,
+   ``gemm_fit.WGMMA_FORMS``: m64nNk16 for float16/bfloat16, m64nNk32 for
+   float8_e4m3fn/float8_e5m2 into float32, SASS ``HGMMA``/``QGMMA``): both operands read from
+   swizzled shared tiles through matrix descriptors, or 16-bit A from registers (the
+   register-A form ``tw_gemm_wgmma_rs``: the k16 steps' m64k16 A fragments, which the wgmma
+   accumulator layout holds); C a register accumulator in the wgmma D layout;
 2. ``ldmatrix`` + ``mma.sync`` over warp tiles (include/tw_mma.h; the form of the dtypes,
    ``gemm_fit.MMA_FORMS``: m16n8k16 for float16/bfloat16, m16n8k32 for int8 into int32 on
    sm_80+ and float8_e4m3fn/float8_e5m2 into float32 on sm_89+);
@@ -61,15 +63,15 @@ def lower_gemm_wgmma(call: TileOpCall, ctx: RuleContext):
     n, k = const(c.extents[1]), const(a.extents[1])
     width_b, _ = layout.swizzle_of(b.buffer)
     b_mn = "true" if not call.attrs["transpose_B"] else "false"
-    bf16 = "true" if str(a.buffer.dtype) == "bfloat16" else "false"
-    nc = gemm_fit.wgmma_chunk(n, width_b // 2)
+    ty = gemm_fit.WGMMA_FORMS[gemm_fit.dtypes_of(call)].code
+    nc = gemm_fit.wgmma_chunk(n, width_b // layout.SWIZZLE_DTYPES[str(b.buffer.dtype)])
     rows_b = const(b.buffer.shape[0])
     if layout.is_register_a(a.buffer):
-        name = f"tw_gemm_wgmma_rs<{n}, {k}, {nc}, {bf16}, {b_mn}, {rows_b}, {width_b}>"
+        name = f"tw_gemm_wgmma_rs<{n}, {k}, {nc}, {ty}, {b_mn}, {rows_b}, {width_b}>"
         a_arg = tirx.address_of(_origin(a.buffer))
     else:
         width_a, _ = layout.swizzle_of(a.buffer)
-        name = (f"tw_gemm_wgmma<{n}, {k}, {nc}, {bf16}, {b_mn}, {const(a.buffer.shape[0])}, "
+        name = (f"tw_gemm_wgmma<{n}, {k}, {nc}, {ty}, {b_mn}, {const(a.buffer.shape[0])}, "
                 f"{width_a}, {rows_b}, {width_b}>")
         a_arg = intrinsics.shared_addr(_origin(a.buffer))
     gemm = tirx.Evaluate(tirx.call_extern(
@@ -125,7 +127,9 @@ def _operand_layout(region: Region) -> str:
         if not all(const(s) == 0 for s in region.starts):
             raise KernelError(f"gemm operand {region.buffer.name} is swizzled but the gemm "
                               "reads only part of it")
-        return f"tw::swizzled<{int(region.buffer.shape[-2])}, {swizzled[0]}, {swizzled[1]}>"
+        size = layout.SWIZZLE_DTYPES[str(region.buffer.dtype)]
+        return (f"tw::swizzled<{int(region.buffer.shape[-2])}, {swizzled[0]}, {swizzled[1]}"
+                f"{'' if size == 2 else f', {size}'}>")
     ld = gemm_fit.leading_dim(region)
     # ldmatrix reads 16-byte rows: row starts and the first column must be 16-byte aligned
     size = region.buffer.dtype.bits // 8

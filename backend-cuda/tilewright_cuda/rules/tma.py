@@ -84,7 +84,7 @@ def _boxes(g, s, bar, what: str) -> list:
     blocks, mode = 1, 0
     if swizzled is not None:
         width, bits = swizzled
-        if itemsize != 2 or box[0] * itemsize % width:
+        if itemsize not in (1, 2) or box[0] * itemsize % width:
             raise KernelError(f"{what}: {s.buffer.name!r} has a swizzled layout of {width}-byte "
                               f"columns; the tile's rows ({box[0]} x {itemsize} bytes) must be "
                               "a multiple of it")
@@ -159,8 +159,9 @@ def why_not(call: TileOpCall, ctx: RuleContext) -> str | None:
         return "the copy fills part of the shared tile"
     if shape[0] * swizzled[0] % SWIZZLE_PERIOD:
         return "a column block of the tile is not a whole number of swizzle periods"
+    itemsize = tvm.runtime.DataType(str(src.buffer.dtype)).bits // 8
     if len(src.buffer.shape) > 1 and not ctx.can_prove(
-            tirx.floormod(src.buffer.shape[-1], 8) == 0):
+            tirx.floormod(src.buffer.shape[-1], 16 // itemsize) == 0):
         return "the tensor's rows are not a multiple of 16 bytes (TMA's stride rule)"
     return None
 
