@@ -5,9 +5,10 @@ Run: python backend-cuda/bench/build_bundles.py [--out backend-cuda/bench/bundle
 
 The issue's sizes go to OUT, the small sizes of a smoke run (``harness.py --quick``) to
 OUT/quick; ``--quick`` builds only the latter, ``--only`` the bundles and checks whose names
-start with one of its prefixes (``--only fp8_gemm --checks none``: the fp8 GEMM rows). The correctness checks (checks.py: the whole
-conformance catalogue, the examples, the dialect and benchmark kernels at small sizes) go to
-OUT/checks, each bundle with its inputs and torch's results (``check.pt``).
+start with one of its prefixes (``--only fp8_gemm --checks none``: the fp8 GEMM rows). The
+correctness checks (checks.py: the whole conformance catalogue, the examples, the dialect and
+benchmark kernels at small sizes) go to OUT/checks, each bundle with its inputs and torch's
+results (``check.pt``).
 
 Each bundle folder holds the cubin (sm_90a, CUDA 13.0 toolchain), its launch description, the
 signature, ``build.log`` (ptxas registers and spills) and ``case.json`` telling the harness what
@@ -115,16 +116,23 @@ def cases(quick: bool):
                kernels.attention.fn(b, h, s, d, "float16", **cfg),
                ["HGMMA.64x128x16.F32", copies], configs)
     # fp8 on sm_90a: wgmma on the 8-bit tiles TMA loads (QGMMA), never unpacked to fp16 for
-    # HMMA (what ptxas makes of fp8 mma.sync on Hopper)
+    # HMMA (what ptxas makes of fp8 mma.sync on Hopper); diagnostic rows (tensor scales, not
+    # in the smoke run): 128x128 tiles, and the TMA loads issued in order
     for n in GEMM_SIZES[size]:
-        for layout in ("tensor", "token", "block"):
-            config = {**kernels.FP8_GEMM, "block_K": kernels.FP8_BLOCK_K[layout]}
-            yield (f"fp8_gemm_{layout}_{n}",
+        for layout, suffix, change, configs in (
+                ("tensor", "", {}, {}), ("token", "", {}, {}), ("block", "", {}, {}),
+                ("tensor", "_128x128", {"block_N": 128}, {}),
+                ("tensor", "_nows", {}, IN_ORDER)):
+            if quick and suffix:
+                continue
+            config = {**kernels.fp8_config(layout), **change}
+            yield (f"fp8_gemm_{layout}_{n}{suffix}",
                    {"kind": "fp8_gemm", "M": n, "N": n, "K": n, "layout": layout,
-                    "dtype": "float8_e4m3fn", "out_dtype": "bfloat16", "config": config},
+                    "dtype": "float8_e4m3fn", "out_dtype": "bfloat16", "config": config,
+                    **({"pass_configs": configs} if configs else {})},
                    kernels.fp8_gemm_scaled.fn(n, n, n, layout, **config),
-                   ["QGMMA.64x128x32.F32.E4M3.E4M3", "UTMALDG.2D", "!HMMA", "!F2FP.F16.E4M3"],
-                   {})
+                   [f"QGMMA.64x{config['block_N']}x32.F32.E4M3.E4M3", "UTMALDG.2D", "!HMMA",
+                    "!F2FP.F16.E4M3"], configs)
     for m, n in W4A16_SIZES[size]:
         config = dict(kernels.W4A16)
         yield (f"w4a16_m{m}_{n}",

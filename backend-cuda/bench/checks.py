@@ -210,8 +210,8 @@ def dequantising() -> list[Check]:
     configurations (``kernels.py``), at small sizes."""
     out = []
     m, n, k = 200, 256, 384  # a partial row tile, 2 x 2 blocks, 3 scale groups along K
-    for layout in kernels.FP8_BLOCK_K:
-        config = {**kernels.FP8_GEMM, "block_K": kernels.FP8_BLOCK_K[layout]}
+    for layout in kernels.FP8_TILES:
+        config = kernels.fp8_config(layout)
         out.append(Check(
             f"example-gemm_fp8_scaled_{layout}", "example", "float8_e4m3fn",
             lambda layout=layout, config=config: kernels.fp8_gemm_scaled.fn(

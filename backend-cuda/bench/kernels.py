@@ -26,10 +26,14 @@ Configurations (sm_90a, chosen for H100/H200):
 - FlashAttention forward: 128 query rows per block, 128 keys per step, 256 threads (two
   warpgroups of 64 rows: both gemms are wgmma), K and V three stages deep through TMA.
 - Elementwise add: 4096-element blocks of 256 threads, each thread moving 16-byte vectors.
-- Scaled fp8 GEMM (``examples/gemm_fp8_scaled.py``): 128x128 tiles, 256 threads = two
-  warpgroups of 64x128 each (the fp8 wgmma, ``QGMMA.64x128x32``), 3 stages of 128-deep
-  k-tiles filled by TMA (3 x 32 KB of shared memory), bfloat16 out; for block scales a k-tile
-  is one scale group. (Before wgmma took 8-bit operands, ptxas ran the fp8 ``mma.sync`` as
+- Scaled fp8 GEMM (``examples/gemm_fp8_scaled.py``, ``fp8_config``): 128-row tiles, 256
+  threads = two warpgroups of 64 rows each on the fp8 wgmma, 3 stages of 128-deep k-tiles
+  filled by TMA (the warp-specialised loop, the compiler's default), bfloat16 out. Tensor and
+  token scales: 128x256 tiles (``QGMMA.64x256x32``, 3 x 48 KB of shared memory, the GEMM
+  rows' tile); block scales: 128x128 (``QGMMA.64x128x32``; a k-tile is one scale group and
+  a column tile lies in one 128-row block of B). Not measured on the H200 yet; the
+  ``_128x128`` and ``_nows`` rows (tensor scales: 128x128 tiles, TMA issued in order) are
+  there to choose from. (Before wgmma took 8-bit operands, ptxas ran the fp8 ``mma.sync`` as
   fp16 HMMA after unpacking, and 128-deep k-tiles spilled outside the block layout.)
 - W4A16 (``examples/gemm_w4a16.py``), decode shapes: 16-row, 64-column tiles (128 blocks for
   N = 8192, about one per SM), 128-deep k-tiles, 4 stages of codes and activations in flight.
@@ -52,9 +56,15 @@ GEMM_PASS_CONFIGS = {"cuda.disable_warp_specialized": True}  # TMA issued in ord
 ATTENTION = {"block_M": 128, "block_N": 128, "threads": 256, "num_stages": 3}
 ADD = {"block_M": 8, "block_N": 512, "threads": 256}
 SWIZZLE_PANEL = 16  # block rows per raster panel (T.use_swizzle), see above
-FP8_GEMM = {"block_M": 128, "block_N": 128, "threads": 256, "num_stages": 3}
-FP8_BLOCK_K = {"tensor": 128, "token": 128, "block": 128}  # per scale layout, see above
+FP8_GEMM = {"block_M": 128, "block_K": 128, "threads": 256, "num_stages": 3}
+FP8_TILES = {"tensor": {"block_N": 256}, "token": {"block_N": 256},  # per scale layout,
+             "block": {"block_N": 128}}                              # see above
 W4A16 = {"block_M": 16, "block_N": 64, "block_K": 128, "threads": 128, "num_stages": 4}
+
+
+def fp8_config(layout: str) -> dict:
+    """The scaled fp8 GEMM's tile configuration for a scale layout (see above)."""
+    return {**FP8_GEMM, **FP8_TILES[layout]}
 
 
 @T.macro

@@ -17,10 +17,11 @@ import torch
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 ROOT = BENCH.parents[1]
 sys.path.insert(0, str(BENCH))
+sys.path.insert(0, str(ROOT / "examples"))
 
 import build_bundles  # noqa: E402 - after the sys.path setup
+import gemm_fp8_scaled as fp8  # noqa: E402
 import kernels  # noqa: E402
-import gemm_fp8_scaled as fp8  # noqa: E402 - kernels.py put examples/ on the path
 
 TARGET = "cuda -arch=sm_90a"
 
@@ -81,19 +82,20 @@ def test_bundled_add_config_is_vectorised_and_matches_torch(tmp_path):
 @pytest.mark.emulator
 @pytest.mark.parametrize("layout", ["token", "block"])
 def test_bundled_fp8_gemm_config_runs_wgmma_and_matches_torch(layout, tmp_path):
-    # the bundle's tiles (128x128x128, 3 stages, 256 threads: two warpgroups of QGMMA
-    # 64x128x32), 2 x 2 blocks, 3 k-tiles; token scales in the epilogue, block scales per
-    # k-tile
+    # the bundle's tiles (128x256x128 for token scales, 128x128x128 for block scales; 3
+    # stages, 256 threads: two warpgroups of QGMMA 64xNx32), 3 k-tiles; token scales in the
+    # epilogue, block scales per k-tile
     m, n, k = 256, 256, 384
     gen = torch.Generator().manual_seed(1)
     a, sa = fp8.quantize(torch.randn(m, k, generator=gen), layout)
     w = torch.randn(n, k, generator=gen)
     b, sb = fp8.quantize_blocks(w) if layout == "block" else fp8.quantize(w, layout)
     c = torch.full((m, n), float("nan"), dtype=torch.bfloat16)
-    config = {**kernels.FP8_GEMM, "block_K": kernels.FP8_BLOCK_K[layout]}
-    text = _emulate(kernels.fp8_gemm_scaled.fn(m, n, k, layout, **config), tmp_path,
-                    a, b, sa, sb, c)
-    assert "tw_gemm_wgmma<128, 128, 128, TW_WGMMA_E4M3, false, 128, 128, 128, 128>" in text
+    text = _emulate(kernels.fp8_gemm_scaled.fn(m, n, k, layout, **kernels.fp8_config(layout)),
+                    tmp_path, a, b, sa, sb, c)
+    n_tile = kernels.FP8_TILES[layout]["block_N"]
+    assert f"tw_gemm_wgmma<{n_tile}, 128, {n_tile}, TW_WGMMA_E4M3, false, 128, 128, " \
+        f"{n_tile}, 128>" in text
     want = fp8.reference(a, b, sa, sb, layout)
     torch.testing.assert_close(c.double(), want, rtol=8e-3, atol=1e-3 * want.abs().mean())
 
@@ -110,7 +112,7 @@ def test_fp8_gemm_bundles_build_on_qgmma_and_pass_the_list(tmp_path, monkeypatch
     assert built == ["fp8_gemm_tensor_1024"]
     bundle = tmp_path / "quick" / built[0]
     case = json.loads((bundle / "case.json").read_text())
-    assert case["build"]["sass"]["QGMMA.64x128x32.F32.E4M3.E4M3"] > 0
+    assert case["build"]["sass"]["QGMMA.64x256x32.F32.E4M3.E4M3"] > 0
     listed = _list(tmp_path, "--quick")
     assert listed.returncode == 0, listed.stdout + listed.stderr
     assert re.search(r"fp8_gemm_tensor_1024 +ok ", listed.stdout)
