@@ -190,7 +190,8 @@ def main() -> int:
                              "benchmark bundles, not at all, or alone")
     parser.add_argument("--only", default="",
                         help="comma-separated prefixes: build only the benchmark bundles and "
-                             "checks whose names start with one (other bundles are kept)")
+                             "checks whose names start with one (the other benchmark bundles "
+                             "are kept, OUT/checks holds only the chosen checks)")
     args = parser.parse_args()
     total = time.perf_counter()
     if args.checks != "only":
