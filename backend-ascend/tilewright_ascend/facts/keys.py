@@ -12,3 +12,4 @@ PLAN_KEY = "ascend.memory_plan"  # function attr: [buffer, scope, offset, bytes]
 STAGING_KEY = "ascend.gemm_staging"  # function attr: [L0A tile, L0B tile] per T.gemm_v0
 TREE_KEY = "ascend.tree"  # kernel annotation: the Ascend dialect tree it is written in
 BUFFER_VERSIONS_KEY = "ascend.buffer_versions"  # kernel annotation: {buffer: [count, mode]}
+MIXED_KEY = "ascend.mixed"  # kernel annotation of T.MixedKernel: [sids, the sid variable]
