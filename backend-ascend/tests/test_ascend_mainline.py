@@ -252,14 +252,70 @@ def test_three_versions_run_clean():
 
 
 def test_version_annotation_errors():
-    with pytest.raises(KernelError, match="mode 'counter' for 'a' is not implemented"):
-        tilewright.lower(vector_add(8 * 1024, versions=(2, "counter")), target=TARGET)
     with pytest.raises(KernelError, match=r"mainline_kernels.py:\d+: T.annotate_buffer_"
                                           r"versions: the mode of 'a' is one of auto, "
                                           r"iteration, counter, got 'ring'"):
         vector_add(8 * 1024, versions=(2, "ring"))
     with pytest.raises(KernelError, match="number of versions of 'a' must be a positive int"):
         vector_add(8 * 1024, versions=0)
+
+
+def _guarded_add(N, tile, versions, split):
+    """C = A + B on the steps ``step % 3 != 2`` only: one branch around the whole step, or
+    (``split``) one branch per statement."""
+    @T.prim_func
+    def main(A: T.Tensor((N,), "float32"), B: T.Tensor((N,), "float32"),
+             C: T.Tensor((N,), "float32")):
+        with T.Kernel(1):
+            a = T.alloc_shared((tile,), "float32")
+            b = T.alloc_shared((tile,), "float32")
+            c = T.alloc_shared((tile,), "float32")
+            T.annotate_buffer_versions({a: versions, b: versions, c: versions})
+            for step in T.Pipelined(N // tile, num_stages=2):
+                part = slice(step * tile, step * tile + tile)
+                if split:
+                    if step % 3 != 2:
+                        T.copy(A[part], a)
+                    if step % 3 != 2:
+                        T.copy(B[part], b)
+                    if step % 3 != 2:
+                        for i in T.Parallel(tile):
+                            c[i] = a[i] + b[i]
+                    if step % 3 != 2:
+                        T.copy(c, C[part])
+                elif step % 3 != 2:
+                    T.copy(A[part], a)
+                    T.copy(B[part], b)
+                    for i in T.Parallel(tile):
+                        c[i] = a[i] + b[i]
+                    T.copy(c, C[part])
+
+    return main
+
+
+@pytest.mark.parametrize("versions, split", [((2, "counter"), True), ((3, "counter"), True),
+                                             ((2, "counter"), False), ((2, "iteration"), False)])
+def test_versions_of_guarded_uses_run_clean(versions, split):
+    """'counter' mode: the version of a buffer advances only in the iterations that use it;
+    'iteration': every iteration. Both run race-free under a guard (a guard around the whole
+    step is one item that depends on itself: its flags keep one id, so its inner flags stay
+    ordered across iterations)."""
+    N, tile = 12 * 1024, 1024
+    func = _guarded_add(N, tile, versions, split)
+    kernel = tilewright.compile(func, target=TARGET)
+    a, b, c = torch.randn(N), torch.randn(N), torch.zeros(N)
+    kernel(a, b, c)
+    used = (torch.arange(N) // tile) % 3 != 2
+    torch.testing.assert_close(c, torch.where(used, a + b, torch.zeros(N)))
+    stats = last_run_stats()
+    assert stats["races"] == 0
+    if split:
+        assert stats["mte2_overlap"] >= 0.4
+    text = tilewright.lower(func, target=TARGET).source.text
+    counted = "a_version = (a_version + TW_SELECT(((step % 3) < 2), 1, 0));" in text
+    assert counted == (versions[1] == "counter")
+    if counted:
+        assert f"a[(TW_FLOORMOD(a_version, {versions[0]}) * 1024)]" in text
 
 
 def test_accumulator_cannot_be_versioned():
@@ -292,8 +348,11 @@ def test_hand_written_stage_dimension_warns():
                 T.copy(A[k + bx, 0:64], x[k % 2, 0:64])
                 T.copy(x[k % 2, 0:64], C[k, 0:64])
 
-    with pytest.warns(UserWarning, match="stage dimension of its own .* multi-buffers it twice"):
+    with pytest.warns(UserWarning, match=r"test_ascend_mainline.py:\d+: buffer 'x' has a stage "
+                                         r"dimension of its own .* multi-buffers it twice") as rec:
         tilewright.lower(main, target=TARGET)
+    assert rec[0].filename == __file__  # at the line that allocates x
+    assert "x = T.alloc_shared((2, 64)" in open(__file__).read().splitlines()[rec[0].lineno - 1]
 
 
 @pytest.mark.parametrize("l0", [False, True], ids=["l1", "l0"])

@@ -7,6 +7,7 @@ ADDRESS_KEY = "ascend.address"  # T.annotate_address placements: {buffer name: b
 PORTABLE_KEY = "ascend.portable"  # function attr: a kernel the portable phase converted
 SCALAR_KEY = "ascend.scalar"  # loop annotation: the scalar unit runs it; the value is the reason
 VERSION_KEY = "ascend.versions"  # loop annotation: {buffer: stages} of multi-buffered tiles
+COUNTER_KEY = "ascend.version_counters"  # loop annotation: {buffer: the counter of its versions}
 WORKSPACES_KEY = "ascend.workspaces"  # function attr: GM workspaces of the cube/vector split
 PLAN_KEY = "ascend.memory_plan"  # function attr: [buffer, scope, offset, bytes] per tile
 STAGING_KEY = "ascend.gemm_staging"  # function attr: [L0A tile, L0B tile] per T.gemm_v0

@@ -46,6 +46,10 @@ LOAD_L0 = _op("load_l0", (Operand("src", "read"), Operand("dst", "write")),
               (Attr("transpose", bool, False),),
               "an L1 tile into L0A (ZZ) or L0B (ZN) as op(X) of the GEMM that reads it: "
               "transposed when that GEMM's transpose flag for the operand is set")
+COUNTER = _op("counter", (Operand("counter", "read", kind="expr"),
+                          Operand("value", "read", kind="expr")), (Attr("declare", bool, False),),
+              "a scalar register of the kernel (the counter of buffer versions in 'counter' "
+              "mode): declared with its first value, or assigned")
 PRINTF = _op("printf", (Operand("args", "read", kind="any"),), (Attr("format", str, ""),),
              "print from the AI core (AscendC::printf)")
 DUMP_TENSOR = _op("dump_tensor", (Operand("src", "read"),),
@@ -83,7 +87,8 @@ PORTABLE_PHASE_OPS = (DUAL_COPY.name,)
 VECTOR_OPS = tuple(f"{PREFIX}tile.{n}" for n in (*BINARY, *UNARY, *SCALAR, "fill", "cast"))
 SYNC_OPS = tuple(PREFIX + n for n in ("set_flag", "wait_flag", "pipe_barrier", "barrier_all",
                                       "set_cross_flag", "wait_cross_flag"))
-DIALECT_OPS = (*SYNC_OPS, PREFIX + "gemm_v0", PREFIX + "mma", LOAD_L0.name, PREFIX + "printf",
+DIALECT_OPS = (*SYNC_OPS, PREFIX + "gemm_v0", PREFIX + "mma", LOAD_L0.name, COUNTER.name,
+               PREFIX + "printf",
                PREFIX + "dump_tensor", *VECTOR_OPS)
 
 

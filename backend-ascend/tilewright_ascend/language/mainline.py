@@ -28,7 +28,6 @@ import builtins as _py
 from tilewright.language import *  # noqa: F403
 from tilewright.language import Kernel as _PortableKernel
 from tilewright.language import __all__ as _PORTABLE
-from tilewright.language import alloc_shared as _portable_alloc
 from tilewright.language import builder as _B
 from tilewright.language.buffer import as_int as _as_int
 from tilewright.language.buffer import region_of as _region_of
@@ -73,7 +72,7 @@ class Kernel(_PortableKernel):
 
 def _alloc(shape, dtype, scope: str, name: str, given):
     _claim(_MAINLINE, name)
-    return _portable_alloc(shape, dtype, scope=scope, name=given)
+    return _dialect.allocate(shape, dtype, scope, f"T.{name}", given)
 
 
 def alloc_shared(shape, dtype, name=None):
