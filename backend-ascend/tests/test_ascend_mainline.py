@@ -151,10 +151,11 @@ def test_gemm_relu_with_dual_copy_runs_on_the_950_emulator(split):
     assert half in text and "int32_t vid = GetSubBlockIdx();" in text
 
 
-def _scaled_gemm(split, sids=2):
+def _scaled_gemm(split, pipelined=False, versions=None):
     """C = (2 A) @ B + D: A's tiles are scaled by the vector cores and handed to L1 (GM -> UB,
     UB -> L1 dual copies inside the K loop), the result and D meet in UB (L0C -> UB, GM -> UB)
-    and go out by UB -> GM."""
+    and go out by UB -> GM. ``pipelined``: the K loop is T.Pipelined(num_stages=2);
+    ``versions``: what T.annotate_buffer_versions gives the loop's tiles."""
     M, N, K, BM, BN, BK = 128, 128, 256, 64, 64, 64
     HM, HK = (BM // 2, BK) if split == "m" else (BM, BK // 2)
 
@@ -170,7 +171,9 @@ def _scaled_gemm(split, sids=2):
             C_l0c = T.alloc_l0c((BM, BN), "float32")
             c_ub = T.alloc_shared((BM // 2, BN), "float32")
             d_ub = T.alloc_shared((BM // 2, BN), "float32")
-            for k in T.serial(K // BK):
+            if versions is not None:
+                T.annotate_buffer_versions({a_ub: versions, A_l1: versions, B_l1: versions})
+            for k in T.Pipelined(K // BK, num_stages=2) if pipelined else T.serial(K // BK):
                 T.dual_copy(A[m : m + BM, k * BK : k * BK + BK], a_ub)
                 with T.SimtVF(threads=128):
                     for i, j in T.Parallel(HM, HK):
@@ -194,6 +197,38 @@ def test_dual_copy_paths_run_on_the_950_emulator(split):
     torch.testing.assert_close(kernel(x, y, d), (2 * x.float()) @ y.float() + d, rtol=1e-2,
                                atol=5e-2)
     assert last_run_stats()["races"] == 0
+
+
+def test_pipelined_within_and_across_cores_at_once_is_an_error():
+    """The seed's second T.Pipelined rule on Ascend: a loop that hands tiles between the cube
+    and the vector cores does not also multi-buffer them within a core."""
+    with pytest.raises(KernelError, match=r"test_ascend_mainline.py:\d+: T.Pipelined pipelines "
+                                          r"within a core \(here: versions of 'A_l1', 'B_l1'\) or "
+                                          r"across the cube and vector cores .* not both at "
+                                          r"once; use the flat pattern"):
+        tilewright.lower(_scaled_gemm("m", pipelined=True), target=TARGET)
+    # the flat pattern: one version of each tile, the loop pipelined across the cores
+    kernel = tilewright.compile(_scaled_gemm("m", pipelined=True, versions=1), out_idx=[3],
+                                target=TARGET)
+    x, y, d = torch.randn(128, 256).half(), torch.randn(256, 128).half(), torch.randn(128, 128)
+    torch.testing.assert_close(kernel(x, y, d), (2 * x.float()) @ y.float() + d, rtol=1e-2,
+                               atol=5e-2)
+    assert last_run_stats()["races"] == 0
+
+
+def test_nested_pipelined_is_an_error_at_the_line():
+    with pytest.raises(KernelError, match=r"test_ascend_mainline.py:\d+: T.Pipelined cannot be "
+                                          r"nested inside another T.Pipelined loop") as err:
+        @T.prim_func
+        def main(A: T.Tensor((4, 4, 64), "float32")):
+            with T.Kernel(1):
+                x = T.alloc_shared((64,), "float32")
+                for i in T.Pipelined(4, num_stages=2):
+                    for j in T.Pipelined(4, num_stages=2):
+                        T.copy(A[i, j, 0:64], x)
+                        T.copy(x, A[i, j, 0:64])
+
+    assert "for j in T.Pipelined(4, num_stages=2):" in str(err.value)
 
 
 def test_mixed_kernel_with_one_vector_core():

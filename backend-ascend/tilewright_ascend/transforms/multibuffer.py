@@ -14,7 +14,7 @@ import warnings
 import tvm
 import tvm_ffi
 from tilewright.errors import KernelError, span_location
-from tilewright.ir import make_call
+from tilewright.ir import make_call, tile_ops_in
 from tilewright.transform.walk import prim_func_pass
 from tvm import tirx
 
@@ -22,6 +22,8 @@ from ..analysis.accesses import accesses, has_manual_sync
 from ..analysis.buffers import allocations, loads_and_stores
 from ..facts import ops
 from ..facts.keys import BUFFER_VERSIONS_KEY, COUNTER_KEY, VERSION_KEY
+from ..language.trees import MAINLINE
+from .switches import tree_of
 
 
 def _pipelined_loops(func, least: int = 2) -> list:
@@ -180,6 +182,12 @@ def _hand_staged(loop, buf, count: int) -> bool:
     return bool(indices) and all(_uses_var(index, loop.loop_var) for index in indices)
 
 
+def _cross_core(loop) -> bool:
+    """Whether ``loop`` hands data between the cube and the vector cores (cross-core flags)."""
+    cross = (ops.SET_CROSS_FLAG.name, ops.WAIT_CROSS_FLAG.name)
+    return any(c.name in cross for c in tile_ops_in(loop.body))
+
+
 def _warn_at(func, buf, message: str) -> None:
     """A ``UserWarning`` located at the user's line that allocates ``buf``."""
     where = next((span_location(a.span) for a in allocations(func) if a.buffer.same_as(buf)),
@@ -232,9 +240,19 @@ def multi_buffer():
         if has_manual_sync(func):
             return func
         annotated = _annotated(func)
+        tree, _ = tree_of(func)
         # an annotated buffer may be versioned in a loop of one stage
         for loop in _pipelined_loops(func, 0 if annotated else 2):
             stages, counters = _stages(func, loop, annotated)
+            if stages and tree is MAINLINE and _cross_core(loop):
+                raise KernelError(
+                    "T.Pipelined pipelines within a core (here: versions of "
+                    f"{', '.join(repr(str(b.name)) for b in stages)}) or across the cube and "
+                    "vector cores (here: a handoff between them in the loop), not both at "
+                    "once; use the flat pattern: T.Pipelined for the cube/vector handoff with "
+                    "one version of each tile (T.annotate_buffer_versions({tile: 1})), or "
+                    "T.serial and flags by hand within the core",
+                    span_location(loop.span))
             if stages:
                 func = _version_buffers(func, loop, stages, counters)
         return func
