@@ -329,12 +329,13 @@ def _guarded_add(N, tile, versions, split):
 
 
 @pytest.mark.parametrize("versions, split", [((2, "counter"), True), ((3, "counter"), True),
-                                             ((2, "counter"), False), ((2, "iteration"), False)])
+                                             ((2, "counter"), False), ((2, "iteration"), False),
+                                             ((2, "auto"), True)])
 def test_versions_of_guarded_uses_run_clean(versions, split):
-    """'counter' mode: the version of a buffer advances only in the iterations that use it;
-    'iteration': every iteration. Both run race-free under a guard (a guard around the whole
-    step is one item that depends on itself: its flags keep one id, so its inner flags stay
-    ordered across iterations)."""
+    """'counter' mode (and 'auto' for guarded uses): the version of a buffer advances only in
+    the iterations that use it; 'iteration': every iteration. Both run race-free under a guard
+    (a guard around the whole step is one item that depends on itself: its flags keep one id,
+    so its inner flags stay ordered across iterations)."""
     N, tile = 12 * 1024, 1024
     func = _guarded_add(N, tile, versions, split)
     kernel = tilewright.compile(func, target=TARGET)
@@ -348,7 +349,7 @@ def test_versions_of_guarded_uses_run_clean(versions, split):
         assert stats["mte2_overlap"] >= 0.4
     text = tilewright.lower(func, target=TARGET).source.text
     counted = "a_version = (a_version + TW_SELECT(((step % 3) < 2), 1, 0));" in text
-    assert counted == (versions[1] == "counter")
+    assert counted == (versions[1] != "iteration")
     if counted:
         assert f"a[(TW_FLOORMOD(a_version, {versions[0]}) * 1024)]" in text
 

@@ -126,8 +126,8 @@ def annotate_buffer_versions(buffer_versions_map: dict):
     chosen. A count of 1 keeps one version; a mode alone leaves the count to the loop's
     ``num_stages``. ``iteration`` selects the version by the loop's iteration; ``counter`` by
     a counter that advances only in iterations that use the buffer; ``auto`` takes
-    ``iteration`` where every iteration uses the buffer (see
-    :mod:`..transforms.multibuffer`)."""
+    ``iteration`` where every iteration uses the buffer and ``counter`` where a guard skips
+    it (see :mod:`..transforms.multibuffer`)."""
     builder = _B.current("T.annotate_buffer_versions")
     if not builder.in_kernel():
         raise _error("T.annotate_buffer_versions must be used inside 'with T.Kernel(...)'")

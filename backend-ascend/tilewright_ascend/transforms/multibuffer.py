@@ -5,6 +5,12 @@ first access in the loop body is a write, gets S versions: its allocation gains 
 dimension of S and every access in the loop selects version ``(k - start) % S``. The
 synchronisation pass then gives each dependency on a versioned buffer S event ids, one per
 version, so the producer of iteration k+1 runs while the consumer of iteration k still reads.
+
+``T.annotate_buffer_versions`` sets a buffer's count and how its version is chosen: by the
+iteration, or (``counter`` mode, and ``auto`` for a buffer whose uses a guard skips) by a
+scalar counter that advances at the end of each iteration under the guard of the buffer's
+last use. The version's flag ids follow the same index. In a mainline kernel a loop that hands
+data between the cube and vector cores versions no buffer (the seed's flat pattern).
 """
 
 from __future__ import annotations
@@ -217,7 +223,9 @@ def _stages(func, loop, annotated: dict) -> tuple[dict, dict]:
         if spec is None:
             continue
         count, mode = spec[0] or default, spec[1]
-        if mode == "counter":
+        # 'auto': by the iteration where every iteration uses the buffer, else by a counter
+        guarded = buf in buffers and not isinstance(_used(loop.body, buf), tirx.IntImm)
+        if mode == "counter" or (mode == "auto" and guarded):
             counters[buf] = tirx.Var(f"{buf.name}_version", "int32")
         if count > 1 and buf in why:
             raise KernelError(f"T.annotate_buffer_versions gives {buf.name!r} {count} versions, "
