@@ -105,16 +105,31 @@ def build_shim(target: Path) -> Path:
     return target
 
 
+CACHE_MARKER = "CACHEDIR.TAG"  # the file that makes a folder a tilewright disk cache
+
+
+def _shim_folder() -> Path:
+    """Where the shim is built: the ``runtime`` folder of the user's cache when the cache is
+    tilewright's (marked), new or empty; else a private folder of this process, so that a
+    ``TILEWRIGHT_CACHE_DIR`` naming a folder of the user's own is never written to."""
+    root = Path(os.environ.get("TILEWRIGHT_CACHE_DIR") or Path.home() / ".cache" / "tilewright")
+    try:
+        ours = not root.exists() or (root / CACHE_MARKER).is_file() or \
+            (root.is_dir() and not root.is_symlink() and not any(root.iterdir()))
+    except OSError:
+        ours = False
+    return root / "runtime" if ours else Path(tempfile.mkdtemp(prefix="tilewright-shim-"))
+
+
 @functools.lru_cache(maxsize=1)
 def shim() -> ctypes.CDLL:
     """The shim, loaded once with ``RTLD_GLOBAL`` so kernels resolve its error function: the
-    prebuilt one beside this module, else one built into the user's cache folder."""
+    prebuilt one beside this module, else one built into the user's cache folder (see
+    :func:`_shim_folder`)."""
     path = Path(__file__).with_name(SHIM)
     if not path.is_file():
         digest = hashlib.sha256(SHIM_SOURCE.read_bytes()).hexdigest()[:16]
-        root = Path(os.environ.get("TILEWRIGHT_CACHE_DIR") or
-                    Path.home() / ".cache" / "tilewright")
-        path = root / "runtime" / f"tw_kernel_shim-{digest}.so"
+        path = _shim_folder() / f"tw_kernel_shim-{digest}.so"
         if not path.is_file():
             build_shim(path)
     lib = ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
