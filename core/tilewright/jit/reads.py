@@ -116,9 +116,30 @@ class Reads:
             level = following
         return out
 
-    def snapshot(self) -> tuple:
+    def library_only(self) -> bool:
+        """Whether every value read is an attribute of a module of tilewright, TVM, torch or
+        numpy (``T.Kernel``, ``T.float32``) and no closure cell is read: nothing a program
+        rebinds between calls, so the snapshot does not change and the kernel a call compiles
+        to depends on its arguments alone. A name not bound yet counts as outside."""
+        self._build_plan()
+        for fn, chains in self._plan:
+            if fn.__closure__:
+                return False
+            for chain in chains:
+                value = fn.__globals__.get(chain[0])
+                if value is None and hasattr(builtins, chain[0]):
+                    continue
+                if not isinstance(value, types.ModuleType) or \
+                        value.__name__.split(".")[0] not in _SKIP_MODULES:
+                    return False
+        return True
+
+    def _build_plan(self) -> None:
         if self._plan is None:
             self._plan = [(fn, sorted(_chains(fn.__code__))) for fn in self._functions()]
+
+    def snapshot(self) -> tuple:
+        self._build_plan()
         budget = [_MAX_ITEMS * 16]
         picture = []
         for fn, chains in self._plan:

@@ -277,13 +277,13 @@ class TorchOp:
     (triples of a :class:`Variant`, the operator argument of each kernel input and the
     compile-time values it needs), and ``remove()``. Its calls fall back to the Python
     implementation, registered as the companion operator ``<ns>::<name>__python``. With
-    ``resolve``, the kernels it returned join the C++ kernel's variants (``learn``) when the
-    kernel a call resolves to depends on the arguments' dtypes, ranks, static sizes and
-    compile-time values alone."""
+    ``resolve``, the kernels it returns join the C++ kernel's variants while ``learn()`` says
+    that the kernel a call resolves to depends on the arguments' dtypes, ranks, static sizes
+    and compile-time values alone."""
 
     def __init__(self, qualname: str, arguments: Sequence[Argument], outputs: Sequence[str],
                  devices: Sequence[str], *, origin: str = "", resolve=None, fake=None,
-                 unavailable: dict | None = None, native=None, learn: bool = False):
+                 unavailable: dict | None = None, native=None, learn=None):
         match = _QUALNAME.match(qualname or "")
         if match is None:
             raise OpError(f"torch op name {qualname!r} must look like 'namespace::name' "
@@ -333,6 +333,13 @@ class TorchOp:
                            for v in self.variants[device]])
         else:
             kernel.update(list(self._learned.get(device, {}).values()))
+
+    def forget_learned(self) -> None:
+        """Drop the kernels of ``resolve`` the C++ kernels run (they are learned again)."""
+        with self._lock:
+            self._learned.clear()
+            for device in self._native:
+                self._sync(device)
 
     def _learn_variant(self, device: str, call, args) -> None:
         """Add the kernel ``resolve`` returned for ``args`` to the device's C++ kernel."""
@@ -387,7 +394,7 @@ class TorchOp:
         if self._resolve is not None:
             call, inputs = self._resolve(device, args)
             out = call(*inputs)
-            if self._learn and device in self._native:
+            if device in self._native and self._learn is not None and self._learn():
                 self._learn_variant(device, call, args)
             return tuple(out) if isinstance(out, list) else out
         variants = self.variants[device]
@@ -562,10 +569,8 @@ def _register(op: TorchOp):
 
 
 def _device_impl(op: TorchOp, device: str):
-    run = op.run
-
     def impl(*args):
-        return run(device, args)
+        return op.run(device, args)
 
     impl.__name__ = f"{op.name}_{device}"
     return impl

@@ -126,7 +126,8 @@ def register_eager(jitfn, name: str) -> TorchOp:
 
     return TorchOp(name, arguments, [p.name for p in signature.outputs], list(runnable),
                    origin=f"eager kernel {jitfn.fn.__qualname__}", resolve=resolve, fake=fake,
-                   unavailable=unavailable, native=native_kernel, learn=True)
+                   unavailable=unavailable, native=native_kernel,
+                   learn=jitfn.specialisations_follow_arguments)
 
 
 def _generic_signature(jitfn, static: dict, tensors: list):
