@@ -93,6 +93,8 @@ def toolchain() -> tuple[list[str], str]:
 
 def build(target: Path) -> None:
     """Compile the extension into ``target``."""
+    _LOG.info("building the torch operators' C++ extension (once per machine and torch "
+              "version; about half a minute)")
     command, _ = toolchain()
     command = [str(target) if c == "{output}" else c for c in command]
     command.insert(command.index(str(target)), "-o")
