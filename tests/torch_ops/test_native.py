@@ -140,3 +140,15 @@ def test_eager_kernels_reading_globals_stay_in_python(monkeypatch):
     monkeypatch.setattr(sys.modules[__name__], "SCALE", 3.0)
     torch.testing.assert_close(torch.ops.tw_native.scaled(a), a * 3)
     assert len(seen) == 3 and not scaled.torch_op._learned
+
+
+def test_a_kernel_without_an_entry_point_runs_through_python(monkeypatch):
+    kernel = tilewright.compile(pair_sum.get_tir(), out_idx=[-1], target="cpu",
+                                execution_backend="llvm-jit")  # in memory: no C function
+    assert kernel.entry_address is None
+    op = kernel.as_torch_op(unique("pairs"))
+    seen = python_calls(monkeypatch, op)
+    a = torch.randn(10)
+    torch.testing.assert_close(op(a), a.view(-1, 2).sum(1))
+    assert len(seen) == 1
+    op.remove()

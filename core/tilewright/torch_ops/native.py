@@ -240,24 +240,25 @@ class NativeKernel:
         self._keep: list = []
 
     def update(self, variants) -> None:
-        """Run ``variants`` (triples of a Variant, its sources and its compile-time values),
-        tried in order; when one cannot run in C++, every call takes the Python path."""
-        program, entries = [len(variants)], []
-        try:
-            for variant, sources, consts in variants:
+        """Run ``variants`` (triples of a Variant, its sources and its compile-time values).
+        One that C++ cannot run is left out: no two variants accept the same inputs, so its
+        calls find none and take the Python path, which runs it."""
+        program, entries, kept = [0], [], []
+        for variant, sources, consts in variants:
+            try:
                 program += encode_variant(variant, sources, consts)
-                entries.append(variant.call.entry_address)
-        except NotNative as exc:
-            _LOG.info("torch op %s runs through its Python implementation: %s",
-                      self.qualname, exc)
-            program, entries = None, []
-        data = (ctypes.c_int64 * len(program or [0]))(*(program or [0]))
-        addresses = (ctypes.c_int64 * max(1, len(entries)))(
-            *[ctypes.c_int64(a).value for a in entries])
-        length = -1 if program is None else len(program)
-        if self._lib.tw_op_set_variants(self._handle, data, length, addresses) != 0:
+            except NotNative as exc:
+                _LOG.info("torch op %s runs kernel %s through its Python implementation: %s",
+                          self.qualname, variant.signature.name, exc)
+                continue
+            entries.append(variant.call.entry_address)
+            kept.append(variant.call)
+        program[0] = len(entries)
+        data = (ctypes.c_int64 * len(program))(*program)
+        addresses = (ctypes.c_int64 * max(1, len(entries)))(*entries)
+        if self._lib.tw_op_set_variants(self._handle, data, len(program), addresses) != 0:
             raise RuntimeError(f"torch op {self.qualname}: {self._lib.tw_op_error().decode()}")
-        self._keep = [v.call for v, _, _ in variants]  # the entry points live with them
+        self._keep = kept  # the entry points live as long as their kernels
 
     def remove(self) -> None:
         if self._handle:

@@ -110,7 +110,7 @@ using Variants = std::vector<Variant>;
 
 struct State {
   std::mutex lock;
-  std::shared_ptr<const Variants> variants;  // null: every call takes the Python path
+  std::shared_ptr<const Variants> variants;  // null until set: calls take the Python path
   std::string python_name;  // the companion operator of the Python implementation
   std::optional<c10::OperatorHandle> python;
   int64_t arguments = 0;
@@ -467,16 +467,14 @@ void* tw_op_register(const char* ns, const char* name, const char* python_name,
   }
 }
 
-// Replaces the operator's variants with those of `program` (entries: their entry points);
-// a negative length sends every call to the Python path. Returns 0, or -1 (tw_op_error).
+// Replaces the operator's variants with those of `program` (entries: their entry points).
+// Returns 0, or -1 (tw_op_error).
 int tw_op_set_variants(void* handle, const int64_t* program, int64_t length,
                        const int64_t* entries) {
   try {
     auto* h = static_cast<Handle*>(handle);
-    std::shared_ptr<const Variants> variants;
-    if (length >= 0)
-      variants = std::make_shared<const Variants>(
-          decode(program, length, entries, h->state->arguments));
+    auto variants = std::make_shared<const Variants>(
+        decode(program, length, entries, h->state->arguments));
     std::lock_guard<std::mutex> guard(h->state->lock);
     h->state->variants = std::move(variants);
     return 0;
