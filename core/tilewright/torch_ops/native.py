@@ -73,9 +73,9 @@ class NotNative(Exception):
 
 
 # -- building and loading ----------------------------------------------------------------------
-def toolchain() -> tuple[list[str], str]:
-    """(the compile command less its output and input, a description for the cache key);
-    a NotNative naming what is missing when there is no C++ compiler or no torch headers."""
+def toolchain() -> tuple[list[str], list[str]]:
+    """(the compiler and its flags, the libraries to link): a NotNative naming what is
+    missing when there is no C++ compiler or torch has no headers."""
     cxx = next((shutil.which(c) for c in ("c++", "g++", "clang++") if shutil.which(c)), None)
     if cxx is None:
         raise NotNative("no C++ compiler (c++, g++ or clang++) on PATH")
@@ -84,20 +84,17 @@ def toolchain() -> tuple[list[str], str]:
     if not (include / "torch" / "library.h").is_file():
         raise NotNative(f"torch {torch.__version__} has no C++ headers ({include})")
     abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
-    command = [cxx, *FLAGS, f"-D_GLIBCXX_USE_CXX11_ABI={abi}", f"-I{include}",
-               f"-I{include / 'torch' / 'csrc' / 'api' / 'include'}"]
-    libraries = [f"-L{lib}", "-lc10", "-ltorch_cpu", f"-Wl,-rpath,{lib}"]
-    return command + ["{output}", str(SOURCE)] + libraries, \
-        f"torch {torch.__version__} {root} {' '.join(command)}"
+    return ([cxx, *FLAGS, f"-D_GLIBCXX_USE_CXX11_ABI={abi}", f"-I{include}",
+             f"-I{include / 'torch' / 'csrc' / 'api' / 'include'}"],
+            [f"-L{lib}", "-lc10", "-ltorch_cpu", f"-Wl,-rpath,{lib}"])
 
 
 def build(target: Path) -> None:
     """Compile the extension into ``target``."""
     _LOG.info("building the torch operators' C++ extension (once per machine and torch "
               "version; about half a minute)")
-    command, _ = toolchain()
-    command = [str(target) if c == "{output}" else c for c in command]
-    command.insert(command.index(str(target)), "-o")
+    compiler, libraries = toolchain()
+    command = [*compiler, "-o", str(target), str(SOURCE), *libraries]
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
         raise NotNative(f"building it failed: {' '.join(command)}\n{result.stderr[-4000:]}")
@@ -111,8 +108,9 @@ def extension() -> ctypes.CDLL | None:
         _LOG.info("tilewright operators use their Python implementation: %s=0", ENV)
         return None
     try:
-        _, description = toolchain()
-        digest = hashlib.sha256(SOURCE.read_bytes() + description.encode()).hexdigest()[:16]
+        compiler, libraries = toolchain()
+        key = f"torch {torch.__version__} {' '.join(compiler + libraries)}"
+        digest = hashlib.sha256(SOURCE.read_bytes() + key.encode()).hexdigest()[:16]
         name = f"tw_torch_op-{digest}.so"
         try:
             path = DiskCache(os.environ.get(DIR_ENV) or None).helper_library(name, build)
