@@ -107,12 +107,13 @@ def test_transposed_operands_on_the_interpreter(dtype, meta):
     torch.testing.assert_close(got.double(), a.double() @ b.double().T, rtol=1e-5, atol=1e-4)
 
 
-def test_example_on_the_interpreter():
+@pytest.mark.parametrize("block_K", [64, 16])  # 16: one metadata column a k-tile
+def test_example_on_the_interpreter(block_K):  # noqa: N803
     gen = torch.Generator().manual_seed(1)
     a = randn_semi_sparse(40, 128, torch.float16, generator=gen)
     b = torch.randn(128, 72, generator=gen).to(torch.float16)
     values, e = compress(a)
-    func = gemm_sp.gemm_sp_kernel.fn(40, 72, 128, block_M=32, block_N=64, block_K=64)
+    func = gemm_sp.gemm_sp_kernel.fn(40, 72, 128, block_M=32, block_N=64, block_K=block_K)
     got = tilewright.compile(func, out_idx=[-1], target="interp")(values, e, b)
     torch.testing.assert_close(got.double(), a.double() @ b.double(), rtol=1e-5, atol=1e-4)
 

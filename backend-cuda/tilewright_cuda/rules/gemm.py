@@ -142,7 +142,9 @@ def _operand_layout(region: Region) -> str:
 
 
 def _matrix_dims(call: TileOpCall, names: str) -> list:
-    dims = [non_unit(call.operands[x]) for x in names]
+    """The two dimensions of each named operand: its non-unit ones, or a 2-D tile's both."""
+    dims = [non_unit(call.operands[x]) if len(call.operands[x].extents) != 2 else [0, 1]
+            for x in names]
     if any(len(d) != 2 for d in dims):
         raise KernelError(f"T.{call.name} needs 2-D tiles for {', '.join(names)}")
     return dims
@@ -152,7 +154,7 @@ def _thread_gemm(call: TileOpCall, ctx: RuleContext, depth, term):
     """C's (i, j) elements spread over the threads, each summing ``term(i, j, r)`` over
     ``r < depth`` in a register."""
     c = call.operands["C"]
-    cdims = non_unit(c)
+    cdims, = _matrix_dims(call, "C")
     dtype = str(c.buffer.dtype)
     acc = tirx.decl_buffer((1,), dtype, "gemm_acc", scope="local")
 

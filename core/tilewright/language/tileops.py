@@ -95,9 +95,12 @@ def clear(buffer):
     fill(buffer, 0)
 
 
-def _matrix(value, what: str, op: str = "T.gemm"):
+def _matrix(value, what: str, op: str = "T.gemm", keep_2d: bool = False):
+    """(region, its two dimensions) of a gemm operand; ``keep_2d`` keeps a 2-D region's unit
+    dimension (a metadata tile one column wide)."""
     region = resolve(region_of(value, f"{op} {what}"), None, f"{op} {what}")
-    dims = squeeze(region.extents)
+    dims = tuple(region.extents) if keep_2d and len(region.extents) == 2 else \
+        squeeze(region.extents)
     if len(dims) != 2:
         raise kernel_error(f"{op} operand {what} ({region.buffer.name!r}) must be a 2-D tile, "
                            f"got shape {shape_str(region.extents)}")
@@ -135,7 +138,7 @@ def gemm_sp(A_sparse, E, B, C, transpose_A=False, transpose_E=False,  # noqa: N8
     :func:`tilewright.utils.sparse.compress` produces."""
     op = "T.gemm_sp"
     a, (a0, a1) = _matrix(A_sparse, "A_sparse", op)
-    e, (e0, e1) = _matrix(E, "E", op)
+    e, (e0, e1) = _matrix(E, "E", op, keep_2d=True)
     b, (b0, b1) = _matrix(B, "B", op)
     c, (c0, c1) = _matrix(C, "C", op)
     dtype, meta = str(a.buffer.dtype), str(e.buffer.dtype)
