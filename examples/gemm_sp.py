@@ -15,7 +15,7 @@ import argparse
 import tilewright
 import tilewright.language as T
 import torch
-from tilewright.ir import sparse
+from tilewright import sparse
 from tilewright.profiler import do_bench
 from tilewright.utils.sparse import compress, randn_semi_sparse
 

@@ -16,8 +16,8 @@ import sass
 import tilewright
 import tilewright.language as T
 import torch
+from tilewright import sparse
 from tilewright.errors import UnsupportedOpError
-from tilewright.ir import sparse
 from tilewright.utils.sparse import compress, randn_semi_sparse
 from tilewright_cuda import arch, executor
 

@@ -1,4 +1,4 @@
-"""T.gemm_sp: the 2:4 metadata layout of tilewright.ir.sparse and the compressor of
+"""T.gemm_sp: the 2:4 metadata layout of tilewright.sparse and the compressor of
 tilewright.utils.sparse, the sparse-GEMM example on the interpreter against torch (with
 transposed operands and metadata), and bad operands refused at the user's line. The
 catalogue's gemm_sp row runs the kernel on every backend that declares it."""
@@ -11,7 +11,7 @@ import tilewright
 import tilewright.language as T
 import torch
 from source_lines import Markers
-from tilewright.ir import sparse
+from tilewright import sparse
 from tilewright.utils.sparse import compress, decompress, randn_semi_sparse
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))

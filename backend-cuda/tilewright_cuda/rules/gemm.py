@@ -12,7 +12,7 @@ it does not fit; the first that fits lowers the gemm.
 
 A gemm that asks for tensor cores but cannot have them is an error (``mma_policy_error``).
 
-``T.gemm_sp`` (A 2:4 sparse: kept values and metadata, ``tilewright.ir.sparse``) takes
+``T.gemm_sp`` (A 2:4 sparse: kept values and metadata, ``tilewright.sparse``) takes
 ``mma.sp::ordered_metadata`` m16n8k32 over warp tiles for float16/bfloat16 into a register
 accumulator (``gemm_fit.SPARSE_MMA_FORMS``), else the thread gemm, each stored value meeting the
 row of B its metadata names.
@@ -20,9 +20,9 @@ row of B its metadata names.
 
 from __future__ import annotations
 
+from tilewright import sparse as sp
 from tilewright.errors import KernelError, UnsupportedOpError
 from tilewright.ir import Region, TileOpCall
-from tilewright.ir import sparse as sp
 from tilewright.transform import RuleContext
 from tilewright.transform.lowering_utils import as_expr, loop_nest, non_unit, region_index
 from tvm import tirx

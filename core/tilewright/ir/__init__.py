@@ -1,6 +1,6 @@
 """The tile IR: tile ops as TVM calls, each described by a registered schema."""
 
-from . import ops, sparse
+from . import ops
 from .ops import ATOMIC_KINDS, PORTABLE_OPS, REDUCE_KINDS
 from .schema import (
     Attr,
@@ -24,7 +24,7 @@ from .schema import (
 __all__ = [
     "ATOMIC_KINDS", "PORTABLE_OPS", "REDUCE_KINDS", "Attr", "Operand", "Region", "TileOpCall",
     "TileOpSchema", "decode", "get_schema", "intrinsic_features", "intrinsics_in", "make_call",
-    "ops", "sparse",
+    "ops",
     "is_region", "register_intrinsic", "register_tile_op", "registered_ops", "schema_of_call",
     "tile_ops_in",
 ]

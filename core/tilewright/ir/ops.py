@@ -36,7 +36,7 @@ GEMM_SP = register_tile_op(TileOpSchema(
      Attr("transpose_B", bool, False), Attr("policy", str, "square"),
      Attr("clear_accum", bool, False), Attr("k_pack", int, 1), Attr("wg_wait", int, 0)),
     doc="C += op(decompress(A, E)) @ op(B): A holds the kept values of a 2:4 structured-sparse "
-        "operand and E its metadata (see tilewright.ir.sparse)",
+        "operand and E its metadata (see tilewright.sparse)",
 ))
 
 # The reduction family shares one shape; it is registered from this table.

@@ -8,9 +8,9 @@ import enum
 import tvm
 from tvm import tirx
 
+from .. import sparse as sp
 from ..errors import KernelValueError, kernel_error, user_location
 from ..ir import ATOMIC_KINDS, REDUCE_KINDS, make_call
-from ..ir import sparse as sp
 from . import builder as B
 from .buffer import (
     BufferSlice,
@@ -134,7 +134,7 @@ def gemm_sp(A_sparse, E, B, C, transpose_A=False, transpose_E=False,  # noqa: N8
     """``C += op(A) @ op(B)`` where A is 2:4 structured-sparse along K, given as its kept
     values ``A_sparse`` ``[M, K / 2]`` (``[M, K / 2]`` for float32 too: one of two kept) and
     metadata ``E`` ``[M, K / e_factor]`` (``[K / 2, M]`` and ``[K / e_factor, M]`` when
-    transposed), laid out as :mod:`tilewright.ir.sparse` describes and
+    transposed), laid out as :mod:`tilewright.sparse` describes and
     :func:`tilewright.utils.sparse.compress` produces."""
     op = "T.gemm_sp"
     a, (a0, a1) = _matrix(A_sparse, "A_sparse", op)

@@ -1,7 +1,7 @@
 """2:4 structured sparsity on torch tensors, for ``T.gemm_sp``: compress a dense operand into
 its kept values and metadata, expand them back, and make random operands of that pattern.
 
-The layout is the one :mod:`tilewright.ir.sparse` describes (TileLang's ordered metadata). The
+The layout is the one :mod:`tilewright.sparse` describes (TileLang's ordered metadata). The
 functions run on any torch device.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from ..ir import sparse as sp
+from .. import sparse as sp
 
 
 def _dtype_name(dtype: torch.dtype) -> str:

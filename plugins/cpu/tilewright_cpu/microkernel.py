@@ -27,8 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import tvm
+from tilewright import sparse as sp
 from tilewright.ir import TileOpCall
-from tilewright.ir import sparse as sp
 from tilewright.transform import RuleContext
 from tilewright.transform.lowering_utils import PARALLEL, as_expr
 from tvm import tirx
@@ -279,7 +279,7 @@ def gemm_loops(call: TileOpCall, ctx: RuleContext) -> tirx.Stmt:
 
 def gemm_sp_loops(call: TileOpCall, ctx: RuleContext) -> tirx.Stmt:
     """``T.gemm_sp`` as an i-k-j nest over the stored columns of A: each stored value meets
-    the row of op(B) its metadata names (:func:`tilewright.ir.sparse.dense_column`); the j
+    the row of op(B) its metadata names (:func:`tilewright.sparse.dense_column`); the j
     loop walks a row of B and of C and is vectorised by the loop phase."""
     a, e, b, c = (call.operands[x] for x in "AEBC")
     ta, te, tb = (call.attrs[f"transpose_{x}"] for x in "AEB")

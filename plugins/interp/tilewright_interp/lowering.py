@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
+from tilewright import sparse as sp
 from tilewright.ir import ATOMIC_KINDS, REDUCE_KINDS
-from tilewright.ir import sparse as sp
 
 from .runtime import Region
 

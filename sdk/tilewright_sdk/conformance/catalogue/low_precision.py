@@ -7,7 +7,7 @@ payloads are not compared), and group-wise dequantisation of packed 4-bit weight
 
 # No `from __future__ import annotations`: T.prim_func evaluates the parameter annotations.
 import tilewright.language as T
-from tilewright.ir import sparse as sp
+from tilewright import sparse as sp
 
 from .model import FLOAT8, Kernel, rand
 

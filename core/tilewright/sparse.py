@@ -13,7 +13,8 @@ kept value at position ``p`` is written as slots ``2p`` and ``2p + 1`` (``0b0100
 
 :func:`dense_column` is written with ``//``, ``%``, ``>>`` and ``&`` only, so the same code
 decodes NumPy or torch arrays (the interpreter, the compressor) and builds TIR expressions (a
-compiling backend's loops).
+compiling backend's loops). The module imports no TVM: the GPU harness, which has none, compresses
+through :mod:`tilewright.utils.sparse` too.
 """
 
 from __future__ import annotations
