@@ -110,7 +110,8 @@ def randn_semi_sparse(M: int, K: int, dtype: torch.dtype = torch.float16,  # noq
     ``group - kept`` of every ``group`` consecutive elements along K are zeroed: 2:4 sparse
     (1:2 for float32)."""
     g = _group(dtype)
-    x = torch.randn(M, K // g.group, g.group, generator=generator).to(device)
+    where = generator.device if generator is not None else device
+    x = torch.randn(M, K // g.group, g.group, generator=generator, device=where).to(device)
     drop = x.topk(g.group - g.kept, dim=-1).indices
     x = x.scatter(-1, drop, 0).reshape(M, K).to(dtype)
     return x.t().contiguous() if transposed else x
