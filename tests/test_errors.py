@@ -294,3 +294,23 @@ def test_a_dtype_outside_the_backends_table_is_refused_at_the_users_line(where):
         assert_at(info.value, f"dtype-{where}", f"{what} is float16, which backend "
                   f"'{backend.name}' does not compute (it offers "
                   f"{', '.join(sorted(narrow.capabilities.dtypes))})")
+
+
+def test_int4_is_refused_by_every_backend_at_the_users_line():
+    # T.int4 is a dtype of the language no backend computes (T.unpack reads 4-bit fields)
+    from tilewright.engine.session import check_support
+    from tilewright.errors import UnsupportedOpError
+    from tilewright.plugin import get_manager
+
+    @T.prim_func
+    def widen(A: T.Tensor((16,), T.int4), B: T.Tensor((16,), "float32")):
+        with T.Kernel(1, threads=32):
+            for i in T.Parallel(16):
+                B[i] = T.cast(A[i], "float32")  # int4-param
+
+    for backend in get_manager().backends().values():
+        with pytest.raises(UnsupportedOpError) as info:
+            check_support(widen, backend)
+        assert_at(info.value, "int4-param", f"parameter 'A' is int4, which backend "
+                  f"'{backend.name}' does not compute (it offers "
+                  f"{', '.join(sorted(backend.capabilities.dtypes))})")
