@@ -24,6 +24,9 @@ NOT_COMPUTING = {
     "VarHandle": "the class T.alloc_var returns; T.alloc_var has cases",
     "Macro": "the class T.macro returns; T.macro has cases",
     "dtype": "TileLang's name of the DType class",
+    "int4": "no backend computes 4-bit elements (T.unpack reads them from bytes): a kernel using "
+            "int4 is refused naming the backend (the contract's unsupported-dtype check)",
+    "uint4": "as int4",
 }
 
 CATALOGUE: tuple[Kernel, ...] = (*tiles.ROWS, *scalar.ROWS, *reductions.ROWS, *control.ROWS,
