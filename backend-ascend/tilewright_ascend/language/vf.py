@@ -203,6 +203,19 @@ def _register(value, what: str) -> Register:
     return value
 
 
+def _operands(what: str, values, mask) -> list[Register]:
+    """The registers of an instruction called inside ``T.SimdVF``, checked against ``mask``."""
+    _in_simd(what)
+    regs = [_register(v, what) for v in values]
+    _mask(mask, regs, what)
+    return regs
+
+
+def _named(op, name: str):
+    op.__name__ = name
+    return op
+
+
 def _same_type(regs, what: str) -> str:
     dtypes = {r.dtype for r in regs}
     if len(dtypes) != 1:
@@ -358,24 +371,41 @@ class _Simd:
         what = f"T.simd.{name}"
 
         def op(a, b, mask):
-            _in_simd(what)
-            regs = [_register(a, what), _register(b, what)]
-            dtype = _same_type(regs, what)
-            _mask(mask, regs, what)
-            return _checked(Register(lambda lane: fn(regs[0].lane(lane), regs[1].lane(lane)),
-                                     dtype), what)
+            ra, rb = _operands(what, (a, b), mask)
+            dtype = _same_type([ra, rb], what)
+            return _checked(Register(lambda lane: fn(ra.lane(lane), rb.lane(lane)), dtype), what)
 
-        op.__name__ = name
-        return op
+        return _named(op, name)
 
     @staticmethod
-    def _reduce(name, reducer):
+    def _unary(name, fn):
         what = f"T.simd.{name}"
 
         def op(a, mask):
-            _in_simd(what)
-            reg = _register(a, what)
-            _mask(mask, [reg], what)
+            (reg,) = _operands(what, (a,), mask)
+            return _checked(Register(lambda lane: fn(reg.lane(lane)), reg.dtype), what)
+
+        return _named(op, name)
+
+    @staticmethod
+    def _scalar(name, fn):
+        what = f"T.simd.{name}"
+
+        def op(a, scalar, mask):
+            (reg,) = _operands(what, (a,), mask)
+            value = tirx.const(scalar, reg.dtype) if isinstance(scalar, (py.int, py.float)) \
+                else scalar
+            return _checked(Register(lambda lane: fn(reg.lane(lane), value), reg.dtype), what)
+
+        return _named(op, name)
+
+    @staticmethod
+    def _reduce(name, reducer):
+        """The lanes stored to a UB tile and reduced there; lane 0 of the result reads it."""
+        what = f"T.simd.{name}"
+
+        def op(a, mask):
+            (reg,) = _operands(what, (a,), mask)
             lanes = alloc_shared((1, reg.lanes), reg.dtype, scope="ascend.ub")
             result = alloc_shared((1,), reg.dtype, scope="ascend.ub")
             _store_lanes(reg.lanes, lambda lane: lanes.__setitem__((0, lane), reg.lane(lane)))
@@ -389,36 +419,7 @@ class _Simd:
 
             return Register(first, reg.dtype)
 
-        op.__name__ = name
-        return op
-
-    @staticmethod
-    def _unary(name, fn):
-        what = f"T.simd.{name}"
-
-        def op(a, mask):
-            _in_simd(what)
-            reg = _register(a, what)
-            _mask(mask, [reg], what)
-            return _checked(Register(lambda lane: fn(reg.lane(lane)), reg.dtype), what)
-
-        op.__name__ = name
-        return op
-
-    @staticmethod
-    def _scalar(name, fn):
-        what = f"T.simd.{name}"
-
-        def op(a, scalar, mask):
-            _in_simd(what)
-            reg = _register(a, what)
-            _mask(mask, [reg], what)
-            value = tirx.const(scalar, reg.dtype) if isinstance(scalar, (py.int, py.float)) \
-                else scalar
-            return _checked(Register(lambda lane: fn(reg.lane(lane), value), reg.dtype), what)
-
-        op.__name__ = name
-        return op
+        return _named(op, name)
 
     def __getattr__(self, name):
         raise AttributeError(
