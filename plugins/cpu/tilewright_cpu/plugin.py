@@ -39,10 +39,11 @@ PIPELINE = PassPipeline((
           "tilewright_cpu.lowering)"),
     Phase("lower_loops", lambda ctx: [
         lowering_float8.lower_float8(),
-        *([fastmath.lower_fast_math()] if fastmath.wanted(ctx.pass_configs) else []),
+        fastmath.lower_fast_math() if fastmath.wanted(ctx.pass_configs) else
+        fastmath.lower_exp(),
         passes.lower_loops(not ctx.pass_configs.get("tw.disable_vectorize", False))],
-          "float8 conversions as integer code; vectorisable float32 exp/exp2; T.Parallel loops "
-          "vectorised where their extent allows"),
+          "float8 conversions as integer code; vectorisable float32 exp (exp2 with fast math); "
+          "T.Parallel loops vectorised where their extent allows"),
     Phase("lower_memory", lambda ctx: [passes.lower_scopes()],
           "shared and fragment tiles become per-block host arrays"),
     Phase("lower_blocks", lambda ctx: [passes.lower_blocks(),
