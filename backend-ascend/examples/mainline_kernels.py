@@ -1,8 +1,10 @@
 """The seed's Ascend 950 examples in TileLang mainline's Ascend dialect
 (``tilewright_ascend.language.mainline``, target ``ascend-950``): the vector add with
 ``T.annotate_buffer_versions`` (its body a ``T.Parallel`` nest, the same in ``T.SimtVF``, or
-register code in ``T.SimdVF``) and GEMMs through L1 and through L0A/L0B. The compiler assigns
-the cores, inserts the synchronisation and versions the buffers.
+register code in ``T.SimdVF``), a softmax and an RMSNorm in ``T.SimdVF`` register code, GEMMs
+through L1 and through L0A/L0B, and the seed's GEMM + ReLU in ``T.MixedKernel`` with
+``T.dual_copy``. The compiler assigns the cores, inserts the synchronisation and versions the
+buffers.
 
 Run: python backend-ascend/examples/mainline_kernels.py  (uses the CPU emulator without an NPU)
 """
@@ -53,6 +55,89 @@ def vector_add(N, tile=1024, blocks=2, stages=2, versions="same", body="parallel
                 T.copy(c, C[begin : begin + tile])
 
     return main
+
+
+def softmax(M, N, rows=4):
+    """Y = softmax(X) along rows in ``T.SimdVF`` register code: each row is ``N // 64``
+    registers of float32; ``vmax`` across them and ``vcmax`` across the lanes give the row
+    maximum, ``vdup`` broadcasts it, ``vexp`` of the difference, ``vadd`` + ``vcadd`` the sum,
+    ``vdiv`` by its broadcast."""
+    lanes = 64
+    groups = list(range(N // lanes))
+
+    @T.prim_func
+    def main(X: T.Tensor((M, N), "float32"), Y: T.Tensor((M, N), "float32")):
+        with T.Kernel(M // rows) as bx:
+            x = T.alloc_shared((rows, N), "float32")
+            y = T.alloc_shared((rows, N), "float32")
+            T.copy(X[bx * rows, 0], x)
+            with T.SimdVF():
+                mask = T.simd.pset(32)
+                for r in T.serial(rows):
+                    top = T.simd.vld(x[r, 0])
+                    for g in groups[1:]:
+                        top = T.simd.vmax(top, T.simd.vld(x[r, g * lanes]), mask)
+                    top = T.simd.vdup(T.simd.vcmax(top, mask), mask)
+                    exps = [T.simd.vexp(T.simd.vsub(T.simd.vld(x[r, g * lanes]), top, mask), mask)
+                            for g in groups]
+                    total = exps[0]
+                    for e in exps[1:]:
+                        total = T.simd.vadd(total, e, mask)
+                    total = T.simd.vdup(T.simd.vcadd(total, mask), mask)
+                    for g, e in zip(groups, exps):
+                        T.simd.vsts(y[r, g * lanes], T.simd.vdiv(e, total, mask), mask)
+            T.copy(y, Y[bx * rows, 0])
+
+    return main
+
+
+def rmsnorm(M, N, rows=2, eps=1e-6, dtype="float16"):
+    """Y = X / sqrt(mean(X^2) + eps) * W in ``T.SimdVF`` register code, computed in float32:
+    64 ``dtype`` elements are loaded unpacked into the even lanes (``vld(..., dist="unpack")``)
+    and widened by ``vcvt``; ``vmul``/``vadd`` + ``vcadd`` the sum of squares, ``vmuls`` by
+    1/N, ``vadds`` eps, ``vsqrt`` and ``vdiv`` (the 950's register API has no rsqrt); the
+    result narrowed by ``vcvt`` into the even lanes and stored packed (``dist="pack"``)."""
+    lanes = 64
+    groups = list(range(N // lanes))
+
+    @T.prim_func
+    def main(X: T.Tensor((M, N), dtype), W: T.Tensor((N,), dtype),
+             Y: T.Tensor((M, N), dtype)):
+        with T.Kernel(M // rows) as bx:
+            x = T.alloc_shared((rows, N), dtype)
+            w = T.alloc_shared((N,), dtype)
+            y = T.alloc_shared((rows, N), dtype)
+            T.copy(X[bx * rows, 0], x)
+            T.copy(W[0], w)
+            with T.SimdVF():
+                narrow, wide = T.simd.pset(16), T.simd.pset(32)
+
+                def widened(ref):
+                    return T.simd.vcvt(T.simd.vld(ref, dist="unpack"), "float32", narrow)
+
+                for r in T.serial(rows):
+                    squares = [T.simd.vmul(v, v, wide)
+                               for v in (widened(x[r, g * lanes]) for g in groups)]
+                    total = squares[0]
+                    for sq in squares[1:]:
+                        total = T.simd.vadd(total, sq, wide)
+                    mean = T.simd.vmuls(T.simd.vdup(T.simd.vcadd(total, wide), wide), 1.0 / N,
+                                        wide)
+                    scale = T.simd.vdiv(T.simd.vdup(1.0, wide),
+                                        T.simd.vsqrt(T.simd.vadds(mean, eps, wide), wide), wide)
+                    for g in groups:
+                        out = T.simd.vmul(T.simd.vmul(widened(x[r, g * lanes]), scale, wide),
+                                          widened(w[g * lanes]), wide)
+                        T.simd.vsts(y[r, g * lanes], T.simd.vcvt(out, dtype, wide), wide,
+                                    dist="pack")
+            T.copy(y, Y[bx * rows, 0])
+
+    return main
+
+
+def rmsnorm_reference(x, w, eps=1e-6):
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * w.float()).to(x.dtype)
 
 
 def gemm(M, N, K, BM, BN, BK, l0=False, dtype="float16", transpose_A=False, transpose_B=False):
@@ -127,6 +212,14 @@ def main():
         torch.testing.assert_close(add(a, b), a + b)
         print(f"vector add ({body}), 2 versions: matches torch, MTE2 overlap "
               f"{last_run_stats()['mte2_overlap']:.3f}")
+    x = torch.randn(16, 256)
+    sm = tilewright.compile(softmax(16, 256), out_idx=[1], target=TARGET)
+    torch.testing.assert_close(sm(x), torch.softmax(x, -1))
+    print("softmax (T.SimdVF): matches torch")
+    x, w = torch.randn(8, 256).half(), torch.randn(256).half()
+    norm = tilewright.compile(rmsnorm(8, 256), out_idx=[2], target=TARGET)
+    torch.testing.assert_close(norm(x, w), rmsnorm_reference(x, w), rtol=1e-3, atol=1e-3)
+    print("RMSNorm in float16 (T.SimdVF): matches torch")
     x, y = torch.randn(128, 256).half(), torch.randn(256, 128).half()
     for l0 in (False, True):
         mm = tilewright.compile(gemm(128, 128, 256, 64, 64, 64, l0=l0), out_idx=[2],

@@ -11,7 +11,7 @@ import tilewright
 import tilewright_ascend.language as A
 import tilewright_ascend.language.mainline as T
 import torch
-from mainline_kernels import gemm, gemm_relu, vector_add
+from mainline_kernels import gemm, gemm_relu, rmsnorm, rmsnorm_reference, softmax, vector_add
 from tilewright.errors import ConfigError, KernelError
 from tilewright_ascend.executor import last_run_stats
 from tilewright_ascend.facts.arch import ARCHS
@@ -36,6 +36,59 @@ def test_vector_functions_run_on_the_950_emulator(body):
     add = "Add(c[((step % 2) * 1024)], a[((step % 2) * 1024)], b[((step % 2) * 1024)], 1024);" \
         if body == "simt" else "+ (g * 64))], 64);"
     assert add in text
+
+
+def test_simd_softmax_and_rmsnorm_run_on_the_950_emulator():
+    x = torch.randn(8, 256)
+    torch.testing.assert_close(tilewright.compile(softmax(8, 256), out_idx=[1],
+                                                  target=TARGET)(x), torch.softmax(x, -1))
+    assert last_run_stats()["races"] == 0
+    text = tilewright.lower(softmax(8, 256), target=TARGET).source.text
+    # vcmax/vcadd across the lanes, vexp, the broadcast maximum and sum read once each
+    assert "WholeReduceMax(" in text and "WholeReduceSum(" in text and "Exp(" in text
+    x, w = torch.randn(4, 256).half(), torch.randn(256).half()
+    torch.testing.assert_close(tilewright.compile(rmsnorm(4, 256), out_idx=[2],
+                                                  target=TARGET)(x, w),
+                               rmsnorm_reference(x, w), rtol=1e-3, atol=1e-3)
+    assert last_run_stats()["races"] == 0
+    text = tilewright.lower(rmsnorm(4, 256), target=TARGET).source.text
+    # unpacked loads widened, packed stores narrowed: whole vector instructions, no lane loop
+    assert "RoundMode::CAST_NONE, 64);" in text and "RoundMode::CAST_RINT, 64);" in text
+    assert "Sqrt(" in text and "GetValue" in text and "SetValue" not in text
+
+
+def test_simd_lane_semantics():
+    """vcadd/vcmax leave the result in lane 0 and zero the rest; vcvt widens the even or odd
+    lanes of a float16 register (asc_half2float, asc_half2float_v2)."""
+    @T.prim_func
+    def main(X: T.Tensor((128,), "float16"), R: T.Tensor((128,), "float32"),
+             E: T.Tensor((64,), "float32"), O: T.Tensor((64,), "float32")):
+        with T.Kernel(1):
+            x = T.alloc_shared((128,), "float16")
+            r = T.alloc_shared((128,), "float32")
+            e = T.alloc_shared((64,), "float32")
+            o = T.alloc_shared((64,), "float32")
+            T.copy(X[0:128], x)
+            with T.SimdVF():
+                m16, m32 = T.simd.pset(16), T.simd.pset(32)
+                even = T.simd.vcvt(T.simd.vld(x[0]), "float32", m16)
+                odd = T.simd.vcvt(T.simd.vld(x[0]), "float32", m16, part="odd")
+                T.simd.vsts(e[0], even, m32)
+                T.simd.vsts(o[0], odd, m32)
+                T.simd.vsts(r[0], T.simd.vcadd(even, m32), m32)
+                T.simd.vsts(r[64], T.simd.vcmax(odd, m32), m32)
+            T.copy(r, R[0:128])
+            T.copy(e, E[0:64])
+            T.copy(o, O[0:64])
+
+    x = torch.randn(128).half()
+    r, e, o = tilewright.compile(main, out_idx=[1, 2, 3], target=TARGET)(x)
+    assert last_run_stats()["races"] == 0
+    torch.testing.assert_close(e, x[0::2].float())
+    torch.testing.assert_close(o, x[1::2].float())
+    torch.testing.assert_close(r[0], x[0::2].float().sum(), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(r[64], x[1::2].float().max())
+    assert not r[1:64].any() and not r[65:].any()
 
 
 def _simd(build):
@@ -73,6 +126,35 @@ def test_simd_rules():
     with pytest.raises(KernelError, match="64 lanes from element 96 run past the last "
                                           "dimension of 'a' \\(128\\)"):
         _simd(past_end)
+    def convert(a, h):
+        with T.SimdVF():
+            T.simd.vcvt(T.simd.vld(a[0]), "int32", T.simd.pset(32))
+
+    with pytest.raises(KernelError, match="converts float16 or bfloat16 to float32 and back, "
+                                          "not float32 to int32"):
+        _simd(convert)
+
+    def unpack(a, h):
+        with T.SimdVF():
+            T.simd.vld(a[0], dist="unpack")
+
+    with pytest.raises(KernelError, match=r"dist='unpack'\) loads 16-bit elements, not float32"):
+        _simd(unpack)
+
+    def pack(a, h):
+        with T.SimdVF():
+            T.simd.vsts(h[0], T.simd.vld(h[0]), T.simd.pset(16), dist="pack")
+
+    with pytest.raises(KernelError, match=r"selects 32-bit slots: give it T.simd.pset\(32\)"):
+        _simd(pack)
+
+    def integer_exp(a, h):
+        with T.SimdVF():
+            T.simd.vexp(T.simd.vld(a[0]), T.simd.pset(32))
+
+    # the error is at the user's line, not in the dialect's module
+    with pytest.raises(KernelError, match=r"test_ascend_mainline.py:\d+: T.simd.vexp: T.exp "):
+        _simd(lambda a, h: integer_exp(T.alloc_shared((64,), "int32"), h))
     with pytest.raises(AttributeError, match="T.simd.vgather is not supported"):
         T.simd.vgather  # noqa: B018
 

@@ -4,6 +4,7 @@ import json
 import textwrap
 
 import pytest
+from tilewright.plugin import get_manager
 from tilewright_sdk.conformance import plugin
 
 BROKEN = textwrap.dedent('''
@@ -156,3 +157,16 @@ def test_a_backend_that_cannot_run_is_not_verified():
     idle = dataclasses.replace(interp, executors=(mute,))
     summary = run_case(case, idle, "codegen")
     assert summary.startswith("not verified: ") and "no such machine" in summary
+
+
+def test_a_target_the_backend_does_not_declare_lists_its_kinds():
+    config = _Config(**{"--tilewright-backend": "interp", "--tilewright-mode": "execute",
+                        "--tilewright-target": "nosuch"})
+    with pytest.raises(pytest.UsageError, match=r"--tilewright-target 'nosuch': backend "
+                                                r"'interp' compiles for \w+"):
+        plugin.pytest_configure(config)
+    kind = get_manager().backends()["interp"].target_kinds[0]
+    config = _Config(**{"--tilewright-backend": "interp", "--tilewright-mode": "execute",
+                        "--tilewright-target": kind})
+    plugin.pytest_configure(config)
+    assert plugin.state_of(config).target == kind

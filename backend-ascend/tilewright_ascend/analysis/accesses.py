@@ -79,7 +79,7 @@ def op_accesses(call) -> list[Access]:
             [Access("m", _buf(call, "C"), False)]
     if name in (ops.DUMP_TENSOR.name, "print_tile"):
         return []  # DumpTensor orders itself: PipeBarrier<PIPE_ALL> before and after its copy
-    if name == ops.VBRC.name and call.attrs["axis"] == "row":  # row scalars: GetValue
+    if name == ops.VBRC.name and call.attrs["axis"] in ("row", "one"):  # scalars: GetValue
         return [Access("s", _buf(call, "vec"), False), Access("v", _buf(call, "src"), False),
                 Access("v", _buf(call, "dst"), True)]
     if name.startswith("atomic_") and hasattr(call.operands["src"], "buffer"):

@@ -109,8 +109,9 @@ VDUP = _op("tile.vdup", (_D, Operand("value", "read", kind="expr")), (),
            "every element of a UB tile = value (Duplicate)")
 VBRC = _op("tile.vbrc", (_D, _S, Operand("vec", "read")),
            (Attr("op", str, ""), Attr("axis", str, "")),
-           "dst[r, :] = src[r, :] op vec[r] (axis 'row': one scalar per row, read on S) or "
-           "src[r, :] op vec[:] (axis 'col')")
+           "dst[r, :] = src[r, :] op vec[r] (axis 'row': one scalar per row, read on S), "
+           "src[r, :] op vec[0] (axis 'one': one scalar, read on S) or src[r, :] op vec[:] "
+           "(axis 'col')")
 VREDUCE = _op("tile.vreduce", (Operand("dst", "readwrite"), _S, Operand("work", "write")),
               (Attr("kind", str, ""), Attr("dim", int, 1), Attr("clear", bool, True)),
               "reduce a UB tile along rows (one reduction per repeat) or columns (vector ops)")

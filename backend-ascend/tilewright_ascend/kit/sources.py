@@ -101,6 +101,8 @@ MAINLINE = {
     "vector_add_3_versions": ("vector_add", (12 * 1024,), {"versions": (3, "iteration")}),
     "vector_add_simt": ("vector_add", (8 * 1024,), {"body": "simt"}),
     "vector_add_simd": ("vector_add", (8 * 1024,), {"body": "simd"}),
+    "softmax_simd": ("softmax", (8, 256), {}),
+    "rmsnorm_simd": ("rmsnorm", (4, 256), {}),
     "gemm_l1": ("gemm", (128, 128, 256, 64, 64, 64), {}),
     "gemm_l0": ("gemm", (128, 128, 256, 64, 64, 64), {"l0": True}),
     "gemm_l0_transposed": ("gemm", (128, 128, 256, 64, 64, 64),

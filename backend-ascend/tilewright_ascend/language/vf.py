@@ -23,20 +23,32 @@ import builtins as py
 from dataclasses import dataclass
 
 import tvm
-from tilewright.language import Parallel, exp, log, sqrt
+from tilewright.errors import KernelError
+from tilewright.language import (
+    Parallel,
+    alloc_shared,
+    exp,
+    if_then_else,
+    log,
+    reduce_max,
+    reduce_min,
+    reduce_sum,
+    sqrt,
+)
 from tilewright.language import abs as abs_
 from tilewright.language import builder as B
 from tilewright.language import max as max_
 from tilewright.language import min as min_
 from tilewright.language.buffer import TileBuffer
-from tvm import tirx
+from tvm import sym, tirx
 
 from ..facts.arch import ARCHS
 from ..facts.dtypes import dtype_bytes
-from ._emit import error
+from ._emit import error, span
 from .trees import MAINLINE, claim
 
 REGISTER_BYTES = ARCHS[MAINLINE.target].vector_bits // 8
+_SIMPLIFY = sym.Analyzer()
 SIMT_MAX_THREADS = 2048  # TileLang mainline's example_vecadd uses T.SimtVF(threads=2048)
 
 
@@ -141,6 +153,39 @@ def _check_span(buf, indices, lanes: int, what: str) -> None:
                     f"dimension of {buf.name!r} ({int(last)})")
 
 
+def _checked(reg: Register, what: str) -> Register:
+    """``reg`` once its lane 0 builds: an error there (a float function of integers) is
+    reported at the user's call of ``what``."""
+    try:
+        reg.lane(0)
+    except KernelError as exc:
+        raise error(f"{what}: {exc.message}") from None
+    return reg
+
+
+def _store_lanes(lanes: int, store) -> None:
+    """A ``T.Parallel`` nest over ``lanes`` lanes running ``store(lane)``, at the user's line
+    (the core would give it this module's)."""
+    builder = B.current("T.simd")
+    for lane in Parallel(lanes).run(("lane",)):
+        store(lane)
+    stmts = builder.frames[-1].stmts
+    loop = stmts[-1]
+    stmts[-1] = tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind, loop.body,
+                         annotations=loop.annotations, span=span())
+
+
+def _even(lane, value, zero, odd: int):
+    """Lane ``lane`` of a register whose lanes ``2 * i + odd`` hold ``value(i)`` and the
+    others zero; the parity is decided here when the index's simplified form shows it
+    (``2 * l``), so a register packed and unpacked again is indexed by ``l``."""
+    parity = _SIMPLIFY.simplify(tirx.const(0, "int32") + lane % 2)
+    half = _SIMPLIFY.simplify(tirx.const(0, "int32") + lane // 2)
+    if isinstance(parity, tirx.IntImm):
+        return value(half) if parity.value == odd else zero
+    return if_then_else(parity == odd, value(half), zero)
+
+
 def _mask(mask, regs, what: str) -> None:
     if not isinstance(mask, Mask):
         raise error(f"{what} takes a mask from T.simd.pset(...) last, got {mask!r}")
@@ -158,6 +203,19 @@ def _register(value, what: str) -> Register:
     return value
 
 
+def _operands(what: str, values, mask) -> list[Register]:
+    """The registers of an instruction called inside ``T.SimdVF``, checked against ``mask``."""
+    _in_simd(what)
+    regs = [_register(v, what) for v in values]
+    _mask(mask, regs, what)
+    return regs
+
+
+def _named(op, name: str):
+    op.__name__ = name
+    return op
+
+
 def _same_type(regs, what: str) -> str:
     dtypes = {r.dtype for r in regs}
     if len(dtypes) != 1:
@@ -165,23 +223,40 @@ def _same_type(regs, what: str) -> str:
     return dtypes.pop()
 
 
+# The computing instructions of T.simd: name (the arch-3510 builtin the vendor's C API calls,
+# impl/c_api/instr_impl/npu_arch_3510/vector_compute_impl) -> (form, the C API function of
+# include/c_api/reg_compute/reg_vector.h, the lane function). Forms: binary (two registers),
+# unary, scalar (a register and a scalar), reduce (the lanes into lane 0, the rest zero).
+INSTRUCTIONS = {
+    "vadd": ("binary", "asc_add", lambda a, b: a + b),
+    "vsub": ("binary", "asc_sub", lambda a, b: a - b),
+    "vmul": ("binary", "asc_mul", lambda a, b: a * b),
+    "vdiv": ("binary", "asc_div", lambda a, b: a / b),
+    "vmax": ("binary", "asc_max", max_),
+    "vmin": ("binary", "asc_min", min_),
+    "vexp": ("unary", "asc_exp", exp),
+    "vln": ("unary", "asc_ln", log),
+    "vsqrt": ("unary", "asc_sqrt", sqrt),
+    "vabs": ("unary", "asc_abs", abs_),
+    "vrelu": ("unary", "asc_relu", lambda a: max_(a, tirx.const(0, a.ty))),
+    "vadds": ("scalar", "asc_add_scalar", lambda a, s: a + s),
+    "vmuls": ("scalar", "asc_mul_scalar", lambda a, s: a * s),
+    "vmaxs": ("scalar", "asc_max_scalar", max_),
+    "vmins": ("scalar", "asc_min_scalar", min_),
+    "vcadd": ("reduce", "asc_reduce_sum", reduce_sum),
+    "vcmax": ("reduce", "asc_reduce_max", reduce_max),
+    "vcmin": ("reduce", "asc_reduce_min", reduce_min),
+}
+
+
 class _Simd:
     """``T.simd``: register-level instructions, inside ``with T.SimdVF():``."""
 
     def __init__(self):
-        binary = {"vadd": lambda a, b: a + b, "vsub": lambda a, b: a - b,
-                  "vmul": lambda a, b: a * b, "vdiv": lambda a, b: a / b,
-                  "vmax": max_, "vmin": min_}
-        unary = {"vexp": exp, "vln": log, "vsqrt": sqrt, "vabs": abs_,
-                 "vrelu": lambda a: max_(a, tirx.const(0, a.ty))}
-        scalar = {"vadds": lambda a, s: a + s, "vmuls": lambda a, s: a * s,
-                  "vmaxs": max_, "vmins": min_}
-        for name, fn in binary.items():
-            setattr(self, name, self._binary(name, fn))
-        for name, fn in unary.items():
-            setattr(self, name, self._unary(name, fn))
-        for name, fn in scalar.items():
-            setattr(self, name, self._scalar(name, fn))
+        forms = {"binary": self._binary, "unary": self._unary, "scalar": self._scalar,
+                 "reduce": self._reduce}
+        for name, (form, _api, fn) in INSTRUCTIONS.items():
+            setattr(self, name, forms[form](name, fn))
 
     @staticmethod
     def pset(bits):
@@ -192,84 +267,164 @@ class _Simd:
         return Mask(bits)
 
     @staticmethod
-    def vld(ref):
-        """``T.simd.vld(a[i * 64])``: load one register from UB, from that element on."""
-        _in_simd("T.simd.vld")
-        buf, indices = _address(ref, "T.simd.vld")
-        reg = Register(lambda lane: tirx.BufferLoad(buf, _lane_index(indices, lane)),
-                       str(buf.dtype))
-        _check_span(buf, indices, reg.lanes, "T.simd.vld")
+    def vld(ref, dist="norm"):
+        """``T.simd.vld(a[i * 64])``: load one register from UB, from that element on
+        (``asc_loadalign``, builtin ``vlds(..., NORM)``). ``dist="unpack"`` (16-bit elements,
+        ``asc_loadalign_unpack``, ``vlds(..., UNPK_B16)``) loads half a register's elements
+        into its even lanes, the odd lanes zero: the layout ``T.simd.vcvt`` widens from."""
+        what = "T.simd.vld"
+        _in_simd(what)
+        buf, indices = _address(ref, what)
+        dtype = str(buf.dtype)
+        if dist == "norm":
+            reg = Register(lambda lane: tirx.BufferLoad(buf, _lane_index(indices, lane)), dtype)
+            _check_span(buf, indices, reg.lanes, what)
+            return reg
+        if dist != "unpack":
+            raise error(f"{what}: dist= is 'norm' or 'unpack', got {dist!r}")
+        if dtype_bytes(dtype) != 2:
+            raise error(f"{what}(..., dist='unpack') loads 16-bit elements, not {dtype}")
+        zero = tirx.const(0, dtype)
+        reg = Register(lambda lane: _even(lane, lambda half: tirx.BufferLoad(
+            buf, _lane_index(indices, half)), zero, 0), dtype)
+        _check_span(buf, indices, reg.lanes // 2, what)
         return reg
 
     @staticmethod
-    def vdup(value, dtype="float32"):
-        """``T.simd.vdup(x, dtype)``: a register of ``x`` in every lane."""
+    def vdup(value, mask=None, dtype="float32"):
+        """``T.simd.vdup(x, dtype=...)``: a register of the scalar ``x`` in every lane
+        (``asc_duplicate_scalar``, builtin ``vdup``); ``T.simd.vdup(r, mask)``: lane 0 of the
+        register ``r`` in every lane (``asc_duplicate``, ``vdup(..., POS_LOWEST, ...)``), the
+        broadcast of a reduction's result."""
         _in_simd("T.simd.vdup")
+        if isinstance(value, Register):
+            _mask(mask, [value], "T.simd.vdup")
+            return Register(lambda lane: value.lane(0), value.dtype)
         scalar = tirx.const(value, dtype) if isinstance(value, (py.int, py.float)) else value
-        return Register(lambda lane: scalar, str(dtype))
+        reg = Register(lambda lane: scalar, str(scalar.ty))
+        if mask is not None:
+            _mask(mask, [reg], "T.simd.vdup")
+        return reg
 
     @staticmethod
-    def vsts(ref, reg, mask):
-        """``T.simd.vsts(c[i * 64], r, mask)``: store the register's lanes to UB."""
-        _in_simd("T.simd.vsts")
-        buf, indices = _address(ref, "T.simd.vsts")
-        reg = _register(reg, "T.simd.vsts")
-        _mask(mask, [reg], "T.simd.vsts")
+    def vcvt(reg, dtype, mask, part="even"):
+        """``T.simd.vcvt(r, dtype, mask, part="even")``: convert between float16 or bfloat16
+        and float32. The widths differ 2:1, so one register converts half the lanes of a
+        wider one: widening (``asc_half2float``, ``asc_bfloat162float``; ``_v2`` for the
+        odd part) reads the even or odd lanes of ``r``; narrowing (``asc_float2half_rn``,
+        ``asc_float2bfloat16_rn``, round to nearest even, not saturating; ``_v2``) writes
+        the even or odd lanes of the result, the others zero (``MODE_ZEROING``): add the
+        even and odd results of two registers for a whole one. Builtin ``vcvt(...,
+        PART_EVEN|PART_ODD, ...)``."""
+        what = "T.simd.vcvt"
+        _in_simd(what)
+        src = _register(reg, what)
+        _mask(mask, [src], what)
+        dtype = str(dtype)
+        if part not in ("even", "odd"):
+            raise error(f"{what}: part= is 'even' or 'odd', got {part!r}")
+        if {src.dtype, dtype} not in ({"float16", "float32"}, {"bfloat16", "float32"}):
+            raise error(f"{what}: converts float16 or bfloat16 to float32 and back, not "
+                        f"{src.dtype} to {dtype}")
+        odd = py.int(part == "odd")
+        if dtype == "float32":
+            return Register(lambda lane: tirx.Cast(dtype, src.lane(2 * lane + odd)), dtype)
+        zero = tirx.const(0, dtype)
+        return Register(lambda lane: _even(lane, lambda wide: tirx.Cast(dtype, src.lane(wide)),
+                                           zero, odd), dtype)
+
+    @staticmethod
+    def vsts(ref, reg, mask, dist="norm"):
+        """``T.simd.vsts(c[i * 64], r, mask)``: store the register's lanes to UB
+        (``asc_storealign``, builtin ``vsts(..., NORM_B32)`` or ``NORM_B16``).
+        ``dist="pack"`` stores the even lanes of a 16-bit register, half a register of
+        elements, with a 32-bit mask (``asc_storealign_pack`` of the register as 32-bit
+        elements, ``vsts(..., PK_B32)``: the low half of each): what ``T.simd.vcvt`` narrowed
+        into the even lanes."""
+        what = "T.simd.vsts"
+        _in_simd(what)
+        buf, indices = _address(ref, what)
+        reg = _register(reg, what)
         if str(buf.dtype) != reg.dtype:
-            raise error(f"T.simd.vsts: the register holds {reg.dtype} but {buf.name!r} is "
+            raise error(f"{what}: the register holds {reg.dtype} but {buf.name!r} is "
                         f"{buf.dtype}")
-        _check_span(buf, indices, reg.lanes, "T.simd.vsts")
+        lanes, lane_of = reg.lanes, reg.lane
+        if dist == "pack":
+            if dtype_bytes(reg.dtype) != 2:
+                raise error(f"{what}(..., dist='pack') stores the even lanes of a 16-bit "
+                            f"register, not {reg.dtype}")
+            if not isinstance(mask, Mask) or mask.bits != 32:
+                raise error(f"{what}(..., dist='pack') selects 32-bit slots: give it "
+                            f"T.simd.pset(32), got {mask!r}")
+            lanes, lane_of = lanes // 2, lambda lane: reg.lane(2 * lane)
+        elif dist != "norm":
+            raise error(f"{what}: dist= is 'norm' or 'pack', got {dist!r}")
+        else:
+            _mask(mask, [reg], what)
+        _check_span(buf, indices, lanes, what)
         target = TileBuffer(buf)
-        for lane in Parallel(reg.lanes).run(("lane",)):
-            target[tuple(_lane_index(indices, lane))] = reg.lane(lane)
+        _store_lanes(lanes, lambda lane: target.__setitem__(tuple(_lane_index(indices, lane)),
+                                                            lane_of(lane)))
 
     @staticmethod
     def _binary(name, fn):
         what = f"T.simd.{name}"
 
         def op(a, b, mask):
-            _in_simd(what)
-            regs = [_register(a, what), _register(b, what)]
-            dtype = _same_type(regs, what)
-            _mask(mask, regs, what)
-            return Register(lambda lane: fn(regs[0].lane(lane), regs[1].lane(lane)), dtype)
+            ra, rb = _operands(what, (a, b), mask)
+            dtype = _same_type([ra, rb], what)
+            return _checked(Register(lambda lane: fn(ra.lane(lane), rb.lane(lane)), dtype), what)
 
-        op.__name__ = name
-        return op
+        return _named(op, name)
 
     @staticmethod
     def _unary(name, fn):
         what = f"T.simd.{name}"
 
         def op(a, mask):
-            _in_simd(what)
-            reg = _register(a, what)
-            _mask(mask, [reg], what)
-            return Register(lambda lane: fn(reg.lane(lane)), reg.dtype)
+            (reg,) = _operands(what, (a,), mask)
+            return _checked(Register(lambda lane: fn(reg.lane(lane)), reg.dtype), what)
 
-        op.__name__ = name
-        return op
+        return _named(op, name)
 
     @staticmethod
     def _scalar(name, fn):
         what = f"T.simd.{name}"
 
         def op(a, scalar, mask):
-            _in_simd(what)
-            reg = _register(a, what)
-            _mask(mask, [reg], what)
+            (reg,) = _operands(what, (a,), mask)
             value = tirx.const(scalar, reg.dtype) if isinstance(scalar, (py.int, py.float)) \
                 else scalar
-            return Register(lambda lane: fn(reg.lane(lane), value), reg.dtype)
+            return _checked(Register(lambda lane: fn(reg.lane(lane), value), reg.dtype), what)
 
-        op.__name__ = name
-        return op
+        return _named(op, name)
+
+    @staticmethod
+    def _reduce(name, reducer):
+        """The lanes stored to a UB tile and reduced there; lane 0 of the result reads it."""
+        what = f"T.simd.{name}"
+
+        def op(a, mask):
+            (reg,) = _operands(what, (a,), mask)
+            lanes = alloc_shared((1, reg.lanes), reg.dtype, scope="ascend.ub")
+            result = alloc_shared((1,), reg.dtype, scope="ascend.ub")
+            _store_lanes(reg.lanes, lambda lane: lanes.__setitem__((0, lane), reg.lane(lane)))
+            reducer(lanes, result, dim=-1)
+            value, zero = result[0], tirx.const(0, reg.dtype)
+
+            def first(lane):
+                if isinstance(lane, py.int):
+                    return value if lane == 0 else zero
+                return if_then_else(lane == 0, value, zero)
+
+            return Register(first, reg.dtype)
+
+        return _named(op, name)
 
     def __getattr__(self, name):
         raise AttributeError(
             f"T.simd.{name} is not supported by backend 'ascend'; T.simd has pset, vld, vsts, "
-            "vdup, vadd, vsub, vmul, vdiv, vmax, vmin, vexp, vln, vsqrt, vabs, vrelu, vadds, "
-            "vmuls, vmaxs, vmins")
+            f"vdup, vcvt, {', '.join(INSTRUCTIONS)}")
 
 
 simd = _Simd()

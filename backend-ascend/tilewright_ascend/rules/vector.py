@@ -191,9 +191,10 @@ def rule_vbrc(em, call):
     r = em.ident("r")
     with em.block(f"for (int32_t {r} = 0; {r} < {dst.rows}; ++{r})"):
         args = [dst.at(r if dst.rows > 1 else None), src.at(r if src.rows > 1 else None)]
-        if axis == "row":  # one scalar per row: the scalar unit reads it from UB
+        if axis in ("row", "one"):  # one scalar per row, or one: the scalar unit reads it
             step = f"{r} * {vec.stride}" if vec.rows > 1 else r
-            index = step if vec.off == "0" else f"{vec.off} + {step}"
+            index = vec.off if axis == "one" else step if vec.off == "0" else \
+                f"{vec.off} + {step}"
             s = em.ident("s")
             em.line(f"auto {s} = {vec.name}.GetValue({index});")
             if op == "sub":

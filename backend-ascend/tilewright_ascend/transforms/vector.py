@@ -18,7 +18,8 @@ The pass runs on kernels the ``portable`` phase converted (function attribute
   functions) are first written as float32 expressions of those with one (:data:`_MATH`).
   An operand indexed by the row only (``row_max[i]``) is a row broadcast (one scalar per
   row, read with GetValue on the S pipe); one indexed by the column only (``W[j]``) a column
-  broadcast (one vector per row).
+  broadcast (one vector per row); one tile element indexed by no loop variable (``total[0]``)
+  one scalar for the whole nest, read with GetValue.
 - What the vector unit cannot do (comparisons, selects, integer division, index arithmetic
   as data) stays a loop of GetValue/SetValue on the scalar unit, marked :data:`SCALAR_KEY`
   with the reason; the codegen writes the reason as a comment.
@@ -602,6 +603,13 @@ class _Lowering:
                 ops.append(make_call(VSCA.name, {"dst": out, "src": tile[1],
                                                  "scalar": _cast(scalar, dtype)}, {"op": op}))
                 return ("t", out, tile[2])
+            if () in (a[2], b[2]) and a[2] != b[2]:  # one tile element for every lane
+                if a[2] == ():
+                    a, b = b, a
+                    op = op if op in _COMMUTES else _REVERSED[op]
+                out = self._new(a[2], extents, dtype, ops, target)
+                self._broadcast(op, out, a[1], b, ops)
+                return ("t", out, a[2])
             if a[2] == b[2]:
                 out = self._new(a[2], extents, dtype, ops, target)
                 ops.append(make_call(VBIN.name, {"dst": out, "src0": a[1], "src1": b[1]},
@@ -649,14 +657,15 @@ class _Lowering:
 
     @staticmethod
     def _broadcast(op, out, tile, vec, ops):
-        """out = tile op vec, with vec a row (dims (0,)) or column (dims (1,)) operand."""
+        """out = tile op vec, with vec a row (dims (0,)), column (dims (1,)) or single
+        element (dims ()) operand."""
         if str(vec[1].buffer.dtype) != str(out.buffer.dtype):
             raise Unvectorizable("a broadcast operand of another dtype")
         instruction = _INSTRUCTION[op]
         if not computes(instruction, out.buffer.dtype):
             raise Unvectorizable(f"a broadcast {op} of {out.buffer.dtype} ({instruction} does "
                                  f"not compute on it on A2)")
-        axis = "row" if vec[2] == (0,) else "col"
+        axis = {(): "one", (0,): "row"}.get(vec[2], "col")
         ops.append(make_call(VBRC.name, {"dst": out, "src": tile, "vec": vec[1]},
                              {"op": op, "axis": axis}))
 

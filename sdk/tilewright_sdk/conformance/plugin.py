@@ -1,11 +1,14 @@
 """The pytest plugin of the conformance suite (entry point ``pytest11``).
 
 ``pytest --pyargs tilewright_sdk.conformance --tilewright-backend NAME
-[--tilewright-mode codegen|compile|execute] [--tilewright-report DIR]``
+[--tilewright-target KIND] [--tilewright-mode codegen|compile|execute]
+[--tilewright-report DIR]``
 
 The plugin is inert unless ``--tilewright-backend`` is given, so installing the SDK changes no
 other test session. It resolves the backend (an unknown name is a usage error listing the
-installed ones), parametrises the catalogue, records each case's outcome (pass, fail,
+installed ones) and the target kind (default: the backend's first; one it does not declare is a
+usage error listing its kinds; reports of another kind than the first name it), parametrises
+the catalogue, records each case's outcome (pass, fail,
 unsupported, unavailable) and prints the coverage matrix; ``--tilewright-report`` also writes
 ``conformance-NAME-MODE.json`` and ``.html``.
 """
@@ -24,6 +27,8 @@ def pytest_addoption(parser):
     group = parser.getgroup("tilewright", "tilewright backend conformance")
     group.addoption("--tilewright-backend", default=None, metavar="NAME",
                     help="the backend whose conformance is checked")
+    group.addoption("--tilewright-target", default=None, metavar="KIND",
+                    help="the backend's target kind to compile for (default: its first)")
     group.addoption("--tilewright-mode", default="execute",
                     choices=("codegen", "compile", "execute"),
                     help="how far each kernel is taken: source, built artifact, or run and "
@@ -44,8 +49,8 @@ def pytest_addoption(parser):
 
 
 class _State:
-    def __init__(self, name: str, mode: str):
-        self.name, self.mode = name, mode
+    def __init__(self, name: str, mode: str, target: str | None = None):
+        self.name, self.mode, self.target = name, mode, target
         self.backend = None
         self.record = None  # the plugin record when the backend's plugin failed to load
         self.results: list[dict] = []
@@ -65,10 +70,15 @@ def pytest_configure(config):
     from tilewright.plugin import get_manager
 
     manager = get_manager()
-    state = _State(name, config.getoption("--tilewright-mode"))
+    state = _State(name, config.getoption("--tilewright-mode"),
+                   config.getoption("--tilewright-target", default=None))
     backends = manager.backends()
     if name in backends:
         state.backend = backends[name]
+        kinds = state.backend.target_kinds
+        if state.target is not None and state.target not in kinds:
+            raise pytest.UsageError(f"--tilewright-target {state.target!r}: backend {name!r} "
+                                    f"compiles for {', '.join(kinds)}")
     else:
         failed = [r for r in manager.records.values() if r.status == "failed" and r.name == name]
         if not failed:
@@ -192,8 +202,9 @@ def pytest_terminal_summary(terminalreporter, config):
     from .report import terminal_table, write_reports
 
     if state.results:
-        terminalreporter.write_sep("=", f"tilewright conformance: backend {state.name}, "
-                                        f"mode {state.mode}")
+        target = f", target {state.target}" if state.target else ""
+        terminalreporter.write_sep("=", f"tilewright conformance: backend {state.name}"
+                                        f"{target}, mode {state.mode}")
         for line in terminal_table(state.results):
             terminalreporter.write_line(line)
     if state.fuzz:

@@ -98,6 +98,8 @@ def terminal_table(results: list[dict]) -> list[str]:
 def session_json(state) -> dict:
     """The JSON of one session (a conformance run, a fuzzing run, or both)."""
     data = {"backend": state.name, "mode": state.mode}
+    if state.target:
+        data["target"] = state.target
     if state.results:
         data.update(summary=summary(state.results), name_coverage=name_coverage(state.results),
                     op_coverage=op_coverage(state.results), results=state.results)
@@ -145,7 +147,8 @@ def write_reports(state, directory) -> list[Path]:
     """Write this session's JSON and HTML into ``directory`` and rebuild its index."""
     folder = Path(directory)
     folder.mkdir(parents=True, exist_ok=True)
-    stem = f"conformance-{state.name}-{state.mode}" if state.results else f"fuzz-{state.name}"
+    name = f"{state.name}-{state.target}" if state.target else state.name
+    stem = f"conformance-{name}-{state.mode}" if state.results else f"fuzz-{name}"
     data = session_json(state)
     json_path, html_path = folder / f"{stem}.json", folder / f"{stem}.html"
     json_path.write_text(json.dumps(data, indent=1))

@@ -16,7 +16,8 @@ def test_kernel(conformance_case, tilewright_backend, tilewright_conformance, re
     if known is not None:
         request.applymarker(pytest.mark.xfail(strict=True, reason=known.reason()))
     try:
-        summary = run_case(conformance_case, tilewright_backend, tilewright_conformance.mode)
+        summary = run_case(conformance_case, tilewright_backend, tilewright_conformance.mode,
+                           tilewright_conformance.target)
     except Unsupported as exc:
         pytest.skip(UNSUPPORTED + str(exc))
     except Unavailable as exc:
