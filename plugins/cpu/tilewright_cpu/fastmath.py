@@ -8,9 +8,13 @@ bits. Inputs are clamped to [-127, 128] so that -inf gives 0 and large inputs gi
 attention kernels expect. Inside a loop, ``x / y`` with a float32 ``y`` that the loop does not
 change (a row sum, a norm) becomes ``x * (1 / y)``, which LLVM hoists out of the loop: a vector
 division costs several times a multiplication, and the result differs from the quotient by at
-most one unit in the last place more (as CUDA's fast-math division does). It is on unless the
-pass configs ask for precise math:
-``cpu.precise_math``, or TileLang's ``TL_ENABLE_FAST_MATH=False`` / ``TL_DISABLE_FAST_MATH``.
+most one unit in the last place more (as CUDA's fast-math division does).
+
+It is off unless the pass configs ask for it with TileLang's ``TL_ENABLE_FAST_MATH=True`` (or
+``TL_DISABLE_FAST_MATH=False``), as in TileLang, whose default is precise math: IEEE division
+and libm's ``exp``. ``cpu.precise_math`` says precise math explicitly (and is refused beside
+``TL_ENABLE_FAST_MATH=True``). Neither changes LLVM's contraction of ``a * b + c`` into a fused
+multiply-add, which TVM's LLVM target allows as nvcc's default ``--fmad=true`` does.
 """
 
 from __future__ import annotations
@@ -45,12 +49,13 @@ def exp2_f32(x):
 
 
 def wanted(configs: dict) -> bool:
-    """Whether the polynomial ``exp`` is used for these validated pass configs."""
+    """Whether fast math (the polynomial ``exp``, reciprocal division) is used for these
+    validated pass configs: only when they ask for it."""
     fast, precise = fast_math(configs), configs.get("cpu.precise_math", False)
     if fast and precise:
         raise ConfigError("pass_configs ask for fast math (TL_ENABLE_FAST_MATH) and for "
                           "cpu.precise_math; keep one")
-    return not precise if fast is None else fast
+    return bool(fast)
 
 
 def lower_fast_math():

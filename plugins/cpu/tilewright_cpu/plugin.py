@@ -79,8 +79,8 @@ def tilewright_backends():
 @hookimpl
 def tilewright_pass_config_keys():
     return [PassConfigKey("cpu.precise_math", bool, False,
-                          "use libm exp/exp2 instead of the vectorised polynomial (also what "
-                          "TL_ENABLE_FAST_MATH=False asks for)", owner="cpu")]
+                          "precise math, the default: libm exp/exp2 and IEEE division (refused "
+                          "beside TL_ENABLE_FAST_MATH=True)", owner="cpu")]
 
 
 @hookimpl
