@@ -13,7 +13,7 @@ from tvm import tirx
 from ..errors import KernelError, kernel_error
 from . import builder as B
 from .buffer import IterationVar, TileBuffer, VarHandle, as_int, declare
-from .dtypes import DTYPES, DType, normalize_dtype
+from .dtypes import DTYPES, SUB_BYTE, DType, normalize_dtype
 from .fragments import widen_fragments
 from .frames import Helpers
 from .rewrite import rewrite
@@ -144,8 +144,16 @@ def empty(shape, dtype="float32") -> TileBuffer:
     while any(p.name == name for p in builder.params):
         name = "_" + name
     buf = declare(name, shape, dtype, "global")
-    builder.add_param(name, buf, is_output=True)
+    builder.add_param(name, buf, is_output=True, packed_bits=packed_bits(dtype))
     return TileBuffer(buf)
+
+
+def packed_bits(dtype) -> int:
+    """The bits of a value of a tensor of ``dtype`` passed packed (4 for int4), else 0: its
+    buffer holds one value a byte (:func:`~.dtypes.storage_dtype`), the caller's tensor packs
+    ``8 // bits`` values a byte along the last dimension."""
+    dtype = normalize_dtype(dtype)
+    return DType(dtype).bits if dtype in SUB_BYTE else 0
 
 
 class ParamSlot:
@@ -173,7 +181,7 @@ def annotate(name, current, annotation, value):
                                f"{type(current).__name__} {current!r:.40}; pass a torch.Tensor")
         buf = declare(name, annotation.shape, annotation.dtype, "global")
         _bind_consts(builder, name, annotation.shape, current)
-        builder.add_param(name, buf)
+        builder.add_param(name, buf, packed_bits=packed_bits(annotation.dtype))
         return TileBuffer(buf)
     return value if value is not None else current
 
@@ -222,7 +230,7 @@ def prim_func(fn=None, *, name: str | None = None):
             spec = annotations.get(param.name)
             if isinstance(spec, TensorSpec):
                 buf = declare(param.name, spec.shape, spec.dtype, "global")
-                builder.add_param(param.name, buf)
+                builder.add_param(param.name, buf, packed_bits=packed_bits(spec.dtype))
                 args.append(TileBuffer(buf))
             elif isinstance(spec, (DType, str)):
                 var = tirx.Var(param.name, normalize_dtype(spec))
