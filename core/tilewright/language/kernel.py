@@ -12,7 +12,7 @@ from tvm import tirx
 
 from ..errors import KernelError, kernel_error
 from . import builder as B
-from .buffer import IterationVar, TileBuffer, VarHandle, as_int, declare
+from .buffer import IterationVar, TileBuffer, VarHandle, as_int, declare, to_expr
 from .dtypes import DTYPES, SUB_BYTE, DType, normalize_dtype
 from .fragments import widen_fragments
 from .frames import Helpers
@@ -78,6 +78,28 @@ def _view(spec: TensorSpec, data) -> TileBuffer:
     view = declare(f"{base.name}_view", spec.shape, spec.dtype, str(base.scope()) or "global")
     builder.emit(tirx.DeclBuffer(view, data=data, span=B.here()))
     return TileBuffer(view)
+
+
+def make_tensor(ptr, shape, dtype="float32", strides=None) -> TileBuffer:
+    """A global tensor of ``shape`` and ``dtype`` at the address ``ptr``: an element of a
+    ``T.ptr`` tensor (TileLang's table of ``data_ptr()`` values, int64) or another integer
+    expression; the address is read once, where ``T.make_tensor`` stands."""
+    if strides is not None:
+        raise kernel_error("T.make_tensor(..., strides=...) is not supported: the tensor is "
+                           "contiguous; give its shape")
+    addr = to_expr(ptr)
+    kind = str(addr.ty)
+    if kind not in ("int64", "uint64", "handle"):
+        raise kernel_error(f"T.make_tensor takes an address (an element of a T.ptr tensor, "
+                           f"int64), got a {kind} value")
+    spec = _tensor(shape, dtype)
+    builder = B.current("T.make_tensor")
+    value = addr if kind == "handle" else tirx.reinterpret("handle", addr)
+    var = tirx.Var("ptr", value.ty)
+    builder.emit(tirx.Bind(var, value, span=B.here()))
+    tensor = declare("tensor", spec.shape, spec.dtype, "global")
+    builder.emit(tirx.DeclBuffer(tensor, data=var, span=B.here()))
+    return TileBuffer(tensor)
 
 
 def view(src, shape=None, dtype=None) -> TileBuffer:
