@@ -142,6 +142,8 @@ SHRINK = {
                                                  "256"],
     "grouped_gemm/example_grouped_gemm_fwd.py": ["--batch_sizes", "64, 128", "--K", "256", "--M",
                                                  "256"],
+    # upstream's 448 x 4096 x 4096 float16 groups: torch's float16 reference alone is minutes
+    "grouped_gemm/example_grouped_gemm_fwd_ptr.py": ["--K", "512", "--N", "512"],
     "linear_attention/example_mamba_chunk_state.py": ["--batch", "1", "--heads", "8", "--seq_len",
                                                       "1024"],
     "linear_attention/example_retention_fwd.py": ["--B", "1", "--S", "512", "--H", "4"],
