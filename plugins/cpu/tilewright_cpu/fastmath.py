@@ -12,9 +12,11 @@ most one unit in the last place more (as CUDA's fast-math division does).
 
 It is off unless the pass configs ask for it with TileLang's ``TL_ENABLE_FAST_MATH=True`` (or
 ``TL_DISABLE_FAST_MATH=False``), as in TileLang, whose default is precise math: IEEE division
-and libm's ``exp``. ``cpu.precise_math`` says precise math explicitly (and is refused beside
-``TL_ENABLE_FAST_MATH=True``). Neither changes LLVM's contraction of ``a * b + c`` into a fused
-multiply-add, which TVM's LLVM target allows as nvcc's default ``--fmad=true`` does.
+and an ``exp`` within 2 ulp (:mod:`.vecmath`; libm's with ``cpu.precise_math``, which is
+refused beside ``TL_ENABLE_FAST_MATH=True``). The polynomial here is up to 64 ulp off for
+large arguments (``x * log2(e)`` rounded to float32), as CUDA's fast-math ``__expf`` is.
+Neither touches the contraction of ``a * b + c`` into fused multiply-adds (TVM's LLVM
+target's own setting, the same in both).
 """
 
 from __future__ import annotations
