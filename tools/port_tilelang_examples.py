@@ -294,8 +294,10 @@ if os.environ.get("TW_PORT_PROFILE"):
               f"({_SPENT['kernel'][1]} calls), rest {rest:.1f} s", flush=True)
 
     atexit.register(_report)
-    threading.Thread(target=lambda: (time.sleep(float(os.environ["TW_PORT_PROFILE"])),
-                                     _report()), daemon=True).start()
+    # TW_PORT_PROFILE: when to report, in seconds since the process started
+    threading.Thread(target=lambda: (
+        time.sleep(max(float(os.environ["TW_PORT_PROFILE"]) - _alive(), 0.0)), _report()),
+        daemon=True).start()
 '''
 
 
@@ -429,7 +431,7 @@ def run_one(path: Path, examples: Path, work: Path, target: str, timeout: float,
            "PYTHONPATH": os.pathsep.join([str(work / "_shim"), str(script.parent),
                                           os.environ.get("PYTHONPATH", "")])}
     if profile:
-        env["TW_PORT_PROFILE"] = str(max(timeout - 3.0, 1.0))
+        env["TW_PORT_PROFILE"] = str(max(timeout - 5.0, 1.0))
     start = time.monotonic()
     rc, output = _run([sys.executable, script.name, *arguments], script.parent, env, timeout)
     seconds = time.monotonic() - start
