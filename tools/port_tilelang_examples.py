@@ -38,9 +38,9 @@ through the example's own command-line arguments (nothing in the example changes
 marks them. ``--json FILE`` writes the results; ``--only TEXT`` (repeatable) runs the
 examples whose path contains one of the texts; ``--rerun FILE`` runs only the examples a former
 ``--json`` file lists as verified (to check that another target agrees); ``--logs DIR`` keeps
-each example's output; ``--profile`` adds to each row where its time went: tilewright's
-compilations, its kernel calls, and the rest (the example's own torch code, tracing, autotuner
-workers), also for a run the time limit stops.
+each example's output; ``--profile`` adds to each row where its time went: the start (imports),
+tilewright's autotuning, its other compilations, its kernel calls, and the rest (the example's
+own torch code, tracing), also for a run the time limit stops.
 """
 
 from __future__ import annotations
@@ -242,21 +242,24 @@ class _Event:
 
 torch.cuda.Event = _Event
 
-# --profile: where the time goes -- tilewright's compilations, its kernel calls, and the rest
-# (the example's own torch code, tracing, autotuner workers) -- reported at exit and, for a
-# run that the time limit will stop, just before it
+# --profile: where the time goes -- the start (imports), tilewright's autotuning (its
+# compilations and measurements), its other compilations, its kernel calls, and the rest (the
+# example's own torch code, tracing) -- reported at exit and, for a run that the time limit
+# will stop, just before it
 if os.environ.get("TW_PORT_PROFILE"):
     import atexit
     import importlib
     import threading
 
+    from tilewright.autotuner import AutoTuner as _AutoTuner
     from tilewright.runtime.call import KernelCall as _KernelCall
 
     # (tilewright.jit is also the decorator's name: the modules come from importlib)
     _decorator = importlib.import_module("tilewright.jit.decorator")
     _kernel = importlib.import_module("tilewright.jit.kernel")
 
-    _SPENT = {"compile": [0.0, 0, None], "kernel": [0.0, 0, None]}  # seconds, calls, since
+    # seconds, calls, since; a call inside another timed one counts for the outer one only
+    _SPENT = {"autotune": [0.0, 0, None], "compile": [0.0, 0, None], "kernel": [0.0, 0, None]}
 
     def _alive() -> float:
         """Seconds since this process started (/proc: its start and the uptime, in ticks)."""
@@ -269,7 +272,7 @@ if os.environ.get("TW_PORT_PROFILE"):
     def _timed(kind, fn):
         def run(*args, **kwargs):
             entry = _SPENT[kind]
-            if entry[2] is not None:  # inside a call of the same kind
+            if any(e[2] is not None for e in _SPENT.values()):  # inside a timed call
                 return fn(*args, **kwargs)
             entry[2] = time.perf_counter()
             try:
@@ -283,13 +286,15 @@ if os.environ.get("TW_PORT_PROFILE"):
     _decorator._compile_kernel = _timed("compile", _decorator._compile_kernel)
     _kernel.compile = _timed("compile", _kernel.compile)
     _KernelCall.__call__ = _timed("kernel", _KernelCall.__call__)
+    _AutoTuner.search = _timed("autotune", _AutoTuner.search)
 
     def _report():
         now, alive = time.perf_counter(), _alive()
         spent = {k: total + (now - since if since is not None else 0.0)
                  for k, (total, _, since) in _SPENT.items()}
         rest = alive - _STARTUP - sum(spent.values())
-        print(f"tw-profile: startup {_STARTUP:.1f} s, compile {spent['compile']:.1f} s "
+        print(f"tw-profile: startup {_STARTUP:.1f} s, autotune {spent['autotune']:.1f} s "
+              f"({_SPENT['autotune'][1]}), compile {spent['compile']:.1f} s "
               f"({_SPENT['compile'][1]}), kernels {spent['kernel']:.1f} s "
               f"({_SPENT['kernel'][1]} calls), rest {rest:.1f} s", flush=True)
 
@@ -500,8 +505,9 @@ def main(argv=None) -> int:
                         help="run the examples of SHRINK with smaller sizes, through their own "
                              "command-line arguments")
     parser.add_argument("--profile", action="store_true",
-                        help="say where each example's time goes: tilewright's compilations, "
-                             "its kernel calls, the rest (the example's own torch code ...)")
+                        help="say where each example's time goes: start, tilewright's "
+                             "autotuning, compilations and kernel calls, the rest (the "
+                             "example's own torch code ...)")
     parser.add_argument("--rerun", type=Path,
                         help="run only the examples this former --json file lists as verified")
     args = parser.parse_args(argv)
