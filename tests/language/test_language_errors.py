@@ -55,6 +55,20 @@ def test_copy_start_element_cannot_hold_tile():
     assert_at(info.value, "copy-start", "T.copy", "rank 1", "'A'", "(4, 8)")
 
 
+def test_reinterpret_in_tvms_argument_order():
+    def k():
+        @T.prim_func
+        def main(A: T.Tensor((4,), "float32"), B: T.Tensor((4,), "int32")):
+            with T.Kernel(1) as bx:
+                for i in T.Parallel(4):
+                    B[i] = T.reinterpret("int32", A[i])  # reinterpret-order
+        return main
+
+    with pytest.raises(tilewright.KernelError) as info:
+        build(k)
+    assert_at(info.value, "reinterpret-order", "T.reinterpret('int32', ...)", "value comes first")
+
+
 def test_gemm_rank_mismatch():
     def k():
         @T.prim_func

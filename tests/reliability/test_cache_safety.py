@@ -275,6 +275,32 @@ def test_the_memo_notices_a_changed_global():
     torch.testing.assert_close(times_factor(16)(a), a * 2.0)
 
 
+@tilewright.jit(target="cpu")
+def eager_times_factor(A, scale: float = 1.0):
+    N = T.const("N")
+    A: T.Tensor((N,), T.float32)
+    C = T.empty((N,), T.float32)
+    with T.Kernel(1):
+        for i in T.Parallel(N):
+            C[i] = A[i] * FACTOR * scale
+    return C
+
+
+def test_an_eager_kernels_repeated_calls_notice_globals_shapes_and_values():
+    global FACTOR
+    a, b = torch.randn(16), torch.randn(24)
+    torch.testing.assert_close(eager_times_factor(a), a * 2.0)
+    torch.testing.assert_close(eager_times_factor(b), b * 2.0)  # another shape
+    torch.testing.assert_close(eager_times_factor(a, 0.5), a)  # another compile-time value
+    FACTOR = 3.0
+    try:
+        torch.testing.assert_close(eager_times_factor(a), a * 3.0)
+    finally:
+        FACTOR = 2.0
+    torch.testing.assert_close(eager_times_factor(a), a * 2.0)
+    torch.testing.assert_close(eager_times_factor(a.double().float()), a * 2.0)
+
+
 # -- the CPU runtime helper library ---------------------------------------------------------
 def test_the_cpu_runtime_library_is_checksummed(cache_dir):
     from tilewright_cpu import runtime

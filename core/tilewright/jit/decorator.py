@@ -167,9 +167,16 @@ def _is_factory(fn) -> bool:
     return not opens_kernel
 
 
+_TENSOR_TYPES: dict[type, bool] = {}  # type -> whether its values are tensors
+
+
 def _is_tensor(value) -> bool:
-    return type(value).__module__.startswith("torch") and hasattr(value, "dtype") and \
-        hasattr(value, "shape")
+    kind = type(value)
+    known = _TENSOR_TYPES.get(kind)
+    if known is None:
+        known = _TENSOR_TYPES[kind] = kind.__module__.startswith("torch") and \
+            hasattr(value, "dtype") and hasattr(value, "shape")
+    return known
 
 
 def _freeze(value):
@@ -210,6 +217,9 @@ class JITFunction:
                           if p.default is not inspect.Parameter.empty}
         self._kernels: dict = {}
         self._recipes: dict = {}
+        # an eager kernel's calls by position: (reads, each argument's dtype and shape or
+        # value) -> (kernel, the position of each kernel input among the arguments)
+        self._calls: dict = {}
         self._reads = Reads(fn)
         functools.update_wrapper(self, fn)
         # the PyTorch operator (tilewright.torch_ops): an eager kernel's is registered now, a
@@ -225,6 +235,7 @@ class JITFunction:
         """Forget the kernels compiled in this process (the disk cache is kept)."""
         self._kernels.clear()
         self._recipes.clear()
+        self._calls.clear()
 
     def _compile(self, func, target=None) -> JITKernel:
         kernel = compile(func, self.out_idx, self.execution_backend, target or self.target,
@@ -303,8 +314,21 @@ class JITFunction:
                                                         kernel, self.fn)
                 self._kernels[key] = kernel
             return kernel
-        kernel, inputs = self.specialize(args, kwargs)
-        return kernel(*inputs)
+        if kwargs or self._names is None:
+            kernel, inputs = self.specialize(args, kwargs)
+            return kernel(*inputs)
+        # every call of an eager kernel comes here: one dict lookup when the arguments'
+        # dtypes, shapes and compile-time values and the globals the kernel reads are those
+        # of an earlier call
+        key = (self._reads.snapshot(), tuple([(a.dtype, a.shape) if _is_tensor(a) else
+                                              (type(a), _freeze(a)) for a in args]))
+        known = self._calls.get(key)
+        if known is None:
+            kernel, inputs = self.specialize(args, kwargs)
+            positions = [next(i for i, a in enumerate(args) if a is t) for t in inputs]
+            known = self._calls[key] = (kernel, positions)
+        kernel, positions = known
+        return kernel(*[args[i] for i in positions])
 
     def specialize(self, args, kwargs, target=None) -> tuple[JITKernel, list]:
         """An eager kernel's compiled kernel for these arguments (compiled once per

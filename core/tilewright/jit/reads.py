@@ -21,7 +21,9 @@ rebinding a global to another object is noticed, but mutating an object in place
 attribute of an instance changed after it was read, a numpy array written to) is not -- pass
 such values as arguments, or call ``fn.cache_clear()`` (TileLang has the same gap for every
 global). Functions from tilewright, TVM, torch, numpy and the standard library are not
-followed.
+followed, and a global bound to one of their modules (``T``, ``torch``) is compared by the
+module's identity alone: ``T.Kernel`` and ``T.float32`` are the library's, not the user's to
+rebind.
 """
 
 from __future__ import annotations
@@ -75,6 +77,12 @@ def _frozen(value, budget: list):
     return ("id", id(value))
 
 
+def _is_library(value) -> bool:
+    """Whether ``value`` is a module of the libraries whose names are taken as fixed."""
+    return isinstance(value, types.ModuleType) and \
+        value.__name__.split(".")[0] in _SKIP_MODULES
+
+
 def _followed(value):
     """The plain Python function behind ``value`` if its globals should be read too."""
     fn = getattr(value, "fn", None) if not isinstance(value, types.FunctionType) else value
@@ -116,36 +124,54 @@ class Reads:
             level = following
         return out
 
+    def _roots(self, fn) -> list[tuple[str, list[tuple[str, ...]]]]:
+        """The global names ``fn`` loads, each with the chains of attributes read from it."""
+        roots: dict[str, list] = {}
+        for chain in sorted(_chains(fn.__code__)):
+            roots.setdefault(chain[0], []).append(chain)
+        return list(roots.items())
+
     def snapshot(self) -> tuple:
+        """A hashable picture of the values read: runs on every call of an eager kernel."""
         if self._plan is None:
-            self._plan = [(fn, sorted(_chains(fn.__code__))) for fn in self._functions()]
+            self._plan = [(fn, self._roots(fn)) for fn in self._functions()]
         budget = [_MAX_ITEMS * 16]
         picture = []
-        for fn, chains in self._plan:
+        for fn, roots in self._plan:
             scope = fn.__globals__
-            for chain in chains:
-                if chain[0] in scope:
-                    value = scope[chain[0]]
-                elif hasattr(builtins, chain[0]):
+            for root, chains in roots:
+                if root in scope:
+                    value = scope[root]
+                elif hasattr(builtins, root):
                     continue
                 else:
-                    picture.append((chain, "unbound"))
+                    picture.append((root, "unbound"))
                     continue
-                for attr in chain[1:]:
-                    if isinstance(value, _CONSTANTS):
-                        break
-                    try:
-                        value = getattr(value, attr)
-                    except Exception:  # noqa: BLE001 - a property may raise anything
-                        value = ("unreadable", attr)
-                        break
-                picture.append((chain, _frozen(value, budget)))
+                if _is_library(value):
+                    picture.append((root, "id", id(value)))
+                    continue
+                self._read_chains(value, chains, budget, picture)
             for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
                 try:
                     picture.append((("<cell>", name), _frozen(cell.cell_contents, budget)))
                 except ValueError:
                     picture.append((("<cell>", name), "empty"))
         return tuple(picture)
+
+    @staticmethod
+    def _read_chains(root, chains, budget: list, picture: list) -> None:
+        """Each chain's value read from the global's value ``root``, added to ``picture``."""
+        for chain in chains:
+            value = root
+            for attr in chain[1:]:
+                if isinstance(value, _CONSTANTS):
+                    break
+                try:
+                    value = getattr(value, attr)
+                except Exception:  # noqa: BLE001 - a property may raise anything
+                    value = ("unreadable", attr)
+                    break
+            picture.append((chain, _frozen(value, budget)))
 
 
 __all__ = ["Reads"]

@@ -87,6 +87,10 @@ def clamp(value, lo, hi):
 def reinterpret(value, dtype):
     """The bits of ``value`` read as ``dtype`` (of the same width): ``T.reinterpret(x,
     "uint32")`` is the IEEE-754 bit pattern of a float32 ``x``."""
+    if isinstance(value, str):
+        raise kernel_error(f"T.reinterpret({value!r}, ...): the value comes first and the dtype "
+                           "second (TileLang's order; TVM's tir.reinterpret takes them the "
+                           "other way round)")
     dtype = normalize_dtype(dtype)
     value = to_expr(value)
     if tvm.runtime.DataType(dtype).bits != tvm.runtime.DataType(str(value.ty)).bits:

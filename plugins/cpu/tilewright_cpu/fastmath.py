@@ -1,22 +1,32 @@
-"""Fast math for the CPU backend: vectorisable float32 ``exp`` and ``exp2``, and division by
-a loop-invariant float32 as a multiplication by its reciprocal.
+"""Vectorisable float32 ``exp`` and ``exp2`` for the CPU backend, and fast math: a faster
+``exp``/``exp2`` and division by a loop-invariant float32 as a multiplication by its reciprocal.
 
-LLVM lowers a vector ``exp`` to one libm call per lane. Instead, ``2**x`` is split into
+LLVM lowers a vector ``exp`` to one libm call per lane, which makes a softmax or an attention
+kernel several times slower than torch's vectorised one. So float32 ``exp`` and ``exp2`` are
+rewritten as arithmetic LLVM vectorises (unless ``cpu.precise_math`` asks for libm's). Without
+fast math it is Cody-Waite's range reduction ``x = n ln2 + r`` (ln2 in two parts, so that
+``r`` is exact; for ``exp2``, ``r = (x - n) ln2``), Cephes' ``expf`` polynomial for ``e**r``
+and ``2**n`` applied in two halves (so that results in the subnormal range round once, as
+libm's do); NaN stays NaN, -inf gives 0, overflow gives inf. It is within 2 units in the last
+place of the exact value over the whole float32 range (CUDA's ``expf`` bound; measured by the
+tests against float64, below 1 ulp), where libm is within 1.
+
+With fast math, ``2**x`` is split into
 ``2**n * 2**f`` with ``n = round(x)`` and ``|f| <= 0.5``: ``2**f`` is a degree-6 polynomial
 (Cephes ``exp2f`` coefficients, relative error below 2e-7) and ``2**n`` is built in the exponent
-bits. Inputs are clamped to [-127, 128] so that -inf gives 0 and large inputs give inf, as the
-attention kernels expect. Inside a loop, ``x / y`` with a float32 ``y`` that the loop does not
-change (a row sum, a norm) becomes ``x * (1 / y)``, which LLVM hoists out of the loop: a vector
-division costs several times a multiplication, and the result differs from the quotient by at
-most one unit in the last place more (as CUDA's fast-math division does).
+bits; ``exp(x)`` is ``2**(x log2 e)``, up to 64 ulp off for large ``x`` (the product rounded to
+float32), as CUDA's fast-math ``__expf`` is. Inputs are clamped to [-127, 128] so that -inf
+gives 0 and large inputs give inf, as the attention kernels expect. Inside a loop, ``x / y``
+with a float32 ``y`` that the loop does not change (a row sum, a norm) becomes
+``x * (1 / y)``, which LLVM hoists out of the loop: a vector division costs several times a
+multiplication, and the result differs from the quotient by at most one unit in the last place
+more (as CUDA's fast-math division does).
 
-It is off unless the pass configs ask for it with TileLang's ``TL_ENABLE_FAST_MATH=True`` (or
-``TL_DISABLE_FAST_MATH=False``), as in TileLang, whose default is precise math: IEEE division
-and an ``exp`` within 2 ulp (:mod:`.vecmath`; libm's with ``cpu.precise_math``, which is
-refused beside ``TL_ENABLE_FAST_MATH=True``). The polynomial here is up to 64 ulp off for
-large arguments (``x * log2(e)`` rounded to float32), as CUDA's fast-math ``__expf`` is.
-Neither touches the contraction of ``a * b + c`` into fused multiply-adds (TVM's LLVM
-target's own setting, the same in both).
+Fast math is off unless the pass configs ask for it with TileLang's
+``TL_ENABLE_FAST_MATH=True`` (or ``TL_DISABLE_FAST_MATH=False``), as in TileLang, whose default
+is precise math: IEEE division. ``cpu.precise_math`` (libm's ``exp``) is refused beside
+``TL_ENABLE_FAST_MATH=True``. Neither touches the contraction of ``a * b + c`` into fused
+multiply-adds (TVM's LLVM target's own setting, the same in both).
 """
 
 from __future__ import annotations
@@ -50,6 +60,34 @@ def exp2_f32(x):
     return frac * tirx.reinterpret("float32", bits)
 
 
+_LN2_HIGH, _LN2_LOW = 0.693359375, -2.12194440e-4  # ln 2 = high + low; n * high is exact
+_EXP_P = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
+          1.6666665459e-1, 5.0000001201e-1)  # Cephes expf: e**r = 1 + r + r*r * P(r)
+
+
+def exp_f32(x, *, base2: bool = False):
+    """``e**x`` (``2**x`` with ``base2``) in float32 arithmetic within 2 ulp (see the module's
+    docstring)."""
+    clamped = tirx.Min(tirx.Max(x, _f32(-152.0 if base2 else -104.0)),
+                       _f32(129.0 if base2 else 89.0))
+    n = tirx.round(clamped if base2 else clamped * _f32(LOG2E))
+    r = (clamped - n) * _f32(0.6931471805599453) if base2 else \
+        clamped - n * _f32(_LN2_HIGH) - n * _f32(_LN2_LOW)
+    poly = _f32(_EXP_P[0])
+    for c in _EXP_P[1:]:
+        poly = poly * r + _f32(c)
+    value = poly * (r * r) + r + _f32(1.0)
+    whole = tirx.Cast("int32", n)
+    half = tirx.shift_right(whole, tirx.const(1, "int32"))
+
+    def power(k):
+        return tirx.reinterpret("float32", tirx.shift_left(k + tirx.const(127, "int32"),
+                                                            tirx.const(23, "int32")))
+
+    result = value * power(half) * power(whole - half)
+    return tirx.Select(tirx.isnan(x), x, result)
+
+
 def wanted(configs: dict) -> bool:
     """Whether fast math (the polynomial ``exp``, reciprocal division) is used for these
     validated pass configs: only when they ask for it."""
@@ -75,6 +113,24 @@ def lower_fast_math():
 
     return prim_func_pass("CPUFastMath", lambda f: f.with_body(_reciprocals(
         tvm_ffi.structural_map(f.body, (tvm.ir.Call, rewrite)))))
+
+
+def lower_exp():
+    """Float32 ``exp`` and ``exp2`` as :func:`exp_f32` (without fast math)."""
+    exp, exp2 = tvm.ir.Op.get("tirx.exp"), tvm.ir.Op.get("tirx.exp2")
+
+    def rewrite(call):
+        if not isinstance(call.op, tvm.ir.Op) or len(call.args) != 1 or \
+                str(call.args[0].ty) != "float32":
+            return call
+        if call.op.same_as(exp):
+            return exp_f32(call.args[0])
+        if call.op.same_as(exp2):
+            return exp_f32(call.args[0], base2=True)
+        return call
+
+    return prim_func_pass("CPUVectorExp", lambda f: f.with_body(
+        tvm_ffi.structural_map(f.body, (tvm.ir.Call, rewrite))))
 
 
 def _uses(node, pred) -> bool:

@@ -14,7 +14,7 @@ from tilewright.plugin import (
 )
 from tilewright.transform import lower_intrinsics, lower_tile_ops
 
-from . import __version__, fastmath, lowering_extra, lowering_float8, passes, vecmath
+from . import __version__, fastmath, lowering_extra, lowering_float8, passes
 from .codegen import CODEGEN
 from .executor import EXECUTORS
 from .lowering import RULES
@@ -35,7 +35,7 @@ def math_passes(configs: dict) -> list:
     ``cpu.precise_math`` asks for libm's."""
     if fastmath.wanted(configs):
         return [fastmath.lower_fast_math()]
-    return [] if configs.get("cpu.precise_math", False) else [vecmath.lower_exp()]
+    return [] if configs.get("cpu.precise_math", False) else [fastmath.lower_exp()]
 
 
 PIPELINE = PassPipeline((
