@@ -3,11 +3,14 @@ dimension (the low nibble first), sign-extended; the kernel's tiles hold one val
 int4 GEMM (TileLang's gemm_int4 example at a small size), outputs packed after the call,
 written inputs packed back, a wrong argument refused."""
 
+import json
+
 import pytest
 import tilewright
 import tilewright.language as T
 import torch
 from tilewright.errors import ArgumentError, TilewrightError
+from tilewright.runtime.signature import KernelSignature, SignatureError
 
 
 def pack(values: torch.Tensor) -> torch.Tensor:
@@ -41,6 +44,11 @@ def test_int4_gemm_against_torch(target):
     a = torch.randint(-8, 8, (M, K), dtype=torch.int8)
     b = torch.randint(-8, 8, (N, K), dtype=torch.int8)
     assert kernel.params[0].dtype == "int8" and kernel.params[0].packed_bits == 4
+    saved = json.loads(json.dumps(kernel.signature.to_json()))  # as bundles keep it
+    assert KernelSignature.from_json(saved) == kernel.signature
+    with pytest.raises(SignatureError, match="packed_bits 3"):
+        KernelSignature.from_json({**saved, "params": [{**saved["params"][0], "packed_bits": 3},
+                                                        *saved["params"][1:]]})
     c = kernel(pack(a), pack(b))
     assert torch.equal(c, a.int() @ b.int().T)
 
