@@ -98,37 +98,34 @@ def wanted(configs: dict) -> bool:
     return bool(fast)
 
 
-def lower_fast_math():
+def _float32_exps(of_exp, of_exp2):
+    """A rewrite of calls: float32 ``exp(x)`` becomes ``of_exp(x)``, ``exp2(x)``
+    ``of_exp2(x)``; other calls stay."""
     exp, exp2 = tvm.ir.Op.get("tirx.exp"), tvm.ir.Op.get("tirx.exp2")
 
     def rewrite(call):
         if not isinstance(call.op, tvm.ir.Op) or len(call.args) != 1 or \
                 str(call.args[0].ty) != "float32":
             return call
-        if call.op.same_as(exp2):
-            return exp2_f32(call.args[0])
         if call.op.same_as(exp):
-            return exp2_f32(call.args[0] * _f32(LOG2E))
+            return of_exp(call.args[0])
+        if call.op.same_as(exp2):
+            return of_exp2(call.args[0])
         return call
 
+    return rewrite
+
+
+def lower_fast_math():
+    """Fast math: the polynomial ``exp``/``exp2`` and invariant divisions as reciprocals."""
+    rewrite = _float32_exps(lambda x: exp2_f32(x * _f32(LOG2E)), exp2_f32)
     return prim_func_pass("CPUFastMath", lambda f: f.with_body(_reciprocals(
         tvm_ffi.structural_map(f.body, (tvm.ir.Call, rewrite)))))
 
 
 def lower_exp():
     """Float32 ``exp`` and ``exp2`` as :func:`exp_f32` (without fast math)."""
-    exp, exp2 = tvm.ir.Op.get("tirx.exp"), tvm.ir.Op.get("tirx.exp2")
-
-    def rewrite(call):
-        if not isinstance(call.op, tvm.ir.Op) or len(call.args) != 1 or \
-                str(call.args[0].ty) != "float32":
-            return call
-        if call.op.same_as(exp):
-            return exp_f32(call.args[0])
-        if call.op.same_as(exp2):
-            return exp_f32(call.args[0], base2=True)
-        return call
-
+    rewrite = _float32_exps(exp_f32, lambda x: exp_f32(x, base2=True))
     return prim_func_pass("CPUVectorExp", lambda f: f.with_body(
         tvm_ffi.structural_map(f.body, (tvm.ir.Call, rewrite))))
 
