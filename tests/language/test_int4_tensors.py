@@ -11,6 +11,7 @@ import tilewright.language as T
 import torch
 from tilewright.errors import ArgumentError, TilewrightError
 from tilewright.runtime.signature import KernelSignature, SignatureError
+from tilewright.runtime.torchop import OpError
 
 
 def pack(values: torch.Tensor) -> torch.Tensor:
@@ -82,6 +83,8 @@ def test_int4_arguments_are_checked():
         kernel(unpacked, unpacked)
     with pytest.raises(ArgumentError, match="got int32 of shape"):
         kernel(torch.zeros(16, 16, dtype=torch.int32), torch.zeros(16, 16, dtype=torch.int8))
+    with pytest.raises(OpError, match="takes A, B packed"):
+        kernel.as_torch_op("tw_int4_test::gemm")
 
     @T.prim_func
     def odd(A: T.Tensor((4, 7), T.int4), B: T.Tensor((4, 7), T.int8)):
