@@ -30,8 +30,9 @@ test: setup
 
 # The backend conformance suite (tilewright-sdk) against every backend that can run here: the
 # interpreter and the CPU backend execute, CUDA compiles to cubins (no GPU needed), Ascend
-# executes on its CPU emulator. Then a bounded differential fuzzing run (fixed seed) of each.
-CONFORMANCE := $(PY) -m pytest -p no:cacheprovider --pyargs tilewright_sdk.conformance
+# executes on its CPU emulator (the cases shared out among the workers, as `test` does). Then a
+# bounded differential fuzzing run (fixed seed) of each.
+CONFORMANCE := $(PY) -m pytest -p no:cacheprovider -n $(WORKERS) --pyargs tilewright_sdk.conformance
 FUZZ := $(PY) -m pytest -p no:cacheprovider --pyargs tilewright_sdk.fuzz --seed 0
 conformance: setup
 	$(CONFORMANCE) --tilewright-backend interp

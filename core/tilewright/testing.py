@@ -162,14 +162,14 @@ def compare(actual, expected, *, dtype=None, reduction_length: int | None = None
         raise ToleranceError(f"shape mismatch: actual {got.shape}, expected {want.shape}",
                              Comparison(False, Tolerance(0, 0, 0, ""), want.size, want.size,
                                         math.inf, math.inf, (), want.shape))
-    finite = np.isfinite(want)
-    scale = float(np.sqrt(np.mean(np.square(want[finite])))) if finite.any() else 1.0
+    got64, want64 = got.astype(np.float64), want.astype(np.float64)
+    finite = np.isfinite(want64)  # the scale in float64: the squares of int8 values wrap
+    scale = float(np.sqrt(np.mean(np.square(want64[finite])))) if finite.any() else 1.0
     tol = tolerance(dtype, reduction_length=reduction_length, accum_dtype=accum_dtype,
                     scale=scale or 1.0, max_mismatch_ratio=max_mismatch_ratio)
     if rtol is not None or atol is not None:
         tol = Tolerance(tol.rtol if rtol is None else rtol, tol.atol if atol is None else atol,
                         tol.max_mismatch_ratio, "given rtol/atol")
-    got64, want64 = got.astype(np.float64), want.astype(np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
         err = np.abs(got64 - want64)
         allowed = tol.atol + tol.rtol * np.abs(want64)

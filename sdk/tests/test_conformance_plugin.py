@@ -60,10 +60,11 @@ def test_invalid_declarations_fail_the_contract_with_the_reason(pytester):
     assert "Traceback" not in result.stdout.str()
 
 
-def test_interp_conformance_writes_the_reports(pytester, tmp_path):
+@pytest.mark.parametrize("workers", ["0", "2"])  # in one process, and on pytest-xdist workers
+def test_interp_conformance_writes_the_reports(pytester, tmp_path, workers):
     report = tmp_path / "report"
     result = pytester.runpytest_subprocess(
-        "-p", "no:cacheprovider", "--pyargs", "tilewright_sdk.conformance",
+        "-p", "no:cacheprovider", "-n", workers, "--pyargs", "tilewright_sdk.conformance",
         "--tilewright-backend", "interp", "--tilewright-mode", "execute",
         "--tilewright-report", str(report), "-k", "contract or copy_3d or reduce_sum or gemm_nt")
     result.assert_outcomes(passed=9 + 3 + 14 + 6)

@@ -77,6 +77,14 @@ def test_absolute_floor_near_zero_scales_with_the_data():
                        dtype="float32").ok
 
 
+def test_the_scale_of_int8_data_is_taken_in_float64():
+    # the squares of these int8 values wrap in int8: the scale came out NaN, and so did atol
+    expected = torch.tensor([100, -120, 90, 127], dtype=torch.int8)
+    result = compare(expected.clone(), expected, rtol=0.0)
+    assert result.ok and math.isfinite(result.tolerance.atol)
+    assert not compare(expected + 1, expected, rtol=0.0, atol=0.5).ok
+
+
 def test_nan_and_inf_must_match():
     assert compare(torch.tensor([math.nan, math.inf]), torch.tensor([math.nan, math.inf])).ok
     assert not compare(torch.tensor([math.nan, 1.0]), torch.tensor([0.0, 1.0])).ok

@@ -47,9 +47,11 @@ from pathlib import Path
 
 import filelock
 
+from ..runtime.cpu import CACHE_MARKER
+
 ENV_DIR = "TILEWRIGHT_CACHE_DIR"
 META = "meta.json"
-MARKER = "CACHEDIR.TAG"
+MARKER = CACHE_MARKER
 FORMAT = 2
 _TAG = ("Signature: 8a477f597d28d172789f06886806bc55\n"
         "# This file is a cache directory tag created by tilewright.\n"

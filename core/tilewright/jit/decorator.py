@@ -232,10 +232,20 @@ class JITFunction:
             self.torch_op = register_eager(self, torch_op)
 
     def cache_clear(self) -> None:
-        """Forget the kernels compiled in this process (the disk cache is kept)."""
+        """Forget the kernels compiled in this process (the disk cache is kept), those its
+        operator's C++ kernel learned included."""
         self._kernels.clear()
         self._recipes.clear()
         self._calls.clear()
+        if self.torch_op is not None:
+            self.torch_op.forget_learned()
+
+    def specialisations_follow_arguments(self) -> bool:
+        """Whether the kernel an eager call compiles to depends on its arguments alone (the
+        dtypes, ranks and ``T.const`` sizes of its tensors and its compile-time values):
+        the function reads nothing from outside but tilewright's language and the libraries
+        (see :meth:`Reads.library_only`)."""
+        return self._reads.library_only()
 
     def _compile(self, func, target=None) -> JITKernel:
         kernel = compile(func, self.out_idx, self.execution_backend, target or self.target,

@@ -124,6 +124,26 @@ class Reads:
             level = following
         return out
 
+    def library_only(self) -> bool:
+        """Whether every value read is a module of tilewright, TVM, torch or numpy or read
+        from one (``T.Kernel``, ``T.float32``) and no closure cell is read: nothing a program
+        rebinds between calls, so the snapshot does not change and the kernel a call compiles
+        to depends on its arguments alone. A name not bound yet counts as outside."""
+        self._build_plan()
+        for fn, roots in self._plan:
+            if fn.__closure__:
+                return False
+            for root, _ in roots:
+                if root not in fn.__globals__ and hasattr(builtins, root):
+                    continue
+                if not _is_library(fn.__globals__.get(root)):
+                    return False
+        return True
+
+    def _build_plan(self) -> None:
+        if self._plan is None:
+            self._plan = [(fn, self._roots(fn)) for fn in self._functions()]
+
     def _roots(self, fn) -> list[tuple[str, list[tuple[str, ...]]]]:
         """The global names ``fn`` loads, each with the chains of attributes read from it."""
         roots: dict[str, list] = {}
@@ -133,8 +153,7 @@ class Reads:
 
     def snapshot(self) -> tuple:
         """A hashable picture of the values read: runs on every call of an eager kernel."""
-        if self._plan is None:
-            self._plan = [(fn, self._roots(fn)) for fn in self._functions()]
+        self._build_plan()
         budget = [_MAX_ITEMS * 16]
         picture = []
         for fn, roots in self._plan:

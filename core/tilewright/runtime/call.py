@@ -64,6 +64,14 @@ class KernelCall:
         self._packed_outputs = [(pos, signature.params[i]) for pos, i in enumerate(self._outputs)
                                 if signature.params[i].packed_bits]
 
+    @property
+    def entry_address(self) -> int | None:
+        """The address of the compiled kernel's C entry point, taking every parameter in
+        kernel order in the tvm-ffi calling convention (``int fn(void* self, const TVMFFIAny*
+        args, int32_t num_args, TVMFFIAny* result)``, tensors as ``DLTensor`` pointers), when
+        its executor has one (the CPU backend's shared libraries); else None."""
+        return getattr(self._fn, "address", None)
+
     # -- calling ----------------------------------------------------------------------
     def __call__(self, *args):
         if self._packed_inputs or self._packed_outputs:
@@ -190,10 +198,10 @@ class KernelCall:
                     if symbols.setdefault(want, got) != got:
                         raise ArgumentError(f"{where}: dimension {dim} is {want} = {got}, but "
                                             f"an earlier argument set {want} = {symbols[want]}")
-                    if got > _INDEX_MAX[spec.index_dtype]:
+                    if got > INDEX_MAX[spec.index_dtype]:
                         raise ArgumentError(f"{where}: dimension {dim} ({want} = {got}) does not "
                                             f"fit the kernel's {spec.index_dtype} indices")
-            if arg.numel() > _INDEX_MAX[spec.index_dtype]:
+            if arg.numel() > INDEX_MAX[spec.index_dtype]:
                 raise ArgumentError(f"{where} has {arg.numel()} elements, more than the "
                                     f"kernel's {spec.index_dtype} indices address; split the "
                                     "work or declare the shape with T.int64 dimensions")
@@ -225,8 +233,8 @@ class KernelCall:
         return shapes, copies
 
 
-_INDEX_MAX = {"int32": (1 << 31) - 1, "int64": (1 << 63) - 1}
-_SCALAR_RANGE = {f"{s}int{b}": ((0, (1 << b) - 1) if s else (-(1 << (b - 1)), (1 << (b - 1)) - 1))
+INDEX_MAX = {"int32": (1 << 31) - 1, "int64": (1 << 63) - 1}
+SCALAR_RANGE = {f"{s}int{b}": ((0, (1 << b) - 1) if s else (-(1 << (b - 1)), (1 << (b - 1)) - 1))
                  for s in ("", "u") for b in (8, 16, 32, 64)}
 
 
@@ -249,7 +257,7 @@ def _check_scalar(arg, spec, where: str, torch) -> None:
         if isinstance(arg, bool) or not isinstance(arg, int):
             raise ArgumentError(f"{where} is an integer scalar ({spec.dtype}), got "
                                 f"{type(arg).__name__} {_short_repr(arg)}")
-        low, high = _SCALAR_RANGE.get(spec.dtype, (-(1 << 63), (1 << 63) - 1))
+        low, high = SCALAR_RANGE.get(spec.dtype, (-(1 << 63), (1 << 63) - 1))
         if not low <= arg <= high:
             raise ArgumentError(f"{where} = {arg} does not fit its dtype {spec.dtype}")
     elif spec.dtype.startswith(("float", "bfloat")) and not isinstance(arg, (int, float)):

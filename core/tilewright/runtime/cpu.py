@@ -42,11 +42,11 @@ CONTEXT = {PARALLEL_LAUNCH: "tw_shim_parallel_launch",
            "__TVMBackendAllocWorkspace": "tw_shim_alloc_workspace",
            "__TVMBackendFreeWorkspace": "tw_shim_free_workspace"}
 _ENTRY = re.compile(r"^__tvm_ffi_[A-Za-z_][A-Za-z0-9_]{0,1023}$")
-_DTYPES = {"bool": (6, 8), "float16": (2, 16), "bfloat16": (4, 16), "float32": (2, 32),
+DL_DTYPES = {"bool": (6, 8), "float16": (2, 16), "bfloat16": (4, 16), "float32": (2, 32),
            "float64": (2, 64), "float8_e4m3fn": (10, 8), "float8_e5m2": (12, 8),
            **{f"int{b}": (0, b) for b in (8, 16, 32, 64)},
            **{f"uint{b}": (1, b) for b in (8, 16, 32, 64)}}
-_FFI_INT, _FFI_BOOL, _FFI_FLOAT, _FFI_TENSOR = 1, 2, 3, 7
+FFI_INT, FFI_BOOL, FFI_FLOAT, FFI_TENSOR = 1, 2, 3, 7
 _CPU = 1
 
 
@@ -105,16 +105,31 @@ def build_shim(target: Path) -> Path:
     return target
 
 
+CACHE_MARKER = "CACHEDIR.TAG"  # the file that makes a folder a tilewright disk cache
+
+
+def _shim_folder() -> Path:
+    """Where the shim is built: the ``runtime`` folder of the user's cache when the cache is
+    tilewright's (marked), new or empty; else a private folder of this process, so that a
+    ``TILEWRIGHT_CACHE_DIR`` naming a folder of the user's own is never written to."""
+    root = Path(os.environ.get("TILEWRIGHT_CACHE_DIR") or Path.home() / ".cache" / "tilewright")
+    try:
+        ours = not root.exists() or (root / CACHE_MARKER).is_file() or \
+            (root.is_dir() and not root.is_symlink() and not any(root.iterdir()))
+    except OSError:
+        ours = False
+    return root / "runtime" if ours else Path(tempfile.mkdtemp(prefix="tilewright-shim-"))
+
+
 @functools.lru_cache(maxsize=1)
 def shim() -> ctypes.CDLL:
     """The shim, loaded once with ``RTLD_GLOBAL`` so kernels resolve its error function: the
-    prebuilt one beside this module, else one built into the user's cache folder."""
+    prebuilt one beside this module, else one built into the user's cache folder (see
+    :func:`_shim_folder`)."""
     path = Path(__file__).with_name(SHIM)
     if not path.is_file():
         digest = hashlib.sha256(SHIM_SOURCE.read_bytes()).hexdigest()[:16]
-        root = Path(os.environ.get("TILEWRIGHT_CACHE_DIR") or
-                    Path.home() / ".cache" / "tilewright")
-        path = root / "runtime" / f"tw_kernel_shim-{digest}.so"
+        path = _shim_folder() / f"tw_kernel_shim-{digest}.so"
         if not path.is_file():
             build_shim(path)
     lib = ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
@@ -207,23 +222,25 @@ class LibraryFunction:
         lib = shim()
         self._keep = []
         if helper:
-            self._keep.append(_load_private(helper, "helper.so", ctypes.RTLD_GLOBAL))
-        self._lib = _load_private(binary, "kernel.so", ctypes.RTLD_LOCAL)
+            self._keep.append(load_private(helper, "helper.so", ctypes.RTLD_GLOBAL))
+        self._lib = load_private(binary, "kernel.so", ctypes.RTLD_LOCAL)
         bind_context(self._lib)
         self._fn = _ENTRY_TYPE((symbol, self._lib))
+        self.address = ctypes.cast(self._fn, ctypes.c_void_p).value
+        """The entry's C function (the tvm-ffi calling convention), alive with this object."""
         self._last_error = lib.tw_shim_last_error
         self.name = signature.name
         self._kinds = []
         for p in signature.params:
             if p.kind == "tensor":
-                code, bits = _DTYPES[p.dtype]
-                self._kinds.append((_FFI_TENSOR, _DLDataType(code, bits, 1)))
+                code, bits = DL_DTYPES[p.dtype]
+                self._kinds.append((FFI_TENSOR, _DLDataType(code, bits, 1)))
             elif p.dtype == "bool":
-                self._kinds.append((_FFI_BOOL, None))
+                self._kinds.append((FFI_BOOL, None))
             elif p.dtype.startswith(("float", "bfloat")):
-                self._kinds.append((_FFI_FLOAT, None))
+                self._kinds.append((FFI_FLOAT, None))
             else:
-                self._kinds.append((_FFI_INT, None))
+                self._kinds.append((FFI_INT, None))
         self._shapes: dict = {}
 
     def __call__(self, *args):
@@ -233,7 +250,7 @@ class LibraryFunction:
         for i, ((kind, dtype), arg) in enumerate(zip(self._kinds, args)):
             slot = packed[i]
             slot.type_index = kind
-            if kind == _FFI_TENSOR:
+            if kind == FFI_TENSOR:
                 shape = tuple(arg.shape)
                 dims = self._shapes.get(shape)
                 if dims is None:
@@ -242,7 +259,7 @@ class LibraryFunction:
                                   None, 0)
                 keep.append(tensor)
                 slot.value.v_ptr = ctypes.addressof(tensor)
-            elif kind == _FFI_FLOAT:
+            elif kind == FFI_FLOAT:
                 slot.value.v_float64 = float(arg)
             else:
                 slot.value.v_int64 = int(arg)
@@ -278,7 +295,7 @@ def _raised_in_tvm_ffi() -> str:
     return f"{kind}: {message}"
 
 
-def _load_private(data: bytes, name: str, mode: int) -> ctypes.CDLL:
+def load_private(data: bytes, name: str, mode: int) -> ctypes.CDLL:
     """Load a shared library from ``data`` through a private file, removed once loaded: what
     runs is exactly the bytes that were checked."""
     with tempfile.TemporaryDirectory(prefix="tilewright-load-") as folder:

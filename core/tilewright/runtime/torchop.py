@@ -275,11 +275,21 @@ class TorchOp:
     call and its inputs (the JIT's eager kernels compile one per specialisation); ``fake``
     then computes the fake outputs from the operator's arguments. ``unavailable`` maps device
     types to why the operator has no kernel there and what to do (said when tensors arrive
-    on one)."""
+    on one).
+
+    ``native(qualname, device, dispatch_key, n_arguments)``, when given, returns the kernel to
+    register in C++ for a device (or None: the Python implementation is registered): an
+    object with ``update(entries)``, called with the device's variants whenever they change
+    (triples of a :class:`Variant`, the operator argument of each kernel input and the
+    compile-time values it needs), and ``remove()``. Its calls fall back to the Python
+    implementation, registered as the companion operator ``<ns>::<name>__python``. With
+    ``resolve``, the kernels it returns join the C++ kernel's variants while ``learn()`` says
+    that the kernel a call resolves to depends on the arguments' dtypes, ranks, static sizes
+    and compile-time values alone."""
 
     def __init__(self, qualname: str, arguments: Sequence[Argument], outputs: Sequence[str],
                  devices: Sequence[str], *, origin: str = "", resolve=None, fake=None,
-                 unavailable: dict | None = None):
+                 unavailable: dict | None = None, native=None, learn=None):
         match = _QUALNAME.match(qualname or "")
         if match is None:
             raise OpError(f"torch op name {qualname!r} must look like 'namespace::name' "
@@ -292,6 +302,9 @@ class TorchOp:
         self.unavailable = dict(unavailable or {})
         self._resolve, self._fake = resolve, fake
         self._lock = threading.Lock()
+        self._native_factory, self._learn = native, learn
+        self._native: dict = {}  # device -> its C++ kernel
+        self._learned: dict[str, dict] = {}  # device -> {key: (variant, sources, consts)}
         self.schema = schema_of(qualname, self.arguments, len(self.outputs))
         self._library = _register(self)
         self.op = getattr(getattr(torch.ops, self.namespace), self.name)
@@ -313,7 +326,41 @@ class TorchOp:
             if clash is not None:
                 raise clash
             self.variants[device].append(variant)
+            self._sync(device)
         return variant
+
+    def _sync(self, device: str) -> None:
+        """Give the device's C++ kernel, if any, its variants (called under the lock)."""
+        kernel = self._native.get(device)
+        if kernel is None:
+            return
+        if self._resolve is None:
+            kernel.update([(v, range(len(v.signature.inputs)), {})
+                           for v in self.variants[device]])
+        else:
+            kernel.update(list(self._learned.get(device, {}).values()))
+
+    def forget_learned(self) -> None:
+        """Drop the kernels of ``resolve`` the C++ kernels run (they are learned again)."""
+        with self._lock:
+            self._learned.clear()
+            for device in self._native:
+                self._sync(device)
+
+    def _learn_variant(self, device: str, call, args) -> None:
+        """Add the kernel ``resolve`` returned for ``args`` to the device's C++ kernel."""
+        # torch leaves trailing defaults out of a Python kernel's arguments; C++ gets them all
+        consts = {i: args[i] if i < len(args) else a.default
+                  for i, a in enumerate(self.arguments) if a.type != "Tensor"}
+        key = (id(call), tuple(sorted(consts.items())))
+        with self._lock:
+            learned = self._learned.setdefault(device, {})
+            if key in learned or len(learned) >= MAX_LEARNED:
+                return
+            index = {a.name: i for i, a in enumerate(self.arguments)}
+            sources = [index[p.name] for p in call.signature.inputs]
+            learned[key] = (Variant(call, call.signature), sources, consts)
+            self._sync(device)
 
     def check_parameters(self, signature: KernelSignature) -> None:
         """An OpError unless ``signature`` takes this operator's kernel inputs."""
@@ -353,6 +400,8 @@ class TorchOp:
         if self._resolve is not None:
             call, inputs = self._resolve(device, args)
             out = call(*inputs)
+            if device in self._native and self._learn is not None and self._learn():
+                self._learn_variant(device, call, args)
             return tuple(out) if isinstance(out, list) else out
         variants = self.variants[device]
         if len(variants) == 1 and not variants[0].ranges:
@@ -404,6 +453,8 @@ class TorchOp:
     def remove(self) -> None:
         """Unregister the operator (its name may then be registered again)."""
         _REGISTERED.pop(self.qualname, None)
+        for kernel in self._native.values():
+            kernel.remove()
         self._library._destroy()
 
     def __repr__(self) -> str:
@@ -465,6 +516,10 @@ def _disjoint(a: Variant, b: Variant) -> bool:
 
 # -- registration ----------------------------------------------------------------------------
 _REGISTERED: dict[str, TorchOp] = {}
+PYTHON_SUFFIX = "__python"
+"""The companion operator ``<name>__python`` holds the Python implementation of an operator
+registered in C++ (see ``native`` of :class:`TorchOp`)."""
+MAX_LEARNED = 64  # kernels of ``resolve`` a C++ kernel runs, per device
 # torch's device type names of the dispatch keys an operator is registered under
 _DISPATCH = {"cpu": "CPU", "cuda": "CUDA", "npu": "PrivateUse1"}
 
@@ -499,10 +554,20 @@ def _register(op: TorchOp):
                               f"for device type {device!r}")
             if device == "npu" and torch._C._get_privateuse1_backend_name() != "npu":
                 continue  # torch_npu is not loaded: no tensor can be on an NPU
-            lib.impl(op.name, _device_impl(op, device), key)
+            kernel = op._native_factory and \
+                op._native_factory(op.qualname, device, key, len(op.arguments))
+            if kernel:
+                op._native[device] = kernel
+                if len(op._native) == 1:
+                    lib.define(f"{op.name}{PYTHON_SUFFIX}{op.schema}")
+                lib.impl(op.name + PYTHON_SUFFIX, _device_impl(op, device), key)
+            else:
+                lib.impl(op.name, _device_impl(op, device), key)
         lib.impl(op.name, _no_device_impl(op), "CompositeExplicitAutograd")
         torch.library.register_fake(op.qualname, op.fake, lib=lib)
     except BaseException:
+        for kernel in op._native.values():
+            kernel.remove()
         lib._destroy()
         raise
     _REGISTERED[op.qualname] = op
@@ -510,10 +575,8 @@ def _register(op: TorchOp):
 
 
 def _device_impl(op: TorchOp, device: str):
-    run = op.run
-
     def impl(*args):
-        return run(device, args)
+        return op.run(device, args)
 
     impl.__name__ = f"{op.name}_{device}"
     return impl
@@ -531,6 +594,6 @@ def _no_device_impl(op: TorchOp):
     return impl
 
 
-__all__ = ["SYMBOLIC", "Argument", "ExprError", "OpError", "TorchOp", "Variant",
-           "arguments_of", "check_shapes_from_inputs", "fake_outputs", "output_shapes",
-           "registered", "schema_of"]
+__all__ = ["MAX_LEARNED", "PYTHON_SUFFIX", "SYMBOLIC", "Argument", "ExprError", "OpError",
+           "TorchOp", "Variant", "arguments_of", "check_shapes_from_inputs", "fake_outputs",
+           "output_shapes", "registered", "schema_of"]

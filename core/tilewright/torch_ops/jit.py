@@ -24,6 +24,7 @@ from ..engine import resolve_target
 from ..jit.signature import output_indices, signature_of
 from ..plugin import get_manager
 from ..runtime.torchop import Argument, OpError, TorchOp, arguments_of, fake_outputs
+from .native import native_kernel
 
 _SCALARS = {bool: "bool", int: "int", float: "float", str: "str"}
 
@@ -65,7 +66,8 @@ def register_kernel(kernel, name: str, origin: str = "") -> TorchOp:
     device = kernel.backend.device
     _, unavailable = device_targets(kernel.target)
     op = TorchOp(name, arguments_of(signature), [p.name for p in signature.outputs], [device],
-                 origin=origin or f"kernel {signature.name}", unavailable=unavailable)
+                 origin=origin or f"kernel {signature.name}", unavailable=unavailable,
+                 native=native_kernel)
     try:
         op.add(device, kernel, signature)
     except BaseException:
@@ -124,7 +126,8 @@ def register_eager(jitfn, name: str) -> TorchOp:
 
     return TorchOp(name, arguments, [p.name for p in signature.outputs], list(runnable),
                    origin=f"eager kernel {jitfn.fn.__qualname__}", resolve=resolve, fake=fake,
-                   unavailable=unavailable)
+                   unavailable=unavailable, native=native_kernel,
+                   learn=jitfn.specialisations_follow_arguments)
 
 
 def _generic_signature(jitfn, static: dict, tensors: list):

@@ -21,7 +21,10 @@ the configurations built.
 The wheel holds the package's ``__init__.py`` (a few generated lines), ``ops.json``, one
 bundle per variant, and ``_tilewright``: a generated copy of the runtime modules the bundles
 need (:data:`RUNTIME_FILES`, copied from this installation, unchanged) with the kernel shim
-compiled by the host C compiler.
+compiled by the host C compiler. Its operators run through their Python implementation, not
+the C++ kernel of :mod:`tilewright.torch_ops.native`: that one is compiled against libtorch's
+C++ API, which has no stable ABI across torch releases, and building it where the wheel is
+installed would need a C++ compiler and torch's headers (docs/torch.md, section 5).
 """
 
 from __future__ import annotations

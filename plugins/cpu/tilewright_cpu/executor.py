@@ -38,25 +38,28 @@ def _linker() -> Availability:
                                "libraries; install gcc")
 
 
-def load_private_copy(path: Path):
-    """The module of the shared library ``path``, loaded from a private copy (see
-    :func:`runtime.private_copy`), its parallel launches going to the kernel shim's pool."""
+def load_private_copy(path: Path, entry: str):
+    """The function ``entry`` of the shared library ``path``, loaded from a private copy (see
+    :func:`runtime.private_copy`), its parallel launches going to the kernel shim's pool, and
+    the address of its C entry point (``__tvm_ffi_<entry>``)."""
     with runtime.private_copy(path) as copy:
         module = tvm.runtime.load_module(str(copy))
         # the handle of the library TVM just loaded (RTLD_NOLOAD: the same one, not a copy)
         library = ctypes.CDLL(str(copy), mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
         bind_context(library, (PARALLEL_LAUNCH,))
-    return module
+        address = ctypes.cast(getattr(library, f"__tvm_ffi_{entry}"), ctypes.c_void_p).value
+    return module[entry], address
 
 
 class LibraryKernel:
-    """A kernel of the shared-library executor: calls the library's entry; ``export`` writes
-    the library as a ``cpu-so`` bundle."""
+    """A kernel of the shared-library executor: calls the library's entry; ``address`` is the
+    entry's C function (the tvm-ffi calling convention; it lives as long as ``function``);
+    ``export`` writes the library as a ``cpu-so`` bundle."""
 
-    __slots__ = ("function", "library", "entry")
+    __slots__ = ("function", "address", "library", "entry")
 
-    def __init__(self, function, library: Path, entry: str):
-        self.function, self.library, self.entry = function, library, entry
+    def __init__(self, function, address: int, library: Path, entry: str):
+        self.function, self.address, self.library, self.entry = function, address, library, entry
 
     def __call__(self, *args):
         return self.function(*args)
@@ -75,13 +78,13 @@ class LibraryKernel:
 def _build_shared(source: GeneratedSource, ctx, workdir) -> object:
     path = Path(workdir) / LIBRARY
     source.payload.export_library(str(path))
-    return LibraryKernel(load_private_copy(path)[source.entry], path, source.entry)
+    return LibraryKernel(*load_private_copy(path, source.entry), path, source.entry)
 
 
 def _load_shared(workdir, entry: str):
     runtime.load()  # kernels may call its atomics
     path = Path(workdir) / LIBRARY
-    return LibraryKernel(load_private_copy(path)[entry], path, entry)
+    return LibraryKernel(*load_private_copy(path, entry), path, entry)
 
 
 def _build_memory(source: GeneratedSource, ctx, workdir) -> object:

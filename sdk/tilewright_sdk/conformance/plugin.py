@@ -76,6 +76,7 @@ def pytest_configure(config):
                                     f"that name; installed backends: {_installed(manager)}")
         state.record = failed[0]
     config._tilewright_conformance = state
+    config.pluginmanager.register(_Collector(state), "tilewright-conformance-rows")
 
 
 def state_of(config) -> _State | None:
@@ -134,8 +135,13 @@ def pytest_generate_tests(metafunc):
     metafunc.parametrize("conformance_case", selected, ids=[c.id for c in selected])
 
 
+RESULT = "tilewright_result"  # the user property carrying a case's row of the report
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
+    """A case's row of the report, attached to its test report (which pytest-xdist carries
+    from the worker that ran the case to the session that writes the report)."""
     outcome = yield
     report = outcome.get_result()
     state = state_of(item.config)
@@ -161,11 +167,22 @@ def pytest_runtest_makereport(item, call):
         detail = next((v for k, v in report.user_properties if k == "tilewright_summary"), "")
         if detail.startswith(NOT_VERIFIED):
             status, detail = "unverified", detail.removeprefix(NOT_VERIFIED)
-    state.results.append({"kernel": case.kernel.name, "ops": list(case.kernel.ops),
-                          "names": list(case.kernel.names),
-                          "dtype": case.dtype, "variant": case.variant, "mode": state.mode,
-                          "status": status, "detail": detail,
-                          "seconds": round(report.duration, 3)})
+    report.user_properties.append((RESULT, {
+        "kernel": case.kernel.name, "ops": list(case.kernel.ops),
+        "names": list(case.kernel.names), "dtype": case.dtype, "variant": case.variant,
+        "mode": state.mode, "status": status, "detail": detail,
+        "seconds": round(report.duration, 3)}))
+
+
+class _Collector:
+    """Collects the rows in the session that prints and writes the report: this process, or
+    the pytest-xdist controller when the cases run on workers (``-n``)."""
+
+    def __init__(self, state: _State):
+        self.state = state
+
+    def pytest_runtest_logreport(self, report):
+        self.state.results.extend(v for k, v in report.user_properties if k == RESULT)
 
 
 def pytest_terminal_summary(terminalreporter, config):
