@@ -242,3 +242,75 @@ def test_op_dtypes_refuse_an_input_dtype_at_the_users_line():
         check_support(gemm32, narrow)
     assert_at(info.value, "gemm-f32", "T.gemm on float32 operands (A) is not supported by "
               "backend 'cpu' (it takes bfloat16, float16)")
+
+
+def _float16_kernels():
+    """Kernels using float16 as a parameter, an allocation and a conversion's result."""
+
+    @T.prim_func
+    def param(A: T.Tensor((16,), "float16"), B: T.Tensor((16,), "float32")):
+        with T.Kernel(1, threads=32):
+            for i in T.Parallel(16):
+                B[i] = T.cast(A[i], "float32")  # dtype-param
+
+    @T.prim_func
+    def alloc(A: T.Tensor((16,), "float32"), B: T.Tensor((16,), "float32")):
+        with T.Kernel(1, threads=32):
+            s = T.alloc_shared((16,), "float16")  # dtype-alloc
+            T.copy(A, s)
+            T.copy(s, B)
+
+    @T.prim_func
+    def cast(A: T.Tensor((16,), "float32"), B: T.Tensor((16,), "float32")):
+        with T.Kernel(1, threads=32):
+            for i in T.Parallel(16):
+                B[i] = T.cast(T.cast(A[i], "float16"), "float32")  # dtype-cast
+
+    return {"param": (param, "parameter 'A'"), "alloc": (alloc, "buffer 's'"),
+            "cast": (cast, "a conversion's result")}
+
+
+@pytest.mark.parametrize("where", ["param", "alloc", "cast"])
+def test_a_dtype_outside_the_backends_table_is_refused_at_the_users_line(where):
+    # every installed backend, its dtype table less float16: the first line using float16 is
+    # named with the backend and what it offers
+    import dataclasses
+
+    from tilewright.engine.session import check_support
+    from tilewright.errors import UnsupportedOpError
+    from tilewright.plugin import get_manager
+
+    func, what = _float16_kernels()[where]
+    backends = get_manager().backends()
+    assert {"cpu", "interp"} <= set(backends)
+    for backend in backends.values():
+        check_support(func, backend)
+        caps = backend.capabilities
+        narrow = dataclasses.replace(backend, capabilities=dataclasses.replace(
+            caps, dtypes=caps.dtypes - {"float16"},
+            op_dtypes={op: d - {"float16"} for op, d in caps.op_dtypes.items()}))
+        with pytest.raises(UnsupportedOpError) as info:
+            check_support(func, narrow)
+        assert_at(info.value, f"dtype-{where}", f"{what} is float16, which backend "
+                  f"'{backend.name}' does not compute (it offers "
+                  f"{', '.join(sorted(narrow.capabilities.dtypes))})")
+
+
+def test_int4_is_refused_by_every_backend_at_the_users_line():
+    # T.int4 is a dtype of the language no backend computes (T.unpack reads 4-bit fields)
+    from tilewright.engine.session import check_support
+    from tilewright.errors import UnsupportedOpError
+    from tilewright.plugin import get_manager
+
+    @T.prim_func
+    def widen(A: T.Tensor((16,), T.int4), B: T.Tensor((16,), "float32")):
+        with T.Kernel(1, threads=32):
+            for i in T.Parallel(16):
+                B[i] = T.cast(A[i], "float32")  # int4-param
+
+    for backend in get_manager().backends().values():
+        with pytest.raises(UnsupportedOpError) as info:
+            check_support(widen, backend)
+        assert_at(info.value, "int4-param", f"parameter 'A' is int4, which backend "
+                  f"'{backend.name}' does not compute (it offers "
+                  f"{', '.join(sorted(backend.capabilities.dtypes))})")

@@ -55,32 +55,66 @@ def vector_add(N, tile=1024, blocks=2, stages=2, versions="same", body="parallel
     return main
 
 
-def gemm(M, N, K, BM, BN, BK, l0=False, dtype="float16"):
-    """C = A @ B (float32 accumulation), K pipelined: ``T.gemm`` of the L1 tiles, or (``l0``)
-    ``T.copy`` L1 -> L0A/L0B and ``T.gemm`` of the L0 tiles."""
+def gemm(M, N, K, BM, BN, BK, l0=False, dtype="float16", transpose_A=False, transpose_B=False):
+    """C = op(A) @ op(B) (float32 accumulation), K pipelined: ``T.gemm`` of the L1 tiles, or
+    (``l0``) ``T.copy`` L1 -> L0A/L0B and ``T.gemm`` of the L0 tiles, whose layouts follow the
+    GEMM's transpose flags. A transposed A is stored K x M, a transposed B N x K."""
+    ta, tb = transpose_A, transpose_B
+    a_tile, b_tile = ((BK, BM) if ta else (BM, BK)), ((BN, BK) if tb else (BK, BN))
+
+    @T.prim_func
+    def main(A: T.Tensor((K, M) if ta else (M, K), dtype),
+             B: T.Tensor((N, K) if tb else (K, N), dtype), C: T.Tensor((M, N), "float32")):
+        with T.Kernel((M // BM) * (N // BN)) as bx:
+            mi = bx // (N // BN)
+            ni = bx % (N // BN)
+            a = T.alloc_l1(a_tile, dtype)
+            b = T.alloc_l1(b_tile, dtype)
+            c = T.alloc_l0c((BM, BN), "float32")
+            a0 = T.alloc_l0a(a_tile, dtype)
+            b0 = T.alloc_l0b(b_tile, dtype)
+            T.clear(c)
+            for k in T.Pipelined(K // BK, num_stages=2):
+                T.copy(A[k * BK, mi * BM] if ta else A[mi * BM, k * BK], a)
+                T.copy(B[ni * BN, k * BK] if tb else B[k * BK, ni * BN], b)
+                if l0:
+                    T.copy(a, a0)
+                    T.copy(b, b0)
+                    T.gemm(a0, b0, c, transpose_A=ta, transpose_B=tb)
+                else:
+                    T.gemm(a, b, c, transpose_A=ta, transpose_B=tb)
+            T.copy(c, C[mi * BM, ni * BN])
+
+    return main
+
+
+def gemm_relu(M, N, K, BM, BN, BK, split="m", dtype="float16"):
+    """C = relu(A @ B) in a ``T.MixedKernel``: the cube accumulates a BM x BN tile in L0C over
+    the K loop, ``T.dual_copy`` hands each vector sub-core its half (``split`` ``m``: BM/2 rows,
+    ``n``: BN/2 columns) in UB, the ReLU runs in ``T.SimtVF`` and a second ``T.dual_copy``
+    writes both halves to C (the seed's GEMM + ReLU)."""
+    HM, HN = (BM // 2, BN) if split == "m" else (BM, BN // 2)
 
     @T.prim_func
     def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype),
              C: T.Tensor((M, N), "float32")):
-        with T.Kernel((M // BM) * (N // BN)) as bx:
-            mi = bx // (N // BN)
-            ni = bx % (N // BN)
-            a = T.alloc_l1((BM, BK), dtype)
-            b = T.alloc_l1((BK, BN), dtype)
-            c = T.alloc_l0c((BM, BN), "float32")
-            a0 = T.alloc_l0a((BM, BK), dtype)
-            b0 = T.alloc_l0b((BK, BN), dtype)
-            T.clear(c)
+        with T.MixedKernel((M // BM) * (N // BN), sids=2) as (bx, sid):
+            m = bx // (N // BN) * BM
+            n = bx % (N // BN) * BN
+            A_l1 = T.alloc_l1((BM, BK), dtype)
+            B_l1 = T.alloc_l1((BK, BN), dtype)
+            C_l0c = T.alloc_l0c((BM, BN), "float32")
+            C_ub = T.alloc_shared((HM, HN), "float32")
+            T.clear(C_l0c)
             for k in T.Pipelined(K // BK, num_stages=2):
-                T.copy(A[mi * BM, k * BK], a)
-                T.copy(B[k * BK, ni * BN], b)
-                if l0:
-                    T.copy(a, a0)
-                    T.copy(b, b0)
-                    T.gemm(a0, b0, c)
-                else:
-                    T.gemm(a, b, c)
-            T.copy(c, C[mi * BM, ni * BN])
+                T.copy(A[m, k * BK], A_l1)
+                T.copy(B[k * BK, n], B_l1)
+                T.gemm(A_l1, B_l1, C_l0c)
+            T.dual_copy(C_l0c, C_ub)
+            with T.SimtVF(threads=128):
+                for i, j in T.Parallel(HM, HN):
+                    C_ub[i, j] = T.max(C_ub[i, j], 0)
+            T.dual_copy(C_ub, C[m : m + BM, n : n + BN], l2_cache_ctrl="NOTALLOC_PW")
 
     return main
 
@@ -100,6 +134,13 @@ def main():
         torch.testing.assert_close(mm(x, y), x.float() @ y.float(), rtol=1e-2, atol=5e-2)
         print(f"GEMM through {'L0A/L0B' if l0 else 'L1'}: matches torch, MTE2 overlap "
               f"{last_run_stats()['mte2_overlap']:.3f}")
+    for split in ("m", "n"):
+        mm = tilewright.compile(gemm_relu(128, 128, 256, 64, 64, 64, split=split), out_idx=[2],
+                                target=TARGET)
+        torch.testing.assert_close(mm(x, y), torch.relu(x.float() @ y.float()), rtol=1e-2,
+                                   atol=5e-2)
+        print(f"GEMM + ReLU in T.MixedKernel, {split.upper()}-split T.dual_copy: matches torch, "
+              f"races {last_run_stats()['races']}")
 
 
 if __name__ == "__main__":

@@ -134,9 +134,18 @@ def gemm_fp8_scaled_refused():
         _ascend(f.fp8_gemm_scaled)(40, 64, 256, "block", block_M=32, block_N=32, threads=128)
 
 
+def gemm_sp_refused():
+    # the cube has no structured sparsity: T.gemm_sp is an op the backend does not declare
+    g = _example("gemm_sp")
+    with pytest.raises(tilewright.errors.UnsupportedOpError, match=r"gemm_sp.py:\d+: T.gemm_sp "
+                       r"is not supported by backend 'ascend'"):
+        _ascend(g.gemm_sp_kernel)(64, 64, 128, block_M=32, block_N=32, block_K=64)
+
+
 CASES = [quickstart_vector_add, quickstart_matmul, quickstart_softmax, gemm_float32,
          gemm_splitk, flash_attention_causal, rmsnorm, softmax_bfloat16, row_reduce,
-         elementwise_add, gemm_dynamic, gemm_persistent, gemm_w4a16, gemm_fp8_scaled_refused]
+         elementwise_add, gemm_dynamic, gemm_persistent, gemm_w4a16, gemm_fp8_scaled_refused,
+         gemm_sp_refused]
 
 
 def test_every_example_has_a_case():

@@ -11,7 +11,7 @@ import tilewright
 import tilewright_ascend.language as A
 import tilewright_ascend.language.mainline as T
 import torch
-from mainline_kernels import gemm, vector_add
+from mainline_kernels import gemm, gemm_relu, vector_add
 from tilewright.errors import ConfigError, KernelError
 from tilewright_ascend.executor import last_run_stats
 from tilewright_ascend.facts.arch import ARCHS
@@ -95,27 +95,166 @@ def test_simt_rules():
 
 
 def test_dual_copy_rules():
-    def copy(src_shape, dst_shape):
+    def copy(src_shape, dst_shape, mixed=True, src_scope="l0c", dtype="float32", sids=2):
         @T.prim_func
-        def main(X: T.Tensor((64, 64), "float32")):
-            with T.Kernel(1):
-                c = T.alloc_l0c(src_shape, "float32")
-                u = T.alloc_shared(dst_shape, "float32")
+        def main(X: T.Tensor((64, 64), "float16"), Y: T.Tensor((64, 64), "float32")):
+            with (T.MixedKernel(1, sids=sids) if mixed else T.Kernel(1)):
+                c = getattr(T, f"alloc_{src_scope}")(src_shape, "float32")
+                u = T.alloc_shared(dst_shape, dtype)
                 T.dual_copy(c, u)
 
     with pytest.raises(KernelError, match=r"T.dual_copy must be used inside a mixed kernel"):
-        copy((64, 32), (32, 32))  # M-split, but not in T.MixedKernel
-    with pytest.raises(KernelError, match=r"extent 33 of \[33, 32\] is odd"):
+        copy((64, 32), (32, 32), mixed=False)  # M-split, but not in T.MixedKernel
+    with pytest.raises(KernelError, match=r"test_ascend_mainline.py:\d+: T.dual_copy: extent 33 "
+                                          r"of \[33, 32\] is odd"):
         copy((33, 32), (16, 32))
     with pytest.raises(KernelError, match=r"exactly one trailing dimension .* got \[64, 32\] "
                                           r"-> \[64, 32\]"):
         copy((64, 32), (64, 32))
-    with pytest.raises(KernelError, match="T.MixedKernel is not supported by backend 'ascend' "
-                                          "yet"):
+    with pytest.raises(KernelError, match=r"T.dual_copy moves L0C -> UB, GM -> UB, UB -> GM, "
+                                          r"UB -> L1; got L1 -> UB"):
+        copy((64, 32), (32, 32), src_scope="l1")
+    with pytest.raises(KernelError, match=r"from L0C converts nothing .* float32 -> float16"):
+        copy((64, 32), (32, 32), dtype="float16")
+    with pytest.raises(KernelError, match=r"this T.MixedKernel has sids=1"):
+        copy((64, 32), (32, 32), sids=1)
+    with pytest.raises(KernelError, match=r"sids= is the number of vector sub-cores, 1 or 2"):
+        copy((64, 32), (32, 32), sids=3)
+
+
+def test_mixed_kernel_needs_cube_work():
+    @T.prim_func
+    def vector_only(X: T.Tensor((64, 64), "float32")):
+        with T.MixedKernel(1, sids=2) as (bx, sid):
+            u = T.alloc_shared((32, 64), "float32")
+            T.dual_copy(X[0:64, 0:64], u)
+            T.dual_copy(u, X[0:64, 0:64])
+
+    with pytest.raises(KernelError, match=r"test_ascend_mainline.py:\d+: a T.MixedKernel holds "
+                                          r"cube work .* has none"):
+        tilewright.lower(vector_only, target=TARGET)
+
+
+@pytest.mark.parametrize("split", ["m", "n"])
+def test_gemm_relu_with_dual_copy_runs_on_the_950_emulator(split):
+    """The seed's GEMM + ReLU: L0C -> UB and UB -> GM dual copies, the ReLU in T.SimtVF."""
+    kernel = tilewright.compile(gemm_relu(128, 128, 256, 64, 64, 64, split=split), out_idx=[2],
+                                target=TARGET)
+    x, y = torch.randn(128, 256).half(), torch.randn(256, 128).half()
+    torch.testing.assert_close(kernel(x, y), torch.relu(x.float() @ y.float()), rtol=1e-2,
+                               atol=5e-2)
+    assert last_run_stats()["races"] == 0
+    text = tilewright.lower(gemm_relu(128, 128, 256, 64, 64, 64, split=split),
+                            target=TARGET).source.text
+    # each vector sub-core reads its half of the handed-over tile and writes its half of C
+    half = "(vid * 2048)" if split == "m" else "(vid * 32)"
+    assert half in text and "int32_t vid = GetSubBlockIdx();" in text
+
+
+def _scaled_gemm(split, pipelined=False, versions=None):
+    """C = (2 A) @ B + D: A's tiles are scaled by the vector cores and handed to L1 (GM -> UB,
+    UB -> L1 dual copies inside the K loop), the result and D meet in UB (L0C -> UB, GM -> UB)
+    and go out by UB -> GM. ``pipelined``: the K loop is T.Pipelined(num_stages=2);
+    ``versions``: what T.annotate_buffer_versions gives the loop's tiles."""
+    M, N, K, BM, BN, BK = 128, 128, 256, 64, 64, 64
+    HM, HK = (BM // 2, BK) if split == "m" else (BM, BK // 2)
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"),
+             D: T.Tensor((M, N), "float32"), C: T.Tensor((M, N), "float32")):
+        with T.MixedKernel((M // BM) * (N // BN), sids=2) as (bx, sid):
+            m = bx // (N // BN) * BM
+            n = bx % (N // BN) * BN
+            a_ub = T.alloc_shared((HM, HK), "float16")
+            A_l1 = T.alloc_l1((BM, BK), "float16")
+            B_l1 = T.alloc_l1((BK, BN), "float16")
+            C_l0c = T.alloc_l0c((BM, BN), "float32")
+            c_ub = T.alloc_shared((BM // 2, BN), "float32")
+            d_ub = T.alloc_shared((BM // 2, BN), "float32")
+            if versions is not None:
+                T.annotate_buffer_versions({a_ub: versions, A_l1: versions, B_l1: versions})
+            for k in T.Pipelined(K // BK, num_stages=2) if pipelined else T.serial(K // BK):
+                T.dual_copy(A[m : m + BM, k * BK : k * BK + BK], a_ub)
+                with T.SimtVF(threads=128):
+                    for i, j in T.Parallel(HM, HK):
+                        a_ub[i, j] = a_ub[i, j] * 2
+                T.dual_copy(a_ub, A_l1)
+                T.copy(B[k * BK, n], B_l1)
+                T.gemm(A_l1, B_l1, C_l0c, clear_accum=(k == 0))
+            T.dual_copy(C_l0c, c_ub)
+            T.dual_copy(D[m : m + BM, n : n + BN], d_ub)
+            for i, j in T.Parallel(BM // 2, BN):
+                c_ub[i, j] = c_ub[i, j] + d_ub[i, j]
+            T.dual_copy(c_ub, C[m : m + BM, n : n + BN])
+
+    return main
+
+
+@pytest.mark.parametrize("split", ["m", "n"])
+def test_dual_copy_paths_run_on_the_950_emulator(split):
+    kernel = tilewright.compile(_scaled_gemm(split), out_idx=[3], target=TARGET)
+    x, y, d = torch.randn(128, 256).half(), torch.randn(256, 128).half(), torch.randn(128, 128)
+    torch.testing.assert_close(kernel(x, y, d), (2 * x.float()) @ y.float() + d, rtol=1e-2,
+                               atol=5e-2)
+    assert last_run_stats()["races"] == 0
+
+
+def test_pipelined_within_and_across_cores_at_once_is_an_error():
+    """The seed's second T.Pipelined rule on Ascend: a loop that hands tiles between the cube
+    and the vector cores does not also multi-buffer them within a core."""
+    with pytest.raises(KernelError, match=r"test_ascend_mainline.py:\d+: T.Pipelined pipelines "
+                                          r"within a core \(here: versions of 'A_l1', 'B_l1'\) or "
+                                          r"across the cube and vector cores .* not both at "
+                                          r"once; use the flat pattern"):
+        tilewright.lower(_scaled_gemm("m", pipelined=True), target=TARGET)
+    # the flat pattern: one version of each tile, the loop pipelined across the cores
+    kernel = tilewright.compile(_scaled_gemm("m", pipelined=True, versions=1), out_idx=[3],
+                                target=TARGET)
+    x, y, d = torch.randn(128, 256).half(), torch.randn(256, 128).half(), torch.randn(128, 128)
+    torch.testing.assert_close(kernel(x, y, d), (2 * x.float()) @ y.float() + d, rtol=1e-2,
+                               atol=5e-2)
+    assert last_run_stats()["races"] == 0
+
+
+def test_nested_pipelined_is_an_error_at_the_line():
+    with pytest.raises(KernelError, match=r"test_ascend_mainline.py:\d+: T.Pipelined cannot be "
+                                          r"nested inside another T.Pipelined loop") as err:
         @T.prim_func
-        def mixed(X: T.Tensor((64, 64), "float32")):
-            with T.MixedKernel(1, sids=2):
-                pass
+        def main(A: T.Tensor((4, 4, 64), "float32")):
+            with T.Kernel(1):
+                x = T.alloc_shared((64,), "float32")
+                for i in T.Pipelined(4, num_stages=2):
+                    for j in T.Pipelined(4, num_stages=2):
+                        T.copy(A[i, j, 0:64], x)
+                        T.copy(x, A[i, j, 0:64])
+
+    assert "for j in T.Pipelined(4, num_stages=2):" in str(err.value)
+
+
+def test_mixed_kernel_with_one_vector_core():
+    """sids=1: the vector code runs on sub-core 0 only, with whole tiles."""
+    @T.prim_func
+    def main(A: T.Tensor((64, 64), "float16"), B: T.Tensor((64, 64), "float16"),
+             C: T.Tensor((64, 64), "float32")):
+        with T.MixedKernel(1, sids=1) as (bx, sid):
+            a = T.alloc_l1((64, 64), "float16")
+            b = T.alloc_l1((64, 64), "float16")
+            c = T.alloc_l0c((64, 64), "float32")
+            u = T.alloc_shared((64, 64), "float32")
+            T.copy(A, a)
+            T.copy(B, b)
+            T.gemm(a, b, c, clear_accum=True)
+            T.copy(c, u)
+            for i, j in T.Parallel(64, 64):
+                u[i, j] = T.max(u[i, j], 0)
+            T.copy(u, C)
+
+    kernel = tilewright.compile(main, out_idx=[2], target=TARGET)
+    x, y = torch.randn(64, 64).half(), torch.randn(64, 64).half()
+    torch.testing.assert_close(kernel(x, y), torch.relu(x.float() @ y.float()), rtol=1e-2,
+                               atol=5e-2)
+    assert last_run_stats()["races"] == 0
+    assert "if ((vid == 0))" in tilewright.lower(main, target=TARGET).source.text
 
 
 def test_versioned_vector_add_runs_on_the_950_emulator():
@@ -148,14 +287,71 @@ def test_three_versions_run_clean():
 
 
 def test_version_annotation_errors():
-    with pytest.raises(KernelError, match="mode 'counter' for 'a' is not implemented"):
-        tilewright.lower(vector_add(8 * 1024, versions=(2, "counter")), target=TARGET)
     with pytest.raises(KernelError, match=r"mainline_kernels.py:\d+: T.annotate_buffer_"
                                           r"versions: the mode of 'a' is one of auto, "
                                           r"iteration, counter, got 'ring'"):
         vector_add(8 * 1024, versions=(2, "ring"))
     with pytest.raises(KernelError, match="number of versions of 'a' must be a positive int"):
         vector_add(8 * 1024, versions=0)
+
+
+def _guarded_add(N, tile, versions, split):
+    """C = A + B on the steps ``step % 3 != 2`` only: one branch around the whole step, or
+    (``split``) one branch per statement."""
+    @T.prim_func
+    def main(A: T.Tensor((N,), "float32"), B: T.Tensor((N,), "float32"),
+             C: T.Tensor((N,), "float32")):
+        with T.Kernel(1):
+            a = T.alloc_shared((tile,), "float32")
+            b = T.alloc_shared((tile,), "float32")
+            c = T.alloc_shared((tile,), "float32")
+            T.annotate_buffer_versions({a: versions, b: versions, c: versions})
+            for step in T.Pipelined(N // tile, num_stages=2):
+                part = slice(step * tile, step * tile + tile)
+                if split:
+                    if step % 3 != 2:
+                        T.copy(A[part], a)
+                    if step % 3 != 2:
+                        T.copy(B[part], b)
+                    if step % 3 != 2:
+                        for i in T.Parallel(tile):
+                            c[i] = a[i] + b[i]
+                    if step % 3 != 2:
+                        T.copy(c, C[part])
+                elif step % 3 != 2:
+                    T.copy(A[part], a)
+                    T.copy(B[part], b)
+                    for i in T.Parallel(tile):
+                        c[i] = a[i] + b[i]
+                    T.copy(c, C[part])
+
+    return main
+
+
+@pytest.mark.parametrize("versions, split", [((2, "counter"), True), ((3, "counter"), True),
+                                             ((2, "counter"), False), ((2, "iteration"), False),
+                                             ((2, "auto"), True)])
+def test_versions_of_guarded_uses_run_clean(versions, split):
+    """'counter' mode (and 'auto' for guarded uses): the version of a buffer advances only in
+    the iterations that use it; 'iteration': every iteration. Both run race-free under a guard
+    (a guard around the whole step is one item that depends on itself: its flags keep one id,
+    so its inner flags stay ordered across iterations)."""
+    N, tile = 12 * 1024, 1024
+    func = _guarded_add(N, tile, versions, split)
+    kernel = tilewright.compile(func, target=TARGET)
+    a, b, c = torch.randn(N), torch.randn(N), torch.zeros(N)
+    kernel(a, b, c)
+    used = (torch.arange(N) // tile) % 3 != 2
+    torch.testing.assert_close(c, torch.where(used, a + b, torch.zeros(N)))
+    stats = last_run_stats()
+    assert stats["races"] == 0
+    if split:
+        assert stats["mte2_overlap"] >= 0.4
+    text = tilewright.lower(func, target=TARGET).source.text
+    counted = "a_version = (a_version + TW_SELECT(((step % 3) < 2), 1, 0));" in text
+    assert counted == (versions[1] != "iteration")
+    if counted:
+        assert f"a[(TW_FLOORMOD(a_version, {versions[0]}) * 1024)]" in text
 
 
 def test_accumulator_cannot_be_versioned():
@@ -188,8 +384,11 @@ def test_hand_written_stage_dimension_warns():
                 T.copy(A[k + bx, 0:64], x[k % 2, 0:64])
                 T.copy(x[k % 2, 0:64], C[k, 0:64])
 
-    with pytest.warns(UserWarning, match="stage dimension of its own .* multi-buffers it twice"):
+    with pytest.warns(UserWarning, match=r"test_ascend_mainline.py:\d+: buffer 'x' has a stage "
+                                         r"dimension of its own .* multi-buffers it twice") as rec:
         tilewright.lower(main, target=TARGET)
+    assert rec[0].filename == __file__  # at the line that allocates x
+    assert "x = T.alloc_shared((2, 64)" in open(__file__).read().splitlines()[rec[0].lineno - 1]
 
 
 @pytest.mark.parametrize("l0", [False, True], ids=["l1", "l0"])
@@ -201,6 +400,42 @@ def test_gemm_through_l1_and_l0(l0):
     assert last_run_stats()["races"] == 0
     text = tilewright.lower(gemm(128, 128, 256, 64, 64, 64, l0=l0), target=TARGET).source.text
     assert ("Mmad(c, a0[" in text) == l0
+
+
+@pytest.mark.parametrize("ta", [False, True])
+@pytest.mark.parametrize("tb", [False, True])
+def test_l0_layouts_follow_the_gemm_transposes(ta, tb):
+    """L0A/L0B tiles filled by T.copy from L1 are laid out as the consuming GEMM reads them."""
+    func = gemm(128, 128, 256, 64, 64, 64, l0=True, transpose_A=ta, transpose_B=tb)
+    kernel = tilewright.compile(func, out_idx=[2], target=TARGET)
+    x, y = torch.randn(128, 256).half(), torch.randn(256, 128).half()
+    out = kernel(x.T.contiguous() if ta else x, y.T.contiguous() if tb else y)
+    torch.testing.assert_close(out, x.float() @ y.float(), rtol=1e-2, atol=5e-2)
+    assert last_run_stats()["races"] == 0
+    text = tilewright.lower(func, target=TARGET).source.text
+    # LoadData2D's ifTranspose: A's fractals when A is transposed, B's when B is not
+    loads = re.findall(r"LoadData\((\w+)\[.*LoadData2DParams\{[^}]*, (true|false), 0\}", text)
+    assert sorted(set(loads)) == sorted({("a0", str(ta).lower()), ("b0", str(not tb).lower())})
+
+
+def test_l0_tile_read_with_two_layouts_is_an_error():
+    @T.prim_func
+    def main(A: T.Tensor((64, 64), "float16"), C: T.Tensor((64, 64), "float32")):
+        with T.Kernel(1):
+            a = T.alloc_l1((64, 64), "float16")
+            a0 = T.alloc_l0a((64, 64), "float16")
+            b0 = T.alloc_l0b((64, 64), "float16")
+            c = T.alloc_l0c((64, 64), "float32")
+            T.copy(A, a)
+            T.copy(a, a0)
+            T.copy(a, b0)
+            T.gemm(a0, b0, c, clear_accum=True)
+            T.gemm(a0, b0, c, transpose_A=True)
+            T.copy(c, C)
+
+    with pytest.raises(KernelError, match=r"test_ascend_mainline.py:\d+: 'a0' is read by GEMMs "
+                                          r"with transpose_A=False and =True"):
+        tilewright.lower(main, target=TARGET)
 
 
 def test_manual_flags_keep_their_own_synchronisation():

@@ -74,7 +74,8 @@ BACKEND = BackendModule(
     codegens=dict.fromkeys(ARCHS, CODEGEN),
     executors=EXECUTORS,
     capabilities=Capabilities(
-        tile_ops=frozenset({*RULES, "gemm", *PORTABLE_VECTOR_OPS}),  # T.gemm: by the portable phase
+        # T.gemm and T.dual_copy: lowered by the portable phase
+        tile_ops=frozenset({*RULES, "gemm", *ops.PORTABLE_PHASE_OPS, *PORTABLE_VECTOR_OPS}),
         dtypes=frozenset(DTYPES),
         # portable scopes: the portable phase maps them to Ascend memories by use
         memory_scopes=frozenset({"global", *MEMORIES, *PORTABLE_SCOPES}),

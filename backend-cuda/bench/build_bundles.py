@@ -42,6 +42,7 @@ ATTENTION_SIZES = {"full": (4, 32, 4096, 128), "quick": (1, 4, 512, 128)}
 GEMM_SIZES = {"full": (4096, 8192), "quick": (1024,)}
 ADD_SIZES = {"full": (16384, 16384), "quick": (1024, 1024)}  # float32: 1 GiB per tensor
 W4A16_SIZES = {"full": ((1, 8192), (16, 8192)), "quick": ((16, 1024),)}  # (M, N = K)
+GEMM_SP_SIZES = {"full": (8192,), "quick": (1024,)}
 
 
 H200_SMS = 132  # persistent kernels: one block per SM
@@ -129,6 +130,13 @@ def cases(quick: bool):
                 "config": config},
                kernels.w4a16_gemm.fn(m, n, n, 128, **config),
                ["LDGSTS.E.BYPASS.128", "HMMA.16816.F32"], {})
+    for n in GEMM_SP_SIZES[size]:  # 2:4 sparse A against the dense cuBLAS GEMM
+        config = dict(kernels.GEMM_SP)
+        yield (f"gemm_sp_float16_{n}",
+               {"kind": "gemm_sp", "M": n, "N": n, "K": n, "dtype": "float16",
+                "e_dtype": "int16", "config": config},
+               kernels.gemm_sp_kernel.fn(n, n, n, "float16", "int16", **config),
+               ["HMMA.SP.16832.F32", "LDSM.16.M88.4"], {})
     rows, cols = ADD_SIZES[size]
     config = dict(kernels.ADD)
     yield ("elementwise_add_float32",

@@ -11,7 +11,9 @@ tolerances), then timing (CUDA events after warm-up, median), each kernel as a r
 peer measured in the same run: cuBLAS through torch.matmul, torch SDPA, device-to-device copy
 bandwidth, torch._scaled_mm for the scaled fp8 GEMMs (with block scales where the build of
 torch takes them, else its rowwise form), the float16 torch.matmul of the dequantised weights
-for W4A16; for attention every SDPA backend torch has is timed and the fastest is the peer.
+for W4A16, the dense torch.matmul of the decompressed operand for the 2:4 sparse GEMM (its
+values and metadata from tilewright.utils.sparse); for attention every SDPA backend torch has
+is timed and the fastest is the peer.
 The machine's ceilings are measured too. Each bundle runs in a process of its own, killed
 after ``--timeout`` seconds, so a kernel that hangs or breaks the CUDA context costs only its
 row. The whole run takes about three minutes on an H200 (each timing stops after ``--budget``
@@ -30,6 +32,7 @@ import traceback
 from pathlib import Path
 
 import check_runner
+from tilewright import sparse
 from tilewright.runtime import load, open_bundle
 
 torch = None  # imported in main(): --list runs without torch's CUDA
@@ -172,6 +175,8 @@ def run_case(name: str, kernel, case: dict, ceilings: dict) -> dict:
         return fp8_gemm_row(kernel, case)
     if kind == "w4a16":
         return w4a16_row(kernel, case)
+    if kind == "gemm_sp":
+        return gemm_sp_row(kernel, case)
     raise ValueError(f"{name}: unknown case kind {kind!r}")
 
 
@@ -257,6 +262,25 @@ def w4a16_row(kernel, case: dict) -> dict:
             "ours_tbps": moved / ours * 1e-9, "ratio": peer / ours}
 
 
+def gemm_sp_row(kernel, case: dict) -> dict:
+    """The 2:4 sparse GEMM on the kept values and metadata of a random 2:4 sparse A, checked
+    against and timed beside the dense torch.matmul (cuBLAS) of A itself."""
+    from tilewright.utils.sparse import compress, randn_semi_sparse
+
+    m, n, k = case["M"], case["N"], case["K"]
+    dtype = getattr(torch, case["dtype"])
+    a = randn_semi_sparse(m, k, dtype, device="cuda")
+    values, meta = compress(a, getattr(torch, case["e_dtype"]))
+    b = torch.randn(k, n, device="cuda", dtype=dtype)
+    (c,), full = poisoned_call(kernel, [values, meta, b])
+    tol = tolerance(dtype)
+    torch.testing.assert_close(c, a.float() @ b.float(), rtol=tol["rtol"],
+                               atol=tol["atol"] * k ** 0.5)
+    ours, peer = compare(lambda: kernel.function(*full), lambda: torch.matmul(a, b))
+    return {"ours_ms": ours, "peer_ms": peer, "peer": "torch.matmul of dense A (cuBLAS)",
+            "ours_tflops": 2 * m * n * k / ours * 1e-9, "ratio": peer / ours}
+
+
 def best_sdpa(q, k, v):
     """The fastest of torch's SDPA backends on these inputs: (backend, a call of it)."""
     sdpa = torch.nn.functional.scaled_dot_product_attention
@@ -322,6 +346,11 @@ def expected_params(case: dict) -> list[tuple]:
                   "block": ([m, kg], [ng, kg])}[case["layout"]]
         return [(dt, [m, k], False), (dt, [n, k], False), ("float32", sa, False),
                 ("float32", sb, False), (case["out_dtype"], [m, n], True)]
+    if kind == "gemm_sp":
+        m, n, k = case["M"], case["N"], case["K"]
+        factor = sparse.e_factor(dt, case["e_dtype"])
+        return [(dt, [m, k // 2], False), (case["e_dtype"], [m, k // factor], False),
+                (dt, [k, n], False), ("float32", [m, n], True)]
     if kind == "w4a16":
         m, n, k, groups = case["M"], case["N"], case["K"], case["K"] // case["group"]
         return [(dt, [m, k], False), ("uint8", [n, k // 2], False), (dt, [n, groups], False),

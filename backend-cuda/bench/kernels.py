@@ -32,6 +32,9 @@ Configurations (sm_90a, chosen for H100/H200):
   operands, ptxas runs it as fp16 HMMA after unpacking, which costs the registers.
 - W4A16 (``examples/gemm_w4a16.py``), decode shapes: 16-row, 64-column tiles (128 blocks for
   N = 8192, about one per SM), 128-deep k-tiles, 4 stages of codes and activations in flight.
+- 2:4 sparse float16 GEMM (``examples/gemm_sp.py``): 128x128x64 tiles, 128 threads (four
+  warps of 64x64 on ``mma.sp`` m16n8k32, ``HMMA.SP.16832.F32``), 3 stages of kept values,
+  int16 metadata and B. Not tuned: a first configuration that builds without spills.
 """
 
 import sys
@@ -43,6 +46,7 @@ import tilewright.language as T
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 
 from gemm_fp8_scaled import fp8_gemm_scaled  # noqa: E402, F401 - after the sys.path setup
+from gemm_sp import gemm_sp_kernel  # noqa: E402, F401
 from gemm_w4a16 import w4a16_gemm  # noqa: E402, F401
 
 GEMM = {"block_M": 128, "block_N": 256, "block_K": 64, "threads": 256, "num_stages": 3,
@@ -54,6 +58,7 @@ SWIZZLE_PANEL = 16  # block rows per raster panel (T.use_swizzle), see above
 FP8_GEMM = {"block_M": 128, "block_N": 128, "threads": 256, "num_stages": 3}
 FP8_BLOCK_K = {"tensor": 64, "token": 64, "block": 128}  # per scale layout, see above
 W4A16 = {"block_M": 16, "block_N": 64, "block_K": 128, "threads": 128, "num_stages": 4}
+GEMM_SP = {"block_M": 128, "block_N": 128, "block_K": 64, "threads": 128, "num_stages": 3}
 
 
 @T.macro

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 from tilewright.testing import assert_close
+from tilewright.utils.sparse import compress, randn_semi_sparse
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -55,13 +56,16 @@ def func(name: str):
         return _module("quickstart").matmul.fn(128, 128, 64)
     if name == "quickstart_softmax":
         return _module("quickstart").softmax.fn(16, 128)
+    if name == "gemm_sp":
+        return _module("gemm_sp").gemm_sp_kernel.fn(128, 192, 128, block_M=64, block_N=64,
+                                                    block_K=64)
     raise KeyError(name)
 
 
 NAMES = ("gemm", "gemm_bf16", "gemm_dynamic", "elementwise_add", "flash_attention",
          "flash_attention_f16", "softmax",
          "rmsnorm", "row_reduce", "gemm_persistent", "gemm_splitk", "quickstart_vector_add",
-         "quickstart_matmul", "quickstart_softmax")
+         "quickstart_matmul", "quickstart_softmax", "gemm_sp")
 
 
 def _nan(*shape):
@@ -140,6 +144,11 @@ def case(name: str) -> Case:
             *(t.transpose(1, 2).double() for t in (q, k, v))).transpose(1, 2).half()
         return Case((q, k, v, _nan(1, 128, 2, 64).half()), (3,), [ref],
                     {"rtol": 1e-2, "atol": 1e-2}, 128)
+    if name == "gemm_sp":  # 2:4 sparse A as values and metadata; exact products, float32 sums
+        a = randn_semi_sparse(128, 128, torch.float16, generator=g)
+        b = rand(128, 192).half()
+        return Case((*compress(a), b, _nan(128, 192)), (3,), [a.double() @ b.double()],
+                    exact, 128)
     raise KeyError(name)
 
 
@@ -147,7 +156,7 @@ def case(name: str) -> Case:
 EMULATED = ("elementwise_add", "softmax", "rmsnorm", "row_reduce", "gemm_persistent",
             "gemm_splitk", "gemm_dynamic", "flash_attention", "gemm", "gemm_bf16",
             "flash_attention_f16", "quickstart_vector_add", "quickstart_matmul",
-            "quickstart_softmax")
+            "quickstart_softmax", "gemm_sp")
 
 FLOAT32 = ("elementwise_add", "softmax", "rmsnorm", "row_reduce", "gemm_persistent",
            "gemm_splitk", "gemm_dynamic", "flash_attention")

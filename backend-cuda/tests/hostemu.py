@@ -94,7 +94,7 @@ inline double __longlong_as_double(unsigned long long v) {
   double d; std::memcpy(&d, &v, 8); return d;
 }
 #define TW_HOST_EMULATION 1
-unsigned tw_mma_exchange[TW_MAX_CLUSTER * 1024][6];
+unsigned tw_mma_exchange[TW_MAX_CLUSTER * 1024][9];
 inline float tw_bits16_to_float(unsigned bits, bool bf16) {
   unsigned u;
   if (bf16) {
@@ -156,6 +156,47 @@ inline void tw_emulate_mma(C* c, const unsigned* a, const unsigned* b, int code)
   int rows[4] = {g, g, g + 8, g + 8}, cols[4] = {q, q + 1, q, q + 1};
   for (int i = 0; i < 4; ++i)
     for (int k = 0; k < K; ++k) c[i] += (C)(A[rows[i]][k] * B[k][cols[i]]);
+}
+// mma.sp::ordered_metadata.m16n8k32 (16-bit operands, selector 0) across the calling warp:
+// A the m16n8k16 fragment of the kept values [16][16], B the dense [32][8] fragment (register
+// j: k = 2 (l % 4) + 8 j + 0, 1), the metadata of row g from lanes 4 g and 4 g + 1 (k 0..15
+// and 16..31; rows g + 8 in the high halves): in each group of 4 along k, the 2-bit slots of
+// its 4-bit field place the group's two kept values.
+template <class C>
+inline void tw_emulate_mma_sp(C* c, const unsigned* a, const unsigned* b, unsigned e, int code) {
+  unsigned t = tw_slot_base + threadIdx.x, base = t / 32 * 32;
+  for (int i = 0; i < 4; ++i) tw_mma_exchange[t][i] = a[i];
+  for (int i = 0; i < 4; ++i) tw_mma_exchange[t][4 + i] = b[i];
+  tw_mma_exchange[t][8] = e;
+  tw_warp_sync();
+  float V[16][16], A[16][32] = {}, B[32][8];
+  unsigned meta[16] = {};
+  for (int l = 0; l < 32; ++l) {
+    const unsigned* r = tw_mma_exchange[base + l];
+    int g = l >> 2, q = (l & 3) * 2;
+    for (int x = 0; x < 2; ++x) {
+      auto at = [&](int reg) { return tw_mma_element((r[reg] >> (16 * x)) & 0xffffu, code); };
+      V[g][q + x] = at(0);
+      V[g + 8][q + x] = at(1);
+      V[g][q + 8 + x] = at(2);
+      V[g + 8][q + 8 + x] = at(3);
+      for (int j = 0; j < 4; ++j) B[q + 8 * j + x][g] = at(4 + j);
+    }
+    if ((l & 3) < 2) {
+      meta[g] |= (r[8] & 0xffffu) << (16 * (l & 1));
+      meta[g + 8] |= (r[8] >> 16) << (16 * (l & 1));
+    }
+  }
+  tw_warp_sync();
+  for (int row = 0; row < 16; ++row)
+    for (int kk = 0; kk < 16; ++kk) {
+      int group = kk / 2, slot = (meta[row] >> (4 * group + 2 * (kk % 2))) & 3;
+      A[row][4 * group + slot] += V[row][kk];
+    }
+  int lane = t % 32, g = lane >> 2, q = (lane & 3) * 2;
+  int rows[4] = {g, g, g + 8, g + 8}, cols[4] = {q, q + 1, q, q + 1};
+  for (int i = 0; i < 4; ++i)
+    for (int k = 0; k < 32; ++k) c[i] += (C)(A[rows[i]][k] * B[k][cols[i]]);
 }
 // ldmatrix.m8n8.x{num}[.trans] across the calling warp: lane l gave the address of row l % 8
 // of matrix l / 8; register j gets matrix j, (row l / 4, columns 2 (l % 4) + 0, 1), or with

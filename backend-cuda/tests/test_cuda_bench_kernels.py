@@ -13,6 +13,7 @@ import hostemu
 import pytest
 import tilewright
 import torch
+from tilewright.utils.sparse import compress, randn_semi_sparse
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 ROOT = BENCH.parents[1]
@@ -48,6 +49,20 @@ def test_bundled_gemm_config_matches_torch(dtype, tmp_path):
     ref = a.float() @ b.float()
     tol = {"float16": 1e-2, "bfloat16": 2e-2}[dtype]
     torch.testing.assert_close(c.float(), ref, rtol=tol, atol=tol * K ** 0.5)
+
+
+@pytest.mark.emulator
+def test_bundled_sparse_gemm_config_matches_torch(tmp_path):
+    # 2 x 2 blocks of the bundled 128x128x64 tile on mma.sp, 3 k-tiles through the 3 stages
+    M, N, K = 256, 256, 192
+    gen = torch.Generator().manual_seed(0)
+    a = randn_semi_sparse(M, K, torch.float16, generator=gen)
+    b = torch.randn(K, N, generator=gen).half()
+    c = torch.full((M, N), float("nan"))
+    func = kernels.gemm_sp_kernel.fn(M, N, K, "float16", "int16", **kernels.GEMM_SP)
+    text = _emulate(func, tmp_path, *compress(a), b, c)
+    assert "tw_gemm_mma_sp_rf<128, 128, 64, false, 128, 2, 2" in text
+    torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-5, atol=1e-4)
 
 
 @pytest.mark.emulator

@@ -1,15 +1,16 @@
-"""The conformance suite's tensor-core cases (float16/bfloat16 gemm and attention), lowered
-for sm_80 and run by the host emulation against the suite's float64 references: the
-ldmatrix/mma.sync, swizzle, cp.async and pipelining paths on the suite's own shapes."""
+"""The conformance suite's tensor-core cases (float16/bfloat16 gemm, attention and 2:4 sparse
+gemm), lowered for sm_80 and run by the host emulation against the suite's float64
+references: the ldmatrix/mma.sync/mma.sp, swizzle, cp.async and pipelining paths on the
+suite's own shapes."""
 
 import hostemu
 import pytest
 import tilewright
 import torch
-from tilewright.testing import assert_close, float64_reference
+from tilewright.testing import assert_close
 from tilewright_sdk.conformance.catalogue import cases
 
-CASES = [c for c in cases(["gemm", "gemm_pipelined", "attention"])
+CASES = [c for c in cases(["gemm", "gemm_pipelined", "attention", "gemm_sp"])
          if c.dtype in ("float16", "bfloat16") and c.variant != "dynamic"]
 
 
@@ -21,7 +22,7 @@ def test_conformance_case_in_host_emulation(case, tmp_path):
     assert "tw_gemm_mma" in lowered.source.text  # the tensor-core path
     inputs = case.kernel.inputs(torch, torch.Generator().manual_seed(0), case.dtype,
                                 **case.dims)
-    expected = float64_reference(case.kernel.reference, *inputs)
+    expected = case.reference(inputs)
     outputs = {i % len(func.params) for i in case.kernel.out_idx}
     given, args, results = iter(t.clone() for t in inputs), [], []
     for i, param in enumerate(func.params):

@@ -65,7 +65,7 @@ def _buf(call, operand):
 def op_accesses(call) -> list[Access]:
     """The accesses of one tile op."""
     name = call.name
-    if name == "copy":
+    if name in ("copy", ops.LOAD_L0.name):
         src, dst = _buf(call, "src"), _buf(call, "dst")
         route = path(src.scope(), dst.scope())
         if route is None:

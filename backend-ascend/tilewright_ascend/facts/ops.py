@@ -38,8 +38,18 @@ GEMM_V0 = _op("gemm_v0", (Operand("A", "read"), Operand("B", "read"), Operand("C
                Attr("kL0Size", int, 128)),
               "C (L0C) = [C +] A (L1) @ B (L1), through L0A/L0B in steps of kL0Size")
 MMA = _op("mma", (Operand("A", "read"), Operand("B", "read"), Operand("C", "readwrite"),
-                  Operand("init", "read", kind="expr")), (),
-          "one cube MMAD: C (L0C) = [C +] A (L0A) @ B (L0B)")
+                  Operand("init", "read", kind="expr")),
+          (Attr("transpose_A", bool, False), Attr("transpose_B", bool, False)),
+          "one cube MMAD: C (L0C) = [C +] op(A) (L0A) @ op(B) (L0B); a transposed operand's "
+          "tile is stored K x M (A) or N x K (B) and was loaded by load_l0 with transpose")
+LOAD_L0 = _op("load_l0", (Operand("src", "read"), Operand("dst", "write")),
+              (Attr("transpose", bool, False),),
+              "an L1 tile into L0A (ZZ) or L0B (ZN) as op(X) of the GEMM that reads it: "
+              "transposed when that GEMM's transpose flag for the operand is set")
+COUNTER = _op("counter", (Operand("counter", "read", kind="expr"),
+                          Operand("value", "read", kind="expr")), (Attr("declare", bool, False),),
+              "a scalar register of the kernel (the counter of buffer versions in 'counter' "
+              "mode): declared with its first value, or assigned")
 PRINTF = _op("printf", (Operand("args", "read", kind="any"),), (Attr("format", str, ""),),
              "print from the AI core (AscendC::printf)")
 DUMP_TENSOR = _op("dump_tensor", (Operand("src", "read"),),
@@ -67,10 +77,18 @@ FILL = _op("tile.fill", (Operand("dst", "write"), Operand("value", "read", kind=
 CAST = _op("tile.cast", (Operand("dst", "write"), Operand("src", "read")),
            (Attr("round", str, "CAST_NONE"),), "convert a UB tile to another dtype")
 
+# T.dual_copy of the mainline dialect: one copy split over the two vector sub-cores along
+# ``axis`` of the full tile (the GM, L0C or L1 side); the portable phase lowers it (split.py)
+DUAL_COPY = _op("dual_copy", (Operand("src", "read"), Operand("dst", "write")),
+                (Attr("axis", int, 0),),
+                "copy between a full tile and the half of it each vector sub-core holds")
+PORTABLE_PHASE_OPS = (DUAL_COPY.name,)
+
 VECTOR_OPS = tuple(f"{PREFIX}tile.{n}" for n in (*BINARY, *UNARY, *SCALAR, "fill", "cast"))
 SYNC_OPS = tuple(PREFIX + n for n in ("set_flag", "wait_flag", "pipe_barrier", "barrier_all",
                                       "set_cross_flag", "wait_cross_flag"))
-DIALECT_OPS = (*SYNC_OPS, PREFIX + "gemm_v0", PREFIX + "mma", PREFIX + "printf",
+DIALECT_OPS = (*SYNC_OPS, PREFIX + "gemm_v0", PREFIX + "mma", LOAD_L0.name, COUNTER.name,
+               PREFIX + "printf",
                PREFIX + "dump_tensor", *VECTOR_OPS)
 
 

@@ -103,6 +103,10 @@ MAINLINE = {
     "vector_add_simd": ("vector_add", (8 * 1024,), {"body": "simd"}),
     "gemm_l1": ("gemm", (128, 128, 256, 64, 64, 64), {}),
     "gemm_l0": ("gemm", (128, 128, 256, 64, 64, 64), {"l0": True}),
+    "gemm_l0_transposed": ("gemm", (128, 128, 256, 64, 64, 64),
+                           {"l0": True, "transpose_A": True, "transpose_B": True}),
+    "gemm_relu_m_split": ("gemm_relu", (128, 128, 256, 64, 64, 64), {"split": "m"}),
+    "gemm_relu_n_split": ("gemm_relu", (128, 128, 256, 64, 64, 64), {"split": "n"}),
 }
 
 

@@ -106,17 +106,22 @@ class Scope:
 
 
 # -- allocation ------------------------------------------------------------------------------
-def _alloc(shape, dtype, scope: str, what: str) -> TileBuffer:
+def allocate(shape, dtype, scope: str, what: str, name: str | None = None) -> TileBuffer:
+    """A tile in the Ascend memory ``scope``, its allocation at the user's line."""
     builder = B.current(what)
     if not builder.in_kernel():
         raise error(f"{what} must be used inside 'with T.Kernel(...)'")
     if builder.enclosing("parallel") is not None:
         raise error(f"{what} inside a T.Parallel loop: allocate before the loop")
-    claim(ADAPTER, what.removeprefix("T."))
     n = sum(1 for f in builder.frames for s in f.stmts if isinstance(s, tirx.AllocBuffer))
-    buf = declare(f"{scope.split('.')[-1]}_{n}", shape, dtype, scope)
+    buf = declare(name or f"{scope.split('.')[-1]}_{n}", shape, dtype, scope)
     builder.emit(tirx.AllocBuffer(buf, span=span()))
     return TileBuffer(buf)
+
+
+def _alloc(shape, dtype, scope: str, what: str) -> TileBuffer:
+    claim(ADAPTER, what.removeprefix("T."))
+    return allocate(shape, dtype, scope, what)
 
 
 def alloc_L1(shape, dtype):

@@ -13,8 +13,9 @@ Ascend 950 and compiled for the target ``ascend-950``), over the portable langua
 - ``T.ascend_pipe_barrier``, ``T.ascend_set_flag``, ``T.ascend_wait_flag`` for manual work (a
   kernel with any of them keeps exactly its own intra-core synchronisation);
 - ``T.SimtVF(threads=N)`` and ``T.SimdVF()`` with ``T.simd.*`` (:mod:`.vf`);
-- ``T.dual_copy`` checks its rules (inside ``T.MixedKernel``; one trailing dimension halved;
-  even extents) and ``T.MixedKernel`` is refused: neither is lowered by this backend yet.
+- ``with T.MixedKernel(n, sids=2) as (bx, sid)``: cube and vector work of one AI core group,
+  the vector code run by each sub-core on its own tiles, which ``T.dual_copy`` fills with
+  its half of a tile (lowered by :mod:`..transforms.split`).
 
 Names of the adapter tree (``T.alloc_L1``, ``T.Scope`` ...) raise an ``AttributeError`` that
 names the mainline equivalent; using both trees in one kernel is an error naming both names.
@@ -27,15 +28,18 @@ import builtins as _py
 from tilewright.language import *  # noqa: F403
 from tilewright.language import Kernel as _PortableKernel
 from tilewright.language import __all__ as _PORTABLE
-from tilewright.language import alloc_shared as _portable_alloc
 from tilewright.language import builder as _B
 from tilewright.language.buffer import as_int as _as_int
 from tilewright.language.buffer import region_of as _region_of
 from tilewright.language.buffer import resolve as _resolve
+from tvm import tirx as _tirx
 
 from ..facts.events import PIPES as _PIPES
 from ..facts.keys import BUFFER_VERSIONS_KEY as _VERSIONS_KEY
+from ..facts.keys import MIXED_KEY as _MIXED_KEY
+from ..facts.ops import DUAL_COPY as _DUAL_COPY
 from . import dialect as _dialect
+from ._emit import emit as _emit
 from ._emit import error as _error
 from ._emit import span as _span
 from .trees import ADAPTER as _ADAPTER
@@ -68,7 +72,7 @@ class Kernel(_PortableKernel):
 
 def _alloc(shape, dtype, scope: str, name: str, given):
     _claim(_MAINLINE, name)
-    return _portable_alloc(shape, dtype, scope=scope, name=given)
+    return _dialect.allocate(shape, dtype, scope, f"T.{name}", given)
 
 
 def alloc_shared(shape, dtype, name=None):
@@ -122,8 +126,8 @@ def annotate_buffer_versions(buffer_versions_map: dict):
     chosen. A count of 1 keeps one version; a mode alone leaves the count to the loop's
     ``num_stages``. ``iteration`` selects the version by the loop's iteration; ``counter`` by
     a counter that advances only in iterations that use the buffer; ``auto`` takes
-    ``iteration`` where every iteration uses the buffer (see
-    :mod:`..transforms.multibuffer`)."""
+    ``iteration`` where every iteration uses the buffer and ``counter`` where a guard skips
+    it (see :mod:`..transforms.multibuffer`)."""
     builder = _B.current("T.annotate_buffer_versions")
     if not builder.in_kernel():
         raise _error("T.annotate_buffer_versions must be used inside 'with T.Kernel(...)'")
@@ -185,47 +189,96 @@ def ascend_wait_flag(hard_event, event_id):
     _dialect.emit_flag("wait", src, dst, event_id, "T.ascend_wait_flag")
 
 
-class MixedKernel:
-    """``T.MixedKernel(n, sids=2)``: refused (not lowered by this backend yet)."""
+class MixedKernel(Kernel):
+    """``with T.MixedKernel(n, sids=2) as (bx, sid):`` ``n`` blocks, each one AI core group
+    whose cube work runs on the AIC and whose vector work runs on ``sids`` vector sub-cores
+    (``sid`` is the sub-core, 0 or 1). With ``sids=2`` each sub-core runs the vector code on
+    its own tiles, which ``T.dual_copy`` fills with its half of a tile; with ``sids=1`` the
+    vector code runs on sub-core 0 only."""
 
-    def __init__(self, *grid, sids=2, **options):
-        raise _error("T.MixedKernel is not supported by backend 'ascend' yet; write "
-                     "'with T.Kernel(n) as bx': the compiler gives a kernel's cube work to the "
-                     "AIC and splits its vector work by rows over both AIVs itself")
+    def __init__(self, *grid, sids=2, threads=None, **options):
+        if len(grid) != 1:
+            raise _error(f"T.MixedKernel takes a 1-D grid, got {len(grid)} dimensions: use "
+                         "T.MixedKernel(m * n) and recover 2-D tiles with bx // n and bx % n")
+        if sids not in (1, 2) or isinstance(sids, _py.bool):
+            raise _error(f"T.MixedKernel: sids= is the number of vector sub-cores, 1 or 2; got "
+                         f"{sids!r}")
+        super().__init__(*grid, threads=threads, **options)
+        self.sids = sids
+        self.sid = _tirx.Var("sid", "int32")
+
+    def __enter__(self):
+        (bx,) = super().__enter__()
+        _claim(_MAINLINE, "MixedKernel")
+        _B.current("T.MixedKernel").kernel_annotations[_MIXED_KEY] = [self.sids, self.sid]
+        return bx, self.sid
 
 
-def _halved(src: list, dst: list) -> int:
-    """Which trailing dimension ``dst`` halves of ``src``: 0 for rows ([M, N] -> [M/2, N],
-    M-split), 1 for columns ([M, N] -> [M, N/2], N-split)."""
-    if len(src) < 2 or len(src) != len(dst):
-        raise _error(f"T.dual_copy: source and destination are regions of rank >= 2 of the "
-                     f"same rank, got {src} and {dst}")
-    for axis in (-2, -1):
-        whole, half = src[axis], dst[axis]
-        if _py.isinstance(whole, _py.int) and whole % 2 and half in (whole // 2, whole // 2 + 1):
-            raise _error(f"T.dual_copy: extent {whole} of {src} is odd; it is split over two "
+# the memories T.dual_copy moves between: (source, destination) -> whether the full tile is
+# the source (L0C -> UB, GM -> UB) or the destination (UB -> GM, UB -> L1)
+DUAL_COPY_PATHS = {("ascend.l0c", "ascend.ub"): True, ("global", "ascend.ub"): True,
+                   ("ascend.ub", "global"): False, ("ascend.ub", "ascend.l1"): False}
+_MEMORY = {"ascend.l0c": "L0C", "ascend.ub": "UB", "global": "GM", "ascend.l1": "L1",
+           "ascend.l0a": "L0A", "ascend.l0b": "L0B"}
+
+
+def _split_axis(full: list, half: list) -> int:
+    """The axis of ``full`` that ``half`` halves: of the two trailing ones, the rows
+    ([M, N] -> [M/2, N], M-split) or the columns ([M, N] -> [M, N/2], N-split); the only one
+    of a 1-D region."""
+    if len(full) != len(half) or not full:
+        raise _error(f"T.dual_copy: the full tile and its half are regions of the same rank, "
+                     f"got {full} and {half}")
+    axes = [len(full) - 1] if len(full) == 1 else [len(full) - 2, len(full) - 1]
+    for axis in axes:
+        whole = full[axis]
+        if _py.isinstance(whole, _py.int) and whole % 2 and half[axis] in (whole // 2,
+                                                                           whole // 2 + 1):
+            raise _error(f"T.dual_copy: extent {whole} of {full} is odd; it is split over two "
                          "vector cores only when even (an odd extent is not rounded)")
-    split = [axis for axis, other in ((-2, -1), (-1, -2))
-             if src[axis] == 2 * dst[axis] and src[other] == dst[other]]
-    if len(split) != 1 or src[:-2] != dst[:-2]:
-        raise _error(f"T.dual_copy: exactly one trailing dimension of the destination is half "
-                     f"the source's ([M, N] -> [M/2, N] or [M, N/2]), got {src} -> {dst}")
-    return split[0] + 2
+    split = [axis for axis in axes if full[axis] == 2 * half[axis] and
+             all(full[o] == half[o] for o in range(len(full)) if o != axis)]
+    if len(split) != 1:
+        raise _error(f"T.dual_copy: exactly one trailing dimension of the half tile is half "
+                     f"the full tile's ([M, N] -> [M/2, N] or [M, N/2]), got {full} -> {half}")
+    return split[0]
 
 
-def dual_copy(src, dst, l2_cache_ctrl=None):
-    """``T.dual_copy(src, dst)``: one copy split between the two vector sub-cores of a mixed
-    kernel. Its rules are checked; the copy itself is not lowered by this backend yet."""
+def dual_copy(src, dst, l2_cache_ctrl=None, unit_flag_ctrl=None):
+    """``T.dual_copy(src, dst)``: one copy split between the two vector sub-cores of a
+    ``T.MixedKernel``: sub-core ``sid`` moves its half of the full tile along the inferred
+    axis (M-split: the rows, N-split: the columns). Paths: L0C -> UB and GM -> UB (the full
+    tile is the source), UB -> GM and UB -> L1 (the full tile is the destination; into L1 in
+    the cube's NZ layout). ``l2_cache_ctrl`` and ``unit_flag_ctrl`` are accepted and have no
+    effect here."""
     _claim(_MAINLINE, "dual_copy")
-    extents = []
-    for value in (src, dst):
-        region = _resolve(_region_of(value, "T.dual_copy"), None, "T.dual_copy")
-        extents.append([_as_int(e) for e in region.extents])
-    _halved(*extents)
-    if _B.current("T.dual_copy").enclosing("ascend_mixed") is None:
+    regions = [_resolve(_region_of(value, "T.dual_copy"), None, "T.dual_copy")
+               for value in (src, dst)]
+    scopes = tuple(str(r.buffer.scope()) for r in regions)
+    if scopes not in DUAL_COPY_PATHS:
+        paths = ", ".join(f"{_MEMORY[a]} -> {_MEMORY[b]}" for a, b in DUAL_COPY_PATHS)
+        raise _error(f"T.dual_copy moves {paths}; got {_MEMORY.get(scopes[0], scopes[0])} -> "
+                     f"{_MEMORY.get(scopes[1], scopes[1])}")
+    if scopes[0] == "ascend.l0c" and regions[0].buffer.dtype != regions[1].buffer.dtype:
+        raise _error(f"T.dual_copy from L0C converts nothing (the dual-destination copy has no "
+                     f"conversion): {regions[0].buffer.dtype} -> {regions[1].buffer.dtype}; "
+                     "copy into a UB tile of the accumulator's type and cast it in the vector "
+                     "code")
+    full_first = DUAL_COPY_PATHS[scopes]
+    extents = [[_as_int(e) for e in r.extents] for r in regions]
+    full, half = extents if full_first else extents[::-1]
+    axis = _split_axis(full, half)
+    kernel = _B.current("T.dual_copy").enclosing("kernel")
+    mixed = kernel.info.get("kernel") if kernel is not None else None
+    if not isinstance(mixed, MixedKernel):
         raise _error("T.dual_copy must be used inside a mixed kernel ('with "
-                     "T.MixedKernel(n, sids=2)'), with the cube work in the same kernel; it "
-                     "does not make a vector-only kernel run on two AIVs")
+                     "T.MixedKernel(n, sids=2) as (bx, sid)'), with the cube work in the same "
+                     "kernel; it does not make a vector-only kernel run on two AIVs")
+    if mixed.sids != 2:
+        raise _error("T.dual_copy splits a tile over two vector sub-cores, but this "
+                     "T.MixedKernel has sids=1; use T.MixedKernel(n, sids=2) or T.copy")
+    _emit(_DUAL_COPY.name, {"src": regions[0], "dst": regions[1]}, {"axis": axis},
+          "T.dual_copy")
 
 
 __all__ = [  # noqa: PLE0604 - the portable names (less those redefined here) plus the dialect's

@@ -291,16 +291,26 @@ def rule_gemm_v0(em, call) -> None:
         em.line("SetFlag<HardEvent::M_MTE1>(0);")
 
 
-@copy_rule((L1, L0A), (L1, L0B))
-def copy_l1_to_l0(em, src: Region, dst: Region, what: str) -> None:
-    """A whole L1 tile into L0A (as the A operand) or L0B (as the B operand)."""
+def load_l0(em, src: Region, dst: Region, transpose: bool, what: str) -> None:
+    """A whole L1 tile into L0A (as op(A)) or L0B (as op(B)), transposed or not."""
     s, d = Tile(em, src, what), Tile(em, dst, what)
     if (s.rows, s.cols) != (d.rows, d.cols):
         raise KernelError(f"{what}: L1 -> L0 copies whole 2-D tiles of equal shape")
-    if str(dst.buffer.scope()) == L0A:
-        load_a(em, s, d.at(), "0", s.pcols, False, what)
-    else:
-        load_b(em, s, d.at(), "0", s.prows, False, what)
+    if str(dst.buffer.scope()) == L0A:  # K is the rows of a transposed A, else its columns
+        load_a(em, s, d.at(), "0", s.prows if transpose else s.pcols, transpose, what)
+    else:  # K is the columns of a transposed B, else its rows
+        load_b(em, s, d.at(), "0", s.pcols if transpose else s.prows, transpose, what)
+
+
+@copy_rule((L1, L0A), (L1, L0B))
+def copy_l1_to_l0(em, src: Region, dst: Region, what: str) -> None:
+    """A whole L1 tile into L0A (as the A operand) or L0B (as the B operand), untransposed."""
+    load_l0(em, src, dst, False, what)
+
+
+@rule(ops.LOAD_L0.name)
+def rule_load_l0(em, call) -> None:
+    load_l0(em, call.operands["src"], call.operands["dst"], call.attrs["transpose"], "T.copy")
 
 
 @rule(ops.MMA.name)
@@ -309,5 +319,7 @@ def rule_mma(em, call) -> None:
     b = Tile(em, call.operands["B"], "T.mma")
     c = Tile(em, call.operands["C"], "T.mma")
     init = em.expr(call.operands["init"])
-    em.line(f"{{ MmadParams mp; mp.m = {a.rows}; mp.n = {b.cols}; mp.k = {a.cols}; "
+    m, k = (a.cols, a.rows) if call.attrs["transpose_A"] else (a.rows, a.cols)
+    n = b.rows if call.attrs["transpose_B"] else b.cols
+    em.line(f"{{ MmadParams mp; mp.m = {m}; mp.n = {n}; mp.k = {k}; "
             f"mp.cmatrixInitVal = {init}; Mmad({c.at()}, {a.at()}, {b.at()}, mp); }}")

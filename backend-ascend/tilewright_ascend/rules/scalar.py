@@ -8,8 +8,10 @@ from tilewright.errors import KernelError
 from tvm import tirx
 
 from ..analysis.buffers import flat_index, loads_and_stores
+from ..facts import ops
 from ..facts.dtypes import ctype
 from ..facts.keys import SCALAR_KEY
+from .table import rule
 
 
 def emit_scalar_loop(em, loop) -> None:
@@ -45,3 +47,12 @@ def _scalar_stmt(em, s):
                 f"TW_CAST({ctype(str(s.buffer.dtype))}, {em.expr(s.value)}));")
     else:
         raise KernelError(f"backend 'ascend' cannot run {type(s).__name__} on the scalar unit")
+
+
+@rule(ops.COUNTER.name)
+def rule_counter(em, call) -> None:
+    """A scalar register: ``int32_t c = v;`` where declared, ``c = v;`` where assigned."""
+    var = call.operands["counter"]
+    value = em.expr(call.operands["value"])
+    em.line(f"{ctype(str(var.ty)) + ' ' if call.attrs['declare'] else ''}{em.var(var)} = "
+            f"{value};")

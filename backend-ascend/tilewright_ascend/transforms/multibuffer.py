@@ -5,6 +5,12 @@ first access in the loop body is a write, gets S versions: its allocation gains 
 dimension of S and every access in the loop selects version ``(k - start) % S``. The
 synchronisation pass then gives each dependency on a versioned buffer S event ids, one per
 version, so the producer of iteration k+1 runs while the consumer of iteration k still reads.
+
+``T.annotate_buffer_versions`` sets a buffer's count and how its version is chosen: by the
+iteration, or (``counter`` mode, and ``auto`` for a buffer whose uses a guard skips) by a
+scalar counter that advances at the end of each iteration under the guard of the buffer's
+last use. The version's flag ids follow the same index. In a mainline kernel a loop that hands
+data between the cube and vector cores versions no buffer (the seed's flat pattern).
 """
 
 from __future__ import annotations
@@ -14,12 +20,16 @@ import warnings
 import tvm
 import tvm_ffi
 from tilewright.errors import KernelError, span_location
+from tilewright.ir import make_call, tile_ops_in
 from tilewright.transform.walk import prim_func_pass
 from tvm import tirx
 
 from ..analysis.accesses import accesses, has_manual_sync
-from ..analysis.buffers import loads_and_stores
-from ..facts.keys import BUFFER_VERSIONS_KEY, VERSION_KEY
+from ..analysis.buffers import allocations, loads_and_stores
+from ..facts import ops
+from ..facts.keys import BUFFER_VERSIONS_KEY, COUNTER_KEY, VERSION_KEY
+from ..language.trees import MAINLINE
+from .switches import tree_of
 
 
 def _pipelined_loops(func, least: int = 2) -> list:
@@ -37,10 +47,6 @@ def _uses(node) -> set:
     return {*loads, *stores}
 
 
-def _body_items(loop) -> list:
-    return list(loop.body.seq) if isinstance(loop.body, tirx.SeqStmt) else [loop.body]
-
-
 def _candidates(func, loop) -> tuple[list, dict]:
     """The buffers of ``loop`` that can be versioned, and why each other buffer it uses
     cannot."""
@@ -49,7 +55,7 @@ def _candidates(func, loop) -> tuple[list, dict]:
     for stmt in _outside(func.body, loop):
         outside |= _uses(stmt)
     first: dict = {}
-    for item in _body_items(loop):
+    for item in _body_items(loop.body):
         for a in accesses(item):
             first.setdefault(a.buffer, a.write)
     why = {b: "it is used outside the loop" for b in inside & outside}
@@ -72,13 +78,12 @@ def _outside(stmt, loop) -> list:
     return [stmt]
 
 
-def _version(loop, stages):
-    return tirx.floormod(loop.loop_var - loop.min, tirx.IntImm("int32", stages))
-
-
-def _rewrite_loop(loop, remap: dict, stages: dict):
-    """``remap``: old buffer -> versioned buffer; ``stages``: old buffer -> its versions."""
-    v = {old: _version(loop, n) for old, n in stages.items()}
+def _rewrite_loop(loop, remap: dict, stages: dict, counters: dict):
+    """``remap``: old buffer -> versioned buffer; ``stages``: old buffer -> its versions;
+    ``counters``: old buffer -> the counter that selects its version (``counter`` mode; the
+    others are selected by the iteration)."""
+    v = {old: tirx.floormod(counters.get(old, loop.loop_var - loop.min),
+                            tirx.IntImm("int32", n)) for old, n in stages.items()}
 
     def load(x):
         new = remap.get(x.source)
@@ -105,11 +110,40 @@ def _rewrite_loop(loop, remap: dict, stages: dict):
     body = tvm_ffi.structural_map(body, (tvm.ir.Call, region))
     annotations = dict(loop.annotations)
     annotations[VERSION_KEY] = {new: stages[old] for old, new in remap.items()}
-    return tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind, body,
-                    annotations=annotations, span=loop.span)
+    if counters:
+        annotations[COUNTER_KEY] = {remap[old]: c for old, c in counters.items()}
+        steps = [make_call(ops.COUNTER.name, {"counter": c, "value": c + _used(body, remap[old])},
+                           span=loop.span) for old, c in counters.items()]
+        body = tirx.SeqStmt([*_body_items(body), *steps])
+    new_loop = tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind, body,
+                        annotations=annotations, span=loop.span)
+    if not counters:
+        return new_loop
+    return tirx.SeqStmt([*(make_call(ops.COUNTER.name, {"counter": c, "value": tirx.IntImm(
+        "int32", 0)}, {"declare": True}, span=loop.span) for c in counters.values()), new_loop])
 
 
-def _version_buffers(func, loop, stages: dict):
+def _body_items(body) -> list:
+    """The statements of a loop body."""
+    return list(body.seq) if isinstance(body, tirx.SeqStmt) else [body]
+
+
+def _used(body, buf):
+    """1 when the iteration used ``buf``, else 0: the guard of the last statement of the loop
+    body that uses it (``counter`` mode advances only in such iterations)."""
+    last = [item for item in _body_items(body) if buf in _uses(item)][-1]
+    one, zero = tirx.IntImm("int32", 1), tirx.IntImm("int32", 0)
+    if not isinstance(last, tirx.IfThenElse):
+        return one
+    then = buf in _uses(last.then_case)
+    other = last.else_case is not None and buf in _uses(last.else_case)
+    if then and other:
+        return one
+    return tirx.Select(last.condition, one, zero) if then else \
+        tirx.Select(last.condition, zero, one)
+
+
+def _version_buffers(func, loop, stages: dict, counters: dict):
     remap = {}
 
     def alloc(stmt):
@@ -124,7 +158,7 @@ def _version_buffers(func, loop, stages: dict):
     body = tvm_ffi.structural_map(func.body, (tirx.AllocBuffer, alloc))
     target = next(f for f in _pipelined_loops(func.with_body(body), 0)
                   if f.loop_var.same_as(loop.loop_var))
-    new_loop = _rewrite_loop(target, remap, stages)
+    new_loop = _rewrite_loop(target, remap, stages, counters)
     body = tvm_ffi.structural_map(body, (tirx.For, lambda f: new_loop if f.same_as(target)
                                          else f))
     return func.with_body(body)
@@ -154,6 +188,22 @@ def _hand_staged(loop, buf, count: int) -> bool:
     return bool(indices) and all(_uses_var(index, loop.loop_var) for index in indices)
 
 
+def _cross_core(loop) -> bool:
+    """Whether ``loop`` hands data between the cube and the vector cores (cross-core flags)."""
+    cross = (ops.SET_CROSS_FLAG.name, ops.WAIT_CROSS_FLAG.name)
+    return any(c.name in cross for c in tile_ops_in(loop.body))
+
+
+def _warn_at(func, buf, message: str) -> None:
+    """A ``UserWarning`` located at the user's line that allocates ``buf``."""
+    where = next((span_location(a.span) for a in allocations(func) if a.buffer.same_as(buf)),
+                 None)
+    if where is None:
+        warnings.warn(message, UserWarning, stacklevel=1)
+    else:
+        warnings.warn_explicit(f"{where}: {message}", UserWarning, where.filename, where.line)
+
+
 def _uses_var(expr, var) -> bool:
     found = []
     tvm_ffi.structural_walk(expr, (tirx.Var, lambda x: found.append(x) if x.same_as(var)
@@ -161,34 +211,36 @@ def _uses_var(expr, var) -> bool:
     return bool(found)
 
 
-def _stages(func, loop, annotated: dict) -> dict:
-    """buffer -> versions for the buffers of ``loop`` that get more than one."""
+def _stages(func, loop, annotated: dict) -> tuple[dict, dict]:
+    """(buffer -> versions for the buffers of ``loop`` that get more than one, buffer -> the
+    counter variable of those in ``counter`` mode)."""
     default = max(1, int(loop.annotations["tw.num_stages"]))
     buffers, why = _candidates(func, loop)
     out = {b: default for b in buffers}
+    counters = {}
     for buf in [*buffers, *why]:
         spec = annotated.get(str(buf.name))
         if spec is None:
             continue
         count, mode = spec[0] or default, spec[1]
-        if mode == "counter":
-            raise KernelError(f"T.annotate_buffer_versions: mode 'counter' for {buf.name!r} is "
-                              "not implemented by backend 'ascend' yet; use 'iteration' or "
-                              "'auto' (both select the version by the loop's iteration here)",
-                              span_location(loop.span))
+        # 'auto': by the iteration where every iteration uses the buffer, else by a counter
+        guarded = buf in buffers and not isinstance(_used(loop.body, buf), tirx.IntImm)
+        if mode == "counter" or (mode == "auto" and guarded):
+            counters[buf] = tirx.Var(f"{buf.name}_version", "int32")
         if count > 1 and buf in why:
             raise KernelError(f"T.annotate_buffer_versions gives {buf.name!r} {count} versions, "
                               f"but it cannot be versioned in this T.Pipelined loop: "
                               f"{why[buf]}", span_location(loop.span))
         if count > 1 and _hand_staged(loop, buf, int(buf.shape[0])):
-            warnings.warn(f"buffer {buf.name!r} has a stage dimension of its own (extent "
-                          f"{int(buf.shape[0])}, indexed by the loop) and "
-                          f"T.annotate_buffer_versions gives it {count} versions more: that "
-                          "multi-buffers it twice; drop the hand-written stage dimension "
-                          "(the compiler adds the versions)", stacklevel=1)
+            _warn_at(func, buf, f"buffer {buf.name!r} has a stage dimension of its own (extent "
+                                f"{int(buf.shape[0])}, indexed by the loop) and "
+                                f"T.annotate_buffer_versions gives it {count} versions more: "
+                                "that multi-buffers it twice; drop the hand-written stage "
+                                "dimension (the compiler adds the versions)")
         if buf in out:
             out[buf] = count
-    return {b: n for b, n in out.items() if n > 1}
+    out = {b: n for b, n in out.items() if n > 1}
+    return out, {b: c for b, c in counters.items() if b in out}
 
 
 def multi_buffer():
@@ -196,11 +248,21 @@ def multi_buffer():
         if has_manual_sync(func):
             return func
         annotated = _annotated(func)
+        tree, _ = tree_of(func)
         # an annotated buffer may be versioned in a loop of one stage
         for loop in _pipelined_loops(func, 0 if annotated else 2):
-            stages = _stages(func, loop, annotated)
+            stages, counters = _stages(func, loop, annotated)
+            if stages and tree is MAINLINE and _cross_core(loop):
+                raise KernelError(
+                    "T.Pipelined pipelines within a core (here: versions of "
+                    f"{', '.join(repr(str(b.name)) for b in stages)}) or across the cube and "
+                    "vector cores (here: a handoff between them in the loop), not both at "
+                    "once; use the flat pattern: T.Pipelined for the cube/vector handoff with "
+                    "one version of each tile (T.annotate_buffer_versions({tile: 1})), or "
+                    "T.serial and flags by hand within the core",
+                    span_location(loop.span))
             if stages:
-                func = _version_buffers(func, loop, stages)
+                func = _version_buffers(func, loop, stages, counters)
         return func
 
     return prim_func_pass("AscendMultiBuffer", run)

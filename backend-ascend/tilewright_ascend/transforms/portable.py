@@ -32,8 +32,10 @@ from tilewright.transform.walk import prim_func_pass
 from tvm import sym, tirx
 
 from ..analysis.buffers import allocations, loads_and_stores
+from ..facts import ops
 from ..facts.arch import MEMORIES
-from ..facts.keys import NPU_KEY, PORTABLE_KEY, SCOPE_KEY, VID_TAG, WORKSPACES_KEY
+from ..facts.keys import MIXED_KEY, NPU_KEY, PORTABLE_KEY, SCOPE_KEY, VID_TAG, WORKSPACES_KEY
+from ..facts.paths import L0A, L0B, L1
 from .memory import PORTABLE_SCOPES
 from .split import Split
 
@@ -99,13 +101,42 @@ def _mma(call, init, span):
         raise KernelError(f"T.gemm with A {a.buffer.name!r} in L0A needs B in L0B "
                           f"(T.alloc_l0b), but {b.buffer.name!r} is in {b.buffer.scope()}",
                           span_location(span))
-    if call.attrs["transpose_A"] or call.attrs["transpose_B"]:
-        raise KernelError("T.gemm of L0A/L0B operands with transpose_A/transpose_B is not "
-                          "supported by backend 'ascend' yet (the L1 -> L0 copies lay out "
-                          "untransposed operands); give the GEMM its L1 tiles, whose transposes "
-                          "it handles", span_location(span))
-    return make_call("ascend.mma", {"A": a, "B": b, "C": call.operands["C"], "init": init},
-                     span=span)
+    return make_call(ops.MMA.name, {"A": a, "B": b, "C": call.operands["C"], "init": init},
+                     {"transpose_A": call.attrs["transpose_A"],
+                      "transpose_B": call.attrs["transpose_B"]}, span=span)
+
+
+def _operand_loads(func):
+    """The layouts of L0A/L0B tiles (``T.alloc_l0a``/``T.alloc_l0b``), inferred from the GEMM
+    that reads them: each ``T.copy`` from L1 into such a tile becomes ``ascend.load_l0``,
+    transposed when that GEMM's ``transpose_A``/``transpose_B`` is set (the tile keeps the L1
+    tile's shape, K x M for a transposed A and N x K for a transposed B, as T.gemm reads
+    it)."""
+    layout: dict = {}
+    for call in tile_ops_in(func):
+        if call.name != "gemm":
+            continue
+        for operand, scope in (("A", L0A), ("B", L0B)):
+            buf, flag = call.operands[operand].buffer, bool(call.attrs[f"transpose_{operand}"])
+            if str(buf.scope()) != scope:
+                continue
+            if layout.setdefault(buf, flag) != flag:
+                raise KernelError(f"{buf.name!r} is read by GEMMs with transpose_{operand}="
+                                  f"{layout[buf]} and ={flag}; its L0 layout follows the GEMM "
+                                  "that reads it, so give each layout its own tile",
+                                  span_location(call.span))
+    if not layout:
+        return func
+
+    def rewrite(node):
+        call = decode(node)
+        if call is None or call.name != "copy" or call.operands["dst"].buffer not in layout or \
+                str(call.operands["src"].buffer.scope()) != L1:
+            return node
+        return make_call(ops.LOAD_L0.name, dict(call.operands),
+                         {"transpose": layout[call.operands["dst"].buffer]}, span=node.span)
+
+    return func.with_body(tvm_ffi.structural_map(func.body, (tirx.Evaluate, rewrite)))
 
 
 def _accumulator_fill(stmt, scopes: dict):
@@ -245,7 +276,7 @@ def _cube_only(body, scopes) -> bool:
         return False
     dead = _dead_fills(body, scopes)
     for call in tile_ops_in(body):
-        if call.name not in ("gemm", "copy", "fill"):
+        if call.name not in ("gemm", "copy", "fill", ops.LOAD_L0.name):
             return False
         if call.name == "fill" and not _zero(call.operands["value"]) and \
                 not any(call.stmt.same_as(d) for d in dead):
@@ -357,7 +388,7 @@ def _reducers(func):
 
 
 def to_dialect(func):
-    func = _fold_staging(_reducers(func))
+    func = _operand_loads(_fold_staging(_reducers(func)))
     loops, body = _block_loops(func)
     if not loops or any(NPU_KEY in lp.annotations for lp in loops):
         return func
@@ -370,9 +401,15 @@ def to_dialect(func):
     local = {a.buffer for a in allocations(func)}
     split = None
     top = list(body.seq) if isinstance(body, tirx.SeqStmt) else [body]
-    if "cube" in kinds and not _cube_only(body, scopes):
+    sids, sid = loops[0].annotations.get(MIXED_KEY, (0, None))  # T.MixedKernel
+    if sids and not any(c.name == "gemm" for c in tile_ops_in(body)):
+        raise KernelError("a T.MixedKernel holds cube work (a T.gemm) beside its vector work; "
+                          "this one has none: write 'with T.Kernel(n) as bx' (T.dual_copy "
+                          "does not make a vector-only kernel run on two AIVs)",
+                          span_location(loops[0].span))
+    if sids or ("cube" in kinds and not _cube_only(body, scopes)):
         split = Split([s for s in top if not isinstance(s, tirx.AllocBuffer)], local, cid,
-                      vid, 0 if dynamic else math.prod(sizes))
+                      vid, 0 if dynamic else math.prod(sizes), int(sids))
         split = split if split.has_vector else None
         if split is not None and dynamic:
             raise KernelError("backend 'ascend' splits this kernel into cube and vector "
@@ -398,7 +435,7 @@ def to_dialect(func):
         cube = _clear_accumulators(list(cube_scope.body.seq) if isinstance(
             cube_scope.body, tirx.SeqStmt) else [cube_scope.body], new_scopes)
         stmts = [*allocs, _scope("C", cube), vector_scope]
-    stride, subst = 1, {}
+    stride, subst = 1, ({sid: vid} if sid is not None else {})
     # loops[0] is blockIdx.x (outermost); recover each axis from cid
     for loop, size in zip(loops, sizes):
         subst[loop.loop_var] = tirx.floormod(tirx.floordiv(cid, stride), size) \

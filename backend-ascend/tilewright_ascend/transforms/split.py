@@ -29,6 +29,8 @@ cube's sets count up both, and its waits need a set from each.
 
 from __future__ import annotations
 
+import functools
+
 import tvm_ffi
 from tilewright.errors import KernelError, span_location
 from tilewright.ir import Region, decode, make_call, tile_ops_in
@@ -37,6 +39,7 @@ from tvm import tirx
 from ..analysis.buffers import buffers_in
 from ..facts import ops
 from ..facts.events import CROSS_IDS
+from ..facts.paths import GM, L0C, UB
 from .rowsplit import split_rows
 
 
@@ -76,9 +79,10 @@ def _is_zero_fill(call) -> bool:
 class Split:
     """Splits one kernel body; see the module doc."""
 
-    def __init__(self, stmts: list, local: set, cid, vid, blocks: int):
-        """``local``: the kernel's on-chip buffers."""
-        self.stmts, self.cid, self.vid = stmts, cid, vid
+    def __init__(self, stmts: list, local: set, cid, vid, blocks: int, sids: int = 0):
+        """``local``: the kernel's on-chip buffers; ``sids``: the vector sub-cores of a
+        ``T.MixedKernel`` (0: a kernel the compiler splits by itself)."""
+        self.stmts, self.cid, self.vid, self.sids = stmts, cid, vid, sids
         self.local = set(local)
         self.blocks = blocks
         self.next_id = 0
@@ -95,7 +99,12 @@ class Split:
         touched: set = set()
         self.has_vector = False  # whether the kernel needs the vector cores at all
         for leaf in _leaves(stmts):
-            if self._leaf_core(leaf, cube_only=self.accumulators) == "V":
+            dual = _dual_copy(leaf)
+            if dual is not None:  # only its UB tile is the vector core's
+                touched |= {r.buffer for r in dual.operands.values()
+                            if str(r.buffer.scope()) == UB}
+                self.has_vector = True
+            elif self._leaf_core(leaf, cube_only=self.accumulators) == "V":
                 touched |= buffers_in(leaf)
                 self.has_vector = True
         self.shared_operands = [b for b in self.operands if b in touched]
@@ -112,6 +121,15 @@ class Split:
             if vec_at and min(vec_at) > max(gemm_at):
                 self.handoff_at[acc] = min(vec_at)
         self.per_gemm = [b for b in shared_acc if b not in self.handoff_at]
+        dual = {c.operands["src"].buffer for leaf in _leaves(stmts)
+                if (c := _dual_copy(leaf)) is not None}
+        for acc in shared_acc if self.sids else ():
+            if acc in self.per_gemm or acc in dual:
+                raise KernelError(
+                    f"in a T.MixedKernel the vector code takes an accumulator from L0C once its "
+                    f"GEMMs are done, by T.copy or T.dual_copy, but it uses {acc.name!r} "
+                    f"{'between its GEMMs' if acc in self.per_gemm else 'with both'}",
+                    span_location(self._first_use(stmts, acc).span))
         self.row_halves: dict = {}  # vector buffers split over AIV0/AIV1 -> their new shape
         self.shadow: dict = {}
         for buf in self.shared_operands:
@@ -130,11 +148,18 @@ class Split:
         return call is not None and _is_zero_fill(call) and \
             call.operands["dst"].buffer.same_as(buf)
 
+    def _first_use(self, stmts, buf):
+        """The first statement of the vector code that uses ``buf``."""
+        return next(leaf for leaf in _leaves(stmts) if buf in buffers_in(leaf) and _dual_copy(
+            leaf) is None and self._leaf_core(leaf, cube_only=self.accumulators) == "V")
+
     def _leaf_core(self, leaf, cube_only) -> str:
+        if self.sids and isinstance(leaf, tirx.IfThenElse) and leaf.else_case is None:
+            leaf = leaf.then_case  # T.gemm(..., clear_accum=cond): the cube clears L0C
         call = decode(leaf)
         if call is None:
             return "V"
-        if call.name == "gemm":
+        if call.name in ("gemm", ops.LOAD_L0.name):
             return "C"
         if call.name == "copy":
             src, dst = call.operands["src"], call.operands["dst"]
@@ -169,20 +194,31 @@ class Split:
     def _channel(self, buf, src, dst, loop, src_pipe, dst_pipe, span):
         """(producer statements, consumer statements) moving ``src`` to ``dst`` through a
         fresh workspace; ``src_pipe``/``dst_pipe`` write and read the workspace."""
+        return self._handoff(buf.name, Region.full(src), Region.full(dst), tuple(buf.shape),
+                             loop, (src_pipe, dst_pipe), span)
+
+    def _handoff(self, name, src: Region, dst: Region, shape: tuple, loop, pipes, span,
+                 halves=(None, None)):
+        """:meth:`_channel` of regions through a workspace tile of ``shape``; ``halves``: the
+        axis of the tile along which the producer writes, and the consumer reads, only this
+        vector sub-core's half of it (:func:`half`), or None for the whole tile."""
         slots = 2 if loop is not None else 1
-        ws = tirx.decl_buffer((self.blocks, slots, *buf.shape), buf.dtype,
-                              f"ws_{buf.name}_{len(self.workspaces)}", scope="global")
+        ws = tirx.decl_buffer((self.blocks, slots, *shape), src.buffer.dtype,
+                              f"ws_{name}_{len(self.workspaces)}", scope="global")
         self.workspaces.append(ws)
         slot = tirx.floormod(loop.loop_var - loop.min, 2) if loop is not None else \
             tirx.IntImm("int32", 0)
-        zeros = [tirx.IntImm("int32", 0)] * len(buf.shape)
-        region = Region(ws, (self.cid, slot, *zeros), (1, 1, *buf.shape))
+        zeros = [tirx.IntImm("int32", 0)] * len(shape)
+        region = Region(ws, (self.cid, slot, *zeros), (1, 1, *shape))
+        put_ws, get_ws = (region if axis is None else half(region, axis + 2, self.vid)
+                          for axis in halves)
         full = self._flag_id(span)
-        put = [make_call("copy", {"src": Region.full(src), "dst": region}, span=span),
+        src_pipe, dst_pipe = pipes
+        put = [make_call("copy", {"src": src, "dst": put_ws}, span=span),
                make_call(ops.SET_CROSS_FLAG.name, {"event_id": full}, {"pipe": src_pipe},
                          span)]
         get = [make_call(ops.WAIT_CROSS_FLAG.name, {"event_id": full}, span=span),
-               make_call("copy", {"src": region, "dst": Region.full(dst)}, span=span)]
+               make_call("copy", {"src": get_ws, "dst": dst}, span=span)]
         if loop is not None:
             empty = self._flag_id(span)
             i = loop.loop_var - loop.min
@@ -221,6 +257,28 @@ class Split:
                                                     "src0": Region.full(c), "src1": part},
                                 span=stmt.span)
         return cube + [gemm] + put, vec + get + [combine]
+
+    def _dual(self, stmt, call, loop):
+        """(cube, vector) statements of a ``T.dual_copy``: vector sub-core ``vid`` moves its
+        half of the full tile along ``axis``. GM <-> UB is the vector core's own copy; L0C ->
+        UB goes through a workspace (the cube's Fixpipe writes the whole tile, each sub-core
+        reads its half); UB -> L1 too (each sub-core writes its half, the cube waits for both
+        and loads the whole tile into L1 in its NZ layout)."""
+        src, dst = call.operands["src"], call.operands["dst"]
+        axis = int(call.attrs["axis"])
+        scopes = str(src.buffer.scope()), str(dst.buffer.scope())
+        copy = functools.partial(make_call, "copy", span=stmt.span)
+        if scopes[0] == GM:
+            return [], [copy({"src": half(src, axis, self.vid), "dst": dst})]
+        if scopes[1] == GM:
+            return [], [copy({"src": src, "dst": half(dst, axis, self.vid)})]
+        name = f"{src.buffer.name}_{dst.buffer.name}"
+        if scopes[0] == L0C:
+            return self._handoff(name, src, dst, tuple(src.extents), loop, ("fix", "mte2"),
+                                 stmt.span, halves=(None, axis))
+        vec, cube = self._handoff(name, src, dst, tuple(dst.extents), loop, ("mte3", "mte2"),
+                                  stmt.span, halves=(axis, None))
+        return cube, vec
 
     # -- the two programs -------------------------------------------------------------------
     def _guard(self, stmts):
@@ -265,6 +323,11 @@ class Split:
                                   "kernel or one loop deep, not under a condition or a let "
                                   "(as T.Persistent produces); backend 'ascend' does not "
                                   "compile this kernel", span_location(s.span))
+            if call is not None and call.name == ops.DUAL_COPY.name:
+                c, v = self._dual(s, call, loop)
+                cube += c
+                vec += v
+                continue
             if call is not None and call.name == "gemm":
                 c, v = self._gemm(s, call, loop)
                 cube += c
@@ -283,6 +346,8 @@ class Split:
     def run(self):
         """(cube statements, vector statements)."""
         cube, vec = self._build(self.stmts, None, True)
+        if self.sids:  # T.MixedKernel: the vector code is written per sub-core
+            return cube, vec if self.sids == 2 else self._guard(vec)
         tiles = [b for b in _ordered(vec) if b in self.local]
         halves = split_rows(vec, tiles, self.vid)
         if halves is None:
@@ -294,6 +359,20 @@ class Split:
 def _loop_like(loop, body, var=None):
     return tirx.For(var if var is not None else loop.loop_var, loop.min, loop.extent,
                     loop.kind, body, annotations=loop.annotations, span=loop.span)
+
+
+def half(region: Region, axis: int, vid) -> Region:
+    """Vector sub-core ``vid``'s half of ``region`` along ``axis``."""
+    size = region.extents[axis] // 2
+    starts, extents = list(region.starts), list(region.extents)
+    starts[axis] = starts[axis] + vid * size
+    extents[axis] = size
+    return Region(region.buffer, tuple(starts), tuple(extents))
+
+
+def _dual_copy(stmt):
+    call = decode(stmt)
+    return call if call is not None and call.name == ops.DUAL_COPY.name else None
 
 
 def _is_sync(stmt) -> bool:

@@ -81,7 +81,7 @@ def _named(key: str) -> str:
     return f"pass config {key!r} (TileLang {_TILELANG[key]})"
 
 
-def _tree_of(func):
+def tree_of(func):
     """The dialect tree a kernel is written in and its kernel loop, or (None, None)."""
     found = []
     tvm_ffi.structural_walk(func.body, (tirx.For, lambda f: found.append(f)
@@ -96,7 +96,7 @@ def check_tree(ctx):
     given = [key for key in ADAPTER_ONLY if key in ctx.pass_configs]
 
     def run(func):
-        tree, loop = _tree_of(func)
+        tree, loop = tree_of(func)
         if tree is None:
             return func
         if tree.target != arch.kind:

@@ -39,7 +39,7 @@ from tvm import tirx
 from ..analysis.accesses import accesses, has_manual_sync
 from ..facts import ops
 from ..facts.events import BARRIER_PIPES, EVENTS, PIPES, event_name, free_ids
-from ..facts.keys import SCOPE_KEY, VERSION_KEY
+from ..facts.keys import COUNTER_KEY, SCOPE_KEY, VERSION_KEY
 from .memory import read_plan
 
 
@@ -69,8 +69,10 @@ class _Inserter:
         return list(ids[n:n + count])
 
     def deps(self, items, looped: bool, versions: dict):
-        """(producer index, consumer index, P, C, carried, versions) for a sequence of items;
-        ``versions`` is the stage count of the buffer (1 when it is not multi-buffered)."""
+        """(producer index, consumer index, P, C, carried, versions, counter) for a sequence
+        of items; ``versions`` is the stage count of the buffer (1 when it is not
+        multi-buffered), ``counter`` the buffer whose counter selects its version ('': the
+        iteration)."""
         acc = [[a for a in accesses(s) if str(a.buffer.scope()) != "global"] for s in items]
         found = []
         n = len(items)
@@ -86,7 +88,11 @@ class _Inserter:
                                 b.pipe in seen_pipes:
                             continue
                         seen_pipes.add(b.pipe)
-                        found.append((i, j, b.pipe, a.pipe, i >= j, _stages(versions, a.buffer)))
+                        # an item that depends on itself (a guarded iteration) keeps one
+                        # flag: the flags inside it are ordered across iterations only by
+                        # its previous iteration's, which another version's flag is not
+                        found.append((i, j, b.pipe, a.pipe, i >= j, *(
+                            _stages(versions, a.buffer) if i != j else (1, ""))))
         return sorted(set(found))
 
     @staticmethod
@@ -102,7 +108,8 @@ class _Inserter:
     def sequence(self, stmts: list, looped: bool, loop=None):
         """Rewrite a list of statements (one loop body or scope body); returns (stmts,
         prologue, epilogue) where the last two wrap a loop for its carried flags."""
-        versions = loop.annotations.get(VERSION_KEY, {}) if loop is not None else {}
+        versions = (loop.annotations.get(VERSION_KEY, {}), loop.annotations.get(
+            COUNTER_KEY, {})) if loop is not None else ({}, {})
         stmts = [self.visit(s) for s in stmts]
         before = [[] for _ in stmts]
         after = [[] for _ in stmts]
@@ -112,7 +119,7 @@ class _Inserter:
         uses = {}  # event -> [(id, producer, consumer)] of this sequence's one-off flags
         carried_flags = []  # (i, j, p, c, its set, its wait)
         for dep in list(kept):
-            i, j, p, c, carried, stages = dep
+            i, j, p, c, carried, stages, counter = dep
             span = stmts[j].span if hasattr(stmts[j], "span") else None
             if p == c:  # unless a flag round trip through another pipe orders them already
                 goal = next_iteration(2 * j, len(stmts)) if carried else 2 * j
@@ -138,8 +145,8 @@ class _Inserter:
                 continue
             flag = {"src": p, "dst": c}
             eid = tirx.IntImm("int32", ids[0])
-            if stages > 1:  # one flag per buffer version: id = base + iteration % stages
-                eid = eid + tirx.floormod(loop.loop_var - loop.min,
+            if stages > 1:  # one flag per buffer version: id = base + version
+                eid = eid + tirx.floormod(_version_index(loop, counter),
                                           tirx.IntImm("int32", stages))
             set_call = make_call(ops.SET_FLAG.name, {"event_id": eid}, flag, span)
             wait_call = make_call(ops.WAIT_FLAG.name, {"event_id": eid}, flag, span)
@@ -222,12 +229,12 @@ def _ordered(deps, core: str, n: int, start: tuple, goal: tuple, barriers=()) ->
     iteration later, which a loop-carried flag of one version reaches. The items' own flags
     are not counted (a branch may not run)."""
     edges = []  # (pipe or None for any, last position it leaves from, pipe or None, arrival)
-    for i, j, p, c, carried, stages in deps:
+    for dep in deps:
+        i, j, p, c, carried, stages = dep[:6]
         if p == c:
             continue
         # PipeBarrier<PIPE_ALL> before item j
-        barrier = event_name(p, c) not in EVENTS[core] or \
-            (i, j, p, c, carried, stages) in barriers
+        barrier = event_name(p, c) not in EVENTS[core] or dep in barriers
         for t in (0, 1):
             if carried and not barrier:
                 if t == 0 and stages == 1:  # set in one iteration, waited in the next
@@ -259,12 +266,23 @@ def next_iteration(position: int, n: int) -> int:
     return position + 2 * n + 2
 
 
-def _stages(versions, buffer) -> int:
-    """The number of versions of ``buffer`` in a multi-buffered loop (1: not versioned)."""
-    for key, value in versions.items():
+def _stages(versions, buffer) -> tuple[int, str]:
+    """The number of versions of ``buffer`` in a multi-buffered loop (1: not versioned) and the
+    name of the buffer whose counter selects the version ('': the iteration does)."""
+    for key, value in versions[0].items():
         if key.same_as(buffer):
-            return int(value)
-    return 1
+            counted = any(k.same_as(buffer) for k in versions[1])
+            return int(value), str(buffer.name) if counted else ""
+    return 1, ""
+
+
+def _version_index(loop, counter: str):
+    """What selects the version of a buffer: its counter (``counter`` mode), else the
+    iteration."""
+    for key, value in loop.annotations.get(COUNTER_KEY, {}).items():
+        if str(key.name) == counter:
+            return value
+    return loop.loop_var - loop.min
 
 
 def _flat(stmt) -> list:

@@ -18,16 +18,17 @@ from .ir import const
 
 @dataclass(frozen=True)
 class MmaForm:
-    """One ``mma.sync`` form: the instruction's K, the oldest architecture that has it and its
-    PTX operand type (include/tw_mma.h issues it)."""
+    """One ``mma.sync`` form: the instruction's K (dense columns), the oldest architecture that
+    has it, its PTX operand type and instruction (include/tw_mma.h issues it)."""
 
     k: int
     min_sm: int
     ptx: str
+    op: str = "mma.sync"
 
     @property
     def instruction(self) -> str:
-        return f"mma.sync m16n8k{self.k} .{self.ptx}"
+        return f"{self.op} m16n8k{self.k} .{self.ptx}"
 
 
 # (A, B, C) dtypes -> the mma.sync form that computes them
@@ -37,6 +38,11 @@ MMA_FORMS = {
     ("int8", "int8", "int32"): MmaForm(32, 80, "s8"),
     ("float8_e4m3fn", "float8_e4m3fn", "float32"): MmaForm(32, 89, "e4m3"),
     ("float8_e5m2", "float8_e5m2", "float32"): MmaForm(32, 89, "e5m2"),
+}
+# (A, B, C) dtypes -> the form of a T.gemm_sp (A 2:4 sparse: the kept values and metadata)
+SPARSE_MMA_FORMS = {
+    ("float16", "float16", "float32"): MmaForm(32, 80, "f16", "mma.sp::ordered_metadata"),
+    ("bfloat16", "bfloat16", "float32"): MmaForm(32, 80, "bf16", "mma.sp::ordered_metadata"),
 }
 # the (A, B, C) dtypes wgmma's m64nNk16 forms take here
 WGMMA_DTYPES = (("float16", "float16", "float32"), ("bfloat16", "bfloat16", "float32"))
@@ -48,8 +54,16 @@ def dtypes_of(call: TileOpCall) -> tuple[str, str, str]:
 
 
 def mma_form(call: TileOpCall) -> MmaForm | None:
-    """The ``mma.sync`` form of a gemm's dtypes, or None."""
-    return MMA_FORMS.get(dtypes_of(call))
+    """The ``mma.sync`` (``mma.sp`` for T.gemm_sp) form of a gemm's dtypes, or None."""
+    return (SPARSE_MMA_FORMS if call.name == "gemm_sp" else MMA_FORMS).get(dtypes_of(call))
+
+
+def dense_k(call: TileOpCall) -> int | None:
+    """K of a gemm: op(A)'s columns, twice the kept values' of a T.gemm_sp."""
+    a = call.operands["A"]
+    adims = non_unit(a)
+    k = const(a.extents[adims[0]] if call.attrs["transpose_A"] else a.extents[adims[1]])
+    return k * 2 if k is not None and call.name == "gemm_sp" else k
 
 
 def forms_on(arch) -> str:
@@ -84,15 +98,30 @@ def mma_not_asked(call: TileOpCall, arch) -> str | None:
             return f"{name} is not in shared memory or a fragment"
         if leading_dim(region) is None or len(non_unit(region)) != 2:
             return f"{name} is not a 2-D tile of a 2-D buffer with a constant row length"
+    return _sparse_misfit(call) if call.name == "gemm_sp" else None
+
+
+def _sparse_misfit(call: TileOpCall) -> str | None:
+    """Why a T.gemm_sp's values and metadata are not as mma.sp reads them, or None: values
+    [M, K / 2] and metadata rows in shared memory, whose 16-bit halves start on even bytes."""
+    if call.attrs["transpose_A"] or call.attrs["transpose_E"]:
+        return "A_sparse or E is transposed (mma.sp reads them [M, K / 2] and [M, K / e])"
+    e = call.operands["E"]
+    size = e.buffer.dtype.bits // 8
+    start = const(e.starts[-1])
+    if layout.memory(e.buffer) not in ("shared", "shared.dyn") or len(e.buffer.shape) != 2 or \
+            leading_dim(e) is None or start is None or (leading_dim(e) * size) % 2 or \
+            (start * size) % 2:
+        return "E is not a 2-D shared tile whose rows start on even bytes"
     return None
 
 
 def mma_shape_misfit(call: TileOpCall, threads: int) -> str | None:
     """Why the tile shape or the warps do not fit the gemm's ``mma.sync`` form, or None."""
-    a, c = call.operands["A"], call.operands["C"]
-    adims, cdims = non_unit(a), non_unit(c)
+    c = call.operands["C"]
+    cdims = non_unit(c)
     m, n = const(c.extents[cdims[0]]), const(c.extents[cdims[1]])
-    k = const(a.extents[adims[0]] if call.attrs["transpose_A"] else a.extents[adims[1]])
+    k = dense_k(call)
     ik = mma_form(call).k
     if None in (m, n, k) or m % 16 or n % 8 or k % ik:
         return f"tile {m}x{n}x{k} is not a multiple of the 16x8x{ik} instruction"
@@ -123,10 +152,9 @@ def mma_policy_error(call: TileOpCall, arch, threads: int) -> str | None:
     if misfit is None:
         return None
     a, c = call.operands["A"], call.operands["C"]
-    cdims, adims = non_unit(c), non_unit(a)
-    m, n = (const(c.extents[d]) for d in cdims)
-    k = const(a.extents[adims[0]] if call.attrs["transpose_A"] else a.extents[adims[1]])
-    what = (f"T.gemm of {a.buffer.dtype} into {c.buffer.dtype} accumulators on backend "
+    m, n = (const(c.extents[d]) for d in non_unit(c))
+    k = dense_k(call)
+    what = (f"T.{call.name} of {a.buffer.dtype} into {c.buffer.dtype} accumulators on backend "
             f"'cuda' ({arch.name}) uses the tensor-core instruction {form.instruction}")
     if misfit.startswith("tile "):
         return (f"{what}, but its tile M x N x K = {m} x {n} x {k} is not a multiple of the "

@@ -75,14 +75,13 @@ def elementwise_uses(func, frags) -> dict:
 
 
 def accumulators(func, arch, threads) -> dict:
-    """Fragments that may live in registers in the mma accumulator layout: float32 (int32 for
-    int8 gemms), 2-D,
-    written by at least one ``mma.sync`` gemm as C, and otherwise only filled whole, copied
-    from whole, reduced whole along rows into a shared row vector, or indexed ``[i, j]`` by
-    the two loop variables of a ``T.Parallel`` nest over its whole shape. Maps each to its
-    :class:`~tilewright_cuda.layout.Accumulator` (``rows`` when rows are reduced or touched
-    element by element). A fragment no gemm writes whose every nest also touches such a
-    ``rows`` accumulator of its shape follows it into registers (:func:`_nest_partners`)."""
+    """Fragments that may live in registers in the mma accumulator layout: float32 (int32 for int8
+    gemms), 2-D, written by at least one ``mma.sync`` gemm (or ``mma.sp`` T.gemm_sp) as C, and
+    otherwise only filled whole, copied from whole, reduced whole along rows into a shared row
+    vector, or indexed ``[i, j]`` by the two loop variables of a ``T.Parallel`` nest over its whole
+    shape. Maps each to its :class:`~tilewright_cuda.layout.Accumulator` (``rows`` when rows are
+    reduced or touched element by element). A fragment no gemm writes whose every nest also touches
+    such a ``rows`` accumulator of its shape follows it into registers (:func:`_nest_partners`)."""
     frags = set(_fragments(func, lambda b: str(b.dtype) in ("float32", "int32") and
                            len(b.shape) == 2))
     allowed, regions, fed = {f: True for f in frags}, {f: 0 for f in frags}, set()
@@ -96,12 +95,12 @@ def accumulators(func, arch, threads) -> dict:
         fits = full(region) and (
             (call.name == "fill" and op.name == "dst") or
             (call.name == "copy" and op.name == "src") or reduced or
-            (call.name == "gemm" and op.name == "C" and
+            (call.name in ("gemm", "gemm_sp") and op.name == "C" and
              gemm_fit.mma_misfit(call, arch, threads) is None))
         allowed[buf] = allowed[buf] and fits
         if reduced:
             rows.add(buf)
-        if fits and call.name == "gemm":
+        if fits and call.name in ("gemm", "gemm_sp"):
             fed.add(buf)
     uses = access_counts(func, frags)
     elementwise = elementwise_uses(func, frags)
@@ -154,13 +153,13 @@ def _nest_partners(func, frag, chosen) -> list | None:
 
 def swizzled(func, arch, threads, in_registers) -> dict:
     """Shared tiles (and fragments kept in shared memory) that get the swizzled layout:
-    float16/bfloat16, 2-D, and either read whole as A or B by at least one gemm taking the
-    ``mma.sync`` path, never in part by such a gemm (its ldmatrix addressing needs the whole
-    tile), or written whole from an accumulator in registers (an epilogue tile: a warp's pair
-    stores then cover eight rows in eight distinct bank groups instead of one). Every other
-    access is rewritten element by element in place_memory; pointer accesses (16-byte
-    copies, pair stores) keep whole 16-byte chunks, which the swizzle never splits. Maps each
-    to its :class:`~tilewright_cuda.layout.Swizzled`."""
+    float16/bfloat16, 2-D, and either read whole as A or B by at least one gemm (or T.gemm_sp)
+    taking the ``mma.sync`` (``mma.sp``) path, never in part by such a gemm (its ldmatrix addressing
+    needs the whole tile), or written whole from an accumulator in registers (an epilogue tile: a
+    warp's pair stores then cover eight rows in eight distinct bank groups instead of one). Every
+    other access is rewritten element by element in place_memory; pointer accesses (16-byte copies,
+    pair stores) keep whole 16-byte chunks, which the swizzle never splits. Maps each to its
+    :class:`~tilewright_cuda.layout.Swizzled`."""
     whole: dict = {}
     for call in tile_ops_in(func):
         if call.name == "copy" and call.operands["src"].buffer in in_registers:
@@ -169,7 +168,8 @@ def swizzled(func, arch, threads, in_registers) -> dict:
                     len(dst.buffer.shape) == 2:
                 whole[dst.buffer] = whole.get(dst.buffer, True) and full(dst)
             continue
-        if call.name != "gemm" or gemm_fit.mma_misfit(call, arch, threads) is not None:
+        if call.name not in ("gemm", "gemm_sp") or \
+                gemm_fit.mma_misfit(call, arch, threads) is not None:
             continue
         for op in ("A", "B"):
             buf = call.operands[op].buffer

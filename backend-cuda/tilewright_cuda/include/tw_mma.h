@@ -207,6 +207,71 @@ __device__ __forceinline__ void warp_tile(const T* A, const T* B, int m0, int n0
   }
 }
 
+// 2:4 structured-sparse A (T.gemm_sp): mma.sp::ordered_metadata m16n8k32 for 16-bit operands
+// (mma_kind's code 0 half, 1 bfloat16). A holds the kept values, [M][K / 2]: their fragment is
+// the m16n8k16 A fragment of the values. B is the dense m16n8k32 fragment: the two m16n8k16
+// fragments of k0 and k0 + 16. The metadata E is a row of 4-bit fields per row of A, one per
+// group of 4 along K, filling each element from its low bits up (tilewright.ir.sparse): K bits
+// a row whatever its element type, read 16 at a time from a row of LDE bytes. With selector 0,
+// lane 4 g + h (h = 0, 1) gives the 16 bits of k0 + 16 h for row g (low half) and row g + 8
+// (high half); the other lanes' metadata is not read.
+template <int LDE>
+__device__ __forceinline__ unsigned sparse_meta(const void* E, int m0, int k0) {
+  const int lane = threadIdx.x % 32, g = lane >> 2, k = k0 + 16 * (lane & 1);
+  const unsigned char* rows = static_cast<const unsigned char*>(E);
+  auto bits16 = [&](int r) {
+    return unsigned(*reinterpret_cast<const unsigned short*>(rows + r * LDE + k / 8));
+  };
+  return bits16(m0 + g) | bits16(m0 + g + 8) << 16;
+}
+
+template <class T, class C>
+__device__ __forceinline__ void mma_sp(C* c, const unsigned* a, const unsigned* b, unsigned e) {
+  constexpr int code = mma_kind<T>::code;
+  static_assert(code < 2, "mma.sp is lowered for 16-bit operands only");
+#if defined(TW_HOST_EMULATION)
+  tw_emulate_mma_sp(c, a, b, e, code);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define TW_MMA_SP(TYPE)                                                                       \
+  asm volatile("mma.sp::ordered_metadata.sync.aligned.m16n8k32.row.col.f32." TYPE "." TYPE    \
+               ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9,%10,%11}, {%0,%1,%2,%3}, %12, 0x0;\n" \
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])                               \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(b[2]), \
+                 "r"(b[3]), "r"(e))
+  if constexpr (code == 0) {
+    TW_MMA_SP("f16");
+  } else {
+    TW_MMA_SP("bf16");
+  }
+#undef TW_MMA_SP
+#endif
+}
+
+// One warp tile of a sparse gemm: acc[(mi * NI + ni) * 4 ..] += A[m0 + 16 mi, :K] B[:K,
+// n0 + 8 ni] with A given as its kept values and metadata (K counts dense columns).
+template <int MI, int NI, int K, bool TRANS_B, class LA, class LB, int LDE, class T, class C>
+__device__ __forceinline__ void warp_tile_sp(const T* A, const void* E, const T* B, int m0,
+                                             int n0, C* acc) {
+#pragma unroll
+  for (int k0 = 0; k0 < K; k0 += 32) {
+    unsigned a[MI][4], b[NI][4], e[MI];
+#pragma unroll
+    for (int mi = 0; mi < MI; ++mi) {
+      load_a<false, LA>(a[mi], A, m0 + mi * 16, k0 / 2);
+      e[mi] = sparse_meta<LDE>(E, m0 + mi * 16, k0);
+    }
+#pragma unroll
+    for (int ni = 0; ni < NI; ++ni) {
+      load_b<1, TRANS_B, LB>(b[ni], B, k0, n0 + ni * 8);
+      load_b<1, TRANS_B, LB>(b[ni] + 2, B, k0 + 16, n0 + ni * 8);
+    }
+#pragma unroll
+    for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+      for (int ni = 0; ni < NI; ++ni) mma_sp<T>(acc + (mi * NI + ni) * 4, a[mi], b[ni], e[mi]);
+  }
+}
+
 // Two adjacent accumulators (a row's pair of columns) as one 2-element store, rounded to T.
 template <class T>
 __device__ __forceinline__ void store_pair(T* p, float a, float b) {
@@ -273,4 +338,19 @@ __device__ __forceinline__ void tw_gemm_mma(const T* A, const T* B,
     p[8 * ldc] = acc[4 * i + 2];
     p[8 * ldc + 1] = acc[4 * i + 3];
   }
+}
+
+// T.gemm_sp with C in registers (the "local.mma_acc" layout, as tw_gemm_mma_rf): A the kept
+// values [M][K / 2], E the metadata in rows of LDE bytes, K the dense depth.
+template <int M, int N, int K, bool TRANS_B, int THREADS, int WM, int WN, class LA, class LB,
+          int LDE, class T>
+__device__ __forceinline__ void tw_gemm_mma_sp_rf(const T* A, const void* E, const T* B,
+                                                  typename tw::mma_kind<T>::acc* acc) {
+  static_assert(WM * WN * 32 == THREADS, "the warp grid must cover the block's warps");
+  static_assert(M % (16 * WM) == 0 && N % (8 * WN) == 0 && K % 32 == 0,
+                "the warp tile must be a multiple of the instruction's 16 x 8 x 32");
+  constexpr int TM = M / WM, TN = N / WN;
+  const int warp = threadIdx.x / 32;
+  tw::warp_tile_sp<TM / 16, TN / 8, K, TRANS_B, LA, LB, LDE>(A, E, B, (warp / WN) * TM,
+                                                             (warp % WN) * TN, acc);
 }

@@ -11,10 +11,16 @@ it does not fit; the first that fits lowers the gemm.
 3. C's elements spread over the threads, each dot product in a register.
 
 A gemm that asks for tensor cores but cannot have them is an error (``mma_policy_error``).
+
+``T.gemm_sp`` (A 2:4 sparse: kept values and metadata, ``tilewright.sparse``) takes
+``mma.sp::ordered_metadata`` m16n8k32 over warp tiles for float16/bfloat16 into a register
+accumulator (``gemm_fit.SPARSE_MMA_FORMS``), else the thread gemm, each stored value meeting the
+row of B its metadata names.
 """
 
 from __future__ import annotations
 
+from tilewright import sparse as sp
 from tilewright.errors import KernelError, UnsupportedOpError
 from tilewright.ir import Region, TileOpCall
 from tilewright.transform import RuleContext
@@ -107,15 +113,16 @@ def lower_gemm_mma(call: TileOpCall, ctx: RuleContext):
     name = (f"tw_gemm_mma{'_rf' if in_registers else ''}<{m}, {n}, {k}, {flags}, {threads}, "
             f"{grid[0]}, {grid[1]}, {layouts}>")
 
-    def ptr(region):
-        return tirx.address_of(tirx.BufferLoad(region.buffer, [as_expr(s) for s in region.starts]))
-
-    c_args = [ptr(c)] if in_registers else [ptr(c), as_expr(gemm_fit.leading_dim(c))]
-    gemm = tirx.Evaluate(tirx.call_extern("int32", name, ptr(a), ptr(b), *c_args))
+    c_args = [_ptr(c)] if in_registers else [_ptr(c), as_expr(gemm_fit.leading_dim(c))]
+    gemm = tirx.Evaluate(tirx.call_extern("int32", name, _ptr(a), _ptr(b), *c_args))
     if not call.attrs["clear_accum"]:
         return gemm
     zero = lower_fill(fill_call(c), ctx)
     return tirx.SeqStmt([zero, gemm] if in_registers else [zero, intrinsics.sync(), gemm])
+
+
+def _ptr(region: Region):
+    return tirx.address_of(tirx.BufferLoad(region.buffer, [as_expr(s) for s in region.starts]))
 
 
 def _operand_layout(region: Region) -> str:
@@ -134,38 +141,106 @@ def _operand_layout(region: Region) -> str:
     return f"tw::rowmajor<{ld}, {'true' if aligned else 'false'}>"
 
 
-def lower_gemm_threads(call: TileOpCall, ctx: RuleContext):
-    """C += op(A) @ op(B): the (i, j) elements of C are spread over the threads; each thread
-    accumulates its dot products in a register."""
-    a, b, c = (call.operands[k] for k in ("A", "B", "C"))
-    ta, tb = call.attrs["transpose_A"], call.attrs["transpose_B"]
-    adims, bdims, cdims = non_unit(a), non_unit(b), non_unit(c)
-    if len(adims) != 2 or len(bdims) != 2 or len(cdims) != 2:
-        raise KernelError("T.gemm needs 2-D tiles for A, B and C")
-    m, n = c.extents[cdims[0]], c.extents[cdims[1]]
-    k = a.extents[adims[0]] if ta else a.extents[adims[1]]
+def _matrix_dims(call: TileOpCall, names: str) -> list:
+    """The two dimensions of each named operand: its non-unit ones, or a 2-D tile's both."""
+    dims = [non_unit(call.operands[x]) if len(call.operands[x].extents) != 2 else [0, 1]
+            for x in names]
+    if any(len(d) != 2 for d in dims):
+        raise KernelError(f"T.{call.name} needs 2-D tiles for {', '.join(names)}")
+    return dims
+
+
+def _thread_gemm(call: TileOpCall, ctx: RuleContext, depth, term):
+    """C's (i, j) elements spread over the threads, each summing ``term(i, j, r)`` over
+    ``r < depth`` in a register."""
+    c = call.operands["C"]
+    cdims, = _matrix_dims(call, "C")
     dtype = str(c.buffer.dtype)
     acc = tirx.decl_buffer((1,), dtype, "gemm_acc", scope="local")
 
     def body(v):
         i, j = v
         r = tirx.Var("kk", "int32")
-        a_idx = region_index(a, [r, i] if ta else [i, r], adims)
-        b_idx = region_index(b, [j, r] if tb else [r, j], bdims)
         c_idx = region_index(c, [i, j], cdims)
-        product = cast(tirx.BufferLoad(a.buffer, a_idx), dtype) * \
-            cast(tirx.BufferLoad(b.buffer, b_idx), dtype)
         init = tirx.const(0, dtype) if call.attrs["clear_accum"] else \
             tirx.BufferLoad(c.buffer, c_idx)
         return tirx.SeqStmt([
             tirx.AllocBuffer(acc),
             tirx.BufferStore(acc, init, [0]),
-            tirx.For(r, 0, as_expr(k), tirx.ForKind.SERIAL, tirx.BufferStore(
-                acc, tirx.BufferLoad(acc, [0]) + product, [0])),
+            tirx.For(r, 0, as_expr(depth), tirx.ForKind.SERIAL, tirx.BufferStore(
+                acc, tirx.BufferLoad(acc, [0]) + term(i, j, r), [0])),
             tirx.BufferStore(c.buffer, tirx.BufferLoad(acc, [0]), c_idx),
         ])
 
-    return loop_nest([m, n], body, ctx=ctx)
+    return loop_nest([c.extents[cdims[0]], c.extents[cdims[1]]], body, ctx=ctx)
+
+
+def _element(region: Region, dims, row, col, transposed: bool, dtype: str):
+    index = region_index(region, [col, row] if transposed else [row, col], dims)
+    return cast(tirx.BufferLoad(region.buffer, index), dtype)
+
+
+def lower_gemm_threads(call: TileOpCall, ctx: RuleContext):
+    """C += op(A) @ op(B): the (i, j) elements of C are spread over the threads; each thread
+    accumulates its dot products in a register."""
+    a, b, c = (call.operands[k] for k in ("A", "B", "C"))
+    ta, tb = call.attrs["transpose_A"], call.attrs["transpose_B"]
+    adims, bdims, _ = _matrix_dims(call, "ABC")
+    dtype = str(c.buffer.dtype)
+
+    def term(i, j, r):
+        return _element(a, adims, i, r, ta, dtype) * _element(b, bdims, r, j, tb, dtype)
+
+    return _thread_gemm(call, ctx, a.extents[adims[0]] if ta else a.extents[adims[1]], term)
+
+
+@register("gemm_sp")
+def lower_gemm_sp(call: TileOpCall, ctx: RuleContext):
+    """``mma.sp`` over warp tiles when it fits and C is a register accumulator, else the
+    thread gemm over the stored values."""
+    arch, threads = ctx.options.arch, thread_var(ctx)[1]
+    problem = gemm_fit.mma_policy_error(call, arch, threads)
+    if problem is not None:
+        raise UnsupportedOpError(problem)
+    if gemm_fit.mma_misfit(call, arch, threads) is None and \
+            layout.is_accumulator(call.operands["C"].buffer):
+        return lower_gemm_sp_mma(call, ctx)
+    return lower_gemm_sp_threads(call, ctx)
+
+
+def lower_gemm_sp_mma(call: TileOpCall, ctx: RuleContext):
+    """One call of ``tw_gemm_mma_sp_rf`` (include/tw_mma.h) by every thread of the block: each
+    warp loads the values' fragments with ``ldmatrix``, B's as for ``mma.sync``, and 32 bits of
+    metadata per row pair, and issues ``mma.sp`` over its warp tile of C's registers."""
+    a, e, b, c = (call.operands[k] for k in "AEBC")
+    cdims = non_unit(c)
+    m, n = const(c.extents[cdims[0]]), const(c.extents[cdims[1]])
+    _, threads = thread_var(ctx)
+    grid = layout.grid(c.buffer, threads)
+    row_bytes = gemm_fit.leading_dim(e) * e.buffer.dtype.bits // 8
+    trans_b = "true" if call.attrs["transpose_B"] else "false"
+    name = (f"tw_gemm_mma_sp_rf<{m}, {n}, {gemm_fit.dense_k(call)}, {trans_b}, {threads}, "
+            f"{grid[0]}, {grid[1]}, {_operand_layout(a)}, {_operand_layout(b)}, {row_bytes}>")
+    gemm = tirx.Evaluate(tirx.call_extern("int32", name, *(_ptr(r) for r in (a, e, b, c))))
+    if not call.attrs["clear_accum"]:
+        return gemm
+    return tirx.SeqStmt([lower_fill(fill_call(c), ctx), gemm])
+
+
+def lower_gemm_sp_threads(call: TileOpCall, ctx: RuleContext):
+    """C += decompress(A, E) @ op(B) with C's elements spread over the threads: each stored
+    value of A's row meets the row of op(B) its metadata names."""
+    a, e, b, c = (call.operands[k] for k in "AEBC")
+    ta, te, tb = (call.attrs[f"transpose_{x}"] for x in "AEB")
+    adims, edims, bdims, _ = _matrix_dims(call, "AEBC")
+    dtype, meta, acc = str(a.buffer.dtype), str(e.buffer.dtype), str(c.buffer.dtype)
+
+    def term(i, j, r):
+        word = _element(e, edims, i, sp.meta_column(r, dtype, meta), te, "int32")
+        row = sp.dense_column(word, r, dtype, meta)
+        return _element(a, adims, i, r, ta, acc) * _element(b, bdims, row, j, tb, acc)
+
+    return _thread_gemm(call, ctx, a.extents[adims[0]] if ta else a.extents[adims[1]], term)
 
 
 # (lowering, why it does not fit) of each variant, the preferred first

@@ -126,12 +126,62 @@ def check_support(func: tirx.PrimFunc, backend: BackendModule) -> None:
             raise UnsupportedOpError(f"{what} is not supported by backend '{backend.name}' (it "
                                      f"does not declare the feature {feature!r})",
                                      _feature_location(func, feature))
+    _check_dtypes(func, backend)
+
+
+def _check_dtypes(func: tirx.PrimFunc, backend: BackendModule) -> None:
+    """Every dtype of the kernel's tensors, allocations and conversions is one the backend
+    declares it computes (``Capabilities.dtypes``); the first that is not is refused at the
+    first line using it, naming the backend and the dtypes it offers."""
+    offered = backend.capabilities.dtypes
+
+    def refuse(dtype: str, what: str, location):
+        return UnsupportedOpError(
+            f"{what} is {dtype}, which backend '{backend.name}' does not compute (it offers "
+            f"{', '.join(sorted(offered))}); choose another target or another dtype", location)
+
     for param in func.params:
         buf = func.buffer_map.get(param, param) if hasattr(func, "buffer_map") else param
         dtype = str(getattr(buf, "dtype", ""))
-        if dtype and dtype not in caps.dtypes and dtype != "handle":
-            raise UnsupportedOpError(f"dtype {dtype} of parameter {buf.name!r} is not supported "
-                                     f"by backend '{backend.name}'")
+        if dtype and dtype not in offered and dtype != "handle":
+            raise refuse(dtype, f"parameter {buf.name!r}",
+                         _first_line(func, lambda stmt, b=buf: _touches(stmt, b)))
+    found = []
+
+    def allocated(stmt):
+        if not found and str(stmt.buffer.dtype) not in offered:
+            found.append(stmt)
+
+    tvm_ffi.structural_walk(func.body, (tirx.AllocBuffer, allocated))
+    if found:
+        buf = found[0].buffer
+        raise refuse(str(buf.dtype), f"buffer {buf.name!r}", span_location(found[0].span))
+    casts = []
+    tvm_ffi.structural_walk(func.body, (tirx.Cast, lambda c: casts.append(str(c.ty))))
+    for dtype in casts:
+        if dtype not in offered:
+            raise refuse(dtype, "a conversion's result", _first_line(
+                func, lambda stmt, d=dtype: _converts_to(stmt, d)))
+
+
+def _touches(stmt, buffer) -> bool:
+    """Whether ``stmt`` loads or stores ``buffer`` (a tile op's regions included)."""
+    hit = []
+
+    def visit(node):
+        source = node.source if isinstance(node, tvm.ir.TensorLoad) else node.buffer
+        if source.same_as(buffer):
+            hit.append(node)
+
+    tvm_ffi.structural_walk(stmt, [(tvm.ir.TensorLoad, visit), (tirx.BufferStore, visit)])
+    return bool(hit)
+
+
+def _converts_to(stmt, dtype: str) -> bool:
+    """Whether ``stmt`` converts a value to ``dtype``."""
+    hit = []
+    tvm_ffi.structural_walk(stmt, (tirx.Cast, lambda c: hit.append(str(c.ty) == dtype)))
+    return any(hit)
 
 
 def _kernel_launches(func: tirx.PrimFunc) -> list[tirx.For]:

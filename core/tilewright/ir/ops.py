@@ -28,6 +28,17 @@ GEMM = register_tile_op(TileOpSchema(
     doc="C += op(A) @ op(B) on tiles; C is the accumulator",
 ))
 
+GEMM_SP = register_tile_op(TileOpSchema(
+    "gemm_sp",
+    (Operand("A", "read"), Operand("E", "read"), Operand("B", "read"),
+     Operand("C", "readwrite")),
+    (Attr("transpose_A", bool, False), Attr("transpose_E", bool, False),
+     Attr("transpose_B", bool, False), Attr("policy", str, "square"),
+     Attr("clear_accum", bool, False), Attr("k_pack", int, 1), Attr("wg_wait", int, 0)),
+    doc="C += op(decompress(A, E)) @ op(B): A holds the kept values of a 2:4 structured-sparse "
+        "operand and E its metadata (see tilewright.sparse)",
+))
+
 # The reduction family shares one shape; it is registered from this table.
 REDUCE_KINDS = {
     "sum": "sum of elements",
@@ -81,6 +92,6 @@ DEVICE_ASSERT = register_tile_op(TileOpSchema(
     doc="stop the kernel with an error when a condition does not hold",
 ))
 
-PORTABLE_OPS = ("copy", "fill", "gemm", *(f"reduce_{k}" for k in REDUCE_KINDS), "cumsum",
-                *(f"atomic_{k}" for k in ATOMIC_KINDS), "print_tile", "print_value",
+PORTABLE_OPS = ("copy", "fill", "gemm", "gemm_sp", *(f"reduce_{k}" for k in REDUCE_KINDS),
+                "cumsum", *(f"atomic_{k}" for k in ATOMIC_KINDS), "print_tile", "print_value",
                 "device_assert")

@@ -52,7 +52,7 @@ from .math import (
 from .reducer import alloc_reducer, finalize_reducer, reducer_init, reducer_update
 from .tileops import ATOMIC_OPS as _ATOMIC_OPS
 from .tileops import REDUCE_OPS as _REDUCE_OPS
-from .tileops import GemmWarpPolicy, clear, copy, cumsum, fill, gemm
+from .tileops import GemmWarpPolicy, clear, copy, cumsum, fill, gemm, gemm_sp
 
 globals().update(_DTYPES)
 globals().update(_REDUCE_OPS)
@@ -66,8 +66,9 @@ __all__ = [
     "alloc_shared", "alloc_var",
     "annotate_layout", "c2d_im2col", "cast", "ceildiv", "clamp", "clear", "const", "copy",
     "cumsum", "device_assert", "dtype", "dynamic", "empty", "fill", "floordiv", "floormod",
-    "finalize_reducer", "gemm", "if_then_else", "im2col", "infinity", "macro", "make_tensor",
-    "max", "max_value", "min", "min_value", "parallel", "prim_func", "print", "reducer_init",
-    "reducer_update", "region", "reinterpret", "reshape", "serial", "symbolic", "unpack", "unroll",
+    "finalize_reducer", "gemm", "gemm_sp", "if_then_else", "im2col", "infinity", "macro",
+    "make_tensor", "max", "max_value", "min", "min_value", "parallel", "prim_func", "print",
+    "reducer_init", "reducer_update", "region", "reinterpret", "reshape", "serial", "symbolic",
+    "unpack", "unroll",
     "use_swizzle", "vectorized", "view", *_DTYPES, *_REDUCE_OPS, *_ATOMIC_OPS, *_UNARY,
 ]

@@ -10,7 +10,7 @@ from ..errors import kernel_error
 
 _CANONICAL = (
     "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-    "float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2", "int4",
+    "float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2", "int4", "uint4",
     "handle",
 )
 # dtypes narrower than a byte and the dtype that holds one of their values in a kernel's

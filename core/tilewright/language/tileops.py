@@ -8,6 +8,7 @@ import enum
 import tvm
 from tvm import tirx
 
+from .. import sparse as sp
 from ..errors import KernelValueError, kernel_error, user_location
 from ..ir import ATOMIC_KINDS, REDUCE_KINDS, make_call
 from . import builder as B
@@ -94,11 +95,14 @@ def clear(buffer):
     fill(buffer, 0)
 
 
-def _matrix(value, what: str):
-    region = resolve(region_of(value, f"T.gemm {what}"), None, f"T.gemm {what}")
-    dims = squeeze(region.extents)
+def _matrix(value, what: str, op: str = "T.gemm", keep_2d: bool = False):
+    """(region, its two dimensions) of a gemm operand; ``keep_2d`` keeps a 2-D region's unit
+    dimension (a metadata tile one column wide)."""
+    region = resolve(region_of(value, f"{op} {what}"), None, f"{op} {what}")
+    dims = tuple(region.extents) if keep_2d and len(region.extents) == 2 else \
+        squeeze(region.extents)
     if len(dims) != 2:
-        raise kernel_error(f"T.gemm operand {what} ({region.buffer.name!r}) must be a 2-D tile, "
+        raise kernel_error(f"{op} operand {what} ({region.buffer.name!r}) must be a 2-D tile, "
                            f"got shape {shape_str(region.extents)}")
     return region, dims
 
@@ -123,6 +127,54 @@ def gemm(A, B, C, transpose_A=False, transpose_B=False, policy=None,  # noqa: N8
     _emit("gemm", {"A": a, "B": b, "C": c},
           {"transpose_A": transpose_A, "transpose_B": transpose_B, "policy": str(policy_name),
            "clear_accum": clear_accum, "k_pack": k_pack, "wg_wait": wg_wait})
+
+
+def gemm_sp(A_sparse, E, B, C, transpose_A=False, transpose_E=False,  # noqa: N803
+            transpose_B=False, policy=None, clear_accum=False, k_pack=1, wg_wait=0):
+    """``C += op(A) @ op(B)`` where A is 2:4 structured-sparse along K, given as its kept
+    values ``A_sparse`` ``[M, K / 2]`` (``[M, K / 2]`` for float32 too: one of two kept) and
+    metadata ``E`` ``[M, K / e_factor]`` (``[K / 2, M]`` and ``[K / e_factor, M]`` when
+    transposed), laid out as :mod:`tilewright.sparse` describes and
+    :func:`tilewright.utils.sparse.compress` produces."""
+    op = "T.gemm_sp"
+    a, (a0, a1) = _matrix(A_sparse, "A_sparse", op)
+    e, (e0, e1) = _matrix(E, "E", op, keep_2d=True)
+    b, (b0, b1) = _matrix(B, "B", op)
+    c, (c0, c1) = _matrix(C, "C", op)
+    dtype, meta = str(a.buffer.dtype), str(e.buffer.dtype)
+    if dtype not in sp.SPARSE_GROUPS:
+        raise kernel_error(f"{op}: A_sparse {a.buffer.name!r} is {dtype}; structured sparsity "
+                           f"takes {', '.join(sp.SPARSE_GROUPS)}")
+    if meta not in sp.META_BITS:
+        raise kernel_error(f"{op}: metadata E {e.buffer.name!r} is {meta}; it must be one of "
+                           f"{', '.join(sp.META_BITS)}")
+    if str(b.buffer.dtype) != dtype:
+        raise kernel_error(f"{op}: B {b.buffer.name!r} is {b.buffer.dtype} but A_sparse "
+                           f"{a.buffer.name!r} is {dtype}; both operands take one dtype")
+    group = sp.SPARSE_GROUPS[dtype]
+    m, ka = (a1, a0) if transpose_A else (a0, a1)
+    me, ke = (e1, e0) if transpose_E else (e0, e1)
+    kb, n = (b1, b0) if transpose_B else (b0, b1)
+    k, dense_ka = as_int(kb), as_int(ka) * (group.group // group.kept)
+    if not _same(dense_ka, kb):
+        raise kernel_error(f"{op} K mismatch: A_sparse {a.buffer.name!r} keeps {as_int(ka)} "
+                           f"columns ({group.kept} of every {group.group}), so K = {dense_ka}, "
+                           f"but B {b.buffer.name!r} gives K = {k}")
+    factor = sp.e_factor(dtype, meta)
+    if isinstance(k, int) and (k % factor or not _same(ke, k // factor)):
+        raise kernel_error(f"{op}: metadata E {e.buffer.name!r} has {as_int(ke)} columns along "
+                           f"K; {meta} metadata of {dtype} needs K / {factor} = "
+                           f"{k / factor:g} (K = {k} must be a multiple of {factor})")
+    if not (_same(m, c0) and _same(n, c1) and _same(me, m)):
+        raise kernel_error(f"{op} shape mismatch: op(A) @ op(B) is ({as_int(m)}, {as_int(n)}) "
+                           f"with {as_int(me)} metadata rows, but C {c.buffer.name!r} is "
+                           f"({as_int(c0)}, {as_int(c1)})")
+    policy_name = policy.value if isinstance(policy, GemmWarpPolicy) else policy or "square"
+    clear_accum = _clear_accum(clear_accum, c)
+    _emit("gemm_sp", {"A": a, "E": e, "B": b, "C": c},
+          {"transpose_A": transpose_A, "transpose_E": transpose_E, "transpose_B": transpose_B,
+           "policy": str(policy_name), "clear_accum": clear_accum, "k_pack": k_pack,
+           "wg_wait": wg_wait})
 
 
 def _clear_accum(flag, c) -> bool:
@@ -229,4 +281,5 @@ def _make_atomic(kind: str):
 
 ATOMIC_OPS = {f"atomic_{kind}": _make_atomic(kind) for kind in ATOMIC_KINDS}
 
-__all__ = ["GemmWarpPolicy", "clear", "copy", "cumsum", "fill", "gemm", *REDUCE_OPS, *ATOMIC_OPS]
+__all__ = ["GemmWarpPolicy", "clear", "copy", "cumsum", "fill", "gemm", "gemm_sp", *REDUCE_OPS,
+           *ATOMIC_OPS]

@@ -21,7 +21,7 @@ from tilewright.transform.lowering_utils import (
 )
 from tvm import tirx
 
-from .microkernel import gemm_loops
+from .microkernel import gemm_loops, gemm_sp_loops
 
 Rule = Callable[[TileOpCall, RuleContext], tirx.Stmt]
 RULES: dict[str, Rule] = {}
@@ -62,6 +62,11 @@ def lower_fill(call: TileOpCall, ctx: RuleContext):
 @register_lowering("gemm")
 def lower_gemm(call: TileOpCall, ctx: RuleContext):
     return gemm_loops(call, ctx)
+
+
+@register_lowering("gemm_sp")
+def lower_gemm_sp(call: TileOpCall, ctx: RuleContext):
+    return gemm_sp_loops(call, ctx)
 
 
 def _reduce_parts(kind: str, dtype: str):

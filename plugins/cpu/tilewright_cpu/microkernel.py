@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import tvm
+from tilewright import sparse as sp
 from tilewright.ir import TileOpCall
 from tilewright.transform import RuleContext
 from tilewright.transform.lowering_utils import PARALLEL, as_expr
@@ -274,3 +275,38 @@ def gemm_loops(call: TileOpCall, ctx: RuleContext) -> tirx.Stmt:
     if m is None or n is None or m == 0 or n == 0:
         return _loop_nest(g)
     return _blocked(g, m, n)
+
+
+def gemm_sp_loops(call: TileOpCall, ctx: RuleContext) -> tirx.Stmt:
+    """``T.gemm_sp`` as an i-k-j nest over the stored columns of A: each stored value meets
+    the row of op(B) its metadata names (:func:`tilewright.sparse.dense_column`); the j
+    loop walks a row of B and of C and is vectorised by the loop phase."""
+    a, e, b, c = (call.operands[x] for x in "AEBC")
+    ta, te, tb = (call.attrs[f"transpose_{x}"] for x in "AEB")
+    ad, ed, bd, cd = (_matrix_dims(r) for r in (a, e, b, c))
+    dtype, meta, acc = str(a.buffer.dtype), str(e.buffer.dtype), str(c.buffer.dtype)
+    m, n = c.extents[cd[0]], c.extents[cd[1]]
+    stored = a.extents[ad[0]] if ta else a.extents[ad[1]]
+    i, kk, j = (tirx.Var(v, "int32") for v in ("i", "k", "j"))
+
+    def load(region, dims, r, col, transposed, to):
+        value = tirx.BufferLoad(region.buffer, _index(region, dims, col, r) if transposed else
+                                _index(region, dims, r, col))
+        return value if str(region.buffer.dtype) == to else tirx.Cast(to, value)
+
+    word = load(e, ed, i, sp.meta_column(kk, dtype, meta), te, "int32")
+    row = sp.dense_column(word, kk, dtype, meta)
+    c_index = _index(c, cd, i, j)
+    update = tirx.BufferStore(c.buffer, tirx.BufferLoad(c.buffer, c_index) +
+                              load(a, ad, i, kk, ta, acc) * load(b, bd, row, j, tb, acc), c_index)
+    nest = tirx.For(i, 0, as_expr(m), tirx.ForKind.SERIAL, tirx.For(
+        kk, 0, as_expr(stored), tirx.ForKind.SERIAL,
+        tirx.For(j, 0, as_expr(n), tirx.ForKind.SERIAL, update, annotations=PARALLEL)))
+    if not call.attrs["clear_accum"]:
+        return nest
+    i2, j2 = tirx.Var("i", "int32"), tirx.Var("j", "int32")
+    zero = tirx.For(i2, 0, as_expr(m), tirx.ForKind.SERIAL, tirx.For(
+        j2, 0, as_expr(n), tirx.ForKind.SERIAL,
+        tirx.BufferStore(c.buffer, tirx.const(0, acc), _index(c, cd, i2, j2)),
+        annotations=PARALLEL))
+    return tirx.SeqStmt([zero, nest])

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
+from tilewright import sparse as sp
 from tilewright.ir import ATOMIC_KINDS, REDUCE_KINDS
 
 from .runtime import Region
@@ -48,6 +49,23 @@ def run_gemm(block, A: Region, B: Region, C: Region, transpose_A=False, transpos
     a, b = A.read().astype(acc), B.read().astype(acc)
     a, b = (a.T if transpose_A else a), (b.T if transpose_B else b)
     product = a @ b
+    C.write(product if clear_accum else C.read() + product)
+
+
+@register_lowering("gemm_sp")
+def run_gemm_sp(block, A: Region, E: Region, B: Region, C: Region, transpose_A=False,
+                transpose_E=False, transpose_B=False, clear_accum=False, **_attrs):
+    acc = C.array.dtype
+    values, meta = A.read(), E.read()
+    values, meta = (values.T if transpose_A else values), (meta.T if transpose_E else meta)
+    g = sp.SPARSE_GROUPS[A.dtype]
+    kk = np.arange(values.shape[1])
+    words = meta.astype(np.int64)[:, sp.meta_column(kk, A.dtype, E.dtype)]
+    columns = sp.dense_column(words, kk, A.dtype, E.dtype)
+    a = np.zeros((values.shape[0], values.shape[1] * g.group // g.kept), dtype=acc)
+    np.put_along_axis(a, columns, values.astype(acc), axis=1)
+    b = B.read().astype(acc)
+    product = a @ (b.T if transpose_B else b)
     C.write(product if clear_accum else C.read() + product)
 
 

@@ -18,8 +18,9 @@ from tilewright.plugin import (
 )
 
 KNOWN_DTYPES = frozenset({
-    "bool", "int4", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-    "float8_e4m3fn", "float8_e5m2", "float16", "bfloat16", "tfloat32", "float32", "float64"})
+    "bool", "int4", "uint4", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+    "uint64", "float8_e4m3fn", "float8_e5m2", "float16", "bfloat16", "tfloat32", "float32",
+    "float64"})
 
 
 def check_declarations(backend: BackendModule) -> None:
@@ -161,3 +162,30 @@ def check_arch_models(backend: BackendModule) -> None:
         assert model.bandwidth_gbps > 0, f"arch model {model.name!r}: bandwidth must be > 0"
         assert model.peak_tflops and all(v > 0 for v in model.peak_tflops.values()), \
             f"arch model {model.name!r}: peak_tflops must map dtypes to positive numbers"
+
+
+def check_unsupported_dtype_message(backend: BackendModule) -> None:
+    """A kernel on a dtype of the language the backend does not declare (``Capabilities.dtypes``)
+    fails at compile time at the first line using it, naming the backend, the dtype and the
+    dtypes the backend offers. Passes vacuously when the backend declares every dtype."""
+    from tilewright.engine import lower
+    from tilewright.language.dtypes import DTYPES, storage_dtype
+
+    from .catalogue import probe_kernel
+
+    dtypes = backend.capabilities.dtypes
+    # a dtype the language holds in another (int4 in int8) is the backend's as that one is
+    missing = sorted({storage_dtype(str(d)) for d in DTYPES.values()} - set(dtypes))
+    if not missing:
+        return
+    try:
+        lower(probe_kernel(missing[0]), backend.target_kinds[0])
+    except UnsupportedOpError as exc:
+        text = str(exc)
+        assert f"backend '{backend.name}'" in text and missing[0] in text and \
+            ", ".join(sorted(dtypes)) in text and "B[i] = A[i]" in text, (
+                f"the unsupported-dtype error of backend '{backend.name}' must name the "
+                f"backend, the dtype, the dtypes it offers and the kernel's line; got: {text}")
+        return
+    raise AssertionError(f"backend '{backend.name}' compiled a {missing[0]} kernel although it "
+                         f"does not declare {missing[0]}")

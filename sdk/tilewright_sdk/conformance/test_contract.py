@@ -12,6 +12,7 @@ from .contract import (
     check_phases_visible,
     check_target_claims,
     check_timers,
+    check_unsupported_dtype_message,
     check_unsupported_message,
 )
 
@@ -38,6 +39,10 @@ def test_phases_are_named_and_instrumented(tilewright_backend):
 
 def test_unsupported_op_is_one_sentence(tilewright_backend):
     check_unsupported_message(tilewright_backend)
+
+
+def test_unsupported_dtype_is_refused_at_the_users_line(tilewright_backend):
+    check_unsupported_dtype_message(tilewright_backend)
 
 
 def test_timers_register(tilewright_conformance, tilewright_backend):

@@ -7,6 +7,7 @@ payloads are not compared), and group-wise dequantisation of packed 4-bit weight
 
 # No `from __future__ import annotations`: T.prim_func evaluates the parameter annotations.
 import tilewright.language as T
+from tilewright import sparse as sp
 
 from .model import FLOAT8, Kernel, rand
 
@@ -159,6 +160,53 @@ def _w4a16_ref(a, q, scales, zeros, group, dtype):
     return [a @ w.to(getattr(torch, dtype)).to(a.dtype).T]
 
 
+def _gemm_sp(dtype, M, N, K, bm=32, bn=32, bk=64):
+    """C = decompress(A, E) @ B with A 2:4 sparse along K (1:2 for float32), stored as its
+    kept values and the metadata dtype TileLang picks for ``dtype``."""
+    accum, meta = ACCUM.get(dtype, "float32"), sp.default_meta_dtype(dtype)
+    ef = sp.e_factor(dtype, meta)
+
+    @T.prim_func
+    def gemm_sp(A: T.Tensor((M, K // 2), dtype), E: T.Tensor((M, K // ef), meta),
+                B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), accum)):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=128) as (bx, by):
+            A_s = T.alloc_shared((bm, bk // 2), dtype)
+            E_s = T.alloc_shared((bm, bk // ef), meta)
+            B_s = T.alloc_shared((bk, bn), dtype)
+            C_f = T.alloc_fragment((bm, bn), accum)
+            T.clear(C_f)
+            for k in T.Pipelined(T.ceildiv(K, bk), num_stages=2):
+                T.copy(A[by * bm, k * bk // 2], A_s)
+                T.copy(E[by * bm, k * bk // ef], E_s)
+                T.copy(B[k * bk, bx * bn], B_s)
+                T.gemm_sp(A_s, E_s, B_s, C_f)
+            T.copy(C_f, C[by * bm, bx * bn])
+
+    return gemm_sp
+
+
+def _gemm_sp_inputs(torch, gen, dtype, M, N, K):
+    from tilewright.utils.sparse import compress
+
+    g = sp.SPARSE_GROUPS[dtype]
+    dense = rand(torch, gen, (M, K // g.group, g.group), dtype)
+    # the zeros at random positions of each group; the kept values may be zero too
+    drop = torch.rand(dense.shape, generator=gen).topk(g.group - g.kept, dim=-1).indices
+    dense = dense.scatter(-1, drop, torch.zeros(drop.shape, dtype=dense.dtype))
+    return [*compress(dense.reshape(M, K)), rand(torch, gen, (K, N), dtype)]
+
+
+def _gemm_sp_ref(values, meta, b, dtype):
+    import torch
+    from tilewright.utils.sparse import decompress
+
+    # the kept values back in their dtype (exactly), expanded, then a float64 or int64 product
+    a = decompress(values.to(getattr(torch, dtype)), meta)
+    if a.is_floating_point():
+        return [a.double() @ b]
+    return [(a.long() @ b.long()).int()]
+
+
 GEMM = (*BASE, "alloc_shared", "alloc_fragment", "copy", "gemm", "clear", "Pipelined")
 CAST_NAMES = (*BASE, "Parallel", "cast", "Cast", *FLOAT8, *WIDE)
 
@@ -181,4 +229,13 @@ ROWS = (
            reduction=lambda K, **_: K, dtypes=("float16", "bfloat16"), ref_args=("group", "dtype"),
            doc="packed 4-bit weights (two per byte, T.unpack) dequantised in shared memory with "
                "group-wise scales and zero points, then a tensor-core GEMM"),
+    Kernel("gemm_sp", (*BASE, "alloc_shared", "alloc_fragment", "copy", "gemm_sp", "clear",
+                       "Pipelined", "int16", "int32"), ("gemm_sp", "copy", "fill"),
+           _gemm_sp, _gemm_sp_inputs, _gemm_sp_ref,
+           {"full": {"M": 32, "N": 32, "K": 128}, "partial": {"M": 24, "N": 40, "K": 96}},
+           reduction=lambda K, **_: K // 2, dtypes=("float16", "bfloat16", "float32", "int8"),
+           ref_args=("dtype",),
+           doc="2:4 structured-sparse GEMM (1:2 for float32): the kept values and TileLang's "
+               "ordered metadata (tilewright.utils.sparse.compress) against the product of "
+               "the decompressed operand"),
 )
