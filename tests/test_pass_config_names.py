@@ -205,14 +205,36 @@ def test_cpu_backend_honours_tl_enable_fast_math():
         return kernel.get_kernel_source()
 
     precise = source({Key.TL_ENABLE_FAST_MATH: False})
-    assert "exp2" in precise
-    assert source({Key.TL_DISABLE_FAST_MATH: True}) == precise
+    assert source({Key.TL_DISABLE_FAST_MATH: True}) == precise == source({})  # the default
+    assert "exp2" in source({"cpu.precise_math": True})  # libm's, one call a lane
     fast = source({Key.TL_ENABLE_FAST_MATH: True})
-    assert "exp2" not in fast and fast == source({})  # fast math is the CPU default
+    assert "exp2" not in precise and "exp2" not in fast and fast != precise
     with pytest.raises(ConfigError, match="TL_ENABLE_FAST_MATH=True and TL_DISABLE_FAST_MATH"):
         source({Key.TL_ENABLE_FAST_MATH: True, Key.TL_DISABLE_FAST_MATH: True})
     with pytest.raises(ConfigError, match="fast math .* and for cpu.precise_math"):
         source({Key.TL_ENABLE_FAST_MATH: True, "cpu.precise_math": True})
+
+
+def test_cpu_backend_divides_exactly_unless_asked_for_fast_math():
+    """TileLang's default is precise math: ``a / y`` with ``y`` the same for the whole loop
+    is IEEE division (act_quant's ``amax / 448``), not ``a * (1 / y)``, which differs from it
+    in the last bit for about half of these values; TL_ENABLE_FAST_MATH=True allows that."""
+
+    @T.prim_func
+    def scale(A: T.Tensor((64,), "float32"), y: T.float32, B: T.Tensor((64,), "float32")):
+        with T.Kernel(1):
+            for i in T.Parallel(64):
+                B[i] = A[i] / y
+
+    a = torch.linspace(0.5, 8.0, 64)
+    exact = a / 448.0
+    for configs in ({}, {Key.TL_ENABLE_FAST_MATH: False}):
+        kernel = tilewright.compile(scale, out_idx=[-1], target="cpu", pass_configs=configs)
+        assert torch.equal(kernel(a, 448.0), exact)
+    fast = tilewright.compile(scale, out_idx=[-1], target="cpu",
+                              pass_configs={Key.TL_ENABLE_FAST_MATH: True})(a, 448.0)
+    torch.testing.assert_close(fast, exact, rtol=2.4e-7, atol=0)
+    assert not torch.equal(fast, exact)
 
 
 def test_plugin_tilelang_names_resolve_and_are_listed(only_cpu_and):

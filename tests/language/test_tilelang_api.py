@@ -133,6 +133,22 @@ def test_autotune_with_an_explicit_config_and_given_inputs():
         tilewright.autotune(configs=[{"block": 16}], nope=1)
 
 
+def test_autotune_ref_prog_checks_with_tilelang_tolerances():
+    """With ``ref_prog`` (TileLang's spelling) the check is TileLang's, ``rtol = atol = 1e-2``
+    (gemm_fp8/example_tilelang_gemm_amd: a float32 sum in another order than torch's failed
+    float32's own tolerance in every config); ``reference`` keeps the dtype's."""
+    tuner._MEMORY.clear()
+    near = lambda a: 2 * a * (1 + 1e-4)  # noqa: E731 - off by far more than float32's rounding
+    common = {"configs": [{"block": 16}], "warmup": 1, "rep": 2, "progress": False,
+              "cache": False, "workers": 1}
+    a = torch.randn(128)
+    with set_autotune_inputs([a]):
+        assert tilewright.autotune(ref_prog=near, **common)(scale)(128).latency > 0
+        with pytest.raises(tilewright.TilewrightError, match="no config compiled, ran and "
+                                                             "passed the check"):
+            tilewright.autotune(reference=near, **common)(scale)(128)
+
+
 def row_normalise(block_n=None, n=64, m=32):
     """A plain factory (not decorated), as TileLang's object API takes it: each row divided by
     its sum (a loop-invariant divisor: fast math makes it a reciprocal product on the CPU)."""

@@ -185,19 +185,20 @@ def random_inputs(kernel) -> list:
 
     out = []
     for spec in kernel.signature.inputs:
-        if spec.kind != "tensor" or not all(isinstance(d, int) for d in spec.shape):
+        if spec.kind != "tensor" or not all(isinstance(d, int) for d in spec.host_shape):
             what = "a scalar" if spec.kind != "tensor" else f"shape {spec.shape}"
             raise ConfigError(f"cannot make an input for parameter {spec.name!r} of kernel "
                               f"{kernel.signature.name} ({what}); pass supply=callable(kernel) "
                               "returning the input tensors")
         dtype = getattr(torch, spec.dtype)
         device = kernel.backend.device
+        shape = spec.host_shape
         if dtype.is_floating_point:
-            out.append(torch.randn(spec.shape, device=device).to(dtype))
+            out.append(torch.randn(shape, device=device).to(dtype))
         elif dtype == torch.bool:
-            out.append(torch.rand(spec.shape, device=device) > 0.5)
+            out.append(torch.rand(shape, device=device) > 0.5)
         else:
-            out.append(torch.randint(-4, 5, spec.shape, device=device).to(dtype))
+            out.append(torch.randint(-4, 5, shape, device=device).to(dtype))
     return out
 
 

@@ -628,7 +628,9 @@ def autotune(fn=None, *, configs=None, warmup: float = 25, rep: float = 100,
       argument of the call counts.
 
     TileLang's spellings are accepted: ``ref_prog``/``max_mismatched_ratio``
-    (``reference``/``max_mismatch_ratio``), ``supply_prog(params)`` (as TileLang calls it: with
+    (``reference``/``max_mismatch_ratio``; with ``ref_prog`` and no ``reduction_length``, the
+    tolerances not given are TileLang's: ``rtol = atol = 1e-2``, 1% of the elements may
+    differ), ``supply_prog(params)`` (as TileLang calls it: with
     the kernel's input parameters, each with ``shape`` and ``dtype``), ``supply_type`` (a
     :class:`~tilewright.TensorSupplyType` for the generated inputs), ``skip_check`` (no
     reference check), ``timeout`` (the same meaning), ``early_stop`` with
@@ -650,6 +652,11 @@ def autotune(fn=None, *, configs=None, warmup: float = 25, rep: float = 100,
         supply = _from_params(supply_prog)
     if supply_type is not None and supply is None:
         supply = _supply_of(supply_type)
+    if ref_prog is not None and reference is None and reduction_length is None:
+        # TileLang's spelling, TileLang's tolerances where none is given
+        rtol, atol = (1e-2 if rtol is None else rtol), (1e-2 if atol is None else atol)
+        if max_mismatch_ratio is None and max_mismatched_ratio is None:
+            max_mismatched_ratio = 0.01
 
     def wrap(jit_fn):
         return AutoTuner(jit_fn, configs, warmup, rep, timer,

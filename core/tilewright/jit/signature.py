@@ -28,15 +28,21 @@ def signature_of(func: tirx.PrimFunc, out_idx) -> KernelSignature:
     params = []
     written = written_buffers(func)
     covered = covered_outputs(func, sorted(outputs))
+    packed = {int(i): int(bits) for i, bits in (func.attrs or {}).get("tw.packed_params", [])}
     for i, p in enumerate(func.params):
         if tirx.buffer.is_buffer_var(p):  # `tirx.Buffer` is an alias of every Var
             shape = tuple(_dim(s) for s in p.shape)
             index = "int64" if any(str(getattr(s, "ty", "int32")) == "int64"
                                    for s in p.shape) else "int32"
             align = int(p.data_alignment) if int(p.data_alignment) > 0 else 64
+            bits = packed.get(i, 0)
+            if bits and (not shape or isinstance(shape[-1], int) and shape[-1] % (8 // bits)):
+                raise TilewrightError(f"int{bits} tensor {p.name!r} of shape {shape}: its last "
+                                      f"dimension must be a multiple of {8 // bits}, the values "
+                                      "one byte of the packed tensor holds")
             params.append(ParamSpec(str(p.name), shape, str(p.dtype), i in outputs, "tensor",
                                     align, index, any(p.same_as(w) for w in written),
-                                    i in covered))
+                                    i in covered, bits))
         else:
             if i in outputs:
                 raise TilewrightError(f"out_idx names scalar parameter {p.name!r}")

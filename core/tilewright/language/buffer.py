@@ -10,7 +10,7 @@ from tvm import sym, tirx
 from ..errors import kernel_error
 from ..ir import Region
 from . import builder as B
-from .dtypes import normalize_dtype
+from .dtypes import normalize_dtype, storage_dtype
 
 _ANALYZER = sym.Analyzer()
 
@@ -282,4 +282,4 @@ def declare(name: str, shape, dtype, scope: str) -> tirx.Buffer:
         if isinstance(s, int) and s <= 0:
             raise kernel_error(f"buffer {name!r} has a non-positive dimension {s}")
         dims.append(s)
-    return tirx.decl_buffer(dims, normalize_dtype(dtype), name, scope=scope)
+    return tirx.decl_buffer(dims, storage_dtype(normalize_dtype(dtype)), name, scope=scope)

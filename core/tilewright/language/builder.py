@@ -51,6 +51,8 @@ class ParamBinding:
     name: str
     buffer: Any
     is_output: bool = False
+    # bits of a value of a tensor passed packed (int4: 4), else 0
+    packed_bits: int = 0
 
 
 class Builder:
@@ -104,10 +106,11 @@ class Builder:
         return self.enclosing("kernel") is not None
 
     # -- parameters -------------------------------------------------------------------
-    def add_param(self, name: str, buffer, *, is_output: bool = False) -> None:
+    def add_param(self, name: str, buffer, *, is_output: bool = False,
+                  packed_bits: int = 0) -> None:
         if any(p.name == name for p in self.params):
             raise kernel_error(f"parameter {name!r} is declared twice")
-        self.params.append(ParamBinding(name, buffer, is_output))
+        self.params.append(ParamBinding(name, buffer, is_output, packed_bits))
 
     def const_symbol(self, name: str):
         """``T.const(name)``: the bound value when known, else a symbol to be bound."""
@@ -128,6 +131,8 @@ class Builder:
             "global_symbol": self.name,
             "tw.tile_program": True,
             "tw.outputs": [i for i, p in enumerate(self.params) if p.is_output],
+            "tw.packed_params": [[i, p.packed_bits] for i, p in enumerate(self.params)
+                                 if p.packed_bits],
         })
 
 

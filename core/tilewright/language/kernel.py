@@ -12,8 +12,8 @@ from tvm import tirx
 
 from ..errors import KernelError, kernel_error
 from . import builder as B
-from .buffer import IterationVar, TileBuffer, VarHandle, as_int, declare
-from .dtypes import DTYPES, DType, normalize_dtype
+from .buffer import IterationVar, TileBuffer, VarHandle, as_int, declare, to_expr
+from .dtypes import DTYPES, SUB_BYTE, DType, normalize_dtype
 from .fragments import widen_fragments
 from .frames import Helpers
 from .rewrite import rewrite
@@ -80,6 +80,28 @@ def _view(spec: TensorSpec, data) -> TileBuffer:
     return TileBuffer(view)
 
 
+def make_tensor(ptr, shape, dtype="float32", strides=None) -> TileBuffer:
+    """A global tensor of ``shape`` and ``dtype`` at the address ``ptr``: an element of a
+    ``T.ptr`` tensor (TileLang's table of ``data_ptr()`` values, int64) or another integer
+    expression; the address is read once, where ``T.make_tensor`` stands."""
+    if strides is not None:
+        raise kernel_error("T.make_tensor(..., strides=...) is not supported: the tensor is "
+                           "contiguous; give its shape")
+    addr = to_expr(ptr)
+    kind = str(addr.ty)
+    if kind not in ("int64", "uint64", "handle"):
+        raise kernel_error(f"T.make_tensor takes an address (an element of a T.ptr tensor, "
+                           f"int64), got a {kind} value")
+    spec = _tensor(shape, dtype)
+    builder = B.current("T.make_tensor")
+    value = addr if kind == "handle" else tirx.reinterpret("handle", addr)
+    var = tirx.Var("ptr", value.ty)
+    builder.emit(tirx.Bind(var, value, span=B.here()))
+    tensor = declare("tensor", spec.shape, spec.dtype, "global")
+    builder.emit(tirx.DeclBuffer(tensor, data=var, span=B.here()))
+    return TileBuffer(tensor)
+
+
 def view(src, shape=None, dtype=None) -> TileBuffer:
     """``src`` (a tensor or a tile) seen with another shape and/or dtype, the same bytes."""
     if not isinstance(src, TileBuffer):
@@ -144,8 +166,16 @@ def empty(shape, dtype="float32") -> TileBuffer:
     while any(p.name == name for p in builder.params):
         name = "_" + name
     buf = declare(name, shape, dtype, "global")
-    builder.add_param(name, buf, is_output=True)
+    builder.add_param(name, buf, is_output=True, packed_bits=packed_bits(dtype))
     return TileBuffer(buf)
+
+
+def packed_bits(dtype) -> int:
+    """The bits of a value of a tensor of ``dtype`` passed packed (4 for int4), else 0: its
+    buffer holds one value a byte (:func:`~.dtypes.storage_dtype`), the caller's tensor packs
+    ``8 // bits`` values a byte along the last dimension."""
+    dtype = normalize_dtype(dtype)
+    return DType(dtype).bits if dtype in SUB_BYTE else 0
 
 
 class ParamSlot:
@@ -173,7 +203,7 @@ def annotate(name, current, annotation, value):
                                f"{type(current).__name__} {current!r:.40}; pass a torch.Tensor")
         buf = declare(name, annotation.shape, annotation.dtype, "global")
         _bind_consts(builder, name, annotation.shape, current)
-        builder.add_param(name, buf)
+        builder.add_param(name, buf, packed_bits=packed_bits(annotation.dtype))
         return TileBuffer(buf)
     return value if value is not None else current
 
@@ -222,7 +252,7 @@ def prim_func(fn=None, *, name: str | None = None):
             spec = annotations.get(param.name)
             if isinstance(spec, TensorSpec):
                 buf = declare(param.name, spec.shape, spec.dtype, "global")
-                builder.add_param(param.name, buf)
+                builder.add_param(param.name, buf, packed_bits=packed_bits(spec.dtype))
                 args.append(TileBuffer(buf))
             elif isinstance(spec, (DType, str)):
                 var = tirx.Var(param.name, normalize_dtype(spec))

@@ -58,6 +58,11 @@ class KernelCall:
                                                          len(signature.params)))
         self._tensor_type, self._empty, self._zeros = torch.Tensor, torch.empty, torch.zeros
         self._contiguous = torch.contiguous_format
+        # packed tensors: (argument position, spec) of inputs, (output position, spec) of outputs
+        self._packed_inputs = [(pos, signature.params[i]) for pos, i in enumerate(self._inputs)
+                               if signature.params[i].packed_bits]
+        self._packed_outputs = [(pos, signature.params[i]) for pos, i in enumerate(self._outputs)
+                                if signature.params[i].packed_bits]
 
     @property
     def entry_address(self) -> int | None:
@@ -69,6 +74,34 @@ class KernelCall:
 
     # -- calling ----------------------------------------------------------------------
     def __call__(self, *args):
+        if self._packed_inputs or self._packed_outputs:
+            return self._call_packed(args)
+        return self._launch(args)
+
+    def _call_packed(self, args):
+        """The call with packed inputs unpacked, written ones packed back, outputs packed."""
+        args = list(args)
+        unpacked = []
+        for pos, spec in self._packed_inputs:
+            if pos < len(args):
+                values = _unpack(args[pos], spec, self._where(pos, spec))
+                unpacked.append((args[pos], values, spec.written))
+                args[pos] = values
+        outs = self._launch(args)
+        for original, values, written in unpacked:
+            if written:
+                original.copy_(_pack(values))
+        if not self._packed_outputs:
+            return outs
+        outs = [outs] if len(self._outputs) == 1 else list(outs)
+        for pos, _ in self._packed_outputs:
+            outs[pos] = _pack(outs[pos])
+        return outs[0] if len(outs) == 1 else outs
+
+    def _where(self, pos: int, spec) -> str:
+        return f"argument {pos} ({spec.name!r}) of kernel {self.signature.name}"
+
+    def _launch(self, args):
         # fast path: one dict lookup keyed by what the argument checks depend on
         try:
             key = tuple([(a.dtype, a.shape, a.device, a.is_contiguous(), a.data_ptr() & 255,
@@ -139,7 +172,7 @@ class KernelCall:
         copies = []
         for pos, (index, arg) in enumerate(zip(self._inputs, args)):
             spec = sig.params[index]
-            where = f"argument {pos} ({spec.name!r}) of kernel {sig.name}"
+            where = self._where(pos, spec)
             if spec.kind == "scalar":
                 _check_scalar(arg, spec, where, torch)
                 continue
@@ -230,6 +263,30 @@ def _check_scalar(arg, spec, where: str, torch) -> None:
     elif spec.dtype.startswith(("float", "bfloat")) and not isinstance(arg, (int, float)):
         raise ArgumentError(f"{where} is a scalar of dtype {spec.dtype}, got "
                             f"{type(arg).__name__} {_short_repr(arg)}")
+
+
+def _unpack(arg, spec, where: str):
+    """The int8 values of a packed int4 tensor ``arg``, one a byte: the last dimension doubled,
+    each byte's low nibble first, sign-extended."""
+    import torch
+
+    host = spec.host_shape
+    if not isinstance(arg, torch.Tensor) or arg.dtype != torch.int8 or arg.dim() != len(host) \
+            or isinstance(host[-1], int) and arg.shape[-1] != host[-1]:
+        got = f"{str(arg.dtype).removeprefix('torch.')} of shape {tuple(arg.shape)}" \
+            if isinstance(arg, torch.Tensor) else type(arg).__name__
+        raise ArgumentError(f"{where} is int{spec.packed_bits} of shape {_fmt(spec.shape)}, "
+                            f"passed packed {spec.per_byte} values a byte: an int8 tensor of "
+                            f"shape {_fmt(host)}; got {got}")
+    low = ((arg & 0x0F) ^ 0x08) - 0x08  # the low nibble, sign-extended
+    high = arg >> 4  # arithmetic shift: the high nibble, sign-extended
+    return torch.stack((low, high), dim=-1).reshape(*arg.shape[:-1], arg.shape[-1] * 2)
+
+
+def _pack(values):
+    """``values`` (int8, one int4 value a byte, last dimension even) packed two a byte; the
+    low four bits of each value are kept, as a store to int4 keeps them."""
+    return ((values[..., 0::2] & 0x0F) | (values[..., 1::2] << 4)).contiguous()
 
 
 def _copy_back(pairs) -> None:

@@ -20,6 +20,7 @@ DTYPES = frozenset({"bool", "int8", "int16", "int32", "int64", "uint8", "uint16"
                     "uint64", "float16", "bfloat16", "float32", "float64",
                     "float8_e4m3fn", "float8_e5m2"})
 INDEX_DTYPES = ("int32", "int64")
+PACKED_BITS = (0, 4)
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]{0,255}$")
 _MAX_PARAMS = 1024
 _MAX_RANK = 16
@@ -45,6 +46,26 @@ class ParamSpec:
     # whether the kernel provably writes every element of this output without reading it
     # first: the output is then allocated without a zero fill
     covered: bool = False
+    # a tensor of values narrower than a byte (int4: 4), held one a byte (``dtype``, int8) in
+    # the kernel and passed packed, ``8 // packed_bits`` values a byte along the last
+    # dimension, low bits first; ``shape`` is the kernel's (unpacked) shape; 0: not packed
+    packed_bits: int = 0
+
+    @property
+    def per_byte(self) -> int:
+        """How many values one byte of the caller's tensor holds."""
+        return 8 // self.packed_bits if self.packed_bits else 1
+
+    @property
+    def host_shape(self) -> tuple:
+        """The shape of the tensor a caller passes: ``shape`` with the last dimension divided
+        by :attr:`per_byte` for a packed tensor (static dimensions only; a symbolic one is
+        written as the expression it is)."""
+        if not self.packed_bits:
+            return self.shape
+        last = self.shape[-1]
+        last = last // self.per_byte if isinstance(last, int) else f"({last}) // {self.per_byte}"
+        return (*self.shape[:-1], last)
 
 
 @dataclass(frozen=True)
@@ -131,8 +152,12 @@ def _param(index: int, p) -> ParamSpec:
             f"param {name!r} align {align!r}")
     index_dtype = p.get("index_dtype", "int32")
     _expect(index_dtype in INDEX_DTYPES, f"param {name!r} index_dtype {index_dtype!r}")
+    packed_bits = p.get("packed_bits", 0)
+    _expect(packed_bits in PACKED_BITS and (not packed_bits or kind == "tensor" and shape and
+                                            dtype == "int8"),
+            f"param {name!r} packed_bits {packed_bits!r}")
     return ParamSpec(name, tuple(shape), dtype, flags["is_output"], kind, align, index_dtype,
-                     flags["written"], flags["covered"])
+                     flags["written"], flags["covered"], packed_bits)
 
 
 __all__ = ["DTYPES", "KernelSignature", "ParamSpec", "SignatureError"]

@@ -158,7 +158,13 @@ def _default(qualname: str, a: Argument) -> str:
 # -- variants --------------------------------------------------------------------------------
 def check_shapes_from_inputs(qualname: str, signature: KernelSignature) -> None:
     """Every output dimension must be computable from the inputs' sizes: an OpError naming
-    the output and the symbol when it depends on a value (a scalar argument) instead."""
+    the output and the symbol when it depends on a value (a scalar argument) instead, or when
+    a tensor is passed packed (int4), which the operator's shapes cannot say."""
+    packed = [p.name for p in signature.params if p.packed_bits]
+    if packed:
+        raise OpError(f"torch op {qualname}: kernel {signature.name} takes {', '.join(packed)} "
+                      "packed (int4, two values a byte), which an operator's shapes cannot "
+                      "describe; call the kernel itself")
     sized = {s for s, _, _ in signature.symbols}
     for p in signature.outputs:
         for d in p.shape:

@@ -28,7 +28,7 @@ def _torch():
 
 def _static_shape(param) -> list[int]:
     shape = []
-    for dim in param.shape:
+    for dim in getattr(param, "host_shape", param.shape):
         if not isinstance(dim, int):
             raise ValueError(f"cannot make a tensor for {param.name!r}: its shape "
                              f"{tuple(param.shape)} has the symbolic dimension {dim!r}; pass "

@@ -1,25 +1,32 @@
-"""Vectorisable float32 ``exp`` for the CPU backend, and fast math: a faster ``exp``/``exp2``
-and division by a loop-invariant float32 as a multiplication by its reciprocal.
+"""Vectorisable float32 ``exp`` and ``exp2`` for the CPU backend, and fast math: a faster
+``exp``/``exp2`` and division by a loop-invariant float32 as a multiplication by its reciprocal.
 
 LLVM lowers a vector ``exp`` to one libm call per lane, which makes a softmax or an attention
-kernel several times slower than torch's vectorised one. So float32 ``exp`` is always
-rewritten as arithmetic LLVM vectorises. Without fast math it is Cody-Waite's range reduction
-``x = n ln2 + r`` (ln2 in two parts, so that ``r`` is exact), Cephes' ``expf`` polynomial for
-``e**r`` and ``2**n`` applied in two halves (so that results in the subnormal range round once,
-as libm's do); NaN stays NaN, -inf gives 0, overflow gives inf. It is within 2 units in the
-last place of the exact value over the whole float32 range (CUDA's ``expf`` bound; measured by
-the CPU backend's tests against float64), where libm is within 1.
+kernel several times slower than torch's vectorised one. So float32 ``exp`` and ``exp2`` are
+rewritten as arithmetic LLVM vectorises (unless ``cpu.precise_math`` asks for libm's). Without
+fast math it is Cody-Waite's range reduction ``x = n ln2 + r`` (ln2 in two parts, so that
+``r`` is exact; for ``exp2``, ``r = (x - n) ln2``), Cephes' ``expf`` polynomial for ``e**r``
+and ``2**n`` applied in two halves (so that results in the subnormal range round once, as
+libm's do); NaN stays NaN, -inf gives 0, overflow gives inf. It is within 2 units in the last
+place of the exact value over the whole float32 range (CUDA's ``expf`` bound; measured by the
+tests against float64, below 1 ulp), where libm is within 1.
 
 With fast math, ``2**x`` is split into
 ``2**n * 2**f`` with ``n = round(x)`` and ``|f| <= 0.5``: ``2**f`` is a degree-6 polynomial
 (Cephes ``exp2f`` coefficients, relative error below 2e-7) and ``2**n`` is built in the exponent
-bits. Inputs are clamped to [-127, 128] so that -inf gives 0 and large inputs give inf, as the
-attention kernels expect. Inside a loop, ``x / y`` with a float32 ``y`` that the loop does not
-change (a row sum, a norm) becomes ``x * (1 / y)``, which LLVM hoists out of the loop: a vector
-division costs several times a multiplication, and the result differs from the quotient by at
-most one unit in the last place more (as CUDA's fast-math division does). It is on unless the
-pass configs ask for precise math:
-``cpu.precise_math``, or TileLang's ``TL_ENABLE_FAST_MATH=False`` / ``TL_DISABLE_FAST_MATH``.
+bits; ``exp(x)`` is ``2**(x log2 e)``, up to 64 ulp off for large ``x`` (the product rounded to
+float32), as CUDA's fast-math ``__expf`` is. Inputs are clamped to [-127, 128] so that -inf
+gives 0 and large inputs give inf, as the attention kernels expect. Inside a loop, ``x / y``
+with a float32 ``y`` that the loop does not change (a row sum, a norm) becomes
+``x * (1 / y)``, which LLVM hoists out of the loop: a vector division costs several times a
+multiplication, and the result differs from the quotient by at most one unit in the last place
+more (as CUDA's fast-math division does).
+
+Fast math is off unless the pass configs ask for it with TileLang's
+``TL_ENABLE_FAST_MATH=True`` (or ``TL_DISABLE_FAST_MATH=False``), as in TileLang, whose default
+is precise math: IEEE division. ``cpu.precise_math`` (libm's ``exp``) is refused beside
+``TL_ENABLE_FAST_MATH=True``. Neither touches the contraction of ``a * b + c`` into fused
+multiply-adds (TVM's LLVM target's own setting, the same in both).
 """
 
 from __future__ import annotations
@@ -58,11 +65,14 @@ _EXP_P = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
           1.6666665459e-1, 5.0000001201e-1)  # Cephes expf: e**r = 1 + r + r*r * P(r)
 
 
-def exp_f32(x):
-    """``e**x`` in float32 arithmetic within 2 ulp (see the module's docstring)."""
-    clamped = tirx.Min(tirx.Max(x, _f32(-104.0)), _f32(89.0))
-    n = tirx.round(clamped * _f32(LOG2E))
-    r = clamped - n * _f32(_LN2_HIGH) - n * _f32(_LN2_LOW)
+def exp_f32(x, *, base2: bool = False):
+    """``e**x`` (``2**x`` with ``base2``) in float32 arithmetic within 2 ulp (see the module's
+    docstring)."""
+    clamped = tirx.Min(tirx.Max(x, _f32(-152.0 if base2 else -104.0)),
+                       _f32(129.0 if base2 else 89.0))
+    n = tirx.round(clamped if base2 else clamped * _f32(LOG2E))
+    r = (clamped - n) * _f32(0.6931471805599453) if base2 else \
+        clamped - n * _f32(_LN2_HIGH) - n * _f32(_LN2_LOW)
     poly = _f32(_EXP_P[0])
     for c in _EXP_P[1:]:
         poly = poly * r + _f32(c)
@@ -79,41 +89,43 @@ def exp_f32(x):
 
 
 def wanted(configs: dict) -> bool:
-    """Whether the polynomial ``exp`` is used for these validated pass configs."""
+    """Whether fast math (the polynomial ``exp``, reciprocal division) is used for these
+    validated pass configs: only when they ask for it."""
     fast, precise = fast_math(configs), configs.get("cpu.precise_math", False)
     if fast and precise:
         raise ConfigError("pass_configs ask for fast math (TL_ENABLE_FAST_MATH) and for "
                           "cpu.precise_math; keep one")
-    return not precise if fast is None else fast
+    return bool(fast)
 
 
-def lower_fast_math():
+def _float32_exps(of_exp, of_exp2):
+    """A rewrite of calls: float32 ``exp(x)`` becomes ``of_exp(x)``, ``exp2(x)``
+    ``of_exp2(x)``; other calls stay."""
     exp, exp2 = tvm.ir.Op.get("tirx.exp"), tvm.ir.Op.get("tirx.exp2")
 
     def rewrite(call):
         if not isinstance(call.op, tvm.ir.Op) or len(call.args) != 1 or \
                 str(call.args[0].ty) != "float32":
             return call
-        if call.op.same_as(exp2):
-            return exp2_f32(call.args[0])
         if call.op.same_as(exp):
-            return exp2_f32(call.args[0] * _f32(LOG2E))
+            return of_exp(call.args[0])
+        if call.op.same_as(exp2):
+            return of_exp2(call.args[0])
         return call
 
+    return rewrite
+
+
+def lower_fast_math():
+    """Fast math: the polynomial ``exp``/``exp2`` and invariant divisions as reciprocals."""
+    rewrite = _float32_exps(lambda x: exp2_f32(x * _f32(LOG2E)), exp2_f32)
     return prim_func_pass("CPUFastMath", lambda f: f.with_body(_reciprocals(
         tvm_ffi.structural_map(f.body, (tvm.ir.Call, rewrite)))))
 
 
 def lower_exp():
-    """Float32 ``exp`` as :func:`exp_f32` (without fast math)."""
-    exp = tvm.ir.Op.get("tirx.exp")
-
-    def rewrite(call):
-        if isinstance(call.op, tvm.ir.Op) and call.op.same_as(exp) and len(call.args) == 1 \
-                and str(call.args[0].ty) == "float32":
-            return exp_f32(call.args[0])
-        return call
-
+    """Float32 ``exp`` and ``exp2`` as :func:`exp_f32` (without fast math)."""
+    rewrite = _float32_exps(exp_f32, lambda x: exp_f32(x, base2=True))
     return prim_func_pass("CPUVectorExp", lambda f: f.with_body(
         tvm_ffi.structural_map(f.body, (tvm.ir.Call, rewrite))))
 

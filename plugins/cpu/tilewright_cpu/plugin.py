@@ -30,6 +30,14 @@ def _rules(ctx) -> dict:
     return {**RULES, **extra}
 
 
+def math_passes(configs: dict) -> list:
+    """Fast math when the pass configs ask for it; else the vector exp within 2 ulp, unless
+    ``cpu.precise_math`` asks for libm's."""
+    if fastmath.wanted(configs):
+        return [fastmath.lower_fast_math()]
+    return [] if configs.get("cpu.precise_math", False) else [fastmath.lower_exp()]
+
+
 PIPELINE = PassPipeline((
     Phase("lower_tile_ops", lambda ctx: [passes.fuse_gemm_k(),
                                          lower_tile_ops(_rules(ctx), "cpu"),
@@ -39,11 +47,11 @@ PIPELINE = PassPipeline((
           "tilewright_cpu.lowering)"),
     Phase("lower_loops", lambda ctx: [
         lowering_float8.lower_float8(),
-        fastmath.lower_fast_math() if fastmath.wanted(ctx.pass_configs) else
-        fastmath.lower_exp(),
+        *math_passes(ctx.pass_configs),
         passes.lower_loops(not ctx.pass_configs.get("tw.disable_vectorize", False))],
-          "float8 conversions as integer code; vectorisable float32 exp (exp2 with fast math); "
-          "T.Parallel loops vectorised where their extent allows"),
+          "float8 conversions as integer code; vectorisable float32 exp/exp2 (within 2 ulp, or "
+          "the fast polynomial with TL_ENABLE_FAST_MATH); T.Parallel loops vectorised where "
+          "their extent allows"),
     Phase("lower_memory", lambda ctx: [passes.lower_scopes()],
           "shared and fragment tiles become per-block host arrays"),
     Phase("lower_blocks", lambda ctx: [passes.lower_blocks(),
@@ -80,8 +88,9 @@ def tilewright_backends():
 @hookimpl
 def tilewright_pass_config_keys():
     return [PassConfigKey("cpu.precise_math", bool, False,
-                          "use libm exp/exp2 instead of the vectorised polynomial (also what "
-                          "TL_ENABLE_FAST_MATH=False asks for)", owner="cpu")]
+                          "libm's exp/exp2 (below 1 ulp, one call a lane) instead of the vector "
+                          "exp (within 2 ulp, CUDA's expf bound); refused beside "
+                          "TL_ENABLE_FAST_MATH=True", owner="cpu")]
 
 
 @hookimpl

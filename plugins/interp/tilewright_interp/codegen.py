@@ -132,6 +132,8 @@ class _Emitter:
             return f"rt.{short}({', '.join(args)})"
         if short in ("abs",):
             return f"rt.abs({args[0]})"
+        if short == "reinterpret" and _dtype(e).startswith("T.handle"):
+            return f"int({args[0]})"  # an address (T.make_tensor): the integer itself
         if short == "reinterpret":
             return f"rt.reinterpret({args[0]}, {_dtype(e.args[0])!r}, {_dtype(e)!r})"
         if op.startswith("tw.atomic_") and op.endswith("_prev"):
@@ -187,6 +189,11 @@ class _Emitter:
             if str(s.buffer.dtype) in EMULATED:
                 value = f"rt.round_to({value}, {str(s.buffer.dtype)!r})"
             self.emit(depth, f"{self.buf(s.buffer)}[{self.index(s.indices)}] = {value}")
+        elif kind == "DeclBuffer" and isinstance(s.data, tirx.Var):
+            # T.make_tensor: the memory at an address the kernel read
+            shape = ", ".join(self.expr(x) for x in s.buffer.shape)
+            self.emit(depth, f"{self.buf(s.buffer)} = rt.at_address({self.var(s.data)}, "
+                      f"({shape},), {str(s.buffer.dtype)!r})")
         elif kind == "DeclBuffer" and getattr(s, "data", None) is not None:
             # a view of a global tensor's memory: T.Tensor(shape, dtype, A.data)
             base = s.data.args[0]

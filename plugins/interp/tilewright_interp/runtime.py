@@ -10,6 +10,7 @@ cast, so results match a machine that stores them.
 
 from __future__ import annotations
 
+import ctypes
 import math
 
 import ml_dtypes
@@ -157,6 +158,21 @@ def view(base: np.ndarray, shape, base_dtype: str, dtype: str) -> np.ndarray:
         flat = flat.view(NUMPY[dtype])
     shape = tuple(int(s) for s in shape)
     return flat[:math.prod(shape)].reshape(shape)
+
+
+def at_address(address: int, shape, dtype: str) -> np.ndarray:
+    """``T.make_tensor(ptr, shape, dtype)``: the host memory at ``address`` (a tensor's
+    ``data_ptr()``, read from a ``T.ptr`` table) as an array of ``shape`` and ``dtype``, which
+    the kernel reads and writes in place."""
+    if dtype in EMULATED:
+        raise TypeError(f"the interpreter holds {dtype} tensors as float32 copies; it cannot "
+                        "address one through T.make_tensor")
+    if not address:
+        raise ValueError("T.make_tensor at address 0 (a null pointer in the T.ptr table)")
+    shape = tuple(int(s) for s in shape)
+    count = math.prod(shape)
+    memory = (ctypes.c_char * (count * np.dtype(NUMPY[dtype]).itemsize)).from_address(address)
+    return np.frombuffer(memory, dtype=NUMPY[dtype], count=count).reshape(shape)
 
 
 def write_back(arg, array, dtype: str) -> None:

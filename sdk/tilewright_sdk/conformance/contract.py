@@ -169,12 +169,13 @@ def check_unsupported_dtype_message(backend: BackendModule) -> None:
     fails at compile time at the first line using it, naming the backend, the dtype and the
     dtypes the backend offers. Passes vacuously when the backend declares every dtype."""
     from tilewright.engine import lower
-    from tilewright.language.dtypes import DTYPES
+    from tilewright.language.dtypes import DTYPES, storage_dtype
 
     from .catalogue import probe_kernel
 
     dtypes = backend.capabilities.dtypes
-    missing = sorted({str(d) for d in DTYPES.values()} - set(dtypes))
+    # a dtype the language holds in another (int4 in int8) is the backend's as that one is
+    missing = sorted({storage_dtype(str(d)) for d in DTYPES.values()} - set(dtypes))
     if not missing:
         return
     try:

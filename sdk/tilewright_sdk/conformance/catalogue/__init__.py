@@ -24,9 +24,14 @@ NOT_COMPUTING = {
     "VarHandle": "the class T.alloc_var returns; T.alloc_var has cases",
     "Macro": "the class T.macro returns; T.macro has cases",
     "dtype": "TileLang's name of the DType class",
-    "int4": "no backend computes 4-bit elements (T.unpack reads them from bytes): a kernel using "
-            "int4 is refused naming the backend (the contract's unsupported-dtype check)",
-    "uint4": "as int4",
+    "int4": "held one value a byte in int8 by the language and packed two a byte at the call "
+            "by the core (tests/language/test_int4_tensors.py): backends compute int8",
+    "uint4": "no backend computes unsigned 4-bit elements: a kernel using uint4 is refused naming "
+             "the backend (the contract's unsupported-dtype check)",
+    "handle": "pointers (T.ptr tables) are held in int64 by the language: backends compute int64",
+    "ptr": "TileLang's name of handle",
+    "make_tensor": "a tensor at an address a T.ptr table holds: a case needs host tensors' "
+                   "addresses; tested on cpu and interp in tests/language/test_pointer_tensors.py",
 }
 
 CATALOGUE: tuple[Kernel, ...] = (*tiles.ROWS, *scalar.ROWS, *reductions.ROWS, *control.ROWS,

@@ -1,0 +1,57 @@
+"""``T.ptr`` and ``T.make_tensor`` as TileLang has them: a tensor of ``data_ptr()`` values
+(torch.int64) names other tensors, and ``T.make_tensor(ptrs[g], shape, dtype)`` reads and
+writes one of them in place (TileLang's grouped GEMM over pointer tables, at a small size)."""
+
+import pytest
+import tilewright
+import tilewright.language as T
+import torch
+from tilewright.errors import KernelError
+
+
+def grouped_gemm(groups, M, N, K, block):
+    @T.prim_func
+    def main(A_ptrs: T.Tensor([groups], T.ptr), B_ptrs: T.Tensor([groups], T.ptr),
+             C_ptrs: T.Tensor([groups], T.ptr)):
+        with T.Kernel(T.ceildiv(N, block), T.ceildiv(M, block), groups) as (bx, by, g):
+            A = T.make_tensor(A_ptrs[g], (M, K), T.float32)
+            B = T.make_tensor(B_ptrs[g], (K, N), T.float32)
+            C = T.make_tensor(C_ptrs[g], (M, N), T.float32)
+            A_shared = T.alloc_shared((block, K), T.float32)
+            B_shared = T.alloc_shared((K, block), T.float32)
+            C_local = T.alloc_fragment((block, block), T.float32)
+            T.clear(C_local)
+            T.copy(A[by * block, 0], A_shared)
+            T.copy(B[0, bx * block], B_shared)
+            T.gemm(A_shared, B_shared, C_local)
+            T.copy(C_local, C[by * block, bx * block])
+
+    return main
+
+
+def table(tensors):
+    return torch.tensor([t.data_ptr() for t in tensors], dtype=torch.int64)
+
+
+@pytest.mark.parametrize("target", ["cpu", "interp"])
+def test_grouped_gemm_through_pointer_tables(target):
+    groups, M, N, K = 3, 32, 48, 16
+    kernel = tilewright.compile(grouped_gemm(groups, M, N, K, 16), target=target)
+    a = [torch.randn(M, K) for _ in range(groups)]
+    b = [torch.randn(K, N) for _ in range(groups)]
+    c = [torch.full((M, N), float("nan")) for _ in range(groups)]
+    assert T.ptr == "handle" and kernel.params[0].dtype == "int64"
+    kernel(table(a), table(b), table(c))
+    for x, y, z in zip(a, b, c):
+        torch.testing.assert_close(z, x @ y, rtol=1e-5, atol=1e-5)
+
+
+def test_make_tensor_takes_an_address():
+    with pytest.raises(KernelError, match=r"T.make_tensor takes an address \(an element of a "
+                                          r"T.ptr tensor, int64\), got a float32 value"):
+        @T.prim_func
+        def wrong(A: T.Tensor((4,), T.float32), B: T.Tensor((4,), T.float32)):
+            with T.Kernel(1):
+                C = T.make_tensor(A[0], (4,), T.float32)
+                for i in T.Parallel(4):
+                    B[i] = C[i]
