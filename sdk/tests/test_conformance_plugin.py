@@ -54,7 +54,7 @@ def test_invalid_declarations_fail_the_contract_with_the_reason(pytester):
     result = pytester.runpytest_subprocess(
         "-p", "no:cacheprovider", "-p", "broken_setup", "--pyargs",
         "tilewright_sdk.conformance.test_contract", "--tilewright-backend", "broken")
-    result.assert_outcomes(errors=9)
+    result.assert_outcomes(errors=10)
     result.stdout.fnmatch_lines([("*backend plugin 'broken' failed to load: tilewright_backends "
                                   "raised PluginError: backend 'broken': no PassPipeline for "
                                   "target 'broken'*")])
@@ -68,7 +68,7 @@ def test_interp_conformance_writes_the_reports(pytester, tmp_path, workers):
         "-p", "no:cacheprovider", "-n", workers, "--pyargs", "tilewright_sdk.conformance",
         "--tilewright-backend", "interp", "--tilewright-mode", "execute",
         "--tilewright-report", str(report), "-k", "contract or copy_3d or reduce_sum or gemm_nt")
-    result.assert_outcomes(passed=9 + 3 + 14 + 6)
+    result.assert_outcomes(passed=10 + 3 + 14 + 6)
     result.stdout.fnmatch_lines(["*tilewright conformance: backend interp, mode execute*",
                                  "gemm_nt*pass 2/2*pass 2/2*pass 2/2*"])
     data = json.loads((report / "conformance-interp-execute.json").read_text())

@@ -65,27 +65,43 @@ _EXP_P = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
           1.6666665459e-1, 5.0000001201e-1)  # Cephes expf: e**r = 1 + r + r*r * P(r)
 
 
+def _let(name: str, value, body):
+    """``body(v)`` with ``v`` bound to ``value`` once: each value below is used several times,
+    and repeated as a tree the expression grows with every use (LLVM then re-vectorised the
+    scalarised result with lane shuffles)."""
+    var = tirx.Var(name, str(value.ty))
+    return tirx.Let(var, value, body(var))
+
+
 def exp_f32(x, *, base2: bool = False):
     """``e**x`` (``2**x`` with ``base2``) in float32 arithmetic within 2 ulp (see the module's
     docstring)."""
-    clamped = tirx.Min(tirx.Max(x, _f32(-152.0 if base2 else -104.0)),
-                       _f32(129.0 if base2 else 89.0))
-    n = tirx.round(clamped if base2 else clamped * _f32(LOG2E))
-    r = (clamped - n) * _f32(0.6931471805599453) if base2 else \
-        clamped - n * _f32(_LN2_HIGH) - n * _f32(_LN2_LOW)
-    poly = _f32(_EXP_P[0])
-    for c in _EXP_P[1:]:
-        poly = poly * r + _f32(c)
-    value = poly * (r * r) + r + _f32(1.0)
-    whole = tirx.Cast("int32", n)
-    half = tirx.shift_right(whole, tirx.const(1, "int32"))
 
-    def power(k):
-        return tirx.reinterpret("float32", tirx.shift_left(k + tirx.const(127, "int32"),
-                                                            tirx.const(23, "int32")))
+    def from_r(n, r):
+        poly = _f32(_EXP_P[0])
+        for c in _EXP_P[1:]:
+            poly = poly * r + _f32(c)
+        value = poly * (r * r) + r + _f32(1.0)
+        whole = tirx.Cast("int32", n)
+        half = tirx.shift_right(whole, tirx.const(1, "int32"))
 
-    result = value * power(half) * power(whole - half)
-    return tirx.Select(tirx.isnan(x), x, result)
+        def power(k):
+            return tirx.reinterpret("float32", tirx.shift_left(k + tirx.const(127, "int32"),
+                                                                tirx.const(23, "int32")))
+
+        return value * power(half) * power(whole - half)
+
+    def from_clamped(clamped):
+        return _let("exp_n", tirx.round(clamped if base2 else clamped * _f32(LOG2E)),
+                    lambda n: _let("exp_r", (clamped - n) * _f32(0.6931471805599453) if base2
+                                   else clamped - n * _f32(_LN2_HIGH) - n * _f32(_LN2_LOW),
+                                   lambda r: from_r(n, r)))
+
+    # the bound first: TVM emits max(a, b) as ``a > b ? a : b``, which gives ``b`` -- a NaN
+    # ``x`` -- when either is NaN, so NaN runs through to the result (a select on isnan(x)
+    # instead made TVM scalarise the whole vector loop)
+    low, high = _f32(-152.0 if base2 else -104.0), _f32(129.0 if base2 else 89.0)
+    return _let("exp_clamped", tirx.Min(high, tirx.Max(low, x)), from_clamped)
 
 
 def wanted(configs: dict) -> bool:
