@@ -296,14 +296,15 @@ def test_a_dtype_outside_the_backends_table_is_refused_at_the_users_line(where):
                   f"{', '.join(sorted(narrow.capabilities.dtypes))})")
 
 
-def test_int4_is_refused_by_every_backend_at_the_users_line():
-    # T.int4 is a dtype of the language no backend computes (T.unpack reads 4-bit fields)
+def test_uint4_is_refused_by_every_backend_at_the_users_line():
+    # T.uint4 is a dtype of the language no backend computes (T.unpack reads 4-bit fields);
+    # T.int4 tensors are held one value a byte in int8 (tests/language/test_int4_tensors.py)
     from tilewright.engine.session import check_support
     from tilewright.errors import UnsupportedOpError
     from tilewright.plugin import get_manager
 
     @T.prim_func
-    def widen(A: T.Tensor((16,), T.int4), B: T.Tensor((16,), "float32")):
+    def widen(A: T.Tensor((16,), T.uint4), B: T.Tensor((16,), "float32")):
         with T.Kernel(1, threads=32):
             for i in T.Parallel(16):
                 B[i] = T.cast(A[i], "float32")  # int4-param
@@ -311,6 +312,6 @@ def test_int4_is_refused_by_every_backend_at_the_users_line():
     for backend in get_manager().backends().values():
         with pytest.raises(UnsupportedOpError) as info:
             check_support(widen, backend)
-        assert_at(info.value, "int4-param", f"parameter 'A' is int4, which backend "
+        assert_at(info.value, "int4-param", f"parameter 'A' is uint4, which backend "
                   f"'{backend.name}' does not compute (it offers "
                   f"{', '.join(sorted(backend.capabilities.dtypes))})")

@@ -141,12 +141,12 @@ def gemm_fp8_scaled_refused(target):
                                            threads=128)
 
 
-def gemm_sp_refused():
+def gemm_sp_refused(target):
     # the cube has no structured sparsity: T.gemm_sp is an op the backend does not declare
     g = _example("gemm_sp")
     with pytest.raises(tilewright.errors.UnsupportedOpError, match=r"gemm_sp.py:\d+: T.gemm_sp "
                        r"is not supported by backend 'ascend'"):
-        _ascend(g.gemm_sp_kernel)(64, 64, 128, block_M=32, block_N=32, block_K=64)
+        _ascend(g.gemm_sp_kernel, target)(64, 64, 128, block_M=32, block_N=32, block_K=64)
 
 
 CASES = [quickstart_vector_add, quickstart_matmul, quickstart_softmax, gemm_float32,

@@ -29,8 +29,16 @@ BROKEN = textwrap.dedent('''
 
 
 class _Config:
+    """What pytest_configure reads of pytest's config: the options, and a plugin manager that
+    records the plugins registered."""
+
     def __init__(self, **options):
         self.options = options
+        self.registered = []
+        self.pluginmanager = self
+
+    def register(self, plugin, name=None):
+        self.registered.append(name)
 
     def getoption(self, name, default=None):
         return self.options.get(name, default)

@@ -152,6 +152,8 @@ EXAMPLES = {
                          {"block_M": 32, "block_N": 32, "threads": 128})],
     "gemm_w4a16": [("w4a16_gemm", (5, 64, 256, 64), {"block_M": 16, "block_N": 32,
                                                      "block_K": 64})],
+    "gemm_sp": [("gemm_sp_kernel", (64, 64, 128), {"block_M": 32, "block_N": 32,
+                                                   "block_K": 64})],
 }
 
 
