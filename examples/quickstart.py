@@ -49,7 +49,11 @@ def matmul(M, N, K, block_M=64, block_N=64, block_K=32, dtype="float32", accum_d
     return main
 
 
-@tilewright.jit(out_idx=[-1], target="cpu")
+# Fast math, as TileLang's attention examples ask for it (its default is off): exp as a polynomial
+# and division by the row sum as a multiplication by its reciprocal (each within a few units in
+# the last place; without it, IEEE division and an exp within 2 ulp).
+@tilewright.jit(out_idx=[-1], target="cpu",
+                pass_configs={tilewright.PassConfigKey.TL_ENABLE_FAST_MATH: True})
 def softmax(M, N, block_M=8, dtype="float32"):
     @T.prim_func
     def main(X: T.Tensor((M, N), dtype), Y: T.Tensor((M, N), dtype)):
