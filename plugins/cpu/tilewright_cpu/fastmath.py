@@ -47,6 +47,12 @@ def _f32(v: float):
     return tirx.const(v, "float32")
 
 
+def _power_of_two(k):
+    """``2**k`` for an int32 ``k`` in [-126, 127], built in the exponent bits."""
+    return tirx.reinterpret("float32", tirx.shift_left(k + tirx.const(127, "int32"),
+                                                        tirx.const(23, "int32")))
+
+
 def exp2_f32(x):
     x = tirx.Min(tirx.Max(x, _f32(-127.0)), _f32(128.0))
     n = tirx.round(x)
@@ -55,9 +61,7 @@ def exp2_f32(x):
     for c in _P[1:]:
         poly = poly * f + _f32(c)
     frac = poly * f + _f32(1.0)
-    bits = tirx.shift_left(tirx.Cast("int32", n) + tirx.const(127, "int32"),
-                           tirx.const(23, "int32"))
-    return frac * tirx.reinterpret("float32", bits)
+    return frac * _power_of_two(tirx.Cast("int32", n))
 
 
 _LN2_HIGH, _LN2_LOW = 0.693359375, -2.12194440e-4  # ln 2 = high + low; n * high is exact
@@ -84,12 +88,7 @@ def exp_f32(x, *, base2: bool = False):
         value = poly * (r * r) + r + _f32(1.0)
         whole = tirx.Cast("int32", n)
         half = tirx.shift_right(whole, tirx.const(1, "int32"))
-
-        def power(k):
-            return tirx.reinterpret("float32", tirx.shift_left(k + tirx.const(127, "int32"),
-                                                                tirx.const(23, "int32")))
-
-        return value * power(half) * power(whole - half)
+        return value * _power_of_two(half) * _power_of_two(whole - half)
 
     def from_clamped(clamped):
         return _let("exp_n", tirx.round(clamped if base2 else clamped * _f32(LOG2E)),
@@ -112,6 +111,14 @@ def wanted(configs: dict) -> bool:
         raise ConfigError("pass_configs ask for fast math (TL_ENABLE_FAST_MATH) and for "
                           "cpu.precise_math; keep one")
     return bool(fast)
+
+
+def passes(configs: dict) -> list:
+    """The math passes for these validated pass configs: fast math when they ask for it; else
+    the vector ``exp`` within 2 ulp, unless ``cpu.precise_math`` asks for libm's."""
+    if wanted(configs):
+        return [lower_fast_math()]
+    return [] if configs.get("cpu.precise_math", False) else [lower_exp()]
 
 
 def _float32_exps(of_exp, of_exp2):

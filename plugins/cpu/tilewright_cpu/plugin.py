@@ -30,14 +30,6 @@ def _rules(ctx) -> dict:
     return {**RULES, **extra}
 
 
-def math_passes(configs: dict) -> list:
-    """Fast math when the pass configs ask for it; else the vector exp within 2 ulp, unless
-    ``cpu.precise_math`` asks for libm's."""
-    if fastmath.wanted(configs):
-        return [fastmath.lower_fast_math()]
-    return [] if configs.get("cpu.precise_math", False) else [fastmath.lower_exp()]
-
-
 PIPELINE = PassPipeline((
     Phase("lower_tile_ops", lambda ctx: [passes.fuse_gemm_k(),
                                          lower_tile_ops(_rules(ctx), "cpu"),
@@ -47,7 +39,7 @@ PIPELINE = PassPipeline((
           "tilewright_cpu.lowering)"),
     Phase("lower_loops", lambda ctx: [
         lowering_float8.lower_float8(),
-        *math_passes(ctx.pass_configs),
+        *fastmath.passes(ctx.pass_configs),
         passes.lower_loops(not ctx.pass_configs.get("tw.disable_vectorize", False))],
           "float8 conversions as integer code; vectorisable float32 exp/exp2 (within 2 ulp, or "
           "the fast polynomial with TL_ENABLE_FAST_MATH); T.Parallel loops vectorised where "
