@@ -1,9 +1,12 @@
 """T.gemm on the CPU backend against torch: the register-blocked micro-kernel and its edges."""
 
+import re
+
 import pytest
 import tilewright
 import tilewright.language as T
 import torch
+from tilewright_cpu.blocking import choose_blocking
 
 
 @pytest.fixture(autouse=True)
@@ -134,3 +137,17 @@ def matmul_regions(M, N, K):
 def test_regions_with_start_offsets():
     a, b, ref = operands(14, 40, 18)
     close(matmul_regions(14, 40, 9)(a, b), ref)
+
+
+def test_accumulators_are_one_vector_each():
+    """A register block several vectors wide (3 x 8 lanes for 32 x 512 on AVX2) keeps one
+    accumulator buffer per vector: a row of 24 floats in one buffer was an LLVM vector of a
+    width that is not a power of two, scalarised and reassembled at every k (10x slower)."""
+    blk = choose_blocking(32, 512, 32)
+    assert blk.nr > blk.lanes
+    a, b, ref = operands(32, 512, 64, trans_a=True)
+    kernel = matmul(32, 512, 64, 32, 512, 64, trans_a=True)
+    close(kernel(a, b), ref)
+    widths = [int(w) for w in re.findall(r"C_acc\w* = T\.alloc_buffer\(\((\d+),\)",
+                                          kernel.get_lowered_tir())]
+    assert widths and max(widths) == blk.lanes
