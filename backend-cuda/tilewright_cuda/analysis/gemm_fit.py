@@ -1,7 +1,7 @@
 """Which gemm instruction fits a ``T.gemm``: ``wgmma.mma_async`` (sm_90a, ``WGMMA_FORMS``:
-m64nNk16 for float16/bfloat16, m64nNk32 for float8_e4m3fn/float8_e5m2), then
-``mma.sync`` over warp tiles (``MMA_FORMS``: m16n8k16 for float16/bfloat16 on sm_80+, m16n8k32
-for int8 on sm_80+ and float8 on sm_89+), else a gemm spread over the threads. Each
+m64nNk16 for float16/bfloat16, m64nNk32 for int8 into int32 and float8_e4m3fn/float8_e5m2),
+then ``mma.sync`` over warp tiles (``MMA_FORMS``: m16n8k16 for float16/bfloat16 on sm_80+,
+m16n8k32 for int8 on sm_80+ and float8 on sm_89+), else a gemm spread over the threads. Each
 predicate says why its instruction does not fit (None when it does); layout inference and the
 gemm rules ask the same ones."""
 
@@ -62,10 +62,11 @@ class WgmmaForm:
         return f"TW_WGMMA_{self.ptx.upper()}"
 
 
-# (A, B, C) dtypes -> the wgmma form that computes them (float32 accumulators only)
+# (A, B, C) dtypes -> the wgmma form that computes them
 WGMMA_FORMS = {
     ("float16", "float16", "float32"): WgmmaForm("f16", 16, True),
     ("bfloat16", "bfloat16", "float32"): WgmmaForm("bf16", 16, True),
+    ("int8", "int8", "int32"): WgmmaForm("s8", 32, False),
     ("float8_e4m3fn", "float8_e4m3fn", "float32"): WgmmaForm("e4m3", 32, False),
     ("float8_e5m2", "float8_e5m2", "float32"): WgmmaForm("e5m2", 32, False),
 }
@@ -214,8 +215,8 @@ def wgmma_shape_misfit(call: TileOpCall, arch, threads: int, a_in_registers: boo
         return "wgmma needs sm_90a"
     form = WGMMA_FORMS.get(dtypes_of(call))
     if form is None:
-        return f"operand dtypes {dtypes_of(call)} have no wgmma form " \
-               "(float16|bfloat16|float8_e4m3fn|float8_e5m2, same, float32)"
+        return f"operand dtypes {dtypes_of(call)} have no wgmma form (" + \
+            ", ".join(f"{a} -> {c}" for a, _, c in WGMMA_FORMS) + ")"
     if call.attrs["transpose_A"]:
         return "A in registers must be [M, K]" if a_in_registers else \
             "A must be stored [M, K] (K-major) for the wgmma descriptor"

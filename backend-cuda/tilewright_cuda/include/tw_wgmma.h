@@ -2,16 +2,16 @@
 // (tilewright_cuda/layout.py) read through wgmma matrix descriptors.
 //
 // TY names the operand type (tw_wgmma_type, numbered as include/tw_mma.h's mma_kind codes):
-// fp16 and bf16 take m64nNk16 steps, fp8 e4m3 and e5m2 m64nNk32 ones; a step spans 32 bytes
-// of K either way, so descriptors and offsets are the same in bytes. Every form accumulates
-// into float32.
+// fp16 and bf16 take m64nNk16 steps, int8, fp8 e4m3 and e5m2 m64nNk32 ones; a step spans 32
+// bytes of K either way, so descriptors and offsets are the same in bytes. int8 accumulates
+// into int32 (.s32.s8.s8), every other form into float32 (tw_wgmma_acc<TY>::type).
 //
 // tw_gemm_wgmma<N, K, NC, TY, B_MN, RA, WA, RB, WB>(A, B, acc, wg): warpgroup wg (128
 // threads) issues rows 64 wg .. 64 wg + 63 of an M x N tile as wgmma.m64nNCkKS steps, one
 // committed group; the caller retires it with tw_wgmma_wait<N>() before reading acc: A is
 // [RA, K] (K-major), B is [RB = K, N] (MN-major, B_MN: 16-bit types only, the 8-bit forms have
 // no transpose) or [RB = N, K] (K-major); WA, WB are the tiles' column-block widths in bytes.
-// acc holds NC / 2 floats per N chunk in the PTX m64nNk16 D layout (m64nNk32's is the same),
+// acc holds NC / 2 accumulators per N chunk in the PTX m64nNk16 D layout (m64nNk32's is the same),
 // which is the (warps x 1) warp grid of the "local.mma_acc" layout.
 // Descriptor: start >> 4 (bits 0-13), leading byte offset >> 4 (16-29), stride byte offset
 // >> 4 (32-45), swizzle mode (62-63: 1 = 128 B, 2 = 64 B, 3 = 32 B). K-major: SBO = 8 rows x
@@ -26,9 +26,14 @@
 #ifndef TW_WGMMA_H
 #define TW_WGMMA_H
 
-enum tw_wgmma_type { TW_WGMMA_F16 = 0, TW_WGMMA_BF16 = 1, TW_WGMMA_E4M3 = 3, TW_WGMMA_E5M2 = 4 };
+enum tw_wgmma_type {
+  TW_WGMMA_F16 = 0, TW_WGMMA_BF16 = 1, TW_WGMMA_S8 = 2, TW_WGMMA_E4M3 = 3, TW_WGMMA_E5M2 = 4
+};
 // bytes per element of a wgmma operand type
-__host__ __device__ constexpr int tw_wgmma_bytes(int ty) { return ty >= TW_WGMMA_E4M3 ? 1 : 2; }
+__host__ __device__ constexpr int tw_wgmma_bytes(int ty) { return ty >= TW_WGMMA_S8 ? 1 : 2; }
+// the accumulator type of a wgmma operand type
+template <int TY> struct tw_wgmma_acc { using type = float; };
+template <> struct tw_wgmma_acc<TW_WGMMA_S8> { using type = int; };
 
 __host__ __device__ inline unsigned long long tw_wgmma_desc(unsigned addr, unsigned lbo,
                                                             unsigned sbo, int width) {
@@ -52,9 +57,11 @@ __host__ __device__ inline unsigned long long tw_wgmma_b_desc(unsigned b0, int k
 
 // one wgmma of type TY over NC columns (the m64nNCk16 or m64nNCk32 step)
 template <int NC, int TY, bool B_MN>
-__device__ inline void tw_wgmma_step(float* d, unsigned long long da, unsigned long long db);
+__device__ inline void tw_wgmma_step(typename tw_wgmma_acc<TY>::type* d, unsigned long long da,
+                                     unsigned long long db);
 template <int NC, int TY, bool B_MN>
-__device__ inline void tw_wgmma_step_rs(float* d, const unsigned* a, unsigned long long db);
+__device__ inline void tw_wgmma_step_rs(typename tw_wgmma_acc<TY>::type* d, const unsigned* a,
+                                        unsigned long long db);
 
 #ifndef TW_HOST_EMULATION
 __device__ __forceinline__ void tw_wgmma_fence() {
@@ -98,8 +105,9 @@ inline float tw_wgmma_read(unsigned long long desc, bool mn_major, int row, int 
 // wait_group that retires its group. The emulation computes each instruction's products when
 // it is issued and again when it is retired, adds them to the accumulators at retirement,
 // and aborts when the two differ: shared memory under a wgmma in flight was overwritten.
+// Products are summed in float: exact for int8 (32 products of at most 2^14 each).
 struct tw_wgmma_op {
-  float* d;
+  void* d;  // float*, int* for TW_WGMMA_S8
   unsigned long long da, db;
   int nc, ty;
   bool b_mn;
@@ -126,7 +134,8 @@ inline std::vector<float> tw_wgmma_products(const tw_wgmma_op& op) {
 thread_local std::vector<tw_wgmma_op> tw_wgmma_open;               // issued, not committed
 thread_local std::vector<std::vector<tw_wgmma_op>> tw_wgmma_groups;  // committed, in flight
 template <int NC, int TY, bool B_MN>
-inline void tw_wgmma_step(float* d, unsigned long long da, unsigned long long db) {
+inline void tw_wgmma_step(typename tw_wgmma_acc<TY>::type* d, unsigned long long da,
+                          unsigned long long db) {
   tw_wgmma_op op{d, da, db, NC, TY, B_MN, {}};
   op.issued = tw_wgmma_products(op);
   tw_wgmma_open.push_back(std::move(op));
@@ -145,7 +154,8 @@ inline std::barrier<>& tw_wgmma_warp_barrier() {
   return *bars[(tw_slot_base + threadIdx.x) / 32];
 }
 template <int NC, int TY, bool B_MN>
-inline void tw_wgmma_step_rs(float* d, const unsigned* a, unsigned long long db) {
+inline void tw_wgmma_step_rs(typename tw_wgmma_acc<TY>::type* d, const unsigned* a,
+                             unsigned long long db) {
   tw_wgmma_op op{d, 0, db, NC, TY, B_MN, {}};
   op.regs = a;
   unsigned t = tw_slot_base + threadIdx.x, quad = t / 4 * 4;
@@ -181,7 +191,12 @@ inline void tw_wgmma_wait() {
                     blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x);
         __trap();
       }
-      for (size_t i = 0; i < now.size(); ++i) op.d[i] += now[i];
+      for (size_t i = 0; i < now.size(); ++i) {
+        if (op.ty == TW_WGMMA_S8)
+          static_cast<int*>(op.d)[i] += (int)now[i];
+        else
+          static_cast<float*>(op.d)[i] += now[i];
+      }
     }
     tw_wgmma_groups.erase(tw_wgmma_groups.begin());
   }
@@ -189,8 +204,8 @@ inline void tw_wgmma_wait() {
 #endif
 
 template <int N, int K, int NC, int TY, bool B_MN, int RA, int WA, int RB, int WB>
-__device__ __forceinline__ void tw_gemm_wgmma(const void* A, const void* B, float* acc,
-                                              int wg) {
+__device__ __forceinline__ void tw_gemm_wgmma(const void* A, const void* B,
+                                              typename tw_wgmma_acc<TY>::type* acc, int wg) {
   constexpr int EB = tw_wgmma_bytes(TY), KS = 32 / EB;  // a step is 32 bytes of K
   static_assert(!B_MN || EB == 2, "the 8-bit wgmma forms read B K-major only");
   const unsigned a0 = tw_smem_u32(A), b0 = tw_smem_u32(B);
@@ -210,7 +225,8 @@ __device__ __forceinline__ void tw_gemm_wgmma(const void* A, const void* B, floa
 // A in registers (see the top): no descriptor, no shared-memory fence for A; the wgmma.fence
 // orders the ordinary instructions that wrote A (the convert) and acc before the wgmma reads.
 template <int N, int K, int NC, int TY, bool B_MN, int RB, int WB, class T>
-__device__ __forceinline__ void tw_gemm_wgmma_rs(const T* A, const void* B, float* acc, int wg) {
+__device__ __forceinline__ void tw_gemm_wgmma_rs(const T* A, const void* B,
+                                                 typename tw_wgmma_acc<TY>::type* acc, int wg) {
   static_assert(sizeof(T) == 2 && tw_wgmma_bytes(TY) == 2,
                 "wgmma register A holds 16-bit elements");
   const unsigned* a = reinterpret_cast<const unsigned*>(A);
@@ -236,9 +252,11 @@ inline void tw_wgmma_pack(T* p, float lo, float hi) {
   p[1] = T(hi);
 }
 #else
+#ifdef __CUDA_FP16_TYPES_EXIST__
 __device__ __forceinline__ void tw_wgmma_pack(half* p, float lo, float hi) {
   *reinterpret_cast<half2*>(p) = __floats2half2_rn(lo, hi);
 }
+#endif
 #ifdef __CUDA_BF16_TYPES_EXIST__
 __device__ __forceinline__ void tw_wgmma_pack(__nv_bfloat16* p, float lo, float hi) {
   *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(lo, hi);
