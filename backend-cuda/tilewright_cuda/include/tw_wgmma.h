@@ -21,8 +21,16 @@
 // (wgmma's register-A form, 16-bit types): A is this thread's K / 2 halves (fp16 or bf16)
 // of its warpgroup's 64 x K rows in the m64nKk16 D layout (register i: row 16 warp + lane / 4
 // + 8 ((i % 4) / 2), column 8 (i / 4) + 2 (lane % 4) + i % 2), which for every k16 step
-// (registers 8 s .. 8 s + 7, as four .b32 pairs) is the PTX m64k16 A fragment layout. A fp32 accumulator of that layout
-// rounded pairwise to 16 bits is such an A (FlashAttention's P).
+// (registers 8 s .. 8 s + 7, as four .b32 pairs) is the PTX m64k16 A fragment layout. A fp32
+// accumulator of that layout rounded pairwise to 16 bits is such an A (FlashAttention's P).
+//
+// tw_gemm_wgmma_sp<N, K, NC, TY, B_MN, RA, WA, RB, WB, LDE>(A, B, acc, wg, E): 2:4 sparse A
+// (T.gemm_sp, 16-bit types): wgmma.mma_async.sp m64nNCk32 steps. A is the kept values, [RA,
+// K / 2] (K-major): a step's 64 x 16 values are read through a descriptor exactly as a dense
+// k16 step's A; B is as above, 32 deep a step. Each warp gives the metadata of its 16 rows
+// (PTX ISA: warp w % 4 covers rows 16 w .. 16 w + 15), laid out as mma.sp m16n8k32's
+// (tw_sparse_meta, sparsity selector 0), read from E's rows of LDE bytes. K counts dense
+// columns.
 #ifndef TW_WGMMA_H
 #define TW_WGMMA_H
 
@@ -62,6 +70,9 @@ __device__ inline void tw_wgmma_step(typename tw_wgmma_acc<TY>::type* d, unsigne
 template <int NC, int TY, bool B_MN>
 __device__ inline void tw_wgmma_step_rs(typename tw_wgmma_acc<TY>::type* d, const unsigned* a,
                                         unsigned long long db);
+template <int NC, int TY, bool B_MN>
+__device__ inline void tw_wgmma_step_sp(float* d, unsigned long long da, unsigned long long db,
+                                        unsigned e);
 
 #ifndef TW_HOST_EMULATION
 __device__ __forceinline__ void tw_wgmma_fence() {
@@ -112,6 +123,8 @@ struct tw_wgmma_op {
   int nc, ty;
   bool b_mn;
   std::vector<float> issued;
+  bool sparse = false;             // wgmma.sp: A holds kept values, meta picks their k
+  unsigned meta[2] = {};           // ... for the thread's rows g and g + 8 of its warp
   const unsigned* regs = nullptr;  // register-A form: this thread's four A registers
   unsigned held[4] = {};           // ... as issued (they must not change until retirement)
   float a[2][16] = {};             // ... and the thread's two rows of A, from its quad's lanes
@@ -122,11 +135,19 @@ inline std::vector<float> tw_wgmma_products(const tw_wgmma_op& op) {
   for (int i = 0; i < op.nc / 2; ++i) {
     int row = 16 * warp + lane / 4 + 8 * ((i % 4) / 2);
     int col = (i / 4) * 8 + 2 * (lane % 4) + i % 2;
+    auto b = [&](int k) {
+      return op.b_mn ? tw_wgmma_read(op.db, true, k, col, op.ty)
+                     : tw_wgmma_read(op.db, false, col, k, op.ty);
+    };
     float s = 0;
-    for (int k = 0; k < 32 / tw_wgmma_bytes(op.ty); ++k)
-      s += (op.regs ? op.a[(i % 4) / 2][k] : tw_wgmma_read(op.da, false, row, k, op.ty)) *
-           (op.b_mn ? tw_wgmma_read(op.db, true, k, col, op.ty)
-                    : tw_wgmma_read(op.db, false, col, k, op.ty));
+    if (op.sparse) {  // value v of a group of 2 sits at k 4 (v / 2) + its 2-bit index
+      for (int v = 0; v < 16; ++v)
+        s += tw_wgmma_read(op.da, false, row, v, op.ty) *
+             b(4 * (v / 2) + ((op.meta[(i % 4) / 2] >> (2 * v)) & 3));
+    } else {
+      for (int k = 0; k < 32 / tw_wgmma_bytes(op.ty); ++k)
+        s += (op.regs ? op.a[(i % 4) / 2][k] : tw_wgmma_read(op.da, false, row, k, op.ty)) * b(k);
+    }
     out[i] = s;
   }
   return out;
@@ -166,6 +187,26 @@ inline void tw_wgmma_step_rs(typename tw_wgmma_acc<TY>::type* d, const unsigned*
       for (int h = 0; h < 2; ++h)
         op.a[r % 2][2 * l + 8 * (r / 2) + h] =
             tw_mma_element((tw_wgmma_a_exchange[quad + l][r] >> (16 * h)) & 0xffff, TY);
+  tw_wgmma_warp_barrier().arrive_and_wait();
+  op.issued = tw_wgmma_products(op);
+  tw_wgmma_open.push_back(std::move(op));
+}
+// The sparse form: each thread gathers the metadata of its rows g and g + 8 from lanes 4 g
+// and 4 g + 1 of its warp (selector 0: low halves row g, high halves row g + 8, lane 4 g + h
+// holding k 16 h .. 16 h + 15), through memory between two barriers of its warp.
+template <int NC, int TY, bool B_MN>
+inline void tw_wgmma_step_sp(float* d, unsigned long long da, unsigned long long db,
+                             unsigned e) {
+  tw_wgmma_op op{d, da, db, NC, TY, B_MN, {}};
+  op.sparse = true;
+  unsigned t = tw_slot_base + threadIdx.x, quad = t / 4 * 4;
+  tw_wgmma_a_exchange[t][0] = e;
+  tw_wgmma_warp_barrier().arrive_and_wait();
+  for (int h = 0; h < 2; ++h) {
+    unsigned word = tw_wgmma_a_exchange[quad + h][0];
+    op.meta[0] |= (word & 0xffffu) << (16 * h);
+    op.meta[1] |= (word >> 16) << (16 * h);
+  }
   tw_wgmma_warp_barrier().arrive_and_wait();
   op.issued = tw_wgmma_products(op);
   tw_wgmma_open.push_back(std::move(op));
@@ -221,6 +262,28 @@ __device__ __forceinline__ void tw_gemm_wgmma(const void* A, const void* B,
     }
   }
   tw_wgmma_commit();  // the gemm's own tw_wgmma_wait<0> (or <1> when pipelined) follows
+}
+// 2:4 sparse A (see the top): per k32 step the values' descriptor (16 values, 32 bytes of
+// each row) and this warp's metadata register, then one wgmma.sp per N chunk.
+template <int N, int K, int NC, int TY, bool B_MN, int RA, int WA, int RB, int WB, int LDE>
+__device__ __forceinline__ void tw_gemm_wgmma_sp(const void* A, const void* B, float* acc, int wg,
+                                                 const void* E) {
+  static_assert(tw_wgmma_bytes(TY) == 2, "sparse wgmma is lowered for 16-bit operands only");
+  const unsigned a0 = tw_smem_u32(A), b0 = tw_smem_u32(B);
+  const int rows = 64 * wg + 16 * (threadIdx.x / 32 % 4);
+  tw_wgmma_fence();
+#pragma unroll
+  for (int k0 = 0; k0 < K; k0 += 32) {
+    const unsigned a = a0 + (k0 / WA) * RA * WA + 64 * wg * WA + (k0 % WA);  // k0 / 2 values
+    const unsigned long long da = tw_wgmma_desc(a, 16, 8 * WA, WA);
+    const unsigned e = tw_sparse_meta<LDE>(E, rows, k0);
+#pragma unroll
+    for (int n0 = 0; n0 < N; n0 += NC) {
+      const unsigned long long db = tw_wgmma_b_desc<B_MN, RB, WB, 2>(b0, k0, n0);
+      tw_wgmma_step_sp<NC, TY, B_MN>(acc + n0 / 2, da, db, e);
+    }
+  }
+  tw_wgmma_commit();
 }
 // A in registers (see the top): no descriptor, no shared-memory fence for A; the wgmma.fence
 // orders the ordinary instructions that wrote A (the convert) and acc before the wgmma reads.
