@@ -54,17 +54,37 @@ def test_bundled_gemm_config_matches_torch(dtype, tmp_path):
 
 
 @pytest.mark.emulator
-def test_bundled_sparse_gemm_config_matches_torch(tmp_path):
-    # 2 x 2 blocks of the bundled 128x128x64 tile on mma.sp, 3 k-tiles through the 3 stages
+@pytest.mark.parametrize(("config", "path"), [
+    ("GEMM_SP", "tw_gemm_wgmma_sp<128, 64, 128, TW_WGMMA_F16, true, 128, 64, 64, 128, 8>"),
+    ("GEMM_SP_MMA", "tw_gemm_mma_sp_rf<128, 128, 64, false, 128, 2, 2"),
+])
+def test_bundled_sparse_gemm_config_matches_torch(tmp_path, config, path):
+    # 2 x 2 blocks of the bundled 128x128x64 tile on the sparse wgmma (two warpgroups) and on
+    # mma.sp (the _mmasp row), 3 k-tiles through the 3 stages
     M, N, K = 256, 256, 192
     gen = torch.Generator().manual_seed(0)
     a = randn_semi_sparse(M, K, torch.float16, generator=gen)
     b = torch.randn(K, N, generator=gen).half()
     c = torch.full((M, N), float("nan"))
-    func = kernels.gemm_sp_kernel.fn(M, N, K, "float16", "int16", **kernels.GEMM_SP)
+    func = kernels.gemm_sp_kernel.fn(M, N, K, "float16", "int16", **getattr(kernels, config))
     text = _emulate(func, tmp_path, *compress(a), b, c)
-    assert "tw_gemm_mma_sp_rf<128, 128, 64, false, 128, 2, 2" in text
+    assert path in text
     torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.emulator
+def test_bundled_int8_gemm_config_runs_wgmma_and_matches_torch(tmp_path):
+    # one block of the bundled 128x256x128 tile (two warpgroups of IGMMA 64x256x32), 2
+    # k-tiles through the 3 stages; int32 results exactly torch._int_mm's
+    m, n, k = 128, 256, 256
+    gen = torch.Generator().manual_seed(2)
+    a, b = (torch.randint(-128, 128, s, generator=gen, dtype=torch.int8)
+            for s in ((m, k), (n, k)))
+    c = torch.full((m, n), -7, dtype=torch.int32)
+    text = _emulate(kernels.gemm_low_precision.fn(m, n, k, "int8", **kernels.INT8_GEMM),
+                    tmp_path, a, b, c)
+    assert "tw_gemm_wgmma<256, 128, 256, TW_WGMMA_S8, false, 128, 128, 256, 128>" in text
+    assert torch.equal(c, torch._int_mm(a, b.T.contiguous()))
 
 
 @pytest.mark.emulator
@@ -134,6 +154,27 @@ def test_fp8_gemm_bundles_build_on_qgmma_and_pass_the_list(tmp_path, monkeypatch
     with pytest.raises(SystemExit, match="the SASS has QGMMA"):
         build_bundles.check_build("fp8", "", (bundle / "kernel.cubin").read_bytes(),
                                   ["UTMALDG.2D", "!QGMMA"])
+
+
+@pytest.mark.nvrtc
+@pytest.mark.sass
+def test_int8_and_sparse_gemm_bundles_build_on_wgmma_and_pass_the_list(tmp_path, monkeypatch):
+    # run_h200.sh build --only int8_gemm,gemm_sp: the int8 row's SASS shows IGMMA (no IMMA or
+    # HMMA), the 2:4 row's the sparse HGMMA.SP (no dense HMMA or HGMMA); harness.py --list
+    # accepts the bundles, whose cases name the kind the harness times against its peer
+    # (torch._int_mm; the dense cuBLAS torch.matmul)
+    monkeypatch.setattr(sys, "argv", ["build_bundles.py", "--out", str(tmp_path), "--quick",
+                                      "--checks", "none", "--only", "int8_gemm,gemm_sp"])
+    assert build_bundles.main() == 0
+    built = sorted(p.name for p in (tmp_path / "quick").iterdir())
+    assert built == ["gemm_sp_float16_1024", "int8_gemm_1024"]
+    cases = {b: json.loads((tmp_path / "quick" / b / "case.json").read_text()) for b in built}
+    assert cases["int8_gemm_1024"]["kind"] == "int8_gemm"
+    assert cases["int8_gemm_1024"]["build"]["sass"]["IGMMA.64x256x32.S8.S8"] > 0
+    assert cases["gemm_sp_float16_1024"]["build"]["sass"]["HGMMA.SP.64x128x32.F32"] > 0
+    listed = _list(tmp_path, "--quick")
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    assert all(re.search(rf"{b} +ok ", listed.stdout) for b in built)
 
 
 def test_bench_kernels_reject_sizes_they_do_not_handle():
