@@ -137,44 +137,32 @@ def test_bundled_fp8_gemm_config_runs_wgmma_and_matches_torch(layout, tmp_path):
 
 @pytest.mark.nvrtc
 @pytest.mark.sass
-def test_fp8_gemm_bundles_build_on_qgmma_and_pass_the_list(tmp_path, monkeypatch):
-    # run_h200.sh build --only fp8_gemm: the fp8 rows' SASS shows QGMMA and no HMMA (the
-    # build fails otherwise), and harness.py --list accepts the bundles
+@pytest.mark.parametrize(("only", "rows"), [
+    ("fp8_gemm_tensor", {"fp8_gemm_tensor_1024": ("fp8_gemm", "QGMMA.64x256x32.F32.E4M3.E4M3")}),
+    ("int8_gemm,gemm_sp", {"gemm_sp_float16_1024": ("gemm_sp", "HGMMA.SP.64x128x32.F32"),
+                           "int8_gemm_1024": ("int8_gemm", "IGMMA.64x256x32.S8.S8")}),
+])
+def test_low_precision_bundles_build_on_wgmma_and_pass_the_list(tmp_path, monkeypatch, only,
+                                                                 rows):
+    # run_h200.sh build --only ...: each row's SASS shows its wgmma form, QGMMA (no HMMA) for
+    # fp8, IGMMA (no IMMA or HMMA) for int8, the sparse HGMMA.SP (no dense HMMA or HGMMA) for
+    # 2:4 (the build fails otherwise); harness.py --list accepts the bundles, whose kinds the
+    # harness times against their peers (torch._scaled_mm, torch._int_mm, the dense cuBLAS
+    # torch.matmul)
     monkeypatch.setattr(sys, "argv", ["build_bundles.py", "--out", str(tmp_path), "--quick",
-                                      "--checks", "none", "--only", "fp8_gemm_tensor"])
+                                      "--checks", "none", "--only", only])
     assert build_bundles.main() == 0
     built = sorted(p.name for p in (tmp_path / "quick").iterdir())
-    assert built == ["fp8_gemm_tensor_1024"]
-    bundle = tmp_path / "quick" / built[0]
-    case = json.loads((bundle / "case.json").read_text())
-    assert case["build"]["sass"]["QGMMA.64x256x32.F32.E4M3.E4M3"] > 0
+    assert built == sorted(rows)
+    for name, (kind, instruction) in rows.items():
+        case = json.loads((tmp_path / "quick" / name / "case.json").read_text())
+        assert case["kind"] == kind and case["build"]["sass"][instruction] > 0
     listed = _list(tmp_path, "--quick")
     assert listed.returncode == 0, listed.stdout + listed.stderr
-    assert re.search(r"fp8_gemm_tensor_1024 +ok ", listed.stdout)
-    with pytest.raises(SystemExit, match="the SASS has QGMMA"):
-        build_bundles.check_build("fp8", "", (bundle / "kernel.cubin").read_bytes(),
-                                  ["UTMALDG.2D", "!QGMMA"])
-
-
-@pytest.mark.nvrtc
-@pytest.mark.sass
-def test_int8_and_sparse_gemm_bundles_build_on_wgmma_and_pass_the_list(tmp_path, monkeypatch):
-    # run_h200.sh build --only int8_gemm,gemm_sp: the int8 row's SASS shows IGMMA (no IMMA or
-    # HMMA), the 2:4 row's the sparse HGMMA.SP (no dense HMMA or HGMMA); harness.py --list
-    # accepts the bundles, whose cases name the kind the harness times against its peer
-    # (torch._int_mm; the dense cuBLAS torch.matmul)
-    monkeypatch.setattr(sys, "argv", ["build_bundles.py", "--out", str(tmp_path), "--quick",
-                                      "--checks", "none", "--only", "int8_gemm,gemm_sp"])
-    assert build_bundles.main() == 0
-    built = sorted(p.name for p in (tmp_path / "quick").iterdir())
-    assert built == ["gemm_sp_float16_1024", "int8_gemm_1024"]
-    cases = {b: json.loads((tmp_path / "quick" / b / "case.json").read_text()) for b in built}
-    assert cases["int8_gemm_1024"]["kind"] == "int8_gemm"
-    assert cases["int8_gemm_1024"]["build"]["sass"]["IGMMA.64x256x32.S8.S8"] > 0
-    assert cases["gemm_sp_float16_1024"]["build"]["sass"]["HGMMA.SP.64x128x32.F32"] > 0
-    listed = _list(tmp_path, "--quick")
-    assert listed.returncode == 0, listed.stdout + listed.stderr
-    assert all(re.search(rf"{b} +ok ", listed.stdout) for b in built)
+    assert all(re.search(rf"{name} +ok ", listed.stdout) for name in rows)
+    cubin = (tmp_path / "quick" / built[-1] / "kernel.cubin").read_bytes()
+    with pytest.raises(SystemExit, match="the SASS has [IQ]GMMA"):
+        build_bundles.check_build("row", "", cubin, ["UTMALDG.2D", "!QGMMA", "!IGMMA"])
 
 
 def test_bench_kernels_reject_sizes_they_do_not_handle():
