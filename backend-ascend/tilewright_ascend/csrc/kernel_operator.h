@@ -986,9 +986,10 @@ template <typename T, MaskPattern pattern = MaskPattern::ALL> MaskReg CreateMask
     }, REG_COST, 0);
     return m;
 }
-// kernel_reg_compute_membar_intf.h: LocalMemBar orders the function's UB stores before its
-// loads; the emulator runs V in order, so there is nothing left to order
-template <MemType src, MemType dst> void LocalMemBar() {}
+// kernel_reg_compute_membar_intf.h: LocalMemBar orders the function's earlier UB accesses of
+// kind src before its later ones of kind dst (mem_bar VST_VLD, VLD_VST, VST_VST ...); the
+// emulator orders every V access across it, as PipeBarrier<PIPE_V> (the codegen picks the pair)
+template <MemType src, MemType dst> void LocalMemBar(TW_LINE) { tw_emu::issue_pipe_barrier(tw_emu::PV, line); }
 
 // kernel_reg_compute_datacopy_intf.h: LoadAlign (vlds) of 256 bytes; DIST_UNPACK_B16 reads 128
 // bytes, element i into 16-bit lane 2 i (zero-extended into its 32-bit slot: lane 2 i + 1 zero)

@@ -132,10 +132,12 @@ CAST_TRAITS = {
     ("narrow", "odd"): ("tw_narrow_odd", "Reg::RegLayout::ONE, Reg::SatMode::NO_SAT, "
                         "Reg::MaskMergeMode::ZEROING, RoundMode::CAST_RINT"),
 }
-# the mask of every lane of T (MASK), the order of a vector function's stores before its
-# later loads of the same UB (MEMBAR), the call that starts a vector function (VF_CALL)
+# the mask of every lane of T (MASK); the order of a vector function's earlier UB accesses of
+# one kind before its later ones of another (MEMBAR: VEC_STORE -> VEC_LOAD, VEC_LOAD ->
+# VEC_STORE, VEC_STORE -> VEC_STORE are among the pairs LocalMemBar takes); the call that
+# starts a vector function (VF_CALL)
 CREATE_MASK = "Reg::CreateMask<{T}, Reg::MaskPattern::ALL>()"
-STORE_BEFORE_LOAD = "Reg::LocalMemBar<Reg::MemType::VEC_STORE, Reg::MemType::VEC_LOAD>();"
+MEMORY_BARRIER = "Reg::LocalMemBar<Reg::MemType::{before}, Reg::MemType::{after}>();"
 VF_ATTRIBUTE = "__simd_vf__"
 VF_LAUNCH = "asc_vf_call"
 

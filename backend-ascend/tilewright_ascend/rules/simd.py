@@ -5,9 +5,13 @@ core with ``asc_vf_call``; its register instructions are the ``Reg::`` calls
 
 The function takes the UB tiles its instructions address (``__ubuf__ T*``, from
 ``GetPhyAddr()``) and the scalars of the kernel its body uses (loop variables, block index),
-and declares its masks (``Reg::CreateMask``) and registers (``Reg::RegTensor<T>``) first. A
-load from a tile the function also stores is preceded by ``Reg::LocalMemBar`` (vector stores
-before vector loads): the register API does not order the two through UB by itself.
+and declares its masks (``Reg::CreateMask``) and registers (``Reg::RegTensor<T>``) first. The
+register API does not order a function's own UB accesses: a load or store that may touch the
+lanes of an earlier store (or a store those of an earlier load) of the same tile, in the order
+the function is written, is preceded by ``Reg::LocalMemBar`` of that pair (``VEC_STORE`` ->
+``VEC_LOAD``, ``VEC_LOAD`` -> ``VEC_STORE``, ``VEC_STORE`` -> ``VEC_STORE``). Accesses are
+compared within one iteration of the function's loops; an access that meets another only in a
+later iteration is not ordered.
 """
 
 from __future__ import annotations
@@ -24,12 +28,12 @@ from ..facts.dtypes import ctype, dtype_bytes
 from ..facts.registers import (
     CAST_TRAITS,
     CREATE_MASK,
+    MEMORY_BARRIER,
     REGISTER_OPS,
-    STORE_BEFORE_LOAD,
     VF_ATTRIBUTE,
     VF_LAUNCH,
 )
-from .regions import offset_of
+from .regions import offset_expr, offset_of
 from .table import rule
 
 MASK_TYPES = {8: "uint8_t", 16: "uint16_t", 32: "uint32_t"}
@@ -42,8 +46,9 @@ class VectorFunction:
 
     registers: dict = field(default_factory=dict)
     masks: set = field(default_factory=set)
-    stored: set = field(default_factory=set)
     tiles: list = field(default_factory=list)
+    # the UB accesses written so far: [kind, region, the kinds a barrier has ordered it before]
+    accesses: list = field(default_factory=list)
 
     @staticmethod
     def register(index: int) -> str:
@@ -58,10 +63,10 @@ def _scan(body) -> VectorFunction:
     vf = VectorFunction()
     for call in tile_ops_in(body):
         if call.name not in ops.REGISTER_INSTRUCTIONS:
-            raise KernelError(f"T.{call.name.removeprefix(ops.PREFIX)} inside T.SimdVF: a "
-                              "vector function holds T.simd instructions and loops only; "
-                              "move it before or after the 'with T.SimdVF():' block",
-                              span_location(call.span))
+            raise KernelError("inside T.SimdVF only T.simd instructions and serial loops are "
+                              f"allowed; this line lowers to the tile op {call.name!r}, not a "
+                              "register instruction: move it before or after the 'with "
+                              "T.SimdVF():' block", span_location(call.span))
         attrs = call.attrs
         if attrs["dst"] >= 0:
             vf.registers[attrs["dst"]] = attrs["dtype"]
@@ -71,8 +76,6 @@ def _scan(body) -> VectorFunction:
             buf = call.operands["ub"].buffer
             if all(not buf.same_as(t) for t in vf.tiles):
                 vf.tiles.append(buf)
-            if call.name == ops.REG_STORE.name:
-                vf.stored.add(buf)
     return vf
 
 
@@ -139,12 +142,35 @@ def _address(em, region) -> str:
     return em.buf(region.buffer) if offset == "0" else f"{em.buf(region.buffer)} + {offset}"
 
 
+def _may_meet(em, a, b) -> bool:
+    if not a.buffer.same_as(b.buffer):
+        return False
+    start_a, start_b = offset_expr(a), offset_expr(b)
+    n_a, n_b = (int(r.extents[-1]) for r in (a, b))
+    return not (em.analyzer.can_prove(start_a + n_a <= start_b) or
+                em.analyzer.can_prove(start_b + n_b <= start_a))
+
+
+def _order(em, vf: VectorFunction, kind: str, region) -> None:
+    """``LocalMemBar`` before this access for each earlier one of the tile it may meet."""
+    pairs = []
+    for before, other, ordered in vf.accesses:
+        if "VEC_STORE" in (before, kind) and kind not in ordered and \
+                (before, kind) not in pairs and _may_meet(em, other, region):
+            pairs.append((before, kind))
+    for before, after in pairs:
+        em.line(MEMORY_BARRIER.format(before=before, after=after))
+        for access in vf.accesses:
+            if access[0] == before:
+                access[2].add(after)
+    vf.accesses.append([kind, region, set()])
+
+
 @rule(ops.REG_LOAD.name)
 def rule_reg_load(em, call) -> None:
     vf = _vf(em, call)
     region = call.operands["ub"]
-    if region.buffer in vf.stored:
-        em.line(STORE_BEFORE_LOAD)
+    _order(em, vf, "VEC_LOAD", region)
     _call(em, call, [vf.register(call.attrs["dst"]), _address(em, region)],
           T=ctype(call.attrs["dtype"]))
 
@@ -153,6 +179,7 @@ def rule_reg_load(em, call) -> None:
 def rule_reg_store(em, call) -> None:
     vf = _vf(em, call)
     attrs = call.attrs
+    _order(em, vf, "VEC_STORE", call.operands["ub"])
     _call(em, call, [_address(em, call.operands["ub"]), vf.register(attrs["src0"]),
                      vf.mask(attrs["bits"])], T=ctype(attrs["dtype"]))
 
