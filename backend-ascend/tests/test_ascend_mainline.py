@@ -63,7 +63,8 @@ def test_simd_softmax_and_rmsnorm_run_on_the_950_emulator():
     text = tilewright.lower(rmsnorm(4, 256), target=TARGET).source.text
     # unpacked loads widened, packed stores narrowed, through the CastTraits of the file
     for call in ("Reg::LoadAlign<half, Reg::LoadDist::DIST_UNPACK_B16>(",
-                 "Reg::Cast<float, half, tw_widen_even>(", "Reg::Cast<half, float, tw_narrow_even>(",
+                 "Reg::Cast<float, half, tw_widen_even>(",
+                 "Reg::Cast<half, float, tw_narrow_even>(",
                  "Reg::StoreAlign<half, Reg::StoreDist::DIST_PACK_B32>(", "Reg::Sqrt(",
                  "constexpr Reg::CastTrait tw_narrow_even = {Reg::RegLayout::ZERO, "
                  "Reg::SatMode::NO_SAT, Reg::MaskMergeMode::ZEROING, RoundMode::CAST_RINT};"):
@@ -160,9 +161,10 @@ def test_simd_rules():
         with T.SimdVF():
             T.simd.vld(a[0], dist="unpack")
 
-    with pytest.raises(KernelError, match=r"dist='unpack'\): Reg::LoadAlign \(include/basic_api/"
-                                          r"reg_compute/kernel_reg_compute_datacopy_intf.h\) takes "
-                                          r"bfloat16, float16, int16, uint16 registers, not float32"):
+    with pytest.raises(KernelError, match=r"dist='unpack'\): Reg::LoadAlign \(include/"
+                                          r"basic_api/reg_compute/kernel_reg_compute_datacopy_"
+                                          r"intf.h\) takes bfloat16, float16, int16, uint16 "
+                                          r"registers, not float32"):
         _simd(unpack)
 
     def pack(a, h):

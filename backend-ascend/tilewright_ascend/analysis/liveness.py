@@ -2,10 +2,10 @@
 
 Program points are the leaf statements of the kernel in program order (a tile op, a
 ``T.Parallel`` nest, a store, a ``T.SimdVF`` vector function: its tiles live across all of
-it, since its instructions are not ordered through UB). A buffer is live from its first use to its last; a use inside a
-serial or pipelined loop makes it live for the whole outermost such loop around the use (the
-next iteration may read what this one left). Buffers whose live ranges overlap never share
-bytes; the others may.
+it, since its instructions are not ordered through UB). A buffer is live from its first use
+to its last; a use inside a serial or pipelined loop makes it live for the whole outermost
+such loop around the use (the next iteration may read what this one left). Buffers whose
+live ranges overlap never share bytes; the others may.
 """
 
 from __future__ import annotations

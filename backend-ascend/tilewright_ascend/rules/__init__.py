@@ -3,8 +3,9 @@ per data path. A rule is ``rule(emitter, call)`` and writes lines through the em
 also prints its expressions and names its buffers.
 
 Families: :mod:`.copy` (``T.copy`` by data path, GM <-> UB, atomics), :mod:`.cube` (the cube
-paths and instructions), :mod:`.vector` (vector instructions), :mod:`.simd` (``T.SimdVF`` register code), :mod:`.sync`, :mod:`.debug`;
-:mod:`.scalar` writes the loops the scalar unit runs.
+paths and instructions), :mod:`.vector` (vector instructions), :mod:`.simd` (``T.SimdVF``
+register code), :mod:`.sync`, :mod:`.debug`; :mod:`.scalar` writes the loops the scalar unit
+runs.
 """
 
 from ..facts.paths import PATHS
