@@ -37,7 +37,8 @@ struct bfloat16_t {
 namespace tw_emu {
 enum Pipe : int { PS = 0, PV, PM, PMTE1, PMTE2, PMTE3, PFIX, NPIPE };
 enum Space : int { SGM = 0, SUB, SL1, SL0A, SL0B, SL0C, NSPACE };
-struct Acc { int space; uint64_t off; uint64_t len; bool write; };
+// ``core``: whose memory (-1: the issuing core's; 1, 2: vector sub-core 0, 1 of the group)
+struct Acc { int space; uint64_t off; uint64_t len; bool write; int core = -1; };
 
 bool is_aic();
 bool is_aiv();
@@ -45,6 +46,7 @@ int block_idx();
 int block_num();
 int sub_block_idx();
 uint8_t* space_base(int space);
+uint8_t* core_space_base(int core, int space);  // a memory of another core of the group
 void error(int line, const char* fmt, ...);
 void init_buffer(int space, uint64_t bytes, int line);
 bool check_local(int space, uint64_t off, uint64_t bytes, int line);
@@ -332,6 +334,18 @@ struct FixpipeParamsV220 {
     bool reluEn = false;
     uint8_t ndNum = 1;
 };
+// include/basic_api/kernel_struct_fixpipe.h (__NPU_ARCH__ 3510): L0C -> UB parameters;
+// dualDstCtl 0: the UB of sub-core subBlockId, 1: rows [0, M/2) to sub-core 0's UB and the
+// rest to sub-core 1's, 2: columns [0, N/2) and the rest; dstStride: a UB row in elements
+enum class CO2Layout { NZ, ROW_MAJOR, COLUMN_MAJOR };
+template <CO2Layout format = CO2Layout::ROW_MAJOR> struct FixpipeParamsArch3510 {
+    uint16_t nSize = 0, mSize = 0, srcStride = 0;
+    uint32_t dstStride = 0;
+    QuantMode_t quantPre = QuantMode_t::NoQuant;
+    bool reluEn = false;
+    uint8_t unitFlag = 0, dualDstCtl = 0;
+    bool subBlockId = false;
+};
 struct FixpipeConfig { bool rowMajor; };
 inline constexpr FixpipeConfig CFG_ROW_MAJOR{true};
 inline constexpr FixpipeConfig CFG_NZ{false};
@@ -589,6 +603,44 @@ void Fixpipe(const GlobalTensor<D>& dst, const LocalTensor<S>& src, const Fixpip
                 float v = float(src.data()[(c / 16) * ss * 16 + r * 16 + c % 16]);
                 dst.data()[r * ds + c] = D(relu && v < 0 ? 0.0f : v);
             }
+    }, copy_cost(m * n * sizeof(D), 64), m * n * sizeof(D));
+}
+
+// L0C (NZ) -> UB (ND) on FIX of the cube core, into the UB of one or both vector sub-cores at
+// the offset of ``dst`` (impl/basic_api/dav_3510/kernel_operator_fixpipe_impl.h,
+// FixpipeL0cToUB: dual destination only without quantisation or ReLU, M even for the M split,
+// N a multiple of 32 for the N split)
+template <typename D, typename S, const FixpipeConfig& CFG = CFG_ROW_MAJOR>
+void Fixpipe(const LocalTensor<D>& dst, const LocalTensor<S>& src,
+             const FixpipeParamsArch3510<CO2Layout::ROW_MAJOR>& p, TW_LINE) {
+    if (!tw_emu::is_aic() || dst.space != tw_emu::SUB || src.space != tw_emu::SL0C || !CFG.rowMajor)
+        return tw_emu::error(line, "Fixpipe to UB: the cube core moves L0C to UB in CFG_ROW_MAJOR");
+    const int mode = p.dualDstCtl;
+    if (mode > 2 || (mode && (p.quantPre != QuantMode_t::NoQuant || p.reluEn)) ||
+        (mode == 1 && p.mSize % 2) || (mode == 2 && p.nSize % 32) || !std::is_same<D, S>::value)
+        return tw_emu::error(line, "Fixpipe to UB: dualDstCtl %d with mSize %u, nSize %u, "
+                             "quantisation or ReLU is not a dual-destination copy", mode, p.mSize, p.nSize);
+    if (p.srcStride % 16 || p.srcStride < p.mSize)
+        return tw_emu::error(line, "Fixpipe srcStride %u must be a multiple of 16 covering mSize %u",
+                             p.srcStride, p.mSize);
+    const uint64_t m = p.mSize, n = p.nSize, ss = p.srcStride, ds = p.dstStride;
+    const uint64_t hm = mode == 1 ? m / 2 : m, hn = mode == 2 ? n / 2 : n;  // each destination
+    const int first = mode ? 1 : 1 + int(p.subBlockId), count = mode ? 2 : 1;
+    std::vector<tw_emu::Acc> a;
+    for (uint64_t b = 0; b < (n + 15) / 16; ++b)
+        a.push_back({src.space, src.off + b * ss * 16 * sizeof(S), m * 16 * sizeof(S), false});
+    for (int k = 0; k < count; ++k)
+        for (uint64_t r = 0; r < hm; ++r)
+            a.push_back({tw_emu::SUB, dst.off + r * ds * sizeof(D), hn * sizeof(D), true, first + k});
+    tw_emu::issue(tw_emu::PFIX, "Fixpipe", line, a, [=] {
+        for (int k = 0; k < count; ++k) {
+            D* out = reinterpret_cast<D*>(tw_emu::core_space_base(first + k, tw_emu::SUB) + dst.off);
+            for (uint64_t r = 0; r < hm; ++r)
+                for (uint64_t c = 0; c < hn; ++c) {
+                    uint64_t sr = mode == 1 ? k * hm + r : r, sc = mode == 2 ? k * hn + c : c;
+                    out[r * ds + c] = D(src.data()[(sc / 16) * ss * 16 + sr * 16 + sc % 16]);
+                }
+        }
     }, copy_cost(m * n * sizeof(D), 64), m * n * sizeof(D));
 }
 

@@ -83,6 +83,11 @@ DUAL_COPY = _op("dual_copy", (Operand("src", "read"), Operand("dst", "write")),
                 (Attr("axis", int, 0),),
                 "copy between a full tile and the half of it each vector sub-core holds")
 PORTABLE_PHASE_OPS = (DUAL_COPY.name,)
+# its L0C -> UB path on the 950: the cube's Fixpipe writes the halves of the L0C tile into the
+# UBs of the two vector sub-cores at once (dual destination, split along ``axis``: 0 M, 1 N)
+DUAL_FIXPIPE = _op("dual_fixpipe", (Operand("src", "read"), Operand("dst", "write")),
+                   (Attr("axis", int, 0),),
+                   "L0C tile -> its halves in the UB of each vector sub-core (Fixpipe)")
 
 # T.simd register instructions of T.SimdVF (facts.registers.REGISTER_OPS names each one's
 # vendor function): registers are numbered within their T.SimdVF (-1: none), masks are the
@@ -101,6 +106,7 @@ VECTOR_OPS = tuple(f"{PREFIX}tile.{n}" for n in (*BINARY, *UNARY, *SCALAR, "fill
 SYNC_OPS = tuple(PREFIX + n for n in ("set_flag", "wait_flag", "pipe_barrier", "barrier_all",
                                       "set_cross_flag", "wait_cross_flag"))
 DIALECT_OPS = (*SYNC_OPS, PREFIX + "gemm_v0", PREFIX + "mma", LOAD_L0.name, COUNTER.name,
+               DUAL_FIXPIPE.name,
                PREFIX + "printf",
                PREFIX + "dump_tensor", *VECTOR_OPS)
 
