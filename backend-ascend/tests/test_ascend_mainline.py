@@ -261,20 +261,30 @@ def test_mixed_kernel_needs_cube_work():
         tilewright.lower(vector_only, target=TARGET)
 
 
-@pytest.mark.parametrize("split", ["m", "n"])
-def test_gemm_relu_with_dual_copy_runs_on_the_950_emulator(split):
-    """The seed's GEMM + ReLU: L0C -> UB and UB -> GM dual copies, the ReLU in T.SimtVF."""
-    kernel = tilewright.compile(gemm_relu(128, 128, 256, 64, 64, 64, split=split), out_idx=[2],
+@pytest.mark.parametrize("split, n, bn", [("m", 128, 64), ("n", 128, 64), ("n", 96, 48)])
+def test_gemm_relu_with_dual_copy_runs_on_the_950_emulator(split, n, bn):
+    """The seed's GEMM + ReLU: L0C -> UB and UB -> GM dual copies, the ReLU in T.SimtVF. L0C ->
+    UB is the cube's dual-destination Fixpipe into both sub-cores' UB (dualDstCtl 1: M split,
+    2: N split), but for an N split whose N (48) is not a multiple of 32: a GM workspace."""
+    kernel = tilewright.compile(gemm_relu(128, n, 256, 64, bn, 64, split=split), out_idx=[2],
                                 target=TARGET)
-    x, y = torch.randn(128, 256).half(), torch.randn(256, 128).half()
+    x, y = torch.randn(128, 256).half(), torch.randn(256, n).half()
     torch.testing.assert_close(kernel(x, y), torch.relu(x.float() @ y.float()), rtol=1e-2,
                                atol=5e-2)
     assert last_run_stats()["races"] == 0
-    text = tilewright.lower(gemm_relu(128, 128, 256, 64, 64, 64, split=split),
+    text = tilewright.lower(gemm_relu(128, n, 256, 64, bn, 64, split=split),
                             target=TARGET).source.text
-    # each vector sub-core reads its half of the handed-over tile and writes its half of C
-    half = "(vid * 2048)" if split == "m" else "(vid * 32)"
-    assert half in text and "int32_t vid = GetSubBlockIdx();" in text
+    assert "int32_t vid = GetSubBlockIdx();" in text and "if ((vid == 0))" not in text
+    if bn % 32:  # each sub-core copies its half of the workspace tile
+        assert "ws_C_l0c_C_ub" in text and "dualDstCtl" not in text
+        return
+    assert "ws_" not in text
+    assert (f"FixpipeParamsArch3510<CO2Layout::ROW_MAJOR> fp; fp.nSize = {bn}; fp.mSize = 64; "
+            f"fp.srcStride = 64; fp.dstStride = {bn if split == 'm' else bn // 2}; "
+            f"fp.dualDstCtl = {1 if split == 'm' else 2};") in text
+    assert "Fixpipe<float, float, CFG_ROW_MAJOR>(C_ub, C_l0c, fp);" in text
+    # each vector sub-core writes its half of C
+    assert ("(vid * 4096)" if split == "m" else "(vid * 32)") in text
 
 
 def _scaled_gemm(split, pipelined=False, versions=None):

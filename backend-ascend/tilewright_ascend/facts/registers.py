@@ -67,21 +67,21 @@ _RED = "template <ReduceType type, typename T, typename U, MaskMergeMode mode, t
 _CVT = "template <typename T, typename U, const CastTrait& trait, typename S, typename V> " \
        "void Cast(S& dstReg, V& srcReg, MaskReg& mask)"
 
+_LOAD = "template <typename T, LoadDist dist, typename U> void LoadAlign(U& dstReg, " \
+        "__ubuf__ T* srcAddr)"
+_STORE = "template <typename T, StoreDist dist, typename U> void StoreAlign(__ubuf__ T* " \
+         "dstAddr, U& srcReg, MaskReg& mask)"
+_16BIT = frozenset({"float16", "bfloat16", "int16", "uint16"})
+
 REGISTER_OPS = {
-    "vld": _op("load", "LoadAlign", "template <typename T, LoadDist dist, typename U> void "
-               "LoadAlign(U& dstReg, __ubuf__ T* srcAddr)", DATACOPY),
+    "vld": _op("load", "LoadAlign", _LOAD, DATACOPY),
     # 16-bit elements into the even lanes (each zero-extended into its 32-bit slot)
-    "vld.unpack": _op("load", "LoadAlign", "template <typename T, LoadDist dist, typename U> "
-                      "void LoadAlign(U& dstReg, __ubuf__ T* srcAddr)", DATACOPY,
-                      "{T}, Reg::LoadDist::DIST_UNPACK_B16", frozenset({"float16", "bfloat16",
-                                                                       "int16", "uint16"})),
-    "vsts": _op("store", "StoreAlign", "template <typename T, StoreDist dist, typename U> void "
-                "StoreAlign(__ubuf__ T* dstAddr, U& srcReg, MaskReg& mask)", DATACOPY),
+    "vld.unpack": _op("load", "LoadAlign", _LOAD, DATACOPY,
+                      "{T}, Reg::LoadDist::DIST_UNPACK_B16", _16BIT),
+    "vsts": _op("store", "StoreAlign", _STORE, DATACOPY),
     # the low 16 bits of each 32-bit slot (the even lanes of a 16-bit register), packed
-    "vsts.pack": _op("store", "StoreAlign", "template <typename T, StoreDist dist, typename U> "
-                     "void StoreAlign(__ubuf__ T* dstAddr, U& srcReg, MaskReg& mask)", DATACOPY,
-                     "{T}, Reg::StoreDist::DIST_PACK_B32", frozenset({"float16", "bfloat16",
-                                                                     "int16", "uint16"})),
+    "vsts.pack": _op("store", "StoreAlign", _STORE, DATACOPY,
+                     "{T}, Reg::StoreDist::DIST_PACK_B32", _16BIT),
     "vdup": _op("fill", "Duplicate", "template <typename T, MaskMergeMode mode, typename U, "
                 "typename S> void Duplicate(S& dstReg, U scalarValue, MaskReg& mask)",
                 DUPLICATE),
