@@ -146,6 +146,37 @@ def lower_scopes():
     return prim_func_pass("CPULowerScopes", run)
 
 
+def _is_zero(expr) -> bool:
+    return isinstance(expr, tirx.IntImm) and int(expr.value) == 0
+
+
+def _unsigned(expr) -> bool:
+    return str(expr.ty).startswith("uint")
+
+
+def fold_unsigned_sign_tests():
+    """``u < 0`` and ``0 > u`` of an unsigned ``u`` become ``False``, ``u >= 0`` and ``0 <= u``
+    ``True``. TVM 0.27's LowerIntrin aborts the process on an ``if`` whose condition is
+    ``u < 0`` of a let-bound unsigned value ("Check failed: literal_constraints_.size() ==
+    new_literal_size", thrown from a destructor: ``std::terminate``), which common-
+    subexpression elimination makes of a kernel comparing an unsigned cast with 0 (found by
+    the differential fuzzer)."""
+
+    def fold(node):
+        lhs_zero, rhs_zero = _is_zero(node.a), _is_zero(node.b)
+        if isinstance(node, (tirx.LT, tirx.GE)) and rhs_zero and _unsigned(node.a):
+            return tirx.const(isinstance(node, tirx.GE), str(node.ty))
+        if isinstance(node, (tirx.GT, tirx.LE)) and lhs_zero and _unsigned(node.b):
+            return tirx.const(isinstance(node, tirx.LE), str(node.ty))
+        return node
+
+    def run(func):
+        return func.with_body(tvm_ffi.structural_map(
+            func.body, ((tirx.LT, tirx.GE, tirx.GT, tirx.LE), fold)))
+
+    return prim_func_pass("CPUFoldUnsignedSignTests", run)
+
+
 STACK_BYTES = 1024  # TVM keeps a constant-size CPU allocation up to this size on the stack
 CLAIM = "tw_atomic_add_int32"  # the C runtime's atomic fetch-and-add
 
