@@ -63,9 +63,28 @@ def test_950_sources_compile_against_the_arch_3510_headers(asc_devkit, tmp_path)
         "examples/gemm_fp8_scaled.fp8_gemm_scaled", "examples/gemm_sp.gemm_sp_kernel"]
     assert any("float8_e4m3fn operands" in r for r in refused), refused
     assert "(SoC 950PR, dav-3510)" in sources["seed__vector_add"]
+    # the T.SimdVF examples are register-API vector functions (Reg::, asc_vf_call)
+    for name in ("seed__vector_add_simd", "seed__softmax_simd", "seed__rmsnorm_simd"):
+        assert "__simd_vf__ inline void" in sources[name] and "asc_vf_call<" in sources[name]
+        assert "Reg::LoadAlign" in sources[name] and "Reg::StoreAlign" in sources[name]
     findings = HeaderCheck(asc_devkit, tmp_path, NPU_950).check(sources)
     report = "\n\n".join(f"== {f.name} as {f.core}\n{f.text[-3000:]}" for f in findings)
     assert not findings, f"{len(findings)} of {len(sources) * len(CORES)} compiles:\n{report}"
+
+
+def test_the_950_check_finds_a_wrong_register_call(asc_devkit):
+    """A register instruction missing an operand, and a store distribution StoreAlign does not
+    take (the vendor's static_assert in dav_3510's DataCopyImpl), are diagnostics."""
+    good = generated(mainline()[5:6])[0]["seed__rmsnorm_simd"]
+    missing = re.sub(r"Reg::Mul\((\w+), (\w+), (\w+), ", r"Reg::Mul(\1, \2, ", good, count=1)
+    dist = good.replace("StoreDist::DIST_PACK_B32", "StoreDist::DIST_INTLV_B16", 1)
+    assert missing != good and dist != good
+    findings = check_sources({"good": good, "missing": missing, "dist": dist}, asc_devkit,
+                             npu_arch=NPU_950)
+    text = {f.name: f.text for f in findings if f.core == "AIV"}
+    assert {f.name for f in findings} == {"missing", "dist"}, findings
+    assert "no matching function for call to" in text["missing"]
+    assert "StoreAlign not support this dist" in text["dist"]
 
 
 def test_the_950_check_finds_a_wrong_call(asc_devkit):

@@ -28,10 +28,11 @@ from ..facts.keys import (
     PORTABLE_KEY,
     SCALAR_KEY,
     SCOPE_KEY,
+    SIMD_VF_KEY,
     STAGING_KEY,
     WORKSPACES_KEY,
 )
-from ..rules import RULES, emit_scalar_loop, parallel_rule
+from ..rules import RULES, emit_scalar_loop, emit_vector_function, parallel_rule
 from .expr import ExprPrinter
 
 CORES = ("AIC", "AIV")
@@ -89,6 +90,8 @@ class Emitter:
         self.core = "AIV"
         self.scope: str | None = None
         self.buffer_names: dict = {}  # buffer -> C identifier
+        self.functions: list[str] = []  # written before the kernel (T.SimdVF's functions)
+        self.vf = None  # the vector function being written (rules.simd)
 
     # -- names and expressions --------------------------------------------------------
     def ident(self, wanted: str) -> str:
@@ -116,6 +119,11 @@ class Emitter:
     def line(self, text: str) -> None:
         self.lines.append("    " * self.depth + text)
 
+    def declare(self, text: str) -> None:
+        """A definition written before the kernel function, once."""
+        if text not in self.functions:
+            self.functions.append(text)
+
     def block(self, head: str):
         emitter = self
 
@@ -134,9 +142,11 @@ class Emitter:
     def projects(self, stmt) -> bool:
         """Whether ``stmt`` has anything for the current core."""
         mark = len(self.lines), self.depth, dict(self.var_names), set(self.used)
+        functions = len(self.functions)
         self.stmt(stmt)
         found = len(self.lines) > mark[0]
         del self.lines[mark[0]:]
+        del self.functions[functions:]
         self.depth, self.var_names, self.used = mark[1], mark[2], mark[3]
         return found
 
@@ -160,6 +170,9 @@ class Emitter:
         self.line(f"{ctype(str(s.var.ty))} {self.var(s.var)} = {value};")
 
     def stmt_AttrStmt(self, s):
+        if s.attr_key == SIMD_VF_KEY:
+            return self.emit_rule(lambda: emit_vector_function(self, s), s.span, ("AIV",),
+                                  "T.SimdVF")
         if s.attr_key != SCOPE_KEY:
             return self.stmt(s.body)
         want = "AIC" if str(s.value.value) == "C" else "AIV"
@@ -324,7 +337,7 @@ class Emitter:
             *PRELUDE,
             "",
         ]
-        self.lines = head
+        self.lines, start = head, len(head)
         args = ", ".join([*(f"GM_ADDR {self.buf(b)}_addr" for b in params),
                           *(f"int32_t {self.var(d[0])}" for d in self.dims)])
         if exception_dump:  # the runtime's exception handler finds this by its magic
@@ -355,6 +368,7 @@ class Emitter:
         if exception_dump:
             host_args += ", uint8_t* tw_exception_desc"
             call_args += ", tw_exception_desc"
+        self.lines[start:start] = [text for f in self.functions for text in (f, "")]
         self.line("")
         self.line("#ifndef TW_DEVICE_ONLY  // the emulator and the header check leave it out")
         self.line(f"// host launch: {blocks} AI core groups (1 AIC + 2 AIV each)")
