@@ -28,11 +28,14 @@ from ..facts.keys import (
     PORTABLE_KEY,
     SCALAR_KEY,
     SCOPE_KEY,
+    SIMT_KEY,
     STAGING_KEY,
     WORKSPACES_KEY,
 )
 from ..rules import RULES, emit_scalar_loop, parallel_rule
 from .expr import ExprPrinter
+from .simt import PRELUDE as SIMT_PRELUDE
+from .simt import emit_simt
 
 CORES = ("AIC", "AIV")
 # lines every generated file starts with; the emulator's header defines its own versions
@@ -89,6 +92,7 @@ class Emitter:
         self.core = "AIV"
         self.scope: str | None = None
         self.buffer_names: dict = {}  # buffer -> C identifier
+        self.functions: dict = {}  # T.SimtVF scope -> (name, its SIMT vector function)
 
     # -- names and expressions --------------------------------------------------------
     def ident(self, wanted: str) -> str:
@@ -160,6 +164,8 @@ class Emitter:
         self.line(f"{ctype(str(s.var.ty))} {self.var(s.var)} = {value};")
 
     def stmt_AttrStmt(self, s):
+        if s.attr_key == SIMT_KEY:
+            return self.emit_rule(lambda: emit_simt(self, s), s.span, ("AIV",), "T.SimtVF")
         if s.attr_key != SCOPE_KEY:
             return self.stmt(s.body)
         want = "AIC" if str(s.value.value) == "C" else "AIV"
@@ -322,9 +328,11 @@ class Emitter:
             "#define TW_DEBUG_NAME(t)",
             "#endif",
             *PRELUDE,
+            *SIMT_PRELUDE,
             "",
         ]
         self.lines = head
+        top = len(head)  # the SIMT vector functions go here, before the kernel
         args = ", ".join([*(f"GM_ADDR {self.buf(b)}_addr" for b in params),
                           *(f"int32_t {self.var(d[0])}" for d in self.dims)])
         if exception_dump:  # the runtime's exception handler finds this by its magic
@@ -347,6 +355,8 @@ class Emitter:
                 self.line(f"{self.buf(b)}.SetGlobalBuffer((__gm__ {t}*){self.buf(b)}_addr);")
             for core in CORES:
                 self.core_block(core, vid_loop.body, cid_loop.loop_var, vid_loop.loop_var)
+        self.lines[top:top] = [line for _, function in self.functions.values()
+                                           for line in function.text()]
         host_args = ", ".join([*(f"uint8_t* {self.buf(b)}" for b in params),
                                *(f"int32_t {self.var(d[0])}" for d in self.dims)])
         call_args = ", ".join([*(self.buf(b) for b in params),

@@ -1,0 +1,23 @@
+"""What the Ascend 950 (arch 3510) SIMT API gives a SIMT vector function, from the asc-devkit.
+
+- A SIMT vector function is a ``__simt_vf__`` function launched from the vector core by
+  ``asc_vf_call<func>(dim3 threadNums, args...)`` (``include/simt_api/common_functions.h``;
+  the SIMD form ``__simd_vf__`` takes only raw pointers and basic types as arguments,
+  ``docs/zh/api/SIMD-API/基础API/Reg矢量计算/VF调用/asc_vf_call.md``, which this backend keeps
+  for SIMT too: UB tiles are passed as ``__ubuf__`` pointers).
+- A thread reads its index from ``threadIdx.x`` (the built-in variable the vendor's
+  ``impl/simt_api/cooperative_groups_impl.h`` reads ``thread_index()`` from).
+- A thread block has at most 2048 threads (``max_thread_block_size`` in
+  ``include/simt_api/cooperative_groups.h``).
+- ``asc_syncthreads()`` is the barrier of the block's threads (``__sync_workitems()``,
+  ``include/simt_api/device_sync_functions.h`` and its ``impl``): between two barriers the
+  threads run in no order the program can rely on, so two threads touching one byte, one of
+  them writing, race unless a barrier lies between.
+- The threads work on UB (the memory the vector function's pointers address); the vector
+  core's TPipe, the cube and GM are outside the function.
+"""
+
+MAX_THREADS = 2048
+BARRIER = "asc_syncthreads"
+THREAD_INDEX = "threadIdx.x"
+LAUNCH = "asc_vf_call"
