@@ -34,6 +34,7 @@ from ..facts.keys import (
 )
 from ..rules import RULES, emit_scalar_loop, parallel_rule
 from .expr import ExprPrinter
+from .simt import INCLUDES as SIMT_INCLUDES
 from .simt import PRELUDE as SIMT_PRELUDE
 from .simt import emit_simt
 
@@ -357,6 +358,8 @@ class Emitter:
                 self.core_block(core, vid_loop.body, cid_loop.loop_var, vid_loop.loop_var)
         self.lines[top:top] = [line for _, function in self.functions.values()
                                            for line in function.text()]
+        if self.functions:  # the SIMT API is not part of kernel_operator.h
+            self.lines[2:2] = SIMT_INCLUDES
         host_args = ", ".join([*(f"uint8_t* {self.buf(b)}" for b in params),
                                *(f"int32_t {self.var(d[0])}" for d in self.dims)])
         call_args = ", ".join([*(self.buf(b) for b in params),

@@ -24,6 +24,8 @@ from ..facts.simt import BARRIER, LAUNCH, THREAD_INDEX
 from ..transforms.simt import is_barrier
 from .expr import ExprPrinter
 
+# the vendor's headers of asc_vf_call and of asc_syncthreads (threadIdx is built in)
+INCLUDES = ['#include "simt_api/common_functions.h"', '#include "simt_api/device_sync_functions.h"']
 # the NPU's versions of the SIMT helpers (the emulator's header defines its own)
 PRELUDE = (
     "#ifndef TW_UBUF",
