@@ -204,6 +204,30 @@ def gemm_relu(M, N, K, BM, BN, BK, split="m", dtype="float16"):
     return main
 
 
+def simt_transpose(N, scale=2.0):
+    """Y = (scale * X)^T for an N x N tile in ``T.SimtVF(threads=N)`` with
+    ``T.get_thread_binding()``: thread ``t`` scales row ``t`` into a UB tile, then writes row
+    ``t`` of the result from column ``t`` of that tile, which the other threads wrote; the
+    compiler puts the barrier (``asc_syncthreads()``) between the two loops."""
+
+    @T.prim_func
+    def main(X: T.Tensor((N, N), "float32"), Y: T.Tensor((N, N), "float32")):
+        with T.Kernel(1) as bx:
+            x = T.alloc_shared((N, N), "float32")
+            s = T.alloc_shared((N, N), "float32")
+            y = T.alloc_shared((N, N), "float32")
+            T.copy(X[bx * N, 0], x)
+            with T.SimtVF(threads=N):
+                t = T.get_thread_binding()
+                for j in T.serial(N):
+                    s[t, j] = x[t, j] * scale
+                for j in T.serial(N):
+                    y[t, j] = s[j, t]
+            T.copy(y, Y[bx * N, 0])
+
+    return main
+
+
 def main():
     N = 16 * 1024
     a, b = torch.randn(N), torch.randn(N)
@@ -234,6 +258,11 @@ def main():
                                    atol=5e-2)
         print(f"GEMM + ReLU in T.MixedKernel, {split.upper()}-split T.dual_copy: matches torch, "
               f"races {last_run_stats()['races']}")
+    x = torch.randn(64, 64)
+    transpose = tilewright.compile(simt_transpose(64), out_idx=[1], target=TARGET)
+    torch.testing.assert_close(transpose(x), (2.0 * x).T)
+    print(f"transpose across 64 SIMT threads (T.get_thread_binding, automatic barrier): "
+          f"matches torch, races {last_run_stats()['races']}")
 
 
 if __name__ == "__main__":

@@ -11,9 +11,17 @@ import tilewright
 import tilewright_ascend.language as A
 import tilewright_ascend.language.mainline as T
 import torch
-from mainline_kernels import gemm, gemm_relu, rmsnorm, rmsnorm_reference, softmax, vector_add
+from mainline_kernels import (
+    gemm,
+    gemm_relu,
+    rmsnorm,
+    rmsnorm_reference,
+    simt_transpose,
+    softmax,
+    vector_add,
+)
 from tilewright.errors import ConfigError, KernelError
-from tilewright_ascend.executor import last_run_stats
+from tilewright_ascend.executor import EmulatorError, compile_and_run_source, last_run_stats
 from tilewright_ascend.facts.arch import ARCHS
 
 TARGET = "ascend-950"
@@ -32,10 +40,14 @@ def test_vector_functions_run_on_the_950_emulator(body):
     torch.testing.assert_close(kernel(a, b), a + b)
     assert last_run_stats()["races"] == 0
     text = tilewright.lower(vector_add(N, body=body), target=TARGET).source.text
-    # SIMT: one Add over the tile; SIMD: one Add per 2048-bit register (64 float32 lanes)
-    add = "Add(c[((step % 2) * 1024)], a[((step % 2) * 1024)], b[((step % 2) * 1024)], 1024);" \
+    # SIMT: 1024 threads, one element each, of the iteration's version of each tile; SIMD: one
+    # Add per 2048-bit register (64 float32 lanes)
+    add = "TW_UB_ARG(float, a, 1, ((step % 2) * 1024), 1024)" \
         if body == "simt" else "+ (g * 64))], 64);"
     assert add in text
+    if body == "simt":
+        assert "asc_vf_call<main_simt0>(dim3{1024, 1, 1}, " in text
+        assert "TW_UB_STORE(c, ((TW_FLOORMOD(step, 2) * 1024) + tid), " in text
 
 
 def test_simd_softmax_and_rmsnorm_run_on_the_950_emulator():
@@ -167,13 +179,107 @@ def test_simt_rules():
     with pytest.raises(KernelError, match="threads= is 1 to 2048, got 4096"):
         _simd(threads)
 
-    def binding(a, h):
-        with T.SimtVF(threads=64):
-            T.get_thread_binding()
+    def outside(a, h):
+        T.get_thread_binding()
 
-    with pytest.raises(KernelError, match="lowers the T.Parallel nests of T.SimtVF to vector "
-                                          "instructions, which have no thread index"):
-        _simd(binding)
+    with pytest.raises(KernelError, match=r"test_ascend_mainline.py:\d+: T.get_thread_binding\(\) "
+                                          "is the thread index of a SIMT vector function"):
+        _simd(outside)
+
+    def second_dimension(a, h):
+        with T.SimtVF(threads=64):
+            T.get_thread_binding(1)
+
+    with pytest.raises(KernelError, match="threads of T.SimtVF are one-dimensional"):
+        _simd(second_dimension)
+
+
+def _simt(case):
+    """A kernel whose T.SimtVF(threads=64) holds the statements of ``case`` on 64 x 64 UB
+    tiles, lowered to its source."""
+
+    @T.prim_func
+    def main(X: T.Tensor((64, 64), "float32"), Y: T.Tensor((64, 64), "float32")):
+        with T.Kernel(1):
+            x = T.alloc_shared((64, 64), "float32")
+            y = T.alloc_shared((64, 64), "float32")
+            T.copy(X, x)
+            with T.SimtVF(threads=64):
+                t = T.get_thread_binding()
+                if case == "one element":  # every thread, one element
+                    y[0, 0] = x[t, 0]
+                elif case == "own row":
+                    for j in T.serial(63):
+                        y[t, j] = y[t, j + 1] + x[t, j]
+                elif case == "column":
+                    for j in T.serial(64):
+                        x[t, j] = x[j, t]
+                elif case == "global":
+                    for j in T.serial(64):
+                        y[t, j] = X[t, j]
+                elif case == "same elements":
+                    for i, j in T.Parallel(64, 64):
+                        y[i, j] = x[i, j] * 2
+                    for i, j in T.Parallel(64, 64):
+                        y[i, j] = y[i, j] + x[i, j]
+                else:  # shifted
+                    for i, j in T.Parallel(64, 64):
+                        y[i, j] = x[i, j] * 2
+                    for i, j in T.Parallel(64, 63):
+                        x[i, j] = y[i, j + 1]
+            T.copy(y, Y)
+
+    return tilewright.lower(main, target=TARGET).source.text
+
+
+def test_simt_races_the_compiler_cannot_order_are_errors_at_the_users_line():
+    with pytest.raises(KernelError, match=r"test_ascend_mainline.py:\d+: T.SimtVF: threads race "
+                                          r"on 'y': its store does not tell the threads apart"):
+        _simt("one element")
+    _simt("own row")  # one thread's own row: ordered within the thread
+    with pytest.raises(KernelError, match="one statement writes it and touches it at another "
+                                          "index"):
+        _simt("column")
+    with pytest.raises(KernelError, match="the threads work on UB tiles; 'X' is in global"):
+        _simt("global")
+
+
+def test_simt_barriers_go_where_threads_share_elements():
+    assert "asc_syncthreads();" not in _simt("same elements")  # each element: one thread
+    text = _simt("shifted")
+    assert text.count("asc_syncthreads();") == 1
+    # 4096 iterations over 64 threads: 64 steps of one element each
+    assert "for (int32_t step = 0; step < 64; ++step) {" in text
+
+
+def _run_source(low, text, tensors, work):
+    work.mkdir()
+    compile_and_run_source(text, low.source.payload, tensors, work)
+
+
+def test_simt_transpose_with_thread_binding_runs_and_needs_its_barrier(tmp_path):
+    """Thread t writes row t of s, then reads column t of it: the automatic barrier orders
+    the two; without it the emulator reports the threads' race."""
+    low = tilewright.lower(simt_transpose(64), target=TARGET)
+    text = low.source.text
+    assert text.count("asc_syncthreads();") == 1 and "int32_t tid = threadIdx.x;" in text
+    assert "asc_vf_call<main_simt0>(dim3{64, 1, 1}, " in text
+    x = torch.randn(64, 64)
+    y = torch.empty(64, 64)
+    _run_source(low, text, (x, y), tmp_path / "ok")
+    torch.testing.assert_close(y, (2.0 * x).T)
+    with pytest.raises(EmulatorError, match=r"race \(write-after-read\) on UB buffer 's': thread "
+                                            r"1 of the SIMT vector function .* no "
+                                            r"asc_syncthreads\(\) between them"):
+        _run_source(low, text.replace("asc_syncthreads();", ""), (x, y), tmp_path / "bad")
+
+
+def test_simt_barrier_reached_by_some_threads_only_is_reported(tmp_path):
+    low = tilewright.lower(simt_transpose(64), target=TARGET)
+    text = low.source.text.replace("    asc_syncthreads();", "    if (tid < 32) asc_syncthreads();")
+    with pytest.raises(EmulatorError, match=r"asc_syncthreads\(\) reached by 32 of the 64 "
+                                            "threads"):
+        _run_source(low, text, (torch.randn(64, 64), torch.empty(64, 64)), tmp_path / "k")
 
 
 def test_dual_copy_rules():
@@ -231,6 +337,9 @@ def test_gemm_relu_with_dual_copy_runs_on_the_950_emulator(split):
     # each vector sub-core reads its half of the handed-over tile and writes its half of C
     half = "(vid * 2048)" if split == "m" else "(vid * 32)"
     assert half in text and "int32_t vid = GetSubBlockIdx();" in text
+    # the ReLU: 128 SIMT threads over the sub-core's 2048 elements
+    assert "asc_vf_call<main_simt0>(dim3{128, 1, 1}, TW_UB_ARG(float, C_ub, 3, 0, 2048));" in text
+    assert "for (int32_t step = 0; step < 16; ++step) {" in text
 
 
 def _scaled_gemm(split, pipelined=False, versions=None):

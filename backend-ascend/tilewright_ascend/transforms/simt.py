@@ -50,7 +50,7 @@ def barrier() -> tirx.Stmt:
 
 def is_barrier(stmt) -> bool:
     return isinstance(stmt, tirx.Evaluate) and isinstance(stmt.value, tvm.ir.Call) and \
-        len(stmt.value.args) == 1 and isinstance(stmt.value.args[0], tirx.StringImm) and \
+        len(stmt.value.args) == 1 and isinstance(stmt.value.args[0], tvm.ir.StringImm) and \
         str(stmt.value.args[0].value) == BARRIER
 
 
