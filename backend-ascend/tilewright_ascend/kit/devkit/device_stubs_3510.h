@@ -73,7 +73,9 @@ struct dim3 {
     uint32_t x, y, z;
     dim3(uint32_t x_ = 1, uint32_t y_ = 1, uint32_t z_ = 1) : x(x_), y(y_), z(z_) {}
 };
-template <auto F, class... A> void async_invoke(A&&...);
+// launches F on the threads: declared only where F takes the arguments, as bisheng checks them
+template <auto F, class... A>
+auto async_invoke(dim3, A&&... a) -> decltype(F(static_cast<A&&>(a)...), void());
 }  // namespace cce
 using cce::dim3;
 struct TwDim3 { uint32_t x, y, z; };
