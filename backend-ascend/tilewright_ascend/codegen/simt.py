@@ -4,9 +4,10 @@ vector core (:mod:`..facts.simt`).
 
 The function takes the UB tiles its threads touch as ``__ubuf__`` pointers (``TW_UBUF``,
 ``TW_UB_ARG``; the emulator's versions also carry the elements the threads may touch, the
-window of a multi-buffered tile's version, and whether they are read, written or both) and the scalars of the enclosing code as ``int32_t`` arguments; its threads
-read their index from ``threadIdx.x``, tile elements through ``TW_UB_LOAD``/``TW_UB_STORE``
-(plain ``p[i]`` on an NPU) and wait for each other at ``asc_syncthreads()``.
+window of a multi-buffered tile's version, and whether they are read, written or both) and
+the scalars of the enclosing code as arguments of their types; its threads read their index
+from ``threadIdx.x``, tile elements through ``TW_UB_LOAD``/``TW_UB_STORE`` (plain ``p[i]`` on
+an NPU) and wait for each other at ``asc_syncthreads()``.
 """
 
 from __future__ import annotations
