@@ -217,6 +217,8 @@ def _simt(case):
                 elif case == "global":
                     for j in T.serial(64):
                         y[t, j] = X[t, j]
+                elif case == "tile op":
+                    T.fill(y, 0)
                 elif case == "same elements":
                     for i, j in T.Parallel(64, 64):
                         y[i, j] = x[i, j] * 2
@@ -242,6 +244,9 @@ def test_simt_races_the_compiler_cannot_order_are_errors_at_the_users_line():
         _simt("column")
     with pytest.raises(KernelError, match="the threads work on UB tiles; 'X' is in global"):
         _simt("global")
+    with pytest.raises(KernelError, match=r"test_ascend_mainline.py:\d+: T.SimtVF holds "
+                                          r"T.Parallel nests and element statements; T.fill"):
+        _simt("tile op")
 
 
 def test_simt_barriers_go_where_threads_share_elements():

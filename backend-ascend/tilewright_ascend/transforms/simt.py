@@ -26,6 +26,7 @@ import math
 import tvm
 import tvm_ffi
 from tilewright.errors import KernelError, span_location
+from tilewright.ir import decode
 from tvm import sym, tirx
 
 from ..facts.keys import SIMT_KEY
@@ -142,6 +143,11 @@ class _Simt:
     def thread_code(self, stmt):
         """What thread ``tid`` runs of ``stmt``, and its accesses."""
         where = span_location(stmt.span)
+        call = decode(stmt)
+        if call is not None:
+            raise KernelError(f"T.SimtVF holds T.Parallel nests and element statements; "
+                              f"T.{call.name} is the vector core's: put it before or after the "
+                              "scope", span_location(call.span) or where)
         loops, body = _parallel_nest(stmt)
         inner = _loop_vars(body if loops else stmt)
         nested = []
