@@ -16,6 +16,7 @@ from mainline_kernels import (
     gemm_relu,
     rmsnorm,
     rmsnorm_reference,
+    simt_softmax,
     simt_transpose,
     softmax,
     vector_add,
@@ -277,6 +278,15 @@ def test_simt_transpose_with_thread_binding_runs_and_needs_its_barrier(tmp_path)
                                             r"1 of the SIMT vector function .* no "
                                             r"asc_syncthreads\(\) between them"):
         _run_source(low, text.replace("asc_syncthreads();", ""), (x, y), tmp_path / "bad")
+
+
+def test_simt_softmax_one_row_per_thread_has_no_barrier():
+    x = torch.randn(32, 256)
+    kernel = tilewright.compile(simt_softmax(32, 256), out_idx=[1], target=TARGET)
+    torch.testing.assert_close(kernel(x), torch.softmax(x, -1))
+    assert last_run_stats()["races"] == 0
+    text = tilewright.lower(simt_softmax(32, 256), target=TARGET).source.text
+    assert "asc_syncthreads();" not in text and "Simt::Exp(TW_CAST(float, " in text
 
 
 def test_simt_barrier_reached_by_some_threads_only_is_reported(tmp_path):

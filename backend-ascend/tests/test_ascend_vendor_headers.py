@@ -65,7 +65,8 @@ def test_950_sources_compile_against_the_arch_3510_headers(asc_devkit, tmp_path)
     assert "(SoC 950PR, dav-3510)" in sources["seed__vector_add"]
     # the SIMT vector functions: the vendor's launch, thread index and barrier
     simt = [name for name, text in sources.items() if "__simt_vf__ inline void" in text]
-    assert {"seed__vector_add_simt", "seed__gemm_relu_m_split", "seed__simt_transpose"} <= \
+    assert {"seed__vector_add_simt", "seed__gemm_relu_m_split", "seed__simt_transpose",
+            "seed__simt_softmax"} <= \
         set(simt), simt
     transpose = sources["seed__simt_transpose"]
     assert "asc_vf_call<main_simt0>(dim3{64, 1, 1}" in transpose

@@ -7,7 +7,8 @@ The function takes the UB tiles its threads touch as ``__ubuf__`` pointers (``TW
 window of a multi-buffered tile's version, and whether they are read, written or both) and
 the scalars of the enclosing code as arguments of their types; its threads read their index
 from ``threadIdx.x``, tile elements through ``TW_UB_LOAD``/``TW_UB_STORE`` (plain ``p[i]`` on
-an NPU) and wait for each other at ``asc_syncthreads()``.
+an NPU), compute math with the SIMT API's functions (``Simt::Exp``, ...) in float32 and wait
+for each other at ``asc_syncthreads()``.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from tvm import sym, tirx
 
 from ..analysis.buffers import flat_index
 from ..facts.dtypes import ctype
-from ..facts.simt import BARRIER, LAUNCH, THREAD_INDEX
+from ..facts.simt import BARRIER, LAUNCH, MATH, THREAD_INDEX
 from ..transforms.simt import is_barrier
 from .expr import ExprPrinter
 
@@ -90,6 +91,17 @@ def _windows(body, tid, threads: int, tiles) -> dict:
     return windows
 
 
+class _Printer(ExprPrinter):
+    """Expressions of a thread: math functions are the SIMT API's, in float32."""
+
+    def cpp(self, e) -> str:
+        if type(e).__name__ == "Call" and isinstance(e.op, tvm.ir.Op) and len(e.args) == 1:
+            name = MATH.get(str(e.op.name).split(".")[-1])
+            if name is not None:
+                return f"Simt::{name}(TW_CAST(float, {self.cpp(e.args[0])}))"
+        return super().cpp(e)
+
+
 class _Function:
     """Writes one SIMT vector function."""
 
@@ -100,8 +112,8 @@ class _Function:
         self.names: dict = {}
         self.analyzer = sym.Analyzer()
         self.analyzer.bind(self.tid, tvm.ir.Range.from_min_extent(0, self.threads))
-        self.printer = ExprPrinter(self.var, self.buf, self.analyzer.can_prove,
-                                   load=lambda b, i: f"TW_UB_LOAD({self.buf(b)}, {i})")
+        self.printer = _Printer(self.var, self.buf, self.analyzer.can_prove,
+                                load=lambda b, i: f"TW_UB_LOAD({self.buf(b)}, {i})")
         self.lines: list[str] = []
         self.depth = 1
         params = [f"TW_UBUF({ctype(str(b.dtype))}) {self.buf(b)}" for b in self.tiles] + \

@@ -988,6 +988,16 @@ template <typename T> void vf_accesses(std::vector<Acc>& acc, uint64_t& bytes, i
 }  // namespace tw_emu
 #define threadIdx (::tw_emu::simt_index)
 inline void asc_syncthreads() { ::tw_emu::simt_barrier(); }
+namespace AscendC::Simt {  // kernel_simt_transcendental_intf.h, kernel_simt_math_intf.h
+template <typename T> T Exp(T x) { return std::exp(x); }
+template <typename T> T Log(T x) { return std::log(x); }
+template <typename T> T Sqrt(T x) { return std::sqrt(x); }
+template <typename T> T Rsqrt(T x) { return T(1) / std::sqrt(x); }
+template <typename T> T Abs(T x) { return std::fabs(x); }
+template <typename T> T Tanh(T x) { return std::tanh(x); }
+template <typename T> T Sin(T x) { return std::sin(x); }
+template <typename T> T Cos(T x) { return std::cos(x); }
+}  // namespace AscendC::Simt
 template <auto F, typename... A> void asc_vf_call(dim3 threads, A&&... args) {
     std::vector<tw_emu::Acc> acc;
     uint64_t bytes = 0;

@@ -13,6 +13,10 @@
   ``include/simt_api/device_sync_functions.h`` and its ``impl``): between two barriers the
   threads run in no order the program can rely on, so two threads touching one byte, one of
   them writing, race unless a barrier lies between.
+- A thread computes math with ``AscendC::Simt::Exp`` and its kin
+  (``include/simt_api/cpp/kernel_simt_transcendental_intf.h``, ``Abs`` in
+  ``kernel_simt_math_intf.h``; ``kernel_operator.h`` includes them for arch 3510), here in
+  float32 (:data:`MATH`: TIR's function -> the SIMT one; other element types are converted).
 - The threads work on UB (the memory the vector function's pointers address); the vector
   core's TPipe, the cube and GM are outside the function.
 """
@@ -21,3 +25,5 @@ MAX_THREADS = 2048
 BARRIER = "asc_syncthreads"
 THREAD_INDEX = "threadIdx.x"
 LAUNCH = "asc_vf_call"
+MATH = {"exp": "Exp", "log": "Log", "sqrt": "Sqrt", "rsqrt": "Rsqrt", "fabs": "Abs",
+        "tanh": "Tanh", "sin": "Sin", "cos": "Cos"}
