@@ -198,8 +198,8 @@ def main() -> int:
                              "benchmark bundles, not at all, or alone")
     parser.add_argument("--only", default="",
                         help="comma-separated prefixes: build only the benchmark bundles and "
-                             "checks whose names start with one (the other benchmark bundles "
-                             "are kept, OUT/checks holds only the chosen checks)")
+                             "checks whose names start with one (the others' bundles are "
+                             "kept)")
     args = parser.parse_args()
     total = time.perf_counter()
     if args.checks != "only":
@@ -215,15 +215,21 @@ def main() -> int:
 def build_checks(out: Path, args) -> int:
     """Build the correctness checks of checks.py into ``out``, one bundle each with its
     inputs and expected outputs (``check.pt``), and ``index.json`` saying what became of every
-    check (bundled, unsupported and why, or a build failure); returns the failures."""
-    prefixes = tuple(p for p in args.only.split(",") if p)
+    check (bundled, unsupported and why, or a build failure); returns the failures. With
+    ``--only``, the chosen checks are rebuilt and the others' bundles and rows kept."""
+    prefixes = tuple(p for p in args.only.split(",") if p) or ("",)
     out.mkdir(parents=True, exist_ok=True)
     for old in out.iterdir():
-        if old.is_dir() and (old / "manifest.json").exists():
+        if old.is_dir() and (old / "manifest.json").exists() and old.name.startswith(prefixes):
             shutil.rmtree(old)
-    index, failed = {}, 0
+    index_path, names = out / "index.json", {c.name for c in checks.every_check()}
+    index = json.loads(index_path.read_text()) if index_path.exists() else {}
+    index = {name: entry for name, entry in index.items()  # the rows of checks not rebuilt
+             if name in names and not name.startswith(prefixes)
+             and (entry.get("status") != "bundled" or (out / name).is_dir())}
+    failed = 0
     for check in checks.every_check():
-        if prefixes and not check.name.startswith(prefixes):
+        if not check.name.startswith(prefixes):
             continue
         entry = {"group": check.group, "dtype": check.dtype}
         index[check.name] = entry

@@ -84,6 +84,13 @@ def test_checks_build_into_bundles_the_harness_lists(tmp_path, monkeypatch):
     outcome = run(None, ["example-row_reduce"])
     assert outcome.complete and outcome.errors == 0
     assert outcome.results["example-row_reduce"]["result"] in ("ok", "error")
+    # rebuilding one check keeps the other's bundle and row
+    monkeypatch.setattr(sys, "argv", ["build_bundles.py", "--out", str(tmp_path), "--checks",
+                                      "only", "--only", "example-row_reduce"])
+    assert build_bundles.main() == 0
+    index = json.loads((tmp_path / "checks" / "index.json").read_text())
+    assert sorted(index) == sorted(only.split(","))
+    assert (tmp_path / "checks" / "conformance-copy-float16-full" / "manifest.json").exists()
 
 
 def test_sanitizer_summaries_are_counted():
