@@ -669,7 +669,7 @@ int launch(int blocks, int nargs, void** args, const int64_t* sizes, const char*
 // remembers the thread that wrote it and the thread that read it (-2: several).
 SimtIndex simt_index;
 namespace {
-struct SimtThread { ucontext_t ctx; std::vector<char> stack; bool done = false, waiting = false; };
+struct SimtThread { ucontext_t ctx; bool done = false, waiting = false; };
 struct SimtByte { int writer = -1, reader = -1; };
 struct SimtRun {
     std::vector<SimtThread> threads;
@@ -680,12 +680,14 @@ struct SimtRun {
 };
 SimtRun* SIMT = nullptr;
 constexpr size_t SIMT_STACK = 64 * 1024;
+std::vector<std::unique_ptr<char[]>> simt_stacks;  // one per thread, kept for the next call
 
 void simt_entry() {
     SIMT->body();
     SIMT->threads[SIMT->current].done = true;
 }
 
+// ``other``: the thread that touched the byte before, -1 for several
 void simt_race(int space, uint64_t off, int other, bool other_wrote, bool write, int line) {
     const char* kind = other_wrote ? (write ? "write-after-write" : "read-after-write")
                                    : "write-after-read";
@@ -694,9 +696,11 @@ void simt_race(int space, uint64_t off, int other, bool other_wrote, bool write,
     add_report("simt" + std::to_string(line) + buf,
                std::string("race (") + kind + ") on " + SPACE_NAMES[space] + " buffer " + buf +
                ": thread " + std::to_string(SIMT->current) + " of the SIMT vector function (" +
-               where(line) + ") and thread " + std::to_string(other) + " (asc_vf_call at " +
-               where(SIMT->line) + ") touch the same bytes with no asc_syncthreads() between "
-               "them (block " + std::to_string(S->block) + " " + CORE_NAMES[SIMT->core] + ")");
+               where(line) + ") and " + (other < 0 ? std::string("other threads")
+                                                   : "thread " + std::to_string(other)) +
+               " (asc_vf_call at " + where(SIMT->line) + ") touch the same bytes with no "
+               "asc_syncthreads() between them (block " + std::to_string(S->block) + " " +
+               CORE_NAMES[SIMT->core] + ")");
 }
 }  // namespace
 
@@ -708,8 +712,7 @@ void simt_access(int space, uint64_t off, uint64_t len, bool write, int line) {
         if (at.writer >= 0 && at.writer != me) {
             simt_race(space, b, at.writer, true, write, line);
         } else if (write && (at.reader == -2 || (at.reader >= 0 && at.reader != me))) {
-            simt_race(space, b, at.reader == -2 ? (me == 0 ? 1 : 0) : at.reader, false, write,
-                      line);
+            simt_race(space, b, at.reader == -2 ? -1 : at.reader, false, write, line);
         }
         if (write) at.writer = me;
         else at.reader = at.reader == -1 || at.reader == me ? me : -2;
@@ -738,11 +741,12 @@ void simt_run(uint32_t threads, int core, int line, std::function<void()> body) 
     run.core = core;
     run.line = line;
     SIMT = &run;
-    for (auto& t : run.threads) {
-        t.stack.resize(SIMT_STACK);
+    while (simt_stacks.size() < threads) simt_stacks.emplace_back(new char[SIMT_STACK]);
+    for (uint32_t i = 0; i < threads; ++i) {
+        SimtThread& t = run.threads[i];
         getcontext(&t.ctx);
-        t.ctx.uc_stack.ss_sp = t.stack.data();
-        t.ctx.uc_stack.ss_size = t.stack.size();
+        t.ctx.uc_stack.ss_sp = simt_stacks[i].get();
+        t.ctx.uc_stack.ss_size = SIMT_STACK;
         t.ctx.uc_link = &run.main;
         makecontext(&t.ctx, simt_entry, 0);
     }

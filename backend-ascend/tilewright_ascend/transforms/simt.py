@@ -130,6 +130,8 @@ class _Simt:
     def __init__(self, tid, threads: int):
         self.tid, self.threads = tid, threads
         self.allocs: list = []
+        self.analyzer = sym.Analyzer()
+        self.analyzer.bind(tid, tvm.ir.Range.from_min_extent(0, threads))
 
     def statements(self, body) -> list:
         out = []
@@ -170,11 +172,11 @@ class _Simt:
         step = tirx.Var("step", "int32")
         number = tirx.const(0, "int32") + self.tid if total <= threads else \
             step * threads + self.tid
-        _ANALYZER.bind(self.tid, tvm.ir.Range.from_min_extent(0, threads))
         mapping, stride = {}, total
         for v, extent in zip(variables, extents):
             stride //= extent
-            mapping[v] = _ANALYZER.simplify(tirx.floormod(tirx.floordiv(number, stride), extent))
+            mapping[v] = self.analyzer.simplify(
+                tirx.floormod(tirx.floordiv(number, stride), extent))
         code = _subst(body, mapping)
         if total % threads:
             code = tirx.IfThenElse(number < total, code, None, span=stmt.span)
