@@ -675,13 +675,17 @@ def test_manual_flag_names_checked():
         bad("MTE2")
 
 
-def _ub_tile(T_, alloc):
+def _ub_tile(T_, alloc, simt=False):
     @T_.prim_func
     def main(A: T_.Tensor((2 * 56 * 1024,), "float32"), C: T_.Tensor((2 * 56 * 1024,),
                                                                       "float32")):
         with T_.Kernel(2) as bx:
             x = alloc((56 * 1024,), "float32")  # 224 KiB: more than A2's UB, less than 950's
             T_.copy(A[bx * 56 * 1024 : (bx + 1) * 56 * 1024], x)
+            if simt:
+                with T_.SimtVF(threads=1024):
+                    for i in T_.Parallel(56 * 1024):
+                        x[i] = x[i] * 2
             T_.copy(x, C[bx * 56 * 1024 : (bx + 1) * 56 * 1024])
 
     return main
@@ -696,6 +700,10 @@ def test_950_memories_are_its_own():
     with pytest.raises(KernelError, match="needs 229376 bytes of UB at offset 0, but UB holds "
                                           "196608 bytes"):
         tilewright.lower(_ub_tile(P, P.alloc_shared), target="ascend")
+    # SIMT functions leave a kernel 216 KiB of UB (GetRuntimeUBSize.md)
+    with pytest.raises(KernelError, match="needs 229376 bytes of UB at offset 0, but UB holds "
+                                          "221184 bytes"):
+        tilewright.lower(_ub_tile(T, T.alloc_shared, simt=True), target=TARGET)
 
 
 def test_950_facts_follow_the_vendor_headers(asc_devkit):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import tvm_ffi
 from tilewright.ir import decode, tile_ops_in
 from tvm import tirx
 
@@ -98,3 +99,11 @@ def has_manual_sync(node) -> bool:
     order whole cores, do not count)."""
     cross = (ops.SET_CROSS_FLAG.name, ops.WAIT_CROSS_FLAG.name)
     return any(c.name in ops.SYNC_OPS and c.name not in cross for c in tile_ops_in(node))
+
+
+def has_simt(func) -> bool:
+    """Whether ``func`` runs SIMT vector functions (``T.SimtVF``)."""
+    found = []
+    tvm_ffi.structural_walk(func.body, (tirx.AttrStmt, lambda a: found.append(a)
+                                        if a.attr_key == SIMT_KEY else None))
+    return bool(found)

@@ -18,6 +18,7 @@ from tilewright.plugin import DeviceCodegen, GeneratedSource
 from tvm import sym, tirx
 
 from .. import __version__
+from ..analysis.accesses import has_simt
 from ..analysis.buffers import allocations
 from ..analysis.cores import core_of
 from ..analysis.gemm import gemm_calls, square_operands
@@ -32,6 +33,7 @@ from ..facts.keys import (
     STAGING_KEY,
     WORKSPACES_KEY,
 )
+from ..facts.simt import memories_with_simt
 from ..rules import RULES, emit_scalar_loop, parallel_rule
 from .expr import ExprPrinter
 from .simt import INCLUDES as SIMT_INCLUDES
@@ -81,6 +83,8 @@ class Emitter:
 
     def __init__(self, func: tirx.PrimFunc, name: str, arch=ARCHS["ascend"]):
         self.func, self.name, self.arch = func, name, arch
+        # the memories the kernel has: SIMT functions keep part of UB
+        self.memories = memories_with_simt(arch.memories) if has_simt(func) else arch.memories
         self.plan = {entry[0]: (str(entry[1]), int(entry[2]), int(entry[3]))
                      for entry in func.attrs[PLAN_KEY]}
         self.staging = [(pair[0], pair[1]) for pair in (func.attrs.get(STAGING_KEY) or [])]
@@ -345,7 +349,7 @@ class Emitter:
             self.line("TPipe pipe;")
             for scope in MEMORIES:
                 if any(v[0] == scope for v in self.plan.values()):
-                    memory = self.arch.memories[scope]
+                    memory = self.memories[scope]
                     position, size = memory.position, memory.capacity
                     mem = self.memory_var(scope)
                     self.line(f"TBuf<TPosition::{position}> {mem};")
@@ -398,8 +402,8 @@ def generate(mod: tvm.IRModule, ctx) -> GeneratedSource:
                           for b in emitter.params],
                "dims": [[str(v.name), index, axis] for v, index, axis in emitter.dims],
                "workspaces": len(emitter.workspaces),
-               # the emulator's memories are the target architecture's
-               "capacities": [arch.memories[s].capacity for s in EMULATOR_SPACES]}
+               # the emulator's memories are the kernel's (the target's, less SIMT's share)
+               "capacities": [emitter.memories[s].capacity for s in EMULATOR_SPACES]}
     return GeneratedSource(text=text, language="ascendc", file_ext="cpp", payload=payload,
                            entry=ctx.func_name)
 

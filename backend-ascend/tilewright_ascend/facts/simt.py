@@ -17,9 +17,15 @@
   (``include/simt_api/cpp/kernel_simt_transcendental_intf.h``, ``Abs`` in
   ``kernel_simt_math_intf.h``; ``kernel_operator.h`` includes them for arch 3510), here in
   float32 (:data:`MATH`: TIR's function -> the SIMT one; other element types are converted).
+- A kernel that runs SIMT vector functions has at most 216 KiB of UB (the rest of the 248 KiB
+  is the SIMT threads' data cache): ``GetRuntimeUBSize.md`` under
+  ``docs/zh/api/SIMD-API/基础API/工具接口/系统资源与变量`` (:data:`UB_BYTES`,
+  :func:`memories_with_simt`).
 - The threads work on UB (the memory the vector function's pointers address); the vector
   core's TPipe, the cube and GM are outside the function.
 """
+
+from dataclasses import replace
 
 MAX_THREADS = 2048
 BARRIER = "asc_syncthreads"
@@ -27,3 +33,10 @@ THREAD_INDEX = "threadIdx.x"
 LAUNCH = "asc_vf_call"
 MATH = {"exp": "Exp", "log": "Log", "sqrt": "Sqrt", "rsqrt": "Rsqrt", "fabs": "Abs",
         "tanh": "Tanh", "sin": "Sin", "cos": "Cos"}
+UB_BYTES = 216 * 1024
+
+
+def memories_with_simt(memories: dict) -> dict:
+    """``memories`` (an architecture's, by scope) as a kernel with SIMT functions has them."""
+    ub = memories["ascend.ub"]
+    return {**memories, "ascend.ub": replace(ub, capacity=min(ub.capacity, UB_BYTES))}
