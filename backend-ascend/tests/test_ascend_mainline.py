@@ -41,14 +41,18 @@ def test_vector_functions_run_on_the_950_emulator(body):
     torch.testing.assert_close(kernel(a, b), a + b)
     assert last_run_stats()["races"] == 0
     text = tilewright.lower(vector_add(N, body=body), target=TARGET).source.text
-    # SIMT: 1024 threads, one element each, of the iteration's version of each tile; SIMD: one
-    # Add per 2048-bit register (64 float32 lanes)
-    add = "TW_UB_ARG(float, a, 1, ((step % 2) * 1024), 1024)" \
-        if body == "simt" else "+ (g * 64))], 64);"
-    assert add in text
+    # SIMT: 1024 threads, one element each, of the iteration's version of each tile; SIMD: a
+    # vector function of the register API, one Reg::Add per 2048-bit register (64 float32
+    # lanes), started with asc_vf_call
     if body == "simt":
-        assert "asc_vf_call<main_simt0>(dim3{1024, 1, 1}, " in text
+        assert "TW_UB_ARG(float, a, 1, ((step % 2) * 1024), 1024)" in text
+        assert "asc_vf_call<main_simt>(dim3{1024, 1, 1}, " in text
         assert "TW_UB_STORE(c, ((TW_FLOORMOD(step, 2) * 1024) + tid), " in text
+    else:
+        assert "__simd_vf__ inline void main_vf(__ubuf__ float* a, __ubuf__ float* b, " \
+            "__ubuf__ float* c, int32_t step)" in text
+        assert "Reg::Add(vreg2, vreg0, vreg1, mask_b32);" in text
+        assert "asc_vf_call<main_vf>((__ubuf__ float*)a.GetPhyAddr(), " in text
 
 
 def test_simd_softmax_and_rmsnorm_run_on_the_950_emulator():
@@ -57,28 +61,38 @@ def test_simd_softmax_and_rmsnorm_run_on_the_950_emulator():
                                                   target=TARGET)(x), torch.softmax(x, -1))
     assert last_run_stats()["races"] == 0
     text = tilewright.lower(softmax(8, 256), target=TARGET).source.text
-    # vcmax/vcadd across the lanes, vexp, the broadcast maximum and sum read once each
-    assert "WholeReduceMax(" in text and "WholeReduceSum(" in text and "Exp(" in text
+    # vcmax/vcadd across the lanes, vexp, the broadcast of lane 0: register instructions
+    for call in ("Reg::Reduce<ReduceType::MAX>(", "Reg::Reduce<ReduceType::SUM>(", "Reg::Exp(",
+                 "Reg::Duplicate(", "Reg::Div("):
+        assert call in text, call
+    assert "WholeReduce" not in text and "GetValue" not in text
     x, w = torch.randn(4, 256).half(), torch.randn(256).half()
     torch.testing.assert_close(tilewright.compile(rmsnorm(4, 256), out_idx=[2],
                                                   target=TARGET)(x, w),
                                rmsnorm_reference(x, w), rtol=1e-3, atol=1e-3)
     assert last_run_stats()["races"] == 0
     text = tilewright.lower(rmsnorm(4, 256), target=TARGET).source.text
-    # unpacked loads widened, packed stores narrowed: whole vector instructions, no lane loop
-    assert "RoundMode::CAST_NONE, 64);" in text and "RoundMode::CAST_RINT, 64);" in text
-    assert "Sqrt(" in text and "GetValue" in text and "SetValue" not in text
+    # unpacked loads widened, packed stores narrowed, through the CastTraits of the file
+    for call in ("Reg::LoadAlign<half, Reg::LoadDist::DIST_UNPACK_B16>(",
+                 "Reg::Cast<float, half, tw_widen_even>(",
+                 "Reg::Cast<half, float, tw_narrow_even>(",
+                 "Reg::StoreAlign<half, Reg::StoreDist::DIST_PACK_B32>(", "Reg::Sqrt(",
+                 "constexpr Reg::CastTrait tw_narrow_even = {Reg::RegLayout::ZERO, "
+                 "Reg::SatMode::NO_SAT, Reg::MaskMergeMode::ZEROING, RoundMode::CAST_RINT};"):
+        assert call in text, call
+    assert "GetValue" not in text and "SetValue" not in text
 
 
 def test_simd_lane_semantics():
     """vcadd/vcmax leave the result in lane 0 and zero the rest; vcvt widens the even or odd
-    lanes of a float16 register (asc_half2float, asc_half2float_v2)."""
+    lanes of a float16 register (Reg::Cast, RegLayout::ZERO and ONE); a load of a tile the
+    function stored follows a Reg::LocalMemBar and reads what was stored."""
     @T.prim_func
-    def main(X: T.Tensor((128,), "float16"), R: T.Tensor((128,), "float32"),
+    def main(X: T.Tensor((128,), "float16"), R: T.Tensor((192,), "float32"),
              E: T.Tensor((64,), "float32"), O: T.Tensor((64,), "float32")):
         with T.Kernel(1):
             x = T.alloc_shared((128,), "float16")
-            r = T.alloc_shared((128,), "float32")
+            r = T.alloc_shared((192,), "float32")
             e = T.alloc_shared((64,), "float32")
             o = T.alloc_shared((64,), "float32")
             T.copy(X[0:128], x)
@@ -90,7 +104,8 @@ def test_simd_lane_semantics():
                 T.simd.vsts(o[0], odd, m32)
                 T.simd.vsts(r[0], T.simd.vcadd(even, m32), m32)
                 T.simd.vsts(r[64], T.simd.vcmax(odd, m32), m32)
-            T.copy(r, R[0:128])
+                T.simd.vsts(r[128], T.simd.vadds(T.simd.vld(e[0]), 1.0, m32), m32)
+            T.copy(r, R[0:192])
             T.copy(e, E[0:64])
             T.copy(o, O[0:64])
 
@@ -101,7 +116,11 @@ def test_simd_lane_semantics():
     torch.testing.assert_close(o, x[1::2].float())
     torch.testing.assert_close(r[0], x[0::2].float().sum(), rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(r[64], x[1::2].float().max())
-    assert not r[1:64].any() and not r[65:].any()
+    torch.testing.assert_close(r[128:], x[0::2].float() + 1)
+    assert not r[1:64].any() and not r[65:128].any()
+    text = tilewright.lower(main, target=TARGET).source.text
+    assert "Reg::LocalMemBar<Reg::MemType::VEC_STORE, Reg::MemType::VEC_LOAD>();\n" \
+        "    Reg::LoadAlign(vreg" in text
 
 
 def _simd(build):
@@ -114,6 +133,8 @@ def _simd(build):
             T.copy(H[0:128], h)
             build(a, h)
             T.copy(a, A[0:128])
+
+    return main
 
 
 def test_simd_rules():
@@ -151,7 +172,10 @@ def test_simd_rules():
         with T.SimdVF():
             T.simd.vld(a[0], dist="unpack")
 
-    with pytest.raises(KernelError, match=r"dist='unpack'\) loads 16-bit elements, not float32"):
+    with pytest.raises(KernelError, match=r"dist='unpack'\): Reg::LoadAlign \(include/"
+                                          r"basic_api/reg_compute/kernel_reg_compute_datacopy_"
+                                          r"intf.h\) takes bfloat16, float16, int16, uint16 "
+                                          r"registers, not float32"):
         _simd(unpack)
 
     def pack(a, h):
@@ -166,8 +190,26 @@ def test_simd_rules():
             T.simd.vexp(T.simd.vld(a[0]), T.simd.pset(32))
 
     # the error is at the user's line, not in the dialect's module
-    with pytest.raises(KernelError, match=r"test_ascend_mainline.py:\d+: T.simd.vexp: T.exp "):
+    with pytest.raises(KernelError, match=r"test_ascend_mainline.py:\d+: T.simd.vexp: Reg::Exp "
+                                          r"\(.*\) takes float16, float32 registers, not int32"):
         _simd(lambda a, h: integer_exp(T.alloc_shared((64,), "int32"), h))
+
+    def two_functions(a, h):
+        with T.SimdVF():
+            r = T.simd.vld(a[0])
+        with T.SimdVF():
+            T.simd.vsts(a[0], r, T.simd.pset(32))
+
+    with pytest.raises(KernelError, match="the register comes from another T.SimdVF"):
+        _simd(two_functions)
+
+    def copy_inside(a, h):
+        with T.SimdVF():
+            T.copy(h, h)
+
+    with pytest.raises(KernelError, match=r"test_ascend_mainline.py:\d+: inside T.SimdVF "
+                                          r"only T.simd instructions and serial loops"):
+        tilewright.lower(_simd(copy_inside), target=TARGET)
     with pytest.raises(AttributeError, match="T.simd.vgather is not supported"):
         T.simd.vgather  # noqa: B018
 
@@ -269,7 +311,7 @@ def test_simt_transpose_with_thread_binding_runs_and_needs_its_barrier(tmp_path)
     low = tilewright.lower(simt_transpose(64), target=TARGET)
     text = low.source.text
     assert text.count("asc_syncthreads();") == 1 and "int32_t tid = threadIdx.x;" in text
-    assert "asc_vf_call<main_simt0>(dim3{64, 1, 1}, " in text
+    assert "asc_vf_call<main_simt>(dim3{64, 1, 1}, " in text
     x = torch.randn(64, 64)
     y = torch.empty(64, 64)
     _run_source(low, text, (x, y), tmp_path / "ok")
@@ -338,23 +380,34 @@ def test_mixed_kernel_needs_cube_work():
         tilewright.lower(vector_only, target=TARGET)
 
 
-@pytest.mark.parametrize("split", ["m", "n"])
-def test_gemm_relu_with_dual_copy_runs_on_the_950_emulator(split):
-    """The seed's GEMM + ReLU: L0C -> UB and UB -> GM dual copies, the ReLU in T.SimtVF."""
-    kernel = tilewright.compile(gemm_relu(128, 128, 256, 64, 64, 64, split=split), out_idx=[2],
+@pytest.mark.parametrize("split, n, bn", [("m", 128, 64), ("n", 128, 64), ("n", 96, 48)])
+def test_gemm_relu_with_dual_copy_runs_on_the_950_emulator(split, n, bn):
+    """The seed's GEMM + ReLU: L0C -> UB and UB -> GM dual copies, the ReLU in T.SimtVF. L0C ->
+    UB is the cube's dual-destination Fixpipe into both sub-cores' UB (dualDstCtl 1: M split,
+    2: N split), but for an N split whose N (48) is not a multiple of 32: a GM workspace."""
+    kernel = tilewright.compile(gemm_relu(128, n, 256, 64, bn, 64, split=split), out_idx=[2],
                                 target=TARGET)
-    x, y = torch.randn(128, 256).half(), torch.randn(256, 128).half()
+    x, y = torch.randn(128, 256).half(), torch.randn(256, n).half()
     torch.testing.assert_close(kernel(x, y), torch.relu(x.float() @ y.float()), rtol=1e-2,
                                atol=5e-2)
     assert last_run_stats()["races"] == 0
-    text = tilewright.lower(gemm_relu(128, 128, 256, 64, 64, 64, split=split),
+    text = tilewright.lower(gemm_relu(128, n, 256, 64, bn, 64, split=split),
                             target=TARGET).source.text
-    # each vector sub-core reads its half of the handed-over tile and writes its half of C
-    half = "(vid * 2048)" if split == "m" else "(vid * 32)"
-    assert half in text and "int32_t vid = GetSubBlockIdx();" in text
-    # the ReLU: 128 SIMT threads over the sub-core's 2048 elements
-    assert "asc_vf_call<main_simt0>(dim3{128, 1, 1}, TW_UB_ARG(float, C_ub, 3, 0, 2048));" in text
-    assert "for (int32_t step = 0; step < 16; ++step) {" in text
+    assert "int32_t vid = GetSubBlockIdx();" in text and "if ((vid == 0))" not in text
+    # the ReLU: 128 SIMT threads over the sub-core's 64 * bn / 2 elements
+    assert ("asc_vf_call<main_simt>(dim3{128, 1, 1}, TW_UB_ARG(float, C_ub, 3, 0, "
+            f"{32 * bn}));") in text
+    assert f"for (int32_t step = 0; step < {bn // 4}; ++step) {{" in text
+    if bn % 32:  # each sub-core copies its half of the workspace tile
+        assert "ws_C_l0c_C_ub" in text and "dualDstCtl" not in text
+        return
+    assert "ws_" not in text
+    assert (f"FixpipeParamsArch3510<CO2Layout::ROW_MAJOR> fp; fp.nSize = {bn}; fp.mSize = 64; "
+            f"fp.srcStride = 64; fp.dstStride = {bn if split == 'm' else bn // 2}; "
+            f"fp.dualDstCtl = {1 if split == 'm' else 2};") in text
+    assert "Fixpipe<float, float, CFG_ROW_MAJOR>(C_ub, C_l0c, fp);" in text
+    # each vector sub-core writes its half of C
+    assert ("(vid * 4096)" if split == "m" else "(vid * 32)") in text
 
 
 def _scaled_gemm(split, pipelined=False, versions=None):

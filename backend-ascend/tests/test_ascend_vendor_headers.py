@@ -63,13 +63,17 @@ def test_950_sources_compile_against_the_arch_3510_headers(asc_devkit, tmp_path)
         "examples/gemm_fp8_scaled.fp8_gemm_scaled", "examples/gemm_sp.gemm_sp_kernel"]
     assert any("float8_e4m3fn operands" in r for r in refused), refused
     assert "(SoC 950PR, dav-3510)" in sources["seed__vector_add"]
+    # the T.SimdVF examples are register-API vector functions (Reg::, asc_vf_call)
+    for name in ("seed__vector_add_simd", "seed__softmax_simd", "seed__rmsnorm_simd"):
+        assert "__simd_vf__ inline void" in sources[name] and "asc_vf_call<" in sources[name]
+        assert "Reg::LoadAlign" in sources[name] and "Reg::StoreAlign" in sources[name]
     # the SIMT vector functions: the vendor's launch, thread index and barrier
     simt = [name for name, text in sources.items() if "__simt_vf__ inline void" in text]
     assert {"seed__vector_add_simt", "seed__gemm_relu_m_split", "seed__simt_transpose",
             "seed__simt_softmax"} <= \
         set(simt), simt
     transpose = sources["seed__simt_transpose"]
-    assert "asc_vf_call<main_simt0>(dim3{64, 1, 1}" in transpose
+    assert "asc_vf_call<main_simt>(dim3{64, 1, 1}" in transpose
     assert "threadIdx.x" in transpose and "asc_syncthreads();" in transpose
     findings = HeaderCheck(asc_devkit, tmp_path, NPU_950).check(sources)
     report = "\n\n".join(f"== {f.name} as {f.core}\n{f.text[-3000:]}" for f in findings)
@@ -87,6 +91,21 @@ def test_the_950_check_finds_a_wrong_simt_call(asc_devkit):
     findings = check_sources({"good": good, "barrier": barrier, "pointer": pointer},
                              asc_devkit, npu_arch=NPU_950)
     assert {f.name for f in findings} == {"barrier", "pointer"}, findings
+
+
+def test_the_950_check_finds_a_wrong_register_call(asc_devkit):
+    """A register instruction missing an operand, and a store distribution StoreAlign does not
+    take (the vendor's static_assert in dav_3510's DataCopyImpl), are diagnostics."""
+    good = generated(mainline()[5:6])[0]["seed__rmsnorm_simd"]
+    missing = re.sub(r"Reg::Mul\((\w+), (\w+), (\w+), ", r"Reg::Mul(\1, \2, ", good, count=1)
+    dist = good.replace("StoreDist::DIST_PACK_B32", "StoreDist::DIST_INTLV_B16", 1)
+    assert missing != good and dist != good
+    findings = check_sources({"good": good, "missing": missing, "dist": dist}, asc_devkit,
+                             npu_arch=NPU_950)
+    text = {f.name: f.text for f in findings if f.core == "AIV"}
+    assert {f.name for f in findings} == {"missing", "dist"}, findings
+    assert "no matching function for call to" in text["missing"]
+    assert "StoreAlign not support this dist" in text["dist"]
 
 
 def test_the_950_check_finds_a_wrong_call(asc_devkit):

@@ -141,13 +141,25 @@ def cases(quick: bool):
                 "config": config},
                kernels.w4a16_gemm.fn(m, n, n, 128, **config),
                ["LDGSTS.E.BYPASS.128", "HMMA.16816.F32"], {})
-    for n in GEMM_SP_SIZES[size]:  # 2:4 sparse A against the dense cuBLAS GEMM
-        config = dict(kernels.GEMM_SP)
-        yield (f"gemm_sp_float16_{n}",
-               {"kind": "gemm_sp", "M": n, "N": n, "K": n, "dtype": "float16",
-                "e_dtype": "int16", "config": config},
-               kernels.gemm_sp_kernel.fn(n, n, n, "float16", "int16", **config),
-               ["HMMA.SP.16832.F32", "LDSM.16.M88.4"], {})
+    # 2:4 sparse A against the dense cuBLAS GEMM: the sparse wgmma (HGMMA.SP, no dense
+    # tensor-core instruction); diagnostic row (not in the smoke run): mma.sp over warp tiles
+    for n in GEMM_SP_SIZES[size]:
+        for suffix, config, expect in (
+                ("", kernels.GEMM_SP, ["HGMMA.SP.64x128x32.F32", "!HMMA", "!HGMMA.64"]),
+                ("_mmasp", kernels.GEMM_SP_MMA, ["HMMA.SP.16832.F32", "LDSM.16.M88.4"])):
+            if quick and suffix:
+                continue
+            yield (f"gemm_sp_float16_{n}{suffix}",
+                   {"kind": "gemm_sp", "M": n, "N": n, "K": n, "dtype": "float16",
+                    "e_dtype": "int16", "config": dict(config)},
+                   kernels.gemm_sp_kernel.fn(n, n, n, "float16", "int16", **config), expect, {})
+    for n in GEMM_SIZES[size]:  # int8 into int32 against torch._int_mm, on wgmma only
+        config = dict(kernels.INT8_GEMM)
+        yield (f"int8_gemm_{n}",
+               {"kind": "int8_gemm", "M": n, "N": n, "K": n, "dtype": "int8",
+                "config": config},
+               kernels.gemm_low_precision.fn(n, n, n, "int8", **config),
+               ["IGMMA.64x256x32.S8.S8", "UTMALDG.2D", "!IMMA", "!HMMA"], {})
     rows, cols = ADD_SIZES[size]
     config = dict(kernels.ADD)
     yield ("elementwise_add_float32",

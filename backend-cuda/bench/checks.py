@@ -11,7 +11,8 @@
   bundles (warp specialisation, TMA issued in order, multicast in clusters, persistent tiles,
   two blocks per SM, cp.async), and the 8-bit GEMMs (``kernels.gemm_low_precision``: int8
   into int32 against ``torch._int_mm``, float8_e4m3fn/e5m2 into float32 against the float64
-  product of the float8 operands).
+  product of the float8 operands; int8 in the benchmark row's configuration too) and the 2:4
+  sparse GEMM in both benchmark configurations (sparse wgmma, mma.sp).
 
 Each :class:`Check` is built here into a bundle (``build_bundles.py``) that also holds its
 inputs (drawn from the recorded seed) and torch's results in float64 (``check.pt``); the
@@ -40,6 +41,7 @@ import kernels  # noqa: E402
 import torch  # noqa: E402
 from tilewright.jit.signature import output_indices  # noqa: E402
 from tilewright.plugin import get_manager  # noqa: E402
+from tilewright.utils.sparse import compress, randn_semi_sparse  # noqa: E402
 from tilewright_sdk.conformance.catalogue import cases  # noqa: E402
 from tilewright_sdk.conformance.runner import missing_capabilities  # noqa: E402
 
@@ -202,7 +204,28 @@ def dialect() -> list[Check]:
             f"dialect-gemm_low_precision_{dtype}", "dialect", dtype,
             lambda dtype=dtype: kernels.gemm_low_precision.fn(m, n, k, dtype, threads=256),
             lambda dtype=dtype: [_low_precision_run(m, n, k, dtype)], k))
+    m, n, k = 256, 512, 384  # the int8 row's 128 x 256 x 128 tiles: 2 x 2 blocks, 3 k-tiles
+    out.append(Check("dialect-bench_int8_gemm", "dialect", "int8",
+                     lambda: kernels.gemm_low_precision.fn(m, n, k, "int8", **kernels.INT8_GEMM),
+                     lambda: [_low_precision_run(m, n, k, "int8")], k))
+    m, n, k = 256, 256, 192  # the 2:4 rows' 128 x 128 x 64 tiles: 2 x 2 blocks, 3 k-tiles
+    for suffix, config in (("", kernels.GEMM_SP), ("_mmasp", kernels.GEMM_SP_MMA)):
+        out.append(Check(
+            f"dialect-bench_gemm_sp_float16{suffix}", "dialect", "float16",
+            lambda config=config: kernels.gemm_sp_kernel.fn(m, n, k, "float16", "int16",
+                                                            **config),
+            lambda: [_gemm_sp_run(m, n, k)], k))
     return out
+
+
+def _gemm_sp_run(m: int, n: int, k: int) -> Run:
+    """A random 2:4 sparse float16 A as its kept values and int16 metadata, B [K, N], C
+    poisoned; expected: the float64 product of the dense A and B."""
+    gen = torch.Generator().manual_seed(SEED)
+    a = randn_semi_sparse(m, k, torch.float16, generator=gen)
+    b = torch.randn(k, n, generator=gen).half()
+    return Run([*compress(a, torch.int16), b, torch.full((m, n), float("nan"))], [3],
+               [a.double() @ b.double()])
 
 
 def dequantising() -> list[Check]:

@@ -11,9 +11,9 @@ tolerances), then timing (CUDA events after warm-up, median), each kernel as a r
 peer measured in the same run: cuBLAS through torch.matmul, torch SDPA, device-to-device copy
 bandwidth, torch._scaled_mm for the scaled fp8 GEMMs (with block scales where the build of
 torch takes them, else its rowwise form), the float16 torch.matmul of the dequantised weights
-for W4A16, the dense torch.matmul of the decompressed operand for the 2:4 sparse GEMM (its
-values and metadata from tilewright.utils.sparse); for attention every SDPA backend torch has
-is timed and the fastest is the peer.
+for W4A16, the dense torch.matmul (cuBLAS, float16) of the decompressed operand for the 2:4
+sparse GEMM (its values and metadata from tilewright.utils.sparse), torch._int_mm for the
+int8 GEMM; for attention every SDPA backend torch has is timed and the fastest is the peer.
 The machine's ceilings are measured too. Each bundle runs in a process of its own, killed
 after ``--timeout`` seconds, so a kernel that hangs or breaks the CUDA context costs only its
 row. The whole run takes about three minutes on an H200 (each timing stops after ``--budget``
@@ -85,7 +85,8 @@ def compare(ours, peer) -> tuple[float, float]:
 
 
 def poisoned_call(kernel, inputs):
-    """Run a bundle with its outputs pre-filled with NaN; returns the outputs."""
+    """Run a bundle with its outputs pre-filled with NaN (integer ones with their type's
+    largest value); returns the outputs."""
     specs = kernel.signature.params
     symbols = {}
     it = iter(inputs)
@@ -100,8 +101,9 @@ def poisoned_call(kernel, inputs):
         if arg is None:
             shape = [d if isinstance(d, int) else int(eval(d, {}, dict(symbols)))
                      for d in spec.shape]
-            arg = torch.full(shape, float("nan"), dtype=getattr(torch, spec.dtype),
-                             device="cuda")
+            dtype = getattr(torch, spec.dtype)
+            poison = float("nan") if dtype.is_floating_point else torch.iinfo(dtype).max
+            arg = torch.full(shape, poison, dtype=dtype, device="cuda")
             outs.append(arg)
         full.append(arg)
     kernel.function(*full)
@@ -177,6 +179,8 @@ def run_case(name: str, kernel, case: dict, ceilings: dict) -> dict:
         return w4a16_row(kernel, case)
     if kind == "gemm_sp":
         return gemm_sp_row(kernel, case)
+    if kind == "int8_gemm":
+        return int8_gemm_row(kernel, case)
     raise ValueError(f"{name}: unknown case kind {kind!r}")
 
 
@@ -281,6 +285,24 @@ def gemm_sp_row(kernel, case: dict) -> dict:
             "ours_tflops": 2 * m * n * k / ours * 1e-9, "ratio": peer / ours}
 
 
+def int8_gemm_row(kernel, case: dict) -> dict:
+    """The int8 GEMM (A [M, K], B [N, K], int32 C) against torch._int_mm of the same
+    operands (cuBLASLt's int8 GEMM, B column-major as it takes it), which must match exactly,
+    and timed beside it."""
+    m, n, k = case["M"], case["N"], case["K"]
+    a = torch.randint(-128, 128, (m, k), device="cuda", dtype=torch.int8)
+    b = torch.randint(-128, 128, (n, k), device="cuda", dtype=torch.int8)
+    (c,), full = poisoned_call(kernel, [a, b])
+    bt = b.t()
+    ref = torch._int_mm(a, bt)
+    if not torch.equal(c, ref):
+        wrong = (c != ref).sum().item()
+        raise AssertionError(f"{wrong} of {c.numel()} int32 outputs differ from torch._int_mm")
+    ours, peer = compare(lambda: kernel.function(*full), lambda: torch._int_mm(a, bt))
+    return {"ours_ms": ours, "peer_ms": peer, "peer": "torch._int_mm (cuBLASLt int8)",
+            "ours_tflops": 2 * m * n * k / ours * 1e-9, "ratio": peer / ours}  # TOPS
+
+
 def best_sdpa(q, k, v):
     """The fastest of torch's SDPA backends on these inputs: (backend, a call of it)."""
     sdpa = torch.nn.functional.scaled_dot_product_attention
@@ -346,6 +368,9 @@ def expected_params(case: dict) -> list[tuple]:
                   "block": ([m, kg], [ng, kg])}[case["layout"]]
         return [(dt, [m, k], False), (dt, [n, k], False), ("float32", sa, False),
                 ("float32", sb, False), (case["out_dtype"], [m, n], True)]
+    if kind == "int8_gemm":
+        m, n, k = case["M"], case["N"], case["K"]
+        return [("int8", [m, k], False), ("int8", [n, k], False), ("int32", [m, n], True)]
     if kind == "gemm_sp":
         m, n, k = case["M"], case["N"], case["K"]
         factor = sparse.e_factor(dt, case["e_dtype"])

@@ -37,9 +37,16 @@ Configurations (sm_90a, chosen for H100/H200):
   fp16 HMMA after unpacking, and 128-deep k-tiles spilled outside the block layout.)
 - W4A16 (``examples/gemm_w4a16.py``), decode shapes: 16-row, 64-column tiles (128 blocks for
   N = 8192, about one per SM), 128-deep k-tiles, 4 stages of codes and activations in flight.
-- 2:4 sparse float16 GEMM (``examples/gemm_sp.py``): 128x128x64 tiles, 128 threads (four
-  warps of 64x64 on ``mma.sp`` m16n8k32, ``HMMA.SP.16832.F32``), 3 stages of kept values,
-  int16 metadata and B. Not tuned: a first configuration that builds without spills.
+- 2:4 sparse float16 GEMM (``examples/gemm_sp.py``, ``GEMM_SP``): 128x128x64 tiles, 256
+  threads = two warpgroups of 64 rows on the sparse wgmma (``wgmma.mma_async.sp`` m64n128k32,
+  ``HGMMA.SP.64x128x32.F32``), 3 stages of kept values, int16 metadata and B. The diagnostic
+  ``_mmasp`` row (``GEMM_SP_MMA``: 128 threads, four warps of 64x64 on ``mma.sp`` m16n8k32,
+  ``HMMA.SP.16832.F32``) is the configuration before the sparse wgmma. Neither is tuned nor
+  measured on the H200 yet.
+- int8 GEMM (``gemm_low_precision``, ``INT8_GEMM``): 128x256x128 tiles (128-byte k-tiles, as
+  the fp8 rows), 256 threads = two warpgroups on ``wgmma.mma_async`` m64n256k32 .s32.s8.s8
+  (``IGMMA.64x256x32.S8.S8``), 3 stages filled by TMA, int32 C against ``torch._int_mm``. Not
+  measured on the H200 yet.
 """
 
 import sys
@@ -64,7 +71,9 @@ FP8_GEMM = {"block_M": 128, "block_K": 128, "threads": 256, "num_stages": 3}
 FP8_TILES = {"tensor": {"block_N": 256}, "token": {"block_N": 256},  # per scale layout,
              "block": {"block_N": 128}}                              # see above
 W4A16 = {"block_M": 16, "block_N": 64, "block_K": 128, "threads": 128, "num_stages": 4}
-GEMM_SP = {"block_M": 128, "block_N": 128, "block_K": 64, "threads": 128, "num_stages": 3}
+GEMM_SP = {"block_M": 128, "block_N": 128, "block_K": 64, "threads": 256, "num_stages": 3}
+GEMM_SP_MMA = {**GEMM_SP, "threads": 128}  # mma.sp: the _mmasp diagnostic row
+INT8_GEMM = {"block_M": 128, "block_N": 256, "block_K": 128, "threads": 256, "num_stages": 3}
 
 
 def fp8_config(layout: str) -> dict:
@@ -123,7 +132,7 @@ def gemm_low_precision(M, N, K, dtype="int8", block_M=128, block_N=128, block_K=
     with 8-bit A and B (int8, float8_e4m3fn, float8_e5m2) and C in the accumulator dtype
     (``LOW_PRECISION_ACCUM``: int32 for int8, float32 for float8): torch's ``_int_mm`` and
     the float32 product of the float8 operands. Tensor cores: ``mma.sync m16n8k32``, and on
-    sm_90a wgmma ``m64nNk32`` for float8 with B [N, K] and 64 rows per warpgroup."""
+    sm_90a wgmma ``m64nNk32`` (int8 and float8) with B [N, K] and 64 rows per warpgroup."""
     accum = LOW_PRECISION_ACCUM[dtype]
 
     @T.prim_func

@@ -54,17 +54,37 @@ def test_bundled_gemm_config_matches_torch(dtype, tmp_path):
 
 
 @pytest.mark.emulator
-def test_bundled_sparse_gemm_config_matches_torch(tmp_path):
-    # 2 x 2 blocks of the bundled 128x128x64 tile on mma.sp, 3 k-tiles through the 3 stages
+@pytest.mark.parametrize(("config", "path"), [
+    ("GEMM_SP", "tw_gemm_wgmma_sp<128, 64, 128, TW_WGMMA_F16, true, 128, 64, 64, 128, 8>"),
+    ("GEMM_SP_MMA", "tw_gemm_mma_sp_rf<128, 128, 64, false, 128, 2, 2"),
+])
+def test_bundled_sparse_gemm_config_matches_torch(tmp_path, config, path):
+    # 2 x 2 blocks of the bundled 128x128x64 tile on the sparse wgmma (two warpgroups) and on
+    # mma.sp (the _mmasp row), 3 k-tiles through the 3 stages
     M, N, K = 256, 256, 192
     gen = torch.Generator().manual_seed(0)
     a = randn_semi_sparse(M, K, torch.float16, generator=gen)
     b = torch.randn(K, N, generator=gen).half()
     c = torch.full((M, N), float("nan"))
-    func = kernels.gemm_sp_kernel.fn(M, N, K, "float16", "int16", **kernels.GEMM_SP)
+    func = kernels.gemm_sp_kernel.fn(M, N, K, "float16", "int16", **getattr(kernels, config))
     text = _emulate(func, tmp_path, *compress(a), b, c)
-    assert "tw_gemm_mma_sp_rf<128, 128, 64, false, 128, 2, 2" in text
+    assert path in text
     torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.emulator
+def test_bundled_int8_gemm_config_runs_wgmma_and_matches_torch(tmp_path):
+    # one block of the bundled 128x256x128 tile (two warpgroups of IGMMA 64x256x32), 2
+    # k-tiles through the 3 stages; int32 results exactly torch._int_mm's
+    m, n, k = 128, 256, 256
+    gen = torch.Generator().manual_seed(2)
+    a, b = (torch.randint(-128, 128, s, generator=gen, dtype=torch.int8)
+            for s in ((m, k), (n, k)))
+    c = torch.full((m, n), -7, dtype=torch.int32)
+    text = _emulate(kernels.gemm_low_precision.fn(m, n, k, "int8", **kernels.INT8_GEMM),
+                    tmp_path, a, b, c)
+    assert "tw_gemm_wgmma<256, 128, 256, TW_WGMMA_S8, false, 128, 128, 256, 128>" in text
+    assert torch.equal(c, torch._int_mm(a, b.T.contiguous()))
 
 
 @pytest.mark.emulator
@@ -117,23 +137,32 @@ def test_bundled_fp8_gemm_config_runs_wgmma_and_matches_torch(layout, tmp_path):
 
 @pytest.mark.nvrtc
 @pytest.mark.sass
-def test_fp8_gemm_bundles_build_on_qgmma_and_pass_the_list(tmp_path, monkeypatch):
-    # run_h200.sh build --only fp8_gemm: the fp8 rows' SASS shows QGMMA and no HMMA (the
-    # build fails otherwise), and harness.py --list accepts the bundles
+@pytest.mark.parametrize(("only", "rows"), [
+    ("fp8_gemm_tensor", {"fp8_gemm_tensor_1024": ("fp8_gemm", "QGMMA.64x256x32.F32.E4M3.E4M3")}),
+    ("int8_gemm,gemm_sp", {"gemm_sp_float16_1024": ("gemm_sp", "HGMMA.SP.64x128x32.F32"),
+                           "int8_gemm_1024": ("int8_gemm", "IGMMA.64x256x32.S8.S8")}),
+])
+def test_low_precision_bundles_build_on_wgmma_and_pass_the_list(tmp_path, monkeypatch, only,
+                                                                 rows):
+    # run_h200.sh build --only ...: each row's SASS shows its wgmma form, QGMMA (no HMMA) for
+    # fp8, IGMMA (no IMMA or HMMA) for int8, the sparse HGMMA.SP (no dense HMMA or HGMMA) for
+    # 2:4 (the build fails otherwise); harness.py --list accepts the bundles, whose kinds the
+    # harness times against their peers (torch._scaled_mm, torch._int_mm, the dense cuBLAS
+    # torch.matmul)
     monkeypatch.setattr(sys, "argv", ["build_bundles.py", "--out", str(tmp_path), "--quick",
-                                      "--checks", "none", "--only", "fp8_gemm_tensor"])
+                                      "--checks", "none", "--only", only])
     assert build_bundles.main() == 0
     built = sorted(p.name for p in (tmp_path / "quick").iterdir())
-    assert built == ["fp8_gemm_tensor_1024"]
-    bundle = tmp_path / "quick" / built[0]
-    case = json.loads((bundle / "case.json").read_text())
-    assert case["build"]["sass"]["QGMMA.64x256x32.F32.E4M3.E4M3"] > 0
+    assert built == sorted(rows)
+    for name, (kind, instruction) in rows.items():
+        case = json.loads((tmp_path / "quick" / name / "case.json").read_text())
+        assert case["kind"] == kind and case["build"]["sass"][instruction] > 0
     listed = _list(tmp_path, "--quick")
     assert listed.returncode == 0, listed.stdout + listed.stderr
-    assert re.search(r"fp8_gemm_tensor_1024 +ok ", listed.stdout)
-    with pytest.raises(SystemExit, match="the SASS has QGMMA"):
-        build_bundles.check_build("fp8", "", (bundle / "kernel.cubin").read_bytes(),
-                                  ["UTMALDG.2D", "!QGMMA"])
+    assert all(re.search(rf"{name} +ok ", listed.stdout) for name in rows)
+    cubin = (tmp_path / "quick" / built[-1] / "kernel.cubin").read_bytes()
+    with pytest.raises(SystemExit, match="the SASS has [IQ]GMMA"):
+        build_bundles.check_build("row", "", cubin, ["UTMALDG.2D", "!QGMMA", "!IGMMA"])
 
 
 def test_bench_kernels_reject_sizes_they_do_not_handle():

@@ -5,9 +5,11 @@ The scaled fp8 GEMM in each scale layout compiles to the fp8 tensor-core instruc
 on tiles loaded by TMA, no HMMA and no unpacking to fp16), without spills; the block layout's
 per-k-block scaling matches torch in host emulation on both, its running sum of scaled partial
 products in registers beside the gemm's accumulator. The W4A16 GEMM's dequantised
-float16 tile feeds ``HMMA.16816.F32`` on sm_80 and sm_90a through ldmatrix, and matches torch
-in host emulation. The GPU harness's own reference for the scaled GEMM (it runs without TVM)
-agrees with the example's."""
+float16 tile feeds ``HMMA.16816.F32`` on sm_80 and sm_90a through ldmatrix, matches torch
+in host emulation, and is dequantised while the next stages' copies are in flight (the
+refill of stage k + S - 1 is issued before stage k's codes are dequantised). The GPU
+harness's own reference for the scaled GEMM (it runs without TVM) agrees with the
+example's."""
 
 import re
 import sys
@@ -26,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 import gemm_fp8_scaled as fp8  # noqa: E402 - after the sys.path setup
 import gemm_w4a16 as w4  # noqa: E402
 import harness  # noqa: E402
+import kernels  # noqa: E402
 
 FP8_TILE = {"num_stages": 2}  # sm_89: 101 KB of shared memory a block
 
@@ -89,6 +92,32 @@ def test_w4a16_dequantised_tile_feeds_hmma(tmp_path, arch_name):
     code = _sass(w4.w4a16_gemm.fn(16, 8192, 8192), arch_name, tmp_path)
     assert "HMMA.16816.F32" in code  # the tensor cores on the dequantised float16 tile
     assert "LDSM.16.M88.4" in code and "LDGSTS.E.BYPASS.128" in code  # cp.async stages
+
+
+@pytest.mark.parametrize(("stages", "arch_name"), [(2, "sm_80"), (3, "sm_90a"), (4, "sm_90a")])
+def test_w4a16_dequantises_while_the_next_stages_load(stages, arch_name):
+    # the order in the generated k loop: the wait for stage k (S - 2 younger groups may stay
+    # in flight: stages k + 1 .. k + S - 2), the barrier, the refill of stage k + S - 1 (codes
+    # and activations as cp.async) and its commit, then the dequantisation of stage k's codes
+    # into the float16 tile, a barrier, the gemm; so while a tile is dequantised the S - 1
+    # next stages' copies are in flight, the one issued this iteration included
+    tile = {**kernels.W4A16, "num_stages": stages}
+    source = tilewright.lower(w4.w4a16_gemm.fn(16, 1024, 1024, 128, **tile),
+                              f"cuda -arch={arch_name}").source.text
+    body = source[source.index("for (int ko = 0;"):].splitlines()
+    body = body[:next(i for i, line in enumerate(body) if "tw_gemm_mma_rf<" in line) + 1]
+
+    def first(pattern):
+        return next(i for i, line in enumerate(body) if re.search(pattern, line))
+
+    wait, refill = first(rf"tw_cp_async_wait<{stages - 2}>\(\);"), first(r"tw_cp_async16\(")
+    commit, dequant = first(r"tw_cp_async_commit\(\);"), first(r"Scales_ptr\[")
+    assert wait < first(r"__syncthreads\(\);") < refill < commit < dequant < len(body) - 1
+    assert f"if (ko < {1024 // tile['block_K'] - stages + 1})" in "\n".join(body[wait:refill])
+    assert "Q_ptr[" in "\n".join(body[refill:commit])  # the codes of stage k + S - 1
+    assert f"(ko + {stages - 1})" in "\n".join(body[refill:commit])  # its version
+    assert "__syncthreads();" in "\n".join(body[dequant:])  # the tile is whole before the gemm
+    assert not any("tw_cp_async" in line for line in body[commit + 1:])
 
 
 @pytest.mark.emulator

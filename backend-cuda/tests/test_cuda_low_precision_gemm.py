@@ -1,13 +1,14 @@
 """T.gemm on 8-bit operands (bench/kernels.py ``gemm_low_precision``): int8 into int32
 accumulators on ``mma.sync m16n8k32 .s8`` (sm_80+), float8_e4m3fn/float8_e5m2 into float32 on
-``m16n8k32 .e4m3/.e5m2`` (sm_89) and on wgmma's ``m64nNk32 .e4m3/.e5m2`` (sm_90a: 1-byte tiles
-in the swizzled layout, loaded by TMA and read through matrix descriptors). The machine code
-shows the integer or fp8 tensor-core instruction itself (``IMMA.16832.S8.S8``,
-``QMMA.16832.F32.E4M3.E4M3``, ``QGMMA.64x64x32.F32.E4M3.E4M3``), with no conversion to fp16 and
-no HMMA; the host emulation checks the numbers against torch (``torch._int_mm``, the float32
-product of the float8 operands), the emulated wgmma reading the fp8 tiles through its decoded
-descriptors; float8 on an architecture without the instruction is refused at the gemm's line;
-float8 casts to every declared dtype compile."""
+``m16n8k32 .e4m3/.e5m2`` (sm_89), and on sm_90a wgmma's ``m64nNk32 .s32.s8.s8`` and
+``.f32.e4m3/.e5m2`` (1-byte tiles in the swizzled layout, loaded by TMA and read through
+matrix descriptors). The machine code shows the integer or fp8 tensor-core instruction itself
+(``IMMA.16832.S8.S8``, ``QMMA.16832.F32.E4M3.E4M3``, ``IGMMA.64x64x32.S8.S8``,
+``QGMMA.64x64x32.F32.E4M3.E4M3``), with no conversion to fp16, no HMMA and, for wgmma, no
+mma.sync; the host emulation checks the numbers against torch (``torch._int_mm``, the float32
+product of the float8 operands), the emulated wgmma reading the 8-bit tiles through its
+decoded descriptors into int32 or float32 accumulators; float8 on an architecture without the
+instruction is refused at the gemm's line; float8 casts to every declared dtype compile."""
 
 import re
 import sys
@@ -48,7 +49,7 @@ def _sass(tmp_path, dtype, arch_name, **kwargs):
 @pytest.mark.sass
 @pytest.mark.parametrize(("dtype", "arch_name", "instruction"), [
     ("int8", "sm_80", "IMMA.16832.S8.S8"),
-    ("int8", "sm_90a", "IMMA.16832.S8.S8"),
+    ("int8", "sm_90a", "IGMMA.64x64x32.S8.S8"),
     ("float8_e4m3fn", "sm_89", "QMMA.16832.F32.E4M3.E4M3"),
     ("float8_e5m2", "sm_89", "QMMA.16832.F32.E5M2.E5M2"),
     ("float8_e4m3fn", "sm_90a", "QGMMA.64x64x32.F32.E4M3.E4M3"),
@@ -58,11 +59,13 @@ def test_8bit_gemm_runs_on_its_tensor_core_instruction(tmp_path, dtype, arch_nam
     code = _sass(tmp_path, dtype, arch_name)
     found = re.findall(rf"\s{re.escape(instruction)}\s", code)
     assert "HMMA" not in code and "F2FP" not in code and "I2F" not in code
-    if instruction.startswith("QGMMA"):
+    if "GMMA" in instruction:
         # one warpgroup's 64x64 tile: a wgmma per 32-deep k step, both operands read from
-        # shared memory through descriptors (no ldmatrix), loaded by TMA
-        assert found and "HGMMA" not in code and "LDSM" not in code, code
-        assert "UTMALDG.2D" in code and "QMMA" not in code
+        # shared memory through descriptors (no ldmatrix), loaded by TMA; no mma.sync form
+        # (IMMA, QMMA) and no other wgmma form beside it
+        assert found and "LDSM" not in code, code
+        assert "UTMALDG.2D" in code and "IMMA" not in code and "QMMA" not in code
+        assert set(re.findall(r"\s(\w+GMMA)\.", code)) == {instruction.split(".")[0]}
         return
     # 64x64 block tiles, 4 warps of 32x32: 2 x 4 tiles of 16x8 per k32 step, 2 steps a k-tile
     assert found and len(found) % 16 == 0, code
@@ -97,6 +100,7 @@ def _operands(dtype, m, n, k, trans_b):
 @pytest.mark.parametrize(("dtype", "arch_name", "trans_b"), [
     ("int8", "sm_80", True),     # B [N, K]: ldmatrix
     ("int8", "sm_90a", False),   # B [K, N]: bytes gathered into registers (no byte transpose)
+    ("int8", "sm_90a", True),    # wgmma .s32.s8.s8 on TMA-loaded 64-byte swizzled tiles
     ("float8_e4m3fn", "sm_89", True),
     ("float8_e5m2", "sm_89", True),
     ("float8_e4m3fn", "sm_90a", True),  # wgmma on 64-byte swizzled tiles loaded by TMA
@@ -105,8 +109,8 @@ def _operands(dtype, m, n, k, trans_b):
 def test_8bit_gemm_matches_torch_in_emulation(tmp_path, dtype, arch_name, trans_b):
     m, n, k = 128, 64, 192  # 2 x 1 blocks, 3 k-tiles through the pipeline
     lowered = tilewright.lower(_gemm(m, n, k, dtype, trans_b), f"cuda -arch={arch_name}")
-    wgmma = arch_name == "sm_90a" and dtype.startswith("float8")
-    form = f"TW_WGMMA_{dtype[7:11].upper()}"
+    wgmma = arch_name == "sm_90a" and trans_b
+    form = "TW_WGMMA_S8" if dtype == "int8" else f"TW_WGMMA_{dtype[7:11].upper()}"
     assert (f"tw_gemm_wgmma<64, 64, 64, {form}, false, 64, 64, 64, 64>" if wgmma else
             "tw_gemm_mma_rf<64, 64, 64, false, ") in lowered.source.text
     a, b, want, c = _operands(dtype, m, n, k, trans_b)

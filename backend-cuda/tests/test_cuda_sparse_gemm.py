@@ -1,9 +1,13 @@
 """T.gemm_sp (examples/gemm_sp.py) on CUDA: float16/bfloat16 values and metadata in shared
-memory into a register accumulator run on ``mma.sp::ordered_metadata m16n8k32`` (sm_80+); the
-machine code shows the sparse tensor-core instruction (``HMMA.SP.16832.F32``) and no dense
-HMMA; the host emulation checks every metadata width and B's two orientations against torch,
-and the thread gemm other dtypes take; a tile the instruction cannot cut is refused naming
-it. (cuda_cases' gemm_sp runs the example in emulation; the catalogue's gemm_sp row runs in
+memory into a register accumulator run on ``wgmma.mma_async.sp m64nNk32`` on sm_90a (64 rows
+per warpgroup, C in the wgmma accumulator layout) and on ``mma.sp::ordered_metadata
+m16n8k32`` otherwise (sm_80+); the machine code shows the sparse tensor-core instruction
+(``HGMMA.SP.64x128x32.F32``, ``HMMA.SP.16832.F32``) and no dense HMMA or HGMMA; the host
+emulation checks every metadata width and B's two orientations against torch on both
+instructions (the emulated wgmma.sp reads values and B through its decoded descriptors and
+gathers each warp's metadata from its lanes as the PTX ISA lays it out), and the thread gemm
+other dtypes take; a tile the instruction cannot cut is refused naming it. (cuda_cases'
+gemm_sp runs the example in emulation; the catalogue's gemm_sp row runs in
 test_cuda_conformance_emulated.)"""
 
 import re
@@ -41,15 +45,33 @@ def test_sparse_gemm_runs_on_the_sparse_tensor_core_instruction(tmp_path, arch_n
     assert int(re.search(r"(\d+) bytes spill stores", log).group(1)) == 0, log
 
 
+@pytest.mark.nvcc
+@pytest.mark.sass
+@pytest.mark.parametrize("trans_b", [False, True])
+def test_sparse_gemm_runs_on_sparse_wgmma_on_sm_90a(tmp_path, trans_b):
+    # 128 x 128 tiles on two warpgroups: one wgmma.sp of 64 x 128 x 32 per warpgroup and k32
+    # step, B [K, N] (MN-major, the transpose operand) or [N, K]
+    func = _sparse.fn(256, 256, 256, "float16", "int16", trans_b, bm=128, bn=128, threads=256)
+    source = tilewright.lower(func, "cuda -arch=sm_90a").source.text
+    assert f"tw_gemm_wgmma_sp<128, 64, 128, TW_WGMMA_F16, {str(not trans_b).lower()}, 128, " \
+        "64, " in source
+    assert "wgmma.mma_async.sp.sync.aligned.m64n128k32.f32.f16.f16" in source
+    cubin, log = executor.nvcc_compile(source, arch.get("sm_90a"), tmp_path)
+    code = sass.dump(cubin)
+    assert re.findall(r"\sHGMMA\.SP\.64x128x32\.F32\s", code), code
+    assert not re.search(r"\sHMMA\.", code) and not re.search(r"\sHGMMA\.(?!SP)", code)
+    assert int(re.search(r"(\d+) bytes spill stores", log).group(1)) == 0, log
+
+
 @tilewright.jit(out_idx=[-1])
-def _sparse(M, N, K, dtype, meta, trans_b, bm=64, bn=64, bk=64):
+def _sparse(M, N, K, dtype, meta, trans_b, bm=64, bn=64, bk=64, threads=128):
     ef = sparse.e_factor(dtype, meta)
     b_shape, bs_shape = ((N, K), (bn, bk)) if trans_b else ((K, N), (bk, bn))
 
     @T.prim_func
     def main(A: T.Tensor((M, K // 2), dtype), E: T.Tensor((M, K // ef), meta),
              B: T.Tensor(b_shape, dtype), C: T.Tensor((M, N), "float32")):
-        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=128) as (bx, by):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=threads) as (bx, by):
             A_s = T.alloc_shared((bm, bk // 2), dtype)
             E_s = T.alloc_shared((bm, bk // ef), meta)
             B_s = T.alloc_shared(bs_shape, dtype)
@@ -69,15 +91,20 @@ def _sparse(M, N, K, dtype, meta, trans_b, bm=64, bn=64, bk=64):
 
 
 @pytest.mark.emulator
-@pytest.mark.parametrize(("dtype", "meta", "trans_b", "path"), [
-    ("float16", "int8", False, "tw_gemm_mma_sp_rf"),
-    ("bfloat16", "int16", True, "tw_gemm_mma_sp_rf"),
-    ("float16", "int32", True, "tw_gemm_mma_sp_rf"),
-    ("float32", "int16", False, "gemm_acc"),  # no float32 mma.sp lowered: the thread gemm
+@pytest.mark.parametrize(("dtype", "meta", "trans_b", "arch_name", "path"), [
+    ("float16", "int8", False, "sm_80", "tw_gemm_mma_sp_rf"),
+    ("bfloat16", "int16", True, "sm_80", "tw_gemm_mma_sp_rf"),
+    ("float16", "int32", True, "sm_80", "tw_gemm_mma_sp_rf"),
+    ("float32", "int16", False, "sm_80", "gemm_acc"),  # no float32 mma.sp: the thread gemm
+    ("float16", "int16", False, "sm_90a", "tw_gemm_wgmma_sp"),  # B [K, N]: MN-major B
+    ("bfloat16", "int8", True, "sm_90a", "tw_gemm_wgmma_sp"),
+    ("float16", "int32", True, "sm_90a", "tw_gemm_wgmma_sp"),
 ])
-def test_sparse_gemm_matches_torch_in_emulation(tmp_path, dtype, meta, trans_b, path):
+def test_sparse_gemm_matches_torch_in_emulation(tmp_path, dtype, meta, trans_b, arch_name,
+                                                path):
     m, n, k = 128, 64, 192  # 2 x 1 blocks, 3 k-tiles through the pipeline
-    lowered = tilewright.lower(_sparse.fn(m, n, k, dtype, meta, trans_b), "cuda -arch=sm_80")
+    lowered = tilewright.lower(_sparse.fn(m, n, k, dtype, meta, trans_b),
+                               f"cuda -arch={arch_name}")
     assert path in lowered.source.text
     gen = torch.Generator().manual_seed(4)
     t = getattr(torch, dtype)

@@ -61,6 +61,8 @@ TABLE = _table(
     Intrinsic("tw::store_pair", MMA, ("write", "", "")),
     Intrinsic("tw_gemm_wgmma", WGMMA, _GEMM_ARGS, "wgmma"),
     Intrinsic("tw_gemm_wgmma_rs", WGMMA, _GEMM_ARGS, "wgmma"),
+    # A (kept values), B, C, the warpgroup, the metadata E (read by ordinary loads at issue)
+    Intrinsic("tw_gemm_wgmma_sp", WGMMA, ("read", "read", "readwrite", "", "read"), "wgmma"),
     Intrinsic("tw_wgmma_wait", WGMMA, (), "wgmma_wait"),
     Intrinsic("tw_wgmma_pack", WGMMA, ("write", "", "")),
     *(Intrinsic(f"tw_atomic_{k}", BASE, ("readwrite", "")) for k in ("add", "max", "min")),

@@ -75,6 +75,8 @@ def op_accesses(call) -> list[Access]:
         if route is None:
             return []  # the codegen reports the missing data path
         return [Access(route.pipe, src, False), Access(route.pipe, dst, True)]
+    if name == ops.DUAL_FIXPIPE.name:  # the cube's FIX pipe writes the vector cores' UB
+        return [Access("fix", _buf(call, "src"), False), Access("fix", _buf(call, "dst"), True)]
     if name == ops.GEMM_V0.name:
         return [Access("mte1", _buf(call, "A"), False), Access("mte1", _buf(call, "B"), False),
                 Access("m", _buf(call, "C"), False), Access("m", _buf(call, "C"), True)]

@@ -19,7 +19,7 @@ def core_of(call):
     """The cores (("AIC",), ("AIV",) or both) an op outside ``T.Scope`` belongs to; None when
     only a scope can tell."""
     name = call.name
-    if name in (ops.GEMM_V0.name, ops.MMA.name):
+    if name in (ops.GEMM_V0.name, ops.MMA.name, ops.DUAL_FIXPIPE.name):
         return ("AIC",)
     if name.startswith(ops.PREFIX + "tile."):
         return ("AIV",)

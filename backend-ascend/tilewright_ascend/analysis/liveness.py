@@ -1,16 +1,18 @@
 """Live ranges of on-chip buffers and first-fit placement that lets dead buffers share space.
 
 Program points are the leaf statements of the kernel in program order (a tile op, a
-``T.Parallel`` nest, a store). A buffer is live from its first use to its last; a use inside a
-serial or pipelined loop makes it live for the whole outermost such loop around the use (the
-next iteration may read what this one left). Buffers whose live ranges overlap never share
-bytes; the others may.
+``T.Parallel`` nest, a store, a ``T.SimdVF`` vector function: its tiles live across all of
+it, since its instructions are not ordered through UB). A buffer is live from its first use
+to its last; a use inside a serial or pipelined loop makes it live for the whole outermost
+such loop around the use (the next iteration may read what this one left). Buffers whose
+live ranges overlap never share bytes; the others may.
 """
 
 from __future__ import annotations
 
 from tvm import tirx
 
+from ..facts.keys import SIMD_VF_KEY
 from .buffers import buffers_in
 
 
@@ -29,7 +31,7 @@ def live_ranges(body, buffers: set) -> dict:
             for s in stmt.seq:
                 visit(s, loop_start)
             return
-        if isinstance(stmt, tirx.AttrStmt):
+        if isinstance(stmt, tirx.AttrStmt) and stmt.attr_key != SIMD_VF_KEY:
             visit(stmt.body, loop_start)
             return
         if isinstance(stmt, tirx.IfThenElse):

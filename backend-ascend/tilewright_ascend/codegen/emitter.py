@@ -29,13 +29,15 @@ from ..facts.keys import (
     PORTABLE_KEY,
     SCALAR_KEY,
     SCOPE_KEY,
+    SIMD_VF_KEY,
     SIMT_KEY,
     STAGING_KEY,
     WORKSPACES_KEY,
 )
 from ..facts.simt import memories_with_simt
-from ..rules import RULES, emit_scalar_loop, parallel_rule
+from ..rules import RULES, emit_scalar_loop, emit_vector_function, parallel_rule
 from .expr import ExprPrinter
+from .simt import ATTRIBUTE as SIMT_ATTRIBUTE
 from .simt import INCLUDES as SIMT_INCLUDES
 from .simt import PRELUDE as SIMT_PRELUDE
 from .simt import emit_simt
@@ -97,7 +99,8 @@ class Emitter:
         self.core = "AIV"
         self.scope: str | None = None
         self.buffer_names: dict = {}  # buffer -> C identifier
-        self.functions: dict = {}  # T.SimtVF scope -> (name, its SIMT vector function)
+        self.functions: list[str] = []  # written before the kernel (T.SimdVF's, T.SimtVF's)
+        self.vf = None  # the vector function being written (rules.simd)
 
     # -- names and expressions --------------------------------------------------------
     def ident(self, wanted: str) -> str:
@@ -125,6 +128,11 @@ class Emitter:
     def line(self, text: str) -> None:
         self.lines.append("    " * self.depth + text)
 
+    def declare(self, text: str) -> None:
+        """A definition written before the kernel function, once."""
+        if text not in self.functions:
+            self.functions.append(text)
+
     def block(self, head: str):
         emitter = self
 
@@ -143,9 +151,11 @@ class Emitter:
     def projects(self, stmt) -> bool:
         """Whether ``stmt`` has anything for the current core."""
         mark = len(self.lines), self.depth, dict(self.var_names), set(self.used)
+        functions = len(self.functions)
         self.stmt(stmt)
         found = len(self.lines) > mark[0]
         del self.lines[mark[0]:]
+        del self.functions[functions:]
         self.depth, self.var_names, self.used = mark[1], mark[2], mark[3]
         return found
 
@@ -169,6 +179,9 @@ class Emitter:
         self.line(f"{ctype(str(s.var.ty))} {self.var(s.var)} = {value};")
 
     def stmt_AttrStmt(self, s):
+        if s.attr_key == SIMD_VF_KEY:
+            return self.emit_rule(lambda: emit_vector_function(self, s), s.span, ("AIV",),
+                                  "T.SimdVF")
         if s.attr_key == SIMT_KEY:
             return self.emit_rule(lambda: emit_simt(self, s), s.span, ("AIV",), "T.SimtVF")
         if s.attr_key != SCOPE_KEY:
@@ -336,8 +349,7 @@ class Emitter:
             *SIMT_PRELUDE,
             "",
         ]
-        self.lines = head
-        top = len(head)  # the SIMT vector functions go here, before the kernel
+        self.lines, start = head, len(head)
         args = ", ".join([*(f"GM_ADDR {self.buf(b)}_addr" for b in params),
                           *(f"int32_t {self.var(d[0])}" for d in self.dims)])
         if exception_dump:  # the runtime's exception handler finds this by its magic
@@ -360,10 +372,6 @@ class Emitter:
                 self.line(f"{self.buf(b)}.SetGlobalBuffer((__gm__ {t}*){self.buf(b)}_addr);")
             for core in CORES:
                 self.core_block(core, vid_loop.body, cid_loop.loop_var, vid_loop.loop_var)
-        self.lines[top:top] = [line for _, function in self.functions.values()
-                                           for line in function.text()]
-        if self.functions:  # the SIMT API is not part of kernel_operator.h
-            self.lines[2:2] = SIMT_INCLUDES
         host_args = ", ".join([*(f"uint8_t* {self.buf(b)}" for b in params),
                                *(f"int32_t {self.var(d[0])}" for d in self.dims)])
         call_args = ", ".join([*(self.buf(b) for b in params),
@@ -372,6 +380,9 @@ class Emitter:
         if exception_dump:
             host_args += ", uint8_t* tw_exception_desc"
             call_args += ", tw_exception_desc"
+        self.lines[start:start] = [text for f in self.functions for text in (f, "")]
+        if any(f.startswith(SIMT_ATTRIBUTE) for f in self.functions):
+            self.lines[2:2] = SIMT_INCLUDES  # the SIMT API is not part of kernel_operator.h
         self.line("")
         self.line("#ifndef TW_DEVICE_ONLY  // the emulator and the header check leave it out")
         self.line(f"// host launch: {blocks} AI core groups (1 AIC + 2 AIV each)")

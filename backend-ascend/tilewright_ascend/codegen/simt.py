@@ -26,6 +26,7 @@ from ..facts.simt import BARRIER, LAUNCH, MATH, THREAD_INDEX
 from ..transforms.simt import is_barrier
 from .expr import ExprPrinter
 
+ATTRIBUTE = "__simt_vf__"
 # the vendor's headers of asc_vf_call and of asc_syncthreads (threadIdx is built in)
 INCLUDES = ['#include "simt_api/common_functions.h"', '#include "simt_api/device_sync_functions.h"']
 # the NPU's versions of the SIMT helpers (the emulator's header defines its own)
@@ -118,7 +119,7 @@ class _Function:
         self.depth = 1
         params = [f"TW_UBUF({ctype(str(b.dtype))}) {self.buf(b)}" for b in self.tiles] + \
             [f"{ctype(str(v.ty))} {self.var(v)}" for v in self.scalars]
-        self.head = f"__simt_vf__ inline void {name}({', '.join(params)})"
+        self.head = f"{ATTRIBUTE} inline void {name}({', '.join(params)})"
         self.line(f"int32_t {self.var(self.tid)} = {THREAD_INDEX};")
         self.stmt(attr.body)
 
@@ -179,18 +180,16 @@ class _Function:
             raise KernelError(f"T.SimtVF: backend 'ascend' cannot generate thread code for "
                               f"{type(s).__name__}", span_location(getattr(s, "span", None)))
 
-    def text(self) -> list[str]:
-        return [f"{self.head} {{", *self.lines, "}", ""]
+    def text(self) -> str:
+        return "\n".join([f"{self.head} {{", *self.lines, "}"])
 
 
 def emit_simt(emitter, attr) -> None:
-    """The function of the scope ``attr`` (written once, into ``emitter.functions``) and its
-    launch at the current line."""
-    known = emitter.functions.get(attr.node)
-    if known is None:
-        name = f"{emitter.name}_simt{len(emitter.functions)}"
-        known = emitter.functions[attr.node] = (name, _Function(attr, name))
-    name, function = known
+    """The function of the scope ``attr`` (declared before the kernel) and its launch at the
+    current line."""
+    name = emitter.ident(f"{emitter.name}_simt")
+    function = _Function(attr, name)
+    emitter.declare(function.text())
     args = [f"TW_UB_ARG({ctype(str(b.dtype))}, {emitter.buf(b)}, {mode}, "
             f"{emitter.expr(function.windows[b][0])}, {function.windows[b][1]})"
             for b, mode in function.tiles.items()] + [emitter.var(v) for v in function.scalars]

@@ -37,7 +37,8 @@ struct bfloat16_t {
 namespace tw_emu {
 enum Pipe : int { PS = 0, PV, PM, PMTE1, PMTE2, PMTE3, PFIX, NPIPE };
 enum Space : int { SGM = 0, SUB, SL1, SL0A, SL0B, SL0C, NSPACE };
-struct Acc { int space; uint64_t off; uint64_t len; bool write; };
+// ``core``: whose memory (-1: the issuing core's; 1, 2: vector sub-core 0, 1 of the group)
+struct Acc { int space; uint64_t off; uint64_t len; bool write; int core = -1; };
 
 bool is_aic();
 bool is_aiv();
@@ -45,6 +46,7 @@ int block_idx();
 int block_num();
 int sub_block_idx();
 uint8_t* space_base(int space);
+uint8_t* core_space_base(int core, int space);  // a memory of another core of the group
 void error(int line, const char* fmt, ...);
 void init_buffer(int space, uint64_t bytes, int line);
 bool check_local(int space, uint64_t off, uint64_t bytes, int line);
@@ -186,7 +188,7 @@ enum class HardEvent : int {
     TW_EV(MTE1, FIX), TW_EV(FIX, MTE1), TW_EV(FIX, FIX),
 };
 #undef TW_EV
-enum class RoundMode { CAST_NONE, CAST_RINT, CAST_FLOOR, CAST_CEIL, CAST_ROUND, CAST_TRUNC, CAST_ODD };
+enum class RoundMode { CAST_NONE, CAST_RINT, CAST_FLOOR, CAST_CEIL, CAST_ROUND, CAST_TRUNC, CAST_ODD, UNKNOWN };
 
 inline constexpr int space_of(TPosition p) {
     return p == TPosition::A1 || p == TPosition::B1 ? tw_emu::SL1
@@ -216,6 +218,7 @@ template <typename T> struct LocalTensor {
         LocalTensor t = *this; t.off += i * sizeof(T); t.count = count > i ? count - i : 0; return t;
     }
     T* data() const { return reinterpret_cast<T*>(base + off); }
+    T* GetPhyAddr() const { return data(); }  // the UB address a vector function takes
     // the same bytes as another element type (LocalTensor::ReinterpretCast, kernel_tensor.h)
     template <typename U> LocalTensor<U> ReinterpretCast() const {
         LocalTensor<U> t; t.space = space; t.off = off; t.base = base;
@@ -330,6 +333,18 @@ struct FixpipeParamsV220 {
     QuantMode_t quantPre = QuantMode_t::NoQuant;
     bool reluEn = false;
     uint8_t ndNum = 1;
+};
+// include/basic_api/kernel_struct_fixpipe.h (__NPU_ARCH__ 3510): L0C -> UB parameters;
+// dualDstCtl 0: the UB of sub-core subBlockId, 1: rows [0, M/2) to sub-core 0's UB and the
+// rest to sub-core 1's, 2: columns [0, N/2) and the rest; dstStride: a UB row in elements
+enum class CO2Layout { NZ, ROW_MAJOR, COLUMN_MAJOR };
+template <CO2Layout format = CO2Layout::ROW_MAJOR> struct FixpipeParamsArch3510 {
+    uint16_t nSize = 0, mSize = 0, srcStride = 0;
+    uint32_t dstStride = 0;
+    QuantMode_t quantPre = QuantMode_t::NoQuant;
+    bool reluEn = false;
+    uint8_t unitFlag = 0, dualDstCtl = 0;
+    bool subBlockId = false;
 };
 struct FixpipeConfig { bool rowMajor; };
 inline constexpr FixpipeConfig CFG_ROW_MAJOR{true};
@@ -588,6 +603,44 @@ void Fixpipe(const GlobalTensor<D>& dst, const LocalTensor<S>& src, const Fixpip
                 float v = float(src.data()[(c / 16) * ss * 16 + r * 16 + c % 16]);
                 dst.data()[r * ds + c] = D(relu && v < 0 ? 0.0f : v);
             }
+    }, copy_cost(m * n * sizeof(D), 64), m * n * sizeof(D));
+}
+
+// L0C (NZ) -> UB (ND) on FIX of the cube core, into the UB of one or both vector sub-cores at
+// the offset of ``dst`` (impl/basic_api/dav_3510/kernel_operator_fixpipe_impl.h,
+// FixpipeL0cToUB: dual destination only without quantisation or ReLU, M even for the M split,
+// N a multiple of 32 for the N split)
+template <typename D, typename S, const FixpipeConfig& CFG = CFG_ROW_MAJOR>
+void Fixpipe(const LocalTensor<D>& dst, const LocalTensor<S>& src,
+             const FixpipeParamsArch3510<CO2Layout::ROW_MAJOR>& p, TW_LINE) {
+    if (!tw_emu::is_aic() || dst.space != tw_emu::SUB || src.space != tw_emu::SL0C || !CFG.rowMajor)
+        return tw_emu::error(line, "Fixpipe to UB: the cube core moves L0C to UB in CFG_ROW_MAJOR");
+    const int mode = p.dualDstCtl;
+    if (mode > 2 || (mode && (p.quantPre != QuantMode_t::NoQuant || p.reluEn)) ||
+        (mode == 1 && p.mSize % 2) || (mode == 2 && p.nSize % 32) || !std::is_same<D, S>::value)
+        return tw_emu::error(line, "Fixpipe to UB: dualDstCtl %d with mSize %u, nSize %u, "
+                             "quantisation or ReLU is not a dual-destination copy", mode, p.mSize, p.nSize);
+    if (p.srcStride % 16 || p.srcStride < p.mSize)
+        return tw_emu::error(line, "Fixpipe srcStride %u must be a multiple of 16 covering mSize %u",
+                             p.srcStride, p.mSize);
+    const uint64_t m = p.mSize, n = p.nSize, ss = p.srcStride, ds = p.dstStride;
+    const uint64_t hm = mode == 1 ? m / 2 : m, hn = mode == 2 ? n / 2 : n;  // each destination
+    const int first = mode ? 1 : 1 + int(p.subBlockId), count = mode ? 2 : 1;
+    std::vector<tw_emu::Acc> a;
+    for (uint64_t b = 0; b < (n + 15) / 16; ++b)
+        a.push_back({src.space, src.off + b * ss * 16 * sizeof(S), m * 16 * sizeof(S), false});
+    for (int k = 0; k < count; ++k)
+        for (uint64_t r = 0; r < hm; ++r)
+            a.push_back({tw_emu::SUB, dst.off + r * ds * sizeof(D), hn * sizeof(D), true, first + k});
+    tw_emu::issue(tw_emu::PFIX, "Fixpipe", line, a, [=] {
+        for (int k = 0; k < count; ++k) {
+            D* out = reinterpret_cast<D*>(tw_emu::core_space_base(first + k, tw_emu::SUB) + dst.off);
+            for (uint64_t r = 0; r < hm; ++r)
+                for (uint64_t c = 0; c < hn; ++c) {
+                    uint64_t sr = mode == 1 ? k * hm + r : r, sc = mode == 2 ? k * hn + c : c;
+                    out[r * ds + c] = D(src.data()[(sc / 16) * ss * 16 + sr * 16 + sc % 16]);
+                }
+        }
     }, copy_cost(m * n * sizeof(D), 64), m * n * sizeof(D));
 }
 
@@ -922,7 +975,178 @@ template <typename T> void DumpTensor(const GlobalTensor<T>& t, uint32_t desc, u
     }, 1.0, 0);
     tw_emu::issue_barrier_all(line);
 }
+
+// -- the arch-3510 register API (T.SimdVF), namespace AscendC::Reg ------------------------------
+// A vector function (__simd_vf__) runs when asc_vf_call reaches it; each of its instructions is
+// queued on V like the others, so they run in order after the flags before the call. Registers
+// and masks hold their 256 bytes (VECTOR_REG_WIDTH) behind a shared pointer: a queued instruction
+// reads and writes the register's bytes when it runs. Masks keep one predicate byte per register
+// byte; a lane of T is active when the byte of its first byte is (pset_b8/b16/b32). Inactive
+// lanes of a result are zero (MaskMergeMode::ZEROING, the API's default).
+#define __ubuf__
+#define __simd_vf__
+#define __simd_callee__
+enum class ReduceType { SUM, MAX, MIN };  // impl/utils/common_types.h
+namespace Reg {
+constexpr uint64_t VL = 256;
+constexpr double REG_COST = 2.0;
+struct Bytes { alignas(32) uint8_t b[VL] = {0}; };
+// include/basic_api/reg_compute/kernel_reg_compute_utils.h
+enum class MaskPattern { ALL, ALLF = 15 };
+enum class LoadDist { DIST_NORM, DIST_UNPACK_B16 };
+enum class StoreDist { DIST_NORM, DIST_PACK_B32 };
+enum class MemType { VEC_STORE, VEC_LOAD, SCALAR_STORE, SCALAR_LOAD, VEC_ALL, SCALAR_ALL };
+enum class RegLayout { UNKNOWN = -1, ZERO, ONE };
+enum class SatMode { UNKNOWN = -1, NO_SAT, SAT };
+enum class MaskMergeMode { UNKNOWN, MERGING, ZEROING };
+struct CastTrait { RegLayout layoutMode; SatMode satMode; MaskMergeMode mrgMode; RoundMode roundMode; };
+// include/basic_api/reg_compute/kernel_reg_compute_struct_intf.h
+template <typename T> struct RegTensor {
+    using Elem = T;
+    static constexpr int N = int(VL / sizeof(T));
+    std::shared_ptr<Bytes> v = std::make_shared<Bytes>();
+    T lane(int i) const { T t; std::memcpy(&t, v->b + i * sizeof(T), sizeof(T)); return t; }
+};
+struct MaskReg {
+    std::shared_ptr<Bytes> p = std::make_shared<Bytes>();
+    bool on(uint64_t byte) const { return p->b[byte] != 0; }
+};
+inline uint64_t ub_offset(const void* p) { return uint64_t((const uint8_t*)p - tw_emu::space_base(tw_emu::SUB)); }
+// lane i of d = f(i) where the mask holds lane i's first byte of ``width``-byte source lanes at
+// ``at(i)``; computed into a copy first (d may be a source)
+template <typename T, typename F, typename A>
+void lanewise(const char* what, int line, RegTensor<T>& d, const MaskReg& m, A at, F f) {
+    auto dv = d.v;
+    auto mp = m.p;
+    tw_emu::issue(tw_emu::PV, what, line, {}, [=] {
+        Bytes out;
+        for (int i = 0; i < RegTensor<T>::N; ++i) {
+            T x = mp->b[at(i)] ? T(f(i)) : T(0);
+            std::memcpy(out.b + i * sizeof(T), &x, sizeof(T));
+        }
+        *dv = out;
+    }, REG_COST, VL);
+}
+template <typename T> inline auto own_lane() { return [](int i) { return uint64_t(i) * sizeof(T); }; }
+
+// kernel_reg_compute_maskreg_intf.h: CreateMask (pset), every lane of T or none
+template <typename T, MaskPattern pattern = MaskPattern::ALL> MaskReg CreateMask(TW_LINE) {
+    MaskReg m;
+    auto mp = m.p;
+    tw_emu::issue(tw_emu::PV, "CreateMask", line, {}, [=] {
+        std::memset(mp->b, pattern == MaskPattern::ALL ? 1 : 0, VL);
+    }, REG_COST, 0);
+    return m;
+}
+// kernel_reg_compute_membar_intf.h: LocalMemBar orders the function's earlier UB accesses of
+// kind src before its later ones of kind dst (mem_bar VST_VLD, VLD_VST, VST_VST ...); the
+// emulator orders every V access across it, as PipeBarrier<PIPE_V> (the codegen picks the pair)
+template <MemType src, MemType dst> void LocalMemBar(TW_LINE) { tw_emu::issue_pipe_barrier(tw_emu::PV, line); }
+
+// kernel_reg_compute_datacopy_intf.h: LoadAlign (vlds) of 256 bytes; DIST_UNPACK_B16 reads 128
+// bytes, element i into 16-bit lane 2 i (zero-extended into its 32-bit slot: lane 2 i + 1 zero)
+template <typename T, LoadDist dist = LoadDist::DIST_NORM, typename U>
+void LoadAlign(U& d, const T* src, TW_LINE) {
+    static_assert(std::is_same<T, typename U::Elem>::value, "LoadAlign: T type is not correct");
+    const uint64_t bytes = dist == LoadDist::DIST_NORM ? VL : VL / 2;
+    auto dv = d.v;
+    tw_emu::issue(tw_emu::PV, "LoadAlign", line, {tw_emu::Acc{tw_emu::SUB, ub_offset(src), bytes, false}}, [=] {
+        Bytes out;
+        if (dist == LoadDist::DIST_NORM) std::memcpy(out.b, src, VL);
+        else for (uint64_t i = 0; i < VL / 4; ++i) std::memcpy(out.b + 4 * i, src + i, 2);
+        *dv = out;
+    }, REG_COST, bytes);
+}
+// StoreAlign (vsts) of the active lanes; DIST_PACK_B32 stores the low 16 bits of each active
+// 32-bit slot, packed (128 bytes)
+template <typename T, StoreDist dist = StoreDist::DIST_NORM, typename U>
+void StoreAlign(T* dst, U& s, MaskReg& m, TW_LINE) {
+    static_assert(std::is_same<T, typename U::Elem>::value, "StoreAlign: T type is not correct");
+    const uint64_t bytes = dist == StoreDist::DIST_NORM ? VL : VL / 2;
+    auto sv = s.v;
+    auto mp = m.p;
+    tw_emu::issue(tw_emu::PV, "StoreAlign", line, {tw_emu::Acc{tw_emu::SUB, ub_offset(dst), bytes, true}}, [=] {
+        uint8_t* out = reinterpret_cast<uint8_t*>(dst);
+        if (dist == StoreDist::DIST_NORM) {
+            for (uint64_t i = 0; i < VL; i += sizeof(T))
+                if (mp->b[i]) std::memcpy(out + i, sv->b + i, sizeof(T));
+        } else {
+            for (uint64_t i = 0; i < VL / 4; ++i)
+                if (mp->b[4 * i]) std::memcpy(out + 2 * i, sv->b + 4 * i, 2);
+        }
+    }, REG_COST, bytes);
+}
+
+// kernel_reg_compute_vec_binary_intf.h
+#define TW_REG_BINARY(NAME, EXPR)                                                              \
+    template <typename T> void NAME(RegTensor<T>& d, RegTensor<T>& a, RegTensor<T>& b, MaskReg& m, TW_LINE) { \
+        lanewise(#NAME, line, d, m, own_lane<T>(), [=](int i) { T x = a.lane(i), y = b.lane(i); return EXPR; }); \
+    }
+TW_REG_BINARY(Add, x + y) TW_REG_BINARY(Sub, x - y) TW_REG_BINARY(Mul, x * y)
+TW_REG_BINARY(Div, x / y) TW_REG_BINARY(Max, x > y ? x : y) TW_REG_BINARY(Min, x < y ? x : y)
+#undef TW_REG_BINARY
+// kernel_reg_compute_vec_unary_intf.h (16-bit floats computed in float, rounded once)
+#define TW_REG_UNARY(NAME, EXPR)                                                               \
+    template <typename T> void NAME(RegTensor<T>& d, RegTensor<T>& a, MaskReg& m, TW_LINE) {   \
+        lanewise(#NAME, line, d, m, own_lane<T>(), [=](int i) { float x = float(a.lane(i)); return T(EXPR); }); \
+    }
+TW_REG_UNARY(Exp, std::exp(x)) TW_REG_UNARY(Ln, std::log(x)) TW_REG_UNARY(Sqrt, std::sqrt(x))
+TW_REG_UNARY(Abs, std::fabs(x)) TW_REG_UNARY(Relu, x > 0 ? x : 0.0f)
+#undef TW_REG_UNARY
+// kernel_reg_compute_vec_binary_scalar_intf.h
+#define TW_REG_SCALAR(NAME, EXPR)                                                              \
+    template <typename T, typename S> void NAME(RegTensor<T>& d, RegTensor<T>& a, S s, MaskReg& m, TW_LINE) { \
+        T y = T(s);                                                                            \
+        lanewise(#NAME, line, d, m, own_lane<T>(), [=](int i) { T x = a.lane(i); return EXPR; }); \
+    }
+TW_REG_SCALAR(Adds, x + y) TW_REG_SCALAR(Muls, x * y) TW_REG_SCALAR(Maxs, x > y ? x : y)
+TW_REG_SCALAR(Mins, x < y ? x : y)
+#undef TW_REG_SCALAR
+// kernel_reg_compute_vec_duplicate_intf.h: a scalar, or lane 0 (HighLowPart::LOWEST), in every lane
+template <typename T, typename S> void Duplicate(RegTensor<T>& d, S s, MaskReg& m, TW_LINE) {
+    T y = T(s);
+    lanewise("Duplicate", line, d, m, own_lane<T>(), [=](int) { return y; });
+}
+template <typename T> void Duplicate(RegTensor<T>& d, RegTensor<T>& a, MaskReg& m, TW_LINE) {
+    lanewise("Duplicate", line, d, m, own_lane<T>(), [=](int) { return a.lane(0); });
+}
+// kernel_reg_compute_vec_reduce_intf.h: the active lanes into lane 0, the other lanes zero
+template <ReduceType type, typename T> void Reduce(RegTensor<T>& d, RegTensor<T> a, MaskReg m, TW_LINE) {
+    auto mp = m.p;
+    lanewise("Reduce", line, d, m, [](int) { return uint64_t(0); }, [=](int i) {
+        if (i) return T(0);
+        float r = type == ReduceType::SUM ? 0.0f : float(a.lane(0));
+        for (int j = 0; j < RegTensor<T>::N; ++j) {
+            if (!mp->b[j * sizeof(T)]) continue;
+            float x = float(a.lane(j));
+            r = type == ReduceType::SUM ? r + x : type == ReduceType::MAX ? std::fmax(r, x) : std::fmin(r, x);
+        }
+        return T(r);
+    });
+}
+// kernel_reg_compute_vec_vconv_intf.h: Cast between 16- and 32-bit floats by RegLayout ZERO (even
+// 16-bit lanes) or ONE (odd); widening reads lanes 2 i + part under the source's mask, narrowing
+// writes them (rounding to nearest even), the other lanes zero
+template <typename D, typename S, const CastTrait& trait, typename DR, typename SR>
+void Cast(DR& d, SR& s, MaskReg& m, TW_LINE) {
+    static_assert(std::is_same<D, typename DR::Elem>::value && std::is_same<S, typename SR::Elem>::value,
+                  "Cast: T and U are the registers' types");
+    constexpr int part = trait.layoutMode == RegLayout::ONE ? 1 : 0;
+    if constexpr (sizeof(D) > sizeof(S)) {
+        lanewise("Cast", line, d, m, [](int i) { return uint64_t(2 * i + part) * sizeof(S); },
+                 [=](int i) { return D(float(s.lane(2 * i + part))); });
+    } else {
+        lanewise("Cast", line, d, m, [](int i) { return uint64_t(i / 2) * sizeof(S); },
+                 [=](int i) { return i % 2 == part ? D(float(s.lane(i / 2))) : D(0); });
+    }
+}
+}  // namespace Reg
 }  // namespace AscendC
+
+// include/basic_api/kernel_common.h: asc_vf_call starts the vector function on a vector core
+template <auto F, typename... Args> void asc_vf_call(Args&&... args) {
+    if (::tw_emu::is_aiv()) F(args...);
+}
 
 namespace tw_emu {
 template <typename T> const char* type_name() {

@@ -119,8 +119,10 @@ void set_capacities(const uint64_t* bytes) {
     for (int space = 1; space < NSPACE; ++space) CAPACITY[space] = bytes[space - 1];
 }
 
-uint8_t* space_base(int space) {
-    auto& m = S->mem[S->core][space];
+uint8_t* space_base(int space) { return core_space_base(S->core, space); }
+
+uint8_t* core_space_base(int core, int space) {
+    auto& m = S->mem[core][space];
     // cube memories start as NaN bytes, so padding a kernel forgets to zero shows in results
     if (m.empty()) m.assign(CAPACITY[space], space == SUB ? 0 : 0xFF);
     return m.data();
@@ -393,7 +395,7 @@ void check_access(Run& run, const Instr& in, uint32_t id) {
             }
             continue;
         }
-        auto& shadow = S->shadow[core][a.space];
+        auto& shadow = S->shadow[a.core >= 0 ? a.core : core][a.space];
         if (shadow.empty()) shadow.assign(CAPACITY[a.space], Shadow{});
         for (uint64_t b = a.off; b < a.off + a.len; ++b) {
             Shadow& sh = shadow[b];

@@ -14,4 +14,5 @@ STAGING_KEY = "ascend.gemm_staging"  # function attr: [L0A tile, L0B tile] per T
 TREE_KEY = "ascend.tree"  # kernel annotation: the Ascend dialect tree it is written in
 BUFFER_VERSIONS_KEY = "ascend.buffer_versions"  # kernel annotation: {buffer: [count, mode]}
 MIXED_KEY = "ascend.mixed"  # kernel annotation of T.MixedKernel: [sids, the sid variable]
+SIMD_VF_KEY = "ascend.simd_vf"  # AttrStmt: a T.SimdVF vector function; value: latency= or 0
 SIMT_KEY = "ascend.simt_vf"  # AttrStmt of T.SimtVF: node the thread index, value the threads

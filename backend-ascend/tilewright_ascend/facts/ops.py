@@ -83,11 +83,30 @@ DUAL_COPY = _op("dual_copy", (Operand("src", "read"), Operand("dst", "write")),
                 (Attr("axis", int, 0),),
                 "copy between a full tile and the half of it each vector sub-core holds")
 PORTABLE_PHASE_OPS = (DUAL_COPY.name,)
+# its L0C -> UB path on the 950: the cube's Fixpipe writes the halves of the L0C tile into the
+# UBs of the two vector sub-cores at once (dual destination, split along ``axis``: 0 M, 1 N)
+DUAL_FIXPIPE = _op("dual_fixpipe", (Operand("src", "read"), Operand("dst", "write")),
+                   (Attr("axis", int, 0),),
+                   "L0C tile -> its halves in the UB of each vector sub-core (Fixpipe)")
+
+# T.simd register instructions of T.SimdVF (facts.registers.REGISTER_OPS names each one's
+# vendor function): registers are numbered within their T.SimdVF (-1: none), masks are the
+# element width in bits of their lanes (0: none); a load reads, a store writes its UB lanes
+_REG_ATTRS = (Attr("op", str, ""), Attr("dst", int, -1), Attr("src0", int, -1),
+              Attr("src1", int, -1), Attr("dtype", str, ""), Attr("bits", int, 0))
+REG_LOAD = _op("tile.reg_load", (Operand("ub", "read"),), _REG_ATTRS,
+               "load a register from UB lanes (Reg::LoadAlign)")
+REG_STORE = _op("tile.reg_store", (Operand("ub", "write"),), _REG_ATTRS,
+                "store a register's lanes to UB (Reg::StoreAlign)")
+REG_OP = _op("tile.reg", (Operand("scalar", "read", kind="expr"),), _REG_ATTRS,
+             "a register instruction: dst = op(src0[, src1 | scalar]) under a mask")
+REGISTER_INSTRUCTIONS = (REG_LOAD.name, REG_STORE.name, REG_OP.name)
 
 VECTOR_OPS = tuple(f"{PREFIX}tile.{n}" for n in (*BINARY, *UNARY, *SCALAR, "fill", "cast"))
 SYNC_OPS = tuple(PREFIX + n for n in ("set_flag", "wait_flag", "pipe_barrier", "barrier_all",
                                       "set_cross_flag", "wait_cross_flag"))
 DIALECT_OPS = (*SYNC_OPS, PREFIX + "gemm_v0", PREFIX + "mma", LOAD_L0.name, COUNTER.name,
+               DUAL_FIXPIPE.name,
                PREFIX + "printf",
                PREFIX + "dump_tensor", *VECTOR_OPS)
 

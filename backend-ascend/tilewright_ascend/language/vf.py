@@ -7,12 +7,15 @@ is the thread's index (:mod:`..transforms.simt` lowers it, the barriers between 
 included). The scope is the statement ``AttrStmt(tid, SIMT_KEY, N, body)``.
 
 ``with T.SimdVF():`` holds register-level code over 2048-bit vector registers
-(:data:`..facts.arch.ARCHS`: 64 float32 or 128 float16 lanes): ``mask = T.simd.pset(32)``,
-``r = T.simd.vld(a[i * 64])``, ``T.simd.vadd(r, s, mask)`` ..., ``T.simd.vsts(c[i * 64], r,
-mask)``. A register is the value of its lanes as an expression of the lane; each ``vsts``
-becomes one ``T.Parallel`` nest over the register's lanes storing that expression, which the
-vector path lowers to vector instructions. Masks are whole registers (``pset`` of the
-element width); a mask of another width than its operands is an error.
+(:data:`..facts.registers.REGISTER_BYTES`: 64 float32 or 128 float16 lanes):
+``mask = T.simd.pset(32)``, ``r = T.simd.vld(a[i * 64])``, ``T.simd.vadd(r, s, mask)`` ...,
+``T.simd.vsts(c[i * 64], r, mask)``. The scope becomes one vector function of the arch-3510
+register API and each ``T.simd`` call one register instruction in it (the tile ops
+:data:`..facts.ops.REGISTER_INSTRUCTIONS`, numbered registers), the ``Reg::`` function
+:data:`..facts.registers.REGISTER_OPS` names; a load reads and a store writes its UB lanes, so
+the synchronisation pass orders the whole function against the other pipes. Masks are whole
+registers (``pset`` of the element width); a mask of another width than its operands is an
+error, and so is a register of another ``T.SimdVF``.
 
 Both scopes take the ``latency=`` scheduling hint (cycles) and check it.
 """
@@ -23,34 +26,17 @@ import builtins as py
 from dataclasses import dataclass
 
 import tvm
-from tilewright.errors import KernelError
-from tilewright.language import (
-    Parallel,
-    alloc_shared,
-    exp,
-    if_then_else,
-    log,
-    reduce_max,
-    reduce_min,
-    reduce_sum,
-    sqrt,
-)
-from tilewright.language import abs as abs_
+from tilewright.ir import Region, make_call
 from tilewright.language import builder as B
-from tilewright.language import max as max_
-from tilewright.language import min as min_
-from tilewright.language.buffer import TileBuffer
-from tvm import sym, tirx
+from tvm import tirx
 
-from ..facts.arch import ARCHS
 from ..facts.dtypes import dtype_bytes
-from ..facts.keys import SIMT_KEY
+from ..facts.keys import SIMD_VF_KEY, SIMT_KEY
+from ..facts.ops import REG_LOAD, REG_OP, REG_STORE
+from ..facts.registers import REGISTER_BYTES, REGISTER_OPS
 from ..facts.simt import MAX_THREADS
 from ._emit import error, span
 from .trees import MAINLINE, claim
-
-REGISTER_BYTES = ARCHS[MAINLINE.target].vector_bits // 8
-_SIMPLIFY = sym.Analyzer()
 
 
 def _latency(latency, what: str) -> None:
@@ -105,12 +91,31 @@ class SimtVF(_Scope):
 
 
 class SimdVF(_Scope):
-    """``with T.SimdVF():`` register-level SIMD code with ``T.simd.*``."""
+    """``with T.SimdVF():`` register-level SIMD code with ``T.simd.*``: one vector function
+    (an AttrStmt :data:`..facts.keys.SIMD_VF_KEY` around its register instructions)."""
 
     kind, what = "ascend_simd", "T.SimdVF"
 
     def __init__(self, latency=None):
         _latency(latency, "T.SimdVF")
+        self.latency = latency or 0
+        self.registers = 0
+
+    def __enter__(self):
+        super().__enter__()
+        self._frame.info["vf"] = self
+
+    def __exit__(self, exc_type, exc, tb):
+        builder = B.current(self.what)
+        body = builder.close(self._frame)
+        if exc_type is None:
+            builder.emit(tirx.AttrStmt(tirx.IntImm("int32", 0), SIMD_VF_KEY,
+                                       tirx.IntImm("int32", self.latency), body, span=span()))
+        return False
+
+    def register(self, dtype: str) -> Register:
+        self.registers += 1
+        return Register(self.registers - 1, dtype, self)
 
 
 def get_thread_binding(dim=0):
@@ -128,28 +133,29 @@ def get_thread_binding(dim=0):
 
 @dataclass(frozen=True)
 class Mask:
-    """A predicate over the lanes of registers of ``bits``-bit elements (all lanes)."""
+    """A predicate over every lane of registers of ``bits``-bit elements."""
 
     bits: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Register:
-    """A vector register: ``lane(l)`` is the value of lane ``l``; ``dtype`` its elements."""
+    """A vector register of ``dtype`` elements, number ``index`` of its ``T.SimdVF``."""
 
-    lane: object
+    index: int
     dtype: str
+    vf: SimdVF
 
     @property
     def lanes(self) -> int:
         return REGISTER_BYTES // dtype_bytes(self.dtype)
 
 
-def _in_simd(what: str):
-    builder = B.current(what)
-    if builder.enclosing("ascend_simd") is None:
+def _in_simd(what: str) -> SimdVF:
+    frame = B.current(what).enclosing("ascend_simd")
+    if frame is None:
         raise error(f"{what} is a register instruction: use it inside 'with T.SimdVF():'")
-    return builder
+    return frame.info["vf"]
 
 
 def _address(ref, what: str):
@@ -160,50 +166,15 @@ def _address(ref, what: str):
     return ref.source, list(ref.indices)
 
 
-def _lane_index(indices, lane):
-    return [*indices[:-1], indices[-1] + lane]
-
-
-def _check_span(buf, indices, lanes: int, what: str) -> None:
+def _lanes_region(buf, indices, lanes: int, what: str) -> Region:
+    """The ``lanes`` elements of ``buf`` from ``indices`` on, within its last dimension."""
     last = buf.shape[-1]
     start = indices[-1]
     if isinstance(last, tirx.IntImm) and isinstance(start, tirx.IntImm) and \
             int(start) + lanes > int(last):
         raise error(f"{what}: {lanes} lanes from element {int(start)} run past the last "
                     f"dimension of {buf.name!r} ({int(last)})")
-
-
-def _checked(reg: Register, what: str) -> Register:
-    """``reg`` once its lane 0 builds: an error there (a float function of integers) is
-    reported at the user's call of ``what``."""
-    try:
-        reg.lane(0)
-    except KernelError as exc:
-        raise error(f"{what}: {exc.message}") from None
-    return reg
-
-
-def _store_lanes(lanes: int, store) -> None:
-    """A ``T.Parallel`` nest over ``lanes`` lanes running ``store(lane)``, at the user's line
-    (the core would give it this module's)."""
-    builder = B.current("T.simd")
-    for lane in Parallel(lanes).run(("lane",)):
-        store(lane)
-    stmts = builder.frames[-1].stmts
-    loop = stmts[-1]
-    stmts[-1] = tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind, loop.body,
-                         annotations=loop.annotations, span=span())
-
-
-def _even(lane, value, zero, odd: int):
-    """Lane ``lane`` of a register whose lanes ``2 * i + odd`` hold ``value(i)`` and the
-    others zero; the parity is decided here when the index's simplified form shows it
-    (``2 * l``), so a register packed and unpacked again is indexed by ``l``."""
-    parity = _SIMPLIFY.simplify(tirx.const(0, "int32") + lane % 2)
-    half = _SIMPLIFY.simplify(tirx.const(0, "int32") + lane // 2)
-    if isinstance(parity, tirx.IntImm):
-        return value(half) if parity.value == odd else zero
-    return if_then_else(parity == odd, value(half), zero)
+    return Region(buf, tuple(indices), (*(1 for _ in indices[:-1]), lanes))
 
 
 def _mask(mask, regs, what: str) -> None:
@@ -216,19 +187,47 @@ def _mask(mask, regs, what: str) -> None:
                         f"holds {reg.dtype} ({bits}-bit lanes); use T.simd.pset({bits})")
 
 
-def _register(value, what: str) -> Register:
+def _register(value, vf: SimdVF, what: str) -> Register:
     if not isinstance(value, Register):
         raise error(f"{what} takes registers (from T.simd.vld or another T.simd op), got "
                     f"{value!r}")
+    if value.vf is not vf:
+        raise error(f"{what}: the register comes from another T.SimdVF; registers live "
+                    "within one vector function")
     return value
 
 
-def _operands(what: str, values, mask) -> list[Register]:
+def _takes(op: str, dtype: str, what: str) -> None:
+    instr = REGISTER_OPS[op]
+    if dtype not in instr.dtypes:
+        raise error(f"{what}: Reg::{instr.function} ({instr.header}) takes "
+                    f"{', '.join(sorted(instr.dtypes))} registers, not {dtype}")
+
+
+def _operands(what: str, values, mask) -> tuple[SimdVF, list[Register]]:
     """The registers of an instruction called inside ``T.SimdVF``, checked against ``mask``."""
-    _in_simd(what)
-    regs = [_register(v, what) for v in values]
+    vf = _in_simd(what)
+    regs = [_register(v, vf, what) for v in values]
     _mask(mask, regs, what)
-    return regs
+    return vf, regs
+
+
+def _emit(name: str, operands: dict, op: str, dst: Register | None = None, srcs=(),
+          bits: int = 0) -> None:
+    """One register instruction at the user's line."""
+    src = [r.index for r in srcs] + [-1, -1]
+    attrs = {"op": op, "dst": dst.index if dst is not None else -1, "src0": src[0],
+             "src1": src[1], "dtype": (dst or srcs[0]).dtype, "bits": bits}
+    B.current("T.simd").emit(make_call(name, operands, attrs, span()))
+
+
+def _compute(op: str, what: str, dtype: str, vf: SimdVF, srcs, mask: Mask,
+             scalar=None) -> Register:
+    _takes(op, dtype, what)
+    dst = vf.register(dtype)
+    value = tirx.const(0, "int32") if scalar is None else scalar
+    _emit(REG_OP.name, {"scalar": value}, op, dst, srcs, mask.bits)
+    return dst
 
 
 def _named(op, name: str):
@@ -243,44 +242,25 @@ def _same_type(regs, what: str) -> str:
     return dtypes.pop()
 
 
-# The computing instructions of T.simd: name (the arch-3510 builtin the vendor's C API calls,
-# impl/c_api/instr_impl/npu_arch_3510/vector_compute_impl) -> (form, the C API function of
-# include/c_api/reg_compute/reg_vector.h, the lane function). Forms: binary (two registers),
-# unary, scalar (a register and a scalar), reduce (the lanes into lane 0, the rest zero).
-INSTRUCTIONS = {
-    "vadd": ("binary", "asc_add", lambda a, b: a + b),
-    "vsub": ("binary", "asc_sub", lambda a, b: a - b),
-    "vmul": ("binary", "asc_mul", lambda a, b: a * b),
-    "vdiv": ("binary", "asc_div", lambda a, b: a / b),
-    "vmax": ("binary", "asc_max", max_),
-    "vmin": ("binary", "asc_min", min_),
-    "vexp": ("unary", "asc_exp", exp),
-    "vln": ("unary", "asc_ln", log),
-    "vsqrt": ("unary", "asc_sqrt", sqrt),
-    "vabs": ("unary", "asc_abs", abs_),
-    "vrelu": ("unary", "asc_relu", lambda a: max_(a, tirx.const(0, a.ty))),
-    "vadds": ("scalar", "asc_add_scalar", lambda a, s: a + s),
-    "vmuls": ("scalar", "asc_mul_scalar", lambda a, s: a * s),
-    "vmaxs": ("scalar", "asc_max_scalar", max_),
-    "vmins": ("scalar", "asc_min_scalar", min_),
-    "vcadd": ("reduce", "asc_reduce_sum", reduce_sum),
-    "vcmax": ("reduce", "asc_reduce_max", reduce_max),
-    "vcmin": ("reduce", "asc_reduce_min", reduce_min),
-}
+def _scalar_of(value, dtype: str):
+    return tirx.const(value, dtype) if isinstance(value, (py.int, py.float)) else value
 
 
 class _Simd:
-    """``T.simd``: register-level instructions, inside ``with T.SimdVF():``."""
+    """``T.simd``: register-level instructions, inside ``with T.SimdVF():``; each one the
+    ``Reg::`` function :data:`..facts.registers.REGISTER_OPS` names."""
 
     def __init__(self):
         forms = {"binary": self._binary, "unary": self._unary, "scalar": self._scalar,
-                 "reduce": self._reduce}
-        for name, (form, _api, fn) in INSTRUCTIONS.items():
-            setattr(self, name, forms[form](name, fn))
+                 "reduce": self._unary}
+        for name, instr in REGISTER_OPS.items():
+            if instr.form in forms:
+                setattr(self, name, forms[instr.form](name))
 
     @staticmethod
     def pset(bits):
-        """``T.simd.pset(32)``: a mask of every lane of ``bits``-bit elements."""
+        """``T.simd.pset(32)``: a mask of every lane of ``bits``-bit elements
+        (``Reg::CreateMask<T, Reg::MaskPattern::ALL>()``)."""
         _in_simd("T.simd.pset")
         if bits not in (8, 16, 32):
             raise error(f"T.simd.pset takes the element width 8, 16 or 32, got {bits!r}")
@@ -289,162 +269,122 @@ class _Simd:
     @staticmethod
     def vld(ref, dist="norm"):
         """``T.simd.vld(a[i * 64])``: load one register from UB, from that element on
-        (``asc_loadalign``, builtin ``vlds(..., NORM)``). ``dist="unpack"`` (16-bit elements,
-        ``asc_loadalign_unpack``, ``vlds(..., UNPK_B16)``) loads half a register's elements
-        into its even lanes, the odd lanes zero: the layout ``T.simd.vcvt`` widens from."""
+        (``Reg::LoadAlign``). ``dist="unpack"`` (16-bit elements, ``LoadDist::DIST_UNPACK_B16``)
+        loads half a register's elements into its even lanes, the odd lanes zero: the layout
+        ``T.simd.vcvt`` widens from."""
         what = "T.simd.vld"
-        _in_simd(what)
+        vf = _in_simd(what)
         buf, indices = _address(ref, what)
         dtype = str(buf.dtype)
-        if dist == "norm":
-            reg = Register(lambda lane: tirx.BufferLoad(buf, _lane_index(indices, lane)), dtype)
-            _check_span(buf, indices, reg.lanes, what)
-            return reg
-        if dist != "unpack":
+        if dist not in ("norm", "unpack"):
             raise error(f"{what}: dist= is 'norm' or 'unpack', got {dist!r}")
-        if dtype_bytes(dtype) != 2:
-            raise error(f"{what}(..., dist='unpack') loads 16-bit elements, not {dtype}")
-        zero = tirx.const(0, dtype)
-        reg = Register(lambda lane: _even(lane, lambda half: tirx.BufferLoad(
-            buf, _lane_index(indices, half)), zero, 0), dtype)
-        _check_span(buf, indices, reg.lanes // 2, what)
+        op = "vld" if dist == "norm" else "vld.unpack"
+        _takes(op, dtype, f"{what}(..., dist={dist!r})")
+        reg = vf.register(dtype)
+        count = reg.lanes if dist == "norm" else reg.lanes // 2
+        _emit(REG_LOAD.name, {"ub": _lanes_region(buf, indices, count, what)}, op, reg)
         return reg
 
     @staticmethod
     def vdup(value, mask=None, dtype="float32"):
-        """``T.simd.vdup(x, dtype=...)``: a register of the scalar ``x`` in every lane
-        (``asc_duplicate_scalar``, builtin ``vdup``); ``T.simd.vdup(r, mask)``: lane 0 of the
-        register ``r`` in every lane (``asc_duplicate``, ``vdup(..., POS_LOWEST, ...)``), the
-        broadcast of a reduction's result."""
-        _in_simd("T.simd.vdup")
+        """``T.simd.vdup(x, dtype=...)``: a register of the scalar ``x`` in every lane;
+        ``T.simd.vdup(r, mask)``: lane 0 of the register ``r`` in every lane, the broadcast of
+        a reduction's result (both ``Reg::Duplicate``)."""
+        what = "T.simd.vdup"
+        vf = _in_simd(what)
         if isinstance(value, Register):
-            _mask(mask, [value], "T.simd.vdup")
-            return Register(lambda lane: value.lane(0), value.dtype)
-        scalar = tirx.const(value, dtype) if isinstance(value, (py.int, py.float)) else value
-        reg = Register(lambda lane: scalar, str(scalar.ty))
-        if mask is not None:
-            _mask(mask, [reg], "T.simd.vdup")
-        return reg
+            _, (src,) = _operands(what, (value,), mask)
+            return _compute("vdup.lane0", what, src.dtype, vf, [src], mask)
+        scalar = _scalar_of(value, dtype)
+        dtype = str(scalar.ty)
+        bits = 8 * dtype_bytes(dtype)
+        if mask is not None and (not isinstance(mask, Mask) or mask.bits != bits):
+            raise error(f"{what}: the mask is for {getattr(mask, 'bits', mask)}-bit lanes but "
+                        f"the register holds {dtype}; use T.simd.pset({bits})")
+        return _compute("vdup", what, dtype, vf, [], Mask(bits), scalar)
 
     @staticmethod
     def vcvt(reg, dtype, mask, part="even"):
         """``T.simd.vcvt(r, dtype, mask, part="even")``: convert between float16 or bfloat16
-        and float32. The widths differ 2:1, so one register converts half the lanes of a
-        wider one: widening (``asc_half2float``, ``asc_bfloat162float``; ``_v2`` for the
-        odd part) reads the even or odd lanes of ``r``; narrowing (``asc_float2half_rn``,
-        ``asc_float2bfloat16_rn``, round to nearest even, not saturating; ``_v2``) writes
-        the even or odd lanes of the result, the others zero (``MODE_ZEROING``): add the
-        even and odd results of two registers for a whole one. Builtin ``vcvt(...,
-        PART_EVEN|PART_ODD, ...)``."""
+        and float32 (``Reg::Cast``). The widths differ 2:1, so one register converts half the
+        lanes of a wider one: widening reads the even or odd lanes of ``r``
+        (``RegLayout::ZERO``/``ONE``); narrowing (round to nearest even, not saturating) writes
+        the even or odd lanes of the result, the others zero (``MaskMergeMode::ZEROING``): add
+        the even and odd results of two registers for a whole one. ``mask`` is of ``r``'s
+        lanes."""
         what = "T.simd.vcvt"
-        _in_simd(what)
-        src = _register(reg, what)
-        _mask(mask, [src], what)
+        vf, (src,) = _operands(what, (reg,), mask)
         dtype = str(dtype)
         if part not in ("even", "odd"):
             raise error(f"{what}: part= is 'even' or 'odd', got {part!r}")
         if {src.dtype, dtype} not in ({"float16", "float32"}, {"bfloat16", "float32"}):
             raise error(f"{what}: converts float16 or bfloat16 to float32 and back, not "
                         f"{src.dtype} to {dtype}")
-        odd = py.int(part == "odd")
-        if dtype == "float32":
-            return Register(lambda lane: tirx.Cast(dtype, src.lane(2 * lane + odd)), dtype)
-        zero = tirx.const(0, dtype)
-        return Register(lambda lane: _even(lane, lambda wide: tirx.Cast(dtype, src.lane(wide)),
-                                           zero, odd), dtype)
+        return _compute(f"vcvt.{part}", what, dtype, vf, [src], mask)
 
     @staticmethod
     def vsts(ref, reg, mask, dist="norm"):
         """``T.simd.vsts(c[i * 64], r, mask)``: store the register's lanes to UB
-        (``asc_storealign``, builtin ``vsts(..., NORM_B32)`` or ``NORM_B16``).
-        ``dist="pack"`` stores the even lanes of a 16-bit register, half a register of
-        elements, with a 32-bit mask (``asc_storealign_pack`` of the register as 32-bit
-        elements, ``vsts(..., PK_B32)``: the low half of each): what ``T.simd.vcvt`` narrowed
-        into the even lanes."""
+        (``Reg::StoreAlign``). ``dist="pack"`` stores the even lanes of a 16-bit register, half
+        a register of elements, with a 32-bit mask (``StoreDist::DIST_PACK_B32``: the low half
+        of each 32-bit slot): what ``T.simd.vcvt`` narrowed into the even lanes."""
         what = "T.simd.vsts"
-        _in_simd(what)
+        vf = _in_simd(what)
         buf, indices = _address(ref, what)
-        reg = _register(reg, what)
+        reg = _register(reg, vf, what)
         if str(buf.dtype) != reg.dtype:
             raise error(f"{what}: the register holds {reg.dtype} but {buf.name!r} is "
                         f"{buf.dtype}")
-        lanes, lane_of = reg.lanes, reg.lane
+        count = reg.lanes
         if dist == "pack":
-            if dtype_bytes(reg.dtype) != 2:
-                raise error(f"{what}(..., dist='pack') stores the even lanes of a 16-bit "
-                            f"register, not {reg.dtype}")
+            _takes("vsts.pack", reg.dtype, f"{what}(..., dist='pack')")
             if not isinstance(mask, Mask) or mask.bits != 32:
                 raise error(f"{what}(..., dist='pack') selects 32-bit slots: give it "
                             f"T.simd.pset(32), got {mask!r}")
-            lanes, lane_of = lanes // 2, lambda lane: reg.lane(2 * lane)
+            count //= 2
         elif dist != "norm":
             raise error(f"{what}: dist= is 'norm' or 'pack', got {dist!r}")
         else:
             _mask(mask, [reg], what)
-        _check_span(buf, indices, lanes, what)
-        target = TileBuffer(buf)
-        _store_lanes(lanes, lambda lane: target.__setitem__(tuple(_lane_index(indices, lane)),
-                                                            lane_of(lane)))
+        op = "vsts" if dist == "norm" else "vsts.pack"
+        _emit(REG_STORE.name, {"ub": _lanes_region(buf, indices, count, what)}, op,
+              srcs=[reg], bits=mask.bits)
 
     @staticmethod
-    def _binary(name, fn):
+    def _binary(name):
         what = f"T.simd.{name}"
 
         def op(a, b, mask):
-            ra, rb = _operands(what, (a, b), mask)
-            dtype = _same_type([ra, rb], what)
-            return _checked(Register(lambda lane: fn(ra.lane(lane), rb.lane(lane)), dtype), what)
+            vf, regs = _operands(what, (a, b), mask)
+            return _compute(name, what, _same_type(regs, what), vf, regs, mask)
 
         return _named(op, name)
 
     @staticmethod
-    def _unary(name, fn):
+    def _unary(name):
         what = f"T.simd.{name}"
 
         def op(a, mask):
-            (reg,) = _operands(what, (a,), mask)
-            return _checked(Register(lambda lane: fn(reg.lane(lane)), reg.dtype), what)
+            vf, (reg,) = _operands(what, (a,), mask)
+            return _compute(name, what, reg.dtype, vf, [reg], mask)
 
         return _named(op, name)
 
     @staticmethod
-    def _scalar(name, fn):
+    def _scalar(name):
         what = f"T.simd.{name}"
 
         def op(a, scalar, mask):
-            (reg,) = _operands(what, (a,), mask)
-            value = tirx.const(scalar, reg.dtype) if isinstance(scalar, (py.int, py.float)) \
-                else scalar
-            return _checked(Register(lambda lane: fn(reg.lane(lane), value), reg.dtype), what)
-
-        return _named(op, name)
-
-    @staticmethod
-    def _reduce(name, reducer):
-        """The lanes stored to a UB tile and reduced there; lane 0 of the result reads it."""
-        what = f"T.simd.{name}"
-
-        def op(a, mask):
-            (reg,) = _operands(what, (a,), mask)
-            lanes = alloc_shared((1, reg.lanes), reg.dtype, scope="ascend.ub")
-            result = alloc_shared((1,), reg.dtype, scope="ascend.ub")
-            _store_lanes(reg.lanes, lambda lane: lanes.__setitem__((0, lane), reg.lane(lane)))
-            reducer(lanes, result, dim=-1)
-            value, zero = result[0], tirx.const(0, reg.dtype)
-
-            def first(lane):
-                if isinstance(lane, py.int):
-                    return value if lane == 0 else zero
-                return if_then_else(lane == 0, value, zero)
-
-            return Register(first, reg.dtype)
+            vf, (reg,) = _operands(what, (a,), mask)
+            return _compute(name, what, reg.dtype, vf, [reg], mask,
+                            _scalar_of(scalar, reg.dtype))
 
         return _named(op, name)
 
     def __getattr__(self, name):
-        raise AttributeError(
-            f"T.simd.{name} is not supported by backend 'ascend'; T.simd has pset, vld, vsts, "
-            f"vdup, vcvt, {', '.join(INSTRUCTIONS)}")
+        names = sorted({n.split(".")[0] for n in REGISTER_OPS} | {"pset"})
+        raise AttributeError(f"T.simd.{name} is not supported by backend 'ascend'; T.simd has "
+                             f"{', '.join(names)}")
 
 
 simd = _Simd()

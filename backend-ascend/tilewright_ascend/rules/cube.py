@@ -323,3 +323,30 @@ def rule_mma(em, call) -> None:
     n = b.rows if call.attrs["transpose_B"] else b.cols
     em.line(f"{{ MmadParams mp; mp.m = {m}; mp.n = {n}; mp.k = {k}; "
             f"mp.cmatrixInitVal = {init}; Mmad({c.at()}, {a.at()}, {b.at()}, mp); }}")
+
+
+@rule(ops.DUAL_FIXPIPE.name)
+def rule_dual_fixpipe(em, call) -> None:
+    """``T.dual_copy`` L0C -> UB on the 950: one ``Fixpipe`` of the whole L0C tile into the UB
+    of both vector sub-cores (``FixpipeParamsArch3510::dualDstCtl``, 1: M split, the first
+    M/2 rows to sub-core 0; 2: N split, the first N/2 columns; NZ -> ND as to GM, ``dstStride``
+    the row length of each half; impl/basic_api/dav_3510/kernel_operator_fixpipe_impl.h,
+    ``FixpipeL0cToUB``, requires an even M or an N that is a multiple of 32)."""
+    src, dst = call.operands["src"], call.operands["dst"]
+    tile = Tile(em, src, "T.dual_copy")
+    d, s = str(dst.buffer.dtype), tile.dtype
+    if d != s:
+        raise KernelError(f"T.dual_copy: the dual-destination Fixpipe copies {s} as it is, "
+                          f"not into {d}")
+    ub = dst.buffer
+    scope, offset, size = em.plan[ub]
+    m_split = int(call.attrs["axis"]) == len(src.extents) - 2
+    t = ctype(d)
+    with em.block(""):  # the vector cores' tile, addressed from the cube core
+        em.line(f"LocalTensor<{t}> {em.buf(ub)} = {em.memory_var(scope)}.GetWithOffset<{t}>("
+                f"{size // dtype_bytes(d)}, {offset});")
+        em.line(f"FixpipeParamsArch3510<CO2Layout::ROW_MAJOR> fp; fp.nSize = {tile.cols}; "
+                f"fp.mSize = {tile.rows}; fp.srcStride = {tile.prows}; "
+                f"fp.dstStride = {static_ints(ub.shape, ub.name)[-1]}; "
+                f"fp.dualDstCtl = {1 if m_split else 2};")
+        em.line(f"Fixpipe<{t}, {t}, CFG_ROW_MAJOR>({em.buf(ub)}, {tile.at()}, fp);")

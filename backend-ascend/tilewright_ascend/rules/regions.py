@@ -21,7 +21,8 @@ def static_ints(values, what):
     return out
 
 
-def offset_of(em, region: Region) -> str:
+def offset_expr(region: Region):
+    """The element offset of the region's start in its buffer (row-major)."""
     # a tensor's dimensions may be dynamic (T.dynamic): kernel arguments
     shape = [d.value if isinstance(d, tirx.IntImm) else d for d in region.buffer.shape]
     offset, stride = 0, 1
@@ -29,7 +30,11 @@ def offset_of(em, region: Region) -> str:
         offset = offset + (start if not isinstance(start, int) else tirx.const(start, "int32")) \
             * stride
         stride *= dim
-    return em.expr(offset)
+    return offset
+
+
+def offset_of(em, region: Region) -> str:
+    return em.expr(offset_expr(region))
 
 
 def tensor(em, region: Region) -> str:

@@ -460,7 +460,7 @@ def to_dialect(func):
                                                     tirx.IterVar.ThreadIndex, "blockIdx.x"),
                         annotations=annotations, span=loops[0].span)
     func = func.with_body(cid_loop).with_attr(PORTABLE_KEY, True)
-    if split is not None and split.workspaces:
+    if split is not None:  # a split kernel guards its own vector work, even without workspaces
         func = func.with_attr(WORKSPACES_KEY, list(split.workspaces))
     return func
 

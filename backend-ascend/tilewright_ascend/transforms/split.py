@@ -261,9 +261,11 @@ class Split:
     def _dual(self, stmt, call, loop):
         """(cube, vector) statements of a ``T.dual_copy``: vector sub-core ``vid`` moves its
         half of the full tile along ``axis``. GM <-> UB is the vector core's own copy; L0C ->
-        UB goes through a workspace (the cube's Fixpipe writes the whole tile, each sub-core
-        reads its half); UB -> L1 too (each sub-core writes its half, the cube waits for both
-        and loads the whole tile into L1 in its NZ layout)."""
+        UB is the cube's dual-destination Fixpipe into both sub-cores' UB, then a cross-core
+        flag, where :func:`dual_destination` allows it, else a workspace (the cube's Fixpipe
+        writes the whole tile, each sub-core reads its half); UB -> L1 goes through a
+        workspace too (each sub-core writes its half, the cube waits for both and loads the
+        whole tile into L1 in its NZ layout)."""
         src, dst = call.operands["src"], call.operands["dst"]
         axis = int(call.attrs["axis"])
         scopes = str(src.buffer.scope()), str(dst.buffer.scope())
@@ -273,6 +275,13 @@ class Split:
         if scopes[1] == GM:
             return [], [copy({"src": src, "dst": half(dst, axis, self.vid)})]
         name = f"{src.buffer.name}_{dst.buffer.name}"
+        if scopes[0] == L0C and dual_destination(src, axis, loop):
+            full = self._flag_id(stmt.span)
+            return [make_call(ops.DUAL_FIXPIPE.name, {"src": src, "dst": dst}, {"axis": axis},
+                              stmt.span),
+                    make_call(ops.SET_CROSS_FLAG.name, {"event_id": full}, {"pipe": "fix"},
+                              stmt.span)], \
+                [make_call(ops.WAIT_CROSS_FLAG.name, {"event_id": full}, span=stmt.span)]
         if scopes[0] == L0C:
             return self._handoff(name, src, dst, tuple(src.extents), loop, ("fix", "mte2"),
                                  stmt.span, halves=(None, axis))
@@ -368,6 +377,16 @@ def half(region: Region, axis: int, vid) -> Region:
     starts[axis] = starts[axis] + vid * size
     extents[axis] = size
     return Region(region.buffer, tuple(starts), tuple(extents))
+
+
+def dual_destination(src: Region, axis: int, loop) -> bool:
+    """Whether the L0C -> UB ``T.dual_copy`` of ``src`` split along ``axis`` is one Fixpipe
+    into both sub-cores' UB: outside loops (in a loop the cube would need a flag back once the
+    vector cores are done with their UB tile, where the workspace path has two slots), and for
+    an N split with N a multiple of 32 (``FixpipeL0cToUB`` of dav_3510; M is even already)."""
+    n = src.extents[-1]
+    m_split = axis == len(src.extents) - 2
+    return loop is None and (m_split or (isinstance(n, tirx.IntImm) and int(n) % 32 == 0))
 
 
 def _dual_copy(stmt):

@@ -1,7 +1,7 @@
 """Which gemm instruction fits a ``T.gemm``: ``wgmma.mma_async`` (sm_90a, ``WGMMA_FORMS``:
-m64nNk16 for float16/bfloat16, m64nNk32 for float8_e4m3fn/float8_e5m2), then
-``mma.sync`` over warp tiles (``MMA_FORMS``: m16n8k16 for float16/bfloat16 on sm_80+, m16n8k32
-for int8 on sm_80+ and float8 on sm_89+), else a gemm spread over the threads. Each
+m64nNk16 for float16/bfloat16, m64nNk32 for int8 into int32 and float8_e4m3fn/float8_e5m2),
+then ``mma.sync`` over warp tiles (``MMA_FORMS``: m16n8k16 for float16/bfloat16 on sm_80+,
+m16n8k32 for int8 on sm_80+ and float8 on sm_89+), else a gemm spread over the threads. Each
 predicate says why its instruction does not fit (None when it does); layout inference and the
 gemm rules ask the same ones."""
 
@@ -62,18 +62,30 @@ class WgmmaForm:
         return f"TW_WGMMA_{self.ptx.upper()}"
 
 
-# (A, B, C) dtypes -> the wgmma form that computes them (float32 accumulators only)
+# (A, B, C) dtypes -> the wgmma form that computes them
 WGMMA_FORMS = {
     ("float16", "float16", "float32"): WgmmaForm("f16", 16, True),
     ("bfloat16", "bfloat16", "float32"): WgmmaForm("bf16", 16, True),
+    ("int8", "int8", "int32"): WgmmaForm("s8", 32, False),
     ("float8_e4m3fn", "float8_e4m3fn", "float32"): WgmmaForm("e4m3", 32, False),
     ("float8_e5m2", "float8_e5m2", "float32"): WgmmaForm("e5m2", 32, False),
+}
+# (A, B, C) dtypes -> the form of a T.gemm_sp on wgmma (``wgmma.mma_async.sp``: K counts the
+# dense columns of one instruction, 16 kept values of A a row)
+SPARSE_WGMMA_FORMS = {
+    ("float16", "float16", "float32"): WgmmaForm("f16", 32, True),
+    ("bfloat16", "bfloat16", "float32"): WgmmaForm("bf16", 32, True),
 }
 
 
 def dtypes_of(call: TileOpCall) -> tuple[str, str, str]:
     """The (A, B, C) dtypes of a gemm."""
     return tuple(str(call.operands[k].buffer.dtype) for k in ("A", "B", "C"))
+
+
+def wgmma_form(call: TileOpCall) -> WgmmaForm | None:
+    """The ``wgmma.mma_async`` (``.sp`` for T.gemm_sp) form of a gemm's dtypes, or None."""
+    return (SPARSE_WGMMA_FORMS if call.name == "gemm_sp" else WGMMA_FORMS).get(dtypes_of(call))
 
 
 def mma_form(call: TileOpCall) -> MmaForm | None:
@@ -212,10 +224,13 @@ def wgmma_shape_misfit(call: TileOpCall, arch, threads: int, a_in_registers: boo
     a, b, c = (call.operands[k] for k in ("A", "B", "C"))
     if arch is None or arch.name != "sm_90a":
         return "wgmma needs sm_90a"
-    form = WGMMA_FORMS.get(dtypes_of(call))
+    form = wgmma_form(call)
     if form is None:
-        return f"operand dtypes {dtypes_of(call)} have no wgmma form " \
-               "(float16|bfloat16|float8_e4m3fn|float8_e5m2, same, float32)"
+        table = SPARSE_WGMMA_FORMS if call.name == "gemm_sp" else WGMMA_FORMS
+        return f"operand dtypes {dtypes_of(call)} have no wgmma form (" + \
+            ", ".join(f"{a} -> {c}" for a, _, c in table) + ")"
+    if call.name == "gemm_sp" and _sparse_misfit(call) is not None:
+        return _sparse_misfit(call)
     if call.attrs["transpose_A"]:
         return "A in registers must be [M, K]" if a_in_registers else \
             "A must be stored [M, K] (K-major) for the wgmma descriptor"
@@ -233,7 +248,7 @@ def wgmma_shape_misfit(call: TileOpCall, arch, threads: int, a_in_registers: boo
     if not layout.is_accumulator(c.buffer) or len(non_unit(c)) != 2:
         return "C is not a 2-D register accumulator (layout.Accumulator)"
     m, n = (const(e) for e in c.extents)
-    k = const(a.extents[1])
+    k = dense_k(call)
     if threads % WARPGROUP or m != 64 * (threads // WARPGROUP) or \
             (a_in_registers and const(a.extents[0]) != m):
         return f"M = {m} is not 64 rows per warpgroup of the {threads} threads"

@@ -283,10 +283,10 @@ def threads_running(func, call, block: int) -> int:
 
 
 def wgmma_accumulators(func, arch, block: int) -> list:
-    """Register accumulators that only gemms fitting wgmma write (as C)."""
+    """Register accumulators that only gemms (or T.gemm_sp) fitting wgmma write (as C)."""
     fits: dict = {}
     for call in tile_ops_in(func):
-        if call.name != "gemm":
+        if call.name not in ("gemm", "gemm_sp"):
             continue
         for name in ("A", "B", "C"):
             buf = call.operands[name].buffer

@@ -1,8 +1,8 @@
 """The wgmma device code a kernel needs: ``include/tw_wgmma.h`` (the GEMM loops, descriptors)
 and one specialisation of ``tw_wgmma_step<NC, TY, B_MN>`` (or the register-A
-``tw_wgmma_step_rs``) per instruction shape and operand type the kernel's gemms use: the
-``wgmma.mma_async`` inline assembly, whose operand list depends on N and whose K and
-transpose operands on the type (``TYPES``)."""
+``tw_wgmma_step_rs``, or the 2:4 sparse ``tw_wgmma_step_sp``) per instruction shape and
+operand type the kernel's gemms use: the ``wgmma.mma_async`` inline assembly, whose operand
+list depends on N and whose K and transpose operands on the type (``TYPES``)."""
 
 from __future__ import annotations
 
@@ -10,29 +10,41 @@ import re
 from pathlib import Path
 
 HEADER = (Path(__file__).resolve().parents[1] / "include" / "tw_wgmma.h").read_text()
-# tw_wgmma_type (the header's enum) -> (PTX operand type, K of one instruction); the 8-bit
-# forms have no transpose operands (their operands are K-major)
-TYPES = {"TW_WGMMA_F16": ("f16", 16), "TW_WGMMA_BF16": ("bf16", 16),
-         "TW_WGMMA_E4M3": ("e4m3", 32), "TW_WGMMA_E5M2": ("e5m2", 32)}
-_GEMM = re.compile(r"tw_gemm_wgmma(_rs)?<\d+, \d+, (\d+), (TW_WGMMA_\w+), (true|false),")
+# tw_wgmma_type (the header's enum) -> (PTX operand type, K of one instruction, PTX
+# accumulator type); the 8-bit forms have no transpose operands (their operands are K-major),
+# the integer one (int32 accumulators) no scale operands either
+TYPES = {"TW_WGMMA_F16": ("f16", 16, "f32"), "TW_WGMMA_BF16": ("bf16", 16, "f32"),
+         "TW_WGMMA_S8": ("s8", 32, "s32"), "TW_WGMMA_E4M3": ("e4m3", 32, "f32"),
+         "TW_WGMMA_E5M2": ("e5m2", 32, "f32")}
+# PTX accumulator type -> (C++ type, inline-assembly constraint)
+_ACCUMULATORS = {"f32": ("float", "f"), "s32": ("int", "r")}
+_GEMM = re.compile(r"tw_gemm_wgmma(_rs|_sp)?<\d+, \d+, (\d+), (TW_WGMMA_\w+), (true|false),")
 
 
-def _signature(name: str, nc: int, ty: str, b_mn: bool, a_param: str) -> str:
+def _signature(name: str, nc: int, ty: str, b_mn: bool, a_param: str, more: str = "") -> str:
+    acc = _ACCUMULATORS[TYPES[ty][2]][0]
     return (f"template <> __device__ inline void {name}<{nc}, {ty}, {str(b_mn).lower()}>("
-            f"float* d, {a_param}, unsigned long long db) {{\n")
+            f"{acc}* d, {a_param}, unsigned long long db{more}) {{\n")
+
+
+def _operands(ty: str, regs: int) -> str:
+    """The accumulators as inline-assembly operands."""
+    constraint = _ACCUMULATORS[TYPES[ty][2]][1]
+    return ", ".join(f'"+{constraint}"(d[{i}])' for i in range(regs))
 
 
 def instruction(nc: int, ty: str, b_mn: bool) -> str:
     """The device specialisation of ``tw_wgmma_step<NC, TY, B_MN>``: one wgmma."""
     regs = nc // 2
-    kind, k = TYPES[ty]
+    kind, k, dtype = TYPES[ty]
     outs = ", ".join(f"%{i}" for i in range(regs))
-    operands = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
-    transposes = f", 0, {int(b_mn)}" if k == 16 else ""
+    operands = _operands(ty, regs)
+    # scale-a/b (float forms only), then transpose-a/b (16-bit forms only)
+    extra = "" if dtype == "s32" else ", 1, 1" + (f", 0, {int(b_mn)}" if k == 16 else "")
     return (_signature("tw_wgmma_step", nc, ty, b_mn, "unsigned long long da") +
             f'  asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{regs + 2}, 0;\\n"\n'
-            f'    "wgmma.mma_async.sync.aligned.m64n{nc}k{k}.f32.{kind}.{kind} {{{outs}}}, '
-            f'%{regs}, %{regs + 1}, p, 1, 1{transposes};\\n}}\\n"\n'
+            f'    "wgmma.mma_async.sync.aligned.m64n{nc}k{k}.{dtype}.{kind}.{kind} {{{outs}}}, '
+            f'%{regs}, %{regs + 1}, p{extra};\\n}}\\n"\n'
             f'    : {operands}\n    : "l"(da), "l"(db), "r"(1));\n}}\n')
 
 
@@ -40,27 +52,46 @@ def instruction_rs(nc: int, ty: str, b_mn: bool) -> str:
     """The device specialisation of ``tw_wgmma_step_rs<NC, TY, B_MN>``: one wgmma with A
     from four 32-bit registers (``{a0, a1, a2, a3}``; the register form has no A transpose)."""
     regs = nc // 2
-    kind, k = TYPES[ty]
+    kind, k, dtype = TYPES[ty]
     outs = ", ".join(f"%{i}" for i in range(regs))
     a_regs = ", ".join(f"%{regs + i}" for i in range(4))
-    operands = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
+    operands = _operands(ty, regs)
     return (_signature("tw_wgmma_step_rs", nc, ty, b_mn, "const unsigned* a") +
             f'  asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{regs + 5}, 0;\\n"\n'
-            f'    "wgmma.mma_async.sync.aligned.m64n{nc}k{k}.f32.{kind}.{kind} {{{outs}}}, '
+            f'    "wgmma.mma_async.sync.aligned.m64n{nc}k{k}.{dtype}.{kind}.{kind} {{{outs}}}, '
             f'{{{a_regs}}}, %{regs + 4}, p, 1, 1, {int(b_mn)};\\n}}\\n"\n'
             f'    : {operands}\n    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), '
             f'"r"(1));\n}}\n')
 
 
+def instruction_sp(nc: int, ty: str, b_mn: bool) -> str:
+    """The device specialisation of ``tw_wgmma_step_sp<NC, TY, B_MN>``: one 2:4 sparse wgmma
+    (``wgmma.mma_async.sp``, K 32 dense columns of 16-bit operands) with the warp's metadata
+    register ``e`` and sparsity selector 0."""
+    regs = nc // 2
+    kind, _, dtype = TYPES[ty]
+    outs = ", ".join(f"%{i}" for i in range(regs))
+    return (_signature("tw_wgmma_step_sp", nc, ty, b_mn, "unsigned long long da",
+                       ", unsigned e") +
+            f'  asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{regs + 3}, 0;\\n"\n'
+            f'    "wgmma.mma_async.sp.sync.aligned.m64n{nc}k32.{dtype}.{kind}.{kind} {{{outs}}}, '
+            f'%{regs}, %{regs + 1}, %{regs + 2}, 0, p, 1, 1, 0, {int(b_mn)};\\n}}\\n"\n'
+            f'    : {_operands(ty, regs)}\n    : "l"(da), "l"(db), "r"(e), "r"(1));\n}}\n')
+
+
+# the gemm loop's suffix -> its instruction specialisation
+_MAKERS = {None: instruction, "_rs": instruction_rs, "_sp": instruction_sp}
+
+
 def source(names: list[str]) -> str:
     """``tw_wgmma.h`` plus the instruction specialisations the gemm calls ``names`` (the
-    ``tw_gemm_wgmma[_rs]<...>`` names in the kernel, in order) use."""
+    ``tw_gemm_wgmma[_rs|_sp]<...>`` names in the kernel, in order) use."""
     parts = [HEADER, "#ifndef TW_HOST_EMULATION"]
     seen = set()
     for name in names:
         match = _GEMM.match(name)
         key = (int(match.group(2)), match.group(3), match.group(4) == "true")
-        make = instruction_rs if match.group(1) else instruction
+        make = _MAKERS[match.group(1)]
         if (make, key) not in seen:
             seen.add((make, key))
             parts.append(make(*key))

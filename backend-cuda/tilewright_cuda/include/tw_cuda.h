@@ -64,3 +64,21 @@ TW_HALF_ATOMIC(tw_atomic_min, __half, __half2float, <)
 TW_HALF_ATOMIC(tw_atomic_max, __nv_bfloat16, __bfloat162float, >)
 TW_HALF_ATOMIC(tw_atomic_min, __nv_bfloat16, __bfloat162float, <)
 #endif
+
+// The metadata register of a 2:4 sparse tensor-core step over 16 rows from m0 and 32 columns
+// of K from k0, for 16-bit operands: mma.sp m16n8k32 (include/tw_mma.h) and each warp's 16
+// rows of wgmma.mma_async.sp m64nNk32 (include/tw_wgmma.h), which the PTX ISA lays out alike.
+// The metadata E is a row of 4-bit fields per row of A, one per group of 4 along K, filling
+// each element from its low bits up (tilewright.sparse): K bits a row whatever its element
+// type, read 16 at a time from a row of LDE bytes. With selector 0, lane 4 g + h (h = 0, 1)
+// gives the 16 bits of k0 + 16 h for row g (low half) and row g + 8 (high half); the other
+// lanes' metadata is not read.
+template <int LDE>
+__device__ __forceinline__ unsigned tw_sparse_meta(const void* E, int m0, int k0) {
+  const int lane = threadIdx.x % 32, g = lane >> 2, k = k0 + 16 * (lane & 1);
+  const unsigned char* rows = static_cast<const unsigned char*>(E);
+  auto bits16 = [&](int r) {
+    return unsigned(*reinterpret_cast<const unsigned short*>(rows + r * LDE + k / 8));
+  };
+  return bits16(m0 + g) | bits16(m0 + g + 8) << 16;
+}

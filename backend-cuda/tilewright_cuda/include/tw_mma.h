@@ -211,20 +211,7 @@ __device__ __forceinline__ void warp_tile(const T* A, const T* B, int m0, int n0
 // 2:4 structured-sparse A (T.gemm_sp): mma.sp::ordered_metadata m16n8k32 for 16-bit operands
 // (mma_kind's code 0 half, 1 bfloat16). A holds the kept values, [M][K / 2]: their fragment is
 // the m16n8k16 A fragment of the values. B is the dense m16n8k32 fragment: the two m16n8k16
-// fragments of k0 and k0 + 16. The metadata E is a row of 4-bit fields per row of A, one per
-// group of 4 along K, filling each element from its low bits up (tilewright.ir.sparse): K bits
-// a row whatever its element type, read 16 at a time from a row of LDE bytes. With selector 0,
-// lane 4 g + h (h = 0, 1) gives the 16 bits of k0 + 16 h for row g (low half) and row g + 8
-// (high half); the other lanes' metadata is not read.
-template <int LDE>
-__device__ __forceinline__ unsigned sparse_meta(const void* E, int m0, int k0) {
-  const int lane = threadIdx.x % 32, g = lane >> 2, k = k0 + 16 * (lane & 1);
-  const unsigned char* rows = static_cast<const unsigned char*>(E);
-  auto bits16 = [&](int r) {
-    return unsigned(*reinterpret_cast<const unsigned short*>(rows + r * LDE + k / 8));
-  };
-  return bits16(m0 + g) | bits16(m0 + g + 8) << 16;
-}
+// fragments of k0 and k0 + 16. The metadata register is include/tw_cuda.h's tw_sparse_meta.
 
 template <class T, class C>
 __device__ __forceinline__ void mma_sp(C* c, const unsigned* a, const unsigned* b, unsigned e) {
@@ -259,7 +246,7 @@ __device__ __forceinline__ void warp_tile_sp(const T* A, const void* E, const T*
 #pragma unroll
     for (int mi = 0; mi < MI; ++mi) {
       load_a<false, LA>(a[mi], A, m0 + mi * 16, k0 / 2);
-      e[mi] = sparse_meta<LDE>(E, m0 + mi * 16, k0);
+      e[mi] = tw_sparse_meta<LDE>(E, m0 + mi * 16, k0);
     }
 #pragma unroll
     for (int ni = 0; ni < NI; ++ni) {

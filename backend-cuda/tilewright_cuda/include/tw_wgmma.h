@@ -2,16 +2,16 @@
 // (tilewright_cuda/layout.py) read through wgmma matrix descriptors.
 //
 // TY names the operand type (tw_wgmma_type, numbered as include/tw_mma.h's mma_kind codes):
-// fp16 and bf16 take m64nNk16 steps, fp8 e4m3 and e5m2 m64nNk32 ones; a step spans 32 bytes
-// of K either way, so descriptors and offsets are the same in bytes. Every form accumulates
-// into float32.
+// fp16 and bf16 take m64nNk16 steps, int8, fp8 e4m3 and e5m2 m64nNk32 ones; a step spans 32
+// bytes of K either way, so descriptors and offsets are the same in bytes. int8 accumulates
+// into int32 (.s32.s8.s8), every other form into float32 (tw_wgmma_acc<TY>::type).
 //
 // tw_gemm_wgmma<N, K, NC, TY, B_MN, RA, WA, RB, WB>(A, B, acc, wg): warpgroup wg (128
 // threads) issues rows 64 wg .. 64 wg + 63 of an M x N tile as wgmma.m64nNCkKS steps, one
 // committed group; the caller retires it with tw_wgmma_wait<N>() before reading acc: A is
 // [RA, K] (K-major), B is [RB = K, N] (MN-major, B_MN: 16-bit types only, the 8-bit forms have
 // no transpose) or [RB = N, K] (K-major); WA, WB are the tiles' column-block widths in bytes.
-// acc holds NC / 2 floats per N chunk in the PTX m64nNk16 D layout (m64nNk32's is the same),
+// acc holds NC / 2 accumulators per N chunk in the PTX m64nNk16 D layout (m64nNk32's is the same),
 // which is the (warps x 1) warp grid of the "local.mma_acc" layout.
 // Descriptor: start >> 4 (bits 0-13), leading byte offset >> 4 (16-29), stride byte offset
 // >> 4 (32-45), swizzle mode (62-63: 1 = 128 B, 2 = 64 B, 3 = 32 B). K-major: SBO = 8 rows x
@@ -21,14 +21,27 @@
 // (wgmma's register-A form, 16-bit types): A is this thread's K / 2 halves (fp16 or bf16)
 // of its warpgroup's 64 x K rows in the m64nKk16 D layout (register i: row 16 warp + lane / 4
 // + 8 ((i % 4) / 2), column 8 (i / 4) + 2 (lane % 4) + i % 2), which for every k16 step
-// (registers 8 s .. 8 s + 7, as four .b32 pairs) is the PTX m64k16 A fragment layout. A fp32 accumulator of that layout
-// rounded pairwise to 16 bits is such an A (FlashAttention's P).
+// (registers 8 s .. 8 s + 7, as four .b32 pairs) is the PTX m64k16 A fragment layout. A fp32
+// accumulator of that layout rounded pairwise to 16 bits is such an A (FlashAttention's P).
+//
+// tw_gemm_wgmma_sp<N, K, NC, TY, B_MN, RA, WA, RB, WB, LDE>(A, B, acc, wg, E): 2:4 sparse A
+// (T.gemm_sp, 16-bit types): wgmma.mma_async.sp m64nNCk32 steps. A is the kept values, [RA,
+// K / 2] (K-major): a step's 64 x 16 values are read through a descriptor exactly as a dense
+// k16 step's A; B is as above, 32 deep a step. Each warp gives the metadata of its 16 rows
+// (PTX ISA: warp w % 4 covers rows 16 w .. 16 w + 15), laid out as mma.sp m16n8k32's
+// (tw_sparse_meta, sparsity selector 0), read from E's rows of LDE bytes. K counts dense
+// columns.
 #ifndef TW_WGMMA_H
 #define TW_WGMMA_H
 
-enum tw_wgmma_type { TW_WGMMA_F16 = 0, TW_WGMMA_BF16 = 1, TW_WGMMA_E4M3 = 3, TW_WGMMA_E5M2 = 4 };
+enum tw_wgmma_type {
+  TW_WGMMA_F16 = 0, TW_WGMMA_BF16 = 1, TW_WGMMA_S8 = 2, TW_WGMMA_E4M3 = 3, TW_WGMMA_E5M2 = 4
+};
 // bytes per element of a wgmma operand type
-__host__ __device__ constexpr int tw_wgmma_bytes(int ty) { return ty >= TW_WGMMA_E4M3 ? 1 : 2; }
+__host__ __device__ constexpr int tw_wgmma_bytes(int ty) { return ty >= TW_WGMMA_S8 ? 1 : 2; }
+// the accumulator type of a wgmma operand type
+template <int TY> struct tw_wgmma_acc { using type = float; };
+template <> struct tw_wgmma_acc<TW_WGMMA_S8> { using type = int; };
 
 __host__ __device__ inline unsigned long long tw_wgmma_desc(unsigned addr, unsigned lbo,
                                                             unsigned sbo, int width) {
@@ -52,9 +65,14 @@ __host__ __device__ inline unsigned long long tw_wgmma_b_desc(unsigned b0, int k
 
 // one wgmma of type TY over NC columns (the m64nNCk16 or m64nNCk32 step)
 template <int NC, int TY, bool B_MN>
-__device__ inline void tw_wgmma_step(float* d, unsigned long long da, unsigned long long db);
+__device__ inline void tw_wgmma_step(typename tw_wgmma_acc<TY>::type* d, unsigned long long da,
+                                     unsigned long long db);
 template <int NC, int TY, bool B_MN>
-__device__ inline void tw_wgmma_step_rs(float* d, const unsigned* a, unsigned long long db);
+__device__ inline void tw_wgmma_step_rs(typename tw_wgmma_acc<TY>::type* d, const unsigned* a,
+                                        unsigned long long db);
+template <int NC, int TY, bool B_MN>
+__device__ inline void tw_wgmma_step_sp(float* d, unsigned long long da, unsigned long long db,
+                                        unsigned e);
 
 #ifndef TW_HOST_EMULATION
 __device__ __forceinline__ void tw_wgmma_fence() {
@@ -98,12 +116,15 @@ inline float tw_wgmma_read(unsigned long long desc, bool mn_major, int row, int 
 // wait_group that retires its group. The emulation computes each instruction's products when
 // it is issued and again when it is retired, adds them to the accumulators at retirement,
 // and aborts when the two differ: shared memory under a wgmma in flight was overwritten.
+// Products are summed in float: exact for int8 (32 products of at most 2^14 each).
 struct tw_wgmma_op {
-  float* d;
+  void* d;  // float*, int* for TW_WGMMA_S8
   unsigned long long da, db;
   int nc, ty;
   bool b_mn;
   std::vector<float> issued;
+  bool sparse = false;             // wgmma.sp: A holds kept values, meta picks their k
+  unsigned meta[2] = {};           // ... for the thread's rows g and g + 8 of its warp
   const unsigned* regs = nullptr;  // register-A form: this thread's four A registers
   unsigned held[4] = {};           // ... as issued (they must not change until retirement)
   float a[2][16] = {};             // ... and the thread's two rows of A, from its quad's lanes
@@ -114,11 +135,19 @@ inline std::vector<float> tw_wgmma_products(const tw_wgmma_op& op) {
   for (int i = 0; i < op.nc / 2; ++i) {
     int row = 16 * warp + lane / 4 + 8 * ((i % 4) / 2);
     int col = (i / 4) * 8 + 2 * (lane % 4) + i % 2;
+    auto b = [&](int k) {
+      return op.b_mn ? tw_wgmma_read(op.db, true, k, col, op.ty)
+                     : tw_wgmma_read(op.db, false, col, k, op.ty);
+    };
     float s = 0;
-    for (int k = 0; k < 32 / tw_wgmma_bytes(op.ty); ++k)
-      s += (op.regs ? op.a[(i % 4) / 2][k] : tw_wgmma_read(op.da, false, row, k, op.ty)) *
-           (op.b_mn ? tw_wgmma_read(op.db, true, k, col, op.ty)
-                    : tw_wgmma_read(op.db, false, col, k, op.ty));
+    if (op.sparse) {  // value v of a group of 2 sits at k 4 (v / 2) + its 2-bit index
+      for (int v = 0; v < 16; ++v)
+        s += tw_wgmma_read(op.da, false, row, v, op.ty) *
+             b(4 * (v / 2) + ((op.meta[(i % 4) / 2] >> (2 * v)) & 3));
+    } else {
+      for (int k = 0; k < 32 / tw_wgmma_bytes(op.ty); ++k)
+        s += (op.regs ? op.a[(i % 4) / 2][k] : tw_wgmma_read(op.da, false, row, k, op.ty)) * b(k);
+    }
     out[i] = s;
   }
   return out;
@@ -126,7 +155,8 @@ inline std::vector<float> tw_wgmma_products(const tw_wgmma_op& op) {
 thread_local std::vector<tw_wgmma_op> tw_wgmma_open;               // issued, not committed
 thread_local std::vector<std::vector<tw_wgmma_op>> tw_wgmma_groups;  // committed, in flight
 template <int NC, int TY, bool B_MN>
-inline void tw_wgmma_step(float* d, unsigned long long da, unsigned long long db) {
+inline void tw_wgmma_step(typename tw_wgmma_acc<TY>::type* d, unsigned long long da,
+                          unsigned long long db) {
   tw_wgmma_op op{d, da, db, NC, TY, B_MN, {}};
   op.issued = tw_wgmma_products(op);
   tw_wgmma_open.push_back(std::move(op));
@@ -145,7 +175,8 @@ inline std::barrier<>& tw_wgmma_warp_barrier() {
   return *bars[(tw_slot_base + threadIdx.x) / 32];
 }
 template <int NC, int TY, bool B_MN>
-inline void tw_wgmma_step_rs(float* d, const unsigned* a, unsigned long long db) {
+inline void tw_wgmma_step_rs(typename tw_wgmma_acc<TY>::type* d, const unsigned* a,
+                             unsigned long long db) {
   tw_wgmma_op op{d, 0, db, NC, TY, B_MN, {}};
   op.regs = a;
   unsigned t = tw_slot_base + threadIdx.x, quad = t / 4 * 4;
@@ -156,6 +187,26 @@ inline void tw_wgmma_step_rs(float* d, const unsigned* a, unsigned long long db)
       for (int h = 0; h < 2; ++h)
         op.a[r % 2][2 * l + 8 * (r / 2) + h] =
             tw_mma_element((tw_wgmma_a_exchange[quad + l][r] >> (16 * h)) & 0xffff, TY);
+  tw_wgmma_warp_barrier().arrive_and_wait();
+  op.issued = tw_wgmma_products(op);
+  tw_wgmma_open.push_back(std::move(op));
+}
+// The sparse form: each thread gathers the metadata of its rows g and g + 8 from lanes 4 g
+// and 4 g + 1 of its warp (selector 0: low halves row g, high halves row g + 8, lane 4 g + h
+// holding k 16 h .. 16 h + 15), through memory between two barriers of its warp.
+template <int NC, int TY, bool B_MN>
+inline void tw_wgmma_step_sp(float* d, unsigned long long da, unsigned long long db,
+                             unsigned e) {
+  tw_wgmma_op op{d, da, db, NC, TY, B_MN, {}};
+  op.sparse = true;
+  unsigned t = tw_slot_base + threadIdx.x, quad = t / 4 * 4;
+  tw_wgmma_a_exchange[t][0] = e;
+  tw_wgmma_warp_barrier().arrive_and_wait();
+  for (int h = 0; h < 2; ++h) {
+    unsigned word = tw_wgmma_a_exchange[quad + h][0];
+    op.meta[0] |= (word & 0xffffu) << (16 * h);
+    op.meta[1] |= (word >> 16) << (16 * h);
+  }
   tw_wgmma_warp_barrier().arrive_and_wait();
   op.issued = tw_wgmma_products(op);
   tw_wgmma_open.push_back(std::move(op));
@@ -181,7 +232,12 @@ inline void tw_wgmma_wait() {
                     blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x);
         __trap();
       }
-      for (size_t i = 0; i < now.size(); ++i) op.d[i] += now[i];
+      for (size_t i = 0; i < now.size(); ++i) {
+        if (op.ty == TW_WGMMA_S8)
+          static_cast<int*>(op.d)[i] += (int)now[i];
+        else
+          static_cast<float*>(op.d)[i] += now[i];
+      }
     }
     tw_wgmma_groups.erase(tw_wgmma_groups.begin());
   }
@@ -189,8 +245,8 @@ inline void tw_wgmma_wait() {
 #endif
 
 template <int N, int K, int NC, int TY, bool B_MN, int RA, int WA, int RB, int WB>
-__device__ __forceinline__ void tw_gemm_wgmma(const void* A, const void* B, float* acc,
-                                              int wg) {
+__device__ __forceinline__ void tw_gemm_wgmma(const void* A, const void* B,
+                                              typename tw_wgmma_acc<TY>::type* acc, int wg) {
   constexpr int EB = tw_wgmma_bytes(TY), KS = 32 / EB;  // a step is 32 bytes of K
   static_assert(!B_MN || EB == 2, "the 8-bit wgmma forms read B K-major only");
   const unsigned a0 = tw_smem_u32(A), b0 = tw_smem_u32(B);
@@ -207,10 +263,33 @@ __device__ __forceinline__ void tw_gemm_wgmma(const void* A, const void* B, floa
   }
   tw_wgmma_commit();  // the gemm's own tw_wgmma_wait<0> (or <1> when pipelined) follows
 }
+// 2:4 sparse A (see the top): per k32 step the values' descriptor (16 values, 32 bytes of
+// each row) and this warp's metadata register, then one wgmma.sp per N chunk.
+template <int N, int K, int NC, int TY, bool B_MN, int RA, int WA, int RB, int WB, int LDE>
+__device__ __forceinline__ void tw_gemm_wgmma_sp(const void* A, const void* B, float* acc, int wg,
+                                                 const void* E) {
+  static_assert(tw_wgmma_bytes(TY) == 2, "sparse wgmma is lowered for 16-bit operands only");
+  const unsigned a0 = tw_smem_u32(A), b0 = tw_smem_u32(B);
+  const int rows = 64 * wg + 16 * (threadIdx.x / 32 % 4);
+  tw_wgmma_fence();
+#pragma unroll
+  for (int k0 = 0; k0 < K; k0 += 32) {
+    const unsigned a = a0 + (k0 / WA) * RA * WA + 64 * wg * WA + (k0 % WA);  // k0 / 2 values
+    const unsigned long long da = tw_wgmma_desc(a, 16, 8 * WA, WA);
+    const unsigned e = tw_sparse_meta<LDE>(E, rows, k0);
+#pragma unroll
+    for (int n0 = 0; n0 < N; n0 += NC) {
+      const unsigned long long db = tw_wgmma_b_desc<B_MN, RB, WB, 2>(b0, k0, n0);
+      tw_wgmma_step_sp<NC, TY, B_MN>(acc + n0 / 2, da, db, e);
+    }
+  }
+  tw_wgmma_commit();
+}
 // A in registers (see the top): no descriptor, no shared-memory fence for A; the wgmma.fence
 // orders the ordinary instructions that wrote A (the convert) and acc before the wgmma reads.
 template <int N, int K, int NC, int TY, bool B_MN, int RB, int WB, class T>
-__device__ __forceinline__ void tw_gemm_wgmma_rs(const T* A, const void* B, float* acc, int wg) {
+__device__ __forceinline__ void tw_gemm_wgmma_rs(const T* A, const void* B,
+                                                 typename tw_wgmma_acc<TY>::type* acc, int wg) {
   static_assert(sizeof(T) == 2 && tw_wgmma_bytes(TY) == 2,
                 "wgmma register A holds 16-bit elements");
   const unsigned* a = reinterpret_cast<const unsigned*>(A);
@@ -236,9 +315,11 @@ inline void tw_wgmma_pack(T* p, float lo, float hi) {
   p[1] = T(hi);
 }
 #else
+#ifdef __CUDA_FP16_TYPES_EXIST__
 __device__ __forceinline__ void tw_wgmma_pack(half* p, float lo, float hi) {
   *reinterpret_cast<half2*>(p) = __floats2half2_rn(lo, hi);
 }
+#endif
 #ifdef __CUDA_BF16_TYPES_EXIST__
 __device__ __forceinline__ void tw_wgmma_pack(__nv_bfloat16* p, float lo, float hi) {
   *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(lo, hi);

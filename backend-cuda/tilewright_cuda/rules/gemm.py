@@ -2,11 +2,11 @@
 it does not fit; the first that fits lowers the gemm.
 
 1. ``wgmma.mma_async`` (sm_90a, include/tw_wgmma.h; the form of the dtypes,
-   ``gemm_fit.WGMMA_FORMS``: m64nNk16 for float16/bfloat16, m64nNk32 for
-   float8_e4m3fn/float8_e5m2 into float32, SASS ``HGMMA``/``QGMMA``): both operands read from
-   swizzled shared tiles through matrix descriptors, or 16-bit A from registers (the
-   register-A form ``tw_gemm_wgmma_rs``: the k16 steps' m64k16 A fragments, which the wgmma
-   accumulator layout holds); C a register accumulator in the wgmma D layout;
+   ``gemm_fit.WGMMA_FORMS``: m64nNk16 for float16/bfloat16, m64nNk32 for int8 into int32
+   and float8_e4m3fn/float8_e5m2 into float32, SASS ``HGMMA``/``IGMMA``/``QGMMA``): both
+   operands read from swizzled shared tiles through matrix descriptors, or 16-bit A from
+   registers (the register-A form ``tw_gemm_wgmma_rs``: the k16 steps' m64k16 A fragments,
+   which the wgmma accumulator layout holds); C a register accumulator in the wgmma D layout;
 2. ``ldmatrix`` + ``mma.sync`` over warp tiles (include/tw_mma.h; the form of the dtypes,
    ``gemm_fit.MMA_FORMS``: m16n8k16 for float16/bfloat16, m16n8k32 for int8 into int32 on
    sm_80+ and float8_e4m3fn/float8_e5m2 into float32 on sm_89+);
@@ -15,9 +15,11 @@ it does not fit; the first that fits lowers the gemm.
 A gemm that asks for tensor cores but cannot have them is an error (``mma_policy_error``).
 
 ``T.gemm_sp`` (A 2:4 sparse: kept values and metadata, ``tilewright.sparse``) takes
-``mma.sp::ordered_metadata`` m16n8k32 over warp tiles for float16/bfloat16 into a register
-accumulator (``gemm_fit.SPARSE_MMA_FORMS``), else the thread gemm, each stored value meeting the
-row of B its metadata names.
+``wgmma.mma_async.sp`` m64nNk32 on sm_90a (``gemm_fit.SPARSE_WGMMA_FORMS``, SASS
+``HGMMA.SP``; the values read as the dense form's A, each warp's metadata register from the
+metadata rows), else ``mma.sp::ordered_metadata`` m16n8k32 over warp tiles for
+float16/bfloat16 into a register accumulator (``gemm_fit.SPARSE_MMA_FORMS``), else the thread
+gemm, each stored value meeting the row of B its metadata names.
 """
 
 from __future__ import annotations
@@ -63,26 +65,34 @@ def lower_gemm_wgmma(call: TileOpCall, ctx: RuleContext):
     """Each warpgroup issues the wgmma steps of its 64 rows; the operands' writers fence
     their shared stores to the async proxy first (a barrier of the block or role). With A
     in registers only B's writers need that fence (``transforms.sync.drop_redundant_fences``
-    removes it where nothing wrote B since an earlier one)."""
+    removes it where nothing wrote B since an earlier one). A T.gemm_sp passes its metadata
+    rows last (``tw_gemm_wgmma_sp``: A holds the kept values, K counts dense columns)."""
     a, b, c = (call.operands[k] for k in ("A", "B", "C"))
     tx, _ = thread_var(ctx)
-    n, k = const(c.extents[1]), const(a.extents[1])
+    n, k = const(c.extents[1]), gemm_fit.dense_k(call)
     width_b, _ = layout.swizzle_of(b.buffer)
     b_mn = "true" if not call.attrs["transpose_B"] else "false"
-    ty = gemm_fit.WGMMA_FORMS[gemm_fit.dtypes_of(call)].code
+    ty = gemm_fit.wgmma_form(call).code
     nc = gemm_fit.wgmma_chunk(n, width_b // layout.SWIZZLE_DTYPES[str(b.buffer.dtype)])
     rows_b = const(b.buffer.shape[0])
+    extra = []
     if layout.is_register_a(a.buffer):
         name = f"tw_gemm_wgmma_rs<{n}, {k}, {nc}, {ty}, {b_mn}, {rows_b}, {width_b}>"
         a_arg = tirx.address_of(_origin(a.buffer))
     else:
         width_a, _ = layout.swizzle_of(a.buffer)
-        name = (f"tw_gemm_wgmma<{n}, {k}, {nc}, {ty}, {b_mn}, {const(a.buffer.shape[0])}, "
-                f"{width_a}, {rows_b}, {width_b}>")
+        shape = f"{n}, {k}, {nc}, {ty}, {b_mn}, {const(a.buffer.shape[0])}, {width_a}, " \
+                f"{rows_b}, {width_b}"
+        name = f"tw_gemm_wgmma<{shape}>"
+        if call.name == "gemm_sp":
+            e = call.operands["E"]
+            name = f"tw_gemm_wgmma_sp<{shape}, " \
+                   f"{gemm_fit.leading_dim(e) * e.buffer.dtype.bits // 8}>"
+            extra = [_ptr(e)]
         a_arg = intrinsics.shared_addr(_origin(a.buffer))
     gemm = tirx.Evaluate(tirx.call_extern(
         "void", name, a_arg, intrinsics.shared_addr(_origin(b.buffer)),
-        tirx.address_of(_origin(c.buffer)), tirx.floordiv(tx, WARPGROUP)))
+        tirx.address_of(_origin(c.buffer)), tirx.floordiv(tx, WARPGROUP), *extra))
     stmts = [intrinsics.fence_proxy_async(), intrinsics.sync(), gemm, intrinsics.wgmma_wait(0)]
     if call.attrs["clear_accum"]:
         stmts.insert(0, lower_fill(fill_call(c), ctx))
@@ -200,12 +210,15 @@ def lower_gemm_threads(call: TileOpCall, ctx: RuleContext):
 
 @register("gemm_sp")
 def lower_gemm_sp(call: TileOpCall, ctx: RuleContext):
-    """``mma.sp`` over warp tiles when it fits and C is a register accumulator, else the
-    thread gemm over the stored values."""
+    """``wgmma.mma_async.sp`` when it fits (sm_90a, C in the wgmma accumulator layout), else
+    ``mma.sp`` over warp tiles when it fits and C is a register accumulator, else the thread
+    gemm over the stored values."""
     arch, threads = ctx.options.arch, thread_var(ctx)[1]
     problem = gemm_fit.mma_policy_error(call, arch, threads)
     if problem is not None:
         raise UnsupportedOpError(problem)
+    if gemm_fit.wgmma_misfit(call, arch, threads) is None:
+        return lower_gemm_wgmma(call, ctx)
     if gemm_fit.mma_misfit(call, arch, threads) is None and \
             layout.is_accumulator(call.operands["C"].buffer):
         return lower_gemm_sp_mma(call, ctx)

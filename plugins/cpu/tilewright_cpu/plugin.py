@@ -47,7 +47,8 @@ PIPELINE = PassPipeline((
     Phase("lower_memory", lambda ctx: [passes.lower_scopes()],
           "shared and fragment tiles become per-block host arrays"),
     Phase("lower_blocks", lambda ctx: [passes.lower_blocks(),
-                                       lowering_extra.check_device_asserts()],
+                                       lowering_extra.check_device_asserts(),
+                                       passes.fold_unsigned_sign_tests()],
           "the block grid becomes one parallel loop over CPU workers"),
 ))
 

@@ -1,0 +1,61 @@
+"""Kernels the differential fuzzer (tilewright_sdk.fuzz) found crashing inside TVM's build on
+the CPU backend: comparisons of an unsigned value with 0 (LowerIntrin aborted the process on
+``if u < 0`` of a let-bound unsigned value); a loop-invariant bfloat16 value stored by a vector
+loop (BF16StorageLegalize left a ``Broadcast`` of bfloat16)."""
+
+import pytest
+import tilewright
+import tilewright.language as T
+import torch
+
+
+@tilewright.jit(out_idx=[-1], target="cpu")
+def sign_test(test):
+    @T.prim_func
+    def main(X: T.Tensor((1, 1), "uint8"), Y: T.Tensor((1, 1), "uint8")):
+        with T.Kernel(1, 1, threads=128) as (bx, by):
+            x = T.alloc_fragment((1, 1), "uint8")
+            T.copy(X[by, bx], x)
+            y = T.alloc_fragment((1, 1), "uint8")
+            for i, j in T.Parallel(1, 1):  # `by + i` also here: one let binding for both
+                y[i, j] = T.if_then_else(x[i, j] > T.uint8(6), T.cast(by + i, "uint8"), x[i, j])
+            for i, j in T.Parallel(1, 1):
+                if test(T.cast(by + i, "uint8")):
+                    y[i, j] = y[i, j] + T.uint8(3)
+            T.copy(y, Y[by, bx])
+    return main
+
+
+TESTS = {"u < 0": (lambda u: u < T.uint8(0), 0), "0 > u": (lambda u: T.uint8(0) > u, 0),
+         "u >= 0": (lambda u: u >= T.uint8(0), 3), "0 <= u": (lambda u: T.uint8(0) <= u, 3)}
+
+
+@pytest.mark.parametrize("name", TESTS)
+def test_unsigned_compared_with_zero(name):
+    test, added = TESTS[name]
+    kernel = sign_test(test)
+    for value in (3, 9):
+        x = torch.tensor([[value]], dtype=torch.uint8)
+        torch.testing.assert_close(kernel(x), torch.where(x > 6, 0, x) + added)
+
+
+@tilewright.jit(out_idx=[-1], target="cpu")
+def invariant_store(guarded):
+    @T.prim_func
+    def main(X: T.Tensor((2, 16), "bfloat16"), Y: T.Tensor((2, 16), "bfloat16")):
+        with T.Kernel(1, 2, threads=128) as (bx, by):
+            for i, j in T.Parallel(1, 16):
+                if guarded:
+                    if by + i < 2:
+                        Y[by + i, j] = X[by, 0]
+                else:
+                    Y[by + i, j] = T.bfloat16(0.5) + X[0, 1]
+    return main
+
+
+@pytest.mark.parametrize("guarded", [False, True])
+def test_a_loop_invariant_bfloat16_store(guarded):
+    x = torch.randn(2, 16).to(torch.bfloat16)
+    expected = x[:, :1].expand(2, 16) if guarded else (0.5 + x[0, 1].float()).to(
+        torch.bfloat16).expand(2, 16)
+    torch.testing.assert_close(invariant_store(guarded)(x), expected)
