@@ -583,3 +583,131 @@ def _flatten(stmt):
         return _seq_of(flat)
 
     return tvm_ffi.structural_map(stmt, (tirx.SeqStmt, splice))
+
+
+# -- GEMM operands converted once ----------------------------------------------------------------
+HOIST_MAX_BYTES = 256 * 1024  # a converted tile above this would not stay in L2 between uses
+
+
+def _aliases(body) -> dict:
+    """Each tile declared over another's memory (``T.decl_buffer(data=...)``, views) mapped to
+    the tile whose memory it is."""
+    alias = {}
+
+    def declared(stmt):
+        data = stmt.data
+        if isinstance(data, tvm.ir.Call) and isinstance(data.op, tvm.ir.Op) and \
+                data.op.name == "tirx.buffer_data":
+            alias[stmt.buffer] = data.args[0]
+
+    tvm_ffi.structural_walk(body, (tirx.DeclBuffer, declared))
+    return alias
+
+
+def _root(buffer, alias: dict):
+    seen = set()
+    while buffer in alias and buffer not in seen:
+        seen.add(buffer)
+        buffer = alias[buffer]
+    return buffer
+
+
+def _written(body, alias: dict) -> set:
+    """The tiles ``body`` may write (by the tile owning their memory): stores, tile ops'
+    written regions and addresses handed to calls (atomics ...)."""
+    written = set()
+
+    def tile_op(stmt):
+        call = decode(stmt)
+        if call is not None:
+            written.update(_root(r.buffer, alias) for r in call.regions("write"))
+
+    def address(call):
+        if isinstance(call.op, tvm.ir.Op) and call.op.name == "tirx.address_of" and \
+                isinstance(call.args[0], tvm.ir.TensorLoad):
+            written.add(_root(call.args[0].source, alias))
+
+    tvm_ffi.structural_walk(body, [
+        (tirx.BufferStore, lambda s: written.add(_root(s.buffer, alias))),
+        (tirx.Evaluate, tile_op), (tvm.ir.Call, address)])
+    return written
+
+
+def _allocated(body) -> set:
+    found = set()
+    tvm_ffi.structural_walk(body, (tirx.AllocBuffer, lambda s: found.add(s.buffer)))
+    return found
+
+
+class _HoistConversions(StmtMutator):
+    """Rewrites the loops that :func:`hoist_gemm_conversions` describes; ``alias`` as
+    :func:`_aliases` gives it."""
+
+    def __init__(self, alias: dict):
+        super().__init__()
+        self.alias = alias
+
+    def visit_For(self, stmt):
+        if stmt.kind in (tirx.ForKind.SERIAL, tirx.ForKind.UNROLLED):
+            hoisted = self._hoist(stmt)
+            if hoisted is not None:
+                return hoisted
+        return super().visit_For(stmt)
+
+    def _hoist(self, loop):
+        written, inner = _written(loop.body, self.alias), _allocated(loop.body)
+        tiles = {}  # tile -> its copy in the accumulator's type
+
+        def consider(stmt):
+            call = decode(stmt)
+            if call is None or call.name != "gemm":
+                return
+            acc = str(call.operands["C"].buffer.dtype)
+            for name in "AB":
+                region = call.operands[name]
+                tile = region.buffer
+                if str(tile.dtype) == acc or str(tile.scope()) == "global" or \
+                        _root(tile, self.alias) in written or tile in self.alias or \
+                        tile in inner or tile in tiles or not _is_full(region):
+                    continue
+                shape = [_const_int(d) for d in tile.shape]
+                if any(d is None for d in shape) or \
+                        math.prod(shape) * tvm.DataType(acc).bits // 8 > HOIST_MAX_BYTES:
+                    continue
+                tiles[tile] = tirx.decl_buffer(tile.shape, acc, f"{tile.name}_{acc}",
+                                               scope=tile.scope())
+
+        tvm_ffi.structural_walk(loop.body, (tirx.Evaluate, consider))
+        if not tiles:
+            return None
+
+        def replace(stmt):
+            call = decode(stmt)
+            if call is None or call.name != "gemm":
+                return stmt
+            operands = {name: Region.full(tiles[region.buffer])
+                        if name in "AB" and region.buffer in tiles and _is_full(region)
+                        else region for name, region in call.operands.items()}
+            return make_call("gemm", operands, call.attrs, span=call.span)
+
+        body = tvm_ffi.structural_map(loop.body, (tirx.Evaluate, replace))
+        converts = [make_call("copy", {"src": Region.full(tile), "dst": Region.full(wide)}, {},
+                              span=loop.span) for tile, wide in tiles.items()]
+        loop = super().visit_For(rebuild_for(loop, body=body))
+        return tirx.SeqStmt([*(tirx.AllocBuffer(wide) for wide in tiles.values()), *converts,
+                             loop])
+
+
+def hoist_gemm_conversions():
+    """A ``T.gemm`` operand tile of a narrower type than the accumulator (bfloat16, float16,
+    float8) that a loop around the gemm never writes (the queries of an attention kernel, read
+    against every block of keys) is converted once, before the outermost such loop, into a
+    tile of the accumulator's type that the gemm reads instead: the micro-kernel converts a
+    narrower operand at every call, and a float8 one element by element in integer code. A
+    converted tile larger than :data:`HOIST_MAX_BYTES` is left alone."""
+
+    def run(func):
+        body = _HoistConversions(_aliases(func.body)).visit(func.body)
+        return func if body.same_as(func.body) else func.with_body(_flatten(body))
+
+    return prim_func_pass("CPUHoistGemmConversions", run)
