@@ -158,6 +158,14 @@ class _Emitter:
     def emit(self, depth: int, text: str) -> None:
         self.lines.append("    " * depth + text)
 
+    def block(self, s, depth: int) -> None:
+        """The statements of a Python block: ``pass`` when ``s`` emits none (a loop or branch
+        whose body simplified to a no-op)."""
+        before = len(self.lines)
+        self.stmt(s, depth)
+        if len(self.lines) == before:
+            self.emit(depth, "pass")
+
     def stmt(self, s, depth: int) -> None:
         kind = type(s).__name__
         line = span_location(s.span) if getattr(s, "span", None) is not None else None
@@ -172,18 +180,18 @@ class _Emitter:
             self.emit(depth, f"for {v} in {rng}:" + ("  # block index" if block else ""))
             if block:
                 self.blocks.append(v)
-            self.stmt(s.body, depth + 1)
+            self.block(s.body, depth + 1)
             if block:
                 self.blocks.pop()
         elif kind == "While":
             self.emit(depth, f"while {self.expr(s.condition)}:")
-            self.stmt(s.body, depth + 1)
+            self.block(s.body, depth + 1)
         elif kind == "IfThenElse":
             self.emit(depth, f"if {self.expr(s.condition)}:")
-            self.stmt(s.then_case, depth + 1)
+            self.block(s.then_case, depth + 1)
             if s.else_case is not None:
                 self.emit(depth, "else:")
-                self.stmt(s.else_case, depth + 1)
+                self.block(s.else_case, depth + 1)
         elif kind == "BufferStore":
             value = self.expr(s.value)
             if str(s.buffer.dtype) in EMULATED:
