@@ -143,3 +143,35 @@ def test_dtype_objects_are_names():
     assert str(T.float16(1.5).ty) == "float16"
     assert {T.float32, T.float64, T.int8, T.uint8, T.bool} <= {"float32", "float64", "int8",
                                                               "uint8", "bool"}
+
+
+def classify(dtype):
+    """Rows 0-2 of Y: T.isnan, T.isinf and T.isfinite of X, as 0/1 in int8; row 3 the three
+    of an integer (constants: finite, neither NaN nor infinite)."""
+    n = 16
+
+    @T.prim_func
+    def main(X: T.Tensor((n,), dtype), I: T.Tensor((n,), "int32"),
+             Y: T.Tensor((4, n), "int8")):
+        with T.Kernel(1):
+            for i in T.Parallel(n):
+                Y[0, i] = T.if_then_else(T.isnan(X[i]), 1, 0)
+                Y[1, i] = T.if_then_else(T.isinf(X[i]), 1, 0)
+                Y[2, i] = T.if_then_else(T.isfinite(X[i]), 1, 0)
+                Y[3, i] = T.if_then_else(T.isfinite(I[i]), 1, 0) + \
+                    T.if_then_else(T.isnan(I[i]), 2, 0) + T.if_then_else(T.isinf(I[i]), 4, 0)
+
+    return main
+
+
+@pytest.mark.parametrize("target", ["cpu", "interp"])
+@pytest.mark.parametrize("dtype", [*DTYPES, "float8_e5m2"])
+def test_isnan_isinf_isfinite(target, dtype):
+    kernel = tilewright.compile(classify(dtype), out_idx=-1, target=target)
+    x = torch.tensor([0.0, -1.5, float("nan"), float("inf"), -float("inf"), 448.0, -0.0,
+                      1e-3] * 2).to(getattr(torch, dtype))
+    y = kernel(x, torch.arange(16, dtype=torch.int32))
+    wide = x.float()
+    for row, fn in enumerate((torch.isnan, torch.isinf, torch.isfinite)):
+        assert torch.equal(y[row], fn(wide).to(torch.int8)), (fn.__name__, y[row])
+    assert torch.equal(y[3], torch.ones(16, dtype=torch.int8))

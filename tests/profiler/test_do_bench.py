@@ -33,6 +33,27 @@ def test_median_is_the_default(monkeypatch):
     assert (low, high) == (1.0, 100.0)
 
 
+def test_a_long_call_is_timed_as_often_as_the_budget_holds(monkeypatch):
+    """TileLang's counts for a call longer than rep / MIN_SAMPLES: rep // estimate, at least 1
+    (a kernel at a GPU's sizes on a CPU is not run ten times)."""
+    counts = []
+
+    def measure(fn, warmup, n, flush=None):
+        counts.append((warmup, n))
+        return [40.0] * n
+
+    fake = Timer("wall", lambda: Availability(True), measure)
+    monkeypatch.setattr(bench, "get_timer", lambda name: fake)
+    assert len(do_bench(lambda: None, rep=100, cache_size=0, return_mode="all")) == 2
+    assert counts[-1] == (1, 2)
+    assert len(do_bench(lambda: None, rep=20, cache_size=0, return_mode="all")) == 1
+    # a call of rep / MIN_SAMPLES or less still gets the minimum
+    fake = Timer("wall", lambda: Availability(True), lambda fn, w, n, flush=None: [10.0] * n)
+    monkeypatch.setattr(bench, "get_timer", lambda name: fake)
+    assert len(do_bench(lambda: None, rep=100, cache_size=0, return_mode="all")) == \
+        bench.MIN_SAMPLES
+
+
 def test_caches_are_flushed_before_each_timed_repetition(monkeypatch):
     flushed = []
     monkeypatch.setattr(bench, "_flusher", lambda size: lambda: flushed.append(size))

@@ -64,7 +64,7 @@ def test_trace_layout_and_report(tmp_path, capsys):
             "unscoped"} <= phases
     before = sorted(p.name for p in (run / "lower_tile_ops").iterdir())
     assert before[:2] == ["00_CPUFuseGemmK_after.tir", "00_CPUFuseGemmK_before.tir"]
-    assert "01_LowerTileOps_before.tir" in before  # files named by pass
+    assert "02_LowerTileOps_before.tir" in before  # files named by pass
     codegen = sorted(p.name for p in (run / "codegen").iterdir())
     assert len(codegen) == 2 and codegen[0].endswith("_codegen_after.ll")
     assert codegen[1].endswith("_codegen_before.tir")
@@ -243,7 +243,7 @@ def test_environment_switch_is_read_at_import(tmp_path):
     out = subprocess.run([sys.executable, str(script)], check=False, capture_output=True, text=True,
                          env=env, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert re.search(r"\[lower_trace\] [o*] 01 lower_tile_ops/LowerTileOps  \+\d+ -\d+",
+    assert re.search(r"\[lower_trace\] [o*] 02 lower_tile_ops/LowerTileOps  \+\d+ -\d+",
                      out.stdout)
     assert re.search(r"\[lower_trace\] # \d+ codegen/codegen", out.stdout)
     assert "more lines of generated source" in out.stdout

@@ -30,6 +30,9 @@ from .kernel import (
     view,
 )
 from .math import (
+    PREDICATES as _PREDICATES,
+)
+from .math import (
     UNARY as _UNARY,
 )
 from .math import (
@@ -58,6 +61,7 @@ globals().update(_DTYPES)
 globals().update(_REDUCE_OPS)
 globals().update(_ATOMIC_OPS)
 globals().update(_UNARY)
+globals().update(_PREDICATES)
 
 __all__ = [
     "Buffer", "DType", "Fragment", "GemmWarpPolicy", "Kernel", "Layout", "Macro", "Parallel",
@@ -71,4 +75,5 @@ __all__ = [
     "reducer_init", "reducer_update", "region", "reinterpret", "reshape", "serial", "symbolic",
     "unpack", "unroll",
     "use_swizzle", "vectorized", "view", *_DTYPES, *_REDUCE_OPS, *_ATOMIC_OPS, *_UNARY,
+    *_PREDICATES,
 ]

@@ -191,6 +191,28 @@ UNARY = {name: _float_unary(name, fn) for name, fn in {
 globals().update(UNARY)
 
 
+def _float_predicate(name: str, fn):
+    def op(x):
+        x = to_expr(x)
+        dtype = dtype_of(x)
+        if is_float(dtype) and dtype not in ("float32", "float64"):
+            # TVM's finiteness ops take only float16/32/64; float32 holds every narrower
+            # float (bfloat16, float8) exactly
+            x = tirx.Cast("float32", x)
+        return fn(x)
+
+    op.__name__ = name
+    op.__doc__ = (f"Whether a value is {name[2:]} (a bool; constant for integers: only "
+                  f"floating-point values can be NaN or infinite), as TVM's ``{name}``.")
+    return op
+
+
+# TileLang's T.isnan, T.isinf and T.isfinite (TVM's ops, which it re-exports).
+PREDICATES = {name: _float_predicate(name, getattr(tirx, name))
+              for name in ("isnan", "isinf", "isfinite")}
+globals().update(PREDICATES)
+
+
 def abs(x):  # noqa: A001 - the language's name
     """Absolute value of an integer or floating-point value."""
     return tirx.abs(to_expr(x))

@@ -124,7 +124,9 @@ def do_bench(fn, warmup: float = 25, rep: float = 100, _n_warmup: int = 0, _n_re
     timed repetition, so each one starts from cold caches; the flush itself is not timed. By
     default the buffer is the size of the host's last-level cache, cut down to what is written in
     a quarter of ``rep / MIN_SAMPLES`` (at least 8 MiB). The budgets count the flushes, and at
-    least ``MIN_SAMPLES`` (10) repetitions are timed. ``quantiles`` returns those quantiles of
+    least ``MIN_SAMPLES`` (10) repetitions are timed, unless one call takes longer than
+    ``rep / MIN_SAMPLES``: then, as in TileLang, as many as ``rep`` holds, at least one.
+    ``quantiles`` returns those quantiles of
     the samples; otherwise ``return_mode`` picks ``median`` (the default), ``mean``, ``min``,
     ``max`` or ``all`` (every sample).
     """
@@ -137,7 +139,10 @@ def do_bench(fn, warmup: float = 25, rep: float = 100, _n_warmup: int = 0, _n_re
     # budgets count the flushes too, so a cold-cache benchmark takes about as long as a warm one
     per_rep = max(estimate + flush_ms, 1e-3)
     n_warmup = _n_warmup or max(1, int(warmup / max(estimate, 1e-3)))
-    n_repeat = _n_repeat or max(MIN_SAMPLES, int(rep / per_rep))
+    # a call longer than rep / MIN_SAMPLES is timed as TileLang times it: as often as the
+    # budget allows, at least once (a 40 s kernel at a GPU's sizes on a CPU runs twice, not 10x)
+    floor = MIN_SAMPLES if estimate * MIN_SAMPLES <= rep else 1
+    n_repeat = _n_repeat or max(floor, int(rep / per_rep))
     if flush is not None:
         samples = timer.measure(fn, n_warmup, n_repeat, flush=flush)
     else:

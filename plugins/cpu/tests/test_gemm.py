@@ -1,9 +1,14 @@
 """T.gemm on the CPU backend against torch: the register-blocked micro-kernel and its edges."""
 
+import re
+
 import pytest
 import tilewright
 import tilewright.language as T
 import torch
+import tvm
+from tilewright_cpu.blocking import choose_blocking
+from tilewright_cpu.passes import hoist_gemm_conversions
 
 
 @pytest.fixture(autouse=True)
@@ -134,3 +139,63 @@ def matmul_regions(M, N, K):
 def test_regions_with_start_offsets():
     a, b, ref = operands(14, 40, 18)
     close(matmul_regions(14, 40, 9)(a, b), ref)
+
+
+def test_accumulators_are_one_vector_each():
+    """A register block several vectors wide (3 x 8 lanes for 32 x 512 on AVX2) keeps one
+    accumulator buffer per vector: a row of 24 floats in one buffer was an LLVM vector of a
+    width that is not a power of two, scalarised and reassembled at every k (10x slower)."""
+    blk = choose_blocking(32, 512, 32)
+    assert blk.nr > blk.lanes
+    a, b, ref = operands(32, 512, 64, trans_a=True)
+    kernel = matmul(32, 512, 64, 32, 512, 64, trans_a=True)
+    close(kernel(a, b), ref)
+    widths = [int(w) for w in re.findall(r"C_acc\w* = T\.alloc_buffer\(\((\d+),\)",
+                                          kernel.get_lowered_tir())]
+    assert widths and max(widths) == blk.lanes
+
+
+@tilewright.jit(out_idx=[-1], target="cpu")
+def repeated_gemm(M, N, K, R, dtype, refill):
+    """C = sum over r < R of A_r @ B^T, B staged once; A_r = A * 2 ** (r + 1) when ``refill``
+    (the tile is doubled in place in the loop: exact in every dtype), else A_r = A."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((N, K), dtype),
+             C: T.Tensor((M, N), "float32")):
+        with T.Kernel(1) as _:
+            A_s = T.alloc_shared((M, K), dtype)
+            B_s = T.alloc_shared((N, K), dtype)
+            C_l = T.alloc_fragment((M, N), "float32")
+            T.copy(A, A_s)
+            T.copy(B, B_s)
+            T.clear(C_l)
+            for _r in T.serial(R):
+                if refill:
+                    for i, k in T.Parallel(M, K):
+                        A_s[i, k] = T.cast(T.cast(A_s[i, k], "float32") * 2, dtype)
+                T.gemm(A_s, B_s, C_l, transpose_B=True)
+            T.copy(C_l, C)
+
+    return main
+
+
+def _gemm_reads(func) -> str:
+    """The text of the program after the CPU's conversion hoisting."""
+    return hoist_gemm_conversions()(tvm.IRModule({"main": func}))["main"].script()
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float8_e4m3fn"])
+def test_invariant_narrow_operands_are_converted_once(dtype):
+    """A gemm operand of a narrower type that the loop around the gemm never writes is
+    converted to float32 once, before the loop; a tile the loop rewrites is not."""
+    a, b = torch.randn(24, 48).to(getattr(torch, dtype)), torch.randn(16, 48).to(
+        getattr(torch, dtype))
+    for refill in (False, True):
+        kernel = repeated_gemm(24, 16, 48, 3, dtype, refill)
+        scale = 2 + 4 + 8 if refill else 3
+        close(kernel(a, b), (a.float() * scale) @ b.float().T)
+        text = _gemm_reads(repeated_gemm.get_tir(24, 16, 48, 3, dtype, refill))
+        gemm = next(line for line in text.splitlines() if "tw_gemm" in line)
+        assert "B_s_float32" in gemm
+        assert ("A_s_float32" in gemm) == (not refill)

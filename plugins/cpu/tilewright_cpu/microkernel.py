@@ -119,26 +119,33 @@ def _micro(g: _Gemm, blk: Blocking, chunk: _Chunk, i0, j0, rows: int, cols: int,
            zero: bool) -> tirx.Stmt:
     """``C[i0:i0+rows, j0:j0+cols] += op(A) @ op(B)`` over one K chunk through a register
     accumulator; ``chunk.b_at(k, c)`` reads op(B) at column ``j0 + c``."""
-    # One buffer per row, of scope "global" rather than "local": TVM makes a constant-size
-    # global allocation of at most 1 KiB a stack alloca, which LLVM promotes to registers,
-    # and a larger one or a "local" one a workspace allocation (a heap pointer it cannot).
-    accs = [tirx.decl_buffer((cols,), g.acc, f"C_acc{r}", scope="global") for r in range(rows)]
+    # One buffer per row and vector register (per row when the block is not a whole number
+    # of vectors), of scope "global" rather than "local": TVM makes a constant-size global
+    # allocation of at most 1 KiB a stack alloca, which LLVM promotes to registers, and a
+    # larger one or a "local" one a workspace allocation (a heap pointer it cannot). A row
+    # several vectors wide in one buffer is a vector of a width that is not a power of two
+    # for nr = 3 * lanes, which LLVM splits into scalars and reassembles at every k (3 GFLOP/s
+    # instead of 32 on AVX2).
+    width = blk.lanes if cols % blk.lanes == 0 else cols
+    accs = [(r, v * width, tirx.decl_buffer((width,), g.acc, f"C_acc{r}_{v}", scope="global"))
+            for r in range(rows) for v in range(cols // width)]
 
-    def each_row(body_fn) -> list:
-        return [_row_loop(cols, blk.lanes, lambda c, r=r: body_fn(r, c)) for r in range(rows)]
+    def each(body_fn) -> list:
+        """``body_fn(acc, row, column in the block, lane)`` for every accumulator's lanes."""
+        return [_row_loop(width, blk.lanes, lambda c, r=r, v=v, a=a: body_fn(a, r, v + c, c))
+                for r, v, a in accs]
 
     if zero:
-        init = each_row(lambda r, c: tirx.BufferStore(accs[r], tirx.const(0, g.acc), [c]))
+        init = each(lambda a, r, col, c: tirx.BufferStore(a, tirx.const(0, g.acc), [c]))
     else:
-        init = each_row(lambda r, c: tirx.BufferStore(accs[r], g.c_at(i0 + r, j0 + c), [c]))
+        init = each(lambda a, r, col, c: tirx.BufferStore(a, g.c_at(i0 + r, j0 + col), [c]))
     kk = tirx.Var("k", "int32")
-    update = each_row(lambda r, c: tirx.BufferStore(
-        accs[r], tirx.BufferLoad(accs[r], [c]) + chunk.a_at(i0 + r, kk) * chunk.b_at(kk, c),
-        [c]))
+    update = each(lambda a, r, col, c: tirx.BufferStore(
+        a, tirx.BufferLoad(a, [c]) + chunk.a_at(i0 + r, kk) * chunk.b_at(kk, col), [c]))
     k_loop = tirx.For(kk, 0, as_expr(chunk.depth), tirx.ForKind.SERIAL, _seq(update))
-    store = each_row(lambda r, c: tirx.BufferStore(
-        g.c.buffer, tirx.BufferLoad(accs[r], [c]), g.c_index(i0 + r, j0 + c)))
-    return tirx.SeqStmt([*(tirx.AllocBuffer(a) for a in accs), *init, k_loop, *store])
+    store = each(lambda a, r, col, c: tirx.BufferStore(
+        g.c.buffer, tirx.BufferLoad(a, [c]), g.c_index(i0 + r, j0 + col)))
+    return tirx.SeqStmt([*(tirx.AllocBuffer(a) for _, _, a in accs), *init, k_loop, *store])
 
 
 def _prefetch_panel(g: _Gemm, k0, depth: int, j0, nr: int, shares: int):

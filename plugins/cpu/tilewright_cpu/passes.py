@@ -52,6 +52,23 @@ def _stores_vary(stmt, var) -> bool:
     return all(ok)
 
 
+def _stores_invariant_bfloat16(stmt, var) -> bool:
+    """Whether ``stmt`` stores into a bfloat16 buffer a value that does not depend on ``var``:
+    vectorised over ``var`` that value is a ``Broadcast`` of a bfloat16 scalar, which TVM
+    0.27's BF16StorageLegalize does not rewrite ("dtype mismatch on BufferStore: buffer's
+    dtype is uint16 ... RHS's dtype is bfloat16x8"; found by the differential fuzzer)."""
+    found = []
+
+    def visit(store):
+        if str(store.buffer.dtype) == "bfloat16":
+            used = []
+            tvm_ffi.structural_walk(store.value, (tirx.Var, lambda v: used.append(v)))
+            found.append(not any(v.same_as(var) for v in used))
+
+    tvm_ffi.structural_walk(stmt, (tirx.BufferStore, visit))
+    return any(found)
+
+
 _OPAQUE_CALLS = frozenset({"tirx.tvm_call_packed", "tirx.call_extern", "tirx.call_packed"})
 
 
@@ -69,9 +86,10 @@ class _Loops(StmtMutator):
         kind = str(stmt.annotations.get(LOOP_KEY, ""))
         if kind == "unroll":
             return rebuild_for(stmt, annotations=annotations, kind=tirx.ForKind.UNROLLED)
+        var = stmt.loop_var
         if kind != "parallel" or not self.vectorize or _has_loop(stmt.body) or \
-                _has_side_effects(stmt.body) or not _stores_vary(stmt.body, stmt.loop_var) or \
-                touches_float8(stmt.body) or \
+                _has_side_effects(stmt.body) or not _stores_vary(stmt.body, var) or \
+                touches_float8(stmt.body) or _stores_invariant_bfloat16(stmt.body, var) or \
                 not isinstance(stmt.extent, tirx.IntImm) or int(stmt.extent.value) % VECTOR_LANES:
             return rebuild_for(stmt, annotations=annotations)
         extent = int(stmt.extent.value)
@@ -223,16 +241,46 @@ def _bind_block(loops: list, block) -> list:
     return binds
 
 
+COUNTER_STRIDE = 16  # int32 elements between two shares' counters: one 64-byte line each
+
+
+def _shared_blocks(loops: list, total, count: int, worker: tirx.Var, tiles: list,
+                   rest: list) -> tirx.Stmt:
+    """The grid as ``count`` workers over ``total`` blocks, each first running its own share
+    (blocks ``[w * total // count, (w + 1) * total // count)``) and then helping the others,
+    every block claimed from its share's counter (see :func:`lower_blocks`)."""
+    counters = tirx.decl_buffer((count * COUNTER_STRIDE,), "int32", "next_block",
+                                scope="global")
+    mine = tirx.decl_buffer((1,), "int32", "block", scope="global")
+    step, share = tirx.Var("step", "int32"), tirx.Var("share", "int32")
+    owner = tirx.floormod(worker + step, count)
+    start = tirx.floordiv(total * owner, count)
+    end = tirx.floordiv(total * (owner + 1), count)
+    claim = tirx.BufferStore(mine, tirx.call_extern(
+        "int32", CLAIM, tirx.address_of(tirx.BufferLoad(counters, [owner * COUNTER_STRIDE])),
+        tirx.const(1, "int32")) + start, [0])
+    block = tirx.BufferLoad(mine, [0])
+    blocks = tirx.While(block < end, tirx.SeqStmt([*_bind_block(loops, block), *rest, claim]))
+    shares = tirx.For(step, 0, count, tirx.ForKind.SERIAL, tirx.SeqStmt([claim, blocks]))
+    worker_body = tirx.SeqStmt([*tiles, tirx.AllocBuffer(mine), shares])
+    grid = tirx.For(worker, 0, count, tirx.ForKind.PARALLEL, worker_body, span=loops[0].span)
+    reset = tirx.For(share, 0, count, tirx.ForKind.SERIAL, tirx.BufferStore(
+        counters, tirx.const(0, "int32"), [share * COUNTER_STRIDE]))
+    return tirx.SeqStmt([tirx.AllocBuffer(counters), reset, grid])
+
+
 def lower_blocks(workers: int | None = None):
     """The block grid becomes a parallel loop over ``workers`` CPU workers (the host's core
-    count by default). The workers share the blocks dynamically: each claims the next block
-    from a counter with an atomic increment when it finishes one, so a worker slowed by other
-    load on its core takes fewer blocks (where the C runtime cannot be built, worker ``w``
-    runs blocks ``w, w + workers, ...`` instead). The kernel's tiles, and the larger buffers
-    the tile ops' lowering made inside a block, are allocated once per worker, not once per
-    block: a large tile allocated per block costs a fresh mapping and page faults every time.
-    A function with several ``T.Kernel`` blocks runs them one after the other, each lowered
-    so."""
+    count by default). Each worker owns a contiguous share of the blocks and runs it in order,
+    claiming each block from its share's counter with an atomic increment; a worker whose share
+    is done takes blocks from the others' shares the same way, so a worker slowed by other load
+    on its core runs fewer blocks (where the C runtime cannot be built, worker ``w`` runs blocks
+    ``w, w + workers, ...`` instead). The runtime runs worker ``i`` on thread ``i`` when it can,
+    so a share's data stays in one core's caches from call to call. The kernel's tiles, and the
+    larger buffers the tile ops' lowering made inside a block, are allocated once per worker,
+    not once per block: a large tile allocated per block costs a fresh mapping and page faults
+    every time. A function with several ``T.Kernel`` blocks runs them one after the other, each
+    lowered so."""
     workers = workers or os.cpu_count() or 1
 
     def lower_grid(stmt):
@@ -252,19 +300,7 @@ def lower_blocks(workers: int | None = None):
         count = min(int(total.value), workers) if isinstance(total, tirx.IntImm) else workers
         worker = tirx.Var("worker", "int32")
         if _claims_available():
-            counter = tirx.decl_buffer((1,), "int32", "next_block", scope="global")
-            mine = tirx.decl_buffer((1,), "int32", "block", scope="global")
-            claim = tirx.BufferStore(mine, tirx.call_extern(
-                "int32", CLAIM, tirx.address_of(tirx.BufferLoad(counter, [0])),
-                tirx.const(1, "int32")), [0])
-            block = tirx.BufferLoad(mine, [0])
-            blocks = tirx.While(block < total, tirx.SeqStmt(
-                [*_bind_block(loops, block), *rest, claim]))
-            worker_body = tirx.SeqStmt([*tiles, tirx.AllocBuffer(mine), claim, blocks])
-            grid = tirx.For(worker, 0, count, tirx.ForKind.PARALLEL, worker_body,
-                            span=loops[0].span)
-            return tirx.SeqStmt([tirx.AllocBuffer(counter),
-                                 tirx.BufferStore(counter, tirx.const(0, "int32"), [0]), grid])
+            return _shared_blocks(loops, total, count, worker, tiles, rest)
         step = tirx.Var("step", "int32")
         steps = tirx.floordiv(total - worker + (count - 1), count)
         per_block = tirx.For(step, 0, steps, tirx.ForKind.SERIAL, tirx.SeqStmt(
@@ -547,3 +583,131 @@ def _flatten(stmt):
         return _seq_of(flat)
 
     return tvm_ffi.structural_map(stmt, (tirx.SeqStmt, splice))
+
+
+# -- GEMM operands converted once ----------------------------------------------------------------
+HOIST_MAX_BYTES = 256 * 1024  # a converted tile above this would not stay in L2 between uses
+
+
+def _aliases(body) -> dict:
+    """Each tile declared over another's memory (``T.decl_buffer(data=...)``, views) mapped to
+    the tile whose memory it is."""
+    alias = {}
+
+    def declared(stmt):
+        data = stmt.data
+        if isinstance(data, tvm.ir.Call) and isinstance(data.op, tvm.ir.Op) and \
+                data.op.name == "tirx.buffer_data":
+            alias[stmt.buffer] = data.args[0]
+
+    tvm_ffi.structural_walk(body, (tirx.DeclBuffer, declared))
+    return alias
+
+
+def _root(buffer, alias: dict):
+    seen = set()
+    while buffer in alias and buffer not in seen:
+        seen.add(buffer)
+        buffer = alias[buffer]
+    return buffer
+
+
+def _written(body, alias: dict) -> set:
+    """The tiles ``body`` may write (by the tile owning their memory): stores, tile ops'
+    written regions and addresses handed to calls (atomics ...)."""
+    written = set()
+
+    def tile_op(stmt):
+        call = decode(stmt)
+        if call is not None:
+            written.update(_root(r.buffer, alias) for r in call.regions("write"))
+
+    def address(call):
+        if isinstance(call.op, tvm.ir.Op) and call.op.name == "tirx.address_of" and \
+                isinstance(call.args[0], tvm.ir.TensorLoad):
+            written.add(_root(call.args[0].source, alias))
+
+    tvm_ffi.structural_walk(body, [
+        (tirx.BufferStore, lambda s: written.add(_root(s.buffer, alias))),
+        (tirx.Evaluate, tile_op), (tvm.ir.Call, address)])
+    return written
+
+
+def _allocated(body) -> set:
+    found = set()
+    tvm_ffi.structural_walk(body, (tirx.AllocBuffer, lambda s: found.add(s.buffer)))
+    return found
+
+
+class _HoistConversions(StmtMutator):
+    """Rewrites the loops that :func:`hoist_gemm_conversions` describes; ``alias`` as
+    :func:`_aliases` gives it."""
+
+    def __init__(self, alias: dict):
+        super().__init__()
+        self.alias = alias
+
+    def visit_For(self, stmt):
+        if stmt.kind in (tirx.ForKind.SERIAL, tirx.ForKind.UNROLLED):
+            hoisted = self._hoist(stmt)
+            if hoisted is not None:
+                return hoisted
+        return super().visit_For(stmt)
+
+    def _hoist(self, loop):
+        written, inner = _written(loop.body, self.alias), _allocated(loop.body)
+        tiles = {}  # tile -> its copy in the accumulator's type
+
+        def consider(stmt):
+            call = decode(stmt)
+            if call is None or call.name != "gemm":
+                return
+            acc = str(call.operands["C"].buffer.dtype)
+            for name in "AB":
+                region = call.operands[name]
+                tile = region.buffer
+                if str(tile.dtype) == acc or str(tile.scope()) == "global" or \
+                        _root(tile, self.alias) in written or tile in self.alias or \
+                        tile in inner or tile in tiles or not _is_full(region):
+                    continue
+                shape = [_const_int(d) for d in tile.shape]
+                if any(d is None for d in shape) or \
+                        math.prod(shape) * tvm.DataType(acc).bits // 8 > HOIST_MAX_BYTES:
+                    continue
+                tiles[tile] = tirx.decl_buffer(tile.shape, acc, f"{tile.name}_{acc}",
+                                               scope=tile.scope())
+
+        tvm_ffi.structural_walk(loop.body, (tirx.Evaluate, consider))
+        if not tiles:
+            return None
+
+        def replace(stmt):
+            call = decode(stmt)
+            if call is None or call.name != "gemm":
+                return stmt
+            operands = {name: Region.full(tiles[region.buffer])
+                        if name in "AB" and region.buffer in tiles and _is_full(region)
+                        else region for name, region in call.operands.items()}
+            return make_call("gemm", operands, call.attrs, span=call.span)
+
+        body = tvm_ffi.structural_map(loop.body, (tirx.Evaluate, replace))
+        converts = [make_call("copy", {"src": Region.full(tile), "dst": Region.full(wide)}, {},
+                              span=loop.span) for tile, wide in tiles.items()]
+        loop = super().visit_For(rebuild_for(loop, body=body))
+        return tirx.SeqStmt([*(tirx.AllocBuffer(wide) for wide in tiles.values()), *converts,
+                             loop])
+
+
+def hoist_gemm_conversions():
+    """A ``T.gemm`` operand tile of a narrower type than the accumulator (bfloat16, float16,
+    float8) that a loop around the gemm never writes (the queries of an attention kernel, read
+    against every block of keys) is converted once, before the outermost such loop, into a
+    tile of the accumulator's type that the gemm reads instead: the micro-kernel converts a
+    narrower operand at every call, and a float8 one element by element in integer code. A
+    converted tile larger than :data:`HOIST_MAX_BYTES` is left alone."""
+
+    def run(func):
+        body = _HoistConversions(_aliases(func.body)).visit(func.body)
+        return func if body.same_as(func.body) else func.with_body(_flatten(body))
+
+    return prim_func_pass("CPUHoistGemmConversions", run)

@@ -32,10 +32,12 @@ def _rules(ctx) -> dict:
 
 PIPELINE = PassPipeline((
     Phase("lower_tile_ops", lambda ctx: [passes.fuse_gemm_k(),
+                                         passes.hoist_gemm_conversions(),
                                          lower_tile_ops(_rules(ctx), "cpu"),
                                          lower_intrinsics(lowering_extra.INTRINSIC_RULES,
                                                           "CPULowerIntrinsics")],
-          "GEMM K loops merged into deeper GEMMs; each tile op becomes loops (rules in "
+          "GEMM K loops merged into deeper GEMMs; narrow GEMM operands that a loop does not "
+          "write converted once before it; each tile op becomes loops (rules in "
           "tilewright_cpu.lowering)"),
     Phase("lower_loops", lambda ctx: [
         lowering_float8.lower_float8(),

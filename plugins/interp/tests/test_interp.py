@@ -151,3 +151,23 @@ def test_bitwise_and_shifts_in_a_kernel_named_like_a_runtime_helper():
     y = kernel(x, c)
     want = torch.stack([x & 6, x | 1, x ^ 3, ~x, x.abs() << 2, x >> 1])
     assert torch.equal(y, want) and c.item() == 0
+
+
+def test_a_loop_whose_body_simplified_away_is_valid_python():
+    """A branch that can never run (found by the differential fuzzer) leaves its loop with no
+    statement: the generated block holds ``pass``."""
+
+    @T.prim_func
+    def never(X: T.Tensor((1, 4), "int8"), Y: T.Tensor((1, 4), "int8")):
+        with T.Kernel(1, threads=128) as bx:
+            t = T.alloc_fragment((1, 4), "int8")
+            T.fill(t, 0)
+            for i, j in T.Parallel(1, 4):
+                if T.int8(0) < T.int8(0):
+                    t[i, j] = X[i, j]
+            T.copy(t, Y[0, bx * 4])
+
+    kernel = tilewright.compile(never, out_idx=[-1], target="interp")
+    assert "pass" in kernel.get_kernel_source()
+    x = torch.ones(1, 4, dtype=torch.int8)
+    torch.testing.assert_close(kernel(x), torch.zeros_like(x))

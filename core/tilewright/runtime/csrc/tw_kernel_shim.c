@@ -6,9 +6,11 @@
  * - TVMFFIErrorSetRaisedFromCStrParts: a kernel's argument checks report through it; the
  *   message is kept per thread and read back with tw_shim_last_error();
  * - a parallel launcher: a pool of worker threads, created on first use, running the tasks of
- *   one launch at a time (a launch from inside a task runs its tasks serially). Tasks go to
- *   whichever thread is awake, the launching one included, so a launch never waits for a
- *   worker that the OS has not scheduled yet. The CPU backend's JIT kernels launch here too;
+ *   one launch at a time (a launch from inside a task runs its tasks serially). Thread i runs
+ *   task i when it is free to, else tasks go to whichever thread is awake, the launching one
+ *   included, so a launch never waits for a worker that the OS has not scheduled yet. Idle
+ *   threads spin for a while (TILEWRIGHT_SPIN_US) before they sleep. The CPU backend's JIT
+ *   kernels launch here too;
  * - workspace allocation: aligned malloc and free.
  * Kernels that need anything else (a barrier between parallel tasks, say) are refused by the
  * loader before they are loaded.
@@ -19,6 +21,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <time.h>
 #include <unistd.h>
 
 #define TW_MESSAGE 4096
@@ -89,21 +93,73 @@ static struct {
   pthread_cond_t start, done;
   pthread_mutex_t launch; /* one launch at a time */
   int threads;            /* workers + the launching thread */
-  uint64_t generation;
+  uint64_t generation;    /* written under the lock, read without it while spinning */
   TWLambda fn;
   void* cdata;
   TWParallelEnv env;
-  int next_task, pending, failed;
+  int claimed[TW_MAX_THREADS]; /* which of the launch's first tasks are taken */
+  int scan;                    /* tasks before it are taken */
+  int pending, failed, sleepers;
+  long spin_ns;
   char message[TW_MESSAGE];
   void* error; /* the TVM FFI error of the first failed task, if TVM FFI is loaded */
-} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER,
-          PTHREAD_MUTEX_INITIALIZER, 0, 0, NULL, NULL, {NULL, 0}, 0, 0, 0, {0}, NULL};
+} pool = {.lock = PTHREAD_MUTEX_INITIALIZER, .start = PTHREAD_COND_INITIALIZER,
+          .done = PTHREAD_COND_INITIALIZER, .launch = PTHREAD_MUTEX_INITIALIZER};
 static __thread int tw_in_task;
 
-/* Run tasks of the current launch until none is left; the pool lock is held on entry. */
-static void run_tasks(void) {
-  while (pool.next_task < pool.env.num_task) {
-    int task = pool.next_task++;
+static long now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1000000000L + ts.tv_nsec;
+}
+
+static int launched(uint64_t seen) {
+  return __atomic_load_n(&pool.generation, __ATOMIC_ACQUIRE) != seen;
+}
+
+static int finished(uint64_t unused) {
+  (void)unused;
+  return __atomic_load_n(&pool.pending, __ATOMIC_ACQUIRE) == 0;
+}
+
+/* Spin without the lock until `ready(arg)` or for pool.spin_ns; whether it became ready. A
+ * thread that finished its part keeps its core warm for what comes next, as OpenMP runtimes
+ * do, instead of paying a futex wake-up of tens of microseconds at every launch. */
+static int spin_until(int (*ready)(uint64_t), uint64_t arg) {
+  long deadline = 0;
+  for (unsigned i = 0;; ++i) {
+    if (ready(arg)) return 1;
+    if ((i & 63) == 0) {
+      long t = now_ns();
+      if (deadline == 0) deadline = t + pool.spin_ns;
+      if (t >= deadline) return 0;
+    }
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+  }
+}
+
+/* The task that thread `self` (0: the launching one) runs next: its own first (thread i runs
+ * task i of a launch with a task per thread, so a kernel's contiguous share of the blocks is
+ * on the same core, in the same caches, from call to call), else the first not taken; -1 when
+ * none is left. The pool lock is held. */
+static int claim_task(int self) {
+  int n = pool.env.num_task, task = -1;
+  if (self < n && !pool.claimed[self]) {
+    task = self;
+  } else {
+    while (pool.scan < n && pool.scan < TW_MAX_THREADS && pool.claimed[pool.scan]) pool.scan++;
+    if (pool.scan < n) task = pool.scan++;
+  }
+  if (task >= 0 && task < TW_MAX_THREADS) pool.claimed[task] = 1;
+  return task;
+}
+
+/* Run tasks of the current launch until none is left; the pool lock is held on entry and
+ * on return. */
+static void run_tasks(int self) {
+  for (int task; (task = claim_task(self)) >= 0;) {
     pthread_mutex_unlock(&pool.lock);
     tw_in_task = 1;
     int rc = pool.fn(task, &pool.env, pool.cdata);
@@ -118,18 +174,26 @@ static void run_tasks(void) {
       error = NULL;
     }
     if (error) ffi.decref(error); /* a later task's failure: the first one is reported */
-    if (--pool.pending == 0) pthread_cond_broadcast(&pool.done);
+    if (__atomic_sub_fetch(&pool.pending, 1, __ATOMIC_RELEASE) == 0)
+      pthread_cond_broadcast(&pool.done);
   }
 }
 
 static void* worker(void* arg) {
-  (void)arg;
+  int self = (int)(intptr_t)arg;
   uint64_t seen = 0;
   pthread_mutex_lock(&pool.lock);
   for (;;) {
+    if (pool.generation == seen) {
+      pthread_mutex_unlock(&pool.lock);
+      spin_until(launched, seen);
+      pthread_mutex_lock(&pool.lock);
+    }
+    pool.sleepers++;
     while (pool.generation == seen) pthread_cond_wait(&pool.start, &pool.lock);
+    pool.sleepers--;
     seen = pool.generation;
-    run_tasks();
+    run_tasks(self);
   }
   return NULL;
 }
@@ -147,12 +211,26 @@ static int thread_count(void) {
   return n < 1 ? 1 : n > TW_MAX_THREADS ? TW_MAX_THREADS : (int)n;
 }
 
+/* How long an idle worker spins before it sleeps: TILEWRIGHT_SPIN_US microseconds (0: sleep
+ * at once, as OMP_WAIT_POLICY=passive), else OMP_WAIT_POLICY=passive's 0, else 200 us. */
+static long spin_time(void) {
+  const char* env = getenv("TILEWRIGHT_SPIN_US");
+  if (env != NULL && *env != '\0') {
+    long us = strtol(env, NULL, 10);
+    return us < 0 ? 0 : us * 1000L;
+  }
+  const char* policy = getenv("OMP_WAIT_POLICY");
+  if (policy != NULL && strcasecmp(policy, "passive") == 0) return 0;
+  return 200000L;
+}
+
 static void start_pool(void) {
   find_ffi();
   pool.threads = thread_count();
+  pool.spin_ns = spin_time();
   for (int i = 1; i < pool.threads; ++i) {
     pthread_t t;
-    if (pthread_create(&t, NULL, worker, NULL) != 0) {
+    if (pthread_create(&t, NULL, worker, (void*)(intptr_t)i) != 0) {
       pool.threads = i;
       break;
     }
@@ -173,10 +251,16 @@ int tw_shim_parallel_launch(TWLambda fn, void* cdata, int num_task) {
   pthread_mutex_lock(&pool.lock);
   pool.fn = fn, pool.cdata = cdata;
   pool.env.num_task = num_task > 0 ? num_task : pool.threads;
-  pool.next_task = 0, pool.pending = pool.env.num_task, pool.failed = 0;
-  pool.generation++;
-  pthread_cond_broadcast(&pool.start);
-  run_tasks();
+  memset(pool.claimed, 0, sizeof pool.claimed);
+  pool.scan = 0, pool.pending = pool.env.num_task, pool.failed = 0;
+  __atomic_store_n(&pool.generation, pool.generation + 1, __ATOMIC_RELEASE);
+  if (pool.sleepers) pthread_cond_broadcast(&pool.start);
+  run_tasks(0);
+  if (pool.pending > 0) {
+    pthread_mutex_unlock(&pool.lock);
+    spin_until(finished, 0);
+    pthread_mutex_lock(&pool.lock);
+  }
   while (pool.pending > 0) pthread_cond_wait(&pool.done, &pool.lock);
   int failed = pool.failed;
   if (failed) memcpy(tw_message, pool.message, TW_MESSAGE);

@@ -49,6 +49,18 @@ FLOAT_BINARY = {
                   lambda x, y: 1.0 + (x != y) * 1.0),
 }
 
+# The classes of a float: name -> (kernel expression of x, torch reference), 1 or 0; the
+# inputs hold NaN and both infinities (_special_inputs).
+FLOAT_CLASSES = {
+    "isnan": (lambda x, y: T.if_then_else(T.isnan(x), 1.0, 0.0),
+              lambda x, y: x.isnan().to(x.dtype)),
+    "isinf": (lambda x, y: T.if_then_else(T.isinf(x), 1.0, 0.0),
+              lambda x, y: x.isinf().to(x.dtype)),
+    "isfinite": (lambda x, y: T.if_then_else(T.isfinite(x), 1.0, 0.0),
+                 lambda x, y: x.isfinite().to(x.dtype)),
+}
+
+
 # Integer arithmetic that cannot overflow the narrowest dtype with operands in [-9, 9] (signed)
 # or x in [8, 15], y in [0, 7] (unsigned).
 INT_BINARY = {
@@ -130,6 +142,15 @@ def _stack(values):
 
 def _table_ref(table):
     return lambda x, p: [_stack([ref(x, p) for _, ref in table.values()])]
+
+
+def _special_inputs(torch, gen, dtype, M, N):
+    """Random values with NaN, +inf and -inf at every fifth element (from the first, second and
+    third), and a positive second operand."""
+    x = rand(torch, gen, (M, N), dtype)
+    for start, value in enumerate((float("nan"), float("inf"), -float("inf"))):
+        x.view(-1)[start::5] = value
+    return [x, rand(torch, gen, (M, N), dtype, 0.25, 4.0)]
 
 
 def _int_ref(fn):
@@ -266,6 +287,11 @@ ROWS = (
            _table_ref(FLOAT_BINARY), {"partial": MN["partial"]},
            dtypes=(*FLOATS, "float64"),
            doc="+ - * / negation, T.max, T.min and comparisons through T.if_then_else"),
+    Kernel("float_classes", (*ELEMENTWISE, "if_then_else", *FLOAT_CLASSES), ("copy",),
+           lambda dtype, M, N: _elementwise("float_classes", FLOAT_CLASSES, dtype, M, N),
+           _special_inputs, _table_ref(FLOAT_CLASSES), {"partial": MN["partial"]},
+           dtypes=(*FLOATS, "float64"), doc="T.isnan, T.isinf and T.isfinite of NaN, "
+           "infinities and finite values"),
     Kernel("int_arith", (*ELEMENTWISE, "max", "min", "abs", "clamp", "if_then_else"), ("copy",),
            lambda dtype, M, N: _elementwise("int_arith", INT_BINARY, dtype, M, N),
            _int_inputs, _int_ref(_table_ref(INT_BINARY)), {"partial": MN["partial"]},

@@ -1,5 +1,7 @@
-"""Comparisons of an unsigned value with 0 (found by the differential fuzzer: TVM's
-LowerIntrin aborted the process on ``if u < 0`` of a let-bound unsigned value)."""
+"""Kernels the differential fuzzer (tilewright_sdk.fuzz) found crashing inside TVM's build on
+the CPU backend: comparisons of an unsigned value with 0 (LowerIntrin aborted the process on
+``if u < 0`` of a let-bound unsigned value); a loop-invariant bfloat16 value stored by a vector
+loop (BF16StorageLegalize left a ``Broadcast`` of bfloat16)."""
 
 import pytest
 import tilewright
@@ -35,3 +37,25 @@ def test_unsigned_compared_with_zero(name):
     for value in (3, 9):
         x = torch.tensor([[value]], dtype=torch.uint8)
         torch.testing.assert_close(kernel(x), torch.where(x > 6, 0, x) + added)
+
+
+@tilewright.jit(out_idx=[-1], target="cpu")
+def invariant_store(guarded):
+    @T.prim_func
+    def main(X: T.Tensor((2, 16), "bfloat16"), Y: T.Tensor((2, 16), "bfloat16")):
+        with T.Kernel(1, 2, threads=128) as (bx, by):
+            for i, j in T.Parallel(1, 16):
+                if guarded:
+                    if by + i < 2:
+                        Y[by + i, j] = X[by, 0]
+                else:
+                    Y[by + i, j] = T.bfloat16(0.5) + X[0, 1]
+    return main
+
+
+@pytest.mark.parametrize("guarded", [False, True])
+def test_a_loop_invariant_bfloat16_store(guarded):
+    x = torch.randn(2, 16).to(torch.bfloat16)
+    expected = x[:, :1].expand(2, 16) if guarded else (0.5 + x[0, 1].float()).to(
+        torch.bfloat16).expand(2, 16)
+    torch.testing.assert_close(invariant_store(guarded)(x), expected)
