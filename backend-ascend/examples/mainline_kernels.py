@@ -2,9 +2,11 @@
 (``tilewright_ascend.language.mainline``, target ``ascend-950``): the vector add with
 ``T.annotate_buffer_versions`` (its body a ``T.Parallel`` nest, the same in ``T.SimtVF``, or
 register code in ``T.SimdVF``), a softmax and an RMSNorm in ``T.SimdVF`` register code, GEMMs
-through L1 and through L0A/L0B, and the seed's GEMM + ReLU in ``T.MixedKernel`` with
-``T.dual_copy``. The compiler assigns the cores, inserts the synchronisation and versions the
-buffers.
+through L1 and through L0A/L0B, the seed's GEMM + ReLU in ``T.MixedKernel`` with
+``T.dual_copy`` (the ReLU on SIMT threads), and two kernels of SIMT threads indexed by
+``T.get_thread_binding()``: a transpose (with the compiler's barrier) and a row softmax. The
+compiler assigns the cores, inserts the synchronisation (the SIMT barriers too) and versions
+the buffers.
 
 Run: python backend-ascend/examples/mainline_kernels.py  (uses the CPU emulator without an NPU)
 """
@@ -204,6 +206,58 @@ def gemm_relu(M, N, K, BM, BN, BK, split="m", dtype="float16"):
     return main
 
 
+def simt_transpose(N, scale=2.0):
+    """Y = (scale * X)^T for an N x N tile in ``T.SimtVF(threads=N)`` with
+    ``T.get_thread_binding()``: thread ``t`` scales row ``t`` into a UB tile, then writes row
+    ``t`` of the result from column ``t`` of that tile, which the other threads wrote; the
+    compiler puts the barrier (``asc_syncthreads()``) between the two loops."""
+
+    @T.prim_func
+    def main(X: T.Tensor((N, N), "float32"), Y: T.Tensor((N, N), "float32")):
+        with T.Kernel(1) as bx:
+            x = T.alloc_shared((N, N), "float32")
+            s = T.alloc_shared((N, N), "float32")
+            y = T.alloc_shared((N, N), "float32")
+            T.copy(X[bx * N, 0], x)
+            with T.SimtVF(threads=N):
+                t = T.get_thread_binding()
+                for j in T.serial(N):
+                    s[t, j] = x[t, j] * scale
+                for j in T.serial(N):
+                    y[t, j] = s[j, t]
+            T.copy(y, Y[bx * N, 0])
+
+    return main
+
+
+def simt_softmax(M, N):
+    """Y = softmax(X) along rows in ``T.SimtVF(threads=M)``: thread ``t`` owns row ``t`` (its
+    maximum and sum in a UB tile, ``T.exp`` the SIMT API's ``expf``); no thread reads another's
+    elements, so the compiler puts no barrier."""
+
+    @T.prim_func
+    def main(X: T.Tensor((M, N), "float32"), Y: T.Tensor((M, N), "float32")):
+        with T.Kernel(1) as bx:
+            x = T.alloc_shared((M, N), "float32")
+            y = T.alloc_shared((M, N), "float32")
+            stats = T.alloc_shared((M, 2), "float32")  # per row: maximum, sum
+            T.copy(X[bx * M, 0], x)
+            with T.SimtVF(threads=M):
+                t = T.get_thread_binding()
+                stats[t, 0] = x[t, 0]
+                stats[t, 1] = 0.0
+                for j in T.serial(N):
+                    stats[t, 0] = T.max(stats[t, 0], x[t, j])
+                for j in T.serial(N):
+                    y[t, j] = T.exp(x[t, j] - stats[t, 0])
+                    stats[t, 1] = stats[t, 1] + y[t, j]
+                for j in T.serial(N):
+                    y[t, j] = y[t, j] / stats[t, 1]
+            T.copy(y, Y[bx * M, 0])
+
+    return main
+
+
 def main():
     N = 16 * 1024
     a, b = torch.randn(N), torch.randn(N)
@@ -234,6 +288,15 @@ def main():
                                    atol=5e-2)
         print(f"GEMM + ReLU in T.MixedKernel, {split.upper()}-split T.dual_copy: matches torch, "
               f"races {last_run_stats()['races']}")
+    x = torch.randn(64, 64)
+    transpose = tilewright.compile(simt_transpose(64), out_idx=[1], target=TARGET)
+    torch.testing.assert_close(transpose(x), (2.0 * x).T)
+    print(f"transpose across 64 SIMT threads (T.get_thread_binding, automatic barrier): "
+          f"matches torch, races {last_run_stats()['races']}")
+    x = torch.randn(32, 256)
+    sm = tilewright.compile(simt_softmax(32, 256), out_idx=[1], target=TARGET)
+    torch.testing.assert_close(sm(x), torch.softmax(x, -1))
+    print(f"softmax, one row per SIMT thread: matches torch, races {last_run_stats()['races']}")
 
 
 if __name__ == "__main__":

@@ -11,9 +11,18 @@ import tilewright
 import tilewright_ascend.language as A
 import tilewright_ascend.language.mainline as T
 import torch
-from mainline_kernels import gemm, gemm_relu, rmsnorm, rmsnorm_reference, softmax, vector_add
+from mainline_kernels import (
+    gemm,
+    gemm_relu,
+    rmsnorm,
+    rmsnorm_reference,
+    simt_softmax,
+    simt_transpose,
+    softmax,
+    vector_add,
+)
 from tilewright.errors import ConfigError, KernelError
-from tilewright_ascend.executor import last_run_stats
+from tilewright_ascend.executor import EmulatorError, compile_and_run_source, last_run_stats
 from tilewright_ascend.facts.arch import ARCHS
 
 TARGET = "ascend-950"
@@ -32,11 +41,13 @@ def test_vector_functions_run_on_the_950_emulator(body):
     torch.testing.assert_close(kernel(a, b), a + b)
     assert last_run_stats()["races"] == 0
     text = tilewright.lower(vector_add(N, body=body), target=TARGET).source.text
-    # SIMT: one Add over the tile; SIMD: a vector function of the register API, one Reg::Add
-    # per 2048-bit register (64 float32 lanes), started with asc_vf_call
+    # SIMT: 1024 threads, one element each, of the iteration's version of each tile; SIMD: a
+    # vector function of the register API, one Reg::Add per 2048-bit register (64 float32
+    # lanes), started with asc_vf_call
     if body == "simt":
-        assert "Add(c[((step % 2) * 1024)], a[((step % 2) * 1024)], b[((step % 2) * 1024)], " \
-            "1024);" in text
+        assert "TW_UB_ARG(float, a, 1, ((step % 2) * 1024), 1024)" in text
+        assert "asc_vf_call<main_simt>(dim3{1024, 1, 1}, " in text
+        assert "TW_UB_STORE(c, ((TW_FLOORMOD(step, 2) * 1024) + tid), " in text
     else:
         assert "__simd_vf__ inline void main_vf(__ubuf__ float* a, __ubuf__ float* b, " \
             "__ubuf__ float* c, int32_t step)" in text
@@ -211,13 +222,121 @@ def test_simt_rules():
     with pytest.raises(KernelError, match="threads= is 1 to 2048, got 4096"):
         _simd(threads)
 
-    def binding(a, h):
-        with T.SimtVF(threads=64):
-            T.get_thread_binding()
+    def outside(a, h):
+        T.get_thread_binding()
 
-    with pytest.raises(KernelError, match="lowers the T.Parallel nests of T.SimtVF to vector "
-                                          "instructions, which have no thread index"):
-        _simd(binding)
+    with pytest.raises(KernelError, match=r"test_ascend_mainline.py:\d+: T.get_thread_binding\(\) "
+                                          "is the thread index of a SIMT vector function"):
+        _simd(outside)
+
+    def second_dimension(a, h):
+        with T.SimtVF(threads=64):
+            T.get_thread_binding(1)
+
+    with pytest.raises(KernelError, match="threads of T.SimtVF are one-dimensional"):
+        _simd(second_dimension)
+
+
+def _simt(case):
+    """A kernel whose T.SimtVF(threads=64) holds the statements of ``case`` on 64 x 64 UB
+    tiles, lowered to its source."""
+
+    @T.prim_func
+    def main(X: T.Tensor((64, 64), "float32"), Y: T.Tensor((64, 64), "float32")):
+        with T.Kernel(1):
+            x = T.alloc_shared((64, 64), "float32")
+            y = T.alloc_shared((64, 64), "float32")
+            T.copy(X, x)
+            with T.SimtVF(threads=64):
+                t = T.get_thread_binding()
+                if case == "one element":  # every thread, one element
+                    y[0, 0] = x[t, 0]
+                elif case == "own row":
+                    for j in T.serial(63):
+                        y[t, j] = y[t, j + 1] + x[t, j]
+                elif case == "column":
+                    for j in T.serial(64):
+                        x[t, j] = x[j, t]
+                elif case == "global":
+                    for j in T.serial(64):
+                        y[t, j] = X[t, j]
+                elif case == "tile op":
+                    T.fill(y, 0)
+                elif case == "same elements":
+                    for i, j in T.Parallel(64, 64):
+                        y[i, j] = x[i, j] * 2
+                    for i, j in T.Parallel(64, 64):
+                        y[i, j] = y[i, j] + x[i, j]
+                else:  # shifted
+                    for i, j in T.Parallel(64, 64):
+                        y[i, j] = x[i, j] * 2
+                    for i, j in T.Parallel(64, 63):
+                        x[i, j] = y[i, j + 1]
+            T.copy(y, Y)
+
+    return tilewright.lower(main, target=TARGET).source.text
+
+
+def test_simt_races_the_compiler_cannot_order_are_errors_at_the_users_line():
+    with pytest.raises(KernelError, match=r"test_ascend_mainline.py:\d+: T.SimtVF: threads race "
+                                          r"on 'y': its store does not tell the threads apart"):
+        _simt("one element")
+    _simt("own row")  # one thread's own row: ordered within the thread
+    with pytest.raises(KernelError, match="one statement writes it and touches it at another "
+                                          "index"):
+        _simt("column")
+    with pytest.raises(KernelError, match="the threads work on UB tiles; 'X' is in global"):
+        _simt("global")
+    with pytest.raises(KernelError, match=r"test_ascend_mainline.py:\d+: T.SimtVF holds "
+                                          r"T.Parallel nests and element statements; T.fill"):
+        _simt("tile op")
+
+
+def test_simt_barriers_go_where_threads_share_elements():
+    assert "asc_syncthreads();" not in _simt("same elements")  # each element: one thread
+    text = _simt("shifted")
+    assert text.count("asc_syncthreads();") == 1
+    # 4096 iterations over 64 threads: 64 steps of one element each
+    assert "for (int32_t step = 0; step < 64; ++step) {" in text
+
+
+def _run_source(low, text, tensors, work):
+    work.mkdir()
+    compile_and_run_source(text, low.source.payload, tensors, work)
+
+
+def test_simt_transpose_with_thread_binding_runs_and_needs_its_barrier(tmp_path):
+    """Thread t writes row t of s, then reads column t of it: the automatic barrier orders
+    the two; without it the emulator reports the threads' race."""
+    low = tilewright.lower(simt_transpose(64), target=TARGET)
+    text = low.source.text
+    assert text.count("asc_syncthreads();") == 1 and "int32_t tid = threadIdx.x;" in text
+    assert "asc_vf_call<main_simt>(dim3{64, 1, 1}, " in text
+    x = torch.randn(64, 64)
+    y = torch.empty(64, 64)
+    _run_source(low, text, (x, y), tmp_path / "ok")
+    torch.testing.assert_close(y, (2.0 * x).T)
+    with pytest.raises(EmulatorError, match=r"race \(write-after-read\) on UB buffer 's': thread "
+                                            r"1 of the SIMT vector function .* no "
+                                            r"asc_syncthreads\(\) between them"):
+        _run_source(low, text.replace("asc_syncthreads();", ""), (x, y), tmp_path / "bad")
+
+
+def test_simt_softmax_one_row_per_thread_has_no_barrier():
+    x = torch.randn(32, 256)
+    kernel = tilewright.compile(simt_softmax(32, 256), out_idx=[1], target=TARGET)
+    torch.testing.assert_close(kernel(x), torch.softmax(x, -1))
+    assert last_run_stats()["races"] == 0
+    text = tilewright.lower(simt_softmax(32, 256), target=TARGET).source.text
+    assert "asc_syncthreads();" not in text and "Simt::Exp(TW_CAST(float, " in text
+
+
+def test_simt_barrier_reached_by_some_threads_only_is_reported(tmp_path):
+    low = tilewright.lower(simt_transpose(64), target=TARGET)
+    text = low.source.text.replace("    asc_syncthreads();", "    if (tid < 32) asc_syncthreads();")
+    with pytest.raises(EmulatorError, match=r"asc_syncthreads\(\) reached by 32 of the 64 "
+                                            "threads"):
+        _run_source(low, text, (torch.randn(64, 64), torch.empty(64, 64)), tmp_path / "k")
 
 
 def test_dual_copy_rules():
@@ -275,6 +394,10 @@ def test_gemm_relu_with_dual_copy_runs_on_the_950_emulator(split, n, bn):
     text = tilewright.lower(gemm_relu(128, n, 256, 64, bn, 64, split=split),
                             target=TARGET).source.text
     assert "int32_t vid = GetSubBlockIdx();" in text and "if ((vid == 0))" not in text
+    # the ReLU: 128 SIMT threads over the sub-core's 64 * bn / 2 elements
+    assert ("asc_vf_call<main_simt>(dim3{128, 1, 1}, TW_UB_ARG(float, C_ub, 3, 0, "
+            f"{32 * bn}));") in text
+    assert f"for (int32_t step = 0; step < {bn // 4}; ++step) {{" in text
     if bn % 32:  # each sub-core copies its half of the workspace tile
         assert "ws_C_l0c_C_ub" in text and "dualDstCtl" not in text
         return
@@ -605,13 +728,17 @@ def test_manual_flag_names_checked():
         bad("MTE2")
 
 
-def _ub_tile(T_, alloc):
+def _ub_tile(T_, alloc, simt=False):
     @T_.prim_func
     def main(A: T_.Tensor((2 * 56 * 1024,), "float32"), C: T_.Tensor((2 * 56 * 1024,),
                                                                       "float32")):
         with T_.Kernel(2) as bx:
             x = alloc((56 * 1024,), "float32")  # 224 KiB: more than A2's UB, less than 950's
             T_.copy(A[bx * 56 * 1024 : (bx + 1) * 56 * 1024], x)
+            if simt:
+                with T_.SimtVF(threads=1024):
+                    for i in T_.Parallel(56 * 1024):
+                        x[i] = x[i] * 2
             T_.copy(x, C[bx * 56 * 1024 : (bx + 1) * 56 * 1024])
 
     return main
@@ -626,6 +753,10 @@ def test_950_memories_are_its_own():
     with pytest.raises(KernelError, match="needs 229376 bytes of UB at offset 0, but UB holds "
                                           "196608 bytes"):
         tilewright.lower(_ub_tile(P, P.alloc_shared), target="ascend")
+    # SIMT functions leave a kernel 216 KiB of UB (GetRuntimeUBSize.md)
+    with pytest.raises(KernelError, match="needs 229376 bytes of UB at offset 0, but UB holds "
+                                          "221184 bytes"):
+        tilewright.lower(_ub_tile(T, T.alloc_shared, simt=True), target=TARGET)
 
 
 def test_950_facts_follow_the_vendor_headers(asc_devkit):

@@ -67,9 +67,30 @@ def test_950_sources_compile_against_the_arch_3510_headers(asc_devkit, tmp_path)
     for name in ("seed__vector_add_simd", "seed__softmax_simd", "seed__rmsnorm_simd"):
         assert "__simd_vf__ inline void" in sources[name] and "asc_vf_call<" in sources[name]
         assert "Reg::LoadAlign" in sources[name] and "Reg::StoreAlign" in sources[name]
+    # the SIMT vector functions: the vendor's launch, thread index and barrier
+    simt = [name for name, text in sources.items() if "__simt_vf__ inline void" in text]
+    assert {"seed__vector_add_simt", "seed__gemm_relu_m_split", "seed__simt_transpose",
+            "seed__simt_softmax"} <= \
+        set(simt), simt
+    transpose = sources["seed__simt_transpose"]
+    assert "asc_vf_call<main_simt>(dim3{64, 1, 1}" in transpose
+    assert "threadIdx.x" in transpose and "asc_syncthreads();" in transpose
     findings = HeaderCheck(asc_devkit, tmp_path, NPU_950).check(sources)
     report = "\n\n".join(f"== {f.name} as {f.core}\n{f.text[-3000:]}" for f in findings)
     assert not findings, f"{len(findings)} of {len(sources) * len(CORES)} compiles:\n{report}"
+
+
+def test_the_950_check_finds_a_wrong_simt_call(asc_devkit):
+    """A SIMT barrier called with an argument, and a UB pointer of the wrong element type
+    passed to a SIMT vector function, are both found."""
+    good = generated([k for k in mainline() if k.name == "seed/simt_transpose"])[0][
+        "seed__simt_transpose"]
+    barrier = good.replace("asc_syncthreads();", "asc_syncthreads(1);", 1)
+    pointer = good.replace("TW_UB_ARG(float, s,", "TW_UB_ARG(half, s,", 1)
+    assert barrier != good and pointer != good
+    findings = check_sources({"good": good, "barrier": barrier, "pointer": pointer},
+                             asc_devkit, npu_arch=NPU_950)
+    assert {f.name for f in findings} == {"barrier", "pointer"}, findings
 
 
 def test_the_950_check_finds_a_wrong_register_call(asc_devkit):

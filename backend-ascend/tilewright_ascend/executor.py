@@ -75,8 +75,8 @@ def _runtime_digest() -> str:
 def _digest(compiler: str) -> str:
     """The runtime's digest with ``compiler``: its sources are read once per process."""
     digest = hashlib.sha256()
-    for path in sorted(CSRC.iterdir()):
-        digest.update(path.name.encode() + path.read_bytes())
+    for path in sorted(p for p in CSRC.rglob("*") if p.is_file()):
+        digest.update(str(path.relative_to(CSRC)).encode() + path.read_bytes())
     digest.update(" ".join([compiler, *FLAGS]).encode())
     return digest.hexdigest()[:16]
 

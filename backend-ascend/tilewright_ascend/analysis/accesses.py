@@ -4,19 +4,21 @@ multi-buffering passes. Buffers are the IR's buffer objects (identity), never na
 A tile op's accesses come from its data path (:mod:`..facts.paths`) or, for the ops that are
 not copies, from the table below (a vector op's reads and writes are its schema's operand
 effects, so a scratch operand such as a reduction's ``work`` counts as written); a
-``T.Parallel`` nest is vector work, a loop the scalar unit runs (:data:`..facts.keys.SCALAR_KEY`)
-scalar work; any other statement has the accesses of its children.
+``T.Parallel`` nest and a ``T.SimtVF`` scope (a SIMT vector function) are vector work, a loop
+the scalar unit runs (:data:`..facts.keys.SCALAR_KEY`) scalar work; any other statement has
+the accesses of its children.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import tvm_ffi
 from tilewright.ir import decode, tile_ops_in
 from tvm import tirx
 
 from ..facts import ops
-from ..facts.keys import SCALAR_KEY
+from ..facts.keys import SCALAR_KEY, SIMT_KEY
 from ..facts.paths import path
 from .buffers import loads_and_stores
 
@@ -36,6 +38,8 @@ def accesses(stmt) -> list[Access]:
     if isinstance(stmt, tirx.For) and SCALAR_KEY in stmt.annotations:  # GetValue/SetValue
         return _loop_accesses(stmt, "s")
     if isinstance(stmt, tirx.For) and str(stmt.annotations.get("tw.loop", "")) == "parallel":
+        return _loop_accesses(stmt, "v")
+    if isinstance(stmt, tirx.AttrStmt) and stmt.attr_key == SIMT_KEY:  # asc_vf_call: the V pipe
         return _loop_accesses(stmt, "v")
     out = []
     for child in children(stmt):
@@ -97,3 +101,11 @@ def has_manual_sync(node) -> bool:
     order whole cores, do not count)."""
     cross = (ops.SET_CROSS_FLAG.name, ops.WAIT_CROSS_FLAG.name)
     return any(c.name in ops.SYNC_OPS and c.name not in cross for c in tile_ops_in(node))
+
+
+def has_simt(func) -> bool:
+    """Whether ``func`` runs SIMT vector functions (``T.SimtVF``)."""
+    found = []
+    tvm_ffi.structural_walk(func.body, (tirx.AttrStmt, lambda a: found.append(a)
+                                        if a.attr_key == SIMT_KEY else None))
+    return bool(found)

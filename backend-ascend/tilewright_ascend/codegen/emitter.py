@@ -18,6 +18,7 @@ from tilewright.plugin import DeviceCodegen, GeneratedSource
 from tvm import sym, tirx
 
 from .. import __version__
+from ..analysis.accesses import has_simt
 from ..analysis.buffers import allocations
 from ..analysis.cores import core_of
 from ..analysis.gemm import gemm_calls, square_operands
@@ -29,11 +30,17 @@ from ..facts.keys import (
     SCALAR_KEY,
     SCOPE_KEY,
     SIMD_VF_KEY,
+    SIMT_KEY,
     STAGING_KEY,
     WORKSPACES_KEY,
 )
+from ..facts.simt import memories_with_simt
 from ..rules import RULES, emit_scalar_loop, emit_vector_function, parallel_rule
 from .expr import ExprPrinter
+from .simt import ATTRIBUTE as SIMT_ATTRIBUTE
+from .simt import INCLUDES as SIMT_INCLUDES
+from .simt import PRELUDE as SIMT_PRELUDE
+from .simt import emit_simt
 
 CORES = ("AIC", "AIV")
 # lines every generated file starts with; the emulator's header defines its own versions
@@ -78,6 +85,8 @@ class Emitter:
 
     def __init__(self, func: tirx.PrimFunc, name: str, arch=ARCHS["ascend"]):
         self.func, self.name, self.arch = func, name, arch
+        # the memories the kernel has: SIMT functions keep part of UB
+        self.memories = memories_with_simt(arch.memories) if has_simt(func) else arch.memories
         self.plan = {entry[0]: (str(entry[1]), int(entry[2]), int(entry[3]))
                      for entry in func.attrs[PLAN_KEY]}
         self.staging = [(pair[0], pair[1]) for pair in (func.attrs.get(STAGING_KEY) or [])]
@@ -90,7 +99,7 @@ class Emitter:
         self.core = "AIV"
         self.scope: str | None = None
         self.buffer_names: dict = {}  # buffer -> C identifier
-        self.functions: list[str] = []  # written before the kernel (T.SimdVF's functions)
+        self.functions: list[str] = []  # written before the kernel (T.SimdVF's, T.SimtVF's)
         self.vf = None  # the vector function being written (rules.simd)
 
     # -- names and expressions --------------------------------------------------------
@@ -173,6 +182,8 @@ class Emitter:
         if s.attr_key == SIMD_VF_KEY:
             return self.emit_rule(lambda: emit_vector_function(self, s), s.span, ("AIV",),
                                   "T.SimdVF")
+        if s.attr_key == SIMT_KEY:
+            return self.emit_rule(lambda: emit_simt(self, s), s.span, ("AIV",), "T.SimtVF")
         if s.attr_key != SCOPE_KEY:
             return self.stmt(s.body)
         want = "AIC" if str(s.value.value) == "C" else "AIV"
@@ -335,6 +346,7 @@ class Emitter:
             "#define TW_DEBUG_NAME(t)",
             "#endif",
             *PRELUDE,
+            *SIMT_PRELUDE,
             "",
         ]
         self.lines, start = head, len(head)
@@ -349,7 +361,7 @@ class Emitter:
             self.line("TPipe pipe;")
             for scope in MEMORIES:
                 if any(v[0] == scope for v in self.plan.values()):
-                    memory = self.arch.memories[scope]
+                    memory = self.memories[scope]
                     position, size = memory.position, memory.capacity
                     mem = self.memory_var(scope)
                     self.line(f"TBuf<TPosition::{position}> {mem};")
@@ -369,6 +381,8 @@ class Emitter:
             host_args += ", uint8_t* tw_exception_desc"
             call_args += ", tw_exception_desc"
         self.lines[start:start] = [text for f in self.functions for text in (f, "")]
+        if any(f.startswith(SIMT_ATTRIBUTE) for f in self.functions):
+            self.lines[2:2] = SIMT_INCLUDES  # the SIMT API is not part of kernel_operator.h
         self.line("")
         self.line("#ifndef TW_DEVICE_ONLY  // the emulator and the header check leave it out")
         self.line(f"// host launch: {blocks} AI core groups (1 AIC + 2 AIV each)")
@@ -399,8 +413,8 @@ def generate(mod: tvm.IRModule, ctx) -> GeneratedSource:
                           for b in emitter.params],
                "dims": [[str(v.name), index, axis] for v, index, axis in emitter.dims],
                "workspaces": len(emitter.workspaces),
-               # the emulator's memories are the target architecture's
-               "capacities": [arch.memories[s].capacity for s in EMULATOR_SPACES]}
+               # the emulator's memories are the kernel's (the target's, less SIMT's share)
+               "capacities": [emitter.memories[s].capacity for s in EMULATOR_SPACES]}
     return GeneratedSource(text=text, language="ascendc", file_ext="cpp", payload=payload,
                            entry=ctx.func_name)
 

@@ -1,7 +1,8 @@
 """The one expression printer of the backend: TIR scalar expressions as Ascend C, and grid sizes
 as Python (the executor evaluates those at launch).
 
-A load of a tile element prints as the scalar unit's ``GetValue`` of the flattened index;
+A load of a tile element prints as the scalar unit's ``GetValue`` of the flattened index (in a
+SIMT vector function, a read through the tile's pointer);
 variables print through a naming callback (the emitter's C identifiers). Floor division and
 modulo print as C's ``/`` and ``%`` only where the operands are provably non-negative and
 positive; elsewhere as ``TW_FLOORDIV``/``TW_FLOORMOD``, which round towards minus infinity
@@ -26,10 +27,12 @@ _PY_BINARY = {"Add": "+", "Sub": "-", "Mul": "*", "FloorDiv": "//", "FloorMod": 
 
 class ExprPrinter:
     """Prints expressions; ``name(var)`` gives a variable's identifier, ``buffer(buf)`` a
-    buffer's, and ``proves(cond)`` whether a condition always holds."""
+    buffer's, ``proves(cond)`` whether a condition always holds and ``load(buf, index)`` a
+    tile element's read (default: the scalar unit's ``GetValue``)."""
 
-    def __init__(self, name, buffer, proves):
+    def __init__(self, name, buffer, proves, load=None):
         self.name, self.buffer, self.proves = name, buffer, proves
+        self.load = load or (lambda buf, index: f"{self.buffer(buf)}.GetValue({index})")
 
     # -- Ascend C ----------------------------------------------------------------------------
     def cpp(self, e) -> str:
@@ -45,7 +48,7 @@ class ExprPrinter:
         if kind == "Var":
             return self.name(e)
         if kind == "TensorLoad":
-            return f"{self.buffer(e.source)}.GetValue({self.cpp(flat_index(e.source, e.indices))})"
+            return self.load(e.source, self.cpp(flat_index(e.source, e.indices)))
         if kind in _C_BINARY:
             return f"({self.cpp(e.a)} {_C_BINARY[kind]} {self.cpp(e.b)})"
         if kind in _FLOOR:

@@ -1160,6 +1160,84 @@ template <typename T> void name_tensor(const AscendC::LocalTensor<T>& t, const c
 }
 }  // namespace tw_emu
 
+// SIMT vector functions of Ascend 950 (include/simt_api: asc_vf_call, threadIdx,
+// asc_syncthreads). The call is one instruction of the V pipe touching the UB tiles passed to
+// it; when it runs, the runtime runs the threads one after another up to each barrier (the
+// order between barriers is the program's to not rely on) and reports two threads touching
+// one UB byte, one writing, with no barrier between them.
+#define __simt_vf__
+#define __ubuf__
+struct dim3 { uint32_t x = 1, y = 1, z = 1; };
+namespace tw_emu {
+struct SimtIndex { uint32_t x = 0, y = 0, z = 0; };
+extern SimtIndex simt_index;
+void simt_access(int space, uint64_t off, uint64_t len, bool write, int line);
+bool simt_bounds(int64_t i, uint32_t count, int line);
+void simt_barrier();
+void simt_run(uint32_t threads, int core, int line, std::function<void()> body);
+// a UB tile passed to a SIMT vector function: the elements [first, first + count) its
+// threads may touch (mode: 1 read, 2 written, 3 both)
+template <typename T> struct UbPtr {
+    T* base; int space; uint64_t off; int64_t first; uint32_t count; int mode; int line;
+    T load(int64_t i, int at) const {
+        if (!simt_bounds(i - first, count, at)) return T();
+        simt_access(space, off + uint64_t(i) * sizeof(T), sizeof(T), false, at);
+        return base[i];
+    }
+    template <typename U> void store(int64_t i, const U& v, int at) const {
+        if (!simt_bounds(i - first, count, at)) return;
+        simt_access(space, off + uint64_t(i) * sizeof(T), sizeof(T), true, at);
+        base[i] = static_cast<T>(v);
+    }
+};
+template <typename T>
+UbPtr<T> ub_arg(const AscendC::LocalTensor<T>& t, int mode, int64_t first, uint32_t count,
+                int line) {
+    if (first < 0 || first + count > t.count) {
+        error(line, "asc_vf_call: elements [%lld, %lld) of a UB tile of %u elements",
+              (long long)first, (long long)(first + count), t.count);
+        count = 0;
+    }
+    return UbPtr<T>{t.data(), t.space, t.off, first, count, mode, line};
+}
+template <typename A> void vf_accesses(std::vector<Acc>&, uint64_t&, int&, const A&) {}
+template <typename T> void vf_accesses(std::vector<Acc>& acc, uint64_t& bytes, int& line,
+                                       const UbPtr<T>& p) {
+    uint64_t n = uint64_t(p.count) * sizeof(T), at = p.off + uint64_t(p.first) * sizeof(T);
+    if (p.mode & 1) acc.push_back(Acc{p.space, at, n, false});
+    if (p.mode & 2) acc.push_back(Acc{p.space, at, n, true});
+    bytes += n;
+    line = p.line;
+}
+}  // namespace tw_emu
+#define threadIdx (::tw_emu::simt_index)
+inline void asc_syncthreads() { ::tw_emu::simt_barrier(); }
+namespace AscendC::Simt {  // kernel_simt_transcendental_intf.h, kernel_simt_math_intf.h
+template <typename T> T Exp(T x) { return std::exp(x); }
+template <typename T> T Log(T x) { return std::log(x); }
+template <typename T> T Sqrt(T x) { return std::sqrt(x); }
+template <typename T> T Rsqrt(T x) { return T(1) / std::sqrt(x); }
+template <typename T> T Abs(T x) { return std::fabs(x); }
+template <typename T> T Tanh(T x) { return std::tanh(x); }
+template <typename T> T Sin(T x) { return std::sin(x); }
+template <typename T> T Cos(T x) { return std::cos(x); }
+}  // namespace AscendC::Simt
+template <auto F, typename... A> void asc_vf_call(dim3 threads, A&&... args) {
+    std::vector<tw_emu::Acc> acc;
+    uint64_t bytes = 0;
+    int line = 0;
+    (tw_emu::vf_accesses(acc, bytes, line, args), ...);
+    int core = tw_emu::is_aic() ? 0 : 1 + tw_emu::sub_block_idx();
+    auto body = [=] { F(args...); };
+    tw_emu::issue(tw_emu::PV, "asc_vf_call", line, std::move(acc),
+                  [=] { tw_emu::simt_run(threads.x, core, line, body); }, 8.0 + bytes / 128.0,
+                  bytes);
+}
+#define TW_UBUF(T) ::tw_emu::UbPtr<T>
+#define TW_UB_ARG(T, t, mode, first, count) ::tw_emu::ub_arg<T>((t), (mode), (first), (count), __LINE__)
+#define TW_UB_LOAD(p, i) (p).load((i), __LINE__)
+#define TW_UB_STORE(p, i, v) (p).store((i), (v), __LINE__)
+
 // scalar-unit helpers of the generated source (plain C++ casts and selects on an NPU)
 #define TW_CAST(T, x) ::tw_emu::cast<T>(x)
 #define TW_BITCAST(T, U, x) ::tw_emu::bitcast<T, U>(x)

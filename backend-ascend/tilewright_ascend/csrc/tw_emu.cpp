@@ -6,6 +6,7 @@
 #include <unordered_map>
 #include <string>
 #include <tuple>
+#include <ucontext.h>
 
 #include "kernel_operator.h"
 
@@ -664,6 +665,113 @@ int launch(int blocks, int nargs, void** args, const int64_t* sizes, const char*
         run_block();
     }
     return S->errors;
+}
+// SIMT vector functions: each thread a context with its own stack, run to its next
+// asc_syncthreads() (or its end) one after another; between two barriers each UB byte
+// remembers the thread that wrote it and the thread that read it (-2: several).
+SimtIndex simt_index;
+namespace {
+struct SimtThread { ucontext_t ctx; bool done = false, waiting = false; };
+struct SimtByte { int writer = -1, reader = -1; };
+struct SimtRun {
+    std::vector<SimtThread> threads;
+    ucontext_t main;
+    std::function<void()> body;
+    int current = 0, core = 0, line = 0;
+    std::unordered_map<uint64_t, SimtByte> bytes;  // (space, offset) -> who touched it
+};
+SimtRun* SIMT = nullptr;
+constexpr size_t SIMT_STACK = 64 * 1024;
+std::vector<std::unique_ptr<char[]>> simt_stacks;  // one per thread, kept for the next call
+
+void simt_entry() {
+    SIMT->body();
+    SIMT->threads[SIMT->current].done = true;
+}
+
+// ``other``: the thread that touched the byte before, -1 for several
+void simt_race(int space, uint64_t off, int other, bool other_wrote, bool write, int line) {
+    const char* kind = other_wrote ? (write ? "write-after-write" : "read-after-write")
+                                   : "write-after-read";
+    std::string buf = name_of(SIMT->core, space, off);
+    S->races++;
+    add_report("simt" + std::to_string(line) + buf,
+               std::string("race (") + kind + ") on " + SPACE_NAMES[space] + " buffer " + buf +
+               ": thread " + std::to_string(SIMT->current) + " of the SIMT vector function (" +
+               where(line) + ") and " + (other < 0 ? std::string("other threads")
+                                                   : "thread " + std::to_string(other)) +
+               " (asc_vf_call at " + where(SIMT->line) + ") touch the same bytes with no "
+               "asc_syncthreads() between them (block " + std::to_string(S->block) + " " +
+               CORE_NAMES[SIMT->core] + ")");
+}
+}  // namespace
+
+void simt_access(int space, uint64_t off, uint64_t len, bool write, int line) {
+    if (!SIMT) return;
+    int me = SIMT->current;
+    for (uint64_t b = off; b < off + len; ++b) {
+        SimtByte& at = SIMT->bytes[(uint64_t(space) << 56) | b];
+        if (at.writer >= 0 && at.writer != me) {
+            simt_race(space, b, at.writer, true, write, line);
+        } else if (write && (at.reader == -2 || (at.reader >= 0 && at.reader != me))) {
+            simt_race(space, b, at.reader == -2 ? -1 : at.reader, false, write, line);
+        }
+        if (write) at.writer = me;
+        else at.reader = at.reader == -1 || at.reader == me ? me : -2;
+    }
+}
+
+bool simt_bounds(int64_t i, uint32_t count, int line) {
+    if (i >= 0 && uint64_t(i) < count) return true;
+    error(line, "a SIMT thread touches element %lld of the %u elements of a UB tile passed to "
+          "its function",
+          (long long)i, count);
+    return false;
+}
+
+void simt_barrier() {
+    if (!SIMT) return;
+    SimtThread& t = SIMT->threads[SIMT->current];
+    t.waiting = true;
+    swapcontext(&t.ctx, &SIMT->main);
+}
+
+void simt_run(uint32_t threads, int core, int line, std::function<void()> body) {
+    SimtRun run;
+    run.threads.resize(threads);
+    run.body = std::move(body);
+    run.core = core;
+    run.line = line;
+    SIMT = &run;
+    while (simt_stacks.size() < threads) simt_stacks.emplace_back(new char[SIMT_STACK]);
+    for (uint32_t i = 0; i < threads; ++i) {
+        SimtThread& t = run.threads[i];
+        getcontext(&t.ctx);
+        t.ctx.uc_stack.ss_sp = simt_stacks[i].get();
+        t.ctx.uc_stack.ss_size = SIMT_STACK;
+        t.ctx.uc_link = &run.main;
+        makecontext(&t.ctx, simt_entry, 0);
+    }
+    for (;;) {  // one phase: every thread up to its next barrier or its end
+        run.bytes.clear();
+        uint32_t waiting = 0, done = 0;
+        for (uint32_t i = 0; i < threads; ++i) {
+            SimtThread& t = run.threads[i];
+            if (t.done) { ++done; continue; }
+            t.waiting = false;
+            run.current = int(i);
+            simt_index = SimtIndex{i, 0, 0};
+            swapcontext(&run.main, &t.ctx);
+            if (t.waiting) ++waiting; else ++done;
+        }
+        if (waiting == 0) break;
+        if (done) {
+            error(line, "asc_syncthreads() reached by %u of the %u threads of a SIMT vector "
+                  "function (the others ended without it)", waiting, threads);
+            break;
+        }
+    }
+    SIMT = nullptr;
 }
 }  // namespace tw_emu
 

@@ -109,6 +109,8 @@ MAINLINE = {
                            {"l0": True, "transpose_A": True, "transpose_B": True}),
     "gemm_relu_m_split": ("gemm_relu", (128, 128, 256, 64, 64, 64), {"split": "m"}),
     "gemm_relu_n_split": ("gemm_relu", (128, 128, 256, 64, 64, 64), {"split": "n"}),
+    "simt_transpose": ("simt_transpose", (64,), {}),
+    "simt_softmax": ("simt_softmax", (32, 256), {}),
 }
 
 

@@ -12,7 +12,8 @@ Ascend 950 and compiled for the target ``ascend-950``), over the portable langua
   ``T.Pipelined`` loop (:func:`annotate_buffer_versions`);
 - ``T.ascend_pipe_barrier``, ``T.ascend_set_flag``, ``T.ascend_wait_flag`` for manual work (a
   kernel with any of them keeps exactly its own intra-core synchronisation);
-- ``T.SimtVF(threads=N)`` and ``T.SimdVF()`` with ``T.simd.*`` (:mod:`.vf`);
+- ``T.SimtVF(threads=N)`` with ``T.get_thread_binding()``, and ``T.SimdVF()`` with
+  ``T.simd.*`` (:mod:`.vf`);
 - ``with T.MixedKernel(n, sids=2) as (bx, sid)``: cube and vector work of one AI core group,
   the vector code run by each sub-core on its own tiles, which ``T.dual_copy`` fills with
   its half of a tile (lowered by :mod:`..transforms.split`).

@@ -1,10 +1,10 @@
 """The vector-function scopes of the mainline dialect: ``T.SimtVF`` and ``T.SimdVF`` with
 ``T.simd.*``.
 
-``with T.SimtVF(threads=N):`` holds ``T.Parallel`` nests, as in TileLang mainline; this
-backend lowers each nest to vector instructions on UB tiles (the vector path of portable
-kernels), which computes what the threads would. ``T.get_thread_binding()`` is refused: the
-lowering has no thread index to give.
+``with T.SimtVF(threads=N):`` is a SIMT vector function of ``N`` threads, as in TileLang
+mainline: its ``T.Parallel`` nests are spread over the threads and ``T.get_thread_binding()``
+is the thread's index (:mod:`..transforms.simt` lowers it, the barriers between threads
+included). The scope is the statement ``AttrStmt(tid, SIMT_KEY, N, body)``.
 
 ``with T.SimdVF():`` holds register-level code over 2048-bit vector registers
 (:data:`..facts.registers.REGISTER_BYTES`: 64 float32 or 128 float16 lanes):
@@ -31,13 +31,12 @@ from tilewright.language import builder as B
 from tvm import tirx
 
 from ..facts.dtypes import dtype_bytes
-from ..facts.keys import SIMD_VF_KEY
+from ..facts.keys import SIMD_VF_KEY, SIMT_KEY
 from ..facts.ops import REG_LOAD, REG_OP, REG_STORE
 from ..facts.registers import REGISTER_BYTES, REGISTER_OPS
+from ..facts.simt import MAX_THREADS
 from ._emit import error, span
 from .trees import MAINLINE, claim
-
-SIMT_MAX_THREADS = 2048  # TileLang mainline's example_vecadd uses T.SimtVF(threads=2048)
 
 
 def _latency(latency, what: str) -> None:
@@ -62,8 +61,11 @@ class _Scope:
         builder = B.current(self.what)
         body = builder.close(self._frame)
         if exc_type is None:
-            builder.emit(body)
+            builder.emit(self.wrap(body))
         return False
+
+    def wrap(self, body):
+        return body
 
 
 class SimtVF(_Scope):
@@ -72,10 +74,20 @@ class SimtVF(_Scope):
     kind, what = "ascend_simt", "T.SimtVF"
 
     def __init__(self, threads=128, latency=None):
-        if not isinstance(threads, py.int) or not 0 < threads <= SIMT_MAX_THREADS:
-            raise error(f"T.SimtVF: threads= is 1 to {SIMT_MAX_THREADS}, got {threads!r}")
+        if not isinstance(threads, py.int) or not 0 < threads <= MAX_THREADS:
+            raise error(f"T.SimtVF: threads= is 1 to {MAX_THREADS}, got {threads!r}")
         _latency(latency, "T.SimtVF")
         self.threads = threads
+        self.tid = tirx.Var("tid", "int32")
+
+    def __enter__(self):
+        self._span = span()  # the user's line of the scope
+        super().__enter__()
+        self._frame.info["tid"] = self.tid
+
+    def wrap(self, body):
+        return tirx.AttrStmt(self.tid, SIMT_KEY, tirx.const(self.threads, "int32"), body,
+                             span=self._span)
 
 
 class SimdVF(_Scope):
@@ -106,11 +118,17 @@ class SimdVF(_Scope):
         return Register(self.registers - 1, dtype, self)
 
 
-def get_thread_binding(*_args):
-    """Refused: T.Parallel inside T.SimtVF is lowered to vector instructions here."""
-    raise error("T.get_thread_binding(): backend 'ascend' lowers the T.Parallel nests of "
-                "T.SimtVF to vector instructions, which have no thread index; index with the "
-                "T.Parallel loop variables instead")
+def get_thread_binding(dim=0):
+    """``T.get_thread_binding()``: the index of the running thread of the enclosing
+    ``T.SimtVF`` (0 to ``threads - 1``; the threads are one-dimensional, ``dim`` is 0)."""
+    frame = B.current("T.get_thread_binding").enclosing("ascend_simt")
+    if frame is None:
+        raise error("T.get_thread_binding() is the thread index of a SIMT vector function: "
+                    "use it inside 'with T.SimtVF(threads=N):'")
+    if dim != 0:
+        raise error(f"T.get_thread_binding({dim!r}): the threads of T.SimtVF are "
+                    "one-dimensional, the only dimension is 0")
+    return frame.info["tid"]
 
 
 @dataclass(frozen=True)

@@ -15,12 +15,13 @@ from tilewright.errors import KernelError, span_location
 from tilewright.transform.walk import prim_func_pass
 from tvm import tirx
 
-from ..analysis.accesses import has_manual_sync
+from ..analysis.accesses import has_manual_sync, has_simt
 from ..analysis.buffers import allocations, buffer_bytes
 from ..analysis.gemm import gemm_calls, gemm_dims, gemm_k
 from ..analysis.liveness import first_fit, live_ranges
 from ..facts.arch import MEMORIES, short
 from ..facts.keys import ADDRESS_KEY, PLAN_KEY, STAGING_KEY
+from ..facts.simt import memories_with_simt
 
 # the portable language's on-chip scopes: the portable phase maps each tile to an Ascend memory
 # (T.alloc_var and reducers are one-element or plain UB tiles)
@@ -120,10 +121,14 @@ def read_plan(func) -> dict:
 
 
 def plan_memory(reuse: bool = True, memories=MEMORIES):
+    """The pass; a kernel with SIMT functions has the UB they leave
+    (:func:`..facts.simt.memories_with_simt`)."""
+
     def run(func):
         check_scopes(func)
         staging = staging_buffers(func)
-        table = plan(func, staging, reuse, memories)
+        table = plan(func, staging, reuse,
+                     memories_with_simt(memories) if has_simt(func) else memories)
         return func.with_attr(PLAN_KEY, [[b, s, o, n] for b, (s, o, n) in table.items()]) \
             .with_attr(STAGING_KEY, [[a, b] for a, b, _ in staging])
 

@@ -43,8 +43,16 @@ from tvm import sym, tirx
 from ..facts.arch import ALIGN
 from ..facts.dtypes import dtype_bytes
 from ..facts.instructions import ROUNDING_CASTS, VECTOR_DTYPES, cast_route, computes
-from ..facts.keys import PORTABLE_KEY, SCALAR_KEY, SCOPE_KEY, VID_TAG, WORKSPACES_KEY
+from ..facts.keys import (
+    PORTABLE_KEY,
+    SCALAR_KEY,
+    SCOPE_KEY,
+    SIMT_KEY,
+    VID_TAG,
+    WORKSPACES_KEY,
+)
 from ..facts.ops import VBIN, VBRC, VDUP, VREDUCE, VSCA, VUN
+from .simt import lower_simt
 
 UB = "ascend.ub"
 # portable tile ops this pass rewrites (their rules are the vector-path ops)
@@ -223,6 +231,8 @@ class _Lowering:
             then = self.visit(stmt.then_case)
             other = self.visit(stmt.else_case) if stmt.else_case is not None else None
             return tirx.IfThenElse(stmt.condition, then, other, span=stmt.span)
+        if isinstance(stmt, tirx.AttrStmt) and stmt.attr_key == SIMT_KEY:
+            return lower_simt(stmt)  # the threads' code, not vector instructions
         if isinstance(stmt, tirx.AttrStmt):
             return tirx.AttrStmt(stmt.node, stmt.attr_key, stmt.value, self.visit(stmt.body),
                                  span=stmt.span)

@@ -59,3 +59,32 @@ def test_a_loop_invariant_bfloat16_store(guarded):
     expected = x[:, :1].expand(2, 16) if guarded else (0.5 + x[0, 1].float()).to(
         torch.bfloat16).expand(2, 16)
     torch.testing.assert_close(invariant_store(guarded)(x), expected)
+
+
+@tilewright.jit(out_idx=[-1], target="cpu")
+def staged_bfloat16(M, N, K):
+    @T.prim_func
+    def main(X: T.Tensor((M, K), "float32"), B: T.Tensor((K, N), "bfloat16"),
+             C: T.Tensor((M, N), "float32")):
+        with T.Kernel(1, threads=128) as bx:
+            a = T.alloc_shared((M, K), "bfloat16")
+            b = T.alloc_shared((K, N), "bfloat16")
+            acc = T.alloc_fragment((M, N), "float32")
+            T.clear(acc)
+            for _ko in T.serial(1):
+                for i, j in T.Parallel(M, K):
+                    a[i, j] = X[i, j] * T.float32(1.0 / 3.0)
+                T.copy(B, b)
+                T.gemm(a, b, acc)
+            T.copy(acc, C)
+    return main
+
+
+def test_values_stored_into_a_bfloat16_tile_are_rounded():
+    """A bfloat16 tile written by T.Parallel holds bfloat16 values when T.gemm reads it (TVM's
+    BF16ComputeLegalize kept it in float32 without rounding), NaN and infinities included."""
+    x, b = torch.randn(32, 32), torch.randn(32, 32).to(torch.bfloat16)
+    x[0, :3] = torch.tensor([float("nan"), float("inf"), -float("inf")])
+    expected = (x * (1.0 / 3.0)).to(torch.bfloat16).float() @ b.float()
+    torch.testing.assert_close(staged_bfloat16(32, 32, 32)(x, b), expected, rtol=0, atol=0,
+                               equal_nan=True)

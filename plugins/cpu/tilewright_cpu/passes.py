@@ -195,6 +195,53 @@ def fold_unsigned_sign_tests():
     return prim_func_pass("CPUFoldUnsignedSignTests", run)
 
 
+def _bfloat16_rounded(value):
+    """``value`` rounded to bfloat16 (to nearest even, NaN kept quiet) in integer code, as a
+    bfloat16 expression. Its bits are not let-bound: TVM's BF16ComputeLegalize does not
+    rewrite the buffers inside a ``Let`` expression's value (common-subexpression
+    elimination merges the repeats)."""
+
+    def u32(x):
+        return tirx.const(x, "uint32")
+
+    value32 = value if str(value.ty) == "float32" else tirx.Cast("float32", value)
+    bits = tirx.reinterpret("uint32", value32)
+    rounded = tirx.shift_right(bits + u32(0x7FFF) + tirx.bitwise_and(
+        tirx.shift_right(bits, u32(16)), u32(1)), u32(16))
+    nan = tirx.bitwise_and(bits, u32(0x7FFFFFFF)) > u32(0x7F800000)
+    quiet = tirx.bitwise_or(tirx.shift_right(bits, u32(16)), u32(0x40))
+    return tirx.reinterpret("bfloat16", tirx.Cast("uint16", tirx.Select(nan, quiet, rounded)))
+
+
+def round_bfloat16_tiles():
+    """Values stored into a bfloat16 tile (shared, fragment, or the tile ops' own) are rounded
+    to bfloat16, as a GPU's bfloat16 memory rounds them. TVM 0.27's BF16ComputeLegalize keeps
+    such tiles in float32 and drops the conversion of a stored value, so a tile written by
+    ``T.Parallel`` and read by ``T.gemm`` held float32 values: results more precise than the
+    kernel's types (and than the interpreter's and a GPU's). A copy of another bfloat16
+    value needs no rounding and is left alone."""
+
+    def run(func):
+        tiles = set()
+        tvm_ffi.structural_walk(func.body, (tirx.AllocBuffer, lambda s: tiles.add(s.buffer)
+                                             if str(s.buffer.dtype) == "bfloat16" else None))
+        if not tiles:
+            return func
+
+        def store(stmt):
+            value = stmt.value
+            if stmt.buffer not in tiles or str(value.ty) != "bfloat16" or \
+                    isinstance(value, tvm.ir.TensorLoad) and str(value.source.dtype) == "bfloat16":
+                return stmt
+            inner = value.value if isinstance(value, tirx.Cast) else value
+            return tirx.BufferStore(stmt.buffer, _bfloat16_rounded(inner), stmt.indices,
+                                    span=stmt.span)
+
+        return func.with_body(tvm_ffi.structural_map(func.body, (tirx.BufferStore, store)))
+
+    return prim_func_pass("CPURoundBfloat16Tiles", run)
+
+
 STACK_BYTES = 1024  # TVM keeps a constant-size CPU allocation up to this size on the stack
 CLAIM = "tw_atomic_add_int32"  # the C runtime's atomic fetch-and-add
 

@@ -46,8 +46,9 @@ PIPELINE = PassPipeline((
           "float8 conversions as integer code; vectorisable float32 exp/exp2 (within 2 ulp, or "
           "the fast polynomial with TL_ENABLE_FAST_MATH); T.Parallel loops vectorised where "
           "their extent allows"),
-    Phase("lower_memory", lambda ctx: [passes.lower_scopes()],
-          "shared and fragment tiles become per-block host arrays"),
+    Phase("lower_memory", lambda ctx: [passes.lower_scopes(), passes.round_bfloat16_tiles()],
+          "shared and fragment tiles become per-block host arrays; values stored into "
+          "bfloat16 tiles rounded to bfloat16"),
     Phase("lower_blocks", lambda ctx: [passes.lower_blocks(),
                                        lowering_extra.check_device_asserts(),
                                        passes.fold_unsigned_sign_tests()],

@@ -66,11 +66,18 @@ enum class Bin : int {};
 enum class LD_L2CacheType : int { L2_CACHE_HINT_NORMAL_FV };
 enum class L1CacheType : int { CACHEABLE, NON_CACHEABLE };
 
-// the SIMT built-in variables and types
+// the SIMT built-in variables and types (dim3 is cce's, and global: the C API's
+// common_functions.h names it unqualified, the C++ API's kernel_simt_utils.h as cce::dim3)
 namespace cce {
-struct dim3 { uint32_t x, y, z; };
-template <auto F, class... A> void async_invoke(A&&...);
+struct dim3 {
+    uint32_t x, y, z;
+    dim3(uint32_t x_ = 1, uint32_t y_ = 1, uint32_t z_ = 1) : x(x_), y(y_), z(z_) {}
+};
+// launches F on the threads: declared only where F takes the arguments, as bisheng checks them
+template <auto F, class... A>
+auto async_invoke(dim3, A&&... a) -> decltype(F(static_cast<A&&>(a)...), void());
 }  // namespace cce
+using cce::dim3;
 struct TwDim3 { uint32_t x, y, z; };
 extern TwDim3 threadIdx, blockIdx, blockDim, gridDim;
 constexpr int warpSize = 32;

@@ -1,0 +1,196 @@
+"""SIMT vector functions: each ``T.SimtVF`` scope (lowered to one thread's code by
+:mod:`..transforms.simt`) becomes a ``__simt_vf__`` function and an ``asc_vf_call`` on the
+vector core (:mod:`..facts.simt`).
+
+The function takes the UB tiles its threads touch as ``__ubuf__`` pointers (``TW_UBUF``,
+``TW_UB_ARG``; the emulator's versions also carry the elements the threads may touch, the
+window of a multi-buffered tile's version, and whether they are read, written or both) and
+the scalars of the enclosing code as arguments of their types; its threads read their index
+from ``threadIdx.x``, tile elements through ``TW_UB_LOAD``/``TW_UB_STORE`` (plain ``p[i]`` on
+an NPU), compute math with the SIMT API's functions (``Simt::Exp``, ...) in float32 and wait
+for each other at ``asc_syncthreads()``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import tvm
+import tvm_ffi
+from tilewright.errors import KernelError, span_location
+from tvm import sym, tirx
+
+from ..analysis.buffers import flat_index
+from ..facts.dtypes import ctype
+from ..facts.simt import BARRIER, LAUNCH, MATH, THREAD_INDEX
+from ..transforms.simt import is_barrier
+from .expr import ExprPrinter
+
+ATTRIBUTE = "__simt_vf__"
+# the vendor's headers of asc_vf_call and of asc_syncthreads (threadIdx is built in)
+INCLUDES = ['#include "simt_api/common_functions.h"', '#include "simt_api/device_sync_functions.h"']
+# the NPU's versions of the SIMT helpers (the emulator's header defines its own)
+PRELUDE = (
+    "#ifndef TW_UBUF",
+    "#define TW_UBUF(T) __ubuf__ T*",
+    "#define TW_UB_ARG(T, t, mode, first, count) ((__ubuf__ T*)(t).GetPhyAddr())",
+    "#define TW_UB_LOAD(p, i) ((p)[i])",
+    "#define TW_UB_STORE(p, i, v) ((p)[i] = (v))",
+    "#endif",
+)
+
+
+def _operands(body, tid):
+    """The tiles ``body`` touches (first use order, with 1 read / 2 written) and the
+    variables it takes from outside."""
+    tiles: dict = {}
+    bound, free = {tid}, []
+
+    def tile(buf, mode):
+        tiles[buf] = tiles.get(buf, 0) | mode
+
+    def var(v):
+        if v not in bound and v not in free:
+            free.append(v)
+
+    tvm_ffi.structural_walk(body, [(tirx.For, lambda f: bound.add(f.loop_var)),
+                                   (tirx.Bind, lambda b: bound.add(b.var))], order="pre")
+    tvm_ffi.structural_walk(body, [(tvm.ir.TensorLoad, lambda x: tile(x.source, 1)),
+                                   (tirx.BufferStore, lambda x: tile(x.buffer, 2)),
+                                   (tirx.Var, var)], order="pre")
+    # a tile's storage is a variable too: its pointer argument
+    return tiles, [v for v in free if isinstance(v.ty, tvm.ir.PrimType)]
+
+
+def _windows(body, tid, threads: int, tiles) -> dict:
+    """Per tile, the elements the threads may touch: ``(first, count)``, ``first`` an
+    expression of the enclosing code's variables (the version of a multi-buffered tile), or
+    the whole tile where the accesses do not give one constant count."""
+    domain = {tid: sym.IntervalSet(0, threads - 1)}
+    tvm_ffi.structural_walk(body, (tirx.For, lambda f: domain.__setitem__(
+        f.loop_var, sym.IntervalSet(f.min, f.min + f.extent - 1))))
+    analyzer, spans = sym.Analyzer(), {}
+
+    def add(buf, indices):
+        bound = analyzer.int_set(flat_index(buf, indices), domain)
+        spans.setdefault(buf, []).append((bound.min_value, bound.max_value))
+
+    tvm_ffi.structural_walk(body, [(tvm.ir.TensorLoad, lambda x: add(x.source, x.indices)),
+                                   (tirx.BufferStore, lambda x: add(x.buffer, x.indices))])
+    windows = {}
+    for buf in tiles:
+        size = math.prod(int(d) for d in buf.shape)
+        first, last = spans[buf][0]
+        for lo, hi in spans[buf][1:]:
+            first = lo if analyzer.can_prove(lo < first) else first
+            last = hi if analyzer.can_prove(hi > last) else last
+        count = analyzer.simplify(last - first + 1)
+        exact = all(analyzer.can_prove(first <= lo) and analyzer.can_prove(hi <= last)
+                    for lo, hi in spans[buf])
+        windows[buf] = (analyzer.simplify(first), int(count)) \
+            if exact and isinstance(count, tirx.IntImm) and int(count) <= size else (0, size)
+    return windows
+
+
+class _Printer(ExprPrinter):
+    """Expressions of a thread: math functions are the SIMT API's, in float32."""
+
+    def cpp(self, e) -> str:
+        if type(e).__name__ == "Call" and isinstance(e.op, tvm.ir.Op) and len(e.args) == 1:
+            name = MATH.get(str(e.op.name).split(".")[-1])
+            if name is not None:
+                return f"Simt::{name}(TW_CAST(float, {self.cpp(e.args[0])}))"
+        return super().cpp(e)
+
+
+class _Function:
+    """Writes one SIMT vector function."""
+
+    def __init__(self, attr, name: str):
+        self.tid, self.threads = attr.node, int(attr.value)
+        self.tiles, self.scalars = _operands(attr.body, self.tid)
+        self.windows = _windows(attr.body, self.tid, self.threads, self.tiles)
+        self.names: dict = {}
+        self.analyzer = sym.Analyzer()
+        self.analyzer.bind(self.tid, tvm.ir.Range.from_min_extent(0, self.threads))
+        self.printer = _Printer(self.var, self.buf, self.analyzer.can_prove,
+                                load=lambda b, i: f"TW_UB_LOAD({self.buf(b)}, {i})")
+        self.lines: list[str] = []
+        self.depth = 1
+        params = [f"TW_UBUF({ctype(str(b.dtype))}) {self.buf(b)}" for b in self.tiles] + \
+            [f"{ctype(str(v.ty))} {self.var(v)}" for v in self.scalars]
+        self.head = f"{ATTRIBUTE} inline void {name}({', '.join(params)})"
+        self.line(f"int32_t {self.var(self.tid)} = {THREAD_INDEX};")
+        self.stmt(attr.body)
+
+    def ident(self, obj, wanted: str) -> str:
+        if obj not in self.names:
+            base = "".join(c if c.isalnum() or c == "_" else "_" for c in wanted)
+            name, n = base, 1
+            while name in self.names.values():
+                name, n = f"{base}_{n}", n + 1
+            self.names[obj] = name
+        return self.names[obj]
+
+    def var(self, v) -> str:
+        return self.ident(v, str(v.name))
+
+    def buf(self, b) -> str:
+        return self.ident(b, str(b.name))
+
+    def expr(self, e) -> str:
+        return self.printer.cpp(self.analyzer.simplify(e))
+
+    def line(self, text: str) -> None:
+        self.lines.append("    " * self.depth + text)
+
+    def nested(self, head: str, body) -> None:
+        self.line(f"{head} {{")
+        self.depth += 1
+        self.stmt(body)
+        self.depth -= 1
+        self.line("}")
+
+    def stmt(self, s) -> None:
+        if isinstance(s, tirx.SeqStmt):
+            for child in s.seq:
+                self.stmt(child)
+        elif isinstance(s, tirx.For):
+            self.analyzer.bind(s.loop_var, tvm.ir.Range.from_min_extent(s.min, s.extent))
+            v = self.var(s.loop_var)
+            self.nested(f"for (int32_t {v} = {self.expr(s.min)}; {v} < "
+                        f"{self.expr(s.min + s.extent)}; ++{v})", s.body)
+        elif isinstance(s, tirx.IfThenElse):
+            self.nested(f"if ({self.expr(s.condition)})", s.then_case)
+            if s.else_case is not None:
+                self.lines[-1] += " else {"
+                self.depth += 1
+                self.stmt(s.else_case)
+                self.depth -= 1
+                self.line("}")
+        elif isinstance(s, tirx.BufferStore):
+            index = self.expr(flat_index(s.buffer, s.indices))
+            self.line(f"TW_UB_STORE({self.buf(s.buffer)}, {index}, "
+                      f"TW_CAST({ctype(str(s.buffer.dtype))}, {self.expr(s.value)}));")
+        elif isinstance(s, tirx.Bind):
+            self.line(f"{ctype(str(s.var.ty))} {self.var(s.var)} = {self.expr(s.value)};")
+        elif is_barrier(s):
+            self.line(f"{BARRIER}();")
+        else:
+            raise KernelError(f"T.SimtVF: backend 'ascend' cannot generate thread code for "
+                              f"{type(s).__name__}", span_location(getattr(s, "span", None)))
+
+    def text(self) -> str:
+        return "\n".join([f"{self.head} {{", *self.lines, "}"])
+
+
+def emit_simt(emitter, attr) -> None:
+    """The function of the scope ``attr`` (declared before the kernel) and its launch at the
+    current line."""
+    name = emitter.ident(f"{emitter.name}_simt")
+    function = _Function(attr, name)
+    emitter.declare(function.text())
+    args = [f"TW_UB_ARG({ctype(str(b.dtype))}, {emitter.buf(b)}, {mode}, "
+            f"{emitter.expr(function.windows[b][0])}, {function.windows[b][1]})"
+            for b, mode in function.tiles.items()] + [emitter.var(v) for v in function.scalars]
+    emitter.line(f"{LAUNCH}<{name}>(dim3{{{function.threads}, 1, 1}}, {', '.join(args)});")

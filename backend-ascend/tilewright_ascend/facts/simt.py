@@ -1,0 +1,42 @@
+"""What the Ascend 950 (arch 3510) SIMT API gives a SIMT vector function, from the asc-devkit.
+
+- A SIMT vector function is a ``__simt_vf__`` function launched from the vector core by
+  ``asc_vf_call<func>(dim3 threadNums, args...)`` (``include/simt_api/common_functions.h``;
+  the SIMD form ``__simd_vf__`` takes only raw pointers and basic types as arguments,
+  ``docs/zh/api/SIMD-API/基础API/Reg矢量计算/VF调用/asc_vf_call.md``, which this backend keeps
+  for SIMT too: UB tiles are passed as ``__ubuf__`` pointers).
+- A thread reads its index from ``threadIdx.x`` (the built-in variable the vendor's
+  ``impl/simt_api/cooperative_groups_impl.h`` reads ``thread_index()`` from).
+- A thread block has at most 2048 threads (``max_thread_block_size`` in
+  ``include/simt_api/cooperative_groups.h``).
+- ``asc_syncthreads()`` is the barrier of the block's threads (``__sync_workitems()``,
+  ``include/simt_api/device_sync_functions.h`` and its ``impl``): between two barriers the
+  threads run in no order the program can rely on, so two threads touching one byte, one of
+  them writing, race unless a barrier lies between.
+- A thread computes math with ``AscendC::Simt::Exp`` and its kin
+  (``include/simt_api/cpp/kernel_simt_transcendental_intf.h``, ``Abs`` in
+  ``kernel_simt_math_intf.h``; ``kernel_operator.h`` includes them for arch 3510), here in
+  float32 (:data:`MATH`: TIR's function -> the SIMT one; other element types are converted).
+- A kernel that runs SIMT vector functions has at most 216 KiB of UB (the rest of the 248 KiB
+  is the SIMT threads' data cache): ``GetRuntimeUBSize.md`` under
+  ``docs/zh/api/SIMD-API/基础API/工具接口/系统资源与变量`` (:data:`UB_BYTES`,
+  :func:`memories_with_simt`).
+- The threads work on UB (the memory the vector function's pointers address); the vector
+  core's TPipe, the cube and GM are outside the function.
+"""
+
+from dataclasses import replace
+
+MAX_THREADS = 2048
+BARRIER = "asc_syncthreads"
+THREAD_INDEX = "threadIdx.x"
+LAUNCH = "asc_vf_call"
+MATH = {"exp": "Exp", "log": "Log", "sqrt": "Sqrt", "rsqrt": "Rsqrt", "fabs": "Abs",
+        "tanh": "Tanh", "sin": "Sin", "cos": "Cos"}
+UB_BYTES = 216 * 1024
+
+
+def memories_with_simt(memories: dict) -> dict:
+    """``memories`` (an architecture's, by scope) as a kernel with SIMT functions has them."""
+    ub = memories["ascend.ub"]
+    return {**memories, "ascend.ub": replace(ub, capacity=min(ub.capacity, UB_BYTES))}
