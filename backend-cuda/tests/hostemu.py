@@ -11,16 +11,20 @@ It checks what the generated code computes (indexing, guards, barriers, reductio
 says nothing about speed. float16 and bfloat16 use the host side of cuda_fp16.h and
 cuda_bf16.h; mma.sync and ldmatrix are emulated per warp from the PTX fragment layouts
 (through memory between two barriers of the warp), cp.async as a synchronous copy with zero
-fill.
+fill. The shim is a header precompiled once per process (its parse is most of a small kernel's
+build); each kernel's library is named by the digest of the shim and its source.
 """
 
 from __future__ import annotations
 
+import atexit
 import ctypes
+import functools
 import hashlib
 import re
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 SHIM = r"""
@@ -287,6 +291,29 @@ def available() -> str | None:
     return None if shutil.which("g++") else "g++ is not on PATH"
 
 
+FLAGS = ["-std=c++20", "-O1", "-fPIC", "-pthread", "-w", "-I/usr/local/cuda/include"]
+SHIM_HEADER = "tw_emu_shim.h"
+
+
+def _compile(cmd: list[str]) -> None:
+    result = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if result.returncode:
+        raise RuntimeError(f"host emulation build failed: {' '.join(cmd)}\n"
+                           f"{result.stderr[-3000:]}")
+
+
+@functools.cache
+def shim_dir() -> Path:
+    """A folder of this process holding the shim as a header and its precompiled form (built
+    with the kernels' flags, so g++ uses it; removed at exit)."""
+    path = Path(tempfile.mkdtemp(prefix="tw-hostemu-"))
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    header = path / SHIM_HEADER
+    header.write_text(SHIM)
+    _compile(["g++", *FLAGS, "-x", "c++-header", "-o", f"{header}.gch", str(header)])
+    return path
+
+
 def build(source: str, launch: dict, workdir: Path) -> ctypes.CDLL:
     args = []
     for n, p in enumerate(launch["params"]):
@@ -295,19 +322,13 @@ def build(source: str, launch: dict, workdir: Path) -> ctypes.CDLL:
             continue
         args.append(f"tw_ptr{{ptrs[{n}]}}" if p["kind"] == "tensor" else f"ints[{n}]")
     source = re.sub(r"extern __shared__[^;]*\btw_smem_ptr\[\];", "", source)  # the shim's
-    text = SHIM + source + LAUNCHER.replace("KERNEL", launch["entry"]).replace(
-        "ARGS", ", ".join(args))
-    digest = hashlib.sha256(text.encode()).hexdigest()[:12]
+    text = source + LAUNCHER.replace("KERNEL", launch["entry"]).replace("ARGS", ", ".join(args))
+    digest = hashlib.sha256((SHIM + text).encode()).hexdigest()[:12]
     lib = Path(workdir) / f"emu-{digest}.so"
     if not lib.exists():
         src = Path(workdir) / f"emu-{digest}.cpp"
-        src.write_text(text)
-        cmd = ["g++", "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-w",
-               "-I/usr/local/cuda/include", "-o", str(lib), str(src)]
-        result = subprocess.run(cmd, capture_output=True, text=True, check=False)
-        if result.returncode:
-            raise RuntimeError(f"host emulation build failed: {' '.join(cmd)}\n"
-                               f"{result.stderr[-3000:]}")
+        src.write_text(f'#include "{SHIM_HEADER}"\n{text}')
+        _compile(["g++", *FLAGS, "-shared", "-I", str(shim_dir()), "-o", str(lib), str(src)])
     return ctypes.CDLL(str(lib))
 
 

@@ -1,0 +1,85 @@
+"""The GPU benchmark's bundles built here by build_bundles.py (bench/), each row's SASS checked,
+and the harness's GPU-free bundle check (``harness.py --list``) on them, run as the GPU
+machine runs it: a separate process without TVM."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+ROOT = BENCH.parents[1]
+sys.path.insert(0, str(BENCH))
+
+import build_bundles  # noqa: E402 - after the sys.path setup
+
+
+@pytest.mark.nvrtc
+@pytest.mark.sass
+@pytest.mark.parametrize(("only", "rows"), [
+    ("fp8_gemm_tensor", {"fp8_gemm_tensor_1024": ("fp8_gemm", "QGMMA.64x256x32.F32.E4M3.E4M3")}),
+    ("int8_gemm,gemm_sp", {"gemm_sp_float16_1024": ("gemm_sp", "HGMMA.SP.64x128x32.F32"),
+                           "int8_gemm_1024": ("int8_gemm", "IGMMA.64x256x32.S8.S8")}),
+])
+def test_low_precision_bundles_build_on_wgmma_and_pass_the_list(tmp_path, monkeypatch, only,
+                                                                 rows):
+    # run_h200.sh build --only ...: each row's SASS shows its wgmma form, QGMMA (no HMMA) for
+    # fp8, IGMMA (no IMMA or HMMA) for int8, the sparse HGMMA.SP (no dense HMMA or HGMMA) for
+    # 2:4 (the build fails otherwise); harness.py --list accepts the bundles, whose kinds the
+    # harness times against their peers (torch._scaled_mm, torch._int_mm, the dense cuBLAS
+    # torch.matmul)
+    monkeypatch.setattr(sys, "argv", ["build_bundles.py", "--out", str(tmp_path), "--quick",
+                                      "--checks", "none", "--only", only])
+    assert build_bundles.main() == 0
+    built = sorted(p.name for p in (tmp_path / "quick").iterdir())
+    assert built == sorted(rows)
+    for name, (kind, instruction) in rows.items():
+        case = json.loads((tmp_path / "quick" / name / "case.json").read_text())
+        assert case["kind"] == kind and case["build"]["sass"][instruction] > 0
+    listed = _list(tmp_path, "--quick")
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    assert all(re.search(rf"{name} +ok ", listed.stdout) for name in rows)
+    cubin = (tmp_path / "quick" / built[-1] / "kernel.cubin").read_bytes()
+    with pytest.raises(SystemExit, match="the SASS has [IQ]GMMA"):
+        build_bundles.check_build("row", "", cubin, ["UTMALDG.2D", "!QGMMA", "!IGMMA"])
+
+
+
+def _list(bundles: Path, *extra) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "core")}
+    return subprocess.run([sys.executable, str(BENCH / "harness.py"), "--bundles",
+                           str(bundles), "--list", *extra], capture_output=True, text=True,
+                          env=env, check=False, timeout=120)
+
+
+@pytest.mark.nvrtc
+def test_harness_list_checks_bundles_without_a_gpu(tmp_path, monkeypatch):
+    # build the smallest bundle the way build_bundles.py does, then break a copy of it
+    case = next(c for c in build_bundles.cases(quick=True) if c[0].startswith("elementwise"))
+    monkeypatch.setattr(build_bundles, "cases", lambda quick: [case])
+    monkeypatch.setattr(sys, "argv", ["build_bundles.py", "--out", str(tmp_path), "--quick",
+                                      "--checks", "none"])
+    assert build_bundles.main() == 0
+    good = _list(tmp_path, "--quick")
+    assert good.returncode == 0, good.stdout + good.stderr
+    assert re.search(r"elementwise_add_float32 +ok ", good.stdout) and "0 broken" in good.stdout
+    sig = tmp_path / "quick" / "elementwise_add_float32" / "signature.json"
+    data = json.loads(sig.read_text())
+    data["params"][2]["is_output"] = False
+    sig.write_text(json.dumps(data))
+    bad = _list(tmp_path, "--quick")
+    assert bad.returncode == 1 and "BROKEN" in bad.stdout and "signature" in bad.stdout
+
+
+def test_harness_list_accepts_the_built_bundles():
+    """The bundles ``run_h200.sh build`` left in bench/bundles (skipped before a build)."""
+    root = BENCH / "bundles"
+    if not any((p / "manifest.json").exists() for p in root.glob("*")):
+        pytest.skip("no bundles built yet (backend-cuda/bench/run_h200.sh build)")
+    for extra in ((), ("--quick",)):
+        result = _list(root, *extra)
+        assert result.returncode == 0, result.stdout + result.stderr
