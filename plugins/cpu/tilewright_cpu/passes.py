@@ -37,19 +37,24 @@ def _has_side_effects(stmt) -> bool:
     return bool(found)
 
 
+def _mentions(exprs, var) -> bool:
+    """Whether any of ``exprs`` reads ``var``."""
+    used = []
+    for expr in exprs:
+        tvm_ffi.structural_walk(expr, (tirx.Var, lambda v: used.append(v)))
+    return any(v.same_as(var) for v in used)
+
+
+def _stores(stmt) -> list:
+    found = []
+    tvm_ffi.structural_walk(stmt, (tirx.BufferStore, found.append))
+    return found
+
+
 def _stores_vary(stmt, var) -> bool:
     """Whether every store in ``stmt`` writes a different element for each value of ``var``
     (a store that does not, such as a reducer update, must stay scalar)."""
-    ok = []
-
-    def visit(store):
-        used = set()
-        for index in store.indices:
-            tvm_ffi.structural_walk(index, (tirx.Var, lambda v: used.add(v)))
-        ok.append(any(v.same_as(var) for v in used))
-
-    tvm_ffi.structural_walk(stmt, (tirx.BufferStore, visit))
-    return all(ok)
+    return all(_mentions(store.indices, var) for store in _stores(stmt))
 
 
 def _stores_invariant_bfloat16(stmt, var) -> bool:
@@ -57,16 +62,8 @@ def _stores_invariant_bfloat16(stmt, var) -> bool:
     vectorised over ``var`` that value is a ``Broadcast`` of a bfloat16 scalar, which TVM
     0.27's BF16StorageLegalize does not rewrite ("dtype mismatch on BufferStore: buffer's
     dtype is uint16 ... RHS's dtype is bfloat16x8"; found by the differential fuzzer)."""
-    found = []
-
-    def visit(store):
-        if str(store.buffer.dtype) == "bfloat16":
-            used = []
-            tvm_ffi.structural_walk(store.value, (tirx.Var, lambda v: used.append(v)))
-            found.append(not any(v.same_as(var) for v in used))
-
-    tvm_ffi.structural_walk(stmt, (tirx.BufferStore, visit))
-    return any(found)
+    return any(str(store.buffer.dtype) == "bfloat16" and not _mentions([store.value], var)
+               for store in _stores(stmt))
 
 
 _OPAQUE_CALLS = frozenset({"tirx.tvm_call_packed", "tirx.call_extern", "tirx.call_packed"})
@@ -164,10 +161,6 @@ def lower_scopes():
     return prim_func_pass("CPULowerScopes", run)
 
 
-def _is_zero(expr) -> bool:
-    return isinstance(expr, tirx.IntImm) and int(expr.value) == 0
-
-
 def _unsigned(expr) -> bool:
     return str(expr.ty).startswith("uint")
 
@@ -181,7 +174,7 @@ def fold_unsigned_sign_tests():
     the differential fuzzer)."""
 
     def fold(node):
-        lhs_zero, rhs_zero = _is_zero(node.a), _is_zero(node.b)
+        lhs_zero, rhs_zero = _const_int(node.a) == 0, _const_int(node.b) == 0
         if isinstance(node, (tirx.LT, tirx.GE)) and rhs_zero and _unsigned(node.a):
             return tirx.const(isinstance(node, tirx.GE), str(node.ty))
         if isinstance(node, (tirx.GT, tirx.LE)) and lhs_zero and _unsigned(node.b):
