@@ -2,6 +2,7 @@
 
 from .bounds import check_bounds, instrument_bounds
 from .lower_tile_ops import RuleContext, lower_intrinsics, lower_tile_ops
+from .narrow_float import narrow_float_arithmetic
 from .walk import StmtMutator, prim_func_pass, rebuild_for, reraise_pass_error
 
 # isort: split
@@ -10,5 +11,5 @@ from .walk import StmtMutator, prim_func_pass, rebuild_for, reraise_pass_error
 from ..engine.passconfig import NAMES as PassConfigKey
 
 __all__ = ["PassConfigKey", "RuleContext", "StmtMutator", "check_bounds", "instrument_bounds",
-           "lower_intrinsics", "lower_tile_ops", "prim_func_pass", "rebuild_for",
-           "reraise_pass_error"]
+           "lower_intrinsics", "lower_tile_ops", "narrow_float_arithmetic", "prim_func_pass",
+           "rebuild_for", "reraise_pass_error"]

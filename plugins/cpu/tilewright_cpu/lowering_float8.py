@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import tvm
 import tvm_ffi
-from tilewright.transform import StmtMutator, prim_func_pass, rebuild_for
+from tilewright.transform import StmtMutator, narrow_float, prim_func_pass, rebuild_for
 from tvm import tirx
 
 
@@ -52,9 +52,19 @@ def _u32(value):
     return tirx.const(value, "uint32")
 
 
+def _let(value, name: str, body):
+    """``body(v)`` with ``v`` bound to ``value`` once: an encode or decode mentions its operand
+    several times, so a chain of operations would otherwise grow exponentially."""
+    var = tirx.Var(name, str(value.ty))
+    return tirx.Let(var, value, body(var))
+
+
 def encode(value, fmt: Float8Format):
     """The float8 bits (uint8) of a float32 ``value``."""
-    bits = tirx.reinterpret("uint32", value)
+    return _let(tirx.reinterpret("uint32", value), "f8_bits", lambda bits: _encode(bits, fmt))
+
+
+def _encode(bits, fmt: Float8Format):
     sign = (bits >> _u32(24)) & _u32(0x80)
     mag = bits & _u32(0x7FFFFFFF)
     # normal range: rebias the exponent, round the mantissa to nearest even
@@ -85,7 +95,10 @@ def _max_bits(fmt: Float8Format) -> int:
 
 def decode(code, fmt: Float8Format):
     """The float32 value of float8 bits ``code`` (uint8)."""
-    code = tirx.Cast("uint32", code)
+    return _let(tirx.Cast("uint32", code), "f8_code", lambda bound: _decode(bound, fmt))
+
+
+def _decode(code, fmt: Float8Format):
     sign = (code & _u32(0x80)) << _u32(24)
     mag = code & _u32(0x7F)
     exponent = mag >> _u32(fmt.man_bits)
@@ -198,10 +211,77 @@ def _collapse(call):
     return call
 
 
+def _lazy_lets(expr) -> set:
+    """The variables of the ``Let`` expressions in a branch of an ``if_then_else`` of
+    ``expr``: the branch not taken must not be evaluated (its loads may be out of bounds)."""
+    found = set()
+
+    def branch(call):
+        if _op_name(call) == "prim.if_then_else":
+            for arg in call.args[1:]:
+                tvm_ffi.structural_walk(arg, (tirx.Let, lambda let: found.add(let.var)))
+
+    tvm_ffi.structural_walk(expr, (tvm.ir.Call, branch))
+    return found
+
+
+def _hoisted(value):
+    """``value`` without its ``Let`` expressions (those outside lazy branches), and the
+    ``(var, value)`` bindings they made, each after those it reads."""
+    keep = _lazy_lets(value)
+    bindings = {}
+
+    def take(let):
+        if let.var in keep:
+            return let
+        bindings[let.var] = let.value
+        return let.body
+
+    value = tvm_ffi.structural_map(value, (tirx.Let, take))
+    ordered, done = [], set()
+
+    def place(var):
+        if var in done:
+            return
+        done.add(var)
+        tvm_ffi.structural_walk(bindings[var], (tirx.Var, lambda v: place(v)
+                                                if v in bindings else None))
+        ordered.append((var, bindings[var]))
+
+    for var in bindings:
+        place(var)
+    return value, ordered
+
+
+def _spill_lets(body):
+    """The ``Let`` expressions of each store's value become stores into a local array before
+    it (LLVM keeps the array in registers). TVM's LLVM codegen simplifies a bound value with
+    the earlier bindings substituted, in time exponential in the depth of a chain of float8
+    operations, whether they are ``Let`` expressions or ``Bind`` statements (a chain of two
+    took 55 CPU-seconds); values passed through memory are not substituted."""
+
+    def store(stmt):
+        value, bindings = _hoisted(stmt.value)
+        if not bindings:
+            return stmt
+        slots = tirx.decl_buffer((len(bindings),), "uint32", "f8_tmp", scope="local")
+        loads = {var: tirx.BufferLoad(slots, [k]) for k, (var, _) in enumerate(bindings)}
+
+        def spilled(expr):
+            return tvm_ffi.structural_map(expr, (tirx.Var, lambda v: loads.get(v, v)))
+
+        spills = [tirx.BufferStore(slots, spilled(bound), [k], span=stmt.span)
+                  for k, (_, bound) in enumerate(bindings)]
+        return tirx.SeqStmt([tirx.AllocBuffer(slots), *spills, tirx.BufferStore(
+            stmt.buffer, spilled(value), stmt.indices, span=stmt.span)])
+
+    return tvm_ffi.structural_map(body, (tirx.BufferStore, store))
+
+
 def _lower(f):
-    body = _SerialFloat8().visit(f.body)
+    body = _SerialFloat8().visit(narrow_float.rewrite(f.body, frozenset(FORMATS)))
     body = _as_bytes(tvm_ffi.structural_map(body, (tirx.Cast, _convert)))
-    return f.with_body(tvm_ffi.structural_map(body, (tvm.ir.Call, _collapse)))
+    return f.with_body(_spill_lets(tvm_ffi.structural_map(body, (tvm.ir.Call, _collapse))))
 
 
 def lower_float8():

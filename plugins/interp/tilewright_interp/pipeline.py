@@ -1,7 +1,12 @@
-"""The interpreter's pipeline: one phase checking that every tile op has a rule.
+"""The interpreter's pipeline: a phase checking that every tile op has a rule, and one making
+arithmetic on the types it emulates round once per operation.
 
-The interpreter runs the tile IR as it is (see :mod:`.codegen`), so its only pass makes sure,
-at compile time, that nothing reaches the codegen that the rule table cannot run.
+The interpreter runs the tile IR as it is (see :mod:`.codegen`): its first pass makes sure,
+at compile time, that nothing reaches the codegen that the rule table cannot run. It holds
+bfloat16 and float8 values in float32 (:data:`.runtime.EMULATED`); each arithmetic operation
+on them becomes a float32 operation converted back to its type
+(:func:`tilewright.transform.narrow_float_arithmetic`), which the runtime rounds. float16 is
+NumPy's own, which rounds each operation already.
 """
 
 from __future__ import annotations
@@ -9,9 +14,10 @@ from __future__ import annotations
 from tilewright.errors import UnsupportedOpError, span_location
 from tilewright.ir import tile_ops_in
 from tilewright.plugin import PassPipeline, Phase
-from tilewright.transform import prim_func_pass
+from tilewright.transform import narrow_float_arithmetic, prim_func_pass
 
 from .lowering import RULES
+from .runtime import EMULATED
 
 
 def check_tile_ops():
@@ -30,4 +36,7 @@ def check_tile_ops():
 PIPELINE = PassPipeline((
     Phase("check_tile_ops", lambda ctx: [check_tile_ops()],
           "every tile op has a rule in tilewright_interp.lowering"),
+    Phase("narrow_float_arithmetic",
+          lambda ctx: [narrow_float_arithmetic(EMULATED, "InterpNarrowFloatArithmetic")],
+          "arithmetic on bfloat16 and float8 rounds to its type after each operation"),
 ))
