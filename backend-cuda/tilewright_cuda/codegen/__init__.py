@@ -14,6 +14,7 @@ import tvm
 import tvm_ffi
 from tilewright.errors import KernelError
 from tilewright.plugin import DeviceCodegen, GeneratedSource
+from tilewright.transform import narrow_float
 from tvm import tirx
 from tvm.tirx.build import split_host_device_mods
 
@@ -72,7 +73,7 @@ def device_kernel(gvar, func, target):
     if len(kernels) != 1:
         raise KernelError(f"CUDA codegen expected one device kernel, got {len(kernels)}")
     (kernel_gvar, kernel), = kernels
-    kernel = float8_casts_through_float32(printable_constants(kernel))
+    kernel = float8_casts_through_float32(printable_constants(float8_arithmetic(kernel)))
     dev_mod = tvm.IRModule({kernel_gvar: kernel}, attrs=dev_mod.attrs)
     return dev_target, dev_mod, (kernel_gvar, kernel)
 
@@ -88,6 +89,16 @@ def printable_constants(func):
         return c
 
     return tvm_ffi.structural_map(func, (tirx.FloatImm, visit))
+
+
+FLOAT8 = frozenset({"float8_e4m3fn", "float8_e5m2"})
+
+
+def float8_arithmetic(func):
+    """``func`` with each arithmetic operation and comparison on float8 values made in float32,
+    an arithmetic result converted back (the language's semantic, rounded once per operation):
+    CUDA's ``__nv_fp8_e4m3`` and ``__nv_fp8_e5m2`` have no arithmetic operators."""
+    return func.with_body(narrow_float.rewrite(func.body, FLOAT8))
 
 
 def float8_casts_through_float32(func):
