@@ -9,7 +9,7 @@ backend compiles a few kernels per dtype instead of one per name.
 # No `from __future__ import annotations`: T.prim_func evaluates the parameter annotations.
 import tilewright.language as T
 
-from .model import ALL_DTYPES, FLOATS, INTEGERS, SIGNED, Kernel, eager, rand
+from .model import ALL_DTYPES, FLOAT8, FLOATS, INTEGERS, SIGNED, Kernel, eager, rand
 from .tiles import BASE
 
 # name -> (uses the positive input, kernel expression, torch reference)
@@ -142,6 +142,26 @@ def _stack(values):
 
 def _table_ref(table):
     return lambda x, p: [_stack([ref(x, p) for _, ref in table.values()])]
+
+
+# float8 arithmetic: each row of FLOAT_BINARY (one rounding each) and a chain of operations,
+# each rounded to the case's type (the reference's ``r``)
+FLOAT8_ARITH = {**FLOAT_BINARY,
+                "chain": (lambda x, y: (x * y + x) * y - x / y,
+                          lambda x, y, r: r(r(r(r(x * y) + x) * y) - r(x / y)))}
+
+
+def _float8_arith_ref(x, p, dtype):
+    import torch
+
+    fp8 = getattr(torch, dtype)
+
+    def r(v):
+        return v.to(fp8).double()
+
+    values = [ref(x, p) for name, (_, ref) in FLOAT_BINARY.items()]
+    values.append(FLOAT8_ARITH["chain"][1](x, p, r))
+    return [_stack([r(v) for v in values])]
 
 
 def _special_inputs(torch, gen, dtype, M, N):
@@ -287,6 +307,14 @@ ROWS = (
            _table_ref(FLOAT_BINARY), {"partial": MN["partial"]},
            dtypes=(*FLOATS, "float64"),
            doc="+ - * / negation, T.max, T.min and comparisons through T.if_then_else"),
+    Kernel("float8_arith", (*ELEMENTWISE, "max", "min", "if_then_else", *FLOAT8), ("copy",),
+           lambda dtype, M, N: _elementwise("float8_arith", FLOAT8_ARITH, dtype, M, N),
+           lambda torch, gen, dtype, M, N: [rand(torch, gen, (M, N), dtype),
+                                             rand(torch, gen, (M, N), dtype, 0.25, 4.0)],
+           _float8_arith_ref, {"partial": MN["partial"]}, dtypes=FLOAT8, ref_args=("dtype",),
+           exact=True,
+           doc="float8 + - * / negation, T.max, T.min, comparisons and a chain of operations, "
+               "each rounded to the type (torch's float8 arithmetic): exactly"),
     Kernel("float_classes", (*ELEMENTWISE, "if_then_else", *FLOAT_CLASSES), ("copy",),
            lambda dtype, M, N: _elementwise("float_classes", FLOAT_CLASSES, dtype, M, N),
            _special_inputs, _table_ref(FLOAT_CLASSES), {"partial": MN["partial"]},
