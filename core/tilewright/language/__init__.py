@@ -11,7 +11,10 @@ from .dtypes import DType as dtype
 from .frames import Kernel, Parallel, Persistent, Pipelined, parallel, serial, unroll, vectorized
 from .kernel import (
     Buffer,
+    FragmentBuffer,
+    LocalBuffer,
     Macro,
+    SharedBuffer,
     Tensor,
     alloc_buffer,
     alloc_fragment,
@@ -64,8 +67,9 @@ globals().update(_UNARY)
 globals().update(_PREDICATES)
 
 __all__ = [
-    "Buffer", "DType", "Fragment", "GemmWarpPolicy", "Kernel", "Layout", "Macro", "Parallel",
-    "Persistent", "Pipelined", "Tensor", "TileBuffer", "VarHandle", "Cast", "abs",
+    "Buffer", "DType", "Fragment", "FragmentBuffer", "GemmWarpPolicy", "Kernel", "Layout",
+    "LocalBuffer", "Macro", "Parallel", "Persistent", "Pipelined", "SharedBuffer", "Tensor",
+    "TileBuffer", "VarHandle", "Cast", "abs",
     "alloc_buffer", "alloc_fragment", "alloc_global", "alloc_local", "alloc_reducer",
     "alloc_shared", "alloc_var",
     "annotate_layout", "c2d_im2col", "cast", "ceildiv", "clamp", "clear", "const", "copy",
