@@ -8,7 +8,17 @@ from .debug import device_assert, print
 from .dtypes import DTYPES as _DTYPES
 from .dtypes import DType
 from .dtypes import DType as dtype
-from .frames import Kernel, Parallel, Persistent, Pipelined, parallel, serial, unroll, vectorized
+from .frames import (
+    Kernel,
+    Parallel,
+    Persistent,
+    Pipelined,
+    parallel,
+    serial,
+    sync_threads,
+    unroll,
+    vectorized,
+)
 from .kernel import (
     Buffer,
     FragmentBuffer,
@@ -77,6 +87,7 @@ __all__ = [
     "finalize_reducer", "gemm", "gemm_sp", "if_then_else", "im2col", "infinity", "macro",
     "make_tensor", "max", "max_value", "min", "min_value", "parallel", "prim_func", "print",
     "reducer_init", "reducer_update", "region", "reinterpret", "reshape", "serial", "symbolic",
+    "sync_threads",
     "unpack", "unroll",
     "use_swizzle", "vectorized", "view", *_DTYPES, *_REDUCE_OPS, *_ATOMIC_OPS, *_UNARY,
     *_PREDICATES,
