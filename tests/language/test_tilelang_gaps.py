@@ -417,3 +417,26 @@ def test_sync_threads_between_loops_is_accepted_and_refused_inside_one():
                 for i in T.Parallel(16):
                     X[i] = X[i] + 1.0
                     T.sync_threads()
+
+
+def offset_store(shift_by_i=True):
+    @T.prim_func
+    def main(X: T.Tensor((16,), "float32"), Y: T.Tensor((32,), "float32"),
+             O: T.Tensor((1,), "int32")):
+        with T.Kernel(1):
+            offset = T.alloc_var("int32")
+            offset = O[0]
+            for i in T.Parallel(16):
+                j = offset + i if shift_by_i else offset  # a name bound to a loaded value
+                Y[j] = X[i] * 2.0
+
+    return main
+
+
+def test_the_race_check_sees_a_bound_index_as_its_value():
+    x, y, o = torch.randn(16), torch.zeros(32), torch.tensor([5], dtype=torch.int32)
+    tilewright.compile(offset_store(), target="cpu")(x, y, o)
+    torch.testing.assert_close(y[5:21], 2 * x)
+    assert not y[:5].any() and not y[21:].any()
+    with pytest.raises(KernelError, match="every iteration of i writes the same element"):
+        offset_store(shift_by_i=False)

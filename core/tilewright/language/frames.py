@@ -528,7 +528,7 @@ def check_races(nest) -> None:
             par_vars.add(loop.loop_var)
 
     tvm_ffi.structural_walk(nest, [(tirx.For, visit_for)])
-    _guarded_accesses(nest, (), stores, loads)
+    _guarded_accesses(_inline_binds(nest), (), stores, loads)
     for store, store_guards in stores:
         if str(store.buffer.scope()).startswith("local.reducer"):
             continue  # reducers are combined per element by design
@@ -555,6 +555,24 @@ def check_races(nest) -> None:
             raise KernelError(f"T.Parallel race: every iteration of {loop_names} writes the same "
                               f"element {text}; reduce with T.reduce_* or T.alloc_reducer, or "
                               "loop over it with T.serial", where)
+
+
+def _inline_binds(nest):
+    """``nest`` with each variable a ``Bind`` in it defines replaced by its value, so that
+    ``j = offset + i; buf[j] = ...`` is analysed as the index ``offset + i`` it is."""
+    values: dict = {}
+
+    def bind(stmt):
+        values[stmt.var] = tvm_ffi.structural_map(
+            stmt.value, (tirx.Var, lambda v: values.get(v, v)))
+
+    tvm_ffi.structural_walk(nest, (tirx.Bind, bind), order="pre")
+    if not values:
+        return nest
+    # a binding becomes the evaluation of its value, whose loads are reads of the nest
+    nest = tvm_ffi.structural_map(nest, (tirx.Bind, lambda b: tirx.Evaluate(b.value, span=b.span)
+                                         if b.var in values else b), order="pre")
+    return tvm_ffi.structural_map(nest, (tirx.Var, lambda v: values.get(v, v)))
 
 
 def _guarded_accesses(node, guards: tuple, stores: list, loads: list) -> None:
