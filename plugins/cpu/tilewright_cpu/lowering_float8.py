@@ -253,15 +253,28 @@ def _hoisted(value):
     return value, ordered
 
 
+def _store_of(stmt, value):
+    return tirx.BufferStore(stmt.buffer, value, stmt.indices, span=stmt.span)
+
+
 def _spill_lets(body):
     """The ``Let`` expressions of each store's value become stores into a local array before
     it (LLVM keeps the array in registers). TVM's LLVM codegen simplifies a bound value with
     the earlier bindings substituted, in time exponential in the depth of a chain of float8
     operations, whether they are ``Let`` expressions or ``Bind`` statements (a chain of two
-    took 55 CPU-seconds); values passed through memory are not substituted."""
+    took 55 CPU-seconds); values passed through memory are not substituted. A store of an
+    ``if_then_else`` becomes an ``if`` over a store of each branch, so that a branch's bindings
+    are made only where it is taken; bindings in other lazy branches stay ``Let``
+    expressions."""
 
     def store(stmt):
-        value, bindings = _hoisted(stmt.value)
+        value = stmt.value
+        if _op_name(value) == "prim.if_then_else" and _lazy_lets(value):
+            # a guarded value: the guard becomes a statement, each branch a store of its own
+            cond, then_value, else_value = value.args
+            return tirx.IfThenElse(cond, store(_store_of(stmt, then_value)),
+                                   store(_store_of(stmt, else_value)), span=stmt.span)
+        value, bindings = _hoisted(value)
         if not bindings:
             return stmt
         slots = tirx.decl_buffer((len(bindings),), "uint32", "f8_tmp", scope="local")
@@ -272,8 +285,8 @@ def _spill_lets(body):
 
         spills = [tirx.BufferStore(slots, spilled(bound), [k], span=stmt.span)
                   for k, (_, bound) in enumerate(bindings)]
-        return tirx.SeqStmt([tirx.AllocBuffer(slots), *spills, tirx.BufferStore(
-            stmt.buffer, spilled(value), stmt.indices, span=stmt.span)])
+        return tirx.SeqStmt([tirx.AllocBuffer(slots), *spills,
+                             _store_of(stmt, spilled(value))])
 
     return tvm_ffi.structural_map(body, (tirx.BufferStore, store))
 
