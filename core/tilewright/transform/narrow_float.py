@@ -8,9 +8,10 @@ result is the same thing: float32 has more than twice the precision of each narr
 two bits, so rounding twice (to float32, then to the narrow type) gives the correctly rounded
 result of ``+ - * /``. Comparisons, ``min`` and ``max`` are exact on the float32 values.
 
-A backend whose target has no arithmetic of its own in such a type (the CPU's float8 and
-bfloat16, CUDA's float8, the interpreter's emulated types) applies
-:func:`narrow_float_arithmetic` before lowering the type's conversions.
+A backend whose target has no arithmetic of its own in such a type applies :func:`rewrite`
+or :func:`narrow_float_arithmetic` before lowering the type's conversions: the CPU and CUDA
+for float8, the interpreter for bfloat16 and float8. The CPU leaves bfloat16 to TVM's
+BF16ComputeLegalize, which keeps float32 between operations (a documented difference).
 """
 
 from __future__ import annotations

@@ -1,4 +1,8 @@
-"""float8 conversions on the CPU backend, written out as integer code.
+"""float8 arithmetic and conversions on the CPU backend, written out as integer code.
+
+Each arithmetic operation on float8 values is made in float32 and converted back to float8
+(:mod:`tilewright.transform.narrow_float`: the language rounds each operation), so it is a
+decode of each operand, a float32 operation and an encode.
 
 TVM's float8 legalisation for LLVM decodes zero, subnormals, infinities and NaN wrongly and
 encodes subnormals as zero, so every conversion to or from a float8 type is replaced here by

@@ -43,9 +43,9 @@ PIPELINE = PassPipeline((
         lowering_float8.lower_float8(),
         *fastmath.passes(ctx.pass_configs),
         passes.lower_loops(not ctx.pass_configs.get("tw.disable_vectorize", False))],
-          "float8 conversions as integer code; vectorisable float32 exp/exp2 (within 2 ulp, or "
-          "the fast polynomial with TL_ENABLE_FAST_MATH); T.Parallel loops vectorised where "
-          "their extent allows"),
+          "float8 arithmetic (rounded per operation) and conversions as integer code; "
+          "vectorisable float32 exp/exp2 (within 2 ulp, or the fast polynomial with "
+          "TL_ENABLE_FAST_MATH); T.Parallel loops vectorised where their extent allows"),
     Phase("lower_memory", lambda ctx: [passes.lower_scopes(), passes.round_bfloat16_tiles()],
           "shared and fragment tiles become per-block host arrays; values stored into "
           "bfloat16 tiles rounded to bfloat16"),
