@@ -121,6 +121,20 @@ def test_doctor(manager, capsys, tmp_path):
     assert "target 'auto' resolves to: cpu" in out
 
 
+def test_doctor_with_every_plugin_disabled_says_to_enable_one(monkeypatch, capsys):
+    """Installed plugins that TILEWRIGHT_PLUGINS turns off are not to be installed again."""
+    monkeypatch.setenv(ENV_SELECT, "none")
+    previous = set_manager(PluginManager(entry_points=[cpu_entry_point()]))
+    try:
+        assert main(["doctor"]) == 0
+    finally:
+        set_manager(previous)
+    out = capsys.readouterr().out
+    assert (f"no backend is loaded: nothing can be compiled; {ENV_SELECT}='none' disables the "
+            "installed plugin(s) cpu: name one there or unset it") in out
+    assert "pip install" not in out
+
+
 def test_doctor_json(manager, capsys):
     assert main(["doctor", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)

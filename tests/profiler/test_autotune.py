@@ -284,6 +284,20 @@ def test_key_names_the_arguments_that_decide_the_config(monkeypatch, capsys, cap
             tilewright.autotune(configs=[{"block": 32}], key=[bad])(scaled_copy)
 
 
+def test_key_of_an_eager_kernel_names_its_tensors(monkeypatch):
+    """An eager kernel's key may name its tensors (their shapes and dtypes count); its
+    ``T.const`` values are no arguments of the key."""
+    tuned = tilewright.autotune(configs=[{"block": 32}, {"block": 64}], key=["X"], workers=1,
+                                progress=False, **FAST)(eager_scale)
+    x = torch.randn(200)
+    torch.testing.assert_close(tuned(x), x)
+    monkeypatch.setattr(tuner.AutoTuner, "search", no_search)
+    y = torch.randn(200)
+    torch.testing.assert_close(tuned(y), y)  # X of the same shape and dtype: no search
+    with pytest.raises(AssertionError, match="searched again"):
+        tuned(torch.randn(300))
+
+
 @tilewright.jit(out_idx=[-1], target="cpu")
 def relax(N, sweeps=1):
     """``sweeps`` passes of Y = Y / 2 + X: the time grows with ``sweeps``."""

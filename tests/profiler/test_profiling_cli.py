@@ -113,3 +113,8 @@ def test_a_time_beating_the_roofline_is_flagged(script, capsys, monkeypatch):
     (note,) = json.loads(capsys.readouterr().out)["notes"]
     assert "#0 axpy: measured faster than the roofline of 'cpu' allows" in note
     assert "set PEAK_VAR / BW_VAR" in note
+    # values the environment gives already: those are what is too low
+    arch.details["overridden"] = ("float32",)
+    assert main(["bench", str(script), "--warmup", "1", "--rep", "5", "--json"]) == 0
+    (note,) = json.loads(capsys.readouterr().out)["notes"]
+    assert "the float32 value(s) from PEAK_VAR / BW_VAR may be too low" in note

@@ -389,7 +389,17 @@ class AutoTuner:
                                   f"{exc}") from None
 
     # -- keys and caches --------------------------------------------------------------
-    def _key(self, configs, args, kwargs) -> str | None:
+    def _call_arguments(self, args, kwargs, tensors) -> dict:
+        """The call's arguments by name, defaults included: an eager call's ``tensors`` as
+        their shapes and dtypes, its ``T.const`` values (no parameters) left out."""
+        signature = inspect.signature(self.jit_fn.fn)
+        bound = signature.bind_partial(
+            *args, **{k: v for k, v in kwargs.items() if k in signature.parameters})
+        bound.apply_defaults()
+        return {**bound.arguments,
+                **{k: (tuple(v.shape), str(v.dtype)) for k, v in tensors.items()}}
+
+    def _key(self, configs, args, kwargs, tensors) -> str | None:
         from ..engine import resolve_target
 
         target, backend = resolve_target(self.jit_fn.target)
@@ -397,9 +407,8 @@ class AutoTuner:
         if any(s is None for s in sources):
             return None  # a callable without source has no stable identity
         if self.key_names is not None:  # only the named arguments' values count
-            bound = inspect.signature(self.jit_fn.fn).bind_partial(*args, **kwargs)
-            bound.apply_defaults()
-            args, kwargs = (), {n: bound.arguments.get(n) for n in self.key_names}
+            named = self._call_arguments(args, kwargs, tensors)
+            args, kwargs = (), {n: named.get(n) for n in self.key_names}
         parts = {
             "tilewright": __version__, "sources": sources, "configs": configs,
             "args": repr(args), "kwargs": repr(sorted(kwargs.items())),
@@ -469,7 +478,7 @@ class AutoTuner:
         def supply(kernel):
             return [tensors[p.name].clone() for p in kernel.signature.inputs]
 
-        kernel = self._tuned(configs, (), {**static, **consts}, supply)
+        kernel = self._tuned(configs, (), {**static, **consts}, supply, tensors)
         return kernel(*[tensors[p.name] for p in kernel.signature.inputs])
 
     def compile(self, *args, **kwargs):
@@ -483,10 +492,11 @@ class AutoTuner:
             return self.jit_fn.compile(*args, **kwargs)
         return self._tuned(configs, args, kwargs)
 
-    def _tuned(self, configs, args, kwargs, supply=None):
-        """The best config's kernel for these compile arguments: from memory, from the tuning
-        record on disk, or by searching."""
-        key = self._key(configs, args, kwargs) if self.cache else None
+    def _tuned(self, configs, args, kwargs, supply=None, tensors=None):
+        """The best config's kernel for these compile arguments (and an eager call's input
+        ``tensors``, which a ``key`` may name): from memory, from the tuning record on disk,
+        or by searching."""
+        key = self._key(configs, args, kwargs, tensors or {}) if self.cache else None
         result = _MEMORY.get(key) if key is not None else None
         if result is not None:
             result = self._used_cache(result, "memory")
@@ -623,9 +633,9 @@ def autotune(fn=None, *, configs=None, warmup: float = 25, rep: float = 100,
       hangs or exhausts memory is a failed row with the reason and the search goes on;
     - ``cache``: keep results in memory and on disk (a call that reuses one says so on stderr
       with ``progress``, and in the log); ``progress``: progress bars and table on stderr;
-    - ``key``: names of the factory's arguments whose values decide the tuned config, as in
-      Triton (``key=["M", "N"]``): calls that agree on them reuse one search; by default every
-      argument of the call counts.
+    - ``key``: names of the kernel's arguments whose values decide the tuned config, as in
+      Triton (``key=["M", "N"]``; a tensor of an eager kernel counts by its shape and dtype):
+      calls that agree on them reuse one search; by default every argument of the call counts.
 
     TileLang's spellings are accepted: ``ref_prog``/``max_mismatched_ratio``
     (``reference``/``max_mismatch_ratio``; with ``ref_prog`` and no ``reduction_length``, the

@@ -164,7 +164,7 @@ def _doctor_report() -> dict:
         # torch is large: report its installed version without importing it
         "torch": _package("torch", None),
         "backends": backends, "missing": missing, "notes": notes,
-        "conflicts": plugins["conflicts"],
+        "conflicts": plugins["conflicts"], "no_backend_hint": manager.no_backend_hint(),
         "auto_target": auto, "cache": DiskCache().info(), "logging": _log_describe(),
     }
 
@@ -176,8 +176,6 @@ def _log_describe() -> dict:
 
 
 def _print_doctor(r: dict) -> None:
-    from ..plugin.manager import INSTALL_HINT
-
     def pkg(p):
         return p["version"] + (f" ({p['error']})" if p["error"] else "") if p["version"] \
             else p["error"]
@@ -192,7 +190,7 @@ def _print_doctor(r: dict) -> None:
           + (f"\n           not used: {cache['problem']}" if cache.get("problem") else ""))
     print()
     if not r["backends"]:
-        print(f"no backend is loaded: nothing can be compiled; {INSTALL_HINT}")
+        print(f"no backend is loaded: nothing can be compiled; {r['no_backend_hint']}")
     for b in r["backends"]:
         print(f"backend {b['name']} (plugin {b['plugin']}), targets {', '.join(b['targets'])}")
         print(f"  device {b['device']}: {_word(b['device_available'])}")

@@ -230,6 +230,15 @@ class PluginManager:
                      if len(owners := self._kind_owners(kind)) > 1]
         return messages
 
+    def no_backend_hint(self) -> str:
+        """What a user without a loaded backend is told: to enable the installed plugins that
+        ``TILEWRIGHT_PLUGINS`` disables, else to install one."""
+        disabled = sorted(r.name for r in self.records.values() if r.status == "disabled")
+        if disabled:
+            return (f"{ENV_SELECT}={os.environ.get(ENV_SELECT, '')!r} disables the installed "
+                    f"plugin(s) {', '.join(disabled)}: name one there or unset it")
+        return INSTALL_HINT
+
     def backend_for(self, kind: str) -> BackendModule:
         owners = self._kind_owners(kind)
         if len(owners) > 1:
@@ -240,7 +249,7 @@ class PluginManager:
             known = ", ".join(sorted(self.claims())) or "none"
             extra = f"; plugins not loaded: {'; '.join(failed)}" if failed else ""
             if known == "none":
-                extra += f"; {INSTALL_HINT}"
+                extra += f"; {self.no_backend_hint()}"
             raise TargetError(f"no installed backend claims target {kind!r} (known targets: "
                               f"{known}){extra}")
         name = owners[0][1].name

@@ -177,7 +177,11 @@ def cmd_analyze(args) -> int:
 
 
 def _override_hint(arch) -> str:
-    names = arch.details.get("overrides", ())
+    """How to correct a model that a measured time beats: the variables that override it, or
+    the values they already give (``details["overridden"]``), then too low."""
+    names, given = arch.details.get("overrides", ()), arch.details.get("overridden", ())
+    if given:
+        return f"; the {', '.join(given)} value(s) from {' / '.join(names)} may be too low"
     return f"; set {' / '.join(names)} to correct it" if names else ""
 
 
