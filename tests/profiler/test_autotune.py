@@ -1,6 +1,7 @@
 """@autotune: validation, parallel compilation, failures in the table, caching."""
 
 import builtins
+import re
 
 import pytest
 import tilewright
@@ -43,6 +44,12 @@ def test_search_reports_failures_and_returns_the_fastest(capsys):
     err = capsys.readouterr().err
     assert "autotune scaled_copy: compiling: 4/4 done" in err
     assert "check failed" in err and "compile failed" in err and "best: " in err
+    # stderr is no terminal here: one line per config done, with its outcome
+    assert "compiling: 4/4 " in err and "measuring: 3/3 " in err
+    assert re.search(r"compiling: \d/4 \{'fail': True\}: compile failed: ValueError: this "
+                     r"config cannot be built", err)
+    assert re.search(r"measuring: 1/3 \{'block': 32\}: [\d.e+-]+ ms\n", err)
+    assert re.search(r"measuring: 3/3 \{'scale': 2.0\}: check failed: ", err)
     x = __import__("torch").randn(200)
     assert (kernel(x) == x).all()
 
