@@ -331,3 +331,26 @@ def test_early_stop_skips_the_full_timing_of_a_slow_config():
     with pytest.raises(ConfigError, match="early_stop_factor must be a number >= 1.0"):
         tilewright.autotune(configs=[{"sweeps": 1}], early_stop=True, early_stop_factor=0.5)(
             relax)
+
+
+def test_foreign_pass_configs_are_logged_once_by_the_tuning_process(monkeypatch, caplog):
+    """A pass config of another backend is logged once per key here, before the search; the
+    steps (run in this process below, as a child would) stay quiet about it."""
+    from tilewright.autotuner import measure
+    from tilewright.engine import passconfig
+
+    monkeypatch.setattr(passconfig, "_NOTED", set())
+    foreign = {tilewright.PassConfigKey.TL_DISABLE_TMA_LOWER: True}
+    configs = [{"block": 32, "pass_configs": foreign}, {"block": 64, "pass_configs": foreign}]
+    with caplog.at_level("WARNING", logger="tilewright"):
+        tuner.note_pass_configs(scaled_copy, configs, "cpu")
+        tuner.note_pass_configs(scaled_copy, configs, "cpu")
+        noted = [r.getMessage() for r in caplog.records]
+        passconfig._NOTED.clear()  # as in a fresh child process
+        spec = tuner.JitSpec(scaled_copy)
+        uncached = {"block": 32, "pass_configs": {**foreign, "tw.disable_cache": True}}
+        outcome = measure.compile_config(spec, (200,), {}, 0, uncached)
+    assert outcome.status == "compiled", outcome.error
+    assert noted == ["pass config TL_DISABLE_TMA_LOWER (cuda.disable_tma_lower) belongs to "
+                     "backend 'cuda' and has no effect on backend 'cpu'"], noted
+    assert [r.getMessage() for r in caplog.records] == noted

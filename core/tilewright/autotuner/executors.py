@@ -21,6 +21,7 @@ import inspect
 import os
 import time
 
+from ..engine import passconfig
 from ..errors import ConfigError
 from ..plugin.guard import describe
 from . import isolation
@@ -74,6 +75,19 @@ class JitSpec:
                 options["pass_configs"] = {**(options["pass_configs"] or {}), **pass_configs}
             self._jits[key] = JITFunction(**options)
         return self._jits[key]
+
+
+def note_pass_configs(jit_fn, configs, backend: str) -> None:
+    """Log here, once per key and backend, each pass config of the search (the kernel's and
+    each config's own) that has no effect on ``backend``; the steps log none. A config whose
+    pass configs are invalid is left to its step, which fails with the reason."""
+    for config in configs:
+        try:
+            merged = passconfig.validate({**(getattr(jit_fn, "pass_configs", None) or {}),
+                                          **(config.get(PASS_CONFIGS) or {})})
+        except (ConfigError, TypeError):
+            continue
+        passconfig.note_ignored(merged, backend)
 
 
 def default_workers() -> int:

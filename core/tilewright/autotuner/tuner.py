@@ -50,6 +50,7 @@ from .executors import (
     config_arguments,
     default_workers,
     import_ray,
+    note_pass_configs,
     outcome_line,
     run_ray,
     search_local,
@@ -552,8 +553,9 @@ class AutoTuner:
                                     enabled=bool(self.progress))
             return bars[stage]
 
+        _, backend = resolve_target(self.jit_fn.target)
+        note_pass_configs(self.jit_fn, configs, backend.name)
         if self.executor == "ray":
-            _, backend = resolve_target(self.jit_fn.target)
             outcomes = run_ray(self.jit_fn, args, kwargs, configs, measurer, backend,
                                self.limits, progress, self.ray_address)
         else:
