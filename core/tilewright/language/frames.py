@@ -428,7 +428,9 @@ def sync_threads(barrier_id=None, arrive_count=None) -> None:
     """TileLang's block barrier between a block's statements. Every backend already runs a
     block's statements in order, each tile statement complete before the next reads what it
     wrote (the CUDA backend places ``__syncthreads`` where the block's threads share a tile),
-    so the barrier adds nothing to the kernel; it is checked where it stands: inside a
+    so the barrier adds nothing to the kernel (a backend that honours TileLang's
+    ``TL_DISABLE_THREAD_STORAGE_SYNC``, which none does yet, must make it a barrier); it is
+    checked where it stands: inside a
     ``with T.Kernel``, not inside a ``T.Parallel`` loop (the iterations of one loop are not
     ordered among themselves, so a barrier between them has no meaning)."""
     builder = B.require_kernel("T.sync_threads")
