@@ -1,6 +1,7 @@
 """@autotune: validation, parallel compilation, failures in the table, caching."""
 
 import builtins
+import re
 
 import pytest
 import tilewright
@@ -43,6 +44,12 @@ def test_search_reports_failures_and_returns_the_fastest(capsys):
     err = capsys.readouterr().err
     assert "autotune scaled_copy: compiling: 4/4 done" in err
     assert "check failed" in err and "compile failed" in err and "best: " in err
+    # stderr is no terminal here: one line per config done, with its outcome
+    assert "compiling: 4/4 " in err and "measuring: 3/3 " in err
+    assert re.search(r"compiling: \d/4 \{'fail': True\}: compile failed: ValueError: this "
+                     r"config cannot be built", err)
+    assert re.search(r"measuring: 1/3 \{'block': 32\}: [\d.e+-]+ ms\n", err)
+    assert re.search(r"measuring: 3/3 \{'scale': 2.0\}: check failed: ", err)
     x = __import__("torch").randn(200)
     assert (kernel(x) == x).all()
 
@@ -324,3 +331,26 @@ def test_early_stop_skips_the_full_timing_of_a_slow_config():
     with pytest.raises(ConfigError, match="early_stop_factor must be a number >= 1.0"):
         tilewright.autotune(configs=[{"sweeps": 1}], early_stop=True, early_stop_factor=0.5)(
             relax)
+
+
+def test_foreign_pass_configs_are_logged_once_by_the_tuning_process(monkeypatch, caplog):
+    """A pass config of another backend is logged once per key here, before the search; the
+    steps (run in this process below, as a child would) stay quiet about it."""
+    from tilewright.autotuner import measure
+    from tilewright.engine import passconfig
+
+    monkeypatch.setattr(passconfig, "_NOTED", set())
+    foreign = {tilewright.PassConfigKey.TL_DISABLE_TMA_LOWER: True}
+    configs = [{"block": 32, "pass_configs": foreign}, {"block": 64, "pass_configs": foreign}]
+    with caplog.at_level("WARNING", logger="tilewright"):
+        tuner.note_pass_configs(scaled_copy, configs, "cpu")
+        tuner.note_pass_configs(scaled_copy, configs, "cpu")
+        noted = [r.getMessage() for r in caplog.records]
+        passconfig._NOTED.clear()  # as in a fresh child process
+        spec = tuner.JitSpec(scaled_copy)
+        uncached = {"block": 32, "pass_configs": {**foreign, "tw.disable_cache": True}}
+        outcome = measure.compile_config(spec, (200,), {}, 0, uncached)
+    assert outcome.status == "compiled", outcome.error
+    assert noted == ["pass config TL_DISABLE_TMA_LOWER (cuda.disable_tma_lower) belongs to "
+                     "backend 'cuda' and has no effect on backend 'cpu'"], noted
+    assert [r.getMessage() for r in caplog.records] == noted

@@ -93,6 +93,9 @@ def test_every_compilation_is_its_own_session(tmp_path):
     index = (root / "index.html").read_text()
     reports = re.findall(r'<a href="([^"]+)">main</a>', index)
     assert len(reports) == 2 and all((root / r).is_file() for r in reports)
+    # the codegen file of each (linked), then what tracing did with it
+    assert re.findall(r'<td><a href="([^"]+)">\1</a></td><td>([A-Z-]+)</td></tr>', index) == [
+        ("codegen.ll", "INIT"), ("codegen_2.ll", "INIT")]
     assert {str(s.run_dir / "report.html") for s in (first, second)} <= \
         {str(root / r) for r in reports}
 

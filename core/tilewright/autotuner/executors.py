@@ -21,6 +21,7 @@ import inspect
 import os
 import time
 
+from ..engine import passconfig
 from ..errors import ConfigError
 from ..plugin.guard import describe
 from . import isolation
@@ -76,6 +77,19 @@ class JitSpec:
         return self._jits[key]
 
 
+def note_pass_configs(jit_fn, configs, backend: str) -> None:
+    """Log here, once per key and backend, each pass config of the search (the kernel's and
+    each config's own) that has no effect on ``backend``; the steps log none. A config whose
+    pass configs are invalid is left to its step, which fails with the reason."""
+    for config in configs:
+        try:
+            merged = passconfig.validate({**(getattr(jit_fn, "pass_configs", None) or {}),
+                                          **(config.get(PASS_CONFIGS) or {})})
+        except (ConfigError, TypeError):
+            continue
+        passconfig.note_ignored(merged, backend)
+
+
 def default_workers() -> int:
     return max(1, min(os.cpu_count() or 1, 8))
 
@@ -97,6 +111,24 @@ def _measured(result, outcome: Outcome, limits: Limits) -> Outcome:
     return result
 
 
+LINE_ERROR = 120  # characters of a failure that a progress line keeps
+
+
+def outcome_line(outcome: Outcome) -> str:
+    """One short line for a config done: its config, then its compile time, latency or
+    failure (the first line of the error, cut at :data:`LINE_ERROR` characters)."""
+    if outcome.status == "compiled":
+        what = f"compiled in {outcome.compile_s:.1f} s"
+    elif outcome.status == "ok":
+        what = f"{outcome.latency_ms:.4g} ms"
+    else:
+        error = (outcome.error.splitlines() or [""])[0]
+        if len(error) > LINE_ERROR:
+            error = error[:LINE_ERROR - 3] + "..."
+        what = f"{outcome.status}: {error}" if error else outcome.status
+    return f"{outcome.config}: {what}"
+
+
 def _note_best(measurer, outcome: Outcome) -> None:
     """The best latency measured so far, for the measurer's early stop."""
     if outcome.status == "ok" and (measurer.best_ms is None or
@@ -111,9 +143,8 @@ def search_local(jit_fn, args, kwargs, configs, measurer, limits: Limits, worker
     spec = JitSpec(jit_fn)
     bar = progress("compiling", len(configs))
     steps = [(compile_config, (spec, args, kwargs, i, c)) for i, c in enumerate(configs)]
-    results = isolation.run(steps, limits, workers, done=lambda i, r: bar.advance())
-    bar.close()
-    outcomes = [_compiled(r, i, configs[i], limits) for i, r in enumerate(results)]
+    outcomes = _compile_all(configs, limits, bar, lambda done: isolation.run(
+        steps, limits, workers, done=done))
     compiled = [o for o in outcomes if o.status == "compiled"]
     bar = progress("measuring", len(compiled))
     for outcome in compiled:
@@ -121,7 +152,21 @@ def search_local(jit_fn, args, kwargs, configs, measurer, limits: Limits, worker
                                   limits)
         outcomes[outcome.index] = _measured(result, outcome, limits)
         _note_best(measurer, outcomes[outcome.index])
-        bar.advance()
+        bar.advance(outcomes[outcome.index])
+    bar.close()
+    return outcomes
+
+
+def _compile_all(configs, limits: Limits, bar, run) -> list[Outcome]:
+    """The outcomes of ``run(done)``, which compiles every config and calls ``done(i,
+    result)`` as each ends; the bar advances with each outcome, then closes."""
+    outcomes: list = [None] * len(configs)
+
+    def done(index, result):
+        outcomes[index] = _compiled(result, index, configs[index], limits)
+        bar.advance(outcomes[index])
+
+    run(done)
     bar.close()
     return outcomes
 
@@ -195,9 +240,8 @@ def run_ray(jit_fn, args, kwargs, configs, measurer, backend, limits: Limits, pr
     compile_task = ray.remote(num_cpus=1, max_retries=0)(isolated_step)
     calls = [(compile_config, spec, args, kwargs, i, c, True) for i, c in enumerate(configs)]
     bar = progress("compiling", len(configs))
-    results = _ray_steps(ray, compile_task, calls, limits, cpus, lambda i, r: bar.advance())
-    bar.close()
-    outcomes = [_compiled(r, i, configs[i], limits) for i, r in enumerate(results)]
+    outcomes = _compile_all(configs, limits, bar, lambda done: _ray_steps(
+        ray, compile_task, calls, limits, cpus, done))
     compiled = [o for o in outcomes if o.status == "compiled"]
     measure_task = ray.remote(num_cpus=1, max_retries=0,
                               **_device_resources(backend))(isolated_step)
@@ -206,11 +250,12 @@ def run_ray(jit_fn, args, kwargs, configs, measurer, backend, limits: Limits, pr
         bundle = outcome.bundle
         (result,) = _ray_steps(ray, measure_task, [(measure_config, spec, args, kwargs,
                                                     outcome, measurer)], limits, 1,
-                               lambda i, r: bar.advance())
+                               lambda i, r: None)
         result = _measured(result, outcome, limits)
         result.bundle = bundle
         outcomes[result.index] = result
         _note_best(measurer, result)
+        bar.advance(result)
     bar.close()
     for outcome in outcomes:  # the winner is loaded here, from the cache entry it shipped
         if outcome.status == "ok":

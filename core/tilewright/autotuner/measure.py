@@ -2,7 +2,9 @@
 
 These functions are the steps that :mod:`.isolation` runs in a child process of their own,
 on this machine or inside a Ray task. They take plain values and return plain records, so
-every placement reports failures the same way.
+every placement reports failures the same way. They log nothing about pass configs that have
+no effect on the backend: the tuning process does, once per key
+(:func:`.executors.note_pass_configs`).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 
+from ..engine.passconfig import quiet_ignored
 from ..errors import ConfigError
 
 
@@ -40,7 +43,8 @@ def compile_config(jit_fn, args, kwargs, index: int, config: dict,
     outcome = Outcome(index, config)
     start = time.perf_counter()
     try:
-        kernel = jit_fn(*args, **kwargs, **config)
+        with quiet_ignored():  # the tuning process said it once for every config
+            kernel = jit_fn(*args, **kwargs, **config)
     except Exception as exc:  # noqa: BLE001 - a failing config is a row of the table
         outcome.status, outcome.error = "compile failed", _short(exc)
         outcome.compile_s = time.perf_counter() - start
@@ -208,7 +212,8 @@ def measure_config(jit_fn, args, kwargs, outcome: Outcome, measurer: Measurer) -
     try:
         install_bundle(outcome.bundle)
         outcome.bundle = None
-        kernel = jit_fn(*args, **kwargs, **outcome.config)
+        with quiet_ignored():
+            kernel = jit_fn(*args, **kwargs, **outcome.config)
         return measurer.measure(kernel, outcome)
     except ConfigError as exc:
         outcome.status, outcome.error = "fatal", str(exc)

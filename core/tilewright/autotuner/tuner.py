@@ -50,6 +50,8 @@ from .executors import (
     config_arguments,
     default_workers,
     import_ray,
+    note_pass_configs,
+    outcome_line,
     run_ray,
     search_local,
 )
@@ -148,8 +150,9 @@ def _tuned_names(configs) -> set:
 
 
 class _Progress:
-    """A tqdm progress bar on a terminal; a start and an end line elsewhere (a log keeps
-    both). The end line is printed on a terminal too, after the bar."""
+    """A tqdm progress bar on a terminal; elsewhere (a log keeps them) a start line, one line
+    per config done (its config and outcome: :func:`.executors.outcome_line`) and an end
+    line. The end line is printed on a terminal too, after the bar."""
 
     def __init__(self, total: int, label: str, stream=None, enabled: bool = True):
         self.total, self.label, self.done = total, label, 0
@@ -162,9 +165,12 @@ class _Progress:
         if enabled and self.bar.disable:
             print(f"{label}: {total} config(s)", file=self.stream)
 
-    def advance(self) -> None:
+    def advance(self, outcome: Outcome | None = None) -> None:
         self.done += 1
         self.bar.update()
+        if self.enabled and self.bar.disable and outcome is not None:
+            print(f"{self.label}: {self.done}/{self.total} {outcome_line(outcome)}",
+                  file=self.stream)
 
     def close(self) -> None:
         self.bar.close()
@@ -547,8 +553,9 @@ class AutoTuner:
                                     enabled=bool(self.progress))
             return bars[stage]
 
+        _, backend = resolve_target(self.jit_fn.target)
+        note_pass_configs(self.jit_fn, configs, backend.name)
         if self.executor == "ray":
-            _, backend = resolve_target(self.jit_fn.target)
             outcomes = run_ray(self.jit_fn, args, kwargs, configs, measurer, backend,
                                self.limits, progress, self.ray_address)
         else:

@@ -6,6 +6,7 @@ TileLang member name (``TL_ENABLE_DUMP_IR`` -> ``"tw.dump_ir"``)."""
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import logging
 
@@ -81,11 +82,26 @@ def known_keys() -> dict[str, PassConfigKey]:
 
 
 _NOTED: set = set()
+_QUIET = [False]  # within quiet_ignored(): note_ignored logs nothing
+
+
+@contextlib.contextmanager
+def quiet_ignored():
+    """Within: :func:`note_ignored` logs nothing (an autotuning step's child process, whose
+    tuning process logs each key once for the whole search)."""
+    before, _QUIET[0] = _QUIET[0], True
+    try:
+        yield
+    finally:
+        _QUIET[0] = before
 
 
 def note_ignored(configs: dict, backend: str) -> None:
-    """Log once per key and backend that a key of another backend (or of TileLang's own
-    compiler) has no effect on ``backend``."""
+    """Log once per key and backend in this process that a key of another backend (or of
+    TileLang's own compiler) has no effect on ``backend``; nothing within
+    :func:`quiet_ignored`."""
+    if _QUIET[0]:
+        return
     keys = known_keys()
     for name in configs:
         key = keys.get(name)

@@ -391,6 +391,8 @@ class TraceSession:
                      "backend": str(self.info.get("backend", "")),
                      "target": str(self.info.get("target", "")), "ok": ok,
                      "passes": len(self.records), "codegen": self.codegen_status,
+                     "codegen_file": os.path.relpath(self._codegen_path(None), self.script_dir)
+                     if self.codegen_status else "",
                      "report": os.path.relpath(self.html.path, self.script_dir)}
             with _lock:
                 entries = _index.setdefault(self.script_dir, [])
@@ -652,7 +654,7 @@ __all__ = ["DEFAULT_DIR", "ENV_DIR", "ENV_MODE", "MODES", "Record", "TraceSessio
 
 def write_index(script_dir: Path, entries: list[dict]) -> Path:
     """``<script>/index.html``: one row per compilation (kernel, backend, target, outcome,
-    passes traced) linking to its report."""
+    passes traced, its codegen file and what tracing did with it) linking to its report."""
     page = render_page("lower_trace_index.html.j2", entries=entries,
                        title=f"lower trace: {script_dir.name}")
     path = script_dir / "index.html"

@@ -1,6 +1,9 @@
 """The CPU roofline model: measured once per machine and cached, checked for plausibility,
 overridden from the environment."""
 
+import json
+from pathlib import Path
+
 import pytest
 from tilewright.errors import ConfigError
 from tilewright_cpu import archmodel
@@ -17,16 +20,21 @@ def fresh(tmp_path, monkeypatch):
     archmodel.host_model.cache_clear()
 
 
-def fake_probe(monkeypatch, fp32, fp64, bandwidth=20.0):
-    """Measurements replaced by given numbers; returns the list of measurements made."""
+def fake_probe(monkeypatch, fp32, fp64, bandwidth=20.0, bursts=None):
+    """Measurements replaced by given numbers (``bursts``: the GB/s and CPU share of each
+    copy burst, else four unhindered bursts at ``bandwidth``); returns the list of
+    measurements made."""
     made = []
 
     def peak(dtype):
         made.append(str(dtype))
         return fp32 if "32" in str(dtype) else fp64
 
+    # 1 GB read and written per copy, on 2 threads: a copy at g GB/s takes 2 / g seconds
+    bursts = bursts or [(bandwidth, 1.0)] * 4
+    timed = [(2 / rate, 2 * 2 / rate * share) for rate, share in bursts]
     monkeypatch.setattr(archmodel, "_peak_tflops", peak)
-    monkeypatch.setattr(archmodel, "_bandwidth_gbps", lambda: bandwidth)
+    monkeypatch.setattr(archmodel, "_copy_bursts", lambda: (10 ** 9, 2, timed))
     return made
 
 
@@ -38,6 +46,34 @@ def test_a_plausible_measurement_is_cached_per_machine(monkeypatch):
     archmodel.host_model.cache_clear()  # a new process reads the file, measures nothing
     assert archmodel.host_model().peak_tflops["float32"] == 0.5 and len(made) == 2
     assert model.details["cache_file"].endswith(archmodel.cache_name())
+
+
+def test_the_cached_record_says_how_the_bandwidth_was_measured(monkeypatch):
+    fake_probe(monkeypatch, 0.5, 0.25, bursts=[(18.0, 0.9), (20.0, 0.95), (19.0, 1.0),
+                                               (17.0, 0.8)])
+    model = archmodel.host_model()
+    assert model.bandwidth_gbps == 20.0 and not model.details["busy"]
+    record = json.loads(Path(model.details["cache_file"]).read_text())
+    bandwidth = record["bandwidth"]
+    assert bandwidth["readings_gbps"] == [20.0, 19.0]
+    assert bandwidth["cpu_share"] == pytest.approx(0.95)
+    assert "wall clock, best of 4 bursts of 3 copies of 953 MiB on 2 thread(s)" in \
+        bandwidth["method"]
+
+
+@pytest.mark.parametrize("bursts, why", [
+    ([(20.0, 1.0), (20.0, 1.0), (6.0, 1.0), (5.0, 1.0)], "readings disagree: 6 and 20"),
+    ([(8.0, 0.4), (9.0, 0.5), (8.5, 0.45), (8.0, 0.5)], "had 50% of its threads' CPU time"),
+])
+def test_a_bandwidth_dragged_down_by_load_is_used_but_not_cached(monkeypatch, bursts, why):
+    made = fake_probe(monkeypatch, 0.5, 0.25, bursts=bursts)
+    with pytest.warns(RuntimeWarning, match=why):
+        model = archmodel.host_model()
+    assert model.details["busy"] and not model.details["cache_file"]
+    archmodel.host_model.cache_clear()
+    with pytest.warns(RuntimeWarning, match="not cached"):
+        archmodel.host_model()
+    assert len(made) == 4  # measured again
 
 
 @pytest.mark.parametrize("fp32, fp64, bandwidth, estimated", [

@@ -8,16 +8,22 @@ name and features, its core count and cache sizes), so every process sees the sa
   that thread's CPU time, best of ``REPEATS``, times the cores (CPU time, unlike wall time,
   does not grow when other processes share the cores; sleeping worker threads play no part);
 - bandwidth: torch copies (every core) of a buffer four times the last-level cache (64 to
-  512 MiB), best of ``REPEATS`` back-to-back copies after an untimed one that wakes the
-  threads, counting a read and a write per byte.
+  512 MiB), counting a read and a write per byte, timed by the wall clock: the fastest of
+  ``BURSTS`` bursts (``BURST_PAUSE`` apart) of ``REPEATS`` back-to-back copies, after an
+  untimed one that wakes the threads. The record's ``bandwidth`` says how it was measured:
+  ``method``, two readings (the best of each half of the bursts) and ``cpu_share``, the share
+  of its threads' CPU time the fastest copy got (process CPU time over wall time over
+  threads).
 
 A measurement is checked against what the host can do: the nominal peak is cores x float32
 lanes of the widest vector unit x 2 FLOPs per FMA x 2 FMA units x clock (``/proc/cpuinfo``).
 A float32 peak under a quarter of the nominal one says the machine was busy: it is used but not
-cached, so the next process measures again. Under 1/16 of it or above 1.5 times it, a float64
-peak above 3/4 of the float32 one, or a bandwidth under 1 GB/s, the value is replaced by an
-estimate (half the nominal peak; half the float32 peak for float64; 10 GB/s per core), not
-cached either. The model's description and ``details`` (``estimated``, ``busy``) say so.
+cached, so the next process measures again; so is a bandwidth whose two readings differ by
+more than ``AGREEMENT`` times, or whose copy got under ``CPU_SHARE`` of its threads' CPU time
+(other processes held the cores). Under 1/16 of the nominal peak or above 1.5 times it, a
+float64 peak above 3/4 of the float32 one, or a bandwidth under 1 GB/s, the value is replaced
+by an estimate (half the nominal peak; half the float32 peak for float64; 10 GB/s per core),
+not cached either. The model's description and ``details`` (``estimated``, ``busy``) say so.
 
 Environment variables override the model, measured or cached: ``TILEWRIGHT_CPU_PEAK_TFLOPS``
 (one number for float32, or ``float32=0.1,float64=0.05``) and ``TILEWRIGHT_CPU_BANDWIDTH_GBPS``.
@@ -43,10 +49,14 @@ from .hostcpu import host_cpu, host_fingerprint
 
 PEAK_ENV = "TILEWRIGHT_CPU_PEAK_TFLOPS"
 BANDWIDTH_ENV = "TILEWRIGHT_CPU_BANDWIDTH_GBPS"
-FORMAT = 1
+FORMAT = 2  # 2: the bandwidth's record says how it was measured
 PROBE_SECONDS = 0.02
 REPEATS = 3
 BUDGET_SECONDS = 0.5
+BURSTS = 4  # bursts of copies timed for the bandwidth, BURST_PAUSE seconds apart
+BURST_PAUSE = 0.05
+AGREEMENT = 1.5  # the two bandwidth readings agree within this factor, or the machine is busy
+CPU_SHARE = 0.75  # the least share of its threads' CPU time an unhindered copy gets
 FMA_UNITS = 2
 FLOPS_PER_FMA = 2
 
@@ -111,13 +121,45 @@ def _peak_tflops(dtype) -> float:
         torch.set_num_threads(threads)
 
 
-def _bandwidth_gbps() -> float:
+def _copy_bursts() -> tuple[int, int, list[tuple[float, float]]]:
+    """``(bytes, threads, bursts)``: the buffer size, torch's thread count, and for each of
+    ``BURSTS`` bursts (``BURST_PAUSE`` apart, fewer past ``BUDGET_SECONDS`` but at least two)
+    the wall and process CPU seconds of its fastest of ``REPEATS`` copies, after an untimed
+    one that wakes the threads."""
     import torch
 
     size = min(max(64 << 20, 4 * host_cpu().l3_bytes), 512 << 20)
     src = torch.ones(size // 4)
     dst = torch.empty_like(src)
-    return 2 * size / _best(lambda: dst.copy_(src)) / 1e9  # a read and a write per byte
+    dst.copy_(src)
+    bursts, deadline = [], time.perf_counter() + BUDGET_SECONDS
+    while len(bursts) < 2 or len(bursts) < BURSTS and time.perf_counter() < deadline:
+        time.sleep(BURST_PAUSE)
+        runs = []
+        for _ in range(REPEATS):
+            wall, cpu = time.perf_counter(), time.process_time()
+            dst.copy_(src)
+            runs.append((time.perf_counter() - wall, time.process_time() - cpu))
+        bursts.append(min(runs))
+    return size, torch.get_num_threads(), bursts
+
+
+def _bandwidth() -> dict:
+    """The copy bandwidth (a read and a write per byte) of the fastest burst, with how it was
+    measured: two readings (the best of the first and of the second half of the bursts),
+    and the share of its threads' CPU time the fastest copy got (CPU time over wall time
+    over threads; a machine busy with other work gives less)."""
+    size, threads, bursts = _copy_bursts()
+    rates = [2 * size / wall / 1e9 for wall, _ in bursts]
+    half = len(rates) // 2
+    readings = [max(rates[:half]), max(rates[half:])]
+    wall, cpu = min(bursts)
+    return {"gbps": max(readings), "readings_gbps": readings,
+            "cpu_share": cpu / wall / threads,
+            "method": f"wall clock, best of {len(bursts)} bursts of {REPEATS} copies of "
+                      f"{size >> 20} MiB on {threads} thread(s); cached only when the two "
+                      f"readings agree within {AGREEMENT:g}x and the copy had at least "
+                      f"{CPU_SHARE:.0%} of its threads' CPU time"}
 
 
 def measure() -> dict:
@@ -127,10 +169,11 @@ def measure() -> dict:
 
     nominal = nominal_tflops()
     fp32, fp64 = _peak_tflops(torch.float32), _peak_tflops(torch.float64)
+    bandwidth = _bandwidth()
     values = {"format": FORMAT, "host": host_fingerprint(), "cores": host_cpu().cores,
               "nominal_tflops": nominal, "peak_tflops": {"float32": fp32, "float64": fp64},
-              "bandwidth_gbps": _bandwidth_gbps(), "estimated": [], "busy": False,
-              "notes": []}
+              "bandwidth_gbps": bandwidth.pop("gbps"), "bandwidth": bandwidth,
+              "estimated": [], "busy": False, "notes": []}
     if not nominal / 16 <= fp32 <= nominal * 1.5:
         values["notes"].append(f"measured {fp32 * 1e3:.3g} GFLOP/s float32 is implausible for "
                                f"a nominal {nominal * 1e3:.3g}")
@@ -145,10 +188,19 @@ def measure() -> dict:
                                f"to {fp32 * 1e3:.3g} float32")
         values["peak_tflops"]["float64"] = fp32 / 2
         values["estimated"].append("float64")
+    low, high = sorted(bandwidth["readings_gbps"])
     if values["bandwidth_gbps"] < 1.0:
         values["notes"].append(f"measured {values['bandwidth_gbps']:.3g} GB/s is implausible")
         values["bandwidth_gbps"] = 10.0 * host_cpu().cores
         values["estimated"].append("bandwidth")
+    elif high > low * AGREEMENT:
+        values["notes"].append(f"two bandwidth readings disagree: {low:.3g} and {high:.3g} "
+                               "GB/s")
+        values["busy"] = True
+    elif bandwidth["cpu_share"] < CPU_SHARE:
+        values["notes"].append(f"the bandwidth copy had {bandwidth['cpu_share']:.0%} of its "
+                               "threads' CPU time")
+        values["busy"] = True
     if values["estimated"] or values["busy"]:
         raise Uncacheable(values)
     return values
@@ -156,7 +208,8 @@ def measure() -> dict:
 
 def _valid(values) -> bool:
     try:
-        return values["format"] == FORMAT and values["bandwidth_gbps"] > 0 and all(
+        return values["format"] == FORMAT and values["bandwidth_gbps"] > 0 and \
+            "method" in values["bandwidth"] and all(
             values["peak_tflops"][d] > 0 for d in ("float32", "float64"))
     except (KeyError, TypeError):
         return False
