@@ -1,11 +1,14 @@
 """Random valid tile programs over the portable language, as Hypothesis strategies.
 
 A :class:`Program` is a kernel written out as Python source: input tiles loaded with
-``T.copy``, then a few statements (element-wise maps inside ``T.Parallel`` with index
-expressions whose intermediate values go negative, guarded maps, reductions of every kind with
-float32 or same-dtype accumulators and ``clear=False``, cumulative sums both ways), and the
-result copied back, or stored element by element under a bounds guard (reading inputs straight
-from global memory too). Every expression carries an interval of its values and a bound of its
+``T.copy``, then a few statements (element-wise maps inside ``T.Parallel``, or two nested
+ones, into fragments or shared tiles, with index expressions whose intermediate values go
+negative, maps guarded by an ``if`` or split by ``if``/``else``, casts through narrower or
+wider integers and between integers and floats, reductions of every kind with float32,
+same-dtype or narrower accumulators and ``clear=False``, cumulative sums both ways, sums over a
+run-time ``while`` loop and over a ``T.Pipelined`` loop loading a shared tile, per-thread
+``T.alloc_local`` scalars), and the result copied back, or stored element by element under a
+bounds guard (reading inputs straight from global memory too). Every expression carries an interval of its values and a bound of its
 rounding error, so the generator only writes what is defined (no overflow, no division by
 zero, no NaN) and the checker knows how far a correct backend may be from the interpreter.
 
