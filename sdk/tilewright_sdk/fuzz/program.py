@@ -8,9 +8,10 @@ wider integers and between integers and floats, reductions of every kind with fl
 same-dtype or narrower accumulators and ``clear=False``, cumulative sums both ways, sums over a
 run-time ``while`` loop and over a ``T.Pipelined`` loop loading a shared tile, per-thread
 ``T.alloc_local`` scalars), and the result copied back, or stored element by element under a
-bounds guard (reading inputs straight from global memory too). Every expression carries an interval of its values and a bound of its
-rounding error, so the generator only writes what is defined (no overflow, no division by
-zero, no NaN) and the checker knows how far a correct backend may be from the interpreter.
+bounds guard (reading inputs straight from global memory too). Every expression carries an
+interval of its values and a bound of its rounding error, so the generator only writes what
+is defined (no overflow, no division by zero, no NaN) and the checker knows how far a correct
+backend may be from the interpreter.
 
 Features (``floordiv``, ``negative_floordiv``, ``shift``, ``reduce_max`` ...) are recorded per
 program for the statistics and can be avoided (:func:`programs`), which is how the fuzzer
