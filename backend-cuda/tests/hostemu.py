@@ -39,6 +39,7 @@ SHIM = r"""
 #include <cstring>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 #include <vector>
 #define __global__
 #define __device__
@@ -87,8 +88,14 @@ template <class T> T atomicMin(T* p, T v) {
 template <class T> T atomicCAS(T* p, T c, T v) {
   std::lock_guard<std::mutex> g(tw_atomic_mutex); T o = *p; if (o == c) *p = v; return o;
 }
-template <class T> T max(T a, T b) { return a > b ? a : b; }
-template <class T> T min(T a, T b) { return a < b ? a : b; }
+// max and min of two arithmetic types in their common type, as CUDA's overloads of max(int,
+// int), max(long long, long long) ... take a char and an int promoted (an int8 reduction)
+template <class A, class B> std::common_type_t<A, B> max(A a, B b) {
+  using C = std::common_type_t<A, B>; return C(a) > C(b) ? C(a) : C(b);
+}
+template <class A, class B> std::common_type_t<A, B> min(A a, B b) {
+  using C = std::common_type_t<A, B>; return C(a) < C(b) ? C(a) : C(b);
+}
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 inline double rsqrt(double x) { return 1.0 / std::sqrt(x); }
 inline float __expf(float x) { return std::exp(x); }
