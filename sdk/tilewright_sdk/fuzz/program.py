@@ -455,19 +455,27 @@ class _Builder:
             self.body += [*head, f"{pad}{store}"]
         self.features |= e.features | {"map"}
 
+    def accumulator(self, e: Expr, times: int) -> Tile | None:
+        """A tile filled with zero that ``e`` is added to ``times`` times, or None when the sum
+        may not fit the dtype."""
+        lo, hi = min(0, times * e.lo), max(0, times * e.hi)
+        if not self.fits(lo, hi):
+            return None
+        tile = self.tile("2d", lo, hi, times * e.err + self.u * times * times * e.mag)
+        self.body.append(f"T.fill({tile.name}, 0)")
+        return tile
+
     def repeat(self) -> None:
         """A tile accumulated by a run-time ``while`` loop over a ``T.alloc_var`` counter."""
         if not self.allowed("while_loop"):
             return
         times = self.draw(st.integers(1, 3))
         e = self.expr(self.draw(st.integers(1, 3)))
-        lo, hi = min(0, times * e.lo), max(0, times * e.hi)
-        if not self.fits(lo, hi):
+        tile = self.accumulator(e, times)
+        if tile is None:
             return
-        err = times * e.err + self.u * times * times * e.mag
-        tile = self.tile("2d", lo, hi, err)
         n = self.fresh("n")
-        self.body += [f"T.fill({tile.name}, 0)", f"{n} = T.alloc_var('int32', init=0)",
+        self.body += [f"{n} = T.alloc_var('int32', init=0)",
                       f"while {n} < {times}:",
                       f"    for i, j in T.Parallel({self.bm}, {self.bn}):",
                       f"        {tile.name}[i, j] = {tile.name}[i, j] + {e.text}",
@@ -487,14 +495,11 @@ class _Builder:
         self.body[-1] = self.body[-1].replace("T.alloc_fragment", "T.alloc_shared")
         e = self.expr(self.draw(st.integers(1, 3)))
         self.tiles.remove(chunk)  # it holds the last block only after the loop
-        lo, hi = min(0, steps * e.lo), max(0, steps * e.hi)
-        if not self.fits(lo, hi):
+        tile = self.accumulator(e, steps)
+        if tile is None:
             self.body.pop()
             return
-        err = steps * e.err + self.u * steps * steps * e.mag
-        tile = self.tile("2d", lo, hi, err)
-        self.body += [f"T.fill({tile.name}, 0)",
-                      f"for k in T.Pipelined({steps}, num_stages={stages}):",
+        self.body += [f"for k in T.Pipelined({steps}, num_stages={stages}):",
                       f"    T.copy({name}[k * {self.bm}, bx * {self.bn}], {chunk.name})",
                       f"    for i, j in T.Parallel({self.bm}, {self.bn}):",
                       f"        {tile.name}[i, j] = {tile.name}[i, j] + {e.text}"]
