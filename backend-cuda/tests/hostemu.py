@@ -39,6 +39,7 @@ SHIM = r"""
 #include <cstring>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 #include <vector>
 #define __global__
 #define __device__
@@ -87,8 +88,14 @@ template <class T> T atomicMin(T* p, T v) {
 template <class T> T atomicCAS(T* p, T c, T v) {
   std::lock_guard<std::mutex> g(tw_atomic_mutex); T o = *p; if (o == c) *p = v; return o;
 }
-template <class T> T max(T a, T b) { return a > b ? a : b; }
-template <class T> T min(T a, T b) { return a < b ? a : b; }
+// max and min of two arithmetic types in their common type, as CUDA's overloads of max(int,
+// int), max(long long, long long) ... take a char and an int promoted (an int8 reduction)
+template <class A, class B> std::common_type_t<A, B> max(A a, B b) {
+  using C = std::common_type_t<A, B>; return C(a) > C(b) ? C(a) : C(b);
+}
+template <class A, class B> std::common_type_t<A, B> min(A a, B b) {
+  using C = std::common_type_t<A, B>; return C(a) < C(b) ? C(a) : C(b);
+}
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 inline double rsqrt(double x) { return 1.0 / std::sqrt(x); }
 inline float __expf(float x) { return std::exp(x); }
@@ -97,6 +104,25 @@ inline float __int_as_float(unsigned v) { float f; std::memcpy(&f, &v, 4); retur
 inline double __longlong_as_double(unsigned long long v) {
   double d; std::memcpy(&d, &v, 8); return d;
 }
+// The half and bfloat16 math of cuda_fp16.hpp and cuda_bf16.hpp that is device-only, on the
+// host through float (TVM's header defines bfloat16 htanh, hpow, htan, hatan, herf itself)
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#define TW_EMU_LOW_MATH(T, NAME, F, TO_FLOAT, FROM_FLOAT) \
+  inline T NAME(T x) { return FROM_FLOAT(F(TO_FLOAT(x))); }
+#define TW_EMU_HALF_MATH(NAME, F) TW_EMU_LOW_MATH(__half, NAME, F, __half2float, __float2half)
+#define TW_EMU_BF16_MATH(NAME, F) \
+  TW_EMU_LOW_MATH(__nv_bfloat16, NAME, F, __bfloat162float, __float2bfloat16)
+#define TW_EMU_BOTH_MATH(NAME, F) TW_EMU_HALF_MATH(NAME, F) TW_EMU_BF16_MATH(NAME, F)
+inline float tw_rsqrt(float x) { return 1.0f / std::sqrt(x); }
+TW_EMU_BOTH_MATH(hexp, std::exp) TW_EMU_BOTH_MATH(hexp2, std::exp2)
+TW_EMU_BOTH_MATH(hexp10, [](float v) { return std::pow(10.0f, v); })
+TW_EMU_BOTH_MATH(hlog, std::log) TW_EMU_BOTH_MATH(hlog2, std::log2)
+TW_EMU_BOTH_MATH(hlog10, std::log10) TW_EMU_BOTH_MATH(hsqrt, std::sqrt)
+TW_EMU_BOTH_MATH(hrsqrt, tw_rsqrt) TW_EMU_BOTH_MATH(hfloor, std::floor)
+TW_EMU_BOTH_MATH(hceil, std::ceil) TW_EMU_BOTH_MATH(htrunc, std::trunc)
+TW_EMU_BOTH_MATH(hrint, std::nearbyint) TW_EMU_BOTH_MATH(hsin, std::sin)
+TW_EMU_BOTH_MATH(hcos, std::cos) TW_EMU_HALF_MATH(htanh, std::tanh)
 #define TW_HOST_EMULATION 1
 unsigned tw_mma_exchange[TW_MAX_CLUSTER * 1024][9];
 inline float tw_bits16_to_float(unsigned bits, bool bf16) {

@@ -36,6 +36,46 @@ def test_generated_programs_are_valid_and_bounded():
     assert {"map", "partial_tile"} <= seen
 
 
+CONTROL = ("if_else", "nested_parallel", "while_loop", "pipelined", "local_scalar",
+           "shared_result", "narrow_cast", "narrow_cast_wrap", "int_float_cast",
+           "float_int_cast", "reduce_acc_int8", "reduce_acc_float16")
+# a narrow accumulator is avoided by its reduce_into_DTYPE, which same-dtype ones share
+AVOIDABLE = {f for f in CONTROL if not f.startswith("reduce_acc")}
+
+
+def test_control_and_cast_features_are_generated_and_valid():
+    """The less-used constructs (if/else, nested T.Parallel, a run-time while loop,
+    T.Pipelined, T.alloc_local, shared results, casts that narrow or cross between integers
+    and floats, narrow accumulators) are all generated; a program with each runs on the
+    interpreter and agrees with itself; avoided, none is generated."""
+    first = {}
+
+    @settings(max_examples=400, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    @hypothesis_seed(11)
+    @given(programs())
+    def draw(program):
+        for feature in set(CONTROL) & program.features:
+            first.setdefault(feature, program)
+
+    draw()
+    assert set(first) == set(CONTROL)
+    interp = get_manager().backends()["interp"]
+    folder = tempfile.mkdtemp()
+    for program in {id(p): p for p in first.values()}.values():
+        differential(load(module_source(program, "interp", 0), folder), interp, 0,
+                     execute=True)
+
+    @settings(max_examples=40, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    @hypothesis_seed(7)
+    @given(programs(avoid=AVOIDABLE))
+    def avoided(program):
+        assert not program.features & AVOIDABLE
+
+    avoided()
+
+
 def test_avoided_features_are_never_generated(monkeypatch):
     @settings(max_examples=60, deadline=None, database=None,
               suppress_health_check=list(HealthCheck))

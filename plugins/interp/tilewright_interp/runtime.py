@@ -54,14 +54,22 @@ def round_to(x, dtype: str):
     return EMULATED[dtype](x)
 
 
+# (lowest value, number of values) of each integer dtype: a cast wraps into its range
+_WRAP = {name: (int(np.iinfo(t).min), 1 << np.iinfo(t).bits) for name, t in NUMPY.items()
+         if name.startswith(("int", "uint"))}
+
+
 def cast(value, dtype: str):
-    """``T.cast``: convert a scalar to ``dtype`` with that dtype's rounding."""
+    """``T.cast``: convert a scalar to ``dtype`` with that dtype's rounding; a float becomes
+    an integer by truncation toward zero, an integer out of an integer dtype's range wraps
+    modulo its size (two's complement, as C, LLVM and torch convert)."""
     if dtype in EMULATED:
         return round_to(np.float32(value), dtype)
     if dtype == "bool":
         return bool(value)
-    if dtype.startswith(("int", "uint")):
-        return int(value)
+    if dtype in _WRAP:
+        low, size = _WRAP[dtype]
+        return (int(value) - low) % size + low
     return NUMPY[dtype](value)
 
 

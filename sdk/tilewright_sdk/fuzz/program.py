@@ -1,13 +1,17 @@
 """Random valid tile programs over the portable language, as Hypothesis strategies.
 
 A :class:`Program` is a kernel written out as Python source: input tiles loaded with
-``T.copy``, then a few statements (element-wise maps inside ``T.Parallel`` with index
-expressions whose intermediate values go negative, guarded maps, reductions of every kind with
-float32 or same-dtype accumulators and ``clear=False``, cumulative sums both ways), and the
-result copied back, or stored element by element under a bounds guard (reading inputs straight
-from global memory too). Every expression carries an interval of its values and a bound of its
-rounding error, so the generator only writes what is defined (no overflow, no division by
-zero, no NaN) and the checker knows how far a correct backend may be from the interpreter.
+``T.copy``, then a few statements (element-wise maps inside ``T.Parallel``, or two nested
+ones, into fragments or shared tiles, with index expressions whose intermediate values go
+negative, maps guarded by an ``if`` or split by ``if``/``else``, casts through narrower or
+wider integers and between integers and floats, reductions of every kind with float32,
+same-dtype or narrower accumulators and ``clear=False``, cumulative sums both ways, sums over a
+run-time ``while`` loop and over a ``T.Pipelined`` loop loading a shared tile, per-thread
+``T.alloc_local`` scalars), and the result copied back, or stored element by element under a
+bounds guard (reading inputs straight from global memory too). Every expression carries an
+interval of its values and a bound of its rounding error, so the generator only writes what
+is defined (no overflow, no division by zero, no NaN) and the checker knows how far a correct
+backend may be from the interpreter.
 
 Features (``floordiv``, ``negative_floordiv``, ``shift``, ``reduce_max`` ...) are recorded per
 program for the statistics and can be avoided (:func:`programs`), which is how the fuzzer
@@ -24,6 +28,8 @@ from hypothesis import strategies as st
 INT_DTYPES = ("int8", "int16", "int32", "uint8", "int64")
 FLOAT_DTYPES = ("float32", "float16", "bfloat16")
 _LIMITS = {"int8": 127, "int16": 32767, "int32": 2**31 - 1, "int64": 2**63 - 1, "uint8": 255}
+_LOWEST = {"int8": -128, "int16": -32768, "int32": -2**31, "int64": -2**63, "uint8": 0}
+_NARROW_INTS = ("int8", "uint8", "int16")  # what a cast may wrap into
 _ROUNDOFF = {"float32": 2.0 ** -24, "float16": 2.0 ** -11, "bfloat16": 2.0 ** -8}
 _FLOAT_MAX = 1e4  # magnitudes stay far below float16's 65504
 REDUCE_KINDS = ("sum", "max", "min", "abssum", "absmax")
@@ -50,7 +56,7 @@ class Expr:
 @dataclass
 class Tile:
     name: str
-    kind: str  # "2d" (bm, bn), "row" (bm,) indexed by i, "col" (bn,) indexed by j
+    kind: str  # "2d" (bm, bn), "row" (bm,) indexed by i, "col" (bn,) indexed by j, "scalar"
     lo: float
     hi: float
     err: float
@@ -58,7 +64,7 @@ class Tile:
 
     def at(self) -> str:
         return {"2d": f"{self.name}[i, j]", "row": f"{self.name}[i]",
-                "col": f"{self.name}[j]"}[self.kind]
+                "col": f"{self.name}[j]", "scalar": f"{self.name}[0]"}[self.kind]
 
 
 @dataclass
@@ -89,8 +95,9 @@ class Program:
 class _Builder:
     """The state of one program being drawn."""
 
-    def __init__(self, draw, dtype, M, N, bm, bn, avoid, wide):
+    def __init__(self, draw, dtype, M, N, bm, bn, avoid, wide, declared):
         self.draw, self.dtype = draw, dtype
+        self.declared = declared
         self.M, self.N, self.bm, self.bn = M, N, bm, bn
         self.avoid = frozenset(avoid)
         self.wide = wide  # a declared dtype integers round-trip through, or None
@@ -104,6 +111,7 @@ class _Builder:
         self.features: set = set()
         self.count = 0
         self.globals: list = []  # (name, low, high) of the inputs, read directly when storing
+        self.inputs: list = []  # (name, low, high) of every input
 
     # -- helpers -----------------------------------------------------------------------------
     def fresh(self, prefix: str) -> str:
@@ -223,11 +231,8 @@ class _Builder:
                 return a
             lo = 0 if a.lo <= 0 <= a.hi else min(abs(a.lo), abs(a.hi))
             return Expr(f"T.abs({a.text})", lo, a.mag, features=frozenset(feats))
-        if op == "cast":  # a round trip through a wider dtype
-            if self.wide is None:
-                return a
-            return Expr(f"T.cast(T.cast({a.text}, {self.wide!r}), {self.dtype!r})", a.lo,
-                        a.hi, features=frozenset(feats | {"cast"}))
+        if op == "cast":
+            return self.int_cast(a, feats)
         b = self.expr(depth - 1)
         feats |= b.features
         if op == "select":
@@ -251,6 +256,34 @@ class _Builder:
         if not self.fits(lo, hi):
             return a
         return Expr(f"({a.text} {op} {b.text})", lo, hi, features=frozenset(feats))
+
+    def int_cast(self, a: Expr, feats) -> Expr:
+        """A cast of an integer and back: through a wider integer dtype, through a narrower
+        one (which wraps a value outside its range modulo its size, as C and torch do), or
+        through float32 (exact below 2**24)."""
+        low = _LOWEST[self.dtype]
+        kinds = ["wide"] if self.wide is not None else []
+        narrow = [n for n in _NARROW_INTS if n in self.declared and
+                  _LIMITS[n] < self.limit and low <= _LOWEST[n]]
+        if narrow and self.allowed("narrow_cast"):
+            kinds.append("narrow")
+        if "float32" in self.declared and self.allowed("int_float_cast") and a.mag < 2 ** 24:
+            kinds.append("float")
+        if not kinds:
+            return a
+        kind = self.draw(st.sampled_from(kinds))
+        if kind == "wide":
+            return Expr(f"T.cast(T.cast({a.text}, {self.wide!r}), {self.dtype!r})", a.lo,
+                        a.hi, features=frozenset(feats | {"cast"}))
+        if kind == "float":
+            return Expr(f"T.cast(T.cast({a.text}, 'float32'), {self.dtype!r})", a.lo, a.hi,
+                        features=frozenset(feats | {"cast", "int_float_cast"}))
+        to = self.draw(st.sampled_from(narrow))
+        inside = _LOWEST[to] <= a.lo and a.hi <= _LIMITS[to]
+        lo, hi = (a.lo, a.hi) if inside else (_LOWEST[to], _LIMITS[to])
+        extra = {"cast", "narrow_cast"} | (set() if inside else {"narrow_cast_wrap"})
+        return Expr(f"T.cast(T.cast({a.text}, {to!r}), {self.dtype!r})", lo, hi,
+                    features=frozenset(feats | extra))
 
     def division(self, a: Expr, op: str, depth: int) -> Expr:
         """``a // d`` or ``a % d`` with a divisor that is never zero: a constant of either
@@ -330,9 +363,8 @@ class _Builder:
         if op == "sqrt":  # of |a| + 0.25, never below 0.5
             return self.rounded(f"T.sqrt(T.abs({a.text}) + T.{self.dtype}(0.25))", 0.5,
                                 math.sqrt(a.mag + 0.25), a.err, a, features=feats)
-        if op == "cast":  # through float32 and back
-            return Expr(f"T.cast(T.cast({a.text}, 'float32'), {self.dtype!r})", a.lo, a.hi,
-                        a.err, a.exact, frozenset(feats | {"cast"}))
+        if op == "cast":
+            return self.float_cast(a, feats)
         b = self.expr(depth - 1)
         feats |= b.features
         if op == "select":
@@ -355,6 +387,20 @@ class _Builder:
         err = a.err + b.err if op != "*" else a.err * b.mag + b.err * a.mag
         return self.rounded(f"({a.text} {op} {b.text})", lo, hi, err, a, b, feats)
 
+    def float_cast(self, a: Expr, feats) -> Expr:
+        """A cast of a float and back: through float32, or of an exact value through an
+        integer dtype that holds it (truncation toward zero; a rounded value could truncate
+        to either side of an integer)."""
+        ints = [n for n in ("int32", "int16", "int8") if n in self.declared and
+                a.mag < _LIMITS[n]]
+        if not (a.exact and ints and self.allowed("float_int_cast")) or \
+                self.draw(st.booleans()):
+            return Expr(f"T.cast(T.cast({a.text}, 'float32'), {self.dtype!r})", a.lo, a.hi,
+                        a.err, a.exact, frozenset(feats | {"cast"}))
+        to = self.draw(st.sampled_from(ints))
+        return Expr(f"T.cast(T.cast({a.text}, {to!r}), {self.dtype!r})", math.trunc(a.lo),
+                    math.trunc(a.hi), 0.0, True, frozenset(feats | {"cast", "float_int_cast"}))
+
     # -- statements ---------------------------------------------------------------------------
     def tile(self, kind: str, lo, hi, err, dtype=None) -> Tile:
         name = self.fresh("t")
@@ -366,24 +412,110 @@ class _Builder:
         self.tiles.append(tile)
         return tile
 
+    def loop_head(self) -> list[str]:
+        """``for i, j in T.Parallel(bm, bn):``, or the same as two nested T.Parallel loops;
+        the statements under it are indented by the returned lines' last indent + 4."""
+        if self.allowed("nested_parallel") and self.draw(st.integers(0, 3)) == 0:
+            self.features.add("nested_parallel")
+            return [f"for i in T.Parallel({self.bm}):", f"    for j in T.Parallel({self.bn}):"]
+        return [f"for i, j in T.Parallel({self.bm}, {self.bn}):"]
+
     def map(self) -> None:
+        """A tile computed element-wise: everywhere, under an ``if`` (elsewhere a fill), or
+        by ``if``/``else`` of two expressions; into a fragment or a shared tile."""
         e = self.expr(self.draw(st.integers(1, 4)))
-        guarded = self.draw(st.integers(0, 3)) == 0
+        forms = ["plain", "plain", "guarded"] + (["if_else"] if self.allowed("if_else") else [])
+        form = self.draw(st.sampled_from(forms))
         fill = self.draw(st.sampled_from((0, 1, 2)))
-        lo, hi = (min(e.lo, fill), max(e.hi, fill)) if guarded else (e.lo, e.hi)
-        if guarded:  # drawn before the new tile exists: it must not read what it writes
+        lo, hi, err = e.lo, e.hi, e.err
+        if form == "guarded":
+            lo, hi = min(e.lo, fill), max(e.hi, fill)
+        if form == "if_else":
+            other = self.expr(self.draw(st.integers(1, 3)))
+            lo, hi, err = min(lo, other.lo), max(hi, other.hi), max(err, other.err)
+            self.features |= other.features | {"if_else"}
+        if form != "plain":  # drawn before the new tile exists: it must not read what it writes
             data = self.allowed("data_guard") and self.draw(st.booleans())
             cond, cfeats = self.condition(data)
             self.features |= cfeats | {"guard"} | ({"data_guard"} if data else set())
-        tile = self.tile("2d", lo, hi, e.err)
-        if guarded:
-            self.body += [f"T.fill({tile.name}, {fill})",
-                          f"for i, j in T.Parallel({self.bm}, {self.bn}):",
-                          f"    if {cond}:", f"        {tile.name}[i, j] = {e.text}"]
+        tile = self.tile("2d", lo, hi, err)
+        if self.allowed("shared_result") and self.draw(st.integers(0, 3)) == 0:
+            self.body[-1] = self.body[-1].replace("T.alloc_fragment", "T.alloc_shared")
+            self.features.add("shared_result")
+        head = self.loop_head()
+        pad = " " * (len(head[-1]) - len(head[-1].lstrip()) + 4)
+        store = f"{tile.name}[i, j] = {e.text}"
+        if form == "guarded":
+            self.body += [f"T.fill({tile.name}, {fill})", *head, f"{pad}if {cond}:",
+                          f"{pad}    {store}"]
+        elif form == "if_else":
+            self.body += [*head, f"{pad}if {cond}:", f"{pad}    {store}", f"{pad}else:",
+                          f"{pad}    {tile.name}[i, j] = {other.text}"]
         else:
-            self.body += [f"for i, j in T.Parallel({self.bm}, {self.bn}):",
-                          f"    {tile.name}[i, j] = {e.text}"]
+            self.body += [*head, f"{pad}{store}"]
         self.features |= e.features | {"map"}
+
+    def accumulator(self, e: Expr, times: int) -> Tile | None:
+        """A tile filled with zero that ``e`` is added to ``times`` times, or None when the sum
+        may not fit the dtype."""
+        lo, hi = min(0, times * e.lo), max(0, times * e.hi)
+        if not self.fits(lo, hi):
+            return None
+        tile = self.tile("2d", lo, hi, times * e.err + self.u * times * times * e.mag)
+        self.body.append(f"T.fill({tile.name}, 0)")
+        return tile
+
+    def repeat(self) -> None:
+        """A tile accumulated by a run-time ``while`` loop over a ``T.alloc_var`` counter."""
+        if not self.allowed("while_loop"):
+            return
+        times = self.draw(st.integers(1, 3))
+        e = self.expr(self.draw(st.integers(1, 3)))
+        tile = self.accumulator(e, times)
+        if tile is None:
+            return
+        n = self.fresh("n")
+        self.body += [f"{n} = T.alloc_var('int32', init=0)",
+                      f"while {n} < {times}:",
+                      f"    for i, j in T.Parallel({self.bm}, {self.bn}):",
+                      f"        {tile.name}[i, j] = {tile.name}[i, j] + {e.text}",
+                      f"    {n} = {n} + 1"]
+        self.features |= e.features | {"while_loop"}
+
+    def pipelined(self) -> None:
+        """The sum over the blocks of this block's column strip of an expression of an input
+        tile, loaded into a shared tile by a ``T.Pipelined`` loop (rows past the input's end
+        read as zero)."""
+        if not self.allowed("pipelined"):
+            return
+        steps = math.ceil(self.M / self.bm)
+        stages = self.draw(st.integers(1, 3))
+        name, low, high = self.draw(st.sampled_from(self.inputs))
+        chunk = self.tile("2d", low, high, 0.0)
+        self.body[-1] = self.body[-1].replace("T.alloc_fragment", "T.alloc_shared")
+        e = self.expr(self.draw(st.integers(1, 3)))
+        self.tiles.remove(chunk)  # it holds the last block only after the loop
+        tile = self.accumulator(e, steps)
+        if tile is None:
+            self.body.pop()
+            return
+        self.body += [f"for k in T.Pipelined({steps}, num_stages={stages}):",
+                      f"    T.copy({name}[k * {self.bm}, bx * {self.bn}], {chunk.name})",
+                      f"    for i, j in T.Parallel({self.bm}, {self.bn}):",
+                      f"        {tile.name}[i, j] = {tile.name}[i, j] + {e.text}"]
+        self.features |= e.features | {"pipelined"}
+
+    def local(self) -> None:
+        """A per-thread scalar (``T.alloc_local((1,), dtype)``) holding this block's first
+        element of an input, read by later expressions."""
+        if not self.allowed("local_scalar"):
+            return
+        name, low, high = self.draw(st.sampled_from(self.inputs))
+        scalar = self.fresh("s")
+        self.body += [f"{scalar} = T.alloc_local((1,), {self.dtype!r})",
+                      f"{scalar}[0] = {name}[by * {self.bm}, bx * {self.bn}]"]
+        self.tiles.append(Tile(scalar, "scalar", low, high, 0.0, self.dtype))
+        self.features.add("local_scalar")
 
     def reduce(self) -> None:
         src = self.draw(st.sampled_from([t for t in self.tiles if t.kind == "2d"]))
@@ -396,10 +528,18 @@ class _Builder:
         clear = self.draw(st.booleans())
         init = 0 if clear else self.draw(st.sampled_from((1, 2) if self.unsigned else
                                                          (-1, 2)))
-        acc = self.dtype
-        if self.floating and (self.draw(st.booleans()) or
-                              not self.allowed(f"reduce_into_{acc}")):
-            acc = "float32"
+        accs = [self.dtype]
+        if self.floating:
+            accs += ["float32", "float32"] + [d for d in ("float16", "bfloat16") if
+                                              self.dtype == "float32" and d in self.declared]
+        else:  # a narrower integer accumulator, when the sum fits it
+            accs += [n for n in _NARROW_INTS if n in self.declared and
+                     _LIMITS[n] < self.limit and _LOWEST[self.dtype] <= _LOWEST[n]]
+        accs = [a for a in dict.fromkeys(accs) if self.allowed(f"reduce_into_{a}")]
+        if not accs:
+            return
+        acc = self.draw(st.sampled_from(accs))
+        acc_limit = _FLOAT_MAX if acc in FLOAT_DTYPES else _LIMITS[acc]
         mag = max(abs(src.lo), abs(src.hi))
         if kind in ("sum", "abssum"):
             lo = -mag * k if kind == "sum" and src.lo < 0 else 0
@@ -408,18 +548,19 @@ class _Builder:
             lo, hi = -mag - abs(init), mag + abs(init)
         if kind in ("abssum", "absmax") and (self.unsigned or not self.fits(0, mag)):
             return
-        if not self.fits(lo, hi):
+        if not self.fits(lo, hi) or max(abs(lo), abs(hi)) > acc_limit or \
+                (acc == "uint8" and lo < 0):
             return
         u_acc = _ROUNDOFF.get(acc, 0.0)
         err = src.err * k + (u_acc * math.sqrt(k) * k * mag if kind in ("sum", "abssum")
-                             else 0.0) + self.u * max(abs(lo), abs(hi))
+                             else 0.0) + max(self.u, u_acc) * max(abs(lo), abs(hi))
         out = self.tile("row" if dim == 1 else "col", lo, hi, err, acc)
         if not clear:
             self.body.append(f"T.fill({out.name}, {init})")
         self.body.append(f"T.reduce_{kind}({src.name}, {out.name}, dim={dim}, "
                          f"clear={clear})")
         self.features |= {f"reduce_{kind}", f"reduce_dim{dim}", f"reduce_into_{acc}",
-                          f"reduce_acc_{'same' if acc == self.dtype else 'float32'}",
+                          f"reduce_acc_{'same' if acc == self.dtype else acc}",
                           "reduce_clear" if clear else "reduce_accumulate"}
         self.write_vector(out, dim)
 
@@ -474,7 +615,7 @@ def programs(draw, avoid=(), dtypes=None) -> Program:
     bn = draw(st.sampled_from((1, 2, 4, 8, 16)))
     M = draw(st.integers(1, 3 * bm + 3))
     N = draw(st.integers(1, 3 * bn + 3))
-    b = _Builder(draw, dtype, M, N, bm, bn, avoid, wide)
+    b = _Builder(draw, dtype, M, N, bm, bn, avoid, wide, declared)
     floating = dtype in FLOAT_DTYPES
     n_inputs = draw(st.integers(1, 3))
     inputs = []
@@ -485,6 +626,7 @@ def programs(draw, avoid=(), dtypes=None) -> Program:
             low, high = (0, 20) if dtype.startswith("uint") else (-20, 20)
         name = f"X{k}"
         inputs.append((name, low, high))
+        b.inputs.append((name, low, high))
         tile = b.tile("2d", low, high, 0.0)
         scope = draw(st.sampled_from(("fragment", "shared")))
         if scope == "shared":
@@ -495,7 +637,8 @@ def programs(draw, avoid=(), dtypes=None) -> Program:
     if M % bm or N % bn:
         b.features.add("partial_tile")
     for _ in range(draw(st.integers(1, 4))):
-        kind = draw(st.sampled_from(("map", "map", "map", "reduce", "cumsum")))
+        kind = draw(st.sampled_from(("map", "map", "map", "reduce", "cumsum", "repeat",
+                                     "pipelined", "local")))
         getattr(b, kind)()
     if not any(line.lstrip().startswith("for i, j in T.Parallel") for line in b.body):
         b.map()

@@ -267,6 +267,16 @@ def _cast_ref(x, u, targets):
     return [(u if t.startswith("uint") else x).to(getattr(torch, t)) for t in targets]
 
 
+def _wrap_inputs(torch, gen, dtype, N, targets):
+    """Integers over the dtype's whole range (within +-2**40), both ends included: a cast to a
+    narrower integer dtype wraps them modulo its size."""
+    info = torch.iinfo(getattr(torch, dtype))
+    lo, hi = max(info.min, -2 ** 40), min(info.max, 2 ** 40)
+    x = rand(torch, gen, (N,), dtype, lo, hi)
+    x[0], x[1] = lo, hi
+    return [x, x]
+
+
 def _limits(dtype):
     floating = dtype not in INTEGERS
 
@@ -336,6 +346,12 @@ ROWS = (
            dtypes=ALL_DTYPES, dtype_dims=("targets",), ref_args=("targets",),
            doc="T.cast from the case's dtype to every dtype the backend declares (eager "
                "style: T.const, T.empty)"),
+    Kernel("int_cast_wrap", (*BASE, "const", "empty", "Parallel", "cast", "Cast", *INTEGERS),
+           (), lambda dtype, N, targets: eager(_casts(dtype, targets), n=N), _wrap_inputs,
+           _cast_ref, {"partial": {"N": 40, "targets": INTEGERS}}, out_idx=(),
+           dtypes=INTEGERS, dtype_dims=("targets",), ref_args=("targets",),
+           doc="T.cast of integers over the whole range of the case's dtype to every integer "
+               "dtype: a narrower one wraps them modulo its size, as torch converts"),
     Kernel("limits", (*BASE, "Parallel", "max_value", "min_value", "infinity"), (),
            lambda dtype: _limits(dtype), lambda torch, gen, dtype: [], _limits_ref,
            {"full": {}}, dtypes=(*FLOATS, "float64", *INTEGERS), ref_args=("dtype",),
