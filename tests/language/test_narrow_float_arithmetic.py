@@ -138,15 +138,15 @@ def guarded(expr, dtype, bound):
 
 
 @pytest.mark.parametrize("target", ["cpu", "interp"])
-def test_chain_in_a_guarded_branch(target):
-    # the CPU makes the guard a statement, so the branch's bindings stay linear (a chain of 2
-    # operations in the branch of an if_then_else took over 120 s to build before)
-    depth, t = 8, torch.float8_e4m3fn
-    nested, level = chain("float8_e4m3fn", depth)
+@pytest.mark.parametrize("dtype", ["float8_e4m3fn", "bfloat16"])
+def test_chain_in_a_guarded_branch(target, dtype):
+    # the CPU makes a float8 guard a statement, so the branch's bindings stay linear (a chain of
+    # 2 operations in the branch of an if_then_else took over 120 s to build before)
+    depth, t = 8, TORCH[dtype]
+    nested, level = chain(dtype, depth)
     a = (torch.rand(N) + 0.5).to(t)
     b = (torch.rand(N) * 0.5 + 0.5).to(t)
-    kernel = tilewright.compile(guarded(nested, "float8_e4m3fn", N // 2), out_idx=[2],
-                                target=target)
+    kernel = tilewright.compile(guarded(nested, dtype, N // 2), out_idx=[2], target=target)
     want = reference_chain(level, a, b, depth, t)
     want[N // 2:] = a[N // 2:]
     assert torch.equal(bits(kernel(a, b)), bits(want))
