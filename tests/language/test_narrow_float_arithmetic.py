@@ -2,8 +2,7 @@
 float8_e4m3fn and float8_e5m2 expressions bit-exact against torch, which computes float8
 arithmetic in float32 and rounds each result, in vector (T.Parallel) and scalar loops; a
 chain of 8 operations compiles in seconds on the CPU. bfloat16 chains round per operation on
-the interpreter and CUDA; the CPU keeps float32 between bfloat16 operations (TVM's
-BF16ComputeLegalize), a known difference (30 of 64 results of the depth-8 chain agree)."""
+the CPU and the interpreter too."""
 
 import operator
 
@@ -115,15 +114,9 @@ def reference_chain(level, a, b, depth, torch_dtype):
     return x.to(torch_dtype)
 
 
-BF16_CPU = pytest.mark.xfail(strict=True, reason="the CPU computes a chain of bfloat16 operations "
-                             "in float32 and rounds at the store (TVM's BF16ComputeLegalize)")
-
-
 @pytest.mark.parametrize("target", ["cpu", "interp"])
 @pytest.mark.parametrize("dtype", ["float8_e4m3fn", "float8_e5m2", "bfloat16"])
-def test_chain_of_operations_rounds_each(target, dtype, request):
-    if (target, dtype) == ("cpu", "bfloat16"):
-        request.applymarker(BF16_CPU)
+def test_chain_of_operations_rounds_each(target, dtype):
     depth = 8
     nested, level = chain(dtype, depth)
     torch_dtype = TORCH[dtype]
@@ -145,15 +138,15 @@ def guarded(expr, dtype, bound):
 
 
 @pytest.mark.parametrize("target", ["cpu", "interp"])
-def test_chain_in_a_guarded_branch(target):
-    # the CPU makes the guard a statement, so the branch's bindings stay linear (a chain of 2
-    # operations in the branch of an if_then_else took over 120 s to build before)
-    depth, t = 8, torch.float8_e4m3fn
-    nested, level = chain("float8_e4m3fn", depth)
+@pytest.mark.parametrize("dtype", ["float8_e4m3fn", "bfloat16"])
+def test_chain_in_a_guarded_branch(target, dtype):
+    # the CPU makes a float8 guard a statement, so the branch's bindings stay linear (a chain of
+    # 2 operations in the branch of an if_then_else took over 120 s to build before)
+    depth, t = 8, TORCH[dtype]
+    nested, level = chain(dtype, depth)
     a = (torch.rand(N) + 0.5).to(t)
     b = (torch.rand(N) * 0.5 + 0.5).to(t)
-    kernel = tilewright.compile(guarded(nested, "float8_e4m3fn", N // 2), out_idx=[2],
-                                target=target)
+    kernel = tilewright.compile(guarded(nested, dtype, N // 2), out_idx=[2], target=target)
     want = reference_chain(level, a, b, depth, t)
     want[N // 2:] = a[N // 2:]
     assert torch.equal(bits(kernel(a, b)), bits(want))

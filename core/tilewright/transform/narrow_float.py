@@ -9,9 +9,9 @@ two bits, so rounding twice (to float32, then to the narrow type) gives the corr
 result of ``+ - * /``. Comparisons, ``min`` and ``max`` are exact on the float32 values.
 
 A backend whose target has no arithmetic of its own in such a type applies :func:`rewrite`
-or :func:`narrow_float_arithmetic` before lowering the type's conversions: the CPU and CUDA
-for float8, the interpreter for bfloat16 and float8. The CPU leaves bfloat16 to TVM's
-BF16ComputeLegalize, which keeps float32 between operations (a documented difference).
+or :func:`narrow_float_arithmetic` before lowering the type's conversions: the CPU for bfloat16
+and float8 (its bfloat16 rounding in integer code, since TVM's BF16ComputeLegalize drops a
+conversion between operations), CUDA for float8, the interpreter for bfloat16 and float8.
 """
 
 from __future__ import annotations
@@ -25,10 +25,11 @@ ARITHMETIC = (tirx.Add, tirx.Sub, tirx.Mul, tirx.Div, tirx.Min, tirx.Max)
 COMPARISONS = (tirx.EQ, tirx.NE, tirx.LT, tirx.LE, tirx.GT, tirx.GE)
 
 
-def rewrite(expr_root, dtypes: frozenset, compute: str = "float32"):
+def rewrite(expr_root, dtypes: frozenset, compute: str = "float32", narrowed=tirx.Cast):
     """``expr_root`` (a statement or expression) with each arithmetic operation and comparison
     on values of one of ``dtypes`` made on ``compute`` values, an arithmetic result converted
-    back to its type."""
+    back to its type by ``narrowed(dtype, value)`` (a conversion unless a backend whose
+    legalisation drops conversions between operations gives its own rounding)."""
 
     def widened(value):
         return tirx.Cast(compute, value)
@@ -38,7 +39,7 @@ def rewrite(expr_root, dtypes: frozenset, compute: str = "float32"):
         if dtype not in dtypes:
             return node
         same = type(node)(widened(node.a), widened(node.b))
-        return same if isinstance(node, COMPARISONS) else tirx.Cast(dtype, same)
+        return same if isinstance(node, COMPARISONS) else narrowed(dtype, same)
 
     return tvm_ffi.structural_map(expr_root, (ARITHMETIC + COMPARISONS, visit))
 

@@ -10,7 +10,7 @@ import tvm
 import tvm_ffi
 from tilewright.errors import TilewrightError
 from tilewright.ir import Region, decode, make_call
-from tilewright.transform import StmtMutator, prim_func_pass, rebuild_for
+from tilewright.transform import StmtMutator, narrow_float, prim_func_pass, rebuild_for
 from tvm import tirx
 from tvm.sym.pattern import detect_linear_equation
 
@@ -233,6 +233,37 @@ def round_bfloat16_tiles():
         return func.with_body(tvm_ffi.structural_map(func.body, (tirx.BufferStore, store)))
 
     return prim_func_pass("CPURoundBfloat16Tiles", run)
+
+
+def _float32_rounded_to_bfloat16(value):
+    """The float32 ``value`` rounded to bfloat16 (to nearest even, NaN kept quiet), still a
+    float32 value, its bits bound once: TVM's BF16ComputeLegalize drops a conversion to
+    bfloat16 between operations, but leaves float32 and integer code alone."""
+
+    def u32(x):
+        return tirx.const(x, "uint32")
+
+    bits = tirx.Var("bf16_bits", "uint32")
+    rounded = tirx.shift_left(tirx.shift_right(bits + u32(0x7FFF) + tirx.bitwise_and(
+        tirx.shift_right(bits, u32(16)), u32(1)), u32(16)), u32(16))
+    nan = tirx.bitwise_and(bits, u32(0x7FFFFFFF)) > u32(0x7F800000)
+    quiet = tirx.bitwise_and(tirx.bitwise_or(bits, u32(0x400000)), u32(0xFFFF0000))
+    return tirx.Let(bits, tirx.reinterpret("uint32", value),
+                    tirx.reinterpret("float32", tirx.Select(nan, quiet, rounded)))
+
+
+def round_bfloat16_arithmetic():
+    """Each arithmetic operation on bfloat16 values rounds its result to bfloat16
+    (:mod:`tilewright.transform.narrow_float`), as on the interpreter and a GPU: the operation
+    is made in float32 and rounded in integer code, which TVM's BF16ComputeLegalize keeps
+    (it would drop a plain conversion and keep float32 between operations). Conversions the
+    kernel writes (a GEMM's operands) are left alone."""
+
+    def narrowed(dtype, value):
+        return tirx.Cast(dtype, _float32_rounded_to_bfloat16(value))
+
+    return prim_func_pass("CPURoundBfloat16Arithmetic", lambda func: func.with_body(
+        narrow_float.rewrite(func.body, frozenset({"bfloat16"}), narrowed=narrowed)))
 
 
 STACK_BYTES = 1024  # TVM keeps a constant-size CPU allocation up to this size on the stack

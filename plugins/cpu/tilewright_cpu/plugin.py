@@ -40,10 +40,12 @@ PIPELINE = PassPipeline((
           "write converted once before it; each tile op becomes loops (rules in "
           "tilewright_cpu.lowering)"),
     Phase("lower_loops", lambda ctx: [
+        passes.round_bfloat16_arithmetic(),
         lowering_float8.lower_float8(),
         *fastmath.passes(ctx.pass_configs),
         passes.lower_loops(not ctx.pass_configs.get("tw.disable_vectorize", False))],
-          "float8 arithmetic (rounded per operation) and conversions as integer code; "
+          "bfloat16 and float8 arithmetic rounded per operation, float8 conversions as "
+          "integer code; "
           "vectorisable float32 exp/exp2 (within 2 ulp, or the fast polynomial with "
           "TL_ENABLE_FAST_MATH); T.Parallel loops vectorised where their extent allows"),
     Phase("lower_memory", lambda ctx: [passes.lower_scopes(), passes.round_bfloat16_tiles()],
