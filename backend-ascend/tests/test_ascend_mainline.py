@@ -850,3 +850,22 @@ def test_kernel_is_one_dimensional_with_compiler_cores():
         def main(X: T.Tensor((64,), "float32")):
             with T.Kernel(1, is_npu=True):
                 pass
+
+
+def test_latency_hint_is_logged_once_at_the_users_line_and_not_emitted(caplog):
+    def hinted(a, h):
+        with T.SimdVF(latency=20):
+            T.simd.vsts(a[0], T.simd.vld(a[0]), T.simd.pset(32))
+
+    with caplog.at_level("WARNING", logger="tilewright_ascend"):
+        main = _simd(hinted)
+        T.SimtVF(threads=32, latency=8)
+    lines = [r.getMessage() for r in caplog.records if "latency=" in r.getMessage()]
+    assert len(lines) == 2, lines
+    assert re.match(r".*test_ascend_mainline.py:\d+: T.SimdVF\(latency=20\) is a hint to "
+                    r"TileLang's scheduling model; the arch-3510 API has no counterpart", lines[0])
+    assert "T.SimtVF(latency=8)" in lines[1]
+    text = tilewright.lower(main, target=TARGET).source.text
+    assert "20" not in re.sub(r"\w*20\w*", "", text.split("__simd_vf__")[1].split("}")[0])
+    with pytest.raises(KernelError, match=r"T.SimdVF: latency= is a positive number of cycles"):
+        T.SimdVF(latency=0)

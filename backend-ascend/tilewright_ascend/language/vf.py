@@ -17,12 +17,17 @@ the synchronisation pass orders the whole function against the other pipes. Mask
 registers (``pset`` of the element width); a mask of another width than its operands is an
 error, and so is a register of another ``T.SimdVF``.
 
-Both scopes take the ``latency=`` scheduling hint (cycles) and check it.
+Both scopes take the ``latency=`` hint (cycles), TileLang's input to its scheduling model, and
+check it. The arch-3510 API has no counterpart (no latency or scheduling hint in
+``include/simt_api``, ``include/basic_api/reg_compute`` or ``asc_vf_call``; ``Nop<count>`` of
+``kernel_operator_utils_intf.h`` is a delay, not a hint), so the hint is accepted, logged in one
+line naming the user's line, and not emitted.
 """
 
 from __future__ import annotations
 
 import builtins as py
+import logging
 from dataclasses import dataclass
 
 import tvm
@@ -35,13 +40,20 @@ from ..facts.keys import SIMD_VF_KEY, SIMT_KEY
 from ..facts.ops import REG_LOAD, REG_OP, REG_STORE
 from ..facts.registers import REGISTER_BYTES, REGISTER_OPS
 from ..facts.simt import MAX_THREADS
-from ._emit import error, span
+from ._emit import error, location, span
 from .trees import MAINLINE, claim
+
+_log = logging.getLogger(__name__)
 
 
 def _latency(latency, what: str) -> None:
-    if latency is not None and (not isinstance(latency, py.int) or latency <= 0):
+    if latency is None:
+        return
+    if not isinstance(latency, py.int) or latency <= 0:
         raise error(f"{what}: latency= is a positive number of cycles, got {latency!r}")
+    _log.warning("%s: %s(latency=%d) is a hint to TileLang's scheduling model; the arch-3510 "
+                 "API has no counterpart, so it is accepted and not emitted", location(), what,
+                 latency)
 
 
 class _Scope:
