@@ -59,36 +59,56 @@ def vector_add(N, tile=1024, blocks=2, stages=2, versions="same", body="parallel
     return main
 
 
+def _lanes(N, lanes=64):
+    """The registers of a row of ``N`` elements, ``lanes`` a register, and the tile width: a
+    register reads and writes whole, so the UB row is padded to a whole number of them."""
+    groups = list(range(-(-N // lanes)))
+    return groups, len(groups) * lanes
+
+
 def softmax(M, N, rows=4):
-    """Y = softmax(X) along rows in ``T.SimdVF`` register code: each row is ``N // 64``
+    """Y = softmax(X) along rows in ``T.SimdVF`` register code: each row is ``ceil(N / 64)``
     registers of float32; ``vmax`` across them and ``vcmax`` across the lanes give the row
     maximum, ``vdup`` broadcasts it, ``vexp`` of the difference, ``vadd`` + ``vcadd`` the sum,
-    ``vdiv`` by its broadcast."""
+    ``vdiv`` by its broadcast. Where ``N`` is not a multiple of 64 (rows of 200) the UB rows
+    are padded to whole registers and the last register of a row works under the mask of its
+    first ``N % 64`` lanes (``T.simd.pset(32, count=...)``): its maximum is reduced on its own,
+    its inactive lanes are zero in the sum and are not stored."""
     lanes = 64
-    groups = list(range(N // lanes))
+    groups, width = _lanes(N, lanes)
+    full = [g for g in groups if (g + 1) * lanes <= N]
 
     @T.prim_func
     def main(X: T.Tensor((M, N), "float32"), Y: T.Tensor((M, N), "float32")):
         with T.Kernel(M // rows) as bx:
-            x = T.alloc_shared((rows, N), "float32")
-            y = T.alloc_shared((rows, N), "float32")
-            T.copy(X[bx * rows, 0], x)
+            x = T.alloc_shared((rows, width), "float32")
+            y = T.alloc_shared((rows, width), "float32")
+            T.copy(X[bx * rows : bx * rows + rows, 0:N], x[0:rows, 0:N])
             with T.SimdVF():
                 mask = T.simd.pset(32)
+                masks = [mask if g in full else T.simd.pset(32, count=N - g * lanes)
+                         for g in groups]
                 for r in T.serial(rows):
-                    top = T.simd.vld(x[r, 0])
-                    for g in groups[1:]:
-                        top = T.simd.vmax(top, T.simd.vld(x[r, g * lanes]), mask)
-                    top = T.simd.vdup(T.simd.vcmax(top, mask), mask)
-                    exps = [T.simd.vexp(T.simd.vsub(T.simd.vld(x[r, g * lanes]), top, mask), mask)
-                            for g in groups]
+                    tops = []
+                    if full:
+                        top = T.simd.vld(x[r, 0])
+                        for g in full[1:]:
+                            top = T.simd.vmax(top, T.simd.vld(x[r, g * lanes]), mask)
+                        tops.append(T.simd.vcmax(top, mask))
+                    if len(full) < len(groups):
+                        g = groups[-1]
+                        tops.append(T.simd.vcmax(T.simd.vld(x[r, g * lanes]), masks[g]))
+                    top = tops[0] if len(tops) == 1 else T.simd.vmax(*tops, mask)
+                    top = T.simd.vdup(top, mask)
+                    exps = [T.simd.vexp(T.simd.vsub(T.simd.vld(x[r, g * lanes]), top, masks[g]),
+                                        masks[g]) for g in groups]
                     total = exps[0]
                     for e in exps[1:]:
                         total = T.simd.vadd(total, e, mask)
                     total = T.simd.vdup(T.simd.vcadd(total, mask), mask)
                     for g, e in zip(groups, exps):
-                        T.simd.vsts(y[r, g * lanes], T.simd.vdiv(e, total, mask), mask)
-            T.copy(y, Y[bx * rows, 0])
+                        T.simd.vsts(y[r, g * lanes], T.simd.vdiv(e, total, masks[g]), masks[g])
+            T.copy(y[0:rows, 0:N], Y[bx * rows : bx * rows + rows, 0:N])
 
     return main
 
@@ -98,28 +118,36 @@ def rmsnorm(M, N, rows=2, eps=1e-6, dtype="float16"):
     64 ``dtype`` elements are loaded unpacked into the even lanes (``vld(..., dist="unpack")``)
     and widened by ``vcvt``; ``vmul``/``vadd`` + ``vcadd`` the sum of squares, ``vmuls`` by
     1/N, ``vadds`` eps, ``vsqrt`` and ``vdiv`` (the 950's register API has no rsqrt); the
-    result narrowed by ``vcvt`` into the even lanes and stored packed (``dist="pack"``)."""
+    result narrowed by ``vcvt`` into the even lanes and stored packed (``dist="pack"``). Where
+    ``N`` is not a multiple of 64 the UB rows are padded and the last 64 elements of a row are
+    widened under the mask of their ``2 * (N % 64)`` 16-bit lanes and squared, narrowed and
+    stored under that of their ``N % 64`` 32-bit lanes (``T.simd.pset(bits, count=...)``)."""
     lanes = 64
-    groups = list(range(N // lanes))
+    groups, width = _lanes(N, lanes)
 
     @T.prim_func
     def main(X: T.Tensor((M, N), dtype), W: T.Tensor((N,), dtype),
              Y: T.Tensor((M, N), dtype)):
         with T.Kernel(M // rows) as bx:
-            x = T.alloc_shared((rows, N), dtype)
-            w = T.alloc_shared((N,), dtype)
-            y = T.alloc_shared((rows, N), dtype)
-            T.copy(X[bx * rows, 0], x)
-            T.copy(W[0], w)
+            x = T.alloc_shared((rows, width), dtype)
+            w = T.alloc_shared((width,), dtype)
+            y = T.alloc_shared((rows, width), dtype)
+            T.copy(X[bx * rows : bx * rows + rows, 0:N], x[0:rows, 0:N])
+            T.copy(W[0:N], w[0:N])
             with T.SimdVF():
                 narrow, wide = T.simd.pset(16), T.simd.pset(32)
+                tail = N - groups[-1] * lanes
+                masks = {g: (narrow, wide) for g in groups}
+                if tail < lanes:
+                    masks[groups[-1]] = (T.simd.pset(16, count=2 * tail),
+                                         T.simd.pset(32, count=tail))
 
-                def widened(ref):
-                    return T.simd.vcvt(T.simd.vld(ref, dist="unpack"), "float32", narrow)
+                def widened(ref, g):
+                    return T.simd.vcvt(T.simd.vld(ref, dist="unpack"), "float32", masks[g][0])
 
                 for r in T.serial(rows):
-                    squares = [T.simd.vmul(v, v, wide)
-                               for v in (widened(x[r, g * lanes]) for g in groups)]
+                    squares = [T.simd.vmul(v, v, masks[g][1])
+                               for g, v in ((g, widened(x[r, g * lanes], g)) for g in groups)]
                     total = squares[0]
                     for sq in squares[1:]:
                         total = T.simd.vadd(total, sq, wide)
@@ -128,11 +156,11 @@ def rmsnorm(M, N, rows=2, eps=1e-6, dtype="float16"):
                     scale = T.simd.vdiv(T.simd.vdup(1.0, wide),
                                         T.simd.vsqrt(T.simd.vadds(mean, eps, wide), wide), wide)
                     for g in groups:
-                        out = T.simd.vmul(T.simd.vmul(widened(x[r, g * lanes]), scale, wide),
-                                          widened(w[g * lanes]), wide)
-                        T.simd.vsts(y[r, g * lanes], T.simd.vcvt(out, dtype, wide), wide,
-                                    dist="pack")
-            T.copy(y, Y[bx * rows, 0])
+                        m = masks[g][1]
+                        out = T.simd.vmul(T.simd.vmul(widened(x[r, g * lanes], g), scale, m),
+                                          widened(w[g * lanes], g), m)
+                        T.simd.vsts(y[r, g * lanes], T.simd.vcvt(out, dtype, m), m, dist="pack")
+            T.copy(y[0:rows, 0:N], Y[bx * rows : bx * rows + rows, 0:N])
 
     return main
 

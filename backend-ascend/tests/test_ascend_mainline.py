@@ -869,3 +869,74 @@ def test_latency_hint_is_logged_once_at_the_users_line_and_not_emitted(caplog):
     assert "20" not in re.sub(r"\w*20\w*", "", text.split("__simd_vf__")[1].split("}")[0])
     with pytest.raises(KernelError, match=r"T.SimdVF: latency= is a positive number of cycles"):
         T.SimdVF(latency=0)
+
+
+@pytest.mark.parametrize("n", [200, 72])
+def test_simd_rows_with_a_tail_run_under_a_mask_of_a_count(n):
+    """Rows of ``n`` floats (not a whole number of 64-lane registers): the last register of a
+    row works under ``T.simd.pset(32, count=...)`` (``Reg::UpdateMask``); with every lane the
+    padding of the UB row would enter the maximum and the sum."""
+    x = torch.randn(8, n)
+    torch.testing.assert_close(tilewright.compile(softmax(8, n), out_idx=[1],
+                                                  target=TARGET)(x), torch.softmax(x, -1))
+    assert last_run_stats()["races"] == 0
+    x, w = torch.randn(4, n).half(), torch.randn(n).half()
+    torch.testing.assert_close(tilewright.compile(rmsnorm(4, n), out_idx=[2],
+                                                  target=TARGET)(x, w),
+                               rmsnorm_reference(x, w), rtol=1e-3, atol=1e-3)
+    assert last_run_stats()["races"] == 0
+    text = tilewright.lower(rmsnorm(4, n), target=TARGET).source.text
+    tail = n % 64
+    assert f"pcount0 = (uint32_t)({2 * tail});\n    pmask0 = Reg::UpdateMask<uint16_t>(pcount0);" \
+        in text
+    assert f"= (uint32_t)({tail});" in text and "Reg::UpdateMask<uint32_t>(pcount" in text
+
+
+def test_simd_mask_of_a_loop_dependent_count():
+    """``T.simd.pset(32, count=200 - g * 64)`` in a loop: each register's first ``count``
+    lanes (all of them, then the 8 of the last), the stored lanes only; a count of 0 or less is
+    no lane."""
+
+    @T.prim_func
+    def main(X: T.Tensor((256,), "float32"), Y: T.Tensor((256,), "float32")):
+        with T.Kernel(1):
+            x = T.alloc_shared((256,), "float32")
+            y = T.alloc_shared((256,), "float32")
+            T.copy(X, x)
+            T.copy(Y, y)
+            with T.SimdVF():
+                for g in T.serial(4):
+                    m = T.simd.pset(32, count=200 - g * 64)
+                    T.simd.vsts(y[g * 64], T.simd.vadds(T.simd.vld(x[g * 64]), 1.0, m), m)
+                none = T.simd.pset(32, count=-5)
+                T.simd.vsts(y[0], T.simd.vld(x[0]), none)
+            T.copy(y, Y)
+
+    x, y = torch.randn(256), torch.randn(256)
+    expected = y.clone()
+    expected[:200] = x[:200] + 1
+    tilewright.compile(main, target=TARGET)(x, y)
+    torch.testing.assert_close(y, expected)
+    text = tilewright.lower(main, target=TARGET).source.text
+    # the count's clamp to 0 simplified away where g < 4 proves it
+    assert "pcount0 = (uint32_t)((200 - (g * 64)));\n" \
+        "        pmask0 = Reg::UpdateMask<uint32_t>(pcount0);" in text
+    assert "pcount3 = (uint32_t)(0);" in text
+
+
+def test_simd_mask_of_a_count_rules():
+    def real(a, h):
+        with T.SimdVF():
+            T.simd.pset(32, count=2.5)
+
+    with pytest.raises(KernelError, match=r"test_ascend_mainline.py:\d+: T.simd.pset: count= "
+                                          r"is a number of lanes"):
+        _simd(real)
+
+    def unpadded(a, h):
+        with T.SimdVF():
+            T.simd.vld(a[100])
+
+    with pytest.raises(KernelError, match=r"pad the tile's last dimension to a multiple of 64 "
+                                          r"and mask the tail with T.simd.pset\(bits, count"):
+        _simd(unpadded)

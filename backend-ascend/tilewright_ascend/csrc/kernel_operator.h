@@ -1038,6 +1038,20 @@ template <typename T, MaskPattern pattern = MaskPattern::ALL> MaskReg CreateMask
     }, REG_COST, 0);
     return m;
 }
+// UpdateMask (plt_b8/b16/b32 of dav_3510/kernel_reg_compute_maskreg_impl.h): lane i of T active
+// where i < n; n becomes n - lanes, or 0 where n < lanes (POST_UPDATE)
+template <typename T> MaskReg UpdateMask(uint32_t& n, TW_LINE) {
+    constexpr uint32_t lanes = uint32_t(VL / sizeof(T));
+    const uint64_t bytes = uint64_t(n < lanes ? n : lanes) * sizeof(T);
+    n = n < lanes ? 0 : n - lanes;
+    MaskReg m;
+    auto mp = m.p;
+    tw_emu::issue(tw_emu::PV, "UpdateMask", line, {}, [=] {
+        std::memset(mp->b, 0, VL);
+        std::memset(mp->b, 1, bytes);
+    }, REG_COST, 0);
+    return m;
+}
 // kernel_reg_compute_membar_intf.h: LocalMemBar orders the function's earlier UB accesses of
 // kind src before its later ones of kind dst (mem_bar VST_VLD, VLD_VST, VST_VST ...); the
 // emulator orders every V access across it, as PipeBarrier<PIPE_V> (the codegen picks the pair)

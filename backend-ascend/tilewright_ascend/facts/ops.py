@@ -91,9 +91,11 @@ DUAL_FIXPIPE = _op("dual_fixpipe", (Operand("src", "read"), Operand("dst", "writ
 
 # T.simd register instructions of T.SimdVF (facts.registers.REGISTER_OPS names each one's
 # vendor function): registers are numbered within their T.SimdVF (-1: none), masks are the
-# element width in bits of their lanes (0: none); a load reads, a store writes its UB lanes
+# element width in bits of their lanes (0: none) and the mask register of a count (``mask``:
+# -1, every lane); a load reads, a store writes its UB lanes
 _REG_ATTRS = (Attr("op", str, ""), Attr("dst", int, -1), Attr("src0", int, -1),
-              Attr("src1", int, -1), Attr("dtype", str, ""), Attr("bits", int, 0))
+              Attr("src1", int, -1), Attr("dtype", str, ""), Attr("bits", int, 0),
+              Attr("mask", int, -1))
 REG_LOAD = _op("tile.reg_load", (Operand("ub", "read"),), _REG_ATTRS,
                "load a register from UB lanes (Reg::LoadAlign)")
 REG_STORE = _op("tile.reg_store", (Operand("ub", "write"),), _REG_ATTRS,

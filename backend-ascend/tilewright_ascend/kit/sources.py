@@ -103,6 +103,9 @@ MAINLINE = {
     "vector_add_simd": ("vector_add", (8 * 1024,), {"body": "simd"}),
     "softmax_simd": ("softmax", (8, 256), {}),
     "rmsnorm_simd": ("rmsnorm", (4, 256), {}),
+    # rows of 200: the last register of a row under a mask of a count (Reg::UpdateMask)
+    "softmax_simd_tail": ("softmax", (8, 200), {}),
+    "rmsnorm_simd_tail": ("rmsnorm", (4, 200), {}),
     "gemm_l1": ("gemm", (128, 128, 256, 64, 64, 64), {}),
     "gemm_l0": ("gemm", (128, 128, 256, 64, 64, 64), {"l0": True}),
     "gemm_l0_transposed": ("gemm", (128, 128, 256, 64, 64, 64),

@@ -13,9 +13,10 @@ included). The scope is the statement ``AttrStmt(tid, SIMT_KEY, N, body)``.
 register API and each ``T.simd`` call one register instruction in it (the tile ops
 :data:`..facts.ops.REGISTER_INSTRUCTIONS`, numbered registers), the ``Reg::`` function
 :data:`..facts.registers.REGISTER_OPS` names; a load reads and a store writes its UB lanes, so
-the synchronisation pass orders the whole function against the other pipes. Masks are whole
-registers (``pset`` of the element width); a mask of another width than its operands is an
-error, and so is a register of another ``T.SimdVF``.
+the synchronisation pass orders the whole function against the other pipes. A mask is every
+lane of its element width (``pset(32)``) or its first ``count`` lanes (``pset(32, count=n)``,
+``Reg::UpdateMask``: the tail of a row that is not a whole number of registers); a mask of
+another width than its operands is an error, and so is a register of another ``T.SimdVF``.
 
 Both scopes take the ``latency=`` hint (cycles), TileLang's input to its scheduling model, and
 check it. The arch-3510 API has no counterpart (no latency or scheduling hint in
@@ -126,8 +127,12 @@ class SimdVF(_Scope):
         return False
 
     def register(self, dtype: str) -> Register:
+        return Register(self.number(), dtype, self)
+
+    def number(self) -> int:
+        """The next number of a register or mask register of this function."""
         self.registers += 1
-        return Register(self.registers - 1, dtype, self)
+        return self.registers - 1
 
 
 def get_thread_binding(dim=0):
@@ -145,9 +150,12 @@ def get_thread_binding(dim=0):
 
 @dataclass(frozen=True)
 class Mask:
-    """A predicate over every lane of registers of ``bits``-bit elements."""
+    """A predicate over the lanes of registers of ``bits``-bit elements: every lane
+    (``index`` -1) or the first ``count`` lanes, mask register ``index`` of its vector
+    function."""
 
     bits: int
+    index: int = -1
 
 
 @dataclass(frozen=True, eq=False)
@@ -185,7 +193,10 @@ def _lanes_region(buf, indices, lanes: int, what: str) -> Region:
     if isinstance(last, tirx.IntImm) and isinstance(start, tirx.IntImm) and \
             int(start) + lanes > int(last):
         raise error(f"{what}: {lanes} lanes from element {int(start)} run past the last "
-                    f"dimension of {buf.name!r} ({int(last)})")
+                    f"dimension of {buf.name!r} ({int(last)}); a register reads and writes "
+                    f"whole: for a row that is not a whole number of registers, pad the tile's "
+                    f"last dimension to a multiple of {lanes} and mask the tail with "
+                    f"T.simd.pset(bits, count=...)")
     return Region(buf, tuple(indices), (*(1 for _ in indices[:-1]), lanes))
 
 
@@ -225,11 +236,13 @@ def _operands(what: str, values, mask) -> tuple[SimdVF, list[Register]]:
 
 
 def _emit(name: str, operands: dict, op: str, dst: Register | None = None, srcs=(),
-          bits: int = 0) -> None:
+          mask: Mask | None = None) -> None:
     """One register instruction at the user's line."""
     src = [r.index for r in srcs] + [-1, -1]
     attrs = {"op": op, "dst": dst.index if dst is not None else -1, "src0": src[0],
-             "src1": src[1], "dtype": (dst or srcs[0]).dtype, "bits": bits}
+             "src1": src[1], "dtype": (dst or srcs[0]).dtype,
+             "bits": mask.bits if mask is not None else 0,
+             "mask": mask.index if mask is not None else -1}
     B.current("T.simd").emit(make_call(name, operands, attrs, span()))
 
 
@@ -238,7 +251,7 @@ def _compute(op: str, what: str, dtype: str, vf: SimdVF, srcs, mask: Mask,
     _takes(op, dtype, what)
     dst = vf.register(dtype)
     value = tirx.const(0, "int32") if scalar is None else scalar
-    _emit(REG_OP.name, {"scalar": value}, op, dst, srcs, mask.bits)
+    _emit(REG_OP.name, {"scalar": value}, op, dst, srcs, mask)
     return dst
 
 
@@ -270,13 +283,31 @@ class _Simd:
                 setattr(self, name, forms[instr.form](name))
 
     @staticmethod
-    def pset(bits):
+    def pset(bits, count=None):
         """``T.simd.pset(32)``: a mask of every lane of ``bits``-bit elements
-        (``Reg::CreateMask<T, Reg::MaskPattern::ALL>()``)."""
-        _in_simd("T.simd.pset")
+        (``Reg::CreateMask<T, Reg::MaskPattern::ALL>()``). ``T.simd.pset(32, count=n)``: a mask
+        of the first ``n`` lanes (every lane where ``n`` is at least the register's lanes, none
+        where it is 0 or less), computed where it is written (``Reg::UpdateMask<T>(n)``): the
+        tail of a row whose length is not a whole number of registers, e.g.
+        ``T.simd.pset(32, count=N - g * 64)`` in the row's last register."""
+        what = "T.simd.pset"
+        vf = _in_simd(what)
         if bits not in (8, 16, 32):
-            raise error(f"T.simd.pset takes the element width 8, 16 or 32, got {bits!r}")
-        return Mask(bits)
+            raise error(f"{what} takes the element width 8, 16 or 32, got {bits!r}")
+        if count is None:
+            return Mask(bits)
+        if isinstance(count, py.int):
+            count = tirx.const(count, "int32")
+        if not isinstance(count, tvm.ir.Expr) or not str(count.ty).startswith(("int", "uint")):
+            raise error(f"{what}: count= is a number of lanes (an integer expression), got "
+                        f"{count!r}")
+        mask = Mask(bits, vf.number())
+        count = tirx.Max(tirx.Cast("int32", count), tirx.const(0, "int32"))
+        dtype = {8: "uint8", 16: "uint16", 32: "uint32"}[bits]
+        attrs = {"op": "pset.count", "dst": mask.index, "src0": -1, "src1": -1,
+                 "dtype": dtype, "bits": bits, "mask": mask.index}
+        B.current(what).emit(make_call(REG_OP.name, {"scalar": count}, attrs, span()))
+        return mask
 
     @staticmethod
     def vld(ref, dist="norm"):
@@ -313,7 +344,7 @@ class _Simd:
         if mask is not None and (not isinstance(mask, Mask) or mask.bits != bits):
             raise error(f"{what}: the mask is for {getattr(mask, 'bits', mask)}-bit lanes but "
                         f"the register holds {dtype}; use T.simd.pset({bits})")
-        return _compute("vdup", what, dtype, vf, [], Mask(bits), scalar)
+        return _compute("vdup", what, dtype, vf, [], mask or Mask(bits), scalar)
 
     @staticmethod
     def vcvt(reg, dtype, mask, part="even"):
@@ -360,7 +391,7 @@ class _Simd:
             _mask(mask, [reg], what)
         op = "vsts" if dist == "norm" else "vsts.pack"
         _emit(REG_STORE.name, {"ub": _lanes_region(buf, indices, count, what)}, op,
-              srcs=[reg], bits=mask.bits)
+              srcs=[reg], mask=mask)
 
     @staticmethod
     def _binary(name):
