@@ -258,6 +258,38 @@ def simt_transpose(N, scale=2.0):
     return main
 
 
+def simt_transpose_2d(N, block=(16, 8), scale=2.0):
+    """Y = (scale * X)^T for an N x N tile on a two-dimensional block of SIMT threads
+    (``T.SimtVF(threads=(bx, by))``, ``T.get_thread_binding(0)`` and ``(1)`` the thread's
+    column and row in the block): thread ``(tx, ty)`` scales the elements ``[ty + by * a,
+    tx + bx * b]`` into a UB tile, then writes those of the result from the transposed ones,
+    which other threads wrote; the compiler puts the barrier between the two loops. A
+    ``T.Parallel`` nest after it is spread over all ``bx * by`` threads."""
+    bx, by = block
+
+    @T.prim_func
+    def main(X: T.Tensor((N, N), "float32"), Y: T.Tensor((N, N), "float32")):
+        with T.Kernel(1):
+            x = T.alloc_shared((N, N), "float32")
+            s = T.alloc_shared((N, N), "float32")
+            y = T.alloc_shared((N, N), "float32")
+            T.copy(X, x)
+            with T.SimtVF(threads=(bx, by)):
+                tx = T.get_thread_binding(0)
+                ty = T.get_thread_binding(1)
+                for a in T.serial(N // by):
+                    for b in T.serial(N // bx):
+                        s[ty + by * a, tx + bx * b] = x[ty + by * a, tx + bx * b] * scale
+                for a in T.serial(N // by):
+                    for b in T.serial(N // bx):
+                        y[ty + by * a, tx + bx * b] = s[tx + bx * b, ty + by * a]
+                for i, j in T.Parallel(N, N):
+                    y[i, j] = y[i, j] + 1.0
+            T.copy(y, Y)
+
+    return main
+
+
 def simt_softmax(M, N):
     """Y = softmax(X) along rows in ``T.SimtVF(threads=M)``: thread ``t`` owns row ``t`` (its
     maximum and sum in a UB tile, ``T.exp`` the SIMT API's ``expf``); no thread reads another's

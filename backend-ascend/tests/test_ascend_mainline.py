@@ -18,6 +18,7 @@ from mainline_kernels import (
     rmsnorm_reference,
     simt_softmax,
     simt_transpose,
+    simt_transpose_2d,
     softmax,
     vector_add,
 )
@@ -219,7 +220,7 @@ def test_simt_rules():
         with T.SimtVF(threads=4096):
             pass
 
-    with pytest.raises(KernelError, match="threads= is 1 to 2048, got 4096"):
+    with pytest.raises(KernelError, match="2048 threads at most in all, got 4096"):
         _simd(threads)
 
     def outside(a, h):
@@ -233,7 +234,8 @@ def test_simt_rules():
         with T.SimtVF(threads=64):
             T.get_thread_binding(1)
 
-    with pytest.raises(KernelError, match="threads of T.SimtVF are one-dimensional"):
+    with pytest.raises(KernelError,
+                       match=r"the block of T.SimtVF\(threads=\(64,\)\) has 1 dimension"):
         _simd(second_dimension)
 
 
@@ -940,3 +942,69 @@ def test_simd_mask_of_a_count_rules():
     with pytest.raises(KernelError, match=r"pad the tile's last dimension to a multiple of 64 "
                                           r"and mask the tail with T.simd.pset\(bits, count"):
         _simd(unpadded)
+
+
+def test_simt_two_dimensional_block_runs_and_needs_its_barrier(tmp_path):
+    """T.SimtVF(threads=(16, 8)): the launch's dim3, the linear index from threadIdx.x and .y,
+    T.get_thread_binding(0) and (1) telling the threads apart in their two dimensions; the
+    automatic barrier between writing and reading the transposed elements, without which the
+    emulator reports the race; a T.Parallel nest spread over all 128 threads."""
+    low = tilewright.lower(simt_transpose_2d(64), target=TARGET)
+    text = low.source.text
+    assert "asc_vf_call<main_simt>(dim3{16, 8, 1}, " in text
+    assert "int32_t tid = threadIdx.x + threadIdx.y * 16;" in text
+    assert text.count("asc_syncthreads();") == 2  # before the transposed read, the nest
+    x = torch.randn(64, 64)
+    y = torch.empty(64, 64)
+    _run_source(low, text, (x, y), tmp_path / "ok")
+    torch.testing.assert_close(y, (2.0 * x).T + 1)
+    with pytest.raises(EmulatorError, match=r"race \(\w+-after-\w+\) on UB buffer 's': thread "
+                                            r"\d+ of the SIMT vector function .* no "
+                                            r"asc_syncthreads\(\) between them"):
+        _run_source(low, text.replace("asc_syncthreads();", "", 1), (x, y), tmp_path / "bad")
+
+
+def test_simt_three_dimensional_block():
+    @T.prim_func
+    def main(X: T.Tensor((4, 8, 16), "float32"), Y: T.Tensor((4, 8, 16), "float32")):
+        with T.Kernel(1):
+            x = T.alloc_shared((4, 8, 16), "float32")
+            y = T.alloc_shared((4, 8, 16), "float32")
+            T.copy(X, x)
+            with T.SimtVF(threads=(16, 8, 4)):
+                tx, ty, tz = (T.get_thread_binding(d) for d in range(3))
+                y[tz, ty, tx] = x[tz, ty, tx] * 3.0 + tz
+            T.copy(y, Y)
+
+    x = torch.randn(4, 8, 16)
+    torch.testing.assert_close(tilewright.compile(main, out_idx=[1], target=TARGET)(x),
+                               x * 3 + torch.arange(4.0).view(4, 1, 1))
+    assert last_run_stats()["races"] == 0
+    text = tilewright.lower(main, target=TARGET).source.text
+    assert "int32_t tid = threadIdx.x + threadIdx.y * 16 + threadIdx.z * 128;" in text
+    assert "dim3{16, 8, 4}" in text and "asc_syncthreads" not in text
+
+
+def test_simt_block_rules():
+    with pytest.raises(KernelError, match=r"threads= is a number of threads or a block of two or "
+                                          r"three dimensions, 2048 threads at most in all, got "
+                                          r"\(64, 64\)"):
+        T.SimtVF(threads=(64, 64))
+    with pytest.raises(KernelError, match=r"got \(4, 0\)"):
+        T.SimtVF(threads=(4, 0))
+
+    def third(a, h):
+        with T.SimtVF(threads=(8, 4)):
+            T.get_thread_binding(2)
+
+    with pytest.raises(KernelError, match=r"T.get_thread_binding\(2\): the block of "
+                                          r"T.SimtVF\(threads=\(8, 4\)\) has 2 dimension\(s\)"):
+        _simd(third)
+
+    def one_row(a, h):
+        with T.SimtVF(threads=(8, 4)):
+            a[T.get_thread_binding(1)] = 1.0  # the threads of one row share the element
+
+    with pytest.raises(KernelError, match="threads race on 'a': its store does not tell the "
+                                          "threads apart"):
+        tilewright.lower(_simd(one_row), target=TARGET)

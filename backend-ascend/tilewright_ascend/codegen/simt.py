@@ -5,8 +5,9 @@ vector core (:mod:`..facts.simt`).
 The function takes the UB tiles its threads touch as ``__ubuf__`` pointers (``TW_UBUF``,
 ``TW_UB_ARG``; the emulator's versions also carry the elements the threads may touch, the
 window of a multi-buffered tile's version, and whether they are read, written or both) and
-the scalars of the enclosing code as arguments of their types; its threads read their index
-from ``threadIdx.x``, tile elements through ``TW_UB_LOAD``/``TW_UB_STORE`` (plain ``p[i]`` on
+the scalars of the enclosing code as arguments of their types; its threads compute their
+linear index from ``threadIdx.x`` (and ``.y``, ``.z`` in a block of more dimensions, launched
+with that ``dim3``), tile elements through ``TW_UB_LOAD``/``TW_UB_STORE`` (plain ``p[i]`` on
 an NPU), compute math with the SIMT API's functions (``Simt::Exp``, ...) in float32 and wait
 for each other at ``asc_syncthreads()``.
 """
@@ -22,7 +23,7 @@ from tvm import sym, tirx
 
 from ..analysis.buffers import flat_index
 from ..facts.dtypes import ctype
-from ..facts.simt import BARRIER, LAUNCH, MATH, THREAD_INDEX
+from ..facts.simt import BARRIER, LAUNCH, MATH, THREAD_INDEX, block_of
 from ..transforms.simt import is_barrier
 from .expr import ExprPrinter
 
@@ -107,7 +108,8 @@ class _Function:
     """Writes one SIMT vector function."""
 
     def __init__(self, attr, name: str):
-        self.tid, self.threads = attr.node, int(attr.value)
+        self.tid, self.block = attr.node, block_of(attr)
+        self.threads = math.prod(self.block)
         self.tiles, self.scalars = _operands(attr.body, self.tid)
         self.windows = _windows(attr.body, self.tid, self.threads, self.tiles)
         self.names: dict = {}
@@ -120,7 +122,12 @@ class _Function:
         params = [f"TW_UBUF({ctype(str(b.dtype))}) {self.buf(b)}" for b in self.tiles] + \
             [f"{ctype(str(v.ty))} {self.var(v)}" for v in self.scalars]
         self.head = f"{ATTRIBUTE} inline void {name}({', '.join(params)})"
-        self.line(f"int32_t {self.var(self.tid)} = {THREAD_INDEX};")
+        terms, stride = [], 1
+        for index, extent in zip(THREAD_INDEX, self.block):
+            if extent > 1:
+                terms.append(index + (f" * {stride}" if stride > 1 else ""))
+            stride *= extent
+        self.line(f"int32_t {self.var(self.tid)} = {' + '.join(terms) or '0'};")
         self.stmt(attr.body)
 
     def ident(self, obj, wanted: str) -> str:
@@ -193,4 +200,5 @@ def emit_simt(emitter, attr) -> None:
     args = [f"TW_UB_ARG({ctype(str(b.dtype))}, {emitter.buf(b)}, {mode}, "
             f"{emitter.expr(function.windows[b][0])}, {function.windows[b][1]})"
             for b, mode in function.tiles.items()] + [emitter.var(v) for v in function.scalars]
-    emitter.line(f"{LAUNCH}<{name}>(dim3{{{function.threads}, 1, 1}}, {', '.join(args)});")
+    block = ", ".join(str(d) for d in function.block)
+    emitter.line(f"{LAUNCH}<{name}>(dim3{{{block}}}, {', '.join(args)});")

@@ -1188,7 +1188,7 @@ extern SimtIndex simt_index;
 void simt_access(int space, uint64_t off, uint64_t len, bool write, int line);
 bool simt_bounds(int64_t i, uint32_t count, int line);
 void simt_barrier();
-void simt_run(uint32_t threads, int core, int line, std::function<void()> body);
+void simt_run(dim3 block, int core, int line, std::function<void()> body);
 // a UB tile passed to a SIMT vector function: the elements [first, first + count) its
 // threads may touch (mode: 1 read, 2 written, 3 both)
 template <typename T> struct UbPtr {
@@ -1244,7 +1244,7 @@ template <auto F, typename... A> void asc_vf_call(dim3 threads, A&&... args) {
     int core = tw_emu::is_aic() ? 0 : 1 + tw_emu::sub_block_idx();
     auto body = [=] { F(args...); };
     tw_emu::issue(tw_emu::PV, "asc_vf_call", line, std::move(acc),
-                  [=] { tw_emu::simt_run(threads.x, core, line, body); }, 8.0 + bytes / 128.0,
+                  [=] { tw_emu::simt_run(threads, core, line, body); }, 8.0 + bytes / 128.0,
                   bytes);
 }
 #define TW_UBUF(T) ::tw_emu::UbPtr<T>

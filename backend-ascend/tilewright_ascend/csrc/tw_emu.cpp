@@ -736,7 +736,8 @@ void simt_barrier() {
     swapcontext(&t.ctx, &SIMT->main);
 }
 
-void simt_run(uint32_t threads, int core, int line, std::function<void()> body) {
+void simt_run(dim3 block, int core, int line, std::function<void()> body) {
+    const uint32_t threads = block.x * block.y * block.z;
     SimtRun run;
     run.threads.resize(threads);
     run.body = std::move(body);
@@ -760,7 +761,8 @@ void simt_run(uint32_t threads, int core, int line, std::function<void()> body) 
             if (t.done) { ++done; continue; }
             t.waiting = false;
             run.current = int(i);
-            simt_index = SimtIndex{i, 0, 0};
+            // thread i of the block: x fastest (thread_rank of cooperative_groups_impl.h)
+            simt_index = SimtIndex{i % block.x, i / block.x % block.y, i / (block.x * block.y)};
             swapcontext(&run.main, &t.ctx);
             if (t.waiting) ++waiting; else ++done;
         }

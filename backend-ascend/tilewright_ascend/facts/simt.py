@@ -5,10 +5,12 @@
   the SIMD form ``__simd_vf__`` takes only raw pointers and basic types as arguments,
   ``docs/zh/api/SIMD-API/基础API/Reg矢量计算/VF调用/asc_vf_call.md``, which this backend keeps
   for SIMT too: UB tiles are passed as ``__ubuf__`` pointers).
-- A thread reads its index from ``threadIdx.x`` (the built-in variable the vendor's
-  ``impl/simt_api/cooperative_groups_impl.h`` reads ``thread_index()`` from).
+- A thread block has up to three dimensions (the ``dim3`` ``asc_vf_call`` takes); a thread reads
+  its index in each from ``threadIdx.x``/``.y``/``.z`` (the built-in variable the vendor's
+  ``impl/simt_api/cooperative_groups_impl.h`` reads ``thread_index()`` from), and its linear
+  index is ``x + y * X + z * X * Y`` (``thread_rank()`` there): :data:`THREAD_INDEX`.
 - A thread block has at most 2048 threads (``max_thread_block_size`` in
-  ``include/simt_api/cooperative_groups.h``).
+  ``include/simt_api/cooperative_groups.h``), in all its dimensions together.
 - ``asc_syncthreads()`` is the barrier of the block's threads (``__sync_workitems()``,
   ``include/simt_api/device_sync_functions.h`` and its ``impl``): between two barriers the
   threads run in no order the program can rely on, so two threads touching one byte, one of
@@ -25,15 +27,35 @@
   core's TPipe, the cube and GM are outside the function.
 """
 
+import math
 from dataclasses import replace
+
+import tvm
+from tvm import tirx
+
+from .ops import pack
 
 MAX_THREADS = 2048
 BARRIER = "asc_syncthreads"
-THREAD_INDEX = "threadIdx.x"
+THREAD_INDEX = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
 LAUNCH = "asc_vf_call"
 MATH = {"exp": "Exp", "log": "Log", "sqrt": "Sqrt", "rsqrt": "Rsqrt", "fabs": "Abs",
         "tanh": "Tanh", "sin": "Sin", "cos": "Cos"}
 UB_BYTES = 216 * 1024
+
+
+def block_value(block: tuple) -> tvm.ir.Call:
+    """The value of a ``T.SimtVF`` scope's AttrStmt: its thread block ``(x, y, z)``."""
+    return pack([tirx.const(d, "int32") for d in block])
+
+
+def block_of(attr) -> tuple:
+    """The thread block ``(x, y, z)`` of a ``T.SimtVF`` scope's AttrStmt."""
+    return tuple(int(d) for d in attr.value.args)
+
+
+def block_threads(attr) -> int:
+    return math.prod(block_of(attr))
 
 
 def memories_with_simt(memories: dict) -> dict:

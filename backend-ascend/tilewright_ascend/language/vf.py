@@ -4,7 +4,10 @@
 ``with T.SimtVF(threads=N):`` is a SIMT vector function of ``N`` threads, as in TileLang
 mainline: its ``T.Parallel`` nests are spread over the threads and ``T.get_thread_binding()``
 is the thread's index (:mod:`..transforms.simt` lowers it, the barriers between threads
-included). The scope is the statement ``AttrStmt(tid, SIMT_KEY, N, body)``.
+included). ``threads=(X, Y)`` or ``(X, Y, Z)`` is a block of two or three dimensions
+(``T.get_thread_binding(1)`` the index along ``Y``). The scope is the statement
+``AttrStmt(tid, SIMT_KEY, block, body)``: ``tid`` the thread's linear index
+``x + y * X + z * X * Y``, ``block`` :func:`..facts.simt.block_value` of ``(X, Y, Z)``.
 
 ``with T.SimdVF():`` holds register-level code over 2048-bit vector registers
 (:data:`..facts.registers.REGISTER_BYTES`: 64 float32 or 128 float16 lanes):
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import builtins as py
 import logging
+import math
 from dataclasses import dataclass
 
 import tvm
@@ -40,7 +44,7 @@ from ..facts.dtypes import dtype_bytes
 from ..facts.keys import SIMD_VF_KEY, SIMT_KEY
 from ..facts.ops import REG_LOAD, REG_OP, REG_STORE
 from ..facts.registers import REGISTER_BYTES, REGISTER_OPS
-from ..facts.simt import MAX_THREADS
+from ..facts.simt import MAX_THREADS, block_value
 from ._emit import error, location, span
 from .trees import MAINLINE, claim
 
@@ -87,19 +91,33 @@ class SimtVF(_Scope):
     kind, what = "ascend_simt", "T.SimtVF"
 
     def __init__(self, threads=128, latency=None):
-        if not isinstance(threads, py.int) or not 0 < threads <= MAX_THREADS:
-            raise error(f"T.SimtVF: threads= is 1 to {MAX_THREADS}, got {threads!r}")
+        block = tuple(threads) if isinstance(threads, (py.tuple, py.list)) else (threads,)
+        if not 1 <= len(block) <= 3 or \
+                not all(isinstance(d, py.int) and not isinstance(d, py.bool) and d > 0
+                        for d in block) or math.prod(block) > MAX_THREADS:
+            raise error(f"T.SimtVF: threads= is a number of threads or a block of two or three "
+                        f"dimensions, {MAX_THREADS} threads at most in all, got {threads!r}")
         _latency(latency, "T.SimtVF")
-        self.threads = threads
+        self.block = (*block, *(1 for _ in range(3 - len(block))))
+        self.dims = len(block)
         self.tid = tirx.Var("tid", "int32")
 
     def __enter__(self):
         self._span = span()  # the user's line of the scope
         super().__enter__()
-        self._frame.info["tid"] = self.tid
+        self._frame.info["vf"] = self
+
+    def binding(self, dim: int):
+        """The thread's index along ``dim``, from its linear index (a ``floormod`` by the
+        dimension, so that its range is known where the linear index's is not)."""
+        x, y, _ = self.block
+        if self.dims == 1:
+            return self.tid
+        index = (self.tid, tirx.floordiv(self.tid, x), tirx.floordiv(self.tid, x * y))[dim]
+        return tirx.floormod(index, self.block[dim])
 
     def wrap(self, body):
-        return tirx.AttrStmt(self.tid, SIMT_KEY, tirx.const(self.threads, "int32"), body,
+        return tirx.AttrStmt(self.tid, SIMT_KEY, block_value(self.block), body,
                              span=self._span)
 
 
@@ -136,16 +154,18 @@ class SimdVF(_Scope):
 
 
 def get_thread_binding(dim=0):
-    """``T.get_thread_binding()``: the index of the running thread of the enclosing
-    ``T.SimtVF`` (0 to ``threads - 1``; the threads are one-dimensional, ``dim`` is 0)."""
+    """``T.get_thread_binding(dim=0)``: the index of the running thread of the enclosing
+    ``T.SimtVF`` along ``dim`` of its block (``threadIdx.x``, ``.y``, ``.z``: 0 to
+    ``threads - 1`` for a block of one dimension)."""
     frame = B.current("T.get_thread_binding").enclosing("ascend_simt")
     if frame is None:
         raise error("T.get_thread_binding() is the thread index of a SIMT vector function: "
                     "use it inside 'with T.SimtVF(threads=N):'")
-    if dim != 0:
-        raise error(f"T.get_thread_binding({dim!r}): the threads of T.SimtVF are "
-                    "one-dimensional, the only dimension is 0")
-    return frame.info["tid"]
+    vf = frame.info["vf"]
+    if not isinstance(dim, py.int) or not 0 <= dim < vf.dims:
+        raise error(f"T.get_thread_binding({dim!r}): the block of T.SimtVF(threads="
+                    f"{vf.block[:vf.dims]!r}) has {vf.dims} dimension(s), 0 to {vf.dims - 1}")
+    return vf.binding(dim)
 
 
 @dataclass(frozen=True)
