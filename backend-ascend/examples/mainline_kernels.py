@@ -290,6 +290,33 @@ def simt_transpose_2d(N, block=(16, 8), scale=2.0):
     return main
 
 
+def simt_through_gm(M, N, rows=8):
+    """Z = 2 X and Y = Z + X with SIMT threads that store to and load from GM themselves
+    (``asc_stcg``/``asc_ldcg``): a block of ``(N, rows)`` threads writes its rows of Z from a
+    UB tile, the vector core copies them back from GM into UB (the compiler's V -> MTE2 flag
+    between the threads' GM stores and that copy), and a second function adds the rows of X
+    it loads from GM and writes Y to GM."""
+
+    @T.prim_func
+    def main(X: T.Tensor((M, N), "float32"), Z: T.Tensor((M, N), "float32"),
+             Y: T.Tensor((M, N), "float32")):
+        with T.Kernel(M // rows) as bx:
+            x = T.alloc_shared((rows, N), "float32")
+            w = T.alloc_shared((rows, N), "float32")
+            T.copy(X[bx * rows, 0], x)
+            with T.SimtVF(threads=(N, rows)):
+                tx = T.get_thread_binding(0)
+                ty = T.get_thread_binding(1)
+                Z[bx * rows + ty, tx] = x[ty, tx] * 2.0
+            T.copy(Z[bx * rows, 0], w)
+            with T.SimtVF(threads=(N, rows)):
+                tx = T.get_thread_binding(0)
+                ty = T.get_thread_binding(1)
+                Y[bx * rows + ty, tx] = w[ty, tx] + X[bx * rows + ty, tx]
+
+    return main
+
+
 def simt_softmax(M, N):
     """Y = softmax(X) along rows in ``T.SimtVF(threads=M)``: thread ``t`` owns row ``t`` (its
     maximum and sum in a UB tile, ``T.exp`` the SIMT API's ``expf``); no thread reads another's

@@ -17,6 +17,7 @@ from mainline_kernels import (
     rmsnorm,
     rmsnorm_reference,
     simt_softmax,
+    simt_through_gm,
     simt_transpose,
     simt_transpose_2d,
     softmax,
@@ -287,8 +288,8 @@ def test_simt_races_the_compiler_cannot_order_are_errors_at_the_users_line():
     with pytest.raises(KernelError, match="one statement writes it and touches it at another "
                                           "index"):
         _simt("column")
-    with pytest.raises(KernelError, match="the threads work on UB tiles; 'X' is in global"):
-        _simt("global")
+    assert "TW_UB_STORE(y, ((tid * 64) + j), TW_CAST(float, TW_GM_LOAD(X, (j + (tid * 64)))));" \
+        in _simt("global")  # a GM tensor: asc_ldcg through its __gm__ pointer
     with pytest.raises(KernelError, match=r"test_ascend_mainline.py:\d+: T.SimtVF holds "
                                           r"T.Parallel nests and element statements; T.fill"):
         _simt("tile op")
@@ -1008,3 +1009,51 @@ def test_simt_block_rules():
     with pytest.raises(KernelError, match="threads race on 'a': its store does not tell the "
                                           "threads apart"):
         tilewright.lower(_simd(one_row), target=TARGET)
+
+
+def test_simt_threads_load_and_store_gm(tmp_path):
+    """SIMT threads store rows of Z to GM and load rows of X from it (asc_stcg/asc_ldcg of
+    simt_api/device_functions.h, through __gm__ pointers and the window of elements a block's
+    threads touch); the vector core's copy of Z back into UB waits for the threads' stores
+    (V -> MTE2), without which the emulator reports the race on Z."""
+    low = tilewright.lower(simt_through_gm(32, 64), target=TARGET)
+    text = low.source.text
+    assert "__simt_vf__ inline void main_simt(TW_GMBUF(float) Z, TW_UBUF(float) x" in text
+    assert "#define TW_GM_LOAD(p, i) asc_ldcg((p) + (i))" in text
+    assert "TW_GM_ARG(float, Z, 2, ((cid * 1024) + (vid * 512)), 512)" in text
+    flag = "SetFlag<HardEvent::V_MTE2>(0);\n            WaitFlag<HardEvent::V_MTE2>(0);\n" \
+        "            DataCopy(w, Z["
+    assert flag in text
+    x = torch.randn(32, 64)
+    z, y = torch.empty(32, 64), torch.empty(32, 64)
+    _run_source(low, text, (x, z, y), tmp_path / "ok")
+    torch.testing.assert_close(z, 2 * x)
+    torch.testing.assert_close(y, 3 * x)
+    with pytest.raises(EmulatorError, match=r"race .* GM buffer 'Z'"):
+        _run_source(low, text.replace(flag, "            DataCopy(w, Z["), (x, z, y),
+                    tmp_path / "bad")
+
+
+def test_simt_gm_rules():
+    @T.prim_func
+    def half_gm(X: T.Tensor((64,), "float16"), Y: T.Tensor((64,), "float32")):
+        with T.Kernel(1):
+            y = T.alloc_shared((64,), "float32")
+            with T.SimtVF(threads=64):
+                t = T.get_thread_binding()
+                y[t] = X[t]
+            T.copy(y, Y)
+
+    with pytest.raises(KernelError, match=r"test_ascend_mainline.py:\d+: T.SimtVF: the threads "
+                                          r"load and store GM tensors of .*'X' is float16"):
+        tilewright.lower(half_gm, target=TARGET)
+
+    @T.prim_func
+    def shared_row(X: T.Tensor((64,), "float32")):
+        with T.Kernel(1):
+            with T.SimtVF(threads=64):
+                X[0] = X[T.get_thread_binding()]  # every thread stores one GM element
+
+    with pytest.raises(KernelError, match="threads race on 'X': its store does not tell the "
+                                          "threads apart"):
+        tilewright.lower(shared_row, target=TARGET)

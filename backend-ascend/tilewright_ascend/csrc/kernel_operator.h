@@ -1214,7 +1214,37 @@ UbPtr<T> ub_arg(const AscendC::LocalTensor<T>& t, int mode, int64_t first, uint3
     }
     return UbPtr<T>{t.data(), t.space, t.off, first, count, mode, line};
 }
+// a GM tensor passed to a SIMT vector function (include/simt_api/device_functions.h:
+// asc_ldcg/asc_stcg through a __gm__ pointer): the elements [first, first + count) from its
+// start its threads may touch; a thread's access is checked and recorded as a UB one is
+template <typename T> struct GmPtr {
+    T* base; int64_t first; uint32_t count; int mode; int line;
+    uint64_t addr(int64_t i) const { return uint64_t(uintptr_t(base + i)); }
+    T load(int64_t i, int at) const {
+        if (!simt_bounds(i - first, count, at)) return T();
+        simt_access(SGM, addr(i), sizeof(T), false, at);
+        return base[i];
+    }
+    template <typename U> void store(int64_t i, const U& v, int at) const {
+        if (!simt_bounds(i - first, count, at)) return;
+        simt_access(SGM, addr(i), sizeof(T), true, at);
+        base[i] = static_cast<T>(v);
+    }
+};
+template <typename T>
+GmPtr<T> gm_arg(const AscendC::GlobalTensor<T>& t, int mode, int64_t first, uint32_t count,
+                int line) {
+    return GmPtr<T>{t.data(), first, count, mode, line};
+}
 template <typename A> void vf_accesses(std::vector<Acc>&, uint64_t&, int&, const A&) {}
+template <typename T> void vf_accesses(std::vector<Acc>& acc, uint64_t& bytes, int& line,
+                                       const GmPtr<T>& p) {
+    uint64_t n = uint64_t(p.count) * sizeof(T), at = p.addr(p.first);
+    if (p.mode & 1) acc.push_back(Acc{SGM, at, n, false});
+    if (p.mode & 2) acc.push_back(Acc{SGM, at, n, true});
+    bytes += n;
+    line = p.line;
+}
 template <typename T> void vf_accesses(std::vector<Acc>& acc, uint64_t& bytes, int& line,
                                        const UbPtr<T>& p) {
     uint64_t n = uint64_t(p.count) * sizeof(T), at = p.off + uint64_t(p.first) * sizeof(T);
@@ -1251,6 +1281,10 @@ template <auto F, typename... A> void asc_vf_call(dim3 threads, A&&... args) {
 #define TW_UB_ARG(T, t, mode, first, count) ::tw_emu::ub_arg<T>((t), (mode), (first), (count), __LINE__)
 #define TW_UB_LOAD(p, i) (p).load((i), __LINE__)
 #define TW_UB_STORE(p, i, v) (p).store((i), (v), __LINE__)
+#define TW_GMBUF(T) ::tw_emu::GmPtr<T>
+#define TW_GM_ARG(T, t, mode, first, count) ::tw_emu::gm_arg<T>((t), (mode), (first), (count), __LINE__)
+#define TW_GM_LOAD(p, i) (p).load((i), __LINE__)
+#define TW_GM_STORE(p, i, v) (p).store((i), (v), __LINE__)
 
 // scalar-unit helpers of the generated source (plain C++ casts and selects on an NPU)
 #define TW_CAST(T, x) ::tw_emu::cast<T>(x)

@@ -723,8 +723,8 @@ void simt_access(int space, uint64_t off, uint64_t len, bool write, int line) {
 
 bool simt_bounds(int64_t i, uint32_t count, int line) {
     if (i >= 0 && uint64_t(i) < count) return true;
-    error(line, "a SIMT thread touches element %lld of the %u elements of a UB tile passed to "
-          "its function",
+    error(line, "a SIMT thread touches element %lld of the %u elements of a UB tile or GM "
+          "tensor window passed to its function",
           (long long)i, count);
     return false;
 }

@@ -23,8 +23,14 @@
   is the SIMT threads' data cache): ``GetRuntimeUBSize.md`` under
   ``docs/zh/api/SIMD-API/基础API/工具接口/系统资源与变量`` (:data:`UB_BYTES`,
   :func:`memories_with_simt`).
-- The threads work on UB (the memory the vector function's pointers address); the vector
-  core's TPipe, the cube and GM are outside the function.
+- The threads work on UB tiles and on GM tensors: the SIMT API loads and stores GM through
+  ``__gm__`` pointers (``asc_ldcg``/``asc_stcg`` of ``include/simt_api/device_functions.h``,
+  ``asc_fp16.h``, ``asc_bf16.h``; atomics likewise). :data:`GM_LOAD`/:data:`GM_STORE` are the
+  forms that do not keep the line in the SIMT data cache (``__ldg``/``__stg`` with
+  ``L1CacheType::NON_CACHEABLE`` in ``impl/simt_api/device_functions_impl.h``), so that the
+  copies of the vector core's MTE2/MTE3 and the other cores see the same GM (orders between
+  the function and those copies are the synchronisation pass's, as for its UB tiles). The
+  cube's memories (L1, L0) are outside the function.
 """
 
 import math
@@ -39,6 +45,12 @@ MAX_THREADS = 2048
 BARRIER = "asc_syncthreads"
 THREAD_INDEX = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
 LAUNCH = "asc_vf_call"
+GM_LOAD, GM_STORE = "asc_ldcg", "asc_stcg"
+# the element types device_functions.h loads and stores (float16 and bfloat16 are asc_fp16.h's
+# and asc_bf16.h's, which the generated code does not include)
+GM_DTYPES = frozenset({"float32", "int32", "uint32", "int16", "uint16", "int8", "uint8",
+                       "int64", "uint64"})
+UB, GM = "ascend.ub", "global"  # the scopes a thread reaches
 MATH = {"exp": "Exp", "log": "Log", "sqrt": "Sqrt", "rsqrt": "Rsqrt", "fabs": "Abs",
         "tanh": "Tanh", "sin": "Sin", "cos": "Cos"}
 UB_BYTES = 216 * 1024

@@ -114,6 +114,7 @@ MAINLINE = {
     "gemm_relu_n_split": ("gemm_relu", (128, 128, 256, 64, 64, 64), {"split": "n"}),
     "simt_transpose": ("simt_transpose", (64,), {}),
     "simt_transpose_2d": ("simt_transpose_2d", (64,), {}),
+    "simt_through_gm": ("simt_through_gm", (32, 64), {}),
     "simt_softmax": ("simt_softmax", (32, 256), {}),
 }
 

@@ -22,7 +22,8 @@ barrier can order the threads: a tile written there must be written at an index 
 the threads apart (a nest variable, or each dimension's index, plus something the threads
 share) and read
 there at that same index; anything else is an error at the statement's line. Tiles allocated
-inside the scope are allocated before it; the threads touch UB tiles only.
+inside the scope are allocated before it; the threads touch UB tiles and GM tensors
+(:data:`..facts.simt.GM`), which these rules treat alike.
 """
 
 from __future__ import annotations
@@ -36,9 +37,8 @@ from tilewright.ir import decode
 from tvm import sym, tirx
 
 from ..facts.keys import SIMT_KEY
-from ..facts.simt import BARRIER, block_of
+from ..facts.simt import BARRIER, GM, GM_DTYPES, UB, block_of
 
-UB = "ascend.ub"
 _ANALYZER = sym.Analyzer()
 
 
@@ -221,10 +221,16 @@ class _Simt:
         """Races within one statement: no barrier can order them."""
         where = span_location(stmt.span)
         for a in accesses:
-            if str(a.buffer.scope()) != UB:
-                raise KernelError(f"T.SimtVF: the threads work on UB tiles; "
-                                  f"{a.buffer.name!r} is in {a.buffer.scope()} (copy it to a "
-                                  "UB tile with T.copy before the scope)", where)
+            if str(a.buffer.scope()) not in (UB, GM):
+                raise KernelError(f"T.SimtVF: the threads work on UB tiles and GM tensors; "
+                                  f"{a.buffer.name!r} is in {a.buffer.scope()}, the cube's "
+                                  "(copy it to a UB tile before the scope)", where)
+            if str(a.buffer.scope()) == GM and str(a.buffer.dtype) not in GM_DTYPES:
+                raise KernelError(f"T.SimtVF: the threads load and store GM tensors of "
+                                  f"{', '.join(sorted(GM_DTYPES))} (asc_ldcg/asc_stcg of "
+                                  f"simt_api/device_functions.h); {a.buffer.name!r} is "
+                                  f"{a.buffer.dtype}: copy it to a UB tile with T.copy",
+                                  where)
         for w in accesses:
             if not w.write:
                 continue
