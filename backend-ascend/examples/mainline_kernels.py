@@ -234,6 +234,37 @@ def gemm_relu(M, N, K, BM, BN, BK, split="m", dtype="float16"):
     return main
 
 
+def gemm_relu_loop(M, N, K, BM, BN, split="m", dtype="float16"):
+    """C = relu(A @ B) with the ``T.dual_copy`` L0C -> UB in a loop: each ``T.MixedKernel``
+    block keeps its BM rows of A in L1 and loops over the N tiles (``T.Pipelined`` for the
+    cube/vector handoff, one version of each tile: the seed's flat pattern), each one
+    GEMM over the whole K into L0C, the dual-destination Fixpipe into both sub-cores' UB
+    (``split`` as in :func:`gemm_relu`), the ReLU on SIMT threads and the halves written to C;
+    the cube's next Fixpipe waits until both sub-cores released their UB tile."""
+    HM, HN = (BM // 2, BN) if split == "m" else (BM, BN // 2)
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype),
+             C: T.Tensor((M, N), "float32")):
+        with T.MixedKernel(M // BM, sids=2) as (bx, sid):
+            A_l1 = T.alloc_l1((BM, K), dtype)
+            B_l1 = T.alloc_l1((K, BN), dtype)
+            C_l0c = T.alloc_l0c((BM, BN), "float32")
+            C_ub = T.alloc_shared((HM, HN), "float32")
+            T.copy(A[bx * BM, 0], A_l1)
+            for j in T.Pipelined(N // BN, num_stages=2):
+                T.annotate_buffer_versions({B_l1: 1, C_l0c: 1, C_ub: 1})  # the flat pattern
+                T.copy(B[0, j * BN], B_l1)
+                T.gemm(A_l1, B_l1, C_l0c, clear_accum=True)
+                T.dual_copy(C_l0c, C_ub)
+                with T.SimtVF(threads=128):
+                    for i, jj in T.Parallel(HM, HN):
+                        C_ub[i, jj] = T.max(C_ub[i, jj], 0)
+                T.dual_copy(C_ub, C[bx * BM : bx * BM + BM, j * BN : j * BN + BN])
+
+    return main
+
+
 def simt_transpose(N, scale=2.0):
     """Y = (scale * X)^T for an N x N tile in ``T.SimtVF(threads=N)`` with
     ``T.get_thread_binding()``: thread ``t`` scales row ``t`` into a UB tile, then writes row

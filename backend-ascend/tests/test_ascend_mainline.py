@@ -14,6 +14,7 @@ import torch
 from mainline_kernels import (
     gemm,
     gemm_relu,
+    gemm_relu_loop,
     rmsnorm,
     rmsnorm_reference,
     simt_softmax,
@@ -1057,3 +1058,29 @@ def test_simt_gm_rules():
     with pytest.raises(KernelError, match="threads race on 'X': its store does not tell the "
                                           "threads apart"):
         tilewright.lower(shared_row, target=TARGET)
+
+
+@pytest.mark.parametrize("split", ["m", "n"])
+def test_dual_fixpipe_in_a_loop(split, tmp_path):
+    """T.dual_copy L0C -> UB in a T.Pipelined loop over N tiles (the flat pattern) is the
+    dual-destination Fixpipe in every iteration, no GM workspace: the cube waits before each
+    Fixpipe but the first until both sub-cores released their UB tile (CrossCoreSetFlag on V
+    once the tile's last copy out is done); without that wait the emulator reports the
+    Fixpipe writing a tile the vector cores still read."""
+    a, b = torch.randn(128, 128).half(), torch.randn(128, 256).half()
+    kernel = gemm_relu_loop(128, 256, 128, 64, 64, split=split)
+    torch.testing.assert_close(tilewright.compile(kernel, out_idx=[2], target=TARGET)(a, b),
+                               torch.relu(a.float() @ b.float()), rtol=1e-2, atol=5e-2)
+    assert last_run_stats()["races"] == 0
+    low = tilewright.lower(kernel, target=TARGET)
+    text = low.source.text
+    assert "ws_" not in text and f"fp.dualDstCtl = {1 if split == 'm' else 2};" in text
+    wait = "            if ((1 <= j)) {\n                CrossCoreWaitFlag(1);\n            }\n"
+    assert wait in text
+    assert "SetFlag<HardEvent::MTE3_V>(1);\n            WaitFlag<HardEvent::MTE3_V>(1);\n" \
+        "            if ((j_1 < 3)) {\n                CrossCoreSetFlag<2, PIPE_V>(1);" in text
+    c = torch.empty(128, 256)
+    with pytest.raises(EmulatorError, match=r"race \(write-after-\w+\) on UB buffer \w+: "
+                                            r"Fixpipe on FIX@AIC .* is not ordered after "
+                                            r"(asc_vf_call on V|DataCopy on MTE3)@AIV"):
+        _run_source(low, text.replace(wait, ""), (a, b, c), tmp_path / "bad")

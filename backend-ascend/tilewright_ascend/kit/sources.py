@@ -112,6 +112,7 @@ MAINLINE = {
                            {"l0": True, "transpose_A": True, "transpose_B": True}),
     "gemm_relu_m_split": ("gemm_relu", (128, 128, 256, 64, 64, 64), {"split": "m"}),
     "gemm_relu_n_split": ("gemm_relu", (128, 128, 256, 64, 64, 64), {"split": "n"}),
+    "gemm_relu_loop": ("gemm_relu_loop", (128, 256, 128, 64, 64), {}),
     "simt_transpose": ("simt_transpose", (64,), {}),
     "simt_transpose_2d": ("simt_transpose_2d", (64,), {}),
     "simt_through_gm": ("simt_through_gm", (32, 64), {}),
