@@ -39,7 +39,7 @@ from tvm import tirx
 from ..analysis.buffers import buffers_in
 from ..facts import ops
 from ..facts.events import CROSS_IDS
-from ..facts.paths import GM, L0C, UB
+from ..facts.paths import DUAL_COPY_PATHS, GM, UB
 from .rowsplit import split_rows
 
 
@@ -270,13 +270,14 @@ class Split:
         src, dst = call.operands["src"], call.operands["dst"]
         axis = int(call.attrs["axis"])
         scopes = str(src.buffer.scope()), str(dst.buffer.scope())
+        route = DUAL_COPY_PATHS[scopes].route
         copy = functools.partial(make_call, "copy", span=stmt.span)
-        if scopes[0] == GM:
+        if route == "subcore" and scopes[0] == GM:
             return [], [copy({"src": half(src, axis, self.vid), "dst": dst})]
-        if scopes[1] == GM:
+        if route == "subcore":
             return [], [copy({"src": src, "dst": half(dst, axis, self.vid)})]
         name = f"{src.buffer.name}_{dst.buffer.name}"
-        if scopes[0] == L0C and dual_destination(src, axis):
+        if route == "fixpipe" and dual_destination(src, axis):
             full = self._flag_id(stmt.span)
             cube = [make_call(ops.DUAL_FIXPIPE.name, {"src": src, "dst": dst}, {"axis": axis},
                               stmt.span),
@@ -296,7 +297,7 @@ class Split:
                         ops.RELEASE_CROSS_FLAG.name, {"event_id": empty, "tile": dst},
                         {"pipe": "v"}, stmt.span), None))
             return cube, vec
-        if scopes[0] == L0C:
+        if route == "fixpipe":  # the Fixpipe cannot split this N: the whole tile through GM
             return self._handoff(name, src, dst, tuple(src.extents), loop, ("fix", "mte2"),
                                  stmt.span, halves=(None, axis))
         vec, cube = self._handoff(name, src, dst, tuple(dst.extents), loop, ("mte3", "mte2"),
