@@ -9,7 +9,8 @@ The port is what a TileLang user would do by hand, and nothing more:
 - CUDA tensors map to the CPU: the strings ``"cuda"`` / ``"cuda:0"`` become ``"cpu"`` (not
   the one in ``carver.arch.CUDA("cuda")``, which names the GPU a kernel is analysed for),
   ``target="cuda"`` becomes ``target="auto"``, and a small shim (``sitecustomize``) makes
-  ``Tensor.cuda()`` a no-op, ``torch.cuda.synchronize`` / ``torch.cuda.Event`` work on the host,
+  ``Tensor.cuda()`` a no-op, ``torch.cuda.synchronize`` / ``torch.cuda.Event`` and streams
+  (``torch.cuda.Stream``, ``torch.cuda.stream(s)``: the host's one, in program order) work,
   and ``torch.cuda.get_device_capability`` / ``get_device_properties`` (which some examples read
   to pick a tiling) describe an sm_80-class device with the host's core count; for the
   examples' own code (not for torch or tilewright) ``torch.cuda.is_available()`` is True, as
@@ -188,6 +189,7 @@ def port_source(text: str) -> str:
 
 SHIM = '''\
 """Installed by tools/port_tilelang_examples.py: CUDA calls of the examples map to the host."""
+import contextlib
 import os
 import sys
 import time
@@ -241,6 +243,37 @@ class _Event:
 
 
 torch.cuda.Event = _Event
+
+
+class _Stream:
+    """The host runs each call to its end in program order: one stream, already in sync."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def synchronize(self):
+        pass
+
+    def wait_stream(self, *args, **kwargs):
+        pass
+
+    def wait_event(self, *args, **kwargs):
+        pass
+
+    def record_event(self, event=None):
+        event = event or _Event()
+        event.record()
+        return event
+
+    def query(self):
+        return True
+
+
+_HOST_STREAM = _Stream()
+torch.cuda.Stream = _Stream
+torch.cuda.default_stream = lambda *args, **kwargs: _HOST_STREAM
+torch.cuda.current_stream = lambda *args, **kwargs: _HOST_STREAM
+torch.cuda.stream = lambda *args, **kwargs: contextlib.nullcontext()
 
 # --profile: where the time goes -- the start (imports), tilewright's autotuning (its
 # compilations and measurements), its other compilations, its kernel calls, and the rest (the

@@ -28,6 +28,42 @@ def test_three_grid_dims_macro_and_tails():
     check(grid3(3, 10, 13)(x), x * 2 + torch.arange(3.0)[:, None, None])
 
 
+@tilewright.jit(target="cpu")
+def rotate(N):
+    # TileLang annotates a macro's tile parameters with T.SharedBuffer / T.FragmentBuffer /
+    # T.LocalBuffer, called or subscripted
+    @T.macro
+    def half_turn(src: T.SharedBuffer([N], dtype=T.float32),
+                  dst: T.FragmentBuffer[(N,), T.float32], tmp: T.LocalBuffer((1,), "int32")):
+        for i in T.Parallel(N):
+            dst[i] = src[(i + N // 2) % N]
+
+    @T.prim_func
+    def main(X: T.Tensor((N,), T.float32), Y: T.Tensor((N,), T.float32)):
+        with T.Kernel(1, threads=32):
+            s = T.alloc_shared((N,), T.float32)
+            f = T.alloc_fragment((N,), T.float32)
+            T.copy(X, s)
+            half_turn(s, f, T.alloc_local((1,), "int32"))
+            T.copy(f, Y)
+    return main
+
+
+def test_tile_annotations_of_macro_parameters():
+    x = rand(8)
+    y = torch.empty(8)
+    rotate(8)(x, y)
+    check(y, torch.roll(x, -4))
+
+
+def test_tile_annotation_on_a_kernel_parameter_is_refused():
+    with pytest.raises(tilewright.KernelError, match="'X' of bad is annotated as a shared.dyn "
+                       "tile.*belong to T.macro parameters"):
+        @T.prim_func
+        def bad(X: T.SharedBuffer((8,), T.float32)):
+            pass
+
+
 @tilewright.jit(out_idx=[1, 2], target="cpu")
 def two_outputs(block=16):
     n = T.symbolic("n")

@@ -5,8 +5,10 @@ import pytest
 import tilewright
 import tilewright.language as T
 import torch
+import tvm_ffi
 from source_lines import Markers
 from tilewright.errors import KernelError
+from tvm import tirx
 
 
 def split_then_gather(n=64):
@@ -320,3 +322,121 @@ def test_alloc_buffer_of_an_unknown_scope():
         def bad(A: T.Tensor((4,), "float32")):
             with T.Kernel(1):
                 T.alloc_buffer((4,), "float32", scope="texture")
+
+
+# -- `x = buf[i]` names the value at that line (a let binding, as in TileLang) ----------------
+def bitonic_sort(n=32, guard="lt"):
+    steps = n.bit_length() - 1
+
+    @T.prim_func
+    def main(X: T.Tensor((n,), "float32"), Y: T.Tensor((n,), "float32"),
+             I: T.Tensor((n,), "int32")):
+        with T.Kernel(1, threads=n):
+            val = T.alloc_shared((n,), "float32")
+            idx = T.alloc_shared((n,), "int32")
+            T.copy(X, val)
+            for i in T.Parallel(n):
+                idx[i] = i
+            for s in T.serial(steps):
+                for t in T.serial(s + 1):
+                    for i in T.Parallel(n):
+                        up = (i & (1 << (s + 1))) != 0
+                        p = i ^ (1 << (s - t))
+                        first = i < p if guard == "lt" else i <= p
+                        if first and ((up and val[i] > val[p]) or (not up and val[i] < val[p])):
+                            v = val[i]  # the old value: the next line overwrites val[i]
+                            val[i] = val[p]
+                            val[p] = v
+                            k = idx[i]
+                            idx[i] = idx[p]
+                            idx[p] = k
+                    T.sync_threads()
+            T.copy(val, Y)
+            T.copy(idx, I)
+
+    return main
+
+
+@pytest.mark.parametrize("target", ["cpu", "interp"])
+def test_a_named_load_keeps_its_value_when_the_buffer_is_overwritten(target):
+    # a compare-and-swap through `v = val[i]`: before names were bound, `v` re-read val[i]
+    # after it was overwritten and the sort duplicated values
+    kernel = tilewright.compile(bitonic_sort(), target=target)
+    x = torch.randn(32)
+    y, i = torch.empty(32), torch.empty(32, dtype=torch.int32)
+    kernel(x, y, i)
+    want = torch.sort(x, descending=True)
+    torch.testing.assert_close(y, want.values, rtol=0, atol=0)
+    torch.testing.assert_close(x[i.long()], want.values, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("target", ["cpu", "interp"])
+def test_a_named_element_is_its_value_at_the_line_that_names_it(target):
+    @T.prim_func
+    def swap_ends(X: T.Tensor((4,), "float32")):
+        with T.Kernel(1):
+            first = X[0]
+            X[0] = X[3]
+            X[3] = first
+
+    x = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    tilewright.compile(swap_ends, target=target)(x)
+    assert x.tolist() == [4.0, 2.0, 3.0, 1.0]
+
+
+def test_a_named_load_is_bound_only_where_its_buffer_changes_before_its_use():
+    def binds(func):
+        found = []
+        tvm_ffi.structural_walk(func.body, (tirx.Bind, lambda b: found.append(str(b.var))))
+        return found
+
+    assert sorted(binds(bitonic_sort())) == ["k", "v"]
+
+    @T.prim_func
+    def scale(X: T.Tensor((16,), "float32"), Y: T.Tensor((16,), "float32")):
+        with T.Kernel(1):
+            for i in T.Parallel(16):
+                x = X[i] * 2.0  # nothing writes X before the use: the expression stays inline
+                Y[i] = x + 1.0
+
+    assert binds(scale) == []
+
+
+def test_the_compare_and_swap_guard_must_be_a_strict_order_of_the_pair():
+    # `i <= p` holds for both iterations of a pair when the mask is 0 ... and is not the
+    # pattern: both would write each other's element
+    with pytest.raises(KernelError, match="T.Parallel race: iterations write val"):
+        bitonic_sort(guard="le")
+
+
+def test_sync_threads_between_loops_is_accepted_and_refused_inside_one():
+    with pytest.raises(KernelError, match="T.sync_threads inside a T.Parallel loop"):
+        @T.prim_func
+        def inside(X: T.Tensor((16,), "float32")):
+            with T.Kernel(1):
+                for i in T.Parallel(16):
+                    X[i] = X[i] + 1.0
+                    T.sync_threads()
+
+
+def offset_store(shift_by_i=True):
+    @T.prim_func
+    def main(X: T.Tensor((16,), "float32"), Y: T.Tensor((32,), "float32"),
+             O: T.Tensor((1,), "int32")):
+        with T.Kernel(1):
+            offset = T.alloc_var("int32")
+            offset = O[0]
+            for i in T.Parallel(16):
+                j = offset + i if shift_by_i else offset  # a name bound to a loaded value
+                Y[j] = X[i] * 2.0
+
+    return main
+
+
+def test_the_race_check_sees_a_bound_index_as_its_value():
+    x, y, o = torch.randn(16), torch.zeros(32), torch.tensor([5], dtype=torch.int32)
+    tilewright.compile(offset_store(), target="cpu")(x, y, o)
+    torch.testing.assert_close(y[5:21], 2 * x)
+    assert not y[:5].any() and not y[21:].any()
+    with pytest.raises(KernelError, match="every iteration of i writes the same element"):
+        offset_store(shift_by_i=False)

@@ -8,10 +8,23 @@ from .debug import device_assert, print
 from .dtypes import DTYPES as _DTYPES
 from .dtypes import DType
 from .dtypes import DType as dtype
-from .frames import Kernel, Parallel, Persistent, Pipelined, parallel, serial, unroll, vectorized
+from .frames import (
+    Kernel,
+    Parallel,
+    Persistent,
+    Pipelined,
+    parallel,
+    serial,
+    sync_threads,
+    unroll,
+    vectorized,
+)
 from .kernel import (
     Buffer,
+    FragmentBuffer,
+    LocalBuffer,
     Macro,
+    SharedBuffer,
     Tensor,
     alloc_buffer,
     alloc_fragment,
@@ -64,8 +77,9 @@ globals().update(_UNARY)
 globals().update(_PREDICATES)
 
 __all__ = [
-    "Buffer", "DType", "Fragment", "GemmWarpPolicy", "Kernel", "Layout", "Macro", "Parallel",
-    "Persistent", "Pipelined", "Tensor", "TileBuffer", "VarHandle", "Cast", "abs",
+    "Buffer", "DType", "Fragment", "FragmentBuffer", "GemmWarpPolicy", "Kernel", "Layout",
+    "LocalBuffer", "Macro", "Parallel", "Persistent", "Pipelined", "SharedBuffer", "Tensor",
+    "TileBuffer", "VarHandle", "Cast", "abs",
     "alloc_buffer", "alloc_fragment", "alloc_global", "alloc_local", "alloc_reducer",
     "alloc_shared", "alloc_var",
     "annotate_layout", "c2d_im2col", "cast", "ceildiv", "clamp", "clear", "const", "copy",
@@ -73,6 +87,7 @@ __all__ = [
     "finalize_reducer", "gemm", "gemm_sp", "if_then_else", "im2col", "infinity", "macro",
     "make_tensor", "max", "max_value", "min", "min_value", "parallel", "prim_func", "print",
     "reducer_init", "reducer_update", "region", "reinterpret", "reshape", "serial", "symbolic",
+    "sync_threads",
     "unpack", "unroll",
     "use_swizzle", "vectorized", "view", *_DTYPES, *_REDUCE_OPS, *_ATOMIC_OPS, *_UNARY,
     *_PREDICATES,

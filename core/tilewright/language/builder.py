@@ -16,6 +16,7 @@ import tvm
 from tvm import tirx
 
 from ..errors import SourceLocation, kernel_error, user_location
+from .snapshots import reads_memory, settle
 
 _state = threading.local()
 
@@ -69,6 +70,7 @@ class Builder:
         self.kernel_annotations: dict = {}
         self.threads: tuple[int, ...] = ()
         self.finalized: list = []  # reducers T.finalize_reducer(acc) made readable by T.copy
+        self.snapshots: set = set()  # variables binding `x = <load>` values (see snapshots.py)
 
     # -- activation -------------------------------------------------------------------
     @contextlib.contextmanager
@@ -95,6 +97,19 @@ class Builder:
             self.frames.pop()
         self.frames.pop()
         return seq(frame.stmts)
+
+    def snapshot(self, name: str, value):
+        """``name = value`` in a kernel: a value that reads a buffer is bound to a variable
+        here, so later uses see the buffer as it was at this line; other values are returned
+        as they are."""
+        if not isinstance(value, tvm.ir.Expr) or \
+                not isinstance(value.ty, tvm.ir.PrimType) or not self.in_kernel() or \
+                not reads_memory(value):
+            return value
+        var = tirx.Var(name if name.isidentifier() else "v", value.ty)
+        self.emit(tirx.Bind(var, value, span=here()))
+        self.snapshots.add(var)
+        return var
 
     def enclosing(self, *kinds: str) -> Frame | None:
         for frame in reversed(self.frames):
@@ -125,7 +140,7 @@ class Builder:
             raise kernel_error(f"internal error: {len(self.frames) - 1} frames left open")
         if not self.kernel_seen:
             raise kernel_error(f"kernel {self.name!r} has no 'with T.Kernel(...)' block")
-        body = seq(self.frames[0].stmts)
+        body = settle(seq(self.frames[0].stmts), self.snapshots)
         func = tirx.PrimFunc([p.buffer for p in self.params], body)
         return func.with_attrs({
             "global_symbol": self.name,

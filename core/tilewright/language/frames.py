@@ -328,8 +328,10 @@ class Helpers:
             current.store(value)
             return current
         builder = B.maybe_current()
-        if not isinstance(value, TileBuffer) or builder is None:
+        if builder is None:
             return value
+        if not isinstance(value, TileBuffer):
+            return builder.snapshot(name, value)
         # `A_shared = T.alloc_shared(...)` names the buffer after the variable (a view of a
         # tensor too: `flat = T.Tensor(shape, dtype, A.data)`)
         stmts = builder.frames[-1].stmts
@@ -422,6 +424,25 @@ def _integer_division(op: str, a, b):
 
 
 
+def sync_threads(barrier_id=None, arrive_count=None) -> None:
+    """TileLang's block barrier between a block's statements. Every backend already runs a
+    block's statements in order, each tile statement complete before the next reads what it
+    wrote (the CUDA backend places ``__syncthreads`` where the block's threads share a tile),
+    so the barrier adds nothing to the kernel; it is checked where it stands: inside a
+    ``with T.Kernel``, not inside a ``T.Parallel`` loop (the iterations of one loop are not
+    ordered among themselves, so a barrier between them has no meaning)."""
+    builder = B.require_kernel("T.sync_threads")
+    if builder.enclosing("parallel") is not None:
+        raise kernel_error("T.sync_threads inside a T.Parallel loop: the iterations of one "
+                           "parallel loop are unordered; put the barrier between loops")
+    if barrier_id is not None or arrive_count is not None:
+        raise kernel_error("T.sync_threads(barrier_id, arrive_count) is a named barrier of "
+                           "part of a block's threads (warp specialisation), which the portable "
+                           "language does not have: the CUDA dialect's mbarriers "
+                           "(tilewright_cuda.language) are its counterpart; T.sync_threads() "
+                           "orders the whole block")
+
+
 class Persistent(LoopSpec):
     """``for bx, by in T.Persistent([m_blocks, n_blocks], num_workers, worker_id)``.
 
@@ -494,7 +515,10 @@ def check_races(nest) -> None:
     an element written by one iteration and read at another index, or read-modify-written by
     several iterations. A ``T.Parallel`` axis of extent 1 has one iteration, so it cannot
     race (``for i, j in T.Parallel(1, D): acc[j] += x[i, j]``, as in TileLang's layernorm
-    backward, accumulates each ``acc[j]`` once)."""
+    backward, accumulates each ``acc[j]`` once). Accesses guarded by ``i < p`` with
+    ``p = i ^ c`` (a bitonic sort's compare-and-swap) touch the pair ``{i, p}`` only in the
+    iteration ``i`` that is the smaller of the two, so pairs of different iterations are apart
+    (see :func:`_pair_guard`)."""
     par_vars, loop_vars, stores, loads = set(), set(), [], []
 
     def visit_for(loop):
@@ -503,30 +527,148 @@ def check_races(nest) -> None:
         if str(loop.annotations.get(LOOP_KIND_KEY, "")) == "parallel" and not single:
             par_vars.add(loop.loop_var)
 
-    tvm_ffi.structural_walk(nest, [(tirx.For, visit_for),
-                                   (tirx.BufferStore, lambda st: stores.append(st)),
-                                   (tvm.ir.TensorLoad, lambda ld: loads.append(ld))])
-    for store in stores:
+    tvm_ffi.structural_walk(nest, [(tirx.For, visit_for)])
+    _guarded_accesses(_inline_binds(nest), (), stores, loads)
+    for store, store_guards in stores:
         if str(store.buffer.scope()).startswith("local.reducer"):
             continue  # reducers are combined per element by design
         where = span_location(store.span)
         index = list(store.indices)
-        reads = [ld for ld in loads if ld.source.same_as(store.buffer)]
+        reads = [(ld, g) for ld, g in loads if ld.source.same_as(store.buffer)]
         missing = par_vars - _vars_in(index)
         name = store.buffer.name
         text = f"{name}[{', '.join(str(i) for i in index)}]"
-        for ld in reads:
-            if not tvm_ffi.structural_equal(list(ld.indices), index) and \
-                    not _separated(index, list(ld.indices), par_vars, loop_vars):
-                other = f"{name}[{', '.join(str(i) for i in ld.indices)}]"
-                raise KernelError(f"T.Parallel race: iterations write {text} but read {other}, "
-                                  "which other iterations write; use a separate buffer for the "
-                                  "result", where)
-        if missing and (reads or (_vars_in(store.value) & missing)):
+        pairs = [pair for g in store_guards if (pair := _pair_guard(g, par_vars))]
+        owned = [pair for pair in pairs if _in_pair(index, pair)]
+        for ld, read_guards in reads:
+            if tvm_ffi.structural_equal(list(ld.indices), index) or \
+                    _separated(index, list(ld.indices), par_vars, loop_vars) or \
+                    _both_in_pair(owned, index, list(ld.indices), read_guards, par_vars,
+                                  loop_vars):
+                continue
+            other = f"{name}[{', '.join(str(i) for i in ld.indices)}]"
+            raise KernelError(f"T.Parallel race: iterations write {text} but read {other}, "
+                              "which other iterations write; use a separate buffer for the "
+                              "result", where)
+        if missing and not owned and (reads or (_vars_in(store.value) & missing)):
             loop_names = ", ".join(sorted(str(v.name) for v in missing))
             raise KernelError(f"T.Parallel race: every iteration of {loop_names} writes the same "
                               f"element {text}; reduce with T.reduce_* or T.alloc_reducer, or "
                               "loop over it with T.serial", where)
+
+
+def _inline_binds(nest):
+    """``nest`` with each variable a ``Bind`` in it defines replaced by its value, so that
+    ``j = offset + i; buf[j] = ...`` is analysed as the index ``offset + i`` it is."""
+    values: dict = {}
+
+    def bind(stmt):
+        values[stmt.var] = tvm_ffi.structural_map(
+            stmt.value, (tirx.Var, lambda v: values.get(v, v)))
+
+    tvm_ffi.structural_walk(nest, (tirx.Bind, bind), order="pre")
+    if not values:
+        return nest
+    # a binding becomes the evaluation of its value, whose loads are reads of the nest
+    nest = tvm_ffi.structural_map(nest, (tirx.Bind, lambda b: tirx.Evaluate(b.value, span=b.span)
+                                         if b.var in values else b), order="pre")
+    return tvm_ffi.structural_map(nest, (tirx.Var, lambda v: values.get(v, v)))
+
+
+def _guarded_accesses(node, guards: tuple, stores: list, loads: list) -> None:
+    """Collect the stores and loads under ``node``, each with the conditions that must hold
+    for it to run: the ``if`` statements around it, and for a load in a condition ``a and b``
+    the conjuncts before its own (``i < p and v[i] > v[p]`` reads ``v`` only where ``i < p``)."""
+
+    def expr_loads(expr, where):
+        tvm_ffi.structural_walk(expr, (tvm.ir.TensorLoad, lambda ld: loads.append((ld, where))))
+
+    if isinstance(node, tirx.IfThenElse):
+        conjuncts = _conjuncts(node.condition)
+        for k, term in enumerate(conjuncts):
+            expr_loads(term, guards + tuple(conjuncts[:k]))
+        _guarded_accesses(node.then_case, guards + tuple(conjuncts), stores, loads)
+        if node.else_case is not None:
+            _guarded_accesses(node.else_case, guards, stores, loads)
+    elif isinstance(node, tirx.SeqStmt):
+        for stmt in node.seq:
+            _guarded_accesses(stmt, guards, stores, loads)
+    elif isinstance(node, tirx.For):
+        expr_loads(node.extent, guards)
+        _guarded_accesses(node.body, guards, stores, loads)
+    elif isinstance(node, tirx.BufferStore):
+        stores.append((node, guards))
+        expr_loads(node, guards)
+    elif hasattr(node, "body") and isinstance(node.body, tirx.Stmt):
+        for field in ("value", "condition"):
+            if isinstance(getattr(node, field, None), tvm.ir.PrimExpr):
+                expr_loads(getattr(node, field), guards)
+        _guarded_accesses(node.body, guards, stores, loads)
+    else:
+        expr_loads(node, guards)
+
+
+def _conjuncts(cond) -> list:
+    if isinstance(cond, tirx.And):
+        return _conjuncts(cond.a) + _conjuncts(cond.b)
+    return [cond]
+
+
+def _pair_guard(cond, par_vars):
+    """``(v, p)`` when ``cond`` is ``v < p`` (or ``p > v``) with ``p = v ^ c``, ``v`` a
+    parallel variable and ``c`` free of parallel variables: the guard holds in exactly one
+    iteration of each pair ``{v, v ^ c}`` (for ``c == 0`` in none), so what that iteration
+    does to elements ``v`` and ``p`` no other iteration touches."""
+    if isinstance(cond, tirx.LT):
+        low, high = cond.a, cond.b
+    elif isinstance(cond, tirx.GT):
+        low, high = cond.b, cond.a
+    else:
+        return None
+    if not isinstance(low, tirx.Var) or low not in par_vars:
+        return None
+    if not isinstance(high, tirx.BitwiseXor):
+        return None
+    a, b = high.a, high.b
+    other = b if a.same_as(low) else a if b.same_as(low) else None
+    if other is None or _vars_in(other) & par_vars:
+        return None
+    return low, high
+
+
+def _in_pair(index, pair) -> bool:
+    return any(any(tvm_ffi.structural_equal(i, e) for e in pair) for i in index)
+
+
+def _both_in_pair(owned, write, read, read_guards, par_vars, loop_vars) -> bool:
+    """Whether a write and a read under the same pair guard stay in their iteration's pair:
+    the dimensions that differ are each the pair's ``v`` or ``p``, and the other parallel
+    variables keep them apart as :func:`_separated` requires."""
+    for pair in owned:
+        var = pair[0]
+        if not any(tvm_ffi.structural_equal(g, cmp) for g in read_guards
+                   for cmp in _pair_guards_of(pair)):
+            continue
+        rest_w, rest_r = [], []
+        for w, r in zip(write, read):
+            in_w = any(tvm_ffi.structural_equal(w, e) for e in pair)
+            in_r = any(tvm_ffi.structural_equal(r, e) for e in pair)
+            if in_w and in_r:
+                continue
+            if in_w != in_r or not tvm_ffi.structural_equal(w, r):
+                break
+            rest_w.append(w)
+            rest_r.append(r)
+        else:
+            others = par_vars - {var}
+            if not others or _separated(rest_w, rest_r, others, loop_vars - {var}):
+                return True
+    return False
+
+
+def _pair_guards_of(pair) -> tuple:
+    low, high = pair
+    return tirx.LT(low, high), tirx.GT(high, low)
 
 
 def _separated(write, read, par_vars, loop_vars) -> bool:

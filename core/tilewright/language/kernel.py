@@ -133,6 +133,43 @@ def _elements(shape, dtype) -> int | None:
 Buffer = Tensor
 
 
+@dataclass(frozen=True)
+class TileSpec:
+    """``T.SharedBuffer(shape, dtype)``, ``T.FragmentBuffer(...)``, ``T.LocalBuffer(...)``: the
+    declared type of a tile a ``T.macro`` takes, as TileLang annotates a macro's parameters.
+    It documents the parameter; the macro works on whatever tile its caller passes."""
+
+    shape: tuple
+    dtype: str
+    scope: str
+
+
+class _TileType:
+    """A tile annotation of one memory scope, called or subscripted like ``T.Tensor``."""
+
+    def __init__(self, name: str, scope: str):
+        self.name, self.scope = name, scope
+
+    def __call__(self, shape, dtype="float32", **_layout) -> TileSpec:
+        """``_layout``: TileLang's buffer-declaration keywords (strides, align ...), which
+        describe the tile the caller allocated and change nothing here."""
+        spec = _tensor(shape, dtype)
+        return TileSpec(spec.shape, spec.dtype, self.scope)
+
+    def __getitem__(self, item) -> TileSpec:
+        if not isinstance(item, tuple) or len(item) != 2:
+            raise kernel_error(f"T.{self.name}[shape, dtype] takes a shape and a dtype")
+        return self(*item)
+
+    def __repr__(self):
+        return f"T.{self.name}"
+
+
+SharedBuffer = _TileType("SharedBuffer", "shared.dyn")
+FragmentBuffer = _TileType("FragmentBuffer", "local.fragment")
+LocalBuffer = _TileType("LocalBuffer", "local")
+
+
 def const(names: str):
     """``M, N = T.const("M, N")``: shape symbols bound at compile time from the arguments."""
     builder = B.current("T.const")
@@ -258,6 +295,12 @@ def prim_func(fn=None, *, name: str | None = None):
                 var = tirx.Var(param.name, normalize_dtype(spec))
                 builder.add_param(param.name, var)
                 args.append(var)
+            elif isinstance(spec, TileSpec):
+                raise kernel_error(f"parameter {param.name!r} of {fn.__name__} is annotated as "
+                                   f"a {spec.scope} tile: a kernel's parameters are global "
+                                   "tensors (T.Tensor); tile annotations (T.SharedBuffer, "
+                                   "T.FragmentBuffer, T.LocalBuffer) belong to T.macro "
+                                   "parameters")
             else:
                 raise kernel_error(f"parameter {param.name!r} of {fn.__name__} needs a "
                                    "T.Tensor(shape, dtype) or dtype annotation")

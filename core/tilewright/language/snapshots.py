@@ -1,0 +1,129 @@
+"""Values a kernel names with ``x = <expression reading a buffer>``.
+
+Python binds the name to the expression, but the kernel author means the value at that line,
+as in TileLang and TVM script, where the assignment is a let binding: in
+
+    v = val[i]
+    val[i] = val[p]
+    val[p] = v
+
+``v`` is the old ``val[i]``. The builder binds such a value to a variable where it is named
+(:meth:`~.builder.Builder.snapshot`), and :func:`settle` keeps that binding only where the
+buffer it reads is written before the variable's last use. Everywhere else (nearly every
+kernel) the expression goes back in place of the variable, so the IR is what it would be
+without the binding and the backends' analyses see the indices they always saw.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import tvm
+import tvm_ffi
+from tvm import tirx
+
+from ..ir.schema import decode
+
+
+def reads_memory(expr) -> bool:
+    """Whether ``expr`` loads from a buffer."""
+    found = []
+    tvm_ffi.structural_walk(expr, (tvm.ir.TensorLoad, lambda ld: found.append(ld)))
+    return bool(found)
+
+
+def settle(body: tirx.Stmt, snapshots: set) -> tirx.Stmt:
+    """``body`` with each binding of a variable in ``snapshots`` kept only where a buffer its
+    value reads is written between the binding and the variable's last use, in the statements
+    that follow the binding in its block; other bindings are substituted away."""
+    if not snapshots:
+        return body
+    uses = _uses(body, snapshots)
+    binds: dict = {}
+    keep: set = set()
+
+    def block(seq):
+        stmts = list(seq.seq)
+        for k, stmt in enumerate(stmts):
+            if isinstance(stmt, tirx.Bind) and stmt.var in snapshots and \
+                    _needed(stmt, stmts[k + 1:], uses):
+                keep.add(stmt.var)
+
+    def bind(stmt):
+        if stmt.var in snapshots:
+            binds[stmt.var] = stmt.value
+
+    tvm_ffi.structural_walk(body, [(tirx.SeqStmt, block), (tirx.Bind, bind)])
+    inline = {var: value for var, value in binds.items() if var not in keep}
+    if not inline:
+        return body
+    resolved: dict = {}
+
+    def value_of(var):
+        if var not in resolved:
+            resolved[var] = tvm_ffi.structural_map(
+                inline[var], (tirx.Var, lambda v: value_of(v) if v in inline else v))
+        return resolved[var]
+
+    def drop(stmt):
+        if isinstance(stmt, tirx.SeqStmt):
+            kept = [s for s in stmt.seq if not (isinstance(s, tirx.Bind) and s.var in inline)]
+            if len(kept) == len(stmt.seq):
+                return stmt
+            if not kept:
+                return tirx.Evaluate(tirx.IntImm("int32", 0))
+            return kept[0] if len(kept) == 1 else tirx.SeqStmt(kept, span=stmt.span)
+        if isinstance(stmt, tirx.Bind) and stmt.var in inline:
+            return tirx.Evaluate(tirx.IntImm("int32", 0))
+        return stmt
+
+    body = tvm_ffi.structural_map(body, ((tirx.SeqStmt, tirx.Bind), drop), order="pre")
+    return tvm_ffi.structural_map(body, (tirx.Var, lambda v: value_of(v) if v in inline else v))
+
+
+def _uses(node, variables: set) -> Counter:
+    """How often each of ``variables`` occurs in ``node``, its bindings not counted."""
+    count: Counter = Counter()
+    tvm_ffi.structural_walk(node, (tirx.Var, lambda v: count.update([v]) if v in variables
+                                   else None))
+    tvm_ffi.structural_walk(node, (tirx.Bind, lambda b: count.subtract([b.var])
+                                   if b.var in variables else None))
+    return count
+
+
+def _needed(bind: tirx.Bind, rest: list, uses: Counter) -> bool:
+    """Whether ``bind`` must stay: every use of its variable is in ``rest`` and a buffer its
+    value reads is written before the last of them."""
+    var = bind.var
+    per_stmt = [_uses(s, {var})[var] for s in rest]
+    if sum(per_stmt) == 0 or sum(per_stmt) != uses[var]:
+        return False  # unused, or used after its block too (a Python name outlives a block)
+    last = max(k for k, n in enumerate(per_stmt) if n)
+    read = _buffers_read(bind.value)
+    between = rest[:last + 1]
+    if isinstance(rest[last], tirx.BufferStore):
+        between = rest[:last]  # a store evaluates its value, then writes
+    return any(_writes(s) & read for s in between)
+
+
+def _buffers_read(expr) -> set:
+    found = set()
+    tvm_ffi.structural_walk(expr, (tvm.ir.TensorLoad, lambda ld: found.add(ld.source)))
+    return found
+
+
+def _writes(stmt) -> set:
+    """The buffers ``stmt`` may write: its stores, the regions its tile ops write, and every
+    buffer another call statement mentions (an intrinsic's effects are not known here)."""
+    written = set()
+    tvm_ffi.structural_walk(stmt, (tirx.BufferStore, lambda st: written.add(st.buffer)))
+
+    def call(evaluate):
+        op = decode(evaluate)
+        if op is not None:
+            written.update(region.buffer for region in op.regions("write"))
+        elif isinstance(evaluate.value, tvm.ir.Call):
+            tvm_ffi.structural_walk(evaluate.value, (tirx.Buffer, lambda b: written.add(b)))
+
+    tvm_ffi.structural_walk(stmt, (tirx.Evaluate, call))
+    return written
