@@ -59,36 +59,56 @@ def vector_add(N, tile=1024, blocks=2, stages=2, versions="same", body="parallel
     return main
 
 
+def _lanes(N, lanes=64):
+    """The registers of a row of ``N`` elements, ``lanes`` a register, and the tile width: a
+    register reads and writes whole, so the UB row is padded to a whole number of them."""
+    groups = list(range(-(-N // lanes)))
+    return groups, len(groups) * lanes
+
+
 def softmax(M, N, rows=4):
-    """Y = softmax(X) along rows in ``T.SimdVF`` register code: each row is ``N // 64``
+    """Y = softmax(X) along rows in ``T.SimdVF`` register code: each row is ``ceil(N / 64)``
     registers of float32; ``vmax`` across them and ``vcmax`` across the lanes give the row
     maximum, ``vdup`` broadcasts it, ``vexp`` of the difference, ``vadd`` + ``vcadd`` the sum,
-    ``vdiv`` by its broadcast."""
+    ``vdiv`` by its broadcast. Where ``N`` is not a multiple of 64 (rows of 200) the UB rows
+    are padded to whole registers and the last register of a row works under the mask of its
+    first ``N % 64`` lanes (``T.simd.pset(32, count=...)``): its maximum is reduced on its own,
+    its inactive lanes are zero in the sum and are not stored."""
     lanes = 64
-    groups = list(range(N // lanes))
+    groups, width = _lanes(N, lanes)
+    full = [g for g in groups if (g + 1) * lanes <= N]
 
     @T.prim_func
     def main(X: T.Tensor((M, N), "float32"), Y: T.Tensor((M, N), "float32")):
         with T.Kernel(M // rows) as bx:
-            x = T.alloc_shared((rows, N), "float32")
-            y = T.alloc_shared((rows, N), "float32")
-            T.copy(X[bx * rows, 0], x)
+            x = T.alloc_shared((rows, width), "float32")
+            y = T.alloc_shared((rows, width), "float32")
+            T.copy(X[bx * rows : bx * rows + rows, 0:N], x[0:rows, 0:N])
             with T.SimdVF():
                 mask = T.simd.pset(32)
+                masks = [mask if g in full else T.simd.pset(32, count=N - g * lanes)
+                         for g in groups]
                 for r in T.serial(rows):
-                    top = T.simd.vld(x[r, 0])
-                    for g in groups[1:]:
-                        top = T.simd.vmax(top, T.simd.vld(x[r, g * lanes]), mask)
-                    top = T.simd.vdup(T.simd.vcmax(top, mask), mask)
-                    exps = [T.simd.vexp(T.simd.vsub(T.simd.vld(x[r, g * lanes]), top, mask), mask)
-                            for g in groups]
+                    tops = []
+                    if full:
+                        top = T.simd.vld(x[r, 0])
+                        for g in full[1:]:
+                            top = T.simd.vmax(top, T.simd.vld(x[r, g * lanes]), mask)
+                        tops.append(T.simd.vcmax(top, mask))
+                    if len(full) < len(groups):
+                        g = groups[-1]
+                        tops.append(T.simd.vcmax(T.simd.vld(x[r, g * lanes]), masks[g]))
+                    top = tops[0] if len(tops) == 1 else T.simd.vmax(*tops, mask)
+                    top = T.simd.vdup(top, mask)
+                    exps = [T.simd.vexp(T.simd.vsub(T.simd.vld(x[r, g * lanes]), top, masks[g]),
+                                        masks[g]) for g in groups]
                     total = exps[0]
                     for e in exps[1:]:
                         total = T.simd.vadd(total, e, mask)
                     total = T.simd.vdup(T.simd.vcadd(total, mask), mask)
                     for g, e in zip(groups, exps):
-                        T.simd.vsts(y[r, g * lanes], T.simd.vdiv(e, total, mask), mask)
-            T.copy(y, Y[bx * rows, 0])
+                        T.simd.vsts(y[r, g * lanes], T.simd.vdiv(e, total, masks[g]), masks[g])
+            T.copy(y[0:rows, 0:N], Y[bx * rows : bx * rows + rows, 0:N])
 
     return main
 
@@ -98,28 +118,36 @@ def rmsnorm(M, N, rows=2, eps=1e-6, dtype="float16"):
     64 ``dtype`` elements are loaded unpacked into the even lanes (``vld(..., dist="unpack")``)
     and widened by ``vcvt``; ``vmul``/``vadd`` + ``vcadd`` the sum of squares, ``vmuls`` by
     1/N, ``vadds`` eps, ``vsqrt`` and ``vdiv`` (the 950's register API has no rsqrt); the
-    result narrowed by ``vcvt`` into the even lanes and stored packed (``dist="pack"``)."""
+    result narrowed by ``vcvt`` into the even lanes and stored packed (``dist="pack"``). Where
+    ``N`` is not a multiple of 64 the UB rows are padded and the last 64 elements of a row are
+    widened under the mask of their ``2 * (N % 64)`` 16-bit lanes and squared, narrowed and
+    stored under that of their ``N % 64`` 32-bit lanes (``T.simd.pset(bits, count=...)``)."""
     lanes = 64
-    groups = list(range(N // lanes))
+    groups, width = _lanes(N, lanes)
 
     @T.prim_func
     def main(X: T.Tensor((M, N), dtype), W: T.Tensor((N,), dtype),
              Y: T.Tensor((M, N), dtype)):
         with T.Kernel(M // rows) as bx:
-            x = T.alloc_shared((rows, N), dtype)
-            w = T.alloc_shared((N,), dtype)
-            y = T.alloc_shared((rows, N), dtype)
-            T.copy(X[bx * rows, 0], x)
-            T.copy(W[0], w)
+            x = T.alloc_shared((rows, width), dtype)
+            w = T.alloc_shared((width,), dtype)
+            y = T.alloc_shared((rows, width), dtype)
+            T.copy(X[bx * rows : bx * rows + rows, 0:N], x[0:rows, 0:N])
+            T.copy(W[0:N], w[0:N])
             with T.SimdVF():
                 narrow, wide = T.simd.pset(16), T.simd.pset(32)
+                tail = N - groups[-1] * lanes
+                masks = {g: (narrow, wide) for g in groups}
+                if tail < lanes:
+                    masks[groups[-1]] = (T.simd.pset(16, count=2 * tail),
+                                         T.simd.pset(32, count=tail))
 
-                def widened(ref):
-                    return T.simd.vcvt(T.simd.vld(ref, dist="unpack"), "float32", narrow)
+                def widened(ref, g):
+                    return T.simd.vcvt(T.simd.vld(ref, dist="unpack"), "float32", masks[g][0])
 
                 for r in T.serial(rows):
-                    squares = [T.simd.vmul(v, v, wide)
-                               for v in (widened(x[r, g * lanes]) for g in groups)]
+                    squares = [T.simd.vmul(v, v, masks[g][1])
+                               for g, v in ((g, widened(x[r, g * lanes], g)) for g in groups)]
                     total = squares[0]
                     for sq in squares[1:]:
                         total = T.simd.vadd(total, sq, wide)
@@ -128,11 +156,11 @@ def rmsnorm(M, N, rows=2, eps=1e-6, dtype="float16"):
                     scale = T.simd.vdiv(T.simd.vdup(1.0, wide),
                                         T.simd.vsqrt(T.simd.vadds(mean, eps, wide), wide), wide)
                     for g in groups:
-                        out = T.simd.vmul(T.simd.vmul(widened(x[r, g * lanes]), scale, wide),
-                                          widened(w[g * lanes]), wide)
-                        T.simd.vsts(y[r, g * lanes], T.simd.vcvt(out, dtype, wide), wide,
-                                    dist="pack")
-            T.copy(y, Y[bx * rows, 0])
+                        m = masks[g][1]
+                        out = T.simd.vmul(T.simd.vmul(widened(x[r, g * lanes], g), scale, m),
+                                          widened(w[g * lanes], g), m)
+                        T.simd.vsts(y[r, g * lanes], T.simd.vcvt(out, dtype, m), m, dist="pack")
+            T.copy(y[0:rows, 0:N], Y[bx * rows : bx * rows + rows, 0:N])
 
     return main
 
@@ -206,6 +234,37 @@ def gemm_relu(M, N, K, BM, BN, BK, split="m", dtype="float16"):
     return main
 
 
+def gemm_relu_loop(M, N, K, BM, BN, split="m", dtype="float16"):
+    """C = relu(A @ B) with the ``T.dual_copy`` L0C -> UB in a loop: each ``T.MixedKernel``
+    block keeps its BM rows of A in L1 and loops over the N tiles (``T.Pipelined`` for the
+    cube/vector handoff, one version of each tile: the seed's flat pattern), each one
+    GEMM over the whole K into L0C, the dual-destination Fixpipe into both sub-cores' UB
+    (``split`` as in :func:`gemm_relu`), the ReLU on SIMT threads and the halves written to C;
+    the cube's next Fixpipe waits until both sub-cores released their UB tile."""
+    HM, HN = (BM // 2, BN) if split == "m" else (BM, BN // 2)
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype),
+             C: T.Tensor((M, N), "float32")):
+        with T.MixedKernel(M // BM, sids=2) as (bx, sid):
+            A_l1 = T.alloc_l1((BM, K), dtype)
+            B_l1 = T.alloc_l1((K, BN), dtype)
+            C_l0c = T.alloc_l0c((BM, BN), "float32")
+            C_ub = T.alloc_shared((HM, HN), "float32")
+            T.copy(A[bx * BM, 0], A_l1)
+            for j in T.Pipelined(N // BN, num_stages=2):
+                T.annotate_buffer_versions({B_l1: 1, C_l0c: 1, C_ub: 1})  # the flat pattern
+                T.copy(B[0, j * BN], B_l1)
+                T.gemm(A_l1, B_l1, C_l0c, clear_accum=True)
+                T.dual_copy(C_l0c, C_ub)
+                with T.SimtVF(threads=128):
+                    for i, jj in T.Parallel(HM, HN):
+                        C_ub[i, jj] = T.max(C_ub[i, jj], 0)
+                T.dual_copy(C_ub, C[bx * BM : bx * BM + BM, j * BN : j * BN + BN])
+
+    return main
+
+
 def simt_transpose(N, scale=2.0):
     """Y = (scale * X)^T for an N x N tile in ``T.SimtVF(threads=N)`` with
     ``T.get_thread_binding()``: thread ``t`` scales row ``t`` into a UB tile, then writes row
@@ -226,6 +285,65 @@ def simt_transpose(N, scale=2.0):
                 for j in T.serial(N):
                     y[t, j] = s[j, t]
             T.copy(y, Y[bx * N, 0])
+
+    return main
+
+
+def simt_transpose_2d(N, block=(16, 8), scale=2.0):
+    """Y = (scale * X)^T for an N x N tile on a two-dimensional block of SIMT threads
+    (``T.SimtVF(threads=(bx, by))``, ``T.get_thread_binding(0)`` and ``(1)`` the thread's
+    column and row in the block): thread ``(tx, ty)`` scales the elements ``[ty + by * a,
+    tx + bx * b]`` into a UB tile, then writes those of the result from the transposed ones,
+    which other threads wrote; the compiler puts the barrier between the two loops. A
+    ``T.Parallel`` nest after it is spread over all ``bx * by`` threads."""
+    bx, by = block
+
+    @T.prim_func
+    def main(X: T.Tensor((N, N), "float32"), Y: T.Tensor((N, N), "float32")):
+        with T.Kernel(1):
+            x = T.alloc_shared((N, N), "float32")
+            s = T.alloc_shared((N, N), "float32")
+            y = T.alloc_shared((N, N), "float32")
+            T.copy(X, x)
+            with T.SimtVF(threads=(bx, by)):
+                tx = T.get_thread_binding(0)
+                ty = T.get_thread_binding(1)
+                for a in T.serial(N // by):
+                    for b in T.serial(N // bx):
+                        s[ty + by * a, tx + bx * b] = x[ty + by * a, tx + bx * b] * scale
+                for a in T.serial(N // by):
+                    for b in T.serial(N // bx):
+                        y[ty + by * a, tx + bx * b] = s[tx + bx * b, ty + by * a]
+                for i, j in T.Parallel(N, N):
+                    y[i, j] = y[i, j] + 1.0
+            T.copy(y, Y)
+
+    return main
+
+
+def simt_through_gm(M, N, rows=8):
+    """Z = 2 X and Y = Z + X with SIMT threads that store to and load from GM themselves
+    (``asc_stcg``/``asc_ldcg``): a block of ``(N, rows)`` threads writes its rows of Z from a
+    UB tile, the vector core copies them back from GM into UB (the compiler's V -> MTE2 flag
+    between the threads' GM stores and that copy), and a second function adds the rows of X
+    it loads from GM and writes Y to GM."""
+
+    @T.prim_func
+    def main(X: T.Tensor((M, N), "float32"), Z: T.Tensor((M, N), "float32"),
+             Y: T.Tensor((M, N), "float32")):
+        with T.Kernel(M // rows) as bx:
+            x = T.alloc_shared((rows, N), "float32")
+            w = T.alloc_shared((rows, N), "float32")
+            T.copy(X[bx * rows, 0], x)
+            with T.SimtVF(threads=(N, rows)):
+                tx = T.get_thread_binding(0)
+                ty = T.get_thread_binding(1)
+                Z[bx * rows + ty, tx] = x[ty, tx] * 2.0
+            T.copy(Z[bx * rows, 0], w)
+            with T.SimtVF(threads=(N, rows)):
+                tx = T.get_thread_binding(0)
+                ty = T.get_thread_binding(1)
+                Y[bx * rows + ty, tx] = w[ty, tx] + X[bx * rows + ty, tx]
 
     return main
 

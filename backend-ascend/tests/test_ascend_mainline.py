@@ -14,10 +14,13 @@ import torch
 from mainline_kernels import (
     gemm,
     gemm_relu,
+    gemm_relu_loop,
     rmsnorm,
     rmsnorm_reference,
     simt_softmax,
+    simt_through_gm,
     simt_transpose,
+    simt_transpose_2d,
     softmax,
     vector_add,
 )
@@ -158,8 +161,11 @@ def test_simd_rules():
             T.simd.vld(a[96])
 
     with pytest.raises(KernelError, match="64 lanes from element 96 run past the last "
-                                          "dimension of 'a' \\(128\\)"):
+                                          "dimension of 'a' \\(128\\); .*pad the tile's last "
+                                          "dimension to a multiple of 64 and mask the tail with "
+                                          "T.simd.pset\\(bits, count"):
         _simd(past_end)
+
     def convert(a, h):
         with T.SimdVF():
             T.simd.vcvt(T.simd.vld(a[0]), "int32", T.simd.pset(32))
@@ -219,7 +225,7 @@ def test_simt_rules():
         with T.SimtVF(threads=4096):
             pass
 
-    with pytest.raises(KernelError, match="threads= is 1 to 2048, got 4096"):
+    with pytest.raises(KernelError, match="2048 threads at most in all, got 4096"):
         _simd(threads)
 
     def outside(a, h):
@@ -233,7 +239,8 @@ def test_simt_rules():
         with T.SimtVF(threads=64):
             T.get_thread_binding(1)
 
-    with pytest.raises(KernelError, match="threads of T.SimtVF are one-dimensional"):
+    with pytest.raises(KernelError,
+                       match=r"the block of T.SimtVF\(threads=\(64,\)\) has 1 dimension"):
         _simd(second_dimension)
 
 
@@ -285,8 +292,8 @@ def test_simt_races_the_compiler_cannot_order_are_errors_at_the_users_line():
     with pytest.raises(KernelError, match="one statement writes it and touches it at another "
                                           "index"):
         _simt("column")
-    with pytest.raises(KernelError, match="the threads work on UB tiles; 'X' is in global"):
-        _simt("global")
+    assert "TW_UB_STORE(y, ((tid * 64) + j), TW_CAST(float, TW_GM_LOAD(X, (j + (tid * 64)))));" \
+        in _simt("global")  # a GM tensor: asc_ldcg through its __gm__ pointer
     with pytest.raises(KernelError, match=r"test_ascend_mainline.py:\d+: T.SimtVF holds "
                                           r"T.Parallel nests and element statements; T.fill"):
         _simt("tile op")
@@ -850,3 +857,225 @@ def test_kernel_is_one_dimensional_with_compiler_cores():
         def main(X: T.Tensor((64,), "float32")):
             with T.Kernel(1, is_npu=True):
                 pass
+
+
+def test_latency_hint_is_logged_once_at_the_users_line_and_not_emitted(caplog):
+    def hinted(a, h):
+        with T.SimdVF(latency=20):
+            T.simd.vsts(a[0], T.simd.vld(a[0]), T.simd.pset(32))
+
+    with caplog.at_level("WARNING", logger="tilewright_ascend"):
+        main = _simd(hinted)
+        T.SimtVF(threads=32, latency=8)
+    lines = [r.getMessage() for r in caplog.records if "latency=" in r.getMessage()]
+    assert len(lines) == 2, lines
+    assert re.match(r".*test_ascend_mainline.py:\d+: T.SimdVF\(latency=20\) is a hint to "
+                    r"TileLang's scheduling model; the arch-3510 API has no counterpart", lines[0])
+    assert "T.SimtVF(latency=8)" in lines[1]
+    text = tilewright.lower(main, target=TARGET).source.text
+    assert "20" not in re.sub(r"\w*20\w*", "", text.split("__simd_vf__")[1].split("}")[0])
+    with pytest.raises(KernelError, match=r"T.SimdVF: latency= is a positive number of cycles"):
+        T.SimdVF(latency=0)
+
+
+@pytest.mark.parametrize("n", [200, 72])
+def test_simd_rows_with_a_tail_run_under_a_mask_of_a_count(n):
+    """Rows of ``n`` floats (not a whole number of 64-lane registers): the last register of a
+    row works under ``T.simd.pset(32, count=...)`` (``Reg::UpdateMask``); with every lane the
+    padding of the UB row would enter the maximum and the sum."""
+    x = torch.randn(8, n)
+    torch.testing.assert_close(tilewright.compile(softmax(8, n), out_idx=[1],
+                                                  target=TARGET)(x), torch.softmax(x, -1))
+    assert last_run_stats()["races"] == 0
+    x, w = torch.randn(4, n).half(), torch.randn(n).half()
+    torch.testing.assert_close(tilewright.compile(rmsnorm(4, n), out_idx=[2],
+                                                  target=TARGET)(x, w),
+                               rmsnorm_reference(x, w), rtol=1e-3, atol=1e-3)
+    assert last_run_stats()["races"] == 0
+    text = tilewright.lower(rmsnorm(4, n), target=TARGET).source.text
+    tail = n % 64
+    assert f"pcount0 = (uint32_t)({2 * tail});\n    pmask0 = Reg::UpdateMask<uint16_t>(pcount0);" \
+        in text
+    assert f"= (uint32_t)({tail});" in text and "Reg::UpdateMask<uint32_t>(pcount" in text
+
+
+def test_simd_mask_of_a_loop_dependent_count():
+    """``T.simd.pset(32, count=200 - g * 64)`` in a loop: each register's first ``count``
+    lanes (all of them, then the 8 of the last), the stored lanes only; a count of 0 or less is
+    no lane."""
+
+    @T.prim_func
+    def main(X: T.Tensor((256,), "float32"), Y: T.Tensor((256,), "float32")):
+        with T.Kernel(1):
+            x = T.alloc_shared((256,), "float32")
+            y = T.alloc_shared((256,), "float32")
+            T.copy(X, x)
+            T.copy(Y, y)
+            with T.SimdVF():
+                for g in T.serial(4):
+                    m = T.simd.pset(32, count=200 - g * 64)
+                    T.simd.vsts(y[g * 64], T.simd.vadds(T.simd.vld(x[g * 64]), 1.0, m), m)
+                none = T.simd.pset(32, count=-5)
+                T.simd.vsts(y[0], T.simd.vld(x[0]), none)
+            T.copy(y, Y)
+
+    x, y = torch.randn(256), torch.randn(256)
+    expected = y.clone()
+    expected[:200] = x[:200] + 1
+    tilewright.compile(main, target=TARGET)(x, y)
+    torch.testing.assert_close(y, expected)
+    text = tilewright.lower(main, target=TARGET).source.text
+    # the count's clamp to 0 simplified away where g < 4 proves it
+    assert "pcount0 = (uint32_t)((200 - (g * 64)));\n" \
+        "        pmask0 = Reg::UpdateMask<uint32_t>(pcount0);" in text
+    assert "pcount3 = (uint32_t)(0);" in text
+
+
+def test_simd_mask_of_a_count_rules():
+    def real(a, h):
+        with T.SimdVF():
+            T.simd.pset(32, count=2.5)
+
+    with pytest.raises(KernelError, match=r"test_ascend_mainline.py:\d+: T.simd.pset: count= "
+                                          r"is a number of lanes"):
+        _simd(real)
+
+
+def test_simt_two_dimensional_block_runs_and_needs_its_barrier(tmp_path):
+    """T.SimtVF(threads=(16, 8)): the launch's dim3, the linear index from threadIdx.x and .y,
+    T.get_thread_binding(0) and (1) telling the threads apart in their two dimensions; the
+    automatic barrier between writing and reading the transposed elements, without which the
+    emulator reports the race; a T.Parallel nest spread over all 128 threads."""
+    low = tilewright.lower(simt_transpose_2d(64), target=TARGET)
+    text = low.source.text
+    assert "asc_vf_call<main_simt>(dim3{16, 8, 1}, " in text
+    assert "int32_t tid = threadIdx.x + threadIdx.y * 16;" in text
+    assert text.count("asc_syncthreads();") == 2  # before the transposed read, the nest
+    x = torch.randn(64, 64)
+    y = torch.empty(64, 64)
+    _run_source(low, text, (x, y), tmp_path / "ok")
+    torch.testing.assert_close(y, (2.0 * x).T + 1)
+    with pytest.raises(EmulatorError, match=r"race \(\w+-after-\w+\) on UB buffer 's': thread "
+                                            r"\d+ of the SIMT vector function .* no "
+                                            r"asc_syncthreads\(\) between them"):
+        _run_source(low, text.replace("asc_syncthreads();", "", 1), (x, y), tmp_path / "bad")
+
+
+def test_simt_three_dimensional_block():
+    @T.prim_func
+    def main(X: T.Tensor((4, 8, 16), "float32"), Y: T.Tensor((4, 8, 16), "float32")):
+        with T.Kernel(1):
+            x = T.alloc_shared((4, 8, 16), "float32")
+            y = T.alloc_shared((4, 8, 16), "float32")
+            T.copy(X, x)
+            with T.SimtVF(threads=(16, 8, 4)):
+                tx, ty, tz = (T.get_thread_binding(d) for d in range(3))
+                y[tz, ty, tx] = x[tz, ty, tx] * 3.0 + tz
+            T.copy(y, Y)
+
+    x = torch.randn(4, 8, 16)
+    torch.testing.assert_close(tilewright.compile(main, out_idx=[1], target=TARGET)(x),
+                               x * 3 + torch.arange(4.0).view(4, 1, 1))
+    assert last_run_stats()["races"] == 0
+    text = tilewright.lower(main, target=TARGET).source.text
+    assert "int32_t tid = threadIdx.x + threadIdx.y * 16 + threadIdx.z * 128;" in text
+    assert "dim3{16, 8, 4}" in text and "asc_syncthreads" not in text
+
+
+def test_simt_block_rules():
+    with pytest.raises(KernelError, match=r"threads= is a number of threads or a block of two or "
+                                          r"three dimensions, 2048 threads at most in all, got "
+                                          r"\(64, 64\)"):
+        T.SimtVF(threads=(64, 64))
+    with pytest.raises(KernelError, match=r"got \(4, 0\)"):
+        T.SimtVF(threads=(4, 0))
+
+    def third(a, h):
+        with T.SimtVF(threads=(8, 4)):
+            T.get_thread_binding(2)
+
+    with pytest.raises(KernelError, match=r"T.get_thread_binding\(2\): the block of "
+                                          r"T.SimtVF\(threads=\(8, 4\)\) has 2 dimension\(s\)"):
+        _simd(third)
+
+    def one_row(a, h):
+        with T.SimtVF(threads=(8, 4)):
+            a[T.get_thread_binding(1)] = 1.0  # the threads of one row share the element
+
+    with pytest.raises(KernelError, match="threads race on 'a': its store does not tell the "
+                                          "threads apart"):
+        tilewright.lower(_simd(one_row), target=TARGET)
+
+
+def test_simt_threads_load_and_store_gm(tmp_path):
+    """SIMT threads store rows of Z to GM and load rows of X from it (asc_stcg/asc_ldcg of
+    simt_api/device_functions.h, through __gm__ pointers and the window of elements a block's
+    threads touch); the vector core's copy of Z back into UB waits for the threads' stores
+    (V -> MTE2), without which the emulator reports the race on Z."""
+    low = tilewright.lower(simt_through_gm(32, 64), target=TARGET)
+    text = low.source.text
+    assert "__simt_vf__ inline void main_simt(TW_GMBUF(float) Z, TW_UBUF(float) x" in text
+    assert "#define TW_GM_LOAD(p, i) asc_ldcg((p) + (i))" in text
+    assert "TW_GM_ARG(float, Z, 2, ((cid * 1024) + (vid * 512)), 512)" in text
+    flag = "SetFlag<HardEvent::V_MTE2>(0);\n            WaitFlag<HardEvent::V_MTE2>(0);\n" \
+        "            DataCopy(w, Z["
+    assert flag in text
+    x = torch.randn(32, 64)
+    z, y = torch.empty(32, 64), torch.empty(32, 64)
+    _run_source(low, text, (x, z, y), tmp_path / "ok")
+    torch.testing.assert_close(z, 2 * x)
+    torch.testing.assert_close(y, 3 * x)
+    with pytest.raises(EmulatorError, match=r"race .* GM buffer 'Z'"):
+        _run_source(low, text.replace(flag, "            DataCopy(w, Z["), (x, z, y),
+                    tmp_path / "bad")
+
+
+def test_simt_gm_rules():
+    @T.prim_func
+    def half_gm(X: T.Tensor((64,), "float16"), Y: T.Tensor((64,), "float32")):
+        with T.Kernel(1):
+            y = T.alloc_shared((64,), "float32")
+            with T.SimtVF(threads=64):
+                t = T.get_thread_binding()
+                y[t] = X[t]
+            T.copy(y, Y)
+
+    with pytest.raises(KernelError, match=r"test_ascend_mainline.py:\d+: T.SimtVF: the threads "
+                                          r"load and store GM tensors of .*'X' is float16"):
+        tilewright.lower(half_gm, target=TARGET)
+
+    @T.prim_func
+    def shared_row(X: T.Tensor((64,), "float32")):
+        with T.Kernel(1):
+            with T.SimtVF(threads=64):
+                X[0] = X[T.get_thread_binding()]  # every thread stores one GM element
+
+    with pytest.raises(KernelError, match="threads race on 'X': its store does not tell the "
+                                          "threads apart"):
+        tilewright.lower(shared_row, target=TARGET)
+
+
+@pytest.mark.parametrize("split", ["m", "n"])
+def test_dual_fixpipe_in_a_loop(split, tmp_path):
+    """T.dual_copy L0C -> UB in a T.Pipelined loop over N tiles (the flat pattern) is the
+    dual-destination Fixpipe in every iteration, no GM workspace: the cube waits before each
+    Fixpipe but the first until both sub-cores released their UB tile (CrossCoreSetFlag on V
+    once the tile's last copy out is done); without that wait the emulator reports the
+    Fixpipe writing a tile the vector cores still read."""
+    a, b = torch.randn(128, 128).half(), torch.randn(128, 256).half()
+    kernel = gemm_relu_loop(128, 256, 128, 64, 64, split=split)
+    torch.testing.assert_close(tilewright.compile(kernel, out_idx=[2], target=TARGET)(a, b),
+                               torch.relu(a.float() @ b.float()), rtol=1e-2, atol=5e-2)
+    assert last_run_stats()["races"] == 0
+    low = tilewright.lower(kernel, target=TARGET)
+    text = low.source.text
+    assert "ws_" not in text and f"fp.dualDstCtl = {1 if split == 'm' else 2};" in text
+    wait = "            if ((1 <= j)) {\n                CrossCoreWaitFlag(1);\n            }\n"
+    assert wait in text
+    assert "SetFlag<HardEvent::MTE3_V>(1);\n            WaitFlag<HardEvent::MTE3_V>(1);\n" \
+        "            if ((j_1 < 3)) {\n                CrossCoreSetFlag<2, PIPE_V>(1);" in text
+    c = torch.empty(128, 256)
+    with pytest.raises(EmulatorError, match=r"race \(write-after-\w+\) on UB buffer \w+: "
+                                            r"Fixpipe on FIX@AIC .* is not ordered after "
+                                            r"(asc_vf_call on V|DataCopy on MTE3)@AIV"):
+        _run_source(low, text.replace(wait, ""), (a, b, c), tmp_path / "bad")

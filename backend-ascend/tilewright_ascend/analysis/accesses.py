@@ -75,6 +75,8 @@ def op_accesses(call) -> list[Access]:
         if route is None:
             return []  # the codegen reports the missing data path
         return [Access(route.pipe, src, False), Access(route.pipe, dst, True)]
+    if name == ops.RELEASE_CROSS_FLAG.name:  # after every earlier access of the tile
+        return [Access(call.attrs["pipe"], _buf(call, "tile"), True)]
     if name == ops.DUAL_FIXPIPE.name:  # the cube's FIX pipe writes the vector cores' UB
         return [Access("fix", _buf(call, "src"), False), Access("fix", _buf(call, "dst"), True)]
     if name == ops.GEMM_V0.name:
@@ -99,7 +101,7 @@ def op_accesses(call) -> list[Access]:
 def has_manual_sync(node) -> bool:
     """Whether the kernel has hand-written intra-core synchronisation (cross-core flags, which
     order whole cores, do not count)."""
-    cross = (ops.SET_CROSS_FLAG.name, ops.WAIT_CROSS_FLAG.name)
+    cross = (ops.SET_CROSS_FLAG.name, ops.WAIT_CROSS_FLAG.name, ops.RELEASE_CROSS_FLAG.name)
     return any(c.name in ops.SYNC_OPS and c.name not in cross for c in tile_ops_in(node))
 
 

@@ -29,7 +29,7 @@ def core_of(call):
     if name == ops.PIPE_BARRIER.name:
         core = PIPE_CORE.get(call.attrs["pipe"])
         return (core,) if core else ("AIC", "AIV")
-    if name == ops.SET_CROSS_FLAG.name:
+    if name in (ops.SET_CROSS_FLAG.name, ops.RELEASE_CROSS_FLAG.name):
         core = PIPE_CORE.get(call.attrs["pipe"])
         return (core,) if core else None
     if name == ops.WAIT_CROSS_FLAG.name:

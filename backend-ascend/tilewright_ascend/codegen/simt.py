@@ -4,9 +4,12 @@ vector core (:mod:`..facts.simt`).
 
 The function takes the UB tiles its threads touch as ``__ubuf__`` pointers (``TW_UBUF``,
 ``TW_UB_ARG``; the emulator's versions also carry the elements the threads may touch, the
-window of a multi-buffered tile's version, and whether they are read, written or both) and
-the scalars of the enclosing code as arguments of their types; its threads read their index
-from ``threadIdx.x``, tile elements through ``TW_UB_LOAD``/``TW_UB_STORE`` (plain ``p[i]`` on
+window of a multi-buffered tile's version, and whether they are read, written or both), the
+GM tensors as ``__gm__`` pointers (``TW_GMBUF``, ``TW_GM_ARG``, the same window; loaded and
+stored with ``asc_ldcg``/``asc_stcg``, :data:`..facts.simt.GM_LOAD`) and
+the scalars of the enclosing code as arguments of their types; its threads compute their
+linear index from ``threadIdx.x`` (and ``.y``, ``.z`` in a block of more dimensions, launched
+with that ``dim3``), tile elements through ``TW_UB_LOAD``/``TW_UB_STORE`` (plain ``p[i]`` on
 an NPU), compute math with the SIMT API's functions (``Simt::Exp``, ...) in float32 and wait
 for each other at ``asc_syncthreads()``.
 """
@@ -22,13 +25,14 @@ from tvm import sym, tirx
 
 from ..analysis.buffers import flat_index
 from ..facts.dtypes import ctype
-from ..facts.simt import BARRIER, LAUNCH, MATH, THREAD_INDEX
+from ..facts.simt import BARRIER, GM, GM_LOAD, GM_STORE, LAUNCH, MATH, THREAD_INDEX, block_of
 from ..transforms.simt import is_barrier
 from .expr import ExprPrinter
 
 ATTRIBUTE = "__simt_vf__"
 # the vendor's headers of asc_vf_call and of asc_syncthreads (threadIdx is built in)
-INCLUDES = ['#include "simt_api/common_functions.h"', '#include "simt_api/device_sync_functions.h"']
+INCLUDES = ['#include "simt_api/common_functions.h"', '#include "simt_api/device_sync_functions.h"',
+            '#include "simt_api/device_functions.h"']
 # the NPU's versions of the SIMT helpers (the emulator's header defines its own)
 PRELUDE = (
     "#ifndef TW_UBUF",
@@ -36,8 +40,20 @@ PRELUDE = (
     "#define TW_UB_ARG(T, t, mode, first, count) ((__ubuf__ T*)(t).GetPhyAddr())",
     "#define TW_UB_LOAD(p, i) ((p)[i])",
     "#define TW_UB_STORE(p, i, v) ((p)[i] = (v))",
+    "#define TW_GMBUF(T) __gm__ T*",
+    "#define TW_GM_ARG(T, t, mode, first, count) ((t).GetPhyAddr(0))",
+    f"#define TW_GM_LOAD(p, i) {GM_LOAD}((p) + (i))",
+    f"#define TW_GM_STORE(p, i, v) {GM_STORE}((p) + (i), (v))",
     "#endif",
 )
+
+
+_POINTER = {"UB": "TW_UBUF", "GM": "TW_GMBUF"}
+
+
+def _kind(buf) -> str:
+    """``GM`` or ``UB``: the prefix of the helpers that pass and touch ``buf``."""
+    return "GM" if str(buf.scope()) == GM else "UB"
 
 
 def _operands(body, tid):
@@ -62,7 +78,7 @@ def _operands(body, tid):
     return tiles, [v for v in free if isinstance(v.ty, tvm.ir.PrimType)]
 
 
-def _windows(body, tid, threads: int, tiles) -> dict:
+def _windows(body, tid, threads: int, tiles, where) -> dict:
     """Per tile, the elements the threads may touch: ``(first, count)``, ``first`` an
     expression of the enclosing code's variables (the version of a multi-buffered tile), or
     the whole tile where the accesses do not give one constant count."""
@@ -79,6 +95,9 @@ def _windows(body, tid, threads: int, tiles) -> dict:
                                    (tirx.BufferStore, lambda x: add(x.buffer, x.indices))])
     windows = {}
     for buf in tiles:
+        if not all(isinstance(d, tirx.IntImm) for d in buf.shape):
+            raise KernelError(f"T.SimtVF: the threads reach the GM tensor {buf.name!r} of "
+                              "a shape known at run time: give it a constant shape", where)
         size = math.prod(int(d) for d in buf.shape)
         first, last = spans[buf][0]
         for lo, hi in spans[buf][1:]:
@@ -107,20 +126,28 @@ class _Function:
     """Writes one SIMT vector function."""
 
     def __init__(self, attr, name: str):
-        self.tid, self.threads = attr.node, int(attr.value)
+        self.tid, self.block = attr.node, block_of(attr)
+        self.threads = math.prod(self.block)
         self.tiles, self.scalars = _operands(attr.body, self.tid)
-        self.windows = _windows(attr.body, self.tid, self.threads, self.tiles)
+        self.windows = _windows(attr.body, self.tid, self.threads, self.tiles,
+                                span_location(attr.span))
         self.names: dict = {}
         self.analyzer = sym.Analyzer()
         self.analyzer.bind(self.tid, tvm.ir.Range.from_min_extent(0, self.threads))
         self.printer = _Printer(self.var, self.buf, self.analyzer.can_prove,
-                                load=lambda b, i: f"TW_UB_LOAD({self.buf(b)}, {i})")
+                                load=lambda b, i: f"TW_{_kind(b)}_LOAD({self.buf(b)}, {i})")
         self.lines: list[str] = []
         self.depth = 1
-        params = [f"TW_UBUF({ctype(str(b.dtype))}) {self.buf(b)}" for b in self.tiles] + \
+        params = [f"{_POINTER[_kind(b)]}({ctype(str(b.dtype))}) {self.buf(b)}"
+                  for b in self.tiles] + \
             [f"{ctype(str(v.ty))} {self.var(v)}" for v in self.scalars]
         self.head = f"{ATTRIBUTE} inline void {name}({', '.join(params)})"
-        self.line(f"int32_t {self.var(self.tid)} = {THREAD_INDEX};")
+        terms, stride = [], 1
+        for index, extent in zip(THREAD_INDEX, self.block):
+            if extent > 1:
+                terms.append(index + (f" * {stride}" if stride > 1 else ""))
+            stride *= extent
+        self.line(f"int32_t {self.var(self.tid)} = {' + '.join(terms) or '0'};")
         self.stmt(attr.body)
 
     def ident(self, obj, wanted: str) -> str:
@@ -170,7 +197,7 @@ class _Function:
                 self.line("}")
         elif isinstance(s, tirx.BufferStore):
             index = self.expr(flat_index(s.buffer, s.indices))
-            self.line(f"TW_UB_STORE({self.buf(s.buffer)}, {index}, "
+            self.line(f"TW_{_kind(s.buffer)}_STORE({self.buf(s.buffer)}, {index}, "
                       f"TW_CAST({ctype(str(s.buffer.dtype))}, {self.expr(s.value)}));")
         elif isinstance(s, tirx.Bind):
             self.line(f"{ctype(str(s.var.ty))} {self.var(s.var)} = {self.expr(s.value)};")
@@ -190,7 +217,8 @@ def emit_simt(emitter, attr) -> None:
     name = emitter.ident(f"{emitter.name}_simt")
     function = _Function(attr, name)
     emitter.declare(function.text())
-    args = [f"TW_UB_ARG({ctype(str(b.dtype))}, {emitter.buf(b)}, {mode}, "
+    args = [f"TW_{_kind(b)}_ARG({ctype(str(b.dtype))}, {emitter.buf(b)}, {mode}, "
             f"{emitter.expr(function.windows[b][0])}, {function.windows[b][1]})"
             for b, mode in function.tiles.items()] + [emitter.var(v) for v in function.scalars]
-    emitter.line(f"{LAUNCH}<{name}>(dim3{{{function.threads}, 1, 1}}, {', '.join(args)});")
+    block = ", ".join(str(d) for d in function.block)
+    emitter.line(f"{LAUNCH}<{name}>(dim3{{{block}}}, {', '.join(args)});")

@@ -1038,6 +1038,20 @@ template <typename T, MaskPattern pattern = MaskPattern::ALL> MaskReg CreateMask
     }, REG_COST, 0);
     return m;
 }
+// UpdateMask (plt_b8/b16/b32 of dav_3510/kernel_reg_compute_maskreg_impl.h): lane i of T active
+// where i < n; n becomes n - lanes, or 0 where n < lanes (POST_UPDATE)
+template <typename T> MaskReg UpdateMask(uint32_t& n, TW_LINE) {
+    constexpr uint32_t lanes = uint32_t(VL / sizeof(T));
+    const uint64_t bytes = uint64_t(n < lanes ? n : lanes) * sizeof(T);
+    n = n < lanes ? 0 : n - lanes;
+    MaskReg m;
+    auto mp = m.p;
+    tw_emu::issue(tw_emu::PV, "UpdateMask", line, {}, [=] {
+        std::memset(mp->b, 0, VL);
+        std::memset(mp->b, 1, bytes);
+    }, REG_COST, 0);
+    return m;
+}
 // kernel_reg_compute_membar_intf.h: LocalMemBar orders the function's earlier UB accesses of
 // kind src before its later ones of kind dst (mem_bar VST_VLD, VLD_VST, VST_VST ...); the
 // emulator orders every V access across it, as PipeBarrier<PIPE_V> (the codegen picks the pair)
@@ -1174,7 +1188,7 @@ extern SimtIndex simt_index;
 void simt_access(int space, uint64_t off, uint64_t len, bool write, int line);
 bool simt_bounds(int64_t i, uint32_t count, int line);
 void simt_barrier();
-void simt_run(uint32_t threads, int core, int line, std::function<void()> body);
+void simt_run(dim3 block, int core, int line, std::function<void()> body);
 // a UB tile passed to a SIMT vector function: the elements [first, first + count) its
 // threads may touch (mode: 1 read, 2 written, 3 both)
 template <typename T> struct UbPtr {
@@ -1200,7 +1214,37 @@ UbPtr<T> ub_arg(const AscendC::LocalTensor<T>& t, int mode, int64_t first, uint3
     }
     return UbPtr<T>{t.data(), t.space, t.off, first, count, mode, line};
 }
+// a GM tensor passed to a SIMT vector function (include/simt_api/device_functions.h:
+// asc_ldcg/asc_stcg through a __gm__ pointer): the elements [first, first + count) from its
+// start its threads may touch; a thread's access is checked and recorded as a UB one is
+template <typename T> struct GmPtr {
+    T* base; int64_t first; uint32_t count; int mode; int line;
+    uint64_t addr(int64_t i) const { return uint64_t(uintptr_t(base + i)); }
+    T load(int64_t i, int at) const {
+        if (!simt_bounds(i - first, count, at)) return T();
+        simt_access(SGM, addr(i), sizeof(T), false, at);
+        return base[i];
+    }
+    template <typename U> void store(int64_t i, const U& v, int at) const {
+        if (!simt_bounds(i - first, count, at)) return;
+        simt_access(SGM, addr(i), sizeof(T), true, at);
+        base[i] = static_cast<T>(v);
+    }
+};
+template <typename T>
+GmPtr<T> gm_arg(const AscendC::GlobalTensor<T>& t, int mode, int64_t first, uint32_t count,
+                int line) {
+    return GmPtr<T>{t.data(), first, count, mode, line};
+}
 template <typename A> void vf_accesses(std::vector<Acc>&, uint64_t&, int&, const A&) {}
+template <typename T> void vf_accesses(std::vector<Acc>& acc, uint64_t& bytes, int& line,
+                                       const GmPtr<T>& p) {
+    uint64_t n = uint64_t(p.count) * sizeof(T), at = p.addr(p.first);
+    if (p.mode & 1) acc.push_back(Acc{SGM, at, n, false});
+    if (p.mode & 2) acc.push_back(Acc{SGM, at, n, true});
+    bytes += n;
+    line = p.line;
+}
 template <typename T> void vf_accesses(std::vector<Acc>& acc, uint64_t& bytes, int& line,
                                        const UbPtr<T>& p) {
     uint64_t n = uint64_t(p.count) * sizeof(T), at = p.off + uint64_t(p.first) * sizeof(T);
@@ -1230,13 +1274,17 @@ template <auto F, typename... A> void asc_vf_call(dim3 threads, A&&... args) {
     int core = tw_emu::is_aic() ? 0 : 1 + tw_emu::sub_block_idx();
     auto body = [=] { F(args...); };
     tw_emu::issue(tw_emu::PV, "asc_vf_call", line, std::move(acc),
-                  [=] { tw_emu::simt_run(threads.x, core, line, body); }, 8.0 + bytes / 128.0,
+                  [=] { tw_emu::simt_run(threads, core, line, body); }, 8.0 + bytes / 128.0,
                   bytes);
 }
 #define TW_UBUF(T) ::tw_emu::UbPtr<T>
 #define TW_UB_ARG(T, t, mode, first, count) ::tw_emu::ub_arg<T>((t), (mode), (first), (count), __LINE__)
 #define TW_UB_LOAD(p, i) (p).load((i), __LINE__)
 #define TW_UB_STORE(p, i, v) (p).store((i), (v), __LINE__)
+#define TW_GMBUF(T) ::tw_emu::GmPtr<T>
+#define TW_GM_ARG(T, t, mode, first, count) ::tw_emu::gm_arg<T>((t), (mode), (first), (count), __LINE__)
+#define TW_GM_LOAD(p, i) (p).load((i), __LINE__)
+#define TW_GM_STORE(p, i, v) (p).store((i), (v), __LINE__)
 
 // scalar-unit helpers of the generated source (plain C++ casts and selects on an NPU)
 #define TW_CAST(T, x) ::tw_emu::cast<T>(x)

@@ -723,8 +723,8 @@ void simt_access(int space, uint64_t off, uint64_t len, bool write, int line) {
 
 bool simt_bounds(int64_t i, uint32_t count, int line) {
     if (i >= 0 && uint64_t(i) < count) return true;
-    error(line, "a SIMT thread touches element %lld of the %u elements of a UB tile passed to "
-          "its function",
+    error(line, "a SIMT thread touches element %lld of the %u elements of a UB tile or GM "
+          "tensor window passed to its function",
           (long long)i, count);
     return false;
 }
@@ -736,7 +736,8 @@ void simt_barrier() {
     swapcontext(&t.ctx, &SIMT->main);
 }
 
-void simt_run(uint32_t threads, int core, int line, std::function<void()> body) {
+void simt_run(dim3 block, int core, int line, std::function<void()> body) {
+    const uint32_t threads = block.x * block.y * block.z;
     SimtRun run;
     run.threads.resize(threads);
     run.body = std::move(body);
@@ -760,7 +761,8 @@ void simt_run(uint32_t threads, int core, int line, std::function<void()> body) 
             if (t.done) { ++done; continue; }
             t.waiting = false;
             run.current = int(i);
-            simt_index = SimtIndex{i, 0, 0};
+            // thread i of the block: x fastest (thread_rank of cooperative_groups_impl.h)
+            simt_index = SimtIndex{i % block.x, i / block.x % block.y, i / (block.x * block.y)};
             swapcontext(&run.main, &t.ctx);
             if (t.waiting) ++waiting; else ++done;
         }

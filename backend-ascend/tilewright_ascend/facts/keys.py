@@ -15,4 +15,6 @@ TREE_KEY = "ascend.tree"  # kernel annotation: the Ascend dialect tree it is wri
 BUFFER_VERSIONS_KEY = "ascend.buffer_versions"  # kernel annotation: {buffer: [count, mode]}
 MIXED_KEY = "ascend.mixed"  # kernel annotation of T.MixedKernel: [sids, the sid variable]
 SIMD_VF_KEY = "ascend.simd_vf"  # AttrStmt: a T.SimdVF vector function; value: latency= or 0
-SIMT_KEY = "ascend.simt_vf"  # AttrStmt of T.SimtVF: node the thread index, value the threads
+# AttrStmt of T.SimtVF: node the thread's linear index, value the thread block
+# (facts.simt.block_value / block_of)
+SIMT_KEY = "ascend.simt_vf"

@@ -30,6 +30,12 @@ PIPE_BARRIER = _op("pipe_barrier", (), (Attr("pipe", str, ""),),
 BARRIER_ALL = _op("barrier_all", (), (), "wait for everything issued so far on this core")
 SET_CROSS_FLAG = _op("set_cross_flag", (_ID,), (Attr("pipe", str, ""), Attr("mode", int, 2)),
                      "cube <-> vector handoff: count up a cross-core flag after PIPE's work")
+# a set_cross_flag that hands ``tile`` back to the other core (it overwrites it next): for the
+# intra-core synchronisation a write of the tile on ``pipe``, so every earlier access of the tile
+# is done when the flag counts up
+RELEASE_CROSS_FLAG = _op("release_cross_flag", (_ID, Operand("tile", "write")),
+                         (Attr("pipe", str, ""), Attr("mode", int, 2)),
+                         "count up a cross-core flag once this core is done with the tile")
 WAIT_CROSS_FLAG = _op("wait_cross_flag", (_ID,), (),
                       "block until the cross-core flag counts up, then count it down")
 GEMM_V0 = _op("gemm_v0", (Operand("A", "read"), Operand("B", "read"), Operand("C", "readwrite"),
@@ -91,9 +97,11 @@ DUAL_FIXPIPE = _op("dual_fixpipe", (Operand("src", "read"), Operand("dst", "writ
 
 # T.simd register instructions of T.SimdVF (facts.registers.REGISTER_OPS names each one's
 # vendor function): registers are numbered within their T.SimdVF (-1: none), masks are the
-# element width in bits of their lanes (0: none); a load reads, a store writes its UB lanes
+# element width in bits of their lanes (0: none) and the mask register of a count (``mask``:
+# -1, every lane); a load reads, a store writes its UB lanes
 _REG_ATTRS = (Attr("op", str, ""), Attr("dst", int, -1), Attr("src0", int, -1),
-              Attr("src1", int, -1), Attr("dtype", str, ""), Attr("bits", int, 0))
+              Attr("src1", int, -1), Attr("dtype", str, ""), Attr("bits", int, 0),
+              Attr("mask", int, -1))
 REG_LOAD = _op("tile.reg_load", (Operand("ub", "read"),), _REG_ATTRS,
                "load a register from UB lanes (Reg::LoadAlign)")
 REG_STORE = _op("tile.reg_store", (Operand("ub", "write"),), _REG_ATTRS,
@@ -104,7 +112,8 @@ REGISTER_INSTRUCTIONS = (REG_LOAD.name, REG_STORE.name, REG_OP.name)
 
 VECTOR_OPS = tuple(f"{PREFIX}tile.{n}" for n in (*BINARY, *UNARY, *SCALAR, "fill", "cast"))
 SYNC_OPS = tuple(PREFIX + n for n in ("set_flag", "wait_flag", "pipe_barrier", "barrier_all",
-                                      "set_cross_flag", "wait_cross_flag"))
+                                      "set_cross_flag", "wait_cross_flag",
+                                      "release_cross_flag"))
 DIALECT_OPS = (*SYNC_OPS, PREFIX + "gemm_v0", PREFIX + "mma", LOAD_L0.name, COUNTER.name,
                DUAL_FIXPIPE.name,
                PREFIX + "printf",

@@ -8,7 +8,11 @@ started with ``asc_vf_call`` of ``include/basic_api/kernel_common.h``).
 function, the template arguments the generated call gives it, its declaration in the header
 named, the form of its call and the element types it takes. Registers are
 ``Reg::RegTensor<T>`` (256 bytes: :data:`REGISTER_BYTES`), masks ``Reg::MaskReg`` made by
-``Reg::CreateMask<T, Reg::MaskPattern::ALL>()`` (every lane of ``T``).
+``Reg::CreateMask<T, Reg::MaskPattern::ALL>()`` (every lane of ``T``) or, for the first
+``count`` lanes (a tail), by ``Reg::UpdateMask<T>(count)`` (the ``pset.count`` row: ``plt`` in
+``impl/basic_api/reg_compute/dav_3510/kernel_reg_compute_maskreg_impl.h``, lane ``i`` active
+where ``i < count``; it also lowers ``count`` by the lanes of ``T``, which the generated code
+does not use again).
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ class RegisterOp:
     mask), ``convert`` (dst, src, mask; the template names a ``Reg::CastTrait`` of the
     generated file, see :data:`CAST_TRAITS`)."""
 
-    form: str
+    form: str  # also ``mask`` (a mask register of the first ``scalar`` lanes)
     function: str
     template: str
     declaration: str
@@ -74,6 +78,9 @@ _STORE = "template <typename T, StoreDist dist, typename U> void StoreAlign(__ub
 _16BIT = frozenset({"float16", "bfloat16", "int16", "uint16"})
 
 REGISTER_OPS = {
+    # a mask of the first count lanes (count taken at the instruction)
+    "pset.count": _op("mask", "UpdateMask", "template <typename T, const RegTrait& regTrait> "
+                      "MaskReg UpdateMask(uint32_t& scalarValue)", MASK, "{T}"),
     "vld": _op("load", "LoadAlign", _LOAD, DATACOPY),
     # 16-bit elements into the even lanes (each zero-extended into its 32-bit slot)
     "vld.unpack": _op("load", "LoadAlign", _LOAD, DATACOPY,

@@ -103,13 +103,19 @@ MAINLINE = {
     "vector_add_simd": ("vector_add", (8 * 1024,), {"body": "simd"}),
     "softmax_simd": ("softmax", (8, 256), {}),
     "rmsnorm_simd": ("rmsnorm", (4, 256), {}),
+    # rows of 200: the last register of a row under a mask of a count (Reg::UpdateMask)
+    "softmax_simd_tail": ("softmax", (8, 200), {}),
+    "rmsnorm_simd_tail": ("rmsnorm", (4, 200), {}),
     "gemm_l1": ("gemm", (128, 128, 256, 64, 64, 64), {}),
     "gemm_l0": ("gemm", (128, 128, 256, 64, 64, 64), {"l0": True}),
     "gemm_l0_transposed": ("gemm", (128, 128, 256, 64, 64, 64),
                            {"l0": True, "transpose_A": True, "transpose_B": True}),
     "gemm_relu_m_split": ("gemm_relu", (128, 128, 256, 64, 64, 64), {"split": "m"}),
     "gemm_relu_n_split": ("gemm_relu", (128, 128, 256, 64, 64, 64), {"split": "n"}),
+    "gemm_relu_loop": ("gemm_relu_loop", (128, 256, 128, 64, 64), {}),
     "simt_transpose": ("simt_transpose", (64,), {}),
+    "simt_transpose_2d": ("simt_transpose_2d", (64,), {}),
+    "simt_through_gm": ("simt_through_gm", (32, 64), {}),
     "simt_softmax": ("simt_softmax", (32, 256), {}),
 }
 

@@ -39,6 +39,7 @@ from ..facts.events import PIPES as _PIPES
 from ..facts.keys import BUFFER_VERSIONS_KEY as _VERSIONS_KEY
 from ..facts.keys import MIXED_KEY as _MIXED_KEY
 from ..facts.ops import DUAL_COPY as _DUAL_COPY
+from ..facts.paths import DUAL_COPY_PATHS
 from . import dialect as _dialect
 from ._emit import emit as _emit
 from ._emit import error as _error
@@ -215,10 +216,6 @@ class MixedKernel(Kernel):
         return bx, self.sid
 
 
-# the memories T.dual_copy moves between: (source, destination) -> whether the full tile is
-# the source (L0C -> UB, GM -> UB) or the destination (UB -> GM, UB -> L1)
-DUAL_COPY_PATHS = {("ascend.l0c", "ascend.ub"): True, ("global", "ascend.ub"): True,
-                   ("ascend.ub", "global"): False, ("ascend.ub", "ascend.l1"): False}
 _MEMORY = {"ascend.l0c": "L0C", "ascend.ub": "UB", "global": "GM", "ascend.l1": "L1",
            "ascend.l0a": "L0A", "ascend.l0b": "L0B"}
 
@@ -265,7 +262,7 @@ def dual_copy(src, dst, l2_cache_ctrl=None, unit_flag_ctrl=None):
                      f"conversion): {regions[0].buffer.dtype} -> {regions[1].buffer.dtype}; "
                      "copy into a UB tile of the accumulator's type and cast it in the vector "
                      "code")
-    full_first = DUAL_COPY_PATHS[scopes]
+    full_first = DUAL_COPY_PATHS[scopes].full_source
     extents = [[_as_int(e) for e in r.extents] for r in regions]
     full, half = extents if full_first else extents[::-1]
     axis = _split_axis(full, half)

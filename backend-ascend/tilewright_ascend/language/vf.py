@@ -4,7 +4,10 @@
 ``with T.SimtVF(threads=N):`` is a SIMT vector function of ``N`` threads, as in TileLang
 mainline: its ``T.Parallel`` nests are spread over the threads and ``T.get_thread_binding()``
 is the thread's index (:mod:`..transforms.simt` lowers it, the barriers between threads
-included). The scope is the statement ``AttrStmt(tid, SIMT_KEY, N, body)``.
+included). ``threads=(X, Y)`` or ``(X, Y, Z)`` is a block of two or three dimensions
+(``T.get_thread_binding(1)`` the index along ``Y``). The scope is the statement
+``AttrStmt(tid, SIMT_KEY, block, body)``: ``tid`` the thread's linear index
+``x + y * X + z * X * Y``, ``block`` :func:`..facts.simt.block_value` of ``(X, Y, Z)``.
 
 ``with T.SimdVF():`` holds register-level code over 2048-bit vector registers
 (:data:`..facts.registers.REGISTER_BYTES`: 64 float32 or 128 float16 lanes):
@@ -13,16 +16,23 @@ included). The scope is the statement ``AttrStmt(tid, SIMT_KEY, N, body)``.
 register API and each ``T.simd`` call one register instruction in it (the tile ops
 :data:`..facts.ops.REGISTER_INSTRUCTIONS`, numbered registers), the ``Reg::`` function
 :data:`..facts.registers.REGISTER_OPS` names; a load reads and a store writes its UB lanes, so
-the synchronisation pass orders the whole function against the other pipes. Masks are whole
-registers (``pset`` of the element width); a mask of another width than its operands is an
-error, and so is a register of another ``T.SimdVF``.
+the synchronisation pass orders the whole function against the other pipes. A mask is every
+lane of its element width (``pset(32)``) or its first ``count`` lanes (``pset(32, count=n)``,
+``Reg::UpdateMask``: the tail of a row that is not a whole number of registers); a mask of
+another width than its operands is an error, and so is a register of another ``T.SimdVF``.
 
-Both scopes take the ``latency=`` scheduling hint (cycles) and check it.
+Both scopes take the ``latency=`` hint (cycles), TileLang's input to its scheduling model, and
+check it. The arch-3510 API has no counterpart (no latency or scheduling hint in
+``include/simt_api``, ``include/basic_api/reg_compute`` or ``asc_vf_call``; ``Nop<count>`` of
+``kernel_operator_utils_intf.h`` is a delay, not a hint), so the hint is accepted, logged in one
+line naming the user's line, and not emitted.
 """
 
 from __future__ import annotations
 
 import builtins as py
+import logging
+import math
 from dataclasses import dataclass
 
 import tvm
@@ -34,14 +44,21 @@ from ..facts.dtypes import dtype_bytes
 from ..facts.keys import SIMD_VF_KEY, SIMT_KEY
 from ..facts.ops import REG_LOAD, REG_OP, REG_STORE
 from ..facts.registers import REGISTER_BYTES, REGISTER_OPS
-from ..facts.simt import MAX_THREADS
-from ._emit import error, span
+from ..facts.simt import MAX_THREADS, block_value
+from ._emit import error, location, span
 from .trees import MAINLINE, claim
+
+_log = logging.getLogger(__name__)
 
 
 def _latency(latency, what: str) -> None:
-    if latency is not None and (not isinstance(latency, py.int) or latency <= 0):
+    if latency is None:
+        return
+    if not isinstance(latency, py.int) or latency <= 0:
         raise error(f"{what}: latency= is a positive number of cycles, got {latency!r}")
+    _log.warning("%s: %s(latency=%d) is a hint to TileLang's scheduling model; the arch-3510 "
+                 "API has no counterpart, so it is accepted and not emitted", location(), what,
+                 latency)
 
 
 class _Scope:
@@ -74,19 +91,33 @@ class SimtVF(_Scope):
     kind, what = "ascend_simt", "T.SimtVF"
 
     def __init__(self, threads=128, latency=None):
-        if not isinstance(threads, py.int) or not 0 < threads <= MAX_THREADS:
-            raise error(f"T.SimtVF: threads= is 1 to {MAX_THREADS}, got {threads!r}")
+        block = tuple(threads) if isinstance(threads, (py.tuple, py.list)) else (threads,)
+        if not 1 <= len(block) <= 3 or \
+                not all(isinstance(d, py.int) and not isinstance(d, py.bool) and d > 0
+                        for d in block) or math.prod(block) > MAX_THREADS:
+            raise error(f"T.SimtVF: threads= is a number of threads or a block of two or three "
+                        f"dimensions, {MAX_THREADS} threads at most in all, got {threads!r}")
         _latency(latency, "T.SimtVF")
-        self.threads = threads
+        self.block = (*block, *(1 for _ in range(3 - len(block))))
+        self.dims = len(block)
         self.tid = tirx.Var("tid", "int32")
 
     def __enter__(self):
         self._span = span()  # the user's line of the scope
         super().__enter__()
-        self._frame.info["tid"] = self.tid
+        self._frame.info["vf"] = self
+
+    def binding(self, dim: int):
+        """The thread's index along ``dim``, from its linear index (a ``floormod`` by the
+        dimension, so that its range is known where the linear index's is not)."""
+        x, y, _ = self.block
+        if self.dims == 1:
+            return self.tid
+        index = (self.tid, tirx.floordiv(self.tid, x), tirx.floordiv(self.tid, x * y))[dim]
+        return tirx.floormod(index, self.block[dim])
 
     def wrap(self, body):
-        return tirx.AttrStmt(self.tid, SIMT_KEY, tirx.const(self.threads, "int32"), body,
+        return tirx.AttrStmt(self.tid, SIMT_KEY, block_value(self.block), body,
                              span=self._span)
 
 
@@ -114,28 +145,37 @@ class SimdVF(_Scope):
         return False
 
     def register(self, dtype: str) -> Register:
+        return Register(self.number(), dtype, self)
+
+    def number(self) -> int:
+        """The next number of a register or mask register of this function."""
         self.registers += 1
-        return Register(self.registers - 1, dtype, self)
+        return self.registers - 1
 
 
 def get_thread_binding(dim=0):
-    """``T.get_thread_binding()``: the index of the running thread of the enclosing
-    ``T.SimtVF`` (0 to ``threads - 1``; the threads are one-dimensional, ``dim`` is 0)."""
+    """``T.get_thread_binding(dim=0)``: the index of the running thread of the enclosing
+    ``T.SimtVF`` along ``dim`` of its block (``threadIdx.x``, ``.y``, ``.z``: 0 to
+    ``threads - 1`` for a block of one dimension)."""
     frame = B.current("T.get_thread_binding").enclosing("ascend_simt")
     if frame is None:
         raise error("T.get_thread_binding() is the thread index of a SIMT vector function: "
                     "use it inside 'with T.SimtVF(threads=N):'")
-    if dim != 0:
-        raise error(f"T.get_thread_binding({dim!r}): the threads of T.SimtVF are "
-                    "one-dimensional, the only dimension is 0")
-    return frame.info["tid"]
+    vf = frame.info["vf"]
+    if not isinstance(dim, py.int) or not 0 <= dim < vf.dims:
+        raise error(f"T.get_thread_binding({dim!r}): the block of T.SimtVF(threads="
+                    f"{vf.block[:vf.dims]!r}) has {vf.dims} dimension(s), 0 to {vf.dims - 1}")
+    return vf.binding(dim)
 
 
 @dataclass(frozen=True)
 class Mask:
-    """A predicate over every lane of registers of ``bits``-bit elements."""
+    """A predicate over the lanes of registers of ``bits``-bit elements: every lane
+    (``index`` -1) or the first ``count`` lanes, mask register ``index`` of its vector
+    function."""
 
     bits: int
+    index: int = -1
 
 
 @dataclass(frozen=True, eq=False)
@@ -173,7 +213,10 @@ def _lanes_region(buf, indices, lanes: int, what: str) -> Region:
     if isinstance(last, tirx.IntImm) and isinstance(start, tirx.IntImm) and \
             int(start) + lanes > int(last):
         raise error(f"{what}: {lanes} lanes from element {int(start)} run past the last "
-                    f"dimension of {buf.name!r} ({int(last)})")
+                    f"dimension of {buf.name!r} ({int(last)}); a register reads and writes "
+                    f"whole: for a row that is not a whole number of registers, pad the tile's "
+                    f"last dimension to a multiple of {lanes} and mask the tail with "
+                    f"T.simd.pset(bits, count=...)")
     return Region(buf, tuple(indices), (*(1 for _ in indices[:-1]), lanes))
 
 
@@ -213,11 +256,13 @@ def _operands(what: str, values, mask) -> tuple[SimdVF, list[Register]]:
 
 
 def _emit(name: str, operands: dict, op: str, dst: Register | None = None, srcs=(),
-          bits: int = 0) -> None:
+          mask: Mask | None = None) -> None:
     """One register instruction at the user's line."""
     src = [r.index for r in srcs] + [-1, -1]
     attrs = {"op": op, "dst": dst.index if dst is not None else -1, "src0": src[0],
-             "src1": src[1], "dtype": (dst or srcs[0]).dtype, "bits": bits}
+             "src1": src[1], "dtype": (dst or srcs[0]).dtype,
+             "bits": mask.bits if mask is not None else 0,
+             "mask": mask.index if mask is not None else -1}
     B.current("T.simd").emit(make_call(name, operands, attrs, span()))
 
 
@@ -226,7 +271,7 @@ def _compute(op: str, what: str, dtype: str, vf: SimdVF, srcs, mask: Mask,
     _takes(op, dtype, what)
     dst = vf.register(dtype)
     value = tirx.const(0, "int32") if scalar is None else scalar
-    _emit(REG_OP.name, {"scalar": value}, op, dst, srcs, mask.bits)
+    _emit(REG_OP.name, {"scalar": value}, op, dst, srcs, mask)
     return dst
 
 
@@ -258,13 +303,31 @@ class _Simd:
                 setattr(self, name, forms[instr.form](name))
 
     @staticmethod
-    def pset(bits):
+    def pset(bits, count=None):
         """``T.simd.pset(32)``: a mask of every lane of ``bits``-bit elements
-        (``Reg::CreateMask<T, Reg::MaskPattern::ALL>()``)."""
-        _in_simd("T.simd.pset")
+        (``Reg::CreateMask<T, Reg::MaskPattern::ALL>()``). ``T.simd.pset(32, count=n)``: a mask
+        of the first ``n`` lanes (every lane where ``n`` is at least the register's lanes, none
+        where it is 0 or less), computed where it is written (``Reg::UpdateMask<T>(n)``): the
+        tail of a row whose length is not a whole number of registers, e.g.
+        ``T.simd.pset(32, count=N - g * 64)`` in the row's last register."""
+        what = "T.simd.pset"
+        vf = _in_simd(what)
         if bits not in (8, 16, 32):
-            raise error(f"T.simd.pset takes the element width 8, 16 or 32, got {bits!r}")
-        return Mask(bits)
+            raise error(f"{what} takes the element width 8, 16 or 32, got {bits!r}")
+        if count is None:
+            return Mask(bits)
+        if isinstance(count, py.int):
+            count = tirx.const(count, "int32")
+        if not isinstance(count, tvm.ir.Expr) or not str(count.ty).startswith(("int", "uint")):
+            raise error(f"{what}: count= is a number of lanes (an integer expression), got "
+                        f"{count!r}")
+        mask = Mask(bits, vf.number())
+        count = tirx.Max(tirx.Cast("int32", count), tirx.const(0, "int32"))
+        dtype = {8: "uint8", 16: "uint16", 32: "uint32"}[bits]
+        attrs = {"op": "pset.count", "dst": mask.index, "src0": -1, "src1": -1,
+                 "dtype": dtype, "bits": bits, "mask": mask.index}
+        B.current(what).emit(make_call(REG_OP.name, {"scalar": count}, attrs, span()))
+        return mask
 
     @staticmethod
     def vld(ref, dist="norm"):
@@ -301,7 +364,7 @@ class _Simd:
         if mask is not None and (not isinstance(mask, Mask) or mask.bits != bits):
             raise error(f"{what}: the mask is for {getattr(mask, 'bits', mask)}-bit lanes but "
                         f"the register holds {dtype}; use T.simd.pset({bits})")
-        return _compute("vdup", what, dtype, vf, [], Mask(bits), scalar)
+        return _compute("vdup", what, dtype, vf, [], mask or Mask(bits), scalar)
 
     @staticmethod
     def vcvt(reg, dtype, mask, part="even"):
@@ -348,7 +411,7 @@ class _Simd:
             _mask(mask, [reg], what)
         op = "vsts" if dist == "norm" else "vsts.pack"
         _emit(REG_STORE.name, {"ub": _lanes_region(buf, indices, count, what)}, op,
-              srcs=[reg], bits=mask.bits)
+              srcs=[reg], mask=mask)
 
     @staticmethod
     def _binary(name):

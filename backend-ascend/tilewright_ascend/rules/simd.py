@@ -5,7 +5,9 @@ core with ``asc_vf_call``; its register instructions are the ``Reg::`` calls
 
 The function takes the UB tiles its instructions address (``__ubuf__ T*``, from
 ``GetPhyAddr()``) and the scalars of the kernel its body uses (loop variables, block index),
-and declares its masks (``Reg::CreateMask``) and registers (``Reg::RegTensor<T>``) first. The
+and declares its masks (``Reg::CreateMask`` of every lane; a mask of a count is declared there
+and set by ``Reg::UpdateMask`` where ``T.simd.pset(bits, count=n)`` is written, from
+``n`` in a ``uint32_t`` of its own) and registers (``Reg::RegTensor<T>``) first. The
 register API does not order a function's own UB accesses: a load or store that may touch the
 lanes of an earlier store (or a store those of an earlier load) of the same tile, in the order
 the function is written, is preceded by ``Reg::LocalMemBar`` of that pair (``VEC_STORE`` ->
@@ -46,6 +48,7 @@ class VectorFunction:
 
     registers: dict = field(default_factory=dict)
     masks: set = field(default_factory=set)
+    counted: dict = field(default_factory=dict)  # mask register of a count -> its bits
     tiles: list = field(default_factory=list)
     # the UB accesses written so far: [kind, region, the kinds a barrier has ordered it before]
     accesses: list = field(default_factory=list)
@@ -55,8 +58,13 @@ class VectorFunction:
         return f"vreg{index}"
 
     @staticmethod
-    def mask(bits: int) -> str:
-        return f"mask_b{bits}"
+    def mask(bits: int, index: int = -1) -> str:
+        """The mask of every ``bits``-bit lane, or mask register ``index`` of a count."""
+        return f"mask_b{bits}" if index < 0 else f"pmask{index}"
+
+    @staticmethod
+    def count(index: int) -> str:
+        return f"pcount{index}"
 
 
 def _scan(body) -> VectorFunction:
@@ -68,9 +76,12 @@ def _scan(body) -> VectorFunction:
                               "register instruction: move it before or after the 'with "
                               "T.SimdVF():' block", span_location(call.span))
         attrs = call.attrs
+        if REGISTER_OPS[attrs["op"]].form == "mask":
+            vf.counted[attrs["dst"]] = attrs["bits"]
+            continue
         if attrs["dst"] >= 0:
             vf.registers[attrs["dst"]] = attrs["dtype"]
-        if attrs["bits"]:
+        if attrs["bits"] and attrs["mask"] < 0:
             vf.masks.add(attrs["bits"])
         if "ub" in call.operands:
             buf = call.operands["ub"].buffer
@@ -104,6 +115,9 @@ def emit_vector_function(em, attr) -> None:
         for bits in sorted(vf.masks):
             em.line(f"Reg::MaskReg {vf.mask(bits)} = "
                     f"{CREATE_MASK.format(T=MASK_TYPES[bits])};")
+        for index in sorted(vf.counted):
+            em.line(f"Reg::MaskReg {vf.mask(0, index)};")
+            em.line(f"uint32_t {vf.count(index)};")
         for index, dtype in sorted(vf.registers.items()):
             em.line(f"Reg::RegTensor<{ctype(dtype)}> {vf.register(index)};")
         em.stmt(attr.body)
@@ -181,7 +195,7 @@ def rule_reg_store(em, call) -> None:
     attrs = call.attrs
     _order(em, vf, "VEC_STORE", call.operands["ub"])
     _call(em, call, [_address(em, call.operands["ub"]), vf.register(attrs["src0"]),
-                     vf.mask(attrs["bits"])], T=ctype(attrs["dtype"]))
+                     vf.mask(attrs["bits"], attrs["mask"])], T=ctype(attrs["dtype"]))
 
 
 @rule(ops.REG_OP.name)
@@ -190,7 +204,12 @@ def rule_reg_op(em, call) -> None:
     attrs = call.attrs
     instr = REGISTER_OPS[attrs["op"]]
     dtype = attrs["dtype"]
-    dst, mask = vf.register(attrs["dst"]), vf.mask(attrs["bits"])
+    if instr.form == "mask":
+        count = vf.count(attrs["dst"])
+        em.line(f"{count} = (uint32_t)({em.expr(call.operands['scalar'])});")
+        return em.line(f"{vf.mask(attrs['bits'], attrs['dst'])} = Reg::{instr.function}"
+                       f"<{instr.template.format(T=ctype(dtype))}>({count});")
+    dst, mask = vf.register(attrs["dst"]), vf.mask(attrs["bits"], attrs["mask"])
     srcs = [vf.register(attrs[s]) for s in ("src0", "src1") if attrs[s] >= 0]
     scalar = f"({ctype(dtype)}){em.expr(call.operands['scalar'])}"
     if instr.form == "fill":

@@ -30,7 +30,7 @@ def rule_barrier_all(em, call) -> None:
     em.line("PipeBarrier<PIPE_ALL>();")
 
 
-@rule(ops.SET_CROSS_FLAG.name)
+@rule(ops.SET_CROSS_FLAG.name, ops.RELEASE_CROSS_FLAG.name)
 def rule_set_cross_flag(em, call) -> None:
     em.line(f"CrossCoreSetFlag<{call.attrs['mode']}, PIPE_{call.attrs['pipe'].upper()}>"
             f"({em.expr(call.operands['event_id'])});")

@@ -49,8 +49,8 @@ def _uses(node) -> set:
 
 def _candidates(func, loop) -> tuple[list, dict]:
     """The buffers of ``loop`` that can be versioned, and why each other buffer it uses
-    cannot."""
-    inside = _uses(loop.body)
+    cannot (GM tensors are not versioned: the kernel's arguments and workspaces)."""
+    inside = {b for b in _uses(loop.body) if str(b.scope()) != "global"}
     outside = set()
     for stmt in _outside(func.body, loop):
         outside |= _uses(stmt)
@@ -190,7 +190,7 @@ def _hand_staged(loop, buf, count: int) -> bool:
 
 def _cross_core(loop) -> bool:
     """Whether ``loop`` hands data between the cube and the vector cores (cross-core flags)."""
-    cross = (ops.SET_CROSS_FLAG.name, ops.WAIT_CROSS_FLAG.name)
+    cross = (ops.SET_CROSS_FLAG.name, ops.WAIT_CROSS_FLAG.name, ops.RELEASE_CROSS_FLAG.name)
     return any(c.name in cross for c in tile_ops_in(loop.body))
 
 

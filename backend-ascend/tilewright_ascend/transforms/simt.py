@@ -9,14 +9,21 @@ in order; each becomes what thread ``tid`` runs (:mod:`..facts.simt`):
   its number;
 - any other statement (indexed by ``T.get_thread_binding()``): as written, by every thread.
 
+``tid`` is the thread's linear index; in a block of two or three dimensions the indices along
+them (``T.get_thread_binding(d)``, expressions of ``tid``) are, for the analyses below, the
+variables of the block's dimensions (``tid = x + y * X + z * X * Y``), each its own thread
+variable.
+
 Between two statements, a barrier (``asc_syncthreads()``) is inserted where the later one
 touches a UB tile that an earlier one since the last barrier touched, one of them writing,
 and the same thread is not proven to touch each element in both (the same nest shape and
 the same indices; or the same index ``tid + c`` in one dimension). Within one statement no
 barrier can order the threads: a tile written there must be written at an index that tells
-the threads apart (a nest variable, or ``tid``, plus something the threads share) and read
+the threads apart (a nest variable, or each dimension's index, plus something the threads
+share) and read
 there at that same index; anything else is an error at the statement's line. Tiles allocated
-inside the scope are allocated before it; the threads touch UB tiles only.
+inside the scope are allocated before it; the threads touch UB tiles and GM tensors
+(:data:`..facts.simt.GM`), which these rules treat alike.
 """
 
 from __future__ import annotations
@@ -30,15 +37,15 @@ from tilewright.ir import decode
 from tvm import sym, tirx
 
 from ..facts.keys import SIMT_KEY
-from ..facts.simt import BARRIER
+from ..facts.simt import BARRIER, GM, GM_DTYPES, UB, block_of
 
-UB = "ascend.ub"
 _ANALYZER = sym.Analyzer()
 
 
 class _Access:
     """One load or store of a thread's statement: ``owner`` says which thread runs it
-    (``("nest", extents, variables)`` or ``("thread", tid)``)."""
+    (``("nest", extents, variables)`` or ``("thread", extents, axes)``: the variables of the
+    block's dimensions of more than one thread, the indices written in them)."""
 
     def __init__(self, buffer, indices, write: bool, owner):
         self.buffer, self.indices, self.write, self.owner = buffer, list(indices), write, owner
@@ -67,11 +74,15 @@ def _subst(e, mapping: dict):
         (new for old, new in mapping.items() if old.same_as(v)), v)))
 
 
-def _accesses(stmt, owner) -> list[_Access]:
+def _accesses(stmt, owner, index=lambda i: i) -> list[_Access]:
     found = []
+
+    def add(buffer, indices, write):
+        found.append(_Access(buffer, [index(i) for i in indices], write, owner))
+
     tvm_ffi.structural_walk(stmt, [
-        (tvm.ir.TensorLoad, lambda x: found.append(_Access(x.source, x.indices, False, owner))),
-        (tirx.BufferStore, lambda x: found.append(_Access(x.buffer, x.indices, True, owner)))])
+        (tvm.ir.TensorLoad, lambda x: add(x.source, x.indices, False)),
+        (tirx.BufferStore, lambda x: add(x.buffer, x.indices, True))])
     return found
 
 
@@ -81,20 +92,23 @@ def _loop_vars(stmt) -> list:
     return found
 
 
-def _owned(index, by, others) -> bool:
-    """Whether ``index`` is ``by + c`` with ``c`` the same for every thread."""
+def _owned(index, by, threads, varying, extent: int) -> bool:
+    """Whether ``index`` is ``by + c`` with ``c`` the same for every thread (no thread
+    variable in it; a variable of ``varying`` only in a multiple of ``by``'s ``extent``, so
+    that ``by`` is ``index`` modulo ``extent``)."""
     rest = _ANALYZER.simplify(index - by)
-    return not _uses(rest, [by, *others])
+    if _uses(rest, [by, *threads]):
+        return False
+    return not _uses(rest, varying) or _ANALYZER.can_prove(tirx.floormod(rest, extent) == 0)
 
 
 def _distinct(access, varying) -> bool:
     """Whether the threads touch different elements with ``access``: each thread variable
-    is one index, offset by what the threads share (``varying``: the statement's other loop
-    variables)."""
-    kind = access.owner[0]
-    variables = list(access.owner[2]) if kind == "nest" else [access.owner[1]]
-    return all(any(_owned(i, v, [*variables, *varying]) for i in access.indices)
-               for v in variables)
+    is one index, offset by what the threads share or by a multiple of the variable's extent
+    (``varying``: the statement's other loop variables)."""
+    _, extents, variables = access.owner
+    return all(any(_owned(i, v, variables, varying, e) for i in access.indices)
+               for v, e in zip(variables, extents))
 
 
 def _same_thread(a: _Access, b: _Access) -> bool:
@@ -108,9 +122,9 @@ def _same_thread(a: _Access, b: _Access) -> bool:
         mapping = dict(zip(vars_b, vars_a))
         return all(_ANALYZER.can_prove(x == _subst(y, mapping))
                    for x, y in zip(a.indices, b.indices))
-    tid = a.owner[1]
-    return any(_ANALYZER.can_prove(x == y) and _owned(x, tid, [])
-               for x, y in zip(a.indices, b.indices))
+    _, extents, axes = a.owner
+    return all(any(_ANALYZER.can_prove(x == y) and _owned(x, v, axes, [], e)
+                   for x, y in zip(a.indices, b.indices)) for v, e in zip(axes, extents))
 
 
 def _conflict(earlier: list[_Access], later: list[_Access]) -> bool:
@@ -127,11 +141,29 @@ def _parallel_nest(stmt):
 
 
 class _Simt:
-    def __init__(self, tid, threads: int):
-        self.tid, self.threads = tid, threads
+    def __init__(self, tid, block: tuple):
+        self.tid, self.threads = tid, math.prod(block)
         self.allocs: list = []
         self.analyzer = sym.Analyzer()
-        self.analyzer.bind(tid, tvm.ir.Range.from_min_extent(0, threads))
+        self.analyzer.bind(tid, tvm.ir.Range.from_min_extent(0, self.threads))
+        # the block's dimensions of more than one thread: tid in their variables
+        axes, extents, linear, stride = [], [], tirx.const(0, "int32"), 1
+        for name, extent in zip("xyz", block):
+            if extent > 1:
+                axis = tirx.Var(f"thread_{name}", "int32")
+                self.analyzer.bind(axis, tvm.ir.Range.from_min_extent(0, extent))
+                axes.append(axis)
+                extents.append(extent)
+                linear = linear + axis * stride
+            stride *= extent
+        # one dimension of more than one thread: tid is its index
+        self.linear = {tid: linear} if len(axes) > 1 else {}
+        self.owner = ("thread", tuple(extents), tuple(axes)) if len(axes) > 1 else \
+            ("thread", (self.threads,), (tid,))
+
+    def in_axes(self, index):
+        """``index`` (of ``tid``) in the variables of the block's dimensions."""
+        return self.analyzer.simplify(_subst(index, self.linear)) if self.linear else index
 
     def statements(self, body) -> list:
         out = []
@@ -160,7 +192,7 @@ class _Simt:
                               "(its iterations are spread over the threads), not inside "
                               "another loop or branch", span_location(nested[0].span) or where)
         if not loops:
-            return stmt, _accesses(stmt, ("thread", self.tid)), inner
+            return stmt, _accesses(stmt, self.owner, self.in_axes), inner
         extents = [lp.extent for lp in loops]
         if not all(isinstance(e, tirx.IntImm) for e in extents):
             raise KernelError("T.Parallel in T.SimtVF needs constant extents", where)
@@ -189,10 +221,16 @@ class _Simt:
         """Races within one statement: no barrier can order them."""
         where = span_location(stmt.span)
         for a in accesses:
-            if str(a.buffer.scope()) != UB:
-                raise KernelError(f"T.SimtVF: the threads work on UB tiles; "
-                                  f"{a.buffer.name!r} is in {a.buffer.scope()} (copy it to a "
-                                  "UB tile with T.copy before the scope)", where)
+            if str(a.buffer.scope()) not in (UB, GM):
+                raise KernelError(f"T.SimtVF: the threads work on UB tiles and GM tensors; "
+                                  f"{a.buffer.name!r} is in {a.buffer.scope()}, the cube's "
+                                  "(copy it to a UB tile before the scope)", where)
+            if str(a.buffer.scope()) == GM and str(a.buffer.dtype) not in GM_DTYPES:
+                raise KernelError(f"T.SimtVF: the threads load and store GM tensors of "
+                                  f"{', '.join(sorted(GM_DTYPES))} (asc_ldcg/asc_stcg of "
+                                  f"simt_api/device_functions.h); {a.buffer.name!r} is "
+                                  f"{a.buffer.dtype}: copy it to a UB tile with T.copy",
+                                  where)
         for w in accesses:
             if not w.write:
                 continue
@@ -228,7 +266,7 @@ class _Simt:
 def lower_simt(attr) -> tirx.Stmt:
     """The ``T.SimtVF`` scope ``attr`` as one thread's code, barriers inserted; the tiles
     allocated in it come first."""
-    lowering = _Simt(attr.node, int(attr.value))
+    lowering = _Simt(attr.node, block_of(attr))
     body = lowering.lower(attr.body)
     scope = tirx.AttrStmt(attr.node, SIMT_KEY, attr.value,
                           tirx.SeqStmt(body) if len(body) > 1 else body[0], span=attr.span)

@@ -39,7 +39,7 @@ from tvm import tirx
 from ..analysis.buffers import buffers_in
 from ..facts import ops
 from ..facts.events import CROSS_IDS
-from ..facts.paths import GM, L0C, UB
+from ..facts.paths import DUAL_COPY_PATHS, GM, UB
 from .rowsplit import split_rows
 
 
@@ -86,6 +86,7 @@ class Split:
         self.local = set(local)
         self.blocks = blocks
         self.next_id = 0
+        self.tails: dict = {}  # loop -> vector statements that end each of its iterations
         self.workspaces: list = []
         self.new_allocs: list = []
         self.scopes: dict = {}  # buffer -> Ascend memory, for buffers the split decides
@@ -269,20 +270,34 @@ class Split:
         src, dst = call.operands["src"], call.operands["dst"]
         axis = int(call.attrs["axis"])
         scopes = str(src.buffer.scope()), str(dst.buffer.scope())
+        route = DUAL_COPY_PATHS[scopes].route
         copy = functools.partial(make_call, "copy", span=stmt.span)
-        if scopes[0] == GM:
+        if route == "subcore" and scopes[0] == GM:
             return [], [copy({"src": half(src, axis, self.vid), "dst": dst})]
-        if scopes[1] == GM:
+        if route == "subcore":
             return [], [copy({"src": src, "dst": half(dst, axis, self.vid)})]
         name = f"{src.buffer.name}_{dst.buffer.name}"
-        if scopes[0] == L0C and dual_destination(src, axis, loop):
+        if route == "fixpipe" and dual_destination(src, axis):
             full = self._flag_id(stmt.span)
-            return [make_call(ops.DUAL_FIXPIPE.name, {"src": src, "dst": dst}, {"axis": axis},
+            cube = [make_call(ops.DUAL_FIXPIPE.name, {"src": src, "dst": dst}, {"axis": axis},
                               stmt.span),
                     make_call(ops.SET_CROSS_FLAG.name, {"event_id": full}, {"pipe": "fix"},
-                              stmt.span)], \
-                [make_call(ops.WAIT_CROSS_FLAG.name, {"event_id": full}, span=stmt.span)]
-        if scopes[0] == L0C:
+                              stmt.span)]
+            vec = [make_call(ops.WAIT_CROSS_FLAG.name, {"event_id": full}, span=stmt.span)]
+            if loop is not None:
+                # the UB tile is written again next iteration: the cube waits until both
+                # sub-cores are done with it, each releasing it after its last access of the
+                # iteration (every pipe's, ordered by the synchronisation pass)
+                empty = self._flag_id(stmt.span)
+                i = loop.loop_var - loop.min
+                cube.insert(0, tirx.IfThenElse(i >= 1, make_call(
+                    ops.WAIT_CROSS_FLAG.name, {"event_id": empty}, span=stmt.span), None))
+                self.tails.setdefault(loop, []).append(tirx.IfThenElse(
+                    i < loop.extent - 1, make_call(
+                        ops.RELEASE_CROSS_FLAG.name, {"event_id": empty, "tile": dst},
+                        {"pipe": "v"}, stmt.span), None))
+            return cube, vec
+        if route == "fixpipe":  # the Fixpipe cannot split this N: the whole tile through GM
             return self._handoff(name, src, dst, tuple(src.extents), loop, ("fix", "mte2"),
                                  stmt.span, halves=(None, axis))
         vec, cube = self._handoff(name, src, dst, tuple(dst.extents), loop, ("mte3", "mte2"),
@@ -318,6 +333,7 @@ class Split:
                                       "deep; flatten the loops around this T.gemm",
                                       span_location(s.span))
                 c, v = self._build(_flat(s.body), s, False)
+                v += self.tails.pop(s, [])
                 if c:
                     cube.append(_loop_like(s, _seq(c)))
                 if v:
@@ -379,14 +395,15 @@ def half(region: Region, axis: int, vid) -> Region:
     return Region(region.buffer, tuple(starts), tuple(extents))
 
 
-def dual_destination(src: Region, axis: int, loop) -> bool:
+def dual_destination(src: Region, axis: int) -> bool:
     """Whether the L0C -> UB ``T.dual_copy`` of ``src`` split along ``axis`` is one Fixpipe
-    into both sub-cores' UB: outside loops (in a loop the cube would need a flag back once the
-    vector cores are done with their UB tile, where the workspace path has two slots), and for
-    an N split with N a multiple of 32 (``FixpipeL0cToUB`` of dav_3510; M is even already)."""
+    into both sub-cores' UB: an M split, or an N split with N a multiple of 32
+    (``FixpipeL0cToUB`` of dav_3510; M is even already). In a loop the cube waits, before each
+    Fixpipe but the first, for both sub-cores to release their UB tile at the end of the
+    previous iteration (``release_cross_flag``)."""
     n = src.extents[-1]
     m_split = axis == len(src.extents) - 2
-    return loop is None and (m_split or (isinstance(n, tirx.IntImm) and int(n) % 32 == 0))
+    return m_split or (isinstance(n, tirx.IntImm) and int(n) % 32 == 0)
 
 
 def _dual_copy(stmt):

@@ -64,6 +64,7 @@ enum class Mode : int {};
 enum class StoreMode : int {};
 enum class Bin : int {};
 enum class LD_L2CacheType : int { L2_CACHE_HINT_NORMAL_FV };
+enum class ST_L2CacheType : int { L2_CACHE_HINT_NORMAL_FV };
 enum class L1CacheType : int { CACHEABLE, NON_CACHEABLE };
 
 // the SIMT built-in variables and types (dim3 is cce's, and global: the C API's
@@ -88,9 +89,10 @@ struct TwAny {
     template <class T> TwAny& operator=(const T&) { return *this; }
 };
 // the SIMT atomics overload on the address space of their pointer (__gm__ / __ubuf__); with
-// the qualifiers empty those overloads collide, so their implementation is left out (the
-// generated code calls none of them)
+// the qualifiers empty those overloads collide, so their implementations (the C++ API's and
+// the C API's) are left out (the generated code calls none of them)
 #define IMPL_SIMT_API_CPP_KERNEL_SIMT_ATOMIC_INTERFACE_IMPL_H
+#define IMPL_SIMT_API_DEVICE_ATOMIC_FUNCTIONS_IMPL_H  // the C API's, as device_functions.h has it
 #define __VEC_SCOPE__
 namespace __cce_scalar {
 template <class... A> void copy_ubuf_to_ubuf(A&&...);

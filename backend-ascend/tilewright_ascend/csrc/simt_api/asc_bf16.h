@@ -1,0 +1,4 @@
+// The emulator's include/simt_api/asc_bf16.h: empty, the SIMT API the generated code uses
+// (asc_ldcg, asc_stcg on GM) is in kernel_operator.h, which every generated source includes
+// first.
+#pragma once
