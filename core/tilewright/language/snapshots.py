@@ -77,7 +77,19 @@ def settle(body: tirx.Stmt, snapshots: set) -> tirx.Stmt:
             return tirx.Evaluate(tirx.IntImm("int32", 0))
         return stmt
 
+    def narrowed(cast):
+        # a value bound in float32 (see Builder.snapshot) and used as Cast(its dtype, var):
+        # the expression itself goes back, not a round trip through float32
+        var, wide = cast.value, inline.get(cast.value) if isinstance(cast.value, tirx.Var) \
+            else None
+        if isinstance(wide, tirx.Cast) and str(wide.value.ty) == str(cast.ty) and \
+                str(var.ty) == "float32":
+            return tvm_ffi.structural_map(
+                wide.value, (tirx.Var, lambda v: value_of(v) if v in inline else v))
+        return cast
+
     body = tvm_ffi.structural_map(body, ((tirx.SeqStmt, tirx.Bind), drop), order="pre")
+    body = tvm_ffi.structural_map(body, (tirx.Cast, narrowed), order="pre")
     return tvm_ffi.structural_map(body, (tirx.Var, lambda v: value_of(v) if v in inline else v))
 
 

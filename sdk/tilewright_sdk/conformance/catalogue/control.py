@@ -70,6 +70,37 @@ def _macro(dtype, M, N, bm=8, bn=16):
     return macro
 
 
+def _named_value(dtype, M, N, bm=4, bn=8):
+    @T.macro
+    def order_pairs(tile: T.SharedBuffer((bm, bn), dtype)):
+        """Each pair of neighbouring columns in ascending order, by a compare-and-swap through
+        a name bound to an element (``v`` keeps the element's value when the next line
+        overwrites it); the parameter carries TileLang's tile annotation."""
+        T.sync_threads()
+        for i, j in T.Parallel(bm, bn):
+            p = j ^ 1
+            if j < p and tile[i, j] > tile[i, p]:
+                v = tile[i, j]
+                tile[i, j] = tile[i, p]
+                tile[i, p] = v
+        T.sync_threads()
+
+    @T.prim_func
+    def named_value(A: T.Tensor((M, N), dtype), B: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=128) as (bx, by):
+            tile = T.alloc_shared((bm, bn), dtype)
+            T.copy(A[by * bm, bx * bn], tile)
+            order_pairs(tile)
+            T.copy(tile, B[by * bm, bx * bn])
+
+    return named_value
+
+
+def _pairs_ref(a):
+    m, n = a.shape
+    return [a.reshape(m, n // 2, 2).sort(dim=-1).values.reshape(m, n)]
+
+
 def _rebind(dtype, M, N, bm=8, bn=16):
     """``x`` names a first tile, then a second one: each use sees the tile bound at that
     point."""
@@ -229,6 +260,11 @@ ROWS = (
            lambda torch, gen, dtype, M, N: [rand(torch, gen, (M, N), dtype),
                                              rand(torch, gen, (M, N), dtype)],
            lambda a, b: [b - a], MN, doc="a Python name rebound to a second tile"),
+    Kernel("named_value", (*BASE, "alloc_shared", "copy", "Parallel", "macro", "SharedBuffer",
+                           "sync_threads"), ("copy",), _named_value, two_d, _pairs_ref,
+           {"partial": {"M": 6, "N": 20}},
+           doc="a compare-and-swap through a name bound to a tile element, in a T.macro with "
+               "TileLang's tile annotations between T.sync_threads"),
     Kernel("data_guard", (*TILE, "fill"), ("copy", "fill"), _data_guard, two_d,
            lambda a: [a.clamp(min=0) + (a <= 0) * 0.5], MN,
            doc="an if on tile values inside T.Parallel"),
