@@ -88,3 +88,22 @@ def test_values_stored_into_a_bfloat16_tile_are_rounded():
     expected = (x * (1.0 / 3.0)).to(torch.bfloat16).float() @ b.float()
     torch.testing.assert_close(staged_bfloat16(32, 32, 32)(x, b), expected, rtol=0, atol=0,
                                equal_nan=True)
+
+
+@T.prim_func
+def swap_bfloat16_ends(X: T.Tensor((8,), "bfloat16")):
+    with T.Kernel(1):
+        t = T.alloc_shared((8,), "bfloat16")
+        T.copy(X, t)
+        first = t[0]  # kept: t[0] is overwritten before `first` is used
+        t[0] = t[7]
+        t[7] = first
+        T.copy(t, X)
+
+
+def test_a_named_bfloat16_element_builds_and_keeps_its_value():
+    # TVM's bfloat16 legalisation did not rewrite the load inside the binding: "Load/Store of
+    # buffer t occurred before its declaration" (the CPU now holds it in a float32 local)
+    x = torch.arange(8.0).bfloat16()
+    tilewright.compile(swap_bfloat16_ends, target="cpu")(x)
+    assert x.tolist() == [7.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 0.0]

@@ -235,6 +235,44 @@ def round_bfloat16_tiles():
     return prim_func_pass("CPURoundBfloat16Tiles", run)
 
 
+def hold_bfloat16_bindings():
+    """A binding whose value loads a bfloat16 buffer (a named value the language keeps, see
+    ``tilewright.language.snapshots``) becomes a one-element float32 local array written where
+    the binding stood and read where the variable was used. TVM 0.27's bfloat16 legalisation
+    re-declares bfloat16 buffers and rewrites their stores and loads, but not a load inside a
+    ``Bind``, so the build stopped on "Load/Store of buffer ... occurred before its
+    declaration"."""
+
+    class Hold(StmtMutator):
+        def __init__(self):
+            super().__init__()
+            self.held = {}
+
+        def visit_Bind(self, stmt):
+            loads = []
+            tvm_ffi.structural_walk(stmt.value, (tvm.ir.TensorLoad, lambda ld: loads.append(ld)))
+            if not any(str(ld.source.dtype) == "bfloat16" for ld in loads):
+                return stmt
+            dtype = str(stmt.var.ty)
+            value = stmt.value if dtype != "bfloat16" else tirx.Cast("float32", stmt.value)
+            cell = tirx.decl_buffer((1,), "float32", f"{stmt.var.name}_held", scope="local")
+            zero = [tirx.IntImm("int32", 0)]
+            load = tirx.BufferLoad(cell, zero)
+            self.held[stmt.var] = load if dtype == "float32" else tirx.Cast(dtype, load)
+            return tirx.SeqStmt([tirx.AllocBuffer(cell, span=stmt.span),
+                                 tirx.BufferStore(cell, value, zero, span=stmt.span)])
+
+    def run(func):
+        hold = Hold()
+        body = hold.visit(func.body)
+        if not hold.held:
+            return func
+        return func.with_body(tvm_ffi.structural_map(
+            body, (tirx.Var, lambda v: hold.held.get(v, v))))
+
+    return prim_func_pass("CPUHoldBfloat16Bindings", run)
+
+
 def _float32_rounded_to_bfloat16(value):
     """The float32 ``value`` rounded to bfloat16 (to nearest even, NaN kept quiet), still a
     float32 value, its bits bound once: TVM's BF16ComputeLegalize drops a conversion to

@@ -48,9 +48,11 @@ PIPELINE = PassPipeline((
           "integer code; "
           "vectorisable float32 exp/exp2 (within 2 ulp, or the fast polynomial with "
           "TL_ENABLE_FAST_MATH); T.Parallel loops vectorised where their extent allows"),
-    Phase("lower_memory", lambda ctx: [passes.lower_scopes(), passes.round_bfloat16_tiles()],
+    Phase("lower_memory", lambda ctx: [passes.lower_scopes(), passes.round_bfloat16_tiles(),
+                                       passes.hold_bfloat16_bindings()],
           "shared and fragment tiles become per-block host arrays; values stored into "
-          "bfloat16 tiles rounded to bfloat16"),
+          "bfloat16 tiles rounded to bfloat16; values bound from bfloat16 loads held in "
+          "float32 local arrays"),
     Phase("lower_blocks", lambda ctx: [passes.lower_blocks(),
                                        lowering_extra.check_device_asserts(),
                                        passes.fold_unsigned_sign_tests()],

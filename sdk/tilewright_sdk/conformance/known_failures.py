@@ -41,12 +41,6 @@ KNOWN_FAILURES: tuple[KnownFailure, ...] = (
                  "a branch on tile data with several stores (a compare-and-swap) has no "
                  "vector form and the scalar unit does not branch on tile data (refused at "
                  "the kernel's line)", when="build"),
-    KnownFailure("cpu", "named_value-bfloat16-*",
-                 "a name bound to a bfloat16 tile element that must keep its value (the tile "
-                 "is written before its last use) fails in TVM's own build: its bfloat16 "
-                 "legalisation rewrites the tile's stores and loads but not a load inside a "
-                 "binding ('Load/Store of buffer ... occurred before its declaration')",
-                 when="build"),
 )
 
 
