@@ -20,11 +20,6 @@ from .snapshots import reads_memory, settle
 
 _state = threading.local()
 
-# dtypes a named value is bound in float32 rather than in its own type: the CPU backend holds
-# bfloat16 and float8 tiles in other types (float32, bytes), so a variable of that type would
-# no longer match its value there
-WIDENED_SNAPSHOTS = frozenset({"bfloat16", "float8_e4m3fn", "float8_e5m2"})
-
 
 def span_of(location: SourceLocation | None):
     if location is None:
@@ -111,14 +106,10 @@ class Builder:
                 not isinstance(value.ty, tvm.ir.PrimType) or not self.in_kernel() or \
                 not reads_memory(value):
             return value
-        dtype = str(value.ty)
-        widened = dtype in WIDENED_SNAPSHOTS
-        if widened:  # held in float32 (exactly): backends re-type these types' values
-            value = tirx.Cast("float32", value)
-        var = tirx.Var(name if name.isidentifier() else "v", value.ty)
+        var = tirx.Var(name, value.ty)
         self.emit(tirx.Bind(var, value, span=here()))
         self.snapshots.add(var)
-        return tirx.Cast(dtype, var) if widened else var
+        return var
 
     def enclosing(self, *kinds: str) -> Frame | None:
         for frame in reversed(self.frames):

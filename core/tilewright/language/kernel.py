@@ -150,9 +150,12 @@ class _TileType:
     def __init__(self, name: str, scope: str):
         self.name, self.scope = name, scope
 
-    def __call__(self, shape, dtype="float32", **_layout) -> TileSpec:
-        """``_layout``: TileLang's buffer-declaration keywords (strides, align ...), which
-        describe the tile the caller allocated and change nothing here."""
+    def __call__(self, shape, dtype="float32", data=None, strides=None, elem_offset=None,
+                 scope=None, align=None, offset_factor=None, buffer_type="",
+                 axis_separators=None) -> TileSpec:
+        """The keywords after ``dtype`` are TileLang's buffer-declaration ones: they describe
+        the tile the caller allocated and change nothing here (another keyword, a typo, is
+        a TypeError)."""
         spec = _tensor(shape, dtype)
         return TileSpec(spec.shape, spec.dtype, self.scope)
 

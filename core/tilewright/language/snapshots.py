@@ -27,9 +27,7 @@ from ..ir.schema import decode
 
 def reads_memory(expr) -> bool:
     """Whether ``expr`` loads from a buffer."""
-    found = []
-    tvm_ffi.structural_walk(expr, (tvm.ir.TensorLoad, lambda ld: found.append(ld)))
-    return bool(found)
+    return bool(_buffers_read(expr))
 
 
 def settle(body: tirx.Stmt, snapshots: set) -> tirx.Stmt:
@@ -59,10 +57,13 @@ def settle(body: tirx.Stmt, snapshots: set) -> tirx.Stmt:
         return body
     resolved: dict = {}
 
+    def substitute(node):
+        return tvm_ffi.structural_map(node, (tirx.Var, lambda v: value_of(v) if v in inline
+                                             else v))
+
     def value_of(var):
         if var not in resolved:
-            resolved[var] = tvm_ffi.structural_map(
-                inline[var], (tirx.Var, lambda v: value_of(v) if v in inline else v))
+            resolved[var] = substitute(inline[var])
         return resolved[var]
 
     def drop(stmt):
@@ -77,20 +78,8 @@ def settle(body: tirx.Stmt, snapshots: set) -> tirx.Stmt:
             return tirx.Evaluate(tirx.IntImm("int32", 0))
         return stmt
 
-    def narrowed(cast):
-        # a value bound in float32 (see Builder.snapshot) and used as Cast(its dtype, var):
-        # the expression itself goes back, not a round trip through float32
-        var, wide = cast.value, inline.get(cast.value) if isinstance(cast.value, tirx.Var) \
-            else None
-        if isinstance(wide, tirx.Cast) and str(wide.value.ty) == str(cast.ty) and \
-                str(var.ty) == "float32":
-            return tvm_ffi.structural_map(
-                wide.value, (tirx.Var, lambda v: value_of(v) if v in inline else v))
-        return cast
-
-    body = tvm_ffi.structural_map(body, ((tirx.SeqStmt, tirx.Bind), drop), order="pre")
-    body = tvm_ffi.structural_map(body, (tirx.Cast, narrowed), order="pre")
-    return tvm_ffi.structural_map(body, (tirx.Var, lambda v: value_of(v) if v in inline else v))
+    return substitute(tvm_ffi.structural_map(body, ((tirx.SeqStmt, tirx.Bind), drop),
+                                             order="pre"))
 
 
 def _uses(node, variables: set) -> Counter:

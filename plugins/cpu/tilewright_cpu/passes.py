@@ -235,13 +235,17 @@ def round_bfloat16_tiles():
     return prim_func_pass("CPURoundBfloat16Tiles", run)
 
 
-def hold_bfloat16_bindings():
-    """A binding whose value loads a bfloat16 buffer (a named value the language keeps, see
-    ``tilewright.language.snapshots``) becomes a one-element float32 local array written where
-    the binding stood and read where the variable was used. TVM 0.27's bfloat16 legalisation
-    re-declares bfloat16 buffers and rewrites their stores and loads, but not a load inside a
-    ``Bind``, so the build stopped on "Load/Store of buffer ... occurred before its
-    declaration"."""
+HELD_IN_FLOAT32 = frozenset({"bfloat16", "float8_e4m3fn", "float8_e5m2"})
+
+
+def hold_narrow_bindings():
+    """A binding whose value loads a bfloat16 or float8 buffer (a named value the language
+    keeps, see ``tilewright.language.snapshots``) becomes a one-element float32 local array
+    (exact for these types) written where the binding stood and read where the variable was
+    used. Both types are held in other types here (float32, bytes): float8's lowering and TVM
+    0.27's bfloat16 legalisation rewrite the buffers' stores and loads, but not a binding's
+    variable or, for bfloat16, a load inside a ``Bind`` ("Load/Store of buffer ... occurred
+    before its declaration")."""
 
     class Hold(StmtMutator):
         def __init__(self):
@@ -251,10 +255,10 @@ def hold_bfloat16_bindings():
         def visit_Bind(self, stmt):
             loads = []
             tvm_ffi.structural_walk(stmt.value, (tvm.ir.TensorLoad, lambda ld: loads.append(ld)))
-            if not any(str(ld.source.dtype) == "bfloat16" for ld in loads):
+            if not any(str(ld.source.dtype) in HELD_IN_FLOAT32 for ld in loads):
                 return stmt
             dtype = str(stmt.var.ty)
-            value = stmt.value if dtype != "bfloat16" else tirx.Cast("float32", stmt.value)
+            value = stmt.value if dtype == "float32" else tirx.Cast("float32", stmt.value)
             cell = tirx.decl_buffer((1,), "float32", f"{stmt.var.name}_held", scope="local")
             zero = [tirx.IntImm("int32", 0)]
             load = tirx.BufferLoad(cell, zero)
@@ -270,7 +274,7 @@ def hold_bfloat16_bindings():
         return func.with_body(tvm_ffi.structural_map(
             body, (tirx.Var, lambda v: hold.held.get(v, v))))
 
-    return prim_func_pass("CPUHoldBfloat16Bindings", run)
+    return prim_func_pass("CPUHoldNarrowBindings", run)
 
 
 def _float32_rounded_to_bfloat16(value):

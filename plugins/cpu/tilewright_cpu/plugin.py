@@ -40,19 +40,19 @@ PIPELINE = PassPipeline((
           "write converted once before it; each tile op becomes loops (rules in "
           "tilewright_cpu.lowering)"),
     Phase("lower_loops", lambda ctx: [
+        passes.hold_narrow_bindings(),
         passes.round_bfloat16_arithmetic(),
         lowering_float8.lower_float8(),
         *fastmath.passes(ctx.pass_configs),
         passes.lower_loops(not ctx.pass_configs.get("tw.disable_vectorize", False))],
-          "bfloat16 and float8 arithmetic rounded per operation, float8 conversions as "
+          "named bfloat16 and float8 values held in float32 local arrays; bfloat16 and "
+          "float8 arithmetic rounded per operation, float8 conversions as "
           "integer code; "
           "vectorisable float32 exp/exp2 (within 2 ulp, or the fast polynomial with "
           "TL_ENABLE_FAST_MATH); T.Parallel loops vectorised where their extent allows"),
-    Phase("lower_memory", lambda ctx: [passes.lower_scopes(), passes.round_bfloat16_tiles(),
-                                       passes.hold_bfloat16_bindings()],
+    Phase("lower_memory", lambda ctx: [passes.lower_scopes(), passes.round_bfloat16_tiles()],
           "shared and fragment tiles become per-block host arrays; values stored into "
-          "bfloat16 tiles rounded to bfloat16; values bound from bfloat16 loads held in "
-          "float32 local arrays"),
+          "bfloat16 tiles rounded to bfloat16"),
     Phase("lower_blocks", lambda ctx: [passes.lower_blocks(),
                                        lowering_extra.check_device_asserts(),
                                        passes.fold_unsigned_sign_tests()],
