@@ -429,10 +429,10 @@ def sync_threads(barrier_id=None, arrive_count=None) -> None:
     block's statements in order, each tile statement complete before the next reads what it
     wrote (the CUDA backend places ``__syncthreads`` where the block's threads share a tile),
     so the barrier adds nothing to the kernel (a backend that honours TileLang's
-    ``TL_DISABLE_THREAD_STORAGE_SYNC``, which none does yet, must make it a barrier); it is
-    checked where it stands: inside a
-    ``with T.Kernel``, not inside a ``T.Parallel`` loop (the iterations of one loop are not
-    ordered among themselves, so a barrier between them has no meaning)."""
+    ``TL_DISABLE_THREAD_STORAGE_SYNC``, which none does yet, must make it a barrier). It is
+    checked where it stands: inside a ``with T.Kernel``, not inside a ``T.Parallel`` loop (the
+    iterations of one loop are not ordered among themselves, so a barrier between them has no
+    meaning)."""
     builder = B.require_kernel("T.sync_threads")
     if builder.enclosing("parallel") is not None:
         raise kernel_error("T.sync_threads inside a T.Parallel loop: the iterations of one "
@@ -540,8 +540,8 @@ def check_races(nest) -> None:
         missing = par_vars - _vars_in(index)
         name = store.buffer.name
         text = f"{name}[{', '.join(str(i) for i in index)}]"
-        pairs = [pair for g in store_guards if (pair := _pair_guard(g, par_vars))]
-        owned = [pair for pair in pairs if _in_pair(index, pair)]
+        owned = [pair for g in store_guards
+                 if (pair := _pair_guard(g, par_vars)) and _in_pair(index, pair)]
         for ld, read_guards in reads:
             if tvm_ffi.structural_equal(list(ld.indices), index) or \
                     _separated(index, list(ld.indices), par_vars, loop_vars) or \
