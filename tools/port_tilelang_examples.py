@@ -14,7 +14,11 @@ The port is what a TileLang user would do by hand, and nothing more:
   and ``torch.cuda.get_device_capability`` / ``get_device_properties`` (which some examples read
   to pick a tiling) describe an sm_80-class device with the host's core count; for the
   examples' own code (not for torch or tilewright) ``torch.cuda.is_available()`` is True, as
-  some examples refuse to pick a tiling without a device.
+  some examples refuse to pick a tiling without a device. Products of float16 / bfloat16 CPU
+  tensors (``matmul``, ``einsum``, ``F.linear`` ...) and ``torch._scaled_mm`` of float8 ones
+  compute as the GPU's tensor cores do, in float32 with one rounding at the end: torch's own
+  narrow-type products on a CPU are about 85x slower, which makes an example's reference at a
+  GPU's sizes take hours.
 
 Each example (a file with a ``__main__`` block, not a test or regression harness) runs as a
 script from a copy of its folder, with the sizes upstream gives it, under a timeout, with
@@ -274,6 +278,71 @@ torch.cuda.Stream = _Stream
 torch.cuda.default_stream = lambda *args, **kwargs: _HOST_STREAM
 torch.cuda.current_stream = lambda *args, **kwargs: _HOST_STREAM
 torch.cuda.stream = lambda *args, **kwargs: contextlib.nullcontext()
+
+# The device's products. A GPU multiplies float16 and bfloat16 operands (and float8 ones in
+# torch._scaled_mm) on its tensor cores, accumulating in float32 (cuBLAS's compute type) and
+# rounding the result once. torch's own float16 / bfloat16 products on a CPU run about 85x
+# slower than its float32 ones here (0.7 against 60 GFLOP/s), which turns an example's torch
+# reference at a GPU's sizes into hours. A product whose operands are all CPU tensors of one
+# of those types computes as the device would: the operands widened to float32 (exact), one
+# float32 product, the result rounded to the operands' type (or _scaled_mm's out_dtype).
+# Anything else (mixed types, out=, other devices) is torch's own call, unchanged.
+_NARROW = (torch.float16, torch.bfloat16)
+
+
+def _tensors(args):
+    for arg in args:
+        if isinstance(arg, torch.Tensor):
+            yield arg
+        elif isinstance(arg, (list, tuple)):  # torch.einsum(equation, [a, b])
+            yield from _tensors(arg)
+
+
+def _widened(arg):
+    if isinstance(arg, torch.Tensor):
+        return arg.float()
+    if isinstance(arg, (list, tuple)):
+        return type(arg)(_widened(a) for a in arg)
+    return arg
+
+
+def _as_device(product):
+    def run(*args, **kwargs):
+        operands = list(_tensors(args))
+        narrow = operands and operands[0].dtype in _NARROW and "out" not in kwargs and all(
+            t.dtype == operands[0].dtype and t.device.type == "cpu" for t in operands)
+        if not narrow:
+            return product(*args, **kwargs)
+        return product(*_widened(args), **kwargs).to(operands[0].dtype)
+    run.__wrapped__ = product
+    return run
+
+
+for _owner, _name in [(torch, "matmul"), (torch, "mm"), (torch, "bmm"), (torch, "einsum"),
+                      (torch.nn.functional, "linear"), (torch.Tensor, "__matmul__"),
+                      (torch.Tensor, "matmul"), (torch.Tensor, "mm"), (torch.Tensor, "bmm")]:
+    setattr(_owner, _name, _as_device(getattr(_owner, _name)))
+
+_scaled_mm = torch._scaled_mm
+
+
+def _device_scaled_mm(a, b, scale_a, scale_b, bias=None, scale_result=None, out_dtype=None,
+                      use_fast_accum=False):
+    """float8 operands, exact in float32; one float32 product scaled per row of a and per
+    column of b (or per tensor), as the device's block-scaled tensor-core product."""
+    if a.device.type != "cpu" or scale_result is not None:
+        return _scaled_mm(a, b, scale_a, scale_b, bias=bias, scale_result=scale_result,
+                          out_dtype=out_dtype, use_fast_accum=use_fast_accum)
+    c = (a.float() @ b.float()) * scale_a.float() * scale_b.float()
+    if bias is not None:
+        c = c + bias.float()
+    return c.to(out_dtype or a.dtype)
+
+
+_device_scaled_mm.__wrapped__ = _scaled_mm
+
+
+torch._scaled_mm = _device_scaled_mm
 
 # --profile: where the time goes -- the start (imports), tilewright's autotuning (its
 # compilations and measurements), its other compilations, its kernel calls, and the rest (the

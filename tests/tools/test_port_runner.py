@@ -2,6 +2,8 @@
 
 import importlib.util
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -70,3 +72,47 @@ def test_an_example_using_streams_and_events_runs_on_the_host(runner, tmp_path):
     assert [(r["example"], r["result"]) for r in rows] == \
         [("demo/example_streams.py", "verified")], rows
     assert rc == 0
+
+
+PRODUCTS = '''\
+import torch
+
+torch.manual_seed(0)
+a, b = torch.randn(64, 96), torch.randn(96, 32)
+for dtype in (torch.float16, torch.bfloat16):
+    x, y = a.to(dtype), b.to(dtype)
+    want = (x.float() @ y.float()).to(dtype)  # the device: float32 accumulation, one rounding
+    for got in (x @ y, torch.matmul(x, y), torch.mm(x, y), x.matmul(y),
+                torch.einsum("ik,kj->ij", x, y), torch.nn.functional.linear(x, y.T),
+                torch.bmm(x[None], y[None])[0]):
+        assert got.dtype == dtype and torch.equal(got, want), dtype
+# mixed types stay torch's own error
+try:
+    a.half() @ b
+except RuntimeError:
+    pass
+else:
+    raise AssertionError("a float16 x float32 product must fail as in torch")
+# float8 with row and column scales, against torch's own (slow) host kernel
+fa = (a[:, :64] * 4).to(torch.float8_e4m3fn)
+fb = (b[:64, :].T.contiguous() * 4).to(torch.float8_e4m3fn).T
+sa, sb = torch.rand(64, 1) + 0.5, torch.rand(1, 32) + 0.5
+got = torch._scaled_mm(fa, fb, scale_a=sa, scale_b=sb, out_dtype=torch.float32)
+ref = torch._scaled_mm.__wrapped__(fa, fb, scale_a=sa, scale_b=sb, out_dtype=torch.float32)
+torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-4)
+print("products as the device computes them")
+'''
+
+
+def test_the_shim_computes_narrow_products_as_the_device(runner, tmp_path):
+    """float16 / bfloat16 products accumulate in float32 and round once; float8 _scaled_mm
+    agrees with torch's own host kernel."""
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "sitecustomize.py").write_text(runner.SHIM)
+    (tmp_path / "products.py").write_text(PRODUCTS)
+    env = dict(os.environ, PYTHONPATH=str(shim))
+    done = subprocess.run([sys.executable, str(tmp_path / "products.py")], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "as the device computes them" in done.stdout
