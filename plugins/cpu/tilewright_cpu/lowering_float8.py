@@ -113,6 +113,8 @@ def _decode(code, fmt: FloatFormat):
 
 def _convert(cast):
     target, source = str(cast.ty), str(cast.value.ty)
+    if source == target and source in FORMATS:  # no conversion (T.cast to its own dtype)
+        return cast.value
     if target in FORMATS and source not in FORMATS:
         value = cast.value if source == "float32" else tirx.Cast("float32", cast.value)
         return tirx.reinterpret(target, encode(value, FORMATS[target]))
