@@ -289,9 +289,10 @@ def _unpack(arg, spec, where: str):
         got = f"{str(arg.dtype).removeprefix('torch.')} of shape {tuple(arg.shape)}" \
             if isinstance(arg, torch.Tensor) else type(arg).__name__
         what = f"int{spec.packed_bits}" if spec.dtype == "int8" else spec.dtype
+        article = "an" if spec.host_dtype.startswith(("int", "uint")) else "a"
         raise ArgumentError(f"{where} is {what} of shape {_fmt(spec.shape)}, passed packed "
-                            f"{spec.per_byte} values a byte: a {spec.host_dtype} tensor of "
-                            f"shape {_fmt(host)}; got {got}")
+                            f"{spec.per_byte} values a byte: {article} {spec.host_dtype} tensor "
+                            f"of shape {_fmt(host)}; got {got}")
     codes = arg.view(getattr(torch, spec.held_dtype))
     if PACKED[spec.dtype][2]:
         low = ((codes & 0x0F) ^ 0x08) - 0x08  # the low nibble, sign-extended
