@@ -105,6 +105,11 @@ def test_the_formats_table():
     fmt = FLOAT_FORMATS["float4_e2m1fn"]
     assert (fmt.bits, fmt.bias, fmt.max_value, fmt.nan_code) == (4, 1, 6.0, None)
     assert [fmt.value(c) for c in range(16)] == VALUES
+    for name in ("float8_e4m3fn", "float8_e5m2"):  # the table's float8 rows decode as torch
+        codes = torch.arange(256, dtype=torch.int32).to(torch.uint8)
+        want = codes.view(getattr(torch, name)).float()
+        got = torch.tensor([FLOAT_FORMATS[name].value(c) for c in range(256)])
+        assert torch.equal(got.nan_to_num(7.0), want.nan_to_num(7.0))
     assert T.float4_e2m1fn.as_torch() is torch.float4_e2m1fn_x2
     assert T.dtype(torch.float4_e2m1fn_x2) == "float4_e2m1fn"
 

@@ -138,7 +138,8 @@ class FloatFormat:
         return self.value(self.max_code)
 
 
-# the narrow floating formats, their facts in one place (every backend's conversions read them)
+# the narrow floating formats, their facts in one place: the CPU backend's conversions (integer
+# code) and the interpreter's float4 rounding read them; CUDA's headers implement the same
 FLOAT_FORMATS = {
     "float8_e4m3fn": FloatFormat(8, 4, 3, True, 0x7E, 0x7F),
     "float8_e5m2": FloatFormat(8, 5, 2, False, 0x7B, 0x7F),
