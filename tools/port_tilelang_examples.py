@@ -194,6 +194,7 @@ def port_source(text: str) -> str:
 SHIM = '''\
 """Installed by tools/port_tilelang_examples.py: CUDA calls of the examples map to the host."""
 import contextlib
+import functools
 import os
 import sys
 import time
@@ -307,6 +308,7 @@ def _widened(arg):
 
 
 def _as_device(product):
+    @functools.wraps(product)  # its name too: torch.compile registers these by name
     def run(*args, **kwargs):
         operands = list(_tensors(args))
         narrow = operands and operands[0].dtype in _NARROW and "out" not in kwargs and all(
@@ -314,7 +316,6 @@ def _as_device(product):
         if not narrow:
             return product(*args, **kwargs)
         return product(*_widened(args), **kwargs).to(operands[0].dtype)
-    run.__wrapped__ = product
     return run
 
 
@@ -359,6 +360,7 @@ def _reciprocal(tensor, number):
 
 
 def _by_number(divide, multiply):
+    @functools.wraps(divide)
     def run(self, other, *args, **kwargs):
         if (isinstance(self, torch.Tensor) and self.is_floating_point() and not args
                 and kwargs.get("rounding_mode") is None and "out" not in kwargs
@@ -366,7 +368,6 @@ def _by_number(divide, multiply):
                 and other != 0):
             return multiply(self, _reciprocal(self, other))
         return divide(self, other, *args, **kwargs)
-    run.__wrapped__ = divide
     return run
 
 

@@ -114,6 +114,9 @@ assert torch.equal(amax.half() / 3, (amax.half().float() * (1 / torch.tensor(3.0
 assert torch.equal(amax / torch.full((4096,), 448.0), torch.Tensor.__truediv__.__wrapped__(
     amax, torch.full((4096,), 448.0)))  # a tensor divisor: torch's division
 assert torch.equal(torch.arange(6) / 4, torch.arange(6).float() / 4)
+# torch.compile's inductor registers torch.mm, torch.bmm ... by their names: one each
+assert (torch.mm.__name__, torch.bmm.__name__, torch.div.__name__) == ("mm", "bmm", "div")
+import torch._inductor.select_algorithm  # noqa: E402,F401  (it asserted on a duplicate name)
 print("products as the device computes them")
 '''
 
