@@ -32,6 +32,31 @@ def test_kernel_blocks_run_in_order_and_share_a_global_workspace(target):
     torch.testing.assert_close(kernel(a), 2 * a.flip(0) + 1)
 
 
+def per_block_workspace(n=16, m=64):
+    """A workspace each block writes and reads back at its own row, in one launch."""
+
+    @T.prim_func
+    def main(X: T.Tensor((n, m), "float32"), Y: T.Tensor((n, m), "float32")):
+        W = T.alloc_global((n, m), "float32")
+        with T.Kernel(n) as bx:
+            for j in T.Parallel(m):
+                W[bx, j] = X[bx, j] * 2.0
+            for j in T.Parallel(m):
+                Y[bx, j] = W[bx, j] + 1.0
+
+    return main
+
+
+@pytest.mark.parametrize("target", ["cpu", "interp"])
+def test_a_workspace_indexed_by_the_block(target):
+    """The CPU's build stopped in TVM ('Buffer block is used before its definition'): TVM's
+    buffer compaction sized the workspace by the block index a worker claims (see the CPU's
+    SKIPPED_TVM_PASSES). TileLang's gqa_decode example hit it."""
+    kernel = tilewright.compile(per_block_workspace(), out_idx=[1], target=target)
+    x = torch.randn(16, 64)
+    torch.testing.assert_close(kernel(x), 2 * x + 1)
+
+
 def test_kernel_blocks_cannot_nest_and_workspaces_come_first():
     def nested():
         @T.prim_func
