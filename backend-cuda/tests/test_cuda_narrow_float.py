@@ -1,8 +1,10 @@
-"""Arithmetic on narrow floats in generated CUDA rounds once per operation, as on cpu and
-interp: float8 operations are made in float32 and converted back (CUDA's fp8 types have no
-arithmetic operators: a product of two float8 values did not compile), bfloat16 and float16
-use CUDA's own operators. Checked in the host emulation against torch (which computes
-float8 arithmetic in float32 and rounds each result) and compiled by NVRTC."""
+"""Arithmetic and math functions on narrow floats in generated CUDA round once per operation,
+as on cpu and interp: float8 operations and math calls are made in float32 and converted back
+(CUDA's fp8 types have no arithmetic operators or math functions: a product of two float8
+values and a float8 T.exp did not compile), bfloat16 and float16 use CUDA's own operators and
+``hexp`` & co. Checked in the host emulation against torch (which computes float8 arithmetic
+in float32 and rounds each result), with the conformance row float8_arith, and compiled by
+NVRTC."""
 
 import operator
 
@@ -12,6 +14,7 @@ import tilewright
 import tilewright.language as T
 import torch
 from tilewright_cuda import arch, executor
+from tilewright_sdk.conformance.catalogue import cases
 
 N = 64
 OPS = {"add": operator.add, "sub": operator.sub, "mul": operator.mul,
@@ -81,4 +84,49 @@ def test_float8_arithmetic_compiles(tmp_path):
     source = tilewright.lower(elementwise(nested, "float8_e4m3fn"),
                               "cuda -arch=sm_90a").source.text
     assert "(__nv_fp8_e4m3)" in source
+    executor.nvrtc_compile(source, arch.get("sm_90a"), tmp_path)
+
+
+def math_chain(a, b, r=lambda v: v, math=T):
+    """exp(a) * b + sqrt(b) - tanh(a * b) + |a|; ``r`` rounds each result, ``math`` has the
+    functions (T, or torch's as methods through ``torch``)."""
+    if math is T:
+        return T.exp(a) * b + T.sqrt(b) - T.tanh(a * b) + T.abs(a)
+    return r(r(r(r(r(a.exp()) * b) + r(b.sqrt())) - r(r(a * b).tanh())) + a.abs())
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_math_chain_rounds_each_call(dtype, tmp_path):
+    t = getattr(torch, dtype)
+    gen = torch.Generator().manual_seed(2)
+    a = (torch.randn(N, generator=gen) * 2).to(t)
+    b = (torch.rand(N, generator=gen) * 4 + 0.25).to(t)
+    want = math_chain(a.float(), b.float(), lambda v: v.to(t).float(), torch).to(t)
+    assert torch.equal(bits(run(elementwise(math_chain, dtype), a, b, tmp_path)), bits(want))
+
+
+ROWS = list(cases(["float8_arith"]))
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize("case", ROWS, ids=[c.id for c in ROWS])
+def test_float8_arith_row_in_emulation(case, tmp_path):
+    # the conformance row (arithmetic, every math function, chains), exactly
+    func = case.kernel.make(case.dtype, **case.dims)
+    lowered = tilewright.lower(func, "cuda -arch=sm_90a")
+    x, p = case.kernel.inputs(torch, torch.Generator().manual_seed(0), case.dtype, **case.dims)
+    (want,) = case.reference([x, p])
+    y = torch.zeros(tuple(int(s) for s in func.params[2].shape), dtype=x.dtype)
+    hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, x, p, y)
+    got = y.double()
+    nan = want.isnan()
+    assert torch.equal(got[~nan], want[~nan]) and got[nan].isnan().all()
+
+
+@pytest.mark.nvrtc
+def test_float8_math_compiles(tmp_path):
+    source = tilewright.lower(elementwise(math_chain, "float8_e5m2"),
+                              "cuda -arch=sm_90a").source.text
+    assert "expf(" in source and "tanhf(" in source
     executor.nvrtc_compile(source, arch.get("sm_90a"), tmp_path)

@@ -67,13 +67,15 @@ def device_kernel(gvar, func, target):
     _, device = split_host_device_mods(mod)
     (dev_target, dev_mod), = list(device.items())
     dev_mod = tvm.ir.transform.Sequential([tirx.transform.LowerWarpMemory(),
-                                           tirx.transform.StmtSimplify(),
-                                           tirx.transform.LowerIntrin()])(dev_mod)
+                                           tirx.transform.StmtSimplify()])(dev_mod)
     kernels = list(dev_mod.functions.items())
     if len(kernels) != 1:
         raise KernelError(f"CUDA codegen expected one device kernel, got {len(kernels)}")
     (kernel_gvar, kernel), = kernels
-    kernel = float8_casts_through_float32(printable_constants(float8_arithmetic(kernel)))
+    # float8 math calls become float32 ones before LowerIntrin names CUDA's functions
+    dev_mod = tirx.transform.LowerIntrin()(tvm.IRModule(
+        {kernel_gvar: float8_arithmetic(kernel)}, attrs=dev_mod.attrs))
+    kernel = float8_casts_through_float32(printable_constants(dev_mod[kernel_gvar]))
     dev_mod = tvm.IRModule({kernel_gvar: kernel}, attrs=dev_mod.attrs)
     return dev_target, dev_mod, (kernel_gvar, kernel)
 
@@ -95,9 +97,10 @@ FLOAT8 = frozenset({"float8_e4m3fn", "float8_e5m2"})
 
 
 def float8_arithmetic(func):
-    """``func`` with each arithmetic operation and comparison on float8 values made in float32,
-    an arithmetic result converted back (the language's semantic, rounded once per operation):
-    CUDA's ``__nv_fp8_e4m3`` and ``__nv_fp8_e5m2`` have no arithmetic operators."""
+    """``func`` with each arithmetic operation, comparison and math call on float8 values made
+    in float32, an arithmetic or math result converted back (the language's semantic, rounded
+    once per operation): CUDA's ``__nv_fp8_e4m3`` and ``__nv_fp8_e5m2`` have no arithmetic
+    operators and no math functions."""
     return func.with_body(narrow_float.rewrite(func.body, FLOAT8))
 
 

@@ -41,15 +41,17 @@ PIPELINE = PassPipeline((
           "tilewright_cpu.lowering)"),
     Phase("lower_loops", lambda ctx: [
         passes.hold_narrow_bindings(),
-        passes.round_bfloat16_arithmetic(),
-        lowering_float8.lower_float8(),
         *fastmath.passes(ctx.pass_configs),
+        passes.round_bfloat16_arithmetic(),
+        passes.float16_math_in_float32(),
+        lowering_float8.lower_float8(),
         passes.lower_loops(not ctx.pass_configs.get("tw.disable_vectorize", False))],
-          "named bfloat16 and float8 values held in float32 local arrays; bfloat16 and "
-          "float8 arithmetic rounded per operation, float8 conversions as "
-          "integer code; "
-          "vectorisable float32 exp/exp2 (within 2 ulp, or the fast polynomial with "
-          "TL_ENABLE_FAST_MATH); T.Parallel loops vectorised where their extent allows"),
+          "named bfloat16 and float8 values held in float32 local arrays; the kernel's "
+          "float32 exp/exp2 vectorisable (within 2 ulp, or the fast polynomial with "
+          "TL_ENABLE_FAST_MATH); bfloat16 and float8 arithmetic and math functions, and "
+          "float16 math functions, rounded per operation (their math in libm's float32 "
+          "functions); float8 conversions as integer code; T.Parallel loops vectorised where "
+          "their extent allows"),
     Phase("lower_memory", lambda ctx: [passes.lower_scopes(), passes.round_bfloat16_tiles()],
           "shared and fragment tiles become per-block host arrays; values stored into "
           "bfloat16 tiles rounded to bfloat16"),
