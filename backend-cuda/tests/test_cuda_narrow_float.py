@@ -4,7 +4,8 @@ as on cpu and interp: float8 operations and math calls are made in float32 and c
 values and a float8 T.exp did not compile), bfloat16 and float16 use CUDA's own operators and
 ``hexp`` & co. Checked in the host emulation against torch (which computes float8 arithmetic
 in float32 and rounds each result), with the conformance row float8_arith, and compiled by
-NVRTC."""
+NVRTC. Float -> integer conversions saturate (the row float_to_int): nvcc made a float32 to
+int8 cast the int32 conversion and a byte store, which wrapped."""
 
 import operator
 
@@ -106,22 +107,25 @@ def test_math_chain_rounds_each_call(dtype, tmp_path):
     assert torch.equal(bits(run(elementwise(math_chain, dtype), a, b, tmp_path)), bits(want))
 
 
-ROWS = list(cases(["float8_arith"]))
+ROWS = cases(["float8_arith", "float_to_int"])
 
 
 @pytest.mark.emulator
 @pytest.mark.parametrize("case", ROWS, ids=[c.id for c in ROWS])
-def test_float8_arith_row_in_emulation(case, tmp_path):
-    # the conformance row (arithmetic, every math function, chains), exactly
+def test_conformance_row_in_emulation(case, tmp_path):
+    # float8 arithmetic, every math function and chains; float -> integer conversions of NaN,
+    # infinities and values out of range (saturated): exactly
     func = case.kernel.make(case.dtype, **case.dims)
     lowered = tilewright.lower(func, "cuda -arch=sm_90a")
-    x, p = case.kernel.inputs(torch, torch.Generator().manual_seed(0), case.dtype, **case.dims)
-    (want,) = case.reference([x, p])
-    y = torch.zeros(tuple(int(s) for s in func.params[2].shape), dtype=x.dtype)
-    hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, x, p, y)
-    got = y.double()
-    nan = want.isnan()
-    assert torch.equal(got[~nan], want[~nan]) and got[nan].isnan().all()
+    inputs = case.kernel.inputs(torch, torch.Generator().manual_seed(0), case.dtype,
+                                **case.dims)
+    outputs = [torch.zeros(tuple(int(s) for s in p.shape), dtype=getattr(torch, str(p.dtype)))
+               for p in func.params[len(inputs):]]
+    hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, *inputs, *outputs)
+    for got, want in zip(outputs, case.reference(inputs), strict=True):
+        got = got.to(want.dtype)
+        nan = want.isnan() if want.is_floating_point() else torch.zeros_like(want, dtype=bool)
+        assert torch.equal(got[~nan], want[~nan]) and got[nan].isnan().all()
 
 
 @pytest.mark.nvrtc

@@ -205,3 +205,18 @@ def test_math_function_rounds_once(name, dtype, target):
     if name == "tanh":  # the CPU's float32 tanh (TVM's formula for LLVM) gives +0 for -0
         got, want = got.float(), want.float()
     assert torch.equal(bits(got), bits(want))
+
+
+@pytest.mark.parametrize("target", ["cpu", "interp"])
+def test_float32_exp_stored_as_float8(target):
+    # the CPU's vector exp (float32 bindings) inside a float8 store: it stopped on a float32
+    # binding stored into the store's uint32 local array
+    @T.prim_func
+    def main(A: T.Tensor((N,), "float32"), C: T.Tensor((N,), "float8_e4m3fn")):
+        with T.Kernel(1):
+            for i in T.Parallel(N):
+                C[i] = T.cast(T.exp(A[i]) * 2.0, "float8_e4m3fn")
+
+    a = torch.linspace(-3, 3, N)
+    got = tilewright.compile(main, out_idx=[1], target=target)(a)
+    assert torch.equal(bits(got), bits((a.exp() * 2).to(torch.float8_e4m3fn)))

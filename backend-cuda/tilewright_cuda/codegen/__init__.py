@@ -14,7 +14,7 @@ import tvm
 import tvm_ffi
 from tilewright.errors import KernelError
 from tilewright.plugin import DeviceCodegen, GeneratedSource
-from tilewright.transform import narrow_float
+from tilewright.transform import float_to_int, narrow_float
 from tvm import tirx
 from tvm.tirx.build import split_host_device_mods
 
@@ -61,7 +61,9 @@ def _extern_names(func) -> list[str]:
 def device_kernel(gvar, func, target):
     """TVM's passes on ``func`` (named ``gvar``), then its device kernel: ``(target, module,
     (global var, function))``."""
-    mod = tvm.IRModule({gvar: func})
+    # float -> integer conversions saturate (nvcc makes (signed char)f of a float32 a
+    # cvt.rzi.s32.f32 and a byte store: the int32 saturated, then wrapped)
+    mod = tvm.IRModule({gvar: func.with_body(float_to_int.rewrite(func.body))})
     mod = tirx.transform.BindTarget(target)(mod)
     mod = tvm.ir.transform.Sequential(tvm_passes())(mod)
     _, device = split_host_device_mods(mod)

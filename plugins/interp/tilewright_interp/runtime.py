@@ -61,8 +61,10 @@ _WRAP = {name: (int(np.iinfo(t).min), 1 << np.iinfo(t).bits) for name, t in NUMP
 
 def cast(value, dtype: str):
     """``T.cast``: convert a scalar to ``dtype`` with that dtype's rounding; a float becomes
-    an integer by truncation toward zero, an integer out of an integer dtype's range wraps
-    modulo its size (two's complement, as C, LLVM and torch convert)."""
+    an integer by truncation toward zero (the pipeline saturates one out of the integer's
+    range and NaN before, :mod:`tilewright.transform.float_to_int`), an integer out of an
+    integer dtype's range wraps modulo its size (two's complement, as C, LLVM and torch
+    convert)."""
     if dtype in EMULATED:
         return round_to(np.float32(value), dtype)
     if dtype == "bool":

@@ -278,6 +278,37 @@ def _cast_ref(x, u, targets):
     return [(u if t.startswith("uint") else x).to(getattr(torch, t)) for t in targets]
 
 
+# Floats out of every integer range, both infinities, NaN, zeros of both signs, halves and the
+# neighbours of each bound, for the saturating float -> integer conversion
+OUT_OF_RANGE = (float("nan"), float("inf"), -float("inf"), 0.0, -0.0, 0.75, -0.75, -1.5,
+                127.0, 128.0, -128.0, -129.0, 200.0, -200.0, 255.0, 256.0, 300.0, 448.0, -448.0,
+                1000.0, 32767.0, 32768.0, -32769.0, 40000.0, 65504.0, -65504.0, 57344.0, 1e6,
+                3e9, -3e9, 1e20, -1e20)
+
+
+def _saturating_inputs(torch, gen, dtype, N, targets):
+    """:data:`OUT_OF_RANGE` in ``dtype`` (a value it cannot hold rounds, saturates or
+    becomes infinite), then random values up to +-400; the same tensor for every target."""
+    x = rand(torch, gen, (N,), dtype, -400.0, 400.0)
+    x[:len(OUT_OF_RANGE)] = torch.tensor(OUT_OF_RANGE).to(x.dtype)
+    return [x, x]
+
+
+def _saturating_ref(x, u, targets):
+    """Each value rounded toward zero and saturated at the target's bounds; NaN gives 0."""
+    import torch
+
+    out = []
+    for t in targets:
+        info = torch.iinfo(getattr(torch, t))
+        v = x.trunc().nan_to_num(0.0, info.max, info.min).clamp(info.min, info.max)
+        out.append(v.to(getattr(torch, t)))
+    return out
+
+
+SATURATED = ("int8", "uint8", "int16", "int32")
+
+
 def _wrap_inputs(torch, gen, dtype, N, targets):
     """Integers over the dtype's whole range (within +-2**40), both ends included: a cast to a
     narrower integer dtype wraps them modulo its size."""
@@ -365,6 +396,13 @@ ROWS = (
            dtypes=INTEGERS, dtype_dims=("targets",), ref_args=("targets",),
            doc="T.cast of integers over the whole range of the case's dtype to every integer "
                "dtype: a narrower one wraps them modulo its size, as torch converts"),
+    Kernel("float_to_int", (*BASE, "const", "empty", "Parallel", "cast", "Cast", *SATURATED),
+           (), lambda dtype, N, targets: eager(_casts(dtype, targets), n=N), _saturating_inputs,
+           _saturating_ref, {"partial": {"N": 40, "targets": SATURATED}}, out_idx=(),
+           dtypes=(*FLOATS, "float64", *FLOAT8), dtype_dims=("targets",), ref_args=("targets",),
+           exact=True,
+           doc="T.cast of NaN, infinities and floats out of range to int8, uint8, int16 and "
+               "int32: rounded toward zero, saturated at the bounds, NaN gives 0"),
     Kernel("limits", (*BASE, "Parallel", "max_value", "min_value", "infinity"), (),
            lambda dtype: _limits(dtype), lambda torch, gen, dtype: [], _limits_ref,
            {"full": {}}, dtypes=(*FLOATS, "float64", *INTEGERS), ref_args=("dtype",),
