@@ -315,3 +315,29 @@ def test_uint4_is_refused_by_every_backend_at_the_users_line():
         assert_at(info.value, "int4-param", f"parameter 'A' is uint4, which backend "
                   f"'{backend.name}' does not compute (it offers "
                   f"{', '.join(sorted(backend.capabilities.dtypes))})")
+
+
+def test_float4_is_refused_at_the_users_line_where_a_backend_lacks_it():
+    # cpu, interp (tests/language/test_float4_tensors.py) and cuda compute float4_e2m1fn;
+    # ascend refuses it at the first line using it, naming what it offers
+    from tilewright.engine.session import check_support
+    from tilewright.errors import UnsupportedOpError
+    from tilewright.plugin import get_manager
+
+    @T.prim_func
+    def quantise(A: T.Tensor((16,), "float32"), B: T.Tensor((16,), T.float4_e2m1fn)):
+        with T.Kernel(1, threads=32):
+            for i in T.Parallel(16):
+                B[i] = A[i]  # float4-store
+
+    backends = get_manager().backends()
+    assert {"cpu", "interp", "cuda"} <= {name for name, b in backends.items()
+                                         if "float4_e2m1fn" in b.capabilities.dtypes}
+    lacking = [b for b in backends.values() if "float4_e2m1fn" not in b.capabilities.dtypes]
+    assert "ascend" in {b.name for b in lacking}
+    for backend in lacking:
+        with pytest.raises(UnsupportedOpError) as info:
+            check_support(quantise, backend)
+        assert_at(info.value, "float4-store", f"parameter 'B' is float4_e2m1fn, which backend "
+                  f"'{backend.name}' does not compute (it offers "
+                  f"{', '.join(sorted(backend.capabilities.dtypes))})")

@@ -194,6 +194,7 @@ def port_source(text: str) -> str:
 SHIM = '''\
 """Installed by tools/port_tilelang_examples.py: CUDA calls of the examples map to the host."""
 import contextlib
+import functools
 import os
 import sys
 import time
@@ -307,6 +308,7 @@ def _widened(arg):
 
 
 def _as_device(product):
+    @functools.wraps(product)  # its name too: torch.compile registers these by name
     def run(*args, **kwargs):
         operands = list(_tensors(args))
         narrow = operands and operands[0].dtype in _NARROW and "out" not in kwargs and all(
@@ -314,7 +316,6 @@ def _as_device(product):
         if not narrow:
             return product(*args, **kwargs)
         return product(*_widened(args), **kwargs).to(operands[0].dtype)
-    run.__wrapped__ = product
     return run
 
 
@@ -343,6 +344,39 @@ _device_scaled_mm.__wrapped__ = _scaled_mm
 
 
 torch._scaled_mm = _device_scaled_mm
+
+# The device's division by a number. torch on a CUDA device divides a floating tensor by a
+# Python number as a multiplication by the number's reciprocal, computed in the tensor's
+# compute type (ATen's div_true_kernel_cuda: "compute a * reciprocal(b) ... may lose one bit
+# of precision"); torch on the CPU divides. An example whose exact check relies on the device's
+# rounding (a scale computed as amax * (1 / 448) in the kernel and amax / 448 in torch) needs
+# the device's rule.
+_COMPUTE = {torch.float16: torch.float32, torch.bfloat16: torch.float32}
+
+
+def _reciprocal(tensor, number):
+    compute = _COMPUTE.get(tensor.dtype, tensor.dtype)
+    return (torch.ones((), dtype=compute) / torch.tensor(number, dtype=compute)).item()
+
+
+def _by_number(divide, multiply):
+    @functools.wraps(divide)
+    def run(self, other, *args, **kwargs):
+        if (isinstance(self, torch.Tensor) and self.is_floating_point() and not args
+                and kwargs.get("rounding_mode") is None and "out" not in kwargs
+                and isinstance(other, (int, float)) and not isinstance(other, bool)
+                and other != 0):
+            return multiply(self, _reciprocal(self, other))
+        return divide(self, other, *args, **kwargs)
+    return run
+
+
+for _owner, _name, _multiply in [
+        (torch.Tensor, "__truediv__", torch.Tensor.mul), (torch.Tensor, "div", torch.Tensor.mul),
+        (torch.Tensor, "true_divide", torch.Tensor.mul), (torch, "div", torch.mul),
+        (torch, "true_divide", torch.mul), (torch.Tensor, "__itruediv__", torch.Tensor.mul_),
+        (torch.Tensor, "div_", torch.Tensor.mul_)]:
+    setattr(_owner, _name, _by_number(getattr(_owner, _name), _multiply))
 
 # --profile: where the time goes -- the start (imports), tilewright's autotuning (its
 # compilations and measurements), its other compilations, its kernel calls, and the rest (the

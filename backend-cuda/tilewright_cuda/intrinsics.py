@@ -25,8 +25,8 @@ from tvm import tirx
 
 from . import ops
 
-CUDA, BASE, COPY, MMA, HOPPER, WGMMA = (None, "tw_cuda.h", "tw_copy.h", "tw_mma.h",
-                                        "tw_hopper.h", "tw_wgmma.h")
+CUDA, BASE, COPY, MMA, HOPPER, WGMMA, FP4 = (None, "tw_cuda.h", "tw_copy.h", "tw_mma.h",
+                                             "tw_hopper.h", "tw_wgmma.h", "tw_fp4.h")
 
 
 @dataclass(frozen=True)
@@ -87,6 +87,8 @@ TABLE = _table(
     Intrinsic("tw_tma_store_wait", HOPPER),
     Intrinsic("tw_tma_choice", None, (), "placeholder"),
     Intrinsic("tw_stage_barrier", None, (), "placeholder"),
+    Intrinsic("tw_fp4_encode", FP4),
+    Intrinsic("tw_fp4_decode", FP4),
     Intrinsic("__shfl_xor_sync", CUDA),
     Intrinsic("__syncwarp", CUDA),
     Intrinsic("__trap", CUDA),

@@ -23,11 +23,12 @@ from .codegen import CODEGEN
 from .executor import EXECUTORS
 from .rules import INTRINSIC_RULES, RULES
 from .timers import TIMERS
-from .transforms import atomics, distribute, finish, layout, memory, sync, threads
+from .transforms import atomics, distribute, finish, float4, layout, memory, sync, threads
 from .transforms.pipeline import pipeline
 
 DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-          "float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2")
+          "float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2",
+          "float4_e2m1fn")
 
 
 def _rules() -> dict:
@@ -49,7 +50,8 @@ def _infer_layout(ctx) -> list:
 
 def _lower_tile_ops(ctx) -> list:
     return [lower_tile_ops(_rules(), "cuda", options.of(ctx)), atomics.gate_scalar_atomics(),
-            lower_intrinsics(INTRINSIC_RULES, "CUDALowerIntrinsics")]
+            lower_intrinsics(INTRINSIC_RULES, "CUDALowerIntrinsics"),
+            float4.hold_float4_in_bytes()]
 
 
 PIPELINE = PassPipeline((
@@ -58,7 +60,8 @@ PIPELINE = PassPipeline((
     Phase("infer_layout", _infer_layout,
           "fragments used only as mma accumulators become registers in the mma layout"),
     Phase("lower_tile_ops", _lower_tile_ops,
-          "each tile op becomes parallel nests or thread code (tilewright_cuda.rules)"),
+          "each tile op becomes parallel nests or thread code (tilewright_cuda.rules); "
+          "float4 buffers hold a code a byte, float4 conversions call tw_fp4.h"),
     Phase("pipeline", lambda ctx: [pipeline(options.of(ctx))],
           "T.Pipelined loops: multi-versioned shared tiles filled by cp.async groups or TMA "
           "on mbarriers (sm_90a: by a producer warpgroup the block gains)"),

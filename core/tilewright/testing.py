@@ -217,12 +217,14 @@ def assert_close(actual, expected, *, dtype=None, reduction_length: int | None =
 def float64_reference(fn, *args, **kwargs):
     """Run ``fn`` on float64 copies of the floating-point tensors in ``args``/``kwargs``.
 
-    Integer tensors and other values pass unchanged. The result is left in float64: compare
-    it with :func:`assert_close`, which rounds nothing.
+    Integer tensors, packed float4 tensors (``float4_e2m1fn_x2``: torch converts them to
+    nothing) and other values pass unchanged. The result is left in float64: compare it with
+    :func:`assert_close`, which rounds nothing.
     """
 
     def widen(value):
-        if hasattr(value, "is_floating_point") and value.is_floating_point():
+        if hasattr(value, "is_floating_point") and value.is_floating_point() and \
+                value.dtype != _torch().float4_e2m1fn_x2:
             return value.detach().to(dtype=_torch().float64)
         if isinstance(value, (list, tuple)):
             return type(value)(widen(v) for v in value)

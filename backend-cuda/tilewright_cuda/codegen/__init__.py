@@ -24,7 +24,8 @@ from .launch import launch_info, param_kinds, symbol_sources
 
 INCLUDE = Path(__file__).resolve().parents[1] / "include"
 HEADERS = {name: (INCLUDE / name).read_text() for name in
-           (intrinsics.BASE, intrinsics.COPY, intrinsics.MMA, intrinsics.HOPPER)}
+           (intrinsics.BASE, intrinsics.COPY, intrinsics.MMA, intrinsics.HOPPER,
+            intrinsics.FP4)}
 # attributes of the lowered kernel that are ours, not TVM's: read here, removed before TVM
 OUR_ATTRS = (keys.DYN_SMEM, keys.TENSORMAPS, keys.CLUSTER)
 # the launch-bounds attribute TVM's CUDA printer turns into __launch_bounds__(threads, blocks)
@@ -147,7 +148,7 @@ def generate(mod: tvm.IRModule, ctx) -> GeneratedSource:
     text = tvm.get_global_func("target.build.cuda")(dev_mod, dev_target).inspect_source()
     headers = {entry.header for entry in used}
     text = source.insert_headers(text, HEADERS[intrinsics.BASE] + "".join(
-        HEADERS[h] for h in (intrinsics.COPY, intrinsics.MMA) if h in headers))
+        HEADERS[h] for h in (intrinsics.COPY, intrinsics.MMA, intrinsics.FP4) if h in headers))
     text = source.float8_on_every_arch(source.drop_unused_type_traits(text))
     meta = {
         "entry": str(kernel_gvar.name_hint), "arch": arch.name,

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from ..engine.passconfig import quiet_ignored
 from ..errors import ConfigError
+from ..utils.tensor import random_float4
 
 
 @dataclass
@@ -194,10 +195,12 @@ def random_inputs(kernel) -> list:
             raise ConfigError(f"cannot make an input for parameter {spec.name!r} of kernel "
                               f"{kernel.signature.name} ({what}); pass supply=callable(kernel) "
                               "returning the input tensors")
-        dtype = getattr(torch, spec.dtype)
+        dtype = getattr(torch, spec.host_dtype)
         device = kernel.backend.device
         shape = spec.host_shape
-        if dtype.is_floating_point:
+        if dtype == torch.float4_e2m1fn_x2:
+            out.append(random_float4(shape, device))
+        elif dtype.is_floating_point:
             out.append(torch.randn(shape, device=device).to(dtype))
         elif dtype == torch.bool:
             out.append(torch.rand(shape, device=device) > 0.5)

@@ -37,7 +37,8 @@ def signature_of(func: tirx.PrimFunc, out_idx) -> KernelSignature:
             align = int(p.data_alignment) if int(p.data_alignment) > 0 else 64
             bits = packed.get(i, 0)
             if bits and (not shape or isinstance(shape[-1], int) and shape[-1] % (8 // bits)):
-                raise TilewrightError(f"int{bits} tensor {p.name!r} of shape {shape}: its last "
+                what = f"int{bits}" if str(p.dtype) == "int8" else str(p.dtype)
+                raise TilewrightError(f"{what} tensor {p.name!r} of shape {shape}: its last "
                                       f"dimension must be a multiple of {8 // bits}, the values "
                                       "one byte of the packed tensor holds")
             params.append(ParamSpec(str(p.name), shape, str(p.dtype), i in outputs, "tensor",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+from dataclasses import dataclass
 
 from tvm import tirx
 
@@ -10,22 +11,28 @@ from ..errors import kernel_error
 
 _CANONICAL = (
     "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-    "float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2", "int4", "uint4",
-    "handle",
+    "float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2", "float4_e2m1fn",
+    "int4", "uint4", "handle",
 )
-# dtypes narrower than a byte and the dtype that holds one of their values in a kernel's
-# tiles: a tensor parameter of such a dtype is passed packed, 8 // bits values a byte along its
-# last dimension (low bits first), as TileLang passes int4 tensors in torch.int8
-SUB_BYTE = {"int4": "int8"}
-# the dtype a buffer of each dtype holds its values in: a tensor of pointers (``T.ptr``,
-# TileLang's table of ``data_ptr()`` values) holds them as int64, as torch passes them
-STORAGE = {**SUB_BYTE, "handle": "int64"}
+# dtypes narrower than a byte: a tensor parameter of one is passed packed, 8 // bits values a
+# byte along its last dimension (low bits first), as TileLang passes them: int4 in torch.int8,
+# float4_e2m1fn in torch.float4_e2m1fn_x2. A kernel holds one value a byte: int4 values in
+# int8 buffers (STORAGE), float4_e2m1fn values in float4_e2m1fn buffers that each backend holds
+# one code a byte (uint8 at the call)
+SUB_BYTE = ("int4", "float4_e2m1fn")
+# the dtype a buffer of each dtype holds its values in: int4 values in int8; a tensor of
+# pointers (``T.ptr``, TileLang's table of ``data_ptr()`` values) holds them as int64, as
+# torch passes them
+STORAGE = {"int4": "int8", "handle": "int64"}
+# the torch dtype of a caller's tensor where it is not the dtype's own name
+TORCH = {**STORAGE, "float4_e2m1fn": "float4_e2m1fn_x2"}
 # "tfloat32" is float32 storage (TileLang multiplies it in TF32 on tensor cores; backends
 # without TF32 multiply in float32, which is at least as precise)
 _ALIASES = {"float": "float32", "half": "float16", "double": "float64", "int": "int32",
             "uint": "uint32", "bf16": "bfloat16", "fp16": "float16", "fp32": "float32",
             "tfloat32": "float32", "float8_e4m3": "float8_e4m3fn", "e4m3_float8": "float8_e4m3fn",
-            "e5m2_float8": "float8_e5m2", "ptr": "handle"}
+            "e5m2_float8": "float8_e5m2", "ptr": "handle",
+            "float4_e2m1fn_x2": "float4_e2m1fn"}  # torch's name of packed float4 tensors
 # Python spellings of TileLang's aliases: ``T.float``, ``T.half`` ...
 ALIAS_NAMES = ("float", "half", "double", "int", "uint", "tfloat32", "float8_e4m3", "ptr")
 
@@ -48,15 +55,16 @@ class DType(str):
 
     @property
     def itemsize(self) -> int:
-        return self.bits // 8
+        """Bytes a value takes in a kernel's buffers (one for a dtype narrower than a byte)."""
+        return max(1, self.bits // 8)
 
     def as_torch(self):
         """The torch dtype of the same name (``torch.float16`` for ``T.float16``); for a dtype
-        narrower than a byte, the one its packed tensors have (``torch.int8`` for int4); for
-    ``T.ptr``, ``torch.int64``."""
+        narrower than a byte, the one its packed tensors have (``torch.int8`` for int4,
+        ``torch.float4_e2m1fn_x2`` for float4_e2m1fn); for ``T.ptr``, ``torch.int64``."""
         import torch
 
-        return getattr(torch, STORAGE.get(str(self), str(self)))
+        return getattr(torch, TORCH.get(str(self), str(self)))
 
     def __call__(self, value=None):
         if value is None:
@@ -87,6 +95,56 @@ def storage_dtype(dtype: str) -> str:
     """The dtype a buffer of ``dtype`` holds its values in: int4 values one a byte in int8,
     pointers in int64."""
     return STORAGE.get(dtype, dtype)
+
+
+@dataclass(frozen=True)
+class FloatFormat:
+    """A floating format narrower than 16 bits: ``sign | exponent (exp_bits) | mantissa
+    (man_bits)``, ``bits`` in all. A conversion to it rounds to nearest, ties to even."""
+
+    bits: int
+    exp_bits: int
+    man_bits: int
+    saturate: bool  # no infinities: a magnitude above the largest finite value gives it
+    max_code: int  # the largest finite magnitude's code (sign bit clear)
+    # the magnitude code of NaN; None where the format has no NaN: NaN converts to the
+    # positive largest finite value there (CUDA's __nv_cvt_float_to_fp4 and PTX's
+    # cvt.rn.satfinite.e2m1x2 do so)
+    nan_code: int | None
+
+    @property
+    def bias(self) -> int:
+        return (1 << (self.exp_bits - 1)) - 1
+
+    @property
+    def sign_bit(self) -> int:
+        return 1 << (self.bits - 1)
+
+    def value(self, code: int) -> float:
+        """The value of ``code`` (NaN for the NaN codes, +-inf for the infinities)."""
+        sign = -1.0 if code & self.sign_bit else 1.0
+        mag = code & (self.sign_bit - 1)
+        exponent, mantissa = mag >> self.man_bits, mag & ((1 << self.man_bits) - 1)
+        if not self.saturate and exponent == (1 << self.exp_bits) - 1:  # IEEE-like
+            return float("nan") if mantissa else sign * float("inf")
+        if mag == self.nan_code:
+            return float("nan")
+        if exponent == 0:
+            return sign * mantissa * 2.0 ** (1 - self.bias - self.man_bits)
+        return sign * (1 + mantissa / (1 << self.man_bits)) * 2.0 ** (exponent - self.bias)
+
+    @property
+    def max_value(self) -> float:
+        return self.value(self.max_code)
+
+
+# the narrow floating formats, their facts in one place: the CPU backend's conversions (integer
+# code) and the interpreter's float4 rounding read them; CUDA's headers implement the same
+FLOAT_FORMATS = {
+    "float8_e4m3fn": FloatFormat(8, 4, 3, True, 0x7E, 0x7F),
+    "float8_e5m2": FloatFormat(8, 5, 2, False, 0x7B, 0x7F),
+    "float4_e2m1fn": FloatFormat(4, 2, 1, True, 0x7, None),
+}
 
 
 def is_float(dtype: str) -> bool:

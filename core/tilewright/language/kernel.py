@@ -211,8 +211,8 @@ def empty(shape, dtype="float32") -> TileBuffer:
 
 
 def packed_bits(dtype) -> int:
-    """The bits of a value of a tensor of ``dtype`` passed packed (4 for int4), else 0: its
-    buffer holds one value a byte (:func:`~.dtypes.storage_dtype`), the caller's tensor packs
+    """The bits of a value of a tensor of ``dtype`` passed packed (4 for int4 and
+    float4_e2m1fn), else 0: its buffer holds one value a byte, the caller's tensor packs
     ``8 // bits`` values a byte along the last dimension."""
     dtype = normalize_dtype(dtype)
     return DType(dtype).bits if dtype in SUB_BYTE else 0

@@ -19,7 +19,7 @@ import warnings
 from ..errors import ArgumentError
 from .expr import ExprError
 from .expr import parse as parse_expr
-from .signature import KernelSignature
+from .signature import PACKED, KernelSignature
 
 _WARNED: set = set()
 
@@ -50,7 +50,7 @@ class KernelCall:
         self._device = device
         self._backend_name = backend_name
         self._plans: dict = {}
-        self._dtypes = [getattr(torch, p.dtype) if p.kind == "tensor" else None
+        self._dtypes = [getattr(torch, p.held_dtype) if p.kind == "tensor" else None
                         for p in signature.params]
         self._inputs = [i for i, p in enumerate(signature.params) if not p.is_output]
         self._outputs = [i for i, p in enumerate(signature.params) if p.is_output]
@@ -90,13 +90,19 @@ class KernelCall:
         outs = self._launch(args)
         for original, values, written in unpacked:
             if written:
-                original.copy_(_pack(values))
+                original.copy_(_pack(values, original.dtype))
         if not self._packed_outputs:
             return outs
         outs = [outs] if len(self._outputs) == 1 else list(outs)
-        for pos, _ in self._packed_outputs:
-            outs[pos] = _pack(outs[pos])
+        for pos, spec in self._packed_outputs:
+            outs[pos] = _pack(outs[pos], self._host_dtype(spec))
         return outs[0] if len(outs) == 1 else outs
+
+    @staticmethod
+    def _host_dtype(spec):
+        import torch
+
+        return getattr(torch, spec.host_dtype)
 
     def _where(self, pos: int, spec) -> str:
         return f"argument {pos} ({spec.name!r}) of kernel {self.signature.name}"
@@ -221,6 +227,12 @@ class KernelCall:
             if any(d < 0 for d in shape):
                 raise ArgumentError(f"output {spec.name!r} of kernel {sig.name} would have shape "
                                     f"{shape} for these inputs")
+            if spec.packed_bits and shape and shape[-1] % spec.per_byte:
+                raise ArgumentError(f"output {spec.name!r} of kernel {sig.name} would have shape "
+                                    f"{shape} for these inputs: a {spec.host_dtype} tensor "
+                                    f"packs {spec.per_byte} values a byte along its last "
+                                    "dimension, which must be a multiple of "
+                                    f"{spec.per_byte}")
             shapes.append((shape, self._dtypes[index]))
         for index, arg in zip(self._inputs, args):
             spec = sig.params[index]
@@ -266,27 +278,36 @@ def _check_scalar(arg, spec, where: str, torch) -> None:
 
 
 def _unpack(arg, spec, where: str):
-    """The int8 values of a packed int4 tensor ``arg``, one a byte: the last dimension doubled,
-    each byte's low nibble first, sign-extended."""
+    """The values of a packed 4-bit tensor ``arg`` one a byte (:data:`.signature.PACKED`):
+    the last dimension doubled, each byte's low nibble first; int4 values sign-extended into
+    int8, float4_e2m1fn codes as uint8."""
     import torch
 
-    host = spec.host_shape
-    if not isinstance(arg, torch.Tensor) or arg.dtype != torch.int8 or arg.dim() != len(host) \
+    host, host_dtype = spec.host_shape, getattr(torch, spec.host_dtype)
+    if not isinstance(arg, torch.Tensor) or arg.dtype != host_dtype or arg.dim() != len(host) \
             or isinstance(host[-1], int) and arg.shape[-1] != host[-1]:
         got = f"{str(arg.dtype).removeprefix('torch.')} of shape {tuple(arg.shape)}" \
             if isinstance(arg, torch.Tensor) else type(arg).__name__
-        raise ArgumentError(f"{where} is int{spec.packed_bits} of shape {_fmt(spec.shape)}, "
-                            f"passed packed {spec.per_byte} values a byte: an int8 tensor of "
-                            f"shape {_fmt(host)}; got {got}")
-    low = ((arg & 0x0F) ^ 0x08) - 0x08  # the low nibble, sign-extended
-    high = arg >> 4  # arithmetic shift: the high nibble, sign-extended
+        what = f"int{spec.packed_bits}" if spec.dtype == "int8" else spec.dtype
+        article = "an" if spec.host_dtype.startswith(("int", "uint")) else "a"
+        raise ArgumentError(f"{where} is {what} of shape {_fmt(spec.shape)}, passed packed "
+                            f"{spec.per_byte} values a byte: {article} {spec.host_dtype} tensor "
+                            f"of shape {_fmt(host)}; got {got}")
+    codes = arg.view(getattr(torch, spec.held_dtype))
+    if PACKED[spec.dtype][2]:
+        low = ((codes & 0x0F) ^ 0x08) - 0x08  # the low nibble, sign-extended
+        high = codes >> 4  # arithmetic shift: the high nibble, sign-extended
+    else:
+        low, high = codes & 0x0F, codes >> 4
     return torch.stack((low, high), dim=-1).reshape(*arg.shape[:-1], arg.shape[-1] * 2)
 
 
-def _pack(values):
-    """``values`` (int8, one int4 value a byte, last dimension even) packed two a byte; the
-    low four bits of each value are kept, as a store to int4 keeps them."""
-    return ((values[..., 0::2] & 0x0F) | (values[..., 1::2] << 4)).contiguous()
+def _pack(values, dtype):
+    """``values`` (one 4-bit value a byte, last dimension even) packed two a byte into a tensor
+    of ``dtype``; the low four bits of each value are kept, as a store to a 4-bit type keeps
+    them."""
+    packed = (values[..., 0::2] & 0x0F) | (values[..., 1::2] << 4)
+    return packed.contiguous().view(dtype)
 
 
 def _copy_back(pairs) -> None:

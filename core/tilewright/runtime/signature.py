@@ -18,9 +18,15 @@ from .expr import ExprError, parse
 
 DTYPES = frozenset({"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
                     "uint64", "float16", "bfloat16", "float32", "float64",
-                    "float8_e4m3fn", "float8_e5m2"})
+                    "float8_e4m3fn", "float8_e5m2", "float4_e2m1fn"})
 INDEX_DTYPES = ("int32", "int64")
 PACKED_BITS = (0, 4)
+# the dtype of a packed tensor's parameter (its values' holder in the kernel): (the torch
+# dtype of the caller's packed tensor, the torch dtype of the tensor of one value a byte the
+# compiled kernel takes, whether a value is signed). int4 is held in int8, float4_e2m1fn as its
+# codes (uint8 at the call)
+PACKED = {"int8": ("int8", "int8", True),
+          "float4_e2m1fn": ("float4_e2m1fn_x2", "uint8", False)}
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]{0,255}$")
 _MAX_PARAMS = 1024
 _MAX_RANK = 16
@@ -46,10 +52,21 @@ class ParamSpec:
     # whether the kernel provably writes every element of this output without reading it
     # first: the output is then allocated without a zero fill
     covered: bool = False
-    # a tensor of values narrower than a byte (int4: 4), held one a byte (``dtype``, int8) in
-    # the kernel and passed packed, ``8 // packed_bits`` values a byte along the last
-    # dimension, low bits first; ``shape`` is the kernel's (unpacked) shape; 0: not packed
+    # a tensor of values narrower than a byte (int4, float4_e2m1fn: 4), held one a byte in the
+    # kernel (``dtype``: int8 for int4) and passed packed, ``8 // packed_bits`` values a byte
+    # along the last dimension, low bits first (:data:`PACKED`); ``shape`` is the kernel's
+    # (unpacked) shape; 0: not packed
     packed_bits: int = 0
+
+    @property
+    def host_dtype(self) -> str:
+        """The torch dtype name of the tensor a caller passes or gets back."""
+        return PACKED[self.dtype][0] if self.packed_bits else self.dtype
+
+    @property
+    def held_dtype(self) -> str:
+        """The torch dtype name of the tensor the compiled kernel takes (one value a byte)."""
+        return PACKED[self.dtype][1] if self.packed_bits else self.dtype
 
     @property
     def per_byte(self) -> int:
@@ -154,10 +171,12 @@ def _param(index: int, p) -> ParamSpec:
     _expect(index_dtype in INDEX_DTYPES, f"param {name!r} index_dtype {index_dtype!r}")
     packed_bits = p.get("packed_bits", 0)
     _expect(packed_bits in PACKED_BITS and (not packed_bits or kind == "tensor" and shape and
-                                            dtype == "int8"),
+                                            dtype in PACKED),
             f"param {name!r} packed_bits {packed_bits!r}")
+    _expect(dtype != "float4_e2m1fn" or packed_bits, f"param {name!r} of dtype {dtype} is "
+            "not packed")
     return ParamSpec(name, tuple(shape), dtype, flags["is_output"], kind, align, index_dtype,
                      flags["written"], flags["covered"], packed_bits)
 
 
-__all__ = ["DTYPES", "KernelSignature", "ParamSpec", "SignatureError"]
+__all__ = ["DTYPES", "PACKED", "KernelSignature", "ParamSpec", "SignatureError"]

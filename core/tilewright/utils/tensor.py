@@ -37,6 +37,14 @@ def _static_shape(param) -> list[int]:
     return shape
 
 
+def random_float4(shape, device="cpu"):
+    """A ``torch.float4_e2m1fn_x2`` tensor of ``shape`` (two codes a byte), every code
+    equally likely (torch draws no random float4 values itself)."""
+    torch = _torch()
+    return torch.randint(0, 256, shape, device=device, dtype=torch.uint8).view(
+        torch.float4_e2m1fn_x2)
+
+
 def get_tensor_supply(supply_type: TensorSupplyType = TensorSupplyType.Integer, device="cpu"):
     """A function from a kernel parameter (``kernel.params[i]``: name, shape, dtype) to a new
     torch tensor filled as ``supply_type`` says, on ``device``."""
@@ -45,8 +53,13 @@ def get_tensor_supply(supply_type: TensorSupplyType = TensorSupplyType.Integer, 
     torch = _torch()
 
     def supply(param):
-        dtype = getattr(torch, param.dtype)
+        dtype = getattr(torch, getattr(param, "host_dtype", param.dtype))
         shape = _static_shape(param)
+        if dtype == torch.float4_e2m1fn_x2:  # two codes a byte: bytes as the kinds allow
+            if supply_type in (TensorSupplyType.Zero, TensorSupplyType.One):
+                code = 0x22 if supply_type is TensorSupplyType.One else 0  # 1.0 is code 2
+                return torch.full(shape, code, device=device, dtype=torch.uint8).view(dtype)
+            return random_float4(shape, device)
         floating = dtype.is_floating_point
         fp8 = floating and dtype.itemsize == 1
         kind = supply_type

@@ -1,55 +1,42 @@
-"""float8 arithmetic and conversions on the CPU backend, written out as integer code.
+"""float8 and float4 arithmetic and conversions on the CPU backend, written out as integer code.
 
-Each arithmetic operation on float8 values is made in float32 and converted back to float8
+Each arithmetic operation on float8 or float4 values is made in float32 and converted back
 (:mod:`tilewright.transform.narrow_float`: the language rounds each operation), so it is a
 decode of each operand, a float32 operation and an encode.
 
 TVM's float8 legalisation for LLVM decodes zero, subnormals, infinities and NaN wrongly and
-encodes subnormals as zero, so every conversion to or from a float8 type is replaced here by
-explicit bit manipulation with torch's semantics (round to nearest even; ``float8_e4m3fn``
-saturates to +-448, infinities included, and has one NaN per sign; ``float8_e5m2`` is IEEE-like
-with infinities). Other floating types convert through float32, which holds every float8
-value exactly.
+encodes subnormals as zero, and TVM packs float4 buffers two values a byte, so every conversion
+to or from these types is replaced here by explicit bit manipulation, reading the formats'
+facts from :data:`tilewright.language.dtypes.FLOAT_FORMATS` (round to nearest even;
+``float8_e4m3fn`` saturates to +-448, infinities included, and has one NaN per sign;
+``float8_e5m2`` is IEEE-like with infinities; ``float4_e2m1fn`` saturates to +-6 and has no
+NaN: NaN converts to +6, as CUDA's ``__nv_cvt_float_to_fp4`` does). Other floating types convert
+through float32, which holds every float8 and float4 value exactly.
 
-A kernel's own float8 tiles (shared, fragment, local) are held as bytes (``uint8``), their loads
-and stores reinterpreted: TVM's float8 legalisation would otherwise turn them into float32
-tiles, under the integer code above. TVM legalises loads and stores of float8 parameters lane
-by lane, so a ``T.vectorized`` loop (a GEMM micro-kernel's) that touches float8 runs serially.
+A kernel's own float8 and float4 tiles (shared, fragment, local) are held as bytes (``uint8``),
+their loads and stores reinterpreted: TVM's float8 legalisation would otherwise turn them into
+float32 tiles, under the integer code above. float4 tensor parameters are bytes too, one code
+each (the call unpacks a caller's two codes a byte). TVM legalises loads and stores of float8
+parameters lane by lane, so a ``T.vectorized`` loop (a GEMM micro-kernel's) that touches float8
+or float4 runs serially.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import tvm
 import tvm_ffi
+from tilewright.language.dtypes import FLOAT_FORMATS, FloatFormat
 from tilewright.transform import StmtMutator, narrow_float, prim_func_pass, rebuild_for
 from tvm import tirx
 
-
-@dataclass(frozen=True)
-class Float8Format:
-    """The layout of a float8 type: ``sign | exponent (exp_bits) | mantissa (man_bits)``."""
-
-    exp_bits: int
-    man_bits: int
-    saturate: bool  # e4m3fn: no infinities, overflow gives the largest finite value
-    max_code: int  # the largest finite magnitude's bits
-    nan_code: int
-
-    @property
-    def bias(self) -> int:
-        return (1 << (self.exp_bits - 1)) - 1
-
-    @property
-    def shift(self) -> int:  # float32 mantissa bits dropped
-        return 23 - self.man_bits
+FORMATS = FLOAT_FORMATS
+# formats whose tensor parameters are held as bytes here (TVM would pack them)
+BYTE_PARAMS = frozenset(name for name, fmt in FORMATS.items() if fmt.bits < 8)
 
 
-FORMATS = {
-    "float8_e4m3fn": Float8Format(4, 3, True, 0x7E, 0x7F),
-    "float8_e5m2": Float8Format(5, 2, False, 0x7B, 0x7F),
-}
+def _shift(fmt: FloatFormat) -> int:
+    """The float32 mantissa bits a conversion to ``fmt`` drops."""
+    return 23 - fmt.man_bits
 
 
 def _u32(value):
@@ -63,18 +50,19 @@ def _let(value, name: str, body):
     return tirx.Let(var, value, body(var))
 
 
-def encode(value, fmt: Float8Format):
-    """The float8 bits (uint8) of a float32 ``value``."""
+def encode(value, fmt: FloatFormat):
+    """The bits (uint8) of a float32 ``value`` in format ``fmt``."""
     return _let(tirx.reinterpret("uint32", value), "f8_bits", lambda bits: _encode(bits, fmt))
 
 
-def _encode(bits, fmt: Float8Format):
-    sign = (bits >> _u32(24)) & _u32(0x80)
+def _encode(bits, fmt: FloatFormat):
+    shift = _shift(fmt)
+    sign = (bits >> _u32(32 - fmt.bits)) & _u32(fmt.sign_bit)
     mag = bits & _u32(0x7FFFFFFF)
     # normal range: rebias the exponent, round the mantissa to nearest even
     rebias = _u32((127 - fmt.bias) << 23)
-    half = _u32((1 << (fmt.shift - 1)) - 1)
-    rounded = (mag - rebias + half + ((mag >> _u32(fmt.shift)) & _u32(1))) >> _u32(fmt.shift)
+    half = _u32((1 << (shift - 1)) - 1)
+    rounded = (mag - rebias + half + ((mag >> _u32(shift)) & _u32(1))) >> _u32(shift)
     # below the smallest normal: a multiple of the smallest subnormal, nearest even
     unit = 2.0 ** (fmt.man_bits + fmt.bias - 1)
     small = tirx.Cast("uint32", tirx.nearbyint(tirx.reinterpret("float32", mag) *
@@ -86,42 +74,47 @@ def _encode(bits, fmt: Float8Format):
     else:
         inf = _u32(fmt.max_code + 1)
         code = tirx.Select(mag >= min_normal, tirx.Min(rounded, inf), small)
-    code = tirx.Select(mag > _u32(0x7F800000), _u32(fmt.nan_code), code)
-    return tirx.Cast("uint8", sign | code)
+    nan = sign | _u32(fmt.nan_code) if fmt.nan_code is not None else _u32(fmt.max_code)
+    return tirx.Cast("uint8", tirx.Select(mag > _u32(0x7F800000), nan, sign | code))
 
 
-def _max_bits(fmt: Float8Format) -> int:
-    """The float32 bits of the largest finite float8 value."""
+def _max_bits(fmt: FloatFormat) -> int:
+    """The float32 bits of the largest finite value of ``fmt``."""
     exponent = (fmt.max_code >> fmt.man_bits) - fmt.bias + 127
-    mantissa = (fmt.max_code & ((1 << fmt.man_bits) - 1)) << fmt.shift
+    mantissa = (fmt.max_code & ((1 << fmt.man_bits) - 1)) << _shift(fmt)
     return (exponent << 23) | mantissa
 
 
-def decode(code, fmt: Float8Format):
-    """The float32 value of float8 bits ``code`` (uint8)."""
+def decode(code, fmt: FloatFormat):
+    """The float32 value of bits ``code`` (uint8) in format ``fmt``."""
     return _let(tirx.Cast("uint32", code), "f8_code", lambda bound: _decode(bound, fmt))
 
 
-def _decode(code, fmt: Float8Format):
-    sign = (code & _u32(0x80)) << _u32(24)
-    mag = code & _u32(0x7F)
+def _decode(code, fmt: FloatFormat):
+    shift = _shift(fmt)
+    sign = (code & _u32(fmt.sign_bit)) << _u32(32 - fmt.bits)
+    mag = code & _u32(fmt.sign_bit - 1)
     exponent = mag >> _u32(fmt.man_bits)
-    normal = tirx.reinterpret("float32", sign | ((mag << _u32(fmt.shift)) +
+    normal = tirx.reinterpret("float32", sign | ((mag << _u32(shift)) +
                                                  _u32((127 - fmt.bias) << 23)))
     subnormal = tirx.Cast("float32", mag) * tirx.const(
         2.0 ** -(fmt.man_bits + fmt.bias - 1), "float32")
     subnormal = tirx.Select(sign != _u32(0), -subnormal, subnormal)
-    special = tirx.reinterpret("float32", sign | _u32(0x7F800000) |
-                               ((mag & _u32((1 << fmt.man_bits) - 1)) << _u32(fmt.shift)))
     value = tirx.Select(exponent == _u32(0), subnormal, normal)
-    if fmt.saturate:  # only the all-ones code is NaN
+    if fmt.saturate:  # no infinities; NaN only where the format has a code for it
+        if fmt.nan_code is None:
+            return value
         return tirx.Select(mag == _u32(fmt.nan_code), tirx.const(float("nan"), "float32"),
                            value)
+    special = tirx.reinterpret("float32", sign | _u32(0x7F800000) |
+                               ((mag & _u32((1 << fmt.man_bits) - 1)) << _u32(shift)))
     return tirx.Select(exponent == _u32((1 << fmt.exp_bits) - 1), special, value)
 
 
 def _convert(cast):
     target, source = str(cast.ty), str(cast.value.ty)
+    if source == target and source in FORMATS:  # no conversion (T.cast to its own dtype)
+        return cast.value
     if target in FORMATS and source not in FORMATS:
         value = cast.value if source == "float32" else tirx.Cast("float32", cast.value)
         return tirx.reinterpret(target, encode(value, FORMATS[target]))
@@ -135,12 +128,12 @@ def _convert(cast):
 
 
 def touches_float8(stmt) -> bool:
-    """Whether ``stmt`` loads, stores or converts float8 values: TVM legalises those to
-    scalar integer code that LLVM cannot vectorise (a per-lane if_then_else)."""
+    """Whether ``stmt`` loads, stores or converts float8 or float4 values: TVM legalises those
+    to scalar integer code that LLVM cannot vectorise (a per-lane if_then_else)."""
     found = []
 
     def visit(node):
-        if str(getattr(node, "ty", "")).startswith("float8"):
+        if str(getattr(node, "ty", "")) in FORMATS:
             found.append(node)
 
     tvm_ffi.structural_walk(stmt, [(tirx.BufferStore, lambda s: visit(s.value)),
@@ -158,9 +151,24 @@ class _SerialFloat8(StmtMutator):
         return stmt
 
 
-def _as_bytes(body):
-    """``body`` with its float8 tiles held as uint8 tiles of the same shape."""
-    tiles = {}
+def _byte_params(f):
+    """``f`` with its float4 tensor parameters held as uint8 tensors of the same shape (one
+    code a byte), and the map of old to new parameters."""
+    params = {p: tirx.decl_buffer(p.shape, "uint8", p.name, strides=p.strides,
+                                  scope=str(p.scope()), data_alignment=int(p.data_alignment))
+              for p in f.params
+              if tirx.buffer.is_buffer_var(p) and str(p.dtype) in BYTE_PARAMS}
+    if not params:
+        return f, params
+    return tirx.PrimFunc([params.get(p, p) for p in f.params], f.body, f.ret_type, f.attrs,
+                         f.span), params
+
+
+def _as_bytes(body, params):
+    """``body`` with its float8 and float4 tiles held as uint8 tiles of the same shape, its
+    loads and stores of the parameters ``params`` maps (old to new) as loads and stores of
+    the new ones."""
+    tiles = dict(params)
 
     def collect(stmt):
         buf = stmt.buffer
@@ -301,12 +309,14 @@ def _spill_lets(body):
 
 
 def _lower(f):
+    f, params = _byte_params(f)
     body = _SerialFloat8().visit(narrow_float.rewrite(f.body, frozenset(FORMATS)))
-    body = _as_bytes(tvm_ffi.structural_map(body, (tirx.Cast, _convert)))
+    body = _as_bytes(tvm_ffi.structural_map(body, (tirx.Cast, _convert)), params)
     return f.with_body(_spill_lets(tvm_ffi.structural_map(body, (tvm.ir.Call, _collapse))))
 
 
 def lower_float8():
-    """Every conversion to or from a float8 type becomes :func:`encode` / :func:`decode`, float8
-    tiles are held as bytes, a vectorised loop that touches float8 becomes serial."""
+    """Every conversion to or from a float8 or float4 type becomes :func:`encode` /
+    :func:`decode`, their tiles (and float4 parameters) are held as bytes, a vectorised loop
+    that touches them becomes serial."""
     return prim_func_pass("CPULowerFloat8", _lower)

@@ -235,14 +235,14 @@ def round_bfloat16_tiles():
     return prim_func_pass("CPURoundBfloat16Tiles", run)
 
 
-HELD_IN_FLOAT32 = frozenset({"bfloat16", "float8_e4m3fn", "float8_e5m2"})
+HELD_IN_FLOAT32 = frozenset({"bfloat16", "float8_e4m3fn", "float8_e5m2", "float4_e2m1fn"})
 
 
 def hold_narrow_bindings():
-    """A binding whose value loads a bfloat16 or float8 buffer (a named value the language
-    keeps, see ``tilewright.language.snapshots``) becomes a one-element float32 local array
-    (exact for these types) written where the binding stood and read where the variable was
-    used. Both types are held in other types here (float32, bytes): float8's lowering and TVM
+    """A binding whose value loads a bfloat16, float8 or float4 buffer (a named value the
+    language keeps, see ``tilewright.language.snapshots``) becomes a one-element float32 local
+    array (exact for these types) written where the binding stood and read where the variable
+    was used. These types are held in others here (float32, bytes): float8's lowering and TVM
     0.27's bfloat16 legalisation rewrite the buffers' stores and loads, but not a binding's
     variable or, for bfloat16, a load inside a ``Bind`` ("Load/Store of buffer ... occurred
     before its declaration")."""

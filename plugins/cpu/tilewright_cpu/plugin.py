@@ -20,7 +20,8 @@ from .executor import EXECUTORS
 from .lowering import RULES
 
 DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-          "float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2")
+          "float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2",
+          "float4_e2m1fn")
 
 
 def _rules(ctx) -> dict:

@@ -24,7 +24,7 @@ BACKEND = BackendModule(
         tile_ops=frozenset(RULES),  # exactly the ops with a lowering rule
         dtypes=frozenset({"bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
                           "uint32", "uint64", "float16", "bfloat16", "float32", "float64",
-                          "float8_e4m3fn", "float8_e5m2"}),
+                          "float8_e4m3fn", "float8_e5m2", "float4_e2m1fn"}),
         memory_scopes=frozenset({"global", "shared.dyn", "local.fragment", "local", "local.var",
                                  *(f"local.reducer.{op}" for op in REDUCER_OPS)}),
         features=frozenset({"dynamic_shapes", "partial_tiles", "kernel_sequence",

@@ -2,10 +2,12 @@
 rounding, math.
 
 Every buffer is a NumPy array: global tensors are views of the torch arguments (bfloat16 and
-float8 ones are float32 copies written back after the kernel), shared and fragment tiles are
-allocated per block. bfloat16 and float8 values are held in float32 and rounded to their type
-(nearest even; float8_e4m3fn saturates at +-448 as torch does) whenever they are stored or
-cast, so results match a machine that stores them.
+float8 ones are float32 copies written back after the kernel; float4_e2m1fn ones, passed as
+codes one a byte, are decoded into float32 copies and encoded back), shared and fragment tiles
+are allocated per block. bfloat16, float8 and float4 values are held in float32 and rounded to
+their type (nearest even; float8_e4m3fn saturates at +-448 as torch does, float4_e2m1fn at +-6
+with NaN giving +6, as CUDA's conversion does) whenever they are stored or cast, so results
+match a machine that stores them.
 """
 
 from __future__ import annotations
@@ -15,9 +17,11 @@ import math
 
 import ml_dtypes
 import numpy as np
+from tilewright.language.dtypes import FLOAT_FORMATS, FloatFormat
 
 NUMPY = {"float16": np.float16, "float32": np.float32, "float64": np.float64,
          "bfloat16": np.float32, "float8_e4m3fn": np.float32, "float8_e5m2": np.float32,
+         "float4_e2m1fn": np.float32,
          "int8": np.int8, "int16": np.int16, "int32": np.int32, "int64": np.int64,
          "uint8": np.uint8, "uint16": np.uint16, "uint32": np.uint32, "uint64": np.uint64,
          "bool": np.bool_}
@@ -43,10 +47,44 @@ def _round_float8(kind, limit):
     return rounded
 
 
+def _round_saturating(fmt: FloatFormat):
+    """Rounding to a format without infinities or NaN (float4_e2m1fn): to the nearest multiple
+    of the value's quantum, ties to even; a magnitude above the largest finite value (an
+    infinity included) gives it, NaN gives the positive largest value."""
+    def rounded(x):
+        a = np.asarray(x, dtype=np.float32)
+        with np.errstate(all="ignore"):
+            exponent = np.frexp(a)[1] - 1  # |a| in [2**exponent, 2**(exponent + 1))
+            quantum = np.ldexp(np.float32(1), np.maximum(exponent, 1 - fmt.bias) - fmt.man_bits)
+            out = (np.round(a / quantum) * quantum).astype(np.float32)  # np.round: ties even
+        out = np.clip(out, -fmt.max_value, fmt.max_value)
+        out = np.where(np.isnan(a), np.float32(fmt.max_value), out)
+        return out if out.ndim else np.float32(out)
+
+    return rounded
+
+
 # types held in float32 here: a value of one is rounded by its function when stored or cast
 EMULATED = {"bfloat16": round_bf16,
             "float8_e4m3fn": _round_float8(ml_dtypes.float8_e4m3fn, 448.0),
-            "float8_e5m2": _round_float8(ml_dtypes.float8_e5m2, None)}
+            "float8_e5m2": _round_float8(ml_dtypes.float8_e5m2, None),
+            "float4_e2m1fn": _round_saturating(FLOAT_FORMATS["float4_e2m1fn"])}
+# emulated types whose tensors arrive as codes one a byte (uint8), not in their own torch dtype
+CODED = {"float4_e2m1fn": FLOAT_FORMATS["float4_e2m1fn"]}
+
+
+def decode(codes, fmt: FloatFormat) -> np.ndarray:
+    """The float32 values of the codes (uint8) of format ``fmt``."""
+    table = np.array([fmt.value(c) for c in range(1 << fmt.bits)], dtype=np.float32)
+    return table[np.asarray(codes) & ((1 << fmt.bits) - 1)]
+
+
+def encode(values, fmt: FloatFormat) -> np.ndarray:
+    """The codes (uint8) of float32 ``values`` already rounded to format ``fmt``."""
+    values = np.asarray(values, dtype=np.float32)
+    magnitudes = np.array([fmt.value(c) for c in range(fmt.max_code + 1)], dtype=np.float32)
+    codes = np.searchsorted(magnitudes, np.abs(values)).astype(np.uint8)
+    return codes | np.where(np.signbit(values), np.uint8(fmt.sign_bit), np.uint8(0))
 
 
 def round_to(x, dtype: str):
@@ -171,6 +209,8 @@ def bind(arg, dtype: str):
     if hasattr(arg, "detach"):  # a torch tensor
         if arg.device.type != "cpu":
             raise ValueError(f"the interpreter runs on the host; got a tensor on {arg.device}")
+        if dtype in CODED:
+            return decode(arg.detach().numpy(), CODED[dtype])
         if dtype in EMULATED:
             return arg.detach().float().numpy().copy()
         return arg.detach().numpy()
@@ -207,7 +247,11 @@ def at_address(address: int, shape, dtype: str) -> np.ndarray:
 
 def write_back(arg, array, dtype: str) -> None:
     """Copy an emulated argument's float32 working array back into the torch tensor."""
-    if dtype in EMULATED and hasattr(arg, "copy_"):
+    if dtype in CODED and hasattr(arg, "copy_"):
+        import torch
+
+        arg.copy_(torch.from_numpy(encode(array, CODED[dtype])))
+    elif dtype in EMULATED and hasattr(arg, "copy_"):
         import torch
 
         arg.copy_(torch.from_numpy(np.ascontiguousarray(array)).to(getattr(torch, dtype)))

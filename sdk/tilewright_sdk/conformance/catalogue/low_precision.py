@@ -112,6 +112,82 @@ def _float8_cast_ref(codes, x32, x16, xbf, dtype):
     return [codes.to(getattr(torch, wide)) for wide in WIDE] + [x.to(fp8) for x in probes]
 
 
+def _float4_casts(dtype, P, bn=128):
+    """Every float4 code decoded to float32; each WIDE dtype's probes rounded to float4 in a
+    fragment and read back as float32 (float4 tensors are float4_e2m1fn_x2, two codes a
+    byte)."""
+
+    @T.prim_func
+    def float4_casts(codes: T.Tensor((16,), dtype), x32: T.Tensor((P,), "float32"),
+                     x16: T.Tensor((P,), "float16"), xbf: T.Tensor((P,), "bfloat16"),
+                     d32: T.Tensor((16,), "float32"), r32: T.Tensor((P,), "float32"),
+                     r16: T.Tensor((P,), "float32"), rbf: T.Tensor((P,), "float32")):
+        with T.Kernel(T.ceildiv(P, bn), threads=128) as bx:
+            tile = T.alloc_fragment((3, bn), dtype)
+            if bx == 0:
+                for i in T.Parallel(16):
+                    d32[i] = T.cast(codes[i], "float32")
+            for i in T.Parallel(bn):
+                tile[0, i] = T.cast(x32[bx * bn + i], dtype)
+                tile[1, i] = T.cast(x16[bx * bn + i], dtype)
+                tile[2, i] = T.Cast(dtype, xbf[bx * bn + i])
+            for i in T.Parallel(bn):
+                r32[bx * bn + i] = T.cast(tile[0, i], "float32")
+                r16[bx * bn + i] = T.cast(tile[1, i], "float32")
+                rbf[bx * bn + i] = T.cast(tile[2, i], "float32")
+
+    return float4_casts
+
+
+# float4_e2m1fn from its definition: the magnitudes of codes 0-7 (bias 1, one mantissa bit)
+FLOAT4_MAGNITUDES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
+
+
+def _float4_cast_inputs(torch, gen, dtype, P):
+    """The 16 codes (packed two a byte); probes of each WIDE dtype: every value, the midpoints
+    between neighbours (ties: nearest even) and the values just beside them, past the largest
+    value, infinities and NaN, both signs; random values of every magnitude fill the rest."""
+    codes = torch.tensor([c | d << 4 for c, d in zip(range(0, 16, 2), range(1, 16, 2))],
+                         dtype=torch.uint8).view(torch.float4_e2m1fn_x2)
+    v = torch.tensor(FLOAT4_MAGNITUDES)
+    mids = (v[1:] + v[:-1]) / 2
+    probes = []
+    for wide in WIDE:
+        t, bits = getattr(torch, wide), torch.int32 if wide == "float32" else torch.int16
+        m = mids.to(t)
+        special = torch.tensor([6.5, 7.0, 1e4, 1e-30, float("inf"), float("nan")]).to(t)
+        designed = torch.cat([v.to(t), m, (m.view(bits) + 1).view(t), (m.view(bits) - 1).view(t),
+                              special])
+        designed = torch.cat([designed, -designed])
+        scale = torch.exp2(torch.randint(-4, 4, (P - designed.numel(),), generator=gen))
+        filler = torch.randn(P - designed.numel(), generator=gen) * scale
+        probes.append(torch.cat([designed, filler.to(t)]))
+    return [codes, *probes]
+
+
+def _round_float4(x):
+    """``x`` (float64) rounded to float4_e2m1fn: the nearest magnitude, ties to the even code,
+    saturating at 6, NaN giving +6; the sign kept."""
+    import torch
+
+    v = torch.tensor(FLOAT4_MAGNITUDES, dtype=torch.float64)
+    mag = x.abs().clamp(max=6.0).nan_to_num(6.0)
+    dist = (mag[:, None] - v).abs()
+    nearest = dist == dist.min(dim=1, keepdim=True).values
+    even = nearest & (torch.arange(8) % 2 == 0)  # of two nearest, the even code
+    code = torch.where(even.any(dim=1), even.int().argmax(dim=1), nearest.int().argmax(dim=1))
+    return torch.where(x.isnan(), 6.0, v[code].copysign(x))
+
+
+def _float4_cast_ref(codes, x32, x16, xbf):
+    import torch
+
+    b = codes.view(torch.uint8).long()
+    code = torch.stack((b & 15, b >> 4), dim=-1).reshape(-1)
+    mag = torch.tensor(FLOAT4_MAGNITUDES, dtype=torch.float64)[code & 7]
+    return [torch.where(code >= 8, -mag, mag)] + [_round_float4(x) for x in (x32, x16, xbf)]
+
+
 def _w4a16(dtype, M, N, K, group, bm=32, bn=32, bk=32):
     """C = A @ W^T, W [N, K] dequantised from 4-bit codes packed two to a byte (element k in
     the low nibble of byte k // 2 for even k), one scale and zero point per ``group`` of K:
@@ -223,6 +299,13 @@ ROWS = (
            doc="every float8 code decoded to float32, float16 and bfloat16, and probes of each "
                "encoded (ties, subnormals, saturation, infinities, NaN): exactly torch's values "
                "(any NaN for a NaN)"),
+    Kernel("float4_casts", (*BASE, "Parallel", "alloc_fragment", "cast", "Cast",
+                            "float4_e2m1fn", *WIDE), (), _float4_casts, _float4_cast_inputs,
+           _float4_cast_ref, {"full": {"P": 256}}, out_idx=tuple(range(4, 8)),
+           dtypes=("float4_e2m1fn",), exact=True,
+           doc="every float4_e2m1fn code decoded to float32, and probes of float32, float16 and "
+               "bfloat16 rounded to float4 (ties to even, saturation at +-6, NaN to +6) and "
+               "read back: exactly the values of the format's definition"),
     Kernel("gemm_w4a16", (*GEMM, "Parallel", "min", "unpack"), ("gemm", "copy", "fill"),
            _w4a16, _w4a16_inputs, _w4a16_ref, {"full": {"M": 16, "N": 32, "K": 128, "group": 32},
                         "partial": {"M": 12, "N": 24, "K": 96, "group": 32}},

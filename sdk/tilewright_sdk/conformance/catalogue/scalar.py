@@ -9,7 +9,7 @@ backend compiles a few kernels per dtype instead of one per name.
 # No `from __future__ import annotations`: T.prim_func evaluates the parameter annotations.
 import tilewright.language as T
 
-from .model import ALL_DTYPES, FLOAT8, FLOATS, INTEGERS, SIGNED, Kernel, eager, rand
+from .model import FLOAT8, FLOATS, INTEGERS, SIGNED, TORCH_CASTS, Kernel, eager, rand
 from .tiles import BASE
 
 # name -> (uses the positive input, kernel expression, torch reference)
@@ -384,12 +384,12 @@ ROWS = (
            lambda x, d, dtype: _int_ref(lambda *t: _floordiv_ref(*t, dtype))(x, d),
            {"partial": MN["partial"]}, dtypes=INTEGERS, ref_args=("dtype",),
            doc="// and % with operands and divisors of both signs, and an index (c - 3) % N"),
-    Kernel("cast", (*BASE, "const", "empty", "Parallel", "cast", "Cast", *ALL_DTYPES), (),
+    Kernel("cast", (*BASE, "const", "empty", "Parallel", "cast", "Cast", *TORCH_CASTS), (),
            lambda dtype, N, targets: eager(_casts(dtype, targets), n=N), _cast_inputs,
-           _cast_ref, {"partial": {"N": 40, "targets": ALL_DTYPES}}, out_idx=(),
-           dtypes=ALL_DTYPES, dtype_dims=("targets",), ref_args=("targets",),
-           doc="T.cast from the case's dtype to every dtype the backend declares (eager "
-               "style: T.const, T.empty)"),
+           _cast_ref, {"partial": {"N": 40, "targets": TORCH_CASTS}}, out_idx=(),
+           dtypes=TORCH_CASTS, dtype_dims=("targets",), ref_args=("targets",),
+           doc="T.cast from the case's dtype to every dtype the backend declares that torch "
+               "converts (eager style: T.const, T.empty; float4 in float4_casts)"),
     Kernel("int_cast_wrap", (*BASE, "const", "empty", "Parallel", "cast", "Cast", *INTEGERS),
            (), lambda dtype, N, targets: eager(_casts(dtype, targets), n=N), _wrap_inputs,
            _cast_ref, {"partial": {"N": 40, "targets": INTEGERS}}, out_idx=(),
