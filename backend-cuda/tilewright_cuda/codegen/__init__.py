@@ -14,7 +14,7 @@ import tvm
 import tvm_ffi
 from tilewright.errors import KernelError
 from tilewright.plugin import DeviceCodegen, GeneratedSource
-from tilewright.transform import narrow_float
+from tilewright.transform import float_to_int, narrow_float
 from tvm import tirx
 from tvm.tirx.build import split_host_device_mods
 
@@ -40,14 +40,16 @@ def tvm_target(arch) -> tvm.target.Target:
 def tvm_passes() -> list:
     """TVM's passes from flat loops to a device kernel and its host launcher. Unlike TVM's
     default CUDA pipeline, no automatic barriers or shared-buffer merging: the insert_sync and
-    place_memory phases own those."""
+    place_memory phases own those; no float8 legalisation below sm_89 (float8 arithmetic is
+    made in float32 here, conversions are ``cuda_fp8.h``'s on every architecture, see
+    ``codegen.source``)."""
     t, s = tirx.transform, tvm.s_tir.transform
     return [s.UnifyThreadBinding(), s.LowerOpaqueBlock(), t.StmtSimplify(), t.FlattenBuffer(),
             t.BF16ComputeLegalize(), t.NarrowDataType(32),
             t.VectorizeLoop(True), t.UnrollLoop(), t.StmtSimplify(), t.RemoveNoOp(),
-            t.CommonSubexprElim(), t.FP8ComputeLegalize(), t.VerifyMemory(),
+            t.CommonSubexprElim(), t.VerifyMemory(),
             t.AnnotateEntryFunc(), t.SplitHostDevice(), t.MakePackedAPI(),
-            t.FP8StorageLegalize(), t.BF16StorageLegalize()]
+            t.BF16StorageLegalize()]
 
 
 def _extern_names(func) -> list[str]:
@@ -62,19 +64,23 @@ def _extern_names(func) -> list[str]:
 def device_kernel(gvar, func, target):
     """TVM's passes on ``func`` (named ``gvar``), then its device kernel: ``(target, module,
     (global var, function))``."""
-    mod = tvm.IRModule({gvar: func})
+    # float -> integer conversions saturate (nvcc makes (signed char)f of a float32 a
+    # cvt.rzi.s32.f32 and a byte store: the int32 saturated, then wrapped)
+    mod = tvm.IRModule({gvar: func.with_body(float_to_int.rewrite(func.body))})
     mod = tirx.transform.BindTarget(target)(mod)
     mod = tvm.ir.transform.Sequential(tvm_passes())(mod)
     _, device = split_host_device_mods(mod)
     (dev_target, dev_mod), = list(device.items())
     dev_mod = tvm.ir.transform.Sequential([tirx.transform.LowerWarpMemory(),
-                                           tirx.transform.StmtSimplify(),
-                                           tirx.transform.LowerIntrin()])(dev_mod)
+                                           tirx.transform.StmtSimplify()])(dev_mod)
     kernels = list(dev_mod.functions.items())
     if len(kernels) != 1:
         raise KernelError(f"CUDA codegen expected one device kernel, got {len(kernels)}")
     (kernel_gvar, kernel), = kernels
-    kernel = float8_casts_through_float32(printable_constants(float8_arithmetic(kernel)))
+    # float8 math calls become float32 ones before LowerIntrin names CUDA's functions
+    dev_mod = tirx.transform.LowerIntrin()(tvm.IRModule(
+        {kernel_gvar: float8_arithmetic(kernel)}, attrs=dev_mod.attrs))
+    kernel = float8_casts_through_float32(printable_constants(dev_mod[kernel_gvar]))
     dev_mod = tvm.IRModule({kernel_gvar: kernel}, attrs=dev_mod.attrs)
     return dev_target, dev_mod, (kernel_gvar, kernel)
 
@@ -96,9 +102,10 @@ FLOAT8 = frozenset({"float8_e4m3fn", "float8_e5m2"})
 
 
 def float8_arithmetic(func):
-    """``func`` with each arithmetic operation and comparison on float8 values made in float32,
-    an arithmetic result converted back (the language's semantic, rounded once per operation):
-    CUDA's ``__nv_fp8_e4m3`` and ``__nv_fp8_e5m2`` have no arithmetic operators."""
+    """``func`` with each arithmetic operation, comparison and math call on float8 values made
+    in float32, an arithmetic or math result converted back (the language's semantic, rounded
+    once per operation): CUDA's ``__nv_fp8_e4m3`` and ``__nv_fp8_e5m2`` have no arithmetic
+    operators and no math functions."""
     return func.with_body(narrow_float.rewrite(func.body, FLOAT8))
 
 
@@ -142,7 +149,7 @@ def generate(mod: tvm.IRModule, ctx) -> GeneratedSource:
     headers = {entry.header for entry in used}
     text = source.insert_headers(text, HEADERS[intrinsics.BASE] + "".join(
         HEADERS[h] for h in (intrinsics.COPY, intrinsics.MMA, intrinsics.FP4) if h in headers))
-    text = source.drop_unused_type_traits(text)
+    text = source.float8_on_every_arch(source.drop_unused_type_traits(text))
     meta = {
         "entry": str(kernel_gvar.name_hint), "arch": arch.name,
         "params": param_kinds(func, device_func), "symbols": symbol_sources(func), **launch,

@@ -13,6 +13,11 @@ reads or changes printed source.
   descriptors of its own tile primitives, which the CUDA dialect does not use.
 - **``__cluster_dims__``** goes before the kernel's name: TVM's CUDA printer has no cluster
   attribute (clusters reach only its LLVM/NVPTX path).
+- **The float8 types** (``cuda_fp8.h`` and TVM's ``fp8_e4_t`` & co.) are declared for every
+  architecture, not only ``__CUDA_ARCH__ >= 890``: ``cuda_fp8.h`` converts in software below
+  sm_89, and the alternative, TVM's FP8 legalisation, decodes a negative float8 wrongly in
+  the C it prints (``(A << 1) >> 4`` of a ``uchar`` is computed in ``int``, so the sign bit
+  reaches the exponent: -14.0 became -3.7e6 on sm_80).
 """
 
 from __future__ import annotations
@@ -22,6 +27,15 @@ import re
 KERNEL = 'extern "C" __global__'
 _TRAITS = re.compile(r"\n\s*#include <cuda/std/type_traits>\n\s*namespace std \{\n"
                      r"((?:\s*using cuda::std::\w+;\n)+)\s*\}\n")
+
+
+_FP8_GUARD = re.compile(r"#if !defined\(__CUDA_ARCH__\) \|\| \(__CUDA_ARCH__ >= 890\)\n"
+                        r"(#include <cuda_fp8.h>\n.*?)#endif // __CUDA_ARCH__ >= 890\n", re.S)
+
+
+def float8_on_every_arch(text: str) -> str:
+    """``text`` with TVM's float8 declarations outside their ``__CUDA_ARCH__ >= 890`` guard."""
+    return _FP8_GUARD.sub(lambda m: m.group(1), text)
 
 
 def insert_headers(text: str, headers: str) -> str:

@@ -214,8 +214,14 @@ globals().update(PREDICATES)
 
 
 def abs(x):  # noqa: A001 - the language's name
-    """Absolute value of an integer or floating-point value."""
-    return tirx.abs(to_expr(x))
+    """Absolute value of an integer or floating-point value: TVM's ``abs``, whose ``fabs``
+    call a float8 value gets too (TVM's constructor refuses float8; the backends compute it
+    as every math function on narrow floats, :mod:`tilewright.transform.narrow_float`)."""
+    x = to_expr(x)
+    dtype = dtype_of(x)
+    if is_float(dtype) and tvm.runtime.DataType(dtype).bits == 8:
+        return tirx.call_intrin(dtype, "tirx.fabs", x)
+    return tirx.abs(x)
 
 
 # TVM gives float32's limits for bfloat16, which round to infinity in bfloat16

@@ -1,6 +1,7 @@
 """Backend-agnostic passes and pass frameworks."""
 
 from .bounds import check_bounds, instrument_bounds
+from .float_to_int import saturating_float_to_int
 from .lower_tile_ops import RuleContext, lower_intrinsics, lower_tile_ops
 from .narrow_float import narrow_float_arithmetic
 from .walk import StmtMutator, prim_func_pass, rebuild_for, reraise_pass_error
@@ -12,4 +13,4 @@ from ..engine.passconfig import NAMES as PassConfigKey
 
 __all__ = ["PassConfigKey", "RuleContext", "StmtMutator", "check_bounds", "instrument_bounds",
            "lower_intrinsics", "lower_tile_ops", "narrow_float_arithmetic", "prim_func_pass",
-           "rebuild_for", "reraise_pass_error"]
+           "rebuild_for", "reraise_pass_error", "saturating_float_to_int"]

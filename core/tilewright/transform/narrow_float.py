@@ -1,4 +1,4 @@
-"""Arithmetic on narrow floats, one rounding per operation.
+"""Arithmetic and math functions on narrow floats, one rounding per operation.
 
 The language's semantic for arithmetic on a narrow floating type (float8_e4m3fn, float8_e5m2,
 bfloat16, float16): each operation computes the exact result rounded to its type (nearest
@@ -8,14 +8,26 @@ result is the same thing: float32 has more than twice the precision of each narr
 two bits, so rounding twice (to float32, then to the narrow type) gives the correctly rounded
 result of ``+ - * /``. Comparisons, ``min`` and ``max`` are exact on the float32 values.
 
+A math function (:data:`MATH`: ``exp``, ``log``, ``sqrt``, ``tanh``, ``floor``, ``fabs``
+...) of narrow operands is the float32 function of the widened operands, rounded to the type
+once, as CUDA's ``hexp``/``hlog``/``hsqrt``/``htanh`` of ``__nv_bfloat16`` and ``__half``
+are (cuda_bf16.hpp: widen with ``__bfloat162float``, the float32 function, then
+``__float2bfloat16_rn``) and as TileLang's 16-bit fast-math overloads are; the result is the
+float32 function's, so it differs between backends only by that function's own ulp error,
+which the rounding to a narrow type hides except next to a tie. Composed functions
+(``T.sigmoid``, ``T.rsqrt`` = ``1 / sqrt``) round after each of their operations.
+
 A backend whose target has no arithmetic of its own in such a type applies :func:`rewrite`
 or :func:`narrow_float_arithmetic` before lowering the type's conversions: the CPU for bfloat16
 and float8 (its bfloat16 rounding in integer code, since TVM's BF16ComputeLegalize drops a
-conversion between operations), CUDA for float8, the interpreter for bfloat16 and float8.
+conversion between operations) and for float16's math functions (TVM expands ``tanh`` for
+LLVM in float16 arithmetic), CUDA for float8 (its ``hexp`` & co. of bfloat16 and float16
+follow the rule already), the interpreter for bfloat16 and float8.
 """
 
 from __future__ import annotations
 
+import tvm
 import tvm_ffi
 from tvm import tirx
 
@@ -23,13 +35,25 @@ from .walk import prim_func_pass
 
 ARITHMETIC = (tirx.Add, tirx.Sub, tirx.Mul, tirx.Div, tirx.Min, tirx.Max)
 COMPARISONS = (tirx.EQ, tirx.NE, tirx.LT, tirx.LE, tirx.GT, tirx.GE)
+# The math functions whose operands and result have one floating type: each TVM op, by the
+# name it is registered under (TVM 0.27 registers log2 and ceil as ``prim.``)
+MATH = frozenset(tvm.ir.Op.get(name) for name in (
+    "tirx.exp", "tirx.exp2", "tirx.exp10", "tirx.log", "prim.log2", "tirx.log10", "tirx.log1p",
+    "tirx.sqrt", "tirx.rsqrt", "tirx.sin", "tirx.cos", "tirx.tan", "tirx.sinh", "tirx.cosh",
+    "tirx.tanh", "tirx.asin", "tirx.acos", "tirx.atan", "tirx.asinh", "tirx.acosh",
+    "tirx.atanh", "tirx.erf", "tirx.sigmoid", "tirx.floor", "prim.ceil", "tirx.round",
+    "tirx.nearbyint", "tirx.trunc", "tirx.fabs", "tirx.pow", "tirx.atan2", "tirx.fmod",
+    "tirx.hypot", "tirx.copysign"))
 
 
-def rewrite(expr_root, dtypes: frozenset, compute: str = "float32", narrowed=tirx.Cast):
-    """``expr_root`` (a statement or expression) with each arithmetic operation and comparison
-    on values of one of ``dtypes`` made on ``compute`` values, an arithmetic result converted
-    back to its type by ``narrowed(dtype, value)`` (a conversion unless a backend whose
-    legalisation drops conversions between operations gives its own rounding)."""
+def rewrite(expr_root, dtypes: frozenset, compute: str = "float32", narrowed=tirx.Cast,
+            arithmetic: bool = True):
+    """``expr_root`` (a statement or expression) with each arithmetic operation, comparison
+    and :data:`MATH` call on values of one of ``dtypes`` made on ``compute`` values, an
+    arithmetic or math result converted back to its type by ``narrowed(dtype, value)`` (a
+    conversion unless a backend whose legalisation drops conversions between operations
+    gives its own rounding). Without ``arithmetic`` only the math calls: for a type whose
+    arithmetic the target rounds per operation itself."""
 
     def widened(value):
         return tirx.Cast(compute, value)
@@ -41,12 +65,22 @@ def rewrite(expr_root, dtypes: frozenset, compute: str = "float32", narrowed=tir
         same = type(node)(widened(node.a), widened(node.b))
         return same if isinstance(node, COMPARISONS) else narrowed(dtype, same)
 
-    return tvm_ffi.structural_map(expr_root, (ARITHMETIC + COMPARISONS, visit))
+    def call(node):
+        dtype = str(node.ty)
+        if dtype not in dtypes or node.op not in MATH:
+            return node
+        return narrowed(dtype, tvm.ir.Call(node.op, [widened(a) for a in node.args],
+                                           ret_ty=compute, span=node.span))
+
+    rules = [(tvm.ir.Call, call)]
+    if arithmetic:
+        rules.append((ARITHMETIC + COMPARISONS, visit))
+    return tvm_ffi.structural_map(expr_root, rules)
 
 
 def narrow_float_arithmetic(dtypes, name: str, compute: str = "float32"):
-    """A pass that makes every arithmetic operation on ``dtypes`` a ``compute`` operation
-    followed by a conversion to its type (see the module's docstring); ``name`` names it."""
+    """A pass that makes every arithmetic operation and math call on ``dtypes`` a ``compute``
+    one followed by a conversion to its type (see the module's docstring); ``name`` names it."""
     wanted = frozenset(dtypes)
     return prim_func_pass(name, lambda func: func.with_body(rewrite(func.body, wanted,
                                                                    compute)))

@@ -238,13 +238,15 @@ def _lazy_lets(expr) -> set:
 
 
 def _hoisted(value):
-    """``value`` without its ``Let`` expressions (those outside lazy branches), and the
-    ``(var, value)`` bindings they made, each after those it reads."""
+    """``value`` without its ``uint32`` ``Let`` expressions (the bits an encode, a decode or a
+    bfloat16 rounding binds; those outside lazy branches), and the ``(var, value)`` bindings
+    they made, each after those it reads. Other bindings (the float32 ones of the vector
+    ``exp``) stay where they are."""
     keep = _lazy_lets(value)
     bindings = {}
 
     def take(let):
-        if let.var in keep:
+        if let.var in keep or str(let.var.ty) != SLOT:
             return let
         bindings[let.var] = let.value
         return let.body
@@ -265,19 +267,22 @@ def _hoisted(value):
     return value, ordered
 
 
+SLOT = "uint32"  # the type of the bindings a store's local array holds
+
+
 def _store_of(stmt, value):
     return tirx.BufferStore(stmt.buffer, value, stmt.indices, span=stmt.span)
 
 
 def _spill_lets(body):
-    """The ``Let`` expressions of each store's value become stores into a local array before
-    it (LLVM keeps the array in registers). TVM's LLVM codegen simplifies a bound value with
-    the earlier bindings substituted, in time exponential in the depth of a chain of float8
-    operations, whether they are ``Let`` expressions or ``Bind`` statements (a chain of two
-    took 55 CPU-seconds); values passed through memory are not substituted. A store of an
-    ``if_then_else`` becomes an ``if`` over a store of each branch, so that a branch's bindings
-    are made only where it is taken; bindings in other lazy branches stay ``Let``
-    expressions."""
+    """The ``uint32`` ``Let`` expressions of each store's value become stores into a local
+    array before it (LLVM keeps the array in registers). TVM's LLVM codegen simplifies a
+    bound value with the earlier bindings substituted, in time exponential in the depth of a
+    chain of float8 operations, whether they are ``Let`` expressions or ``Bind`` statements
+    (a chain of two took 55 CPU-seconds); values passed through memory are not substituted. A
+    store of an ``if_then_else`` becomes an ``if`` over a store of each branch, so that a
+    branch's bindings are made only where it is taken; bindings in other lazy branches stay
+    ``Let`` expressions."""
 
     def store(stmt):
         value = stmt.value
@@ -289,7 +294,7 @@ def _spill_lets(body):
         value, bindings = _hoisted(value)
         if not bindings:
             return stmt
-        slots = tirx.decl_buffer((len(bindings),), "uint32", "f8_tmp", scope="local")
+        slots = tirx.decl_buffer((len(bindings),), SLOT, "f8_tmp", scope="local")
         loads = {var: tirx.BufferLoad(slots, [k]) for k, (var, _) in enumerate(bindings)}
 
         def spilled(expr):

@@ -14,7 +14,7 @@ import numpy as np
 from tilewright import sparse as sp
 from tilewright.ir import ATOMIC_KINDS, REDUCE_KINDS
 
-from .runtime import Region
+from .runtime import Region, converted
 
 RULES: dict[str, Callable] = {}
 
@@ -34,7 +34,7 @@ def run_copy(block, src: Region, dst: Region, **_attrs):
     values = src.read()
     if values.size != np.prod(dst.extents):
         raise ValueError(f"T.copy: {src.extents} elements do not fit {dst.extents}")
-    dst.write(values.astype(dst.array.dtype))
+    dst.write(values)  # converted to dst's dtype by the write
 
 
 @register_lowering("fill")
@@ -83,7 +83,7 @@ def _make_reduce(kind: str):
 
     def run_reduce(block, src: Region, dst: Region, dim=-1, clear=True):
         acc = dst.array.dtype
-        out = reduce(src.read().astype(acc), axis=dim).reshape(dst.extents)
+        out = reduce(converted(src.read(), acc), axis=dim).reshape(dst.extents)
         dst.write(out if clear else combine(dst.read(), out))
 
     run_reduce.__name__ = f"run_reduce_{kind}"
@@ -96,7 +96,7 @@ for _kind in REDUCE_KINDS:
 
 @register_lowering("cumsum")
 def run_cumsum(block, src: Region, dst: Region, dim=0, reverse=False):
-    x = src.read().astype(dst.array.dtype)
+    x = converted(src.read(), dst.array.dtype)
     if reverse:
         x = np.flip(x, axis=dim)
     out = np.cumsum(x, axis=dim, dtype=dst.array.dtype)

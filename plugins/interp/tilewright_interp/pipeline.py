@@ -1,5 +1,6 @@
-"""The interpreter's pipeline: a phase checking that every tile op has a rule, and one making
-arithmetic on the types it emulates round once per operation.
+"""The interpreter's pipeline: a phase checking that every tile op has a rule, one making
+float -> integer conversions saturate (:mod:`tilewright.transform.float_to_int`), and one
+making arithmetic on the types it emulates round once per operation.
 
 The interpreter runs the tile IR as it is (see :mod:`.codegen`): its first pass makes sure,
 at compile time, that nothing reaches the codegen that the rule table cannot run. It holds
@@ -14,7 +15,7 @@ from __future__ import annotations
 from tilewright.errors import UnsupportedOpError, span_location
 from tilewright.ir import tile_ops_in
 from tilewright.plugin import PassPipeline, Phase
-from tilewright.transform import narrow_float_arithmetic, prim_func_pass
+from tilewright.transform import narrow_float_arithmetic, prim_func_pass, saturating_float_to_int
 
 from .lowering import RULES
 from .runtime import EMULATED
@@ -36,6 +37,9 @@ def check_tile_ops():
 PIPELINE = PassPipeline((
     Phase("check_tile_ops", lambda ctx: [check_tile_ops()],
           "every tile op has a rule in tilewright_interp.lowering"),
+    Phase("saturating_float_to_int",
+          lambda ctx: [saturating_float_to_int("InterpSaturatingFloatToInt")],
+          "a float -> integer conversion saturates at the integer's bounds, NaN gives 0"),
     Phase("narrow_float_arithmetic",
           lambda ctx: [narrow_float_arithmetic(EMULATED, "InterpNarrowFloatArithmetic")],
           "arithmetic on bfloat16 and float8 rounds to its type after each operation"),

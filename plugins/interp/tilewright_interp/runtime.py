@@ -99,8 +99,10 @@ _WRAP = {name: (int(np.iinfo(t).min), 1 << np.iinfo(t).bits) for name, t in NUMP
 
 def cast(value, dtype: str):
     """``T.cast``: convert a scalar to ``dtype`` with that dtype's rounding; a float becomes
-    an integer by truncation toward zero, an integer out of an integer dtype's range wraps
-    modulo its size (two's complement, as C, LLVM and torch convert)."""
+    an integer by truncation toward zero (the pipeline saturates one out of the integer's
+    range and NaN before, :mod:`tilewright.transform.float_to_int`), an integer out of an
+    integer dtype's range wraps modulo its size (two's complement, as C, LLVM and torch
+    convert)."""
     if dtype in EMULATED:
         return round_to(np.float32(value), dtype)
     if dtype == "bool":
@@ -133,6 +135,24 @@ def tdiv(a, b):
 
 def tmod(a, b):
     return a - tdiv(a, b) * b
+
+
+def converted(values, dtype) -> np.ndarray:
+    """The array ``values`` as NumPy ``dtype``: floats into an integer dtype rounded toward
+    zero, saturated at its bounds and NaN as 0 (the language's rule, which
+    :mod:`tilewright.transform.float_to_int` gives every ``T.cast``; NumPy's conversion wraps);
+    anything else as NumPy converts."""
+    values, target = np.asarray(values), np.dtype(dtype)
+    if not (np.issubdtype(target, np.integer) and np.issubdtype(values.dtype, np.floating)):
+        return values.astype(target)
+    info = np.iinfo(target)
+    wide = values.astype(np.float64)
+    high, low = float(info.max) + 1, float(info.min)  # powers of two (or 0): exact
+    inside = np.where(np.isnan(wide) | (wide >= high) | (wide <= low), 0, np.trunc(wide))
+    out = inside.astype(target)
+    out[wide >= high] = info.max
+    out[wide <= low] = info.min
+    return out
 
 
 def alloc(shape, dtype: str) -> np.ndarray:
@@ -173,6 +193,8 @@ class Region:
             self.extents) else values, self.extents)
         if self.dtype in EMULATED:
             values = round_to(values.astype(np.float32), self.dtype)
+        else:
+            values = converted(values, self.array.dtype)
         inner, outer = self._clipped()
         self.array[inner] = values[outer]
 

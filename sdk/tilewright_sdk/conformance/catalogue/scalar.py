@@ -144,11 +144,24 @@ def _table_ref(table):
     return lambda x, p: [_stack([ref(x, p) for _, ref in table.values()])]
 
 
-# float8 arithmetic: each row of FLOAT_BINARY (one rounding each) and a chain of operations,
-# each rounded to the case's type (the reference's ``r``)
-FLOAT8_ARITH = {**FLOAT_BINARY,
-                "chain": (lambda x, y: (x * y + x) * y - x / y,
-                          lambda x, y, r: r(r(r(r(x * y) + x) * y) - r(x / y)))}
+# float8 arithmetic and math functions: each row of FLOAT_BINARY and UNARY (one rounding
+# each: a math function is its value rounded to the type; T.rsqrt and T.sigmoid are composed,
+# each of their operations rounded) and chains of operations, each rounded to the case's type
+# (the reference's ``r``): name -> (kernel expression of x, y (> 0), reference of x, y, r)
+COMPOSED = {"rsqrt": lambda v, r: 1 / r(v.sqrt()),
+            "sigmoid": lambda v, r: 1 / r(1 + r((-v).exp()))}
+FLOAT8_ARITH = {
+    **{name: (expr, lambda x, y, r, _ref=ref: _ref(x, y))
+       for name, (expr, ref) in FLOAT_BINARY.items()},
+    **{name: ((lambda x, y, _f=fn, _pos=pos: _f(y if _pos else x)),
+              (lambda x, y, r, _n=name, _pos=pos, _ref=ref:
+               COMPOSED[_n](y if _pos else x, r) if _n in COMPOSED else _ref(y if _pos else x)))
+       for name, (pos, fn, ref) in UNARY.items()},
+    "chain": (lambda x, y: (x * y + x) * y - x / y,
+              lambda x, y, r: r(r(r(x * y) + x) * y) - r(x / y)),
+    "math_chain": (lambda x, y: T.exp(x) * y + T.sqrt(y) - T.tanh(x * y),
+                   lambda x, y, r: r(r(r(x.exp()) * y) + r(y.sqrt())) - r(r(x * y).tanh())),
+}
 
 
 def _float8_arith_ref(x, p, dtype):
@@ -159,9 +172,7 @@ def _float8_arith_ref(x, p, dtype):
     def r(v):
         return v.to(fp8).double()
 
-    values = [ref(x, p) for name, (_, ref) in FLOAT_BINARY.items()]
-    values.append(FLOAT8_ARITH["chain"][1](x, p, r))
-    return [_stack([r(v) for v in values])]
+    return [_stack([r(ref(x, p, r)) for _, ref in FLOAT8_ARITH.values()])]
 
 
 def _special_inputs(torch, gen, dtype, M, N):
@@ -267,6 +278,37 @@ def _cast_ref(x, u, targets):
     return [(u if t.startswith("uint") else x).to(getattr(torch, t)) for t in targets]
 
 
+# Floats out of every integer range, both infinities, NaN, zeros of both signs, halves and the
+# neighbours of each bound, for the saturating float -> integer conversion
+OUT_OF_RANGE = (float("nan"), float("inf"), -float("inf"), 0.0, -0.0, 0.75, -0.75, -1.5,
+                127.0, 128.0, -128.0, -129.0, 200.0, -200.0, 255.0, 256.0, 300.0, 448.0, -448.0,
+                1000.0, 32767.0, 32768.0, -32769.0, 40000.0, 65504.0, -65504.0, 57344.0, 1e6,
+                3e9, -3e9, 1e20, -1e20)
+
+
+def _saturating_inputs(torch, gen, dtype, N, targets):
+    """:data:`OUT_OF_RANGE` in ``dtype`` (a value it cannot hold rounds, saturates or
+    becomes infinite), then random values up to +-400; the same tensor for every target."""
+    x = rand(torch, gen, (N,), dtype, -400.0, 400.0)
+    x[:len(OUT_OF_RANGE)] = torch.tensor(OUT_OF_RANGE).to(x.dtype)
+    return [x, x]
+
+
+def _saturating_ref(x, u, targets):
+    """Each value rounded toward zero and saturated at the target's bounds; NaN gives 0."""
+    import torch
+
+    out = []
+    for t in targets:
+        info = torch.iinfo(getattr(torch, t))
+        v = x.trunc().nan_to_num(0.0, info.max, info.min).clamp(info.min, info.max)
+        out.append(v.to(getattr(torch, t)))
+    return out
+
+
+SATURATED = ("int8", "uint8", "int16", "int32")
+
+
 def _wrap_inputs(torch, gen, dtype, N, targets):
     """Integers over the dtype's whole range (within +-2**40), both ends included: a cast to a
     narrower integer dtype wraps them modulo its size."""
@@ -317,14 +359,16 @@ ROWS = (
            _table_ref(FLOAT_BINARY), {"partial": MN["partial"]},
            dtypes=(*FLOATS, "float64"),
            doc="+ - * / negation, T.max, T.min and comparisons through T.if_then_else"),
-    Kernel("float8_arith", (*ELEMENTWISE, "max", "min", "if_then_else", *FLOAT8), ("copy",),
+    Kernel("float8_arith", (*ELEMENTWISE, "max", "min", "clamp", "if_then_else", *UNARY,
+                            *FLOAT8), ("copy",),
            lambda dtype, M, N: _elementwise("float8_arith", FLOAT8_ARITH, dtype, M, N),
            lambda torch, gen, dtype, M, N: [rand(torch, gen, (M, N), dtype),
                                              rand(torch, gen, (M, N), dtype, 0.25, 4.0)],
            _float8_arith_ref, {"partial": MN["partial"]}, dtypes=FLOAT8, ref_args=("dtype",),
            exact=True,
-           doc="float8 + - * / negation, T.max, T.min, comparisons and a chain of operations, "
-               "each rounded to the type (torch's float8 arithmetic): exactly"),
+           doc="float8 + - * / negation, T.max, T.min, comparisons, every math function and "
+               "chains of both, each operation rounded to the type (torch's float8 arithmetic; "
+               "a math function's float value rounded once): exactly"),
     Kernel("float_classes", (*ELEMENTWISE, "if_then_else", *FLOAT_CLASSES), ("copy",),
            lambda dtype, M, N: _elementwise("float_classes", FLOAT_CLASSES, dtype, M, N),
            _special_inputs, _table_ref(FLOAT_CLASSES), {"partial": MN["partial"]},
@@ -352,6 +396,13 @@ ROWS = (
            dtypes=INTEGERS, dtype_dims=("targets",), ref_args=("targets",),
            doc="T.cast of integers over the whole range of the case's dtype to every integer "
                "dtype: a narrower one wraps them modulo its size, as torch converts"),
+    Kernel("float_to_int", (*BASE, "const", "empty", "Parallel", "cast", "Cast", *SATURATED),
+           (), lambda dtype, N, targets: eager(_casts(dtype, targets), n=N), _saturating_inputs,
+           _saturating_ref, {"partial": {"N": 40, "targets": SATURATED}}, out_idx=(),
+           dtypes=(*FLOATS, "float64", *FLOAT8), dtype_dims=("targets",), ref_args=("targets",),
+           exact=True,
+           doc="T.cast of NaN, infinities and floats out of range to int8, uint8, int16 and "
+               "int32: rounded toward zero, saturated at the bounds, NaN gives 0"),
     Kernel("limits", (*BASE, "Parallel", "max_value", "min_value", "infinity"), (),
            lambda dtype: _limits(dtype), lambda torch, gen, dtype: [], _limits_ref,
            {"full": {}}, dtypes=(*FLOATS, "float64", *INTEGERS), ref_args=("dtype",),
