@@ -18,7 +18,8 @@ The port is what a TileLang user would do by hand, and nothing more:
   tensors (``matmul``, ``einsum``, ``F.linear`` ...) and ``torch._scaled_mm`` of float8 ones
   compute as the GPU's tensor cores do, in float32 with one rounding at the end: torch's own
   narrow-type products on a CPU are about 85x slower, which makes an example's reference at a
-  GPU's sizes take hours.
+  GPU's sizes take hours. A floating tensor divided by a number is multiplied by its
+  reciprocal, as torch's CUDA kernel computes it.
 
 Each example (a file with a ``__main__`` block, not a test or regression harness) runs as a
 script from a copy of its folder, with the sizes upstream gives it, under a timeout, with
@@ -327,6 +328,7 @@ for _owner, _name in [(torch, "matmul"), (torch, "mm"), (torch, "bmm"), (torch, 
 _scaled_mm = torch._scaled_mm
 
 
+@functools.wraps(_scaled_mm)
 def _device_scaled_mm(a, b, scale_a, scale_b, bias=None, scale_result=None, out_dtype=None,
                       use_fast_accum=False):
     """float8 operands, exact in float32; one float32 product scaled per row of a and per
@@ -340,9 +342,6 @@ def _device_scaled_mm(a, b, scale_a, scale_b, bias=None, scale_result=None, out_
     return c.to(out_dtype or a.dtype)
 
 
-_device_scaled_mm.__wrapped__ = _scaled_mm
-
-
 torch._scaled_mm = _device_scaled_mm
 
 # The device's division by a number. torch on a CUDA device divides a floating tensor by a
@@ -351,11 +350,8 @@ torch._scaled_mm = _device_scaled_mm
 # of precision"); torch on the CPU divides. An example whose exact check relies on the device's
 # rounding (a scale computed as amax * (1 / 448) in the kernel and amax / 448 in torch) needs
 # the device's rule.
-_COMPUTE = {torch.float16: torch.float32, torch.bfloat16: torch.float32}
-
-
 def _reciprocal(tensor, number):
-    compute = _COMPUTE.get(tensor.dtype, tensor.dtype)
+    compute = torch.promote_types(tensor.dtype, torch.float32)  # ATen's opmath type
     return (torch.ones((), dtype=compute) / torch.tensor(number, dtype=compute)).item()
 
 
