@@ -1,7 +1,8 @@
 """Kernels the differential fuzzer (tilewright_sdk.fuzz) found crashing inside TVM's build on
 the CPU backend: comparisons of an unsigned value with 0 (LowerIntrin aborted the process on
 ``if u < 0`` of a let-bound unsigned value); a loop-invariant bfloat16 value stored by a vector
-loop (BF16StorageLegalize left a ``Broadcast`` of bfloat16)."""
+loop (BF16StorageLegalize left a ``Broadcast`` of bfloat16); atomics into 8- and 16-bit
+integers (no runtime helper: the process died on an undefined symbol)."""
 
 import pytest
 import tilewright
@@ -107,3 +108,33 @@ def test_a_named_bfloat16_element_builds_and_keeps_its_value():
     x = torch.arange(8.0).bfloat16()
     tilewright.compile(swap_bfloat16_ends, target="cpu")(x)
     assert x.tolist() == [7.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 0.0]
+
+
+@tilewright.jit(out_idx=[-1], target="cpu")
+def atomic_sum(dtype, tile):
+    @T.prim_func
+    def main(X: T.Tensor((6, 8), dtype), Z: T.Tensor((2, 4), dtype)):
+        with T.Kernel(2, 3, threads=128) as (bx, by):
+            x = T.alloc_fragment((2, 4), dtype)
+            T.copy(X[by * 2, bx * 4], x)
+            if tile:
+                T.atomic_add(Z[0, 0], x)
+            else:
+                for i, j in T.Parallel(2, 4):
+                    T.atomic_add(Z[i, j], x[i, j])
+    return main
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8", "int16", "uint16"])
+@pytest.mark.parametrize("tile", [True, False], ids=["tile", "element"])
+def test_atomic_add_of_8_and_16_bit_integers(dtype, tile):
+    """The runtime had no tw_atomic_add_int8 (nor of other 8- and 16-bit integers): loading
+    the kernel killed the process with 'undefined symbol' (fuzzer, seed 1)."""
+    x = torch.randint(0, 20, (6, 8)).to(getattr(torch, dtype))
+    want = x.long().reshape(3, 2, 2, 4).sum(dim=(0, 2))
+    torch.testing.assert_close(atomic_sum(dtype, tile)(x).long(), want)
+
+
+def test_atomic_add_of_float8_is_refused():
+    with pytest.raises(tilewright.KernelError, match="atomic_add into float8_e4m3fn"):
+        atomic_sum("float8_e4m3fn", True)

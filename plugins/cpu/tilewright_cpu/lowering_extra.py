@@ -13,6 +13,7 @@ import threading
 import numpy as np
 import tvm
 import tvm_ffi
+from tilewright.errors import UnsupportedOpError
 from tilewright.ir import ATOMIC_KINDS, Region, TileOpCall
 from tilewright.transform import RuleContext, prim_func_pass
 from tilewright.transform.lowering_utils import (
@@ -41,9 +42,18 @@ def lower_cumsum(call: TileOpCall, ctx: RuleContext):
     return loop_nest(rows, body, ctx=ctx)
 
 
+# the dtypes csrc/tw_cpu_runtime.c defines tw_atomic_<kind>_<dtype> for (its FAMILY macro)
+ATOMIC_DTYPES = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+                           "uint64", "float16", "bfloat16", "float32", "float64"})
+
+
 def _atomic_call(kind: str, buffer, index, value):
     """``tw_atomic_<kind>_<dtype>(&buffer[index], value)``, returning the previous value."""
     dtype = str(buffer.dtype)
+    if dtype not in ATOMIC_DTYPES:
+        raise UnsupportedOpError(
+            f"T.atomic_{kind} into {dtype} ({buffer.name}) is not supported by backend 'cpu' "
+            f"(it takes {', '.join(sorted(ATOMIC_DTYPES))}); accumulate in one of those")
     wide = dtype in ("float16", "bfloat16")
     value_type = "float32" if wide else dtype
     value = value if str(value.ty) == value_type else tirx.Cast(value_type, value)

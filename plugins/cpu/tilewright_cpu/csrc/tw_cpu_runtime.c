@@ -36,7 +36,8 @@ static inline uint16_t f32_to_f16(float f) {
 #define MAX(a, b) ((a) > (b) ? (a) : (b))
 #define MIN(a, b) ((a) < (b) ? (a) : (b))
 
-/* Native-width floats and integers: compare-and-swap loop on the bit pattern. */
+/* Floats and integers of 8 to 64 bits: compare-and-swap loop on the bit pattern. An 8- or
+ * 16-bit integer sum wraps modulo its size, as C's narrowing conversion does. */
 #define CAS_OP(NAME, T, U, OP)                                                        \
   T NAME(T *addr, T value) {                                                          \
     U *bits = (U *)addr;                                                              \
@@ -69,8 +70,12 @@ static inline uint16_t f32_to_f16(float f) {
 #define FAMILY(KIND, OP)                                                              \
   CAS_OP(tw_atomic_##KIND##_float32, float, uint32_t, OP)                             \
   CAS_OP(tw_atomic_##KIND##_float64, double, uint64_t, OP)                            \
+  CAS_OP(tw_atomic_##KIND##_int8, int8_t, uint8_t, OP)                                \
+  CAS_OP(tw_atomic_##KIND##_int16, int16_t, uint16_t, OP)                             \
   CAS_OP(tw_atomic_##KIND##_int32, int32_t, uint32_t, OP)                             \
   CAS_OP(tw_atomic_##KIND##_int64, int64_t, uint64_t, OP)                             \
+  CAS_OP(tw_atomic_##KIND##_uint8, uint8_t, uint8_t, OP)                              \
+  CAS_OP(tw_atomic_##KIND##_uint16, uint16_t, uint16_t, OP)                           \
   CAS_OP(tw_atomic_##KIND##_uint32, uint32_t, uint32_t, OP)                           \
   CAS_OP(tw_atomic_##KIND##_uint64, uint64_t, uint64_t, OP)                           \
   CAS_OP16(tw_atomic_##KIND##_float16, f16_to_f32, f32_to_f16, OP)                    \
