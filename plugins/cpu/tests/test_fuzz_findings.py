@@ -2,7 +2,8 @@
 the CPU backend: comparisons of an unsigned value with 0 (LowerIntrin aborted the process on
 ``if u < 0`` of a let-bound unsigned value); a loop-invariant bfloat16 value stored by a vector
 loop (BF16StorageLegalize left a ``Broadcast`` of bfloat16); atomics into 8- and 16-bit
-integers (no runtime helper: the process died on an undefined symbol)."""
+integers (no runtime helper: the process died on an undefined symbol); a bfloat16 operation in a
+branch of an operand T.if_then_else (its tile read kept its bfloat16 buffer)."""
 
 import pytest
 import tilewright
@@ -138,3 +139,35 @@ def test_atomic_add_of_8_and_16_bit_integers(dtype, tile):
 def test_atomic_add_of_float8_is_refused():
     with pytest.raises(tilewright.KernelError, match="atomic_add into float8_e4m3fn"):
         atomic_sum("float8_e4m3fn", True)
+
+
+SELECTIONS = {  # an operation on a T.if_then_else with an operation in a branch
+    "times": (lambda x, c: T.if_then_else(c, x, x + x) * T.bfloat16(2),
+              lambda x: torch.where(x < 0, x, x + x) * 2),
+    "plus_abs": (lambda x, c: T.if_then_else(c, x, T.abs(x)) + x,
+                 lambda x: torch.where(x < 0, x, x.abs()) + x),
+}
+
+
+@tilewright.jit(out_idx=[-1], target="cpu")
+def bfloat16_selection(name):
+    expr = SELECTIONS[name][0]
+
+    @T.prim_func
+    def main(X: T.Tensor((4, 8), "bfloat16"), Y: T.Tensor((4, 8), "bfloat16")):
+        with T.Kernel(1, 1, threads=128) as (bx, by):
+            x = T.alloc_fragment((4, 8), "bfloat16")
+            T.copy(X[0, 0], x)
+            y = T.alloc_fragment((4, 8), "bfloat16")
+            for i, j in T.Parallel(4, 8):
+                y[i, j] = expr(x[i, j], x[i, j] < T.bfloat16(0))
+            T.copy(y, Y[0, 0])
+    return main
+
+
+@pytest.mark.parametrize("name", SELECTIONS)
+def test_an_operation_on_a_bfloat16_selection(name):
+    """A bfloat16 operation in a branch of a T.if_then_else that is an operand failed TVM's
+    build ('Load/Store of buffer x occurred before its declaration'; fuzzer, seed 2)."""
+    x = torch.randn(4, 8).to(torch.bfloat16)
+    torch.testing.assert_close(bfloat16_selection(name)(x), SELECTIONS[name][1](x))

@@ -270,6 +270,21 @@ def _hoisted(value):
 SLOT = "uint32"  # the type of the bindings a store's local array holds
 
 
+def _outer_lazy_selection(value):
+    """An ``if_then_else`` inside ``value`` (not ``value`` itself) with ``Let`` expressions in
+    a branch and in no branch of another: one evaluated whenever ``value`` is, or None."""
+    lazy = []
+    tvm_ffi.structural_walk(value, (tvm.ir.Call, lambda c: lazy.append(c) if
+                                    _op_name(c) == "prim.if_then_else" and _lazy_lets(c)
+                                    else None))
+    inner = []
+    for call in lazy:
+        for arg in call.args[1:]:
+            tvm_ffi.structural_walk(arg, (tvm.ir.Call, inner.append))
+    outer = [c for c in lazy if not c.same_as(value) and not any(c.same_as(i) for i in inner)]
+    return outer[0] if outer else None
+
+
 def _store_of(stmt, value):
     return tirx.BufferStore(stmt.buffer, value, stmt.indices, span=stmt.span)
 
@@ -281,8 +296,11 @@ def _spill_lets(body):
     chain of float8 operations, whether they are ``Let`` expressions or ``Bind`` statements
     (a chain of two took 55 CPU-seconds); values passed through memory are not substituted. A
     store of an ``if_then_else`` becomes an ``if`` over a store of each branch, so that a
-    branch's bindings are made only where it is taken; bindings in other lazy branches stay
-    ``Let`` expressions."""
+    branch's bindings are made only where it is taken; an ``if_then_else`` with bindings in a
+    branch inside the value (an operand of an operation) is first stored that way into a
+    local element of its own, read in its place: TVM's BF16ComputeLegalize does not look
+    inside a ``Let`` expression's value, so a bfloat16 tile read there kept its old buffer
+    ("Load/Store of buffer ... occurred before its declaration")."""
 
     def store(stmt):
         value = stmt.value
@@ -291,6 +309,16 @@ def _spill_lets(body):
             cond, then_value, else_value = value.args
             return tirx.IfThenElse(cond, store(_store_of(stmt, then_value)),
                                    store(_store_of(stmt, else_value)), span=stmt.span)
+        selection = _outer_lazy_selection(value)
+        if selection is not None:
+            cell = tirx.decl_buffer((1,), str(selection.ty), "selected", scope="local")
+            zero = [tirx.IntImm("int32", 0)]
+            load = tirx.BufferLoad(cell, zero)
+            rest = tvm_ffi.structural_map(
+                value, (tvm.ir.Call, lambda c: load if c.same_as(selection) else c))
+            chosen = tirx.BufferStore(cell, selection, zero, span=stmt.span)
+            return tirx.SeqStmt([tirx.AllocBuffer(cell), store(chosen),
+                                 store(_store_of(stmt, rest))])
         value, bindings = _hoisted(value)
         if not bindings:
             return stmt
