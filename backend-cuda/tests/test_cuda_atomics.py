@@ -1,7 +1,8 @@
 """float16 and bfloat16 atomic max/min (the compare-and-swap helpers of include/tw_cuda.h): the
 generated CUDA is run by the host emulation, one host thread per CUDA thread, with several
 blocks racing on the same elements; results are compared with torch. The cubin builds are
-checked for the 16-bit compare-and-swap (``atom.global.cas.b16``) in the PTX."""
+checked for the 16-bit compare-and-swap (``atom.global.cas.b16``) in the PTX. Atomics inside
+T.Parallel are made by every thread."""
 
 import re
 import subprocess
@@ -125,3 +126,30 @@ def test_half_atomics_build_with_nvrtc(arch):
         kernel = tilewright.compile(func, target=f"cuda -arch={arch}")
         with open(f"{kernel.artifact_dir}/kernel.cubin", "rb") as f:
             assert f.read(4) == b"\x7fELF"
+
+
+def parallel_kernel(M=6, N=8, bm=2, bn=4):
+    """Atomics inside T.Parallel: each iteration updates its own element of Y and adds to S."""
+
+    @T.prim_func
+    def atomic_parallel(X: T.Tensor((M, N), "int32"), Y: T.Tensor((bm, bn), "int32"),
+                        S: T.Tensor((1,), "int32")):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=128) as (bx, by):
+            x = T.alloc_fragment((bm, bn), "int32")
+            T.copy(X[by * bm, bx * bn], x)
+            for i, j in T.Parallel(bm, bn):
+                T.atomic_add(Y[i, j], x[i, j])
+                T.atomic_add(S[0], x[i, j])
+
+    return atomic_parallel
+
+
+@pytest.mark.emulator
+def test_element_atomics_inside_parallel_run_on_every_thread(tmp_path):
+    """An element's atomic inside T.Parallel was made by thread 0 only (the rule's guard for
+    a lone element): every other iteration was lost (fuzzer, cuda_emu seed 1)."""
+    x = torch.randint(-20, 20, (6, 8), dtype=torch.int32)
+    y, s = torch.zeros(2, 4, dtype=torch.int32), torch.zeros(1, dtype=torch.int32)
+    _run(parallel_kernel(), tmp_path, x, y, s)
+    assert torch.equal(y, x.reshape(3, 2, 2, 4).sum(dim=(0, 2), dtype=torch.int32))
+    assert int(s) == int(x.sum())

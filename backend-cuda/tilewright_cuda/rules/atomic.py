@@ -1,6 +1,8 @@
 """Atomics: ``T.atomic_add/max/min`` become ``atomicAdd`` and the compare-and-swap helpers of
 ``include/tw_cuda.h`` (``tw_atomic_*``, float16/bfloat16 max/min too), one element per
-thread; the expression form returning the old value (``return_prev=True``) too."""
+thread (an element's atomic by the first thread, or inside ``T.Parallel`` by each thread its
+iteration is spread over); the expression form returning the old value
+(``return_prev=True``) too."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from tilewright.transform import RuleContext
 from tilewright.transform.lowering_utils import in_bounds, loop_nest, non_unit, region_index
 from tvm import tirx
 
+from ..analysis.ir import is_parallel
 from .common import cast, thread_var
 from .table import INTRINSIC_RULES, register
 
@@ -45,7 +48,11 @@ def _make_atomic_rule(kind: str):
             cond = in_bounds(dst.buffer, index, ctx)
             return update if cond is None else tirx.IfThenElse(cond, update, None)
 
-        if not ddims:  # one element: one thread updates it
+        if not ddims:
+            # one element: one thread updates it, unless each iteration of an enclosing
+            # T.Parallel loop (each thread that it is spread over) updates its own element
+            if any(is_parallel(loop) for loop in ctx.loops):
+                return body([])
             tx, _ = thread_var(ctx)
             return tirx.IfThenElse(tx == 0, body([]), None)
         return loop_nest([dst.extents[d] for d in ddims], body, ctx=ctx)
