@@ -1,7 +1,7 @@
 """int8 GEMMs on the cube: int8 fractals (32 bytes a row) through L1 and L0A/L0B, Mmad into an
 int32 L0C, Fixpipe to GM without quantisation; the emulator sums in int32 as the cube does
 (sums past 2^24 stay exact); operands whose int8 fractals would need a transpose are refused
-with the layout that works."""
+with the layout that works; K padded to whole int8 fractals."""
 
 import pytest
 import tilewright
@@ -56,3 +56,17 @@ def test_int8_b_stored_k_by_n_is_refused_with_the_layout_that_works():
     assert "B in int8 needs its fractals transposed" in str(info.value)
     assert "a int8 GEMM needs A not transposed and B transposed " \
            "(T.gemm(A, B, C, transpose_B=True) with B stored N x K)" in str(info.value)
+
+
+@pytest.mark.parametrize("bk", [16, 48])
+def test_int8_gemm_whose_k_step_is_not_a_whole_int8_fractal(bk):
+    """K padded to 16, not to C0 = 32 int8 elements: LoadData moved bk // 32 fractals (none
+    for bk = 16) and the cube read stale L0A/L0B; every element wrong (fuzzer, seed 1)."""
+    M, N, K = 16, 16, bk
+    kernel = tilewright.compile(_gemm(M, N, K, bm=16, bn=16, bk=bk), target="ascend")
+    gen = torch.Generator().manual_seed(5)
+    a = torch.randint(-128, 128, (M, K), generator=gen, dtype=torch.int8)
+    b = torch.randint(-128, 128, (N, K), generator=gen, dtype=torch.int8)
+    c = torch.zeros((M, N), dtype=torch.int32)
+    kernel(a, b, c)
+    assert torch.equal(c, (a.long() @ b.long().T).int())

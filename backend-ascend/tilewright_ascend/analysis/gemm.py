@@ -7,7 +7,7 @@ from tilewright.errors import KernelError
 from tilewright.ir import tile_ops_in
 
 from ..facts.dtypes import dtype_bytes
-from ..facts.layout import round_up
+from ..facts.layout import c0, round_up
 
 
 def gemm_calls(node) -> list:
@@ -16,11 +16,14 @@ def gemm_calls(node) -> list:
 
 
 def gemm_k(call) -> tuple[int, int]:
-    """(K step through L0, K padded to whole steps) of a gemm_v0 call."""
-    shape = [int(s) for s in call.operands["A"].buffer.shape]
+    """(K step through L0, K padded to whole steps) of a gemm_v0 call: whole fractals along K,
+    16 elements or C0 (32 bytes: 32 for a 1-byte type), whichever is more."""
+    a = call.operands["A"].buffer
+    shape = [int(s) for s in a.shape]
     k = shape[-2] if call.attrs["transpose_A"] else shape[-1]
-    kp = round_up(k, 16)
-    kl0 = round_up(min(int(call.attrs["kL0Size"]), kp), 16)
+    unit = max(16, c0(str(a.dtype)))
+    kp = round_up(k, unit)
+    kl0 = round_up(min(int(call.attrs["kL0Size"]), kp), unit)
     if kp % kl0:
         raise KernelError(f"T.gemm_v0: K = {k} (padded to {kp}) is not a multiple of "
                           f"kL0Size = {kl0}")
