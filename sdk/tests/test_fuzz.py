@@ -38,16 +38,19 @@ def test_generated_programs_are_valid_and_bounded():
 
 CONTROL = ("if_else", "nested_parallel", "while_loop", "pipelined", "local_scalar",
            "shared_result", "narrow_cast", "narrow_cast_wrap", "int_float_cast",
-           "float_int_cast", "reduce_acc_int8", "reduce_acc_float16")
-# a narrow accumulator is avoided by its reduce_into_DTYPE, which same-dtype ones share
-AVOIDABLE = {f for f in CONTROL if not f.startswith("reduce_acc")}
+           "float_int_cast", "reduce_acc_int8", "reduce_acc_float16", "gemm",
+           "gemm_twice", "gemm_clear_accum", "gemm_transpose_A", "atomic_add",
+           "atomic_add_tile", "atomic_add_element")
+# a narrow accumulator is avoided by its reduce_into_DTYPE, which same-dtype ones share; the
+# kinds of T.gemm and T.atomic_add by avoiding the op
+AVOIDABLE = {f for f in CONTROL if not f.startswith(("reduce_acc", "gemm_", "atomic_add_"))}
 
 
 def test_control_and_cast_features_are_generated_and_valid():
     """The less-used constructs (if/else, nested T.Parallel, a run-time while loop,
     T.Pipelined, T.alloc_local, shared results, casts that narrow or cross between integers
-    and floats, narrow accumulators) are all generated; a program with each runs on the
-    interpreter and agrees with itself; avoided, none is generated."""
+    and floats, narrow accumulators, GEMMs, atomics) are all generated; a program with each
+    runs on the interpreter and agrees with itself; avoided, none is generated."""
     first = {}
 
     @settings(max_examples=400, deadline=None, database=None,

@@ -7,7 +7,10 @@ negative, maps guarded by an ``if`` or split by ``if``/``else``, casts through n
 wider integers and between integers and floats, reductions of every kind with float32,
 same-dtype or narrower accumulators and ``clear=False``, cumulative sums both ways, sums over a
 run-time ``while`` loop and over a ``T.Pipelined`` loop loading a shared tile, per-thread
-``T.alloc_local`` scalars), and the result copied back, or stored element by element under a
+``T.alloc_local`` scalars, ``T.gemm`` of two tiles with either transposed into a float32 or
+int32 accumulator that is cleared, filled and accumulated into twice, or discarded by
+``clear_accum``, ``T.atomic_add`` of a tile from every block into one output tile, whole or
+element by element), and the result copied back, or stored element by element under a
 bounds guard (reading inputs straight from global memory too). Every expression carries an
 interval of its values and a bound of its rounding error, so the generator only writes what
 is defined (no overflow, no division by zero, no NaN) and the checker knows how far a correct
@@ -597,6 +600,85 @@ class _Builder:
                                                           else set())
 
 
+    def gemm(self) -> None:
+        """``T.gemm`` of two loaded or computed tiles into a float32 (or, of int8 tiles,
+        int32) accumulator: ``transpose_A``/``transpose_B`` pick which of ``(bm, bn)`` is K,
+        the accumulator cleared, filled and accumulated into once or twice (``clear_accum=False``)
+        or filled and then discarded by ``clear_accum=True``; each block copies its result to
+        its own tile of an output."""
+        acc = "float32" if self.floating else "int32" if self.dtype == "int8" else None
+        srcs = [t for t in self.tiles if t.kind == "2d" and t.dtype == self.dtype]
+        # T.gemm takes the non-unit dimensions of an operand as its matrix: no 1-wide tiles
+        if acc is None or acc not in self.declared or not srcs or not self.allowed("gemm") or \
+                min(self.bm, self.bn) == 1:
+            return
+        a, b = self.draw(st.sampled_from(srcs)), self.draw(st.sampled_from(srcs))
+        bm, bn = self.bm, self.bn
+        # op(A) is (m, K) and op(B) is (K, n) for tiles of shape (bm, bn)
+        forms = [(False, True, bm, bn, bm), (True, False, bn, bm, bn)]
+        if bm == bn:
+            forms += [(False, False, bm, bn, bn), (True, True, bn, bm, bm)]
+        ta, tb, rows, k, cols = self.draw(st.sampled_from(forms))
+        init = self.draw(st.sampled_from(("clear", "fill", "clear_accum")))
+        times = self.draw(st.integers(1, 2)) if init != "clear_accum" else 1
+        start = self.draw(st.sampled_from((1, -2))) if init != "clear" else 0
+        kept = 0 if init == "clear_accum" else start
+        mag = times * k * magnitude(a) * magnitude(b)
+        lo, hi = kept - mag, kept + mag
+        if acc == "int32" and not -2**31 < lo <= hi < 2**31 - 1:
+            return
+        # float32 inputs may be rounded to tf32 (10 bits) by tensor cores
+        u = max(self.u, 2.0 ** -11) if self.floating else 0.0
+        err = times * k * (a.err * magnitude(b) + b.err * magnitude(a)) + 2 * u * mag
+        name = self.fresh("C")
+        self.body.append(f"{name} = T.alloc_fragment(({rows}, {cols}), {acc!r})")
+        if init == "clear":
+            self.body.append(f"T.clear({name})")
+        else:
+            self.body.append(f"T.fill({name}, {'7' if init == 'clear_accum' else start})")
+        flags = f"transpose_A={ta}, transpose_B={tb}"
+        if init == "clear_accum":
+            flags += ", clear_accum=True"
+        self.body += [f"T.gemm({a.name}, {b.name}, {name}, {flags})"] * times
+        out = self.fresh("G")
+        gm, gn = math.ceil(self.M / bm), math.ceil(self.N / bn)
+        self.body.append(f"T.copy({name}, {out}[by * {rows}, bx * {cols}])")
+        self.outputs.append((out, (gm * rows, gn * cols), acc, err))
+        self.features |= {"gemm", f"gemm_{acc}", f"gemm_{init}"} | \
+            ({"gemm_twice"} if times == 2 else set()) | \
+            ({"gemm_transpose_A"} if ta else set()) | ({"gemm_transpose_B"} if tb else set())
+
+    def atomic(self) -> None:
+        """Every block adds a tile atomically into one shared output tile, as a whole
+        (``T.atomic_add(Z[0, 0], t)``) or element by element in a ``T.Parallel`` loop; floats
+        may be added in any order."""
+        if not self.allowed("atomic_add"):
+            return
+        src = self.draw(st.sampled_from([t for t in self.tiles if t.kind == "2d"]))
+        blocks = math.ceil(self.M / self.bm) * math.ceil(self.N / self.bn)
+        lo, hi = min(0, blocks * src.lo), max(0, blocks * src.hi)
+        floating = src.dtype in FLOAT_DTYPES
+        limit = _FLOAT_MAX if floating else _LIMITS[src.dtype]
+        if max(abs(lo), abs(hi)) > limit or (src.dtype.startswith("uint") and lo < 0):
+            return
+        u = _ROUNDOFF.get(src.dtype, 0.0)
+        err = blocks * src.err + u * blocks * max(abs(lo), abs(hi))
+        name = self.fresh("Z")
+        if self.draw(st.booleans()):
+            self.body.append(f"T.atomic_add({name}[0, 0], {src.name})")
+            self.features.add("atomic_add_tile")
+        else:
+            self.body += [f"for i, j in T.Parallel({self.bm}, {self.bn}):",
+                          f"    T.atomic_add({name}[i, j], {src.name}[i, j])"]
+            self.features.add("atomic_add_element")
+        self.outputs.append((name, (self.bm, self.bn), src.dtype, err))
+        self.features |= {"atomic_add", f"atomic_add_{src.dtype}"}
+
+
+def magnitude(tile: Tile) -> float:
+    return max(abs(tile.lo), abs(tile.hi))
+
+
 def op_name(op: str) -> str:
     return {"+": "add", "-": "sub", "*": "mul", "/": "div", "//": "floordiv", "%": "floormod",
             ">>": "shift", "<<": "shift", "&": "bitwise", "|": "bitwise",
@@ -638,7 +720,7 @@ def programs(draw, avoid=(), dtypes=None) -> Program:
         b.features.add("partial_tile")
     for _ in range(draw(st.integers(1, 4))):
         kind = draw(st.sampled_from(("map", "map", "map", "reduce", "cumsum", "repeat",
-                                     "pipelined", "local")))
+                                     "pipelined", "local", "gemm", "atomic")))
         getattr(b, kind)()
     if not any(line.lstrip().startswith("for i, j in T.Parallel") for line in b.body):
         b.map()
