@@ -3,7 +3,8 @@ the CPU backend: comparisons of an unsigned value with 0 (LowerIntrin aborted th
 ``if u < 0`` of a let-bound unsigned value); a loop-invariant bfloat16 value stored by a vector
 loop (BF16StorageLegalize left a ``Broadcast`` of bfloat16); atomics into 8- and 16-bit
 integers (no runtime helper: the process died on an undefined symbol); a bfloat16 operation in a
-branch of an operand T.if_then_else (its tile read kept its bfloat16 buffer)."""
+branch of an operand T.if_then_else (its tile read kept its bfloat16 buffer); a vectorised bfloat16
+reduction (every lane took the last lane's partial result)."""
 
 import pytest
 import tilewright
@@ -171,3 +172,31 @@ def test_an_operation_on_a_bfloat16_selection(name):
     build ('Load/Store of buffer x occurred before its declaration'; fuzzer, seed 2)."""
     x = torch.randn(4, 8).to(torch.bfloat16)
     torch.testing.assert_close(bfloat16_selection(name)(x), SELECTIONS[name][1](x))
+
+
+@tilewright.jit(out_idx=[-1], target="cpu")
+def bfloat16_row_reduce(kind):
+    op = getattr(T, f"reduce_{kind}")
+
+    @T.prim_func
+    def main(X: T.Tensor((4, 32), "bfloat16"), R: T.Tensor((4,), "bfloat16")):
+        with T.Kernel(1, 1, threads=128) as (bx, by):
+            x = T.alloc_fragment((4, 32), "bfloat16")
+            T.copy(X[0, 0], x)
+            r = T.alloc_fragment((4,), "bfloat16")
+            op(x, r, dim=1)
+            T.copy(r, R[0])
+    return main
+
+
+@pytest.mark.parametrize("kind", ["max", "sum"])
+def test_a_vectorised_bfloat16_reduction_keeps_every_lane(kind):
+    """The per-lane partial results' rounding bindings went through one local element in the
+    vectorised lane loop: every lane got the last lane's value (a row of 32 summed to 45.75
+    instead of -0.89; fuzzer, seed 5)."""
+    x = torch.randn(4, 32, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+    got = bfloat16_row_reduce(kind)(x)
+    if kind == "max":
+        torch.testing.assert_close(got, x.amax(dim=1), rtol=0, atol=0)
+    else:  # rounded to bfloat16 after each addition, in another order than torch's
+        torch.testing.assert_close(got.float(), x.float().sum(dim=1), rtol=0.02, atol=0.1)

@@ -300,40 +300,61 @@ def _spill_lets(body):
     branch inside the value (an operand of an operation) is first stored that way into a
     local element of its own, read in its place: TVM's BF16ComputeLegalize does not look
     inside a ``Let`` expression's value, so a bfloat16 tile read there kept its old buffer
-    ("Load/Store of buffer ... occurred before its declaration")."""
+    ("Load/Store of buffer ... occurred before its declaration"). Inside a ``T.vectorized``
+    loop each lane has its own elements (indexed by the loop variable), so that the loop
+    still vectorises: one element shared by the lanes became a store of every lane to one
+    address and a broadcast of the last lane's value."""
+    return _Spill().visit(body)
 
-    def store(stmt):
+
+class _Spill(StmtMutator):
+    def visit_BufferStore(self, stmt):
+        lanes = [loop for loop in self.loops if loop.kind == tirx.ForKind.VECTORIZED]
+        return self.store(stmt, lanes[-1] if lanes else None)
+
+    def store(self, stmt, lane):
+        """``stmt`` with its bindings spilled; ``lane``: the innermost vectorized loop."""
         value = stmt.value
         if _op_name(value) == "prim.if_then_else" and _lazy_lets(value):
             # a guarded value: the guard becomes a statement, each branch a store of its own
             cond, then_value, else_value = value.args
-            return tirx.IfThenElse(cond, store(_store_of(stmt, then_value)),
-                                   store(_store_of(stmt, else_value)), span=stmt.span)
+            return tirx.IfThenElse(cond, self.store(_store_of(stmt, then_value), lane),
+                                   self.store(_store_of(stmt, else_value), lane),
+                                   span=stmt.span)
         selection = _outer_lazy_selection(value)
         if selection is not None:
-            cell = tirx.decl_buffer((1,), str(selection.ty), "selected", scope="local")
-            zero = [tirx.IntImm("int32", 0)]
-            load = tirx.BufferLoad(cell, zero)
+            cell, index = _cells(1, str(selection.ty), "selected", lane)
+            load = tirx.BufferLoad(cell, index(0))
             rest = tvm_ffi.structural_map(
                 value, (tvm.ir.Call, lambda c: load if c.same_as(selection) else c))
-            chosen = tirx.BufferStore(cell, selection, zero, span=stmt.span)
-            return tirx.SeqStmt([tirx.AllocBuffer(cell), store(chosen),
-                                 store(_store_of(stmt, rest))])
+            chosen = tirx.BufferStore(cell, selection, index(0), span=stmt.span)
+            return tirx.SeqStmt([tirx.AllocBuffer(cell), self.store(chosen, lane),
+                                 self.store(_store_of(stmt, rest), lane)])
         value, bindings = _hoisted(value)
         if not bindings:
             return stmt
-        slots = tirx.decl_buffer((len(bindings),), SLOT, "f8_tmp", scope="local")
-        loads = {var: tirx.BufferLoad(slots, [k]) for k, (var, _) in enumerate(bindings)}
+        slots, index = _cells(len(bindings), SLOT, "f8_tmp", lane)
+        loads = {var: tirx.BufferLoad(slots, index(k)) for k, (var, _) in enumerate(bindings)}
 
         def spilled(expr):
             return tvm_ffi.structural_map(expr, (tirx.Var, lambda v: loads.get(v, v)))
 
-        spills = [tirx.BufferStore(slots, spilled(bound), [k], span=stmt.span)
+        spills = [tirx.BufferStore(slots, spilled(bound), index(k), span=stmt.span)
                   for k, (_, bound) in enumerate(bindings)]
         return tirx.SeqStmt([tirx.AllocBuffer(slots), *spills,
                              _store_of(stmt, spilled(value))])
 
-    return tvm_ffi.structural_map(body, (tirx.BufferStore, store))
+
+def _cells(count: int, dtype: str, name: str, lane):
+    """A local array of ``count`` elements for each lane of the vectorized loop ``lane`` (or
+    of ``count`` elements), and the index of element ``k`` of this lane."""
+    if lane is None:
+        return (tirx.decl_buffer((count,), dtype, name, scope="local"),
+                lambda k: [tirx.IntImm("int32", k)])
+    extent = int(lane.extent)
+    offset = lane.loop_var - lane.min
+    return (tirx.decl_buffer((count * extent,), dtype, name, scope="local"),
+            lambda k: [tirx.IntImm(str(offset.ty), k * extent) + offset])
 
 
 def _lower(f):
