@@ -223,3 +223,32 @@ def test_a_loop_carried_vector_dependency_gets_a_vector_barrier():
     a = torch.randn(64, 32)
     cpu, ascend = _both(decayed_rows(), a)
     torch.testing.assert_close(ascend, cpu)
+
+
+def cleared_then_copied_gemm(M=16, N=16, K=16, dtype="float16"):
+    """``T.clear(C)``, the operands' copies, then one ``T.gemm`` (no K loop)."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((N, K), dtype),
+             C: T.Tensor((M, N), "float32")):
+        with T.Kernel(1, 1, threads=128) as (bx, by):
+            c = T.alloc_fragment((M, N), "float32")
+            T.clear(c)
+            a = T.alloc_shared((M, K), dtype)
+            T.copy(A[0, 0], a)
+            b = T.alloc_shared((N, K), dtype)
+            T.copy(B[0, 0], b)
+            T.gemm(a, b, c, transpose_B=True)
+            T.copy(c, C[0, 0])
+
+    return main
+
+
+def test_a_clear_waits_for_its_gemm_past_the_operand_copies():
+    """A T.clear followed by copies, not by the GEMM, was dropped: the GEMM accumulated onto
+    whatever L0C held (fuzzer, ascend seed 1)."""
+    gen = torch.Generator().manual_seed(2)
+    a, b = (torch.randn(16, 16, generator=gen).to(torch.float16) for _ in range(2))
+    kernel = tilewright.compile(cleared_then_copied_gemm(), out_idx=[-1], target="ascend")
+    assert "cmatrixInitVal = (true)" in kernel.get_kernel_source()
+    torch.testing.assert_close(kernel(a, b), a.float() @ b.float().T, rtol=1e-3, atol=1e-3)

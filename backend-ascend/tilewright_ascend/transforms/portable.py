@@ -219,21 +219,38 @@ def _clear_accumulators(stmts: list, scopes: dict) -> list:
         if not init and _clears_inside(stmt, scopes):  # e.g. under T.Persistent's guard
             out.append(_clear_nested(stmt, scopes))
             continue
+        # a clear waits for the GEMM into its accumulator past statements that do not use it
+        # (the copies of the operands); one that uses it otherwise cannot take the clear
+        waiting = {b: v for b, v in init.items() if not _uses(stmt, b)}
         if isinstance(stmt, tirx.For):
             pending = {b: tirx.EQ(stmt.loop_var, stmt.min) for b, v in init.items()
-                       if isinstance(v, str)}
+                       if isinstance(v, str) and b not in waiting}
             stmt = _gemms(stmt, pending)
             if pending:
                 names = ", ".join(str(b.name) for b in pending)
                 raise KernelError(f"T.clear({names}) must be followed by the loop whose T.gemm "
                                   "accumulates into it", span_location(stmt.span))
-            init = {}
         else:
-            stmt = _gemms(stmt, {b: tirx.IntImm("bool", 1) if isinstance(v, str) else v
-                                 for b, v in init.items()})
-            init = {}
+            pending = {b: tirx.IntImm("bool", 1) if isinstance(v, str) else v
+                       for b, v in init.items() if b not in waiting}
+            stmt = _gemms(stmt, pending)
+            if pending:
+                names = ", ".join(str(b.name) for b in pending)
+                raise KernelError(f"T.clear({names}) must be followed by the T.gemm that "
+                                  "accumulates into it before any other use",
+                                  span_location(stmt.span))
+        init = waiting
         out.append(stmt)
+    if init:
+        names = ", ".join(str(b.name) for b in init)
+        raise KernelError(f"T.clear({names}) is followed by no T.gemm into it")
     return out
+
+
+def _uses(stmt, buffer) -> bool:
+    used = []
+    tvm_ffi.structural_walk(stmt, (tirx.Buffer, used.append))
+    return any(b.same_as(buffer) for b in used)
 
 
 def _clears_inside(stmt, scopes) -> bool:
