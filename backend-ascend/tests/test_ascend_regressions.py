@@ -252,3 +252,33 @@ def test_a_clear_waits_for_its_gemm_past_the_operand_copies():
     kernel = tilewright.compile(cleared_then_copied_gemm(), out_idx=[-1], target="ascend")
     assert "cmatrixInitVal = (true)" in kernel.get_kernel_source()
     torch.testing.assert_close(kernel(a, b), a.float() @ b.float().T, rtol=1e-3, atol=1e-3)
+
+
+def gemm_and_rotated_rows(M=2, N=8):
+    """A split kernel (a GEMM on the cube) whose vector part reads a tile at another row."""
+
+    @T.prim_func
+    def main(X: T.Tensor((M, N), "float32"), G: T.Tensor((M, M), "float32"),
+             Y: T.Tensor((M, N), "float32")):
+        with T.Kernel(1, 1, threads=128) as (bx, by):
+            x = T.alloc_fragment((M, N), "float32")
+            T.copy(X[0, 0], x)
+            c = T.alloc_fragment((M, M), "float32")
+            T.clear(c)
+            T.gemm(x, x, c, transpose_B=True)
+            T.copy(c, G[0, 0])
+            y = T.alloc_shared((M, N), "float32")
+            for i, j in T.Parallel(M, N):
+                y[i, j] = x[(i + 1) % M, j]
+            T.copy(y, Y[0, 0])
+
+    return main
+
+
+def test_a_vector_tile_read_at_another_row_keeps_the_rows_on_one_core():
+    """The row split of a split kernel gave up inside a TVM map by raising, which arrived as
+    a bare RuntimeError, not as a fallback to one vector core (fuzzer, ascend seed 2)."""
+    x = torch.randn(2, 8, generator=torch.Generator().manual_seed(3))
+    g, y = tilewright.compile(gemm_and_rotated_rows(), out_idx=[1, 2], target="ascend")(x)
+    torch.testing.assert_close(g, x @ x.T, rtol=2e-3, atol=2e-3)  # tf32-like cube rounding
+    torch.testing.assert_close(y, x.roll(-1, dims=0))

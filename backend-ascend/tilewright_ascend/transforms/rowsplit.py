@@ -104,11 +104,15 @@ class _Rows:
         body = tvm_ffi.structural_map(loop.body, (tirx.Var, lambda v: shifted
                                                   if v.same_as(loop.loop_var) else v))
 
+        other_rows = []  # a tile read or written at another row (raising inside the map
+        # would cross TVM's C++ and arrive as a bare RuntimeError, not as _NoSplit)
+
         def row_index(indices):
             first = indices[0]
             if not (isinstance(first, tirx.Add) and first.a.same_as(var) and
                     first.b.same_as(self.offset)):
-                raise _NoSplit
+                other_rows.append(first)
+                return list(indices)
             return [var, *list(indices)[1:]]
 
         def load(x):
@@ -123,5 +127,7 @@ class _Rows:
 
         body = tvm_ffi.structural_map(body, (tvm.ir.TensorLoad, load))
         body = tvm_ffi.structural_map(body, (tirx.BufferStore, store))
+        if other_rows:
+            raise _NoSplit
         return tirx.For(var, 0, self.half, loop.kind, body, annotations=loop.annotations,
                         span=loop.span)
