@@ -282,3 +282,28 @@ def test_a_vector_tile_read_at_another_row_keeps_the_rows_on_one_core():
     g, y = tilewright.compile(gemm_and_rotated_rows(), out_idx=[1, 2], target="ascend")(x)
     torch.testing.assert_close(g, x @ x.T, rtol=2e-3, atol=2e-3)  # tf32-like cube rounding
     torch.testing.assert_close(y, x.roll(-1, dims=0))
+
+
+def column_store(M=3, bm=2):
+    """Each block stores its ``(bm,)`` tile down a column of ``R`` under a row guard."""
+
+    @T.prim_func
+    def main(X: T.Tensor((M, 1), "float32"), R: T.Tensor((M, 1), "float32")):
+        with T.Kernel(1, T.ceildiv(M, bm), threads=128) as (bx, by):
+            t = T.alloc_fragment((bm,), "float32")
+            for i in T.Parallel(bm):
+                t[i] = X[T.min(by * bm + i, M - 1), 0] + 1.0
+            for i in T.Parallel(bm):
+                if by * bm + i < M:
+                    R[by * bm + i, bx] = t[i]
+
+    return main
+
+
+def test_a_guarded_column_store_writes_only_the_rows_inside():
+    """A guarded store of a tile down a one-column tensor copied min(bm, rows left) rows of bm
+    elements each: it wrote past the tensor's end (the emulator: 'DataCopyPad touches 8 GM
+    bytes outside every tensor argument'; fuzzer, ascend seed 2)."""
+    x = torch.randn(3, 1, generator=torch.Generator().manual_seed(4))
+    r = tilewright.compile(column_store(), out_idx=[1], target="ascend")(x)
+    torch.testing.assert_close(r, x + 1.0)

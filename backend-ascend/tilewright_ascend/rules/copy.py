@@ -142,6 +142,11 @@ def pad_copy(em, src: Region, dst: Region, what: str, atomic: str | None = None)
         if not ((grows == 1 or (isinstance(gstride, int) and gcols == gstride)) and
                 (urows == 1 or ucols == ustride)):
             raise KernelError(f"{what}: cannot pair rows of {gcols} with rows of {ucols}")
+        if rows is not None:  # the valid GM rows are contiguous: as many whole rows of one row
+            if cols is not None:
+                raise KernelError(f"{what}: a region cut short in both dimensions cannot pair "
+                                  f"rows of {gcols} with rows of {ucols}")
+            rows, cols = None, f"({rows}) * {gcols}"
         total = grows * gcols
         grows, gcols, gstride = 1, total, total
         urows, ucols, ustride = 1, total, total
