@@ -234,6 +234,89 @@ def attention(batch, heads, seq_len, dim, dtype="float16", block_M=128, block_N=
     return main
 
 
+@T.macro
+def online_softmax(scores, probs, acc_o, m, m_prev, rescale, row_sum, logsum, scale):
+    """One key block of the online softmax: the running row maxima ``m`` and sums ``logsum``
+    updated from ``scores`` (rows of Q K^T, consumed), the block's probabilities rounded into
+    ``probs`` and the output ``acc_o`` rescaled to the new maxima (exponents in base 2)."""
+    block_M, block_N = scores.shape
+    dim = acc_o.shape[1]
+    T.copy(m, m_prev)
+    T.reduce_max(scores, m, dim=1, clear=False)
+    for i in T.Parallel(block_M):
+        rescale[i] = T.exp2(m_prev[i] * scale - m[i] * scale)
+    for i, j in T.Parallel(block_M, block_N):
+        scores[i, j] = T.exp2(scores[i, j] * scale - m[i] * scale)
+    T.reduce_sum(scores, row_sum, dim=1)
+    for i in T.Parallel(block_M):
+        logsum[i] = logsum[i] * rescale[i] + row_sum[i]
+    T.copy(scores, probs)
+    for i, j in T.Parallel(block_M, dim):
+        acc_o[i, j] *= rescale[i]
+
+
+@tilewright.jit(out_idx=[3])
+def attention_overlap(batch, heads, seq_len, dim, dtype="float16", block_M=128, block_N=128,
+                      threads=256, num_stages=2):
+    """:func:`attention` written the intra-warpgroup way (FlashAttention-3's overlap of the
+    softmax with the tensor cores): step k issues the next scores ``Q K_{k+1}^T`` into a
+    second score fragment before the softmax of this step's scores, then ``P_k V_k``; the
+    compiler's deferred wgmma wait (transforms/wgmma_wait) places the wait for the next
+    scores after the softmax, so the tensor cores compute them meanwhile. K_0 (before the
+    loop) and the last V (after it) go through one more shared tile, ``edge``: with Q's and
+    two stages of K and V that is 192 KB, so two stages (three would need 256 KB)."""
+    scale = (1.0 / dim) ** 0.5 * 1.44269504  # exponents in base 2
+    shape = [batch, seq_len, heads, dim]
+    acc = "float32"
+    if seq_len % block_N:
+        raise ValueError(f"attention_overlap: seq_len {seq_len} must be a multiple of block_N "
+                         f"{block_N} (this kernel has no key mask)")
+    steps = seq_len // block_N
+
+    @T.prim_func
+    def main(Q: T.Tensor(shape, dtype), K: T.Tensor(shape, dtype), V: T.Tensor(shape, dtype),
+             Output: T.Tensor(shape, dtype)):
+        with T.Kernel(T.ceildiv(seq_len, block_M), heads, batch, threads=threads) as (bx, by, bz):
+            Q_s = T.alloc_shared([block_M, dim], dtype)
+            edge = T.alloc_shared([block_N, dim], dtype)
+            K_s = T.alloc_shared([block_N, dim], dtype)
+            V_s = T.alloc_shared([block_N, dim], dtype)
+            scores = T.alloc_fragment([block_M, block_N], acc)
+            scores_next = T.alloc_fragment([block_M, block_N], acc)
+            probs = T.alloc_fragment([block_M, block_N], dtype)
+            acc_o = T.alloc_fragment([block_M, dim], acc)
+            m = T.alloc_fragment([block_M], acc)
+            m_prev = T.alloc_fragment([block_M], acc)
+            rescale = T.alloc_fragment([block_M], acc)
+            row_sum = T.alloc_fragment([block_M], acc)
+            logsum = T.alloc_fragment([block_M], acc)
+            T.copy(Q[bz, bx * block_M:(bx + 1) * block_M, by, :], Q_s)
+            T.copy(K[bz, 0:block_N, by, :], edge)
+            T.fill(acc_o, 0)
+            T.fill(logsum, 0)
+            T.fill(m, -T.infinity(acc))
+            T.gemm(Q_s, edge, scores, transpose_B=True, clear_accum=True,
+                   policy=T.GemmWarpPolicy.FullRow)
+            for k in T.Pipelined(steps - 1, num_stages=num_stages):
+                T.copy(K[bz, (k + 1) * block_N:(k + 2) * block_N, by, :], K_s)
+                T.copy(V[bz, k * block_N:(k + 1) * block_N, by, :], V_s)
+                T.gemm(Q_s, K_s, scores_next, transpose_B=True, clear_accum=True,
+                       policy=T.GemmWarpPolicy.FullRow)
+                online_softmax(scores, probs, acc_o, m, m_prev, rescale, row_sum, logsum,
+                               scale)
+                T.gemm(probs, V_s, acc_o, policy=T.GemmWarpPolicy.FullRow)
+                for i, j in T.Parallel(block_M, block_N):  # element-wise: both in registers
+                    scores[i, j] = scores_next[i, j]
+            T.copy(V[bz, (steps - 1) * block_N:steps * block_N, by, :], edge)
+            online_softmax(scores, probs, acc_o, m, m_prev, rescale, row_sum, logsum, scale)
+            T.gemm(probs, edge, acc_o, policy=T.GemmWarpPolicy.FullRow)
+            for i, j in T.Parallel(block_M, dim):
+                acc_o[i, j] /= logsum[i]
+            T.copy(acc_o, Output[bz, bx * block_M:(bx + 1) * block_M, by, :])
+
+    return main
+
+
 @tilewright.jit(out_idx=[2])
 def add(M, N, dtype="float32", block_M=8, block_N=512, threads=256):
     """C = A + B over [M, N] tensors whose sizes are multiples of the block (no tails), so

@@ -99,6 +99,27 @@ def test_bundled_attention_config_matches_torch(tmp_path):
 
 
 @pytest.mark.emulator
+@pytest.mark.parametrize("configs", [{}, kernels.GEMM_PASS_CONFIGS], ids=["ws", "nows"])
+def test_overlapped_attention_matches_torch_and_waits_after_the_softmax(tmp_path, configs):
+    # 3 steps of 128 keys: K_0 before the loop, 2 iterations through the 2 stages (each
+    # version once), the last V after it; 3 query blocks
+    b, h, s, d = 1, 1, 384, 128
+    torch.manual_seed(1)
+    q, k, v = (torch.randn(b, s, h, d).half() for _ in range(3))
+    o = torch.full((b, s, h, d), float("nan")).half()
+    text = _emulate(kernels.attention_overlap.fn(b, h, s, d, "float16"), tmp_path, q, k, v, o,
+                    configs=configs)
+    loop = text[text.index("for (int k = 0; k < 2; ++k) {"):]
+    issue = loop.index("tw_gemm_wgmma<128, 128, 128,")  # the next scores, Q K_{k+1}^T
+    wait = loop.index("tw_wgmma_wait<0>();", issue)
+    softmax = loop[issue:wait]  # issued before the softmax, retired after it
+    assert softmax.count("exp2f(") == 66 and loop.index("tw_gemm_wgmma_rs<", issue) > wait
+    ref = torch.nn.functional.scaled_dot_product_attention(
+        *(t.transpose(1, 2).float() for t in (q, k, v))).transpose(1, 2)
+    torch.testing.assert_close(o.float(), ref, rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.emulator
 def test_bundled_add_config_is_vectorised_and_matches_torch(tmp_path):
     M, N = 16, 1024  # 2 x 2 blocks of 8 x 512
     torch.manual_seed(0)
