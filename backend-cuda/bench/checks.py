@@ -170,6 +170,8 @@ ATTENTION_CONFIGS = (("", {}, {}), ("_2stages", {"num_stages": 2}, {}),
                      ("_nows", {}, kernels.GEMM_PASS_CONFIGS),
                      ("_multicast", {}, {"cuda.tma_multicast": True}),
                      ("_cpasync", {}, {"cuda.disable_tma_lower": True}))
+# kernels.attention_overlap (suffix, pass configs): warp-specialised, and TMA issued in order
+OVERLAP_CONFIGS = (("_overlap", {}), ("_overlap_nows", kernels.GEMM_PASS_CONFIGS))
 
 
 def dialect() -> list[Check]:
@@ -194,6 +196,12 @@ def dialect() -> list[Check]:
             f"dialect-bench_attention_float16{suffix}", "dialect", "float16",
             lambda change=change: kernels.attention.fn(b, h, s, d, "float16",
                                                        **{**kernels.ATTENTION, **change}),
+            lambda: [_attention_run(b, h, s, d)], s, configs))
+    s = 512  # the overlapped form: 4 steps, its loop of 3 wraps the 2 stages
+    for suffix, configs in OVERLAP_CONFIGS:
+        out.append(Check(
+            f"dialect-bench_attention_float16{suffix}", "dialect", "float16",
+            lambda: kernels.attention_overlap.fn(b, h, s, d, "float16"),
             lambda: [_attention_run(b, h, s, d)], s, configs))
     out.append(Check("dialect-bench_add_float32", "dialect", "float32",
                      lambda: kernels.add.fn(16, 1024, "float32", **kernels.ADD),

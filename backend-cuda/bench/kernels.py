@@ -235,12 +235,12 @@ def attention(batch, heads, seq_len, dim, dtype="float16", block_M=128, block_N=
 
 
 @T.macro
-def online_softmax(scores, probs, acc_o, m, m_prev, rescale, row_sum, logsum, scale):
+def online_softmax(scores, m, m_prev, rescale, row_sum, logsum, scale):
     """One key block of the online softmax: the running row maxima ``m`` and sums ``logsum``
-    updated from ``scores`` (rows of Q K^T, consumed), the block's probabilities rounded into
-    ``probs`` and the output ``acc_o`` rescaled to the new maxima (exponents in base 2)."""
+    updated from ``scores`` (rows of Q K^T), which become the block's unnormalised
+    probabilities in place; ``rescale`` the factor that takes sums to the new maxima
+    (exponents in base 2)."""
     block_M, block_N = scores.shape
-    dim = acc_o.shape[1]
     T.copy(m, m_prev)
     T.reduce_max(scores, m, dim=1, clear=False)
     for i in T.Parallel(block_M):
@@ -250,21 +250,23 @@ def online_softmax(scores, probs, acc_o, m, m_prev, rescale, row_sum, logsum, sc
     T.reduce_sum(scores, row_sum, dim=1)
     for i in T.Parallel(block_M):
         logsum[i] = logsum[i] * rescale[i] + row_sum[i]
-    T.copy(scores, probs)
-    for i, j in T.Parallel(block_M, dim):
-        acc_o[i, j] *= rescale[i]
 
 
 @tilewright.jit(out_idx=[3])
 def attention_overlap(batch, heads, seq_len, dim, dtype="float16", block_M=128, block_N=128,
                       threads=256, num_stages=2):
     """:func:`attention` written the intra-warpgroup way (FlashAttention-3's overlap of the
-    softmax with the tensor cores): step k issues the next scores ``Q K_{k+1}^T`` into a
-    second score fragment before the softmax of this step's scores, then ``P_k V_k``; the
-    compiler's deferred wgmma wait (transforms/wgmma_wait) places the wait for the next
-    scores after the softmax, so the tensor cores compute them meanwhile. K_0 (before the
-    loop) and the last V (after it) go through one more shared tile, ``edge``: with Q's and
-    two stages of K and V that is 192 KB, so two stages (three would need 256 KB)."""
+    softmax with the tensor cores), two score fragments. Step k issues the next scores
+    ``S = Q K_{k+1}^T``, rounds this step's probabilities (the previous step's softmax)
+    into ``P`` meanwhile, issues ``P V_k``, and runs the softmax of the next scores while
+    that gemm is in flight; the output is rescaled after it. The compiler's deferred wgmma
+    wait (transforms/wgmma_wait) puts each gemm's wait where its registers are next needed:
+    the scores' before ``P V_k`` is issued, ``P V_k``'s after the softmax.
+
+    K_0's scores come before the loop, from one more shared tile (Q's, K_0's and two stages
+    of K and V: 192 KB, so two stages; three would need 256 KB). The last step's next scores
+    read K_{n-1} again and are masked out (one gemm of 2n per block): the last V after the
+    loop would keep its addresses live across the loop, where ptxas spilled them."""
     scale = (1.0 / dim) ** 0.5 * 1.44269504  # exponents in base 2
     shape = [batch, seq_len, heads, dim]
     acc = "float32"
@@ -278,7 +280,7 @@ def attention_overlap(batch, heads, seq_len, dim, dtype="float16", block_M=128, 
              Output: T.Tensor(shape, dtype)):
         with T.Kernel(T.ceildiv(seq_len, block_M), heads, batch, threads=threads) as (bx, by, bz):
             Q_s = T.alloc_shared([block_M, dim], dtype)
-            edge = T.alloc_shared([block_N, dim], dtype)
+            K_first = T.alloc_shared([block_N, dim], dtype)
             K_s = T.alloc_shared([block_N, dim], dtype)
             V_s = T.alloc_shared([block_N, dim], dtype)
             scores = T.alloc_fragment([block_M, block_N], acc)
@@ -291,25 +293,28 @@ def attention_overlap(batch, heads, seq_len, dim, dtype="float16", block_M=128, 
             row_sum = T.alloc_fragment([block_M], acc)
             logsum = T.alloc_fragment([block_M], acc)
             T.copy(Q[bz, bx * block_M:(bx + 1) * block_M, by, :], Q_s)
-            T.copy(K[bz, 0:block_N, by, :], edge)
+            T.copy(K[bz, 0:block_N, by, :], K_first)
             T.fill(acc_o, 0)
             T.fill(logsum, 0)
             T.fill(m, -T.infinity(acc))
-            T.gemm(Q_s, edge, scores, transpose_B=True, clear_accum=True,
+            T.gemm(Q_s, K_first, scores, transpose_B=True, clear_accum=True,
                    policy=T.GemmWarpPolicy.FullRow)
-            for k in T.Pipelined(steps - 1, num_stages=num_stages):
-                T.copy(K[bz, (k + 1) * block_N:(k + 2) * block_N, by, :], K_s)
+            online_softmax(scores, m, m_prev, rescale, row_sum, logsum, scale)
+            for k in T.Pipelined(steps, num_stages=num_stages):
+                T.copy(K[bz, T.min(k + 1, steps - 1) * block_N:
+                         (T.min(k + 1, steps - 1) + 1) * block_N, by, :], K_s)
                 T.copy(V[bz, k * block_N:(k + 1) * block_N, by, :], V_s)
                 T.gemm(Q_s, K_s, scores_next, transpose_B=True, clear_accum=True,
                        policy=T.GemmWarpPolicy.FullRow)
-                online_softmax(scores, probs, acc_o, m, m_prev, rescale, row_sum, logsum,
-                               scale)
+                T.copy(scores, probs)
                 T.gemm(probs, V_s, acc_o, policy=T.GemmWarpPolicy.FullRow)
+                if k == steps - 1:  # K_{n-1} again: no next block
+                    T.fill(scores_next, -T.infinity(acc))
+                online_softmax(scores_next, m, m_prev, rescale, row_sum, logsum, scale)
+                for i, j in T.Parallel(block_M, dim):
+                    acc_o[i, j] *= rescale[i]
                 for i, j in T.Parallel(block_M, block_N):  # element-wise: both in registers
                     scores[i, j] = scores_next[i, j]
-            T.copy(V[bz, (steps - 1) * block_N:steps * block_N, by, :], edge)
-            online_softmax(scores, probs, acc_o, m, m_prev, rescale, row_sum, logsum, scale)
-            T.gemm(probs, edge, acc_o, policy=T.GemmWarpPolicy.FullRow)
             for i, j in T.Parallel(block_M, dim):
                 acc_o[i, j] /= logsum[i]
             T.copy(acc_o, Output[bz, bx * block_M:(bx + 1) * block_M, by, :])

@@ -101,19 +101,20 @@ def test_bundled_attention_config_matches_torch(tmp_path):
 @pytest.mark.emulator
 @pytest.mark.parametrize("configs", [{}, kernels.GEMM_PASS_CONFIGS], ids=["ws", "nows"])
 def test_overlapped_attention_matches_torch_and_waits_after_the_softmax(tmp_path, configs):
-    # 3 steps of 128 keys: K_0 before the loop, 2 iterations through the 2 stages (each
-    # version once), the last V after it; 3 query blocks
+    # 3 steps of 128 keys: K_0 before the loop, 3 iterations through the 2 stages (the last
+    # one's next scores masked), 3 query blocks
     b, h, s, d = 1, 1, 384, 128
     torch.manual_seed(1)
     q, k, v = (torch.randn(b, s, h, d).half() for _ in range(3))
     o = torch.full((b, s, h, d), float("nan")).half()
     text = _emulate(kernels.attention_overlap.fn(b, h, s, d, "float16"), tmp_path, q, k, v, o,
                     configs=configs)
-    loop = text[text.index("for (int k = 0; k < 2; ++k) {"):]
-    issue = loop.index("tw_gemm_wgmma<128, 128, 128,")  # the next scores, Q K_{k+1}^T
-    wait = loop.index("tw_wgmma_wait<0>();", issue)
-    softmax = loop[issue:wait]  # issued before the softmax, retired after it
-    assert softmax.count("exp2f(") == 66 and loop.index("tw_gemm_wgmma_rs<", issue) > wait
+    loop = text[text.index("for (int k = 0; k < 3; ++k) {"):]
+    scores = loop.index("tw_gemm_wgmma<128, 128, 128,")  # the next scores, Q K_{k+1}^T
+    pv = loop.index("tw_gemm_wgmma_rs<128, 128, 128,")
+    assert scores < loop.index("tw_wgmma_wait<0>();", scores) < pv
+    softmax = loop[pv:loop.index("tw_wgmma_wait<0>();", pv)]  # P V_k in flight meanwhile
+    assert softmax.count("exp2f(") == 66
     ref = torch.nn.functional.scaled_dot_product_attention(
         *(t.transpose(1, 2).float() for t in (q, k, v))).transpose(1, 2)
     torch.testing.assert_close(o.float(), ref, rtol=1e-2, atol=1e-2)
