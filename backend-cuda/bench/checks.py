@@ -169,9 +169,12 @@ BENCH_CONFIGS = (  # (suffix, tile changes, pass configs): the benchmark bundles
 ATTENTION_CONFIGS = (("", {}, {}), ("_2stages", {"num_stages": 2}, {}),
                      ("_nows", {}, kernels.GEMM_PASS_CONFIGS),
                      ("_multicast", {}, {"cuda.tma_multicast": True}),
-                     ("_cpasync", {}, {"cuda.disable_tma_lower": True}))
-# kernels.attention_overlap (suffix, pass configs): warp-specialised, and TMA issued in order
-OVERLAP_CONFIGS = (("_overlap", {}), ("_overlap_nows", kernels.GEMM_PASS_CONFIGS))
+                     ("_cpasync", {}, {"cuda.disable_tma_lower": True}),
+                     ("_pingpong", {}, {"cuda.wgmma_pingpong": True}))
+# kernels.attention_overlap (suffix, pass configs): warp-specialised, TMA issued in order, the
+# compute warpgroups taking turns
+OVERLAP_CONFIGS = (("_overlap", {}), ("_overlap_nows", kernels.GEMM_PASS_CONFIGS),
+                   ("_overlap_pingpong", {"cuda.wgmma_pingpong": True}))
 
 
 def dialect() -> list[Check]:
@@ -197,12 +200,12 @@ def dialect() -> list[Check]:
             lambda change=change: kernels.attention.fn(b, h, s, d, "float16",
                                                        **{**kernels.ATTENTION, **change}),
             lambda: [_attention_run(b, h, s, d)], s, configs))
-    s = 512  # the overlapped form: 4 steps, its loop of 3 wraps the 2 stages
+    keys = 512  # the overlapped form: 4 steps, wrapping its 2 stages twice
     for suffix, configs in OVERLAP_CONFIGS:
         out.append(Check(
             f"dialect-bench_attention_float16{suffix}", "dialect", "float16",
-            lambda: kernels.attention_overlap.fn(b, h, s, d, "float16"),
-            lambda: [_attention_run(b, h, s, d)], s, configs))
+            lambda: kernels.attention_overlap.fn(b, h, keys, d, "float16"),
+            lambda: [_attention_run(b, h, keys, d)], keys, configs))
     out.append(Check("dialect-bench_add_float32", "dialect", "float32",
                      lambda: kernels.add.fn(16, 1024, "float32", **kernels.ADD),
                      lambda: [_add_run(16, 1024)]))

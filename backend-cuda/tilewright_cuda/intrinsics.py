@@ -75,6 +75,7 @@ TABLE = _table(
     Intrinsic("tw_mbar_expect_tx", HOPPER),
     Intrinsic("tw_mbar_wait", HOPPER, (), "mbar_wait"),
     Intrinsic("tw_named_barrier_sync", HOPPER),
+    Intrinsic("tw_named_barrier_arrive", HOPPER),
     Intrinsic("tw_setmaxnreg_inc", HOPPER),
     Intrinsic("tw_setmaxnreg_dec", HOPPER),
     Intrinsic("tw_cluster_sync", HOPPER),

@@ -145,6 +145,11 @@ def tilewright_pass_config_keys():
                       "blocks each SM should hold at once: registers (__launch_bounds__, the "
                       "setmaxnreg budgets) and shared memory are budgeted for that many",
                       owner="cuda"),
+        PassConfigKey(keys.WGMMA_PINGPONG, bool, False,
+                      "in a warp-specialised T.Pipelined loop with two compute warpgroups "
+                      "(sm_90a), the warpgroups take turns issuing each iteration's first "
+                      "wgmma gemm (two named barriers), so one's gemms run while the other "
+                      "computes between its gemms", owner="cuda"),
     ]
 
 
