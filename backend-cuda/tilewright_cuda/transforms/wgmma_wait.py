@@ -17,7 +17,11 @@ the group in flight. Anything else -- a shared or global store (which could over
 shared operand, or memory the pool places there), a barrier (after which other threads
 could), another gemm, an unknown call -- stops it. The wait stays in its sequence, so every
 thread of the warpgroup still executes it under the same control flow. A kernel that keeps
-groups in flight on purpose (``wait_group 1`` in a pipelined loop) is left as it is."""
+groups in flight on purpose (``wait_group 1`` in a pipelined loop) is left as it is.
+
+ptxas schedules such register work across ``wgmma.wait_group`` by itself (the benchmark
+kernels' cubins are the same without this pass); the pass makes the CUDA source, and the
+host emulation that retires a group at its wait, say what the SASS does."""
 
 from __future__ import annotations
 
