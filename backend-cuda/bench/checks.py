@@ -9,7 +9,8 @@
 - ``dialect``: the CUDA dialect kernels (``tests/dialect_cases.py``: TMA, mbarriers, roles,
   clusters) and the benchmark kernels at small sizes in each configuration the benchmark
   bundles (warp specialisation, TMA issued in order, multicast in clusters, persistent tiles,
-  two blocks per SM, cp.async), and the 8-bit GEMMs (``kernels.gemm_low_precision``: int8
+  two blocks per SM, cp.async, compute warpgroups taking turns; FlashAttention written in the
+  intra-warpgroup order too), and the 8-bit GEMMs (``kernels.gemm_low_precision``: int8
   into int32 against ``torch._int_mm``, float8_e4m3fn/e5m2 into float32 against the float64
   product of the float8 operands; int8 in the benchmark row's configuration too) and the 2:4
   sparse GEMM in both benchmark configurations (sparse wgmma, mma.sp).
