@@ -13,6 +13,8 @@ SWIZZLE = "tw.swizzle"  # T.use_swizzle's (panel, order) on the outermost block 
 STAGES = "tw.num_stages"  # T.Pipelined's num_stages
 STAGE = "tw.stage"  # T.Pipelined's stage=[...]
 ORDER = "tw.order"  # T.Pipelined's order=[...]
+GROUP = "tw.group"  # T.Pipelined's group=[[...], ...]: order= and stage= index these groups
+PIPELINE_HINTS = (STAGES, STAGE, ORDER, GROUP)  # the pipeline transforms consume them
 
 # -- the CUDA dialect (tilewright_cuda.language) -----------------------------------------------
 WS = "tw.cuda.ws"  # AttrStmt around a T.ws role's code; value: the warpgroups, "0,1"

@@ -134,7 +134,7 @@ def _pipeline_loop(loop, func_body, analyzer, tx):
                                             tirx.floormod(i, stages)))
     steady = one_barrier_for_wgmma(steady)
     annotations = {k: v for k, v in loop.annotations.items()
-                   if str(k) not in (keys.STAGES, keys.ORDER, keys.STAGE)}
+                   if str(k) not in keys.PIPELINE_HINTS}
     main = tirx.For(i, 0, n, loop.kind, tirx.SeqStmt(steady), annotations=annotations,
                     span=loop.span)
     drain = [intrinsics.wgmma_wait(0)] if overlap else []

@@ -146,7 +146,7 @@ class TmaPlan:
 
     def _loop(self, body: list):
         annotations = {k: v for k, v in self.loop.annotations.items()
-                       if str(k) not in (keys.STAGES, keys.ORDER, keys.STAGE)}
+                       if str(k) not in keys.PIPELINE_HINTS}
         return tirx.For(self.i, 0, self.loop.extent, self.loop.kind, tirx.SeqStmt(body),
                         annotations=annotations, span=self.loop.span)
 
