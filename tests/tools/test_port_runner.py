@@ -174,8 +174,8 @@ def test_also_compile_builds_each_kernel_for_cuda(runner, tmp_path):
     [row] = json.loads(out.read_text())
     assert row["result"] == "verified", row
     outcomes = [(c["kernel"], c["target"], c["status"]) for c in row["compiled"]]
-    assert outcomes == [("main", "cuda -arch=sm_80", "built"),
-                        ("main", "cuda -arch=sm_80", "refused")], row["compiled"]
+    assert outcomes == [("copy_through", "cuda -arch=sm_80", "built"),
+                        ("copy_through", "cuda -arch=sm_80", "refused")], row["compiled"]
     assert "shared memory" in row["compiled"][1]["error"], row["compiled"][1]
     table = runner.compile_table([runner.Result(**row)], ["cuda -arch=sm_80"])
     assert "kernels: built 1, refused 1, crashed 0" in table, table
