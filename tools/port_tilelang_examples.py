@@ -47,6 +47,16 @@ examples whose path contains one of the texts; ``--rerun FILE`` runs only the ex
 each example's output; ``--profile`` adds to each row where its time went: the start (imports),
 tilewright's autotuning, its other compilations, its kernel calls, and the rest (the example's
 own torch code, tracing), also for a run the time limit stops.
+
+``--also-compile TARGET`` (repeatable; ``"cuda -arch=sm_90a"``, ``"cuda -arch=sm_80"``) builds
+every distinct kernel an example compiles, while it runs on ``--target`` as always, for that
+CUDA target too: lowered and compiled to a cubin with NVRTC through ``tilewright.compile``
+(``execution_backend="nvrtc"``), never run. Each kernel is recorded (the ``compiled`` field of
+the JSON rows) as ``built``, ``refused`` (a ``KernelError``: tilewright's refusal at the
+user's line) or ``crashed`` (any other exception: a TVM error, NVRTC rejecting the generated
+CUDA, ...; its traceback is in the example's log), and a second table gives the counts per
+example. Kernels compiled inside an autotuning search are not built for CUDA (the tuned one,
+compiled again after the search, is).
 """
 
 from __future__ import annotations
