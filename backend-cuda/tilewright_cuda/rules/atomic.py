@@ -10,6 +10,7 @@ from tilewright.transform import RuleContext
 from tilewright.transform.lowering_utils import in_bounds, loop_nest, non_unit, region_index
 from tvm import tirx
 
+from ..analysis.ir import is_parallel
 from .common import cast, thread_var
 from .table import INTRINSIC_RULES, register
 
@@ -45,8 +46,10 @@ def _make_atomic_rule(kind: str):
             cond = in_bounds(dst.buffer, index, ctx)
             return update if cond is None else tirx.IfThenElse(cond, update, None)
 
-        if not ddims:  # one element: one thread updates it
-            tx, _ = thread_var(ctx)
+        if not ddims:
+            if any(is_parallel(loop) for loop in ctx.loops):  # each iteration's own element
+                return body([])
+            tx, _ = thread_var(ctx)  # block code: one thread updates the element
             return tirx.IfThenElse(tx == 0, body([]), None)
         return loop_nest([dst.extents[d] for d in ddims], body, ctx=ctx)
 
