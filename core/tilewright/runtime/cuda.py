@@ -102,9 +102,10 @@ class CubinFunction:
     ``launch`` (from the backend's codegen) holds ``entry``, ``params`` (tensor / scalar /
     symbol, in device-parameter order), ``symbols`` (where each symbol of the grid is read:
     ``[kernel parameter, dimension]`` for a tensor's extent, ``[kernel parameter]`` for an
-    integer scalar argument; see :func:`symbol_values`), ``grid`` (three Python expressions over the symbols), ``block``
-    and ``dynamic_smem_bytes``. Called with every kernel parameter (inputs and outputs) in
-    kernel order. The module is loaded on first call, so building needs no GPU.
+    integer scalar argument; see :func:`symbol_values`), ``grid`` (three Python expressions
+    over the symbols), ``block`` and ``dynamic_smem_bytes``. Called with every kernel
+    parameter (inputs and outputs) in kernel order. The module is loaded on first call, so
+    building needs no GPU.
     """
 
     def __init__(self, cubin: bytes, launch: dict, source: str = ""):
