@@ -590,8 +590,10 @@ _WRONG = re.compile(r"^(AssertionError|torch\.testing|.*Mismatched elements|.*Te
 
 
 def _error_line(output: str) -> str:
-    """The first line of the last exception in ``output``."""
-    lines = output.rstrip().splitlines()
+    """The first line of the last exception in ``output`` (``--also-compile``'s own lines
+    left out)."""
+    lines = [line for line in output.rstrip().splitlines()
+             if not line.startswith("tw-also-compile: ")]
     start = max((i for i, line in enumerate(lines) if line.startswith("Traceback")), default=None)
     if start is None:
         return lines[-1][:200] if lines else ""
