@@ -121,6 +121,12 @@ _MATH = {
     **{name: lambda x, _n=name: getattr(tirx, _n)(x) for name in ROUNDING_CASTS},
 }
 
+# math functions A2 computes through another (exp2 as exp(x ln 2)) whose 16-bit argument is
+# converted to float32 first: the language's 16-bit math is the float32 function rounded once
+# (tilewright.transform.narrow_float), and x ln 2 rounded to float16 put exp2 two units in the
+# last place off for x near 4
+_ON_FLOAT32 = frozenset({"exp2"})
+
 
 def _math_name(e) -> str | None:
     if type(e).__name__ == "Call" and isinstance(e.op, tvm.ir.Op) and len(e.args) == 1:
@@ -134,6 +140,9 @@ def _expand_math(e):
 
     def expand(call):
         name = _math_name(call)
+        if name in _ON_FLOAT32 and str(call.ty) != "float32":
+            return _cast(tvm.ir.Call(call.op, [_cast(call.args[0], "float32")], ret_ty="float32",
+                                     span=call.span), str(call.ty))
         if name not in _MATH or (name in ROUNDING_CASTS and str(call.ty) == "float32"):
             return call
         dtype = str(call.ty)
@@ -689,8 +698,11 @@ def _inside(region, loops=()) -> bool:
                for start, ext, dim in zip(region.starts, region.extents, region.buffer.shape))
 
 
-def _promote(e):
-    """``e`` computed in float32 where it computes in bfloat16 (loads and constants cast)."""
+def _promote(e, outermost: bool = True):
+    """``e`` computed in float32 where it computes in bfloat16 (loads and constants cast), the
+    result of each operation but the ``outermost`` (the store's conversion rounds that one)
+    rounded to bfloat16 and widened again: the language rounds every bfloat16 operation
+    (:mod:`tilewright.transform.narrow_float`), so a chain is not one float32 computation."""
     if str(e.ty) != "bfloat16":
         return e
     kind = type(e).__name__
@@ -699,12 +711,18 @@ def _promote(e):
     if kind == "FloatImm":
         return tirx.FloatImm("float32", float(e.value))
     if kind == "Cast":
-        return _cast(_promote(e.value), "float32")
-    if kind in _BINARY:
-        return getattr(tirx, kind)(_promote(e.a), _promote(e.b))
-    if _math_name(e) is not None and str(e.args[0].ty) == "bfloat16":  # a math function
-        return tvm.ir.Call(e.op, [_promote(e.args[0])], ret_ty="float32", span=e.span)
-    return tirx.Cast("float32", e)
+        value = _cast(_promote(e.value, False), "float32")
+        rounds = True
+    elif kind in _BINARY:
+        value = getattr(tirx, kind)(_promote(e.a, False), _promote(e.b, False))
+        rounds = True
+    elif _math_name(e) is not None and str(e.args[0].ty) == "bfloat16":  # a math function
+        value = tvm.ir.Call(e.op, [_promote(e.args[0], False)], ret_ty="float32", span=e.span)
+        rounds = True
+    else:
+        return tirx.Cast("float32", e)
+    return value if outermost or not rounds else \
+        tirx.Cast("float32", tirx.Cast("bfloat16", value))
 
 
 def _operand(buffer, indices, variables, extents):

@@ -46,6 +46,7 @@ PIPELINE = PassPipeline((
         *fastmath.passes(ctx.pass_configs),
         passes.round_bfloat16_arithmetic(),
         passes.float16_math_in_float32(),
+        passes.bfloat16_conversions_around_lets(),
         lowering_float8.lower_float8(),
         passes.lower_loops(not ctx.pass_configs.get("tw.disable_vectorize", False))],
           "float -> integer conversions saturating (NaN gives 0); named bfloat16 and "
