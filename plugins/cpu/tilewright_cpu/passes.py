@@ -316,6 +316,14 @@ def _has_let(expr) -> bool:
     return bool(found)
 
 
+def _touches_bfloat16(stmt) -> bool:
+    """Whether the store ``stmt`` writes, reads or converts bfloat16 values."""
+    found = []
+    tvm_ffi.structural_walk(stmt, [(tvm.ir.TensorLoad, lambda ld: found.append(ld.source.dtype)),
+                                   (tirx.Cast, lambda c: found.append(c.ty))])
+    return "bfloat16" in {str(stmt.buffer.dtype), *map(str, found)}
+
+
 def _float32_of_bfloat16_bits(bits16):
     """The float32 value of the bfloat16 whose bits are the uint16 ``bits16`` (exact)."""
     return tirx.reinterpret("float32", tirx.shift_left(tirx.Cast("uint32", bits16), _u32(16)))
@@ -329,17 +337,41 @@ def _bfloat16_bound(value):
         bits, tirx.reinterpret("uint32", value), _bfloat16_bits(bits))))
 
 
+def _is_if_then_else(expr) -> bool:
+    return isinstance(expr, tvm.ir.Call) and isinstance(expr.op, tvm.ir.Op) and \
+        expr.op.name == "prim.if_then_else"
+
+
 def _lazy_loads(expr) -> list:
     """The loads in a branch of an ``if_then_else`` of ``expr`` (made only where taken)."""
     found = []
 
     def branch(call):
-        if isinstance(call.op, tvm.ir.Op) and call.op.name == "prim.if_then_else":
+        if _is_if_then_else(call):
             for arg in call.args[1:]:
                 tvm_ffi.structural_walk(arg, (tvm.ir.TensorLoad, found.append))
 
     tvm_ffi.structural_walk(expr, (tvm.ir.Call, branch))
     return found
+
+
+def _branches(stmt):
+    """A store of an ``if_then_else`` (under conversions) as an ``if`` over a store of each
+    branch, or None for another store."""
+    casts, value = [], stmt.value
+    while isinstance(value, tirx.Cast):
+        casts.append(str(value.ty))
+        value = value.value
+    if not _is_if_then_else(value):
+        return None
+
+    def store_of(branch):
+        for dtype in reversed(casts):
+            branch = tirx.Cast(dtype, branch)
+        return tirx.BufferStore(stmt.buffer, branch, stmt.indices, span=stmt.span)
+
+    cond, then_value, else_value = value.args
+    return tirx.IfThenElse(cond, store_of(then_value), store_of(else_value), span=stmt.span)
 
 
 def bfloat16_conversions_around_lets():
@@ -355,13 +387,19 @@ def bfloat16_conversions_around_lets():
     bfloat16 by an expression that repeats the value (``DTypeConversion``: the bits, then
     their rounding bias), bindings included, which TVM's VectorizeLoop rejects ("Let cannot
     bind the same var to two different values": it compares the second binding's value with
-    the variable it recorded for the first, so any repeated binding fails). A tile's read in
-    a branch of an ``if_then_else`` is left where it is."""
+    the variable it recorded for the first, so any repeated binding fails). A store of an
+    ``if_then_else`` becomes an ``if`` over a store of each branch first, so that a branch's
+    reads are made only where it is taken; a tile's read in an ``if_then_else`` deeper in the
+    value is left where it is."""
 
     def store(stmt):
-        if not _has_let(stmt.value):
+        if not _has_let(stmt.value) or not _touches_bfloat16(stmt):
             return stmt
         lazy, held = _lazy_loads(stmt.value), []
+        split = _branches(stmt) if lazy else None
+        if split is not None:  # each branch's loads made where it is taken
+            return tirx.IfThenElse(split.condition, store(split.then_case),
+                                   store(split.else_case), span=stmt.span)
 
         def convert(cast):
             source, target, value = str(cast.value.ty), str(cast.ty), cast.value
