@@ -46,6 +46,12 @@ KNOWN_FAILURES: tuple[KnownFailure, ...] = (
                  "of saturating (float32 128.0 to int8 gives -128; 32 of the row's 40 float32 "
                  "elements differ); the core rule's NaN test (T.isnan) has no vector form "
                  "here, so the Ascend lowering needs a saturating conversion of its own"),
+    KnownFailure("cuda", "float8_casts-float8_e5m2-*",
+                 "a conversion to float8_e5m2 saturates: the generated (__nv_fp8_e5m2)x is "
+                 "cuda_fp8.hpp's constructor, __nv_cvt_float_to_fp8(x, __NV_SATFINITE, "
+                 "__NV_E5M2), so +-inf and values past 61440 give +-57344 where torch and the "
+                 "other backends give +-inf (12-13 of each probe set's 2048 values in the host "
+                 "emulation; not run here, where cuda only compiles)"),
 )
 
 
