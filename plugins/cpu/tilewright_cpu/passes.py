@@ -316,12 +316,12 @@ def _has_let(expr) -> bool:
     return bool(found)
 
 
-def _touches_bfloat16(stmt) -> bool:
-    """Whether the store ``stmt`` writes, reads or converts bfloat16 values."""
+def _touches_bfloat16(expr, *dtypes) -> bool:
+    """Whether ``expr`` reads or converts bfloat16 values (or one of ``dtypes`` is)."""
     found = []
-    tvm_ffi.structural_walk(stmt, [(tvm.ir.TensorLoad, lambda ld: found.append(ld.source.dtype)),
+    tvm_ffi.structural_walk(expr, [(tvm.ir.TensorLoad, lambda ld: found.append(ld.source.dtype)),
                                    (tirx.Cast, lambda c: found.append(c.ty))])
-    return "bfloat16" in {str(stmt.buffer.dtype), *map(str, found)}
+    return "bfloat16" in {*map(str, dtypes), *map(str, found)}
 
 
 def _float32_of_bfloat16_bits(bits16):
@@ -374,62 +374,81 @@ def _branches(stmt):
     return tirx.IfThenElse(cond, store_of(then_value), store_of(else_value), span=stmt.span)
 
 
+def _converted_around_lets(expr, span):
+    """``expr`` with its conversions between bfloat16 and float32 made in integer code (see
+    :func:`bfloat16_conversions_around_lets`), and the stores of the tile reads it holds in
+    float32 local arrays, to be made before it."""
+    lazy, held = _lazy_loads(expr), []
+
+    def convert(cast):
+        source, target, value = str(cast.value.ty), str(cast.ty), cast.value
+        if source == "float32" and target == "bfloat16":
+            return _bfloat16_bound(value)
+        if source != "bfloat16" or target != "float32":
+            return cast
+        if isinstance(value, tvm.ir.Call) and value.op.same_as(REINTERPRET):
+            return _float32_of_bfloat16_bits(value.args[0])
+        if not isinstance(value, tvm.ir.TensorLoad):
+            return cast
+        if str(value.source.scope()) == "global":
+            return _float32_of_bfloat16_bits(tirx.reinterpret("uint16", value))
+        if any(value.same_as(load) for load in lazy):
+            return cast
+        cell = tirx.decl_buffer((1,), "float32", f"{value.source.name}_held", scope="local")
+        held.append(tirx.BufferStore(cell, cast, [ZERO], span=span))
+        return tirx.BufferLoad(cell, [ZERO])
+
+    return tvm_ffi.structural_map(expr, (tirx.Cast, convert)), held
+
+
+def _after_held(held, stmt):
+    if not held:
+        return stmt
+    return tirx.SeqStmt([*(tirx.AllocBuffer(h.buffer, span=stmt.span) for h in held), *held,
+                         stmt])
+
+
 def bfloat16_conversions_around_lets():
-    """In a stored value that binds a variable (a ``Let``: the vector ``exp``, a rounded
-    bfloat16 operation), conversions between bfloat16 and float32 are made here, so that
-    TVM 0.27's bfloat16 legalisation has nothing to do in it: rounding to bfloat16 in integer
-    code with the bits bound once, widening a tensor's bfloat16 in integer code (exact), a
-    tile's (which BF16ComputeLegalize re-declares as float32) read into a float32 local array
-    before the store. BF16ComputeLegalize does not visit a ``Let``'s value: a tensor's
-    bfloat16 read there reached BF16StorageLegalize as a float32 conversion of the raw uint16
-    bits (silently wrong values), a tile's was left reading the old tile ("Load/Store of
-    buffer ... occurred before its declaration"). And it converts a float32 value stored to
-    bfloat16 by an expression that repeats the value (``DTypeConversion``: the bits, then
-    their rounding bias), bindings included, which TVM's VectorizeLoop rejects ("Let cannot
-    bind the same var to two different values": it compares the second binding's value with
-    the variable it recorded for the first, so any repeated binding fails). A store of an
-    ``if_then_else`` becomes an ``if`` over a store of each branch first, so that a branch's
-    reads are made only where it is taken; a tile's read in an ``if_then_else`` deeper in the
-    value is left where it is."""
+    """In a stored value or an ``if``'s condition that binds a variable (a ``Let``: the vector
+    ``exp``, a rounded bfloat16 operation), conversions between bfloat16 and float32 are made
+    here, so that TVM 0.27's bfloat16 legalisation has nothing to do in it: rounding to
+    bfloat16 in integer code with the bits bound once, widening a tensor's bfloat16 in integer
+    code (exact), a tile's (which BF16ComputeLegalize re-declares as float32) read into a
+    float32 local array before the statement. BF16ComputeLegalize does not visit a ``Let``'s
+    value: a tensor's bfloat16 read there reached BF16StorageLegalize as a float32 conversion
+    of the raw uint16 bits (silently wrong values), a tile's was left reading the old tile
+    ("Load/Store of buffer ... occurred before its declaration"). And it converts a float32
+    value stored to bfloat16 by an expression that repeats the value (``DTypeConversion``:
+    the bits, then their rounding bias), bindings included, which TVM's VectorizeLoop rejects
+    ("Let cannot bind the same var to two different values": it compares the second
+    binding's value with the variable it recorded for the first, so any repeated binding
+    fails). A store of an ``if_then_else`` becomes an ``if`` over a store of each branch
+    first, so that a branch's reads are made only where it is taken; a tile's read in an
+    ``if_then_else`` deeper in an expression is left where it is."""
 
     def store(stmt):
-        if not _has_let(stmt.value) or not _touches_bfloat16(stmt):
+        if not _has_let(stmt.value) or not _touches_bfloat16(stmt.value, stmt.buffer.dtype):
             return stmt
-        lazy, held = _lazy_loads(stmt.value), []
-        split = _branches(stmt) if lazy else None
+        split = _branches(stmt) if _lazy_loads(stmt.value) else None
         if split is not None:  # each branch's loads made where it is taken
-            return tirx.IfThenElse(split.condition, store(split.then_case),
-                                   store(split.else_case), span=stmt.span)
-
-        def convert(cast):
-            source, target, value = str(cast.value.ty), str(cast.ty), cast.value
-            if source == "float32" and target == "bfloat16":
-                return _bfloat16_bound(value)
-            if source != "bfloat16" or target != "float32":
-                return cast
-            if isinstance(value, tvm.ir.Call) and value.op.same_as(REINTERPRET):
-                return _float32_of_bfloat16_bits(value.args[0])
-            if not isinstance(value, tvm.ir.TensorLoad):
-                return cast
-            if str(value.source.scope()) == "global":
-                return _float32_of_bfloat16_bits(tirx.reinterpret("uint16", value))
-            if any(value.same_as(load) for load in lazy):
-                return cast
-            cell = tirx.decl_buffer((1,), "float32", f"{value.source.name}_held", scope="local")
-            held.append(tirx.BufferStore(cell, cast, [ZERO], span=stmt.span))
-            return tirx.BufferLoad(cell, [ZERO])
-
-        value = tvm_ffi.structural_map(stmt.value, (tirx.Cast, convert))
+            return branch(tirx.IfThenElse(split.condition, store(split.then_case),
+                                          store(split.else_case), span=stmt.span))
+        value, held = _converted_around_lets(stmt.value, stmt.span)
         if value.same_as(stmt.value):
             return stmt
-        stored = tirx.BufferStore(stmt.buffer, value, stmt.indices, span=stmt.span)
-        if not held:
-            return stored
-        return tirx.SeqStmt([*(tirx.AllocBuffer(h.buffer, span=stmt.span) for h in held),
-                             *held, stored])
+        return _after_held(held, tirx.BufferStore(stmt.buffer, value, stmt.indices,
+                                                  span=stmt.span))
+
+    def branch(stmt):
+        if not _has_let(stmt.condition) or not _touches_bfloat16(stmt.condition):
+            return stmt
+        condition, held = _converted_around_lets(stmt.condition, stmt.span)
+        return _after_held(held, tirx.IfThenElse(condition, stmt.then_case, stmt.else_case,
+                                                  span=stmt.span))
 
     return prim_func_pass("CPUBfloat16AroundLets", lambda func: func.with_body(
-        tvm_ffi.structural_map(func.body, (tirx.BufferStore, store))))
+        tvm_ffi.structural_map(func.body, [(tirx.BufferStore, store),
+                                           (tirx.IfThenElse, branch)])))
 
 
 def float16_math_in_float32():
