@@ -14,6 +14,7 @@ from tilewright.plugin import (
     Phase,
     hookimpl,
 )
+from tilewright.transform import saturating_float_to_int
 
 from . import __version__
 from .codegen import CODEGEN
@@ -50,9 +51,11 @@ PIPELINE = PassPipeline((
           "views of tiles (T.reshape, T.view) as accesses of the tile; portable kernels: "
           "memories by use (GEMM operands L1, accumulators L0C, other tiles "
           "UB), the grid on the 1-D core grid, T.gemm as gemm_v0"),
-    Phase("vector", lambda ctx: [lower_vector()],
+    Phase("vector", lambda ctx: [lower_vector(),
+                                 saturating_float_to_int("AscendSaturatingFloatToInt")],
           "portable vector work: T.Parallel nests, reductions, scans and converting copies "
-          "become vector ops on UB tiles (scalar-unit loops where no instruction fits)"),
+          "become vector ops on UB tiles (scalar-unit loops where no instruction fits; a "
+          "float -> integer conversion saturates, NaN gives 0, in both)"),
     Phase("multi_buffer", lambda ctx: [multi_buffer()],
           "T.Pipelined(num_stages=S) loops: buffers produced and consumed inside get S "
           "versions (kernels without hand-written synchronisation)"),

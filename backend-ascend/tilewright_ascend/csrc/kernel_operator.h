@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <type_traits>
 #include <vector>
@@ -85,8 +86,9 @@ template <typename T> inline T from_double(double v) {
         return Lazy{[=] { return double(val(a) OP val(b)); }, integral(a) && integral(b)};     \
     }
 TW_LAZY_OP(+) TW_LAZY_OP(-) TW_LAZY_OP(*) TW_LAZY_OP(<) TW_LAZY_OP(<=)
-TW_LAZY_OP(>) TW_LAZY_OP(>=) TW_LAZY_OP(==) TW_LAZY_OP(!=)
+TW_LAZY_OP(>) TW_LAZY_OP(>=) TW_LAZY_OP(==) TW_LAZY_OP(!=) TW_LAZY_OP(&&) TW_LAZY_OP(||)
 #undef TW_LAZY_OP
+inline Lazy operator!(const Lazy& a) { return Lazy{[=] { return double(!val(a)); }, true}; }
 // C's / and % of integers truncate towards zero (the printer emits them for operands it proves
 // non-negative; TW_FLOORDIV/TW_FLOORMOD otherwise)
 template <typename A, typename B, typename = std::enable_if_t<is_lazy<A> || is_lazy<B>>>
@@ -156,6 +158,15 @@ template <typename A, typename B> auto floormod(const A& a, const B& b) {
     if constexpr (is_lazy<A> || is_lazy<B>)
         return Lazy{[=] { double x = val(a), y = val(b); return x - std::floor(x / y) * y; }, true};
     else { auto r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+}
+// the generated TW_ISNAN and TW_FABS: C's x != x and x < 0 ? -x : x on the scalar unit
+template <typename X> auto isnan_of(const X& x) {
+    if constexpr (is_lazy<X>) return Lazy{[=] { double v = val(x); return double(v != v); }, true};
+    else { double v = val(x); return v != v; }
+}
+template <typename X> auto fabs_of(const X& x) {
+    if constexpr (is_lazy<X>) return Lazy{[=] { return std::fabs(val(x)); }, x.integral};
+    else return X(float(std::fabs(val(x))));
 }
 template <typename A, typename B> auto lmin(const A& a, const B& b) { return select(a < b, a, b); }
 template <typename A, typename B> auto lmax(const A& a, const B& b) { return select(a > b, a, b); }
@@ -784,12 +795,25 @@ template <typename D> D round_float(double x, RoundMode m) {
     default: return d;
     }
 }
+// x rounded to an integral value in mode m (NaN and infinities stay)
+inline double round_integral(double x, RoundMode m) {
+    return m == RoundMode::CAST_FLOOR ? std::floor(x) : m == RoundMode::CAST_CEIL ? std::ceil(x)
+         : m == RoundMode::CAST_TRUNC ? std::trunc(x) : m == RoundMode::CAST_ROUND ? std::round(x)
+         : std::nearbyint(x);
+}
+// A conversion to an integer type saturates: "当源值超出目标类型的表示范围时溢出，溢出默认按照
+// 饱和模式处理" (数据结构/precision_conversion.md; its float -> int16_t example gives 2^15 - 1
+// for 2^22 + 0.5 in every mode, int64_t -> int32_t 2^31 - 1 for 2^31; SaturationMode::CAST of
+// 特殊寄存器访问/SetSaturationFlag(ISASI).md is the switch, on by default), infinities included;
+// NaN gives 0 ("浮点转整型 ... NaN输入：返回0" in both modes, C-API/reg/data_type_convert/
+// rounding_mode.md). A negative source of a conversion to uint8_t is an exception
+// (precision_conversion.md, half -> uint8_t: "负数输入会被视为异常"), reported here.
 template <typename D> D round_to(double x, RoundMode m) {
     if constexpr (std::is_integral<D>::value) {
-        double r = m == RoundMode::CAST_FLOOR ? std::floor(x) : m == RoundMode::CAST_CEIL ? std::ceil(x)
-                 : m == RoundMode::CAST_TRUNC ? std::trunc(x) : m == RoundMode::CAST_ROUND ? std::round(x)
-                 : std::nearbyint(x);
-        return D(r);
+        if (std::isnan(x)) return D(0);
+        double r = round_integral(x, m);
+        double lo = double(std::numeric_limits<D>::lowest()), hi = double(std::numeric_limits<D>::max());
+        return r <= lo ? std::numeric_limits<D>::lowest() : r >= hi ? std::numeric_limits<D>::max() : D(r);
     } else {
         return round_float<D>(x, m);
     }
@@ -802,9 +826,15 @@ void Cast(const LocalTensor<D>& d, const LocalTensor<S>& x, const RoundMode& mod
                   [=] { for (uint32_t i = 0; i < count; ++i) {
                             double v = tw_emu::val(x.data()[i]);
                             if constexpr (std::is_same<D, S>::value)  // to an integral value
-                                d.data()[i] = D(float(round_to<int64_t>(v, mode)));
-                            else
+                                d.data()[i] = D(float(round_integral(v, mode)));
+                            else {
+                                if (std::is_same<D, uint8_t>::value && v < 0) {
+                                    tw_emu::error(line, "Cast of the negative %g to uint8_t: an exception on A2 "
+                                                  "(precision_conversion.md)", v);
+                                    return;
+                                }
                                 d.data()[i] = round_to<D>(v, mode);
+                            }
                         } },
                   vec_cost<S>(count), uint64_t(count) * sizeof(S));
 }
@@ -1292,6 +1322,8 @@ template <auto F, typename... A> void asc_vf_call(dim3 threads, A&&... args) {
 #define TW_SELECT(c, a, b) ::tw_emu::select_arm((c), [&] { return (a); }, [&] { return (b); })
 #define TW_MIN(a, b) ::tw_emu::lmin((a), (b))
 #define TW_MAX(a, b) ::tw_emu::lmax((a), (b))
+#define TW_ISNAN(x) ::tw_emu::isnan_of(x)
+#define TW_FABS(x) ::tw_emu::fabs_of(x)
 #define TW_FLOORDIV(a, b) ::tw_emu::floordiv((a), (b))
 #define TW_FLOORMOD(a, b) ::tw_emu::floormod((a), (b))
 #define TW_DEVICE_ASSERT(c, msg) do { if (!(c)) ::tw_emu::assert_fail(__LINE__, (msg)); } while (0)
