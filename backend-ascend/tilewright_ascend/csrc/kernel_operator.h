@@ -678,8 +678,9 @@ TW_BINARY(Add, a2_arith, float(a[i]) + float(b[i]))
 TW_BINARY(Sub, a2_arith, float(a[i]) - float(b[i]))
 TW_BINARY(Mul, a2_arith, float(a[i]) * float(b[i]))
 TW_BINARY(Div, a2_float, float(a[i]) / float(b[i]))
-TW_BINARY(Max, a2_arith, std::fmax(float(a[i]), float(b[i])))
-TW_BINARY(Min, a2_arith, std::fmin(float(a[i]), float(b[i])))
+// Max and Min pick an operand: exact for every type (int32_t beyond 2^24 too)
+TW_BINARY(Max, a2_arith, std::fmax(tw_emu::val(a[i]), tw_emu::val(b[i])))
+TW_BINARY(Min, a2_arith, std::fmin(tw_emu::val(a[i]), tw_emu::val(b[i])))
 #undef TW_BINARY
 // the scalar operand has the tensor's element type (Adds.md: "scalarValue ... 数据类型需要与目的
 // 操作数中的元素类型保持一致"); a value the scalar unit reads (GetValue) is lazy here
@@ -689,7 +690,7 @@ TW_BINARY(Min, a2_arith, std::fmin(float(a[i]), float(b[i])))
         static_assert(a2_arith<T>(), #NAME ": A2 does not compute on this element type (" #NAME ".md)"); \
         uint64_t nb = uint64_t(count) * sizeof(T);                                           \
         tw_emu::issue(tw_emu::PV, #NAME, line, {acc(x, nb, false), acc(d, nb, true)},         \
-                      [=] { T* o = d.data(); const T* a = x.data(); float b = float(tw_emu::val(s)); \
+                      [=] { T* o = d.data(); const T* a = x.data(); double b = tw_emu::val(s);     \
                             for (int32_t i = 0; i < count; ++i) o[i] = T(EXPR); },            \
                       vec_cost<T>(count), nb);                                                \
     }                                                                                         \
@@ -701,10 +702,11 @@ TW_BINARY(Min, a2_arith, std::fmin(float(a[i]), float(b[i])))
     void NAME(const LocalTensor<T>& d, const LocalTensor<T>& x, const tw_emu::Lazy& s, int32_t count, TW_LINE) { \
         NAME##_impl(d, x, s, count, line);                                                    \
     }
-TW_SCALAR(Adds, float(a[i]) + b)
-TW_SCALAR(Muls, float(a[i]) * b)
-TW_SCALAR(Maxs, std::fmax(float(a[i]), b))
-TW_SCALAR(Mins, std::fmin(float(a[i]), b))
+// b: the scalar operand (Maxs and Mins pick an operand: exact for int32_t beyond 2^24 too)
+TW_SCALAR(Adds, float(a[i]) + float(b))
+TW_SCALAR(Muls, float(a[i]) * float(b))
+TW_SCALAR(Maxs, std::fmax(tw_emu::val(a[i]), b))
+TW_SCALAR(Mins, std::fmin(tw_emu::val(a[i]), b))
 #undef TW_SCALAR
 template <typename T> constexpr bool a2_relu() { return one_of<T, half, int32_t, float>(); }
 #define TW_UNARY(NAME, TYPES, EXPR)                                                           \

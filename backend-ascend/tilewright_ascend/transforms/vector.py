@@ -42,7 +42,13 @@ from tvm import sym, tirx
 
 from ..facts.arch import ALIGN
 from ..facts.dtypes import dtype_bytes
-from ..facts.instructions import ROUNDING_CASTS, VECTOR_DTYPES, cast_route, computes
+from ..facts.instructions import (
+    ROUNDING_CASTS,
+    VECTOR_DTYPES,
+    cast_route,
+    computes,
+    float_to_int_steps,
+)
 from ..facts.keys import (
     PORTABLE_KEY,
     SCALAR_KEY,
@@ -73,6 +79,7 @@ _REVERSED = {"sub": "rsub", "div": "rdiv"}
 _UNARY_CALLS = {"tirx.exp": "exp", "tirx.log": "ln", "tirx.fabs": "abs", "tirx.sqrt": "sqrt",
                 "tirx.rsqrt": "rsqrt"}
 _FLOATS = ("float32", "float16", "bfloat16")
+_INTEGERS = ("int8", "uint8", "int16", "int32", "int64")
 
 
 def _f32(value: float):
@@ -264,8 +271,12 @@ class _Lowering:
         ss, ds = str(src.buffer.scope()), str(dst.buffer.scope())
         sd, dd = str(src.buffer.dtype), str(dst.buffer.dtype)
         if ss == UB and ds == UB:
-            op = "copy" if sd == dd else "cast"
-            return [make_call(VUN.name, {"dst": dst, "src": src}, {"op": op}, span=stmt.span)]
+            if sd == dd:
+                return [make_call(VUN.name, {"dst": dst, "src": src}, {"op": "copy"},
+                                  span=stmt.span)]
+            out = []
+            self._convert(dst, src, out, stmt.span)
+            return out
         # T.copy reads 0 past the end of a tensor: zero a tile the copy may not fill
         zero = [make_call(VDUP.name, {"dst": dst, "value": tirx.const(0, dd)}, span=stmt.span)] \
             if ss == "global" and ds == UB and not _inside(src, self.loops) else []
@@ -278,12 +289,10 @@ class _Lowering:
                 out.append(make_call(VDUP.name, {"dst": stage, "value": tirx.const(0, sd)},
                                      span=stmt.span))
             out.append(make_call("copy", {"src": src, "dst": stage}, span=stmt.span))
-            out.append(make_call(VUN.name, {"dst": dst, "src": stage}, {"op": "cast"},
-                                 span=stmt.span))
+            self._convert(dst, stage, out, stmt.span)
         else:
             stage = self.temp(_non_unit(src), dd, out)
-            out.append(make_call(VUN.name, {"dst": stage, "src": src}, {"op": "cast"},
-                                 span=stmt.span))
+            self._convert(stage, src, out, stmt.span)
             out.append(make_call("copy", {"src": stage, "dst": dst}, span=stmt.span))
         return out
 
@@ -546,15 +555,26 @@ class _Lowering:
                 self._convert(target[0], value[1], ops)
         return value
 
-    def _convert(self, dst: Region, src: Region, ops) -> None:
+    def _convert(self, dst: Region, src: Region, ops, span=None) -> None:
         """``src`` cast into ``dst`` through the chain of Casts A2 has (``cast_route``), each
-        intermediate in a UB temporary of ``dst``'s extents."""
-        *steps, _ = cast_route(src.buffer.dtype, dst.buffer.dtype)
-        for dtype in steps:
-            stage = self.temp(_ints(dst.extents), dtype, ops)
-            ops.append(make_call(VUN.name, {"dst": stage, "src": src}, {"op": "cast"}))
-            src = stage
-        ops.append(make_call(VUN.name, {"dst": dst, "src": src}, {"op": "cast"}))
+        intermediate in a UB temporary of ``dst``'s extents; a float -> integer conversion
+        by :func:`float_to_int_steps` (saturating, NaN gives 0)."""
+        sd, dd = str(src.buffer.dtype), str(dst.buffer.dtype)
+        if sd in _FLOATS and dd in _INTEGERS:
+            steps = float_to_int_steps(sd, dd)
+        else:
+            steps = tuple(("cast", d) for d in cast_route(sd, dd))
+        for n, (step, dtype) in enumerate(steps):
+            if step == "clamp":  # in place, on the temporary of the Cast before
+                for op, bound in (("max", tirx.min_value(dd)), ("min", tirx.max_value(dd))):
+                    ops.append(make_call(VSCA.name, {"dst": src, "src": src, "scalar":
+                                                     tirx.const(int(bound.value), dtype)},
+                                         {"op": op}, span=span))
+                continue
+            out = dst if n == len(steps) - 1 else self.temp(_ints(dst.extents), dtype, ops)
+            ops.append(make_call(VUN.name, {"dst": out, "src": src}, {"op": "cast"},
+                                 span=span))
+            src = out
 
     def _new(self, dims, extents, dtype, ops, target):
         if target is not None and tuple(target[1]) == tuple(dims) and \
@@ -584,8 +604,10 @@ class _Lowering:
             if operand is None:
                 raise Unvectorizable(f"the load {e} is not a tile element")
             return ("t", operand[0], operand[1])
-        if dtype not in _FLOATS:
-            raise Unvectorizable(f"{e} computes in {dtype}; the vector path handles floats")
+        converts = kind == "Cast" and str(e.value.ty) in _FLOATS and dtype in _INTEGERS
+        if dtype not in _FLOATS and not converts:
+            raise Unvectorizable(f"{e} computes in {dtype}; the vector path handles floats "
+                                 "and converts them to integers")
         if kind == "Cast":
             inner = self._eval(e.value, variables, extents, ops, None)
             if inner[0] == "s":
