@@ -528,10 +528,7 @@ class _Lowering:
         if dst is None or len(dst[1]) != len(variables):
             raise Unvectorizable(f"the store to {store.buffer.name!r} does not cover every "
                                  "loop variable")
-        value = store.value
-        if str(value.ty) == "bfloat16" and _loads(value):
-            value = _cast(_promote(value), "bfloat16")  # the A2 vector unit only converts bf16
-        self.eval(_expand_math(value), variables, extents, ops, target=dst)
+        self.eval(_expand_math(store.value), variables, extents, ops, target=dst)
 
     def eval(self, e, variables, extents, ops, target=None):
         """Emit ops computing ``e``; returns ("s", expr) or ("t", region, dims)."""
@@ -709,24 +706,6 @@ def _inside(region, loops=()) -> bool:
         analyzer.bind(loop.loop_var, tvm.ir.Range.from_min_extent(loop.min, loop.extent))
     return all(analyzer.can_prove(tirx.const(0, "int32") + start + int(ext) <= dim)
                for start, ext, dim in zip(region.starts, region.extents, region.buffer.shape))
-
-
-def _promote(e):
-    """``e`` computed in float32 where it computes in bfloat16 (loads and constants cast)."""
-    if str(e.ty) != "bfloat16":
-        return e
-    kind = type(e).__name__
-    if kind == "TensorLoad":
-        return tirx.Cast("float32", e)
-    if kind == "FloatImm":
-        return tirx.FloatImm("float32", float(e.value))
-    if kind == "Cast":
-        return _cast(_promote(e.value), "float32")
-    if kind in _BINARY:
-        return getattr(tirx, kind)(_promote(e.a), _promote(e.b))
-    if _math_name(e) is not None and str(e.args[0].ty) == "bfloat16":  # a math function
-        return tvm.ir.Call(e.op, [_promote(e.args[0])], ret_ty="float32", span=e.span)
-    return tirx.Cast("float32", e)
 
 
 def _operand(buffer, indices, variables, extents):
