@@ -50,6 +50,28 @@ def test_a_float_to_int_cast_saturates(dtype, unit):
         assert torch.equal(out, want), (t, source.tolist(), out.tolist(), want.tolist())
 
 
+def test_a_converting_copy_saturates():
+    """T.copy of a float tile to an integer tensor (staged in UB) and to an integer tile."""
+
+    @T.prim_func
+    def copies(X: T.Tensor((N,), "float32"), Y: T.Tensor((N,), "uint8"),
+               Z: T.Tensor((N,), "int8")):
+        with T.Kernel(1, threads=128):
+            x = T.alloc_fragment((N,), "float32")
+            z = T.alloc_fragment((N,), "int8")
+            T.copy(X[0], x)
+            T.copy(x, Y[0])
+            T.copy(x, z)
+            T.copy(z, Z[0])
+
+    x = torch.tensor(VALUES)
+    y, z = torch.zeros(N, dtype=torch.uint8), torch.zeros(N, dtype=torch.int8)
+    tilewright.compile(copies, target="ascend")(x, y, z)
+    assert y.tolist() == [0, 255, 0, 0, 127, 128, 0, 255, 255, 0, 255, 0, 255, 0, 2, 0]
+    assert z.tolist() == [0, 127, -128, 0, 127, 127, -128, 127, 127, -1, 127, -128, 127, -128,
+                          2, -128]
+
+
 def test_a_negative_half_to_uint8_cast_is_an_exception():
     """precision_conversion.md: a negative source of half -> uint8_t is an exception (the
     vector path clamps before it, see float_to_int_steps)."""
