@@ -1,6 +1,7 @@
 """Float -> integer conversions on Ascend follow the language's rule (toward zero, saturated at
-the integer's bounds, NaN gives 0) on the vector unit and on the scalar unit, and the
-emulator's Cast follows the vendor's documented saturation."""
+the integer's bounds, NaN gives 0) on the vector unit and on the scalar unit, a narrowing
+integer conversion wraps, and the emulator's Cast follows the vendor's documented
+saturation."""
 
 import pytest
 import tilewright
@@ -70,6 +71,33 @@ def test_a_converting_copy_saturates():
     assert y.tolist() == [0, 255, 0, 0, 127, 128, 0, 255, 255, 0, 255, 0, 255, 0, 2, 0]
     assert z.tolist() == [0, 127, -128, 0, 127, 127, -128, 127, 127, -1, 127, -128, 127, -128,
                           2, -128]
+
+
+def test_a_narrowing_integer_copy_wraps():
+    """An integer conversion wraps modulo the destination's size (as torch's), where A2's Cast
+    saturates: the scalar unit converts it."""
+
+    @T.prim_func
+    def copies(X: T.Tensor((N,), "int32"), Y: T.Tensor((N,), "int16"),
+               Z: T.Tensor((N,), "int8"), U: T.Tensor((N,), "uint8")):
+        with T.Kernel(1, threads=128):
+            x = T.alloc_fragment((N,), "int32")
+            z = T.alloc_fragment((N,), "int8")
+            T.copy(X[0], x)
+            T.copy(x, Y[0])
+            T.copy(x, z)
+            T.copy(z, Z[0])
+            T.copy(z, U[0])
+
+    x = torch.tensor([40000, -40000, 70000, 5, 2 ** 31 - 1, -2 ** 31, 32768, -32769, 200,
+                      -200, 255, 256, -1, 128, -129, 0], dtype=torch.int32)
+    y, z, u = (torch.zeros(N, dtype=t) for t in (torch.int16, torch.int8, torch.uint8))
+    kernel = tilewright.compile(copies, target="ascend")
+    kernel(x, y, z, u)
+    assert "an integer conversion wraps" in kernel.get_kernel_source()
+    assert y.tolist() == x.to(torch.int16).tolist()
+    assert z.tolist() == x.to(torch.int8).tolist()
+    assert u.tolist() == x.to(torch.int8).to(torch.uint8).tolist()
 
 
 def test_a_negative_half_to_uint8_cast_is_an_exception():

@@ -78,7 +78,8 @@ template <typename U> inline double val(const U& u) {
     if constexpr (std::is_integral<U>::value) return double(u); else return double(float(u));
 }
 template <typename T> inline T from_double(double v) {
-    if constexpr (std::is_integral<T>::value) return T(v); else return T(float(v));
+    // an integer wraps modulo its size (C++20's conversion between integer types)
+    if constexpr (std::is_integral<T>::value) return T(int64_t(v)); else return T(float(v));
 }
 #define TW_LAZY_OP(OP)                                                                         \
     template <typename A, typename B, typename = std::enable_if_t<is_lazy<A> || is_lazy<B>>>   \

@@ -555,8 +555,13 @@ class _Lowering:
     def _convert(self, dst: Region, src: Region, ops, span=None) -> None:
         """``src`` cast into ``dst`` through the chain of Casts A2 has (``cast_route``), each
         intermediate in a UB temporary of ``dst``'s extents; a float -> integer conversion
-        by :func:`float_to_int_steps` (saturating, NaN gives 0)."""
+        by :func:`float_to_int_steps` (saturating, NaN gives 0); an integer conversion that
+        may wrap by :func:`_wrapping_conversion`."""
         sd, dd = str(src.buffer.dtype), str(dst.buffer.dtype)
+        if sd in _INTEGERS and dd in _INTEGERS and not _holds(dd, sd) and \
+                _ints(dst.extents) is not None and _ints(src.extents) is not None:
+            ops.append(_wrapping_conversion(dst, src, span))
+            return
         if sd in _FLOATS and dd in _INTEGERS:
             steps = float_to_int_steps(sd, dd)
         else:
@@ -706,6 +711,34 @@ def _inside(region, loops=()) -> bool:
         analyzer.bind(loop.loop_var, tvm.ir.Range.from_min_extent(loop.min, loop.extent))
     return all(analyzer.can_prove(tirx.const(0, "int32") + start + int(ext) <= dim)
                for start, ext, dim in zip(region.starts, region.extents, region.buffer.shape))
+
+
+def _holds(dst: str, src: str) -> bool:
+    """Whether the integer type ``dst`` holds every value of the integer type ``src``."""
+    return int(tirx.min_value(dst).value) <= int(tirx.min_value(src).value) and \
+        int(tirx.max_value(src).value) <= int(tirx.max_value(dst).value)
+
+
+def _wrapping_conversion(dst: Region, src: Region, span):
+    """``dst`` = ``src`` converted element by element on the scalar unit: an integer
+    conversion wraps modulo the destination's size, where A2's Cast saturates (数据结构/
+    precision_conversion.md: int32_t -> int16_t gives 2^15 - 1 for 2^31 - 1) or goes through
+    float16 (int16_t -> int8_t). The regions have the same extents but for dimensions of 1."""
+    dims = _non_unit(dst)
+    loops = [tirx.Var(f"w{n}", "int32") for n in range(len(dims))]
+
+    def at(region):
+        free = iter(loops)
+        return [tirx.const(0, "int32") + start + (next(free) if extent != 1 else 0)
+                for start, extent in zip(_as_exprs(region.starts), _ints(region.extents))]
+
+    value = tirx.Cast(str(dst.buffer.dtype), tirx.BufferLoad(src.buffer, at(src)))
+    body = tirx.BufferStore(dst.buffer, value, at(dst))
+    for n in reversed(range(len(dims))):
+        body = tirx.For(loops[n], 0, dims[n], tirx.ForKind.SERIAL, body,
+                        annotations={SCALAR_KEY: "an integer conversion wraps; A2's Cast "
+                                     "saturates"} if n == 0 else {}, span=span)
+    return body
 
 
 def _operand(buffer, indices, variables, extents):
