@@ -25,7 +25,9 @@ The pass runs on kernels the ``portable`` phase converted (function attribute
   with the reason; the codegen writes the reason as a comment.
 - ``T.reduce_*`` become ``VREDUCE`` (one reduction per row, vector adds down columns)
   with a UB work tile; ``T.cumsum`` a scalar loop; ``T.fill`` of UB Duplicate; a ``T.copy``
-  that converts dtypes goes through a UB staging tile and Cast; a scalar ``T.atomic_*`` writes
+  that converts dtypes goes through a UB staging tile and Cast (float -> integer saturating,
+  :func:`..facts.instructions.float_to_int_steps`; an integer conversion that may overflow
+  wraps in a scalar loop, since A2's Cast saturates); a scalar ``T.atomic_*`` writes
   its value into a one-element UB tile that the atomic copy adds to global memory.
 """
 
