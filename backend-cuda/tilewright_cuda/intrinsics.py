@@ -43,6 +43,7 @@ class Intrinsic:
     args: tuple[str, ...] = ()  # the effect of each argument, see the module docstring
     role: str = ""
     lands: bool = False  # a cp.async wait_group
+    local: bool = False  # registers only, see above
 
 
 def _table(*entries: Intrinsic) -> dict[str, Intrinsic]:
@@ -64,7 +65,7 @@ TABLE = _table(
     # A (kept values), B, C, the warpgroup, the metadata E (read by ordinary loads at issue)
     Intrinsic("tw_gemm_wgmma_sp", WGMMA, ("read", "read", "readwrite", "", "read"), "wgmma"),
     Intrinsic("tw_wgmma_wait", WGMMA, (), "wgmma_wait"),
-    Intrinsic("tw_wgmma_pack", WGMMA, ("write", "", "")),
+    Intrinsic("tw_wgmma_pack", WGMMA, ("write", "", ""), local=True),
     *(Intrinsic(f"tw_atomic_{k}", BASE, ("readwrite", "")) for k in ("add", "max", "min")),
     Intrinsic("tw_fence_proxy_async", HOPPER, (), "fence_async"),
     Intrinsic("tw_fence_barrier_init", HOPPER),
@@ -74,6 +75,7 @@ TABLE = _table(
     Intrinsic("tw_mbar_expect_tx", HOPPER),
     Intrinsic("tw_mbar_wait", HOPPER, (), "mbar_wait"),
     Intrinsic("tw_named_barrier_sync", HOPPER),
+    Intrinsic("tw_named_barrier_arrive", HOPPER),
     Intrinsic("tw_setmaxnreg_inc", HOPPER),
     Intrinsic("tw_setmaxnreg_dec", HOPPER),
     Intrinsic("tw_cluster_sync", HOPPER),
@@ -89,10 +91,10 @@ TABLE = _table(
     Intrinsic("tw_stage_barrier", None, (), "placeholder"),
     Intrinsic("tw_fp4_encode", FP4),
     Intrinsic("tw_fp4_decode", FP4),
-    Intrinsic("__shfl_xor_sync", CUDA),
+    Intrinsic("__shfl_xor_sync", CUDA, local=True),
     Intrinsic("__syncwarp", CUDA),
     Intrinsic("__trap", CUDA),
-    Intrinsic("__float2bfloat16_rn", CUDA),
+    Intrinsic("__float2bfloat16_rn", CUDA, local=True),
     Intrinsic("printf", CUDA),
 )
 

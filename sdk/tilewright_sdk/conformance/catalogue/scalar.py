@@ -445,11 +445,12 @@ ROWS = (
            lambda dtype, M, N: _elementwise("float8_arith", FLOAT8_ARITH, dtype, M, N),
            lambda torch, gen, dtype, M, N: [rand(torch, gen, (M, N), dtype),
                                              rand(torch, gen, (M, N), dtype, 0.25, 4.0)],
-           _float8_arith_ref, {"partial": MN["partial"]}, dtypes=FLOAT8, ref_args=("dtype",),
+           _float8_arith_ref, {"partial": MN["partial"]}, dtypes=(*FLOAT8, "bfloat16"),
+           ref_args=("dtype",),
            exact=True,
-           doc="float8 + - * / negation, T.max, T.min, comparisons, every math function and "
-               "chains of both, each operation rounded to the type (torch's float8 arithmetic; "
-               "a math function's float value rounded once): exactly"),
+           doc="float8 and bfloat16 + - * / negation, T.max, T.min, comparisons, every math "
+               "function and chains of both, each operation rounded to the type (torch's "
+               "float8 arithmetic; a math function's float value rounded once): exactly"),
     Kernel("narrow_math", (*ELEMENTWISE, "cast", "max", "min", *NARROW_F32), ("copy",),
            _narrow_math,
            lambda torch, gen, dtype, N: [rand(torch, gen, (N,), dtype),
