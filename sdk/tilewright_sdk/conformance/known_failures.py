@@ -38,12 +38,6 @@ KNOWN_FAILURES: tuple[KnownFailure, ...] = (
                  "a branch on tile data with several stores (a compare-and-swap) has no "
                  "vector form and the scalar unit does not branch on tile data (refused at "
                  "the kernel's line)", when="build"),
-    KnownFailure("cuda", "float8_casts-float8_e5m2-*",
-                 "a conversion to float8_e5m2 saturates: the generated (__nv_fp8_e5m2)x is "
-                 "cuda_fp8.hpp's constructor, __nv_cvt_float_to_fp8(x, __NV_SATFINITE, "
-                 "__NV_E5M2), so +-inf and values past 61440 give +-57344 where torch and the "
-                 "other backends give +-inf (12-13 of each probe set's 2048 values in the host "
-                 "emulation; not run here, where cuda only compiles)"),
 )
 
 
