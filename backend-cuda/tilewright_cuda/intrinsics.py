@@ -25,8 +25,9 @@ from tvm import tirx
 
 from . import ops
 
-CUDA, BASE, COPY, MMA, HOPPER, WGMMA, FP4 = (None, "tw_cuda.h", "tw_copy.h", "tw_mma.h",
-                                             "tw_hopper.h", "tw_wgmma.h", "tw_fp4.h")
+CUDA, BASE, COPY, MMA, HOPPER, WGMMA, FP4, FP8 = (None, "tw_cuda.h", "tw_copy.h", "tw_mma.h",
+                                                  "tw_hopper.h", "tw_wgmma.h", "tw_fp4.h",
+                                                  "tw_fp8.h")
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,7 @@ TABLE = _table(
     Intrinsic("tw_stage_barrier", None, (), "placeholder"),
     Intrinsic("tw_fp4_encode", FP4),
     Intrinsic("tw_fp4_decode", FP4),
+    Intrinsic("tw_fp8_e5m2", FP8),
     Intrinsic("__shfl_xor_sync", CUDA, local=True),
     Intrinsic("__syncwarp", CUDA),
     Intrinsic("__trap", CUDA),
