@@ -415,7 +415,7 @@ if os.environ.get("TW_PORT_ALSO_COMPILE"):
     def _cuda_outcome(exc) -> tuple:
         if exc is None:
             return "built", ""
-        text = (str(exc).strip().splitlines() or [""])[0][:300]
+        text = (str(exc).strip().splitlines() or [""])[0][:600]
         kind = "refused" if isinstance(exc, _KernelError) else "crashed"
         return kind, f"{type(exc).__name__}: {text}"
 
