@@ -47,6 +47,16 @@ examples whose path contains one of the texts; ``--rerun FILE`` runs only the ex
 each example's output; ``--profile`` adds to each row where its time went: the start (imports),
 tilewright's autotuning, its other compilations, its kernel calls, and the rest (the example's
 own torch code, tracing), also for a run the time limit stops.
+
+``--also-compile TARGET`` (repeatable; ``"cuda -arch=sm_90a"``, ``"cuda -arch=sm_80"``) builds
+every distinct kernel an example compiles, while it runs on ``--target`` as always, for that
+CUDA target too: lowered and compiled to a cubin with NVRTC through ``tilewright.compile``
+(``execution_backend="nvrtc"``), never run. Each kernel is recorded (the ``compiled`` field of
+the JSON rows) as ``built``, ``refused`` (a ``KernelError``: tilewright's refusal at the
+user's line) or ``crashed`` (any other exception: a TVM error, NVRTC rejecting the generated
+CUDA, ...; its traceback is in the example's log), and a second table gives the counts per
+example. Kernels compiled inside an autotuning search are not built for CUDA (the tuned one,
+compiled again after the search, is).
 """
 
 from __future__ import annotations
@@ -165,6 +175,8 @@ class Result:
     detail: str = ""
     seconds: float = 0.0
     arguments: list = field(default_factory=list)
+    # --also-compile: one row a kernel and CUDA target (kernel, target, status, error, seconds)
+    compiled: list = field(default_factory=list)
 
 
 # -- the mechanical port --------------------------------------------------------------------
@@ -374,6 +386,93 @@ for _owner, _name, _multiply in [
         (torch.Tensor, "div_", torch.Tensor.mul_)]:
     setattr(_owner, _name, _by_number(getattr(_owner, _name), _multiply))
 
+# --also-compile: every kernel the example compiles for its own backend is also built for each
+# CUDA target in TW_PORT_ALSO_COMPILE (lowered, its CUDA compiled to a cubin by NVRTC; never
+# run), through tilewright's public compile; one JSON line a kernel and target goes to the file
+# TW_PORT_ALSO_COMPILE_RECORD: built, refused (a KernelError: tilewright's refusal at the
+# user's line) or crashed (any other exception: a TVM error, NVRTC rejecting our CUDA ...).
+# The variables are taken out of the environment, so that the autotuner's helper processes
+# (which compile every configuration) do not build each configuration for CUDA too; the
+# compilations inside an autotuning search are left out in this process as well.
+if os.environ.get("TW_PORT_ALSO_COMPILE"):
+    import importlib
+    import json
+    import threading
+    import traceback
+
+    import tilewright
+    import tvm_ffi
+    from tilewright.autotuner import AutoTuner as _Tuner
+    from tilewright.errors import KernelError as _KernelError
+
+    _CUDA_TARGETS = json.loads(os.environ.pop("TW_PORT_ALSO_COMPILE"))
+    _CUDA_RECORD = os.environ.pop("TW_PORT_ALSO_COMPILE_RECORD")
+    _cuda_state = threading.local()  # .busy: inside a build of ours or an autotuning search
+    _cuda_lock = threading.Lock()
+    _cuda_seen = set()  # (target, structural hash): a kernel compiled again is built once
+    _own_compile = importlib.import_module("tilewright.jit.decorator")
+
+    def _cuda_outcome(exc) -> tuple:
+        if exc is None:
+            return "built", ""
+        text = (str(exc).strip().splitlines() or [""])[0][:600]
+        kind = "refused" if isinstance(exc, _KernelError) else "crashed"
+        return kind, f"{type(exc).__name__}: {text}"
+
+    def _cuda_build(func, out_idx, pass_configs):
+        symbol = func.attrs.get("global_symbol") if func.attrs else None
+        name = str(symbol or "main")
+        try:
+            structure = tvm_ffi.structural_hash(func)
+        except Exception:  # noqa: BLE001 - then this compilation is built whatever it repeats
+            structure = id(func)
+        for target in _CUDA_TARGETS:
+            with _cuda_lock:
+                if (target, structure) in _cuda_seen:
+                    continue
+                _cuda_seen.add((target, structure))
+            start, error = time.perf_counter(), None
+            try:
+                tilewright.compile(func, out_idx=out_idx, target=target,
+                                   execution_backend="nvrtc", pass_configs=pass_configs)
+            except Exception as exc:  # noqa: BLE001 - each outcome is recorded, none raised
+                error = exc
+                if not isinstance(exc, _KernelError):
+                    traceback.print_exc()
+            status, detail = _cuda_outcome(error)
+            row = {"kernel": name, "target": target, "status": status, "error": detail,
+                   "seconds": round(time.perf_counter() - start, 2)}
+            print(f"tw-also-compile: {name} for {target}: {status} {detail}", file=sys.stderr,
+                  flush=True)
+            with _cuda_lock, open(_CUDA_RECORD, "a") as record:
+                print(json.dumps(row), file=record)
+
+    def _quiet(fn):
+        """``fn`` with our builds turned off while it runs."""
+        @functools.wraps(fn)
+        def run(*args, **kwargs):
+            busy = getattr(_cuda_state, "busy", False)
+            _cuda_state.busy = True
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                _cuda_state.busy = busy
+        return run
+
+    def _also_for_cuda(compile_kernel):
+        @functools.wraps(compile_kernel)
+        def run(func, *args, **kwargs):
+            if getattr(_cuda_state, "busy", False):
+                return compile_kernel(func, *args, **kwargs)
+            try:
+                return compile_kernel(func, *args, **kwargs)
+            finally:
+                _quiet(_cuda_build)(func, kwargs.get("out_idx"), kwargs.get("pass_configs"))
+        return run
+
+    _own_compile._compile_kernel = _also_for_cuda(_own_compile._compile_kernel)
+    _Tuner.search = _quiet(_Tuner.search)
+
 # --profile: where the time goes -- the start (imports), tilewright's autotuning (its
 # compilations and measurements), its other compilations, its kernel calls, and the rest (the
 # example's own torch code, tracing) -- reported at exit and, for a run that the time limit
@@ -491,8 +590,10 @@ _WRONG = re.compile(r"^(AssertionError|torch\.testing|.*Mismatched elements|.*Te
 
 
 def _error_line(output: str) -> str:
-    """The first line of the last exception in ``output``."""
-    lines = output.rstrip().splitlines()
+    """The first line of the last exception in ``output`` (``--also-compile``'s own lines
+    left out)."""
+    lines = [line for line in output.rstrip().splitlines()
+             if not line.startswith("tw-also-compile: ")]
     start = max((i for i, line in enumerate(lines) if line.startswith("Traceback")), default=None)
     if start is None:
         return lines[-1][:200] if lines else ""
@@ -555,7 +656,8 @@ _PROFILE = re.compile(r"^tw-profile: (.*)$", re.M)
 
 
 def run_one(path: Path, examples: Path, work: Path, target: str, timeout: float,
-            logs: Path | None, shrink: bool = False, profile: bool = False) -> Result:
+            logs: Path | None, shrink: bool = False, profile: bool = False,
+            also_compile: list[str] | None = None) -> Result:
     rel = str(path.relative_to(examples))
     helpers = local_imports(path)
     source = "\n".join(p.read_text(errors="replace") for p in [path, *helpers])
@@ -569,18 +671,26 @@ def run_one(path: Path, examples: Path, work: Path, target: str, timeout: float,
                                           os.environ.get("PYTHONPATH", "")])}
     if profile:
         env["TW_PORT_PROFILE"] = str(max(timeout - 5.0, 1.0))
+    record = work / "_shim" / "compiled.jsonl"
+    record.unlink(missing_ok=True)
+    if also_compile:
+        env["TW_PORT_ALSO_COMPILE"] = json.dumps(also_compile)
+        env["TW_PORT_ALSO_COMPILE_RECORD"] = str(record)
     start = time.monotonic()
     rc, output = _run([sys.executable, script.name, *arguments], script.parent, env, timeout)
     seconds = time.monotonic() - start
+    compiled = [json.loads(line) for line in record.read_text().splitlines()] \
+        if record.exists() else []
     if logs is not None:
         logs.mkdir(parents=True, exist_ok=True)
         (logs / (rel.replace("/", "__") + ".log")).write_text(output)
     spent = _PROFILE.findall(output)
     spent = f" [{spent[-1]}]" if spent else ""
     if rc is None:
-        return Result(rel, "timeout", f"over {timeout:.0f} s{spent}", seconds, arguments)
+        return Result(rel, "timeout", f"over {timeout:.0f} s{spent}", seconds, arguments,
+                      compiled)
     result, detail = classify(rc, output, bool(CHECKS.search(source)))
-    return Result(rel, result, detail + spent, seconds, arguments)
+    return Result(rel, result, detail + spent, seconds, arguments, compiled)
 
 
 def prepare(examples: Path, work: Path) -> None:
@@ -623,6 +733,39 @@ def table(results: list[Result]) -> str:
     return "\n".join(lines)
 
 
+COMPILED = ("built", "refused", "crashed")
+
+
+def compile_table(results: list[Result], targets: list[str]) -> str:
+    """``--also-compile``: per example and CUDA target, how many of its distinct kernels built,
+    were refused (a KernelError) or crashed, the first refusal or crash, and the totals."""
+    ran = [r for r in results if r.result != "not portable"]
+    width = max([len(r.example) for r in ran] + [7]) + 2
+    lines = []
+    for target in targets:
+        lines += ["", f"CUDA compile, {target}: kernels built / refused / crashed",
+                  f"{'example':<{width}}  {'b':>3} {'r':>3} {'c':>3}  first refusal or crash",
+                  "-" * (width + 60)]
+        totals = dict.fromkeys(COMPILED, 0)
+        examples = dict.fromkeys((*COMPILED, "none compiled"), 0)
+        for r in ran:
+            rows = [c for c in r.compiled if c["target"] == target]
+            counts = {k: sum(c["status"] == k for c in rows) for k in COMPILED}
+            first = next((c for c in rows if c["status"] == "crashed"), None) or \
+                next((c for c in rows if c["status"] == "refused"), None)
+            note = f"{first['kernel']}: {first['error']}" if first else ""
+            lines.append(f"{r.example:<{width}}  {counts['built']:>3} {counts['refused']:>3} "
+                         f"{counts['crashed']:>3}  {note[:160]}")
+            for k in COMPILED:
+                totals[k] += counts[k]
+            worst = "crashed" if counts["crashed"] else "refused" if counts["refused"] else \
+                "built" if counts["built"] else "none compiled"
+            examples[worst] += 1
+        lines.append(f"kernels: {', '.join(f'{k} {v}' for k, v in totals.items())}; examples "
+                     f"(worst kernel): {', '.join(f'{k} {v}' for k, v in examples.items())}")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--checkout", required=True, type=Path,
@@ -640,6 +783,11 @@ def main(argv=None) -> int:
                         help="say where each example's time goes: start, tilewright's "
                              "autotuning, compilations and kernel calls, the rest (the "
                              "example's own torch code ...)")
+    parser.add_argument("--also-compile", action="append", metavar="TARGET",
+                        help="also build every kernel an example compiles for this CUDA target "
+                             "(e.g. 'cuda -arch=sm_90a'; repeatable): lowered and compiled to "
+                             "a cubin with NVRTC, not run; each kernel is recorded as built, "
+                             "refused (KernelError) or crashed")
     parser.add_argument("--rerun", type=Path,
                         help="run only the examples this former --json file lists as verified")
     args = parser.parse_args(argv)
@@ -657,14 +805,19 @@ def main(argv=None) -> int:
         prepare(examples, work)
         for path in paths:
             result = run_one(path, examples, work, args.target, args.timeout, args.logs,
-                             args.shrink, args.profile)
+                             args.shrink, args.profile, args.also_compile)
             results.append(result)
             shrunk = " (shrunk)" if result.arguments else ""
+            built = ", ".join(f"{k} {sum(c['status'] == k for c in result.compiled)}"
+                              for k in COMPILED) if args.also_compile else ""
             print(f"{result.example}{shrunk}: {result.result} ({result.seconds:.1f} s) "
-                  f"{result.detail}", file=sys.stderr, flush=True)
+                  f"{result.detail}" + (f" [cuda: {built}]" if built else ""),
+                  file=sys.stderr, flush=True)
             if args.json:
                 args.json.write_text(json.dumps([asdict(r) for r in results], indent=1))
     print(table(results))
+    if args.also_compile:
+        print(compile_table(results, args.also_compile))
     return 0
 
 

@@ -14,6 +14,7 @@ from tilewright.plugin import (
     Phase,
     hookimpl,
 )
+from tilewright.transform import narrow_float_arithmetic, saturating_float_to_int
 
 from . import __version__
 from .codegen import CODEGEN
@@ -50,9 +51,13 @@ PIPELINE = PassPipeline((
           "views of tiles (T.reshape, T.view) as accesses of the tile; portable kernels: "
           "memories by use (GEMM operands L1, accumulators L0C, other tiles "
           "UB), the grid on the 1-D core grid, T.gemm as gemm_v0"),
-    Phase("vector", lambda ctx: [lower_vector()],
+    Phase("vector", lambda ctx: [narrow_float_arithmetic(("bfloat16",), "AscendNarrowBfloat16"),
+                                 lower_vector(),
+                                 saturating_float_to_int("AscendSaturatingFloatToInt")],
           "portable vector work: T.Parallel nests, reductions, scans and converting copies "
-          "become vector ops on UB tiles (scalar-unit loops where no instruction fits)"),
+          "become vector ops on UB tiles (scalar-unit loops where no instruction fits); "
+          "bfloat16 arithmetic and math in float32, rounded after each operation; a float -> "
+          "integer conversion saturates, NaN gives 0"),
     Phase("multi_buffer", lambda ctx: [multi_buffer()],
           "T.Pipelined(num_stages=S) loops: buffers produced and consumed inside get S "
           "versions (kernels without hand-written synchronisation)"),

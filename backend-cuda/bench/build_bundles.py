@@ -52,6 +52,7 @@ IN_ORDER = kernels.GEMM_PASS_CONFIGS  # TMA issued in order by one compute threa
 CPASYNC = {"cuda.disable_tma_lower": True}  # the tiles through cp.async instead of TMA
 MULTICAST = {"cuda.tma_multicast": True}  # pairs of blocks load their shared B tile once
 TWO_PER_SM = {"cuda.blocks_per_sm": 2, **IN_ORDER}  # one block's epilogue under another's gemms
+PINGPONG = {"cuda.wgmma_pingpong": True}  # the compute warpgroups take turns at their gemms
 
 
 def cases(quick: bool):
@@ -105,16 +106,25 @@ def cases(quick: bool):
     b, h, s, d = ATTENTION_SIZES[size]
     config = dict(kernels.ATTENTION)
     shallower = {**config, "num_stages": 2}  # K and V two stages deep: 160 KB of shared memory
-    for suffix, cfg, configs, copies in (
-            ("", config, {}, "UTMALDG.4D"), ("_2stages", shallower, {}, "UTMALDG.4D"),
-            ("_nows", config, IN_ORDER, "UTMALDG.4D"),
-            ("_multicast", config, MULTICAST, "UTMALDG.4D.MULTICAST"),
-            ("_cpasync", config, CPASYNC, "LDGSTS.E.BYPASS.128")):
+    # _overlap: written the intra-warpgroup way (kernels.attention_overlap, 2 stages: its
+    # K_0 tile takes the third's room), P V_k in flight during the next scores' softmax;
+    # _pingpong: the two compute warpgroups take turns at each step's Q K^T (one's softmax
+    # under the other's gemms); _overlap_pingpong: both
+    for suffix, builder, cfg, configs, copies in (
+            ("", kernels.attention, config, {}, "UTMALDG.4D"),
+            ("_2stages", kernels.attention, shallower, {}, "UTMALDG.4D"),
+            ("_nows", kernels.attention, config, IN_ORDER, "UTMALDG.4D"),
+            ("_multicast", kernels.attention, config, MULTICAST, "UTMALDG.4D.MULTICAST"),
+            ("_cpasync", kernels.attention, config, CPASYNC, "LDGSTS.E.BYPASS.128"),
+            ("_overlap", kernels.attention_overlap, shallower, {}, "UTMALDG.4D"),
+            ("_pingpong", kernels.attention, config, PINGPONG, "UTMALDG.4D"),
+            ("_overlap_pingpong", kernels.attention_overlap, shallower, PINGPONG,
+             "UTMALDG.4D")):
         yield (f"flash_attention_float16{suffix}",
                {"kind": "attention", "batch": b, "heads": h, "seq": s, "dim": d,
                 "causal": False, "dtype": "float16", "config": cfg,
                 **({"pass_configs": configs} if configs else {})},
-               kernels.attention.fn(b, h, s, d, "float16", **cfg),
+               builder.fn(b, h, s, d, "float16", **cfg),
                ["HGMMA.64x128x16.F32", copies], configs)
     # fp8 on sm_90a: wgmma on the 8-bit tiles TMA loads (QGMMA), never unpacked to fp16 for
     # HMMA (what ptxas makes of fp8 mma.sync on Hopper); diagnostic rows (tensor scales, not

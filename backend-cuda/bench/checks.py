@@ -9,7 +9,8 @@
 - ``dialect``: the CUDA dialect kernels (``tests/dialect_cases.py``: TMA, mbarriers, roles,
   clusters) and the benchmark kernels at small sizes in each configuration the benchmark
   bundles (warp specialisation, TMA issued in order, multicast in clusters, persistent tiles,
-  two blocks per SM, cp.async), and the 8-bit GEMMs (``kernels.gemm_low_precision``: int8
+  two blocks per SM, cp.async, compute warpgroups taking turns; FlashAttention written in the
+  intra-warpgroup order too), and the 8-bit GEMMs (``kernels.gemm_low_precision``: int8
   into int32 against ``torch._int_mm``, float8_e4m3fn/e5m2 into float32 against the float64
   product of the float8 operands; int8 in the benchmark row's configuration too) and the 2:4
   sparse GEMM in both benchmark configurations (sparse wgmma, mma.sp).
@@ -169,7 +170,12 @@ BENCH_CONFIGS = (  # (suffix, tile changes, pass configs): the benchmark bundles
 ATTENTION_CONFIGS = (("", {}, {}), ("_2stages", {"num_stages": 2}, {}),
                      ("_nows", {}, kernels.GEMM_PASS_CONFIGS),
                      ("_multicast", {}, {"cuda.tma_multicast": True}),
-                     ("_cpasync", {}, {"cuda.disable_tma_lower": True}))
+                     ("_cpasync", {}, {"cuda.disable_tma_lower": True}),
+                     ("_pingpong", {}, {"cuda.wgmma_pingpong": True}))
+# kernels.attention_overlap (suffix, pass configs): warp-specialised, TMA issued in order, the
+# compute warpgroups taking turns
+OVERLAP_CONFIGS = (("_overlap", {}), ("_overlap_nows", kernels.GEMM_PASS_CONFIGS),
+                   ("_overlap_pingpong", {"cuda.wgmma_pingpong": True}))
 
 
 def dialect() -> list[Check]:
@@ -195,6 +201,12 @@ def dialect() -> list[Check]:
             lambda change=change: kernels.attention.fn(b, h, s, d, "float16",
                                                        **{**kernels.ATTENTION, **change}),
             lambda: [_attention_run(b, h, s, d)], s, configs))
+    keys = 512  # the overlapped form: 4 steps, wrapping its 2 stages twice
+    for suffix, configs in OVERLAP_CONFIGS:
+        out.append(Check(
+            f"dialect-bench_attention_float16{suffix}", "dialect", "float16",
+            lambda: kernels.attention_overlap.fn(b, h, keys, d, "float16"),
+            lambda: [_attention_run(b, h, keys, d)], keys, configs))
     out.append(Check("dialect-bench_add_float32", "dialect", "float32",
                      lambda: kernels.add.fn(16, 1024, "float32", **kernels.ADD),
                      lambda: [_add_run(16, 1024)]))

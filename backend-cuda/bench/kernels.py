@@ -25,6 +25,8 @@ Configurations (sm_90a, chosen for H100/H200):
   last one's epilogue. Measured no faster than the plain grid.
 - FlashAttention forward: 128 query rows per block, 128 keys per step, 256 threads (two
   warpgroups of 64 rows: both gemms are wgmma), K and V three stages deep through TMA.
+  ``attention_overlap`` (a diagnostic, not measured yet) is the same written in
+  FlashAttention-3's intra-warpgroup order, two stages deep (RESULTS.md).
 - Elementwise add: 4096-element blocks of 256 threads, each thread moving 16-byte vectors.
 - Scaled fp8 GEMM (``examples/gemm_fp8_scaled.py``, ``fp8_config``): 128-row tiles, 256
   threads = two warpgroups of 64 rows each on the fp8 wgmma, 3 stages of 128-deep k-tiles
@@ -227,6 +229,94 @@ def attention(batch, heads, seq_len, dim, dtype="float16", block_M=128, block_N=
                 for i, j in T.Parallel(block_M, dim):
                     acc_o[i, j] *= rescale[i]
                 T.gemm(acc_s_cast, V_s, acc_o, policy=T.GemmWarpPolicy.FullRow)
+            for i, j in T.Parallel(block_M, dim):
+                acc_o[i, j] /= logsum[i]
+            T.copy(acc_o, Output[bz, bx * block_M:(bx + 1) * block_M, by, :])
+
+    return main
+
+
+@T.macro
+def online_softmax(scores, m, m_prev, rescale, row_sum, logsum, scale):
+    """One key block of the online softmax: the running row maxima ``m`` and sums ``logsum``
+    updated from ``scores`` (rows of Q K^T), which become the block's unnormalised
+    probabilities in place; ``rescale`` the factor that takes sums to the new maxima
+    (exponents in base 2)."""
+    block_M, block_N = scores.shape
+    T.copy(m, m_prev)
+    T.reduce_max(scores, m, dim=1, clear=False)
+    for i in T.Parallel(block_M):
+        rescale[i] = T.exp2(m_prev[i] * scale - m[i] * scale)
+    for i, j in T.Parallel(block_M, block_N):
+        scores[i, j] = T.exp2(scores[i, j] * scale - m[i] * scale)
+    T.reduce_sum(scores, row_sum, dim=1)
+    for i in T.Parallel(block_M):
+        logsum[i] = logsum[i] * rescale[i] + row_sum[i]
+
+
+@tilewright.jit(out_idx=[3])
+def attention_overlap(batch, heads, seq_len, dim, dtype="float16", block_M=128, block_N=128,
+                      threads=256, num_stages=2):
+    """:func:`attention` written the intra-warpgroup way (FlashAttention-3's overlap of the
+    softmax with the tensor cores), two score fragments. Step k issues the next scores
+    ``S = Q K_{k+1}^T``, rounds this step's probabilities (the previous step's softmax)
+    into ``P`` meanwhile, issues ``P V_k``, and runs the softmax of the next scores while
+    that gemm is in flight; the output is rescaled after it. The compiler's deferred wgmma
+    wait (transforms/wgmma_wait) puts each gemm's wait where its registers are next needed:
+    the scores' before ``P V_k`` is issued, ``P V_k``'s after the softmax.
+
+    K_0's scores come before the loop, from one more shared tile (Q's, K_0's and two stages
+    of K and V: 192 KB, so two stages; three would need 256 KB). The last step's next scores
+    read K_{n-1} again and are masked out (one gemm of 2n per block): the last V after the
+    loop would keep its addresses live across the loop, where ptxas spilled them."""
+    scale = (1.0 / dim) ** 0.5 * 1.44269504  # exponents in base 2
+    shape = [batch, seq_len, heads, dim]
+    acc = "float32"
+    if seq_len % block_N:
+        raise ValueError(f"attention_overlap: seq_len {seq_len} must be a multiple of block_N "
+                         f"{block_N} (this kernel has no key mask)")
+    steps = seq_len // block_N
+
+    @T.prim_func
+    def main(Q: T.Tensor(shape, dtype), K: T.Tensor(shape, dtype), V: T.Tensor(shape, dtype),
+             Output: T.Tensor(shape, dtype)):
+        with T.Kernel(T.ceildiv(seq_len, block_M), heads, batch, threads=threads) as (bx, by, bz):
+            Q_s = T.alloc_shared([block_M, dim], dtype)
+            K_first = T.alloc_shared([block_N, dim], dtype)
+            K_s = T.alloc_shared([block_N, dim], dtype)
+            V_s = T.alloc_shared([block_N, dim], dtype)
+            scores = T.alloc_fragment([block_M, block_N], acc)
+            scores_next = T.alloc_fragment([block_M, block_N], acc)
+            probs = T.alloc_fragment([block_M, block_N], dtype)
+            acc_o = T.alloc_fragment([block_M, dim], acc)
+            m = T.alloc_fragment([block_M], acc)
+            m_prev = T.alloc_fragment([block_M], acc)
+            rescale = T.alloc_fragment([block_M], acc)
+            row_sum = T.alloc_fragment([block_M], acc)
+            logsum = T.alloc_fragment([block_M], acc)
+            T.copy(Q[bz, bx * block_M:(bx + 1) * block_M, by, :], Q_s)
+            T.copy(K[bz, 0:block_N, by, :], K_first)
+            T.fill(acc_o, 0)
+            T.fill(logsum, 0)
+            T.fill(m, -T.infinity(acc))
+            T.gemm(Q_s, K_first, scores, transpose_B=True, clear_accum=True,
+                   policy=T.GemmWarpPolicy.FullRow)
+            online_softmax(scores, m, m_prev, rescale, row_sum, logsum, scale)
+            for k in T.Pipelined(steps, num_stages=num_stages):
+                T.copy(K[bz, T.min(k + 1, steps - 1) * block_N:
+                         (T.min(k + 1, steps - 1) + 1) * block_N, by, :], K_s)
+                T.copy(V[bz, k * block_N:(k + 1) * block_N, by, :], V_s)
+                T.gemm(Q_s, K_s, scores_next, transpose_B=True, clear_accum=True,
+                       policy=T.GemmWarpPolicy.FullRow)
+                T.copy(scores, probs)
+                T.gemm(probs, V_s, acc_o, policy=T.GemmWarpPolicy.FullRow)
+                if k == steps - 1:  # K_{n-1} again: no next block
+                    T.fill(scores_next, -T.infinity(acc))
+                online_softmax(scores_next, m, m_prev, rescale, row_sum, logsum, scale)
+                for i, j in T.Parallel(block_M, dim):
+                    acc_o[i, j] *= rescale[i]
+                for i, j in T.Parallel(block_M, block_N):  # element-wise: both in registers
+                    scores[i, j] = scores_next[i, j]
             for i, j in T.Parallel(block_M, dim):
                 acc_o[i, j] /= logsum[i]
             T.copy(acc_o, Output[bz, bx * block_M:(bx + 1) * block_M, by, :])

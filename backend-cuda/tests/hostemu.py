@@ -27,6 +27,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from tilewright.runtime.cuda import symbol_values
+
 SHIM = r"""
 #include <vector_types.h>  // float4 & co. for vectorised loads and stores (16-byte aligned)
 #include <vector_functions.h>  // make_float4 & co.
@@ -361,8 +363,7 @@ def build(source: str, launch: dict, workdir: Path) -> ctypes.CDLL:
 def run(source: str, launch: dict, workdir: Path, *args) -> None:
     """Launch the kernel on ``args`` (every kernel parameter, torch CPU tensors or ints)."""
     lib = build(source, launch, workdir)
-    symbols = {name: int(args[param].shape[dim])
-               for name, (param, dim) in launch["symbols"].items()}
+    symbols = symbol_values(launch["symbols"], args)
     n = len(launch["params"])
     ptrs, ints = (ctypes.c_void_p * n)(), (ctypes.c_longlong * n)()
     maps = []  # TMA descriptors as the emulation's host structs, alive for the launch

@@ -99,6 +99,58 @@ def test_bundled_attention_config_matches_torch(tmp_path):
 
 
 @pytest.mark.emulator
+@pytest.mark.parametrize("configs", [{}, kernels.GEMM_PASS_CONFIGS], ids=["ws", "nows"])
+def test_overlapped_attention_matches_torch_and_waits_after_the_softmax(tmp_path, configs):
+    # 3 steps of 128 keys: K_0 before the loop, 3 iterations through the 2 stages (the last
+    # one's next scores masked), 3 query blocks
+    b, h, s, d = 1, 1, 384, 128
+    torch.manual_seed(1)
+    q, k, v = (torch.randn(b, s, h, d).half() for _ in range(3))
+    o = torch.full((b, s, h, d), float("nan")).half()
+    text = _emulate(kernels.attention_overlap.fn(b, h, s, d, "float16"), tmp_path, q, k, v, o,
+                    configs=configs)
+    loop = text[text.index("for (int k = 0; k < 3; ++k) {"):]
+    scores = loop.index("tw_gemm_wgmma<128, 128, 128,")  # the next scores, Q K_{k+1}^T
+    pv = loop.index("tw_gemm_wgmma_rs<128, 128, 128,")
+    assert scores < loop.index("tw_wgmma_wait<0>();", scores) < pv
+    softmax = loop[pv:loop.index("tw_wgmma_wait<0>();", pv)]  # P V_k in flight meanwhile
+    assert softmax.count("exp2f(") == 66
+    ref = torch.nn.functional.scaled_dot_product_attention(
+        *(t.transpose(1, 2).float() for t in (q, k, v))).transpose(1, 2)
+    torch.testing.assert_close(o.float(), ref, rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize("builder", ["attention", "attention_overlap"])
+def test_pingpong_attention_takes_turns_and_matches_torch(tmp_path, builder):
+    # cuda.wgmma_pingpong: the two compute warpgroups alternate at each step's first gemm;
+    # 3 steps of 128 keys (both turn barriers go through several phases), 2 query blocks
+    b, h, s, d = 1, 1, 384, 128
+    torch.manual_seed(2)
+    q, k, v = (torch.randn(b, s, h, d).half() for _ in range(3))
+    o = torch.full((b, s, h, d), float("nan")).half()
+    func = getattr(kernels, builder).fn(b, h, s, d, "float16")
+    text = _emulate(func, tmp_path, q, k, v, o, configs={"cuda.wgmma_pingpong": True})
+    loop = text[text.index("for (int k = 0; k < 3; ++k) {"):]
+    turn = loop.index("tw_named_barrier_sync(((((int)threadIdx.x) >> 7) + 9), 256);")
+    assert loop.index("tw_gemm_wgmma<128, 128, 128,") > turn  # the scores' gemm, in turn
+    assert loop.index("tw_named_barrier_arrive((10 - (((int)threadIdx.x) >> 7)), 256);") > turn
+    ref = torch.nn.functional.scaled_dot_product_attention(
+        *(t.transpose(1, 2).float() for t in (q, k, v))).transpose(1, 2)
+    torch.testing.assert_close(o.float(), ref, rtol=1e-2, atol=1e-2)
+
+
+def test_pingpong_needs_a_warp_specialised_loop_of_two_warpgroups():
+    func = kernels.attention.fn(1, 1, 256, 64, "float16", threads=128, block_M=64)
+    with pytest.raises(tilewright.KernelError, match="two compute warpgroups"):
+        tilewright.lower(func, TARGET, {"cuda.wgmma_pingpong": True})
+    func = kernels.attention.fn(1, 1, 256, 64, "float16")
+    with pytest.raises(tilewright.KernelError, match="needs a warp-specialised"):
+        tilewright.lower(func, TARGET, {"cuda.wgmma_pingpong": True,
+                                        **kernels.GEMM_PASS_CONFIGS})
+
+
+@pytest.mark.emulator
 def test_bundled_add_config_is_vectorised_and_matches_torch(tmp_path):
     M, N = 16, 1024  # 2 x 2 blocks of 8 x 512
     torch.manual_seed(0)

@@ -15,7 +15,7 @@ from tilewright.errors import KernelError
 
 
 def gemm(M, N, K, bm=128, bn=128, bk=32, stages=3, threads=128, dtype="float16",
-         trans_a=False, trans_b=False, stage=None, order=None):
+         trans_a=False, trans_b=False, stage=None, order=None, group=None):
     """The standard GEMM, C = op(A) op(B), with its knobs."""
     a_shape, b_shape = ((K, M) if trans_a else (M, K)), ((N, K) if trans_b else (K, N))
 
@@ -27,7 +27,8 @@ def gemm(M, N, K, bm=128, bn=128, bk=32, stages=3, threads=128, dtype="float16",
             B_s = T.alloc_shared((bn, bk) if trans_b else (bk, bn), dtype)
             C_f = T.alloc_fragment((bm, bn), "float32")
             T.clear(C_f)
-            for k in T.Pipelined(T.ceildiv(K, bk), num_stages=stages, stage=stage, order=order):
+            for k in T.Pipelined(T.ceildiv(K, bk), num_stages=stages, stage=stage, order=order,
+                                 group=group):
                 if trans_a:
                     T.copy(A[k * bk, by * bm], A_s)
                 else:
@@ -132,6 +133,17 @@ def test_stage_and_order_annotations():
     assert launch.source.payload["dynamic_smem_bytes"] == 8192 + 3 * 8192
     with pytest.raises(KernelError, match=r"stage 0 statement #2 is not a copy from global"):
         tilewright.lower(gemm(512, 512, 512, stage=[0, 0, 0]), "cuda -arch=sm_80")
+
+
+def test_a_compute_schedule_by_groups_is_ignored_with_a_warning():
+    # TileLang's form: order= and stage= per group of statements (its warp-specialised compute
+    # pipeline); this backend pipelines the copies as without the hints, and says so
+    func = gemm(256, 256, 256, stage=[-1, 1], order=[1, 0], group=[[0, 1], [2]])
+    with pytest.warns(RuntimeWarning, match=r"test_cuda_pipeline.py:\d+: the CUDA backend does "
+                                            r"not schedule groups of compute statements"):
+        text = tilewright.lower(func, "cuda -arch=sm_80").source.text
+    plain = tilewright.lower(gemm(256, 256, 256), "cuda -arch=sm_80").source.text
+    assert _loop_body(text) == _loop_body(plain)
 
 
 def test_copies_before_sm_80_are_128_bit_and_not_pipelined():

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import sass
 import tilewright
+import tilewright.language as T
 from test_cuda_wgmma import gemm
 from tilewright_cuda import arch, executor
 
@@ -116,3 +117,50 @@ def test_emulation_catches_a_tile_overwritten_under_a_wgmma_in_flight(tmp_path):
         bad = _emulate_in_subprocess(broken, launch, tmp_path)
     assert bad.returncode != 0
     assert "overwritten before its wait_group" in bad.stdout, bad.stdout + bad.stderr
+
+
+def _two_gemms(then: str):
+    """C1 = A B, then C2 = A B, then ``then`` before both leave: ``"scale C1"`` (registers
+    only, not C2's), ``"C1 to shared"`` (a shared store), ``"scale C2"`` (C2's accumulator)."""
+
+    @T.prim_func
+    def main(A: T.Tensor((64, 64), "float16"), B: T.Tensor((64, 64), "float16"),
+             C: T.Tensor((64, 64), "float32"), D: T.Tensor((64, 64), "float32")):
+        with T.Kernel(1, threads=128):
+            A_s = T.alloc_shared((64, 64), "float16")
+            B_s = T.alloc_shared((64, 64), "float16")
+            S = T.alloc_shared((64, 64), "float32")
+            C1 = T.alloc_fragment((64, 64), "float32")
+            C2 = T.alloc_fragment((64, 64), "float32")
+            T.copy(A, A_s)
+            T.copy(B, B_s)
+            T.gemm(A_s, B_s, C1, clear_accum=True)
+            T.gemm(A_s, B_s, C2, clear_accum=True)
+            if then == "scale C1":
+                for i, j in T.Parallel(64, 64):
+                    C1[i, j] *= 2
+            elif then == "C1 to shared":
+                T.copy(C1, S)
+            else:
+                for i, j in T.Parallel(64, 64):
+                    C2[i, j] *= 2
+            T.copy(C1, C)
+            T.copy(C2, D)
+
+    return main
+
+
+@pytest.mark.parametrize(("then", "deferred"), [("scale C1", True), ("C1 to shared", False),
+                                                ("scale C2", False)])
+def test_wgmma_wait_deferred_only_past_register_work_on_other_fragments(then, deferred):
+    # transforms/wgmma_wait: C2's wait moves past work that writes only registers other than
+    # C2's; a shared store or a read of C2 keeps it right after the gemm (C1's wait stays:
+    # the next statement is a gemm)
+    text = tilewright.lower(_two_gemms(then), TARGET).source.text
+    kernel = text[text.index('extern "C" __global__'):]
+    first = kernel.index("tw_gemm_wgmma<")
+    second = kernel.index("tw_gemm_wgmma<", first + 1)
+    assert kernel.index("tw_wgmma_wait<0>();", first) < second
+    between = kernel[second:kernel.index("tw_wgmma_wait<0>();", second)]
+    after_issue = between[between.index(";") + 1:]
+    assert ("C1_ptr[" in after_issue) == deferred and "C2_ptr[" not in after_issue

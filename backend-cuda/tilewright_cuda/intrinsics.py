@@ -25,8 +25,9 @@ from tvm import tirx
 
 from . import ops
 
-CUDA, BASE, COPY, MMA, HOPPER, WGMMA, FP4 = (None, "tw_cuda.h", "tw_copy.h", "tw_mma.h",
-                                             "tw_hopper.h", "tw_wgmma.h", "tw_fp4.h")
+CUDA, BASE, COPY, MMA, HOPPER, WGMMA, FP4, FP8 = (None, "tw_cuda.h", "tw_copy.h", "tw_mma.h",
+                                                  "tw_hopper.h", "tw_wgmma.h", "tw_fp4.h",
+                                                  "tw_fp8.h")
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,7 @@ class Intrinsic:
     args: tuple[str, ...] = ()  # the effect of each argument, see the module docstring
     role: str = ""
     lands: bool = False  # a cp.async wait_group
+    local: bool = False  # registers only, see above
 
 
 def _table(*entries: Intrinsic) -> dict[str, Intrinsic]:
@@ -64,7 +66,7 @@ TABLE = _table(
     # A (kept values), B, C, the warpgroup, the metadata E (read by ordinary loads at issue)
     Intrinsic("tw_gemm_wgmma_sp", WGMMA, ("read", "read", "readwrite", "", "read"), "wgmma"),
     Intrinsic("tw_wgmma_wait", WGMMA, (), "wgmma_wait"),
-    Intrinsic("tw_wgmma_pack", WGMMA, ("write", "", "")),
+    Intrinsic("tw_wgmma_pack", WGMMA, ("write", "", ""), local=True),
     *(Intrinsic(f"tw_atomic_{k}", BASE, ("readwrite", "")) for k in ("add", "max", "min")),
     Intrinsic("tw_fence_proxy_async", HOPPER, (), "fence_async"),
     Intrinsic("tw_fence_barrier_init", HOPPER),
@@ -74,6 +76,7 @@ TABLE = _table(
     Intrinsic("tw_mbar_expect_tx", HOPPER),
     Intrinsic("tw_mbar_wait", HOPPER, (), "mbar_wait"),
     Intrinsic("tw_named_barrier_sync", HOPPER),
+    Intrinsic("tw_named_barrier_arrive", HOPPER),
     Intrinsic("tw_setmaxnreg_inc", HOPPER),
     Intrinsic("tw_setmaxnreg_dec", HOPPER),
     Intrinsic("tw_cluster_sync", HOPPER),
@@ -89,10 +92,11 @@ TABLE = _table(
     Intrinsic("tw_stage_barrier", None, (), "placeholder"),
     Intrinsic("tw_fp4_encode", FP4),
     Intrinsic("tw_fp4_decode", FP4),
-    Intrinsic("__shfl_xor_sync", CUDA),
+    Intrinsic("tw_fp8_e5m2", FP8),
+    Intrinsic("__shfl_xor_sync", CUDA, local=True),
     Intrinsic("__syncwarp", CUDA),
     Intrinsic("__trap", CUDA),
-    Intrinsic("__float2bfloat16_rn", CUDA),
+    Intrinsic("__float2bfloat16_rn", CUDA, local=True),
     Intrinsic("printf", CUDA),
 )
 

@@ -13,6 +13,8 @@ SWIZZLE = "tw.swizzle"  # T.use_swizzle's (panel, order) on the outermost block 
 STAGES = "tw.num_stages"  # T.Pipelined's num_stages
 STAGE = "tw.stage"  # T.Pipelined's stage=[...]
 ORDER = "tw.order"  # T.Pipelined's order=[...]
+GROUP = "tw.group"  # T.Pipelined's group=[[...], ...]: order= and stage= index these groups
+PIPELINE_HINTS = (STAGES, STAGE, ORDER, GROUP)  # the pipeline transforms consume them
 
 # -- the CUDA dialect (tilewright_cuda.language) -----------------------------------------------
 WS = "tw.cuda.ws"  # AttrStmt around a T.ws role's code; value: the warpgroups, "0,1"
@@ -37,3 +39,4 @@ DISABLE_TMA = "cuda.disable_tma_lower"
 DISABLE_WARP_SPECIALIZED = "cuda.disable_warp_specialized"
 TMA_MULTICAST = "cuda.tma_multicast"
 BLOCKS_PER_SM = "cuda.blocks_per_sm"
+WGMMA_PINGPONG = "cuda.wgmma_pingpong"

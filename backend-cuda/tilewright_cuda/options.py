@@ -21,13 +21,16 @@ class Options:
       (sm_90a, unless ``cuda.disable_warp_specialized``);
     - ``multicast``: tiles pairs of blocks share are loaded once per pair
       (``cuda.tma_multicast``);
-    - ``blocks_per_sm``: blocks each SM should hold at once (``cuda.blocks_per_sm``, 1-8)."""
+    - ``blocks_per_sm``: blocks each SM should hold at once (``cuda.blocks_per_sm``, 1-8);
+    - ``pingpong``: the two compute warpgroups of a warp-specialised loop take turns issuing
+      their wgmma gemms (``cuda.wgmma_pingpong``, transforms/pipeline/tma)."""
 
     arch: arch_mod.Arch
     tma: bool = True
     warp_specialized: bool = True
     multicast: bool = False
     blocks_per_sm: int = 1
+    pingpong: bool = False
 
     def __post_init__(self):
         value = self.blocks_per_sm
@@ -41,13 +44,15 @@ def of(ctx) -> Options:
     configs = ctx.pass_configs or {}
     return parse(ctx.target.option("arch"), configs.get(keys.DISABLE_TMA, False),
                  configs.get(keys.DISABLE_WARP_SPECIALIZED, False),
-                 configs.get(keys.TMA_MULTICAST, False), configs.get(keys.BLOCKS_PER_SM, 1))
+                 configs.get(keys.TMA_MULTICAST, False), configs.get(keys.BLOCKS_PER_SM, 1),
+                 configs.get(keys.WGMMA_PINGPONG, False))
 
 
 @functools.lru_cache(maxsize=64, typed=True)
 def parse(arch: str | None, disable_tma: bool = False, disable_ws: bool = False,
-          multicast: bool = False, blocks_per_sm: int = 1) -> Options:
+          multicast: bool = False, blocks_per_sm: int = 1, pingpong: bool = False) -> Options:
     chosen = arch_mod.resolve(arch)
     return Options(chosen, tma=chosen.sm >= 90 and not disable_tma,
                    warp_specialized=chosen.sm >= 90 and chosen.name.endswith("a") and
-                   not disable_ws, multicast=bool(multicast), blocks_per_sm=blocks_per_sm)
+                   not disable_ws, multicast=bool(multicast), blocks_per_sm=blocks_per_sm,
+                   pingpong=bool(pingpong))

@@ -23,7 +23,17 @@ from .codegen import CODEGEN
 from .executor import EXECUTORS
 from .rules import INTRINSIC_RULES, RULES
 from .timers import TIMERS
-from .transforms import atomics, distribute, finish, float4, layout, memory, sync, threads
+from .transforms import (
+    atomics,
+    distribute,
+    finish,
+    float4,
+    layout,
+    memory,
+    sync,
+    threads,
+    wgmma_wait,
+)
 from .transforms.pipeline import pipeline
 
 DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
@@ -67,8 +77,10 @@ PIPELINE = PassPipeline((
           "on mbarriers (sm_90a: by a producer warpgroup the block gains)"),
     Phase("distribute", lambda ctx: [distribute.distribute_roles(), distribute.distribute()],
           "T.Parallel iterations are spread over the block's threads"),
-    Phase("insert_sync", lambda ctx: [sync.drop_redundant_fences(), sync.insert_sync()],
-          "__syncthreads() where shared-memory dependencies cross threads"),
+    Phase("insert_sync", lambda ctx: [sync.drop_redundant_fences(), sync.insert_sync(),
+                                      wgmma_wait.defer_wgmma_waits()],
+          "__syncthreads() where shared-memory dependencies cross threads; each wgmma's "
+          "wait_group moved down to the first statement that needs its group retired"),
     Phase("place_memory", lambda ctx: [memory.role_registers(),
                                        memory.place_memory(options.of(ctx)), finish.finish(),
                                        memory.strip_annotations()],
@@ -92,7 +104,8 @@ BACKEND = BackendModule(
         tile_ops=frozenset(RULES),
         dtypes=frozenset(DTYPES),
         memory_scopes=frozenset({"global", "shared.dyn", "local.fragment", "local"}),
-        features=frozenset({"warps", "dynamic_shapes", "partial_tiles", "atomic_return_prev"}),
+        features=frozenset({"warps", "dynamic_shapes", "partial_tiles", "atomic_return_prev",
+                            "while_loops"}),
     ),
     accelerator=True,
     device="cuda",
@@ -133,6 +146,11 @@ def tilewright_pass_config_keys():
                       "blocks each SM should hold at once: registers (__launch_bounds__, the "
                       "setmaxnreg budgets) and shared memory are budgeted for that many",
                       owner="cuda"),
+        PassConfigKey(keys.WGMMA_PINGPONG, bool, False,
+                      "in a warp-specialised T.Pipelined loop with two compute warpgroups "
+                      "(sm_90a), the warpgroups take turns issuing each iteration's first "
+                      "wgmma gemm (two named barriers), so one's gemms run while the other "
+                      "computes between its gemms", owner="cuda"),
     ]
 
 

@@ -134,3 +134,48 @@ def test_the_shim_computes_as_the_device(runner, tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "as the device computes them" in done.stdout
+
+
+TWO_KERNELS = '''\
+import torch
+import tilelang
+import tilelang.language as T
+
+
+@tilelang.jit(out_idx=[-1])
+def copy_through(n, staged):
+    @T.prim_func
+    def main(X: T.Tensor((n,), "float32"), Y: T.Tensor((n,), "float32")):
+        with T.Kernel(1, threads=128):
+            S = T.alloc_shared((staged,), "float32")
+            T.copy(X[0:n], S[0:n])
+            T.copy(S[0:n], Y[0:n])
+    return main
+
+
+if __name__ == "__main__":
+    x = torch.randn(256, device="cuda")
+    torch.testing.assert_close(copy_through(256, 256)(x), x)
+    torch.testing.assert_close(copy_through(256, 256)(x), x)  # the same kernel: built once
+    # 256 KiB of shared memory: the host runs it, the CUDA backend refuses it (over sm_80's)
+    torch.testing.assert_close(copy_through(256, 65536)(x), x)
+'''
+
+
+def test_also_compile_builds_each_kernel_for_cuda(runner, tmp_path):
+    """--also-compile: every distinct kernel the example compiles is built for the CUDA target
+    too, and recorded as built or refused; the example's own run is unchanged."""
+    examples = tmp_path / "tilelang" / "examples" / "demo"
+    examples.mkdir(parents=True)
+    (examples / "example_two.py").write_text(TWO_KERNELS)
+    out = tmp_path / "out.json"
+    runner.main(["--checkout", str(tmp_path / "tilelang"), "--target", "cpu", "--timeout",
+                 "300", "--json", str(out), "--also-compile", "cuda -arch=sm_80"])
+    [row] = json.loads(out.read_text())
+    assert row["result"] == "verified", row
+    outcomes = [(c["kernel"], c["target"], c["status"]) for c in row["compiled"]]
+    assert outcomes == [("copy_through", "cuda -arch=sm_80", "built"),
+                        ("copy_through", "cuda -arch=sm_80", "refused")], row["compiled"]
+    assert "shared memory" in row["compiled"][1]["error"], row["compiled"][1]
+    table = runner.compile_table([runner.Result(**row)], ["cuda -arch=sm_80"])
+    assert "kernels: built 1, refused 1, crashed 0" in table, table

@@ -53,6 +53,10 @@ PRELUDE = (
     "#define TW_MIN(a, b) ((a) < (b) ? (a) : (b))",
     "#define TW_MAX(a, b) ((a) > (b) ? (a) : (b))",
     "#endif",
+    "#ifndef TW_ISNAN",  # T.isnan and fabs on the scalar unit: IEEE comparisons
+    "#define TW_ISNAN(x) ((x) != (x))",
+    "#define TW_FABS(x) ((x) < 0 ? -(x) : (x))",
+    "#endif",
     "#ifndef TW_FLOORDIV",  # integer division and modulo rounding towards minus infinity
     "template <typename A, typename B> __aicore__ inline auto tw_floordiv(A a, B b) {",
     "    auto q = a / b;",

@@ -21,6 +21,9 @@ _C_BINARY = {"Add": "+", "Sub": "-", "Mul": "*", "Div": "/", "Mod": "%", "EQ": "
              "LT": "<", "LE": "<=", "GT": ">", "GE": ">=", "And": "&&", "Or": "||",
              "BitwiseAnd": "&", "BitwiseOr": "|", "BitwiseXor": "^", "LShift": "<<",
              "RShift": ">>"}  # >> of a negative signed integer: arithmetic (C++20, bisheng)
+# TIR calls the scalar unit computes, each a macro of the generated file's prelude (T.isnan;
+# fabs, which T.isinf and T.isfinite compare with infinity)
+_C_CALLS = {"tirx.isnan": "TW_ISNAN", "tirx.fabs": "TW_FABS"}
 _FLOOR = {"FloorDiv": ("/", "TW_FLOORDIV"), "FloorMod": ("%", "TW_FLOORMOD")}
 _PY_BINARY = {"Add": "+", "Sub": "-", "Mul": "*", "FloorDiv": "//", "FloorMod": "%"}
 
@@ -61,6 +64,8 @@ class ExprPrinter:
             return f"(~{self.cpp(e.a)})"
         if kind == "Cast":
             return f"TW_CAST({ctype(str(e.ty))}, {self.cpp(e.value)})"
+        if kind == "Call" and isinstance(e.op, tvm.ir.Op) and str(e.op.name) in _C_CALLS:
+            return f"{_C_CALLS[str(e.op.name)]}({self.cpp(e.args[0])})"
         if kind == "Call" and isinstance(e.op, tvm.ir.Op) and str(e.op.name) == "tirx.reinterpret":
             value = e.args[0]
             return f"TW_BITCAST({ctype(str(e.ty))}, {ctype(str(value.ty))}, {self.cpp(value)})"

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <type_traits>
 #include <vector>
@@ -77,7 +78,8 @@ template <typename U> inline double val(const U& u) {
     if constexpr (std::is_integral<U>::value) return double(u); else return double(float(u));
 }
 template <typename T> inline T from_double(double v) {
-    if constexpr (std::is_integral<T>::value) return T(v); else return T(float(v));
+    // an integer wraps modulo its size (C++20's conversion between integer types)
+    if constexpr (std::is_integral<T>::value) return T(int64_t(v)); else return T(float(v));
 }
 #define TW_LAZY_OP(OP)                                                                         \
     template <typename A, typename B, typename = std::enable_if_t<is_lazy<A> || is_lazy<B>>>   \
@@ -85,8 +87,9 @@ template <typename T> inline T from_double(double v) {
         return Lazy{[=] { return double(val(a) OP val(b)); }, integral(a) && integral(b)};     \
     }
 TW_LAZY_OP(+) TW_LAZY_OP(-) TW_LAZY_OP(*) TW_LAZY_OP(<) TW_LAZY_OP(<=)
-TW_LAZY_OP(>) TW_LAZY_OP(>=) TW_LAZY_OP(==) TW_LAZY_OP(!=)
+TW_LAZY_OP(>) TW_LAZY_OP(>=) TW_LAZY_OP(==) TW_LAZY_OP(!=) TW_LAZY_OP(&&) TW_LAZY_OP(||)
 #undef TW_LAZY_OP
+inline Lazy operator!(const Lazy& a) { return Lazy{[=] { return double(!val(a)); }, true}; }
 // C's / and % of integers truncate towards zero (the printer emits them for operands it proves
 // non-negative; TW_FLOORDIV/TW_FLOORMOD otherwise)
 template <typename A, typename B, typename = std::enable_if_t<is_lazy<A> || is_lazy<B>>>
@@ -156,6 +159,15 @@ template <typename A, typename B> auto floormod(const A& a, const B& b) {
     if constexpr (is_lazy<A> || is_lazy<B>)
         return Lazy{[=] { double x = val(a), y = val(b); return x - std::floor(x / y) * y; }, true};
     else { auto r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+}
+// the generated TW_ISNAN and TW_FABS: C's x != x and x < 0 ? -x : x on the scalar unit
+template <typename X> auto isnan_of(const X& x) {
+    if constexpr (is_lazy<X>) return Lazy{[=] { double v = val(x); return double(v != v); }, true};
+    else { double v = val(x); return v != v; }
+}
+template <typename X> auto fabs_of(const X& x) {
+    if constexpr (is_lazy<X>) return Lazy{[=] { return std::fabs(val(x)); }, x.integral};
+    else return X(float(std::fabs(val(x))));
 }
 template <typename A, typename B> auto lmin(const A& a, const B& b) { return select(a < b, a, b); }
 template <typename A, typename B> auto lmax(const A& a, const B& b) { return select(a > b, a, b); }
@@ -667,8 +679,9 @@ TW_BINARY(Add, a2_arith, float(a[i]) + float(b[i]))
 TW_BINARY(Sub, a2_arith, float(a[i]) - float(b[i]))
 TW_BINARY(Mul, a2_arith, float(a[i]) * float(b[i]))
 TW_BINARY(Div, a2_float, float(a[i]) / float(b[i]))
-TW_BINARY(Max, a2_arith, std::fmax(float(a[i]), float(b[i])))
-TW_BINARY(Min, a2_arith, std::fmin(float(a[i]), float(b[i])))
+// Max and Min pick an operand: exact for every type (int32_t beyond 2^24 too)
+TW_BINARY(Max, a2_arith, std::fmax(tw_emu::val(a[i]), tw_emu::val(b[i])))
+TW_BINARY(Min, a2_arith, std::fmin(tw_emu::val(a[i]), tw_emu::val(b[i])))
 #undef TW_BINARY
 // the scalar operand has the tensor's element type (Adds.md: "scalarValue ... 数据类型需要与目的
 // 操作数中的元素类型保持一致"); a value the scalar unit reads (GetValue) is lazy here
@@ -678,7 +691,7 @@ TW_BINARY(Min, a2_arith, std::fmin(float(a[i]), float(b[i])))
         static_assert(a2_arith<T>(), #NAME ": A2 does not compute on this element type (" #NAME ".md)"); \
         uint64_t nb = uint64_t(count) * sizeof(T);                                           \
         tw_emu::issue(tw_emu::PV, #NAME, line, {acc(x, nb, false), acc(d, nb, true)},         \
-                      [=] { T* o = d.data(); const T* a = x.data(); float b = float(tw_emu::val(s)); \
+                      [=] { T* o = d.data(); const T* a = x.data(); double b = tw_emu::val(s);     \
                             for (int32_t i = 0; i < count; ++i) o[i] = T(EXPR); },            \
                       vec_cost<T>(count), nb);                                                \
     }                                                                                         \
@@ -690,10 +703,11 @@ TW_BINARY(Min, a2_arith, std::fmin(float(a[i]), float(b[i])))
     void NAME(const LocalTensor<T>& d, const LocalTensor<T>& x, const tw_emu::Lazy& s, int32_t count, TW_LINE) { \
         NAME##_impl(d, x, s, count, line);                                                    \
     }
-TW_SCALAR(Adds, float(a[i]) + b)
-TW_SCALAR(Muls, float(a[i]) * b)
-TW_SCALAR(Maxs, std::fmax(float(a[i]), b))
-TW_SCALAR(Mins, std::fmin(float(a[i]), b))
+// b: the scalar operand (Maxs and Mins pick an operand: exact for int32_t beyond 2^24 too)
+TW_SCALAR(Adds, float(a[i]) + float(b))
+TW_SCALAR(Muls, float(a[i]) * float(b))
+TW_SCALAR(Maxs, std::fmax(tw_emu::val(a[i]), b))
+TW_SCALAR(Mins, std::fmin(tw_emu::val(a[i]), b))
 #undef TW_SCALAR
 template <typename T> constexpr bool a2_relu() { return one_of<T, half, int32_t, float>(); }
 #define TW_UNARY(NAME, TYPES, EXPR)                                                           \
@@ -784,12 +798,25 @@ template <typename D> D round_float(double x, RoundMode m) {
     default: return d;
     }
 }
+// x rounded to an integral value in mode m (NaN and infinities stay)
+inline double round_integral(double x, RoundMode m) {
+    return m == RoundMode::CAST_FLOOR ? std::floor(x) : m == RoundMode::CAST_CEIL ? std::ceil(x)
+         : m == RoundMode::CAST_TRUNC ? std::trunc(x) : m == RoundMode::CAST_ROUND ? std::round(x)
+         : std::nearbyint(x);
+}
+// A conversion to an integer type saturates: "当源值超出目标类型的表示范围时溢出，溢出默认按照
+// 饱和模式处理" (数据结构/precision_conversion.md; its float -> int16_t example gives 2^15 - 1
+// for 2^22 + 0.5 in every mode, int64_t -> int32_t 2^31 - 1 for 2^31; SaturationMode::CAST of
+// 特殊寄存器访问/SetSaturationFlag(ISASI).md is the switch, on by default), infinities included;
+// NaN gives 0 ("浮点转整型 ... NaN输入：返回0" in both modes, C-API/reg/data_type_convert/
+// rounding_mode.md). A negative source of a conversion to uint8_t is an exception
+// (precision_conversion.md, half -> uint8_t: "负数输入会被视为异常"), reported here.
 template <typename D> D round_to(double x, RoundMode m) {
     if constexpr (std::is_integral<D>::value) {
-        double r = m == RoundMode::CAST_FLOOR ? std::floor(x) : m == RoundMode::CAST_CEIL ? std::ceil(x)
-                 : m == RoundMode::CAST_TRUNC ? std::trunc(x) : m == RoundMode::CAST_ROUND ? std::round(x)
-                 : std::nearbyint(x);
-        return D(r);
+        if (std::isnan(x)) return D(0);
+        double r = round_integral(x, m);
+        double lo = double(std::numeric_limits<D>::lowest()), hi = double(std::numeric_limits<D>::max());
+        return r <= lo ? std::numeric_limits<D>::lowest() : r >= hi ? std::numeric_limits<D>::max() : D(r);
     } else {
         return round_float<D>(x, m);
     }
@@ -802,9 +829,15 @@ void Cast(const LocalTensor<D>& d, const LocalTensor<S>& x, const RoundMode& mod
                   [=] { for (uint32_t i = 0; i < count; ++i) {
                             double v = tw_emu::val(x.data()[i]);
                             if constexpr (std::is_same<D, S>::value)  // to an integral value
-                                d.data()[i] = D(float(round_to<int64_t>(v, mode)));
-                            else
+                                d.data()[i] = D(float(round_integral(v, mode)));
+                            else {
+                                if (std::is_same<D, uint8_t>::value && v < 0) {
+                                    tw_emu::error(line, "Cast of the negative %g to uint8_t: an exception on A2 "
+                                                  "(precision_conversion.md)", v);
+                                    return;
+                                }
                                 d.data()[i] = round_to<D>(v, mode);
+                            }
                         } },
                   vec_cost<S>(count), uint64_t(count) * sizeof(S));
 }
@@ -1292,6 +1325,8 @@ template <auto F, typename... A> void asc_vf_call(dim3 threads, A&&... args) {
 #define TW_SELECT(c, a, b) ::tw_emu::select_arm((c), [&] { return (a); }, [&] { return (b); })
 #define TW_MIN(a, b) ::tw_emu::lmin((a), (b))
 #define TW_MAX(a, b) ::tw_emu::lmax((a), (b))
+#define TW_ISNAN(x) ::tw_emu::isnan_of(x)
+#define TW_FABS(x) ::tw_emu::fabs_of(x)
 #define TW_FLOORDIV(a, b) ::tw_emu::floordiv((a), (b))
 #define TW_FLOORMOD(a, b) ::tw_emu::floormod((a), (b))
 #define TW_DEVICE_ASSERT(c, msg) do { if (!(c)) ::tw_emu::assert_fail(__LINE__, (msg)); } while (0)

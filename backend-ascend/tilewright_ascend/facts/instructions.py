@@ -89,8 +89,37 @@ def cast_mode(src, dst) -> str:
     if modes is None:
         raise KernelError(f"A2's Cast does not convert {src} to {dst}; convert through "
                           "float32 or float16")
-    if dst.startswith("int") and not src.startswith("int"):
+    if dst.startswith(("int", "uint")) and not src.startswith(("int", "uint")):
         return "CAST_TRUNC"
     if "CAST_NONE" in modes and dtype_bytes(src) <= dtype_bytes(dst):
         return "CAST_NONE"
     return "CAST_RINT" if "CAST_RINT" in modes else modes[0]
+
+
+# integer types a float value is converted into exactly, then clamped to a narrower one
+_WIDE_INTEGERS = ("int16", "int32")
+
+
+def float_to_int_steps(src, dst) -> tuple[tuple[str, str], ...]:
+    """A conversion from the float ``src`` to the integer ``dst`` by the language's rule
+    (toward zero, saturated at the bounds, NaN gives 0) with A2's Casts: each step is
+    ``("cast", dtype)``, a Cast of the value so far to ``dtype`` (:func:`cast_mode`: to an
+    integer CAST_TRUNC), or ``("clamp", dtype)``, Maxs and Mins of the value so far (of
+    ``dtype``) to ``dst``'s bounds. A float -> integer Cast saturates and gives 0 for NaN
+    (数据结构/precision_conversion.md: "溢出默认按照饱和模式处理"; C-API/reg/data_type_convert/
+    rounding_mode.md, 浮点转整型), so a pair A2 converts directly is one Cast; any other goes
+    through the first of :data:`_WIDE_INTEGERS` A2 converts ``src`` to, is clamped there and
+    reaches ``dst`` through Casts that are exact in its range; half -> uint8_t too, since A2
+    takes a negative source of it for an exception (precision_conversion.md). A source with
+    no such Cast is widened to float32 first (exact)."""
+    src, dst = str(src), str(dst)
+    if (src, dst) in CAST_MODES and not dst.startswith("uint"):
+        return (("cast", dst),)
+    for wide in _WIDE_INTEGERS:
+        if (src, wide) in CAST_MODES and dtype_bytes(wide) > dtype_bytes(dst):
+            return (("cast", wide), ("clamp", wide),
+                    *(("cast", d) for d in cast_route(wide, dst)))
+    if src != "float32" and (src, "float32") in CAST_MODES:
+        return (("cast", "float32"), *float_to_int_steps("float32", dst))
+    raise KernelError(f"A2's Cast does not convert {src} to {dst}, not even through "
+                      f"{' or '.join(_WIDE_INTEGERS)} or float32")

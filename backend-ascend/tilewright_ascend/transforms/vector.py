@@ -25,7 +25,9 @@ The pass runs on kernels the ``portable`` phase converted (function attribute
   with the reason; the codegen writes the reason as a comment.
 - ``T.reduce_*`` become ``VREDUCE`` (one reduction per row, vector adds down columns)
   with a UB work tile; ``T.cumsum`` a scalar loop; ``T.fill`` of UB Duplicate; a ``T.copy``
-  that converts dtypes goes through a UB staging tile and Cast; a scalar ``T.atomic_*`` writes
+  that converts dtypes goes through a UB staging tile and Cast (float -> integer saturating,
+  :func:`..facts.instructions.float_to_int_steps`; an integer conversion that may overflow
+  wraps in a scalar loop, since A2's Cast saturates); a scalar ``T.atomic_*`` writes
   its value into a one-element UB tile that the atomic copy adds to global memory.
 """
 
@@ -42,7 +44,13 @@ from tvm import sym, tirx
 
 from ..facts.arch import ALIGN
 from ..facts.dtypes import dtype_bytes
-from ..facts.instructions import ROUNDING_CASTS, VECTOR_DTYPES, cast_route, computes
+from ..facts.instructions import (
+    ROUNDING_CASTS,
+    VECTOR_DTYPES,
+    cast_route,
+    computes,
+    float_to_int_steps,
+)
 from ..facts.keys import (
     PORTABLE_KEY,
     SCALAR_KEY,
@@ -73,6 +81,7 @@ _REVERSED = {"sub": "rsub", "div": "rdiv"}
 _UNARY_CALLS = {"tirx.exp": "exp", "tirx.log": "ln", "tirx.fabs": "abs", "tirx.sqrt": "sqrt",
                 "tirx.rsqrt": "rsqrt"}
 _FLOATS = ("float32", "float16", "bfloat16")
+_INTEGERS = ("int8", "uint8", "int16", "int32", "int64")
 
 
 def _f32(value: float):
@@ -111,15 +120,48 @@ def _cos(x):
     return (cos_h - sin_h) * (cos_h + sin_h)  # relative errors of its factors: no 1 - 2 s^2
 
 
+# Cephes tanhf: tanh x = x + x**3 P(x**2) for |x| <= 0.625
+_TANH_P = (-5.70498872745e-3, 2.06390887954e-2, -5.37397155531e-2, 1.33314422036e-1,
+           -3.33332819422e-1)
+_TANH_SPLIT = 0.625
+
+
+def _tanh(x):
+    """``tanh x`` without a select (A2's vector path has none): Cephes' odd polynomial ``s`` of
+    ``x`` clamped to [-0.625, 0.625], ``b = sign(x) (1 - 2 / (e**2|x| + 1))`` (which cancels
+    for small ``|x|``: 1.7e7 ulp off at 1e-8 alone), blended as ``s + w (b - s)`` with ``w`` 0 for
+    ``|x| <= 0.625`` and 1 beyond; there ``b - s`` is exact (Sterbenz: ``b / s`` is within
+    [1, 2]), so the sum is ``b``."""
+    clamped = tirx.Min(tirx.Max(x, _f32(-_TANH_SPLIT)), _f32(_TANH_SPLIT))
+    square = clamped * clamped
+    poly = _f32(_TANH_P[0])
+    for c in _TANH_P[1:]:
+        poly = poly * square + _f32(c)
+    small = clamped + clamped * square * poly
+    magnitude = tirx.abs(x)
+    # +-1 where the blend takes ``big`` (0.625 * float32(1.6) rounds to 1), finite for +-inf
+    sign = clamped * _f32(1 / _TANH_SPLIT)
+    big = sign * (_f32(1.0) - _f32(2.0) / (tirx.exp(magnitude * _f32(2.0)) + _f32(1.0)))
+    step = tirx.Min(tirx.Max((magnitude - _f32(_TANH_SPLIT)) * _f32(2.0 ** 64), _f32(0.0)),
+                    _f32(1.0))
+    return small + step * (big - small)
+
+
 # math functions A2 has no instruction for, as float32 expressions of those it has (a 16-bit
 # argument is converted to float32 and the result back); each within a few float32 roundings
 _MATH = {
     "log2": lambda x: tirx.log(x) * _f32(1 / math.log(2.0)),
-    "tanh": lambda x: _f32(1.0) - _f32(2.0) / (tirx.exp(x * _f32(2.0)) + _f32(1.0)),
+    "tanh": _tanh,
     "sin": _sin,
     "cos": _cos,
     **{name: lambda x, _n=name: getattr(tirx, _n)(x) for name in ROUNDING_CASTS},
 }
+
+# math functions A2 computes through another (exp2 as exp(x ln 2)) whose 16-bit argument is
+# converted to float32 first: the language's 16-bit math is the float32 function rounded once
+# (tilewright.transform.narrow_float), and x ln 2 rounded to float16 put exp2 two units in the
+# last place off for x near 4
+_ON_FLOAT32 = frozenset({"exp2"})
 
 
 def _math_name(e) -> str | None:
@@ -134,6 +176,9 @@ def _expand_math(e):
 
     def expand(call):
         name = _math_name(call)
+        if name in _ON_FLOAT32 and str(call.ty) != "float32":
+            return _cast(tvm.ir.Call(call.op, [_cast(call.args[0], "float32")], ret_ty="float32",
+                                     span=call.span), str(call.ty))
         if name not in _MATH or (name in ROUNDING_CASTS and str(call.ty) == "float32"):
             return call
         dtype = str(call.ty)
@@ -264,8 +309,12 @@ class _Lowering:
         ss, ds = str(src.buffer.scope()), str(dst.buffer.scope())
         sd, dd = str(src.buffer.dtype), str(dst.buffer.dtype)
         if ss == UB and ds == UB:
-            op = "copy" if sd == dd else "cast"
-            return [make_call(VUN.name, {"dst": dst, "src": src}, {"op": op}, span=stmt.span)]
+            if sd == dd:
+                return [make_call(VUN.name, {"dst": dst, "src": src}, {"op": "copy"},
+                                  span=stmt.span)]
+            out = []
+            self._convert(dst, src, out, stmt.span)
+            return out
         # T.copy reads 0 past the end of a tensor: zero a tile the copy may not fill
         zero = [make_call(VDUP.name, {"dst": dst, "value": tirx.const(0, dd)}, span=stmt.span)] \
             if ss == "global" and ds == UB and not _inside(src, self.loops) else []
@@ -278,12 +327,10 @@ class _Lowering:
                 out.append(make_call(VDUP.name, {"dst": stage, "value": tirx.const(0, sd)},
                                      span=stmt.span))
             out.append(make_call("copy", {"src": src, "dst": stage}, span=stmt.span))
-            out.append(make_call(VUN.name, {"dst": dst, "src": stage}, {"op": "cast"},
-                                 span=stmt.span))
+            self._convert(dst, stage, out, stmt.span)
         else:
             stage = self.temp(_non_unit(src), dd, out)
-            out.append(make_call(VUN.name, {"dst": stage, "src": src}, {"op": "cast"},
-                                 span=stmt.span))
+            self._convert(stage, src, out, stmt.span)
             out.append(make_call("copy", {"src": stage, "dst": dst}, span=stmt.span))
         return out
 
@@ -519,10 +566,7 @@ class _Lowering:
         if dst is None or len(dst[1]) != len(variables):
             raise Unvectorizable(f"the store to {store.buffer.name!r} does not cover every "
                                  "loop variable")
-        value = store.value
-        if str(value.ty) == "bfloat16" and _loads(value):
-            value = _cast(_promote(value), "bfloat16")  # the A2 vector unit only converts bf16
-        self.eval(_expand_math(value), variables, extents, ops, target=dst)
+        self.eval(_expand_math(store.value), variables, extents, ops, target=dst)
 
     def eval(self, e, variables, extents, ops, target=None):
         """Emit ops computing ``e``; returns ("s", expr) or ("t", region, dims)."""
@@ -546,15 +590,31 @@ class _Lowering:
                 self._convert(target[0], value[1], ops)
         return value
 
-    def _convert(self, dst: Region, src: Region, ops) -> None:
+    def _convert(self, dst: Region, src: Region, ops, span=None) -> None:
         """``src`` cast into ``dst`` through the chain of Casts A2 has (``cast_route``), each
-        intermediate in a UB temporary of ``dst``'s extents."""
-        *steps, _ = cast_route(src.buffer.dtype, dst.buffer.dtype)
-        for dtype in steps:
-            stage = self.temp(_ints(dst.extents), dtype, ops)
-            ops.append(make_call(VUN.name, {"dst": stage, "src": src}, {"op": "cast"}))
-            src = stage
-        ops.append(make_call(VUN.name, {"dst": dst, "src": src}, {"op": "cast"}))
+        intermediate in a UB temporary of ``dst``'s extents; a float -> integer conversion
+        by :func:`float_to_int_steps` (saturating, NaN gives 0); an integer conversion that
+        may wrap by :func:`_wrapping_conversion`."""
+        sd, dd = str(src.buffer.dtype), str(dst.buffer.dtype)
+        if sd in _INTEGERS and dd in _INTEGERS and not _holds(dd, sd) and \
+                _ints(dst.extents) is not None and _ints(src.extents) is not None:
+            ops.append(_wrapping_conversion(dst, src, span))
+            return
+        if sd in _FLOATS and dd in _INTEGERS:
+            steps = float_to_int_steps(sd, dd)
+        else:
+            steps = tuple(("cast", d) for d in cast_route(sd, dd))
+        for n, (step, dtype) in enumerate(steps):
+            if step == "clamp":  # in place, on the temporary of the Cast before
+                for op, bound in (("max", tirx.min_value(dd)), ("min", tirx.max_value(dd))):
+                    ops.append(make_call(VSCA.name, {"dst": src, "src": src, "scalar":
+                                                     tirx.const(int(bound.value), dtype)},
+                                         {"op": op}, span=span))
+                continue
+            out = dst if n == len(steps) - 1 else self.temp(_ints(dst.extents), dtype, ops)
+            ops.append(make_call(VUN.name, {"dst": out, "src": src}, {"op": "cast"},
+                                 span=span))
+            src = out
 
     def _new(self, dims, extents, dtype, ops, target):
         if target is not None and tuple(target[1]) == tuple(dims) and \
@@ -584,8 +644,10 @@ class _Lowering:
             if operand is None:
                 raise Unvectorizable(f"the load {e} is not a tile element")
             return ("t", operand[0], operand[1])
-        if dtype not in _FLOATS:
-            raise Unvectorizable(f"{e} computes in {dtype}; the vector path handles floats")
+        converts = kind == "Cast" and str(e.value.ty) in _FLOATS and dtype in _INTEGERS
+        if dtype not in _FLOATS and not converts:
+            raise Unvectorizable(f"{e} computes in {dtype}; the vector path handles floats "
+                                 "and converts them to integers")
         if kind == "Cast":
             inner = self._eval(e.value, variables, extents, ops, None)
             if inner[0] == "s":
@@ -689,22 +751,32 @@ def _inside(region, loops=()) -> bool:
                for start, ext, dim in zip(region.starts, region.extents, region.buffer.shape))
 
 
-def _promote(e):
-    """``e`` computed in float32 where it computes in bfloat16 (loads and constants cast)."""
-    if str(e.ty) != "bfloat16":
-        return e
-    kind = type(e).__name__
-    if kind == "TensorLoad":
-        return tirx.Cast("float32", e)
-    if kind == "FloatImm":
-        return tirx.FloatImm("float32", float(e.value))
-    if kind == "Cast":
-        return _cast(_promote(e.value), "float32")
-    if kind in _BINARY:
-        return getattr(tirx, kind)(_promote(e.a), _promote(e.b))
-    if _math_name(e) is not None and str(e.args[0].ty) == "bfloat16":  # a math function
-        return tvm.ir.Call(e.op, [_promote(e.args[0])], ret_ty="float32", span=e.span)
-    return tirx.Cast("float32", e)
+def _holds(dst: str, src: str) -> bool:
+    """Whether the integer type ``dst`` holds every value of the integer type ``src``."""
+    return int(tirx.min_value(dst).value) <= int(tirx.min_value(src).value) and \
+        int(tirx.max_value(src).value) <= int(tirx.max_value(dst).value)
+
+
+def _wrapping_conversion(dst: Region, src: Region, span):
+    """``dst`` = ``src`` converted element by element on the scalar unit: an integer
+    conversion wraps modulo the destination's size, where A2's Cast saturates (数据结构/
+    precision_conversion.md: int32_t -> int16_t gives 2^15 - 1 for 2^31 - 1) or goes through
+    float16 (int16_t -> int8_t). The regions have the same extents but for dimensions of 1."""
+    dims = _non_unit(dst)
+    loops = [tirx.Var(f"w{n}", "int32") for n in range(len(dims))]
+
+    def at(region):
+        free = iter(loops)
+        return [tirx.const(0, "int32") + start + (next(free) if extent != 1 else 0)
+                for start, extent in zip(_as_exprs(region.starts), _ints(region.extents))]
+
+    value = tirx.Cast(str(dst.buffer.dtype), tirx.BufferLoad(src.buffer, at(src)))
+    body = tirx.BufferStore(dst.buffer, value, at(dst))
+    for n in reversed(range(len(dims))):
+        body = tirx.For(loops[n], 0, dims[n], tirx.ForKind.SERIAL, body,
+                        annotations={SCALAR_KEY: "an integer conversion wraps; A2's Cast "
+                                     "saturates"} if n == 0 else {}, span=span)
+    return body
 
 
 def _operand(buffer, indices, variables, extents):

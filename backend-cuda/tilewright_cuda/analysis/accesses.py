@@ -204,3 +204,46 @@ def tma_only(body) -> set:
     tvm_ffi.structural_walk(body, [(tvm.ir.Call, call),
                                    (tirx.BufferStore, lambda st: other.add(st.buffer))])
     return {b for b in loaded if not any(b.same_as(o) for o in other)}
+
+
+# TVM's CallEffectKind of operators that neither read nor write state: kExprAnnotation, kPure
+_PURE_EFFECTS = (0, 1)
+
+
+def registers_only(stmt) -> bool:
+    """Whether ``stmt`` writes nothing but thread-local storage and orders nothing with other
+    threads or the async proxy: every store goes to thread-local storage, every call is a TVM
+    operator without side effects or an intrinsic the table marks ``local`` (a warp shuffle,
+    a register pack) whose element addresses are thread-local. A barrier, an mbarrier, a
+    fence, a shared or global store, a call whose effects are unknown: not so. Loads of any
+    memory are allowed (reading does not disturb an asynchronous reader)."""
+    bad = []
+
+    def call(c):
+        if not isinstance(c.op, tvm.ir.Op):
+            bad.append(c)
+            return
+        name = intrinsics.extern_name(c)
+        if name is not None:
+            entry = intrinsics.lookup(name)
+            if entry is None or not entry.local or any(
+                    not layout.is_thread_local(load.source) for load, _ in
+                    intrinsics.pointer_effects(c)):
+                bad.append(c)
+            return
+        if intrinsics.is_address_of(c):
+            target = c.args[0]
+            if not isinstance(target, tvm.ir.TensorLoad) or \
+                    not layout.is_thread_local(target.source):
+                bad.append(c)
+            return
+        kind = c.op.get_attr("TCallEffectKind")
+        if kind is None or int(kind) not in _PURE_EFFECTS:
+            bad.append(c)
+
+    def store(s):
+        if not layout.is_thread_local(s.buffer):
+            bad.append(s)
+
+    tvm_ffi.structural_walk(stmt, [(tvm.ir.Call, call), (tirx.BufferStore, store)])
+    return not bad

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import tvm
 import tvm_ffi
-from tilewright.errors import KernelError
+from tilewright.errors import KernelError, span_location
 from tilewright.plugin import DeviceCodegen, GeneratedSource
 from tilewright.transform import float_to_int, narrow_float
 from tvm import tirx
@@ -25,7 +25,7 @@ from .launch import launch_info, param_kinds, symbol_sources
 INCLUDE = Path(__file__).resolve().parents[1] / "include"
 HEADERS = {name: (INCLUDE / name).read_text() for name in
            (intrinsics.BASE, intrinsics.COPY, intrinsics.MMA, intrinsics.HOPPER,
-            intrinsics.FP4)}
+            intrinsics.FP4, intrinsics.FP8)}
 # attributes of the lowered kernel that are ours, not TVM's: read here, removed before TVM
 OUR_ATTRS = (keys.DYN_SMEM, keys.TENSORMAPS, keys.CLUSTER)
 # the launch-bounds attribute TVM's CUDA printer turns into __launch_bounds__(threads, blocks)
@@ -80,7 +80,7 @@ def device_kernel(gvar, func, target):
     # float8 math calls become float32 ones before LowerIntrin names CUDA's functions
     dev_mod = tirx.transform.LowerIntrin()(tvm.IRModule(
         {kernel_gvar: float8_arithmetic(kernel)}, attrs=dev_mod.attrs))
-    kernel = float8_casts_through_float32(printable_constants(dev_mod[kernel_gvar]))
+    kernel = float8_conversions(printable_constants(dev_mod[kernel_gvar]))
     dev_mod = tvm.IRModule({kernel_gvar: kernel}, attrs=dev_mod.attrs)
     return dev_target, dev_mod, (kernel_gvar, kernel)
 
@@ -109,16 +109,29 @@ def float8_arithmetic(func):
     return func.with_body(narrow_float.rewrite(func.body, FLOAT8))
 
 
-def float8_casts_through_float32(func):
-    """``func`` with each cast from one float8 format to the other made through float32 (exact:
-    float32 holds every float8 value): CUDA's ``__nv_fp8_e4m3`` and ``__nv_fp8_e5m2`` convert
-    to and from float but not to each other, and TVM prints the cast as one C cast."""
+def float8_conversions(func):
+    """``func`` with each conversion to or between float8 formats in a form CUDA computes by
+    the language's rules. A cast from one format to the other goes through float32 (exact:
+    float32 holds every float8 value): ``__nv_fp8_e4m3`` and ``__nv_fp8_e5m2`` convert to and
+    from float but not to each other, and TVM prints the cast as one C cast. A conversion to
+    float8_e5m2 is ``tw_fp8_e5m2`` (``include/tw_fp8.h``): TVM prints ``(__nv_fp8_e5m2)x``,
+    which saturates to +-57344 where the format, and torch, overflow to +-inf."""
 
     def visit(c):
-        src, dst = str(c.value.ty), str(c.ty)
-        if src != dst and src.startswith("float8") and dst.startswith("float8"):
-            return tirx.Cast(dst, tirx.Cast("float32", c.value))
-        return c
+        src, dst = tvm.DataType(str(c.value.ty)), tvm.DataType(str(c.ty))
+        lanes = dst.lanes
+        src, dst = str(src.with_lanes(1)), str(dst.with_lanes(1))
+        if src == dst or not dst.startswith("float8"):
+            return c
+        if dst != "float8_e5m2":
+            wide = tirx.Cast(f"float32x{lanes}" if lanes > 1 else "float32", c.value)
+            return tirx.Cast(str(c.ty), wide) if src.startswith("float8") else c
+        if lanes != 1:
+            raise KernelError(f"the CUDA backend converts to float8_e5m2 one value at a time; "
+                              f"cannot print the {lanes}-lane conversion {c}",
+                              span_location(c.span))
+        value = c.value if src == "float32" else tirx.Cast("float32", c.value)
+        return tirx.call_pure_extern(dst, "tw_fp8_e5m2", value)
 
     return tvm_ffi.structural_map(func, (tirx.Cast, visit))
 
@@ -148,7 +161,8 @@ def generate(mod: tvm.IRModule, ctx) -> GeneratedSource:
     text = tvm.get_global_func("target.build.cuda")(dev_mod, dev_target).inspect_source()
     headers = {entry.header for entry in used}
     text = source.insert_headers(text, HEADERS[intrinsics.BASE] + "".join(
-        HEADERS[h] for h in (intrinsics.COPY, intrinsics.MMA, intrinsics.FP4) if h in headers))
+        HEADERS[h] for h in (intrinsics.COPY, intrinsics.MMA, intrinsics.FP4, intrinsics.FP8)
+        if h in headers))
     text = source.float8_on_every_arch(source.drop_unused_type_traits(text))
     meta = {
         "entry": str(kernel_gvar.name_hint), "arch": arch.name,

@@ -60,11 +60,15 @@ def param_kinds(func: tirx.PrimFunc, device_func) -> list[dict]:
 
 
 def symbol_sources(func: tirx.PrimFunc) -> dict:
-    """Where each shape symbol is read at launch: ``{name: [kernel parameter, dimension]}``."""
+    """Where each symbol a launch dimension may read is found at launch: a shape symbol as
+    ``{name: [kernel parameter, dimension]}``, an integer scalar parameter (a grid of
+    ``T.ceildiv(max_seqlen, 128)`` blocks) as ``{name: [kernel parameter]}``."""
     found = {}
     for index, p in enumerate(func.params):
         if tirx.buffer.is_buffer_var(p):
             for dim, extent in enumerate(p.shape):
                 if isinstance(extent, tirx.Var):
                     found.setdefault(str(extent.name), [index, dim])
+        elif "int" in str(p.ty):
+            found.setdefault(str(p.name), [index])
     return found

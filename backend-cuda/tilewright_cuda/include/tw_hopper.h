@@ -40,6 +40,10 @@ __device__ __forceinline__ void tw_fence_proxy_async() {
 __device__ __forceinline__ void tw_named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(threads) : "memory");
 }
+// PTX ISA, "bar.arrive": the calling warps count towards barrier id's threads and go on
+__device__ __forceinline__ void tw_named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;" :: "r"(id), "r"(threads) : "memory");
+}
 template <int N> __device__ __forceinline__ void tw_setmaxnreg_inc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" :: "n"(N));
 }
@@ -227,15 +231,17 @@ inline void tw_mbar_wait(void* bar, int parity) {
   }
 }
 inline std::map<long long, std::barrier<>*> tw_named;
+inline std::barrier<>* tw_named_barrier(int id, int threads) {
+  std::lock_guard<std::mutex> g(tw_mbar_mutex);
+  auto& slot = tw_named[(tw_cta_rank * 64LL + id) * 4096LL + threads];
+  if (!slot) slot = new std::barrier<>(threads);
+  return slot;
+}
 inline void tw_named_barrier_sync(int id, int threads) {
-  std::barrier<>* b;
-  {
-    std::lock_guard<std::mutex> g(tw_mbar_mutex);
-    auto& slot = tw_named[(tw_cta_rank * 64LL + id) * 4096LL + threads];
-    if (!slot) slot = new std::barrier<>(threads);
-    b = slot;
-  }
-  b->arrive_and_wait();
+  tw_named_barrier(id, threads)->arrive_and_wait();
+}
+inline void tw_named_barrier_arrive(int id, int threads) {
+  (void)tw_named_barrier(id, threads)->arrive();
 }
 template <int N> inline void tw_setmaxnreg_inc() {}
 template <int N> inline void tw_setmaxnreg_dec() {}

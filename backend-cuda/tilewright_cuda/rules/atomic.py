@@ -1,8 +1,6 @@
 """Atomics: ``T.atomic_add/max/min`` become ``atomicAdd`` and the compare-and-swap helpers of
 ``include/tw_cuda.h`` (``tw_atomic_*``, float16/bfloat16 max/min too), one element per
-thread (an element's atomic by the first thread, or inside ``T.Parallel`` by each thread its
-iteration is spread over); the expression form returning the old value
-(``return_prev=True``) too."""
+thread; the expression form returning the old value (``return_prev=True``) too."""
 
 from __future__ import annotations
 
@@ -49,11 +47,9 @@ def _make_atomic_rule(kind: str):
             return update if cond is None else tirx.IfThenElse(cond, update, None)
 
         if not ddims:
-            # one element: one thread updates it, unless each iteration of an enclosing
-            # T.Parallel loop (each thread that it is spread over) updates its own element
-            if any(is_parallel(loop) for loop in ctx.loops):
+            if any(is_parallel(loop) for loop in ctx.loops):  # each iteration's own element
                 return body([])
-            tx, _ = thread_var(ctx)
+            tx, _ = thread_var(ctx)  # block code: one thread updates the element
             return tirx.IfThenElse(tx == 0, body([]), None)
         return loop_nest([dst.extents[d] for d in ddims], body, ctx=ctx)
 

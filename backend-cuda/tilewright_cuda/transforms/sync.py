@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import tvm
 import tvm_ffi
+from tilewright.errors import UnsupportedOpError, span_location
 from tilewright.transform import StmtMutator, prim_func_pass, rebuild_for
 from tvm import tirx
 
@@ -48,6 +49,9 @@ class Syncs:
                 self.uniform(stmt.extent) and self.uniform(stmt.min) and \
                 not self._is_spread(stmt):
             return self._loop(stmt, state)
+        if isinstance(stmt, tirx.While):
+            self._check_while(stmt)
+            return self._loop(stmt, state)
         if isinstance(stmt, tirx.IfThenElse) and self.uniform(stmt.condition):
             then_case, s1 = self.run(stmt.then_case, state)
             else_case, s2 = (self.run(stmt.else_case, state) if stmt.else_case is not None
@@ -62,25 +66,48 @@ class Syncs:
             writes, issued = writes | issued, set()
         return stmt, (reads, writes, issued)
 
+    def _check_while(self, stmt) -> None:
+        """A ``while`` loop is entered like a counted one when every thread of the block
+        evaluates its condition alike and the condition reads no shared memory (nothing
+        orders it after the body's writes); otherwise it is refused at the loop's line."""
+        if not self.uniform(stmt.condition):
+            why = "reads the thread index (threads would leave the loop apart, and the " \
+                "barriers inside it need every thread)"
+        elif Access(tirx.Evaluate(stmt.condition), self.versions).reads:
+            why = "reads shared memory"
+        else:
+            return
+        raise UnsupportedOpError(
+            f"backend 'cuda' runs a 'while' loop whose condition is the same in every thread "
+            f"and reads no shared memory; this condition {why}: keep the value in a "
+            "T.alloc_var or a local fragment every thread computes alike",
+            span_location(stmt.span))
+
     def _loop(self, stmt, state):
         """A barrier the first iteration needs goes before the loop; inside, only what one
-        iteration needs after the previous one (its versions shifted back by one)."""
+        iteration needs after the previous one (a counted loop's versions shifted back by
+        one). A ``while`` loop is one whose iterations are not counted."""
         reads, writes, issued = state
         acc = Access(stmt.body, self.versions)
         before = None
         if not _starts_with_sync(stmt.body) and (
                 conflict(acc.reads, writes) or conflict(acc.writes | acc.issued, reads | writes)):
             before, reads, writes = intrinsics.sync(), set(), set()
-        var = hash(stmt.loop_var)
+        counted = isinstance(stmt, tirx.For)
+        var = hash(stmt.loop_var) if counted else None
 
         def back_edge(key):
             return (key[0], key[1], (key[2] - 1) % key[3], key[3])
 
         _, end = self.run(stmt.body, (set(), set(), set(issued)))
-        end = tuple(rekey(e, var, back_edge) for e in end)
+        if counted:
+            end = tuple(rekey(e, var, back_edge) for e in end)
         body, end = self.run(stmt.body, end)
-        loop = rebuild_for(stmt, body=body)
-        end = tuple(rekey(e, var, lambda key: None) for e in end)
+        if counted:
+            loop = rebuild_for(stmt, body=body)
+            end = tuple(rekey(e, var, lambda key: None) for e in end)
+        else:
+            loop = tirx.While(stmt.condition, body, span=stmt.span)
         after = (reads | end[0], writes | end[1], end[2])
         return (loop if before is None else tirx.SeqStmt([before, loop])), after
 

@@ -156,6 +156,8 @@ class Pipelined(LoopSpec):
             annotations["tw.order"] = [int(o) for o in order]
         if stage is not None:
             annotations["tw.stage"] = [int(s) for s in stage]
+        if group is not None:  # order= and stage= then index these groups of statements
+            annotations["tw.group"] = [[int(s) for s in g] for g in group]
         super().__init__((to_expr(stop) - to_expr(start) if not (isinstance(start, int) and
                           isinstance(stop, int)) else stop - start,), (start,), annotations)
 

@@ -100,10 +100,12 @@ class CubinFunction:
     """One ``__global__`` function of a cubin plus how to launch it.
 
     ``launch`` (from the backend's codegen) holds ``entry``, ``params`` (tensor / scalar /
-    symbol, in device-parameter order), ``symbols`` (where each shape symbol is read: kernel
-    parameter and dimension), ``grid`` (three Python expressions over the symbols), ``block``
-    and ``dynamic_smem_bytes``. Called with every kernel parameter (inputs and outputs) in
-    kernel order. The module is loaded on first call, so building needs no GPU.
+    symbol, in device-parameter order), ``symbols`` (where each symbol of the grid is read:
+    ``[kernel parameter, dimension]`` for a tensor's extent, ``[kernel parameter]`` for an
+    integer scalar argument; see :func:`symbol_values`), ``grid`` (three Python expressions
+    over the symbols), ``block`` and ``dynamic_smem_bytes``. Called with every kernel
+    parameter (inputs and outputs) in kernel order. The module is loaded on first call, so
+    building needs no GPU.
     """
 
     def __init__(self, cubin: bytes, launch: dict, source: str = ""):
@@ -133,8 +135,7 @@ class CubinFunction:
             return self._functions[device_index]
 
     def symbols(self, args) -> dict:
-        return {name: int(args[param].shape[dim])
-                for name, (param, dim) in self.launch["symbols"].items()}
+        return symbol_values(self.launch["symbols"], args)
 
     def __call__(self, *args):
         import torch
@@ -204,6 +205,14 @@ def _int(value, low: int, high: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 
 
+def symbol_values(sources: dict, args) -> dict:
+    """Each launch symbol's value for a call on ``args`` (every kernel parameter in order):
+    ``[param, dim]`` is the extent of a tensor argument, ``[param]`` an integer scalar
+    argument itself (a grid such as ``T.ceildiv(max_seqlen, 128)`` over a scalar)."""
+    return {name: int(args[src[0]].shape[src[1]]) if len(src) == 2 else int(args[src[0]])
+            for name, src in sources.items()}
+
+
 def check_launch(launch) -> dict:
     """``launch`` if it is a well-formed launch description; a ValueError naming the field
     otherwise. Nothing in it is executed: grids are parsed by :mod:`tilewright.runtime.expr`."""
@@ -216,7 +225,7 @@ def check_launch(launch) -> dict:
            f"entry {launch.get('entry')!r}")
     symbols = launch.get("symbols")
     expect(isinstance(symbols, dict) and all(
-        isinstance(k, str) and k.isidentifier() and isinstance(v, list) and len(v) == 2 and
+        isinstance(k, str) and k.isidentifier() and isinstance(v, list) and len(v) in (1, 2) and
         all(_int(x, 0, 1 << 16) for x in v) for k, v in symbols.items()), "symbols")
     grid = launch.get("grid")
     expect(isinstance(grid, list) and len(grid) == 3, "grid")
@@ -273,10 +282,12 @@ class BundleKernel(KernelCall):
             if "param" in p and p["param"] >= limit:
                 raise BundleError(bundle.path, "fields", f"launch parameter {p!r} names "
                                                          f"parameter {p['param']} of {limit}")
-        for name, (param, dim) in launch["symbols"].items():
-            if param >= limit or signature.params[param].kind != "tensor" or \
-                    dim >= len(signature.params[param].shape):
+        for name, (param, *dim) in launch["symbols"].items():
+            kind = "tensor" if dim else "scalar"
+            if param >= limit or signature.params[param].kind != kind or \
+                    dim and dim[0] >= len(signature.params[param].shape):
+                where = f"dimension {dim[0]}" if dim else "as a scalar"
                 raise BundleError(bundle.path, "fields", f"symbol {name!r} is read from "
-                                                         f"parameter {param}, dimension {dim}")
+                                                         f"parameter {param}, {where}")
         return BundleKernel(CubinFunction(bundle.files["binary"], launch,
                                           bundle.text("source")), signature)

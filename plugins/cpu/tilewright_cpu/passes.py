@@ -20,6 +20,8 @@ from .lowering_float8 import touches_float8
 
 LOOP_KEY = "tw.loop"
 VECTOR_LANES = 8
+REINTERPRET = tvm.ir.Op.get("tirx.reinterpret")
+ZERO = tirx.IntImm("int32", 0)
 
 
 def _has_loop(stmt) -> bool:
@@ -188,22 +190,29 @@ def fold_unsigned_sign_tests():
     return prim_func_pass("CPUFoldUnsignedSignTests", run)
 
 
+def _u32(x):
+    return tirx.const(x, "uint32")
+
+
+def _bfloat16_bits(bits):
+    """The bfloat16 nearest the float32 whose bits are the uint32 ``bits`` (to nearest even,
+    NaN kept quiet), in the low 16 bits of a uint32. ``bits`` is used several times: give a
+    variable or an expression without bindings."""
+    rounded = tirx.shift_right(bits + _u32(0x7FFF) + tirx.bitwise_and(
+        tirx.shift_right(bits, _u32(16)), _u32(1)), _u32(16))
+    nan = tirx.bitwise_and(bits, _u32(0x7FFFFFFF)) > _u32(0x7F800000)
+    quiet = tirx.bitwise_or(tirx.shift_right(bits, _u32(16)), _u32(0x40))
+    return tirx.Select(nan, quiet, rounded)
+
+
 def _bfloat16_rounded(value):
     """``value`` rounded to bfloat16 (to nearest even, NaN kept quiet) in integer code, as a
     bfloat16 expression. Its bits are not let-bound: TVM's BF16ComputeLegalize does not
     rewrite the buffers inside a ``Let`` expression's value (common-subexpression
     elimination merges the repeats)."""
-
-    def u32(x):
-        return tirx.const(x, "uint32")
-
     value32 = value if str(value.ty) == "float32" else tirx.Cast("float32", value)
-    bits = tirx.reinterpret("uint32", value32)
-    rounded = tirx.shift_right(bits + u32(0x7FFF) + tirx.bitwise_and(
-        tirx.shift_right(bits, u32(16)), u32(1)), u32(16))
-    nan = tirx.bitwise_and(bits, u32(0x7FFFFFFF)) > u32(0x7F800000)
-    quiet = tirx.bitwise_or(tirx.shift_right(bits, u32(16)), u32(0x40))
-    return tirx.reinterpret("bfloat16", tirx.Cast("uint16", tirx.Select(nan, quiet, rounded)))
+    return tirx.reinterpret("bfloat16", tirx.Cast("uint16", _bfloat16_bits(
+        tirx.reinterpret("uint32", value32))))
 
 
 def round_bfloat16_tiles():
@@ -211,8 +220,8 @@ def round_bfloat16_tiles():
     to bfloat16, as a GPU's bfloat16 memory rounds them. TVM 0.27's BF16ComputeLegalize keeps
     such tiles in float32 and drops the conversion of a stored value, so a tile written by
     ``T.Parallel`` and read by ``T.gemm`` held float32 values: results more precise than the
-    kernel's types (and than the interpreter's and a GPU's). A copy of another bfloat16
-    value needs no rounding and is left alone."""
+    kernel's types (and than the interpreter's and a GPU's). A bfloat16 value already (a copy
+    of another, one rounded in integer code) needs no rounding and is left alone."""
 
     def run(func):
         tiles = set()
@@ -224,7 +233,8 @@ def round_bfloat16_tiles():
         def store(stmt):
             value = stmt.value
             if stmt.buffer not in tiles or str(value.ty) != "bfloat16" or \
-                    isinstance(value, tvm.ir.TensorLoad) and str(value.source.dtype) == "bfloat16":
+                    isinstance(value, tvm.ir.TensorLoad) and str(value.source.dtype) == "bfloat16" \
+                    or isinstance(value, tvm.ir.Call) and value.op.same_as(REINTERPRET):
                 return stmt
             inner = value.value if isinstance(value, tirx.Cast) else value
             return tirx.BufferStore(stmt.buffer, _bfloat16_rounded(inner), stmt.indices,
@@ -281,17 +291,9 @@ def _float32_rounded_to_bfloat16(value):
     """The float32 ``value`` rounded to bfloat16 (to nearest even, NaN kept quiet), still a
     float32 value, its bits bound once: TVM's BF16ComputeLegalize drops a conversion to
     bfloat16 between operations, but leaves float32 and integer code alone."""
-
-    def u32(x):
-        return tirx.const(x, "uint32")
-
     bits = tirx.Var("bf16_bits", "uint32")
-    rounded = tirx.shift_left(tirx.shift_right(bits + u32(0x7FFF) + tirx.bitwise_and(
-        tirx.shift_right(bits, u32(16)), u32(1)), u32(16)), u32(16))
-    nan = tirx.bitwise_and(bits, u32(0x7FFFFFFF)) > u32(0x7F800000)
-    quiet = tirx.bitwise_and(tirx.bitwise_or(bits, u32(0x400000)), u32(0xFFFF0000))
-    return tirx.Let(bits, tirx.reinterpret("uint32", value),
-                    tirx.reinterpret("float32", tirx.Select(nan, quiet, rounded)))
+    return tirx.Let(bits, tirx.reinterpret("uint32", value), tirx.reinterpret(
+        "float32", tirx.shift_left(_bfloat16_bits(bits), _u32(16))))
 
 
 def round_bfloat16_arithmetic():
@@ -306,6 +308,147 @@ def round_bfloat16_arithmetic():
 
     return prim_func_pass("CPURoundBfloat16Arithmetic", lambda func: func.with_body(
         narrow_float.rewrite(func.body, frozenset({"bfloat16"}), narrowed=narrowed)))
+
+
+def _has_let(expr) -> bool:
+    found = []
+    tvm_ffi.structural_walk(expr, (tirx.Let, found.append))
+    return bool(found)
+
+
+def _touches_bfloat16(expr, *dtypes) -> bool:
+    """Whether ``expr`` reads or converts bfloat16 values (or one of ``dtypes`` is)."""
+    found = []
+    tvm_ffi.structural_walk(expr, [(tvm.ir.TensorLoad, lambda ld: found.append(ld.source.dtype)),
+                                   (tirx.Cast, lambda c: found.append(c.ty))])
+    return "bfloat16" in {*map(str, dtypes), *map(str, found)}
+
+
+def _float32_of_bfloat16_bits(bits16):
+    """The float32 value of the bfloat16 whose bits are the uint16 ``bits16`` (exact)."""
+    return tirx.reinterpret("float32", tirx.shift_left(tirx.Cast("uint32", bits16), _u32(16)))
+
+
+def _bfloat16_bound(value):
+    """The float32 ``value`` rounded to bfloat16 in integer code, its bits bound once, as a
+    bfloat16 expression."""
+    bits = tirx.Var("bf16_bits", "uint32")
+    return tirx.reinterpret("bfloat16", tirx.Cast("uint16", tirx.Let(
+        bits, tirx.reinterpret("uint32", value), _bfloat16_bits(bits))))
+
+
+def _is_if_then_else(expr) -> bool:
+    return isinstance(expr, tvm.ir.Call) and isinstance(expr.op, tvm.ir.Op) and \
+        expr.op.name == "prim.if_then_else"
+
+
+def _lazy_loads(expr) -> list:
+    """The loads in a branch of an ``if_then_else`` of ``expr`` (made only where taken)."""
+    found = []
+
+    def branch(call):
+        if _is_if_then_else(call):
+            for arg in call.args[1:]:
+                tvm_ffi.structural_walk(arg, (tvm.ir.TensorLoad, found.append))
+
+    tvm_ffi.structural_walk(expr, (tvm.ir.Call, branch))
+    return found
+
+
+def _branches(stmt):
+    """A store of an ``if_then_else`` (under conversions) as an ``if`` over a store of each
+    branch, or None for another store."""
+    casts, value = [], stmt.value
+    while isinstance(value, tirx.Cast):
+        casts.append(str(value.ty))
+        value = value.value
+    if not _is_if_then_else(value):
+        return None
+
+    def store_of(branch):
+        for dtype in reversed(casts):
+            branch = tirx.Cast(dtype, branch)
+        return tirx.BufferStore(stmt.buffer, branch, stmt.indices, span=stmt.span)
+
+    cond, then_value, else_value = value.args
+    return tirx.IfThenElse(cond, store_of(then_value), store_of(else_value), span=stmt.span)
+
+
+def _converted_around_lets(expr, span):
+    """``expr`` with its conversions between bfloat16 and float32 made in integer code (see
+    :func:`bfloat16_conversions_around_lets`), and the stores of the tile reads it holds in
+    float32 local arrays, to be made before it."""
+    lazy, held = _lazy_loads(expr), []
+
+    def convert(cast):
+        source, target, value = str(cast.value.ty), str(cast.ty), cast.value
+        if source == "float32" and target == "bfloat16":
+            return _bfloat16_bound(value)
+        if source != "bfloat16" or target != "float32":
+            return cast
+        if isinstance(value, tvm.ir.Call) and value.op.same_as(REINTERPRET):
+            return _float32_of_bfloat16_bits(value.args[0])
+        if not isinstance(value, tvm.ir.TensorLoad):
+            return cast
+        if str(value.source.scope()) == "global":
+            return _float32_of_bfloat16_bits(tirx.reinterpret("uint16", value))
+        if any(value.same_as(load) for load in lazy):
+            return cast
+        cell = tirx.decl_buffer((1,), "float32", f"{value.source.name}_held", scope="local")
+        held.append(tirx.BufferStore(cell, cast, [ZERO], span=span))
+        return tirx.BufferLoad(cell, [ZERO])
+
+    return tvm_ffi.structural_map(expr, (tirx.Cast, convert)), held
+
+
+def _after_held(held, stmt):
+    if not held:
+        return stmt
+    return tirx.SeqStmt([*(tirx.AllocBuffer(h.buffer, span=stmt.span) for h in held), *held,
+                         stmt])
+
+
+def bfloat16_conversions_around_lets():
+    """In a stored value or an ``if``'s condition that binds a variable (a ``Let``: the vector
+    ``exp``, a rounded bfloat16 operation), conversions between bfloat16 and float32 are made
+    here, so that TVM 0.27's bfloat16 legalisation has nothing to do in it: rounding to
+    bfloat16 in integer code with the bits bound once, widening a tensor's bfloat16 in integer
+    code (exact), a tile's (which BF16ComputeLegalize re-declares as float32) read into a
+    float32 local array before the statement. BF16ComputeLegalize does not visit a ``Let``'s
+    value: a tensor's bfloat16 read there reached BF16StorageLegalize as a float32 conversion
+    of the raw uint16 bits (silently wrong values), a tile's was left reading the old tile
+    ("Load/Store of buffer ... occurred before its declaration"). And it converts a float32
+    value stored to bfloat16 by an expression that repeats the value (``DTypeConversion``:
+    the bits, then their rounding bias), bindings included, which TVM's VectorizeLoop rejects
+    ("Let cannot bind the same var to two different values": it compares the second
+    binding's value with the variable it recorded for the first, so any repeated binding
+    fails). A store of an ``if_then_else`` becomes an ``if`` over a store of each branch
+    first, so that a branch's reads are made only where it is taken; a tile's read in an
+    ``if_then_else`` deeper in an expression is left where it is."""
+
+    def store(stmt):
+        if not _has_let(stmt.value) or not _touches_bfloat16(stmt.value, stmt.buffer.dtype):
+            return stmt
+        split = _branches(stmt) if _lazy_loads(stmt.value) else None
+        if split is not None:  # each branch's loads made where it is taken
+            return branch(tirx.IfThenElse(split.condition, store(split.then_case),
+                                          store(split.else_case), span=stmt.span))
+        value, held = _converted_around_lets(stmt.value, stmt.span)
+        if value.same_as(stmt.value):
+            return stmt
+        return _after_held(held, tirx.BufferStore(stmt.buffer, value, stmt.indices,
+                                                  span=stmt.span))
+
+    def branch(stmt):
+        if not _has_let(stmt.condition) or not _touches_bfloat16(stmt.condition):
+            return stmt
+        condition, held = _converted_around_lets(stmt.condition, stmt.span)
+        return _after_held(held, tirx.IfThenElse(condition, stmt.then_case, stmt.else_case,
+                                                  span=stmt.span))
+
+    return prim_func_pass("CPUBfloat16AroundLets", lambda func: func.with_body(
+        tvm_ffi.structural_map(func.body, [(tirx.BufferStore, store),
+                                           (tirx.IfThenElse, branch)])))
 
 
 def float16_math_in_float32():

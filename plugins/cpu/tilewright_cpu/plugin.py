@@ -46,6 +46,8 @@ PIPELINE = PassPipeline((
         *fastmath.passes(ctx.pass_configs),
         passes.round_bfloat16_arithmetic(),
         passes.float16_math_in_float32(),
+        fastmath.lower_tanh(),
+        passes.bfloat16_conversions_around_lets(),
         lowering_float8.lower_float8(),
         passes.lower_loops(not ctx.pass_configs.get("tw.disable_vectorize", False))],
           "float -> integer conversions saturating (NaN gives 0); named bfloat16 and "
@@ -53,8 +55,9 @@ PIPELINE = PassPipeline((
           "float32 exp/exp2 vectorisable (within 2 ulp, or the fast polynomial with "
           "TL_ENABLE_FAST_MATH); bfloat16 and float8 arithmetic and math functions, and "
           "float16 math functions, rounded per operation (their math in libm's float32 "
-          "functions); float8 conversions as integer code; T.Parallel loops vectorised where "
-          "their extent allows"),
+          "functions); float32 tanh vectorisable (within 2 ulp); bfloat16 conversions in "
+          "stores with bindings in integer code; float8 conversions as integer code; "
+          "T.Parallel loops vectorised where their extent allows"),
     Phase("lower_memory", lambda ctx: [passes.lower_scopes(), passes.round_bfloat16_tiles()],
           "shared and fragment tiles become per-block host arrays; values stored into "
           "bfloat16 tiles rounded to bfloat16"),

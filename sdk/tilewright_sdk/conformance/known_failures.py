@@ -34,18 +34,10 @@ class KnownFailure:
 
 
 KNOWN_FAILURES: tuple[KnownFailure, ...] = (
-    KnownFailure("ascend", "float_classes-*",
-                 "T.isnan / T.isinf / T.isfinite have neither a vector instruction nor a "
-                 "scalar-unit form (refused at the kernel's line)", when="build"),
     KnownFailure("ascend", "named_value-*",
                  "a branch on tile data with several stores (a compare-and-swap) has no "
                  "vector form and the scalar unit does not branch on tile data (refused at "
                  "the kernel's line)", when="build"),
-    KnownFailure("ascend", "float_to_int-*",
-                 "a float -> integer T.cast of a value out of the integer's range wraps instead "
-                 "of saturating (float32 128.0 to int8 gives -128; 32 of the row's 40 float32 "
-                 "elements differ); the core rule's NaN test (T.isnan) has no vector form "
-                 "here, so the Ascend lowering needs a saturating conversion of its own"),
 )
 
 

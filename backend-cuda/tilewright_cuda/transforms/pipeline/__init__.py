@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import tvm
 import tvm_ffi
+from tilewright.errors import KernelError, span_location
 from tilewright.transform import prim_func_pass
 from tvm import tirx
 
@@ -133,11 +134,19 @@ def _pipeline_loop(loop, func_body, analyzer, tx):
                                             tirx.floormod(i, stages)))
     steady = one_barrier_for_wgmma(steady)
     annotations = {k: v for k, v in loop.annotations.items()
-                   if str(k) not in (keys.STAGES, keys.ORDER, keys.STAGE)}
+                   if str(k) not in keys.PIPELINE_HINTS}
     main = tirx.For(i, 0, n, loop.kind, tirx.SeqStmt(steady), annotations=annotations,
                     span=loop.span)
     drain = [intrinsics.wgmma_wait(0)] if overlap else []
     return tirx.SeqStmt([*prologue, main, *drain, intrinsics.cp_async_wait(0)]), versioned
+
+
+def _check_turns(options, specialised: bool, span) -> None:
+    if options.pingpong and not specialised:
+        raise KernelError(f"{keys.WGMMA_PINGPONG} needs a warp-specialised T.Pipelined loop "
+                          "(sm_90a, the kernel's only pipelined loop, its copies TMA loads, "
+                          f"{keys.DISABLE_WARP_SPECIALIZED} not set); this kernel has none",
+                          span_location(span))
 
 
 def pipeline(options):
@@ -150,8 +159,9 @@ def pipeline(options):
         tvm_ffi.structural_walk(func.body, (tirx.For, lambda s: loops.append(s) if int(
             s.annotations.get(keys.STAGES, 0)) >= 2 else None))
         if not loops:
+            _check_turns(options, False, None)
             return func
-        body, versions = func.body, {}
+        body, versions, specialised = func.body, {}, False
         analyzer = tvm.sym.Analyzer()
         tx = find_thread(func).loop_var
         for loop in loops:
@@ -161,9 +171,11 @@ def pipeline(options):
             new_loop, versioned = done
             stages = int(loop.annotations[keys.STAGES])
             if isinstance(new_loop, TmaPlan):
-                split = new_loop.specialise(body, options.multicast, options.blocks_per_sm) \
+                split = new_loop.specialise(body, options.multicast, options.blocks_per_sm,
+                                            options.pingpong) \
                     if options.warp_specialized and len(loops) == 1 else None
                 if split is not None:
+                    specialised = True
                     body, new_loop = split, loop  # the loop is gone: nothing to swap
                 else:
                     new_loop = new_loop.in_order()
@@ -177,6 +189,7 @@ def pipeline(options):
 
             body = tvm_ffi.structural_map(body, [(tirx.For, swap), (tirx.AllocBuffer, alloc)])
             versions.update({b.name: stages for b in versioned.old})
+        _check_turns(options, specialised, loops[0].span)
         func = func.with_body(resolve(body))  # copies of loops left alone: cp.async
         return func.with_attr(keys.VERSIONS, versions) if versions else func
 

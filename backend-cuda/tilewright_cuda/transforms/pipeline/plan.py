@@ -5,6 +5,8 @@ Both forms, cp.async (``pipeline/__init__``) and TMA (``pipeline/tma``), build o
 
 from __future__ import annotations
 
+import warnings
+
 import tvm
 import tvm_ffi
 from tilewright.errors import KernelError, span_location
@@ -55,17 +57,34 @@ class Versioned:
                                              (tirx.BufferStore, store)])
 
 
+def hint(loop, key: str):
+    """The loop's ``stage=`` or ``order=`` (``key``), one entry per statement of its body; None
+    where it has none or gives them per ``group=`` of statements. Those are TileLang's
+    schedule of the compute statements themselves (a warp-specialised software pipeline of
+    gemms and softmax), which this backend does not implement: it pipelines the copies by
+    itself, as without the hints (the results are the same), and says so."""
+    value = loop.annotations.get(key)
+    if value is None:
+        return None
+    if keys.GROUP in loop.annotations:
+        warnings.warn(f"{span_location(loop.span) or 'T.Pipelined'}: the CUDA backend does not "
+                      "schedule groups of compute statements (T.Pipelined group=); it ignores "
+                      "order= and stage= there and pipelines the loop's copies by itself",
+                      RuntimeWarning, stacklevel=2)
+        return None
+    return [int(x) for x in value]
+
+
 def statements(loop):
     """(statements, indices of the producers) of a pipelined loop's body."""
     body = loop.body
     stmts = list(body.seq) if isinstance(body, tirx.SeqStmt) else [body]
     # the copy rules' own commit/wait (flattened into the body) give way to the pipeline's
     stmts = [s for s in stmts if not is_group_call(s)]
-    stage = loop.annotations.get(keys.STAGE)
+    stage = hint(loop, keys.STAGE)
     if stage is None:
         return stmts, [i for i, s in enumerate(stmts)
                        if producer_writes(resolve(s)) is not None]
-    stage = [int(x) for x in stage]
     if len(stage) != len(stmts):
         raise KernelError(f"T.Pipelined stage= has {len(stage)} entries but the loop body has "
                           f"{len(stmts)} statements", span_location(loop.span))
@@ -79,10 +98,9 @@ def statements(loop):
 
 
 def issue_order(loop, count: int) -> list[int]:
-    order = loop.annotations.get(keys.ORDER)
+    order = hint(loop, keys.ORDER)
     if order is None:
         return list(range(count))
-    order = [int(x) for x in order]
     if sorted(order) != list(range(count)):
         raise KernelError(f"T.Pipelined order= must be a permutation of 0..{count - 1}, got "
                           f"{order}", span_location(loop.span))

@@ -16,6 +16,11 @@ the tiles itself, computing each tile's indices on its own, so it loads the next
 first stages while the compute warpgroups store the last tile; both count the loop's
 iterations across tiles, so versions and barrier phases carry on.
 
+With ``pingpong`` (the pass config ``cuda.wgmma_pingpong``) the two compute warpgroups take
+turns issuing each iteration's first wgmma gemm (:func:`take_turns`, FlashAttention-3's
+inter-warpgroup overlap): warpgroup 0 issues, lets warpgroup 1 issue, and computes (a
+softmax, say) while the tensor cores run warpgroup 1's gemm, and so on.
+
 With a producer warpgroup, a tile that two neighbouring blocks (blockIdx.x 2c and 2c + 1)
 load from the same place -- the B tile of a GEMM whose rasterisation pairs blocks of one
 column -- is loaded once for both: the two blocks form a cluster, each loads half of the
@@ -30,6 +35,7 @@ from typing import Any
 
 import tvm
 import tvm_ffi
+from tilewright.errors import KernelError
 from tvm import tirx
 
 from ... import intrinsics, keys
@@ -45,6 +51,9 @@ PRODUCER_REGISTERS = 40  # setmaxnreg budget of the producer warpgroup
 # ptxas spilled about 20 of the 8192^3 bench GEMM's producer values
 PERSISTENT_PRODUCER_REGISTERS = 56
 MAX_CONSUMER_REGISTERS = 240
+# named barriers 9 and 10: the compute warpgroups' turns with ``pingpong`` (ids 1-8 are the
+# barriers of T.ws roles, one per first warpgroup: transforms/sync)
+TURN_BARRIER = 9
 REGISTER_FILE = 65536  # 32-bit registers per SM, shared by its blocks (cuda.blocks_per_sm)
 
 
@@ -137,7 +146,7 @@ class TmaPlan:
 
     def _loop(self, body: list):
         annotations = {k: v for k, v in self.loop.annotations.items()
-                       if str(k) not in (keys.STAGES, keys.ORDER, keys.STAGE)}
+                       if str(k) not in keys.PIPELINE_HINTS}
         return tirx.For(self.i, 0, self.loop.extent, self.loop.kind, tirx.SeqStmt(body),
                         annotations=annotations, span=self.loop.span)
 
@@ -174,7 +183,8 @@ class TmaPlan:
                              self._loop([intrinsics.sync(), *steady]), *drain])
 
     # -- a producer warpgroup issues ---------------------------------------------------------
-    def specialise(self, func_body, multicast: bool = False, blocks: int = 1):
+    def specialise(self, func_body, multicast: bool = False, blocks: int = 1,
+                   pingpong: bool = False):
         """``func_body`` with one more warpgroup in the block that only issues the loads,
         or None when the kernel does not allow it (the loop is neither at the top of the
         block's program nor directly in a serial loop there whose other code leaves the
@@ -197,7 +207,8 @@ class TmaPlan:
         The kernel's threads keep their indices, so code lowered for them is unchanged;
         block-wide barriers among them become named barriers (hopper.insert_sync). With
         ``multicast``, tiles that pairs of blocks share are loaded once per pair
-        (:class:`~.multicast.Multicast`)."""
+        (:class:`~.multicast.Multicast`); with ``pingpong`` the two compute warpgroups take
+        turns issuing (:func:`take_turns`)."""
         thread = block_loop(func_body)
         if thread is None or role_loops(func_body):
             return None
@@ -286,7 +297,10 @@ class TmaPlan:
                     consumed_base + n - 1, stages))), None))
         else:
             steady += release(tirx.floormod(count, stages))
-        computed = [intrinsics.fence_proxy_async(), intrinsics.sync(), self._loop(steady), *tail]
+        loop = [self._loop(steady)]
+        if pingpong:
+            loop = take_turns(steady, self.tx, threads, self._loop)
+        computed = [intrinsics.fence_proxy_async(), intrinsics.sync(), *loop, *tail]
         if tiles is not None:
             computed = [consumed.start(), tiles.rebuild([
                 *tiles.before, consumed.bind(consumed_base), *computed,
@@ -308,6 +322,63 @@ class TmaPlan:
         out = tvm_ffi.structural_map(func_body, (tirx.For, lambda s: new if s.same_as(thread)
                                                  else s))
         return out if cast is None else cast.clustered(out)
+
+
+def take_turns(steady: list, tx, threads: int, make_loop) -> list:
+    """The compute loop (``make_loop`` of its iteration's statements ``steady``) with the two
+    warpgroups taking turns at the iteration's first wgmma issue::
+
+        if w == 1: bar.arrive(9, 256)            # warpgroup 0 goes first
+        for i in range(n):
+            ...
+            bar.sync(9 + w, 256)                 # the other warpgroup has issued
+            wgmma ...                            # this warpgroup's gemm
+            bar.arrive(9 + 1 - w, 256)           # the other's turn
+            ...
+        if w == 0: bar.sync(9, 256)              # warpgroup 1's last arrival
+
+    ``w`` is the warpgroup (threadIdx.x / 128); each barrier completes with one warpgroup's
+    bar.sync and the other's bar.arrive, so the turns alternate strictly and both barriers
+    end the loop with no arrival pending. The gemm must be issued by the iteration itself,
+    not under a condition or in an inner loop (both warpgroups must reach each turn)."""
+    if threads != 2 * WARPGROUP:
+        raise KernelError(f"{keys.WGMMA_PINGPONG} needs two compute warpgroups (256 threads "
+                          f"in T.Kernel); this kernel has {threads} threads")
+    count = tirx.const(2 * WARPGROUP, "int32")
+    w = tirx.floordiv(tx, WARPGROUP)
+
+    def barrier(name, ident):
+        return intrinsics.call(name, ident, count)
+
+    out, taken = [], False
+    for stmt in steady:
+        items = flat([stmt])
+        first = next((k for k, s in enumerate(items) if not taken and
+                      isinstance(s, tirx.Evaluate) and intrinsics.role(s) == "wgmma"), None)
+        if first is None:
+            if not taken and _has_wgmma(stmt):
+                break  # under a condition or in a loop: no turn there
+            out.append(stmt)
+            continue
+        items[first:first + 1] = [
+            barrier("tw_named_barrier_sync", TURN_BARRIER + w), items[first],
+            barrier("tw_named_barrier_arrive", TURN_BARRIER + 1 - w)]
+        out.append(seq(items))
+        taken = True
+    if not taken:
+        raise KernelError(f"{keys.WGMMA_PINGPONG}: the pipelined loop issues no wgmma gemm of "
+                          "its own (none, or only under a condition or in an inner loop)")
+    first_turn = tirx.const(TURN_BARRIER, "int32")
+    return [tirx.IfThenElse(w == 1, barrier("tw_named_barrier_arrive", first_turn), None),
+            make_loop(out),
+            tirx.IfThenElse(w == 0, barrier("tw_named_barrier_sync", first_turn), None)]
+
+
+def _has_wgmma(stmt) -> bool:
+    found = []
+    tvm_ffi.structural_walk(stmt, (tvm.ir.Call, lambda c: found.append(c) if
+                                   intrinsics.role(c) == "wgmma" else None))
+    return bool(found)
 
 
 def _shared_writes(stmts: list) -> list:

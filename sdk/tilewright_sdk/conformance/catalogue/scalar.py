@@ -175,6 +175,87 @@ def _float8_arith_ref(x, p, dtype):
     return [_stack([r(ref(x, p, r)) for _, ref in FLOAT8_ARITH.values()])]
 
 
+# Narrow-float expressions on global tensors in a vectorisable T.Parallel: float32 math of
+# widened operands converted back (the common mixed-precision form), math and arithmetic in the
+# narrow type itself, and both mixed. Each is the float32 computation rounded once to the type
+# per narrow operation (CUDA's hexp & co.; ``r`` in the reference): name -> (kernel expression
+# of x, y (> 0) and the dtype, reference of the float32 copies x, y and r). T.rsqrt and
+# T.sigmoid of float32 are composed (1 / sqrt, 1 / (1 + exp(-x))), so is their reference.
+def _wide(v):
+    return T.cast(v, "float32")
+
+
+NARROW_F32 = {
+    "exp": (False, T.exp, lambda v: v.exp()),
+    "exp2": (False, T.exp2, lambda v: v.exp2()),
+    "log": (True, T.log, lambda v: v.log()),
+    "sqrt": (True, T.sqrt, lambda v: v.sqrt()),
+    "rsqrt": (True, T.rsqrt, lambda v: 1 / v.sqrt()),
+    "tanh": (False, T.tanh, lambda v: v.tanh()),
+    "sigmoid": (False, T.sigmoid, lambda v: 1 / (1 + (-v).exp())),
+    "abs": (False, T.abs, lambda v: v.abs()),
+}
+NARROW_MATH = {
+    **{f"cast_{name}": ((lambda x, y, d, _f=fn, _pos=pos: T.cast(_f(_wide(y if _pos else x)), d)),
+                        (lambda x, y, r, _ref=ref, _pos=pos: r(_ref(y if _pos else x))))
+       for name, (pos, fn, ref) in NARROW_F32.items()},
+    "cast_exp_mul": (lambda x, y, d: T.cast(T.exp(_wide(x)) * _wide(y), d),
+                     lambda x, y, r: r(x.exp() * y)),
+    "cast_add": (lambda x, y, d: T.cast(_wide(x) + _wide(y), d), lambda x, y, r: r(x + y)),
+    "cast_div": (lambda x, y, d: T.cast(_wide(x) / _wide(y), d), lambda x, y, r: r(x / y)),
+    "cast_max": (lambda x, y, d: T.cast(T.max(_wide(x), _wide(y)), d),
+                 lambda x, y, r: r(x.maximum(y))),
+    "cast_min_exp": (lambda x, y, d: T.cast(T.min(T.exp(_wide(x)), _wide(y)), d),
+                     lambda x, y, r: r(x.exp().minimum(y))),
+    "cast_fma": (lambda x, y, d: T.cast(_wide(x) * _wide(y) + _wide(x), d),
+                 lambda x, y, r: r(x * y + x)),
+    "exp": (lambda x, y, d: T.exp(x), lambda x, y, r: r(x.exp())),
+    "log": (lambda x, y, d: T.log(y), lambda x, y, r: r(y.log())),
+    "tanh": (lambda x, y, d: T.tanh(x), lambda x, y, r: r(x.tanh())),
+    "exp_mul": (lambda x, y, d: T.exp(x) * y, lambda x, y, r: r(r(x.exp()) * y)),
+    "sqrt_add": (lambda x, y, d: T.sqrt(y) + x, lambda x, y, r: r(r(y.sqrt()) + x)),
+    "max_exp": (lambda x, y, d: T.max(T.exp2(x), y), lambda x, y, r: r(x.exp2()).maximum(y)),
+    "fma": (lambda x, y, d: x * y + x, lambda x, y, r: r(r(x * y) + x)),
+}
+
+
+def _narrow_math(dtype, N, bn=64):
+    """Each :data:`NARROW_MATH` expression of the tensors' elements, then of fragments'."""
+    fns = [expr for expr, _ in NARROW_MATH.values()]
+    F = len(fns)
+
+    @T.prim_func
+    def narrow_math(X: T.Tensor((N,), dtype), P: T.Tensor((N,), dtype),
+                    Y: T.Tensor((2 * F, N), dtype)):
+        with T.Kernel(T.ceildiv(N, bn), threads=128) as bx:
+            x = T.alloc_fragment((bn,), dtype)
+            p = T.alloc_fragment((bn,), dtype)
+            T.copy(X[bx * bn], x)
+            T.copy(P[bx * bn], p)
+            for k, fn in enumerate(fns):
+                for i in T.Parallel(bn):
+                    if bx * bn + i < N:
+                        Y[k, bx * bn + i] = fn(X[bx * bn + i], P[bx * bn + i], dtype)
+                for i in T.Parallel(bn):
+                    if bx * bn + i < N:
+                        Y[F + k, bx * bn + i] = fn(x[i], p[i], dtype)
+
+    return narrow_math
+
+
+def _narrow_math_ref(x, p, dtype):
+    import torch
+
+    t = getattr(torch, dtype)
+
+    def r(v):
+        return v.to(t).float()
+
+    x32, p32 = x.float(), p.float()
+    values = [r(ref(x32, p32, r)).double() for _, ref in NARROW_MATH.values()]
+    return [_stack(values + values)]
+
+
 def _special_inputs(torch, gen, dtype, M, N):
     """Random values with NaN, +inf and -inf at every fifth element (from the first, second and
     third), and a positive second operand."""
@@ -364,11 +445,22 @@ ROWS = (
            lambda dtype, M, N: _elementwise("float8_arith", FLOAT8_ARITH, dtype, M, N),
            lambda torch, gen, dtype, M, N: [rand(torch, gen, (M, N), dtype),
                                              rand(torch, gen, (M, N), dtype, 0.25, 4.0)],
-           _float8_arith_ref, {"partial": MN["partial"]}, dtypes=FLOAT8, ref_args=("dtype",),
+           _float8_arith_ref, {"partial": MN["partial"]}, dtypes=(*FLOAT8, "bfloat16"),
+           ref_args=("dtype",),
            exact=True,
-           doc="float8 + - * / negation, T.max, T.min, comparisons, every math function and "
-               "chains of both, each operation rounded to the type (torch's float8 arithmetic; "
-               "a math function's float value rounded once): exactly"),
+           doc="float8 and bfloat16 + - * / negation, T.max, T.min, comparisons, every math "
+               "function and chains of both, each operation rounded to the type (torch's "
+               "float8 arithmetic; a math function's float value rounded once): exactly"),
+    Kernel("narrow_math", (*ELEMENTWISE, "cast", "max", "min", *NARROW_F32), ("copy",),
+           _narrow_math,
+           lambda torch, gen, dtype, N: [rand(torch, gen, (N,), dtype),
+                                         rand(torch, gen, (N,), dtype, 0.25, 4.0)],
+           _narrow_math_ref, {"partial": {"N": 160}},
+           dtypes=("float16", "bfloat16", *FLOAT8), ref_args=("dtype",), exact=True,
+           doc="float16, bfloat16 and float8 math and arithmetic of tensors' and fragments' "
+               "elements in a vector loop: cast(f(cast(x, float32)), dtype), f(x) in the "
+               "dtype, and mixed forms; each the float32 computation rounded once per narrow "
+               "operation: exactly"),
     Kernel("float_classes", (*ELEMENTWISE, "if_then_else", *FLOAT_CLASSES), ("copy",),
            lambda dtype, M, N: _elementwise("float_classes", FLOAT_CLASSES, dtype, M, N),
            _special_inputs, _table_ref(FLOAT_CLASSES), {"partial": MN["partial"]},

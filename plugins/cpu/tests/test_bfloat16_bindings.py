@@ -1,0 +1,62 @@
+"""bfloat16 values read, converted or stored around the CPU's ``Let`` bindings (the vector
+``exp``), which TVM's BF16ComputeLegalize does not visit, where the conformance row
+``narrow_math`` does not: a store of an ``if_then_else`` whose branch reads a fragment, and an
+``if``'s condition ("Load/Store of buffer ... occurred before its declaration" for a
+fragment, every condition wrong for a tensor: its uint16 bits read as a number)."""
+
+import pytest
+import tilewright
+import tilewright.language as T
+import torch
+
+N = 64
+FORMS = {
+    "cast of a select": (
+        lambda x, y: T.cast(T.if_then_else(x > 0, T.exp(T.cast(x, "float32")),
+                                           T.cast(y, "float32")), "bfloat16"),
+        lambda x, y: torch.where(x > 0, x.float().exp(), y.float()).bfloat16()),
+    "select of a cast": (
+        lambda x, y: T.if_then_else(x > 0, T.cast(T.exp(T.cast(x, "float32")), "bfloat16"), y),
+        lambda x, y: torch.where(x > 0, x.float().exp().bfloat16(), y)),
+}
+
+
+@tilewright.jit(out_idx=[-1], target="cpu")
+def guarded(form):
+    @T.prim_func
+    def main(X: T.Tensor((N,), "bfloat16"), P: T.Tensor((N,), "bfloat16"),
+             Y: T.Tensor((N,), "bfloat16")):
+        with T.Kernel(1, threads=128) as _bx:
+            x = T.alloc_fragment((N,), "bfloat16")
+            T.copy(X, x)
+            for i in T.Parallel(N):
+                Y[i] = FORMS[form][0](x[i], P[i])
+    return main
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_guarded_fragment_read_in_a_binding(form):
+    gen = torch.Generator().manual_seed(0)
+    x, p = (torch.randn(N, generator=gen).bfloat16() for _ in range(2))
+    assert torch.equal(guarded(form)(x, p), FORMS[form][1](x, p))
+
+
+@tilewright.jit(out_idx=[-1], target="cpu")
+def condition(from_fragment):
+    @T.prim_func
+    def main(X: T.Tensor((N,), "bfloat16"), Y: T.Tensor((N,), "float32")):
+        with T.Kernel(1, threads=128) as _bx:
+            x = T.alloc_fragment((N,), "bfloat16")
+            T.copy(X, x)
+            for i in T.Parallel(N):
+                if T.exp(T.cast(x[i] if from_fragment else X[i], "float32")) > 2.0:
+                    Y[i] = 1.0
+                else:
+                    Y[i] = 0.0
+    return main
+
+
+@pytest.mark.parametrize("from_fragment", [False, True], ids=["tensor", "fragment"])
+def test_condition_reading_bfloat16_in_a_binding(from_fragment):
+    x = torch.randn(N, generator=torch.Generator().manual_seed(0)).bfloat16()
+    assert torch.equal(condition(from_fragment)(x), (x.float().exp() > 2.0).float())
