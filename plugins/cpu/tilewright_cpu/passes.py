@@ -374,11 +374,13 @@ def _branches(stmt):
     return tirx.IfThenElse(cond, store_of(then_value), store_of(else_value), span=stmt.span)
 
 
-def _converted_around_lets(expr, span):
+def _converted_around_lets(expr, span, lane=None):
     """``expr`` with its conversions between bfloat16 and float32 made in integer code (see
     :func:`bfloat16_conversions_around_lets`), and the stores of the tile reads it holds in
-    float32 local arrays, to be made before it."""
+    float32 local arrays, to be made before it; inside the vectorized loop ``lane`` each lane
+    holds its read in its own element."""
     lazy, held = _lazy_loads(expr), []
+    size, at = (1, ZERO) if lane is None else (int(lane.extent), lane.loop_var - lane.min)
 
     def convert(cast):
         source, target, value = str(cast.value.ty), str(cast.ty), cast.value
@@ -394,9 +396,10 @@ def _converted_around_lets(expr, span):
             return _float32_of_bfloat16_bits(tirx.reinterpret("uint16", value))
         if any(value.same_as(load) for load in lazy):
             return cast
-        cell = tirx.decl_buffer((1,), "float32", f"{value.source.name}_held", scope="local")
-        held.append(tirx.BufferStore(cell, cast, [ZERO], span=span))
-        return tirx.BufferLoad(cell, [ZERO])
+        cell = tirx.decl_buffer((size,), "float32", f"{value.source.name}_held",
+                                scope="local")
+        held.append(tirx.BufferStore(cell, cast, [at], span=span))
+        return tirx.BufferLoad(cell, [at])
 
     return tvm_ffi.structural_map(expr, (tirx.Cast, convert)), held
 
@@ -426,29 +429,40 @@ def bfloat16_conversions_around_lets():
     first, so that a branch's reads are made only where it is taken; a tile's read in an
     ``if_then_else`` deeper in an expression is left where it is."""
 
-    def store(stmt):
+    return prim_func_pass("CPUBfloat16AroundLets",
+                          lambda func: func.with_body(_AroundLets().visit(func.body)))
+
+
+class _AroundLets(StmtMutator):
+    """:func:`bfloat16_conversions_around_lets` with the innermost vectorized loop known."""
+
+    def lane(self):
+        lanes = [loop for loop in self.loops if loop.kind == tirx.ForKind.VECTORIZED]
+        return lanes[-1] if lanes else None
+
+    def visit_BufferStore(self, stmt):
         if not _has_let(stmt.value) or not _touches_bfloat16(stmt.value, stmt.buffer.dtype):
             return stmt
         split = _branches(stmt) if _lazy_loads(stmt.value) else None
         if split is not None:  # each branch's loads made where it is taken
-            return branch(tirx.IfThenElse(split.condition, store(split.then_case),
-                                          store(split.else_case), span=stmt.span))
-        value, held = _converted_around_lets(stmt.value, stmt.span)
+            return self.branch(tirx.IfThenElse(
+                split.condition, self.visit_BufferStore(split.then_case),
+                self.visit_BufferStore(split.else_case), span=stmt.span))
+        value, held = _converted_around_lets(stmt.value, stmt.span, self.lane())
         if value.same_as(stmt.value):
             return stmt
         return _after_held(held, tirx.BufferStore(stmt.buffer, value, stmt.indices,
                                                   span=stmt.span))
 
-    def branch(stmt):
+    def visit_IfThenElse(self, stmt):
+        return self.branch(super().visit_IfThenElse(stmt))
+
+    def branch(self, stmt):
         if not _has_let(stmt.condition) or not _touches_bfloat16(stmt.condition):
             return stmt
-        condition, held = _converted_around_lets(stmt.condition, stmt.span)
+        condition, held = _converted_around_lets(stmt.condition, stmt.span, self.lane())
         return _after_held(held, tirx.IfThenElse(condition, stmt.then_case, stmt.else_case,
                                                   span=stmt.span))
-
-    return prim_func_pass("CPUBfloat16AroundLets", lambda func: func.with_body(
-        tvm_ffi.structural_map(func.body, [(tirx.BufferStore, store),
-                                           (tirx.IfThenElse, branch)])))
 
 
 def float16_math_in_float32():
