@@ -60,3 +60,26 @@ def condition(from_fragment):
 def test_condition_reading_bfloat16_in_a_binding(from_fragment):
     x = torch.randn(N, generator=torch.Generator().manual_seed(0)).bfloat16()
     assert torch.equal(condition(from_fragment)(x), (x.float().exp() > 2.0).float())
+
+
+@tilewright.jit(out_idx=[1, 2], target="cpu")
+def through_integers():
+    @T.prim_func
+    def main(X: T.Tensor((N,), "bfloat16"), Y: T.Tensor((N,), "bfloat16"),
+             Z: T.Tensor((N,), "int32")):
+        with T.Kernel(1, threads=128) as _bx:
+            for i in T.Parallel(N):
+                Y[i] = T.tanh(T.cast(i - 32, "bfloat16")) * X[i]
+                Z[i] = T.cast(T.tanh(X[i]) * T.bfloat16(100.0), "int32")
+    return main
+
+
+def test_integer_conversions_in_a_binding():
+    # the float32 tanh binds its argument: an integer converted to bfloat16 there stopped
+    # LLVM's codegen ("BF16 needs to be storaged lowered first", the fuzzer, seed 5)
+    x = (torch.randn(N, generator=torch.Generator().manual_seed(0)) * 2).bfloat16()
+    y, z = through_integers()(x)
+    i = (torch.arange(N) - 32).bfloat16()
+    want_y = (i.float().tanh().bfloat16().float() * x.float()).bfloat16()
+    want_z = (x.float().tanh().bfloat16().float() * 100).bfloat16().float().trunc().int()
+    assert torch.equal(y, want_y) and torch.equal(z, want_z)

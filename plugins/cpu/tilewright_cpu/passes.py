@@ -384,8 +384,11 @@ def _converted_around_lets(expr, span, lane=None):
 
     def convert(cast):
         source, target, value = str(cast.value.ty), str(cast.ty), cast.value
-        if source == "float32" and target == "bfloat16":
-            return _bfloat16_bound(value)
+        if target == "bfloat16" and source != "bfloat16":  # through float32, as TVM converts
+            return _bfloat16_bound(value if source == "float32" else
+                                   tirx.Cast("float32", value))
+        if source == "bfloat16" and target not in ("float32", "bfloat16"):
+            return tirx.Cast(target, convert(tirx.Cast("float32", value)))
         if source != "bfloat16" or target != "float32":
             return cast
         if isinstance(value, tvm.ir.Call) and value.op.same_as(REINTERPRET):
