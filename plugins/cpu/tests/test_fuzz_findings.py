@@ -1,6 +1,6 @@
 """Kernels the differential fuzzer (tilewright_sdk.fuzz) found crashing inside TVM's build on
 the CPU backend: comparisons of an unsigned value with 0 (LowerIntrin aborted the process on
-``if u < 0`` of a let-bound unsigned value); a loop-invariant bfloat16 value stored by a vector
+``if u < 0`` of a let-bound unsigned value) or 1 (constant folding stopped on ``0U - 1U``); a loop-invariant bfloat16 value stored by a vector
 loop (BF16StorageLegalize left a ``Broadcast`` of bfloat16); atomics into 8- and 16-bit
 integers (no runtime helper: the process died on an undefined symbol); a bfloat16 operation in a
 branch of an operand T.if_then_else (its tile read kept its bfloat16 buffer); a vectorised bfloat16
@@ -40,6 +40,30 @@ def test_unsigned_compared_with_zero(name):
     for value in (3, 9):
         x = torch.tensor([[value]], dtype=torch.uint8)
         torch.testing.assert_close(kernel(x), torch.where(x > 6, 0, x) + added)
+
+
+@tilewright.jit(out_idx=[-1], target="cpu")
+def below_one():
+    @T.prim_func
+    def main(X: T.Tensor((1, 1), "uint8"), Y: T.Tensor((1, 1), "uint8")):
+        with T.Kernel(1, 1, threads=128) as (bx, by):
+            x = T.alloc_fragment((1, 1), "uint8")
+            T.copy(X[by, bx], x)
+            y = T.alloc_shared((1, 1), "uint8")
+            T.fill(y, 0)
+            for i in T.Parallel(1):
+                for j in T.Parallel(1):
+                    if T.cast(bx + j, "uint8") < T.uint8(1):
+                        y[i, j] = x[i, j]
+            T.copy(y, Y[by, bx])
+    return main
+
+
+def test_unsigned_compared_with_one():
+    # TVM's constant folding stopped on 0U - 1U ("Minuend's value is 0U", seed 6): unsigned
+    # comparisons are made in int64
+    x = torch.tensor([[7]], dtype=torch.uint8)
+    torch.testing.assert_close(below_one()(x), x)
 
 
 @tilewright.jit(out_idx=[-1], target="cpu")

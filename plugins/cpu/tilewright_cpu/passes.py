@@ -169,7 +169,8 @@ def _unsigned(expr) -> bool:
 
 def fold_unsigned_sign_tests():
     """``u < 0`` and ``0 > u`` of an unsigned ``u`` become ``False``, ``u >= 0`` and ``0 <= u``
-    ``True``. TVM 0.27's LowerIntrin aborts the process on an ``if`` whose condition is
+    ``True``; other comparisons of two unsigned values of up to 32 bits are made in int64.
+    TVM 0.27's LowerIntrin aborts the process on an ``if`` whose condition is
     ``u < 0`` of a let-bound unsigned value ("Check failed: literal_constraints_.size() ==
     new_literal_size", thrown from a destructor: ``std::terminate``), which common-
     subexpression elimination makes of a kernel comparing an unsigned cast with 0 (found by
@@ -181,6 +182,12 @@ def fold_unsigned_sign_tests():
             return tirx.const(isinstance(node, tirx.GE), str(node.ty))
         if isinstance(node, (tirx.GT, tirx.LE)) and lhs_zero and _unsigned(node.b):
             return tirx.const(isinstance(node, tirx.LE), str(node.ty))
+        if _unsigned(node.a) and _unsigned(node.b) and tvm.DataType(str(node.a.ty)).bits <= 32:
+            # compared as int64 (every value kept): TVM's simplifier moves an unsigned
+            # comparison's operands to one side, and its constant folding stops on the
+            # negative difference ("Minuend's value is 0U ... which will cause a negative
+            # uint": u < 1 of a u known to be 0)
+            return type(node)(tirx.Cast("int64", node.a), tirx.Cast("int64", node.b))
         return node
 
     def run(func):
