@@ -1,10 +1,11 @@
 """Kernels the differential fuzzer (tilewright_sdk.fuzz) found crashing inside TVM's build on
 the CPU backend: comparisons of an unsigned value with 0 (LowerIntrin aborted the process on
-``if u < 0`` of a let-bound unsigned value) or 1 (constant folding stopped on ``0U - 1U``); a loop-invariant bfloat16 value stored by a vector
-loop (BF16StorageLegalize left a ``Broadcast`` of bfloat16); atomics into 8- and 16-bit
-integers (no runtime helper: the process died on an undefined symbol); a bfloat16 operation in a
-branch of an operand T.if_then_else (its tile read kept its bfloat16 buffer); a vectorised bfloat16
-reduction (every lane took the last lane's partial result)."""
+``if u < 0`` of a let-bound unsigned value) or 1 (constant folding stopped on ``0U - 1U``); a
+loop-invariant bfloat16 value stored by a vector loop (BF16StorageLegalize left a ``Broadcast``
+of bfloat16); atomics into 8- and 16-bit integers (no runtime helper: the process died on an
+undefined symbol); a bfloat16 operation in a branch of an operand T.if_then_else (its tile read
+kept its bfloat16 buffer); a vectorised bfloat16 reduction (every lane took the last lane's
+partial result)."""
 
 import pytest
 import tilewright
