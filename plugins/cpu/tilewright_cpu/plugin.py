@@ -13,6 +13,7 @@ from tilewright.plugin import (
     hookimpl,
 )
 from tilewright.transform import lower_intrinsics, lower_tile_ops, saturating_float_to_int
+from tvm import tirx
 
 from . import __version__, fastmath, lowering_extra, lowering_float8, passes
 from .codegen import CODEGEN
@@ -49,7 +50,8 @@ PIPELINE = PassPipeline((
         fastmath.lower_tanh(),
         passes.bfloat16_conversions_around_lets(),
         lowering_float8.lower_float8(),
-        passes.lower_loops(not ctx.pass_configs.get("tw.disable_vectorize", False))],
+        passes.lower_loops(not ctx.pass_configs.get("tw.disable_vectorize", False)),
+        tirx.transform.ConvertSSA()],
           "float -> integer conversions saturating (NaN gives 0); named bfloat16 and "
           "float8 values held in float32 local arrays; the kernel's "
           "float32 exp/exp2 vectorisable (within 2 ulp, or the fast polynomial with "
@@ -57,7 +59,8 @@ PIPELINE = PassPipeline((
           "float16 math functions, rounded per operation (their math in libm's float32 "
           "functions); float32 tanh vectorisable (within 2 ulp); bfloat16 conversions in "
           "stores with bindings in integer code; float8 conversions as integer code; "
-          "T.Parallel loops vectorised where their extent allows"),
+          "T.Parallel loops vectorised where their extent allows (a binding in a loop body "
+          "the lowering copies renamed in each copy: ConvertSSA)"),
     Phase("lower_memory", lambda ctx: [passes.lower_scopes(), passes.round_bfloat16_tiles()],
           "shared and fragment tiles become per-block host arrays; values stored into "
           "bfloat16 tiles rounded to bfloat16"),
