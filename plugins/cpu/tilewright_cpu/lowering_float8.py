@@ -309,8 +309,7 @@ def _spill_lets(body):
 
 class _Spill(StmtMutator):
     def visit_BufferStore(self, stmt):
-        lanes = [loop for loop in self.loops if loop.kind == tirx.ForKind.VECTORIZED]
-        return self.store(stmt, lanes[-1] if lanes else None)
+        return self.store(stmt, innermost_vectorized(self.loops))
 
     def store(self, stmt, lane):
         """``stmt`` with its bindings spilled; ``lane``: the innermost vectorized loop."""
@@ -323,7 +322,7 @@ class _Spill(StmtMutator):
                                    span=stmt.span)
         selection = _outer_lazy_selection(value)
         if selection is not None:
-            cell, index = _cells(1, str(selection.ty), "selected", lane)
+            cell, index = lane_cells(1, str(selection.ty), "selected", lane)
             load = tirx.BufferLoad(cell, index(0))
             rest = tvm_ffi.structural_map(
                 value, (tvm.ir.Call, lambda c: load if c.same_as(selection) else c))
@@ -333,7 +332,7 @@ class _Spill(StmtMutator):
         value, bindings = _hoisted(value)
         if not bindings:
             return stmt
-        slots, index = _cells(len(bindings), SLOT, "f8_tmp", lane)
+        slots, index = lane_cells(len(bindings), SLOT, "f8_tmp", lane)
         loads = {var: tirx.BufferLoad(slots, index(k)) for k, (var, _) in enumerate(bindings)}
 
         def spilled(expr):
@@ -345,7 +344,13 @@ class _Spill(StmtMutator):
                              _store_of(stmt, spilled(value))])
 
 
-def _cells(count: int, dtype: str, name: str, lane):
+def innermost_vectorized(loops):
+    """The innermost ``T.vectorized`` loop of ``loops`` (outermost first), or None."""
+    lanes = [loop for loop in loops if loop.kind == tirx.ForKind.VECTORIZED]
+    return lanes[-1] if lanes else None
+
+
+def lane_cells(count: int, dtype: str, name: str, lane):
     """A local array of ``count`` elements for each lane of the vectorized loop ``lane`` (or
     of ``count`` elements), and the index of element ``k`` of this lane."""
     if lane is None:

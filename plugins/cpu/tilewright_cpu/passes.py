@@ -16,12 +16,11 @@ from tvm.sym.pattern import detect_linear_equation
 
 from . import runtime
 from .blocking import k_unroll
-from .lowering_float8 import touches_float8
+from .lowering_float8 import innermost_vectorized, lane_cells, touches_float8
 
 LOOP_KEY = "tw.loop"
 VECTOR_LANES = 8
 REINTERPRET = tvm.ir.Op.get("tirx.reinterpret")
-ZERO = tirx.IntImm("int32", 0)
 
 
 def _has_loop(stmt) -> bool:
@@ -387,7 +386,6 @@ def _converted_around_lets(expr, span, lane=None):
     float32 local arrays, to be made before it; inside the vectorized loop ``lane`` each lane
     holds its read in its own element."""
     lazy, held = _lazy_loads(expr), []
-    size, at = (1, ZERO) if lane is None else (int(lane.extent), lane.loop_var - lane.min)
 
     def convert(cast):
         source, target, value = str(cast.value.ty), str(cast.ty), cast.value
@@ -406,10 +404,9 @@ def _converted_around_lets(expr, span, lane=None):
             return _float32_of_bfloat16_bits(tirx.reinterpret("uint16", value))
         if any(value.same_as(load) for load in lazy):
             return cast
-        cell = tirx.decl_buffer((size,), "float32", f"{value.source.name}_held",
-                                scope="local")
-        held.append(tirx.BufferStore(cell, cast, [at], span=span))
-        return tirx.BufferLoad(cell, [at])
+        cell, index = lane_cells(1, "float32", f"{value.source.name}_held", lane)
+        held.append(tirx.BufferStore(cell, cast, index(0), span=span))
+        return tirx.BufferLoad(cell, index(0))
 
     return tvm_ffi.structural_map(expr, (tirx.Cast, convert)), held
 
@@ -447,8 +444,7 @@ class _AroundLets(StmtMutator):
     """:func:`bfloat16_conversions_around_lets` with the innermost vectorized loop known."""
 
     def lane(self):
-        lanes = [loop for loop in self.loops if loop.kind == tirx.ForKind.VECTORIZED]
-        return lanes[-1] if lanes else None
+        return innermost_vectorized(self.loops)
 
     def visit_BufferStore(self, stmt):
         if not _has_let(stmt.value) or not _touches_bfloat16(stmt.value, stmt.buffer.dtype):

@@ -44,7 +44,7 @@ from ...analysis.ir import block_loop, flat, loads_in, role_loops, seq, substitu
 from ...keys import WARP, WARPGROUP
 from .multicast import CLUSTER, Multicast
 from .persistent import Counter, TileLoop
-from .plan import set_barrier
+from .plan import set_barrier, wgmma_calls
 
 PRODUCER_REGISTERS = 40  # setmaxnreg budget of the producer warpgroup
 # ... walking a persistent kernel's tiles (its own tile indices, guard and counter): with 40,
@@ -356,7 +356,7 @@ def take_turns(steady: list, tx, threads: int, make_loop) -> list:
         first = next((k for k, s in enumerate(items) if not taken and
                       isinstance(s, tirx.Evaluate) and intrinsics.role(s) == "wgmma"), None)
         if first is None:
-            if not taken and _has_wgmma(stmt):
+            if not taken and wgmma_calls(stmt):
                 break  # under a condition or in a loop: no turn there
             out.append(stmt)
             continue
@@ -372,13 +372,6 @@ def take_turns(steady: list, tx, threads: int, make_loop) -> list:
     return [tirx.IfThenElse(w == 1, barrier("tw_named_barrier_arrive", first_turn), None),
             make_loop(out),
             tirx.IfThenElse(w == 0, barrier("tw_named_barrier_sync", first_turn), None)]
-
-
-def _has_wgmma(stmt) -> bool:
-    found = []
-    tvm_ffi.structural_walk(stmt, (tvm.ir.Call, lambda c: found.append(c) if
-                                   intrinsics.role(c) == "wgmma" else None))
-    return bool(found)
 
 
 def _shared_writes(stmts: list) -> list:
