@@ -113,8 +113,10 @@ class HeaderCheck:
             self.prelude[core] = prelude
 
     def compile(self, name: str, text: str, core: str) -> Finding | None:
-        """The diagnostics of ``text`` compiled as ``core``, or None when there are none."""
-        source = self.workdir / "sources" / f"{name}.cpp"
+        """The diagnostics of ``text`` compiled as ``core``, or None when there are none. Each
+        core compiles a file of its own: the two compiles of one source run at once, and one
+        rewriting the file the other's compiler was reading made it "shorter than expected"."""
+        source = self.workdir / "sources" / core / f"{name}.cpp"
         source.parent.mkdir(parents=True, exist_ok=True)
         source.write_text(text)
         proc = subprocess.run([compiler(), *self.core_flags(core), "-Winvalid-pch", "-include",
