@@ -10,8 +10,10 @@ import pytest
 import tilewright
 import tilewright.language as T
 import torch
-from tvm import tirx
 from tilewright.runtime.cuda import CubinFunction, check_launch, kernels_of
+from tilewright.testing import assert_close
+from tilewright_sdk.conformance.catalogue import cases
+from tvm import tirx
 
 
 def two_blocks(M, N, bm=4, bn=8):
@@ -195,3 +197,19 @@ def test_a_statement_between_blocks_is_refused():
     func = func.with_body(tirx.SeqStmt([alloc, first, host, second]))
     with pytest.raises(tilewright.errors.KernelError, match="move this statement"):
         tilewright.lower(func, "cuda -arch=sm_80")
+
+
+SEQUENCE_CASES = [c for c in cases(["kernel_sequence"]) if c.variant != "dynamic"]
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize("case", SEQUENCE_CASES, ids=[c.id for c in SEQUENCE_CASES])
+def test_conformance_case_in_host_emulation(case, tmp_path):
+    func = case.kernel.make(case.dtype, **case.dims)
+    lowered = tilewright.lower(func, "cuda -arch=sm_80")
+    inputs = case.kernel.inputs(torch, torch.Generator().manual_seed(0), case.dtype,
+                                **case.dims)
+    (expected,) = case.reference(inputs)
+    out = torch.full(expected.shape, float("nan"), dtype=getattr(torch, case.dtype))
+    hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, *inputs, out)
+    assert_close(out, expected, dtype=case.dtype, name=case.id)
