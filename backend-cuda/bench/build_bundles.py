@@ -184,7 +184,7 @@ def build_info(log: str) -> dict:
     regs = [int(r) for r in re.findall(r"Used (\d+) registers", log)]
     spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
     return {"registers": max(regs) if regs else None,
-            "spill_bytes": sum(int(s) + int(l) for s, l in spills) if spills else None}
+            "spill_bytes": sum(int(st) + int(ld) for st, ld in spills) if spills else None}
 
 
 def check_build(name: str, log: str, cubin: bytes, expect: list[str]) -> dict:
