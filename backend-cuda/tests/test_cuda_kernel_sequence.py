@@ -4,12 +4,15 @@ feature): one ``__global__`` function per block in one source, launched in order
 torch."""
 
 import json
+import subprocess
+import sys
 
 import hostemu
 import pytest
 import tilewright
 import tilewright.language as T
 import torch
+from tilewright.jit import compile as tw_compile
 from tilewright.runtime.cuda import CubinFunction, check_launch, kernels_of
 from tilewright.testing import assert_close
 from tilewright_sdk.conformance.catalogue import cases
@@ -213,3 +216,21 @@ def test_conformance_case_in_host_emulation(case, tmp_path):
     out = torch.full(expected.shape, float("nan"), dtype=getattr(torch, case.dtype))
     hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, *inputs, out)
     assert_close(out, expected, dtype=case.dtype, name=case.id)
+
+
+@pytest.mark.nvrtc
+def test_nvrtc_builds_one_cubin_and_the_bundle_loads_without_tvm(tmp_path):
+    kernel = tw_compile(two_blocks(10, 37), out_idx=[1], target="cuda -arch=sm_90a",
+                        execution_backend="nvrtc")
+    entries = [k["entry"] for k in kernel.executable.kernels]
+    assert entries == ["main_0_kernel", "main_1_kernel"]
+    assert all(e.encode() in kernel.executable.cubin for e in entries)
+    path = kernel.export(tmp_path / "bundle")
+    manifest = json.loads((path / "manifest.json").read_text())
+    assert manifest["entry"] == "main_0_kernel,main_1_kernel"
+    code = ("import sys, tilewright.runtime as rt; k = rt.load(sys.argv[1]); "
+            "assert 'tvm' not in sys.modules, 'tvm imported'; "
+            "print([x['entry'] for x in k.function.kernels])")
+    out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True,
+                         text=True, check=True).stdout
+    assert out.strip() == str(entries)
