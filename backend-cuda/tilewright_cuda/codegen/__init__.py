@@ -138,9 +138,11 @@ def float8_conversions(func):
 
 
 class Kernel:
-    """One function of the lowered module as a device kernel: its launch description (``meta``)
-    and what its printed source needs (``names``: our intrinsics it calls, ``used``: their
-    table entries; ``maps``, ``cluster``: TMA descriptors and cluster dims of the dialect)."""
+    """One function of the lowered module as a device kernel (``gvar``, ``device_func``): its
+    launch (``entry``, ``params``, ``symbols``, ``launch``: grid, block, shared memory), its
+    place in a kernel sequence (``sequence``, None outside one) and what its printed source
+    needs (``names``: our intrinsics it calls, ``used``: their table entries; ``maps``,
+    ``cluster``: the dialect's TMA descriptors and cluster dims)."""
 
     def __init__(self, gvar, func, chosen):
         self.launch = launch_info(func)
