@@ -234,3 +234,46 @@ def test_nvrtc_builds_one_cubin_and_the_bundle_loads_without_tvm(tmp_path):
     out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True,
                          text=True, check=True).stdout
     assert out.strip() == str(entries)
+
+
+def gemm_then_relu(M, N, K, bm=128, bn=128, bk=64):
+    """A TMA-pipelined wgmma GEMM into a workspace (sm_90a: its own descriptors, producer
+    warpgroup and shared memory), then an elementwise block of other threads reading it."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"),
+             C: T.Tensor((M, N), "float16")):
+        W = T.alloc_global((M, N), "float16")
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=256) as (bx, by):
+            A_s = T.alloc_shared((bm, bk), "float16")
+            B_s = T.alloc_shared((bk, bn), "float16")
+            C_f = T.alloc_fragment((bm, bn), "float32")
+            T.clear(C_f)
+            for k in T.Pipelined(T.ceildiv(K, bk), num_stages=2):
+                T.copy(A[by * bm, k * bk], A_s)
+                T.copy(B[k * bk, bx * bn], B_s)
+                T.gemm(A_s, B_s, C_f)
+            T.copy(C_f, W[by * bm, bx * bn])
+        with T.Kernel(T.ceildiv(N, 64), M, threads=64) as (bx, row):
+            for j in T.Parallel(64):
+                C[row, bx * 64 + j] = T.max(W[row, bx * 64 + j], T.float16(0)) * T.float16(2)
+
+    return main
+
+
+@pytest.mark.emulator
+def test_each_block_keeps_its_own_tma_descriptors_and_threads(tmp_path):
+    M = N = K = 128
+    lowered = tilewright.lower(gemm_then_relu(M, N, K), "cuda -arch=sm_90a")
+    first, second = lowered.source.payload["kernels"]
+    assert [p["tensor"] for p in first["params"] if p["kind"] == "tensormap"] == ["A", "B"]
+    assert not [p for p in second["params"] if p["kind"] == "tensormap"]
+    assert first["dynamic_smem_bytes"] > 0 and second["dynamic_smem_bytes"] == 0
+    assert first["block"][0] > second["block"][0] == 64
+    gen = torch.Generator().manual_seed(2)
+    a = torch.randn(M, K, generator=gen).half()
+    b = torch.randn(K, N, generator=gen).half()
+    c = torch.full((M, N), float("nan")).half()
+    hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, a, b, c)
+    want = ((a.double() @ b.double()).half().double().clamp(min=0) * 2)
+    torch.testing.assert_close(c.double(), want, rtol=1e-2, atol=5e-2)
