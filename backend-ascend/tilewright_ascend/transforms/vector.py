@@ -243,6 +243,7 @@ class _Lowering:
         self.count = 0
         self.loops: list = []  # the loops around the statement being rewritten
         self.computed = []  # see eval
+        self.conditions: list = []  # the conditions bound by _fold_branches
 
     # -- temporaries ---------------------------------------------------------------------
     def temp(self, extents, dtype, out: list) -> Region:
@@ -452,11 +453,6 @@ class _Lowering:
             body = body.then_case
         if guard is not None and _bounds_only(guard, body, variables):
             guard = None
-        elif guard is not None and _loads(guard):
-            folded = _fold_guard(guard, body)
-            if folded is not None:
-                guard = written = None
-                body = folded
         reason = None
         try:
             body = self.stage_global(body, variables, extents, pre, post, loop.span,
@@ -480,7 +476,7 @@ class _Lowering:
         if reason is not None:
             if written is not None:  # a dropped bounds check too: the nest may read GM
                 body = tirx.IfThenElse(written, body, None)
-            nest = body
+            nest = _fold_branches(body, self.conditions)
             for lp, v in reversed(list(zip(loops, variables))):
                 nest = tirx.For(v, lp.min, lp.extent, tirx.ForKind.SERIAL, nest,
                                 annotations={SCALAR_KEY: reason} if lp is loops[0] else {},
@@ -833,17 +829,72 @@ def _bounds_only(guard, body, variables) -> bool:
     return True
 
 
-def _fold_guard(guard, body):
-    """``if guard: y[...] = v`` on tile data as ``y[...] = guard ? v : y[...]``, where every
-    statement is a store to a UB tile and nothing reads global memory (both sides are read);
-    None otherwise. The scalar unit then runs no branch on data it has not read yet."""
-    stores = list(body.seq) if isinstance(body, tirx.SeqStmt) else [body]
-    if not all(isinstance(x, tirx.BufferStore) and str(x.buffer.scope()) == UB
-               for x in stores) or \
-            any(str(x.source.scope()) != UB for x in _loads(body) + _loads(guard)):
+def _fold_branches(stmt, names):
+    """``stmt`` of a scalar nest with each ``if`` on tile data written as selects, so the scalar
+    unit never branches on a value it has not read yet: the condition is bound to a name first
+    (a store of the arm must not change it for the next), a store ``x[k] = v`` of the then arm
+    becomes ``x[k] = c ? v : x[k]`` (of the else arm ``c ? x[k] : v``, nested arms under the
+    conjunction), and the arms' names are bound unconditionally. Each arm may only bind names,
+    store to UB tiles and read UB tiles (its reads are then made whatever the condition); a
+    branch that does anything else is left as it is. ``names`` numbers the bound conditions."""
+
+    def on_tile_data(s, cond) -> bool:
+        return cond is not None or (isinstance(s, tirx.IfThenElse) and bool(_loads(s.condition)))
+
+    def fold(s, cond):  # a list of statements, or None where an arm cannot be folded
+        if isinstance(s, tirx.SeqStmt):
+            out = []
+            for child in s.seq:
+                new = fold(child, cond)
+                if new is None:
+                    return None
+                out.extend(new)
+            return out
+        if isinstance(s, tirx.IfThenElse) and on_tile_data(s, cond):
+            if any(str(x.source.scope()) != UB for x in _loads(s.condition)):
+                return None
+            here = s.condition if cond is None else tirx.And(cond, s.condition)
+            names.append(0)
+            c = tirx.Var(f"tw_c{len(names)}", "bool")
+            out = [tirx.Bind(c, here, span=s.span)]
+            arms = [(s.then_case, c)]
+            if s.else_case is not None:
+                names.append(0)
+                e = tirx.Var(f"tw_c{len(names)}", "bool")
+                out.append(tirx.Bind(e, tirx.Not(c) if cond is None else
+                                     tirx.And(cond, tirx.Not(c)), span=s.span))
+                arms.append((s.else_case, e))
+            for arm, arm_cond in arms:
+                new = fold(arm, arm_cond)
+                if new is None:
+                    return None
+                out.extend(new)
+            return out
+        if isinstance(s, tirx.IfThenElse):  # a branch on indices: the arms may hold some
+            then = fold(s.then_case, None)
+            other = fold(s.else_case, None) if s.else_case is not None else [None]
+            if then is None or other is None:
+                return None
+            return [tirx.IfThenElse(s.condition, _seq(then),
+                                    None if other == [None] else _seq(other), span=s.span)]
+        if isinstance(s, tirx.For):
+            body = fold(s.body, cond)
+            return None if body is None else [tirx.For(
+                s.loop_var, s.min, s.extent, s.kind, _seq(body),
+                annotations=s.annotations, span=s.span)]
+        if cond is None:
+            return [s]
+        if any(str(x.source.scope()) != UB for x in _loads(s)):
+            return None
+        if isinstance(s, tirx.Bind):
+            return [s]
+        if isinstance(s, tirx.BufferStore) and str(s.buffer.scope()) == UB:
+            return [tirx.BufferStore(s.buffer, tirx.Select(cond, s.value, tirx.BufferLoad(
+                s.buffer, list(s.indices))), list(s.indices), span=s.span)]
         return None
-    return _seq([tirx.BufferStore(x.buffer, tirx.Select(guard, x.value, tirx.BufferLoad(
-        x.buffer, list(x.indices))), list(x.indices), span=x.span) for x in stores])
+
+    folded = fold(stmt, None)
+    return stmt if folded is None else _seq(folded)
 
 
 def _check_scalar_buffers(nest, span):
