@@ -42,6 +42,7 @@ from tilewright.ir import Region, decode, make_call
 from tilewright.transform.walk import prim_func_pass
 from tvm import sym, tirx
 
+from ..analysis.buffers import loads_and_stores
 from ..facts.arch import ALIGN
 from ..facts.dtypes import dtype_bytes
 from ..facts.instructions import (
@@ -474,6 +475,8 @@ class _Lowering:
             except Unvectorizable as exc:
                 reason = str(exc)
         if reason is not None:
+            math = []
+            body = self.hoist_math(body, variables, extents, math)
             if written is not None:  # a dropped bounds check too: the nest may read GM
                 body = tirx.IfThenElse(written, body, None)
             nest = _fold_branches(body, self.conditions)
@@ -482,10 +485,89 @@ class _Lowering:
                                 annotations={SCALAR_KEY: reason} if lp is loops[0] else {},
                                 span=lp.span)
             _check_scalar_buffers(nest, loop.span)
-            ops = [nest]
+            ops = [*[_with_span(s, loop.span) for s in math], nest]
         else:
             ops = [_with_span(s, loop.span) for s in ops]
         return [*pre, *ops, *post]
+
+    def hoist_math(self, body, variables, extents, ops):
+        """``body`` of a scalar nest with each math function the scalar unit lacks (A2's AI
+        core computes exp, ln, sqrt and their kin only on the vector unit: its scalar
+        instructions, "标量计算" in the API documentation, have none) computed first by vector
+        instructions (into ``ops``) in a UB temporary that the nest reads instead: over the
+        tile where the argument is a tile expression of the nest's indices (a select's arm is
+        then computed for every element and the select keeps the ones it picks), else on one
+        element that the scalar unit writes into a one-element tile. A call stays where a
+        store of the nest may change what it reads before it runs, or where it uses a name
+        the nest binds (the printer then refuses it)."""
+        statements = list(body.seq) if isinstance(body, tirx.SeqStmt) else [body]
+        inner = []  # names the nest binds
+        tvm_ffi.structural_walk(body, [(tirx.Bind, lambda b: inner.append(b.var)),
+                                       (tirx.For, lambda f: inner.append(f.loop_var))])
+        stores = {}
+        tvm_ffi.structural_walk(body, (tirx.BufferStore, lambda x: stores.setdefault(
+            x.buffer, []).append(list(x.indices))))
+        full = tuple(range(len(variables)))
+
+        def hoistable(call, blocked) -> bool:
+            if _uses_any(call, inner):
+                return False
+            for x in _loads(call):
+                if str(x.source.scope()) != UB:
+                    return False
+                if x.source not in stores:
+                    continue
+                operand = _operand(x.source, x.indices, variables, extents)
+                if x.source in blocked or operand is None or operand[1] != full or \
+                        not all(tvm_ffi.structural_equal(list(x.indices), k)
+                                for k in stores[x.source]):
+                    return False  # an element a store of the nest writes first
+            return True
+
+        out, before = [], set()
+        for stmt in statements:
+            written = set(loads_and_stores(stmt)[1])
+            blocked = before | (set() if isinstance(stmt, tirx.BufferStore) else written)
+
+            def hoist(call, blocked=blocked):
+                if _math_name(call) is None or not _scalar_lacks(call):
+                    return call
+                call = tvm.ir.Call(call.op, [tvm_ffi.structural_map(
+                    call.args[0], (tvm.ir.Call, hoist))], ret_ty=call.ty, span=call.span)
+                if not hoistable(call, blocked):
+                    return call
+                new = []
+                try:
+                    load = self.math_tile(call, variables, extents, new)
+                except (Unvectorizable, KernelError):
+                    return call
+                ops.extend(new)
+                return load
+
+            out.append(tvm_ffi.structural_map(stmt, (tvm.ir.Call, hoist)))
+            before |= written
+        return _seq(out)
+
+    def math_tile(self, call, variables, extents, ops):
+        """A load of the UB temporary into which vector instructions compute ``call``."""
+        if _uses_any(call, variables):
+            value = self.eval(_expand_math(call), variables, extents, ops, None)
+            if value[0] != "t":
+                raise Unvectorizable(f"{call} is a scalar expression")
+            return tirx.BufferLoad(value[1].buffer, [variables[d] for d in value[2]] or
+                                   [tirx.const(0, "int32")])
+        arg = call.args[0]
+        one = self.temp([1], str(arg.ty), ops)
+        zero = tirx.const(0, "int32")
+        ops.append(tirx.For(tirx.Var("e0", "int32"), 0, 1, tirx.ForKind.SERIAL,
+                            tirx.BufferStore(one.buffer, arg, [zero]),
+                            annotations={SCALAR_KEY: f"the argument of {call} is computed on "
+                                                     "the scalar unit, the function on the "
+                                                     "vector unit"}))
+        on_tile = tvm.ir.Call(call.op, [tirx.BufferLoad(one.buffer, [zero])], ret_ty=call.ty,
+                              span=call.span)
+        value = self.eval(_expand_math(on_tile), [], [], ops, None)
+        return tirx.BufferLoad(value[1].buffer, [zero])
 
     def stage_global(self, body, variables, extents, pre, post, span, keep):
         """Replace global loads and stores in ``body`` by UB tiles copied in and out."""
@@ -895,6 +977,14 @@ def _fold_branches(stmt, names):
 
     folded = fold(stmt, None)
     return stmt if folded is None else _seq(folded)
+
+
+def _scalar_lacks(call) -> bool:
+    """Whether ``call`` is a math function the vector path computes and the scalar unit does
+    not (the printer's scalar calls are ``TW_FABS`` and ``TW_ISNAN``)."""
+    name = str(call.op.name) if isinstance(call.op, tvm.ir.Op) else ""
+    return name != "tirx.fabs" and (name in _UNARY_CALLS or name == "tirx.exp2" or
+                                    _math_name(call) in _MATH)
 
 
 def _check_scalar_buffers(nest, span):
