@@ -11,6 +11,7 @@ import tilewright
 import tilewright.language as T
 import torch
 from tilewright.errors import KernelError
+from tilewright_ascend.kit.headers import check_sources
 
 
 def compare_and_swap(M=8, N=16):
@@ -192,3 +193,15 @@ def test_exp_after_a_store_it_reads_is_not_hoisted_past_the_store():
                                           r"nor a scalar-unit form for T.exp\(x\[i, j\]\) "
                                           r"\(Call\) \(A2's scalar unit has no math functions"):
         tilewright.lower(main, target="ascend")
+
+
+def test_the_kernels_compile_against_the_vendor_headers(asc_devkit):
+    """``auto`` names bound to GetValue reads, TW_SELECT of them, the one-element vector math."""
+    kernels = {"swap": compare_and_swap(), "arms": both_arms(), "gated32": gated("float32"),
+               "gated16": gated("float16"), "indices": select_on_indices(),
+               "scalar": scalar_math()}
+    sources = {name: tilewright.lower(f, target="ascend").source.text
+               for name, f in kernels.items()}
+    findings = check_sources(sources, asc_devkit)
+    assert not findings, "\n\n".join(f"== {f.name} as {f.core}\n{f.text[-3000:]}"
+                                     for f in findings)
