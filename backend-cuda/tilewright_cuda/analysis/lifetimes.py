@@ -2,12 +2,14 @@
 buffers that are never live at once (``transforms.memory``).
 
 The units of the program are the statements of the thread loop's body, in order; a loop
-(pipelined or not, all its iterations and pipeline versions), a branch and a ``T.ws`` role
-(whose roles run concurrently) are each one unit. A buffer lives from the first unit that
+(pipelined or not, all its iterations and pipeline versions) and a branch are each one unit,
+and so is everything from the first ``T.ws`` role to the last (roles run concurrently, with
+no block barrier between them). A buffer lives from the first unit that
 touches it (a load, a store, its address) to the last. A buffer touched in a unit that starts
 an operation still running when the call returns (``Intrinsic.in_flight``: cp.async, TMA,
 wgmma) lives on to the next later unit that waits for such operations
-(``Intrinsic.completes``), so no reuse starts while one may still read or write it. An
+(``Intrinsic.completes``; with none, to the end), so no reuse starts while one may still
+read or write it. An
 mbarrier (initialised by ``tw_mbar_init``) lives throughout: PTX wants ``mbarrier.inval``
 before its bytes serve as anything else."""
 
@@ -18,20 +20,37 @@ import tvm_ffi
 from tvm import tirx
 
 from .. import intrinsics
-from .ir import buffers_in, flat
+from .ir import buffers_in, flat, is_role, seq
 
 
 def units(thread_body) -> list:
-    """The units of the program in order (the module docstring), allocations left out."""
-    return [s for s in flat([thread_body]) if not isinstance(s, (tirx.AllocBuffer,
-                                                                  tirx.DeclBuffer))]
+    """The units of the program in order (the module docstring), allocations left out; each
+    a list of statements."""
+    stmts = [s for s in flat([thread_body]) if not isinstance(s, (tirx.AllocBuffer,
+                                                                   tirx.DeclBuffer))]
+    roles = [i for i, s in enumerate(stmts) if is_role(s)]
+    if not roles:
+        return [[s] for s in stmts]
+    lo, hi = roles[0], roles[-1]
+    return [[s] for s in stmts[:lo]] + [stmts[lo:hi + 1]] + [[s] for s in stmts[hi + 1:]]
 
 
-def _intrinsics(stmt) -> list:
-    """The table entries of the device functions ``stmt`` calls."""
-    names = []
-    tvm_ffi.structural_walk(stmt, (tvm.ir.Call, lambda c: names.append(intrinsics.extern_name(c))))
-    return [e for e in (intrinsics.lookup(n) for n in names if n is not None) if e is not None]
+def _in_flight(stmt, buffers) -> tuple[bool, list]:
+    """Whether ``stmt`` waits for operations in flight, and the buffers the operations it
+    starts name (all it touches when one names none of them)."""
+    calls = []
+    tvm_ffi.structural_walk(stmt, (tvm.ir.Call, lambda c: calls.append(c)
+                                   if intrinsics.extern_name(c) is not None else None))
+    completes, named = False, []
+    for call in calls:
+        entry = intrinsics.lookup(intrinsics.extern_name(call))
+        if entry is None:
+            continue
+        completes = completes or entry.completes
+        if entry.in_flight:
+            touched = _touched(tirx.Evaluate(call), buffers)
+            named += touched if touched else _touched(stmt, buffers)
+    return completes, named
 
 
 def _touched(stmt, buffers) -> list:
@@ -61,20 +80,19 @@ def live_ranges(thread_body, buffers) -> dict:
     end = max(len(program) - 1, 0)
     first, last, pending = {}, {}, {}
     completing = []
-    for i, stmt in enumerate(program):
-        entries = _intrinsics(stmt)
-        if any(e.completes for e in entries):
+    for i, unit in enumerate(program):
+        stmt = seq(unit)
+        completes, named = _in_flight(stmt, buffers)
+        if completes:
             completing.append(i)
-        in_flight = any(e.in_flight for e in entries)
         for b in _touched(stmt, buffers):
             first.setdefault(b, i)
             last[b] = i
-            if in_flight:
+            if any(b.same_as(x) for x in named):
                 pending[b] = i
     for b, i in pending.items():
         waits = [j for j in completing if j > i]
-        if waits:
-            last[b] = max(last[b], waits[0])
+        last[b] = max(last[b], waits[0] if waits else end)
     always = _mbarriers(thread_body, buffers)
     return {b: (0, end) if any(b.same_as(m) for m in always) or b not in first
             else (first[b], last[b]) for b in buffers}
@@ -84,4 +102,4 @@ def barrier_between(thread_body, before: int, after: int) -> bool:
     """Whether a block barrier (``__syncthreads``) is a unit after unit ``before`` and before
     unit ``after``."""
     program = units(thread_body)
-    return any(intrinsics.is_sync(s) for s in program[before + 1:after])
+    return any(intrinsics.is_sync(s) for unit in program[before + 1:after] for s in unit)

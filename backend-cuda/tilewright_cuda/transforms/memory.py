@@ -112,7 +112,7 @@ def _with_barriers(thread_body, wanted: set):
               if not lifetimes.barrier_between(thread_body, before, after)}
     if not starts:
         return thread_body
-    marked = [program[i] for i in starts]
+    marked = [program[i][0] for i in starts]
     out = []
     for stmt in flat([thread_body]):
         if any(stmt.same_as(m) for m in marked):
