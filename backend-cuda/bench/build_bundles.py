@@ -39,6 +39,7 @@ import sass  # noqa: E402
 import torch  # noqa: E402
 from tilewright.errors import UnsupportedOpError  # noqa: E402
 from tilewright.jit import compile as tw_compile  # noqa: E402
+from tilewright.runtime.cuda import kernels_of  # noqa: E402
 
 ATTENTION_SIZES = {"full": (4, 32, 4096, 128), "quick": (1, 4, 512, 128)}
 GEMM_SIZES = {"full": (4096, 8192), "quick": (1024,)}
@@ -178,11 +179,12 @@ def cases(quick: bool):
 
 
 def build_info(log: str) -> dict:
-    """Registers and spilled bytes from ptxas's report in a build log."""
-    regs = re.search(r"Used (\d+) registers", log)
-    spills = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
-    return {"registers": int(regs.group(1)) if regs else None,
-            "spill_bytes": int(spills.group(1)) + int(spills.group(2)) if spills else None}
+    """Registers and spilled bytes from ptxas's report in a build log: the most registers and
+    all spills of its kernels (a kernel sequence has several)."""
+    regs = [int(r) for r in re.findall(r"Used (\d+) registers", log)]
+    spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
+    return {"registers": max(regs) if regs else None,
+            "spill_bytes": sum(int(st) + int(ld) for st, ld in spills) if spills else None}
 
 
 def check_build(name: str, log: str, cubin: bytes, expect: list[str]) -> dict:
@@ -285,7 +287,7 @@ def build_checks(out: Path, args) -> int:
                 "reduction": check.reduction, "runs": len(runs),
                 "pass_configs": check.pass_configs,
                 # racecheck and synccheck look at shared memory and the barriers guarding it
-                "shared_memory": bool(launch.get("dynamic_smem_bytes")),
+                "shared_memory": any(k["dynamic_smem_bytes"] for k in kernels_of(launch)),
                 "barriers": any(b in kernel.get_kernel_source() for b in BARRIERS),
                 "build": build_info(log)}
         kernel.export(out / check.name, extra={

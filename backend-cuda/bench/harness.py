@@ -34,6 +34,7 @@ from pathlib import Path
 import check_runner
 from tilewright import sparse
 from tilewright.runtime import load, open_bundle
+from tilewright.runtime.cuda import kernels_of
 
 torch = None  # imported in main(): --list runs without torch's CUDA
 
@@ -408,8 +409,10 @@ def check_bundle(path: Path) -> list[str]:
         build = case.get("build", {})
         if build.get("spill_bytes"):
             problems.append(f"{build['spill_bytes']} bytes of register spills")
-        if int(launch.get("dynamic_smem_bytes", 0)) > 227 * 1024:
-            problems.append(f"{launch['dynamic_smem_bytes']} B of shared memory > 227 KB")
+        for k in kernels_of(launch):
+            if int(k.get("dynamic_smem_bytes", 0)) > 227 * 1024:
+                problems.append(f"{k['entry']}: {k['dynamic_smem_bytes']} B of shared memory "
+                                "> 227 KB")
     except Exception as exc:  # noqa: BLE001 - report every broken bundle, not the first
         problems.append(f"{type(exc).__name__}: {exc}")
     return problems

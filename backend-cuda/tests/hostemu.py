@@ -27,7 +27,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from tilewright.runtime.cuda import symbol_values
+from tilewright.runtime.cuda import kernels_of, symbol_values
 
 SHIM = r"""
 #include <vector_types.h>  // float4 & co. for vectorised loads and stores (16-byte aligned)
@@ -257,7 +257,7 @@ struct tw_ptr { void* p; template <class T> operator T*() const { return (T*)p; 
 """
 
 LAUNCHER = r"""
-extern "C" void tw_launch(void** ptrs, long long* ints, int gx, int gy, int gz, int threads,
+extern "C" void LAUNCH(void** ptrs, long long* ints, int gx, int gy, int gz, int threads,
                           int cluster) {
   gridDim = {(unsigned)gx, (unsigned)gy, (unsigned)gz};
   blockDim = {(unsigned)threads, 1, 1};
@@ -342,15 +342,31 @@ def shim_dir() -> Path:
     return path
 
 
-def build(source: str, launch: dict, workdir: Path) -> ctypes.CDLL:
+def _launcher(kernel: dict, name: str) -> str:
+    """The host function ``name`` running every block of ``kernel`` (a launch description)."""
     args = []
-    for n, p in enumerate(launch["params"]):
+    for n, p in enumerate(kernel["params"]):
         if p["kind"] == "tensormap":  # the host struct of include/tw_hopper.h
             args.append(f"*(const tw_tensormap*)ptrs[{n}]")
             continue
-        args.append(f"tw_ptr{{ptrs[{n}]}}" if p["kind"] == "tensor" else f"ints[{n}]")
+        pointer = p["kind"] in ("tensor", "workspace")
+        args.append(f"tw_ptr{{ptrs[{n}]}}" if pointer else f"ints[{n}]")
+    return LAUNCHER.replace("LAUNCH", name).replace("KERNEL", kernel["entry"]).replace(
+        "ARGS", ", ".join(args))
+
+
+def _launchers(launch: dict) -> list[tuple[dict, str]]:
+    """(kernel, host launcher name) of each kernel ``launch`` runs, in order: ``tw_launch``
+    for a single kernel, ``tw_launch_<i>`` for the blocks of a kernel sequence."""
+    kernels = kernels_of(launch)
+    if len(kernels) == 1 and "kernels" not in launch:
+        return [(launch, "tw_launch")]
+    return [(k, f"tw_launch_{i}") for i, k in enumerate(kernels)]
+
+
+def build(source: str, launch: dict, workdir: Path) -> ctypes.CDLL:
     source = re.sub(r"extern __shared__[^;]*\btw_smem_ptr\[\];", "", source)  # the shim's
-    text = source + LAUNCHER.replace("KERNEL", launch["entry"]).replace("ARGS", ", ".join(args))
+    text = source + "".join(_launcher(k, name) for k, name in _launchers(launch))
     digest = hashlib.sha256((SHIM + text).encode()).hexdigest()[:12]
     lib = Path(workdir) / f"emu-{digest}.so"
     if not lib.exists():
@@ -361,15 +377,31 @@ def build(source: str, launch: dict, workdir: Path) -> ctypes.CDLL:
 
 
 def run(source: str, launch: dict, workdir: Path, *args) -> None:
-    """Launch the kernel on ``args`` (every kernel parameter, torch CPU tensors or ints)."""
+    """Launch the kernel on ``args`` (every kernel parameter, torch CPU tensors or ints); a
+    kernel sequence's blocks one after another, on workspaces allocated for the call."""
+    import torch
+
     lib = build(source, launch, workdir)
     symbols = symbol_values(launch["symbols"], args)
-    n = len(launch["params"])
+    spaces = [torch.empty(max(1, _eval(w["bytes"], symbols)), dtype=torch.uint8)
+              for w in launch.get("workspaces", ())]
+    for kernel, name in _launchers(launch):
+        _run_kernel(getattr(lib, name), kernel, symbols, spaces, args)
+
+
+def _eval(expr: str, symbols: dict) -> int:
+    return int(eval(expr, {"min": min, "max": max}, symbols))
+
+
+def _run_kernel(launcher, kernel: dict, symbols: dict, spaces: list, args) -> None:
+    n = len(kernel["params"])
     ptrs, ints = (ctypes.c_void_p * n)(), (ctypes.c_longlong * n)()
     maps = []  # TMA descriptors as the emulation's host structs, alive for the launch
-    for i, p in enumerate(launch["params"]):
+    for i, p in enumerate(kernel["params"]):
         if p["kind"] == "tensor":
             ptrs[i] = args[p["param"]].data_ptr()
+        elif p["kind"] == "workspace":
+            ptrs[i] = spaces[p["workspace"]].data_ptr()
         elif p["kind"] == "tensormap":
             maps.append(_TensorMap.of(p, args[p["param"]]))
             ptrs[i] = ctypes.addressof(maps[-1])
@@ -377,9 +409,11 @@ def run(source: str, launch: dict, workdir: Path, *args) -> None:
             ints[i] = int(args[p["param"]])
         else:
             ints[i] = symbols[p["name"]]
-    grid = [int(eval(g, {"min": min, "max": max}, symbols)) for g in launch["grid"]]
-    cluster = [int(c) for c in launch.get("cluster_dims") or (1, 1, 1)]
+    grid = [_eval(g, symbols) for g in kernel["grid"]]
+    if min(grid) <= 0:
+        return
+    cluster = [int(c) for c in kernel.get("cluster_dims") or (1, 1, 1)]
     if cluster[1:] != [1, 1] or not 1 <= cluster[0] <= 8 or grid[0] % cluster[0]:
         raise RuntimeError(f"host emulation runs clusters of up to 8 blocks along x whose "
                            f"count divides the grid; got cluster {cluster}, grid {grid}")
-    lib.tw_launch(ptrs, ints, *grid, int(launch["block"][0]), cluster[0])
+    launcher(ptrs, ints, *grid, int(kernel["block"][0]), cluster[0])

@@ -173,20 +173,3 @@ def test_policy_error_is_none_where_mma_fits():
     assert mma_policy_error(gemm, arch.get("sm_80"), 128) is None
     assert "gives 3 warps" in mma_policy_error(gemm, arch.get("sm_80"), 96)
     assert mma_policy_error(gemm, arch.get("sm_75"), 96) is None
-
-
-def test_several_kernel_blocks_are_refused_at_the_second_block():
-    @T.prim_func
-    def two_blocks(A: T.Tensor((64,), "float32"), C: T.Tensor((64,), "float32")):
-        W = T.alloc_global((64,), "float32")
-        with T.Kernel(1, threads=128):
-            for i in T.Parallel(64):
-                W[i] = A[i] * 2.0
-        with T.Kernel(1, threads=128):  # the second block
-            for i in T.Parallel(64):
-                C[i] = W[63 - i]
-
-    with pytest.raises(UnsupportedOpError, match=r"2 'with T.Kernel' blocks.*backend 'cuda'") \
-            as info:
-        tilewright.lower(two_blocks, "cuda -arch=sm_90a")
-    assert "the second block" in str(info.value)

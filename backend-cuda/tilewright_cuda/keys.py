@@ -33,6 +33,9 @@ VERSIONS = "tw.cuda.smem_versions"  # pipelined tiles: name -> versions
 BLOCKS = "tw.cuda.blocks_per_sm"  # blocks per SM the kernel is built for (when not 1)
 TENSORMAPS = "tw.cuda.tensormaps"  # JSON: the TMA descriptors the launcher encodes
 DYN_SMEM = "tw.dyn_smem_bytes"  # bytes of the dynamic shared-memory pool
+# JSON on each block's function of a kernel sequence: {"index": its place in the launch order,
+# "params": how many of its parameters are the kernel's (the T.alloc_global workspaces follow)}
+SEQUENCE = "tw.cuda.sequence"
 
 # -- pass configs (declared in plugin.py, read once into options.Options) ----------------------
 DISABLE_TMA = "cuda.disable_tma_lower"

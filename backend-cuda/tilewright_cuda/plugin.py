@@ -28,6 +28,7 @@ from .transforms import (
     distribute,
     finish,
     float4,
+    kernels,
     layout,
     memory,
     sync,
@@ -49,7 +50,8 @@ def _rules() -> dict:
 
 def _bind_threads(ctx) -> list:
     options.of(ctx)  # an unknown architecture or a bad pass config fails here, first
-    return [threads.bind_threads(), threads.bind_roles()]
+    return [kernels.check_sequence(), kernels.split_kernels(), threads.bind_threads(),
+            threads.bind_roles()]
 
 
 def _infer_layout(ctx) -> list:
@@ -66,7 +68,9 @@ def _lower_tile_ops(ctx) -> list:
 
 PIPELINE = PassPipeline((
     Phase("bind_threads", _bind_threads,
-          "the block's program is wrapped in a threadIdx.x loop of T.Kernel's threads"),
+          "each 'with T.Kernel' block becomes a function of its own (T.alloc_global "
+          "workspaces its parameters); the block's program is wrapped in a threadIdx.x loop "
+          "of T.Kernel's threads"),
     Phase("infer_layout", _infer_layout,
           "fragments used only as mma accumulators become registers in the mma layout"),
     Phase("lower_tile_ops", _lower_tile_ops,
@@ -105,7 +109,7 @@ BACKEND = BackendModule(
         dtypes=frozenset(DTYPES),
         memory_scopes=frozenset({"global", "shared.dyn", "local.fragment", "local"}),
         features=frozenset({"warps", "dynamic_shapes", "partial_tiles", "atomic_return_prev",
-                            "while_loops"}),
+                            "while_loops", "kernel_sequence"}),
     ),
     accelerator=True,
     device="cuda",

@@ -419,6 +419,26 @@ def test_while_with_a_runtime_condition_on_a_backend_without_while_loops(fake_ba
     assert_at(info.value, "while-line", "'nogemm'", "'while' loop", "T.serial")
 
 
+def test_several_kernel_blocks_on_a_backend_without_kernel_sequence(fake_backends):
+    def k():
+        @T.prim_func
+        def main(A: T.Tensor((64,), "float32"), C: T.Tensor((64,), "float32")):
+            W = T.alloc_global((64,), "float32")
+            with T.Kernel(1, threads=32):
+                for i in T.Parallel(64):
+                    W[i] = A[i] * 2.0
+            with T.Kernel(1, threads=32):  # second-block
+                for i in T.Parallel(64):
+                    C[i] = W[63 - i]
+        return main
+
+    with pytest.raises(tilewright.UnsupportedOpError) as info:
+        build(k, target="warpy")
+    # the backends that have the feature, from the plugin manager: here the CPU plugin only
+    assert_at(info.value, "second-block", "2 'with T.Kernel' blocks", "backend 'warpy'",
+              "'kernel_sequence' feature (cpu)")
+
+
 def test_while_with_a_runtime_condition_cannot_break():
     def k():
         @T.prim_func

@@ -20,14 +20,14 @@ from tvm.tirx.build import split_host_device_mods
 
 from .. import intrinsics, keys, options
 from . import source, wgmma
-from .launch import launch_info, param_kinds, symbol_sources
+from .launch import launch_info, param_kinds, symbol_sources, workspaces
 
 INCLUDE = Path(__file__).resolve().parents[1] / "include"
 HEADERS = {name: (INCLUDE / name).read_text() for name in
            (intrinsics.BASE, intrinsics.COPY, intrinsics.MMA, intrinsics.HOPPER,
             intrinsics.FP4, intrinsics.FP8)}
 # attributes of the lowered kernel that are ours, not TVM's: read here, removed before TVM
-OUR_ATTRS = (keys.DYN_SMEM, keys.TENSORMAPS, keys.CLUSTER)
+OUR_ATTRS = (keys.DYN_SMEM, keys.TENSORMAPS, keys.CLUSTER, keys.SEQUENCE)
 # the launch-bounds attribute TVM's CUDA printer turns into __launch_bounds__(threads, blocks)
 MIN_BLOCKS = "tirx.launch_bounds_min_blocks_per_sm"
 
@@ -74,8 +74,9 @@ def device_kernel(gvar, func, target):
     dev_mod = tvm.ir.transform.Sequential([tirx.transform.LowerWarpMemory(),
                                            tirx.transform.StmtSimplify()])(dev_mod)
     kernels = list(dev_mod.functions.items())
-    if len(kernels) != 1:
-        raise KernelError(f"CUDA codegen expected one device kernel, got {len(kernels)}")
+    if len(kernels) != 1:  # split_kernels leaves one 'with T.Kernel' block per function
+        raise KernelError(f"CUDA codegen expected one device kernel per function, got "
+                          f"{len(kernels)}")
     (kernel_gvar, kernel), = kernels
     # float8 math calls become float32 ones before LowerIntrin names CUDA's functions
     dev_mod = tirx.transform.LowerIntrin()(tvm.IRModule(
@@ -136,52 +137,87 @@ def float8_conversions(func):
     return tvm_ffi.structural_map(func, (tirx.Cast, visit))
 
 
+class Kernel:
+    """One function of the lowered module as a device kernel (``gvar``, ``device_func``): its
+    launch (``entry``, ``params``, ``symbols``, ``launch``: grid, block, shared memory), its
+    place in a kernel sequence (``sequence``, None outside one) and what its printed source
+    needs (``names``: our intrinsics it calls, ``used``: their table entries; ``maps``,
+    ``cluster``: the dialect's TMA descriptors and cluster dims)."""
+
+    def __init__(self, gvar, func, chosen):
+        self.launch = launch_info(func)
+        attrs = func.attrs
+        self.maps = json.loads(str(attrs[keys.TENSORMAPS])) if keys.TENSORMAPS in attrs else []
+        self.cluster = json.loads(str(attrs[keys.CLUSTER])) if keys.CLUSTER in attrs else None
+        sequence = json.loads(str(attrs[keys.SEQUENCE])) if keys.SEQUENCE in attrs else None
+        for key in OUR_ATTRS:
+            if key in func.attrs:
+                func = func.without_attr(key)
+        self.func, self.sequence = func, sequence
+        self.target, dev_mod, (self.gvar, device_func) = device_kernel(gvar, func,
+                                                                       tvm_target(chosen.arch))
+        self.attrs = dev_mod.attrs
+        # ours only: TVM's codegen calls CUDA's math functions (exp2f ...) too
+        self.names = [n for n in _extern_names(device_func) if intrinsics.lookup(n) is not None]
+        self.used = [intrinsics.named(n) for n in self.names]
+        roles = {entry.role for entry in self.used}
+        # a warp tile's accumulators (let ptxas use up to 255 registers: its share of the SM's),
+        # setmaxnreg (the register count at entry must be fixed), or several blocks per SM
+        if roles & {"gemm", "wgmma"} or chosen.blocks_per_sm > 1 or \
+                any(n.startswith("tw_setmaxnreg") for n in self.names):
+            device_func = device_func.with_attr(MIN_BLOCKS, chosen.blocks_per_sm)
+        self.device_func = device_func
+        count = None if sequence is None else sequence["params"]
+        self.entry = str(self.gvar.name_hint)
+        self.params = param_kinds(func, device_func, count)
+        self.symbols = symbol_sources(func, count)
+
+
 def generate(mod: tvm.IRModule, ctx) -> GeneratedSource:
+    """One source for the module's kernels: one ``__global__`` function per function of
+    ``mod`` (a kernel sequence has one per block, see ``transforms.kernels``), compiled into
+    one cubin; the launch description of a sequence lists them in launch order."""
     chosen = options.of(ctx)
     arch = chosen.arch
-    (gvar, func), = list(mod.functions.items())
-    launch = launch_info(func)
-    maps = json.loads(str(func.attrs[keys.TENSORMAPS])) if keys.TENSORMAPS in func.attrs else []
-    cluster = json.loads(str(func.attrs[keys.CLUSTER])) if keys.CLUSTER in func.attrs else None
-    for key in OUR_ATTRS:
-        if key in func.attrs:
-            func = func.without_attr(key)
-    dev_target, dev_mod, (kernel_gvar, device_func) = device_kernel(gvar, func,
-                                                                    tvm_target(arch))
-    # ours only: TVM's codegen calls CUDA's math functions (exp2f ...) too
-    names = [n for n in _extern_names(device_func) if intrinsics.lookup(n) is not None]
-    used = [intrinsics.named(n) for n in names]
-    roles = {entry.role for entry in used}
-    # a warp tile's accumulators (let ptxas use up to 255 registers: its share of the SM's),
-    # setmaxnreg (the register count at entry must be fixed), or several blocks per SM
-    if roles & {"gemm", "wgmma"} or any(n.startswith("tw_setmaxnreg") for n in names) or \
-            chosen.blocks_per_sm > 1:
-        device_func = device_func.with_attr(MIN_BLOCKS, chosen.blocks_per_sm)
-        dev_mod = tvm.IRModule({kernel_gvar: device_func}, attrs=dev_mod.attrs)
-    text = tvm.get_global_func("target.build.cuda")(dev_mod, dev_target).inspect_source()
+    kernels = [Kernel(gvar, func, chosen) for gvar, func in mod.functions.items()]
+    kernels.sort(key=lambda k: k.sequence["index"] if k.sequence else 0)
+    dev_mod = tvm.IRModule({k.gvar: k.device_func for k in kernels}, attrs=kernels[0].attrs)
+    text = tvm.get_global_func("target.build.cuda")(dev_mod, kernels[0].target).inspect_source()
+    used = [entry for k in kernels for entry in k.used]
     headers = {entry.header for entry in used}
     text = source.insert_headers(text, HEADERS[intrinsics.BASE] + "".join(
         HEADERS[h] for h in (intrinsics.COPY, intrinsics.MMA, intrinsics.FP4, intrinsics.FP8)
         if h in headers))
     text = source.float8_on_every_arch(source.drop_unused_type_traits(text))
-    meta = {
-        "entry": str(kernel_gvar.name_hint), "arch": arch.name,
-        "params": param_kinds(func, device_func), "symbols": symbol_sources(func), **launch,
-    }
-    head, kernel = source.split_kernel(text)
-    if kernel and (maps or cluster or headers & {intrinsics.HOPPER, intrinsics.WGMMA}):
-        if maps:  # the CUDA dialect's descriptors
-            kernel = source.tensormap_params(kernel, meta["entry"], [m["name"] for m in maps])
-            meta = {**meta, "params": [*meta["params"], *maps]}
-        if cluster:
-            kernel = source.cluster_dims(kernel, cluster)
-            meta = {**meta, "cluster_dims": cluster}
-        gemms = [n for n, entry in zip(names, used) if entry.role == "wgmma"]
+    metas = [{"entry": k.entry, "arch": arch.name, "params": k.params, "symbols": k.symbols,
+              **k.launch} for k in kernels]
+    head, body = source.split_kernel(text)
+    if body and (any(k.maps or k.cluster for k in kernels) or
+                 headers & {intrinsics.HOPPER, intrinsics.WGMMA}):
+        for k, meta in zip(kernels, metas):
+            if k.maps:  # the CUDA dialect's descriptors
+                body = source.tensormap_params(body, k.entry, [m["name"] for m in k.maps])
+                meta["params"] = [*meta["params"], *k.maps]
+            if k.cluster:
+                body = source.cluster_dims(body, k.entry, k.cluster)
+                meta["cluster_dims"] = k.cluster
+        gemms = [n for k in kernels for n, entry in zip(k.names, k.used) if entry.role == "wgmma"]
         if gemms:
-            kernel = wgmma.source(gemms) + kernel
-        text = head + HEADERS[intrinsics.HOPPER] + "\n" + kernel
-    return GeneratedSource(text=text, language="cuda", file_ext="cu", payload=meta,
-                           entry=ctx.func_name)
+            body = wgmma.source(gemms) + body
+        text = head + HEADERS[intrinsics.HOPPER] + "\n" + body
+    return GeneratedSource(text=text, language="cuda", file_ext="cu",
+                           payload=metas[0] if kernels[0].sequence is None else sequence_launch(
+                               kernels, metas, arch), entry=ctx.func_name)
+
+
+def sequence_launch(kernels: list[Kernel], metas: list[dict], arch) -> dict:
+    """The launch description of a kernel sequence: the blocks' descriptions in launch order
+    (``kernels``), the shape symbols they read and the workspaces to allocate for a call."""
+    first = kernels[0]
+    return {"arch": arch.name, "symbols": first.symbols,
+            "workspaces": workspaces(first.func, first.sequence["params"]),
+            "kernels": [{key: value for key, value in meta.items()
+                         if key not in ("arch", "symbols")} for meta in metas]}
 
 
 CODEGEN = DeviceCodegen(language="cuda", file_ext="cu", generate=generate)

@@ -1,8 +1,10 @@
 """The launch description of a kernel (kernel name, parameters, grid, block, dynamic shared
-memory), which the executors and exported bundles use."""
+memory), which the executors and exported bundles use; for a kernel sequence, one such
+description per block and the workspaces the launcher allocates for a call."""
 
 from __future__ import annotations
 
+import tvm
 from tilewright.errors import KernelError
 from tvm import tirx
 
@@ -35,12 +37,18 @@ def launch_info(func: tirx.PrimFunc) -> dict:
             "block": [threads, 1, 1], "dynamic_smem_bytes": smem}
 
 
-def param_kinds(func: tirx.PrimFunc, device_func) -> list[dict]:
+def param_kinds(func: tirx.PrimFunc, device_func, count: int | None = None) -> list[dict]:
     """Each device-kernel parameter as a tensor pointer (by kernel parameter index), a scalar
-    parameter, or a shape symbol."""
+    parameter, or a shape symbol; the parameters after the first ``count`` (a block of a
+    kernel sequence) are workspaces, by workspace index."""
     by_name = {}
+    count = len(func.params) if count is None else count
     for index, p in enumerate(func.params):
-        if tirx.buffer.is_buffer_var(p):
+        if index >= count:
+            by_name[f"{p.name}_ptr"] = {"kind": "workspace", "workspace": index - count,
+                                        "name": str(p.name)}
+            by_name[str(p.name)] = by_name[f"{p.name}_ptr"]
+        elif tirx.buffer.is_buffer_var(p):
             by_name[f"{p.name}_ptr"] = {"kind": "tensor", "param": index, "name": str(p.name)}
             by_name[str(p.name)] = by_name[f"{p.name}_ptr"]
         else:
@@ -59,12 +67,13 @@ def param_kinds(func: tirx.PrimFunc, device_func) -> list[dict]:
     return out
 
 
-def symbol_sources(func: tirx.PrimFunc) -> dict:
+def symbol_sources(func: tirx.PrimFunc, count: int | None = None) -> dict:
     """Where each symbol a launch dimension may read is found at launch: a shape symbol as
     ``{name: [kernel parameter, dimension]}``, an integer scalar parameter (a grid of
-    ``T.ceildiv(max_seqlen, 128)`` blocks) as ``{name: [kernel parameter]}``."""
+    ``T.ceildiv(max_seqlen, 128)`` blocks) as ``{name: [kernel parameter]}``; of the first
+    ``count`` parameters (all by default)."""
     found = {}
-    for index, p in enumerate(func.params):
+    for index, p in enumerate(func.params[:count]):
         if tirx.buffer.is_buffer_var(p):
             for dim, extent in enumerate(p.shape):
                 if isinstance(extent, tirx.Var):
@@ -72,3 +81,18 @@ def symbol_sources(func: tirx.PrimFunc) -> dict:
         elif "int" in str(p.ty):
             found.setdefault(str(p.name), [index])
     return found
+
+
+def workspaces(func: tirx.PrimFunc, count: int) -> list[dict]:
+    """The ``T.alloc_global`` workspaces of a kernel sequence (the parameters of a block's
+    function after its first ``count``): name, dtype and bytes (a Python expression over the
+    shape symbols, like a grid)."""
+    out = []
+    for buf in func.params[count:]:
+        elems = tirx.const(1, "int64")
+        for extent in buf.shape:
+            elems = elems * tirx.Cast("int64", extent)
+        bits = tvm.DataType(str(buf.dtype)).bits * tvm.DataType(str(buf.dtype)).lanes
+        size = tvm.sym.Analyzer().simplify(tirx.floordiv(elems * bits + 7, 8))
+        out.append({"name": str(buf.name), "dtype": str(buf.dtype), "bytes": py_expr(size)})
+    return out

@@ -88,7 +88,8 @@ def tensormap_params(kernel: str, entry: str, names: list[str]) -> str:
         f"const __grid_constant__ tw_tensormap {name}" for name in names))
 
 
-def cluster_dims(kernel: str, dims: list[int]) -> str:
-    """``__cluster_dims__(x, y, z)`` on the kernel's declarations."""
-    return kernel.replace(f"{KERNEL} void ",
-                          f"{KERNEL} void __cluster_dims__({dims[0]}, {dims[1]}, {dims[2]}) ")
+def cluster_dims(kernel: str, entry: str, dims: list[int]) -> str:
+    """``__cluster_dims__(x, y, z)`` on the declarations of the kernel ``entry``."""
+    attr = f"{KERNEL} void __cluster_dims__({dims[0]}, {dims[1]}, {dims[2]}) "
+    return "".join(line.replace(f"{KERNEL} void ", attr) if f" {entry}(" in line else line
+                   for line in kernel.splitlines(keepends=True))

@@ -15,7 +15,7 @@ from tvm import tirx
 from ..errors import KernelError, TilewrightError, UnsupportedOpError, span_location
 from ..ir import intrinsic_features, intrinsics_in, tile_ops_in
 from ..log import get_logger
-from ..plugin import BackendModule, Executor, GeneratedSource
+from ..plugin import BackendModule, Executor, GeneratedSource, get_manager
 from ..transform import check_bounds, instrument_bounds, reraise_pass_error
 from . import events, passconfig
 from .target import Target, resolve_target
@@ -112,11 +112,13 @@ def check_support(func: tirx.PrimFunc, backend: BackendModule) -> None:
                 span_location(loops[0].span))
     launches = _kernel_launches(func)
     if len(launches) > 1 and "kernel_sequence" not in caps.features:
+        having = sorted(name for name, b in get_manager().backends().items()
+                        if "kernel_sequence" in b.capabilities.features)
         raise UnsupportedOpError(
             f"this kernel has {len(launches)} 'with T.Kernel' blocks run one after another; "
             f"backend '{backend.name}' runs one block per function: split it into one kernel "
-            "per block, or compile for a backend with the 'kernel_sequence' feature (cpu, "
-            "interp)", span_location(launches[1].span))
+            "per block, or compile for a backend with the 'kernel_sequence' feature ("
+            f"{', '.join(having) or 'none is loaded'})", span_location(launches[1].span))
     for name in sorted(set(intrinsics_in(func)) - caps.tile_ops):
         raise UnsupportedOpError(f"T.{name} is not supported by backend '{backend.name}'; "
                                  "choose another target or rewrite the kernel without it",

@@ -97,41 +97,53 @@ def encode_tensor_map(p: dict, tensor):
 
 
 class CubinFunction:
-    """One ``__global__`` function of a cubin plus how to launch it.
+    """The ``__global__`` functions of a cubin plus how to launch them.
 
     ``launch`` (from the backend's codegen) holds ``entry``, ``params`` (tensor / scalar /
     symbol, in device-parameter order), ``symbols`` (where each symbol of the grid is read:
     ``[kernel parameter, dimension]`` for a tensor's extent, ``[kernel parameter]`` for an
     integer scalar argument; see :func:`symbol_values`), ``grid`` (three Python expressions
-    over the symbols), ``block`` and ``dynamic_smem_bytes``. Called with every kernel
-    parameter (inputs and outputs) in kernel order. The module is loaded on first call, so
-    building needs no GPU.
+    over the symbols), ``block`` and ``dynamic_smem_bytes``. A kernel sequence (several
+    ``with T.Kernel`` blocks) has ``symbols``, ``kernels`` (one such description per block,
+    launched in order) and ``workspaces`` (``name``, ``dtype`` and ``bytes``, an expression
+    over the symbols: a buffer allocated for the call, passed to the blocks that name it as a
+    ``workspace`` parameter). Called with every kernel parameter (inputs and outputs) in
+    kernel order. The module is loaded on first call, so building needs no GPU.
     """
 
     def __init__(self, cubin: bytes, launch: dict, source: str = ""):
         self.launch = check_launch(launch)
         self.cubin, self.source = cubin, source
+        self.kernels = kernels_of(launch)
         self._functions: dict[int, object] = {}
         self._lock = threading.Lock()
-        self._grid = [parse_expr(g, launch["symbols"]) for g in launch["grid"]]
+        self._grids = [[parse_expr(g, launch["symbols"]) for g in k["grid"]]
+                       for k in self.kernels]
+        self._workspaces = [parse_expr(w["bytes"], launch["symbols"])
+                            for w in launch.get("workspaces", ())]
         self._maps: dict = {}
 
     def _function(self, device_index: int):
-        fn = self._functions.get(device_index)
-        if fn is not None:
-            return fn
+        """(module, [function of each kernel]) on the device, loaded once."""
+        found = self._functions.get(device_index)
+        if found is not None:
+            return found
         with self._lock:
             driver = _driver()
             _ensure_context(device_index)
             module = _check(driver.cuModuleLoadData(self.cubin), "cuModuleLoadData")
-            fn = _check(driver.cuModuleGetFunction(module, self.launch["entry"].encode()),
-                        f"cuModuleGetFunction({self.launch['entry']})")
-            smem = int(self.launch["dynamic_smem_bytes"])
-            if smem > _SMEM_DEFAULT_LIMIT:
-                attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-                _check(driver.cuFuncSetAttribute(fn, attr, smem),
-                       f"setting {smem} bytes of dynamic shared memory")
-            self._functions[device_index] = (module, fn)
+            fns = []
+            for kernel in self.kernels:
+                fn = _check(driver.cuModuleGetFunction(module, kernel["entry"].encode()),
+                            f"cuModuleGetFunction({kernel['entry']})")
+                smem = int(kernel["dynamic_smem_bytes"])
+                if smem > _SMEM_DEFAULT_LIMIT:
+                    attr = driver.CUfunction_attribute.\
+                        CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+                    _check(driver.cuFuncSetAttribute(fn, attr, smem),
+                           f"setting {smem} bytes of dynamic shared memory")
+                fns.append(fn)
+            self._functions[device_index] = (module, fns)
             return self._functions[device_index]
 
     def symbols(self, args) -> dict:
@@ -143,40 +155,50 @@ class CubinFunction:
         device = next((a.device for a in args if isinstance(a, torch.Tensor)), None)
         if device is None or device.type != "cuda":
             raise RuntimeError("CUDA kernels take CUDA tensors; got none on a CUDA device")
-        _, fn = self._function(device.index or 0)
+        _, fns = self._function(device.index or 0)
         symbols = self.symbols(args)
-        grid = [g(symbols) for g in self._grid]
-        if min(grid) <= 0:
-            return  # an empty problem: nothing to launch
-        cluster = self.launch.get("cluster_dims")
+        # freed when the call returns: the caching allocator reuses the memory only for work
+        # queued after the launches on this stream
+        spaces = [torch.empty(max(1, size(symbols)), dtype=torch.uint8, device=device)
+                  for size in self._workspaces]
+        stream = _driver().CUstream(torch.cuda.current_stream(device).cuda_stream)
+        for index, (kernel, fn, grid) in enumerate(zip(self.kernels, fns, self._grids)):
+            grid = [g(symbols) for g in grid]
+            if min(grid) > 0:  # else an empty problem: nothing to launch
+                self._launch(index, kernel, fn, grid, args, symbols, spaces, stream)
+
+    def _launch(self, index: int, kernel: dict, fn, grid, args, symbols, spaces, stream):
+        cluster = kernel.get("cluster_dims")
         if cluster and any(g % c for g, c in zip(grid, cluster)):
-            raise RuntimeError(f"{self.launch['entry']}: grid {grid} is not a multiple of its "
+            raise RuntimeError(f"{kernel['entry']}: grid {grid} is not a multiple of its "
                                f"thread-block cluster {cluster}")
         values, types = [], []
-        for p in self.launch["params"]:
+        for p in kernel["params"]:
             if p["kind"] == "tensor":
                 values.append(args[p["param"]].data_ptr())
+                types.append(ctypes.c_void_p)
+            elif p["kind"] == "workspace":
+                values.append(spaces[p["workspace"]].data_ptr())
                 types.append(ctypes.c_void_p)
             elif p["kind"] == "scalar":
                 values.append(args[p["param"]])
                 types.append(_CTYPES[p["dtype"]])
             elif p["kind"] == "tensormap":  # a TMA descriptor, passed by value
-                values.append(self._tensor_map(p, args[p["param"]]))
+                values.append(self._tensor_map(index, p, args[p["param"]]))
                 types.append(None)
             else:
                 values.append(symbols[p["name"]])
                 types.append(_CTYPES[p["dtype"]])
-        stream = torch.cuda.current_stream(device).cuda_stream
         driver = _driver()
-        bx, by, bz = self.launch["block"]
-        _check(driver.cuLaunchKernel(fn, *grid, bx, by, bz, int(self.launch["dynamic_smem_bytes"]),
-                                     driver.CUstream(stream), (tuple(values), tuple(types)), 0),
-               f"launching {self.launch['entry']}")
+        bx, by, bz = kernel["block"]
+        _check(driver.cuLaunchKernel(fn, *grid, bx, by, bz, int(kernel["dynamic_smem_bytes"]),
+                                     stream, (tuple(values), tuple(types)), 0),
+               f"launching {kernel['entry']}")
 
-    def _tensor_map(self, p: dict, tensor):
-        """The ``CUtensorMap`` of a TMA parameter for ``tensor`` (cached per address, shape
-        and strides): box, swizzle and dtype from the launch description."""
-        key = (p["name"], tensor.data_ptr(), tuple(tensor.shape), tuple(tensor.stride()))
+    def _tensor_map(self, index: int, p: dict, tensor):
+        """The ``CUtensorMap`` of a TMA parameter of kernel ``index`` for ``tensor`` (cached
+        per address, shape and strides): box, swizzle and dtype from the launch description."""
+        key = (index, p["name"], tensor.data_ptr(), tuple(tensor.shape), tuple(tensor.stride()))
         cached = self._maps.get(key)
         if cached is None:
             if len(self._maps) >= _MAX_TENSOR_MAPS:  # the oldest first: dicts keep order
@@ -194,11 +216,11 @@ class CubinFunction:
                  "signature": ("signature.json", json.dumps(signature, indent=1).encode()),
                  "source": ("kernel.cu", self.source.encode()), **(extra or {})}
         return write_bundle(path, "cubin", files, arch=self.launch.get("arch"),
-                            entry=self.launch["entry"])
+                            entry=",".join(k["entry"] for k in self.kernels))
 
 
 _ENTRY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,1023}$")
-_PARAM_KINDS = ("tensor", "scalar", "tensormap", "symbol")
+_PARAM_KINDS = ("tensor", "scalar", "tensormap", "symbol", "workspace")
 
 
 def _int(value, low: int, high: int) -> bool:
@@ -213,41 +235,73 @@ def symbol_values(sources: dict, args) -> dict:
             for name, src in sources.items()}
 
 
+def kernels_of(launch: dict) -> list[dict]:
+    """The descriptions of the kernels ``launch`` runs, in launch order."""
+    return launch["kernels"] if "kernels" in launch else [launch]
+
+
+_MAX_KERNELS = 64
+
+
 def check_launch(launch) -> dict:
     """``launch`` if it is a well-formed launch description; a ValueError naming the field
-    otherwise. Nothing in it is executed: grids are parsed by :mod:`tilewright.runtime.expr`."""
+    otherwise. Nothing in it is executed: grids and sizes are parsed by
+    :mod:`tilewright.runtime.expr`."""
     def expect(ok, what):
         if not ok:
             raise ValueError(f"malformed launch description: {what}")
 
+    def expression(text, what):
+        try:
+            parse_expr(text, symbols)
+        except ExprError as exc:
+            raise ValueError(f"malformed launch description: {what}: {exc}") from None
+
     expect(isinstance(launch, dict), "not an object")
-    expect(isinstance(launch.get("entry"), str) and _ENTRY.match(launch["entry"]),
-           f"entry {launch.get('entry')!r}")
     symbols = launch.get("symbols")
     expect(isinstance(symbols, dict) and all(
         isinstance(k, str) and k.isidentifier() and isinstance(v, list) and len(v) in (1, 2) and
         all(_int(x, 0, 1 << 16) for x in v) for k, v in symbols.items()), "symbols")
-    grid = launch.get("grid")
+    spaces = launch.get("workspaces", [])
+    expect(isinstance(spaces, list) and len(spaces) <= 1024, "workspaces")
+    for w in spaces:
+        expect(isinstance(w, dict) and isinstance(w.get("name"), str) and
+               isinstance(w.get("dtype"), str) and isinstance(w.get("bytes"), str),
+               f"workspace {w!r}")
+        expression(w["bytes"], f"workspace {w['name']}")
+    if "kernels" in launch:
+        expect(isinstance(launch["kernels"], list) and
+               1 <= len(launch["kernels"]) <= _MAX_KERNELS, "kernels")
+    for kernel in kernels_of(launch):
+        expect(isinstance(kernel, dict), f"kernel {kernel!r}")
+        _check_kernel(kernel, symbols, len(spaces), expect, expression)
+    return launch
+
+
+def _check_kernel(kernel: dict, symbols: dict, spaces: int, expect, expression) -> None:
+    """One kernel's entry, grid, block, shared memory, cluster and parameters."""
+    expect(isinstance(kernel.get("entry"), str) and _ENTRY.match(kernel["entry"]),
+           f"entry {kernel.get('entry')!r}")
+    grid = kernel.get("grid")
     expect(isinstance(grid, list) and len(grid) == 3, "grid")
     for g in grid:
-        try:
-            parse_expr(g, symbols)
-        except ExprError as exc:
-            raise ValueError(f"malformed launch description: grid: {exc}") from None
-    block = launch.get("block")
+        expression(g, "grid")
+    block = kernel.get("block")
     expect(isinstance(block, list) and len(block) == 3 and all(_int(b, 1, 1024) for b in block)
            and block[0] * block[1] * block[2] <= 1024, f"block {block!r}")
-    expect(_int(launch.get("dynamic_smem_bytes"), 0, 1 << 20), "dynamic_smem_bytes")
-    cluster = launch.get("cluster_dims")
+    expect(_int(kernel.get("dynamic_smem_bytes"), 0, 1 << 20), "dynamic_smem_bytes")
+    cluster = kernel.get("cluster_dims")
     expect(cluster is None or isinstance(cluster, list) and len(cluster) == 3 and
            all(_int(c, 1, 16) for c in cluster), f"cluster_dims {cluster!r}")
-    params = launch.get("params")
+    params = kernel.get("params")
     expect(isinstance(params, list) and len(params) <= 1024, "params")
     for p in params:
         expect(isinstance(p, dict) and p.get("kind") in _PARAM_KINDS, f"param {p!r}")
         kind = p["kind"]
         if kind in ("tensor", "scalar", "tensormap"):
             expect(_int(p.get("param"), 0, 1 << 16), f"param index in {p!r}")
+        if kind == "workspace":
+            expect(_int(p.get("workspace"), 0, spaces - 1), f"workspace index in {p!r}")
         if kind in ("scalar", "symbol"):
             expect(p.get("dtype") in _CTYPES, f"dtype in {p!r}")
         if kind == "symbol":
@@ -258,7 +312,6 @@ def check_launch(launch) -> dict:
                    len(p["box"]) == p["rank"] and all(_int(b, 1, 256) for b in p["box"]) and
                    isinstance(p.get("name"), str) and isinstance(p.get("tensor"), str),
                    f"tensor map {p!r}")
-    return launch
 
 
 class BundleKernel(KernelCall):
@@ -278,7 +331,7 @@ class BundleKernel(KernelCall):
         except (SignatureError, ValueError) as exc:
             raise BundleError(bundle.path, "fields", str(exc)) from None
         limit = len(signature.params)
-        for p in launch["params"]:
+        for p in (p for kernel in kernels_of(launch) for p in kernel["params"]):
             if "param" in p and p["param"] >= limit:
                 raise BundleError(bundle.path, "fields", f"launch parameter {p!r} names "
                                                          f"parameter {p['param']} of {limit}")
