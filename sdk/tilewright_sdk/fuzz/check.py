@@ -47,7 +47,7 @@ def deliberate(exc: BaseException) -> bool:
 
 def module_source(program: Program, backend: str, seed: int, note: str = "") -> str:
     """The program as a standalone module for ``backend``; ``note`` goes in its docstring."""
-    inputs = ", ".join(f"({n!r}, ({program.M}, {program.N}), {program.dtype!r}, {lo!r}, {hi!r})"
+    inputs = ", ".join(f"({n!r}, {program.shape!r}, {program.dtype!r}, {lo!r}, {hi!r})"
                        for n, lo, hi in program.inputs)
     outputs = ", ".join(f"({n!r}, {shape!r}, {dtype!r}, {err!r})"
                         for n, shape, dtype, err in program.outputs)

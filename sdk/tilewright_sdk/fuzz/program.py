@@ -28,13 +28,17 @@ from dataclasses import dataclass, field
 
 from hypothesis import strategies as st
 
-INT_DTYPES = ("int8", "int16", "int32", "uint8", "int64")
+INT_DTYPES = ("int8", "int16", "int32", "uint8", "int64", "uint16", "uint32")
 FLOAT_DTYPES = ("float32", "float16", "bfloat16")
-_LIMITS = {"int8": 127, "int16": 32767, "int32": 2**31 - 1, "int64": 2**63 - 1, "uint8": 255}
-_LOWEST = {"int8": -128, "int16": -32768, "int32": -2**31, "int64": -2**63, "uint8": 0}
-_NARROW_INTS = ("int8", "uint8", "int16")  # what a cast may wrap into
+_LIMITS = {"int8": 127, "int16": 32767, "int32": 2**31 - 1, "int64": 2**63 - 1, "uint8": 255,
+           "uint16": 2**16 - 1, "uint32": 2**32 - 1}
+_LOWEST = {"int8": -128, "int16": -32768, "int32": -2**31, "int64": -2**63, "uint8": 0,
+           "uint16": 0, "uint32": 0}
+_NARROW_INTS = ("int8", "uint8", "int16", "uint16")  # what a cast may wrap into
 _ROUNDOFF = {"float32": 2.0 ** -24, "float16": 2.0 ** -11, "bfloat16": 2.0 ** -8}
 _FLOAT_MAX = 1e4  # magnitudes stay far below float16's 65504
+_OTHER_SIGN = {"int8": "uint8", "uint8": "int8", "int16": "uint16", "uint16": "int16",
+               "int32": "uint32", "uint32": "int32"}
 REDUCE_KINDS = ("sum", "max", "min", "abssum", "absmax")
 
 
@@ -83,25 +87,55 @@ class Program:
     outputs: list  # (name, shape, dtype, atol)
     body: list = field(default_factory=list)
     features: set = field(default_factory=set)
+    depth: int = 0  # the inputs' and Y's leading dimension (a third grid axis bz), 0: none
+    dynamic: tuple = ()  # which of "M", "N" are sizes read from the arguments
+
+    @property
+    def shape(self) -> tuple:
+        """The shape of the inputs and of ``Y``."""
+        return (self.depth, self.M, self.N) if self.depth else (self.M, self.N)
 
     def kernel_source(self) -> str:
-        params = [f"{n}: T.Tensor(({self.M}, {self.N}), {self.dtype!r})"
-                  for n, _, _ in self.inputs]
-        params += [f"{n}: T.Tensor({shape}, {dtype!r})" for n, shape, dtype, _ in self.outputs]
-        lines = ["@T.prim_func", f"def fuzz({', '.join(params)}):",
-                 f"    with T.Kernel({math.ceil(self.N / self.bn)}, "
-                 f"{math.ceil(self.M / self.bm)}, threads=128) as (bx, by):"]
+        sizes = {"M": 'T.symbolic("m")', "N": 'T.dynamic("n")'}
+        dims = [str(self.depth)] if self.depth else []
+        dims += [d if d in self.dynamic else str(getattr(self, d)) for d in ("M", "N")]
+        shape = f"({', '.join(dims)})"
+        params = [f"{n}: T.Tensor({shape}, {self.dtype!r})" for n, _, _ in self.inputs]
+        params += [f"{n}: T.Tensor({shape if n == 'Y' else out_shape}, {dtype!r})"
+                   for n, out_shape, dtype, _ in self.outputs]
+        grid = [grid_extent(d, getattr(self, d), b, d in self.dynamic)
+                for d, b in (("N", self.bn), ("M", self.bm))]
+        axes = "bx, by"
+        if self.depth:
+            grid.append(str(self.depth))
+            axes += ", bz"
+        lines = [f"{d} = {sizes[d]}" for d in self.dynamic]
+        lines += ["", ""] if lines else []
+        lines += ["@T.prim_func", f"def fuzz({', '.join(params)}):",
+                  f"    with T.Kernel({', '.join(grid)}, threads=128) as ({axes}):"]
         lines += ["        " + line for line in self.body]
         return "\n".join(lines) + "\n"
+
+
+def grid_extent(name: str, size: int, block: int, dynamic: bool) -> str:
+    """The number of blocks over a dimension: a constant, or ``T.ceildiv`` of a size read
+    from the arguments."""
+    return f"T.ceildiv({name}, {block})" if dynamic else str(math.ceil(size / block))
 
 
 class _Builder:
     """The state of one program being drawn."""
 
-    def __init__(self, draw, dtype, M, N, bm, bn, avoid, wide, declared):
+    def __init__(self, draw, dtype, M, N, bm, bn, avoid, wide, declared, depth=0,
+                 dynamic=()):
         self.draw, self.dtype = draw, dtype
         self.declared = declared
         self.M, self.N, self.bm, self.bn = M, N, bm, bn
+        self.depth = depth
+        self.z = "bz, " if depth else ""  # a global index's leading part
+        # the sizes as the kernel spells them: a constant or a name read from the arguments
+        self.Mt = "M" if "M" in dynamic else str(M)
+        self.Nt = "N" if "N" in dynamic else str(N)
         self.avoid = frozenset(avoid)
         self.wide = wide  # a declared dtype integers round-trip through, or None
         self.floating = dtype in FLOAT_DTYPES
@@ -120,6 +154,11 @@ class _Builder:
     def fresh(self, prefix: str) -> str:
         self.count += 1
         return f"{prefix}{self.count}"
+
+    def deep(self, shape: tuple) -> tuple:
+        """The shape of an output each block writes its own part of: one more leading
+        dimension, indexed by ``bz``, when the program has a depth."""
+        return (self.depth, *shape) if self.depth else shape
 
     def fits(self, lo, hi) -> bool:
         low = 0 if self.unsigned else -self.limit
@@ -186,9 +225,9 @@ class _Builder:
         if self.allowed("negative_floordiv", "global_rotated_index") and \
                 self.draw(st.booleans()):
             s = self.draw(st.integers(1, 5))
-            col = f"({col} - {s}) % {self.N}"
+            col = f"({col} - {s}) % {self.Nt}"
             feats |= {"floordiv", "negative_floordiv", "rotated_index", "global_rotated_index"}
-        return Expr(f"{name}[{row}, {col}]", lo, hi, features=frozenset(feats))
+        return Expr(f"{name}[{self.z}{row}, {col}]", lo, hi, features=frozenset(feats))
 
     def rotate(self) -> Expr:
         """An element of a loaded tile at a rotated position: ``(i - s) % bm`` has negative
@@ -272,9 +311,14 @@ class _Builder:
             kinds.append("narrow")
         if "float32" in self.declared and self.allowed("int_float_cast") and a.mag < 2 ** 24:
             kinds.append("float")
+        other = _OTHER_SIGN.get(self.dtype)
+        if other in self.declared and self.allowed("sign_cast"):
+            kinds.append("sign")
         if not kinds:
             return a
         kind = self.draw(st.sampled_from(kinds))
+        if kind == "sign":
+            return self.sign_cast(a, other, feats)
         if kind == "wide":
             return Expr(f"T.cast(T.cast({a.text}, {self.wide!r}), {self.dtype!r})", a.lo,
                         a.hi, features=frozenset(feats | {"cast"}))
@@ -287,6 +331,24 @@ class _Builder:
         extra = {"cast", "narrow_cast"} | (set() if inside else {"narrow_cast_wrap"})
         return Expr(f"T.cast(T.cast({a.text}, {to!r}), {self.dtype!r})", lo, hi,
                     features=frozenset(feats | extra))
+
+    def sign_cast(self, a: Expr, other: str, feats) -> Expr:
+        """Through the integer dtype of the same width and the other signedness: a signed
+        value cast to unsigned (wrapping a negative one modulo 2**bits), ``k`` subtracted
+        there (wrapping below zero), and cast back, which is ``a - k``; an unsigned value that
+        the signed dtype holds cast there and back."""
+        feats = frozenset(feats | {"cast", "sign_cast"})
+        if self.unsigned:
+            if a.hi > _LIMITS[other]:
+                return a
+            return Expr(f"T.cast(T.cast({a.text}, {other!r}), {self.dtype!r})", a.lo, a.hi,
+                        features=feats)
+        k = self.draw(st.integers(0, 9))
+        if not self.fits(a.lo - k, a.hi - k):
+            return a
+        wraps = a.lo - k < 0
+        return Expr(f"T.cast(T.cast({a.text}, {other!r}) - T.{other}({k}), {self.dtype!r})",
+                    a.lo - k, a.hi - k, features=feats | ({"unsigned_wrap"} if wraps else set()))
 
     def division(self, a: Expr, op: str, depth: int) -> Expr:
         """``a // d`` or ``a % d`` with a divisor that is never zero: a constant of either
@@ -394,8 +456,9 @@ class _Builder:
         """A cast of a float and back: through float32, or of an exact value through an
         integer dtype that holds it (truncation toward zero; a rounded value could truncate
         to either side of an integer)."""
-        ints = [n for n in ("int32", "int16", "int8") if n in self.declared and
-                a.mag < _LIMITS[n]]
+        ints = [n for n in ("int32", "int16", "int8", "uint32", "uint16", "uint8")
+                if n in self.declared and a.mag < _LIMITS[n] and
+                (a.lo >= 0 or not n.startswith("uint"))]
         if not (a.exact and ints and self.allowed("float_int_cast")) or \
                 self.draw(st.booleans()):
             return Expr(f"T.cast(T.cast({a.text}, 'float32'), {self.dtype!r})", a.lo, a.hi,
@@ -468,6 +531,19 @@ class _Builder:
         self.body.append(f"T.fill({tile.name}, 0)")
         return tile
 
+    def tile_3d(self, name: str, tile: Tile) -> None:
+        """``tile`` loaded through a 3-D shared tile: the ``(d, bm, bn)`` box of input
+        ``name`` at offset ``(bz, by * bm, bx * bn)`` (depths past the input's end read as
+        zero), of which one depth is copied element by element into ``tile``."""
+        d = self.draw(st.integers(1, 3))
+        c = self.draw(st.integers(0, d - 1))
+        box = self.fresh("b")
+        self.body += [f"{box} = T.alloc_shared(({d}, {self.bm}, {self.bn}), {self.dtype!r})",
+                      f"T.copy({name}[bz, by * {self.bm}, bx * {self.bn}], {box})",
+                      f"for i, j in T.Parallel({self.bm}, {self.bn}):",
+                      f"    {tile.name}[i, j] = {box}[{c}, i, j]"]
+        self.features.add("tile_3d")
+
     def repeat(self) -> None:
         """A tile accumulated by a run-time ``while`` loop over a ``T.alloc_var`` counter."""
         if not self.allowed("while_loop"):
@@ -492,6 +568,7 @@ class _Builder:
         if not self.allowed("pipelined"):
             return
         steps = math.ceil(self.M / self.bm)
+        loop = grid_extent("M", self.M, self.bm, self.Mt == "M")
         stages = self.draw(st.integers(1, 3))
         name, low, high = self.draw(st.sampled_from(self.inputs))
         chunk = self.tile("2d", low, high, 0.0)
@@ -502,8 +579,8 @@ class _Builder:
         if tile is None:
             self.body.pop()
             return
-        self.body += [f"for k in T.Pipelined({steps}, num_stages={stages}):",
-                      f"    T.copy({name}[k * {self.bm}, bx * {self.bn}], {chunk.name})",
+        self.body += [f"for k in T.Pipelined({loop}, num_stages={stages}):",
+                      f"    T.copy({name}[{self.z}k * {self.bm}, bx * {self.bn}], {chunk.name})",
                       f"    for i, j in T.Parallel({self.bm}, {self.bn}):",
                       f"        {tile.name}[i, j] = {tile.name}[i, j] + {e.text}"]
         self.features |= e.features | {"pipelined"}
@@ -516,7 +593,7 @@ class _Builder:
         name, low, high = self.draw(st.sampled_from(self.inputs))
         scalar = self.fresh("s")
         self.body += [f"{scalar} = T.alloc_local((1,), {self.dtype!r})",
-                      f"{scalar}[0] = {name}[by * {self.bm}, bx * {self.bn}]"]
+                      f"{scalar}[0] = {name}[{self.z}by * {self.bm}, bx * {self.bn}]"]
         self.tiles.append(Tile(scalar, "scalar", low, high, 0.0, self.dtype))
         self.features.add("local_scalar")
 
@@ -552,7 +629,7 @@ class _Builder:
         if kind in ("abssum", "absmax") and (self.unsigned or not self.fits(0, mag)):
             return
         if not self.fits(lo, hi) or max(abs(lo), abs(hi)) > acc_limit or \
-                (acc == "uint8" and lo < 0):
+                (acc.startswith("uint") and lo < 0):
             return
         u_acc = _ROUNDOFF.get(acc, 0.0)
         err = src.err * k + (u_acc * math.sqrt(k) * k * mag if kind in ("sum", "abssum")
@@ -574,15 +651,15 @@ class _Builder:
         if dim == 1:
             shape = (self.M, gn)
             lines = [f"for i in T.Parallel({self.bm}):",
-                     f"    if by * {self.bm} + i < {self.M}:",
-                     f"        {name}[by * {self.bm} + i, bx] = {tile.name}[i]"]
+                     f"    if by * {self.bm} + i < {self.Mt}:",
+                     f"        {name}[{self.z}by * {self.bm} + i, bx] = {tile.name}[i]"]
         else:
             shape = (gm, self.N)
             lines = [f"for j in T.Parallel({self.bn}):",
-                     f"    if bx * {self.bn} + j < {self.N}:",
-                     f"        {name}[by, bx * {self.bn} + j] = {tile.name}[j]"]
+                     f"    if bx * {self.bn} + j < {self.Nt}:",
+                     f"        {name}[{self.z}by, bx * {self.bn} + j] = {tile.name}[j]"]
         self.body += lines
-        self.outputs.append((name, shape, tile.dtype, tile.err))
+        self.outputs.append((name, self.deep(shape), tile.dtype, tile.err))
 
     def cumsum(self) -> None:
         src = self.draw(st.sampled_from([t for t in self.tiles if t.kind == "2d"]))
@@ -642,8 +719,8 @@ class _Builder:
         self.body += [f"T.gemm({a.name}, {b.name}, {name}, {flags})"] * times
         out = self.fresh("G")
         gm, gn = math.ceil(self.M / bm), math.ceil(self.N / bn)
-        self.body.append(f"T.copy({name}, {out}[by * {rows}, bx * {cols}])")
-        self.outputs.append((out, (gm * rows, gn * cols), acc, err))
+        self.body.append(f"T.copy({name}, {out}[{self.z}by * {rows}, bx * {cols}])")
+        self.outputs.append((out, self.deep((gm * rows, gn * cols)), acc, err))
         self.features |= {"gemm", f"gemm_{acc}", f"gemm_{init}"} | \
             ({"gemm_twice"} if times == 2 else set()) | \
             ({"gemm_transpose_A"} if ta else set()) | ({"gemm_transpose_B"} if tb else set())
@@ -655,7 +732,7 @@ class _Builder:
         if not self.allowed("atomic_add"):
             return
         src = self.draw(st.sampled_from([t for t in self.tiles if t.kind == "2d"]))
-        blocks = math.ceil(self.M / self.bm) * math.ceil(self.N / self.bn)
+        blocks = math.ceil(self.M / self.bm) * math.ceil(self.N / self.bn) * max(1, self.depth)
         lo, hi = min(0, blocks * src.lo), max(0, blocks * src.hi)
         floating = src.dtype in FLOAT_DTYPES
         limit = _FLOAT_MAX if floating else _LIMITS[src.dtype]
@@ -686,9 +763,11 @@ def op_name(op: str) -> str:
 
 
 @st.composite
-def programs(draw, avoid=(), dtypes=None) -> Program:
+def programs(draw, avoid=(), dtypes=None, features=None) -> Program:
     """A strategy of valid programs; ``avoid``: features never to generate; ``dtypes``: the
-    dtypes a program may use (default: all)."""
+    dtypes a program may use (default: all); ``features``: the backend's capability
+    features (default: all), of which ``dynamic_shapes`` lets sizes be read from the
+    arguments."""
     declared = set(INT_DTYPES + FLOAT_DTYPES) if dtypes is None else set(dtypes)
     dtype = draw(st.sampled_from([d for d in INT_DTYPES + FLOAT_DTYPES if d in declared]))
     wide = next((w for w in ("int32", "int64") if w in declared and
@@ -697,7 +776,12 @@ def programs(draw, avoid=(), dtypes=None) -> Program:
     bn = draw(st.sampled_from((1, 2, 4, 8, 16)))
     M = draw(st.integers(1, 3 * bm + 3))
     N = draw(st.integers(1, 3 * bn + 3))
-    b = _Builder(draw, dtype, M, N, bm, bn, avoid, wide, declared)
+    depth = draw(st.sampled_from((0, 0, 0, 1, 2, 3))) if "tensor_3d" not in avoid else 0
+    dynamic = ()
+    if (features is None or "dynamic_shapes" in features) and "dynamic_shape" not in avoid:
+        dynamic = draw(st.sampled_from(((), (), (), ("M",), ("N",), ("M", "N"))))
+    b = _Builder(draw, dtype, M, N, bm, bn, avoid, wide, declared, depth, dynamic)
+    z = b.z
     floating = dtype in FLOAT_DTYPES
     n_inputs = draw(st.integers(1, 3))
     inputs = []
@@ -714,8 +798,14 @@ def programs(draw, avoid=(), dtypes=None) -> Program:
         if scope == "shared":
             b.body[-1] = b.body[-1].replace("T.alloc_fragment", "T.alloc_shared")
             b.features.add("shared_tile")
-        b.body.append(f"T.copy({name}[by * {bm}, bx * {bn}], {tile.name})")
+        if depth and b.allowed("tile_3d") and draw(st.integers(0, 2)) == 0:
+            b.tile_3d(name, tile)
+        else:
+            b.body.append(f"T.copy({name}[{z}by * {bm}, bx * {bn}], {tile.name})")
     b.features.add(f"dtype_{dtype}")
+    if depth:
+        b.features.add("tensor_3d")
+    b.features |= {f"dynamic_{d}" for d in dynamic} | ({"dynamic_shape"} if dynamic else set())
     if M % bm or N % bn:
         b.features.add("partial_tile")
     for _ in range(draw(st.integers(1, 4))):
@@ -727,14 +817,14 @@ def programs(draw, avoid=(), dtypes=None) -> Program:
     last = [t for t in b.tiles if t.kind == "2d"][-1]
     err = last.err
     if draw(st.booleans()):
-        b.body.append(f"T.copy({last.name}, Y[by * {bm}, bx * {bn}])")
+        b.body.append(f"T.copy({last.name}, Y[{z}by * {bm}, bx * {bn}])")
     else:  # each element stored to global memory by a guarded T.Parallel iteration
         b.globals = inputs
         e = b.expr(draw(st.integers(1, 3)))
         err = e.err
         b.body += [f"for i, j in T.Parallel({bm}, {bn}):",
-                   f"    if by * {bm} + i < {M} and bx * {bn} + j < {N}:",
-                   f"        Y[by * {bm} + i, bx * {bn} + j] = {e.text}"]
+                   f"    if by * {bm} + i < {b.Mt} and bx * {bn} + j < {b.Nt}:",
+                   f"        Y[{z}by * {bm} + i, bx * {bn} + j] = {e.text}"]
         b.features |= e.features | {"global_store"}
-    outputs = [("Y", (M, N), dtype, err), *b.outputs]
-    return Program(dtype, M, N, bm, bn, inputs, outputs, b.body, b.features)
+    outputs = [("Y", b.deep((M, N)), dtype, err), *b.outputs]
+    return Program(dtype, M, N, bm, bn, inputs, outputs, b.body, b.features, depth, dynamic)
