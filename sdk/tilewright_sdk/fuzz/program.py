@@ -39,6 +39,11 @@ _ROUNDOFF = {"float32": 2.0 ** -24, "float16": 2.0 ** -11, "bfloat16": 2.0 ** -8
 _FLOAT_MAX = 1e4  # magnitudes stay far below float16's 65504
 _OTHER_SIGN = {"int8": "uint8", "uint8": "int8", "int16": "uint16", "uint16": "int16",
                "int32": "uint32", "uint32": "int32"}
+# float8: (unit roundoff, half the spacing of its subnormals, largest finite value, whether a
+# larger value saturates to it (float8_e4m3fn, as torch and the interpreter convert) rather
+# than overflowing to infinity)
+FLOAT8 = {"float8_e4m3fn": (2.0 ** -4, 2.0 ** -10, 448.0, True),
+          "float8_e5m2": (2.0 ** -3, 2.0 ** -17, 57344.0, False)}
 REDUCE_KINDS = ("sum", "max", "min", "abssum", "absmax")
 
 
@@ -155,6 +160,26 @@ class _Builder:
         self.count += 1
         return f"{prefix}{self.count}"
 
+    def squares(self) -> list:
+        """The 2-D tiles of the program's dtype (a float8 tile is only read through a
+        cast)."""
+        return [t for t in self.tiles if t.kind == "2d" and t.dtype == self.dtype]
+
+    def float8(self, a: Expr) -> tuple | None:
+        """A float8 dtype ``a`` may be converted to, the interval of the result and a bound
+        of its error; None when there is none or the result could overflow. A value off the
+        float8 grid rounds to nearest; a computed one could round to either neighbour."""
+        kinds = [f for f in FLOAT8 if f in self.declared]
+        if not kinds or not self.allowed("float8_cast"):
+            return None
+        to = self.draw(st.sampled_from(kinds))
+        u, sub, top, saturates = FLOAT8[to]
+        lo, hi = a.lo - u * abs(a.lo) - sub, a.hi + u * abs(a.hi) + sub
+        if not saturates and max(abs(lo), abs(hi)) >= top:
+            return None
+        lo, hi = max(lo, -top), min(hi, top)
+        return to, lo, hi, a.err + 2 * (u * a.mag + sub)
+
     def deep(self, shape: tuple) -> tuple:
         """The shape of an output each block writes its own part of: one more leading
         dimension, indexed by ``bz``, when the program has a depth."""
@@ -185,9 +210,13 @@ class _Builder:
             choices.append("rotate")
         if self.globals:
             choices += ["global", "global"]
+        if self.allowed("unpack"):
+            choices.append("unpack")
         kind = self.draw(st.sampled_from(choices))
         if kind == "global":
             return self.global_load()
+        if kind == "unpack":
+            return self.unpack()
         if kind == "const":
             if self.floating:
                 return self.const(self.draw(st.sampled_from((0.5, 1.5, -2.0, 3.0, -0.25))))
@@ -204,6 +233,28 @@ class _Builder:
             return Expr(f"T.cast({tile.at()}, {self.dtype!r})", tile.lo, tile.hi, err, False,
                         feats | {"cast"})
         return Expr(tile.at(), tile.lo, tile.hi, tile.err, tile.err == 0, feats)
+
+    def unpack(self) -> Expr:
+        """A 4-bit field (``T.unpack``) of an integer: of a loaded value of an integer program
+        (a negative one's high fields are its sign bits), or of an element's flat index cast
+        to an integer dtype; field ``k`` or ``j % fields``, unsigned or sign-extended, read in
+        the program's dtype."""
+        if self.floating:
+            ints = [d for d in ("int8", "uint8", "int16", "int32") if d in self.declared]
+            if not ints:
+                return self.index()
+            width = self.draw(st.sampled_from(ints))
+            source = f"T.cast(i * {self.bn} + j, {width!r})"
+        else:
+            width, source = self.dtype, self.leaf().text
+        fields = int(width.lstrip("uint")) // 4
+        index = str(self.draw(st.integers(0, fields - 1))) if self.draw(st.booleans()) else \
+            f"j % {fields}"
+        signed = not self.unsigned and self.draw(st.booleans())
+        lo, hi = (-8, 7) if signed else (0, 15)
+        text = f"T.unpack({source}, {index}, 4{', signed=True' if signed else ''})"
+        return Expr(f"T.cast({text}, {self.dtype!r})", lo, hi,
+                    features=frozenset({"unpack"} | ({"unpack_signed"} if signed else set())))
 
     def index(self) -> Expr:
         """A global row or column index, shifted below zero unless the dtype is unsigned."""
@@ -232,7 +283,7 @@ class _Builder:
     def rotate(self) -> Expr:
         """An element of a loaded tile at a rotated position: ``(i - s) % bm`` has negative
         intermediate values."""
-        tile = self.draw(st.sampled_from([t for t in self.tiles if t.kind == "2d"]))
+        tile = self.draw(st.sampled_from(self.squares()))
         negative = self.allowed("negative_floordiv") and self.draw(st.booleans())
         if self.draw(st.booleans()):
             s = self.draw(st.integers(1, max(1, self.bm - 1)))
@@ -311,6 +362,8 @@ class _Builder:
             kinds.append("narrow")
         if "float32" in self.declared and self.allowed("int_float_cast") and a.mag < 2 ** 24:
             kinds.append("float")
+        if a.mag < 2 ** 24 and any(f in self.declared for f in FLOAT8):
+            kinds.append("float8")
         other = _OTHER_SIGN.get(self.dtype)
         if other in self.declared and self.allowed("sign_cast"):
             kinds.append("sign")
@@ -319,6 +372,14 @@ class _Builder:
         kind = self.draw(st.sampled_from(kinds))
         if kind == "sign":
             return self.sign_cast(a, other, feats)
+        if kind == "float8":  # an integer rounds to the float8 grid, the same on every backend
+            f8 = self.float8(a)
+            if f8 is None or not self.fits(math.floor(f8[1]), math.ceil(f8[2])):
+                return a
+            to, lo, hi, _ = f8
+            return Expr(f"T.cast(T.cast({a.text}, {to!r}), {self.dtype!r})", math.floor(lo),
+                        math.ceil(hi), features=frozenset(feats | {"cast", "float8_cast",
+                                                                    f"cast_{to}"}))
         if kind == "wide":
             return Expr(f"T.cast(T.cast({a.text}, {self.wide!r}), {self.dtype!r})", a.lo,
                         a.hi, features=frozenset(feats | {"cast"}))
@@ -459,6 +520,12 @@ class _Builder:
         ints = [n for n in ("int32", "int16", "int8", "uint32", "uint16", "uint8")
                 if n in self.declared and a.mag < _LIMITS[n] and
                 (a.lo >= 0 or not n.startswith("uint"))]
+        if self.draw(st.integers(0, 2)) == 0:
+            f8 = self.float8(a)
+            if f8 is not None:
+                to, lo, hi, err = f8
+                return Expr(f"T.cast(T.cast({a.text}, {to!r}), {self.dtype!r})", lo, hi, err,
+                            a.exact, frozenset(feats | {"cast", "float8_cast", f"cast_{to}"}))
         if not (a.exact and ints and self.allowed("float_int_cast")) or \
                 self.draw(st.booleans()):
             return Expr(f"T.cast(T.cast({a.text}, 'float32'), {self.dtype!r})", a.lo, a.hi,
@@ -490,6 +557,10 @@ class _Builder:
         """A tile computed element-wise: everywhere, under an ``if`` (elsewhere a fill), or
         by ``if``/``else`` of two expressions; into a fragment or a shared tile."""
         e = self.expr(self.draw(st.integers(1, 4)))
+        if self.floating and self.draw(st.integers(0, 5)) == 0:
+            f8 = self.float8(e)
+            if f8 is not None:
+                return self.map_float8(e, *f8)
         forms = ["plain", "plain", "guarded"] + (["if_else"] if self.allowed("if_else") else [])
         form = self.draw(st.sampled_from(forms))
         fill = self.draw(st.sampled_from((0, 1, 2)))
@@ -520,6 +591,15 @@ class _Builder:
         else:
             self.body += [*head, f"{pad}{store}"]
         self.features |= e.features | {"map"}
+
+    def map_float8(self, e: Expr, to: str, lo, hi, err) -> None:
+        """A fragment of float8 elements: ``e`` converted element by element, read back by
+        later expressions through a cast."""
+        tile = self.tile("2d", lo, hi, err, to)
+        head = self.loop_head()
+        pad = " " * (len(head[-1]) - len(head[-1].lstrip()) + 4)
+        self.body += [*head, f"{pad}{tile.name}[i, j] = T.cast({e.text}, {to!r})"]
+        self.features |= e.features | {"map", "float8_tile", f"tile_{to}"}
 
     def accumulator(self, e: Expr, times: int) -> Tile | None:
         """A tile filled with zero that ``e`` is added to ``times`` times, or None when the sum
@@ -598,7 +678,7 @@ class _Builder:
         self.features.add("local_scalar")
 
     def reduce(self) -> None:
-        src = self.draw(st.sampled_from([t for t in self.tiles if t.kind == "2d"]))
+        src = self.draw(st.sampled_from(self.squares()))
         kinds = [k for k in REDUCE_KINDS if self.allowed(f"reduce_{k}")]
         if not kinds:
             return
@@ -662,7 +742,7 @@ class _Builder:
         self.outputs.append((name, self.deep(shape), tile.dtype, tile.err))
 
     def cumsum(self) -> None:
-        src = self.draw(st.sampled_from([t for t in self.tiles if t.kind == "2d"]))
+        src = self.draw(st.sampled_from(self.squares()))
         dim = self.draw(st.integers(0, 1))
         reverse = self.draw(st.booleans())
         k = self.bn if dim == 1 else self.bm
@@ -684,7 +764,7 @@ class _Builder:
         or filled and then discarded by ``clear_accum=True``; each block copies its result to
         its own tile of an output."""
         acc = "float32" if self.floating else "int32" if self.dtype == "int8" else None
-        srcs = [t for t in self.tiles if t.kind == "2d" and t.dtype == self.dtype]
+        srcs = self.squares()
         # T.gemm takes the non-unit dimensions of an operand as its matrix: no 1-wide tiles
         if acc is None or acc not in self.declared or not srcs or not self.allowed("gemm") or \
                 min(self.bm, self.bn) == 1:
@@ -731,7 +811,7 @@ class _Builder:
         may be added in any order."""
         if not self.allowed("atomic_add"):
             return
-        src = self.draw(st.sampled_from([t for t in self.tiles if t.kind == "2d"]))
+        src = self.draw(st.sampled_from(self.squares()))
         blocks = math.ceil(self.M / self.bm) * math.ceil(self.N / self.bn) * max(1, self.depth)
         lo, hi = min(0, blocks * src.lo), max(0, blocks * src.hi)
         floating = src.dtype in FLOAT_DTYPES
@@ -768,7 +848,7 @@ def programs(draw, avoid=(), dtypes=None, features=None) -> Program:
     dtypes a program may use (default: all); ``features``: the backend's capability
     features (default: all), of which ``dynamic_shapes`` lets sizes be read from the
     arguments."""
-    declared = set(INT_DTYPES + FLOAT_DTYPES) if dtypes is None else set(dtypes)
+    declared = set(INT_DTYPES + FLOAT_DTYPES + tuple(FLOAT8)) if dtypes is None else set(dtypes)
     dtype = draw(st.sampled_from([d for d in INT_DTYPES + FLOAT_DTYPES if d in declared]))
     wide = next((w for w in ("int32", "int64") if w in declared and
                  _LIMITS[w] > _LIMITS.get(dtype, 0)), None)
@@ -776,10 +856,10 @@ def programs(draw, avoid=(), dtypes=None, features=None) -> Program:
     bn = draw(st.sampled_from((1, 2, 4, 8, 16)))
     M = draw(st.integers(1, 3 * bm + 3))
     N = draw(st.integers(1, 3 * bn + 3))
-    depth = draw(st.sampled_from((0, 0, 0, 1, 2, 3))) if "tensor_3d" not in avoid else 0
+    depth = draw(st.sampled_from((0, 0, 0, 0, 0, 0, 1, 2, 3))) if "tensor_3d" not in avoid else 0
     dynamic = ()
     if (features is None or "dynamic_shapes" in features) and "dynamic_shape" not in avoid:
-        dynamic = draw(st.sampled_from(((), (), (), ("M",), ("N",), ("M", "N"))))
+        dynamic = draw(st.sampled_from(((),) * 6 + (("M",), ("N",), ("M", "N"))))
     b = _Builder(draw, dtype, M, N, bm, bn, avoid, wide, declared, depth, dynamic)
     z = b.z
     floating = dtype in FLOAT_DTYPES
@@ -814,7 +894,7 @@ def programs(draw, avoid=(), dtypes=None, features=None) -> Program:
         getattr(b, kind)()
     if not any(line.lstrip().startswith("for i, j in T.Parallel") for line in b.body):
         b.map()
-    last = [t for t in b.tiles if t.kind == "2d"][-1]
+    last = b.squares()[-1]
     err = last.err
     if draw(st.booleans()):
         b.body.append(f"T.copy({last.name}, Y[{z}by * {bm}, bx * {bn}])")
