@@ -94,6 +94,12 @@ class Program:
     features: set = field(default_factory=set)
     depth: int = 0  # the inputs' and Y's leading dimension (a third grid axis bz), 0: none
     dynamic: tuple = ()  # which of "M", "N" are sizes read from the arguments
+    packed: list = field(default_factory=list)  # (name, low, high) of the int4 inputs
+
+    @property
+    def packed_shape(self) -> tuple:
+        """The shape of an int4 input: its last dimension rounded up to whole bytes."""
+        return (*self.shape[:-1], self.N + self.N % 2)
 
     @property
     def shape(self) -> tuple:
@@ -106,6 +112,8 @@ class Program:
         dims += [d if d in self.dynamic else str(getattr(self, d)) for d in ("M", "N")]
         shape = f"({', '.join(dims)})"
         params = [f"{n}: T.Tensor({shape}, {self.dtype!r})" for n, _, _ in self.inputs]
+        int4 = f"({', '.join([*dims[:-1], str(self.packed_shape[-1])])})"
+        params += [f"{n}: T.Tensor({int4}, 'int4')" for n, _, _ in self.packed]
         params += [f"{n}: T.Tensor({shape if n == 'Y' else out_shape}, {dtype!r})"
                    for n, out_shape, dtype, _ in self.outputs]
         grid = [grid_extent(d, getattr(self, d), b, d in self.dynamic)
@@ -882,6 +890,13 @@ def programs(draw, avoid=(), dtypes=None, features=None) -> Program:
             b.tile_3d(name, tile)
         else:
             b.body.append(f"T.copy({name}[{z}by * {bm}, bx * {bn}], {tile.name})")
+    packed = []
+    if dtype in ("int8", "int16", "int32", "int64") and b.allowed("int4_input") and \
+            draw(st.integers(0, 3)) == 0:
+        packed.append(("P0", -8, 7))
+        tile = b.tile("2d", -8, 7, 0.0, "int4")
+        b.body.append(f"T.copy(P0[{z}by * {bm}, bx * {bn}], {tile.name})")
+        b.features.add("int4_input")
     b.features.add(f"dtype_{dtype}")
     if depth:
         b.features.add("tensor_3d")
@@ -907,4 +922,5 @@ def programs(draw, avoid=(), dtypes=None, features=None) -> Program:
                    f"        Y[{z}by * {bm} + i, bx * {bn} + j] = {e.text}"]
         b.features |= e.features | {"global_store"}
     outputs = [("Y", b.deep((M, N)), dtype, err), *b.outputs]
-    return Program(dtype, M, N, bm, bn, inputs, outputs, b.body, b.features, depth, dynamic)
+    return Program(dtype, M, N, bm, bn, inputs, outputs, b.body, b.features, depth, dynamic,
+                   packed)
