@@ -11,7 +11,14 @@ run-time ``while`` loop and over a ``T.Pipelined`` loop loading a shared tile, p
 int32 accumulator that is cleared, filled and accumulated into twice, or discarded by
 ``clear_accum``, ``T.atomic_add`` of a tile from every block into one output tile, whole or
 element by element), and the result copied back, or stored element by element under a
-bounds guard (reading inputs straight from global memory too). Every expression carries an
+bounds guard (reading inputs straight from global memory too). Integers are signed (8 to 64
+bits) or unsigned (8 to 32 bits; cast through the other signedness, wrapping below zero), 4-bit
+fields of them are read with ``T.unpack``, and signed programs may take an ``int4`` input
+(passed packed); floats and integers are converted to float8 and back (``float8_e4m3fn``
+saturating at 448) and float8 fragments are read back through a cast. Tensors may be 3-D
+(``(depth, M, N)`` over a third grid axis ``bz``, loaded as 2-D tiles or through a 3-D shared
+tile at a 3-D offset), and, for backends with ``dynamic_shapes``, ``M`` and ``N`` may be
+sizes read from the arguments (``T.symbolic``/``T.dynamic``). Every expression carries an
 interval of its values and a bound of its rounding error, so the generator only writes what
 is defined (no overflow, no division by zero, no NaN) and the checker knows how far a correct
 backend may be from the interpreter.
