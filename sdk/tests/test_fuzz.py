@@ -211,8 +211,8 @@ NEW_DRAWS = ("dtype_uint16", "dtype_uint32", "sign_cast", "unsigned_wrap", "tens
 
 def test_new_draws_are_generated_and_valid():
     """uint16/uint32 with casts that wrap, 3-D tensors and tiles, sizes read from the
-    arguments, float8 casts and fragments and 4-bit fields are all drawn; one program with
-    each runs on the interpreter and agrees with itself."""
+    arguments, float8 casts and fragments, 4-bit fields and int4 inputs are all drawn; one
+    program with each runs on the interpreter and agrees with itself."""
     first = {}
 
     @settings(max_examples=300, deadline=None, database=None,
