@@ -377,11 +377,12 @@ class _Builder:
             kinds.append("narrow")
         if "float32" in self.declared and self.allowed("int_float_cast") and a.mag < 2 ** 24:
             kinds.append("float")
-        if a.mag < 2 ** 24 and any(f in self.declared for f in FLOAT8):
+        if a.mag < 2 ** 24 and any(f in self.declared for f in FLOAT8) and \
+                self.allowed("float8_cast"):
             kinds.append("float8")
         other = _OTHER_SIGN.get(self.dtype)
         if other in self.declared and self.allowed("sign_cast"):
-            kinds.append("sign")
+            kinds += ["sign", "sign"]  # wrapping only where a value crosses zero: drawn more
         if not kinds:
             return a
         kind = self.draw(st.sampled_from(kinds))
@@ -532,10 +533,11 @@ class _Builder:
         """A cast of a float and back: through float32, or of an exact value through an
         integer dtype that holds it (truncation toward zero; a rounded value could truncate
         to either side of an integer)."""
-        ints = [n for n in ("int32", "int16", "int8", "uint32", "uint16", "uint8")
+        unsigned = ("uint32", "uint16", "uint8") if self.allowed("float_uint_cast") else ()
+        ints = [n for n in ("int32", "int16", "int8", *unsigned)
                 if n in self.declared and a.mag < _LIMITS[n] and
                 (a.lo >= 0 or not n.startswith("uint"))]
-        if self.draw(st.integers(0, 2)) == 0:
+        if self.allowed("float8_cast") and self.draw(st.integers(0, 2)) == 0:
             f8 = self.float8(a)
             if f8 is not None:
                 to, lo, hi, err = f8
@@ -546,8 +548,9 @@ class _Builder:
             return Expr(f"T.cast(T.cast({a.text}, 'float32'), {self.dtype!r})", a.lo, a.hi,
                         a.err, a.exact, frozenset(feats | {"cast"}))
         to = self.draw(st.sampled_from(ints))
+        extra = {"cast", "float_int_cast"} | ({"float_uint_cast"} if to in unsigned else set())
         return Expr(f"T.cast(T.cast({a.text}, {to!r}), {self.dtype!r})", math.trunc(a.lo),
-                    math.trunc(a.hi), 0.0, True, frozenset(feats | {"cast", "float_int_cast"}))
+                    math.trunc(a.hi), 0.0, True, frozenset(feats | extra))
 
     # -- statements ---------------------------------------------------------------------------
     def tile(self, kind: str, lo, hi, err, dtype=None) -> Tile:
@@ -572,7 +575,7 @@ class _Builder:
         """A tile computed element-wise: everywhere, under an ``if`` (elsewhere a fill), or
         by ``if``/``else`` of two expressions; into a fragment or a shared tile."""
         e = self.expr(self.draw(st.integers(1, 4)))
-        if self.floating and self.draw(st.integers(0, 5)) == 0:
+        if self.floating and self.allowed("float8_cast") and self.draw(st.integers(0, 5)) == 0:
             f8 = self.float8(e)
             if f8 is not None:
                 return self.map_float8(e, *f8)
