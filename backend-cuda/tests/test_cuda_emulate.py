@@ -51,6 +51,31 @@ def test_grid_over_a_scalar_argument(tmp_path):
     assert y[100:].isnan().all()  # the grid's 4 blocks cover 128 rows; rows 100.. untouched
 
 
+def _pairs_per_block():
+    """A grid of ``n * 2`` blocks over an ``(n, 2)`` tensor: TVM's common-subexpression pass
+    names ``n * 2`` (the grid and the flattened tensor's extent) on the host, and the split
+    into host and kernel made that name a kernel parameter (TileLang's sparse MLA forward)."""
+    n = T.symbolic("n")
+
+    @T.prim_func
+    def main(P: T.Tensor((n, 2), "int32"), Y: T.Tensor((n, 2), "int32")):
+        with T.Kernel(n * 2, threads=32) as bx:
+            for i in T.Parallel(1):
+                Y[bx // 2, bx % 2] = P[bx // 2, bx % 2] * 3 + i
+    return main
+
+
+@pytest.mark.emulator
+def test_a_value_the_host_and_the_kernel_share_is_not_a_kernel_parameter(tmp_path):
+    lowered = tilewright.lower(_pairs_per_block(), "cuda -arch=sm_90a")
+    launch = lowered.source.payload
+    assert [p["kind"] for p in launch["params"]] == ["tensor", "tensor", "symbol"], launch
+    p = torch.arange(14, dtype=torch.int32).reshape(7, 2)
+    y = torch.zeros_like(p)
+    hostemu.run(lowered.source.text, launch, tmp_path, p, y)
+    torch.testing.assert_close(y, p * 3)
+
+
 def _while_rows(condition_in_shared: bool = False):
     """Blocks walk 32-row tiles in a ``while`` loop (TileLang's stream-K GEMM walks its
     iterations so); each tile is staged in shared memory and written out with its rows
