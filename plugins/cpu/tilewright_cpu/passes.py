@@ -196,6 +196,46 @@ def fold_unsigned_sign_tests():
     return prim_func_pass("CPUFoldUnsignedSignTests", run)
 
 
+def _floor_from_truncated(node):
+    """``node`` (a floor division or modulo of signed integers) written with truncating
+    division and a correction, without bindings."""
+    a, b = node.a, node.b
+    dtype = str(node.ty)
+    zero = tirx.const(0, dtype)
+    rmod = tirx.Mod(a, b)  # truncating: the sign of ``a``
+    # the truncated quotient is one above the floor where the remainder is not zero and its
+    # sign is not the divisor's
+    past = tirx.Or(tirx.And(rmod < zero, b > zero), tirx.And(rmod > zero, b < zero))
+    if isinstance(node, tirx.FloorDiv):
+        return tirx.Div(a, b) - tirx.Cast(dtype, past)
+    return rmod + tirx.Select(past, b, zero)
+
+
+def lower_floor_division():
+    """A floor division or modulo of signed integers whose divisor is not a positive constant
+    is written with truncating division and a correction, without bindings. TVM 0.27's
+    LowerIntrin writes such a division with its remainder and quotient bound (``T.Let`` of
+    ``rmod`` and ``rdiv``) inside the expression, and its LLVM code generator binds a ``Let``'s
+    variable in its analyzer twice when the ``Let`` sits in the value of another one (once
+    where it generates the inner value, once where it simplifies the outer value, which the
+    analyzer simplifies differently): a division of a division stopped the build ("Binding of
+    variable rmod as I.Range(0, 1) conflicts with previous binding"; found by the differential
+    fuzzer). A positive constant divisor TVM lowers without bindings (a shift, or a truncating
+    division and a correction), and LLVM merges the repeated operands written here."""
+
+    def lower(node):
+        divisor = _const_int(node.b)
+        if not str(node.ty).startswith("int") or divisor is not None and divisor > 0:
+            return node
+        return _floor_from_truncated(node)
+
+    def run(func):
+        return func.with_body(tvm_ffi.structural_map(
+            func.body, ((tirx.FloorDiv, tirx.FloorMod), lower)))
+
+    return prim_func_pass("CPULowerFloorDivision", run)
+
+
 def _u32(x):
     return tirx.const(x, "uint32")
 

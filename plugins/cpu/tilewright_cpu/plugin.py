@@ -66,8 +66,11 @@ PIPELINE = PassPipeline((
           "bfloat16 tiles rounded to bfloat16"),
     Phase("lower_blocks", lambda ctx: [passes.lower_blocks(),
                                        lowering_extra.check_device_asserts(),
-                                       passes.fold_unsigned_sign_tests()],
-          "the block grid becomes one parallel loop over CPU workers"),
+                                       passes.fold_unsigned_sign_tests(),
+                                       passes.lower_floor_division()],
+          "the block grid becomes one parallel loop over CPU workers; floor division by a "
+          "divisor that is not a positive constant written with truncating division, without "
+          "the bindings TVM's lowering would give it"),
 ))
 
 BACKEND = BackendModule(
