@@ -1,8 +1,9 @@
 """bfloat16 values read, converted or stored around the CPU's ``Let`` bindings (the vector
 ``exp``), which TVM's BF16ComputeLegalize does not visit, where the conformance row
-``narrow_math`` does not: a store of an ``if_then_else`` whose branch reads a fragment, and an
-``if``'s condition ("Load/Store of buffer ... occurred before its declaration" for a
-fragment, every condition wrong for a tensor: its uint16 bits read as a number)."""
+``narrow_math`` does not: a store of an ``if_then_else`` whose branch reads a fragment, such an
+``if_then_else`` as an operand (under conversions) inside a binding, and an ``if``'s condition
+("Load/Store of buffer ... occurred before its declaration" for a fragment, every condition
+wrong for a tensor: its uint16 bits read as a number)."""
 
 import pytest
 import tilewright
@@ -18,6 +19,19 @@ FORMS = {
     "select of a cast": (
         lambda x, y: T.if_then_else(x > 0, T.cast(T.exp(T.cast(x, "float32")), "bfloat16"), y),
         lambda x, y: torch.where(x > 0, x.float().exp().bfloat16(), y)),
+    # a select that is an operand, under conversions, inside the binding
+    "select of an operation in a binding": (
+        lambda x, y: T.cast(T.exp(T.cast(T.if_then_else(x > 0, x, y * T.bfloat16(2)),
+                                         "float32")), "bfloat16"),
+        lambda x, y: torch.where(x > 0, x, y * 2).float().exp().bfloat16()),
+    "select of a conversion in a binding": (
+        lambda x, y: T.cast(T.exp(T.cast(T.cast(T.if_then_else(x < 0, x, T.abs(y)), "float16"),
+                                         "float32")), "bfloat16"),
+        lambda x, y: torch.where(x < 0, x, y.abs()).half().float().exp().bfloat16()),
+    "select beside a binding": (
+        lambda x, y: T.cast(T.cast(T.if_then_else(x > 0, x, y), "float32") +
+                            T.exp(T.cast(x, "float32")), "bfloat16"),
+        lambda x, y: (torch.where(x > 0, x, y).float() + x.float().exp()).bfloat16()),
 }
 
 

@@ -16,7 +16,13 @@ from tvm.sym.pattern import detect_linear_equation
 
 from . import runtime
 from .blocking import k_unroll
-from .lowering_float8 import innermost_vectorized, lane_cells, touches_float8
+from .lowering_float8 import (
+    innermost_vectorized,
+    lane_cells,
+    outer_selection,
+    selected_first,
+    touches_float8,
+)
 
 LOOP_KEY = "tw.loop"
 VECTOR_LANES = 8
@@ -401,6 +407,18 @@ def _lazy_loads(expr) -> list:
     return found
 
 
+def _held_in_a_branch(call) -> bool:
+    """Whether a branch of the ``if_then_else`` ``call`` binds a value or reads a tile: what
+    :func:`bfloat16_conversions_around_lets` makes before a statement, where the branch is
+    taken."""
+    found = []
+    for arg in call.args[1:]:
+        tvm_ffi.structural_walk(arg, [(tirx.Let, found.append), (
+            tvm.ir.TensorLoad, lambda ld: found.append(ld)
+            if str(ld.source.scope()) != "global" else None)])
+    return bool(found)
+
+
 def _branches(stmt):
     """A store of an ``if_then_else`` (under conversions) as an ``if`` over a store of each
     branch, or None for another store."""
@@ -473,8 +491,12 @@ def bfloat16_conversions_around_lets():
     ("Let cannot bind the same var to two different values": it compares the second
     binding's value with the variable it recorded for the first, so any repeated binding
     fails). A store of an ``if_then_else`` becomes an ``if`` over a store of each branch
-    first, so that a branch's reads are made only where it is taken; a tile's read in an
-    ``if_then_else`` deeper in an expression is left where it is."""
+    first, so that a branch's reads are made only where it is taken; an ``if_then_else``
+    deeper in the value (an operand, under conversions) whose branch binds a value or reads a
+    tile is first stored so into a local element of its own (float32 for bfloat16) that the
+    value reads in its place: left there, its branch's tile read kept the old tile, and
+    float8's lowering stored it into a bfloat16 element, read inside the binding with the
+    same result ("Load/Store of buffer selected ... occurred before its declaration")."""
 
     return prim_func_pass("CPUBfloat16AroundLets",
                           lambda func: func.with_body(_AroundLets().visit(func.body)))
@@ -494,6 +516,12 @@ class _AroundLets(StmtMutator):
             return self.branch(tirx.IfThenElse(
                 split.condition, self.visit_BufferStore(split.then_case),
                 self.visit_BufferStore(split.else_case), span=stmt.span))
+        selection = outer_selection(stmt.value, _held_in_a_branch)
+        if selection is not None:  # made first, by the store above, where it is an operand
+            held = "float32" if str(selection.ty) == "bfloat16" else None
+            cell, chosen, rest = selected_first(stmt, selection, self.lane(), held)
+            return tirx.SeqStmt([tirx.AllocBuffer(cell, span=stmt.span),
+                                 self.visit_BufferStore(chosen), self.visit_BufferStore(rest)])
         value, held = _converted_around_lets(stmt.value, stmt.span, self.lane())
         if value.same_as(stmt.value):
             return stmt
