@@ -9,14 +9,17 @@ from tvm import tirx
 
 
 def substitute(node, var, value):
+    """``node`` with the variable ``var`` replaced by ``value``."""
     return tvm_ffi.structural_map(node, (tirx.Var, lambda v: value if v.same_as(var) else v))
 
 
 def const_int(x):
+    """The value of an integer constant (``IntImm`` or ``int``), else None."""
     return int(x.value) if isinstance(x, tirx.IntImm) else x if isinstance(x, int) else None
 
 
 def is_full(region: Region) -> bool:
+    """Whether ``region`` is the whole of its buffer, by constant starts and extents."""
     return len(region.extents) == len(region.buffer.shape) and all(
         const_int(s) == 0 for s in region.starts) and all(
         const_int(e) is not None and const_int(e) == const_int(d)
@@ -24,10 +27,12 @@ def is_full(region: Region) -> bool:
 
 
 def is_no_op(stmt) -> bool:
+    """Whether ``stmt`` is ``T.evaluate(0)``, a placeholder for a removed statement."""
     return isinstance(stmt, tirx.Evaluate) and const_int(stmt.value) == 0
 
 
 def seq_of(stmts):
+    """``stmts`` as one statement: a no-op when empty, the statement when one."""
     if not stmts:
         return tirx.Evaluate(tirx.const(0, "int32"))
     return stmts[0] if len(stmts) == 1 else tirx.SeqStmt(stmts)
