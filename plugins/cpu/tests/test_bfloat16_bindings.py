@@ -97,3 +97,26 @@ def test_integer_conversions_in_a_binding():
     want_y = (i.float().tanh().bfloat16().float() * x.float()).bfloat16()
     want_z = (x.float().tanh().bfloat16().float() * 100).bfloat16().float().trunc().int()
     assert torch.equal(y, want_y) and torch.equal(z, want_z)
+
+
+@tilewright.jit(out_idx=[-1], target="cpu")
+def selection_in_a_condition(from_fragment):
+    @T.prim_func
+    def main(X: T.Tensor((N,), "bfloat16"), Y: T.Tensor((N,), "float32")):
+        with T.Kernel(1, threads=128) as _bx:
+            x = T.alloc_fragment((N,), "bfloat16")
+            T.copy(X, x)
+            for i in T.Parallel(N):
+                v = x[i] if from_fragment else X[i]
+                if T.exp(T.cast(T.if_then_else(v > 0, v, v * T.bfloat16(2)), "float32")) > 0.5:
+                    Y[i] = 1.0
+                else:
+                    Y[i] = 0.0
+    return main
+
+
+@pytest.mark.parametrize("from_fragment", [False, True], ids=["tensor", "fragment"])
+def test_selection_in_a_condition_in_a_binding(from_fragment):
+    x = torch.randn(N, generator=torch.Generator().manual_seed(0)).bfloat16()
+    want = (torch.where(x > 0, x, x * 2).float().exp() > 0.5).float()
+    assert torch.equal(selection_in_a_condition(from_fragment)(x), want)

@@ -271,11 +271,12 @@ def bfloat16_conversions_around_lets():
     binding's value with the variable it recorded for the first, so any repeated binding
     fails). A store of an ``if_then_else`` becomes an ``if`` over a store of each branch
     first, so that a branch's reads are made only where it is taken; an ``if_then_else``
-    deeper in the value (an operand, under conversions) whose branch binds a value or reads a
-    tile is first stored so into a local element of its own (float32 for bfloat16) that the
-    value reads in its place: left there, its branch's tile read kept the old tile, and
-    float8's lowering stored it into a bfloat16 element, read inside the binding with the
-    same result ("Load/Store of buffer selected ... occurred before its declaration")."""
+    deeper in the value or the condition (an operand, under conversions) whose branch binds a
+    value or reads a tile is first stored so into a local element of its own (float32 for
+    bfloat16) that the value or condition reads in its place: left there, its branch's tile
+    read kept the old tile, and float8's lowering stored it into a bfloat16 element, read
+    inside the binding with the same result ("Load/Store of buffer selected ... occurred
+    before its declaration")."""
 
     return prim_func_pass("CPUBfloat16AroundLets",
                           lambda func: func.with_body(_AroundLets().visit(func.body)))
@@ -295,12 +296,13 @@ class _AroundLets(StmtMutator):
             return self.branch(tirx.IfThenElse(
                 split.condition, self.visit_BufferStore(split.then_case),
                 self.visit_BufferStore(split.else_case), span=stmt.span))
-        selection = outer_selection(stmt.value, _held_in_a_branch)
-        if selection is not None:  # made first, by the store above, where it is an operand
-            held = "float32" if str(selection.ty) == "bfloat16" else None
-            cell, chosen, rest = selected_first(stmt, selection, self.lane(), held)
+        selected = self.select_first(stmt.value, stmt.span)
+        if selected is not None:  # made first, by the store above, where it is an operand
+            cell, chosen, rest = selected
             return tirx.SeqStmt([tirx.AllocBuffer(cell, span=stmt.span),
-                                 self.visit_BufferStore(chosen), self.visit_BufferStore(rest)])
+                                 self.visit_BufferStore(chosen),
+                                 self.visit_BufferStore(tirx.BufferStore(
+                                     stmt.buffer, rest, stmt.indices, span=stmt.span))])
         value, held = _converted_around_lets(stmt.value, stmt.span, self.lane())
         if value.same_as(stmt.value):
             return stmt
@@ -310,9 +312,25 @@ class _AroundLets(StmtMutator):
     def visit_IfThenElse(self, stmt):
         return self.branch(super().visit_IfThenElse(stmt))
 
+    def select_first(self, value, span):
+        """The outer ``if_then_else`` of ``value`` whose branch binds a value or reads a tile,
+        split out by :func:`~tilewright_cpu.lowering_float8.selected_first` (into a float32
+        element for bfloat16), or None."""
+        selection = outer_selection(value, _held_in_a_branch)
+        if selection is None:
+            return None
+        held = "float32" if str(selection.ty) == "bfloat16" else None
+        return selected_first(value, selection, self.lane(), span, held)
+
     def branch(self, stmt):
         if not _has_let(stmt.condition) or not _touches_bfloat16(stmt.condition):
             return stmt
+        selected = self.select_first(stmt.condition, stmt.span)
+        if selected is not None:
+            cell, chosen, rest = selected
+            return tirx.SeqStmt([tirx.AllocBuffer(cell, span=stmt.span),
+                                 self.visit_BufferStore(chosen), self.branch(tirx.IfThenElse(
+                                     rest, stmt.then_case, stmt.else_case, span=stmt.span))])
         condition, held = _converted_around_lets(stmt.condition, stmt.span, self.lane())
         return _after_held(held, tirx.IfThenElse(condition, stmt.then_case, stmt.else_case,
                                                   span=stmt.span))

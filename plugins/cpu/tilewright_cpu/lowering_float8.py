@@ -286,21 +286,21 @@ def outer_selection(value, lazy):
     return outer[0] if outer else None
 
 
-def selected_first(stmt, selection, lane, dtype=None):
-    """The store ``stmt`` split around ``selection``, an ``if_then_else`` in its value: a
-    local element (of ``dtype``, the selection's own by default; one for each lane of the
-    vectorized loop ``lane``), the store of the selection into it, and ``stmt`` reading the
-    element in the selection's place."""
+def selected_first(value, selection, lane, span, dtype=None):
+    """``value`` split around ``selection``, an ``if_then_else`` in it: a local element (of
+    ``dtype``, the selection's own by default; one for each lane of the vectorized loop
+    ``lane``), the store of the selection into it, and ``value`` reading the element in the
+    selection's place."""
     own = str(selection.ty)
     dtype = dtype or own
     cell, index = lane_cells(1, dtype, "selected", lane)
     load = tirx.BufferLoad(cell, index(0))
     read = load if dtype == own else tirx.Cast(own, load)
     rest = tvm_ffi.structural_map(
-        stmt.value, (tvm.ir.Call, lambda c: read if c.same_as(selection) else c))
+        value, (tvm.ir.Call, lambda c: read if c.same_as(selection) else c))
     chosen = tirx.BufferStore(cell, selection if dtype == own else tirx.Cast(dtype, selection),
-                              index(0), span=stmt.span)
-    return cell, chosen, _store_of(stmt, rest)
+                              index(0), span=span)
+    return cell, chosen, rest
 
 
 def _store_of(stmt, value):
@@ -340,9 +340,9 @@ class _Spill(StmtMutator):
                                    span=stmt.span)
         selection = outer_selection(value, _lazy_lets)
         if selection is not None:
-            cell, chosen, rest = selected_first(stmt, selection, lane)
+            cell, chosen, rest = selected_first(value, selection, lane, stmt.span)
             return tirx.SeqStmt([tirx.AllocBuffer(cell), self.store(chosen, lane),
-                                 self.store(rest, lane)])
+                                 self.store(_store_of(stmt, rest), lane)])
         value, bindings = _hoisted(value)
         if not bindings:
             return stmt
