@@ -78,6 +78,46 @@ def test_one_wide_gemm_of_half_operands(backend):
     torch.testing.assert_close(kernel(a, b), a.float() @ b.float().T, rtol=1e-3, atol=1e-3)
 
 
+def staged(M, N, K, bm, bn, bk, trans_a):
+    """A's tiles in the stages of a [2, bm, bk] buffer ([2, bk, bm] transposed), the gemm
+    reading one stage: a 3-D region whose matrix is its last two dimensions."""
+    a_shape, a_tile = ((K, M), (2, bk, bm)) if trans_a else ((M, K), (2, bm, bk))
+
+    @T.prim_func
+    def main(A: T.Tensor(a_shape, "float32"), B: T.Tensor((K, N), "float32"),
+             C: T.Tensor((M, N), "float32")):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=128) as (bx, by):
+            A_s = T.alloc_shared(a_tile, "float32")
+            B_s = T.alloc_shared((bk, bn), "float32")
+            C_l = T.alloc_fragment((bm, bn), "float32")
+            T.clear(C_l)
+            for k in T.serial(T.ceildiv(K, bk)):
+                if trans_a:
+                    T.copy(A[k * bk:(k + 1) * bk, by * bm:(by + 1) * bm], A_s[k % 2, :, :])
+                else:
+                    T.copy(A[by * bm:(by + 1) * bm, k * bk:(k + 1) * bk], A_s[k % 2, :, :])
+                T.copy(B[k * bk, bx * bn], B_s)
+                T.gemm(A_s[k % 2, :, :], B_s, C_l, transpose_A=trans_a)
+            T.copy(C_l, C[by * bm, bx * bn])
+
+    return main
+
+
+@pytest.mark.parametrize("backend", ["interp", "cpu"])
+@pytest.mark.parametrize("trans_a", [False, True], ids=["n", "t"])
+@pytest.mark.parametrize("M,bm", [(1, 1), (32, 16)], ids=["row", "tile"])
+def test_a_stage_of_a_3d_buffer_as_operand(backend, M, bm, trans_a):
+    """The interpreter multiplied the 3-D region as it was read ((1, bk, bm) transposed is
+    (bm, bk, 1), a shape error); it reads it as its matrix now, as the CPU backend does."""
+    kernel = tilewright.compile(staged(M, 32, 48, bm, 32, 16, trans_a), out_idx=[-1],
+                                target=backend)
+    g = torch.Generator().manual_seed(M)
+    a = torch.randn((48, M) if trans_a else (M, 48), generator=g)
+    b = torch.randn(48, 32, generator=g)
+    torch.testing.assert_close(kernel(a, b), (a.T if trans_a else a) @ b, rtol=1e-4,
+                               atol=1e-4)
+
+
 def test_matrix_dims_keeps_a_one_wide_tile_and_a_stage_of_a_pipelined_buffer():
     one = tirx.IntImm("int32", 1)
     assert matrix_dims((1, 64)) == [0, 1]
