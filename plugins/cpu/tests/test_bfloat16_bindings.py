@@ -120,3 +120,25 @@ def test_selection_in_a_condition_in_a_binding(from_fragment):
     x = torch.randn(N, generator=torch.Generator().manual_seed(0)).bfloat16()
     want = (torch.where(x > 0, x, x * 2).float().exp() > 0.5).float()
     assert torch.equal(selection_in_a_condition(from_fragment)(x), want)
+
+
+@tilewright.jit(out_idx=[-1], target="cpu")
+def selection_of_bindings():
+    @T.prim_func
+    def main(X: T.Tensor((N,), "bfloat16"), Y: T.Tensor((N,), "bfloat16")):
+        with T.Kernel(1, threads=128) as _bx:
+            for i in T.Parallel(N):
+                Y[i] = T.sigmoid(T.if_then_else(X[i] > 0, T.exp(T.bfloat16(3.0)),
+                                                T.abs(T.cast(i - 6, "bfloat16"))))
+    return main
+
+
+def test_a_selection_of_bindings_as_an_operand():
+    # the selection (a branch binds the exp's values) was stored into its element as a store
+    # of a conversion of it, which again held the selection as an operand: the pass recursed
+    # until Python's limit (fuzzer, seed 408)
+    x = torch.randn(N, generator=torch.Generator().manual_seed(0)).bfloat16()
+    i = torch.arange(N) - 6
+    want = torch.where(x > 0, torch.tensor(3.0).exp().bfloat16(), i.bfloat16().abs())
+    torch.testing.assert_close(selection_of_bindings()(x).float(), want.float().sigmoid(),
+                               rtol=0.02, atol=0.01)

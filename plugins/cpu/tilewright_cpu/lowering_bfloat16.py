@@ -198,6 +198,14 @@ def _held_in_a_branch(call) -> bool:
     return bool(found)
 
 
+def _held_selection(value) -> bool:
+    """Whether ``value`` is (under conversions) an ``if_then_else`` whose branch binds a value
+    or reads a tile."""
+    while isinstance(value, tirx.Cast):
+        value = value.value
+    return _is_if_then_else(value) and _held_in_a_branch(value)
+
+
 def _branches(stmt):
     """A store of an ``if_then_else`` (under conversions) as an ``if`` over a store of each
     branch, or None for another store."""
@@ -291,7 +299,8 @@ class _AroundLets(StmtMutator):
     def visit_BufferStore(self, stmt):
         if not _has_let(stmt.value) or not _touches_bfloat16(stmt.value, stmt.buffer.dtype):
             return stmt
-        split = _branches(stmt) if _lazy_loads(stmt.value) else None
+        split = _branches(stmt) if _lazy_loads(stmt.value) or \
+            _held_selection(stmt.value) else None
         if split is not None:  # each branch's loads made where it is taken
             return self.branch(tirx.IfThenElse(
                 split.condition, self.visit_BufferStore(split.then_case),
