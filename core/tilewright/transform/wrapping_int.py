@@ -23,13 +23,13 @@ by 3 is 0 there, 21845 in the language.
 
 :func:`rewrite` makes each such operation on ``int64`` operands (every value of these types
 is one, and none of the operations below overflows it) and reduces the result into its type
-with ``&`` of a mask, which TVM folds on any ``int64`` constant, so the conversion back only
-ever sees a value of its type. A ``uint32`` product is made of two partial products of 48
-bits. Comparisons are made on the ``int64`` values (as the CPU backend's
-``fold_unsigned_sign_tests`` does for unsigned ones). ``int32``, 64-bit and sub-byte types
-keep TVM's arithmetic, and so does a conversion to a type that holds every value of its
-source (``uint8`` to ``int32``) and a conversion between two types outside the set
-(``int64`` to ``int32`` of an index).
+with ``&`` of a mask (which TVM's simplifier does not fold, and its ``&`` operator folds right
+on any ``int64`` constant), so the conversion back never sees a constant outside its type. A
+``uint32`` product is made of two partial products of 48 bits. Comparisons are made on the
+``int64`` values (as the CPU backend's ``fold_unsigned_sign_tests`` does for unsigned ones).
+``int32``, 64-bit and sub-byte types keep TVM's arithmetic, and so does a conversion to a
+type that holds every value of its source (``uint8`` to ``int32``) and a conversion between
+two types outside the set (``int64`` to ``int32`` of an index).
 """
 
 from __future__ import annotations
