@@ -27,6 +27,7 @@ test: setup
 	$(PY) -m ruff check .
 	$(VENV)/bin/lint-imports --no-cache --config backend-cuda/pyproject.toml
 	$(VENV)/bin/lint-imports --no-cache --config backend-ascend/pyproject.toml
+	$(VENV)/bin/lint-imports --no-cache --config plugins/cpu/pyproject.toml
 
 # The backend conformance suite (tilewright-sdk) against every backend that can run here: the
 # interpreter and the CPU backend execute, CUDA compiles to cubins (no GPU needed), Ascend

@@ -231,21 +231,6 @@ def test_tanh_is_within_two_ulp_down_to_tiny_inputs():
     assert ((got.double() - exact).abs() / ulp).max() <= 2.0
 
 
-def test_no_vector_or_scalar_form_is_a_clear_error():
-    @T.prim_func
-    def gated(A: T.Tensor((8, 8), "float32"), B: T.Tensor((8, 8), "float32")):
-        with T.Kernel(1, threads=32) as _bx:
-            x = T.alloc_fragment((8, 8), "float32")
-            T.copy(A[0, 0], x)
-            for i, j in T.Parallel(8, 8):
-                x[i, j] = T.if_then_else(x[i, j] > 0, T.exp(x[i, j]), 0.0)
-            T.copy(x, B[0, 0])
-
-    with pytest.raises(KernelError, match="backend 'ascend' has neither a vector instruction "
-                                          "nor a scalar-unit form"):
-        tilewright.lower(gated, target="ascend")
-
-
 def test_atomic_return_prev_is_refused_with_a_reason():
     @T.prim_func
     def prev(A: T.Tensor((8,), "float32"), B: T.Tensor((8,), "float32")):

@@ -11,7 +11,7 @@ import pytest
 import tilewright
 import tilewright.language as T
 import torch
-from tilewright.errors import UnsupportedOpError
+from tilewright.errors import KernelError, UnsupportedOpError
 
 
 @pytest.mark.emulator
@@ -49,6 +49,31 @@ def test_grid_over_a_scalar_argument(tmp_path):
     hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, x, y, 100)
     torch.testing.assert_close(y[:100], x[:100] * 2)
     assert y[100:].isnan().all()  # the grid's 4 blocks cover 128 rows; rows 100.. untouched
+
+
+def _pairs_per_block():
+    """A grid of ``n * 2`` blocks over an ``(n, 2)`` tensor: TVM's common-subexpression pass
+    names ``n * 2`` (the grid and the flattened tensor's extent) on the host, and the split
+    into host and kernel made that name a kernel parameter (TileLang's sparse MLA forward)."""
+    n = T.symbolic("n")
+
+    @T.prim_func
+    def main(P: T.Tensor((n, 2), "int32"), Y: T.Tensor((n, 2), "int32")):
+        with T.Kernel(n * 2, threads=32) as bx:
+            for i in T.Parallel(1):
+                Y[bx // 2, bx % 2] = P[bx // 2, bx % 2] * 3 + i
+    return main
+
+
+@pytest.mark.emulator
+def test_a_value_the_host_and_the_kernel_share_is_not_a_kernel_parameter(tmp_path):
+    lowered = tilewright.lower(_pairs_per_block(), "cuda -arch=sm_90a")
+    launch = lowered.source.payload
+    assert [p["kind"] for p in launch["params"]] == ["tensor", "tensor", "symbol"], launch
+    p = torch.arange(14, dtype=torch.int32).reshape(7, 2)
+    y = torch.zeros_like(p)
+    hostemu.run(lowered.source.text, launch, tmp_path, p, y)
+    torch.testing.assert_close(y, p * 3)
 
 
 def _while_rows(condition_in_shared: bool = False):
@@ -115,6 +140,126 @@ def test_atomic_add_per_parallel_element(branch, tmp_path):
     x, y = torch.randn(64, 64), torch.ones(64, 64)
     hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, x, y, 1)
     torch.testing.assert_close(y, x + 1)
+
+
+def _mla_decode(heads=64, dim=512, pe_dim=64, block_N=64, seqlen=128, threads=256):
+    """TileLang's MLA decode (``deepseek_mla/example_mla_decode.py``, no split): 64 heads a
+    block on 8 warps, a 64 x 512 float32 ``acc_o`` that only gemms, whole fills and
+    element-wise rescales touch (too few rows for a warp column each), and ``O_shared`` used
+    only after the K/V loop."""
+    scale = float((dim + pe_dim) ** -0.5 * 1.44269504)
+    dtype, accum = "float16", "float32"
+
+    @T.prim_func
+    def main(Q: T.Tensor((heads, dim), dtype), Q_pe: T.Tensor((heads, pe_dim), dtype),
+             KV: T.Tensor((seqlen, dim), dtype), K_pe: T.Tensor((seqlen, pe_dim), dtype),
+             Output: T.Tensor((heads, dim), dtype)):
+        with T.Kernel(heads // 64, threads=threads) as hid:
+            Q_shared = T.alloc_shared([64, dim], dtype)
+            S_shared = T.alloc_shared([64, block_N], dtype)
+            Q_pe_shared = T.alloc_shared([64, pe_dim], dtype)
+            KV_shared = T.alloc_shared([block_N, dim], dtype)
+            K_pe_shared = T.alloc_shared([block_N, pe_dim], dtype)
+            O_shared = T.alloc_shared([64, dim], dtype)
+            acc_s = T.alloc_fragment([64, block_N], accum)
+            acc_o = T.alloc_fragment([64, dim], accum)
+            m = T.alloc_fragment([64], accum)
+            m_prev = T.alloc_fragment([64], accum)
+            rescale = T.alloc_fragment([64], accum)
+            row_sum = T.alloc_fragment([64], accum)
+            logsum = T.alloc_fragment([64], accum)
+            T.copy(Q[hid * 64:(hid + 1) * 64, :], Q_shared)
+            T.copy(Q_pe[hid * 64:(hid + 1) * 64, :], Q_pe_shared)
+            T.fill(acc_o, 0)
+            T.fill(logsum, 0)
+            T.fill(m, -T.infinity(accum))
+            for k in T.Pipelined(T.ceildiv(seqlen, block_N), num_stages=2):
+                T.copy(KV[k * block_N:(k + 1) * block_N, :], KV_shared)
+                T.copy(K_pe[k * block_N:(k + 1) * block_N, :], K_pe_shared)
+                T.gemm(Q_shared, KV_shared, acc_s, transpose_B=True,
+                       policy=T.GemmWarpPolicy.FullCol, clear_accum=True)
+                T.gemm(Q_pe_shared, K_pe_shared, acc_s, transpose_B=True,
+                       policy=T.GemmWarpPolicy.FullCol)
+                T.copy(m, m_prev)
+                T.fill(m, -T.infinity(accum))
+                T.reduce_max(acc_s, m, dim=1, clear=False)
+                for i in T.Parallel(64):
+                    m[i] = T.max(m[i], m_prev[i])
+                for i in T.Parallel(64):
+                    rescale[i] = T.exp2(m_prev[i] * scale - m[i] * scale)
+                for i, j in T.Parallel(64, block_N):
+                    acc_s[i, j] = T.exp2(acc_s[i, j] * scale - m[i] * scale)
+                T.reduce_sum(acc_s, row_sum, dim=1)
+                T.copy(acc_s, S_shared)
+                for i in T.Parallel(64):
+                    logsum[i] = logsum[i] * rescale[i] + row_sum[i]
+                for i, j in T.Parallel(64, dim):
+                    acc_o[i, j] *= rescale[i]
+                T.gemm(S_shared, KV_shared, acc_o, policy=T.GemmWarpPolicy.FullCol)
+            for i, j in T.Parallel(64, dim):
+                acc_o[i, j] /= logsum[i]
+            T.copy(acc_o, O_shared)
+            T.copy(O_shared, Output[hid * 64:(hid + 1) * 64, :])
+    return main
+
+
+@pytest.mark.emulator
+def test_mla_decode_wide_accumulator_in_registers(tmp_path):
+    """``acc_o`` (128 KiB) lives in registers (128 a thread) and ``O_shared`` reuses the bytes
+    of a tile dead after the loop: 369920 bytes of shared memory were refused on sm_90a."""
+    lowered = tilewright.lower(_mla_decode(), "cuda -arch=sm_90a")
+    assert "float acc_o_ptr[" in lowered.source.text  # registers
+    assert lowered.source.payload["dynamic_smem_bytes"] == 173312
+    torch.manual_seed(0)
+    q, q_pe = torch.randn(64, 512).half(), torch.randn(64, 64).half()
+    kv, k_pe = torch.randn(128, 512).half(), torch.randn(128, 64).half()
+    out = torch.full((64, 512), float("nan")).half()
+    hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, q, q_pe, kv, k_pe, out)
+    scores = (q.float() @ kv.float().T + q_pe.float() @ k_pe.float().T) * (512 + 64) ** -0.5
+    want = torch.softmax(scores, -1) @ kv.float()
+    torch.testing.assert_close(out.float(), want, atol=2e-3, rtol=2e-3)
+
+
+def _two_phases(cols: int = 240, both_at_once: bool = False):
+    """Two phases, each with a 120 KiB shared tile that threads read in other threads'
+    order: together they exceed sm_90a's 232448 bytes, apart each fits."""
+    @T.prim_func
+    def main(X: T.Tensor((128, cols), "float32"), Z: T.Tensor((128, cols), "float32"),
+             Y: T.Tensor((128, cols), "float32"), W: T.Tensor((128, cols), "float32")):
+        with T.Kernel(1, threads=128) as _:
+            A = T.alloc_shared((128, cols), "float32")
+            B = T.alloc_shared((128, cols), "float32")
+            T.copy(X, A)
+            for i, j in T.Parallel(128, cols):
+                Y[i, j] = A[127 - i, j] * 2.0
+            T.copy(Z, B)
+            for i, j in T.Parallel(128, cols):
+                W[i, j] = B[i, cols - 1 - j] + (A[i, j] if both_at_once else 0.0)
+    return main
+
+
+@pytest.mark.emulator
+def test_shared_tiles_of_two_phases_share_bytes(tmp_path):
+    """``B`` takes ``A``'s bytes (A is dead once phase one is done), behind a barrier: the
+    pool is one tile (122880 bytes), not two (245760, refused)."""
+    lowered = tilewright.lower(_two_phases(), "cuda -arch=sm_90a")
+    assert lowered.source.payload["dynamic_smem_bytes"] == 122880
+    x, z = torch.randn(128, 240), torch.randn(128, 240)
+    y, w = torch.full((128, 240), float("nan")), torch.full((128, 240), float("nan"))
+    hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, x, z, y, w)
+    torch.testing.assert_close(y, x.flip(0) * 2)
+    torch.testing.assert_close(w, z.flip(1))
+
+
+def test_pool_without_room_even_with_reuse_is_refused():
+    """Both tiles are live at once: the refusal names each buffer's bytes and the pool's size
+    with reuse."""
+    with pytest.raises(KernelError, match=r"the kernel needs 245760 bytes of shared memory "
+                       r"\(A 122880, B 122880; 245760 with buffers whose lifetimes do not "
+                       r"overlap sharing bytes\), above the 232448 bytes one block may use on "
+                       r"sm_90a") as err:
+        tilewright.lower(_two_phases(both_at_once=True), "cuda -arch=sm_90a")
+    assert err.value.location is not None and err.value.location.line > 0
 
 
 def _wrapped(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

@@ -37,7 +37,10 @@ class Intrinsic:
     ``wgmma`` (a wgmma gemm: operands A, B, C), ``wgmma_wait``, ``tma_load`` (completes on the
     mbarrier argument 1, writes the shared destination argument 2 through the async proxy),
     ``fence_async`` (orders generic-proxy shared writes before async-proxy reads),
-    ``mbar_wait``, ``placeholder`` (replaced before codegen), or ``""``."""
+    ``mbar_wait``, ``placeholder`` (replaced before codegen), or ``""``. ``in_flight``: the
+    shared memory it touches is read or written after it returns (cp.async, TMA loads and
+    stores, wgmma); ``completes``: it waits for such operations (cp.async and wgmma group
+    waits, mbarrier waits, the TMA store wait)."""
 
     name: str
     header: str | None  # include/ file defining it (None: CUDA's own)
@@ -45,6 +48,8 @@ class Intrinsic:
     role: str = ""
     lands: bool = False  # a cp.async wait_group
     local: bool = False  # registers only, see above
+    in_flight: bool = False
+    completes: bool = False
 
 
 def _table(*entries: Intrinsic) -> dict[str, Intrinsic]:
@@ -53,19 +58,20 @@ def _table(*entries: Intrinsic) -> dict[str, Intrinsic]:
 
 _GEMM_ARGS = ("read", "read", "readwrite", "")  # A, B, C (, C's row length)
 TABLE = _table(
-    Intrinsic("tw_cp_async16", COPY, ("async", "read", ""), "copy16"),
+    Intrinsic("tw_cp_async16", COPY, ("async", "read", ""), "copy16", in_flight=True),
     Intrinsic("tw_copy16", COPY, ("write", "read", ""), "copy16"),
     Intrinsic("tw_cp_async_commit", COPY, (), "group"),
-    Intrinsic("tw_cp_async_wait", COPY, (), "group", lands=True),
+    Intrinsic("tw_cp_async_wait", COPY, (), "group", lands=True, completes=True),
     Intrinsic("tw_gemm_mma", MMA, _GEMM_ARGS, "gemm"),
     Intrinsic("tw_gemm_mma_rf", MMA, _GEMM_ARGS, "gemm"),
     Intrinsic("tw_gemm_mma_sp_rf", MMA, ("read", "read", "read", "readwrite"), "gemm"),
     Intrinsic("tw::store_pair", MMA, ("write", "", "")),
-    Intrinsic("tw_gemm_wgmma", WGMMA, _GEMM_ARGS, "wgmma"),
-    Intrinsic("tw_gemm_wgmma_rs", WGMMA, _GEMM_ARGS, "wgmma"),
+    Intrinsic("tw_gemm_wgmma", WGMMA, _GEMM_ARGS, "wgmma", in_flight=True),
+    Intrinsic("tw_gemm_wgmma_rs", WGMMA, _GEMM_ARGS, "wgmma", in_flight=True),
     # A (kept values), B, C, the warpgroup, the metadata E (read by ordinary loads at issue)
-    Intrinsic("tw_gemm_wgmma_sp", WGMMA, ("read", "read", "readwrite", "", "read"), "wgmma"),
-    Intrinsic("tw_wgmma_wait", WGMMA, (), "wgmma_wait"),
+    Intrinsic("tw_gemm_wgmma_sp", WGMMA, ("read", "read", "readwrite", "", "read"), "wgmma",
+              in_flight=True),
+    Intrinsic("tw_wgmma_wait", WGMMA, (), "wgmma_wait", completes=True),
     Intrinsic("tw_wgmma_pack", WGMMA, ("write", "", ""), local=True),
     *(Intrinsic(f"tw_atomic_{k}", BASE, ("readwrite", "")) for k in ("add", "max", "min")),
     Intrinsic("tw_fence_proxy_async", HOPPER, (), "fence_async"),
@@ -74,7 +80,7 @@ TABLE = _table(
     Intrinsic("tw_mbar_arrive", HOPPER),
     Intrinsic("tw_mbar_arrive_cluster", HOPPER),
     Intrinsic("tw_mbar_expect_tx", HOPPER),
-    Intrinsic("tw_mbar_wait", HOPPER, (), "mbar_wait"),
+    Intrinsic("tw_mbar_wait", HOPPER, (), "mbar_wait", completes=True),
     Intrinsic("tw_named_barrier_sync", HOPPER),
     Intrinsic("tw_named_barrier_arrive", HOPPER),
     Intrinsic("tw_setmaxnreg_inc", HOPPER),
@@ -83,11 +89,13 @@ TABLE = _table(
     Intrinsic("tw_cluster_ctarank", HOPPER),
     Intrinsic("tw_offset_bytes", HOPPER),
     Intrinsic("TW_TMAP", HOPPER),
-    *(Intrinsic(f"tw_tma_load_{r}d", HOPPER, (), "tma_load") for r in range(1, 6)),
-    *(Intrinsic(f"tw_tma_load_multicast_{r}d", HOPPER, (), "tma_load") for r in range(1, 6)),
-    *(Intrinsic(f"tw_tma_store_{r}d", HOPPER) for r in range(1, 6)),
+    *(Intrinsic(f"tw_tma_load_{r}d", HOPPER, (), "tma_load", in_flight=True)
+      for r in range(1, 6)),
+    *(Intrinsic(f"tw_tma_load_multicast_{r}d", HOPPER, (), "tma_load", in_flight=True)
+      for r in range(1, 6)),
+    *(Intrinsic(f"tw_tma_store_{r}d", HOPPER, in_flight=True) for r in range(1, 6)),
     Intrinsic("tw_tma_store_commit", HOPPER),
-    Intrinsic("tw_tma_store_wait", HOPPER),
+    Intrinsic("tw_tma_store_wait", HOPPER, completes=True),
     Intrinsic("tw_tma_choice", None, (), "placeholder"),
     Intrinsic("tw_stage_barrier", None, (), "placeholder"),
     Intrinsic("tw_fp4_encode", FP4),

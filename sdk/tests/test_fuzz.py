@@ -43,6 +43,10 @@ CONTROL = ("if_else", "nested_parallel", "while_loop", "pipelined", "local_scala
            "atomic_add_tile", "atomic_add_element")
 # a narrow accumulator is avoided by its reduce_into_DTYPE, which same-dtype ones share; the
 # kinds of T.gemm and T.atomic_add by avoiding the op
+# what later draws add, and the dtypes before them: avoided, the draws are those of before
+NEW_FEATURES = {"tensor_3d", "dynamic_shape", "sign_cast", "float8_cast", "unpack",
+                "int4_input", "float_uint_cast"}
+OLD_DTYPES = {"int8", "int16", "int32", "uint8", "int64", "float32", "float16", "bfloat16"}
 AVOIDABLE = {f for f in CONTROL if not f.startswith(("reduce_acc", "gemm_", "atomic_add_"))}
 
 
@@ -56,7 +60,7 @@ def test_control_and_cast_features_are_generated_and_valid():
     @settings(max_examples=400, deadline=None, database=None,
               suppress_health_check=list(HealthCheck))
     @hypothesis_seed(11)
-    @given(programs())
+    @given(programs(avoid=NEW_FEATURES, dtypes=OLD_DTYPES))  # drawn as before them
     def draw(program):
         for feature in set(CONTROL) & program.features:
             first.setdefault(feature, program)
@@ -201,3 +205,82 @@ def test_shrinking_keeps_to_the_kind_of_failure_found():
     assert stats.found(_kind(Mismatch("output Z differs")))
     assert stats.other_failures == {build: 1}
     assert any("another failure seen while shrinking (1)" in line for line in stats.lines())
+
+
+NEW_DRAWS = ("dtype_uint16", "dtype_uint32", "sign_cast", "unsigned_wrap", "tensor_3d",
+             "tile_3d", "dynamic_shape", "dynamic_M", "dynamic_N", "float8_cast",
+             "float8_tile", "cast_float8_e4m3fn", "cast_float8_e5m2", "unpack", "unpack_signed",
+             "int4_input")
+
+
+def test_new_draws_are_generated_and_valid():
+    """uint16/uint32 with casts that wrap, 3-D tensors and tiles, sizes read from the
+    arguments, float8 casts and fragments, 4-bit fields and int4 inputs are all drawn; one
+    program with each runs on the interpreter and agrees with itself."""
+    first = {}
+
+    @settings(max_examples=300, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    @hypothesis_seed(22)
+    @given(programs())
+    def draw(program):
+        for feature in set(NEW_DRAWS) & program.features:
+            first.setdefault(feature, program)
+
+    draw()
+    assert set(first) == set(NEW_DRAWS)
+    interp = get_manager().backends()["interp"]
+    folder = tempfile.mkdtemp()
+    for program in {id(p): p for p in first.values()}.values():
+        differential(load(module_source(program, "interp", 0), folder), interp, 0,
+                     execute=True)
+
+
+def test_new_draws_respect_the_backends_capabilities():
+    """No size read from the arguments without the dynamic_shapes feature, no float8 or
+    unsigned dtype the backend does not declare, none of the avoided features."""
+    avoid = {"tensor_3d", "unpack", "sign_cast", "int4_input"}
+
+    @settings(max_examples=80, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    @hypothesis_seed(22)
+    @given(programs(avoid=avoid, dtypes={"int8", "int32", "float32", "float16", "uint8"},
+                    features=frozenset({"partial_tiles"})))
+    def check(program):
+        assert not program.features & (avoid | {"dynamic_shape", "float8_cast", "tile_3d"})
+        assert not program.packed
+        assert not program.dynamic and not program.depth
+        source = program.kernel_source()
+        assert "float8" not in source and "uint16" not in source and "uint32" not in source
+
+    check()
+
+
+def test_the_interpreter_wraps_and_saturates_as_torch_does():
+    """What the new draws rely on: int32 -> uint32 wraps and subtracting below zero wraps
+    back; float32 -> float8_e4m3fn saturates at 448 and float8_e5m2 rounds to nearest even;
+    T.unpack's fields (low nibble first, sign-extended on request)."""
+    import tilewright
+    import tilewright.language as T
+    import torch
+
+    @T.prim_func
+    def kernel(X: T.Tensor((8,), "int32"), F: T.Tensor((8,), "float32"),
+               W: T.Tensor((8,), "int32"), E4: T.Tensor((8,), "float32"),
+               E5: T.Tensor((8,), "float32"), U: T.Tensor((8,), "int32")):
+        with T.Kernel(1, threads=128) as _:
+            for i in T.Parallel(8):
+                W[i] = T.cast(T.cast(X[i], "uint32") - T.uint32(5), "int32")
+                E4[i] = T.cast(T.cast(F[i], "float8_e4m3fn"), "float32")
+                E5[i] = T.cast(T.cast(F[i], "float8_e5m2"), "float32")
+                U[i] = T.cast(T.unpack(T.cast(X[i], "int8"), i % 2, 4, signed=True), "int32")
+
+    x = torch.tensor([-20, -1, 0, 3, 4, 5, 17, 100], dtype=torch.int32)
+    f = torch.tensor([500.0, -1e4, 449.0, 3.3, -0.001, 1e-6, 20.5, 0.3])
+    w, e4, e5, u = tilewright.compile(kernel, out_idx=[2, 3, 4, 5], target="interp")(x, f)
+    assert torch.equal(w, ((x.long() - 5) % 2**32).to(torch.uint32).view(torch.int32))
+    assert torch.equal(e4, f.to(torch.float8_e4m3fn).float())
+    assert torch.equal(e5, f.to(torch.float8_e5m2).float())
+    byte = x.to(torch.int8).to(torch.int32) & 0xFF
+    nibble = torch.where(torch.arange(8) % 2 == 0, byte & 0xF, byte >> 4)
+    assert torch.equal(u, torch.where(nibble > 7, nibble - 16, nibble))

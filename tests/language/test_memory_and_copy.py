@@ -390,3 +390,25 @@ def test_a_column_tile_copies_as_a_column():
     assert torch.equal(column_tiles(5)(x), x)
     text = column_tiles(5).get_tir().script()
     assert "tw_region(X[by * 2, bx], 2, 1)" in text
+
+
+
+def column_stages(M, K):
+    @T.prim_func
+    def main(A: T.Tensor((M, K), "float32"), Y: T.Tensor((M, K), "float32")):
+        with T.Kernel(1, threads=32) as bx:
+            stages = T.alloc_shared((2, M, 1), "float32")
+            for k in T.serial(K):
+                T.copy(A[0, k], stages[k % 2, :, :])  # one stage: a column of M rows
+                for i in T.Parallel(M):
+                    Y[i, k] = stages[k % 2, i, 0]
+    return main
+
+
+@pytest.mark.parametrize("target", ["cpu", "interp"])
+def test_a_stage_of_a_column_tile_copies_as_a_column(target):
+    """One stage ``(1, M, 1)`` of a ``(2, M, 1)`` tile filled from an element start of a 2-D
+    tensor covers M rows of one column (its unit dimensions dropped only in front, as TileLang
+    aligns extents on the right); it was read as (1, M) of a row, silently."""
+    a = rand(16, 8)
+    check(tilewright.compile(column_stages(16, 8), out_idx=[-1], target=target)(a), a)

@@ -68,3 +68,26 @@ def test_unpack_misuse_is_refused_at_the_line(dtype, bits, index, message):
         one_field(dtype, bits, index)
     assert message in str(info.value)
     assert "test_unpack.py" in str(info.value)
+
+
+@pytest.mark.parametrize("target", ["cpu", "interp"])
+def test_constants_cast_and_unpacked_wrap_as_torch(target):
+    """An integer constant cast to an unsigned dtype wraps (TVM's folding of the cast of a
+    negative constant stopped the cpu build, 'cannot make uint from negative value -3'), and
+    T.unpack of a constant reads its fields (TVM's reinterpret of a constant stopped it, 'A
+    zero reinterpret shortcut requires pointer result type'; fuzzer seed 500)."""
+
+    @T.prim_func
+    def main(X: T.Tensor((4,), "int32"), W: T.Tensor((4,), "int64"),
+             U: T.Tensor((4,), "int64")):
+        with T.Kernel(1):
+            for j in T.Parallel(4):
+                W[j] = T.cast(T.cast(T.int32(-3), "uint32") - T.uint32(2), "int64") + \
+                    T.cast(X[j], "int64")
+                U[j] = T.cast(T.unpack(T.int64(0), j % 16, 4), "int64") + \
+                    T.cast(T.unpack(T.int8(-2), j % 2, 4, signed=True), "int64")
+
+    x = torch.arange(4, dtype=torch.int32)
+    w, u = tilewright.compile(main, out_idx=[1, 2], target=target)(x)
+    assert torch.equal(w, torch.tensor(2**32 - 5, dtype=torch.int64) + x.long())
+    assert torch.equal(u, torch.tensor([-2, -1, -2, -1]))

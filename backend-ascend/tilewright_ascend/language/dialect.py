@@ -268,7 +268,8 @@ def _matrix(value, what: str, scopes: tuple, hint: str):
     scope = str(region.buffer.scope())
     if scope not in scopes:
         raise error(f"{what}: {region.buffer.name!r} is in {scope}; it must be {hint}")
-    dims = squeeze(region.extents)
+    extents = list(region.extents)  # a one-row (GEMV) tile keeps its unit dimension
+    dims = [*squeeze(extents[:-2]), *extents[-2:]]
     if len(dims) != 2:
         raise error(f"{what}: {region.buffer.name!r} must be a 2-D tile, got "
                     f"{shape_str(region.extents)}")

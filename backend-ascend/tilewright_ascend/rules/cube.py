@@ -70,12 +70,14 @@ def _expr(e):
 def _gm_extent(em, region: Region) -> tuple[str, str, int, bool]:
     """(valid rows, valid cols, row stride) of a GM region clipped to its tensor, as C++
     text, and whether the clip is provably the whole region. The region has at most two
-    dimensions of extent > 1 (rows, then columns); the columns are contiguous in GM."""
+    dimensions of extent > 1 (rows, then columns); the columns are contiguous in GM. Its last
+    dimension is the columns even where it is one element wide (a (K, 1) column of a GEMV's B
+    is K rows of one element, not a row)."""
     buf = region.buffer
     shape = list(buf.shape)
     ext = static_ints(region.extents, buf.name)
     starts = [_expr(s) for s in region.starts]
-    dims = [d for d, e in enumerate(ext) if e > 1] or [len(ext) - 1]
+    dims = [d for d, e in enumerate(ext[:-1]) if e > 1] + [len(ext) - 1]
     if len(dims) > 2 or any(e != 1 for e in ext[dims[-1] + 1:]):
         raise KernelError(f"the cube copies 2-D regions of {buf.name!r} whose rows are "
                           f"contiguous; got extents {ext}")
@@ -261,6 +263,15 @@ def load_b(em, b: Tile, dst: str, kk: str, kl0: int, transpose: bool, what: str)
               nblocks, b.prows // 16, True)
 
 
+def mmad_m(m: int) -> int:
+    """``MmadParams.m`` of an op(A) of ``m`` rows. With m == 1 A2's cube multiplies in GEMV
+    mode, reading L0A as one ND row of K elements (Mmad.md, GEMV.md; only the 950 can switch
+    it off with ``disableGemv``), while L0A holds op(A) as ZZ fractals padded to 16 rows: a one-row
+    op(A) runs as one fractal row of 16 (the rows past the first are computed and never copied
+    out, as for any m that is not a multiple of 16)."""
+    return 16 if m == 1 else m
+
+
 @rule(ops.GEMM_V0.name)
 def rule_gemm_v0(em, call) -> None:
     what = "T.gemm_v0"
@@ -285,7 +296,7 @@ def rule_gemm_v0(em, call) -> None:
         load_b(em, b, l0b, kk, kl0, tb, what)
         em.line("SetFlag<HardEvent::MTE1_M>(0);")
         em.line("WaitFlag<HardEvent::MTE1_M>(0);")
-        em.line(f"MmadParams mp; mp.m = {m}; mp.n = {n}; mp.k = {kl0}; "
+        em.line(f"MmadParams mp; mp.m = {mmad_m(m)}; mp.n = {n}; mp.k = {kl0}; "
                 f"mp.cmatrixInitVal = ({init}) && {kk} == 0;")
         em.line(f"Mmad({c.at()}, {l0a}, {l0b}, mp);")
         em.line("SetFlag<HardEvent::M_MTE1>(0);")
@@ -321,7 +332,7 @@ def rule_mma(em, call) -> None:
     init = em.expr(call.operands["init"])
     m, k = (a.cols, a.rows) if call.attrs["transpose_A"] else (a.rows, a.cols)
     n = b.rows if call.attrs["transpose_B"] else b.cols
-    em.line(f"{{ MmadParams mp; mp.m = {m}; mp.n = {n}; mp.k = {k}; "
+    em.line(f"{{ MmadParams mp; mp.m = {mmad_m(m)}; mp.n = {n}; mp.k = {k}; "
             f"mp.cmatrixInitVal = {init}; Mmad({c.at()}, {a.at()}, {b.at()}, mp); }}")
 
 

@@ -32,8 +32,11 @@ def _scalar_stmt(em, s):
             _scalar_stmt(em, s.body)
     elif isinstance(s, tirx.IfThenElse):
         if loads_and_stores(s.condition)[0]:
-            raise KernelError("backend 'ascend': a scalar-unit branch on tile data is not "
-                              "supported")
+            raise KernelError("backend 'ascend': the scalar unit does not branch on tile data "
+                              f"({s.condition}), and this branch cannot be written as selects "
+                              "(every statement under it must store to or read UB tiles "
+                              "only); compute the condition into a tile with T.if_then_else "
+                              "per element instead")
         with em.block(f"if ({em.expr(s.condition)})"):
             _scalar_stmt(em, s.then_case)
         if s.else_case is not None:
@@ -42,6 +45,8 @@ def _scalar_stmt(em, s):
             _scalar_stmt(em, s.else_case)
             em.depth -= 1
             em.line("}")
+    elif isinstance(s, tirx.Bind):  # auto: a value read by GetValue is lazy on the emulator
+        em.line(f"auto {em.var(s.var)} = TW_CAST({ctype(str(s.var.ty))}, {em.expr(s.value)});")
     elif isinstance(s, tirx.BufferStore):
         em.line(f"{em.buf(s.buffer)}.SetValue({em.expr(flat_index(s.buffer, s.indices))}, "
                 f"TW_CAST({ctype(str(s.buffer.dtype))}, {em.expr(s.value)}));")

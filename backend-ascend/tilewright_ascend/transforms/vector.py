@@ -42,6 +42,7 @@ from tilewright.ir import Region, decode, make_call
 from tilewright.transform.walk import prim_func_pass
 from tvm import sym, tirx
 
+from ..analysis.buffers import loads_and_stores
 from ..facts.arch import ALIGN
 from ..facts.dtypes import dtype_bytes
 from ..facts.instructions import (
@@ -243,6 +244,7 @@ class _Lowering:
         self.count = 0
         self.loops: list = []  # the loops around the statement being rewritten
         self.computed = []  # see eval
+        self.conditions: list = []  # the conditions bound by _fold_branches
 
     # -- temporaries ---------------------------------------------------------------------
     def temp(self, extents, dtype, out: list) -> Region:
@@ -452,11 +454,6 @@ class _Lowering:
             body = body.then_case
         if guard is not None and _bounds_only(guard, body, variables):
             guard = None
-        elif guard is not None and _loads(guard):
-            folded = _fold_guard(guard, body)
-            if folded is not None:
-                guard = written = None
-                body = folded
         reason = None
         try:
             body = self.stage_global(body, variables, extents, pre, post, loop.span,
@@ -478,18 +475,99 @@ class _Lowering:
             except Unvectorizable as exc:
                 reason = str(exc)
         if reason is not None:
+            math = []
+            body = self.hoist_math(body, variables, extents, math)
             if written is not None:  # a dropped bounds check too: the nest may read GM
                 body = tirx.IfThenElse(written, body, None)
-            nest = body
+            nest = _fold_branches(body, self.conditions)
             for lp, v in reversed(list(zip(loops, variables))):
                 nest = tirx.For(v, lp.min, lp.extent, tirx.ForKind.SERIAL, nest,
                                 annotations={SCALAR_KEY: reason} if lp is loops[0] else {},
                                 span=lp.span)
             _check_scalar_buffers(nest, loop.span)
-            ops = [nest]
+            ops = [*[_with_span(s, loop.span) for s in math], nest]
         else:
             ops = [_with_span(s, loop.span) for s in ops]
         return [*pre, *ops, *post]
+
+    def hoist_math(self, body, variables, extents, ops):
+        """``body`` of a scalar nest with each math function the scalar unit lacks (A2's AI
+        core computes exp, ln, sqrt and their kin only on the vector unit: its scalar
+        instructions, "标量计算" in the API documentation, have none) computed first by vector
+        instructions (into ``ops``) in a UB temporary that the nest reads instead: over the
+        tile where the argument is a tile expression of the nest's indices (a select's arm is
+        then computed for every element and the select keeps the ones it picks), else on one
+        element that the scalar unit writes into a one-element tile. A call stays where a
+        store of the nest may change what it reads before it runs, or where it uses a name
+        the nest binds (the printer then refuses it)."""
+        statements = list(body.seq) if isinstance(body, tirx.SeqStmt) else [body]
+        inner = []  # names the nest binds
+        tvm_ffi.structural_walk(body, [(tirx.Bind, lambda b: inner.append(b.var)),
+                                       (tirx.For, lambda f: inner.append(f.loop_var))])
+        stores = {}
+        tvm_ffi.structural_walk(body, (tirx.BufferStore, lambda x: stores.setdefault(
+            x.buffer, []).append(list(x.indices))))
+        full = tuple(range(len(variables)))
+
+        def hoistable(call, blocked) -> bool:
+            if _uses_any(call, inner):
+                return False
+            for x in _loads(call):
+                if str(x.source.scope()) != UB:
+                    return False
+                if x.source not in stores:
+                    continue
+                operand = _operand(x.source, x.indices, variables, extents)
+                if x.source in blocked or operand is None or operand[1] != full or \
+                        not all(tvm_ffi.structural_equal(list(x.indices), k)
+                                for k in stores[x.source]):
+                    return False  # an element a store of the nest writes first
+            return True
+
+        out, before = [], set()
+        for stmt in statements:
+            written = set(loads_and_stores(stmt)[1])
+            blocked = before | (set() if isinstance(stmt, tirx.BufferStore) else written)
+
+            def hoist(call, blocked=blocked):
+                if _math_name(call) is None or not _scalar_lacks(call):
+                    return call
+                call = tvm.ir.Call(call.op, [tvm_ffi.structural_map(
+                    call.args[0], (tvm.ir.Call, hoist))], ret_ty=call.ty, span=call.span)
+                if not hoistable(call, blocked):
+                    return call
+                new = []
+                try:
+                    load = self.math_tile(call, variables, extents, new)
+                except (Unvectorizable, KernelError):
+                    return call
+                ops.extend(new)
+                return load
+
+            out.append(tvm_ffi.structural_map(stmt, (tvm.ir.Call, hoist)))
+            before |= written
+        return _seq(out)
+
+    def math_tile(self, call, variables, extents, ops):
+        """A load of the UB temporary into which vector instructions compute ``call``."""
+        if _uses_any(call, variables):
+            value = self.eval(_expand_math(call), variables, extents, ops, None)
+            if value[0] != "t":
+                raise Unvectorizable(f"{call} is a scalar expression")
+            return tirx.BufferLoad(value[1].buffer, [variables[d] for d in value[2]] or
+                                   [tirx.const(0, "int32")])
+        arg = call.args[0]
+        one = self.temp([1], str(arg.ty), ops)
+        zero = tirx.const(0, "int32")
+        ops.append(tirx.For(tirx.Var("e0", "int32"), 0, 1, tirx.ForKind.SERIAL,
+                            tirx.BufferStore(one.buffer, arg, [zero]),
+                            annotations={SCALAR_KEY: f"the argument of {call} is computed on "
+                                                     "the scalar unit, the function on the "
+                                                     "vector unit"}))
+        on_tile = tvm.ir.Call(call.op, [tirx.BufferLoad(one.buffer, [zero])], ret_ty=call.ty,
+                              span=call.span)
+        value = self.eval(_expand_math(on_tile), [], [], ops, None)
+        return tirx.BufferLoad(value[1].buffer, [zero])
 
     def stage_global(self, body, variables, extents, pre, post, span, keep):
         """Replace global loads and stores in ``body`` by UB tiles copied in and out."""
@@ -833,17 +911,80 @@ def _bounds_only(guard, body, variables) -> bool:
     return True
 
 
-def _fold_guard(guard, body):
-    """``if guard: y[...] = v`` on tile data as ``y[...] = guard ? v : y[...]``, where every
-    statement is a store to a UB tile and nothing reads global memory (both sides are read);
-    None otherwise. The scalar unit then runs no branch on data it has not read yet."""
-    stores = list(body.seq) if isinstance(body, tirx.SeqStmt) else [body]
-    if not all(isinstance(x, tirx.BufferStore) and str(x.buffer.scope()) == UB
-               for x in stores) or \
-            any(str(x.source.scope()) != UB for x in _loads(body) + _loads(guard)):
+def _fold_branches(stmt, names):
+    """``stmt`` of a scalar nest with each ``if`` on tile data written as selects, so the scalar
+    unit never branches on a value it has not read yet: the condition is bound to a name first
+    (a store of the arm must not change it for the next), a store ``x[k] = v`` of the then arm
+    becomes ``x[k] = c ? v : x[k]`` (of the else arm ``c ? x[k] : v``, nested arms under the
+    conjunction), and the arms' names are bound unconditionally. Each arm may only bind names,
+    store to UB tiles and read UB tiles (its reads are then made whatever the condition); a
+    branch that does anything else is left as it is. ``names`` numbers the bound conditions."""
+
+    def on_tile_data(s, cond) -> bool:
+        return cond is not None or (isinstance(s, tirx.IfThenElse) and bool(_loads(s.condition)))
+
+    def fold(s, cond):  # a list of statements, or None where an arm cannot be folded
+        if isinstance(s, tirx.SeqStmt):
+            out = []
+            for child in s.seq:
+                new = fold(child, cond)
+                if new is None:
+                    return None
+                out.extend(new)
+            return out
+        if isinstance(s, tirx.IfThenElse) and on_tile_data(s, cond):
+            if any(str(x.source.scope()) != UB for x in _loads(s.condition)):
+                return None
+            here = s.condition if cond is None else tirx.And(cond, s.condition)
+            names.append(0)
+            c = tirx.Var(f"tw_c{len(names)}", "bool")
+            out = [tirx.Bind(c, here, span=s.span)]
+            arms = [(s.then_case, c)]
+            if s.else_case is not None:
+                names.append(0)
+                e = tirx.Var(f"tw_c{len(names)}", "bool")
+                out.append(tirx.Bind(e, tirx.Not(c) if cond is None else
+                                     tirx.And(cond, tirx.Not(c)), span=s.span))
+                arms.append((s.else_case, e))
+            for arm, arm_cond in arms:
+                new = fold(arm, arm_cond)
+                if new is None:
+                    return None
+                out.extend(new)
+            return out
+        if isinstance(s, tirx.IfThenElse):  # a branch on indices: the arms may hold some
+            then = fold(s.then_case, None)
+            other = fold(s.else_case, None) if s.else_case is not None else [None]
+            if then is None or other is None:
+                return None
+            return [tirx.IfThenElse(s.condition, _seq(then),
+                                    None if other == [None] else _seq(other), span=s.span)]
+        if isinstance(s, tirx.For):
+            body = fold(s.body, cond)
+            return None if body is None else [tirx.For(
+                s.loop_var, s.min, s.extent, s.kind, _seq(body),
+                annotations=s.annotations, span=s.span)]
+        if cond is None:
+            return [s]
+        if any(str(x.source.scope()) != UB for x in _loads(s)):
+            return None
+        if isinstance(s, tirx.Bind):
+            return [s]
+        if isinstance(s, tirx.BufferStore) and str(s.buffer.scope()) == UB:
+            return [tirx.BufferStore(s.buffer, tirx.Select(cond, s.value, tirx.BufferLoad(
+                s.buffer, list(s.indices))), list(s.indices), span=s.span)]
         return None
-    return _seq([tirx.BufferStore(x.buffer, tirx.Select(guard, x.value, tirx.BufferLoad(
-        x.buffer, list(x.indices))), list(x.indices), span=x.span) for x in stores])
+
+    folded = fold(stmt, None)
+    return stmt if folded is None else _seq(folded)
+
+
+def _scalar_lacks(call) -> bool:
+    """Whether ``call`` is a math function the vector path computes and the scalar unit does
+    not (the printer's scalar calls are ``TW_FABS`` and ``TW_ISNAN``)."""
+    name = str(call.op.name) if isinstance(call.op, tvm.ir.Op) else ""
+    return name != "tirx.fabs" and (name in _UNARY_CALLS or name == "tirx.exp2" or
+                                    _math_name(call) in _MATH)
 
 
 def _check_scalar_buffers(nest, span):

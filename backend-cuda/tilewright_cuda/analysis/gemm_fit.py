@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tilewright.ir import TileOpCall
+from tilewright.ir import TileOpCall, matrix_dims
 from tilewright.transform.lowering_utils import non_unit
 
 from .. import layout
@@ -96,7 +96,7 @@ def mma_form(call: TileOpCall) -> MmaForm | None:
 def dense_k(call: TileOpCall) -> int | None:
     """K of a gemm: op(A)'s columns, twice the kept values' of a T.gemm_sp."""
     a = call.operands["A"]
-    adims = non_unit(a)
+    adims = matrix_dims(a.extents)
     k = const(a.extents[adims[0]] if call.attrs["transpose_A"] else a.extents[adims[1]])
     return k * 2 if k is not None and call.name == "gemm_sp" else k
 
@@ -131,8 +131,11 @@ def mma_not_asked(call: TileOpCall, arch) -> str | None:
                 layout.is_accumulator(region.buffer)) or \
                 layout.memory(region.buffer) == "global":
             return f"{name} is not in shared memory or a fragment"
-        if leading_dim(region) is None or len(non_unit(region)) != 2:
+        if leading_dim(region) is None:
             return f"{name} is not a 2-D tile of a 2-D buffer with a constant row length"
+        if len(non_unit(region)) != 2:
+            return f"{name} is one row or column wide (a GEMV): the thread gemm computes it " \
+                   "without tensor cores"
     return _sparse_misfit(call) if call.name == "gemm_sp" else None
 
 

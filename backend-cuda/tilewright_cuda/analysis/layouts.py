@@ -80,8 +80,11 @@ def accumulators(func, arch, threads) -> dict:
     otherwise only filled whole, copied from whole, reduced whole along rows into a shared row
     vector, or indexed ``[i, j]`` by the two loop variables of a ``T.Parallel`` nest over its whole
     shape. Maps each to its :class:`~tilewright_cuda.layout.Accumulator` (``rows`` when rows are
-    reduced or touched element by element). A fragment no gemm writes whose every nest also touches
-    such a ``rows`` accumulator of its shape follows it into registers (:func:`_nest_partners`)."""
+    reduced or touched element by element; ``square`` for one touched element by element that
+    no reduction reads when its rows are too few for one warp column: MLA decode's 64 x 512
+    ``acc_o`` on 8 warps, whose row statistics then stay in shared memory). A fragment no gemm
+    writes whose every nest also touches such a ``rows`` accumulator of its shape follows it
+    into registers (:func:`_nest_partners`)."""
     frags = set(_fragments(func, lambda b: str(b.dtype) in ("float32", "int32") and
                            len(b.shape) == 2))
     allowed, regions, fed = {f: True for f in frags}, {f: 0 for f in frags}, set()
@@ -110,6 +113,8 @@ def accumulators(func, arch, threads) -> dict:
         if not (allowed[f] and f in fed and not bad and uses[f] == regions[f] + good):
             continue
         acc = layout.Accumulator("rows" if f in rows or good > 0 else "square")
+        if f not in rows and layout.accumulator_grid(f.shape, acc, threads) is None:
+            acc = layout.Accumulator("square")  # too few rows for a warp column each
         if layout.accumulator_grid(f.shape, acc, threads) is not None:
             chosen[f] = acc
     for f in frags:  # companions: fed by no gemm, only ever combined with an accumulator

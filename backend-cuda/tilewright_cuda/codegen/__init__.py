@@ -14,13 +14,13 @@ import tvm
 import tvm_ffi
 from tilewright.errors import KernelError, span_location
 from tilewright.plugin import DeviceCodegen, GeneratedSource
-from tilewright.transform import float_to_int, narrow_float, wrapping_int
+from tilewright.transform import float_to_int, narrow_float, prim_func_pass, wrapping_int
 from tvm import tirx
 from tvm.tirx.build import split_host_device_mods
 
 from .. import intrinsics, keys, options
 from . import source, wgmma
-from .launch import launch_info, param_kinds, symbol_sources, workspaces
+from .launch import host_binds_inlined, launch_info, param_kinds, symbol_sources, workspaces
 
 INCLUDE = Path(__file__).resolve().parents[1] / "include"
 HEADERS = {name: (INCLUDE / name).read_text() for name in
@@ -47,7 +47,8 @@ def tvm_passes() -> list:
     return [s.UnifyThreadBinding(), s.LowerOpaqueBlock(), t.StmtSimplify(), t.FlattenBuffer(),
             t.BF16ComputeLegalize(), t.NarrowDataType(32),
             t.VectorizeLoop(True), t.UnrollLoop(), t.StmtSimplify(), t.RemoveNoOp(),
-            t.CommonSubexprElim(), t.VerifyMemory(),
+            t.CommonSubexprElim(), prim_func_pass("tw.HostBindsInlined", host_binds_inlined),
+            t.VerifyMemory(),
             t.AnnotateEntryFunc(), t.SplitHostDevice(), t.MakePackedAPI(),
             t.BF16StorageLegalize()]
 

@@ -5,11 +5,12 @@ description per block and the workspaces the launcher allocates for a call."""
 from __future__ import annotations
 
 import tvm
+import tvm_ffi
 from tilewright.errors import KernelError
 from tvm import tirx
 
 from .. import keys
-from ..analysis.ir import NotPython, find_thread
+from ..analysis.ir import NotPython, find_thread, substitute
 from ..analysis.ir import py_expr as ir_py_expr
 
 
@@ -20,6 +21,41 @@ def py_expr(e) -> str:
     except NotPython:
         raise KernelError(f"the CUDA backend cannot express the launch dimension {e} on the "
                           "host") from None
+
+
+def _in_launch(node) -> bool:
+    return (isinstance(node, tirx.AttrStmt) and str(node.attr_key) == "thread_extent") or \
+        (isinstance(node, tirx.For) and node.kind == tirx.ForKind.THREAD_BINDING)
+
+
+def host_binds_inlined(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    """``func`` with each binding made outside the kernel launch replaced by its value where it
+    is used. TVM's CommonSubexprElim names a subexpression that the host and the kernel share
+    (``cse_v1 = seq_len * 2``, the flattened extent of a ``(seq_len, 2)`` tensor that a grid
+    of ``seq_len * 2`` blocks also reads), and SplitHostDevice then passes ``cse_v1`` to the
+    kernel as a parameter, which a launch description cannot name: it reads only tensors,
+    scalar arguments and shape symbols. A kernel then computes the value itself."""
+    launches, binds = [], []
+    tvm_ffi.structural_walk(func.body, (tirx.Stmt, lambda s: launches.append(s)
+                                        if _in_launch(s) else None))
+    tvm_ffi.structural_walk(func.body, (tirx.Bind, binds.append), order="pre")
+    inside = []
+    for launch in launches:
+        tvm_ffi.structural_walk(launch, (tirx.Bind, inside.append))
+    host = [b for b in binds if not any(b.same_as(x) for x in inside)]
+    if not host:
+        return func
+    values = {}
+    for bind in host:  # in program order: a value may read an earlier binding
+        values[bind.var] = substitute(bind.value, values)
+
+    def drop(stmt):
+        kept = [s for s in stmt.seq if not any(s.same_as(b) for b in host)]
+        return stmt if len(kept) == len(stmt.seq) else \
+            (kept[0] if len(kept) == 1 else tirx.SeqStmt(kept))
+
+    body = tvm_ffi.structural_map(func.body, (tirx.SeqStmt, drop))
+    return func.with_body(substitute(body, values))
 
 
 def launch_info(func: tirx.PrimFunc) -> dict:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from tilewright import sparse as sp
 from tilewright.errors import KernelError, UnsupportedOpError
-from tilewright.ir import Region, TileOpCall
+from tilewright.ir import Region, TileOpCall, matrix_dims
 from tilewright.transform import RuleContext
 from tilewright.transform.lowering_utils import as_expr, loop_nest, non_unit, region_index
 from tvm import tirx
@@ -156,10 +156,9 @@ def _operand_layout(region: Region) -> str:
 
 
 def _matrix_dims(call: TileOpCall, names: str) -> list:
-    """The two dimensions of each named operand: its non-unit ones, or a 2-D tile's both."""
-    dims = [non_unit(call.operands[x]) if len(call.operands[x].extents) != 2 else [0, 1]
-            for x in names]
-    if any(len(d) != 2 for d in dims):
+    """The two dimensions of each named operand (``tilewright.ir.matrix_dims``)."""
+    dims = [matrix_dims(call.operands[x].extents) for x in names]
+    if None in dims:
         raise KernelError(f"T.{call.name} needs 2-D tiles for {', '.join(names)}")
     return dims
 

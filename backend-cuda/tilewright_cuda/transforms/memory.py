@@ -11,9 +11,10 @@ from tilewright.errors import KernelError, span_location
 from tilewright.transform import prim_func_pass, rebuild_for
 from tvm import tirx
 
-from .. import keys, layout
+from .. import intrinsics, keys, layout
+from ..analysis import lifetimes
 from ..analysis.accesses import shared
-from ..analysis.ir import buffers_in, find_thread, map_roles, role_loops
+from ..analysis.ir import buffers_in, find_thread, flat, map_roles, role_loops
 
 SMEM_ALIGN = 128
 
@@ -50,12 +51,85 @@ def shared_bytes_per_block(arch, blocks: int = 1) -> int:
     return per_sm // blocks - BLOCK_RESERVED_SHARED
 
 
+def _align(offset: int, buf) -> int:
+    align = layout.ALIGN if layout.swizzle_of(buf) else SMEM_ALIGN
+    return -(-offset // align) * align
+
+
+def _size(buf) -> int:
+    return -(-_bytes(buf) // SMEM_ALIGN) * SMEM_ALIGN
+
+
+def pack(buffers) -> dict:
+    """Each of ``buffers`` at its own offset of the pool, in order."""
+    at, offset = {}, 0
+    for buf in buffers:
+        at[buf] = _align(offset, buf)
+        offset = at[buf] + _size(buf)
+    return at
+
+
+def pack_by_lifetime(buffers, ranges: dict) -> dict:
+    """Offsets of ``buffers`` in the pool where two whose ``ranges`` (first and last unit,
+    ``analysis.lifetimes``) do not overlap may share bytes: each, in order, at the lowest
+    offset free of the buffers placed before it that are live at the same time."""
+    at = {}
+    for buf in buffers:
+        lo, hi = ranges[buf]
+        busy = sorted((at[o], at[o] + _size(o)) for o in at
+                      if ranges[o][0] <= hi and lo <= ranges[o][1])
+        offset = 0
+        for start, end in busy:
+            if _align(offset, buf) + _size(buf) <= start:
+                break
+            offset = max(offset, end)
+        at[buf] = _align(offset, buf)
+    return at
+
+
+def pool_bytes(at: dict) -> int:
+    return max((offset + _size(buf) for buf, offset in at.items()), default=0)
+
+
+def _barriers_for_reuse(at: dict, ranges: dict) -> set:
+    """The units before which a block barrier must go: where a buffer starts to live in bytes
+    that another, live before, used (every thread must be done with the old contents)."""
+    before = set()
+    for a in at:
+        for b in at:
+            shares = at[a] < at[b] + _size(b) and at[b] < at[a] + _size(a)
+            if shares and ranges[a][1] < ranges[b][0]:
+                before.add((ranges[a][1], ranges[b][0]))
+    return before
+
+
+def _with_barriers(thread_body, wanted: set):
+    """``thread_body`` with a ``__syncthreads()`` before each unit that ``wanted`` (pairs
+    ``(last unit of the old buffer, first unit of the new)``) names, unless one is already
+    between the two."""
+    program = lifetimes.units(thread_body)
+    starts = {after for before, after in wanted
+              if not lifetimes.barrier_between(thread_body, before, after)}
+    if not starts:
+        return thread_body
+    marked = [program[i][0] for i in starts]
+    out = []
+    for stmt in flat([thread_body]):
+        if any(stmt.same_as(m) for m in marked):
+            out.append(intrinsics.sync())
+        out.append(stmt)
+    return tirx.SeqStmt(out)
+
+
 def place_memory(options):
     """Shared buffers and fragments (design: fragments live in shared memory, see README)
     become views into one dynamic shared-memory pool, swizzled tiles (with all their pipeline
     versions) at multiples of ``swizzle.ALIGN`` with every access rewritten to the swizzled
-    offset; thread-local scopes become registers (``local``). Fails when the pool exceeds
-    what one block may use on the architecture (its share with ``cuda.blocks_per_sm``)."""
+    offset; thread-local scopes become registers (``local``). Each buffer has bytes of its own,
+    unless the pool would then exceed what one block may use on the architecture (its share
+    with ``cuda.blocks_per_sm``): then buffers whose lifetimes do not overlap
+    (``analysis.lifetimes``) share bytes, with a block barrier between the last use of one and
+    the first use of the next. Fails when even that exceeds it, naming each buffer's bytes."""
     arch = options.arch
 
     def run(func):
@@ -63,31 +137,42 @@ def place_memory(options):
             keys.VERSIONS in func.attrs else {}
         allocs = []
         tvm_ffi.structural_walk(func.body, (tirx.AllocBuffer, allocs.append))
-        threads = int(find_thread(func).extent.value)
-        offset, views, locals_ = 0, {}, {}
+        tx_loop = find_thread(func)
+        threads = int(tx_loop.extent.value)
+        locals_ = {}
+        pooled = [alloc.buffer for alloc in allocs if shared(alloc.buffer)]
         for alloc in allocs:
             buf = alloc.buffer
             if shared(buf):
-                align = layout.ALIGN if layout.swizzle_of(buf) else SMEM_ALIGN
-                offset = -(-offset // align) * align
-                views[buf] = (buf, offset)
-                offset += -(-_bytes(buf) // SMEM_ALIGN) * SMEM_ALIGN
-            elif layout.is_accumulator(buf) or layout.is_rows(buf):
+                continue
+            if layout.is_accumulator(buf) or layout.is_rows(buf):
                 locals_[buf] = registers(buf, threads)
             elif str(buf.scope()) != "local":
                 locals_[buf] = tirx.decl_buffer(buf.shape, buf.dtype, buf.name, scope="local")
         blocks = options.blocks_per_sm
         limit = shared_bytes_per_block(arch, blocks)
+        at = pack(pooled)
+        offset = pool_bytes(at)
         if offset > limit:
-            parts = ", ".join(f"{b.name} {_bytes(b)}" + (
-                f" ({int(b.shape[0].value)} pipeline versions)" if str(b.name) in versions
-                else "") for b, _ in views.values())
-            each = "one block" if blocks == 1 else f"each of {blocks} blocks per SM " \
-                "(cuda.blocks_per_sm)"
-            raise KernelError(
-                f"the kernel needs {offset} bytes of shared memory ({parts}), above the "
-                f"{limit} bytes {each} may use on {arch.name}; use smaller tiles or fewer "
-                "stages", span_location(func.body.span))
+            ranges = lifetimes.live_ranges(tx_loop.body, pooled)
+            reused = pack_by_lifetime(pooled, ranges)
+            if pool_bytes(reused) > limit:
+                parts = ", ".join(f"{b.name} {_bytes(b)}" + (
+                    f" ({int(b.shape[0].value)} pipeline versions)" if str(b.name) in versions
+                    else "") for b in pooled)
+                each = "one block" if blocks == 1 else f"each of {blocks} blocks per SM " \
+                    "(cuda.blocks_per_sm)"
+                raise KernelError(
+                    f"the kernel needs {offset} bytes of shared memory ({parts}; "
+                    f"{pool_bytes(reused)} with buffers whose lifetimes do not overlap sharing "
+                    f"bytes), above the {limit} bytes {each} may use on {arch.name}; use "
+                    "smaller tiles or fewer stages", span_location(func.body.span))
+            at, offset = reused, pool_bytes(reused)
+            new_loop = rebuild_for(tx_loop, body=_with_barriers(
+                tx_loop.body, _barriers_for_reuse(at, ranges)))
+            func = func.with_body(tvm_ffi.structural_map(
+                func.body, (tirx.For, lambda s: new_loop if s.same_as(tx_loop) else s)))
+        views = {buf: (buf, at[buf]) for buf in pooled}
         # swizzled tiles sit at multiples of layout.ALIGN from the pool's base
         pool = tirx.decl_buffer((max(offset, 16),), "uint8", "tw_smem", scope="shared.dyn",
                                 data_alignment=layout.ALIGN)

@@ -14,6 +14,7 @@ from .schema import (
     intrinsics_in,
     is_region,
     make_call,
+    matrix_dims,
     register_intrinsic,
     register_tile_op,
     registered_ops,
@@ -24,7 +25,7 @@ from .schema import (
 __all__ = [
     "ATOMIC_KINDS", "PORTABLE_OPS", "REDUCE_KINDS", "Attr", "Operand", "Region", "TileOpCall",
     "TileOpSchema", "decode", "get_schema", "intrinsic_features", "intrinsics_in", "make_call",
-    "ops",
+    "matrix_dims", "ops",
     "is_region", "register_intrinsic", "register_tile_op", "registered_ops", "schema_of_call",
     "tile_ops_in",
 ]

@@ -80,6 +80,18 @@ class Region:
         return tvm.ir.Call(tvm.ir.Op.get(_REGION_OP), [load, *self.extents])
 
 
+def matrix_dims(extents) -> list[int] | None:
+    """The two dimensions of a matrix operand (``T.gemm``'s A, B, C) among a tile's
+    ``extents``: its non-unit ones when there are two (a stage of a pipelined [stages, M, K]
+    buffer), else its last two (a one-wide tile: a row (1, K) of a GEMV, a column (K, 1), or
+    (1, 1)); None when it has more than two non-unit dimensions or fewer than two in all."""
+    dims = [d for d, e in enumerate(extents)
+            if not (isinstance(e, int | tirx.IntImm) and int(e) == 1)]
+    if len(dims) == 2:
+        return dims
+    return [len(extents) - 2, len(extents) - 1] if len(dims) < 2 <= len(extents) else None
+
+
 @dataclass(frozen=True)
 class TileOpCall:
     """A decoded tile op: its schema, operands by name, attributes by name, source span."""

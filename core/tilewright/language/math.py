@@ -30,6 +30,18 @@ def _bits(dtype: str) -> int:
     return 1 if dtype == "bool" else int("".join(c for c in dtype.split("_")[0] if c.isdigit()))
 
 
+def _wrapped(value: int, dtype: str):
+    """The integer constant ``value`` converted to the integer ``dtype`` as C and torch
+    convert it (modulo ``2**bits``, two's complement for a signed ``dtype``). Built here
+    because TVM's own folding of a cast of a negative constant to an unsigned dtype stops
+    the build."""
+    bits = _bits(dtype)
+    value %= 2 ** bits
+    if not dtype.startswith("uint") and value >= 2 ** (bits - 1):
+        value -= 2 ** bits
+    return tirx.const(value, dtype)
+
+
 def promoted(a: str, b: str) -> str:
     """The dtype two operands of different dtypes meet in, as TVM's arithmetic promotes: an
     integer meets a float in the float, two floats or two integers in the wider one (a signed
@@ -63,7 +75,9 @@ def if_then_else(cond, then_value, else_value):
 
 def cast(value, dtype):
     """``value`` converted to ``dtype``. A Python int outside int32 is a constant of ``dtype``
-    itself (``T.cast(0x80000000, "uint32")``), not first an int32 literal out of range."""
+    itself (``T.cast(0x80000000, "uint32")``), not first an int32 literal out of range; an
+    integer constant cast to an integer dtype is that constant wrapped into it
+    (``T.cast(T.int32(-3), "uint32")`` is ``2**32 - 3``)."""
     dtype = normalize_dtype(dtype)
     if isinstance(value, int) and not isinstance(value, bool) and \
             not -2**31 <= value < 2**31:
@@ -71,7 +85,11 @@ def cast(value, dtype):
             return tirx.const(value, dtype)
         except ValueError as exc:
             raise kernel_error(f"T.cast of {value} to {dtype}: {exc}") from None
-    return tirx.Cast(dtype, to_expr(value))
+    value = to_expr(value)
+    if isinstance(value, tirx.IntImm) and dtype.startswith(("int", "uint")) and \
+            _bits(dtype) >= 8:
+        return _wrapped(value.value, dtype)
+    return tirx.Cast(dtype, value)
 
 
 def Cast(dtype, value):  # noqa: N802 - TileLang's (and TVM's) name and argument order
@@ -115,7 +133,10 @@ def unpack(packed, index, bits: int = 4, signed: bool = False):
         raise kernel_error(f"T.unpack field {index} of a {dtype} value: it holds "
                            f"{width // bits} fields of {bits} bits")
     unsigned = f"uint{width}"
-    word = value if dtype == unsigned else tirx.reinterpret(unsigned, value)
+    if isinstance(value, tirx.IntImm):  # TVM's reinterpret of a constant stops the build
+        word = _wrapped(value.value, unsigned)
+    else:
+        word = value if dtype == unsigned else tirx.reinterpret(unsigned, value)
     offset = tirx.Cast(unsigned, to_expr(index, "int32") * bits)
     value = (word >> offset) & tirx.const((1 << bits) - 1, unsigned)
     if not signed:

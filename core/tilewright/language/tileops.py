@@ -10,7 +10,7 @@ from tvm import tirx
 
 from .. import sparse as sp
 from ..errors import KernelValueError, kernel_error, user_location
-from ..ir import ATOMIC_KINDS, REDUCE_KINDS, make_call
+from ..ir import ATOMIC_KINDS, REDUCE_KINDS, make_call, matrix_dims
 from . import builder as B
 from .buffer import (
     BufferSlice,
@@ -95,16 +95,15 @@ def clear(buffer):
     fill(buffer, 0)
 
 
-def _matrix(value, what: str, op: str = "T.gemm", keep_2d: bool = False):
-    """(region, its two dimensions) of a gemm operand; ``keep_2d`` keeps a 2-D region's unit
-    dimension (a metadata tile one column wide)."""
+def _matrix(value, what: str, op: str = "T.gemm"):
+    """(region, its two dimensions) of a gemm operand (``matrix_dims``: a one-wide tile keeps
+    its unit dimension, so a GEMV's row (1, K) of A or column (K, 1) of B is a matrix)."""
     region = resolve(region_of(value, f"{op} {what}"), None, f"{op} {what}")
-    dims = tuple(region.extents) if keep_2d and len(region.extents) == 2 else \
-        squeeze(region.extents)
-    if len(dims) != 2:
+    dims = matrix_dims(region.extents)
+    if dims is None:
         raise kernel_error(f"{op} operand {what} ({region.buffer.name!r}) must be a 2-D tile, "
                            f"got shape {shape_str(region.extents)}")
-    return region, dims
+    return region, tuple(region.extents[d] for d in dims)
 
 
 def gemm(A, B, C, transpose_A=False, transpose_B=False, policy=None,  # noqa: N803
@@ -138,7 +137,7 @@ def gemm_sp(A_sparse, E, B, C, transpose_A=False, transpose_E=False,  # noqa: N8
     :func:`tilewright.utils.sparse.compress` produces."""
     op = "T.gemm_sp"
     a, (a0, a1) = _matrix(A_sparse, "A_sparse", op)
-    e, (e0, e1) = _matrix(E, "E", op, keep_2d=True)
+    e, (e0, e1) = _matrix(E, "E", op)
     b, (b0, b1) = _matrix(B, "B", op)
     c, (c0, c1) = _matrix(C, "C", op)
     dtype, meta = str(a.buffer.dtype), str(e.buffer.dtype)

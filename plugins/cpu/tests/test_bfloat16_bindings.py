@@ -1,8 +1,9 @@
 """bfloat16 values read, converted or stored around the CPU's ``Let`` bindings (the vector
 ``exp``), which TVM's BF16ComputeLegalize does not visit, where the conformance row
-``narrow_math`` does not: a store of an ``if_then_else`` whose branch reads a fragment, and an
-``if``'s condition ("Load/Store of buffer ... occurred before its declaration" for a
-fragment, every condition wrong for a tensor: its uint16 bits read as a number)."""
+``narrow_math`` does not: a store of an ``if_then_else`` whose branch reads a fragment, such an
+``if_then_else`` as an operand (under conversions) inside a binding, and an ``if``'s condition
+("Load/Store of buffer ... occurred before its declaration" for a fragment, every condition
+wrong for a tensor: its uint16 bits read as a number)."""
 
 import pytest
 import tilewright
@@ -18,6 +19,19 @@ FORMS = {
     "select of a cast": (
         lambda x, y: T.if_then_else(x > 0, T.cast(T.exp(T.cast(x, "float32")), "bfloat16"), y),
         lambda x, y: torch.where(x > 0, x.float().exp().bfloat16(), y)),
+    # a select that is an operand, under conversions, inside the binding
+    "select of an operation in a binding": (
+        lambda x, y: T.cast(T.exp(T.cast(T.if_then_else(x > 0, x, y * T.bfloat16(2)),
+                                         "float32")), "bfloat16"),
+        lambda x, y: torch.where(x > 0, x, y * 2).float().exp().bfloat16()),
+    "select of a conversion in a binding": (
+        lambda x, y: T.cast(T.exp(T.cast(T.cast(T.if_then_else(x < 0, x, T.abs(y)), "float16"),
+                                         "float32")), "bfloat16"),
+        lambda x, y: torch.where(x < 0, x, y.abs()).half().float().exp().bfloat16()),
+    "select beside a binding": (
+        lambda x, y: T.cast(T.cast(T.if_then_else(x > 0, x, y), "float32") +
+                            T.exp(T.cast(x, "float32")), "bfloat16"),
+        lambda x, y: (torch.where(x > 0, x, y).float() + x.float().exp()).bfloat16()),
 }
 
 
@@ -83,3 +97,48 @@ def test_integer_conversions_in_a_binding():
     want_y = (i.float().tanh().bfloat16().float() * x.float()).bfloat16()
     want_z = (x.float().tanh().bfloat16().float() * 100).bfloat16().float().trunc().int()
     assert torch.equal(y, want_y) and torch.equal(z, want_z)
+
+
+@tilewright.jit(out_idx=[-1], target="cpu")
+def selection_in_a_condition(from_fragment):
+    @T.prim_func
+    def main(X: T.Tensor((N,), "bfloat16"), Y: T.Tensor((N,), "float32")):
+        with T.Kernel(1, threads=128) as _bx:
+            x = T.alloc_fragment((N,), "bfloat16")
+            T.copy(X, x)
+            for i in T.Parallel(N):
+                v = x[i] if from_fragment else X[i]
+                if T.exp(T.cast(T.if_then_else(v > 0, v, v * T.bfloat16(2)), "float32")) > 0.5:
+                    Y[i] = 1.0
+                else:
+                    Y[i] = 0.0
+    return main
+
+
+@pytest.mark.parametrize("from_fragment", [False, True], ids=["tensor", "fragment"])
+def test_selection_in_a_condition_in_a_binding(from_fragment):
+    x = torch.randn(N, generator=torch.Generator().manual_seed(0)).bfloat16()
+    want = (torch.where(x > 0, x, x * 2).float().exp() > 0.5).float()
+    assert torch.equal(selection_in_a_condition(from_fragment)(x), want)
+
+
+@tilewright.jit(out_idx=[-1], target="cpu")
+def selection_of_bindings():
+    @T.prim_func
+    def main(X: T.Tensor((N,), "bfloat16"), Y: T.Tensor((N,), "bfloat16")):
+        with T.Kernel(1, threads=128) as _bx:
+            for i in T.Parallel(N):
+                Y[i] = T.sigmoid(T.if_then_else(X[i] > 0, T.exp(T.bfloat16(3.0)),
+                                                T.abs(T.cast(i - 6, "bfloat16"))))
+    return main
+
+
+def test_a_selection_of_bindings_as_an_operand():
+    # the selection (a branch binds the exp's values) was stored into its element as a store
+    # of a conversion of it, which again held the selection as an operand: the pass recursed
+    # until Python's limit (fuzzer, seed 408)
+    x = torch.randn(N, generator=torch.Generator().manual_seed(0)).bfloat16()
+    i = torch.arange(N) - 6
+    want = torch.where(x > 0, torch.tensor(3.0).exp().bfloat16(), i.bfloat16().abs())
+    torch.testing.assert_close(selection_of_bindings()(x).float(), want.float().sigmoid(),
+                               rtol=0.02, atol=0.01)

@@ -253,3 +253,36 @@ def test_a_vectorised_bfloat16_reduction_keeps_every_lane(kind):
         torch.testing.assert_close(got, x.amax(dim=1), rtol=0, atol=0)
     else:  # rounded to bfloat16 after each addition, in another order than torch's
         torch.testing.assert_close(got.float(), x.float().sum(dim=1), rtol=0.02, atol=0.1)
+
+
+@tilewright.jit(out_idx=[-1], target="cpu")
+def division_of_a_division(n, inner, outer):
+    @T.prim_func
+    def main(X: T.Tensor((1, n), "int32"), Y: T.Tensor((1, n), "int32")):
+        with T.Kernel(1, 1, threads=128) as (bx, by):
+            t1 = T.alloc_fragment((1, n), "int32")
+            T.copy(X[by, bx], t1)
+            for i, j in T.Parallel(1, n):
+                if by + i < 1 and bx + j < n:
+                    Y[by + i, bx + j] = t1[i, j] + outer(inner(t1[i, j], T.int32(-1)),
+                                                         T.abs(t1[i, j]) + T.int32(1))
+    return main
+
+
+FLOOR = {"//": (lambda a, b: a // b, lambda a, b: torch.div(a, b, rounding_mode="floor")),
+         "%": (lambda a, b: a % b, torch.remainder)}
+
+
+@pytest.mark.parametrize("n", [1, 16])
+@pytest.mark.parametrize("inner", FLOOR)
+@pytest.mark.parametrize("outer", FLOOR)
+def test_a_division_of_a_division(n, inner, outer):
+    # TVM's LowerIntrin binds the remainder of a division by a divisor of unknown sign (rmod)
+    # in the expression, and its LLVM codegen bound the inner division's binding twice
+    # ("Binding of variable rmod as I.Range(0, 1) conflicts with previous binding", seed 308)
+    kernel = division_of_a_division(n, FLOOR[inner][0], FLOOR[outer][0])
+    x = torch.arange(-40, 40, dtype=torch.int32).reshape(-1, 1).expand(-1, n).contiguous()
+    ys = torch.cat([kernel(row[None]) for row in x])
+    torch_inner, torch_outer = FLOOR[inner][1], FLOOR[outer][1]
+    expected = x + torch_outer(torch_inner(x, torch.tensor(-1, dtype=torch.int32)), x.abs() + 1)
+    torch.testing.assert_close(ys, expected)

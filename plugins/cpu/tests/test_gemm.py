@@ -8,7 +8,7 @@ import tilewright.language as T
 import torch
 import tvm
 from tilewright_cpu.blocking import choose_blocking
-from tilewright_cpu.passes import hoist_gemm_conversions
+from tilewright_cpu.gemm_loops import hoist_gemm_conversions
 
 
 @pytest.fixture(autouse=True)

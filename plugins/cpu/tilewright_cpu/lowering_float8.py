@@ -270,19 +270,37 @@ def _hoisted(value):
 SLOT = "uint32"  # the type of the bindings a store's local array holds
 
 
-def _outer_lazy_selection(value):
-    """An ``if_then_else`` inside ``value`` (not ``value`` itself) with ``Let`` expressions in
-    a branch and in no branch of another: one evaluated whenever ``value`` is, or None."""
-    lazy = []
-    tvm_ffi.structural_walk(value, (tvm.ir.Call, lambda c: lazy.append(c) if
-                                    _op_name(c) == "prim.if_then_else" and _lazy_lets(c)
+def outer_selection(value, lazy):
+    """An ``if_then_else`` inside ``value`` (not ``value`` itself) for which ``lazy`` holds
+    (a predicate that holds for any ``if_then_else`` around one it holds for), in no branch of
+    another: one evaluated whenever ``value`` is, or None."""
+    found = []
+    tvm_ffi.structural_walk(value, (tvm.ir.Call, lambda c: found.append(c) if
+                                    _op_name(c) == "prim.if_then_else" and lazy(c)
                                     else None))
     inner = []
-    for call in lazy:
+    for call in found:
         for arg in call.args[1:]:
             tvm_ffi.structural_walk(arg, (tvm.ir.Call, inner.append))
-    outer = [c for c in lazy if not c.same_as(value) and not any(c.same_as(i) for i in inner)]
+    outer = [c for c in found if not c.same_as(value) and not any(c.same_as(i) for i in inner)]
     return outer[0] if outer else None
+
+
+def selected_first(value, selection, lane, span, dtype=None):
+    """``value`` split around ``selection``, an ``if_then_else`` in it: a local element (of
+    ``dtype``, the selection's own by default; one for each lane of the vectorized loop
+    ``lane``), the store of the selection into it, and ``value`` reading the element in the
+    selection's place."""
+    own = str(selection.ty)
+    dtype = dtype or own
+    cell, index = lane_cells(1, dtype, "selected", lane)
+    load = tirx.BufferLoad(cell, index(0))
+    read = load if dtype == own else tirx.Cast(own, load)
+    rest = tvm_ffi.structural_map(
+        value, (tvm.ir.Call, lambda c: read if c.same_as(selection) else c))
+    chosen = tirx.BufferStore(cell, selection if dtype == own else tirx.Cast(dtype, selection),
+                              index(0), span=span)
+    return cell, chosen, rest
 
 
 def _store_of(stmt, value):
@@ -320,13 +338,9 @@ class _Spill(StmtMutator):
             return tirx.IfThenElse(cond, self.store(_store_of(stmt, then_value), lane),
                                    self.store(_store_of(stmt, else_value), lane),
                                    span=stmt.span)
-        selection = _outer_lazy_selection(value)
+        selection = outer_selection(value, _lazy_lets)
         if selection is not None:
-            cell, index = lane_cells(1, str(selection.ty), "selected", lane)
-            load = tirx.BufferLoad(cell, index(0))
-            rest = tvm_ffi.structural_map(
-                value, (tvm.ir.Call, lambda c: load if c.same_as(selection) else c))
-            chosen = tirx.BufferStore(cell, selection, index(0), span=stmt.span)
+            cell, chosen, rest = selected_first(value, selection, lane, stmt.span)
             return tirx.SeqStmt([tirx.AllocBuffer(cell), self.store(chosen, lane),
                                  self.store(_store_of(stmt, rest), lane)])
         value, bindings = _hoisted(value)

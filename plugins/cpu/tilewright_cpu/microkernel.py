@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import tvm
 from tilewright import sparse as sp
-from tilewright.ir import TileOpCall
+from tilewright.ir import TileOpCall, matrix_dims
 from tilewright.transform import RuleContext
 from tilewright.transform.lowering_utils import PARALLEL, as_expr
 from tvm import tirx
@@ -42,12 +42,6 @@ def _const(x):
     if isinstance(x, int):
         return x
     return int(x.value) if isinstance(x, tirx.IntImm) else None
-
-
-def _matrix_dims(region):
-    dims = [d for d, e in enumerate(region.extents)
-            if not (isinstance(e, tirx.IntImm) and int(e.value) == 1 or e == 1)]
-    return dims if len(dims) == 2 else [len(region.extents) - 2, len(region.extents) - 1]
 
 
 def _index(region, dims, r, c):
@@ -64,7 +58,7 @@ class _Gemm:
         self.a, self.b, self.c = (call.operands[x] for x in "ABC")
         self.ta, self.tb = call.attrs["transpose_A"], call.attrs["transpose_B"]
         self.clear = call.attrs["clear_accum"]
-        self.ad, self.bd, self.cd = (_matrix_dims(r) for r in (self.a, self.b, self.c))
+        self.ad, self.bd, self.cd = (matrix_dims(r.extents) for r in (self.a, self.b, self.c))
         self.m, self.n = self.c.extents[self.cd[0]], self.c.extents[self.cd[1]]
         self.k = self.a.extents[self.ad[0]] if self.ta else self.a.extents[self.ad[1]]
         self.acc = str(self.c.buffer.dtype)
@@ -290,7 +284,7 @@ def gemm_sp_loops(call: TileOpCall, ctx: RuleContext) -> tirx.Stmt:
     loop walks a row of B and of C and is vectorised by the loop phase."""
     a, e, b, c = (call.operands[x] for x in "AEBC")
     ta, te, tb = (call.attrs[f"transpose_{x}"] for x in "AEB")
-    ad, ed, bd, cd = (_matrix_dims(r) for r in (a, e, b, c))
+    ad, ed, bd, cd = (matrix_dims(r.extents) for r in (a, e, b, c))
     dtype, meta, acc = str(a.buffer.dtype), str(e.buffer.dtype), str(c.buffer.dtype)
     m, n = c.extents[cd[0]], c.extents[cd[1]]
     stored = a.extents[ad[0]] if ta else a.extents[ad[1]]

@@ -15,7 +15,17 @@ from tilewright.plugin import (
 from tilewright.transform import lower_intrinsics, lower_tile_ops, saturating_float_to_int
 from tvm import tirx
 
-from . import __version__, fastmath, lowering_extra, lowering_float8, passes
+from . import (
+    __version__,
+    fastmath,
+    gemm_loops,
+    grid,
+    integers,
+    loops,
+    lowering_bfloat16,
+    lowering_extra,
+    lowering_float8,
+)
 from .codegen import CODEGEN
 from .executor import EXECUTORS
 from .lowering import RULES
@@ -33,8 +43,8 @@ def _rules(ctx) -> dict:
 
 
 PIPELINE = PassPipeline((
-    Phase("lower_tile_ops", lambda ctx: [passes.fuse_gemm_k(),
-                                         passes.hoist_gemm_conversions(),
+    Phase("lower_tile_ops", lambda ctx: [gemm_loops.fuse_gemm_k(),
+                                         gemm_loops.hoist_gemm_conversions(),
                                          lower_tile_ops(_rules(ctx), "cpu"),
                                          lower_intrinsics(lowering_extra.INTRINSIC_RULES,
                                                           "CPULowerIntrinsics")],
@@ -43,14 +53,14 @@ PIPELINE = PassPipeline((
           "tilewright_cpu.lowering)"),
     Phase("lower_loops", lambda ctx: [
         saturating_float_to_int("CPUSaturatingFloatToInt"),
-        passes.hold_narrow_bindings(),
+        lowering_bfloat16.hold_narrow_bindings(),
         *fastmath.passes(ctx.pass_configs),
-        passes.round_bfloat16_arithmetic(),
-        passes.float16_math_in_float32(),
+        lowering_bfloat16.round_bfloat16_arithmetic(),
+        lowering_bfloat16.float16_math_in_float32(),
         fastmath.lower_tanh(),
-        passes.bfloat16_conversions_around_lets(),
+        lowering_bfloat16.bfloat16_conversions_around_lets(),
         lowering_float8.lower_float8(),
-        passes.lower_loops(not ctx.pass_configs.get("tw.disable_vectorize", False)),
+        loops.lower_loops(not ctx.pass_configs.get("tw.disable_vectorize", False)),
         tirx.transform.ConvertSSA()],
           "float -> integer conversions saturating (NaN gives 0); named bfloat16 and "
           "float8 values held in float32 local arrays; the kernel's "
@@ -61,13 +71,17 @@ PIPELINE = PassPipeline((
           "stores with bindings in integer code; float8 conversions as integer code; "
           "T.Parallel loops vectorised where their extent allows (a binding in a loop body "
           "the lowering copies renamed in each copy: ConvertSSA)"),
-    Phase("lower_memory", lambda ctx: [passes.lower_scopes(), passes.round_bfloat16_tiles()],
+    Phase("lower_memory", lambda ctx: [grid.lower_scopes(),
+                                       lowering_bfloat16.round_bfloat16_tiles()],
           "shared and fragment tiles become per-block host arrays; values stored into "
           "bfloat16 tiles rounded to bfloat16"),
-    Phase("lower_blocks", lambda ctx: [passes.lower_blocks(),
+    Phase("lower_blocks", lambda ctx: [grid.lower_blocks(),
                                        lowering_extra.check_device_asserts(),
-                                       passes.fold_unsigned_sign_tests()],
-          "the block grid becomes one parallel loop over CPU workers"),
+                                       integers.fold_unsigned_sign_tests(),
+                                       integers.lower_floor_division()],
+          "the block grid becomes one parallel loop over CPU workers; floor division by a "
+          "divisor that is not a positive constant written with truncating division, without "
+          "the bindings TVM's lowering would give it"),
 ))
 
 BACKEND = BackendModule(

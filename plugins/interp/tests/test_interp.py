@@ -189,3 +189,23 @@ def test_an_integer_cast_wraps_into_the_narrower_type(src, via):
     x = torch.tensor([-7, -1, 300, 5, 200, -200], dtype=getattr(torch, src))
     want = x.to(getattr(torch, via)).to(x.dtype)
     assert torch.equal(tilewright.compile(narrow, out_idx=[-1], target="interp")(x), want)
+
+
+@pytest.mark.parametrize("dtype", ["uint16", "uint32"])
+def test_unsigned_arithmetic_of_a_block_index_wraps(dtype):
+    """``T.cast(bx, dtype) - 1`` at block 0 is ``2**bits - 1`` (unsigned arithmetic wraps, as
+    torch's does): the interpreter held it as the Python int -1 and failed adding it to a
+    loaded element ('Python integer -1 out of bounds for uint16', fuzzer seed 502)."""
+    bits = int(dtype[4:])
+
+    @T.prim_func
+    def main(X: T.Tensor((4,), dtype), Y: T.Tensor((4,), dtype)):
+        with T.Kernel(1, threads=128) as bx:
+            for j in T.Parallel(4):
+                Y[j] = X[j] + (T.cast(bx, dtype) - T.cast(1, dtype)) // T.cast(3, dtype) + \
+                    T.cast(bx, dtype) * T.cast(3, dtype) - T.cast(j + 1, dtype)
+
+    x = torch.arange(4, dtype=torch.int64)
+    want = (x + (2**bits - 1) // 3 - (x + 1)) % 2**bits
+    got = tilewright.compile(main, out_idx=[1], target="interp")(x.to(getattr(torch, dtype)))
+    assert torch.equal(got.long() % 2**bits, want)

@@ -24,6 +24,9 @@ _BINARY = {"Add": "+", "Sub": "-", "Mul": "*", "FloorDiv": "//", "FloorMod": "%"
            "EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">=",
            "BitwiseAnd": "&", "BitwiseOr": "|", "BitwiseXor": "^", "LShift": "<<",
            "RShift": ">>"}
+# unsigned arithmetic wraps modulo 2**bits (a Python int operand would go below zero or
+# past the dtype's range and stay there)
+_WRAPPING = ("Add", "Sub", "Mul", "LShift")
 _MATH = {"exp", "exp2", "log", "log2", "log10", "sqrt", "rsqrt", "sin", "cos", "tan", "tanh",
          "floor", "ceil", "trunc", "round", "nearbyint", "fabs", "sigmoid", "erf", "pow", "fmod",
          "isnan", "isinf"}
@@ -94,7 +97,10 @@ class _Emitter:
         if kind == "TensorLoad":
             return f"{self.buf(e.source)}[{self.index(e.indices)}]"
         if kind in _BINARY:
-            return f"({self.expr(e.a)} {_BINARY[kind]} {self.expr(e.b)})"
+            text = f"({self.expr(e.a)} {_BINARY[kind]} {self.expr(e.b)})"
+            if kind in _WRAPPING and _dtype(e).startswith("uint"):
+                return f"rt.cast({text}, {_dtype(e)!r})"  # Python ints do not wrap
+            return text
         if kind in ("Div", "Mod"):
             if _dtype(e).startswith(_FLOAT):
                 op = "/" if kind == "Div" else "%"

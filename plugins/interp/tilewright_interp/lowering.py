@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import numpy as np
 from tilewright import sparse as sp
-from tilewright.ir import ATOMIC_KINDS, REDUCE_KINDS
+from tilewright.ir import ATOMIC_KINDS, REDUCE_KINDS, matrix_dims
 
 from .runtime import Region, converted
 
@@ -42,11 +42,18 @@ def run_fill(block, dst: Region, value):
     dst.write(np.full(dst.extents, value, dtype=dst.array.dtype))
 
 
+def _matrix(region: Region) -> np.ndarray:
+    """A gemm operand's values as a matrix: its two dimensions (``matrix_dims``), so that a
+    stage of a [stages, M, K] buffer is [M, K] and a one-wide tile keeps its unit dimension."""
+    rows, cols = (region.extents[d] for d in matrix_dims(region.extents))
+    return region.read().reshape(rows, cols)
+
+
 @register_lowering("gemm")
 def run_gemm(block, A: Region, B: Region, C: Region, transpose_A=False, transpose_B=False,
              clear_accum=False, **_attrs):
     acc = C.array.dtype
-    a, b = A.read().astype(acc), B.read().astype(acc)
+    a, b = _matrix(A).astype(acc), _matrix(B).astype(acc)
     a, b = (a.T if transpose_A else a), (b.T if transpose_B else b)
     product = a @ b
     C.write(product if clear_accum else C.read() + product)
@@ -56,7 +63,7 @@ def run_gemm(block, A: Region, B: Region, C: Region, transpose_A=False, transpos
 def run_gemm_sp(block, A: Region, E: Region, B: Region, C: Region, transpose_A=False,
                 transpose_E=False, transpose_B=False, clear_accum=False, **_attrs):
     acc = C.array.dtype
-    values, meta = A.read(), E.read()
+    values, meta = _matrix(A), _matrix(E)
     values, meta = (values.T if transpose_A else values), (meta.T if transpose_E else meta)
     g = sp.SPARSE_GROUPS[A.dtype]
     kk = np.arange(values.shape[1])
@@ -64,7 +71,7 @@ def run_gemm_sp(block, A: Region, E: Region, B: Region, C: Region, transpose_A=F
     columns = sp.dense_column(words, kk, A.dtype, E.dtype)
     a = np.zeros((values.shape[0], values.shape[1] * g.group // g.kept), dtype=acc)
     np.put_along_axis(a, columns, values.astype(acc), axis=1)
-    b = B.read().astype(acc)
+    b = _matrix(B).astype(acc)
     product = a @ (b.T if transpose_B else b)
     C.write(product if clear_accum else C.read() + product)
 

@@ -34,10 +34,6 @@ class KnownFailure:
 
 
 KNOWN_FAILURES: tuple[KnownFailure, ...] = (
-    KnownFailure("ascend", "named_value-*",
-                 "a branch on tile data with several stores (a compare-and-swap) has no "
-                 "vector form and the scalar unit does not branch on tile data (refused at "
-                 "the kernel's line)", when="build"),
 )
 
 

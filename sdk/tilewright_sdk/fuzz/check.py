@@ -47,8 +47,10 @@ def deliberate(exc: BaseException) -> bool:
 
 def module_source(program: Program, backend: str, seed: int, note: str = "") -> str:
     """The program as a standalone module for ``backend``; ``note`` goes in its docstring."""
-    inputs = ", ".join(f"({n!r}, ({program.M}, {program.N}), {program.dtype!r}, {lo!r}, {hi!r})"
-                       for n, lo, hi in program.inputs)
+    inputs = ", ".join([f"({n!r}, {program.shape!r}, {program.dtype!r}, {lo!r}, {hi!r})"
+                        for n, lo, hi in program.inputs] +
+                       [f"({n!r}, {program.packed_shape!r}, 'int4', {lo!r}, {hi!r})"
+                        for n, lo, hi in program.packed])
     outputs = ", ".join(f"({n!r}, {shape!r}, {dtype!r}, {err!r})"
                         for n, shape, dtype, err in program.outputs)
     doc = note.strip().replace('"""', "'''")
@@ -64,7 +66,7 @@ from tilewright_sdk.fuzz.check import reproduce
 
 BACKEND = {backend!r}
 SEED = {seed!r}
-# (name, shape, dtype, low, high): uniform random values
+# (name, shape, dtype, low, high): uniform random values (int4: packed two a byte)
 INPUTS = [{inputs}]
 # (name, shape, dtype, bound of the absolute rounding error of a correct result)
 OUTPUTS = [{outputs}]
@@ -101,6 +103,9 @@ def make_inputs(inputs, seed: int) -> list:
             values = torch.randint(int(low), int(high) + 1, shape, generator=gen)
         else:
             values = torch.rand(*shape, generator=gen, dtype=torch.float64) * (high - low) + low
+        if dtype == "int4":  # as the runtime takes it: int8, two a byte, the low nibble first
+            values = (values[..., ::2] & 0xF) | ((values[..., 1::2] & 0xF) << 4)
+            dtype = "int8"
         out.append(values.to(getattr(torch, dtype)))
     return out
 

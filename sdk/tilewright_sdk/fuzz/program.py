@@ -11,7 +11,14 @@ run-time ``while`` loop and over a ``T.Pipelined`` loop loading a shared tile, p
 int32 accumulator that is cleared, filled and accumulated into twice, or discarded by
 ``clear_accum``, ``T.atomic_add`` of a tile from every block into one output tile, whole or
 element by element), and the result copied back, or stored element by element under a
-bounds guard (reading inputs straight from global memory too). Every expression carries an
+bounds guard (reading inputs straight from global memory too). Integers are signed (8 to 64
+bits) or unsigned (8 to 32 bits; cast through the other signedness, wrapping below zero), 4-bit
+fields of them are read with ``T.unpack``, and signed programs may take an ``int4`` input
+(passed packed); floats and integers are converted to float8 and back (``float8_e4m3fn``
+saturating at 448) and float8 fragments are read back through a cast. Tensors may be 3-D
+(``(depth, M, N)`` over a third grid axis ``bz``, loaded as 2-D tiles or through a 3-D shared
+tile at a 3-D offset), and, for backends with ``dynamic_shapes``, ``M`` and ``N`` may be
+sizes read from the arguments (``T.symbolic``/``T.dynamic``). Every expression carries an
 interval of its values and a bound of its rounding error, so the generator only writes what
 is defined (no overflow, no division by zero, no NaN) and the checker knows how far a correct
 backend may be from the interpreter.
@@ -28,13 +35,22 @@ from dataclasses import dataclass, field
 
 from hypothesis import strategies as st
 
-INT_DTYPES = ("int8", "int16", "int32", "uint8", "int64")
+INT_DTYPES = ("int8", "int16", "int32", "uint8", "int64", "uint16", "uint32")
 FLOAT_DTYPES = ("float32", "float16", "bfloat16")
-_LIMITS = {"int8": 127, "int16": 32767, "int32": 2**31 - 1, "int64": 2**63 - 1, "uint8": 255}
-_LOWEST = {"int8": -128, "int16": -32768, "int32": -2**31, "int64": -2**63, "uint8": 0}
-_NARROW_INTS = ("int8", "uint8", "int16")  # what a cast may wrap into
+_LIMITS = {"int8": 127, "int16": 32767, "int32": 2**31 - 1, "int64": 2**63 - 1, "uint8": 255,
+           "uint16": 2**16 - 1, "uint32": 2**32 - 1}
+_LOWEST = {"int8": -128, "int16": -32768, "int32": -2**31, "int64": -2**63, "uint8": 0,
+           "uint16": 0, "uint32": 0}
+_NARROW_INTS = ("int8", "uint8", "int16", "uint16")  # what a cast may wrap into
 _ROUNDOFF = {"float32": 2.0 ** -24, "float16": 2.0 ** -11, "bfloat16": 2.0 ** -8}
 _FLOAT_MAX = 1e4  # magnitudes stay far below float16's 65504
+_OTHER_SIGN = {"int8": "uint8", "uint8": "int8", "int16": "uint16", "uint16": "int16",
+               "int32": "uint32", "uint32": "int32"}
+# float8: (unit roundoff, half the spacing of its subnormals, largest finite value, whether a
+# larger value saturates to it (float8_e4m3fn, as torch and the interpreter convert) rather
+# than overflowing to infinity)
+FLOAT8 = {"float8_e4m3fn": (2.0 ** -4, 2.0 ** -10, 448.0, True),
+          "float8_e5m2": (2.0 ** -3, 2.0 ** -17, 57344.0, False)}
 REDUCE_KINDS = ("sum", "max", "min", "abssum", "absmax")
 
 
@@ -83,25 +99,63 @@ class Program:
     outputs: list  # (name, shape, dtype, atol)
     body: list = field(default_factory=list)
     features: set = field(default_factory=set)
+    depth: int = 0  # the inputs' and Y's leading dimension (a third grid axis bz), 0: none
+    dynamic: tuple = ()  # which of "M", "N" are sizes read from the arguments
+    packed: list = field(default_factory=list)  # (name, low, high) of the int4 inputs
+
+    @property
+    def packed_shape(self) -> tuple:
+        """The shape of an int4 input: its last dimension rounded up to whole bytes."""
+        return (*self.shape[:-1], self.N + self.N % 2)
+
+    @property
+    def shape(self) -> tuple:
+        """The shape of the inputs and of ``Y``."""
+        return (self.depth, self.M, self.N) if self.depth else (self.M, self.N)
 
     def kernel_source(self) -> str:
-        params = [f"{n}: T.Tensor(({self.M}, {self.N}), {self.dtype!r})"
-                  for n, _, _ in self.inputs]
-        params += [f"{n}: T.Tensor({shape}, {dtype!r})" for n, shape, dtype, _ in self.outputs]
-        lines = ["@T.prim_func", f"def fuzz({', '.join(params)}):",
-                 f"    with T.Kernel({math.ceil(self.N / self.bn)}, "
-                 f"{math.ceil(self.M / self.bm)}, threads=128) as (bx, by):"]
+        sizes = {"M": 'T.symbolic("m")', "N": 'T.dynamic("n")'}
+        dims = [str(self.depth)] if self.depth else []
+        dims += [d if d in self.dynamic else str(getattr(self, d)) for d in ("M", "N")]
+        shape = f"({', '.join(dims)})"
+        params = [f"{n}: T.Tensor({shape}, {self.dtype!r})" for n, _, _ in self.inputs]
+        int4 = f"({', '.join([*dims[:-1], str(self.packed_shape[-1])])})"
+        params += [f"{n}: T.Tensor({int4}, 'int4')" for n, _, _ in self.packed]
+        params += [f"{n}: T.Tensor({shape if n == 'Y' else out_shape}, {dtype!r})"
+                   for n, out_shape, dtype, _ in self.outputs]
+        grid = [grid_extent(d, getattr(self, d), b, d in self.dynamic)
+                for d, b in (("N", self.bn), ("M", self.bm))]
+        axes = "bx, by"
+        if self.depth:
+            grid.append(str(self.depth))
+            axes += ", bz"
+        lines = [f"{d} = {sizes[d]}" for d in self.dynamic]
+        lines += ["", ""] if lines else []
+        lines += ["@T.prim_func", f"def fuzz({', '.join(params)}):",
+                  f"    with T.Kernel({', '.join(grid)}, threads=128) as ({axes}):"]
         lines += ["        " + line for line in self.body]
         return "\n".join(lines) + "\n"
+
+
+def grid_extent(name: str, size: int, block: int, dynamic: bool) -> str:
+    """The number of blocks over a dimension: a constant, or ``T.ceildiv`` of a size read
+    from the arguments."""
+    return f"T.ceildiv({name}, {block})" if dynamic else str(math.ceil(size / block))
 
 
 class _Builder:
     """The state of one program being drawn."""
 
-    def __init__(self, draw, dtype, M, N, bm, bn, avoid, wide, declared):
+    def __init__(self, draw, dtype, M, N, bm, bn, avoid, wide, declared, depth=0,
+                 dynamic=()):
         self.draw, self.dtype = draw, dtype
         self.declared = declared
         self.M, self.N, self.bm, self.bn = M, N, bm, bn
+        self.depth = depth
+        self.z = "bz, " if depth else ""  # a global index's leading part
+        # the sizes as the kernel spells them: a constant or a name read from the arguments
+        self.Mt = "M" if "M" in dynamic else str(M)
+        self.Nt = "N" if "N" in dynamic else str(N)
         self.avoid = frozenset(avoid)
         self.wide = wide  # a declared dtype integers round-trip through, or None
         self.floating = dtype in FLOAT_DTYPES
@@ -120,6 +174,31 @@ class _Builder:
     def fresh(self, prefix: str) -> str:
         self.count += 1
         return f"{prefix}{self.count}"
+
+    def squares(self) -> list:
+        """The 2-D tiles of the program's dtype (a float8 tile is only read through a
+        cast)."""
+        return [t for t in self.tiles if t.kind == "2d" and t.dtype == self.dtype]
+
+    def float8(self, a: Expr) -> tuple | None:
+        """A float8 dtype ``a`` may be converted to, the interval of the result and a bound
+        of its error; None when there is none or the result could overflow. A value off the
+        float8 grid rounds to nearest; a computed one could round to either neighbour."""
+        kinds = [f for f in FLOAT8 if f in self.declared]
+        if not kinds or not self.allowed("float8_cast"):
+            return None
+        to = self.draw(st.sampled_from(kinds))
+        u, sub, top, saturates = FLOAT8[to]
+        lo, hi = a.lo - u * abs(a.lo) - sub, a.hi + u * abs(a.hi) + sub
+        if not saturates and max(abs(lo), abs(hi)) >= top:
+            return None
+        lo, hi = max(lo, -top), min(hi, top)
+        return to, lo, hi, a.err + 2 * (u * a.mag + sub)
+
+    def deep(self, shape: tuple) -> tuple:
+        """The shape of an output each block writes its own part of: one more leading
+        dimension, indexed by ``bz``, when the program has a depth."""
+        return (self.depth, *shape) if self.depth else shape
 
     def fits(self, lo, hi) -> bool:
         low = 0 if self.unsigned else -self.limit
@@ -146,9 +225,13 @@ class _Builder:
             choices.append("rotate")
         if self.globals:
             choices += ["global", "global"]
+        if self.allowed("unpack"):
+            choices.append("unpack")
         kind = self.draw(st.sampled_from(choices))
         if kind == "global":
             return self.global_load()
+        if kind == "unpack":
+            return self.unpack()
         if kind == "const":
             if self.floating:
                 return self.const(self.draw(st.sampled_from((0.5, 1.5, -2.0, 3.0, -0.25))))
@@ -165,6 +248,28 @@ class _Builder:
             return Expr(f"T.cast({tile.at()}, {self.dtype!r})", tile.lo, tile.hi, err, False,
                         feats | {"cast"})
         return Expr(tile.at(), tile.lo, tile.hi, tile.err, tile.err == 0, feats)
+
+    def unpack(self) -> Expr:
+        """A 4-bit field (``T.unpack``) of an integer: of a loaded value of an integer program
+        (a negative one's high fields are its sign bits), or of an element's flat index cast
+        to an integer dtype; field ``k`` or ``j % fields``, unsigned or sign-extended, read in
+        the program's dtype."""
+        if self.floating:
+            ints = [d for d in ("int8", "uint8", "int16", "int32") if d in self.declared]
+            if not ints:
+                return self.index()
+            width = self.draw(st.sampled_from(ints))
+            source = f"T.cast(i * {self.bn} + j, {width!r})"
+        else:
+            width, source = self.dtype, self.leaf().text
+        fields = int(width.lstrip("uint")) // 4
+        index = str(self.draw(st.integers(0, fields - 1))) if self.draw(st.booleans()) else \
+            f"j % {fields}"
+        signed = not self.unsigned and self.draw(st.booleans())
+        lo, hi = (-8, 7) if signed else (0, 15)
+        text = f"T.unpack({source}, {index}, 4{', signed=True' if signed else ''})"
+        return Expr(f"T.cast({text}, {self.dtype!r})", lo, hi,
+                    features=frozenset({"unpack"} | ({"unpack_signed"} if signed else set())))
 
     def index(self) -> Expr:
         """A global row or column index, shifted below zero unless the dtype is unsigned."""
@@ -186,14 +291,14 @@ class _Builder:
         if self.allowed("negative_floordiv", "global_rotated_index") and \
                 self.draw(st.booleans()):
             s = self.draw(st.integers(1, 5))
-            col = f"({col} - {s}) % {self.N}"
+            col = f"({col} - {s}) % {self.Nt}"
             feats |= {"floordiv", "negative_floordiv", "rotated_index", "global_rotated_index"}
-        return Expr(f"{name}[{row}, {col}]", lo, hi, features=frozenset(feats))
+        return Expr(f"{name}[{self.z}{row}, {col}]", lo, hi, features=frozenset(feats))
 
     def rotate(self) -> Expr:
         """An element of a loaded tile at a rotated position: ``(i - s) % bm`` has negative
         intermediate values."""
-        tile = self.draw(st.sampled_from([t for t in self.tiles if t.kind == "2d"]))
+        tile = self.draw(st.sampled_from(self.squares()))
         negative = self.allowed("negative_floordiv") and self.draw(st.booleans())
         if self.draw(st.booleans()):
             s = self.draw(st.integers(1, max(1, self.bm - 1)))
@@ -272,9 +377,25 @@ class _Builder:
             kinds.append("narrow")
         if "float32" in self.declared and self.allowed("int_float_cast") and a.mag < 2 ** 24:
             kinds.append("float")
+        if a.mag < 2 ** 24 and any(f in self.declared for f in FLOAT8) and \
+                self.allowed("float8_cast"):
+            kinds.append("float8")
+        other = _OTHER_SIGN.get(self.dtype)
+        if other in self.declared and self.allowed("sign_cast"):
+            kinds += ["sign", "sign"]  # wrapping only where a value crosses zero: drawn more
         if not kinds:
             return a
         kind = self.draw(st.sampled_from(kinds))
+        if kind == "sign":
+            return self.sign_cast(a, other, feats)
+        if kind == "float8":  # an integer rounds to the float8 grid, the same on every backend
+            f8 = self.float8(a)
+            if f8 is None or not self.fits(math.floor(f8[1]), math.ceil(f8[2])):
+                return a
+            to, lo, hi, _ = f8
+            return Expr(f"T.cast(T.cast({a.text}, {to!r}), {self.dtype!r})", math.floor(lo),
+                        math.ceil(hi), features=frozenset(feats | {"cast", "float8_cast",
+                                                                    f"cast_{to}"}))
         if kind == "wide":
             return Expr(f"T.cast(T.cast({a.text}, {self.wide!r}), {self.dtype!r})", a.lo,
                         a.hi, features=frozenset(feats | {"cast"}))
@@ -287,6 +408,24 @@ class _Builder:
         extra = {"cast", "narrow_cast"} | (set() if inside else {"narrow_cast_wrap"})
         return Expr(f"T.cast(T.cast({a.text}, {to!r}), {self.dtype!r})", lo, hi,
                     features=frozenset(feats | extra))
+
+    def sign_cast(self, a: Expr, other: str, feats) -> Expr:
+        """Through the integer dtype of the same width and the other signedness: a signed
+        value cast to unsigned (wrapping a negative one modulo 2**bits), ``k`` subtracted
+        there (wrapping below zero), and cast back, which is ``a - k``; an unsigned value that
+        the signed dtype holds cast there and back."""
+        feats = frozenset(feats | {"cast", "sign_cast"})
+        if self.unsigned:
+            if a.hi > _LIMITS[other]:
+                return a
+            return Expr(f"T.cast(T.cast({a.text}, {other!r}), {self.dtype!r})", a.lo, a.hi,
+                        features=feats)
+        k = self.draw(st.integers(0, 9))
+        if not self.fits(a.lo - k, a.hi - k):
+            return a
+        wraps = a.lo - k < 0
+        return Expr(f"T.cast(T.cast({a.text}, {other!r}) - T.{other}({k}), {self.dtype!r})",
+                    a.lo - k, a.hi - k, features=feats | ({"unsigned_wrap"} if wraps else set()))
 
     def division(self, a: Expr, op: str, depth: int) -> Expr:
         """``a // d`` or ``a % d`` with a divisor that is never zero: a constant of either
@@ -394,15 +533,24 @@ class _Builder:
         """A cast of a float and back: through float32, or of an exact value through an
         integer dtype that holds it (truncation toward zero; a rounded value could truncate
         to either side of an integer)."""
-        ints = [n for n in ("int32", "int16", "int8") if n in self.declared and
-                a.mag < _LIMITS[n]]
+        unsigned = ("uint32", "uint16", "uint8") if self.allowed("float_uint_cast") else ()
+        ints = [n for n in ("int32", "int16", "int8", *unsigned)
+                if n in self.declared and a.mag < _LIMITS[n] and
+                (a.lo >= 0 or not n.startswith("uint"))]
+        if self.allowed("float8_cast") and self.draw(st.integers(0, 2)) == 0:
+            f8 = self.float8(a)
+            if f8 is not None:
+                to, lo, hi, err = f8
+                return Expr(f"T.cast(T.cast({a.text}, {to!r}), {self.dtype!r})", lo, hi, err,
+                            a.exact, frozenset(feats | {"cast", "float8_cast", f"cast_{to}"}))
         if not (a.exact and ints and self.allowed("float_int_cast")) or \
                 self.draw(st.booleans()):
             return Expr(f"T.cast(T.cast({a.text}, 'float32'), {self.dtype!r})", a.lo, a.hi,
                         a.err, a.exact, frozenset(feats | {"cast"}))
         to = self.draw(st.sampled_from(ints))
+        extra = {"cast", "float_int_cast"} | ({"float_uint_cast"} if to in unsigned else set())
         return Expr(f"T.cast(T.cast({a.text}, {to!r}), {self.dtype!r})", math.trunc(a.lo),
-                    math.trunc(a.hi), 0.0, True, frozenset(feats | {"cast", "float_int_cast"}))
+                    math.trunc(a.hi), 0.0, True, frozenset(feats | extra))
 
     # -- statements ---------------------------------------------------------------------------
     def tile(self, kind: str, lo, hi, err, dtype=None) -> Tile:
@@ -427,6 +575,10 @@ class _Builder:
         """A tile computed element-wise: everywhere, under an ``if`` (elsewhere a fill), or
         by ``if``/``else`` of two expressions; into a fragment or a shared tile."""
         e = self.expr(self.draw(st.integers(1, 4)))
+        if self.floating and self.allowed("float8_cast") and self.draw(st.integers(0, 5)) == 0:
+            f8 = self.float8(e)
+            if f8 is not None:
+                return self.map_float8(e, *f8)
         forms = ["plain", "plain", "guarded"] + (["if_else"] if self.allowed("if_else") else [])
         form = self.draw(st.sampled_from(forms))
         fill = self.draw(st.sampled_from((0, 1, 2)))
@@ -458,6 +610,15 @@ class _Builder:
             self.body += [*head, f"{pad}{store}"]
         self.features |= e.features | {"map"}
 
+    def map_float8(self, e: Expr, to: str, lo, hi, err) -> None:
+        """A fragment of float8 elements: ``e`` converted element by element, read back by
+        later expressions through a cast."""
+        tile = self.tile("2d", lo, hi, err, to)
+        head = self.loop_head()
+        pad = " " * (len(head[-1]) - len(head[-1].lstrip()) + 4)
+        self.body += [*head, f"{pad}{tile.name}[i, j] = T.cast({e.text}, {to!r})"]
+        self.features |= e.features | {"map", "float8_tile", f"tile_{to}"}
+
     def accumulator(self, e: Expr, times: int) -> Tile | None:
         """A tile filled with zero that ``e`` is added to ``times`` times, or None when the sum
         may not fit the dtype."""
@@ -467,6 +628,19 @@ class _Builder:
         tile = self.tile("2d", lo, hi, times * e.err + self.u * times * times * e.mag)
         self.body.append(f"T.fill({tile.name}, 0)")
         return tile
+
+    def tile_3d(self, name: str, tile: Tile) -> None:
+        """``tile`` loaded through a 3-D shared tile: the ``(d, bm, bn)`` box of input
+        ``name`` at offset ``(bz, by * bm, bx * bn)`` (depths past the input's end read as
+        zero), of which one depth is copied element by element into ``tile``."""
+        d = self.draw(st.integers(1, 3))
+        c = self.draw(st.integers(0, d - 1))
+        box = self.fresh("b")
+        self.body += [f"{box} = T.alloc_shared(({d}, {self.bm}, {self.bn}), {self.dtype!r})",
+                      f"T.copy({name}[bz, by * {self.bm}, bx * {self.bn}], {box})",
+                      f"for i, j in T.Parallel({self.bm}, {self.bn}):",
+                      f"    {tile.name}[i, j] = {box}[{c}, i, j]"]
+        self.features.add("tile_3d")
 
     def repeat(self) -> None:
         """A tile accumulated by a run-time ``while`` loop over a ``T.alloc_var`` counter."""
@@ -492,6 +666,7 @@ class _Builder:
         if not self.allowed("pipelined"):
             return
         steps = math.ceil(self.M / self.bm)
+        loop = grid_extent("M", self.M, self.bm, self.Mt == "M")
         stages = self.draw(st.integers(1, 3))
         name, low, high = self.draw(st.sampled_from(self.inputs))
         chunk = self.tile("2d", low, high, 0.0)
@@ -502,8 +677,8 @@ class _Builder:
         if tile is None:
             self.body.pop()
             return
-        self.body += [f"for k in T.Pipelined({steps}, num_stages={stages}):",
-                      f"    T.copy({name}[k * {self.bm}, bx * {self.bn}], {chunk.name})",
+        self.body += [f"for k in T.Pipelined({loop}, num_stages={stages}):",
+                      f"    T.copy({name}[{self.z}k * {self.bm}, bx * {self.bn}], {chunk.name})",
                       f"    for i, j in T.Parallel({self.bm}, {self.bn}):",
                       f"        {tile.name}[i, j] = {tile.name}[i, j] + {e.text}"]
         self.features |= e.features | {"pipelined"}
@@ -516,12 +691,12 @@ class _Builder:
         name, low, high = self.draw(st.sampled_from(self.inputs))
         scalar = self.fresh("s")
         self.body += [f"{scalar} = T.alloc_local((1,), {self.dtype!r})",
-                      f"{scalar}[0] = {name}[by * {self.bm}, bx * {self.bn}]"]
+                      f"{scalar}[0] = {name}[{self.z}by * {self.bm}, bx * {self.bn}]"]
         self.tiles.append(Tile(scalar, "scalar", low, high, 0.0, self.dtype))
         self.features.add("local_scalar")
 
     def reduce(self) -> None:
-        src = self.draw(st.sampled_from([t for t in self.tiles if t.kind == "2d"]))
+        src = self.draw(st.sampled_from(self.squares()))
         kinds = [k for k in REDUCE_KINDS if self.allowed(f"reduce_{k}")]
         if not kinds:
             return
@@ -552,7 +727,7 @@ class _Builder:
         if kind in ("abssum", "absmax") and (self.unsigned or not self.fits(0, mag)):
             return
         if not self.fits(lo, hi) or max(abs(lo), abs(hi)) > acc_limit or \
-                (acc == "uint8" and lo < 0):
+                (acc.startswith("uint") and lo < 0):
             return
         u_acc = _ROUNDOFF.get(acc, 0.0)
         err = src.err * k + (u_acc * math.sqrt(k) * k * mag if kind in ("sum", "abssum")
@@ -574,18 +749,18 @@ class _Builder:
         if dim == 1:
             shape = (self.M, gn)
             lines = [f"for i in T.Parallel({self.bm}):",
-                     f"    if by * {self.bm} + i < {self.M}:",
-                     f"        {name}[by * {self.bm} + i, bx] = {tile.name}[i]"]
+                     f"    if by * {self.bm} + i < {self.Mt}:",
+                     f"        {name}[{self.z}by * {self.bm} + i, bx] = {tile.name}[i]"]
         else:
             shape = (gm, self.N)
             lines = [f"for j in T.Parallel({self.bn}):",
-                     f"    if bx * {self.bn} + j < {self.N}:",
-                     f"        {name}[by, bx * {self.bn} + j] = {tile.name}[j]"]
+                     f"    if bx * {self.bn} + j < {self.Nt}:",
+                     f"        {name}[{self.z}by, bx * {self.bn} + j] = {tile.name}[j]"]
         self.body += lines
-        self.outputs.append((name, shape, tile.dtype, tile.err))
+        self.outputs.append((name, self.deep(shape), tile.dtype, tile.err))
 
     def cumsum(self) -> None:
-        src = self.draw(st.sampled_from([t for t in self.tiles if t.kind == "2d"]))
+        src = self.draw(st.sampled_from(self.squares()))
         dim = self.draw(st.integers(0, 1))
         reverse = self.draw(st.booleans())
         k = self.bn if dim == 1 else self.bm
@@ -607,7 +782,7 @@ class _Builder:
         or filled and then discarded by ``clear_accum=True``; each block copies its result to
         its own tile of an output."""
         acc = "float32" if self.floating else "int32" if self.dtype == "int8" else None
-        srcs = [t for t in self.tiles if t.kind == "2d" and t.dtype == self.dtype]
+        srcs = self.squares()
         # T.gemm takes the non-unit dimensions of an operand as its matrix: no 1-wide tiles
         if acc is None or acc not in self.declared or not srcs or not self.allowed("gemm") or \
                 min(self.bm, self.bn) == 1:
@@ -642,8 +817,8 @@ class _Builder:
         self.body += [f"T.gemm({a.name}, {b.name}, {name}, {flags})"] * times
         out = self.fresh("G")
         gm, gn = math.ceil(self.M / bm), math.ceil(self.N / bn)
-        self.body.append(f"T.copy({name}, {out}[by * {rows}, bx * {cols}])")
-        self.outputs.append((out, (gm * rows, gn * cols), acc, err))
+        self.body.append(f"T.copy({name}, {out}[{self.z}by * {rows}, bx * {cols}])")
+        self.outputs.append((out, self.deep((gm * rows, gn * cols)), acc, err))
         self.features |= {"gemm", f"gemm_{acc}", f"gemm_{init}"} | \
             ({"gemm_twice"} if times == 2 else set()) | \
             ({"gemm_transpose_A"} if ta else set()) | ({"gemm_transpose_B"} if tb else set())
@@ -654,8 +829,8 @@ class _Builder:
         may be added in any order."""
         if not self.allowed("atomic_add"):
             return
-        src = self.draw(st.sampled_from([t for t in self.tiles if t.kind == "2d"]))
-        blocks = math.ceil(self.M / self.bm) * math.ceil(self.N / self.bn)
+        src = self.draw(st.sampled_from(self.squares()))
+        blocks = math.ceil(self.M / self.bm) * math.ceil(self.N / self.bn) * max(1, self.depth)
         lo, hi = min(0, blocks * src.lo), max(0, blocks * src.hi)
         floating = src.dtype in FLOAT_DTYPES
         limit = _FLOAT_MAX if floating else _LIMITS[src.dtype]
@@ -686,10 +861,12 @@ def op_name(op: str) -> str:
 
 
 @st.composite
-def programs(draw, avoid=(), dtypes=None) -> Program:
+def programs(draw, avoid=(), dtypes=None, features=None) -> Program:
     """A strategy of valid programs; ``avoid``: features never to generate; ``dtypes``: the
-    dtypes a program may use (default: all)."""
-    declared = set(INT_DTYPES + FLOAT_DTYPES) if dtypes is None else set(dtypes)
+    dtypes a program may use (default: all); ``features``: the backend's capability
+    features (default: all), of which ``dynamic_shapes`` lets sizes be read from the
+    arguments."""
+    declared = set(INT_DTYPES + FLOAT_DTYPES + tuple(FLOAT8)) if dtypes is None else set(dtypes)
     dtype = draw(st.sampled_from([d for d in INT_DTYPES + FLOAT_DTYPES if d in declared]))
     wide = next((w for w in ("int32", "int64") if w in declared and
                  _LIMITS[w] > _LIMITS.get(dtype, 0)), None)
@@ -697,7 +874,12 @@ def programs(draw, avoid=(), dtypes=None) -> Program:
     bn = draw(st.sampled_from((1, 2, 4, 8, 16)))
     M = draw(st.integers(1, 3 * bm + 3))
     N = draw(st.integers(1, 3 * bn + 3))
-    b = _Builder(draw, dtype, M, N, bm, bn, avoid, wide, declared)
+    depth = draw(st.sampled_from((0, 0, 0, 0, 0, 0, 1, 2, 3))) if "tensor_3d" not in avoid else 0
+    dynamic = ()
+    if (features is None or "dynamic_shapes" in features) and "dynamic_shape" not in avoid:
+        dynamic = draw(st.sampled_from(((),) * 6 + (("M",), ("N",), ("M", "N"))))
+    b = _Builder(draw, dtype, M, N, bm, bn, avoid, wide, declared, depth, dynamic)
+    z = b.z
     floating = dtype in FLOAT_DTYPES
     n_inputs = draw(st.integers(1, 3))
     inputs = []
@@ -714,8 +896,21 @@ def programs(draw, avoid=(), dtypes=None) -> Program:
         if scope == "shared":
             b.body[-1] = b.body[-1].replace("T.alloc_fragment", "T.alloc_shared")
             b.features.add("shared_tile")
-        b.body.append(f"T.copy({name}[by * {bm}, bx * {bn}], {tile.name})")
+        if depth and b.allowed("tile_3d") and draw(st.integers(0, 2)) == 0:
+            b.tile_3d(name, tile)
+        else:
+            b.body.append(f"T.copy({name}[{z}by * {bm}, bx * {bn}], {tile.name})")
+    packed = []
+    if dtype in ("int8", "int16", "int32", "int64") and b.allowed("int4_input") and \
+            draw(st.integers(0, 3)) == 0:
+        packed.append(("P0", -8, 7))
+        tile = b.tile("2d", -8, 7, 0.0, "int4")
+        b.body.append(f"T.copy(P0[{z}by * {bm}, bx * {bn}], {tile.name})")
+        b.features.add("int4_input")
     b.features.add(f"dtype_{dtype}")
+    if depth:
+        b.features.add("tensor_3d")
+    b.features |= {f"dynamic_{d}" for d in dynamic} | ({"dynamic_shape"} if dynamic else set())
     if M % bm or N % bn:
         b.features.add("partial_tile")
     for _ in range(draw(st.integers(1, 4))):
@@ -724,17 +919,18 @@ def programs(draw, avoid=(), dtypes=None) -> Program:
         getattr(b, kind)()
     if not any(line.lstrip().startswith("for i, j in T.Parallel") for line in b.body):
         b.map()
-    last = [t for t in b.tiles if t.kind == "2d"][-1]
+    last = b.squares()[-1]
     err = last.err
     if draw(st.booleans()):
-        b.body.append(f"T.copy({last.name}, Y[by * {bm}, bx * {bn}])")
+        b.body.append(f"T.copy({last.name}, Y[{z}by * {bm}, bx * {bn}])")
     else:  # each element stored to global memory by a guarded T.Parallel iteration
         b.globals = inputs
         e = b.expr(draw(st.integers(1, 3)))
         err = e.err
         b.body += [f"for i, j in T.Parallel({bm}, {bn}):",
-                   f"    if by * {bm} + i < {M} and bx * {bn} + j < {N}:",
-                   f"        Y[by * {bm} + i, bx * {bn} + j] = {e.text}"]
+                   f"    if by * {bm} + i < {b.Mt} and bx * {bn} + j < {b.Nt}:",
+                   f"        Y[{z}by * {bm} + i, bx * {bn} + j] = {e.text}"]
         b.features |= e.features | {"global_store"}
-    outputs = [("Y", (M, N), dtype, err), *b.outputs]
-    return Program(dtype, M, N, bm, bn, inputs, outputs, b.body, b.features)
+    outputs = [("Y", b.deep((M, N)), dtype, err), *b.outputs]
+    return Program(dtype, M, N, bm, bn, inputs, outputs, b.body, b.features, depth, dynamic,
+                   packed)

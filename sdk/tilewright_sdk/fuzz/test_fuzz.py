@@ -39,7 +39,8 @@ def test_backend_agrees_with_the_interpreter(tilewright_backend, tilewright_fuzz
               suppress_health_check=list(HealthCheck), report_multiple_bugs=False,
               print_blob=False)
     @hypothesis_seed(stats.seed)
-    @given(programs(avoid=stats.avoided, dtypes=tilewright_backend.capabilities.dtypes))
+    @given(programs(avoid=stats.avoided, dtypes=tilewright_backend.capabilities.dtypes,
+                    features=tilewright_backend.capabilities.features))
     def check(program):
         last["program"] = program
         source = module_source(program, tilewright_backend.name, stats.seed)

@@ -360,6 +360,31 @@ def _gemm_rows():
     return rows
 
 
+def _gemv_rows():
+    """Decode GEMVs: one row of A (M = 1: a (1, K) tile of A, also with the weights stored
+    [N, K]) and one column of B (N = 1: a (K, 1) tile); a backend may take a path without
+    tensor cores for them."""
+    rows = []
+    for name, ta, tb, tile, shape, what in (
+            ("gemv", False, False, {"bm": 1}, {"M": 1, "N": 40, "K": 40}, "a row of A"),
+            ("gemv_nt", False, True, {"bm": 1}, {"M": 1, "N": 40, "K": 40},
+             "a row of A against weights stored [N, K]"),
+            ("gemv_column", False, False, {"bn": 1}, {"M": 40, "N": 1, "K": 40},
+             "a column of B"),
+            ("gemv_column_tn", True, False, {"bn": 1}, {"M": 40, "N": 1, "K": 40},
+             "a column of B against A stored [K, M]")):
+        rows.append(Kernel(
+            name, (*GEMM, "Pipelined"), ("gemm", "copy", "fill"),
+            lambda dtype, M, N, K, _ta=ta, _tb=tb, _tile=tile: gemm_kernel(
+                dtype, M, N, K, _ta, _tb, **_tile),
+            lambda torch, gen, dtype, M, N, K, _ta=ta, _tb=tb: _gemm_inputs(
+                torch, gen, dtype, M, N, K, _ta, _tb),
+            _gemm_ref(ta, tb), {"partial": shape}, reduction=lambda K, **_: K,
+            doc=f"T.gemm of {what} (a one-wide tile keeps its unit dimension; it was refused "
+                "as not 2-D)"))
+    return rows
+
+
 ROWS = (
     Kernel("copy", (*BASE, "alloc_shared", "alloc_fragment", "copy"), ("copy",), _copy, two_d,
            lambda a: [a], MN, doc="global -> shared -> fragment -> global"),
@@ -391,6 +416,7 @@ ROWS = (
                "fuzzer: Ascend broadcast an int8 row with Add, which A2 computes on 16- and "
                "32-bit integers only)"),
     *_gemm_rows(),
+    *_gemv_rows(),
     Kernel("gemm_serial", (*GEMM, "serial"), ("gemm", "copy", "fill"),
            lambda dtype, M, N, K: gemm_kernel(dtype, M, N, K, pipelined=False), _gemm_inputs,
            _gemm_ref(), {"partial": {"M": 24, "N": 40, "K": 40}},

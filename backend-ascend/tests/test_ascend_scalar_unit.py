@@ -1,0 +1,207 @@
+"""Scalar-unit loops, checked against torch on the emulator: branches on tile data (the scalar
+unit does not branch on a value it has not read yet, so an ``if`` whose arms only bind names and
+store to UB tiles becomes selects, the condition bound once before the stores) and math
+functions, which A2's scalar unit lacks (computed first by vector instructions, over the tile or
+on one element)."""
+
+import re
+
+import pytest
+import tilewright
+import tilewright.language as T
+import torch
+from tilewright.errors import KernelError
+from tilewright_ascend.kit.headers import check_sources
+
+
+def compare_and_swap(M=8, N=16):
+    """Neighbouring columns put in order through a name bound to an element (the conformance
+    case ``named_value``): the second store must see the value before the first."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, N), "float32"), B: T.Tensor((M, N), "float32")):
+        with T.Kernel(1, threads=128) as _:
+            t = T.alloc_fragment((M, N), "float32")
+            T.copy(A[0, 0], t)
+            for i, j in T.Parallel(M, N):
+                p = j ^ 1
+                if j < p and t[i, j] > t[i, p]:
+                    v = t[i, j]
+                    t[i, j] = t[i, p]
+                    t[i, p] = v
+            T.copy(t, B[0, 0])
+
+    return main
+
+
+def test_a_compare_and_swap_on_tile_data_runs_as_selects():
+    kernel = tilewright.compile(compare_and_swap(), out_idx=[-1], target="ascend")
+    text = kernel.get_kernel_source()
+    assert "TW_SELECT(tw_c1, " in text and not re.search(r"if \([^\n]*GetValue", text)
+    a = torch.randn(8, 16, generator=torch.Generator().manual_seed(1))
+    pairs = a.reshape(8, 8, 2)
+    want = torch.stack([pairs.min(-1).values, pairs.max(-1).values], -1).reshape(8, 16)
+    torch.testing.assert_close(kernel(a), want)
+
+
+def both_arms(M=8, N=24):
+    """An if/else on tile data whose arms store two tiles each, the then arm reading a tile
+    the else arm writes, and a nested branch on tile data."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, N), "float32"), Y: T.Tensor((M, N), "float32"),
+             Z: T.Tensor((M, N), "float32")):
+        with T.Kernel(1, threads=128) as _:
+            x = T.alloc_fragment((M, N), "float32")
+            y = T.alloc_fragment((M, N), "float32")
+            z = T.alloc_fragment((M, N), "float32")
+            T.copy(A[0, 0], x)
+            for i, j in T.Parallel(M, N):
+                if x[i, j] > 0:
+                    y[i, j] = x[i, j] * 2.0
+                    z[i, j] = 1.0
+                    if x[i, j] > 1:
+                        z[i, j] = 2.0
+                else:
+                    y[i, j] = -x[i, j]
+                    z[i, j] = y[i, j] + 0.5
+            T.copy(y, Y[0, 0])
+            T.copy(z, Z[0, 0])
+
+    return main
+
+
+def test_an_if_else_with_a_nested_branch_on_tile_data():
+    kernel = tilewright.compile(both_arms(), out_idx=[1, 2], target="ascend")
+    a = torch.randn(8, 24, generator=torch.Generator().manual_seed(2)) * 2
+    y, z = kernel(a)
+    torch.testing.assert_close(y, torch.where(a > 0, a * 2, -a))
+    torch.testing.assert_close(z, torch.where(a > 1, 2.0, torch.where(a > 0, 1.0, -a + 0.5)))
+
+
+def test_a_branch_on_tile_data_that_stores_to_global_memory_is_refused_at_its_line():
+    @T.prim_func
+    def main(A: T.Tensor((8, 8), "float32"), B: T.Tensor((8, 8), "float32")):
+        with T.Kernel(1, threads=128) as _:
+            x = T.alloc_fragment((8, 8), "float32")
+            T.copy(A[0, 0], x)
+            for i, j in T.Parallel(8, 8):
+                if x[i, j] > 0:
+                    B[(i * 3) % 8, j] = x[i, j]
+
+    with pytest.raises(KernelError, match=r"the scalar unit does not branch on tile data .* "
+                                          r"cannot be written as selects") as info:
+        tilewright.lower(main, target="ascend")
+    assert "test_ascend_scalar_unit.py" in str(info.value)
+
+
+def gated(dtype):
+    @T.prim_func
+    def main(A: T.Tensor((8, 16), dtype), B: T.Tensor((8, 16), dtype)):
+        with T.Kernel(1, threads=32) as _:
+            x = T.alloc_fragment((8, 16), dtype)
+            T.copy(A[0, 0], x)
+            for i, j in T.Parallel(8, 16):
+                x[i, j] = T.if_then_else(x[i, j] > 0, T.exp(x[i, j]), 0.0)
+            T.copy(x, B[0, 0])
+
+    return main
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_exp_in_a_select_arm_is_computed_by_the_vector_unit(dtype):
+    kernel = tilewright.compile(gated(dtype), out_idx=[-1], target="ascend")
+    text = kernel.get_kernel_source()
+    assert re.search(r"\bExp\(tw_t\d+, x, ", text) and "TW_SELECT(" in text
+    a = torch.randn(8, 16, generator=torch.Generator().manual_seed(3)).to(getattr(torch, dtype))
+    torch.testing.assert_close(kernel(a), torch.where(a > 0, a.float().exp(), 0.0).to(a.dtype))
+
+
+def select_on_indices(M=8, N=16):
+    """Both arms transcendental (exp; tanh and log written with Exp/Ln), the select on the
+    indices."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, N), "float32"), B: T.Tensor((M, N), "float32")):
+        with T.Kernel(1, threads=32) as _:
+            x = T.alloc_fragment((M, N), "float32")
+            T.copy(A[0, 0], x)
+            for i, j in T.Parallel(M, N):
+                x[i, j] = T.if_then_else(j <= i, T.exp(x[i, j] - 1.0),
+                                         T.tanh(x[i, j]) + T.log(T.abs(x[i, j]) + 1.0))
+            T.copy(x, B[0, 0])
+
+    return main
+
+
+def test_both_select_arms_transcendental():
+    kernel = tilewright.compile(select_on_indices(), out_idx=[-1], target="ascend")
+    a = torch.randn(8, 16, generator=torch.Generator().manual_seed(4))
+    i = torch.arange(16)
+    want = torch.where(i[None, :] <= i[:8, None], (a - 1).exp(), a.tanh() + (a.abs() + 1).log())
+    torch.testing.assert_close(kernel(a), want)
+
+
+def scalar_math():
+    """exp of one element in a serial loop, and of one element into a scalar variable."""
+
+    @T.prim_func
+    def main(A: T.Tensor((8,), "float32"), B: T.Tensor((8,), "float32"),
+             C: T.Tensor((8,), "float32")):
+        with T.Kernel(1, threads=32) as _:
+            x = T.alloc_fragment((8,), "float32")
+            y = T.alloc_fragment((8,), "float32")
+            s = T.alloc_var("float32")
+            T.copy(A[0], x)
+            for i in T.serial(8):
+                y[i] = T.exp(x[i] * 0.5) + 1.0
+            T.copy(y, B[0])
+            s = T.sqrt(x[3] * x[3] + 1.0)
+            for i in T.Parallel(8):
+                x[i] = x[i] * s
+            T.copy(x, C[0])
+
+    return main
+
+
+def test_scalar_math_runs_on_a_one_element_vector_tile():
+    kernel = tilewright.compile(scalar_math(), out_idx=[1, 2], target="ascend")
+    text = kernel.get_kernel_source()
+    assert re.search(r"\bExp\(tw_t\d+, tw_t\d+, 1\)", text)
+    assert re.search(r"\bSqrt\(tw_t\d+, tw_t\d+, 1\)", text)
+    a = torch.randn(8, generator=torch.Generator().manual_seed(5))
+    b, c = kernel(a)
+    torch.testing.assert_close(b, (a * 0.5).exp() + 1.0)
+    torch.testing.assert_close(c, a * (a[3] * a[3] + 1.0).sqrt())
+
+
+def test_exp_after_a_store_it_reads_is_not_hoisted_past_the_store():
+    """The exp reads ``x`` after the nest's first store changes it: it cannot be computed
+    before the nest, so it is refused (not computed from the old values)."""
+
+    @T.prim_func
+    def main(A: T.Tensor((8, 8), "float32"), B: T.Tensor((8, 8), "float32")):
+        with T.Kernel(1, threads=32) as _:
+            x = T.alloc_fragment((8, 8), "float32")
+            T.copy(A[0, 0], x)
+            for i, j in T.Parallel(8, 8):
+                x[i, j] = T.if_then_else(x[i, j] > 0, x[i, j], 0.0)
+                x[i, j] = T.if_then_else(j < 4, T.exp(x[i, j]), x[i, j])
+            T.copy(x, B[0, 0])
+
+    with pytest.raises(KernelError, match=r"backend 'ascend' has neither a vector instruction "
+                                          r"nor a scalar-unit form for T.exp\(x\[i, j\]\) "
+                                          r"\(Call\) \(A2's scalar unit has no math functions"):
+        tilewright.lower(main, target="ascend")
+
+
+def test_the_kernels_compile_against_the_vendor_headers(asc_devkit):
+    """``auto`` names bound to GetValue reads, TW_SELECT of them, the one-element vector math."""
+    kernels = {"swap": compare_and_swap(), "arms": both_arms(), "gated32": gated("float32"),
+               "gated16": gated("float16"), "indices": select_on_indices(),
+               "scalar": scalar_math()}
+    sources = {name: tilewright.lower(f, target="ascend").source.text
+               for name, f in kernels.items()}
+    findings = check_sources(sources, asc_devkit)
+    assert not findings, "\n\n".join(f"== {f.name} as {f.core}\n{f.text[-3000:]}"
+                                     for f in findings)
