@@ -14,7 +14,7 @@ import tvm
 import tvm_ffi
 from tilewright.errors import KernelError, span_location
 from tilewright.plugin import DeviceCodegen, GeneratedSource
-from tilewright.transform import float_to_int, narrow_float, prim_func_pass
+from tilewright.transform import float_to_int, narrow_float, prim_func_pass, wrapping_int
 from tvm import tirx
 from tvm.tirx.build import split_host_device_mods
 
@@ -66,8 +66,12 @@ def device_kernel(gvar, func, target):
     """TVM's passes on ``func`` (named ``gvar``), then its device kernel: ``(target, module,
     (global var, function))``."""
     # float -> integer conversions saturate (nvcc makes (signed char)f of a float32 a
-    # cvt.rzi.s32.f32 and a byte store: the int32 saturated, then wrapped)
-    mod = tvm.IRModule({gvar: func.with_body(float_to_int.rewrite(func.body))})
+    # cvt.rzi.s32.f32 and a byte store: the int32 saturated, then wrapped); unsigned and
+    # narrow integer arithmetic wraps, made in int64 (TVM's folding stops on 0U - 1U or a
+    # negative constant cast to uint32 once it knows a one-block grid's index is 0, and CUDA
+    # C promotes 8- and 16-bit operands to int)
+    body = wrapping_int.rewrite(float_to_int.rewrite(func.body))
+    mod = tvm.IRModule({gvar: func.with_body(body)})
     mod = tirx.transform.BindTarget(target)(mod)
     mod = tvm.ir.transform.Sequential(tvm_passes())(mod)
     _, device = split_host_device_mods(mod)
