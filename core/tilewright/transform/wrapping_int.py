@@ -1,0 +1,145 @@
+"""Arithmetic on unsigned and narrow integer types, wrapping: one semantic on every backend.
+
+The language's semantic for ``+ - * // % min max <<`` and ``~`` on ``uint8``, ``uint16``,
+``uint32``, ``int8`` and ``int16`` values, and for a conversion to or from one of these types:
+the exact result reduced modulo ``2**bits`` (two's complement for a signed type), as torch,
+NumPy and the interpreter compute. Comparisons compare the exact values.
+
+TVM 0.27 does not compute that. Its constant folding (``arith/const_fold.h`` and
+``tvm::cast``, run by every ``Simplify``) builds the exact result of an operation on two
+constants with ``make_const`` of the operation's type, and stops the build when that result
+does not fit the type. It sees constants as soon as it knows an operand's value: a block index
+of a one-block grid axis is 0, a loop of one iteration, an unrolled loop. The errors:
+
+- ``Cast(uint32, -3)``: "cannot make uint from negative value -3" (``MakeConstScalar``);
+- ``0U - 1U`` in an unsigned type: "Minuend's value is 0U and it's dtype is uint while
+  Subtrahend's ... will cause a negative uint" (``TryConstFold<Sub>``); its simplifier makes
+  such a subtraction of a comparison too (``u < 1`` becomes ``u - 1 < 0``);
+- ``Cast(int8, 129)`` or an ``int8`` sum of 129: "Literal value 129 exceeds range of int8"
+  (the ``IntImm`` constructor).
+
+And CUDA C (and C) promotes an 8- or 16-bit operand to ``int``: ``(uint16)0 - 1`` divided
+by 3 is 0 there, 21845 in the language.
+
+:func:`rewrite` makes each such operation on ``int64`` operands (every value of these types
+is one, and none of the operations below overflows it) and reduces the result into its type
+with ``&`` of a mask (which TVM's simplifier does not fold, and its ``&`` operator folds right
+on any ``int64`` constant), so the conversion back never sees a constant outside its type. A
+``uint32`` product is made of two partial products of 48 bits. Comparisons are made on the
+``int64`` values (as the CPU backend's ``fold_unsigned_sign_tests`` does for unsigned ones).
+``int32``, 64-bit and sub-byte types keep TVM's arithmetic, and so does a conversion to a
+type that holds every value of its source (``uint8`` to ``int32``) and a conversion between
+two types outside the set (``int64`` to ``int32`` of an index).
+"""
+
+from __future__ import annotations
+
+import tvm
+import tvm_ffi
+from tvm import tirx
+
+from .walk import prim_func_pass
+
+INT, UINT = tvm.runtime.DataTypeCode.INT, tvm.runtime.DataTypeCode.UINT
+WIDE = "int64"
+ARITHMETIC = (tirx.Add, tirx.Sub, tirx.Mul, tirx.FloorDiv, tirx.FloorMod, tirx.Div, tirx.Mod,
+              tirx.Min, tirx.Max, tirx.LShift)
+COMPARISONS = (tirx.EQ, tirx.NE, tirx.LT, tirx.LE, tirx.GT, tirx.GE)
+
+
+def wrapping(dtype) -> bool:
+    """Whether the language's arithmetic on ``dtype`` wraps where TVM's folding stops."""
+    dtype = tvm.runtime.DataType(str(dtype))
+    return (dtype.type_code == UINT and 8 <= dtype.bits <= 32) or \
+        (dtype.type_code == INT and 8 <= dtype.bits < 32)
+
+
+def value_range(dtype) -> tuple[int, int] | None:
+    """The lowest and highest value of the integer ``dtype``; None for another type."""
+    dtype = tvm.runtime.DataType(str(dtype))
+    if dtype.type_code == UINT:
+        return 0, 2 ** dtype.bits - 1
+    if dtype.type_code == INT:
+        return -(2 ** (dtype.bits - 1)), 2 ** (dtype.bits - 1) - 1
+    return None
+
+
+def _lanes(dtype, scalar: str) -> str:
+    return str(tvm.runtime.DataType(scalar).with_lanes(tvm.runtime.DataType(str(dtype)).lanes))
+
+
+def _const(value: int, dtype: str):
+    lanes = tvm.runtime.DataType(dtype).lanes
+    scalar = tirx.const(value, WIDE)
+    return scalar if lanes == 1 else tirx.Broadcast(scalar, lanes)
+
+
+def widened(value):
+    """``value`` (of an integer type of up to 32 bits) as an ``int64`` value."""
+    wide = _lanes(value.ty, WIDE)
+    return value if str(value.ty) == wide else tirx.Cast(wide, value)
+
+
+def wrapped(wide, dtype: str):
+    """The ``int64`` value ``wide`` reduced into the integer ``dtype`` (modulo ``2**bits``,
+    two's complement for a signed one) and converted to it."""
+    dtype = tvm.runtime.DataType(dtype)
+    bits, mask = dtype.bits, _const(2 ** dtype.bits - 1, str(wide.ty))
+    if dtype.type_code == UINT:
+        return tirx.Cast(str(dtype), tirx.bitwise_and(wide, mask))
+    half = _const(2 ** (bits - 1), str(wide.ty))
+    return tirx.Cast(str(dtype), tirx.bitwise_and(wide + half, mask) - half)
+
+
+def _product(a, b, dtype):
+    """``a * b`` of two ``int64`` values of the ``dtype``: a ``uint32`` product (up to 64
+    bits, beyond ``int64``) is ``a * low(b) + (a * high(b) mod 2**16) * 2**16``, each part
+    below 2**49; the others fit."""
+    if tvm.runtime.DataType(str(dtype)).bits < 32:
+        return a * b
+    low = tirx.bitwise_and(b, _const(0xFFFF, str(b.ty)))
+    high = b >> _const(16, str(b.ty))
+    upper = tirx.bitwise_and(a * high, _const(0xFFFF, str(b.ty)))
+    return a * low + (upper << _const(16, str(b.ty)))
+
+
+def rewrite(expr_root):
+    """``expr_root`` (a statement or expression) with each arithmetic operation, comparison,
+    left shift, bitwise not and conversion of a :func:`wrapping` type made by the module's
+    rule."""
+
+    def arithmetic(node):
+        dtype = str(node.ty)
+        if not wrapping(dtype):
+            return node
+        a, b = widened(node.a), widened(node.b)
+        wide = _product(a, b, dtype) if isinstance(node, tirx.Mul) else type(node)(a, b)
+        return wrapped(wide, dtype)
+
+    def bitwise_not(node):
+        dtype = str(node.ty)
+        return wrapped(tirx.bitwise_not(widened(node.a)), dtype) if wrapping(dtype) else node
+
+    def comparison(node):
+        if not wrapping(node.a.ty):
+            return node
+        return type(node)(widened(node.a), widened(node.b))
+
+    def cast(node):
+        dtype, source = str(node.ty), str(node.value.ty)
+        into, held = value_range(dtype), value_range(source)
+        if into is None or held is None or not (wrapping(dtype) or wrapping(source)) or \
+                into[0] <= held[0] and held[1] <= into[1] or \
+                tvm.runtime.DataType(source).bits > 64 or source.startswith("uint64"):
+            return node
+        return wrapped(widened(node.value), dtype)
+
+    return tvm_ffi.structural_map(expr_root, [(ARITHMETIC, arithmetic),
+                                              (COMPARISONS, comparison),
+                                              (tirx.BitwiseNot, bitwise_not), (tirx.Cast, cast)])
+
+
+def wrapping_integer_arithmetic(name: str):
+    """A pass that makes the arithmetic and conversions of unsigned and narrow integer types
+    follow the module's rule; ``name`` names it."""
+    return prim_func_pass(name, lambda func: func.with_body(rewrite(func.body)))

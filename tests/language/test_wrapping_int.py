@@ -1,0 +1,63 @@
+"""Unsigned and narrow integer arithmetic (tilewright.transform.wrapping_int) wraps as torch
+does, and TVM's simplifier takes the rewritten expressions once it knows an operand's value:
+without the rewrite its constant folding stops on each of these (``Cast(uint32, -3)``,
+``0U - 1U``, an int8 sum of 129). What it leaves (it does not fold ``&``) is evaluated here
+with C's rules on the values."""
+
+import pytest
+import tvm_ffi
+from tilewright.transform import wrapping_int
+from tvm import sym, tirx
+
+x = tirx.Var("x", "int32")
+u16 = tirx.Cast("uint16", x)
+
+
+def _uint32(value):
+    return tirx.Cast("uint32", value)
+
+
+@pytest.mark.parametrize(("expr", "want"), [
+    (lambda: _uint32(x - 3), 2 ** 32 - 3),
+    (lambda: tirx.Cast("int32", _uint32(x - 3) - tirx.const(2, "uint32")), -5),
+    (lambda: tirx.FloorDiv(u16 - tirx.const(1, "uint16"), tirx.const(3, "uint16")), 21845),
+    (lambda: tirx.Cast("int8", x + 129), -127),
+    (lambda: tirx.Cast("int8", x + 100) + tirx.Cast("int8", x + 29), -127),
+    (lambda: tirx.Cast("int16", x - 1) * tirx.const(-32768, "int16"), -32768),
+    (lambda: _uint32(x + 65537) * _uint32(x + 65537), 131073),
+    (lambda: tirx.LShift(tirx.Cast("uint8", x + 255), tirx.const(1, "uint8")), 254),
+    (lambda: tirx.bitwise_not(tirx.Cast("uint8", x)), 255),
+    (lambda: tirx.LT(u16, tirx.const(1, "uint16")), True),
+])
+def test_folds_to_the_wrapped_value(expr, want):
+    at_zero = tvm_ffi.structural_map(wrapping_int.rewrite(expr()), (
+        tirx.Var, lambda v: tirx.const(0, "int32") if v.same_as(x) else v))
+    folded = sym.Analyzer().simplify(at_zero)
+    assert _value(folded) == want, folded
+
+
+OPS = {tirx.Add: lambda a, b: a + b, tirx.Sub: lambda a, b: a - b, tirx.Mul: lambda a, b: a * b,
+       tirx.FloorDiv: lambda a, b: a // b, tirx.BitwiseAnd: lambda a, b: a & b,
+       tirx.LShift: lambda a, b: a << b, tirx.RShift: lambda a, b: a >> b,
+       tirx.LT: lambda a, b: a < b}
+
+
+def _value(expr) -> int:
+    """The value of a constant expression, each intermediate checked to lie in its type."""
+    if isinstance(expr, tirx.IntImm):
+        return expr.value
+    if isinstance(expr, tirx.Cast):
+        value = _value(expr.value)
+    elif isinstance(expr, tirx.BitwiseNot):
+        value = ~_value(expr.a)
+    else:
+        value = OPS[type(expr)](_value(expr.a), _value(expr.b))
+    low, high = wrapping_int.value_range(expr.ty) or (0, 1)
+    assert low <= value <= high, f"{value} out of {expr.ty}: {expr}"
+    return value
+
+
+def test_widening_and_index_conversions_are_kept():
+    for expr in (tirx.Cast("int32", tirx.Var("u", "uint8")), tirx.Cast("int32", tirx.Var(
+            "i", "int64")), x + 1):
+        assert wrapping_int.rewrite(expr).same_as(expr)
