@@ -78,8 +78,10 @@ PIPELINE = PassPipeline((
     Phase("lower_blocks", lambda ctx: [grid.lower_blocks(),
                                        lowering_extra.check_device_asserts(),
                                        integers.fold_unsigned_sign_tests(),
+                                       integers.wrap_integers(),
                                        integers.lower_floor_division()],
-          "the block grid becomes one parallel loop over CPU workers; floor division by a "
+          "the block grid becomes one parallel loop over CPU workers; unsigned and 8/16-bit "
+          "integer arithmetic made in int64 and wrapped into its type; floor division by a "
           "divisor that is not a positive constant written with truncating division, without "
           "the bindings TVM's lowering would give it"),
 ))
