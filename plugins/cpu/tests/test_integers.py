@@ -5,7 +5,8 @@ and thread indices) and values it does not (a tensor's), conversions to and from
 values TVM knows when it builds a one-block grid. TVM's LLVM code generator marked uint32
 arithmetic "no unsigned wrap" (poison where it wrapped), its LowerIntrin divided an unsigned
 value it bounded below 0 as a signed one, and its constant folding stopped on 0U - 1U and
-Cast(uint8, -2)."""
+Cast(uint8, -2); and it stopped on the int32 bounds of an integer converted to float16 inside a
+bound (Let) value."""
 
 import operator
 
@@ -182,3 +183,50 @@ def known(name):
 @pytest.mark.parametrize("name", KNOWN)
 def test_unsigned_values_known_when_building(name):
     assert known(name)().tolist() == [[KNOWN[name][1]]]
+
+
+@tilewright.jit(out_idx=[-1], target="cpu")
+def float16_tanh_of_saturated():
+    @T.prim_func
+    def main(X: T.Tensor((1, 2), "float16"), Y: T.Tensor((1, 2), "float16")):
+        with T.Kernel(1, 1, threads=128) as (bx, by):
+            y = T.alloc_fragment((1, 2), "float16")
+            for i, j in T.Parallel(1, 2):
+                # a saturated conversion to int32 converted back to float16, bound by tanh
+                y[i, j] = T.tanh(T.cast(T.cast(T.cast(bx * 2 + j, "float16"), "int32"),
+                                        "float16") + X[i, j])
+            T.copy(y, Y)
+    return main
+
+
+def test_a_float16_of_a_saturated_int32_in_tanh():
+    # TVM's LLVM codegen converted the bounds of the tanh's bound argument to float16 and
+    # stopped on the saturated int32's ("Literal value -2.14748e+09 exceeds minimum of
+    # float16", fuzzer seed 406)
+    x = torch.randn(1, 2).half()
+    torch.testing.assert_close(float16_tanh_of_saturated()(x),
+                               torch.tanh(torch.arange(2).half() + x))
+
+
+@tilewright.jit(out_idx=[-1], target="cpu")
+def float16_of(n, dtype):
+    @T.prim_func
+    def main(X: T.Tensor((n,), dtype), Y: T.Tensor((n,), "float16")):
+        with T.Kernel(1, threads=128) as bx:
+            for j in T.Parallel(n):
+                Y[j] = T.cast(X[j], "float16")
+    return main
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int64", "uint16", "uint32"])
+def test_integers_converted_to_float16(dtype):
+    """An integer converted to float16 rounds to the nearest float16, infinity from 65520
+    on (the conversion clamps the value into float16's range first)."""
+    edges = [0, 1, 2047, 2049, 65503, 65504, 65505, 65519, 65520, 65521, 70000, 2 ** 16 - 1]
+    if dtype != "uint16":
+        edges += [2 ** 31 - 1]
+    if dtype.startswith("int"):
+        edges += [-v for v in edges] + [-2 ** 31]
+    ints = torch.tensor(edges, dtype=torch.int64).to(getattr(torch, dtype))
+    got = float16_of(len(edges), dtype)(ints)
+    assert got.tolist() == ints.long().to(torch.float16).tolist()

@@ -3,6 +3,7 @@ stops, aborts or computes a wrapping unsigned value wrongly on some of theirs, t
 
 from __future__ import annotations
 
+import tvm
 import tvm_ffi
 from tilewright.transform import prim_func_pass, wrapping_integer_arithmetic
 from tvm import sym, tirx
@@ -102,3 +103,41 @@ def lower_floor_division():
             func.body, ((tirx.FloorDiv, tirx.FloorMod), lower)))
 
     return prim_func_pass("CPULowerFloorDivision", run)
+
+
+FLOAT16_MAX = 65504  # and an integer from 65520 on converts to infinity
+
+
+def float16_of_integers_in_range():
+    """A conversion of a scalar integer value that may lie beyond float16's largest finite
+    value (65504) to float16 converts the value clamped into +-65504, and gives an infinity
+    from +-65520 on: the same value (an integer between 65504 and 65520 rounds to 65504).
+    TVM 0.27's LLVM code generator bounds the value of each ``Let`` it binds, converting the
+    bounds of a conversion to the conversion's type, and stops where an integer bound is not
+    a float16 ("Literal value -2.14748e+09 exceeds minimum of float16": a saturated
+    conversion of a float16 value to int32, converted back to float16 in the argument of a
+    tanh, which binds it; fuzzer seed 406)."""
+
+    def in_range(node):
+        value, dtype = node.value, str(node.ty)
+        source = tvm.runtime.DataType(str(value.ty))
+        if dtype != "float16" or source.lanes != 1 or \
+                source.type_code not in (tvm.runtime.DataTypeCode.INT,
+                                         tvm.runtime.DataTypeCode.UINT) or \
+                source.bits < (16 if source.type_code == tvm.runtime.DataTypeCode.UINT else 32):
+            return node
+        itype = str(value.ty)
+        clamped = tirx.Min(value, tirx.const(FLOAT16_MAX, itype))
+        if source.type_code == tvm.runtime.DataTypeCode.INT:
+            clamped = tirx.Max(clamped, tirx.const(-FLOAT16_MAX, itype))
+            converted = tirx.Select(value <= tirx.const(-FLOAT16_MAX - 16, itype),
+                                    tirx.const(float("-inf"), dtype), tirx.Cast(dtype, clamped))
+        else:
+            converted = tirx.Cast(dtype, clamped)
+        return tirx.Select(value >= tirx.const(FLOAT16_MAX + 16, itype),
+                           tirx.const(float("inf"), dtype), converted)
+
+    def run(func):
+        return func.with_body(tvm_ffi.structural_map(func.body, (tirx.Cast, in_range)))
+
+    return prim_func_pass("CPUFloat16OfIntegers", run)
