@@ -1,12 +1,12 @@
-"""Integer comparisons and floor divisions written so that TVM 0.27's build, which stops or
-aborts on some of theirs, takes them."""
+"""Integer arithmetic, comparisons and floor divisions written so that TVM 0.27's build, which
+stops, aborts or computes a wrapping unsigned value wrongly on some of theirs, takes them."""
 
 from __future__ import annotations
 
 import tvm
 import tvm_ffi
-from tilewright.transform import prim_func_pass
-from tvm import tirx
+from tilewright.transform import prim_func_pass, wrapping_integer_arithmetic
+from tvm import sym, tirx
 
 from .irutil import const_int
 
@@ -17,12 +17,11 @@ def _unsigned(expr) -> bool:
 
 def fold_unsigned_sign_tests():
     """``u < 0`` and ``0 > u`` of an unsigned ``u`` become ``False``, ``u >= 0`` and ``0 <= u``
-    ``True``; other comparisons of two unsigned values of up to 32 bits are made in int64.
-    TVM 0.27's LowerIntrin aborts the process on an ``if`` whose condition is
+    ``True``. TVM 0.27's LowerIntrin aborts the process on an ``if`` whose condition is
     ``u < 0`` of a let-bound unsigned value ("Check failed: literal_constraints_.size() ==
     new_literal_size", thrown from a destructor: ``std::terminate``), which common-
     subexpression elimination makes of a kernel comparing an unsigned cast with 0 (found by
-    the differential fuzzer)."""
+    the differential fuzzer). Other comparisons are made in int64 by :func:`wrap_integers`."""
 
     def fold(node):
         lhs_zero, rhs_zero = const_int(node.a) == 0, const_int(node.b) == 0
@@ -30,12 +29,6 @@ def fold_unsigned_sign_tests():
             return tirx.const(isinstance(node, tirx.GE), str(node.ty))
         if isinstance(node, (tirx.GT, tirx.LE)) and lhs_zero and _unsigned(node.b):
             return tirx.const(isinstance(node, tirx.LE), str(node.ty))
-        if _unsigned(node.a) and _unsigned(node.b) and tvm.DataType(str(node.a.ty)).bits <= 32:
-            # compared as int64 (every value kept): TVM's simplifier moves an unsigned
-            # comparison's operands to one side, and its constant folding stops on the
-            # negative difference ("Minuend's value is 0U ... which will cause a negative
-            # uint": u < 1 of a u known to be 0)
-            return type(node)(tirx.Cast("int64", node.a), tirx.Cast("int64", node.b))
         return node
 
     def run(func):
@@ -43,6 +36,27 @@ def fold_unsigned_sign_tests():
             func.body, ((tirx.LT, tirx.GE, tirx.GT, tirx.LE), fold)))
 
     return prim_func_pass("CPUFoldUnsignedSignTests", run)
+
+
+def wrap_integers():
+    """Arithmetic on ``uint8``, ``uint16``, ``uint32``, ``int8`` and ``int16`` values and
+    conversions to and from them made in int64 and wrapped into their type
+    (``tilewright.transform.wrapping_int``), as torch computes them. Left to TVM 0.27, the
+    result of such an operation that wraps is wrong or stops the build:
+
+    - its LLVM code generator marks a ``uint32`` (and ``uint64``) addition, subtraction and
+      multiplication ``nuw`` (no unsigned wrap), so one that wraps is poison, and LLVM
+      optimises what uses it as if it had not wrapped (``(i - 3) & (5 - i)`` of ``uint32``
+      gave 0 instead of 4 at ``i = 7``, and so did comparisons, ``min``/``max`` and shifts of
+      such a difference);
+    - its bound analysis does not wrap unsigned values: LowerIntrin lowers the floor division
+      or modulo of an unsigned value it bounds below 0 as a signed one, offset into positive
+      range (``(u32(bx) - 1) // 3`` as ``(u32(bx) - 1 + 3) / 3 - 1``, which is ``2**32 - 1``
+      at ``bx = 0``, not ``(2**32 - 1) // 3``);
+    - its constant folding stops on a value that does not fit its type once it knows an
+      operand (a block index of a one-block grid is 0): ``0U - 1U`` ("Minuend's value is 0U")
+      and ``Cast(uint8, -2)`` ("cannot make uint from negative value")."""
+    return wrapping_integer_arithmetic("CPUWrapIntegers")
 
 
 def _floor_from_truncated(node):
@@ -62,20 +76,26 @@ def _floor_from_truncated(node):
 
 def lower_floor_division():
     """A floor division or modulo of signed integers whose divisor is not a positive constant
-    is written with truncating division and a correction, without bindings. TVM 0.27's
-    LowerIntrin writes such a division with its remainder and quotient bound (``T.Let`` of
-    ``rmod`` and ``rdiv``) inside the expression, and its LLVM code generator binds a ``Let``'s
-    variable in its analyzer twice when the ``Let`` sits in the value of another one (once
-    where it generates the inner value, once where it simplifies the outer value, which the
-    analyzer simplifies differently): a division of a division stopped the build ("Binding of
-    variable rmod as I.Range(0, 1) conflicts with previous binding"; found by the differential
-    fuzzer). A positive constant divisor TVM lowers without bindings (a shift, or a truncating
-    division and a correction), and LLVM merges the repeated operands written here."""
+    is written with truncating division and a correction, without bindings, unless both
+    operands are known to be at least 0 (wrapped unsigned values, which TVM lowers to a
+    truncating division). TVM 0.27's LowerIntrin writes such a division with its remainder and
+    quotient bound (``T.Let`` of ``rmod`` and ``rdiv``) inside the expression, and its LLVM
+    code generator binds a ``Let``'s variable in its analyzer twice when the ``Let`` sits in
+    the value of another one (once where it generates the inner value, once where it
+    simplifies the outer value, which the analyzer simplifies differently): a division of a
+    division stopped the build ("Binding of variable rmod as I.Range(0, 1) conflicts with
+    previous binding"; found by the differential fuzzer). A positive constant divisor TVM
+    lowers without bindings (a shift, or a truncating division and a correction), and LLVM
+    merges the repeated operands written here."""
+
+    analyzer = sym.Analyzer()
 
     def lower(node):
         divisor = const_int(node.b)
         if not str(node.ty).startswith("int") or divisor is not None and divisor > 0:
             return node
+        if all(analyzer.const_int_bound(x).min_value >= 0 for x in (node.a, node.b)):
+            return node  # TVM lowers it as a truncating division (wrapped unsigned operands)
         return _floor_from_truncated(node)
 
     def run(func):
@@ -83,3 +103,41 @@ def lower_floor_division():
             func.body, ((tirx.FloorDiv, tirx.FloorMod), lower)))
 
     return prim_func_pass("CPULowerFloorDivision", run)
+
+
+FLOAT16_MAX = 65504  # and an integer from 65520 on converts to infinity
+
+
+def float16_of_integers_in_range():
+    """A conversion of a scalar integer value that may lie beyond float16's largest finite
+    value (65504) to float16 converts the value clamped into +-65504, and gives an infinity
+    from +-65520 on: the same value (an integer between 65504 and 65520 rounds to 65504).
+    TVM 0.27's LLVM code generator bounds the value of each ``Let`` it binds, converting the
+    bounds of a conversion to the conversion's type, and stops where an integer bound is not
+    a float16 ("Literal value -2.14748e+09 exceeds minimum of float16": a saturated
+    conversion of a float16 value to int32, converted back to float16 in the argument of a
+    tanh, which binds it; fuzzer seed 406)."""
+
+    def in_range(node):
+        value, dtype = node.value, str(node.ty)
+        source = tvm.runtime.DataType(str(value.ty))
+        if dtype != "float16" or source.lanes != 1 or \
+                source.type_code not in (tvm.runtime.DataTypeCode.INT,
+                                         tvm.runtime.DataTypeCode.UINT) or \
+                source.bits < (16 if source.type_code == tvm.runtime.DataTypeCode.UINT else 32):
+            return node
+        itype = str(value.ty)
+        clamped = tirx.Min(value, tirx.const(FLOAT16_MAX, itype))
+        if source.type_code == tvm.runtime.DataTypeCode.INT:
+            clamped = tirx.Max(clamped, tirx.const(-FLOAT16_MAX, itype))
+            converted = tirx.Select(value <= tirx.const(-FLOAT16_MAX - 16, itype),
+                                    tirx.const(float("-inf"), dtype), tirx.Cast(dtype, clamped))
+        else:
+            converted = tirx.Cast(dtype, clamped)
+        return tirx.Select(value >= tirx.const(FLOAT16_MAX + 16, itype),
+                           tirx.const(float("inf"), dtype), converted)
+
+    def run(func):
+        return func.with_body(tvm_ffi.structural_map(func.body, (tirx.Cast, in_range)))
+
+    return prim_func_pass("CPUFloat16OfIntegers", run)
