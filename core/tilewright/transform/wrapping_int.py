@@ -26,7 +26,8 @@ is one, and none of the operations below overflows it) and reduces the result in
 with ``&`` of a mask (which TVM's simplifier does not fold, and its ``&`` operator folds right
 on any ``int64`` constant), so the conversion back never sees a constant outside its type. A
 ``uint32`` product is made of two partial products of 48 bits. Comparisons are made on the
-``int64`` values (as the CPU backend's ``fold_unsigned_sign_tests`` does for unsigned ones).
+``int64`` values. The CUDA and CPU backends both run it (the CPU for two more TVM behaviours
+its ``integers.wrap_integers`` names).
 ``int32``, 64-bit and sub-byte types keep TVM's arithmetic, and so does a conversion to a
 type that holds every value of its source (``uint8`` to ``int32``) and a conversion between
 two types outside the set (``int64`` to ``int32`` of an index).
