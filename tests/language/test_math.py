@@ -175,3 +175,23 @@ def test_isnan_isinf_isfinite(target, dtype):
     for row, fn in enumerate((torch.isnan, torch.isinf, torch.isfinite)):
         assert torch.equal(y[row], fn(wide).to(torch.int8)), (fn.__name__, y[row])
     assert torch.equal(y[3], torch.ones(16, dtype=torch.int8))
+
+
+def negation(dtype):
+    @T.prim_func
+    def main(X: T.Tensor((4,), dtype), Y: T.Tensor((4,), dtype)):
+        with T.Kernel(1, threads=32) as bx:
+            for j in T.Parallel(4):
+                Y[j] = -X[j] + (-T.cast(bx, dtype))
+    return main
+
+
+@pytest.mark.parametrize("target", ["cpu", "interp"])
+@pytest.mark.parametrize("dtype", ["uint8", "uint16", "uint32"])
+def test_negation_of_an_unsigned_value_wraps(dtype, target):
+    """``-x`` of an unsigned value wraps as torch's does; TVM's negation multiplied by a
+    constant -1 of the unsigned type and stopped ('cannot make uint from negative value')."""
+    x = torch.tensor([0, 1, 2, 200], dtype=getattr(torch, dtype))
+    bits = 8 * x.element_size()
+    want = ((-x.long()) % (1 << bits)).to(x.dtype)
+    assert torch.equal(tilewright.compile(negation(dtype), out_idx=[1], target=target)(x), want)

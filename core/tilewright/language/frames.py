@@ -292,6 +292,16 @@ class Helpers:
         return tirx.Not(to_expr(value) if dtype_of(value) == "bool" else to_expr(value) != 0)
 
     @staticmethod
+    def negate(value):
+        """``-value``; of an unsigned value, ``0 - value``, which wraps as torch's negation of
+        an unsigned tensor does (TVM's own negation multiplies by a constant -1, which an
+        unsigned type cannot hold, and stops in TVM)."""
+        dtype = dtype_of(value)
+        if dtype is not None and dtype.startswith("uint"):
+            return tirx.const(0, dtype) - value
+        return -value
+
+    @staticmethod
     def floordiv(a, b):
         return _integer_division("//", a, b)
 

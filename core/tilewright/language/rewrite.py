@@ -102,6 +102,8 @@ class _Rewriter(ast.NodeTransformer):
         self.generic_visit(node)
         if isinstance(node.op, ast.Not):
             return self._helper("not_of", node.operand, node=node)
+        if isinstance(node.op, ast.USub):
+            return self._helper("negate", node.operand, node=node)
         return node
 
     def visit_BinOp(self, node: ast.BinOp):
