@@ -59,5 +59,8 @@ def _value(expr) -> int:
 
 def test_widening_and_index_conversions_are_kept():
     for expr in (tirx.Cast("int32", tirx.Var("u", "uint8")), tirx.Cast("int32", tirx.Var(
-            "i", "int64")), x + 1):
+            "i", "int64")), x + 1,
+                 # into 64 bits (an int64 mask cannot hold 2**64 - 1: the cpu conformance's
+                 # int8 -> uint64 cast stopped in TVM)
+                 tirx.Cast("uint64", tirx.Var("s", "int8"))):
         assert wrapping_int.rewrite(expr).same_as(expr)

@@ -131,7 +131,8 @@ def rewrite(expr_root):
         into, held = value_range(dtype), value_range(source)
         if into is None or held is None or not (wrapping(dtype) or wrapping(source)) or \
                 into[0] <= held[0] and held[1] <= into[1] or \
-                tvm.runtime.DataType(source).bits > 64 or source.startswith("uint64"):
+                tvm.runtime.DataType(source).bits > 64 or source.startswith("uint64") or \
+                tvm.runtime.DataType(dtype).bits >= 64:  # into 64 bits: no int64 mask holds it
             return node
         return wrapped(widened(node.value), dtype)
 
