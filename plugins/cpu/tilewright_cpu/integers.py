@@ -38,6 +38,41 @@ def fold_unsigned_sign_tests():
     return prim_func_pass("CPUFoldUnsignedSignTests", run)
 
 
+def reinterpret_integers_unfolded():
+    """The integer operand of a ``reinterpret`` (``T.reinterpret``, and ``T.unpack`` of a
+    signed value) passes through ``& -1`` in the signed type of its width, which TVM 0.27's
+    simplifier does not fold, and a ``reinterpret`` of an unsigned value as the signed type of
+    its width is a conversion. Its LLVM code generator takes the ``reinterpret`` of an integer
+    constant 0 for a null pointer and stops on any other result type ("A zero reinterpret
+    shortcut requires pointer result type"), and its simplifier makes such a constant of an
+    operand that only depends on loop variables of one iteration or the block index of a
+    one-block grid (``T.unpack(T.cast(i + j, "int32"), j % 8, 4)`` in a ``T.Parallel(1, 1)``;
+    fuzzer seed 409)."""
+
+    def unfold(node):
+        if not isinstance(node.op, tvm.ir.Op) or node.op.name != "tirx.reinterpret":
+            return node
+        value = node.args[0]
+        source = tvm.runtime.DataType(str(value.ty))
+        if source.type_code not in (tvm.runtime.DataTypeCode.INT,
+                                    tvm.runtime.DataTypeCode.UINT):
+            return node
+        signed = str(tvm.runtime.DataType(f"int{source.bits}").with_lanes(source.lanes))
+        if source.type_code == tvm.runtime.DataTypeCode.UINT:
+            value = tirx.Cast(signed, value)  # the same bits; TVM folds it within range
+            if str(node.ty) == signed:
+                return value
+        ones = tirx.const(-1, f"int{source.bits}")
+        ones = ones if source.lanes == 1 else tirx.Broadcast(ones, source.lanes)
+        # the node itself: the ``&`` operator folds two constants
+        return tirx.reinterpret(str(node.ty), tirx.BitwiseAnd(value, ones))
+
+    def run(func):
+        return func.with_body(tvm_ffi.structural_map(func.body, (tvm.ir.Call, unfold)))
+
+    return prim_func_pass("CPUReinterpretIntegersUnfolded", run)
+
+
 def wrap_integers():
     """Arithmetic on ``uint8``, ``uint16``, ``uint32``, ``int8`` and ``int16`` values and
     conversions to and from them made in int64 and wrapped into their type
