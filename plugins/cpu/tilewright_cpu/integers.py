@@ -94,6 +94,65 @@ def wrap_integers():
     return wrapping_integer_arithmetic("CPUWrapIntegers")
 
 
+def _uint64_const(value: int, lanes: int):
+    scalar = tirx.const(value, "uint64")
+    return scalar if lanes == 1 else tirx.Broadcast(scalar, lanes)
+
+
+def _uint64_sum(node):
+    """``node`` (a ``uint64`` addition, subtraction or multiplication) modulo ``2**64`` from
+    32-bit halves: every addition, subtraction and multiplication made stays below ``2**64``
+    (so TVM's ``nuw`` is true), and the one that wraps is the final left shift of the high
+    half, which TVM gives no flag. ``a - b`` is ``a + ~b + 1``, the halves of ``~b`` made as
+    ``2**32 - 1`` minus those of ``b``."""
+    lanes = tvm.runtime.DataType(str(node.ty)).lanes
+    mask, shift = _uint64_const(0xFFFFFFFF, lanes), _uint64_const(32, lanes)
+
+    def low(x):  # the node itself: TVM's simplifier folds no ``&``, so no operand is constant
+        return tirx.BitwiseAnd(x, mask)
+
+    def high(x):
+        return tirx.RShift(x, shift)
+
+    a, b = node.a, node.b
+    if isinstance(node, tirx.Mul):
+        product = low(a) * low(b)
+        cross = low(high(a) * low(b)) + low(low(a) * high(b))
+        top, bottom = high(product) + cross, low(product)
+    else:
+        if isinstance(node, tirx.Sub):
+            lows = low(a) + (mask - low(b)) + _uint64_const(1, lanes)
+            top = high(a) + (mask - high(b)) + high(lows)
+        else:
+            lows = low(a) + low(b)
+            top = high(a) + high(b) + high(lows)
+        bottom = low(lows)
+    return tirx.BitwiseOr(tirx.LShift(top, shift), bottom)
+
+
+def uint64_arithmetic_without_nuw():
+    """Additions, subtractions and multiplications of ``uint64`` values made so that no LLVM
+    operation with a flag wraps (:func:`_uint64_sum`), as torch computes them. TVM 0.27's
+    LLVM code generator marks a ``uint64`` addition, subtraction and multiplication ``nuw``,
+    so one that wraps is poison and LLVM optimises what uses it as if it had not wrapped:
+    ``(i - 3) // (i - 9)``, ``(i - 3) * (5 - i)``, comparisons, ``min``/``max``, shifts and
+    bitwise operations of such differences were wrong; and its constant folding stopped on
+    ``0U - 1U``. (Computing them in ``int64`` would trade ``nuw`` for ``nsw``, poison where
+    the signed value overflows.)"""
+
+    def rewrite(node):
+        dtype = tvm.runtime.DataType(str(node.ty))
+        if dtype.type_code != tvm.runtime.DataTypeCode.UINT or dtype.bits != 64:
+            return node
+        return _uint64_sum(node)
+
+    def run(func):
+        return func.with_body(tvm_ffi.structural_map(
+            func.body, ((tirx.Add, tirx.Sub, tirx.Mul), rewrite)))
+
+    return prim_func_pass("CPUUint64ArithmeticWithoutNuw", run)
+
+
 def _floor_from_truncated(node):
     """``node`` (a floor division or modulo of signed integers) written with truncating
     division and a correction, without bindings."""

@@ -80,14 +80,16 @@ PIPELINE = PassPipeline((
                                        integers.fold_unsigned_sign_tests(),
                                        integers.reinterpret_integers_unfolded(),
                                        integers.wrap_integers(),
+                                       integers.uint64_arithmetic_without_nuw(),
                                        integers.lower_floor_division(),
                                        integers.float16_of_integers_in_range()],
           "the block grid becomes one parallel loop over CPU workers; the integer operand of a "
-          "reinterpret kept from folding into a constant; unsigned and 8/16-bit "
-          "integer arithmetic made in int64 and wrapped into its type; floor division by a "
-          "divisor that is not a positive constant written with truncating division, without "
-          "the bindings TVM's lowering would give it; a conversion of an integer to float16 "
-          "made of its value clamped into float16's range"),
+          "reinterpret kept from folding into a constant; unsigned and 8/16-bit integer "
+          "arithmetic made in int64 and wrapped into its type; uint64 addition, subtraction and "
+          "multiplication from 32-bit halves (no flagged operation wraps); floor division by a "
+          "divisor that is not a positive constant written with truncating division, without the "
+          "bindings TVM's lowering would give it; a conversion of an integer to float16 made of "
+          "its value clamped into float16's range"),
 ))
 
 BACKEND = BackendModule(
