@@ -10,6 +10,7 @@ from tilewright.plugin import (
     PassConfigKey,
     PassPipeline,
     Phase,
+    get_manager,
     hookimpl,
 )
 from tilewright.transform import lower_intrinsics, lower_tile_ops, saturating_float_to_int
@@ -26,6 +27,7 @@ from . import (
     lowering_extra,
     lowering_float8,
 )
+from .archmodel import host_model
 from .codegen import CODEGEN
 from .executor import EXECUTORS
 from .lowering import RULES
@@ -36,8 +38,6 @@ DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32"
 
 
 def _rules(ctx) -> dict:
-    from tilewright.plugin import get_manager
-
     extra = dict(get_manager().collect("tilewright_lowering_rules", backend="cpu"))
     return {**RULES, **extra}
 
@@ -128,6 +128,4 @@ def tilewright_pass_config_keys():
 
 @hookimpl
 def tilewright_arch_models():
-    from .archmodel import host_model
-
     return [host_model()]
