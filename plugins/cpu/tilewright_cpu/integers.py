@@ -40,14 +40,13 @@ def fold_unsigned_sign_tests():
 
 def reinterpret_integers_unfolded():
     """The integer operand of a ``reinterpret`` (``T.reinterpret``, and ``T.unpack`` of a
-    signed value) passes through ``& -1`` in the signed type of its width, which TVM 0.27's
-    simplifier does not fold, and a ``reinterpret`` of an unsigned value as the signed type of
-    its width is a conversion. Its LLVM code generator takes the ``reinterpret`` of an integer
-    constant 0 for a null pointer and stops on any other result type ("A zero reinterpret
-    shortcut requires pointer result type"), and its simplifier makes such a constant of an
-    operand that only depends on loop variables of one iteration or the block index of a
-    one-block grid (``T.unpack(T.cast(i + j, "int32"), j % 8, 4)`` in a ``T.Parallel(1, 1)``;
-    fuzzer seed 409)."""
+    signed value) passes through ``&`` with all ones of its type, which TVM 0.27's simplifier
+    does not fold (and LLVM drops). Its LLVM code generator takes the ``reinterpret`` of an
+    integer constant 0 for a null pointer and stops on any other result type ("A zero
+    reinterpret shortcut requires pointer result type"), and its simplifier makes such a
+    constant of an operand that only depends on loop variables of one iteration or the block
+    index of a one-block grid (``T.unpack(T.cast(i + j, "int32"), j % 8, 4)`` in a
+    ``T.Parallel(1, 1)``; fuzzer seed 409)."""
 
     def unfold(node):
         if not isinstance(node.op, tvm.ir.Op) or node.op.name != "tirx.reinterpret":
@@ -57,12 +56,9 @@ def reinterpret_integers_unfolded():
         if source.type_code not in (tvm.runtime.DataTypeCode.INT,
                                     tvm.runtime.DataTypeCode.UINT):
             return node
-        signed = str(tvm.runtime.DataType(f"int{source.bits}").with_lanes(source.lanes))
-        if source.type_code == tvm.runtime.DataTypeCode.UINT:
-            value = tirx.Cast(signed, value)  # the same bits; TVM folds it within range
-            if str(node.ty) == signed:
-                return value
-        ones = tirx.const(-1, f"int{source.bits}")
+        scalar = str(source.with_lanes(1))
+        ones = tirx.const(-1 if source.type_code == tvm.runtime.DataTypeCode.INT else
+                          2 ** source.bits - 1, scalar)
         ones = ones if source.lanes == 1 else tirx.Broadcast(ones, source.lanes)
         # the node itself: the ``&`` operator folds two constants
         return tirx.reinterpret(str(node.ty), tirx.BitwiseAnd(value, ones))
