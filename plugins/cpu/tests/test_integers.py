@@ -170,6 +170,8 @@ KNOWN = {
                                   (T.cast(bx, "uint64") - T.cast(5, "uint64")), -15),
     "uint64 (bx - 1 < 1)": (lambda bx, j: T.cast(T.cast(bx, "uint64") - T.cast(1, "uint64") <
                                                  T.cast(1, "uint64"), "uint64"), 0),
+    "uint64(bx + j - 3)": (lambda bx, j: T.cast(bx + j - 3, "uint64"), -3),
+    "uint64(int64(bx - 3))": (lambda bx, j: T.cast(T.cast(bx - 3, "int64"), "uint64"), -3),
 }
 
 

@@ -128,23 +128,35 @@ def _uint64_sum(node):
 
 def uint64_arithmetic_without_nuw():
     """Additions, subtractions and multiplications of ``uint64`` values made so that no LLVM
-    operation with a flag wraps (:func:`_uint64_sum`), as torch computes them. TVM 0.27's
-    LLVM code generator marks a ``uint64`` addition, subtraction and multiplication ``nuw``,
-    so one that wraps is poison and LLVM optimises what uses it as if it had not wrapped:
-    ``(i - 3) // (i - 9)``, ``(i - 3) * (5 - i)``, comparisons, ``min``/``max``, shifts and
-    bitwise operations of such differences were wrong; and its constant folding stopped on
-    ``0U - 1U``. (Computing them in ``int64`` would trade ``nuw`` for ``nsw``, poison where
-    the signed value overflows.)"""
+    operation with a flag wraps (:func:`_uint64_sum`), as torch computes them; and the
+    operand of a conversion of a signed value to ``uint64`` passed through ``& -1`` (which
+    TVM's simplifier does not fold). TVM 0.27's LLVM code generator marks a ``uint64``
+    addition, subtraction and multiplication ``nuw``, so one that wraps is poison and LLVM
+    optimises what uses it as if it had not wrapped: ``(i - 3) // (i - 9)``,
+    ``(i - 3) * (5 - i)``, comparisons, ``min``/``max``, shifts and bitwise operations of such
+    differences were wrong. Its constant folding stopped on ``0U - 1U`` and on a negative
+    value converted to ``uint64`` ("cannot make uint from negative value") once it knew the
+    operands (a one-block grid). (Computing them in ``int64`` would trade ``nuw`` for
+    ``nsw``, poison where the signed value overflows.)"""
 
-    def rewrite(node):
-        dtype = tvm.runtime.DataType(str(node.ty))
-        if dtype.type_code != tvm.runtime.DataTypeCode.UINT or dtype.bits != 64:
+    def uint64(dtype) -> bool:
+        dtype = tvm.runtime.DataType(str(dtype))
+        return dtype.type_code == tvm.runtime.DataTypeCode.UINT and dtype.bits == 64
+
+    def arithmetic(node):
+        return _uint64_sum(node) if uint64(node.ty) else node
+
+    def conversion(node):
+        source = tvm.runtime.DataType(str(node.value.ty))
+        if not uint64(node.ty) or source.type_code != tvm.runtime.DataTypeCode.INT:
             return node
-        return _uint64_sum(node)
+        ones = tirx.const(-1, str(source.with_lanes(1)))
+        ones = ones if source.lanes == 1 else tirx.Broadcast(ones, source.lanes)
+        return tirx.Cast(str(node.ty), tirx.BitwiseAnd(node.value, ones))
 
     def run(func):
         return func.with_body(tvm_ffi.structural_map(
-            func.body, ((tirx.Add, tirx.Sub, tirx.Mul), rewrite)))
+            func.body, [((tirx.Add, tirx.Sub, tirx.Mul), arithmetic), (tirx.Cast, conversion)]))
 
     return prim_func_pass("CPUUint64ArithmeticWithoutNuw", run)
 

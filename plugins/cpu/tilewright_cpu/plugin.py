@@ -86,7 +86,8 @@ PIPELINE = PassPipeline((
           "the block grid becomes one parallel loop over CPU workers; the integer operand of a "
           "reinterpret kept from folding into a constant; unsigned and 8/16-bit integer "
           "arithmetic made in int64 and wrapped into its type; uint64 addition, subtraction and "
-          "multiplication from 32-bit halves (no flagged operation wraps); floor division by a "
+          "multiplication from 32-bit halves (no flagged operation wraps), signed values "
+          "converted to uint64 unfolded; floor division by a "
           "divisor that is not a positive constant written with truncating division, without the "
           "bindings TVM's lowering would give it; a conversion of an integer to float16 made of "
           "its value clamped into float16's range"),
