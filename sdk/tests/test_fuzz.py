@@ -45,7 +45,7 @@ CONTROL = ("if_else", "nested_parallel", "while_loop", "pipelined", "local_scala
 # kinds of T.gemm and T.atomic_add by avoiding the op
 # what later draws add, and the dtypes before them: avoided, the draws are those of before
 NEW_FEATURES = {"tensor_3d", "dynamic_shape", "sign_cast", "float8_cast", "unpack",
-                "int4_input", "float_uint_cast"}
+                "int4_input", "float_uint_cast", "unsigned_wrap_arith", "float8_input"}
 OLD_DTYPES = {"int8", "int16", "int32", "uint8", "int64", "float32", "float16", "bfloat16"}
 AVOIDABLE = {f for f in CONTROL if not f.startswith(("reduce_acc", "gemm_", "atomic_add_"))}
 
@@ -210,13 +210,15 @@ def test_shrinking_keeps_to_the_kind_of_failure_found():
 NEW_DRAWS = ("dtype_uint16", "dtype_uint32", "sign_cast", "unsigned_wrap", "tensor_3d",
              "tile_3d", "dynamic_shape", "dynamic_M", "dynamic_N", "float8_cast",
              "float8_tile", "cast_float8_e4m3fn", "cast_float8_e5m2", "unpack", "unpack_signed",
-             "int4_input")
+             "int4_input", "unsigned_wrap_arith", "float8_input", "float8_input_converted",
+             "input_float8_e4m3fn", "input_float8_e5m2")
 
 
 def test_new_draws_are_generated_and_valid():
-    """uint16/uint32 with casts that wrap, 3-D tensors and tiles, sizes read from the
-    arguments, float8 casts and fragments, 4-bit fields and int4 inputs are all drawn; one
-    program with each runs on the interpreter and agrees with itself."""
+    """uint16/uint32 with casts and sums, differences and products that wrap, 3-D tensors and
+    tiles, sizes read from the arguments, float8 casts, fragments and inputs, 4-bit fields and
+    int4 inputs are all drawn; one program with each runs on the interpreter and agrees with
+    itself."""
     first = {}
 
     @settings(max_examples=300, deadline=None, database=None,
@@ -239,7 +241,7 @@ def test_new_draws_are_generated_and_valid():
 def test_new_draws_respect_the_backends_capabilities():
     """No size read from the arguments without the dynamic_shapes feature, no float8 or
     unsigned dtype the backend does not declare, none of the avoided features."""
-    avoid = {"tensor_3d", "unpack", "sign_cast", "int4_input"}
+    avoid = {"tensor_3d", "unpack", "sign_cast", "int4_input", "unsigned_wrap_arith"}
 
     @settings(max_examples=80, deadline=None, database=None,
               suppress_health_check=list(HealthCheck))
@@ -247,8 +249,9 @@ def test_new_draws_respect_the_backends_capabilities():
     @given(programs(avoid=avoid, dtypes={"int8", "int32", "float32", "float16", "uint8"},
                     features=frozenset({"partial_tiles"})))
     def check(program):
-        assert not program.features & (avoid | {"dynamic_shape", "float8_cast", "tile_3d"})
-        assert not program.packed
+        assert not program.features & (avoid | {"dynamic_shape", "float8_cast", "tile_3d",
+                                                "float8_input"})
+        assert not program.packed and not program.float8
         assert not program.dynamic and not program.depth
         source = program.kernel_source()
         assert "float8" not in source and "uint16" not in source and "uint32" not in source
@@ -284,3 +287,32 @@ def test_the_interpreter_wraps_and_saturates_as_torch_does():
     byte = x.to(torch.int8).to(torch.int32) & 0xFF
     nibble = torch.where(torch.arange(8) % 2 == 0, byte & 0xF, byte >> 4)
     assert torch.equal(u, torch.where(nibble > 7, nibble - 16, nibble))
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "uint16", "uint32"])
+def test_the_interpreter_wraps_unsigned_arithmetic_as_torch_does(dtype):
+    """What the wrapping draws rely on: an unsigned sum, difference and product is the exact
+    one modulo 2**bits (torch's int64 result masked: its low bits are right even where the
+    int64 product overflows)."""
+    import tilewright
+    import tilewright.language as T
+    import torch
+
+    @T.prim_func
+    def kernel(A: T.Tensor((64,), dtype), B: T.Tensor((64,), dtype),
+               S: T.Tensor((64,), dtype), D: T.Tensor((64,), dtype),
+               P: T.Tensor((64,), dtype)):
+        with T.Kernel(1, threads=128) as _:
+            for i in T.Parallel(64):
+                S[i] = A[i] + B[i]
+                D[i] = A[i] - B[i]
+                P[i] = A[i] * B[i]
+
+    bits = int(dtype[4:])
+    gen = torch.Generator().manual_seed(bits)
+    a, b = (torch.randint(0, 2 ** bits, (64,), generator=gen) for _ in range(2))
+    a[:4], b[:4] = torch.tensor([0, 1, 2 ** bits - 1, 5]), torch.tensor([1, 2 ** bits - 1, 2, 0])
+    got = tilewright.compile(kernel, out_idx=[2, 3, 4], target="interp")(
+        a.to(getattr(torch, dtype)), b.to(getattr(torch, dtype)))
+    for out, want in zip(got, (a + b, a - b, a * b)):
+        assert out.long().tolist() == (want & (2 ** bits - 1)).tolist()

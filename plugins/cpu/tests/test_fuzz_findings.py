@@ -5,7 +5,8 @@ loop-invariant bfloat16 value stored by a vector loop (BF16StorageLegalize left 
 of bfloat16); atomics into 8- and 16-bit integers (no runtime helper: the process died on an
 undefined symbol); a bfloat16 operation in a branch of an operand T.if_then_else (its tile read
 kept its bfloat16 buffer); a vectorised bfloat16 reduction (every lane took the last lane's
-partial result)."""
+partial result); a reinterpret (T.unpack of a signed value) of an operand TVM folded to 0 (its
+LLVM code generator took it for a null pointer)."""
 
 import pytest
 import tilewright
@@ -286,3 +287,56 @@ def test_a_division_of_a_division(n, inner, outer):
     torch_inner, torch_outer = FLOOR[inner][1], FLOOR[outer][1]
     expected = x + torch_outer(torch_inner(x, torch.tensor(-1, dtype=torch.int32)), x.abs() + 1)
     torch.testing.assert_close(ys, expected)
+
+
+def unpacked_index(M, N):
+    @T.prim_func
+    def main(Y: T.Tensor((M, N), "float32")):
+        with T.Kernel(1, 1, threads=128) as (bx, by):
+            t = T.alloc_fragment((M, N), "float32")
+            for i, j in T.Parallel(M, N):
+                t[i, j] = T.cast(T.unpack(T.cast(i + j, "int32"), j % 8, 4), "float32")
+            T.copy(t, Y[0, 0])
+    return main
+
+
+@pytest.mark.parametrize("target", ["cpu", "interp"])
+@pytest.mark.parametrize("shape", [(1, 1), (1, 8), (16, 8)])
+def test_fields_of_an_index_unpacked(target, shape):
+    # seed 409: in a loop of one iteration TVM folded the operand of the unpack's reinterpret
+    # to 0, which its LLVM code generator takes for a null pointer ("A zero reinterpret
+    # shortcut requires pointer result type")
+    kernel = tilewright.compile(unpacked_index(*shape), out_idx=[-1], target=target)
+    i, j = torch.arange(shape[0])[:, None], torch.arange(shape[1])[None, :]
+    torch.testing.assert_close(kernel(), (((i + j) >> (4 * (j % 8))) & 15).float())
+
+
+def reinterpreted_index(source, dtype, offset):
+    @T.prim_func
+    def main(Y: T.Tensor((1, 1), dtype)):
+        with T.Kernel(1, 1, threads=128) as (bx, by):
+            t = T.alloc_fragment((1, 1), dtype)
+            for i, j in T.Parallel(1, 1):
+                t[i, j] = T.reinterpret(T.cast(bx + i + j + offset, source), dtype)
+            T.copy(t, Y[0, 0])
+    return main
+
+
+REINTERPRETS = [("int8", "uint8"), ("uint8", "int8"), ("int16", "uint16"), ("int16", "float16"),
+                ("int32", "uint32"), ("uint32", "int32"), ("int32", "float32"),
+                ("uint32", "float32"), ("int64", "uint64"), ("uint64", "int64"),
+                ("int64", "float64"), ("uint64", "float64")]
+
+
+@pytest.mark.parametrize("target", ["cpu", "interp"])
+@pytest.mark.parametrize("offset", [0, 5, -3])
+@pytest.mark.parametrize("source,dtype", REINTERPRETS)
+def test_a_constant_reinterpreted(source, dtype, offset, target):
+    # every operand is a constant once TVM knows the one-block grid and the loops of one
+    # iteration; a zero one stopped the CPU's build
+    if source.startswith("uint") and offset < 0:
+        pytest.skip("a negative value of an unsigned type")
+    kernel = tilewright.compile(reinterpreted_index(source, dtype, offset), out_idx=[-1],
+                                target=target)
+    want = torch.tensor([[offset]], dtype=getattr(torch, source)).view(getattr(torch, dtype))
+    assert kernel().view(torch.uint8).tolist() == want.view(torch.uint8).tolist()

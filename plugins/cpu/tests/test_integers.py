@@ -1,12 +1,12 @@
-"""Unsigned integer arithmetic wraps modulo ``2**bits`` on the CPU backend, as torch computes
-it (the exact result in int64, then wrapped): every operation on ``uint8``, ``uint16`` and
-``uint32`` values that wrap below zero, values the compiler knows the bounds of (from block
+"""Unsigned integer arithmetic wraps modulo ``2**bits`` on the CPU backend, as torch computes it
+(the exact result in int64, then wrapped): every operation on ``uint8``, ``uint16``, ``uint32``
+and ``uint64`` values that wrap below zero, values the compiler knows the bounds of (from block
 and thread indices) and values it does not (a tensor's), conversions to and from them, and
-values TVM knows when it builds a one-block grid. TVM's LLVM code generator marked uint32
-arithmetic "no unsigned wrap" (poison where it wrapped), its LowerIntrin divided an unsigned
-value it bounded below 0 as a signed one, and its constant folding stopped on 0U - 1U and
-Cast(uint8, -2); and it stopped on the int32 bounds of an integer converted to float16 inside a
-bound (Let) value."""
+values TVM knows when it builds a one-block grid. TVM's LLVM code generator marked uint32 and
+uint64 arithmetic "no unsigned wrap" (poison where it wrapped), its LowerIntrin divided an
+unsigned value it bounded below 0 as a signed one, and its constant folding stopped on 0U - 1U
+and Cast(uint8, -2); and it stopped on the int32 bounds of an integer converted to float16
+inside a bound (Let) value."""
 
 import operator
 
@@ -162,6 +162,16 @@ KNOWN = {
                            (-15) % 2 ** 32),
     "uint8 (bx - 1 < 1)": (lambda bx, j: T.cast(T.cast(bx, "uint8") - T.cast(1, "uint8") <
                                                 T.cast(1, "uint8"), "uint8"), 0),
+    # uint64 values read back as int64: the same bits
+    "uint64 (bx - 1) // 3": (lambda bx, j: (T.cast(bx, "uint64") - T.cast(1, "uint64")) //
+                             T.cast(3, "uint64"), (2 ** 64 - 1) // 3),
+    "uint64(bx + j) - 1": (lambda bx, j: T.cast(bx + j, "uint64") - T.cast(1, "uint64"), -1),
+    "uint64(bx + 3) * (bx - 5)": (lambda bx, j: T.cast(bx + 3, "uint64") *
+                                  (T.cast(bx, "uint64") - T.cast(5, "uint64")), -15),
+    "uint64 (bx - 1 < 1)": (lambda bx, j: T.cast(T.cast(bx, "uint64") - T.cast(1, "uint64") <
+                                                 T.cast(1, "uint64"), "uint64"), 0),
+    "uint64(bx + j - 3)": (lambda bx, j: T.cast(bx + j - 3, "uint64"), -3),
+    "uint64(int64(bx - 3))": (lambda bx, j: T.cast(T.cast(bx - 3, "int64"), "uint64"), -3),
 }
 
 
@@ -183,6 +193,62 @@ def known(name):
 @pytest.mark.parametrize("name", KNOWN)
 def test_unsigned_values_known_when_building(name):
     assert known(name)().tolist() == [[KNOWN[name][1]]]
+
+
+def uint64_operands(seed: int) -> list[int]:
+    """Eight ``uint64`` values from the whole range (half of them from 2**63 on)."""
+    gen = torch.Generator().manual_seed(seed)
+    high = torch.randint(0, 2 ** 32, (N,), generator=gen).tolist()
+    low = torch.randint(1, 2 ** 32, (N,), generator=gen).tolist()
+    return [h << 32 | v for h, v in zip(high, low)]
+
+
+def as_uint64(values: list[int]) -> torch.Tensor:
+    return torch.tensor([v - 2 ** 64 if v >= 2 ** 63 else v for v in values],
+                        dtype=torch.int64).view(torch.uint64)
+
+
+@pytest.mark.parametrize("name", BINARY)
+def test_uint64_binary_operation(name):
+    # TVM's LLVM codegen marks uint64 +, - and * "no unsigned wrap": a wrapping one was poison
+    # and LLVM optimised its uses as if it had not wrapped
+    _, op, pairs = BINARY[name]
+    x = uint64_operands(64)
+    got = binary("uint64", name)(as_uint64(x)).view(torch.int64).tolist()
+    want = [[int(op(OPERANDS[a][1](i, v) % 2 ** 64, OPERANDS[b][1](i, v) % 2 ** 64)) % 2 ** 64
+             for i, v in enumerate(x)] for a, b in pairs]
+    assert [[g % 2 ** 64 for g in row] for row in got] == want, \
+        [f"{a} {name} {b}" for (a, b), g, w in zip(pairs, got, want)
+         if [v % 2 ** 64 for v in g] != w]
+
+
+@tilewright.jit(out_idx=[-1], target="cpu")
+def uint64_hash(n):
+    @T.prim_func
+    def main(X: T.Tensor((n,), "uint64"), Y: T.Tensor((n,), "uint64")):
+        with T.Kernel(1, threads=128) as bx:
+            h = T.alloc_fragment((n,), "uint64")
+            T.copy(X, h)
+            for _ in T.serial(3):
+                for j in T.Parallel(n):
+                    h[j] = (h[j] ^ (h[j] >> T.uint64(29))) * T.uint64(0xBF58476D1CE4E5B9) + \
+                        T.uint64(0x9E3779B97F4A7C15)
+            for j in T.Parallel(n):
+                Y[j] = h[j] - X[j]
+    return main
+
+
+def test_uint64_multiply_add_chain_wraps():
+    # constants from 2**63 on, and every operation wraps
+    x = uint64_operands(7)
+    want = []
+    for v in x:
+        h = v
+        for _ in range(3):
+            h = ((h ^ (h >> 29)) * 0xBF58476D1CE4E5B9 + 0x9E3779B97F4A7C15) % 2 ** 64
+        want.append((h - v) % 2 ** 64)
+    got = uint64_hash(N)(as_uint64(x)).view(torch.int64).tolist()
+    assert [g % 2 ** 64 for g in got] == want
 
 
 @tilewright.jit(out_idx=[-1], target="cpu")

@@ -38,6 +38,37 @@ def fold_unsigned_sign_tests():
     return prim_func_pass("CPUFoldUnsignedSignTests", run)
 
 
+def reinterpret_integers_unfolded():
+    """The integer operand of a ``reinterpret`` (``T.reinterpret``, and ``T.unpack`` of a
+    signed value) passes through ``&`` with all ones of its type, which TVM 0.27's simplifier
+    does not fold (and LLVM drops). Its LLVM code generator takes the ``reinterpret`` of an
+    integer constant 0 for a null pointer and stops on any other result type ("A zero
+    reinterpret shortcut requires pointer result type"), and its simplifier makes such a
+    constant of an operand that only depends on loop variables of one iteration or the block
+    index of a one-block grid (``T.unpack(T.cast(i + j, "int32"), j % 8, 4)`` in a
+    ``T.Parallel(1, 1)``; fuzzer seed 409)."""
+
+    def unfold(node):
+        if not isinstance(node.op, tvm.ir.Op) or node.op.name != "tirx.reinterpret":
+            return node
+        value = node.args[0]
+        source = tvm.runtime.DataType(str(value.ty))
+        if source.type_code not in (tvm.runtime.DataTypeCode.INT,
+                                    tvm.runtime.DataTypeCode.UINT):
+            return node
+        scalar = str(source.with_lanes(1))
+        ones = tirx.const(-1 if source.type_code == tvm.runtime.DataTypeCode.INT else
+                          2 ** source.bits - 1, scalar)
+        ones = ones if source.lanes == 1 else tirx.Broadcast(ones, source.lanes)
+        # the node itself: the ``&`` operator folds two constants
+        return tirx.reinterpret(str(node.ty), tirx.BitwiseAnd(value, ones))
+
+    def run(func):
+        return func.with_body(tvm_ffi.structural_map(func.body, (tvm.ir.Call, unfold)))
+
+    return prim_func_pass("CPUReinterpretIntegersUnfolded", run)
+
+
 def wrap_integers():
     """Arithmetic on ``uint8``, ``uint16``, ``uint32``, ``int8`` and ``int16`` values and
     conversions to and from them made in int64 and wrapped into their type
@@ -57,6 +88,77 @@ def wrap_integers():
       operand (a block index of a one-block grid is 0): ``0U - 1U`` ("Minuend's value is 0U")
       and ``Cast(uint8, -2)`` ("cannot make uint from negative value")."""
     return wrapping_integer_arithmetic("CPUWrapIntegers")
+
+
+def _uint64_const(value: int, lanes: int):
+    scalar = tirx.const(value, "uint64")
+    return scalar if lanes == 1 else tirx.Broadcast(scalar, lanes)
+
+
+def _uint64_sum(node):
+    """``node`` (a ``uint64`` addition, subtraction or multiplication) modulo ``2**64`` from
+    32-bit halves: every addition, subtraction and multiplication made stays below ``2**64``
+    (so TVM's ``nuw`` is true), and the one that wraps is the final left shift of the high
+    half, which TVM gives no flag. ``a - b`` is ``a + ~b + 1``, the halves of ``~b`` made as
+    ``2**32 - 1`` minus those of ``b``."""
+    lanes = tvm.runtime.DataType(str(node.ty)).lanes
+    mask, shift = _uint64_const(0xFFFFFFFF, lanes), _uint64_const(32, lanes)
+
+    def low(x):  # the node itself: TVM's simplifier folds no ``&``, so no operand is constant
+        return tirx.BitwiseAnd(x, mask)
+
+    def high(x):
+        return tirx.RShift(x, shift)
+
+    a, b = node.a, node.b
+    if isinstance(node, tirx.Mul):
+        product = low(a) * low(b)
+        cross = low(high(a) * low(b)) + low(low(a) * high(b))
+        top, bottom = high(product) + cross, low(product)
+    else:
+        if isinstance(node, tirx.Sub):
+            lows = low(a) + (mask - low(b)) + _uint64_const(1, lanes)
+            top = high(a) + (mask - high(b)) + high(lows)
+        else:
+            lows = low(a) + low(b)
+            top = high(a) + high(b) + high(lows)
+        bottom = low(lows)
+    return tirx.BitwiseOr(tirx.LShift(top, shift), bottom)
+
+
+def uint64_arithmetic_without_nuw():
+    """Additions, subtractions and multiplications of ``uint64`` values made so that no LLVM
+    operation with a flag wraps (:func:`_uint64_sum`), as torch computes them; and the
+    operand of a conversion of a signed value to ``uint64`` passed through ``& -1`` (which
+    TVM's simplifier does not fold). TVM 0.27's LLVM code generator marks a ``uint64``
+    addition, subtraction and multiplication ``nuw``, so one that wraps is poison and LLVM
+    optimises what uses it as if it had not wrapped: ``(i - 3) // (i - 9)``,
+    ``(i - 3) * (5 - i)``, comparisons, ``min``/``max``, shifts and bitwise operations of such
+    differences were wrong. Its constant folding stopped on ``0U - 1U`` and on a negative
+    value converted to ``uint64`` ("cannot make uint from negative value") once it knew the
+    operands (a one-block grid). (Computing them in ``int64`` would trade ``nuw`` for
+    ``nsw``, poison where the signed value overflows.)"""
+
+    def uint64(dtype) -> bool:
+        dtype = tvm.runtime.DataType(str(dtype))
+        return dtype.type_code == tvm.runtime.DataTypeCode.UINT and dtype.bits == 64
+
+    def arithmetic(node):
+        return _uint64_sum(node) if uint64(node.ty) else node
+
+    def conversion(node):
+        source = tvm.runtime.DataType(str(node.value.ty))
+        if not uint64(node.ty) or source.type_code != tvm.runtime.DataTypeCode.INT:
+            return node
+        ones = tirx.const(-1, str(source.with_lanes(1)))
+        ones = ones if source.lanes == 1 else tirx.Broadcast(ones, source.lanes)
+        return tirx.Cast(str(node.ty), tirx.BitwiseAnd(node.value, ones))
+
+    def run(func):
+        return func.with_body(tvm_ffi.structural_map(
+            func.body, [((tirx.Add, tirx.Sub, tirx.Mul), arithmetic), (tirx.Cast, conversion)]))
+
+    return prim_func_pass("CPUUint64ArithmeticWithoutNuw", run)
 
 
 def _floor_from_truncated(node):

@@ -10,6 +10,7 @@ from tilewright.plugin import (
     PassConfigKey,
     PassPipeline,
     Phase,
+    get_manager,
     hookimpl,
 )
 from tilewright.transform import lower_intrinsics, lower_tile_ops, saturating_float_to_int
@@ -26,6 +27,7 @@ from . import (
     lowering_extra,
     lowering_float8,
 )
+from .archmodel import host_model
 from .codegen import CODEGEN
 from .executor import EXECUTORS
 from .lowering import RULES
@@ -36,8 +38,6 @@ DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32"
 
 
 def _rules(ctx) -> dict:
-    from tilewright.plugin import get_manager
-
     extra = dict(get_manager().collect("tilewright_lowering_rules", backend="cpu"))
     return {**RULES, **extra}
 
@@ -78,14 +78,19 @@ PIPELINE = PassPipeline((
     Phase("lower_blocks", lambda ctx: [grid.lower_blocks(),
                                        lowering_extra.check_device_asserts(),
                                        integers.fold_unsigned_sign_tests(),
+                                       integers.reinterpret_integers_unfolded(),
                                        integers.wrap_integers(),
+                                       integers.uint64_arithmetic_without_nuw(),
                                        integers.lower_floor_division(),
                                        integers.float16_of_integers_in_range()],
-          "the block grid becomes one parallel loop over CPU workers; unsigned and 8/16-bit "
-          "integer arithmetic made in int64 and wrapped into its type; floor division by a "
-          "divisor that is not a positive constant written with truncating division, without "
-          "the bindings TVM's lowering would give it; a conversion of an integer to float16 "
-          "made of its value clamped into float16's range"),
+          "the block grid becomes one parallel loop over CPU workers; the integer operand of a "
+          "reinterpret kept from folding into a constant; unsigned and 8/16-bit integer "
+          "arithmetic made in int64 and wrapped into its type; uint64 addition, subtraction and "
+          "multiplication from 32-bit halves (no flagged operation wraps), signed values "
+          "converted to uint64 unfolded; floor division by a "
+          "divisor that is not a positive constant written with truncating division, without the "
+          "bindings TVM's lowering would give it; a conversion of an integer to float16 made of "
+          "its value clamped into float16's range"),
 ))
 
 BACKEND = BackendModule(
@@ -124,6 +129,4 @@ def tilewright_pass_config_keys():
 
 @hookimpl
 def tilewright_arch_models():
-    from .archmodel import host_model
-
     return [host_model()]

@@ -50,7 +50,9 @@ def module_source(program: Program, backend: str, seed: int, note: str = "") -> 
     inputs = ", ".join([f"({n!r}, {program.shape!r}, {program.dtype!r}, {lo!r}, {hi!r})"
                         for n, lo, hi in program.inputs] +
                        [f"({n!r}, {program.packed_shape!r}, 'int4', {lo!r}, {hi!r})"
-                        for n, lo, hi in program.packed])
+                        for n, lo, hi in program.packed] +
+                       [f"({n!r}, {program.shape!r}, {dtype!r}, {lo!r}, {hi!r})"
+                        for n, dtype, lo, hi in program.float8])
     outputs = ", ".join(f"({n!r}, {shape!r}, {dtype!r}, {err!r})"
                         for n, shape, dtype, err in program.outputs)
     doc = note.strip().replace('"""', "'''")
@@ -66,7 +68,8 @@ from tilewright_sdk.fuzz.check import reproduce
 
 BACKEND = {backend!r}
 SEED = {seed!r}
-# (name, shape, dtype, low, high): uniform random values (int4: packed two a byte)
+# (name, shape, dtype, low, high): uniform random values (int4: packed two a byte; float8:
+# rounded to the format)
 INPUTS = [{inputs}]
 # (name, shape, dtype, bound of the absolute rounding error of a correct result)
 OUTPUTS = [{outputs}]

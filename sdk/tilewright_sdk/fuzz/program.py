@@ -1,31 +1,32 @@
 """Random valid tile programs over the portable language, as Hypothesis strategies.
 
-A :class:`Program` is a kernel written out as Python source: input tiles loaded with
-``T.copy``, then a few statements (element-wise maps inside ``T.Parallel``, or two nested
-ones, into fragments or shared tiles, with index expressions whose intermediate values go
-negative, maps guarded by an ``if`` or split by ``if``/``else``, casts through narrower or
-wider integers and between integers and floats, reductions of every kind with float32,
-same-dtype or narrower accumulators and ``clear=False``, cumulative sums both ways, sums over a
-run-time ``while`` loop and over a ``T.Pipelined`` loop loading a shared tile, per-thread
-``T.alloc_local`` scalars, ``T.gemm`` of two tiles with either transposed into a float32 or
-int32 accumulator that is cleared, filled and accumulated into twice, or discarded by
-``clear_accum``, ``T.atomic_add`` of a tile from every block into one output tile, whole or
-element by element), and the result copied back, or stored element by element under a
-bounds guard (reading inputs straight from global memory too). Integers are signed (8 to 64
-bits) or unsigned (8 to 32 bits; cast through the other signedness, wrapping below zero), 4-bit
-fields of them are read with ``T.unpack``, and signed programs may take an ``int4`` input
-(passed packed); floats and integers are converted to float8 and back (``float8_e4m3fn``
-saturating at 448) and float8 fragments are read back through a cast. Tensors may be 3-D
-(``(depth, M, N)`` over a third grid axis ``bz``, loaded as 2-D tiles or through a 3-D shared
-tile at a 3-D offset), and, for backends with ``dynamic_shapes``, ``M`` and ``N`` may be
-sizes read from the arguments (``T.symbolic``/``T.dynamic``). Every expression carries an
-interval of its values and a bound of its rounding error, so the generator only writes what
-is defined (no overflow, no division by zero, no NaN) and the checker knows how far a correct
-backend may be from the interpreter.
+A :class:`Program` is a kernel written out as Python source: input tiles loaded with ``T.copy``,
+then a few statements (element-wise maps inside ``T.Parallel``, or two nested ones, into
+fragments or shared tiles, with index expressions whose intermediate values go negative, maps
+guarded by an ``if`` or split by ``if``/``else``, casts through narrower or wider integers and
+between integers and floats, reductions of every kind with float32, same-dtype or narrower
+accumulators and ``clear=False``, cumulative sums both ways, sums over a run-time ``while`` loop
+and over a ``T.Pipelined`` loop loading a shared tile, per-thread ``T.alloc_local`` scalars,
+``T.gemm`` of two tiles with either transposed into a float32 or int32 accumulator that is
+cleared, filled and accumulated into twice, or discarded by ``clear_accum``, ``T.atomic_add`` of
+a tile from every block into one output tile, whole or element by element), and the result
+copied back, or stored element by element under a bounds guard (reading inputs straight from
+global memory too). Integers are signed (8 to 64 bits) or unsigned (8 to 32 bits; cast through
+the other signedness, wrapping below zero; sums, differences and products wrapping modulo
+``2**bits``), 4-bit fields of them are read with ``T.unpack``, signed programs may take an
+``int4`` input (passed packed) and float programs a ``float8_e4m3fn`` or ``float8_e5m2`` input
+(loaded into a float8 fragment read through a cast, or converted by ``T.copy``); floats and
+integers are converted to float8 and back (``float8_e4m3fn`` saturating at 448) and float8
+fragments are read back through a cast. Tensors may be 3-D (``(depth, M, N)`` over a third grid
+axis ``bz``, loaded as 2-D tiles or through a 3-D shared tile at a 3-D offset), and, for
+backends with ``dynamic_shapes``, ``M`` and ``N`` may be sizes read from the arguments
+(``T.symbolic``/``T.dynamic``). Every expression carries an interval of its values and a bound
+of its rounding error, so the generator only writes what is defined (no overflow, no division by
+zero, no NaN) and the checker knows how far a correct backend may be from the interpreter.
 
 Features (``floordiv``, ``negative_floordiv``, ``shift``, ``reduce_max`` ...) are recorded per
-program for the statistics and can be avoided (:func:`programs`), which is how the fuzzer
-stays clear of bugs the conformance suite already knows.
+program for the statistics and can be avoided (:func:`programs`), which is how the fuzzer stays
+clear of bugs the conformance suite already knows.
 """
 
 from __future__ import annotations
@@ -102,6 +103,7 @@ class Program:
     depth: int = 0  # the inputs' and Y's leading dimension (a third grid axis bz), 0: none
     dynamic: tuple = ()  # which of "M", "N" are sizes read from the arguments
     packed: list = field(default_factory=list)  # (name, low, high) of the int4 inputs
+    float8: list = field(default_factory=list)  # (name, dtype, low, high) of float8 inputs
 
     @property
     def packed_shape(self) -> tuple:
@@ -121,6 +123,7 @@ class Program:
         params = [f"{n}: T.Tensor({shape}, {self.dtype!r})" for n, _, _ in self.inputs]
         int4 = f"({', '.join([*dims[:-1], str(self.packed_shape[-1])])})"
         params += [f"{n}: T.Tensor({int4}, 'int4')" for n, _, _ in self.packed]
+        params += [f"{n}: T.Tensor({shape}, {dtype!r})" for n, dtype, _, _ in self.float8]
         params += [f"{n}: T.Tensor({shape if n == 'Y' else out_shape}, {dtype!r})"
                    for n, out_shape, dtype, _ in self.outputs]
         grid = [grid_extent(d, getattr(self, d), b, d in self.dynamic)
@@ -243,6 +246,9 @@ class _Builder:
             return self.rotate()
         tile = self.draw(st.sampled_from(self.tiles))
         feats = frozenset({f"{tile.kind}_operand"} if tile.kind != "2d" else ())
+        if tile.dtype in FLOAT8 and self.floating:  # every float8 value converts exactly
+            return Expr(f"T.cast({tile.at()}, {self.dtype!r})", tile.lo, tile.hi, tile.err,
+                        tile.err == 0, feats | {"cast"})
         if tile.dtype != self.dtype:  # a float32 accumulator read in the program's dtype
             err = tile.err + self.u * max(abs(tile.lo), abs(tile.hi))
             return Expr(f"T.cast({tile.at()}, {self.dtype!r})", tile.lo, tile.hi, err, False,
@@ -361,9 +367,21 @@ class _Builder:
                    "*": tuple(sorted((a.lo * b.lo, a.lo * b.hi, a.hi * b.lo, a.hi * b.hi)))}
         c = corners[op]
         lo, hi = min(c), max(c)
+        text = f"({a.text} {op} {b.text})"
         if not self.fits(lo, hi):
-            return a
-        return Expr(f"({a.text} {op} {b.text})", lo, hi, features=frozenset(feats))
+            return self.wrapped(text, lo, hi, feats) or a
+        return Expr(text, lo, hi, features=frozenset(feats))
+
+    def wrapped(self, text: str, lo: int, hi: int, feats) -> Expr | None:
+        """An unsigned sum, difference or product whose exact value ``[lo, hi]`` may leave the
+        dtype's range, reduced modulo ``2**bits`` as torch and every backend compute it: the
+        interval reduced when it lies within one period, else the whole range; None for a
+        signed dtype (overflow is undefined there)."""
+        if not self.unsigned or not self.allowed("unsigned_wrap_arith"):
+            return None
+        size = self.limit + 1
+        lo, hi = (lo % size, hi % size) if lo // size == hi // size else (0, self.limit)
+        return Expr(text, lo, hi, features=frozenset(feats | {"unsigned_wrap_arith"}))
 
     def int_cast(self, a: Expr, feats) -> Expr:
         """A cast of an integer and back: through a wider integer dtype, through a narrower
@@ -907,6 +925,19 @@ def programs(draw, avoid=(), dtypes=None, features=None) -> Program:
         tile = b.tile("2d", -8, 7, 0.0, "int4")
         b.body.append(f"T.copy(P0[{z}by * {bm}, bx * {bn}], {tile.name})")
         b.features.add("int4_input")
+    float8 = []
+    kinds = [f for f in FLOAT8 if f in declared]
+    if floating and kinds and b.allowed("float8_input") and draw(st.integers(0, 3)) == 0:
+        # values drawn in [-4, 4] and rounded to the format when the tensor is made (both
+        # formats hold +-4): every backend reads the same values, which convert exactly to
+        # float16, bfloat16 and float32 (their exponent ranges and mantissas hold them)
+        to = draw(st.sampled_from(kinds))
+        float8.append(("F0", to, -4.0, 4.0))
+        converted = draw(st.booleans())  # T.copy converting, or a float8 fragment
+        tile = b.tile("2d", -4.0, 4.0, 0.0, None if converted else to)
+        b.body.append(f"T.copy(F0[{z}by * {bm}, bx * {bn}], {tile.name})")
+        b.features |= {"float8_input", f"input_{to}"} | \
+            ({"float8_input_converted"} if converted else {"float8_tile"})
     b.features.add(f"dtype_{dtype}")
     if depth:
         b.features.add("tensor_3d")
@@ -933,4 +964,4 @@ def programs(draw, avoid=(), dtypes=None, features=None) -> Program:
         b.features |= e.features | {"global_store"}
     outputs = [("Y", b.deep((M, N)), dtype, err), *b.outputs]
     return Program(dtype, M, N, bm, bn, inputs, outputs, b.body, b.features, depth, dynamic,
-                   packed)
+                   packed, float8)
