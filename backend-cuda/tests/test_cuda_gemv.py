@@ -1,8 +1,8 @@
 """T.gemm with a one-wide tile (a decode GEMV: one row of A, or one column of B) on CUDA: the
-suite's gemv cases take the thread gemm (no mma.sync/wgmma instruction has a one-wide tile;
-``gemm_fit.mma_not_asked`` says so) and the generated CUDA, run by the host emulation,
-computes what torch computes, float16 operands included (a float16 gemm whose tile does not fit
-the tensor-core instruction is otherwise an error)."""
+suite's gemv cases take the thread gemm (one row uses 1/16 of an mma.sync and the GEMV is bound
+by reading B; ``gemm_fit.mma_not_asked`` says so) and the generated CUDA, run by the host
+emulation, computes what torch computes, float16 operands included. A tile of 2..15 rows takes
+mma.sync with A's rows padded to 16 by zero registers (``gemm_fit.mma_rows_misfit``)."""
 
 import re
 
