@@ -277,3 +277,80 @@ def test_each_block_keeps_its_own_tma_descriptors_and_threads(tmp_path):
     hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, a, b, c)
     want = ((a.double() @ b.double()).half().double().clamp(min=0) * 2)
     torch.testing.assert_close(c.double(), want, rtol=1e-2, atol=5e-2)
+
+
+def scratch_sized_by(how: str):
+    """A workspace that the first block fills and the second reads, of ``rows`` elements (a
+    scalar argument: ``scalar``) or ``S``, a symbol no argument carries (``nowhere``) or
+    found only inside a tensor's extent ``2 * S`` (``inside``)."""
+    M, S = T.dynamic("M"), T.dynamic("S")
+    a_rows = 2 * S if how == "inside" else M
+
+    if how == "scalar":
+        @T.prim_func
+        def main(A: T.Tensor((M,), "float32"), B: T.Tensor((M,), "float32"), rows: T.int32):
+            W = T.alloc_global((rows,), "float32")
+            with T.Kernel(T.ceildiv(rows, 32), threads=32) as bx:
+                for i in T.Parallel(32):
+                    if bx * 32 + i < rows:
+                        W[bx * 32 + i] = A[bx * 32 + i] * 2.0
+            with T.Kernel(T.ceildiv(rows, 32), threads=32) as bx:
+                for i in T.Parallel(32):
+                    if bx * 32 + i < rows:
+                        B[bx * 32 + i] = W[bx * 32 + i] + 1.0
+        return main
+
+    @T.prim_func
+    def main(A: T.Tensor((a_rows,), "float32"), B: T.Tensor((a_rows,), "float32")):
+        W = T.alloc_global((S,), "float32")  # sized by S
+        with T.Kernel(8, threads=32) as bx:
+            for i in T.Parallel(32):
+                W[bx * 32 + i] = A[bx * 32 + i] * 2.0
+        with T.Kernel(8, threads=32) as bx:
+            for i in T.Parallel(32):
+                B[bx * 32 + i] = W[bx * 32 + i] + 1.0
+    return main
+
+
+@pytest.mark.parametrize("how", ["nowhere", "inside"])
+def test_a_workspace_sized_by_a_symbol_unknown_at_launch_is_refused(how):
+    """The launcher allocates the workspace before the blocks run: a symbol that no tensor
+    extent nor scalar argument carries (S alone, or only inside 2 * S) cannot size it. It
+    was missing from the launch symbols: the description failed when loaded ('reads S,
+    which is not a shape symbol')."""
+    with pytest.raises(tilewright.errors.KernelError, match=r"the T.alloc_global workspace "
+                       r"'W' of shape \(S,\) .* S is neither the whole extent of a tensor "
+                       r"argument nor an integer scalar argument") as err:
+        tilewright.lower(scratch_sized_by(how), "cuda -arch=sm_80")
+    lines = open(__file__).read().splitlines()
+    assert err.value.location.line == 1 + next(n for n, text in enumerate(lines)
+                                               if text.endswith("# sized by S"))
+
+
+@pytest.mark.emulator
+def test_a_workspace_sized_by_a_scalar_argument(tmp_path):
+    lowered = tilewright.lower(scratch_sized_by("scalar"), "cuda -arch=sm_80")
+    launch = lowered.source.payload
+    assert launch["symbols"]["rows"] == [2]
+    assert launch["workspaces"] == [{"name": "W", "dtype": "float32", "bytes": "(rows * 4)"}]
+    CubinFunction(b"", launch)
+    a, b = torch.randn(50), torch.full((50,), float("nan"))
+    hostemu.run(lowered.source.text, launch, tmp_path, a, b, 37)
+    torch.testing.assert_close(b[:37], a[:37] * 2 + 1)
+    assert b[37:].isnan().all()
+
+
+def test_a_grid_over_a_symbol_unknown_at_launch_is_refused():
+    """One block, no workspace: its grid reads S, found only inside the extent 2 * S."""
+    S = T.dynamic("S")
+
+    @T.prim_func
+    def main(A: T.Tensor((2 * S,), "float32"), B: T.Tensor((2 * S,), "float32")):
+        with T.Kernel(T.ceildiv(S, 32), threads=32) as bx:
+            for i in T.Parallel(32):
+                if bx * 32 + i < S:
+                    B[bx * 32 + i] = A[bx * 32 + i]
+
+    with pytest.raises(tilewright.errors.KernelError, match=r"launches the kernel with the "
+                       r"symbol S, which is neither the whole extent"):
+        tilewright.lower(main, "cuda -arch=sm_80")

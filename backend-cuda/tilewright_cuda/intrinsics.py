@@ -64,6 +64,7 @@ TABLE = _table(
     Intrinsic("tw_cp_async_wait", COPY, (), "group", lands=True, completes=True),
     Intrinsic("tw_gemm_mma", MMA, _GEMM_ARGS, "gemm"),
     Intrinsic("tw_gemm_mma_rf", MMA, _GEMM_ARGS, "gemm"),
+    Intrinsic("tw_gemm_mma_rows", MMA, _GEMM_ARGS, "gemm"),
     Intrinsic("tw_gemm_mma_sp_rf", MMA, ("read", "read", "read", "readwrite"), "gemm"),
     Intrinsic("tw::store_pair", MMA, ("write", "", "")),
     Intrinsic("tw_gemm_wgmma", WGMMA, _GEMM_ARGS, "wgmma", in_flight=True),

@@ -5,6 +5,7 @@ without the rewrite its constant folding stops on each of these (``Cast(uint32, 
 with C's rules on the values."""
 
 import pytest
+import tvm
 import tvm_ffi
 from tilewright.transform import wrapping_int
 from tvm import sym, tirx
@@ -28,6 +29,23 @@ def _uint32(value):
     (lambda: tirx.LShift(tirx.Cast("uint8", x + 255), tirx.const(1, "uint8")), 254),
     (lambda: tirx.bitwise_not(tirx.Cast("uint8", x)), 255),
     (lambda: tirx.LT(u16, tirx.const(1, "uint16")), True),
+    # boundary values: each product or quotient leaves the type, made in 32 bits
+    (lambda: tirx.Cast("uint8", x + 255) * tirx.Cast("uint8", x + 255), 1),  # 0xFE01
+    (lambda: u16 - tirx.const(65535, "uint16"), 1),
+    (lambda: tirx.Cast("uint16", x + 65535) * tirx.Cast("uint16", x + 65535), 1),  # 0xFFFE0001
+    (lambda: tirx.Cast("uint16", x + 65535) * tirx.const(65535, "uint16"), 1),
+    (lambda: tirx.Cast("int16", x - 32768) * tirx.Cast("int16", x - 1), -32768),
+    (lambda: tirx.Cast("int16", x - 32768) * tirx.Cast("int16", x - 32768), 0),
+    (lambda: tirx.FloorDiv(tirx.Cast("int16", x - 32768), tirx.const(-1, "int16")), -32768),
+    (lambda: tirx.Cast("int8", x - 128) * tirx.Cast("int8", x - 128), 0),
+    (lambda: tirx.FloorDiv(tirx.Cast("int8", x - 128), tirx.const(-1, "int8")), -128),
+    (lambda: tirx.Cast("int8", x - 128) - tirx.const(1, "int8"), 127),
+    (lambda: tirx.bitwise_not(tirx.Cast("int16", x + 32767)), -32768),
+    # an int32 of any value converted in int32: the sign flip does not overflow
+    (lambda: tirx.Cast("int8", x + 2 ** 31 - 1), -1),
+    (lambda: tirx.Cast("int16", x - 2 ** 31), 0),
+    (lambda: tirx.Cast("uint8", x - 2 ** 31 + 129), 129),
+    (lambda: tirx.Cast("int8", tirx.Cast("uint16", x + 65535)), -1),
 ])
 def test_folds_to_the_wrapped_value(expr, want):
     at_zero = tvm_ffi.structural_map(wrapping_int.rewrite(expr()), (
@@ -36,8 +54,36 @@ def test_folds_to_the_wrapped_value(expr, want):
     assert _value(folded) == want, folded
 
 
+def _types(expr) -> set[str]:
+    found = set()
+    tvm_ffi.structural_walk(expr, (tvm.ir.Expr, lambda e: found.add(str(e.ty))))
+    return found
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int8", "uint16", "int16"])
+@pytest.mark.parametrize("op", [tirx.Add, tirx.Sub, tirx.Mul, tirx.FloorDiv, tirx.FloorMod,
+                                tirx.Min, tirx.Max, tirx.LT])
+def test_narrow_operations_are_made_in_32_bits(dtype, op):
+    """A GPU makes a 64-bit integer operation of several 32-bit instructions: an 8- or 16-bit
+    operation is made in int32, a uint16 product (up to 0xFFFE0001) in uint32."""
+    a, b = tirx.Var("a", dtype), tirx.Var("b", dtype)
+    types = _types(wrapping_int.rewrite(op(a, b)))
+    assert "int64" not in types, types
+    assert ("uint32" in types) == (op is tirx.Mul and dtype == "uint16"), types
+
+
+def test_uint32_products_and_shifts_stay_in_64_bits():
+    """A uint32 product and a left shift (its count may reach 63) need int64."""
+    a, b = tirx.Var("a", "uint32"), tirx.Var("b", "uint8")
+    assert "int64" in _types(wrapping_int.rewrite(a * a))
+    assert "int64" in _types(wrapping_int.rewrite(tirx.LShift(b, b)))
+    assert "int64" not in _types(wrapping_int.rewrite(tirx.Cast("int8", x)))
+    assert "int64" in _types(wrapping_int.rewrite(tirx.Cast("int8", tirx.Var("u", "uint32"))))
+
+
 OPS = {tirx.Add: lambda a, b: a + b, tirx.Sub: lambda a, b: a - b, tirx.Mul: lambda a, b: a * b,
        tirx.FloorDiv: lambda a, b: a // b, tirx.BitwiseAnd: lambda a, b: a & b,
+       tirx.BitwiseXor: lambda a, b: a ^ b,
        tirx.LShift: lambda a, b: a << b, tirx.RShift: lambda a, b: a >> b,
        tirx.LT: lambda a, b: a < b}
 

@@ -169,6 +169,38 @@ def mma_shape_misfit(call: TileOpCall, threads: int) -> str | None:
     return None
 
 
+PADDED_ROWS = range(2, 16)
+
+
+def mma_rows_misfit(call: TileOpCall, arch, threads: int) -> str | None:
+    """Why the gemm cannot take ``mma.sync`` with op(A)'s rows padded to the instruction's 16
+    (``tw_gemm_mma_rows``), or None. The rule: a tile of 2..15 rows (``PADDED_ROWS``: a decode
+    GEMV of a few tokens) whose N and K fit the instruction, C in shared memory, N split
+    evenly over the warps. One row (M = 1) keeps the thread gemm: the GEMV is bound by
+    reading B (one multiply-add per element of B loaded), the padded instruction would use
+    1/16 of its rows, and the thread gemm needs no zero fragments nor a warp-wide exchange;
+    from 2 rows on, the thread gemm loads each element of A and B from shared memory once per
+    multiply-add while mma.sync reuses a B fragment for every row. On sm_90a too: a wgmma
+    would pad to 64 rows per warpgroup."""
+    asked = mma_not_asked(call, arch)
+    if asked is not None:
+        return asked
+    a, c = call.operands["A"], call.operands["C"]
+    if layout.is_accumulator(c.buffer):
+        return "C is a register accumulator (the padded form keeps C in shared memory)"
+    cdims = non_unit(c)
+    m, n = const(c.extents[cdims[0]]), const(c.extents[cdims[1]])
+    k, ik, warps = dense_k(call), mma_form(call).k, threads // WARP
+    if call.name != "gemm" or m not in PADDED_ROWS:
+        return f"M = {m} is not a T.gemm tile of {PADDED_ROWS.start}..{PADDED_ROWS.stop - 1} rows"
+    if None in (n, k) or n % (8 * warps) or k % ik:
+        return f"tile N x K = {n} x {k} does not give each of {warps} warps whole 8-column " \
+               f"tiles and whole k{ik} steps"
+    if leading_dim(a) is None:
+        return "A is not a 2-D tile with a constant row length"
+    return None
+
+
 def mma_policy_error(call: TileOpCall, arch, threads: int) -> str | None:
     """Why a gemm that asks for tensor cores cannot have them, or None. A gemm asks for them
     when its dtypes have an mma.sync form (``MMA_FORMS``) and it reads shared memory or
@@ -187,7 +219,7 @@ def mma_policy_error(call: TileOpCall, arch, threads: int) -> str | None:
     if mma_not_asked(call, arch) is not None:
         return None
     misfit = mma_shape_misfit(call, threads)
-    if misfit is None:
+    if misfit is None or mma_rows_misfit(call, arch, threads) is None:
         return None
     a, c = call.operands["A"], call.operands["C"]
     m, n = (const(c.extents[d]) for d in non_unit(c))
@@ -195,9 +227,11 @@ def mma_policy_error(call: TileOpCall, arch, threads: int) -> str | None:
     what = (f"T.{call.name} of {a.buffer.dtype} into {c.buffer.dtype} accumulators on backend "
             f"'cuda' ({arch.name}) uses the tensor-core instruction {form.instruction}")
     if misfit.startswith("tile "):
+        padded = f" (a tile of {m} rows would take it padded to 16 rows, but its " \
+                 f"{mma_rows_misfit(call, arch, threads)})" if m in PADDED_ROWS else ""
         return (f"{what}, but its tile M x N x K = {m} x {n} x {k} is not a multiple of the "
-                f"instruction shape 16 x 8 x {form.k}: make block M a multiple of 16, K of "
-                f"{form.k} and block N a multiple of 8")
+                f"instruction shape 16 x 8 x {form.k}{padded}: make block M a multiple of 16, "
+                f"K of {form.k} and block N a multiple of 8")
     if "split evenly" not in misfit:
         return f"{what}, but {misfit}"
     tiles, warps = (m // 16) * (n // 8), threads // WARP

@@ -272,3 +272,34 @@ def py_expr(e, names=None, truncating: bool = True) -> str:
     if isinstance(e, tirx.Not):
         return f"(not {py(e.a)})"
     raise NotPython(type(e).__name__)
+
+
+# -- launch symbols ------------------------------------------------------------------------------
+
+
+def launch_symbols(params) -> dict:
+    """Where the launcher finds each symbol when the kernel is called, from the kernel's
+    parameters ``params``: a shape symbol that is a whole extent of a tensor parameter as
+    ``{name: [parameter, dimension]}``, an integer scalar parameter (a grid of
+    ``T.ceildiv(max_seqlen, 128)`` blocks) as ``{name: [parameter]}``. A symbol found only
+    inside an extent (``2 * M``) or nowhere is unknown at launch."""
+    found = {}
+    for index, p in enumerate(params):
+        if tirx.buffer.is_buffer_var(p):
+            for dim, extent in enumerate(p.shape):
+                if isinstance(extent, tirx.Var):
+                    found.setdefault(str(extent.name), [index, dim])
+        elif "int" in str(p.ty):
+            found.setdefault(str(p.name), [index])
+    return found
+
+
+def unknown_at_launch(exprs, params) -> list[str]:
+    """The names of the variables of ``exprs`` that :func:`launch_symbols` of ``params`` does
+    not find, in order of first use."""
+    known, missing = launch_symbols(params), []
+    for expr in exprs:
+        tvm_ffi.structural_walk(expr, (tirx.Var, lambda v: missing.append(str(v.name))
+                                       if str(v.name) not in known and
+                                       str(v.name) not in missing else None))
+    return missing

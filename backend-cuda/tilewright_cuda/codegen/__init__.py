@@ -20,7 +20,15 @@ from tvm.tirx.build import split_host_device_mods
 
 from .. import intrinsics, keys, options
 from . import source, wgmma
-from .launch import host_binds_inlined, launch_info, param_kinds, symbol_sources, workspaces
+from .launch import (
+    check_grid_known,
+    check_params_known,
+    host_binds_inlined,
+    launch_info,
+    param_kinds,
+    symbol_sources,
+    workspaces,
+)
 
 INCLUDE = Path(__file__).resolve().parents[1] / "include"
 HEADERS = {name: (INCLUDE / name).read_text() for name in
@@ -159,6 +167,7 @@ class Kernel:
             if key in func.attrs:
                 func = func.without_attr(key)
         self.func, self.sequence = func, sequence
+        check_grid_known(func, None if sequence is None else sequence["params"])
         self.target, dev_mod, (self.gvar, device_func) = device_kernel(gvar, func,
                                                                        tvm_target(chosen.arch))
         self.attrs = dev_mod.attrs
@@ -175,6 +184,7 @@ class Kernel:
         count = None if sequence is None else sequence["params"]
         self.entry = str(self.gvar.name_hint)
         self.params = param_kinds(func, device_func, count)
+        check_params_known(func, self.params, count)
         self.symbols = symbol_sources(func, count)
 
 

@@ -6,11 +6,18 @@ from __future__ import annotations
 
 import tvm
 import tvm_ffi
-from tilewright.errors import KernelError
+from tilewright.errors import KernelError, span_location
 from tvm import tirx
 
 from .. import keys
-from ..analysis.ir import NotPython, find_thread, substitute
+from ..analysis.ir import (
+    NotPython,
+    block_loops,
+    find_thread,
+    launch_symbols,
+    substitute,
+    unknown_at_launch,
+)
 from ..analysis.ir import py_expr as ir_py_expr
 
 
@@ -104,19 +111,34 @@ def param_kinds(func: tirx.PrimFunc, device_func, count: int | None = None) -> l
 
 
 def symbol_sources(func: tirx.PrimFunc, count: int | None = None) -> dict:
-    """Where each symbol a launch dimension may read is found at launch: a shape symbol as
-    ``{name: [kernel parameter, dimension]}``, an integer scalar parameter (a grid of
-    ``T.ceildiv(max_seqlen, 128)`` blocks) as ``{name: [kernel parameter]}``; of the first
-    ``count`` parameters (all by default)."""
-    found = {}
-    for index, p in enumerate(func.params[:count]):
-        if tirx.buffer.is_buffer_var(p):
-            for dim, extent in enumerate(p.shape):
-                if isinstance(extent, tirx.Var):
-                    found.setdefault(str(extent.name), [index, dim])
-        elif "int" in str(p.ty):
-            found.setdefault(str(p.name), [index])
-    return found
+    """Where each symbol a launch dimension may read is found at launch
+    (``analysis.ir.launch_symbols``) of the first ``count`` parameters (all by default)."""
+    return launch_symbols(func.params[:count])
+
+
+def check_grid_known(func: tirx.PrimFunc, count: int | None = None) -> None:
+    """Refuses, at the kernel's line, a grid that reads a symbol the launcher cannot find
+    (``analysis.ir.launch_symbols`` of the first ``count`` parameters)."""
+    _refuse_unknown(func, unknown_at_launch([loop.extent for loop in block_loops(func)[0]],
+                                            func.params[:count]))
+
+
+def check_params_known(func: tirx.PrimFunc, params: list[dict], count: int | None = None):
+    """Refuses, at the kernel's line, a symbol parameter of the device kernel (``params``,
+    from :func:`param_kinds`) that the launcher cannot find."""
+    known = launch_symbols(func.params[:count])
+    _refuse_unknown(func, [p["name"] for p in params
+                           if p["kind"] == "symbol" and p["name"] not in known])
+
+
+def _refuse_unknown(func: tirx.PrimFunc, missing: list[str]) -> None:
+    if missing:
+        raise KernelError(
+            f"the CUDA backend launches the kernel with the symbol "
+            f"{', '.join(dict.fromkeys(missing))}, which is neither the whole extent of a "
+            "tensor argument nor an integer scalar argument, so it is unknown when the kernel "
+            "is called: give a tensor argument that extent or pass the symbol as a scalar "
+            "argument", span_location(func.span))
 
 
 def workspaces(func: tirx.PrimFunc, count: int) -> list[dict]:

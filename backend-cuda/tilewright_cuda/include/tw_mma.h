@@ -342,3 +342,56 @@ __device__ __forceinline__ void tw_gemm_mma_sp_rf(const T* A, const void* E, con
   tw::warp_tile_sp<TM / 16, TN / 8, K, TRANS_B, LA, LB, LDE>(A, E, B, (warp / WN) * TM,
                                                              (warp % WN) * TN, acc);
 }
+
+// A gemm of MV = 2..15 rows (a decode GEMV of a few tokens) on mma.sync: op(A)'s rows padded
+// to the instruction's 16 with zeros in registers (the rows from MV on are never read), C a
+// row-major tile of MV rows in shared memory (leading dimension ldc; the padded rows are
+// neither read nor stored). The WARPS = THREADS / 32 warps split N: warp w owns the
+// N / WARPS columns at w * N / WARPS, NI = N / WARPS / 8 tiles of 16x8.
+template <int MV, int N, int K, bool TRANS_A, bool TRANS_B, int THREADS, class LA, class LB,
+          class T>
+__device__ __forceinline__ void tw_gemm_mma_rows(const T* A, const T* B,
+                                                 typename tw::mma_kind<T>::acc* C, int ldc) {
+  constexpr int WARPS = THREADS / 32, TN = N / WARPS, NI = TN / 8, E = 4 / sizeof(T);
+  constexpr int H = 16 / sizeof(T);
+  static_assert(1 < MV && MV < 16 && N % (8 * WARPS) == 0 && K % tw::mma_kind<T>::k == 0,
+                "2..15 rows, N a multiple of 8 columns per warp, K of the instruction's k");
+  const int lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+  const int n0 = (threadIdx.x / 32) * TN;
+  typename tw::mma_kind<T>::acc acc[NI * 4];
+#pragma unroll
+  for (int ni = 0; ni < NI; ++ni) {
+    auto* p = C + g * ldc + n0 + ni * 8 + t * 2;
+    acc[4 * ni] = g < MV ? p[0] : 0;
+    acc[4 * ni + 1] = g < MV ? p[1] : 0;
+    acc[4 * ni + 2] = g + 8 < MV ? p[8 * ldc] : 0;
+    acc[4 * ni + 3] = g + 8 < MV ? p[8 * ldc + 1] : 0;
+  }
+  auto at = [&](int i, int k) { return TRANS_A ? A[LA::at(k, i)] : A[LA::at(i, k)]; };
+#pragma unroll
+  for (int k0 = 0; k0 < K; k0 += tw::mma_kind<T>::k) {
+    unsigned a[4], b[NI][2];
+    const int k = k0 + t * E;
+    a[0] = g < MV ? tw::pack<T>([&](int e) { return at(g, k + e); }) : 0u;
+    a[1] = g + 8 < MV ? tw::pack<T>([&](int e) { return at(g + 8, k + e); }) : 0u;
+    a[2] = g < MV ? tw::pack<T>([&](int e) { return at(g, k + H + e); }) : 0u;
+    a[3] = g + 8 < MV ? tw::pack<T>([&](int e) { return at(g + 8, k + H + e); }) : 0u;
+#pragma unroll
+    for (int ni = 0; ni + 1 < NI; ni += 2) tw::load_b<2, TRANS_B, LB>(b[ni], B, k0, n0 + ni * 8);
+    if constexpr (NI % 2) tw::load_b<1, TRANS_B, LB>(b[NI - 1], B, k0, n0 + (NI - 1) * 8);
+#pragma unroll
+    for (int ni = 0; ni < NI; ++ni) tw::mma<T>(acc + ni * 4, a, b[ni]);
+  }
+#pragma unroll
+  for (int ni = 0; ni < NI; ++ni) {
+    auto* p = C + g * ldc + n0 + ni * 8 + t * 2;
+    if (g < MV) {
+      p[0] = acc[4 * ni];
+      p[1] = acc[4 * ni + 1];
+    }
+    if (g + 8 < MV) {
+      p[8 * ldc] = acc[4 * ni + 2];
+      p[8 * ldc + 1] = acc[4 * ni + 3];
+    }
+  }
+}

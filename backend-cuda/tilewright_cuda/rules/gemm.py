@@ -10,7 +10,10 @@ it does not fit; the first that fits lowers the gemm.
 2. ``ldmatrix`` + ``mma.sync`` over warp tiles (include/tw_mma.h; the form of the dtypes,
    ``gemm_fit.MMA_FORMS``: m16n8k16 for float16/bfloat16, m16n8k32 for int8 into int32 on
    sm_80+ and float8_e4m3fn/float8_e5m2 into float32 on sm_89+);
-3. C's elements spread over the threads, each dot product in a register.
+3. ``mma.sync`` with op(A)'s 2..15 rows padded to 16 by zero registers, C in shared memory
+   (``tw_gemm_mma_rows``; ``gemm_fit.mma_rows_misfit`` states the rule: a decode GEMV of a
+   few tokens; one row keeps the thread gemm);
+4. C's elements spread over the threads, each dot product in a register.
 
 A gemm that asks for tensor cores but cannot have them is an error (``mma_policy_error``).
 
@@ -131,6 +134,26 @@ def lower_gemm_mma(call: TileOpCall, ctx: RuleContext):
         return gemm
     zero = lower_fill(fill_call(c), ctx)
     return tirx.SeqStmt([zero, gemm] if in_registers else [zero, intrinsics.sync(), gemm])
+
+
+def lower_gemm_mma_rows(call: TileOpCall, ctx: RuleContext):
+    """One call of ``tw_gemm_mma_rows`` (include/tw_mma.h) by every thread of the block: the
+    warps split N; each pads A's rows to 16 with zero registers, loads B's fragments as
+    ``mma.sync`` does and reads and stores only C's rows."""
+    a, b, c = (call.operands[k] for k in ("A", "B", "C"))
+    cdims = non_unit(c)
+    m, n = const(c.extents[cdims[0]]), const(c.extents[cdims[1]])
+    _, threads = thread_var(ctx)
+    flags = ", ".join("true" if call.attrs[f] else "false" for f in ("transpose_A",
+                                                                     "transpose_B"))
+    layouts = ", ".join(_operand_layout(r) for r in (a, b))
+    name = (f"tw_gemm_mma_rows<{m}, {n}, {gemm_fit.dense_k(call)}, {flags}, {threads}, "
+            f"{layouts}>")
+    gemm = tirx.Evaluate(tirx.call_extern("int32", name, _ptr(a), _ptr(b), _ptr(c),
+                                          as_expr(gemm_fit.leading_dim(c))))
+    if not call.attrs["clear_accum"]:
+        return gemm
+    return tirx.SeqStmt([lower_fill(fill_call(c), ctx), intrinsics.sync(), gemm])
 
 
 def _ptr(region: Region):
@@ -262,4 +285,5 @@ def lower_gemm_sp_threads(call: TileOpCall, ctx: RuleContext):
 # (lowering, why it does not fit) of each variant, the preferred first
 VARIANTS = ((lower_gemm_wgmma, _wgmma_misfit),
             (lower_gemm_mma, gemm_fit.mma_misfit),
+            (lower_gemm_mma_rows, gemm_fit.mma_rows_misfit),
             (lower_gemm_threads, lambda call, arch, threads: None))

@@ -18,6 +18,7 @@ from tilewright.transform import prim_func_pass
 from tvm import tirx
 
 from .. import keys
+from ..analysis.ir import unknown_at_launch
 
 
 def _top_level(func: tirx.PrimFunc) -> list:
@@ -34,8 +35,11 @@ def _is_workspace(stmt) -> bool:
 
 def check_sequence():
     """Refuses, at its line, a statement between or around the blocks of a kernel sequence
-    that is neither a ``T.alloc_global`` nor a buffer declaration: the host runs nothing of
-    the kernel but its launches."""
+    that is neither a ``T.alloc_global`` nor a buffer declaration (the host runs nothing of
+    the kernel but its launches), and a ``T.alloc_global`` whose shape reads a symbol that the
+    launcher, which allocates it, cannot find when the kernel is called
+    (``analysis.ir.launch_symbols``: the whole extent of a tensor argument or an integer
+    scalar argument)."""
 
     def run(func):
         stmts = _top_level(func)
@@ -47,6 +51,16 @@ def check_sequence():
                                   "kernel one after another and runs nothing between them on "
                                   "the host; move this statement into a block",
                                   span_location(stmt.span))
+            missing = unknown_at_launch(stmt.buffer.shape, func.params) \
+                if _is_workspace(stmt) else []
+            if missing:
+                raise KernelError(
+                    f"the T.alloc_global workspace {stmt.buffer.name!r} of shape "
+                    f"{tuple(stmt.buffer.shape)} is allocated when the kernel is called, but "
+                    f"{', '.join(missing)} is neither the whole extent of a tensor argument nor "
+                    "an integer scalar argument, so its size is unknown then: give a tensor "
+                    "argument that extent or pass it as a scalar argument",
+                    span_location(stmt.span))
         return func
 
     return prim_func_pass("CUDACheckKernelSequence", run)
