@@ -288,6 +288,46 @@ def test_tiles_used_apart_in_one_iteration_share_bytes(tmp_path):
     torch.testing.assert_close(w, z.flip(2))
 
 
+def _split_store(rows: int = 32, cols: int = 64, split: int = 2):
+    """MLA backward's split store of a gemm accumulator: each half of its rows goes through a
+    half-height shared tile (``acc[i + s * half, j]`` under ``if i < half``)."""
+    half = rows // split
+
+    @T.prim_func
+    def main(A: T.Tensor((rows, 32), "float16"), B: T.Tensor((32, cols), "float16"),
+             C: T.Tensor((rows, cols), "float32")):
+        with T.Kernel(1, threads=128) as _:
+            A_shared = T.alloc_shared((rows, 32), "float16")
+            B_shared = T.alloc_shared((32, cols), "float16")
+            acc = T.alloc_fragment((rows, cols), "float32")
+            part = T.alloc_shared((half, cols), "float32")
+            T.copy(A, A_shared)
+            T.copy(B, B_shared)
+            T.gemm(A_shared, B_shared, acc, clear_accum=True)
+            for s in range(split):
+                for i, j in T.Parallel(rows, cols):
+                    if i < half:
+                        part[i, j] = acc[i + s * half, j]
+                for i, j in T.Parallel(half, cols):
+                    C[s * half + i, j] = part[i, j]
+    return main
+
+
+@pytest.mark.emulator
+def test_accumulator_read_at_shifted_rows_stays_in_registers(tmp_path):
+    """A nest that reads an mma accumulator at ``[i + c, j]`` runs over the registers each
+    thread holds (iteration ``(row - c, col)`` where it is in the nest): the accumulator
+    stays in registers, as sparse MLA backward's 64 KiB ``acc_dkv`` must to fit sm_90a."""
+    lowered = tilewright.lower(_split_store(), "cuda -arch=sm_90a")
+    assert "float acc_ptr[" in lowered.source.text  # registers
+    assert lowered.source.payload["dynamic_smem_bytes"] == 2048 + 4096 + 4096  # A, B, part
+    torch.manual_seed(0)
+    a, b = torch.randn(32, 32).half(), torch.randn(32, 64).half()
+    c = torch.full((32, 64), float("nan"))
+    hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, a, b, c)
+    torch.testing.assert_close(c, a.float() @ b.float(), atol=1e-3, rtol=1e-3)
+
+
 def test_pool_without_room_even_with_reuse_is_refused():
     """Both tiles are live at once: the refusal names each buffer's bytes and the pool's size
     with reuse."""
