@@ -14,7 +14,7 @@ from tvm import tirx
 from .. import intrinsics, keys, layout
 from ..analysis import lifetimes
 from ..analysis.accesses import shared
-from ..analysis.ir import buffers_in, find_thread, flat, map_roles, role_loops
+from ..analysis.ir import buffers_in, find_thread, map_roles, role_loops
 
 SMEM_ALIGN = 128
 
