@@ -121,5 +121,8 @@ def test_pipelined_tiles_live_over_their_loop_and_in_flight_copies_to_the_full_w
     ranges = lifetimes.live_ranges(outer, [tile, c], tx, versions={"tile": 2})
     assert ranges[tile] == (0, 7)  # prologue, the whole pipelined loop, the full wait
     assert ranges[c] == (9, 11)
+    # without a prologue the refill is the first touch: still live over its own loop
+    alone = lifetimes.live_ranges(pipelined, [tile], tx, versions={"tile": 2})
+    assert alone[tile] == (0, 4)
     # not known as pipelined, the tile (written at the loop variable's version) is carried
     assert lifetimes.live_ranges(outer, [tile, c], tx)[tile] == (0, 11)

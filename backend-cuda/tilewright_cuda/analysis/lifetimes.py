@@ -16,12 +16,16 @@ next later position that waits for all such operations (``Intrinsic.completes``,
 group left pending) and runs whenever that position does (in its loop body or around it;
 with none, to the end), so no reuse starts while one may still read or write it. A buffer
 that lives in part of a loop's body lives over the whole loop (every iteration) unless it is
-*renewed* each iteration: it is touched only inside the loop, every position touching it sits
-in the same branch of the body, no operation in flight touches it there, and its writes come
-before its reads and write the same elements in every iteration (their indices and guards use
-nothing the loop changes: not its variable, nor a loop or a value bound inside it, except a
-loop inside the writing statement itself). Then a value it holds never passes from one
-iteration to the next, and another buffer may use its bytes in the rest of the body. An
+*renewed* each iteration: it is touched only inside the loop, the first position touching it
+writes it, every position touching it sits in the same loops and branches of the body, and its
+writes come before its reads and write the same elements in every iteration (their indices and
+guards use nothing the loop changes: not its variable, nor a loop or a value bound inside it,
+except a loop inside the writing statement itself); or it is a pipelined tile
+(``keys.VERSIONS``) whose first position in the loop (the pipeline's prologue, which fills the
+versions before they are read) runs whenever any other of its positions does and whose
+versions are not picked by the loop's variable (its own loop). Then a value it
+holds never passes from one iteration to the next, and another buffer may use its bytes in the
+rest of the body (in its own loop a pipelined tile's stages are live together). An
 mbarrier (initialised by ``tw_mbar_init``) lives throughout: PTX wants ``mbarrier.inval``
 before its bytes serve as anything else."""
 
@@ -224,6 +228,17 @@ def _steady(stmt, buf, varying: set) -> bool:
     return visit(stmt, set())
 
 
+def _versions_by(stmt, buf, var) -> bool:
+    """Whether ``stmt`` picks a version of the pipelined tile ``buf`` by ``var``."""
+    found = []
+    tvm_ffi.structural_walk(stmt, [
+        (tvm.ir.TensorLoad, lambda e: found.append(e.indices[0]) if e.source.same_as(buf)
+         else None),
+        (tirx.BufferStore, lambda st: found.append(st.indices[0]) if st.buffer.same_as(buf)
+         else None)])
+    return any(uses(ix, var) for ix in found)
+
+
 def _renewed(prog: Program, loop: Loop, buf, touches: list, reads: list, writes: list,
              versioned: bool) -> bool:
     """Whether ``buf``, touched at positions ``touches`` (all in ``loop``), is renewed each
@@ -231,7 +246,8 @@ def _renewed(prog: Program, loop: Loop, buf, touches: list, reads: list, writes:
     if not writes or writes[0] != touches[0]:
         return False
     if versioned:  # its pipeline fills each version before reading it
-        return all(prog.runs_with(p, touches[0]) for p in touches)
+        return all(prog.runs_with(p, touches[0]) for p in touches) and not any(
+            _versions_by(seq(prog.positions[p]), buf, loop.stmt.loop_var) for p in touches)
     context = prog.contexts[touches[0]]
     if any(len(prog.contexts[p]) != len(context) or
            not all(x[0] == y[0] and x[1].same_as(y[1]) for x, y in zip(prog.contexts[p], context))
