@@ -328,6 +328,42 @@ def test_accumulator_read_at_shifted_rows_stays_in_registers(tmp_path):
     torch.testing.assert_close(c, a.float() @ b.float(), atol=1e-3, rtol=1e-3)
 
 
+def _persistent_gemm(M=256, N=512, K=128, bm=128, bn=256, bk=64, stages=3, blocks=1):
+    """TileLang's gemm/example_gemm_persistent.py: each block runs tiles of a T.Persistent
+    loop, a cp.async pipeline over K then an epilogue through ``C_shared``."""
+    @T.prim_func
+    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"),
+             C: T.Tensor((M, N), "float16")):
+        with T.Kernel(blocks, threads=256) as block_id:
+            A_shared = T.alloc_shared((bm, bk), "float16")
+            B_shared = T.alloc_shared((bk, bn), "float16")
+            C_local = T.alloc_fragment((bm, bn), "float32")
+            C_shared = T.alloc_shared((bm, bn), "float16")
+            for bx, by in T.Persistent([T.ceildiv(M, bm), T.ceildiv(N, bn)], blocks, block_id):
+                T.clear(C_local)
+                for k in T.Pipelined(T.ceildiv(K, bk), num_stages=stages):
+                    T.copy(A[bx * bm, k * bk], A_shared)
+                    T.copy(B[k * bk, by * bn], B_shared)
+                    T.gemm(A_shared, B_shared, C_local)
+                T.copy(C_local, C_shared)
+                T.copy(C_shared, C[bx * bm, by * bn])
+    return main
+
+
+@pytest.mark.emulator
+def test_persistent_gemm_epilogue_takes_the_pipeline_bytes_on_sm80(tmp_path):
+    """On sm_80 the A/B stages (144 KiB) and ``C_shared`` (64 KiB) exceed 166912 bytes; each
+    tile's A/B pipeline is renewed per tile, so ``C_shared`` takes their bytes after the K loop,
+    with a barrier before the next tile's prologue (one block runs all four tiles here)."""
+    lowered = tilewright.lower(_persistent_gemm(), "cuda -arch=sm_80")
+    assert lowered.source.payload["dynamic_smem_bytes"] == 147456
+    torch.manual_seed(0)
+    a, b = torch.randn(256, 128).half(), torch.randn(128, 512).half()
+    c = torch.full((256, 512), float("nan")).half()
+    hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, a, b, c)
+    torch.testing.assert_close(c.float(), a.float() @ b.float(), atol=2e-2, rtol=2e-2)
+
+
 def test_pool_without_room_even_with_reuse_is_refused():
     """Both tiles are live at once: the refusal names each buffer's bytes and the pool's size
     with reuse."""
