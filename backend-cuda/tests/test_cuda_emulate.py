@@ -205,11 +205,13 @@ def _mla_decode(heads=64, dim=512, pe_dim=64, block_N=64, seqlen=128, threads=25
 
 @pytest.mark.emulator
 def test_mla_decode_wide_accumulator_in_registers(tmp_path):
-    """``acc_o`` (128 KiB) lives in registers (128 a thread) and ``O_shared`` reuses the bytes
-    of a tile dead after the loop: 369920 bytes of shared memory were refused on sm_90a."""
+    """``acc_o`` (128 KiB) lives in registers (128 a thread), ``O_shared`` reuses the bytes
+    of a tile dead after the loop and, inside the loop, ``S_shared`` those of ``K_pe_shared``
+    (renewed each iteration, read before the scores are written): 369920 bytes of shared
+    memory were refused on sm_90a, 164864 fit sm_80's 166912 (173312 did not)."""
     lowered = tilewright.lower(_mla_decode(), "cuda -arch=sm_90a")
     assert "float acc_o_ptr[" in lowered.source.text  # registers
-    assert lowered.source.payload["dynamic_smem_bytes"] == 173312
+    assert lowered.source.payload["dynamic_smem_bytes"] == 164864
     torch.manual_seed(0)
     q, q_pe = torch.randn(64, 512).half(), torch.randn(64, 64).half()
     kv, k_pe = torch.randn(128, 512).half(), torch.randn(128, 64).half()
@@ -249,6 +251,117 @@ def test_shared_tiles_of_two_phases_share_bytes(tmp_path):
     hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, x, z, y, w)
     torch.testing.assert_close(y, x.flip(0) * 2)
     torch.testing.assert_close(w, z.flip(1))
+
+
+def _two_tiles_per_iteration(cols: int = 240, steps: int = 2):
+    """Each iteration of a serial loop uses a 120 KiB tile, then another: together they
+    exceed sm_90a's 232448 bytes; each is written whole before it is read in the iteration
+    (threads read other threads' elements)."""
+    @T.prim_func
+    def main(X: T.Tensor((steps, 128, cols), "float32"), Z: T.Tensor((steps, 128, cols), "float32"),
+             Y: T.Tensor((steps, 128, cols), "float32"),
+             W: T.Tensor((steps, 128, cols), "float32")):
+        with T.Kernel(1, threads=128) as _:
+            A = T.alloc_shared((128, cols), "float32")
+            B = T.alloc_shared((128, cols), "float32")
+            for k in T.serial(steps):
+                T.copy(X[k, :, :], A)
+                for i, j in T.Parallel(128, cols):
+                    Y[k, i, j] = A[127 - i, j] * 2.0
+                T.copy(Z[k, :, :], B)
+                for i, j in T.Parallel(128, cols):
+                    W[k, i, j] = B[i, cols - 1 - j]
+    return main
+
+
+@pytest.mark.emulator
+def test_tiles_used_apart_in_one_iteration_share_bytes(tmp_path):
+    """``B`` takes ``A``'s bytes inside the loop body: a barrier before ``B``'s copy (every
+    thread done reading ``A``) and one before ``A``'s copy in the next iteration (done reading
+    ``B``). Whole loops as one lifetime unit refused it (245760 bytes)."""
+    lowered = tilewright.lower(_two_tiles_per_iteration(), "cuda -arch=sm_90a")
+    assert lowered.source.payload["dynamic_smem_bytes"] == 122880
+    x, z = torch.randn(2, 128, 240), torch.randn(2, 128, 240)
+    y, w = torch.full((2, 128, 240), float("nan")), torch.full((2, 128, 240), float("nan"))
+    hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, x, z, y, w)
+    torch.testing.assert_close(y, x.flip(1) * 2)
+    torch.testing.assert_close(w, z.flip(2))
+
+
+def _split_store(rows: int = 32, cols: int = 64, split: int = 2):
+    """MLA backward's split store of a gemm accumulator: each half of its rows goes through a
+    half-height shared tile (``acc[i + s * half, j]`` under ``if i < half``)."""
+    half = rows // split
+
+    @T.prim_func
+    def main(A: T.Tensor((rows, 32), "float16"), B: T.Tensor((32, cols), "float16"),
+             C: T.Tensor((rows, cols), "float32")):
+        with T.Kernel(1, threads=128) as _:
+            A_shared = T.alloc_shared((rows, 32), "float16")
+            B_shared = T.alloc_shared((32, cols), "float16")
+            acc = T.alloc_fragment((rows, cols), "float32")
+            part = T.alloc_shared((half, cols), "float32")
+            T.copy(A, A_shared)
+            T.copy(B, B_shared)
+            T.gemm(A_shared, B_shared, acc, clear_accum=True)
+            for s in range(split):
+                for i, j in T.Parallel(rows, cols):
+                    if i < half:
+                        part[i, j] = acc[i + s * half, j]
+                for i, j in T.Parallel(half, cols):
+                    C[s * half + i, j] = part[i, j]
+    return main
+
+
+@pytest.mark.emulator
+def test_accumulator_read_at_shifted_rows_stays_in_registers(tmp_path):
+    """A nest that reads an mma accumulator at ``[i + c, j]`` runs over the registers each
+    thread holds (iteration ``(row - c, col)`` where it is in the nest): the accumulator
+    stays in registers, as sparse MLA backward's 64 KiB ``acc_dkv`` must to fit sm_90a."""
+    lowered = tilewright.lower(_split_store(), "cuda -arch=sm_90a")
+    assert "float acc_ptr[" in lowered.source.text  # registers
+    assert lowered.source.payload["dynamic_smem_bytes"] == 2048 + 4096 + 4096  # A, B, part
+    torch.manual_seed(0)
+    a, b = torch.randn(32, 32).half(), torch.randn(32, 64).half()
+    c = torch.full((32, 64), float("nan"))
+    hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, a, b, c)
+    torch.testing.assert_close(c, a.float() @ b.float(), atol=1e-3, rtol=1e-3)
+
+
+def _persistent_gemm(M=256, N=512, K=128, bm=128, bn=256, bk=64, stages=3, blocks=1):
+    """TileLang's gemm/example_gemm_persistent.py: each block runs tiles of a T.Persistent
+    loop, a cp.async pipeline over K then an epilogue through ``C_shared``."""
+    @T.prim_func
+    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"),
+             C: T.Tensor((M, N), "float16")):
+        with T.Kernel(blocks, threads=256) as block_id:
+            A_shared = T.alloc_shared((bm, bk), "float16")
+            B_shared = T.alloc_shared((bk, bn), "float16")
+            C_local = T.alloc_fragment((bm, bn), "float32")
+            C_shared = T.alloc_shared((bm, bn), "float16")
+            for bx, by in T.Persistent([T.ceildiv(M, bm), T.ceildiv(N, bn)], blocks, block_id):
+                T.clear(C_local)
+                for k in T.Pipelined(T.ceildiv(K, bk), num_stages=stages):
+                    T.copy(A[bx * bm, k * bk], A_shared)
+                    T.copy(B[k * bk, by * bn], B_shared)
+                    T.gemm(A_shared, B_shared, C_local)
+                T.copy(C_local, C_shared)
+                T.copy(C_shared, C[bx * bm, by * bn])
+    return main
+
+
+@pytest.mark.emulator
+def test_persistent_gemm_epilogue_takes_the_pipeline_bytes_on_sm80(tmp_path):
+    """On sm_80 the A/B stages (144 KiB) and ``C_shared`` (64 KiB) exceed 166912 bytes; each
+    tile's A/B pipeline is renewed per tile, so ``C_shared`` takes their bytes after the K loop,
+    with a barrier before the next tile's prologue (one block runs all four tiles here)."""
+    lowered = tilewright.lower(_persistent_gemm(), "cuda -arch=sm_80")
+    assert lowered.source.payload["dynamic_smem_bytes"] == 147456
+    torch.manual_seed(0)
+    a, b = torch.randn(256, 128).half(), torch.randn(128, 512).half()
+    c = torch.full((256, 512), float("nan")).half()
+    hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, a, b, c)
+    torch.testing.assert_close(c.float(), a.float() @ b.float(), atol=2e-2, rtol=2e-2)
 
 
 def test_pool_without_room_even_with_reuse_is_refused():

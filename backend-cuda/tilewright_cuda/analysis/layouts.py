@@ -13,7 +13,7 @@ from tvm import tirx
 from .. import layout
 from ..keys import WARP, WARPGROUP
 from . import gemm_fit
-from .ir import accessed, const, full, parallel_nests, role_loops
+from .ir import accessed, buffers_in, const, full, parallel_nests, role_loops, uses
 
 FRAGMENT = "local.fragment"
 
@@ -51,24 +51,78 @@ def _operands(func, buffers):
             yield call, op, region
 
 
+def row_shift(index, var):
+    """``c`` when ``index`` is ``var + c`` (either order) with ``c`` free of ``var``; a zero
+    when it is ``var``; else None."""
+    if isinstance(index, tirx.Var) and index.same_as(var):
+        return tirx.const(0, "int32")
+    if isinstance(index, tirx.Add):
+        for v, c in ((index.a, index.b), (index.b, index.a)):
+            if isinstance(v, tirx.Var) and v.same_as(var) and not uses(c, var):
+                return c
+    return None
+
+
+def _chooses(value) -> bool:
+    """Whether ``value`` picks between values (``T.if_then_else``, a select)."""
+    found = []
+    tvm_ffi.structural_walk(value, [
+        (tirx.Select, found.append),
+        (tvm.ir.Call, lambda c: found.append(c) if isinstance(c.op, tvm.ir.Op) and
+         c.op.name == "tirx.if_then_else" else None)])
+    return bool(found)
+
+
+def shifted_read(body, buf, loops) -> bool:
+    """Whether the innermost ``body`` of a 2-D ``T.Parallel`` nest over ``loops`` is one store
+    (alone or under an ``if`` without ``else``) whose value reads ``buf`` unconditionally at
+    ``[i + c, j]``, ``c`` free of the nest's variables: MLA backward's
+    ``acc_dkv_shared[bi, d] = acc_dkv[bi + s * 16, d]`` under ``if bi < 16``. An iteration whose
+    row ``i + c`` is outside ``buf`` then does nothing (or reads outside it, which no program
+    does), so the nest may run over the elements ``buf`` holds instead."""
+    store = body
+    if isinstance(store, tirx.IfThenElse) and store.else_case is None:
+        if any(b.same_as(buf) for b in buffers_in(store.condition)):
+            return False
+        store = store.then_case
+    if not isinstance(store, tirx.BufferStore) or store.buffer.same_as(buf) or \
+            _chooses(store.value):
+        return False
+    reads = []
+    tvm_ffi.structural_walk(store.value, (tvm.ir.TensorLoad, lambda e: reads.append(e)
+                                          if e.source.same_as(buf) else None))
+    if len(reads) != 1 or len(reads[0].indices) != 2:
+        return False
+    row, col = reads[0].indices
+    shift = row_shift(row, loops[0].loop_var)
+    return shift is not None and not uses(shift, loops[1].loop_var) and \
+        isinstance(col, tirx.Var) and col.same_as(loops[1].loop_var)
+
+
 def elementwise_uses(func, frags) -> dict:
     """Per fragment, (accesses inside ``T.Parallel`` nests that index it exactly by the nest's
-    two loop variables over its whole shape, any other access inside a nest)."""
+    two loop variables over its whole shape, or read it shifted along rows as
+    :func:`shifted_read` allows where it is the only such fragment the nest touches; any other
+    access inside a nest)."""
     good, bad = {f: 0 for f in frags}, {f: 0 for f in frags}
-    for loops, _ in parallel_nests(func.body):
+    for loops, inner in parallel_nests(func.body):
         nest = loops[0]
+        touched = [f for f in frags if any(f.same_as(b) for b in buffers_in(inner))]
 
-        def visit(node, loops=loops):
+        def visit(node, loops=loops, inner=inner, touched=touched):
             buf = accessed(node)
             if buf not in good:
                 return
             shape = [int(e.value) if isinstance(e, tirx.IntImm) else None for e in buf.shape]
-            ok = len(loops) == 2 and len(node.indices) == 2 and all(
-                isinstance(i, tirx.Var) and i.same_as(loop.loop_var) and
+            whole = len(loops) == 2 and len(node.indices) == 2 and all(
                 isinstance(loop.extent, tirx.IntImm) and int(loop.extent.value) == extent and
                 isinstance(loop.min, tirx.IntImm) and int(loop.min.value) == 0
-                for i, loop, extent in zip(node.indices, loops, shape))
-            (good if ok else bad)[buf] += 1
+                for loop, extent in zip(loops, shape))
+            exact = whole and all(isinstance(i, tirx.Var) and i.same_as(loop.loop_var)
+                                  for i, loop in zip(node.indices, loops))
+            shifted = whole and not exact and len(touched) == 1 and \
+                shifted_read(inner, buf, loops)
+            (good if exact or shifted else bad)[buf] += 1
 
         tvm_ffi.structural_walk(nest, [(tvm.ir.TensorLoad, visit), (tirx.BufferStore, visit)])
     return {f: (good[f], bad[f]) for f in frags}

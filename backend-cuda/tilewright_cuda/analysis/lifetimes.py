@@ -1,56 +1,148 @@
 """Lifetimes of the shared buffers of a block's program, for sharing bytes of the pool between
 buffers that are never live at once (``transforms.memory``).
 
-The units of the program are the statements of the thread loop's body, in order; a loop
-(pipelined or not, all its iterations and pipeline versions) and a branch are each one unit,
-and so is everything from the first ``T.ws`` role to the last (roles run concurrently, with
-no block barrier between them). A buffer lives from the first unit that
-touches it (a load, a store, its address) to the last. A buffer touched in a unit that starts
-an operation still running when the call returns (``Intrinsic.in_flight``: cp.async, TMA,
-wgmma) lives on to the next later unit that waits for such operations
-(``Intrinsic.completes``; with none, to the end), so no reuse starts while one may still
-read or write it. An
+The program is a sequence of *positions* in the order the block runs them: the statements
+of the thread loop's body, and inside each counted loop and branch that every thread of the
+block runs alike (bounds and condition free of the thread index; not a ``T.Parallel`` nest
+spread over the threads) the statements of its body, recursively. Everything from the first
+``T.ws`` role to the last is one position (roles run concurrently, with no block barrier
+between them), and so is any other statement (a spread loop, a ``while`` loop, a branch on
+the thread index).
+
+A buffer lives from the first position that touches it (a load, a store, its address) to
+the last, widened as follows. One touched at a position that starts an operation still
+running when the call returns (``Intrinsic.in_flight``: cp.async, TMA, wgmma) lives on to the
+next later position that waits for all such operations (``Intrinsic.completes``, with no
+group left pending) and runs whenever that position does (in its loop body or around it;
+with none, to the end), so no reuse starts while one may still read or write it. A buffer
+that lives in part of a loop's body lives over the whole loop (every iteration) unless it is
+*renewed* each iteration: it is touched only inside the loop, the first position touching it
+writes it, every position touching it sits in the same loops and branches of the body, and its
+writes come before its reads and write the same elements in every iteration (their indices and
+guards use nothing the loop changes: not its variable, nor a loop or a value bound inside it,
+except a loop inside the writing statement itself); or it is a pipelined tile
+(``keys.VERSIONS``) whose first position in the loop (the pipeline's prologue, which fills the
+versions before they are read) runs whenever any other of its positions does and whose
+versions are not picked by the loop's variable (its own loop). Then a value it
+holds never passes from one iteration to the next, and another buffer may use its bytes in the
+rest of the body (in its own loop a pipelined tile's stages are live together). An
 mbarrier (initialised by ``tw_mbar_init``) lives throughout: PTX wants ``mbarrier.inval``
 before its bytes serve as anything else."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import tvm
 import tvm_ffi
 from tvm import tirx
 
-from .. import intrinsics
-from .ir import buffers_in, flat, is_role, seq
+from .. import intrinsics, keys
+from .accesses import Access
+from .ir import buffers_in, flat, is_parallel, is_role, seq, uses
 
 
-def units(thread_body) -> list:
-    """The units of the program in order (the module docstring), allocations left out; each
-    a list of statements."""
-    stmts = [s for s in flat([thread_body]) if not isinstance(s, (tirx.AllocBuffer,
-                                                                   tirx.DeclBuffer))]
-    roles = [i for i, s in enumerate(stmts) if is_role(s)]
-    if not roles:
-        return [[s] for s in stmts]
-    lo, hi = roles[0], roles[-1]
-    return [[s] for s in stmts[:lo]] + [stmts[lo:hi + 1]] + [[s] for s in stmts[hi + 1:]]
+@dataclass(frozen=True)
+class Loop:
+    """A loop whose body the positions enter: positions ``first`` to ``last`` (inclusive)."""
+
+    first: int
+    last: int
+    stmt: tirx.For
 
 
-def _in_flight(stmt, buffers) -> tuple[bool, list]:
-    """Whether ``stmt`` waits for operations in flight, and the buffers the operations it
-    starts name (all it touches when one names none of them)."""
-    calls = []
-    tvm_ffi.structural_walk(stmt, (tvm.ir.Call, lambda c: calls.append(c)
-                                   if intrinsics.extern_name(c) is not None else None))
-    completes, named = False, []
-    for call in calls:
-        entry = intrinsics.lookup(intrinsics.extern_name(call))
-        if entry is None:
-            continue
-        completes = completes or entry.completes
-        if entry.in_flight:
+@dataclass(frozen=True)
+class Program:
+    """The positions of a block's program (each a list of statements), per position the
+    entered loops and branches around it (outermost first, each ``(kind, statement)``), and
+    the entered loops."""
+
+    positions: list
+    contexts: list
+    loops: list
+
+    def runs_with(self, inner: int, outer: int) -> bool:
+        """Whether position ``outer`` runs whenever position ``inner``'s loop iteration or
+        branch does: its context is a prefix of ``inner``'s."""
+        a, b = self.contexts[inner], self.contexts[outer]
+        return len(b) <= len(a) and all(x[1].same_as(y[1]) for x, y in zip(a, b))
+
+
+def _entered(stmt, thread) -> bool:
+    if thread is None:
+        return False
+    if isinstance(stmt, tirx.For):
+        return stmt.kind != tirx.ForKind.THREAD_BINDING and not is_role(stmt) and \
+            not is_parallel(stmt) and keys.SPREAD not in stmt.annotations and \
+            keys.OWN_ELEMENTS not in stmt.annotations and \
+            not (uses(stmt.min, thread) or uses(stmt.extent, thread))
+    if isinstance(stmt, tirx.IfThenElse):
+        return not uses(stmt.condition, thread)
+    return False
+
+
+def program(thread_body, thread=None) -> Program:
+    """The positions of ``thread_body`` (the module docstring), allocations left out;
+    ``thread`` is the block's thread index (without it, no loop or branch is entered)."""
+    positions, contexts, loops = [], [], []
+
+    def walk(stmts, context):
+        stmts = [s for s in flat(stmts) if not isinstance(s, (tirx.AllocBuffer,
+                                                               tirx.DeclBuffer))]
+        roles = [i for i, s in enumerate(stmts) if is_role(s)]
+        groups = [[s] for s in stmts]
+        if roles:
+            lo, hi = roles[0], roles[-1]
+            groups = groups[:lo] + [stmts[lo:hi + 1]] + groups[hi + 1:]
+        for group in groups:
+            stmt = group[0]
+            if len(group) > 1 or not _entered(stmt, thread):
+                positions.append(group)
+                contexts.append(context)
+            elif isinstance(stmt, tirx.For):
+                first = len(positions)
+                walk([stmt.body], (*context, ("loop", stmt)))
+                if len(positions) == first:  # an empty body is still a statement
+                    positions.append(group)
+                    contexts.append(context)
+                loops.append(Loop(first, len(positions) - 1, stmt))
+            else:
+                walk([stmt.then_case], (*context, ("then", stmt)))
+                if stmt.else_case is not None:
+                    walk([stmt.else_case], (*context, ("else", stmt)))
+
+    walk([thread_body], ())
+    return Program(positions, contexts, loops)
+
+
+def _waits_all(stmt) -> bool:
+    """Whether ``stmt`` waits until no cp.async group, wgmma or TMA operation is pending."""
+    found = []
+
+    def visit(call):
+        name = intrinsics.extern_name(call)
+        entry = intrinsics.lookup(name) if name is not None else None
+        if entry is not None and entry.completes:
+            pending = name.split("<", 1)[1].rstrip(">").strip() if "<" in name else "0"
+            found.append(pending == "0")
+
+    tvm_ffi.structural_walk(stmt, (tvm.ir.Call, visit))
+    return any(found)
+
+
+def _in_flight(stmt, buffers) -> list:
+    """The buffers the operations in flight that ``stmt`` starts name (all it touches when
+    one names none of them)."""
+    named = []
+
+    def visit(call):
+        entry = intrinsics.lookup(intrinsics.extern_name(call) or "")
+        if entry is not None and entry.in_flight:
             touched = _touched(tirx.Evaluate(call), buffers)
-            named += touched if touched else _touched(stmt, buffers)
-    return completes, named
+            named.extend(touched if touched else _touched(stmt, buffers))
+
+    tvm_ffi.structural_walk(stmt, (tvm.ir.Call, visit))
+    return named
 
 
 def _touched(stmt, buffers) -> list:
@@ -73,33 +165,171 @@ def _mbarriers(body, buffers) -> list:
     return [b for c in inits for b in _touched(tirx.Evaluate(c), buffers)]
 
 
-def live_ranges(thread_body, buffers) -> dict:
-    """Per buffer of ``buffers``, the ``(first, last)`` units it lives over (inclusive); a
-    buffer no unit touches, or an mbarrier, lives over every unit."""
-    program = units(thread_body)
-    end = max(len(program) - 1, 0)
-    first, last, pending = {}, {}, {}
+def _has(entries, buf) -> bool:
+    return any(b.same_as(buf) for b, _ in entries)
+
+
+def _bound(node) -> set:
+    """The variables ``node`` binds (loops, lets), by hash."""
+    out = set()
+
+    def visit(s):
+        if isinstance(s, tirx.For):
+            out.add(hash(s.loop_var))
+        elif isinstance(s, (tirx.LetStmt, tirx.Bind)):
+            out.add(hash(s.var))
+
+    tvm_ffi.structural_walk(node, [(tirx.For, visit), (tirx.LetStmt, visit),
+                                   (tirx.Bind, visit)])
+    return out
+
+
+def _steady(stmt, buf, varying: set) -> bool:
+    """Whether every access of ``buf`` in ``stmt`` has indices, and every branch around one
+    a condition, that use none of ``varying`` except variables ``stmt`` binds from values
+    that use none either (its own loops over fixed bounds)."""
+
+    def free(node, env) -> bool:
+        found = []
+        tvm_ffi.structural_walk(node, (tirx.Var, lambda v: found.append(hash(v))))
+        return all(h not in varying or h in env for h in found)
+
+    def leaf(node, env) -> bool:
+        hits = []
+        tvm_ffi.structural_walk(node, [
+            (tvm.ir.TensorLoad, lambda e: hits.append(e.indices) if e.source.same_as(buf)
+             else None),
+            (tirx.BufferStore, lambda s: hits.append(s.indices) if s.buffer.same_as(buf)
+             else None)])
+        return all(free(x, env) for ix in hits for x in ix)
+
+    def visit(node, env) -> bool:
+        if not any(b.same_as(buf) for b in buffers_in(node)):
+            return True
+        if isinstance(node, tirx.SeqStmt):
+            for s in node.seq:
+                if not visit(s, env):
+                    return False
+                if isinstance(s, tirx.Bind) and free(s.value, env):
+                    env = env | {hash(s.var)}
+            return True
+        if isinstance(node, tirx.For):
+            fixed = free(node.min, env) and free(node.extent, env)
+            inner = env | {hash(node.loop_var)} if fixed else env
+            return visit(node.body, inner)
+        if isinstance(node, tirx.IfThenElse):
+            return free(node.condition, env) and visit(node.then_case, env) and (
+                node.else_case is None or visit(node.else_case, env))
+        if isinstance(node, tirx.LetStmt):
+            inner = env | {hash(node.var)} if free(node.value, env) else env
+            return leaf(node.value, env) and visit(node.body, inner)
+        return leaf(node, env)
+
+    return visit(stmt, set())
+
+
+def _versions_by(stmt, buf, var) -> bool:
+    """Whether ``stmt`` picks a version of the pipelined tile ``buf`` by ``var``."""
+    found = []
+    tvm_ffi.structural_walk(stmt, [
+        (tvm.ir.TensorLoad, lambda e: found.append(e.indices[0]) if e.source.same_as(buf)
+         else None),
+        (tirx.BufferStore, lambda st: found.append(st.indices[0]) if st.buffer.same_as(buf)
+         else None)])
+    return any(uses(ix, var) for ix in found)
+
+
+def _renewed(prog: Program, loop: Loop, buf, touches: list, reads: list, writes: list,
+             versioned: bool) -> bool:
+    """Whether ``buf``, touched at positions ``touches`` (all in ``loop``), is renewed each
+    iteration of ``loop`` (the module docstring)."""
+    if not writes or writes[0] != touches[0]:
+        return False
+    if versioned:  # its pipeline fills each version before reading it
+        return all(prog.runs_with(p, touches[0]) for p in touches) and not any(
+            _versions_by(seq(prog.positions[p]), buf, loop.stmt.loop_var) for p in touches)
+    context = prog.contexts[touches[0]]
+    if any(len(prog.contexts[p]) != len(context) or
+           not all(x[0] == y[0] and x[1].same_as(y[1]) for x, y in zip(prog.contexts[p], context))
+           for p in touches):
+        return False
+    if reads and max(writes) >= min(reads):
+        return False
+    varying = _bound(loop.stmt)
+    return all(_steady(seq(prog.positions[p]), buf, varying) for p in writes)
+
+
+def live_ranges(thread_body, buffers, thread=None, versions=()) -> dict:
+    """Per buffer of ``buffers``, the ``(first, last)`` positions of :func:`program` it lives
+    over (inclusive); a buffer no position touches, or an mbarrier, lives over every one.
+    ``versions`` names the pipelined tiles (``keys.VERSIONS``)."""
+    prog = program(thread_body, thread)
+    end = max(len(prog.positions) - 1, 0)
+    touches = {i: [] for i in range(len(buffers))}
+    reads = {i: [] for i in range(len(buffers))}
+    writes = {i: [] for i in range(len(buffers))}
+    flying = {i: [] for i in range(len(buffers))}
     completing = []
-    for i, unit in enumerate(program):
-        stmt = seq(unit)
-        completes, named = _in_flight(stmt, buffers)
-        if completes:
-            completing.append(i)
+    for p, group in enumerate(prog.positions):
+        stmt = seq(group)
+        if _waits_all(stmt):
+            completing.append(p)
+        acc = Access(stmt, {})
+        named = _in_flight(stmt, buffers)
         for b in _touched(stmt, buffers):
-            first.setdefault(b, i)
-            last[b] = i
+            i = next(k for k, x in enumerate(buffers) if x.same_as(b))
+            touches[i].append(p)
+            written = _has(acc.writes, b) or _has(acc.issued, b)
+            read = _has(acc.reads, b)
+            if not (written or read):  # its data pointer: anything
+                written = read = True
+            if written:
+                writes[i].append(p)
+            if read:
+                reads[i].append(p)
             if any(b.same_as(x) for x in named):
-                pending[b] = i
-    for b, i in pending.items():
-        waits = [j for j in completing if j > i]
-        last[b] = max(last[b], waits[0] if waits else end)
+                flying[i].append(p)
+    ranges = {}
+    for i, b in enumerate(buffers):
+        if not touches[i]:
+            ranges[i] = (0, end)
+            continue
+        lo, hi = touches[i][0], touches[i][-1]
+        for p in flying[i]:
+            waits = [q for q in completing if q > p and prog.runs_with(p, q)]
+            hi = max(hi, waits[0] if waits else end)
+        for loop in sorted(prog.loops, key=lambda lp: lp.last - lp.first):
+            if hi < loop.first or lo > loop.last or (lo <= loop.first and hi >= loop.last):
+                continue
+            inside = loop.first <= lo and hi <= loop.last
+            if not (inside and _renewed(prog, loop, b, touches[i], reads[i], writes[i],
+                                        str(b.name) in versions)):
+                lo, hi = min(lo, loop.first), max(hi, loop.last)
+        ranges[i] = (lo, hi)
     always = _mbarriers(thread_body, buffers)
-    return {b: (0, end) if any(b.same_as(m) for m in always) or b not in first
-            else (first[b], last[b]) for b in buffers}
+    return {b: (0, end) if any(b.same_as(m) for m in always) else ranges[i]
+            for i, b in enumerate(buffers)}
 
 
-def barrier_between(thread_body, before: int, after: int) -> bool:
-    """Whether a block barrier (``__syncthreads``) is a unit after unit ``before`` and before
-    unit ``after``."""
-    program = units(thread_body)
-    return any(intrinsics.is_sync(s) for unit in program[before + 1:after] for s in unit)
+def barrier_between(prog: Program, before: int, after: int, planned=()) -> bool:
+    """Whether a block barrier (``__syncthreads``) runs after position ``before`` and before
+    position ``after`` whenever ``after`` runs; ``planned`` are positions that will get one
+    before their first statement."""
+    return any(prog.runs_with(after, p) and (
+        p in planned and p > before or p < after and any(intrinsics.is_sync(s)
+                                                        for s in prog.positions[p]))
+        for p in range(before + 1, after + 1))
+
+
+def barrier_after(prog: Program, position: int, last: int, planned=()) -> bool:
+    """Whether a block barrier runs after position ``position`` and by position ``last``
+    whenever ``position`` runs (``planned`` as for :func:`barrier_between`)."""
+    return any(prog.runs_with(position, p) and (
+        p in planned or any(intrinsics.is_sync(s) for s in prog.positions[p]))
+        for p in range(position + 1, last + 1))
+
+
+def enclosing(prog: Program, first: int, last: int):
+    """The innermost entered loop whose positions include ``first`` to ``last``, or None."""
+    around = [lp for lp in prog.loops if lp.first <= first and last <= lp.last]
+    return min(around, key=lambda lp: lp.last - lp.first) if around else None

@@ -11,6 +11,7 @@ from tilewright.transform import StmtMutator, prim_func_pass, rebuild_for
 from tvm import tirx
 
 from .. import keys, layout
+from ..analysis import layouts
 from ..analysis.ir import buffers_in, find_thread, is_parallel, map_roles, substitute, uses
 from ..analysis.ir import stores as stores_of
 
@@ -67,13 +68,19 @@ class Distribute(StmtMutator):
     def _per_register(self, loops, body, registers):
         """A nest over accumulators in registers (infer_layout checked that it indexes them
         ``[i, j]`` by its two loop variables, and gave accumulators that meet in a nest one
-        shape and layout): each thread runs the iterations of the elements it holds, ``(i, j)``
-        of register ``r`` in the mma layout."""
+        shape and layout, or that it reads one at ``[i + c, j]``, ``layouts.shifted_read``):
+        each thread runs the iterations of the elements it holds, ``(i, j)`` of register ``r``
+        in the mma layout (``(row - c, col)`` when that iteration is in the nest)."""
         acc = registers[0]
         r = tirx.Var("r", "int32")
         row, col = layout.element(acc, r, self.threads, self.tx)
+        shift = _shift(body, registers, loops[0].loop_var)
         body = _row_registers(body, layout.row_of_register(acc, r))
-        inner = substitute(body, {loops[0].loop_var: row, loops[1].loop_var: col})
+        first = row if _is_zero(shift) else row - shift
+        inner = substitute(body, {loops[0].loop_var: first, loops[1].loop_var: col})
+        if not _is_zero(shift):
+            inner = tirx.IfThenElse(tirx.all(row - shift >= 0, row - shift < loops[0].extent),
+                                    inner, None)
         index = layout.register_index(acc, r)
 
         def held(buf) -> bool:
@@ -203,6 +210,19 @@ def _row_registers(body, s):
             else st
 
     return tvm_ffi.structural_map(body, [(tvm.ir.TensorLoad, load), (tirx.BufferStore, store)])
+
+
+def _shift(body, registers, var):
+    """``c`` of the register accumulators' row index ``var + c`` in ``body`` (zero when they
+    are indexed by ``var`` itself)."""
+    rows = []
+    tvm_ffi.structural_walk(body, [
+        (tvm.ir.TensorLoad, lambda e: rows.append(e.indices[0])
+         if any(e.source.same_as(b) for b in registers) else None),
+        (tirx.BufferStore, lambda st: rows.append(st.indices[0])
+         if any(st.buffer.same_as(b) for b in registers) else None)])
+    shifts = [layouts.row_shift(ix, var) for ix in rows]
+    return shifts[0] if len(shifts) == 1 and shifts[0] is not None else tirx.const(0, "int32")
 
 
 def _is_zero(e) -> bool:

@@ -14,7 +14,7 @@ from tvm import tirx
 from .. import intrinsics, keys, layout
 from ..analysis import lifetimes
 from ..analysis.accesses import shared
-from ..analysis.ir import buffers_in, find_thread, flat, map_roles, role_loops
+from ..analysis.ir import buffers_in, find_thread, map_roles, role_loops
 
 SMEM_ALIGN = 128
 
@@ -91,34 +91,62 @@ def pool_bytes(at: dict) -> int:
     return max((offset + _size(buf) for buf, offset in at.items()), default=0)
 
 
-def _barriers_for_reuse(at: dict, ranges: dict) -> set:
-    """The units before which a block barrier must go: where a buffer starts to live in bytes
-    that another, live before, used (every thread must be done with the old contents)."""
-    before = set()
+def _barriers_for_reuse(at: dict, ranges: dict, prog) -> list:
+    """The statements (of ``prog``, ``analysis.lifetimes``) before which a block barrier must
+    go: where a buffer starts to live in bytes that another, live before, used (every thread
+    must be done with the old contents), unless a barrier already runs between the two; and,
+    for two such buffers renewed in the same loop, where the earlier one starts again after the
+    later one in the next iteration. The barrier goes before the outermost entered loop that
+    starts where the buffer starts and ends within its range, else before the position."""
+    marked, planned = [], set()
+
+    def add(first, last):
+        loops = [lp for lp in prog.loops if lp.first == first and lp.last <= last]
+        if loops:
+            marked.append(max(loops, key=lambda lp: lp.last).stmt)
+        else:
+            marked.append(prog.positions[first][0])
+            planned.add(first)
+
     for a in at:
         for b in at:
             shares = at[a] < at[b] + _size(b) and at[b] < at[a] + _size(a)
-            if shares and ranges[a][1] < ranges[b][0]:
-                before.add((ranges[a][1], ranges[b][0]))
-    return before
+            if not shares or ranges[a][1] >= ranges[b][0]:
+                continue
+            if not lifetimes.barrier_between(prog, ranges[a][1], ranges[b][0], planned):
+                add(*ranges[b])
+            loop = lifetimes.enclosing(prog, ranges[a][0], ranges[b][1])
+            if loop is not None and not (
+                    lifetimes.barrier_after(prog, ranges[b][1], loop.last, planned) or
+                    lifetimes.barrier_between(prog, loop.first - 1, ranges[a][0], planned)):
+                add(*ranges[a])
+    return marked
 
 
-def _with_barriers(thread_body, wanted: set):
-    """``thread_body`` with a ``__syncthreads()`` before each unit that ``wanted`` (pairs
-    ``(last unit of the old buffer, first unit of the new)``) names, unless one is already
-    between the two."""
-    program = lifetimes.units(thread_body)
-    starts = {after for before, after in wanted
-              if not lifetimes.barrier_between(thread_body, before, after)}
-    if not starts:
+def _with_barriers(thread_body, prog, marked: list):
+    """``thread_body`` with a ``__syncthreads()`` before each statement of ``marked``, found
+    through the loops and branches ``prog`` enters."""
+    if not marked:
         return thread_body
-    marked = [program[i][0] for i in starts]
-    out = []
-    for stmt in flat([thread_body]):
+
+    def mark(stmt):
         if any(stmt.same_as(m) for m in marked):
-            out.append(intrinsics.sync())
-        out.append(stmt)
-    return tirx.SeqStmt(out)
+            return tirx.SeqStmt([intrinsics.sync(), mark_inside(stmt)])
+        return mark_inside(stmt)
+
+    def mark_inside(stmt):
+        if isinstance(stmt, tirx.SeqStmt):
+            return tirx.SeqStmt([mark(s) for s in stmt.seq])
+        if isinstance(stmt, tirx.For) and any(lp.stmt.same_as(stmt) for lp in prog.loops):
+            return rebuild_for(stmt, body=mark(stmt.body))
+        if isinstance(stmt, tirx.IfThenElse) and any(
+                any(c[1].same_as(stmt) for c in context) for context in prog.contexts):
+            return tirx.IfThenElse(stmt.condition, mark(stmt.then_case),
+                                   None if stmt.else_case is None else mark(stmt.else_case),
+                                   span=stmt.span)
+        return stmt
+
+    return mark(thread_body)
 
 
 def place_memory(options):
@@ -128,8 +156,9 @@ def place_memory(options):
     offset; thread-local scopes become registers (``local``). Each buffer has bytes of its own,
     unless the pool would then exceed what one block may use on the architecture (its share
     with ``cuda.blocks_per_sm``): then buffers whose lifetimes do not overlap
-    (``analysis.lifetimes``) share bytes, with a block barrier between the last use of one and
-    the first use of the next. Fails when even that exceeds it, naming each buffer's bytes."""
+    (``analysis.lifetimes``: inside a loop's body, too) share bytes, with a block barrier
+    between the last use of one and the first use of the next (and on a loop's back edge).
+    Fails when even that exceeds it, naming each buffer's bytes."""
     arch = options.arch
 
     def run(func):
@@ -154,7 +183,9 @@ def place_memory(options):
         at = pack(pooled)
         offset = pool_bytes(at)
         if offset > limit:
-            ranges = lifetimes.live_ranges(tx_loop.body, pooled)
+            prog = lifetimes.program(tx_loop.body, tx_loop.loop_var)
+            ranges = lifetimes.live_ranges(tx_loop.body, pooled, tx_loop.loop_var,
+                                            versions)
             reused = pack_by_lifetime(pooled, ranges)
             if pool_bytes(reused) > limit:
                 parts = ", ".join(f"{b.name} {_bytes(b)}" + (
@@ -169,7 +200,7 @@ def place_memory(options):
                     "smaller tiles or fewer stages", span_location(func.body.span))
             at, offset = reused, pool_bytes(reused)
             new_loop = rebuild_for(tx_loop, body=_with_barriers(
-                tx_loop.body, _barriers_for_reuse(at, ranges)))
+                tx_loop.body, prog, _barriers_for_reuse(at, ranges, prog)))
             func = func.with_body(tvm_ffi.structural_map(
                 func.body, (tirx.For, lambda s: new_loop if s.same_as(tx_loop) else s)))
         views = {buf: (buf, at[buf]) for buf in pooled}
