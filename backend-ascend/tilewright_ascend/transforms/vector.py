@@ -485,6 +485,8 @@ class _Lowering:
                                 annotations={SCALAR_KEY: reason} if lp is loops[0] else {},
                                 span=lp.span)
             _check_scalar_buffers(nest, loop.span)
+            if _lacking_math(nest):  # on a value only the nest knows
+                nest = _seq(self.split(nest, reason, math))
             ops = [*[_with_span(s, loop.span) for s in math], nest]
         else:
             ops = [_with_span(s, loop.span) for s in ops]
@@ -497,9 +499,10 @@ class _Lowering:
         instructions (into ``ops``) in a UB temporary that the nest reads instead: over the
         tile where the argument is a tile expression of the nest's indices (a select's arm is
         then computed for every element and the select keeps the ones it picks), else on one
-        element that the scalar unit writes into a one-element tile. A call stays where a
-        store of the nest may change what it reads before it runs, or where it uses a name
-        the nest binds (the printer then refuses it)."""
+        element that the scalar unit writes into a one-element tile. A name the nest binds
+        is read through its value, whose reads move to the call: a call stays where a store
+        of the nest may change what it reads before it runs, or where it uses a loop variable
+        of a loop inside the nest (:meth:`split` then computes it inside the nest)."""
         statements = list(body.seq) if isinstance(body, tirx.SeqStmt) else [body]
         inner = []  # names the nest binds
         tvm_ffi.structural_walk(body, [(tirx.Bind, lambda b: inner.append(b.var)),
@@ -507,7 +510,17 @@ class _Lowering:
         stores = {}
         tvm_ffi.structural_walk(body, (tirx.BufferStore, lambda x: stores.setdefault(
             x.buffer, []).append(list(x.indices))))
+        bound = []  # (name, value) of the nest's names, a call reads through them
+        tvm_ffi.structural_walk(body, (tirx.Bind, lambda b: bound.append((b.var, b.value))))
         full = tuple(range(len(variables)))
+        once = all(e == 1 for e in extents)  # one iteration: no store of it comes before
+
+        def inline(call):
+            for _ in bound:
+                if not _uses_any(call, [v for v, _ in bound]):
+                    break
+                call = _subst(call, bound)
+            return call
 
         def hoistable(call, blocked) -> bool:
             if _uses_any(call, inner):
@@ -515,7 +528,7 @@ class _Lowering:
             for x in _loads(call):
                 if str(x.source.scope()) != UB:
                     return False
-                if x.source not in stores:
+                if x.source not in stores or (once and x.source not in blocked):
                     continue
                 operand = _operand(x.source, x.indices, variables, extents)
                 if x.source in blocked or operand is None or operand[1] != full or \
@@ -534,11 +547,11 @@ class _Lowering:
                     return call
                 call = tvm.ir.Call(call.op, [tvm_ffi.structural_map(
                     call.args[0], (tvm.ir.Call, hoist))], ret_ty=call.ty, span=call.span)
-                if not hoistable(call, blocked):
+                if not hoistable(inline(call), blocked):
                     return call
                 new = []
                 try:
-                    load = self.math_tile(call, variables, extents, new)
+                    load = self.math_tile(inline(call), variables, extents, new)
                 except (Unvectorizable, KernelError):
                     return call
                 ops.extend(new)
@@ -556,6 +569,11 @@ class _Lowering:
                 raise Unvectorizable(f"{call} is a scalar expression")
             return tirx.BufferLoad(value[1].buffer, [variables[d] for d in value[2]] or
                                    [tirx.const(0, "int32")])
+        return self.math_element(call, ops)
+
+    def math_element(self, call, ops):
+        """A load of the one-element UB temporary into which vector instructions compute
+        ``call`` of the one-element tile the scalar unit writes its argument into."""
         arg = call.args[0]
         one = self.temp([1], str(arg.ty), ops)
         zero = tirx.const(0, "int32")
@@ -568,6 +586,53 @@ class _Lowering:
                               span=call.span)
         value = self.eval(_expand_math(on_tile), [], [], ops, None)
         return tirx.BufferLoad(value[1].buffer, [zero])
+
+    def split(self, stmt, reason, allocs) -> list:
+        """``stmt`` of a scalar nest that calls a math function the scalar unit lacks on a value
+        only the nest knows (a name it binds, an element it stores first, a loop variable of
+        an inner loop): its loops become serial loops whose bodies alternate one-trip scalar
+        loops (:data:`SCALAR_KEY`, written without a C++ scope, so the names they bind stay
+        visible) and vector instructions on one-element UB tiles (:meth:`math_element`): the
+        scalar unit writes the argument (``SetValue``), the vector unit computes the function
+        and the scalar unit reads the result (``GetValue``). The synchronisation pass orders
+        the pipes with the vendor's S_V and V_S events (``HardEventAiv`` in
+        ``impl/basic_api/kernel_event.h``). The temporaries' allocations go to ``allocs``."""
+        if isinstance(stmt, tirx.SeqStmt):
+            return _merge_scalar([x for s in stmt.seq for x in self.split(s, reason, allocs)])
+        if isinstance(stmt, tirx.For) and _ints([stmt.extent]) == [1]:  # one trip: its body
+            return self.split(_subst(stmt.body, [(stmt.loop_var, stmt.min)]), reason, allocs)
+        if isinstance(stmt, tirx.For):
+            return [tirx.For(stmt.loop_var, stmt.min, stmt.extent, tirx.ForKind.SERIAL,
+                             _seq(self.split(stmt.body, reason, allocs)),
+                             annotations={"tw.loop": "serial"}, span=stmt.span)]
+        if isinstance(stmt, tirx.IfThenElse) and not _loads(stmt.condition) and \
+                _lacking_math(stmt):
+            other = None if stmt.else_case is None else \
+                _seq(self.split(stmt.else_case, reason, allocs))
+            return [tirx.IfThenElse(stmt.condition, _seq(self.split(stmt.then_case, reason,
+                                                                    allocs)),
+                                    other, span=stmt.span)]
+        out = []
+
+        def stage(call):
+            if _math_name(call) is None or not _scalar_lacks(call):
+                return call
+            call = tvm.ir.Call(call.op, [tvm_ffi.structural_map(
+                call.args[0], (tvm.ir.Call, stage))], ret_ty=call.ty, span=call.span)
+            ops = []
+            try:
+                load = self.math_element(call, ops)
+            except (Unvectorizable, KernelError):
+                return call  # the printer refuses it, at the user's line
+            allocs.extend(s for s in ops if isinstance(s, tirx.AllocBuffer))
+            out.extend(s for s in ops if not isinstance(s, tirx.AllocBuffer))
+            return load
+
+        if not isinstance(stmt, tirx.IfThenElse):  # a branch on tile data: the printer says
+            stmt = tvm_ffi.structural_map(stmt, (tvm.ir.Call, stage))
+        out.append(tirx.For(tirx.Var("s0", "int32"), 0, 1, tirx.ForKind.SERIAL, stmt,
+                            annotations={SCALAR_KEY: reason}, span=getattr(stmt, "span", None)))
+        return _merge_scalar(out)
 
     def stage_global(self, body, variables, extents, pre, post, span, keep):
         """Replace global loads and stores in ``body`` by UB tiles copied in and out."""
@@ -985,6 +1050,34 @@ def _scalar_lacks(call) -> bool:
     name = str(call.op.name) if isinstance(call.op, tvm.ir.Op) else ""
     return name != "tirx.fabs" and (name in _UNARY_CALLS or name == "tirx.exp2" or
                                     _math_name(call) in _MATH)
+
+
+def _lacking_math(stmt) -> bool:
+    """Whether ``stmt`` calls a math function the scalar unit lacks."""
+    found = []
+    tvm_ffi.structural_walk(stmt, (tvm.ir.Call, lambda c: found.append(c) if _math_name(c)
+                                   is not None and _scalar_lacks(c) else None))
+    return bool(found)
+
+
+def _merge_scalar(stmts) -> list:
+    """``stmts`` with each run of one-trip scalar loops (:meth:`_Lowering.split`) made one."""
+    out = []
+    for s in stmts:
+        if out and _one_trip_scalar(s) and _one_trip_scalar(out[-1]):
+            last = out[-1]
+            body = [*(last.body.seq if isinstance(last.body, tirx.SeqStmt) else [last.body]),
+                    *(s.body.seq if isinstance(s.body, tirx.SeqStmt) else [s.body])]
+            out[-1] = tirx.For(last.loop_var, 0, 1, tirx.ForKind.SERIAL, tirx.SeqStmt(body),
+                               annotations=last.annotations, span=last.span)
+        else:
+            out.append(s)
+    return out
+
+
+def _one_trip_scalar(s) -> bool:
+    return isinstance(s, tirx.For) and SCALAR_KEY in s.annotations and \
+        _ints([s.extent]) == [1] and not _uses_any(s.body, [s.loop_var])
 
 
 def _check_scalar_buffers(nest, span):
