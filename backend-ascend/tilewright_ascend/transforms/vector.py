@@ -68,10 +68,13 @@ UB = "ascend.ub"
 PORTABLE_REDUCTIONS = ("reduce_sum", "reduce_max", "reduce_min", "reduce_abssum",
                        "reduce_absmax")
 PORTABLE_VECTOR_OPS = (*PORTABLE_REDUCTIONS, "cumsum")
-# the dtypes a portable reduction takes: those the WholeReduce family computes on, and
-# bfloat16 through a float32 copy (the capabilities declare it, so other dtypes are refused
-# before lowering and reported unsupported by the conformance suite)
-REDUCTION_DTYPES = frozenset({*VECTOR_DTYPES["WholeReduceSum"], "bfloat16"})
+# the dtypes a portable reduction takes: those the WholeReduce family computes on, bfloat16
+# through a float32 copy, and the integers A2's WholeReduce lacks on the scalar unit (the
+# capabilities declare them, so other dtypes are refused before lowering and reported
+# unsupported by the conformance suite)
+_SCALAR_REDUCTION_DTYPES = ("int16", "int32")
+REDUCTION_DTYPES = frozenset({*VECTOR_DTYPES["WholeReduceSum"], "bfloat16",
+                              *_SCALAR_REDUCTION_DTYPES})
 
 _BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Max": "max", "Min": "min"}
 _COMMUTES = {"add", "mul", "max", "min"}
@@ -359,6 +362,8 @@ class _Lowering:
                               span_location(stmt.span))
         rows = math.prod(extents[:dim]) if dim == rank - 1 else math.prod(extents[dim + 1:])
         dtype = str(src.buffer.dtype)
+        if dtype in _SCALAR_REDUCTION_DTYPES and not computes("WholeReduceSum", dtype):
+            return [_scalar_reduction(src, dst, kind, dim, call.attrs["clear"], stmt.span)]
         if not computes("WholeReduceSum", dtype):
             if not dtype.startswith("bfloat"):
                 raise KernelError(f"T.{call.name}: A2's vector unit reduces float16 and float32, "
@@ -1050,6 +1055,41 @@ def _scalar_lacks(call) -> bool:
     name = str(call.op.name) if isinstance(call.op, tvm.ir.Op) else ""
     return name != "tirx.fabs" and (name in _UNARY_CALLS or name == "tirx.exp2" or
                                     _math_name(call) in _MATH)
+
+
+def _scalar_reduction(src: Region, dst: Region, kind: str, dim: int, clear: bool, span):
+    """``T.reduce_<kind>`` of an integer tile, which A2's WholeReduce family does not take, as a
+    loop on the scalar unit: each element of ``dst`` combined with each of its elements of
+    ``src`` in turn (``clear``: the first element starts it), in ``src``'s dtype (a sum
+    wraps)."""
+    extents = _ints(src.extents)
+    rank = len(extents)
+    if len(dst.extents) not in (rank - 1, rank):
+        raise KernelError(f"T.reduce_{kind}: backend 'ascend' reduces a {rank}-D tile into a "
+                          f"{rank - 1}-D one; {dst.buffer.name!r} has {len(dst.extents)} "
+                          "dimensions", span_location(span))
+    loops = [tirx.Var(f"r{n}", "int32") for n in range(rank)]
+    kept = [v for d, v in enumerate(loops) if d != dim] if len(dst.extents) == rank - 1 else \
+        [tirx.const(0, "int32") if d == dim else v for d, v in enumerate(loops)]
+    at_src = [tirx.const(0, "int32") + s + v for s, v in zip(_as_exprs(src.starts), loops)]
+    at_dst = [tirx.const(0, "int32") + s + v for s, v in zip(_as_exprs(dst.starts), kept)]
+    x = tirx.BufferLoad(src.buffer, at_src)
+    if kind.startswith("abs"):
+        x = tirx.Select(x < tirx.const(0, str(x.ty)), tirx.const(0, str(x.ty)) - x, x)
+    acc = tirx.BufferLoad(dst.buffer, at_dst)
+    combined = {"sum": acc + x, "abssum": acc + x, "max": tirx.Max(acc, x),
+                "absmax": tirx.Max(acc, x), "min": tirx.Min(acc, x)}[kind]
+    body = tirx.BufferStore(dst.buffer, combined, at_dst)
+    if clear:
+        body = tirx.IfThenElse(tirx.EQ(loops[dim], 0), tirx.BufferStore(dst.buffer, x, at_dst),
+                               body)
+    order = [d for d in range(rank) if d != dim] + [dim]  # the reduced dimension innermost
+    for n, d in enumerate(reversed(order)):
+        body = tirx.For(loops[d], 0, extents[d], tirx.ForKind.SERIAL, body,
+                        annotations={SCALAR_KEY: f"T.reduce_{kind} of {src.buffer.dtype}: A2's "
+                                     "WholeReduce takes floats"} if n == rank - 1 else {},
+                        span=span)
+    return body
 
 
 def _lacking_math(stmt) -> bool:
