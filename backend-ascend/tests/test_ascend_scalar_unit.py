@@ -289,12 +289,48 @@ def test_math_on_values_a_scalar_loop_computes():
     torch.testing.assert_close(c, (a * 2).exp() + a * 2)
 
 
+def across(dtype):
+    """A name bound before a store and read after math inside the nest, nested math (the inner
+    result read in place by the outer function) and a branch on the indices around it."""
+
+    @T.prim_func
+    def main(A: T.Tensor((4, 8), dtype), B: T.Tensor((4, 8), dtype)):
+        with T.Kernel(1, threads=32) as _:
+            x = T.alloc_fragment((4, 8), dtype)
+            y = T.alloc_fragment((4, 8), dtype)
+            T.copy(A[0, 0], x)
+            for i, j in T.Parallel(4, 8):
+                v = x[i, j]
+                x[i, j] = T.if_then_else(v > 0, v * 0.5, v)
+                if j < 6:
+                    y[i, j] = T.exp(T.exp(x[i, j] * 0.25)) + v
+                else:
+                    y[i, j] = T.sigmoid(x[i, j]) - v
+            T.copy(y, B[0, 0])
+
+    return main
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_names_math_and_branches_inside_a_split_nest(dtype):
+    kernel = tilewright.compile(across(dtype), out_idx=[-1], target="ascend")
+    text = kernel.get_kernel_source()
+    assert re.search(r"Exp\((tw_t\d+), tw_t\d+, 1\);(.*\n)*?\s*Exp\(tw_t\d+, \1, 1\);", text)
+    a = torch.randn(4, 8, generator=torch.Generator().manual_seed(10)).to(getattr(torch, dtype))
+    x = torch.where(a > 0, a * 0.5, a).float()
+    j = torch.arange(8)[None, :]
+    want = torch.where(j < 6, (x * 0.25).exp().exp() + a.float(), x.sigmoid() - a.float())
+    tol = {"atol": 2e-2, "rtol": 1e-2} if dtype == "float16" else {}
+    torch.testing.assert_close(kernel(a).float(), want, **tol)
+
+
 def test_the_kernels_compile_against_the_vendor_headers(asc_devkit):
     """``auto`` names bound to GetValue reads, TW_SELECT of them, the one-element vector math."""
     kernels = {"swap": compare_and_swap(), "arms": both_arms(), "gated32": gated("float32"),
                "gated16": gated("float16"), "indices": select_on_indices(),
                "scalar": scalar_math(), "after_store": after_store(),
-               "bound": bound_in_nest(), "rows": running_rows(), "serial": running_serial()}
+               "bound": bound_in_nest(), "rows": running_rows(), "serial": running_serial(),
+               "across16": across("float16")}
     sources = {name: tilewright.lower(f, target="ascend").source.text
                for name, f in kernels.items()}
     findings = check_sources(sources, asc_devkit)

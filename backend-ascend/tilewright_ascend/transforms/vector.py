@@ -578,17 +578,23 @@ class _Lowering:
 
     def math_element(self, call, ops):
         """A load of the one-element UB temporary into which vector instructions compute
-        ``call`` of the one-element tile the scalar unit writes its argument into."""
+        ``call`` of the one-element tile the scalar unit writes its argument into (an
+        argument that is the first element of a UB tile, such as another call's result, is
+        read in place: a tile starts 32-byte aligned, as vector operands must)."""
         arg = call.args[0]
-        one = self.temp([1], str(arg.ty), ops)
         zero = tirx.const(0, "int32")
-        ops.append(tirx.For(tirx.Var("e0", "int32"), 0, 1, tirx.ForKind.SERIAL,
-                            tirx.BufferStore(one.buffer, arg, [zero]),
-                            annotations={SCALAR_KEY: f"the argument of {call} is computed on "
-                                                     "the scalar unit, the function on the "
-                                                     "vector unit"}))
-        on_tile = tvm.ir.Call(call.op, [tirx.BufferLoad(one.buffer, [zero])], ret_ty=call.ty,
-                              span=call.span)
+        if isinstance(arg, tvm.ir.TensorLoad) and str(arg.source.scope()) == UB and \
+                all(isinstance(k, tirx.IntImm) and k.value == 0 for k in arg.indices):
+            on_tile = call
+        else:
+            one = self.temp([1], str(arg.ty), ops)
+            ops.append(tirx.For(tirx.Var("e0", "int32"), 0, 1, tirx.ForKind.SERIAL,
+                                tirx.BufferStore(one.buffer, arg, [zero]),
+                                annotations={SCALAR_KEY: f"the argument of {call} is computed "
+                                                         "on the scalar unit, the function on "
+                                                         "the vector unit"}))
+            on_tile = tvm.ir.Call(call.op, [tirx.BufferLoad(one.buffer, [zero])],
+                                  ret_ty=call.ty, span=call.span)
         value = self.eval(_expand_math(on_tile), [], [], ops, None)
         return tirx.BufferLoad(value[1].buffer, [zero])
 
