@@ -22,10 +22,13 @@ The pass runs on kernels the ``portable`` phase converted (function attribute
   one scalar for the whole nest, read with GetValue.
 - What the vector unit cannot do (comparisons, selects, integer division, index arithmetic
   as data) stays a loop of GetValue/SetValue on the scalar unit, marked :data:`SCALAR_KEY`
-  with the reason; the codegen writes the reason as a comment.
+  with the reason; the codegen writes the reason as a comment. Math functions in it run on
+  the vector unit: over the tile before the loop where they can, else inside the loop on
+  one-element tiles (:meth:`_Lowering.split`).
 - ``T.reduce_*`` become ``VREDUCE`` (one reduction per row, vector adds down columns)
-  with a UB work tile; ``T.cumsum`` a scalar loop; ``T.fill`` of UB Duplicate; a ``T.copy``
-  that converts dtypes goes through a UB staging tile and Cast (float -> integer saturating,
+  with a UB work tile (integer ones, which WholeReduce does not take, a scalar loop);
+  ``T.cumsum`` a scalar loop; ``T.fill`` of UB Duplicate; a ``T.copy`` that converts
+  dtypes goes through a UB staging tile and Cast (float -> integer saturating,
   :func:`..facts.instructions.float_to_int_steps`; an integer conversion that may overflow
   wraps in a scalar loop, since A2's Cast saturates); a scalar ``T.atomic_*`` writes
   its value into a one-element UB tile that the atomic copy adds to global memory.
