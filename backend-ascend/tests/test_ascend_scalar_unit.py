@@ -2,7 +2,7 @@
 unit does not branch on a value it has not read yet, so an ``if`` whose arms only bind names and
 store to UB tiles becomes selects, the condition bound once before the stores) and math
 functions, which A2's scalar unit lacks (computed first by vector instructions, over the tile or
-on one element)."""
+on one element, or, on a value only the loop knows, inside the loop on one-element tiles)."""
 
 import re
 
@@ -175,9 +175,9 @@ def test_scalar_math_runs_on_a_one_element_vector_tile():
     torch.testing.assert_close(c, a * (a[3] * a[3] + 1.0).sqrt())
 
 
-def test_exp_after_a_store_it_reads_is_not_hoisted_past_the_store():
-    """The exp reads ``x`` after the nest's first store changes it: it cannot be computed
-    before the nest, so it is refused (not computed from the old values)."""
+def after_store():
+    """The exp reads ``x`` after the nest's first store changes it: it cannot be computed before
+    the nest, so the nest computes it element by element on the vector unit."""
 
     @T.prim_func
     def main(A: T.Tensor((8, 8), "float32"), B: T.Tensor((8, 8), "float32")):
@@ -189,17 +189,148 @@ def test_exp_after_a_store_it_reads_is_not_hoisted_past_the_store():
                 x[i, j] = T.if_then_else(j < 4, T.exp(x[i, j]), x[i, j])
             T.copy(x, B[0, 0])
 
-    with pytest.raises(KernelError, match=r"backend 'ascend' has neither a vector instruction "
-                                          r"nor a scalar-unit form for T.exp\(x\[i, j\]\) "
-                                          r"\(Call\) \(A2's scalar unit has no math functions"):
-        tilewright.lower(main, target="ascend")
+    return main
+
+
+def test_exp_of_an_element_the_nest_stored_first_runs_inside_the_nest():
+    kernel = tilewright.compile(after_store(), out_idx=[-1], target="ascend")
+    text = kernel.get_kernel_source()
+    # the scalar unit writes the argument, the vector unit computes exp, the scalar unit reads
+    assert re.search(r"(tw_t\d+)\.SetValue\(0, [^\n]*\n\s*SetFlag<HardEvent::S_V>\((\d)\);\n"
+                     r"\s*WaitFlag<HardEvent::S_V>\(\2\);\n(.*\n)*?\s*Exp\(tw_t\d+, \1, 1\);", text)
+    a = torch.randn(8, 8, generator=torch.Generator().manual_seed(6))
+    r = a.clamp(min=0)
+    torch.testing.assert_close(kernel(a), torch.where(torch.arange(8)[None, :] < 4, r.exp(), r))
+
+
+def bound_in_nest(M=8, N=16):
+    """Math on a name the nest binds: computed over the tile through the name's value."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, N), "float32"), B: T.Tensor((M, N), "float32")):
+        with T.Kernel(1, threads=32) as _:
+            x = T.alloc_fragment((M, N), "float32")
+            y = T.alloc_fragment((M, N), "float32")
+            T.copy(A[0, 0], x)
+            for i, j in T.Parallel(M, N):
+                v = x[i, j] * 2.0
+                y[i, j] = T.if_then_else(v > 0, T.log(v + 1.0), T.exp(v))
+            T.copy(y, B[0, 0])
+
+    return main
+
+
+def test_math_on_a_name_the_nest_binds_runs_over_the_tile():
+    kernel = tilewright.compile(bound_in_nest(), out_idx=[-1], target="ascend")
+    text = kernel.get_kernel_source()
+    assert re.search(r"\bLn\(tw_t\d+, tw_t\d+, 128\)", text)
+    assert re.search(r"\bExp\(tw_t\d+, tw_t\d+, 128\)", text)
+    a = torch.randn(8, 16, generator=torch.Generator().manual_seed(7))
+    v = a * 2
+    torch.testing.assert_close(kernel(a), torch.where(v > 0, (v + 1).log(), v.exp()))
+
+
+def running_rows(M=4, N=8):
+    """A serial loop inside a parallel one: each element through exp of the one before it."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, N), "float32"), B: T.Tensor((M, N), "float32")):
+        with T.Kernel(1, threads=32) as _:
+            x = T.alloc_fragment((M, N), "float32")
+            y = T.alloc_fragment((M, N), "float32")
+            T.copy(A[0, 0], x)
+            for i in T.Parallel(M):
+                y[i, 0] = x[i, 0]
+                for k in T.serial(N - 1):
+                    y[i, k + 1] = T.tanh(y[i, k] * -0.5) + x[i, k + 1]
+            T.copy(y, B[0, 0])
+
+    return main
+
+
+def running_serial(N=8):
+    """A serial loop whose exp reads the element the iteration before stored, and one whose
+    exp reads a name bound in the loop."""
+
+    @T.prim_func
+    def main(A: T.Tensor((N,), "float32"), B: T.Tensor((N,), "float32"),
+             C: T.Tensor((N,), "float32")):
+        with T.Kernel(1, threads=32) as _:
+            a = T.alloc_fragment((N,), "float32")
+            b = T.alloc_fragment((N,), "float32")
+            c = T.alloc_fragment((N,), "float32")
+            T.copy(A[0], a)
+            b[0] = a[0]
+            for i in T.serial(N - 1):
+                b[i + 1] = T.exp(b[i] * -0.5) + a[i + 1]
+            for i in T.serial(N):
+                x = a[i] * 2.0
+                c[i] = T.exp(x) + x
+            T.copy(b, B[0])
+            T.copy(c, C[0])
+
+    return main
+
+
+def test_math_on_values_a_scalar_loop_computes():
+    a = torch.randn(4, 8, generator=torch.Generator().manual_seed(8))
+    kernel = tilewright.compile(running_rows(), out_idx=[-1], target="ascend")
+    want = a.clone()
+    for k in range(7):
+        want[:, k + 1] = (want[:, k] * -0.5).tanh() + a[:, k + 1]
+    torch.testing.assert_close(kernel(a), want)
+    a = a[0]
+    kernel = tilewright.compile(running_serial(), out_idx=[1, 2], target="ascend")
+    want = a.clone()
+    for k in range(7):
+        want[k + 1] = (want[k] * -0.5).exp() + a[k + 1]
+    b, c = kernel(a)
+    torch.testing.assert_close(b, want)
+    torch.testing.assert_close(c, (a * 2).exp() + a * 2)
+
+
+def across(dtype):
+    """A name bound before a store and read after math inside the nest, nested math (the inner
+    result read in place by the outer function) and a branch on the indices around it."""
+
+    @T.prim_func
+    def main(A: T.Tensor((4, 8), dtype), B: T.Tensor((4, 8), dtype)):
+        with T.Kernel(1, threads=32) as _:
+            x = T.alloc_fragment((4, 8), dtype)
+            y = T.alloc_fragment((4, 8), dtype)
+            T.copy(A[0, 0], x)
+            for i, j in T.Parallel(4, 8):
+                v = x[i, j]
+                x[i, j] = T.if_then_else(v > 0, v * 0.5, v)
+                if j < 6:
+                    y[i, j] = T.exp(T.exp(x[i, j] * 0.25)) + v
+                else:
+                    y[i, j] = T.sigmoid(x[i, j]) - v
+            T.copy(y, B[0, 0])
+
+    return main
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_names_math_and_branches_inside_a_split_nest(dtype):
+    kernel = tilewright.compile(across(dtype), out_idx=[-1], target="ascend")
+    text = kernel.get_kernel_source()
+    assert re.search(r"Exp\((tw_t\d+), tw_t\d+, 1\);(.*\n)*?\s*Exp\(tw_t\d+, \1, 1\);", text)
+    a = torch.randn(4, 8, generator=torch.Generator().manual_seed(10)).to(getattr(torch, dtype))
+    x = torch.where(a > 0, a * 0.5, a).float()
+    j = torch.arange(8)[None, :]
+    want = torch.where(j < 6, (x * 0.25).exp().exp() + a.float(), x.sigmoid() - a.float())
+    tol = {"atol": 2e-2, "rtol": 1e-2} if dtype == "float16" else {}
+    torch.testing.assert_close(kernel(a).float(), want, **tol)
 
 
 def test_the_kernels_compile_against_the_vendor_headers(asc_devkit):
     """``auto`` names bound to GetValue reads, TW_SELECT of them, the one-element vector math."""
     kernels = {"swap": compare_and_swap(), "arms": both_arms(), "gated32": gated("float32"),
                "gated16": gated("float16"), "indices": select_on_indices(),
-               "scalar": scalar_math()}
+               "scalar": scalar_math(), "after_store": after_store(),
+               "bound": bound_in_nest(), "rows": running_rows(), "serial": running_serial(),
+               "across16": across("float16")}
     sources = {name: tilewright.lower(f, target="ascend").source.text
                for name, f in kernels.items()}
     findings = check_sources(sources, asc_devkit)

@@ -10,6 +10,7 @@ import tilewright.language as T
 import torch
 from tilewright.errors import KernelError
 from tilewright_ascend.executor import EmulatorError, compile_and_run_source
+from tilewright_ascend.kit.headers import check_sources
 from tilewright_sdk.conformance.catalogue import CATALOGUE
 
 
@@ -280,3 +281,42 @@ def test_long_rows_column_reductions_and_reversed_operands():
     torch.testing.assert_close(y, (2.0 - x) + w - x * 3.0 + 1.0 / (x.abs() + 1.0))
     torch.testing.assert_close(r, torch.maximum(x.sum(1), x.abs().amax(1)))
     torch.testing.assert_close(c, x.abs().amax(0))
+
+
+def integer_reductions(dtype, M=6, N=10):
+    @T.prim_func
+    def main(X: T.Tensor((M, N), dtype), S: T.Tensor((M,), dtype), A: T.Tensor((N,), dtype),
+             L: T.Tensor((1,), dtype)):
+        with T.Kernel(1, threads=32) as _:
+            x = T.alloc_fragment((M, N), dtype)
+            s = T.alloc_fragment((M,), dtype)
+            a = T.alloc_fragment((N,), dtype)
+            row = T.alloc_fragment((N,), dtype)
+            low = T.alloc_fragment((1,), dtype)
+            T.copy(X[0, 0], x)
+            T.reduce_sum(x, s, dim=1)
+            T.reduce_absmax(x, a, dim=0)
+            T.copy(X[2, 0], row)
+            T.reduce_min(row, low, dim=0)
+            T.copy(s, S[0])
+            T.copy(a, A[0])
+            T.copy(low, L[0])
+
+    return main
+
+
+@pytest.mark.parametrize("dtype", ["int16", "int32"])
+def test_integer_reductions_run_on_the_scalar_unit(dtype, asc_devkit):
+    """A2's WholeReduce takes floats: integer reductions are scalar loops (a sum wraps)."""
+    func = integer_reductions(dtype)
+    text = tilewright.lower(func, target="ascend").source.text
+    assert not re.search(r"WholeReduce\w*\(", text) and f"T.reduce_sum of {dtype}" in text
+    kernel = tilewright.compile(func, out_idx=[1, 2, 3], target="ascend")
+    x = torch.randint(-3000, 3000, (6, 10), generator=torch.Generator().manual_seed(9),
+                      dtype=getattr(torch, dtype))
+    s, a, low = kernel(x)
+    torch.testing.assert_close(s, x.sum(1, dtype=x.dtype))
+    torch.testing.assert_close(a, x.abs().amax(0))
+    torch.testing.assert_close(low, x[2].amin().reshape(1))
+    from_headers = check_sources({dtype: text}, asc_devkit)
+    assert not from_headers, from_headers[0].text[-3000:]

@@ -78,9 +78,9 @@ class ExprPrinter:
                 # both arms of ?: in the select's type (the headers' types do not mix)
                 arms = [f"TW_CAST({ctype(str(e.ty))}, {a})" for a in arms]
             return f"TW_SELECT({self.cpp(cond)}, {arms[0]}, {arms[1]})"
-        why = " (A2's scalar unit has no math functions: the vector unit computes them first " \
-            "where the argument is a tile expression that uses no name bound inside the loop " \
-            "and reads no element an earlier store of the loop writes)" if kind == "Call" else ""
+        why = " (A2's scalar unit has no math functions: the vector unit computes them for " \
+            "the element stores of T.Parallel and serial loops, on arguments of the dtypes its " \
+            "instructions take)" if kind == "Call" else ""
         raise KernelError(f"backend 'ascend' has neither a vector instruction nor a scalar-unit "
                           f"form for {e} ({kind}){why}")
 

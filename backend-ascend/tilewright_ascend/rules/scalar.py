@@ -4,6 +4,7 @@ under a comment giving the reason."""
 from __future__ import annotations
 
 import tvm
+import tvm_ffi
 from tilewright.errors import KernelError
 from tvm import tirx
 
@@ -15,9 +16,15 @@ from .table import rule
 
 
 def emit_scalar_loop(em, loop) -> None:
+    """The loop; one of one trip whose variable its body does not use as its body alone, with
+    no C++ scope around it, so the names it binds stay visible to the statements after it."""
     em.line(f"// scalar fallback on the S pipe (GetValue/SetValue): "
             f"{str(loop.annotations[SCALAR_KEY])}")
-    _scalar_stmt(em, loop)
+    one_trip = isinstance(loop.extent, tirx.IntImm) and int(loop.extent.value) == 1
+    used = []
+    tvm_ffi.structural_walk(loop.body, (tirx.Var, lambda v: used.append(v)
+                                        if v.same_as(loop.loop_var) else None))
+    _scalar_stmt(em, loop.body if one_trip and not used else loop)
 
 
 def _scalar_stmt(em, s):

@@ -26,7 +26,8 @@ from ..facts.simt import memories_with_simt
 # the portable language's on-chip scopes: the portable phase maps each tile to an Ascend memory
 # (T.alloc_var and reducers are one-element or plain UB tiles)
 PORTABLE_SCOPES = {"shared", "shared.dyn", "local.fragment", "local", "local.var",
-                   "local.reducer.sum", "local.reducer.max", "local.reducer.min"}
+                   "local.reducer.sum", "local.reducer.max", "local.reducer.min",
+                   "local.reducer.bitand", "local.reducer.bitor", "local.reducer.bitxor"}
 
 
 def check_scopes(func) -> None:

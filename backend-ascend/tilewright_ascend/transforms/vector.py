@@ -22,10 +22,13 @@ The pass runs on kernels the ``portable`` phase converted (function attribute
   one scalar for the whole nest, read with GetValue.
 - What the vector unit cannot do (comparisons, selects, integer division, index arithmetic
   as data) stays a loop of GetValue/SetValue on the scalar unit, marked :data:`SCALAR_KEY`
-  with the reason; the codegen writes the reason as a comment.
+  with the reason; the codegen writes the reason as a comment. Math functions in it run on
+  the vector unit: over the tile before the loop where they can, else inside the loop on
+  one-element tiles (:meth:`_Lowering.split`).
 - ``T.reduce_*`` become ``VREDUCE`` (one reduction per row, vector adds down columns)
-  with a UB work tile; ``T.cumsum`` a scalar loop; ``T.fill`` of UB Duplicate; a ``T.copy``
-  that converts dtypes goes through a UB staging tile and Cast (float -> integer saturating,
+  with a UB work tile (integer ones, which WholeReduce does not take, a scalar loop);
+  ``T.cumsum`` a scalar loop; ``T.fill`` of UB Duplicate; a ``T.copy`` that converts
+  dtypes goes through a UB staging tile and Cast (float -> integer saturating,
   :func:`..facts.instructions.float_to_int_steps`; an integer conversion that may overflow
   wraps in a scalar loop, since A2's Cast saturates); a scalar ``T.atomic_*`` writes
   its value into a one-element UB tile that the atomic copy adds to global memory.
@@ -68,10 +71,13 @@ UB = "ascend.ub"
 PORTABLE_REDUCTIONS = ("reduce_sum", "reduce_max", "reduce_min", "reduce_abssum",
                        "reduce_absmax")
 PORTABLE_VECTOR_OPS = (*PORTABLE_REDUCTIONS, "cumsum")
-# the dtypes a portable reduction takes: those the WholeReduce family computes on, and
-# bfloat16 through a float32 copy (the capabilities declare it, so other dtypes are refused
-# before lowering and reported unsupported by the conformance suite)
-REDUCTION_DTYPES = frozenset({*VECTOR_DTYPES["WholeReduceSum"], "bfloat16"})
+# the dtypes a portable reduction takes: those the WholeReduce family computes on, bfloat16
+# through a float32 copy, and the integers A2's WholeReduce lacks on the scalar unit (the
+# capabilities declare them, so other dtypes are refused before lowering and reported
+# unsupported by the conformance suite)
+_SCALAR_REDUCTION_DTYPES = ("int16", "int32")
+REDUCTION_DTYPES = frozenset({*VECTOR_DTYPES["WholeReduceSum"], "bfloat16",
+                              *_SCALAR_REDUCTION_DTYPES})
 
 _BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Max": "max", "Min": "min"}
 _COMMUTES = {"add", "mul", "max", "min"}
@@ -359,6 +365,8 @@ class _Lowering:
                               span_location(stmt.span))
         rows = math.prod(extents[:dim]) if dim == rank - 1 else math.prod(extents[dim + 1:])
         dtype = str(src.buffer.dtype)
+        if dtype in _SCALAR_REDUCTION_DTYPES and not computes("WholeReduceSum", dtype):
+            return [_scalar_reduction(src, dst, kind, dim, call.attrs["clear"], stmt.span)]
         if not computes("WholeReduceSum", dtype):
             if not dtype.startswith("bfloat"):
                 raise KernelError(f"T.{call.name}: A2's vector unit reduces float16 and float32, "
@@ -485,6 +493,8 @@ class _Lowering:
                                 annotations={SCALAR_KEY: reason} if lp is loops[0] else {},
                                 span=lp.span)
             _check_scalar_buffers(nest, loop.span)
+            if _lacking_math(nest):  # on a value only the nest knows
+                nest = _seq(self.split(nest, reason, math))
             ops = [*[_with_span(s, loop.span) for s in math], nest]
         else:
             ops = [_with_span(s, loop.span) for s in ops]
@@ -497,9 +507,10 @@ class _Lowering:
         instructions (into ``ops``) in a UB temporary that the nest reads instead: over the
         tile where the argument is a tile expression of the nest's indices (a select's arm is
         then computed for every element and the select keeps the ones it picks), else on one
-        element that the scalar unit writes into a one-element tile. A call stays where a
-        store of the nest may change what it reads before it runs, or where it uses a name
-        the nest binds (the printer then refuses it)."""
+        element that the scalar unit writes into a one-element tile. A name the nest binds
+        is read through its value, whose reads move to the call: a call stays where a store
+        of the nest may change what it reads before it runs, or where it uses a loop variable
+        of a loop inside the nest (:meth:`split` then computes it inside the nest)."""
         statements = list(body.seq) if isinstance(body, tirx.SeqStmt) else [body]
         inner = []  # names the nest binds
         tvm_ffi.structural_walk(body, [(tirx.Bind, lambda b: inner.append(b.var)),
@@ -507,7 +518,17 @@ class _Lowering:
         stores = {}
         tvm_ffi.structural_walk(body, (tirx.BufferStore, lambda x: stores.setdefault(
             x.buffer, []).append(list(x.indices))))
+        bound = []  # (name, value) of the nest's names, a call reads through them
+        tvm_ffi.structural_walk(body, (tirx.Bind, lambda b: bound.append((b.var, b.value))))
         full = tuple(range(len(variables)))
+        once = all(e == 1 for e in extents)  # one iteration: no store of it comes before
+
+        def inline(call):
+            for _ in bound:
+                if not _uses_any(call, [v for v, _ in bound]):
+                    break
+                call = _subst(call, bound)
+            return call
 
         def hoistable(call, blocked) -> bool:
             if _uses_any(call, inner):
@@ -515,7 +536,7 @@ class _Lowering:
             for x in _loads(call):
                 if str(x.source.scope()) != UB:
                     return False
-                if x.source not in stores:
+                if x.source not in stores or (once and x.source not in blocked):
                     continue
                 operand = _operand(x.source, x.indices, variables, extents)
                 if x.source in blocked or operand is None or operand[1] != full or \
@@ -534,11 +555,11 @@ class _Lowering:
                     return call
                 call = tvm.ir.Call(call.op, [tvm_ffi.structural_map(
                     call.args[0], (tvm.ir.Call, hoist))], ret_ty=call.ty, span=call.span)
-                if not hoistable(call, blocked):
+                if not hoistable(inline(call), blocked):
                     return call
                 new = []
                 try:
-                    load = self.math_tile(call, variables, extents, new)
+                    load = self.math_tile(inline(call), variables, extents, new)
                 except (Unvectorizable, KernelError):
                     return call
                 ops.extend(new)
@@ -556,18 +577,76 @@ class _Lowering:
                 raise Unvectorizable(f"{call} is a scalar expression")
             return tirx.BufferLoad(value[1].buffer, [variables[d] for d in value[2]] or
                                    [tirx.const(0, "int32")])
+        return self.math_element(call, ops)
+
+    def math_element(self, call, ops):
+        """A load of the one-element UB temporary into which vector instructions compute
+        ``call`` of the one-element tile the scalar unit writes its argument into (an
+        argument that is the first element of a UB tile, such as another call's result, is
+        read in place: a tile starts 32-byte aligned, as vector operands must)."""
         arg = call.args[0]
-        one = self.temp([1], str(arg.ty), ops)
         zero = tirx.const(0, "int32")
-        ops.append(tirx.For(tirx.Var("e0", "int32"), 0, 1, tirx.ForKind.SERIAL,
-                            tirx.BufferStore(one.buffer, arg, [zero]),
-                            annotations={SCALAR_KEY: f"the argument of {call} is computed on "
-                                                     "the scalar unit, the function on the "
-                                                     "vector unit"}))
-        on_tile = tvm.ir.Call(call.op, [tirx.BufferLoad(one.buffer, [zero])], ret_ty=call.ty,
-                              span=call.span)
+        if isinstance(arg, tvm.ir.TensorLoad) and str(arg.source.scope()) == UB and \
+                all(isinstance(k, tirx.IntImm) and k.value == 0 for k in arg.indices):
+            on_tile = call
+        else:
+            one = self.temp([1], str(arg.ty), ops)
+            ops.append(tirx.For(tirx.Var("e0", "int32"), 0, 1, tirx.ForKind.SERIAL,
+                                tirx.BufferStore(one.buffer, arg, [zero]),
+                                annotations={SCALAR_KEY: f"the argument of {call} is computed "
+                                                         "on the scalar unit, the function on "
+                                                         "the vector unit"}))
+            on_tile = tvm.ir.Call(call.op, [tirx.BufferLoad(one.buffer, [zero])],
+                                  ret_ty=call.ty, span=call.span)
         value = self.eval(_expand_math(on_tile), [], [], ops, None)
         return tirx.BufferLoad(value[1].buffer, [zero])
+
+    def split(self, stmt, reason, allocs) -> list:
+        """``stmt`` of a scalar nest that calls a math function the scalar unit lacks on a value
+        only the nest knows (a name it binds, an element it stores first, a loop variable of
+        an inner loop): its loops become serial loops whose bodies alternate one-trip scalar
+        loops (:data:`SCALAR_KEY`, written without a C++ scope, so the names they bind stay
+        visible) and vector instructions on one-element UB tiles (:meth:`math_element`): the
+        scalar unit writes the argument (``SetValue``), the vector unit computes the function
+        and the scalar unit reads the result (``GetValue``). The synchronisation pass orders
+        the pipes with the vendor's S_V and V_S events (``HardEventAiv`` in
+        ``impl/basic_api/kernel_event.h``). The temporaries' allocations go to ``allocs``."""
+        if isinstance(stmt, tirx.SeqStmt):
+            return _merge_scalar([x for s in stmt.seq for x in self.split(s, reason, allocs)])
+        if isinstance(stmt, tirx.For) and _ints([stmt.extent]) == [1]:  # one trip: its body
+            return self.split(_subst(stmt.body, [(stmt.loop_var, stmt.min)]), reason, allocs)
+        if isinstance(stmt, tirx.For):
+            return [tirx.For(stmt.loop_var, stmt.min, stmt.extent, tirx.ForKind.SERIAL,
+                             _seq(self.split(stmt.body, reason, allocs)),
+                             annotations={"tw.loop": "serial"}, span=stmt.span)]
+        if isinstance(stmt, tirx.IfThenElse) and not _loads(stmt.condition) and \
+                _lacking_math(stmt):
+            other = None if stmt.else_case is None else \
+                _seq(self.split(stmt.else_case, reason, allocs))
+            return [tirx.IfThenElse(stmt.condition, _seq(self.split(stmt.then_case, reason,
+                                                                    allocs)),
+                                    other, span=stmt.span)]
+        out = []
+
+        def stage(call):
+            if _math_name(call) is None or not _scalar_lacks(call):
+                return call
+            call = tvm.ir.Call(call.op, [tvm_ffi.structural_map(
+                call.args[0], (tvm.ir.Call, stage))], ret_ty=call.ty, span=call.span)
+            ops = []
+            try:
+                load = self.math_element(call, ops)
+            except (Unvectorizable, KernelError):
+                return call  # the printer refuses it, at the user's line
+            allocs.extend(s for s in ops if isinstance(s, tirx.AllocBuffer))
+            out.extend(s for s in ops if not isinstance(s, tirx.AllocBuffer))
+            return load
+
+        if not isinstance(stmt, tirx.IfThenElse):  # a branch on tile data: the printer says
+            stmt = tvm_ffi.structural_map(stmt, (tvm.ir.Call, stage))
+        out.append(tirx.For(tirx.Var("s0", "int32"), 0, 1, tirx.ForKind.SERIAL, stmt,
+                            annotations={SCALAR_KEY: reason}, span=getattr(stmt, "span", None)))
+        return _merge_scalar(out)
 
     def stage_global(self, body, variables, extents, pre, post, span, keep):
         """Replace global loads and stores in ``body`` by UB tiles copied in and out."""
@@ -985,6 +1064,69 @@ def _scalar_lacks(call) -> bool:
     name = str(call.op.name) if isinstance(call.op, tvm.ir.Op) else ""
     return name != "tirx.fabs" and (name in _UNARY_CALLS or name == "tirx.exp2" or
                                     _math_name(call) in _MATH)
+
+
+def _scalar_reduction(src: Region, dst: Region, kind: str, dim: int, clear: bool, span):
+    """``T.reduce_<kind>`` of an integer tile, which A2's WholeReduce family does not take, as a
+    loop on the scalar unit: each element of ``dst`` combined with each of its elements of
+    ``src`` in turn (``clear``: the first element starts it), in ``src``'s dtype (a sum
+    wraps)."""
+    extents = _ints(src.extents)
+    rank = len(extents)
+    if len(dst.extents) not in (rank - 1, rank):
+        raise KernelError(f"T.reduce_{kind}: backend 'ascend' reduces a {rank}-D tile into a "
+                          f"{rank - 1}-D one; {dst.buffer.name!r} has {len(dst.extents)} "
+                          "dimensions", span_location(span))
+    loops = [tirx.Var(f"r{n}", "int32") for n in range(rank)]
+    kept = [v for d, v in enumerate(loops) if d != dim] if len(dst.extents) == rank - 1 else \
+        [tirx.const(0, "int32") if d == dim else v for d, v in enumerate(loops)]
+    at_src = [tirx.const(0, "int32") + s + v for s, v in zip(_as_exprs(src.starts), loops)]
+    at_dst = [tirx.const(0, "int32") + s + v for s, v in zip(_as_exprs(dst.starts), kept)]
+    x = tirx.BufferLoad(src.buffer, at_src)
+    if kind.startswith("abs"):
+        x = tirx.Select(x < tirx.const(0, str(x.ty)), tirx.const(0, str(x.ty)) - x, x)
+    acc = tirx.BufferLoad(dst.buffer, at_dst)
+    combined = {"sum": acc + x, "abssum": acc + x, "max": tirx.Max(acc, x),
+                "absmax": tirx.Max(acc, x), "min": tirx.Min(acc, x)}[kind]
+    body = tirx.BufferStore(dst.buffer, combined, at_dst)
+    if clear:
+        body = tirx.IfThenElse(tirx.EQ(loops[dim], 0), tirx.BufferStore(dst.buffer, x, at_dst),
+                               body)
+    order = [d for d in range(rank) if d != dim] + [dim]  # the reduced dimension innermost
+    for n, d in enumerate(reversed(order)):
+        body = tirx.For(loops[d], 0, extents[d], tirx.ForKind.SERIAL, body,
+                        annotations={SCALAR_KEY: f"T.reduce_{kind} of {src.buffer.dtype}: A2's "
+                                     "WholeReduce takes floats"} if n == rank - 1 else {},
+                        span=span)
+    return body
+
+
+def _lacking_math(stmt) -> bool:
+    """Whether ``stmt`` calls a math function the scalar unit lacks."""
+    found = []
+    tvm_ffi.structural_walk(stmt, (tvm.ir.Call, lambda c: found.append(c) if _math_name(c)
+                                   is not None and _scalar_lacks(c) else None))
+    return bool(found)
+
+
+def _merge_scalar(stmts) -> list:
+    """``stmts`` with each run of one-trip scalar loops (:meth:`_Lowering.split`) made one."""
+    out = []
+    for s in stmts:
+        if out and _one_trip_scalar(s) and _one_trip_scalar(out[-1]):
+            last = out[-1]
+            body = [*(last.body.seq if isinstance(last.body, tirx.SeqStmt) else [last.body]),
+                    *(s.body.seq if isinstance(s.body, tirx.SeqStmt) else [s.body])]
+            out[-1] = tirx.For(last.loop_var, 0, 1, tirx.ForKind.SERIAL, tirx.SeqStmt(body),
+                               annotations=last.annotations, span=last.span)
+        else:
+            out.append(s)
+    return out
+
+
+def _one_trip_scalar(s) -> bool:
+    return isinstance(s, tirx.For) and SCALAR_KEY in s.annotations and \
+        _ints([s.extent]) == [1] and not _uses_any(s.body, [s.loop_var])
 
 
 def _check_scalar_buffers(nest, span):
