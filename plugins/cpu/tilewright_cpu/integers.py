@@ -54,7 +54,11 @@ def reinterpret_integers_unfolded():
         value = node.args[0]
         source = tvm.runtime.DataType(str(value.ty))
         if source.type_code not in (tvm.runtime.DataTypeCode.INT,
-                                    tvm.runtime.DataTypeCode.UINT):
+                                    tvm.runtime.DataTypeCode.UINT) or \
+                isinstance(node.ty, tvm.ir.PointerType) or isinstance(value, tvm.ir.TensorLoad):
+            # a loaded operand never folds into a constant, and is left as it is: the code
+            # generator wants the load itself in an address made a pointer
+            # (``T.make_tensor(ptrs[g], ...)``) and in ``address_of`` of a float8 element
             return node
         scalar = str(source.with_lanes(1))
         ones = tirx.const(-1 if source.type_code == tvm.runtime.DataTypeCode.INT else
