@@ -1,7 +1,7 @@
 """The conformance suite's tensor-core cases (float16/bfloat16 gemm, attention and 2:4 sparse
-gemm), lowered for sm_80 and run by the host emulation against the suite's float64
-references: the ldmatrix/mma.sync/mma.sp, swizzle, cp.async and pipelining paths on the
-suite's own shapes."""
+gemm, and float8 gemm on the float16 instruction), lowered for sm_80 and run by the host
+emulation against the suite's float64 references: the ldmatrix/mma.sync/mma.sp, swizzle,
+cp.async and pipelining paths on the suite's own shapes."""
 
 import hostemu
 import pytest
@@ -11,7 +11,8 @@ from tilewright.testing import assert_close
 from tilewright_sdk.conformance.catalogue import cases
 
 CASES = [c for c in cases(["gemm", "gemm_pipelined", "attention", "gemm_sp"])
-         if c.dtype in ("float16", "bfloat16") and c.variant != "dynamic"]
+         if c.dtype in ("float16", "bfloat16") and c.variant != "dynamic"] + \
+    [c for c in cases(["gemm_8bit"]) if c.dtype.startswith("float8")]
 
 
 @pytest.mark.emulator

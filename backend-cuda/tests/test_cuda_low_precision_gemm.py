@@ -7,8 +7,9 @@ matrix descriptors). The machine code shows the integer or fp8 tensor-core instr
 ``QGMMA.64x64x32.F32.E4M3.E4M3``), with no conversion to fp16, no HMMA and, for wgmma, no
 mma.sync; the host emulation checks the numbers against torch (``torch._int_mm``, the float32
 product of the float8 operands), the emulated wgmma reading the 8-bit tiles through its
-decoded descriptors into int32 or float32 accumulators; float8 on an architecture without the
-instruction is refused at the gemm's line; float8 casts to every declared dtype compile."""
+decoded descriptors into int32 or float32 accumulators (float8 before sm_89, on the float16
+instruction: test_cuda_float8_widened_gemm.py); float8 casts to every declared dtype
+compile."""
 
 import re
 import sys
@@ -136,17 +137,6 @@ def test_float8_wgmma_reads_cp_async_tiles_in_emulation(tmp_path):
     a, b, want, c = _operands("float8_e4m3fn", m, n, k, True)
     hostemu.run(text, lowered.source.payload, tmp_path, a, b, c)
     torch.testing.assert_close(c, want, rtol=1e-5, atol=1e-4)
-
-
-@pytest.mark.parametrize("arch_name", ["sm_80", "sm_86"])
-def test_float8_gemm_before_sm_89_is_refused_at_the_gemm(arch_name):
-    with pytest.raises(UnsupportedOpError) as info:
-        tilewright.lower(_gemm(128, 128, 128, "float8_e4m3fn"), f"cuda -arch={arch_name}")
-    text = str(info.value)
-    assert (f"T.gemm of float8_e4m3fn x float8_e4m3fn into float32 on backend 'cuda' "
-            f"({arch_name}) needs mma.sync m16n8k32 .e4m3, which sm_89 and newer") in text
-    assert "float16 -> float32, bfloat16 -> float32, int8 -> int32" in text
-    assert "T.gemm(A_s, B_s, C_l, transpose_B=trans_b)" in text and "kernels.py" in text
 
 
 def test_int8_gemm_k_not_a_multiple_of_32_is_refused():

@@ -28,6 +28,9 @@ from . import ops
 CUDA, BASE, COPY, MMA, HOPPER, WGMMA, FP4, FP8 = (None, "tw_cuda.h", "tw_copy.h", "tw_mma.h",
                                                   "tw_hopper.h", "tw_wgmma.h", "tw_fp4.h",
                                                   "tw_fp8.h")
+MMA_WIDEN = "tw_mma_widen.h"
+# a header -> the header it builds on (pasted before it)
+BUILDS_ON = {MMA_WIDEN: MMA}
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,9 @@ TABLE = _table(
     Intrinsic("tw_gemm_mma_rf", MMA, _GEMM_ARGS, "gemm"),
     Intrinsic("tw_gemm_mma_rows", MMA, _GEMM_ARGS, "gemm"),
     Intrinsic("tw_gemm_mma_sp_rf", MMA, ("read", "read", "read", "readwrite"), "gemm"),
+    Intrinsic("tw_gemm_mma_widened", MMA_WIDEN, _GEMM_ARGS, "gemm"),
+    Intrinsic("tw_gemm_mma_rf_widened", MMA_WIDEN, _GEMM_ARGS, "gemm"),
+    Intrinsic("tw_gemm_mma_rows_widened", MMA_WIDEN, _GEMM_ARGS, "gemm"),
     Intrinsic("tw::store_pair", MMA, ("write", "", "")),
     Intrinsic("tw_gemm_wgmma", WGMMA, _GEMM_ARGS, "wgmma", in_flight=True),
     Intrinsic("tw_gemm_wgmma_rs", WGMMA, _GEMM_ARGS, "wgmma", in_flight=True),

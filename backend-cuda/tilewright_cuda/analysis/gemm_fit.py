@@ -1,9 +1,11 @@
 """Which gemm instruction fits a ``T.gemm``: ``wgmma.mma_async`` (sm_90a, ``WGMMA_FORMS``:
 m64nNk16 for float16/bfloat16, m64nNk32 for int8 into int32 and float8_e4m3fn/float8_e5m2),
 then ``mma.sync`` over warp tiles (``MMA_FORMS``: m16n8k16 for float16/bfloat16 on sm_80+,
-m16n8k32 for int8 on sm_80+ and float8 on sm_89+), else a gemm spread over the threads. Each
-predicate says why its instruction does not fit (None when it does); layout inference and the
-gemm rules ask the same ones."""
+m16n8k32 for int8 on sm_80+ and float8 on sm_89+; before sm_89 float8 takes the float16
+instruction on operands widened in registers, ``WIDENED_MMA_FORMS``), else a gemm spread over
+the threads. :func:`mma_form` says which form an architecture takes. Each predicate says why
+its instruction does not fit (None when it does); layout inference and the gemm rules ask the
+same ones."""
 
 from __future__ import annotations
 
@@ -19,16 +21,21 @@ from .ir import const
 
 @dataclass(frozen=True)
 class MmaForm:
-    """One ``mma.sync`` form: the instruction's K (dense columns), the oldest architecture that
-    has it, its PTX operand type and instruction (include/tw_mma.h issues it)."""
+    """One ``mma.sync`` form: the K of one step over the operands' fragments (dense columns),
+    the oldest architecture that has it, its PTX operand type and instruction
+    (include/tw_mma.h issues it). ``widened``: the float8 type whose fragments are widened to
+    float16 in registers, each k32 step two m16n8k16 .f16 (include/tw_mma_widen.h)."""
 
     k: int
     min_sm: int
     ptx: str
     op: str = "mma.sync"
+    widened: str | None = None
 
     @property
     def instruction(self) -> str:
+        if self.widened is not None:
+            return f"{self.op} m16n8k16 .{self.ptx} on {self.widened} widened to {self.ptx}"
         return f"{self.op} m16n8k{self.k} .{self.ptx}"
 
 
@@ -39,6 +46,13 @@ MMA_FORMS = {
     ("int8", "int8", "int32"): MmaForm(32, 80, "s8"),
     ("float8_e4m3fn", "float8_e4m3fn", "float32"): MmaForm(32, 89, "e4m3"),
     ("float8_e5m2", "float8_e5m2", "float32"): MmaForm(32, 89, "e5m2"),
+}
+# (A, B, C) dtypes -> the form of an architecture older than the MMA_FORMS one: every e4m3 and
+# e5m2 value is a float16 value, so the float16 instruction on the widened fragments computes
+# the same exact products into float32 (summed in another order)
+WIDENED_MMA_FORMS = {
+    ("float8_e4m3fn", "float8_e4m3fn", "float32"): MmaForm(32, 80, "f16", widened="e4m3"),
+    ("float8_e5m2", "float8_e5m2", "float32"): MmaForm(32, 80, "f16", widened="e5m2"),
 }
 # (A, B, C) dtypes -> the form of a T.gemm_sp (A 2:4 sparse: the kept values and metadata)
 SPARSE_MMA_FORMS = {
@@ -88,9 +102,21 @@ def wgmma_form(call: TileOpCall) -> WgmmaForm | None:
     return (SPARSE_WGMMA_FORMS if call.name == "gemm_sp" else WGMMA_FORMS).get(dtypes_of(call))
 
 
-def mma_form(call: TileOpCall) -> MmaForm | None:
-    """The ``mma.sync`` (``mma.sp`` for T.gemm_sp) form of a gemm's dtypes, or None."""
-    return (SPARSE_MMA_FORMS if call.name == "gemm_sp" else MMA_FORMS).get(dtypes_of(call))
+def mma_form(call: TileOpCall, arch) -> MmaForm | None:
+    """The ``mma.sync`` (``mma.sp`` for T.gemm_sp) form ``arch`` takes for a gemm's dtypes, or
+    None (:func:`dense_form` for T.gemm)."""
+    if call.name == "gemm_sp":
+        return SPARSE_MMA_FORMS.get(dtypes_of(call))
+    return dense_form(dtypes_of(call), arch)
+
+
+def dense_form(dtypes: tuple[str, str, str], arch) -> MmaForm | None:
+    """The ``MMA_FORMS`` form of ``dtypes``, or on an architecture older than it the
+    ``WIDENED_MMA_FORMS`` one where there is one; None when the dtypes have neither."""
+    form = MMA_FORMS.get(dtypes)
+    if form is not None and arch is not None and arch.sm < form.min_sm:
+        return WIDENED_MMA_FORMS.get(dtypes, form)
+    return form
 
 
 def dense_k(call: TileOpCall) -> int | None:
@@ -103,7 +129,10 @@ def dense_k(call: TileOpCall) -> int | None:
 
 def forms_on(arch) -> str:
     """The (A, B) -> C dtypes the mma.sync forms of ``arch`` compute, for messages."""
-    return ", ".join(f"{a} -> {c}" for (a, _, c), form in MMA_FORMS.items()
+    forms = {dtypes: dense_form(dtypes, arch) for dtypes in MMA_FORMS}
+    return ", ".join(f"{a} -> {c}" + ("" if form.widened is None else
+                                       f" (widened to {form.ptx})")
+                     for (a, _, c), form in forms.items()
                      if arch is not None and arch.sm >= form.min_sm)
 
 
@@ -115,13 +144,13 @@ def leading_dim(region) -> int | None:
 
 def mma_misfit(call: TileOpCall, arch, threads: int) -> str | None:
     """Why ``mma.sync.m16n8k16`` cannot run this gemm on ``threads`` threads, or None."""
-    return mma_not_asked(call, arch) or mma_shape_misfit(call, threads)
+    return mma_not_asked(call, arch) or mma_shape_misfit(call, arch, threads)
 
 
 def mma_not_asked(call: TileOpCall, arch) -> str | None:
     """Why the gemm does not ask for tensor cores (arch, dtypes, operand memory), or None."""
     a, b, c = (call.operands[k] for k in ("A", "B", "C"))
-    form = mma_form(call)
+    form = mma_form(call, arch)
     if form is None:
         return f"operand dtypes {dtypes_of(call)} have no mma.sync form"
     if arch is None or arch.sm < form.min_sm:
@@ -154,13 +183,13 @@ def _sparse_misfit(call: TileOpCall) -> str | None:
     return None
 
 
-def mma_shape_misfit(call: TileOpCall, threads: int) -> str | None:
+def mma_shape_misfit(call: TileOpCall, arch, threads: int) -> str | None:
     """Why the tile shape or the warps do not fit the gemm's ``mma.sync`` form, or None."""
     c = call.operands["C"]
     cdims = non_unit(c)
     m, n = const(c.extents[cdims[0]]), const(c.extents[cdims[1]])
     k = dense_k(call)
-    ik = mma_form(call).k
+    ik = mma_form(call, arch).k
     if None in (m, n, k) or m % 16 or n % 8 or k % ik:
         return f"tile {m}x{n}x{k} is not a multiple of the 16x8x{ik} instruction"
     if (m // 16) * (n // 8) % (threads // WARP):
@@ -190,7 +219,7 @@ def mma_rows_misfit(call: TileOpCall, arch, threads: int) -> str | None:
         return "C is a register accumulator (the padded form keeps C in shared memory)"
     cdims = non_unit(c)
     m, n = const(c.extents[cdims[0]]), const(c.extents[cdims[1]])
-    k, ik, warps = dense_k(call), mma_form(call).k, threads // WARP
+    k, ik, warps = dense_k(call), mma_form(call, arch).k, threads // WARP
     if call.name != "gemm" or m not in PADDED_ROWS:
         return f"M = {m} is not a T.gemm tile of {PADDED_ROWS.start}..{PADDED_ROWS.stop - 1} rows"
     if None in (n, k) or n % (8 * warps) or k % ik:
@@ -204,10 +233,11 @@ def mma_rows_misfit(call: TileOpCall, arch, threads: int) -> str | None:
 def mma_policy_error(call: TileOpCall, arch, threads: int) -> str | None:
     """Why a gemm that asks for tensor cores cannot have them, or None. A gemm asks for them
     when its dtypes have an mma.sync form (``MMA_FORMS``) and it reads shared memory or
-    fragments; a form the architecture lacks is an error naming what it has (float8 before
-    sm_89); on one that has it, the tile must be a multiple of the instruction and its 16x8
-    output tiles must split evenly over the warps. Other gemms take the thread gemm quietly."""
-    form = mma_form(call)
+    fragments; a form newer than sm_80 that ``arch`` lacks, with no widened form for it
+    (:func:`dense_form`), is an error naming what ``arch`` has; on one that has it, the tile
+    must be a multiple of the instruction and its 16x8 output tiles must split evenly over the
+    warps. Other gemms take the thread gemm quietly."""
+    form = mma_form(call, arch)
     if form is not None and (arch is None or arch.sm < form.min_sm) and \
             form.min_sm > 80:
         name = "no architecture" if arch is None else arch.name
@@ -218,7 +248,7 @@ def mma_policy_error(call: TileOpCall, arch, threads: int) -> str | None:
                 "newer, or convert the operands")
     if mma_not_asked(call, arch) is not None:
         return None
-    misfit = mma_shape_misfit(call, threads)
+    misfit = mma_shape_misfit(call, arch, threads)
     if misfit is None or mma_rows_misfit(call, arch, threads) is None:
         return None
     a, c = call.operands["A"], call.operands["C"]

@@ -32,8 +32,8 @@ from .launch import (
 
 INCLUDE = Path(__file__).resolve().parents[1] / "include"
 HEADERS = {name: (INCLUDE / name).read_text() for name in
-           (intrinsics.BASE, intrinsics.COPY, intrinsics.MMA, intrinsics.HOPPER,
-            intrinsics.FP4, intrinsics.FP8)}
+           (intrinsics.BASE, intrinsics.COPY, intrinsics.MMA, intrinsics.MMA_WIDEN,
+            intrinsics.HOPPER, intrinsics.FP4, intrinsics.FP8)}
 # attributes of the lowered kernel that are ours, not TVM's: read here, removed before TVM
 OUR_ATTRS = (keys.DYN_SMEM, keys.TENSORMAPS, keys.CLUSTER, keys.SEQUENCE)
 # the launch-bounds attribute TVM's CUDA printer turns into __launch_bounds__(threads, blocks)
@@ -200,8 +200,10 @@ def generate(mod: tvm.IRModule, ctx) -> GeneratedSource:
     text = tvm.get_global_func("target.build.cuda")(dev_mod, kernels[0].target).inspect_source()
     used = [entry for k in kernels for entry in k.used]
     headers = {entry.header for entry in used}
+    headers |= {intrinsics.BUILDS_ON[h] for h in headers if h in intrinsics.BUILDS_ON}
     text = source.insert_headers(text, HEADERS[intrinsics.BASE] + "".join(
-        HEADERS[h] for h in (intrinsics.COPY, intrinsics.MMA, intrinsics.FP4, intrinsics.FP8)
+        HEADERS[h] for h in (intrinsics.COPY, intrinsics.MMA, intrinsics.MMA_WIDEN,
+                             intrinsics.FP4, intrinsics.FP8)
         if h in headers))
     text = source.float8_on_every_arch(source.drop_unused_type_traits(text))
     metas = [{"entry": k.entry, "arch": arch.name, "params": k.params, "symbols": k.symbols,

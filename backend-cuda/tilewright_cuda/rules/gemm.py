@@ -7,9 +7,11 @@ it does not fit; the first that fits lowers the gemm.
    operands read from swizzled shared tiles through matrix descriptors, or 16-bit A from
    registers (the register-A form ``tw_gemm_wgmma_rs``: the k16 steps' m64k16 A fragments,
    which the wgmma accumulator layout holds); C a register accumulator in the wgmma D layout;
-2. ``ldmatrix`` + ``mma.sync`` over warp tiles (include/tw_mma.h; the form of the dtypes,
-   ``gemm_fit.MMA_FORMS``: m16n8k16 for float16/bfloat16, m16n8k32 for int8 into int32 on
-   sm_80+ and float8_e4m3fn/float8_e5m2 into float32 on sm_89+);
+2. ``ldmatrix`` + ``mma.sync`` over warp tiles (include/tw_mma.h; the form the architecture
+   takes for the dtypes, ``gemm_fit.mma_form``: m16n8k16 for float16/bfloat16, m16n8k32 for
+   int8 into int32 on sm_80+ and float8_e4m3fn/float8_e5m2 into float32 on sm_89+; before
+   sm_89 float8 takes two m16n8k16 .f16 per k32 step on the fragments widened to float16,
+   the ``_widened`` functions of include/tw_mma_widen.h, SASS ``HMMA.16816.F32``);
 3. ``mma.sync`` with op(A)'s 2..15 rows padded to 16 by zero registers, C in shared memory
    (``tw_gemm_mma_rows``; ``gemm_fit.mma_rows_misfit`` states the rule: a decode GEMV of a
    few tokens; one row keeps the thread gemm);
@@ -125,8 +127,8 @@ def lower_gemm_mma(call: TileOpCall, ctx: RuleContext):
         raise KernelError(f"the {m}x{n} gemm tile has no grid of {threads // WARP} warps with "
                           "whole 16x8 tiles per warp; use a power-of-two number of warps")
     layouts = ", ".join(_operand_layout(r) for r in (a, b))
-    name = (f"tw_gemm_mma{'_rf' if in_registers else ''}<{m}, {n}, {k}, {flags}, {threads}, "
-            f"{grid[0]}, {grid[1]}, {layouts}>")
+    name = (f"tw_gemm_mma{'_rf' if in_registers else ''}{_widened(call, ctx)}<{m}, {n}, {k}, "
+            f"{flags}, {threads}, {grid[0]}, {grid[1]}, {layouts}>")
 
     c_args = [_ptr(c)] if in_registers else [_ptr(c), as_expr(gemm_fit.leading_dim(c))]
     gemm = tirx.Evaluate(tirx.call_extern("int32", name, _ptr(a), _ptr(b), *c_args))
@@ -147,13 +149,19 @@ def lower_gemm_mma_rows(call: TileOpCall, ctx: RuleContext):
     flags = ", ".join("true" if call.attrs[f] else "false" for f in ("transpose_A",
                                                                      "transpose_B"))
     layouts = ", ".join(_operand_layout(r) for r in (a, b))
-    name = (f"tw_gemm_mma_rows<{m}, {n}, {gemm_fit.dense_k(call)}, {flags}, {threads}, "
-            f"{layouts}>")
+    name = (f"tw_gemm_mma_rows{_widened(call, ctx)}<{m}, {n}, {gemm_fit.dense_k(call)}, "
+            f"{flags}, {threads}, {layouts}>")
     gemm = tirx.Evaluate(tirx.call_extern("int32", name, _ptr(a), _ptr(b), _ptr(c),
                                           as_expr(gemm_fit.leading_dim(c))))
     if not call.attrs["clear_accum"]:
         return gemm
     return tirx.SeqStmt([lower_fill(fill_call(c), ctx), intrinsics.sync(), gemm])
+
+
+def _widened(call: TileOpCall, ctx: RuleContext) -> str:
+    """The suffix of the mma.sync gemm functions of the architecture's form: ``_widened``
+    (include/tw_mma_widen.h) for float8 widened to float16, else none."""
+    return "" if gemm_fit.mma_form(call, ctx.options.arch).widened is None else "_widened"
 
 
 def _ptr(region: Region):
