@@ -1,6 +1,7 @@
 """The interpreter: generated Python, debugging, and agreement with the CPU backend."""
 
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -209,3 +210,25 @@ def test_unsigned_arithmetic_of_a_block_index_wraps(dtype):
     want = (x + (2**bits - 1) // 3 - (x + 1)) % 2**bits
     got = tilewright.compile(main, out_idx=[1], target="interp")(x.to(getattr(torch, dtype)))
     assert torch.equal(got.long() % 2**bits, want)
+
+
+def test_wrapping_and_division_by_zero_run_without_numpy_warnings():
+    """A uint8 sum that wraps and a float division by zero give what torch gives (the
+    wrapped value, inf), and NumPy warns of neither (a warning per element buried a
+    kernel's own output)."""
+    @T.prim_func
+    def wrap_and_divide(A: T.Tensor((4,), "uint8"), X: T.Tensor((4,), "float32"),
+                        S: T.Tensor((4,), "uint8"), Q: T.Tensor((4,), "float32")):
+        with T.Kernel(1, threads=4):
+            for i in T.Parallel(4):
+                S[i] = A[i] + A[i]
+                Q[i] = X[i] / (X[i] - X[i])
+
+    kernel = tilewright.compile(wrap_and_divide, out_idx=[2, 3], target="interp")
+    a = torch.tensor([200, 1, 128, 255], dtype=torch.uint8)
+    x = torch.tensor([1.0, -2.0, 3.0, 4.0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        s, q = kernel(a, x)
+    assert torch.equal(s, a + a)
+    assert torch.equal(q, x / (x - x))
