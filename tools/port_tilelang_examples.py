@@ -637,6 +637,8 @@ def dialect_reason(source: str) -> tuple[bool, str]:
         if re.search(pattern, source, re.M):
             return False, f"needs {reason}"
     reasons = [reason for pattern, reason in GPU_ONLY if re.search(pattern, source, re.M)]
+    if re.search(r"tilelang\.rocm\b|\bROCm\b|\bgfx\d+", source):  # AMD's matrix cores
+        reasons.append("AMD GPUs (HIP)")
     for reason in reasons:
         if reason in NOT_IN_DIALECT:
             return False, f"needs {NOT_IN_DIALECT[reason]}"
