@@ -178,6 +178,46 @@ def mbarrier_expect_tx(mbarrier, tx):
                                "bytes": to_expr(tx, "int32")})
 
 
+def barrier_arrive(barrier_id):
+    """TileLang's other name of :func:`mbarrier_arrive` (lowered as ``T.mbarrier_arrive``)."""
+    _emit(ops.ARRIVE.name, {"barrier": _barrier(barrier_id, "T.barrier_arrive")},
+          what="T.barrier_arrive")
+
+
+def barrier_wait(barrier_id, parity=None):
+    """TileLang's other name of :func:`mbarrier_wait_parity` (lowered as
+    ``T.mbarrier_wait_parity``): wait for the phase of ``barrier_id`` with this parity."""
+    if parity is None:
+        raise error("T.barrier_wait needs the phase parity to wait for: "
+                    "T.barrier_wait(mbars[i], parity)")
+    _emit(ops.WAIT_PARITY.name, {"barrier": _barrier(barrier_id, "T.barrier_wait"),
+                                 "parity": to_expr(parity, "int32")}, what="T.barrier_wait")
+
+
+# -- threads ---------------------------------------------------------------------------------
+def get_thread_binding(dim: int = 0):
+    """``tx = T.get_thread_binding()``: the calling thread's index along dimension ``dim``
+    (0, 1, 2: ``threadIdx.x/y/z``) of ``T.Kernel``'s ``threads``, as an int32 value of each
+    thread (the block's index, also inside a ``T.ws`` role). Tile ops stay the block's: a tile
+    op under a condition on this index is still spread over every thread of the block (or
+    role), so thread-dependent code should be scalar code."""
+    if not isinstance(dim, int) or isinstance(dim, bool) or not 0 <= dim <= 2:
+        raise error(f"T.get_thread_binding takes a thread dimension 0, 1 or 2, got {dim!r}")
+    builder = _D.kernel_builder("T.get_thread_binding")
+    threads = tuple(builder.threads)
+    if threads[dim] == 1 and dim > 0:
+        raise error(f"T.get_thread_binding({dim}): the kernel has threads={threads[:dim + 1]} "
+                    f"(a single thread along dimension {dim})")
+    n = sum(1 for f in builder.frames for s in f.stmts if isinstance(s, tirx.AllocBuffer))
+    buf = declare(f"thread_{'xyz'[dim]}_{n}", (1,), "int32", "local.var")
+    builder.emit(tirx.AllocBuffer(buf, span=B.span_of(_location())))
+    region = resolve(region_of(TileBuffer(buf), "T.get_thread_binding"), None,
+                     "T.get_thread_binding")
+    _emit(ops.THREAD_BINDING.name, {"dst": region},
+          {"dim": dim, "threads": ",".join(map(str, threads))})
+    return tirx.BufferLoad(buf, [tirx.const(0, "int32")])
+
+
 # -- TMA -------------------------------------------------------------------------------------
 def tma_copy(src, dst, barrier=None):
     """A tile through the Tensor Memory Accelerator, issued by one thread of the block (or of
@@ -228,6 +268,7 @@ def fence_proxy_async():
     _emit(ops.FENCE_PROXY_ASYNC.name, {})
 
 
-__all__ = ["ClusterKernel", "alloc_barrier", "dec_max_nreg", "fence_proxy_async",
-           "inc_max_nreg", "mbarrier_arrive", "mbarrier_expect_tx", "mbarrier_wait_parity",
-           "set_max_nreg", "tma_copy", "tma_store_wait", "ws"]
+__all__ = ["ClusterKernel", "alloc_barrier", "barrier_arrive", "barrier_wait",
+           "dec_max_nreg", "fence_proxy_async", "get_thread_binding", "inc_max_nreg",
+           "mbarrier_arrive", "mbarrier_expect_tx", "mbarrier_wait_parity", "set_max_nreg",
+           "tma_copy", "tma_store_wait", "ws"]
