@@ -165,6 +165,30 @@ def head_copy(B=2, H=3, D=64, bN=32, dtype="float16"):
     return main
 
 
+def pipelined_gemm(M=256, N=256, K=256, bM=128, bN=128, bK=64, stages=3, dtype="float16",
+                   keep_registers=True):
+    """A portable T.Pipelined GEMM: on sm_90a the pipeline adds a TMA producer warpgroup;
+    ``keep_registers`` says T.no_set_max_nreg() (no registers move between the roles)."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype),
+             C: T.Tensor((M, N), "float32")):
+        with T.Kernel(T.ceildiv(N, bN), T.ceildiv(M, bM), threads=256) as (bx, by):
+            A_s = T.alloc_shared((bM, bK), dtype)
+            B_s = T.alloc_shared((bK, bN), dtype)
+            C_l = T.alloc_fragment((bM, bN), "float32")
+            if keep_registers:
+                T.no_set_max_nreg()
+            T.clear(C_l)
+            for ko in T.Pipelined(T.ceildiv(K, bK), num_stages=stages):
+                T.copy(A[by * bM, ko * bK], A_s)
+                T.copy(B[ko * bK, bx * bN], B_s)
+                T.gemm(A_s, B_s, C_l)
+            T.copy(C_l, C[by * bM, bx * bN])
+
+    return main
+
+
 def thread_index(blocks=3):
     """T.get_thread_binding: each thread of a (32, 4)-thread block writes its own indices; a
     128-thread block's threads fill a shared tile by their index (scalar code), which a
@@ -218,6 +242,8 @@ def cases():
          Case((a16, nan(200, 128, dtype=torch.float16)), (1,), [a16 * 2])),
         ("head_copy", head_copy(), Case((k, nan(2, 3, 100, 64, dtype=torch.float16)), (1,),
                                         [k])),
+        ("pipelined_gemm_keep_registers", pipelined_gemm(),
+         gemm(256, 256, 256, torch.float16)),
         ("ws_store_tilelang_names", ws_store(200, 136, tilelang_names=True),
          Case((a32, nan(200, 136)), (1,), [a32 + 1])),
         ("thread_index", thread_index(), Case(

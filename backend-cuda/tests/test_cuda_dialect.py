@@ -13,6 +13,7 @@ import torch
 from dialect_cases import (
     cluster_scale,
     head_copy,
+    pipelined_gemm,
     thread_index,
     tma_gemm,
     tma_gemm_swizzled,
@@ -118,6 +119,27 @@ def test_tilelang_barrier_names_lower_as_the_mbarrier_ops():
     assert _kernel(_lower(ws_store(tilelang_names=True))[0]) == _kernel(_lower(ws_store())[0])
 
 
+def test_no_set_max_nreg_keeps_the_producer_warpgroup_without_register_moves():
+    def body(text):  # the kernel's definition (the header defines tw_setmaxnreg_*)
+        return text[text.rindex('extern "C" __global__'):]
+
+    text, launch = _lower(pipelined_gemm(keep_registers=False))
+    assert "tw_setmaxnreg_dec<40>();" in body(text) and launch["block"] == [384, 1, 1]
+    text, launch = _lower(pipelined_gemm())
+    assert "tw_setmaxnreg" not in body(text) and "tw_tma_load_2d(" in body(text)
+    assert launch["block"] == [384, 1, 1]  # the producer warpgroup is still there
+    with pytest.raises(KernelError, match=r"T\.no_set_max_nreg is an op of the 'cuda' dialect"):
+        tilewright.lower(pipelined_gemm(), "cpu")
+
+    @T.prim_func
+    def tilelang_name(A: T.Tensor((64,), "float32")):
+        with T.Kernel(1, threads=128):
+            T.disable_warp_group_reg_alloc()
+            T.fill(A, 1.0)
+
+    assert "tw_setmaxnreg" not in body(_lower(tilelang_name)[0])
+
+
 @pytest.mark.nvrtc
 @pytest.mark.sass
 def test_thread_binding_and_barrier_names_build_with_nvrtc():
@@ -125,6 +147,8 @@ def test_thread_binding_and_barrier_names_build_with_nvrtc():
     assert "S2R" in code and "SR_TID.X" in code
     code, _, _ = _sass(ws_store(tilelang_names=True))
     assert "SYNCS.PHASECHK.TRANS64.TRYWAIT" in code and "UTMASTG" in code
+    code, _, log = _sass(pipelined_gemm())
+    assert "USETMAXREG" not in code and "UTMALDG" in code and "ignored" not in log
 
 
 # -- machine code ----------------------------------------------------------------------------

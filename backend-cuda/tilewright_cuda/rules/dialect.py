@@ -91,6 +91,12 @@ def lower_ws(call: TileOpCall, ctx: RuleContext):
     return tirx.Evaluate(tirx.const(0, "int32"))
 
 
+@register(ops.NO_SET_MAX_NREG.name)
+def lower_no_set_max_nreg(call: TileOpCall, ctx: RuleContext):
+    """Nothing here: the pipeline reads the kernel's annotation (``keys.NO_SET_MAX_NREG``)."""
+    return tirx.Evaluate(tirx.const(0, "int32"))
+
+
 @register(ops.CLUSTER.name)
 def lower_cluster(call: TileOpCall, ctx: RuleContext):
     _require(call, ctx, "thread-block clusters")
