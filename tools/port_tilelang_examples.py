@@ -545,6 +545,9 @@ if os.environ.get("TW_PORT_COMPILE_ONLY"):
     _only_module._compile_kernel = _build_only
     _OnlyKernelCall.__call__ = lambda self, *args, **kwargs: _stop(
         "stopped at the first kernel call", 0)
+    # the profiler makes the kernel's inputs on its device and calls it: a kernel call too
+    importlib.import_module("tilewright.jit.kernel").JITKernel.get_profiler = \
+        lambda self, *args, **kwargs: _stop("stopped at the first kernel call (its profiler)", 0)
 
 # --profile: where the time goes -- the start (imports), tilewright's autotuning (its
 # compilations and measurements), its other compilations, its kernel calls, and the rest (the
@@ -791,8 +794,10 @@ def classify_compile_only(rc: int, output: str, compiled: list,
         first = next((c for c in compiled if c["status"] == status), None)
         if first:
             return status, f"{first['kernel']}: {first['error']}"
-    stopped = "stopped at the first kernel call" in output
-    return "built", "stopped at the first kernel call" if stopped else ""
+    stopped = re.search(r"tw-compile-only: (stopped at the first kernel call.*)", output)
+    if rc != 0:  # every kernel built, then the host code failed before a kernel call
+        return "built", f"then: {_error_line(output)}"
+    return "built", stopped.group(1) if stopped else ""
 
 
 def run_one(path: Path, examples: Path, work: Path, target: str, timeout: float,
