@@ -115,6 +115,31 @@ def test_thread_binding_is_the_block_thread_index_split_by_dimension():
     assert "thread_y_1_ptr[0] = (((int)threadIdx.x) >> 5);" in text
 
 
+def test_tile_ops_under_a_thread_index_condition_are_refused_at_the_if():
+    @T.prim_func
+    def parallel_in_branch(A: T.Tensor((96,), "float32")):
+        with T.Kernel(1, threads=96):
+            if T.get_thread_binding() < 32:
+                for i in T.Parallel(32):
+                    A[i] = 1.0
+
+    with pytest.raises(KernelError, match=r"a T\.Parallel loop under a condition on the thread "
+                                          r"index .* T\.ws role") as info:
+        tilewright.lower(parallel_in_branch, "cuda -arch=sm_80")
+    assert "test_cuda_dialect.py" in str(info.value)  # at the user's 'if'
+
+    @T.prim_func
+    def fill_through_a_value(A: T.Tensor((96,), "float32")):
+        with T.Kernel(1, threads=96):
+            tx = T.get_thread_binding()
+            lane = tx % 32
+            if lane == 0:
+                T.fill(A, 0.0)
+
+    with pytest.raises(KernelError, match=r"T\.fill under a condition on the thread index"):
+        tilewright.lower(fill_through_a_value, "cuda -arch=sm_80")
+
+
 def test_tilelang_barrier_names_lower_as_the_mbarrier_ops():
     assert _kernel(_lower(ws_store(tilelang_names=True))[0]) == _kernel(_lower(ws_store())[0])
 
