@@ -633,14 +633,16 @@ NOT_IN_DIALECT = {
 }
 
 
-def dialect_reason(source: str) -> tuple[bool, str]:
+def dialect_reason(source: str, example: str = "") -> tuple[bool, str]:
     """(whether ``--dialect cuda`` ports the example, why): it must be not portable only for
-    GPU-only APIs, none of them another GPU's (:data:`NOT_IN_DIALECT`)."""
+    GPU-only APIs, none of them another GPU's (:data:`NOT_IN_DIALECT`; the ``amd/`` folder's
+    examples are AMD's)."""
     for pattern, reason in OTHER_LIBRARY:
         if re.search(pattern, source, re.M):
             return False, f"needs {reason}"
     reasons = [reason for pattern, reason in GPU_ONLY if re.search(pattern, source, re.M)]
-    if re.search(r"tilelang\.rocm\b|\bROCm\b|\bgfx\d+", source):  # AMD's matrix cores
+    if re.search(r"tilelang\.rocm\b|\bROCm\b|\bgfx\d+", source) or \
+            example.startswith("amd/"):  # AMD's matrix cores
         reasons.append("AMD GPUs (HIP)")
     for reason in reasons:
         if reason in NOT_IN_DIALECT:
@@ -809,7 +811,7 @@ def run_one(path: Path, examples: Path, work: Path, target: str, timeout: float,
     source = "\n".join(p.read_text(errors="replace") for p in [path, *helpers])
     missing = []
     if compile_only:
-        ported, reason = dialect_reason(source)
+        ported, reason = dialect_reason(source, rel)
         if not ported:  # a portable example is the plain mode's (main leaves it out)
             return Result(rel, "portable" if reason.startswith("portable") else
                           "not portable", reason)
