@@ -630,6 +630,8 @@ NOT_IN_DIALECT = {
     "tcgen05 (sm_100)": "Blackwell's tensor memory and tcgen05 MMA (sm_100), which the CUDA "
                         "dialect does not have",
     "AMD GPUs (HIP)": "an AMD GPU (HIP), not CUDA",
+    "sm_120": "sm_120's block-scaled MMA (consumer Blackwell), which the CUDA dialect does "
+              "not have",
 }
 
 
@@ -644,6 +646,8 @@ def dialect_reason(source: str, example: str = "") -> tuple[bool, str]:
     if re.search(r"tilelang\.rocm\b|\bROCm\b|\bgfx\d+", source) or \
             example.startswith("amd/"):  # AMD's matrix cores
         reasons.append("AMD GPUs (HIP)")
+    if re.search(r"\bT\.mma_gemm_blockscaled\b|\bsm_?120\b", source, re.I):
+        reasons.append("sm_120")
     for reason in reasons:
         if reason in NOT_IN_DIALECT:
             return False, f"needs {NOT_IN_DIALECT[reason]}"
