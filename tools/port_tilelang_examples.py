@@ -57,6 +57,17 @@ user's line) or ``crashed`` (any other exception: a TVM error, NVRTC rejecting t
 CUDA, ...; its traceback is in the example's log), and a second table gives the counts per
 example. Kernels compiled inside an autotuning search are not built for CUDA (the tuned one,
 compiled again after the search, is).
+
+``--dialect cuda --compile-only TARGET`` (``"cuda -arch=sm_90a"``) takes the other examples:
+those not portable only for GPU-only APIs (not those needing another library, nor those for
+another GPU: tcgen05 / sm_100, AMD, sm_120, each left out with the reason). Their
+``tilelang.language`` becomes ``tilewright_cuda.language`` (the portable language plus the
+CUDA dialect), each kernel they compile is built for TARGET with NVRTC instead of their own
+backend, and they stop at their first kernel call (a call or ``get_profiler``: nothing runs on
+the host) or at the first kernel that does not build. Each example is ``built``, ``refused``,
+``crashed`` (its worst kernel, as above), ``frontend error`` (first the ``T.<name>`` it uses
+that the dialect lacks, found in its source, then the error) or ``runtime error``; the table
+ends with the missing names by how many examples use them.
 """
 
 from __future__ import annotations
