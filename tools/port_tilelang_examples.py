@@ -57,12 +57,24 @@ user's line) or ``crashed`` (any other exception: a TVM error, NVRTC rejecting t
 CUDA, ...; its traceback is in the example's log), and a second table gives the counts per
 example. Kernels compiled inside an autotuning search are not built for CUDA (the tuned one,
 compiled again after the search, is).
+
+``--dialect cuda --compile-only TARGET`` (``"cuda -arch=sm_90a"``) takes the other examples:
+those not portable only for GPU-only APIs (not those needing another library, nor those for
+another GPU: tcgen05 / sm_100, AMD, sm_120, each left out with the reason). Their
+``tilelang.language`` becomes ``tilewright_cuda.language`` (the portable language plus the
+CUDA dialect), each kernel they compile is built for TARGET with NVRTC instead of their own
+backend, and they stop at their first kernel call (a call or ``get_profiler``: nothing runs on
+the host) or at the first kernel that does not build. Each example is ``built``, ``refused``,
+``crashed`` (its worst kernel, as above), ``frontend error`` (first the ``T.<name>`` it uses
+that the dialect lacks, found in its source, then the error) or ``runtime error``; the table
+ends with the missing names by how many examples use them.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import json
 import os
 import re
@@ -177,6 +189,8 @@ class Result:
     arguments: list = field(default_factory=list)
     # --also-compile: one row a kernel and CUDA target (kernel, target, status, error, seconds)
     compiled: list = field(default_factory=list)
+    # --dialect cuda: the names the example uses that the dialect's T lacks
+    missing: list = field(default_factory=list)
 
 
 # -- the mechanical port --------------------------------------------------------------------
@@ -196,10 +210,21 @@ _DEVICES = [
 ]
 
 
-def port_source(text: str) -> str:
+# --dialect cuda: the language is the CUDA dialect's (the portable language plus its ops)
+_DIALECT = [
+    (re.compile(r"^(\s*)import tilewright\.language as (\w+)", re.M),
+     r"\1import tilewright_cuda.language as \2"),
+    (re.compile(r"^(\s*)from tilewright\.language import", re.M),
+     r"\1from tilewright_cuda.language import"),
+    (re.compile(r"^(\s*)from tilewright import language as (\w+)", re.M),
+     r"\1from tilewright_cuda import language as \2"),
+]
+
+
+def port_source(text: str, dialect: str | None = None) -> str:
     """The example's source with TileLang's imports renamed and CUDA devices mapped to the
-    CPU."""
-    for pattern, repl in _IMPORTS + _DEVICES:
+    CPU; with ``dialect="cuda"`` its ``tilelang.language`` is ``tilewright_cuda.language``."""
+    for pattern, repl in _IMPORTS + _DEVICES + (_DIALECT if dialect == "cuda" else []):
         text = pattern.sub(repl, text)
     return text
 
@@ -222,7 +247,9 @@ torch.cuda.empty_cache = lambda: None
 # examples that pick a tiling from the device see an sm_80-class device with the host's cores;
 # torch.cuda.is_available() is True for the examples' own code only (torch, tilewright and the
 # libraries they call see the machine as it is)
-torch.cuda.get_device_capability = lambda *args, **kwargs: (8, 0)
+# (--compile-only: the target's architecture, TW_PORT_CAPABILITY="9,0")
+_CAPABILITY = tuple(int(v) for v in os.environ.get("TW_PORT_CAPABILITY", "8,0").split(","))
+torch.cuda.get_device_capability = lambda *args, **kwargs: _CAPABILITY
 torch.cuda.get_device_name = lambda *args, **kwargs: "host CPU"
 _EXAMPLES = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _available = torch.cuda.is_available
@@ -238,7 +265,7 @@ torch.cuda.is_available = _is_available
 
 class _Properties:
     name = "host CPU"
-    major, minor = 8, 0
+    major, minor = _CAPABILITY
     multi_processor_count = len(os.sched_getaffinity(0))
     total_memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
@@ -473,6 +500,66 @@ if os.environ.get("TW_PORT_ALSO_COMPILE"):
     _own_compile._compile_kernel = _also_for_cuda(_own_compile._compile_kernel)
     _Tuner.search = _quiet(_Tuner.search)
 
+# --compile-only: the example's kernels are built for the CUDA targets in TW_PORT_COMPILE_ONLY
+# instead of its own backend (lowered, compiled to a cubin by NVRTC), each recorded in
+# TW_PORT_COMPILE_RECORD as built, refused or crashed; the example stops at its first kernel
+# call (nothing runs on the host), or at the first kernel that does not build (the example
+# cannot go on without it).
+if os.environ.get("TW_PORT_COMPILE_ONLY"):
+    import importlib
+    import json
+    import traceback
+
+    from tilewright.errors import KernelError as _OnlyKernelError
+    from tilewright.runtime.call import KernelCall as _OnlyKernelCall
+
+    _ONLY_TARGETS = json.loads(os.environ.pop("TW_PORT_COMPILE_ONLY"))
+    _ONLY_RECORD = os.environ.pop("TW_PORT_COMPILE_RECORD")
+    _only_module = importlib.import_module("tilewright.jit.decorator")
+    _only_compile = _only_module._compile_kernel
+
+    def _stop(message: str, status: int):
+        print(f"tw-compile-only: {message}", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(status)
+
+    def _build_only(func, out_idx=None, target=None, pass_configs=None,
+                    execution_backend=None, cache=None):
+        symbol = func.attrs.get("global_symbol") if func.attrs else None
+        name, kernel, failed = str(symbol or "main"), None, False
+        for cuda in _ONLY_TARGETS:
+            start, status, detail = time.perf_counter(), "built", ""
+            try:
+                built = _only_compile(func, out_idx=out_idx, target=cuda,
+                                      pass_configs=pass_configs, execution_backend="nvrtc",
+                                      cache=cache)
+                kernel = kernel or built
+            except Exception as exc:  # noqa: BLE001 - each outcome is recorded
+                failed = True
+                status = "refused" if isinstance(exc, _OnlyKernelError) else "crashed"
+                detail = f"{type(exc).__name__}: " + \
+                    (str(exc).strip().splitlines() or [""])[0][:600]
+                if status == "crashed":
+                    traceback.print_exc()
+                else:
+                    print(f"{type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+            row = {"kernel": name, "target": cuda, "status": status, "error": detail,
+                   "seconds": round(time.perf_counter() - start, 2)}
+            print(f"tw-compile-only: {name} for {cuda}: {status} {detail}", file=sys.stderr,
+                  flush=True)
+            with open(_ONLY_RECORD, "a") as record:
+                print(json.dumps(row), file=record)
+        if failed:
+            _stop(f"{name} did not build: the example stops here", 0)
+        return kernel
+
+    _only_module._compile_kernel = _build_only
+    _OnlyKernelCall.__call__ = lambda self, *args, **kwargs: _stop(
+        "stopped at the first kernel call", 0)
+    # the profiler makes the kernel's inputs on its device and calls it: a kernel call too
+    importlib.import_module("tilewright.jit.kernel").JITKernel.get_profiler = \
+        lambda self, *args, **kwargs: _stop("stopped at the first kernel call (its profiler)", 0)
+
 # --profile: where the time goes -- the start (imports), tilewright's autotuning (its
 # compilations and measurements), its other compilations, its kernel calls, and the rest (the
 # example's own torch code, tracing) -- reported at exit and, for a run that the time limit
@@ -547,6 +634,55 @@ def not_portable(source: str) -> str | None:
         if match:
             return f"GPU-only API: {reason} ({match.group(0).strip()})"
     return None
+
+
+# --dialect cuda leaves these out: the dialect is Hopper's (sm_90a); these need another GPU
+NOT_IN_DIALECT = {
+    "tcgen05 (sm_100)": "Blackwell's tensor memory and tcgen05 MMA (sm_100), which the CUDA "
+                        "dialect does not have",
+    "AMD GPUs (HIP)": "an AMD GPU (HIP), not CUDA",
+    "sm_120": "sm_120's block-scaled MMA (consumer Blackwell), which the CUDA dialect does "
+              "not have",
+}
+
+
+def dialect_reason(source: str, example: str = "") -> tuple[bool, str]:
+    """(whether ``--dialect cuda`` ports the example, why): it must be not portable only for
+    GPU-only APIs, none of them another GPU's (:data:`NOT_IN_DIALECT`; the ``amd/`` folder's
+    examples are AMD's)."""
+    for pattern, reason in OTHER_LIBRARY:
+        if re.search(pattern, source, re.M):
+            return False, f"needs {reason}"
+    reasons = [reason for pattern, reason in GPU_ONLY if re.search(pattern, source, re.M)]
+    if re.search(r"tilelang\.rocm\b|\bROCm\b|\bgfx\d+", source) or \
+            example.startswith("amd/"):  # AMD's matrix cores
+        reasons.append("AMD GPUs (HIP)")
+    if re.search(r"\bT\.mma_gemm_blockscaled\b|\bsm_?120\b", source, re.I):
+        reasons.append("sm_120")
+    for reason in reasons:
+        if reason in NOT_IN_DIALECT:
+            return False, f"needs {NOT_IN_DIALECT[reason]}"
+    if not reasons:
+        return False, "portable: runs on the host without the dialect"
+    return True, "GPU-only API: " + ", ".join(reasons)
+
+
+def language_aliases(source: str) -> set[str]:
+    """The names the example gives TileLang's language module (``T`` by default)."""
+    aliases = set(re.findall(r"^\s*import tilelang\.language as (\w+)", source, re.M))
+    aliases |= set(re.findall(r"^\s*from tilelang import language as (\w+)", source, re.M))
+    return aliases or {"T"}
+
+
+def missing_names(source: str, available: set[str]) -> list[str]:
+    """The ``T.<name>`` the example uses that are not in ``available`` (the dialect's names),
+    each once, in order of first use."""
+    found = []
+    for alias in language_aliases(source):
+        for name in re.findall(rf"(?<![\w.]){alias}\.(\w+)", source):
+            if name not in available and name not in found:
+                found.append(name)
+    return found
 
 
 def local_imports(path: Path, seen=None) -> list[Path]:
@@ -655,15 +791,50 @@ def _run(argv: list, cwd: Path, env: dict, timeout: float) -> tuple[int | None, 
 _PROFILE = re.compile(r"^tw-profile: (.*)$", re.M)
 
 
+COMPILE_ONLY = ("built", "refused", "crashed", "frontend error", "runtime error",
+                "none compiled", "missing dependency", "timeout", "not portable")
+
+
+def classify_compile_only(rc: int, output: str, compiled: list,
+                          missing: list) -> tuple[str, str]:
+    """``--compile-only``: the example's worst kernel (crashed, refused, built), or why it
+    compiled none; a frontend error names the dialect's missing names first."""
+    if rc != 0:
+        result, line = classify(rc, output, False)
+        if result == "frontend error" and missing:
+            return result, f"missing T.{', T.'.join(missing)}; {line}"
+        if result == "frontend error" or not compiled:
+            return (result if result in COMPILE_ONLY else "runtime error"), line
+    if not compiled:
+        return "none compiled", "it ran to its end without compiling a kernel"
+    for status in ("crashed", "refused"):
+        first = next((c for c in compiled if c["status"] == status), None)
+        if first:
+            return status, f"{first['kernel']}: {first['error']}"
+    stopped = re.search(r"tw-compile-only: (stopped at the first kernel call.*)", output)
+    if rc != 0:  # every kernel built, then the host code failed before a kernel call
+        return "built", f"then: {_error_line(output)}"
+    return "built", stopped.group(1) if stopped else ""
+
+
 def run_one(path: Path, examples: Path, work: Path, target: str, timeout: float,
             logs: Path | None, shrink: bool = False, profile: bool = False,
-            also_compile: list[str] | None = None) -> Result:
+            also_compile: list[str] | None = None, compile_only: list[str] | None = None,
+            dialect_names: set[str] | None = None) -> Result:
     rel = str(path.relative_to(examples))
     helpers = local_imports(path)
     source = "\n".join(p.read_text(errors="replace") for p in [path, *helpers])
-    reason = not_portable(source)
-    if reason:
-        return Result(rel, "not portable", reason)
+    missing = []
+    if compile_only:
+        ported, reason = dialect_reason(source, rel)
+        if not ported:  # a portable example is the plain mode's (main leaves it out)
+            return Result(rel, "portable" if reason.startswith("portable") else
+                          "not portable", reason)
+        missing = missing_names(source, dialect_names or set())
+    else:
+        reason = not_portable(source)
+        if reason:
+            return Result(rel, "not portable", reason)
     script = work / path.relative_to(examples)
     arguments = SHRINK.get(rel, []) if shrink else []
     env = {**os.environ, "TILEWRIGHT_TARGET": target, "PYTHONUNBUFFERED": "1",
@@ -676,6 +847,11 @@ def run_one(path: Path, examples: Path, work: Path, target: str, timeout: float,
     if also_compile:
         env["TW_PORT_ALSO_COMPILE"] = json.dumps(also_compile)
         env["TW_PORT_ALSO_COMPILE_RECORD"] = str(record)
+    if compile_only:
+        env["TW_PORT_COMPILE_ONLY"] = json.dumps(compile_only)
+        env["TW_PORT_COMPILE_RECORD"] = str(record)
+        sm = re.search(r"sm_(\d+)(\d)", compile_only[0])
+        env["TW_PORT_CAPABILITY"] = f"{sm.group(1)},{sm.group(2)}" if sm else "9,0"
     start = time.monotonic()
     rc, output = _run([sys.executable, script.name, *arguments], script.parent, env, timeout)
     seconds = time.monotonic() - start
@@ -688,16 +864,19 @@ def run_one(path: Path, examples: Path, work: Path, target: str, timeout: float,
     spent = f" [{spent[-1]}]" if spent else ""
     if rc is None:
         return Result(rel, "timeout", f"over {timeout:.0f} s{spent}", seconds, arguments,
-                      compiled)
-    result, detail = classify(rc, output, bool(CHECKS.search(source)))
-    return Result(rel, result, detail + spent, seconds, arguments, compiled)
+                      compiled, missing)
+    if compile_only:
+        result, detail = classify_compile_only(rc, output, compiled, missing)
+    else:
+        result, detail = classify(rc, output, bool(CHECKS.search(source)))
+    return Result(rel, result, detail + spent, seconds, arguments, compiled, missing)
 
 
-def prepare(examples: Path, work: Path) -> None:
+def prepare(examples: Path, work: Path, dialect: str | None = None) -> None:
     shutil.copytree(examples, work, dirs_exist_ok=True)
     for path in work.rglob("*.py"):
         text = path.read_text(errors="replace")
-        ported = port_source(text)
+        ported = port_source(text, dialect)
         if ported != text:
             path.write_text(ported)
     (work / "_shim").mkdir(exist_ok=True)
@@ -766,6 +945,34 @@ def compile_table(results: list[Result], targets: list[str]) -> str:
     return "\n".join(lines)
 
 
+def compile_only_table(results: list[Result], targets: list[str]) -> str:
+    """``--compile-only``: one row per example (its result, its kernels built / refused /
+    crashed, the first error or the reason), the counts, and the dialect's missing names by
+    how many examples use them."""
+    width = max([len(r.example) for r in results] + [7]) + 2
+    lines = [f"CUDA dialect, compile only ({', '.join(targets)})",
+             f"{'example':<{width}}  {'result':<18}  {'b':>3} {'r':>3} {'c':>3}  "
+             "first error / reason", "-" * (width + 70)]
+    for r in results:
+        counts = [sum(c["status"] == k for c in r.compiled) for k in COMPILED]
+        lines.append(f"{r.example:<{width}}  {r.result:<18}  {counts[0]:>3} {counts[1]:>3} "
+                     f"{counts[2]:>3}  {r.detail[:200]}")
+    counts = {k: sum(r.result == k for r in results) for k in COMPILE_ONLY}
+    kernels = {k: sum(c["status"] == k for r in results for c in r.compiled) for k in COMPILED}
+    lines += ["", "examples: " + ", ".join(f"{k} {v}" for k, v in counts.items() if v),
+              "kernels: " + ", ".join(f"{k} {v}" for k, v in kernels.items())]
+    uses: dict = {}
+    for r in results:
+        if r.result != "not portable":
+            for name in r.missing:
+                uses[name] = uses.get(name, 0) + 1
+    if uses:
+        ranked = sorted(uses.items(), key=lambda kv: (-kv[1], kv[0]))
+        lines.append("missing names (examples using them): " +
+                     ", ".join(f"T.{k} {v}" for k, v in ranked))
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--checkout", required=True, type=Path,
@@ -788,12 +995,26 @@ def main(argv=None) -> int:
                              "(e.g. 'cuda -arch=sm_90a'; repeatable): lowered and compiled to "
                              "a cubin with NVRTC, not run; each kernel is recorded as built, "
                              "refused (KernelError) or crashed")
+    parser.add_argument("--dialect", choices=["cuda"],
+                        help="port the examples that are not portable only for GPU-only APIs "
+                             "to this backend's dialect (tilelang.language -> "
+                             "tilewright_cuda.language); needs --compile-only")
+    parser.add_argument("--compile-only", action="append", metavar="TARGET",
+                        help="with --dialect: build each kernel an example compiles for this "
+                             "CUDA target (e.g. 'cuda -arch=sm_90a'; repeatable) with NVRTC "
+                             "instead of running it; the example stops at its first kernel "
+                             "call")
     parser.add_argument("--rerun", type=Path,
                         help="run only the examples this former --json file lists as verified")
     args = parser.parse_args(argv)
     examples = args.checkout / "examples"
     if not examples.is_dir():
         parser.error(f"{examples} is not a folder: --checkout names a TileLang source tree")
+    if bool(args.dialect) != bool(args.compile_only):
+        parser.error("--dialect cuda and --compile-only TARGET go together: the dialect's "
+                     "examples need a GPU to run, so they are only built")
+    dialect_names = set(dir(importlib.import_module("tilewright_cuda.language"))) \
+        if args.dialect else None
     paths = discover(examples, args.only)
     if args.rerun:
         verified = {r["example"] for r in json.loads(args.rerun.read_text())
@@ -802,19 +1023,26 @@ def main(argv=None) -> int:
     results = []
     with tempfile.TemporaryDirectory(prefix="tw-port-") as tmp:
         work = Path(tmp) / "examples"
-        prepare(examples, work)
+        prepare(examples, work, args.dialect)
         for path in paths:
             result = run_one(path, examples, work, args.target, args.timeout, args.logs,
-                             args.shrink, args.profile, args.also_compile)
+                             args.shrink, args.profile, args.also_compile, args.compile_only,
+                             dialect_names)
+            if result.result == "portable":
+                continue
             results.append(result)
             shrunk = " (shrunk)" if result.arguments else ""
             built = ", ".join(f"{k} {sum(c['status'] == k for c in result.compiled)}"
-                              for k in COMPILED) if args.also_compile else ""
+                              for k in COMPILED) if args.also_compile or args.compile_only \
+                else ""
             print(f"{result.example}{shrunk}: {result.result} ({result.seconds:.1f} s) "
                   f"{result.detail}" + (f" [cuda: {built}]" if built else ""),
                   file=sys.stderr, flush=True)
             if args.json:
                 args.json.write_text(json.dumps([asdict(r) for r in results], indent=1))
+    if args.compile_only:
+        print(compile_only_table(results, args.compile_only))
+        return 0
     print(table(results))
     if args.also_compile:
         print(compile_table(results, args.also_compile))

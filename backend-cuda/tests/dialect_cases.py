@@ -100,8 +100,11 @@ def ws_gemm(M=256, N=256, K=128, bM=128, bN=128, bK=32, num_stages=2, dtype="flo
     return main
 
 
-def ws_store(M=256, N=128, bM=64, bN=64, dtype="float32"):
-    """Role 1 loads a tile with TMA; role 0 adds one and stores it with TMA."""
+def ws_store(M=256, N=128, bM=64, bN=64, dtype="float32", tilelang_names=False):
+    """Role 1 loads a tile with TMA; role 0 adds one and stores it with TMA
+    (``tilelang_names``: through T.barrier_arrive / T.barrier_wait)."""
+    arrive = T.barrier_arrive if tilelang_names else T.mbarrier_arrive
+    wait = T.barrier_wait if tilelang_names else T.mbarrier_wait_parity
 
     @T.prim_func
     def main(A: T.Tensor((M, N), dtype), B: T.Tensor((M, N), dtype)):
@@ -111,9 +114,9 @@ def ws_store(M=256, N=128, bM=64, bN=64, dtype="float32"):
             bar = T.alloc_barrier([128])
             with T.ws(1):
                 T.tma_copy(A[by * bM:(by + 1) * bM, bx * bN:(bx + 1) * bN], S, barrier=bar[0])
-                T.mbarrier_arrive(bar[0])
+                arrive(bar[0])
             with T.ws(0):
-                T.mbarrier_wait_parity(bar[0], 0)
+                wait(bar[0], 0)
                 for i, j in T.Parallel(bM, bN):
                     O[i, j] = S[i, j] + 1.0
                 T.tma_copy(O, B[by * bM:(by + 1) * bM, bx * bN:(bx + 1) * bN])
@@ -162,6 +165,57 @@ def head_copy(B=2, H=3, D=64, bN=32, dtype="float16"):
     return main
 
 
+def pipelined_gemm(M=256, N=256, K=256, bM=128, bN=128, bK=64, stages=3, dtype="float16",
+                   keep_registers=True):
+    """A portable T.Pipelined GEMM: on sm_90a the pipeline adds a TMA producer warpgroup;
+    ``keep_registers`` says T.no_set_max_nreg() (no registers move between the roles)."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype),
+             C: T.Tensor((M, N), "float32")):
+        with T.Kernel(T.ceildiv(N, bN), T.ceildiv(M, bM), threads=256) as (bx, by):
+            A_s = T.alloc_shared((bM, bK), dtype)
+            B_s = T.alloc_shared((bK, bN), dtype)
+            C_l = T.alloc_fragment((bM, bN), "float32")
+            if keep_registers:
+                T.no_set_max_nreg()
+            T.clear(C_l)
+            for ko in T.Pipelined(T.ceildiv(K, bK), num_stages=stages):
+                T.copy(A[by * bM, ko * bK], A_s)
+                T.copy(B[ko * bK, bx * bN], B_s)
+                T.gemm(A_s, B_s, C_l)
+            T.copy(C_l, C[by * bM, bx * bN])
+
+    return main
+
+
+def thread_index(blocks=3):
+    """T.get_thread_binding: each thread of a (32, 4)-thread block writes its own indices; a
+    128-thread block's threads fill a shared tile by their index (scalar code), which a
+    T.Parallel loop reads reversed. Inside a T.ws role the index is still the block's."""
+
+    @T.prim_func
+    def main(O: T.Tensor((blocks, 4, 32), "int32"), R: T.Tensor((blocks, 128), "int32"),
+             W: T.Tensor((blocks, 256), "int32")):
+        with T.Kernel(blocks, threads=(32, 4)) as bx:
+            tn = T.get_thread_binding(0)
+            tk = T.get_thread_binding(1)
+            O[bx, tk, tn] = tn + tk * 100 + bx * 1000
+        with T.Kernel(blocks, threads=256) as bx:
+            S = T.alloc_shared((128,), "int32")
+            tx = T.get_thread_binding()
+            if tx < 128:
+                S[tx] = tx * 2 + bx
+            for i in T.Parallel(128):
+                R[bx, i] = S[127 - i]
+            with T.ws(1):
+                W[bx, T.get_thread_binding()] = bx - T.get_thread_binding()
+            with T.ws(0):
+                W[bx, T.get_thread_binding()] = bx + T.get_thread_binding()
+
+    return main
+
+
 def cases():
     """``(name, kernel, cuda_cases.Case)`` of each dialect kernel at a size with partial
     tiles where the kernel allows them: the GPU checks (bench/checks.py) run them."""
@@ -188,4 +242,18 @@ def cases():
          Case((a16, nan(200, 128, dtype=torch.float16)), (1,), [a16 * 2])),
         ("head_copy", head_copy(), Case((k, nan(2, 3, 100, 64, dtype=torch.float16)), (1,),
                                         [k])),
+        ("pipelined_gemm_keep_registers", pipelined_gemm(),
+         gemm(256, 256, 256, torch.float16)),
+        ("ws_store_tilelang_names", ws_store(200, 136, tilelang_names=True),
+         Case((a32, nan(200, 136)), (1,), [a32 + 1])),
+        ("thread_index", thread_index(), Case(
+            (torch.full((3, 4, 32), -1, dtype=torch.int32),
+             torch.full((3, 128), -1, dtype=torch.int32),
+             torch.full((3, 256), -1, dtype=torch.int32)), (0, 1, 2),
+            [torch.arange(32).view(1, 1, 32) + 100 * torch.arange(4).view(1, 4, 1) +
+             1000 * torch.arange(3).view(3, 1, 1),
+             (127 - torch.arange(128)).view(1, 128) * 2 + torch.arange(3).view(3, 1),
+             torch.cat([torch.arange(3).view(3, 1) + torch.arange(128).view(1, 128),
+                        torch.arange(3).view(3, 1) - torch.arange(128, 256).view(1, 128)],
+                       dim=1)], tol={"rtol": 0, "atol": 0})),
     ]

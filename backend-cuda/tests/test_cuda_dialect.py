@@ -10,7 +10,16 @@ import sass
 import tilewright
 import tilewright_cuda.language as T
 import torch
-from dialect_cases import cluster_scale, head_copy, tma_gemm, tma_gemm_swizzled, ws_gemm, ws_store
+from dialect_cases import (
+    cluster_scale,
+    head_copy,
+    pipelined_gemm,
+    thread_index,
+    tma_gemm,
+    tma_gemm_swizzled,
+    ws_gemm,
+    ws_store,
+)
 from tilewright.errors import KernelError
 from tilewright.runtime.cuda import tensor_map_layout
 from tilewright_cuda import arch, executor
@@ -100,6 +109,73 @@ def test_bundles_carry_what_the_launcher_needs(tmp_path):
         [(0, "float16", [64, 64], 0), (1, "float16", [64, 64], 0)]
 
 
+def test_thread_binding_is_the_block_thread_index_split_by_dimension():
+    text = _lower(thread_index())[0]
+    assert "thread_x_0_ptr[0] = (((int)threadIdx.x) & 31);" in text
+    assert "thread_y_1_ptr[0] = (((int)threadIdx.x) >> 5);" in text
+
+
+def test_tile_ops_under_a_thread_index_condition_are_refused_at_the_if():
+    @T.prim_func
+    def parallel_in_branch(A: T.Tensor((96,), "float32")):
+        with T.Kernel(1, threads=96):
+            if T.get_thread_binding() < 32:
+                for i in T.Parallel(32):
+                    A[i] = 1.0
+
+    with pytest.raises(KernelError, match=r"a T\.Parallel loop under a condition on the thread "
+                                          r"index .* T\.ws role") as info:
+        tilewright.lower(parallel_in_branch, "cuda -arch=sm_80")
+    assert "test_cuda_dialect.py" in str(info.value)  # at the user's 'if'
+
+    @T.prim_func
+    def fill_through_a_value(A: T.Tensor((96,), "float32")):
+        with T.Kernel(1, threads=96):
+            tx = T.get_thread_binding()
+            lane = tx % 32
+            if lane == 0:
+                T.fill(A, 0.0)
+
+    with pytest.raises(KernelError, match=r"T\.fill under a condition on the thread index"):
+        tilewright.lower(fill_through_a_value, "cuda -arch=sm_80")
+
+
+def test_tilelang_barrier_names_lower_as_the_mbarrier_ops():
+    assert _kernel(_lower(ws_store(tilelang_names=True))[0]) == _kernel(_lower(ws_store())[0])
+
+
+def test_no_set_max_nreg_keeps_the_producer_warpgroup_without_register_moves():
+    def body(text):  # the kernel's definition (the header defines tw_setmaxnreg_*)
+        return text[text.rindex('extern "C" __global__'):]
+
+    text, launch = _lower(pipelined_gemm(keep_registers=False))
+    assert "tw_setmaxnreg_dec<40>();" in body(text) and launch["block"] == [384, 1, 1]
+    text, launch = _lower(pipelined_gemm())
+    assert "tw_setmaxnreg" not in body(text) and "tw_tma_load_2d(" in body(text)
+    assert launch["block"] == [384, 1, 1]  # the producer warpgroup is still there
+    with pytest.raises(KernelError, match=r"T\.no_set_max_nreg is an op of the 'cuda' dialect"):
+        tilewright.lower(pipelined_gemm(), "cpu")
+
+    @T.prim_func
+    def tilelang_name(A: T.Tensor((64,), "float32")):
+        with T.Kernel(1, threads=128):
+            T.disable_warp_group_reg_alloc()
+            T.fill(A, 1.0)
+
+    assert "tw_setmaxnreg" not in body(_lower(tilelang_name)[0])
+
+
+@pytest.mark.nvrtc
+@pytest.mark.sass
+def test_thread_binding_and_barrier_names_build_with_nvrtc():
+    code, _, log = _sass(thread_index())
+    assert "S2R" in code and "SR_TID.X" in code
+    code, _, _ = _sass(ws_store(tilelang_names=True))
+    assert "SYNCS.PHASECHK.TRANS64.TRYWAIT" in code and "UTMASTG" in code
+    code, _, log = _sass(pipelined_gemm())
+    assert "USETMAXREG" not in code and "UTMALDG" in code and "ignored" not in log
+
+
 # -- machine code ----------------------------------------------------------------------------
 def _sass(func) -> tuple[str, bytes, str]:
     text, _ = _lower(func)
@@ -139,7 +215,8 @@ def test_cluster_and_tma_store_machine_code():
 
 # -- errors ----------------------------------------------------------------------------------
 @pytest.mark.parametrize("kernel, op", [(tma_gemm, "alloc_barrier"), (ws_gemm, "alloc_barrier"),
-                                        (cluster_scale, "ClusterKernel")])
+                                        (cluster_scale, "ClusterKernel"),
+                                        (thread_index, "get_thread_binding")])
 def test_other_backends_refuse_dialect_ops_by_name(kernel, op):
     with pytest.raises(KernelError, match=rf"T\.{op} is an op of the 'cuda' dialect.*backend "
                                           r"'cpu' cannot lower it"):
@@ -182,6 +259,26 @@ def test_bad_dialect_use_is_a_clear_error():
             with T.Kernel(1, threads=256):
                 with T.ws(2):
                     T.fill(A, 0.0)
+
+    with pytest.raises(KernelError, match=r"T\.get_thread_binding\(1\): the kernel has "
+                                          r"threads=\(128, 1\)"):
+        @T.prim_func
+        def one_row_of_threads(A: T.Tensor((64,), "int32")):
+            with T.Kernel(1, threads=128):
+                A[T.get_thread_binding(1)] = 0
+
+    with pytest.raises(KernelError, match=r"T\.get_thread_binding takes a thread dimension"):
+        @T.prim_func
+        def bad_dimension(A: T.Tensor((64,), "int32")):
+            with T.Kernel(1, threads=128):
+                A[T.get_thread_binding(3)] = 0
+
+    with pytest.raises(KernelError, match=r"T\.barrier_wait needs the phase parity"):
+        @T.prim_func
+        def no_parity(A: T.Tensor((64,), "int32")):
+            with T.Kernel(1, threads=128):
+                bar = T.alloc_barrier(128)
+                T.barrier_wait(bar[0])
 
     with pytest.raises(KernelError, match="grid dimension 0 \\(3\\) is not a multiple"):
         cluster_scale(N=192)

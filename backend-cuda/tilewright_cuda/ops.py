@@ -47,6 +47,14 @@ WS = _op("ws", (), (Attr("groups", str, ""),),
 CLUSTER = _op("ClusterKernel", (), (Attr("dims", str, ""),),
               "the kernel's blocks form thread-block clusters of the given dims")
 
+NO_SET_MAX_NREG = _op("no_set_max_nreg", (), (),
+                      "the warp-specialised pipeline moves no registers between its roles")
+THREAD_BINDING = _op("get_thread_binding", (Operand("dst", "write"),),
+                     (Attr("dim", int, 0), Attr("threads", str, "")),
+                     "the calling thread's index along one of T.Kernel's thread dimensions, "
+                     "stored into a per-thread variable")
+
 DIALECT_OPS = (TMA_COPY.name, INIT_BARRIERS.name, ARRIVE.name, WAIT_PARITY.name,
                EXPECT_TX.name, TMA_STORE_WAIT.name, FENCE_PROXY_ASYNC.name, SET_MAX_NREG.name,
-               WS.name, CLUSTER.name)
+               WS.name, CLUSTER.name, THREAD_BINDING.name,
+               NO_SET_MAX_NREG.name)

@@ -50,7 +50,8 @@ def _rules() -> dict:
 
 def _bind_threads(ctx) -> list:
     options.of(ctx)  # an unknown architecture or a bad pass config fails here, first
-    return [kernels.check_sequence(), kernels.split_kernels(), threads.bind_threads(),
+    return [kernels.check_sequence(), kernels.split_kernels(),
+            threads.refuse_thread_conditioned_tile_ops(), threads.bind_threads(),
             threads.bind_roles()]
 
 

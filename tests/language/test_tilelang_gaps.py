@@ -465,3 +465,22 @@ def test_the_race_check_sees_a_bound_index_as_its_value():
     assert not y[:5].any() and not y[21:].any()
     with pytest.raises(KernelError, match="every iteration of i writes the same element"):
         offset_store(shift_by_i=False)
+
+
+def test_a_variable_on_the_right_of_an_expression_is_its_value():
+    """``i + 1 < end`` with ``end`` a T.alloc_var (TileLang's deepseek_v32/topk_selector.py:
+    ``input_idx < l_end_idx``, the eager tracer's variable): TVM's operator takes the
+    variable's value, as ``end > i + 1`` does."""
+
+    @T.prim_func
+    def main(E: T.Tensor((4,), "int32"), O: T.Tensor((4, 8), "int32")):
+        with T.Kernel(4, threads=32) as bx:
+            end = T.alloc_var("int32", init=E[bx])
+            for i in T.serial(8):
+                O[bx, i] = T.if_then_else(i + 1 < end, i * end, -1)
+
+    ends = torch.tensor([0, 3, 5, 9], dtype=torch.int32)
+    out = tilewright.compile(main, out_idx=[1], target="cpu")(ends)
+    i = torch.arange(8).view(1, 8)
+    want = torch.where(i + 1 < ends.view(4, 1), i * ends.view(4, 1), -1).to(torch.int32)
+    torch.testing.assert_close(out, want)

@@ -179,3 +179,107 @@ def test_also_compile_builds_each_kernel_for_cuda(runner, tmp_path):
     assert "shared memory" in row["compiled"][1]["error"], row["compiled"][1]
     table = runner.compile_table([runner.Result(**row)], ["cuda -arch=sm_80"])
     assert "kernels: built 1, refused 1, crashed 0" in table, table
+
+
+HOPPER = '''\
+import torch
+import tilelang
+import tilelang.language as T
+
+
+@tilelang.jit(out_idx=[-1])
+def fenced_copy(n, staged):
+    @T.prim_func
+    def main(X: T.Tensor((n,), "float32"), Y: T.Tensor((n,), "float32")):
+        with T.Kernel(1, threads=128):
+            S = T.alloc_shared((staged,), "float32")
+            T.copy(X[0:n], S[0:n])
+            T.fence_proxy_async()
+            T.copy(S[0:n], Y[0:n])
+    return main
+
+
+if __name__ == "__main__":
+    x = torch.randn(256, device="cuda")
+    kernel = fenced_copy(256, STAGED)
+    y = kernel(x)
+    raise SystemExit("the example went on past its first kernel call")
+'''
+
+UNKNOWN = '''\
+import tilelang
+import tilelang.language as T
+
+
+@tilelang.jit
+def uses_unknown(n):
+    @T.prim_func
+    def main(X: T.Tensor((n,), "float32")):
+        with T.Kernel(1, threads=128):
+            T.ptx_not_a_name(X.data)
+            T.mma_neither()
+    return main
+
+
+if __name__ == "__main__":
+    uses_unknown(64)
+'''
+
+BLACKWELL = '''\
+import tilelang
+import tilelang.language as T
+
+if __name__ == "__main__":
+    T.tcgen05_gemm
+'''
+
+
+def test_dialect_compile_only_builds_hopper_examples(runner, tmp_path):
+    """--dialect cuda --compile-only: an example not portable only for a GPU-only API is ported
+    to tilewright_cuda.language; its kernels are built with NVRTC for the target and it stops
+    at its first kernel call (built), at a kernel the backend refuses (refused), or before any
+    kernel when it uses a name the dialect lacks (frontend error naming each); a tcgen05
+    example is left out, saying why."""
+    examples = tmp_path / "tilelang" / "examples" / "hopper"
+    examples.mkdir(parents=True)
+    (examples / "example_fenced.py").write_text(HOPPER.replace("STAGED", "256"))
+    # 256 KiB of shared memory: over sm_90a's 227 KiB, refused at the user's line
+    (examples / "example_huge.py").write_text(HOPPER.replace("STAGED", "65536"))
+    (examples / "example_unknown.py").write_text(UNKNOWN)
+    (examples / "example_tcgen05.py").write_text(BLACKWELL)
+    (examples / "example_portable.py").write_text(BLACKWELL.replace("T.tcgen05_gemm", "pass"))
+    out = tmp_path / "out.json"
+    runner.main(["--checkout", str(tmp_path / "tilelang"), "--dialect", "cuda",
+                 "--compile-only", "cuda -arch=sm_90a", "--timeout", "300", "--json",
+                 str(out)])
+    rows = {r["example"]: r for r in json.loads(out.read_text())}
+    assert "hopper/example_portable.py" not in rows  # the plain mode runs it
+    fenced = rows["hopper/example_fenced.py"]
+    assert (fenced["result"], fenced["detail"]) == \
+        ("built", "stopped at the first kernel call"), fenced
+    assert [(c["kernel"], c["status"]) for c in fenced["compiled"]] == \
+        [("fenced_copy", "built")], fenced
+    huge = rows["hopper/example_huge.py"]
+    assert huge["result"] == "refused" and "shared memory" in huge["detail"], huge
+    unknown = rows["hopper/example_unknown.py"]
+    assert unknown["result"] == "frontend error", unknown
+    assert unknown["missing"] == ["ptx_not_a_name", "mma_neither"], unknown
+    assert unknown["detail"].startswith("missing T.ptx_not_a_name, T.mma_neither;"), unknown
+    blackwell = rows["hopper/example_tcgen05.py"]
+    assert blackwell["result"] == "not portable" and "sm_100" in blackwell["detail"], blackwell
+    table = runner.compile_only_table([runner.Result(**r) for r in rows.values()],
+                                      ["cuda -arch=sm_90a"])
+    assert "examples: built 1, refused 1, frontend error 1, not portable 1" in table, table
+    assert "missing names (examples using them): T.mma_neither 1, T.ptx_not_a_name 1" in table
+
+
+def test_dialect_port_renames_the_language(runner):
+    ported = runner.port_source("import tilelang\nimport tilelang.language as T\n"
+                                "from tilelang.language import Kernel\n"
+                                "from tilelang import language as L\n", dialect="cuda")
+    assert ported.splitlines() == ["import tilewright as tilelang",
+                                   "import tilewright_cuda.language as T",
+                                   "from tilewright_cuda.language import Kernel",
+                                   "from tilewright_cuda import language as L"]
+    source = "from tilelang import language as L\nL.ws(1)\nL.ptx_x()\nB.T.to(1)\nL.ptx_x()\n"
+    assert runner.missing_names(source, {"ws"}) == ["ptx_x"]

@@ -1,11 +1,13 @@
 """``import tilewright_cuda.language as T``: the portable language plus the CUDA dialect.
 
 What only NVIDIA hardware (Hopper, sm_90+) has, with TileLang's names: ``T.tma_copy``,
-``T.alloc_barrier``, ``T.mbarrier_arrive``, ``T.mbarrier_wait_parity``,
-``T.mbarrier_expect_tx``, ``T.tma_store_wait``, ``T.fence_proxy_async``, warp-specialised
-roles (``with T.ws(1):``), register budgets (``T.set_max_nreg``, ``T.inc_max_nreg``,
-``T.dec_max_nreg``) and ``T.ClusterKernel``. A TileLang Hopper kernel ports by changing its
-imports; a portable kernel never needs these, and other backends refuse them by name.
+``T.alloc_barrier``, ``T.mbarrier_arrive``, ``T.mbarrier_wait_parity`` (and TileLang's other
+names for these two, ``T.barrier_arrive``, ``T.barrier_wait``), ``T.mbarrier_expect_tx``,
+``T.tma_store_wait``, ``T.fence_proxy_async``, the thread index (``T.get_thread_binding``,
+``T.thread_binding``), warp-specialised roles (``with T.ws(1):``), register budgets
+(``T.set_max_nreg``, ``T.inc_max_nreg``, ``T.dec_max_nreg``, ``T.no_set_max_nreg``) and
+``T.ClusterKernel``. A TileLang Hopper kernel ports by changing its imports; a portable kernel
+never needs these, and other backends refuse them by name.
 """
 
 # the portable language is re-exported whole; its names are spelled out in __all__ via _PORTABLE
@@ -15,20 +17,28 @@ from tilewright.language import __all__ as _PORTABLE
 from .dialect import (
     ClusterKernel,
     alloc_barrier,
+    barrier_arrive,
+    barrier_wait,
     dec_max_nreg,
+    disable_warp_group_reg_alloc,
     fence_proxy_async,
+    get_thread_binding,
     inc_max_nreg,
     mbarrier_arrive,
     mbarrier_expect_tx,
     mbarrier_wait_parity,
+    no_set_max_nreg,
     set_max_nreg,
+    thread_binding,
     tma_copy,
     tma_store_wait,
     ws,
 )
 
 __all__ = [  # noqa: PLE0604 - the portable names plus the dialect's
-    *_PORTABLE, "ClusterKernel", "alloc_barrier", "dec_max_nreg", "fence_proxy_async",
-    "inc_max_nreg", "mbarrier_arrive", "mbarrier_expect_tx", "mbarrier_wait_parity",
-    "set_max_nreg", "tma_copy", "tma_store_wait", "ws",
+    *_PORTABLE, "ClusterKernel", "alloc_barrier", "barrier_arrive", "barrier_wait",
+    "dec_max_nreg", "disable_warp_group_reg_alloc", "fence_proxy_async",
+    "get_thread_binding", "inc_max_nreg", "mbarrier_arrive", "mbarrier_expect_tx",
+    "mbarrier_wait_parity", "no_set_max_nreg", "set_max_nreg",
+    "thread_binding", "tma_copy", "tma_store_wait", "ws",
 ]

@@ -21,6 +21,7 @@ from tvm import tirx
 
 from .. import ops
 from ..keys import CLUSTER as CLUSTER_KEY
+from ..keys import NO_SET_MAX_NREG as NO_SET_MAX_NREG_KEY
 from ..keys import WARPGROUP
 from ..keys import WS as WS_KEY
 
@@ -121,6 +122,23 @@ def dec_max_nreg(reg_count: int):
     set_max_nreg(reg_count, 0)
 
 
+def no_set_max_nreg():
+    """The kernel keeps one register budget for all its threads: the producer warpgroup that
+    the software pipeline adds on sm_90a (a warp-specialised ``T.Pipelined`` loop fed by TMA)
+    gives no registers to the compute threads (no ``setmaxnreg``). Anywhere in the kernel
+    body."""
+    builder = _D.kernel_builder("T.no_set_max_nreg")
+    builder.kernel_annotations[NO_SET_MAX_NREG_KEY] = True
+    _emit(ops.NO_SET_MAX_NREG.name, {})
+
+
+def disable_warp_group_reg_alloc():
+    """TileLang's other name of :func:`no_set_max_nreg`."""
+    builder = _D.kernel_builder("T.disable_warp_group_reg_alloc")
+    builder.kernel_annotations[NO_SET_MAX_NREG_KEY] = True
+    _emit(ops.NO_SET_MAX_NREG.name, {}, what="T.disable_warp_group_reg_alloc")
+
+
 # -- mbarriers -------------------------------------------------------------------------------
 def alloc_barrier(arrive_count):
     """``mbars = T.alloc_barrier([128] * 4)``: shared-memory mbarriers, each expecting that
@@ -178,6 +196,65 @@ def mbarrier_expect_tx(mbarrier, tx):
                                "bytes": to_expr(tx, "int32")})
 
 
+def barrier_arrive(barrier_id):
+    """TileLang's other name of :func:`mbarrier_arrive` (lowered as ``T.mbarrier_arrive``)."""
+    _emit(ops.ARRIVE.name, {"barrier": _barrier(barrier_id, "T.barrier_arrive")},
+          what="T.barrier_arrive")
+
+
+def barrier_wait(barrier_id, parity=None):
+    """TileLang's other name of :func:`mbarrier_wait_parity` (lowered as
+    ``T.mbarrier_wait_parity``): wait for the phase of ``barrier_id`` with this parity."""
+    if parity is None:
+        raise error("T.barrier_wait needs the phase parity to wait for: "
+                    "T.barrier_wait(mbars[i], parity)")
+    _emit(ops.WAIT_PARITY.name, {"barrier": _barrier(barrier_id, "T.barrier_wait"),
+                                 "parity": to_expr(parity, "int32")}, what="T.barrier_wait")
+
+
+# -- threads ---------------------------------------------------------------------------------
+def get_thread_binding(dim: int = 0):
+    """``tx = T.get_thread_binding()``: the calling thread's index along dimension ``dim``
+    (0, 1, 2: ``threadIdx.x/y/z``) of ``T.Kernel``'s ``threads``, as an int32 value of each
+    thread (the block's index, also inside a ``T.ws`` role). Tile ops stay the block's: a tile
+    op under a condition on this index is still spread over every thread of the block (or
+    role), so thread-dependent code should be scalar code."""
+    if not isinstance(dim, int) or isinstance(dim, bool) or not 0 <= dim <= 2:
+        raise error(f"T.get_thread_binding takes a thread dimension 0, 1 or 2, got {dim!r}")
+    builder = _D.kernel_builder("T.get_thread_binding")
+    threads = tuple(builder.threads)
+    if threads[dim] == 1 and dim > 0:
+        raise error(f"T.get_thread_binding({dim}): the kernel has threads={threads[:dim + 1]} "
+                    f"(a single thread along dimension {dim})")
+    n = sum(1 for f in builder.frames for s in f.stmts if isinstance(s, tirx.AllocBuffer))
+    buf = declare(f"thread_{'xyz'[dim]}_{n}", (1,), "int32", "local.var")
+    builder.emit(tirx.AllocBuffer(buf, span=B.span_of(_location())))
+    region = resolve(region_of(TileBuffer(buf), "T.get_thread_binding"), None,
+                     "T.get_thread_binding")
+    _emit(ops.THREAD_BINDING.name, {"dst": region},
+          {"dim": dim, "threads": ",".join(map(str, threads))})
+    return tirx.BufferLoad(buf, [tirx.const(0, "int32")])
+
+
+def thread_binding(start, stop, thread: str = "threadIdx.x"):
+    """``tx = T.thread_binding(0, threads, thread="threadIdx.x")`` in a ``T.Kernel`` body:
+    TileLang's way of naming a thread index the kernel already has, the same as
+    ``T.get_thread_binding(0)`` (``threadIdx.y``: 1, ``threadIdx.z``: 2). The range must be
+    the kernel's whole extent along that dimension (a new thread loop is not a tile
+    program's)."""
+    tags = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
+    if thread not in tags:
+        raise error(f"T.thread_binding names a thread index of the kernel ({', '.join(tags)}), "
+                    f"got thread={thread!r}")
+    dim = tags.index(thread)
+    threads = tuple(_D.kernel_builder("T.thread_binding").threads)
+    if as_int(start) != 0 or as_int(stop) != threads[dim]:
+        raise error(f"T.thread_binding({start}, {stop}, thread={thread!r}): the kernel has "
+                    f"{threads[dim]} threads along {thread} (threads={threads}); the range "
+                    f"must be 0..{threads[dim]}")
+    return get_thread_binding(dim)
+
+
 # -- TMA -------------------------------------------------------------------------------------
 def tma_copy(src, dst, barrier=None):
     """A tile through the Tensor Memory Accelerator, issued by one thread of the block (or of
@@ -228,6 +305,8 @@ def fence_proxy_async():
     _emit(ops.FENCE_PROXY_ASYNC.name, {})
 
 
-__all__ = ["ClusterKernel", "alloc_barrier", "dec_max_nreg", "fence_proxy_async",
-           "inc_max_nreg", "mbarrier_arrive", "mbarrier_expect_tx", "mbarrier_wait_parity",
-           "set_max_nreg", "tma_copy", "tma_store_wait", "ws"]
+__all__ = ["ClusterKernel", "alloc_barrier", "barrier_arrive", "barrier_wait",
+           "dec_max_nreg", "disable_warp_group_reg_alloc", "fence_proxy_async",
+           "get_thread_binding", "inc_max_nreg", "mbarrier_arrive", "mbarrier_expect_tx",
+           "mbarrier_wait_parity", "no_set_max_nreg", "set_max_nreg", "thread_binding",
+           "tma_copy", "tma_store_wait", "ws"]

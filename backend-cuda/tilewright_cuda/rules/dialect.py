@@ -13,7 +13,7 @@ from tilewright.ir import TileOpCall
 from tilewright.transform import RuleContext
 from tvm import tirx
 
-from .. import intrinsics, ops
+from .. import intrinsics, keys, ops
 from . import tma
 from .common import leader
 from .table import register
@@ -91,6 +91,12 @@ def lower_ws(call: TileOpCall, ctx: RuleContext):
     return tirx.Evaluate(tirx.const(0, "int32"))
 
 
+@register(ops.NO_SET_MAX_NREG.name)
+def lower_no_set_max_nreg(call: TileOpCall, ctx: RuleContext):
+    """Nothing here: the pipeline reads the kernel's annotation (``keys.NO_SET_MAX_NREG``)."""
+    return tirx.Evaluate(tirx.const(0, "int32"))
+
+
 @register(ops.CLUSTER.name)
 def lower_cluster(call: TileOpCall, ctx: RuleContext):
     _require(call, ctx, "thread-block clusters")
@@ -107,3 +113,21 @@ def lower_tma_copy(call: TileOpCall, ctx: RuleContext):
     stores = tma.store(src, dst)
     return tirx.SeqStmt([intrinsics.fence_proxy_async(), intrinsics.sync(),
                          leader(ctx, stores)])
+
+
+@register(ops.THREAD_BINDING.name)
+def lower_get_thread_binding(call: TileOpCall, ctx: RuleContext):
+    """The block's ``threadIdx.x`` (the outermost thread loop, also inside a role), split
+    into T.Kernel's thread dimensions (``x`` fastest), stored into the variable."""
+    tx = next(loop.loop_var for loop in ctx.loops
+              if loop.kind == tirx.ForKind.THREAD_BINDING and loop.thread_binding is not None
+              and str(loop.thread_binding.thread_tag) == keys.THREAD_TAG)
+    threads = [int(t) for t in call.attrs["threads"].split(",")]
+    dim = int(call.attrs["dim"])
+    below = 1
+    for t in threads[:dim]:
+        below *= t
+    value = tirx.floordiv(tx, below) if below > 1 else tx
+    if below * threads[dim] < threads[0] * threads[1] * threads[2]:
+        value = tirx.floormod(value, threads[dim])
+    return tirx.BufferStore(call.operands["dst"].buffer, value, [tirx.const(0, "int32")])

@@ -1,18 +1,20 @@
 """The ``bind_threads`` phase: the block's program runs on ``threads`` threads, wrapped in
 one ``threadIdx.x`` loop (``T.use_swizzle`` remaps the block indices here), and each ``T.ws``
 role becomes a nested ``threadIdx.x`` loop over the role's threads, so rules and distribution
-spread tile ops over the role only."""
+spread tile ops over the role only. First, a tile op under an ``if`` on the dialect's thread
+index (``T.get_thread_binding``) is refused at the ``if``."""
 
 from __future__ import annotations
 
 import tvm
 import tvm_ffi
 from tilewright.errors import KernelError, span_location
+from tilewright.ir import decode
 from tilewright.transform import prim_func_pass, rebuild_for
 from tvm import tirx
 
-from .. import keys
-from ..analysis.ir import block_loops, find_thread, substitute, threads_of
+from .. import keys, ops
+from ..analysis.ir import block_loops, find_thread, loads_in, substitute, threads_of, uses
 from ..keys import WARPGROUP
 
 
@@ -104,3 +106,73 @@ def bind_roles():
         return func.with_body(tvm_ffi.structural_map(func.body, (tirx.AttrStmt, visit)))
 
     return prim_func_pass("CUDABindRoles", run)
+
+
+# dialect ops each thread runs for itself: fine under a condition on the thread index
+_PER_THREAD = {ops.ARRIVE.name, ops.WAIT_PARITY.name, ops.FENCE_PROXY_ASYNC.name,
+               ops.THREAD_BINDING.name}
+
+
+def refuse_thread_conditioned_tile_ops():
+    """A tile op (or ``T.Parallel`` loop) under an ``if`` on ``T.get_thread_binding``'s
+    index is an error at the ``if``'s line: tile ops are spread over every thread of the
+    block (or role), so the threads the condition leaves out would skip their share of it and
+    the barriers inside it. Thread-dependent code is scalar code; a warpgroup-aligned range of
+    threads is a ``T.ws`` role."""
+
+    def run(func):
+        indices = [call.operands["dst"].buffer for call in _tile_calls(func.body)
+                   if call.name == ops.THREAD_BINDING.name]
+        if not indices:
+            return func
+        derived: list = []  # variables bound to values computed from the index
+
+        def reads_index(expr) -> bool:
+            return any(b.same_as(i) for b in loads_in(expr) for i in indices) or \
+                any(uses(expr, v) for v in derived)
+
+        refused = []  # (the op, the if): raised after the walk (FFI callbacks wrap errors)
+
+        def visit(stmt):
+            if isinstance(stmt, tirx.Bind) and reads_index(stmt.value):
+                derived.append(stmt.var)
+            elif isinstance(stmt, tirx.IfThenElse) and reads_index(stmt.condition):
+                bad = _first_block_op(stmt)
+                if bad is not None:
+                    refused.append((bad, stmt))
+
+        tvm_ffi.structural_walk(func.body, [(tirx.Bind, visit), (tirx.IfThenElse, visit)],
+                                order="pre")
+        if refused:
+            bad, stmt = refused[0]
+            raise KernelError(
+                f"{bad} under a condition on the thread index (T.get_thread_binding): a tile "
+                "op is spread over every thread of the block, not only over those the "
+                "condition selects; write the thread-dependent part as scalar code, or give "
+                "those threads a T.ws role", span_location(stmt.span))
+        return func
+
+    return prim_func_pass("CUDARefuseThreadConditionedTileOps", run)
+
+
+def _tile_calls(node) -> list:
+    found = []
+    tvm_ffi.structural_walk(node, (tirx.Evaluate, lambda s: found.append(decode(s))))
+    return [c for c in found if c is not None]
+
+
+def _first_block_op(node) -> str | None:
+    """How the user wrote the first tile op of the block inside ``node``, or None."""
+    found = []
+
+    def visit(stmt):
+        if isinstance(stmt, tirx.For) and str(stmt.annotations.get(keys.LOOP, "")) == \
+                "parallel":
+            found.append("a T.Parallel loop")
+        elif isinstance(stmt, tirx.Evaluate):
+            call = decode(stmt)
+            if call is not None and call.name not in _PER_THREAD:
+                found.append(f"T.{call.name}")
+
+    tvm_ffi.structural_walk(node, [(tirx.For, visit), (tirx.Evaluate, visit)], order="pre")
+    return found[0] if found else None

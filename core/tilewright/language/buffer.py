@@ -187,6 +187,11 @@ class VarHandle(TileBuffer):
     def __getitem__(self, key):
         return self.load() if key in (0, (0,)) else super().__getitem__(key)
 
+    def __tvm_ffi_object__(self):
+        """Passed to TVM (``expr < x``, an index, a call's argument), ``x`` is its value: TVM's
+        own operators do not return NotImplemented, so the reflected ones here never run."""
+        return self.load()
+
 
 for _name in ("__add__", "__sub__", "__mul__", "__truediv__", "__floordiv__", "__mod__",
               "__lt__", "__le__", "__gt__", "__ge__", "__eq__", "__ne__"):

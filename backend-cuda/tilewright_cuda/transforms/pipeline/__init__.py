@@ -45,7 +45,7 @@ from tvm import tirx
 
 from ... import intrinsics, keys
 from ...analysis.accesses import loaded_tiles, producer_writes
-from ...analysis.ir import find_thread, nested, seq, touches, writes
+from ...analysis.ir import block_loops, find_thread, nested, seq, touches, writes
 from .plan import (
     Versioned,
     is_choice,
@@ -164,6 +164,9 @@ def pipeline(options):
         body, versions, specialised = func.body, {}, False
         analyzer = tvm.sym.Analyzer()
         tx = find_thread(func).loop_var
+        # T.no_set_max_nreg: a producer warpgroup keeps the kernel's register budget
+        blocks = block_loops(func)[0]
+        registers = not (blocks and keys.NO_SET_MAX_NREG in blocks[0].annotations)
         for loop in loops:
             done = _pipeline_loop(loop, body, analyzer, tx)
             if done is None:
@@ -172,7 +175,7 @@ def pipeline(options):
             stages = int(loop.annotations[keys.STAGES])
             if isinstance(new_loop, TmaPlan):
                 split = new_loop.specialise(body, options.multicast, options.blocks_per_sm,
-                                            options.pingpong) \
+                                            options.pingpong, registers) \
                     if options.warp_specialized and len(loops) == 1 else None
                 if split is not None:
                     specialised = True

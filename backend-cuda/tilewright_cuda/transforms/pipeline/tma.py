@@ -184,7 +184,7 @@ class TmaPlan:
 
     # -- a producer warpgroup issues ---------------------------------------------------------
     def specialise(self, func_body, multicast: bool = False, blocks: int = 1,
-                   pingpong: bool = False):
+                   pingpong: bool = False, registers: bool = True):
         """``func_body`` with one more warpgroup in the block that only issues the loads,
         or None when the kernel does not allow it (the loop is neither at the top of the
         block's program nor directly in a serial loop there whose other code leaves the
@@ -273,8 +273,8 @@ class TmaPlan:
         if cast is not None:  # stay until both blocks read every tile this one multicast
             loads.append(cast.drain(n, stages, released))
         kept = PRODUCER_REGISTERS if tiles is None else PERSISTENT_PRODUCER_REGISTERS
-        producer = [intrinsics.call(f"tw_setmaxnreg_dec<{kept}>"),
-                    tirx.IfThenElse(self.tx == 0, seq(loads), None)]
+        producer = [intrinsics.call(f"tw_setmaxnreg_dec<{kept}>")] if registers else []
+        producer.append(tirx.IfThenElse(self.tx == 0, seq(loads), None))
         count = consumed_base + self.i
         steady = self._steady(bars, specialised=True, count=count)
         # one arrival per warp, once all its lanes are past their reads of the version
@@ -305,9 +305,10 @@ class TmaPlan:
             computed = [consumed.start(), tiles.rebuild([
                 *tiles.before, consumed.bind(consumed_base), *computed,
                 consumed.add(consumed_base, n), *tiles.after])]
-        registers = consumer_registers(threads, blocks, kept)
-        consumer = [intrinsics.call(f"tw_setmaxnreg_inc<{registers}>"), *before, *computed,
-                    *after]
+        consumer = [*before, *computed, *after]
+        if registers:  # (T.no_set_max_nreg: every thread keeps the kernel's budget)
+            consumer.insert(0, intrinsics.call(
+                f"tw_setmaxnreg_inc<{consumer_registers(threads, blocks, kept)}>"))
         roles = [_role(self.tx, threads, WARPGROUP, producer, "tx_load"),
                  _role(self.tx, 0, threads, consumer, "tx_compute")]
         counts = [1] * full + [threads // WARP * (1 if cast is None else CLUSTER)] * stages
