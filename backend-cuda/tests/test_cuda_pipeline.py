@@ -153,3 +153,39 @@ def test_copies_before_sm_80_are_128_bit_and_not_pipelined():
     # in order: a barrier before the copies (the last gemm read the tiles), one after them
     body = text.split("for (int k = 0;", 1)[1]
     assert len(re.findall(r"__syncthreads\(\)", body.split("gemm_acc", 1)[0])) == 2
+
+
+def _tiles_allocated_in_the_loop(steps=2, bk=256):
+    """TileLang's mhc_pre shape: the loop's shared tiles and fragment are allocated in its
+    body."""
+    @T.prim_func
+    def main(X: T.Tensor((64, steps * bk), "bfloat16"), F: T.Tensor((32, steps * bk), "float32"),
+             O: T.Tensor((64, 32), "float32")):
+        with T.Kernel(2, threads=128) as px:
+            acc = T.alloc_fragment((32, 32), "float32")
+            T.clear(acc)
+            for pz in T.Pipelined(steps, num_stages=2):
+                x_smem = T.alloc_shared((32, bk), "bfloat16")
+                f_smem = T.alloc_shared((32, bk), "float32")
+                T.copy(X[px * 32, pz * bk], x_smem)
+                T.copy(F[0, pz * bk], f_smem)
+                x_frag = T.alloc_fragment((32, bk), "float32")
+                T.copy(x_smem, x_frag)
+                T.gemm(x_frag, f_smem, acc, transpose_B=True)
+            T.copy(acc, O[px * 32, 0])
+    return main
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize("steps", [2, 3])
+def test_tiles_allocated_inside_a_pipelined_loop(steps, tmp_path):
+    """They are allocated in front of the loop and versioned like the others (TVM stopped
+    with 'Buffer x_smem is used before its definition': the loop's reads kept the
+    unversioned tile)."""
+    lowered = tilewright.lower(_tiles_allocated_in_the_loop(steps), "cuda -arch=sm_80")
+    assert "cp_async" in lowered.source.text
+    x = torch.randn(64, steps * 256).to(torch.bfloat16)
+    f = torch.randn(32, steps * 256)
+    o = torch.full((64, 32), float("nan"))
+    hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, x, f, o)
+    torch.testing.assert_close(o, x.float() @ f.T, rtol=1e-4, atol=1e-3)

@@ -68,6 +68,28 @@ def _issues_cp_async(stmt) -> bool:
     return bool(found)
 
 
+def _allocations_before_pipelined_loops(body):
+    """Tiles allocated inside a ``T.Pipelined`` loop's body are allocated in front of the loop,
+    as TileLang allocates every tile of a kernel once, in its block: the versions of a
+    pipelined tile outlive an iteration (stage ``i + S - 1`` is filled while ``i`` is read),
+    and ``stage=[...]`` / ``order=[...]`` count the body's statements without them."""
+
+    def hoist(loop):
+        if int(loop.annotations.get(keys.STAGES, 0)) < 2:
+            return loop
+        allocations = []
+        tvm_ffi.structural_walk(loop.body, (tirx.AllocBuffer, allocations.append))
+        if not allocations:
+            return loop
+        kept = tvm_ffi.structural_map(loop.body, (tirx.SeqStmt, lambda q: seq(
+            [x for x in q.seq if not isinstance(x, tirx.AllocBuffer)] or [tirx.Evaluate(0)])))
+        return tirx.SeqStmt([*allocations, tirx.For(
+            loop.loop_var, loop.min, loop.extent, loop.kind, kept, loop.thread_binding,
+            annotations=loop.annotations, span=loop.span)])
+
+    return tvm_ffi.structural_map(body, (tirx.For, hoist))
+
+
 def _pipeline_loop(loop, func_body, analyzer, tx):
     """The pipelined replacement of ``loop`` and its versioned buffers, or None to keep it."""
     stages = int(loop.annotations[keys.STAGES])
@@ -155,6 +177,7 @@ def pipeline(options):
     ``cuda.disable_warp_specialized`` says not to: ``options.warp_specialized``)."""
 
     def run(func):
+        func = func.with_body(_allocations_before_pipelined_loops(func.body))
         loops = []
         tvm_ffi.structural_walk(func.body, (tirx.For, lambda s: loops.append(s) if int(
             s.annotations.get(keys.STAGES, 0)) >= 2 else None))
