@@ -17,7 +17,13 @@ from tvm import tirx
 from ..facts import ops
 from ..facts.arch import ALIGN, short
 from ..facts.dtypes import ctype
-from ..facts.instructions import REPEAT_LIMIT, ROUNDING_CASTS, cast_mode, computes
+from ..facts.instructions import (
+    REPEAT_LIMIT,
+    ROUNDING_CASTS,
+    cast_mode,
+    compare_count,
+    computes,
+)
 from .regions import Operand, by_rows, like, vector_operands
 from .table import rule
 
@@ -275,6 +281,60 @@ def rule_vreduce(em, call):
     if not clear:
         em.line("PipeBarrier<PIPE_V>();")
         em.line(f"{fold}({dst.at()}, {dst.at()}, {target.at()}, {rows});")
+
+
+def _masked(em, call, names, what, emit) -> None:
+    """``emit(mask, args, count)`` once over the contiguous ranges of the operands ``names``
+    (attribute ``slot`` 0), else once per row, the mask of row ``r`` at byte ``r * slot``."""
+    mask = Operand(em, call.operands["mask" if "mask" in call.operands else "dst"], what)
+    operands = [Operand(em, call.operands[n], what) for n in names]
+    slot = call.attrs["slot"]
+    if not slot:
+        emit(mask.at(), [o.at() for o in operands], operands[0].rows * operands[0].cols)
+        return
+    for o in operands:
+        if o.rows > 1 and o.stride * o.eb % ALIGN:
+            raise KernelError(f"{what}: rows of {o.region.buffer.name!r} are {o.stride * o.eb} "
+                              f"bytes apart, not a multiple of {ALIGN}")
+    r = em.ident("r")
+    with em.block(f"for (int32_t {r} = 0; {r} < {operands[0].rows}; ++{r})"):
+        at = f"{r} * {slot}" if mask.off == "0" else f"{mask.off} + {r} * {slot}"
+        emit(f"{mask.name}[{at}]", [o.at(r) for o in operands], operands[0].cols)
+
+
+@rule(ops.VCMP.name)
+def rule_vcmp(em, call):
+    """Compare (比较与选择/Compare.md): whole 256-byte repeats, so ``count`` is rounded up
+    (the vector phase gave the sources room for it); bit i of the mask is element i."""
+    dtype = str(call.operands["src0"].buffer.dtype)
+    mode = call.attrs["op"]
+    _masked(em, call, ("src0", "src1"), "Compare", lambda m, a, n: em.line(
+        f"Compare({m}, {a[0]}, {a[1]}, CMPMODE::{mode}, {compare_count(n, dtype)});"))
+
+
+@rule(ops.VCMPS.name)
+def rule_vcmps(em, call):
+    """Compares (比较与选择/Compares.md) of a tile with a scalar of its dtype."""
+    dtype = str(call.operands["src"].buffer.dtype)
+    scalar = _scalar(em, call.operands["scalar"], dtype)
+    mode = call.attrs["op"]
+    _masked(em, call, ("src",), "Compares", lambda m, a, n: em.line(
+        f"Compares({m}, {a[0]}, {scalar}, CMPMODE::{mode}, {compare_count(n, dtype)});"))
+
+
+@rule(ops.VSEL.name)
+def rule_vsel(em, call):
+    """Select (比较与选择/Select.md) between two tiles, VSEL_TENSOR_TENSOR_MODE."""
+    _masked(em, call, ("dst", "src0", "src1"), "Select", lambda m, a, n: em.line(
+        f"Select({a[0]}, {m}, {a[1]}, {a[2]}, SELMODE::VSEL_TENSOR_TENSOR_MODE, {n});"))
+
+
+@rule(ops.VSELS.name)
+def rule_vsels(em, call):
+    """Select between a tile and a scalar false arm, VSEL_TENSOR_SCALAR_MODE."""
+    scalar = _scalar(em, call.operands["scalar"], str(call.operands["dst"].buffer.dtype))
+    _masked(em, call, ("dst", "src"), "Select", lambda m, a, n: em.line(
+        f"Select({a[0]}, {m}, {a[1]}, {scalar}, SELMODE::VSEL_TENSOR_SCALAR_MODE, {n});"))
 
 
 _VEC_BINARY = {"Add": "Add", "Sub": "Sub", "Mul": "Mul", "Div": "Div", "Max": "Max",
