@@ -185,3 +185,28 @@ def test_generated_selects_compile_against_the_vendor_headers(asc_devkit):
     findings = check_sources(sources, asc_devkit)
     assert not findings, "\n\n".join(f"== {f.name} as {f.core}\n{f.text[-3000:]}"
                                      for f in findings)
+
+
+def _odd_int8(n):
+    @T.prim_func
+    def main(A: T.Tensor((n,), "int8"), B: T.Tensor((n,), "int8"), C: T.Tensor((n,), "int8")):
+        with T.Kernel(1, threads=32) as _:
+            t = T.alloc_fragment((n,), "int8")
+            u = T.alloc_fragment((n,), "int8")
+            T.fill(t, -1)
+            T.copy(t, B[0])
+            T.copy(A[0], u)
+            T.copy(u, t)
+            T.copy(t, C[0])
+    return main
+
+
+@pytest.mark.parametrize("n", [1, 3, 37])
+def test_int8_tiles_of_an_odd_length_are_filled_and_copied(n):
+    """Duplicate and Adds take 16-bit lanes: the last row of a tile may cover one byte past
+    an odd length, which belongs to no buffer (UB buffers start 32-byte aligned)."""
+    kernel = tilewright.compile(_odd_int8(n), target="ascend")
+    a = torch.arange(n, dtype=torch.int8)
+    b, c = torch.zeros(n, dtype=torch.int8), torch.zeros(n, dtype=torch.int8)
+    kernel(a, b, c)
+    assert (b == -1).all() and (c == a).all()

@@ -24,7 +24,7 @@ from ..facts.instructions import (
     compare_count,
     computes,
 )
-from .regions import Operand, by_rows, like, vector_operands
+from .regions import Operand, by_rows, like, static_ints, vector_operands
 from .table import rule
 
 _BIN = {"add": "Add", "sub": "Sub", "mul": "Mul", "div": "Div", "max": "Max", "min": "Min"}
@@ -145,6 +145,18 @@ def rule_vun(em, call):
         by_rows(em, operands, lambda a, n: em.line(f"{instr}({a[0]}, {a[1]}, {n});"), instr)
 
 
+def _ends_buffer(op: Operand, n: int) -> bool:
+    """Whether the ``n`` elements from ``op``'s start are the last of its buffer and the buffer
+    ends inside a 32-byte block: the bytes after it up to that block's end belong to no buffer
+    (the memory plan starts every UB buffer 32-byte aligned), so an instruction on 16-bit
+    lanes may cover one byte past an odd length."""
+    total = 1
+    for d in static_ints(op.region.buffer.shape, op.region.buffer.name):
+        total *= d
+    return op.rows == 1 and op.off.isdigit() and int(op.off) + n == total and \
+        total * op.eb % ALIGN != 0
+
+
 def _copy_lanes(em, dst: Operand, args, n: int) -> None:
     """``n`` elements from ``args[1]`` to ``args[0]`` in UB: DataCopy of whole 32-byte blocks,
     else Adds of 0, which A2 computes on 16- and 32-bit integers and float16/float32 only; other
@@ -155,9 +167,9 @@ def _copy_lanes(em, dst: Operand, args, n: int) -> None:
         em.line(f"DataCopy({args[0]}, {args[1]}, {n});")
     elif computes("Adds", dtype):
         em.line(f"Adds({args[0]}, {args[1]}, ({dst.ctype})0, {n});")
-    elif n * dst.eb % 2 == 0:
+    elif n * dst.eb % 2 == 0 or _ends_buffer(dst, n):
         em.line(f"Adds({args[0]}.ReinterpretCast<int16_t>(), "
-                f"{args[1]}.ReinterpretCast<int16_t>(), (int16_t)0, {n * dst.eb // 2});")
+                f"{args[1]}.ReinterpretCast<int16_t>(), (int16_t)0, {-(-n * dst.eb // 2)});")
     else:
         raise KernelError(f"a UB copy into {dst.region.buffer.name!r}: backend 'ascend' copies "
                           f"{dtype} rows of an even length or of whole 32-byte blocks; a row "
@@ -174,12 +186,12 @@ def rule_vdup(em, call):
         byte = f"TW_CAST(uint16_t, TW_CAST(uint8_t, {em.expr(call.operands['value'])}))"
 
         def pairs(a, n):
-            if n % 2:
+            if n % 2 and not _ends_buffer(dst, n):
                 raise KernelError(f"T.fill of {call.operands['dst'].buffer.name!r}: backend "
-                                  f"'ascend' fills {dtype} rows of an even length (Duplicate "
-                                  f"fills 16-bit lanes); a row has {n}")
+                                  f"'ascend' fills {dtype} rows of an even length, or the last "
+                                  f"row of a tile (Duplicate fills 16-bit lanes); a row has {n}")
             em.line(f"Duplicate({a[0]}.ReinterpretCast<int16_t>(), "
-                    f"TW_CAST(int16_t, {byte} * 257), {n // 2});")
+                    f"TW_CAST(int16_t, {byte} * 257), {-(-n // 2)});")
 
         by_rows(em, [dst], pairs, "Duplicate")
         return

@@ -85,7 +85,7 @@ PORTABLE_VECTOR_OPS = (*PORTABLE_REDUCTIONS, "cumsum")
 # through a float32 copy, and the integers A2's WholeReduce lacks on the scalar unit (the
 # capabilities declare them, so other dtypes are refused before lowering and reported
 # unsupported by the conformance suite)
-_SCALAR_REDUCTION_DTYPES = ("int16", "int32")
+_SCALAR_REDUCTION_DTYPES = ("int8", "int16", "int32")
 REDUCTION_DTYPES = frozenset({*VECTOR_DTYPES["WholeReduceSum"], "bfloat16",
                               *_SCALAR_REDUCTION_DTYPES})
 
