@@ -210,3 +210,26 @@ def test_int8_tiles_of_an_odd_length_are_filled_and_copied(n):
     b, c = torch.zeros(n, dtype=torch.int8), torch.zeros(n, dtype=torch.int8)
     kernel(a, b, c)
     assert (b == -1).all() and (c == a).all()
+
+
+def test_a_row_operand_is_broadcast_before_the_compare():
+    """``x > r[i] ? r[i] : x``: the row operand becomes a full tile, then Compare and Select."""
+
+    @T.prim_func
+    def main(A: T.Tensor((8, 32), "float32"), R: T.Tensor((8,), "float32"),
+             B: T.Tensor((8, 32), "float32")):
+        with T.Kernel(1, threads=32) as _:
+            x = T.alloc_fragment((8, 32), "float32")
+            r = T.alloc_fragment((8,), "float32")
+            y = T.alloc_fragment((8, 32), "float32")
+            T.copy(A[0, 0], x)
+            T.copy(R[0], r)
+            for i, j in T.Parallel(8, 32):
+                y[i, j] = T.if_then_else(x[i, j] > r[i], r[i], x[i, j])
+            T.copy(y, B[0, 0])
+
+    kernel = tilewright.compile(main, out_idx=[-1], target="ascend")
+    text = kernel.get_kernel_source()
+    assert "scalar fallback" not in text and text.count("Compare(") == 1
+    a, r = torch.randn(8, 32), torch.randn(8)
+    torch.testing.assert_close(kernel(a, r), torch.where(a > r[:, None], r[:, None], a))

@@ -979,6 +979,8 @@ class _Lowering:
         a column, one element) broadcast into a temporary."""
         if value[0] == "s" or value[2] == dims:
             return value
+        if len(dims) > 2:
+            raise Unvectorizable(f"a select broadcasts in a {len(dims)}-D nest")
         dtype = str(value[1].buffer.dtype)
         tile = self.temp([extents[d] for d in dims], dtype, ops)
         ops.append(make_call(VDUP.name, {"dst": tile, "value": tirx.const(0, dtype)}))
