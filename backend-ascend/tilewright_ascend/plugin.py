@@ -52,7 +52,7 @@ PIPELINE = PassPipeline((
           "memories by use (GEMM operands L1, accumulators L0C, other tiles "
           "UB), the grid on the 1-D core grid, T.gemm as gemm_v0"),
     Phase("vector", lambda ctx: [narrow_float_arithmetic(("bfloat16",), "AscendNarrowBfloat16"),
-                                 lower_vector(),
+                                 lower_vector(arch_of(ctx.target)),
                                  saturating_float_to_int("AscendSaturatingFloatToInt")],
           "portable vector work: T.Parallel nests, reductions, scans and converting copies "
           "become vector ops on UB tiles (scalar-unit loops where no instruction fits); "
@@ -62,7 +62,8 @@ PIPELINE = PassPipeline((
           "T.Pipelined(num_stages=S) loops: buffers produced and consumed inside get S "
           "versions (kernels without hand-written synchronisation)"),
     Phase("plan_memory", lambda ctx: [plan_memory(switches.plan_reuse(ctx),
-                                                   arch_of(ctx.target).memories)],
+                                                   arch_of(ctx.target).memories,
+                                                   arch_of(ctx.target).select_scratch)],
           "check memory scopes; place every on-chip buffer (32-byte aligned, capacity "
           "checked)"),
     Phase("insert_sync", lambda ctx: [insert_sync()],

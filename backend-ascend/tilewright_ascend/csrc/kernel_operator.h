@@ -842,6 +842,142 @@ void Cast(const LocalTensor<D>& d, const LocalTensor<S>& x, const RoundMode& mod
                   vec_cost<S>(count), uint64_t(count) * sizeof(S));
 }
 
+// -- compare and select (Memory矢量计算/比较与选择/Compare.md, Compares.md, Select.md; the A2
+// implementation is impl/basic_api/dav_c220/kernel_operator_vec_cmp_impl.h and
+// kernel_operator_vec_cmpsel_impl.h, the enums impl/basic_api/utils/kernel_utils_mode.h) -----
+enum class CMPMODE : uint8_t { LT = 0, GT, EQ, LE, GE, NE };
+enum class SELMODE : uint8_t { VSEL_CMPMASK_SPR = 0, VSEL_TENSOR_SCALAR_MODE, VSEL_TENSOR_TENSOR_MODE };
+inline const char* cmp_name(CMPMODE m) {
+    static const char* names[] = {"LT", "GT", "EQ", "LE", "GE", "NE"};
+    return names[int(m)];
+}
+inline bool compares(double a, double b, CMPMODE m) {
+    switch (m) {
+    case CMPMODE::LT: return a < b;
+    case CMPMODE::GT: return a > b;
+    case CMPMODE::EQ: return a == b;
+    case CMPMODE::LE: return a <= b;
+    case CMPMODE::GE: return a >= b;
+    default: return a != b;
+    }
+}
+// the source types of Compare and Compares on A2 ("数据类型"): half and float in every mode,
+// int32_t for CMPMODE::EQ only (CheckVcmpvDtype / CheckVcmpvsDtype)
+template <typename T> constexpr bool a2_compare() { return one_of<T, half, float, int32_t>(); }
+// The count form ("tensor前n个数据计算"): whole 256-byte repeats only ("需要保证count个元素所占空间
+// 256字节对齐。未对齐部分元素不参与计算"; CompareCompute takes count * sizeof(T) / 256 repeats),
+// reported here when count leaves a part. Bit i of dst (little-endian: bit 0 of byte 0 first)
+// is the result of element i ("dst按照小端顺序排序成二进制结果"; GT of [2 3 5 7 11 13 17 19] and
+// [2 4 6 8 10 12 14 16] is 240 = 0b11110000).
+template <typename T, typename U, typename F>
+void compare_impl(const char* what, const LocalTensor<U>& d, const LocalTensor<T>& x, std::vector<tw_emu::Acc> reads,
+                  CMPMODE mode, uint32_t count, F other, int line) {
+    static_assert(a2_compare<T>(), "Compare/Compares: A2 compares half, float and int32_t only (Compare.md)");
+    if (std::is_same<T, int32_t>::value && mode != CMPMODE::EQ)
+        return tw_emu::error(line, "%s of int32_t takes CMPMODE::EQ only on A2 (Compare.md), not %s", what, cmp_name(mode));
+    if (uint64_t(count) * sizeof(T) % 256)
+        return tw_emu::error(line, "%s of %u elements (%llu bytes): count must cover whole 256-byte repeats "
+                             "(Compare.md: the elements of a partial repeat are not compared)", what, count,
+                             (unsigned long long)(uint64_t(count) * sizeof(T)));
+    reads.push_back(acc(d, count / 8, true));
+    tw_emu::issue(tw_emu::PV, what, line, reads, [=] {
+        uint8_t* o = reinterpret_cast<uint8_t*>(d.data());
+        const T* a = x.data();
+        for (uint32_t i = 0; i < count / 8; ++i) o[i] = 0;
+        for (uint32_t i = 0; i < count; ++i)
+            if (compares(tw_emu::val(a[i]), other(i), mode)) o[i / 8] |= uint8_t(1u << (i % 8));
+    }, vec_cost<T>(count), uint64_t(count) * sizeof(T));
+}
+template <typename T, typename U>
+void Compare(const LocalTensor<U>& d, const LocalTensor<T>& x, const LocalTensor<T>& y, CMPMODE mode, uint32_t count, TW_LINE) {
+    static_assert(one_of<U, int8_t, uint8_t>(), "Compare: the result is int8_t or uint8_t (Compare.md)");
+    uint64_t nb = uint64_t(count) * sizeof(T);
+    compare_impl("Compare", d, x, {acc(x, nb, false), acc(y, nb, false)}, mode, count,
+                 [y](uint32_t i) { return tw_emu::val(y.data()[i]); }, line);
+}
+template <typename T, typename U, typename S>
+void compares_impl(const LocalTensor<U>& d, const LocalTensor<T>& x, S s, CMPMODE mode, uint32_t count, int line) {
+    static_assert(std::is_same<U, uint8_t>::value, "Compares: the result is uint8_t on A2 (Compares.md)");
+    compare_impl("Compares", d, x, {acc(x, uint64_t(count) * sizeof(T), false)}, mode, count,
+                 [s](uint32_t) { return tw_emu::val(T(tw_emu::val(s))); }, line);
+}
+template <typename T, typename U>
+void Compares(const LocalTensor<U>& d, const LocalTensor<T>& x, const T s, CMPMODE mode, uint32_t count, TW_LINE) {
+    compares_impl(d, x, s, mode, count, line);
+}
+template <typename T, typename U>
+void Compares(const LocalTensor<U>& d, const LocalTensor<T>& x, const tw_emu::Lazy& s, CMPMODE mode, uint32_t count, TW_LINE) {
+    compares_impl(d, x, s, mode, count, line);
+}
+// Select, count form (VselImpl of kernel_operator_vec_cmpsel_impl.h): half and float
+// ("数据类型", A2), a selMask of uint8_t..uint64_t whose bit i (little-endian) picks src0 (1) or
+// src1 (0) for element i. VSEL_CMPMASK_SPR reads the first 256 / sizeof(T) bits of selMask for
+// every repeat ("多轮迭代均使用相同的selMask有效数值"); VSEL_TENSOR_SCALAR_MODE and
+// VSEL_TENSOR_TENSOR_MODE consume selMask bit by bit. Those two write their scratch first: the
+// scalar (mode 1: a Duplicate of ONE_BLK_SIZE = 32 elements of T) or selMask's address (mode 2:
+// 32 uint32_t) at TMP_UB_OFFSET (184 KiB, impl/basic_api/utils/kernel_utils_constants.h for
+// 2201), then PipeBarrier<PIPE_V>, set_cmpmask reads it, PipeBarrier<PIPE_V>, vsel (and mode 2
+// one more PipeBarrier<PIPE_V>). Select.md: "对于模式1和模式2，使用时需要预留8KB的Unified Buffer
+// 空间，作为接口的临时数据存放区" -- a tile there is overwritten (here: a race or a clobber).
+constexpr uint64_t TMP_UB_OFFSET = 184 * 1024;
+template <typename T, typename U, typename F>
+void select_impl(const LocalTensor<T>& d, const LocalTensor<U>& sel, const LocalTensor<T>& x,
+                 std::vector<tw_emu::Acc> reads, SELMODE mode, uint32_t count, F other, int line) {
+    static_assert(a2_float<T>(), "Select: A2 selects half and float only (Select.md)");
+    static_assert(one_of<U, uint8_t, uint16_t, uint32_t, uint64_t>(), "Select: selMask is uint8_t..uint64_t (Select.md)");
+    const uint64_t per = 256 / sizeof(T), nb = uint64_t(count) * sizeof(T);
+    if (mode != SELMODE::VSEL_CMPMASK_SPR) {
+        const uint64_t scratch = mode == SELMODE::VSEL_TENSOR_SCALAR_MODE ? 32 * sizeof(T) : 32 * sizeof(uint32_t);
+        tw_emu::issue(tw_emu::PV, "Select (scratch at TMP_UB_OFFSET)", line,
+                      {tw_emu::Acc{tw_emu::SUB, TMP_UB_OFFSET, scratch, true}},
+                      [] {}, vec_cost<T>(32), scratch);
+        tw_emu::issue_pipe_barrier(tw_emu::PV, line);
+        tw_emu::issue(tw_emu::PV, "Select (set_cmpmask)", line, {tw_emu::Acc{tw_emu::SUB, TMP_UB_OFFSET, scratch, false}},
+                      [] {}, 8.0, scratch);
+        tw_emu::issue_pipe_barrier(tw_emu::PV, line);
+    }
+    const uint64_t bits = mode == SELMODE::VSEL_CMPMASK_SPR ? std::min<uint64_t>(count, per) : count;
+    reads.push_back(acc(sel, (bits + 7) / 8, false));
+    reads.push_back(acc(x, nb, false));
+    reads.push_back(acc(d, nb, true));
+    tw_emu::issue(tw_emu::PV, "Select", line, reads, [=] {
+        const uint8_t* m = reinterpret_cast<const uint8_t*>(sel.data());
+        const T* a = x.data();
+        std::vector<T> out(count);
+        for (uint32_t i = 0; i < count; ++i) {
+            uint64_t b = mode == SELMODE::VSEL_CMPMASK_SPR ? i % per : i;
+            out[i] = (m[b / 8] >> (b % 8)) & 1 ? a[i] : T(other(i));
+        }
+        std::copy(out.begin(), out.end(), d.data());
+    }, vec_cost<T>(count), nb);
+    if (mode == SELMODE::VSEL_TENSOR_TENSOR_MODE) tw_emu::issue_pipe_barrier(tw_emu::PV, line);
+}
+template <typename T, typename U>
+void Select(const LocalTensor<T>& d, const LocalTensor<U>& sel, const LocalTensor<T>& x, const LocalTensor<T>& y,
+            SELMODE mode, uint32_t count, TW_LINE) {
+    if (mode == SELMODE::VSEL_TENSOR_SCALAR_MODE)
+        return tw_emu::error(line, "Select with two tensors takes VSEL_CMPMASK_SPR or VSEL_TENSOR_TENSOR_MODE (Select.md)");
+    select_impl(d, sel, x, {acc(y, uint64_t(count) * sizeof(T), false)}, mode, count,
+                [y](uint32_t i) { return y.data()[i]; }, line);
+}
+template <typename T, typename U, typename S>
+void select_scalar(const LocalTensor<T>& d, const LocalTensor<U>& sel, const LocalTensor<T>& x, S s, SELMODE mode,
+                   uint32_t count, int line) {
+    if (mode != SELMODE::VSEL_TENSOR_SCALAR_MODE)
+        return tw_emu::error(line, "Select with a scalar takes VSEL_TENSOR_SCALAR_MODE (Select.md)");
+    select_impl(d, sel, x, {}, mode, count, [s](uint32_t) { return T(tw_emu::val(s)); }, line);
+}
+template <typename T, typename U>
+void Select(const LocalTensor<T>& d, const LocalTensor<U>& sel, const LocalTensor<T>& x, T s, SELMODE mode,
+            uint32_t count, TW_LINE) {
+    select_scalar(d, sel, x, s, mode, count, line);
+}
+template <typename T, typename U>
+void Select(const LocalTensor<T>& d, const LocalTensor<U>& sel, const LocalTensor<T>& x, const tw_emu::Lazy& s,
+            SELMODE mode, uint32_t count, TW_LINE) {
+    select_scalar(d, sel, x, s, mode, count, line);
+}
+
 // -- reductions along repeats (ReduceRepeat.md; WholeReduceSum/Max/Min are its older names) ---
 enum class ReduceOrder { ORDER_VALUE_INDEX, ORDER_INDEX_VALUE, ORDER_ONLY_VALUE, ORDER_ONLY_INDEX };
 template <typename T, typename F>

@@ -15,10 +15,16 @@ and ``impl/basic_api/utils/kernel_utils_constants.h``) and the Mmad documentatio
 UB: ``ASC_UB_SIZE`` keeps back the last 256 of UB's 192 KiB. In the kit the only user of that
 region is ``KfcCommClient`` (``impl/basic_api/dav_c220/kfc/kfc_comm_client.h``: its message
 slot ``ubMsg`` sits at ``TOTAL_UB_SIZE - sizeof(KfcMsg)``), the cube/vector message channel of
-the Matmul high-level API; the other vendor scratch area, ``TMP_UB_OFFSET`` (184 KiB), is used
-only by ``Select``/``Compare``/``AddDeqRelu``. The generated code uses none of these, so its
-tiles may fill all of UB. L1 keeps the 256 bytes ``ASC_L1_SIZE`` reserves (the kit does not
-show who uses them).
+the Matmul high-level API; the other vendor scratch area, ``TMP_UB_OFFSET`` (184 KiB,
+``kernel_utils_constants.h``), is used on 2201 by ``Select`` in VSEL_TENSOR_SCALAR_MODE and
+VSEL_TENSOR_TENSOR_MODE (``impl/basic_api/dav_c220/kernel_operator_vec_cmpsel_impl.h``
+duplicates the scalar, 32 elements, or the mask's address, 32 ``uint32_t``, there for
+``set_cmpmask``; Select.md asks for 8 KiB to be kept free), by ``AddDeqRelu`` and by the
+Compare forms that take a mask register (``Compare（结果存入寄存器）``, GetCmpMask), which the
+generated code does not use; the count forms of ``Compare``/``Compares`` take none. A kernel
+whose code calls Select (:data:`..facts.ops.SCRATCH_OPS`) gets UB below
+:attr:`Arch.select_scratch` only; the others may fill all of UB. L1 keeps the 256 bytes
+``ASC_L1_SIZE`` reserves (the kit does not show who uses them).
 """
 
 from __future__ import annotations
@@ -110,7 +116,8 @@ SOCS_950 = {s.name: s for s in (Soc("950PR", 36, 72), Soc("950DT", 36, 72))}
 @dataclass(frozen=True)
 class Arch:
     """One Ascend architecture as a target kind: its ``__NPU_ARCH__``, memories, SoC versions,
-    vector register width and the dialect module whose kernels it compiles."""
+    vector register width, the dialect module whose kernels it compiles and where in UB the
+    vendor's Select keeps its scratch (a kernel that calls Select plans its UB below it)."""
 
     kind: str
     name: str
@@ -121,11 +128,12 @@ class Arch:
     default_soc: str
     vector_bits: int
     dialect: str
+    select_scratch: int | None = None  # UB offset of Select's scratch (None: it takes none)
 
 
 ARCHS = {a.kind: a for a in (
     Arch("ascend", ARCH, NPU_ARCH, "Ascend A2/A3", MEMORIES, SOCS, DEFAULT_SOC, 2048,
-         "tilewright_ascend.language"),
+         "tilewright_ascend.language", select_scratch=184 * 1024),
     Arch("ascend-950", "dav-3510", 3510, "Ascend 950", MEMORIES_950, SOCS_950, "950PR", 2048,
          "tilewright_ascend.language.mainline"),
 )}

@@ -26,6 +26,34 @@ VECTOR_DTYPES = {
                             "float32"}),
 }
 
+# Compare/Compares and Select on A2 (比较与选择/Compare.md, Compares.md, Select.md, "数据类型"
+# for Atlas A2): the comparisons (TIR node -> CMPMODE) each source dtype takes, and the dtypes
+# Select picks between. The vector path writes a tile select ``c ? x : y`` (T.if_then_else in
+# a T.Parallel nest, and a guarded store as ``c ? v : old``) as Compare(s) into a uint8 bit
+# mask and Select when ``c`` compares two tile values or a tile value with a scalar in a dtype
+# of COMPARE_MODES and ``x``/``y`` are SELECT_DTYPES (bfloat16 through float32, which is exact);
+# everything else stays on the scalar unit: conditions joined by and/or/not, conditions on
+# loop indices or without tile data, integer comparisons other than int32 ==, integer selects.
+COMPARISONS = {"LT": "LT", "LE": "LE", "GT": "GT", "GE": "GE", "EQ": "EQ", "NE": "NE"}
+COMPARE_MODES = {"float16": frozenset(COMPARISONS.values()),
+                 "float32": frozenset(COMPARISONS.values()), "int32": frozenset({"EQ"})}
+SELECT_DTYPES = _FLOAT
+# Compare's count form compares whole repeats of this many bytes ("需要保证count个元素所占空间
+# 256字节对齐"): a source is read up to the next multiple
+COMPARE_REPEAT_BYTES = 256
+
+
+def compare_takes(dtype, mode: str) -> bool:
+    """Whether A2's Compare/Compares compare ``dtype`` in ``mode`` (a CMPMODE name)."""
+    return mode in COMPARE_MODES.get(str(dtype), ())
+
+
+def compare_count(count: int, dtype) -> int:
+    """``count`` elements of ``dtype`` rounded up to Compare's whole repeats."""
+    per = COMPARE_REPEAT_BYTES // dtype_bytes(str(dtype))
+    return -(-count // per) * per
+
+
 _ROUNDING = ("CAST_RINT", "CAST_FLOOR", "CAST_CEIL", "CAST_ROUND", "CAST_TRUNC")
 # (source, destination) -> the rounding modes Cast takes on A2 (类型转换/Cast.md)
 CAST_MODES = {

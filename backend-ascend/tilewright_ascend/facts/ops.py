@@ -143,4 +143,21 @@ VBRC = _op("tile.vbrc", (_D, _S, Operand("vec", "read")),
 VREDUCE = _op("tile.vreduce", (Operand("dst", "readwrite"), _S, Operand("work", "write")),
               (Attr("kind", str, ""), Attr("dim", int, 1), Attr("clear", bool, True)),
               "reduce a UB tile along rows (one reduction per repeat) or columns (vector ops)")
-VECTOR_PATH_OPS = (VBIN, VSCA, VUN, VDUP, VBRC, VREDUCE)
+# selects (facts.instructions.COMPARE_MODES): ``slot`` 0 for one instruction over contiguous
+# ranges, else each row's mask bits start ``slot`` bytes after the previous row's
+_M = Operand("mask", "read")
+VCMP = _op("tile.vcmp", (Operand("dst", "write"), Operand("src0", "read"), Operand("src1", "read")),
+           (Attr("op", str, ""), Attr("slot", int, 0)),
+           "dst (uint8 bit mask) = src0 op src1 on UB tiles (Compare; op a CMPMODE)")
+VCMPS = _op("tile.vcmps", (Operand("dst", "write"), _S, Operand("scalar", "read", kind="expr")),
+            (Attr("op", str, ""), Attr("slot", int, 0)),
+            "dst (uint8 bit mask) = src op scalar on a UB tile (Compares)")
+VSEL = _op("tile.vsel", (_D, _M, Operand("src0", "read"), Operand("src1", "read")),
+           (Attr("slot", int, 0),),
+           "dst = mask ? src0 : src1 on UB tiles (Select, VSEL_TENSOR_TENSOR_MODE)")
+VSELS = _op("tile.vsels", (_D, _M, _S, Operand("scalar", "read", kind="expr")),
+            (Attr("slot", int, 0),),
+            "dst = mask ? src : scalar on UB tiles (Select, VSEL_TENSOR_SCALAR_MODE)")
+# the ops whose instruction uses A2's Select scratch (facts.arch.Arch.select_scratch)
+SCRATCH_OPS = (VSEL.name, VSELS.name)
+VECTOR_PATH_OPS = (VBIN, VSCA, VUN, VDUP, VBRC, VREDUCE, VCMP, VCMPS, VSEL, VSELS)

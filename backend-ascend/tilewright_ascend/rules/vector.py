@@ -17,8 +17,14 @@ from tvm import tirx
 from ..facts import ops
 from ..facts.arch import ALIGN, short
 from ..facts.dtypes import ctype
-from ..facts.instructions import REPEAT_LIMIT, ROUNDING_CASTS, cast_mode, computes
-from .regions import Operand, by_rows, like, vector_operands
+from ..facts.instructions import (
+    REPEAT_LIMIT,
+    ROUNDING_CASTS,
+    cast_mode,
+    compare_count,
+    computes,
+)
+from .regions import Operand, by_rows, like, static_ints, vector_operands
 from .table import rule
 
 _BIN = {"add": "Add", "sub": "Sub", "mul": "Mul", "div": "Div", "max": "Max", "min": "Min"}
@@ -139,6 +145,18 @@ def rule_vun(em, call):
         by_rows(em, operands, lambda a, n: em.line(f"{instr}({a[0]}, {a[1]}, {n});"), instr)
 
 
+def _ends_buffer(op: Operand, n: int) -> bool:
+    """Whether the ``n`` elements from ``op``'s start are the last of its buffer and the buffer
+    ends inside a 32-byte block: the bytes after it up to that block's end belong to no buffer
+    (the memory plan starts every UB buffer 32-byte aligned), so an instruction on 16-bit
+    lanes may cover one byte past an odd length."""
+    total = 1
+    for d in static_ints(op.region.buffer.shape, op.region.buffer.name):
+        total *= d
+    return op.rows == 1 and op.off.isdigit() and int(op.off) + n == total and \
+        total * op.eb % ALIGN != 0
+
+
 def _copy_lanes(em, dst: Operand, args, n: int) -> None:
     """``n`` elements from ``args[1]`` to ``args[0]`` in UB: DataCopy of whole 32-byte blocks,
     else Adds of 0, which A2 computes on 16- and 32-bit integers and float16/float32 only; other
@@ -149,9 +167,9 @@ def _copy_lanes(em, dst: Operand, args, n: int) -> None:
         em.line(f"DataCopy({args[0]}, {args[1]}, {n});")
     elif computes("Adds", dtype):
         em.line(f"Adds({args[0]}, {args[1]}, ({dst.ctype})0, {n});")
-    elif n * dst.eb % 2 == 0:
+    elif n * dst.eb % 2 == 0 or _ends_buffer(dst, n):
         em.line(f"Adds({args[0]}.ReinterpretCast<int16_t>(), "
-                f"{args[1]}.ReinterpretCast<int16_t>(), (int16_t)0, {n * dst.eb // 2});")
+                f"{args[1]}.ReinterpretCast<int16_t>(), (int16_t)0, {-(-n * dst.eb // 2)});")
     else:
         raise KernelError(f"a UB copy into {dst.region.buffer.name!r}: backend 'ascend' copies "
                           f"{dtype} rows of an even length or of whole 32-byte blocks; a row "
@@ -168,12 +186,12 @@ def rule_vdup(em, call):
         byte = f"TW_CAST(uint16_t, TW_CAST(uint8_t, {em.expr(call.operands['value'])}))"
 
         def pairs(a, n):
-            if n % 2:
+            if n % 2 and not _ends_buffer(dst, n):
                 raise KernelError(f"T.fill of {call.operands['dst'].buffer.name!r}: backend "
-                                  f"'ascend' fills {dtype} rows of an even length (Duplicate "
-                                  f"fills 16-bit lanes); a row has {n}")
+                                  f"'ascend' fills {dtype} rows of an even length, or the last "
+                                  f"row of a tile (Duplicate fills 16-bit lanes); a row has {n}")
             em.line(f"Duplicate({a[0]}.ReinterpretCast<int16_t>(), "
-                    f"TW_CAST(int16_t, {byte} * 257), {n // 2});")
+                    f"TW_CAST(int16_t, {byte} * 257), {-(-n // 2)});")
 
         by_rows(em, [dst], pairs, "Duplicate")
         return
@@ -275,6 +293,60 @@ def rule_vreduce(em, call):
     if not clear:
         em.line("PipeBarrier<PIPE_V>();")
         em.line(f"{fold}({dst.at()}, {dst.at()}, {target.at()}, {rows});")
+
+
+def _masked(em, call, names, what, emit) -> None:
+    """``emit(mask, args, count)`` once over the contiguous ranges of the operands ``names``
+    (attribute ``slot`` 0), else once per row, the mask of row ``r`` at byte ``r * slot``."""
+    mask = Operand(em, call.operands["mask" if "mask" in call.operands else "dst"], what)
+    operands = [Operand(em, call.operands[n], what) for n in names]
+    slot = call.attrs["slot"]
+    if not slot:
+        emit(mask.at(), [o.at() for o in operands], operands[0].rows * operands[0].cols)
+        return
+    for o in operands:
+        if o.rows > 1 and o.stride * o.eb % ALIGN:
+            raise KernelError(f"{what}: rows of {o.region.buffer.name!r} are {o.stride * o.eb} "
+                              f"bytes apart, not a multiple of {ALIGN}")
+    r = em.ident("r")
+    with em.block(f"for (int32_t {r} = 0; {r} < {operands[0].rows}; ++{r})"):
+        at = f"{r} * {slot}" if mask.off == "0" else f"{mask.off} + {r} * {slot}"
+        emit(f"{mask.name}[{at}]", [o.at(r) for o in operands], operands[0].cols)
+
+
+@rule(ops.VCMP.name)
+def rule_vcmp(em, call):
+    """Compare (比较与选择/Compare.md): whole 256-byte repeats, so ``count`` is rounded up
+    (the vector phase gave the sources room for it); bit i of the mask is element i."""
+    dtype = str(call.operands["src0"].buffer.dtype)
+    mode = call.attrs["op"]
+    _masked(em, call, ("src0", "src1"), "Compare", lambda m, a, n: em.line(
+        f"Compare({m}, {a[0]}, {a[1]}, CMPMODE::{mode}, {compare_count(n, dtype)});"))
+
+
+@rule(ops.VCMPS.name)
+def rule_vcmps(em, call):
+    """Compares (比较与选择/Compares.md) of a tile with a scalar of its dtype."""
+    dtype = str(call.operands["src"].buffer.dtype)
+    scalar = _scalar(em, call.operands["scalar"], dtype)
+    mode = call.attrs["op"]
+    _masked(em, call, ("src",), "Compares", lambda m, a, n: em.line(
+        f"Compares({m}, {a[0]}, {scalar}, CMPMODE::{mode}, {compare_count(n, dtype)});"))
+
+
+@rule(ops.VSEL.name)
+def rule_vsel(em, call):
+    """Select (比较与选择/Select.md) between two tiles, VSEL_TENSOR_TENSOR_MODE."""
+    _masked(em, call, ("dst", "src0", "src1"), "Select", lambda m, a, n: em.line(
+        f"Select({a[0]}, {m}, {a[1]}, {a[2]}, SELMODE::VSEL_TENSOR_TENSOR_MODE, {n});"))
+
+
+@rule(ops.VSELS.name)
+def rule_vsels(em, call):
+    """Select between a tile and a scalar false arm, VSEL_TENSOR_SCALAR_MODE."""
+    scalar = _scalar(em, call.operands["scalar"], str(call.operands["dst"].buffer.dtype))
+    _masked(em, call, ("dst", "src"), "Select", lambda m, a, n: em.line(
+        f"Select({a[0]}, {m}, {a[1]}, {scalar}, SELMODE::VSEL_TENSOR_SCALAR_MODE, {n});"))
 
 
 _VEC_BINARY = {"Add": "Add", "Sub": "Sub", "Mul": "Mul", "Div": "Div", "Max": "Max",

@@ -11,7 +11,10 @@ buffer, its bytes and the limit.
 
 from __future__ import annotations
 
+import dataclasses
+
 from tilewright.errors import KernelError, span_location
+from tilewright.ir import tile_ops_in
 from tilewright.transform.walk import prim_func_pass
 from tvm import tirx
 
@@ -21,6 +24,7 @@ from ..analysis.gemm import gemm_calls, gemm_dims, gemm_k
 from ..analysis.liveness import first_fit, live_ranges
 from ..facts.arch import MEMORIES, short
 from ..facts.keys import ADDRESS_KEY, PLAN_KEY, STAGING_KEY
+from ..facts.ops import SCRATCH_OPS
 from ..facts.simt import memories_with_simt
 
 # the portable language's on-chip scopes: the portable phase maps each tile to an Ascend memory
@@ -121,15 +125,30 @@ def read_plan(func) -> dict:
             for entry in (func.attrs.get(PLAN_KEY) or [])}
 
 
-def plan_memory(reuse: bool = True, memories=MEMORIES):
+def _calls_select(func) -> bool:
+    return any(c.name in SCRATCH_OPS for c in tile_ops_in(func.body))
+
+
+def memories_below(memories, scratch: int):
+    """``memories`` with UB ending at ``scratch`` (the vendor's Select scratch,
+    :attr:`..facts.arch.Arch.select_scratch`)."""
+    ub = memories["ascend.ub"]
+    return {**memories, "ascend.ub": dataclasses.replace(ub, capacity=min(ub.capacity,
+                                                                          scratch))}
+
+
+def plan_memory(reuse: bool = True, memories=MEMORIES, select_scratch: int | None = None):
     """The pass; a kernel with SIMT functions has the UB they leave
-    (:func:`..facts.simt.memories_with_simt`)."""
+    (:func:`..facts.simt.memories_with_simt`), one that calls Select the UB below its scratch
+    at ``select_scratch`` (None: the architecture's Select takes none)."""
 
     def run(func):
         check_scopes(func)
         staging = staging_buffers(func)
-        table = plan(func, staging, reuse,
-                     memories_with_simt(memories) if has_simt(func) else memories)
+        mine = memories_with_simt(memories) if has_simt(func) else memories
+        if select_scratch is not None and _calls_select(func):
+            mine = memories_below(mine, select_scratch)
+        table = plan(func, staging, reuse, mine)
         return func.with_attr(PLAN_KEY, [[b, s, o, n] for b, (s, o, n) in table.items()]) \
             .with_attr(STAGING_KEY, [[a, b] for a, b, _ in staging])
 

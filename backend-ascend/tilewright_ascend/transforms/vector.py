@@ -20,11 +20,17 @@ The pass runs on kernels the ``portable`` phase converted (function attribute
   row, read with GetValue on the S pipe); one indexed by the column only (``W[j]``) a column
   broadcast (one vector per row); one tile element indexed by no loop variable (``total[0]``)
   one scalar for the whole nest, read with GetValue.
-- What the vector unit cannot do (comparisons, selects, integer division, index arithmetic
-  as data) stays a loop of GetValue/SetValue on the scalar unit, marked :data:`SCALAR_KEY`
-  with the reason; the codegen writes the reason as a comment. Math functions in it run on
-  the vector unit: over the tile before the loop where they can, else inside the loop on
-  one-element tiles (:meth:`_Lowering.split`).
+- A select ``c ? x : y`` whose condition compares tile values (or a tile value with a
+  scalar, or is ``T.isnan``) becomes Compare/Compares into a uint8 bit mask and Select on A2
+  (:meth:`_Lowering._select`; what the instructions take is
+  :data:`..facts.instructions.COMPARE_MODES`), and so does a nest guarded by one such
+  comparison, each store ``x = v`` written ``x = c ? v : x``. Compare reads whole 256-byte
+  repeats: a source whose tile does not hold them is copied into one that does.
+- What the vector unit cannot do (other conditions and selects, integer division, index
+  arithmetic as data) stays a loop of GetValue/SetValue on the scalar unit, marked
+  :data:`SCALAR_KEY` with the reason; the codegen writes the reason as a comment. Math
+  functions in it run on the vector unit: over the tile before the loop where they can, else
+  inside the loop on one-element tiles (:meth:`_Lowering.split`).
 - ``T.reduce_*`` become ``VREDUCE`` (one reduction per row, vector adds down columns)
   with a UB work tile (integer ones, which WholeReduce does not take, a scalar loop);
   ``T.cumsum`` a scalar loop; ``T.fill`` of UB Duplicate; a ``T.copy`` that converts
@@ -46,12 +52,16 @@ from tilewright.transform.walk import prim_func_pass
 from tvm import sym, tirx
 
 from ..analysis.buffers import loads_and_stores
-from ..facts.arch import ALIGN
+from ..facts.arch import ALIGN, ARCH
 from ..facts.dtypes import dtype_bytes
 from ..facts.instructions import (
+    COMPARISONS,
     ROUNDING_CASTS,
+    SELECT_DTYPES,
     VECTOR_DTYPES,
     cast_route,
+    compare_count,
+    compare_takes,
     computes,
     float_to_int_steps,
 )
@@ -63,7 +73,7 @@ from ..facts.keys import (
     VID_TAG,
     WORKSPACES_KEY,
 )
-from ..facts.ops import VBIN, VBRC, VDUP, VREDUCE, VSCA, VUN
+from ..facts.ops import VBIN, VBRC, VCMP, VCMPS, VDUP, VREDUCE, VSCA, VSEL, VSELS, VUN
 from .simt import lower_simt
 
 UB = "ascend.ub"
@@ -75,7 +85,7 @@ PORTABLE_VECTOR_OPS = (*PORTABLE_REDUCTIONS, "cumsum")
 # through a float32 copy, and the integers A2's WholeReduce lacks on the scalar unit (the
 # capabilities declare them, so other dtypes are refused before lowering and reported
 # unsupported by the conformance suite)
-_SCALAR_REDUCTION_DTYPES = ("int16", "int32")
+_SCALAR_REDUCTION_DTYPES = ("int8", "int16", "int32")
 REDUCTION_DTYPES = frozenset({*VECTOR_DTYPES["WholeReduceSum"], "bfloat16",
                               *_SCALAR_REDUCTION_DTYPES})
 
@@ -88,6 +98,8 @@ _REVERSED = {"sub": "rsub", "div": "rdiv"}
 _UNARY_CALLS = {"tirx.exp": "exp", "tirx.log": "ln", "tirx.fabs": "abs", "tirx.sqrt": "sqrt",
                 "tirx.rsqrt": "rsqrt"}
 _FLOATS = ("float32", "float16", "bfloat16")
+# a comparison with its operands swapped (s < x is x > s)
+_SWAPPED = {"LT": "GT", "GT": "LT", "LE": "GE", "GE": "LE", "EQ": "EQ", "NE": "NE"}
 _INTEGERS = ("int8", "uint8", "int16", "int32", "int64")
 
 
@@ -246,17 +258,23 @@ def padded_shape(shape, dtype):
 class _Lowering:
     """Rewrites one converted kernel body."""
 
-    def __init__(self):
+    def __init__(self, selects: bool = False):
+        self.selects = selects  # tile selects on the vector unit (Compare + Select: A2)
         self.count = 0
         self.loops: list = []  # the loops around the statement being rewritten
         self.computed = []  # see eval
         self.conditions: list = []  # the conditions bound by _fold_branches
 
     # -- temporaries ---------------------------------------------------------------------
-    def temp(self, extents, dtype, out: list) -> Region:
+    def temp(self, extents, dtype, out: list, reach: int = 0) -> Region:
+        """A fresh UB tile; ``reach`` elements from its start readable at least (the
+        allocation grows by whole rows: Compare reads whole repeats)."""
         shape = [int(e) for e in extents] or [1]
         self.count += 1
         alloc_shape = padded_shape(shape, dtype) or shape
+        row = math.prod(alloc_shape[1:])
+        if reach > math.prod(alloc_shape):
+            alloc_shape = [-(-reach // row), *alloc_shape[1:]]
         buf = tirx.decl_buffer(alloc_shape, dtype, f"tw_t{self.count}", scope=UB)
         out.append(tirx.AllocBuffer(buf))
         return Region(buf, tuple(0 for _ in shape), tuple(tirx.IntImm("int32", s)
@@ -444,7 +462,7 @@ class _Lowering:
         return out
 
     # -- T.Parallel --------------------------------------------------------------------------
-    def parallel(self, loop) -> list:
+    def parallel(self, loop, fold_guard: bool = True) -> list:
         loops, body = [], loop
         while isinstance(body, tirx.For) and \
                 str(body.annotations.get("tw.loop", "")) == "parallel":
@@ -462,6 +480,15 @@ class _Lowering:
             body = body.then_case
         if guard is not None and _bounds_only(guard, body, variables):
             guard = None
+        if guard is not None and fold_guard and self.selects:
+            folded = _guard_as_selects(guard, body)
+            if folded is not None:  # each store x = v as x = guard ? v : x, on the vector unit
+                for lp in reversed(loops):
+                    folded = tirx.For(lp.loop_var, lp.min, lp.extent, lp.kind, folded,
+                                      annotations=lp.annotations, span=lp.span)
+                attempt = self.parallel(folded, fold_guard=False)
+                if not _any_scalar(attempt):
+                    return attempt
         reason = None
         try:
             body = self.stage_global(body, variables, extents, pre, post, loop.span,
@@ -801,6 +828,8 @@ class _Lowering:
             if operand is None:
                 raise Unvectorizable(f"the load {e} is not a tile element")
             return ("t", operand[0], operand[1])
+        if kind == "Select" or _is_if_then_else(e):
+            return self._select(e, variables, extents, ops, target)
         converts = kind == "Cast" and str(e.value.ty) in _FLOATS and dtype in _INTEGERS
         if dtype not in _FLOATS and not converts:
             raise Unvectorizable(f"{e} computes in {dtype}; the vector path handles floats "
@@ -877,6 +906,109 @@ class _Lowering:
                 return self._unary(_math_name(e), inner, extents, dtype, ops, target)
         raise Unvectorizable(f"{kind} {e} has no vector instruction here")
 
+    def _select(self, e, variables, extents, ops, target):
+        """``c ? x : y`` over tiles: Compare (Compares with a scalar) into a uint8 bit mask,
+        then Select between two tiles (VSEL_TENSOR_TENSOR_MODE) or a tile and a scalar false
+        arm (VSEL_TENSOR_SCALAR_MODE); what the instructions cannot take
+        (:data:`..facts.instructions.COMPARE_MODES`) is Unvectorizable."""
+        cond, yes, no = (e.condition, e.true_value, e.false_value) \
+            if type(e).__name__ == "Select" else e.args
+        dtype = str(e.ty)
+        if _math_name(cond) == "isnan":  # x != x
+            cond = tirx.NE(cond.args[0], cond.args[0])
+        mode = COMPARISONS.get(type(cond).__name__)
+        if not self.selects:
+            raise Unvectorizable(f"{e}: this architecture's selects run on the scalar unit")
+        if dtype == "bfloat16":  # A2 selects float32; bfloat16 -> float32 -> bfloat16 is exact
+            wide = tirx.Select(cond, _cast(yes, "float32"), _cast(no, "float32"))
+            inner = self._eval(wide, variables, extents, ops, None)
+            out = self._new(inner[2], extents, dtype, ops, target)
+            self._convert(out, inner[1], ops)
+            return ("t", out, inner[2])
+        if dtype not in SELECT_DTYPES:
+            raise Unvectorizable(f"{e} selects {dtype}; A2's Select takes float16 and float32")
+        if mode is None or not compare_takes(cond.a.ty, mode):
+            raise Unvectorizable(f"the condition {cond} is not a comparison A2's Compare takes "
+                                 "(float16 and float32, int32 ==)")
+        left = self._eval(cond.a, variables, extents, ops, None)
+        right = self._eval(cond.b, variables, extents, ops, None)
+        if left[0] == "s":
+            left, right, mode = right, left, _SWAPPED[mode]
+        if left[0] == "s":
+            raise Unvectorizable(f"the condition {cond} reads no tile")
+        arms = [self._eval(x, variables, extents, ops, None) for x in (yes, no)]
+        tiles = [v for v in (left, right, *arms) if v[0] == "t"]
+        dims = tiles[0][2] if all(v[2] == tiles[0][2] for v in tiles) else \
+            tuple(range(len(variables)))
+        left, right = (self._full(v, dims, extents, ops) for v in (left, right))
+        yes_v, no_v = (self._full(v, dims, extents, ops) for v in arms)
+        if yes_v[0] == "s":  # Select's scalar is its false arm
+            tile = self.temp([extents[d] for d in dims], dtype, ops)
+            ops.append(make_call(VDUP.name, {"dst": tile, "value": _cast(yes_v[1], dtype)}))
+            yes_v = ("t", tile, dims)
+        out = self._new(dims, extents, dtype, ops, target)
+        regions = [out, left[1], yes_v[1], *(v[1] for v in (right, no_v) if v[0] == "t")]
+        rows = math.prod(extents[d] for d in dims[:-1]) if dims else 1
+        cols = extents[dims[-1]] if dims else 1
+        cdtype = str(left[1].buffer.dtype)
+        if rows == 1 or all(_contiguous(r) for r in regions):
+            slot, mask_bytes = 0, compare_count(rows * cols, cdtype) // 8
+        else:  # one Compare and one Select per row, each row's bits from a 32-byte slot
+            slot = -(-compare_count(cols, cdtype) // 8 // ALIGN) * ALIGN
+            mask_bytes = rows * slot
+        mask = self.temp([-(-mask_bytes // ALIGN) * ALIGN], "uint8", ops)
+        sources = [self._readable(v, slot, rows, cols, extents, ops) for v in (left, right)]
+        if right[0] == "s":
+            ops.append(make_call(VCMPS.name, {"dst": mask, "src": sources[0][1],
+                                              "scalar": _cast(right[1], cdtype)},
+                                 {"op": mode, "slot": slot}))
+        else:
+            ops.append(make_call(VCMP.name, {"dst": mask, "src0": sources[0][1],
+                                             "src1": sources[1][1]},
+                                 {"op": mode, "slot": slot}))
+        if no_v[0] == "s":
+            ops.append(make_call(VSELS.name, {"dst": out, "mask": mask, "src": yes_v[1],
+                                              "scalar": _cast(no_v[1], dtype)}, {"slot": slot}))
+        else:
+            ops.append(make_call(VSEL.name, {"dst": out, "mask": mask, "src0": yes_v[1],
+                                             "src1": no_v[1]}, {"slot": slot}))
+        return ("t", out, dims)
+
+    def _full(self, value, dims, extents, ops):
+        """A tile value over ``dims``: a scalar as it is, a tile of fewer dimensions (a row,
+        a column, one element) broadcast into a temporary."""
+        if value[0] == "s" or value[2] == dims:
+            return value
+        if len(dims) > 2:
+            raise Unvectorizable(f"a select broadcasts in a {len(dims)}-D nest")
+        dtype = str(value[1].buffer.dtype)
+        tile = self.temp([extents[d] for d in dims], dtype, ops)
+        ops.append(make_call(VDUP.name, {"dst": tile, "value": tirx.const(0, dtype)}))
+        self._broadcast("add", tile, tile, value, ops)
+        return ("t", tile, dims)
+
+    def _readable(self, value, slot, rows, cols, extents, ops):
+        """A Compare source: ``value``'s tile where it is a whole tile whose allocation holds
+        what Compare reads (whole repeats from the start of the range, or of each row when
+        ``slot``), else a copy into a temporary that does."""
+        if value[0] == "s":
+            return value
+        region = value[1]
+        dtype = str(region.buffer.dtype)
+
+        def reach(stride):
+            return (rows - 1) * stride + compare_count(cols, dtype) if slot else \
+                compare_count(rows * cols, dtype)
+
+        shape = _ints(region.buffer.shape)
+        if _whole(region) and math.prod(shape) >= reach(shape[-1]):
+            return value
+        dims = [extents[d] for d in value[2]]
+        stride = (padded_shape([1, cols], dtype) or [1, cols])[-1]
+        tile = self.temp(dims, dtype, ops, reach(stride))
+        ops.append(make_call(VUN.name, {"dst": tile, "src": region}, {"op": "copy"}))
+        return ("t", tile, value[2])
+
     def _unary(self, op, inner, extents, dtype, ops, target):
         if inner[0] == "s":
             raise Unvectorizable(f"{op} of a scalar expression")
@@ -897,6 +1029,56 @@ class _Lowering:
         axis = {(): "one", (0,): "row"}.get(vec[2], "col")
         ops.append(make_call(VBRC.name, {"dst": out, "src": tile, "vec": vec[1]},
                              {"op": op, "axis": axis}))
+
+
+def _guard_as_selects(guard, body):
+    """``body`` (element stores) under ``guard`` as unguarded stores ``x[k] = guard ? v :
+    x[k]``, when ``guard`` is one comparison of tile data that no store of ``body`` changes;
+    None otherwise."""
+    stores = list(body.seq) if isinstance(body, tirx.SeqStmt) else [body]
+    if type(guard).__name__ not in COMPARISONS or not _loads(guard) or \
+            not all(isinstance(s, tirx.BufferStore) for s in stores):
+        return None
+    read = {x.source for x in _loads(guard)}
+    if any(s.buffer in read for s in stores):
+        return None
+    return _seq([tirx.BufferStore(s.buffer, tirx.Select(guard, s.value, tirx.BufferLoad(
+        s.buffer, list(s.indices))), list(s.indices), span=s.span) for s in stores])
+
+
+def _any_scalar(stmts) -> bool:
+    """Whether any of ``stmts`` holds a loop of the scalar unit."""
+    found = []
+    for s in stmts:
+        tvm_ffi.structural_walk(s, (tirx.For, lambda f: found.append(f)
+                                    if SCALAR_KEY in f.annotations else None))
+    return bool(found)
+
+
+def _is_if_then_else(e) -> bool:
+    return type(e).__name__ == "Call" and isinstance(e.op, tvm.ir.Op) and \
+        str(e.op.name).endswith(".if_then_else")
+
+
+def _whole(region) -> bool:
+    """Whether ``region`` is all of its tile (whose rows may be padded)."""
+    extents, shape = _ints(region.extents), _ints(region.buffer.shape)
+    if extents is None or shape is None or len(extents) != len(shape) or \
+            any(not (isinstance(s, int) and s == 0 or isinstance(s, tirx.IntImm) and s.value == 0)
+                for s in region.starts):
+        return False
+    padded = padded_shape(extents, str(region.buffer.dtype)) or extents
+    return list(padded) == list(shape)
+
+
+def _contiguous(region) -> bool:
+    """Whether ``region`` is one contiguous range of its buffer (every dimension after its
+    first of extent above 1 whole)."""
+    extents, shape = _ints(region.extents), _ints(region.buffer.shape)
+    if extents is None or shape is None:
+        return False
+    outer = next((d for d, e in enumerate(extents) if e != 1), len(extents))
+    return all(e == n for e, n in zip(extents[outer + 1:], shape[outer + 1:]))
 
 
 def _inside(region, loops=()) -> bool:
@@ -1244,14 +1426,16 @@ def _one_vector_core(func):
     return func.with_body(tvm_ffi.structural_map(func.body, (tirx.AttrStmt, scope)))
 
 
-def lower_vector_func(func):
+def lower_vector_func(func, arch=None):
+    """The pass on one function; ``arch`` (:class:`..facts.arch.Arch`, None: A2) says whether
+    tile selects run on the vector unit (A2's Compare and Select)."""
     if func.attrs is None or PORTABLE_KEY not in func.attrs:
         return func
     func = _pad_tiles(func)
     func = _one_vector_core(func)
-    lowering = _Lowering()
+    lowering = _Lowering(selects=arch is None or arch.name == ARCH)
     return func.with_body(lowering.visit(func.body))
 
 
-def lower_vector():
-    return prim_func_pass("AscendVector", lower_vector_func)
+def lower_vector(arch=None):
+    return prim_func_pass("AscendVector", lambda func: lower_vector_func(func, arch))

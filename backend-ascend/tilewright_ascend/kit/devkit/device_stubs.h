@@ -82,6 +82,9 @@ template <pipe_t P, class... A> void mark_stamp(A...);
 #define TW_BUILTIN_VALUE(name) \
     template <class... A> inline int64_t name(A&&...) { return 0; }
 #include "device_builtins.inc"
+#if !defined(__NPU_ARCH__) || __NPU_ARCH__ != 3510
+TW_BUILTIN(vsel)  // Select's (2201); 3510's register API declares its own (device_stubs_3510.h)
+#endif
 #undef TW_BUILTIN
 #undef TW_BUILTIN_VALUE
 
