@@ -302,15 +302,25 @@ def _interval(prog: Program, buf, touches: list, reads: list, writes: list, flyi
 
 
 def _footprint(stmt, buf):
-    """``stmt`` with the values it stores into ``buf`` zeroed and its stores into other
-    buffers gone: what it writes of ``buf`` (indices, guards, loops), not what."""
+    """``stmt`` with the values it stores into ``buf`` zeroed, its stores into other buffers
+    gone and the arguments of its calls that name other buffers but not ``buf`` zeroed (a
+    copy's source): what it writes of ``buf`` (indices, guards, loops, the addresses of
+    ``buf`` a call takes), not what."""
 
     def store(st):
         if st.buffer.same_as(buf):
             return tirx.BufferStore(st.buffer, tirx.const(0, st.buffer.dtype), st.indices)
         return tirx.Evaluate(tirx.const(0, "int32"))
 
-    return tvm_ffi.structural_map(stmt, (tirx.BufferStore, store))
+    def names_buf(arg) -> bool:
+        return any(b.same_as(buf) for b in _touched(tirx.Evaluate(arg), [buf]))
+
+    def call(c):
+        args = [a if names_buf(a) or not buffers_in(tirx.Evaluate(a)) else
+                tirx.const(0, "int32") for a in c.args]
+        return tvm.ir.Call(c.op, args, attrs=c.attrs, ty_args=c.ty_args, ret_ty=c.ty)
+
+    return tvm_ffi.structural_map(stmt, [(tirx.BufferStore, store), (tvm.ir.Call, call)])
 
 
 def _loop_groups(prog: Program, touches: list) -> list:
