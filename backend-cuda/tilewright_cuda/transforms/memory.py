@@ -160,7 +160,8 @@ def place_memory(options):
     offset; thread-local scopes become registers (``local``). Each buffer has bytes of its own,
     unless the pool would then exceed what one block may use on the architecture (its share
     with ``cuda.blocks_per_sm``): then buffers whose lifetimes do not overlap
-    (``analysis.lifetimes``: inside a loop's body, too) share bytes, with a block barrier
+    (``analysis.lifetimes``: inside a loop's body too, and between loops that each renew a
+    buffer) share bytes, with a block barrier
     between the last use of one and the first use of the next (and on a loop's back edge).
     Fails when even that exceeds it, naming each buffer's bytes."""
     arch = options.arch
