@@ -288,6 +288,52 @@ def test_tiles_used_apart_in_one_iteration_share_bytes(tmp_path):
     torch.testing.assert_close(w, z.flip(2))
 
 
+def _tiles_in_two_loops(cols: int = 240, steps: int = 2):
+    """Two serial loops, one after the other, each using a 120 KiB tile ``A`` and then
+    another ``B`` per iteration (each written whole before it is read in the iteration,
+    threads reading other threads' elements): block-causal attention's dK/dV kernel, whose
+    ``qkT_cast`` and ``dsT_cast`` are renewed in each of its two query loops."""
+    @T.prim_func
+    def main(X: T.Tensor((2 * steps, 128, cols), "float32"),
+             Z: T.Tensor((2 * steps, 128, cols), "float32"),
+             Y: T.Tensor((2 * steps, 128, cols), "float32"),
+             W: T.Tensor((2 * steps, 128, cols), "float32")):
+        with T.Kernel(1, threads=128) as _:
+            A = T.alloc_shared((128, cols), "float32")
+            B = T.alloc_shared((128, cols), "float32")
+            for k in T.serial(steps):
+                T.copy(X[k, :, :], A)
+                for i, j in T.Parallel(128, cols):
+                    Y[k, i, j] = A[127 - i, j] * 2.0
+                T.copy(Z[k, :, :], B)
+                for i, j in T.Parallel(128, cols):
+                    W[k, i, j] = B[i, cols - 1 - j]
+            for m in T.serial(steps):
+                T.copy(X[steps + m, :, :], A)
+                for i, j in T.Parallel(128, cols):
+                    Y[steps + m, i, j] = A[127 - i, j] * 3.0
+                T.copy(Z[steps + m, :, :], B)
+                for i, j in T.Parallel(128, cols):
+                    W[steps + m, i, j] = B[127 - i, cols - 1 - j]
+    return main
+
+
+@pytest.mark.emulator
+def test_tiles_renewed_in_two_loops_share_bytes(tmp_path):
+    """``A`` and ``B`` are each renewed in both loops, writing the same elements in each: they
+    live over each loop's part apart, so ``B`` takes ``A``'s bytes in both loops (one lifetime
+    from the first loop to the second refused it: 245760 bytes)."""
+    lowered = tilewright.lower(_tiles_in_two_loops(), "cuda -arch=sm_90a")
+    assert lowered.source.payload["dynamic_smem_bytes"] == 122880
+    x, z = torch.randn(4, 128, 240), torch.randn(4, 128, 240)
+    y, w = torch.full((4, 128, 240), float("nan")), torch.full((4, 128, 240), float("nan"))
+    hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, x, z, y, w)
+    torch.testing.assert_close(y[:2], x[:2].flip(1) * 2)
+    torch.testing.assert_close(y[2:], x[2:].flip(1) * 3)
+    torch.testing.assert_close(w[:2], z[:2].flip(2))
+    torch.testing.assert_close(w[2:], z[2:].flip(1).flip(2))
+
+
 def _split_store(rows: int = 32, cols: int = 64, split: int = 2):
     """MLA backward's split store of a gemm accumulator: each half of its rows goes through a
     half-height shared tile (``acc[i + s * half, j]`` under ``if i < half``)."""

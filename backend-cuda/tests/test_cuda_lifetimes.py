@@ -126,3 +126,48 @@ def test_pipelined_tiles_live_over_their_loop_and_in_flight_copies_to_the_full_w
     assert alone[tile] == (0, 4)
     # not known as pipelined, the tile (written at the loop variable's version) is carried
     assert lifetimes.live_ranges(outer, [tile, c], tx)[tile] == (0, 11)
+
+
+def test_a_buffer_renewed_in_two_loops_lives_over_each_apart():
+    """``a`` is written then read in each of two loops, at the same elements: it lives over
+    each loop's part apart, and ``b`` between them may take its bytes. Written at other
+    elements in the second loop (a read there of an element it does not write would see the
+    first loop's value), read before written, or touched between the loops too, it lives from
+    the first loop to the second."""
+    tx, k, m = _tx(), tirx.Var("k", "int32"), tirx.Var("m", "int32")
+    a, b, out = _buf("a"), _buf("b"), _buf("out")
+
+    def twice(second_write, between=()):
+        return tirx.SeqStmt([
+            _serial(k, [_fill(a, tx), intrinsics.sync(), _read(a, out, tx)]),
+            intrinsics.sync(), *between, _fill(b, tx), intrinsics.sync(), _read(b, out, tx),
+            _serial(m, [second_write, intrinsics.sync(), _read(a, out, tx)])])
+
+    body = twice(_fill(a, tx, 1.0))
+    segments = lifetimes.live_segments(body, [a, b], tx)
+    assert segments[a] == ((0, 2), (7, 9)) and segments[b] == ((4, 6),)
+    assert lifetimes.live_ranges(body, [a, b], tx)[a] == (0, 9)
+    other = tirx.BufferStore(a, tirx.const(1.0, "float32"), [tx % 32])
+    assert lifetimes.live_segments(twice(other), [a, b], tx)[a] == ((0, 9),)
+    carried = tirx.SeqStmt([_read(a, out, tx), _fill(a, tx)])
+    assert lifetimes.live_segments(twice(carried), [a, b], tx)[a] == ((0, 10),)
+    touched = twice(_fill(a, tx), between=[_read(a, out, tx)])
+    assert lifetimes.live_segments(touched, [a, b], tx)[a] == ((0, 10),)
+
+
+def test_a_write_in_a_loop_of_constant_bounds_still_renews():
+    """A fragment written element by element in an inner loop with a barrier in it (an
+    entered loop of constant bounds, which runs whole) and read after it is renewed each
+    iteration of the outer loop; read inside such a loop too, it is not."""
+    tx, k, r = _tx(), tirx.Var("k", "int32"), tirx.Var("r", "int32")
+    a, out = _buf("a"), _buf("out")
+    write = tirx.For(r, 0, 2, tirx.ForKind.SERIAL, tirx.SeqStmt([
+        intrinsics.sync(), tirx.BufferStore(a, tirx.const(0.0, "float32"), [tx % 32 + r * 32])]))
+    body = _serial(k, [_fill(out, tx), write, intrinsics.sync(), _read(a, out, tx),
+                       _fill(out, tx)])
+    assert lifetimes.live_ranges(body, [a], tx)[a] == (1, 4)
+    both = tirx.For(r, 0, 2, tirx.ForKind.SERIAL, tirx.SeqStmt([
+        intrinsics.sync(), tirx.BufferStore(a, tirx.const(0.0, "float32"), [tx % 32 + r * 32]),
+        _read(a, out, tx)]))
+    body = _serial(k, [_fill(out, tx), both, intrinsics.sync(), _fill(out, tx)])
+    assert lifetimes.live_ranges(body, [a], tx)[a] == (0, 5)

@@ -17,7 +17,8 @@ group left pending) and runs whenever that position does (in its loop body or ar
 with none, to the end), so no reuse starts while one may still read or write it. A buffer
 that lives in part of a loop's body lives over the whole loop (every iteration) unless it is
 *renewed* each iteration: it is touched only inside the loop, the first position touching it
-writes it, every position touching it sits in the same loops and branches of the body, and its
+writes it, every position touching it sits in the same loops and branches of the body (a
+write may sit deeper, in loops of constant bounds: they run whole), and its
 writes come before its reads and write the same elements in every iteration (their indices and
 guards use nothing the loop changes: not its variable, nor a loop or a value bound inside it,
 except a loop inside the writing statement itself); or it is a pipelined tile
@@ -25,7 +26,10 @@ except a loop inside the writing statement itself); or it is a pipelined tile
 versions before they are read) runs whenever any other of its positions does and whose
 versions are not picked by the loop's variable (its own loop). Then a value it
 holds never passes from one iteration to the next, and another buffer may use its bytes in the
-rest of the body (in its own loop a pipelined tile's stages are live together). An
+rest of the body (in its own loop a pipelined tile's stages are live together). A buffer
+touched in several loops (each the outermost entered loop of its touches below the loops
+and branches around all of them) lives over each apart when every one of them renews it and
+writes the same elements of it: its bytes are free between the loops. An
 mbarrier (initialised by ``tw_mbar_init``) lives throughout: PTX wants ``mbarrier.inval``
 before its bytes serve as anything else."""
 
@@ -248,21 +252,133 @@ def _renewed(prog: Program, loop: Loop, buf, touches: list, reads: list, writes:
     if versioned:  # its pipeline fills each version before reading it
         return all(prog.runs_with(p, touches[0]) for p in touches) and not any(
             _versions_by(seq(prog.positions[p]), buf, loop.stmt.loop_var) for p in touches)
-    context = prog.contexts[touches[0]]
-    if any(len(prog.contexts[p]) != len(context) or
-           not all(x[0] == y[0] and x[1].same_as(y[1]) for x, y in zip(prog.contexts[p], context))
-           for p in touches):
+    base = _base(prog, touches, reads)
+    if base is None or reads and max(writes) >= min(reads):
         return False
-    if reads and max(writes) >= min(reads):
-        return False
-    varying = _bound(loop.stmt)
+    varying = _bound(loop.stmt) - {hash(s.loop_var) for p in writes
+                                   for _, s in prog.contexts[p][len(base):]}
     return all(_steady(seq(prog.positions[p]), buf, varying) for p in writes)
 
 
-def live_ranges(thread_body, buffers, thread=None, versions=()) -> dict:
-    """Per buffer of ``buffers``, the ``(first, last)`` positions of :func:`program` it lives
-    over (inclusive); a buffer no position touches, or an mbarrier, lives over every one.
-    ``versions`` names the pipelined tiles (``keys.VERSIONS``)."""
+def _fixed(stmt) -> bool:
+    """Whether ``stmt`` is a loop of constant bounds that runs at least once."""
+    return isinstance(stmt, tirx.For) and isinstance(stmt.min, tirx.IntImm) and \
+        isinstance(stmt.extent, tirx.IntImm) and int(stmt.extent.value) > 0
+
+
+def _base(prog: Program, touches: list, reads: list):
+    """The loops and branches around every one of ``touches`` (a context of ``prog``) when
+    each read sits right in them and each write in them or in loops of constant bounds
+    inside them (which run whole whenever the reads do), else None."""
+    base = min((prog.contexts[p] for p in touches), key=len)
+    for p in touches:
+        context = prog.contexts[p]
+        if not all(x[0] == y[0] and x[1].same_as(y[1]) for x, y in zip(context, base)):
+            return None
+        extra = context[len(base):]
+        if extra and (p in reads or not all(kind == "loop" and _fixed(stmt)
+                                            for kind, stmt in extra)):
+            return None
+    return base
+
+
+def _interval(prog: Program, buf, touches: list, reads: list, writes: list, flying: list,
+              completing: list, versioned: bool) -> tuple:
+    """The ``(first, last)`` positions ``buf`` lives over for its ``touches`` (the module
+    docstring: to the next full wait after an operation in flight, over every loop it is
+    partly in and not renewed by)."""
+    end = len(prog.positions) - 1
+    lo, hi = touches[0], touches[-1]
+    for p in flying:
+        waits = [q for q in completing if q > p and prog.runs_with(p, q)]
+        hi = max(hi, waits[0] if waits else end)
+    for loop in sorted(prog.loops, key=lambda lp: lp.last - lp.first):
+        if hi < loop.first or lo > loop.last or (lo <= loop.first and hi >= loop.last):
+            continue
+        inside = loop.first <= lo and hi <= loop.last
+        if not (inside and _renewed(prog, loop, buf, touches, reads, writes, versioned)):
+            lo, hi = min(lo, loop.first), max(hi, loop.last)
+    return lo, hi
+
+
+def _footprint(stmt, buf):
+    """``stmt`` with the values it stores into ``buf`` zeroed, its stores into other buffers
+    gone and the arguments of its calls that name other buffers but not ``buf`` zeroed (a
+    copy's source): what it writes of ``buf`` (indices, guards, loops, the addresses of
+    ``buf`` a call takes), not what."""
+
+    def store(st):
+        if st.buffer.same_as(buf):
+            return tirx.BufferStore(st.buffer, tirx.const(0, st.buffer.dtype), st.indices)
+        return tirx.Evaluate(tirx.const(0, "int32"))
+
+    def names_buf(arg) -> bool:
+        return any(b.same_as(buf) for b in _touched(tirx.Evaluate(arg), [buf]))
+
+    def call(c):
+        args = [a if names_buf(a) or not buffers_in(tirx.Evaluate(a)) else
+                tirx.const(0, "int32") for a in c.args]
+        return tvm.ir.Call(c.op, args, attrs=c.attrs, ty_args=c.ty_args, ret_ty=c.ty)
+
+    return tvm_ffi.structural_map(stmt, [(tirx.BufferStore, store), (tvm.ir.Call, call)])
+
+
+def _loop_groups(prog: Program, touches: list) -> list:
+    """``touches`` split by the outermost entered loop each sits in below the loops and
+    branches around all of them (None for a touch in no such loop), in order:
+    ``[(loop, positions), ...]``."""
+    contexts = [prog.contexts[p] for p in touches]
+    common = 0
+    while all(len(c) > common and c[common][0] == contexts[0][common][0] and
+              c[common][1].same_as(contexts[0][common][1]) for c in contexts):
+        common += 1
+    groups: list = []
+    for p, context in zip(touches, contexts):
+        stmt = next((s for kind, s in context[common:] if kind == "loop"), None)
+        loop = None if stmt is None else next(lp for lp in prog.loops if lp.stmt.same_as(stmt))
+        if groups and loop is not None and groups[-1][0] is loop:
+            groups[-1][1].append(p)
+        else:
+            groups.append((loop, [p]))
+    return groups
+
+
+def _split(prog: Program, buf, touches: list, reads: list, writes: list,
+           versioned: bool) -> list:
+    """The touches of ``buf`` as independent runs: one per loop it is touched in when every
+    such loop renews it (no value passes from one iteration to the next, nor from before the
+    loop) and each writes the same elements of it (so a read of an element its own loop does
+    not write reads one no loop writes); else all of them as one run."""
+    groups = _loop_groups(prog, touches)
+    if len(groups) < 2 or any(loop is None for loop, _ in groups):
+        return [touches]
+    shapes = []
+    for loop, group in groups:
+        mine = [[p for p in ps if p in group] for ps in (reads, writes)]
+        if not _renewed(prog, loop, buf, group, mine[0], mine[1], versioned):
+            return [touches]
+        base = _base(prog, group, mine[0])
+        if base is None:  # a pipelined tile
+            return [touches]
+        written = []  # each write's position, or the outermost loop around it inside base
+        for p in mine[1]:
+            extra = prog.contexts[p][len(base):]
+            stmt = extra[0][1] if extra else seq(prog.positions[p])
+            if not any(stmt.same_as(w) for w in written):
+                written.append(stmt)
+        shapes.append([_footprint(w, buf) for w in written])
+    if any(len(s) != len(shapes[0]) or not all(
+            tvm_ffi.structural_equal(x, y) for x, y in zip(s, shapes[0])) for s in shapes):
+        return [touches]
+    return [group for _, group in groups]
+
+
+def live_segments(thread_body, buffers, thread=None, versions=()) -> dict:
+    """Per buffer of ``buffers``, the ordered, disjoint ``(first, last)`` intervals of
+    :func:`program`'s positions it lives over (inclusive): one, unless each loop it is
+    touched in renews it and writes the same elements (then one per loop, and its bytes are
+    free between the loops); a buffer no position touches, or an mbarrier, lives over every
+    position. ``versions`` names the pipelined tiles (``keys.VERSIONS``)."""
     prog = program(thread_body, thread)
     end = max(len(prog.positions) - 1, 0)
     touches = {i: [] for i in range(len(buffers))}
@@ -289,26 +405,29 @@ def live_ranges(thread_body, buffers, thread=None, versions=()) -> dict:
                 reads[i].append(p)
             if any(b.same_as(x) for x in named):
                 flying[i].append(p)
-    ranges = {}
-    for i, b in enumerate(buffers):
-        if not touches[i]:
-            ranges[i] = (0, end)
-            continue
-        lo, hi = touches[i][0], touches[i][-1]
-        for p in flying[i]:
-            waits = [q for q in completing if q > p and prog.runs_with(p, q)]
-            hi = max(hi, waits[0] if waits else end)
-        for loop in sorted(prog.loops, key=lambda lp: lp.last - lp.first):
-            if hi < loop.first or lo > loop.last or (lo <= loop.first and hi >= loop.last):
-                continue
-            inside = loop.first <= lo and hi <= loop.last
-            if not (inside and _renewed(prog, loop, b, touches[i], reads[i], writes[i],
-                                        str(b.name) in versions)):
-                lo, hi = min(lo, loop.first), max(hi, loop.last)
-        ranges[i] = (lo, hi)
     always = _mbarriers(thread_body, buffers)
-    return {b: (0, end) if any(b.same_as(m) for m in always) else ranges[i]
-            for i, b in enumerate(buffers)}
+    segments = {}
+    for i, b in enumerate(buffers):
+        if not touches[i] or any(b.same_as(m) for m in always):
+            segments[b] = ((0, end),)
+            continue
+        versioned = str(b.name) in versions
+        spans = []
+        for lo, hi in sorted(_interval(prog, b, run, *[[p for p in ps if p in run] for ps in (
+                reads[i], writes[i], flying[i])], completing, versioned)
+                for run in _split(prog, b, touches[i], reads[i], writes[i], versioned)):
+            if spans and lo <= spans[-1][1] + 1:  # overlapping or adjacent: one
+                lo, hi = spans[-1][0], max(hi, spans.pop()[1])
+            spans.append((lo, hi))
+        segments[b] = tuple(spans)
+    return segments
+
+
+def live_ranges(thread_body, buffers, thread=None, versions=()) -> dict:
+    """Per buffer of ``buffers``, the ``(first, last)`` positions of :func:`program` it lives
+    over (inclusive): from the first of its :func:`live_segments` to the end of the last."""
+    return {b: (s[0][0], s[-1][1]) for b, s in
+            live_segments(thread_body, buffers, thread, versions).items()}
 
 
 def barrier_between(prog: Program, before: int, after: int, planned=()) -> bool:

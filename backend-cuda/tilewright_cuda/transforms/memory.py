@@ -69,15 +69,19 @@ def pack(buffers) -> dict:
     return at
 
 
-def pack_by_lifetime(buffers, ranges: dict) -> dict:
-    """Offsets of ``buffers`` in the pool where two whose ``ranges`` (first and last unit,
+def _meet(one, other) -> bool:
+    """Whether two buffers' segments (``analysis.lifetimes.live_segments``) overlap."""
+    return any(a <= d and c <= b for a, b in one for c, d in other)
+
+
+def pack_by_lifetime(buffers, segments: dict) -> dict:
+    """Offsets of ``buffers`` in the pool where two whose ``segments`` (intervals of units,
     ``analysis.lifetimes``) do not overlap may share bytes: each, in order, at the lowest
     offset free of the buffers placed before it that are live at the same time."""
     at = {}
     for buf in buffers:
-        lo, hi = ranges[buf]
-        busy = sorted((at[o], at[o] + _size(o)) for o in at
-                      if ranges[o][0] <= hi and lo <= ranges[o][1])
+        busy = sorted((at[o], at[o] + _size(o)) for o in at if _meet(segments[o],
+                                                                     segments[buf]))
         offset = 0
         for start, end in busy:
             if _align(offset, buf) + _size(buf) <= start:
@@ -91,13 +95,14 @@ def pool_bytes(at: dict) -> int:
     return max((offset + _size(buf) for buf, offset in at.items()), default=0)
 
 
-def _barriers_for_reuse(at: dict, ranges: dict, prog) -> list:
+def _barriers_for_reuse(at: dict, segments: dict, prog) -> list:
     """The statements (of ``prog``, ``analysis.lifetimes``) before which a block barrier must
-    go: where a buffer starts to live in bytes that another, live before, used (every thread
-    must be done with the old contents), unless a barrier already runs between the two; and,
-    for two such buffers renewed in the same loop, where the earlier one starts again after the
-    later one in the next iteration. The barrier goes before the outermost entered loop that
-    starts where the buffer starts and ends within its range, else before the position."""
+    go: where a segment of a buffer's life starts in bytes that a segment of another, live
+    before, used (every thread must be done with the old contents), unless a barrier already
+    runs between the two; and, for two such segments in the same loop, where the earlier one
+    starts again after the later one in the next iteration. The barrier goes before the
+    outermost entered loop that starts where the segment starts and ends within it, else
+    before the position."""
     marked, planned = [], set()
 
     def add(first, last):
@@ -108,18 +113,17 @@ def _barriers_for_reuse(at: dict, ranges: dict, prog) -> list:
             marked.append(prog.positions[first][0])
             planned.add(first)
 
-    for a in at:
-        for b in at:
-            shares = at[a] < at[b] + _size(b) and at[b] < at[a] + _size(a)
-            if not shares or ranges[a][1] >= ranges[b][0]:
-                continue
-            if not lifetimes.barrier_between(prog, ranges[a][1], ranges[b][0], planned):
-                add(*ranges[b])
-            loop = lifetimes.enclosing(prog, ranges[a][0], ranges[b][1])
-            if loop is not None and not (
-                    lifetimes.barrier_after(prog, ranges[b][1], loop.last, planned) or
-                    lifetimes.barrier_between(prog, loop.first - 1, ranges[a][0], planned)):
-                add(*ranges[a])
+    pairs = [(a, b, sa, sb) for a in at for b in at if a is not b and
+             at[a] < at[b] + _size(b) and at[b] < at[a] + _size(a)
+             for sa in segments[a] for sb in segments[b] if sa[1] < sb[0]]
+    for _, _, (a_first, a_last), (b_first, b_last) in pairs:
+        if not lifetimes.barrier_between(prog, a_last, b_first, planned):
+            add(b_first, b_last)
+        loop = lifetimes.enclosing(prog, a_first, b_last)
+        if loop is not None and not (
+                lifetimes.barrier_after(prog, b_last, loop.last, planned) or
+                lifetimes.barrier_between(prog, loop.first - 1, a_first, planned)):
+            add(a_first, a_last)
     return marked
 
 
@@ -156,7 +160,8 @@ def place_memory(options):
     offset; thread-local scopes become registers (``local``). Each buffer has bytes of its own,
     unless the pool would then exceed what one block may use on the architecture (its share
     with ``cuda.blocks_per_sm``): then buffers whose lifetimes do not overlap
-    (``analysis.lifetimes``: inside a loop's body, too) share bytes, with a block barrier
+    (``analysis.lifetimes``: inside a loop's body too, and between loops that each renew a
+    buffer) share bytes, with a block barrier
     between the last use of one and the first use of the next (and on a loop's back edge).
     Fails when even that exceeds it, naming each buffer's bytes."""
     arch = options.arch
@@ -184,9 +189,9 @@ def place_memory(options):
         offset = pool_bytes(at)
         if offset > limit:
             prog = lifetimes.program(tx_loop.body, tx_loop.loop_var)
-            ranges = lifetimes.live_ranges(tx_loop.body, pooled, tx_loop.loop_var,
-                                            versions)
-            reused = pack_by_lifetime(pooled, ranges)
+            segments = lifetimes.live_segments(tx_loop.body, pooled, tx_loop.loop_var,
+                                              versions)
+            reused = pack_by_lifetime(pooled, segments)
             if pool_bytes(reused) > limit:
                 parts = ", ".join(f"{b.name} {_bytes(b)}" + (
                     f" ({int(b.shape[0].value)} pipeline versions)" if str(b.name) in versions
@@ -200,7 +205,7 @@ def place_memory(options):
                     "smaller tiles or fewer stages", span_location(func.body.span))
             at, offset = reused, pool_bytes(reused)
             new_loop = rebuild_for(tx_loop, body=_with_barriers(
-                tx_loop.body, prog, _barriers_for_reuse(at, ranges, prog)))
+                tx_loop.body, prog, _barriers_for_reuse(at, segments, prog)))
             func = func.with_body(tvm_ffi.structural_map(
                 func.body, (tirx.For, lambda s: new_loop if s.same_as(tx_loop) else s)))
         views = {buf: (buf, at[buf]) for buf in pooled}
