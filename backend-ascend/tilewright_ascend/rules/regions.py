@@ -158,13 +158,18 @@ def by_rows(em, operands, emit_one, what):
     if len(rows) != 1 or len({o.cols for o in operands}) != 1:
         shapes = ", ".join(f"{o.region.buffer.name} {o.rows}x{o.cols}" for o in operands)
         raise KernelError(f"{what}: operand shapes differ ({shapes})")
+    check_rows_aligned(operands, what)
+    r = em.ident("r")
+    with em.block(f"for (int32_t {r} = 0; {r} < {rows.pop()}; ++{r})"):
+        emit_one([o.at(r if o.rows > 1 else None) for o in operands], operands[0].cols)
+
+
+def check_rows_aligned(operands, what) -> None:
+    """A row-by-row vector instruction starts each row of an operand 32-byte aligned."""
     for o in operands:
         if o.rows > 1 and o.stride * o.eb % ALIGN:
             raise KernelError(f"{what}: rows of {o.region.buffer.name!r} are {o.stride * o.eb} "
                               f"bytes apart, not a multiple of {ALIGN}")
-    r = em.ident("r")
-    with em.block(f"for (int32_t {r} = 0; {r} < {rows.pop()}; ++{r})"):
-        emit_one([o.at(r if o.rows > 1 else None) for o in operands], operands[0].cols)
 
 
 def vector_operands(em, regions, what) -> tuple[list[str], int]:

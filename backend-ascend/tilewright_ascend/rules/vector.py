@@ -24,7 +24,7 @@ from ..facts.instructions import (
     compare_count,
     computes,
 )
-from .regions import Operand, by_rows, like, static_ints, vector_operands
+from .regions import Operand, by_rows, check_rows_aligned, like, static_ints, vector_operands
 from .table import rule
 
 _BIN = {"add": "Add", "sub": "Sub", "mul": "Mul", "div": "Div", "max": "Max", "min": "Min"}
@@ -304,10 +304,7 @@ def _masked(em, call, names, what, emit) -> None:
     if not slot:
         emit(mask.at(), [o.at() for o in operands], operands[0].rows * operands[0].cols)
         return
-    for o in operands:
-        if o.rows > 1 and o.stride * o.eb % ALIGN:
-            raise KernelError(f"{what}: rows of {o.region.buffer.name!r} are {o.stride * o.eb} "
-                              f"bytes apart, not a multiple of {ALIGN}")
+    check_rows_aligned(operands, what)
     r = em.ident("r")
     with em.block(f"for (int32_t {r} = 0; {r} < {operands[0].rows}; ++{r})"):
         at = f"{r} * {slot}" if mask.off == "0" else f"{mask.off} + {r} * {slot}"
