@@ -25,6 +25,7 @@ test: setup
 	$(PY) -m pytest -n $(WORKERS) --dist loadfile
 	$(MAKE) conformance
 	$(PY) -m ruff check .
+	$(VENV)/bin/lint-imports --no-cache --config pyproject.toml
 	$(VENV)/bin/lint-imports --no-cache --config backend-cuda/pyproject.toml
 	$(VENV)/bin/lint-imports --no-cache --config backend-ascend/pyproject.toml
 	$(VENV)/bin/lint-imports --no-cache --config plugins/cpu/pyproject.toml

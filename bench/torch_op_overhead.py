@@ -3,7 +3,7 @@
 (a) per call: ``torch.ops.<ns>.<name>(...)`` against calling the kernel object directly, for a
     compiled kernel (``kernel.as_torch_op``) and an eager kernel (``@jit(torch_op=...)``);
     target: at most 5 us more. Both run in C++ through torch.ops (the operators' C++ kernel,
-    :mod:`tilewright.torch_ops.native`); the direct call checks its arguments in Python. For
+    :mod:`tilewright.jit.native_op`); the direct call checks its arguments in Python. For
     scale, the same rounds time ``torch.add`` of the same tensors (a peer: a torch operator
     with a C++ kernel), and operators defined through ``torch.library`` by hand, whose Python
     kernel calls the same kernel object (compiled or eager), or does nothing: torch's
@@ -43,7 +43,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import tilewright  # noqa: E402
 import torch  # noqa: E402
-from tilewright.torch_ops import native  # noqa: E402
+from tilewright.jit import native_op as native  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
 from quickstart import vector_add  # noqa: E402

@@ -45,7 +45,7 @@ def _compile_seconds(func) -> float:
 PLOT = textwrap.dedent("""
     import json, resource, sys, time
     from tilewright.tools import plot_layout
-    from tilewright.tools.layout_view import default_fragment
+    from tilewright.layout.view import default_fragment
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     start = time.perf_counter()
     out = plot_layout(default_fragment((128, 128), 128), "C_local", formats="png",

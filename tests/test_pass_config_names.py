@@ -10,13 +10,13 @@ import pytest
 import tilewright
 import tilewright.language as T
 import torch
-from tilewright.engine import passconfig
 from tilewright.errors import ConfigError, PluginError
 from tilewright.plugin import (
     ENTRY_POINT_GROUP,
     PassConfigKey,
     PluginManager,
     hookimpl,
+    passconfig,
     set_manager,
 )
 

@@ -6,7 +6,6 @@ import types
 from importlib import metadata
 
 import pytest
-from tilewright.engine import passconfig
 from tilewright.errors import ConfigError, PluginError, TargetError
 from tilewright.plugin import (
     API_VERSION,
@@ -24,6 +23,7 @@ from tilewright.plugin import (
     Timer,
     check_api_version,
     hookimpl,
+    passconfig,
     set_manager,
 )
 

@@ -3,9 +3,6 @@
 import os as _os
 import sys as _sys
 import types as _types
-from importlib.metadata import version as _version
-
-__version__ = _version("tilewright")  # one source of truth: pyproject.toml
 
 # TVM's runtime thread pool spins for a long time after every parallel region, starving every
 # other thread pool in the process (torch's too) and making side-by-side timings lie. TVM reads
@@ -25,6 +22,7 @@ from .errors import (  # noqa: E402
     TilewrightError,
     UnsupportedOpError,
 )
+from .version import __version__  # noqa: E402
 
 _log.configure()
 
@@ -48,7 +46,7 @@ _LAZY = {
     # torch operators: tilewright.autograd.Function pairs a forward and a backward kernel
     "autograd": (".torch_ops.autograd", None),
     "torch_ops": (".torch_ops", None),
-    "PassConfigKey": (".engine.passconfig", "NAMES"),
+    "PassConfigKey": (".plugin.passconfig", "NAMES"),
     "TensorSupplyType": (".utils.tensor", "TensorSupplyType"),
     "Profiler": (".profiler", "Profiler"),
     "Layout": (".layout", "Layout"),

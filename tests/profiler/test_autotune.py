@@ -337,7 +337,7 @@ def test_foreign_pass_configs_are_logged_once_by_the_tuning_process(monkeypatch,
     """A pass config of another backend is logged once per key here, before the search; the
     steps (run in this process below, as a child would) stay quiet about it."""
     from tilewright.autotuner import measure
-    from tilewright.engine import passconfig
+    from tilewright.plugin import passconfig
 
     monkeypatch.setattr(passconfig, "_NOTED", set())
     foreign = {tilewright.PassConfigKey.TL_DISABLE_TMA_LOWER: True}

@@ -104,7 +104,7 @@ def test_json_output_is_json_only(script, capfd):
 def test_a_time_beating_the_roofline_is_flagged(script, capsys, monkeypatch):
     from types import SimpleNamespace
 
-    from tilewright.profiler import cli
+    from tilewright.cli import profile as cli
 
     arch = SimpleNamespace(name="cpu", details={"overrides": ("PEAK_VAR", "BW_VAR")})
     monkeypatch.setattr(cli, "_analyse", lambda record, name: SimpleNamespace(

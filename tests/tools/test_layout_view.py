@@ -9,8 +9,8 @@ import pytest
 import tilewright
 import tilewright.language as T
 from tilewright.errors import TilewrightError
+from tilewright.layout.view import default_fragment, evaluate, fragments_of
 from tilewright.tools import layout_text, plot_layout
-from tilewright.tools.layout_view import default_fragment, evaluate, fragments_of
 from tool_kernels import gemm
 
 
@@ -69,7 +69,7 @@ def test_gemm_accumulator_png_is_fast_and_small(tmp_path):
 
 
 def test_128_threads_get_128_colours_neighbours_far_apart(tmp_path):
-    from tilewright.tools.layout_view import thread_colours
+    from tilewright.layout.view import thread_colours
 
     colours = thread_colours(128)
     assert len({tuple(np.round(c, 3)) for c in colours}) == 128

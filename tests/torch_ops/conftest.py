@@ -8,7 +8,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="the torch operator tests need torch "
                                             "(pip install 'tilewright[torch]')")
 
-from tilewright.torch_ops import native  # noqa: E402
+from tilewright.jit import native_op as native  # noqa: E402
 
 GPU_REASON = "needs a CUDA device (and the CUDA compiler, to build the kernels)"
 

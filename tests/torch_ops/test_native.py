@@ -11,7 +11,8 @@ import pytest
 import tilewright
 import tilewright.language as T
 import torch
-from tilewright.torch_ops import OpError, native
+from tilewright.jit import native_op as native
+from tilewright.torch_ops import OpError
 from torch_kernels import rmsnorm, rope, vector_add
 
 pytestmark = pytest.mark.skipif(native.extension() is None,

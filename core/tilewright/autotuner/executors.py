@@ -21,8 +21,9 @@ import inspect
 import os
 import time
 
-from ..engine import passconfig
 from ..errors import ConfigError
+from ..jit import JITFunction
+from ..plugin import passconfig
 from ..plugin.guard import describe
 from . import isolation
 from .isolation import Failed, Limits, memory_reason
@@ -47,8 +48,6 @@ class JitSpec:
     process the ``@jit`` object itself is used, with its memo)."""
 
     def __init__(self, jit_fn):
-        from ..jit import JITFunction
-
         names = list(inspect.signature(JITFunction).parameters)
         self.options = {name: getattr(jit_fn, name) for name in names}
         self._jits = {None: jit_fn}  # a config's own pass configs (frozen) -> its @jit
@@ -63,8 +62,6 @@ class JitSpec:
         return jit(*args, **kwargs) if jit.factory else jit.compile(*args, **kwargs)
 
     def _jit(self, pass_configs):
-        from ..jit import JITFunction
-
         if pass_configs is not None and not isinstance(pass_configs, dict):
             raise ConfigError(f"a config's {PASS_CONFIGS} must be a dict, got "
                               f"{type(pass_configs).__name__}")

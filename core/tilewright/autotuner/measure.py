@@ -9,12 +9,17 @@ no effect on the backend: the tuning process does, once per key
 
 from __future__ import annotations
 
+import os
+import shutil
 import time
 import traceback
 from dataclasses import dataclass, field
 
-from ..engine.passconfig import quiet_ignored
+from .. import testing
 from ..errors import ConfigError
+from ..jit.cache import DiskCache
+from ..plugin.passconfig import quiet_ignored
+from ..profiler import do_bench
 from ..utils.tensor import random_float4
 
 
@@ -66,10 +71,6 @@ def install_bundle(bundle: dict | None) -> None:
     """Put a cache entry compiled elsewhere into this machine's disk cache (if absent)."""
     if not bundle:
         return
-    import os
-
-    from ..jit.cache import DiskCache
-
     cache = DiskCache()
     if cache.lookup(bundle["key"]) is not None:
         return
@@ -81,8 +82,6 @@ def install_bundle(bundle: dict | None) -> None:
     try:
         os.rename(staging, final)
     except OSError:
-        import shutil
-
         shutil.rmtree(staging, ignore_errors=True)
 
 
@@ -129,8 +128,6 @@ class Measurer:
     def check(self, kernel, outputs) -> None:
         if self.reference is None:
             return
-        from .. import testing
-
         if self._expected is None:
             self._expected = _as_list(self.reference(*self.inputs(kernel)))
         got = _as_list(outputs)
@@ -150,8 +147,6 @@ class Measurer:
     def measure(self, kernel, outcome: Outcome) -> Outcome:
         """Run, check and time ``kernel``; failures go into ``outcome``. A reference whose
         outputs cannot match any config (count or shape) raises :class:`ConfigError`."""
-        from ..profiler import do_bench
-
         inputs = self.inputs(kernel)
         try:
             outputs = kernel(*inputs)

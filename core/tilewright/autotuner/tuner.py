@@ -38,10 +38,14 @@ from dataclasses import dataclass, field
 
 from tqdm import tqdm
 
-from .. import __version__
+from ..engine import resolve_target
 from ..errors import ConfigError, TilewrightError
+from ..jit import JITFunction
+from ..jit.cache import cache_root
 from ..language.kernel import eager_consts
+from ..profiler import do_bench
 from ..utils.tensor import get_tensor_supply
+from ..version import __version__
 from . import record
 from .executors import (
     EXECUTORS,
@@ -194,8 +198,6 @@ def _source(obj) -> str | None:
 
 
 def _cache_dir():
-    from ..jit.cache import cache_root
-
     return cache_root() / "autotuner"
 
 
@@ -207,8 +209,6 @@ class AutoTuner:
                  reduction_length=None, executor="process", workers=None, ray_address=None,
                  cache=True, progress=True, timeout=300, memory_limit="auto", key=None,
                  early_stop_factor=None):
-        from ..jit import JITFunction
-
         if not isinstance(jit_fn, JITFunction):
             raise ConfigError("@autotune decorates a @tilewright.jit kernel; put @autotune "
                               "above @tilewright.jit")
@@ -242,8 +242,6 @@ class AutoTuner:
         kernel factory (not decorated), then ``.set_compile_args(...)``,
         ``.set_profile_args(...)`` and ``.run(...)``, which returns the
         :class:`AutotuneResult`."""
-        from ..jit import JITFunction
-
         if not callable(kernel):
             raise ConfigError(f"AutoTuner.from_kernel takes the kernel factory, got "
                               f"{type(kernel).__name__}")
@@ -252,8 +250,6 @@ class AutoTuner:
     def set_compile_args(self, out_idx=None, target=None, execution_backend=None,
                          target_host=None, verbose=None, pass_configs=None) -> AutoTuner:
         """How each config compiles (the arguments of ``@tilewright.jit``); returns self."""
-        from ..jit import JITFunction
-
         self.jit_fn = JITFunction(self.jit_fn.fn, out_idx, target or "auto", pass_configs,
                                   execution_backend, target_host, verbose)
         self._spec = JitSpec(self.jit_fn)
@@ -316,8 +312,6 @@ class AutoTuner:
         kernel = self._tuned(configs, (), {})
         result = dataclasses.replace(kernel.autotune_result, kernel=kernel)
         if self.reference is not None:
-            from ..profiler import do_bench
-
             inputs = self._measurer().inputs(kernel)
             result.ref_latency = float(do_bench(lambda: self.reference(*inputs),
                                                 warmup=self.warmup, rep=self.rep,
@@ -406,8 +400,6 @@ class AutoTuner:
                 **{k: (tuple(v.shape), str(v.dtype)) for k, v in tensors.items()}}
 
     def _key(self, configs, args, kwargs, tensors) -> str | None:
-        from ..engine import resolve_target
-
         target, backend = resolve_target(self.jit_fn.target)
         sources = [_source(self.jit_fn.fn), _source(self.reference), _source(self.supply)]
         if any(s is None for s in sources):
@@ -541,8 +533,6 @@ class AutoTuner:
         """Compile and measure every config (of this call: ``configs``, measured on the
         inputs ``supply(kernel)`` makes, the decorator's ``supply`` and
         ``set_autotune_inputs`` first); never reads or writes the tuning cache."""
-        from ..engine import resolve_target
-
         configs = self._configs_for(args, kwargs) if configs is None else configs
         start = time.perf_counter()
         measurer = self._measurer(supply)

@@ -127,9 +127,9 @@ def _package(dist: str, module: str) -> dict:
 
 
 def _doctor_report() -> dict:
-    from .. import __version__
     from ..jit.cache import DiskCache
     from ..plugin import API_VERSION
+    from ..version import __version__
 
     tvm = _package("apache-tvm", "tvm")
     manager = _manager()
@@ -308,7 +308,7 @@ def build_parser(tools: dict | None = None) -> argparse.ArgumentParser:
     p.add_argument("--target", action="append", help="a target to build for (repeat for "
                    "several; default cpu)")
     p.set_defaults(func=cmd_package)
-    from ..profiler.cli import add_commands  # analyze, bench
+    from .profile import add_commands  # analyze, bench
 
     add_commands(sub)
     for tool in (tools or {}).values():

@@ -1,7 +1,7 @@
 """The compile engine: targets, pass configs, compile sessions and their events."""
 
+from ..plugin.passconfig import known_keys, validate
 from . import events
-from .passconfig import known_keys, validate
 from .session import (
     CompileContext,
     Lowered,

@@ -15,9 +15,9 @@ from tvm import tirx
 from ..errors import KernelError, TilewrightError, UnsupportedOpError, span_location
 from ..ir import intrinsic_features, intrinsics_in, tile_ops_in
 from ..log import get_logger
-from ..plugin import BackendModule, Executor, GeneratedSource, get_manager
+from ..plugin import BackendModule, Executor, GeneratedSource, get_manager, passconfig
 from ..transform import check_bounds, instrument_bounds, reraise_pass_error
-from . import events, passconfig
+from . import events, listeners
 from .target import Target, resolve_target
 
 _log = get_logger("engine")
@@ -285,9 +285,7 @@ def _attach_config_tools(session: int, configs: dict):
     listen to this session only; returns the callable that detaches them."""
     if not passconfig.debug_requested(configs):
         return _no_tools
-    from ..tools import _config_tools
-
-    return _config_tools.attach(session, configs)
+    return listeners.attach(session, configs)
 
 
 def pick_executor(backend: BackendModule, name: str | None = None) -> Executor:

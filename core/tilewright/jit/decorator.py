@@ -26,9 +26,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ..engine import lower as _lower_engine
 from ..engine import resolve_target
-from ..engine.passconfig import NAMES
 from ..errors import ArgumentError, KernelError
 from ..language.kernel import ParamSlot, trace_eager
+from ..plugin.passconfig import NAMES
 from .kernel import JITKernel
 from .kernel import compile as _compile_kernel
 from .reads import Reads
@@ -227,7 +227,7 @@ class JITFunction:
         self.torch_op_name = torch_op
         self.torch_op = None
         if torch_op is not None and not self.factory:
-            from ..torch_ops.jit import register_eager  # torch is imported only for operators
+            from .torch_op import register_eager  # torch is imported only for operators
 
             self.torch_op = register_eager(self, torch_op)
 
@@ -318,7 +318,7 @@ class JITFunction:
             if kernel is None:
                 kernel = self._compile(self._factory_func(args, kwargs))
                 if self.torch_op_name is not None:
-                    from ..torch_ops.jit import bind_factory_kernel
+                    from .torch_op import bind_factory_kernel  # (torch: as above)
 
                     self.torch_op = bind_factory_kernel(self.torch_op, self.torch_op_name,
                                                         kernel, self.fn)

@@ -15,15 +15,15 @@ from pathlib import Path
 import tvm
 from tvm import tirx
 
-from .. import __version__
 from ..engine import build, events, lower, pick_executor, resolve_target, validate
-from ..engine.passconfig import debug_requested
 from ..errors import TilewrightError
 from ..plugin import get_manager
+from ..plugin.passconfig import debug_requested
 from ..profiler.kernel_profiler import Profiler
 from ..runtime.call import KernelCall, warn_once
 from ..runtime.signature import KernelSignature
 from ..utils.tensor import TensorSupplyType
+from ..version import __version__
 from .cache import CacheError, DiskCache, make_key
 from .signature import output_indices, signature_of
 
@@ -83,7 +83,7 @@ class JITKernel(KernelCall):
         """Register this kernel as the PyTorch operator ``torch.ops.<ns>.<name>`` (``name`` is
         ``"ns::name"``); returns the :class:`~tilewright.runtime.torchop.TorchOp`. See
         :mod:`tilewright.torch_ops`."""
-        from ..torch_ops.jit import register_kernel  # torch is imported only for operators
+        from .torch_op import register_kernel  # torch is imported only for operators
 
         return register_kernel(self, name)
 

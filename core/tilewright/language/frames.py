@@ -13,7 +13,7 @@ from tvm import tirx
 
 from ..errors import KernelError, kernel_error, span_location
 from . import builder as B
-from .buffer import as_int, dtype_of, to_expr
+from .buffer import TileBuffer, VarHandle, as_int, dtype_of, to_expr
 
 LOOP_KIND_KEY = "tw.loop"
 BLOCK_AXES = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
@@ -333,8 +333,6 @@ class Helpers:
 
     @staticmethod
     def assign(name, current, value):
-        from .buffer import TileBuffer, VarHandle
-
         if isinstance(current, VarHandle) and not isinstance(value, TileBuffer) and \
                 B.maybe_current() is not None:
             current.store(value)

@@ -6,7 +6,8 @@
 - :mod:`.compile_only` — generated source without building or running
   (``python -m tilewright.tools.compile_only``);
 - :mod:`.pass_timing` — compile time per pass and phase (``TILEWRIGHT_PASS_TIMING``);
-- :mod:`.layout_view` — ``plot_layout``: text and pictures of ``T.Layout`` / ``T.Fragment`` layouts;
+- ``plot_layout`` (:mod:`tilewright.layout.view`): text and pictures of ``T.Layout`` /
+  ``T.Fragment`` layouts;
 - :mod:`.pass_visualizer` — per-pass structure trees as HTML
   (``python -m tilewright.tools.pass_visualizer``);
 - :mod:`.analyzer` — ``Analyzer.analysis(func, arch)``: the static roofline estimate, and
@@ -22,8 +23,8 @@ _LAZY = {
     "pass_diff": (".pass_diff", None),
     "compile_kernel_source": (".compile_only", "compile_kernel_source"),
     "pass_timing": (".pass_timing", None),
-    "plot_layout": (".layout_view", "plot_layout"),
-    "layout_text": (".layout_view", "layout_text"),
+    "plot_layout": ("..layout.view", "plot_layout"),
+    "layout_text": ("..layout.view", "layout_text"),
     "Analyzer": (".analyzer", "Analyzer"),
     "plot_roofline": (".analyzer", "plot_roofline"),
 }

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from . import lower_trace, pass_diff, pass_timing
+
 
 def apply() -> None:
-    from . import lower_trace, pass_diff, pass_timing
-
     lower_trace.enable_from_env()
     pass_diff.enable_from_env()
     pass_timing.enable_from_env()

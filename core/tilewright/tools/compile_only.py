@@ -22,8 +22,11 @@ import runpy
 import sys
 from pathlib import Path
 
-from ..engine import resolve_target
+import tilewright
+
+from ..engine import finish, lower, resolve_target
 from ..errors import TargetError, TilewrightError
+from ..jit import kernel as kernel_mod
 from ..jit.signature import signature_of
 from ..runtime.call import KernelCall
 
@@ -40,8 +43,6 @@ def _check_target(target: str) -> str:
 
 def compile_kernel_source(func, target: str = DEFAULT_TARGET, pass_configs=None) -> str:
     """Lower ``func`` (a tile-level PrimFunc) for ``target`` and return the generated source."""
-    from ..engine import finish, lower
-
     lowered = lower(func, _check_target(target), pass_configs)
     finish(lowered)
     return lowered.source.text
@@ -55,10 +56,6 @@ class _Stop(Exception):
 def _intercept(target: str, keep_going: bool, sources: list):
     """Make ``tilewright.compile`` (and so ``@jit``) lower for ``target`` and record the
     source instead of building."""
-    import tilewright
-
-    from ..jit import kernel as kernel_mod
-
     modules = [kernel_mod, sys.modules["tilewright.jit"]]
     if "compile" in vars(tilewright):
         modules.append(tilewright)

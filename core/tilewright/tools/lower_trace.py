@@ -36,6 +36,10 @@ import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import tvm
+import tvm_ffi
+
+from ..engine import events
 from ..errors import ConfigError
 from . import trace_html
 from .pages import render_page
@@ -127,8 +131,6 @@ class _Texts:
             return ""
         if self._last is not None and mod.same_as(self._last):
             return self._last_text
-        import tvm_ffi
-
         key = tvm_ffi.structural_hash(mod)
         text = self._by_hash.get(key)
         if text is None:
@@ -517,8 +519,6 @@ def enable(mode=None, trace_dir=None, codegen_output=None) -> Config:
     unset too). Calling it again replaces the settings; compilations already running keep
     theirs."""
     global _active
-    from ..engine import events
-
     if mode is None:
         mode = parse_mode(os.environ.get(ENV_MODE)) or "html"
     else:
@@ -539,8 +539,6 @@ def enable(mode=None, trace_dir=None, codegen_output=None) -> Config:
 def disable() -> None:
     """Stop tracing later compilations."""
     global _active
-    from ..engine import events
-
     if _active is not None:
         events.unsubscribe(_active)
         _active = None
@@ -584,8 +582,6 @@ def lower_trace(func, passes, mode: str = "terminal", html_path=None) -> list[di
     PrimFunc or IRModule) and report each step. Returns one dict per step with ``name``,
     ``before_script``, ``after_script``, ``diff_lines``, ``insertions``, ``deletions``,
     ``changed``. A failing pass is recorded with its input IR, shown, then re-raised."""
-    import tvm
-
     mode = parse_mode(mode)
     if mode is None:
         raise ConfigError("lower_trace: mode must be html, terminal or both")

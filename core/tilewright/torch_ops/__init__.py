@@ -2,7 +2,7 @@
 kernel packages.
 
 - ``kernel.as_torch_op("ns::name")`` and ``@tilewright.jit(torch_op="ns::name")`` register
-  kernels (see :mod:`tilewright.torch_ops.jit` for what each authoring style registers);
+  kernels (see :mod:`tilewright.jit.torch_op` for what each authoring style registers);
 - ``tilewright.autograd.Function`` pairs a forward and a backward kernel
   (:mod:`tilewright.torch_ops.autograd`);
 - ``tilewright package`` / :func:`build_package` turn kernels into a wheel that registers

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import torch
 
+from ..jit.torch_op import register_eager, register_kernel
 from ..runtime.torchop import OpError, TorchOp
-from .jit import register_eager, register_kernel
 
 GRAD = "grad_"
 

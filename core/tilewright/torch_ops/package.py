@@ -22,7 +22,7 @@ The wheel holds the package's ``__init__.py`` (a few generated lines), ``ops.jso
 bundle per variant, and ``_tilewright``: a generated copy of the runtime modules the bundles
 need (:data:`RUNTIME_FILES`, copied from this installation, unchanged) with the kernel shim
 compiled by the host C compiler. Its operators run through their Python implementation, not
-the C++ kernel of :mod:`tilewright.torch_ops.native`: that one is compiled against libtorch's
+the C++ kernel of :mod:`tilewright.jit.native_op`: that one is compiled against libtorch's
 C++ API, which has no stable ABI across torch releases, and building it where the wheel is
 installed would need a C++ compiler and torch's headers (docs/torch.md, section 5).
 """
@@ -42,7 +42,6 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from .. import __version__
 from ..errors import TilewrightError
 from ..jit import compile as compile_kernel
 from ..runtime import cpu
@@ -55,6 +54,7 @@ from ..runtime.torchop import (
     check_shapes_from_inputs,
     schema_of,
 )
+from ..version import __version__
 
 ROOT = Path(__file__).resolve().parents[1]  # the tilewright package
 # the modules a package's runtime needs, relative to the tilewright package

@@ -1,16 +1,13 @@
 """Backend-agnostic passes and pass frameworks."""
 
+# TileLang spells the pass-config names tilelang.transform.PassConfigKey
+from ..plugin.passconfig import NAMES as PassConfigKey
 from .bounds import check_bounds, instrument_bounds
 from .float_to_int import saturating_float_to_int
 from .lower_tile_ops import RuleContext, lower_intrinsics, lower_tile_ops
 from .narrow_float import narrow_float_arithmetic
 from .walk import StmtMutator, prim_func_pass, rebuild_for, reraise_pass_error
 from .wrapping_int import wrapping_integer_arithmetic
-
-# isort: split
-# TileLang's spelling, ``tilelang.transform.PassConfigKey``; the engine imports this package's
-# passes above, so the name comes last
-from ..engine.passconfig import NAMES as PassConfigKey
 
 __all__ = ["PassConfigKey", "RuleContext", "StmtMutator", "check_bounds", "instrument_bounds",
            "lower_intrinsics", "lower_tile_ops", "narrow_float_arithmetic", "prim_func_pass",

@@ -33,8 +33,8 @@ from __future__ import annotations
 
 import tvm
 import tvm_ffi
-from tilewright.engine.passconfig import fast_math
 from tilewright.errors import ConfigError
+from tilewright.plugin.passconfig import fast_math
 from tilewright.transform import prim_func_pass
 from tvm import tirx
 

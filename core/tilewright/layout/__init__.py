@@ -7,10 +7,10 @@ that does not use them (the CPU backend) ignores them.
 
 from __future__ import annotations
 
-from .errors import kernel_error
-from .language.annotations import Fragment, Layout
-from .language.buffer import TileBuffer
-from .language.dtypes import DType
+from ..errors import kernel_error
+from ..language.annotations import Fragment, Layout
+from ..language.buffer import TileBuffer
+from ..language.dtypes import DType
 
 __all__ = ["Fragment", "Layout", "make_full_bank_swizzled_layout",
            "make_half_bank_swizzled_layout", "make_quarter_bank_swizzled_layout",

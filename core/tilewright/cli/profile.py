@@ -111,7 +111,7 @@ def _symbols(record: Captured) -> dict:
 
 
 def _arch_for(kernel, arch_name):
-    from .arch import get_arch
+    from ..profiler.arch import get_arch
 
     if arch_name:
         return get_arch(arch_name)
@@ -188,7 +188,7 @@ def _override_hint(arch) -> str:
 def _bench_one(args, n: int, record: Captured, rows: list, notes: list, report: list) -> None:
     """Time one captured kernel, analyse it and add its table row, report entry and notes."""
     from ..autotuner.measure import random_inputs
-    from . import do_bench
+    from ..profiler import do_bench
 
     label = _label(record, n)
     kernel = record.kernel

@@ -21,10 +21,10 @@ import inspect
 import torch
 
 from ..engine import resolve_target
-from ..jit.signature import output_indices, signature_of
 from ..plugin import get_manager
 from ..runtime.torchop import Argument, OpError, TorchOp, arguments_of, fake_outputs
-from .native import native_kernel
+from .native_op import native_kernel
+from .signature import output_indices, signature_of
 
 _SCALARS = {bool: "bool", int: "int", float: "float", str: "str"}
 

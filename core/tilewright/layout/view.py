@@ -9,22 +9,25 @@ refused with their size and the limit.
 
 The pass config ``tw.layout_visualization_enable`` prints every fragment layout of a kernel
 when it compiles (``<buf> inferred layout: Shape ... Thread ... Index ...``), and writes
-pictures for the formats in ``tw.layout_visualization_formats``. A backend reports the layouts
-it inferred with a ``layout`` engine event (``buffer=``, ``layout=``); for fragments no backend
-reports (the CPU backend infers none: a CPU worker runs a whole block), the view shows the
-portable default model of :func:`default_fragment`, labelled as such.
+pictures for the formats in ``tw.layout_visualization_formats`` (the engine's listener,
+:class:`tilewright.engine.listeners.InferredLayoutPrinter`, draws them with this module). A
+backend reports the layouts it inferred with a ``layout`` engine event (``buffer=``,
+``layout=``); for fragments no backend reports (the CPU backend infers none: a CPU worker runs
+a whole block), the view shows the portable default model of :func:`default_fragment`,
+labelled as such.
 """
 
 from __future__ import annotations
 
 import colorsys
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from tvm import sym, tirx
 
 from ..errors import ConfigError, TilewrightError
+from ..language.annotations import Fragment, Layout
 
 MAX_ELEMENTS = 1 << 22  # evaluation limit: 4M elements
 MAX_LABELLED = 64 * 64  # cells that get a "T<thread>:<index>" label in pictures
@@ -94,8 +97,6 @@ def as_view(layout, threads: int | None = None) -> FragmentView:
                                 layout.get("label", "description"))
         except KeyError as exc:
             raise ConfigError(f"a layout description needs a {exc.args[0]!r} entry") from None
-    from ..language.annotations import Fragment, Layout
-
     if isinstance(layout, Fragment):
         return FragmentView(layout.shape, int(threads or 0), layout.forward_thread_fn,
                             layout.forward_fn, "T.Fragment", layout.replicate)
@@ -128,8 +129,6 @@ def _evaluate(fn, shape) -> np.ndarray:
         return np.stack(arrays, axis=-1)
     except Exception:  # noqa: BLE001, S110 - functions using IR helpers: one at a time
         pass
-    from tvm import sym
-
     analyzer = sym.Analyzer()
     result = None
     for flat, index in enumerate(np.ndindex(*shape)):
@@ -146,8 +145,6 @@ def _evaluate(fn, shape) -> np.ndarray:
 def _symbolic(fn, ndim: int) -> str:
     if fn is None:
         return "(none)"
-    from tvm import tirx
-
     args = [tirx.Var(f"i{n}", "int32") for n in range(ndim)]
     try:
         out = fn(*args)
@@ -318,47 +315,5 @@ def fragments_of(func) -> list[tuple[str, tuple, int]]:
     return found
 
 
-class InferredLayoutPrinter:
-    """Engine-event listener behind ``tw.layout_visualization_enable``."""
-
-    def __init__(self, session: int, configs: dict):
-        self.session = session
-        self.formats = configs.get("tw.layout_visualization_formats") or "txt"
-        self.folder = configs.get("tw.layout_visualization_dir") or "./tmp/layout_visualization"
-        self.func = None
-        self.backend = ""
-        self.inferred: dict = {}
-
-    def __call__(self, event) -> None:
-        if event.session != self.session:
-            return
-        if event.kind == "session_start":
-            self.func, self.backend = event.data.get("func"), event.data.get("backend", "")
-        elif event.kind == "layout":
-            self.inferred[event.data["buffer"]] = event.data["layout"]
-        elif event.kind == "session_end" and self.func is not None:
-            self.report()
-
-    def report(self) -> None:
-        for name, shape, threads in fragments_of(self.func):
-            layout = self.inferred.get(name)
-            if layout is None:
-                view = default_fragment(shape, threads)
-                view = FragmentView(view.shape, view.threads, view.thread_fn, view.index_fn,
-                                    f"{view.label}; backend '{self.backend}' inferred no "
-                                    "layout")
-            else:
-                view = as_view(layout, threads)
-            try:
-                out = plot_layout(view, name, self.formats, self.folder, verbose=False)
-            except TilewrightError as exc:  # too large, or no matplotlib: say so, go on
-                print(f"{name}: {exc}", file=sys.stderr)
-                continue
-            print(out.get("txt") or layout_text(view, name), file=sys.stderr)
-            for fmt, path in out.items():
-                if fmt != "txt":
-                    print(f"  {fmt}: {path}", file=sys.stderr)
-
-
-__all__ = ["FragmentView", "InferredLayoutPrinter", "as_view", "default_fragment",
+__all__ = ["FragmentView", "as_view", "default_fragment",
            "fragments_of", "layout_text", "plot_layout"]

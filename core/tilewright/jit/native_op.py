@@ -48,13 +48,13 @@ from pathlib import Path
 
 import torch
 
-from ..jit.cache import CacheError, DiskCache
 from ..log import get_logger
 from ..runtime.call import INDEX_MAX, SCALAR_RANGE
 from ..runtime.cpu import DL_DTYPES, FFI_BOOL, FFI_FLOAT, FFI_INT, load_private
 from ..runtime.expr import COMPARISONS, ExprError, Semantics
 from ..runtime.expr import parse as parse_expr
 from ..runtime.torchop import PYTHON_SUFFIX, Variant
+from .cache import CacheError, DiskCache
 
 SOURCE = Path(__file__).parent / "csrc" / "tw_torch_op.cpp"
 ENV = "TILEWRIGHT_TORCH_OP_NATIVE"

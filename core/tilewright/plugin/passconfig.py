@@ -11,8 +11,9 @@ import difflib
 import logging
 
 from ..errors import ConfigError
-from ..plugin import PassConfigKey, get_manager
+from .manager import get_manager
 from .tilelang_keys import fallback_keys
+from .types import PassConfigKey
 
 _log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ accepted, and a compilation for a backend that does not own them says so in one 
 
 from __future__ import annotations
 
-from ..plugin import PassConfigKey
+from .types import PassConfigKey
 
 _ANY = object  # TileLang accepts several types (a string or a list of flags ...)
 
