@@ -182,7 +182,8 @@ def scalar_reduction(src: Region, dst: Region, kind: str, dim: int, clear: bool,
 
 
 def merge_scalar(stmts) -> list:
-    """``stmts`` with each run of one-trip scalar loops (the vector lowering's ``split``) made one."""
+    """``stmts`` with each run of one-trip scalar loops (the vector lowering's ``split``)
+    made one."""
     out = []
     for s in stmts:
         if out and one_trip_scalar(s) and one_trip_scalar(out[-1]):

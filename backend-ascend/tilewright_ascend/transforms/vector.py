@@ -122,13 +122,16 @@ _COMMUTES = {"add", "mul", "max", "min"}
 _INSTRUCTION = {"add": "Add", "sub": "Sub", "rsub": "Sub", "mul": "Mul", "div": "Div",
                 "rdiv": "Div", "max": "Max", "min": "Min"}
 _REVERSED = {"sub": "rsub", "div": "rdiv"}
+# the vector-path ops computed element by element, every tile operand of one shape
+_ELEMENTWISE = (VBIN.name, VSCA.name, VUN.name, VDUP.name)
 
 
 class _Lowering(SelectLowering):
     """Rewrites one converted kernel body."""
 
-    def __init__(self, selects: bool = False):
+    def __init__(self, selects: bool = False, padded=()):
         self.selects = selects  # tile selects on the vector unit (Compare + Select: A2)
+        self.padded = set(padded)  # the UB tiles this pass padded: nothing reads their padding
         self.count = 0
         self.loops: list = []  # the loops around the statement being rewritten
         self.computed = []  # see eval
@@ -145,6 +148,8 @@ class _Lowering(SelectLowering):
         if reach > math.prod(alloc_shape):
             alloc_shape = [-(-reach // row), *alloc_shape[1:]]
         buf = tirx.decl_buffer(alloc_shape, dtype, f"tw_t{self.count}", scope=UB)
+        if list(alloc_shape) != shape:
+            self.padded.add(buf)
         out.append(tirx.AllocBuffer(buf))
         return Region(buf, tuple(0 for _ in shape), tuple(tirx.IntImm("int32", s)
                                                           for s in shape))
@@ -393,8 +398,23 @@ class _Lowering(SelectLowering):
                 nest = seq(self.split(nest, reason, math))
             ops = [*[with_span(s, loop.span) for s in math], nest]
         else:
-            ops = [with_span(s, loop.span) for s in ops]
+            ops = [with_span(self.widen(s), loop.span) for s in ops]
         return [*pre, *ops, *post]
+
+    def widen(self, op):
+        """``op`` over whole padded tiles of one shape (:meth:`padded_alike`) as one range,
+        padding and all, when it is elementwise (Add..Min, Adds..Mins, the unary ops,
+        Duplicate): one instruction instead of one per row."""
+        call = decode(op) if isinstance(op, tirx.Evaluate) else None
+        if call is None or call.name not in _ELEMENTWISE:
+            return op
+        names = [n for n, v in call.operands.items() if isinstance(v, Region)]
+        values = self.padded_alike([("t", call.operands[n], ()) for n in names])
+        if values is None:
+            return op
+        operands = dict(call.operands)
+        operands.update((n, v[1]) for n, v in zip(names, values))
+        return make_call(call.name, operands, call.attrs, span=op.span)
 
     def hoist_math(self, body, variables, extents, ops):
         """``body`` of a scalar nest with each math function the scalar unit lacks (A2's AI
@@ -798,6 +818,7 @@ class _Lowering(SelectLowering):
 
 
 def _pad_tiles(func):
+    """``func`` with each 2-D-and-up UB tile's rows padded to 32 bytes, and the padded tiles."""
     remap = {}
 
     def alloc(stmt):
@@ -813,9 +834,9 @@ def _pad_tiles(func):
 
     body = tvm_ffi.structural_map(func.body, (tirx.AllocBuffer, alloc))
     if not remap:
-        return func
+        return func, ()
     body = tvm_ffi.structural_map(body, (tirx.Buffer, lambda b: remap.get(b, b)))
-    return func.with_body(body)
+    return func.with_body(body), tuple(remap.values())
 
 
 def _both_vector_cores(func):
@@ -886,9 +907,9 @@ def lower_vector_func(func, arch=None):
     tile selects run on the vector unit (A2's Compare and Select)."""
     if func.attrs is None or PORTABLE_KEY not in func.attrs:
         return func
-    func = _pad_tiles(func)
+    func, padded = _pad_tiles(func)
     func = _one_vector_core(func)
-    lowering = _Lowering(selects=arch is None or arch.name == ARCH)
+    lowering = _Lowering(selects=arch is None or arch.name == ARCH, padded=padded)
     return func.with_body(lowering.visit(func.body))
 
 
