@@ -20,12 +20,15 @@ The pass runs on kernels the ``portable`` phase converted (function attribute
   row, read with GetValue on the S pipe); one indexed by the column only (``W[j]``) a column
   broadcast (one vector per row); one tile element indexed by no loop variable (``total[0]``)
   one scalar for the whole nest, read with GetValue.
-- A select ``c ? x : y`` whose condition compares tile values (or a tile value with a
-  scalar, or is ``T.isnan``) becomes Compare/Compares into a uint8 bit mask and Select on A2
-  (:meth:`.selects.SelectLowering.select`; what the instructions take is
-  :data:`..facts.instructions.COMPARE_MODES`), and so does a nest guarded by one such
-  comparison, each store ``x = v`` written ``x = c ? v : x``. Compare reads whole 256-byte
-  repeats: a source whose tile does not hold them is copied into one that does.
+- A select ``c ? x : y`` whose condition is comparisons of tile values (or of a tile value
+  with a scalar, or ``T.isnan``) joined by and/or/not becomes Compare/Compares into uint8 bit
+  masks, And/Or/Not of the masks and Select on A2 (:meth:`.selects.SelectLowering.select`;
+  what the instructions take is :data:`..facts.instructions.COMPARE_MODES`), and so does a
+  nest guarded by such a condition, each store ``x = v`` written ``x = c ? v : x``. Compare
+  reads whole 256-byte repeats: a source whose tile does not hold them is copied into one
+  that does.
+- An elementwise op or a select over whole tiles whose rows this pass padded, all of one
+  shape, runs once over the padded range (:meth:`_Lowering.widen`), not once per row.
 - What the vector unit cannot do (other conditions and selects, integer division, index
   arithmetic as data) stays a loop of GetValue/SetValue on the scalar unit, marked
   :data:`SCALAR_KEY` with the reason; the codegen writes the reason as a comment. Math
