@@ -155,3 +155,24 @@ def test_generated_logic_compiles_against_the_vendor_headers(asc_devkit):
     findings = check_sources(sources, asc_devkit)
     assert not findings, "\n\n".join(f"== {f.name} as {f.core}\n{f.text[-3000:]}"
                                      for f in findings)
+
+
+def test_columns_of_a_wider_tile_outside_the_nest_are_kept():
+    """A 12 x 24 tile written on its first 20 columns: the columns past them are the kernel's
+    (not padding of this pass), so the Muls and the select run row by row and leave them."""
+
+    @T.prim_func
+    def main(A: T.Tensor((12, 24), "float32"), B: T.Tensor((12, 24), "float32")):
+        with T.Kernel(1, threads=32) as _bx:
+            x = T.alloc_fragment((12, 24), "float32")
+            T.copy(A[0, 0], x)
+            for i, j in T.Parallel(12, 20):
+                x[i, j] = T.if_then_else(x[i, j] > 0, x[i, j], x[i, j] * 0.5)
+            T.copy(x, B[0, 0])
+
+    kernel = tilewright.compile(main, out_idx=[-1], target="ascend")
+    assert "for (int32_t r" in kernel.get_kernel_source()
+    a = torch.randn(12, 24)
+    expect = a.clone()
+    expect[:, :20] = torch.where(a[:, :20] > 0, a[:, :20], a[:, :20] * 0.5)
+    torch.testing.assert_close(kernel(a), expect)

@@ -411,7 +411,8 @@ class _Lowering(SelectLowering):
         call = decode(op) if isinstance(op, tirx.Evaluate) else None
         if call is None or call.name not in _ELEMENTWISE:
             return op
-        names = [n for n, v in call.operands.items() if isinstance(v, Region)]
+        names = ["dst", *(n for n, v in call.operands.items()
+                          if isinstance(v, Region) and n != "dst")]  # the written one first
         values = self.padded_alike([("t", call.operands[n], ()) for n in names])
         if values is None:
             return op
