@@ -728,6 +728,33 @@ TW_UNARY(Relu, a2_relu, v > 0 ? v : 0.0f)
 TW_UNARY(Reciprocal, a2_float, 1.0f / v)
 TW_UNARY(Rsqrt, a2_float, 1.0f / std::sqrt(v))
 #undef TW_UNARY
+// bitwise logic, count form (逻辑计算/And.md, Or.md, Not.md): int16_t and uint16_t on A2 (wider
+// types through LocalTensor::ReinterpretCast, as the docs advise); the vector path joins Compare's
+// bit masks with them
+template <typename T> constexpr bool a2_logic() { return one_of<T, int16_t, uint16_t>(); }
+#define TW_LOGIC(NAME, EXPR)                                                                  \
+    template <typename T>                                                                     \
+    void NAME(const LocalTensor<T>& d, const LocalTensor<T>& x, const LocalTensor<T>& y,      \
+              int32_t count, TW_LINE) {                                                       \
+        static_assert(a2_logic<T>(), #NAME ": A2 takes int16_t and uint16_t (" #NAME ".md)");   \
+        uint64_t nb = uint64_t(count) * sizeof(T);                                           \
+        tw_emu::issue(tw_emu::PV, #NAME, line, {acc(x, nb, false), acc(y, nb, false), acc(d, nb, true)}, \
+                      [=] { T* o = d.data(); const T* a = x.data(); const T* b = y.data();    \
+                            for (int32_t i = 0; i < count; ++i) o[i] = T(EXPR); },            \
+                      vec_cost<T>(count), nb);                                                \
+    }
+TW_LOGIC(And, a[i] & b[i])
+TW_LOGIC(Or, a[i] | b[i])
+#undef TW_LOGIC
+template <typename T>
+void Not(const LocalTensor<T>& d, const LocalTensor<T>& x, int32_t count, TW_LINE) {
+    static_assert(a2_logic<T>(), "Not: A2 takes int16_t and uint16_t (Not.md)");
+    uint64_t nb = uint64_t(count) * sizeof(T);
+    tw_emu::issue(tw_emu::PV, "Not", line, {acc(x, nb, false), acc(d, nb, true)},
+                  [=] { T* o = d.data(); const T* a = x.data();
+                        for (int32_t i = 0; i < count; ++i) o[i] = T(~a[i]); },
+                  vec_cost<T>(count), nb);
+}
 template <typename T, typename S>
 void duplicate_impl(const LocalTensor<T>& d, S value, int32_t count, int line) {
     static_assert(one_of<T, int16_t, uint16_t, half, bfloat16_t, int32_t, uint32_t, float>(),

@@ -30,10 +30,12 @@ VECTOR_DTYPES = {
 # for Atlas A2): the comparisons (TIR node -> CMPMODE) each source dtype takes, and the dtypes
 # Select picks between. The vector path writes a tile select ``c ? x : y`` (T.if_then_else in
 # a T.Parallel nest, and a guarded store as ``c ? v : old``) as Compare(s) into a uint8 bit
-# mask and Select when ``c`` compares two tile values or a tile value with a scalar in a dtype
-# of COMPARE_MODES and ``x``/``y`` are SELECT_DTYPES (bfloat16 through float32, which is exact);
-# everything else stays on the scalar unit: conditions joined by and/or/not, conditions on
-# loop indices or without tile data, integer comparisons other than int32 ==, integer selects.
+# mask and Select when ``c`` is comparisons of two tile values or a tile value with a scalar in
+# a dtype of COMPARE_MODES, joined by and/or/not (And/Or/Not of the masks on their uint16
+# lanes: A2's logic instructions take int16 and uint16, 逻辑计算/And.md), and ``x``/``y`` are
+# SELECT_DTYPES (bfloat16 through float32, which is exact); everything else stays on the
+# scalar unit: conditions on loop indices or without tile data, integer comparisons other
+# than int32 ==, integer selects.
 COMPARISONS = {"LT": "LT", "LE": "LE", "GT": "GT", "GE": "GE", "EQ": "EQ", "NE": "NE"}
 COMPARE_MODES = {"float16": frozenset(COMPARISONS.values()),
                  "float32": frozenset(COMPARISONS.values()), "int32": frozenset({"EQ"})}

@@ -158,6 +158,14 @@ VSEL = _op("tile.vsel", (_D, _M, Operand("src0", "read"), Operand("src1", "read"
 VSELS = _op("tile.vsels", (_D, _M, _S, Operand("scalar", "read", kind="expr")),
             (Attr("slot", int, 0),),
             "dst = mask ? src : scalar on UB tiles (Select, VSEL_TENSOR_SCALAR_MODE)")
+# a select's condition joined by and/or/not: bitwise logic on Compare's uint8 bit masks, on
+# their uint16 lanes (And and Or with ``op`` "and"/"or", Not; A2 has them for 16-bit types)
+VMASK = _op("tile.vmask", (Operand("dst", "write"), Operand("src0", "read"),
+                           Operand("src1", "read")), (Attr("op", str, ""),),
+            "dst = src0 op src1 on uint8 bit masks (And, Or on uint16 lanes)")
+VMASKNOT = _op("tile.vmasknot", (Operand("dst", "write"), _S), (),
+               "dst = ~src on a uint8 bit mask (Not on uint16 lanes)")
 # the ops whose instruction uses A2's Select scratch (facts.arch.Arch.select_scratch)
 SCRATCH_OPS = (VSEL.name, VSELS.name)
-VECTOR_PATH_OPS = (VBIN, VSCA, VUN, VDUP, VBRC, VREDUCE, VCMP, VCMPS, VSEL, VSELS)
+VECTOR_PATH_OPS = (VBIN, VSCA, VUN, VDUP, VBRC, VREDUCE, VCMP, VCMPS, VSEL, VSELS, VMASK,
+                   VMASKNOT)

@@ -346,6 +346,29 @@ def rule_vsels(em, call):
         f"Select({a[0]}, {m}, {a[1]}, {scalar}, SELMODE::VSEL_TENSOR_SCALAR_MODE, {n});"))
 
 
+_LOGIC = {"and": "And", "or": "Or"}
+
+
+def _as_uint16(args) -> list[str]:
+    return [f"{a}.ReinterpretCast<uint16_t>()" for a in args]
+
+
+@rule(ops.VMASK.name)
+def rule_vmask(em, call):
+    """And/Or (逻辑计算/And.md, Or.md) of two uint8 bit masks, on their uint16 lanes (A2's
+    logic instructions take int16_t and uint16_t)."""
+    regions = [call.operands[n] for n in ("dst", "src0", "src1")]
+    args, count = vector_operands(em, regions, "And/Or")
+    em.line(f"{_LOGIC[call.attrs['op']]}({', '.join(_as_uint16(args))}, {count // 2});")
+
+
+@rule(ops.VMASKNOT.name)
+def rule_vmasknot(em, call):
+    """Not (逻辑计算/Not.md) of a uint8 bit mask, on its uint16 lanes."""
+    args, count = vector_operands(em, [call.operands["dst"], call.operands["src"]], "Not")
+    em.line(f"Not({', '.join(_as_uint16(args))}, {count // 2});")
+
+
 _VEC_BINARY = {"Add": "Add", "Sub": "Sub", "Mul": "Mul", "Div": "Div", "Max": "Max",
                "Min": "Min"}
 _VEC_SCALAR = {"Add": "Adds", "Mul": "Muls", "Max": "Maxs", "Min": "Mins"}

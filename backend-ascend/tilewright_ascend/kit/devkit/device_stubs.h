@@ -84,6 +84,7 @@ template <pipe_t P, class... A> void mark_stamp(A...);
 #include "device_builtins.inc"
 #if !defined(__NPU_ARCH__) || __NPU_ARCH__ != 3510
 TW_BUILTIN(vsel)  // Select's (2201); 3510's register API declares its own (device_stubs_3510.h)
+TW_BUILTIN(vnot)  // Not's (2201), likewise
 #endif
 #undef TW_BUILTIN
 #undef TW_BUILTIN_VALUE
