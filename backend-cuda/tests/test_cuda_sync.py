@@ -1,0 +1,113 @@
+"""Barrier insertion (transforms/sync.py): a ``T.Parallel`` nest over register accumulators,
+run as a loop over each thread's registers, is one statement: one barrier before it, none
+between its iterations (block-causal varlen attention's dkv kernel had one per element); a
+loop whose iterations read what another thread wrote in an earlier iteration keeps its
+barriers. Checked on the lowered source and in host emulation against torch."""
+
+import re
+
+import hostemu
+import pytest
+import tilewright
+import tilewright.language as T
+import torch
+
+M = N = K = 64
+
+
+def scaled_difference():
+    """``C = ((A B^T - delta) * 0.5) V``: the difference of a register accumulator and a shared
+    row vector, written to a shared tile elementwise, then the tile times V (the dkv kernel's
+    ``dsT_cast[i, j] = qkT[i, j] * (dsT[i, j] - delta[j]) * sm_scale``)."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((N, K), "float16"),
+             V: T.Tensor((N, K), "float16"), Delta: T.Tensor((N,), "float32"),
+             C: T.Tensor((M, K), "float32")):
+        with T.Kernel(1, threads=128):
+            A_s = T.alloc_shared((M, K), "float16")
+            B_s = T.alloc_shared((N, K), "float16")
+            V_s = T.alloc_shared((N, K), "float16")
+            delta = T.alloc_shared((N,), "float32")
+            S = T.alloc_shared((M, N), "float16")
+            acc = T.alloc_fragment((M, N), "float32")
+            out = T.alloc_fragment((M, K), "float32")
+            T.copy(A, A_s)
+            T.copy(B, B_s)
+            T.copy(V, V_s)
+            T.gemm(A_s, B_s, acc, transpose_B=True, clear_accum=True)
+            T.copy(Delta, delta)
+            for i, j in T.Parallel(M, N):
+                S[i, j] = acc[i, j] * (acc[i, j] - delta[j]) * 0.5
+            T.gemm(S, V_s, out, clear_accum=True)
+            T.copy(out, C)
+
+    return main
+
+
+def _element_stores(text: str) -> list:
+    """The lines of ``text`` from the first store of S's products to the last (``* 5.0e-01``
+    is the 0.5 of the nest)."""
+    lines = text.splitlines()
+    at = [i for i, line in enumerate(lines) if "5.000000e-01" in line and "=" in line]
+    return lines[at[0]:at[-1] + 1]
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_a_nest_over_registers_has_no_barrier_between_its_elements(arch):
+    text = tilewright.lower(scaled_difference(), f"cuda -arch={arch}").source.text
+    span = _element_stores(text)
+    assert sum("5.000000e-01" in line for line in span) == M * N // 128  # unrolled registers
+    assert not any("__syncthreads" in line for line in span)
+    kernel = text[text.index('extern "C" __global__'):]
+    # the operand copies', delta's (before the nest), S's (before the second gemm)
+    assert kernel.count("__syncthreads") <= 4, kernel.count("__syncthreads")
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_a_nest_over_registers_matches_torch(arch, tmp_path):
+    torch.manual_seed(0)
+    a, b, v = (torch.randn(n, K).half() for n in (M, N, N))
+    delta = torch.randn(N)
+    c = torch.full((M, K), float("nan"))
+    lowered = tilewright.lower(scaled_difference(), f"cuda -arch={arch}")
+    hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, a, b, v, delta, c)
+    qk = a.float() @ b.float().T
+    s = (qk * (qk - delta[None, :]) * 0.5).half()
+    torch.testing.assert_close(c, s.float() @ v.float(), rtol=2e-2, atol=2e-2)
+
+
+def reversed_rows(steps=4, n=128):
+    """Each step writes a shared row and reads it back reversed (another thread's element),
+    then the next step overwrites it: barriers inside the loop, after the write and before the
+    next step's write."""
+
+    @T.prim_func
+    def main(X: T.Tensor((steps, n), "float32"), Y: T.Tensor((steps, n), "float32")):
+        with T.Kernel(1, threads=n):
+            row = T.alloc_shared((n,), "float32")
+            for k in T.serial(steps):
+                for i in T.Parallel(n):
+                    row[i] = X[k, i] * 2.0
+                for i in T.Parallel(n):
+                    Y[k, i] = row[n - 1 - i] + 1.0
+
+    return main
+
+
+def test_a_loop_reading_another_threads_write_keeps_its_barriers():
+    text = tilewright.lower(reversed_rows(), "cuda -arch=sm_90a").source.text
+    kernel = text[text.index('extern "C" __global__'):]
+    loop = kernel[kernel.index("for (int k = 0;"):]
+    assert len(re.findall(r"__syncthreads\(\)", loop)) == 2
+
+
+@pytest.mark.emulator
+def test_a_loop_reading_another_threads_write_matches_torch(tmp_path):
+    torch.manual_seed(0)
+    x = torch.randn(4, 128)
+    y = torch.full((4, 128), float("nan"))
+    lowered = tilewright.lower(reversed_rows(), "cuda -arch=sm_90a")
+    hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, x, y)
+    torch.testing.assert_close(y, x.flip(1) * 2.0 + 1.0)
