@@ -11,6 +11,7 @@ import pytest
 import tilewright
 import tilewright.language as T
 import torch
+from tilewright_cuda.analysis import lifetimes
 
 M = N = K = 64
 
@@ -111,3 +112,69 @@ def test_a_loop_reading_another_threads_write_matches_torch(tmp_path):
     lowered = tilewright.lower(reversed_rows(), "cuda -arch=sm_90a")
     hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, x, y)
     torch.testing.assert_close(y, x.flip(1) * 2.0 + 1.0)
+
+
+def row_vector_per_step(steps=2):
+    """``C = sum_k (A_k B^T - delta_k) V``: each step loads its ``delta`` row into shared memory
+    and reads it only in a nest over the register accumulator (block-causal varlen's ``lse`` and
+    ``delta``)."""
+
+    @T.prim_func
+    def main(A: T.Tensor((steps * M, K), "float16"), B: T.Tensor((N, K), "float16"),
+             V: T.Tensor((N, K), "float16"), Delta: T.Tensor((steps, N), "float32"),
+             C: T.Tensor((M, K), "float32")):
+        with T.Kernel(1, threads=128):
+            A_s = T.alloc_shared((M, K), "float16")
+            B_s = T.alloc_shared((N, K), "float16")
+            V_s = T.alloc_shared((N, K), "float16")
+            delta = T.alloc_shared((N,), "float32")
+            S = T.alloc_shared((M, N), "float16")
+            acc = T.alloc_fragment((M, N), "float32")
+            out = T.alloc_fragment((M, K), "float32")
+            T.copy(V, V_s)
+            T.clear(out)
+            for k in T.serial(steps):
+                T.copy(A[k * M:(k + 1) * M, :], A_s)
+                T.copy(B, B_s)
+                T.copy(Delta[k, :], delta)
+                T.gemm(A_s, B_s, acc, transpose_B=True, clear_accum=True)
+                for i, j in T.Parallel(M, N):
+                    S[i, j] = acc[i, j] - delta[j]
+                T.gemm(S, V_s, out)
+            T.copy(out, C)
+
+    return main
+
+
+# five blocks per SM leave a block 32563 bytes on sm_80, below the 33024 the tiles take apart
+FIVE_BLOCKS = {"cuda.blocks_per_sm": 5}
+
+
+def test_a_vector_read_only_in_a_nest_over_registers_is_renewed_each_step(monkeypatch):
+    """``delta``'s reads sit in the nest, one statement: it lives from its copy to the nest in
+    each step, not over the whole loop as ``V_s`` (read in every step) does."""
+    seen = {}
+    original = lifetimes.live_segments
+
+    def recorded(thread_body, buffers, *args, **kwargs):
+        out = original(thread_body, buffers, *args, **kwargs)
+        seen.update({str(b.name): s for b, s in out.items()})
+        return out
+
+    monkeypatch.setattr(lifetimes, "live_segments", recorded)
+    tilewright.lower(row_vector_per_step(), "cuda -arch=sm_80", FIVE_BLOCKS)
+    assert len(seen["delta"]) == 1 and len(seen["V_s"]) == 1
+    assert seen["delta"][0][1] < seen["V_s"][0][1], seen
+
+
+@pytest.mark.emulator
+def test_a_vector_renewed_each_step_matches_torch(tmp_path):
+    torch.manual_seed(0)
+    a, b, v = torch.randn(2 * M, K).half(), torch.randn(N, K).half(), torch.randn(N, K).half()
+    delta = torch.randn(2, N)
+    c = torch.full((M, K), float("nan"))
+    lowered = tilewright.lower(row_vector_per_step(), "cuda -arch=sm_80", FIVE_BLOCKS)
+    hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, a, b, v, delta, c)
+    ref = sum(((a[k * M:(k + 1) * M].float() @ b.float().T - delta[k][None, :]).half().float()
+               @ v.float()) for k in range(2))
+    torch.testing.assert_close(c, ref, rtol=2e-2, atol=5e-2)
