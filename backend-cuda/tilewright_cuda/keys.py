@@ -24,7 +24,9 @@ CLUSTER = "tw.cuda.cluster_dims"  # annotation of the block loop and function at
 NO_SET_MAX_NREG = "tw.cuda.no_set_max_nreg"
 
 # -- annotations this backend puts on loops ----------------------------------------------------
-SPREAD = "tw.spread"  # a loop whose iterations are spread over the threads
+# a T.Parallel nest spread over the threads (a strided loop, or a loop over each thread's
+# registers): its iterations are independent, no barrier between them
+SPREAD = "tw.spread"
 # a loop that writes each shared element it touches from one thread only, once, and reads only
 # elements its own thread wrote or that no iteration writes: no barrier between its iterations
 OWN_ELEMENTS = "tw.own_elements"

@@ -18,8 +18,12 @@ from ..analysis.ir import stores as stores_of
 
 class Distribute(StmtMutator):
     """Each outermost ``T.Parallel`` nest becomes a strided loop over its fused iteration
-    space: thread ``t`` runs iterations ``t, t + threads, ...``. A nest whose only effects
-    are stores to thread-local storage (not reducers) runs whole in every thread."""
+    space: thread ``t`` runs iterations ``t, t + threads, ...``; a nest over register
+    accumulators or row vectors, a loop over each thread's registers. Either loop is marked
+    ``keys.SPREAD``: its iterations are the nest's, independent of one another, so barrier
+    insertion takes it as one statement (a barrier before it, none between its iterations).
+    A nest whose only effects are stores to thread-local storage (not reducers) runs whole in
+    every thread."""
 
     def __init__(self, tx, threads: int):
         super().__init__()
@@ -63,7 +67,7 @@ class Distribute(StmtMutator):
         inner = substitute(inner, {loops[0].loop_var: layout.row(vec, s, self.threads,
                                                                   self.tx)})
         return tirx.For(s, 0, layout.row_registers(vec, self.threads), tirx.ForKind.UNROLLED,
-                        inner, span=loops[0].span)
+                        inner, annotations={keys.SPREAD: 1}, span=loops[0].span)
 
     def _per_register(self, loops, body, registers):
         """A nest over accumulators in registers (infer_layout checked that it indexes them
@@ -95,7 +99,7 @@ class Distribute(StmtMutator):
         inner = tvm_ffi.structural_map(inner, [(tvm.ir.TensorLoad, load),
                                                (tirx.BufferStore, store)])
         return tirx.For(r, 0, layout.registers(acc, self.threads), tirx.ForKind.UNROLLED,
-                        inner, span=loops[0].span)
+                        inner, annotations={keys.SPREAD: 1}, span=loops[0].span)
 
     def _spread(self, loops, body):
         vector = self._vectorized(loops, body)
