@@ -1,10 +1,12 @@
 """The CUDA backend as backend ``cuda_emu`` whose kernels run in the host emulation
 (:mod:`hostemu`), for differential fuzzing without a GPU: the same pipeline and code
-generation as ``cuda`` (sm_80 unless ``-arch`` says otherwise), an executor that compiles the
-generated CUDA C++ with g++ against the emulation shim and runs it on host tensors.
+generation as ``cuda`` for the architecture ``--cuda-emu-arch`` names (default sm_80; sm_90a
+for TMA loads, wgmma and the producer warpgroup), an executor that compiles the generated CUDA
+C++ with g++ against the emulation shim and runs it on host tensors.
 
 A pytest plugin: ``PYTHONPATH=backend-cuda/tests pytest -p fuzz_emulated --pyargs
-tilewright_sdk.fuzz --tilewright-backend cuda_emu --examples N --seed S``.
+tilewright_sdk.fuzz --tilewright-backend cuda_emu [--cuda-emu-arch sm_90a] --examples N
+--seed S``.
 """
 
 from __future__ import annotations
@@ -34,17 +36,26 @@ def _build(source, ctx, workdir):
     return run
 
 
-EMULATED = dataclasses.replace(
-    BACKEND, name=NAME, target_kinds=(NAME,),
-    pipelines={NAME: BACKEND.pipelines["cuda"]}, codegens={NAME: BACKEND.codegens["cuda"]},
-    executors=(Executor("hostemu", _available, _build, doc="g++ and the emulation shim"),),
-    accelerator=False, device="cpu", device_available=lambda: Availability(True),
-    target_defaults=lambda kind: {"arch": "sm_80"},
-    description="the CUDA backend's code run by the host emulation (tests only)")
+def emulated(arch: str):
+    """The backend ``cuda_emu`` compiling for ``arch``."""
+    return dataclasses.replace(
+        BACKEND, name=NAME, target_kinds=(NAME,),
+        pipelines={NAME: BACKEND.pipelines["cuda"]}, codegens={NAME: BACKEND.codegens["cuda"]},
+        executors=(Executor("hostemu", _available, _build, doc="g++ and the emulation shim"),),
+        accelerator=False, device="cpu", device_available=lambda: Availability(True),
+        target_defaults=lambda kind: {"arch": arch},
+        description=f"the CUDA backend's code for {arch} run by the host emulation (tests "
+                    "only)")
+
+
+def pytest_addoption(parser):
+    parser.addoption("--cuda-emu-arch", default="sm_80", metavar="ARCH",
+                     help="fuzz_emulated: the architecture cuda_emu compiles for (sm_80)")
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config):
+    backend = emulated(config.getoption("--cuda-emu-arch"))
     module = types.ModuleType("tilewright_cuda_emulated")
-    module.tilewright_backends = hookimpl(lambda: [EMULATED])
+    module.tilewright_backends = hookimpl(lambda: [backend])
     get_manager().register(module, NAME)

@@ -53,3 +53,26 @@ def test_an_int8_abs_max_reduction_of_int64_in_emulation(tmp_path):
     r = torch.full((4,), 127, dtype=torch.int8)
     _emulate(absmax, tmp_path, x, r)
     assert torch.equal(r, x.abs().amax(dim=1).to(torch.int8))
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize("wide", ["int64", "uint64"])
+def test_fields_of_a_narrow_value_cast_to_64_bits_in_emulation(wide, tmp_path):
+    """T.unpack of an int4/int8 value cast to 64 bits: TVM's NarrowDataType made the cast
+    inside the unpack's reinterpret 32-bit and the CUDA printer stopped ('reinterpret expects
+    source and target to have the same number of bits', fuzzer seed 1001)."""
+
+    @T.prim_func
+    def fields(X: T.Tensor((4, 8), "int8"), Y: T.Tensor((4, 8), wide)):
+        with T.Kernel(1, threads=128) as bx:
+            x = T.alloc_fragment((4, 8), "int8")
+            T.copy(X[bx * 4, 0], x)
+            for i, j in T.Parallel(4, 8):
+                Y[i, j] = T.cast(T.unpack(T.cast(x[i, j], wide), j * 2, 4), wide)
+
+    x = torch.randint(-128, 128, (4, 8), dtype=torch.int8)
+    y = torch.full((4, 8), 99, dtype=getattr(torch, wide))
+    _emulate(fields, tmp_path, x, y)
+    shifts = torch.arange(8, dtype=torch.int64) * 8
+    want = (x.long() >> shifts) & 15  # arithmetic shift: the sign bits of a negative value
+    assert torch.equal(y.long(), want)

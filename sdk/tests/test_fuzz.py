@@ -45,7 +45,8 @@ CONTROL = ("if_else", "nested_parallel", "while_loop", "pipelined", "local_scala
 # kinds of T.gemm and T.atomic_add by avoiding the op
 # what later draws add, and the dtypes before them: avoided, the draws are those of before
 NEW_FEATURES = {"tensor_3d", "dynamic_shape", "sign_cast", "float8_cast", "unpack",
-                "int4_input", "float_uint_cast", "unsigned_wrap_arith", "float8_input"}
+                "int4_input", "float_uint_cast", "unsigned_wrap_arith", "float8_input",
+                "tile_copy", "pipelined_gemm", "rebind", "reduce_low_to_low"}
 OLD_DTYPES = {"int8", "int16", "int32", "uint8", "int64", "float32", "float16", "bfloat16"}
 AVOIDABLE = {f for f in CONTROL if not f.startswith(("reduce_acc", "gemm_", "atomic_add_"))}
 
@@ -236,6 +237,43 @@ def test_new_draws_are_generated_and_valid():
     for program in {id(p): p for p in first.values()}.values():
         differential(load(module_source(program, "interp", 0), folder), interp, 0,
                      execute=True)
+
+
+TILE_DRAWS = ("tile_copy", "tile_copy_window", "tile_copy_fragment_shared",
+              "tile_copy_shared_fragment", "pipelined_gemm", "rebind", "reduce_low_to_low")
+
+
+def test_tile_copies_pipelined_gemms_and_rebinds_are_generated_and_valid():
+    """T.copy between fragments and shared tiles (whole, or a window at offsets), a T.gemm
+    carried by a T.Pipelined loop, a Python variable rebound to a second tile and float16 /
+    bfloat16 reductions into the other low-precision dtype are drawn; one program with each
+    runs on the interpreter and agrees with itself; avoided, none is drawn."""
+    first = {}
+
+    @settings(max_examples=300, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    @hypothesis_seed(22)
+    @given(programs())
+    def draw(program):
+        for feature in set(TILE_DRAWS) & program.features:
+            first.setdefault(feature, program)
+
+    draw()
+    assert set(first) == set(TILE_DRAWS)
+    interp = get_manager().backends()["interp"]
+    folder = tempfile.mkdtemp()
+    for program in {id(p): p for p in first.values()}.values():
+        differential(load(module_source(program, "interp", 0), folder), interp, 0,
+                     execute=True)
+
+    @settings(max_examples=60, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    @hypothesis_seed(22)
+    @given(programs(avoid={"tile_copy", "pipelined_gemm", "rebind", "reduce_low_to_low"}))
+    def avoided(program):
+        assert not program.features & set(TILE_DRAWS)
+
+    avoided()
 
 
 def test_new_draws_respect_the_backends_capabilities():

@@ -54,11 +54,37 @@ def tvm_passes() -> list:
     t, s = tirx.transform, tvm.s_tir.transform
     return [s.UnifyThreadBinding(), s.LowerOpaqueBlock(), t.StmtSimplify(), t.FlattenBuffer(),
             t.BF16ComputeLegalize(), t.NarrowDataType(32),
+            prim_func_pass("tw.ReinterpretOperandsWidened", reinterpret_operands_widened),
             t.VectorizeLoop(True), t.UnrollLoop(), t.StmtSimplify(), t.RemoveNoOp(),
             t.CommonSubexprElim(), prim_func_pass("tw.HostBindsInlined", host_binds_inlined),
             t.VerifyMemory(),
             t.AnnotateEntryFunc(), t.SplitHostDevice(), t.MakePackedAPI(),
             t.BF16StorageLegalize()]
+
+
+_REINTERPRET = tvm.ir.Op.get("tirx.reinterpret")
+
+
+def reinterpret_operands_widened(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    """``func`` with the integer operand of each reinterpret that is narrower than its result
+    converted back to the result's width (the same value, so the same bits). TVM's
+    NarrowDataType makes a 64-bit integer expression whose values fit 32 bits 32-bit, also
+    the operand of a reinterpret (``T.unpack`` of an int8 value cast to int64 reads the
+    fields of ``reinterpret(uint64, int64(x))``), and the CUDA printer then stops on the
+    widths."""
+
+    def visit(c):
+        if not c.op.same_as(_REINTERPRET):
+            return c
+        (value,) = c.args
+        src, dst = tvm.DataType(str(value.ty)), tvm.DataType(str(c.ty))
+        kind = str(src.with_lanes(1)).rstrip("0123456789")
+        if kind not in ("int", "uint") or src.lanes != dst.lanes or src.bits >= dst.bits:
+            return c
+        wide = f"{kind}{dst.bits}" + (f"x{dst.lanes}" if dst.lanes > 1 else "")
+        return tirx.reinterpret(str(c.ty), tirx.Cast(wide, value))
+
+    return tvm_ffi.structural_map(func, (tvm.ir.Call, visit))
 
 
 def _extern_names(func) -> list[str]:

@@ -9,7 +9,10 @@ accumulators and ``clear=False``, cumulative sums both ways, sums over a run-tim
 and over a ``T.Pipelined`` loop loading a shared tile, per-thread ``T.alloc_local`` scalars,
 ``T.gemm`` of two tiles with either transposed into a float32 or int32 accumulator that is
 cleared, filled and accumulated into twice, or discarded by ``clear_accum``, ``T.atomic_add`` of
-a tile from every block into one output tile, whole or element by element), and the result
+a tile from every block into one output tile, whole or element by element, ``T.copy`` of a
+tile or of a window of it at an offset into another at another offset, between fragments and
+shared tiles, ``T.gemm`` carried by a ``T.Pipelined`` loop of 1 to 3 stages, a Python variable
+rebound to a second tile, float16/bfloat16 reductions into the other format), and the result
 copied back, or stored element by element under a bounds guard (reading inputs straight from
 global memory too). Integers are signed (8 to 64 bits) or unsigned (8 to 32 bits; cast through
 the other signedness, wrapping below zero; sums, differences and products wrapping modulo
@@ -32,6 +35,7 @@ clear of bugs the conformance suite already knows.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 
 from hypothesis import strategies as st
@@ -571,8 +575,8 @@ class _Builder:
                     math.trunc(a.hi), 0.0, True, frozenset(feats | extra))
 
     # -- statements ---------------------------------------------------------------------------
-    def tile(self, kind: str, lo, hi, err, dtype=None) -> Tile:
-        name = self.fresh("t")
+    def tile(self, kind: str, lo, hi, err, dtype=None, name=None) -> Tile:
+        name = name or self.fresh("t")
         shape = {"2d": f"({self.bm}, {self.bn})", "row": f"({self.bm},)",
                  "col": f"({self.bn},)"}[kind]
         dtype = dtype or self.dtype
@@ -611,7 +615,9 @@ class _Builder:
             data = self.allowed("data_guard") and self.draw(st.booleans())
             cond, cfeats = self.condition(data)
             self.features |= cfeats | {"guard"} | ({"data_guard"} if data else set())
-        tile = self.tile("2d", lo, hi, err)
+        reads = e.text + (other.text if form == "if_else" else "") + \
+            (cond if form != "plain" else "")
+        tile = self.tile("2d", lo, hi, err, name=self.rebound(reads))
         if self.allowed("shared_result") and self.draw(st.integers(0, 3)) == 0:
             self.body[-1] = self.body[-1].replace("T.alloc_fragment", "T.alloc_shared")
             self.features.add("shared_result")
@@ -627,6 +633,94 @@ class _Builder:
         else:
             self.body += [*head, f"{pad}{store}"]
         self.features |= e.features | {"map"}
+
+    def rebound(self, reads: str) -> str | None:
+        """The name of a 2-D tile that the next tile's Python variable is rebound to (the old
+        tile is read no more: later expressions see the new one), or None for a fresh name;
+        never one that ``reads`` (the new tile's expressions) mentions."""
+        if not self.allowed("rebind") or self.draw(st.integers(0, 3)):
+            return None
+        old = [t for t in self.tiles if t.kind == "2d" and
+               not re.search(rf"\b{t.name}\b", reads)]
+        if not old:
+            return None
+        tile = self.draw(st.sampled_from(old))
+        self.tiles.remove(tile)
+        self.features.add("rebind")
+        return tile.name
+
+    def scope(self, tile: Tile) -> str:
+        """Where ``tile`` lives: ``shared`` or ``fragment`` (its latest allocation line)."""
+        line = next(line for line in reversed(self.body)
+                    if line.startswith(f"{tile.name} = T.alloc_"))
+        return "shared" if "T.alloc_shared" in line else "fragment"
+
+    def subcopy(self) -> None:
+        """A tile filled with a constant, then part of another tile copied into it by
+        ``T.copy``: the whole tile, or an ``(h, w)`` window of the source at one offset into
+        the destination at another (slices of both); between fragments and shared tiles in
+        any direction."""
+        if not self.allowed("tile_copy"):
+            return
+        src = self.draw(st.sampled_from(self.squares()))
+        fill = self.draw(st.sampled_from((0, 1, 2)))
+        whole = self.draw(st.integers(0, 2)) == 0
+        h = self.bm if whole else self.draw(st.integers(1, self.bm))
+        w = self.bn if whole else self.draw(st.integers(1, self.bn))
+        r0, c0 = self.draw(st.integers(0, self.bm - h)), self.draw(st.integers(0, self.bn - w))
+        r1, c1 = self.draw(st.integers(0, self.bm - h)), self.draw(st.integers(0, self.bn - w))
+        from_scope = self.scope(src)
+        dst = self.tile("2d", min(src.lo, fill), max(src.hi, fill), src.err)
+        to_scope = self.draw(st.sampled_from(("fragment", "shared")))
+        if to_scope == "shared":
+            self.body[-1] = self.body[-1].replace("T.alloc_fragment", "T.alloc_shared")
+        if whole:
+            self.body.append(f"T.copy({src.name}, {dst.name})")
+        else:
+            self.body += [f"T.fill({dst.name}, {fill})",
+                          f"T.copy({src.name}[{r0}:{r0 + h}, {c0}:{c0 + w}], "
+                          f"{dst.name}[{r1}:{r1 + h}, {c1}:{c1 + w}])"]
+            self.features.add("tile_copy_window")
+        self.features |= {"tile_copy", f"tile_copy_{from_scope}_{to_scope}"}
+
+    def pipelined_gemm(self) -> None:
+        """``T.gemm`` carried by a ``T.Pipelined`` loop (1 to 3 stages) over this block's
+        column strip: each step loads a ``(bm, bn)`` block of two inputs into shared tiles and
+        accumulates ``A^T B`` (a ``(bn, bn)`` result, K = bm) or ``A B^T`` (``(bm, bm)``, K =
+        bn) into a cleared or filled accumulator (rows past the inputs' end read as zero); each
+        block copies it to its own tile of an output."""
+        acc = "float32" if self.floating else "int32" if self.dtype == "int8" else None
+        if acc is None or acc not in self.declared or not self.allowed("gemm", "pipelined",
+                                                                        "pipelined_gemm") or \
+                min(self.bm, self.bn) == 1:
+            return
+        steps = math.ceil(self.M / self.bm)
+        loop = grid_extent("M", self.M, self.bm, self.Mt == "M")
+        stages = self.draw(st.integers(1, 3))
+        (na, la, ha), (nb, lb, hb) = (self.draw(st.sampled_from(self.inputs)) for _ in "ab")
+        ta = self.draw(st.booleans())
+        side, k = (self.bn, self.bm) if ta else (self.bm, self.bn)
+        start = self.draw(st.sampled_from((0, 1, -2)))
+        mag = steps * k * max(abs(la), abs(ha)) * max(abs(lb), abs(hb))
+        lo, hi = start - mag, start + mag
+        if acc == "int32" and not -2**31 < lo <= hi < 2**31 - 1:
+            return
+        u = max(self.u, 2.0 ** -11) if self.floating else 0.0
+        sa, sb, name, out = (self.fresh(p) for p in ("a", "b", "C", "G"))
+        shape = f"({self.bm}, {self.bn})"
+        self.body += [f"{sa} = T.alloc_shared({shape}, {self.dtype!r})",
+                      f"{sb} = T.alloc_shared({shape}, {self.dtype!r})",
+                      f"{name} = T.alloc_fragment(({side}, {side}), {acc!r})",
+                      f"T.clear({name})" if start == 0 else f"T.fill({name}, {start})",
+                      f"for k in T.Pipelined({loop}, num_stages={stages}):",
+                      f"    T.copy({na}[{self.z}k * {self.bm}, bx * {self.bn}], {sa})",
+                      f"    T.copy({nb}[{self.z}k * {self.bm}, bx * {self.bn}], {sb})",
+                      f"    T.gemm({sa}, {sb}, {name}, transpose_A={ta}, transpose_B={not ta})",
+                      f"T.copy({name}, {out}[{self.z}by * {side}, bx * {side}])"]
+        gm, gn = math.ceil(self.M / self.bm), math.ceil(self.N / self.bn)
+        self.outputs.append((out, self.deep((gm * side, gn * side)), acc, 2 * u * mag))
+        self.features |= {"pipelined_gemm", "gemm", f"gemm_{acc}", f"pipelined_stages{stages}",
+                          "gemm_transpose_A" if ta else "gemm_transpose_B"}
 
     def map_float8(self, e: Expr, to: str, lo, hi, err) -> None:
         """A fragment of float8 elements: ``e`` converted element by element, read back by
@@ -728,6 +822,8 @@ class _Builder:
         if self.floating:
             accs += ["float32", "float32"] + [d for d in ("float16", "bfloat16") if
                                               self.dtype == "float32" and d in self.declared]
+            if self.dtype != "float32" and self.allowed("reduce_low_to_low"):
+                accs += [d for d in ("float16", "bfloat16") if d in self.declared]
         else:  # a narrower integer accumulator, when the sum fits it
             accs += [n for n in _NARROW_INTS if n in self.declared and
                      _LIMITS[n] < self.limit and _LOWEST[self.dtype] <= _LOWEST[n]]
@@ -757,7 +853,9 @@ class _Builder:
                          f"clear={clear})")
         self.features |= {f"reduce_{kind}", f"reduce_dim{dim}", f"reduce_into_{acc}",
                           f"reduce_acc_{'same' if acc == self.dtype else acc}",
-                          "reduce_clear" if clear else "reduce_accumulate"}
+                          "reduce_clear" if clear else "reduce_accumulate"} | \
+            ({"reduce_low_to_low"} if acc != self.dtype and self.dtype != "float32" and
+             acc in ("float16", "bfloat16") else set())
         self.write_vector(out, dim)
 
     def write_vector(self, tile: Tile, dim: int) -> None:
@@ -945,8 +1043,12 @@ def programs(draw, avoid=(), dtypes=None, features=None) -> Program:
     if M % bm or N % bn:
         b.features.add("partial_tile")
     for _ in range(draw(st.integers(1, 4))):
-        kind = draw(st.sampled_from(("map", "map", "map", "reduce", "cumsum", "repeat",
-                                     "pipelined", "local", "gemm", "atomic")))
+        kinds = ["map", "map", "map", "reduce", "cumsum", "repeat", "pipelined", "local",
+                 "gemm", "atomic"]
+        # drawn only when allowed: avoided, the draws are those of before them
+        kinds += (["subcopy"] if b.allowed("tile_copy") else []) + \
+            (["pipelined_gemm"] if b.allowed("pipelined_gemm") else [])
+        kind = draw(st.sampled_from(kinds))
         getattr(b, kind)()
     if not any(line.lstrip().startswith("for i, j in T.Parallel") for line in b.body):
         b.map()
