@@ -216,6 +216,58 @@ def thread_index(blocks=3):
     return main
 
 
+# T.import_source: the user's device code (a template, as TileLang's dequantisers are)
+WIDEN_SOURCE = """
+template <typename T1, typename T2>
+__device__ void tw_test_widen(const T1 *src, T2 *dst, int n, int scale) {
+  for (int i = 0; i < n; ++i) {
+    dst[i] = (T2)((int)src[i] * scale);
+  }
+}
+"""
+
+
+def extern_call(blocks=2, n=4):
+    """T.import_source + T.call_extern on T.access_ptr pointers, in a macro used twice (the
+    source is placed once): each thread widens its ``n`` int8 values of a shared tile through
+    the user's function into a per-thread array (TVM's argument order), then once more, scaled
+    by 2, straight into the global output (the ``dtype=`` order, a pointer to an element).
+    The macro finds its block with T.get_block_binding; a third output is
+    T.shift_left / T.shift_right of the thread index."""
+
+    @T.macro
+    def widen(S, O, P):
+        T.import_source(WIDEN_SOURCE)
+        bx = T.get_block_binding(0)
+        tx = T.get_thread_binding()
+        src = T.alloc_local((n,), "int8")
+        dst = T.alloc_local((n,), "float32")
+        for v in T.serial(n):
+            src[v] = S[tx * n + v]
+        T.call_extern("handle", "tw_test_widen", T.access_ptr(src, "r"),
+                      T.access_ptr(dst, "w"), n, 1)
+        for v in T.serial(n):
+            O[bx, tx * n + v] = dst[v]
+        T.call_extern("tw_test_widen", T.access_ptr(src, "r"),
+                      T.access_ptr(P[bx, tx * n], "w", n), n, 2, dtype="handle")
+
+    @T.prim_func
+    def main(A: T.Tensor((blocks, 128 * n), "int8"), O: T.Tensor((blocks, 128 * n), "float32"),
+             P: T.Tensor((blocks, 128 * n), "float32"), Q: T.Tensor((blocks, 128), "int32")):
+        with T.Kernel(blocks, threads=128) as bx:
+            S = T.alloc_shared((128 * n,), "int8")
+            T.copy(A[bx, :], S)
+            widen(S, O, P)
+            tx = T.get_thread_binding()
+            Q[bx, tx] = T.shift_left(1, tx % 16) + T.shift_right(-4096, bx + 1)
+        with T.Kernel(blocks, threads=128):
+            S2 = T.alloc_shared((128 * n,), "int8")
+            T.copy(A[0, :], S2)
+            widen(S2, O, P)
+
+    return main
+
+
 def cases():
     """``(name, kernel, cuda_cases.Case)`` of each dialect kernel at a size with partial
     tiles where the kernel allows them: the GPU checks (bench/checks.py) run them."""
@@ -256,4 +308,17 @@ def cases():
              torch.cat([torch.arange(3).view(3, 1) + torch.arange(128).view(1, 128),
                         torch.arange(3).view(3, 1) - torch.arange(128, 256).view(1, 128)],
                        dim=1)], tol={"rtol": 0, "atol": 0})),
+        ("extern_call", extern_call(), _extern_call_case(g)),
     ]
+
+
+def _extern_call_case(g):
+    """extern_call's inputs and expected outputs (the second kernel overwrites block 0's rows
+    with the same values and block 1's with block 0's)."""
+    a = torch.randint(-128, 128, (2, 512), generator=g, dtype=torch.int8)
+    wide = a[0].float().repeat(2, 1)
+    tx, bx = torch.arange(128).view(1, 128), torch.arange(2).view(2, 1)
+    q = (1 << (tx % 16)) + (-4096 >> (bx + 1))
+    return Case((a, torch.full((2, 512), float("nan")), torch.full((2, 512), float("nan")),
+                 torch.full((2, 128), -1, dtype=torch.int32)), (1, 2, 3),
+                [wide, wide * 2, q.to(torch.int32)], tol={"rtol": 0, "atol": 0})

@@ -11,7 +11,9 @@ import tilewright
 import tilewright_cuda.language as T
 import torch
 from dialect_cases import (
+    WIDEN_SOURCE,
     cluster_scale,
+    extern_call,
     head_copy,
     pipelined_gemm,
     thread_index,
@@ -176,6 +178,30 @@ def test_thread_binding_and_barrier_names_build_with_nvrtc():
     assert "USETMAXREG" not in code and "UTMALDG" in code and "ignored" not in log
 
 
+def test_imported_source_is_placed_once_before_the_kernels():
+    text, launch = _lower(extern_call())
+    # a macro that imports it, used in two kernels: one copy, before the first kernel
+    assert text.count(WIDEN_SOURCE.strip()) == 1
+    assert text.index("tw_test_widen(") < text.index('extern "C" __global__')
+    kernels = _kernel(text)
+    # TVM's order (a local array's pointers) and the dtype= order (a global element's)
+    assert "  tw_test_widen((&(src_ptr[0])), (&(dst_ptr[0])), 4, 1);" in kernels
+    assert "(&(P_ptr[" in kernels and "), 4, 2);" in kernels
+    assert "tw.cuda.import_source" not in json.dumps(launch)
+
+
+def test_the_same_source_and_call_work_on_older_architectures():
+    text, _ = _lower(extern_call(), "cuda -arch=sm_80")
+    assert text.count("__device__ void tw_test_widen(") == 1
+
+
+@pytest.mark.nvrtc
+def test_imported_source_builds_with_nvrtc():
+    text, _ = _lower(extern_call())
+    cubin, _ = executor.nvrtc_compile(text, arch.get("sm_90a"), ".")
+    assert cubin
+
+
 # -- machine code ----------------------------------------------------------------------------
 def _sass(func) -> tuple[str, bytes, str]:
     text, _ = _lower(func)
@@ -216,7 +242,8 @@ def test_cluster_and_tma_store_machine_code():
 # -- errors ----------------------------------------------------------------------------------
 @pytest.mark.parametrize("kernel, op", [(tma_gemm, "alloc_barrier"), (ws_gemm, "alloc_barrier"),
                                         (cluster_scale, "ClusterKernel"),
-                                        (thread_index, "get_thread_binding")])
+                                        (thread_index, "get_thread_binding"),
+                                        (extern_call, "import_source")])
 def test_other_backends_refuse_dialect_ops_by_name(kernel, op):
     with pytest.raises(KernelError, match=rf"T\.{op} is an op of the 'cuda' dialect.*backend "
                                           r"'cpu' cannot lower it"):
@@ -243,6 +270,37 @@ def test_older_architectures_refuse_hopper_ops():
         tilewright.lower(cluster_scale(), "cuda -arch=sm_86")
     with pytest.raises(KernelError, match=r"T\.set_max_nreg needs sm_90a"):
         tilewright.lower(ws_gemm(), "cuda -arch=sm_90")
+
+
+def test_call_extern_alone_is_refused_by_the_cpu_backend():
+    @T.prim_func
+    def main(A: T.Tensor((4,), "float32")):
+        with T.Kernel(1, threads=32):
+            T.call_extern("handle", "my_function", T.access_ptr(A, "w"), 4)
+
+    with pytest.raises(KernelError, match=r"T\.call_extern is an op of the 'cuda' dialect.*"
+                                          r"backend 'cpu' cannot lower it"):
+        tilewright.lower(main, "cpu")
+
+
+@pytest.mark.parametrize("body, message", [
+    (lambda A: T.call_extern("handle", "f", A), r"argument 0 is the buffer 'A'.*T\.access_ptr"),
+    (lambda A: T.call_extern("f"), r"the result's type and the function's name"),
+    (lambda A: T.call_extern("handle", "not a name", 1), r"must be a C identifier"),
+    (lambda A: T.call_extern("f", "x", dtype="handle"), r"argument 0 is a string"),
+    (lambda A: T.access_ptr(A, "x"), r"access_mask must be one of r, w, rw"),
+    (lambda A: T.access_ptr(A[0], "r", 9), r"extent 9 is outside 1\.\.4"),
+    (lambda A: T.access_ptr(3, "r"), r"takes a buffer or one of its elements"),
+    (lambda A: T.import_source(""), r"takes CUDA source text"),
+])
+def test_bad_extern_use_is_a_clear_error_at_the_users_line(body, message):
+    with pytest.raises(KernelError, match=message) as info:
+        @T.prim_func
+        def main(A: T.Tensor((4,), "float32")):
+            with T.Kernel(1, threads=32):
+                body(A)
+
+    assert "test_cuda_dialect.py" in str(info.value)
 
 
 def test_bad_dialect_use_is_a_clear_error():

@@ -19,8 +19,9 @@ from tilewright.language.buffer import (
 from tilewright.language.extension import DialectSupport
 from tvm import tirx
 
-from .. import ops
+from .. import intrinsics, ops
 from ..keys import CLUSTER as CLUSTER_KEY
+from ..keys import IMPORT_SOURCE as IMPORT_SOURCE_KEY
 from ..keys import NO_SET_MAX_NREG as NO_SET_MAX_NREG_KEY
 from ..keys import WARPGROUP
 from ..keys import WS as WS_KEY
@@ -305,8 +306,85 @@ def fence_proxy_async():
     _emit(ops.FENCE_PROXY_ASYNC.name, {})
 
 
-__all__ = ["ClusterKernel", "alloc_barrier", "barrier_arrive", "barrier_wait",
-           "dec_max_nreg", "disable_warp_group_reg_alloc", "fence_proxy_async",
-           "get_thread_binding", "inc_max_nreg", "mbarrier_arrive", "mbarrier_expect_tx",
-           "mbarrier_wait_parity", "no_set_max_nreg", "set_max_nreg", "thread_binding",
-           "tma_copy", "tma_store_wait", "ws"]
+# -- the user's CUDA source -------------------------------------------------------------------
+ACCESS_MASKS = ("r", "w", "rw")
+
+
+def access_ptr(value, access_mask: str = "r", extent=None):
+    """``T.access_ptr(buf, "r")``: a pointer to the first element of a buffer, or with an
+    element (``T.access_ptr(KV[b, i, 0], "r", 8)``) to that element, for a device function
+    called with :func:`call_extern`. ``access_mask`` says what the callee does with the
+    elements (``"r"``, ``"w"``, ``"rw"``); ``extent``, how many it touches from there (checked
+    against the buffer's size when known)."""
+    if access_mask not in ACCESS_MASKS:
+        raise error(f"T.access_ptr access_mask must be one of {', '.join(ACCESS_MASKS)}, got "
+                    f"{access_mask!r}")
+    if isinstance(value, TileBuffer):
+        buf, indices = value.buffer, [tirx.const(0, "int32") for _ in value.shape]
+    elif isinstance(value, tvm.ir.TensorLoad):
+        buf, indices = value.source, list(value.indices)
+    else:
+        raise error(f"T.access_ptr takes a buffer or one of its elements (buf[i, j]), got "
+                    f"{type(value).__name__}")
+    dims = [as_int(d) for d in buf.shape]
+    size = None
+    if all(isinstance(d, int) for d in dims):
+        size = 1
+        for d in dims:
+            size *= d
+    count = None if extent is None else as_int(extent)
+    if isinstance(count, int) and (count <= 0 or (size is not None and count > size)):
+        raise error(f"T.access_ptr extent {count} is outside 1..{size} (the size of "
+                    f"{buf.name!r})")
+    return tirx.address_of(tirx.BufferLoad(buf, indices))
+
+
+def call_extern(*args, dtype=None):
+    """``T.call_extern("handle", "decode", T.access_ptr(a, "r"), ...)`` (TVM's order: the
+    result's type, the function's name, its arguments) or ``T.call_extern("decode", ...,
+    dtype=...)``: every calling thread calls the device function ``decode`` of the kernel's
+    CUDA source (:func:`import_source`) or of CUDA's headers, here, in program order. The call
+    is a statement: what the function returns (of type ``dtype``) is discarded; results come
+    back through pointers (:func:`access_ptr`). The compiler does not know what the function
+    does: it takes every element whose address is passed as read and written."""
+    args = list(args)
+    if dtype is None:
+        if len(args) < 2:
+            raise error("T.call_extern takes the result's type and the function's name, then "
+                        "its arguments: T.call_extern('handle', 'name', *args)")
+        args = args[1:]  # TVM's order: the result's type first
+    if not args or not isinstance(args[0], str) or not args[0].isidentifier():
+        raise error(f"T.call_extern: the function's name must be a C identifier string, got "
+                    f"{(args[0] if args else None)!r}")
+    name, values = args[0], []
+    for i, arg in enumerate(args[1:]):
+        if isinstance(arg, TileBuffer):
+            raise error(f"T.call_extern({name!r}): argument {i} is the buffer {arg.name!r}; "
+                        f"pass a pointer to it, T.access_ptr({arg.name}, 'r')")
+        if isinstance(arg, str):
+            raise error(f"T.call_extern({name!r}): argument {i} is a string; the arguments "
+                        "are numbers, expressions and pointers (T.access_ptr)")
+        values.append(to_expr(arg))
+    # a statement: whatever the function returns (``dtype``) is discarded
+    _emit(ops.CALL_EXTERN.name, {"call": intrinsics.user_call("void", name, *values)})
+
+
+def import_source(source: str):
+    """``T.import_source(code)``: CUDA device code of the user's (``__device__`` functions,
+    templates) placed once before the kernel in the generated file, for :func:`call_extern`.
+    The same text imported again (a macro used twice, two kernels) is placed once."""
+    if not isinstance(source, str) or not source.strip():
+        raise error(f"T.import_source takes CUDA source text (a non-empty str), got "
+                    f"{type(source).__name__}")
+    builder = _D.kernel_builder("T.import_source")
+    sources = builder.kernel_annotations.setdefault(IMPORT_SOURCE_KEY, [])
+    if source not in sources:
+        sources.append(source)
+    _emit(ops.IMPORT_SOURCE.name, {}, {"chars": len(source)})
+
+
+__all__ = ["ClusterKernel", "access_ptr", "alloc_barrier", "barrier_arrive", "barrier_wait",
+           "call_extern", "dec_max_nreg", "disable_warp_group_reg_alloc", "fence_proxy_async",
+           "get_thread_binding", "import_source", "inc_max_nreg", "mbarrier_arrive",
+           "mbarrier_expect_tx", "mbarrier_wait_parity", "no_set_max_nreg", "set_max_nreg",
+           "thread_binding", "tma_copy", "tma_store_wait", "ws"]

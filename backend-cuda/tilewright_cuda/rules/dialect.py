@@ -131,3 +131,17 @@ def lower_get_thread_binding(call: TileOpCall, ctx: RuleContext):
     if below * threads[dim] < threads[0] * threads[1] * threads[2]:
         value = tirx.floormod(value, threads[dim])
     return tirx.BufferStore(call.operands["dst"].buffer, value, [tirx.const(0, "int32")])
+
+
+@register(ops.CALL_EXTERN.name)
+def lower_call_extern(call: TileOpCall, ctx: RuleContext):
+    """The user's call, made by every thread that reaches it (any CUDA architecture: what the
+    callee needs is NVRTC's to check)."""
+    return tirx.Evaluate(call.operands["call"])
+
+
+@register(ops.IMPORT_SOURCE.name)
+def lower_import_source(call: TileOpCall, ctx: RuleContext):
+    """Nothing here: the kernel's annotation ``keys.IMPORT_SOURCE`` carries the source to the
+    code generator, which places it once before the kernels."""
+    return tirx.Evaluate(tirx.const(0, "int32"))

@@ -457,6 +457,19 @@ def sync_threads(barrier_id=None, arrive_count=None) -> None:
                            "orders the whole block")
 
 
+def get_block_binding(dim: int = 0):
+    """``bx = T.get_block_binding(0)``: the block's index along dimension ``dim`` of the
+    enclosing ``T.Kernel``'s grid, the variable ``with T.Kernel(...) as (bx, by)`` gives (a
+    macro can read it without being passed it)."""
+    builder = B.require_kernel("T.get_block_binding")
+    kernel = builder.enclosing("kernel").info["kernel"]
+    if not isinstance(dim, int) or isinstance(dim, bool) or not 0 <= dim < len(kernel.vars):
+        raise kernel_error(f"T.get_block_binding takes a grid dimension below "
+                           f"{len(kernel.vars)} (the kernel's grid is {len(kernel.vars)}-D), "
+                           f"got {dim!r}")
+    return kernel.vars[dim]
+
+
 class Persistent(LoopSpec):
     """``for bx, by in T.Persistent([m_blocks, n_blocks], num_workers, worker_id)``.
 

@@ -147,6 +147,37 @@ def unpack(packed, index, bits: int = 4, signed: bool = False):
     return tirx.Cast(f"int{width}", tirx.Cast(wide, value) - sign * tirx.const(2, wide))
 
 
+def _shift(a, b, what: str):
+    """Both operands of a shift as integer PrimExprs of one dtype: a Python int is an int32
+    (TVM's rule), two integer types meet in the wider one (:func:`promoted`)."""
+    a, b = to_expr(a), to_expr(b)
+    for v in (a, b):
+        if is_float(dtype_of(v)) or dtype_of(v) == "bool":
+            raise kernel_error(f"T.{what} shifts integers; got an operand of type {dtype_of(v)}")
+    if dtype_of(a) != dtype_of(b):
+        target = promoted(dtype_of(a), dtype_of(b))
+        a, b = to_expr(a, target), to_expr(b, target)
+    return a, b
+
+
+def shift_left(a, b):
+    """``a << b`` of integers (the count below the type's bit width); a Python int when both
+    are."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a << b
+    a, b = _shift(a, b, "shift_left")
+    return tirx.shift_left(a, b)
+
+
+def shift_right(a, b):
+    """``a >> b`` of integers (the count below the type's bit width): arithmetic for a signed
+    type, logical for an unsigned one; a Python int when both are."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a >> b
+    a, b = _shift(a, b, "shift_right")
+    return tirx.shift_right(a, b)
+
+
 def floordiv(a, b):
     """Division rounding towards negative infinity; a Python int when both are."""
     if isinstance(a, int) and isinstance(b, int):
