@@ -43,7 +43,7 @@ from .dialect import (
 __all__ = [  # noqa: PLE0604 - the portable names plus the dialect's
     *_PORTABLE, "ClusterKernel", "access_ptr", "alloc_barrier", "barrier_arrive",
     "barrier_wait", "call_extern", "dec_max_nreg", "disable_warp_group_reg_alloc",
-    "fence_proxy_async", "get_thread_binding", "import_source", "inc_max_nreg", "mbarrier_arrive", "mbarrier_expect_tx",
-    "mbarrier_wait_parity", "no_set_max_nreg", "set_max_nreg",
-    "thread_binding", "tma_copy", "tma_store_wait", "ws",
+    "fence_proxy_async", "get_thread_binding", "import_source", "inc_max_nreg",
+    "mbarrier_arrive", "mbarrier_expect_tx", "mbarrier_wait_parity", "no_set_max_nreg",
+    "set_max_nreg", "thread_binding", "tma_copy", "tma_store_wait", "ws",
 ]
