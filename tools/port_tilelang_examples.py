@@ -554,6 +554,19 @@ if os.environ.get("TW_PORT_COMPILE_ONLY"):
         return kernel
 
     _only_module._compile_kernel = _build_only
+    # TileLang's toolchain queries answer for the target: tilelang.contrib.nvcc's
+    # get_target_compute_version() (the examples check for Hopper with it) is the target's
+    # compute capability, "9.0" for sm_90a
+    import types
+
+    def _compute_version(target=None):
+        return ".".join(map(str, _CAPABILITY))
+
+    _nvcc = types.ModuleType("tilewright.contrib.nvcc")
+    _nvcc.get_target_compute_version = _compute_version
+    _contrib = sys.modules.setdefault("tilewright.contrib",
+                                      types.ModuleType("tilewright.contrib"))
+    _contrib.nvcc = sys.modules.setdefault("tilewright.contrib.nvcc", _nvcc)
     _OnlyKernelCall.__call__ = lambda self, *args, **kwargs: _stop(
         "stopped at the first kernel call", 0)
     # the profiler makes the kernel's inputs on its device and calls it: a kernel call too
