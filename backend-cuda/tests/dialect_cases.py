@@ -233,7 +233,8 @@ def extern_call(blocks=2, n=4):
     the user's function into a per-thread array (TVM's argument order), then once more, scaled
     by 2, straight into the global output (the ``dtype=`` order, a pointer to an element).
     The macro finds its block with T.get_block_binding; a third output is
-    T.shift_left / T.shift_right of the thread index."""
+    T.shift_left / T.shift_right of the thread index, a fourth T.dp4a of each thread's four
+    int8 values with themselves (plus 7)."""
 
     @T.macro
     def widen(S, O, P):
@@ -253,13 +254,18 @@ def extern_call(blocks=2, n=4):
 
     @T.prim_func
     def main(A: T.Tensor((blocks, 128 * n), "int8"), O: T.Tensor((blocks, 128 * n), "float32"),
-             P: T.Tensor((blocks, 128 * n), "float32"), Q: T.Tensor((blocks, 128), "int32")):
+             P: T.Tensor((blocks, 128 * n), "float32"), Q: T.Tensor((blocks, 128), "int32"),
+             D: T.Tensor((blocks, 128), "int32")):
         with T.Kernel(blocks, threads=128) as bx:
             S = T.alloc_shared((128 * n,), "int8")
             T.copy(A[bx, :], S)
             widen(S, O, P)
             tx = T.get_thread_binding()
             Q[bx, tx] = T.shift_left(1, tx % 16) + T.shift_right(-4096, bx + 1)
+            acc = T.alloc_local((1,), "int32")
+            acc[0] = 7
+            T.dp4a(S[tx * 4], S[tx * 4], acc[0])
+            D[bx, tx] = acc[0]
         with T.Kernel(blocks, threads=128):
             S2 = T.alloc_shared((128 * n,), "int8")
             T.copy(A[0, :], S2)
@@ -319,6 +325,9 @@ def _extern_call_case(g):
     wide = a[0].float().repeat(2, 1)
     tx, bx = torch.arange(128).view(1, 128), torch.arange(2).view(2, 1)
     q = (1 << (tx % 16)) + (-4096 >> (bx + 1))
+    squares = (a.int() ** 2).view(2, 128, 4).sum(2) + 7
     return Case((a, torch.full((2, 512), float("nan")), torch.full((2, 512), float("nan")),
-                 torch.full((2, 128), -1, dtype=torch.int32)), (1, 2, 3),
-                [wide, wide * 2, q.to(torch.int32)], tol={"rtol": 0, "atol": 0})
+                 torch.full((2, 128), -1, dtype=torch.int32),
+                 torch.full((2, 128), -1, dtype=torch.int32)), (1, 2, 3, 4),
+                [wide, wide * 2, q.to(torch.int32), squares.to(torch.int32)],
+                tol={"rtol": 0, "atol": 0})

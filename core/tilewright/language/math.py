@@ -6,7 +6,7 @@ import tvm
 from tvm import tirx
 
 from ..errors import kernel_error
-from .buffer import dtype_of, to_expr
+from .buffer import TileBuffer, dtype_of, to_expr
 from .dtypes import is_float, normalize_dtype
 
 
@@ -176,6 +176,47 @@ def shift_right(a, b):
         return a >> b
     a, b = _shift(a, b, "shift_right")
     return tirx.shift_right(a, b)
+
+
+def index_to_coordinates(index, shape) -> list:
+    """The coordinates of the flat (row-major) ``index`` in ``shape``, outermost first:
+    ``T.index_to_coordinates(i, (4, 8))`` is ``[i // 8, i % 8]``."""
+    coordinates = []
+    for extent in reversed(list(shape)):
+        coordinates.append(floormod(index, extent))
+        index = floordiv(index, extent)
+    return coordinates[::-1]
+
+
+DP4A_BYTES = ("int8", "uint8")
+
+
+def dp4a(a, b, c) -> None:
+    """``c += a[0] * b[0] + ... + a[3] * b[3]``: the dot product of four 8-bit integers from
+    ``a`` on, four from ``b`` on (elements, ``A_local[k]``; the four are consecutive along the
+    last dimension), widened to int32, added to the int32 element ``c`` (a statement, as
+    TileLang's ``T.dp4a``)."""
+    loads = []
+    for what, value in (("a", a), ("b", b), ("c", c)):
+        if not isinstance(value, tvm.ir.TensorLoad):
+            raise kernel_error(f"T.dp4a takes buffer elements (A[i], B[i], C[0]); {what} is "
+                               f"{type(value).__name__}")
+        loads.append(value)
+    for what, load in zip(("a", "b"), loads):
+        if str(load.ty) not in DP4A_BYTES:
+            raise kernel_error(f"T.dp4a: {what} must be int8 or uint8, got {load.ty}")
+    if str(loads[2].ty) != "int32":
+        raise kernel_error(f"T.dp4a accumulates into an int32 element, got {loads[2].ty}")
+
+    def element(load, j):
+        indices = list(load.indices)
+        indices[-1] = indices[-1] + j
+        return tirx.Cast("int32", tirx.BufferLoad(load.source, indices))
+
+    total = loads[2]
+    for j in range(4):
+        total = total + element(loads[0], j) * element(loads[1], j)
+    TileBuffer(loads[2].source)[tuple(loads[2].indices)] = total
 
 
 def floordiv(a, b):
