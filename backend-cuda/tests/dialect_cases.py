@@ -274,6 +274,38 @@ def extern_call(blocks=2, n=4):
     return main
 
 
+def thread_allreduce(rows=16, group=8):
+    """TVM's thread allreduce as TileLang's GEMV examples write it: a (group, rows) thread
+    block; the threads of a row combine their values along threadIdx.x with a sum (the row's
+    first thread stores it) and a max (every thread stores it)."""
+
+    def scope(combine):
+        return T.attr(T.comm_reducer(combine, [T.cast(0, "float32")]), "reduce_scope",
+                      T.reinterpret(T.uint64(0), dtype="handle"))
+
+    @T.prim_func
+    def main(A: T.Tensor((2, rows, group), "float32"), S: T.Tensor((2, rows), "float32"),
+             M: T.Tensor((2, rows, group), "float32")):
+        with T.Kernel(2, threads=(group, rows)) as bx:
+            acc = T.alloc_local((1,), "float32")
+            total = T.alloc_local((1,), "float32")
+            top = T.alloc_local((1,), "float32")
+            kr = T.thread_binding(0, group, thread="threadIdx.x")
+            ni = T.thread_binding(0, rows, thread="threadIdx.y")
+            acc[0] = A[bx, ni, kr]
+            with scope(lambda x, y: x + y):
+                T.evaluate(T.tvm_thread_allreduce(T.uint32(1), acc[0], True, total[0], kr,
+                                                  dtype="handle"))
+            with scope(lambda x, y: T.max(x, y)):
+                T.evaluate(T.tvm_thread_allreduce(T.uint32(1), acc[0], True, top[0], kr,
+                                                  dtype="handle"))
+            if kr == 0:
+                S[bx, ni] = total[0]
+            M[bx, ni, kr] = top[0]
+
+    return main
+
+
 def cases():
     """``(name, kernel, cuda_cases.Case)`` of each dialect kernel at a size with partial
     tiles where the kernel allows them: the GPU checks (bench/checks.py) run them."""
@@ -315,7 +347,14 @@ def cases():
                         torch.arange(3).view(3, 1) - torch.arange(128, 256).view(1, 128)],
                        dim=1)], tol={"rtol": 0, "atol": 0})),
         ("extern_call", extern_call(), _extern_call_case(g)),
+        ("thread_allreduce", thread_allreduce(), _allreduce_case(rand(2, 16, 8))),
     ]
+
+
+def _allreduce_case(a):
+    return Case((a, torch.full((2, 16), float("nan")), torch.full((2, 16, 8), float("nan"))),
+                (1, 2), [a.sum(-1), a.amax(-1, keepdim=True).expand(2, 16, 8)],
+                tol={"rtol": 1e-6, "atol": 1e-6})
 
 
 def _extern_call_case(g):

@@ -16,6 +16,7 @@ from dialect_cases import (
     extern_call,
     head_copy,
     pipelined_gemm,
+    thread_allreduce,
     thread_index,
     tma_gemm,
     tma_gemm_swizzled,
@@ -202,6 +203,39 @@ def test_imported_source_builds_with_nvrtc():
     assert cubin
 
 
+@pytest.mark.nvrtc
+def test_thread_allreduce_is_xor_shuffles_within_the_group_and_builds():
+    text, _ = _lower(thread_allreduce())
+    kernel = _kernel(text)
+    # 8 threads along x: offsets 4, 2, 1 for the sum and the max
+    assert kernel.count("__shfl_xor_sync(") == 6 and ", 4, 32)" in kernel and ", 1, 32)" in kernel
+    cubin, _ = executor.nvrtc_compile(text, arch.get("sm_80"), ".")
+    assert cubin
+
+
+@pytest.mark.parametrize("threads, axis, message", [
+    ((64, 2), "x", r"along threadIdx\.x \(64 threads"),
+    ((8, 16), "y", r"along threadIdx\.y \(16 threads"),
+])
+def test_thread_allreduce_beyond_a_warp_is_refused(threads, axis, message):
+    @T.prim_func
+    def main(A: T.Tensor((threads[1], threads[0]), "float32"),
+             S: T.Tensor((threads[1], threads[0]), "float32")):
+        with T.Kernel(1, threads=threads):
+            acc = T.alloc_local((1,), "float32")
+            out = T.alloc_local((1,), "float32")
+            x = T.thread_binding(0, threads[0], thread="threadIdx.x")
+            y = T.thread_binding(0, threads[1], thread="threadIdx.y")
+            acc[0] = A[y, x]
+            with T.attr(T.comm_reducer(lambda a, b: a + b, [0.0]), "reduce_scope", 0):
+                T.evaluate(T.tvm_thread_allreduce(T.uint32(1), acc[0], True, out[0],
+                                                  x if axis == "x" else y))
+            S[y, x] = out[0]
+
+    with pytest.raises(KernelError, match=message):
+        tilewright.lower(main, "cuda -arch=sm_90a")
+
+
 # -- machine code ----------------------------------------------------------------------------
 def _sass(func) -> tuple[str, bytes, str]:
     text, _ = _lower(func)
@@ -292,6 +326,10 @@ def test_call_extern_alone_is_refused_by_the_cpu_backend():
     (lambda A: T.access_ptr(A[0], "r", 9), r"extent 9 is outside 1\.\.4"),
     (lambda A: T.access_ptr(3, "r"), r"takes a buffer or one of its elements"),
     (lambda A: T.import_source(""), r"takes CUDA source text"),
+    (lambda A: T.comm_reducer(lambda x, y: x * y, [1.0]), r"combines two values with x \+ y"),
+    (lambda A: T.attr(A, "pragma", 0), r"'reduce_scope' of a T.comm_reducer"),
+    (lambda A: T.evaluate(A[0]), r"T\.evaluate in the CUDA dialect takes"),
+    (lambda A: T.tvm_thread_allreduce(1, A[0], True, A[0]), r"must be inside 'with T\.attr"),
 ])
 def test_bad_extern_use_is_a_clear_error_at_the_users_line(body, message):
     with pytest.raises(KernelError, match=message) as info:

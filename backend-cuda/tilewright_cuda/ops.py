@@ -65,8 +65,16 @@ CALL_EXTERN = _op("call_extern", (Operand("call", "read", kind="expr"),), (),
 IMPORT_SOURCE = _op("import_source", (), (Attr("chars", int, 0),),
                     "the user's CUDA source, placed once before the kernel in the generated "
                     "file (the text travels in the kernel's annotation keys.IMPORT_SOURCE)")
+THREAD_ALLREDUCE = _op("tvm_thread_allreduce", (Operand("value", "read", kind="expr"),
+                                                Operand("dst", "write")),
+                       (Attr("combiner", str, "sum"), Attr("dim", int, 0),
+                        Attr("threads", str, "")),
+                       "every thread of a group along one of T.Kernel's thread dimensions gets "
+                       "the group's values combined (sum, max or min) in its one-element "
+                       "array")
 
 DIALECT_OPS = (TMA_COPY.name, INIT_BARRIERS.name, ARRIVE.name, WAIT_PARITY.name,
                EXPECT_TX.name, TMA_STORE_WAIT.name, FENCE_PROXY_ASYNC.name, SET_MAX_NREG.name,
                WS.name, CLUSTER.name, THREAD_BINDING.name,
-               NO_SET_MAX_NREG.name, CALL_EXTERN.name, IMPORT_SOURCE.name)
+               NO_SET_MAX_NREG.name, CALL_EXTERN.name, IMPORT_SOURCE.name,
+               THREAD_ALLREDUCE.name)
