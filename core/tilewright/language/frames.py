@@ -14,6 +14,7 @@ from tvm import tirx
 from ..errors import KernelError, kernel_error, span_location
 from . import builder as B
 from .buffer import as_int, dtype_of, to_expr
+from .math import if_then_else
 
 LOOP_KIND_KEY = "tw.loop"
 BLOCK_AXES = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
@@ -284,6 +285,14 @@ class Helpers:
             else:
                 value = tirx.Or(value, to_expr(thunk()))
         return value
+
+    @staticmethod
+    def choose(cond, then, otherwise):
+        """``then() if cond else otherwise()``: Python's for a Python truth value; for a
+        symbolic condition both values, selected by ``T.if_then_else`` (TileLang's meaning)."""
+        if dtype_of(cond) is None:
+            return then() if cond else otherwise()
+        return if_then_else(cond, then(), otherwise())
 
     @staticmethod
     def not_of(value):
