@@ -196,6 +196,23 @@ def test_the_same_source_and_call_work_on_older_architectures():
     assert text.count("__device__ void tw_test_widen(") == 1
 
 
+def test_a_pointer_into_a_shared_tile_follows_the_tile_and_its_writers():
+    @T.prim_func
+    def main(A: T.Tensor((512,), "int8"), O: T.Tensor((512,), "float32")):
+        with T.Kernel(1, threads=128):
+            S = T.alloc_shared((512,), "int8")
+            T.copy(A, S)
+            T.import_source(WIDEN_SOURCE)
+            tx = T.get_thread_binding()
+            T.call_extern("handle", "tw_test_widen", T.access_ptr(S[tx * 4], "r", 4),
+                          T.access_ptr(O[tx * 4], "w", 4), 4, 3)
+
+    kernel = _kernel(_lower(main)[0])
+    # the tile's place in the shared pool, after the barrier that orders the copy into it
+    call = kernel.index("tw_test_widen((&(((signed char*)tw_smem_ptr)[")
+    assert kernel.rindex("__syncthreads();", 0, call) > kernel.index("tw_cp_async_wait<0>();")
+
+
 @pytest.mark.nvrtc
 def test_imported_source_builds_with_nvrtc():
     text, _ = _lower(extern_call())
