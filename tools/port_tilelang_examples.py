@@ -6,6 +6,8 @@ The port is what a TileLang user would do by hand, and nothing more:
 
 - imports: ``import tilelang`` becomes ``import tilewright as tilelang``,
   ``tilelang.language`` / ``tilelang.X`` become ``tilewright.language`` / ``tilewright.X``;
+  ``from tilelang import DataType`` is TVM's, and ``tilelang.transform.simplify_prim_func``
+  (a decorator that simplifies the kernel's IR) leaves the kernel as it is;
 - CUDA tensors map to the CPU: the strings ``"cuda"`` / ``"cuda:0"`` become ``"cpu"`` (not
   the one in ``carver.arch.CUDA("cuda")``, which names the GPU a kernel is analysed for),
   ``target="cuda"`` becomes ``target="auto"``, and a small shim (``sitecustomize``) makes
@@ -195,6 +197,11 @@ class Result:
 
 # -- the mechanical port --------------------------------------------------------------------
 _IMPORTS = [
+    # TileLang re-exports TVM's DataType; its simplify_prim_func decorator only simplifies the
+    # IR, which tilewright's compilation does anyway
+    (re.compile(r"^(\s*)from tilelang import DataType\s*$", re.M), r"\1from tvm import DataType"),
+    (re.compile(r"^(\s*)from tilelang\.transform import simplify_prim_func\s*$", re.M),
+     r"\1simplify_prim_func = lambda func: func  # tilewright simplifies when it compiles"),
     (re.compile(r"^(\s*)import tilelang\s*$", re.M), r"\1import tilewright as tilelang"),
     (re.compile(r"^(\s*)import tilelang as (\w+)", re.M), r"\1import tilewright as \2"),
     (re.compile(r"^(\s*)import tilelang\.([\w.]+) as (\w+)", re.M),
@@ -554,6 +561,19 @@ if os.environ.get("TW_PORT_COMPILE_ONLY"):
         return kernel
 
     _only_module._compile_kernel = _build_only
+    # TileLang's toolchain queries answer for the target: tilelang.contrib.nvcc's
+    # get_target_compute_version() (the examples check for Hopper with it) is the target's
+    # compute capability, "9.0" for sm_90a
+    import types
+
+    def _compute_version(target=None):
+        return ".".join(map(str, _CAPABILITY))
+
+    _nvcc = types.ModuleType("tilewright.contrib.nvcc")
+    _nvcc.get_target_compute_version = _compute_version
+    _contrib = sys.modules.setdefault("tilewright.contrib",
+                                      types.ModuleType("tilewright.contrib"))
+    _contrib.nvcc = sys.modules.setdefault("tilewright.contrib.nvcc", _nvcc)
     _OnlyKernelCall.__call__ = lambda self, *args, **kwargs: _stop(
         "stopped at the first kernel call", 0)
     # the profiler makes the kernel's inputs on its device and calls it: a kernel call too

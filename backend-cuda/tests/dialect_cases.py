@@ -216,6 +216,96 @@ def thread_index(blocks=3):
     return main
 
 
+# T.import_source: the user's device code (a template, as TileLang's dequantisers are)
+WIDEN_SOURCE = """
+template <typename T1, typename T2>
+__device__ void tw_test_widen(const T1 *src, T2 *dst, int n, int scale) {
+  for (int i = 0; i < n; ++i) {
+    dst[i] = (T2)((int)src[i] * scale);
+  }
+}
+"""
+
+
+def extern_call(blocks=2, n=4):
+    """T.import_source + T.call_extern on T.access_ptr pointers, in a macro used twice (the
+    source is placed once): each thread widens its ``n`` int8 values of a shared tile through
+    the user's function into a per-thread array (TVM's argument order), then once more, scaled
+    by 2, straight into the global output (the ``dtype=`` order, a pointer to an element).
+    The macro finds its block with T.get_block_binding; a third output is
+    T.shift_left / T.shift_right of the thread index, a fourth T.dp4a of each thread's four
+    int8 values with themselves (plus 7)."""
+
+    @T.macro
+    def widen(S, O, P):
+        T.import_source(WIDEN_SOURCE)
+        bx = T.get_block_binding(0)
+        tx = T.get_thread_binding()
+        src = T.alloc_local((n,), "int8")
+        dst = T.alloc_local((n,), "float32")
+        for v in T.serial(n):
+            src[v] = S[tx * n + v]
+        T.call_extern("handle", "tw_test_widen", T.access_ptr(src, "r"),
+                      T.access_ptr(dst, "w"), n, 1)
+        for v in T.serial(n):
+            O[bx, tx * n + v] = dst[v]
+        T.call_extern("tw_test_widen", T.access_ptr(src, "r"),
+                      T.access_ptr(P[bx, tx * n], "w", n), n, 2, dtype="handle")
+
+    @T.prim_func
+    def main(A: T.Tensor((blocks, 128 * n), "int8"), O: T.Tensor((blocks, 128 * n), "float32"),
+             P: T.Tensor((blocks, 128 * n), "float32"), Q: T.Tensor((blocks, 128), "int32"),
+             D: T.Tensor((blocks, 128), "int32")):
+        with T.Kernel(blocks, threads=128) as bx:
+            S = T.alloc_shared((128 * n,), "int8")
+            T.copy(A[bx, :], S)
+            widen(S, O, P)
+            tx = T.get_thread_binding()
+            Q[bx, tx] = T.shift_left(1, tx % 16) + T.shift_right(-4096, bx + 1)
+            acc = T.alloc_local((1,), "int32")
+            acc[0] = 7
+            T.dp4a(S[tx * 4], S[tx * 4], acc[0])
+            D[bx, tx] = acc[0]
+        with T.Kernel(blocks, threads=128):
+            S2 = T.alloc_shared((128 * n,), "int8")
+            T.copy(A[0, :], S2)
+            widen(S2, O, P)
+
+    return main
+
+
+def thread_allreduce(rows=16, group=8):
+    """TVM's thread allreduce as TileLang's GEMV examples write it: a (group, rows) thread
+    block; the threads of a row combine their values along threadIdx.x with a sum (the row's
+    first thread stores it) and a max (every thread stores it)."""
+
+    def scope(combine):
+        return T.attr(T.comm_reducer(combine, [T.cast(0, "float32")]), "reduce_scope",
+                      T.reinterpret(T.uint64(0), dtype="handle"))
+
+    @T.prim_func
+    def main(A: T.Tensor((2, rows, group), "float32"), S: T.Tensor((2, rows), "float32"),
+             M: T.Tensor((2, rows, group), "float32")):
+        with T.Kernel(2, threads=(group, rows)) as bx:
+            acc = T.alloc_local((1,), "float32")
+            total = T.alloc_local((1,), "float32")
+            top = T.alloc_local((1,), "float32")
+            kr = T.thread_binding(0, group, thread="threadIdx.x")
+            ni = T.thread_binding(0, rows, thread="threadIdx.y")
+            acc[0] = A[bx, ni, kr]
+            with scope(lambda x, y: x + y):
+                T.evaluate(T.tvm_thread_allreduce(T.uint32(1), acc[0], True, total[0], kr,
+                                                  dtype="handle"))
+            with scope(lambda x, y: T.max(x, y)):
+                T.evaluate(T.tvm_thread_allreduce(T.uint32(1), acc[0], True, top[0], kr,
+                                                  dtype="handle"))
+            if kr == 0:
+                S[bx, ni] = total[0]
+            M[bx, ni, kr] = top[0]
+
+    return main
+
+
 def cases():
     """``(name, kernel, cuda_cases.Case)`` of each dialect kernel at a size with partial
     tiles where the kernel allows them: the GPU checks (bench/checks.py) run them."""
@@ -256,4 +346,27 @@ def cases():
              torch.cat([torch.arange(3).view(3, 1) + torch.arange(128).view(1, 128),
                         torch.arange(3).view(3, 1) - torch.arange(128, 256).view(1, 128)],
                        dim=1)], tol={"rtol": 0, "atol": 0})),
+        ("extern_call", extern_call(), _extern_call_case(g)),
+        ("thread_allreduce", thread_allreduce(), _allreduce_case(rand(2, 16, 8))),
     ]
+
+
+def _allreduce_case(a):
+    return Case((a, torch.full((2, 16), float("nan")), torch.full((2, 16, 8), float("nan"))),
+                (1, 2), [a.sum(-1), a.amax(-1, keepdim=True).expand(2, 16, 8)],
+                tol={"rtol": 1e-6, "atol": 1e-6})
+
+
+def _extern_call_case(g):
+    """extern_call's inputs and expected outputs (the second kernel overwrites block 0's rows
+    with the same values and block 1's with block 0's)."""
+    a = torch.randint(-128, 128, (2, 512), generator=g, dtype=torch.int8)
+    wide = a[0].float().repeat(2, 1)
+    tx, bx = torch.arange(128).view(1, 128), torch.arange(2).view(2, 1)
+    q = (1 << (tx % 16)) + (-4096 >> (bx + 1))
+    squares = (a.int() ** 2).view(2, 128, 4).sum(2) + 7
+    return Case((a, torch.full((2, 512), float("nan")), torch.full((2, 512), float("nan")),
+                 torch.full((2, 128), -1, dtype=torch.int32),
+                 torch.full((2, 128), -1, dtype=torch.int32)), (1, 2, 3, 4),
+                [wide, wide * 2, q.to(torch.int32), squares.to(torch.int32)],
+                tol={"rtol": 0, "atol": 0})

@@ -11,9 +11,12 @@ import tilewright
 import tilewright_cuda.language as T
 import torch
 from dialect_cases import (
+    WIDEN_SOURCE,
     cluster_scale,
+    extern_call,
     head_copy,
     pipelined_gemm,
+    thread_allreduce,
     thread_index,
     tma_gemm,
     tma_gemm_swizzled,
@@ -176,6 +179,80 @@ def test_thread_binding_and_barrier_names_build_with_nvrtc():
     assert "USETMAXREG" not in code and "UTMALDG" in code and "ignored" not in log
 
 
+def test_imported_source_is_placed_once_before_the_kernels():
+    text, launch = _lower(extern_call())
+    # a macro that imports it, used in two kernels: one copy, before the first kernel
+    assert text.count(WIDEN_SOURCE.strip()) == 1
+    assert text.index("tw_test_widen(") < text.index('extern "C" __global__')
+    kernels = _kernel(text)
+    # TVM's order (a local array's pointers) and the dtype= order (a global element's)
+    assert "  tw_test_widen((&(src_ptr[0])), (&(dst_ptr[0])), 4, 1);" in kernels
+    assert "(&(P_ptr[" in kernels and "), 4, 2);" in kernels
+    assert "tw.cuda.import_source" not in json.dumps(launch)
+
+
+def test_the_same_source_and_call_work_on_older_architectures():
+    text, _ = _lower(extern_call(), "cuda -arch=sm_80")
+    assert text.count("__device__ void tw_test_widen(") == 1
+
+
+def test_a_pointer_into_a_shared_tile_follows_the_tile_and_its_writers():
+    @T.prim_func
+    def main(A: T.Tensor((512,), "int8"), O: T.Tensor((512,), "float32")):
+        with T.Kernel(1, threads=128):
+            S = T.alloc_shared((512,), "int8")
+            T.copy(A, S)
+            T.import_source(WIDEN_SOURCE)
+            tx = T.get_thread_binding()
+            T.call_extern("handle", "tw_test_widen", T.access_ptr(S[tx * 4], "r", 4),
+                          T.access_ptr(O[tx * 4], "w", 4), 4, 3)
+
+    kernel = _kernel(_lower(main)[0])
+    # the tile's place in the shared pool, after the barrier that orders the copy into it
+    call = kernel.index("tw_test_widen((&(((signed char*)tw_smem_ptr)[")
+    assert kernel.rindex("__syncthreads();", 0, call) > kernel.index("tw_cp_async_wait<0>();")
+
+
+@pytest.mark.nvrtc
+def test_imported_source_builds_with_nvrtc():
+    text, _ = _lower(extern_call())
+    cubin, _ = executor.nvrtc_compile(text, arch.get("sm_90a"), ".")
+    assert cubin
+
+
+@pytest.mark.nvrtc
+def test_thread_allreduce_is_xor_shuffles_within_the_group_and_builds():
+    text, _ = _lower(thread_allreduce())
+    kernel = _kernel(text)
+    # 8 threads along x: offsets 4, 2, 1 for the sum and the max
+    assert kernel.count("__shfl_xor_sync(") == 6 and ", 4, 32)" in kernel and ", 1, 32)" in kernel
+    cubin, _ = executor.nvrtc_compile(text, arch.get("sm_80"), ".")
+    assert cubin
+
+
+@pytest.mark.parametrize("threads, axis, message", [
+    ((64, 2), "x", r"along threadIdx\.x \(64 threads"),
+    ((8, 16), "y", r"along threadIdx\.y \(16 threads"),
+])
+def test_thread_allreduce_beyond_a_warp_is_refused(threads, axis, message):
+    @T.prim_func
+    def main(A: T.Tensor((threads[1], threads[0]), "float32"),
+             S: T.Tensor((threads[1], threads[0]), "float32")):
+        with T.Kernel(1, threads=threads):
+            acc = T.alloc_local((1,), "float32")
+            out = T.alloc_local((1,), "float32")
+            x = T.thread_binding(0, threads[0], thread="threadIdx.x")
+            y = T.thread_binding(0, threads[1], thread="threadIdx.y")
+            acc[0] = A[y, x]
+            with T.attr(T.comm_reducer(lambda a, b: a + b, [0.0]), "reduce_scope", 0):
+                T.evaluate(T.tvm_thread_allreduce(T.uint32(1), acc[0], True, out[0],
+                                                  x if axis == "x" else y))
+            S[y, x] = out[0]
+
+    with pytest.raises(KernelError, match=message):
+        tilewright.lower(main, "cuda -arch=sm_90a")
+
+
 # -- machine code ----------------------------------------------------------------------------
 def _sass(func) -> tuple[str, bytes, str]:
     text, _ = _lower(func)
@@ -216,7 +293,8 @@ def test_cluster_and_tma_store_machine_code():
 # -- errors ----------------------------------------------------------------------------------
 @pytest.mark.parametrize("kernel, op", [(tma_gemm, "alloc_barrier"), (ws_gemm, "alloc_barrier"),
                                         (cluster_scale, "ClusterKernel"),
-                                        (thread_index, "get_thread_binding")])
+                                        (thread_index, "get_thread_binding"),
+                                        (extern_call, "import_source")])
 def test_other_backends_refuse_dialect_ops_by_name(kernel, op):
     with pytest.raises(KernelError, match=rf"T\.{op} is an op of the 'cuda' dialect.*backend "
                                           r"'cpu' cannot lower it"):
@@ -243,6 +321,41 @@ def test_older_architectures_refuse_hopper_ops():
         tilewright.lower(cluster_scale(), "cuda -arch=sm_86")
     with pytest.raises(KernelError, match=r"T\.set_max_nreg needs sm_90a"):
         tilewright.lower(ws_gemm(), "cuda -arch=sm_90")
+
+
+def test_call_extern_alone_is_refused_by_the_cpu_backend():
+    @T.prim_func
+    def main(A: T.Tensor((4,), "float32")):
+        with T.Kernel(1, threads=32):
+            T.call_extern("handle", "my_function", T.access_ptr(A, "w"), 4)
+
+    with pytest.raises(KernelError, match=r"T\.call_extern is an op of the 'cuda' dialect.*"
+                                          r"backend 'cpu' cannot lower it"):
+        tilewright.lower(main, "cpu")
+
+
+@pytest.mark.parametrize("body, message", [
+    (lambda A: T.call_extern("handle", "f", A), r"argument 0 is the buffer 'A'.*T\.access_ptr"),
+    (lambda A: T.call_extern("f"), r"the result's type and the function's name"),
+    (lambda A: T.call_extern("handle", "not a name", 1), r"must be a C identifier"),
+    (lambda A: T.call_extern("f", "x", dtype="handle"), r"argument 0 is a string"),
+    (lambda A: T.access_ptr(A, "x"), r"access_mask must be one of r, w, rw"),
+    (lambda A: T.access_ptr(A[0], "r", 9), r"extent 9 is outside 1\.\.4"),
+    (lambda A: T.access_ptr(3, "r"), r"takes a buffer or one of its elements"),
+    (lambda A: T.import_source(""), r"takes CUDA source text"),
+    (lambda A: T.comm_reducer(lambda x, y: x * y, [1.0]), r"combines two values with x \+ y"),
+    (lambda A: T.attr(A, "pragma", 0), r"'reduce_scope' of a T.comm_reducer"),
+    (lambda A: T.evaluate(A[0]), r"T\.evaluate in the CUDA dialect takes"),
+    (lambda A: T.tvm_thread_allreduce(1, A[0], True, A[0]), r"must be inside 'with T\.attr"),
+])
+def test_bad_extern_use_is_a_clear_error_at_the_users_line(body, message):
+    with pytest.raises(KernelError, match=message) as info:
+        @T.prim_func
+        def main(A: T.Tensor((4,), "float32")):
+            with T.Kernel(1, threads=32):
+                body(A)
+
+    assert "test_cuda_dialect.py" in str(info.value)
 
 
 def test_bad_dialect_use_is_a_clear_error():

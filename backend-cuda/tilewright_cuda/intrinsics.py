@@ -220,6 +220,12 @@ def shared_addr(load) -> tvm.ir.Call:
     return tirx.call_intrin("handle", ops.SHARED_ADDR, load)
 
 
+def user_call(dtype: str, name: str, *args) -> tvm.ir.Call:
+    """``name(args...)``, a device function of the user's (``T.call_extern``): not in the
+    table, its effects unknown; ``call_extern`` once the kernel is finished."""
+    return tirx.call_intrin(dtype, ops.USER_CALL, tvm.ir.StringImm(name), *args)
+
+
 def tma_choice():
     """The condition of a copy's choice between its TMA and cp.async forms (resolved by the
     pipeline phase)."""

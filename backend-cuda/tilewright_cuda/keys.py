@@ -19,6 +19,9 @@ PIPELINE_HINTS = (STAGES, STAGE, ORDER, GROUP)  # the pipeline transforms consum
 # -- the CUDA dialect (tilewright_cuda.language) -----------------------------------------------
 WS = "tw.cuda.ws"  # AttrStmt around a T.ws role's code; value: the warpgroups, "0,1"
 CLUSTER = "tw.cuda.cluster_dims"  # annotation of the block loop and function attribute: [x, y, z]
+# T.import_source: the user's CUDA sources, each once, in order of first import; annotation of
+# the block loop (a list of strings) and function attribute (JSON list)
+IMPORT_SOURCE = "tw.cuda.import_source"
 # annotation of the block loop: T.no_set_max_nreg, the producer warpgroup the pipeline adds keeps
 # the kernel's register budget (no setmaxnreg)
 NO_SET_MAX_NREG = "tw.cuda.no_set_max_nreg"

@@ -15,7 +15,13 @@ SHARED_ADDR = "tw.cuda.shared_addr"
 # A TMA descriptor: (global tensor element 0, box extents innermost first..., swizzle bytes);
 # replaced by a reference to a deduplicated kernel parameter when the kernel is finished.
 TENSORMAP = "tw.cuda.tensormap"
+# A call of the user's device function (T.call_extern): (function name, arguments...). Kept
+# apart from ``call_extern`` (whose names the intrinsics table must know) until the kernel is
+# finished: the analyses see an opaque call, each element address it takes written.
+USER_CALL = "tw.cuda.user_call"
 register_tvm_op(SHARED_ADDR, "the address of a shared-memory element (CUDA dialect)")
+register_tvm_op(USER_CALL, "a call of a device function of the user's CUDA source "
+                "(CUDA dialect)")
 register_tvm_op(TENSORMAP, "a TMA tensor map of a global tensor (CUDA dialect)")
 
 
@@ -53,8 +59,22 @@ THREAD_BINDING = _op("get_thread_binding", (Operand("dst", "write"),),
                      (Attr("dim", int, 0), Attr("threads", str, "")),
                      "the calling thread's index along one of T.Kernel's thread dimensions, "
                      "stored into a per-thread variable")
+CALL_EXTERN = _op("call_extern", (Operand("call", "read", kind="expr"),), (),
+                  "a call of a device function of the user's CUDA source (T.import_source) or "
+                  "of CUDA's, made by every calling thread; its value is discarded")
+IMPORT_SOURCE = _op("import_source", (), (Attr("chars", int, 0),),
+                    "the user's CUDA source, placed once before the kernel in the generated "
+                    "file (the text travels in the kernel's annotation keys.IMPORT_SOURCE)")
+THREAD_ALLREDUCE = _op("tvm_thread_allreduce", (Operand("value", "read", kind="expr"),
+                                                Operand("dst", "write")),
+                       (Attr("combiner", str, "sum"), Attr("dim", int, 0),
+                        Attr("threads", str, "")),
+                       "every thread of a group along one of T.Kernel's thread dimensions gets "
+                       "the group's values combined (sum, max or min) in its one-element "
+                       "array")
 
 DIALECT_OPS = (TMA_COPY.name, INIT_BARRIERS.name, ARRIVE.name, WAIT_PARITY.name,
                EXPECT_TX.name, TMA_STORE_WAIT.name, FENCE_PROXY_ASYNC.name, SET_MAX_NREG.name,
                WS.name, CLUSTER.name, THREAD_BINDING.name,
-               NO_SET_MAX_NREG.name)
+               NO_SET_MAX_NREG.name, CALL_EXTERN.name, IMPORT_SOURCE.name,
+               THREAD_ALLREDUCE.name)

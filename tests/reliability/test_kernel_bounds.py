@@ -203,3 +203,24 @@ def test_bounds_check_in_generated_cuda():
     source = tilewright.lower(_scaled_tail(T.dynamic("n")), target="cuda -arch=sm_90a",
                               pass_configs={"tw.bounds_check": True}).source.text
     assert "index out of bounds: C[bx * 64 + i]" in source
+
+
+def test_an_index_computed_from_a_value_read_at_run_time_is_not_bounded_statically():
+    # (x * 4) // 64 of an int32 read from memory: the division of int32's limits is not the
+    # index's range (TileLang's dequantisers index shared tiles by the thread index kept in a
+    # variable this way); it is guarded at run time under tw.bounds_check
+    @T.prim_func
+    def main(I: T.Tensor((4,), "int32"), A: T.Tensor((16, 64), "float32"),
+             C: T.Tensor((4,), "float32")):
+        with T.Kernel(1) as bx:
+            tile = T.alloc_shared((16, 64), "float32")
+            T.copy(A, tile)
+            for i in T.serial(4):
+                C[i] = tile[(I[i] * 4) // 64, (I[i] * 4) % 64]
+
+    kernel = _compile(main)
+    index = torch.tensor([0, 17, 200, 255], dtype=torch.int32)
+    a = torch.randn(16, 64)
+    c = kernel(index, a)
+    flat = index * 4
+    assert torch.equal(c, a[flat // 64, flat % 64])

@@ -185,6 +185,10 @@ HOPPER = '''\
 import torch
 import tilelang
 import tilelang.language as T
+from tilelang.contrib import nvcc
+
+# the target's compute capability (TileLang's examples check for Hopper this way)
+assert nvcc.get_target_compute_version() == "9.0", nvcc.get_target_compute_version()
 
 
 @tilelang.jit(out_idx=[-1])
@@ -281,5 +285,11 @@ def test_dialect_port_renames_the_language(runner):
                                    "import tilewright_cuda.language as T",
                                    "from tilewright_cuda.language import Kernel",
                                    "from tilewright_cuda import language as L"]
+    ported = runner.port_source("from tilelang import DataType\n"
+                                "from tilelang.transform import simplify_prim_func\n")
+    namespace: dict = {}
+    exec(ported, namespace)  # noqa: S102 - the ported lines themselves
+    assert namespace["DataType"]("float16").bits == 16
+    assert namespace["simplify_prim_func"](len) is len
     source = "from tilelang import language as L\nL.ws(1)\nL.ptx_x()\nB.T.to(1)\nL.ptx_x()\n"
     assert runner.missing_names(source, {"ws"}) == ["ptx_x"]

@@ -35,7 +35,7 @@ HEADERS = {name: (INCLUDE / name).read_text() for name in
            (intrinsics.BASE, intrinsics.COPY, intrinsics.MMA, intrinsics.MMA_WIDEN,
             intrinsics.HOPPER, intrinsics.FP4, intrinsics.FP8)}
 # attributes of the lowered kernel that are ours, not TVM's: read here, removed before TVM
-OUR_ATTRS = (keys.DYN_SMEM, keys.TENSORMAPS, keys.CLUSTER, keys.SEQUENCE)
+OUR_ATTRS = (keys.DYN_SMEM, keys.TENSORMAPS, keys.CLUSTER, keys.SEQUENCE, keys.IMPORT_SOURCE)
 # the launch-bounds attribute TVM's CUDA printer turns into __launch_bounds__(threads, blocks)
 MIN_BLOCKS = "tirx.launch_bounds_min_blocks_per_sm"
 
@@ -188,6 +188,8 @@ class Kernel:
         attrs = func.attrs
         self.maps = json.loads(str(attrs[keys.TENSORMAPS])) if keys.TENSORMAPS in attrs else []
         self.cluster = json.loads(str(attrs[keys.CLUSTER])) if keys.CLUSTER in attrs else None
+        self.sources = json.loads(str(attrs[keys.IMPORT_SOURCE])) \
+            if keys.IMPORT_SOURCE in attrs else []
         sequence = json.loads(str(attrs[keys.SEQUENCE])) if keys.SEQUENCE in attrs else None
         for key in OUR_ATTRS:
             if key in func.attrs:
@@ -227,10 +229,12 @@ def generate(mod: tvm.IRModule, ctx) -> GeneratedSource:
     used = [entry for k in kernels for entry in k.used]
     headers = {entry.header for entry in used}
     headers |= {intrinsics.BUILDS_ON[h] for h in headers if h in intrinsics.BUILDS_ON}
+    # the user's sources (T.import_source), each once, after ours
+    imported = list(dict.fromkeys(s for k in kernels for s in k.sources))
     text = source.insert_headers(text, HEADERS[intrinsics.BASE] + "".join(
         HEADERS[h] for h in (intrinsics.COPY, intrinsics.MMA, intrinsics.MMA_WIDEN,
                              intrinsics.FP4, intrinsics.FP8)
-        if h in headers))
+        if h in headers) + "".join(f"\n{s}\n" for s in imported))
     text = source.float8_on_every_arch(source.drop_unused_type_traits(text))
     metas = [{"entry": k.entry, "arch": arch.name, "params": k.params, "symbols": k.symbols,
               **k.launch} for k in kernels]

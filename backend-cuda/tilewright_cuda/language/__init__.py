@@ -6,8 +6,10 @@ names for these two, ``T.barrier_arrive``, ``T.barrier_wait``), ``T.mbarrier_exp
 ``T.tma_store_wait``, ``T.fence_proxy_async``, the thread index (``T.get_thread_binding``,
 ``T.thread_binding``), warp-specialised roles (``with T.ws(1):``), register budgets
 (``T.set_max_nreg``, ``T.inc_max_nreg``, ``T.dec_max_nreg``, ``T.no_set_max_nreg``) and
-``T.ClusterKernel``. A TileLang Hopper kernel ports by changing its imports; a portable kernel
-never needs these, and other backends refuse them by name.
+``T.ClusterKernel``; the user's own CUDA device code (``T.import_source``, called with
+``T.call_extern`` on pointers from ``T.access_ptr``). A TileLang Hopper kernel ports by
+changing its imports; a portable kernel never needs these, and other backends refuse them by
+name.
 """
 
 # the portable language is re-exported whole; its names are spelled out in __all__ via _PORTABLE
@@ -16,13 +18,19 @@ from tilewright.language import __all__ as _PORTABLE
 
 from .dialect import (
     ClusterKernel,
+    access_ptr,
     alloc_barrier,
+    attr,
     barrier_arrive,
     barrier_wait,
+    call_extern,
+    comm_reducer,
     dec_max_nreg,
     disable_warp_group_reg_alloc,
+    evaluate,
     fence_proxy_async,
     get_thread_binding,
+    import_source,
     inc_max_nreg,
     mbarrier_arrive,
     mbarrier_expect_tx,
@@ -32,13 +40,16 @@ from .dialect import (
     thread_binding,
     tma_copy,
     tma_store_wait,
+    tvm_thread_allreduce,
     ws,
 )
 
 __all__ = [  # noqa: PLE0604 - the portable names plus the dialect's
-    *_PORTABLE, "ClusterKernel", "alloc_barrier", "barrier_arrive", "barrier_wait",
-    "dec_max_nreg", "disable_warp_group_reg_alloc", "fence_proxy_async",
-    "get_thread_binding", "inc_max_nreg", "mbarrier_arrive", "mbarrier_expect_tx",
-    "mbarrier_wait_parity", "no_set_max_nreg", "set_max_nreg",
-    "thread_binding", "tma_copy", "tma_store_wait", "ws",
+    *_PORTABLE, "ClusterKernel", "access_ptr", "alloc_barrier", "attr", "barrier_arrive",
+    "barrier_wait", "call_extern", "comm_reducer", "dec_max_nreg",
+    "disable_warp_group_reg_alloc", "evaluate", "fence_proxy_async", "get_thread_binding",
+    "import_source", "inc_max_nreg",
+    "mbarrier_arrive", "mbarrier_expect_tx", "mbarrier_wait_parity", "no_set_max_nreg",
+    "set_max_nreg", "thread_binding", "tma_copy", "tma_store_wait", "tvm_thread_allreduce",
+    "ws",
 ]

@@ -19,13 +19,15 @@ from tilewright.language.buffer import (
 from tilewright.language.extension import DialectSupport
 from tvm import tirx
 
-from .. import ops
+from .. import intrinsics, ops
 from ..keys import CLUSTER as CLUSTER_KEY
+from ..keys import IMPORT_SOURCE as IMPORT_SOURCE_KEY
 from ..keys import NO_SET_MAX_NREG as NO_SET_MAX_NREG_KEY
 from ..keys import WARPGROUP
 from ..keys import WS as WS_KEY
 
 BARRIER_PREFIX = "mbarrier"
+THREAD_PREFIX = "thread_"  # T.get_thread_binding's variables: thread_x_3 holds threadIdx's x
 
 _D = DialectSupport(__file__)
 error, _location, _emit = _D.error, _D.location, _D.emit
@@ -227,7 +229,7 @@ def get_thread_binding(dim: int = 0):
         raise error(f"T.get_thread_binding({dim}): the kernel has threads={threads[:dim + 1]} "
                     f"(a single thread along dimension {dim})")
     n = sum(1 for f in builder.frames for s in f.stmts if isinstance(s, tirx.AllocBuffer))
-    buf = declare(f"thread_{'xyz'[dim]}_{n}", (1,), "int32", "local.var")
+    buf = declare(f"{THREAD_PREFIX}{'xyz'[dim]}_{n}", (1,), "int32", "local.var")
     builder.emit(tirx.AllocBuffer(buf, span=B.span_of(_location())))
     region = resolve(region_of(TileBuffer(buf), "T.get_thread_binding"), None,
                      "T.get_thread_binding")
@@ -305,8 +307,185 @@ def fence_proxy_async():
     _emit(ops.FENCE_PROXY_ASYNC.name, {})
 
 
-__all__ = ["ClusterKernel", "alloc_barrier", "barrier_arrive", "barrier_wait",
-           "dec_max_nreg", "disable_warp_group_reg_alloc", "fence_proxy_async",
-           "get_thread_binding", "inc_max_nreg", "mbarrier_arrive", "mbarrier_expect_tx",
-           "mbarrier_wait_parity", "no_set_max_nreg", "set_max_nreg", "thread_binding",
-           "tma_copy", "tma_store_wait", "ws"]
+# -- the user's CUDA source -------------------------------------------------------------------
+ACCESS_MASKS = ("r", "w", "rw")
+
+
+def access_ptr(value, access_mask: str = "r", extent=None):
+    """``T.access_ptr(buf, "r")``: a pointer to the first element of a buffer, or with an
+    element (``T.access_ptr(KV[b, i, 0], "r", 8)``) to that element, for a device function
+    called with :func:`call_extern`. ``access_mask`` says what the callee does with the
+    elements (``"r"``, ``"w"``, ``"rw"``); ``extent``, how many it touches from there (checked
+    against the buffer's size when known)."""
+    if access_mask not in ACCESS_MASKS:
+        raise error(f"T.access_ptr access_mask must be one of {', '.join(ACCESS_MASKS)}, got "
+                    f"{access_mask!r}")
+    if isinstance(value, TileBuffer):
+        buf, indices = value.buffer, [tirx.const(0, "int32") for _ in value.shape]
+    elif isinstance(value, tvm.ir.TensorLoad):
+        buf, indices = value.source, list(value.indices)
+    else:
+        raise error(f"T.access_ptr takes a buffer or one of its elements (buf[i, j]), got "
+                    f"{type(value).__name__}")
+    dims = [as_int(d) for d in buf.shape]
+    size = None
+    if all(isinstance(d, int) for d in dims):
+        size = 1
+        for d in dims:
+            size *= d
+    count = None if extent is None else as_int(extent)
+    if isinstance(count, int) and (count <= 0 or (size is not None and count > size)):
+        raise error(f"T.access_ptr extent {count} is outside 1..{size} (the size of "
+                    f"{buf.name!r})")
+    return tirx.address_of(tirx.BufferLoad(buf, indices))
+
+
+def call_extern(*args, dtype=None):
+    """``T.call_extern("handle", "decode", T.access_ptr(a, "r"), ...)`` (TVM's order: the
+    result's type, the function's name, its arguments) or ``T.call_extern("decode", ...,
+    dtype=...)``: every calling thread calls the device function ``decode`` of the kernel's
+    CUDA source (:func:`import_source`) or of CUDA's headers, here, in program order. The call
+    is a statement: what the function returns (of type ``dtype``) is discarded; results come
+    back through pointers (:func:`access_ptr`). The compiler does not know what the function
+    does: it takes every element whose address is passed as read and written."""
+    args = list(args)
+    if dtype is None:
+        if len(args) < 2:
+            raise error("T.call_extern takes the result's type and the function's name, then "
+                        "its arguments: T.call_extern('handle', 'name', *args)")
+        args = args[1:]  # TVM's order: the result's type first
+    if not args or not isinstance(args[0], str) or not args[0].isidentifier():
+        raise error(f"T.call_extern: the function's name must be a C identifier string, got "
+                    f"{(args[0] if args else None)!r}")
+    name, values = args[0], []
+    for i, arg in enumerate(args[1:]):
+        if isinstance(arg, TileBuffer):
+            raise error(f"T.call_extern({name!r}): argument {i} is the buffer {arg.name!r}; "
+                        f"pass a pointer to it, T.access_ptr({arg.name}, 'r')")
+        if isinstance(arg, str):
+            raise error(f"T.call_extern({name!r}): argument {i} is a string; the arguments "
+                        "are numbers, expressions and pointers (T.access_ptr)")
+        values.append(to_expr(arg))
+    # a statement: whatever the function returns (``dtype``) is discarded
+    _emit(ops.CALL_EXTERN.name, {"call": intrinsics.user_call("void", name, *values)})
+
+
+def import_source(source: str):
+    """``T.import_source(code)``: CUDA device code of the user's (``__device__`` functions,
+    templates) placed once before the kernel in the generated file, for :func:`call_extern`.
+    The same text imported again (a macro used twice, two kernels) is placed once."""
+    if not isinstance(source, str) or not source.strip():
+        raise error(f"T.import_source takes CUDA source text (a non-empty str), got "
+                    f"{type(source).__name__}")
+    builder = _D.kernel_builder("T.import_source")
+    sources = builder.kernel_annotations.setdefault(IMPORT_SOURCE_KEY, [])
+    if source not in sources:
+        sources.append(source)
+    _emit(ops.IMPORT_SOURCE.name, {}, {"chars": len(source)})
+
+
+# -- TVM's thread allreduce (TileLang's hand-written GEMV reductions) ---------------------------
+class comm_reducer:  # noqa: N801 - TVM's name
+    """``T.comm_reducer(lambda x, y: x + y, [identity])``: how :func:`tvm_thread_allreduce`
+    combines values: a sum, ``T.max`` or ``T.min`` of the two arguments."""
+
+    KINDS = {tirx.Add: "sum", tirx.Max: "max", tirx.Min: "min"}
+
+    def __init__(self, fcombine, identity):
+        x, y = tirx.Var("x", "float32"), tirx.Var("y", "float32")
+        combined = fcombine(x, y)
+        kind = self.KINDS.get(type(combined))
+        if kind is None or not {combined.a.same_as(x), combined.b.same_as(x)} == {True, False}:
+            raise error("T.comm_reducer combines two values with x + y, T.max(x, y) or "
+                        f"T.min(x, y); got {combined}")
+        self.kind, self.identity = kind, identity
+
+
+class attr:  # noqa: N801 - TVM's name
+    """``with T.attr(T.comm_reducer(...), "reduce_scope", ...):``, TVM's scope of a
+    :func:`tvm_thread_allreduce` (the only attribute the dialect has)."""
+
+    def __init__(self, node, key, value=None):
+        if key != "reduce_scope" or not isinstance(node, comm_reducer):
+            raise error(f"T.attr: the CUDA dialect has the 'reduce_scope' of a T.comm_reducer "
+                        f"around T.tvm_thread_allreduce only, got key {key!r}")
+        self.reducer = node
+
+    def __enter__(self):
+        self._frame = _D.kernel_builder("T.attr").open("cuda_reduce_scope", reducer=self.reducer)
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        builder = B.current("T.attr")
+        body = builder.close(self._frame)
+        if exc_type is None:
+            builder.emit(body)
+        return False
+
+
+class _AllReduce:
+    """What :func:`tvm_thread_allreduce` makes, for :func:`evaluate` to emit."""
+
+    def __init__(self, operands: dict, attrs: dict):
+        self.operands, self.attrs = operands, attrs
+
+
+def _thread_dim(builder, value) -> int | None:
+    """The thread dimension a T.get_thread_binding / T.thread_binding value names (also
+    through the variable ``kr = T.thread_binding(...)`` binds it to), or None."""
+    if isinstance(value, tirx.Var):
+        value = next((s.value for f in builder.frames for s in f.stmts
+                      if isinstance(s, tirx.Bind) and s.var.same_as(value)), None)
+    if isinstance(value, tvm.ir.TensorLoad):
+        name = str(value.source.name)
+        if name.startswith(THREAD_PREFIX) and str(value.source.scope()) == "local.var":
+            return "xyz".index(name[len(THREAD_PREFIX)])
+    return None
+
+
+def tvm_thread_allreduce(count, value, cond, dst, *threads, dtype="handle"):
+    """``T.evaluate(T.tvm_thread_allreduce(T.uint32(1), acc[0], True, out[0], kr))`` inside
+    ``with T.attr(T.comm_reducer(...), "reduce_scope", ...)``: the threads that differ only
+    in the thread index ``kr`` (one of T.Kernel's thread dimensions, from T.thread_binding)
+    combine their ``value``; each gets the result in ``out[0]``, a one-element local array.
+    Every thread of the block must reach it."""
+    builder = _D.kernel_builder("T.tvm_thread_allreduce")
+    scope = builder.enclosing("cuda_reduce_scope")
+    if scope is None:
+        raise error("T.tvm_thread_allreduce must be inside 'with T.attr(T.comm_reducer(...), "
+                    "\"reduce_scope\", ...)', which says how values are combined")
+    if as_int(count) != 1 or not (cond is True or as_int(cond) == 1):
+        raise error(f"T.tvm_thread_allreduce reduces one value under the condition True, got "
+                    f"count {count} and condition {cond}")
+    dims = [_thread_dim(builder, t) for t in threads]
+    if len(dims) != 1 or dims[0] is None:
+        raise error("T.tvm_thread_allreduce takes one thread index, from T.thread_binding or "
+                    "T.get_thread_binding, to reduce along")
+    if not isinstance(dst, tvm.ir.TensorLoad) or [as_int(d) for d in dst.source.shape] != [1] \
+            or not str(dst.source.scope()).startswith("local"):
+        raise error("T.tvm_thread_allreduce writes its result to a one-element local array "
+                    "(T.alloc_local((1,), dtype)), as out[0]")
+    threads_of = tuple(builder.threads)
+    region = resolve(region_of(TileBuffer(dst.source), "T.tvm_thread_allreduce"), None,
+                     "T.tvm_thread_allreduce")
+    return _AllReduce({"value": to_expr(value), "dst": region},
+                      {"combiner": scope.info["reducer"].kind, "dim": dims[0],
+                       "threads": ",".join(map(str, threads_of))})
+
+
+def evaluate(value):
+    """``T.evaluate(T.tvm_thread_allreduce(...))``: emit the reduction (the only value the
+    CUDA dialect evaluates as a statement)."""
+    if not isinstance(value, _AllReduce):
+        raise error(f"T.evaluate in the CUDA dialect takes T.tvm_thread_allreduce(...), got "
+                    f"{type(value).__name__}")
+    _emit(ops.THREAD_ALLREDUCE.name, value.operands, value.attrs)
+
+
+__all__ = ["ClusterKernel", "access_ptr", "alloc_barrier", "attr", "barrier_arrive",
+           "barrier_wait", "call_extern", "comm_reducer", "dec_max_nreg",
+           "disable_warp_group_reg_alloc", "evaluate", "fence_proxy_async",
+           "get_thread_binding", "import_source", "inc_max_nreg", "mbarrier_arrive",
+           "mbarrier_expect_tx", "mbarrier_wait_parity", "no_set_max_nreg",
+           "set_max_nreg", "thread_binding", "tma_copy", "tma_store_wait",
+           "tvm_thread_allreduce", "ws"]

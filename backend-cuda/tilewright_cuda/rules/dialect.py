@@ -15,7 +15,7 @@ from tvm import tirx
 
 from .. import intrinsics, keys, ops
 from . import tma
-from .common import leader
+from .common import butterfly, leader, reduce_parts
 from .table import register
 
 
@@ -131,3 +131,37 @@ def lower_get_thread_binding(call: TileOpCall, ctx: RuleContext):
     if below * threads[dim] < threads[0] * threads[1] * threads[2]:
         value = tirx.floormod(value, threads[dim])
     return tirx.BufferStore(call.operands["dst"].buffer, value, [tirx.const(0, "int32")])
+
+
+@register(ops.CALL_EXTERN.name)
+def lower_call_extern(call: TileOpCall, ctx: RuleContext):
+    """The user's call, made by every thread that reaches it (any CUDA architecture: what the
+    callee needs is NVRTC's to check)."""
+    return tirx.Evaluate(call.operands["call"])
+
+
+@register(ops.IMPORT_SOURCE.name)
+def lower_import_source(call: TileOpCall, ctx: RuleContext):
+    """Nothing here: the kernel's annotation ``keys.IMPORT_SOURCE`` carries the source to the
+    code generator, which places it once before the kernels."""
+    return tirx.Evaluate(tirx.const(0, "int32"))
+
+
+@register(ops.THREAD_ALLREDUCE.name)
+def lower_thread_allreduce(call: TileOpCall, ctx: RuleContext):
+    """The group's values combined by XOR shuffles: a group along threadIdx's x dimension of
+    up to a warp (a power of two) is consecutive lanes of one warp."""
+    threads = [int(t) for t in call.attrs["threads"].split(",")]
+    dim = int(call.attrs["dim"])
+    group = threads[dim]
+    if dim != 0 or group > keys.WARP or keys.WARP % group:
+        raise KernelError(
+            f"T.tvm_thread_allreduce along threadIdx.{'xyz'[dim]} ({group} threads, "
+            f"threads={tuple(threads)}): the CUDA backend reduces along the x dimension in "
+            f"groups of up to {keys.WARP} threads (a power of two); reduce a tile with "
+            "T.reduce_sum / T.reduce_max instead")
+    dst = call.operands["dst"].buffer
+    _, _, merge = reduce_parts(call.attrs["combiner"], str(dst.dtype))
+    first = tirx.BufferStore(dst, tirx.Cast(str(dst.dtype), call.operands["value"]),
+                             [tirx.const(0, "int32")])
+    return tirx.SeqStmt([first, *butterfly(dst, merge, group)])

@@ -2,8 +2,10 @@
 TMA descriptors are deduplicated (same tensor, box and swizzle: one descriptor), numbered
 and recorded in the function attribute ``keys.TENSORMAPS`` for the launcher
 (``cuTensorMapEncodeTiled``); shared addresses become plain addresses; each T.ws role becomes
-``if (lo <= threadIdx.x < hi)`` over ``threadIdx.x - lo``; a ``T.ClusterKernel``'s cluster
-dims become the function attribute ``keys.CLUSTER``."""
+``if (lo <= threadIdx.x < hi)`` over ``threadIdx.x - lo``; the user's calls become
+``call_extern``; a ``T.ClusterKernel``'s cluster
+dims become the function attribute ``keys.CLUSTER``, the sources of ``T.import_source`` the
+attribute ``keys.IMPORT_SOURCE``."""
 
 from __future__ import annotations
 
@@ -39,6 +41,8 @@ def finish():
                 return call
             if call.op.name == ops.SHARED_ADDR:
                 return tirx.address_of(call.args[0])
+            if call.op.name == ops.USER_CALL:
+                return tirx.call_extern(call.ty, str(call.args[0].value), *call.args[1:])
             if call.op.name == ops.TENSORMAP:
                 buf = call.args[0].source
                 box = [int(a.value) for a in call.args[1:-1]]
@@ -73,6 +77,9 @@ def finish():
         if isinstance(block, tirx.For) and keys.CLUSTER in block.annotations:
             dims = [int(d) for d in block.annotations[keys.CLUSTER]]
             func = func.with_attr(keys.CLUSTER, json.dumps(dims))
+        if isinstance(block, tirx.For) and keys.IMPORT_SOURCE in block.annotations:
+            func = func.with_attr(keys.IMPORT_SOURCE, json.dumps(
+                [str(s) for s in block.annotations[keys.IMPORT_SOURCE]]))
         return func
 
     return prim_func_pass("CUDAFinishDialect", run)

@@ -14,6 +14,7 @@ from tvm import tirx
 from ..errors import KernelError, kernel_error, span_location
 from . import builder as B
 from .buffer import TileBuffer, VarHandle, as_int, dtype_of, to_expr
+from .math import if_then_else
 
 LOOP_KIND_KEY = "tw.loop"
 BLOCK_AXES = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
@@ -286,6 +287,14 @@ class Helpers:
         return value
 
     @staticmethod
+    def choose(cond, then, otherwise):
+        """``then() if cond else otherwise()``: Python's for a Python truth value; for a
+        symbolic condition both values, selected by ``T.if_then_else`` (TileLang's meaning)."""
+        if dtype_of(cond) is None:
+            return then() if cond else otherwise()
+        return if_then_else(cond, then(), otherwise())
+
+    @staticmethod
     def not_of(value):
         if dtype_of(value) is None:
             return not value
@@ -453,6 +462,19 @@ def sync_threads(barrier_id=None, arrive_count=None) -> None:
                            "language does not have: the CUDA dialect's mbarriers "
                            "(tilewright_cuda.language) are its counterpart; T.sync_threads() "
                            "orders the whole block")
+
+
+def get_block_binding(dim: int = 0):
+    """``bx = T.get_block_binding(0)``: the block's index along dimension ``dim`` of the
+    enclosing ``T.Kernel``'s grid, the variable ``with T.Kernel(...) as (bx, by)`` gives (a
+    macro can read it without being passed it)."""
+    builder = B.require_kernel("T.get_block_binding")
+    kernel = builder.enclosing("kernel").info["kernel"]
+    if not isinstance(dim, int) or isinstance(dim, bool) or not 0 <= dim < len(kernel.vars):
+        raise kernel_error(f"T.get_block_binding takes a grid dimension below "
+                           f"{len(kernel.vars)} (the kernel's grid is {len(kernel.vars)}-D), "
+                           f"got {dim!r}")
+    return kernel.vars[dim]
 
 
 class Persistent(LoopSpec):

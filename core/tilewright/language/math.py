@@ -6,7 +6,7 @@ import tvm
 from tvm import tirx
 
 from ..errors import kernel_error
-from .buffer import dtype_of, to_expr
+from .buffer import TileBuffer, dtype_of, to_expr
 from .dtypes import is_float, normalize_dtype
 
 
@@ -145,6 +145,78 @@ def unpack(packed, index, bits: int = 4, signed: bool = False):
     wide = "int64" if width == 64 else "int32"
     sign = tirx.Cast(wide, value & tirx.const(1 << (bits - 1), unsigned))
     return tirx.Cast(f"int{width}", tirx.Cast(wide, value) - sign * tirx.const(2, wide))
+
+
+def _shift(a, b, what: str):
+    """Both operands of a shift as integer PrimExprs of one dtype: a Python int is an int32
+    (TVM's rule), two integer types meet in the wider one (:func:`promoted`)."""
+    a, b = to_expr(a), to_expr(b)
+    for v in (a, b):
+        if is_float(dtype_of(v)) or dtype_of(v) == "bool":
+            raise kernel_error(f"T.{what} shifts integers; got an operand of type {dtype_of(v)}")
+    if dtype_of(a) != dtype_of(b):
+        target = promoted(dtype_of(a), dtype_of(b))
+        a, b = to_expr(a, target), to_expr(b, target)
+    return a, b
+
+
+def shift_left(a, b):
+    """``a << b`` of integers (the count below the type's bit width); a Python int when both
+    are."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a << b
+    a, b = _shift(a, b, "shift_left")
+    return tirx.shift_left(a, b)
+
+
+def shift_right(a, b):
+    """``a >> b`` of integers (the count below the type's bit width): arithmetic for a signed
+    type, logical for an unsigned one; a Python int when both are."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a >> b
+    a, b = _shift(a, b, "shift_right")
+    return tirx.shift_right(a, b)
+
+
+def index_to_coordinates(index, shape) -> list:
+    """The coordinates of the flat (row-major) ``index`` in ``shape``, outermost first:
+    ``T.index_to_coordinates(i, (4, 8))`` is ``[i // 8, i % 8]``."""
+    coordinates = []
+    for extent in reversed(list(shape)):
+        coordinates.append(floormod(index, extent))
+        index = floordiv(index, extent)
+    return coordinates[::-1]
+
+
+DP4A_BYTES = ("int8", "uint8")
+
+
+def dp4a(a, b, c) -> None:
+    """``c += a[0] * b[0] + ... + a[3] * b[3]``: the dot product of four 8-bit integers from
+    ``a`` on, four from ``b`` on (elements, ``A_local[k]``; the four are consecutive along the
+    last dimension), widened to int32, added to the int32 element ``c`` (a statement, as
+    TileLang's ``T.dp4a``)."""
+    loads = []
+    for what, value in (("a", a), ("b", b), ("c", c)):
+        if not isinstance(value, tvm.ir.TensorLoad):
+            raise kernel_error(f"T.dp4a takes buffer elements (A[i], B[i], C[0]); {what} is "
+                               f"{type(value).__name__}")
+        loads.append(value)
+    for what, load in zip(("a", "b"), loads):
+        if str(load.ty) not in DP4A_BYTES:
+            raise kernel_error(f"T.dp4a: {what} must be int8 or uint8, got {load.ty}")
+    if str(loads[2].ty) != "int32":
+        raise kernel_error(f"T.dp4a accumulates into an int32 element, got {loads[2].ty}")
+
+    def element(load, j):
+        indices = list(load.indices)
+        indices[-1] = indices[-1] + j
+        return tirx.Cast("int32", tirx.BufferLoad(load.source, indices))
+
+    total = loads[2]
+    for j in range(4):
+        total = total + element(loads[0], j) * element(loads[1], j)
+    TileBuffer(loads[2].source)[tuple(loads[2].indices)] = total
 
 
 def floordiv(a, b):

@@ -13,6 +13,8 @@ rewritten (line numbers kept, so errors and tracebacks point at the user's sourc
 - ``A and B`` / ``A or B`` call ``__tw__.all_of`` / ``__tw__.any_of`` with the later operands
   as thunks: Python values short-circuit as usual, symbolic ones build an IR ``And``/``Or``;
   ``not A`` calls ``__tw__.not_of`` (an IR ``Not`` for a symbolic value).
+- ``A if C else B`` calls ``__tw__.choose(C, lambda: A, lambda: B)``: a Python truth value
+  picks one as usual; a symbolic one is ``T.if_then_else(C, A, B)``.
 - ``A // B`` and ``A % B`` call ``__tw__.floordiv`` / ``__tw__.floormod``, which refuse float
   operands at the user's line (TIR's floor division is for integers).
 - ``while COND`` asks ``__tw__.while_loop(COND)``: a Python truth value runs a Python loop
@@ -97,6 +99,13 @@ class _Rewriter(ast.NodeTransformer):
         thunks = [ast.copy_location(ast.Lambda(no_args, v), v) for v in node.values[1:]]
         name = "all_of" if isinstance(node.op, ast.And) else "any_of"
         return ast.fix_missing_locations(self._helper(name, node.values[0], *thunks, node=node))
+
+    def visit_IfExp(self, node: ast.IfExp):
+        self.generic_visit(node)
+        no_args = ast.arguments(posonlyargs=[], args=[], kwonlyargs=[], kw_defaults=[],
+                                defaults=[])
+        thunks = [ast.copy_location(ast.Lambda(no_args, v), v) for v in (node.body, node.orelse)]
+        return ast.fix_missing_locations(self._helper("choose", node.test, *thunks, node=node))
 
     def visit_UnaryOp(self, node: ast.UnaryOp):
         self.generic_visit(node)

@@ -178,13 +178,39 @@ class _Bounds(StmtMutator):
 
     # -- checks ---------------------------------------------------------------------------
     def _range(self, expr) -> tuple[float, float]:
-        """The range of ``expr``; an end at its type's limit is unknown (infinite)."""
+        """The range of ``expr``; an end at its type's limit is unknown (infinite), and so is
+        the whole range of an expression of a value read from memory that the analysis cannot
+        bound (an int32 variable, a thread index kept in one): ``(tx * 4) // 64`` of such a
+        value is not the narrower range the division of its type's limits gives."""
+        if self._reads_unbounded(expr):
+            return float("-inf"), float("inf")
         bound = self.analyzer.const_int_bound(expr)
         lo, hi = bound.min_value, bound.max_value
         bits = tvm.DataType(str(expr.ty)).bits if str(getattr(expr, "ty", "")).startswith(
             "int") else 64
         return (float("-inf") if lo == bound.NEG_INF or lo <= -(1 << (bits - 1)) else lo,
                 float("inf") if hi == bound.POS_INF or hi >= (1 << (bits - 1)) - 1 else hi)
+
+    def _reads_unbounded(self, expr) -> bool:
+        found = []
+
+        def load(e):
+            if not found and str(getattr(e, "ty", "")).startswith(("int", "uint")) and \
+                    self._type_limited(e):
+                found.append(e)
+
+        tvm_ffi.structural_walk(expr, (tvm.ir.TensorLoad, load))
+        return bool(found)
+
+    def _type_limited(self, expr) -> bool:
+        """Whether the analysis bounds ``expr`` only by its type's limits."""
+        bound = self.analyzer.const_int_bound(expr)
+        bits = tvm.DataType(str(expr.ty)).bits
+        signed = str(expr.ty).startswith("int")
+        low = -(1 << (bits - 1)) if signed else 0
+        high = (1 << (bits - 1)) - 1 if signed else (1 << bits) - 1
+        return bits >= 32 and (bound.min_value <= low or bound.min_value == bound.NEG_INF) and \
+            (bound.max_value >= high or bound.max_value == bound.POS_INF)
 
     def _region(self, op: str, region, where) -> None:
         buffer = region.buffer

@@ -426,6 +426,38 @@ def _limits_ref(dtype):
 MN = {"full": {"M": 16, "N": 32}, "partial": {"M": 12, "N": 20}}
 ELEMENTWISE = (*BASE, "alloc_fragment", "copy", "Parallel")
 
+def _int_helpers(dtype, N, bn=8):
+    """TileLang's integer helpers in scalar code: T.shift_left / T.shift_right, T.dp4a (four
+    8-bit products added to an int32 element), T.index_to_coordinates, and the block index
+    through T.get_block_binding."""
+
+    @T.prim_func
+    def int_helpers(X: T.Tensor((N, 4), dtype), W: T.Tensor((N, 4), dtype),
+                    Y: T.Tensor((4, N), "int32")):
+        with T.Kernel(T.ceildiv(N, bn), threads=128):
+            acc = T.alloc_local((1,), "int32")
+            for i in T.serial(bn):
+                g = T.get_block_binding(0) * bn + i
+                if g < N:
+                    Y[0, g] = T.shift_left(T.cast(X[g, 0], "int32") + 9, 2)
+                    Y[1, g] = T.shift_right(T.cast(X[g, 1], "int32"), 1)
+                    acc[0] = 5
+                    T.dp4a(X[g, 0], W[g, 0], acc[0])
+                    Y[2, g] = acc[0]
+                    row, col = T.index_to_coordinates(g * 3 + 1, (N, 3))
+                    Y[3, g] = row * 10 + col
+
+    return int_helpers
+
+
+def _int_helpers_ref(x, w):
+    x, w = x.long(), w.long()
+    g = x.new_tensor(range(x.shape[0]))
+    return [x.new_empty(0).new_tensor(
+        [((x[:, 0] + 9) << 2).tolist(), (x[:, 1] >> 1).tolist(),
+         (5 + (x * w).sum(1)).tolist(), (g * 10 + 1).tolist()]).int()]
+
+
 ROWS = (
     Kernel("unary_math", (*ELEMENTWISE, *UNARY), ("copy",),
            lambda dtype, M, N: _elementwise("unary_math", _unary_table(), dtype, M, N),
@@ -499,4 +531,11 @@ ROWS = (
            lambda dtype: _limits(dtype), lambda torch, gen, dtype: [], _limits_ref,
            {"full": {}}, dtypes=(*FLOATS, "float64", *INTEGERS), ref_args=("dtype",),
            doc="T.max_value, T.min_value and T.infinity of each dtype"),
+    Kernel("int_helpers", (*BASE, "serial", "cast", "get_block_binding", "shift_left",
+                           "shift_right", "dp4a", "index_to_coordinates"), (), _int_helpers,
+           lambda torch, gen, dtype, N: [rand(torch, gen, (N, 4), dtype, -128, 127),
+                                         rand(torch, gen, (N, 4), dtype, -128, 127)],
+           _int_helpers_ref, {"partial": {"N": 20}}, dtypes=("int8",), exact=True,
+           doc="TileLang's T.shift_left, T.shift_right, T.dp4a, T.index_to_coordinates and "
+               "T.get_block_binding"),
 )
