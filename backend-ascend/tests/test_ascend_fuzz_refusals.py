@@ -51,6 +51,39 @@ def atomic_onto_one_element(M=8, N=4):
     return main
 
 
+def column_read(dtype="bfloat16", M=4):
+    """A (M, 1) tile read as ``a[i, 0]`` in ``T.Parallel(M, 1)``: converted (bfloat16 computes
+    in float32) into a temporary that must keep the column's layout, one element a row."""
+
+    @T.prim_func
+    def main(X: T.Tensor((M, 1), dtype), Y: T.Tensor((M, 1), dtype),
+             W: T.Tensor((M, 1), "float32")):
+        with T.Kernel(1, threads=128) as _:
+            a = T.alloc_fragment((M, 1), dtype)
+            b = T.alloc_fragment((M, 1), dtype)
+            w = T.alloc_fragment((M, 1), "float32")
+            T.copy(X[0, 0], a)
+            T.copy(X[0, 0], b)
+            for i, j in T.Parallel(M, 1):
+                b[i, j] = b[i, j] + a[i, j] * a[i, (j + 1) % 1]
+                w[i, j] = T.cast(a[i, 0], "float32") * 2
+            T.copy(b, Y[0, 0])
+            T.copy(w, W[0, 0])
+
+    return main
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_a_column_read_at_a_fixed_index_converts_in_its_own_layout(dtype):
+    kernel = tilewright.compile(column_read(dtype), out_idx=[1, 2], target="ascend")
+    x = torch.randn(4, 1, generator=torch.Generator().manual_seed(5)).to(getattr(torch, dtype))
+    y, w = kernel(x)
+    xf = x.float()
+    torch.testing.assert_close(y.float(), (xf + xf * xf).to(x.dtype).float(), atol=2e-2,
+                               rtol=2e-2)
+    torch.testing.assert_close(w, xf * 2)
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float16", "int16"])
 def test_an_element_atomic_in_a_parallel_loop_adds_a_tile(dtype):
     kernel = tilewright.compile(atomic_in_parallel(dtype), target="ascend")
@@ -83,7 +116,7 @@ def test_an_element_atomic_onto_a_repeated_element_names_it_at_the_line():
 
 def test_the_kernels_compile_against_the_vendor_headers(asc_devkit):
     kernels = {"atomic32": atomic_in_parallel(), "atomic16": atomic_in_parallel("int16"),
-               "blocks": atomic_from_every_block()}
+               "blocks": atomic_from_every_block(), "column": column_read()}
     sources = {name: tilewright.lower(f, target="ascend").source.text
                for name, f in kernels.items()}
     findings = check_sources(sources, asc_devkit)

@@ -752,11 +752,18 @@ class _Lowering(SelectLowering):
                                  span=span))
             src = out
 
-    def result_tile(self, dims, extents, dtype, ops, target):
+    def result_tile(self, dims, extents, dtype, ops, target, like=None):
+        """The target when it fits, else a temporary over ``dims``; in the layout of the operand
+        ``like`` where its rows differ from the temporary's (a column read as ``a[i, 0]`` in
+        ``T.Parallel(n, 1)`` is ``n`` rows of one element, not one row of ``n``)."""
         if target is not None and tuple(target[1]) == tuple(dims) and \
                 str(target[0].buffer.dtype) == dtype:
             return target[0]
-        return self.temp([extents[d] for d in dims], dtype, ops)
+        shape = [extents[d] for d in dims]
+        if like is not None and ints(like.extents) is not None and \
+                _rows(ints(like.extents)) != _rows(shape):
+            shape = ints(like.extents)
+        return self.temp(shape, dtype, ops)
 
     def value_of(self, e, variables, extents, ops, target):
         if target is not None:
@@ -792,7 +799,7 @@ class _Lowering(SelectLowering):
                 return ("s", e)
             if str(inner[1].buffer.dtype) == dtype:
                 return inner
-            out = self.result_tile(inner[2], extents, dtype, ops, target)
+            out = self.result_tile(inner[2], extents, dtype, ops, target, like=inner[1])
             self.convert(out, inner[1], ops)
             return ("t", out, inner[2])
         if kind in _BINARY:
@@ -809,7 +816,7 @@ class _Lowering(SelectLowering):
                 if target is None and (op, value) in (("mul", 1.0), ("div", 1.0), ("add", 0.0),
                                                       ("sub", 0.0)):
                     return tile  # x * 1, x + 0: nothing to compute
-                out = self.result_tile(tile[2], extents, dtype, ops, target)
+                out = self.result_tile(tile[2], extents, dtype, ops, target, like=tile[1])
                 ops.append(make_call(VSCA.name, {"dst": out, "src": tile[1],
                                                  "scalar": cast_to(scalar, dtype)}, {"op": op}))
                 return ("t", out, tile[2])
@@ -821,7 +828,7 @@ class _Lowering(SelectLowering):
                 self.broadcast(op, out, a[1], b, ops)
                 return ("t", out, a[2])
             if a[2] == b[2]:
-                out = self.result_tile(a[2], extents, dtype, ops, target)
+                out = self.result_tile(a[2], extents, dtype, ops, target, like=a[1])
                 ops.append(make_call(VBIN.name, {"dst": out, "src0": a[1], "src1": b[1]},
                                      {"op": op}))
                 return ("t", out, a[2])
@@ -878,6 +885,13 @@ class _Lowering(SelectLowering):
         axis = {(): "one", (0,): "row"}.get(vec[2], "col")
         ops.append(make_call(VBRC.name, {"dst": out, "src": tile, "vec": vec[1]},
                              {"op": op, "axis": axis}))
+
+
+def _rows(extents) -> tuple[int, int] | None:
+    """The (rows, columns) a vector instruction sees in a region of these extents."""
+    if extents is None:
+        return None
+    return (math.prod(extents[:-1]), extents[-1]) if len(extents) > 1 else (1, extents[0])
 
 
 def _pad_tiles(func):
