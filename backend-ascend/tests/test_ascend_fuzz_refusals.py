@@ -84,6 +84,34 @@ def test_a_column_read_at_a_fixed_index_converts_in_its_own_layout(dtype):
     torch.testing.assert_close(w, xf * 2)
 
 
+def gemm_onto_filled(M=4, N=4, K=4):
+    """A gemm into an accumulator filled with 1 first, smaller than the cube's fractal: the
+    vector core adds the cube's product into the tile, whose rows the vector phase padded."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), "float32"), B: T.Tensor((N, K), "float32"),
+             G: T.Tensor((M, N), "float32")):
+        with T.Kernel(1, threads=128) as _:
+            a = T.alloc_shared((M, K), "float32")
+            b = T.alloc_shared((N, K), "float32")
+            c = T.alloc_fragment((M, N), "float32")
+            T.fill(c, 1)
+            for k in T.Pipelined(1, num_stages=2):
+                T.copy(A[k * M, 0], a)
+                T.copy(B[k * N, 0], b)
+                T.gemm(a, b, c, transpose_B=True)
+            T.copy(c, G[0, 0])
+
+    return main
+
+
+def test_a_gemm_onto_a_filled_accumulator_adds_row_by_row():
+    kernel = tilewright.compile(gemm_onto_filled(), out_idx=[-1], target="ascend")
+    gen = torch.Generator().manual_seed(6)
+    a, b = torch.randn(4, 4, generator=gen), torch.randn(4, 4, generator=gen)
+    torch.testing.assert_close(kernel(a, b), a @ b.T + 1, atol=1e-3, rtol=1e-3)
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float16", "int16"])
 def test_an_element_atomic_in_a_parallel_loop_adds_a_tile(dtype):
     kernel = tilewright.compile(atomic_in_parallel(dtype), target="ascend")
@@ -116,7 +144,8 @@ def test_an_element_atomic_onto_a_repeated_element_names_it_at_the_line():
 
 def test_the_kernels_compile_against_the_vendor_headers(asc_devkit):
     kernels = {"atomic32": atomic_in_parallel(), "atomic16": atomic_in_parallel("int16"),
-               "blocks": atomic_from_every_block(), "column": column_read()}
+               "blocks": atomic_from_every_block(), "column": column_read(),
+               "gemm": gemm_onto_filled()}
     sources = {name: tilewright.lower(f, target="ascend").source.text
                for name, f in kernels.items()}
     findings = check_sources(sources, asc_devkit)

@@ -891,7 +891,7 @@ def _rows(extents) -> tuple[int, int] | None:
     """The (rows, columns) a vector instruction sees in a region of these extents."""
     if extents is None:
         return None
-    return (math.prod(extents[:-1]), extents[-1]) if len(extents) > 1 else (1, extents[0])
+    return (math.prod(extents[:-1]), extents[-1]) if extents else (1, 1)
 
 
 def _pad_tiles(func):
