@@ -254,9 +254,9 @@ class Split:
         if call.attrs["clear_accum"]:
             combine = make_call("copy", {"src": part, "dst": Region.full(c)}, span=stmt.span)
         else:
-            combine = make_call("ascend.tile.add", {"dst": Region.full(c),
-                                                    "src0": Region.full(c), "src1": part},
-                                span=stmt.span)
+            # the vector path's add: one instruction, or one per row of a padded tile
+            combine = make_call(ops.VBIN.name, {"dst": Region.full(c), "src0": Region.full(c),
+                                                "src1": part}, {"op": "add"}, span=stmt.span)
         return cube + [gemm] + put, vec + get + [combine]
 
     def _dual(self, stmt, call, loop):

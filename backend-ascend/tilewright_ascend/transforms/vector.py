@@ -350,6 +350,10 @@ class _Lowering(SelectLowering):
         if extents is None:
             raise KernelError("T.Parallel on backend 'ascend' needs constant extents",
                               span_location(loop.span))
+        call = decode(body) if isinstance(body, tirx.Evaluate) else None
+        if call is not None and call.name.startswith("atomic_") and \
+                not isinstance(call.operands["src"], Region):
+            return self.parallel_atomic(loop, loops, variables, extents, call, body)
         pre, post = [], []
         guard = written = None  # written: the guard as written, kept on the scalar unit
         if isinstance(body, tirx.IfThenElse) and body.else_case is None:
@@ -403,6 +407,61 @@ class _Lowering(SelectLowering):
         else:
             ops = [with_span(self.widen(s), loop.span) for s in ops]
         return [*pre, *ops, *post]
+
+    def parallel_atomic(self, loop, loops, variables, extents, call, stmt):
+        """An element ``T.atomic_*`` in a T.Parallel, ``Z[i, base + j]`` with each loop
+        variable alone (plus what the loop does not change) in its own dimension, in loop
+        order: the values go into a UB tile of the region (element stores, a T.Parallel
+        lowered like any other), then one tile atomic adds it into the region. Distinct
+        iterations reach distinct elements, so one atomic copy of the tile is the same sum."""
+        dst, src = call.operands["dst"], call.operands["src"]
+        span = stmt.span if stmt.span is not None else loop.span
+        dtype = str(dst.buffer.dtype)
+        starts, shape, tile_index = [], [], []
+        rest = [(v, e) for v, e in zip(variables, extents) if e != 1]
+        for index in as_exprs(dst.starts):
+            used = [v for v in variables if uses_any(index, [v])]
+            if not used:
+                starts.append(index)
+                shape.append(1)
+                tile_index.append(tirx.const(0, "int32"))
+                continue
+            base = simplify(index - used[0])
+            if len(used) > 1 or uses_any(base, variables):
+                break
+            at = next((n for n, (v, _) in enumerate(zip(variables, extents))
+                       if v.same_as(used[0])), None)
+            if rest and rest[0][0].same_as(used[0]):
+                rest.pop(0)
+            elif extents[at] != 1:
+                break
+            starts.append(base)
+            shape.append(extents[at])
+            tile_index.append(used[0])
+        else:
+            if not rest:
+                return self._atomic_tile(loops, variables, call, src, dst, starts, shape,
+                                         tile_index, dtype, span)
+        raise KernelError(f"T.{call.name} inside T.Parallel: backend 'ascend' adds one tile "
+                          f"into global memory per loop, so each loop variable must index its "
+                          f"own dimension of {dst.buffer.name!r}, in loop order, plus a value "
+                          f"the loop does not change (as in {dst.buffer.name}[i, base + j]); "
+                          f"this one writes {dst.buffer.name}{list(as_exprs(dst.starts))}",
+                          span_location(span))
+
+    def _atomic_tile(self, loops, variables, call, src, dst, starts, shape, tile_index,
+                     dtype, span):
+        out = []
+        tile = self.temp(shape, dtype, out)
+        nest = tirx.BufferStore(tile.buffer, cast_to(src, dtype), tile_index)
+        for lp in reversed(loops):
+            nest = tirx.For(lp.loop_var, lp.min, lp.extent, lp.kind, nest,
+                            annotations=lp.annotations, span=lp.span)
+        out.extend(self.parallel(with_span(nest, span)))
+        region = Region(dst.buffer, tuple(starts), tuple(tirx.IntImm("int32", e)
+                                                         for e in shape))
+        out.append(make_call(call.name, {"dst": region, "src": tile}, call.attrs, span=span))
+        return out
 
     def widen(self, op):
         """``op`` over whole padded tiles of one shape (:meth:`padded_alike`) as one range,
@@ -693,11 +752,18 @@ class _Lowering(SelectLowering):
                                  span=span))
             src = out
 
-    def result_tile(self, dims, extents, dtype, ops, target):
+    def result_tile(self, dims, extents, dtype, ops, target, like=None):
+        """The target when it fits, else a temporary over ``dims``; in the layout of the operand
+        ``like`` where its rows differ from the temporary's (a column read as ``a[i, 0]`` in
+        ``T.Parallel(n, 1)`` is ``n`` rows of one element, not one row of ``n``)."""
         if target is not None and tuple(target[1]) == tuple(dims) and \
                 str(target[0].buffer.dtype) == dtype:
             return target[0]
-        return self.temp([extents[d] for d in dims], dtype, ops)
+        shape = [extents[d] for d in dims]
+        if like is not None and ints(like.extents) is not None and \
+                _rows(ints(like.extents)) != _rows(shape):
+            shape = ints(like.extents)
+        return self.temp(shape, dtype, ops)
 
     def value_of(self, e, variables, extents, ops, target):
         if target is not None:
@@ -733,7 +799,7 @@ class _Lowering(SelectLowering):
                 return ("s", e)
             if str(inner[1].buffer.dtype) == dtype:
                 return inner
-            out = self.result_tile(inner[2], extents, dtype, ops, target)
+            out = self.result_tile(inner[2], extents, dtype, ops, target, like=inner[1])
             self.convert(out, inner[1], ops)
             return ("t", out, inner[2])
         if kind in _BINARY:
@@ -750,7 +816,7 @@ class _Lowering(SelectLowering):
                 if target is None and (op, value) in (("mul", 1.0), ("div", 1.0), ("add", 0.0),
                                                       ("sub", 0.0)):
                     return tile  # x * 1, x + 0: nothing to compute
-                out = self.result_tile(tile[2], extents, dtype, ops, target)
+                out = self.result_tile(tile[2], extents, dtype, ops, target, like=tile[1])
                 ops.append(make_call(VSCA.name, {"dst": out, "src": tile[1],
                                                  "scalar": cast_to(scalar, dtype)}, {"op": op}))
                 return ("t", out, tile[2])
@@ -762,7 +828,7 @@ class _Lowering(SelectLowering):
                 self.broadcast(op, out, a[1], b, ops)
                 return ("t", out, a[2])
             if a[2] == b[2]:
-                out = self.result_tile(a[2], extents, dtype, ops, target)
+                out = self.result_tile(a[2], extents, dtype, ops, target, like=a[1])
                 ops.append(make_call(VBIN.name, {"dst": out, "src0": a[1], "src1": b[1]},
                                      {"op": op}))
                 return ("t", out, a[2])
@@ -819,6 +885,13 @@ class _Lowering(SelectLowering):
         axis = {(): "one", (0,): "row"}.get(vec[2], "col")
         ops.append(make_call(VBRC.name, {"dst": out, "src": tile, "vec": vec[1]},
                              {"op": op, "axis": axis}))
+
+
+def _rows(extents) -> tuple[int, int] | None:
+    """The (rows, columns) a vector instruction sees in a region of these extents."""
+    if extents is None:
+        return None
+    return (math.prod(extents[:-1]), extents[-1]) if extents else (1, 1)
 
 
 def _pad_tiles(func):
