@@ -50,7 +50,7 @@ import math
 import tvm
 import tvm_ffi
 from tilewright.errors import KernelError, span_location
-from tilewright.ir import Region, decode, make_call
+from tilewright.ir import ATOMIC_KINDS, Region, decode, make_call
 from tilewright.transform.walk import prim_func_pass
 from tvm import tirx
 
@@ -351,7 +351,7 @@ class _Lowering(SelectLowering):
             raise KernelError("T.Parallel on backend 'ascend' needs constant extents",
                               span_location(loop.span))
         call = decode(body) if isinstance(body, tirx.Evaluate) else None
-        if call is not None and call.name.startswith("atomic_") and \
+        if call is not None and call.name in _ATOMICS and \
                 not isinstance(call.operands["src"], Region):
             return self.parallel_atomic(loop, loops, variables, extents, call, body)
         pre, post = [], []
@@ -885,6 +885,9 @@ class _Lowering(SelectLowering):
         axis = {(): "one", (0,): "row"}.get(vec[2], "col")
         ops.append(make_call(VBRC.name, {"dst": out, "src": tile, "vec": vec[1]},
                              {"op": op, "axis": axis}))
+
+
+_ATOMICS = frozenset(f"atomic_{kind}" for kind in ATOMIC_KINDS)  # the core's atomic tile ops
 
 
 def _rows(extents) -> tuple[int, int] | None:
