@@ -27,7 +27,8 @@ from ..keys import WARPGROUP
 from ..keys import WS as WS_KEY
 
 BARRIER_PREFIX = "mbarrier"
-THREAD_PREFIX = "thread_"  # T.get_thread_binding's variables: thread_x_3 holds threadIdx's x
+# the kernel frame's record of T.get_thread_binding's variables: [(buffer, dimension)]
+THREAD_VARS = "cuda_thread_vars"
 
 _D = DialectSupport(__file__)
 error, _location, _emit = _D.error, _D.location, _D.emit
@@ -229,7 +230,8 @@ def get_thread_binding(dim: int = 0):
         raise error(f"T.get_thread_binding({dim}): the kernel has threads={threads[:dim + 1]} "
                     f"(a single thread along dimension {dim})")
     n = sum(1 for f in builder.frames for s in f.stmts if isinstance(s, tirx.AllocBuffer))
-    buf = declare(f"{THREAD_PREFIX}{'xyz'[dim]}_{n}", (1,), "int32", "local.var")
+    buf = declare(f"thread_{'xyz'[dim]}_{n}", (1,), "int32", "local.var")
+    builder.enclosing("kernel").info.setdefault(THREAD_VARS, []).append((buf, dim))
     builder.emit(tirx.AllocBuffer(buf, span=B.span_of(_location())))
     region = resolve(region_of(TileBuffer(buf), "T.get_thread_binding"), None,
                      "T.get_thread_binding")
@@ -437,9 +439,8 @@ def _thread_dim(builder, value) -> int | None:
         value = next((s.value for f in builder.frames for s in f.stmts
                       if isinstance(s, tirx.Bind) and s.var.same_as(value)), None)
     if isinstance(value, tvm.ir.TensorLoad):
-        name = str(value.source.name)
-        if name.startswith(THREAD_PREFIX) and str(value.source.scope()) == "local.var":
-            return "xyz".index(name[len(THREAD_PREFIX)])
+        bindings = builder.enclosing("kernel").info.get(THREAD_VARS, ())
+        return next((dim for buf, dim in bindings if buf.same_as(value.source)), None)
     return None
 
 
