@@ -43,7 +43,9 @@ class Intrinsic:
     ``mbar_wait``, ``placeholder`` (replaced before codegen), or ``""``. ``in_flight``: the
     shared memory it touches is read or written after it returns (cp.async, TMA loads and
     stores, wgmma); ``completes``: it waits for such operations (cp.async and wgmma group
-    waits, mbarrier waits, the TMA store wait)."""
+    waits, mbarrier waits, the TMA store wait). ``multicast``: the name of the function that
+    issues the same TMA load into every block of a cluster (a mask after the shared
+    destination), "" when there is none."""
 
     name: str
     header: str | None  # include/ file defining it (None: CUDA's own)
@@ -53,6 +55,7 @@ class Intrinsic:
     local: bool = False  # registers only, see above
     in_flight: bool = False
     completes: bool = False
+    multicast: str = ""
 
 
 def _table(*entries: Intrinsic) -> dict[str, Intrinsic]:
@@ -96,8 +99,8 @@ TABLE = _table(
     Intrinsic("tw_cluster_ctarank", HOPPER),
     Intrinsic("tw_offset_bytes", HOPPER),
     Intrinsic("TW_TMAP", HOPPER),
-    *(Intrinsic(f"tw_tma_load_{r}d", HOPPER, (), "tma_load", in_flight=True)
-      for r in range(1, 6)),
+    *(Intrinsic(f"tw_tma_load_{r}d", HOPPER, (), "tma_load", in_flight=True,
+                multicast=f"tw_tma_load_multicast_{r}d") for r in range(1, 6)),
     *(Intrinsic(f"tw_tma_load_multicast_{r}d", HOPPER, (), "tma_load", in_flight=True)
       for r in range(1, 6)),
     *(Intrinsic(f"tw_tma_store_{r}d", HOPPER, in_flight=True) for r in range(1, 6)),

@@ -96,7 +96,7 @@ def _multicast(stmt, loads: list):
         k = next((k for k, c in enumerate(loads) if e.value.same_as(c)), None)
         if k is None:
             return e
-        name = intrinsics.extern_name(e.value).replace("tw_tma_load_", "tw_tma_load_multicast_")
+        name = intrinsics.named(intrinsics.extern_name(e.value)).multicast
         desc, bar, smem, *coords = e.value.args[1:]
         cast = intrinsics.call(name, desc, bar, smem, mask, *coords)
         return tirx.IfThenElse(rank == k * CLUSTER // len(loads), cast, None)
