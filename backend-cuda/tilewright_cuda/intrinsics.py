@@ -40,7 +40,8 @@ class Intrinsic:
     ``wgmma`` (a wgmma gemm: operands A, B, C), ``wgmma_wait``, ``tma_load`` (completes on the
     mbarrier argument 1, writes the shared destination argument 2 through the async proxy),
     ``fence_async`` (orders generic-proxy shared writes before async-proxy reads),
-    ``mbar_wait``, ``placeholder`` (replaced before codegen), or ``""``. ``in_flight``: the
+    ``mbar_wait``, ``setmaxnreg`` (changes the warpgroup's register count: the count at entry
+    must be fixed), ``placeholder`` (replaced before codegen), or ``""``. ``in_flight``: the
     shared memory it touches is read or written after it returns (cp.async, TMA loads and
     stores, wgmma); ``completes``: it waits for such operations (cp.async and wgmma group
     waits, mbarrier waits, the TMA store wait). ``multicast``: the name of the function that
@@ -93,8 +94,8 @@ TABLE = _table(
     Intrinsic("tw_mbar_wait", HOPPER, (), "mbar_wait", completes=True),
     Intrinsic("tw_named_barrier_sync", HOPPER),
     Intrinsic("tw_named_barrier_arrive", HOPPER),
-    Intrinsic("tw_setmaxnreg_inc", HOPPER),
-    Intrinsic("tw_setmaxnreg_dec", HOPPER),
+    Intrinsic("tw_setmaxnreg_inc", HOPPER, (), "setmaxnreg"),
+    Intrinsic("tw_setmaxnreg_dec", HOPPER, (), "setmaxnreg"),
     Intrinsic("tw_cluster_sync", HOPPER),
     Intrinsic("tw_cluster_ctarank", HOPPER),
     Intrinsic("tw_offset_bytes", HOPPER),

@@ -205,8 +205,7 @@ class Kernel:
         roles = {entry.role for entry in self.used}
         # a warp tile's accumulators (let ptxas use up to 255 registers: its share of the SM's),
         # setmaxnreg (the register count at entry must be fixed), or several blocks per SM
-        if roles & {"gemm", "wgmma"} or chosen.blocks_per_sm > 1 or \
-                any(n.startswith("tw_setmaxnreg") for n in self.names):
+        if roles & {"gemm", "wgmma", "setmaxnreg"} or chosen.blocks_per_sm > 1:
             device_func = device_func.with_attr(MIN_BLOCKS, chosen.blocks_per_sm)
         self.device_func = device_func
         count = None if sequence is None else sequence["params"]
