@@ -92,6 +92,10 @@ DEVICE_ASSERT = register_tile_op(TileOpSchema(
     doc="stop the kernel with an error when a condition does not hold",
 ))
 
+# the names of the two families' tile ops, for passes that treat a family alike
+REDUCE_OPS = frozenset(f"reduce_{k}" for k in REDUCE_KINDS)
+ATOMIC_OPS = frozenset(f"atomic_{k}" for k in ATOMIC_KINDS)
+
 PORTABLE_OPS = ("copy", "fill", "gemm", "gemm_sp", *(f"reduce_{k}" for k in REDUCE_KINDS),
                 "cumsum", *(f"atomic_{k}" for k in ATOMIC_KINDS), "print_tile", "print_value",
                 "device_assert")
