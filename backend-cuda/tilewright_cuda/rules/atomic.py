@@ -5,7 +5,7 @@ thread; the expression form returning the old value (``return_prev=True``) too."
 from __future__ import annotations
 
 from tilewright.errors import KernelError
-from tilewright.ir import ATOMIC_KINDS, Region, TileOpCall
+from tilewright.ir import ATOMIC_KINDS, ATOMIC_PREV, Region, TileOpCall
 from tilewright.transform import RuleContext
 from tilewright.transform.lowering_utils import in_bounds, loop_nest, non_unit, region_index
 from tvm import tirx
@@ -70,4 +70,4 @@ def _atomic_prev_rule(kind: str):
 
 
 # expression intrinsics (atomics returning the old value) become helper calls
-INTRINSIC_RULES.update({f"tw.atomic_{k}_prev": _atomic_prev_rule(k) for k in ATOMIC_KINDS})
+INTRINSIC_RULES.update({name: _atomic_prev_rule(k) for name, k in ATOMIC_PREV.items()})

@@ -4,19 +4,17 @@ from __future__ import annotations
 
 import tvm
 import tvm_ffi
-from tilewright.ir import ATOMIC_KINDS
+from tilewright.ir import ATOMIC_PREV
 from tilewright.transform import StmtMutator, prim_func_pass
 from tvm import tirx
 
 from .. import keys
 
-_PREV_OPS = frozenset(f"tw.atomic_{k}_prev" for k in ATOMIC_KINDS)
-
 
 def _has_atomic_prev(expr) -> bool:
     found = []
     tvm_ffi.structural_walk(expr, (tvm.ir.Call, lambda c: found.append(c) if isinstance(
-        c.op, tvm.ir.Op) and c.op.name in _PREV_OPS else None))
+        c.op, tvm.ir.Op) and c.op.name in ATOMIC_PREV else None))
     return bool(found)
 
 

@@ -1,7 +1,7 @@
 """The tile IR: tile ops as TVM calls, each described by a registered schema."""
 
 from . import ops
-from .ops import ATOMIC_KINDS, ATOMIC_OPS, PORTABLE_OPS, REDUCE_KINDS, REDUCE_OPS
+from .ops import ATOMIC_KINDS, ATOMIC_OPS, ATOMIC_PREV, PORTABLE_OPS, REDUCE_KINDS, REDUCE_OPS
 from .schema import (
     Attr,
     Operand,
@@ -23,8 +23,8 @@ from .schema import (
 )
 
 __all__ = [
-    "ATOMIC_KINDS", "ATOMIC_OPS", "PORTABLE_OPS", "REDUCE_KINDS", "REDUCE_OPS", "Attr", "Operand",
-    "Region", "TileOpCall",
+    "ATOMIC_KINDS", "ATOMIC_OPS", "ATOMIC_PREV", "PORTABLE_OPS", "REDUCE_KINDS", "REDUCE_OPS",
+    "Attr", "Operand", "Region", "TileOpCall",
     "TileOpSchema", "decode", "get_schema", "intrinsic_features", "intrinsics_in", "make_call",
     "matrix_dims", "ops",
     "is_region", "register_intrinsic", "register_tile_op", "registered_ops", "schema_of_call",

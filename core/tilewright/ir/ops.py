@@ -68,14 +68,16 @@ ATOMIC_KINDS = ("add", "max", "min")
 # the backend feature an atomic returning the previous value needs (Ascend C's atomics return
 # nothing: a backend without it refuses return_prev)
 ATOMIC_RETURN_PREV = "atomic_return_prev"
-for _kind in ATOMIC_KINDS:
+# the expression intrinsic of each kind that returns the previous value -> the kind
+ATOMIC_PREV = {f"tw.atomic_{k}_prev": k for k in ATOMIC_KINDS}
+for _name, _kind in ATOMIC_PREV.items():
     register_tile_op(TileOpSchema(
         f"atomic_{_kind}",
         (Operand("dst", "readwrite"), Operand("src", "read", kind="any")),
         (Attr("memory_order", str, "relaxed"),),
         doc=f"atomic read-modify-write ({_kind}) of global memory shared by blocks",
     ))
-    register_intrinsic(f"tw.atomic_{_kind}_prev", f"atomic_{_kind}",
+    register_intrinsic(_name, f"atomic_{_kind}",
                        f"T.atomic_{_kind}(..., return_prev=True) (an atomic {_kind} of one "
                        "element returning the previous value)", feature=ATOMIC_RETURN_PREV)
 
