@@ -1,9 +1,10 @@
 """The one place that decides what the CUDA tests can do on this machine.
 
 Markers: ``nvcc`` and ``nvrtc`` (a compiler), ``emulator`` (g++ for the host emulation of
-generated CUDA), ``sass`` (cuobjdump and nvdisasm to read machine code), ``gpu`` (a visible
-NVIDIA GPU). A test whose requirement is missing is skipped
-with the reason given here. Every test compiles into its own disk cache.
+generated CUDA), ``sass`` (cuobjdump and nvdisasm to read machine code). A test whose
+requirement is missing is skipped with the reason given here. ``gpu`` (a visible NVIDIA GPU)
+is decided for every distribution's tests by the repository's root ``conftest.py``. Every
+test compiles into its own disk cache.
 """
 
 from __future__ import annotations
@@ -17,20 +18,17 @@ from tilewright_cuda import arch, executor
 def _reasons() -> dict[str, str | None]:
     nvrtc = executor.nvrtc_available()
     nvcc = executor.nvcc_available()
-    gpu = arch.visible_gpu_arch()
     return {
         "nvrtc": None if nvrtc else f"NVRTC unavailable: {nvrtc.reason}",
         "nvcc": None if nvcc else f"nvcc unavailable: {nvcc.reason}",
         "emulator": (f"host emulation unavailable: {hostemu.available()}"
                      if hostemu.available() else None),
         "sass": f"SASS unreadable: {sass.available()}" if sass.available() else None,
-        "gpu": None if gpu else "no NVIDIA GPU visible (execution on a GPU is checked by "
-                                "backend-cuda/bench/run_h200.sh on a GPU machine)",
     }
 
 
 def pytest_configure(config):
-    for name in ("nvcc", "nvrtc", "emulator", "sass", "gpu"):
+    for name in ("nvcc", "nvrtc", "emulator", "sass"):
         config.addinivalue_line("markers", f"{name}: needs {name} (skipped otherwise)")
 
 
