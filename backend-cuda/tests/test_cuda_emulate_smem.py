@@ -10,6 +10,7 @@ import tilewright
 import tilewright.language as T
 import torch
 from tilewright.errors import KernelError
+from tilewright_cuda import keys
 
 
 def _gemm_bias(bias: str, M=128, N=64, K=64, bm=64, bn=64, bk=32, threads=128):
@@ -92,3 +93,58 @@ def test_a_bias_copied_in_part_keeps_the_accumulator_shared():
         raise AssertionError(e) from e
     assert "float C_l_ptr[" not in lowered.source.text
     assert lowered.source.payload["dynamic_smem_bytes"] == 2 * 64 * 32 * 2 + 64 * 64 * 4
+
+
+def _branch_loads(mixed: bool, M=64, N=64, K=128, bk=32, stages=3):
+    """C = A' B^T, A' taking its k-th column block from A1 on even steps and from A2 on odd
+    ones: the copy into ``A_s`` sits under a branch of the pipelined loop's body, as the K/V
+    copies of block-causal varlen attention's dQ kernel (``if is_noisy_diag != 0``); with
+    ``mixed`` the B copy is outside it, else under it too."""
+
+    @T.prim_func
+    def main(A1: T.Tensor((M, K), "float16"), A2: T.Tensor((M, K), "float16"),
+             B: T.Tensor((N, K), "float16"), C: T.Tensor((M, N), "float32")):
+        with T.Kernel(1, threads=128) as _:
+            A_s = T.alloc_shared((M, bk), "float16")
+            B_s = T.alloc_shared((N, bk), "float16")
+            C_l = T.alloc_fragment((M, N), "float32")
+            T.clear(C_l)
+            for k in T.Pipelined(K // bk, num_stages=stages):
+                if k % 2 == 0:
+                    T.copy(A1[0, k * bk], A_s)
+                    if not mixed:
+                        T.copy(B[0, k * bk], B_s)
+                else:
+                    T.copy(A2[0, k * bk], A_s)
+                    if not mixed:
+                        T.copy(B[0, k * bk], B_s)
+                if mixed:
+                    T.copy(B[0, k * bk], B_s)
+                T.gemm(A_s, B_s, C_l, transpose_B=True)
+            T.copy(C_l, C)
+    return main
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize("mixed", [False, True])
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_copies_under_a_branch_keep_one_version(mixed, arch, tmp_path):
+    """Copies under a branch of a pipelined loop's body are not prefetched (TileLang plans
+    them so): their tile keeps one version, loaded in order; the B copy outside the branch
+    (``mixed``) is still pipelined, in 3 versions. Before, both tiles took 3 versions (the
+    dQ kernel: 192 KiB of K/V, over sm_90a's limit)."""
+    lowered = tilewright.lower(_branch_loads(mixed), f"cuda -arch={arch}")
+    text, launch = lowered.source.text, lowered.source.payload
+    tile = 64 * 32 * 2
+    func = next(f for _, f in lowered.module.functions.items() if f.attrs is not None)
+    versions = func.attrs[keys.VERSIONS] if keys.VERSIONS in func.attrs else {}
+    assert {str(k): int(v) for k, v in versions.items()} == ({"B_s": 3} if mixed else {})
+    barriers = 128 if mixed and arch == "sm_90a" else 0  # the TMA stages' mbarriers
+    assert launch["dynamic_smem_bytes"] == tile * (4 if mixed else 2) + barriers
+    torch.manual_seed(0)
+    a1, a2, b = (torch.randn(64, 128).half() for _ in range(3))
+    c = torch.full((64, 64), float("nan"))
+    hostemu.run(text, launch, tmp_path, a1, a2, b, c)
+    steps = torch.arange(128) // 32
+    a = torch.where((steps % 2 == 0)[None, :], a1, a2)
+    torch.testing.assert_close(c, a.float() @ b.float().T, atol=1e-2, rtol=1e-2)
