@@ -16,6 +16,10 @@ from . import gemm_fit
 from .ir import accessed, buffers_in, const, full, parallel_nests, role_loops, uses
 
 FRAGMENT = "local.fragment"
+# where a whole T.copy into a register accumulator may read from: each thread loads the
+# elements its registers hold (a shared tile or a global tensor; not a fragment, which may
+# itself take a register layout)
+TILE_SOURCES = ("shared", "shared.dyn", "global")
 
 
 def _fragments(func, accept) -> list:
@@ -131,14 +135,15 @@ def elementwise_uses(func, frags) -> dict:
 def accumulators(func, arch, threads) -> dict:
     """Fragments that may live in registers in the mma accumulator layout: float32 (int32 for int8
     gemms), 2-D, written by at least one ``mma.sync`` gemm (or ``mma.sp`` T.gemm_sp) as C, and
-    otherwise only filled whole, copied from whole, reduced whole along rows into a shared row
-    vector, or indexed ``[i, j]`` by the two loop variables of a ``T.Parallel`` nest over its whole
-    shape. Maps each to its :class:`~tilewright_cuda.layout.Accumulator` (``rows`` when rows are
-    reduced or touched element by element; ``square`` for one touched element by element that
-    no reduction reads when its rows are too few for one warp column: MLA decode's 64 x 512
+    otherwise only filled whole, copied from whole, copied into whole from a shared tile or a global
+    tensor (``TILE_SOURCES``: a bias loaded before the k loop), reduced whole along rows into a
+    shared row vector, or indexed ``[i, j]`` by the two loop variables of a ``T.Parallel`` nest over
+    its whole shape. Maps each to its :class:`~tilewright_cuda.layout.Accumulator` (``rows`` when
+    rows are reduced or touched element by element; ``square`` for one touched element by element
+    that no reduction reads when its rows are too few for one warp column: MLA decode's 64 x 512
     ``acc_o`` on 8 warps, whose row statistics then stay in shared memory). A fragment no gemm
-    writes whose every nest also touches such a ``rows`` accumulator of its shape follows it
-    into registers (:func:`_nest_partners`)."""
+    writes whose every nest also touches such a ``rows`` accumulator of its shape follows it into
+    registers (:func:`_nest_partners`)."""
     frags = set(_fragments(func, lambda b: str(b.dtype) in ("float32", "int32") and
                            len(b.shape) == 2))
     allowed, regions, fed = {f: True for f in frags}, {f: 0 for f in frags}, set()
@@ -151,7 +156,9 @@ def accumulators(func, arch, threads) -> dict:
             and layout.memory(call.operands["dst"].buffer) in ("shared", "shared.dyn", FRAGMENT)
         fits = full(region) and (
             (call.name == "fill" and op.name == "dst") or
-            (call.name == "copy" and op.name == "src") or reduced or
+            (call.name == "copy" and op.name == "src") or
+            (call.name == "copy" and op.name == "dst" and
+             layout.memory(call.operands["src"].buffer) in TILE_SOURCES) or reduced or
             (call.name in ("gemm", "gemm_sp") and op.name == "C" and
              gemm_fit.mma_misfit(call, arch, threads) is None))
         allowed[buf] = allowed[buf] and fits

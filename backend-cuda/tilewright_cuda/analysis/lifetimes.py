@@ -423,6 +423,17 @@ def live_segments(thread_body, buffers, thread=None, versions=()) -> dict:
     return segments
 
 
+def unused(body, buffers) -> list:
+    """Those of ``buffers`` that nothing in ``body`` but their own allocation loads, stores or
+    takes the data pointer of (a ``T.alloc_shared`` the kernel never touches, as the
+    example kernels' bias tile without a bias): they need no bytes."""
+    def drop(alloc):
+        return tirx.Evaluate(0) if any(alloc.buffer.same_as(b) for b in buffers) else alloc
+
+    used = _touched(tvm_ffi.structural_map(body, (tirx.AllocBuffer, drop)), buffers)
+    return [b for b in buffers if not any(b.same_as(u) for u in used)]
+
+
 def live_ranges(thread_body, buffers, thread=None, versions=()) -> dict:
     """Per buffer of ``buffers``, the ``(first, last)`` positions of :func:`program` it lives
     over (inclusive): from the first of its :func:`live_segments` to the end of the last."""

@@ -1,7 +1,7 @@
 """``T.copy``: between register layouts (accumulators, row vectors, register A operands),
-from a reducer (``T.finalize_reducer``), in 16-byte chunks (``cp.async`` into shared memory,
-or TMA boxes in ``T.Pipelined`` loops on sm_90+), else element by element with bounds
-guards."""
+into an accumulator, from a reducer (``T.finalize_reducer``), in 16-byte chunks (``cp.async``
+into shared memory, or TMA boxes in ``T.Pipelined`` loops on sm_90+), else element by element
+with bounds guards."""
 
 from __future__ import annotations
 
@@ -42,6 +42,8 @@ def lower_copy(call: TileOpCall, ctx: RuleContext):
         return convert_registers(src, dst, ctx)
     if layout.is_accumulator(src.buffer):
         return copy_from_registers(src, dst, ctx)
+    if layout.is_accumulator(dst.buffer):
+        return copy_to_registers(src, dst, ctx)
     if layout.is_rows(src.buffer) and layout.is_rows(dst.buffer):  # whole vectors
         return every_row_register(dst.buffer, thread_var(ctx)[1], lambda s: tirx.BufferStore(
             dst.buffer, tirx.BufferLoad(src.buffer, [s]), [s]))
@@ -149,6 +151,20 @@ def copy_from_registers(src: Region, dst: Region, ctx: RuleContext):
     inside = in_bounds(dst.buffer, index, ctx)
     store = store if inside is None else tirx.IfThenElse(inside, store, None)
     return tirx.For(r, 0, count // 2, tirx.ForKind.UNROLLED, store,
+                    annotations={keys.OWN_ELEMENTS: 1})
+
+
+def copy_to_registers(src: Region, dst: Region, ctx: RuleContext):
+    """A whole copy into an accumulator (layout inference admits only those, from shared tiles
+    and global tensors): each thread loads the (row, column) of ``src`` each of its
+    registers holds, converted to the accumulator's type, zero outside a global tensor."""
+    tx, threads = thread_var(ctx)
+    r = tirx.Var("r", "int32")
+    row, col = layout.element(dst.buffer, r, threads, tx)
+    value = guarded_load(src.buffer, region_index(src, [row, col], non_unit(src)), ctx,
+                         str(dst.buffer.dtype))
+    store = tirx.BufferStore(dst.buffer, value, layout.register_index(dst.buffer, r))
+    return tirx.For(r, 0, layout.registers(dst.buffer, threads), tirx.ForKind.UNROLLED, store,
                     annotations={keys.OWN_ELEMENTS: 1})
 
 

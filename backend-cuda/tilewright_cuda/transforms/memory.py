@@ -14,7 +14,7 @@ from tvm import tirx
 from .. import intrinsics, keys, layout
 from ..analysis import lifetimes
 from ..analysis.accesses import shared
-from ..analysis.ir import buffers_in, find_thread, map_roles, role_loops
+from ..analysis.ir import buffers_in, find_thread, map_roles, role_loops, seq
 
 SMEM_ALIGN = 128
 
@@ -153,11 +153,22 @@ def _with_barriers(thread_body, prog, marked: list):
     return mark(thread_body)
 
 
+def _without_allocations(body, buffers):
+    """``body`` without the allocations of ``buffers``."""
+    def visit(q):
+        return seq([s for s in q.seq if not (isinstance(s, tirx.AllocBuffer) and any(
+            s.buffer.same_as(b) for b in buffers))] or [tirx.Evaluate(0)])
+
+    return tvm_ffi.structural_map(body, (tirx.SeqStmt, visit))
+
+
 def place_memory(options):
     """Shared buffers and fragments (design: fragments live in shared memory, see README)
     become views into one dynamic shared-memory pool, swizzled tiles (with all their pipeline
     versions) at multiples of ``swizzle.ALIGN`` with every access rewritten to the swizzled
-    offset; thread-local scopes become registers (``local``). Each buffer has bytes of its own,
+    offset; thread-local scopes become registers (``local``). A shared buffer nothing touches
+    takes no bytes and loses its allocation (``analysis.lifetimes.unused``). Each buffer has
+    bytes of its own,
     unless the pool would then exceed what one block may use on the architecture (its share
     with ``cuda.blocks_per_sm``): then buffers whose lifetimes do not overlap
     (``analysis.lifetimes``: inside a loop's body too, and between loops that each renew a
@@ -175,6 +186,11 @@ def place_memory(options):
         threads = int(tx_loop.extent.value)
         locals_ = {}
         pooled = [alloc.buffer for alloc in allocs if shared(alloc.buffer)]
+        unused = lifetimes.unused(func.body, pooled)
+        if unused:
+            pooled = [b for b in pooled if not any(b.same_as(u) for u in unused)]
+            func = func.with_body(_without_allocations(func.body, unused))
+            tx_loop = find_thread(func)
         for alloc in allocs:
             buf = alloc.buffer
             if shared(buf):

@@ -2,7 +2,8 @@
 tile-op lowering).
 
 The statements of the loop body are split into *producers*, global -> shared copies whose
-loads read only global tensors, and *consumers*, everything else. Each shared tile a
+loads read only global tensors and that no branch of the body runs under (``plan.branched``),
+and *consumers*, everything else. Each shared tile a
 producer writes gets ``S`` versions (``[S, *shape]``, version ``v`` of iteration ``i`` is
 ``i % S``), and the loop becomes::
 

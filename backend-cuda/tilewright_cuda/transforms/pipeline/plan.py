@@ -84,7 +84,7 @@ def statements(loop):
     stage = hint(loop, keys.STAGE)
     if stage is None:
         return stmts, [i for i, s in enumerate(stmts)
-                       if producer_writes(resolve(s)) is not None]
+                       if not branched(s) and producer_writes(resolve(s)) is not None]
     if len(stage) != len(stmts):
         raise KernelError(f"T.Pipelined stage= has {len(stage)} entries but the loop body has "
                           f"{len(stmts)} statements", span_location(loop.span))
@@ -95,6 +95,16 @@ def statements(loop):
                               "into shared memory; the CUDA backend prefetches only such "
                               "copies", span_location(loop.span))
     return stmts, producers
+
+
+def branched(stmt) -> bool:
+    """Whether ``stmt``, a statement of a pipelined loop's body, is a branch of the kernel (an
+    ``if`` around copies, not a copy's TMA choice): its copies may not run in every iteration.
+    Such copies are not prefetched and their tiles keep one version, as TileLang plans them
+    (its PipelinePlanning: a conditionally executed copy advances no stage and is no async
+    producer); block-causal varlen attention's dQ kernel loads K and V under
+    ``if is_noisy_diag != 0``."""
+    return isinstance(stmt, tirx.IfThenElse) and not is_choice(stmt)
 
 
 def issue_order(loop, count: int) -> list[int]:
