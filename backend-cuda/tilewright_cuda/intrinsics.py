@@ -88,6 +88,9 @@ TABLE = _table(
     Intrinsic("tw_mbar_arrive_cluster", HOPPER),
     Intrinsic("tw_mbar_expect_tx", HOPPER),
     Intrinsic("tw_mbar_wait", HOPPER, (), "mbar_wait", completes=True),
+    # T.ptx_cp_async: lands at a cp.async wait, or at the mbarrier of a noinc arrival
+    Intrinsic("tw_cp_async_bytes", HOPPER, ("async", "read"), in_flight=True),
+    Intrinsic("tw_cp_async_mbar_arrive_noinc", HOPPER),
     Intrinsic("tw_named_barrier_sync", HOPPER),
     Intrinsic("tw_named_barrier_arrive", HOPPER),
     Intrinsic("tw_setmaxnreg_inc", HOPPER),

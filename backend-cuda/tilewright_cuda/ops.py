@@ -73,8 +73,32 @@ THREAD_ALLREDUCE = _op("tvm_thread_allreduce", (Operand("value", "read", kind="e
                        "the group's values combined (sum, max or min) in its one-element "
                        "array")
 
+CP_ASYNC = _op("ptx_cp_async", (Operand("dst", "write", kind="expr"),
+                                 Operand("src", "read", kind="expr")),
+               (Attr("bytes", int, 16),),
+               "one thread's cp.async of BYTES (4, 8 or 16) from a global element to a shared "
+               "element (pointers from T.access_ptr); complete at a cp.async wait or, through "
+               "T.cp_async_barrier_noinc, at an mbarrier's phase")
+CP_ASYNC_BARRIER_NOINC = _op("cp_async_barrier_noinc", (_BAR,), (),
+                             "cp.async.mbarrier.arrive.noinc: the mbarrier receives the calling "
+                             "thread's arrival once its earlier cp.async copies have landed")
+WGMMA_GEMM = _op("wgmma_gemm", (Operand("A", "read"), Operand("B", "read"),
+                                Operand("C", "readwrite")),
+                 (Attr("transpose_A", bool, False), Attr("transpose_B", bool, False),
+                  Attr("policy", str, "square"), Attr("clear_accum", bool, False)),
+                 "C += op(A) @ op(B) as one asynchronous wgmma group of the warpgroup "
+                 "(sm_90a), retired by T.wait_wgmma; the CUDA backend lowers it as T.gemm's "
+                 "wgmma form without the wait (transforms.dialect)")
+WAIT_WGMMA = _op("wait_wgmma", (), (Attr("count", int, 0),),
+                 "wgmma.wait_group COUNT: at most COUNT of the warpgroup's wgmma groups stay "
+                 "in flight")
+
 DIALECT_OPS = (TMA_COPY.name, INIT_BARRIERS.name, ARRIVE.name, WAIT_PARITY.name,
                EXPECT_TX.name, TMA_STORE_WAIT.name, FENCE_PROXY_ASYNC.name, SET_MAX_NREG.name,
                WS.name, CLUSTER.name, THREAD_BINDING.name,
                NO_SET_MAX_NREG.name, CALL_EXTERN.name, IMPORT_SOURCE.name,
-               THREAD_ALLREDUCE.name)
+               THREAD_ALLREDUCE.name, CP_ASYNC.name, CP_ASYNC_BARRIER_NOINC.name,
+               WGMMA_GEMM.name, WAIT_WGMMA.name)
+# dialect ops each calling thread runs for itself: fine under a condition on the thread index
+PER_THREAD = frozenset({ARRIVE.name, WAIT_PARITY.name, FENCE_PROXY_ASYNC.name,
+                        THREAD_BINDING.name, CP_ASYNC.name, CP_ASYNC_BARRIER_NOINC.name})

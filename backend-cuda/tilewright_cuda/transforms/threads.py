@@ -108,11 +108,6 @@ def bind_roles():
     return prim_func_pass("CUDABindRoles", run)
 
 
-# dialect ops each thread runs for itself: fine under a condition on the thread index
-_PER_THREAD = {ops.ARRIVE.name, ops.WAIT_PARITY.name, ops.FENCE_PROXY_ASYNC.name,
-               ops.THREAD_BINDING.name}
-
-
 def refuse_thread_conditioned_tile_ops():
     """A tile op (or ``T.Parallel`` loop) under an ``if`` on ``T.get_thread_binding``'s
     index is an error at the ``if``'s line: tile ops are spread over every thread of the
@@ -171,7 +166,7 @@ def _first_block_op(node) -> str | None:
             found.append("a T.Parallel loop")
         elif isinstance(stmt, tirx.Evaluate):
             call = decode(stmt)
-            if call is not None and call.name not in _PER_THREAD:
+            if call is not None and call.name not in ops.PER_THREAD:
                 found.append(f"T.{call.name}")
 
     tvm_ffi.structural_walk(node, [(tirx.For, visit), (tirx.Evaluate, visit)], order="pre")
