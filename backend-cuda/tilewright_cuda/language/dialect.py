@@ -4,6 +4,7 @@ emits one tile op (``tilewright_cuda.ops``); ``tilewright_cuda.rules.dialect`` l
 from __future__ import annotations
 
 import tvm
+from tilewright.ir import matrix_dims
 from tilewright.language import Kernel as _PortableKernel
 from tilewright.language import builder as B
 from tilewright.language.buffer import (
@@ -16,7 +17,6 @@ from tilewright.language.buffer import (
     squeeze,
     to_expr,
 )
-from tilewright.ir import matrix_dims
 from tilewright.language.extension import DialectSupport
 from tvm import tirx
 

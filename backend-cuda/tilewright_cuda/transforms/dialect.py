@@ -11,16 +11,17 @@ is followed twice, so a group left in flight at the end of an iteration meets th
 iteration's statements; the two branches of an ``if`` are merged (a group either leaves in
 flight stays in flight).
 
-Then each ``T.wgmma_gemm`` becomes the portable ``gemm`` op with ``wg_wait=-1`` (TileLang's
-encoding of "no wait"), so that layout inference gives its operands the wgmma layouts
-``T.gemm`` gets, and ``rules.gemm`` lowers it as the wgmma form without its
-``wait_group``."""
+Before, a kernel whose ``T.ptx_cp_async`` copies no ``T.cp_async_barrier_noinc`` waits for
+is refused (the dialect's only way to wait for them). Then each ``T.wgmma_gemm`` becomes the
+portable ``gemm`` op with ``wg_wait=-1`` (TileLang's encoding of "no wait"), so that layout
+inference gives its operands the wgmma layouts ``T.gemm`` gets, and ``rules.gemm`` lowers it
+as the wgmma form without its ``wait_group``."""
 
 from __future__ import annotations
 
 import tvm_ffi
 from tilewright.errors import KernelError, span_location
-from tilewright.ir import decode, make_call
+from tilewright.ir import decode, make_call, tile_ops_in
 from tilewright.transform import prim_func_pass
 from tvm import tirx
 
@@ -124,11 +125,25 @@ def _as_gemm(stmt):
                      span=stmt.span)
 
 
+def _check_copies_land(func) -> None:
+    """A ``T.ptx_cp_async`` copy lands only where a ``T.cp_async_barrier_noinc`` arrival of
+    its thread completes an mbarrier phase: a kernel with copies and no such arrival would
+    read its tiles at an unknown time."""
+    names = [c.name for c in tile_ops_in(func)]
+    if ops.CP_ASYNC.name in names and ops.CP_ASYNC_BARRIER_NOINC.name not in names:
+        first = next(c for c in tile_ops_in(func) if c.name == ops.CP_ASYNC.name)
+        raise KernelError("T.ptx_cp_async: nothing waits for this kernel's copies; after the "
+                          "copies, T.cp_async_barrier_noinc(mbars[i]) makes each copying "
+                          "thread arrive on an mbarrier once they land, and readers wait for "
+                          "its phase (T.mbarrier_wait_parity)", span_location(first.span))
+
+
 def issue_wgmma_groups():
     """Refuses a touch of a wgmma group's registers before its wait, then makes each
     ``T.wgmma_gemm`` a gemm without a wait (the module docstring)."""
 
     def run(func):
+        _check_copies_land(func)
         groups = _Groups()
         groups.walk(func.body, [])
         if groups.error is not None:
