@@ -382,7 +382,10 @@ def wgmma_gemm(A, B, C, transpose_A=False, transpose_B=False, policy=None,  # no
         raise error(f"T.wgmma_gemm shape mismatch: op(A) {a.buffer.name!r} is ({m}, {ka}), "
                     f"op(B) {b.buffer.name!r} ({kb}, {n}), C {c.buffer.name!r} ({c0}, {c1})")
     if not isinstance(clear_accum, bool):
-        raise error(f"T.wgmma_gemm clear_accum must be a Python bool, got {clear_accum!r}")
+        raise error(f"T.wgmma_gemm clear_accum must be a Python bool, got {clear_accum!r}: a "
+                    "condition known only at run time (j == 0 in a loop) would clear an "
+                    "accumulator the groups of earlier iterations may still hold; clear it with "
+                    "T.clear before the first group instead")
     name = getattr(policy, "value", policy) or "square"
     _emit(ops.WGMMA_GEMM.name, {"A": a, "B": b, "C": c},
           {"transpose_A": bool(transpose_A), "transpose_B": bool(transpose_B),
