@@ -144,6 +144,29 @@ def test_tile_ops_under_a_thread_index_condition_are_refused_at_the_if():
         tilewright.lower(fill_through_a_value, "cuda -arch=sm_80")
 
 
+def test_warpgroup_ranges_of_the_thread_index_become_roles():
+    @T.prim_func
+    def main(A: T.Tensor((3, 256), "float32")):
+        with T.Kernel(1, threads=384):
+            tx = T.get_thread_binding()
+            if tx < 128:
+                T.fill(A[0, :], 1.0)
+            elif tx >= 128 and tx < 256:
+                for i in T.Parallel(256):
+                    A[1, i] = 2.0
+            else:
+                T.fill(A[2, :], 3.0)
+
+    kernel = _kernel(_lower(main)[0])
+    # each branch is a role: its tile op spread over its 128 threads, 2 elements each
+    assert "if (((int)threadIdx.x) < 128)" in kernel
+    assert "if ((128 <= ((int)threadIdx.x)) && (((int)threadIdx.x) < 256))" in kernel
+    assert "if (256 <= ((int)threadIdx.x))" in kernel
+    # role 2 (threads 256..383) fills row 2 (offset 512): element it * 128 + (tx - 256)
+    last = kernel.split("if (256 <= ((int)threadIdx.x)) {", 1)[1]
+    assert "A_ptr[(((it_2 * 128) + ((int)threadIdx.x)) + 256)] = 0x1.8p+1f" in last
+
+
 def test_tilelang_barrier_names_lower_as_the_mbarrier_ops():
     assert _kernel(_lower(ws_store(tilelang_names=True))[0]) == _kernel(_lower(ws_store())[0])
 

@@ -52,7 +52,8 @@ def _rules() -> dict:
 def _bind_threads(ctx) -> list:
     options.of(ctx)  # an unknown architecture or a bad pass config fails here, first
     return [kernels.check_sequence(), kernels.split_kernels(),
-            threads.refuse_thread_conditioned_tile_ops(), dialect.issue_wgmma_groups(),
+            threads.thread_ranges_as_roles(), threads.refuse_thread_conditioned_tile_ops(),
+            dialect.issue_wgmma_groups(),
             threads.bind_threads(),
             threads.bind_roles()]
 
