@@ -88,7 +88,7 @@ TABLE = _table(
     Intrinsic("tw_mbar_arrive_cluster", HOPPER),
     Intrinsic("tw_mbar_expect_tx", HOPPER),
     Intrinsic("tw_mbar_wait", HOPPER, (), "mbar_wait", completes=True),
-    # T.ptx_cp_async: lands at a cp.async wait, or at the mbarrier of a noinc arrival
+    # T.ptx_cp_async: lands at the mbarrier phase of the thread's noinc arrival
     Intrinsic("tw_cp_async_bytes", HOPPER, ("async", "read"), in_flight=True),
     Intrinsic("tw_cp_async_mbar_arrive_noinc", HOPPER),
     Intrinsic("tw_named_barrier_sync", HOPPER),

@@ -77,8 +77,8 @@ CP_ASYNC = _op("ptx_cp_async", (Operand("dst", "write", kind="expr"),
                                  Operand("src", "read", kind="expr")),
                (Attr("bytes", int, 16),),
                "one thread's cp.async of BYTES (4, 8 or 16) from a global element to a shared "
-               "element (pointers from T.access_ptr); complete at a cp.async wait or, through "
-               "T.cp_async_barrier_noinc, at an mbarrier's phase")
+               "element (pointers from T.access_ptr); landed at the mbarrier phase that "
+               "T.cp_async_barrier_noinc arrives on")
 CP_ASYNC_BARRIER_NOINC = _op("cp_async_barrier_noinc", (_BAR,), (),
                              "cp.async.mbarrier.arrive.noinc: the mbarrier receives the calling "
                              "thread's arrival once its earlier cp.async copies have landed")

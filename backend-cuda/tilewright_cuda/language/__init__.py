@@ -5,8 +5,8 @@ What only NVIDIA hardware (Hopper, sm_90+) has, with TileLang's names: ``T.tma_c
 names for these two, ``T.barrier_arrive``, ``T.barrier_wait``), ``T.mbarrier_expect_tx``,
 ``T.tma_store_wait``, ``T.fence_proxy_async``, hand-issued asynchronous copies and gemms
 (``T.ptx_cp_async``, ``T.cp_async_barrier_noinc``, ``T.wgmma_gemm``, ``T.wait_wgmma``), the
-thread index (``T.get_thread_binding``,
-``T.thread_binding``), warp-specialised roles (``with T.ws(1):``), register budgets
+thread index (``T.get_thread_binding``, ``T.thread_binding``), warp-specialised roles
+(``with T.ws(1):``), register budgets
 (``T.set_max_nreg``, ``T.inc_max_nreg``, ``T.dec_max_nreg``, ``T.no_set_max_nreg``) and
 ``T.ClusterKernel``; the user's own CUDA device code (``T.import_source``, called with
 ``T.call_extern`` on pointers from ``T.access_ptr``). A TileLang Hopper kernel ports by

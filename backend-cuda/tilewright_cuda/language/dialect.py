@@ -329,9 +329,9 @@ def _element_pointer(ptr, what: str, scope: str):
 def ptx_cp_async(dst_access_ptr, src_access_ptr, num_elems):
     """``T.ptx_cp_async(T.access_ptr(smem[i, j], "w", n), T.access_ptr(gmem[...], "r", n),
     n)``: the calling thread copies ``n`` elements (4, 8 or 16 bytes) from global to shared
-    memory with ``cp.async`` (sm_80+), asynchronously: the copy has landed after
-    :func:`cp_async_barrier_noinc`'s mbarrier phase completes (TileLang's use) or after a
-    ``cp.async`` wait. Both elements must be aligned to the copy's size."""
+    memory with ``cp.async`` (sm_80+), asynchronously: the copy has landed once the mbarrier
+    phase that :func:`cp_async_barrier_noinc` arrives on completes (a kernel whose copies no
+    such arrival waits for is refused). Both elements must be aligned to the copy's size."""
     dst = _element_pointer(dst_access_ptr, "T.ptx_cp_async destination", "shared")
     src = _element_pointer(src_access_ptr, "T.ptx_cp_async source", "global")
     n = as_int(num_elems)
