@@ -1,8 +1,9 @@
 """The ``bind_threads`` phase: the block's program runs on ``threads`` threads, wrapped in
 one ``threadIdx.x`` loop (``T.use_swizzle`` remaps the block indices here), and each ``T.ws``
 role becomes a nested ``threadIdx.x`` loop over the role's threads, so rules and distribution
-spread tile ops over the role only. First, a tile op under an ``if`` on the dialect's thread
-index (``T.get_thread_binding``) is refused at the ``if``."""
+spread tile ops over the role only. First, an ``if`` / ``elif`` chain on the dialect's thread
+index (``T.get_thread_binding``) whose branches select whole warpgroups becomes ``T.ws``
+roles, and any other tile op under an ``if`` on the index is refused at the ``if``."""
 
 from __future__ import annotations
 
