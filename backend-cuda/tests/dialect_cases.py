@@ -368,6 +368,23 @@ def hand_wgmma(M=128, N=128, K=256, bM=64, bN=64, bK=64, dtype="float16", wait_l
     return main
 
 
+def warp_shuffle(n=64):
+    """TVM's T.tvm_warp_shuffle as TileLang's Hadamard transform writes it: each thread takes
+    the value of its XOR-1 neighbour over the whole warp, and of the next lane in its group of
+    8 lanes (lane 8 wraps to 0 of the group)."""
+
+    @T.prim_func
+    def main(A: T.Tensor((n,), "float32"), B: T.Tensor((2, n), "float32")):
+        with T.Kernel(1, threads=n):
+            tx = T.get_thread_binding(0)
+            v = T.alloc_local((1,), "float32")
+            v[0] = A[tx]
+            B[0, tx] = T.tvm_warp_shuffle(0xFFFFFFFF, v[0], (tx ^ 1) % 32, 32, 32)
+            B[1, tx] = T.tvm_warp_shuffle(0xFFFFFFFF, v[0], tx % 8 + 1, 8, 32)
+
+    return main
+
+
 def cases():
     """``(name, kernel, cuda_cases.Case)`` of each dialect kernel at a size with partial
     tiles where the kernel allows them: the GPU checks (bench/checks.py) run them."""
@@ -412,9 +429,18 @@ def cases():
         ("thread_allreduce", thread_allreduce(), _allreduce_case(rand(2, 16, 8))),
         ("hand_wgmma", hand_wgmma(), _nk_gemm(rand(128, 256, dtype=torch.float16),
                                                 rand(128, 256, dtype=torch.float16))),
+        ("warp_shuffle", warp_shuffle(), _shuffle_case(rand(64))),
         ("hand_wgmma_roles_by_if", hand_wgmma(roles_by_if=True),
          _nk_gemm(rand(128, 256, dtype=torch.float16), rand(128, 256, dtype=torch.float16))),
     ]
+
+
+def _shuffle_case(a):
+    lane = torch.arange(64)
+    group = lane // 8 * 8
+    want = torch.stack([a[lane ^ 1], a[group + (lane % 8 + 1) % 8]])
+    return Case((a, torch.full((2, 64), float("nan"))), (1,), [want],
+                tol={"rtol": 0, "atol": 0})
 
 
 def _nk_gemm(a, b):

@@ -21,6 +21,7 @@ from dialect_cases import (
     thread_index,
     tma_gemm,
     tma_gemm_swizzled,
+    warp_shuffle,
     ws_gemm,
     ws_store,
 )
@@ -433,6 +434,28 @@ def test_bad_hand_issued_use_is_a_clear_error_at_the_users_line(call, message):
 
     assert info.value.location is not None and \
         info.value.location.filename.endswith("test_cuda_dialect.py")
+
+
+@pytest.mark.nvrtc
+@pytest.mark.sass
+def test_warp_shuffle_is_shfl_sync_and_builds_on_older_architectures():
+    text, _ = _lower(warp_shuffle(), "cuda -arch=sm_80")
+    assert "__shfl_sync((uint)4294967295, v_ptr[0], ((thread_x_0_ptr[0] & 7) + 1), 8)" in text
+    cubin, _ = executor.nvrtc_compile(text, arch.get("sm_80"), ".")
+    assert sass.dump(cubin).count("SHFL.IDX") == 2
+
+
+def test_warp_shuffle_is_refused_by_the_cpu_backend_at_its_line():
+    @T.prim_func
+    def main(A: T.Tensor((32,), "float32"), B: T.Tensor((32,), "float32")):
+        with T.Kernel(1, threads=32):
+            for i in T.Parallel(32):
+                B[i] = T.tvm_warp_shuffle(0xFFFFFFFF, A[i], 0, 32, 32)
+
+    with pytest.raises(KernelError, match=r"T\.tvm_warp_shuffle is not supported by backend "
+                                          r"'cpu'") as info:
+        tilewright.lower(main, "cpu")
+    assert "test_cuda_dialect.py" in str(info.value)
 
 
 # -- errors ----------------------------------------------------------------------------------

@@ -112,6 +112,7 @@ TABLE = _table(
     Intrinsic("tw_fp4_decode", FP4),
     Intrinsic("tw_fp8_e5m2", FP8),
     Intrinsic("__shfl_xor_sync", CUDA, local=True),
+    Intrinsic("__shfl_sync", CUDA, local=True),
     Intrinsic("__syncwarp", CUDA),
     Intrinsic("__trap", CUDA),
     Intrinsic("__float2bfloat16_rn", CUDA, local=True),

@@ -7,7 +7,14 @@ other backend at compile time, naming the op. Names are the user's (``T.tma_copy
 
 from __future__ import annotations
 
-from tilewright.ir.schema import Attr, Operand, TileOpSchema, register_tile_op, register_tvm_op
+from tilewright.ir.schema import (
+    Attr,
+    Operand,
+    TileOpSchema,
+    register_intrinsic,
+    register_tile_op,
+    register_tvm_op,
+)
 
 # The address of a shared-memory element (a barrier, a TMA destination). Kept apart from
 # ``tirx.address_of`` until the shared pool is placed: insert_sync reads address_of as a write.
@@ -102,3 +109,9 @@ DIALECT_OPS = (TMA_COPY.name, INIT_BARRIERS.name, ARRIVE.name, WAIT_PARITY.name,
 # dialect ops each calling thread runs for itself: fine under a condition on the thread index
 PER_THREAD = frozenset({ARRIVE.name, WAIT_PARITY.name, FENCE_PROXY_ASYNC.name,
                         THREAD_BINDING.name, CP_ASYNC.name, CP_ASYNC_BARRIER_NOINC.name})
+
+# T.tvm_warp_shuffle, an expression: (mask, value, source lane, width) -> the value of that lane
+WARP_SHUFFLE = "tw.cuda.warp_shuffle"
+register_intrinsic(WARP_SHUFFLE, "tvm_warp_shuffle",
+                   "T.tvm_warp_shuffle: the value another lane of the warp holds (__shfl_sync)")
+EXPRESSION_OPS = ("tvm_warp_shuffle",)  # capabilities of the expression intrinsics above

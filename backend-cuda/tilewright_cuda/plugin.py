@@ -18,7 +18,7 @@ from tilewright.plugin import (
 )
 from tilewright.transform import lower_intrinsics, lower_tile_ops
 
-from . import __version__, arch, keys, options
+from . import __version__, arch, keys, ops, options
 from .codegen import CODEGEN
 from .executor import EXECUTORS
 from .rules import INTRINSIC_RULES, RULES
@@ -109,7 +109,7 @@ BACKEND = BackendModule(
     codegens={"cuda": CODEGEN},
     executors=EXECUTORS,
     capabilities=Capabilities(
-        tile_ops=frozenset(RULES) | frozenset(dialect.REWRITTEN),
+        tile_ops=frozenset(RULES) | frozenset(dialect.REWRITTEN) | frozenset(ops.EXPRESSION_OPS),
         dtypes=frozenset(DTYPES),
         memory_scopes=frozenset({"global", "shared.dyn", "local.fragment", "local"}),
         features=frozenset({"warps", "dynamic_shapes", "partial_tiles", "atomic_return_prev",

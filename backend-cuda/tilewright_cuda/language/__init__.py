@@ -45,6 +45,7 @@ from .dialect import (
     tma_copy,
     tma_store_wait,
     tvm_thread_allreduce,
+    tvm_warp_shuffle,
     wait_wgmma,
     wgmma_gemm,
     ws,
@@ -57,5 +58,5 @@ __all__ = [  # noqa: PLE0604 - the portable names plus the dialect's
     "import_source", "inc_max_nreg",
     "mbarrier_arrive", "mbarrier_expect_tx", "mbarrier_wait_parity", "no_set_max_nreg",
     "ptx_cp_async", "set_max_nreg", "thread_binding", "tma_copy", "tma_store_wait",
-    "tvm_thread_allreduce", "wait_wgmma", "wgmma_gemm", "ws",
+    "tvm_thread_allreduce", "tvm_warp_shuffle", "wait_wgmma", "wgmma_gemm", "ws",
 ]

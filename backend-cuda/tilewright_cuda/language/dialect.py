@@ -401,6 +401,22 @@ def wait_wgmma(id: int):  # noqa: A002 - TileLang's name
     _emit(ops.WAIT_WGMMA.name, {}, {"count": id})
 
 
+def tvm_warp_shuffle(mask, value, lane, width, warp_size):
+    """``T.tvm_warp_shuffle(mask, value, lane, width, warp_size)`` (TVM's, as TileLang writes
+    it): the ``value`` that lane ``lane`` (modulo ``width``) of the calling thread's group of
+    ``width`` lanes holds, ``__shfl_sync``. An expression; every thread of ``mask`` must call
+    it together. ``warp_size`` is 32; ``width`` a power of two up to 32."""
+    if as_int(warp_size) != 32:
+        raise error(f"T.tvm_warp_shuffle: warp_size is 32 on CUDA, got {warp_size!r}")
+    w = as_int(width)
+    if not isinstance(w, int) or not 1 <= w <= 32 or w & (w - 1):
+        raise error(f"T.tvm_warp_shuffle: width must be a power of two up to 32, got "
+                    f"{width!r}")
+    value = to_expr(value)
+    return tirx.call_intrin(str(value.ty), ops.WARP_SHUFFLE, to_expr(mask, "uint32"), value,
+                            to_expr(lane, "int32"), to_expr(w, "int32"))
+
+
 # -- the user's CUDA source -------------------------------------------------------------------
 ACCESS_MASKS = ("r", "w", "rw")
 
@@ -582,4 +598,4 @@ __all__ = ["ClusterKernel", "access_ptr", "alloc_barrier", "attr", "barrier_arri
            "get_thread_binding", "import_source", "inc_max_nreg", "mbarrier_arrive",
            "mbarrier_expect_tx", "mbarrier_wait_parity", "no_set_max_nreg", "ptx_cp_async",
            "set_max_nreg", "thread_binding", "tma_copy", "tma_store_wait",
-           "tvm_thread_allreduce", "wait_wgmma", "wgmma_gemm", "ws"]
+           "tvm_thread_allreduce", "tvm_warp_shuffle", "wait_wgmma", "wgmma_gemm", "ws"]

@@ -19,7 +19,7 @@ from tvm import tirx
 from .. import intrinsics, keys, ops
 from . import tma
 from .common import butterfly, leader, reduce_parts
-from .table import register
+from .table import INTRINSIC_RULES, register
 
 
 def _require(call: TileOpCall, ctx: RuleContext, feature: str, arch_specific: bool = False,
@@ -190,3 +190,11 @@ def lower_cp_async_barrier_noinc(call: TileOpCall, ctx: RuleContext):
 def lower_wait_wgmma(call: TileOpCall, ctx: RuleContext):
     _require(call, ctx, "wgmma", arch_specific=True)
     return intrinsics.wgmma_wait(int(call.attrs["count"]))
+
+
+def lower_warp_shuffle(call):
+    """``T.tvm_warp_shuffle``: ``__shfl_sync(mask, value, lane, width)`` (any architecture)."""
+    return tirx.call_extern(call.dtype, "__shfl_sync", *call.args)
+
+
+INTRINSIC_RULES[ops.WARP_SHUFFLE] = lower_warp_shuffle
