@@ -396,8 +396,9 @@ def test_wgmma_and_cp_async_are_refused_where_they_do_not_exist():
                                           r"wg_wait=-1\) is one asynchronous wgmma group, but "
                                           r"wgmma needs sm_90a"):
         tilewright.lower(_one_wgmma(), "cuda -arch=sm_80")
-    with pytest.raises(KernelError, match=r"T\.wait_wgmma needs sm_90a"):
-        tilewright.lower(_wait_only(), "cuda -arch=sm_90")
+    for target in ("cuda -arch=sm_90", "cuda -arch=sm_100a"):
+        with pytest.raises(KernelError, match=r"T\.wait_wgmma needs sm_90a"):
+            tilewright.lower(_wait_only(), target)
     with pytest.raises(KernelError, match=r"T\.ptx_cp_async is an op of the 'cuda' dialect"):
         tilewright.lower(_one_wgmma(copies=True), "cpu")
 

@@ -188,7 +188,10 @@ def lower_cp_async_barrier_noinc(call: TileOpCall, ctx: RuleContext):
 
 @register(ops.WAIT_WGMMA.name)
 def lower_wait_wgmma(call: TileOpCall, ctx: RuleContext):
-    _require(call, ctx, "wgmma", arch_specific=True)
+    """``wgmma.wait_group``, an instruction of sm_90a alone (sm_100a's MMA is tcgen05's)."""
+    if ctx.options.arch.name != "sm_90a":
+        raise KernelError(f"T.wait_wgmma needs sm_90a (wgmma); the target architecture is "
+                          f"{ctx.options.arch.name}: compile for 'cuda -arch=sm_90a'")
     return intrinsics.wgmma_wait(int(call.attrs["count"]))
 
 
