@@ -202,6 +202,11 @@ _IMPORTS = [
     (re.compile(r"^(\s*)from tilelang import DataType\s*$", re.M), r"\1from tvm import DataType"),
     (re.compile(r"^(\s*)from tilelang\.transform import simplify_prim_func\s*$", re.M),
      r"\1simplify_prim_func = lambda func: func  # tilewright simplifies when it compiles"),
+    # the mma swizzle of a shared tile TileLang's intrinsics module makes: a layout annotation
+    # (where elements sit, not what is computed), tilewright's swizzled layout
+    (re.compile(r"^(\s*)from tilelang\.cuda\.intrinsics import make_mma_swizzle_layout\s*$",
+                re.M),
+     r"\1from tilewright.layout import make_swizzled_layout as make_mma_swizzle_layout"),
     (re.compile(r"^(\s*)import tilelang\s*$", re.M), r"\1import tilewright as tilelang"),
     (re.compile(r"^(\s*)import tilelang as (\w+)", re.M), r"\1import tilewright as \2"),
     (re.compile(r"^(\s*)import tilelang\.([\w.]+) as (\w+)", re.M),

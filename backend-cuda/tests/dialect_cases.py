@@ -1,6 +1,8 @@
 """Kernels written with the CUDA dialect (``tilewright_cuda.language``), for the dialect tests
 (test_cuda_dialect.py builds them, test_cuda_dialect_emulate.py runs them on the host)."""
 
+from contextlib import nullcontext
+
 import tilewright_cuda.language as T
 import torch
 from cuda_cases import Case
@@ -306,6 +308,83 @@ def thread_allreduce(rows=16, group=8):
     return main
 
 
+def hand_wgmma(M=128, N=128, K=256, bM=64, bN=64, bK=64, dtype="float16", wait_late=False,
+               roles_by_if=False):
+    """TileLang's hand-synchronised Hopper form (deepseek_v32's sparse MLA): warpgroup 1
+    copies A and B tiles (B stored [N, K]) with T.ptx_cp_async, 16 bytes a thread a call,
+    and arrives on ``ready`` with T.cp_async_barrier_noinc once they land; warpgroup 0 issues
+    each K step as two T.wgmma_gemm groups (the two halves of K) onto one accumulator and
+    retires them with T.wait_wgmma before it frees the tiles. ``wait_late``: the accumulator
+    is read before the wait (refused); ``roles_by_if``: the roles are TileLang's ``if tx >=
+    128: ... else: ...`` instead of ``T.ws`` (they become ``T.ws`` roles)."""
+    H = bK // 2
+    chunks = bM * H // 8 // 128  # 16-byte copies per thread per half tile
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((N, K), dtype),
+             C: T.Tensor((M, N), "float32")):
+        with T.Kernel(T.ceildiv(N, bN), T.ceildiv(M, bM), threads=256) as (bx, by):
+            A0 = T.alloc_shared((bM, H), dtype)
+            A1 = T.alloc_shared((bM, H), dtype)
+            B0 = T.alloc_shared((bN, H), dtype)
+            B1 = T.alloc_shared((bN, H), dtype)
+            C_l = T.alloc_fragment((bM, bN), "float32")
+            ready = T.alloc_barrier(128)
+            free = T.alloc_barrier(128)
+            tx = T.get_thread_binding()
+
+            # TileLang's own form of the roles: `if tx >= 128:` / `if tx < 128:` (no T.ws)
+            producer, consumer = (nullcontext(), nullcontext()) if roles_by_if else \
+                (T.ws(1), T.ws(0))
+            with producer:
+                if tx >= 128 if roles_by_if else True:
+                    for ko in T.serial(K // bK):
+                        T.mbarrier_wait_parity(free, (ko % 2) ^ 1)
+                        for r in T.serial(chunks):
+                            row = (r * 128 + tx - 128) // (H // 8)
+                            col = (r * 128 + tx - 128) % (H // 8) * 8
+                            for h, a_s, b_s in ((0, A0, B0), (1, A1, B1)):
+                                k = ko * bK + h * H + col
+                                T.ptx_cp_async(T.access_ptr(a_s[row, col], "w", 8),
+                                               T.access_ptr(A[by * bM + row, k], "r", 8), 8)
+                                T.ptx_cp_async(T.access_ptr(b_s[row, col], "w", 8),
+                                               T.access_ptr(B[bx * bN + row, k], "r", 8), 8)
+                        T.cp_async_barrier_noinc(ready)
+            with consumer:
+                if tx < 128 if roles_by_if else True:
+                    T.clear(C_l)
+                    for ko in T.serial(K // bK):
+                        T.mbarrier_wait_parity(ready, ko % 2)
+                        T.wgmma_gemm(A0, B0, C_l, transpose_B=True)
+                        T.wgmma_gemm(A1, B1, C_l, transpose_B=True)
+                        if wait_late:
+                            for i, j in T.Parallel(bM, bN):
+                                C_l[i, j] = C_l[i, j] * 0.5
+                        T.wait_wgmma(1)
+                        T.wait_wgmma(0)
+                        T.mbarrier_arrive(free)
+                    T.copy(C_l, C[by * bM, bx * bN])
+
+    return main
+
+
+def warp_shuffle(n=64):
+    """TVM's T.tvm_warp_shuffle as TileLang's Hadamard transform writes it: each thread takes
+    the value of its XOR-1 neighbour over the whole warp, and of the next lane in its group of
+    8 lanes (lane 8 wraps to 0 of the group)."""
+
+    @T.prim_func
+    def main(A: T.Tensor((n,), "float32"), B: T.Tensor((2, n), "float32")):
+        with T.Kernel(1, threads=n):
+            tx = T.get_thread_binding(0)
+            v = T.alloc_local((1,), "float32")
+            v[0] = A[tx]
+            B[0, tx] = T.tvm_warp_shuffle(0xFFFFFFFF, v[0], (tx ^ 1) % 32, 32, 32)
+            B[1, tx] = T.tvm_warp_shuffle(0xFFFFFFFF, v[0], tx % 8 + 1, 8, 32)
+
+    return main
+
+
 def cases():
     """``(name, kernel, cuda_cases.Case)`` of each dialect kernel at a size with partial
     tiles where the kernel allows them: the GPU checks (bench/checks.py) run them."""
@@ -348,7 +427,26 @@ def cases():
                        dim=1)], tol={"rtol": 0, "atol": 0})),
         ("extern_call", extern_call(), _extern_call_case(g)),
         ("thread_allreduce", thread_allreduce(), _allreduce_case(rand(2, 16, 8))),
+        ("hand_wgmma", hand_wgmma(), _nk_gemm(rand(128, 256, dtype=torch.float16),
+                                                rand(128, 256, dtype=torch.float16))),
+        ("warp_shuffle", warp_shuffle(), _shuffle_case(rand(64))),
+        ("hand_wgmma_roles_by_if", hand_wgmma(roles_by_if=True),
+         _nk_gemm(rand(128, 256, dtype=torch.float16), rand(128, 256, dtype=torch.float16))),
     ]
+
+
+def _shuffle_case(a):
+    lane = torch.arange(64)
+    group = lane // 8 * 8
+    want = torch.stack([a[lane ^ 1], a[group + (lane % 8 + 1) % 8]])
+    return Case((a, torch.full((2, 64), float("nan"))), (1,), [want],
+                tol={"rtol": 0, "atol": 0})
+
+
+def _nk_gemm(a, b):
+    """A gemm of ``a`` [M, K] and ``b`` stored [N, K]."""
+    return Case((a, b, torch.full((a.shape[0], b.shape[0]), float("nan"))), (2,),
+                [a.double() @ b.double().T], reduction=a.shape[1])
 
 
 def _allreduce_case(a):

@@ -78,6 +78,15 @@ template <class T> T __shfl_xor_sync(unsigned, T v, int offset, int = 32) {
   tw_warp_sync();
   return r;
 }
+template <class T> T __shfl_sync(unsigned, T v, int lane, int width = 32) {
+  unsigned t = tw_slot_base + threadIdx.x;
+  std::memcpy(tw_exchange[t], &v, sizeof(T));
+  tw_warp_sync();
+  T r;  // lane of the calling thread's group of `width` lanes
+  std::memcpy(&r, tw_exchange[t / 32 * 32 + (t % 32) / width * width + lane % width], sizeof(T));
+  tw_warp_sync();
+  return r;
+}
 template <class T> T atomicAdd(T* p, T v) {
   std::lock_guard<std::mutex> g(tw_atomic_mutex); T o = *p; *p = o + v; return o;
 }

@@ -14,12 +14,14 @@ from dialect_cases import (
     WIDEN_SOURCE,
     cluster_scale,
     extern_call,
+    hand_wgmma,
     head_copy,
     pipelined_gemm,
     thread_allreduce,
     thread_index,
     tma_gemm,
     tma_gemm_swizzled,
+    warp_shuffle,
     ws_gemm,
     ws_store,
 )
@@ -141,6 +143,29 @@ def test_tile_ops_under_a_thread_index_condition_are_refused_at_the_if():
 
     with pytest.raises(KernelError, match=r"T\.fill under a condition on the thread index"):
         tilewright.lower(fill_through_a_value, "cuda -arch=sm_80")
+
+
+def test_warpgroup_ranges_of_the_thread_index_become_roles():
+    @T.prim_func
+    def main(A: T.Tensor((3, 256), "float32")):
+        with T.Kernel(1, threads=384):
+            tx = T.get_thread_binding()
+            if tx < 128:
+                T.fill(A[0, :], 1.0)
+            elif tx >= 128 and tx < 256:
+                for i in T.Parallel(256):
+                    A[1, i] = 2.0
+            else:
+                T.fill(A[2, :], 3.0)
+
+    kernel = _kernel(_lower(main)[0])
+    # each branch is a role: its tile op spread over its 128 threads, 2 elements each
+    assert "if (((int)threadIdx.x) < 128)" in kernel
+    assert "if ((128 <= ((int)threadIdx.x)) && (((int)threadIdx.x) < 256))" in kernel
+    assert "if (256 <= ((int)threadIdx.x))" in kernel
+    # role 2 (threads 256..383) fills row 2 (offset 512): element it * 128 + (tx - 256)
+    last = kernel.split("if (256 <= ((int)threadIdx.x)) {", 1)[1]
+    assert "A_ptr[(((it_2 * 128) + ((int)threadIdx.x)) + 256)] = 0x1.8p+1f" in last
 
 
 def test_tilelang_barrier_names_lower_as_the_mbarrier_ops():
@@ -288,6 +313,150 @@ def test_cluster_and_tma_store_machine_code():
     assert "EIATTR_CTA_PER_CLUSTER" in elf and "0x2 0x1 0x1" in elf
     code, _, log = _sass(ws_store())
     assert "UTMASTG" in code and "used 2 barriers" in log  # __syncthreads + role 0's
+
+
+# -- hand-issued cp.async and wgmma groups ---------------------------------------------------
+def test_hand_issued_wgmma_groups_stay_in_flight_until_the_users_wait():
+    kernel = _kernel(_lower(hand_wgmma())[0])
+    consumer = kernel.split("if (((int)threadIdx.x) < 128) {", 1)[1]
+    issue = consumer.split("tw_wgmma_wait<1>();", 1)[0]
+    # two groups issued back to back (no wait between them), then the user's waits
+    assert issue.count("tw_gemm_wgmma<64, 32, 64, TW_WGMMA_F16, false,") == 2  # N, K, NC
+    assert "tw_wgmma_wait<0>" not in issue
+    assert consumer.index("tw_wgmma_wait<1>();") < consumer.index("tw_wgmma_wait<0>();") < \
+        consumer.index("tw_mbar_arrive(")
+    producer = kernel.split("if (128 <= ((int)threadIdx.x)) {", 1)[1].split("\n  }\n", 1)[0]
+    assert producer.count("tw_cp_async_bytes<16>(") == 4
+    assert "tw_cp_async_mbar_arrive_noinc(" in producer
+    assert "tw_cp_async_commit" not in kernel and "tw_cp_async_wait" not in kernel
+
+
+@pytest.mark.nvrtc
+@pytest.mark.sass
+def test_hand_issued_wgmma_and_cp_async_machine_code():
+    code, _, log = _sass(hand_wgmma())
+    # 4 K steps (the loop unrolled) x 2 groups x 2 k16 instructions
+    assert code.count("HGMMA.64x64x16.F32") == 16
+    assert "LDGSTS.E.BYPASS.128" in code  # cp.async.cg of 16 bytes
+    assert "ARRIVES.LDGSTSBAR.64" in code  # cp.async.mbarrier.arrive.noinc
+    assert "WARPGROUP.DEPBAR.LE gsb0, 0x1" in code and "WARPGROUP.DEPBAR.LE gsb0, 0x0" in code
+    assert "0 bytes spill stores" in log
+
+
+def test_reading_the_accumulator_of_a_group_in_flight_is_refused_at_the_users_line():
+    with pytest.raises(KernelError, match=r"touches 'C_l' while the wgmma group of "
+                                          r"T\.wgmma_gemm \(line \d+\) that holds it is in "
+                                          r"flight: retire the group first with "
+                                          r"T\.wait_wgmma\(0\)") as info:
+        tilewright.lower(hand_wgmma(wait_late=True), "cuda -arch=sm_90a")
+    assert info.value.location is not None and \
+        info.value.location.filename.endswith("dialect_cases.py")
+
+
+def _one_wgmma(wait=True, clear_in_flight=False, copies=False):
+    @T.prim_func
+    def main(A: T.Tensor((64, 64), "float16"), B: T.Tensor((64, 64), "float16"),
+             C: T.Tensor((64, 64), "float32")):
+        with T.Kernel(1, threads=128):
+            A_s = T.alloc_shared((64, 64), "float16")
+            B_s = T.alloc_shared((64, 64), "float16")
+            C_l = T.alloc_fragment((64, 64), "float32")
+            T.copy(A, A_s)
+            if copies:
+                T.ptx_cp_async(T.access_ptr(B_s[0, 0], "w", 8), T.access_ptr(B[0, 0], "r", 8),
+                               8)
+            else:
+                T.copy(B, B_s)
+            T.clear(C_l)
+            T.wgmma_gemm(A_s, B_s, C_l, transpose_B=True)
+            T.wgmma_gemm(A_s, B_s, C_l, transpose_B=True, clear_accum=clear_in_flight)
+            if wait:
+                T.wait_wgmma(0)
+            T.copy(C_l, C)
+
+    return main
+
+
+def _wait_only():
+    @T.prim_func
+    def main(A: T.Tensor((128,), "float32")):
+        with T.Kernel(1, threads=128):
+            T.wait_wgmma(0)
+            for i in T.Parallel(128):
+                A[i] = 1.0
+
+    return main
+
+
+def test_wgmma_and_cp_async_are_refused_where_they_do_not_exist():
+    with pytest.raises(KernelError, match=r"T\.wgmma_gemm is an op of the 'cuda' dialect.*"
+                                          r"backend 'cpu' cannot lower it"):
+        tilewright.lower(_one_wgmma(), "cpu")
+    with pytest.raises(KernelError, match=r"T\.wgmma_gemm \(a gemm left in flight, "
+                                          r"wg_wait=-1\) is one asynchronous wgmma group, but "
+                                          r"wgmma needs sm_90a"):
+        tilewright.lower(_one_wgmma(), "cuda -arch=sm_80")
+    for target in ("cuda -arch=sm_90", "cuda -arch=sm_100a"):
+        with pytest.raises(KernelError, match=r"T\.wait_wgmma needs sm_90a"):
+            tilewright.lower(_wait_only(), target)
+    with pytest.raises(KernelError, match=r"T\.ptx_cp_async is an op of the 'cuda' dialect"):
+        tilewright.lower(_one_wgmma(copies=True), "cpu")
+
+
+def test_hand_issued_groups_without_their_wait_are_refused():
+    with pytest.raises(KernelError, match=r"T\.copy touches 'C_l' while the wgmma group"):
+        tilewright.lower(_one_wgmma(wait=False), "cuda -arch=sm_90a")
+    # a gemm clearing an accumulator still in flight writes it under the tensor cores
+    with pytest.raises(KernelError, match=r"T\.wgmma_gemm touches 'C_l' while"):
+        tilewright.lower(_one_wgmma(clear_in_flight=True), "cuda -arch=sm_90a")
+    with pytest.raises(KernelError, match=r"T\.ptx_cp_async: nothing waits for this kernel's "
+                                          r"copies"):
+        tilewright.lower(_one_wgmma(copies=True), "cuda -arch=sm_90a")
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda S, G: T.ptx_cp_async(T.access_ptr(S[0, 0], "w"), T.access_ptr(G[0, 0], "r"), 3),
+     r"3 elements of float16 are 6 bytes; cp\.async copies 4, 8, 16 bytes"),
+    (lambda S, G: T.ptx_cp_async(T.access_ptr(G[0, 0], "w"), T.access_ptr(S[0, 0], "r"), 8),
+     r"T\.ptx_cp_async destination must be in shared memory; 'G' is in global"),
+    (lambda S, G: T.ptx_cp_async(S[0, 0], T.access_ptr(G[0, 0], "r"), 8),
+     r"T\.ptx_cp_async destination takes a pointer from T\.access_ptr"),
+    (lambda S, G: T.wait_wgmma(-1), r"T\.wait_wgmma takes the number of groups left in "
+                                    r"flight, 0\.\.7"),
+    (lambda S, G: T.wgmma_gemm(S, S[0:32, :], S), r"T\.wgmma_gemm shape mismatch"),
+])
+def test_bad_hand_issued_use_is_a_clear_error_at_the_users_line(call, message):
+    with pytest.raises(KernelError, match=message) as info:
+        @T.prim_func
+        def main(G: T.Tensor((64, 64), "float16")):
+            with T.Kernel(1, threads=128):
+                S = T.alloc_shared((64, 64), "float16")
+                call(S, G)
+
+    assert info.value.location is not None and \
+        info.value.location.filename.endswith("test_cuda_dialect.py")
+
+
+@pytest.mark.nvrtc
+@pytest.mark.sass
+def test_warp_shuffle_is_shfl_sync_and_builds_on_older_architectures():
+    text, _ = _lower(warp_shuffle(), "cuda -arch=sm_80")
+    assert "__shfl_sync((uint)4294967295, v_ptr[0], ((thread_x_0_ptr[0] & 7) + 1), 8)" in text
+    cubin, _ = executor.nvrtc_compile(text, arch.get("sm_80"), ".")
+    assert sass.dump(cubin).count("SHFL.IDX") == 2
+
+
+def test_warp_shuffle_is_refused_by_the_cpu_backend_at_its_line():
+    @T.prim_func
+    def main(A: T.Tensor((32,), "float32"), B: T.Tensor((32,), "float32")):
+        with T.Kernel(1, threads=32):
+            for i in T.Parallel(32):
+                B[i] = T.tvm_warp_shuffle(0xFFFFFFFF, A[i], 0, 32, 32)
+
+    with pytest.raises(KernelError, match=r"T\.tvm_warp_shuffle is not supported by backend "
+                                          r"'cpu'") as info:
+        tilewright.lower(main, "cpu")
+    assert "test_cuda_dialect.py" in str(info.value)
 
 
 # -- errors ----------------------------------------------------------------------------------

@@ -92,6 +92,9 @@ TABLE = _table(
     Intrinsic("tw_mbar_arrive_cluster", HOPPER),
     Intrinsic("tw_mbar_expect_tx", HOPPER),
     Intrinsic("tw_mbar_wait", HOPPER, (), "mbar_wait", completes=True),
+    # T.ptx_cp_async: lands at the mbarrier phase of the thread's noinc arrival
+    Intrinsic("tw_cp_async_bytes", HOPPER, ("async", "read"), in_flight=True),
+    Intrinsic("tw_cp_async_mbar_arrive_noinc", HOPPER),
     Intrinsic("tw_named_barrier_sync", HOPPER),
     Intrinsic("tw_named_barrier_arrive", HOPPER),
     Intrinsic("tw_setmaxnreg_inc", HOPPER, (), "setmaxnreg"),
@@ -113,6 +116,7 @@ TABLE = _table(
     Intrinsic("tw_fp4_decode", FP4),
     Intrinsic("tw_fp8_e5m2", FP8),
     Intrinsic("__shfl_xor_sync", CUDA, local=True),
+    Intrinsic("__shfl_sync", CUDA, local=True),
     Intrinsic("__syncwarp", CUDA),
     Intrinsic("__trap", CUDA),
     Intrinsic("__float2bfloat16_rn", CUDA, local=True),

@@ -7,7 +7,14 @@ other backend at compile time, naming the op. Names are the user's (``T.tma_copy
 
 from __future__ import annotations
 
-from tilewright.ir.schema import Attr, Operand, TileOpSchema, register_tile_op, register_tvm_op
+from tilewright.ir.schema import (
+    Attr,
+    Operand,
+    TileOpSchema,
+    register_intrinsic,
+    register_tile_op,
+    register_tvm_op,
+)
 
 # The address of a shared-memory element (a barrier, a TMA destination). Kept apart from
 # ``tirx.address_of`` until the shared pool is placed: insert_sync reads address_of as a write.
@@ -73,8 +80,38 @@ THREAD_ALLREDUCE = _op("tvm_thread_allreduce", (Operand("value", "read", kind="e
                        "the group's values combined (sum, max or min) in its one-element "
                        "array")
 
+CP_ASYNC = _op("ptx_cp_async", (Operand("dst", "write", kind="expr"),
+                                 Operand("src", "read", kind="expr")),
+               (Attr("bytes", int, 16),),
+               "one thread's cp.async of BYTES (4, 8 or 16) from a global element to a shared "
+               "element (pointers from T.access_ptr); landed at the mbarrier phase that "
+               "T.cp_async_barrier_noinc arrives on")
+CP_ASYNC_BARRIER_NOINC = _op("cp_async_barrier_noinc", (_BAR,), (),
+                             "cp.async.mbarrier.arrive.noinc: the mbarrier receives the calling "
+                             "thread's arrival once its earlier cp.async copies have landed")
+WGMMA_GEMM = _op("wgmma_gemm", (Operand("A", "read"), Operand("B", "read"),
+                                Operand("C", "readwrite")),
+                 (Attr("transpose_A", bool, False), Attr("transpose_B", bool, False),
+                  Attr("policy", str, "square"), Attr("clear_accum", bool, False)),
+                 "C += op(A) @ op(B) as one asynchronous wgmma group of the warpgroup "
+                 "(sm_90a), retired by T.wait_wgmma; the CUDA backend lowers it as T.gemm's "
+                 "wgmma form without the wait (transforms.dialect)")
+WAIT_WGMMA = _op("wait_wgmma", (), (Attr("count", int, 0),),
+                 "wgmma.wait_group COUNT: at most COUNT of the warpgroup's wgmma groups stay "
+                 "in flight")
+
 DIALECT_OPS = (TMA_COPY.name, INIT_BARRIERS.name, ARRIVE.name, WAIT_PARITY.name,
                EXPECT_TX.name, TMA_STORE_WAIT.name, FENCE_PROXY_ASYNC.name, SET_MAX_NREG.name,
                WS.name, CLUSTER.name, THREAD_BINDING.name,
                NO_SET_MAX_NREG.name, CALL_EXTERN.name, IMPORT_SOURCE.name,
-               THREAD_ALLREDUCE.name)
+               THREAD_ALLREDUCE.name, CP_ASYNC.name, CP_ASYNC_BARRIER_NOINC.name,
+               WGMMA_GEMM.name, WAIT_WGMMA.name)
+# dialect ops each calling thread runs for itself: fine under a condition on the thread index
+PER_THREAD = frozenset({ARRIVE.name, WAIT_PARITY.name, FENCE_PROXY_ASYNC.name,
+                        THREAD_BINDING.name, CP_ASYNC.name, CP_ASYNC_BARRIER_NOINC.name})
+
+# T.tvm_warp_shuffle, an expression: (mask, value, source lane, width) -> the value of that lane
+WARP_SHUFFLE = "tw.cuda.warp_shuffle"
+register_intrinsic(WARP_SHUFFLE, "tvm_warp_shuffle",
+                   "T.tvm_warp_shuffle: the value another lane of the warp holds (__shfl_sync)")
+EXPRESSION_OPS = ("tvm_warp_shuffle",)  # capabilities of the expression intrinsics above

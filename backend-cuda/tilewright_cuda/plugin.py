@@ -18,13 +18,14 @@ from tilewright.plugin import (
 )
 from tilewright.transform import lower_intrinsics, lower_tile_ops
 
-from . import __version__, arch, keys, options
+from . import __version__, arch, keys, ops, options
 from .codegen import CODEGEN
 from .executor import EXECUTORS
 from .rules import INTRINSIC_RULES, RULES
 from .timers import TIMERS
 from .transforms import (
     atomics,
+    dialect,
     distribute,
     finish,
     float4,
@@ -51,7 +52,9 @@ def _rules() -> dict:
 def _bind_threads(ctx) -> list:
     options.of(ctx)  # an unknown architecture or a bad pass config fails here, first
     return [kernels.check_sequence(), kernels.split_kernels(),
-            threads.refuse_thread_conditioned_tile_ops(), threads.bind_threads(),
+            threads.thread_ranges_as_roles(), threads.refuse_thread_conditioned_tile_ops(),
+            dialect.issue_wgmma_groups(),
+            threads.bind_threads(),
             threads.bind_roles()]
 
 
@@ -106,7 +109,7 @@ BACKEND = BackendModule(
     codegens={"cuda": CODEGEN},
     executors=EXECUTORS,
     capabilities=Capabilities(
-        tile_ops=frozenset(RULES),
+        tile_ops=frozenset(RULES) | frozenset(dialect.REWRITTEN) | frozenset(ops.EXPRESSION_OPS),
         dtypes=frozenset(DTYPES),
         memory_scopes=frozenset({"global", "shared.dyn", "local.fragment", "local"}),
         features=frozenset({"warps", "dynamic_shapes", "partial_tiles", "atomic_return_prev",

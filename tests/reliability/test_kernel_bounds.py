@@ -224,3 +224,25 @@ def test_an_index_computed_from_a_value_read_at_run_time_is_not_bounded_statical
     c = kernel(index, a)
     flat = index * 4
     assert torch.equal(c, a[flat // 64, flat % 64])
+
+
+def test_a_value_read_at_run_time_and_bounded_on_one_side_is_not_bounded_statically():
+    # under `if x >= 256`, (x - 256) // 8 of an int32 read from memory is bounded below only:
+    # the division of int32's upper limit is not the index's range (TileLang's producer
+    # warpgroups index shared tiles by the thread index kept in a variable, (tx - 256) // 8)
+    @T.prim_func
+    def main(I: T.Tensor((4,), "int32"), A: T.Tensor((16, 64), "float32"),
+             C: T.Tensor((4,), "float32")):
+        with T.Kernel(1) as bx:
+            tile = T.alloc_shared((16, 64), "float32")
+            T.copy(A, tile)
+            for i in T.serial(4):
+                if I[i] >= 256:
+                    C[i] = tile[(I[i] - 256) // 64, (I[i] - 256) % 64]
+
+    kernel = _compile(main)
+    index = torch.tensor([256, 300, 1000, 1279], dtype=torch.int32)
+    a = torch.randn(16, 64)
+    c = kernel(index, a)
+    flat = index - 256
+    assert torch.equal(c, a[flat // 64, flat % 64])

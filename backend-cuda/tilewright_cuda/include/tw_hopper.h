@@ -1,4 +1,5 @@
-// tilewright CUDA dialect (sm_90+): TMA, mbarriers, named barriers, register budgets.
+// tilewright CUDA dialect (sm_90+): TMA, mbarriers, named barriers, register budgets,
+// cp.async copies that arrive on an mbarrier.
 // Under TW_HOST_EMULATION (tests/hostemu.py) the same functions run on the host: a TMA is a
 // synchronous tiled copy honouring the box and the swizzle mode, an mbarrier a counter with a
 // phase bit, a named barrier a std::barrier of the role's threads.
@@ -36,6 +37,22 @@ __device__ __forceinline__ void tw_mbar_wait(void* bar, int parity) {
 }
 __device__ __forceinline__ void tw_fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+// T.ptx_cp_async: one thread's cp.async of N = 4, 8 or 16 bytes (16: bypassing L1)
+template <int N> __device__ __forceinline__ void tw_cp_async_bytes(void* dst, const void* src) {
+  static_assert(N == 4 || N == 8 || N == 16, "cp.async copies 4, 8 or 16 bytes");
+  if constexpr (N == 16) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;"
+                 :: "r"(tw_smem_u32(dst)), "l"(src) : "memory");
+  } else {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;"
+                 :: "r"(tw_smem_u32(dst)), "l"(src), "n"(N) : "memory");
+  }
+}
+// T.cp_async_barrier_noinc: the thread's arrival on bar once its earlier cp.async copies land
+__device__ __forceinline__ void tw_cp_async_mbar_arrive_noinc(void* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];"
+               :: "r"(tw_smem_u32(bar)) : "memory");
 }
 __device__ __forceinline__ void tw_named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(threads) : "memory");
@@ -211,6 +228,11 @@ inline void tw_mbar_arrive(void* bar) {
   if (--s.pending < 0) { std::fprintf(stderr, "mbarrier: more arrivals than its count\n"); __trap(); }
   tw_mbar_complete(s);
 }
+// cp.async lands at once here; the noinc arrival is then an ordinary one
+template <int N> inline void tw_cp_async_bytes(void* dst, const void* src) {
+  std::memcpy(dst, src, N);
+}
+inline void tw_cp_async_mbar_arrive_noinc(void* bar) { tw_mbar_arrive(bar); }
 inline void tw_mbar_expect_tx(void* bar, unsigned bytes) {
   std::lock_guard<std::mutex> g(tw_mbar_mutex);
   tw_mbar_get(bar).tx += bytes;

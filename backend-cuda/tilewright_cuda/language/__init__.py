@@ -3,8 +3,10 @@
 What only NVIDIA hardware (Hopper, sm_90+) has, with TileLang's names: ``T.tma_copy``,
 ``T.alloc_barrier``, ``T.mbarrier_arrive``, ``T.mbarrier_wait_parity`` (and TileLang's other
 names for these two, ``T.barrier_arrive``, ``T.barrier_wait``), ``T.mbarrier_expect_tx``,
-``T.tma_store_wait``, ``T.fence_proxy_async``, the thread index (``T.get_thread_binding``,
-``T.thread_binding``), warp-specialised roles (``with T.ws(1):``), register budgets
+``T.tma_store_wait``, ``T.fence_proxy_async``, hand-issued asynchronous copies and gemms
+(``T.ptx_cp_async``, ``T.cp_async_barrier_noinc``, ``T.wgmma_gemm``, ``T.wait_wgmma``), the
+thread index (``T.get_thread_binding``, ``T.thread_binding``), warp-specialised roles
+(``with T.ws(1):``), register budgets
 (``T.set_max_nreg``, ``T.inc_max_nreg``, ``T.dec_max_nreg``, ``T.no_set_max_nreg``) and
 ``T.ClusterKernel``; the user's own CUDA device code (``T.import_source``, called with
 ``T.call_extern`` on pointers from ``T.access_ptr``). A TileLang Hopper kernel ports by
@@ -25,6 +27,7 @@ from .dialect import (
     barrier_wait,
     call_extern,
     comm_reducer,
+    cp_async_barrier_noinc,
     dec_max_nreg,
     disable_warp_group_reg_alloc,
     evaluate,
@@ -36,20 +39,24 @@ from .dialect import (
     mbarrier_expect_tx,
     mbarrier_wait_parity,
     no_set_max_nreg,
+    ptx_cp_async,
     set_max_nreg,
     thread_binding,
     tma_copy,
     tma_store_wait,
     tvm_thread_allreduce,
+    tvm_warp_shuffle,
+    wait_wgmma,
+    wgmma_gemm,
     ws,
 )
 
 __all__ = [  # noqa: PLE0604 - the portable names plus the dialect's
     *_PORTABLE, "ClusterKernel", "access_ptr", "alloc_barrier", "attr", "barrier_arrive",
-    "barrier_wait", "call_extern", "comm_reducer", "dec_max_nreg",
+    "barrier_wait", "call_extern", "comm_reducer", "cp_async_barrier_noinc", "dec_max_nreg",
     "disable_warp_group_reg_alloc", "evaluate", "fence_proxy_async", "get_thread_binding",
     "import_source", "inc_max_nreg",
     "mbarrier_arrive", "mbarrier_expect_tx", "mbarrier_wait_parity", "no_set_max_nreg",
-    "set_max_nreg", "thread_binding", "tma_copy", "tma_store_wait", "tvm_thread_allreduce",
-    "ws",
+    "ptx_cp_async", "set_max_nreg", "thread_binding", "tma_copy", "tma_store_wait",
+    "tvm_thread_allreduce", "tvm_warp_shuffle", "wait_wgmma", "wgmma_gemm", "ws",
 ]

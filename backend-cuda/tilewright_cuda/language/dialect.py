@@ -4,6 +4,7 @@ emits one tile op (``tilewright_cuda.ops``); ``tilewright_cuda.rules.dialect`` l
 from __future__ import annotations
 
 import tvm
+from tilewright.ir import matrix_dims
 from tilewright.language import Kernel as _PortableKernel
 from tilewright.language import builder as B
 from tilewright.language.buffer import (
@@ -309,6 +310,113 @@ def fence_proxy_async():
     _emit(ops.FENCE_PROXY_ASYNC.name, {})
 
 
+# -- cp.async and hand-issued wgmma -----------------------------------------------------------
+CP_ASYNC_BYTES = (4, 8, 16)
+
+
+def _element_pointer(ptr, what: str, scope: str):
+    """The element a ``T.access_ptr`` pointer names, checked to be in ``scope`` memory."""
+    if not intrinsics.is_address_of(ptr) or not isinstance(ptr.args[0], tvm.ir.TensorLoad):
+        raise error(f"{what} takes a pointer from T.access_ptr(buf[i, ...], ...), got "
+                    f"{type(ptr).__name__}")
+    load = ptr.args[0]
+    if not str(load.source.scope()).startswith(scope):
+        raise error(f"{what} must be in {scope} memory; {load.source.name!r} is in "
+                    f"{load.source.scope()}")
+    return load
+
+
+def ptx_cp_async(dst_access_ptr, src_access_ptr, num_elems):
+    """``T.ptx_cp_async(T.access_ptr(smem[i, j], "w", n), T.access_ptr(gmem[...], "r", n),
+    n)``: the calling thread copies ``n`` elements (4, 8 or 16 bytes) from global to shared
+    memory with ``cp.async`` (sm_80+), asynchronously: the copy has landed once the mbarrier
+    phase that :func:`cp_async_barrier_noinc` arrives on completes (a kernel whose copies no
+    such arrival waits for is refused). Both elements must be aligned to the copy's size."""
+    dst = _element_pointer(dst_access_ptr, "T.ptx_cp_async destination", "shared")
+    src = _element_pointer(src_access_ptr, "T.ptx_cp_async source", "global")
+    n = as_int(num_elems)
+    if not isinstance(n, int):
+        raise error(f"T.ptx_cp_async copies a constant number of elements, got {num_elems!r}")
+    if dst.source.dtype.bits != src.source.dtype.bits:
+        raise error(f"T.ptx_cp_async copies bits: {src.source.name!r} ({src.source.dtype}) and "
+                    f"{dst.source.name!r} ({dst.source.dtype}) differ in width")
+    size = n * dst.source.dtype.bits // 8
+    if size not in CP_ASYNC_BYTES:
+        raise error(f"T.ptx_cp_async: {n} elements of {dst.source.dtype} are {size} bytes; "
+                    f"cp.async copies {', '.join(map(str, CP_ASYNC_BYTES))} bytes")
+    _emit(ops.CP_ASYNC.name, {"dst": dst_access_ptr, "src": src_access_ptr}, {"bytes": size})
+
+
+def cp_async_barrier_noinc(barrier):
+    """``cp.async.mbarrier.arrive.noinc``: the calling thread arrives on ``barrier`` once
+    every ``cp.async`` it issued before has landed (the arrival counts towards the barrier's
+    count: each copying thread is one of its arrivals). Wait for the phase with
+    T.mbarrier_wait_parity, then read the copied tiles."""
+    _emit(ops.CP_ASYNC_BARRIER_NOINC.name,
+          {"barrier": _barrier(barrier, "T.cp_async_barrier_noinc")})
+
+
+def _gemm_matrix(value, what: str):
+    region = resolve(region_of(value, f"T.wgmma_gemm {what}"), None, f"T.wgmma_gemm {what}")
+    dims = matrix_dims(region.extents)
+    if dims is None:
+        raise error(f"T.wgmma_gemm operand {what} ({region.buffer.name!r}) must be a 2-D tile, "
+                    f"got shape {shape_str(region.extents)}")
+    return region, [as_int(region.extents[d]) for d in dims]
+
+
+def wgmma_gemm(A, B, C, transpose_A=False, transpose_B=False, policy=None,  # noqa: N803
+               clear_accum=False):
+    """``C += op(A) @ op(B)`` issued as one asynchronous wgmma group of each warpgroup
+    (sm_90a): A and B shared tiles (or A a 16-bit fragment the compiler keeps in registers),
+    C a register accumulator in the wgmma layout ``T.gemm`` gives it on sm_90a. The call
+    returns at once; :func:`wait_wgmma` retires the groups, and C (and a register A) may be
+    touched only after that: the compiler refuses a kernel that does so sooner. A gemm that
+    does not fit wgmma is an error, not a slower form."""
+    a, (a0, a1) = _gemm_matrix(A, "A")
+    b, (b0, b1) = _gemm_matrix(B, "B")
+    c, (c0, c1) = _gemm_matrix(C, "C")
+    m, ka = (a1, a0) if transpose_A else (a0, a1)
+    kb, n = (b1, b0) if transpose_B else (b0, b1)
+    if ka != kb or (m, n) != (c0, c1):
+        raise error(f"T.wgmma_gemm shape mismatch: op(A) {a.buffer.name!r} is ({m}, {ka}), "
+                    f"op(B) {b.buffer.name!r} ({kb}, {n}), C {c.buffer.name!r} ({c0}, {c1})")
+    if not isinstance(clear_accum, bool):
+        raise error(f"T.wgmma_gemm clear_accum must be a Python bool, got {clear_accum!r}: a "
+                    "condition known only at run time (j == 0 in a loop) would clear an "
+                    "accumulator the groups of earlier iterations may still hold; clear it with "
+                    "T.clear before the first group instead")
+    name = getattr(policy, "value", policy) or "square"
+    _emit(ops.WGMMA_GEMM.name, {"A": a, "B": b, "C": c},
+          {"transpose_A": bool(transpose_A), "transpose_B": bool(transpose_B),
+           "policy": str(name), "clear_accum": clear_accum})
+
+
+def wait_wgmma(id: int):  # noqa: A002 - TileLang's name
+    """``wgmma.wait_group id``: wait until at most ``id`` of this warpgroup's wgmma groups
+    (:func:`wgmma_gemm`, one per call, oldest first) are still in flight."""
+    if not isinstance(id, int) or isinstance(id, bool) or not 0 <= id <= 7:
+        raise error(f"T.wait_wgmma takes the number of groups left in flight, 0..7, got "
+                    f"{id!r}")
+    _emit(ops.WAIT_WGMMA.name, {}, {"count": id})
+
+
+def tvm_warp_shuffle(mask, value, lane, width, warp_size):
+    """``T.tvm_warp_shuffle(mask, value, lane, width, warp_size)`` (TVM's, as TileLang writes
+    it): the ``value`` that lane ``lane`` (modulo ``width``) of the calling thread's group of
+    ``width`` lanes holds, ``__shfl_sync``. An expression; every thread of ``mask`` must call
+    it together. ``warp_size`` is 32; ``width`` a power of two up to 32."""
+    if as_int(warp_size) != 32:
+        raise error(f"T.tvm_warp_shuffle: warp_size is 32 on CUDA, got {warp_size!r}")
+    w = as_int(width)
+    if not isinstance(w, int) or not 1 <= w <= 32 or w & (w - 1):
+        raise error(f"T.tvm_warp_shuffle: width must be a power of two up to 32, got "
+                    f"{width!r}")
+    value = to_expr(value)
+    return tirx.call_intrin(str(value.ty), ops.WARP_SHUFFLE, to_expr(mask, "uint32"), value,
+                            to_expr(lane, "int32"), to_expr(w, "int32"))
+
+
 # -- the user's CUDA source -------------------------------------------------------------------
 ACCESS_MASKS = ("r", "w", "rw")
 
@@ -484,9 +592,10 @@ def evaluate(value):
 
 
 __all__ = ["ClusterKernel", "access_ptr", "alloc_barrier", "attr", "barrier_arrive",
-           "barrier_wait", "call_extern", "comm_reducer", "dec_max_nreg",
+           "barrier_wait", "call_extern", "comm_reducer", "cp_async_barrier_noinc",
+           "dec_max_nreg",
            "disable_warp_group_reg_alloc", "evaluate", "fence_proxy_async",
            "get_thread_binding", "import_source", "inc_max_nreg", "mbarrier_arrive",
-           "mbarrier_expect_tx", "mbarrier_wait_parity", "no_set_max_nreg",
+           "mbarrier_expect_tx", "mbarrier_wait_parity", "no_set_max_nreg", "ptx_cp_async",
            "set_max_nreg", "thread_binding", "tma_copy", "tma_store_wait",
-           "tvm_thread_allreduce", "ws"]
+           "tvm_thread_allreduce", "tvm_warp_shuffle", "wait_wgmma", "wgmma_gemm", "ws"]

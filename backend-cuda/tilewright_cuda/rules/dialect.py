@@ -1,7 +1,10 @@
 """Lowering of the CUDA dialect (``tilewright_cuda.language``): mbarriers, TMA copies, the
-async-proxy fence, register budgets, warp-specialised roles and clusters, as calls of
-``include/tw_hopper.h``. Needs sm_90 or newer (``setmaxnreg``: sm_90a); an older
-architecture is an error naming the op and what it needs. Barrier and tile addresses are
+async-proxy fence, register budgets, warp-specialised roles and clusters, hand-issued
+``cp.async`` copies and wgmma waits, as calls of ``include/tw_hopper.h`` and
+``include/tw_wgmma.h``. Needs sm_90 or newer (``setmaxnreg``, ``T.wait_wgmma``: sm_90a;
+``T.ptx_cp_async``: sm_80); an older architecture is an error naming the op and what it
+needs. ``T.wgmma_gemm`` has no rule here: ``transforms.dialect`` makes it a gemm left in
+flight, which ``rules.gemm`` lowers. Barrier and tile addresses are
 ``tw.cuda.shared_addr(element)`` until the shared pool is placed. ``T.ws`` and
 ``T.ClusterKernel`` leave nothing here: their regions and annotations are handled by the
 transforms (roles in ``transforms.roles``, clusters in ``transforms.finish``)."""
@@ -16,14 +19,15 @@ from tvm import tirx
 from .. import intrinsics, keys, ops
 from . import tma
 from .common import butterfly, leader, reduce_parts
-from .table import register
+from .table import INTRINSIC_RULES, register
 
 
-def _require(call: TileOpCall, ctx: RuleContext, feature: str, arch_specific: bool = False):
+def _require(call: TileOpCall, ctx: RuleContext, feature: str, arch_specific: bool = False,
+             since: int = 90):
     arch = ctx.options.arch
-    ok = arch.sm >= 90 and (not arch_specific or arch.name.endswith("a"))
+    ok = arch.sm >= since and (not arch_specific or arch.name.endswith("a"))
     if not ok:
-        need = "sm_90a (or sm_100a)" if arch_specific else "sm_90 or newer"
+        need = "sm_90a (or sm_100a)" if arch_specific else f"sm_{since} or newer"
         raise KernelError(
             f"T.{call.name} needs {need} ({feature}); the target architecture is "
             f"{arch.name}: compile for 'cuda -arch=sm_90a' or use portable ops")
@@ -165,3 +169,35 @@ def lower_thread_allreduce(call: TileOpCall, ctx: RuleContext):
     first = tirx.BufferStore(dst, tirx.Cast(str(dst.dtype), call.operands["value"]),
                              [tirx.const(0, "int32")])
     return tirx.SeqStmt([first, *butterfly(dst, merge, group)])
+
+
+@register(ops.CP_ASYNC.name)
+def lower_ptx_cp_async(call: TileOpCall, ctx: RuleContext):
+    """The calling thread's ``cp.async`` of the op's bytes (``tw_cp_async_bytes<N>``)."""
+    _require(call, ctx, "cp.async", since=80)
+    return intrinsics.call(f"tw_cp_async_bytes<{int(call.attrs['bytes'])}>",
+                           call.operands["dst"], call.operands["src"])
+
+
+@register(ops.CP_ASYNC_BARRIER_NOINC.name)
+def lower_cp_async_barrier_noinc(call: TileOpCall, ctx: RuleContext):
+    _require(call, ctx, "mbarriers")
+    return intrinsics.call("tw_cp_async_mbar_arrive_noinc",
+                           intrinsics.shared_addr(call.operands["barrier"]))
+
+
+@register(ops.WAIT_WGMMA.name)
+def lower_wait_wgmma(call: TileOpCall, ctx: RuleContext):
+    """``wgmma.wait_group``, an instruction of sm_90a alone (sm_100a's MMA is tcgen05's)."""
+    if ctx.options.arch.name != "sm_90a":
+        raise KernelError(f"T.wait_wgmma needs sm_90a (wgmma); the target architecture is "
+                          f"{ctx.options.arch.name}: compile for 'cuda -arch=sm_90a'")
+    return intrinsics.wgmma_wait(int(call.attrs["count"]))
+
+
+def lower_warp_shuffle(call):
+    """``T.tvm_warp_shuffle``: ``__shfl_sync(mask, value, lane, width)`` (any architecture)."""
+    return tirx.call_extern(call.dtype, "__shfl_sync", *call.args)
+
+
+INTRINSIC_RULES[ops.WARP_SHUFFLE] = lower_warp_shuffle

@@ -18,6 +18,9 @@ it does not fit; the first that fits lowers the gemm.
 4. C's elements spread over the threads, each dot product in a register.
 
 A gemm that asks for tensor cores but cannot have them is an error (``mma_policy_error``).
+A gemm left in flight (``wg_wait`` other than 0: ``T.wgmma_gemm`` of the CUDA dialect, -1,
+retired by the user's ``T.wait_wgmma``) takes variant 1 or is an error; its group is followed
+by ``wgmma.wait_group wg_wait`` (none for -1) instead of ``wait_group 0``.
 
 ``T.gemm_sp`` (A 2:4 sparse: kept values and metadata, ``tilewright.sparse``) takes
 ``wgmma.mma_async.sp`` m64nNk32 on sm_90a (``gemm_fit.SPARSE_WGMMA_FORMS``, SASS
@@ -52,6 +55,13 @@ def lower_gemm(call: TileOpCall, ctx: RuleContext):
     problem = gemm_fit.mma_policy_error(call, arch, threads)
     if problem is not None:
         raise UnsupportedOpError(problem)
+    wait = int(call.attrs["wg_wait"])
+    if wait != 0:  # T.wgmma_gemm (-1: the user waits) or T.gemm(wg_wait=N)
+        problem = gemm_fit.wgmma_misfit(call, arch, threads)
+        if problem is not None:
+            raise KernelError(f"T.wgmma_gemm (a gemm left in flight, wg_wait={wait}) is one "
+                              f"asynchronous wgmma group, but {problem}; use T.gemm")
+        return lower_gemm_wgmma(call, ctx, wait)
     for variant, misfit in VARIANTS:
         if misfit(call, arch, threads) is None:
             return variant(call, ctx)
@@ -66,8 +76,9 @@ def _wgmma_misfit(call: TileOpCall, arch, threads: int) -> str | None:
     return problem
 
 
-def lower_gemm_wgmma(call: TileOpCall, ctx: RuleContext):
-    """Each warpgroup issues the wgmma steps of its 64 rows; the operands' writers fence
+def lower_gemm_wgmma(call: TileOpCall, ctx: RuleContext, wait: int = 0):
+    """Each warpgroup issues the wgmma steps of its 64 rows as one group, then waits until
+    ``wait`` groups are in flight (-1: no wait, ``T.wgmma_gemm``); the operands' writers fence
     their shared stores to the async proxy first (a barrier of the block or role). With A
     in registers only B's writers need that fence (``transforms.sync.drop_redundant_fences``
     removes it where nothing wrote B since an earlier one). A T.gemm_sp passes its metadata
@@ -98,7 +109,9 @@ def lower_gemm_wgmma(call: TileOpCall, ctx: RuleContext):
     gemm = tirx.Evaluate(tirx.call_extern(
         "void", name, a_arg, intrinsics.shared_addr(_origin(b.buffer)),
         tirx.address_of(_origin(c.buffer)), tirx.floordiv(tx, WARPGROUP), *extra))
-    stmts = [intrinsics.fence_proxy_async(), intrinsics.sync(), gemm, intrinsics.wgmma_wait(0)]
+    stmts = [intrinsics.fence_proxy_async(), intrinsics.sync(), gemm]
+    if wait >= 0:
+        stmts.append(intrinsics.wgmma_wait(wait))
     if call.attrs["clear_accum"]:
         stmts.insert(0, lower_fill(fill_call(c), ctx))
     return tirx.SeqStmt(stmts)

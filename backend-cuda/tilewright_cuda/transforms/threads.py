@@ -1,20 +1,21 @@
 """The ``bind_threads`` phase: the block's program runs on ``threads`` threads, wrapped in
 one ``threadIdx.x`` loop (``T.use_swizzle`` remaps the block indices here), and each ``T.ws``
 role becomes a nested ``threadIdx.x`` loop over the role's threads, so rules and distribution
-spread tile ops over the role only. First, a tile op under an ``if`` on the dialect's thread
-index (``T.get_thread_binding``) is refused at the ``if``."""
+spread tile ops over the role only. First, an ``if`` / ``elif`` chain on the dialect's thread
+index (``T.get_thread_binding``) whose branches select whole warpgroups becomes ``T.ws``
+roles, and any other tile op under an ``if`` on the index is refused at the ``if``."""
 
 from __future__ import annotations
 
 import tvm
 import tvm_ffi
 from tilewright.errors import KernelError, span_location
-from tilewright.ir import decode
+from tilewright.ir import decode, make_call
 from tilewright.transform import prim_func_pass, rebuild_for
 from tvm import tirx
 
 from .. import keys, ops
-from ..analysis.ir import block_loops, find_thread, loads_in, substitute, threads_of, uses
+from ..analysis.ir import block_loops, find_thread, loads_in, seq, substitute, threads_of, uses
 from ..keys import WARPGROUP
 
 
@@ -108,9 +109,112 @@ def bind_roles():
     return prim_func_pass("CUDABindRoles", run)
 
 
-# dialect ops each thread runs for itself: fine under a condition on the thread index
-_PER_THREAD = {ops.ARRIVE.name, ops.WAIT_PARITY.name, ops.FENCE_PROXY_ASYNC.name,
-               ops.THREAD_BINDING.name}
+def _thread_range(cond, is_index) -> tuple[int, int] | None:
+    """``[lo, hi)`` of the thread index that ``cond`` selects when it is a conjunction of
+    comparisons of the index with constants (``tx < 128``, ``tx >= 128 and tx < 256``), else
+    None."""
+    if isinstance(cond, tirx.And):
+        a, b = _thread_range(cond.a, is_index), _thread_range(cond.b, is_index)
+        return None if a is None or b is None else (max(a[0], b[0]), min(a[1], b[1]))
+    flipped = {tirx.LT: tirx.GT, tirx.LE: tirx.GE, tirx.GT: tirx.LT, tirx.GE: tirx.LE}
+    kind = type(cond)
+    if kind not in flipped:
+        return None
+    x, c = cond.a, cond.b
+    if isinstance(x, tirx.IntImm):
+        x, c, kind = c, x, flipped[kind]
+    if not is_index(x) or not isinstance(c, tirx.IntImm):
+        return None
+    c = int(c.value)
+    inf = 1 << 30
+    return {tirx.LT: (0, c), tirx.LE: (0, c + 1), tirx.GT: (c + 1, inf),
+            tirx.GE: (c, inf)}[kind]
+
+
+def _role_branches(stmt, is_index, threads: int) -> list | None:
+    """``[(first warpgroup, groups, body)]`` of an ``if`` / ``elif`` chain whose conditions
+    select disjoint warpgroup-aligned ranges of the thread index, else None."""
+    branches, taken = [], []
+    node = stmt
+    while node is not None:
+        if isinstance(node, tirx.IfThenElse):
+            rng, body, node = _thread_range(node.condition, is_index), node.then_case, \
+                node.else_case
+        else:  # a final else: the one range left, when it is one
+            rest = [t for t in range(0, threads, WARPGROUP)
+                    if not any(lo <= t < hi for lo, hi in taken)]
+            if not rest or rest != list(range(rest[0], rest[-1] + WARPGROUP, WARPGROUP)):
+                return None
+            rng, body, node = (rest[0], rest[-1] + WARPGROUP), node, None
+        if rng is None:
+            return None
+        lo, hi = max(rng[0], 0), min(rng[1], threads)
+        if lo >= hi or lo % WARPGROUP or hi % WARPGROUP or \
+                any(lo < end and start < hi for start, end in taken):
+            return None
+        taken.append((lo, hi))
+        branches.append((lo // WARPGROUP, (hi - lo) // WARPGROUP, body))
+    return branches
+
+
+def thread_ranges_as_roles():
+    """TileLang's warp specialisation by hand, ``if tx < 128: ... elif tx >= 128 and tx <
+    256: ... else: ...`` on ``T.get_thread_binding()`` of a 1-D block, becomes ``T.ws``
+    roles when every branch selects whole warpgroups (disjoint ranges of multiples of 128
+    threads) and one holds a tile op: each branch is a role of its warpgroups, its tile ops
+    spread over them. Any other condition is left to
+    :func:`refuse_thread_conditioned_tile_ops`."""
+
+    def run(func):
+        calls = [c for c in _tile_calls(func.body) if c.name == ops.THREAD_BINDING.name]
+        indices = [c.operands["dst"].buffer for c in calls if int(c.attrs["dim"]) == 0 and
+                   [int(t) for t in c.attrs["threads"].split(",")][1:] == [1, 1]]
+        if not indices:
+            return func
+        threads = threads_of(func)
+
+        def is_index(e) -> bool:
+            return isinstance(e, tvm.ir.TensorLoad) and any(e.source.same_as(i)
+                                                            for i in indices)
+
+        made = []  # the bodies of the roles made here: an `if` inside one stays an `if`
+
+        def visit(stmt):
+            if _first_block_op(stmt) is None or _in_role(func.body, stmt) or \
+                    any(_contains(body, stmt) for body in made):
+                return stmt
+            branches = _role_branches(stmt, is_index, threads)
+            if branches is None:
+                return stmt
+            made.extend(body for _, _, body in branches)
+            roles = []
+            for first, count, body in branches:
+                groups = ",".join(str(g) for g in range(first, first + count))
+                start = make_call(ops.WS.name, {}, {"groups": groups}, span=stmt.span)
+                roles.append(tirx.AttrStmt(tirx.IntImm("int32", 0), keys.WS,
+                                           tvm.ir.StringImm(groups),
+                                           tirx.SeqStmt([start, body]), span=stmt.span))
+            return seq(roles)
+
+        return func.with_body(tvm_ffi.structural_map(func.body, (tirx.IfThenElse, visit),
+                                                     order="pre"))
+
+    return prim_func_pass("CUDAThreadRangesAsRoles", run)
+
+
+def _in_role(body, stmt) -> bool:
+    found = []
+    tvm_ffi.structural_walk(body, (tirx.AttrStmt, lambda a: found.append(a) if
+                                   str(a.attr_key) == keys.WS and _contains(a.body, stmt)
+                                   else None))
+    return bool(found)
+
+
+def _contains(node, target) -> bool:
+    found = []
+    tvm_ffi.structural_walk(node, (tirx.IfThenElse, lambda s: found.append(s) if
+                                   s.same_as(target) else None))
+    return bool(found)
 
 
 def refuse_thread_conditioned_tile_ops():
@@ -171,7 +275,7 @@ def _first_block_op(node) -> str | None:
             found.append("a T.Parallel loop")
         elif isinstance(stmt, tirx.Evaluate):
             call = decode(stmt)
-            if call is not None and call.name not in _PER_THREAD:
+            if call is not None and call.name not in ops.PER_THREAD:
                 found.append(f"T.{call.name}")
 
     tvm_ffi.structural_walk(node, [(tirx.For, visit), (tirx.Evaluate, visit)], order="pre")

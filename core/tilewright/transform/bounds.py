@@ -203,14 +203,17 @@ class _Bounds(StmtMutator):
         return bool(found)
 
     def _type_limited(self, expr) -> bool:
-        """Whether the analysis bounds ``expr`` only by its type's limits."""
+        """Whether the analysis bounds ``expr`` by its type's limits on either side (an
+        ``if tx >= 256:`` around a thread index kept in a variable bounds it from below
+        only: ``(tx - 256) // 8`` there is not the narrower range the division of the upper
+        limit gives)."""
         bound = self.analyzer.const_int_bound(expr)
         bits = tvm.DataType(str(expr.ty)).bits
         signed = str(expr.ty).startswith("int")
         low = -(1 << (bits - 1)) if signed else 0
         high = (1 << (bits - 1)) - 1 if signed else (1 << bits) - 1
-        return bits >= 32 and (bound.min_value <= low or bound.min_value == bound.NEG_INF) and \
-            (bound.max_value >= high or bound.max_value == bound.POS_INF)
+        return bits >= 32 and (bound.min_value <= low or bound.min_value == bound.NEG_INF or
+                               bound.max_value >= high or bound.max_value == bound.POS_INF)
 
     def _region(self, op: str, region, where) -> None:
         buffer = region.buffer
