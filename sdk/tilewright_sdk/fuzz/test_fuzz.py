@@ -66,6 +66,7 @@ def test_backend_agrees_with_the_interpreter(tilewright_backend, tilewright_fuzz
             raise
         if execute:
             stats.executed += 1
+            stats.executed_features.update(program.features)
         else:
             stats.compiled += 1
 
