@@ -294,7 +294,7 @@ def gemm_programs(draw, avoid=(), dtypes=None) -> GemmProgram | None:
         return None
     dtype = draw(st.sampled_from(kinds))
     if dtype in ("float16", "bfloat16") and "attention" not in avoid and \
-            draw(st.integers(0, 2)) == 0:
+            draw(st.integers(0, 2)) == 2:  # shrinking goes towards the plain GEMM
         return attention(draw, dtype, declared)
     return tiled_gemm(draw, dtype, declared)
 
@@ -304,7 +304,8 @@ def fuzz_programs(draw, avoid=(), dtypes=None, features=None):
     """What the fuzzer runs: a GEMM or attention kernel (:func:`gemm_programs`) one time in
     three, else a tile program (:func:`.program.programs`, with the same arguments); avoiding
     ``gemm_kernel`` draws only the latter, as before."""
-    if "gemm_kernel" not in avoid and draw(st.integers(0, 2)) == 0:
+    # shrinking goes towards a tile program: a bug both show is shown by the smaller one
+    if "gemm_kernel" not in avoid and draw(st.integers(0, 2)) == 2:
         kernel = draw(gemm_programs(avoid, dtypes))
         if kernel is not None:
             return kernel
