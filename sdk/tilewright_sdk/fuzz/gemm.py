@@ -69,13 +69,10 @@ class GemmProgram:
 
 def _tile_shapes(draw, k_step: int, attention: bool = False) -> tuple[int, int, int]:
     """Threads and a (rows, columns) block of C whose 16x8 tiles split evenly over the
-    warps, the shapes tensor cores take; 64 rows per warpgroup half the time (wgmma's)."""
+    warps, the shapes tensor cores take; 64 rows per warpgroup two times in three (wgmma's)."""
     threads = draw(st.sampled_from((128, 128, 256)))
     warps = threads // WARP
-    if draw(st.booleans()):
-        bm = 64 * threads // 128
-    else:
-        bm = draw(st.sampled_from((16, 32, 64)))
+    bm = draw(st.sampled_from((64 * threads // 128,) * 4 + (16, 32)))
     cols = [n for n in (16, 32, 64) if (bm // 16) * (n // 8) % warps == 0]
     if attention:  # the block of keys is gemm 1's N and gemm 2's K
         cols = [n for n in cols if n % k_step == 0]
@@ -113,7 +110,9 @@ def tiled_gemm(draw, dtype: str, declared: set) -> GemmProgram | None:
         _size(draw, bk, "K", feats)
     stages = draw(st.integers(1, 3))
     feats |= {f"pipelined_stages{stages}", f"gemm_threads{threads}"}
-    ta, tb = draw(st.booleans()), draw(st.booleans())
+    # wgmma reads A K-major and 8-bit B K-major only: drawn more often
+    ta = draw(st.sampled_from((False, False, False, True)))
+    tb = draw(st.sampled_from((True, True, False) if K_STEP[dtype] == 32 else (False, True)))
     feats |= ({"gemm_transpose_A"} if ta else set()) | ({"gemm_transpose_B"} if tb else set())
     if dtype == "int8":
         lo, hi = -128, 127
