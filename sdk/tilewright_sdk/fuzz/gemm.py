@@ -8,7 +8,8 @@ and N multiples of 16, K of 16 or 32, 128 or 256 threads):
 * a tiled GEMM: ``A`` (``(M, K)``, or ``(K, M)`` read with ``transpose_A``) times ``B``
   (``(K, N)``, or ``(N, K)`` with ``transpose_B``) of float16, bfloat16, int8 or float8,
   accumulated in float32 (int32 for int8) over a ``T.Pipelined`` k-loop of 1 to 3 stages that
-  copies both operands into shared tiles, then an epilogue: a scale, a bias row loaded by
+  copies both operands into shared tiles (the blocks perhaps rasterised in panels,
+  ``T.use_swizzle``), then an epilogue: a scale, a bias row loaded by
   ``T.copy``, a cast to float16/bfloat16 (or int32 kept), the result copied out directly or
   through a shared tile;
 * FlashAttention: per block of query rows, a pipelined loop over blocks of keys computing
@@ -123,7 +124,12 @@ def tiled_gemm(draw, dtype: str, declared: set) -> GemmProgram | None:
     mag = K * max(abs(lo), abs(hi)) ** 2  # of C
     tensors = [("A", (K, M) if ta else (M, K), dtype, lo, hi),
                ("B", (N, K) if tb else (K, N), dtype, lo, hi)]
-    body = [f"a_s = T.alloc_shared({(bk, bm) if ta else (bm, bk)}, {dtype!r})",
+    body = []
+    if draw(st.integers(0, 3)) == 3:  # blocks rasterised in panels (bx, by remapped)
+        panel, order = draw(st.integers(1, 3)), draw(st.sampled_from(("row", "col")))
+        body.append(f"T.use_swizzle({panel}, order={order!r})")
+        feats.add("block_swizzle")
+    body += [f"a_s = T.alloc_shared({(bk, bm) if ta else (bm, bk)}, {dtype!r})",
             f"b_s = T.alloc_shared({(bn, bk) if tb else (bk, bn)}, {dtype!r})",
             f"c = T.alloc_fragment(({bm}, {bn}), {acc!r})",
             "T.clear(c)",
