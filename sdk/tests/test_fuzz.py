@@ -362,7 +362,8 @@ GEMM_DRAWS = ("attention", "attention_mask", "attention_p_shared", "attention_p_
               "gemm_kernel_float8_e4m3fn", "gemm_kernel_float8_e5m2", "gemm_threads256",
               "gemm_transpose_A", "gemm_transpose_B", "partial_M", "partial_N", "partial_K",
               "pipelined_stages3", "epilogue_bias", "epilogue_scale", "epilogue_dequant",
-              "epilogue_shared", "epilogue_store", "epilogue_cast_bfloat16", "block_swizzle")
+              "epilogue_shared", "epilogue_store", "epilogue_cast_bfloat16", "block_swizzle",
+              "epilogue_reduce")
 
 
 def test_gemm_kernels_are_generated_and_valid():

@@ -10,8 +10,9 @@ and N multiples of 16, K of 16 or 32, 128 or 256 threads):
   accumulated in float32 (int32 for int8) over a ``T.Pipelined`` k-loop of 1 to 3 stages that
   copies both operands into shared tiles (the blocks perhaps rasterised in panels,
   ``T.use_swizzle``), then an epilogue: a scale, a bias row loaded by
-  ``T.copy``, a cast to float16/bfloat16 (or int32 kept), the result copied out directly or
-  through a shared tile;
+  ``T.copy``, a sum or maximum of the accumulator over its rows or columns written out, a
+  cast to float16/bfloat16 (or int32 kept), the result copied out directly or through a
+  shared tile;
 * FlashAttention: per block of query rows, a pipelined loop over blocks of keys computing
   ``S = Q K^T`` (masked past the keys' end), the online softmax (``T.reduce_max``, ``T.exp2``,
   ``T.reduce_sum``, the rescale of the output accumulator) and ``P V`` with ``P`` cast to the
@@ -178,6 +179,25 @@ def tiled_gemm(draw, dtype: str, declared: set) -> GemmProgram | None:
         err += U_ACC * mag if acc == "float32" else 0.0
     if terms:
         body += [f"for i, j in T.Parallel({bm}, {bn}):", f"    {result}[i, j] = {terms[0]}"]
+    outputs = []
+    if draw(st.integers(0, 2)) == 2:  # a reduction of the accumulator across its rows or
+        kind, dim = draw(st.sampled_from(("sum", "max"))), draw(st.integers(0, 1))  # columns
+        n, length = (bn, bm) if dim == 1 else (bm, bn)  # summed, left
+        rmag, rerr = (n * mag, n * err + n * U_ACC * n * mag) if kind == "sum" else (mag, err)
+        if acc == "int32" and rmag >= 2 ** 31:
+            kind, rmag, rerr = "max", mag, err
+        gm, gn = math.ceil(M / bm), math.ceil(N / bn)
+        body += [f"red = T.alloc_fragment(({length},), {acc!r})",
+                 f"T.reduce_{kind}({result}, red, dim={dim})"]
+        if dim == 1:  # each block its column of R
+            body += [f"for i in T.Parallel({bm}):", f"    if by * {bm} + i < {M}:",
+                     f"        R[by * {bm} + i, bx] = red[i]"]
+            outputs.append(("R", (M, gn), acc, rerr))
+        else:
+            body += [f"for j in T.Parallel({bn}):", f"    if bx * {bn} + j < {N}:",
+                     f"        R[by, bx * {bn} + j] = red[j]"]
+            outputs.append(("R", (gm, N), acc, rerr))
+        feats |= {"epilogue_reduce", f"epilogue_reduce_{kind}_dim{dim}"}
     if acc == "float32":
         lows = [d for d in ("float16", "bfloat16") if d in declared and mag < 6e4]
         out = draw(st.sampled_from(["float32", *lows]))
@@ -200,7 +220,8 @@ def tiled_gemm(draw, dtype: str, declared: set) -> GemmProgram | None:
                  f"T.cast({result}[i, j], {out!r})"]
         feats.add("epilogue_store")
     grid = (grid_extent("N", N, bn, False), grid_extent("M", M, bm, False))
-    return GemmProgram(body, tensors, [("Y", (M, N), out, err)], grid, threads, feats)
+    return GemmProgram(body, tensors, [("Y", (M, N), out, err), *outputs], grid, threads,
+                       feats)
 
 
 def attention(draw, dtype: str, declared: set) -> GemmProgram | None:
