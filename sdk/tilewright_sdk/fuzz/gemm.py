@@ -9,10 +9,10 @@ and N multiples of 16, K of 16 or 32, 128 or 256 threads):
   (``(K, N)``, or ``(N, K)`` with ``transpose_B``) of float16, bfloat16, int8 or float8,
   accumulated in float32 (int32 for int8) over a ``T.Pipelined`` k-loop of 1 to 3 stages that
   copies both operands into shared tiles (the blocks perhaps rasterised in panels,
-  ``T.use_swizzle``), then an epilogue: a scale, a bias row loaded by
-  ``T.copy``, a sum or maximum of the accumulator over its rows or columns written out, a
-  cast to float16/bfloat16 (or int32 kept), the result copied out directly or through a
-  shared tile;
+  ``T.use_swizzle``; perhaps a second B into a second accumulator, subtracted), then an
+  epilogue: a scale, a bias row loaded by ``T.copy``, a sum or maximum of the accumulator
+  over its rows or columns written out, a cast to float16/bfloat16 (or int32 kept), the
+  result copied out directly, through a shared tile or element by element;
 * FlashAttention: per block of query rows, a pipelined loop over blocks of keys computing
   ``S = Q K^T`` (masked past the keys' end), the online softmax (``T.reduce_max``, ``T.exp2``,
   ``T.reduce_sum``, the rescale of the output accumulator) and ``P V`` with ``P`` cast to the
@@ -130,19 +130,27 @@ def tiled_gemm(draw, dtype: str, declared: set) -> GemmProgram | None:
         panel, order = draw(st.integers(1, 3)), draw(st.sampled_from(("row", "col")))
         body.append(f"T.use_swizzle({panel}, order={order!r})")
         feats.add("block_swizzle")
-    body += [f"a_s = T.alloc_shared({(bk, bm) if ta else (bm, bk)}, {dtype!r})",
-            f"b_s = T.alloc_shared({(bn, bk) if tb else (bk, bn)}, {dtype!r})",
-            f"c = T.alloc_fragment(({bm}, {bn}), {acc!r})",
-            "T.clear(c)",
-            f"for k in T.Pipelined(T.ceildiv({K}, {bk}), num_stages={stages}):",
-            f"    T.copy(A[k * {bk}, by * {bm}], a_s)" if ta else
-            f"    T.copy(A[by * {bm}, k * {bk}], a_s)",
-            f"    T.copy(B[bx * {bn}, k * {bk}], b_s)" if tb else
-            f"    T.copy(B[k * {bk}, bx * {bn}], b_s)",
-            f"    T.gemm(a_s, b_s, c, transpose_A={ta}, transpose_B={tb}"
-            f"{_policy(draw, feats)})"]
+    dual = draw(st.integers(0, 3)) == 3  # a second B (gate and up projections), subtracted
+    policy = _policy(draw, feats)
+    accs = ("c", "c2") if dual else ("c",)
+    body += [f"a_s = T.alloc_shared({(bk, bm) if ta else (bm, bk)}, {dtype!r})"]
+    for b, c in zip(("b", "b2"), accs):
+        body += [f"{b}_s = T.alloc_shared({(bn, bk) if tb else (bk, bn)}, {dtype!r})",
+                 f"{c} = T.alloc_fragment(({bm}, {bn}), {acc!r})", f"T.clear({c})"]
+    body += [f"for k in T.Pipelined(T.ceildiv({K}, {bk}), num_stages={stages}):",
+             f"    T.copy(A[k * {bk}, by * {bm}], a_s)" if ta else
+             f"    T.copy(A[by * {bm}, k * {bk}], a_s)"]
+    for b, c in zip(("b", "b2"), accs):
+        body += [f"    T.copy({b.upper()}[bx * {bn}, k * {bk}], {b}_s)" if tb else
+                 f"    T.copy({b.upper()}[k * {bk}, bx * {bn}], {b}_s)",
+                 f"    T.gemm(a_s, {b}_s, {c}, transpose_A={ta}, transpose_B={tb}{policy})"]
     # products are exact in the accumulator; its sums round (an integer sum is exact)
     err = K * U_ACC * mag if acc == "float32" else 0.0
+    if dual:
+        tensors.append(("B2", (N, K) if tb else (K, N), dtype, lo, hi))
+        body += [f"for i, j in T.Parallel({bm}, {bn}):", "    c[i, j] = c[i, j] - c2[i, j]"]
+        err, mag = (2 * err + U_ACC * 2 * mag if acc == "float32" else 0.0), 2 * mag
+        feats.add("gemm_dual")
     out = acc
     terms = []
     if acc == "int32":
