@@ -93,6 +93,25 @@ def _size(draw, block: int, name: str, feats: set) -> int:
     return size
 
 
+def _windows(draw, feats: set):
+    """How a kernel names the block of a tensor it copies: by its first element
+    (``A[by * 64, k * 32]``, the extents the destination's) or by slices
+    (``A[by * 64:(by + 1) * 64, k * 32:(k + 1) * 32]``, or ``:`` for a whole dimension)."""
+    slices = draw(st.booleans())
+    if slices:
+        feats.add("copy_slices")
+
+    def window(name: str, *dims) -> str:
+        if slices:
+            parts = [":" if var is None else f"{var} * {n}:({var} + 1) * {n}"
+                     for var, n in dims]
+        else:
+            parts = ["0" if var is None else f"{var} * {n}" for var, n in dims]
+        return f"{name}[{', '.join(parts)}]"
+
+    return window
+
+
 def _policy(draw, feats: set) -> str:
     policy = draw(st.sampled_from(("", "", "FullRow", "FullCol", "Square")))
     if not policy:
@@ -130,6 +149,7 @@ def tiled_gemm(draw, dtype: str, declared: set) -> GemmProgram | None:
         panel, order = draw(st.integers(1, 3)), draw(st.sampled_from(("row", "col")))
         body.append(f"T.use_swizzle({panel}, order={order!r})")
         feats.add("block_swizzle")
+    window = _windows(draw, feats)
     dual = draw(st.integers(0, 3)) == 3  # a second B (gate and up projections), subtracted
     policy = _policy(draw, feats)
     accs = ("c", "c2") if dual else ("c",)
@@ -138,11 +158,11 @@ def tiled_gemm(draw, dtype: str, declared: set) -> GemmProgram | None:
         body += [f"{b}_s = T.alloc_shared({(bn, bk) if tb else (bk, bn)}, {dtype!r})",
                  f"{c} = T.alloc_fragment(({bm}, {bn}), {acc!r})", f"T.clear({c})"]
     body += [f"for k in T.Pipelined(T.ceildiv({K}, {bk}), num_stages={stages}):",
-             f"    T.copy(A[k * {bk}, by * {bm}], a_s)" if ta else
-             f"    T.copy(A[by * {bm}, k * {bk}], a_s)"]
+             f"    T.copy({window('A', ('k', bk), ('by', bm))}, a_s)" if ta else
+             f"    T.copy({window('A', ('by', bm), ('k', bk))}, a_s)"]
     for b, c in zip(("b", "b2"), accs):
-        body += [f"    T.copy({b.upper()}[bx * {bn}, k * {bk}], {b}_s)" if tb else
-                 f"    T.copy({b.upper()}[k * {bk}, bx * {bn}], {b}_s)",
+        body += [f"    T.copy({window(b.upper(), ('bx', bn), ('k', bk))}, {b}_s)" if tb else
+                 f"    T.copy({window(b.upper(), ('k', bk), ('bx', bn))}, {b}_s)",
                  f"    T.gemm(a_s, {b}_s, {c}, transpose_A={ta}, transpose_B={tb}{policy})"]
     # products are exact in the accumulator; its sums round (an integer sum is exact)
     err = K * U_ACC * mag if acc == "float32" else 0.0
@@ -250,6 +270,7 @@ def attention(draw, dtype: str, declared: set) -> GemmProgram | None:
     masked = draw(st.booleans()) or skv % bn
     shared_p = draw(st.booleans())
     policy = _policy(draw, feats)
+    window = _windows(draw, feats)
     body = [f"q_s = T.alloc_shared(({bm}, {d}), {dtype!r})",
             f"k_s = T.alloc_shared(({bn}, {d}), {dtype!r})",
             f"v_s = T.alloc_shared(({bn}, {d}), {dtype!r})",
@@ -261,10 +282,10 @@ def attention(draw, dtype: str, declared: set) -> GemmProgram | None:
             f"r = T.alloc_fragment(({bm},), 'float32')",
             f"l_sum = T.alloc_fragment(({bm},), 'float32')",
             f"l = T.alloc_fragment(({bm},), 'float32')",
-            f"T.copy(Q[by * {bm}, 0], q_s)",
+            f"T.copy({window('Q', ('by', bm), (None, d))}, q_s)",
             "T.fill(o, 0)", "T.fill(l, 0)", "T.fill(m, -T.infinity('float32'))",
             f"for k in T.Pipelined(T.ceildiv({skv}, {bn}), num_stages={stages}):",
-            f"    T.copy(K[k * {bn}, 0], k_s)"]
+            f"    T.copy({window('K', ('k', bn), (None, d))}, k_s)"]
     if masked:  # keys past the end must not count
         body += [f"    for i, j in T.Parallel({bm}, {bn}):",
                  f"        s[i, j] = T.if_then_else(k * {bn} + j < {skv}, T.float32(0), "
@@ -287,7 +308,7 @@ def attention(draw, dtype: str, declared: set) -> GemmProgram | None:
              "    T.copy(s, p)",
              f"    for i, j in T.Parallel({bm}, {d}):",
              "        o[i, j] = o[i, j] * r[i]",
-             f"    T.copy(V[k * {bn}, 0], v_s)",
+             f"    T.copy({window('V', ('k', bn), (None, d))}, v_s)",
              f"    T.gemm(p, v_s, o{policy})",
              f"for i, j in T.Parallel({bm}, {d}):",
              "    o[i, j] = o[i, j] / l[i]"]
