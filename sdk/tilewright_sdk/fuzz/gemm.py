@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from hypothesis import strategies as st
 from tilewright.testing import unit_roundoff
 
-from .program import FLOAT8, grid_extent, programs
+from .program import grid_extent, programs
 
 # the (A, B) dtypes of a GEMM and its accumulator; what the K of one tensor-core step is
 OPERANDS = {"float16": "float32", "bfloat16": "float32", "int8": "int32",
@@ -120,7 +120,8 @@ def _policy(draw, feats: set) -> str:
     return f", policy=T.GemmWarpPolicy.{policy}"
 
 
-def tiled_gemm(draw, dtype: str, declared: set) -> GemmProgram | None:
+def tiled_gemm(draw, dtype: str, declared: set) -> GemmProgram:
+    """A tiled GEMM of ``dtype`` operands with its epilogue (see the module docstring)."""
     acc = OPERANDS[dtype]
     k_step = K_STEP[dtype]
     feats = {"gemm_kernel", f"gemm_kernel_{dtype}", "gemm", f"gemm_{acc}", "pipelined",
@@ -135,12 +136,9 @@ def tiled_gemm(draw, dtype: str, declared: set) -> GemmProgram | None:
     ta = draw(st.sampled_from((False, False, False, True)))
     tb = draw(st.sampled_from((True, True, False) if K_STEP[dtype] == 32 else (False, True)))
     feats |= ({"gemm_transpose_A"} if ta else set()) | ({"gemm_transpose_B"} if tb else set())
-    if dtype == "int8":
-        lo, hi = -128, 127
-    elif dtype in FLOAT8:
-        lo, hi = -4.0, 4.0  # rounded to the format when the tensors are made
-    else:
-        lo, hi = -4.0, 4.0
+    # the whole int8 range; floats in [-4, 4], rounded to the format when the tensors are
+    # made (float8 holds them), whose products float32 holds exactly
+    lo, hi = (-128, 127) if dtype == "int8" else (-4.0, 4.0)
     mag = K * max(abs(lo), abs(hi)) ** 2  # of C
     tensors = [("A", (K, M) if ta else (M, K), dtype, lo, hi),
                ("B", (N, K) if tb else (K, N), dtype, lo, hi)]
@@ -252,7 +250,7 @@ def tiled_gemm(draw, dtype: str, declared: set) -> GemmProgram | None:
                        feats)
 
 
-def attention(draw, dtype: str, declared: set) -> GemmProgram | None:
+def attention(draw, dtype: str) -> GemmProgram:
     """FlashAttention's forward pass over one head (see the module docstring)."""
     k_step = K_STEP[dtype]
     feats = {"gemm_kernel", "attention", f"gemm_kernel_{dtype}", "gemm", "gemm_float32",
@@ -350,7 +348,7 @@ def gemm_programs(draw, avoid=(), dtypes=None) -> GemmProgram | None:
     dtype = draw(st.sampled_from(kinds))
     if dtype in ("float16", "bfloat16") and "attention" not in avoid and \
             draw(st.integers(0, 2)) == 2:  # shrinking goes towards the plain GEMM
-        return attention(draw, dtype, declared)
+        return attention(draw, dtype)
     return tiled_gemm(draw, dtype, declared)
 
 
