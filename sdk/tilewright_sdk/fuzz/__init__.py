@@ -2,7 +2,7 @@
 
 ``pytest --pyargs tilewright_sdk.fuzz --tilewright-backend NAME --examples N --seed S``
 generates ``N`` random valid tile programs (:mod:`.program`, Hypothesis strategies with
-shrinking), a third of them GEMM and FlashAttention kernels over the tile shapes tensor cores
+shrinking), a quarter of them GEMM and FlashAttention kernels over the tile shapes tensor cores
 take (:mod:`.gemm`), runs each on the interpreter and on the backend, and compares the results
 within each program's error bounds (:mod:`.check`). A backend that cannot run kernels here has
 each program compiled instead. A program the backend refuses at compile time with a deliberate
