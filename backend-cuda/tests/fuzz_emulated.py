@@ -12,7 +12,9 @@ tilewright_sdk.fuzz --tilewright-backend cuda_emu [--cuda-emu-arch sm_90a] --exa
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
+from collections import Counter
 
 import hostemu
 import pytest
@@ -20,6 +22,9 @@ from tilewright.plugin import Availability, Executor, get_manager, hookimpl
 from tilewright_cuda.plugin import BACKEND
 
 NAME = "cuda_emu"
+# the gemm functions (include/tw_mma.h, tw_wgmma.h) the built kernels call, counted per call
+# site: which instruction the fuzzed gemms took
+GEMM_CALLS = Counter()
 
 
 def _available() -> Availability:
@@ -29,6 +34,7 @@ def _available() -> Availability:
 
 def _build(source, ctx, workdir):
     hostemu.build(source.text, source.payload, workdir)  # build errors surface here
+    GEMM_CALLS.update(re.findall(r"\b(tw_gemm_\w+)<\d", source.text))
 
     def run(*args):
         hostemu.run(source.text, source.payload, workdir, *args)
@@ -59,3 +65,9 @@ def pytest_configure(config):
     module = types.ModuleType("tilewright_cuda_emulated")
     module.tilewright_backends = hookimpl(lambda: [backend])
     get_manager().register(module, NAME)
+
+
+def pytest_terminal_summary(terminalreporter):
+    if GEMM_CALLS:
+        terminalreporter.write_line("cuda_emu gemm call sites built: " + ", ".join(
+            f"{name} {n}" for name, n in GEMM_CALLS.most_common()))

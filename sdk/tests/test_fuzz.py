@@ -2,6 +2,7 @@
 interpreter is caught, and the shrunk program is saved as a runnable reproducer."""
 
 import json
+import re
 import tempfile
 import textwrap
 
@@ -354,3 +355,60 @@ def test_the_interpreter_wraps_unsigned_arithmetic_as_torch_does(dtype):
         a.to(getattr(torch, dtype)), b.to(getattr(torch, dtype)))
     for out, want in zip(got, (a + b, a - b, a * b)):
         assert out.long().tolist() == (want & (2 ** bits - 1)).tolist()
+
+
+GEMM_DRAWS = ("attention", "attention_mask", "attention_p_shared", "attention_p_fragment",
+              "gemm_kernel_float16", "gemm_kernel_bfloat16", "gemm_kernel_int8",
+              "gemm_kernel_float8_e4m3fn", "gemm_kernel_float8_e5m2", "gemm_threads256",
+              "gemm_transpose_A", "gemm_transpose_B", "partial_M", "partial_N", "partial_K",
+              "pipelined_stages3", "epilogue_bias", "epilogue_scale", "epilogue_dequant",
+              "epilogue_shared", "epilogue_store", "epilogue_cast_bfloat16", "block_swizzle",
+              "epilogue_reduce")
+
+
+def test_gemm_kernels_are_generated_and_valid():
+    """GEMM kernels over tensor-core tile shapes (every operand dtype, transposes, 256
+    threads, partial blocks, 3 stages, each epilogue) and FlashAttention are drawn; one
+    program with each runs on the interpreter and agrees with itself; the tile shapes are
+    those the tensor cores take; avoided, none is drawn and the tile programs' draws are
+    those of before."""
+    from tilewright_sdk.fuzz.gemm import fuzz_programs, gemm_programs
+
+    first = {}
+
+    @settings(max_examples=150, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    @hypothesis_seed(22)
+    @given(gemm_programs())
+    def draw(program):
+        for feature in set(GEMM_DRAWS) & program.features:
+            first.setdefault(feature, program)
+        for line in program.body:  # every gemm's C: 16x8 tiles split over the warps
+            shape = re.match(r"[cso] = T.alloc_fragment\(\((\d+), (\d+)\)", line)
+            if shape:
+                rows, cols = int(shape[1]), int(shape[2])
+                assert rows % 16 == 0 and cols % 16 == 0
+                assert (rows // 16) * (cols // 8) % (program.threads // 32) == 0, line
+
+    draw()
+    assert set(first) == set(GEMM_DRAWS)
+    interp = get_manager().backends()["interp"]
+    folder = tempfile.mkdtemp()
+    for program in {id(p): p for p in first.values()}.values():
+        differential(load(module_source(program, "interp", 0), folder), interp, 0,
+                     execute=True)
+
+    def sources(strategy) -> list:
+        out = []
+
+        @settings(max_examples=20, deadline=None, database=None,
+                  suppress_health_check=list(HealthCheck))
+        @hypothesis_seed(5)
+        @given(strategy)
+        def avoided(program):
+            out.append(program.kernel_source())
+
+        avoided()
+        return out
+
+    assert sources(fuzz_programs(avoid={"gemm_kernel"})) == sources(programs())

@@ -16,6 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from .gemm import GemmProgram
 from .program import Program
 
 REFERENCE = "interp"
@@ -45,14 +46,11 @@ def deliberate(exc: BaseException) -> bool:
     return True
 
 
-def module_source(program: Program, backend: str, seed: int, note: str = "") -> str:
+def module_source(program: Program | GemmProgram, backend: str, seed: int,
+                  note: str = "") -> str:
     """The program as a standalone module for ``backend``; ``note`` goes in its docstring."""
-    inputs = ", ".join([f"({n!r}, {program.shape!r}, {program.dtype!r}, {lo!r}, {hi!r})"
-                        for n, lo, hi in program.inputs] +
-                       [f"({n!r}, {program.packed_shape!r}, 'int4', {lo!r}, {hi!r})"
-                        for n, lo, hi in program.packed] +
-                       [f"({n!r}, {program.shape!r}, {dtype!r}, {lo!r}, {hi!r})"
-                        for n, dtype, lo, hi in program.float8])
+    inputs = ", ".join(f"({n!r}, {shape!r}, {dtype!r}, {lo!r}, {hi!r})"
+                       for n, shape, dtype, lo, hi in program.input_specs())
     outputs = ", ".join(f"({n!r}, {shape!r}, {dtype!r}, {err!r})"
                         for n, shape, dtype, err in program.outputs)
     doc = note.strip().replace('"""', "'''")

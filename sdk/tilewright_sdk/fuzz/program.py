@@ -119,6 +119,12 @@ class Program:
         """The shape of the inputs and of ``Y``."""
         return (self.depth, self.M, self.N) if self.depth else (self.M, self.N)
 
+    def input_specs(self) -> list:
+        """(name, shape, dtype, low, high) of each input, in parameter order."""
+        return [(n, self.shape, self.dtype, lo, hi) for n, lo, hi in self.inputs] + \
+            [(n, self.packed_shape, "int4", lo, hi) for n, lo, hi in self.packed] + \
+            [(n, self.shape, dtype, lo, hi) for n, dtype, lo, hi in self.float8]
+
     def kernel_source(self) -> str:
         sizes = {"M": 'T.symbolic("m")', "N": 'T.dynamic("n")'}
         dims = [str(self.depth)] if self.depth else []

@@ -19,6 +19,7 @@ class FuzzStats:
     compiled: int = 0
     rejected: int = 0
     features: Counter = field(default_factory=Counter)
+    executed_features: Counter = field(default_factory=Counter)  # of the programs executed
     refused: Counter = field(default_factory=Counter)  # refusal message -> count
     failures: list = field(default_factory=list)  # {"reproducer", "message", "features"}
     started: float = field(default_factory=time.monotonic)
@@ -60,7 +61,9 @@ class FuzzStats:
                 "programs_to_first_failure": self.programs_to_first_failure,
                 "failure_kind": self.failure_kind,
                 "other_failures_while_shrinking": dict(self.other_failures),
-                "features": dict(sorted(self.features.items())), "failures": self.failures}
+                "features": dict(sorted(self.features.items())),
+                "executed_features": dict(sorted(self.executed_features.items())),
+                "failures": self.failures}
 
     def lines(self) -> list[str]:
         done = f"{self.executed} executed" + (f", {self.compiled} compiled only"
@@ -69,6 +72,9 @@ class FuzzStats:
                f"{self.seconds:g} s: {self.per_minute:.1f} programs/minute; seed {self.seed}",
                f"features covered: {len(self.features)}: " +
                ", ".join(f"{k} {v}" for k, v in sorted(self.features.items()))]
+        gemms = {k: self.executed_features[k] for k in ("gemm", "pipelined_gemm", "gemm_kernel",
+                                                         "attention")}
+        out.append("executed: " + ", ".join(f"{k} {v}" for k, v in gemms.items()))
         out += [f"refused by the backend ({n}): {why}" for why, n in self.refused.items()]
         if self.avoided:
             out.append("not generated (known bugs of this backend): " +

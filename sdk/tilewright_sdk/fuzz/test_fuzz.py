@@ -11,7 +11,7 @@ from hypothesis import seed as hypothesis_seed
 
 from ..conformance.runner import cannot_execute, missing_tile_ops
 from .check import Mismatch, Refused, differential, load, module_source
-from .program import programs
+from .gemm import fuzz_programs
 
 
 def _pattern(message: str) -> str:
@@ -39,8 +39,8 @@ def test_backend_agrees_with_the_interpreter(tilewright_backend, tilewright_fuzz
               suppress_health_check=list(HealthCheck), report_multiple_bugs=False,
               print_blob=False)
     @hypothesis_seed(stats.seed)
-    @given(programs(avoid=stats.avoided, dtypes=tilewright_backend.capabilities.dtypes,
-                    features=tilewright_backend.capabilities.features))
+    @given(fuzz_programs(avoid=stats.avoided, dtypes=tilewright_backend.capabilities.dtypes,
+                         features=tilewright_backend.capabilities.features))
     def check(program):
         last["program"] = program
         source = module_source(program, tilewright_backend.name, stats.seed)
@@ -66,6 +66,7 @@ def test_backend_agrees_with_the_interpreter(tilewright_backend, tilewright_fuzz
             raise
         if execute:
             stats.executed += 1
+            stats.executed_features.update(program.features)
         else:
             stats.compiled += 1
 
