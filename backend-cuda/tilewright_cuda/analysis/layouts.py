@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import tvm
 import tvm_ffi
-from tilewright.ir import tile_ops_in
+from tilewright.ir import REDUCE_OPS, tile_ops_in
 from tvm import tirx
 
 from .. import layout
@@ -151,7 +151,7 @@ def accumulators(func, arch, threads) -> dict:
     for call, op, region in _operands(func, frags):
         buf = region.buffer
         regions[buf] += 1
-        reduced = call.name.startswith("reduce_") and op.name == "src" and \
+        reduced = call.name in REDUCE_OPS and op.name == "src" and \
             int(call.attrs["dim"]) in (1, -1) and len(call.operands["dst"].extents) == 1 \
             and layout.memory(call.operands["dst"].buffer) in ("shared", "shared.dyn", FRAGMENT)
         fits = full(region) and (
@@ -287,7 +287,7 @@ def row_vectors(func, chosen: dict, threads: int) -> set:
             fine = fine and other in ok and full(call.operands["dst"]) and \
                 full(call.operands["src"])
             together.append({buf, other})
-        elif call.name == "reduce" or call.name.startswith("reduce_"):
+        elif call.name == "reduce" or call.name in REDUCE_OPS:
             src = call.operands["src"]
             fine = fine and op.name == "dst" and src.buffer in strip and \
                 int(call.attrs["dim"]) in (1, -1) and \

@@ -14,7 +14,7 @@ import numpy as np
 import tvm
 import tvm_ffi
 from tilewright.errors import UnsupportedOpError
-from tilewright.ir import ATOMIC_KINDS, Region, TileOpCall
+from tilewright.ir import ATOMIC_KINDS, ATOMIC_PREV, Region, TileOpCall
 from tilewright.transform import RuleContext, prim_func_pass
 from tilewright.transform.lowering_utils import (
     as_expr,
@@ -99,7 +99,7 @@ def _atomic_prev_rule(kind: str):
 
 
 # Expression intrinsics (atomics returning the old value) become runtime calls.
-INTRINSIC_RULES = {f"tw.atomic_{k}_prev": _atomic_prev_rule(k) for k in ATOMIC_KINDS}
+INTRINSIC_RULES = {name: _atomic_prev_rule(k) for name, k in ATOMIC_PREV.items()}
 
 
 def _positions(ctx: RuleContext) -> list:

@@ -13,7 +13,7 @@ import re
 
 import tvm
 from tilewright.errors import UnsupportedOpError, span_location
-from tilewright.ir import decode
+from tilewright.ir import ATOMIC_PREV, decode
 from tilewright.ir.schema import Region as IRRegion
 from tilewright.plugin import DeviceCodegen, GeneratedSource
 from tvm import tirx
@@ -142,8 +142,8 @@ class _Emitter:
             return f"int({args[0]})"  # an address (T.make_tensor): the integer itself
         if short == "reinterpret":
             return f"rt.reinterpret({args[0]}, {_dtype(e.args[0])!r}, {_dtype(e)!r})"
-        if op.startswith("tw.atomic_") and op.endswith("_prev"):
-            kind = op[len("tw.atomic_"):-len("_prev")]
+        if op in ATOMIC_PREV:
+            kind = ATOMIC_PREV[op]
             load = e.args[0]
             return (f"atomic_prev({kind!r}, {self.buf(load.source)}, "
                     f"({self.index(load.indices)},), {args[1]}, {str(load.source.dtype)!r})")
