@@ -662,29 +662,33 @@ class _Lowering(SelectLowering):
             if key not in staged:
                 region = Region(buffer, tuple(starts), tuple(tirx.IntImm("int32", e)
                                                              for e in exts))
-                tile = self.temp([extents[variables.index(v)] for v in used] or [1],
-                                 str(buffer.dtype), pre)
-                staged[key] = (region, tile, used, {"read": False, "write": False})
-            region, tile, used, how = staged[key]
+                shape = [extents[variables.index(v)] for v in used] or [1]
+                index = list(used) or [tirx.const(0, "int32")]
+                if used and exts[-1] == 1 and any(e > 1 for e in exts[:-1]):
+                    # a column of the tensor: rows of one element, each on its own 32-byte
+                    # row of the tile (DataCopyPad moves whole UB blocks per row)
+                    shape, index = [*shape, 1], [*index, tirx.const(0, "int32")]
+                tile = self.temp(shape, str(buffer.dtype), pre)
+                staged[key] = (region, tile, index, {"read": False, "write": False})
+            region, tile, index, how = staged[key]
             how["write" if write else "read"] = True
-            return tile, used
+            return tile, index
 
         def load(x):
             if str(x.source.scope()) != "global":
                 return x
-            tile, used = tile_for(x.source, list(x.indices), False)
+            tile, index = tile_for(x.source, list(x.indices), False)
             if tile is None:
                 return x
-            return tirx.BufferLoad(tile.buffer, list(used) or [tirx.const(0, "int32")])
+            return tirx.BufferLoad(tile.buffer, index)
 
         def store(x):
             if str(x.buffer.scope()) != "global":
                 return x
-            tile, used = tile_for(x.buffer, list(x.indices), True)
+            tile, index = tile_for(x.buffer, list(x.indices), True)
             if tile is None:
                 return x
-            return tirx.BufferStore(tile.buffer, x.value, list(used) or [tirx.const(0, "int32")],
-                                    span=x.span)
+            return tirx.BufferStore(tile.buffer, x.value, index, span=x.span)
 
         body = tvm_ffi.structural_map(body, [(tvm.ir.TensorLoad, load),
                                              (tirx.BufferStore, store)])
@@ -715,6 +719,10 @@ class _Lowering(SelectLowering):
             ops.append(make_call(VDUP.name, {"dst": target[0], "value": cast_to(value[1],
                                              str(target[0].buffer.dtype))}))
         elif value[1] is not target[0]:
+            if value[2] == full and not _same_rows(value[1], target[0]):
+                raise Unvectorizable(f"{target[0].buffer.name!r} and {value[1].buffer.name!r} "
+                                     "lay the loop's elements out differently (a column, one "
+                                     "element a row, and a row)")
             if value[2] != full:
                 zero = tirx.const(0, str(target[0].buffer.dtype))
                 ops.append(make_call(VDUP.name, {"dst": target[0], "value": zero}))
@@ -757,7 +765,8 @@ class _Lowering(SelectLowering):
         ``like`` where its rows differ from the temporary's (a column read as ``a[i, 0]`` in
         ``T.Parallel(n, 1)`` is ``n`` rows of one element, not one row of ``n``)."""
         if target is not None and tuple(target[1]) == tuple(dims) and \
-                str(target[0].buffer.dtype) == dtype:
+                str(target[0].buffer.dtype) == dtype and \
+                (like is None or _same_rows(like, target[0])):
             return target[0]
         shape = [extents[d] for d in dims]
         if like is not None and ints(like.extents) is not None and \
@@ -828,6 +837,10 @@ class _Lowering(SelectLowering):
                 self.broadcast(op, out, a[1], b, ops)
                 return ("t", out, a[2])
             if a[2] == b[2]:
+                if not _same_rows(a[1], b[1]):
+                    raise Unvectorizable(f"{a[1].buffer.name!r} and {b[1].buffer.name!r} lay "
+                                         "the loop's elements out differently (a column, one "
+                                         "element a row, and a row)")
                 out = self.result_tile(a[2], extents, dtype, ops, target, like=a[1])
                 ops.append(make_call(VBIN.name, {"dst": out, "src0": a[1], "src1": b[1]},
                                      {"op": op}))
@@ -868,7 +881,7 @@ class _Lowering(SelectLowering):
     def _unary(self, op, inner, extents, dtype, ops, target):
         if inner[0] == "s":
             raise Unvectorizable(f"{op} of a scalar expression")
-        out = self.result_tile(inner[2], extents, dtype, ops, target)
+        out = self.result_tile(inner[2], extents, dtype, ops, target, like=inner[1])
         ops.append(make_call(VUN.name, {"dst": out, "src": inner[1]}, {"op": op}))
         return ("t", out, inner[2])
 
@@ -895,6 +908,11 @@ def _rows(extents) -> tuple[int, int] | None:
     if extents is None:
         return None
     return (math.prod(extents[:-1]), extents[-1]) if extents else (1, 1)
+
+
+def _same_rows(a: Region, b: Region) -> bool:
+    """Whether a vector instruction sees regions ``a`` and ``b`` as rows of one length."""
+    return _rows(ints(a.extents)) == _rows(ints(b.extents))
 
 
 def _pad_tiles(func):

@@ -1,0 +1,72 @@
+"""Constructs the differential fuzzer (seeds 1001 and 1002) found refused in terms of the
+backend's own temporaries: a column of a tensor stored or read in ``T.Parallel`` (now staged
+through a tile of one-element rows, checked on the emulator against torch), and the refusals
+that remain, which must name the user's tile, the rule and the line, never a temporary."""
+
+
+import tilewright
+import tilewright.language as T
+import torch
+from tilewright_ascend.kit.headers import check_sources
+
+
+def column_store(M=16, N=3):
+    """Block ``bx`` writes column ``bx`` of ``Y`` from a 1-D tile, and reads column ``bx`` of
+    ``X`` into another 1-D tile: both columns are rows of one element in GM."""
+
+    @T.prim_func
+    def main(V: T.Tensor((M,), "float32"), X: T.Tensor((M, N), "float32"),
+             Y: T.Tensor((M, N), "float32"), Z: T.Tensor((M,), "float32")):
+        with T.Kernel(N, threads=128) as bx:
+            t = T.alloc_fragment((M,), "float32")
+            T.copy(V[0], t)
+            for i in T.Parallel(M):
+                Y[i, bx] = t[i] * 2 + bx
+            z = T.alloc_fragment((M,), "float32")
+            for i in T.Parallel(M):
+                z[i] = X[i, bx] + t[i]
+            if bx == 0:
+                T.copy(z, Z[0])
+
+    return main
+
+
+def column_store_3d(R=3, C=4):
+    """The fuzzer's form: ``R6[bz, by * 16 + i, bx] = t5[i]``, cut short by the tensor."""
+
+    @T.prim_func
+    def main(X: T.Tensor((16,), "int32"), R6: T.Tensor((1, R, C), "int32")):
+        with T.Kernel(C, 1, 1, threads=128) as (bx, by, bz):
+            t5 = T.alloc_fragment((16,), "int32")
+            T.copy(X[0], t5)
+            for i in T.Parallel(16):
+                if by * 16 + i < R:
+                    R6[bz, by * 16 + i, bx] = t5[i] + bx
+
+    return main
+
+
+def test_a_column_of_a_tensor_is_stored_and_read_from_a_1d_tile():
+    kernel = tilewright.compile(column_store(), out_idx=[2, 3], target="ascend")
+    gen = torch.Generator().manual_seed(11)
+    v, x = torch.randn(16, generator=gen), torch.randn(16, 3, generator=gen)
+    y, z = kernel(v, x)
+    torch.testing.assert_close(y, v[:, None] * 2 + torch.arange(3.0))
+    torch.testing.assert_close(z, x[:, 0] + v)
+
+
+def test_a_column_cut_short_by_the_tensor_is_stored():
+    kernel = tilewright.compile(column_store_3d(), out_idx=[1], target="ascend")
+    x = torch.randint(-20, 20, (16,), generator=torch.Generator().manual_seed(12),
+                      dtype=torch.int32)
+    r6 = kernel(x)
+    torch.testing.assert_close(r6, (x[:3, None] + torch.arange(4, dtype=torch.int32))[None])
+
+
+def test_the_kernels_compile_against_the_vendor_headers(asc_devkit):
+    kernels = {"column": column_store(), "column3d": column_store_3d()}
+    sources = {name: tilewright.lower(f, target="ascend").source.text
+               for name, f in kernels.items()}
+    findings = check_sources(sources, asc_devkit)
+    assert not findings, "\n\n".join(f"== {f.name} as {f.core}\n{f.text[-3000:]}"
+                                     for f in findings)
