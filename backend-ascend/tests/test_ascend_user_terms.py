@@ -4,6 +4,7 @@ through a tile of one-element rows, checked on the emulator against torch), and 
 that remain, which must name the user's tile, the rule and the line, never a temporary."""
 
 
+import pytest
 import tilewright
 import tilewright.language as T
 import torch
@@ -63,8 +64,57 @@ def test_a_column_cut_short_by_the_tensor_is_stored():
     torch.testing.assert_close(r6, (x[:3, None] + torch.arange(4, dtype=torch.int32))[None])
 
 
+def unaligned_copy(dtype="bfloat16"):
+    """One element copied into column 3 of a tile (fuzz seed 1001): no vector instruction
+    starts at element 3 of a UB tile (6 bytes in), so the scalar unit copies it."""
+
+    @T.prim_func
+    def main(X: T.Tensor((1, 16), dtype), Y: T.Tensor((1, 16), dtype)):
+        with T.Kernel(1, threads=128) as _:
+            a = T.alloc_fragment((1, 16), dtype)
+            T.copy(X[0, 0], a)
+            b = T.alloc_shared((1, 16), dtype)
+            T.fill(b, 1)
+            T.copy(a[0:1, 0:2], b[0:1, 3:5])
+            T.copy(b, Y[0, 0])
+
+    return main
+
+
+def constant_math(dtype="float16"):
+    """A math function of constants (fuzz seed 1001): computed when the kernel compiles; the
+    scalar unit has no math functions and the vector unit computes on tiles."""
+
+    @T.prim_func
+    def main(X: T.Tensor((4, 16), dtype), Y: T.Tensor((4, 16), dtype)):
+        with T.Kernel(1, threads=128) as _:
+            for i, j in T.Parallel(4, 16):
+                Y[i, j] = T.min(X[i, j], T.sqrt(T.abs(T.cast(-2.0, dtype)) + T.cast(0.25, dtype)))
+
+    return main
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32", "int8"])
+def test_an_unaligned_tile_copy_runs_on_the_scalar_unit(dtype):
+    kernel = tilewright.compile(unaligned_copy(dtype), out_idx=[1], target="ascend")
+    assert "T.copy element 0 of 'a' -> element 3 of 'b'" in kernel.get_kernel_source()
+    x = torch.randint(-9, 9, (1, 16), generator=torch.Generator().manual_seed(13)).to(
+        getattr(torch, dtype))
+    want = torch.ones_like(x)
+    want[0, 3:5] = x[0, 0:2]
+    torch.testing.assert_close(kernel(x), want)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+def test_math_of_constants_is_computed_when_compiling(dtype):
+    kernel = tilewright.compile(constant_math(dtype), out_idx=[1], target="ascend")
+    x = torch.randn(4, 16, generator=torch.Generator().manual_seed(14)).to(getattr(torch, dtype))
+    torch.testing.assert_close(kernel(x), torch.clamp(x, max=1.5))
+
+
 def test_the_kernels_compile_against_the_vendor_headers(asc_devkit):
-    kernels = {"column": column_store(), "column3d": column_store_3d()}
+    kernels = {"column": column_store(), "column3d": column_store_3d(),
+               "unaligned": unaligned_copy(), "constant_math": constant_math()}
     sources = {name: tilewright.lower(f, target="ascend").source.text
                for name, f in kernels.items()}
     findings = check_sources(sources, asc_devkit)

@@ -54,7 +54,7 @@ from tilewright.ir import ATOMIC_KINDS, Region, decode, make_call
 from tilewright.transform.walk import prim_func_pass
 from tvm import tirx
 
-from ..analysis.buffers import loads_and_stores
+from ..analysis.buffers import flat_index, loads_and_stores
 from ..facts.arch import ALIGN, ARCH
 from ..facts.dtypes import dtype_bytes
 from ..facts.instructions import (
@@ -105,7 +105,14 @@ from .tile_exprs import (
     uses_any,
     with_span,
 )
-from .vecmath import UNARY_CALLS, expand_math, lacking_math, math_name, scalar_lacks
+from .vecmath import (
+    UNARY_CALLS,
+    expand_math,
+    fold_constant_math,
+    lacking_math,
+    math_name,
+    scalar_lacks,
+)
 
 # portable tile ops this pass rewrites (their rules are the vector-path ops)
 PORTABLE_REDUCTIONS = ("reduce_sum", "reduce_max", "reduce_min", "reduce_abssum",
@@ -212,6 +219,8 @@ class _Lowering(SelectLowering):
         ss, ds = str(src.buffer.scope()), str(dst.buffer.scope())
         sd, dd = str(src.buffer.dtype), str(dst.buffer.dtype)
         if ss == UB and ds == UB:
+            if sd == dd and _unaligned(src, dst):
+                return [_element_copy(src, dst, stmt.span)]
             if sd == dd:
                 return [make_call(VUN.name, {"dst": dst, "src": src}, {"op": "copy"},
                                   span=stmt.span)]
@@ -910,6 +919,51 @@ def _rows(extents) -> tuple[int, int] | None:
     return (math.prod(extents[:-1]), extents[-1]) if extents else (1, 1)
 
 
+def _start(region: Region):
+    """The element offset at which ``region`` starts in its tile: an int, or None."""
+    offset = simplify(flat_index(region.buffer, as_exprs(region.starts)))
+    return int(offset.value) if isinstance(offset, tirx.IntImm) else None
+
+
+def _unaligned(*regions) -> bool:
+    """Whether a region of static shape starts off a 32-byte boundary of its UB tile, where no
+    vector instruction starts."""
+    for r in regions:
+        at = _start(r)
+        if ints(r.extents) is not None and at is not None and \
+                at * dtype_bytes(str(r.buffer.dtype)) % ALIGN:
+            return True
+    return False
+
+
+def _element_copy(src: Region, dst: Region, span):
+    """A UB -> UB copy element by element on the scalar unit (GetValue/SetValue)."""
+    shape = [e for e in ints(src.extents) if e != 1]
+    if shape != [e for e in ints(dst.extents) if e != 1]:
+        raise KernelError(f"T.copy {src.buffer.name!r} -> {dst.buffer.name!r}: the regions "
+                          f"have different shapes ({ints(src.extents)} vs {ints(dst.extents)})",
+                          span_location(span))
+    loops = [tirx.Var(f"c{n}", "int32") for n in range(len(shape))]
+
+    def at(region):
+        free = iter(loops)
+        return [tirx.const(0, "int32") + s + (next(free) if e != 1 else 0)
+                for s, e in zip(as_exprs(region.starts), ints(region.extents))]
+
+    body = tirx.BufferStore(dst.buffer, tirx.BufferLoad(src.buffer, at(src)), at(dst))
+    where = f"element {_start(src)} of {src.buffer.name!r} -> element {_start(dst)} of " \
+        f"{dst.buffer.name!r}"
+    reason = f"T.copy {where}: a vector instruction starts on a 32-byte boundary of the " \
+        "Unified Buffer"
+    for n in reversed(range(len(shape))) if shape else ():
+        body = tirx.For(loops[n], 0, shape[n], tirx.ForKind.SERIAL, body,
+                        annotations={SCALAR_KEY: reason} if n == 0 else {})
+    if not shape:
+        body = tirx.For(tirx.Var("c0", "int32"), 0, 1, tirx.ForKind.SERIAL, body,
+                        annotations={SCALAR_KEY: reason})
+    return with_span(body, span)
+
+
 def _same_rows(a: Region, b: Region) -> bool:
     """Whether a vector instruction sees regions ``a`` and ``b`` as rows of one length."""
     return _rows(ints(a.extents)) == _rows(ints(b.extents))
@@ -1008,7 +1062,7 @@ def lower_vector_func(func, arch=None):
     func, padded = _pad_tiles(func)
     func = _one_vector_core(func)
     lowering = _Lowering(selects=arch is None or arch.name == ARCH, padded=padded)
-    return func.with_body(lowering.visit(func.body))
+    return func.with_body(lowering.visit(fold_constant_math(func.body)))
 
 
 def lower_vector(arch=None):
