@@ -4,6 +4,8 @@ through a tile of one-element rows, checked on the emulator against torch), and 
 that remain, which must name the user's tile, the rule and the line, never a temporary."""
 
 
+import re
+
 import pytest
 import tilewright
 import tilewright.language as T
@@ -110,6 +112,17 @@ def test_math_of_constants_is_computed_when_compiling(dtype):
     kernel = tilewright.compile(constant_math(dtype), out_idx=[1], target="ascend")
     x = torch.randn(4, 16, generator=torch.Generator().manual_seed(14)).to(getattr(torch, dtype))
     torch.testing.assert_close(kernel(x), torch.clamp(x, max=1.5))
+
+
+def test_the_backend_temporaries_are_named_by_what_they_hold():
+    """Refusals name a temporary of the vector path by what it holds (the emitter's
+    ``tile_name``), never by its internal name."""
+    module = tilewright.lower(column_store(), target="ascend").module
+    func = next(iter(module.functions.values()))
+    holds = {str(b.name): str(v) for b, v in func.attrs["ascend.temporaries"].items()}
+    assert "the UB tile of the elements of 'Y' that a T.Parallel loop reads or stores" in \
+        holds.values()
+    assert all(not re.search(r"tw_t\d|\bcid\b|\bvid\b", v) for v in holds.values())
 
 
 def test_the_kernels_compile_against_the_vendor_headers(asc_devkit):

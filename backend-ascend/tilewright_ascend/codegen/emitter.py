@@ -32,6 +32,7 @@ from ..facts.keys import (
     SIMD_VF_KEY,
     SIMT_KEY,
     STAGING_KEY,
+    TEMPS_KEY,
     WORKSPACES_KEY,
 )
 from ..facts.simt import memories_with_simt
@@ -103,6 +104,8 @@ class Emitter:
         self.core = "AIV"
         self.scope: str | None = None
         self.buffer_names: dict = {}  # buffer -> C identifier
+        # the backend's temporaries -> what they hold, in the user's terms
+        self.temporaries = dict(func.attrs.get(TEMPS_KEY) or {})
         self.functions: list[str] = []  # written before the kernel (T.SimdVF's, T.SimtVF's)
         self.vf = None  # the vector function being written (rules.simd)
 
@@ -122,6 +125,11 @@ class Emitter:
 
     def buf(self, buffer) -> str:
         return self.buffer_names[buffer]
+
+    def tile_name(self, buffer) -> str:
+        """``buffer`` as error messages name it: the user's name quoted, or what a temporary
+        of the backend holds (the message's location is the user's line)."""
+        return str(self.temporaries.get(buffer, repr(str(buffer.name))))
 
     def expr(self, e) -> str:
         """``e`` simplified and printed as Ascend C."""

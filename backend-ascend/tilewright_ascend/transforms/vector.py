@@ -69,6 +69,7 @@ from ..facts.keys import (
     SCALAR_KEY,
     SCOPE_KEY,
     SIMT_KEY,
+    TEMPS_KEY,
     VID_TAG,
     WORKSPACES_KEY,
 )
@@ -146,11 +147,14 @@ class _Lowering(SelectLowering):
         self.loops: list = []  # the loops around the statement being rewritten
         self.computed = []  # see eval
         self.conditions: list = []  # the conditions bound by fold_branches
+        self.holds: dict = {}  # temporary -> what it holds, in the user's terms (TEMPS_KEY)
 
     # -- temporaries ---------------------------------------------------------------------
-    def temp(self, extents, dtype, out: list, reach: int = 0) -> Region:
+    def temp(self, extents, dtype, out: list, reach: int = 0,
+             holds: str = "an intermediate value of a T.Parallel loop or tile op") -> Region:
         """A fresh UB tile; ``reach`` elements from its start readable at least (the
-        allocation grows by whole rows: Compare reads whole repeats)."""
+        allocation grows by whole rows: Compare reads whole repeats); ``holds`` says what it
+        holds in the user's terms, for error messages (:data:`TEMPS_KEY`)."""
         shape = [int(e) for e in extents] or [1]
         self.count += 1
         alloc_shape = padded_shape(shape, dtype) or shape
@@ -160,6 +164,7 @@ class _Lowering(SelectLowering):
         buf = tirx.decl_buffer(alloc_shape, dtype, f"tw_t{self.count}", scope=UB)
         if list(alloc_shape) != shape:
             self.padded.add(buf)
+        self.holds[buf] = f"the UB tile of {holds}"
         out.append(tirx.AllocBuffer(buf))
         return Region(buf, tuple(0 for _ in shape), tuple(tirx.IntImm("int32", s)
                                                           for s in shape))
@@ -234,14 +239,16 @@ class _Lowering(SelectLowering):
             return [*zero, stmt]
         out = []
         if ss == "global":  # GM -> UB staging tile in the source dtype -> Cast
-            stage = self.temp(non_unit(dst), sd, out)
+            stage = self.temp(non_unit(dst), sd, out,
+                              holds=f"{src.buffer.name!r} before its conversion to {dd}")
             if zero:
                 out.append(make_call(VDUP.name, {"dst": stage, "value": tirx.const(0, sd)},
                                      span=stmt.span))
             out.append(make_call("copy", {"src": src, "dst": stage}, span=stmt.span))
             self.convert(dst, stage, out, stmt.span)
         else:
-            stage = self.temp(non_unit(src), dd, out)
+            stage = self.temp(non_unit(src), dd, out,
+                              holds=f"{src.buffer.name!r} converted to {dd}")
             self.convert(stage, src, out, stmt.span)
             out.append(make_call("copy", {"src": stage, "dst": dst}, span=stmt.span))
         return out
@@ -677,7 +684,9 @@ class _Lowering(SelectLowering):
                     # a column of the tensor: rows of one element, each on its own 32-byte
                     # row of the tile (DataCopyPad moves whole UB blocks per row)
                     shape, index = [*shape, 1], [*index, tirx.const(0, "int32")]
-                tile = self.temp(shape, str(buffer.dtype), pre)
+                tile = self.temp(shape, str(buffer.dtype), pre,
+                                 holds=f"the elements of {buffer.name!r} that a T.Parallel "
+                                       "loop reads or stores")
                 staged[key] = (region, tile, index, {"read": False, "write": False})
             region, tile, index, how = staged[key]
             how["write" if write else "read"] = True
@@ -1062,7 +1071,8 @@ def lower_vector_func(func, arch=None):
     func, padded = _pad_tiles(func)
     func = _one_vector_core(func)
     lowering = _Lowering(selects=arch is None or arch.name == ARCH, padded=padded)
-    return func.with_body(lowering.visit(fold_constant_math(func.body)))
+    func = func.with_body(lowering.visit(fold_constant_math(func.body)))
+    return func.with_attr(TEMPS_KEY, lowering.holds) if lowering.holds else func
 
 
 def lower_vector(arch=None):
