@@ -10,6 +10,7 @@ import pytest
 import tilewright
 import tilewright.language as T
 import torch
+from tilewright.errors import KernelError
 from tilewright_ascend.kit.headers import check_sources
 
 
@@ -123,6 +124,28 @@ def test_the_backend_temporaries_are_named_by_what_they_hold():
     assert "the UB tile of the elements of 'Y' that a T.Parallel loop reads or stores" in \
         holds.values()
     assert all(not re.search(r"tw_t\d|\bcid\b|\bvid\b", v) for v in holds.values())
+
+
+def math_of_the_block_index():
+    @T.prim_func
+    def main(X: T.Tensor((4, 16), "float32"), Y: T.Tensor((4, 16), "float32")):
+        with T.Kernel(1, threads=128) as bx:
+            for i, j in T.Parallel(4, 16):
+                Y[i, j] = X[i, j] + T.sqrt(T.cast(bx + 2, "float32"))
+
+    return main
+
+
+def test_a_refused_expression_is_named_without_ir_node_names():
+    try:
+        kernel = tilewright.compile(math_of_the_block_index(), out_idx=[1], target="ascend")
+    except KernelError as exc:
+        message = str(exc)
+        assert re.search(r"test_ascend_user_terms.py:\d+: .*T.sqrt", message), message
+        assert "(Call)" not in message and "tw_t" not in message, message
+        return
+    x = torch.randn(4, 16, generator=torch.Generator().manual_seed(15))
+    torch.testing.assert_close(kernel(x), x + 2 ** 0.5)
 
 
 def test_the_kernels_compile_against_the_vendor_headers(asc_devkit):

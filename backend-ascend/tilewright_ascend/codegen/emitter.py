@@ -36,7 +36,9 @@ from ..facts.keys import (
     WORKSPACES_KEY,
 )
 from ..facts.simt import memories_with_simt
+from ..facts.terms import statement_term
 from ..rules import RULES, emit_scalar_loop, emit_vector_function, parallel_rule
+from ..transforms.vecmath import fold_constant_math
 from .expr import ExprPrinter
 from .simt import ATTRIBUTE as SIMT_ATTRIBUTE
 from .simt import INCLUDES as SIMT_INCLUDES
@@ -133,8 +135,10 @@ class Emitter:
 
     def expr(self, e) -> str:
         """``e`` simplified and printed as Ascend C."""
-        e = self.analyzer.simplify(e) if not isinstance(e, (int, float)) else e
-        return self.printer.cpp(e)
+        if isinstance(e, (int, float)):
+            return self.printer.cpp(e)
+        # math of what simplifies to constants (the block index of a grid of one) is a value
+        return self.printer.cpp(fold_constant_math(self.analyzer.simplify(e)))
 
     # -- output -----------------------------------------------------------------------
     def line(self, text: str) -> None:
@@ -176,7 +180,7 @@ class Emitter:
         getattr(self, f"stmt_{kind}", self.stmt_unknown)(s)
 
     def stmt_unknown(self, s):
-        raise KernelError(f"backend 'ascend' cannot generate code for {type(s).__name__}",
+        raise KernelError(f"backend 'ascend' cannot generate code for {statement_term(s)}",
                           span_location(getattr(s, "span", None)))
 
     def stmt_SeqStmt(self, s):
