@@ -11,7 +11,7 @@ the accesses of its children.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import tvm_ffi
 from tilewright.ir import decode, tile_ops_in
@@ -28,6 +28,8 @@ class Access:
     pipe: str
     buffer: object  # a tirx.Buffer
     write: bool
+    # the region a tile copy moves (None: any element of the buffer)
+    region: object = field(default=None, compare=False)
 
 
 def accesses(stmt) -> list[Access]:
@@ -74,7 +76,8 @@ def op_accesses(call) -> list[Access]:
         route = path(src.scope(), dst.scope())
         if route is None:
             return []  # the codegen reports the missing data path
-        return [Access(route.pipe, src, False), Access(route.pipe, dst, True)]
+        return [Access(route.pipe, src, False, call.operands["src"]),
+                Access(route.pipe, dst, True, call.operands["dst"])]
     if name == ops.RELEASE_CROSS_FLAG.name:  # after every earlier access of the tile
         return [Access(call.attrs["pipe"], _buf(call, "tile"), True)]
     if name == ops.DUAL_FIXPIPE.name:  # the cube's FIX pipe writes the vector cores' UB

@@ -32,10 +32,13 @@ from ..facts.keys import (
     SIMD_VF_KEY,
     SIMT_KEY,
     STAGING_KEY,
+    TEMPS_KEY,
     WORKSPACES_KEY,
 )
 from ..facts.simt import memories_with_simt
+from ..facts.terms import statement_term
 from ..rules import RULES, emit_scalar_loop, emit_vector_function, parallel_rule
+from ..transforms.vecmath import fold_constant_math
 from .expr import ExprPrinter
 from .simt import ATTRIBUTE as SIMT_ATTRIBUTE
 from .simt import INCLUDES as SIMT_INCLUDES
@@ -103,6 +106,8 @@ class Emitter:
         self.core = "AIV"
         self.scope: str | None = None
         self.buffer_names: dict = {}  # buffer -> C identifier
+        # the backend's temporaries -> what they hold, in the user's terms
+        self.temporaries = dict(func.attrs.get(TEMPS_KEY) or {})
         self.functions: list[str] = []  # written before the kernel (T.SimdVF's, T.SimtVF's)
         self.vf = None  # the vector function being written (rules.simd)
 
@@ -123,10 +128,17 @@ class Emitter:
     def buf(self, buffer) -> str:
         return self.buffer_names[buffer]
 
+    def tile_name(self, buffer) -> str:
+        """``buffer`` as error messages name it: the user's name quoted, or what a temporary
+        of the backend holds (the message's location is the user's line)."""
+        return str(self.temporaries.get(buffer, repr(str(buffer.name))))
+
     def expr(self, e) -> str:
         """``e`` simplified and printed as Ascend C."""
-        e = self.analyzer.simplify(e) if not isinstance(e, (int, float)) else e
-        return self.printer.cpp(e)
+        if isinstance(e, (int, float)):
+            return self.printer.cpp(e)
+        # math of what simplifies to constants (the block index of a grid of one) is a value
+        return self.printer.cpp(fold_constant_math(self.analyzer.simplify(e)))
 
     # -- output -----------------------------------------------------------------------
     def line(self, text: str) -> None:
@@ -168,7 +180,7 @@ class Emitter:
         getattr(self, f"stmt_{kind}", self.stmt_unknown)(s)
 
     def stmt_unknown(self, s):
-        raise KernelError(f"backend 'ascend' cannot generate code for {type(s).__name__}",
+        raise KernelError(f"backend 'ascend' cannot generate code for {statement_term(s)}",
                           span_location(getattr(s, "span", None)))
 
     def stmt_SeqStmt(self, s):

@@ -82,7 +82,7 @@ class ExprPrinter:
             "the element stores of T.Parallel and serial loops, on arguments of the dtypes its " \
             "instructions take)" if kind == "Call" else ""
         raise KernelError(f"backend 'ascend' has neither a vector instruction nor a scalar-unit "
-                          f"form for {e} ({kind}){why}")
+                          f"form for {e}{why}")
 
     def _floor(self, e, kind: str) -> str:
         if not str(e.ty).startswith(("int", "uint")):

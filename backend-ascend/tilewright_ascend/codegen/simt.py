@@ -26,6 +26,7 @@ from tvm import sym, tirx
 from ..analysis.buffers import flat_index
 from ..facts.dtypes import ctype
 from ..facts.simt import BARRIER, GM, GM_LOAD, GM_STORE, LAUNCH, MATH, THREAD_INDEX, block_of
+from ..facts.terms import statement_term
 from ..transforms.simt import is_barrier
 from .expr import ExprPrinter
 
@@ -205,7 +206,7 @@ class _Function:
             self.line(f"{BARRIER}();")
         else:
             raise KernelError(f"T.SimtVF: backend 'ascend' cannot generate thread code for "
-                              f"{type(s).__name__}", span_location(getattr(s, "span", None)))
+                              f"{statement_term(s)}", span_location(getattr(s, "span", None)))
 
     def text(self) -> str:
         return "\n".join([f"{self.head} {{", *self.lines, "}"])

@@ -18,3 +18,5 @@ SIMD_VF_KEY = "ascend.simd_vf"  # AttrStmt: a T.SimdVF vector function; value: l
 # AttrStmt of T.SimtVF: node the thread's linear index, value the thread block
 # (facts.simt.block_value / block_of)
 SIMT_KEY = "ascend.simt_vf"
+# function attr: {UB temporary of the vector path: what it holds, in the user's terms}
+TEMPS_KEY = "ascend.temporaries"

@@ -24,7 +24,7 @@ from .table import COPY_RULES, copy_rule, rule
 def rule_copy(em, call) -> None:
     src, dst = call.operands["src"], call.operands["dst"]
     key = (str(src.buffer.scope()), str(dst.buffer.scope()))
-    what = f"T.copy {src.buffer.name} -> {dst.buffer.name}"
+    what = f"T.copy {em.tile_name(src.buffer)} -> {em.tile_name(dst.buffer)}"
     fn = COPY_RULES.get(key)
     if fn is None:
         paths = ", ".join(f"{short(s)}->{short(d)}" for s, d in PATHS)
@@ -66,8 +66,8 @@ def copy_gm_ub(em, src: Region, dst: Region, what: str) -> None:
 def data_copy(em, src: Region, dst: Region, what: str) -> None:
     eb = dtype_bytes(str(src.buffer.dtype))
     if str(src.buffer.dtype) != str(dst.buffer.dtype):
-        raise KernelError(f"{what}: {src.buffer.name!r} is {src.buffer.dtype} but "
-                          f"{dst.buffer.name!r} is {dst.buffer.dtype}; DataCopy does not "
+        raise KernelError(f"{what}: {em.tile_name(src.buffer)} is {src.buffer.dtype} but "
+                          f"{em.tile_name(dst.buffer)} is {dst.buffer.dtype}; DataCopy does not "
                           "convert (use T.tile.cast in UB)")
     sr, sc, ss = view(src)
     dr, dc, ds = view(dst)
@@ -155,7 +155,7 @@ def pad_copy(em, src: Region, dst: Region, what: str, atomic: str | None = None)
             (grows == 1 or (gstride * eb % ALIGN == 0 and ustride * eb % ALIGN == 0)):
         return False
     if urows > 1 and ustride * eb % ALIGN:
-        raise KernelError(f"{what}: UB rows of {ub.buffer.name!r} are {ustride * eb} bytes "
+        raise KernelError(f"{what}: UB rows of {em.tile_name(ub.buffer)} are {ustride * eb} bytes "
                           f"apart, not a multiple of {ALIGN}")
     t = ctype(str(ub.buffer.dtype))
     nr, nc = em.ident("tw_rows"), em.ident("tw_cols")
@@ -193,7 +193,8 @@ def _make_atomic_rule(kind: str):
                 str(dst.buffer.scope()) != "global":
             raise KernelError(f"T.atomic_{kind}: backend 'ascend' adds a UB tile into global "
                               "memory (SetAtomic + DataCopy on MTE3)")
-        pad_copy(em, src, dst, f"T.atomic_{kind} {src.buffer.name} -> {dst.buffer.name}",
+        pad_copy(em, src, dst, f"T.atomic_{kind} {em.tile_name(src.buffer)} -> "
+                 f"{em.tile_name(dst.buffer)}",
                  atomic=kind.capitalize())
 
     rule.__name__ = f"rule_atomic_{kind}"

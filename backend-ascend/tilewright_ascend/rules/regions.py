@@ -117,17 +117,19 @@ class Operand:
 
     def __init__(self, em, region: Region, what: str):
         self.region, self.name = region, em.buf(region.buffer)
+        self.label = em.tile_name(region.buffer)
         self.rows, self.cols, self.stride = view(region)
         self.off = offset_of(em, region)
         self.eb = dtype_bytes(str(region.buffer.dtype))
         self.ctype = ctype(str(region.buffer.dtype))
         if str(region.buffer.scope()) != "ascend.ub":
-            raise KernelError(f"{what}: {region.buffer.name!r} is in "
+            raise KernelError(f"{what}: {self.label} is in "
                               f"{short(region.buffer.scope())}; vector operands are "
                               "UB tiles")
         if self.off.lstrip("-").isdigit() and int(self.off) * self.eb % ALIGN:
-            raise KernelError(f"{what}: {region.buffer.name!r} starts at element {self.off}, "
-                              f"which is not {ALIGN}-byte aligned")
+            raise KernelError(f"{what}: {self.label} starts at element {self.off}, "
+                              f"which is not {ALIGN}-byte aligned; vector instructions start "
+                              f"on {ALIGN}-byte boundaries of the Unified Buffer")
 
     @property
     def contiguous(self) -> bool:
@@ -156,7 +158,7 @@ def by_rows(em, operands, emit_one, what):
         emit_one([o.at() for o in operands], counts.pop())
         return
     if len(rows) != 1 or len({o.cols for o in operands}) != 1:
-        shapes = ", ".join(f"{o.region.buffer.name} {o.rows}x{o.cols}" for o in operands)
+        shapes = ", ".join(f"{o.label} {o.rows}x{o.cols}" for o in operands)
         raise KernelError(f"{what}: operand shapes differ ({shapes})")
     check_rows_aligned(operands, what)
     r = em.ident("r")
@@ -168,7 +170,7 @@ def check_rows_aligned(operands, what) -> None:
     """A row-by-row vector instruction starts each row of an operand 32-byte aligned."""
     for o in operands:
         if o.rows > 1 and o.stride * o.eb % ALIGN:
-            raise KernelError(f"{what}: rows of {o.region.buffer.name!r} are {o.stride * o.eb} "
+            raise KernelError(f"{what}: rows of {o.label} are {o.stride * o.eb} "
                               f"bytes apart, not a multiple of {ALIGN}")
 
 
@@ -178,13 +180,13 @@ def vector_operands(em, regions, what) -> tuple[list[str], int]:
     for r in regions:
         rows, cols, stride = view(r)
         if rows > 1 and cols != stride:
-            raise KernelError(f"{what}: the region of {r.buffer.name!r} is not contiguous; "
+            raise KernelError(f"{what}: the region of {em.tile_name(r.buffer)} is not contiguous; "
                               "vector instructions take contiguous UB ranges")
         off = offset_of(em, r)
         if off.lstrip("-").isdigit() and int(off) * dtype_bytes(str(r.buffer.dtype)) % ALIGN:
-            raise KernelError(f"{what}: {r.buffer.name!r} starts at element {off}, which is not "
-                              f"{ALIGN}-byte aligned; vector operands start on 32-byte "
-                              "boundaries")
+            raise KernelError(f"{what}: {em.tile_name(r.buffer)} starts at element {off}, "
+                              f"which is not {ALIGN}-byte aligned; vector instructions start "
+                              f"on {ALIGN}-byte boundaries of the Unified Buffer")
         counts.add(rows * cols)
         out.append(tensor(em, r))
     return out, counts.pop()

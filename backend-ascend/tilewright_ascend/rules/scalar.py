@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import tvm
 import tvm_ffi
-from tilewright.errors import KernelError
+from tilewright.errors import KernelError, span_location
 from tvm import tirx
 
 from ..analysis.buffers import flat_index, loads_and_stores
 from ..facts import ops
 from ..facts.dtypes import ctype
 from ..facts.keys import SCALAR_KEY
+from ..facts.terms import statement_term
 from .table import rule
 
 
@@ -58,7 +59,8 @@ def _scalar_stmt(em, s):
         em.line(f"{em.buf(s.buffer)}.SetValue({em.expr(flat_index(s.buffer, s.indices))}, "
                 f"TW_CAST({ctype(str(s.buffer.dtype))}, {em.expr(s.value)}));")
     else:
-        raise KernelError(f"backend 'ascend' cannot run {type(s).__name__} on the scalar unit")
+        raise KernelError(f"backend 'ascend' cannot run {statement_term(s)} on the scalar "
+                          "unit", span_location(getattr(s, "span", None)))
 
 
 @rule(ops.COUNTER.name)

@@ -171,7 +171,7 @@ def _copy_lanes(em, dst: Operand, args, n: int) -> None:
         em.line(f"Adds({args[0]}.ReinterpretCast<int16_t>(), "
                 f"{args[1]}.ReinterpretCast<int16_t>(), (int16_t)0, {-(-n * dst.eb // 2)});")
     else:
-        raise KernelError(f"a UB copy into {dst.region.buffer.name!r}: backend 'ascend' copies "
+        raise KernelError(f"a UB copy into {dst.label}: backend 'ascend' copies "
                           f"{dtype} rows of an even length or of whole 32-byte blocks; a row "
                           f"has {n}")
 
@@ -187,7 +187,7 @@ def rule_vdup(em, call):
 
         def pairs(a, n):
             if n % 2 and not _ends_buffer(dst, n):
-                raise KernelError(f"T.fill of {call.operands['dst'].buffer.name!r}: backend "
+                raise KernelError(f"T.fill of {em.tile_name(call.operands['dst'].buffer)}: backend "
                                   f"'ascend' fills {dtype} rows of an even length, or the last "
                                   f"row of a tile (Duplicate fills 16-bit lanes); a row has {n}")
             em.line(f"Duplicate({a[0]}.ReinterpretCast<int16_t>(), "
@@ -242,7 +242,7 @@ def rule_vreduce(em, call):
     fold = _FOLD[base]
     rows, cols, stride = src.rows, src.cols, src.stride
     if rows > 1 and stride * src.eb % ALIGN:
-        raise KernelError(f"reduce: rows of {src.region.buffer.name!r} are not 32-byte aligned")
+        raise KernelError(f"reduce: rows of {src.label} are not 32-byte aligned")
     cur = src
     if kind.startswith("abs"):
         em.line(f"Abs({work.name}, {src.at()}, {stride * (rows - 1) + cols});")

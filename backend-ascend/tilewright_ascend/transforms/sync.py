@@ -32,15 +32,17 @@ inserted here, at buffer granularity:
 
 from __future__ import annotations
 
+import tvm
 from tilewright.ir import make_call
 from tilewright.transform.walk import prim_func_pass
-from tvm import tirx
+from tvm import sym, tirx
 
 from ..analysis.accesses import accesses, has_manual_sync
 from ..facts import ops
 from ..facts.events import BARRIER_PIPES, EVENTS, PIPES, event_name, free_ids
 from ..facts.keys import COUNTER_KEY, SCOPE_KEY, VERSION_KEY
 from .memory import read_plan
+from .tile_exprs import as_exprs, subst
 
 
 class _Inserter:
@@ -68,12 +70,19 @@ class _Inserter:
         self.next_id[(self.core, event)] = n + count
         return list(ids[n:n + count])
 
-    def deps(self, items, looped: bool, versions: dict):
+    def deps(self, items, looped: bool, versions: dict, loop=None):
         """(producer index, consumer index, P, C, carried, versions, counter) for a sequence
         of items; ``versions`` is the stage count of the buffer (1 when it is not
         multi-buffered), ``counter`` the buffer whose counter selects its version ('': the
-        iteration)."""
-        acc = [[a for a in accesses(s) if str(a.buffer.scope()) != "global"] for s in items]
+        iteration). A GM tensor counts where the sequence both reads and writes it, between
+        accesses whose regions may overlap (:func:`_may_overlap`)."""
+        acc = [accesses(s) for s in items]
+        gm = [a.buffer for row in acc for a in row if str(a.buffer.scope()) == "global"]
+        read_and_written = {b for b in gm if any(a.buffer.same_as(b) and a.write for row in acc
+                                                 for a in row) and
+                            any(a.buffer.same_as(b) and not a.write for row in acc for a in row)}
+        acc = [[a for a in row if str(a.buffer.scope()) != "global" or
+                any(a.buffer.same_as(b) for b in read_and_written)] for row in acc]
         found = []
         n = len(items)
         for j in range(n):
@@ -85,7 +94,8 @@ class _Inserter:
                 for i in order:
                     for b in acc[i]:
                         if not self.same(a.buffer, b.buffer) or not (a.write or b.write) or \
-                                b.pipe in seen_pipes:
+                                b.pipe in seen_pipes or \
+                                not _may_overlap(a, b, loop if looped and i >= j else None):
                             continue
                         seen_pipes.add(b.pipe)
                         # an item that depends on itself (a guarded iteration) keeps one
@@ -114,7 +124,7 @@ class _Inserter:
         before = [[] for _ in stmts]
         after = [[] for _ in stmts]
         prologue, epilogue = [], []
-        kept = self.prune(self.deps(stmts, looped, versions))
+        kept = self.prune(self.deps(stmts, looped, versions, loop))
         barriers = set()  # the dependencies ordered by PipeBarrier<PIPE_ALL> instead of a flag
         uses = {}  # event -> [(id, producer, consumer)] of this sequence's one-off flags
         carried_flags = []  # (i, j, p, c, its set, its wait)
@@ -259,6 +269,26 @@ def _ordered(deps, core: str, n: int, start: tuple, goal: tuple, barriers=()) ->
                     reached[q] = min(arrive, reached.get(q, arrive))
                     changed = True
     return goal[0] in arrived and arrived[goal[0]] <= goal[1]
+
+
+def _may_overlap(a, b, loop) -> bool:
+    """Whether the GM regions of accesses ``a`` and ``b`` may share an element (always for
+    on-chip buffers and accesses without a region); with ``loop``, ``b`` is in an iteration
+    of it and ``a`` in a later one."""
+    if str(a.buffer.scope()) != "global" or a.region is None or b.region is None:
+        return True
+    analyzer = sym.Analyzer()
+    starts_a = as_exprs(a.region.starts)
+    if loop is not None:
+        later = tirx.Var("later", "int32")
+        analyzer.bind(loop.loop_var, tvm.ir.Range.from_min_extent(loop.min, loop.extent))
+        analyzer.bind(later, tvm.ir.Range.from_min_extent(1, loop.extent))
+        starts_a = [subst(s, [(loop.loop_var, loop.loop_var + later)]) for s in starts_a]
+    for sa, ea, sb, eb in zip(starts_a, a.region.extents, as_exprs(b.region.starts),
+                              b.region.extents):
+        if analyzer.can_prove(sa + ea <= sb) or analyzer.can_prove(sb + eb <= sa):
+            return False
+    return True
 
 
 def next_iteration(position: int, n: int) -> int:

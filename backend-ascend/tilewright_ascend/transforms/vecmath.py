@@ -4,6 +4,7 @@ expressions of those it has (:data:`MATH`), and which of them the scalar unit la
 from __future__ import annotations
 
 import math
+import struct
 
 import tvm
 import tvm_ffi
@@ -135,3 +136,73 @@ def lacking_math(stmt) -> bool:
     tvm_ffi.structural_walk(stmt, (tvm.ir.Call, lambda c: found.append(c) if math_name(c)
                                    is not None and scalar_lacks(c) else None))
     return bool(found)
+
+
+# math functions of a constant argument, computed when the kernel compiles (the scalar unit has
+# none; a constant operand of a vector instruction is a scalar the program passes)
+_CONSTANT = {"exp": math.exp, "exp2": lambda x: 2.0 ** x, "log": math.log, "log2": math.log2,
+             "sqrt": math.sqrt, "rsqrt": lambda x: 1 / math.sqrt(x), "tanh": math.tanh,
+             "sin": math.sin, "cos": math.cos, "fabs": abs, "floor": math.floor,
+             "ceil": math.ceil, "trunc": math.trunc, "round": round,
+             "nearbyint": round}
+
+
+_ARITHMETIC = {"Add": lambda a, b: a + b, "Sub": lambda a, b: a - b,
+               "Mul": lambda a, b: a * b, "Div": lambda a, b: a / b, "Min": min, "Max": max}
+
+
+def _rounded(value: float, dtype: str) -> float:
+    """``value`` rounded to the nearest ``dtype`` (float16, bfloat16, float32; float64 as is)."""
+    if dtype == "float16":
+        return struct.unpack("<e", struct.pack("<e", value))[0]
+    if dtype in ("float32", "bfloat16"):
+        value = struct.unpack("<f", struct.pack("<f", value))[0]
+    if dtype == "bfloat16" and math.isfinite(value):
+        bits = struct.unpack("<I", struct.pack("<f", value))[0]
+        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000  # to nearest, ties to even
+        value = struct.unpack("<f", struct.pack("<I", bits))[0]
+    return value
+
+
+def _constant(e) -> float | None:
+    """The value of a float expression of constants and math calls, each step rounded to its
+    dtype; None when it reads anything else or a function fails on its argument."""
+    kind, dtype = type(e).__name__, str(e.ty)
+    if not dtype.startswith(("float", "bfloat")):
+        return float(e.value) if kind == "IntImm" else None
+    if kind == "FloatImm":
+        return float(e.value)
+    if kind == "Cast":
+        inner = _constant(e.value)
+    elif kind in _ARITHMETIC:
+        a, b = _constant(e.a), _constant(e.b)
+        inner = None if a is None or b is None else (a, b)
+    elif math_name(e) in _CONSTANT:
+        inner = _constant(e.args[0])
+    else:
+        return None
+    if inner is None:
+        return None
+    try:
+        if kind == "Cast":
+            value = inner
+        elif kind in _ARITHMETIC:
+            value = _ARITHMETIC[kind](*inner)
+        else:
+            value = _CONSTANT[math_name(e)](inner)
+        return _rounded(float(value), dtype)
+    except (ValueError, OverflowError, ZeroDivisionError):
+        return None
+
+
+def fold_constant_math(node):
+    """``node`` with each math call on a constant argument replaced by its value, computed in
+    the call's dtype."""
+
+    def fold(call):
+        if math_name(call) not in _CONSTANT:
+            return call
+        value = _constant(call)
+        return call if value is None else tirx.const(value, str(call.ty))
+
+    return tvm_ffi.structural_map(node, (tvm.ir.Call, fold))

@@ -54,7 +54,7 @@ from tilewright.ir import ATOMIC_KINDS, Region, decode, make_call
 from tilewright.transform.walk import prim_func_pass
 from tvm import tirx
 
-from ..analysis.buffers import loads_and_stores
+from ..analysis.buffers import flat_index, loads_and_stores
 from ..facts.arch import ALIGN, ARCH
 from ..facts.dtypes import dtype_bytes
 from ..facts.instructions import (
@@ -69,6 +69,7 @@ from ..facts.keys import (
     SCALAR_KEY,
     SCOPE_KEY,
     SIMT_KEY,
+    TEMPS_KEY,
     VID_TAG,
     WORKSPACES_KEY,
 )
@@ -105,7 +106,14 @@ from .tile_exprs import (
     uses_any,
     with_span,
 )
-from .vecmath import UNARY_CALLS, expand_math, lacking_math, math_name, scalar_lacks
+from .vecmath import (
+    UNARY_CALLS,
+    expand_math,
+    fold_constant_math,
+    lacking_math,
+    math_name,
+    scalar_lacks,
+)
 
 # portable tile ops this pass rewrites (their rules are the vector-path ops)
 PORTABLE_REDUCTIONS = ("reduce_sum", "reduce_max", "reduce_min", "reduce_abssum",
@@ -139,11 +147,14 @@ class _Lowering(SelectLowering):
         self.loops: list = []  # the loops around the statement being rewritten
         self.computed = []  # see eval
         self.conditions: list = []  # the conditions bound by fold_branches
+        self.holds: dict = {}  # temporary -> what it holds, in the user's terms (TEMPS_KEY)
 
     # -- temporaries ---------------------------------------------------------------------
-    def temp(self, extents, dtype, out: list, reach: int = 0) -> Region:
+    def temp(self, extents, dtype, out: list, reach: int = 0,
+             holds: str = "an intermediate value of a T.Parallel loop or tile op") -> Region:
         """A fresh UB tile; ``reach`` elements from its start readable at least (the
-        allocation grows by whole rows: Compare reads whole repeats)."""
+        allocation grows by whole rows: Compare reads whole repeats); ``holds`` says what it
+        holds in the user's terms, for error messages (:data:`TEMPS_KEY`)."""
         shape = [int(e) for e in extents] or [1]
         self.count += 1
         alloc_shape = padded_shape(shape, dtype) or shape
@@ -153,6 +164,7 @@ class _Lowering(SelectLowering):
         buf = tirx.decl_buffer(alloc_shape, dtype, f"tw_t{self.count}", scope=UB)
         if list(alloc_shape) != shape:
             self.padded.add(buf)
+        self.holds[buf] = f"the UB tile of {holds}"
         out.append(tirx.AllocBuffer(buf))
         return Region(buf, tuple(0 for _ in shape), tuple(tirx.IntImm("int32", s)
                                                           for s in shape))
@@ -212,6 +224,8 @@ class _Lowering(SelectLowering):
         ss, ds = str(src.buffer.scope()), str(dst.buffer.scope())
         sd, dd = str(src.buffer.dtype), str(dst.buffer.dtype)
         if ss == UB and ds == UB:
+            if sd == dd and _unaligned(src, dst):
+                return [_element_copy(src, dst, stmt.span)]
             if sd == dd:
                 return [make_call(VUN.name, {"dst": dst, "src": src}, {"op": "copy"},
                                   span=stmt.span)]
@@ -225,14 +239,16 @@ class _Lowering(SelectLowering):
             return [*zero, stmt]
         out = []
         if ss == "global":  # GM -> UB staging tile in the source dtype -> Cast
-            stage = self.temp(non_unit(dst), sd, out)
+            stage = self.temp(non_unit(dst), sd, out,
+                              holds=f"{src.buffer.name!r} before its conversion to {dd}")
             if zero:
                 out.append(make_call(VDUP.name, {"dst": stage, "value": tirx.const(0, sd)},
                                      span=stmt.span))
             out.append(make_call("copy", {"src": src, "dst": stage}, span=stmt.span))
             self.convert(dst, stage, out, stmt.span)
         else:
-            stage = self.temp(non_unit(src), dd, out)
+            stage = self.temp(non_unit(src), dd, out,
+                              holds=f"{src.buffer.name!r} converted to {dd}")
             self.convert(stage, src, out, stmt.span)
             out.append(make_call("copy", {"src": stage, "dst": dst}, span=stmt.span))
         return out
@@ -662,29 +678,35 @@ class _Lowering(SelectLowering):
             if key not in staged:
                 region = Region(buffer, tuple(starts), tuple(tirx.IntImm("int32", e)
                                                              for e in exts))
-                tile = self.temp([extents[variables.index(v)] for v in used] or [1],
-                                 str(buffer.dtype), pre)
-                staged[key] = (region, tile, used, {"read": False, "write": False})
-            region, tile, used, how = staged[key]
+                shape = [extents[variables.index(v)] for v in used] or [1]
+                index = list(used) or [tirx.const(0, "int32")]
+                if used and exts[-1] == 1 and any(e > 1 for e in exts[:-1]):
+                    # a column of the tensor: rows of one element, each on its own 32-byte
+                    # row of the tile (DataCopyPad moves whole UB blocks per row)
+                    shape, index = [*shape, 1], [*index, tirx.const(0, "int32")]
+                tile = self.temp(shape, str(buffer.dtype), pre,
+                                 holds=f"the elements of {buffer.name!r} that a T.Parallel "
+                                       "loop reads or stores")
+                staged[key] = (region, tile, index, {"read": False, "write": False})
+            region, tile, index, how = staged[key]
             how["write" if write else "read"] = True
-            return tile, used
+            return tile, index
 
         def load(x):
             if str(x.source.scope()) != "global":
                 return x
-            tile, used = tile_for(x.source, list(x.indices), False)
+            tile, index = tile_for(x.source, list(x.indices), False)
             if tile is None:
                 return x
-            return tirx.BufferLoad(tile.buffer, list(used) or [tirx.const(0, "int32")])
+            return tirx.BufferLoad(tile.buffer, index)
 
         def store(x):
             if str(x.buffer.scope()) != "global":
                 return x
-            tile, used = tile_for(x.buffer, list(x.indices), True)
+            tile, index = tile_for(x.buffer, list(x.indices), True)
             if tile is None:
                 return x
-            return tirx.BufferStore(tile.buffer, x.value, list(used) or [tirx.const(0, "int32")],
-                                    span=x.span)
+            return tirx.BufferStore(tile.buffer, x.value, index, span=x.span)
 
         body = tvm_ffi.structural_map(body, [(tvm.ir.TensorLoad, load),
                                              (tirx.BufferStore, store)])
@@ -715,6 +737,10 @@ class _Lowering(SelectLowering):
             ops.append(make_call(VDUP.name, {"dst": target[0], "value": cast_to(value[1],
                                              str(target[0].buffer.dtype))}))
         elif value[1] is not target[0]:
+            if value[2] == full and not _same_rows(value[1], target[0]):
+                raise Unvectorizable(f"{target[0].buffer.name!r} and {value[1].buffer.name!r} "
+                                     "lay the loop's elements out differently (a column, one "
+                                     "element a row, and a row)")
             if value[2] != full:
                 zero = tirx.const(0, str(target[0].buffer.dtype))
                 ops.append(make_call(VDUP.name, {"dst": target[0], "value": zero}))
@@ -757,7 +783,8 @@ class _Lowering(SelectLowering):
         ``like`` where its rows differ from the temporary's (a column read as ``a[i, 0]`` in
         ``T.Parallel(n, 1)`` is ``n`` rows of one element, not one row of ``n``)."""
         if target is not None and tuple(target[1]) == tuple(dims) and \
-                str(target[0].buffer.dtype) == dtype:
+                str(target[0].buffer.dtype) == dtype and \
+                (like is None or _same_rows(like, target[0])):
             return target[0]
         shape = [extents[d] for d in dims]
         if like is not None and ints(like.extents) is not None and \
@@ -828,6 +855,10 @@ class _Lowering(SelectLowering):
                 self.broadcast(op, out, a[1], b, ops)
                 return ("t", out, a[2])
             if a[2] == b[2]:
+                if not _same_rows(a[1], b[1]):
+                    raise Unvectorizable(f"{a[1].buffer.name!r} and {b[1].buffer.name!r} lay "
+                                         "the loop's elements out differently (a column, one "
+                                         "element a row, and a row)")
                 out = self.result_tile(a[2], extents, dtype, ops, target, like=a[1])
                 ops.append(make_call(VBIN.name, {"dst": out, "src0": a[1], "src1": b[1]},
                                      {"op": op}))
@@ -868,7 +899,7 @@ class _Lowering(SelectLowering):
     def _unary(self, op, inner, extents, dtype, ops, target):
         if inner[0] == "s":
             raise Unvectorizable(f"{op} of a scalar expression")
-        out = self.result_tile(inner[2], extents, dtype, ops, target)
+        out = self.result_tile(inner[2], extents, dtype, ops, target, like=inner[1])
         ops.append(make_call(VUN.name, {"dst": out, "src": inner[1]}, {"op": op}))
         return ("t", out, inner[2])
 
@@ -895,6 +926,56 @@ def _rows(extents) -> tuple[int, int] | None:
     if extents is None:
         return None
     return (math.prod(extents[:-1]), extents[-1]) if extents else (1, 1)
+
+
+def _start(region: Region):
+    """The element offset at which ``region`` starts in its tile: an int, or None."""
+    offset = simplify(flat_index(region.buffer, as_exprs(region.starts)))
+    return int(offset.value) if isinstance(offset, tirx.IntImm) else None
+
+
+def _unaligned(*regions) -> bool:
+    """Whether a region of static shape starts off a 32-byte boundary of its UB tile, where no
+    vector instruction starts."""
+    for r in regions:
+        at = _start(r)
+        if ints(r.extents) is not None and at is not None and \
+                at * dtype_bytes(str(r.buffer.dtype)) % ALIGN:
+            return True
+    return False
+
+
+def _element_copy(src: Region, dst: Region, span):
+    """A UB -> UB copy element by element on the scalar unit (GetValue/SetValue)."""
+    shape = [e for e in ints(src.extents) if e != 1]
+    if shape != [e for e in ints(dst.extents) if e != 1]:
+        raise KernelError(f"T.copy {src.buffer.name!r} -> {dst.buffer.name!r}: the regions "
+                          f"have different shapes ({ints(src.extents)} vs {ints(dst.extents)})",
+                          span_location(span))
+    loops = [tirx.Var(f"c{n}", "int32") for n in range(len(shape))]
+
+    def at(region):
+        free = iter(loops)
+        return [tirx.const(0, "int32") + s + (next(free) if e != 1 else 0)
+                for s, e in zip(as_exprs(region.starts), ints(region.extents))]
+
+    body = tirx.BufferStore(dst.buffer, tirx.BufferLoad(src.buffer, at(src)), at(dst))
+    where = f"element {_start(src)} of {src.buffer.name!r} -> element {_start(dst)} of " \
+        f"{dst.buffer.name!r}"
+    reason = f"T.copy {where}: a vector instruction starts on a 32-byte boundary of the " \
+        "Unified Buffer"
+    for n in reversed(range(len(shape))) if shape else ():
+        body = tirx.For(loops[n], 0, shape[n], tirx.ForKind.SERIAL, body,
+                        annotations={SCALAR_KEY: reason} if n == 0 else {})
+    if not shape:
+        body = tirx.For(tirx.Var("c0", "int32"), 0, 1, tirx.ForKind.SERIAL, body,
+                        annotations={SCALAR_KEY: reason})
+    return with_span(body, span)
+
+
+def _same_rows(a: Region, b: Region) -> bool:
+    """Whether a vector instruction sees regions ``a`` and ``b`` as rows of one length."""
+    return _rows(ints(a.extents)) == _rows(ints(b.extents))
 
 
 def _pad_tiles(func):
@@ -990,7 +1071,8 @@ def lower_vector_func(func, arch=None):
     func, padded = _pad_tiles(func)
     func = _one_vector_core(func)
     lowering = _Lowering(selects=arch is None or arch.name == ARCH, padded=padded)
-    return func.with_body(lowering.visit(func.body))
+    func = func.with_body(lowering.visit(fold_constant_math(func.body)))
+    return func.with_attr(TEMPS_KEY, lowering.holds) if lowering.holds else func
 
 
 def lower_vector(arch=None):
