@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import tvm_ffi
-from tilewright.ir import decode, tile_ops_in
+from tilewright.ir import ATOMIC_OPS, decode, tile_ops_in
 from tvm import tirx
 
 from ..facts import ops
@@ -93,7 +93,7 @@ def op_accesses(call) -> list[Access]:
     if name == ops.VBRC.name and call.attrs["axis"] in ("row", "one"):  # scalars: GetValue
         return [Access("s", _buf(call, "vec"), False), Access("v", _buf(call, "src"), False),
                 Access("v", _buf(call, "dst"), True)]
-    if name.startswith("atomic_") and hasattr(call.operands["src"], "buffer"):
+    if name in ATOMIC_OPS and hasattr(call.operands["src"], "buffer"):
         return [Access("mte3", _buf(call, "src"), False)]
     if name.startswith(ops.PREFIX + "tile."):  # the schema's effects: read, write or both
         return [Access("v", r.buffer, False) for r in call.regions("read")] + \

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import tvm
 import tvm_ffi
-from tilewright.ir import Region, decode, make_call
+from tilewright.ir import REDUCE_OPS, Region, decode, make_call
 from tvm import tirx
 
 from ..facts import ops
@@ -88,7 +88,7 @@ class _Rows:
         name = call.name
         if name not in _PER_ROW and not name.startswith("ascend.tile."):
             raise _NoSplit
-        if name.startswith("reduce_"):
+        if name in REDUCE_OPS:
             ndim = len(call.operands["src"].buffer.shape)
             if ndim < 2 or call.attrs["dim"] not in (-1, ndim - 1):
                 raise _NoSplit

@@ -50,7 +50,7 @@ import math
 import tvm
 import tvm_ffi
 from tilewright.errors import KernelError, span_location
-from tilewright.ir import ATOMIC_KINDS, Region, decode, make_call
+from tilewright.ir import ATOMIC_OPS, REDUCE_OPS, Region, decode, make_call
 from tilewright.transform.walk import prim_func_pass
 from tvm import tirx
 
@@ -202,8 +202,8 @@ class _Lowering(SelectLowering):
             return seq(self.parallel(one))
         call = decode(stmt)
         if call is not None:
-            family = call.name.split("_")[0] if call.name.startswith(("reduce_", "atomic_")) \
-                else call.name
+            family = "reduce" if call.name in REDUCE_OPS else \
+                "atomic" if call.name in ATOMIC_OPS else call.name
             handler = getattr(self, "op_" + family, None)
             if handler is not None:
                 return seq(handler(call, stmt))
@@ -367,7 +367,7 @@ class _Lowering(SelectLowering):
             raise KernelError("T.Parallel on backend 'ascend' needs constant extents",
                               span_location(loop.span))
         call = decode(body) if isinstance(body, tirx.Evaluate) else None
-        if call is not None and call.name in _ATOMICS and \
+        if call is not None and call.name in ATOMIC_OPS and \
                 not isinstance(call.operands["src"], Region):
             return self.parallel_atomic(loop, loops, variables, extents, call, body)
         pre, post = [], []
@@ -918,7 +918,6 @@ class _Lowering(SelectLowering):
                              {"op": op, "axis": axis}))
 
 
-_ATOMICS = frozenset(f"atomic_{kind}" for kind in ATOMIC_KINDS)  # the core's atomic tile ops
 
 
 def _rows(extents) -> tuple[int, int] | None:
