@@ -79,6 +79,13 @@ def test_contract_checks_catch_a_broken_backend():
         contract.check_capabilities(broken.__class__(**{
             **broken.__dict__, "capabilities": broken.capabilities.__class__(
                 {"tw_made_up"}, {"float32"})}))
+    # an expression intrinsic's own capability name (no tile op goes with it) is known
+    from tilewright.ir import register_intrinsic
+
+    register_intrinsic("tw.test.lane_value", "test_lane_value", "a test's expression intrinsic")
+    contract.check_capabilities(broken.__class__(**{
+        **broken.__dict__, "capabilities": broken.capabilities.__class__(
+            {"test_lane_value", "copy"}, {"float32"})}))
 
 
 def test_tox_installs_from_this_checkout_with_package_editable():

@@ -17,6 +17,7 @@ from .schema import (
     matrix_dims,
     register_intrinsic,
     register_tile_op,
+    registered_capabilities,
     registered_ops,
     schema_of_call,
     tile_ops_in,
@@ -27,6 +28,7 @@ __all__ = [
     "Attr", "Operand", "Region", "TileOpCall",
     "TileOpSchema", "decode", "get_schema", "intrinsic_features", "intrinsics_in", "make_call",
     "matrix_dims", "ops",
-    "is_region", "register_intrinsic", "register_tile_op", "registered_ops", "schema_of_call",
+    "is_region", "register_intrinsic", "register_tile_op", "registered_capabilities",
+    "registered_ops", "schema_of_call",
     "tile_ops_in",
 ]

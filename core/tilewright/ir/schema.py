@@ -155,7 +155,9 @@ _INTRINSIC_FEATURES: dict[str, tuple[str, str]] = {}  # ir name -> (feature, doc
 def register_intrinsic(ir_name: str, capability: str, doc: str = "",
                        feature: str | None = None) -> tvm.ir.Op:
     """Register an expression-level op (for example an atomic that returns the old value).
-    ``capability`` is the tile-op name a backend declares to support it; ``feature``, when
+    ``capability`` is the name a backend declares in its capabilities' ``tile_ops`` to
+    support it: a tile op's (an atomic's), or the intrinsic's own when no tile op goes with it
+    (a dialect's expression, ``tvm_warp_shuffle``); ``feature``, when
     given, a backend feature it needs besides (an atomic's ``return_prev``)."""
     register_tvm_op(ir_name, doc or ir_name)
     _INTRINSICS[ir_name] = capability
@@ -196,6 +198,12 @@ def get_schema(name: str) -> TileOpSchema:
 def registered_ops() -> dict[str, TileOpSchema]:
     """Every registered tile op by name (portable and dialect ops)."""
     return dict(_REGISTRY)
+
+
+def registered_capabilities() -> frozenset[str]:
+    """The names a backend's capabilities may declare: the registered tile ops and the
+    capability names of the registered expression intrinsics."""
+    return frozenset(_REGISTRY) | frozenset(_INTRINSICS.values())
 
 
 def _encode_attr(attr: Attr, value: Any):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 from tilewright.errors import PluginError, UnsupportedOpError
-from tilewright.ir import PORTABLE_OPS, registered_ops
+from tilewright.ir import PORTABLE_OPS, registered_capabilities
 from tilewright.plugin import (
     ArchModel,
     Availability,
@@ -37,9 +37,10 @@ def check_declarations(backend: BackendModule) -> None:
 
 
 def check_capabilities(backend: BackendModule) -> None:
-    """Capabilities name registered tile ops and known dtypes only."""
+    """Capabilities name registered tile ops (or expression intrinsics) and known dtypes
+    only."""
     caps = backend.capabilities
-    unknown_ops = sorted(set(caps.tile_ops) - set(registered_ops()))
+    unknown_ops = sorted(set(caps.tile_ops) - registered_capabilities())
     assert not unknown_ops, (f"backend '{backend.name}' declares tile ops that are not "
                              f"registered: {', '.join(unknown_ops)}")
     unknown = sorted(set(caps.dtypes) - KNOWN_DTYPES)
