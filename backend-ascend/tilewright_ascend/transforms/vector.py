@@ -951,6 +951,7 @@ def _element_copy(src: Region, dst: Region, span):
         raise KernelError(f"T.copy {src.buffer.name!r} -> {dst.buffer.name!r}: the regions "
                           f"have different shapes ({ints(src.extents)} vs {ints(dst.extents)})",
                           span_location(span))
+    shape = shape or [1]  # one element: a loop of one
     loops = [tirx.Var(f"c{n}", "int32") for n in range(len(shape))]
 
     def at(region):
@@ -963,12 +964,9 @@ def _element_copy(src: Region, dst: Region, span):
         f"{dst.buffer.name!r}"
     reason = f"T.copy {where}: a vector instruction starts on a 32-byte boundary of the " \
         "Unified Buffer"
-    for n in reversed(range(len(shape))) if shape else ():
+    for n in reversed(range(len(shape))):
         body = tirx.For(loops[n], 0, shape[n], tirx.ForKind.SERIAL, body,
                         annotations={SCALAR_KEY: reason} if n == 0 else {})
-    if not shape:
-        body = tirx.For(tirx.Var("c0", "int32"), 0, 1, tirx.ForKind.SERIAL, body,
-                        annotations={SCALAR_KEY: reason})
     return with_span(body, span)
 
 

@@ -50,10 +50,11 @@ class _Groups:
         self.error: KernelError | None = None
 
     def check(self, stmt, held: list, span) -> None:
-        if self.error is not None:
+        if self.error is not None or not held:
             return
+        touched = buffers_in(stmt)
         for group in held:
-            for buf in buffers_in(stmt):
+            for buf in touched:
                 if any(buf.same_as(b) for b in group.buffers):
                     call = decode(stmt)
                     what = f"T.{call.name}" if call is not None else "this statement"
