@@ -191,3 +191,14 @@ def test_a_cooperative_launch_description_is_checked():
 def test_sync_grid_is_refused_on_other_backends():
     with pytest.raises(KernelError, match=r"T\.sync_grid is an op of the 'cuda' dialect"):
         tilewright.lower(grid_sum(), "cpu")
+
+
+def test_sync_grid_in_a_cluster_kernel_is_refused_at_the_users_line():
+    with pytest.raises(KernelError, match=r"T\.sync_grid needs a cooperative launch, which has "
+                                          r"no thread-block clusters") as info:
+        @T.prim_func
+        def main(A: T.Tensor((4, 128), "float32")):
+            with T.ClusterKernel(4, threads=128, cluster_dims=(2, 1, 1)):
+                T.sync_grid()
+
+    assert info.value.location.filename.endswith("test_cuda_dialect_groups.py")

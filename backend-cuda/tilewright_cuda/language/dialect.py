@@ -379,7 +379,11 @@ def sync_grid():
     """A barrier of the whole grid: every thread of every block arrives before any goes on,
     and the global memory writes made before it are visible after it. The kernel is launched
     cooperatively (all its blocks resident at once); a grid larger than the GPU holds at once
-    is refused when the kernel is called, naming the grid and the limit."""
+    is refused when the kernel is called, naming the grid and the limit. Not in a
+    ``T.ClusterKernel`` (a cooperative launch has no clusters)."""
+    if CLUSTER_KEY in B.current("T.sync_grid").kernel_annotations:
+        raise error("T.sync_grid needs a cooperative launch, which has no thread-block "
+                    "clusters: use T.Kernel, not T.ClusterKernel")
     _emit(ops.SYNC_GRID.name, {})
 
 
