@@ -6,57 +6,20 @@
   line, naming the copy;
 - ``T.sync_grid()``: cooperative groups' grid barrier; the launch description says
   ``cooperative`` (the launcher then uses cuLaunchCooperativeKernel after checking that the
-  grid fits on the GPU at once); the host emulation runs the blocks at once."""
+  grid fits on the GPU at once); the host emulation runs the blocks at once.
+
+The kernels are dialect_cases' (``grouped_copies``, ``grid_sum``), which
+test_cuda_dialect_emulate.py runs on the host and the GPU checks on the device."""
 
 import hostemu
 import pytest
 import tilewright
 import tilewright_cuda.language as T
 import torch
+from dialect_cases import grid_sum, grouped_copies
 from tilewright.errors import KernelError
 from tilewright.runtime.cuda import check_launch, cooperative_grid_error
 from tilewright_cuda import arch, executor
-
-
-def grouped_copies(stages=2, rows=16, cols=64, wait=True, commit=True, steps=4):
-    """Each of 128 threads copies 16 bytes of a (rows, cols) half tile per step with
-    T.ptx_cp_async into the stage ``k % stages``, commits a group and waits for all but the
-    newest ``stages - 1``: the classic cp.async pipeline, written by hand."""
-
-    @T.prim_func
-    def main(A: T.Tensor((steps, rows, cols), "float16"),
-             O: T.Tensor((steps, rows, cols), "float16")):
-        with T.Kernel(1, threads=128):
-            S = T.alloc_shared((stages, rows, cols), "float16")
-            tx = T.get_thread_binding()
-            for k in T.serial(steps):
-                T.ptx_cp_async(T.access_ptr(S[k % stages, tx // 8, tx % 8 * 8], "w", 8),
-                               T.access_ptr(A[k, tx // 8, tx % 8 * 8], "r", 8), 8)
-                if commit:
-                    T.ptx_commit_group()
-                if wait:
-                    T.ptx_wait_group(0)
-                for i, j in T.Parallel(rows, cols):
-                    O[k, i, j] = S[k % stages, i, j] * 2
-
-    return main
-
-
-def grid_sum(blocks=4, n=128):
-    """Each block writes its row, the grid synchronises, then each block reads its
-    neighbour's row: wrong values unless every block's write came before every read."""
-
-    @T.prim_func
-    def main(A: T.Tensor((blocks, n), "float32"), W: T.Tensor((blocks, n), "float32"),
-             O: T.Tensor((blocks, n), "float32")):
-        with T.Kernel(blocks, threads=128) as bx:
-            for i in T.Parallel(n):
-                W[bx, i] = A[bx, i] * 2
-            T.sync_grid()
-            for i in T.Parallel(n):
-                O[bx, i] = W[(bx + 1) % blocks, i] + W[bx, i]
-
-    return main
 
 
 def _kernel(text: str) -> str:
@@ -71,15 +34,6 @@ def test_a_wait_group_lands_the_copies_before_the_block_barrier():
     assert "__syncthreads();" in text[wait:]  # before the reads of S
 
 
-@pytest.mark.emulator
-def test_grouped_copies_match_torch(tmp_path):
-    lowered = tilewright.lower(grouped_copies(), "cuda -arch=sm_90a")
-    a = torch.randn(4, 16, 64, generator=torch.Generator().manual_seed(0)).half()
-    out = torch.full_like(a, float("nan"))
-    hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, a, out)
-    torch.testing.assert_close(out, a * 2, rtol=0, atol=0)
-
-
 @pytest.mark.parametrize("kw, message", [
     ({"wait": False}, r"T\.ptx_cp_async: nothing waits for this kernel's copies"),
     # committed but the wait comes after the read: the read is refused at its line
@@ -89,8 +43,7 @@ def test_grouped_copies_match_torch(tmp_path):
 def test_reading_copies_before_their_wait_is_refused(kw, message):
     with pytest.raises(KernelError, match=message) as info:
         tilewright.lower(grouped_copies(**kw), "cuda -arch=sm_90a")
-    assert info.value.location is not None and \
-        info.value.location.filename.endswith("test_cuda_dialect_groups.py")
+    assert info.value.location.filename.endswith("dialect_cases.py")  # the kernel's file
 
 
 def test_a_read_before_the_wait_is_refused_at_its_line():
@@ -151,15 +104,6 @@ def test_sync_grid_builds_with_nvrtc(tmp_path):
     lowered = tilewright.lower(grid_sum(), "cuda -arch=sm_90a")
     cubin, _ = executor.nvrtc_compile(lowered.source.text, arch.get("sm_90a"), tmp_path)
     assert cubin
-
-
-@pytest.mark.emulator
-def test_sync_grid_matches_torch_in_the_host_emulation(tmp_path):
-    lowered = tilewright.lower(grid_sum(), "cuda -arch=sm_90a")
-    a = torch.randn(4, 128, generator=torch.Generator().manual_seed(0))
-    w, out = torch.full_like(a, float("nan")), torch.full_like(a, float("nan"))
-    hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, a, w, out)
-    torch.testing.assert_close(out, a.roll(-1, 0) * 2 + a * 2)
 
 
 @pytest.mark.emulator
