@@ -18,6 +18,8 @@ import tilewright_cuda.language as T
 import torch
 from dialect_cases import grid_sum, grouped_copies
 from tilewright.errors import KernelError
+from tilewright.jit import compile as tw_compile
+from tilewright.runtime import load
 from tilewright.runtime.cuda import check_launch, cooperative_grid_error
 from tilewright_cuda import arch, executor
 
@@ -146,3 +148,11 @@ def test_sync_grid_in_a_cluster_kernel_is_refused_at_the_users_line():
                 T.sync_grid()
 
     assert info.value.location.filename.endswith("test_cuda_dialect_groups.py")
+
+
+@pytest.mark.nvrtc
+def test_an_exported_bundle_keeps_the_cooperative_launch(tmp_path):
+    kernel = tw_compile(grid_sum(), target="cuda -arch=sm_90a", execution_backend="nvrtc")
+    path = kernel.export(tmp_path / "bundle")
+    assert (path / "launch.json").read_text().count('"cooperative": true') == 1
+    assert load(path).function.launch["cooperative"] is True  # the launcher reads it
