@@ -76,6 +76,10 @@ def _boxes(g, s, bar, what: str) -> list:
     if any(e is None for e in extents):
         raise KernelError(f"{what}: the global region of {g.buffer.name!r} needs constant "
                           f"extents (the TMA box), got {list(g.extents)}")
+    if any(e < 1 for e in extents):
+        raise KernelError(f"{what}: the global region of {g.buffer.name!r} is empty "
+                          f"(extents {extents}); a TMA box has at least one element a "
+                          "dimension")
     rank = len(extents)
     if rank > 5:
         raise KernelError(f"{what}: TMA handles tensors of up to 5 dimensions, "
