@@ -385,6 +385,64 @@ def warp_shuffle(n=64):
     return main
 
 
+def wide_tma_copy(rows=64, cols=576, dtype="bfloat16"):
+    """T.tma_copy of a tile wider than TMA's 256-element box (576 columns: boxes of 256 + 256 +
+    64 columns, one row deep, per row; 320 rows: 256 + 64), then a plain copy out."""
+
+    @T.prim_func
+    def main(Q: T.Tensor((rows, cols), dtype), O: T.Tensor((rows, cols), dtype)):
+        with T.Kernel(1, threads=128):
+            Q_s = T.alloc_shared((rows, cols), dtype)
+            bar = T.alloc_barrier(128)
+            T.tma_copy(Q[0:rows, :], Q_s, barrier=bar)
+            T.mbarrier_arrive(bar)
+            T.mbarrier_wait_parity(bar, 0)
+            T.copy(Q_s, O)
+
+    return main
+
+
+def grouped_copies(stages=2, rows=16, cols=64, wait=True, commit=True, steps=4):
+    """Each of 128 threads copies 16 bytes of a (rows, cols) half tile per step with
+    T.ptx_cp_async into the stage ``k % stages``, commits a group (T.ptx_commit_group) and
+    waits for it (T.ptx_wait_group(0)) before the block reads the stage."""
+
+    @T.prim_func
+    def main(A: T.Tensor((steps, rows, cols), "float16"),
+             O: T.Tensor((steps, rows, cols), "float16")):
+        with T.Kernel(1, threads=128):
+            S = T.alloc_shared((stages, rows, cols), "float16")
+            tx = T.get_thread_binding()
+            for k in T.serial(steps):
+                T.ptx_cp_async(T.access_ptr(S[k % stages, tx // 8, tx % 8 * 8], "w", 8),
+                               T.access_ptr(A[k, tx // 8, tx % 8 * 8], "r", 8), 8)
+                if commit:
+                    T.ptx_commit_group()
+                if wait:
+                    T.ptx_wait_group(0)
+                for i, j in T.Parallel(rows, cols):
+                    O[k, i, j] = S[k % stages, i, j] * 2
+
+    return main
+
+
+def grid_sum(blocks=4, n=128):
+    """Each block writes its row, T.sync_grid(), then each block reads its neighbour's row:
+    wrong values unless every block's write came before every read (a cooperative launch)."""
+
+    @T.prim_func
+    def main(A: T.Tensor((blocks, n), "float32"), W: T.Tensor((blocks, n), "float32"),
+             O: T.Tensor((blocks, n), "float32")):
+        with T.Kernel(blocks, threads=128) as bx:
+            for i in T.Parallel(n):
+                W[bx, i] = A[bx, i] * 2
+            T.sync_grid()
+            for i in T.Parallel(n):
+                O[bx, i] = W[(bx + 1) % blocks, i] + W[bx, i]
+
+    return main
+
+
 def cases():
     """``(name, kernel, cuda_cases.Case)`` of each dialect kernel at a size with partial
     tiles where the kernel allows them: the GPU checks (bench/checks.py) run them."""
@@ -432,7 +490,22 @@ def cases():
         ("warp_shuffle", warp_shuffle(), _shuffle_case(rand(64))),
         ("hand_wgmma_roles_by_if", hand_wgmma(roles_by_if=True),
          _nk_gemm(rand(128, 256, dtype=torch.float16), rand(128, 256, dtype=torch.float16))),
+        ("wide_tma_copy", wide_tma_copy(), _same(rand(64, 576, dtype=torch.bfloat16))),
+        ("tall_tma_copy", wide_tma_copy(320, 64, "float16"),
+         _same(rand(320, 64, dtype=torch.float16))),
+        ("grouped_copies", grouped_copies(), _same(rand(4, 16, 64, dtype=torch.float16), 2)),
+        ("grid_sum", grid_sum(), _grid_sum_case(rand(4, 128))),
     ]
+
+
+def _same(a, scale=1):
+    return Case((a, torch.full_like(a, float("nan"))), (1,), [a * scale],
+                tol={"rtol": 0, "atol": 0})
+
+
+def _grid_sum_case(a):
+    return Case((a, torch.full_like(a, float("nan")), torch.full_like(a, float("nan"))),
+                (1, 2), [a * 2, a.roll(-1, 0) * 2 + a * 2])
 
 
 def _shuffle_case(a):

@@ -6,7 +6,8 @@ two barriers of the warp (a warp-collective op waits for its warp only, as on th
 warps of one T.ws role run it while another role's do other work), the dynamic shared-memory
 pool is poisoned before each block, and blocks run one after another, except that the
 blocks of one thread-block cluster run at once, each with its own shared memory, so that
-they can wait for each other (cluster barriers, TMA multicast, remote mbarrier arrivals).
+they can wait for each other (cluster barriers, TMA multicast, remote mbarrier arrivals),
+and so do all the blocks of a cooperative kernel (``T.sync_grid``, up to 8 along x).
 It checks what the generated code computes (indexing, guards, barriers, reductions); it
 says nothing about speed. float16 and bfloat16 use the host side of cuda_fp16.h and
 cuda_bf16.h; mma.sync and ldmatrix are emulated per warp from the PTX fragment layouts
@@ -422,6 +423,11 @@ def _run_kernel(launcher, kernel: dict, symbols: dict, spaces: list, args) -> No
     if min(grid) <= 0:
         return
     cluster = [int(c) for c in kernel.get("cluster_dims") or (1, 1, 1)]
+    if kernel.get("cooperative"):  # T.sync_grid: every block at once, as one cluster
+        if grid[1:] != [1, 1] or grid[0] > 8:
+            raise RuntimeError(f"host emulation runs a cooperative kernel (T.sync_grid) with "
+                               f"all its blocks at once, up to 8 along x; got grid {grid}")
+        cluster = [grid[0], 1, 1]
     if cluster[1:] != [1, 1] or not 1 <= cluster[0] <= 8 or grid[0] % cluster[0]:
         raise RuntimeError(f"host emulation runs clusters of up to 8 blocks along x whose "
                            f"count divides the grid; got cluster {cluster}, grid {grid}")

@@ -29,6 +29,7 @@ CUDA, BASE, COPY, MMA, HOPPER, WGMMA, FP4, FP8 = (None, "tw_cuda.h", "tw_copy.h"
                                                   "tw_hopper.h", "tw_wgmma.h", "tw_fp4.h",
                                                   "tw_fp8.h")
 MMA_WIDEN = "tw_mma_widen.h"
+GRID = "tw_grid.h"
 # a header -> the header it builds on (pasted before it)
 BUILDS_ON = {MMA_WIDEN: MMA}
 
@@ -40,7 +41,8 @@ class Intrinsic:
     ``wgmma`` (a wgmma gemm: operands A, B, C), ``wgmma_wait``, ``tma_load`` (completes on the
     mbarrier argument 1, writes the shared destination argument 2 through the async proxy),
     ``fence_async`` (orders generic-proxy shared writes before async-proxy reads),
-    ``mbar_wait``, ``setmaxnreg`` (changes the warpgroup's register count: the count at entry
+    ``mbar_wait``, ``grid_sync`` (a barrier of the whole grid: the kernel needs a cooperative
+    launch), ``setmaxnreg`` (changes the warpgroup's register count: the count at entry
     must be fixed), ``placeholder`` (replaced before codegen), or ``""``. ``in_flight``: the
     shared memory it touches is read or written after it returns (cp.async, TMA loads and
     stores, wgmma); ``completes``: it waits for such operations (cp.async and wgmma group
@@ -100,6 +102,7 @@ TABLE = _table(
     Intrinsic("tw_setmaxnreg_inc", HOPPER, (), "setmaxnreg"),
     Intrinsic("tw_setmaxnreg_dec", HOPPER, (), "setmaxnreg"),
     Intrinsic("tw_cluster_sync", HOPPER),
+    Intrinsic("tw_grid_sync", GRID, (), "grid_sync", completes=True),
     Intrinsic("tw_cluster_ctarank", HOPPER),
     Intrinsic("tw_offset_bytes", HOPPER),
     Intrinsic("TW_TMAP", HOPPER),

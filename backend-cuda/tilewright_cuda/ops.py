@@ -85,10 +85,21 @@ CP_ASYNC = _op("ptx_cp_async", (Operand("dst", "write", kind="expr"),
                (Attr("bytes", int, 16),),
                "one thread's cp.async of BYTES (4, 8 or 16) from a global element to a shared "
                "element (pointers from T.access_ptr); landed at the mbarrier phase that "
-               "T.cp_async_barrier_noinc arrives on")
+               "T.cp_async_barrier_noinc arrives on, or at the T.ptx_wait_group after the "
+               "T.ptx_commit_group that takes it")
 CP_ASYNC_BARRIER_NOINC = _op("cp_async_barrier_noinc", (_BAR,), (),
                              "cp.async.mbarrier.arrive.noinc: the mbarrier receives the calling "
                              "thread's arrival once its earlier cp.async copies have landed")
+PTX_COMMIT_GROUP = _op("ptx_commit_group", (), (),
+                       "cp.async.commit_group: the calling thread's T.ptx_cp_async copies "
+                       "since its last commit become one group")
+PTX_WAIT_GROUP = _op("ptx_wait_group", (), (Attr("count", int, 0),),
+                     "cp.async.wait_group COUNT: the calling thread waits until at most its "
+                     "COUNT newest committed groups are in flight; the copies of the others "
+                     "have landed")
+SYNC_GRID = _op("sync_grid", (), (),
+                "a barrier of every thread of every block of the grid (a cooperative launch: "
+                "all blocks resident at once)")
 WGMMA_GEMM = _op("wgmma_gemm", (Operand("A", "read"), Operand("B", "read"),
                                 Operand("C", "readwrite")),
                  (Attr("transpose_A", bool, False), Attr("transpose_B", bool, False),
@@ -105,10 +116,12 @@ DIALECT_OPS = (TMA_COPY.name, INIT_BARRIERS.name, ARRIVE.name, WAIT_PARITY.name,
                WS.name, CLUSTER.name, THREAD_BINDING.name,
                NO_SET_MAX_NREG.name, CALL_EXTERN.name, IMPORT_SOURCE.name,
                THREAD_ALLREDUCE.name, CP_ASYNC.name, CP_ASYNC_BARRIER_NOINC.name,
+               PTX_COMMIT_GROUP.name, PTX_WAIT_GROUP.name, SYNC_GRID.name,
                WGMMA_GEMM.name, WAIT_WGMMA.name)
 # dialect ops each calling thread runs for itself: fine under a condition on the thread index
 PER_THREAD = frozenset({ARRIVE.name, WAIT_PARITY.name, FENCE_PROXY_ASYNC.name,
-                        THREAD_BINDING.name, CP_ASYNC.name, CP_ASYNC_BARRIER_NOINC.name})
+                        THREAD_BINDING.name, CP_ASYNC.name, CP_ASYNC_BARRIER_NOINC.name,
+                        PTX_COMMIT_GROUP.name, PTX_WAIT_GROUP.name})
 
 # T.tvm_warp_shuffle, an expression: (mask, value, source lane, width) -> the value of that lane
 WARP_SHUFFLE = "tw.cuda.warp_shuffle"

@@ -33,7 +33,7 @@ from .launch import (
 INCLUDE = Path(__file__).resolve().parents[1] / "include"
 HEADERS = {name: (INCLUDE / name).read_text() for name in
            (intrinsics.BASE, intrinsics.COPY, intrinsics.MMA, intrinsics.MMA_WIDEN,
-            intrinsics.HOPPER, intrinsics.FP4, intrinsics.FP8)}
+            intrinsics.HOPPER, intrinsics.FP4, intrinsics.FP8, intrinsics.GRID)}
 # attributes of the lowered kernel that are ours, not TVM's: read here, removed before TVM
 OUR_ATTRS = (keys.DYN_SMEM, keys.TENSORMAPS, keys.CLUSTER, keys.SEQUENCE, keys.IMPORT_SOURCE)
 # the launch-bounds attribute TVM's CUDA printer turns into __launch_bounds__(threads, blocks)
@@ -203,6 +203,8 @@ class Kernel:
         self.names = [n for n in _extern_names(device_func) if intrinsics.lookup(n) is not None]
         self.used = [intrinsics.named(n) for n in self.names]
         roles = {entry.role for entry in self.used}
+        # a barrier of the whole grid: every block resident at once (a cooperative launch)
+        self.cooperative = "grid_sync" in roles
         # a warp tile's accumulators (let ptxas use up to 255 registers: its share of the SM's),
         # setmaxnreg (the register count at entry must be fixed), or several blocks per SM
         if roles & {"gemm", "wgmma", "setmaxnreg"} or chosen.blocks_per_sm > 1:
@@ -232,11 +234,12 @@ def generate(mod: tvm.IRModule, ctx) -> GeneratedSource:
     imported = list(dict.fromkeys(s for k in kernels for s in k.sources))
     text = source.insert_headers(text, HEADERS[intrinsics.BASE] + "".join(
         HEADERS[h] for h in (intrinsics.COPY, intrinsics.MMA, intrinsics.MMA_WIDEN,
-                             intrinsics.FP4, intrinsics.FP8)
+                             intrinsics.FP4, intrinsics.FP8, intrinsics.GRID)
         if h in headers) + "".join(f"\n{s}\n" for s in imported))
     text = source.float8_on_every_arch(source.drop_unused_type_traits(text))
     metas = [{"entry": k.entry, "arch": arch.name, "params": k.params, "symbols": k.symbols,
-              **k.launch} for k in kernels]
+              **k.launch, **({"cooperative": True} if k.cooperative else {})}
+             for k in kernels]
     head, body = source.split_kernel(text)
     if body and (any(k.maps or k.cluster for k in kernels) or
                  headers & {intrinsics.HOPPER, intrinsics.WGMMA}):

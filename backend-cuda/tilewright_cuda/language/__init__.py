@@ -4,7 +4,9 @@ What only NVIDIA hardware (Hopper, sm_90+) has, with TileLang's names: ``T.tma_c
 ``T.alloc_barrier``, ``T.mbarrier_arrive``, ``T.mbarrier_wait_parity`` (and TileLang's other
 names for these two, ``T.barrier_arrive``, ``T.barrier_wait``), ``T.mbarrier_expect_tx``,
 ``T.tma_store_wait``, ``T.fence_proxy_async``, hand-issued asynchronous copies and gemms
-(``T.ptx_cp_async``, ``T.cp_async_barrier_noinc``, ``T.wgmma_gemm``, ``T.wait_wgmma``), the
+(``T.ptx_cp_async``, ``T.cp_async_barrier_noinc``, ``T.ptx_commit_group``,
+``T.ptx_wait_group``, ``T.wgmma_gemm``, ``T.wait_wgmma``), a barrier of the whole grid
+(``T.sync_grid``, a cooperative launch), the
 thread index (``T.get_thread_binding``, ``T.thread_binding``), warp-specialised roles
 (``with T.ws(1):``), register budgets
 (``T.set_max_nreg``, ``T.inc_max_nreg``, ``T.dec_max_nreg``, ``T.no_set_max_nreg``) and
@@ -39,8 +41,11 @@ from .dialect import (
     mbarrier_expect_tx,
     mbarrier_wait_parity,
     no_set_max_nreg,
+    ptx_commit_group,
     ptx_cp_async,
+    ptx_wait_group,
     set_max_nreg,
+    sync_grid,
     thread_binding,
     tma_copy,
     tma_store_wait,
@@ -57,6 +62,7 @@ __all__ = [  # noqa: PLE0604 - the portable names plus the dialect's
     "disable_warp_group_reg_alloc", "evaluate", "fence_proxy_async", "get_thread_binding",
     "import_source", "inc_max_nreg",
     "mbarrier_arrive", "mbarrier_expect_tx", "mbarrier_wait_parity", "no_set_max_nreg",
-    "ptx_cp_async", "set_max_nreg", "thread_binding", "tma_copy", "tma_store_wait",
+    "ptx_commit_group", "ptx_cp_async", "ptx_wait_group", "set_max_nreg", "sync_grid",
+    "thread_binding", "tma_copy", "tma_store_wait",
     "tvm_thread_allreduce", "tvm_warp_shuffle", "wait_wgmma", "wgmma_gemm", "ws",
 ]

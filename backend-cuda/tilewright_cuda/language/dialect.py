@@ -330,8 +330,10 @@ def ptx_cp_async(dst_access_ptr, src_access_ptr, num_elems):
     """``T.ptx_cp_async(T.access_ptr(smem[i, j], "w", n), T.access_ptr(gmem[...], "r", n),
     n)``: the calling thread copies ``n`` elements (4, 8 or 16 bytes) from global to shared
     memory with ``cp.async`` (sm_80+), asynchronously: the copy has landed once the mbarrier
-    phase that :func:`cp_async_barrier_noinc` arrives on completes (a kernel whose copies no
-    such arrival waits for is refused). Both elements must be aligned to the copy's size."""
+    phase that :func:`cp_async_barrier_noinc` arrives on completes, or after a
+    :func:`ptx_commit_group` that takes it and the :func:`ptx_wait_group` that retires its
+    group. A kernel whose copies nothing waits for is refused, and so is a read of a tile
+    whose copies no wait follows yet. Both elements must be aligned to the copy's size."""
     dst = _element_pointer(dst_access_ptr, "T.ptx_cp_async destination", "shared")
     src = _element_pointer(src_access_ptr, "T.ptx_cp_async source", "global")
     n = as_int(num_elems)
@@ -354,6 +356,35 @@ def cp_async_barrier_noinc(barrier):
     T.mbarrier_wait_parity, then read the copied tiles."""
     _emit(ops.CP_ASYNC_BARRIER_NOINC.name,
           {"barrier": _barrier(barrier, "T.cp_async_barrier_noinc")})
+
+
+def ptx_commit_group():
+    """``cp.async.commit_group``: the calling thread's :func:`ptx_cp_async` copies issued
+    since its last commit become one group, oldest first."""
+    _emit(ops.PTX_COMMIT_GROUP.name, {})
+
+
+def ptx_wait_group(num):
+    """``cp.async.wait_group num``: the calling thread waits until at most its ``num`` newest
+    committed groups are in flight (``0``: every committed copy has landed). The block's
+    barrier before the copied tiles are read is inserted."""
+    n = as_int(num)
+    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+        raise error(f"T.ptx_wait_group takes the number of groups left in flight, a constant "
+                    f"int >= 0 (cp.async.wait_group's immediate), got {num!r}")
+    _emit(ops.PTX_WAIT_GROUP.name, {}, {"count": n})
+
+
+def sync_grid():
+    """A barrier of the whole grid: every thread of every block arrives before any goes on,
+    and the global memory writes made before it are visible after it. The kernel is launched
+    cooperatively (all its blocks resident at once); a grid larger than the GPU holds at once
+    is refused when the kernel is called, naming the grid and the limit. Not in a
+    ``T.ClusterKernel`` (a cooperative launch has no clusters)."""
+    if CLUSTER_KEY in B.current("T.sync_grid").kernel_annotations:
+        raise error("T.sync_grid needs a cooperative launch, which has no thread-block "
+                    "clusters: use T.Kernel, not T.ClusterKernel")
+    _emit(ops.SYNC_GRID.name, {})
 
 
 def _gemm_matrix(value, what: str):
@@ -596,6 +627,7 @@ __all__ = ["ClusterKernel", "access_ptr", "alloc_barrier", "attr", "barrier_arri
            "dec_max_nreg",
            "disable_warp_group_reg_alloc", "evaluate", "fence_proxy_async",
            "get_thread_binding", "import_source", "inc_max_nreg", "mbarrier_arrive",
-           "mbarrier_expect_tx", "mbarrier_wait_parity", "no_set_max_nreg", "ptx_cp_async",
-           "set_max_nreg", "thread_binding", "tma_copy", "tma_store_wait",
+           "mbarrier_expect_tx", "mbarrier_wait_parity", "no_set_max_nreg", "ptx_commit_group",
+           "ptx_cp_async", "ptx_wait_group", "set_max_nreg", "sync_grid", "thread_binding",
+           "tma_copy", "tma_store_wait",
            "tvm_thread_allreduce", "tvm_warp_shuffle", "wait_wgmma", "wgmma_gemm", "ws"]

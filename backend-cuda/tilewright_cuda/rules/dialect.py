@@ -186,6 +186,28 @@ def lower_cp_async_barrier_noinc(call: TileOpCall, ctx: RuleContext):
                            intrinsics.shared_addr(call.operands["barrier"]))
 
 
+@register(ops.PTX_COMMIT_GROUP.name)
+def lower_ptx_commit_group(call: TileOpCall, ctx: RuleContext):
+    _require(call, ctx, "cp.async", since=80)
+    return intrinsics.cp_async_commit()
+
+
+@register(ops.PTX_WAIT_GROUP.name)
+def lower_ptx_wait_group(call: TileOpCall, ctx: RuleContext):
+    """``cp.async.wait_group``; the table marks it as landing the copies, so barrier
+    insertion puts the block's barrier between it and the reads of the copied tiles."""
+    _require(call, ctx, "cp.async", since=80)
+    return intrinsics.cp_async_wait(int(call.attrs["count"]))
+
+
+@register(ops.SYNC_GRID.name)
+def lower_sync_grid(call: TileOpCall, ctx: RuleContext):
+    """``tw_grid_sync()`` (cooperative groups' grid barrier); the finish pass marks the kernel
+    for a cooperative launch."""
+    _require(call, ctx, "grid-wide barriers of a cooperative launch", since=70)
+    return intrinsics.call("tw_grid_sync")
+
+
 @register(ops.WAIT_WGMMA.name)
 def lower_wait_wgmma(call: TileOpCall, ctx: RuleContext):
     """``wgmma.wait_group``, an instruction of sm_90a alone (sm_100a's MMA is tcgen05's)."""

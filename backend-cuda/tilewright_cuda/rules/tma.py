@@ -15,8 +15,10 @@ every choice left. Out-of-bounds parts of a box read as zero, as the ``cp.async`
 ``T.copy(..., disable_tma=True)`` keeps one copy on ``cp.async``; the pass config
 ``cuda.disable_tma_lower`` (TileLang's ``tl.disable_tma_lower``) keeps all of them.
 
-A TMA names its descriptor as ``tw.cuda.tensormap(tensor, box..., swizzle)``; the finish
-pass deduplicates and numbers them.
+A box is at most 256 elements in each dimension (``cuTensorMapEncodeTiled``); a wider tile
+moves as several boxes completing on the same mbarrier (:func:`_pieces`), the expected bytes
+still the whole tile's. A TMA names its descriptor as ``tw.cuda.tensormap(tensor, box...,
+swizzle)``; the finish pass deduplicates and numbers them, one per distinct box.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from .common import leader
 SWIZZLE_BYTES = {3: 128, 2: 64, 1: 32}
 MAX_BOX = 256
 SWIZZLE_PERIOD = 1024  # bytes: a TMA destination with 128-byte swizzling starts at one
+SWIZZLE_ROWS = 8  # rows of a swizzle pattern: it repeats every 8 x its column width bytes
 
 
 def _check_shared_region(region, what: str):
@@ -63,7 +66,8 @@ def store(src, dst, what: str = "T.tma_copy") -> list:
 
 def _boxes(g, s, bar, what: str) -> list:
     """Loads (``bar`` given) or stores between the global region ``g`` and the shared region
-    ``s``: a swizzled tile moves as one box per column block of its layout."""
+    ``s``: a swizzled tile moves as one box per column block of its layout, and a dimension
+    wider than TMA's 256 elements as several boxes (:func:`_pieces`)."""
     loading = bar is not None
     if str(g.buffer.dtype) != str(s.buffer.dtype):
         raise KernelError(f"{what}: {g.buffer.name!r} is {g.buffer.dtype} but "
@@ -72,61 +76,113 @@ def _boxes(g, s, bar, what: str) -> list:
     if any(e is None for e in extents):
         raise KernelError(f"{what}: the global region of {g.buffer.name!r} needs constant "
                           f"extents (the TMA box), got {list(g.extents)}")
+    if any(e < 1 for e in extents):
+        raise KernelError(f"{what}: the global region of {g.buffer.name!r} is empty "
+                          f"(extents {extents}); a TMA box has at least one element a "
+                          "dimension")
     rank = len(extents)
     if rank > 5:
         raise KernelError(f"{what}: TMA handles tensors of up to 5 dimensions, "
                           f"{g.buffer.name!r} has {rank}")
     _check_shared_region(s, what)
     itemsize = tvm.runtime.DataType(str(g.buffer.dtype)).bits // 8
-    box = list(reversed(extents))  # innermost first
+    dims = list(reversed(extents))  # innermost first
     coords = list(reversed(list(g.starts)))
     swizzled = layout.swizzle_of(s.buffer)
-    blocks, mode = 1, 0
+    blocks, mode, period = 1, 0, 1
     if swizzled is not None:
         width, bits = swizzled
-        if itemsize not in (1, 2) or box[0] * itemsize % width:
+        if itemsize not in (1, 2) or dims[0] * itemsize % width:
             raise KernelError(f"{what}: {s.buffer.name!r} has a swizzled layout of {width}-byte "
-                              f"columns; the tile's rows ({box[0]} x {itemsize} bytes) must be "
+                              f"columns; the tile's rows ({dims[0]} x {itemsize} bytes) must be "
                               "a multiple of it")
         whole = all(const(e) == const(d) for e, d in zip(s.extents[-2:], s.buffer.shape[-2:]))
         if not whole:
             raise KernelError(f"{what}: {s.buffer.name!r} has a swizzled layout; TMA moves it "
                               "whole (every row and column of the tile)")
-        blocks, mode = box[0] * itemsize // width, SWIZZLE_BYTES[bits]
-        box[0] = width // itemsize
-    if box[0] * itemsize % 16:
-        raise KernelError(f"{what}: the innermost box extent of {g.buffer.name!r} is "
-                          f"{box[0] * itemsize} bytes; TMA needs a multiple of 16 bytes")
-    for extent in box:
-        if not 1 <= extent <= MAX_BOX:
-            raise KernelError(f"{what}: box extent {extent} of {g.buffer.name!r} is outside "
-                              f"1..{MAX_BOX}, TMA's limit per dimension")
+        blocks, mode = dims[0] * itemsize // width, SWIZZLE_BYTES[bits]
+        dims[0] = width // itemsize
+        period = SWIZZLE_ROWS * width
     tile = 1
     for e in extents:
         tile *= e
-    descriptor = tirx.call_intrin("handle", ops.TENSORMAP,
-                                  tirx.BufferLoad(g.buffer, [tirx.const(0, "int32")] * rank),
-                                  *[tirx.const(b, "int32") for b in box],
-                                  tirx.const(mode, "int32"))
-    rows = tile // (box[0] * blocks)
-    stmts = []
-    if loading:
-        stmts.append(intrinsics.call("tw_mbar_expect_tx", bar,
-                                     tirx.const(tile * itemsize, "uint32")))
+    block_bytes = tile // blocks * itemsize  # one column block of a swizzled tile
+    split, pieces = _pieces(dims)
+    narrow = next((box[0] for _, box in pieces if box[0] * itemsize % 16), None)
+    if narrow is not None:
+        raise KernelError(f"{what}: the innermost box extent of {g.buffer.name!r} is "
+                          f"{narrow * itemsize} bytes; TMA needs a multiple of 16 bytes")
+    outer = dims[split + 1:]
+    count = 1
+    for d in outer:
+        count *= d
+    pitch = [1]  # elements between neighbours of each dimension in the shared tile
+    for d in dims[:-1]:
+        pitch.append(pitch[-1] * d)
+    starts = [start[split] * pitch[split] * itemsize for start, _ in pieces] + \
+        [pitch[j] * itemsize for j in range(split + 1, rank)]
+    if period > 1 and any(o % period for o in starts):
+        raise KernelError(f"{what}: {g.buffer.name!r}'s box is wider than TMA's {MAX_BOX} "
+                          f"elements in a dimension, and its parts would not start on the "
+                          f"{period}-byte period of {s.buffer.name!r}'s swizzled layout")
+    row = tirx.Var("tma_part", "int32") if count > 1 else None
+    index, at = [], tirx.const(0, "int32")  # the outer dims' indices and their shared offset
+    rest = row
+    for j, d in enumerate(outer, split + 1):
+        i = tirx.floormod(rest, d) if j < rank - 1 else rest
+        rest = tirx.floordiv(rest, d) if j < rank - 1 else None
+        index.append(i)
+        at = at + i * (pitch[j] * itemsize)
     base = intrinsics.shared_addr(tirx.BufferLoad(s.buffer, list(s.starts)))
+    stmts = []
     for b in range(blocks):
-        # column block b of a swizzled tile starts rows x width bytes after the tile
-        smem = tirx.call_extern("handle", "tw_offset_bytes", base,
-                                tirx.const(b * rows * box[0] * itemsize, "int32")) if b else base
-        c = list(coords)
-        c[0] = c[0] + b * box[0] if b else c[0]
-        c = [tirx.Cast("int32", x) if str(x.ty) != "int32" else x
-             for x in (tirx.const(v, "int32") if isinstance(v, int) else v for v in c)]
-        if loading:
-            stmts.append(intrinsics.call(f"tw_tma_load_{rank}d", descriptor, bar, smem, *c))
-        else:
-            stmts.append(intrinsics.call(f"tw_tma_store_{rank}d", descriptor, smem, *c))
+        for start, box in pieces:
+            descriptor = tirx.call_intrin(
+                "handle", ops.TENSORMAP,
+                tirx.BufferLoad(g.buffer, [tirx.const(0, "int32")] * rank),
+                *[tirx.const(x, "int32") for x in box], tirx.const(mode, "int32"))
+            # column block b of a swizzled tile starts b whole blocks after the tile
+            offset = b * block_bytes + start[split] * pitch[split] * itemsize
+            offset = at + offset if row is not None else tirx.const(offset, "int32")
+            smem = base if isinstance(offset, tirx.IntImm) and offset.value == 0 else \
+                tirx.call_extern("handle", "tw_offset_bytes", base, offset)
+            c = list(coords)
+            c[0] = c[0] + b * dims[0] if b else c[0]
+            if start[split]:
+                c[split] = c[split] + start[split]
+            for j, i in enumerate(index, split + 1):
+                c[j] = c[j] + i
+            c = [tirx.Cast("int32", x) if str(x.ty) != "int32" else x
+                 for x in (tirx.const(v, "int32") if isinstance(v, int) else v for v in c)]
+            if loading:
+                stmts.append(intrinsics.call(f"tw_tma_load_{rank}d", descriptor, bar, smem, *c))
+            else:
+                stmts.append(intrinsics.call(f"tw_tma_store_{rank}d", descriptor, smem, *c))
+    if row is not None:
+        stmts = [tirx.For(row, 0, count, tirx.ForKind.SERIAL,
+                          tirx.SeqStmt(stmts) if len(stmts) > 1 else stmts[0])]
+    if loading:
+        stmts.insert(0, intrinsics.call("tw_mbar_expect_tx", bar,
+                                        tirx.const(tile * itemsize, "uint32")))
     return stmts
+
+
+def _pieces(dims: list[int]) -> tuple[int, list]:
+    """The boxes of a dense tile of ``dims`` (innermost first) that TMA moves: ``(split,
+    [(start, box), ...])``. A box lands densely in shared memory, so where a dimension
+    ``split`` exceeds :data:`MAX_BOX` it is cut into boxes of ``MAX_BOX`` and a remainder
+    (576 = 256 + 256 + 64), each box whole in the dimensions inside ``split`` and one element
+    deep in those outside it (the caller repeats it over them)."""
+    split = next((j for j, d in enumerate(dims) if d > MAX_BOX), None)
+    if split is None:
+        return len(dims) - 1, [([0] * len(dims), list(dims))]
+    pieces = []
+    for lo in range(0, dims[split], MAX_BOX):
+        start = [0] * len(dims)
+        start[split] = lo
+        box = dims[:split] + [min(MAX_BOX, dims[split] - lo)] + [1] * (len(dims) - split - 1)
+        pieces.append((start, box))
+    return split, pieces
 
 
 # -- portable copies in pipelined loops ------------------------------------------------------------
@@ -174,6 +230,6 @@ def copy_choice(call: TileOpCall, ctx: RuleContext, fallback):
     try:
         loads = load(call.operands["src"], call.operands["dst"], intrinsics.stage_barrier(),
                      "T.copy")
-    except KernelError:  # a box TMA cannot move (too many dims, > 256 rows): keep cp.async
+    except KernelError:  # a box TMA cannot move (more than 5 dims): keep cp.async
         return fallback
     return tirx.IfThenElse(intrinsics.tma_choice(), leader(ctx, loads), fallback)

@@ -11,8 +11,10 @@ is followed twice, so a group left in flight at the end of an iteration meets th
 iteration's statements; the two branches of an ``if`` are merged (a group either leaves in
 flight stays in flight).
 
-Before, a kernel whose ``T.ptx_cp_async`` copies no ``T.cp_async_barrier_noinc`` waits for
-is refused (the dialect's only way to wait for them). Then each ``T.wgmma_gemm`` becomes the
+Before, a kernel whose ``T.ptx_cp_async`` copies nothing waits for (a
+``T.cp_async_barrier_noinc`` arrival, or a ``T.ptx_commit_group`` and ``T.ptx_wait_group``) is
+refused, and so is a statement that touches a tile whose copies have no wait after them yet.
+Then each ``T.wgmma_gemm`` becomes the
 portable ``gemm`` op with ``wg_wait=-1`` (TileLang's encoding of "no wait"), so that layout
 inference gives its operands the wgmma layouts ``T.gemm`` gets, and ``rules.gemm`` lowers it
 as the wgmma form without its ``wait_group``."""
@@ -127,16 +129,88 @@ def _as_gemm(stmt):
 
 
 def _check_copies_land(func) -> None:
-    """A ``T.ptx_cp_async`` copy lands only where a ``T.cp_async_barrier_noinc`` arrival of
-    its thread completes an mbarrier phase: a kernel with copies and no such arrival would
-    read its tiles at an unknown time."""
+    """A ``T.ptx_cp_async`` copy lands where a ``T.cp_async_barrier_noinc`` arrival of its
+    thread completes an mbarrier phase, or at a ``T.ptx_wait_group`` after the
+    ``T.ptx_commit_group`` that takes it: a kernel with copies and neither would read its
+    tiles at an unknown time. A statement that touches a tile while copies into it have no
+    such wait after them is refused at its line (:class:`_Copies`)."""
     names = [c.name for c in tile_ops_in(func)]
-    if ops.CP_ASYNC.name in names and ops.CP_ASYNC_BARRIER_NOINC.name not in names:
+    waits = (ops.CP_ASYNC_BARRIER_NOINC.name, ops.PTX_WAIT_GROUP.name)
+    if ops.CP_ASYNC.name in names and not any(w in names for w in waits):
         first = next(c for c in tile_ops_in(func) if c.name == ops.CP_ASYNC.name)
         raise KernelError("T.ptx_cp_async: nothing waits for this kernel's copies; after the "
-                          "copies, T.cp_async_barrier_noinc(mbars[i]) makes each copying "
+                          "copies, T.ptx_commit_group() and T.ptx_wait_group(0) wait for them "
+                          "to land, or T.cp_async_barrier_noinc(mbars[i]) makes each copying "
                           "thread arrive on an mbarrier once they land, and readers wait for "
                           "its phase (T.mbarrier_wait_parity)", span_location(first.span))
+    if ops.CP_ASYNC.name in names:
+        copies = _Copies()
+        copies.walk(func.body, _Copies.EMPTY)
+        if copies.error is not None:
+            raise copies.error
+
+
+class _Copies:
+    """The ``T.ptx_cp_async`` copies in flight, in program order, as (uncommitted, committed,
+    behind an mbarrier arrival) lists of ``(copy, destination tile)``: a commit moves the
+    uncommitted ones into its group, any ``T.ptx_wait_group`` retires the committed ones (the
+    count cannot say which pipeline stage a later read is of, so any wait counts), a
+    ``T.cp_async_barrier_noinc`` puts all of the thread's copies behind the mbarrier and a
+    ``T.mbarrier_wait_parity`` retires those. Any statement other than a copy that touches
+    a tile in flight is refused. Loops are followed twice and the branches of an ``if``
+    merged, as :class:`_Groups` does."""
+
+    EMPTY = ((), (), ())
+
+    def __init__(self):
+        self.error: KernelError | None = None
+
+    def walk(self, stmt, state, span=None):
+        span = getattr(stmt, "span", None) or span
+        if isinstance(stmt, tirx.SeqStmt):
+            for s in stmt.seq:
+                state = self.walk(s, state, span)
+            return state
+        if isinstance(stmt, tirx.IfThenElse):
+            then = self.walk(stmt.then_case, state, span)
+            other = self.walk(stmt.else_case, state, span) \
+                if stmt.else_case is not None else state
+            return tuple(a + tuple(x for x in b if x not in a) for a, b in zip(then, other))
+        if isinstance(stmt, (tirx.For, tirx.While)):
+            return self.walk(stmt.body, self.walk(stmt.body, state, span), span)
+        if not isinstance(stmt, (tirx.Evaluate, tirx.BufferStore)) and \
+                isinstance(getattr(stmt, "body", None), tirx.Stmt):
+            return self.walk(stmt.body, state, span)
+        return self.leaf(stmt, state, span)
+
+    def leaf(self, stmt, state, span):
+        loose, committed, barred = state
+        call = decode(stmt)
+        name = call.name if call is not None else None
+        if name == ops.CP_ASYNC.name:
+            dst = call.operands["dst"].args[0].source
+            return (*loose, (call, dst)), committed, barred
+        if name == ops.PTX_COMMIT_GROUP.name:
+            return (), committed + loose, barred
+        if name == ops.PTX_WAIT_GROUP.name:
+            return loose, (), barred
+        if name == ops.CP_ASYNC_BARRIER_NOINC.name:
+            return (), (), barred + committed + loose
+        if name == ops.WAIT_PARITY.name:
+            return loose, committed, ()
+        if self.error is None:
+            touched = buffers_in(stmt)
+            for copy, dst in (*loose, *committed, *barred):
+                if any(buf.same_as(dst) for buf in touched):
+                    what = f"T.{name}" if name is not None else "this statement"
+                    self.error = KernelError(
+                        f"{what} touches {dst.name!r} while the T.ptx_cp_async copy"
+                        f"{_where(copy.span)} into it may still be in flight: wait for it "
+                        "first with T.ptx_commit_group() then T.ptx_wait_group(0), or with "
+                        "T.cp_async_barrier_noinc and T.mbarrier_wait_parity",
+                        span_location(span))
+                    break
+        return state
 
 
 def issue_wgmma_groups():

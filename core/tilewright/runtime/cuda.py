@@ -108,7 +108,9 @@ class CubinFunction:
     launched in order) and ``workspaces`` (``name``, ``dtype`` and ``bytes``, an expression
     over the symbols: a buffer allocated for the call, passed to the blocks that name it as a
     ``workspace`` parameter). Called with every kernel parameter (inputs and outputs) in
-    kernel order. The module is loaded on first call, so building needs no GPU.
+    kernel order. The module is loaded on first call, so building needs no GPU. A kernel
+    description with ``cooperative`` (a kernel that synchronises its whole grid) is launched
+    with ``cuLaunchCooperativeKernel`` after checking that its grid fits on the GPU at once.
     """
 
     def __init__(self, cubin: bytes, launch: dict, source: str = ""):
@@ -165,7 +167,22 @@ class CubinFunction:
         for index, (kernel, fn, grid) in enumerate(zip(self.kernels, fns, self._grids)):
             grid = [g(symbols) for g in grid]
             if min(grid) > 0:  # else an empty problem: nothing to launch
+                if kernel.get("cooperative"):
+                    self._check_resident(kernel, fn, grid, device)
                 self._launch(index, kernel, fn, grid, args, symbols, spaces, stream)
+
+    def _check_resident(self, kernel: dict, fn, grid, device) -> None:
+        """Refuses a cooperative launch whose grid does not fit on the GPU at once."""
+        import torch
+
+        driver = _driver()
+        threads = kernel["block"][0] * kernel["block"][1] * kernel["block"][2]
+        per_sm = _check(driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(
+            fn, threads, int(kernel["dynamic_smem_bytes"])), "cuOccupancyMaxActiveBlocks")
+        sms = torch.cuda.get_device_properties(device).multi_processor_count
+        problem = cooperative_grid_error(kernel, grid, int(per_sm), sms)
+        if problem is not None:
+            raise RuntimeError(problem)
 
     def _launch(self, index: int, kernel: dict, fn, grid, args, symbols, spaces, stream):
         cluster = kernel.get("cluster_dims")
@@ -191,6 +208,11 @@ class CubinFunction:
                 types.append(_CTYPES[p["dtype"]])
         driver = _driver()
         bx, by, bz = kernel["block"]
+        if kernel.get("cooperative"):
+            _check(driver.cuLaunchCooperativeKernel(
+                fn, *grid, bx, by, bz, int(kernel["dynamic_smem_bytes"]), stream,
+                (tuple(values), tuple(types))), f"launching {kernel['entry']} cooperatively")
+            return
         _check(driver.cuLaunchKernel(fn, *grid, bx, by, bz, int(kernel["dynamic_smem_bytes"]),
                                      stream, (tuple(values), tuple(types)), 0),
                f"launching {kernel['entry']}")
@@ -217,6 +239,23 @@ class CubinFunction:
                  "source": ("kernel.cu", self.source.encode()), **(extra or {})}
         return write_bundle(path, "cubin", files, arch=self.launch.get("arch"),
                             entry=",".join(k["entry"] for k in self.kernels))
+
+
+def cooperative_grid_error(kernel: dict, grid, per_sm: int, sms: int) -> str | None:
+    """Why a cooperative launch of ``kernel`` on ``grid`` cannot run (every block must be
+    resident at once: at most ``per_sm`` blocks on each of ``sms`` multiprocessors), None when
+    it can."""
+    blocks = grid[0] * grid[1] * grid[2]
+    limit = per_sm * sms
+    if blocks <= limit:
+        return None
+    threads = kernel["block"][0] * kernel["block"][1] * kernel["block"][2]
+    return (f"{kernel['entry']} synchronises its whole grid (T.sync_grid), so every block must "
+            f"be resident at once (a cooperative launch); grid {list(grid)} is {blocks} blocks, "
+            f"but this GPU holds at most {limit} ({per_sm} per multiprocessor x {sms} "
+            f"multiprocessors, with {threads} threads and {kernel['dynamic_smem_bytes']} bytes "
+            f"of dynamic shared memory per block): launch at most {limit} blocks and loop over "
+            "the work inside the kernel (T.Persistent)")
 
 
 _ENTRY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,1023}$")
@@ -293,6 +332,9 @@ def _check_kernel(kernel: dict, symbols: dict, spaces: int, expect, expression) 
     cluster = kernel.get("cluster_dims")
     expect(cluster is None or isinstance(cluster, list) and len(cluster) == 3 and
            all(_int(c, 1, 16) for c in cluster), f"cluster_dims {cluster!r}")
+    cooperative = kernel.get("cooperative", False)
+    expect(isinstance(cooperative, bool) and not (cooperative and cluster),
+           f"cooperative {cooperative!r} (a bool; cooperative launches have no clusters)")
     params = kernel.get("params")
     expect(isinstance(params, list) and len(params) <= 1024, "params")
     for p in params:
