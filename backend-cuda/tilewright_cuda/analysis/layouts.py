@@ -218,10 +218,12 @@ def _nest_partners(func, frag, chosen) -> list | None:
 
 
 def swizzled(func, arch, threads, in_registers) -> dict:
-    """Shared tiles (and fragments kept in shared memory) that get the swizzled layout: 2-D,
-    and either read whole as A or B by at least one gemm (or T.gemm_sp) taking a tensor-core
-    path (1- or 2-byte elements, ``layout.SWIZZLE_DTYPES``), never in part by such a gemm (its
-    ldmatrix addressing and wgmma's descriptors need the whole tile), or float16/bfloat16
+    """Shared tiles (and fragments kept in shared memory) that get the swizzled layout: 2-D
+    (or ``[stages, rows, columns]``), and either read as A or B by at least one gemm (or
+    T.gemm_sp) taking a tensor-core path (1- or 2-byte elements, ``layout.SWIZZLE_DTYPES``),
+    each such read of the whole tile or of a part starting on a swizzle atom
+    (``gemm_fit.atom_misfit``: a K half, one stage; ldmatrix addressing and wgmma's descriptors
+    read the part from its first element as they read a whole tile), or float16/bfloat16
     written whole from an accumulator in registers (an epilogue tile: a warp's pair stores then
     cover eight rows in eight distinct bank groups instead of one). Every other access is
     rewritten element by element in place_memory; pointer accesses (16-byte copies, pair
@@ -240,14 +242,16 @@ def swizzled(func, arch, threads, in_registers) -> dict:
                 gemm_fit.mma_misfit(call, arch, threads) is not None:
             continue
         for op in ("A", "B"):
-            buf = call.operands[op].buffer
+            region = call.operands[op]
+            buf = region.buffer
             if layout.memory(buf) in ("shared", "shared.dyn", FRAGMENT) and \
-                    buf not in in_registers and len(buf.shape) == 2:
-                whole[buf] = whole.get(buf, True) and full(call.operands[op])
+                    buf not in in_registers and len(buf.shape) in (2, 3):
+                whole[buf] = whole.get(buf, True) and (
+                    full(region) or gemm_fit.atom_misfit(region, op) is None)
     chosen = {}
     for buf, ok in whole.items():
         shape = [int(e.value) if isinstance(e, tirx.IntImm) else None for e in buf.shape]
-        found = layout.params(*shape, str(buf.dtype)) if ok and None not in shape else None
+        found = layout.params(*shape[-2:], str(buf.dtype)) if ok and None not in shape else None
         if found is not None:
             chosen[buf] = layout.Swizzled(*found)
     return chosen
