@@ -188,3 +188,64 @@ def test_part_off_the_swizzle_atom_is_refused_at_the_users_line():
     message = str(info.value)
     assert "not a multiple of the 64-column (128-byte) block of its swizzle" in message
     assert "test_cuda_wgmma_slices.py" in message
+
+
+def clear_on_first_k(unrolled=False):
+    """C starts at 7 and is cleared by the first k step's wgmma alone (``clear_accum=k ==
+    0``, the scale-d predicate): C = A @ B^T over K = 256. ``unrolled``: TileLang's FlashMLA
+    form, the K slices ``[:, j * 64:(j + 1) * 64]`` of whole tiles in a ``T.unroll`` loop."""
+
+    @T.prim_func
+    def main(A: T.Tensor((64, 256), "float16"), B: T.Tensor((64, 256), "float16"),
+             C: T.Tensor((64, 64), "float32")):
+        with T.Kernel(1, threads=128):
+            C_l = T.alloc_fragment((64, 64), "float32")
+            T.fill(C_l, 7.0)
+            if unrolled:
+                A_s = T.alloc_shared((64, 256), "float16")
+                B_s = T.alloc_shared((64, 256), "float16")
+                T.copy(A, A_s)
+                T.copy(B, B_s)
+                for j in T.unroll(4):
+                    T.wgmma_gemm(A_s[:, j * 64:(j + 1) * 64], B_s[:, j * 64:(j + 1) * 64], C_l,
+                                 transpose_B=True, clear_accum=(j == 0))
+                T.wait_wgmma(0)
+            else:
+                A_s = T.alloc_shared((64, 64), "float16")
+                B_s = T.alloc_shared((64, 64), "float16")
+                for k in T.serial(4):
+                    T.copy(A[0, k * 64], A_s)
+                    T.copy(B[0, k * 64], B_s)
+                    T.wgmma_gemm(A_s, B_s, C_l, transpose_B=True, clear_accum=(k == 0))
+                    T.wait_wgmma(0)
+            T.copy(C_l, C)
+
+    return main
+
+
+@pytest.mark.parametrize("unrolled", [False, True])
+def test_run_time_clear_accum_is_the_scale_d_predicate(unrolled):
+    text = _kernel(tilewright.lower(clear_on_first_k(unrolled), TARGET).source.text)
+    scale_d = [c.rsplit(", ", 1)[1] for c in re.findall(r"tw_gemm_wgmma<[^>]*>\((.*)\);", text)]
+    # unrolled here, the predicate of each copy is a constant: 0 for j = 0 alone
+    assert scale_d == (["0", "1", "1", "1"] if unrolled else ["((k == 0) ? 0 : 1)"]), scale_d
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize("unrolled", [False, True])
+def test_run_time_clear_accum_matches_torch_in_emulation(unrolled, tmp_path):
+    torch.manual_seed(0)
+    a, b = torch.randn(64, 256).half(), torch.randn(64, 256).half()
+    c = torch.full((64, 64), float("nan"))
+    lowered = tilewright.lower(clear_on_first_k(unrolled), TARGET)
+    hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, a, b, c)
+    torch.testing.assert_close(c, a.float() @ b.float().t(), rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.nvrtc
+@pytest.mark.sass
+def test_run_time_clear_accum_builds_to_hgmma():
+    text = tilewright.lower(clear_on_first_k(), TARGET).source.text
+    cubin, log = executor.nvrtc_compile(text, arch.get("sm_90a"), ".")
+    assert "HGMMA.64x64x16.F32" in sass.dump(cubin)
+    assert "0 bytes spill stores" in log
