@@ -47,13 +47,14 @@ def _maps(launch) -> list:
 def test_descriptors_are_deduplicated_and_passed_with_the_launch():
     text, launch = _lower(tma_gemm())
     maps = _maps(launch)
-    # A and B: one descriptor each, shared by every stage and iteration
+    # A and B: one descriptor each, shared by every stage and iteration; the stages the gemm
+    # reads ([s, :, :]) are swizzled, so B's 128 columns are two boxes of one 128-byte block
     assert [(m["tensor"], m["box"], m["swizzle"]) for m in maps] == \
-        [("A", [64, 128], 0), ("B", [128, 64], 0)]
+        [("A", [64, 128], 128), ("B", [64, 64], 128)]
     assert [m["param"] for m in maps] == [0, 1]
     kernel = _kernel(text)
     assert kernel.count("const __grid_constant__ tw_tensormap tw_tmap_1") == 2  # proto + def
-    assert kernel.count("tw_tma_load_2d(") == 2 and "TW_TMAP(0)" in kernel
+    assert kernel.count("tw_tma_load_2d(") == 3 and "TW_TMAP(0)" in kernel
     # the load raises the expected bytes of the stage's full barrier, from one thread
     assert "tw_mbar_expect_tx(" in kernel and "(uint)16384" in kernel
     assert "if (((int)threadIdx.x) == 0)" in kernel
@@ -289,7 +290,7 @@ def _sass(func) -> tuple[str, bytes, str]:
 @pytest.mark.sass
 def test_tma_pipeline_sass_has_tma_loads_and_mbarriers():
     code, _, log = _sass(tma_gemm())
-    assert code.count("UTMALDG.2D") == 2
+    assert code.count("UTMALDG.2D") == 3  # A, and B's two column blocks
     assert "SYNCS.ARRIVE.TRANS64" in code and "SYNCS.PHASECHK.TRANS64.TRYWAIT" in code
     assert "SYNCS.EXCH.64" in code  # mbarrier.init
     assert "0 bytes spill stores" in log

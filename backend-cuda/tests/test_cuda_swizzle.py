@@ -163,9 +163,11 @@ def test_an_epilogue_tile_written_from_the_accumulator_is_swizzled(arch, scale, 
     torch.testing.assert_close(c.double(), ref, rtol=1e-2, atol=8e-2)
 
 
-def test_an_epilogue_tile_read_in_part_by_a_gemm_is_not_swizzled():
-    # the tile is also an operand the mma.sync gemm reads only in part: ldmatrix addressing
-    # needs it whole, so it keeps the row-major layout
+def test_an_epilogue_tile_read_in_part_off_the_swizzle_atom_is_not_swizzled():
+    # the tile is also an operand the mma.sync gemm reads in part from column 32, inside a
+    # 64-column block: ldmatrix addressing reads a part from its first element only where it
+    # starts on a swizzle atom (gemm_fit.atom_misfit), so it keeps the row-major layout; A_s,
+    # read in part from column 0, is swizzled
     @T.prim_func
     def main(A: T.Tensor((64, 64), "float16"), C: T.Tensor((64, 32), "float32")):
         with T.Kernel(1, threads=128) as _:
@@ -179,7 +181,7 @@ def test_an_epilogue_tile_read_in_part_by_a_gemm_is_not_swizzled():
             T.copy(acc, S)
             T.clear(out)
             T.gemm(S, A_s[:, 0:32], out)
-            T.gemm(A_s[:, 0:32], S[0:32, 0:32], out)
+            T.gemm(A_s[:, 0:32], S[0:32, 32:64], out)
             T.copy(out, C)
 
-    assert "S" not in _layouts(main)[0]
+    assert "S" not in _layouts(main)[0] and "A_s" in _layouts(main)[0]

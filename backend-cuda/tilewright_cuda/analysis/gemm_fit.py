@@ -13,10 +13,12 @@ from dataclasses import dataclass
 
 from tilewright.ir import TileOpCall, matrix_dims
 from tilewright.transform.lowering_utils import non_unit
+from tvm import sym as arith
+from tvm import tirx
 
 from .. import layout
 from ..keys import WARP, WARPGROUP
-from .ir import const
+from .ir import const, full
 
 
 @dataclass(frozen=True)
@@ -137,9 +139,48 @@ def forms_on(arch) -> str:
 
 
 def leading_dim(region) -> int | None:
-    """The constant row length of a region's 2-D buffer, else None."""
+    """The constant row length of a region's buffer when the region is a 2-D tile of it: of a
+    2-D buffer, or of one stage ``[s, :, :]`` of a ``[P, R, C]`` one; else None."""
     shape = region.buffer.shape
-    return const(shape[-1]) if len(shape) == 2 else None
+    if len(shape) == 2 or (len(shape) == 3 and const(region.extents[0]) == 1):
+        return const(shape[-1])
+    return None
+
+
+def atom_misfit(region, name: str) -> str | None:
+    """Why the tile of a gemm operand ``region`` (named ``name``) that does not cover its
+    buffer cannot be read from its first element as a swizzled tile by a wgmma descriptor or
+    ``ldmatrix`` (the contract of ``layout.py``), or None. Such a region must start on a
+    swizzle atom, 8 rows of one W-byte column block: its rows at a multiple of 8, its columns
+    at a multiple of the column block (a K or N offset that moves the descriptor's start by
+    whole blocks), a stage index of a ``[P, R, C]`` buffer anywhere (a whole-tile offset, R a
+    multiple of 8). There the swizzled address of its first element is the unswizzled one,
+    and the tile from there is laid out as the whole tile is."""
+    buf = region.buffer
+    shape = [const(e) for e in buf.shape]
+    what = f"{name} reads part of {buf.name!r}"
+    if leading_dim(region) is None or None in shape:
+        return f"{what} that is not a 2-D tile of a 2-D buffer or of one stage of a " \
+               "[stages, rows, columns] one with a constant shape"
+    found = layout.params(shape[-2], shape[-1], str(buf.dtype))
+    if found is None:
+        return f"{what}, whose {shape[-2]} x {shape[-1]} {buf.dtype} tile has no swizzled " \
+               "layout (rows of 1- or 2-byte elements, a multiple of 128 bytes or shorter)"
+    width = found[0]
+    block = width // layout.SWIZZLE_DTYPES[str(buf.dtype)]
+    analyzer = arith.Analyzer()
+    *stage, row, col = region.starts
+    if not analyzer.can_prove(tirx.floormod(col, block) == 0):
+        return f"{what} from column {col}, not a multiple of the {block}-column ({width}-byte) " \
+               "block of its swizzle: a wgmma descriptor starts on a swizzle atom (8 rows of " \
+               "one column block); slice K (or N) at multiples of that block"
+    if not analyzer.can_prove(tirx.floormod(row, 8) == 0):
+        return f"{what} from row {row}, not a multiple of 8: a wgmma descriptor starts on a " \
+               "swizzle atom (8 rows of one column block)"
+    if stage and shape[-2] % 8 and not analyzer.can_prove(stage[0] == 0):
+        return f"{what} at stage {stage[0]} of tiles of {shape[-2]} rows, not a multiple of " \
+               "8: a stage would not start on a swizzle atom"
+    return None
 
 
 def mma_misfit(call: TileOpCall, arch, threads: int) -> str | None:
@@ -305,10 +346,12 @@ def wgmma_shape_misfit(call: TileOpCall, arch, threads: int, a_in_registers: boo
         return f"B must be stored [N, K] (transpose_B=True): the {form.ptx} wgmma reads " \
                "8-bit operands K-major only"
     for name, region in ((("B", b),) if a_in_registers else (("A", a), ("B", b))):
-        if layout.swizzle_of(region.buffer) is None or len(region.buffer.shape) != 2:
-            return f"{name} is not a swizzled 2-D shared tile (layout.Swizzled)"
-        if not all(const(s) == 0 for s in region.starts):
-            return f"{name} is read in part"
+        part = None if full(region) else atom_misfit(region, name)
+        if part is not None:
+            return part
+        if layout.swizzle_of(region.buffer) is None or leading_dim(region) is None:
+            return f"{name} is not a swizzled 2-D shared tile (layout.Swizzled) nor one stage " \
+                   "of a swizzled [stages, rows, columns] one"
     if a_in_registers and (not all(const(s) == 0 for s in a.starts) or [
             const(e) for e in a.extents] != [const(e) for e in a.buffer.shape]):
         return "A is read in part"

@@ -148,9 +148,13 @@ def accumulators(func, arch, threads) -> dict:
                            len(b.shape) == 2))
     allowed, regions, fed = {f: True for f in frags}, {f: 0 for f in frags}, set()
     rows = set()
+    runners = {}  # fragment -> the threads of the gemms that write it (a T.ws role's)
     for call, op, region in _operands(func, frags):
         buf = region.buffer
         regions[buf] += 1
+        running = threads_running(func, call, threads)
+        if call.name in ("gemm", "gemm_sp") and op.name == "C":
+            runners.setdefault(buf, set()).add(running)
         reduced = call.name in REDUCE_OPS and op.name == "src" and \
             int(call.attrs["dim"]) in (1, -1) and len(call.operands["dst"].extents) == 1 \
             and layout.memory(call.operands["dst"].buffer) in ("shared", "shared.dyn", FRAGMENT)
@@ -160,7 +164,7 @@ def accumulators(func, arch, threads) -> dict:
             (call.name == "copy" and op.name == "dst" and
              layout.memory(call.operands["src"].buffer) in TILE_SOURCES) or reduced or
             (call.name in ("gemm", "gemm_sp") and op.name == "C" and
-             gemm_fit.mma_misfit(call, arch, threads) is None))
+             gemm_fit.mma_misfit(call, arch, running) is None))
         allowed[buf] = allowed[buf] and fits
         if reduced:
             rows.add(buf)
@@ -174,9 +178,10 @@ def accumulators(func, arch, threads) -> dict:
         if not (allowed[f] and f in fed and not bad and uses[f] == regions[f] + good):
             continue
         acc = layout.Accumulator("rows" if f in rows or good > 0 else "square")
-        if f not in rows and layout.accumulator_grid(f.shape, acc, threads) is None:
+        own = runners[f].pop() if len(runners.get(f, ())) == 1 else threads
+        if f not in rows and layout.accumulator_grid(f.shape, acc, own) is None:
             acc = layout.Accumulator("square")  # too few rows for a warp column each
-        if layout.accumulator_grid(f.shape, acc, threads) is not None:
+        if layout.accumulator_grid(f.shape, acc, own) is not None:
             chosen[f] = acc
     for f in frags:  # companions: fed by no gemm, only ever combined with an accumulator
         good, bad = elementwise[f]
@@ -218,12 +223,15 @@ def _nest_partners(func, frag, chosen) -> list | None:
 
 
 def swizzled(func, arch, threads, in_registers) -> dict:
-    """Shared tiles (and fragments kept in shared memory) that get the swizzled layout: 2-D,
-    and either read whole as A or B by at least one gemm (or T.gemm_sp) taking a tensor-core
-    path (1- or 2-byte elements, ``layout.SWIZZLE_DTYPES``), never in part by such a gemm (its
-    ldmatrix addressing and wgmma's descriptors need the whole tile), or float16/bfloat16
-    written whole from an accumulator in registers (an epilogue tile: a warp's pair stores then
-    cover eight rows in eight distinct bank groups instead of one). Every other access is
+    """Shared tiles (and fragments kept in shared memory) that get the swizzled layout: 2-D
+    (or ``[stages, rows, columns]``), and either read as A or B by at least one gemm (or
+    T.gemm_sp) taking a tensor-core path (1- or 2-byte elements, ``layout.SWIZZLE_DTYPES``),
+    each such read of the whole tile or of a part starting on a swizzle atom
+    (``gemm_fit.atom_misfit``: a K half, one stage; ldmatrix addressing and wgmma's descriptors
+    read the part from its first element as they read a whole tile), or float16/bfloat16
+    written whole (or in parts starting on a swizzle atom) from an accumulator in registers (an
+    epilogue tile: a warp's pair stores then cover eight rows in eight distinct bank groups
+    instead of one). Every other access is
     rewritten element by element in place_memory; pointer accesses (16-byte copies, pair
     stores) keep whole 16-byte chunks, which the swizzle never splits. Maps each to its
     :class:`~tilewright_cuda.layout.Swizzled`."""
@@ -234,20 +242,23 @@ def swizzled(func, arch, threads, in_registers) -> dict:
             if layout.memory(dst.buffer) in ("shared", "shared.dyn") and \
                     len(dst.buffer.shape) == 2 and \
                     layout.SWIZZLE_DTYPES.get(str(dst.buffer.dtype)) == 2:
-                whole[dst.buffer] = whole.get(dst.buffer, True) and full(dst)
+                whole[dst.buffer] = whole.get(dst.buffer, True) and (
+                    full(dst) or gemm_fit.atom_misfit(dst, "the copy") is None)
             continue
-        if call.name not in ("gemm", "gemm_sp") or \
-                gemm_fit.mma_misfit(call, arch, threads) is not None:
+        if call.name not in ("gemm", "gemm_sp") or gemm_fit.mma_misfit(
+                call, arch, threads_running(func, call, threads)) is not None:
             continue
         for op in ("A", "B"):
-            buf = call.operands[op].buffer
+            region = call.operands[op]
+            buf = region.buffer
             if layout.memory(buf) in ("shared", "shared.dyn", FRAGMENT) and \
-                    buf not in in_registers and len(buf.shape) == 2:
-                whole[buf] = whole.get(buf, True) and full(call.operands[op])
+                    buf not in in_registers and len(buf.shape) in (2, 3):
+                whole[buf] = whole.get(buf, True) and (
+                    full(region) or gemm_fit.atom_misfit(region, op) is None)
     chosen = {}
     for buf, ok in whole.items():
         shape = [int(e.value) if isinstance(e, tirx.IntImm) else None for e in buf.shape]
-        found = layout.params(*shape, str(buf.dtype)) if ok and None not in shape else None
+        found = layout.params(*shape[-2:], str(buf.dtype)) if ok and None not in shape else None
         if found is not None:
             chosen[buf] = layout.Swizzled(*found)
     return chosen

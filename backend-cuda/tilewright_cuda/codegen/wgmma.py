@@ -2,7 +2,8 @@
 and one specialisation of ``tw_wgmma_step<NC, TY, B_MN>`` (or the register-A
 ``tw_wgmma_step_rs``, or the 2:4 sparse ``tw_wgmma_step_sp``) per instruction shape and
 operand type the kernel's gemms use: the ``wgmma.mma_async`` inline assembly, whose operand
-list depends on N and whose K and transpose operands on the type (``TYPES``)."""
+list depends on N and whose K and transpose operands on the type (``TYPES``); each takes the
+scale-d predicate as a run-time operand (0: the instruction's D is A B alone)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ _GEMM = re.compile(r"tw_gemm_wgmma(_rs|_sp)?<\d+, \d+, (\d+), (TW_WGMMA_\w+), (t
 def _signature(name: str, nc: int, ty: str, b_mn: bool, a_param: str, more: str = "") -> str:
     acc = _ACCUMULATORS[TYPES[ty][2]][0]
     return (f"template <> __device__ inline void {name}<{nc}, {ty}, {str(b_mn).lower()}>("
-            f"{acc}* d, {a_param}, unsigned long long db{more}) {{\n")
+            f"{acc}* d, {a_param}, unsigned long long db{more}, int scale_d) {{\n")
 
 
 def _operands(ty: str, regs: int) -> str:
@@ -34,7 +35,8 @@ def _operands(ty: str, regs: int) -> str:
 
 
 def instruction(nc: int, ty: str, b_mn: bool) -> str:
-    """The device specialisation of ``tw_wgmma_step<NC, TY, B_MN>``: one wgmma."""
+    """The device specialisation of ``tw_wgmma_step<NC, TY, B_MN>``: one wgmma, D = A B + D,
+    or D = A B where ``scale_d`` is 0 (the scale-d predicate)."""
     regs = nc // 2
     kind, k, dtype = TYPES[ty]
     outs = ", ".join(f"%{i}" for i in range(regs))
@@ -45,7 +47,7 @@ def instruction(nc: int, ty: str, b_mn: bool) -> str:
             f'  asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{regs + 2}, 0;\\n"\n'
             f'    "wgmma.mma_async.sync.aligned.m64n{nc}k{k}.{dtype}.{kind}.{kind} {{{outs}}}, '
             f'%{regs}, %{regs + 1}, p{extra};\\n}}\\n"\n'
-            f'    : {operands}\n    : "l"(da), "l"(db), "r"(1));\n}}\n')
+            f'    : {operands}\n    : "l"(da), "l"(db), "r"(scale_d));\n}}\n')
 
 
 def instruction_rs(nc: int, ty: str, b_mn: bool) -> str:
@@ -61,7 +63,7 @@ def instruction_rs(nc: int, ty: str, b_mn: bool) -> str:
             f'    "wgmma.mma_async.sync.aligned.m64n{nc}k{k}.{dtype}.{kind}.{kind} {{{outs}}}, '
             f'{{{a_regs}}}, %{regs + 4}, p, 1, 1, {int(b_mn)};\\n}}\\n"\n'
             f'    : {operands}\n    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), '
-            f'"r"(1));\n}}\n')
+            f'"r"(scale_d));\n}}\n')
 
 
 def instruction_sp(nc: int, ty: str, b_mn: bool) -> str:
@@ -76,7 +78,7 @@ def instruction_sp(nc: int, ty: str, b_mn: bool) -> str:
             f'  asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{regs + 3}, 0;\\n"\n'
             f'    "wgmma.mma_async.sp.sync.aligned.m64n{nc}k32.{dtype}.{kind}.{kind} {{{outs}}}, '
             f'%{regs}, %{regs + 1}, %{regs + 2}, 0, p, 1, 1, 0, {int(b_mn)};\\n}}\\n"\n'
-            f'    : {_operands(ty, regs)}\n    : "l"(da), "l"(db), "r"(e), "r"(1));\n}}\n')
+            f'    : {_operands(ty, regs)}\n    : "l"(da), "l"(db), "r"(e), "r"(scale_d));\n}}\n')
 
 
 # the gemm loop's suffix -> its instruction specialisation

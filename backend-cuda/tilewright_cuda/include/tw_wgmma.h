@@ -11,6 +11,8 @@
 // committed group; the caller retires it with tw_wgmma_wait<N>() before reading acc: A is
 // [RA, K] (K-major), B is [RB = K, N] (MN-major, B_MN: 16-bit types only, the 8-bit forms have
 // no transpose) or [RB = N, K] (K-major); WA, WB are the tiles' column-block widths in bytes.
+// scale_d 0 (a run-time clear_accum) makes the first k step of each N chunk D = A B, dropping
+// what acc held (the instruction's scale-d predicate); 1 accumulates.
 // acc holds NC / 2 accumulators per N chunk in the PTX m64nNk16 D layout (m64nNk32's is the same),
 // which is the (warps x 1) warp grid of the "local.mma_acc" layout.
 // Descriptor: start >> 4 (bits 0-13), leading byte offset >> 4 (16-29), stride byte offset
@@ -64,15 +66,16 @@ __host__ __device__ inline unsigned long long tw_wgmma_b_desc(unsigned b0, int k
 }
 
 // one wgmma of type TY over NC columns (the m64nNCk16 or m64nNCk32 step)
+// (scale_d: the instruction's scale-d predicate, 0 for D = A B, else D = A B + D)
 template <int NC, int TY, bool B_MN>
 __device__ inline void tw_wgmma_step(typename tw_wgmma_acc<TY>::type* d, unsigned long long da,
-                                     unsigned long long db);
+                                     unsigned long long db, int scale_d);
 template <int NC, int TY, bool B_MN>
 __device__ inline void tw_wgmma_step_rs(typename tw_wgmma_acc<TY>::type* d, const unsigned* a,
-                                        unsigned long long db);
+                                        unsigned long long db, int scale_d);
 template <int NC, int TY, bool B_MN>
 __device__ inline void tw_wgmma_step_sp(float* d, unsigned long long da, unsigned long long db,
-                                        unsigned e);
+                                        unsigned e, int scale_d);
 
 #ifndef TW_HOST_EMULATION
 __device__ __forceinline__ void tw_wgmma_fence() {
@@ -123,6 +126,7 @@ struct tw_wgmma_op {
   int nc, ty;
   bool b_mn;
   std::vector<float> issued;
+  int scale_d = 1;                 // 0: the products replace the accumulators at retirement
   bool sparse = false;             // wgmma.sp: A holds kept values, meta picks their k
   unsigned meta[2] = {};           // ... for the thread's rows g and g + 8 of its warp
   const unsigned* regs = nullptr;  // register-A form: this thread's four A registers
@@ -156,8 +160,9 @@ thread_local std::vector<tw_wgmma_op> tw_wgmma_open;               // issued, no
 thread_local std::vector<std::vector<tw_wgmma_op>> tw_wgmma_groups;  // committed, in flight
 template <int NC, int TY, bool B_MN>
 inline void tw_wgmma_step(typename tw_wgmma_acc<TY>::type* d, unsigned long long da,
-                          unsigned long long db) {
+                          unsigned long long db, int scale_d) {
   tw_wgmma_op op{d, da, db, NC, TY, B_MN, {}};
+  op.scale_d = scale_d;
   op.issued = tw_wgmma_products(op);
   tw_wgmma_open.push_back(std::move(op));
 }
@@ -176,8 +181,9 @@ inline std::barrier<>& tw_wgmma_warp_barrier() {
 }
 template <int NC, int TY, bool B_MN>
 inline void tw_wgmma_step_rs(typename tw_wgmma_acc<TY>::type* d, const unsigned* a,
-                             unsigned long long db) {
+                             unsigned long long db, int scale_d) {
   tw_wgmma_op op{d, 0, db, NC, TY, B_MN, {}};
+  op.scale_d = scale_d;
   op.regs = a;
   unsigned t = tw_slot_base + threadIdx.x, quad = t / 4 * 4;
   for (int r = 0; r < 4; ++r) op.held[r] = tw_wgmma_a_exchange[t][r] = a[r];
@@ -196,8 +202,9 @@ inline void tw_wgmma_step_rs(typename tw_wgmma_acc<TY>::type* d, const unsigned*
 // holding k 16 h .. 16 h + 15), through memory between two barriers of its warp.
 template <int NC, int TY, bool B_MN>
 inline void tw_wgmma_step_sp(float* d, unsigned long long da, unsigned long long db,
-                             unsigned e) {
+                             unsigned e, int scale_d) {
   tw_wgmma_op op{d, da, db, NC, TY, B_MN, {}};
+  op.scale_d = scale_d;
   op.sparse = true;
   unsigned t = tw_slot_base + threadIdx.x, quad = t / 4 * 4;
   tw_wgmma_a_exchange[t][0] = e;
@@ -233,10 +240,13 @@ inline void tw_wgmma_wait() {
         __trap();
       }
       for (size_t i = 0; i < now.size(); ++i) {
-        if (op.ty == TW_WGMMA_S8)
-          static_cast<int*>(op.d)[i] += (int)now[i];
-        else
-          static_cast<float*>(op.d)[i] += now[i];
+        if (op.ty == TW_WGMMA_S8) {
+          int* d = static_cast<int*>(op.d);
+          d[i] = (op.scale_d ? d[i] : 0) + (int)now[i];
+        } else {
+          float* d = static_cast<float*>(op.d);
+          d[i] = (op.scale_d ? d[i] : 0.f) + now[i];
+        }
       }
     }
     tw_wgmma_groups.erase(tw_wgmma_groups.begin());
@@ -246,7 +256,8 @@ inline void tw_wgmma_wait() {
 
 template <int N, int K, int NC, int TY, bool B_MN, int RA, int WA, int RB, int WB>
 __device__ __forceinline__ void tw_gemm_wgmma(const void* A, const void* B,
-                                              typename tw_wgmma_acc<TY>::type* acc, int wg) {
+                                              typename tw_wgmma_acc<TY>::type* acc, int wg,
+                                              int scale_d = 1) {
   constexpr int EB = tw_wgmma_bytes(TY), KS = 32 / EB;  // a step is 32 bytes of K
   static_assert(!B_MN || EB == 2, "the 8-bit wgmma forms read B K-major only");
   const unsigned a0 = tw_smem_u32(A), b0 = tw_smem_u32(B);
@@ -258,7 +269,7 @@ __device__ __forceinline__ void tw_gemm_wgmma(const void* A, const void* B,
 #pragma unroll
     for (int n0 = 0; n0 < N; n0 += NC) {
       const unsigned long long db = tw_wgmma_b_desc<B_MN, RB, WB, EB>(b0, k0, n0);
-      tw_wgmma_step<NC, TY, B_MN>(acc + n0 / 2, da, db);
+      tw_wgmma_step<NC, TY, B_MN>(acc + n0 / 2, da, db, k0 == 0 ? scale_d : 1);
     }
   }
   tw_wgmma_commit();  // the gemm's own tw_wgmma_wait<0> (or <1> when pipelined) follows
@@ -267,7 +278,7 @@ __device__ __forceinline__ void tw_gemm_wgmma(const void* A, const void* B,
 // each row) and this warp's metadata register, then one wgmma.sp per N chunk.
 template <int N, int K, int NC, int TY, bool B_MN, int RA, int WA, int RB, int WB, int LDE>
 __device__ __forceinline__ void tw_gemm_wgmma_sp(const void* A, const void* B, float* acc, int wg,
-                                                 const void* E) {
+                                                 const void* E, int scale_d = 1) {
   static_assert(tw_wgmma_bytes(TY) == 2, "sparse wgmma is lowered for 16-bit operands only");
   const unsigned a0 = tw_smem_u32(A), b0 = tw_smem_u32(B);
   const int rows = 64 * wg + 16 * (threadIdx.x / 32 % 4);
@@ -280,7 +291,7 @@ __device__ __forceinline__ void tw_gemm_wgmma_sp(const void* A, const void* B, f
 #pragma unroll
     for (int n0 = 0; n0 < N; n0 += NC) {
       const unsigned long long db = tw_wgmma_b_desc<B_MN, RB, WB, 2>(b0, k0, n0);
-      tw_wgmma_step_sp<NC, TY, B_MN>(acc + n0 / 2, da, db, e);
+      tw_wgmma_step_sp<NC, TY, B_MN>(acc + n0 / 2, da, db, e, k0 == 0 ? scale_d : 1);
     }
   }
   tw_wgmma_commit();
@@ -289,7 +300,8 @@ __device__ __forceinline__ void tw_gemm_wgmma_sp(const void* A, const void* B, f
 // orders the ordinary instructions that wrote A (the convert) and acc before the wgmma reads.
 template <int N, int K, int NC, int TY, bool B_MN, int RB, int WB, class T>
 __device__ __forceinline__ void tw_gemm_wgmma_rs(const T* A, const void* B,
-                                                 typename tw_wgmma_acc<TY>::type* acc, int wg) {
+                                                 typename tw_wgmma_acc<TY>::type* acc, int wg,
+                                                 int scale_d = 1) {
   static_assert(sizeof(T) == 2 && tw_wgmma_bytes(TY) == 2,
                 "wgmma register A holds 16-bit elements");
   const unsigned* a = reinterpret_cast<const unsigned*>(A);
@@ -300,7 +312,7 @@ __device__ __forceinline__ void tw_gemm_wgmma_rs(const T* A, const void* B,
 #pragma unroll
     for (int n0 = 0; n0 < N; n0 += NC) {
       const unsigned long long db = tw_wgmma_b_desc<B_MN, RB, WB, 2>(b0, k0, n0);
-      tw_wgmma_step_rs<NC, TY, B_MN>(acc + n0 / 2, a + k0 / 4, db);
+      tw_wgmma_step_rs<NC, TY, B_MN>(acc + n0 / 2, a + k0 / 4, db, k0 == 0 ? scale_d : 1);
     }
   }
   tw_wgmma_commit();

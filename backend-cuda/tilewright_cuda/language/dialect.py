@@ -403,7 +403,9 @@ def wgmma_gemm(A, B, C, transpose_A=False, transpose_B=False, policy=None,  # no
     C a register accumulator in the wgmma layout ``T.gemm`` gives it on sm_90a. The call
     returns at once; :func:`wait_wgmma` retires the groups, and C (and a register A) may be
     touched only after that: the compiler refuses a kernel that does so sooner. A gemm that
-    does not fit wgmma is an error, not a slower form."""
+    does not fit wgmma is an error, not a slower form. ``clear_accum`` may be a condition
+    known at run time (``j == 0``): the group's first wgmma then takes it as its scale-d
+    predicate (D = A B instead of D = A B + D), so nothing touches C outside the group."""
     a, (a0, a1) = _gemm_matrix(A, "A")
     b, (b0, b1) = _gemm_matrix(B, "B")
     c, (c0, c1) = _gemm_matrix(C, "C")
@@ -412,11 +414,13 @@ def wgmma_gemm(A, B, C, transpose_A=False, transpose_B=False, policy=None,  # no
     if ka != kb or (m, n) != (c0, c1):
         raise error(f"T.wgmma_gemm shape mismatch: op(A) {a.buffer.name!r} is ({m}, {ka}), "
                     f"op(B) {b.buffer.name!r} ({kb}, {n}), C {c.buffer.name!r} ({c0}, {c1})")
-    if not isinstance(clear_accum, bool):
-        raise error(f"T.wgmma_gemm clear_accum must be a Python bool, got {clear_accum!r}: a "
-                    "condition known only at run time (j == 0 in a loop) would clear an "
-                    "accumulator the groups of earlier iterations may still hold; clear it with "
-                    "T.clear before the first group instead")
+    if not isinstance(clear_accum, bool):  # known at run time (j == 0): wgmma's scale-d
+        clear_accum = to_expr(clear_accum)
+        if str(clear_accum.ty) != "bool":
+            raise error(f"T.wgmma_gemm clear_accum must be a bool or a condition, got "
+                        f"{clear_accum!r} of type {clear_accum.ty}")
+        if isinstance(clear_accum, tirx.IntImm):
+            clear_accum = bool(clear_accum.value)
     name = getattr(policy, "value", policy) or "square"
     _emit(ops.WGMMA_GEMM.name, {"A": a, "B": b, "C": c},
           {"transpose_A": bool(transpose_A), "transpose_B": bool(transpose_B),

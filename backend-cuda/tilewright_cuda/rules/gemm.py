@@ -41,7 +41,7 @@ from tvm import tirx
 
 from .. import intrinsics, layout
 from ..analysis import gemm_fit
-from ..analysis.ir import const
+from ..analysis.ir import const, full
 from ..keys import WARP, WARPGROUP
 from .common import cast, fill_call, thread_var
 from .fill import lower_fill
@@ -82,7 +82,9 @@ def lower_gemm_wgmma(call: TileOpCall, ctx: RuleContext, wait: int = 0):
     their shared stores to the async proxy first (a barrier of the block or role). With A
     in registers only B's writers need that fence (``transforms.sync.drop_redundant_fences``
     removes it where nothing wrote B since an earlier one). A T.gemm_sp passes its metadata
-    rows last (``tw_gemm_wgmma_sp``: A holds the kept values, K counts dense columns)."""
+    rows last (``tw_gemm_wgmma_sp``: A holds the kept values, K counts dense columns). A
+    ``clear_accum`` known only at run time (``T.wgmma_gemm``'s) is passed as the scale-d
+    predicate of each N chunk's first wgmma (0: D = A B); a constant one zeroes C first."""
     a, b, c = (call.operands[k] for k in ("A", "B", "C"))
     tx, _ = thread_var(ctx)
     n, k = const(c.extents[1]), gemm_fit.dense_k(call)
@@ -90,14 +92,14 @@ def lower_gemm_wgmma(call: TileOpCall, ctx: RuleContext, wait: int = 0):
     b_mn = "true" if not call.attrs["transpose_B"] else "false"
     ty = gemm_fit.wgmma_form(call).code
     nc = gemm_fit.wgmma_chunk(n, width_b // layout.SWIZZLE_DTYPES[str(b.buffer.dtype)])
-    rows_b = const(b.buffer.shape[0])
+    rows_b = const(b.buffer.shape[-2])
     extra = []
     if layout.is_register_a(a.buffer):
         name = f"tw_gemm_wgmma_rs<{n}, {k}, {nc}, {ty}, {b_mn}, {rows_b}, {width_b}>"
-        a_arg = tirx.address_of(_origin(a.buffer))
+        a_arg = tirx.address_of(_origin(a))
     else:
         width_a, _ = layout.swizzle_of(a.buffer)
-        shape = f"{n}, {k}, {nc}, {ty}, {b_mn}, {const(a.buffer.shape[0])}, {width_a}, " \
+        shape = f"{n}, {k}, {nc}, {ty}, {b_mn}, {const(a.buffer.shape[-2])}, {width_a}, " \
                 f"{rows_b}, {width_b}"
         name = f"tw_gemm_wgmma<{shape}>"
         if call.name == "gemm_sp":
@@ -105,21 +107,27 @@ def lower_gemm_wgmma(call: TileOpCall, ctx: RuleContext, wait: int = 0):
             name = f"tw_gemm_wgmma_sp<{shape}, " \
                    f"{gemm_fit.leading_dim(e) * e.buffer.dtype.bits // 8}>"
             extra = [_ptr(e)]
-        a_arg = intrinsics.shared_addr(_origin(a.buffer))
+        a_arg = intrinsics.shared_addr(_origin(a))
+    clear = call.attrs["clear_accum"]
+    if not isinstance(clear, bool):  # known at run time: the first k step's scale-d
+        extra.append(tirx.Select(clear, tirx.const(0, "int32"), tirx.const(1, "int32")))
     gemm = tirx.Evaluate(tirx.call_extern(
-        "void", name, a_arg, intrinsics.shared_addr(_origin(b.buffer)),
-        tirx.address_of(_origin(c.buffer)), tirx.floordiv(tx, WARPGROUP), *extra))
+        "void", name, a_arg, intrinsics.shared_addr(_origin(b)),
+        tirx.address_of(_origin(c)), tirx.floordiv(tx, WARPGROUP), *extra))
     stmts = [intrinsics.fence_proxy_async(), intrinsics.sync(), gemm]
     if wait >= 0:
         stmts.append(intrinsics.wgmma_wait(wait))
-    if call.attrs["clear_accum"]:
+    if clear is True:
         stmts.insert(0, lower_fill(fill_call(c), ctx))
     return tirx.SeqStmt(stmts)
 
 
-def _origin(buffer):
-    zero = tirx.const(0, "int32")
-    return tirx.BufferLoad(buffer, [zero, zero])
+def _origin(region: Region):
+    """The first element of an operand: a swizzled tile read in part starts on a swizzle atom
+    (``gemm_fit.atom_misfit``), where its swizzled address is the unswizzled one the
+    descriptors (include/tw_wgmma.h) count from."""
+    return tirx.BufferLoad(region.buffer, [tirx.const(const(s), "int32") if const(s) is not None
+                                           else s for s in region.starts])
 
 
 def lower_gemm_mma(call: TileOpCall, ctx: RuleContext):
@@ -185,9 +193,9 @@ def _operand_layout(region: Region) -> str:
     """The C++ layout type (include/tw_mma.h) of a gemm operand tile in shared memory."""
     swizzled = layout.swizzle_of(region.buffer)
     if swizzled is not None:
-        if not all(const(s) == 0 for s in region.starts):
-            raise KernelError(f"gemm operand {region.buffer.name} is swizzled but the gemm "
-                              "reads only part of it")
+        part = None if full(region) else gemm_fit.atom_misfit(region, region.buffer.name)
+        if part is not None:
+            raise KernelError(f"the gemm cannot read its swizzled operand: {part}")
         size = layout.SWIZZLE_DTYPES[str(region.buffer.dtype)]
         return (f"tw::swizzled<{int(region.buffer.shape[-2])}, {swizzled[0]}, {swizzled[1]}"
                 f"{'' if size == 2 else f', {size}'}>")

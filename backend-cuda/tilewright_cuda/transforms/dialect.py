@@ -101,7 +101,9 @@ class _Groups:
         # another wgmma onto the same accumulator may be issued while it is in flight
         others = [_Group(g.call, [b for b in g.buffers if not any(b.same_as(x) for x in own)])
                   for g in held]
-        self.check(stmt, held if call.attrs["clear_accum"] else others, span)
+        # a constant clear_accum zeroes C before the group; a run-time one is the group's
+        # scale-d predicate (rules.gemm)
+        self.check(stmt, held if call.attrs["clear_accum"] is True else others, span)
         held = held + [_Group(call, own)]
         if wait >= 0:
             held = held[len(held) - wait:] if wait else []

@@ -32,7 +32,10 @@ class Operand:
 
 @dataclass(frozen=True)
 class Attr:
-    """A compile-time attribute of a tile op, with its Python type and default."""
+    """A compile-time attribute of a tile op, with its Python type and default. A ``bool``
+    attribute may instead hold a condition known only at run time (a boolean ``PrimExpr``)
+    where the op's frontend allows one (the CUDA dialect's ``T.wgmma_gemm(clear_accum=k ==
+    0)``); decoded, it is that expression instead of a Python bool."""
 
     name: str
     type: type
@@ -208,6 +211,8 @@ def registered_capabilities() -> frozenset[str]:
 
 def _encode_attr(attr: Attr, value: Any):
     if attr.type is bool:
+        if isinstance(value, tirx.PrimExpr) and not isinstance(value, tirx.IntImm):
+            return value  # a condition known at run time (see Attr)
         return tirx.IntImm("bool", bool(value))
     if attr.type is int:
         return tirx.IntImm("int32", int(value))
@@ -220,7 +225,7 @@ def _decode_attr(attr: Attr, value: Any):
     if attr.type is str:
         return str(value.value)
     if attr.type is bool:
-        return bool(value.value)
+        return bool(value.value) if isinstance(value, tirx.IntImm) else value
     return attr.type(value.value)
 
 
