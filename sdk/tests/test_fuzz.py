@@ -372,7 +372,7 @@ def test_gemm_kernels_are_generated_and_valid():
     program with each runs on the interpreter and agrees with itself; the tile shapes are
     those the tensor cores take; avoided, none is drawn and the tile programs' draws are
     those of before."""
-    from tilewright_sdk.fuzz.gemm import fuzz_programs, gemm_programs
+    from tilewright_sdk.fuzz.gemm import fuzz_plan, gemm_programs
 
     first = {}
 
@@ -411,4 +411,40 @@ def test_gemm_kernels_are_generated_and_valid():
         avoided()
         return out
 
-    assert sources(fuzz_programs(avoid={"gemm_kernel"})) == sources(programs())
+    ((_, tiles, count),) = fuzz_plan(20, avoid={"gemm_kernel"})
+    assert count == 20 and sources(tiles) == sources(programs())
+
+
+def _drawn(strategy, examples: int) -> list:
+    out = []
+
+    @settings(max_examples=examples, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    @hypothesis_seed(1)
+    @given(strategy)
+    def draw(program):
+        out.append(program)
+
+    draw()
+    return out
+
+
+def test_the_fuzzer_asks_for_kernels_at_their_odds():
+    """A quarter of the programs are GEMM and attention kernels, attention among them as
+    often as kernel_kinds has it (float16 and bfloat16 half the time), each part drawing only
+    its kind: counts, which Hypothesis's clumped draws cannot skew."""
+    from tilewright_sdk.fuzz.gemm import GemmProgram, fuzz_plan
+
+    plan = fuzz_plan(40)  # every operand dtype: 2 attention entries of 10
+    assert [(name, n) for name, _, n in plan] == [
+        ("tile programs", 30), ("GEMM kernels", 8), ("attention kernels", 2)]
+    assert [(name, n) for name, _, n in fuzz_plan(40, dtypes={"int8", "int32", "float32"})] \
+        == [("tile programs", 30), ("GEMM kernels", 10)]
+    assert [n for _, _, n in fuzz_plan(40, avoid={"attention"})] == [30, 10]
+    for name, strategy, _ in plan:
+        drawn = _drawn(strategy, 5)
+        if name == "tile programs":
+            assert not any(isinstance(program, GemmProgram) for program in drawn)
+        else:
+            assert {"attention" in program.features for program in drawn} == \
+                {name == "attention kernels"}

@@ -246,3 +246,70 @@ def test_a_value_read_at_run_time_and_bounded_on_one_side_is_not_bounded_statica
     c = kernel(index, a)
     flat = index - 256
     assert torch.equal(c, a[flat // 64, flat % 64])
+
+
+# -- indices non-linear in loops whose ranges depend on enclosing loops -----------------------
+def _butterfly(extra_k=0, extra_j=0):
+    """TileLang's in-thread Hadamard butterfly over 8 elements (hadamard_transform): chunks of
+    c = 2, 4, 8; ``extra_k``/``extra_j`` widen the inner loops past the tile."""
+    @T.prim_func
+    def main(A: T.Tensor((8,), "float32"), B: T.Tensor((8,), "float32")):
+        with T.Kernel(1, threads=1):
+            local = T.alloc_local((8,), "float32")
+            for i in T.serial(8):
+                local[i] = A[i]
+            for i in T.serial(3):
+                for j in T.serial(8 // (1 << (i + 1)) + extra_j):
+                    for k in T.serial((1 << (i + 1)) // 2 + extra_k):
+                        local[j * (1 << (i + 1)) + k] = local[j * (1 << (i + 1)) + k] + \
+                            local[j * (1 << (i + 1)) + k + (1 << (i + 1)) // 2]
+                        local[j * (1 << (i + 1)) + k + (1 << (i + 1)) // 2] = \
+                            local[j * (1 << (i + 1)) + k] - \
+                            2.0 * local[j * (1 << (i + 1)) + k + (1 << (i + 1)) // 2]
+            for i in T.serial(8):
+                B[i] = local[i]
+    return main
+
+
+@pytest.mark.parametrize("target", ["cpu", "interp"])
+def test_a_butterfly_over_dependent_loop_ranges_is_in_bounds(target):
+    # j * (1 << (i + 1)) + k + ... reaches 27 + 4 by intervals, 7 for each i
+    kernel = tilewright.compile(_butterfly(), out_idx=[-1], target=target)
+    h = torch.ones(1, 1)
+    for _ in range(3):
+        h = torch.cat([torch.cat([h, h], 1), torch.cat([h, -h], 1)], 0)
+    a = torch.randn(8)
+    torch.testing.assert_close(kernel(a), h @ a)
+
+
+@pytest.mark.parametrize(("extra", "reach"), [({"extra_k": 1}, "[1, 8]"),
+                                              ({"extra_j": 1}, "[0, 11]")])
+def test_a_butterfly_one_past_the_tile_is_still_refused(extra, reach):
+    with pytest.raises(tilewright.KernelError) as info:
+        _compile(_butterfly(**extra))
+    text = str(info.value)
+    # at the user's line, with the range the cases give (the intervals' reach 31 or 39)
+    assert "leaves tile local of shape (8)" in text
+    assert "| local[j * (1 << (i + 1)) + k] = local[j * (1 << (i + 1)) + k] + \\" in text
+    assert f"ranges over {reach}" in text
+
+
+@pytest.mark.parametrize("extra", [0, 1])
+def test_a_tile_region_over_dependent_loop_ranges(extra):
+    @T.prim_func
+    def main(A: T.Tensor((2,), "float32"), B: T.Tensor((8,), "float32")):
+        with T.Kernel(1, threads=1):
+            s = T.alloc_shared((8,), "float32")
+            T.clear(s)
+            for i in T.serial(3):
+                for j in T.serial(8 // (1 << (i + 1)) + extra):
+                    T.copy(A[0:2], s[j * (1 << (i + 1)):j * (1 << (i + 1)) + 2])  # the copy
+            T.copy(s, B)
+
+    if extra:
+        with pytest.raises(tilewright.KernelError, match=r"(?s)leaves its shape \(8\): the "
+                                                         r"start ranges over \[0, 8\].*# the copy"):
+            _compile(main)
+        return
+    a = torch.randn(2)
+    torch.testing.assert_close(_compile(main)(a), a.repeat(4))

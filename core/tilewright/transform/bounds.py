@@ -11,6 +11,14 @@ the region of every tile op:
 - a tile-op region of a global tensor that lies wholly outside it is a warning (partial tiles of
   global tensors are legal: copies guard them).
 
+An index's interval bound takes each variable at its own extremes, which overshoots when a
+loop's range depends on an enclosing loop's variable (a butterfly's ``local[j * (1 << (i + 1))
++ k]`` with ``j < 8 // (1 << (i + 1))``, ``k < (1 << (i + 1)) // 2``: 27 at most by intervals,
+7 in fact). Before refusing an access to a tile, the check bounds it again for each value of
+the enclosing loops of constant range that other loops' ranges or the index depend on (at most
+:data:`CASES` cases together): each case's bound is an interval bound too, so the union of the
+cases is never narrower than the accesses it covers.
+
 A loop whose range depends on a value known only at run time (a length read from a tensor, a
 ``T.dynamic`` size) is not bounded by the analysis: its accesses are never compile-time errors
 (the bound would be the range of the size's type, not of the program), only guarded at run time.
@@ -23,6 +31,8 @@ Accesses inside a branch of ``T.if_then_else`` are checked only when that branch
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import warnings
 
 import tvm
@@ -35,6 +45,8 @@ from ..ir import decode, make_call, schema_of_call
 from .walk import StmtMutator, rebuild_for
 
 _IF_THEN_ELSE = "tirx.if_then_else"
+# the most combinations of enclosing loops' values an access is bounded in, one at a time
+CASES = 64
 
 
 def _is_tile(buffer) -> bool:
@@ -78,6 +90,40 @@ class _Nest:
         self.seen: set[str] = set()
 
 
+def _free_vars(expr) -> set:
+    found: list = []
+    tvm_ffi.structural_walk(expr, (tirx.Var, found.append))
+    return set(found)
+
+
+def _type_limited(expr, analyzer) -> bool:
+    """Whether ``analyzer`` bounds ``expr`` by its type's limits on either side (an
+    ``if tx >= 256:`` around a thread index kept in a variable bounds it from below only:
+    ``(tx - 256) // 8`` there is not the narrower range the division of the upper limit
+    gives)."""
+    bound = analyzer.const_int_bound(expr)
+    bits = tvm.DataType(str(expr.ty)).bits
+    signed = str(expr.ty).startswith("int")
+    low = -(1 << (bits - 1)) if signed else 0
+    high = (1 << (bits - 1)) - 1 if signed else (1 << bits) - 1
+    return bits >= 32 and (bound.min_value <= low or bound.min_value == bound.NEG_INF or
+                           bound.max_value >= high or bound.max_value == bound.POS_INF)
+
+
+def _reads_unbounded(expr, analyzer) -> bool:
+    """Whether ``expr`` reads an integer from memory that ``analyzer`` bounds only by its
+    type's limits."""
+    found = []
+
+    def load(e):
+        if not found and str(getattr(e, "ty", "")).startswith(("int", "uint")) and \
+                _type_limited(e, analyzer):
+            found.append(e)
+
+    tvm_ffi.structural_walk(expr, (tvm.ir.TensorLoad, load))
+    return bool(found)
+
+
 def _unbounded(interval) -> bool:
     return str(interval.min_value) == "neg_inf" or str(interval.max_value) == "pos_inf"
 
@@ -92,6 +138,7 @@ class _Bounds(StmtMutator):
         super().__init__()
         self.instrument = instrument
         self.nest: _Nest | None = None
+        self.conditions: list = []  # of the enclosing ``if`` statements, outermost first
 
     # -- context ------------------------------------------------------------------------
     def _run_time(self, stmt) -> bool:
@@ -142,16 +189,22 @@ class _Bounds(StmtMutator):
         return self._visit_if(stmt)
 
     def _visit_if(self, stmt):
-        with self.analyzer.constraint_scope(stmt.condition):
-            then_case = self.visit(stmt.then_case)
+        then_case = self._visit_under(stmt.condition, stmt.then_case)
         else_case = None
         if stmt.else_case is not None:
-            with self.analyzer.constraint_scope(tirx.Not(stmt.condition)):
-                else_case = self.visit(stmt.else_case)
+            else_case = self._visit_under(tirx.Not(stmt.condition), stmt.else_case)
         if then_case.same_as(stmt.then_case) and (
                 else_case is None or else_case.same_as(stmt.else_case)):
             return stmt
         return tirx.IfThenElse(stmt.condition, then_case, else_case, span=stmt.span)
+
+    def _visit_under(self, condition, stmt):
+        self.conditions.append(condition)
+        try:
+            with self.analyzer.constraint_scope(condition):
+                return self.visit(stmt)
+        finally:
+            self.conditions.pop()
 
     # -- statements -----------------------------------------------------------------------
     def visit_BufferStore(self, stmt):
@@ -177,43 +230,75 @@ class _Bounds(StmtMutator):
         return self._checked(stmt, found, where)
 
     # -- checks ---------------------------------------------------------------------------
-    def _range(self, expr) -> tuple[float, float]:
-        """The range of ``expr``; an end at its type's limit is unknown (infinite), and so is
-        the whole range of an expression of a value read from memory that the analysis cannot
-        bound (an int32 variable, a thread index kept in one): ``(tx * 4) // 64`` of such a
-        value is not the narrower range the division of its type's limits gives."""
-        if self._reads_unbounded(expr):
+    def _range(self, expr, analyzer=None) -> tuple[float, float]:
+        """The range of ``expr`` (under ``analyzer``, default the walk's); an end at its type's
+        limit is unknown (infinite), and so is the whole range of an expression of a value read
+        from memory that the analysis cannot bound (an int32 variable, a thread index kept in
+        one): ``(tx * 4) // 64`` of such a value is not the narrower range the division of its
+        type's limits gives."""
+        analyzer = analyzer or self.analyzer
+        if _reads_unbounded(expr, analyzer):
             return float("-inf"), float("inf")
-        bound = self.analyzer.const_int_bound(expr)
+        bound = analyzer.const_int_bound(expr)
         lo, hi = bound.min_value, bound.max_value
         bits = tvm.DataType(str(expr.ty)).bits if str(getattr(expr, "ty", "")).startswith(
             "int") else 64
         return (float("-inf") if lo == bound.NEG_INF or lo <= -(1 << (bits - 1)) else lo,
                 float("inf") if hi == bound.POS_INF or hi >= (1 << (bits - 1)) - 1 else hi)
 
-    def _reads_unbounded(self, expr) -> bool:
-        found = []
+    def _split_range(self, expr, coarse: tuple[float, float]) -> tuple[float, float]:
+        """The range of ``expr`` as the union of its ranges for each value of the enclosing
+        loops of constant range whose variables other enclosing loops' ranges or ``expr``
+        depend on (those bounding other loops first, then the shortest, while the cases number
+        at most :data:`CASES`); ``coarse`` when there is nothing to split or some case is
+        unbounded. Cases in which an enclosing loop runs no iteration are left out."""
+        used = _free_vars(expr)
+        bounding: set = set()
+        for loop in self.loops:
+            bounding |= _free_vars(loop.min) | _free_vars(loop.extent)
+        candidates = [loop for loop in self.loops if _static(loop.min) is not None and
+                      _static(loop.extent) is not None and _static(loop.extent) > 1 and
+                      (loop.loop_var in bounding or loop.loop_var in used)]
+        candidates.sort(key=lambda loop: (loop.loop_var not in bounding, _static(loop.extent)))
+        chosen: set = set()
+        cases = 1
+        for loop in candidates:
+            if cases * _static(loop.extent) <= CASES:
+                chosen.add(loop.loop_var)
+                cases *= _static(loop.extent)
+        if not chosen:
+            return coarse
+        split = [loop for loop in self.loops if loop.loop_var in chosen]
+        lo, hi = float("inf"), float("-inf")
+        for values in itertools.product(*(range(_static(loop.min),
+                                                _static(loop.min) + _static(loop.extent))
+                                          for loop in split)):
+            case = self._case_range(expr, dict(zip((loop.loop_var for loop in split), values)))
+            if case is None:
+                continue  # an enclosing loop runs no iteration in this case
+            if case[0] == float("-inf") or case[1] == float("inf"):
+                return coarse
+            lo, hi = min(lo, case[0]), max(hi, case[1])
+        return coarse if lo > hi else (lo, hi)
 
-        def load(e):
-            if not found and str(getattr(e, "ty", "")).startswith(("int", "uint")) and \
-                    self._type_limited(e):
-                found.append(e)
-
-        tvm_ffi.structural_walk(expr, (tvm.ir.TensorLoad, load))
-        return bool(found)
-
-    def _type_limited(self, expr) -> bool:
-        """Whether the analysis bounds ``expr`` by its type's limits on either side (an
-        ``if tx >= 256:`` around a thread index kept in a variable bounds it from below
-        only: ``(tx - 256) // 8`` there is not the narrower range the division of the upper
-        limit gives)."""
-        bound = self.analyzer.const_int_bound(expr)
-        bits = tvm.DataType(str(expr.ty)).bits
-        signed = str(expr.ty).startswith("int")
-        low = -(1 << (bits - 1)) if signed else 0
-        high = (1 << (bits - 1)) - 1 if signed else (1 << bits) - 1
-        return bits >= 32 and (bound.min_value <= low or bound.min_value == bound.NEG_INF or
-                               bound.max_value >= high or bound.max_value == bound.POS_INF)
+    def _case_range(self, expr, values: dict) -> tuple[float, float] | None:
+        """The range of ``expr`` with the loop variables in ``values`` at those values (the
+        other enclosing loops over their ranges, under the enclosing conditions); None when
+        some enclosing loop runs no iteration then."""
+        analyzer = arith.Analyzer()
+        for loop in self.loops:
+            var = loop.loop_var
+            if var in values:
+                analyzer.bind(var, tvm.ir.Range.from_min_extent(
+                    tirx.const(values[var], var.ty), tirx.const(1, var.ty)))
+                continue
+            if analyzer.const_int_bound(loop.extent).max_value <= 0:
+                return None
+            analyzer.bind(var, tvm.ir.Range.from_min_extent(loop.min, loop.extent))
+        with contextlib.ExitStack() as scopes:
+            for condition in self.conditions:
+                scopes.enter_context(analyzer.constraint_scope(condition))
+            return self._range(expr, analyzer)
 
     def _region(self, op: str, region, where) -> None:
         buffer = region.buffer
@@ -232,6 +317,9 @@ class _Bounds(StmtMutator):
                 warnings.warn(f"{where}: {message}" if where else message, RuntimeWarning,
                               stacklevel=2)
                 return
+            if _is_tile(buffer) and (lo < 0 or hi + length > size) and lo > float("-inf") \
+                    and hi < float("inf"):
+                lo, hi = self._split_range(start, (lo, hi))
             if _is_tile(buffer) and (lo < 0 or hi + length > size) and lo > float("-inf") \
                     and hi < float("inf"):
                 raise KernelError(f"T.{op}: the region of tile {buffer.name} starting at "
@@ -256,6 +344,9 @@ class _Bounds(StmtMutator):
                                       f"always outside [0, {static})", where)
                 if _is_tile(buffer) and (lo < 0 or hi >= static) and lo > float("-inf") and \
                         hi < float("inf"):
+                    lo, hi = self._split_range(index, (lo, hi))
+                    if 0 <= lo and hi < static:
+                        continue  # proven by cases
                     raise KernelError(f"{buffer.name}[{', '.join(map(str, node.indices))}] "
                                       f"leaves tile {buffer.name} of shape {_shape(buffer)}: "
                                       f"index {index} of dimension {dim} ranges over "

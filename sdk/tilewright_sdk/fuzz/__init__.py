@@ -1,10 +1,11 @@
 """Differential fuzzing of a backend against the interpreter.
 
 ``pytest --pyargs tilewright_sdk.fuzz --tilewright-backend NAME --examples N --seed S``
-generates ``N`` random valid tile programs (:mod:`.program`, Hypothesis strategies with
-shrinking), a quarter of them GEMM and FlashAttention kernels over the tile shapes tensor cores
-take (:mod:`.gemm`), runs each on the interpreter and on the backend, and compares the results
-within each program's error bounds (:mod:`.check`). A backend that cannot run kernels here has
+generates ``N`` random valid programs (Hypothesis strategies with shrinking): tile programs
+(:mod:`.program`) and, a quarter of them, GEMM and FlashAttention kernels over the tile shapes
+tensor cores take (:mod:`.gemm`; the counts: :func:`.gemm.fuzz_plan`). It runs each on the
+interpreter and on the backend, and compares the results within each program's error bounds
+(:mod:`.check`). A backend that cannot run kernels here has
 each program compiled instead. A program the backend refuses at compile time with a deliberate
 kernel error (an unsupported construct, named with its line) is counted as refused, not as a
 failure; crashes, build failures and wrong results are failures. On a disagreement Hypothesis

@@ -14,6 +14,7 @@ class FuzzStats:
     seed: int
     examples: int
     avoided: list = field(default_factory=list)
+    plan: dict = field(default_factory=dict)  # examples asked of each kind of program
     programs: int = 0
     executed: int = 0
     compiled: int = 0
@@ -52,7 +53,8 @@ class FuzzStats:
 
     def to_json(self) -> dict:
         return {"backend": self.backend, "seed": self.seed, "examples": self.examples,
-                "avoided_features": sorted(self.avoided), "programs": self.programs,
+                "avoided_features": sorted(self.avoided), "plan": dict(self.plan),
+                "programs": self.programs,
                 "executed": self.executed, "compiled": self.compiled,
                 "rejected": self.rejected, "refused": dict(self.refused),
                 "seconds": self.seconds,
@@ -72,6 +74,8 @@ class FuzzStats:
                f"{self.seconds:g} s: {self.per_minute:.1f} programs/minute; seed {self.seed}",
                f"features covered: {len(self.features)}: " +
                ", ".join(f"{k} {v}" for k, v in sorted(self.features.items()))]
+        if self.plan:
+            out.append("asked: " + ", ".join(f"{k} {v}" for k, v in self.plan.items()))
         gemms = {k: self.executed_features[k] for k in ("gemm", "pipelined_gemm", "gemm_kernel",
                                                          "attention")}
         out.append("executed: " + ", ".join(f"{k} {v}" for k, v in gemms.items()))
