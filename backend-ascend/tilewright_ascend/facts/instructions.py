@@ -24,6 +24,7 @@ VECTOR_DTYPES = {
     "Relu": frozenset({"float16", "int32", "float32"}),
     "Duplicate": frozenset({"int16", "uint16", "float16", "bfloat16", "int32", "uint32",
                             "float32"}),
+    "CreateVecIndex": _ARITH,  # 数据填充/CreateVecIndex.md: half, int16_t, int32_t, float
 }
 
 # Compare/Compares and Select on A2 (比较与选择/Compare.md, Compares.md, Select.md, "数据类型"

@@ -145,6 +145,7 @@ class _Lowering(SelectLowering):
         self.padded = set(padded)  # the UB tiles this pass padded: nothing reads their padding
         self.count = 0
         self.loops: list = []  # the loops around the statement being rewritten
+        self.launch: list = []  # (block index, 0, extent) of the kernel's launch
         self.computed = []  # see eval
         self.conditions: list = []  # the conditions bound by fold_branches
         self.holds: dict = {}  # temporary -> what it holds, in the user's terms (TEMPS_KEY)
@@ -194,8 +195,13 @@ class _Lowering(SelectLowering):
         if isinstance(stmt, tirx.AttrStmt) and stmt.attr_key == SIMT_KEY:
             return lower_simt(stmt)  # the threads' code, not vector instructions
         if isinstance(stmt, tirx.AttrStmt):
-            return tirx.AttrStmt(stmt.node, stmt.attr_key, stmt.value, self.visit(stmt.body),
-                                 span=stmt.span)
+            bound = stmt.attr_key == "thread_extent" and hasattr(stmt.node, "var")
+            if bound:
+                self.launch.append((stmt.node.var, 0, stmt.value))
+            body = self.visit(stmt.body)
+            if bound:
+                self.launch.pop()
+            return tirx.AttrStmt(stmt.node, stmt.attr_key, stmt.value, body, span=stmt.span)
         if isinstance(stmt, tirx.BufferStore):  # one element: a T.Parallel of extent 1
             one = tirx.For(tirx.Var("e0", "int32"), 0, 1, tirx.ForKind.SERIAL, stmt,
                            annotations={"tw.loop": "parallel"}, span=stmt.span)
@@ -208,6 +214,12 @@ class _Lowering(SelectLowering):
             if handler is not None:
                 return seq(handler(call, stmt))
         return stmt
+
+    @property
+    def ranges(self) -> list:
+        """(variable, min, extent) of each serial loop around the statement being rewritten
+        and each block index of the launch."""
+        return [*self.launch, *((lp.loop_var, lp.min, lp.extent) for lp in self.loops)]
 
     # -- tile ops ------------------------------------------------------------------------
     def op_fill(self, call, stmt):
