@@ -23,7 +23,6 @@ from ..facts.keys import SCALAR_KEY, SIMT_KEY
 from ..facts.paths import path
 from .buffers import loads_and_stores
 
-
 # the flag S_V id 0 that CreateVecIndex sets on S and waits on V itself
 # (:data:`..facts.events.RULE_IDS`), as a resource both pipes write: a CreateVecIndex's set is
 # then ordered after the previous one's wait (a set of a raised flag is undefined behaviour)

@@ -12,6 +12,7 @@ from tvm import tirx
 from ..facts.arch import ALIGN
 from ..facts.instructions import COMPARISONS, SELECT_DTYPES, compare_count, compare_takes
 from ..facts.ops import VCMP, VCMPS, VDUP, VMASK, VMASKNOT, VSEL, VSELS, VUN
+from .indices import IndexLowering, index_comparison
 from .tile_exprs import (
     Unvectorizable,
     cast_to,
@@ -22,7 +23,6 @@ from .tile_exprs import (
     seq,
     whole_tile,
 )
-from .indices import IndexLowering, index_comparison
 from .vecmath import math_name
 
 # a comparison with its operands swapped (s < x is x > s)
