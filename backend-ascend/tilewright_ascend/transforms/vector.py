@@ -21,7 +21,8 @@ The pass runs on kernels the ``portable`` phase converted (function attribute
   broadcast (one vector per row); one tile element indexed by no loop variable (``total[0]``)
   one scalar for the whole nest, read with GetValue.
 - A select ``c ? x : y`` whose condition is comparisons of tile values (or of a tile value
-  with a scalar, or ``T.isnan``) joined by and/or/not becomes Compare/Compares into uint8 bit
+  with a scalar, or ``T.isnan``, or of loop indices on float32 index tiles from CreateVecIndex
+  where float32 is exact: :mod:`.indices`) joined by and/or/not becomes Compare/Compares into uint8 bit
   masks, And/Or/Not of the masks and Select on A2 (:meth:`.selects.SelectLowering.select`;
   what the instructions take is :data:`..facts.instructions.COMPARE_MODES`), and so does a
   nest guarded by such a condition, each store ``x = v`` written ``x = c ? v : x``. Compare
@@ -30,7 +31,7 @@ The pass runs on kernels the ``portable`` phase converted (function attribute
 - An elementwise op or a select over whole tiles whose rows this pass padded, all of one
   shape, runs once over the padded range (:meth:`_Lowering.widen`), not once per row.
 - What the vector unit cannot do (other conditions and selects, integer division, index
-  arithmetic as data) stays a loop of GetValue/SetValue on the scalar unit, marked
+  arithmetic as data, index conditions float32 does not hold exactly) stays a loop of GetValue/SetValue on the scalar unit, marked
   :data:`SCALAR_KEY` with the reason; the codegen writes the reason as a comment. Math
   functions in it run on the vector unit: over the tile before the loop where they can, else
   inside the loop on one-element tiles (:meth:`_Lowering.split`).
