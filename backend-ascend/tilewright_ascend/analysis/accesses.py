@@ -36,6 +36,9 @@ class Access:
     write: bool
     # the region a tile copy moves (None: any element of the buffer)
     region: object = field(default=None, compare=False)
+    # the op orders its later accesses after this one itself (CreateVecIndex's SetValue before
+    # its Adds): a later statement depends on those, not on this one
+    leads: bool = False
 
 
 def accesses(stmt) -> list[Access]:
@@ -101,7 +104,7 @@ def op_accesses(call) -> list[Access]:
                 Access("v", _buf(call, "dst"), True)]
     if name == ops.VIDX.name:  # CreateVecIndex: SetValue of the first block, then Adds on V
         dst = _buf(call, "dst")
-        return [Access("s", dst, True), Access("s", VIDX_FLAG, True),
+        return [Access("s", dst, True, leads=True), Access("s", VIDX_FLAG, True, leads=True),
                 Access("v", VIDX_FLAG, True), Access("v", dst, True)]
     if name in ATOMIC_OPS and hasattr(call.operands["src"], "buffer"):
         return [Access("mte3", _buf(call, "src"), False)]

@@ -22,19 +22,20 @@ The pass runs on kernels the ``portable`` phase converted (function attribute
   one scalar for the whole nest, read with GetValue.
 - A select ``c ? x : y`` whose condition is comparisons of tile values (or of a tile value
   with a scalar, or ``T.isnan``, or of loop indices on float32 index tiles from CreateVecIndex
-  where float32 is exact: :mod:`.indices`) joined by and/or/not becomes Compare/Compares into uint8 bit
-  masks, And/Or/Not of the masks and Select on A2 (:meth:`.selects.SelectLowering.select`;
-  what the instructions take is :data:`..facts.instructions.COMPARE_MODES`), and so does a
-  nest guarded by such a condition, each store ``x = v`` written ``x = c ? v : x``. Compare
-  reads whole 256-byte repeats: a source whose tile does not hold them is copied into one
-  that does.
+  where float32 is exact: :mod:`.indices`) joined by and/or/not becomes Compare/Compares
+  into uint8 bit masks, And/Or/Not of the masks and Select on A2
+  (:meth:`.selects.SelectLowering.select`; what the instructions take is
+  :data:`..facts.instructions.COMPARE_MODES`), and so does a nest guarded by such a
+  condition, each store ``x = v`` written ``x = c ? v : x``. Compare reads whole 256-byte
+  repeats: a source whose tile does not hold them is copied into one that does.
 - An elementwise op or a select over whole tiles whose rows this pass padded, all of one
   shape, runs once over the padded range (:meth:`_Lowering.widen`), not once per row.
 - What the vector unit cannot do (other conditions and selects, integer division, index
-  arithmetic as data, index conditions float32 does not hold exactly) stays a loop of GetValue/SetValue on the scalar unit, marked
-  :data:`SCALAR_KEY` with the reason; the codegen writes the reason as a comment. Math
-  functions in it run on the vector unit: over the tile before the loop where they can, else
-  inside the loop on one-element tiles (:meth:`_Lowering.split`).
+  arithmetic as data, index conditions float32 does not hold exactly) stays a loop of
+  GetValue/SetValue on the scalar unit, marked :data:`SCALAR_KEY` with the reason; the
+  codegen writes the reason as a comment. Math functions in it run on the vector unit: over
+  the tile before the loop where they can, else inside the loop on one-element tiles
+  (:meth:`_Lowering.split`).
 - ``T.reduce_*`` become ``VREDUCE`` (one reduction per row, vector adds down columns)
   with a UB work tile (integer ones, which WholeReduce does not take, a scalar loop);
   ``T.cumsum`` a scalar loop; ``T.fill`` of UB Duplicate; a ``T.copy`` that converts
