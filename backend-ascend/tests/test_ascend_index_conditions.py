@@ -74,6 +74,20 @@ def guarded(M=12, N=20):
     return main
 
 
+def long_row(N=200):
+    """A 1-D nest longer than a repeat (CreateVecIndex's further repeats and their tail)."""
+
+    @T.prim_func
+    def main(A: T.Tensor((N,), "float32"), B: T.Tensor((N,), "float32")):
+        with T.Kernel(1, threads=32) as _:
+            x = T.alloc_fragment((N,), "float32")
+            T.copy(A[0], x)
+            for j in T.Parallel(N):
+                x[j] = T.if_then_else(j % 4 == 1 or j // 64 == 2, x[j], -2.0)
+            T.copy(x, B[0])
+    return main
+
+
 def _rows_cols(m, n):
     return torch.arange(m)[:, None], torch.arange(n)[None, :]
 
@@ -98,6 +112,13 @@ def _run(name):
         a, b = torch.randn(4, 64, generator=gen), torch.empty(4, 64)
         kernel(a, b)
         return kernel.get_kernel_source(), [b], [torch.where(torch.arange(64) < 50, a, -5.0)]
+    if name == "long_row":
+        kernel = tilewright.compile(long_row(), target="ascend")
+        a, b = torch.randn(200, generator=gen), torch.empty(200)
+        kernel(a, b)
+        j = torch.arange(200)
+        return kernel.get_kernel_source(), [b], [torch.where((j % 4 == 1) | (j // 64 == 2), a,
+                                                             -2.0)]
     kernel = tilewright.compile(guarded(), target="ascend")
     a, b = torch.randn(24, 20, generator=gen), torch.empty(24, 20)
     kernel(a, b)
@@ -105,7 +126,7 @@ def _run(name):
     return kernel.get_kernel_source(), [b], [torch.where(i < j, 0.0, a)]
 
 
-@pytest.mark.parametrize("name", ["causal", "masks", "offset", "guarded"])
+@pytest.mark.parametrize("name", ["causal", "masks", "offset", "guarded", "long_row"])
 def test_index_conditions_run_on_the_vector_unit_and_match_torch(name):
     text, outputs, expected = _run(name)
     assert "scalar fallback" not in text and "SetValue" not in text and \
@@ -153,7 +174,8 @@ def test_what_float32_does_not_hold_exactly_stays_on_the_scalar_unit(kind, reaso
 
 
 def test_the_index_kernels_compile_against_the_vendor_headers(asc_devkit):
-    kernels = {"causal": causal(), "masks": masks(), "offset": offset(), "guarded": guarded()}
+    kernels = {"causal": causal(), "masks": masks(), "offset": offset(), "guarded": guarded(),
+               "long_row": long_row()}
     sources = {name: tilewright.lower(f, target="ascend").source.text
                for name, f in kernels.items()}
     findings = check_sources(sources, asc_devkit)
