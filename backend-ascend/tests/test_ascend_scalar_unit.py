@@ -186,7 +186,8 @@ def after_store():
             T.copy(A[0, 0], x)
             for i, j in T.Parallel(8, 8):
                 x[i, j] = T.if_then_else(x[i, j] > 0, x[i, j], 0.0)
-                x[i, j] = T.if_then_else(j < 4, T.exp(x[i, j]), x[i, j])
+                # j % 3: float32 division by 3 is inexact, so the nest stays on the scalar unit
+                x[i, j] = T.if_then_else(j % 3 == 0, T.exp(x[i, j]), x[i, j])
             T.copy(x, B[0, 0])
 
     return main
@@ -200,7 +201,8 @@ def test_exp_of_an_element_the_nest_stored_first_runs_inside_the_nest():
                      r"\s*WaitFlag<HardEvent::S_V>\(\2\);\n(.*\n)*?\s*Exp\(tw_t\d+, \1, 1\);", text)
     a = torch.randn(8, 8, generator=torch.Generator().manual_seed(6))
     r = a.clamp(min=0)
-    torch.testing.assert_close(kernel(a), torch.where(torch.arange(8)[None, :] < 4, r.exp(), r))
+    torch.testing.assert_close(kernel(a), torch.where(torch.arange(8)[None, :] % 3 == 0, r.exp(),
+                                                      r))
 
 
 def bound_in_nest(M=8, N=16):

@@ -6,7 +6,8 @@ not copies, from the table below (a vector op's reads and writes are its schema'
 effects, so a scratch operand such as a reduction's ``work`` counts as written); a
 ``T.Parallel`` nest and a ``T.SimtVF`` scope (a SIMT vector function) are vector work, a loop
 the scalar unit runs (:data:`..facts.keys.SCALAR_KEY`) scalar work; any other statement has
-the accesses of its children.
+the accesses of its children. CreateVecIndex (:data:`..facts.ops.VIDX`) writes its tile on
+S, then on V, and sets and waits a flag of its own (:data:`VIDX_FLAG`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,11 @@ from ..facts.keys import SCALAR_KEY, SIMT_KEY
 from ..facts.paths import path
 from .buffers import loads_and_stores
 
+# the flag S_V id 0 that CreateVecIndex sets on S and waits on V itself
+# (:data:`..facts.events.RULE_IDS`), as a resource both pipes write: a CreateVecIndex's set is
+# then ordered after the previous one's wait (a set of a raised flag is undefined behaviour)
+VIDX_FLAG = tirx.decl_buffer((1,), "uint8", "tw_create_vec_index_flag", scope="ascend.ub")
+
 
 @dataclass(frozen=True)
 class Access:
@@ -30,6 +36,9 @@ class Access:
     write: bool
     # the region a tile copy moves (None: any element of the buffer)
     region: object = field(default=None, compare=False)
+    # the op orders its later accesses after this one itself (CreateVecIndex's SetValue before
+    # its Adds): a later statement depends on those, not on this one
+    leads: bool = False
 
 
 def accesses(stmt) -> list[Access]:
@@ -93,6 +102,10 @@ def op_accesses(call) -> list[Access]:
     if name == ops.VBRC.name and call.attrs["axis"] in ("row", "one"):  # scalars: GetValue
         return [Access("s", _buf(call, "vec"), False), Access("v", _buf(call, "src"), False),
                 Access("v", _buf(call, "dst"), True)]
+    if name == ops.VIDX.name:  # CreateVecIndex: SetValue of the first block, then Adds on V
+        dst = _buf(call, "dst")
+        return [Access("s", dst, True, leads=True), Access("s", VIDX_FLAG, True, leads=True),
+                Access("v", VIDX_FLAG, True), Access("v", dst, True)]
     if name in ATOMIC_OPS and hasattr(call.operands["src"], "buffer"):
         return [Access("mte3", _buf(call, "src"), False)]
     if name.startswith(ops.PREFIX + "tile."):  # the schema's effects: read, write or both

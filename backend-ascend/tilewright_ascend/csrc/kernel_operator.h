@@ -1129,6 +1129,53 @@ template <pipe_t P> void PipeBarrier(TW_LINE) {
     else if (P == PIPE_S) tw_emu::error(line, "PipeBarrier<PIPE_S> is a hardware error");
     else tw_emu::issue_pipe_barrier(P, line);
 }
+// CreateVecIndex, count form (数据填充/CreateVecIndex.md; declared __in_pipe__(S)
+// __out_pipe__(V) in include/basic_api/kernel_operator_vec_createvecindex_intf.h): what
+// CreateVecIndexCalc of impl/basic_api/dav_c220/kernel_operator_vec_createvecindex_impl.h does.
+// The first 32-byte block is written with SetValue on the scalar unit (firstValue + i, in float
+// for floating types: GetCreateVecIndexValue), then SetFlag/WaitFlag<S_V> on the id
+// GetTPipePtr()->FetchEventID(S_V) gives (the first id not allocated from TPipe's pool: 0, as
+// generated code allocates none), then each further block of the first repeat is the one before
+// plus the block's element count, and each further repeat the one before plus the repeat's, by
+// Adds on V with a PipeBarrier<PIPE_V> after each but the last (Adds with mask m, repeatTime 1
+// and default strides is the count form of m elements). Nothing orders the SetValue after
+// earlier vector work on dst: the caller must (a V_S flag).
+template <typename T> void CreateVecIndex(LocalTensor<T> dst, const T& firstValue, uint32_t count, TW_LINE) {
+    static_assert(one_of<T, half, int16_t, float, int32_t>(),
+                  "CreateVecIndex: A2 takes half, int16_t, float and int32_t (CreateVecIndex.md)");
+    constexpr int32_t blk = 32 / sizeof(T), rep = 256 / sizeof(T);
+    auto value = [&](int32_t i) {
+        if constexpr (std::is_integral<T>::value) return T(int64_t(firstValue) + int64_t(i));
+        else return T(float(firstValue) + float(i));
+    };
+    auto one_block = [&](uint32_t n) {
+        for (int32_t i = 0; i < int32_t(n); ++i) dst.SetValue(i, value(i), line);
+        SetFlag<HardEvent::S_V>(0, line);
+        WaitFlag<HardEvent::S_V>(0, line);
+    };
+    if (count <= uint32_t(blk)) { one_block(count); return; }
+    one_block(blk);
+    int32_t loops = count >= uint32_t(rep) ? 8 - 1 : int32_t(count) / blk - 1;
+    int32_t tail = count >= uint32_t(rep) ? 0 : int32_t(count) % blk;
+    for (int32_t i = 0; i < loops; ++i) {
+        Adds(dst[(i + 1) * blk], dst[i * blk], T(blk), blk, line);
+        PipeBarrier<PIPE_V>(line);
+    }
+    int32_t at = int32_t(count) / blk * blk;
+    if (tail > 0) {
+        Adds(dst[at], dst[at - blk], T(blk), tail, line);
+        PipeBarrier<PIPE_V>(line);
+    }
+    if (count <= uint32_t(rep)) return;
+    loops = int32_t(count) / rep - 1;
+    tail = int32_t(count) % rep;
+    for (int32_t i = 0; i < loops; ++i) {
+        Adds(dst[(i + 1) * rep], dst[i * rep], T(rep), rep, line);
+        PipeBarrier<PIPE_V>(line);
+    }
+    at = int32_t(count) / rep * rep;
+    if (tail > 0) Adds(dst[at], dst[at - rep], T(rep), tail, line);
+}
 template <int MODE, pipe_t P> void CrossCoreSetFlag(int32_t id, TW_LINE) { tw_emu::issue_cross_set(P, id, MODE, line); }
 inline void CrossCoreWaitFlag(int32_t id, TW_LINE) { tw_emu::issue_cross_wait(id, line); }
 

@@ -28,8 +28,10 @@ EVENT_IDS = 8  # ids 0-7 exist
 USER_IDS = 6  # ids 0-5 are the kernel's; 6 and 7 are the vendor's
 TPIPE_IDS = {("AIC", "M_MTE1"): (0, 1, 2)}  # raised by TPipe, waited by its destructor
 # ids the lowering rules set and wait themselves (T.gemm_v0: MTE1_M 0 before each Mmad, and
-# TPipe's M_MTE1 0 as "L0A/L0B free"); automatic synchronisation leaves them alone
-RULE_IDS = {("AIC", "MTE1_M"): (0,), ("AIC", "M_MTE1"): (0,)}
+# TPipe's M_MTE1 0 as "L0A/L0B free"; CreateVecIndex sets and waits S_V on the id TPipe's
+# FetchEventID gives, the first id the kernel has not allocated from TPipe's pool: 0, since the
+# generated code allocates none); automatic synchronisation leaves them alone
+RULE_IDS = {("AIC", "MTE1_M"): (0,), ("AIC", "M_MTE1"): (0,), ("AIV", "S_V"): (0,)}
 # pipes whose instructions touching the same bytes need a PipeBarrier of the pipe between them
 # ("PipeBarrier(ISASI)": the vector pipe and the DMA pipes; the scalar unit keeps order, and
 # PipeBarrier<PIPE_M> is kept as the cube's order of Mmads on one L0C tile)

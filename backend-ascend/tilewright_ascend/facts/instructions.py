@@ -24,6 +24,7 @@ VECTOR_DTYPES = {
     "Relu": frozenset({"float16", "int32", "float32"}),
     "Duplicate": frozenset({"int16", "uint16", "float16", "bfloat16", "int32", "uint32",
                             "float32"}),
+    "CreateVecIndex": _ARITH,  # 数据填充/CreateVecIndex.md: half, int16_t, int32_t, float
 }
 
 # Compare/Compares and Select on A2 (比较与选择/Compare.md, Compares.md, Select.md, "数据类型"
@@ -33,9 +34,10 @@ VECTOR_DTYPES = {
 # mask and Select when ``c`` is comparisons of two tile values or a tile value with a scalar in
 # a dtype of COMPARE_MODES, joined by and/or/not (And/Or/Not of the masks on their uint16
 # lanes: A2's logic instructions take int16 and uint16, 逻辑计算/And.md), and ``x``/``y`` are
-# SELECT_DTYPES (bfloat16 through float32, which is exact); everything else stays on the
-# scalar unit: conditions on loop indices or without tile data, integer comparisons other
-# than int32 ==, integer selects.
+# SELECT_DTYPES (bfloat16 through float32, which is exact); a comparison of loop indices is
+# compared in float32 on index tiles (transforms/indices.py: CreateVecIndex, exact below
+# 2**24); everything else stays on the scalar unit: conditions without tile data or indices,
+# integer comparisons of tile data other than int32 ==, integer selects.
 COMPARISONS = {"LT": "LT", "LE": "LE", "GT": "GT", "GE": "GE", "EQ": "EQ", "NE": "NE"}
 COMPARE_MODES = {"float16": frozenset(COMPARISONS.values()),
                  "float32": frozenset(COMPARISONS.values()), "int32": frozenset({"EQ"})}

@@ -165,7 +165,13 @@ VMASK = _op("tile.vmask", (Operand("dst", "write"), Operand("src0", "read"),
             "dst = src0 op src1 on uint8 bit masks (And, Or on uint16 lanes)")
 VMASKNOT = _op("tile.vmasknot", (Operand("dst", "write"), _S), (),
                "dst = ~src on a uint8 bit mask (Not on uint16 lanes)")
+# an index tile: CreateVecIndex (数据填充/CreateVecIndex.md, count form; the vendor declares it
+# __in_pipe__(S) __out_pipe__(V): dav_c220 writes the first 32-byte block with SetValue on the
+# scalar unit, waits S_V on the id TPipe's FetchEventID gives, then fills the rest with Adds
+# on V, impl/basic_api/dav_c220/kernel_operator_vec_createvecindex_impl.h)
+VIDX = _op("tile.vidx", (_D, Operand("first", "read", kind="expr")), (),
+           "dst[k] = first + k on a UB tile (CreateVecIndex: S then V)")
 # the ops whose instruction uses A2's Select scratch (facts.arch.Arch.select_scratch)
 SCRATCH_OPS = (VSEL.name, VSELS.name)
 VECTOR_PATH_OPS = (VBIN, VSCA, VUN, VDUP, VBRC, VREDUCE, VCMP, VCMPS, VSEL, VSELS, VMASK,
-                   VMASKNOT)
+                   VMASKNOT, VIDX)

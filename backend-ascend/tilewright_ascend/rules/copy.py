@@ -45,7 +45,7 @@ def copy_in_parts(em, src: Region, dst: Region, fn, what: str) -> None:
     index = tirx.Var("p", "int32")
     parts = split_outer(split, dst if split is src else src, index)
     if parts is None:
-        view(split)  # names the region that cannot be copied
+        view(em, split)  # names the region that cannot be copied
     count, part, other = parts
     em.analyzer.bind(index, tvm.ir.Range.from_min_extent(0, count))
     v = em.var(index)
@@ -69,8 +69,8 @@ def data_copy(em, src: Region, dst: Region, what: str) -> None:
         raise KernelError(f"{what}: {em.tile_name(src.buffer)} is {src.buffer.dtype} but "
                           f"{em.tile_name(dst.buffer)} is {dst.buffer.dtype}; DataCopy does not "
                           "convert (use T.tile.cast in UB)")
-    sr, sc, ss = view(src)
-    dr, dc, ds = view(dst)
+    sr, sc, ss = view(em, src)
+    dr, dc, ds = view(em, dst)
     if sr * sc != dr * dc:
         raise KernelError(f"{what}: {sr}x{sc} elements do not fit {dr}x{dc}")
     if sc != dc and not (sr == 1 or dr == 1):
@@ -118,8 +118,8 @@ def pad_copy(em, src: Region, dst: Region, what: str, atomic: str | None = None)
                           f"{ub.buffer.dtype}")
     _bind_grid(em)
     eb = dtype_bytes(str(ub.buffer.dtype))
-    grows, gcols, gstride = view(gm)
-    urows, ucols, ustride = view(ub)
+    grows, gcols, gstride = view(em, gm)
+    urows, ucols, ustride = view(em, ub)
     if grows * gcols != urows * ucols:
         raise KernelError(f"{what}: {grows}x{gcols} elements do not fit {urows}x{ucols}")
     shape = list(gm.buffer.shape)

@@ -32,15 +32,16 @@ class Tile:
 
     def __init__(self, em, region: Region, what: str):
         buf = region.buffer
-        shape = static_ints(buf.shape, buf.name)
+        name = em.tile_name(buf)
+        shape = static_ints(buf.shape, name)
         if len(shape) < 2:
-            raise KernelError(f"{what}: {buf.name!r} must be a 2-D tile (the cube works on "
+            raise KernelError(f"{what}: {name} must be a 2-D tile (the cube works on "
                               "matrices)")
-        ext = static_ints(region.extents, buf.name)
+        ext = static_ints(region.extents, name)
         starts = list(region.starts)
         if ext[-2:] != shape[-2:] or any(not _is_zero(s) for s in starts[-2:]) or \
                 any(e != 1 for e in ext[:-2]):
-            raise KernelError(f"{what}: the cube moves whole tiles of {buf.name!r} "
+            raise KernelError(f"{what}: the cube moves whole tiles of {name} "
                               f"({shape[-2]}x{shape[-1]}); a part of it is not supported")
         self.dtype = str(buf.dtype)
         self.rows, self.cols = shape[-2:]
@@ -75,11 +76,11 @@ def _gm_extent(em, region: Region) -> tuple[str, str, int, bool]:
     is K rows of one element, not a row)."""
     buf = region.buffer
     shape = list(buf.shape)
-    ext = static_ints(region.extents, buf.name)
+    ext = static_ints(region.extents, em.tile_name(buf))
     starts = [_expr(s) for s in region.starts]
     dims = [d for d, e in enumerate(ext[:-1]) if e > 1] + [len(ext) - 1]
     if len(dims) > 2 or any(e != 1 for e in ext[dims[-1] + 1:]):
-        raise KernelError(f"the cube copies 2-D regions of {buf.name!r} whose rows are "
+        raise KernelError(f"the cube copies 2-D regions of {em.tile_name(buf)} whose rows are "
                           f"contiguous; got extents {ext}")
     full, out = True, []
     for dim in ([None] if len(dims) == 1 else []) + dims:
@@ -127,13 +128,14 @@ def copy_gm_to_l1(em, src: Region, dst: Region, what: str) -> None:
     squares = tile.square
     rows, cols, stride, full = _gm_extent(em, src)
     if str(src.buffer.dtype) != tile.dtype:
-        raise KernelError(f"{what}: {src.buffer.name!r} is {src.buffer.dtype} but "
-                          f"{dst.buffer.name!r} is {tile.dtype}; DataCopy does not convert")
+        raise KernelError(f"{what}: {em.tile_name(src.buffer)} is {src.buffer.dtype} but "
+                          f"{em.tile_name(dst.buffer)} is {tile.dtype}; DataCopy does not "
+                          "convert")
     full = full and rows == str(tile.rows)
     if isinstance(stride, int) and stride > ND2NZ_SRC_D_LIMIT:
-        raise KernelError(f"{what}: the rows of {src.buffer.name!r} are {stride} elements apart, "
-                          f"but the copy to L1 (Nd2NzParams.srcDValue) takes at most "
-                          f"{ND2NZ_SRC_D_LIMIT}; make the tensor's last dimension at most "
+        raise KernelError(f"{what}: the rows of {em.tile_name(src.buffer)} are {stride} "
+                          "elements apart, but the copy to L1 (Nd2NzParams.srcDValue) takes "
+                          f"at most {ND2NZ_SRC_D_LIMIT}; make the tensor's last dimension at most "
                           f"{ND2NZ_SRC_D_LIMIT}")
     nbytes = tile.prows * tile.pcols * dtype_bytes(tile.dtype)
     zero = (f"InitConstValue({tile.at()}, InitConstValueParams<{ctype(tile.dtype)}>"
@@ -358,6 +360,6 @@ def rule_dual_fixpipe(em, call) -> None:
                 f"{size // dtype_bytes(d)}, {offset});")
         em.line(f"FixpipeParamsArch3510<CO2Layout::ROW_MAJOR> fp; fp.nSize = {tile.cols}; "
                 f"fp.mSize = {tile.rows}; fp.srcStride = {tile.prows}; "
-                f"fp.dstStride = {static_ints(ub.shape, ub.name)[-1]}; "
+                f"fp.dstStride = {static_ints(ub.shape, em.tile_name(ub))[-1]}; "
                 f"fp.dualDstCtl = {1 if m_split else 2};")
         em.line(f"Fixpipe<{t}, {t}, CFG_ROW_MAJOR>({em.buf(ub)}, {tile.at()}, fp);")

@@ -51,7 +51,7 @@ def rule_print_tile(em, call):
     region = call.operands["buf"]
     if str(region.buffer.scope()) != "ascend.ub":
         raise KernelError("T.print of a tile: backend 'ascend' prints UB tiles (DumpTensor)")
-    rows, cols, stride = view(region)
+    rows, cols, stride = view(em, region)
     msg = call.attrs["msg"]
     em.line(f'AscendC::printf("{_c_string(msg)}{": " if msg else ""}{region.buffer.name} '
             f'{rows}x{cols} {region.buffer.dtype}\\n");')

@@ -43,20 +43,21 @@ def tensor(em, region: Region) -> str:
     return name if off == "0" else f"{name}[{off}]"
 
 
-def view(region: Region) -> tuple[int, int, int]:
+def view(em, region: Region) -> tuple[int, int, int]:
     """The region as (rows, cols, row stride in elements) of its buffer. The stride is an
     expression when a dimension of the tensor is dynamic (T.dynamic)."""
+    name = em.tile_name(region.buffer)
     shape = [d.value if isinstance(d, tirx.IntImm) else d for d in region.buffer.shape]
     if str(region.buffer.scope()) != "global":
-        shape = static_ints(shape, region.buffer.name)
-    ext = static_ints(region.extents, region.buffer.name)
+        shape = static_ints(shape, name)
+    ext = static_ints(region.extents, name)
     cols, stride = ext[-1], shape[-1]
     rows = 1
     for e in ext[:-1]:
         rows *= e
     outer = [i for i in range(len(ext) - 1) if ext[i] > 1]
     if not _spaced(shape, ext, outer):
-        raise KernelError(f"the region of {region.buffer.name!r} with extents {ext} is not a "
+        raise KernelError(f"the region of {name} with extents {ext} is not a "
                           "set of equally spaced rows; copy it in parts")
     if outer:  # dimensions of extent 1 after the rows only offset them
         stride = 1
@@ -118,7 +119,7 @@ class Operand:
     def __init__(self, em, region: Region, what: str):
         self.region, self.name = region, em.buf(region.buffer)
         self.label = em.tile_name(region.buffer)
-        self.rows, self.cols, self.stride = view(region)
+        self.rows, self.cols, self.stride = view(em, region)
         self.off = offset_of(em, region)
         self.eb = dtype_bytes(str(region.buffer.dtype))
         self.ctype = ctype(str(region.buffer.dtype))
@@ -178,7 +179,7 @@ def vector_operands(em, regions, what) -> tuple[list[str], int]:
     counts = set()
     out = []
     for r in regions:
-        rows, cols, stride = view(r)
+        rows, cols, stride = view(em, r)
         if rows > 1 and cols != stride:
             raise KernelError(f"{what}: the region of {em.tile_name(r.buffer)} is not contiguous; "
                               "vector instructions take contiguous UB ranges")

@@ -346,6 +346,21 @@ def rule_vsels(em, call):
         f"Select({a[0]}, {m}, {a[1]}, {scalar}, SELMODE::VSEL_TENSOR_SCALAR_MODE, {n});"))
 
 
+@rule(ops.VIDX.name)
+def rule_vidx(em, call):
+    """CreateVecIndex (数据填充/CreateVecIndex.md), count form: dst[k] = first + k. Its first
+    32-byte block is written on the scalar unit, the rest on V (the synchronisation pass
+    orders both: :func:`..analysis.accesses.op_accesses`)."""
+    dst = call.operands["dst"]
+    dtype = str(dst.buffer.dtype)
+    if not computes("CreateVecIndex", dtype):
+        raise KernelError(f"an index tile of {dtype}: A2's CreateVecIndex takes "
+                          "float16, float32, int16 and int32")
+    args, count = vector_operands(em, [dst], "CreateVecIndex")
+    em.line(f"CreateVecIndex({args[0]}, {_scalar(em, call.operands['first'], dtype)}, "
+            f"{count});")
+
+
 _LOGIC = {"and": "And", "or": "Or"}
 
 

@@ -12,6 +12,7 @@ from tvm import tirx
 from ..facts.arch import ALIGN
 from ..facts.instructions import COMPARISONS, SELECT_DTYPES, compare_count, compare_takes
 from ..facts.ops import VCMP, VCMPS, VDUP, VMASK, VMASKNOT, VSEL, VSELS, VUN
+from .indices import IndexLowering, index_comparison
 from .tile_exprs import (
     Unvectorizable,
     cast_to,
@@ -30,9 +31,9 @@ _JOINS = {"And": "and", "BitwiseAnd": "and", "Or": "or", "BitwiseOr": "or"}
 _SWAPPED = {"LT": "GT", "GT": "LT", "LE": "GE", "GE": "LE", "EQ": "EQ", "NE": "NE"}
 
 
-class SelectLowering:
+class SelectLowering(IndexLowering):
     """The select family of the vector lowering (mixed into its lowering class, which provides
-    ``temp``, ``value_of``, ``result_tile``, ``convert`` and ``broadcast``)."""
+    ``temp``, ``value_of``, ``result_tile``, ``convert``, ``broadcast`` and ``ranges``)."""
 
     def select(self, e, variables, extents, ops, target):
         """``c ? x : y`` over tiles: each comparison of ``c`` a Compare (Compares with a scalar)
@@ -61,8 +62,11 @@ class SelectLowering:
                                  "(float16 and float32, int32 ==) joined by and/or/not")
         leaves = []  # [mode, tile value, tile or scalar value] per comparison
         for mode, a, b in comparisons(tree):
-            left = self.value_of(a, variables, extents, ops, None)
-            right = self.value_of(b, variables, extents, ops, None)
+            if index_comparison(a, b):  # loop indices: float32 index tiles (.indices)
+                left, right = (self.index_value(x, variables, extents, ops) for x in (a, b))
+            else:
+                left = self.value_of(a, variables, extents, ops, None)
+                right = self.value_of(b, variables, extents, ops, None)
             if left[0] == "s":
                 left, right, mode = right, left, _SWAPPED[mode]
             if left[0] == "s":
@@ -187,10 +191,10 @@ class SelectLowering:
 
 def guard_as_selects(guard, body):
     """``body`` (element stores) under ``guard`` as unguarded stores ``x[k] = guard ? v :
-    x[k]``, when ``guard`` is comparisons of tile data (:func:`condition_tree`) that no store
-    of ``body`` changes; None otherwise."""
+    x[k]``, when ``guard`` is comparisons of tile data or of loop indices
+    (:func:`condition_tree`) that no store of ``body`` changes; None otherwise."""
     stores = list(body.seq) if isinstance(body, tirx.SeqStmt) else [body]
-    if condition_tree(guard) is None or not loads(guard) or \
+    if condition_tree(guard) is None or \
             not all(isinstance(s, tirx.BufferStore) for s in stores):
         return None
     read = {x.source for x in loads(guard)}
@@ -202,7 +206,8 @@ def guard_as_selects(guard, body):
 
 def condition_tree(cond):
     """``cond`` as a tree of what A2 computes into bit masks: ``("cmp", mode, a, b)`` for a
-    comparison Compare takes (:data:`..facts.instructions.COMPARE_MODES`; ``T.isnan(x)`` is
+    comparison Compare takes (:data:`..facts.instructions.COMPARE_MODES`; a comparison of
+    integer loop indices, compared on float32 index tiles: :mod:`.indices`; ``T.isnan(x)`` is
     ``x != x``; the language writes ``T.isinf`` and ``T.isfinite`` with it and ``|x| == inf``),
     ``("and", l, r)``, ``("or", l, r)`` and ``("not", t)`` for ``and``/``&``, ``or``/``|`` and
     ``not``; None for anything else."""
@@ -217,7 +222,7 @@ def condition_tree(cond):
         cond = tirx.NE(cond.args[0], cond.args[0])
         kind = "NE"
     mode = COMPARISONS.get(kind)
-    if mode is None or not compare_takes(cond.a.ty, mode):
+    if mode is None or not (compare_takes(cond.a.ty, mode) or index_comparison(cond.a, cond.b)):
         return None
     return ("cmp", mode, cond.a, cond.b)
 

@@ -17,6 +17,9 @@ inserted here, at buffer granularity:
   its set (on P) within the iteration by the other flags gets a ``C -> P`` pair from right
   after that wait to right before that set (an item that depends on itself, such as a branch
   holding a whole GEMM, has no such order otherwise);
+- an access that leads its op (:attr:`..analysis.accesses.Access.leads`: CreateVecIndex's
+  SetValue, which its own Adds on V follow) is a consumer only: a later access depends on the
+  op's last access of the buffer instead;
 - a dependency implied by another of the same event (a later producer on the same pipe whose
   consumer comes no later) is pruned; same-pipe dependencies of the vector, cube and DMA pipes
   get a ``PipeBarrier`` of the pipe (:data:`..facts.events.BARRIER_PIPES`), loop-carried ones
@@ -98,6 +101,8 @@ class _Inserter:
                                 not _may_overlap(a, b, loop if looped and i >= j else None):
                             continue
                         seen_pipes.add(b.pipe)
+                        if b.leads:  # the op's own later accesses are ordered after it
+                            continue
                         # an item that depends on itself (a guarded iteration) keeps one
                         # flag: the flags inside it are ordered across iterations only by
                         # its previous iteration's, which another version's flag is not

@@ -21,19 +21,21 @@ The pass runs on kernels the ``portable`` phase converted (function attribute
   broadcast (one vector per row); one tile element indexed by no loop variable (``total[0]``)
   one scalar for the whole nest, read with GetValue.
 - A select ``c ? x : y`` whose condition is comparisons of tile values (or of a tile value
-  with a scalar, or ``T.isnan``) joined by and/or/not becomes Compare/Compares into uint8 bit
-  masks, And/Or/Not of the masks and Select on A2 (:meth:`.selects.SelectLowering.select`;
-  what the instructions take is :data:`..facts.instructions.COMPARE_MODES`), and so does a
-  nest guarded by such a condition, each store ``x = v`` written ``x = c ? v : x``. Compare
-  reads whole 256-byte repeats: a source whose tile does not hold them is copied into one
-  that does.
+  with a scalar, or ``T.isnan``, or of loop indices on float32 index tiles from CreateVecIndex
+  where float32 is exact: :mod:`.indices`) joined by and/or/not becomes Compare/Compares
+  into uint8 bit masks, And/Or/Not of the masks and Select on A2
+  (:meth:`.selects.SelectLowering.select`; what the instructions take is
+  :data:`..facts.instructions.COMPARE_MODES`), and so does a nest guarded by such a
+  condition, each store ``x = v`` written ``x = c ? v : x``. Compare reads whole 256-byte
+  repeats: a source whose tile does not hold them is copied into one that does.
 - An elementwise op or a select over whole tiles whose rows this pass padded, all of one
   shape, runs once over the padded range (:meth:`_Lowering.widen`), not once per row.
 - What the vector unit cannot do (other conditions and selects, integer division, index
-  arithmetic as data) stays a loop of GetValue/SetValue on the scalar unit, marked
-  :data:`SCALAR_KEY` with the reason; the codegen writes the reason as a comment. Math
-  functions in it run on the vector unit: over the tile before the loop where they can, else
-  inside the loop on one-element tiles (:meth:`_Lowering.split`).
+  arithmetic as data, index conditions float32 does not hold exactly) stays a loop of
+  GetValue/SetValue on the scalar unit, marked :data:`SCALAR_KEY` with the reason; the
+  codegen writes the reason as a comment. Math functions in it run on the vector unit: over
+  the tile before the loop where they can, else inside the loop on one-element tiles
+  (:meth:`_Lowering.split`).
 - ``T.reduce_*`` become ``VREDUCE`` (one reduction per row, vector adds down columns)
   with a UB work tile (integer ones, which WholeReduce does not take, a scalar loop);
   ``T.cumsum`` a scalar loop; ``T.fill`` of UB Duplicate; a ``T.copy`` that converts
@@ -145,6 +147,7 @@ class _Lowering(SelectLowering):
         self.padded = set(padded)  # the UB tiles this pass padded: nothing reads their padding
         self.count = 0
         self.loops: list = []  # the loops around the statement being rewritten
+        self.launch: list = []  # (block index, 0, extent) of the kernel's launch
         self.computed = []  # see eval
         self.conditions: list = []  # the conditions bound by fold_branches
         self.holds: dict = {}  # temporary -> what it holds, in the user's terms (TEMPS_KEY)
@@ -194,8 +197,13 @@ class _Lowering(SelectLowering):
         if isinstance(stmt, tirx.AttrStmt) and stmt.attr_key == SIMT_KEY:
             return lower_simt(stmt)  # the threads' code, not vector instructions
         if isinstance(stmt, tirx.AttrStmt):
-            return tirx.AttrStmt(stmt.node, stmt.attr_key, stmt.value, self.visit(stmt.body),
-                                 span=stmt.span)
+            bound = stmt.attr_key == "thread_extent" and hasattr(stmt.node, "var")
+            if bound:
+                self.launch.append((stmt.node.var, 0, stmt.value))
+            body = self.visit(stmt.body)
+            if bound:
+                self.launch.pop()
+            return tirx.AttrStmt(stmt.node, stmt.attr_key, stmt.value, body, span=stmt.span)
         if isinstance(stmt, tirx.BufferStore):  # one element: a T.Parallel of extent 1
             one = tirx.For(tirx.Var("e0", "int32"), 0, 1, tirx.ForKind.SERIAL, stmt,
                            annotations={"tw.loop": "parallel"}, span=stmt.span)
@@ -208,6 +216,12 @@ class _Lowering(SelectLowering):
             if handler is not None:
                 return seq(handler(call, stmt))
         return stmt
+
+    @property
+    def ranges(self) -> list:
+        """(variable, min, extent) of each serial loop around the statement being rewritten
+        and each block index of the launch."""
+        return [*self.launch, *((lp.loop_var, lp.min, lp.extent) for lp in self.loops)]
 
     # -- tile ops ------------------------------------------------------------------------
     def op_fill(self, call, stmt):
