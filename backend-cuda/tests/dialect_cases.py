@@ -402,7 +402,7 @@ def wide_tma_copy(rows=64, cols=576, dtype="bfloat16"):
     return main
 
 
-def grouped_copies(stages=2, rows=16, cols=64, wait=True, commit=True, steps=4):
+def grouped_copies(stages=2, rows=16, cols=64, wait=True, commit=True, steps=4, wait_count=0):
     """Each of 128 threads copies 16 bytes of a (rows, cols) half tile per step with
     T.ptx_cp_async into the stage ``k % stages``, commits a group (T.ptx_commit_group) and
     waits for it (T.ptx_wait_group(0)) before the block reads the stage."""
@@ -419,7 +419,38 @@ def grouped_copies(stages=2, rows=16, cols=64, wait=True, commit=True, steps=4):
                 if commit:
                     T.ptx_commit_group()
                 if wait:
-                    T.ptx_wait_group(0)
+                    T.ptx_wait_group(wait_count)
+                for i, j in T.Parallel(rows, cols):
+                    O[k, i, j] = S[k % stages, i, j] * 2
+
+    return main
+
+
+def prefetched_copies(stages=3, rows=16, cols=64, steps=6, wait=None):
+    """A ``stages``-deep cp.async pipeline: the first ``stages - 1`` steps are copied ahead,
+    each iteration prefetches step ``k + stages - 1`` into stage ``(k + stages - 1) % stages``,
+    commits (an empty group past the end) and waits with T.ptx_wait_group(stages - 1) (or
+    ``wait``), which leaves the prefetches of other stages in flight, then the block reads
+    stage ``k % stages``."""
+    ahead = stages - 1 if wait is None else wait
+
+    @T.prim_func
+    def main(A: T.Tensor((steps, rows, cols), "float16"),
+             O: T.Tensor((steps, rows, cols), "float16")):
+        with T.Kernel(1, threads=128):
+            S = T.alloc_shared((stages, rows, cols), "float16")
+            tx = T.get_thread_binding()
+            for s in T.serial(stages - 1):
+                T.ptx_cp_async(T.access_ptr(S[s, tx // 8, tx % 8 * 8], "w", 8),
+                               T.access_ptr(A[s, tx // 8, tx % 8 * 8], "r", 8), 8)
+                T.ptx_commit_group()
+            for k in T.serial(steps):
+                if k + stages - 1 < steps:
+                    T.ptx_cp_async(
+                        T.access_ptr(S[(k + stages - 1) % stages, tx // 8, tx % 8 * 8], "w", 8),
+                        T.access_ptr(A[k + stages - 1, tx // 8, tx % 8 * 8], "r", 8), 8)
+                T.ptx_commit_group()
+                T.ptx_wait_group(ahead)
                 for i, j in T.Parallel(rows, cols):
                     O[k, i, j] = S[k % stages, i, j] * 2
 
@@ -494,6 +525,8 @@ def cases():
         ("tall_tma_copy", wide_tma_copy(320, 64, "float16"),
          _same(rand(320, 64, dtype=torch.float16))),
         ("grouped_copies", grouped_copies(), _same(rand(4, 16, 64, dtype=torch.float16), 2)),
+        ("prefetched_copies", prefetched_copies(),
+         _same(rand(6, 16, 64, dtype=torch.float16), 2)),
         ("grid_sum", grid_sum(), _grid_sum_case(rand(4, 128))),
     ]
 

@@ -378,6 +378,33 @@ def _one_wgmma(wait=True, clear_in_flight=False, copies=False):
     return main
 
 
+def test_a_wait_leaving_more_groups_than_are_in_flight_keeps_them_all():
+    """T.wait_wgmma(4) with three groups in flight retires none: a read of the older one's
+    accumulator is refused (the check once kept only the newest when n exceeded the groups)."""
+    @T.prim_func
+    def main(A: T.Tensor((64, 64), "float16"), B: T.Tensor((64, 64), "float16"),
+             C: T.Tensor((64, 64), "float32")):
+        with T.Kernel(1, threads=128):
+            A_s = T.alloc_shared((64, 64), "float16")
+            B_s = T.alloc_shared((64, 64), "float16")
+            C1 = T.alloc_fragment((64, 64), "float32")
+            C2 = T.alloc_fragment((64, 64), "float32")
+            C3 = T.alloc_fragment((64, 64), "float32")
+            T.copy(A, A_s)
+            T.copy(B, B_s)
+            T.clear(C1)
+            T.clear(C2)
+            T.clear(C3)
+            T.wgmma_gemm(A_s, B_s, C1, transpose_B=True)
+            T.wgmma_gemm(A_s, B_s, C2, transpose_B=True)
+            T.wgmma_gemm(A_s, B_s, C3, transpose_B=True)
+            T.wait_wgmma(4)
+            T.copy(C1, C)
+
+    with pytest.raises(KernelError, match=r"touches 'C1' while the wgmma group"):
+        tilewright.lower(main, "cuda -arch=sm_90a")
+
+
 def _wait_only():
     @T.prim_func
     def main(A: T.Tensor((128,), "float32")):

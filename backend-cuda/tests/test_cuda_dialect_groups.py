@@ -16,7 +16,7 @@ import pytest
 import tilewright
 import tilewright_cuda.language as T
 import torch
-from dialect_cases import grid_sum, grouped_copies
+from dialect_cases import grid_sum, grouped_copies, prefetched_copies
 from tilewright.errors import KernelError
 from tilewright.jit import compile as tw_compile
 from tilewright.runtime import load
@@ -46,6 +46,33 @@ def test_reading_copies_before_their_wait_is_refused(kw, message):
     with pytest.raises(KernelError, match=message) as info:
         tilewright.lower(grouped_copies(**kw), "cuda -arch=sm_90a")
     assert info.value.location.filename.endswith("dialect_cases.py")  # the kernel's file
+
+
+@pytest.mark.parametrize("stages", [2, 3, 4])
+def test_a_wait_group_leaving_other_stages_in_flight_is_accepted(stages):
+    """T.ptx_wait_group(stages - 1) leaves the prefetches of the other stages in flight; the
+    read of stage k % stages is of none of them (emulated against torch in
+    test_cuda_dialect_emulate: prefetched_copies)."""
+    text = _kernel(tilewright.lower(prefetched_copies(stages=stages),
+                                    "cuda -arch=sm_80").source.text)
+    assert f"tw_cp_async_wait<{stages - 1}>();" in text
+
+
+@pytest.mark.parametrize("stages, wait", [(2, 2), (3, 3), (3, 4)])
+def test_a_wait_group_leaving_the_read_stage_in_flight_is_refused(stages, wait):
+    """Waiting for one group fewer than a pipeline needs leaves the stage the block reads in
+    flight (the groups of an earlier iteration, or of the copies before the loop): refused,
+    at the read."""
+    with pytest.raises(KernelError, match=r"touches 'S' while the T\.ptx_cp_async copy "
+                                          r"\(line \d+\) into it may still be in flight"):
+        tilewright.lower(prefetched_copies(stages=stages, wait=wait), "cuda -arch=sm_80")
+
+
+def test_a_wait_group_leaving_the_newest_group_of_the_read_stage_is_refused():
+    """One stage per iteration, wait_group(1): the group just committed writes the stage the
+    block then reads (it was accepted when any wait retired every group)."""
+    with pytest.raises(KernelError, match=r"may still be in flight"):
+        tilewright.lower(grouped_copies(stages=2, wait_count=1), "cuda -arch=sm_80")
 
 
 def test_a_read_before_the_wait_is_refused_at_its_line():
