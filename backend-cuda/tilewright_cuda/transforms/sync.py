@@ -224,11 +224,6 @@ def _is_register_a_gemm(node) -> bool:
     return found is not None and found.name == "tw_gemm_wgmma_rs"
 
 
-def _role(stmt) -> str | None:
-    found = intrinsics.of(stmt) if isinstance(stmt, (tirx.Evaluate, tvm.ir.Call)) else None
-    return found.role if found is not None else None
-
-
 def _drop_fences(stmt, versions: dict, tma_only: set):
     if isinstance(stmt, tirx.SeqStmt):
         out: list = []
@@ -236,10 +231,10 @@ def _drop_fences(stmt, versions: dict, tma_only: set):
         for s in (_drop_fences(x, versions, tma_only) for x in items):
             if _is_register_a_gemm(s.value if isinstance(s, tirx.Evaluate) else s):
                 j = len(out)
-                while j > 0 and _role(out[j - 1]) == "mbar_wait":
+                while j > 0 and intrinsics.role(out[j - 1]) == "mbar_wait":
                     j -= 1
                 if j >= 2 and intrinsics.is_sync(out[j - 1]) and \
-                        _role(out[j - 2]) == "fence_async":
+                        intrinsics.role(out[j - 2]) == "fence_async":
                     reads = Access(s, versions).reads
                     if all(any(buf.same_as(t) for t in tma_only) for buf, _ in reads) or \
                             _fenced_before(out[:j - 2], reads, versions):
@@ -267,7 +262,7 @@ def _fenced_before(before: list, reads, versions: dict) -> bool:
     writes what ``reads`` names (nor waits for cp.async copies)."""
     for j in range(len(before) - 1, 0, -1):
         s = before[j]
-        if intrinsics.is_sync(s) and _role(before[j - 1]) == "fence_async":
+        if intrinsics.is_sync(s) and intrinsics.role(before[j - 1]) == "fence_async":
             return True
         acc = Access(s, versions)
         if acc.lands or conflict(reads, acc.writes | acc.issued):

@@ -149,7 +149,7 @@ def without_wgmma_barriers(stmts: list, producers: list, tma_tiles: list) -> lis
     for k, s in enumerate(stmts):
         if k < 2 or k in producers or not isinstance(s, tirx.Evaluate) or \
                 not wgmma_calls(s) or not intrinsics.is_sync(stmts[k - 1]) or \
-                _role(stmts[k - 2]) != "fence_async":
+                intrinsics.role(stmts[k - 2]) != "fence_async":
             continue
         operands = [buf for c in wgmma_calls(s) for arg in c.args[1:3]
                     for buf in loads_in(arg) if shared(buf)]
@@ -157,10 +157,6 @@ def without_wgmma_barriers(stmts: list, producers: list, tma_tiles: list) -> lis
                not any(writes(c, [buf]) for c in consumers) for buf in operands):
             kept[k - 1] = kept[k - 2] = None
     return kept
-
-
-def _role(stmt) -> str | None:
-    return intrinsics.role(stmt) if isinstance(stmt, tirx.Evaluate) else None
 
 
 def one_barrier_for_wgmma(steady: list) -> list:
@@ -174,7 +170,7 @@ def one_barrier_for_wgmma(steady: list) -> list:
             intrinsics.extern_name(items[3]) != "tw_cp_async_commit":
         return steady
     fence, barrier, rest = items[4], items[5], items[6:]
-    if not (_role(fence) == "fence_async" and intrinsics.is_sync(barrier) and rest and
+    if not (intrinsics.role(fence) == "fence_async" and intrinsics.is_sync(barrier) and rest and
             wgmma_calls(rest[0])):
         return steady
     return [items[0], fence, items[1], items[2], items[3], *rest]
