@@ -187,14 +187,19 @@ def _lazy_loads(expr) -> list:
 
 
 def _held_in_a_branch(call) -> bool:
-    """Whether a branch of the ``if_then_else`` ``call`` binds a value or reads a tile: what
-    :func:`bfloat16_conversions_around_lets` makes before a statement, where the branch is
-    taken."""
+    """Whether a branch of the ``if_then_else`` ``call`` binds a value, reads a tile or converts
+    a value to bfloat16: what :func:`bfloat16_conversions_around_lets` makes before a
+    statement, where the branch is taken (a conversion to bfloat16 it makes with a binding:
+    one left in the selection became a binding in a branch after the search, and float8's
+    lowering then stored the selection into a bfloat16 element read inside a binding:
+    "Load/Store of buffer selected ... occurred before its declaration")."""
     found = []
     for arg in call.args[1:]:
         tvm_ffi.structural_walk(arg, [(tirx.Let, found.append), (
             tvm.ir.TensorLoad, lambda ld: found.append(ld)
-            if str(ld.source.scope()) != "global" else None)])
+            if str(ld.source.scope()) != "global" else None), (
+            tirx.Cast, lambda c: found.append(c) if str(c.ty) == "bfloat16" and
+            str(c.value.ty) != "bfloat16" else None)])
     return bool(found)
 
 
