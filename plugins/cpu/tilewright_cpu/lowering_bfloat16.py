@@ -187,20 +187,25 @@ def _lazy_loads(expr) -> list:
 
 
 def _held_in_a_branch(call) -> bool:
-    """Whether a branch of the ``if_then_else`` ``call`` binds a value or reads a tile: what
-    :func:`bfloat16_conversions_around_lets` makes before a statement, where the branch is
-    taken."""
+    """Whether a branch of the ``if_then_else`` ``call`` binds a value, reads a tile or converts
+    a value to bfloat16: what :func:`bfloat16_conversions_around_lets` makes before a
+    statement, where the branch is taken (a conversion to bfloat16 it makes with a binding:
+    one left in the selection became a binding in a branch after the search, and float8's
+    lowering then stored the selection into a bfloat16 element read inside a binding:
+    "Load/Store of buffer selected ... occurred before its declaration")."""
     found = []
     for arg in call.args[1:]:
         tvm_ffi.structural_walk(arg, [(tirx.Let, found.append), (
             tvm.ir.TensorLoad, lambda ld: found.append(ld)
-            if str(ld.source.scope()) != "global" else None)])
+            if str(ld.source.scope()) != "global" else None), (
+            tirx.Cast, lambda c: found.append(c) if str(c.ty) == "bfloat16" and
+            str(c.value.ty) != "bfloat16" else None)])
     return bool(found)
 
 
 def _held_selection(value) -> bool:
-    """Whether ``value`` is (under conversions) an ``if_then_else`` whose branch binds a value
-    or reads a tile."""
+    """Whether ``value`` is (under conversions) an ``if_then_else`` whose branch binds a value,
+    reads a tile or converts a value to bfloat16 (:func:`_held_in_a_branch`)."""
     while isinstance(value, tirx.Cast):
         value = value.value
     return _is_if_then_else(value) and _held_in_a_branch(value)
@@ -280,11 +285,11 @@ def bfloat16_conversions_around_lets():
     fails). A store of an ``if_then_else`` becomes an ``if`` over a store of each branch
     first, so that a branch's reads are made only where it is taken; an ``if_then_else``
     deeper in the value or the condition (an operand, under conversions) whose branch binds a
-    value or reads a tile is first stored so into a local element of its own (float32 for
-    bfloat16) that the value or condition reads in its place: left there, its branch's tile
-    read kept the old tile, and float8's lowering stored it into a bfloat16 element, read
-    inside the binding with the same result ("Load/Store of buffer selected ... occurred
-    before its declaration")."""
+    value, reads a tile or converts a value to bfloat16 (a binding once rounded here) is first
+    stored so into a local element of its own (float32 for bfloat16) that the value or
+    condition reads in its place: left there, its branch's tile read kept the old tile, and
+    float8's lowering stored it into a bfloat16 element, read inside the binding with the
+    same result ("Load/Store of buffer selected ... occurred before its declaration")."""
 
     return prim_func_pass("CPUBfloat16AroundLets",
                           lambda func: func.with_body(_AroundLets().visit(func.body)))
@@ -322,9 +327,10 @@ class _AroundLets(StmtMutator):
         return self.branch(super().visit_IfThenElse(stmt))
 
     def select_first(self, value, span):
-        """The outer ``if_then_else`` of ``value`` whose branch binds a value or reads a tile,
-        split out by :func:`~tilewright_cpu.lowering_float8.selected_first` (into a float32
-        element for bfloat16), or None."""
+        """The outer ``if_then_else`` of ``value`` whose branch binds a value, reads a tile or
+        converts a value to bfloat16, split out by
+        :func:`~tilewright_cpu.lowering_float8.selected_first` (into a float32 element for
+        bfloat16), or None."""
         selection = outer_selection(value, _held_in_a_branch)
         if selection is None:
             return None
