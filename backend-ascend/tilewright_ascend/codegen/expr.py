@@ -6,7 +6,9 @@ SIMT vector function, a read through the tile's pointer);
 variables print through a naming callback (the emitter's C identifiers). Floor division and
 modulo print as C's ``/`` and ``%`` only where the operands are provably non-negative and
 positive; elsewhere as ``TW_FLOORDIV``/``TW_FLOORMOD``, which round towards minus infinity
-(C's operators truncate towards zero).
+(C's operators truncate towards zero). C++ computes on integers narrower than ``int`` as ``int``;
+the result of each arithmetic or bitwise operator on them is cast back to its type, so it wraps
+where TIR's does before a comparison, a ``T.max`` or a division reads it.
 """
 
 from __future__ import annotations
@@ -15,12 +17,15 @@ import tvm
 from tilewright.errors import KernelError
 
 from ..analysis.buffers import flat_index
-from ..facts.dtypes import ctype
+from ..facts.dtypes import ctype, promoted
 
 _C_BINARY = {"Add": "+", "Sub": "-", "Mul": "*", "Div": "/", "Mod": "%", "EQ": "==", "NE": "!=",
              "LT": "<", "LE": "<=", "GT": ">", "GE": ">=", "And": "&&", "Or": "||",
              "BitwiseAnd": "&", "BitwiseOr": "|", "BitwiseXor": "^", "LShift": "<<",
              "RShift": ">>"}  # >> of a negative signed integer: arithmetic (C++20, bisheng)
+# the operators whose result has the operands' type (the others give bool)
+_ARITH = {"Add", "Sub", "Mul", "Div", "Mod", "FloorDiv", "FloorMod", "BitwiseAnd", "BitwiseOr",
+          "BitwiseXor", "LShift", "RShift", "BitwiseNot"}
 # TIR calls the scalar unit computes, each a macro of the generated file's prelude (T.isnan;
 # fabs, which T.isinf and T.isfinite compare with infinity)
 _C_CALLS = {"tirx.isnan": "TW_ISNAN", "tirx.fabs": "TW_FABS"}
@@ -39,6 +44,12 @@ class ExprPrinter:
 
     # -- Ascend C ----------------------------------------------------------------------------
     def cpp(self, e) -> str:
+        text = self._cpp(e)
+        if type(e).__name__ in _ARITH and promoted(e.ty):  # back from int to the TIR type
+            return f"TW_CAST({ctype(str(e.ty))}, {text})"
+        return text
+
+    def _cpp(self, e) -> str:
         if isinstance(e, bool):
             return "true" if e else "false"
         if isinstance(e, (int, float)):

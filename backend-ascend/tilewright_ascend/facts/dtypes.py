@@ -17,6 +17,12 @@ def ctype(dtype) -> str:
     return CTYPES[dtype]
 
 
+def promoted(dtype) -> bool:
+    """Whether C++ computes on ``dtype`` as ``int`` (the integer promotion of the types narrower
+    than ``int``: [conv.prom]), so that a result of its arithmetic may leave the type."""
+    return str(dtype) in ("int8", "uint8", "int16", "uint16")
+
+
 def dtype_bytes(dtype) -> int:
     dtype = str(dtype)
     bits = int("".join(c for c in dtype if c.isdigit()) or 8)
