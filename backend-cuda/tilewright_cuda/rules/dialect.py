@@ -202,8 +202,8 @@ def lower_ptx_wait_group(call: TileOpCall, ctx: RuleContext):
 
 @register(ops.SYNC_GRID.name)
 def lower_sync_grid(call: TileOpCall, ctx: RuleContext):
-    """``tw_grid_sync()`` (cooperative groups' grid barrier); the finish pass marks the kernel
-    for a cooperative launch."""
+    """``tw_grid_sync()`` (cooperative groups' grid barrier); codegen marks a kernel calling it
+    (the intrinsic's role ``grid_sync``) for a cooperative launch."""
     _require(call, ctx, "grid-wide barriers of a cooperative launch", since=70)
     return intrinsics.call("tw_grid_sync")
 

@@ -23,6 +23,8 @@ swizzle)``; the finish pass deduplicates and numbers them, one per distinct box.
 
 from __future__ import annotations
 
+import math
+
 import tvm
 from tilewright.errors import KernelError
 from tilewright.ir import TileOpCall
@@ -103,9 +105,7 @@ def _boxes(g, s, bar, what: str) -> list:
         blocks, mode = dims[0] * itemsize // width, SWIZZLE_BYTES[bits]
         dims[0] = width // itemsize
         period = SWIZZLE_ROWS * width
-    tile = 1
-    for e in extents:
-        tile *= e
+    tile = math.prod(extents)
     block_bytes = tile // blocks * itemsize  # one column block of a swizzled tile
     split, pieces = _pieces(dims)
     narrow = next((box[0] for _, box in pieces if box[0] * itemsize % 16), None)
@@ -113,13 +113,11 @@ def _boxes(g, s, bar, what: str) -> list:
         raise KernelError(f"{what}: the innermost box extent of {g.buffer.name!r} is "
                           f"{narrow * itemsize} bytes; TMA needs a multiple of 16 bytes")
     outer = dims[split + 1:]
-    count = 1
-    for d in outer:
-        count *= d
+    count = math.prod(outer)
     pitch = [1]  # elements between neighbours of each dimension in the shared tile
     for d in dims[:-1]:
         pitch.append(pitch[-1] * d)
-    starts = [start[split] * pitch[split] * itemsize for start, _ in pieces] + \
+    starts = [lo * pitch[split] * itemsize for lo, _ in pieces] + \
         [pitch[j] * itemsize for j in range(split + 1, rank)]
     if period > 1 and any(o % period for o in starts):
         raise KernelError(f"{what}: {g.buffer.name!r}'s box is wider than TMA's {MAX_BOX} "
@@ -136,20 +134,20 @@ def _boxes(g, s, bar, what: str) -> list:
     base = intrinsics.shared_addr(tirx.BufferLoad(s.buffer, list(s.starts)))
     stmts = []
     for b in range(blocks):
-        for start, box in pieces:
+        for lo, box in pieces:
             descriptor = tirx.call_intrin(
                 "handle", ops.TENSORMAP,
                 tirx.BufferLoad(g.buffer, [tirx.const(0, "int32")] * rank),
                 *[tirx.const(x, "int32") for x in box], tirx.const(mode, "int32"))
             # column block b of a swizzled tile starts b whole blocks after the tile
-            offset = b * block_bytes + start[split] * pitch[split] * itemsize
+            offset = b * block_bytes + lo * pitch[split] * itemsize
             offset = at + offset if row is not None else tirx.const(offset, "int32")
             smem = base if isinstance(offset, tirx.IntImm) and offset.value == 0 else \
                 tirx.call_extern("handle", "tw_offset_bytes", base, offset)
             c = list(coords)
             c[0] = c[0] + b * dims[0] if b else c[0]
-            if start[split]:
-                c[split] = c[split] + start[split]
+            if lo:
+                c[split] = c[split] + lo
             for j, i in enumerate(index, split + 1):
                 c[j] = c[j] + i
             c = [tirx.Cast("int32", x) if str(x.ty) != "int32" else x
@@ -169,20 +167,15 @@ def _boxes(g, s, bar, what: str) -> list:
 
 def _pieces(dims: list[int]) -> tuple[int, list]:
     """The boxes of a dense tile of ``dims`` (innermost first) that TMA moves: ``(split,
-    [(start, box), ...])``. A box lands densely in shared memory, so where a dimension
-    ``split`` exceeds :data:`MAX_BOX` it is cut into boxes of ``MAX_BOX`` and a remainder
-    (576 = 256 + 256 + 64), each box whole in the dimensions inside ``split`` and one element
-    deep in those outside it (the caller repeats it over them)."""
+    [(start in dimension split, box), ...])``. A box lands densely in shared memory, so
+    where a dimension ``split`` exceeds :data:`MAX_BOX` it is cut into boxes of ``MAX_BOX``
+    and a remainder (576 = 256 + 256 + 64), each box whole in the dimensions inside ``split``
+    and one element deep in those outside it (the caller repeats it over them)."""
     split = next((j for j, d in enumerate(dims) if d > MAX_BOX), None)
     if split is None:
-        return len(dims) - 1, [([0] * len(dims), list(dims))]
-    pieces = []
-    for lo in range(0, dims[split], MAX_BOX):
-        start = [0] * len(dims)
-        start[split] = lo
-        box = dims[:split] + [min(MAX_BOX, dims[split] - lo)] + [1] * (len(dims) - split - 1)
-        pieces.append((start, box))
-    return split, pieces
+        return len(dims) - 1, [(0, list(dims))]
+    return split, [(lo, dims[:split] + [min(MAX_BOX, dims[split] - lo)] +
+                    [1] * (len(dims) - split - 1)) for lo in range(0, dims[split], MAX_BOX)]
 
 
 # -- portable copies in pipelined loops ------------------------------------------------------------
@@ -230,6 +223,7 @@ def copy_choice(call: TileOpCall, ctx: RuleContext, fallback):
     try:
         loads = load(call.operands["src"], call.operands["dst"], intrinsics.stage_barrier(),
                      "T.copy")
-    except KernelError:  # a box TMA cannot move (more than 5 dims): keep cp.async
+    except KernelError:  # a box TMA cannot move (more than 5 dims, parts of a swizzled tile
+        # off its period, an innermost box under 16 bytes): keep cp.async
         return fallback
     return tirx.IfThenElse(intrinsics.tma_choice(), leader(ctx, loads), fallback)
