@@ -53,6 +53,25 @@ def _check_shared_region(region, what: str):
                               "dimensions), e.g. S[stage, :, :]")
 
 
+def _check_swizzled_region(region, width: int, what: str):
+    """A region of a swizzled tile that TMA can fill: single indices of its pipeline version,
+    every row, and columns that start and end on the ``width``-byte column blocks of the
+    layout (the rows of one column block are stored densely, so whole blocks are contiguous)."""
+    name, shape = region.buffer.name, [const(d) for d in region.buffer.shape]
+    extents = [const(e) for e in region.extents]
+    if any(e != 1 for e in extents[:-2]) or extents[-2] != shape[-2] or \
+            const(region.starts[-2]) != 0:
+        raise KernelError(f"{what}: {name!r} has a swizzled layout; TMA fills every row of it "
+                          f"({shape[-2]} rows), from one pipeline version, e.g. "
+                          f"S[stage, :, c0:c1]")
+    atom = width // tvm.runtime.DataType(str(region.buffer.dtype)).bits * 8
+    lo, n = region.starts[-1], extents[-1]
+    if n % atom or not tvm.sym.Analyzer().can_prove(tirx.floormod(lo, atom) == 0):
+        raise KernelError(f"{what}: the columns {lo} .. {lo} + {n} of {name!r} do not start "
+                          f"and end on its swizzle atoms of {atom} columns ({width} bytes); "
+                          "TMA fills whole atom columns of a swizzled tile")
+
+
 def load(src, dst, barrier, what: str = "T.tma_copy") -> list:
     """The statements one thread issues to load the global region ``src`` into the shared
     region ``dst`` through TMA, completing on ``barrier`` (its expected bytes raised first,
@@ -86,25 +105,29 @@ def _boxes(g, s, bar, what: str) -> list:
     if rank > 5:
         raise KernelError(f"{what}: TMA handles tensors of up to 5 dimensions, "
                           f"{g.buffer.name!r} has {rank}")
-    _check_shared_region(s, what)
     itemsize = tvm.runtime.DataType(str(g.buffer.dtype)).bits // 8
     dims = list(reversed(extents))  # innermost first
     coords = list(reversed(list(g.starts)))
     swizzled = layout.swizzle_of(s.buffer)
     blocks, mode, period = 1, 0, 1
-    if swizzled is not None:
+    if swizzled is None:
+        _check_shared_region(s, what)
+    else:
         width, bits = swizzled
-        if itemsize not in (1, 2) or dims[0] * itemsize % width:
+        _check_swizzled_region(s, width, what)
+        if dims[0] * itemsize % width:
             raise KernelError(f"{what}: {s.buffer.name!r} has a swizzled layout of {width}-byte "
-                              f"columns; the tile's rows ({dims[0]} x {itemsize} bytes) must be "
-                              "a multiple of it")
-        whole = all(const(e) == const(d) for e, d in zip(s.extents[-2:], s.buffer.shape[-2:]))
-        if not whole:
-            raise KernelError(f"{what}: {s.buffer.name!r} has a swizzled layout; TMA moves it "
-                              "whole (every row and column of the tile)")
+                              f"columns; the box's rows ({dims[0]} x {itemsize} bytes of "
+                              f"{g.buffer.name!r}) must be a multiple of it")
         blocks, mode = dims[0] * itemsize // width, SWIZZLE_BYTES[bits]
         dims[0] = width // itemsize
         period = SWIZZLE_ROWS * width
+        rows = const(s.buffer.shape[-2])
+        if const(s.extents[-1]) != const(s.buffer.shape[-1]) and rows * width % period:
+            raise KernelError(f"{what}: a column block of {s.buffer.name!r} ({rows} rows x "
+                              f"{width} bytes) is not a whole number of its swizzle's "
+                              f"{period}-byte periods, so its columns {s.starts[-1]} .. would "
+                              "not start on one; TMA fills such a tile whole")
     tile = math.prod(extents)
     block_bytes = tile // blocks * itemsize  # one column block of a swizzled tile
     split, pieces = _pieces(dims)
