@@ -130,8 +130,8 @@ def _boxes(g, s, bar, what: str) -> list:
         if const(s.extents[-1]) != const(s.buffer.shape[-1]) and rows * width % period:
             raise KernelError(f"{what}: a column block of {s.buffer.name!r} ({rows} rows x "
                               f"{width} bytes) is not a whole number of its swizzle's "
-                              f"{period}-byte periods, so its columns {s.starts[-1]} .. would "
-                              "not start on one; TMA fills such a tile whole")
+                              f"{period}-byte periods, so a box at a later block would not "
+                              "start on one; TMA fills such a tile whole (every column)")
     fold = _fold(g, dims[0], coords[0], itemsize) if swizzled is None else None
     if fold is not None:  # the rows as [fold, columns / fold]: one box instead of one a row
         dims = [fold, dims[0] // fold, *dims[1:]]
