@@ -386,8 +386,8 @@ def warp_shuffle(n=64):
 
 
 def wide_tma_copy(rows=64, cols=576, dtype="bfloat16"):
-    """T.tma_copy of a tile wider than TMA's 256-element box (576 columns: boxes of 256 + 256 +
-    64 columns, one row deep, per row; 320 rows: 256 + 64), then a plain copy out."""
+    """T.tma_copy of a tile wider than TMA's 256-element box (576 columns: one box of the
+    tensor seen as [rows, 3, 192]; 320 rows: 256 + 64), then a plain copy out."""
 
     @T.prim_func
     def main(Q: T.Tensor((rows, cols), dtype), O: T.Tensor((rows, cols), dtype)):

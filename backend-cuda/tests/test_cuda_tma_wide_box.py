@@ -1,10 +1,13 @@
-"""A TMA box is at most 256 elements in each dimension (cuTensorMapEncodeTiled's boxDim). A
-tile wider than that moves as several boxes on the same mbarrier (rules/tma.py): 576 columns
-of a row-major tile as boxes of 256 + 256 + 64 columns, one row deep, repeated over the rows
-(a box lands densely in shared memory, so a part of a row needs its own rows); 320 rows as
-256 + 64 rows. The expected-transaction count stays the whole tile's. The host emulation runs
-each box as a tiled copy, so a misplaced part gives wrong values (dialect_cases'
-``wide_tma_copy`` at 64 x 576 and 320 x 64, run by test_cuda_dialect_emulate.py)."""
+"""A TMA box is at most 256 elements in each dimension (cuTensorMapEncodeTiled's boxDim).
+Rows of a row-major tile wider than that are one box of a view of the tensor where one fits
+(rules/tma.py's ``_fold``): 576 columns as [192, 3], the tensor map's innermost dimension seen
+as two (``fold`` in the launch description, encoded by runtime/cuda.py). Where none fits (the
+first column not a multiple of any 16-byte part), 576 columns move as boxes of 256 + 256 + 64
+columns, one row deep, repeated over the rows (a box lands densely in shared memory, so a part
+of a row needs its own rows); 320 rows as 256 + 64 rows. The expected-transaction count stays
+the whole tile's. The host emulation runs each box as a tiled copy, so a misplaced part gives
+wrong values (here, and dialect_cases' ``wide_tma_copy`` at 64 x 576 and 320 x 64, run by
+test_cuda_dialect_emulate.py)."""
 
 import json
 
@@ -15,6 +18,7 @@ import tilewright_cuda.language as T
 import torch
 from dialect_cases import wide_tma_copy
 from test_cuda_pipeline import _emulate, gemm
+from tilewright.runtime.cuda import tensor_map_layout
 from tilewright_cuda import arch, executor
 
 
@@ -43,15 +47,50 @@ def _maps(lowered) -> list:
     return [p for p in lowered.source.payload["params"] if p["kind"] == "tensormap"]
 
 
-def test_a_576_column_box_is_three_boxes_on_one_barrier():
+def part_copy(shape, r0, c0, rows, cols, dtype="float16"):
+    """T.tma_copy of ``Q[r0:r0 + rows, c0:c0 + cols]`` into a row-major tile, copied out."""
+
+    @T.prim_func
+    def main(Q: T.Tensor(shape, dtype), O: T.Tensor((rows, cols), dtype)):
+        with T.Kernel(1, threads=128):
+            Q_s = T.alloc_shared((rows, cols), dtype)
+            bar = T.alloc_barrier(128)
+            T.tma_copy(Q[r0:r0 + rows, c0:c0 + cols], Q_s, barrier=bar)
+            T.mbarrier_arrive(bar)
+            T.mbarrier_wait_parity(bar, 0)
+            T.copy(Q_s, O)
+
+    return main
+
+
+def test_a_576_column_box_is_one_load_of_a_folded_view():
     lowered = tilewright.lower(wide_tma_copy(), "cuda -arch=sm_90a")
-    assert [m["box"] for m in _maps(lowered)] == [[256, 1], [64, 1]]
+    assert [(m["box"], m["rank"], m.get("fold")) for m in _maps(lowered)] == \
+        [([192, 3, 64], 3, 192)]
     text = _kernel(lowered)
-    # one expect_tx of the whole tile; per row, three loads at columns 0, 256 and 512
+    # one expect_tx of the whole tile, one load (64 x 576 bf16 was 192 loads, 3 a row)
     assert text.count("tw_mbar_expect_tx(") == 1 and f"(uint){64 * 576 * 2})" in text
+    assert text.count("tw_tma_load_3d(") == 1 and "tma_part" not in text
+    assert "tw_tma_load_2d(" not in text
+
+
+def test_rows_stay_boxes_per_row_when_no_fold_fits():
+    # columns 4 .. 580: no part of a multiple of 16 bytes divides the first column
+    lowered = tilewright.lower(part_copy((64, 600), 0, 4, 64, 576), "cuda -arch=sm_90a")
+    assert [m["box"] for m in _maps(lowered)] == [[256, 1], [64, 1]]
+    assert not any("fold" in m for m in _maps(lowered))
+    text = _kernel(lowered)
     assert "for (int tma_part = 0; tma_part < 64; ++tma_part)" in text
     assert text.count("tw_tma_load_2d(") == 3
-    assert "((tma_part * 1152) + 1024))), 512, tma_part);" in text
+    assert "((tma_part * 1152) + 1024))), 516, tma_part);" in text
+
+
+def test_the_launcher_encodes_the_folded_view():
+    q = torch.zeros(4, 576, dtype=torch.bfloat16)
+    p = {"tensor": "Q", "rank": 3, "fold": 192}
+    assert tensor_map_layout(p, q) == ([192, 3, 4], [2, 384, 1152])
+    with pytest.raises(RuntimeError, match="rows of 600 elements as parts of 192"):
+        tensor_map_layout(p, torch.zeros(4, 600, dtype=torch.bfloat16))
 
 
 def test_a_tall_box_splits_its_rows():
@@ -61,20 +100,24 @@ def test_a_tall_box_splits_its_rows():
 
 
 @pytest.mark.emulator
-@pytest.mark.parametrize("rows, cols, dtype", [(8, 600, "float32")])
-def test_wide_boxes_match_torch(rows, cols, dtype, tmp_path):
-    lowered = tilewright.lower(wide_tma_copy(rows, cols, dtype), "cuda -arch=sm_90a")
-    q = torch.randn(rows, cols, generator=torch.Generator().manual_seed(0)).to(
-        getattr(torch, dtype))
-    out = torch.full_like(q, float("nan"))
+@pytest.mark.parametrize("shape, r0, c0, maps", [
+    ((40, 704), 8, 64, [[64, 9, 32]]),  # folded: columns 64 .. 640 are parts 1 .. 9 of 64
+    ((8, 600), 0, 4, [[256, 1], [64, 1]]),  # per row
+])
+def test_wide_boxes_match_torch(shape, r0, c0, maps, tmp_path):
+    rows = shape[0] - r0
+    lowered = tilewright.lower(part_copy(shape, r0, c0, rows, 576), "cuda -arch=sm_90a")
+    assert [m["box"] for m in _maps(lowered)] == maps
+    q = torch.randn(shape, generator=torch.Generator().manual_seed(0)).half()
+    out = torch.full((rows, 576), float("nan")).half()
     hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, q, out)
-    torch.testing.assert_close(out, q, rtol=0, atol=0)
+    torch.testing.assert_close(out, q[r0:, c0:c0 + 576], rtol=0, atol=0)
 
 
 @pytest.mark.emulator
 def test_a_wide_tma_store_matches_torch(tmp_path):
     lowered = tilewright.lower(wide_store(), "cuda -arch=sm_90a")
-    assert [m["box"] for m in _maps(lowered)] == [[256, 1], [64, 1]]
+    assert [(m["box"], m["fold"]) for m in _maps(lowered)] == [([192, 3, 32], 192)]
     a = torch.randn(32, 576, generator=torch.Generator().manual_seed(1)).half()
     out = torch.full_like(a, float("nan"))
     hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, a, out)

@@ -17,8 +17,12 @@ every choice left. Out-of-bounds parts of a box read as zero, as the ``cp.async`
 
 A box is at most 256 elements in each dimension (``cuTensorMapEncodeTiled``); a wider tile
 moves as several boxes completing on the same mbarrier (:func:`_pieces`), the expected bytes
-still the whole tile's. A TMA names its descriptor as ``tw.cuda.tensormap(tensor, box...,
-swizzle)``; the finish pass deduplicates and numbers them, one per distinct box.
+still the whole tile's. Rows wider than 256 elements of a row-major tile are one box of a view
+of the tensor instead where one fits (:func:`_fold`: 576 columns as 3 x 192). A swizzled tile
+moves as one box per 128-byte (64-, 32-byte) column block of its layout, and may be filled in
+part: every row, the columns of whole blocks. A TMA names its descriptor as
+``tw.cuda.tensormap(tensor, box..., fold, swizzle)`` (``fold`` 0 for the tensor's own shape);
+the finish pass deduplicates and numbers them, one per distinct box.
 """
 
 from __future__ import annotations
@@ -51,6 +55,25 @@ def _check_shared_region(region, what: str):
             raise KernelError(f"{what}: the shared region of {region.buffer.name!r} must be "
                               "contiguous (leading single indices, then whole trailing "
                               "dimensions), e.g. S[stage, :, :]")
+
+
+def _check_swizzled_region(region, width: int, what: str):
+    """A region of a swizzled tile that TMA can fill: single indices of its pipeline version,
+    every row, and columns that start and end on the ``width``-byte column blocks of the
+    layout (the rows of one column block are stored densely, so whole blocks are contiguous)."""
+    name, shape = region.buffer.name, [const(d) for d in region.buffer.shape]
+    extents = [const(e) for e in region.extents]
+    if any(e != 1 for e in extents[:-2]) or extents[-2] != shape[-2] or \
+            const(region.starts[-2]) != 0:
+        raise KernelError(f"{what}: {name!r} has a swizzled layout; TMA fills every row of it "
+                          f"({shape[-2]} rows), from one pipeline version, e.g. "
+                          f"S[stage, :, c0:c1]")
+    atom = width // tvm.runtime.DataType(str(region.buffer.dtype)).bits * 8
+    lo, n = region.starts[-1], extents[-1]
+    if n % atom or not tvm.sym.Analyzer().can_prove(tirx.floormod(lo, atom) == 0):
+        raise KernelError(f"{what}: the columns {lo} .. {lo} + {n} of {name!r} do not start "
+                          f"and end on its swizzle atoms of {atom} columns ({width} bytes); "
+                          "TMA fills whole atom columns of a swizzled tile")
 
 
 def load(src, dst, barrier, what: str = "T.tma_copy") -> list:
@@ -86,25 +109,34 @@ def _boxes(g, s, bar, what: str) -> list:
     if rank > 5:
         raise KernelError(f"{what}: TMA handles tensors of up to 5 dimensions, "
                           f"{g.buffer.name!r} has {rank}")
-    _check_shared_region(s, what)
     itemsize = tvm.runtime.DataType(str(g.buffer.dtype)).bits // 8
     dims = list(reversed(extents))  # innermost first
     coords = list(reversed(list(g.starts)))
     swizzled = layout.swizzle_of(s.buffer)
     blocks, mode, period = 1, 0, 1
-    if swizzled is not None:
+    if swizzled is None:
+        _check_shared_region(s, what)
+    else:
         width, bits = swizzled
-        if itemsize not in (1, 2) or dims[0] * itemsize % width:
+        _check_swizzled_region(s, width, what)
+        if dims[0] * itemsize % width:
             raise KernelError(f"{what}: {s.buffer.name!r} has a swizzled layout of {width}-byte "
-                              f"columns; the tile's rows ({dims[0]} x {itemsize} bytes) must be "
-                              "a multiple of it")
-        whole = all(const(e) == const(d) for e, d in zip(s.extents[-2:], s.buffer.shape[-2:]))
-        if not whole:
-            raise KernelError(f"{what}: {s.buffer.name!r} has a swizzled layout; TMA moves it "
-                              "whole (every row and column of the tile)")
+                              f"columns; the box's rows ({dims[0]} x {itemsize} bytes of "
+                              f"{g.buffer.name!r}) must be a multiple of it")
         blocks, mode = dims[0] * itemsize // width, SWIZZLE_BYTES[bits]
         dims[0] = width // itemsize
         period = SWIZZLE_ROWS * width
+        rows = const(s.buffer.shape[-2])
+        if const(s.extents[-1]) != const(s.buffer.shape[-1]) and rows * width % period:
+            raise KernelError(f"{what}: a column block of {s.buffer.name!r} ({rows} rows x "
+                              f"{width} bytes) is not a whole number of its swizzle's "
+                              f"{period}-byte periods, so a box at a later block would not "
+                              "start on one; TMA fills such a tile whole (every column)")
+    fold = _fold(g, dims[0], coords[0], itemsize) if swizzled is None else None
+    if fold is not None:  # the rows as [fold, columns / fold]: one box instead of one a row
+        dims = [fold, dims[0] // fold, *dims[1:]]
+        coords = [0, tvm.sym.Analyzer().simplify(tirx.floordiv(coords[0], fold)), *coords[1:]]
+        rank += 1
     tile = math.prod(extents)
     block_bytes = tile // blocks * itemsize  # one column block of a swizzled tile
     split, pieces = _pieces(dims)
@@ -137,8 +169,9 @@ def _boxes(g, s, bar, what: str) -> list:
         for lo, box in pieces:
             descriptor = tirx.call_intrin(
                 "handle", ops.TENSORMAP,
-                tirx.BufferLoad(g.buffer, [tirx.const(0, "int32")] * rank),
-                *[tirx.const(x, "int32") for x in box], tirx.const(mode, "int32"))
+                tirx.BufferLoad(g.buffer, [tirx.const(0, "int32")] * len(g.buffer.shape)),
+                *[tirx.const(x, "int32") for x in box], tirx.const(fold or 0, "int32"),
+                tirx.const(mode, "int32"))
             # column block b of a swizzled tile starts b whole blocks after the tile
             offset = b * block_bytes + lo * pitch[split] * itemsize
             offset = at + offset if row is not None else tirx.const(offset, "int32")
@@ -163,6 +196,26 @@ def _boxes(g, s, bar, what: str) -> list:
         stmts.insert(0, intrinsics.call("tw_mbar_expect_tx", bar,
                                         tirx.const(tile * itemsize, "uint32")))
     return stmts
+
+
+def _fold(g, width: int, start, itemsize: int) -> int | None:
+    """The row length ``c`` of the view that moves a box ``width`` > :data:`MAX_BOX` elements
+    wide in one load, or None. The tensor map then sees the tensor's innermost dimension of
+    ``n`` elements as two, ``[c, n / c]`` (strides ``itemsize`` and ``c * itemsize`` bytes),
+    and the box as ``[c, width / c, ...]``, which lands row-major in shared memory as the
+    unfolded box would. ``c`` is the largest that divides ``width`` and ``n`` (a constant),
+    divides the box's first column ``start`` provably, is at most :data:`MAX_BOX` with
+    ``width / c`` too, and is a multiple of 16 bytes; the tensor keeps its other dimensions,
+    so it needs at most 4."""
+    n = const(g.buffer.shape[-1])
+    if width <= MAX_BOX or n is None or len(g.buffer.shape) > 4:
+        return None
+    analyzer = tvm.sym.Analyzer()
+    for c in range(MAX_BOX, 0, -1):
+        if width % c == 0 and n % c == 0 and width // c <= MAX_BOX and c * itemsize % 16 == 0 \
+                and analyzer.can_prove(tirx.floormod(start, c) == 0):
+            return c
+    return None
 
 
 def _pieces(dims: list[int]) -> tuple[int, list]:

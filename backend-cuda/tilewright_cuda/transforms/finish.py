@@ -1,5 +1,5 @@
 """The last step of ``place_memory``: what the CUDA dialect left for the kernel's end.
-TMA descriptors are deduplicated (same tensor, box and swizzle: one descriptor), numbered
+TMA descriptors are deduplicated (same tensor, box, fold and swizzle: one descriptor), numbered
 and recorded in the function attribute ``keys.TENSORMAPS`` for the launcher
 (``cuTensorMapEncodeTiled``); shared addresses become plain addresses; each T.ws role becomes
 ``if (lo <= threadIdx.x < hi)`` over ``threadIdx.x - lo``; the user's calls become
@@ -45,15 +45,15 @@ def finish():
                 return tirx.call_extern(call.ty, str(call.args[0].value), *call.args[1:])
             if call.op.name == ops.TENSORMAP:
                 buf = call.args[0].source
-                box = [int(a.value) for a in call.args[1:-1]]
-                mode = int(call.args[-1].value)
-                key = (str(buf.name), tuple(box), mode)
+                box = [int(a.value) for a in call.args[1:-2]]
+                fold, mode = int(call.args[-2].value), int(call.args[-1].value)
+                key = (str(buf.name), tuple(box), fold, mode)
                 if key not in table:
                     table[key] = len(entries)
                     entries.append({"kind": "tensormap", "param": _param_index(func, buf),
                                     "name": f"tw_tmap_{len(entries)}", "tensor": str(buf.name),
                                     "dtype": str(buf.dtype), "rank": len(box), "box": box,
-                                    "swizzle": mode})
+                                    "swizzle": mode, **({"fold": fold} if fold else {})})
                 return tirx.call_extern("handle", "TW_TMAP", tirx.const(table[key], "int32"))
             return call
 

@@ -63,15 +63,25 @@ _MAX_TENSOR_MAPS = 256  # descriptors kept per kernel (128 bytes each), for tens
 
 def tensor_map_layout(p: dict, tensor) -> tuple[list, list]:
     """(dims, byte strides) of ``tensor``, innermost first, as TMA wants them; a layout TMA
-    cannot address is an error naming the tensor."""
-    item = tensor.element_size()
-    if tensor.dim() != p["rank"]:
-        raise RuntimeError(f"TMA descriptor of {p['tensor']!r}: expected a {p['rank']}-D "
+    cannot address is an error naming the tensor. With ``fold`` (``c``) in ``p``, the map is
+    of a view: the innermost dimension of ``n`` elements is two, ``[c, n / c]``, with strides
+    of one element and of ``c`` elements."""
+    item, fold = tensor.element_size(), p.get("fold")
+    rank = p["rank"] - 1 if fold else p["rank"]
+    if tensor.dim() != rank:
+        raise RuntimeError(f"TMA descriptor of {p['tensor']!r}: expected a {rank}-D "
                            f"tensor, got {tensor.dim()}-D")
     dims = [int(d) for d in reversed(tensor.shape)]
     strides = [int(s) * item for s in reversed(tensor.stride())]
     if tensor.dim() and tensor.stride()[-1] != 1:
         raise RuntimeError(f"TMA needs {p['tensor']!r} contiguous in its last dimension")
+    if fold:
+        if dims[0] % fold:
+            raise RuntimeError(f"TMA descriptor of {p['tensor']!r}: the kernel reads its rows "
+                               f"of {dims[0]} elements as parts of {fold}, which needs a "
+                               f"multiple of {fold}")
+        dims = [fold, dims[0] // fold, *dims[1:]]
+        strides = [item, fold * item, *strides[1:]]
     if tensor.data_ptr() % 16 or any(s % 16 for s in strides[1:]):
         raise RuntimeError(f"TMA needs {p['tensor']!r} 16-byte aligned with row strides a "
                            f"multiple of 16 bytes; got strides {strides[1:]} bytes")
@@ -352,7 +362,8 @@ def _check_kernel(kernel: dict, symbols: dict, spaces: int, expect, expression) 
             expect(_int(p.get("rank"), 1, 5) and p.get("dtype") in _TMA_DTYPES and
                    p.get("swizzle") in _TMA_SWIZZLE and isinstance(p.get("box"), list) and
                    len(p["box"]) == p["rank"] and all(_int(b, 1, 256) for b in p["box"]) and
-                   isinstance(p.get("name"), str) and isinstance(p.get("tensor"), str),
+                   isinstance(p.get("name"), str) and isinstance(p.get("tensor"), str) and
+                   ("fold" not in p or (_int(p["fold"], 1, 256) and p["rank"] >= 2)),
                    f"tensor map {p!r}")
 
 
