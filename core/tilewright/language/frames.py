@@ -584,10 +584,9 @@ def sync_threads(barrier_id=None, arrive_count=None) -> None:
                            "parallel loop are unordered; put the barrier between loops")
     if barrier_id is not None or arrive_count is not None:
         raise kernel_error("T.sync_threads(barrier_id, arrive_count) is a named barrier of "
-                           "part of a block's threads (warp specialisation), which the portable "
-                           "language does not have: the CUDA dialect's mbarriers "
-                           "(tilewright_cuda.language) are its counterpart; T.sync_threads() "
-                           "orders the whole block")
+                           "part of a block's threads, which the portable language does not "
+                           "have: the CUDA dialect (tilewright_cuda.language) has it; "
+                           "T.sync_threads() orders the whole block")
 
 
 def get_block_binding(dim: int = 0):
