@@ -9,6 +9,7 @@ import tilewright
 import tilewright_cuda.language as T
 import torch
 from tilewright.errors import KernelError
+from tilewright_cuda import arch, executor
 
 THREADS, PART = 128, 64
 
@@ -62,6 +63,16 @@ def reference(x, limits):
 def test_named_barrier_source():
     text = tilewright.lower(suffix_sums_until(), "cuda -arch=sm_90a").source.text
     assert text.count("tw_bar_sync(3, 64)") == 3
+    # no block barrier inside `if tx < 64` (half the block never reaches it: a deadlock)
+    assert "__syncthreads()" not in text.split("__global__")[-1]
+
+
+@pytest.mark.nvrtc
+def test_named_barrier_builds_before_hopper():
+    # bar.sync with a thread count is older than sm_90: the kernel builds for sm_80
+    text = tilewright.lower(suffix_sums_until(), "cuda -arch=sm_80").source.text
+    cubin, _ = executor.nvrtc_compile(text, arch.get("sm_80"), ".")
+    assert cubin
 
 
 @pytest.mark.emulator
