@@ -146,6 +146,37 @@ def test_a_fragment_read_at_another_threads_element_stays_shared(tmp_path):
     torch.testing.assert_close(s, (x.max() + (x[:4] + 1).sum()).reshape(1))
 
 
+def _rows(M=4, N=256, threads=128):
+    """Reductions of a spread ``(M, N)`` fragment along its rows: two registers of each row a
+    thread, into a shared vector, with ``clear=False`` into another."""
+
+    @T.prim_func
+    def main(X: T.Tensor((M, N), "float32"), Y: T.Tensor((M, N), "float32")):
+        with T.Kernel(1, threads=threads):
+            x = T.alloc_fragment((M, N), "float32")
+            mx = T.alloc_fragment((M,), "float32")
+            s = T.alloc_fragment((M,), "float32")
+            T.copy(X, x)
+            T.reduce_max(x, mx, dim=1)
+            T.fill(s, 1.0)
+            T.reduce_sum(x, s, dim=1, clear=False)
+            for i, j in T.Parallel(M, N):
+                x[i, j] = x[i, j] - mx[i] + s[i]
+            T.copy(x, Y)
+
+    return main
+
+
+def test_row_reductions_of_a_spread_fragment(tmp_path):
+    low = tilewright.lower(_rows(), "cuda -arch=sm_80")
+    assert _in_registers(low.source.text)["x"] == 8
+    x = torch.randn(4, 256)
+    y = torch.full((4, 256), float("nan"))
+    hostemu.run(low.source.text, low.source.payload, tmp_path, x, y)
+    ref = x - x.max(dim=1, keepdim=True).values + 1 + x.sum(dim=1, keepdim=True)
+    torch.testing.assert_close(y, ref, rtol=1e-5, atol=1e-4)
+
+
 def _reference(dy, x, gamma, mean, rstd):
     dyf, xf, g = dy.float(), x.float(), gamma.float()
     x_hat = (xf - mean[:, None]) * rstd[:, None]
