@@ -13,6 +13,7 @@ import pytest
 import tilewright
 import tilewright.language as T
 import torch
+from tilewright_cuda import layout
 from tilewright_cuda.analysis import layouts
 
 FRAGMENTS = ("x_hat", "dx_hat", "dx_hat_x_hat", "dgamma_acc", "dbeta_acc")
@@ -105,6 +106,14 @@ def test_fragments_beyond_the_register_budget_stay_shared():
     assert layouts.REGISTER_BUDGET == 192
     assert {f: regs.get(f) for f in FRAGMENTS} == {
         "x_hat": 64, "dx_hat": 64, "dx_hat_x_hat": 64, "dgamma_acc": None, "dbeta_acc": None}
+
+
+def test_spread_reduction_rows():
+    assert layout.spread_rows((1, 512), 1, 128) == (1, 4)
+    assert layout.spread_rows((4, 256), -1, 128) == (4, 2)  # register k holds row k // 2
+    assert layout.spread_rows((256, 4), 0, 128) is None  # not the last dimension
+    assert layout.spread_rows((1, 64), 1, 128) is None  # a row shorter than the threads
+    assert layout.spread_rows((1, 96), 1, 48) is None  # a warp and a half: no whole shuffles
 
 
 def _mixed(D=256, threads=64):
