@@ -186,6 +186,48 @@ def test_row_reductions_of_a_spread_fragment(tmp_path):
     torch.testing.assert_close(y, ref, rtol=1e-5, atol=1e-4)
 
 
+def _gemm_with_bias_vector(M=128, N=128, K=128, bk=64, threads=128):
+    """A TMA-pipelined gemm on sm_90a, warp-specialised (the block gains a producer
+    warpgroup), beside a spread ``(N,)`` fragment its compute threads hold."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"),
+             Bias: T.Tensor((N,), "float32"), C: T.Tensor((M, N), "float32"),
+             Aux: T.Tensor((N,), "float32")):
+        with T.Kernel(1, threads=threads):
+            A_s = T.alloc_shared((M, bk), "float16")
+            B_s = T.alloc_shared((bk, N), "float16")
+            acc = T.alloc_fragment((M, N), "float32")
+            aux = T.alloc_fragment((N,), "float32")
+            T.copy(Bias, aux)
+            T.clear(acc)
+            for k in T.Pipelined(K // bk, num_stages=2):
+                T.copy(A[0, k * bk], A_s)
+                T.copy(B[k * bk, 0], B_s)
+                T.gemm(A_s, B_s, acc)
+            T.copy(acc, C)
+            for j in T.Parallel(N):
+                Aux[j] = aux[j] * 2.0 + 1.0
+
+    return main
+
+
+@pytest.mark.emulator
+def test_a_spread_fragment_of_a_warp_specialised_kernel(tmp_path):
+    """The spread fragment keeps the compute threads' layout (one register a thread for 128
+    elements on 128 threads) in a block of 256."""
+    low = tilewright.lower(_gemm_with_bias_vector(), "cuda -arch=sm_90a")
+    assert "__launch_bounds__(256" in low.source.text
+    assert _in_registers(low.source.text)["aux"] == 1
+    torch.manual_seed(0)
+    a, b = torch.randn(128, 128).half(), torch.randn(128, 128).half()
+    bias = torch.randn(128)
+    c, aux = torch.full((128, 128), float("nan")), torch.full((128,), float("nan"))
+    hostemu.run(low.source.text, low.source.payload, tmp_path, a, b, bias, c, aux)
+    torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-3, atol=1e-3)
+    torch.testing.assert_close(aux, bias * 2 + 1)
+
+
 def _reference(dy, x, gamma, mean, rstd):
     dyf, xf, g = dy.float(), x.float(), gamma.float()
     x_hat = (xf - mean[:, None]) * rstd[:, None]
