@@ -11,7 +11,7 @@ import tvm_ffi
 from tilewright.ir import REDUCE_OPS, tile_ops_in
 from tvm import tirx
 
-from .. import layout
+from .. import intrinsics, layout
 from ..keys import WARP, WARPGROUP
 from . import gemm_fit
 from .ir import (
@@ -511,9 +511,9 @@ def spread(func, threads: int, chosen: dict) -> list:
     (:func:`spread_index`) in a nest that neither runs whole in every thread
     (:func:`runs_whole`) nor touches another register layout, or an operand
     :func:`_spread_operand` accepts. Any other access (an element another thread's iteration
-    wrote, a serial loop, a gemm) keeps the fragment in shared memory. Taken in allocation
-    order while the registers of the kernel's fragments in registers stay within
-    ``REGISTER_BUDGET``; the rest stay in shared memory. None in kernels with ``T.ws``
+    wrote, a serial loop, a gemm, an element's address) keeps the fragment in shared memory.
+    Taken in allocation order while the registers of the kernel's fragments in registers stay
+    within ``REGISTER_BUDGET``; the rest stay in shared memory. None in kernels with ``T.ws``
     roles."""
     if role_loops(func.body):
         return []
@@ -540,6 +540,9 @@ def spread(func, threads: int, chosen: dict) -> list:
 
         tvm_ffi.structural_walk(loops[0], [(tvm.ir.TensorLoad, visit),
                                            (tirx.BufferStore, visit)])
+    tvm_ffi.structural_walk(func.body, (tvm.ir.Call, lambda c: ok.update(
+        {c.args[0].source: False}) if intrinsics.is_address_of(c) and
+        isinstance(c.args[0], tvm.ir.TensorLoad) and c.args[0].source in ok else None))
     counts = access_counts(func, frags)
     used = sum(_words(layout.attach(b, kind), threads) for b, kind in chosen.items()
                if b in registers)
