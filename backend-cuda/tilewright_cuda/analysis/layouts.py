@@ -1,7 +1,8 @@
 """Layout choice: which fragments can live in registers in an mma layout, which shared tiles
-get the swizzled layout, which row vectors go with register accumulators, which accumulators
-take the wgmma layout and which 16-bit fragments become wgmma's register A operand. Each
-function only decides; ``transforms.layout`` attaches the chosen ``layout`` values."""
+get the swizzled layout, which row vectors go with register accumulators, which other
+fragments are spread over the threads in registers, which accumulators take the wgmma layout
+and which 16-bit fragments become wgmma's register A operand. Each function only decides;
+``transforms.layout`` attaches the chosen ``layout`` values."""
 
 from __future__ import annotations
 
@@ -10,16 +11,36 @@ import tvm_ffi
 from tilewright.ir import REDUCE_OPS, tile_ops_in
 from tvm import tirx
 
-from .. import layout
+from .. import intrinsics, layout
 from ..keys import WARP, WARPGROUP
 from . import gemm_fit
-from .ir import accessed, buffers_in, const, full, parallel_nests, role_loops, uses
+from .ir import (
+    accessed,
+    buffers_in,
+    const,
+    full,
+    parallel_nests,
+    role_loops,
+    stores,
+    substitute,
+    uses,
+)
 
 FRAGMENT = "local.fragment"
 # where a whole T.copy into a register accumulator may read from: each thread loads the
 # elements its registers hold (a shared tile or a global tensor; not a fragment, which may
 # itself take a register layout)
 TILE_SOURCES = ("shared", "shared.dyn", "global")
+# what a T.copy may move into or out of a spread fragment element by element: memory every
+# thread reaches (a fragment kept in shared memory included)
+SPREAD_PEERS = ("shared", "shared.dyn", "global", FRAGMENT)
+SPREAD_DTYPES = ("float32", "float16", "bfloat16", "int32")
+# 32-bit registers per thread that fragments in registers (mma accumulators, row vectors,
+# spread fragments) may take together before further spread fragments stay in shared memory:
+# a thread addresses at most 255 registers (sm_70 to sm_90), and a kernel needs about 60 more
+# for addresses, indices, loop counters and temporaries (TileLang's layernorm backward at
+# D = 8192 on 256 threads keeps five fragments of 32 floats a thread in registers: 160)
+REGISTER_BUDGET = 192
 
 
 def _fragments(func, accept) -> list:
@@ -413,3 +434,122 @@ def _converts_accumulator(call, threads: int) -> bool:
         and str(src.buffer.dtype) == "float32" \
         and shape == [const(e) for e in dst.buffer.shape] and threads % WARPGROUP == 0 \
         and shape[0] == 64 * (threads // WARPGROUP)
+
+
+def runs_whole(body) -> bool:
+    """Whether a ``T.Parallel`` nest with innermost ``body`` runs whole in every thread: its
+    only effects are stores to thread-local storage that is not a reducer (``local``,
+    ``local.var``), so every thread computes the values alike."""
+    written = stores(body)
+    return bool(written) and all(str(b.scope()) in ("local", "local.var") for b in written)
+
+
+def spread_index(indices, loops, shape) -> bool:
+    """Whether ``indices`` of a fragment of ``shape`` inside a ``T.Parallel`` nest over
+    ``loops`` name the iteration's own element in row-major order (the element a spread
+    fragment keeps in the registers of the thread that runs the iteration): every loop starts
+    at zero and has a constant extent, the loops of extent other than one match the
+    fragment's dimensions of extent other than one (in order, extent for extent), each index
+    of such a dimension is its loop's variable and every other index is zero."""
+    sizes = [const(e) for e in shape]
+    if len(indices) != len(sizes) or None in sizes or \
+            any(const(lp.min) != 0 or const(lp.extent) is None for lp in loops):
+        return False
+    big = [lp for lp in loops if const(lp.extent) != 1]
+    dims = [d for d, e in enumerate(sizes) if e != 1]
+    if [sizes[d] for d in dims] != [const(lp.extent) for lp in big]:
+        return False
+    zero = {lp.loop_var: tirx.const(0, lp.loop_var.ty) for lp in loops if const(lp.extent) == 1}
+    analyzer = tvm.sym.Analyzer()
+    for d, index in enumerate(indices):
+        target = big[dims.index(d)].loop_var if d in dims else tirx.const(0, index.ty)
+        if not analyzer.can_prove_equal(substitute(index, zero), target):
+            return False
+    return True
+
+
+def _spread_operand(call, op, region, threads: int, registers) -> bool:
+    """Whether a tile-op operand of a spread candidate keeps every element with its owner: a
+    whole ``T.fill`` or ``T.copy`` (the other side a tile every thread reaches, of the same
+    extents; both become ``T.Parallel`` nests over the fragment) or the whole source of a
+    reduction along its last dimension (:func:`~tilewright_cuda.layout.spread_rows`) into a
+    buffer not in registers."""
+    if not full(region):
+        return False
+    if call.name == "fill":
+        return op.name == "dst"
+    if call.name == "copy":
+        other = call.operands["dst" if op.name == "src" else "src"]
+        extents = [const(e) for e in region.extents if const(e) != 1]
+        return other.buffer not in registers and \
+            layout.memory(other.buffer) in SPREAD_PEERS and \
+            [const(e) for e in other.extents if const(e) != 1] == extents and None not in extents
+    if call.name in REDUCE_OPS:
+        dst = call.operands["dst"].buffer
+        return op.name == "src" and dst not in registers and \
+            layout.spread_rows(region.buffer.shape, int(call.attrs["dim"]), threads) is not None
+    return False
+
+
+def _words(buf, threads: int) -> int:
+    """32-bit registers per thread of a fragment in registers (16-bit elements take one)."""
+    bits = tvm.runtime.DataType(str(buf.dtype)).bits
+    if layout.is_rows(buf):
+        count = layout.row_registers(buf, threads)
+    elif layout.is_accumulator(buf):
+        count = layout.registers(buf, threads)
+    else:
+        count = layout.spread_registers(buf.shape, threads)
+    return count * max(1, bits // 32)
+
+
+def spread(func, threads: int, chosen: dict) -> list:
+    """Fragments spread over the threads in registers (layout.Spread): of a dtype of
+    ``SPREAD_DTYPES``, a constant shape whose elements split evenly over the ``threads``, not
+    already given a layout (``chosen``: buffer -> layout), and every access by the thread
+    that owns the element: indexed by a ``T.Parallel`` nest at the iteration's own element
+    (:func:`spread_index`) in a nest that neither runs whole in every thread
+    (:func:`runs_whole`) nor touches another register layout, or an operand
+    :func:`_spread_operand` accepts. Any other access (an element another thread's iteration
+    wrote, a serial loop, a gemm, an element's address) keeps the fragment in shared memory.
+    Taken in allocation order while the registers of the kernel's fragments in registers stay
+    within ``REGISTER_BUDGET``; the rest stay in shared memory. None in kernels with ``T.ws``
+    roles."""
+    if role_loops(func.body):
+        return []
+    registers = {b for b, kind in chosen.items() if not isinstance(kind, layout.Swizzled)}
+    frags = _fragments(func, lambda b: b not in chosen and str(b.dtype) in SPREAD_DTYPES and
+                       layout.spread_registers(b.shape, threads) is not None)
+    if not frags:
+        return []
+    ok, regions, good = {f: True for f in frags}, {f: 0 for f in frags}, {f: 0 for f in frags}
+    for call, op, region in _operands(func, set(frags)):
+        regions[region.buffer] += 1
+        ok[region.buffer] = ok[region.buffer] and _spread_operand(call, op, region, threads,
+                                                                  registers)
+    for loops, inner in parallel_nests(func.body):
+        apart = not runs_whole(inner) and not any(b in registers for b in buffers_in(inner))
+
+        def visit(node, loops=loops, apart=apart):
+            buf = accessed(node)
+            if buf in ok:
+                if apart and spread_index(list(node.indices), loops, buf.shape):
+                    good[buf] += 1
+                else:
+                    ok[buf] = False
+
+        tvm_ffi.structural_walk(loops[0], [(tvm.ir.TensorLoad, visit),
+                                           (tirx.BufferStore, visit)])
+    tvm_ffi.structural_walk(func.body, (tvm.ir.Call, lambda c: ok.update(
+        {c.args[0].source: False}) if intrinsics.is_address_of(c) and
+        isinstance(c.args[0], tvm.ir.TensorLoad) and c.args[0].source in ok else None))
+    counts = access_counts(func, frags)
+    used = sum(_words(layout.attach(b, kind), threads) for b, kind in chosen.items()
+               if b in registers)
+    taken = []
+    for f in frags:
+        words = _words(f, threads)
+        if ok[f] and counts[f] == regions[f] + good[f] and used + words <= REGISTER_BUDGET:
+            taken.append(f)
+            used += words
+    return taken

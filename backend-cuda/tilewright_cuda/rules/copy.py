@@ -60,7 +60,8 @@ def lower_copy(call: TileOpCall, ctx: RuleContext):
         value = guarded_load(src.buffer, region_index(src, v, sdims), ctx, str(dst.buffer.dtype))
         return guarded_store(dst.buffer, value, region_index(dst, v, ddims), ctx)
 
-    every_thread = layout.is_thread_local(dst.buffer)
+    # a spread fragment's nest is spread over the threads that own its elements
+    every_thread = layout.is_thread_local(dst.buffer) and not layout.is_spread(dst.buffer)
     return loop_nest(extents, body, annotations={} if every_thread else PARALLEL, ctx=ctx)
 
 
