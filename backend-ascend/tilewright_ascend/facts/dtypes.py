@@ -1,4 +1,4 @@
-"""Element types: their Ascend C names and sizes."""
+"""Element types: their Ascend C names, sizes and integer ranges."""
 
 from __future__ import annotations
 
@@ -15,6 +15,30 @@ def ctype(dtype) -> str:
     if dtype not in CTYPES:
         raise KernelError(f"dtype {dtype} has no Ascend C type in this backend")
     return CTYPES[dtype]
+
+
+# the integer types: (bits, signed)
+INTEGERS = {"int8": (8, True), "int16": (16, True), "int32": (32, True), "int64": (64, True),
+            "uint8": (8, False), "uint16": (16, False), "uint32": (32, False),
+            "uint64": (64, False)}
+
+
+def int_range(dtype) -> tuple[int, int] | None:
+    """The values of the integer type ``dtype`` (None for other types)."""
+    if str(dtype) not in INTEGERS:
+        return None
+    bits, signed = INTEGERS[str(dtype)]
+    return (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
+
+
+def wrapping_ctype(dtype) -> str | None:
+    """The unsigned C type in which C++ computes ``dtype``'s ``+``, ``-``, ``*`` and ``<<`` modulo
+    2**bits: a signed result that leaves its type is undefined in C++ and the types narrower than
+    ``int`` compute as ``int`` ([expr.pre], [conv.prom]); None where ``dtype``'s own arithmetic
+    wraps (uint32, uint64) or ``dtype`` is no integer."""
+    if str(dtype) not in INTEGERS or str(dtype) in ("uint32", "uint64"):
+        return None
+    return "uint64_t" if INTEGERS[str(dtype)][0] == 64 else "uint32_t"
 
 
 def promoted(dtype) -> bool:
