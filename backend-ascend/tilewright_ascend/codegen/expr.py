@@ -15,7 +15,9 @@ through the unsigned type of its width, ``TW_CAST(int32_t, (TW_CAST(uint32_t, a)
 TW_CAST(uint32_t, b)))``, unless the analyzer bounds its value within its type (an index of
 bounded loop variables prints as written); the result of the other arithmetic and bitwise
 operators on the narrow types is cast back to its type, so it wraps where TIR's does before a
-comparison, a ``T.max`` or a division reads it.
+comparison, a ``T.max`` or a division reads it. C++ may hold a ``half`` result in float
+(excess precision); each one is cast to ``half``, which rounds it as TIR's float16 arithmetic
+does after each operator.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from tilewright.errors import KernelError
 from tvm import tirx
 
 from ..analysis.buffers import flat_index
-from ..facts.dtypes import ctype, int_range, promoted, wrapping_ctype
+from ..facts.dtypes import ctype, int_range, rounded_back, wrapping_ctype
 
 _C_BINARY = {"Add": "+", "Sub": "-", "Mul": "*", "Div": "/", "Mod": "%", "EQ": "==", "NE": "!=",
              "LT": "<", "LE": "<=", "GT": ">", "GE": ">=", "And": "&&", "Or": "||",
@@ -66,7 +68,7 @@ class ExprPrinter:
         if kind in _WRAPPING and wrapping_ctype(e.ty) and not self._exact(e):
             return self._wrapped(e, kind)
         text = self._cpp(e)
-        if kind in _ARITH and promoted(e.ty):  # back from int to the TIR type
+        if kind in _ARITH and rounded_back(e.ty):  # back from int or float to the TIR type
             return f"TW_CAST({ctype(str(e.ty))}, {text})"
         return text
 

@@ -41,10 +41,12 @@ def wrapping_ctype(dtype) -> str | None:
     return "uint64_t" if INTEGERS[str(dtype)][0] == 64 else "uint32_t"
 
 
-def promoted(dtype) -> bool:
-    """Whether C++ computes on ``dtype`` as ``int`` (the integer promotion of the types narrower
-    than ``int``: [conv.prom]), so that a result of its arithmetic may leave the type."""
-    return str(dtype) in ("int8", "uint8", "int16", "uint16")
+def rounded_back(dtype) -> bool:
+    """Whether C++ may compute an arithmetic result of ``dtype`` in a wider type, so that the
+    printer casts it back to ``dtype`` after each operator: the integers narrower than ``int``
+    compute as ``int`` ([conv.prom]), and a ``half`` result may be held in float ([expr.pre]:
+    excess precision, which only a cast or an assignment removes)."""
+    return str(dtype) in ("int8", "uint8", "int16", "uint16", "float16")
 
 
 def dtype_bytes(dtype) -> int:
