@@ -150,9 +150,12 @@ template <typename A, typename B, typename = either_lazy<A, B>> auto operator<<(
 }
 template <typename T> auto operator!(const Lazy<T>& a) { return later(a.line, [=] { return !now(a); }); }
 template <typename T> auto operator~(const Lazy<T>& a) { return later(a.line, [=] { return ~now(a); }); }
-template <typename T> auto operator-(const Lazy<T>& a) {
+template <typename T> auto operator-(const Lazy<T>& a) {  // an integer wraps; -0.0 keeps its sign
     using R = decltype(-std::declval<T>());
-    return later(a.line, [=] { return arith<R>(R(0), convert<R>(now(a)), [](auto x, auto y) { return x - y; }); });
+    return later(a.line, [=] {
+        if constexpr (std::is_integral<R>::value) return arith<R>(R(0), R(now(a)), [](auto x, auto y) { return x - y; });
+        else return R(-now(a));
+    });
 }
 // / and % of integers truncate towards zero (the printer emits them for operands it proves
 // non-negative; TW_FLOORDIV/TW_FLOORMOD otherwise); ``divides`` checks what C++ leaves undefined
