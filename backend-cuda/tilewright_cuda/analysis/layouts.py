@@ -397,11 +397,13 @@ def wgmma_accumulators(func, arch, block: int) -> list:
 
 def register_a(func, arch, block: int) -> list:
     """2-D float16/bfloat16 fragments whose only writes are whole ``T.copy``s from a wgmma
-    accumulator of their shape, whose only reads are as the whole A operand of gemms that fit
-    the register-A wgmma (C a wgmma accumulator with as many rows per warpgroup), and which
-    nothing else touches. None in kernels with ``T.ws`` roles."""
-    if role_loops(func.body):  # T.ws roles: not yet (nor emulated: see tw_wgmma.h)
-        return []
+    accumulator of their shape or from a shared tile or global tensor of their dtype
+    (``TILE_SOURCES``: each thread loads the elements its registers hold; FlashMLA's
+    ``T.copy(Q_pe_shared, Q_pe_local_0)``), whose reads are as the whole A operand of gemms
+    that fit the register-A wgmma (C a wgmma accumulator with as many rows per warpgroup) and
+    at most whole copies into a shared tile or global tensor (FlashMLA's
+    ``T.copy(acc_s_1_cast, SP1_shared)``), and which nothing else touches. Threads are counted per ``T.ws`` role: a
+    role's gemms and copies run on its threads."""
     frags = set(_fragments(func, lambda b: str(b.dtype) in layout.REGISTER_A_DTYPES and
                            len(b.shape) == 2))
     if not frags:
@@ -411,8 +413,10 @@ def register_a(func, arch, block: int) -> list:
         buf, threads = region.buffer, threads_running(func, call, block)
         regions[buf] += 1
         if call.name == "copy" and op.name == "dst":
-            good = _converts_accumulator(call, threads)
+            good = _converts_accumulator(call, threads) or _loads_tile(call)
             written.add(buf)
+        elif call.name == "copy" and op.name == "src":
+            good = _stores_tile(call)
         elif call.name == "gemm" and op.name == "A":
             c = call.operands["C"].buffer
             good = full(region) and layout.of(c) == layout.Accumulator("wgmma") and \
@@ -434,6 +438,25 @@ def _converts_accumulator(call, threads: int) -> bool:
         and str(src.buffer.dtype) == "float32" \
         and shape == [const(e) for e in dst.buffer.shape] and threads % WARPGROUP == 0 \
         and shape[0] == 64 * (threads // WARPGROUP)
+
+
+def _loads_tile(call) -> bool:
+    """A whole copy into a fragment from a whole shared tile or global tensor region of its
+    dtype and extents."""
+    src, dst = call.operands["src"], call.operands["dst"]
+    extents = [const(e) for e in src.extents if const(e) != 1]
+    return full(dst) and layout.memory(src.buffer) in TILE_SOURCES and \
+        str(src.buffer.dtype) == str(dst.buffer.dtype) and None not in extents and \
+        extents == [const(e) for e in dst.buffer.shape]
+
+
+def _stores_tile(call) -> bool:
+    """A whole copy of a fragment into a shared tile or global tensor region of its extents
+    (each thread stores the elements its registers hold)."""
+    src, dst = call.operands["src"], call.operands["dst"]
+    extents = [const(e) for e in dst.extents if const(e) != 1]
+    return full(src) and layout.memory(dst.buffer) in TILE_SOURCES and None not in extents \
+        and extents == [const(e) for e in src.buffer.shape]
 
 
 def runs_whole(body) -> bool:
