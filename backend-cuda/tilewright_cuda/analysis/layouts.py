@@ -402,8 +402,8 @@ def register_a(func, arch, block: int) -> list:
     ``T.copy(Q_pe_shared, Q_pe_local_0)``), whose reads are as the whole A operand of gemms
     that fit the register-A wgmma (C a wgmma accumulator with as many rows per warpgroup) and
     at most whole copies into a shared tile or global tensor (FlashMLA's
-    ``T.copy(acc_s_1_cast, SP1_shared)``), and which nothing else touches. Threads are counted per ``T.ws`` role: a
-    role's gemms and copies run on its threads."""
+    ``T.copy(acc_s_1_cast, SP1_shared)``), and which nothing else touches. Threads are
+    counted per ``T.ws`` role: a role's gemms and copies run on its threads."""
     frags = set(_fragments(func, lambda b: str(b.dtype) in layout.REGISTER_A_DTYPES and
                            len(b.shape) == 2))
     if not frags:
