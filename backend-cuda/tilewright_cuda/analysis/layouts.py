@@ -35,6 +35,10 @@ TILE_SOURCES = ("shared", "shared.dyn", "global")
 # thread reaches (a fragment kept in shared memory included)
 SPREAD_PEERS = ("shared", "shared.dyn", "global", FRAGMENT)
 SPREAD_DTYPES = ("float32", "float16", "bfloat16", "int32")
+# dtypes of a fragment no gemm writes that may follow a register accumulator it is computed
+# with (:func:`_nest_partners`): a running sum (float32) or a 16-bit copy of scaled scores on
+# its way to a shared tile (FlashMLA's ``sp0_cast``)
+COMPANION_DTYPES = ("float32", "int32", "float16", "bfloat16")
 # 32-bit registers per thread that fragments in registers (mma accumulators, row vectors,
 # spread fragments) may take together before further spread fragments stay in shared memory:
 # a thread addresses at most 255 registers (sm_70 to sm_90), and a kernel needs about 60 more
@@ -164,8 +168,8 @@ def accumulators(func, arch, threads) -> dict:
     that no reduction reads when its rows are too few for one warp column: MLA decode's 64 x 512
     ``acc_o`` on 8 warps, whose row statistics then stay in shared memory). A fragment no gemm
     writes whose every nest also touches such a ``rows`` accumulator of its shape follows it into
-    registers (:func:`_nest_partners`)."""
-    frags = set(_fragments(func, lambda b: str(b.dtype) in ("float32", "int32") and
+    registers (:func:`_nest_partners`), 16-bit ones too (``COMPANION_DTYPES``)."""
+    frags = set(_fragments(func, lambda b: str(b.dtype) in COMPANION_DTYPES and
                            len(b.shape) == 2))
     allowed, regions, fed = {f: True for f in frags}, {f: 0 for f in frags}, set()
     rows = set()
@@ -192,11 +196,14 @@ def accumulators(func, arch, threads) -> dict:
         if fits and call.name in ("gemm", "gemm_sp"):
             fed.add(buf)
     uses = access_counts(func, frags)
-    elementwise = elementwise_uses(func, frags)
+    wide = {f for f in frags if str(f.dtype) in ("float32", "int32")}
+    # each width apart: a 16-bit fragment in a nest leaves a 32-bit one's shifted read alone
+    elementwise = {**elementwise_uses(func, wide), **elementwise_uses(func, frags - wide)}
     chosen = {}
     for f in frags:
         good, bad = elementwise[f]
-        if not (allowed[f] and f in fed and not bad and uses[f] == regions[f] + good):
+        if f not in wide or \
+                not (allowed[f] and f in fed and not bad and uses[f] == regions[f] + good):
             continue
         acc = layout.Accumulator("rows" if f in rows or good > 0 else "square")
         own = runners[f].pop() if len(runners.get(f, ())) == 1 else threads
