@@ -473,7 +473,7 @@ def register_a(func, arch, block: int) -> list:
     (``TILE_SOURCES``: each thread loads the elements its registers hold; FlashMLA's
     ``T.copy(Q_pe_shared, Q_pe_local_0)``), whose reads are as the whole A operand of gemms
     that fit the register-A wgmma (C a wgmma accumulator with as many rows per warpgroup) and
-    at most whole copies into a shared tile or global tensor (FlashMLA's
+    at most whole copies into a shared tile (FlashMLA's
     ``T.copy(acc_s_1_cast, SP1_shared)``), and which nothing else touches. Threads are
     counted per ``T.ws`` role: a role's gemms and copies run on its threads."""
     frags = set(_fragments(func, lambda b: str(b.dtype) in layout.REGISTER_A_DTYPES and
@@ -523,11 +523,12 @@ def _loads_tile(call) -> bool:
 
 
 def _stores_tile(call) -> bool:
-    """A whole copy of a fragment into a shared tile or global tensor region of its extents
-    (each thread stores the elements its registers hold)."""
+    """A whole copy of a fragment into a shared tile region of its extents (each thread
+    stores the elements its registers hold)."""
     src, dst = call.operands["src"], call.operands["dst"]
     extents = [const(e) for e in dst.extents if const(e) != 1]
-    return full(src) and layout.memory(dst.buffer) in TILE_SOURCES and None not in extents \
+    return full(src) and layout.memory(dst.buffer) in ("shared", "shared.dyn") and \
+        None not in extents \
         and extents == [const(e) for e in src.buffer.shape]
 
 
