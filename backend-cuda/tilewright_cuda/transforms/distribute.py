@@ -22,6 +22,7 @@ from ..analysis.ir import (
     substitute,
     uses,
 )
+from ..keys import WARP
 
 
 class Distribute(StmtMutator):
@@ -72,9 +73,19 @@ class Distribute(StmtMutator):
 
     def _per_row(self, loops, body, vec):
         """A 1-D nest over row vectors in registers (layout.RowVector): each thread runs the rows it
-        holds, row ``i`` of register ``s``; the vectors are indexed by ``s``."""
+        holds, row ``i`` of register ``s``; the vectors are indexed by ``s``. Of the four lanes
+        that hold a row, the first stores the row's element of a shared row buffer
+        (``logsum[i] += logsum_1[i]`` adds once; infer_layout admits such a read-modify-write
+        only in a nest that stores no row vector)."""
         s = tirx.Var("s", "int32")
-        inner = _row_registers(body, s)
+        first = tirx.floormod(tirx.floormod(self.tx, WARP), 4) == 0
+
+        def once(st):
+            if layout.memory(st.buffer) in ("shared", "shared.dyn"):
+                return tirx.IfThenElse(first, st, None)
+            return st
+
+        inner = tvm_ffi.structural_map(_row_registers(body, s), (tirx.BufferStore, once))
         inner = substitute(inner, {loops[0].loop_var: layout.row(vec, s, self.threads,
                                                                   self.tx)})
         return tirx.For(s, 0, layout.row_registers(vec, self.threads), tirx.ForKind.UNROLLED,
