@@ -8,9 +8,9 @@ phase bit, named barriers per role, clusters of blocks at once. Outputs start as
 - ``ws_gemm``: warp-specialised roles; ``ws_store``, ``cluster_scale``: TMA stores, roles and
   clusters; ``head_copy``: rank-4 TMA with a symbolic length (100 = 3 tiles of 32 + a
   partial one); ``wide_tma_copy``, ``tall_tma_copy``: TMA boxes over 256 elements (576
-  columns: one box of a folded view; 320 rows: split); ``grouped_copies``: cp.async commit / wait groups;
-  ``prefetched_copies``: a three-stage cp.async pipeline waiting with T.ptx_wait_group(2);
-  ``grid_sum``: T.sync_grid, the blocks of a cooperative kernel at once."""
+  columns: one box of a folded view; 320 rows: split); ``grouped_copies``: cp.async commit /
+  wait groups; ``prefetched_copies``: a three-stage cp.async pipeline waiting with
+  T.ptx_wait_group(2); ``grid_sum``: T.sync_grid, the blocks of a cooperative kernel at once."""
 
 import dialect_cases
 import hostemu

@@ -14,7 +14,9 @@ the buffer (its alignment, say) is borrowed for it. The kinds:
   grid), ``local.mma_acc.rows`` (warps own whole rows), ``local.mma_acc.wgmma`` (the wgmma D
   layout: one 16-row strip per warp; a 16-bit fragment in it is a register A operand);
 - :class:`RowVector` -- a row statistic of such an accumulator in registers:
-  ``local.mma_rows``.
+  ``local.mma_rows``;
+- :class:`Spread` -- a fragment spread over the block's threads in registers:
+  ``local.spread``.
 
 **The swizzle contract** (between layout inference, memory placement, the ``mma.sync``/
 ``ldmatrix`` GEMM and any instruction that reads such tiles: ``wgmma`` descriptors, TMA
@@ -49,6 +51,15 @@ registers per 16x8 tile of it in the PTX ``mma.m16n8k16`` C layout (:func:`eleme
 **Row vectors.** A 1-D float32 fragment of M rows beside a ``(warps x 1)`` accumulator: register
 ``s`` of a thread is row ``warp * M / warps + (s // 2) * 16 + (s % 2) * 8 + lane / 4``
 (:func:`row`); the four lanes of a row keep the same value.
+
+**Spread fragments.** A fragment of ``E`` elements (``E`` a multiple of the block's ``T``
+threads) whose every access is by the thread that owns the element: in row-major order, element
+``e`` is register ``e // T`` of thread ``e % T`` (thread ``t`` holds ``t, t + T, ...``: a
+``T.Parallel`` nest over the fragment's shape, spread over the threads as every other nest
+is, finds each iteration's element in its own registers). A reduction along the last
+dimension (the dimensions after it of extent one) of length ``L``, ``L`` a multiple of ``T``,
+finds ``L / T`` registers of one row in each thread (:func:`spread_rows`). The register array
+keeps the fragment's rank: ``[1, ..., 1, E / T]`` (:func:`spread_register_index`).
 """
 
 from __future__ import annotations
@@ -68,6 +79,7 @@ SWIZZLE_DTYPES = {"float16": 2, "bfloat16": 2, "int8": 1, "float8_e4m3fn": 1,
 REGISTER_A_DTYPES = ("float16", "bfloat16")  # wgmma's register A operand, as lowered here
 ACCUMULATOR = "local.mma_acc"
 ROW_VECTOR = "local.mma_rows"
+SPREAD = "local.spread"
 _SWIZZLED = ".swizzled"
 _GRIDS = ("square", "rows", "wgmma")
 
@@ -99,7 +111,13 @@ class RowVector:
     """A row vector of a ``(warps x 1)`` accumulator, in registers."""
 
 
-Layout = Swizzled | Accumulator | RowVector
+@dataclass(frozen=True)
+class Spread:
+    """A fragment spread over the block's threads in registers: thread ``t`` holds elements
+    ``t, t + threads, ...`` in row-major order."""
+
+
+Layout = Swizzled | Accumulator | RowVector | Spread
 
 
 # -- attaching and reading -----------------------------------------------------------------------
@@ -124,6 +142,8 @@ def of(buffer) -> Layout | None:
         return Swizzled(*found) if found is not None else None
     if scope == ROW_VECTOR:
         return RowVector()
+    if scope == SPREAD:
+        return Spread()
     if scope == ACCUMULATOR:
         return Accumulator("square")
     if scope.startswith(ACCUMULATOR + "."):
@@ -138,6 +158,8 @@ def attach(buffer, layout: Layout):
         scope = memory(buffer) + _SWIZZLED
     elif isinstance(layout, Accumulator):
         scope = ACCUMULATOR if layout.grid == "square" else f"{ACCUMULATOR}.{layout.grid}"
+    elif isinstance(layout, Spread):
+        scope = SPREAD
     else:
         scope = ROW_VECTOR
     return tirx.decl_buffer(buffer.shape, buffer.dtype, buffer.name, scope=scope)
@@ -160,6 +182,10 @@ def is_accumulator(buffer) -> bool:
 
 def is_rows(buffer) -> bool:
     return isinstance(of(buffer), RowVector)
+
+
+def is_spread(buffer) -> bool:
+    return isinstance(of(buffer), Spread)
 
 
 def is_register_a(buffer) -> bool:
@@ -312,3 +338,40 @@ def row_of_register(acc, r):
     1)`` grid: register ``r`` is element ``r % 4`` of 16x8 tile ``r // 4``)."""
     tiles_n = int(acc.shape[1].value) // 8
     return tirx.floordiv(tirx.floordiv(r, 4), tiles_n) * 2 + tirx.floordiv(tirx.floormod(r, 4), 2)
+
+
+# -- spread fragments ----------------------------------------------------------------------------
+def spread_registers(shape, threads: int) -> int | None:
+    """Registers per thread of a fragment of constant ``shape`` spread over ``threads``, None
+    when its elements do not split evenly over them."""
+    total = 1
+    for e in shape:
+        if not isinstance(e, int | tirx.IntImm):
+            return None
+        total *= int(e.value) if isinstance(e, tirx.IntImm) else e
+    return total // threads if total % threads == 0 and total >= threads else None
+
+
+def spread_register_index(buffer, k):
+    """Register ``k`` as an index of a spread fragment: ``[0, ..., 0, k]``, the register array
+    having the fragment's rank (:func:`spread_register_shape`)."""
+    return [tirx.const(0, "int32")] * (len(buffer.shape) - 1) + [k]
+
+
+def spread_register_shape(buffer, threads: int) -> list[int]:
+    """The shape of a spread fragment's register array in each thread."""
+    return [1] * (len(buffer.shape) - 1) + [spread_registers(buffer.shape, threads)]
+
+
+def spread_rows(shape, axis: int, threads: int) -> tuple[int, int] | None:
+    """``(rows, per_row)`` of a reduction along ``axis`` of a spread fragment of ``shape``:
+    register ``k`` of every thread holds an element of row ``k // per_row``; None unless the
+    dimensions after ``axis`` have extent one, ``axis``'s length is a multiple of ``threads``
+    and the threads are whole warps (the warps' partials are combined with shuffles)."""
+    dims = [int(e.value) if isinstance(e, tirx.IntImm) else e for e in shape]
+    axis %= len(dims)
+    if spread_registers(dims, threads) is None or any(d != 1 for d in dims[axis + 1:]) or \
+            dims[axis] % threads or threads % WARP:
+        return None
+    per_row = dims[axis] // threads
+    return spread_registers(dims, threads) // per_row, per_row

@@ -98,7 +98,7 @@ class Emitter:
                      for entry in func.attrs[PLAN_KEY]}
         self.staging = [(pair[0], pair[1]) for pair in (func.attrs.get(STAGING_KEY) or [])]
         self.analyzer = sym.Analyzer()
-        self.printer = ExprPrinter(self.var, self.buf, self.analyzer.can_prove)
+        self.printer = ExprPrinter(self.var, self.buf, self.analyzer)
         self.lines: list[str] = []
         self.depth = 0
         self.var_names: dict = {}

@@ -135,7 +135,7 @@ class _Function:
         self.names: dict = {}
         self.analyzer = sym.Analyzer()
         self.analyzer.bind(self.tid, tvm.ir.Range.from_min_extent(0, self.threads))
-        self.printer = _Printer(self.var, self.buf, self.analyzer.can_prove,
+        self.printer = _Printer(self.var, self.buf, self.analyzer,
                                 load=lambda b, i: f"TW_{_kind(b)}_LOAD({self.buf(b)}, {i})")
         self.lines: list[str] = []
         self.depth = 1

@@ -66,52 +66,126 @@ int atomic_mode();                 // 0 none, 1 add, 2 max, 3 min (SetAtomic*)
 void set_atomic(int mode);
 void assert_fail(int line, const char* msg);
 
-// A value the scalar unit reads from memory (GetValue): known once that read has run, so
-// instructions issued after it take it lazily; arithmetic on it stays lazy.
-// ``integral``: the value has an integer type, so / truncates and % is the remainder, as in C.
-struct Lazy { std::function<double()> f; bool integral = false; double get() const { return f(); } };
-template <typename T> constexpr bool is_lazy = std::is_same<std::decay_t<T>, Lazy>::value;
-inline double val(const Lazy& l) { return l.get(); }
-inline bool integral(const Lazy& l) { return l.integral; }
-template <typename U> constexpr bool integral(const U&) { return std::is_integral<U>::value; }
-template <typename U> inline double val(const U& u) {
-    if constexpr (std::is_integral<U>::value) return double(u); else return double(float(u));
+// Scalar values. C++ computes on the scalar unit in the types the generated code names, and the
+// emulator computes in the same types: an operator's result has the type of C++'s usual
+// arithmetic conversions and is a value of that type after each operator. Where C++ leaves a
+// result undefined the emulator picks the NPU's (a generated file never relies on it:
+// codegen/expr.py wraps signed arithmetic through the unsigned type):
+// - integer +, -, * and << wrap modulo 2**bits of the result type (two's complement, computed
+//   in the unsigned type of that width: the host's own signed overflow would be undefined);
+// - a half result is the float result rounded to half once (C++ gives _Float16 operands and
+//   results; float holds every sum, difference and product of two halves exactly and rounds a
+//   quotient to 24 bits, which leaves the one rounding to half correct);
+// - an integer division by zero or of the type's minimum by -1 is reported (x86 traps on it).
+// bfloat16_t computes as float (its conversion operator), as in C++.
+template <typename X> double as_double(const X& x) {
+    if constexpr (std::is_same<X, bfloat16_t>::value) return double(float(x)); else return double(x);
 }
-template <typename T> inline T from_double(double v) {
-    // an integer wraps modulo its size (C++20's conversion between integer types)
-    if constexpr (std::is_integral<T>::value) return T(int64_t(v)); else return T(float(v));
+// C++'s conversion to T: an integer to an integer wraps modulo 2**bits of T (C++20's rule, the
+// compilers' before it); a floating value to an integer truncates towards zero (past the
+// type's range, wrapping through int64_t); bfloat16_t converts through float
+template <typename T, typename X> T convert(const X& x) {
+    if constexpr (std::is_same<T, X>::value) return x;
+    else if constexpr (std::is_same<T, bool>::value) return as_double(x) != 0;
+    else if constexpr (std::is_integral<T>::value && std::is_integral<X>::value) return T(x);
+    else if constexpr (std::is_integral<T>::value) return T(int64_t(as_double(x)));
+    else if constexpr (std::is_same<T, bfloat16_t>::value || std::is_same<X, bfloat16_t>::value) return T(float(x));
+    else return static_cast<T>(x);
 }
-#define TW_LAZY_OP(OP)                                                                         \
-    template <typename A, typename B, typename = std::enable_if_t<is_lazy<A> || is_lazy<B>>>   \
-    Lazy operator OP(const A& a, const B& b) {                                                 \
-        return Lazy{[=] { return double(val(a) OP val(b)); }, integral(a) && integral(b)};     \
+// x OP y for a binary operator f on values of the result type R (see above)
+template <typename R, typename F> R arith(R x, R y, F f) {
+    if constexpr (std::is_integral<R>::value && !std::is_same<R, bool>::value) {
+        using W = std::conditional_t<(sizeof(R) > sizeof(unsigned)), std::make_unsigned_t<R>, unsigned>;
+        return R(f(W(x), W(y)));  // W never promotes to int: unsigned arithmetic wraps
+    } else if constexpr (std::is_same<R, half>::value) {
+        return half(f(float(x), float(y)));
+    } else {
+        return f(x, y);
     }
-TW_LAZY_OP(+) TW_LAZY_OP(-) TW_LAZY_OP(*) TW_LAZY_OP(<) TW_LAZY_OP(<=)
-TW_LAZY_OP(>) TW_LAZY_OP(>=) TW_LAZY_OP(==) TW_LAZY_OP(!=) TW_LAZY_OP(&&) TW_LAZY_OP(||)
-#undef TW_LAZY_OP
-inline Lazy operator!(const Lazy& a) { return Lazy{[=] { return double(!val(a)); }, true}; }
-// C's / and % of integers truncate towards zero (the printer emits them for operands it proves
-// non-negative; TW_FLOORDIV/TW_FLOORMOD otherwise)
-template <typename A, typename B, typename = std::enable_if_t<is_lazy<A> || is_lazy<B>>>
-Lazy operator/(const A& a, const B& b) {
-    bool ints = integral(a) && integral(b);
-    return Lazy{[=] { double q = val(a) / val(b); return ints ? std::trunc(q) : q; }, ints};
 }
-template <typename A, typename B, typename = std::enable_if_t<is_lazy<A> || is_lazy<B>>>
-Lazy operator%(const A& a, const B& b) { return Lazy{[=] { return std::fmod(val(a), val(b)); }, true}; }
-// bitwise operators and shifts of integers (>> of a negative value is arithmetic)
-#define TW_LAZY_INT_OP(OP)                                                                     \
-    template <typename A, typename B, typename = std::enable_if_t<is_lazy<A> || is_lazy<B>>>   \
-    Lazy operator OP(const A& a, const B& b) {                                                 \
-        return Lazy{[=] { return double(int64_t(val(a)) OP int64_t(val(b))); }, true};         \
+
+// A value the scalar unit reads from memory (GetValue), of type T: known once that read has
+// run, so instructions issued after it take it lazily; arithmetic on it stays lazy. ``line``:
+// the source line of the read, where an error of its arithmetic is reported.
+template <typename T> struct Lazy { std::function<T()> f; int line = 0; T get() const { return f(); } };
+template <typename X> struct lazy_of_type { using type = X; static constexpr bool lazy = false; };
+template <typename T> struct lazy_of_type<Lazy<T>> { using type = T; static constexpr bool lazy = true; };
+template <typename X> using value_t = typename lazy_of_type<std::decay_t<X>>::type;
+template <typename X> constexpr bool is_lazy = lazy_of_type<std::decay_t<X>>::lazy;
+template <typename X> value_t<X> now(const X& x) { if constexpr (is_lazy<X>) return x.get(); else return x; }
+template <typename X> int line_of(const X& x) { if constexpr (is_lazy<X>) return x.line; else return 0; }
+template <typename A, typename B> int line_of(const A& a, const B& b) { return line_of(a) ? line_of(a) : line_of(b); }
+template <typename F> auto later(int line, F f) { using T = decltype(f()); return Lazy<T>{std::function<T()>(f), line}; }
+// the value as a double (the vector instructions' scalar operands)
+template <typename X> double val(const X& x) { return as_double(now(x)); }
+template <typename A, typename B> using either_lazy = std::enable_if_t<is_lazy<A> || is_lazy<B>>;
+// +, -, *: the usual arithmetic conversions, then arith
+#define TW_LAZY_ARITH(OP)                                                                      \
+    template <typename A, typename B, typename = either_lazy<A, B>>                            \
+    auto operator OP(const A& a, const B& b) {                                                 \
+        using R = decltype(std::declval<value_t<A>>() OP std::declval<value_t<B>>());          \
+        return later(line_of(a, b), [=] {                                                      \
+            return arith<R>(convert<R>(now(a)), convert<R>(now(b)), [](auto x, auto y) { return x OP y; }); \
+        });                                                                                    \
     }
-TW_LAZY_INT_OP(&) TW_LAZY_INT_OP(|) TW_LAZY_INT_OP(^) TW_LAZY_INT_OP(<<) TW_LAZY_INT_OP(>>)
-#undef TW_LAZY_INT_OP
-inline Lazy operator~(const Lazy& a) { return Lazy{[=] { return double(~int64_t(val(a))); }, true}; }
-inline Lazy operator-(const Lazy& a) { return Lazy{[=] { return -val(a); }, a.integral}; }
+TW_LAZY_ARITH(+) TW_LAZY_ARITH(-) TW_LAZY_ARITH(*)
+#undef TW_LAZY_ARITH
+// comparisons, logic and the bitwise operators (no result leaves its type); >> of a negative
+// value is arithmetic
+#define TW_LAZY_EXACT(OP)                                                                      \
+    template <typename A, typename B, typename = either_lazy<A, B>>                            \
+    auto operator OP(const A& a, const B& b) {                                                 \
+        return later(line_of(a, b), [=] { return now(a) OP now(b); });                         \
+    }
+TW_LAZY_EXACT(<) TW_LAZY_EXACT(<=) TW_LAZY_EXACT(>) TW_LAZY_EXACT(>=) TW_LAZY_EXACT(==)
+TW_LAZY_EXACT(!=) TW_LAZY_EXACT(&&) TW_LAZY_EXACT(||) TW_LAZY_EXACT(&) TW_LAZY_EXACT(|)
+TW_LAZY_EXACT(^) TW_LAZY_EXACT(>>)
+#undef TW_LAZY_EXACT
+// << has the left operand's promoted type, wrapping as arith does
+template <typename A, typename B, typename = either_lazy<A, B>> auto operator<<(const A& a, const B& b) {
+    using R = decltype(std::declval<value_t<A>>() << std::declval<value_t<B>>());
+    return later(line_of(a, b), [=] {
+        return arith<R>(convert<R>(now(a)), R(0), [y = now(b)](auto x, auto) { return x << y; });
+    });
+}
+template <typename T> auto operator!(const Lazy<T>& a) { return later(a.line, [=] { return !now(a); }); }
+template <typename T> auto operator~(const Lazy<T>& a) { return later(a.line, [=] { return ~now(a); }); }
+template <typename T> auto operator-(const Lazy<T>& a) {  // an integer wraps; -0.0 keeps its sign
+    using R = decltype(-std::declval<T>());
+    return later(a.line, [=] {
+        if constexpr (std::is_integral<R>::value) return arith<R>(R(0), R(now(a)), [](auto x, auto y) { return x - y; });
+        else return R(-now(a));
+    });
+}
+// / and % of integers truncate towards zero (the printer emits them for operands it proves
+// non-negative; TW_FLOORDIV/TW_FLOORMOD otherwise); ``divides`` checks what C++ leaves undefined
+template <typename R> bool divides(R x, R y, int line) {
+    if constexpr (std::is_integral<R>::value) {
+        if (y == 0) { error(line, "integer division by zero on the scalar unit (undefined in C++)"); return false; }
+        if (std::is_signed<R>::value && y == R(-1) && x == std::numeric_limits<R>::min()) {
+            error(line, "integer division of the type's minimum by -1 on the scalar unit (undefined in C++)");
+            return false;
+        }
+    }
+    return true;
+}
+template <typename A, typename B, typename = either_lazy<A, B>> auto operator/(const A& a, const B& b) {
+    using R = decltype(std::declval<value_t<A>>() / std::declval<value_t<B>>());
+    const int line = line_of(a, b);
+    return later(line, [=] {
+        R x = convert<R>(now(a)), y = convert<R>(now(b));
+        if constexpr (std::is_same<R, half>::value) return half(float(x) / float(y));
+        else return divides(x, y, line) ? R(x / y) : R(0);
+    });
+}
+template <typename A, typename B, typename = either_lazy<A, B>> auto operator%(const A& a, const B& b) {
+    using R = decltype(std::declval<value_t<A>>() % std::declval<value_t<B>>());
+    const int line = line_of(a, b);
+    return later(line, [=] { R x = convert<R>(now(a)), y = convert<R>(now(b)); return divides(x, y, line) ? R(x % y) : R(0); });
+}
 template <typename T, typename U> auto cast(const U& u) {
-    if constexpr (is_lazy<U>) return Lazy{[=] { return val(from_double<T>(val(u))); }, std::is_integral<T>::value};
-    else return static_cast<T>(u);
+    if constexpr (is_lazy<U>) return later(u.line, [=] { return convert<T>(now(u)); });
+    else return convert<T>(u);
 }
 // T.reinterpret (the generated TW_BITCAST): the bits of a U as a T of the same width
 template <typename T, typename U> T bits_as(U u) {
@@ -121,20 +195,26 @@ template <typename T, typename U> T bits_as(U u) {
     return t;
 }
 template <typename T, typename U, typename X> auto bitcast(const X& x) {
-    if constexpr (is_lazy<X>)
-        return Lazy{[=] { return val(bits_as<T>(from_double<U>(val(x)))); }, std::is_integral<T>::value};
-    else return bits_as<T>(static_cast<U>(x));
+    if constexpr (is_lazy<X>) return later(x.line, [=] { return bits_as<T>(convert<U>(now(x))); });
+    else return bits_as<T>(convert<U>(x));
 }
+// ?:'s type: the usual arithmetic conversions of the arms
+template <typename A, typename B>
+using select_t = std::decay_t<decltype(true ? std::declval<value_t<A>>() : std::declval<value_t<B>>())>;
 template <typename C, typename A, typename B> auto select(const C& c, const A& a, const B& b) {
-    if constexpr (is_lazy<C> || is_lazy<A> || is_lazy<B>)
-        return Lazy{[=] { return val(c) != 0 ? val(a) : val(b); }, integral(a) && integral(b)};
-    else return c ? a : b;
+    if constexpr (is_lazy<C> || is_lazy<A> || is_lazy<B>) {
+        using R = select_t<A, B>;
+        return later(line_of(c) ? line_of(c) : line_of(a, b),
+                     [=] { return now(c) ? convert<R>(now(a)) : convert<R>(now(b)); });
+    } else {
+        return c ? a : b;
+    }
 }
 // The generated TW_SELECT: C's ?: runs only the arm its condition picks, so a read it guards
 // (a GetValue of the padding around an image, im2col's) is never issued. A condition known only
 // once a GetValue has run cannot pick at issue time: then both arms are issued.
-template <typename V> Lazy lazy_of(const V& v) {
-    if constexpr (is_lazy<V>) return v; else return Lazy{[=] { return val(v); }, integral(v)};
+template <typename R, typename V> Lazy<R> lazy_as(const V& v) {
+    return later(line_of(v), [=] { return convert<R>(now(v)); });
 }
 template <typename C, typename FA, typename FB> auto select_arm(const C& c, FA fa, FB fb) {
     using A = decltype(fa());
@@ -142,43 +222,63 @@ template <typename C, typename FA, typename FB> auto select_arm(const C& c, FA f
     if constexpr (is_lazy<C>) {
         return select(c, fa(), fb());
     } else if constexpr (is_lazy<A> || is_lazy<B>) {
-        Lazy r = c ? lazy_of(fa()) : lazy_of(fb());  // integral when both arms can be (as ?:'s type)
-        r.integral = r.integral && (is_lazy<A> || std::is_integral<A>::value) &&
-                     (is_lazy<B> || std::is_integral<B>::value);
-        return r;
+        using R = select_t<A, B>;
+        return c ? lazy_as<R>(fa()) : lazy_as<R>(fb());
     } else {
         return c ? fa() : fb();
     }
 }
 // floor division and modulo (the generated code's TW_FLOORDIV/TW_FLOORMOD): round towards -inf
 template <typename A, typename B> auto floordiv(const A& a, const B& b) {
-    if constexpr (is_lazy<A> || is_lazy<B>) return Lazy{[=] { return std::floor(val(a) / val(b)); }, true};
-    else { auto q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }
+    if constexpr (is_lazy<A> || is_lazy<B>) {
+        using R = decltype(std::declval<value_t<A>>() / std::declval<value_t<B>>());
+        const int line = line_of(a, b);
+        return later(line, [=] {
+            R x = convert<R>(now(a)), y = convert<R>(now(b));
+            if (!divides(x, y, line)) return R(0);
+            R q = x / y;
+            return (x % y != 0 && ((x < 0) != (y < 0))) ? R(q - 1) : q;
+        });
+    } else {
+        auto q = a / b;
+        return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+    }
 }
 template <typename A, typename B> auto floormod(const A& a, const B& b) {
-    if constexpr (is_lazy<A> || is_lazy<B>)
-        return Lazy{[=] { double x = val(a), y = val(b); return x - std::floor(x / y) * y; }, true};
-    else { auto r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+    if constexpr (is_lazy<A> || is_lazy<B>) {
+        using R = decltype(std::declval<value_t<A>>() % std::declval<value_t<B>>());
+        const int line = line_of(a, b);
+        return later(line, [=] {
+            R x = convert<R>(now(a)), y = convert<R>(now(b));
+            if (!divides(x, y, line)) return R(0);
+            R r = x % y;
+            return (r != 0 && ((r < 0) != (y < 0))) ? R(r + y) : r;
+        });
+    } else {
+        auto r = a % b;
+        return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+    }
 }
 // the generated TW_ISNAN and TW_FABS: C's x != x and x < 0 ? -x : x on the scalar unit
 template <typename X> auto isnan_of(const X& x) {
-    if constexpr (is_lazy<X>) return Lazy{[=] { double v = val(x); return double(v != v); }, true};
-    else { double v = val(x); return v != v; }
+    if constexpr (is_lazy<X>) return later(x.line, [=] { auto v = now(x); return v != v; });
+    else return x != x;
 }
+template <typename V> V fabs_value(V v) { return v < 0 ? convert<V>(-v) : v; }
 template <typename X> auto fabs_of(const X& x) {
-    if constexpr (is_lazy<X>) return Lazy{[=] { return std::fabs(val(x)); }, x.integral};
-    else return X(float(std::fabs(val(x))));
+    if constexpr (is_lazy<X>) return later(x.line, [=] { return fabs_value(now(x)); });
+    else return fabs_value(x);
 }
 template <typename A, typename B> auto lmin(const A& a, const B& b) { return select(a < b, a, b); }
 template <typename A, typename B> auto lmax(const A& a, const B& b) { return select(a > b, a, b); }
-template <typename T> Lazy get_value(int space, uint64_t off, const T* p, int line) {
-    auto slot = std::make_shared<double>(0.0);
-    if (issue(PS, "GetValue", line, {Acc{space, off, sizeof(T), false}}, [=] { *slot = val(*p); }, 1.0, sizeof(T)))
+template <typename T> Lazy<T> get_value(int space, uint64_t off, const T* p, int line) {
+    auto slot = std::make_shared<T>();
+    if (issue(PS, "GetValue", line, {Acc{space, off, sizeof(T), false}}, [=] { *slot = *p; }, 1.0, sizeof(T)))
         fence_last();
-    return Lazy{[slot] { return *slot; }, std::is_integral<T>::value};
+    return Lazy<T>{[slot] { return *slot; }, line};
 }
 template <typename T, typename U> void set_value(int space, uint64_t off, T* p, const U& v, int line) {
-    issue(PS, "SetValue", line, {Acc{space, off, sizeof(T), true}}, [=] { *p = from_double<T>(val(v)); }, 1.0, sizeof(T));
+    issue(PS, "SetValue", line, {Acc{space, off, sizeof(T), true}}, [=] { *p = convert<T>(now(v)); }, 1.0, sizeof(T));
 }
 const char* space_name(int space);
 template <typename T> const char* type_name();
@@ -217,7 +317,7 @@ template <typename T> struct GlobalTensor {
     uint64_t addr() const { return (uint64_t)(uintptr_t)ptr; }
     T* data() const { return ptr; }
     static constexpr int space = tw_emu::SGM;
-    tw_emu::Lazy GetValue(uint64_t i, TW_LINE) const { return tw_emu::get_value<T>(tw_emu::SGM, addr() + i * sizeof(T), ptr + i, line); }
+    auto GetValue(uint64_t i, TW_LINE) const { return tw_emu::get_value<T>(tw_emu::SGM, addr() + i * sizeof(T), ptr + i, line); }
     template <typename U> void SetValue(uint64_t i, const U& v, TW_LINE) const { tw_emu::set_value<T>(tw_emu::SGM, addr() + i * sizeof(T), ptr + i, v, line); }
 };
 
@@ -238,7 +338,7 @@ template <typename T> struct LocalTensor {
     }
     uint64_t addr() const { return off; }
     uint32_t GetSize() const { return count; }
-    tw_emu::Lazy GetValue(uint64_t i, TW_LINE) const { return tw_emu::get_value<T>(space, off + i * sizeof(T), data() + i, line); }
+    auto GetValue(uint64_t i, TW_LINE) const { return tw_emu::get_value<T>(space, off + i * sizeof(T), data() + i, line); }
     template <typename U> void SetValue(uint64_t i, const U& v, TW_LINE) const { tw_emu::set_value<T>(space, off + i * sizeof(T), data() + i, v, line); }
 };
 
@@ -675,9 +775,15 @@ template <typename T> inline double vec_cost(uint64_t count) { return 8.0 + coun
                             for (int32_t i = 0; i < count; ++i) o[i] = T(EXPR); },            \
                       vec_cost<T>(count), nb);                                                \
     }
-TW_BINARY(Add, a2_arith, float(a[i]) + float(b[i]))
-TW_BINARY(Sub, a2_arith, float(a[i]) - float(b[i]))
-TW_BINARY(Mul, a2_arith, float(a[i]) * float(b[i]))
+// Integer Add, Sub, Mul (and Adds, Muls) wrap modulo 2**bits, keeping the low bits of the exact
+// result (tw_emu::arith): A2's pages (Add.md, Mul.md) say nothing of overflow, and A2's one
+// saturation switch (特殊寄存器访问/SetCtrlSpr(ISASI).md, CTRL[48]; SetSaturationFlag(ISASI).md)
+// covers half and bfloat16_t only; on 950, CTRL[53] (SetCtrlSpr(ISASI).md) chooses for integer
+// vector arithmetic, by default 1'b0 "截断模式，溢出值按目标数据类型位数截断，保留低位，舍弃高位".
+// Floating results are the exact result rounded once to T.
+TW_BINARY(Add, a2_arith, tw_emu::arith<T>(a[i], b[i], std::plus<>()))
+TW_BINARY(Sub, a2_arith, tw_emu::arith<T>(a[i], b[i], std::minus<>()))
+TW_BINARY(Mul, a2_arith, tw_emu::arith<T>(a[i], b[i], std::multiplies<>()))
 TW_BINARY(Div, a2_float, float(a[i]) / float(b[i]))
 // Max and Min pick an operand: exact for every type (int32_t beyond 2^24 too)
 TW_BINARY(Max, a2_arith, std::fmax(tw_emu::val(a[i]), tw_emu::val(b[i])))
@@ -691,7 +797,7 @@ TW_BINARY(Min, a2_arith, std::fmin(tw_emu::val(a[i]), tw_emu::val(b[i])))
         static_assert(a2_arith<T>(), #NAME ": A2 does not compute on this element type (" #NAME ".md)"); \
         uint64_t nb = uint64_t(count) * sizeof(T);                                           \
         tw_emu::issue(tw_emu::PV, #NAME, line, {acc(x, nb, false), acc(d, nb, true)},         \
-                      [=] { T* o = d.data(); const T* a = x.data(); double b = tw_emu::val(s);     \
+                      [=] { T* o = d.data(); const T* a = x.data(); T b = tw_emu::convert<T>(tw_emu::now(s)); \
                             for (int32_t i = 0; i < count; ++i) o[i] = T(EXPR); },            \
                       vec_cost<T>(count), nb);                                                \
     }                                                                                         \
@@ -699,15 +805,15 @@ TW_BINARY(Min, a2_arith, std::fmin(tw_emu::val(a[i]), tw_emu::val(b[i])))
     void NAME(const LocalTensor<T>& d, const LocalTensor<T>& x, const T& s, int32_t count, TW_LINE) { \
         NAME##_impl(d, x, s, count, line);                                                    \
     }                                                                                         \
-    template <typename T>                                                                     \
-    void NAME(const LocalTensor<T>& d, const LocalTensor<T>& x, const tw_emu::Lazy& s, int32_t count, TW_LINE) { \
+    template <typename T, typename L>                                                         \
+    void NAME(const LocalTensor<T>& d, const LocalTensor<T>& x, const tw_emu::Lazy<L>& s, int32_t count, TW_LINE) { \
         NAME##_impl(d, x, s, count, line);                                                    \
     }
 // b: the scalar operand (Maxs and Mins pick an operand: exact for int32_t beyond 2^24 too)
-TW_SCALAR(Adds, float(a[i]) + float(b))
-TW_SCALAR(Muls, float(a[i]) * float(b))
-TW_SCALAR(Maxs, std::fmax(tw_emu::val(a[i]), b))
-TW_SCALAR(Mins, std::fmin(tw_emu::val(a[i]), b))
+TW_SCALAR(Adds, tw_emu::arith<T>(a[i], b, std::plus<>()))
+TW_SCALAR(Muls, tw_emu::arith<T>(a[i], b, std::multiplies<>()))
+TW_SCALAR(Maxs, std::fmax(tw_emu::val(a[i]), tw_emu::val(b)))
+TW_SCALAR(Mins, std::fmin(tw_emu::val(a[i]), tw_emu::val(b)))
 #undef TW_SCALAR
 template <typename T> constexpr bool a2_relu() { return one_of<T, half, int32_t, float>(); }
 #define TW_UNARY(NAME, TYPES, EXPR)                                                           \
@@ -761,13 +867,13 @@ void duplicate_impl(const LocalTensor<T>& d, S value, int32_t count, int line) {
                   "Duplicate: A2 does not fill this element type (Duplicate.md)");
     uint64_t nb = uint64_t(count) * sizeof(T);
     tw_emu::issue(tw_emu::PV, "Duplicate", line, {acc(d, nb, true)},
-                  [=] { T v = tw_emu::from_double<T>(tw_emu::val(value));
+                  [=] { T v = tw_emu::convert<T>(tw_emu::now(value));
                         for (int32_t i = 0; i < count; ++i) d.data()[i] = v; }, vec_cost<T>(count), nb);
 }
 template <typename T> void Duplicate(const LocalTensor<T>& d, const T& value, int32_t count, TW_LINE) {
     duplicate_impl(d, value, count, line);
 }
-template <typename T> void Duplicate(const LocalTensor<T>& d, const tw_emu::Lazy& value, int32_t count, TW_LINE) {
+template <typename T, typename L> void Duplicate(const LocalTensor<T>& d, const tw_emu::Lazy<L>& value, int32_t count, TW_LINE) {
     duplicate_impl(d, value, count, line);
 }
 
@@ -926,14 +1032,14 @@ template <typename T, typename U, typename S>
 void compares_impl(const LocalTensor<U>& d, const LocalTensor<T>& x, S s, CMPMODE mode, uint32_t count, int line) {
     static_assert(std::is_same<U, uint8_t>::value, "Compares: the result is uint8_t on A2 (Compares.md)");
     compare_impl("Compares", d, x, {acc(x, uint64_t(count) * sizeof(T), false)}, mode, count,
-                 [s](uint32_t) { return tw_emu::val(T(tw_emu::val(s))); }, line);
+                 [s](uint32_t) { return tw_emu::val(tw_emu::convert<T>(tw_emu::now(s))); }, line);
 }
 template <typename T, typename U>
 void Compares(const LocalTensor<U>& d, const LocalTensor<T>& x, const T s, CMPMODE mode, uint32_t count, TW_LINE) {
     compares_impl(d, x, s, mode, count, line);
 }
-template <typename T, typename U>
-void Compares(const LocalTensor<U>& d, const LocalTensor<T>& x, const tw_emu::Lazy& s, CMPMODE mode, uint32_t count, TW_LINE) {
+template <typename T, typename U, typename L>
+void Compares(const LocalTensor<U>& d, const LocalTensor<T>& x, const tw_emu::Lazy<L>& s, CMPMODE mode, uint32_t count, TW_LINE) {
     compares_impl(d, x, s, mode, count, line);
 }
 // Select, count form (VselImpl of kernel_operator_vec_cmpsel_impl.h): half and float
@@ -992,15 +1098,15 @@ void select_scalar(const LocalTensor<T>& d, const LocalTensor<U>& sel, const Loc
                    uint32_t count, int line) {
     if (mode != SELMODE::VSEL_TENSOR_SCALAR_MODE)
         return tw_emu::error(line, "Select with a scalar takes VSEL_TENSOR_SCALAR_MODE (Select.md)");
-    select_impl(d, sel, x, {}, mode, count, [s](uint32_t) { return T(tw_emu::val(s)); }, line);
+    select_impl(d, sel, x, {}, mode, count, [s](uint32_t) { return tw_emu::convert<T>(tw_emu::now(s)); }, line);
 }
 template <typename T, typename U>
 void Select(const LocalTensor<T>& d, const LocalTensor<U>& sel, const LocalTensor<T>& x, T s, SELMODE mode,
             uint32_t count, TW_LINE) {
     select_scalar(d, sel, x, s, mode, count, line);
 }
-template <typename T, typename U>
-void Select(const LocalTensor<T>& d, const LocalTensor<U>& sel, const LocalTensor<T>& x, const tw_emu::Lazy& s,
+template <typename T, typename U, typename L>
+void Select(const LocalTensor<T>& d, const LocalTensor<U>& sel, const LocalTensor<T>& x, const tw_emu::Lazy<L>& s,
             SELMODE mode, uint32_t count, TW_LINE) {
     select_scalar(d, sel, x, s, mode, count, line);
 }
@@ -1339,7 +1445,10 @@ void StoreAlign(T* dst, U& s, MaskReg& m, TW_LINE) {
     template <typename T> void NAME(RegTensor<T>& d, RegTensor<T>& a, RegTensor<T>& b, MaskReg& m, TW_LINE) { \
         lanewise(#NAME, line, d, m, own_lane<T>(), [=](int i) { T x = a.lane(i), y = b.lane(i); return EXPR; }); \
     }
-TW_REG_BINARY(Add, x + y) TW_REG_BINARY(Sub, x - y) TW_REG_BINARY(Mul, x * y)
+// Add, Sub and Mul as the count forms' (tw_emu::arith): Reg矢量计算/基础算术/Add.md "计算结果不保留进位",
+// Mul.md "输出结果为不饱和模式"
+TW_REG_BINARY(Add, tw_emu::arith<T>(x, y, std::plus<>())) TW_REG_BINARY(Sub, tw_emu::arith<T>(x, y, std::minus<>()))
+TW_REG_BINARY(Mul, tw_emu::arith<T>(x, y, std::multiplies<>()))
 TW_REG_BINARY(Div, x / y) TW_REG_BINARY(Max, x > y ? x : y) TW_REG_BINARY(Min, x < y ? x : y)
 #undef TW_REG_BINARY
 // kernel_reg_compute_vec_unary_intf.h (16-bit floats computed in float, rounded once)
@@ -1356,7 +1465,7 @@ TW_REG_UNARY(Abs, std::fabs(x)) TW_REG_UNARY(Relu, x > 0 ? x : 0.0f)
         T y = T(s);                                                                            \
         lanewise(#NAME, line, d, m, own_lane<T>(), [=](int i) { T x = a.lane(i); return EXPR; }); \
     }
-TW_REG_SCALAR(Adds, x + y) TW_REG_SCALAR(Muls, x * y) TW_REG_SCALAR(Maxs, x > y ? x : y)
+TW_REG_SCALAR(Adds, tw_emu::arith<T>(x, y, std::plus<>())) TW_REG_SCALAR(Muls, tw_emu::arith<T>(x, y, std::multiplies<>())) TW_REG_SCALAR(Maxs, x > y ? x : y)
 TW_REG_SCALAR(Mins, x < y ? x : y)
 #undef TW_REG_SCALAR
 // kernel_reg_compute_vec_duplicate_intf.h: a scalar, or lane 0 (HighLowPart::LOWEST), in every lane

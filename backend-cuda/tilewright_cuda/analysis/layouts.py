@@ -1,7 +1,8 @@
 """Layout choice: which fragments can live in registers in an mma layout, which shared tiles
-get the swizzled layout, which row vectors go with register accumulators, which accumulators
-take the wgmma layout and which 16-bit fragments become wgmma's register A operand. Each
-function only decides; ``transforms.layout`` attaches the chosen ``layout`` values."""
+get the swizzled layout, which row vectors go with register accumulators, which other
+fragments are spread over the threads in registers, which accumulators take the wgmma layout
+and which 16-bit fragments become wgmma's register A operand. Each function only decides;
+``transforms.layout`` attaches the chosen ``layout`` values."""
 
 from __future__ import annotations
 
@@ -10,16 +11,40 @@ import tvm_ffi
 from tilewright.ir import REDUCE_OPS, tile_ops_in
 from tvm import tirx
 
-from .. import layout
+from .. import intrinsics, layout
 from ..keys import WARP, WARPGROUP
 from . import gemm_fit
-from .ir import accessed, buffers_in, const, full, parallel_nests, role_loops, uses
+from .ir import (
+    accessed,
+    buffers_in,
+    const,
+    full,
+    parallel_nests,
+    role_loops,
+    stores,
+    substitute,
+    uses,
+)
 
 FRAGMENT = "local.fragment"
 # where a whole T.copy into a register accumulator may read from: each thread loads the
 # elements its registers hold (a shared tile or a global tensor; not a fragment, which may
 # itself take a register layout)
 TILE_SOURCES = ("shared", "shared.dyn", "global")
+# what a T.copy may move into or out of a spread fragment element by element: memory every
+# thread reaches (a fragment kept in shared memory included)
+SPREAD_PEERS = ("shared", "shared.dyn", "global", FRAGMENT)
+SPREAD_DTYPES = ("float32", "float16", "bfloat16", "int32")
+# dtypes of a fragment no gemm writes that may follow a register accumulator it is computed
+# with (:func:`_nest_partners`): a running sum (float32) or a 16-bit copy of scaled scores on
+# its way to a shared tile (FlashMLA's ``sp0_cast``)
+COMPANION_DTYPES = ("float32", "int32", "float16", "bfloat16")
+# 32-bit registers per thread that fragments in registers (mma accumulators, row vectors,
+# spread fragments) may take together before further spread fragments stay in shared memory:
+# a thread addresses at most 255 registers (sm_70 to sm_90), and a kernel needs about 60 more
+# for addresses, indices, loop counters and temporaries (TileLang's layernorm backward at
+# D = 8192 on 256 threads keeps five fragments of 32 floats a thread in registers: 160)
+REGISTER_BUDGET = 192
 
 
 def _fragments(func, accept) -> list:
@@ -143,8 +168,8 @@ def accumulators(func, arch, threads) -> dict:
     that no reduction reads when its rows are too few for one warp column: MLA decode's 64 x 512
     ``acc_o`` on 8 warps, whose row statistics then stay in shared memory). A fragment no gemm
     writes whose every nest also touches such a ``rows`` accumulator of its shape follows it into
-    registers (:func:`_nest_partners`)."""
-    frags = set(_fragments(func, lambda b: str(b.dtype) in ("float32", "int32") and
+    registers (:func:`_nest_partners`), 16-bit ones too (``COMPANION_DTYPES``)."""
+    frags = set(_fragments(func, lambda b: str(b.dtype) in COMPANION_DTYPES and
                            len(b.shape) == 2))
     allowed, regions, fed = {f: True for f in frags}, {f: 0 for f in frags}, set()
     rows = set()
@@ -171,11 +196,14 @@ def accumulators(func, arch, threads) -> dict:
         if fits and call.name in ("gemm", "gemm_sp"):
             fed.add(buf)
     uses = access_counts(func, frags)
-    elementwise = elementwise_uses(func, frags)
+    wide = {f for f in frags if str(f.dtype) in ("float32", "int32")}
+    # each width apart: a 16-bit fragment in a nest leaves a 32-bit one's shifted read alone
+    elementwise = {**elementwise_uses(func, wide), **elementwise_uses(func, frags - wide)}
     chosen = {}
     for f in frags:
         good, bad = elementwise[f]
-        if not (allowed[f] and f in fed and not bad and uses[f] == regions[f] + good):
+        if f not in wide or \
+                not (allowed[f] and f in fed and not bad and uses[f] == regions[f] + good):
             continue
         acc = layout.Accumulator("rows" if f in rows or good > 0 else "square")
         own = runners[f].pop() if len(runners.get(f, ())) == 1 else threads
@@ -266,19 +294,23 @@ def swizzled(func, arch, threads, in_registers) -> dict:
 
 def row_vectors(func, chosen: dict, threads: int) -> set:
     """1-D float32 fragments of M rows, M a multiple of 16 rows per warp, whose every use is:
-    filled whole; copied whole from or to another such vector; the destination of a whole row
-    reduction of a chosen accumulator (``chosen``: buffer -> Accumulator) with a ``(warps x
-    1)`` grid; indexed ``[i]`` in a 1-D ``T.Parallel`` nest over its M rows that touches
-    nothing but such vectors and thread-local scalars; or read ``[i]`` in a 2-D nest that runs
-    on a chosen accumulator's registers (``[i, j]``). None in kernels with ``T.ws`` roles."""
-    if role_loops(func.body):
-        return set()
-    warps = threads // WARP
+    filled whole; copied whole from or to another such vector, or a shared row buffer of M
+    elements (FlashMLA's ``T.copy(scores_max, scores_max_0)``); the destination of a whole
+    row reduction of a chosen accumulator (``chosen``: buffer -> Accumulator) with a ``(warps
+    x 1)`` grid; indexed ``[i]`` in a 1-D ``T.Parallel`` nest over its M rows that touches
+    nothing but such vectors, thread-local scalars and shared row buffers of M elements at
+    ``[i]`` (one lane of the four that hold a row stores them), storing no vector when it
+    both reads and writes one of those (``logsum[i] += logsum_1[i]``); or read ``[i]`` in a
+    2-D nest that runs on a chosen accumulator's registers (``[i, j]``). In kernels with
+    ``T.ws`` roles the warps are those of the one role that uses the vector
+    (:func:`role_threads`), the same as its accumulators'."""
+    own = role_threads(func, threads)
     strip = {acc for acc, kind in chosen.items() if kind.grid == "rows" and
-             layout.accumulator_grid(acc.shape, kind, threads) == (warps, 1)}
+             own(acc) is not None and
+             layout.accumulator_grid(acc.shape, kind, own(acc)) == (own(acc) // WARP, 1)}
     vecs = _fragments(func, lambda b: str(b.dtype) == "float32" and len(b.shape) == 1 and
-                      isinstance(b.shape[0], tirx.IntImm) and
-                      int(b.shape[0].value) % (16 * warps) == 0)
+                      isinstance(b.shape[0], tirx.IntImm) and own(b) is not None and
+                      int(b.shape[0].value) % (16 * (own(b) // WARP)) == 0)
     if not vecs or not strip:
         return set()
     ok = {v: True for v in vecs}
@@ -294,41 +326,52 @@ def row_vectors(func, chosen: dict, threads: int) -> set:
     for call, op, region in _operands(func, set(ok)):
         buf, fine = region.buffer, full(region)
         if call.name == "copy":
-            other = call.operands["dst" if op.name == "src" else "src"].buffer
-            fine = fine and other in ok and full(call.operands["dst"]) and \
-                full(call.operands["src"])
-            together.append({buf, other})
+            other = call.operands["dst" if op.name == "src" else "src"]
+            fine = fine and full(call.operands["dst"]) and full(call.operands["src"]) and (
+                other.buffer in ok and own(other.buffer) == own(buf) or
+                _row_buffer(other.buffer, buf))
+            if other.buffer in ok:
+                together.append({buf, other.buffer})
         elif call.name == "reduce" or call.name in REDUCE_OPS:
             src = call.operands["src"]
             fine = fine and op.name == "dst" and src.buffer in strip and \
-                int(call.attrs["dim"]) in (1, -1) and \
+                own(src.buffer) == own(buf) and int(call.attrs["dim"]) in (1, -1) and \
                 int(src.buffer.shape[0].value) == int(buf.shape[0].value)
         else:
             fine = fine and call.name == "fill" and op.name == "dst"
         mark(buf, fine)
     for loops, _ in parallel_nests(func.body):
         nest = loops[0]
-        seen, accs, others = [], [], []
+        seen, accs, rowed, others = [], [], [], []
 
-        def visit(node, loops=loops, seen=seen, accs=accs, others=others):
+        def visit(node, loops=loops, seen=seen, accs=accs, rowed=rowed, others=others):
             buf = accessed(node)
+            index = list(node.indices)
+            at_row = len(index) == 1 and isinstance(index[0], tirx.Var) and \
+                index[0].same_as(loops[0].loop_var) and _covers(loops[0], buf)
             if buf in ok:
-                index = list(node.indices)
-                fine = len(index) == 1 and isinstance(index[0], tirx.Var) and \
-                    index[0].same_as(loops[0].loop_var) and _covers(loops[0], buf) and \
-                    (len(loops) == 1 or isinstance(node, tvm.ir.TensorLoad))
-                seen.append((buf, fine))
+                seen.append((buf, at_row and (len(loops) == 1 or
+                                              isinstance(node, tvm.ir.TensorLoad))))
+                if isinstance(node, tirx.BufferStore):
+                    rowed.append((buf, None))  # a row vector stored
             elif buf in strip:
                 accs.append(buf)
+            elif len(loops) == 1 and at_row and layout.memory(buf) in ("shared", "shared.dyn"):
+                rowed.append((buf, isinstance(node, tirx.BufferStore)))
             elif str(buf.scope()) not in ("local", "local.var"):
                 others.append(buf)
 
         tvm_ffi.structural_walk(nest, [(tvm.ir.TensorLoad, visit), (tirx.BufferStore, visit)])
         if not seen:
             continue
-        shape_ok = len(loops) == 1 and not accs and not others or \
+        written = {b for b, store in rowed if store}
+        updated = any(b in written for b, store in rowed if store is False)
+        sizes = {own(b) for b, _ in seen} | {own(a) for a in accs}
+        shape_ok = len(sizes) == 1 and (
+            len(loops) == 1 and not accs and not others and
+            not (updated and any(store is None for _, store in rowed)) or
             len(loops) == 2 and len(accs) > 0 and all(
-                int(a.shape[0].value) == int(loops[0].extent.value) for a in accs)
+                int(a.shape[0].value) == int(loops[0].extent.value) for a in accs))
         for buf, fine in seen:
             mark(buf, fine and shape_ok)
         if len(loops) == 1:
@@ -343,6 +386,56 @@ def row_vectors(func, chosen: dict, threads: int) -> set:
                 chosen_vecs -= group
                 changed = True
     return chosen_vecs
+
+
+def _use_counts(stmt) -> dict:
+    """How many loads, stores and tile-op operands name each buffer in ``stmt``."""
+    counts: dict = {}
+
+    def count(buf):
+        counts[buf] = counts.get(buf, 0) + 1
+
+    tvm_ffi.structural_walk(stmt, [(tvm.ir.TensorLoad, lambda n: count(accessed(n))),
+                                   (tirx.BufferStore, lambda n: count(accessed(n)))])
+    for call in tile_ops_in(stmt):
+        for op in call.schema.operands:
+            region = call.operands.get(op.name)
+            if op.kind != "expr" and hasattr(region, "buffer"):
+                count(region.buffer)
+    return counts
+
+
+def _row_buffer(buf, vec) -> bool:
+    """Whether ``buf`` is a shared row buffer of ``vec``'s length and dtype."""
+    return layout.memory(buf) in ("shared", "shared.dyn") and len(buf.shape) == 1 and \
+        str(buf.dtype) == str(vec.dtype) and const(buf.shape[0]) == const(vec.shape[0])
+
+
+def role_threads(func, block: int):
+    """A function from a buffer to the threads that use it: the block's in a kernel without
+    ``T.ws`` roles; else the size of the one role whose body holds every access of it, None
+    when it is also accessed outside the roles or in roles of different sizes (a register
+    layout is laid out over one role's threads: ``transforms.memory.role_registers``)."""
+    roles = role_loops(func.body)
+    if not roles:
+        return lambda buf: block
+    inside: dict = {}
+    for loop in roles:
+        for buf in buffers_in(loop.body):
+            inside.setdefault(buf, set()).add(int(loop.extent.value))
+    everywhere = _use_counts(func.body)
+    in_roles: dict = {}
+    for loop in roles:
+        for buf, n in _use_counts(loop.body).items():
+            in_roles[buf] = in_roles.get(buf, 0) + n
+
+    def threads_of(buf):
+        sizes = inside.get(buf)
+        if sizes is None or len(sizes) != 1 or everywhere.get(buf) != in_roles.get(buf):
+            return None
+        return next(iter(sizes))
+
+    return threads_of
 
 
 def _covers(loop, buf) -> bool:
@@ -376,11 +469,13 @@ def wgmma_accumulators(func, arch, block: int) -> list:
 
 def register_a(func, arch, block: int) -> list:
     """2-D float16/bfloat16 fragments whose only writes are whole ``T.copy``s from a wgmma
-    accumulator of their shape, whose only reads are as the whole A operand of gemms that fit
-    the register-A wgmma (C a wgmma accumulator with as many rows per warpgroup), and which
-    nothing else touches. None in kernels with ``T.ws`` roles."""
-    if role_loops(func.body):  # T.ws roles: not yet (nor emulated: see tw_wgmma.h)
-        return []
+    accumulator of their shape or from a shared tile or global tensor of their dtype
+    (``TILE_SOURCES``: each thread loads the elements its registers hold; FlashMLA's
+    ``T.copy(Q_pe_shared, Q_pe_local_0)``), whose reads are as the whole A operand of gemms
+    that fit the register-A wgmma (C a wgmma accumulator with as many rows per warpgroup) and
+    at most whole copies into a shared tile (FlashMLA's
+    ``T.copy(acc_s_1_cast, SP1_shared)``), and which nothing else touches. Threads are
+    counted per ``T.ws`` role: a role's gemms and copies run on its threads."""
     frags = set(_fragments(func, lambda b: str(b.dtype) in layout.REGISTER_A_DTYPES and
                            len(b.shape) == 2))
     if not frags:
@@ -390,8 +485,10 @@ def register_a(func, arch, block: int) -> list:
         buf, threads = region.buffer, threads_running(func, call, block)
         regions[buf] += 1
         if call.name == "copy" and op.name == "dst":
-            good = _converts_accumulator(call, threads)
+            good = _converts_accumulator(call, threads) or _loads_tile(call)
             written.add(buf)
+        elif call.name == "copy" and op.name == "src":
+            good = _stores_tile(call)
         elif call.name == "gemm" and op.name == "A":
             c = call.operands["C"].buffer
             good = full(region) and layout.of(c) == layout.Accumulator("wgmma") and \
@@ -413,3 +510,142 @@ def _converts_accumulator(call, threads: int) -> bool:
         and str(src.buffer.dtype) == "float32" \
         and shape == [const(e) for e in dst.buffer.shape] and threads % WARPGROUP == 0 \
         and shape[0] == 64 * (threads // WARPGROUP)
+
+
+def _loads_tile(call) -> bool:
+    """A whole copy into a fragment from a whole shared tile or global tensor region of its
+    dtype and extents."""
+    src, dst = call.operands["src"], call.operands["dst"]
+    extents = [const(e) for e in src.extents if const(e) != 1]
+    return full(dst) and layout.memory(src.buffer) in TILE_SOURCES and \
+        str(src.buffer.dtype) == str(dst.buffer.dtype) and None not in extents and \
+        extents == [const(e) for e in dst.buffer.shape]
+
+
+def _stores_tile(call) -> bool:
+    """A whole copy of a fragment into a shared tile region of its extents (each thread
+    stores the elements its registers hold)."""
+    src, dst = call.operands["src"], call.operands["dst"]
+    extents = [const(e) for e in dst.extents if const(e) != 1]
+    return full(src) and layout.memory(dst.buffer) in ("shared", "shared.dyn") and \
+        None not in extents \
+        and extents == [const(e) for e in src.buffer.shape]
+
+
+def runs_whole(body) -> bool:
+    """Whether a ``T.Parallel`` nest with innermost ``body`` runs whole in every thread: its
+    only effects are stores to thread-local storage that is not a reducer (``local``,
+    ``local.var``), so every thread computes the values alike."""
+    written = stores(body)
+    return bool(written) and all(str(b.scope()) in ("local", "local.var") for b in written)
+
+
+def spread_index(indices, loops, shape) -> bool:
+    """Whether ``indices`` of a fragment of ``shape`` inside a ``T.Parallel`` nest over
+    ``loops`` name the iteration's own element in row-major order (the element a spread
+    fragment keeps in the registers of the thread that runs the iteration): every loop starts
+    at zero and has a constant extent, the loops of extent other than one match the
+    fragment's dimensions of extent other than one (in order, extent for extent), each index
+    of such a dimension is its loop's variable and every other index is zero."""
+    sizes = [const(e) for e in shape]
+    if len(indices) != len(sizes) or None in sizes or \
+            any(const(lp.min) != 0 or const(lp.extent) is None for lp in loops):
+        return False
+    big = [lp for lp in loops if const(lp.extent) != 1]
+    dims = [d for d, e in enumerate(sizes) if e != 1]
+    if [sizes[d] for d in dims] != [const(lp.extent) for lp in big]:
+        return False
+    zero = {lp.loop_var: tirx.const(0, lp.loop_var.ty) for lp in loops if const(lp.extent) == 1}
+    analyzer = tvm.sym.Analyzer()
+    for d, index in enumerate(indices):
+        target = big[dims.index(d)].loop_var if d in dims else tirx.const(0, index.ty)
+        if not analyzer.can_prove_equal(substitute(index, zero), target):
+            return False
+    return True
+
+
+def _spread_operand(call, op, region, threads: int, registers) -> bool:
+    """Whether a tile-op operand of a spread candidate keeps every element with its owner: a
+    whole ``T.fill`` or ``T.copy`` (the other side a tile every thread reaches, of the same
+    extents; both become ``T.Parallel`` nests over the fragment) or the whole source of a
+    reduction along its last dimension (:func:`~tilewright_cuda.layout.spread_rows`) into a
+    buffer not in registers."""
+    if not full(region):
+        return False
+    if call.name == "fill":
+        return op.name == "dst"
+    if call.name == "copy":
+        other = call.operands["dst" if op.name == "src" else "src"]
+        extents = [const(e) for e in region.extents if const(e) != 1]
+        return other.buffer not in registers and \
+            layout.memory(other.buffer) in SPREAD_PEERS and \
+            [const(e) for e in other.extents if const(e) != 1] == extents and None not in extents
+    if call.name in REDUCE_OPS:
+        dst = call.operands["dst"].buffer
+        return op.name == "src" and dst not in registers and \
+            layout.spread_rows(region.buffer.shape, int(call.attrs["dim"]), threads) is not None
+    return False
+
+
+def _words(buf, threads: int) -> int:
+    """32-bit registers per thread of a fragment in registers (16-bit elements take one)."""
+    bits = tvm.runtime.DataType(str(buf.dtype)).bits
+    if layout.is_rows(buf):
+        count = layout.row_registers(buf, threads)
+    elif layout.is_accumulator(buf):
+        count = layout.registers(buf, threads)
+    else:
+        count = layout.spread_registers(buf.shape, threads)
+    return count * max(1, bits // 32)
+
+
+def spread(func, threads: int, chosen: dict) -> list:
+    """Fragments spread over the threads in registers (layout.Spread): of a dtype of
+    ``SPREAD_DTYPES``, a constant shape whose elements split evenly over the ``threads``, not
+    already given a layout (``chosen``: buffer -> layout), and every access by the thread
+    that owns the element: indexed by a ``T.Parallel`` nest at the iteration's own element
+    (:func:`spread_index`) in a nest that neither runs whole in every thread
+    (:func:`runs_whole`) nor touches another register layout, or an operand
+    :func:`_spread_operand` accepts. Any other access (an element another thread's iteration
+    wrote, a serial loop, a gemm, an element's address) keeps the fragment in shared memory.
+    Taken in allocation order while the registers of the kernel's fragments in registers stay
+    within ``REGISTER_BUDGET``; the rest stay in shared memory. None in kernels with ``T.ws``
+    roles."""
+    if role_loops(func.body):
+        return []
+    registers = {b for b, kind in chosen.items() if not isinstance(kind, layout.Swizzled)}
+    frags = _fragments(func, lambda b: b not in chosen and str(b.dtype) in SPREAD_DTYPES and
+                       layout.spread_registers(b.shape, threads) is not None)
+    if not frags:
+        return []
+    ok, regions, good = {f: True for f in frags}, {f: 0 for f in frags}, {f: 0 for f in frags}
+    for call, op, region in _operands(func, set(frags)):
+        regions[region.buffer] += 1
+        ok[region.buffer] = ok[region.buffer] and _spread_operand(call, op, region, threads,
+                                                                  registers)
+    for loops, inner in parallel_nests(func.body):
+        apart = not runs_whole(inner) and not any(b in registers for b in buffers_in(inner))
+
+        def visit(node, loops=loops, apart=apart):
+            buf = accessed(node)
+            if buf in ok:
+                if apart and spread_index(list(node.indices), loops, buf.shape):
+                    good[buf] += 1
+                else:
+                    ok[buf] = False
+
+        tvm_ffi.structural_walk(loops[0], [(tvm.ir.TensorLoad, visit),
+                                           (tirx.BufferStore, visit)])
+    tvm_ffi.structural_walk(func.body, (tvm.ir.Call, lambda c: ok.update(
+        {c.args[0].source: False}) if intrinsics.is_address_of(c) and
+        isinstance(c.args[0], tvm.ir.TensorLoad) and c.args[0].source in ok else None))
+    counts = access_counts(func, frags)
+    used = sum(_words(layout.attach(b, kind), threads) for b, kind in chosen.items()
+               if b in registers)
+    taken = []
+    for f in frags:
+        words = _words(f, threads)
+        if ok[f] and counts[f] == regions[f] + good[f] and used + words <= REGISTER_BUDGET:
+            taken.append(f)
+            used += words
+    return taken

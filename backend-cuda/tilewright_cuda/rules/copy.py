@@ -52,7 +52,8 @@ def lower_copy(call: TileOpCall, ctx: RuleContext):
     if len(sdims) != len(ddims):
         raise KernelError(f"T.copy between regions of different ranks ({len(sdims)} and "
                           f"{len(ddims)} non-unit dimensions)")
-    vector = vector_copy(src, dst, sdims, ddims, ctx)
+    rows = layout.is_rows(src.buffer) or layout.is_rows(dst.buffer)  # with a shared row buffer
+    vector = None if rows else vector_copy(src, dst, sdims, ddims, ctx)
     if vector is not None:
         return tma.copy_choice(call, ctx, vector)  # in T.Pipelined on sm_90+: maybe TMA
 
@@ -60,7 +61,10 @@ def lower_copy(call: TileOpCall, ctx: RuleContext):
         value = guarded_load(src.buffer, region_index(src, v, sdims), ctx, str(dst.buffer.dtype))
         return guarded_store(dst.buffer, value, region_index(dst, v, ddims), ctx)
 
-    every_thread = layout.is_thread_local(dst.buffer)
+    # a spread fragment's nest is spread over the threads that own its elements
+    # and a row vector's, over the rows its threads hold
+    every_thread = layout.is_thread_local(dst.buffer) and not layout.is_spread(dst.buffer) \
+        and not rows
     return loop_nest(extents, body, annotations={} if every_thread else PARALLEL, ctx=ctx)
 
 

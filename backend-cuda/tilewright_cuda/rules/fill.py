@@ -1,5 +1,6 @@
 """``T.fill`` and ``T.clear``: every register of an accumulator or row vector, every element
-of a thread-local buffer in each thread, else a parallel nest over the region."""
+of a thread-local buffer in each thread, else (a spread fragment too) a parallel nest over the
+region."""
 
 from __future__ import annotations
 
@@ -33,8 +34,10 @@ def lower_fill(call: TileOpCall, ctx: RuleContext):
         return every_row_register(dst.buffer, thread_var(ctx)[1],
                                   lambda s: tirx.BufferStore(dst.buffer, value, [s]))
     dims = non_unit(dst)
-    # a thread-local buffer (reducers included) is filled whole by every thread
-    annotations = {} if layout.is_thread_local(dst.buffer) else PARALLEL
+    # a thread-local buffer (reducers included) is filled whole by every thread; a spread
+    # fragment's nest is spread over its owners
+    every_thread = layout.is_thread_local(dst.buffer) and not layout.is_spread(dst.buffer)
+    annotations = {} if every_thread else PARALLEL
     return loop_nest([dst.extents[d] for d in dims],
                      lambda v: guarded_store(dst.buffer, value, region_index(dst, v, dims), ctx),
                      annotations=annotations, ctx=ctx)

@@ -1,8 +1,8 @@
 """Reductions: ``T.reduce_<kind>`` along one dimension (a shuffle reduction over groups of
 lanes, a serial one for thread-local operands, a register one for accumulators whose warps own
-whole rows) and ``T.finalize_reducer`` (per-thread partials combined across the block). The
-kinds come from the core's table (``REDUCE_KINDS``); their algebra from
-``common.reduce_parts``."""
+whole rows, per-thread partials combined across the block for spread fragments) and
+``T.finalize_reducer`` (per-thread partials combined across the block). The kinds come from
+the core's table (``REDUCE_KINDS``); their algebra from ``common.reduce_parts``."""
 
 from __future__ import annotations
 
@@ -32,6 +32,8 @@ def _make_reduce_rule(kind: str):
         if layout.is_accumulator(src.buffer):
             return _reduce_registers(kind, src, dst, clear, ctx)
         axis = axis % len(src.extents)
+        if layout.is_spread(src.buffer):
+            return _reduce_spread(kind, src, dst, axis, clear, ctx)
         dtype = str(dst.buffer.dtype)
         identity, combine, merge = reduce_parts(kind, dtype)
         kept = [d for d in range(len(src.extents)) if d != axis]
@@ -101,6 +103,69 @@ def _reduce_registers(kind: str, src: Region, dst: Region, clear: bool, ctx: Rul
     # each row's result is read and written by its one writer lane: no barrier between rows
     return tirx.For(tirx.Var("rows", "int32"), 0, 1, tirx.ForKind.UNROLLED,
                     tirx.SeqStmt(stmts), annotations={keys.OWN_ELEMENTS: 1})
+
+
+def _reduce_spread(kind: str, src: Region, dst: Region, axis: int, clear: bool,
+                   ctx: RuleContext):
+    """A reduction of a spread fragment (layout.Spread) along its last dimension: each thread
+    combines the registers it holds of each row (``layout.spread_rows``), each warp combines
+    its lanes' partials with XOR shuffles and its first lane puts them in a shared slot per
+    warp and row; after a barrier every thread combines the warps' slots of each row, and
+    writes the result when ``dst`` is thread-local (every thread keeps it), else the first
+    thread does. A barrier after it keeps the slots until every thread has read them. Each
+    loop writes a shared element from one thread once (``keys.OWN_ELEMENTS``): no barrier
+    between rows."""
+    tx, threads = thread_var(ctx)
+    warps = threads // WARP
+    rows, per_row = layout.spread_rows(src.buffer.shape, axis, threads)
+    dtype = str(dst.buffer.dtype)
+    identity, combine, merge = reduce_parts(kind, dtype)
+    part = tirx.decl_buffer((1,), dtype, "red_part", scope="local")
+    scratch = tirx.decl_buffer((warps, rows), dtype, "red_warps", scope="shared.dyn")
+    row, q = tirx.Var("row", "int32"), tirx.Var("q", "int32")
+    x = cast(tirx.BufferLoad(src.buffer, layout.spread_register_index(
+        src.buffer, row * per_row + q)), dtype)
+    lane, warp = tirx.floormod(tx, WARP), tirx.floordiv(tx, WARP)
+    partial = tirx.SeqStmt([
+        tirx.BufferStore(part, identity, [0]),
+        tirx.For(q, 0, per_row, tirx.ForKind.UNROLLED,
+                 tirx.BufferStore(part, combine(tirx.BufferLoad(part, [0]), x), [0])),
+        *butterfly(part, merge, WARP),
+        tirx.IfThenElse(lane == 0, tirx.BufferStore(scratch, tirx.BufferLoad(part, [0]),
+                                                    [warp, row]), None),
+    ])
+    out = tirx.Var("row_out", "int32")
+    total = tirx.BufferLoad(scratch, [0, out])
+    for w in range(1, warps):
+        total = merge(total, tirx.BufferLoad(scratch, [w, out]))
+    index = _row_index(dst, [e for d, e in enumerate(src.extents) if d != axis],
+                       len(dst.extents) == len(src.extents), axis, out)
+    if not clear:
+        total = merge(tirx.BufferLoad(dst.buffer, index), total)
+    store = tirx.BufferStore(dst.buffer, total, index)
+    if not layout.is_thread_local(dst.buffer):
+        store = tirx.IfThenElse(tx == 0, store, None)
+    return tirx.SeqStmt([
+        tirx.AllocBuffer(part), tirx.AllocBuffer(scratch),
+        tirx.For(row, 0, rows, tirx.ForKind.UNROLLED, partial,
+                 annotations={keys.OWN_ELEMENTS: 1}),
+        intrinsics.sync(),
+        tirx.For(out, 0, rows, tirx.ForKind.SERIAL, store, annotations={keys.OWN_ELEMENTS: 1}),
+        intrinsics.sync(),
+    ])
+
+
+def _row_index(dst: Region, kept, keep_rank: bool, axis: int, row) -> list:
+    """The index of ``dst`` for row ``row`` of a reduction whose kept extents (the source's
+    dimensions other than ``axis``, row-major) are ``kept``; with ``keep_rank`` ``dst`` keeps
+    the reduced dimension (extent one)."""
+    coords, stride = [], 1
+    for e in reversed(kept):
+        coords.insert(0, tirx.floormod(tirx.floordiv(row, stride), const(e)))
+        stride *= const(e)
+    if keep_rank:
+        coords.insert(axis, tirx.const(0, "int32"))
+    return [as_expr(s) + c for s, c in zip(dst.starts, coords)]
 
 
 def _serial_reduce(kept_extents, length, src, dst, clear, identity, combine, dst_index,

@@ -1,29 +1,39 @@
 """The ``distribute`` phase: every outermost ``T.Parallel`` nest (the user's and the rules')
 is spread over the block's threads (a role's, inside a ``T.ws`` role): a strided loop over its
 fused iteration space, 16-byte vectors per thread where the body allows, each thread's own
-registers for nests over register accumulators and row vectors."""
+registers for nests over register accumulators, row vectors and spread fragments."""
 
 from __future__ import annotations
 
 import tvm
 import tvm_ffi
+from tilewright.errors import KernelError, span_location
 from tilewright.transform import StmtMutator, prim_func_pass, rebuild_for
 from tvm import tirx
 
 from .. import keys, layout
 from ..analysis import layouts
-from ..analysis.ir import buffers_in, find_thread, is_parallel, map_roles, substitute, uses
-from ..analysis.ir import stores as stores_of
+from ..analysis.ir import (
+    accessed,
+    buffers_in,
+    find_thread,
+    is_parallel,
+    map_roles,
+    substitute,
+    uses,
+)
+from ..keys import WARP
 
 
 class Distribute(StmtMutator):
     """Each outermost ``T.Parallel`` nest becomes a strided loop over its fused iteration
     space: thread ``t`` runs iterations ``t, t + threads, ...``; a nest over register
-    accumulators or row vectors, a loop over each thread's registers. Either loop is marked
-    ``keys.SPREAD``: its iterations are the nest's, independent of one another, so barrier
-    insertion takes it as one statement (a barrier before it, none between its iterations).
-    A nest whose only effects are stores to thread-local storage (not reducers) runs whole in
-    every thread."""
+    accumulators or row vectors, a loop over each thread's registers; a nest over spread
+    fragments, the same iterations as an unrolled loop over the registers that hold them. Each
+    such loop is marked ``keys.SPREAD``: its iterations are the nest's, independent of one
+    another, so barrier insertion takes it as one statement (a barrier before it, none between
+    its iterations). A nest whose only effects are stores to thread-local storage (not
+    reducers) runs whole in every thread (``layouts.runs_whole``)."""
 
     def __init__(self, tx, threads: int):
         super().__init__()
@@ -43,9 +53,11 @@ class Distribute(StmtMutator):
         vectors = self._row_vectors(body)
         if vectors:
             return self._per_row(loops, body, vectors[0])
+        spread = [b for b in buffers_in(body) if layout.is_spread(b)]
+        if spread:
+            return self._per_spread(loops, body, spread)
         # reducers take per-thread partial updates, so their nests are spread too
-        stores = stores_of(body)
-        if stores and all(str(b.scope()) in ("local", "local.var") for b in stores):
+        if layouts.runs_whole(body):
             for loop in reversed(loops):
                 body = tirx.For(loop.loop_var, loop.min, loop.extent, tirx.ForKind.SERIAL, body)
             return body
@@ -61,9 +73,19 @@ class Distribute(StmtMutator):
 
     def _per_row(self, loops, body, vec):
         """A 1-D nest over row vectors in registers (layout.RowVector): each thread runs the rows it
-        holds, row ``i`` of register ``s``; the vectors are indexed by ``s``."""
+        holds, row ``i`` of register ``s``; the vectors are indexed by ``s``. Of the four lanes
+        that hold a row, the first stores the row's element of a shared row buffer
+        (``logsum[i] += logsum_1[i]`` adds once; infer_layout admits such a read-modify-write
+        only in a nest that stores no row vector)."""
         s = tirx.Var("s", "int32")
-        inner = _row_registers(body, s)
+        first = tirx.floormod(tirx.floormod(self.tx, WARP), 4) == 0
+
+        def once(st):
+            if layout.memory(st.buffer) in ("shared", "shared.dyn"):
+                return tirx.IfThenElse(first, st, None)
+            return st
+
+        inner = tvm_ffi.structural_map(_row_registers(body, s), (tirx.BufferStore, once))
         inner = substitute(inner, {loops[0].loop_var: layout.row(vec, s, self.threads,
                                                                   self.tx)})
         return tirx.For(s, 0, layout.row_registers(vec, self.threads), tirx.ForKind.UNROLLED,
@@ -100,6 +122,52 @@ class Distribute(StmtMutator):
                                                (tirx.BufferStore, store)])
         return tirx.For(r, 0, layout.registers(acc, self.threads), tirx.ForKind.UNROLLED,
                         inner, annotations={keys.SPREAD: 1}, span=loops[0].span)
+
+    def _per_spread(self, loops, body, spread):
+        """A nest over spread fragments (layout.Spread; infer_layout checked that it indexes
+        each at the iteration's own element, ``layouts.spread_index``): thread ``tx`` runs
+        iterations ``k * threads + tx`` of the fused space, ``k`` the register that holds the
+        element, unrolled so that the registers keep constant indices."""
+        count = layout.spread_registers(spread[0].shape, self.threads)
+        for buf in spread:
+            if layout.spread_registers(buf.shape, self.threads) != count:
+                raise KernelError(f"CUDA internal error: a T.Parallel nest touches spread "
+                                  f"fragments of different sizes ({buf.name!r})",
+                                  span_location(loops[0].span))
+
+        def check(node):
+            buf = accessed(node)
+            if layout.is_spread(buf) and not layouts.spread_index(list(node.indices), loops,
+                                                                  buf.shape):
+                raise KernelError(f"CUDA internal error: spread fragment {buf.name!r} is "
+                                  "indexed at another iteration's element",
+                                  span_location(loops[0].span))
+
+        tvm_ffi.structural_walk(body, [(tvm.ir.TensorLoad, check), (tirx.BufferStore, check)])
+        k = tirx.Var("k", "int32")
+        flat, mapping, stride = k * self.threads + self.tx, {}, 1
+        big = [loop for loop in loops if int(loop.extent.value) != 1]
+        for loop in loops:
+            mapping[loop.loop_var] = tirx.const(0, "int32")
+        for loop in reversed(big):  # the outermost takes what is left: no modulo
+            extent = int(loop.extent.value)
+            value = tirx.floordiv(flat, stride) if stride > 1 else flat
+            mapping[loop.loop_var] = value if loop is big[0] else tirx.floormod(value, extent)
+            stride *= extent
+
+        def load(e):
+            return tirx.BufferLoad(e.source, layout.spread_register_index(e.source, k)) \
+                if layout.is_spread(e.source) else e
+
+        def store(st):
+            return tirx.BufferStore(st.buffer, st.value,
+                                    layout.spread_register_index(st.buffer, k)) \
+                if layout.is_spread(st.buffer) else st
+
+        inner = tvm_ffi.structural_map(body, [(tvm.ir.TensorLoad, load),
+                                              (tirx.BufferStore, store)])
+        return tirx.For(k, 0, count, tirx.ForKind.UNROLLED, substitute(inner, mapping),
+                        annotations={keys.SPREAD: 1}, span=loops[0].span)
 
     def _spread(self, loops, body):
         vector = self._vectorized(loops, body)

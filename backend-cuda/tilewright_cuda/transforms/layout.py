@@ -3,8 +3,10 @@ to the buffers as ``layout`` values (README, "Fragments").
 
 - a fragment whose every use fits an mma accumulator layout becomes registers
   (:class:`~tilewright_cuda.layout.Accumulator`); its row statistics too
-  (:class:`~tilewright_cuda.layout.RowVector`); every other fragment stays a shared array
-  visible to the whole block;
+  (:class:`~tilewright_cuda.layout.RowVector`);
+- a fragment whose every element only its owner thread touches is spread over the threads in
+  registers (:class:`~tilewright_cuda.layout.Spread`); every other fragment stays a shared
+  array visible to the whole block;
 - shared gemm operands and epilogue tiles get the swizzled layout
   (:class:`~tilewright_cuda.layout.Swizzled`), also recorded in the function attribute
   ``keys.SMEM_LAYOUT`` (name -> [W, B]) for the debug tools;
@@ -32,17 +34,19 @@ def _attach(func, chosen: dict):
 
 
 def infer_layout(options):
-    """Accumulators, row vectors and swizzled tiles (the module docstring)."""
+    """Accumulators, row vectors, spread fragments and swizzled tiles (the module
+    docstring)."""
 
     def run(func):
         threads = threads_of(func)
         chosen = layouts.accumulators(func, options.arch, threads)
         swizzled = layouts.swizzled(func, options.arch, threads, chosen)
         vectors = layouts.row_vectors(func, chosen, threads)
-        if not chosen and not swizzled:
+        placed = {**chosen, **{v: layout.RowVector() for v in vectors}, **swizzled}
+        placed.update({f: layout.Spread() for f in layouts.spread(func, threads, placed)})
+        if not placed:
             return func
-        func = _attach(func, {**chosen, **{v: layout.RowVector() for v in vectors},
-                              **swizzled})
+        func = _attach(func, placed)
         if swizzled:
             func = func.with_attr(keys.SMEM_LAYOUT, {b.name: [s.width, s.bits]
                                                      for b, s in swizzled.items()})

@@ -1,7 +1,7 @@
 """The ``place_memory`` phase: shared tiles and fragments become views of one dynamic
-shared-memory pool, register layouts become per-thread registers, frontend annotations go.
-A register accumulator or row vector used inside a T.ws role is sized for the role's threads
-first (:func:`role_registers`)."""
+shared-memory pool, register layouts (spread fragments too) become per-thread registers,
+frontend annotations go. A register accumulator, row vector or spread fragment used inside a
+T.ws role is sized for the role's threads first (:func:`role_registers`)."""
 
 from __future__ import annotations
 
@@ -20,8 +20,11 @@ SMEM_ALIGN = 128
 
 
 def registers(buffer, threads: int):
-    """The per-thread register array of an accumulator or row vector on ``threads``
-    threads."""
+    """The per-thread register array of an accumulator, row vector or spread fragment on
+    ``threads`` threads."""
+    if layout.is_spread(buffer):
+        return tirx.decl_buffer(layout.spread_register_shape(buffer, threads), buffer.dtype,
+                                buffer.name, scope="local")
     if layout.is_rows(buffer):
         return tirx.decl_buffer((layout.row_registers(buffer, threads),), buffer.dtype,
                                 buffer.name, scope="local")
@@ -195,7 +198,7 @@ def place_memory(options):
             buf = alloc.buffer
             if shared(buf):
                 continue
-            if layout.is_accumulator(buf) or layout.is_rows(buf):
+            if layout.is_accumulator(buf) or layout.is_rows(buf) or layout.is_spread(buf):
                 locals_[buf] = registers(buf, threads)
             elif str(buf.scope()) != "local":
                 locals_[buf] = tirx.decl_buffer(buf.shape, buf.dtype, buf.name, scope="local")
@@ -277,9 +280,11 @@ def place_memory(options):
 
 
 def role_registers():
-    """mma accumulators (and their row vectors, layout.RowVector) used inside a role are laid
-    out over the role's warps: give them the register count of that role (before ``place_memory``
-    sizes them for the whole block)."""
+    """mma accumulators (and their row vectors, layout.RowVector) and spread fragments
+    (layout.Spread) used inside a role are laid out over the role's threads (a warp-specialised
+    loop's compute threads, once the pipeline gives the block a producer warpgroup): give them
+    the register count of that role (before ``place_memory`` sizes them for the whole
+    block)."""
 
     def run(func):
         roles = role_loops(func.body)
@@ -288,7 +293,7 @@ def role_registers():
         users: dict = {}
         for loop in roles:
             for buf in buffers_in(loop.body):
-                if layout.is_accumulator(buf) or layout.is_rows(buf):
+                if layout.is_accumulator(buf) or layout.is_rows(buf) or layout.is_spread(buf):
                     users.setdefault(buf, set()).add(int(loop.extent.value))
         remap = {}
         for buf, sizes in users.items():
