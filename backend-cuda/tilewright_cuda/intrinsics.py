@@ -99,6 +99,9 @@ TABLE = _table(
     Intrinsic("tw_cp_async_mbar_arrive_noinc", HOPPER),
     Intrinsic("tw_named_barrier_sync", HOPPER),
     Intrinsic("tw_named_barrier_arrive", HOPPER),
+    # T.sync_threads(id, count): the user's named barrier (ids 1-15; insert_sync keeps the
+    # roles' own ids apart from it)
+    Intrinsic("tw_bar_sync", HOPPER, (), "named_barrier"),
     Intrinsic("tw_setmaxnreg_inc", HOPPER, (), "setmaxnreg"),
     Intrinsic("tw_setmaxnreg_dec", HOPPER, (), "setmaxnreg"),
     Intrinsic("tw_cluster_sync", HOPPER),

@@ -141,6 +141,69 @@ def uses(node, var) -> bool:
     return bool(found)
 
 
+def thread_varying(body, tx) -> list:
+    """The per-thread buffers (``local*`` scopes: T.alloc_var,
+    T.get_thread_binding's) under ``body`` whose value may differ between the threads of the
+    block: a store whose value, index or enclosing conditions read ``tx`` or such a buffer,
+    or whose value is an extern call (an atomic's previous value differs between threads even
+    at one address)."""
+    stores: list = []
+
+    def walk(stmt, guards: tuple) -> None:
+        if isinstance(stmt, tirx.IfThenElse):
+            walk(stmt.then_case, guards + (stmt.condition,))
+            if stmt.else_case is not None:
+                walk(stmt.else_case, guards + (stmt.condition,))
+        elif isinstance(stmt, tirx.SeqStmt):
+            for part in stmt.seq:
+                walk(part, guards)
+        elif isinstance(stmt, tirx.For):
+            walk(stmt.body, guards + (stmt.min, stmt.extent))
+        elif isinstance(stmt, tirx.While):
+            walk(stmt.body, guards + (stmt.condition,))
+        elif isinstance(stmt, tirx.BufferStore):
+            if str(stmt.buffer.scope()).startswith("local"):
+                stores.append((stmt, guards))
+        elif hasattr(stmt, "body") and isinstance(stmt.body, tirx.Stmt):
+            walk(stmt.body, guards)
+
+    walk(body, ())
+    varying: list = []
+    pending = stores
+    changed = True
+    while changed:
+        changed, rest = False, []
+        for store, guards in pending:
+            if any(store.buffer.same_as(v) for v in varying):
+                continue
+            if _is_extern_call(store.value) or any(
+                    depends_on_thread(e, tx, varying)
+                    for e in (store.value, *store.indices, *guards)):
+                varying.append(store.buffer)
+                changed = True
+            else:
+                rest.append((store, guards))
+        pending = rest
+    return varying
+
+
+def _is_extern_call(expr) -> bool:
+    found = []
+    tvm_ffi.structural_walk(expr, (tvm.ir.Call, lambda c: found.append(c) if isinstance(
+        c.op, tvm.ir.Op) and c.op.name == "tirx.call_extern" else None))
+    return bool(found)
+
+
+def depends_on_thread(node, tx, varying) -> bool:
+    """Whether ``node`` reads ``tx`` or a buffer of :func:`thread_varying`'s list."""
+    if uses(node, tx):
+        return True
+    found = []
+    tvm_ffi.structural_walk(node, (tvm.ir.TensorLoad, lambda ld: found.append(ld) if any(
+        ld.source.same_as(v) for v in varying) else None))
+    return bool(found)
+
+
 def substitute(node, mapping: dict):
     def visit(v):
         for var, value in mapping.items():

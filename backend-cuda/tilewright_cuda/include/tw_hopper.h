@@ -57,6 +57,10 @@ __device__ __forceinline__ void tw_cp_async_mbar_arrive_noinc(void* bar) {
 __device__ __forceinline__ void tw_named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(threads) : "memory");
 }
+// T.sync_threads(id, count): the same instruction, named apart from the roles' own barriers
+__device__ __forceinline__ void tw_bar_sync(int id, int threads) {
+  tw_named_barrier_sync(id, threads);
+}
 // PTX ISA, "bar.arrive": the calling warps count towards barrier id's threads and go on
 __device__ __forceinline__ void tw_named_barrier_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;" :: "r"(id), "r"(threads) : "memory");
@@ -265,6 +269,7 @@ inline void tw_named_barrier_sync(int id, int threads) {
 inline void tw_named_barrier_arrive(int id, int threads) {
   (void)tw_named_barrier(id, threads)->arrive();
 }
+inline void tw_bar_sync(int id, int threads) { tw_named_barrier_sync(id, threads); }
 template <int N> inline void tw_setmaxnreg_inc() {}
 template <int N> inline void tw_setmaxnreg_dec() {}
 inline void tw_tma_store_commit() {}

@@ -6,7 +6,8 @@ names for these two, ``T.barrier_arrive``, ``T.barrier_wait``), ``T.mbarrier_exp
 ``T.tma_store_wait``, ``T.fence_proxy_async``, hand-issued asynchronous copies and gemms
 (``T.ptx_cp_async``, ``T.cp_async_barrier_noinc``, ``T.ptx_commit_group``,
 ``T.ptx_wait_group``, ``T.wgmma_gemm``, ``T.wait_wgmma``), a barrier of the whole grid
-(``T.sync_grid``, a cooperative launch), the
+(``T.sync_grid``, a cooperative launch), named barriers of part of a block
+(``T.sync_threads(id, count)``), the
 thread index (``T.get_thread_binding``, ``T.thread_binding``), warp-specialised roles
 (``with T.ws(1):``), register budgets
 (``T.set_max_nreg``, ``T.inc_max_nreg``, ``T.dec_max_nreg``, ``T.no_set_max_nreg``) and
@@ -46,6 +47,7 @@ from .dialect import (
     ptx_wait_group,
     set_max_nreg,
     sync_grid,
+    sync_threads,
     thread_binding,
     tma_copy,
     tma_store_wait,
@@ -63,6 +65,6 @@ __all__ = [  # noqa: PLE0604 - the portable names plus the dialect's
     "import_source", "inc_max_nreg",
     "mbarrier_arrive", "mbarrier_expect_tx", "mbarrier_wait_parity", "no_set_max_nreg",
     "ptx_commit_group", "ptx_cp_async", "ptx_wait_group", "set_max_nreg", "sync_grid",
-    "thread_binding", "tma_copy", "tma_store_wait",
+    "sync_threads", "thread_binding", "tma_copy", "tma_store_wait",
     "tvm_thread_allreduce", "tvm_warp_shuffle", "wait_wgmma", "wgmma_gemm", "ws",
 ]

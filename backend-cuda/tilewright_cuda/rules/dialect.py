@@ -208,6 +208,13 @@ def lower_sync_grid(call: TileOpCall, ctx: RuleContext):
     return intrinsics.call("tw_grid_sync")
 
 
+@register(ops.NAMED_BARRIER.name)
+def lower_named_barrier(call: TileOpCall, ctx: RuleContext):
+    """``bar.sync id, count`` (``tw_bar_sync``); the frontend checked the id and the count."""
+    return intrinsics.call("tw_bar_sync", tirx.const(int(call.attrs["barrier_id"]), "int32"),
+                           tirx.const(int(call.attrs["arrive_count"]), "int32"))
+
+
 @register(ops.WAIT_WGMMA.name)
 def lower_wait_wgmma(call: TileOpCall, ctx: RuleContext):
     """``wgmma.wait_group``, an instruction of sm_90a alone (sm_100a's MMA is tcgen05's)."""

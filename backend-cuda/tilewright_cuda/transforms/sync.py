@@ -15,7 +15,15 @@ from tvm import tirx
 
 from .. import intrinsics, keys
 from ..analysis.accesses import Access, conflict, rekey, tma_only
-from ..analysis.ir import find_thread, flat, is_role, map_roles, role_loops, uses
+from ..analysis.ir import (
+    depends_on_thread,
+    find_thread,
+    flat,
+    is_role,
+    map_roles,
+    role_loops,
+    thread_varying,
+)
 from ..keys import WARPGROUP
 
 
@@ -27,11 +35,13 @@ class Syncs:
     loop's back edge. Statements whose control flow is the same in every thread of the block
     are entered; others are leaves. A state is (reads, writes, issued)."""
 
-    def __init__(self, tx, versions: dict | None = None):
-        self.tx, self.versions = tx, versions or {}
+    def __init__(self, tx, versions: dict | None = None, varying: list | None = None):
+        self.tx, self.versions, self.varying = tx, versions or {}, varying or []
 
     def uniform(self, node) -> bool:
-        return not uses(node, self.tx)
+        """Whether ``node`` is the same in every thread: it reads neither the thread index nor
+        a per-thread buffer derived from it (``tx = T.get_thread_binding()``; ``v = s[tx]``)."""
+        return not depends_on_thread(node, self.tx, self.varying)
 
     def run(self, stmt, state):
         if len(state) == 2:  # (reads, writes): nothing in flight
@@ -169,6 +179,22 @@ def _named_barriers(body, lo: int, n: int):
     return tvm_ffi.structural_map(body, (tirx.Evaluate, visit))
 
 
+def _refuse_user_named_barriers(body) -> None:
+    """A warp-specialised kernel's roles take named barriers 1-8 (``1 + first warpgroup``) and
+    the ping-pong turns 9 and 10; the user's ``T.sync_threads(id, count)`` beside them is
+    refused rather than renumbered (its id is the user's handshake with other code)."""
+    found = []
+    tvm_ffi.structural_walk(body, (tirx.Evaluate, lambda s: found.append(s) if (
+        (entry := intrinsics.of(s.value)) is not None and entry.role == "named_barrier")
+        else None))
+    if found:
+        raise UnsupportedOpError(
+            "cuda backend: T.sync_threads(barrier_id, arrive_count) in a warp-specialised "
+            "kernel, whose roles use named barriers 1-10 themselves; order the role's threads "
+            "with its own barriers (T.sync_threads()) or with mbarriers",
+            span_location(found[0].span))
+
+
 def insert_sync():
     """Barriers for the block (:class:`Syncs` over its thread loop), then barriers inside each
     T.ws role as named barriers of its threads (id ``1 + first warpgroup``); none between
@@ -178,16 +204,20 @@ def insert_sync():
         versions = {str(k): int(v) for k, v in func.attrs[keys.VERSIONS].items()} \
             if func.attrs is not None and keys.VERSIONS in func.attrs else {}
         tx_loop = find_thread(func)
-        body, _ = Syncs(tx_loop.loop_var, versions).run(tx_loop.body, (set(), set(), set()))
+        varying = thread_varying(tx_loop.body, tx_loop.loop_var)
+        body, _ = Syncs(tx_loop.loop_var, versions, varying).run(tx_loop.body,
+                                                                  (set(), set(), set()))
         new_loop = rebuild_for(tx_loop, body=body)
         func = func.with_body(tvm_ffi.structural_map(
             func.body, (tirx.For, lambda s: new_loop if s.same_as(tx_loop) else s)))
         if not role_loops(func.body):
             return func
+        _refuse_user_named_barriers(func.body)
         func = func.with_body(_DropRoleSyncs().visit(func.body))
 
         def sync_role(loop):
-            body, _ = Syncs(loop.loop_var).run(loop.body, (set(), set()))
+            body, _ = Syncs(loop.loop_var, varying=thread_varying(loop.body, loop.loop_var)) \
+                .run(loop.body, (set(), set()))
             return _named_barriers(body, int(loop.annotations[keys.ROLE]),
                                    int(loop.extent.value))
 

@@ -87,7 +87,9 @@ class LoopSpec:
         if builder.enclosing("kernel") is None:
             raise kernel_error(f"T.{self.kind_name} loops must be inside 'with T.Kernel(...)'")
 
-    def run(self, names=()):
+    def run(self, names=(), finish=None):
+        """Open the loop's frame, yield its variables (the body is traced once), then emit the
+        loop; ``finish`` (a function of the traced body) may rewrite the body first."""
         builder = B.current(f"T.{self.kind_name}")
         self.check(builder)
         span = B.here()
@@ -98,6 +100,8 @@ class LoopSpec:
                              extents=self.extents)
         yield loop_vars[0] if len(loop_vars) == 1 else tuple(loop_vars)
         body = builder.close(frame)
+        if finish is not None:
+            body = finish(body)
         annotations = {LOOP_KIND_KEY: self.kind_name, **self.annotations}
         for var, start, extent in reversed(list(zip(loop_vars, self.starts, self.extents))):
             body = tirx.For(var, to_expr(start), to_expr(extent), self.for_kind, body,
@@ -333,6 +337,18 @@ class Helpers:
         return bool(cond.value) if isinstance(cond, tirx.IntImm) else cond
 
     @staticmethod
+    def jump_loop(iterable, names=()):
+        return JumpLoop(iterable, names)
+
+    @staticmethod
+    def jump(loop: JumpLoop, kind: str) -> None:
+        loop.jump(kind)
+
+    @staticmethod
+    def python_jump(loop: JumpLoop, kind: str) -> None:
+        loop.python_jump(kind)
+
+    @staticmethod
     def while_loop(cond):
         return WhileLoop(cond)
 
@@ -363,6 +379,116 @@ class Helpers:
             stmts[-1], tirx.AllocBuffer) else tirx.DeclBuffer(new, data=stmts[-1].data,
                                                                span=stmts[-1].span)
         return type(value)(new)
+
+
+class JumpLoop:
+    """A ``for`` loop whose body has ``break`` or ``continue``. Over a Python iterable it is a
+    Python loop (:meth:`python`), whose jumps are Python's; a jump under a run-time condition
+    there is refused (:meth:`python_jump`), since the loop does not exist at run time.
+
+    Over a ``T.serial`` loop (or ``range`` in a kernel) the jumps are run-time: an ``int32``
+    flag allocated before the loop holds 0 (running), 1 (``continue``) or 2 (``break``); each
+    jump stores its value (:meth:`jump`), every statement after a statement that may jump runs
+    only while the flag is 0, and an iteration runs ``if flag != 2: flag = 0; BODY``, so
+    iterations after a ``break`` do nothing. The loop stays an IR ``For`` of its extent
+    (backends keep their analyses of serial loops); a loop's ``else`` runs while the flag is
+    not 2. Other tile loops (``T.Parallel``, ``T.Pipelined``, ``T.unroll``, ``T.Persistent``)
+    with jumps are refused at the loop's line."""
+
+    def __init__(self, iterable, names):
+        self.iterable, self.names = iterable, names
+        self.symbolic = isinstance(iterable, LoopSpec)
+        builder = B.maybe_current()
+        self._depth = len(builder.frames) if builder is not None else None
+        self.flag = None
+        if not self.symbolic:
+            return
+        kind = iterable.kind_name
+        if kind != "serial" or isinstance(iterable, Persistent):
+            shown = kind.capitalize() if kind in ("parallel", "pipelined", "persistent") \
+                else kind
+            raise kernel_error(f"'break' or 'continue' in a T.{shown} loop: only a T.serial "
+                               "loop (or range) can end an iteration or the loop early at run "
+                               "time; loop with T.serial, or guard the body with an 'if'")
+        builder = B.require_kernel("a loop with 'break' or 'continue'")
+        if builder.enclosing("parallel") is not None:
+            raise kernel_error("a loop with 'break' or 'continue' inside a T.Parallel loop: the "
+                               "iterations of the parallel loop would end at different times; "
+                               "put the T.serial loop outside the T.Parallel loop")
+        n = sum(1 for f in builder.frames for st in f.stmts if isinstance(st, tirx.AllocBuffer))
+        self.flag = tirx.decl_buffer((1,), "int32", f"jump_{n}", scope="local.var")
+        builder.emit(tirx.AllocBuffer(self.flag, span=B.here()))
+        builder.emit(self._store(0))
+
+    def _store(self, value: int):
+        return tirx.BufferStore(self.flag, tirx.const(value, "int32"),
+                                [tirx.const(0, "int32")], span=B.here())
+
+    def _flag(self):
+        return tirx.BufferLoad(self.flag, [tirx.const(0, "int32")])
+
+    def __iter__(self):
+        yield from self.iterable.run(self.names, self._finish)
+
+    def python(self):
+        return self.iterable
+
+    def jump(self, kind: str) -> None:
+        B.current(f"'{kind}'").emit(self._store(JUMPS[kind]))
+
+    def python_jump(self, kind: str) -> None:
+        builder = B.maybe_current()
+        if builder is None or self._depth is None:
+            return
+        opened = [f.kind for f in builder.frames[self._depth:]]
+        if "if" in opened or "while" in opened:
+            raise kernel_error(f"'{kind}' under a condition known only at run time, in a loop "
+                               "that Python unrolls while tracing (the loop does not exist at "
+                               "run time); loop with T.serial instead")
+
+    def not_broken(self):
+        """The frame of the loop's ``else`` clause: it runs when no ``break`` ended the loop."""
+        return _Branch(self._flag() != JUMPS["break"]).then()
+
+    def _finish(self, body):
+        body, _ = _guard_after_jumps(body, self.flag, self._flag() == 0)
+        running = tirx.SeqStmt([self._store(0), body])
+        return tirx.IfThenElse(self._flag() != JUMPS["break"], running, None, span=body.span)
+
+
+JUMPS = {"continue": 1, "break": 2}
+
+
+def _guard_after_jumps(stmt, flag, clear):
+    """``stmt`` with the statements after each store to ``flag`` (a jump) guarded by
+    ``clear``, and whether ``stmt`` may jump."""
+    stores = []
+    tvm_ffi.structural_walk(stmt, (tirx.BufferStore, lambda st: stores.append(st)
+                                   if st.buffer.same_as(flag) else None))
+    if not stores:
+        return stmt, False
+    if isinstance(stmt, tirx.BufferStore):
+        return stmt, True
+    if isinstance(stmt, tirx.IfThenElse):
+        then, _ = _guard_after_jumps(stmt.then_case, flag, clear)
+        other = stmt.else_case
+        if other is not None:
+            other, _ = _guard_after_jumps(other, flag, clear)
+        return tirx.IfThenElse(stmt.condition, then, other, span=stmt.span), True
+    if isinstance(stmt, tirx.SeqStmt):
+        seq = list(stmt.seq)
+        out = []
+        for k, part in enumerate(seq):
+            part, jumps = _guard_after_jumps(part, flag, clear)
+            out.append(part)
+            if jumps and k + 1 < len(seq):
+                rest, _ = _guard_after_jumps(B.seq(seq[k + 1:]), flag, clear)
+                out.append(tirx.IfThenElse(clear, rest, None, span=seq[k + 1].span))
+                break
+        return B.seq(out), True
+    raise KernelError(f"'break' or 'continue' inside a {type(stmt).__name__} statement of the "
+                      "loop, which has no place for the statements after it; move it into an "
+                      "'if' of the loop's body", span_location(stmt.span))
 
 
 class WhileLoop:
@@ -458,10 +584,9 @@ def sync_threads(barrier_id=None, arrive_count=None) -> None:
                            "parallel loop are unordered; put the barrier between loops")
     if barrier_id is not None or arrive_count is not None:
         raise kernel_error("T.sync_threads(barrier_id, arrive_count) is a named barrier of "
-                           "part of a block's threads (warp specialisation), which the portable "
-                           "language does not have: the CUDA dialect's mbarriers "
-                           "(tilewright_cuda.language) are its counterpart; T.sync_threads() "
-                           "orders the whole block")
+                           "part of a block's threads, which the portable language does not "
+                           "have: the CUDA dialect (tilewright_cuda.language) has it; "
+                           "T.sync_threads() orders the whole block")
 
 
 def get_block_binding(dim: int = 0):

@@ -21,11 +21,16 @@ rewritten (line numbers kept, so errors and tracebacks point at the user's sourc
   (re-evaluating the condition each time); a symbolic one runs the body once inside a frame
   that becomes an IR ``while`` loop. A body with ``break`` or ``continue`` needs a condition
   known at compile time.
+- ``break`` / ``continue`` of a ``for`` loop: in a Python loop (unrolled while tracing) they
+  are Python's, and refused under a run-time condition (``__tw__.python_jump``); in a tile loop
+  (``T.serial``, ``range`` in a kernel) they set the loop's flag (``__tw__.jump``), and the
+  statements after each jump point run only while the flag is clear (``frames.JumpLoop``).
 """
 
 from __future__ import annotations
 
 import ast
+import copy
 import functools
 import inspect
 import linecache
@@ -66,8 +71,33 @@ class _Rewriter(ast.NodeTransformer):
                                                           ast.Load()), it.args, it.keywords), it)
         targets = node.target.elts if isinstance(node.target, ast.Tuple) else [node.target]
         names = [t.id if isinstance(t, ast.Name) else "i" for t in targets]
-        node.iter = self._helper("loop", it, ast.Constant(tuple(names)), node=node.iter)
-        return node
+        if not _jumps_out(node.body):
+            node.iter = self._helper("loop", it, ast.Constant(tuple(names)), node=node.iter)
+            return node
+        # a body with break/continue is kept twice:
+        # _tw_for = __tw__.jump_loop(ITER, NAMES)
+        # if _tw_for.symbolic:                  # a tile loop: the jumps set its flag
+        #     for TARGET in _tw_for: BODY'      # break -> __tw__.jump(_tw_for, "break")
+        #     ORELSE' (guarded by the flag)
+        # else:                                 # a Python loop: Python's own jumps
+        #     for TARGET in _tw_for.python(): BODY   # break -> __tw__.python_jump(_tw_for); break
+        #     else: ORELSE
+        name = f"_tw_for_{node.lineno}_{node.col_offset}"
+        first = ast.Assign([ast.Name(name, ast.Store())],
+                           self._helper("jump_loop", it, ast.Constant(tuple(names)),
+                                        node=node.iter))
+        tile_body = _JumpsToFlag(name, symbolic=True).visit_body(copy.deepcopy(node.body))
+        python_body = _JumpsToFlag(name, symbolic=False).visit_body(node.body)
+        tile = [ast.For(node.target, ast.Name(name, ast.Load()), tile_body, [])]
+        if node.orelse:
+            tile.append(ast.With([ast.withitem(ast.Call(ast.Attribute(
+                ast.Name(name, ast.Load()), "not_broken", ast.Load()), [], []))],
+                copy.deepcopy(node.orelse)))
+        python_loop = ast.For(copy.deepcopy(node.target), ast.Call(ast.Attribute(
+            ast.Name(name, ast.Load()), "python", ast.Load()), [], []), python_body, node.orelse)
+        symbolic = ast.Attribute(ast.Name(name, ast.Load()), "symbolic", ast.Load())
+        out = [first, ast.If(symbolic, tile, [python_loop])]
+        return [ast.fix_missing_locations(ast.copy_location(n, node)) for n in out]
 
     def visit_If(self, node: ast.If):
         self.generic_visit(node)
@@ -139,8 +169,15 @@ class _Rewriter(ast.NodeTransformer):
         self.generic_visit(node)
         if _jumps_out(node.body):
             # break/continue need a Python loop: the condition must be known now
+            # _tw_while = __tw__.jump_loop(None, ())
+            # while __tw__.static_condition(COND): BODY   # break -> python_jump(...); break
+            name = f"_tw_while_{node.lineno}_{node.col_offset}"
+            first = ast.Assign([ast.Name(name, ast.Store())],
+                               self._helper("jump_loop", ast.Constant(None), ast.Constant(()),
+                                            node=node))
             node.test = self._helper("static_condition", node.test, node=node.test)
-            return node
+            node.body = _JumpsToFlag(name, symbolic=False).visit_body(node.body)
+            return [ast.fix_missing_locations(ast.copy_location(first, node)), node]
         # _tw_while = __tw__.while_loop(COND)
         # if _tw_while.symbolic:
         #     with _tw_while: BODY          # one IR while loop
@@ -181,6 +218,48 @@ class _Rewriter(ast.NodeTransformer):
                 item.context_expr = self._helper("single_target", item.context_expr,
                                                  node=item.context_expr)
         return node
+
+
+class _JumpsToFlag(ast.NodeTransformer):
+    """The ``break`` and ``continue`` statements of one loop (not of a nested loop or
+    function): in a tile loop's body each becomes a call that sets the loop's flag; in a Python
+    loop's body each first checks that no IR branch or loop opened since the iteration began."""
+
+    def __init__(self, name: str, symbolic: bool):
+        self.name, self.symbolic = name, symbolic
+
+    def visit_body(self, body: list) -> list:
+        out = []
+        for stmt in body:
+            new = self.visit(stmt)
+            out.extend(new if isinstance(new, list) else [new])
+        return out
+
+    def _jump(self, node, kind: str):
+        loop = ast.Name(self.name, ast.Load())
+        helper = ast.Attribute(ast.Name(HELPER, ast.Load()), "jump" if self.symbolic else
+                               "python_jump", ast.Load())
+        call = ast.copy_location(ast.Expr(ast.Call(helper, [loop, ast.Constant(kind)], [])), node)
+        return call if self.symbolic else [call, node]
+
+    def visit_Break(self, node):
+        return self._jump(node, "break")
+
+    def visit_Continue(self, node):
+        return self._jump(node, "continue")
+
+    def visit_For(self, node):
+        node.orelse = self.visit_body(node.orelse)  # a loop's else belongs to the outer loop
+        return node
+
+    def visit_While(self, node):
+        node.orelse = self.visit_body(node.orelse)
+        return node
+
+    def visit_FunctionDef(self, node):
+        return node
+
+    visit_AsyncFunctionDef = visit_ClassDef = visit_Lambda = visit_FunctionDef
 
 
 def _jumps_out(nodes) -> bool:
