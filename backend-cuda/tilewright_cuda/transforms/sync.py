@@ -184,9 +184,8 @@ def _refuse_user_named_barriers(body) -> None:
     the ping-pong turns 9 and 10; the user's ``T.sync_threads(id, count)`` beside them is
     refused rather than renumbered (its id is the user's handshake with other code)."""
     found = []
-    tvm_ffi.structural_walk(body, (tirx.Evaluate, lambda s: found.append(s) if (
-        (entry := intrinsics.of(s.value)) is not None and entry.role == "named_barrier")
-        else None))
+    tvm_ffi.structural_walk(body, (tirx.Evaluate, lambda s: found.append(s)
+                                   if intrinsics.role(s.value) == "named_barrier" else None))
     if found:
         raise UnsupportedOpError(
             "cuda backend: T.sync_threads(barrier_id, arrive_count) in a warp-specialised "
