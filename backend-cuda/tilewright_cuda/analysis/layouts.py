@@ -58,14 +58,25 @@ def _fragments(func, accept) -> list:
 
 def access_counts(func, buffers) -> dict:
     """How many loads and stores of each of ``buffers`` ``func`` has."""
-    counts = {b: 0 for b in buffers}
+    counts = _counts(func.body, operands=False)
+    return {b: counts.get(b, 0) for b in buffers}
 
-    def count(node):
-        buf = accessed(node)
-        if buf in counts:
-            counts[buf] += 1
 
-    tvm_ffi.structural_walk(func.body, [(tvm.ir.TensorLoad, count), (tirx.BufferStore, count)])
+def _counts(stmt, operands: bool) -> dict:
+    """How many loads and stores (and, with ``operands``, tile-op operands) name each buffer
+    in ``stmt``."""
+    counts: dict = {}
+
+    def count(buf):
+        counts[buf] = counts.get(buf, 0) + 1
+
+    tvm_ffi.structural_walk(stmt, [(tvm.ir.TensorLoad, lambda n: count(accessed(n))),
+                                   (tirx.BufferStore, lambda n: count(accessed(n)))])
+    for call in tile_ops_in(stmt) if operands else ():
+        for op in call.schema.operands:
+            region = call.operands.get(op.name)
+            if op.kind != "expr" and hasattr(region, "buffer"):
+                count(region.buffer)
     return counts
 
 
@@ -388,23 +399,6 @@ def row_vectors(func, chosen: dict, threads: int) -> set:
     return chosen_vecs
 
 
-def _use_counts(stmt) -> dict:
-    """How many loads, stores and tile-op operands name each buffer in ``stmt``."""
-    counts: dict = {}
-
-    def count(buf):
-        counts[buf] = counts.get(buf, 0) + 1
-
-    tvm_ffi.structural_walk(stmt, [(tvm.ir.TensorLoad, lambda n: count(accessed(n))),
-                                   (tirx.BufferStore, lambda n: count(accessed(n)))])
-    for call in tile_ops_in(stmt):
-        for op in call.schema.operands:
-            region = call.operands.get(op.name)
-            if op.kind != "expr" and hasattr(region, "buffer"):
-                count(region.buffer)
-    return counts
-
-
 def _row_buffer(buf, vec) -> bool:
     """Whether ``buf`` is a shared row buffer of ``vec``'s length and dtype."""
     return layout.memory(buf) in ("shared", "shared.dyn") and len(buf.shape) == 1 and \
@@ -423,10 +417,10 @@ def role_threads(func, block: int):
     for loop in roles:
         for buf in buffers_in(loop.body):
             inside.setdefault(buf, set()).add(int(loop.extent.value))
-    everywhere = _use_counts(func.body)
+    everywhere = _counts(func.body, operands=True)
     in_roles: dict = {}
     for loop in roles:
-        for buf, n in _use_counts(loop.body).items():
+        for buf, n in _counts(loop.body, operands=True).items():
             in_roles[buf] = in_roles.get(buf, 0) + n
 
     def threads_of(buf):
