@@ -62,6 +62,10 @@ void issue_pipe_barrier(int pipe, int line);
 void issue_cross_set(int pipe, int id, int mode, int line);
 void issue_cross_wait(int id, int line);
 void fence_last();                 // the scalar unit stalls until the last instruction is done
+// the scalar unit branches on what it read: run the instructions issued so far until this
+// core's last scalar read is done (``line``: the branch, where a read that cannot finish yet
+// is reported)
+void settle(int line);
 int atomic_mode();                 // 0 none, 1 add, 2 max, 3 min (SetAtomic*)
 void set_atomic(int mode);
 void assert_fail(int line, const char* msg);
@@ -107,7 +111,14 @@ template <typename R, typename F> R arith(R x, R y, F f) {
 // A value the scalar unit reads from memory (GetValue), of type T: known once that read has
 // run, so instructions issued after it take it lazily; arithmetic on it stays lazy. ``line``:
 // the source line of the read, where an error of its arithmetic is reported.
-template <typename T> struct Lazy { std::function<T()> f; int line = 0; T get() const { return f(); } };
+// A branch or loop condition on it (contextual conversion to bool) settles it: issue stops
+// there, as the scalar unit stalls on the read, and goes on down the arm the value picks.
+template <typename T> struct Lazy {
+    std::function<T()> f;
+    int line = 0;
+    T get() const { return f(); }
+    explicit operator bool() const { settle(line); return bool(f()); }
+};
 template <typename X> struct lazy_of_type { using type = X; static constexpr bool lazy = false; };
 template <typename T> struct lazy_of_type<Lazy<T>> { using type = T; static constexpr bool lazy = true; };
 template <typename X> using value_t = typename lazy_of_type<std::decay_t<X>>::type;

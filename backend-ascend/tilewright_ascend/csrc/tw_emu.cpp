@@ -307,7 +307,8 @@ struct Run {
     double ready[LANES] = {0};
     Flag flags[CORES][NPIPE][NPIPE][8];
     Cross cross[CORES][11];
-    std::vector<char> done = std::vector<char>(S->instrs.size(), 0);
+    std::vector<char> done;  // grows with the instructions issued (settle runs some early)
+    size_t executed = 0;
     // per lane: how many of its own instructions are known finished through a flag round trip
     // (a SetFlag of the lane waits for them; a WaitFlag back on the lane learns it)
     uint32_t completed[LANES] = {0};
@@ -580,38 +581,50 @@ void check_pairs() {
     }
 }
 
+Run* RUN = nullptr;  // the running block's scheduler state: settle runs part of it early
+
+// runs the next instruction (the latest issued of those that can run: adversarial); false when
+// none can
+bool step(Run& run) {
+    run.done.resize(S->instrs.size(), 0);
+    int best = -1;
+    uint32_t best_index = 0;
+    for (int force = 0; force < 2 && best < 0; ++force)
+        for (int l = 0; l < LANES; ++l) {
+            if (run.head[l] >= S->queue[l].size()) continue;
+            uint32_t index = S->queue[l][run.head[l]];
+            if (!runnable(run, S->instrs[index], force)) continue;
+            if (best < 0 || index > best_index) best = l, best_index = index;  // latest first
+        }
+    if (best < 0) return false;
+    Kind kind = S->instrs[best_index].kind;
+    run.executed += kind == BARRIER || kind == CWAIT ? NPIPE : 1;
+    execute(run, best);
+    return true;
+}
+
+void report_stuck(const Run& run) {
+    for (int l = 0; l < LANES; ++l) {
+        if (run.head[l] >= S->queue[l].size()) continue;
+        const Instr& in = S->instrs[S->queue[l][run.head[l]]];
+        std::string what = in.kind == WAIT
+            ? std::string("WaitFlag<") + PIPE_NAMES[in.src] + "_" + PIPE_NAMES[in.dst] + ">(" + std::to_string(in.id) + ")"
+            : std::string(in.what);
+        add_report("dead" + std::to_string(in.line),
+                   what + " at " + where(in.line) + " on " + lane_name(l) +
+                   " can never be satisfied: no matching set is left (deadlock; block " +
+                   std::to_string(S->block) + ")");
+    }
+}
+
 void run_block() {
     check_pairs();
-    Run run;
-    size_t total = S->instrs.size(), done = 0;
-    while (done < total) {
-        int best = -1;
-        uint32_t best_index = 0;
-        for (int force = 0; force < 2 && best < 0; ++force)
-            for (int l = 0; l < LANES; ++l) {
-                if (run.head[l] >= S->queue[l].size()) continue;
-                uint32_t index = S->queue[l][run.head[l]];
-                if (!runnable(run, S->instrs[index], force)) continue;
-                if (best < 0 || index > best_index) best = l, best_index = index;  // latest first
-            }
-        if (best < 0) {
-            for (int l = 0; l < LANES; ++l) {
-                if (run.head[l] >= S->queue[l].size()) continue;
-                const Instr& in = S->instrs[S->queue[l][run.head[l]]];
-                std::string what = in.kind == WAIT
-                    ? std::string("WaitFlag<") + PIPE_NAMES[in.src] + "_" + PIPE_NAMES[in.dst] + ">(" + std::to_string(in.id) + ")"
-                    : std::string(in.what);
-                add_report("dead" + std::to_string(in.line),
-                           what + " at " + where(in.line) + " on " + lane_name(l) +
-                           " can never be satisfied: no matching set is left (deadlock; block " +
-                           std::to_string(S->block) + ")");
-            }
+    Run& run = *RUN;
+    while (run.executed < S->instrs.size())
+        if (!step(run)) {
+            report_stuck(run);
             break;
         }
-        Kind kind = S->instrs[best_index].kind;
-        done += kind == BARRIER || kind == CWAIT ? NPIPE : 1;
-        execute(run, best);
-    }
     for (int c = 0; c < CORES; ++c)
         for (int s = 0; s < NPIPE; ++s)
             for (int d = 0; d < NPIPE; ++d)
@@ -635,6 +648,17 @@ void run_block() {
 }
 }  // namespace
 
+void settle(int line) {
+    uint32_t read = S->fence[S->core];  // this core's last scalar read (+1); 0: none
+    if (read == 0 || (RUN->done.size() >= read && RUN->done[read - 1])) return;
+    while (step(*RUN))
+        if (RUN->done[read - 1]) return;
+    const Instr& in = S->instrs[read - 1];
+    error(line, "a branch on the value %s reads at %s cannot be decided: that read waits for an "
+          "instruction issued after the branch (a deadlock, or a flag another core of the group "
+          "sets, whose code this emulator issues after this core's)", in.what, where(in.line).c_str());
+}
+
 int launch(int blocks, int nargs, void** args, const int64_t* sizes, const char** names,
            const std::function<void()>& kernel) {
     delete S;
@@ -655,14 +679,17 @@ int launch(int blocks, int nargs, void** args, const int64_t* sizes, const char*
         for (int c = 0; c < CORES; ++c) S->fence[c] = 0, S->atomic[c] = 0;
         for (auto& a : S->args) std::fill(a.shadow.begin(), a.shadow.end(), GmShadow{}), a.fine.clear();
         for (int l = 0; l < LANES; ++l) S->queue[l].clear();
+        for (int c = 0; c < CORES; ++c)
+            for (int s = 0; s < NSPACE; ++s)
+                if (!S->shadow[c][s].empty()) std::fill(S->shadow[c][s].begin(), S->shadow[c][s].end(), Shadow{});
+        Run run;
+        RUN = &run;
         for (int c = 0; c < CORES; ++c) {
             S->core = c;
             kernel();
         }
-        for (int c = 0; c < CORES; ++c)
-            for (int s = 0; s < NSPACE; ++s)
-                if (!S->shadow[c][s].empty()) std::fill(S->shadow[c][s].begin(), S->shadow[c][s].end(), Shadow{});
         run_block();
+        RUN = nullptr;
     }
     return S->errors;
 }
