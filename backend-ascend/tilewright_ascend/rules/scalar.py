@@ -8,7 +8,7 @@ import tvm_ffi
 from tilewright.errors import KernelError, span_location
 from tvm import tirx
 
-from ..analysis.buffers import flat_index, loads_and_stores
+from ..analysis.buffers import flat_index
 from ..facts import ops
 from ..facts.dtypes import ctype
 from ..facts.keys import SCALAR_KEY
@@ -39,12 +39,8 @@ def _scalar_stmt(em, s):
                       f"{em.expr(s.min + s.extent)}; ++{v})"):
             _scalar_stmt(em, s.body)
     elif isinstance(s, tirx.IfThenElse):
-        if loads_and_stores(s.condition)[0]:
-            raise KernelError("backend 'ascend': the scalar unit does not branch on tile data "
-                              f"({s.condition}), and this branch cannot be written as selects "
-                              "(every statement under it must store to or read UB tiles "
-                              "only); compute the condition into a tile with T.if_then_else "
-                              "per element instead")
+        # a branch on tile data the selects of transforms.scalar_nest could not take: the
+        # scalar unit stalls on its reads (the sync pass puts their flags in front)
         with em.block(f"if ({em.expr(s.condition)})"):
             _scalar_stmt(em, s.then_case)
         if s.else_case is not None:
