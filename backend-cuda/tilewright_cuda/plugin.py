@@ -111,7 +111,10 @@ BACKEND = BackendModule(
     capabilities=Capabilities(
         tile_ops=frozenset(RULES) | frozenset(dialect.REWRITTEN) | frozenset(ops.EXPRESSION_OPS),
         dtypes=frozenset(DTYPES),
-        memory_scopes=frozenset({"global", "shared.dyn", "local.fragment", "local"}),
+        memory_scopes=frozenset({"global", "shared.dyn", "local.fragment", "local", "local.var",
+                                 "local.reducer.sum", "local.reducer.max", "local.reducer.min",
+                                 "local.reducer.bitand", "local.reducer.bitor",
+                                 "local.reducer.bitxor"}),
         features=frozenset({"warps", "dynamic_shapes", "partial_tiles", "atomic_return_prev",
                             "while_loops", "kernel_sequence"}),
     ),

@@ -74,12 +74,18 @@ def reduce_parts(kind: str, dtype: str):
     highest = infinity(dtype) if is_float else tirx.max_value(dtype)
     zero = tirx.const(0, dtype)
     add, mx, mn = (lambda a, b: a + b), tirx.Max, tirx.Min
+    bitand, bitor, bitxor = tirx.bitwise_and, tirx.bitwise_or, tirx.bitwise_xor
+    ones = tirx.const(-1, dtype) if dtype.startswith("int") else highest
     return {
         "sum": (zero, add, add),
         "abssum": (zero, lambda a, x: a + tirx.abs(x), add),
         "max": (lowest, mx, mx),
         "min": (highest, mn, mn),
         "absmax": (zero, lambda a, x: tirx.Max(a, tirx.abs(x)), mx),
+        # the bitwise kinds of T.alloc_reducer (integer dtypes only)
+        "bitand": (ones, bitand, bitand),
+        "bitor": (zero, bitor, bitor),
+        "bitxor": (zero, bitxor, bitxor),
     }[kind]
 
 

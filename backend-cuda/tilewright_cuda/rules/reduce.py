@@ -244,7 +244,7 @@ def finalize_reducer(kind: str, src: Region, dst: Region, ctx: RuleContext):
     tx, threads = thread_var(ctx)
     warps = threads // WARP
     dtype = str(src.buffer.dtype)
-    identity, _, merge = reduce_parts(kind if kind in ("sum", "max", "min") else "sum", dtype)
+    identity, _, merge = reduce_parts(kind, dtype)
     size = const(src.extents[0]) if len(src.extents) == 1 else None
     if size is None:
         raise KernelError("T.finalize_reducer on the CUDA backend needs a 1-D reducer of "

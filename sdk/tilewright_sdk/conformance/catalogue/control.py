@@ -202,6 +202,48 @@ def _views(dtype, M, N, bm=4, bn=8):
     return views
 
 
+def _jumps(dtype, M, N, high=1.5):
+    """Per row of X: the values skipped when negative (``continue``), the scan stopped at the
+    first above ``high`` (``break``, its column into P; N when none: the loop's ``else``), the
+    rest summed into S. The conditions are known only at run time."""
+
+    @T.prim_func
+    def jumps(X: T.Tensor((M, N), dtype), S: T.Tensor((M,), dtype),
+              P: T.Tensor((M,), "int32")):
+        with T.Kernel(M, threads=32) as bx:
+            total = T.alloc_var("float32", init=0.0)
+            stop = T.alloc_var("int32", init=-1)
+            for j in T.serial(N):
+                if X[bx, j] < 0:
+                    continue
+                if X[bx, j] > high:
+                    stop = j
+                    break
+                total = total + T.cast(X[bx, j], "float32")
+            else:
+                stop = N
+            S[bx] = T.cast(total, dtype)
+            P[bx] = stop
+
+    return jumps
+
+
+def _jumps_ref(x, high=1.5):
+    sums, stops = [], []
+    for row in x.tolist():
+        total, stop = 0.0, len(row)
+        for j, v in enumerate(row):
+            if v < 0:
+                continue
+            if v > high:
+                stop = j
+                break
+            total += v
+        sums.append(total)
+        stops.append(stop)
+    return [x.new_tensor(sums), x.new_tensor(stops).int()]
+
+
 def _im2col(dtype, N, H, W, C, kernel=3, stride=2, dilation=1, pad=1, bm=16, bk=16):
     """The im2col matrix of an (N, H, W, C) image, tile by tile, through T.im2col and its
     former name T.c2d_im2col (one output each)."""
@@ -276,6 +318,10 @@ ROWS = (
            lambda a: [1 - a], MN,
            doc="T.reshape and T.view of a tile, T.reinterpret of its bits, T.parallel and "
                "T.vectorized loops"),
+    Kernel("loop_jumps", (*BASE, "serial", "alloc_var", "cast"), (), _jumps, two_d,
+           _jumps_ref, {"partial": {"M": 6, "N": 12}}, out_idx=(-2, -1),
+           reduction=lambda N, **_: N, dtypes=("float32", "bfloat16"),
+           doc="run-time break and continue in a T.serial loop, and the loop's else"),
     Kernel("im2col", (*BASE, "alloc_shared", "copy", "im2col", "c2d_im2col"), ("copy",),
            _im2col,
            lambda torch, gen, dtype, N, H, W, C: [rand(torch, gen, (N, H, W, C), dtype)],
