@@ -20,11 +20,9 @@ from ..analysis.ir import (
     block_loops,
     find_thread,
     index_dependent,
-    loads_in,
     seq,
     substitute,
     threads_of,
-    uses,
 )
 from ..keys import WARPGROUP
 
@@ -321,7 +319,8 @@ def _atomic_prevs(expr) -> list:
 
 def refuse_thread_conditioned_tile_ops():
     """A tile op (or ``T.Parallel`` loop) under an ``if`` on ``T.get_thread_binding``'s
-    index is an error at the ``if``'s line: tile ops are spread over every thread of the
+    index (or on a value computed from it, :func:`analysis.ir.index_dependent`) is an error at
+    the ``if``'s line: tile ops are spread over every thread of the
     block (or role), so the threads the condition leaves out would skip their share of it and
     the barriers inside it. Thread-dependent code is scalar code; a warpgroup-aligned range of
     threads is a ``T.ws`` role."""
@@ -331,24 +330,16 @@ def refuse_thread_conditioned_tile_ops():
                    if call.name == ops.THREAD_BINDING.name]
         if not indices:
             return func
-        derived: list = []  # variables bound to values computed from the index
-
-        def reads_index(expr) -> bool:
-            return any(b.same_as(i) for b in loads_in(expr) for i in indices) or \
-                any(uses(expr, v) for v in derived)
-
+        reads_index = index_dependent(func.body, indices)
         refused = []  # (the op, the if): raised after the walk (FFI callbacks wrap errors)
 
         def visit(stmt):
-            if isinstance(stmt, tirx.Bind) and reads_index(stmt.value):
-                derived.append(stmt.var)
-            elif isinstance(stmt, tirx.IfThenElse) and reads_index(stmt.condition):
+            if reads_index(stmt.condition):
                 bad = _first_block_op(stmt)
                 if bad is not None:
                     refused.append((bad, stmt))
 
-        tvm_ffi.structural_walk(func.body, [(tirx.Bind, visit), (tirx.IfThenElse, visit)],
-                                order="pre")
+        tvm_ffi.structural_walk(func.body, (tirx.IfThenElse, visit), order="pre")
         if refused:
             bad, stmt = refused[0]
             raise KernelError(
