@@ -79,7 +79,7 @@ def test_thread_float32_global_atomic_and_tickets(tmp_path):
     assert sorted(ticket.flatten().tolist()) == list(range(5, 5 + 3 * 64))
 
 
-def test_thread_bfloat16_add_needs_sm80():
+def bf16_add_kernel():
     @T.prim_func
     def bf16_add(X: T.Tensor((64,), "bfloat16"), S: T.Tensor((1,), "bfloat16")):
         with T.Kernel(1, threads=64):
@@ -87,12 +87,26 @@ def test_thread_bfloat16_add_needs_sm80():
             if tx < 32:
                 T.atomic_add(S[0], X[tx])
 
+    return bf16_add
+
+
+def test_thread_bfloat16_add_needs_sm80():
+    bf16_add = bf16_add_kernel()
     assert "tw_atomic_add" in tilewright.lower(bf16_add, "cuda -arch=sm_80").source.text
     with pytest.raises(KernelError, match=r"T.atomic_add on bfloat16 needs sm_80 or newer.*"
                                           r"the target is sm_75") as err:
         tilewright.lower(bf16_add, "cuda -arch=sm_75")
     assert "test_cuda_thread_atomics.py" in str(err.value)
     assert "T.atomic_add(S[0], X[tx])" in str(err.value)
+
+
+@pytest.mark.nvrtc
+def test_thread_atomics_build_with_nvrtc():
+    """The shared histogram and a bfloat16 atomicAdd (sm_80's) build to cubins."""
+    for func in (histogram_kernel(), bf16_add_kernel()):
+        kernel = tilewright.compile(func, target="cuda -arch=sm_80")
+        with open(f"{kernel.artifact_dir}/kernel.cubin", "rb") as f:
+            assert f.read(4) == b"\x7fELF"
 
 
 def test_block_atomic_refuses_an_element_type_without_atomics():
