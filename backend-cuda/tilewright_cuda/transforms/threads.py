@@ -3,14 +3,16 @@ one ``threadIdx.x`` loop (``T.use_swizzle`` remaps the block indices here), and 
 role becomes a nested ``threadIdx.x`` loop over the role's threads, so rules and distribution
 spread tile ops over the role only. First, an ``if`` / ``elif`` chain on the dialect's thread
 index (``T.get_thread_binding``) whose branches select whole warpgroups becomes ``T.ws``
-roles, and any other tile op under an ``if`` on the index is refused at the ``if``."""
+roles, and any other tile op under an ``if`` on the index is refused at the ``if``; before
+that, an element's atomic in such thread-level code becomes each thread's own
+(:func:`thread_atomics`)."""
 
 from __future__ import annotations
 
 import tvm
 import tvm_ffi
 from tilewright.errors import KernelError, span_location
-from tilewright.ir import ATOMIC_OPS, ATOMIC_PREV, Region, decode, make_call
+from tilewright.ir import ATOMIC_KINDS, ATOMIC_PREV, Region, decode, make_call
 from tilewright.transform import StmtMutator, prim_func_pass, rebuild_for
 from tilewright.transform.lowering_utils import non_unit
 from tvm import tirx
@@ -284,14 +286,14 @@ class _ThreadAtomics(StmtMutator):
 
     def visit_Evaluate(self, stmt):
         call = decode(stmt)
-        if call is None or call.name not in ATOMIC_OPS or non_unit(call.operands["dst"]) or \
+        if call is None or call.name not in _KINDS or non_unit(call.operands["dst"]) or \
                 isinstance(call.operands["src"], Region):
             return stmt
         dst, value = call.operands["dst"], call.operands["src"]
         if not self._per_thread(value, *dst.starts):
             return stmt
         load = tirx.BufferLoad(dst.buffer, list(dst.starts))
-        return tirx.Evaluate(self._atomic(call.name[len("atomic_"):], load, value, stmt.span),
+        return tirx.Evaluate(self._atomic(_KINDS[call.name], load, value, stmt.span),
                              span=stmt.span)
 
     def visit_BufferStore(self, stmt):
@@ -310,6 +312,9 @@ class _ThreadAtomics(StmtMutator):
         return tirx.BufferStore(stmt.buffer, value, stmt.indices, span=stmt.span)
 
 
+_KINDS = {f"atomic_{kind}": kind for kind in ATOMIC_KINDS}  # op -> kind, as the core names them
+
+
 def _atomic_prevs(expr) -> list:
     found = []
     tvm_ffi.structural_walk(expr, (tvm.ir.Call, lambda c: found.append(c) if isinstance(
@@ -320,10 +325,10 @@ def _atomic_prevs(expr) -> list:
 def refuse_thread_conditioned_tile_ops():
     """A tile op (or ``T.Parallel`` loop) under an ``if`` on ``T.get_thread_binding``'s
     index (or on a value computed from it, :func:`analysis.ir.index_dependent`) is an error at
-    the ``if``'s line: tile ops are spread over every thread of the
-    block (or role), so the threads the condition leaves out would skip their share of it and
-    the barriers inside it. Thread-dependent code is scalar code; a warpgroup-aligned range of
-    threads is a ``T.ws`` role."""
+    the ``if``'s line: tile ops are spread over every thread of the block (or role), so the
+    threads the condition leaves out would skip their share of it and the barriers inside it.
+    Thread-dependent code is scalar code; a warpgroup-aligned range of threads is a ``T.ws``
+    role."""
 
     def run(func):
         indices = [call.operands["dst"].buffer for call in _tile_calls(func.body)
