@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import tvm
+from tilewright.errors import KernelError
 from tvm import tirx
 
 from . import ops
@@ -48,7 +49,8 @@ class Intrinsic:
     stores, wgmma); ``completes``: it waits for such operations (cp.async and wgmma group
     waits, mbarrier waits, the TMA store wait). ``multicast``: the name of the function that
     issues the same TMA load into every block of a cluster (a mask after the shared
-    destination), "" when there is none."""
+    destination), "" when there is none. ``dtypes``: for a typed function (the atomics), each
+    element type it takes with the oldest architecture (``sm`` number) that has it."""
 
     name: str
     header: str | None  # include/ file defining it (None: CUDA's own)
@@ -59,6 +61,7 @@ class Intrinsic:
     in_flight: bool = False
     completes: bool = False
     multicast: str = ""
+    dtypes: tuple[tuple[str, int], ...] = ()
 
 
 def _table(*entries: Intrinsic) -> dict[str, Intrinsic]:
@@ -66,6 +69,14 @@ def _table(*entries: Intrinsic) -> dict[str, Intrinsic]:
 
 
 _GEMM_ARGS = ("read", "read", "readwrite", "")  # A, B, C (, C's row length)
+# what atomicAdd/Max/Min (and include/tw_cuda.h's compare-and-swap loops) take: sm_70 is the
+# oldest architecture of the backend; atomicAdd of a bfloat16 is sm_80's (CUDA's programming
+# guide); 16-bit max/min are tw_cuda.h's atomicCAS loops on an unsigned short (sm_70)
+_WORDS = (("int32", 70), ("uint32", 70), ("int64", 70), ("uint64", 70), ("float32", 70),
+          ("float64", 70), ("float16", 70))
+ATOMIC_FUNCTIONS = {"add": "tw_atomic_add", "max": "tw_atomic_max", "min": "tw_atomic_min"}
+_ATOMIC_DTYPES = {"add": (*_WORDS, ("bfloat16", 80)), "max": (*_WORDS, ("bfloat16", 70)),
+                  "min": (*_WORDS, ("bfloat16", 70))}
 TABLE = _table(
     Intrinsic("tw_cp_async16", COPY, ("async", "read", ""), "copy16", in_flight=True),
     Intrinsic("tw_copy16", COPY, ("write", "read", ""), "copy16"),
@@ -86,7 +97,8 @@ TABLE = _table(
               in_flight=True),
     Intrinsic("tw_wgmma_wait", WGMMA, (), "wgmma_wait", completes=True),
     Intrinsic("tw_wgmma_pack", WGMMA, ("write", "", ""), local=True),
-    *(Intrinsic(f"tw_atomic_{k}", BASE, ("readwrite", "")) for k in ("add", "max", "min")),
+    *(Intrinsic(name, BASE, ("readwrite", ""), dtypes=_ATOMIC_DTYPES[kind])
+      for kind, name in ATOMIC_FUNCTIONS.items()),
     Intrinsic("tw_fence_proxy_async", HOPPER, (), "fence_async"),
     Intrinsic("tw_fence_barrier_init", HOPPER),
     Intrinsic("tw_mbar_init", HOPPER),
@@ -208,6 +220,26 @@ def is_sync(stmt) -> bool:
     """Whether ``stmt`` is a :func:`sync` (``__syncthreads``)."""
     return isinstance(stmt, tirx.Evaluate) and isinstance(stmt.value, tvm.ir.Call) and \
         isinstance(stmt.value.op, tvm.ir.Op) and stmt.value.op.name == "tirx.tvm_storage_sync"
+
+
+def atomic(kind: str, load, value, sm: int | None = None) -> tvm.ir.Call:
+    """``tw_atomic_<kind>(&load, value)``: one atomic add, max or min of the calling thread on
+    the element ``load``, returning the element's previous value. An element type the table
+    does not list for the function, or lists for a newer architecture than ``sm`` (None: not
+    checked), is a KernelError."""
+    entry = named(ATOMIC_FUNCTIONS[kind])
+    dtype = str(load.source.dtype)
+    oldest = dict(entry.dtypes)
+    if dtype not in oldest:
+        raise KernelError(f"T.atomic_{kind} on {dtype} is not supported by backend 'cuda' "
+                          f"(supported: {', '.join(oldest)})")
+    if sm is not None and sm < oldest[dtype]:
+        raise KernelError(f"T.atomic_{kind} on {dtype} needs sm_{oldest[dtype]} or newer "
+                          f"(CUDA's atomic for {dtype}); the target is sm_{sm}: use a newer "
+                          "-arch or another element type")
+    if str(value.ty) != dtype:
+        value = tirx.Cast(dtype, value)
+    return tirx.call_extern(dtype, entry.name, tirx.address_of(load), value)
 
 
 def cp_async_commit() -> tirx.Stmt:

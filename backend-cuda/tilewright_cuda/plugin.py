@@ -50,8 +50,8 @@ def _rules() -> dict:
 
 
 def _bind_threads(ctx) -> list:
-    options.of(ctx)  # an unknown architecture or a bad pass config fails here, first
-    return [kernels.check_sequence(), kernels.split_kernels(),
+    chosen = options.of(ctx)  # an unknown architecture or a bad pass config fails here, first
+    return [kernels.check_sequence(), kernels.split_kernels(), threads.thread_atomics(chosen),
             threads.thread_ranges_as_roles(), threads.refuse_thread_conditioned_tile_ops(),
             dialect.issue_wgmma_groups(),
             threads.bind_threads(),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import tvm
 import tvm_ffi
 from tilewright.errors import KernelError
+from tilewright.ir import ATOMIC_PREV
 from tilewright.transform import rebuild_for
 from tvm import tirx
 
@@ -185,6 +186,64 @@ def thread_varying(body, tx) -> list:
                 rest.append((store, guards))
         pending = rest
     return varying
+
+
+def index_dependent(body, indices):
+    """A predicate: whether an expression under ``body`` may differ between the threads of
+    the block because it reads the thread index (``indices``: T.get_thread_binding's
+    variables, before the threads are bound), directly or through a ``Bind`` variable or a
+    per-thread buffer (``local*`` scopes) computed from it, under a condition reading it, or
+    from an atomic's previous value (different in every thread even at one address)."""
+    assigns: list = []  # (the Bind or the local store, its guards)
+
+    def walk(stmt, guards: tuple) -> None:
+        if isinstance(stmt, tirx.IfThenElse):
+            walk(stmt.then_case, guards + (stmt.condition,))
+            if stmt.else_case is not None:
+                walk(stmt.else_case, guards + (stmt.condition,))
+        elif isinstance(stmt, tirx.SeqStmt):
+            for part in stmt.seq:
+                walk(part, guards)
+        elif isinstance(stmt, tirx.For):
+            walk(stmt.body, guards + (stmt.min, stmt.extent))
+        elif isinstance(stmt, tirx.While):
+            walk(stmt.body, guards + (stmt.condition,))
+        elif isinstance(stmt, tirx.Bind) or (isinstance(stmt, tirx.BufferStore) and
+                                             str(stmt.buffer.scope()).startswith("local")):
+            assigns.append((stmt, guards))
+        elif hasattr(stmt, "body") and isinstance(stmt.body, tirx.Stmt):
+            walk(stmt.body, guards)
+
+    walk(body, ())
+    buffers, variables = list(indices), []
+
+    def reads(expr) -> bool:
+        return any(b.same_as(x) for b in loads_in(expr) for x in buffers) or \
+            any(uses(expr, v) for v in variables) or _is_atomic_prev(expr)
+
+    pending, changed = assigns, True
+    while changed:
+        changed, rest = False, []
+        for stmt, guards in pending:
+            target = stmt.var if isinstance(stmt, tirx.Bind) else stmt.buffer
+            parts = (stmt.value,) if isinstance(stmt, tirx.Bind) else (stmt.value,
+                                                                        *stmt.indices)
+            if any(t.same_as(target) for t in (*buffers, *variables)):
+                continue
+            if any(reads(e) for e in (*parts, *guards)):
+                (variables if isinstance(stmt, tirx.Bind) else buffers).append(target)
+                changed = True
+            else:
+                rest.append((stmt, guards))
+        pending = rest
+    return reads
+
+
+def _is_atomic_prev(expr) -> bool:
+    found = []
+    tvm_ffi.structural_walk(expr, (tvm.ir.Call, lambda c: found.append(c) if isinstance(
+        c.op, tvm.ir.Op) and c.op.name in ATOMIC_PREV else None))
+    return bool(found)
 
 
 def _is_extern_call(expr) -> bool:

@@ -223,7 +223,9 @@ def get_thread_binding(dim: int = 0):
     (0, 1, 2: ``threadIdx.x/y/z``) of ``T.Kernel``'s ``threads``, as an int32 value of each
     thread (the block's index, also inside a ``T.ws`` role). Tile ops stay the block's: a tile
     op under a condition on this index is still spread over every thread of the block (or
-    role), so thread-dependent code should be scalar code."""
+    role), so thread-dependent code should be scalar code. ``T.atomic_add/max/min`` of one
+    element is such code there, as in TileLang: under a condition on this index, or with an
+    element or value computed from it, each thread makes its own atomic."""
     if not isinstance(dim, int) or isinstance(dim, bool) or not 0 <= dim <= 2:
         raise error(f"T.get_thread_binding takes a thread dimension 0, 1 or 2, got {dim!r}")
     builder = _D.kernel_builder("T.get_thread_binding")

@@ -1,35 +1,27 @@
 """Atomics: ``T.atomic_add/max/min`` become ``atomicAdd`` and the compare-and-swap helpers of
 ``include/tw_cuda.h`` (``tw_atomic_*``, float16/bfloat16 max/min too), one element per
-thread; the expression form returning the old value (``return_prev=True``) too."""
+thread; the expression form returning the old value (``return_prev=True``) too. A lone
+element's atomic in block code is made once per block (by thread 0); one in thread-level code
+(``transforms.threads.thread_atomics``) is already each thread's own call when it gets here."""
 
 from __future__ import annotations
 
-from tilewright.errors import KernelError
 from tilewright.ir import ATOMIC_KINDS, ATOMIC_PREV, Region, TileOpCall
 from tilewright.transform import RuleContext
 from tilewright.transform.lowering_utils import in_bounds, loop_nest, non_unit, region_index
 from tvm import tirx
 
+from .. import intrinsics
 from ..analysis.ir import is_parallel
-from .common import cast, thread_var
+from .common import thread_var
 from .table import INTRINSIC_RULES, register
 
-_HELPER = {"add": ("float32", "float64", "float16", "bfloat16", "int32", "uint32", "uint64",
-                   "int64"),
-           "max": ("float32", "float64", "float16", "bfloat16", "int32", "uint32", "int64",
-                   "uint64"),
-           "min": ("float32", "float64", "float16", "bfloat16", "int32", "uint32", "int64",
-                   "uint64")}
 
-
-def atomic_call(kind: str, buffer, index, value):
-    """``tw_atomic_<kind>(&buffer[index], value)``, returning the previous value."""
-    dtype = str(buffer.dtype)
-    if dtype not in _HELPER[kind]:
-        raise KernelError(f"T.atomic_{kind} on {dtype} is not supported by backend 'cuda' "
-                          f"(supported: {', '.join(_HELPER[kind])})")
-    ptr = tirx.address_of(tirx.BufferLoad(buffer, index))
-    return tirx.call_extern(dtype, f"tw_atomic_{kind}", ptr, cast(value, dtype))
+def atomic_call(kind: str, buffer, index, value, ctx: RuleContext | None = None):
+    """``tw_atomic_<kind>(&buffer[index], value)``, returning the previous value; the element
+    types and the architecture each needs are the intrinsics table's."""
+    sm = ctx.options.arch.sm if ctx is not None and ctx.options is not None else None
+    return intrinsics.atomic(kind, tirx.BufferLoad(buffer, index), value, sm)
 
 
 def _make_atomic_rule(kind: str):
@@ -42,7 +34,7 @@ def _make_atomic_rule(kind: str):
             index = region_index(dst, v, ddims)
             value = tirx.BufferLoad(src.buffer, region_index(src, v, sdims)) \
                 if isinstance(src, Region) else src
-            update = tirx.Evaluate(atomic_call(kind, dst.buffer, index, value))
+            update = tirx.Evaluate(atomic_call(kind, dst.buffer, index, value, ctx))
             cond = in_bounds(dst.buffer, index, ctx)
             return update if cond is None else tirx.IfThenElse(cond, update, None)
 

@@ -3,19 +3,29 @@ one ``threadIdx.x`` loop (``T.use_swizzle`` remaps the block indices here), and 
 role becomes a nested ``threadIdx.x`` loop over the role's threads, so rules and distribution
 spread tile ops over the role only. First, an ``if`` / ``elif`` chain on the dialect's thread
 index (``T.get_thread_binding``) whose branches select whole warpgroups becomes ``T.ws``
-roles, and any other tile op under an ``if`` on the index is refused at the ``if``."""
+roles, and any other tile op under an ``if`` on the index is refused at the ``if``; before
+that, an element's atomic in such thread-level code becomes each thread's own
+(:func:`thread_atomics`)."""
 
 from __future__ import annotations
 
 import tvm
 import tvm_ffi
 from tilewright.errors import KernelError, span_location
-from tilewright.ir import decode, make_call
-from tilewright.transform import prim_func_pass, rebuild_for
+from tilewright.ir import ATOMIC_KINDS, ATOMIC_PREV, Region, decode, make_call
+from tilewright.transform import StmtMutator, prim_func_pass, rebuild_for
+from tilewright.transform.lowering_utils import non_unit
 from tvm import tirx
 
-from .. import keys, ops
-from ..analysis.ir import block_loops, find_thread, loads_in, seq, substitute, threads_of, uses
+from .. import intrinsics, keys, ops
+from ..analysis.ir import (
+    block_loops,
+    find_thread,
+    index_dependent,
+    seq,
+    substitute,
+    threads_of,
+)
 from ..keys import WARPGROUP
 
 
@@ -217,36 +227,124 @@ def _contains(node, target) -> bool:
     return bool(found)
 
 
-def refuse_thread_conditioned_tile_ops():
-    """A tile op (or ``T.Parallel`` loop) under an ``if`` on ``T.get_thread_binding``'s
-    index is an error at the ``if``'s line: tile ops are spread over every thread of the
-    block (or role), so the threads the condition leaves out would skip their share of it and
-    the barriers inside it. Thread-dependent code is scalar code; a warpgroup-aligned range of
-    threads is a ``T.ws`` role."""
+def thread_atomics(chosen):
+    """TileLang's thread-level atomics. In code whose threads are already individual, under an
+    ``if`` / ``while`` on T.get_thread_binding's index or naming its element or value with
+    that index (directly or through variables computed from it), ``T.atomic_add/max/min`` of
+    one element is one atomic of each calling thread, as in TileLang
+    (``tl.atomic_add_elem_op``), and becomes that thread's ``tw_atomic_<kind>`` call here; so
+    does the form returning the previous value stored to global memory (which block code makes
+    once per block, transforms.atomics). Elsewhere an element's atomic keeps its portable
+    meaning: once per block in block code, each iteration's in ``T.Parallel`` (rules.atomic).
+    An element type the architecture's atomics lack is an error at the atomic's line."""
 
     def run(func):
         indices = [call.operands["dst"].buffer for call in _tile_calls(func.body)
                    if call.name == ops.THREAD_BINDING.name]
         if not indices:
             return func
-        derived: list = []  # variables bound to values computed from the index
+        mutator = _ThreadAtomics(index_dependent(func.body, indices), chosen.arch.sm)
+        return func.with_body(mutator.visit(func.body))
 
-        def reads_index(expr) -> bool:
-            return any(b.same_as(i) for b in loads_in(expr) for i in indices) or \
-                any(uses(expr, v) for v in derived)
+    return prim_func_pass("CUDAThreadAtomics", run)
 
+
+class _ThreadAtomics(StmtMutator):
+    def __init__(self, reads_index, sm: int):
+        super().__init__()
+        self.reads_index, self.sm, self.guards = reads_index, sm, 0
+
+    def _guarded(self, cond, visit):
+        dependent = bool(self.reads_index(cond))
+        self.guards += dependent
+        try:
+            return visit()
+        finally:
+            self.guards -= dependent
+
+    def visit_IfThenElse(self, stmt):
+        return self._guarded(stmt.condition, lambda: super(_ThreadAtomics, self)
+                             .visit_IfThenElse(stmt))
+
+    def visit_While(self, stmt):
+        return self._guarded(stmt.condition, lambda: super(_ThreadAtomics, self)
+                             .visit_While(stmt))
+
+    def visit_For(self, stmt):
+        if str(stmt.annotations.get(keys.LOOP, "")) == "parallel":
+            return stmt  # each iteration's atomic already (rules.atomic)
+        return super().visit_For(stmt)
+
+    def _per_thread(self, *exprs) -> bool:
+        return self.guards > 0 or any(self.reads_index(e) for e in exprs)
+
+    def _atomic(self, kind: str, load, value, span):
+        try:
+            return intrinsics.atomic(kind, load, value, self.sm)
+        except KernelError as exc:
+            raise KernelError(exc.message, span_location(span)) from None
+
+    def visit_Evaluate(self, stmt):
+        call = decode(stmt)
+        if call is None or call.name not in _KINDS or non_unit(call.operands["dst"]) or \
+                isinstance(call.operands["src"], Region):
+            return stmt
+        dst, value = call.operands["dst"], call.operands["src"]
+        if not self._per_thread(value, *dst.starts):
+            return stmt
+        load = tirx.BufferLoad(dst.buffer, list(dst.starts))
+        return tirx.Evaluate(self._atomic(_KINDS[call.name], load, value, stmt.span),
+                             span=stmt.span)
+
+    def visit_BufferStore(self, stmt):
+        if str(stmt.buffer.scope()) != "global":
+            return stmt  # a per-thread or shared store: already each thread's (transforms.atomics)
+        prevs = _atomic_prevs(stmt.value)
+        if not prevs or not self._per_thread(*stmt.indices, *(a for c in prevs for a in c.args)):
+            return stmt
+        made = [(c, self._atomic(ATOMIC_PREV[c.op.name], c.args[0], c.args[1], stmt.span))
+                for c in prevs]
+
+        def swap(c):
+            return next((new for old, new in made if old.same_as(c)), c)
+
+        value = tvm_ffi.structural_map(stmt.value, (tvm.ir.Call, swap))
+        return tirx.BufferStore(stmt.buffer, value, stmt.indices, span=stmt.span)
+
+
+_KINDS = {f"atomic_{kind}": kind for kind in ATOMIC_KINDS}  # op -> kind, as the core names them
+
+
+def _atomic_prevs(expr) -> list:
+    found = []
+    tvm_ffi.structural_walk(expr, (tvm.ir.Call, lambda c: found.append(c) if isinstance(
+        c.op, tvm.ir.Op) and c.op.name in ATOMIC_PREV else None))
+    return found
+
+
+def refuse_thread_conditioned_tile_ops():
+    """A tile op (or ``T.Parallel`` loop) under an ``if`` on ``T.get_thread_binding``'s
+    index (or on a value computed from it, :func:`analysis.ir.index_dependent`) is an error at
+    the ``if``'s line: tile ops are spread over every thread of the block (or role), so the
+    threads the condition leaves out would skip their share of it and the barriers inside it.
+    Thread-dependent code is scalar code; a warpgroup-aligned range of threads is a ``T.ws``
+    role."""
+
+    def run(func):
+        indices = [call.operands["dst"].buffer for call in _tile_calls(func.body)
+                   if call.name == ops.THREAD_BINDING.name]
+        if not indices:
+            return func
+        reads_index = index_dependent(func.body, indices)
         refused = []  # (the op, the if): raised after the walk (FFI callbacks wrap errors)
 
         def visit(stmt):
-            if isinstance(stmt, tirx.Bind) and reads_index(stmt.value):
-                derived.append(stmt.var)
-            elif isinstance(stmt, tirx.IfThenElse) and reads_index(stmt.condition):
+            if reads_index(stmt.condition):
                 bad = _first_block_op(stmt)
                 if bad is not None:
                     refused.append((bad, stmt))
 
-        tvm_ffi.structural_walk(func.body, [(tirx.Bind, visit), (tirx.IfThenElse, visit)],
-                                order="pre")
+        tvm_ffi.structural_walk(func.body, (tirx.IfThenElse, visit), order="pre")
         if refused:
             bad, stmt = refused[0]
             raise KernelError(
