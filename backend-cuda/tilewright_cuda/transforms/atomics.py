@@ -10,6 +10,8 @@ from tvm import tirx
 
 from .. import keys
 
+PER_THREAD = ("local", "local.var")  # a copy in every thread
+
 
 def _has_atomic_prev(expr) -> bool:
     found = []
@@ -21,16 +23,28 @@ def _has_atomic_prev(expr) -> bool:
 class GateScalarAtomics(StmtMutator):
     """``Y[i] = T.atomic_<kind>(X[j], v, return_prev=True)`` outside ``T.Parallel`` is block
     code, which every thread of the block runs; the atomic must happen once per block, so the
-    store is made by thread 0 only."""
+    store is made by thread 0 only. Stored into a per-thread variable (``T.alloc_var``),
+    which every thread reads after, thread 0 makes the atomic into a shared slot and every
+    thread copies the slot (barrier insertion orders the two)."""
 
     def visit_BufferStore(self, stmt):
+        scope = str(stmt.buffer.scope())
         if any(loop.kind == tirx.ForKind.PARALLEL for loop in self.loops) or \
-                str(stmt.buffer.scope()) != "global" or not _has_atomic_prev(stmt.value):
+                scope not in ("global", *PER_THREAD) or not _has_atomic_prev(stmt.value):
             return stmt
         for loop in reversed(self.loops):
             if loop.thread_binding is not None and \
                     str(loop.thread_binding.thread_tag) == keys.THREAD_TAG:
-                return tirx.IfThenElse(loop.loop_var == 0, stmt, None)
+                first = loop.loop_var == 0
+                if scope == "global":
+                    return tirx.IfThenElse(first, stmt, None)
+                slot = tirx.decl_buffer((1,), str(stmt.value.ty), "atomic_prev",
+                                        scope="shared.dyn")
+                return tirx.SeqStmt([
+                    tirx.AllocBuffer(slot),
+                    tirx.IfThenElse(first, tirx.BufferStore(slot, stmt.value, [0]), None),
+                    tirx.BufferStore(stmt.buffer, tirx.BufferLoad(slot, [0]), stmt.indices),
+                ])
         return stmt
 
 
