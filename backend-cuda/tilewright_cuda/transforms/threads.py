@@ -233,8 +233,8 @@ def thread_atomics(chosen):
     that index (directly or through variables computed from it), ``T.atomic_add/max/min`` of
     one element is one atomic of each calling thread, as in TileLang
     (``tl.atomic_add_elem_op``), and becomes that thread's ``tw_atomic_<kind>`` call here; so
-    does the form returning the previous value stored to global memory (which block code makes
-    once per block, transforms.atomics). Elsewhere an element's atomic keeps its portable
+    does the form returning the previous value, whatever memory it is stored to (block code
+    makes it once per block, transforms.atomics). Elsewhere an element's atomic keeps its portable
     meaning: once per block in block code, each iteration's in ``T.Parallel`` (rules.atomic).
     An element type the architecture's atomics lack is an error at the atomic's line."""
 
@@ -297,8 +297,6 @@ class _ThreadAtomics(StmtMutator):
                              span=stmt.span)
 
     def visit_BufferStore(self, stmt):
-        if str(stmt.buffer.scope()) != "global":
-            return stmt  # a per-thread or shared store: already each thread's (transforms.atomics)
         prevs = _atomic_prevs(stmt.value)
         if not prevs or not self._per_thread(*stmt.indices, *(a for c in prevs for a in c.args)):
             return stmt
