@@ -92,16 +92,22 @@ def test_invalid_declarations_fail_the_contract_with_the_reason(pytester, manage
 
 @pytest.mark.parametrize("workers", ["0", "1"])  # in this process, and on a pytest-xdist worker
 def test_interp_conformance_writes_the_reports(pytester, tmp_path, workers):
+    """Conformance cases and a fuzzing run in one session (as `make conformance` runs them):
+    one report with both, the fuzzing statistics carried from the worker that fuzzed."""
     report = tmp_path / "report"
     result = pytester.runpytest_inprocess(
-        "-p", "no:cacheprovider", "-n", workers, "--pyargs", "tilewright_sdk.conformance",
-        "--tilewright-backend", "interp", "--tilewright-mode", "execute",
-        "--tilewright-report", str(report), "-k", "contract or copy_3d or reduce_sum or gemm_nt")
-    result.assert_outcomes(passed=10 + 3 + 14 + 6)
+        "-p", "no:cacheprovider", "-n", workers, "--pyargs", "tilewright_sdk.fuzz",
+        "tilewright_sdk.conformance", "--tilewright-backend", "interp", "--tilewright-mode",
+        "execute", "--examples", "2", "--seed", "0", "--tilewright-report", str(report),
+        "-k", "contract or copy_3d or reduce_sum or gemm_nt or agrees_with")
+    result.assert_outcomes(passed=1 + 10 + 3 + 14 + 6)
     result.stdout.fnmatch_lines(["*tilewright conformance: backend interp, mode execute*",
-                                 "gemm_nt*pass 2/2*pass 2/2*pass 2/2*"])
+                                 "gemm_nt*pass 2/2*pass 2/2*pass 2/2*",
+                                 "*tilewright fuzz: backend interp*", "* programs (* executed*"])
     data = json.loads((report / "conformance-interp-execute.json").read_text())
     assert data["backend"] == "interp" and data["summary"]["passed"] == 23
+    assert data["fuzz"]["seed"] == 0 and data["fuzz"]["executed"] >= 1
+    assert data["fuzz"]["failures"] == []
     assert data["op_coverage"]["gemm"] == {"float32": "passed", "float16": "passed",
                                            "bfloat16": "passed"}
     assert data["name_coverage"]["reduce_sum"]["int32"] == "passed"
