@@ -32,18 +32,17 @@ test: setup
 
 # The backend conformance suite (tilewright-sdk) against every backend that can run here: the
 # interpreter and the CPU backend execute, CUDA compiles to cubins (no GPU needed), Ascend
-# executes on its CPU emulator (the cases shared out among the workers, as `test` does). Then a
-# bounded differential fuzzing run (fixed seed) of each.
-CONFORMANCE := $(PY) -m pytest -p no:cacheprovider -n $(WORKERS) --pyargs tilewright_sdk.conformance
-FUZZ := $(PY) -m pytest -p no:cacheprovider --pyargs tilewright_sdk.fuzz --seed 0
+# executes on its CPU emulator (the cases shared out among the workers, as `test` does). With
+# each backend's cases, in the same session (one report each), a bounded differential fuzzing
+# run (fixed seed) on one of the workers.
+CONFORMANCE := $(PY) -m pytest -p no:cacheprovider -n $(WORKERS) --pyargs
+# the fuzzing test first: the longest, it starts while the cases fill the other worker
+WITH_FUZZ := tilewright_sdk.fuzz tilewright_sdk.conformance --seed 0
 conformance: setup
-	$(CONFORMANCE) --tilewright-backend interp
-	$(CONFORMANCE) --tilewright-backend cpu
-	$(CONFORMANCE) --tilewright-backend cuda --tilewright-mode compile
-	$(CONFORMANCE) --tilewright-backend ascend --tilewright-mode execute
-	$(FUZZ) --tilewright-backend cpu --examples 30
-	$(FUZZ) --tilewright-backend cuda --examples 20
-	$(FUZZ) --tilewright-backend ascend --examples 10
+	$(CONFORMANCE) tilewright_sdk.conformance --tilewright-backend interp
+	$(CONFORMANCE) $(WITH_FUZZ) --tilewright-backend cpu --examples 30
+	$(CONFORMANCE) $(WITH_FUZZ) --tilewright-backend cuda --tilewright-mode compile --examples 20
+	$(CONFORMANCE) $(WITH_FUZZ) --tilewright-backend ascend --tilewright-mode execute --examples 10
 
 bench: setup
 	$(PY) bench/cpu_gemm.py

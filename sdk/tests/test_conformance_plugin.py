@@ -1,19 +1,33 @@
-"""The conformance plugin end to end, run in subprocesses as a backend author runs it."""
+"""The conformance plugin end to end, as a backend author runs it: pytest in this process (on
+a fresh plugin manager, so the backends a test registers or breaks do not outlive it), and once
+on pytest-xdist workers."""
 
+import dataclasses
 import json
-import textwrap
+import types
 
 import pytest
-from tilewright.plugin import get_manager
+from tilewright.plugin import (
+    API_VERSION,
+    Availability,
+    BackendModule,
+    Capabilities,
+    Executor,
+    PluginManager,
+    get_manager,
+    hookimpl,
+    set_manager,
+)
+from tilewright_interp import lowering
+from tilewright_interp.plugin import BACKEND
+from tilewright_sdk.conformance import known_failures as kf
 from tilewright_sdk.conformance import plugin
+from tilewright_sdk.conformance.catalogue import cases
+from tilewright_sdk.conformance.runner import run_case
 
-BROKEN = textwrap.dedent('''
-    """A plugin whose backend declaration does not validate, registered before the suite."""
-    import types
 
-    from tilewright.plugin import PluginManager, get_manager, hookimpl, set_manager
-    from tilewright.plugin import API_VERSION, BackendModule, Capabilities, Executor, Availability
-
+def _broken_plugin():
+    """A plugin whose backend declaration does not validate."""
     module = types.ModuleType("broken_backend")
 
     @hookimpl
@@ -23,9 +37,16 @@ BROKEN = textwrap.dedent('''
                               executors=(), capabilities=Capabilities(set(), set()))]
 
     module.tilewright_backends = tilewright_backends
-    manager = get_manager()
-    manager.register(module, "broken")
-''')
+    return module
+
+
+@pytest.fixture
+def manager():
+    """A fresh process-wide plugin manager (the installed plugins), put back afterwards."""
+    fresh = PluginManager()
+    previous = set_manager(fresh)
+    yield fresh.load()
+    set_manager(previous)
 
 
 class _Config:
@@ -57,10 +78,10 @@ def test_without_a_backend_the_plugin_stays_inert():
     assert plugin.state_of(config) is None
 
 
-def test_invalid_declarations_fail_the_contract_with_the_reason(pytester):
-    pytester.makepyfile(broken_setup=BROKEN)
-    result = pytester.runpytest_subprocess(
-        "-p", "no:cacheprovider", "-p", "broken_setup", "--pyargs",
+def test_invalid_declarations_fail_the_contract_with_the_reason(pytester, manager):
+    manager.register(_broken_plugin(), "broken")
+    result = pytester.runpytest_inprocess(
+        "-p", "no:cacheprovider", "--pyargs",
         "tilewright_sdk.conformance.test_contract", "--tilewright-backend", "broken")
     result.assert_outcomes(errors=10)
     result.stdout.fnmatch_lines([("*backend plugin 'broken' failed to load: tilewright_backends "
@@ -69,18 +90,24 @@ def test_invalid_declarations_fail_the_contract_with_the_reason(pytester):
     assert "Traceback" not in result.stdout.str()
 
 
-@pytest.mark.parametrize("workers", ["0", "2"])  # in one process, and on pytest-xdist workers
+@pytest.mark.parametrize("workers", ["0", "1"])  # in this process, and on a pytest-xdist worker
 def test_interp_conformance_writes_the_reports(pytester, tmp_path, workers):
+    """Conformance cases and a fuzzing run in one session (as `make conformance` runs them):
+    one report with both, the fuzzing statistics carried from the worker that fuzzed."""
     report = tmp_path / "report"
-    result = pytester.runpytest_subprocess(
-        "-p", "no:cacheprovider", "-n", workers, "--pyargs", "tilewright_sdk.conformance",
-        "--tilewright-backend", "interp", "--tilewright-mode", "execute",
-        "--tilewright-report", str(report), "-k", "contract or copy_3d or reduce_sum or gemm_nt")
-    result.assert_outcomes(passed=10 + 3 + 14 + 6)
+    result = pytester.runpytest_inprocess(
+        "-p", "no:cacheprovider", "-n", workers, "--pyargs", "tilewright_sdk.fuzz",
+        "tilewright_sdk.conformance", "--tilewright-backend", "interp", "--tilewright-mode",
+        "execute", "--examples", "2", "--seed", "0", "--tilewright-report", str(report),
+        "-k", "contract or copy_3d or reduce_sum or gemm_nt or agrees_with")
+    result.assert_outcomes(passed=1 + 10 + 3 + 14 + 6)
     result.stdout.fnmatch_lines(["*tilewright conformance: backend interp, mode execute*",
-                                 "gemm_nt*pass 2/2*pass 2/2*pass 2/2*"])
+                                 "gemm_nt*pass 2/2*pass 2/2*pass 2/2*",
+                                 "*tilewright fuzz: backend interp*", "* programs (* executed*"])
     data = json.loads((report / "conformance-interp-execute.json").read_text())
     assert data["backend"] == "interp" and data["summary"]["passed"] == 23
+    assert data["fuzz"]["seed"] == 0 and data["fuzz"]["executed"] >= 1
+    assert data["fuzz"]["failures"] == []
     assert data["op_coverage"]["gemm"] == {"float32": "passed", "float16": "passed",
                                            "bfloat16": "passed"}
     assert data["name_coverage"]["reduce_sum"]["int32"] == "passed"
@@ -90,31 +117,23 @@ def test_interp_conformance_writes_the_reports(pytester, tmp_path, workers):
     assert (report / "index.html").exists()
 
 
-PARTIAL = textwrap.dedent('''
+def _partial_plugin():
     """The interpreter again, as backend 'partial' that does not declare cumsum."""
-    import dataclasses
-    import types
-
-    from tilewright.plugin import get_manager, hookimpl
-
-    from tilewright_interp.plugin import BACKEND
-
     caps = dataclasses.replace(BACKEND.capabilities,
                                tile_ops=BACKEND.capabilities.tile_ops - {"cumsum"})
-    PARTIAL = dataclasses.replace(
+    partial = dataclasses.replace(
         BACKEND, name="partial", target_kinds=("partial",),
         pipelines={"partial": BACKEND.pipelines["interp"]},
         codegens={"partial": BACKEND.codegens["interp"]}, capabilities=caps)
     module = types.ModuleType("partial_backend")
-    module.tilewright_backends = hookimpl(lambda: [PARTIAL])
-    get_manager().register(module, "partial")
-''')
+    module.tilewright_backends = hookimpl(lambda: [partial])
+    return module
 
 
-def test_undeclared_ops_are_unsupported_not_failures(pytester):
-    pytester.makepyfile(partial_setup=PARTIAL)
-    result = pytester.runpytest_subprocess(
-        "-p", "no:cacheprovider", "-p", "partial_setup", "--pyargs",
+def test_undeclared_ops_are_unsupported_not_failures(pytester, manager):
+    manager.register(_partial_plugin(), "partial")
+    result = pytester.runpytest_inprocess(
+        "-p", "no:cacheprovider", "--pyargs",
         "tilewright_sdk.conformance", "--tilewright-backend", "partial",
         "--tilewright-mode", "execute", "-k", "cumsum or reduce_max")
     result.assert_outcomes(passed=11, skipped=6)
@@ -124,23 +143,15 @@ def test_undeclared_ops_are_unsupported_not_failures(pytester):
                                   "cumsum*")])
 
 
-KNOWN = textwrap.dedent('''
+def test_known_failures_are_strict_xfails(pytester, tmp_path, monkeypatch):
     """Two rows of known failures for the interpreter: one for cases a broken cumsum rule
     fails, one for cases that pass."""
-    from tilewright_interp import lowering
-    from tilewright_sdk.conformance import known_failures as kf
-
-    lowering.RULES["cumsum"] = lowering.RULES["copy"]
-    kf.KNOWN_FAILURES = (*kf.KNOWN_FAILURES,
-                         kf.KnownFailure("interp", "cumsum-*", "cumsum copies"),
-                         kf.KnownFailure("interp", "copy_3d-*", "fixed long ago"))
-''')
-
-
-def test_known_failures_are_strict_xfails(pytester, tmp_path):
-    pytester.makepyfile(known_setup=KNOWN)
-    result = pytester.runpytest_subprocess(
-        "-p", "no:cacheprovider", "-p", "known_setup", "--pyargs",
+    monkeypatch.setitem(lowering.RULES, "cumsum", lowering.RULES["copy"])
+    monkeypatch.setattr(kf, "KNOWN_FAILURES", (
+        *kf.KNOWN_FAILURES, kf.KnownFailure("interp", "cumsum-*", "cumsum copies"),
+        kf.KnownFailure("interp", "copy_3d-*", "fixed long ago")))
+    result = pytester.runpytest_inprocess(
+        "-p", "no:cacheprovider", "--pyargs",
         "tilewright_sdk.conformance.test_kernels", "--tilewright-backend", "interp",
         "-k", "cumsum or copy_3d", "--tilewright-report", str(tmp_path))
     result.assert_outcomes(xfailed=6, failed=3)
@@ -151,12 +162,6 @@ def test_known_failures_are_strict_xfails(pytester, tmp_path):
 
 
 def test_a_backend_that_cannot_run_is_not_verified():
-    import dataclasses
-
-    from tilewright.plugin import Availability, Executor, get_manager
-    from tilewright_sdk.conformance.catalogue import cases
-    from tilewright_sdk.conformance.runner import run_case
-
     interp = get_manager().backends()["interp"]
     case = cases(["copy"])[0]
     assert run_case(case, interp, "codegen").startswith("max relative error")  # it ran

@@ -1,15 +1,17 @@
 """The differential fuzzer: generated programs are valid, a backend that disagrees with the
 interpreter is caught, and the shrunk program is saved as a runnable reproducer."""
 
+import dataclasses
 import json
 import re
 import tempfile
-import textwrap
+import types
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import seed as hypothesis_seed
-from tilewright.plugin import get_manager
+from tilewright.plugin import Executor, PluginManager, get_manager, hookimpl, set_manager
+from tilewright_interp.plugin import BACKEND
 from tilewright_sdk.conformance import known_failures
 from tilewright_sdk.conformance.known_failures import avoided_features
 from tilewright_sdk.fuzz.check import Mismatch, compare, differential, load, module_source
@@ -114,16 +116,9 @@ def test_compare_names_the_output_and_bound():
                 [torch.ones(2), torch.zeros(2, dtype=torch.int8)], outputs)
 
 
-WRONG = textwrap.dedent('''
+def _wrong_plugin():
     """The interpreter again, as backend 'wrong' whose kernels add 1 to the last element of
     their last argument (an output)."""
-    import dataclasses
-    import types
-
-    from tilewright.plugin import Executor, get_manager, hookimpl
-
-    from tilewright_interp.plugin import BACKEND
-
     python = BACKEND.executors[0]
 
     def build(source, ctx, workdir):
@@ -135,24 +130,29 @@ WRONG = textwrap.dedent('''
 
         return run
 
-    WRONG = dataclasses.replace(
+    wrong = dataclasses.replace(
         BACKEND, name="wrong", target_kinds=("wrong",),
         pipelines={"wrong": BACKEND.pipelines["interp"]},
         codegens={"wrong": BACKEND.codegens["interp"]},
         executors=(Executor("python", python.available, build),))
     module = types.ModuleType("wrong_backend")
-    module.tilewright_backends = hookimpl(lambda: [WRONG])
-    get_manager().register(module, "wrong")
-''')
+    module.tilewright_backends = hookimpl(lambda: [wrong])
+    return module
 
 
 def test_a_wrong_backend_is_caught_shrunk_and_saved(pytester, tmp_path):
-    pytester.makepyfile(wrong_setup=WRONG)
-    result = pytester.runpytest_subprocess(
-        "-p", "no:cacheprovider", "-p", "wrong_setup", "--pyargs", "tilewright_sdk.fuzz",
-        "--tilewright-backend", "wrong", "--examples", "5", "--seed", "1",
-        "--tilewright-fuzz-dir", str(tmp_path / "repro"), "--tilewright-report",
-        str(tmp_path / "report"))
+    """The fuzz session in this process, on a fresh plugin manager with backend 'wrong'."""
+    manager = PluginManager()
+    previous = set_manager(manager)
+    try:
+        manager.load().register(_wrong_plugin(), "wrong")
+        result = pytester.runpytest_inprocess(
+            "-p", "no:cacheprovider", "--pyargs", "tilewright_sdk.fuzz",
+            "--tilewright-backend", "wrong", "--examples", "5", "--seed", "1",
+            "--tilewright-fuzz-dir", str(tmp_path / "repro"), "--tilewright-report",
+            str(tmp_path / "report"))
+    finally:
+        set_manager(previous)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*backend 'wrong' disagrees with the interpreter on a "
                                  "generated program (shrunk); reproducer: *repro_wrong_*.py*",

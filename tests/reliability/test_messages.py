@@ -9,6 +9,7 @@ import pytest
 import tilewright
 import tilewright.language as T
 import torch
+from tilewright.cli import main as cli_main
 
 
 def _compile(func, target="cpu"):
@@ -124,14 +125,16 @@ tilewright.compile(main, out_idx=[-1], target="cpu")
 '''
 
 
-def test_analyze_passes_the_scripts_own_arguments(tmp_path):
+def test_analyze_passes_the_scripts_own_arguments(tmp_path, monkeypatch, capsys):
+    """`tilewright analyze kern.py --arch cpu -- --m 4096`, the command line's main(argv) in
+    this process."""
+    monkeypatch.chdir(tmp_path)
     script = tmp_path / "kern.py"
     script.write_text(SCRIPT)
-    result = subprocess.run([sys.executable, "-m", "tilewright", "analyze", str(script),
-                             "--arch", "cpu", "--", "--m", "4096"], capture_output=True,
-                            text=True, cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
-    assert "script args ['--m', '4096']" in result.stdout
+    code = cli_main(["analyze", str(script), "--arch", "cpu", "--", "--m", "4096"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "script args ['--m', '4096']" in out
 
 
 def test_a_script_named_dots_keeps_the_lower_trace_inside_its_folder(tmp_path):

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from tilewright.errors import TargetError
 from tilewright.plugin import get_manager
-from tilewright.tools import compile_kernel_source
+from tilewright.tools import compile_kernel_source, compile_only
 from tool_kernels import add_one
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "elementwise_add.py"
@@ -23,17 +23,16 @@ def test_auto_is_refused_with_the_reason():
         compile_kernel_source(add_one(), "auto")
 
 
-def test_cli_writes_the_first_kernel_and_runs_nothing(tmp_path):
+def test_cli_writes_the_first_kernel_and_runs_nothing(tmp_path, monkeypatch, capsys):
+    """The command line's main(argv), in this process: its exit codes and output."""
+    monkeypatch.chdir(tmp_path)
     out = tmp_path / "out.ll"
-    proc = subprocess.run([sys.executable, "-m", "tilewright.tools.compile_only",
-                           "--output_file", str(out), str(EXAMPLE)],
-                          check=False, capture_output=True, text=True, timeout=180, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    assert "-> " + str(out) in proc.stdout and out.read_text().startswith("; ModuleID")
-    refused = subprocess.run([sys.executable, "-m", "tilewright.tools.compile_only",
-                              "--target", "auto", "--output_file", str(out), str(EXAMPLE)],
-                             check=False, capture_output=True, text=True, timeout=120)
-    assert refused.returncode == 2 and "refuses target 'auto'" in refused.stderr
+    code = compile_only.main(["--output_file", str(out), str(EXAMPLE)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "-> " + str(out) in captured.out and out.read_text().startswith("; ModuleID")
+    code = compile_only.main(["--target", "auto", "--output_file", str(out), str(EXAMPLE)])
+    assert code == 2 and "refuses target 'auto'" in capsys.readouterr().err
 
 
 def test_accelerator_targets_need_no_device():

@@ -20,6 +20,7 @@ import tempfile
 
 import pytest
 
+from ..fuzz.stats import FuzzStats
 from .outcomes import NOT_VERIFIED, UNAVAILABLE, UNSUPPORTED
 
 
@@ -123,7 +124,6 @@ class _Fuzz:
 def tilewright_fuzz(request, tilewright_conformance, tilewright_backend):
     """The fuzzing session: ``stats`` (a :class:`~tilewright_sdk.fuzz.stats.FuzzStats`) and
     ``folder`` for reproducers."""
-    from ..fuzz.stats import FuzzStats
     from .known_failures import avoided_features
 
     config = request.config
@@ -146,15 +146,20 @@ def pytest_generate_tests(metafunc):
 
 
 RESULT = "tilewright_result"  # the user property carrying a case's row of the report
+FUZZ = "tilewright_fuzz_stats"  # the one carrying a fuzzing session's statistics
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
-    """A case's row of the report, attached to its test report (which pytest-xdist carries
-    from the worker that ran the case to the session that writes the report)."""
+    """A case's row of the report, or the fuzzing statistics, attached to its test report
+    (which pytest-xdist carries from the worker that ran it to the session that writes the
+    report)."""
     outcome = yield
     report = outcome.get_result()
     state = state_of(item.config)
+    if state is not None and state.fuzz is not None and report.when == "call" and \
+            "tilewright_fuzz" in getattr(item, "fixturenames", ()):
+        report.user_properties.append((FUZZ, state.fuzz.to_json()))
     case = getattr(item, "callspec", None) and item.callspec.params.get("conformance_case")
     if state is None or case is None or report.when != "call" and not (
             report.when == "setup" and report.outcome != "passed"):
@@ -193,6 +198,10 @@ class _Collector:
 
     def pytest_runtest_logreport(self, report):
         self.state.results.extend(v for k, v in report.user_properties if k == RESULT)
+        if self.state.fuzz is None:  # on a worker: this session's copy of its statistics
+            fuzz = [v for k, v in report.user_properties if k == FUZZ]
+            if fuzz:
+                self.state.fuzz = FuzzStats.from_json(fuzz[-1])
 
 
 def pytest_terminal_summary(terminalreporter, config):

@@ -67,6 +67,23 @@ class FuzzStats:
                 "executed_features": dict(sorted(self.executed_features.items())),
                 "failures": self.failures}
 
+    @classmethod
+    def from_json(cls, data: dict) -> FuzzStats:
+        """The statistics :meth:`to_json` wrote (how a pytest-xdist worker's session reaches
+        the controller that prints and writes the report)."""
+        return cls(data["backend"], data["seed"], data["examples"],
+                   avoided=list(data["avoided_features"]), plan=dict(data["plan"]),
+                   programs=data["programs"], executed=data["executed"],
+                   compiled=data["compiled"], rejected=data["rejected"],
+                   features=Counter(data["features"]),
+                   executed_features=Counter(data["executed_features"]),
+                   refused=Counter(data["refused"]), failures=list(data["failures"]),
+                   seconds=data["seconds"],
+                   first_failure_after=data["first_failure_after_seconds"],
+                   programs_to_first_failure=data["programs_to_first_failure"],
+                   failure_kind=data["failure_kind"],
+                   other_failures=Counter(data["other_failures_while_shrinking"]))
+
     def lines(self) -> list[str]:
         done = f"{self.executed} executed" + (f", {self.compiled} compiled only"
                                               if self.compiled else "")
