@@ -17,17 +17,16 @@ REPO = Path(__file__).resolve().parents[2]
 def _isolated_cache(tmp_path, monkeypatch, tmp_path_factory):
     monkeypatch.setenv("TILEWRIGHT_CACHE_DIR", str(tmp_path / "cache"))
     if not os.environ.get("TILEWRIGHT_ASCEND_EMU_DIR"):
-        # the emulator runtime object is built once per test session
-        monkeypatch.setenv("TILEWRIGHT_ASCEND_EMU_DIR", str(_emu_dir(tmp_path_factory)))
+        # the emulator runtime object is built once per test run
+        monkeypatch.setenv("TILEWRIGHT_ASCEND_EMU_DIR", str(run_folder(tmp_path_factory) /
+                                                            "ascend-emu"))
 
 
-_EMU = []
-
-
-def _emu_dir(factory):
-    if not _EMU:
-        _EMU.append(factory.mktemp("ascend-emu"))
-    return _EMU[0]
+def run_folder(factory) -> Path:
+    """The temporary folder of this test run, shared by its pytest-xdist workers (each has its
+    own base temporary folder inside the controller's); a new run starts with a fresh one."""
+    base = factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
 
 @pytest.fixture(scope="session")

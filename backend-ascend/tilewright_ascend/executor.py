@@ -22,6 +22,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+import filelock
 from tilewright.errors import TilewrightError
 from tilewright.plugin import Availability, Executor, GeneratedSource
 
@@ -84,12 +85,17 @@ def _digest(compiler: str) -> str:
 
 
 def _cached(name: str, build) -> Path:
-    """``name`` in the user cache, made by ``build(temporary_path)`` once: written under a
-    temporary name and renamed, so concurrent builders and a killed build leave no torn file."""
+    """``name`` in the user cache, made by ``build(temporary_path)`` once: one process builds
+    it while the others wait on a lock beside it (the workers of a test run start together),
+    written under a temporary name and renamed, so a killed build leaves no torn file."""
     root = _cache_root()
     target = root / name
-    if not target.exists():
-        target.parent.mkdir(parents=True, exist_ok=True)
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with filelock.FileLock(f"{target}.lock"):
+        if target.exists():  # built by another process while this one waited
+            return target
         fd, tmp = tempfile.mkstemp(suffix=target.suffix, dir=target.parent)
         os.close(fd)
         try:
