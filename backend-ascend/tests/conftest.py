@@ -8,6 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from tilewright_ascend.facts.arch import NPU_ARCH
+from tilewright_ascend.kit.conformance_headers import run_folder
+from tilewright_ascend.kit.headers import check_sources, find_devkit, unavailable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 REPO = Path(__file__).resolve().parents[2]
@@ -22,20 +25,24 @@ def _isolated_cache(tmp_path, monkeypatch, tmp_path_factory):
                                                             "ascend-emu"))
 
 
-def run_folder(factory) -> Path:
-    """The temporary folder of this test run, shared by its pytest-xdist workers (each has its
-    own base temporary folder inside the controller's); a new run starts with a fresh one."""
-    base = factory.getbasetemp()
-    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-
-
 @pytest.fixture(scope="session")
 def asc_devkit():
     """The asc-devkit root, or a skip with the reason."""
-    from tilewright_ascend.kit.headers import find_devkit, unavailable
-
     devkit = find_devkit(REPO.parent / "shared" / "vendor" / "asc-devkit")
     reason = unavailable(devkit)
     if reason:
         pytest.skip(reason)
     return devkit
+
+
+@pytest.fixture(scope="session")
+def asc_check(asc_devkit, tmp_path_factory):
+    """``check(sources, npu_arch=2201)``: the findings of ``sources`` (name -> Ascend C) against
+    the kit's headers (``check_sources``), precompiled once per architecture for the whole run."""
+    folder = run_folder(tmp_path_factory)
+
+    def check(sources: dict[str, str], npu_arch: int = NPU_ARCH):
+        return check_sources(sources, asc_devkit, npu_arch=npu_arch,
+                             workdir=folder / f"asc-devkit-{npu_arch}")
+
+    return check
