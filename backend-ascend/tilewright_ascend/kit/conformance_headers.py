@@ -81,7 +81,10 @@ class VendorHeaders:
         if report.when == "call":
             self.checked += sum(v for k, v in report.user_properties if k == CHECKED)
 
-    def pytest_terminal_summary(self, terminalreporter):
+    def pytest_terminal_summary(self, terminalreporter, config):
+        state = state_of(config)
+        if state is None or not state.results:  # no catalogue case ran (the fuzzer's session)
+            return
         if self.reason is not None:
             terminalreporter.write_line(f"asc-devkit header check: not run: {self.reason}")
             return
@@ -92,9 +95,11 @@ class VendorHeaders:
 
 @pytest.fixture(scope="session", autouse=True)
 def _tilewright_asc_devkit(request, tmp_path_factory):
-    """Prepares the checker once per worker, before its first case."""
+    """Prepares the checker once per worker, before its first case (a session of the same
+    backend without catalogue cases, such as the fuzzer's, needs none)."""
     plugin = request.config.pluginmanager.get_plugin(PLUGIN)
-    if plugin is not None:
+    if plugin is not None and any("conformance_case" in getattr(item, "fixturenames", ())
+                                  for item in request.session.items):
         plugin.prepare(run_folder(tmp_path_factory))
 
 
