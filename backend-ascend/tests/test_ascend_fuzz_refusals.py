@@ -8,7 +8,6 @@ import tilewright
 import tilewright.language as T
 import torch
 from tilewright.errors import KernelError
-from tilewright_ascend.kit.headers import check_sources
 
 
 def atomic_in_parallel(dtype="float32", M=16, N=8, BN=4):
@@ -142,12 +141,12 @@ def test_an_element_atomic_onto_a_repeated_element_names_it_at_the_line():
     assert "Evaluate" not in str(info.value)
 
 
-def test_the_kernels_compile_against_the_vendor_headers(asc_devkit):
+def test_the_kernels_compile_against_the_vendor_headers(asc_check):
     kernels = {"atomic32": atomic_in_parallel(), "atomic16": atomic_in_parallel("int16"),
                "blocks": atomic_from_every_block(), "column": column_read(),
                "gemm": gemm_onto_filled()}
     sources = {name: tilewright.lower(f, target="ascend").source.text
                for name, f in kernels.items()}
-    findings = check_sources(sources, asc_devkit)
+    findings = asc_check(sources)
     assert not findings, "\n\n".join(f"== {f.name} as {f.core}\n{f.text[-3000:]}"
                                      for f in findings)

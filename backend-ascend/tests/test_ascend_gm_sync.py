@@ -10,7 +10,6 @@ import tilewright
 import tilewright.language as T
 import torch
 from tilewright_ascend.executor import EmulatorError, compile_and_run_source
-from tilewright_ascend.kit.headers import check_sources
 
 N, BN = 20, 8
 
@@ -85,10 +84,10 @@ def test_stores_to_distinct_rows_of_a_tensor_get_no_flag():
     assert "MTE3_MTE2" not in text and "PipeBarrier<PIPE_MTE3>" not in text
 
 
-def test_the_kernels_compile_against_the_vendor_headers(asc_devkit):
+def test_the_kernels_compile_against_the_vendor_headers(asc_check):
     kernels = {"rmw": read_modify_write(), "store_then_read": store_then_read()}
     sources = {name: tilewright.lower(f, target="ascend").source.text
                for name, f in kernels.items()}
-    findings = check_sources(sources, asc_devkit)
+    findings = asc_check(sources)
     assert not findings, "\n\n".join(f"== {f.name} as {f.core}\n{f.text[-3000:]}"
                                      for f in findings)

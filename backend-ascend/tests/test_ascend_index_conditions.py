@@ -12,7 +12,6 @@ import tilewright
 import tilewright.language as T
 import torch
 from tilewright_ascend.executor import EmulatorError, compile_and_run_source
-from tilewright_ascend.kit.headers import check_sources
 
 
 def causal(M=16, N=16):
@@ -173,12 +172,12 @@ def test_what_float32_does_not_hold_exactly_stays_on_the_scalar_unit(kind, reaso
     torch.testing.assert_close(kernel(a), expect)
 
 
-def test_the_index_kernels_compile_against_the_vendor_headers(asc_devkit):
+def test_the_index_kernels_compile_against_the_vendor_headers(asc_check):
     kernels = {"causal": causal(), "masks": masks(), "offset": offset(), "guarded": guarded(),
                "long_row": long_row()}
     sources = {name: tilewright.lower(f, target="ascend").source.text
                for name, f in kernels.items()}
-    findings = check_sources(sources, asc_devkit)
+    findings = asc_check(sources)
     assert not findings, "\n\n".join(f"== {f.name} as {f.core}\n{f.text[-3000:]}"
                                      for f in findings)
 

@@ -11,7 +11,6 @@ import tilewright
 import tilewright.language as T
 import torch
 from tilewright_ascend.executor import EmulatorError, compile_and_run_source
-from tilewright_ascend.kit.headers import check_sources
 
 
 def compare_and_swap(M=8, N=16):
@@ -336,7 +335,7 @@ def test_names_math_and_branches_inside_a_split_nest(dtype):
     torch.testing.assert_close(kernel(a).float(), want, **tol)
 
 
-def test_the_kernels_compile_against_the_vendor_headers(asc_devkit):
+def test_the_kernels_compile_against_the_vendor_headers(asc_check):
     """``auto`` names bound to GetValue reads, TW_SELECT of them, the one-element vector math."""
     kernels = {"swap": compare_and_swap(), "arms": both_arms(), "gated32": gated("float32"),
                "gated16": gated("float16"), "indices": select_on_indices(),
@@ -345,7 +344,7 @@ def test_the_kernels_compile_against_the_vendor_headers(asc_devkit):
                "across16": across("float16")}
     sources = {name: tilewright.lower(f, target="ascend").source.text
                for name, f in kernels.items()}
-    findings = check_sources(sources, asc_devkit)
+    findings = asc_check(sources)
     assert not findings, "\n\n".join(f"== {f.name} as {f.core}\n{f.text[-3000:]}"
                                      for f in findings)
 

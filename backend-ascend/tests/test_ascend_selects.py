@@ -10,7 +10,6 @@ import tilewright
 import tilewright.language as T
 import torch
 from tilewright.errors import KernelError
-from tilewright_ascend.kit.headers import check_sources
 
 _OPS = {"lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge,
         "eq": operator.eq, "ne": operator.ne}
@@ -174,7 +173,7 @@ def test_a_kernel_with_select_leaves_select_scratch_free():
         tilewright.lower(kernel(True), target="ascend")
 
 
-def test_generated_selects_compile_against_the_vendor_headers(asc_devkit):
+def test_generated_selects_compile_against_the_vendor_headers(asc_check):
     """Compare, Compares and both Select modes as generated, per row and whole, against the
     arch-2201 headers (as the cube core and as a vector core)."""
     sources = {f"selects_{dtype}_{scalar}_{M}": tilewright.lower(
@@ -182,7 +181,7 @@ def test_generated_selects_compile_against_the_vendor_headers(asc_devkit):
         for dtype in ("float32", "float16") for scalar in (False, True)
         for M, N in ((12, 20), (16, 32))}
     sources["guarded"] = tilewright.lower(_guarded(), target="ascend").source.text
-    findings = check_sources(sources, asc_devkit)
+    findings = asc_check(sources)
     assert not findings, "\n\n".join(f"== {f.name} as {f.core}\n{f.text[-3000:]}"
                                      for f in findings)
 

@@ -10,7 +10,6 @@ import tilewright.language as T
 import torch
 from tilewright.errors import KernelError
 from tilewright_ascend.executor import EmulatorError, compile_and_run_source
-from tilewright_ascend.kit.headers import check_sources
 from tilewright_sdk.conformance.catalogue import CATALOGUE
 
 
@@ -306,7 +305,7 @@ def integer_reductions(dtype, M=6, N=10):
 
 
 @pytest.mark.parametrize("dtype", ["int16", "int32"])
-def test_integer_reductions_run_on_the_scalar_unit(dtype, asc_devkit):
+def test_integer_reductions_run_on_the_scalar_unit(dtype, asc_check):
     """A2's WholeReduce takes floats: integer reductions are scalar loops (a sum wraps)."""
     func = integer_reductions(dtype)
     text = tilewright.lower(func, target="ascend").source.text
@@ -318,5 +317,5 @@ def test_integer_reductions_run_on_the_scalar_unit(dtype, asc_devkit):
     torch.testing.assert_close(s, x.sum(1, dtype=x.dtype))
     torch.testing.assert_close(a, x.abs().amax(0))
     torch.testing.assert_close(low, x[2].amin().reshape(1))
-    from_headers = check_sources({dtype: text}, asc_devkit)
+    from_headers = asc_check({dtype: text})
     assert not from_headers, from_headers[0].text[-3000:]

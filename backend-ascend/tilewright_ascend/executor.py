@@ -4,7 +4,9 @@ The emulator compiles the generated source with the host C++ compiler against
 ``csrc/kernel_operator.h`` (the subset of the Ascend C API our codegen uses) and the runtime
 ``csrc/tw_emu.cpp`` (compiled once per runtime version and cached, as is a precompiled
 ``kernel_operator.h``: most of a kernel's compile time is that header), then runs it on CPU
-torch tensors through ctypes. Races and synchronisation errors raise :class:`EmulatorError`.
+torch tensors through ctypes. The launch harness is compiled in the kernel's translation unit,
+after the precompiled header (``-include``): a file of its own would parse ``<functional>``
+again. Races and synchronisation errors raise :class:`EmulatorError`.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+import filelock
 from tilewright.errors import TilewrightError
 from tilewright.plugin import Availability, Executor, GeneratedSource
 
@@ -82,12 +85,17 @@ def _digest(compiler: str) -> str:
 
 
 def _cached(name: str, build) -> Path:
-    """``name`` in the user cache, made by ``build(temporary_path)`` once: written under a
-    temporary name and renamed, so concurrent builders and a killed build leave no torn file."""
+    """``name`` in the user cache, made by ``build(temporary_path)`` once: one process builds
+    it while the others wait on a lock beside it (the workers of a test run start together),
+    written under a temporary name and renamed, so a killed build leaves no torn file."""
     root = _cache_root()
     target = root / name
-    if not target.exists():
-        target.parent.mkdir(parents=True, exist_ok=True)
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with filelock.FileLock(f"{target}.lock"):
+        if target.exists():  # built by another process while this one waited
+            return target
         fd, tmp = tempfile.mkstemp(suffix=target.suffix, dir=target.parent)
         os.close(fd)
         try:
@@ -105,12 +113,14 @@ def _runtime_object() -> Path:
         [_compiler(), *FLAGS, "-O2", "-I", str(CSRC), "-c", str(CSRC / "tw_emu.cpp"), "-o", tmp]))
 
 
-def _header_dir() -> Path:
-    """A folder holding ``kernel_operator.h.gch``, precompiled with the kernels' own flags;
-    searched before ``csrc``, so the compiler uses it, or, should it not fit, the header."""
+def _header() -> Path:
+    """``kernel_operator.h`` in a folder beside its ``.gch``, precompiled with the kernels' own
+    flags: the compiler uses the ``.gch``, or, should it not fit, the header next to it."""
     header = "kernel_operator.h"
-    return _cached(f"pch-{_runtime_digest()}/{header}.gch", lambda tmp: _run(
-        [_compiler(), *FLAGS, "-x", "c++-header", str(CSRC / header), "-o", tmp])).parent
+    folder = f"pch-{_runtime_digest()}"
+    _cached(f"{folder}/{header}", lambda tmp: shutil.copyfile(CSRC / header, tmp))
+    return _cached(f"{folder}/{header}.gch", lambda tmp: _run(
+        [_compiler(), *FLAGS, "-x", "c++-header", str(CSRC / header), "-o", tmp])).with_suffix("")
 
 
 def _run(cmd: list[str]) -> None:
@@ -242,10 +252,14 @@ def build_emulator(source: GeneratedSource, ctx, workdir) -> EmulatedKernel:
 
 
 def _link(sources: Path, out: Path) -> Path:
+    """Build ``sources``' kernel and harness into ``out``'s library: one translation unit, the
+    precompiled header first (the kernel's own ``#include`` of it is then the same file, which
+    ``#pragma once`` skips), the harness next, then the kernel."""
     obj = _runtime_object()
-    _run([_compiler(), *FLAGS, "-shared", "-I", str(_header_dir()), "-I", str(CSRC),
-          str(sources / "kernel.cpp"),
-          str(sources / "harness.cpp"), str(obj), "-o", str(out / LIBRARY)])
+    header = _header()
+    _run([_compiler(), *FLAGS, "-shared", "-I", str(header.parent), "-I", str(CSRC),
+          "-include", str(header), "-include", str(sources / "harness.cpp"),
+          str(sources / "kernel.cpp"), str(obj), "-o", str(out / LIBRARY)])
     return obj
 
 

@@ -29,6 +29,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+import filelock
+
 from ..facts.arch import ARCHS, NPU_ARCH
 from .sources import REPO, generated, source_set
 
@@ -92,7 +94,18 @@ class HeaderCheck:
                 f"-D{CORES[core]}", *self.include_flags()]
 
     def prepare(self) -> None:
-        """The empty stand-ins of ``include/adv_api`` and one precompiled prelude per core."""
+        """The empty stand-ins of ``include/adv_api`` and one precompiled prelude per core.
+        Processes sharing ``workdir`` (the workers of a test run) build them once: the first
+        under a lock, the others find them done."""
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        with filelock.FileLock(self.workdir / "prepare.lock"):
+            done = self.workdir / "prepared"
+            if not done.exists():
+                self._build_preludes()
+                done.touch()
+        self.prelude = {core: self.workdir / core / "tw_devkit.h" for core in CORES}
+
+    def _build_preludes(self) -> None:
         for header in (self.devkit / "include" / "adv_api").rglob("*.h"):
             stand_in = self.shim / header.relative_to(self.devkit)
             stand_in.parent.mkdir(parents=True, exist_ok=True)
@@ -110,13 +123,13 @@ class HeaderCheck:
                 raise RuntimeError(f"the asc-devkit headers do not parse as the {core} of "
                                    f"__NPU_ARCH__ {self.npu_arch} with the stubs of {STUBS}:"
                                    f"\n{proc.stderr[-4000:]}")
-            self.prelude[core] = prelude
 
     def compile(self, name: str, text: str, core: str) -> Finding | None:
         """The diagnostics of ``text`` compiled as ``core``, or None when there are none. Each
         core compiles a file of its own: the two compiles of one source run at once, and one
-        rewriting the file the other's compiler was reading made it "shorter than expected"."""
-        source = self.workdir / "sources" / core / f"{name}.cpp"
+        rewriting the file the other's compiler was reading made it "shorter than expected";
+        for the same reason each process sharing ``workdir`` has a folder of its own."""
+        source = self.workdir / "sources" / str(os.getpid()) / core / f"{name}.cpp"
         source.parent.mkdir(parents=True, exist_ok=True)
         source.write_text(text)
         proc = subprocess.run([compiler(), *self.core_flags(core), "-Winvalid-pch", "-include",
@@ -136,10 +149,14 @@ class HeaderCheck:
 
 
 def check_sources(sources: dict[str, str], devkit: Path, jobs: int = 2,
-                  npu_arch: int = NPU_ARCH) -> list[Finding]:
-    """Check ``sources`` (name -> generated Ascend C) in a temporary folder."""
-    with tempfile.TemporaryDirectory(prefix="tw-devkit-check-") as workdir:
+                  npu_arch: int = NPU_ARCH, workdir: Path | None = None) -> list[Finding]:
+    """Check ``sources`` (name -> generated Ascend C) in ``workdir``, whose precompiled
+    headers are built on its first use and kept (a folder per ``npu_arch``), or else in a
+    temporary folder."""
+    if workdir is not None:
         return HeaderCheck(devkit, Path(workdir), npu_arch).check(sources, jobs)
+    with tempfile.TemporaryDirectory(prefix="tw-devkit-check-") as folder:
+        return HeaderCheck(devkit, Path(folder), npu_arch).check(sources, jobs)
 
 
 def main(argv=None) -> int:
