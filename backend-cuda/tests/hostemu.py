@@ -4,7 +4,7 @@ The source is compiled with g++ against a small shim: every CUDA thread of a blo
 of one host thread (ucontext), switched only where it waits: ``__syncthreads``, a named
 barrier or a warp's barrier (``tw_sync``), an mbarrier's phase. Between two waits a thread
 runs alone, so a run is deterministic, a missing barrier shows up the same way every time,
-and a deadlock (every thread waiting) aborts with a message instead of hanging. Warp shuffles
+and a deadlock (every thread waiting) is a RuntimeError instead of a hang. Warp shuffles
 exchange through memory between two barriers of the warp (a warp-collective op waits for its
 warp only, as on the GPU, so the warps of one T.ws role run it while another role's do other
 work), the dynamic shared-memory pool is poisoned before each block, and blocks run one after
@@ -92,13 +92,16 @@ inline int tw_next_fiber() {
   return i;
 }
 inline void tw_progress() { tw_idle_turns = 0; }
-// the calling thread cannot go on yet: the next thread runs
+// the calling thread cannot go on yet: the next thread runs; after two rounds in which no
+// thread could go on (a deadlock) the launch stops (tw_run_grid returns 1)
+bool tw_deadlock;
 inline void tw_wait_turn() {
   if (++tw_idle_turns > 2LL * tw_fibers_left + 2) {
     std::printf("tw emulation: block (%u, %u, %u) thread %u: every thread waits for another "
                 "(deadlock)\n", blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x);
     std::fflush(stdout);
-    std::abort();
+    tw_deadlock = true;
+    setcontext(&tw_launcher_context);
   }
   tw_fiber& me = tw_fibers[tw_fiber_now];
   int next = tw_next_fiber();
@@ -351,8 +354,8 @@ inline void tw_fiber_main() {
   tw_enter(next);
   setcontext(&tw_fibers[next].context);
 }
-inline void tw_run_grid(int gx, int gy, int gz, int threads, int cluster,
-                        void (*body)(void**, long long*), void** ptrs, long long* ints) {
+inline int tw_run_grid(int gx, int gy, int gz, int threads, int cluster,
+                       void (*body)(void**, long long*), void** ptrs, long long* ints) {
   gridDim = {(unsigned)gx, (unsigned)gy, (unsigned)gz};
   blockDim = {(unsigned)threads, 1, 1};
   tw_body = body;
@@ -391,17 +394,20 @@ inline void tw_run_grid(int gx, int gy, int gz, int threads, int cluster,
       makecontext(&f.context, tw_fiber_main, 0);
     }
     tw_fibers_left = n;
+    tw_deadlock = false;
     tw_enter(0);
     swapcontext(&tw_launcher_context, &fibers[0].context);
+    if (tw_deadlock) { munmap(stacks, each * n); return 1; }
   }
   munmap(stacks, each * n);
+  return 0;
 }
 """
 
 LAUNCHER = r"""
-extern "C" void LAUNCH(void** ptrs, long long* ints, int gx, int gy, int gz, int threads,
-                          int cluster) {
-  tw_run_grid(gx, gy, gz, threads, cluster,
+extern "C" int LAUNCH(void** ptrs, long long* ints, int gx, int gy, int gz, int threads,
+                         int cluster) {
+  return tw_run_grid(gx, gy, gz, threads, cluster,
               [](void** ptrs, long long* ints) { KERNEL(ARGS); }, ptrs, ints);
 }
 """
@@ -573,4 +579,6 @@ def _run_kernel(launcher, kernel: dict, symbols: dict, spaces: list, args) -> No
     if cluster[1:] != [1, 1] or not 1 <= cluster[0] <= 8 or grid[0] % cluster[0]:
         raise RuntimeError(f"host emulation runs clusters of up to 8 blocks along x whose "
                            f"count divides the grid; got cluster {cluster}, grid {grid}")
-    launcher(ptrs, ints, *grid, int(kernel["block"][0]), cluster[0])
+    if launcher(ptrs, ints, *grid, int(kernel["block"][0]), cluster[0]):
+        raise RuntimeError(f"host emulation: every thread of a block of {kernel['entry']} waits "
+                           f"for another (a deadlock: a barrier that not every thread reaches?)")
