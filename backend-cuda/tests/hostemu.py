@@ -92,6 +92,13 @@ inline int tw_next_fiber() {
   return i;
 }
 inline void tw_progress() { tw_idle_turns = 0; }
+inline void tw_switch() {  // to the next thread in round robin
+  tw_fiber& me = tw_fibers[tw_fiber_now];
+  int next = tw_next_fiber();
+  if (&tw_fibers[next] == &me) return;
+  tw_enter(next);
+  swapcontext(&me.context, &tw_fibers[next].context);
+}
 // the calling thread cannot go on yet: the next thread runs; after two rounds in which no
 // thread could go on (a deadlock) the launch stops (tw_run_grid returns 1)
 bool tw_deadlock;
@@ -103,11 +110,13 @@ inline void tw_wait_turn() {
     tw_deadlock = true;
     setcontext(&tw_launcher_context);
   }
-  tw_fiber& me = tw_fibers[tw_fiber_now];
-  int next = tw_next_fiber();
-  if (&tw_fibers[next] == &me) return;
-  tw_enter(next);
-  swapcontext(&me.context, &tw_fibers[next].context);
+  tw_switch();
+}
+// the calling thread lets the others run first (where the GPU works asynchronously: a wgmma
+// in flight until its wait_group)
+inline void tw_yield() {
+  tw_progress();
+  tw_switch();
 }
 // a barrier of `expected` threads (std::barrier's arrive and arrive_and_wait, for fibers)
 struct tw_sync {

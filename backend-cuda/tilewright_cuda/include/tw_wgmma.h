@@ -231,6 +231,7 @@ inline void tw_wgmma_commit() {
 }
 template <int N>
 inline void tw_wgmma_wait() {
+  tw_yield();  // the other threads run while the groups are in flight (a refill shows here)
   std::vector<std::vector<tw_wgmma_op>>& groups = tw_wgmma_groups.get();
   while (groups.size() > (size_t)N) {
     for (auto& op : groups.front()) {
