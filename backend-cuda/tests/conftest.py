@@ -4,10 +4,13 @@ Markers: ``nvcc`` and ``nvrtc`` (a compiler), ``emulator`` (g++ for the host emu
 generated CUDA), ``sass`` (cuobjdump and nvdisasm to read machine code). A test whose
 requirement is missing is skipped with the reason given here. ``gpu`` (a visible NVIDIA GPU)
 is decided for every distribution's tests by the repository's root ``conftest.py``. Every
-test compiles into its own disk cache.
+test compiles into its own disk cache; the host emulation's builds are shared by the tests
+and the workers of one run (a folder of the run's base temporary folder).
 """
 
 from __future__ import annotations
+
+import os
 
 import hostemu
 import pytest
@@ -46,3 +49,13 @@ def cache_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("TILEWRIGHT_CACHE_DIR", str(path))
     monkeypatch.delenv(arch.ENV, raising=False)
     return path
+
+
+@pytest.fixture(autouse=True, scope="session")
+def hostemu_builds(tmp_path_factory):
+    """The host emulation builds each kernel once a run: in the base temporary folder of the
+    run, which pytest-xdist's workers share (each has its own below it)."""
+    base = tmp_path_factory.getbasetemp()
+    folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "hostemu"
+    hostemu.share_builds(folder)
+    return folder

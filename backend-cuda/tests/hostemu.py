@@ -1,19 +1,23 @@
 """Runs generated CUDA C++ on the host, for tests on machines without a GPU.
 
-The source is compiled with g++ against a small shim: every CUDA thread of a block is a host
-thread, ``__syncthreads`` is a ``std::barrier``, warp shuffles exchange through memory between
-two barriers of the warp (a warp-collective op waits for its warp only, as on the GPU, so the
-warps of one T.ws role run it while another role's do other work), the dynamic shared-memory
-pool is poisoned before each block, and blocks run one after another, except that the
-blocks of one thread-block cluster run at once, each with its own shared memory, so that
-they can wait for each other (cluster barriers, TMA multicast, remote mbarrier arrivals),
-and so do all the blocks of a cooperative kernel (``T.sync_grid``, up to 8 along x).
-It checks what the generated code computes (indexing, guards, barriers, reductions); it
-says nothing about speed. float16 and bfloat16 use the host side of cuda_fp16.h and
-cuda_bf16.h; mma.sync and ldmatrix are emulated per warp from the PTX fragment layouts
-(through memory between two barriers of the warp), cp.async as a synchronous copy with zero
-fill. The shim is a header precompiled once per process (its parse is most of a small kernel's
-build); each kernel's library is named by the digest of the shim and its source.
+The source is compiled with g++ against a small shim: every CUDA thread of a block is a fiber
+of one host thread (ucontext), switched only where it waits: ``__syncthreads``, a named
+barrier or a warp's barrier (``tw_sync``), an mbarrier's phase. Between two waits a thread
+runs alone, so a run is deterministic, a missing barrier shows up the same way every time,
+and a deadlock (every thread waiting) is a RuntimeError instead of a hang. Warp shuffles
+exchange through memory between two barriers of the warp (a warp-collective op waits for its
+warp only, as on the GPU, so the warps of one T.ws role run it while another role's do other
+work), the dynamic shared-memory pool is poisoned before each block, and blocks run one after
+another, except that the blocks of one thread-block cluster run at once, each with its own
+shared memory, so that they can wait for each other (cluster barriers, TMA multicast, remote
+mbarrier arrivals), and so do all the blocks of a cooperative kernel (``T.sync_grid``, up to 8
+along x). It checks what the generated code computes (indexing, guards, barriers,
+reductions); it says nothing about speed. float16 and bfloat16 use the host side of
+cuda_fp16.h and cuda_bf16.h; mma.sync and ldmatrix are emulated per warp from the PTX
+fragment layouts (through memory between two barriers of the warp), cp.async as a synchronous
+copy with zero fill. The shim is a header precompiled once per process (its parse is most of
+a small kernel's build); each kernel's library is named by the digest of the shim and its
+source.
 """
 
 from __future__ import annotations
@@ -22,28 +26,29 @@ import atexit
 import ctypes
 import functools
 import hashlib
+import os
 import re
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 
+import filelock
 from tilewright.runtime.cuda import kernels_of, symbol_values
 
 SHIM = r"""
 #include <vector_types.h>  // float4 & co. for vectorised loads and stores (16-byte aligned)
 #include <vector_functions.h>  // make_float4 & co.
 #include <algorithm>
-#include <barrier>
 #include <memory>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
-#include <thread>
 #include <type_traits>
 #include <vector>
+#include <sys/mman.h>
+#include <ucontext.h>
 #define __global__
 #define __device__
 #define __host__
@@ -52,22 +57,100 @@ SHIM = r"""
 #define __shared__
 #define __align__(n) __attribute__((aligned(n)))
 struct tw_dim3 { unsigned x = 0, y = 0, z = 0; };
-thread_local tw_dim3 threadIdx, blockIdx;
-tw_dim3 blockDim, gridDim;
 constexpr int TW_MAX_CLUSTER = 8;
+// The threads of the running blocks are fibers of one host thread, switched only where a
+// thread waits (a barrier, an mbarrier's phase): between two waits a thread runs alone, so
+// the emulation is deterministic and costs no more than its arithmetic. Every wait is a loop
+// `while (!ready) tw_wait_turn();` that hands over to the next thread in round robin.
+struct tw_fiber { ucontext_t context; tw_dim3 thread, block; unsigned rank; bool done; };
+tw_fiber* tw_fibers;
+int tw_fiber_count, tw_fiber_now, tw_fibers_left;
+long long tw_idle_turns;  // turns in a row in which no thread could go on: 2 rounds, deadlock
+ucontext_t tw_launcher_context;
+// the running thread's coordinates and block (set at every switch)
+tw_dim3 threadIdx, blockIdx;
+tw_dim3 blockDim, gridDim;
 alignas(1024) unsigned char tw_smem_pool[TW_MAX_CLUSTER][1 << 18];
-// per block of the running cluster: its shared memory, barriers, and its threads' slots in
-// the exchange buffers below (rank * 1024 + threadIdx.x)
-thread_local unsigned char* tw_smem_ptr;
-thread_local unsigned tw_cta_rank = 0, tw_slot_base = 0;
+// per block of the running cluster: its shared memory, and its threads' slots in the
+// exchange buffers below (rank * 1024 + threadIdx.x)
+unsigned char* tw_smem_ptr;
+unsigned tw_cta_rank = 0, tw_slot_base = 0;
+unsigned long long tw_block_epoch = 0;  // counts the clusters run: per-thread state is fresh
 unsigned char* tw_cta_smem[TW_MAX_CLUSTER];
-std::barrier<>* tw_cluster_barrier;
-thread_local std::barrier<>* tw_barrier;
-thread_local std::barrier<>** tw_warp_barriers;  // one per warp: warp ops wait on theirs
-std::mutex tw_atomic_mutex;
+inline void tw_enter(int i) {
+  tw_fiber& f = tw_fibers[i];
+  tw_fiber_now = i;
+  threadIdx = f.thread;
+  blockIdx = f.block;
+  tw_cta_rank = f.rank;
+  tw_slot_base = f.rank * 1024;
+  tw_smem_ptr = tw_smem_pool[f.rank];
+}
+inline int tw_next_fiber() {
+  int i = tw_fiber_now;
+  do { i = (i + 1) % tw_fiber_count; } while (tw_fibers[i].done);
+  return i;
+}
+inline void tw_progress() { tw_idle_turns = 0; }
+inline void tw_switch() {  // to the next thread in round robin
+  tw_fiber& me = tw_fibers[tw_fiber_now];
+  int next = tw_next_fiber();
+  if (&tw_fibers[next] == &me) return;
+  tw_enter(next);
+  swapcontext(&me.context, &tw_fibers[next].context);
+}
+// the calling thread cannot go on yet: the next thread runs; after two rounds in which no
+// thread could go on (a deadlock) the launch stops (tw_run_grid returns 1)
+bool tw_deadlock;
+inline void tw_wait_turn() {
+  if (++tw_idle_turns > 2LL * tw_fibers_left + 2) {
+    std::printf("tw emulation: block (%u, %u, %u) thread %u: every thread waits for another "
+                "(deadlock)\n", blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x);
+    std::fflush(stdout);
+    tw_deadlock = true;
+    setcontext(&tw_launcher_context);
+  }
+  tw_switch();
+}
+// the calling thread lets the others run first (where the GPU works asynchronously: a wgmma
+// in flight until its wait_group)
+inline void tw_yield() {
+  tw_progress();
+  tw_switch();
+}
+// a barrier of `expected` threads (std::barrier's arrive and arrive_and_wait, for fibers)
+struct tw_sync {
+  int expected = 0, count = 0;
+  unsigned phase = 0;
+  explicit tw_sync(int n = 0) : expected(n) {}
+  unsigned arrive() {
+    tw_progress();
+    unsigned now = phase;
+    if (++count == expected) { count = 0; ++phase; }
+    return now;
+  }
+  void wait(unsigned arrived_in) {
+    while (phase == arrived_in) tw_wait_turn();
+    tw_progress();
+  }
+  void arrive_and_wait() { wait(arrive()); }
+};
+// one T for each thread of the running clusters, fresh in each cluster
+template <class T> struct tw_per_thread {
+  T slots[TW_MAX_CLUSTER * 1024];
+  unsigned long long epochs[TW_MAX_CLUSTER * 1024] = {};
+  T& get() {
+    unsigned t = tw_slot_base + threadIdx.x;
+    if (epochs[t] != tw_block_epoch) { slots[t] = T(); epochs[t] = tw_block_epoch; }
+    return slots[t];
+  }
+};
+tw_sync tw_block_sync[TW_MAX_CLUSTER], tw_cluster_barrier_sync;
+tw_sync* tw_cluster_barrier = &tw_cluster_barrier_sync;
+tw_sync tw_warp_syncs[TW_MAX_CLUSTER][32];  // one per warp: warp ops wait on theirs
 alignas(16) unsigned char tw_exchange[TW_MAX_CLUSTER * 1024][16];
-inline void __syncthreads() { tw_barrier->arrive_and_wait(); }
-inline void tw_warp_sync() { tw_warp_barriers[threadIdx.x / 32]->arrive_and_wait(); }
+inline void __syncthreads() { tw_block_sync[tw_cta_rank].arrive_and_wait(); }
+inline void tw_warp_sync() { tw_warp_syncs[tw_cta_rank][threadIdx.x / 32].arrive_and_wait(); }
 inline void __syncwarp(unsigned = 0xffffffffu) { tw_warp_sync(); }
 inline void __trap() { std::fflush(stdout); std::abort(); }
 template <class T> T __shfl_xor_sync(unsigned, T v, int offset, int = 32) {
@@ -89,16 +172,16 @@ template <class T> T __shfl_sync(unsigned, T v, int lane, int width = 32) {
   return r;
 }
 template <class T> T atomicAdd(T* p, T v) {
-  std::lock_guard<std::mutex> g(tw_atomic_mutex); T o = *p; *p = o + v; return o;
+  T o = *p; *p = o + v; return o;
 }
 template <class T> T atomicMax(T* p, T v) {
-  std::lock_guard<std::mutex> g(tw_atomic_mutex); T o = *p; *p = o > v ? o : v; return o;
+  T o = *p; *p = o > v ? o : v; return o;
 }
 template <class T> T atomicMin(T* p, T v) {
-  std::lock_guard<std::mutex> g(tw_atomic_mutex); T o = *p; *p = o < v ? o : v; return o;
+  T o = *p; *p = o < v ? o : v; return o;
 }
 template <class T> T atomicCAS(T* p, T c, T v) {
-  std::lock_guard<std::mutex> g(tw_atomic_mutex); T o = *p; if (o == c) *p = v; return o;
+  T o = *p; if (o == c) *p = v; return o;
 }
 // max and min of two arithmetic types in their common type, as CUDA's overloads of max(int,
 // int), max(long long, long long) ... take a char and an int promoted (an int8 reduction)
@@ -264,43 +347,77 @@ inline void tw_emulate_ldmatrix(unsigned* d, const void* row, int num, bool tran
 }
 inline size_t __cvta_generic_to_shared(const void* p) { return (size_t)p; }
 struct tw_ptr { void* p; template <class T> operator T*() const { return (T*)p; } };
-"""
-
-LAUNCHER = r"""
-extern "C" void LAUNCH(void** ptrs, long long* ints, int gx, int gy, int gz, int threads,
-                          int cluster) {
+// Runs every block of a grid: one cluster at a time, each of its threads a fiber on a stack
+// of its own (the stacks kept for the whole grid; a guard page below each).
+constexpr size_t TW_FIBER_STACK = 1 << 20, TW_PAGE = 4096;
+void (*tw_body)(void**, long long*);
+void** tw_body_ptrs;
+long long* tw_body_ints;
+inline void tw_fiber_main() {
+  tw_progress();
+  tw_body(tw_body_ptrs, tw_body_ints);
+  tw_progress();
+  tw_fibers[tw_fiber_now].done = true;
+  if (--tw_fibers_left == 0) setcontext(&tw_launcher_context);
+  int next = tw_next_fiber();
+  tw_enter(next);
+  setcontext(&tw_fibers[next].context);
+}
+inline int tw_run_grid(int gx, int gy, int gz, int threads, int cluster,
+                       void (*body)(void**, long long*), void** ptrs, long long* ints) {
   gridDim = {(unsigned)gx, (unsigned)gy, (unsigned)gz};
   blockDim = {(unsigned)threads, 1, 1};
+  tw_body = body;
+  tw_body_ptrs = ptrs;
+  tw_body_ints = ints;
+  int n = threads * cluster;
+  size_t each = TW_FIBER_STACK + TW_PAGE;
+  char* stacks = (char*)mmap(nullptr, each * n, PROT_READ | PROT_WRITE,
+                             MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (stacks == MAP_FAILED) { std::perror("tw emulation: fiber stacks"); std::abort(); }
+  for (int i = 0; i < n; ++i) mprotect(stacks + i * each, TW_PAGE, PROT_NONE);
+  std::vector<tw_fiber> fibers(n);
+  tw_fibers = fibers.data();
+  tw_fiber_count = n;
   for (int z = 0; z < gz; ++z) for (int y = 0; y < gy; ++y)
   for (int x0 = 0; x0 < gx; x0 += cluster) {
-    std::barrier<> everyone(threads * cluster);
-    tw_cluster_barrier = &everyone;
-    std::vector<std::unique_ptr<std::barrier<>>> blocks;
-    std::vector<std::vector<std::barrier<>*>> warps(cluster);
-    std::vector<std::unique_ptr<std::barrier<>>> keep;
+    ++tw_block_epoch;
+    tw_cluster_barrier_sync = tw_sync(n);
     for (int r = 0; r < cluster; ++r) {
       tw_cta_smem[r] = tw_smem_pool[r];
       std::memset(tw_smem_pool[r], 0xff, sizeof(tw_smem_pool[r]));  // poison: NaN for floats
-      blocks.push_back(std::make_unique<std::barrier<>>(threads));
-      for (int w = 0; w * 32 < threads; ++w) {
-        keep.push_back(std::make_unique<std::barrier<>>(std::min(32, threads - 32 * w)));
-        warps[r].push_back(keep.back().get());
-      }
+      tw_block_sync[r] = tw_sync(threads);
+      for (int w = 0; w * 32 < threads; ++w)
+        tw_warp_syncs[r][w] = tw_sync(std::min(32, threads - 32 * w));
     }
-    std::vector<std::thread> pool;
-    for (int r = 0; r < cluster; ++r)
-    for (int t = 0; t < threads; ++t) pool.emplace_back([=, &blocks, &warps] {
-      threadIdx = {(unsigned)t, 0, 0};
-      blockIdx = {(unsigned)(x0 + r), (unsigned)y, (unsigned)z};
-      tw_cta_rank = r;
-      tw_slot_base = r * 1024;
-      tw_smem_ptr = tw_smem_pool[r];
-      tw_barrier = blocks[r].get();
-      tw_warp_barriers = warps[r].data();
-      KERNEL(ARGS);
-    });
-    for (auto& th : pool) th.join();
+    for (int i = 0; i < n; ++i) {
+      tw_fiber& f = fibers[i];
+      f.thread = {(unsigned)(i % threads), 0, 0};
+      f.rank = i / threads;
+      f.block = {(unsigned)x0 + f.rank, (unsigned)y, (unsigned)z};
+      f.done = false;
+      getcontext(&f.context);
+      f.context.uc_stack.ss_sp = stacks + i * each + TW_PAGE;
+      f.context.uc_stack.ss_size = TW_FIBER_STACK;
+      f.context.uc_link = nullptr;
+      makecontext(&f.context, tw_fiber_main, 0);
+    }
+    tw_fibers_left = n;
+    tw_deadlock = false;
+    tw_enter(0);
+    swapcontext(&tw_launcher_context, &fibers[0].context);
+    if (tw_deadlock) { munmap(stacks, each * n); return 1; }
   }
+  munmap(stacks, each * n);
+  return 0;
+}
+"""
+
+LAUNCHER = r"""
+extern "C" int LAUNCH(void** ptrs, long long* ints, int gx, int gy, int gz, int threads,
+                         int cluster) {
+  return tw_run_grid(gx, gy, gz, threads, cluster,
+              [](void** ptrs, long long* ints) { KERNEL(ARGS); }, ptrs, ints);
 }
 """
 
@@ -333,22 +450,59 @@ FLAGS = ["-std=c++20", "-O1", "-fPIC", "-pthread", "-w", "-I/usr/local/cuda/incl
 SHIM_HEADER = "tw_emu_shim.h"
 
 
-def _compile(cmd: list[str]) -> None:
-    result = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if result.returncode:
-        raise RuntimeError(f"host emulation build failed: {' '.join(cmd)}\n"
-                           f"{result.stderr[-3000:]}")
+def _compile(cmd: list[str], output: Path) -> None:
+    """Run the g++ command ``cmd`` writing to a temporary name, then move its result onto
+    ``output`` (two processes building the same file at once both leave a whole one)."""
+    fd, partial = tempfile.mkstemp(dir=output.parent, prefix=f".{output.name}.")
+    os.close(fd)
+    try:
+        result = subprocess.run([*cmd, "-o", partial], capture_output=True, text=True,
+                                check=False)
+        if result.returncode:
+            raise RuntimeError(f"host emulation build failed: {' '.join(cmd)}\n"
+                               f"{result.stderr[-3000:]}")
+        os.replace(partial, output)
+    finally:
+        Path(partial).unlink(missing_ok=True)
+
+
+_shared: list[Path] = []  # the folder set by share_builds, if any
+
+
+def share_builds(folder: Path) -> None:
+    """Keep the precompiled shim and every kernel's library in ``folder`` from now on,
+    shared by the processes that name the same folder (a test run's workers): a kernel built
+    once is loaded by every later test that runs the same source."""
+    folder.mkdir(parents=True, exist_ok=True)
+    _shared[:] = [folder]
+    shim_dir.cache_clear()
+
+
+@functools.cache
+def _digest_of_tools() -> str:
+    """What else goes into a build: the shim, the flags and the compiler's version."""
+    version = subprocess.run(["g++", "--version"], capture_output=True, text=True,
+                             check=False).stdout
+    return hashlib.sha256("\0".join([SHIM, *FLAGS, version]).encode()).hexdigest()
 
 
 @functools.cache
 def shim_dir() -> Path:
-    """A folder of this process holding the shim as a header and its precompiled form (built
-    with the kernels' flags, so g++ uses it; removed at exit)."""
-    path = Path(tempfile.mkdtemp(prefix="tw-hostemu-"))
-    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    """The folder holding the shim as a header and its precompiled form (built with the
+    kernels' flags, so g++ uses it): in the shared folder, named by the digest of the shim,
+    the flags and g++, else one of this process, removed at exit."""
+    if _shared:
+        path = _shared[0] / f"shim-{_digest_of_tools()[:12]}"
+        path.mkdir(exist_ok=True)
+    else:
+        path = Path(tempfile.mkdtemp(prefix="tw-hostemu-"))
+        atexit.register(shutil.rmtree, path, ignore_errors=True)
     header = path / SHIM_HEADER
-    header.write_text(SHIM)
-    _compile(["g++", *FLAGS, "-x", "c++-header", "-o", f"{header}.gch", str(header)])
+    pch = path / f"{SHIM_HEADER}.gch"
+    with filelock.FileLock(path / "build.lock"):
+        if not pch.exists():
+            header.write_text(SHIM)
+            _compile(["g++", *FLAGS, "-x", "c++-header", str(header)], pch)
     return path
 
 
@@ -377,12 +531,15 @@ def _launchers(launch: dict) -> list[tuple[dict, str]]:
 def build(source: str, launch: dict, workdir: Path) -> ctypes.CDLL:
     source = re.sub(r"extern __shared__[^;]*\btw_smem_ptr\[\];", "", source)  # the shim's
     text = source + "".join(_launcher(k, name) for k, name in _launchers(launch))
-    digest = hashlib.sha256((SHIM + text).encode()).hexdigest()[:12]
-    lib = Path(workdir) / f"emu-{digest}.so"
+    digest = hashlib.sha256((_digest_of_tools() + text).encode()).hexdigest()[:16]
+    folder = _shared[0] if _shared else Path(workdir)
+    lib = folder / f"emu-{digest}.so"
     if not lib.exists():
-        src = Path(workdir) / f"emu-{digest}.cpp"
-        src.write_text(f'#include "{SHIM_HEADER}"\n{text}')
-        _compile(["g++", *FLAGS, "-shared", "-I", str(shim_dir()), "-o", str(lib), str(src)])
+        with filelock.FileLock(folder / f"emu-{digest}.lock"):
+            if not lib.exists():
+                src = folder / f"emu-{digest}.cpp"
+                src.write_text(f'#include "{SHIM_HEADER}"\n{text}')
+                _compile(["g++", *FLAGS, "-shared", "-I", str(shim_dir()), str(src)], lib)
     return ctypes.CDLL(str(lib))
 
 
@@ -431,4 +588,6 @@ def _run_kernel(launcher, kernel: dict, symbols: dict, spaces: list, args) -> No
     if cluster[1:] != [1, 1] or not 1 <= cluster[0] <= 8 or grid[0] % cluster[0]:
         raise RuntimeError(f"host emulation runs clusters of up to 8 blocks along x whose "
                            f"count divides the grid; got cluster {cluster}, grid {grid}")
-    launcher(ptrs, ints, *grid, int(kernel["block"][0]), cluster[0])
+    if launcher(ptrs, ints, *grid, int(kernel["block"][0]), cluster[0]):
+        raise RuntimeError(f"host emulation: every thread of a block of {kernel['entry']} waits "
+                           f"for another (a deadlock: a barrier that not every thread reaches?)")

@@ -2,7 +2,7 @@
 // cp.async copies that arrive on an mbarrier.
 // Under TW_HOST_EMULATION (tests/hostemu.py) the same functions run on the host: a TMA is a
 // synchronous tiled copy honouring the box and the swizzle mode, an mbarrier a counter with a
-// phase bit, a named barrier a std::barrier of the role's threads.
+// phase bit, a named barrier a barrier of the role's threads (the emulation's tw_sync).
 #ifndef TW_HOPPER_H
 #define TW_HOPPER_H
 #define TW_TMAP(k) (&tw_tmap_##k)
@@ -210,13 +210,11 @@ struct tw_tensormap {
 };
 struct tw_mbar_state { long long expected, pending, tx; int phase; };
 inline std::map<void*, tw_mbar_state> tw_mbars;
-inline std::mutex tw_mbar_mutex;
 inline void tw_mbar_complete(tw_mbar_state& s) {
   if (s.pending == 0 && s.tx == 0) { s.phase ^= 1; s.pending = s.expected; }
 }
 inline void* tw_offset_bytes(void* p, int bytes) { return (char*)p + bytes; }
 inline void tw_mbar_init(void* bar, unsigned count) {
-  std::lock_guard<std::mutex> g(tw_mbar_mutex);
   tw_mbars[bar] = {count, count, 0, 0};
 }
 inline void tw_fence_barrier_init() {}
@@ -227,7 +225,6 @@ inline tw_mbar_state& tw_mbar_get(void* bar) {
   return it->second;
 }
 inline void tw_mbar_arrive(void* bar) {
-  std::lock_guard<std::mutex> g(tw_mbar_mutex);
   tw_mbar_state& s = tw_mbar_get(bar);
   if (--s.pending < 0) { std::fprintf(stderr, "mbarrier: more arrivals than its count\n"); __trap(); }
   tw_mbar_complete(s);
@@ -238,36 +235,28 @@ template <int N> inline void tw_cp_async_bytes(void* dst, const void* src) {
 }
 inline void tw_cp_async_mbar_arrive_noinc(void* bar) { tw_mbar_arrive(bar); }
 inline void tw_mbar_expect_tx(void* bar, unsigned bytes) {
-  std::lock_guard<std::mutex> g(tw_mbar_mutex);
   tw_mbar_get(bar).tx += bytes;
 }
 inline void tw_mbar_complete_tx(void* bar, long long bytes) {
-  std::lock_guard<std::mutex> g(tw_mbar_mutex);
   tw_mbar_state& s = tw_mbar_get(bar);
   s.tx -= bytes;
   tw_mbar_complete(s);
 }
 inline void tw_mbar_wait(void* bar, int parity) {
-  for (;;) {
-    {
-      std::lock_guard<std::mutex> g(tw_mbar_mutex);
-      if (tw_mbar_get(bar).phase != (parity & 1)) return;
-    }
-    std::this_thread::yield();
-  }
+  while (tw_mbar_get(bar).phase == (parity & 1)) tw_wait_turn();
+  tw_progress();
 }
-inline std::map<long long, std::barrier<>*> tw_named;
-inline std::barrier<>* tw_named_barrier(int id, int threads) {
-  std::lock_guard<std::mutex> g(tw_mbar_mutex);
+inline std::map<long long, tw_sync*> tw_named;
+inline tw_sync* tw_named_barrier(int id, int threads) {
   auto& slot = tw_named[(tw_cta_rank * 64LL + id) * 4096LL + threads];
-  if (!slot) slot = new std::barrier<>(threads);
+  if (!slot) slot = new tw_sync(threads);
   return slot;
 }
 inline void tw_named_barrier_sync(int id, int threads) {
   tw_named_barrier(id, threads)->arrive_and_wait();
 }
 inline void tw_named_barrier_arrive(int id, int threads) {
-  (void)tw_named_barrier(id, threads)->arrive();
+  tw_named_barrier(id, threads)->arrive();
 }
 inline void tw_bar_sync(int id, int threads) { tw_named_barrier_sync(id, threads); }
 template <int N> inline void tw_setmaxnreg_inc() {}

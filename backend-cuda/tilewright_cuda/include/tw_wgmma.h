@@ -90,31 +90,33 @@ __device__ __forceinline__ void tw_wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
 }
 #else
-#include <memory>
 inline unsigned tw_smem_u32(const void* p) {
   return (unsigned)((const unsigned char*)p - tw_smem_ptr);
 }
 inline void tw_wgmma_fence() {}
-// element (row, col) of the operand a descriptor describes, decoded from the descriptor alone
-inline float tw_wgmma_read(unsigned long long desc, bool mn_major, int row, int col, int ty) {
-  const int eb = tw_wgmma_bytes(ty);
-  long long start = (long long)(desc & 0x3FFF) << 4;
-  long long lbo = (long long)((desc >> 16) & 0x3FFF) << 4;
-  long long sbo = (long long)((desc >> 32) & 0x3FFF) << 4;
-  int mode = (int)(desc >> 62);
-  int width = mode == 1 ? 128 : mode == 2 ? 64 : 32;
-  long long o;
-  if (!mn_major) {  // (row: M or N, col: K): 8-row groups SBO apart, rows `width` apart
-    o = start + (row / 8) * sbo + (row % 8) * width + col * eb;
-  } else {  // (row: K, col: N): column blocks LBO apart, 8 K-row groups SBO apart
-    int per = width / eb;
-    o = start + (col / per) * lbo + (row / 8) * sbo + (row % 8) * width + (col % per) * eb;
+// the operand a descriptor describes, decoded from the descriptor alone: at(row, col) reads
+// its element (row, col)
+struct tw_wgmma_operand {
+  long long start, lbo, sbo;
+  int width, eb, ty;
+  bool mn_major;
+  tw_wgmma_operand(unsigned long long desc, bool mn_major, int ty)
+      : start((long long)(desc & 0x3FFF) << 4), lbo((long long)((desc >> 16) & 0x3FFF) << 4),
+        sbo((long long)((desc >> 32) & 0x3FFF) << 4),
+        width((desc >> 62) == 1 ? 128 : (desc >> 62) == 2 ? 64 : 32), eb(tw_wgmma_bytes(ty)),
+        ty(ty), mn_major(mn_major) {}
+  __attribute__((always_inline)) float at(int row, int col) const {
+    long long o;
+    if (!mn_major) {  // (row: M or N, col: K): 8-row groups SBO apart, rows `width` apart
+      o = start + (row / 8) * sbo + (row % 8) * width + col * eb;
+    } else {  // (row: K, col: N): column blocks LBO apart, 8 K-row groups SBO apart
+      int per = width / eb;
+      o = start + (col / per) * lbo + (row / 8) * sbo + (row % 8) * width + (col % per) * eb;
+    }
+    const unsigned char* e = tw_smem_ptr + tw_swizzled(o, width);  // little-endian
+    return tw_mma_element(eb == 1 ? e[0] : e[0] | e[1] << 8, ty);
   }
-  o = tw_swizzled(o, width);
-  unsigned bits = 0;
-  std::memcpy(&bits, tw_smem_ptr + o, eb);
-  return tw_mma_element(bits, ty);
-}
+};
 // wgmma is asynchronous: an instruction may read shared memory at any time until the
 // wait_group that retires its group. The emulation computes each instruction's products when
 // it is issued and again when it is retired, adds them to the accumulators at retirement,
@@ -134,50 +136,55 @@ struct tw_wgmma_op {
   float a[2][16] = {};             // ... and the thread's two rows of A, from its quad's lanes
 };
 inline std::vector<float> tw_wgmma_products(const tw_wgmma_op& op) {
-  int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
+  // the thread's outputs: rows r0 and r0 + 8, columns 8 j + 2 (lane % 4) + {0, 1}; each
+  // operand element is decoded once (A of the two rows, B of the nc / 4 columns)
+  int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4, r0 = 16 * warp + lane / 4;
+  const int K = 32 / tw_wgmma_bytes(op.ty), KB = op.sparse ? 32 : K;
+  float a[2][32], b[64][32];
+  const tw_wgmma_operand da(op.da, false, op.ty), db(op.db, op.b_mn, op.ty);
+  for (int r = 0; r < 2; ++r)
+    for (int k = 0; k < (op.sparse ? 16 : K); ++k)
+      a[r][k] = op.regs ? op.a[r][k] : da.at(r0 + 8 * r, k);
+  for (int c = 0; c < op.nc / 4; ++c) {
+    int col = (c / 2) * 8 + 2 * (lane % 4) + c % 2;
+    for (int k = 0; k < KB; ++k) b[c][k] = op.b_mn ? db.at(k, col) : db.at(col, k);
+  }
   std::vector<float> out(op.nc / 2);
   for (int i = 0; i < op.nc / 2; ++i) {
-    int row = 16 * warp + lane / 4 + 8 * ((i % 4) / 2);
-    int col = (i / 4) * 8 + 2 * (lane % 4) + i % 2;
-    auto b = [&](int k) {
-      return op.b_mn ? tw_wgmma_read(op.db, true, k, col, op.ty)
-                     : tw_wgmma_read(op.db, false, col, k, op.ty);
-    };
+    const float* ar = a[(i % 4) / 2];
+    const float* bc = b[(i / 4) * 2 + i % 2];
     float s = 0;
     if (op.sparse) {  // value v of a group of 2 sits at k 4 (v / 2) + its 2-bit index
       for (int v = 0; v < 16; ++v)
-        s += tw_wgmma_read(op.da, false, row, v, op.ty) *
-             b(4 * (v / 2) + ((op.meta[(i % 4) / 2] >> (2 * v)) & 3));
+        s += ar[v] * bc[4 * (v / 2) + ((op.meta[(i % 4) / 2] >> (2 * v)) & 3)];
     } else {
-      for (int k = 0; k < 32 / tw_wgmma_bytes(op.ty); ++k)
-        s += (op.regs ? op.a[(i % 4) / 2][k] : tw_wgmma_read(op.da, false, row, k, op.ty)) * b(k);
+      for (int k = 0; k < K; ++k) s += ar[k] * bc[k];
     }
     out[i] = s;
   }
   return out;
 }
-thread_local std::vector<tw_wgmma_op> tw_wgmma_open;               // issued, not committed
-thread_local std::vector<std::vector<tw_wgmma_op>> tw_wgmma_groups;  // committed, in flight
+// each thread's wgmmas: issued, not committed; committed, in flight
+inline tw_per_thread<std::vector<tw_wgmma_op>> tw_wgmma_open;
+inline tw_per_thread<std::vector<std::vector<tw_wgmma_op>>> tw_wgmma_groups;
 template <int NC, int TY, bool B_MN>
 inline void tw_wgmma_step(typename tw_wgmma_acc<TY>::type* d, unsigned long long da,
                           unsigned long long db, int scale_d) {
   tw_wgmma_op op{d, da, db, NC, TY, B_MN, {}};
   op.scale_d = scale_d;
   op.issued = tw_wgmma_products(op);
-  tw_wgmma_open.push_back(std::move(op));
+  tw_wgmma_open.get().push_back(std::move(op));
 }
 // The register-A form: A is spread over the warp's lanes (lane l holds rows l / 4 and
 // l / 4 + 8, columns 2 (l % 4) + {0, 1, 8, 9}), so each thread gathers its two rows from the
 // four lanes of its quad through memory between two barriers of its warp (wgmma is issued by
 // whole warpgroups; other warps, a producer role's say, need not take part).
 inline unsigned tw_wgmma_a_exchange[TW_MAX_CLUSTER * 1024][4];
-inline std::barrier<>& tw_wgmma_warp_barrier() {
-  static std::unique_ptr<std::barrier<>> bars[TW_MAX_CLUSTER * 32];
-  static std::once_flag once;
-  std::call_once(once, [] {
-    for (auto& b : bars) b = std::make_unique<std::barrier<>>(32);
-  });
-  return *bars[(tw_slot_base + threadIdx.x) / 32];
+inline tw_sync& tw_wgmma_warp_barrier() {
+  static tw_sync bars[TW_MAX_CLUSTER * 32];
+  tw_sync& bar = bars[(tw_slot_base + threadIdx.x) / 32];
+  if (bar.expected == 0) bar = tw_sync(32);
+  return bar;
 }
 template <int NC, int TY, bool B_MN>
 inline void tw_wgmma_step_rs(typename tw_wgmma_acc<TY>::type* d, const unsigned* a,
@@ -195,7 +202,7 @@ inline void tw_wgmma_step_rs(typename tw_wgmma_acc<TY>::type* d, const unsigned*
             tw_mma_element((tw_wgmma_a_exchange[quad + l][r] >> (16 * h)) & 0xffff, TY);
   tw_wgmma_warp_barrier().arrive_and_wait();
   op.issued = tw_wgmma_products(op);
-  tw_wgmma_open.push_back(std::move(op));
+  tw_wgmma_open.get().push_back(std::move(op));
 }
 // The sparse form: each thread gathers the metadata of its rows g and g + 8 from lanes 4 g
 // and 4 g + 1 of its warp (selector 0: low halves row g, high halves row g + 8, lane 4 g + h
@@ -216,16 +223,18 @@ inline void tw_wgmma_step_sp(float* d, unsigned long long da, unsigned long long
   }
   tw_wgmma_warp_barrier().arrive_and_wait();
   op.issued = tw_wgmma_products(op);
-  tw_wgmma_open.push_back(std::move(op));
+  tw_wgmma_open.get().push_back(std::move(op));
 }
 inline void tw_wgmma_commit() {
-  tw_wgmma_groups.push_back(std::move(tw_wgmma_open));
-  tw_wgmma_open.clear();
+  tw_wgmma_groups.get().push_back(std::move(tw_wgmma_open.get()));
+  tw_wgmma_open.get().clear();
 }
 template <int N>
 inline void tw_wgmma_wait() {
-  while (tw_wgmma_groups.size() > (size_t)N) {
-    for (auto& op : tw_wgmma_groups.front()) {
+  tw_yield();  // the other threads run while the groups are in flight (a refill shows here)
+  std::vector<std::vector<tw_wgmma_op>>& groups = tw_wgmma_groups.get();
+  while (groups.size() > (size_t)N) {
+    for (auto& op : groups.front()) {
       std::vector<float> now = tw_wgmma_products(op);
       if (std::memcmp(now.data(), op.issued.data(), now.size() * sizeof(float)) != 0) {
         std::printf("tw emulation: block (%u, %u, %u) thread %u: shared memory read by a wgmma "
@@ -249,7 +258,7 @@ inline void tw_wgmma_wait() {
         }
       }
     }
-    tw_wgmma_groups.erase(tw_wgmma_groups.begin());
+    groups.erase(groups.begin());
   }
 }
 #endif
