@@ -1,7 +1,7 @@
 """Thread-level atomics (transforms.threads.thread_atomics): an element's ``T.atomic_add``
 under a condition on ``T.get_thread_binding()``, or indexed or valued from it, is one atomic of
 each thread, as TileLang's ``atomic_add_elem_op``; in block code the same statement stays the
-block's one atomic. Run by the host emulation (one host thread per CUDA thread) and compared
+block's one atomic. Run by the host emulation (each CUDA thread a fiber) and compared
 with torch; DeepSeek V3.2's radix top-k selector (TileLang's
 ``examples/deepseek_v32/topk_selector.py``, its block shrunk to 256 threads) against
 ``torch.topk``."""
