@@ -35,6 +35,24 @@ def test_cli_writes_the_first_kernel_and_runs_nothing(tmp_path, monkeypatch, cap
     assert code == 2 and "refuses target 'auto'" in capsys.readouterr().err
 
 
+def test_the_intercept_holds_for_a_compile_imported_earlier_and_ends_with_the_script(
+        tmp_path, monkeypatch, capsys):
+    """``tilewright.jit.decorator`` binds ``compile`` when first imported: imported before
+    main (as in any process that compiled already), the script's kernel is still the one
+    recorded (it used to be "compiled no kernel"), and compiling works again after."""
+    import tilewright
+    import tilewright.jit.decorator  # noqa: F401  (its binding of compile exists now)
+
+    monkeypatch.chdir(tmp_path)
+    for n in range(2):
+        out = tmp_path / f"out{n}.ll"
+        assert compile_only.main(["--output_file", str(out), str(EXAMPLE)]) == 0
+        assert out.read_text().startswith("; ModuleID")
+    capsys.readouterr()
+    kernel = tilewright.compile(add_one(), target="cpu")
+    assert callable(kernel) and "define" in kernel.get_kernel_source()
+
+
 def test_accelerator_targets_need_no_device():
     backends = {kind for b in get_manager().backends().values() for kind in b.target_kinds}
     if "cuda" not in backends:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib
@@ -152,12 +153,30 @@ def cache_key(func: tirx.PrimFunc, target, backend, executor, configs: dict, out
     })
 
 
+_stand_ins: list = []  # compile_instead's functions, innermost last
+
+
+@contextlib.contextmanager
+def compile_instead(stand_in):
+    """Within the block, every :func:`compile` (``tilewright.compile``, ``@jit`` kernels,
+    ``par_compile``) returns ``stand_in(func, out_idx, pass_configs)`` instead of building:
+    the seam of compile-only tools (``tilewright.tools.compile_only``), which works whatever
+    module imported ``compile`` and when."""
+    _stand_ins.append(stand_in)
+    try:
+        yield
+    finally:
+        _stand_ins.remove(stand_in)
+
+
 def compile(func: tirx.PrimFunc, out_idx=None, target="auto", pass_configs=None,  # noqa: A001
             execution_backend: str | None = None, cache: DiskCache | None = None) -> JITKernel:
     """Compile a tile-level PrimFunc into a :class:`JITKernel`, through the disk cache.
 
     When the cache cannot be used (see :mod:`tilewright.jit.cache`), the kernel is compiled
     without it and one warning says why."""
+    if _stand_ins:
+        return _stand_ins[-1](func, out_idx, pass_configs)
     target_obj, backend = resolve_target(target)
     configs = validate(pass_configs)
     outputs = output_indices(func, out_idx)

@@ -17,12 +17,9 @@ In Python: :func:`compile_kernel_source` (a PrimFunc and a target, returns the s
 from __future__ import annotations
 
 import argparse
-import contextlib
 import runpy
 import sys
 from pathlib import Path
-
-import tilewright
 
 from ..engine import finish, lower, resolve_target
 from ..errors import TargetError, TilewrightError
@@ -52,32 +49,20 @@ class _Stop(Exception):
     """Ends the script after its first kernel."""
 
 
-@contextlib.contextmanager
 def _intercept(target: str, keep_going: bool, sources: list):
     """Make ``tilewright.compile`` (and so ``@jit``) lower for ``target`` and record the
     source instead of building."""
-    modules = [kernel_mod, sys.modules["tilewright.jit"]]
-    if "compile" in vars(tilewright):
-        modules.append(tilewright)
-    original = kernel_mod.compile
     _, backend = resolve_target(target)
 
-    def compile_only(func, *args, **kwargs):
-        text = compile_kernel_source(func, target, kwargs.get("pass_configs"))
-        signature = signature_of(func, kernel_mod.output_indices(
-            func, kwargs.get("out_idx", args[0] if args else None)))
+    def compile_only(func, out_idx, pass_configs):
+        text = compile_kernel_source(func, target, pass_configs)
+        signature = signature_of(func, kernel_mod.output_indices(func, out_idx))
         sources.append((signature.name, text))
         if not keep_going:
             raise _Stop()
         return _Unbuilt(signature, backend)
 
-    for module in modules:
-        module.compile = compile_only
-    try:
-        yield
-    finally:
-        for module in modules:
-            module.compile = original
+    return kernel_mod.compile_instead(compile_only)
 
 
 class _Unbuilt:
