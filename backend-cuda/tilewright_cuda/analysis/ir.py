@@ -142,13 +142,11 @@ def uses(node, var) -> bool:
     return bool(found)
 
 
-def thread_varying(body, tx) -> list:
-    """The per-thread buffers (``local*`` scopes: T.alloc_var,
-    T.get_thread_binding's) under ``body`` whose value may differ between the threads of the
-    block: a store whose value, index or enclosing conditions read ``tx`` or such a buffer,
-    or whose value is an extern call (an atomic's previous value differs between threads even
-    at one address)."""
-    stores: list = []
+def _guarded_assigns(body, binds: bool) -> list:
+    """``(statement, guards)`` of every store to a per-thread buffer (``local*`` scopes) under
+    ``body`` (and with ``binds``, every ``Bind``), in order, with the conditions and loop
+    bounds it runs under."""
+    found: list = []
 
     def walk(stmt, guards: tuple) -> None:
         if isinstance(stmt, tirx.IfThenElse):
@@ -162,15 +160,25 @@ def thread_varying(body, tx) -> list:
             walk(stmt.body, guards + (stmt.min, stmt.extent))
         elif isinstance(stmt, tirx.While):
             walk(stmt.body, guards + (stmt.condition,))
-        elif isinstance(stmt, tirx.BufferStore):
-            if str(stmt.buffer.scope()).startswith("local"):
-                stores.append((stmt, guards))
+        elif (binds and isinstance(stmt, tirx.Bind)) or (
+                isinstance(stmt, tirx.BufferStore) and
+                str(stmt.buffer.scope()).startswith("local")):
+            found.append((stmt, guards))
         elif hasattr(stmt, "body") and isinstance(stmt.body, tirx.Stmt):
             walk(stmt.body, guards)
 
     walk(body, ())
+    return found
+
+
+def thread_varying(body, tx) -> list:
+    """The per-thread buffers (``local*`` scopes: T.alloc_var,
+    T.get_thread_binding's) under ``body`` whose value may differ between the threads of the
+    block: a store whose value, index or enclosing conditions read ``tx`` or such a buffer,
+    or whose value is an extern call (an atomic's previous value differs between threads even
+    at one address)."""
     varying: list = []
-    pending = stores
+    pending = _guarded_assigns(body, binds=False)
     changed = True
     while changed:
         changed, rest = False, []
@@ -194,27 +202,7 @@ def index_dependent(body, indices):
     variables, before the threads are bound), directly or through a ``Bind`` variable or a
     per-thread buffer (``local*`` scopes) computed from it, under a condition reading it, or
     from an atomic's previous value (different in every thread even at one address)."""
-    assigns: list = []  # (the Bind or the local store, its guards)
-
-    def walk(stmt, guards: tuple) -> None:
-        if isinstance(stmt, tirx.IfThenElse):
-            walk(stmt.then_case, guards + (stmt.condition,))
-            if stmt.else_case is not None:
-                walk(stmt.else_case, guards + (stmt.condition,))
-        elif isinstance(stmt, tirx.SeqStmt):
-            for part in stmt.seq:
-                walk(part, guards)
-        elif isinstance(stmt, tirx.For):
-            walk(stmt.body, guards + (stmt.min, stmt.extent))
-        elif isinstance(stmt, tirx.While):
-            walk(stmt.body, guards + (stmt.condition,))
-        elif isinstance(stmt, tirx.Bind) or (isinstance(stmt, tirx.BufferStore) and
-                                             str(stmt.buffer.scope()).startswith("local")):
-            assigns.append((stmt, guards))
-        elif hasattr(stmt, "body") and isinstance(stmt.body, tirx.Stmt):
-            walk(stmt.body, guards)
-
-    walk(body, ())
+    assigns = _guarded_assigns(body, binds=True)
     buffers, variables = list(indices), []
 
     def reads(expr) -> bool:
