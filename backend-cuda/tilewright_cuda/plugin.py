@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from tilewright.language.reducer import OPS as REDUCER_OPS
 from tilewright.plugin import (
     API_VERSION,
     ArchModel,
@@ -112,9 +113,7 @@ BACKEND = BackendModule(
         tile_ops=frozenset(RULES) | frozenset(dialect.REWRITTEN) | frozenset(ops.EXPRESSION_OPS),
         dtypes=frozenset(DTYPES),
         memory_scopes=frozenset({"global", "shared.dyn", "local.fragment", "local", "local.var",
-                                 "local.reducer.sum", "local.reducer.max", "local.reducer.min",
-                                 "local.reducer.bitand", "local.reducer.bitor",
-                                 "local.reducer.bitxor"}),
+                                 *(f"local.reducer.{op}" for op in REDUCER_OPS)}),
         features=frozenset({"warps", "dynamic_shapes", "partial_tiles", "atomic_return_prev",
                             "while_loops", "kernel_sequence"}),
     ),
