@@ -6,6 +6,7 @@ with torch; DeepSeek V3.2's radix top-k selector (TileLang's
 ``examples/deepseek_v32/topk_selector.py``, its block shrunk to 256 threads) against
 ``torch.topk``."""
 
+import cuda_source
 import hostemu
 import pytest
 import tilewright
@@ -269,7 +270,12 @@ def test_topk_selector_matches_torch_topk(tmp_path):
     ends = torch.full((batch,), seq_len, dtype=torch.int32)
     index = torch.full((batch, topk), -1, dtype=torch.int32)
     text = _run(topk_kernel(batch, seq_len, topk), tmp_path, x, index, starts, ends)
-    assert "tw_atomic_add" in text
+    kernel = cuda_source.kernel(text)
+    for var in ("s", "s_2"):  # the histograms' loops: atomics of one function, no barrier
+        start, end = cuda_source.loop_span(kernel, var)
+        assert "tw_atomic_add" in kernel[start:end]
+        assert "__syncthreads" not in kernel[start:end], kernel[start:end]
+    assert kernel.count("__syncthreads();") == 13  # 16 when an atomic was a plain write
     want = torch.topk(x, topk, dim=-1).indices
     for b in range(batch):
         assert sorted(index[b].tolist()) == sorted(want[b].tolist())
