@@ -72,8 +72,8 @@ class Syncs:
                     tuple(a | b for a, b in zip(s1, s2)))
         acc = Access(stmt, self.versions)
         if _needs_sync(acc, state):
-            stmt, reads, writes, atomics = tirx.SeqStmt([intrinsics.sync(), stmt]), set(), \
-                set(), set()
+            stmt = tirx.SeqStmt([intrinsics.sync(), stmt])
+            reads, writes, atomics = set(), set(), set()
         reads, writes, issued = reads | acc.reads, writes | acc.writes, issued | acc.issued
         atomics = atomics | acc.atomics
         if acc.lands:
@@ -84,11 +84,11 @@ class Syncs:
         """A ``while`` loop is entered like a counted one when every thread of the block
         evaluates its condition alike and the condition reads no shared memory (nothing
         orders it after the body's writes); otherwise it is refused at the loop's line."""
+        cond = Access(tirx.Evaluate(stmt.condition), self.versions)
         if not self.uniform(stmt.condition):
             why = "reads the thread index (threads would leave the loop apart, and the " \
                 "barriers inside it need every thread)"
-        elif (cond := Access(tirx.Evaluate(stmt.condition), self.versions)).reads or \
-                cond.atomics:
+        elif cond.reads or cond.atomics:
             why = "reads shared memory"
         else:
             return
