@@ -1,11 +1,13 @@
 """The intrinsics table (tilewright_cuda/intrinsics.py) is where the analyses learn what a
 device function call does: barrier insertion counts a 16-byte copy's source as read and its
-destination as written, a cp.async destination as in flight until a wait, and a name the
+destination as written, a cp.async destination as in flight until a wait, an atomic's element
+as updated atomically by its function (still a write to the other analyses), and a name the
 table does not know is an error rather than a guess."""
 
 import pytest
 from tilewright_cuda import intrinsics
-from tilewright_cuda.analysis.accesses import Access
+from tilewright_cuda.analysis import ir
+from tilewright_cuda.analysis.accesses import Access, atomics_conflict, conflict
 from tvm import tirx
 
 ZERO = tirx.const(0, "int32")
@@ -26,6 +28,20 @@ def test_copy_effects_come_from_the_table():
     issued = Access(_copy("tw_cp_async16", smem, other), {})
     assert [b.name for b, _ in issued.issued] == ["S"] and not issued.writes
     assert Access(intrinsics.cp_async_wait(0), {}).lands
+
+
+def test_atomic_effects_come_from_the_table():
+    smem = tirx.decl_buffer((64,), "int32", "S", scope="shared.dyn")
+    add, max_ = (Access(tirx.Evaluate(intrinsics.atomic(kind, tirx.BufferLoad(smem, [ZERO]),
+                                                        tirx.const(1, "int32"))), {})
+                 for kind in ("add", "max"))
+    assert [(b.name, f) for b, _, f in add.atomics] == [("S", "tw_atomic_add")]
+    assert not add.reads and not add.writes and not add.issued
+    assert conflict(add.atomics, max_.atomics)  # the same memory
+    assert atomics_conflict(add.atomics, max_.atomics)  # updated by different functions
+    assert not atomics_conflict(add.atomics, add.atomics)
+    assert ir.writes(tirx.Evaluate(intrinsics.atomic("add", tirx.BufferLoad(smem, [ZERO]),
+                                                     tirx.const(1, "int32"))), [smem])
 
 
 def test_template_arguments_do_not_change_the_entry():

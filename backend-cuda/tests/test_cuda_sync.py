@@ -2,14 +2,19 @@
 run as a loop over each thread's registers, is one statement: one barrier before it, none
 between its iterations (block-causal varlen attention's dkv kernel had one per element); a
 loop whose iterations read what another thread wrote in an earlier iteration keeps its
-barriers. Checked on the lowered source and in host emulation against torch."""
+barriers; atomics of one function need none between them (a shared histogram's loop), but a
+plain access or another function's atomic after them does. Checked on the lowered source and
+in host emulation against torch."""
 
+import functools
 import re
 
+import cuda_source
 import hostemu
 import pytest
 import tilewright
 import tilewright.language as T
+import tilewright_cuda.language as TC
 import torch
 from tilewright_cuda.analysis import lifetimes
 
@@ -178,3 +183,117 @@ def test_a_vector_renewed_each_step_matches_torch(tmp_path):
     ref = sum(((a[k * M:(k + 1) * M].float() @ b.float().T - delta[k][None, :]).half().float()
                @ v.float()) for k in range(2))
     torch.testing.assert_close(c, ref, rtol=2e-2, atol=5e-2)
+
+
+BINS = 16
+
+
+def block_histogram(n=1024, threads=128):
+    """Block code: a shared histogram zeroed, every element's bin counted with ``T.atomic_add``
+    in a ``T.Parallel`` nest of a serial loop, then read back."""
+
+    @T.prim_func
+    def main(X: T.Tensor((n,), "int32"), H: T.Tensor((BINS,), "int32")):
+        with T.Kernel(1, threads=threads):
+            hist = T.alloc_shared((BINS,), "int32")
+            T.fill(hist, 0)
+            for k in T.serial(n // threads):
+                for i in T.Parallel(threads):
+                    T.atomic_add(hist[X[k * threads + i] % BINS], 1)
+            for i in T.Parallel(BINS):
+                H[i] = hist[i]
+
+    return main
+
+
+def thread_histogram(n=1024, threads=128):
+    """Thread-level code (``T.get_thread_binding()``): each thread counts its elements of
+    ``X`` (in [0, 1)) into 16 equal bins of a shared histogram (``torch.histc``), each atomic
+    its own; the histogram is zeroed before and read after."""
+
+    @TC.prim_func
+    def main(X: TC.Tensor((n,), "float32"), H: TC.Tensor((BINS,), "int32")):
+        with TC.Kernel(1, threads=threads):
+            tx = TC.get_thread_binding()
+            hist = TC.alloc_shared((BINS,), "int32")
+            TC.fill(hist, 0)
+            for k in TC.serial(n // threads):
+                TC.atomic_add(hist[TC.min(TC.cast(X[k * threads + tx] * BINS, "int32"),
+                                          BINS - 1)], 1)
+            for i in TC.Parallel(BINS):
+                H[i] = hist[i]
+
+    return main
+
+
+@functools.cache
+def _kernel_text(make) -> str:
+    return cuda_source.kernel(tilewright.lower(make(), "cuda -arch=sm_80").source.text)
+
+
+@pytest.mark.parametrize("make", [block_histogram, thread_histogram])
+def test_a_histogram_loop_has_no_barrier_between_its_atomics(make):
+    kernel = _kernel_text(make)
+    start, end = cuda_source.loop_span(kernel, "k")
+    assert "tw_atomic_add" in kernel[start:end]
+    assert "__syncthreads" not in kernel[start:end], kernel[start:end]
+    zeroed = kernel.index("] = 0;")
+    assert "__syncthreads();" in kernel[zeroed:start]  # the zeroing before the atomics
+    assert "__syncthreads();" in kernel[end:kernel.index("H_ptr[")]  # the atomics before reads
+    assert kernel.count("__syncthreads") == 2
+
+
+@pytest.mark.emulator
+def test_block_histogram_matches_bincount(tmp_path):
+    x = torch.randint(0, 1000, (1024,), generator=torch.Generator().manual_seed(0),
+                      dtype=torch.int32)
+    h = torch.full((BINS,), -1, dtype=torch.int32)
+    lowered = tilewright.lower(block_histogram(), "cuda -arch=sm_80")
+    hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, x, h)
+    assert torch.equal(h, torch.bincount(x.long() % BINS, minlength=BINS).int())
+
+
+@pytest.mark.emulator
+def test_thread_histogram_matches_histc(tmp_path):
+    x = torch.rand(1024, generator=torch.Generator().manual_seed(0))
+    h = torch.full((BINS,), -1, dtype=torch.int32)
+    lowered = tilewright.lower(thread_histogram(), "cuda -arch=sm_80")
+    hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, x, h)
+    assert torch.equal(h, torch.histc(x, BINS, 0.0, 1.0).int())
+
+
+def atomics_then_read(n=128):
+    """Each thread adds 1 to one of four shared counters, then takes its maximum with its
+    value, then reads the next counter: ``max(n / 4, largest value of the counter's threads)``
+    if every add comes before every max and every max before every read."""
+
+    @TC.prim_func
+    def main(V: TC.Tensor((n,), "int32"), Y: TC.Tensor((n,), "int32")):
+        with TC.Kernel(1, threads=n):
+            tx = TC.get_thread_binding()
+            s = TC.alloc_shared((4,), "int32")
+            TC.fill(s, 0)
+            TC.atomic_add(s[tx % 4], 1)
+            TC.atomic_max(s[tx % 4], V[tx])
+            Y[tx] = s[(tx + 1) % 4]
+
+    return main
+
+
+def test_an_atomic_before_a_read_or_another_atomic_function_keeps_its_barrier():
+    kernel = _kernel_text(atomics_then_read)
+    order = [kernel.index(s) for s in ("] = 0;", "tw_atomic_add(", "tw_atomic_max(", "Y_ptr[")]
+    assert order == sorted(order)
+    for a, b in zip(order, order[1:]):
+        assert kernel[a:b].count("__syncthreads();") == 1, kernel[a:b]
+
+
+@pytest.mark.emulator
+def test_an_atomic_before_a_read_matches_torch(tmp_path):
+    v = torch.zeros(128, dtype=torch.int32)
+    v[:4] = torch.tensor([100, 7, 50, 20], dtype=torch.int32)  # first in the emulation's order
+    y = torch.full((128,), -1, dtype=torch.int32)
+    lowered = tilewright.lower(atomics_then_read(), "cuda -arch=sm_80")
+    hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, v, y)
+    counters = torch.maximum(torch.full((4,), 32, dtype=torch.int32), v.view(32, 4).amax(0))
+    assert torch.equal(y, counters[(torch.arange(128) + 1) % 4])

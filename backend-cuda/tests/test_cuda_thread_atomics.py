@@ -6,6 +6,7 @@ with torch; DeepSeek V3.2's radix top-k selector (TileLang's
 ``examples/deepseek_v32/topk_selector.py``, its block shrunk to 256 threads) against
 ``torch.topk``."""
 
+import cuda_source
 import hostemu
 import pytest
 import tilewright
@@ -269,7 +270,49 @@ def test_topk_selector_matches_torch_topk(tmp_path):
     ends = torch.full((batch,), seq_len, dtype=torch.int32)
     index = torch.full((batch, topk), -1, dtype=torch.int32)
     text = _run(topk_kernel(batch, seq_len, topk), tmp_path, x, index, starts, ends)
-    assert "tw_atomic_add" in text
+    kernel = cuda_source.kernel(text)
+    for var in ("s", "s_2"):  # the histograms' loops: atomics of one function, no barrier
+        start, end = cuda_source.loop_span(kernel, var)
+        assert "tw_atomic_add" in kernel[start:end]
+        assert "__syncthreads" not in kernel[start:end], kernel[start:end]
+    assert kernel.count("__syncthreads();") == 13  # 16 when an atomic was a plain write
     want = torch.topk(x, topk, dim=-1).indices
     for b in range(batch):
         assert sorted(index[b].tolist()) == sorted(want[b].tolist())
+
+
+def element_and_region_kernel(n=128):
+    """Every thread names ``X[tx]``: ``Y[0:1]`` is a one-element tile op, the block's (made
+    once, by thread 0, with its value); ``Y[1]`` an element, each thread's."""
+
+    @T.prim_func
+    def element_and_region(X: T.Tensor((n,), "int32"), Y: T.Tensor((2,), "int32")):
+        with T.Kernel(1, threads=n):
+            tx = T.get_thread_binding()
+            T.atomic_add(Y[0:1], X[tx])
+            T.atomic_add(Y[1], X[tx])
+
+    return element_and_region
+
+
+@pytest.mark.emulator
+def test_a_one_element_region_is_the_blocks_atomic_an_element_each_threads(tmp_path):
+    x = torch.randint(1, 100, (128,), generator=torch.Generator().manual_seed(2),
+                      dtype=torch.int32)
+    y = torch.zeros(2, dtype=torch.int32)
+    _run(element_and_region_kernel(), tmp_path, x, y)
+    assert y.tolist() == [int(x[0]), int(x.sum())]
+
+
+def test_a_one_element_region_under_a_thread_condition_is_refused():
+    @T.prim_func
+    def guarded(Y: T.Tensor((1,), "int32")):
+        with T.Kernel(1, threads=128):
+            tx = T.get_thread_binding()
+            if tx < 64:
+                T.atomic_add(Y[0:1], 1)
+
+    with pytest.raises(KernelError, match=r"T.atomic_add under a condition on the thread "
+                                          r"index") as err:
+        tilewright.lower(guarded, "cuda -arch=sm_90a")
+    assert "if tx < 64:" in str(err.value)  # the condition's line

@@ -10,6 +10,7 @@ import re
 import sys
 from pathlib import Path
 
+import cuda_source
 import hostemu
 import pytest
 import sass
@@ -61,22 +62,6 @@ def chain(M=128, N=64, D=64, threads=256, dtype="float16", extra_use=False, late
     return main
 
 
-def _kernel(text: str) -> str:
-    return text[text.index('extern "C" __global__'):]
-
-
-def _loop(text: str, var: str = "k") -> str:
-    """The body of the kernel's ``for (int var ...)`` loop, by brace matching."""
-    kernel = _kernel(text)
-    start = kernel.index("{", kernel.index(f"for (int {var} = 0;"))
-    depth = 0
-    for at in range(start, len(kernel)):
-        depth += {"{": 1, "}": -1}.get(kernel[at], 0)
-        if depth == 0:
-            return kernel[start:at]
-    raise AssertionError("unbalanced braces")
-
-
 def _shared_p(monkeypatch):
     """Today's path for comparison: P stays a fragment in shared memory."""
     monkeypatch.setattr(layout_pass, "keep_a_in_registers",
@@ -101,7 +86,7 @@ def _barriers(loop: str) -> int:
 ])
 def test_attention_keeps_p_in_registers(configs, before, after, fences, monkeypatch):
     text = _attention(configs)
-    kernel, loop = _kernel(text), _loop(text)
+    kernel, loop = cuda_source.kernel(text), cuda_source.loop_body(text)
     assert "tw_gemm_wgmma_rs<128, 128, 128, TW_WGMMA_F16, true, 128, 128>((&(acc_s_cast_ptr[0]))" \
         in loop
     assert loop.count("tw_gemm_wgmma<128, 128, 128, TW_WGMMA_F16, false,") == 1  # Q @ K^T: shared A
@@ -109,7 +94,7 @@ def test_attention_keeps_p_in_registers(configs, before, after, fences, monkeypa
     assert "half acc_s_cast_ptr[" in kernel and loop.count("tw_wgmma_pack(") == 32
     assert "store_pair" not in loop
     _shared_p(monkeypatch)
-    shared = _loop(_attention(configs))
+    shared = cuda_source.loop_body(_attention(configs))
     assert "tw_gemm_wgmma_rs" not in shared and shared.count("tw::store_pair") == 32
     # the barriers (block or named) per step that ordered P's shared store and reads go; the
     # P @ V gemm has no fence.proxy.async (cp.async: Q @ K^T's fences V too)
@@ -120,7 +105,7 @@ def test_attention_keeps_p_in_registers(configs, before, after, fences, monkeypa
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_gemm_chain_takes_register_a(dtype):
     text = tilewright.lower(chain(dtype=dtype), TARGET).source.text
-    kernel = _kernel(text)
+    kernel = cuda_source.kernel(text)
     flag = "TW_WGMMA_BF16" if dtype == "bfloat16" else "TW_WGMMA_F16"
     assert f"tw_gemm_wgmma_rs<64, 64, 64, {flag}, true, 64, 128>" in kernel
     assert "wgmma.mma_async.sync.aligned.m64n64k16.f32" in text and \
@@ -132,17 +117,17 @@ def test_gemm_chain_takes_register_a(dtype):
 @pytest.mark.parametrize("kwargs", [{"extra_use": True}, {"threads": 128}])
 def test_other_uses_keep_p_in_shared_memory(kwargs):
     # P also copied to global memory; 128 threads: 128 rows are not 64 per warpgroup
-    kernel = _kernel(tilewright.lower(chain(**kwargs), TARGET).source.text)
+    kernel = cuda_source.kernel(tilewright.lower(chain(**kwargs), TARGET).source.text)
     assert "tw_gemm_wgmma_rs" not in kernel and "tw_wgmma_pack" not in kernel
 
 
 def test_other_arches_keep_p_in_shared_memory():
-    kernel = _kernel(tilewright.lower(chain(), "cuda -arch=sm_80").source.text)
+    kernel = cuda_source.kernel(tilewright.lower(chain(), "cuda -arch=sm_80").source.text)
     assert "tw_gemm_wgmma" not in kernel and "tw_gemm_mma" in kernel
 
 
 def test_a_write_of_b_after_the_last_fence_keeps_the_fence():
-    kernel = _kernel(tilewright.lower(chain(late_v=True), TARGET).source.text)
+    kernel = cuda_source.kernel(tilewright.lower(chain(late_v=True), TARGET).source.text)
     rs = kernel.index("tw_gemm_wgmma_rs<")
     assert kernel.count("tw_fence_proxy_async();") == 2
     assert kernel.rindex("__syncthreads();", 0, rs) > kernel.rindex("tw_cp_async_wait<0>", 0, rs)

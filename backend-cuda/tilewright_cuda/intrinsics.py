@@ -9,6 +9,10 @@ Effects of a pointer argument (``address_of(x[i])`` or ``tw.cuda.shared_addr(x[i
 
 - ``read``, ``write``, ``readwrite``: the call reads or writes the memory, visible to other
   threads after the next block barrier;
+- ``atomic``: an atomic read-modify-write of the element (atomicAdd, atomicMax, ...): it reads
+  and writes the memory, but atomics of the same function commute, so two calls of one atomic
+  function on the same memory need no barrier between their threads; a plain read or write of
+  that memory, or another function's atomic, does;
 - ``async``: a ``cp.async`` write, visible after a ``cp.async.wait_group`` and a barrier;
 - ``""``: not a pointer.
 
@@ -97,7 +101,7 @@ TABLE = _table(
               in_flight=True),
     Intrinsic("tw_wgmma_wait", WGMMA, (), "wgmma_wait", completes=True),
     Intrinsic("tw_wgmma_pack", WGMMA, ("write", "", ""), local=True),
-    *(Intrinsic(name, BASE, ("readwrite", ""), dtypes=_ATOMIC_DTYPES[kind])
+    *(Intrinsic(name, BASE, ("atomic", ""), dtypes=_ATOMIC_DTYPES[kind])
       for kind, name in ATOMIC_FUNCTIONS.items()),
     Intrinsic("tw_fence_proxy_async", HOPPER, (), "fence_async"),
     Intrinsic("tw_fence_barrier_init", HOPPER),
@@ -189,6 +193,11 @@ def is_address_of(e) -> bool:
 def is_shared_addr(e) -> bool:
     return isinstance(e, tvm.ir.Call) and isinstance(e.op, tvm.ir.Op) and \
         e.op.name == ops.SHARED_ADDR
+
+
+def writes(effect: str) -> bool:
+    """Whether a pointer argument of ``effect`` may change the memory it points to."""
+    return effect in ("write", "readwrite", "atomic", "async")
 
 
 def pointer_effects(call) -> list[tuple]:

@@ -5,7 +5,10 @@ import pytest
 import tilewright
 import tilewright.language as T
 import torch
+import tvm_ffi
 from language_helpers import TORCH, check, rand
+from tilewright.ir import decode
+from tvm import tirx
 
 TORCH_COMBINE = {"add": lambda a, x: a + x, "max": torch.maximum, "min": torch.minimum}
 
@@ -160,3 +163,19 @@ def test_atomics_with_data_dependent_addresses_and_dynamic_size():
         check(total, torch.zeros(5, dtype=torch.float64).index_add_(0, (x % 5).long(),
                                                                      w.double()), k=n)
     assert histogram(5) is kernel
+
+
+def test_an_element_and_a_one_element_region_are_told_apart_in_the_ir():
+    """``A[i]`` is an element's atomic, ``A[i:i+1]`` a tile op of one element: the same region,
+    told apart by the ``element`` attribute (a backend's thread-level code makes only the
+    element's each thread's own)."""
+    @T.prim_func
+    def main(Y: T.Tensor((4,), "int32")):
+        with T.Kernel(1):
+            T.atomic_add(Y[1], 1)
+            T.atomic_max(Y[2:3], 1)
+
+    calls = []
+    tvm_ffi.structural_walk(main.body, (tirx.Evaluate, lambda s: calls.append(decode(s))))
+    atomics = [(c.name, c.attrs["element"]) for c in calls if c is not None]
+    assert atomics == [("atomic_add", True), ("atomic_max", False)]

@@ -43,29 +43,40 @@ def _overlap(k1, k2) -> bool:
 
 
 def conflict(xs, ys) -> bool:
-    """Whether two sets of ``(buffer, version key)`` entries may touch the same memory."""
-    return any(b1.same_as(b2) and _overlap(k1, k2) for b1, k1 in xs for b2, k2 in ys)
+    """Whether two sets of entries (``(buffer, version key)``, or an atomic's
+    ``(buffer, version key, function)``) may touch the same memory."""
+    return any(b1.same_as(b2) and _overlap(k1, k2) for b1, k1, *_ in xs for b2, k2, *_ in ys)
+
+
+def atomics_conflict(xs, ys) -> bool:
+    """Whether two sets of atomics' entries may touch the same memory with different functions
+    (one function's atomics commute: the ``atomic`` effect of ``intrinsics``)."""
+    return any(f1 != f2 and b1.same_as(b2) and _overlap(k1, k2)
+               for b1, k1, f1 in xs for b2, k2, f2 in ys)
 
 
 def rekey(entries, var_hash, fn):
     """``entries`` with the version keys of loop variable ``var_hash`` mapped by ``fn``."""
     out = set()
-    for buf, key in entries:
+    for buf, key, *rest in entries:
         out.add((buf, fn(key) if key is not None and key[0] == "k" and key[1] == var_hash
-                 else key))
+                 else key, *rest))
     return out
 
 
 class Access:
-    """The shared-memory effects of a statement: ``reads`` and ``writes`` (visible to other
-    threads after the next barrier), ``issued`` (cp.async writes, visible only after a wait
-    and a barrier), and whether it waits for cp.async groups (``lands``). Entries are
-    ``(buffer, version key)``. Pointer arguments of intrinsics count as their table entry
-    says; any other element address a call takes counts as written, any other element read
-    as read."""
+    """The shared-memory effects of a statement: plain ``reads`` and ``writes`` (visible to
+    other threads after the next barrier), ``atomics`` (atomic read-modify-writes: each reads
+    and writes its element, and needs no barrier from another thread's atomic of the same
+    function), ``issued`` (cp.async writes, visible only after a wait and a barrier), and
+    whether it waits for cp.async groups (``lands``). Entries are ``(buffer, version key)``,
+    an atomic's ``(buffer, version key, function)``. Pointer arguments of intrinsics count as
+    their table entry says; any other element address a call takes counts as written, any
+    other element read as read."""
 
     def __init__(self, stmt, versions: dict):
         self.reads, self.writes, self.issued, self.lands = set(), set(), set(), False
+        self.atomics = set()
         handled = []
 
         def entry(buf, indices):
@@ -90,7 +101,11 @@ class Access:
                 self.lands = True
             for load, effect in intrinsics.pointer_effects(c):
                 handled.append(load)
-                add(load, *sets[effect]())
+                if effect == "atomic":
+                    if shared(load.source):
+                        self.atomics.add((*entry(load.source, load.indices), found.name))
+                else:
+                    add(load, *sets[effect]())
 
         tvm_ffi.structural_walk(stmt, (tvm.ir.Call, call))
 
@@ -102,7 +117,7 @@ class Access:
             if shared(s.buffer):
                 self.writes.add(entry(s.buffer, s.indices))
 
-        def address(c):  # atomics and printing take element addresses
+        def address(c):  # printf and calls without declared effects take element addresses
             if intrinsics.is_address_of(c) and not any(c.args[0].same_as(h) for h in handled):
                 add(c.args[0], self.writes)
 

@@ -313,7 +313,7 @@ def writes(stmt, buffers) -> bool:
             return
         effects = list(entry.args) + [""] * (len(c.args) - 1 - len(entry.args))
         for arg, effect in zip(c.args[1:], effects):
-            writing = "write" in effect or effect == "async" or \
+            writing = intrinsics.writes(effect) or \
                 (not entry.args and intrinsics.is_address_of(arg))
             if writing and intrinsics.is_address_of(arg) and \
                     isinstance(arg.args[0], tvm.ir.TensorLoad) and \

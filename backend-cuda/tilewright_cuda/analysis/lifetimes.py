@@ -170,7 +170,7 @@ def _mbarriers(body, buffers) -> list:
 
 
 def _has(entries, buf) -> bool:
-    return any(b.same_as(buf) for b, _ in entries)
+    return any(b.same_as(buf) for b, *_ in entries)
 
 
 def _bound(node) -> set:
@@ -395,8 +395,8 @@ def live_segments(thread_body, buffers, thread=None, versions=()) -> dict:
         for b in _touched(stmt, buffers):
             i = next(k for k, x in enumerate(buffers) if x.same_as(b))
             touches[i].append(p)
-            written = _has(acc.writes, b) or _has(acc.issued, b)
-            read = _has(acc.reads, b)
+            written = _has(acc.writes, b) or _has(acc.atomics, b) or _has(acc.issued, b)
+            read = _has(acc.reads, b) or _has(acc.atomics, b)
             if not (written or read):  # its data pointer: anything
                 written = read = True
             if written:

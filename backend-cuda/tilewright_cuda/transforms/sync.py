@@ -14,7 +14,7 @@ from tilewright.transform import StmtMutator, prim_func_pass, rebuild_for
 from tvm import tirx
 
 from .. import intrinsics, keys
-from ..analysis.accesses import Access, conflict, rekey, tma_only
+from ..analysis.accesses import Access, atomics_conflict, conflict, rekey, tma_only
 from ..analysis.ir import (
     depends_on_thread,
     find_thread,
@@ -29,11 +29,15 @@ from ..keys import WARPGROUP
 
 class Syncs:
     """Inserts ``__syncthreads()`` before a statement that reads shared memory written since
-    the last barrier, or writes shared memory read or written since then. ``cp.async`` writes
-    count as written at the ``wait_group`` that follows them. Versions of a pipelined tile
-    (transforms/pipeline) are told apart, with the previous iteration's versions shifted by one on a
-    loop's back edge. Statements whose control flow is the same in every thread of the block
-    are entered; others are leaves. A state is (reads, writes, issued)."""
+    the last barrier, or writes shared memory read or written since then. An atomic (the
+    ``atomic`` effect of ``intrinsics``) reads and writes, except that atomics of one function
+    need no barrier between them: a histogram's atomic adds in a loop have none between
+    iterations, but one before the loop after the zeroing and one after it before the reads.
+    ``cp.async`` writes count as written at the ``wait_group`` that follows them. Versions of
+    a pipelined tile (transforms/pipeline) are told apart, with the previous iteration's
+    versions shifted by one on a loop's back edge. Statements whose control flow is the same
+    in every thread of the block are entered; others are leaves. A state is (reads, writes,
+    atomics, issued) since the last barrier (issued: since the last ``wait_group``)."""
 
     def __init__(self, tx, versions: dict | None = None, varying: list | None = None):
         self.tx, self.versions, self.varying = tx, versions or {}, varying or []
@@ -44,9 +48,7 @@ class Syncs:
         return not depends_on_thread(node, self.tx, self.varying)
 
     def run(self, stmt, state):
-        if len(state) == 2:  # (reads, writes): nothing in flight
-            state = (*state, set())
-        reads, writes, issued = state
+        reads, writes, atomics, issued = state
         if isinstance(stmt, tirx.SeqStmt):
             out = []
             for s in stmt.seq:
@@ -54,7 +56,7 @@ class Syncs:
                 out.append(s)
             return tirx.SeqStmt(out), state
         if intrinsics.is_sync(stmt):
-            return stmt, (set(), set(), issued)
+            return stmt, (set(), set(), set(), issued)
         if isinstance(stmt, tirx.For) and stmt.kind != tirx.ForKind.THREAD_BINDING and \
                 self.uniform(stmt.extent) and self.uniform(stmt.min) and \
                 not self._is_spread(stmt):
@@ -69,21 +71,24 @@ class Syncs:
             return (tirx.IfThenElse(stmt.condition, then_case, else_case, span=stmt.span),
                     tuple(a | b for a, b in zip(s1, s2)))
         acc = Access(stmt, self.versions)
-        if conflict(acc.reads, writes) or conflict(acc.writes | acc.issued, reads | writes):
-            stmt, reads, writes = tirx.SeqStmt([intrinsics.sync(), stmt]), set(), set()
+        if _needs_sync(acc, state):
+            stmt = tirx.SeqStmt([intrinsics.sync(), stmt])
+            reads, writes, atomics = set(), set(), set()
         reads, writes, issued = reads | acc.reads, writes | acc.writes, issued | acc.issued
+        atomics = atomics | acc.atomics
         if acc.lands:
             writes, issued = writes | issued, set()
-        return stmt, (reads, writes, issued)
+        return stmt, (reads, writes, atomics, issued)
 
     def _check_while(self, stmt) -> None:
         """A ``while`` loop is entered like a counted one when every thread of the block
         evaluates its condition alike and the condition reads no shared memory (nothing
         orders it after the body's writes); otherwise it is refused at the loop's line."""
+        cond = Access(tirx.Evaluate(stmt.condition), self.versions)
         if not self.uniform(stmt.condition):
             why = "reads the thread index (threads would leave the loop apart, and the " \
                 "barriers inside it need every thread)"
-        elif Access(tirx.Evaluate(stmt.condition), self.versions).reads:
+        elif cond.reads or cond.atomics:
             why = "reads shared memory"
         else:
             return
@@ -97,19 +102,18 @@ class Syncs:
         """A barrier the first iteration needs goes before the loop; inside, only what one
         iteration needs after the previous one (a counted loop's versions shifted back by
         one). A ``while`` loop is one whose iterations are not counted."""
-        reads, writes, issued = state
-        acc = Access(stmt.body, self.versions)
+        reads, writes, atomics, issued = state
         before = None
-        if not _starts_with_sync(stmt.body) and (
-                conflict(acc.reads, writes) or conflict(acc.writes | acc.issued, reads | writes)):
-            before, reads, writes = intrinsics.sync(), set(), set()
+        if not _starts_with_sync(stmt.body) and _needs_sync(Access(stmt.body, self.versions),
+                                                            state):
+            before, reads, writes, atomics = intrinsics.sync(), set(), set(), set()
         counted = isinstance(stmt, tirx.For)
         var = hash(stmt.loop_var) if counted else None
 
         def back_edge(key):
             return (key[0], key[1], (key[2] - 1) % key[3], key[3])
 
-        _, end = self.run(stmt.body, (set(), set(), set(issued)))
+        _, end = self.run(stmt.body, (set(), set(), set(), set(issued)))
         if counted:
             end = tuple(rekey(e, var, back_edge) for e in end)
         body, end = self.run(stmt.body, end)
@@ -118,11 +122,24 @@ class Syncs:
             end = tuple(rekey(e, var, lambda key: None) for e in end)
         else:
             loop = tirx.While(stmt.condition, body, span=stmt.span)
-        after = (reads | end[0], writes | end[1], end[2])
+        after = (reads | end[0], writes | end[1], atomics | end[2], end[3])
         return (loop if before is None else tirx.SeqStmt([before, loop])), after
 
     def _is_spread(self, loop) -> bool:
         return keys.SPREAD in loop.annotations or keys.OWN_ELEMENTS in loop.annotations
+
+
+def _needs_sync(acc: Access, state) -> bool:
+    """Whether a statement of accesses ``acc`` needs a barrier after ``state``'s: it reads what
+    was written or updated atomically, writes what was read, written or updated atomically,
+    or updates atomically what was read, written or updated by another atomic function."""
+    reads, writes, atomics, _ = state
+    return conflict(acc.reads, writes | atomics) or \
+        conflict(acc.writes | acc.issued, reads | writes | atomics) or \
+        conflict(acc.atomics, reads | writes) or atomics_conflict(acc.atomics, atomics)
+
+
+_NOTHING = (frozenset(), frozenset(), frozenset(), frozenset())  # a state: nothing touched
 
 
 def _starts_with_sync(body) -> bool:
@@ -204,8 +221,7 @@ def insert_sync():
             if func.attrs is not None and keys.VERSIONS in func.attrs else {}
         tx_loop = find_thread(func)
         varying = thread_varying(tx_loop.body, tx_loop.loop_var)
-        body, _ = Syncs(tx_loop.loop_var, versions, varying).run(tx_loop.body,
-                                                                  (set(), set(), set()))
+        body, _ = Syncs(tx_loop.loop_var, versions, varying).run(tx_loop.body, _NOTHING)
         new_loop = rebuild_for(tx_loop, body=body)
         func = func.with_body(tvm_ffi.structural_map(
             func.body, (tirx.For, lambda s: new_loop if s.same_as(tx_loop) else s)))
@@ -216,7 +232,7 @@ def insert_sync():
 
         def sync_role(loop):
             body, _ = Syncs(loop.loop_var, varying=thread_varying(loop.body, loop.loop_var)) \
-                .run(loop.body, (set(), set()))
+                .run(loop.body, _NOTHING)
             return _named_barriers(body, int(loop.annotations[keys.ROLE]),
                                    int(loop.extent.value))
 
@@ -294,6 +310,6 @@ def _fenced_before(before: list, reads, versions: dict) -> bool:
         if intrinsics.is_sync(s) and intrinsics.role(before[j - 1]) == "fence_async":
             return True
         acc = Access(s, versions)
-        if acc.lands or conflict(reads, acc.writes | acc.issued):
+        if acc.lands or conflict(reads, acc.writes | acc.atomics | acc.issued):
             return False
     return False

@@ -14,7 +14,6 @@ import tvm_ffi
 from tilewright.errors import KernelError, span_location
 from tilewright.ir import ATOMIC_KINDS, ATOMIC_PREV, Region, decode, make_call
 from tilewright.transform import StmtMutator, prim_func_pass, rebuild_for
-from tilewright.transform.lowering_utils import non_unit
 from tvm import tirx
 
 from .. import intrinsics, keys, ops
@@ -231,12 +230,13 @@ def thread_atomics(chosen):
     """TileLang's thread-level atomics. In code whose threads are already individual, under an
     ``if`` / ``while`` on T.get_thread_binding's index or naming its element or value with
     that index (directly or through variables computed from it), ``T.atomic_add/max/min`` of
-    one element is one atomic of each calling thread, as in TileLang
-    (``tl.atomic_add_elem_op``), and becomes that thread's ``tw_atomic_<kind>`` call here; so
-    does the form returning the previous value, whatever memory it is stored to (block code
-    makes it once per block, transforms.atomics). Elsewhere an element's atomic keeps its portable
-    meaning: once per block in block code, each iteration's in ``T.Parallel`` (rules.atomic).
-    An element type the architecture's atomics lack is an error at the atomic's line."""
+    one element (``A[i]``; the one-element region ``A[i:i+1]`` is a tile op, the block's) is
+    one atomic of each calling thread, as in TileLang (``tl.atomic_add_elem_op``), and becomes
+    that thread's ``tw_atomic_<kind>`` call here; so does the form returning the previous
+    value, whatever memory it is stored to (block code makes it once per block,
+    transforms.atomics). Elsewhere an element's atomic keeps its portable meaning: once per
+    block in block code, each iteration's in ``T.Parallel`` (rules.atomic). An element type
+    the architecture's atomics lack is an error at the atomic's line."""
 
     def run(func):
         indices = [call.operands["dst"].buffer for call in _tile_calls(func.body)
@@ -286,9 +286,9 @@ class _ThreadAtomics(StmtMutator):
 
     def visit_Evaluate(self, stmt):
         call = decode(stmt)
-        if call is None or call.name not in _KINDS or non_unit(call.operands["dst"]) or \
+        if call is None or call.name not in _KINDS or not call.attrs["element"] or \
                 isinstance(call.operands["src"], Region):
-            return stmt
+            return stmt  # not an element's (a region's, A[i:i+1] too, is the block's)
         dst, value = call.operands["dst"], call.operands["src"]
         if not self._per_thread(value, *dst.starts):
             return stmt

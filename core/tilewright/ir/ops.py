@@ -64,6 +64,8 @@ CUMSUM = register_tile_op(TileOpSchema(
 ))
 
 # Atomics: `dst` is one element or a tile; `src` is a value or a tile of the same shape.
+# `element`: dst was written as one element (`A[i]`), not a region (`A[i:i+1]`, a tile op, the
+# block's): in thread-level code (T.get_thread_binding) an element's atomic is each thread's.
 ATOMIC_KINDS = ("add", "max", "min")
 # the backend feature an atomic returning the previous value needs (Ascend C's atomics return
 # nothing: a backend without it refuses return_prev)
@@ -74,7 +76,7 @@ for _name, _kind in ATOMIC_PREV.items():
     register_tile_op(TileOpSchema(
         f"atomic_{_kind}",
         (Operand("dst", "readwrite"), Operand("src", "read", kind="any")),
-        (Attr("memory_order", str, "relaxed"),),
+        (Attr("memory_order", str, "relaxed"), Attr("element", bool, False)),
         doc=f"atomic read-modify-write ({_kind}) of global memory shared by blocks",
     ))
     register_intrinsic(_name, f"atomic_{_kind}",

@@ -254,7 +254,8 @@ def _make_atomic(kind: str):
                 return tvm.ir.Call(op, [dst, to_expr(value, str(region.buffer.dtype))],
                                    ret_ty=str(region.buffer.dtype))
             _emit(name, {"dst": region, "src": to_expr(value, str(region.buffer.dtype))},
-                  {"memory_order": memory_order or "relaxed"}, element_op=True)
+                  {"memory_order": memory_order or "relaxed", "element": True},
+                  element_op=True)
             return None
         if return_prev:
             raise kernel_error(f"T.{name}: return_prev needs a single element as destination")

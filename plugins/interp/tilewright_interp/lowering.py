@@ -116,7 +116,7 @@ _ATOMIC = {"add": np.add, "max": np.maximum, "min": np.minimum}
 def _make_atomic(kind: str):
     combine = _ATOMIC[kind]
 
-    def run_atomic(block, dst: Region, src, memory_order="relaxed"):
+    def run_atomic(block, dst: Region, src, memory_order="relaxed", element=False):
         # blocks run one at a time, so a read-modify-write is atomic
         value = src.read().reshape(dst.extents) if isinstance(src, Region) else src
         wide = np.float32 if dst.array.dtype == np.float16 else dst.array.dtype
