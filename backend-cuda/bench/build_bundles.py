@@ -280,11 +280,13 @@ def build_checks(out: Path, args) -> int:
         data = io.BytesIO()
         torch.save({"seed": checks.SEED, "runs": [
             {"args": r.args, "outputs": r.outputs, "expected": [
-                _stored(e, r.args[i]) for i, e in zip(r.outputs, r.expected)]} for r in runs]},
+                _stored(e, r.args[i]) for i, e in zip(r.outputs, r.expected)],
+             **({"unordered": r.unordered} if r.unordered else {})} for r in runs]},
             data)
         launch = kernel.executable.launch
         case = {"kind": "check", "group": check.group, "dtype": check.dtype,
                 "reduction": check.reduction, "runs": len(runs),
+                **({"tolerance_dtype": check.tolerance_dtype} if check.tolerance_dtype else {}),
                 "pass_configs": check.pass_configs,
                 # racecheck and synccheck look at shared memory and the barriers guarding it
                 "shared_memory": any(k["dynamic_smem_bytes"] for k in kernels_of(launch)),

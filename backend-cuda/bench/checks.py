@@ -39,6 +39,14 @@ import dialect_cases  # noqa: E402
 import gemm_fp8_scaled as fp8  # noqa: E402
 import gemm_w4a16 as w4  # noqa: E402
 import kernels  # noqa: E402
+import test_cuda_block_atomics as block_atomics  # noqa: E402 - kernels of the emulation tests
+import test_cuda_named_barriers as named_barriers  # noqa: E402
+import test_cuda_spread_fragments as spread  # noqa: E402
+import test_cuda_thread_atomics as thread_atomics  # noqa: E402
+import test_cuda_tma_parts as tma_parts  # noqa: E402
+import test_cuda_tma_wide_box as wide_box  # noqa: E402
+import test_cuda_use_swizzle as use_swizzle  # noqa: E402
+import test_cuda_ws_fragments as ws_fragments  # noqa: E402
 import torch  # noqa: E402
 from tilewright.jit.signature import output_indices  # noqa: E402
 from tilewright.plugin import get_manager  # noqa: E402
@@ -52,11 +60,14 @@ SEED = 0
 @dataclass
 class Run:
     """One call: every kernel argument (outputs poisoned with NaN, or the values an
-    accumulating kernel adds to) and the expected value of each output."""
+    accumulating kernel adds to) and the expected value of each output. ``unordered``: the
+    outputs whose values atomics hand out in an order the GPU picks (tickets, top-k indices),
+    compared sorted (position -> "all": the whole tensor; "rows": along its last dimension)."""
 
     args: list
     outputs: list  # positions in ``args``
     expected: list
+    unordered: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -71,6 +82,9 @@ class Check:
     reduction: int = 1  # the longest reduction behind an output element (tolerance model)
     pass_configs: dict = field(default_factory=dict)
     unsupported: Callable | None = None  # () -> reason when the backend declares no support
+    # the dtype whose tolerance model judges every output (None: each output's own), for a
+    # float32 output computed from values rounded to 16 bits on the way
+    tolerance_dtype: str | None = None
 
 
 def conformance() -> list[Check]:
@@ -314,5 +328,164 @@ def _add_run(m: int, n: int) -> Run:
     return Run([a, b, torch.full_like(a, float("nan"))], [2], [a.double() + b.double()])
 
 
+def emulated() -> list[Check]:
+    """The CUDA features whose kernels the host emulation runs in their own tests (not in
+    dialect_cases.cases(): test_cuda_dialect_emulate.py would emulate them a second time),
+    at those tests' sizes: TMA into column blocks of a swizzled tile feeding wgmma, wide TMA
+    boxes (a folded view, loads and stores, parts of rows), named barriers with a run-time
+    break, fragments spread over the threads (and in a warp-specialised kernel), fragments in
+    the registers of ``if tx < 128`` roles feeding register-A wgmma, per-thread atomics
+    (shared histogram, float32 sums, tickets; DeepSeek's radix top-k selector), a block's
+    atomic with return_prev, T.use_swizzle in both orders."""
+    table = [  # (name, input dtype, kernel, run from a generator, reduction, tolerance dtype)
+        ("tma_column_blocks", "float16", lambda: tma_parts.column_blocks(256), _column_blocks,
+         256, None),
+        ("tma_wide_store", "float16", wide_box.wide_store, _wide_store, 1, None),
+        ("tma_folded_part", "float16", lambda: wide_box.part_copy((40, 704), 8, 64, 32, 576),
+         lambda g: _copy_of(g, (40, 704), 8, 64, 32, 576), 1, None),
+        ("tma_row_parts", "float16", lambda: wide_box.part_copy((8, 600), 0, 4, 8, 576),
+         lambda g: _copy_of(g, (8, 600), 0, 4, 8, 576), 1, None),
+        ("named_barrier_break", "int32", named_barriers.suffix_sums_until, _suffix_sums, 1,
+         None),
+        ("spread_layernorm_bwd", "bfloat16", lambda: spread.layernorm_bwd(8, 512, 4, 128),
+         _layernorm_bwd, 512, None),
+        ("spread_mixed", "float32", spread.mixed_spread, _mixed_spread, 4, None),
+        ("spread_row_reductions", "float32", spread.spread_row_reductions, _row_reductions,
+         256, None),
+        ("spread_ws_gemm_bias", "float16", spread.gemm_with_bias_vector, _bias_gemm, 128,
+         None),
+        # P and the scores are rounded to float16 inside: a flip there moves O by a float16 ulp
+        ("ws_role_fragments", "float16", ws_fragments.two_roles, _two_roles, 64 * 64,
+         "float16"),
+        ("thread_histogram", "int32", thread_atomics.histogram_kernel, _histogram, 1, None),
+        ("thread_float_sum_tickets", "float32", thread_atomics.float_sum_kernel, _float_sum,
+         150, None),
+        ("topk_selector", "float32", lambda: thread_atomics.topk_kernel(2, 2048, 64), _topk, 1,
+         None),
+        ("block_atomic_tickets", "int32", block_atomics.tickets, lambda g: _tickets(4, 3), 1,
+         None),
+        ("use_swizzle_row", "int32", lambda: use_swizzle.order_kernel(5, 7, 3, "row"),
+         lambda g: _tickets(7, 5), 1, None),
+        ("use_swizzle_col", "int32", lambda: use_swizzle.order_kernel(5, 7, 2, "col"),
+         lambda g: _tickets(7, 5), 1, None),
+    ]
+    return [Check(f"dialect-{name}", "dialect", dtype, make,
+                  lambda run=run: [run(torch.Generator().manual_seed(SEED))], reduction,
+                  tolerance_dtype=tol_dtype)
+            for name, dtype, make, run, reduction, tol_dtype in table]
+
+
+def _rand(g, *shape, dtype=torch.float32) -> torch.Tensor:
+    return torch.randn(*shape, generator=g).to(dtype)
+
+
+def _column_blocks(g) -> Run:
+    a, b = _rand(g, 64, 256, dtype=torch.float16), _rand(g, 64, 256, dtype=torch.float16)
+    return Run([a, b, _poisoned((64, 64), torch.float32)], [2], [a.double() @ b.double().T])
+
+
+def _copy_of(g, shape, r0, c0, rows, cols) -> Run:
+    q = _rand(g, *shape, dtype=torch.float16)
+    return Run([q, _poisoned((rows, cols), torch.float16)], [1],
+               [q[r0:r0 + rows, c0:c0 + cols].double()])
+
+
+def _wide_store(g) -> Run:
+    a = _rand(g, 32, 576, dtype=torch.float16)
+    return Run([a, _poisoned((32, 576), torch.float16)], [1], [a.double() * 2])
+
+
+def _suffix_sums(g) -> Run:
+    x = torch.randint(0, 9, (2, 64), generator=g, dtype=torch.int32)
+    limits = torch.tensor([64, 5], dtype=torch.int32)  # all six steps; stop after three
+    return Run([x, limits, _poisoned((2, 64), torch.int32)], [2],
+               [named_barriers.reference(x, limits).double()])
+
+
+def _layernorm_bwd(g) -> Run:
+    n, d = 8, 512
+    x, dy = _rand(g, n, d, dtype=torch.bfloat16), _rand(g, n, d, dtype=torch.bfloat16)
+    gamma = _rand(g, d, dtype=torch.bfloat16)
+    mean = x.double().mean(dim=1).float()
+    rstd = (1 / (x.double().var(dim=1, unbiased=False) + 1e-5).sqrt()).float()
+    want = spread.layernorm_bwd_reference(*(t.double() for t in (dy, x, gamma, mean, rstd)))
+    return Run([dy, x, gamma, mean, rstd, _poisoned((n, d), torch.bfloat16), torch.zeros(d),
+                torch.zeros(d)], [5, 6, 7], list(want))
+
+
+def _mixed_spread(g) -> Run:
+    x = _rand(g, 256)
+    xd = x.double()
+    return Run([x, _poisoned((256,), torch.float32), _poisoned((1,), torch.float32)], [1, 2],
+               [xd.flip(0) * 2 + xd, (xd.max() + (xd[:4] + 1).sum()).reshape(1)])
+
+
+def _row_reductions(g) -> Run:
+    x = _rand(g, 4, 256)
+    xd = x.double()
+    return Run([x, _poisoned((4, 256), torch.float32)], [1],
+               [xd - xd.amax(dim=1, keepdim=True) + 1 + xd.sum(dim=1, keepdim=True)])
+
+
+def _bias_gemm(g) -> Run:
+    a, b = _rand(g, 128, 128, dtype=torch.float16), _rand(g, 128, 128, dtype=torch.float16)
+    bias = _rand(g, 128)
+    return Run([a, b, bias, _poisoned((128, 128), torch.float32),
+                _poisoned((128,), torch.float32)], [3, 4],
+               [a.double() @ b.double(), bias.double() * 2 + 1])
+
+
+def _two_roles(g) -> Run:
+    """test_cuda_ws_fragments.two_roles: role 0 the scores less their row max, their float16
+    product with V[0], half of them, the row max; role 1 the float16 scores, their product with
+    V[1], 2 + their row sums."""
+    q = _rand(g, 64, 64, dtype=torch.float16)
+    k, v = _rand(g, 2, 64, 64, dtype=torch.float16), _rand(g, 2, 64, 64, dtype=torch.float16)
+    s = [q.double() @ k[r].double().T for r in (0, 1)]
+    m = s[0].amax(dim=1)
+    s[0] = s[0] - m[:, None]
+    p = [x.half().double() for x in s]
+    half = torch.float16
+    return Run([q, k, v, _poisoned((2, 64, 64), torch.float32), _poisoned((64, 64), half),
+                _poisoned((64, 64), half), _poisoned((64,), torch.float32),
+                _poisoned((64,), torch.float32)], [3, 4, 5, 6, 7],
+               [torch.stack([p[r] @ v[r].double() for r in (0, 1)]), p[1],
+                (s[0] * 0.5).half().double(), m, 2 + s[1].sum(dim=1)])
+
+
+def _histogram(g) -> Run:
+    x = torch.randint(-4, 40, (2, 256), generator=g, dtype=torch.int32)
+    kept = x[x >= 0].long() % 16
+    return Run([x, torch.zeros(16, dtype=torch.int32), torch.zeros(1, dtype=torch.int32)],
+               [1, 2], [torch.bincount(kept, minlength=16).double(), torch.tensor([2.0])])
+
+
+def _float_sum(g) -> Run:
+    """Integer values (exact in any order of the atomics); the tickets are the counter's values
+    from 5 on, one a thread, in the order the threads got there."""
+    x = torch.randint(-8, 8, (3, 64), generator=g).float()
+    return Run([x, torch.zeros(1), torch.tensor([5], dtype=torch.int32),
+                _poisoned((3, 64), torch.int32)], [1, 2, 3],
+               [x[:, :50].double().sum().reshape(1), torch.tensor([5.0 + 3 * 64]),
+                torch.arange(5, 5 + 3 * 64).reshape(3, 64).double()], {3: "all"})
+
+
+def _topk(g) -> Run:
+    """Each row's 64 largest of 2048 (torch.topk's indices), in the order the atomics place
+    them."""
+    x = _rand(g, 2, 2048)
+    want = torch.topk(x, 64, dim=-1).indices.sort(dim=-1).values
+    return Run([x, _poisoned((2, 64), torch.int32), torch.zeros(2, dtype=torch.int32),
+                torch.full((2,), 2048, dtype=torch.int32)], [1], [want.double()], {1: "rows"})
+
+
+def _tickets(rows: int, cols: int) -> Run:
+    """A counter from 0 and a ticket (its previous value) for each of rows x cols blocks or
+    rounds: every ticket once, in the order the GPU ran them."""
+    return Run([torch.zeros(1, dtype=torch.int32), _poisoned((rows, cols), torch.int32)], [0, 1],
+               [torch.tensor([float(rows * cols)]),
+                torch.arange(rows * cols).reshape(rows, cols).double()], {1: "all"})
+
+
 def every_check() -> list[Check]:
-    return conformance() + examples() + dequantising() + dialect()
+    return conformance() + examples() + dequantising() + dialect() + emulated()

@@ -438,6 +438,10 @@ def check_arguments(data: dict, params) -> list[str]:
         if len(run["outputs"]) != len(run["expected"]) or not run["outputs"]:
             problems.append(f"run {r}: {len(run['outputs'])} outputs, "
                             f"{len(run['expected'])} expected values")
+        for position, order in run.get("unordered", {}).items():
+            if position not in run["outputs"] or order not in check_runner.ORDERS:
+                problems.append(f"run {r}: unordered output {position} ({order!r}) is not an "
+                                f"output compared sorted ({', '.join(check_runner.ORDERS)})")
     return problems
 
 
