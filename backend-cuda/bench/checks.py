@@ -40,12 +40,16 @@ import gemm_fp8_scaled as fp8  # noqa: E402
 import gemm_w4a16 as w4  # noqa: E402
 import kernels  # noqa: E402
 import test_cuda_block_atomics as block_atomics  # noqa: E402 - kernels of the emulation tests
+import test_cuda_gemv as gemv  # noqa: E402
 import test_cuda_named_barriers as named_barriers  # noqa: E402
 import test_cuda_spread_fragments as spread  # noqa: E402
+import test_cuda_sync as sync  # noqa: E402
 import test_cuda_thread_atomics as thread_atomics  # noqa: E402
 import test_cuda_tma_parts as tma_parts  # noqa: E402
+import test_cuda_tma_pipeline as tma_pipeline  # noqa: E402
 import test_cuda_tma_wide_box as wide_box  # noqa: E402
 import test_cuda_use_swizzle as use_swizzle  # noqa: E402
+import test_cuda_wgmma_slices as wgmma_slices  # noqa: E402
 import test_cuda_ws_fragments as ws_fragments  # noqa: E402
 import torch  # noqa: E402
 from tilewright.jit.signature import output_indices  # noqa: E402
@@ -336,7 +340,11 @@ def emulated() -> list[Check]:
     break, fragments spread over the threads (and in a warp-specialised kernel), fragments in
     the registers of ``if tx < 128`` roles feeding register-A wgmma, per-thread atomics
     (shared histogram, float32 sums, tickets; DeepSeek's radix top-k selector), a block's
-    atomic with return_prev, T.use_swizzle in both orders."""
+    atomic with return_prev, T.use_swizzle in both orders; the barriers sync insertion places
+    around register nests and shared rows; wgmma on K halves, N halves and stages of swizzled
+    tiles and a run-time clear_accum; a pipelined loop inside another (barriers set up each
+    round, or the producer's own outer loop) and a tile the threads write feeding a wgmma (the
+    proxy fence); a GEMV of 2..15 rows on padded mma.sync."""
     table = [  # (name, input dtype, kernel, run from a generator, reduction, tolerance dtype)
         ("tma_column_blocks", "float16", lambda: tma_parts.column_blocks(256), _column_blocks,
          256, None),
@@ -368,11 +376,44 @@ def emulated() -> list[Check]:
          lambda g: _tickets(7, 5), 1, None),
         ("use_swizzle_col", "int32", lambda: use_swizzle.order_kernel(5, 7, 2, "col"),
          lambda g: _tickets(7, 5), 1, None),
+        # S = A B^T rounded to float16 in a shared tile before the second gemm
+        ("sync_scaled_difference", "float16", sync.scaled_difference, _scaled_difference, 64,
+         "float16"),
+        ("sync_reversed_rows", "float32", sync.reversed_rows, _reversed_rows, 1, None),
+        ("sync_row_vector_per_step", "float16", sync.row_vector_per_step, _row_vector_per_step,
+         128, "float16"),
+        ("wgmma_k_halves", "float16", lambda: wgmma_slices.k_halves(dialect=True),
+         lambda g: _slices_gemm(g, (64, 128), (64, 128), True), 128, None),
+        ("gemm_k_halves_mn_major", "float16", lambda: wgmma_slices.k_halves(trans_b=False),
+         lambda g: _slices_gemm(g, (64, 128), (128, 64), False), 128, None),
+        ("wgmma_stage_n_half", "float16", wgmma_slices.staged, lambda g: _staged(g, False),
+         64, None),
+        ("wgmma_stage_k_halves", "float16", lambda: wgmma_slices.staged(trans_b=True),
+         lambda g: _staged(g, True), 128, None),
+        ("wgmma_clear_on_first_k", "float16", wgmma_slices.clear_on_first_k,
+         lambda g: _slices_gemm(g, (64, 256), (64, 256), True), 256, None),
+        ("tma_two_tiles_per_block", "float16", tma_pipeline.two_tiles_per_block,
+         lambda g: _gemm_run(256, 256, 256, "float16"), 256, None),
+        ("tma_two_tiles_per_block_in_order", "float16", tma_pipeline.two_tiles_per_block,
+         lambda g: _gemm_run(256, 256, 256, "float16"), 256, None, tma_pipeline.IN_ORDER),
+        # P = Q K^T rounded to float16 in the shared tile
+        ("tma_scores_through_shared", "float16", tma_pipeline.scores_through_shared,
+         _scores_through_shared, 256, "float16"),
+        ("tma_scores_through_shared_in_order", "float16", tma_pipeline.scores_through_shared,
+         _scores_through_shared, 256, "float16", tma_pipeline.IN_ORDER),
+        ("gemv_2_rows", "float16", lambda: gemv.few_rows(2, 128, 64),
+         lambda g: _few_rows(g, 2, False, False, torch.float16), 64, None),
+        ("gemv_15_rows_a_transposed", "bfloat16",
+         lambda: gemv.few_rows(15, 128, 64, trans_a=True, dtype="bfloat16"),
+         lambda g: _few_rows(g, 15, True, False, torch.bfloat16), 64, None),
+        ("gemv_5_rows_int8", "int8",
+         lambda: gemv.few_rows(5, 128, 64, trans_b=True, dtype="int8"),
+         lambda g: _few_rows(g, 5, False, True, torch.int8), 64, None),
     ]
     return [Check(f"dialect-{name}", "dialect", dtype, make,
                   lambda run=run: [run(torch.Generator().manual_seed(SEED))], reduction,
-                  tolerance_dtype=tol_dtype)
-            for name, dtype, make, run, reduction, tol_dtype in table]
+                  configs[0] if configs else {}, tolerance_dtype=tol_dtype)
+            for name, dtype, make, run, reduction, tol_dtype, *configs in table]
 
 
 def _rand(g, *shape, dtype=torch.float32) -> torch.Tensor:
@@ -477,6 +518,66 @@ def _topk(g) -> Run:
     want = torch.topk(x, 64, dim=-1).indices.sort(dim=-1).values
     return Run([x, _poisoned((2, 64), torch.int32), torch.zeros(2, dtype=torch.int32),
                 torch.full((2,), 2048, dtype=torch.int32)], [1], [want.double()], {1: "rows"})
+
+
+def _scaled_difference(g) -> Run:
+    a, b, v = (_rand(g, 64, 64, dtype=torch.float16) for _ in range(3))
+    delta = _rand(g, 64)
+    qk = a.double() @ b.double().T
+    s = (qk * (qk - delta.double()[None, :]) * 0.5).half().double()
+    return Run([a, b, v, delta, _poisoned((64, 64), torch.float32)], [4], [s @ v.double()])
+
+
+def _reversed_rows(g) -> Run:
+    x = _rand(g, 4, 128)
+    return Run([x, _poisoned((4, 128), torch.float32)], [1], [x.double().flip(1) * 2 + 1])
+
+
+def _row_vector_per_step(g) -> Run:
+    a = _rand(g, 128, 64, dtype=torch.float16)
+    b, v = _rand(g, 64, 64, dtype=torch.float16), _rand(g, 64, 64, dtype=torch.float16)
+    delta = _rand(g, 2, 64)
+    want = sum((a[k * 64:(k + 1) * 64].double() @ b.double().T - delta[k].double()[None, :])
+               .half().double() @ v.double() for k in range(2))
+    return Run([a, b, v, delta, _poisoned((64, 64), torch.float32)], [4], [want])
+
+
+def _slices_gemm(g, a_shape, b_shape, trans_b: bool) -> Run:
+    """C [64, 64] float32 = A @ B (B^T with ``trans_b``)."""
+    a, b = _rand(g, *a_shape, dtype=torch.float16), _rand(g, *b_shape, dtype=torch.float16)
+    want = a.double() @ (b.double().T if trans_b else b.double())
+    return Run([a, b, _poisoned((64, 64), torch.float32)], [2], [want])
+
+
+def _staged(g, trans_b: bool) -> Run:
+    """test_cuda_wgmma_slices.staged: stage 1's N half times A's K half, or with ``trans_b``
+    the K halves of stages 0 and 1 against A's."""
+    a, b = _rand(g, 64, 128, dtype=torch.float16), _rand(g, 2, 64, 128, dtype=torch.float16)
+    a, b = a.double(), b.double()
+    want = (a[:, :64] @ b[0, :, :64].T + a[:, 64:] @ b[1, :, 64:].T if trans_b
+            else a[:, 64:] @ b[1, :, 64:])
+    return Run([a.half(), b.half(), _poisoned((64, 64), torch.float32)], [2], [want])
+
+
+def _scores_through_shared(g) -> Run:
+    q, k, v = (_rand(g, 256, 64, dtype=torch.float16) / 4 for _ in range(3))
+    p = (q.double() @ k.double().T).half().double()
+    return Run([q, k, v, _poisoned((256, 64), torch.float32)], [3], [p @ v.double()])
+
+
+def _few_rows(g, m: int, trans_a: bool, trans_b: bool, dtype) -> Run:
+    """test_cuda_gemv.few_rows at N = 128, K = 64: int8 operands (small values) into a zeroed
+    int32 C, else random ones into a poisoned float32 C."""
+    n, k = 128, 64
+    a_shape, b_shape = (k, m) if trans_a else (m, k), (n, k) if trans_b else (k, n)
+    if dtype == torch.int8:
+        a, b = (torch.randint(-8, 8, s, generator=g).to(dtype) for s in (a_shape, b_shape))
+        c = torch.zeros(m, n, dtype=torch.int32)
+    else:
+        a, b = _rand(g, *a_shape, dtype=dtype), _rand(g, *b_shape, dtype=dtype)
+        c = _poisoned((m, n), torch.float32)
+    want = (a.double().T if trans_a else a.double()) @ (b.double().T if trans_b else b.double())
+    return Run([a, b, c], [2], [want])
 
 
 def _tickets(rows: int, cols: int) -> Run:
