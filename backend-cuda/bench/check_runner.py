@@ -65,7 +65,7 @@ def run_one(torch, kernel, bundle) -> dict:
     data = check_data(bundle)
     worst = {"result": "ok", "max_error": 0.0, "tolerance_ratio": 0.0}
     for r, run in enumerate(data["runs"]):
-        args = [a.cuda() for a in run["args"]]
+        args = [a.cuda() if isinstance(a, torch.Tensor) else a for a in run["args"]]  # scalars
         kernel.function(*args)
         torch.cuda.synchronize()
         unordered = run.get("unordered", {})

@@ -40,6 +40,7 @@ import gemm_fp8_scaled as fp8  # noqa: E402
 import gemm_w4a16 as w4  # noqa: E402
 import kernels  # noqa: E402
 import test_cuda_block_atomics as block_atomics  # noqa: E402 - kernels of the emulation tests
+import test_cuda_emulate as emulate  # noqa: E402
 import test_cuda_gemv as gemv  # noqa: E402
 import test_cuda_named_barriers as named_barriers  # noqa: E402
 import test_cuda_spread_fragments as spread  # noqa: E402
@@ -344,8 +345,12 @@ def emulated() -> list[Check]:
     around register nests and shared rows; wgmma on K halves, N halves and stages of swizzled
     tiles and a run-time clear_accum; a pipelined loop inside another (barriers set up each
     round, or the producer's own outer loop) and a tile the threads write feeding a wgmma (the
-    proxy fence); a GEMV of 2..15 rows on padded mma.sync."""
-    table = [  # (name, input dtype, kernel, run from a generator, reduction, tolerance dtype)
+    proxy fence); a GEMV of 2..15 rows on padded mma.sync; shared tiles whose bytes are reused
+    across phases and across the iterations of two loops, an accumulator stored in row halves,
+    a ``while`` loop, a grid and guards over a scalar argument, per-element atomics in a nest
+    (the last three take scalar arguments)."""
+    # (name, input dtype, kernel, run from a generator, reduction, tolerance dtype[, configs])
+    table = [
         ("tma_column_blocks", "float16", lambda: tma_parts.column_blocks(256), _column_blocks,
          256, None),
         ("tma_wide_store", "float16", wide_box.wide_store, _wide_store, 1, None),
@@ -409,6 +414,18 @@ def emulated() -> list[Check]:
         ("gemv_5_rows_int8", "int8",
          lambda: gemv.few_rows(5, 128, 64, trans_b=True, dtype="int8"),
          lambda g: _few_rows(g, 5, False, True, torch.int8), 64, None),
+        # (test_cuda_emulate.mla_decode is not here: it spills 144 bytes on sm_90a, which
+        # harness.py --list refuses; two_tiles_per_iteration is tiles_in_two_loops' first loop)
+        ("smem_two_phases", "float32", emulate.two_phases, _two_phases, 1, None),
+        ("smem_tiles_in_two_loops", "float32", emulate.tiles_in_two_loops, _two_loops, 1,
+         None),
+        ("split_store", "float16", emulate.split_store,
+         lambda g: _slices_gemm(g, (32, 32), (32, 64), False), 32, None),
+        ("while_rows", "float32", emulate.while_rows, _while_rows, 1, None),
+        ("rows_by_scalar", "float32", emulate.rows_by_scalar, _rows_by_scalar, 1, None),
+        ("atomic_rows", "float32", lambda: emulate.atomic_rows(False), _atomic_rows, 1, None),
+        ("atomic_rows_in_branch", "float32", lambda: emulate.atomic_rows(True), _atomic_rows, 1,
+         None),
     ]
     return [Check(f"dialect-{name}", "dialect", dtype, make,
                   lambda run=run: [run(torch.Generator().manual_seed(SEED))], reduction,
@@ -543,10 +560,10 @@ def _row_vector_per_step(g) -> Run:
 
 
 def _slices_gemm(g, a_shape, b_shape, trans_b: bool) -> Run:
-    """C [64, 64] float32 = A @ B (B^T with ``trans_b``)."""
+    """C float32 = A @ B (B^T with ``trans_b``)."""
     a, b = _rand(g, *a_shape, dtype=torch.float16), _rand(g, *b_shape, dtype=torch.float16)
     want = a.double() @ (b.double().T if trans_b else b.double())
-    return Run([a, b, _poisoned((64, 64), torch.float32)], [2], [want])
+    return Run([a, b, _poisoned(tuple(want.shape), torch.float32)], [2], [want])
 
 
 def _staged(g, trans_b: bool) -> Run:
@@ -578,6 +595,48 @@ def _few_rows(g, m: int, trans_a: bool, trans_b: bool, dtype) -> Run:
         c = _poisoned((m, n), torch.float32)
     want = (a.double().T if trans_a else a.double()) @ (b.double().T if trans_b else b.double())
     return Run([a, b, c], [2], [want])
+
+
+def _two_phases(g) -> Run:
+    """test_cuda_emulate.two_phases: Y = X with its rows reversed, doubled; W = Z with its
+    columns reversed."""
+    x, z = _rand(g, 128, 240), _rand(g, 128, 240)
+    return Run([x, z, _poisoned((128, 240), torch.float32), _poisoned((128, 240), torch.float32)],
+               [2, 3], [x.double().flip(0) * 2, z.double().flip(1)])
+
+
+def _two_loops(g) -> Run:
+    """test_cuda_emulate.tiles_in_two_loops: the first loop's steps flip rows (x2) and
+    columns, the second's rows (x3) and both."""
+    x, z = _rand(g, 4, 128, 240), _rand(g, 4, 128, 240)
+    xd, zd = x.double(), z.double()
+    y = torch.cat([xd[:2].flip(1) * 2, xd[2:].flip(1) * 3])
+    w = torch.cat([zd[:2].flip(2), zd[2:].flip(1).flip(2)])
+    shape = (4, 128, 240)
+    return Run([x, z, _poisoned(shape, torch.float32), _poisoned(shape, torch.float32)], [2, 3],
+               [y, w])
+
+
+def _while_rows(g) -> Run:
+    """192 of 256 rows: 6 tiles of 32 rows reversed and doubled; the rest stays poisoned."""
+    x = _rand(g, 256, 64)
+    want = torch.full((256, 64), float("nan"), dtype=torch.float64)
+    want[:192] = (x[:192].double().reshape(6, 32, 64).flip(1) * 2).reshape(192, 64)
+    return Run([x, _poisoned((256, 64), torch.float32), 192], [1], [want])
+
+
+def _rows_by_scalar(g) -> Run:
+    """A grid of ceil(100 / 32) blocks: rows 0..99 doubled, the rest stays poisoned."""
+    x = _rand(g, 256, 64)
+    want = torch.full((256, 64), float("nan"), dtype=torch.float64)
+    want[:100] = x[:100].double() * 2
+    return Run([x, _poisoned((256, 64), torch.float32), 100], [1], [want])
+
+
+def _atomic_rows(g) -> Run:
+    """Each element added once to ones (flag 1: the atomic branch)."""
+    x = _rand(g, 64, 64)
+    return Run([x, torch.ones(64, 64), 1], [1], [x.double() + 1])
 
 
 def _tickets(rows: int, cols: int) -> Run:

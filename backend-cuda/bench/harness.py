@@ -430,6 +430,9 @@ def check_arguments(data: dict, params) -> list[str]:
             continue
         for arg, p in zip(run["args"], params):
             if p.kind != "tensor":
+                if not isinstance(arg, (int, float)) or isinstance(arg, bool):
+                    problems.append(f"run {r}: argument {p.name} is {type(arg).__name__}, "
+                                    f"the kernel takes a scalar of dtype {p.dtype}")
                 continue
             shape = [d if isinstance(d, int) else s for d, s in zip(p.shape, arg.shape)]
             if str(arg.dtype).removeprefix("torch.") != p.dtype or list(arg.shape) != shape:

@@ -22,6 +22,7 @@ import check_runner  # noqa: E402
 import checks  # noqa: E402
 import cuda_cases  # noqa: E402
 import harness  # noqa: E402
+from tilewright.jit.signature import signature_of  # noqa: E402
 from tilewright.runtime import load, open_bundle  # noqa: E402
 from tilewright.runtime.signature import ParamSpec  # noqa: E402
 from tilewright.testing import compare, tolerance  # noqa: E402
@@ -55,9 +56,7 @@ def test_emulated_features_runs_fit_their_kernels():
     shape, an expected value per output, and sorts only outputs (no build: the kernels are
     parsed, not lowered; their runs pass in host emulation in the tests they come from)."""
     for check in checks.emulated():
-        func = check.make()
-        params = [ParamSpec(str(p.name), tuple(int(d) for d in p.shape), str(p.dtype))
-                  for p in func.params]
+        params = signature_of(check.make(), None).params
         for run in check.runs():
             assert harness.check_arguments({"runs": [vars(run)]}, params) == [], check.name
 
@@ -81,6 +80,11 @@ def test_unordered_outputs_compare_sorted_and_are_checked():
     assert harness.check_arguments({"runs": [{**run, "unordered": {1: "all"}}]}, params) == []
     bad = harness.check_arguments({"runs": [{**run, "unordered": {2: "all"}}]}, params)
     assert bad and "unordered output 2" in bad[0]
+    # a scalar parameter (test_cuda_emulate.while_rows' row count) takes a number
+    rows = [*params, ParamSpec("rows", (), "int32", kind="scalar")]
+    assert harness.check_arguments({"runs": [{**run, "args": [*run["args"], 192]}]}, rows) == []
+    bad = harness.check_arguments({"runs": [{**run, "args": [*run["args"], tickets]}]}, rows)
+    assert bad and "argument rows is Tensor, the kernel takes a scalar of dtype int32" in bad[0]
 
 
 def test_a_dynamic_case_runs_at_the_suites_two_sizes():
