@@ -42,6 +42,7 @@ import kernels  # noqa: E402
 import test_cuda_block_atomics as block_atomics  # noqa: E402 - kernels of the emulation tests
 import test_cuda_emulate as emulate  # noqa: E402
 import test_cuda_gemv as gemv  # noqa: E402
+import test_cuda_kernel_sequence as kernel_sequence  # noqa: E402
 import test_cuda_named_barriers as named_barriers  # noqa: E402
 import test_cuda_spread_fragments as spread  # noqa: E402
 import test_cuda_sync as sync  # noqa: E402
@@ -348,7 +349,8 @@ def emulated() -> list[Check]:
     proxy fence); a GEMV of 2..15 rows on padded mma.sync; shared tiles whose bytes are reused
     across phases and across the iterations of two loops, an accumulator stored in row halves,
     a ``while`` loop, a grid and guards over a scalar argument, per-element atomics in a nest
-    (the last three take scalar arguments)."""
+    (the last three take scalar arguments); a split-KV GQA decode and its combine, two
+    kernels sharing T.alloc_global workspaces."""
     # (name, input dtype, kernel, run from a generator, reduction, tolerance dtype[, configs])
     table = [
         ("tma_column_blocks", "float16", lambda: tma_parts.column_blocks(256), _column_blocks,
@@ -425,6 +427,9 @@ def emulated() -> list[Check]:
         ("rows_by_scalar", "float32", emulate.rows_by_scalar, _rows_by_scalar, 1, None),
         ("atomic_rows", "float32", lambda: emulate.atomic_rows(False), _atomic_rows, 1, None),
         ("atomic_rows_in_branch", "float32", lambda: emulate.atomic_rows(True), _atomic_rows, 1,
+         None),
+        ("split_kv_decode", "float16",
+         lambda: kernel_sequence.split_kv_decode(1, 2, 16, 128, 32, 2), _split_kv_decode, 128,
          None),
     ]
     return [Check(f"dialect-{name}", "dialect", dtype, make,
@@ -637,6 +642,19 @@ def _atomic_rows(g) -> Run:
     """Each element added once to ones (flag 1: the atomic branch)."""
     x = _rand(g, 64, 64)
     return Run([x, torch.ones(64, 64), 1], [1], [x.double() + 1])
+
+
+def _split_kv_decode(g) -> Run:
+    """test_cuda_kernel_sequence.split_kv_decode(1, 2, 16, 128, 32, 2): one query token of
+    32 heads over 128 keys of 2 KV heads, against torch's SDPA with the KV heads repeated."""
+    q = _rand(g, 1, 32, 32, dtype=torch.float16)
+    k, v = _rand(g, 1, 128, 2, 32, dtype=torch.float16), _rand(g, 1, 128, 2, 32,
+                                                               dtype=torch.float16)
+    keys = k.double().repeat_interleave(16, dim=2).transpose(1, 2)  # B, H, S, D
+    values = v.double().repeat_interleave(16, dim=2).transpose(1, 2)
+    want = torch.nn.functional.scaled_dot_product_attention(q.double().unsqueeze(2), keys,
+                                                            values).squeeze(2)
+    return Run([q, k, v, _poisoned((1, 32, 32), torch.float16)], [3], [want])
 
 
 def _tickets(rows: int, cols: int) -> Run:
