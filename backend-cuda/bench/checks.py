@@ -416,7 +416,7 @@ def emulated() -> list[Check]:
         ("gemv_5_rows_int8", "int8",
          lambda: gemv.few_rows(5, 128, 64, trans_b=True, dtype="int8"),
          lambda g: _few_rows(g, 5, False, True, torch.int8), 64, None),
-        # (test_cuda_emulate.mla_decode is not here: it spills 144 bytes on sm_90a, which
+        # (test_cuda_emulate.mla_decode is not here: it spills on sm_90a (72 bytes), which
         # harness.py --list refuses; two_tiles_per_iteration is tiles_in_two_loops' first loop)
         ("smem_two_phases", "float32", emulate.two_phases, _two_phases, 1, None),
         ("smem_tiles_in_two_loops", "float32", emulate.tiles_in_two_loops, _two_loops, 1,
