@@ -39,6 +39,7 @@ import sass  # noqa: E402
 import torch  # noqa: E402
 from tilewright.errors import UnsupportedOpError  # noqa: E402
 from tilewright.jit import compile as tw_compile  # noqa: E402
+from tilewright.runtime.call import unpack  # noqa: E402
 from tilewright.runtime.cuda import kernels_of  # noqa: E402
 
 ATTENTION_SIZES = {"full": (4, 32, 4096, 128), "quick": (1, 4, 512, 128)}
@@ -279,8 +280,8 @@ def build_checks(out: Path, args) -> int:
         runs = check.runs()
         data = io.BytesIO()
         torch.save({"seed": checks.SEED, "runs": [
-            {"args": r.args, "outputs": r.outputs, "expected": [
-                _stored(e, r.args[i]) for i, e in zip(r.outputs, r.expected)],
+            {"args": _held(r.args, kernel.signature.params, check.name), "outputs": r.outputs,
+             "expected": [_stored(e, r.args[i]) for i, e in zip(r.outputs, r.expected)],
              **({"unordered": r.unordered} if r.unordered else {})} for r in runs]},
             data)
         launch = kernel.executable.launch
@@ -304,6 +305,14 @@ def build_checks(out: Path, args) -> int:
         counts[entry["status"]] = counts.get(entry["status"], 0) + 1
     print(f"checks: {json.dumps(counts)}")
     return failed
+
+
+def _held(args: list, params, name: str) -> list:
+    """The arguments as the compiled kernel takes them (the harness calls it without the
+    runtime's argument handling): a packed 4-bit tensor (float4_e2m1fn_x2, two codes a byte)
+    one value a byte."""
+    return [unpack(a, p, f"{name}: argument {p.name}") if p.kind == "tensor" and p.packed_bits
+            else a for a, p in zip(args, params)]
 
 
 def _stored(expected, output):

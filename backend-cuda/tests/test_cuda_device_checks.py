@@ -106,9 +106,9 @@ def _list(bundles: Path) -> subprocess.CompletedProcess:
 @pytest.mark.nvrtc
 def test_checks_build_into_bundles_the_harness_lists(tmp_path, monkeypatch):
     # dialect-block_atomic_tickets: tickets compared sorted; dialect-sync_scaled_difference:
-    # judged by the float16 tolerance model
+    # judged by the float16 tolerance model; float4_casts: a packed float4 argument
     only = ("conformance-copy-float16-full,example-row_reduce,dialect-block_atomic_tickets,"
-            "dialect-sync_scaled_difference")
+            "dialect-sync_scaled_difference,conformance-float4_casts-float4_e2m1fn-full")
     monkeypatch.setattr(sys, "argv", ["build_bundles.py", "--out", str(tmp_path), "--checks",
                                       "only", "--only", only])
     assert build_bundles.main() == 0
@@ -117,7 +117,11 @@ def test_checks_build_into_bundles_the_harness_lists(tmp_path, monkeypatch):
     assert {e["status"] for e in index.values()} == {"bundled"}
     good = _list(tmp_path)
     assert good.returncode == 0, good.stdout + good.stderr
-    assert "4 bundles" in good.stdout and "0 broken" in good.stdout
+    assert "5 bundles" in good.stdout and "0 broken" in good.stdout
+    # stored as the compiled kernel takes it (the harness calls it so): one code a byte
+    codes = check_runner.check_data(open_bundle(
+        tmp_path / "checks" / "conformance-float4_casts-float4_e2m1fn-full"))["runs"][0]["args"][0]
+    assert codes.dtype == torch.uint8 and list(codes.shape) == [16] and int(codes.max()) < 16
     tickets = open_bundle(tmp_path / "checks" / "dialect-block_atomic_tickets")
     assert check_runner.check_data(tickets)["runs"][0]["unordered"] == {1: "all"}
     scaled = open_bundle(tmp_path / "checks" / "dialect-sync_scaled_difference")
