@@ -41,6 +41,7 @@ import gemm_w4a16 as w4  # noqa: E402
 import kernels  # noqa: E402
 import test_cuda_block_atomics as block_atomics  # noqa: E402 - kernels of the emulation tests
 import test_cuda_emulate as emulate  # noqa: E402
+import test_cuda_emulate_smem as emulate_smem  # noqa: E402
 import test_cuda_gemv as gemv  # noqa: E402
 import test_cuda_kernel_sequence as kernel_sequence  # noqa: E402
 import test_cuda_named_barriers as named_barriers  # noqa: E402
@@ -350,7 +351,8 @@ def emulated() -> list[Check]:
     across phases and across the iterations of two loops, an accumulator stored in row halves,
     a ``while`` loop, a grid and guards over a scalar argument, per-element atomics in a nest
     (the last three take scalar arguments); a split-KV GQA decode and its combine, two
-    kernels sharing T.alloc_global workspaces."""
+    kernels sharing T.alloc_global workspaces; an accumulator starting as a bias copied into
+    its registers; copies under a branch of a pipelined loop's body (one version)."""
     # (name, input dtype, kernel, run from a generator, reduction, tolerance dtype[, configs])
     table = [
         ("tma_column_blocks", "float16", lambda: tma_parts.column_blocks(256), _column_blocks,
@@ -431,6 +433,14 @@ def emulated() -> list[Check]:
         ("split_kv_decode", "float16",
          lambda: kernel_sequence.split_kv_decode(1, 2, 16, 128, 32, 2), _split_kv_decode, 128,
          None),
+        ("gemm_bias_from_shared", "float16", lambda: emulate_smem.gemm_bias("shared"),
+         _gemm_bias, 64, None),
+        ("gemm_bias_from_global", "float16", lambda: emulate_smem.gemm_bias("global"),
+         _gemm_bias, 64, None),
+        ("pipelined_copies_in_a_branch", "float16", lambda: emulate_smem.branch_loads(False),
+         _branch_loads, 128, None),
+        ("pipelined_copies_in_a_branch_mixed", "float16",
+         lambda: emulate_smem.branch_loads(True), _branch_loads, 128, None),
     ]
     return [Check(f"dialect-{name}", "dialect", dtype, make,
                   lambda run=run: [run(torch.Generator().manual_seed(SEED))], reduction,
@@ -655,6 +665,23 @@ def _split_kv_decode(g) -> Run:
     want = torch.nn.functional.scaled_dot_product_attention(q.double().unsqueeze(2), keys,
                                                             values).squeeze(2)
     return Run([q, k, v, _poisoned((1, 32, 32), torch.float16)], [3], [want])
+
+
+def _gemm_bias(g) -> Run:
+    """test_cuda_emulate_smem.gemm_bias: C = A B^T + Bias, float16 out."""
+    a, b = _rand(g, 128, 64, dtype=torch.float16), _rand(g, 64, 64, dtype=torch.float16)
+    bias = _rand(g, 128, 64, dtype=torch.float16)
+    return Run([a, b, bias, _poisoned((128, 64), torch.float16)], [3],
+               [a.double() @ b.double().T + bias.double()])
+
+
+def _branch_loads(g) -> Run:
+    """test_cuda_emulate_smem.branch_loads: A's 32-column blocks from A1 on even steps, A2 on
+    odd ones; C = A B^T."""
+    a1, a2, b = (_rand(g, 64, 128, dtype=torch.float16) for _ in range(3))
+    even = (torch.arange(128) // 32 % 2 == 0)[None, :]
+    a = torch.where(even, a1, a2)
+    return Run([a1, a2, b, _poisoned((64, 64), torch.float32)], [3], [a.double() @ b.double().T])
 
 
 def _tickets(rows: int, cols: int) -> Run:
