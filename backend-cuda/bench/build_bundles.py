@@ -39,6 +39,7 @@ import sass  # noqa: E402
 import torch  # noqa: E402
 from tilewright.errors import UnsupportedOpError  # noqa: E402
 from tilewright.jit import compile as tw_compile  # noqa: E402
+from tilewright.runtime.call import unpack  # noqa: E402
 from tilewright.runtime.cuda import kernels_of  # noqa: E402
 
 ATTENTION_SIZES = {"full": (4, 32, 4096, 128), "quick": (1, 4, 512, 128)}
@@ -279,12 +280,14 @@ def build_checks(out: Path, args) -> int:
         runs = check.runs()
         data = io.BytesIO()
         torch.save({"seed": checks.SEED, "runs": [
-            {"args": r.args, "outputs": r.outputs, "expected": [
-                _stored(e, r.args[i]) for i, e in zip(r.outputs, r.expected)]} for r in runs]},
+            {"args": _held(r.args, kernel.signature.params, check.name), "outputs": r.outputs,
+             "expected": [_stored(e, r.args[i]) for i, e in zip(r.outputs, r.expected)],
+             **({"unordered": r.unordered} if r.unordered else {})} for r in runs]},
             data)
         launch = kernel.executable.launch
         case = {"kind": "check", "group": check.group, "dtype": check.dtype,
                 "reduction": check.reduction, "runs": len(runs),
+                **({"tolerance_dtype": check.tolerance_dtype} if check.tolerance_dtype else {}),
                 "pass_configs": check.pass_configs,
                 # racecheck and synccheck look at shared memory and the barriers guarding it
                 "shared_memory": any(k["dynamic_smem_bytes"] for k in kernels_of(launch)),
@@ -304,10 +307,26 @@ def build_checks(out: Path, args) -> int:
     return failed
 
 
+def _held(args: list, params, name: str) -> list:
+    """The arguments as the compiled kernel takes them (the harness calls it without the
+    runtime's argument handling): a packed 4-bit tensor (float4_e2m1fn_x2, two codes a byte)
+    one value a byte."""
+    return [unpack(a, p, f"{name}: argument {p.name}") if p.kind == "tensor" and p.packed_bits
+            else a for a, p in zip(args, params)]
+
+
 def _stored(expected, output):
     """The expected value as stored: float32 for a 16-bit output (float32's rounding is far
-    below a 16-bit output's tolerance; half the bytes a bundle carries), float64 otherwise."""
-    return expected.float() if output.dtype in (torch.float16, torch.bfloat16) else expected
+    below a 16-bit output's tolerance; half the bytes a bundle carries) and where float32
+    holds a float64 value exactly (copies, integers, NaN), float64 otherwise."""
+    if output.dtype in (torch.float16, torch.bfloat16):
+        return expected.float()
+    if expected.dtype == torch.float64:
+        single = expected.float()
+        back = single.double()
+        if bool(((back == expected) | (back.isnan() & expected.isnan())).all()):
+            return single
+    return expected
 
 
 BARRIERS = ("__syncthreads", "tw_mbar_", "tw_named_barrier", "tw_cluster_sync", "__syncwarp")

@@ -39,6 +39,21 @@ import dialect_cases  # noqa: E402
 import gemm_fp8_scaled as fp8  # noqa: E402
 import gemm_w4a16 as w4  # noqa: E402
 import kernels  # noqa: E402
+import test_cuda_block_atomics as block_atomics  # noqa: E402 - kernels of the emulation tests
+import test_cuda_emulate as emulate  # noqa: E402
+import test_cuda_emulate_smem as emulate_smem  # noqa: E402
+import test_cuda_gemv as gemv  # noqa: E402
+import test_cuda_kernel_sequence as kernel_sequence  # noqa: E402
+import test_cuda_named_barriers as named_barriers  # noqa: E402
+import test_cuda_spread_fragments as spread  # noqa: E402
+import test_cuda_sync as sync  # noqa: E402
+import test_cuda_thread_atomics as thread_atomics  # noqa: E402
+import test_cuda_tma_parts as tma_parts  # noqa: E402
+import test_cuda_tma_pipeline as tma_pipeline  # noqa: E402
+import test_cuda_tma_wide_box as wide_box  # noqa: E402
+import test_cuda_use_swizzle as use_swizzle  # noqa: E402
+import test_cuda_wgmma_slices as wgmma_slices  # noqa: E402
+import test_cuda_ws_fragments as ws_fragments  # noqa: E402
 import torch  # noqa: E402
 from tilewright.jit.signature import output_indices  # noqa: E402
 from tilewright.plugin import get_manager  # noqa: E402
@@ -52,11 +67,14 @@ SEED = 0
 @dataclass
 class Run:
     """One call: every kernel argument (outputs poisoned with NaN, or the values an
-    accumulating kernel adds to) and the expected value of each output."""
+    accumulating kernel adds to) and the expected value of each output. ``unordered``: the
+    outputs whose values atomics hand out in an order the GPU picks (tickets, top-k indices),
+    compared sorted (position -> "all": the whole tensor; "rows": along its last dimension)."""
 
     args: list
     outputs: list  # positions in ``args``
     expected: list
+    unordered: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -71,6 +89,9 @@ class Check:
     reduction: int = 1  # the longest reduction behind an output element (tolerance model)
     pass_configs: dict = field(default_factory=dict)
     unsupported: Callable | None = None  # () -> reason when the backend declares no support
+    # the dtype whose tolerance model judges every output (None: each output's own), for a
+    # float32 output computed from values rounded to 16 bits on the way
+    tolerance_dtype: str | None = None
 
 
 def conformance() -> list[Check]:
@@ -314,5 +335,362 @@ def _add_run(m: int, n: int) -> Run:
     return Run([a, b, torch.full_like(a, float("nan"))], [2], [a.double() + b.double()])
 
 
+def emulated() -> list[Check]:
+    """The CUDA features whose kernels the host emulation runs in their own tests (not in
+    dialect_cases.cases(): test_cuda_dialect_emulate.py would emulate them a second time),
+    at those tests' sizes: TMA into column blocks of a swizzled tile feeding wgmma, wide TMA
+    boxes (a folded view, loads and stores, parts of rows), named barriers with a run-time
+    break, fragments spread over the threads (and in a warp-specialised kernel), fragments in
+    the registers of ``if tx < 128`` roles feeding register-A wgmma, per-thread atomics
+    (shared histogram, float32 sums, tickets; DeepSeek's radix top-k selector), a block's
+    atomic with return_prev, T.use_swizzle in both orders; the barriers sync insertion places
+    around register nests and shared rows; wgmma on K halves, N halves and stages of swizzled
+    tiles and a run-time clear_accum; a pipelined loop inside another (barriers set up each
+    round, or the producer's own outer loop) and a tile the threads write feeding a wgmma (the
+    proxy fence); a GEMV of 2..15 rows on padded mma.sync; shared tiles whose bytes are reused
+    across phases and across the iterations of two loops, an accumulator stored in row halves,
+    a ``while`` loop, a grid and guards over a scalar argument, per-element atomics in a nest
+    (the last three take scalar arguments); a split-KV GQA decode and its combine, two
+    kernels sharing T.alloc_global workspaces; an accumulator starting as a bias copied into
+    its registers; copies under a branch of a pipelined loop's body (one version)."""
+    # (name, input dtype, kernel, run from a generator, reduction, tolerance dtype[, configs])
+    table = [
+        ("tma_column_blocks", "float16", lambda: tma_parts.column_blocks(256), _column_blocks,
+         256, None),
+        ("tma_wide_store", "float16", wide_box.wide_store, _wide_store, 1, None),
+        ("tma_folded_part", "float16", lambda: wide_box.part_copy((40, 704), 8, 64, 32, 576),
+         lambda g: _copy_of(g, (40, 704), 8, 64, 32, 576), 1, None),
+        ("tma_row_parts", "float16", lambda: wide_box.part_copy((8, 600), 0, 4, 8, 576),
+         lambda g: _copy_of(g, (8, 600), 0, 4, 8, 576), 1, None),
+        ("named_barrier_break", "int32", named_barriers.suffix_sums_until, _suffix_sums, 1,
+         None),
+        ("spread_layernorm_bwd", "bfloat16", lambda: spread.layernorm_bwd(8, 512, 4, 128),
+         _layernorm_bwd, 512, None),
+        ("spread_mixed", "float32", spread.mixed_spread, _mixed_spread, 4, None),
+        ("spread_row_reductions", "float32", spread.spread_row_reductions, _row_reductions,
+         256, None),
+        ("spread_ws_gemm_bias", "float16", spread.gemm_with_bias_vector, _bias_gemm, 128,
+         None),
+        # P and the scores are rounded to float16 inside: a flip there moves O by a float16 ulp
+        ("ws_role_fragments", "float16", ws_fragments.two_roles, _two_roles, 64 * 64,
+         "float16"),
+        ("thread_histogram", "int32", thread_atomics.histogram_kernel, _histogram, 1, None),
+        ("thread_float_sum_tickets", "float32", thread_atomics.float_sum_kernel, _float_sum,
+         150, None),
+        ("topk_selector", "float32", lambda: thread_atomics.topk_kernel(2, 2048, 64), _topk, 1,
+         None),
+        ("block_atomic_tickets", "int32", block_atomics.tickets, lambda g: _tickets(4, 3), 1,
+         None),
+        ("use_swizzle_row", "int32", lambda: use_swizzle.order_kernel(5, 7, 3, "row"),
+         lambda g: _tickets(7, 5), 1, None),
+        ("use_swizzle_col", "int32", lambda: use_swizzle.order_kernel(5, 7, 2, "col"),
+         lambda g: _tickets(7, 5), 1, None),
+        # S = A B^T rounded to float16 in a shared tile before the second gemm
+        ("sync_scaled_difference", "float16", sync.scaled_difference, _scaled_difference, 64,
+         "float16"),
+        ("sync_reversed_rows", "float32", sync.reversed_rows, _reversed_rows, 1, None),
+        ("sync_row_vector_per_step", "float16", sync.row_vector_per_step, _row_vector_per_step,
+         128, "float16"),
+        ("wgmma_k_halves", "float16", lambda: wgmma_slices.k_halves(dialect=True),
+         lambda g: _slices_gemm(g, (64, 128), (64, 128), True), 128, None),
+        ("gemm_k_halves_mn_major", "float16", lambda: wgmma_slices.k_halves(trans_b=False),
+         lambda g: _slices_gemm(g, (64, 128), (128, 64), False), 128, None),
+        ("wgmma_stage_n_half", "float16", wgmma_slices.staged, lambda g: _staged(g, False),
+         64, None),
+        ("wgmma_stage_k_halves", "float16", lambda: wgmma_slices.staged(trans_b=True),
+         lambda g: _staged(g, True), 128, None),
+        ("wgmma_clear_on_first_k", "float16", wgmma_slices.clear_on_first_k,
+         lambda g: _slices_gemm(g, (64, 256), (64, 256), True), 256, None),
+        ("tma_two_tiles_per_block", "float16", tma_pipeline.two_tiles_per_block,
+         lambda g: _gemm_run(256, 256, 256, "float16"), 256, None),
+        ("tma_two_tiles_per_block_in_order", "float16", tma_pipeline.two_tiles_per_block,
+         lambda g: _gemm_run(256, 256, 256, "float16"), 256, None, tma_pipeline.IN_ORDER),
+        # P = Q K^T rounded to float16 in the shared tile
+        ("tma_scores_through_shared", "float16", tma_pipeline.scores_through_shared,
+         _scores_through_shared, 256, "float16"),
+        ("tma_scores_through_shared_in_order", "float16", tma_pipeline.scores_through_shared,
+         _scores_through_shared, 256, "float16", tma_pipeline.IN_ORDER),
+        ("gemv_2_rows", "float16", lambda: gemv.few_rows(2, 128, 64),
+         lambda g: _few_rows(g, 2, False, False, torch.float16), 64, None),
+        ("gemv_15_rows_a_transposed", "bfloat16",
+         lambda: gemv.few_rows(15, 128, 64, trans_a=True, dtype="bfloat16"),
+         lambda g: _few_rows(g, 15, True, False, torch.bfloat16), 64, None),
+        ("gemv_5_rows_int8", "int8",
+         lambda: gemv.few_rows(5, 128, 64, trans_b=True, dtype="int8"),
+         lambda g: _few_rows(g, 5, False, True, torch.int8), 64, None),
+        # (test_cuda_emulate.mla_decode is not here: it spills on sm_90a (72 bytes), which
+        # harness.py --list refuses; two_tiles_per_iteration is tiles_in_two_loops' first loop)
+        ("smem_two_phases", "float32", emulate.two_phases, _two_phases, 1, None),
+        ("smem_tiles_in_two_loops", "float32", emulate.tiles_in_two_loops, _two_loops, 1,
+         None),
+        ("split_store", "float16", emulate.split_store,
+         lambda g: _slices_gemm(g, (32, 32), (32, 64), False), 32, None),
+        ("while_rows", "float32", emulate.while_rows, _while_rows, 1, None),
+        ("rows_by_scalar", "float32", emulate.rows_by_scalar, _rows_by_scalar, 1, None),
+        ("atomic_rows", "float32", lambda: emulate.atomic_rows(False), _atomic_rows, 1, None),
+        ("atomic_rows_in_branch", "float32", lambda: emulate.atomic_rows(True), _atomic_rows, 1,
+         None),
+        ("split_kv_decode", "float16",
+         lambda: kernel_sequence.split_kv_decode(1, 2, 16, 128, 32, 2), _split_kv_decode, 128,
+         None),
+        ("gemm_bias_from_shared", "float16", lambda: emulate_smem.gemm_bias("shared"),
+         _gemm_bias, 64, None),
+        ("gemm_bias_from_global", "float16", lambda: emulate_smem.gemm_bias("global"),
+         _gemm_bias, 64, None),
+        ("pipelined_copies_in_a_branch", "float16", lambda: emulate_smem.branch_loads(False),
+         _branch_loads, 128, None),
+        ("pipelined_copies_in_a_branch_mixed", "float16",
+         lambda: emulate_smem.branch_loads(True), _branch_loads, 128, None),
+    ]
+    return [Check(f"dialect-{name}", "dialect", dtype, make,
+                  lambda run=run: [run(torch.Generator().manual_seed(SEED))], reduction,
+                  configs[0] if configs else {}, tolerance_dtype=tol_dtype)
+            for name, dtype, make, run, reduction, tol_dtype, *configs in table]
+
+
+def _rand(g, *shape, dtype=torch.float32) -> torch.Tensor:
+    return torch.randn(*shape, generator=g).to(dtype)
+
+
+def _column_blocks(g) -> Run:
+    a, b = _rand(g, 64, 256, dtype=torch.float16), _rand(g, 64, 256, dtype=torch.float16)
+    return Run([a, b, _poisoned((64, 64), torch.float32)], [2], [a.double() @ b.double().T])
+
+
+def _copy_of(g, shape, r0, c0, rows, cols) -> Run:
+    q = _rand(g, *shape, dtype=torch.float16)
+    return Run([q, _poisoned((rows, cols), torch.float16)], [1],
+               [q[r0:r0 + rows, c0:c0 + cols].double()])
+
+
+def _wide_store(g) -> Run:
+    a = _rand(g, 32, 576, dtype=torch.float16)
+    return Run([a, _poisoned((32, 576), torch.float16)], [1], [a.double() * 2])
+
+
+def _suffix_sums(g) -> Run:
+    x = torch.randint(0, 9, (2, 64), generator=g, dtype=torch.int32)
+    limits = torch.tensor([64, 5], dtype=torch.int32)  # all six steps; stop after three
+    return Run([x, limits, _poisoned((2, 64), torch.int32)], [2],
+               [named_barriers.reference(x, limits).double()])
+
+
+def _layernorm_bwd(g) -> Run:
+    n, d = 8, 512
+    x, dy = _rand(g, n, d, dtype=torch.bfloat16), _rand(g, n, d, dtype=torch.bfloat16)
+    gamma = _rand(g, d, dtype=torch.bfloat16)
+    mean = x.double().mean(dim=1).float()
+    rstd = (1 / (x.double().var(dim=1, unbiased=False) + 1e-5).sqrt()).float()
+    want = spread.layernorm_bwd_reference(*(t.double() for t in (dy, x, gamma, mean, rstd)))
+    return Run([dy, x, gamma, mean, rstd, _poisoned((n, d), torch.bfloat16), torch.zeros(d),
+                torch.zeros(d)], [5, 6, 7], list(want))
+
+
+def _mixed_spread(g) -> Run:
+    x = _rand(g, 256)
+    xd = x.double()
+    return Run([x, _poisoned((256,), torch.float32), _poisoned((1,), torch.float32)], [1, 2],
+               [xd.flip(0) * 2 + xd, (xd.max() + (xd[:4] + 1).sum()).reshape(1)])
+
+
+def _row_reductions(g) -> Run:
+    x = _rand(g, 4, 256)
+    xd = x.double()
+    return Run([x, _poisoned((4, 256), torch.float32)], [1],
+               [xd - xd.amax(dim=1, keepdim=True) + 1 + xd.sum(dim=1, keepdim=True)])
+
+
+def _bias_gemm(g) -> Run:
+    a, b = _rand(g, 128, 128, dtype=torch.float16), _rand(g, 128, 128, dtype=torch.float16)
+    bias = _rand(g, 128)
+    return Run([a, b, bias, _poisoned((128, 128), torch.float32),
+                _poisoned((128,), torch.float32)], [3, 4],
+               [a.double() @ b.double(), bias.double() * 2 + 1])
+
+
+def _two_roles(g) -> Run:
+    """test_cuda_ws_fragments.two_roles: role 0 the scores less their row max, their float16
+    product with V[0], half of them, the row max; role 1 the float16 scores, their product with
+    V[1], 2 + their row sums."""
+    q = _rand(g, 64, 64, dtype=torch.float16)
+    k, v = _rand(g, 2, 64, 64, dtype=torch.float16), _rand(g, 2, 64, 64, dtype=torch.float16)
+    s = [q.double() @ k[r].double().T for r in (0, 1)]
+    m = s[0].amax(dim=1)
+    s[0] = s[0] - m[:, None]
+    p = [x.half().double() for x in s]
+    half = torch.float16
+    return Run([q, k, v, _poisoned((2, 64, 64), torch.float32), _poisoned((64, 64), half),
+                _poisoned((64, 64), half), _poisoned((64,), torch.float32),
+                _poisoned((64,), torch.float32)], [3, 4, 5, 6, 7],
+               [torch.stack([p[r] @ v[r].double() for r in (0, 1)]), p[1],
+                (s[0] * 0.5).half().double(), m, 2 + s[1].sum(dim=1)])
+
+
+def _histogram(g) -> Run:
+    x = torch.randint(-4, 40, (2, 256), generator=g, dtype=torch.int32)
+    kept = x[x >= 0].long() % 16
+    return Run([x, torch.zeros(16, dtype=torch.int32), torch.zeros(1, dtype=torch.int32)],
+               [1, 2], [torch.bincount(kept, minlength=16).double(), torch.tensor([2.0])])
+
+
+def _float_sum(g) -> Run:
+    """Integer values (exact in any order of the atomics); the tickets are the counter's values
+    from 5 on, one a thread, in the order the threads got there."""
+    x = torch.randint(-8, 8, (3, 64), generator=g).float()
+    return Run([x, torch.zeros(1), torch.tensor([5], dtype=torch.int32),
+                _poisoned((3, 64), torch.int32)], [1, 2, 3],
+               [x[:, :50].double().sum().reshape(1), torch.tensor([5.0 + 3 * 64]),
+                torch.arange(5, 5 + 3 * 64).reshape(3, 64).double()], {3: "all"})
+
+
+def _topk(g) -> Run:
+    """Each row's 64 largest of 2048 (torch.topk's indices), in the order the atomics place
+    them."""
+    x = _rand(g, 2, 2048)
+    want = torch.topk(x, 64, dim=-1).indices.sort(dim=-1).values
+    return Run([x, _poisoned((2, 64), torch.int32), torch.zeros(2, dtype=torch.int32),
+                torch.full((2,), 2048, dtype=torch.int32)], [1], [want.double()], {1: "rows"})
+
+
+def _scaled_difference(g) -> Run:
+    a, b, v = (_rand(g, 64, 64, dtype=torch.float16) for _ in range(3))
+    delta = _rand(g, 64)
+    qk = a.double() @ b.double().T
+    s = (qk * (qk - delta.double()[None, :]) * 0.5).half().double()
+    return Run([a, b, v, delta, _poisoned((64, 64), torch.float32)], [4], [s @ v.double()])
+
+
+def _reversed_rows(g) -> Run:
+    x = _rand(g, 4, 128)
+    return Run([x, _poisoned((4, 128), torch.float32)], [1], [x.double().flip(1) * 2 + 1])
+
+
+def _row_vector_per_step(g) -> Run:
+    a = _rand(g, 128, 64, dtype=torch.float16)
+    b, v = _rand(g, 64, 64, dtype=torch.float16), _rand(g, 64, 64, dtype=torch.float16)
+    delta = _rand(g, 2, 64)
+    want = sum((a[k * 64:(k + 1) * 64].double() @ b.double().T - delta[k].double()[None, :])
+               .half().double() @ v.double() for k in range(2))
+    return Run([a, b, v, delta, _poisoned((64, 64), torch.float32)], [4], [want])
+
+
+def _slices_gemm(g, a_shape, b_shape, trans_b: bool) -> Run:
+    """C float32 = A @ B (B^T with ``trans_b``)."""
+    a, b = _rand(g, *a_shape, dtype=torch.float16), _rand(g, *b_shape, dtype=torch.float16)
+    want = a.double() @ (b.double().T if trans_b else b.double())
+    return Run([a, b, _poisoned(tuple(want.shape), torch.float32)], [2], [want])
+
+
+def _staged(g, trans_b: bool) -> Run:
+    """test_cuda_wgmma_slices.staged: stage 1's N half times A's K half, or with ``trans_b``
+    the K halves of stages 0 and 1 against A's."""
+    a, b = _rand(g, 64, 128, dtype=torch.float16), _rand(g, 2, 64, 128, dtype=torch.float16)
+    a, b = a.double(), b.double()
+    want = (a[:, :64] @ b[0, :, :64].T + a[:, 64:] @ b[1, :, 64:].T if trans_b
+            else a[:, 64:] @ b[1, :, 64:])
+    return Run([a.half(), b.half(), _poisoned((64, 64), torch.float32)], [2], [want])
+
+
+def _scores_through_shared(g) -> Run:
+    q, k, v = (_rand(g, 256, 64, dtype=torch.float16) / 4 for _ in range(3))
+    p = (q.double() @ k.double().T).half().double()
+    return Run([q, k, v, _poisoned((256, 64), torch.float32)], [3], [p @ v.double()])
+
+
+def _few_rows(g, m: int, trans_a: bool, trans_b: bool, dtype) -> Run:
+    """test_cuda_gemv.few_rows at N = 128, K = 64: int8 operands (small values) into a zeroed
+    int32 C, else random ones into a poisoned float32 C."""
+    n, k = 128, 64
+    a_shape, b_shape = (k, m) if trans_a else (m, k), (n, k) if trans_b else (k, n)
+    if dtype == torch.int8:
+        a, b = (torch.randint(-8, 8, s, generator=g).to(dtype) for s in (a_shape, b_shape))
+        c = torch.zeros(m, n, dtype=torch.int32)
+    else:
+        a, b = _rand(g, *a_shape, dtype=dtype), _rand(g, *b_shape, dtype=dtype)
+        c = _poisoned((m, n), torch.float32)
+    want = (a.double().T if trans_a else a.double()) @ (b.double().T if trans_b else b.double())
+    return Run([a, b, c], [2], [want])
+
+
+def _two_phases(g) -> Run:
+    """test_cuda_emulate.two_phases: Y = X with its rows reversed, doubled; W = Z with its
+    columns reversed."""
+    x, z = _rand(g, 128, 240), _rand(g, 128, 240)
+    return Run([x, z, _poisoned((128, 240), torch.float32), _poisoned((128, 240), torch.float32)],
+               [2, 3], [x.double().flip(0) * 2, z.double().flip(1)])
+
+
+def _two_loops(g) -> Run:
+    """test_cuda_emulate.tiles_in_two_loops: the first loop's steps flip rows (x2) and
+    columns, the second's rows (x3) and both."""
+    x, z = _rand(g, 4, 128, 240), _rand(g, 4, 128, 240)
+    xd, zd = x.double(), z.double()
+    y = torch.cat([xd[:2].flip(1) * 2, xd[2:].flip(1) * 3])
+    w = torch.cat([zd[:2].flip(2), zd[2:].flip(1).flip(2)])
+    shape = (4, 128, 240)
+    return Run([x, z, _poisoned(shape, torch.float32), _poisoned(shape, torch.float32)], [2, 3],
+               [y, w])
+
+
+def _while_rows(g) -> Run:
+    """192 of 256 rows: 6 tiles of 32 rows reversed and doubled; the rest stays poisoned."""
+    x = _rand(g, 256, 64)
+    want = torch.full((256, 64), float("nan"), dtype=torch.float64)
+    want[:192] = (x[:192].double().reshape(6, 32, 64).flip(1) * 2).reshape(192, 64)
+    return Run([x, _poisoned((256, 64), torch.float32), 192], [1], [want])
+
+
+def _rows_by_scalar(g) -> Run:
+    """A grid of ceil(100 / 32) blocks: rows 0..99 doubled, the rest stays poisoned."""
+    x = _rand(g, 256, 64)
+    want = torch.full((256, 64), float("nan"), dtype=torch.float64)
+    want[:100] = x[:100].double() * 2
+    return Run([x, _poisoned((256, 64), torch.float32), 100], [1], [want])
+
+
+def _atomic_rows(g) -> Run:
+    """Each element added once to ones (flag 1: the atomic branch)."""
+    x = _rand(g, 64, 64)
+    return Run([x, torch.ones(64, 64), 1], [1], [x.double() + 1])
+
+
+def _split_kv_decode(g) -> Run:
+    """test_cuda_kernel_sequence.split_kv_decode(1, 2, 16, 128, 32, 2): one query token of
+    32 heads over 128 keys of 2 KV heads, against torch's SDPA with the KV heads repeated."""
+    q = _rand(g, 1, 32, 32, dtype=torch.float16)
+    k, v = _rand(g, 1, 128, 2, 32, dtype=torch.float16), _rand(g, 1, 128, 2, 32,
+                                                               dtype=torch.float16)
+    keys = k.double().repeat_interleave(16, dim=2).transpose(1, 2)  # B, H, S, D
+    values = v.double().repeat_interleave(16, dim=2).transpose(1, 2)
+    want = torch.nn.functional.scaled_dot_product_attention(q.double().unsqueeze(2), keys,
+                                                            values).squeeze(2)
+    return Run([q, k, v, _poisoned((1, 32, 32), torch.float16)], [3], [want])
+
+
+def _gemm_bias(g) -> Run:
+    """test_cuda_emulate_smem.gemm_bias: C = A B^T + Bias, float16 out."""
+    a, b = _rand(g, 128, 64, dtype=torch.float16), _rand(g, 64, 64, dtype=torch.float16)
+    bias = _rand(g, 128, 64, dtype=torch.float16)
+    return Run([a, b, bias, _poisoned((128, 64), torch.float16)], [3],
+               [a.double() @ b.double().T + bias.double()])
+
+
+def _branch_loads(g) -> Run:
+    """test_cuda_emulate_smem.branch_loads: A's 32-column blocks from A1 on even steps, A2 on
+    odd ones; C = A B^T."""
+    a1, a2, b = (_rand(g, 64, 128, dtype=torch.float16) for _ in range(3))
+    even = (torch.arange(128) // 32 % 2 == 0)[None, :]
+    a = torch.where(even, a1, a2)
+    return Run([a1, a2, b, _poisoned((64, 64), torch.float32)], [3], [a.double() @ b.double().T])
+
+
+def _tickets(rows: int, cols: int) -> Run:
+    """A counter from 0 and a ticket (its previous value) for each of rows x cols blocks or
+    rounds: every ticket once, in the order the GPU ran them."""
+    return Run([torch.zeros(1, dtype=torch.int32), _poisoned((rows, cols), torch.int32)], [0, 1],
+               [torch.tensor([float(rows * cols)]),
+                torch.arange(rows * cols).reshape(rows, cols).double()], {1: "all"})
+
+
 def every_check() -> list[Check]:
-    return conformance() + examples() + dequantising() + dialect()
+    return conformance() + examples() + dequantising() + dialect() + emulated()

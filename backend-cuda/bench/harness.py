@@ -420,8 +420,9 @@ def check_bundle(path: Path) -> list[str]:
 
 def check_arguments(data: dict, params) -> list[str]:
     """A check's stored arguments (``data``, its ``check.pt``) fit its kernel's parameters
-    (``ParamSpec``s): one per parameter, of its dtype, of its shape where the shape is
-    constant; every run has an expected value per output."""
+    (``ParamSpec``s): one per parameter, of the dtype the compiled kernel takes (a packed
+    4-bit tensor one value a byte), of its shape where the shape is constant, a number for a
+    scalar; every run has an expected value per output; only outputs are compared sorted."""
     problems = []
     for r, run in enumerate(data["runs"]):
         if len(run["args"]) != len(params):
@@ -430,14 +431,24 @@ def check_arguments(data: dict, params) -> list[str]:
             continue
         for arg, p in zip(run["args"], params):
             if p.kind != "tensor":
+                if not isinstance(arg, (int, float)) or isinstance(arg, bool):
+                    problems.append(f"run {r}: argument {p.name} is {type(arg).__name__}, "
+                                    f"the kernel takes a scalar of dtype {p.dtype}")
                 continue
+            # as the compiled kernel takes it: a packed 4-bit tensor one value a byte
             shape = [d if isinstance(d, int) else s for d, s in zip(p.shape, arg.shape)]
-            if str(arg.dtype).removeprefix("torch.") != p.dtype or list(arg.shape) != shape:
+            if str(arg.dtype).removeprefix("torch.") != p.held_dtype or \
+                    list(arg.shape) != shape:
                 problems.append(f"run {r}: argument {p.name} is {arg.dtype} "
-                                f"{list(arg.shape)}, the kernel takes {p.dtype} {list(p.shape)}")
+                                f"{list(arg.shape)}, the kernel takes {p.held_dtype} "
+                                f"{list(p.shape)}")
         if len(run["outputs"]) != len(run["expected"]) or not run["outputs"]:
             problems.append(f"run {r}: {len(run['outputs'])} outputs, "
                             f"{len(run['expected'])} expected values")
+        for position, order in run.get("unordered", {}).items():
+            if position not in run["outputs"] or order not in check_runner.ORDERS:
+                problems.append(f"run {r}: unordered output {position} ({order!r}) is not an "
+                                f"output compared sorted ({', '.join(check_runner.ORDERS)})")
     return problems
 
 

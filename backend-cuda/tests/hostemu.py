@@ -4,7 +4,9 @@ The source is compiled with g++ against a small shim: every CUDA thread of a blo
 of one host thread (ucontext), switched only where it waits: ``__syncthreads``, a named
 barrier or a warp's barrier (``tw_sync``), an mbarrier's phase. Between two waits a thread
 runs alone, so a run is deterministic, a missing barrier shows up the same way every time,
-and a deadlock (every thread waiting) is a RuntimeError instead of a hang. Warp shuffles
+and a deadlock (every thread waiting) is a RuntimeError instead of a hang; the barriers'
+state (block, named, warp and mbarriers) is the library's own and made fresh as each cluster
+of blocks starts, so a launch after a deadlock starts clean. Warp shuffles
 exchange through memory between two barriers of the warp (a warp-collective op waits for its
 warp only, as on the GPU, so the warps of one T.ws role run it while another role's do other
 work), the dynamic shared-memory pool is poisoned before each block, and blocks run one after
@@ -40,6 +42,7 @@ SHIM = r"""
 #include <vector_types.h>  // float4 & co. for vectorised loads and stores (16-byte aligned)
 #include <vector_functions.h>  // make_float4 & co.
 #include <algorithm>
+#include <map>
 #include <memory>
 #include <cmath>
 #include <cstdio>
@@ -145,7 +148,16 @@ template <class T> struct tw_per_thread {
     return slots[t];
   }
 };
+// The state of the barriers (plain globals: each kernel library has its own; an `inline`
+// variable of a header would be one symbol shared by every library of the process), made
+// fresh as each cluster starts, so a launch after one that stopped at a deadlock (its
+// barriers part-way) starts clean
 tw_sync tw_block_sync[TW_MAX_CLUSTER], tw_cluster_barrier_sync;
+tw_sync tw_wgmma_warp_syncs[TW_MAX_CLUSTER * 32];  // a register-A wgmma's exchange
+// mbarriers by address: arrivals still expected, transaction bytes, phase bit
+struct tw_mbar_state { long long expected, pending, tx; int phase; };
+std::map<void*, tw_mbar_state> tw_mbars;
+std::map<long long, tw_sync> tw_named;  // named barriers by block, id and thread count
 tw_sync* tw_cluster_barrier = &tw_cluster_barrier_sync;
 tw_sync tw_warp_syncs[TW_MAX_CLUSTER][32];  // one per warp: warp ops wait on theirs
 alignas(16) unsigned char tw_exchange[TW_MAX_CLUSTER * 1024][16];
@@ -383,6 +395,10 @@ inline int tw_run_grid(int gx, int gy, int gz, int threads, int cluster,
   for (int x0 = 0; x0 < gx; x0 += cluster) {
     ++tw_block_epoch;
     tw_cluster_barrier_sync = tw_sync(n);
+    tw_mbars.clear();
+    tw_named.clear();
+    for (tw_sync& s : tw_wgmma_warp_syncs) s = tw_sync(32);
+    tw_idle_turns = 0;
     for (int r = 0; r < cluster; ++r) {
       tw_cta_smem[r] = tw_smem_pool[r];
       std::memset(tw_smem_pool[r], 0xff, sizeof(tw_smem_pool[r]));  // poison: NaN for floats

@@ -22,8 +22,10 @@ import check_runner  # noqa: E402
 import checks  # noqa: E402
 import cuda_cases  # noqa: E402
 import harness  # noqa: E402
+from tilewright.jit.signature import signature_of  # noqa: E402
 from tilewright.runtime import load, open_bundle  # noqa: E402
-from tilewright.testing import tolerance  # noqa: E402
+from tilewright.runtime.signature import ParamSpec  # noqa: E402
+from tilewright.testing import compare, tolerance  # noqa: E402
 from tilewright_sdk.conformance.catalogue import cases  # noqa: E402
 
 
@@ -41,6 +43,48 @@ def test_every_catalogue_case_example_and_dialect_kernel_is_checked():
     assert {"dialect-ws_gemm", "dialect-cluster_scale", "dialect-bench_gemm_float16_multicast",
             "dialect-bench_attention_float16_multicast",
             "dialect-bench_gemm_float16_persistent"} <= dialect
+    # the features the host emulation tests alone (their kernels imported from those tests)
+    assert {"dialect-tma_column_blocks", "dialect-tma_wide_store", "dialect-named_barrier_break",
+            "dialect-spread_layernorm_bwd", "dialect-ws_role_fragments", "dialect-topk_selector",
+            "dialect-block_atomic_tickets", "dialect-use_swizzle_col",
+            "dialect-sync_reversed_rows", "dialect-wgmma_stage_k_halves",
+            "dialect-tma_scores_through_shared", "dialect-gemv_5_rows_int8"} <= dialect
+
+
+def test_emulated_features_runs_fit_their_kernels():
+    """Each checks.emulated() run has an argument per kernel parameter, of its dtype and
+    shape, an expected value per output, and sorts only outputs (no build: the kernels are
+    parsed, not lowered; their runs pass in host emulation in the tests they come from)."""
+    for check in checks.emulated():
+        params = signature_of(check.make(), None).params
+        for run in check.runs():
+            assert harness.check_arguments({"runs": [vars(run)]}, params) == [], check.name
+
+
+def test_unordered_outputs_compare_sorted_and_are_checked():
+    tickets = torch.tensor([[3, 0, 5], [1, 4, 2]], dtype=torch.int32)
+    want = torch.arange(6).reshape(2, 3).double()
+    assert torch.equal(check_runner.in_order(tickets, "all").double(),
+                       check_runner.in_order(want, "all"))
+    rows = check_runner.in_order(torch.tensor([[9, 1, 5], [2, 8, 0]]), "rows")
+    assert rows.tolist() == [[1, 5, 9], [0, 2, 8]]
+    with pytest.raises(ValueError, match="'cols' is not one of"):
+        check_runner.in_order(tickets, "cols")
+    # a ticket handed out twice (a lost atomic) still fails once sorted
+    twice = torch.tensor([[3, 0, 5], [1, 3, 2]], dtype=torch.int32)
+    assert not compare(check_runner.in_order(twice, "all"), check_runner.in_order(want, "all"),
+                       dtype="int32").ok
+    params = [ParamSpec("C", (1,), "int32"), ParamSpec("T", (2, 3), "int32")]
+    run = {"args": [torch.zeros(1, dtype=torch.int32), tickets], "outputs": [0, 1],
+           "expected": [want[:1, :1].flatten(), want]}
+    assert harness.check_arguments({"runs": [{**run, "unordered": {1: "all"}}]}, params) == []
+    bad = harness.check_arguments({"runs": [{**run, "unordered": {2: "all"}}]}, params)
+    assert bad and "unordered output 2" in bad[0]
+    # a scalar parameter (test_cuda_emulate.while_rows' row count) takes a number
+    rows = [*params, ParamSpec("rows", (), "int32", kind="scalar")]
+    assert harness.check_arguments({"runs": [{**run, "args": [*run["args"], 192]}]}, rows) == []
+    bad = harness.check_arguments({"runs": [{**run, "args": [*run["args"], tickets]}]}, rows)
+    assert bad and "argument rows is Tensor, the kernel takes a scalar of dtype int32" in bad[0]
 
 
 def test_a_dynamic_case_runs_at_the_suites_two_sizes():
@@ -61,7 +105,10 @@ def _list(bundles: Path) -> subprocess.CompletedProcess:
 
 @pytest.mark.nvrtc
 def test_checks_build_into_bundles_the_harness_lists(tmp_path, monkeypatch):
-    only = "conformance-copy-float16-full,example-row_reduce"
+    # dialect-block_atomic_tickets: tickets compared sorted; dialect-sync_scaled_difference:
+    # judged by the float16 tolerance model; float4_casts: a packed float4 argument
+    only = ("conformance-copy-float16-full,example-row_reduce,dialect-block_atomic_tickets,"
+            "dialect-sync_scaled_difference,conformance-float4_casts-float4_e2m1fn-full")
     monkeypatch.setattr(sys, "argv", ["build_bundles.py", "--out", str(tmp_path), "--checks",
                                       "only", "--only", only])
     assert build_bundles.main() == 0
@@ -70,7 +117,15 @@ def test_checks_build_into_bundles_the_harness_lists(tmp_path, monkeypatch):
     assert {e["status"] for e in index.values()} == {"bundled"}
     good = _list(tmp_path)
     assert good.returncode == 0, good.stdout + good.stderr
-    assert "2 bundles" in good.stdout and "0 broken" in good.stdout
+    assert "5 bundles" in good.stdout and "0 broken" in good.stdout
+    # stored as the compiled kernel takes it (the harness calls it so): one code a byte
+    codes = check_runner.check_data(open_bundle(
+        tmp_path / "checks" / "conformance-float4_casts-float4_e2m1fn-full"))["runs"][0]["args"][0]
+    assert codes.dtype == torch.uint8 and list(codes.shape) == [16] and int(codes.max()) < 16
+    tickets = open_bundle(tmp_path / "checks" / "dialect-block_atomic_tickets")
+    assert check_runner.check_data(tickets)["runs"][0]["unordered"] == {1: "all"}
+    scaled = open_bundle(tmp_path / "checks" / "dialect-sync_scaled_difference")
+    assert scaled.json("case")["tolerance_dtype"] == "float16"
     # a stored argument that no longer fits the kernel is caught (a changed file fails the
     # bundle's own checks: tests/reliability)
     bundle = open_bundle(tmp_path / "checks" / "example-row_reduce")

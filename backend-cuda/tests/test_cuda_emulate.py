@@ -23,7 +23,7 @@ def test_generated_cuda_matches_torch(name, tmp_path):
     case.check()
 
 
-def _rows_by_scalar():
+def rows_by_scalar():
     """A grid over an integer scalar argument (TileLang's varlen attention launches
     ``T.ceildiv(max_seqlen, block)`` blocks)."""
     @T.prim_func
@@ -39,7 +39,7 @@ def _rows_by_scalar():
 @pytest.mark.nvrtc
 @pytest.mark.emulator
 def test_grid_over_a_scalar_argument(tmp_path):
-    func = _rows_by_scalar()
+    func = rows_by_scalar()
     kernel = tilewright.compile(func, target="cuda -arch=sm_90a", execution_backend="nvrtc")
     assert kernel.executor == "nvrtc"
     lowered = tilewright.lower(func, "cuda -arch=sm_90a")
@@ -76,7 +76,7 @@ def test_a_value_the_host_and_the_kernel_share_is_not_a_kernel_parameter(tmp_pat
     torch.testing.assert_close(y, p * 3)
 
 
-def _while_rows(condition_in_shared: bool = False):
+def while_rows(condition_in_shared: bool = False):
     """Blocks walk 32-row tiles in a ``while`` loop (TileLang's stream-K GEMM walks its
     iterations so); each tile is staged in shared memory and written out with its rows
     reversed, so threads read what others wrote: barriers inside the loop and on its back
@@ -99,7 +99,7 @@ def _while_rows(condition_in_shared: bool = False):
 
 @pytest.mark.emulator
 def test_while_loop_with_barriers(tmp_path):
-    lowered = tilewright.lower(_while_rows(), "cuda -arch=sm_90a")
+    lowered = tilewright.lower(while_rows(), "cuda -arch=sm_90a")
     x, y = torch.randn(256, 64), torch.full((256, 64), float("nan"))
     hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, x, y, 192)
     want = (x[:192].reshape(6, 32, 64).flip(1) * 2).reshape(192, 64)
@@ -111,11 +111,11 @@ def test_while_condition_reading_shared_memory_is_refused():
     with pytest.raises(UnsupportedOpError, match=r"backend 'cuda' runs a 'while' loop whose "
                        r"condition is the same in every thread and reads no shared memory; "
                        r"this condition reads shared memory") as err:
-        tilewright.lower(_while_rows(condition_in_shared=True), "cuda -arch=sm_90a")
+        tilewright.lower(while_rows(condition_in_shared=True), "cuda -arch=sm_90a")
     assert err.value.location is not None and err.value.location.line > 0
 
 
-def _atomic_rows(branch: bool):
+def atomic_rows(branch: bool):
     """``T.atomic_add`` of one element per iteration of a ``T.Parallel`` nest (stream-K's
     partial tiles), alone or in the else branch of a uniform ``if``."""
     @T.prim_func
@@ -136,13 +136,13 @@ def _atomic_rows(branch: bool):
 @pytest.mark.parametrize("branch", [False, True])
 def test_atomic_add_per_parallel_element(branch, tmp_path):
     """Each iteration adds its own element (the backend gave the nest to thread 0 alone)."""
-    lowered = tilewright.lower(_atomic_rows(branch), "cuda -arch=sm_90a")
+    lowered = tilewright.lower(atomic_rows(branch), "cuda -arch=sm_90a")
     x, y = torch.randn(64, 64), torch.ones(64, 64)
     hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, x, y, 1)
     torch.testing.assert_close(y, x + 1)
 
 
-def _mla_decode(heads=64, dim=512, pe_dim=64, block_N=64, seqlen=128, threads=256):
+def mla_decode(heads=64, dim=512, pe_dim=64, block_N=64, seqlen=128, threads=256):
     """TileLang's MLA decode (``deepseek_mla/example_mla_decode.py``, no split): 64 heads a
     block on 8 warps, a 64 x 512 float32 ``acc_o`` that only gemms, whole fills and
     element-wise rescales touch (too few rows for a warp column each), and ``O_shared`` used
@@ -209,7 +209,7 @@ def test_mla_decode_wide_accumulator_in_registers(tmp_path):
     of a tile dead after the loop and, inside the loop, ``S_shared`` those of ``K_pe_shared``
     (renewed each iteration, read before the scores are written): 369920 bytes of shared
     memory were refused on sm_90a, 164864 fit sm_80's 166912 (173312 did not)."""
-    lowered = tilewright.lower(_mla_decode(), "cuda -arch=sm_90a")
+    lowered = tilewright.lower(mla_decode(), "cuda -arch=sm_90a")
     assert "float acc_o_ptr[" in lowered.source.text  # registers
     assert lowered.source.payload["dynamic_smem_bytes"] == 164864
     torch.manual_seed(0)
@@ -222,7 +222,7 @@ def test_mla_decode_wide_accumulator_in_registers(tmp_path):
     torch.testing.assert_close(out.float(), want, atol=2e-3, rtol=2e-3)
 
 
-def _two_phases(cols: int = 240, both_at_once: bool = False):
+def two_phases(cols: int = 240, both_at_once: bool = False):
     """Two phases, each with a 120 KiB shared tile that threads read in other threads'
     order: together they exceed sm_90a's 232448 bytes, apart each fits."""
     @T.prim_func
@@ -244,7 +244,7 @@ def _two_phases(cols: int = 240, both_at_once: bool = False):
 def test_shared_tiles_of_two_phases_share_bytes(tmp_path):
     """``B`` takes ``A``'s bytes (A is dead once phase one is done), behind a barrier: the
     pool is one tile (122880 bytes), not two (245760, refused)."""
-    lowered = tilewright.lower(_two_phases(), "cuda -arch=sm_90a")
+    lowered = tilewright.lower(two_phases(), "cuda -arch=sm_90a")
     assert lowered.source.payload["dynamic_smem_bytes"] == 122880
     x, z = torch.randn(128, 240), torch.randn(128, 240)
     y, w = torch.full((128, 240), float("nan")), torch.full((128, 240), float("nan"))
@@ -253,7 +253,7 @@ def test_shared_tiles_of_two_phases_share_bytes(tmp_path):
     torch.testing.assert_close(w, z.flip(1))
 
 
-def _two_tiles_per_iteration(cols: int = 240, steps: int = 2):
+def two_tiles_per_iteration(cols: int = 240, steps: int = 2):
     """Each iteration of a serial loop uses a 120 KiB tile, then another: together they
     exceed sm_90a's 232448 bytes; each is written whole before it is read in the iteration
     (threads read other threads' elements)."""
@@ -279,7 +279,7 @@ def test_tiles_used_apart_in_one_iteration_share_bytes(tmp_path):
     """``B`` takes ``A``'s bytes inside the loop body: a barrier before ``B``'s copy (every
     thread done reading ``A``) and one before ``A``'s copy in the next iteration (done reading
     ``B``). Whole loops as one lifetime unit refused it (245760 bytes)."""
-    lowered = tilewright.lower(_two_tiles_per_iteration(), "cuda -arch=sm_90a")
+    lowered = tilewright.lower(two_tiles_per_iteration(), "cuda -arch=sm_90a")
     assert lowered.source.payload["dynamic_smem_bytes"] == 122880
     x, z = torch.randn(2, 128, 240), torch.randn(2, 128, 240)
     y, w = torch.full((2, 128, 240), float("nan")), torch.full((2, 128, 240), float("nan"))
@@ -288,7 +288,7 @@ def test_tiles_used_apart_in_one_iteration_share_bytes(tmp_path):
     torch.testing.assert_close(w, z.flip(2))
 
 
-def _tiles_in_two_loops(cols: int = 240, steps: int = 2):
+def tiles_in_two_loops(cols: int = 240, steps: int = 2):
     """Two serial loops, one after the other, each using a 120 KiB tile ``A`` and then
     another ``B`` per iteration (each written whole before it is read in the iteration,
     threads reading other threads' elements): block-causal attention's dK/dV kernel, whose
@@ -323,7 +323,7 @@ def test_tiles_renewed_in_two_loops_share_bytes(tmp_path):
     """``A`` and ``B`` are each renewed in both loops, writing the same elements in each: they
     live over each loop's part apart, so ``B`` takes ``A``'s bytes in both loops (one lifetime
     from the first loop to the second refused it: 245760 bytes)."""
-    lowered = tilewright.lower(_tiles_in_two_loops(), "cuda -arch=sm_90a")
+    lowered = tilewright.lower(tiles_in_two_loops(), "cuda -arch=sm_90a")
     assert lowered.source.payload["dynamic_smem_bytes"] == 122880
     x, z = torch.randn(4, 128, 240), torch.randn(4, 128, 240)
     y, w = torch.full((4, 128, 240), float("nan")), torch.full((4, 128, 240), float("nan"))
@@ -334,7 +334,7 @@ def test_tiles_renewed_in_two_loops_share_bytes(tmp_path):
     torch.testing.assert_close(w[2:], z[2:].flip(1).flip(2))
 
 
-def _split_store(rows: int = 32, cols: int = 64, split: int = 2):
+def split_store(rows: int = 32, cols: int = 64, split: int = 2):
     """MLA backward's split store of a gemm accumulator: each half of its rows goes through a
     half-height shared tile (``acc[i + s * half, j]`` under ``if i < half``)."""
     half = rows // split
@@ -364,7 +364,7 @@ def test_accumulator_read_at_shifted_rows_stays_in_registers(tmp_path):
     """A nest that reads an mma accumulator at ``[i + c, j]`` runs over the registers each
     thread holds (iteration ``(row - c, col)`` where it is in the nest): the accumulator
     stays in registers, as sparse MLA backward's 64 KiB ``acc_dkv`` must to fit sm_90a."""
-    lowered = tilewright.lower(_split_store(), "cuda -arch=sm_90a")
+    lowered = tilewright.lower(split_store(), "cuda -arch=sm_90a")
     assert "float acc_ptr[" in lowered.source.text  # registers
     assert lowered.source.payload["dynamic_smem_bytes"] == 2048 + 4096 + 4096  # A, B, part
     torch.manual_seed(0)
@@ -417,7 +417,7 @@ def test_pool_without_room_even_with_reuse_is_refused():
                        r"\(A 122880, B 122880; 245760 with buffers whose lifetimes do not "
                        r"overlap sharing bytes\), above the 232448 bytes one block may use on "
                        r"sm_90a") as err:
-        tilewright.lower(_two_phases(both_at_once=True), "cuda -arch=sm_90a")
+        tilewright.lower(two_phases(both_at_once=True), "cuda -arch=sm_90a")
     assert err.value.location is not None and err.value.location.line > 0
 
 

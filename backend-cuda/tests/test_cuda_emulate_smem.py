@@ -13,7 +13,7 @@ from tilewright.errors import KernelError
 from tilewright_cuda import keys
 
 
-def _gemm_bias(bias: str, M=128, N=64, K=64, bm=64, bn=64, bk=32, threads=128):
+def gemm_bias(bias: str, M=128, N=64, K=64, bm=64, bn=64, bk=32, threads=128):
     """C = A B^T + Bias (TileLang's dequantize GEMMs with ``with_bias``): the accumulator
     starts as the bias, copied into it from a shared tile (``bias="shared"``) or from global
     memory (``"global"``); with ``"none"`` it is cleared and the bias tile is never touched."""
@@ -54,7 +54,7 @@ def test_accumulator_a_bias_is_copied_into_stays_in_registers(bias, arch, tmp_pa
     """Before: a copy into the accumulator kept it in shared memory (TileLang's mxfp4 Hopper
     GEMM: its 256 x 128 float32 ``C_local``, 128 KiB, took the kernel over sm_90a's limit);
     an untouched bias tile took its bytes too."""
-    lowered = tilewright.lower(_gemm_bias(bias), f"cuda -arch={arch}")
+    lowered = tilewright.lower(gemm_bias(bias), f"cuda -arch={arch}")
     text, launch = lowered.source.text, lowered.source.payload
     assert "float C_l_ptr[" in text  # registers
     used = TILES + EPILOGUE + (EPILOGUE if bias == "shared" else 0)
@@ -95,7 +95,7 @@ def test_a_bias_copied_in_part_keeps_the_accumulator_shared():
     assert lowered.source.payload["dynamic_smem_bytes"] == 2 * 64 * 32 * 2 + 64 * 64 * 4
 
 
-def _branch_loads(mixed: bool, M=64, N=64, K=128, bk=32, stages=3):
+def branch_loads(mixed: bool, M=64, N=64, K=128, bk=32, stages=3):
     """C = A' B^T, A' taking its k-th column block from A1 on even steps and from A2 on odd
     ones: the copy into ``A_s`` sits under a branch of the pipelined loop's body, as the K/V
     copies of block-causal varlen attention's dQ kernel (``if is_noisy_diag != 0``); with
@@ -133,7 +133,7 @@ def test_copies_under_a_branch_keep_one_version(mixed, arch, tmp_path):
     them so): their tile keeps one version, loaded in order; the B copy outside the branch
     (``mixed``) is still pipelined, in 3 versions. Before, both tiles took 3 versions (the
     dQ kernel: 192 KiB of K/V, over sm_90a's limit)."""
-    lowered = tilewright.lower(_branch_loads(mixed), f"cuda -arch={arch}")
+    lowered = tilewright.lower(branch_loads(mixed), f"cuda -arch={arch}")
     text, launch = lowered.source.text, lowered.source.payload
     tile = 64 * 32 * 2
     func = next(f for _, f in lowered.module.functions.items() if f.attrs is not None)

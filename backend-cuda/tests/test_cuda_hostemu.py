@@ -1,8 +1,11 @@
-"""The host emulation itself (hostemu.py): a deadlock is an error, not a hang, and a kernel's
-library is built once for every test of a run that runs the same source."""
+"""The host emulation itself (hostemu.py): a deadlock is an error, not a hang, a launch after
+one starts from clean barrier state, and a kernel's library is built once for every test of a
+run that runs the same source."""
 
 import hostemu
 import pytest
+import tilewright
+import tilewright_cuda.language as T
 import torch
 
 SOURCE = """
@@ -32,3 +35,40 @@ def test_a_source_built_once_is_loaded_by_every_later_test(tmp_path, hostemu_bui
     again = hostemu.build(source, LAUNCH, tmp_path / "two")
     assert first._name == again._name and first._name.startswith(str(hostemu_builds))
     assert len(list(hostemu_builds.glob("emu-*.so"))) >= 1
+
+
+def _reversed_below(shift):
+    """Threads ``tx < Reach[0]`` meet at named barrier 3 of the whole block, then read their
+    neighbour's value (``(tx + shift) % 128``) from shared memory: with fewer than 128 reaching
+    it, a deadlock."""
+
+    @T.prim_func
+    def main(X: T.Tensor((128,), "int32"), Reach: T.Tensor((1,), "int32"),
+             Y: T.Tensor((128,), "int32")):
+        with T.Kernel(1, threads=128):
+            tx = T.get_thread_binding()
+            s = T.alloc_shared((128,), "int32")
+            s[tx] = X[tx]
+            if tx < Reach[0]:
+                T.sync_threads(3, 128)
+                Y[tx] = s[(tx + shift) % 128]
+
+    return main
+
+
+@pytest.mark.emulator
+def test_a_launch_after_a_deadlock_starts_from_clean_barriers(tmp_path):
+    # the deadlocked launch leaves named barrier 3 with 32 arrivals; the next launch of the
+    # same library, and one of another kernel's, count theirs from zero
+    first, second = (tilewright.lower(_reversed_below(s), "cuda -arch=sm_90a").source
+                     for s in (1, 5))
+    assert "tw_bar_sync(3, 128)" in first.text
+    x = torch.randint(-99, 99, (128,), generator=torch.Generator().manual_seed(0),
+                      dtype=torch.int32)
+    y = torch.full_like(x, -1)
+    with pytest.raises(RuntimeError, match=r"block of main_kernel waits .*a deadlock"):
+        hostemu.run(first.text, first.payload, tmp_path, x, torch.tensor([32]).int(), y)
+    for source, shift in ((second, 5), (first, 1)):
+        y = torch.full_like(x, -1)
+        hostemu.run(source.text, source.payload, tmp_path, x, torch.tensor([128]).int(), y)
+        assert torch.equal(y, x.roll(-shift)), shift

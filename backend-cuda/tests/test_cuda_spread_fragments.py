@@ -116,7 +116,7 @@ def test_spread_reduction_rows():
     assert layout.spread_rows((1, 96), 1, 48) is None  # a warp and a half: no whole shuffles
 
 
-def _mixed(D=256, threads=64):
+def mixed_spread(D=256, threads=64):
     """``own`` is only touched at each iteration's element; ``rev`` is read at an element
     another thread's iteration wrote; ``ser`` is read in a serial loop: those two stay in
     shared memory."""
@@ -146,7 +146,7 @@ def _mixed(D=256, threads=64):
 
 
 def test_a_fragment_read_at_another_threads_element_stays_shared(tmp_path):
-    low = tilewright.lower(_mixed(), "cuda -arch=sm_80")
+    low = tilewright.lower(mixed_spread(), "cuda -arch=sm_80")
     assert _in_registers(low.source.text) == {"own": 4, "red_part": 1, "acc": 1}
     x = torch.randn(256)
     y, s = torch.full((256,), float("nan")), torch.full((1,), float("nan"))
@@ -155,7 +155,7 @@ def test_a_fragment_read_at_another_threads_element_stays_shared(tmp_path):
     torch.testing.assert_close(s, (x.max() + (x[:4] + 1).sum()).reshape(1))
 
 
-def _rows(M=4, N=256, threads=128):
+def spread_row_reductions(M=4, N=256, threads=128):
     """Reductions of a spread ``(M, N)`` fragment along its rows: two registers of each row a
     thread, into a shared vector, with ``clear=False`` into another."""
 
@@ -177,7 +177,7 @@ def _rows(M=4, N=256, threads=128):
 
 
 def test_row_reductions_of_a_spread_fragment(tmp_path):
-    low = tilewright.lower(_rows(), "cuda -arch=sm_80")
+    low = tilewright.lower(spread_row_reductions(), "cuda -arch=sm_80")
     assert _in_registers(low.source.text)["x"] == 8
     x = torch.randn(4, 256)
     y = torch.full((4, 256), float("nan"))
@@ -186,7 +186,7 @@ def test_row_reductions_of_a_spread_fragment(tmp_path):
     torch.testing.assert_close(y, ref, rtol=1e-5, atol=1e-4)
 
 
-def _gemm_with_bias_vector(M=128, N=128, K=128, bk=64, threads=128):
+def gemm_with_bias_vector(M=128, N=128, K=128, bk=64, threads=128):
     """A TMA-pipelined gemm on sm_90a, warp-specialised (the block gains a producer
     warpgroup), beside a spread ``(N,)`` fragment its compute threads hold."""
 
@@ -216,7 +216,7 @@ def _gemm_with_bias_vector(M=128, N=128, K=128, bk=64, threads=128):
 def test_a_spread_fragment_of_a_warp_specialised_kernel(tmp_path):
     """The spread fragment keeps the compute threads' layout (one register a thread for 128
     elements on 128 threads) in a block of 256."""
-    low = tilewright.lower(_gemm_with_bias_vector(), "cuda -arch=sm_90a")
+    low = tilewright.lower(gemm_with_bias_vector(), "cuda -arch=sm_90a")
     assert "__launch_bounds__(256" in low.source.text
     assert _in_registers(low.source.text)["aux"] == 1
     torch.manual_seed(0)
@@ -228,7 +228,7 @@ def test_a_spread_fragment_of_a_warp_specialised_kernel(tmp_path):
     torch.testing.assert_close(aux, bias * 2 + 1)
 
 
-def _reference(dy, x, gamma, mean, rstd):
+def layernorm_bwd_reference(dy, x, gamma, mean, rstd):
     dyf, xf, g = dy.float(), x.float(), gamma.float()
     x_hat = (xf - mean[:, None]) * rstd[:, None]
     dx_hat = dyf * g
@@ -254,7 +254,7 @@ def test_layernorm_backward_matches_torch(target, tmp_path):
     assert _in_registers(low.source.text)["dbeta_acc"] == 4
     hostemu.run(low.source.text, low.source.payload, tmp_path, dy, x, gamma, mean, rstd, dx,
                 dgamma, dbeta)
-    ref_dx, ref_dgamma, ref_dbeta = _reference(dy, x, gamma, mean, rstd)
+    ref_dx, ref_dgamma, ref_dbeta = layernorm_bwd_reference(dy, x, gamma, mean, rstd)
     torch.testing.assert_close(dx.float(), ref_dx, rtol=2e-2, atol=2e-2)
     torch.testing.assert_close(dgamma, ref_dgamma, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(dbeta, ref_dbeta, rtol=1e-4, atol=1e-4)

@@ -199,7 +199,6 @@ __device__ __forceinline__ void tw_tma_load_multicast_5d(const void* d, void* ba
 #undef TW_DESC
 
 #else  // TW_HOST_EMULATION
-#include <map>
 #define __grid_constant__
 #define __cluster_dims__(...)
 // what the host emulation's launcher fills in place of a CUtensorMap
@@ -208,8 +207,8 @@ struct tw_tensormap {
   long long rank, elem_bytes, swizzle;   // swizzle: 0, 32, 64 or 128 bytes
   long long dims[5], strides[5], box[5];  // innermost first; strides in bytes
 };
-struct tw_mbar_state { long long expected, pending, tx; int phase; };
-inline std::map<void*, tw_mbar_state> tw_mbars;
+// the mbarriers' and named barriers' state is the shim's (tw_mbars, tw_named in
+// tests/hostemu.py): each kernel library's own, cleared as each cluster of blocks starts
 inline void tw_mbar_complete(tw_mbar_state& s) {
   if (s.pending == 0 && s.tx == 0) { s.phase ^= 1; s.pending = s.expected; }
 }
@@ -246,11 +245,9 @@ inline void tw_mbar_wait(void* bar, int parity) {
   while (tw_mbar_get(bar).phase == (parity & 1)) tw_wait_turn();
   tw_progress();
 }
-inline std::map<long long, tw_sync*> tw_named;
 inline tw_sync* tw_named_barrier(int id, int threads) {
-  auto& slot = tw_named[(tw_cta_rank * 64LL + id) * 4096LL + threads];
-  if (!slot) slot = new tw_sync(threads);
-  return slot;
+  return &tw_named.try_emplace((tw_cta_rank * 64LL + id) * 4096LL + threads, threads)
+              .first->second;
 }
 inline void tw_named_barrier_sync(int id, int threads) {
   tw_named_barrier(id, threads)->arrive_and_wait();

@@ -164,9 +164,11 @@ inline std::vector<float> tw_wgmma_products(const tw_wgmma_op& op) {
   }
   return out;
 }
-// each thread's wgmmas: issued, not committed; committed, in flight
-inline tw_per_thread<std::vector<tw_wgmma_op>> tw_wgmma_open;
-inline tw_per_thread<std::vector<std::vector<tw_wgmma_op>>> tw_wgmma_groups;
+// each thread's wgmmas: issued, not committed; committed, in flight (`static`: the kernel
+// library's own, fresh in each cluster by the library's tw_block_epoch; an `inline` variable
+// would be one symbol shared by every library loaded, with another library's epochs)
+static tw_per_thread<std::vector<tw_wgmma_op>> tw_wgmma_open;
+static tw_per_thread<std::vector<std::vector<tw_wgmma_op>>> tw_wgmma_groups;
 template <int NC, int TY, bool B_MN>
 inline void tw_wgmma_step(typename tw_wgmma_acc<TY>::type* d, unsigned long long da,
                           unsigned long long db, int scale_d) {
@@ -180,11 +182,8 @@ inline void tw_wgmma_step(typename tw_wgmma_acc<TY>::type* d, unsigned long long
 // four lanes of its quad through memory between two barriers of its warp (wgmma is issued by
 // whole warpgroups; other warps, a producer role's say, need not take part).
 inline unsigned tw_wgmma_a_exchange[TW_MAX_CLUSTER * 1024][4];
-inline tw_sync& tw_wgmma_warp_barrier() {
-  static tw_sync bars[TW_MAX_CLUSTER * 32];
-  tw_sync& bar = bars[(tw_slot_base + threadIdx.x) / 32];
-  if (bar.expected == 0) bar = tw_sync(32);
-  return bar;
+inline tw_sync& tw_wgmma_warp_barrier() {  // the shim's, fresh in each cluster
+  return tw_wgmma_warp_syncs[(tw_slot_base + threadIdx.x) / 32];
 }
 template <int NC, int TY, bool B_MN>
 inline void tw_wgmma_step_rs(typename tw_wgmma_acc<TY>::type* d, const unsigned* a,

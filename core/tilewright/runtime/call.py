@@ -84,7 +84,7 @@ class KernelCall:
         unpacked = []
         for pos, spec in self._packed_inputs:
             if pos < len(args):
-                values = _unpack(args[pos], spec, self._where(pos, spec))
+                values = unpack(args[pos], spec, self._where(pos, spec))
                 unpacked.append((args[pos], values, spec.written))
                 args[pos] = values
         outs = self._launch(args)
@@ -277,10 +277,11 @@ def _check_scalar(arg, spec, where: str, torch) -> None:
                             f"{type(arg).__name__} {_short_repr(arg)}")
 
 
-def _unpack(arg, spec, where: str):
-    """The values of a packed 4-bit tensor ``arg`` one a byte (:data:`.signature.PACKED`):
-    the last dimension doubled, each byte's low nibble first; int4 values sign-extended into
-    int8, float4_e2m1fn codes as uint8."""
+def unpack(arg, spec, where: str):
+    """The values of a packed 4-bit tensor ``arg`` one a byte (:data:`.signature.PACKED`), as
+    the compiled kernel takes them: the last dimension doubled, each byte's low nibble first;
+    int4 values sign-extended into int8, float4_e2m1fn codes as uint8. ``where`` names the
+    argument in the error a wrong tensor gets."""
     import torch
 
     host, host_dtype = spec.host_shape, getattr(torch, spec.host_dtype)
