@@ -36,7 +36,7 @@ from .transforms.vector import (
 )
 from .transforms.views import fold_views
 
-DTYPES = ("float32", "float16", "bfloat16", "int32", "int16", "int8", "uint8")
+DTYPES = ("float32", "float16", "bfloat16", "int32", "int16", "int8", "uint8", "uint16", "uint32")
 
 def _device_available() -> Availability:
     npu = npu_available()
