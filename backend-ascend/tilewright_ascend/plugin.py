@@ -21,6 +21,7 @@ from .codegen import CODEGEN
 from .executor import EXECUTORS, npu_available
 from .facts import ops
 from .facts.arch import ARCHS, CLOCK_GHZ, CUBE_MNK, HBM_GBPS, MEMORIES, arch_of
+from .facts.instructions import ATOMIC_DTYPES
 from .profiler import TIMERS
 from .rules import RULES
 from .transforms import switches
@@ -36,7 +37,8 @@ from .transforms.vector import (
 )
 from .transforms.views import fold_views
 
-DTYPES = ("float32", "float16", "bfloat16", "int32", "int16", "int8", "uint8", "uint16", "uint32")
+DTYPES = ("float32", "float16", "bfloat16", "int32", "int16", "int8", "uint8", "uint16",
+          "uint32")
 
 def _device_available() -> Availability:
     npu = npu_available()
@@ -91,9 +93,11 @@ BACKEND = BackendModule(
         # by LoadDataWithTranspose from an L1 stored as rows of fractals, see cube.py) and
         # int8 into an int32 L0C (A [M, K], B [N, K]: int8 fractals are not transposed)
         # reductions: what the WholeReduce family computes on, and bfloat16 (see
-        # transforms.vector)
+        # transforms.vector); atomics: what SetAtomicAdd/Max/Min take (facts.instructions)
         op_dtypes={"gemm": frozenset({"float16", "bfloat16", "float32", "int8"}),
-                   **dict.fromkeys(PORTABLE_REDUCTIONS, REDUCTION_DTYPES)},
+                   **dict.fromkeys(PORTABLE_REDUCTIONS, REDUCTION_DTYPES),
+                   **dict.fromkeys(("atomic_add", "atomic_max", "atomic_min"),
+                                   ATOMIC_DTYPES)},
     ),
     accelerator=True,
     # tensors live where the first available executor runs: the NPU, else the CPU emulator

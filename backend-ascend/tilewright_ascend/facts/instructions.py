@@ -27,6 +27,11 @@ VECTOR_DTYPES = {
     "CreateVecIndex": _ARITH,  # 数据填充/CreateVecIndex.md: half, int16_t, int32_t, float
 }
 
+# the element types of the atomic modes of the MTE3 copy into GM (SetAtomicAdd/Max/Min, the
+# ASCENDC_ASSERT of SetAtomicAddImpl and its kin in impl/basic_api/dav_c220/
+# kernel_operator_set_atomic_impl.h): T.atomic_add/max/min of other types are refused
+ATOMIC_DTYPES = frozenset({"float16", "float32", "int16", "int32", "int8", "bfloat16"})
+
 # Compare/Compares and Select on A2 (比较与选择/Compare.md, Compares.md, Select.md, "数据类型"
 # for Atlas A2): the comparisons (TIR node -> CMPMODE) each source dtype takes, and the dtypes
 # Select picks between. The vector path writes a tile select ``c ? x : y`` (T.if_then_else in

@@ -84,8 +84,8 @@ from .scalar_nest import (
     fold_branches,
     holds,
     merge_scalar,
-    scalar_reduction,
     scalar_conversion,
+    scalar_reduction,
 )
 from .selects import SelectLowering, guard_as_selects
 from .simt import lower_simt
