@@ -28,6 +28,7 @@ from .transforms import switches
 from .transforms.memory import PORTABLE_SCOPES, plan_memory
 from .transforms.multibuffer import multi_buffer
 from .transforms.portable import lower_portable
+from .transforms.sequence import check_sequence, split_sequence
 from .transforms.sync import insert_sync
 from .transforms.vector import (
     PORTABLE_REDUCTIONS,
@@ -48,9 +49,11 @@ def _device_available() -> Availability:
 
 
 PIPELINE = PassPipeline((
-    Phase("portable", lambda ctx: [fold_views(), *switches.before_portable(ctx),
+    Phase("portable", lambda ctx: [check_sequence(), split_sequence(), fold_views(),
+                                   *switches.before_portable(ctx),
                                    lower_portable(), *switches.after_portable(ctx)],
-          "views of tiles (T.reshape, T.view) as accesses of the tile; portable kernels: "
+          "several 'with T.Kernel' blocks as one function each; views of tiles (T.reshape, "
+          "T.view) as accesses of the tile; portable kernels: "
           "memories by use (GEMM operands L1, accumulators L0C, other tiles "
           "UB), the grid on the 1-D core grid, T.gemm as gemm_v0"),
     Phase("vector", lambda ctx: [narrow_float_arithmetic(("bfloat16",), "AscendNarrowBfloat16"),
@@ -87,8 +90,9 @@ BACKEND = BackendModule(
         dtypes=frozenset(DTYPES),
         # portable scopes: the portable phase maps them to Ascend memories by use
         memory_scopes=frozenset({"global", *MEMORIES, *PORTABLE_SCOPES}),
+        # kernel_sequence: one launch per 'with T.Kernel' block, in order (transforms.sequence)
         features=frozenset({"manual_sync", "dialect:ascend", "partial_tiles",
-                            "dynamic_shapes"}),
+                            "dynamic_shapes", "kernel_sequence"}),
         # the cube takes float16/bfloat16/float32 operands (float32 fractals are transposed
         # by LoadDataWithTranspose from an L1 stored as rows of fractals, see cube.py) and
         # int8 into an int32 L0C (A [M, K], B [N, K]: int8 fractals are not transposed)
