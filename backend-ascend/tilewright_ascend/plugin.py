@@ -39,7 +39,7 @@ from .transforms.vector import (
 from .transforms.views import fold_views
 
 DTYPES = ("float32", "float16", "bfloat16", "int32", "int16", "int8", "uint8", "uint16",
-          "uint32")
+          "uint32", "int64", "bool")
 
 def _device_available() -> Availability:
     npu = npu_available()

@@ -1,13 +1,16 @@
-"""uint16 and uint32 on A2: no vector Cast takes them (类型转换/Cast.md), so a conversion from or
-to them runs on the scalar unit; SetAtomicAdd/Max/Min do not take them (the ASCENDC_ASSERT of
-impl/basic_api/dav_c220/kernel_operator_set_atomic_impl.h), so T.atomic_* of them is refused at
-the user's line. Integer atomics add in their own type on the emulator, exactly beyond 2**24."""
+"""uint16, uint32, int64 and bool on A2. No vector Cast takes uint16/uint32 (类型转换/Cast.md),
+so a conversion from or to them runs on the scalar unit; SetAtomicAdd/Max/Min take none of them
+nor uint8 (the ASCENDC_ASSERT of impl/basic_api/dav_c220/kernel_operator_set_atomic_impl.h), so
+T.atomic_* of them is refused at the user's line; Duplicate fills 16- and 32-bit lanes, so an
+int64 tile is filled as int32 lanes (0 and -1 only, other values refused at the line) and a bool
+tile as int16 pairs of its byte. Integer atomics add in their own type on the emulator, exactly
+beyond 2**24."""
 
 import pytest
 import tilewright
 import tilewright.language as T
 import torch
-from tilewright.errors import UnsupportedOpError
+from tilewright.errors import KernelError, UnsupportedOpError
 
 N = 32
 
@@ -50,9 +53,9 @@ def test_a_conversion_no_cast_takes_runs_on_the_scalar_unit(src, dst):
 
 @pytest.mark.parametrize("dtype", ["uint16", "uint32", "uint8"])
 def test_atomics_of_types_set_atomic_does_not_take_are_refused_at_the_line(dtype):
-    with pytest.raises(UnsupportedOpError, match=rf"test_ascend_unsigned.py:\d+: T.atomic_add on "
-                       rf"{dtype} operands .* not supported by backend 'ascend' \(it takes "
-                       r"bfloat16, float16, float32, int16, int32, int8\)"):
+    with pytest.raises(UnsupportedOpError, match=rf"test_ascend_integer_dtypes.py:\d+: "
+                       rf"T.atomic_add on {dtype} operands .* not supported by backend "
+                       r"'ascend' \(it takes bfloat16, float16, float32, int16, int32, int8\)"):
         tilewright.compile(atomic(dtype), target="ascend")
 
 
@@ -64,9 +67,38 @@ def test_an_int32_atomic_add_is_exact_beyond_float32s_integers():
     assert y.tolist() == [16 * (2 ** 24 + 1)] * 2
 
 
+def fill(dtype, value):
+    @T.prim_func
+    def main(Y: T.Tensor((2, 24), dtype)):
+        with T.Kernel(1, threads=32) as _:
+            t = T.alloc_fragment((2, 24), dtype)
+            T.fill(t, value)
+            T.copy(t, Y)
+
+    return main
+
+
+@pytest.mark.parametrize("dtype,value", [("int64", -1), ("int64", 0), ("bool", True)])
+def test_fills_duplicate_cannot_take_go_through_narrower_lanes(dtype, value):
+    kernel = tilewright.compile(fill(dtype, value), out_idx=[-1], target="ascend")
+    lanes = "int32_t" if dtype == "int64" else "int16_t"
+    assert f".ReinterpretCast<{lanes}>()" in kernel.get_kernel_source()
+    want = torch.full((2, 24), value, dtype=getattr(torch, dtype))
+    torch.testing.assert_close(kernel(), want, rtol=0, atol=0)
+
+
+def test_an_int64_fill_of_unequal_halves_is_refused_at_the_line():
+    with pytest.raises(KernelError, match=r"test_ascend_integer_dtypes.py:\d+: T.fill of the "
+                       r"int64 tile 't': A2's Duplicate fills 16- and 32-bit lanes"):
+        tilewright.compile(fill("int64", 2 ** 32 + 5), out_idx=[-1], target="ascend")
+
+
 def test_the_kernels_compile_against_the_vendor_headers(asc_check):
     sources = {f"{s}_{d}": tilewright.lower(convert(s, d), target="ascend").source.text
-               for s, d in [("uint32", "float32"), ("float32", "uint16"), ("uint16", "int8")]}
+               for s, d in [("uint32", "float32"), ("float32", "uint16"), ("uint16", "int8"),
+                            ("int64", "bool")]}
+    sources.update({f"fill_{d}": tilewright.lower(fill(d, v), target="ascend").source.text
+                    for d, v in [("int64", -1), ("bool", True)]})
     findings = asc_check(sources)
     assert not findings, "\n\n".join(f"== {f.name} as {f.core}\n{f.text[-3000:]}"
                                      for f in findings)
