@@ -185,5 +185,6 @@ def _float_to_int(src: str, dst: str) -> tuple[tuple[str, str], ...] | None:
         if (src, wide) in CAST_MODES and dtype_bytes(wide) > dtype_bytes(dst) and route:
             return (("cast", wide), ("clamp", wide), *(("cast", d) for d in route))
     if src != "float32" and (src, "float32") in CAST_MODES:
-        return _float_to_int("float32", dst)
+        rest = _float_to_int("float32", dst)
+        return None if rest is None else (("cast", "float32"), *rest)
     return None
