@@ -139,18 +139,32 @@ def _harness(payload: dict) -> str:
         decl, call = decl + ", uint8_t*", call + ", nullptr"
     # the target architecture's memories (A2's for a payload from before there were two)
     capacities = ", ".join(f"{int(c)}ull" for c in payload.get("capacities", A2_CAPACITIES))
+    # the kernels in launch order (one, or the blocks of a kernel sequence): each launch
+    # starts after the one before has finished; one that finds problems stops the sequence
+    launches = [k for k, _ in _launches(payload)]
+    runs = "".join(
+        f'    errors = tw_emu::launch(int(blocks[{n}]), {len(params)}, args, sizes, names, '
+        f'[&] {{ {kernel}({call}); }});\n    if (errors) return errors;\n'
+        for n, kernel in enumerate(launches))
     return (
         "#include <cstdint>\n#include <functional>\n"
         "namespace tw_emu { int launch(int, int, void**, const int64_t*, const char**, "
         "const std::function<void()>&); void set_capacities(const uint64_t*); }\n"
-        f'extern "C" void {payload["kernel"]}({decl});\n'
+        + "".join(f'extern "C" void {kernel}({decl});\n' for kernel in launches) +
         'extern "C" int tw_run(void** args, const int64_t* sizes, const char** names, '
-        'int blocks, const int64_t* dims) {\n'
+        'const int64_t* blocks, const int64_t* dims) {\n'
         '    (void)dims;\n'
         f'    static const uint64_t capacities[] = {{{capacities}}};\n'
         '    tw_emu::set_capacities(capacities);\n'
-        f'    return tw_emu::launch(blocks, {len(params)}, args, sizes, names, '
-        f'[&] {{ {payload["kernel"]}({call}); }});\n}}\n')
+        '    int errors = 0;\n'
+        f'{runs}'
+        '    return errors;\n}\n')
+
+
+def _launches(meta: dict) -> list:
+    """The (kernel, blocks) of each launch, in order (a payload from before sequences has
+    one, as ``kernel`` and ``blocks``)."""
+    return meta.get("launches") or [[meta["kernel"], meta["blocks"]]]
 
 
 class EmulatedKernel:
@@ -182,7 +196,8 @@ class EmulatedKernel:
         c_sizes = (ctypes.c_int64 * len(sizes))(*sizes)
         dims = launch_dims(self.meta, tensors)
         c_dims = (ctypes.c_int64 * max(1, len(dims)))(*dims.values())
-        errors = self.lib.tw_run(args, c_sizes, self.names, launch_blocks(self.meta, dims),
+        grids = [launch_blocks({"blocks": blocks}, dims) for _, blocks in _launches(self.meta)]
+        errors = self.lib.tw_run(args, c_sizes, self.names, (ctypes.c_int64 * len(grids))(*grids),
                                  c_dims)
         self.last_stats = json.loads(self.lib.tw_emu_stats().decode())
         _last_stats.clear()

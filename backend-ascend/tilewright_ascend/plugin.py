@@ -21,12 +21,14 @@ from .codegen import CODEGEN
 from .executor import EXECUTORS, npu_available
 from .facts import ops
 from .facts.arch import ARCHS, CLOCK_GHZ, CUBE_MNK, HBM_GBPS, MEMORIES, arch_of
+from .facts.instructions import ATOMIC_DTYPES
 from .profiler import TIMERS
 from .rules import RULES
 from .transforms import switches
 from .transforms.memory import PORTABLE_SCOPES, plan_memory
 from .transforms.multibuffer import multi_buffer
 from .transforms.portable import lower_portable
+from .transforms.sequence import check_sequence, split_sequence
 from .transforms.sync import insert_sync
 from .transforms.vector import (
     PORTABLE_REDUCTIONS,
@@ -36,7 +38,8 @@ from .transforms.vector import (
 )
 from .transforms.views import fold_views
 
-DTYPES = ("float32", "float16", "bfloat16", "int32", "int16", "int8", "uint8")
+DTYPES = ("float32", "float16", "bfloat16", "int32", "int16", "int8", "uint8", "uint16",
+          "uint32", "int64", "bool")
 
 def _device_available() -> Availability:
     npu = npu_available()
@@ -46,9 +49,11 @@ def _device_available() -> Availability:
 
 
 PIPELINE = PassPipeline((
-    Phase("portable", lambda ctx: [fold_views(), *switches.before_portable(ctx),
+    Phase("portable", lambda ctx: [check_sequence(), split_sequence(), fold_views(),
+                                   *switches.before_portable(ctx),
                                    lower_portable(), *switches.after_portable(ctx)],
-          "views of tiles (T.reshape, T.view) as accesses of the tile; portable kernels: "
+          "several 'with T.Kernel' blocks as one function each; views of tiles (T.reshape, "
+          "T.view) as accesses of the tile; portable kernels: "
           "memories by use (GEMM operands L1, accumulators L0C, other tiles "
           "UB), the grid on the 1-D core grid, T.gemm as gemm_v0"),
     Phase("vector", lambda ctx: [narrow_float_arithmetic(("bfloat16",), "AscendNarrowBfloat16"),
@@ -85,15 +90,18 @@ BACKEND = BackendModule(
         dtypes=frozenset(DTYPES),
         # portable scopes: the portable phase maps them to Ascend memories by use
         memory_scopes=frozenset({"global", *MEMORIES, *PORTABLE_SCOPES}),
+        # kernel_sequence: one launch per 'with T.Kernel' block, in order (transforms.sequence)
         features=frozenset({"manual_sync", "dialect:ascend", "partial_tiles",
-                            "dynamic_shapes"}),
+                            "dynamic_shapes", "kernel_sequence"}),
         # the cube takes float16/bfloat16/float32 operands (float32 fractals are transposed
         # by LoadDataWithTranspose from an L1 stored as rows of fractals, see cube.py) and
         # int8 into an int32 L0C (A [M, K], B [N, K]: int8 fractals are not transposed)
         # reductions: what the WholeReduce family computes on, and bfloat16 (see
-        # transforms.vector)
+        # transforms.vector); atomics: what SetAtomicAdd/Max/Min take (facts.instructions)
         op_dtypes={"gemm": frozenset({"float16", "bfloat16", "float32", "int8"}),
-                   **dict.fromkeys(PORTABLE_REDUCTIONS, REDUCTION_DTYPES)},
+                   **dict.fromkeys(PORTABLE_REDUCTIONS, REDUCTION_DTYPES),
+                   **dict.fromkeys(("atomic_add", "atomic_max", "atomic_min"),
+                                   ATOMIC_DTYPES)},
     ),
     accelerator=True,
     # tensors live where the first available executor runs: the NPU, else the CPU emulator

@@ -116,7 +116,11 @@ class ExprPrinter:
             return repr(e)
         kind = type(e).__name__
         if kind == "IntImm":
-            return ("true" if e.value else "false") if str(e.ty) == "bool" else str(e.value)
+            if str(e.ty) == "bool":
+                return "true" if e.value else "false"
+            # C++ has no literal for int64's minimum: '-9223372036854775808' negates a literal
+            # no signed type holds
+            return "(-9223372036854775807LL - 1)" if e.value == -2 ** 63 else str(e.value)
         if kind == "FloatImm":
             return self._float(e)
         if kind == "Var":

@@ -490,15 +490,26 @@ template <typename T> inline tw_emu::Acc acc(const GlobalTensor<T>& t, uint64_t 
 }
 
 // -- GM stores under SetAtomicAdd/Max/Min ---------------------------------------------------
+template <typename T, typename... U> constexpr bool one_of() { return (std::is_same<T, U>::value || ...); }
+// integers add, compare and wrap in their own type (exact beyond 2^24), floats in float
 template <typename T> inline void atomic_store(T* d, const T* s, uint64_t n, int mode) {
     for (uint64_t i = 0; i < n; ++i) {
-        float a = float(d[i]), b = float(s[i]);
-        d[i] = mode == 1 ? T(a + b) : mode == 2 ? T(std::fmax(a, b)) : mode == 3 ? T(std::fmin(a, b)) : s[i];
+        if constexpr (std::is_integral<T>::value) {
+            int64_t a = int64_t(d[i]), b = int64_t(s[i]);
+            d[i] = mode == 1 ? T(uint64_t(a) + uint64_t(b)) : mode == 2 ? T(a > b ? a : b)
+                 : mode == 3 ? T(a < b ? a : b) : s[i];
+        } else {
+            float a = float(d[i]), b = float(s[i]);
+            d[i] = mode == 1 ? T(a + b) : mode == 2 ? T(std::fmax(a, b)) : mode == 3 ? T(std::fmin(a, b)) : s[i];
+        }
     }
 }
-template <typename T> void SetAtomicAdd() { tw_emu::set_atomic(1); }
-template <typename T> void SetAtomicMax() { tw_emu::set_atomic(2); }
-template <typename T> void SetAtomicMin() { tw_emu::set_atomic(3); }
+// the element types SetAtomicAddImpl, SetAtomicMaxImpl and SetAtomicMinImpl assert
+// (impl/basic_api/dav_c220/kernel_operator_set_atomic_impl.h)
+template <typename T> constexpr bool a2_atomic() { return one_of<T, half, float, int16_t, int32_t, int8_t, bfloat16_t>(); }
+template <typename T> void SetAtomicAdd() { static_assert(a2_atomic<T>(), "SetAtomicAdd: A2 does not take this element type"); tw_emu::set_atomic(1); }
+template <typename T> void SetAtomicMax() { static_assert(a2_atomic<T>(), "SetAtomicMax: A2 does not take this element type"); tw_emu::set_atomic(2); }
+template <typename T> void SetAtomicMin() { static_assert(a2_atomic<T>(), "SetAtomicMin: A2 does not take this element type"); tw_emu::set_atomic(3); }
 inline void SetAtomicNone() { tw_emu::set_atomic(0); }
 
 // -- strided block copies ---------------------------------------------------------------
@@ -771,7 +782,6 @@ void Fixpipe(const LocalTensor<D>& dst, const LocalTensor<S>& src,
 // Element types each instruction computes on A2: the "数据类型" sections of the API documentation
 // (docs/zh/api/SIMD-API/基础API/Memory矢量计算/基础算术/<name>.md, 数据填充/Duplicate.md,
 // 归约计算/ReduceRepeat.md); a generated call with another type does not compile here either.
-template <typename T, typename... U> constexpr bool one_of() { return (std::is_same<T, U>::value || ...); }
 template <typename T> constexpr bool a2_arith() { return one_of<T, int16_t, half, int32_t, float>(); }
 template <typename T> constexpr bool a2_float() { return one_of<T, half, float>(); }
 template <typename T> inline double vec_cost(uint64_t count) { return 8.0 + count * sizeof(T) / 128.0; }

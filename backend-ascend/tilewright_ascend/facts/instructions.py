@@ -27,6 +27,11 @@ VECTOR_DTYPES = {
     "CreateVecIndex": _ARITH,  # 数据填充/CreateVecIndex.md: half, int16_t, int32_t, float
 }
 
+# the element types of the atomic modes of the MTE3 copy into GM (SetAtomicAdd/Max/Min, the
+# ASCENDC_ASSERT of SetAtomicAddImpl and its kin in impl/basic_api/dav_c220/
+# kernel_operator_set_atomic_impl.h): T.atomic_add/max/min of other types are refused
+ATOMIC_DTYPES = frozenset({"float16", "float32", "int16", "int32", "int8", "bfloat16"})
+
 # Compare/Compares and Select on A2 (比较与选择/Compare.md, Compares.md, Select.md, "数据类型"
 # for Atlas A2): the comparisons (TIR node -> CMPMODE) each source dtype takes, and the dtypes
 # Select picks between. The vector path writes a tile select ``c ? x : y`` (T.if_then_else in
@@ -98,7 +103,14 @@ def cast_route(src, dst) -> tuple[str, ...]:
     where A2 converts the pair directly, else the shortest chain of Casts A2 has (int8 ->
     float16 -> float32, exact; bfloat16 -> float32 -> float16, one rounding; int32 -> float32
     -> float16 rounds twice only above 2**24). A pair no chain reaches is refused."""
-    src, dst = str(src), str(dst)
+    route = _chain(str(src), str(dst))
+    if route is None:
+        cast_mode(src, dst)  # raises, naming the pair
+    return route
+
+
+def _chain(src: str, dst: str) -> tuple[str, ...] | None:
+    """:func:`cast_route`'s chain, None where A2's Casts do not reach ``dst``."""
     routes, frontier = {src: ()}, [src]
     while frontier and dst not in routes:
         step = []
@@ -108,9 +120,22 @@ def cast_route(src, dst) -> tuple[str, ...]:
                     routes[b] = (*routes[here], b)
                     step.append(b)
         frontier = step
-    if dst not in routes:
-        cast_mode(src, dst)  # raises, naming the pair
-    return routes[dst]
+    return routes.get(dst)
+
+
+def converts(src, dst) -> bool:
+    """Whether A2's vector Casts convert ``src`` to ``dst``, directly or by a chain (a float
+    to an integer by :func:`float_to_int_steps`). None takes uint16_t or uint32_t, as source
+    or destination (类型转换/Cast.md lists no pair with either for Atlas A2): such a
+    conversion runs on the scalar unit."""
+    src, dst = str(src), str(dst)
+    if _is_float(src) and not _is_float(dst):
+        return _float_to_int(src, dst) is not None
+    return _chain(src, dst) is not None
+
+
+def _is_float(dtype: str) -> bool:
+    return dtype.startswith(("float", "bfloat"))
 
 
 def cast_mode(src, dst) -> str:
@@ -144,14 +169,22 @@ def float_to_int_steps(src, dst) -> tuple[tuple[str, str], ...]:
     reaches ``dst`` through Casts that are exact in its range; half -> uint8_t too, since A2
     takes a negative source of it for an exception (precision_conversion.md). A source with
     no such Cast is widened to float32 first (exact)."""
-    src, dst = str(src), str(dst)
+    steps = _float_to_int(str(src), str(dst))
+    if steps is None:
+        raise KernelError(f"A2's Cast does not convert {src} to {dst}, not even through "
+                          f"{' or '.join(_WIDE_INTEGERS)} or float32")
+    return steps
+
+
+def _float_to_int(src: str, dst: str) -> tuple[tuple[str, str], ...] | None:
+    """:func:`float_to_int_steps`, None where A2's Casts do not reach ``dst``."""
     if (src, dst) in CAST_MODES and not dst.startswith("uint"):
         return (("cast", dst),)
     for wide in _WIDE_INTEGERS:
-        if (src, wide) in CAST_MODES and dtype_bytes(wide) > dtype_bytes(dst):
-            return (("cast", wide), ("clamp", wide),
-                    *(("cast", d) for d in cast_route(wide, dst)))
+        route = _chain(wide, dst)
+        if (src, wide) in CAST_MODES and dtype_bytes(wide) > dtype_bytes(dst) and route:
+            return (("cast", wide), ("clamp", wide), *(("cast", d) for d in route))
     if src != "float32" and (src, "float32") in CAST_MODES:
-        return (("cast", "float32"), *float_to_int_steps("float32", dst))
-    raise KernelError(f"A2's Cast does not convert {src} to {dst}, not even through "
-                      f"{' or '.join(_WIDE_INTEGERS)} or float32")
+        rest = _float_to_int("float32", dst)
+        return None if rest is None else (("cast", "float32"), *rest)
+    return None

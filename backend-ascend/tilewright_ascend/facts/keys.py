@@ -20,3 +20,6 @@ SIMD_VF_KEY = "ascend.simd_vf"  # AttrStmt: a T.SimdVF vector function; value: l
 SIMT_KEY = "ascend.simt_vf"
 # function attr: {UB temporary of the vector path: what it holds, in the user's terms}
 TEMPS_KEY = "ascend.temporaries"
+# function attr of a block of a kernel sequence: [its place in the launch order, the number
+# of T.alloc_global workspaces after the kernel's parameters]
+SEQUENCE_KEY = "ascend.sequence"

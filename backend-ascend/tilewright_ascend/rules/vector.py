@@ -180,8 +180,9 @@ def _copy_lanes(em, dst: Operand, args, n: int) -> None:
 def rule_vdup(em, call):
     dst = Operand(em, call.operands["dst"], "Duplicate")
     dtype = str(call.operands["dst"].buffer.dtype)
-    if dtype in ("int8", "uint8") and not computes("Duplicate", dtype):
-        # A2's Duplicate fills 16- and 32-bit lanes: an 8-bit tile is filled as int16 pairs
+    if dtype in ("int8", "uint8", "bool") and not computes("Duplicate", dtype):
+        # A2's Duplicate fills 16- and 32-bit lanes: an 8-bit tile (bool: one byte, 0 or 1)
+        # is filled as int16 pairs
         # of the byte (LocalTensor::ReinterpretCast, include/basic_api/kernel_tensor.h)
         byte = f"TW_CAST(uint16_t, TW_CAST(uint8_t, {em.expr(call.operands['value'])}))"
 
@@ -194,6 +195,22 @@ def rule_vdup(em, call):
                     f"TW_CAST(int16_t, {byte} * 257), {-(-n // 2)});")
 
         by_rows(em, [dst], pairs, "Duplicate")
+        return
+    if dtype == "int64" and not computes("Duplicate", dtype):
+        # A2's Duplicate fills 16- and 32-bit lanes: an int64 tile of a value whose two 32-bit
+        # halves are equal (0, -1) is filled as int32_t lanes (LocalTensor::ReinterpretCast)
+        value = call.operands["value"]
+        bits = int(value.value) % 2 ** 64 if isinstance(value, tirx.IntImm) else None
+        if bits is None or bits >> 32 != bits & 0xFFFFFFFF:
+            raise KernelError(f"T.fill of the int64 tile "
+                              f"{em.tile_name(call.operands['dst'].buffer)}: A2's Duplicate "
+                              "fills 16- and 32-bit lanes, so backend 'ascend' fills int64 "
+                              f"tiles with 0 or -1 only, not {value}; fill an int32 tile and "
+                              "convert it")
+        half = -1 if bits else 0
+        by_rows(em, [dst], lambda a, n: em.line(
+            f"Duplicate({a[0]}.ReinterpretCast<int32_t>(), TW_CAST(int32_t, {half}), {2 * n});"),
+            "Duplicate")
         return
     value = _scalar(em, call.operands["value"], dtype)
     by_rows(em, [dst], lambda a, n: em.line(f"Duplicate({a[0]}, {value}, {n});"), "Duplicate")

@@ -29,11 +29,14 @@ def holds(dst: str, src: str) -> bool:
         int(tirx.max_value(src).value) <= int(tirx.max_value(dst).value)
 
 
-def wrapping_conversion(dst: Region, src: Region, span):
-    """``dst`` = ``src`` converted element by element on the scalar unit: an integer
-    conversion wraps modulo the destination's size, where A2's Cast saturates (数据结构/
+def scalar_conversion(dst: Region, src: Region, span, reason: str):
+    """``dst`` = ``src`` converted element by element on the scalar unit, for ``reason``: an
+    integer conversion wraps modulo the destination's size, where A2's Cast saturates (数据结构/
     precision_conversion.md: int32_t -> int16_t gives 2^15 - 1 for 2^31 - 1) or goes through
-    float16 (int16_t -> int8_t). The regions have the same extents but for dimensions of 1."""
+    float16 (int16_t -> int8_t); a pair no chain of A2's Casts converts (uint16_t, uint32_t:
+    :func:`..facts.instructions.converts`) is converted by C++ (a float to an integer as
+    :func:`tilewright.transform.saturating_float_to_int` makes it, after this pass). The
+    regions have the same extents but for dimensions of 1."""
     dims = non_unit(dst)
     loops = [tirx.Var(f"w{n}", "int32") for n in range(len(dims))]
 
@@ -46,8 +49,7 @@ def wrapping_conversion(dst: Region, src: Region, span):
     body = tirx.BufferStore(dst.buffer, value, at(dst))
     for n in reversed(range(len(dims))):
         body = tirx.For(loops[n], 0, dims[n], tirx.ForKind.SERIAL, body,
-                        annotations={SCALAR_KEY: "an integer conversion wraps; A2's Cast "
-                                     "saturates"} if n == 0 else {}, span=span)
+                        annotations={SCALAR_KEY: reason} if n == 0 else {}, span=span)
     return body
 
 

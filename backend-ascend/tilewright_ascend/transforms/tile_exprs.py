@@ -12,7 +12,7 @@ from ..facts.dtypes import dtype_bytes
 
 UB = "ascend.ub"
 FLOATS = ("float32", "float16", "bfloat16")
-INTEGERS = ("int8", "uint8", "int16", "int32", "int64")
+INTEGERS = ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64")
 
 
 class Unvectorizable(Exception):

@@ -64,6 +64,7 @@ from ..facts.instructions import (
     VECTOR_DTYPES,
     cast_route,
     computes,
+    converts,
     float_to_int_steps,
 )
 from ..facts.keys import (
@@ -83,8 +84,8 @@ from .scalar_nest import (
     fold_branches,
     holds,
     merge_scalar,
+    scalar_conversion,
     scalar_reduction,
-    wrapping_conversion,
 )
 from .selects import SelectLowering, guard_as_selects
 from .simt import lower_simt
@@ -770,11 +771,16 @@ class _Lowering(SelectLowering):
         """``src`` cast into ``dst`` through the chain of Casts A2 has (``cast_route``), each
         intermediate in a UB temporary of ``dst``'s extents; a float -> integer conversion
         by :func:`float_to_int_steps` (saturating, NaN gives 0); an integer conversion that
-        may wrap by :func:`wrapping_conversion`."""
+        may wrap, and a pair no Cast converts, by :func:`scalar_conversion`."""
         sd, dd = str(src.buffer.dtype), str(dst.buffer.dtype)
-        if sd in INTEGERS and dd in INTEGERS and not holds(dd, sd) and \
-                ints(dst.extents) is not None and ints(src.extents) is not None:
-            ops.append(wrapping_conversion(dst, src, span))
+        static = ints(dst.extents) is not None and ints(src.extents) is not None
+        if sd in INTEGERS and dd in INTEGERS and not holds(dd, sd) and static:
+            ops.append(scalar_conversion(dst, src, span, "an integer conversion wraps; A2's "
+                                         "Cast saturates"))
+            return
+        if not converts(sd, dd) and static:
+            ops.append(scalar_conversion(dst, src, span, f"A2's Cast does not convert {sd} "
+                                         f"to {dd}"))
             return
         if sd in FLOATS and dd in INTEGERS:
             steps = float_to_int_steps(sd, dd)

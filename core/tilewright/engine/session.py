@@ -13,7 +13,7 @@ import tvm_ffi
 from tvm import tirx
 
 from ..errors import KernelError, TilewrightError, UnsupportedOpError, span_location
-from ..ir import intrinsic_features, intrinsics_in, tile_ops_in
+from ..ir import Region, intrinsic_features, intrinsics_in, tile_ops_in
 from ..log import get_logger
 from ..plugin import BackendModule, Executor, GeneratedSource, get_manager, passconfig
 from ..transform import check_bounds, instrument_bounds, reraise_pass_error
@@ -90,13 +90,17 @@ def check_support(func: tirx.PrimFunc, backend: BackendModule) -> None:
                 f"{', '.join(sorted(caps.tile_ops))}); choose another target or rewrite the "
                 "kernel without it", span_location(call.span))
         if call.name in caps.op_dtypes:
+            # read operands: regions, and a value that may be a region or an expression
+            # (the value an atomic adds)
             inputs = [call.operands[op.name] for op in call.schema.operands
-                      if op.kind == "region" and op.access == "read"]
-            for region in inputs:
-                dtype = str(region.buffer.dtype)
+                      if op.kind in ("region", "any") and op.access == "read"]
+            for operand in inputs:
+                region = isinstance(operand, Region)
+                dtype = str(operand.buffer.dtype if region else operand.ty)
                 if not caps.supports(call.name, dtype):
+                    what = operand.buffer.name if region else "a value"
                     raise UnsupportedOpError(
-                        f"T.{call.name} on {dtype} operands ({region.buffer.name}) is not "
+                        f"T.{call.name} on {dtype} operands ({what}) is not "
                         f"supported by backend '{backend.name}' (it takes "
                         f"{', '.join(sorted(caps.op_dtypes[call.name]))})",
                         span_location(call.span))
