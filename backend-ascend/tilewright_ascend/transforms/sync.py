@@ -115,10 +115,13 @@ class _Inserter:
 
     @staticmethod
     def prune(deps):
+        alike: dict[tuple, list] = {}  # the deps of each (P, C, carried, stages, counter)
+        for d in deps:
+            alike.setdefault(d[2:], []).append(d)
         kept = []
         for d in deps:
             i, j = d[0], d[1]
-            implied = any(o != d and o[2:] == d[2:] and o[0] >= i and o[1] <= j for o in deps)
+            implied = any(o != d and o[0] >= i and o[1] <= j for o in alike[d[2:]])
             if not implied:
                 kept.append(d)
         return kept
