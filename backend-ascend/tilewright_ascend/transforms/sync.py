@@ -52,8 +52,9 @@ class _Inserter:
     def __init__(self, plan: dict):
         self.core = "AIV"  # the core of the scope being synchronised
         self.next_id: dict[tuple[str, str], int] = {}
-        # buffers the memory plan lets share bytes conflict like one buffer
-        self.aliases: set[tuple] = set()
+        # buffers the memory plan lets share bytes conflict like one buffer: pairs of their
+        # handles (one buffer has one handle; comparing buffer objects builds an expression)
+        self.aliases: set[tuple[int, int]] = set()
         # by scope and offset: a buffer can only overlap the ones starting before its end
         items = sorted(plan.items(), key=lambda item: (item[1][0], item[1][1]))
         for i, (x, (sx, ox, nx)) in enumerate(items):
@@ -61,10 +62,11 @@ class _Inserter:
                 if sy != sx or oy >= ox + nx:
                     break
                 if ox < oy + ny:
-                    self.aliases |= {(x, y), (y, x)}
+                    hx, hy = x.__chandle__(), y.__chandle__()
+                    self.aliases |= {(hx, hy), (hy, hx)}
 
     def same(self, a, b) -> bool:
-        return a.same_as(b) or (a, b) in self.aliases
+        return a.same_as(b) or (a.__chandle__(), b.__chandle__()) in self.aliases
 
     def event_ids(self, event: str, count: int = 1) -> list[int] | None:
         """``count`` fresh ids of ``event`` on this core (:func:`..facts.events.free_ids`),
