@@ -111,6 +111,8 @@ class Emitter:
         self.temporaries = dict(func.attrs.get(TEMPS_KEY) or {})
         self.functions: list[str] = []  # written before the kernel (T.SimdVF's, T.SimtVF's)
         self.vf = None  # the vector function being written (rules.simd)
+        # (statement handle, core, scope) -> (the statement, whether it projects); see projects
+        self.projected: dict[tuple, tuple] = {}
 
     # -- names and expressions --------------------------------------------------------
     def ident(self, wanted: str) -> str:
@@ -166,7 +168,13 @@ class Emitter:
 
     # -- statements -------------------------------------------------------------------
     def projects(self, stmt) -> bool:
-        """Whether ``stmt`` has anything for the current core."""
+        """Whether ``stmt`` has anything for the current core: it is written and taken back.
+        The answer is kept per statement, core and scope (with the statement, so that its
+        handle is not reused): writing the body of a loop nest asks again for each loop
+        around it, in the same state, which would write the innermost body once per level."""
+        key = (stmt.__chandle__(), self.core, self.scope) if self.vf is None else None
+        if key in self.projected:
+            return self.projected[key][1]
         mark = len(self.lines), self.depth, dict(self.var_names), set(self.used)
         functions = len(self.functions)
         self.stmt(stmt)
@@ -174,6 +182,8 @@ class Emitter:
         del self.lines[mark[0]:]
         del self.functions[functions:]
         self.depth, self.var_names, self.used = mark[1], mark[2], mark[3]
+        if key is not None:
+            self.projected[key] = (stmt, found)
         return found
 
     def stmt(self, s) -> None:

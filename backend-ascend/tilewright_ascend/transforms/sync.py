@@ -52,16 +52,21 @@ class _Inserter:
     def __init__(self, plan: dict):
         self.core = "AIV"  # the core of the scope being synchronised
         self.next_id: dict[tuple[str, str], int] = {}
-        # buffers the memory plan lets share bytes conflict like one buffer
-        self.aliases: set[tuple] = set()
-        items = list(plan.items())
+        # buffers the memory plan lets share bytes conflict like one buffer: pairs of their
+        # handles (one buffer has one handle; comparing buffer objects builds an expression)
+        self.aliases: set[tuple[int, int]] = set()
+        # by scope and offset: a buffer can only overlap the ones starting before its end
+        items = sorted(plan.items(), key=lambda item: (item[1][0], item[1][1]))
         for i, (x, (sx, ox, nx)) in enumerate(items):
             for y, (sy, oy, ny) in items[i + 1:]:
-                if sx == sy and ox < oy + ny and oy < ox + nx:
-                    self.aliases |= {(x, y), (y, x)}
+                if sy != sx or oy >= ox + nx:
+                    break
+                if ox < oy + ny:
+                    hx, hy = x.__chandle__(), y.__chandle__()
+                    self.aliases |= {(hx, hy), (hy, hx)}
 
     def same(self, a, b) -> bool:
-        return a.same_as(b) or (a, b) in self.aliases
+        return a.same_as(b) or (a.__chandle__(), b.__chandle__()) in self.aliases
 
     def event_ids(self, event: str, count: int = 1) -> list[int] | None:
         """``count`` fresh ids of ``event`` on this core (:func:`..facts.events.free_ids`),
@@ -112,10 +117,13 @@ class _Inserter:
 
     @staticmethod
     def prune(deps):
+        alike: dict[tuple, list] = {}  # the deps of each (P, C, carried, stages, counter)
+        for d in deps:
+            alike.setdefault(d[2:], []).append(d)
         kept = []
         for d in deps:
             i, j = d[0], d[1]
-            implied = any(o != d and o[2:] == d[2:] and o[0] >= i and o[1] <= j for o in deps)
+            implied = any(o != d and o[0] >= i and o[1] <= j for o in alike[d[2:]])
             if not implied:
                 kept.append(d)
         return kept
@@ -133,13 +141,14 @@ class _Inserter:
         barriers = set()  # the dependencies ordered by PipeBarrier<PIPE_ALL> instead of a flag
         uses = {}  # event -> [(id, producer, consumer)] of this sequence's one-off flags
         carried_flags = []  # (i, j, p, c, its set, its wait)
+        n = len(stmts)
+        ordered = _Order(kept, self.core, n, barriers)  # made again when either changes
         for dep in list(kept):
             i, j, p, c, carried, stages, counter = dep
             span = stmts[j].span if hasattr(stmts[j], "span") else None
             if p == c:  # unless a flag round trip through another pipe orders them already
-                goal = next_iteration(2 * j, len(stmts)) if carried else 2 * j
-                if p in BARRIER_PIPES and not _ordered(kept, self.core, len(stmts),
-                                                       (p, 2 * i + 1), (p, goal), barriers):
+                goal = next_iteration(2 * j, n) if carried else 2 * j
+                if p in BARRIER_PIPES and not ordered((p, 2 * i + 1), (p, goal)):
                     before[j].append(make_call(ops.PIPE_BARRIER.name, {}, {"pipe": p}, span))
                 continue
             event = event_name(p, c)
@@ -147,16 +156,15 @@ class _Inserter:
             if event in EVENTS[self.core] and (carried or stages > 1):
                 ids = self.event_ids(event, stages)
             elif event in EVENTS[self.core]:
-                ids = self.reused_id(uses.setdefault(event, []), kept, barriers, len(stmts),
-                                     dep)
+                ids = self.reused_id(uses.setdefault(event, []), ordered, dep)
             if ids is None:  # no such event on this core, or all its ids are taken
                 kept.remove(dep)  # no flag: ordered already, or by a barrier
-                goal = next_iteration(2 * j, len(stmts)) if carried else 2 * j
-                if not _ordered(kept, self.core, len(stmts), (p, 2 * i + 1), (c, goal),
-                                barriers):
+                goal = next_iteration(2 * j, n) if carried else 2 * j
+                if not _Order(kept, self.core, n, barriers)((p, 2 * i + 1), (c, goal)):
                     kept.append(dep)
                     barriers.add(dep)
                     before[j].append(make_call(ops.BARRIER_ALL.name, {}, {}, span))
+                ordered = _Order(kept, self.core, n, barriers)
                 continue
             flag = {"src": p, "dst": c}
             eid = tirx.IntImm("int32", ids[0])
@@ -169,12 +177,12 @@ class _Inserter:
             before[j].append(wait_call)
             if carried:
                 carried_flags.append((i, j, p, c, set_call, wait_call))
-                for n in ids:
-                    fixed = {"event_id": tirx.IntImm("int32", n)}
+                for k in ids:
+                    fixed = {"event_id": tirx.IntImm("int32", k)}
                     prologue.append(make_call(ops.SET_FLAG.name, fixed, flag, span))
                     epilogue.append(make_call(ops.WAIT_FLAG.name, fixed, flag, span))
         for i, j, p, c, set_call, wait_call in carried_flags:
-            if not _ordered(kept, self.core, len(stmts), (c, 2 * j), (p, 2 * i + 1), barriers):
+            if not ordered((c, 2 * j), (p, 2 * i + 1)):
                 self.order(before[j], after[i], c, p, set_call, wait_call, stmts[j])
         out = []
         for b, s, a in zip(before, stmts, after):
@@ -183,15 +191,14 @@ class _Inserter:
             out.extend(a)
         return out, prologue, epilogue
 
-    def reused_id(self, uses: list, kept, barriers, n: int, dep) -> list[int] | None:
+    def reused_id(self, uses: list, ordered: _Order, dep) -> list[int] | None:
         """An id for the one-off flag ``dep`` (P -> C, not loop-carried): one this sequence
         used for the same event already, where each earlier wait of it (on C) is ordered
-        before this set (on P) by the other flags and barriers, so the flag is clear again;
-        else a fresh one. Recorded in ``uses``; None when none is left."""
+        before this set (on P) by the other flags and barriers (``ordered``), so the flag is
+        clear again; else a fresh one. Recorded in ``uses``; None when none is left."""
         i, j, p, c = dep[:4]
         for eid in sorted({u[0] for u in uses}):
-            if all(_ordered(kept, self.core, n, (c, 2 * j0), (p, 2 * i + 1), barriers)
-                   for e, _, j0 in uses if e == eid):
+            if all(ordered((c, 2 * j0), (p, 2 * i + 1)) for e, _, j0 in uses if e == eid):
                 uses.append((eid, i, j))
                 return [eid]
         ids = self.event_ids(event_name(p, c))
@@ -235,14 +242,29 @@ class _Inserter:
         return stmt
 
 
-def _ordered(deps, core: str, n: int, start: tuple, goal: tuple, barriers=()) -> bool:
+class _Order:
     """Whether (pipe, position) ``start`` happens before (pipe, position) ``goal`` through the
     flags and barriers of ``deps`` in a sequence of ``n`` items (``barriers``: the deps
     ordered by ``PipeBarrier<PIPE_ALL>`` before their consumer, like those of an event the
-    core does not have). Position 2k is before item k,
-    2k + 1 after it, in one iteration; ``next_iteration(position)`` is the same place one
-    iteration later, which a loop-carried flag of one version reaches. The items' own flags
-    are not counted (a branch may not run)."""
+    core does not have): ``_Order(deps, core, n, barriers)(start, goal)``. Position 2k is
+    before item k, 2k + 1 after it, in one iteration; ``next_iteration(position)`` is the
+    same place one iteration later, which a loop-carried flag of one version reaches. The
+    items' own flags are not counted (a branch may not run). Asked many times over the same
+    deps: the edges are made once, and the positions reached from each start once."""
+
+    def __init__(self, deps, core: str, n: int, barriers=()):
+        self.edges = _edges(deps, core, n, barriers)
+        self.reach: dict[tuple, dict] = {}
+
+    def __call__(self, start: tuple, goal: tuple) -> bool:
+        arrived = self.reach.get(start)
+        if arrived is None:
+            arrived = self.reach[start] = _arrivals(self.edges, start)
+        return goal[0] in arrived and arrived[goal[0]] <= goal[1]
+
+
+def _edges(deps, core: str, n: int, barriers=()) -> list[tuple]:
+    """The flags and barriers of ``deps`` as the edges :class:`_Order` follows."""
     edges = []  # (pipe or None for any, last position it leaves from, pipe or None, arrival)
     for dep in deps:
         i, j, p, c, carried, stages = dep[:6]
@@ -258,22 +280,36 @@ def _ordered(deps, core: str, n: int, start: tuple, goal: tuple, barriers=()) ->
             at = next_iteration(2 * j, n) if t else 2 * j
             edges.append((None, at - 1, None, at) if barrier else
                          (p, (next_iteration(2 * i + 1, n) if t else 2 * i + 1), c, at))
+    return edges
+
+
+def _arrivals(edges: list[tuple], start: tuple) -> dict[str, int]:
+    """Pipe -> the earliest position (pipe, position) ``start`` reaches on it through
+    ``edges``, a flag or barrier (not by start's own pipe order). An edge that has fired is
+    done with: positions only decrease, so firing it again changes nothing."""
     reached = {start[0]: start[1]}  # pipe -> the earliest position reached on it
     arrived = {}  # the same, through a flag or barrier only (not by start's own pipe order)
-    changed = True
+    earliest = start[1]  # the least of reached's positions
+    left, changed = edges, True
     while changed:
-        changed = False
-        for p, leave, c, arrive in edges:
+        changed, waiting = False, []
+        for edge in left:
+            p, leave, c, arrive = edge
             if p is None:
-                ok, targets = any(s <= leave for s in reached.values()), PIPES
+                ok, targets = earliest <= leave, PIPES
             else:
                 ok, targets = p in reached and reached[p] <= leave, (c,)
-            for q in targets if ok else ():
+            if not ok:
+                waiting.append(edge)
+                continue
+            for q in targets:
                 if arrive < arrived.get(q, arrive + 1):
                     arrived[q] = arrive
                     reached[q] = min(arrive, reached.get(q, arrive))
+                    earliest = min(earliest, arrive)
                     changed = True
-    return goal[0] in arrived and arrived[goal[0]] <= goal[1]
+        left = waiting
+    return arrived
 
 
 def _may_overlap(a, b, loop) -> bool:

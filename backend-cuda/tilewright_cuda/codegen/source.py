@@ -52,7 +52,7 @@ def drop_unused_type_traits(text: str) -> str:
         return text
     names = re.findall(r"using cuda::std::(\w+);", match.group(1))
     rest = text[:match.start()] + text[match.end():]
-    if any(re.search(rf"\b{name}\b", rest) for name in names):
+    if names and re.search(rf"\b(?:{'|'.join(names)})\b", rest):  # one scan for all
         return text
     return text[:match.start()] + "\n" + text[match.end():]
 

@@ -70,16 +70,27 @@ def fast_math(configs: dict) -> bool | None:
     return enable if enable is not None else None if disable is None else not disable
 
 
+# the last answer of known_keys: [manager, its plugins then, the keys]; every compilation asks
+# twice, and collecting calls each plugin's hook on a thread of its own
+_KNOWN: list = [None, None, {}]
+
+
 def known_keys() -> dict[str, PassConfigKey]:
     """Every key: the core's, the loaded plugins', then TileLang's remaining members
-    (:mod:`.tilelang_keys`) under the backend they belong to."""
+    (:mod:`.tilelang_keys`) under the backend they belong to. Collected again when the
+    process's manager or its plugins change."""
+    manager = get_manager()
+    plugins = tuple((name, r.status, id(r.module)) for name, r in manager.records.items())
+    if _KNOWN[0] is manager and _KNOWN[1] == plugins:
+        return dict(_KNOWN[2])
     keys = {k.name: k for k in CORE_KEYS}
-    for key in get_manager().collect("tilewright_pass_config_keys"):
+    for key in manager.collect("tilewright_pass_config_keys"):
         keys.setdefault(key.name, key)
     declared = {k.tilelang for k in keys.values() if k.tilelang}
     for key in fallback_keys(declared):
         keys.setdefault(key.name, key)
-    return keys
+    _KNOWN[:] = [manager, plugins, keys]
+    return dict(keys)
 
 
 _NOTED: set = set()
