@@ -17,24 +17,11 @@ from __future__ import annotations
 
 import tvm
 from tilewright.errors import KernelError, span_location
+from tilewright.transform.sequence import is_block, is_workspace, split_blocks, top_level
 from tilewright.transform.walk import prim_func_pass
 from tvm import tirx
 
 from ..facts.keys import SEQUENCE_KEY
-
-THREADS = "tw.threads"  # the core's annotation of a T.Kernel block's outermost loop
-
-
-def _top_level(func: tirx.PrimFunc) -> list:
-    return list(func.body.seq) if isinstance(func.body, tirx.SeqStmt) else [func.body]
-
-
-def _is_block(stmt) -> bool:
-    return isinstance(stmt, tirx.For) and THREADS in stmt.annotations
-
-
-def _is_workspace(stmt) -> bool:
-    return isinstance(stmt, tirx.AllocBuffer) and str(stmt.buffer.scope()) == "global"
 
 
 def _block_function(func: tirx.PrimFunc, index: int, block, decls: list,
@@ -53,19 +40,19 @@ def check_sequence():
     from the kernel's description)."""
 
     def run(func):
-        stmts = _top_level(func)
-        if sum(map(_is_block, stmts)) < 2 and not any(map(_is_workspace, stmts)):
+        stmts = top_level(func)
+        if sum(map(is_block, stmts)) < 2 and not any(map(is_workspace, stmts)):
             return func
         for stmt in stmts:
-            if not (_is_block(stmt) or _is_workspace(stmt) or
+            if not (is_block(stmt) or is_workspace(stmt) or
                     isinstance(stmt, tirx.DeclBuffer)):
                 raise KernelError("backend 'ascend' launches the 'with T.Kernel' blocks of a "
                                   "kernel one after another and runs nothing between them on "
                                   "the host; move this statement into a block",
                                   span_location(stmt.span))
-            if _is_workspace(stmt) and \
+            if is_workspace(stmt) and \
                     any(not isinstance(d, tirx.IntImm) for d in stmt.buffer.shape):
-                first = next(s for s in stmts if _is_block(s))
+                first = next(s for s in stmts if is_block(s))
                 raise KernelError(f"the T.alloc_global workspace {stmt.buffer.name!r} has "
                                   f"shape {tuple(stmt.buffer.shape)}; backend 'ascend' "
                                   "allocates workspaces of static shape only",
@@ -78,20 +65,4 @@ def check_sequence():
 def split_sequence():
     """The module's kernel as one function per ``with T.Kernel`` block, in launch order
     (after :func:`check_sequence`)."""
-
-    def run(mod, ctx):
-        out = {}
-        for gvar, func in mod.functions.items():
-            stmts = _top_level(func)
-            blocks = [s for s in stmts if _is_block(s)]
-            workspaces = [s.buffer for s in stmts if _is_workspace(s)]
-            if len(blocks) < 2 and not workspaces:
-                out[gvar] = func
-                continue
-            decls = [s for s in stmts if isinstance(s, tirx.DeclBuffer)]
-            for index, block in enumerate(blocks):
-                part = _block_function(func, index, block, decls, workspaces)
-                out[tvm.ir.GlobalVar(str(part.attrs["global_symbol"]))] = part
-        return tvm.IRModule(out, attrs=mod.attrs)
-
-    return tvm.transform.module_pass(run, opt_level=0, name="AscendSplitSequence")
+    return split_blocks(_block_function, "AscendSplitSequence")

@@ -15,22 +15,11 @@ import json
 import tvm
 from tilewright.errors import KernelError, span_location
 from tilewright.transform import prim_func_pass
+from tilewright.transform.sequence import is_block, is_workspace, split_blocks, top_level
 from tvm import tirx
 
 from .. import keys
 from ..analysis.ir import unknown_at_launch
-
-
-def _top_level(func: tirx.PrimFunc) -> list:
-    return list(func.body.seq) if isinstance(func.body, tirx.SeqStmt) else [func.body]
-
-
-def _is_block(stmt) -> bool:
-    return isinstance(stmt, tirx.For) and keys.THREADS in stmt.annotations
-
-
-def _is_workspace(stmt) -> bool:
-    return isinstance(stmt, tirx.AllocBuffer) and str(stmt.buffer.scope()) == "global"
 
 
 def check_sequence():
@@ -42,17 +31,17 @@ def check_sequence():
     scalar argument)."""
 
     def run(func):
-        stmts = _top_level(func)
-        if sum(map(_is_block, stmts)) < 2 and not any(map(_is_workspace, stmts)):
+        stmts = top_level(func)
+        if sum(map(is_block, stmts)) < 2 and not any(map(is_workspace, stmts)):
             return func
         for stmt in stmts:
-            if not (_is_block(stmt) or _is_workspace(stmt) or isinstance(stmt, tirx.DeclBuffer)):
+            if not (is_block(stmt) or is_workspace(stmt) or isinstance(stmt, tirx.DeclBuffer)):
                 raise KernelError("the CUDA backend launches the 'with T.Kernel' blocks of a "
                                   "kernel one after another and runs nothing between them on "
                                   "the host; move this statement into a block",
                                   span_location(stmt.span))
             missing = unknown_at_launch(stmt.buffer.shape, func.params) \
-                if _is_workspace(stmt) else []
+                if is_workspace(stmt) else []
             if missing:
                 raise KernelError(
                     f"the T.alloc_global workspace {stmt.buffer.name!r} of shape "
@@ -80,20 +69,4 @@ def block_function(func: tirx.PrimFunc, index: int, block, decls: list,
 
 def split_kernels():
     """The module's kernel as one function per ``with T.Kernel`` block, in launch order."""
-
-    def run(mod, ctx):
-        out = {}
-        for gvar, func in mod.functions.items():
-            stmts = _top_level(func)
-            blocks = [s for s in stmts if _is_block(s)]
-            workspaces = [s.buffer for s in stmts if _is_workspace(s)]
-            if len(blocks) < 2 and not workspaces:
-                out[gvar] = func
-                continue
-            decls = [s for s in stmts if isinstance(s, tirx.DeclBuffer)]
-            for index, block in enumerate(blocks):
-                part = block_function(func, index, block, decls, workspaces)
-                out[tvm.ir.GlobalVar(str(part.attrs["global_symbol"]))] = part
-        return tvm.IRModule(out, attrs=mod.attrs)
-
-    return tvm.transform.module_pass(run, opt_level=0, name="CUDASplitKernels")
+    return split_blocks(block_function, "CUDASplitKernels")

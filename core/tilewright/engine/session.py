@@ -17,6 +17,7 @@ from ..ir import Region, intrinsic_features, intrinsics_in, tile_ops_in
 from ..log import get_logger
 from ..plugin import BackendModule, Executor, GeneratedSource, get_manager, passconfig
 from ..transform import check_bounds, instrument_bounds, reraise_pass_error
+from ..transform.sequence import kernel_blocks
 from . import events, listeners
 from .target import Target, resolve_target
 
@@ -192,8 +193,7 @@ def _converts_to(stmt, dtype: str) -> bool:
 
 def _kernel_launches(func: tirx.PrimFunc) -> list[tirx.For]:
     """The 'with T.Kernel' blocks at the top of ``func``, in order."""
-    stmts = list(func.body.seq) if isinstance(func.body, tirx.SeqStmt) else [func.body]
-    return [s for s in stmts if isinstance(s, tirx.For) and "tw.threads" in s.annotations]
+    return kernel_blocks(func)
 
 
 def _first_line(func: tirx.PrimFunc, uses):
