@@ -192,6 +192,27 @@ def test_bad_call_is_argument_error(kernel, bad, words):
     assert isinstance(info.value, TypeError)
 
 
+@pytest.mark.parametrize("api", ["lower", "compile", "par_compile"])
+def test_lower_and_compile_name_what_is_not_a_kernel(api):
+    call = getattr(tilewright, api)
+    wrap = (lambda x: [x]) if api == "par_compile" else (lambda x: x)
+    with pytest.raises(tilewright.ArgumentError, match=f"tilewright.{api} takes a T.prim_func.*"
+                       "got str 'main'"):
+        call(wrap("main"), target="cpu")
+    factory = tilewright.jit(add2d, out_idx=[-1], target="cpu")
+    with pytest.raises(tilewright.ArgumentError, match=r"the @jit function 'add2d': pass "
+                       r"add2d.get_tir\(<its arguments>\)"):
+        call(wrap(factory), target="cpu")
+
+
+def test_lower_takes_a_compiled_kernels_program():
+    k = tilewright.compile(add2d(8, 4), out_idx=[-1], target="cpu")
+    same = tilewright.lower(add2d(8, 4), "cpu").source.text
+    assert tilewright.lower(k, "cpu").source.text == same
+    a, b = good(), good()
+    torch.testing.assert_close(tilewright.compile(k, out_idx=[-1], target="cpu")(a, b), a + b)
+
+
 def test_good_call_after_bad_call_runs():
     k = add2d(8, 4)
     with pytest.raises(tilewright.ArgumentError):

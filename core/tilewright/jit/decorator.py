@@ -24,6 +24,8 @@ import textwrap
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from tvm import tirx
+
 from ..engine import lower as _lower_engine
 from ..engine import resolve_target
 from ..errors import ArgumentError, KernelError
@@ -88,6 +90,23 @@ def _with_flags(pass_configs, compile_flags):
     return configs
 
 
+def prim_func_of(func, api: str) -> tirx.PrimFunc:
+    """The tile program ``func`` names for ``tilewright.<api>``: a ``@T.prim_func`` itself, a
+    compiled :class:`JITKernel`'s (its ``get_tir()``); anything else is an ``ArgumentError``
+    (a TypeError) naming what was passed, a ``@jit`` factory with how to get its program."""
+    if isinstance(func, tirx.PrimFunc):
+        return func
+    if isinstance(func, JITKernel):
+        return func.get_tir()
+    if isinstance(func, JITFunction):
+        raise ArgumentError(
+            f"tilewright.{api} takes a T.prim_func, got the @jit function "
+            f"'{func.__name__}': pass {func.__name__}.get_tir(<its arguments>), or call it "
+            "to compile")
+    raise ArgumentError(f"tilewright.{api} takes a T.prim_func (or a compiled kernel), got "
+                        f"{type(func).__name__} {func!r:.80}")
+
+
 def compile(func, out_idx=None, execution_backend=None, target="auto",  # noqa: A001
             target_host=None, verbose=None, pass_configs=None, compile_flags=None,
             cache=None) -> JITKernel:
@@ -100,6 +119,7 @@ def compile(func, out_idx=None, execution_backend=None, target="auto",  # noqa: 
     if target_host is not None:
         _note("target_host=%r has no effect: each backend builds its own host code",
               target_host)
+    func = prim_func_of(func, "compile")
     target_obj, backend = resolve_target(target)
     start = time.perf_counter()
     kernel = _compile_kernel(func, out_idx=out_idx, target=target_obj,
@@ -118,7 +138,7 @@ def par_compile(funcs, out_idx=None, execution_backend=None, target="auto", targ
                 ignore_error: bool = False) -> list:
     """Compile several PrimFuncs on ``num_workers`` threads (default: one per core); the
     kernels in order. With ``ignore_error`` a failed compilation is logged and gives None."""
-    funcs = list(funcs)
+    funcs = [prim_func_of(func, "par_compile") for func in funcs]
 
     def one(func):
         try:
@@ -140,7 +160,7 @@ def par_compile(funcs, out_idx=None, execution_backend=None, target="auto", targ
 def lower(func, target="auto", pass_configs=None):
     """Lower ``func`` for ``target`` without building it; returns the engine's
     :class:`~tilewright.engine.Lowered` (final IR module and generated source)."""
-    return _lower_engine(func, target, pass_configs)
+    return _lower_engine(prim_func_of(func, "lower"), target, pass_configs)
 
 
 def _is_factory(fn) -> bool:
