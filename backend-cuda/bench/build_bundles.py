@@ -111,23 +111,31 @@ def cases(quick: bool):
     # _overlap: written the intra-warpgroup way (kernels.attention_overlap, 2 stages: its
     # K_0 tile takes the third's room), P V_k in flight during the next scores' softmax;
     # _pingpong: the two compute warpgroups take turns at each step's Q K^T (one's softmax
-    # under the other's gemms); _overlap_pingpong: both
+    # under the other's gemms); _overlap_pingpong: both. With fast math, as TileLang's example
+    # builds it (kernels.ATTENTION_PASS_CONFIGS), but _precise (exp2f's precise form) and the
+    # _overlap ones: with fast math ptxas spills their two score fragments (140 bytes)
+    precise = {"tw.enable_fast_math": False}
     for suffix, builder, cfg, configs, copies in (
             ("", kernels.attention, config, {}, "UTMALDG.4D"),
             ("_2stages", kernels.attention, shallower, {}, "UTMALDG.4D"),
             ("_nows", kernels.attention, config, IN_ORDER, "UTMALDG.4D"),
             ("_multicast", kernels.attention, config, MULTICAST, "UTMALDG.4D.MULTICAST"),
             ("_cpasync", kernels.attention, config, CPASYNC, "LDGSTS.E.BYPASS.128"),
-            ("_overlap", kernels.attention_overlap, shallower, {}, "UTMALDG.4D"),
+            ("_overlap", kernels.attention_overlap, shallower, precise, "UTMALDG.4D"),
             ("_pingpong", kernels.attention, config, PINGPONG, "UTMALDG.4D"),
-            ("_overlap_pingpong", kernels.attention_overlap, shallower, PINGPONG,
-             "UTMALDG.4D")):
+            ("_overlap_pingpong", kernels.attention_overlap, shallower,
+             {**PINGPONG, **precise}, "UTMALDG.4D"),
+            ("_precise", kernels.attention, config, precise, "UTMALDG.4D")):
+        if quick and suffix == "_precise":
+            continue
+        configs = {**kernels.ATTENTION_PASS_CONFIGS, **configs}
+        fast = configs["tw.enable_fast_math"]
         yield (f"flash_attention_float16{suffix}",
                {"kind": "attention", "batch": b, "heads": h, "seq": s, "dim": d,
-                "causal": False, "dtype": "float16", "config": cfg,
-                **({"pass_configs": configs} if configs else {})},
+                "causal": False, "dtype": "float16", "config": cfg, "pass_configs": configs},
                builder.fn(b, h, s, d, "float16", **cfg),
-               ["HGMMA.64x128x16.F32", copies], configs)
+               ["HGMMA.64x128x16.F32", copies, "MUFU.EX2", "!FSETP" if fast else "FSETP"],
+               configs)
     # fp8 on sm_90a: wgmma on the 8-bit tiles TMA loads (QGMMA), never unpacked to fp16 for
     # HMMA (what ptxas makes of fp8 mma.sync on Hopper); diagnostic rows (tensor scales, not
     # in the smoke run): 128x128 tiles, and the TMA loads issued in order

@@ -67,6 +67,10 @@ GEMM = {"block_M": 128, "block_N": 256, "block_K": 64, "threads": 256, "num_stag
         "c_shared": True}
 GEMM_PASS_CONFIGS = {"cuda.disable_warp_specialized": True}  # TMA issued in order, see above
 ATTENTION = {"block_M": 128, "block_N": 128, "threads": 256, "num_stages": 3}
+# as TileLang's FlashAttention example sets it: exp2 as one MUFU.EX2 (ex2.approx.ftz), not
+# with the compare and two multiplies of the precise exp2f (66 FSETP + 132 FMUL a step on
+# sm_90a: the compute loop 761 -> 565 SASS instructions)
+ATTENTION_PASS_CONFIGS = {"tw.enable_fast_math": True}
 ADD = {"block_M": 8, "block_N": 512, "threads": 256}
 SWIZZLE_PANEL = 16  # block rows per raster panel (T.use_swizzle), see above
 FP8_GEMM = {"block_M": 128, "block_K": 128, "threads": 256, "num_stages": 3}
@@ -180,7 +184,7 @@ def gemm_persistent(M, N, K, dtype="float16", block_M=128, block_N=256, block_K=
     return main
 
 
-@tilewright.jit(out_idx=[3])
+@tilewright.jit(out_idx=[3], pass_configs=ATTENTION_PASS_CONFIGS)
 def attention(batch, heads, seq_len, dim, dtype="float16", block_M=128, block_N=128,
               threads=256, num_stages=3):
     """FlashAttention forward, not causal, [batch, seq, heads, dim] tensors; ``seq_len`` a
@@ -254,7 +258,7 @@ def online_softmax(scores, m, m_prev, rescale, row_sum, logsum, scale):
         logsum[i] = logsum[i] * rescale[i] + row_sum[i]
 
 
-@tilewright.jit(out_idx=[3])
+@tilewright.jit(out_idx=[3], pass_configs=ATTENTION_PASS_CONFIGS)
 def attention_overlap(batch, heads, seq_len, dim, dtype="float16", block_M=128, block_N=128,
                       threads=256, num_stages=2):
     """:func:`attention` written the intra-warpgroup way (FlashAttention-3's overlap of the

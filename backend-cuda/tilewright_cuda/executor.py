@@ -74,9 +74,11 @@ def _define(path: Path, name: str) -> str:
 NVRTC_FLAGS = (FLAGS[0], "--diag-suppress=177,550", "--ptxas-options=-v")
 
 
-def nvrtc_options(arch) -> list[str]:
+def nvrtc_options(arch, flags=()) -> list[str]:
+    """NVRTC's options for ``arch``; ``flags`` (the compilation's ``compile_flags``: fast math,
+    the user's) come last."""
     return [f"--gpu-architecture={arch.name}", *NVRTC_FLAGS,
-            *(f"-I{d}" for d in include_dirs())]
+            *(f"-I{d}" for d in include_dirs()), *flags]
 
 
 @functools.lru_cache(maxsize=1)
@@ -116,12 +118,12 @@ def _nvrtc_check(result, prog, what):
     return rest
 
 
-def nvrtc_compile(source: str, arch, workdir: Path) -> tuple[bytes, str]:
-    """(cubin, log) for ``source``; a failure raises :class:`CompileError` with the failing
-    generated line and a command that reproduces it."""
+def nvrtc_compile(source: str, arch, workdir: Path, flags=()) -> tuple[bytes, str]:
+    """(cubin, log) for ``source``, ``flags`` added to the options; a failure raises
+    :class:`CompileError` with the failing generated line and a command that reproduces it."""
     from cuda.bindings import nvrtc
 
-    options = nvrtc_options(arch)
+    options = nvrtc_options(arch, flags)
     (prog,) = _nvrtc_check(nvrtc.nvrtcCreateProgram(source.encode(), b"kernel.cu", 0, [], []),
                            None, "create")
     try:
@@ -133,7 +135,7 @@ def nvrtc_compile(source: str, arch, workdir: Path) -> tuple[bytes, str]:
         if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             raise compile_failure("NVRTC", log, source, workdir,
                                   [nvcc_path() or "nvcc", "-cubin", arch.gencode, *FLAGS,
-                                   *(f"-I{d}" for d in include_dirs()), "kernel.cu"])
+                                   *(f"-I{d}" for d in include_dirs()), *flags, "kernel.cu"])
         (size,) = _nvrtc_check(nvrtc.nvrtcGetCUBINSize(prog), prog, "cubin size")
         cubin = b" " * size
         nvrtc.nvrtcGetCUBIN(prog, cubin)
@@ -195,14 +197,16 @@ def nvcc_fingerprint() -> str:
 NVCC_FLAGS = (*FLAGS, "-Xptxas=-v", "-diag-suppress=177,550")
 
 
-def nvcc_command(arch, out: str = "kernel.cubin", src: str = "kernel.cu") -> list[str]:
-    return [nvcc_path() or "nvcc", "-cubin", arch.gencode, *NVCC_FLAGS, "-o", out, src]
+def nvcc_command(arch, out: str = "kernel.cubin", src: str = "kernel.cu",
+                 flags=()) -> list[str]:
+    return [nvcc_path() or "nvcc", "-cubin", arch.gencode, *NVCC_FLAGS, *flags, "-o", out,
+            src]
 
 
-def nvcc_compile(source: str, arch, workdir: Path) -> tuple[bytes, str]:
+def nvcc_compile(source: str, arch, workdir: Path, flags=()) -> tuple[bytes, str]:
     workdir = Path(workdir)
     (workdir / "kernel.cu").write_text(source)
-    command = nvcc_command(arch)
+    command = nvcc_command(arch, flags=flags)
     result = subprocess.run(command, cwd=workdir, capture_output=True, text=True,
                             check=False)
     log = result.stdout + result.stderr
@@ -218,7 +222,8 @@ def _build(compiler):
         workdir.mkdir(parents=True, exist_ok=True)
         (workdir / "kernel.cu").write_text(source.text)
         arch = arch_mod.get(source.payload["arch"])
-        cubin, log = compiler(source.text, arch, workdir)
+        cubin, log = compiler(source.text, arch, workdir,
+                              tuple(source.payload.get("compile_flags", ())))
         (workdir / "kernel.cubin").write_bytes(cubin)
         (workdir / "launch.json").write_text(json.dumps(source.payload, indent=1))
         (workdir / "build.log").write_text(log)

@@ -4,9 +4,11 @@ frozen, hashable value that rules (``RuleContext.options``), transforms and code
 from __future__ import annotations
 
 import functools
+import shlex
 from dataclasses import dataclass
 
-from tilewright.errors import KernelError
+from tilewright.errors import ConfigError, KernelError
+from tilewright.plugin.passconfig import fast_math
 
 from . import arch as arch_mod
 from . import keys
@@ -23,7 +25,10 @@ class Options:
       (``cuda.tma_multicast``);
     - ``blocks_per_sm``: blocks each SM should hold at once (``cuda.blocks_per_sm``, 1-8);
     - ``pingpong``: the two compute warpgroups of a warp-specialised loop take turns issuing
-      their wgmma gemms (``cuda.wgmma_pingpong``, transforms/pipeline/tma)."""
+      their wgmma gemms (``cuda.wgmma_pingpong``, transforms/pipeline/tma);
+    - ``compile_flags``: what the device compiler (NVRTC or nvcc) gets besides our own flags:
+      ``--use_fast_math`` when the pass configs ask for fast math (``TL_ENABLE_FAST_MATH``,
+      off by default as in TileLang), then the user's ``TL_DEVICE_COMPILE_FLAGS``."""
 
     arch: arch_mod.Arch
     tma: bool = True
@@ -31,6 +36,7 @@ class Options:
     multicast: bool = False
     blocks_per_sm: int = 1
     pingpong: bool = False
+    compile_flags: tuple[str, ...] = ()
 
     def __post_init__(self):
         value = self.blocks_per_sm
@@ -45,14 +51,43 @@ def of(ctx) -> Options:
     return parse(ctx.target.option("arch"), configs.get(keys.DISABLE_TMA, False),
                  configs.get(keys.DISABLE_WARP_SPECIALIZED, False),
                  configs.get(keys.TMA_MULTICAST, False), configs.get(keys.BLOCKS_PER_SM, 1),
-                 configs.get(keys.WGMMA_PINGPONG, False))
+                 configs.get(keys.WGMMA_PINGPONG, False),
+                 compile_flags(fast_math(configs), configs.get(keys.DEVICE_COMPILE_FLAGS)))
+
+
+# flags that choose what the cubin is for: the target's arch decides that
+_ARCH_FLAGS = ("-arch", "--gpu-architecture", "-gencode", "--generate-code", "-code",
+               "--gpu-code")
+
+
+def compile_flags(fast: bool | None, user) -> tuple[str, ...]:
+    """The device compiler's extra flags: ``--use_fast_math`` when ``fast``, then ``user``'s
+    (``TL_DEVICE_COMPILE_FLAGS``: a string split as a shell would, or a list of strings). A
+    flag that is not a string starting with ``-``, or one choosing the architecture, is a
+    ConfigError."""
+    if user is None:
+        user = ()
+    elif isinstance(user, str):
+        user = shlex.split(user)
+    elif not isinstance(user, list | tuple):
+        raise ConfigError(f"pass config TL_DEVICE_COMPILE_FLAGS ({keys.DEVICE_COMPILE_FLAGS}) "
+                          f"takes a string or a list of flags, got {type(user).__name__}")
+    for flag in user:
+        if not isinstance(flag, str) or not flag.startswith("-"):
+            raise ConfigError(f"TL_DEVICE_COMPILE_FLAGS: {flag!r} is not a compiler flag "
+                              "(flags start with '-')")
+        if flag.split("=")[0] in _ARCH_FLAGS:
+            raise ConfigError(f"TL_DEVICE_COMPILE_FLAGS: {flag!r} chooses the architecture, "
+                              "which the target gives: use target='cuda -arch=sm_XX'")
+    return (("--use_fast_math",) if fast else ()) + tuple(user)
 
 
 @functools.lru_cache(maxsize=64, typed=True)
 def parse(arch: str | None, disable_tma: bool = False, disable_ws: bool = False,
-          multicast: bool = False, blocks_per_sm: int = 1, pingpong: bool = False) -> Options:
+          multicast: bool = False, blocks_per_sm: int = 1, pingpong: bool = False,
+          flags: tuple[str, ...] = ()) -> Options:
     chosen = arch_mod.resolve(arch)
     return Options(chosen, tma=chosen.sm >= 90 and not disable_tma,
                    warp_specialized=chosen.sm >= 90 and chosen.name.endswith("a") and
                    not disable_ws, multicast=bool(multicast), blocks_per_sm=blocks_per_sm,
-                   pingpong=bool(pingpong))
+                   pingpong=bool(pingpong), compile_flags=flags)

@@ -140,6 +140,12 @@ def tilewright_language_extensions():
 @hookimpl
 def tilewright_pass_config_keys():
     return [
+        PassConfigKey(keys.DEVICE_COMPILE_FLAGS, object, None,
+                      "extra NVRTC / nvcc flags (a string or a list), after ours and after "
+                      "--use_fast_math when TL_ENABLE_FAST_MATH is set; an architecture flag "
+                      "is refused (the target gives it)", owner="cuda",
+                      tilelang="TL_DEVICE_COMPILE_FLAGS",
+                      tilelang_value="tl.device_compile_flags"),
         PassConfigKey(keys.DISABLE_TMA, bool, False,
                       "lower T.copy into shared memory inside T.Pipelined loops with cp.async "
                       "instead of TMA (sm_90+)", owner="cuda",

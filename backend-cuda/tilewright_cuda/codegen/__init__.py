@@ -254,9 +254,11 @@ def generate(mod: tvm.IRModule, ctx) -> GeneratedSource:
         if gemms:
             body = wgmma.source(gemms) + body
         text = head + HEADERS[intrinsics.HOPPER] + "\n" + body
-    return GeneratedSource(text=text, language="cuda", file_ext="cu",
-                           payload=metas[0] if kernels[0].sequence is None else sequence_launch(
-                               kernels, metas, arch), entry=ctx.func_name)
+    payload = metas[0] if kernels[0].sequence is None else sequence_launch(kernels, metas, arch)
+    if chosen.compile_flags:  # the executors pass them to NVRTC / nvcc
+        payload["compile_flags"] = list(chosen.compile_flags)
+    return GeneratedSource(text=text, language="cuda", file_ext="cu", payload=payload,
+                           entry=ctx.func_name)
 
 
 def sequence_launch(kernels: list[Kernel], metas: list[dict], arch) -> dict:
