@@ -2,6 +2,7 @@
 // detects races with per-byte shadow state and vector clocks, and checks synchronisation.
 #include <algorithm>
 #include <cstdarg>
+#include <cstring>
 #include <map>
 #include <unordered_map>
 #include <string>
@@ -657,6 +658,44 @@ void settle(int line) {
     error(line, "a branch on the value %s reads at %s cannot be decided: that read waits for an "
           "instruction issued after the branch (a deadlock, or a flag another core of the group "
           "sets, whose code this emulator issues after this core's)", in.what, where(in.line).c_str());
+}
+
+std::string format_slots(const char* fmt, const std::vector<PrintSlot>& slots) {
+    std::string out;
+    size_t next = 0;
+    char buf[128];
+    for (const char* p = fmt; *p; ++p) {
+        if (*p != '%') { out += *p; continue; }
+        if (p[1] == '%') { out += '%'; ++p; continue; }
+        const char* start = p++;
+        std::string spec = "%";
+        while (*p && std::strchr("-+ #0123456789.", *p)) spec += *p++;
+        while (*p && std::strchr("hlLqjzt", *p)) ++p;  // every slot is 64 bits wide
+        const char conv = *p;
+        if (!conv || !std::strchr("diuxXfFeEgGsp", conv) || next >= slots.size()) {
+            out.append(start, conv ? p + 1 : p);  // no argument for it: printed as written
+            if (!conv) break;
+            continue;
+        }
+        const PrintSlot& s = slots[next++];
+        if (conv == 'd' || conv == 'i') {
+            std::snprintf(buf, sizeof buf, (spec + "lld").c_str(), (long long)int64_t(s.bits));
+        } else if (conv == 'u' || conv == 'x' || conv == 'X') {
+            std::snprintf(buf, sizeof buf, (spec + "ll" + conv).c_str(), (unsigned long long)s.bits);
+        } else if (conv == 's') {
+            out += s.kind == 's' ? s.text : "(null)";
+            continue;
+        } else if (conv == 'p') {
+            std::snprintf(buf, sizeof buf, "0x%llx", (unsigned long long)s.bits);
+        } else {  // the slot's low 4 bytes as a float
+            uint32_t u = uint32_t(s.bits);
+            float f;
+            std::memcpy(&f, &u, 4);
+            std::snprintf(buf, sizeof buf, (spec + conv).c_str(), double(f));
+        }
+        out += buf;
+    }
+    return out;
 }
 
 int launch(int blocks, int nargs, void** args, const int64_t* sizes, const char** names,
