@@ -64,8 +64,9 @@ void issue_cross_set(int pipe, int id, int mode, int line);
 void issue_cross_wait(int id, int line);
 void fence_last();                 // the scalar unit stalls until the last instruction is done
 // the scalar unit branches on what it read: run the instructions issued so far until this
-// core's last scalar read is done (``line``: the branch, where a read that cannot finish yet
-// is reported)
+// core's last scalar read is done; when they cannot finish it, the core stalls while the other
+// cores of the group issue more (``line``: the branch, where a read that can never finish is
+// reported)
 void settle(int line);
 int atomic_mode();                 // 0 none, 1 add, 2 max, 3 min (SetAtomic*)
 void set_atomic(int mode);
