@@ -49,8 +49,10 @@ struct GmShadow { uint32_t w; uint32_t r[LANES]; };
 
 // a flag: raised or not, and the wait that last cleared it (a set not ordered after that wait
 // may find the flag still raised: SetFlag-WaitFlag(ISASI).md calls that undefined behaviour)
-struct Flag { bool set = false; int line = 0; double time = 0; uint32_t vc[LANES]; uint32_t waited = 0; int wait_line = 0; };
-struct Cross { int count = 0; double time = 0; uint32_t vc[LANES]; int line = 0; };
+// (vc starts at zero: a Run is a local, and a cross-core wait joins its flag's vc, so garbage
+// there would order the waiting core after everything)
+struct Flag { bool set = false; int line = 0; double time = 0; uint32_t vc[LANES] = {}; uint32_t waited = 0; int wait_line = 0; };
+struct Cross { int count = 0; double time = 0; uint32_t vc[LANES] = {}; int line = 0; };
 
 // GM shadow: one entry per 32-byte granule; a granule that an access covers only in part
 // (DataCopyPad writes only the valid bytes) gets exact per-byte entries from then on, so
