@@ -14,6 +14,7 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -63,8 +64,9 @@ void issue_cross_set(int pipe, int id, int mode, int line);
 void issue_cross_wait(int id, int line);
 void fence_last();                 // the scalar unit stalls until the last instruction is done
 // the scalar unit branches on what it read: run the instructions issued so far until this
-// core's last scalar read is done (``line``: the branch, where a read that cannot finish yet
-// is reported)
+// core's last scalar read is done; when they cannot finish it, the core stalls while the other
+// cores of the group issue more (``line``: the branch, where a read that can never finish is
+// reported)
 void settle(int line);
 int atomic_mode();                 // 0 none, 1 add, 2 max, 3 min (SetAtomic*)
 void set_atomic(int mode);
@@ -1307,12 +1309,71 @@ template <int MODE, pipe_t P> void CrossCoreSetFlag(int32_t id, TW_LINE) { tw_em
 inline void CrossCoreWaitFlag(int32_t id, TW_LINE) { tw_emu::issue_cross_wait(id, line); }
 
 // -- debugging ------------------------------------------------------------------------------
-// impl/utils/debug/npu_arch_2201/asc_aicore_printf_utils.h: "printf unsupport double type"
+// printf (include/utils/debug/asc_printf.h) as the kit implements it: set_scalar_param_impl
+// (impl/utils/debug/npu_arch_2201/ and npu_arch_3510/asc_aicore_printf_utils.h) stores each
+// scalar argument in a 64-bit slot, "if constexpr (std::is_signed<T>::value) *((__gm__
+// int64_t*)scalarAddr) = static_cast<int64_t>(scalar); ... std::is_unsigned<T> ... uint64_t",
+// half/float/bfloat16_t as a float (2201: "printf unsupport double type"); the host formats
+// the slots with the conversions the kit documents (docs/zh/api/SIMD-API/基础API/调试接口/
+// 异常检测/assert.md, fmt: "%d / %i ... bool、int8_t、int16_t、int32_t、int64_t", "%u ...
+// bool、uint8_t、uint16_t、uint32_t、uint64_t", "%x ... NPU域上的输出为64位", %f float/half, %s,
+// %p). A lazy argument (a GetValue) stalls the scalar unit until its read is done (settle).
+}  // namespace AscendC
+
+namespace tw_emu {
+struct PrintSlot { char kind; uint64_t bits; const char* text; };  // kind: i u f s p
+template <typename A> PrintSlot print_slot(const A& a) {
+    if constexpr (is_lazy<A>) {
+        settle(a.line);
+        return print_slot(now(a));
+    } else if constexpr (std::is_same<A, half>::value || std::is_same<A, float>::value ||
+                         std::is_same<A, bfloat16_t>::value) {
+        float f = float(a);
+        uint32_t u;
+        std::memcpy(&u, &f, 4);
+        return {'f', u, nullptr};
+    } else if constexpr (std::is_same<std::decay_t<A>, const char*>::value || std::is_same<std::decay_t<A>, char*>::value) {
+        return {'s', 0, a};
+    } else if constexpr (std::is_pointer<A>::value) {
+        return {'p', uint64_t(uintptr_t(a)), nullptr};
+    } else if constexpr (std::is_signed<A>::value) {
+        return {'i', uint64_t(int64_t(a)), nullptr};
+    } else {
+        static_assert(std::is_unsigned<A>::value || std::is_enum<A>::value, "printf takes scalars, strings and pointers");
+        return {'u', uint64_t(a), nullptr};
+    }
+}
+// the text ``fmt`` prints with ``slots``: each conversion (flags, width and precision kept, a
+// length modifier ignored) reads the next slot as its type reads it
+std::string format_slots(const char* fmt, const std::vector<PrintSlot>& slots);
+}  // namespace tw_emu
+
+namespace AscendC {
 template <typename... Args> void printf(const char* fmt, Args... args) {
     static_assert(!(std::is_same<Args, double>::value || ...), "printf unsupport double type (2201)");
-    std::printf(fmt, args...);
+    std::vector<tw_emu::PrintSlot> slots{tw_emu::print_slot(args)...};
+    std::fputs(tw_emu::format_slots(fmt, slots).c_str(), stdout);
     std::fflush(stdout);
 }
+}  // namespace AscendC
+
+namespace tw_emu {
+// one element of a DumpTensor, whose element types are bool, the 8- to 64-bit integers, half,
+// bfloat16_t and float ("数据类型" of DumpTensor.md): an integer exactly, in decimal (a float
+// holds no uint32 or int64 past 2**24 exactly), a floating value as %g
+template <typename T> std::string dump_element(const T& v) {
+    char buf[64];
+    if constexpr (std::is_integral<T>::value && std::is_signed<T>::value)
+        std::snprintf(buf, sizeof buf, "%lld", (long long)v);
+    else if constexpr (std::is_integral<T>::value)
+        std::snprintf(buf, sizeof buf, "%llu", (unsigned long long)v);
+    else
+        std::snprintf(buf, sizeof buf, "%g", double(float(v)));
+    return buf;
+}
+}  // namespace tw_emu
+
+namespace AscendC {
 // DumpTensor on 2201 (impl/utils/debug/asc_aicore_dump_impl.h, npu_arch_2201/
 // asc_aicore_dump_utils.h): PipeBarrier<PIPE_ALL>, a copy to the dump area in GM (UB and L1:
 // copy_ubuf_to_gm / copy_cbuf_to_gm on MTE3, L0C: copy_matrix_cc_to_gm on FIX; L0A/L0B are not
@@ -1327,7 +1388,7 @@ template <typename T> void DumpTensor(const LocalTensor<T>& t, uint32_t desc, ui
                   {acc(t, uint64_t(size) * sizeof(T), false)}, [=] {
         std::printf("DumpTensor: desc=%u, addr=%llu, data_type=%s, position=%s, dump_size=%u\n", desc,
                     (unsigned long long)t.off, tw_emu::type_name<T>(), tw_emu::space_name(t.space), size);
-        for (uint32_t i = 0; i < size; ++i) std::printf(i + 1 < size ? "%g, " : "%g\n", double(float(t.data()[i])));
+        for (uint32_t i = 0; i < size; ++i) std::printf("%s%s", tw_emu::dump_element(t.data()[i]).c_str(), i + 1 < size ? ", " : "\n");
         std::fflush(stdout);
     }, copy_cost(uint64_t(size) * sizeof(T), 64), uint64_t(size) * sizeof(T));
     tw_emu::issue_barrier_all(line);
@@ -1340,7 +1401,7 @@ template <typename T> void DumpTensor(const GlobalTensor<T>& t, uint32_t desc, u
     tw_emu::issue(tw_emu::PS, "DumpTensor", line, {acc(t, uint64_t(size) * sizeof(T), false)}, [=] {
         std::printf("DumpTensor: desc=%u, addr=%p, data_type=%s, position=GM, dump_size=%u\n", desc,
                     (void*)t.ptr, tw_emu::type_name<T>(), size);
-        for (uint32_t i = 0; i < size; ++i) std::printf(i + 1 < size ? "%g, " : "%g\n", double(float(t.ptr[i])));
+        for (uint32_t i = 0; i < size; ++i) std::printf("%s%s", tw_emu::dump_element(t.ptr[i]).c_str(), i + 1 < size ? ", " : "\n");
         std::fflush(stdout);
     }, 1.0, 0);
     tw_emu::issue_barrier_all(line);
@@ -1539,8 +1600,12 @@ namespace tw_emu {
 template <typename T> const char* type_name() {
     if (sizeof(T) == 2 && !std::is_integral<T>::value) return std::is_same<T, half>::value ? "float16" : "bfloat16";
     if (std::is_same<T, float>::value) return "float32";
-    if (std::is_same<T, int32_t>::value) return "int32";
-    return "int";
+    if (std::is_same<T, bool>::value) return "bool";
+    if (std::is_integral<T>::value) {
+        static const char* names[2][4] = {{"uint8", "uint16", "uint32", "uint64"}, {"int8", "int16", "int32", "int64"}};
+        return names[std::is_signed<T>::value][sizeof(T) == 1 ? 0 : sizeof(T) == 2 ? 1 : sizeof(T) == 4 ? 2 : 3];
+    }
+    return "unknown";
 }
 template <typename T> void name_tensor(const AscendC::LocalTensor<T>& t, const char* name) {
     name_range(t.space, t.off, uint64_t(t.count) * sizeof(T), name);

@@ -2,7 +2,9 @@
 // detects races with per-byte shadow state and vector clocks, and checks synchronisation.
 #include <algorithm>
 #include <cstdarg>
+#include <cstring>
 #include <map>
+#include <memory>
 #include <unordered_map>
 #include <string>
 #include <tuple>
@@ -47,8 +49,10 @@ struct GmShadow { uint32_t w; uint32_t r[LANES]; };
 
 // a flag: raised or not, and the wait that last cleared it (a set not ordered after that wait
 // may find the flag still raised: SetFlag-WaitFlag(ISASI).md calls that undefined behaviour)
-struct Flag { bool set = false; int line = 0; double time = 0; uint32_t vc[LANES]; uint32_t waited = 0; int wait_line = 0; };
-struct Cross { int count = 0; double time = 0; uint32_t vc[LANES]; int line = 0; };
+// (vc starts at zero: a Run is a local, and a cross-core wait joins its flag's vc, so garbage
+// there would order the waiting core after everything)
+struct Flag { bool set = false; int line = 0; double time = 0; uint32_t vc[LANES] = {}; uint32_t waited = 0; int wait_line = 0; };
+struct Cross { int count = 0; double time = 0; uint32_t vc[LANES] = {}; int line = 0; };
 
 // GM shadow: one entry per 32-byte granule; a granule that an access covers only in part
 // (DataCopyPad writes only the valid bytes) gets exact per-byte entries from then on, so
@@ -648,15 +652,125 @@ void run_block() {
 }
 }  // namespace
 
+// The cores of a group issue their code interleaved, as the NPU runs them side by side: each
+// core's kernel body runs in a context of its own (ucontext, a stack each), AIC, then AIV0,
+// then AIV1, each until its end or until its scalar unit stalls on a read that nothing issued
+// so far lets finish (settle); then the next core issues, and a stalled core goes on once
+// another has issued more. A kernel whose cores never stall issues as three whole cores one
+// after another. When every unfinished core is stalled and none issued anything since, the
+// first one's read can never finish: it is reported at its branch and that core goes on.
+namespace {
+struct CoreRun {
+    ucontext_t ctx;
+    bool done = false, stalled = false;
+    size_t issued = 0;  // instructions issued (by every core) when it stalled
+};
+struct GroupRun {
+    CoreRun core[CORES];
+    ucontext_t main;
+    const std::function<void()>* kernel = nullptr;
+    bool give_up = false;  // the resumed core's read can never finish
+};
+GroupRun* GROUP = nullptr;
+constexpr size_t CORE_STACK = 16u << 20;  // a core's kernel body: locals, lambdas, SIMT calls
+std::unique_ptr<char[]> core_stacks[CORES];
+
+void core_entry() {
+    (*GROUP->kernel)();
+    GROUP->core[S->core].done = true;  // uc_link: back to the scheduler
+}
+
+// runs the kernel body of each core of the group, interleaved where a core stalls
+void issue_group(const std::function<void()>& kernel) {
+    GroupRun group;
+    group.kernel = &kernel;
+    GROUP = &group;
+    for (int c = 0; c < CORES; ++c) {
+        if (!core_stacks[c]) core_stacks[c].reset(new char[CORE_STACK]);
+        CoreRun& core = group.core[c];
+        getcontext(&core.ctx);
+        core.ctx.uc_stack.ss_sp = core_stacks[c].get();
+        core.ctx.uc_stack.ss_size = CORE_STACK;
+        core.ctx.uc_link = &group.main;
+        makecontext(&core.ctx, core_entry, 0);
+    }
+    for (;;) {
+        int next = -1;
+        for (int c = 0; c < CORES && next < 0; ++c)  // a core not started yet
+            if (!group.core[c].done && !group.core[c].stalled) next = c;
+        for (int c = 0; c < CORES && next < 0; ++c)  // a stalled core, after more was issued
+            if (group.core[c].stalled && S->instrs.size() > group.core[c].issued) next = c;
+        for (int c = 0; c < CORES && next < 0; ++c)  // nothing can go on: the first stalled one
+            if (group.core[c].stalled) next = c, group.give_up = true;
+        if (next < 0) break;
+        group.core[next].stalled = false;
+        S->core = next;
+        swapcontext(&group.main, &group.core[next].ctx);
+    }
+    GROUP = nullptr;
+}
+}  // namespace
+
 void settle(int line) {
     uint32_t read = S->fence[S->core];  // this core's last scalar read (+1); 0: none
-    if (read == 0 || (RUN->done.size() >= read && RUN->done[read - 1])) return;
-    while (step(*RUN))
-        if (RUN->done[read - 1]) return;
-    const Instr& in = S->instrs[read - 1];
-    error(line, "a branch on the value %s reads at %s cannot be decided: that read waits for an "
-          "instruction issued after the branch (a deadlock, or a flag another core of the group "
-          "sets, whose code this emulator issues after this core's)", in.what, where(in.line).c_str());
+    auto finished = [&] { return read == 0 || (RUN->done.size() >= read && RUN->done[read - 1]); };
+    bool hopeless = false;  // resumed with nothing new issued by any core
+    while (!finished()) {
+        while (step(*RUN))
+            if (RUN->done[read - 1]) return;
+        if (!GROUP || hopeless) {
+            const Instr& in = S->instrs[read - 1];
+            error(line, "a branch on the value %s reads at %s cannot be decided: that read waits "
+                  "for an instruction that no core of the group issues before it (a deadlock)",
+                  in.what, where(in.line).c_str());
+            return;
+        }
+        // stall: the other cores issue until one of them may have let the read finish
+        CoreRun& me = GROUP->core[S->core];
+        me.stalled = true;
+        me.issued = S->instrs.size();
+        swapcontext(&me.ctx, &GROUP->main);
+        hopeless = GROUP->give_up;
+        GROUP->give_up = false;
+    }
+}
+
+std::string format_slots(const char* fmt, const std::vector<PrintSlot>& slots) {
+    std::string out;
+    size_t next = 0;
+    char buf[128];
+    for (const char* p = fmt; *p; ++p) {
+        if (*p != '%') { out += *p; continue; }
+        if (p[1] == '%') { out += '%'; ++p; continue; }
+        const char* start = p++;
+        std::string spec = "%";
+        while (*p && std::strchr("-+ #0123456789.", *p)) spec += *p++;
+        while (*p && std::strchr("hlLqjzt", *p)) ++p;  // every slot is 64 bits wide
+        const char conv = *p;
+        if (!conv || !std::strchr("diuxXfFeEgGsp", conv) || next >= slots.size()) {
+            out.append(start, conv ? p + 1 : p);  // no argument for it: printed as written
+            if (!conv) break;
+            continue;
+        }
+        const PrintSlot& s = slots[next++];
+        if (conv == 'd' || conv == 'i') {
+            std::snprintf(buf, sizeof buf, (spec + "lld").c_str(), (long long)int64_t(s.bits));
+        } else if (conv == 'u' || conv == 'x' || conv == 'X') {
+            std::snprintf(buf, sizeof buf, (spec + "ll" + conv).c_str(), (unsigned long long)s.bits);
+        } else if (conv == 's') {
+            out += s.kind == 's' ? s.text : "(null)";
+            continue;
+        } else if (conv == 'p') {
+            std::snprintf(buf, sizeof buf, "0x%llx", (unsigned long long)s.bits);
+        } else {  // the slot's low 4 bytes as a float
+            uint32_t u = uint32_t(s.bits);
+            float f;
+            std::memcpy(&f, &u, 4);
+            std::snprintf(buf, sizeof buf, (spec + conv).c_str(), double(f));
+        }
+        out += buf;
+    }
+    return out;
 }
 
 int launch(int blocks, int nargs, void** args, const int64_t* sizes, const char** names,
@@ -684,10 +798,7 @@ int launch(int blocks, int nargs, void** args, const int64_t* sizes, const char*
                 if (!S->shadow[c][s].empty()) std::fill(S->shadow[c][s].begin(), S->shadow[c][s].end(), Shadow{});
         Run run;
         RUN = &run;
-        for (int c = 0; c < CORES; ++c) {
-            S->core = c;
-            kernel();
-        }
+        issue_group(kernel);
         run_block();
         RUN = nullptr;
     }

@@ -415,7 +415,8 @@ tile = _Tile()
 
 # -- debugging -------------------------------------------------------------------------------
 def printf(format_str: str, *args):
-    """``T.printf("cid:%d\\n", cid)``: print from the AI core (%d %i %f %x %s %p)."""
+    """``T.printf("cid:%d\\n", cid)``: print from the AI core (%d %i %u %f %x %s %p; each
+    argument a 64-bit slot, see rules/debug.py)."""
     if not isinstance(format_str, str):
         raise error("T.printf takes a format string first")
     emit(ops.PRINTF.name, {"args": ops.pack([to_expr(a) for a in args])}, {"format": format_str})

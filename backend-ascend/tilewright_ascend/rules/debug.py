@@ -5,6 +5,7 @@ from __future__ import annotations
 from tilewright.errors import KernelError
 
 from ..facts import ops
+from ..facts.dtypes import INTEGERS
 from .regions import offset_of, tensor, view
 from .table import rule
 
@@ -34,16 +35,37 @@ def rule_dump_tensor(em, call) -> None:
                 f"{call.attrs['dump_size']});")
 
 
+# T.print's conversion and argument type per kind of dtype. AscendC::printf stores each scalar
+# argument in a 64-bit slot on 2201 and 3510 alike (set_scalar_param_impl in impl/utils/debug/
+# npu_arch_2201/ and npu_arch_3510/asc_aicore_printf_utils.h: signed types as int64_t, unsigned
+# ones and bool as uint64_t, half/float/bfloat16_t as float; 2201: "printf unsupport double
+# type"), and the kit documents the conversions for them (docs/zh/api/SIMD-API/基础API/
+# 调试接口/异常检测/assert.md, its fmt: "%d / %i：输出十进制数，支持打印的数据类型：bool、int8_t、
+# int16_t、int32_t、int64_t", "%u：输出unsigned类型数据，支持打印的数据类型：bool、uint8_t、
+# uint16_t、uint32_t、uint64_t", "%f：输出实数，支持打印的数据类型：float、half").
+_PRINT_FLOAT = ("%f", "float")
+_PRINT_SIGNED = ("%d", "int64_t")
+_PRINT_UNSIGNED = ("%u", "uint64_t")
+
+
+def _print_conversion(dtype: str) -> tuple[str, str]:
+    if dtype.startswith(("float", "bfloat")):
+        return _PRINT_FLOAT
+    bits_signed = INTEGERS.get(dtype)
+    if bits_signed is None and dtype != "bool":
+        raise KernelError(f"T.print: backend 'ascend' prints float, integer and bool values, "
+                          f"not {dtype}")
+    return _PRINT_SIGNED if bits_signed and bits_signed[1] else _PRINT_UNSIGNED
+
+
 @rule("print_value")
 def rule_print_value(em, call):
     value = call.operands["value"]
     dtype = str(value.ty)
-    fmt = "%f" if dtype.startswith(("float", "bfloat")) else "%d"
-    # %f takes a float: printf on 2201 refuses double (asc_aicore_printf_utils.h)
-    arg = f"(float){em.expr(value)}" if fmt == "%f" else f"(int32_t){em.expr(value)}"
+    fmt, arg_type = _print_conversion(dtype)
     msg = call.attrs["msg"]
     em.line(f'AscendC::printf("{_c_string(msg)}{": " if msg else ""}{fmt} ({dtype})\\n", '
-            f"{arg});")
+            f"TW_CAST({arg_type}, {em.expr(value)}));")
 
 
 @rule("print_tile")
