@@ -352,7 +352,8 @@ def emulated() -> list[Check]:
     a ``while`` loop, a grid and guards over a scalar argument, per-element atomics in a nest
     (the last three take scalar arguments); a split-KV GQA decode and its combine, two
     kernels sharing T.alloc_global workspaces; an accumulator starting as a bias copied into
-    its registers; copies under a branch of a pipelined loop's body (one version)."""
+    its registers; copies under a branch of a pipelined loop's body (one version); TileLang's
+    MLA decode (a 64 x 512 float32 accumulator in registers on 8 warps, no spills)."""
     # (name, input dtype, kernel, run from a generator, reduction, tolerance dtype[, configs])
     table = [
         ("tma_column_blocks", "float16", lambda: tma_parts.column_blocks(256), _column_blocks,
@@ -418,8 +419,9 @@ def emulated() -> list[Check]:
         ("gemv_5_rows_int8", "int8",
          lambda: gemv.few_rows(5, 128, 64, trans_b=True, dtype="int8"),
          lambda g: _few_rows(g, 5, False, True, torch.int8), 64, None),
-        # (test_cuda_emulate.mla_decode is not here: it spills on sm_90a (72 bytes), which
-        # harness.py --list refuses; two_tiles_per_iteration is tiles_in_two_loops' first loop)
+        # P is rounded to float16 in S_shared before the second gemm
+        ("mla_decode", "float16", emulate.mla_decode, _mla_decode, 512 + 64, "float16"),
+        # (two_tiles_per_iteration is tiles_in_two_loops' first loop)
         ("smem_two_phases", "float32", emulate.two_phases, _two_phases, 1, None),
         ("smem_tiles_in_two_loops", "float32", emulate.tiles_in_two_loops, _two_loops, 1,
          None),
@@ -610,6 +612,16 @@ def _few_rows(g, m: int, trans_a: bool, trans_b: bool, dtype) -> Run:
         c = _poisoned((m, n), torch.float32)
     want = (a.double().T if trans_a else a.double()) @ (b.double().T if trans_b else b.double())
     return Run([a, b, c], [2], [want])
+
+
+def _mla_decode(g) -> Run:
+    """test_cuda_emulate.mla_decode: 64 heads of one token over 128 keys, the scores from the
+    512 latent and 64 rotary columns, against the float64 softmax product."""
+    q, q_pe = _rand(g, 64, 512, dtype=torch.float16), _rand(g, 64, 64, dtype=torch.float16)
+    kv, k_pe = _rand(g, 128, 512, dtype=torch.float16), _rand(g, 128, 64, dtype=torch.float16)
+    scores = (q.double() @ kv.double().T + q_pe.double() @ k_pe.double().T) * (512 + 64) ** -0.5
+    return Run([q, q_pe, kv, k_pe, _poisoned((64, 512), torch.float16)], [4],
+               [torch.softmax(scores, -1) @ kv.double()])
 
 
 def _two_phases(g) -> Run:

@@ -39,8 +39,9 @@ def test_sparse_gemm_runs_on_the_sparse_tensor_core_instruction(tmp_path, arch_n
     assert "tw_gemm_mma_sp_rf<128, 128, 64, false, 128, 2, 2" in source
     cubin, log = executor.nvcc_compile(source, arch.get(arch_name), tmp_path)
     code = sass.dump(cubin)
-    # 4 warps of 64x64: 4 x 8 tiles of 16x8 per k32 step, 2 steps a 64-deep k-tile
-    assert len(re.findall(r"\sHMMA\.SP\.16832\.F32\s", code)) == 64, code
+    # 4 warps of 64x64: 4 x 8 tiles of 16x8 per k32 step, 2 steps a 64-deep k-tile; nvcc may
+    # unroll the loop over the 4 k-tiles whole (it does for sm_80)
+    assert len(re.findall(r"\sHMMA\.SP\.16832\.F32\s", code)) in (64, 4 * 64), code
     assert not re.search(r"\sHMMA\.(?!SP)", code)  # no dense HMMA
     assert int(re.search(r"(\d+) bytes spill stores", log).group(1)) == 0, log
 

@@ -185,3 +185,56 @@ def test_an_epilogue_tile_read_in_part_off_the_swizzle_atom_is_not_swizzled():
             T.copy(out, C)
 
     assert "S" not in _layouts(main)[0] and "A_s" in _layouts(main)[0]
+
+
+# (rows, cols, element bytes) of the device header's check: the TILES, 1-byte tiles, and a
+# tile of column blocks of 12 rows (not whole swizzle periods: a column step is no constant)
+HEADER_TILES = [(r, c, 2) for r, c in TILES] + [(64, 64, 1), (64, 32, 1), (32, 256, 1),
+                                                 (12, 128, 2)]
+
+
+def test_device_layout_matches_the_formula_and_its_constant_steps(tmp_path):
+    """include/tw_mma.h's ``swizzled::at`` gives the contract's offset of every element, and
+    the step ``ldmatrix_at`` splits (a constant part of whole periods as the immediate
+    offset, the rest through ``at``) lands on the element ``at`` gives for the whole step,
+    for every lane position and every step inside the tile (g++ on the header's layouts)."""
+    import subprocess
+    from pathlib import Path
+
+    import tilewright_cuda
+
+    header = (Path(tilewright_cuda.__file__).parent / "include" / "tw_mma.h").read_text()
+    start = header.index("template <int LD, bool LDSM>")
+    end = header.index("};", header.index("struct swizzled")) + 2
+    checks = []
+    for rows, cols, size in HEADER_TILES:
+        width, bits = layout.params(rows, cols, {2: "float16", 1: "int8"}[size])
+        checks.append(f"  check<tw::swizzled<{rows}, {width}, {bits}, {size}>>({rows}, {cols});")
+    source = "\n".join([
+        "#include <cstdio>", "#define __device__", "#define __forceinline__ inline",
+        "namespace tw {", header[start:end], "}",
+        "template <class L> void check(int R, int C) {",
+        "  long bad = 0;",
+        "  for (int r = 0; r < R; ++r) for (int c = 0; c < C; ++c) std::printf(\"%d \", "
+        "L::at(r, c));",
+        "  std::printf(\"\\n\");",
+        "  for (int r = 0; r < R; ++r) for (int c = 0; c < C; c += 8)",
+        "    for (int dr = 0; r + dr < R; ++dr) for (int dc = 0; c + dc < C; dc += 8) {",
+        "      int lr = dr % L::ROW_PERIOD, lc = L::COL_ADD ? dc % L::COL_PERIOD : dc;",
+        "      bad += L::at(r + lr, c + lc) + L::offset(dr - lr, dc - lc) != "
+        "L::at(r + dr, c + dc);",
+        "    }",
+        "  std::printf(\"%ld\\n\", bad);",
+        "}",
+        "int main() {", *checks, "}"])
+    (tmp_path / "layouts.cpp").write_text(source)
+    subprocess.run(["g++", "-std=c++17", "-O1", "-o", str(tmp_path / "layouts"),
+                    str(tmp_path / "layouts.cpp")], check=True)
+    out = subprocess.run([str(tmp_path / "layouts")], check=True, capture_output=True,
+                         text=True).stdout.splitlines()
+    for (rows, cols, size), offsets, bad in zip(HEADER_TILES, out[::2], out[1::2]):
+        width, bits = layout.params(rows, cols, {2: "float16", 1: "int8"}[size])
+        want = [layout.byte_offset(r, c, rows, width, bits, size) // size
+                for r in range(rows) for c in range(cols)]
+        assert [int(x) for x in offsets.split()] == want, (rows, cols, size)
+        assert bad == "0", (rows, cols, size)

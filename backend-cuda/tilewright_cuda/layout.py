@@ -230,24 +230,36 @@ def _const_shape(buffer) -> list[int] | None:
 
 def element_index(buffer, indices):
     """The flat element index of ``buffer[indices]`` under its swizzled layout (a TIR
-    expression); ``indices`` are ``[r, c]`` or ``[version, r, c]``."""
+    expression); ``indices`` are ``[r, c]`` or ``[version, r, c]``.
+
+    Written as ``line * LINE + (in_line ^ flip(line))`` over the 128-byte lines (``LINE``
+    elements) the XOR permutes within, not as the XOR of the whole offset: the two are equal
+    (the flip only moves bits inside a line), but in this form a step of whole swizzle periods
+    (the next rows a copy loop's iteration moves, say) stays an addition the C++ compiler folds
+    into an immediate offset, where the XOR of the whole offset hid it and every unrolled
+    iteration kept an address register of its own, live across the loop around it."""
     shape = _const_shape(buffer)
     width, bits = swizzle_of(buffer)
     size = SWIZZLE_DTYPES[str(buffer.dtype)]
     rows, cols = shape[-2], shape[-1]
     per_row = width // size  # elements per block row
+    line_elems = 128 // size
+    rows_per_line = line_elems // per_row  # 1, or 2 or 4 rows of a narrow tile (one block)
     *version, r, c = indices
-    if cols > per_row:
-        e = tirx.floordiv(c, per_row) * (rows * per_row) + r * per_row + tirx.floormod(c, per_row)
+    if cols > per_row:  # 128-byte blocks: one row a line
+        line = tirx.floordiv(c, per_row) * rows + r
+        in_line = tirx.floormod(c, per_row)
+    elif rows_per_line == 1:
+        line, in_line = r, c
     else:
-        e = r * per_row + c
-    # byte bits [7, 7 + B) select the 16-byte chunk to flip: in elements of 2^s bytes, bits
-    # [7 - s, 7 - s + B) -> [4 - s, ...)
+        line = tirx.floordiv(r, rows_per_line)
+        in_line = tirx.floormod(r, rows_per_line) * per_row + c
+    # byte bits [7, 7 + B) select the 16-byte chunk to flip: in elements of 2^s bytes, the
+    # line's low B bits shifted to [4 - s, ...)
     shift = size.bit_length() - 1
     mask = tirx.const((1 << bits) - 1, "int32")
-    flip = tirx.shift_left(tirx.bitwise_and(tirx.shift_right(e, tirx.const(7 - shift, "int32")),
-                                            mask), tirx.const(4 - shift, "int32"))
-    e = tirx.bitwise_xor(e, flip)
+    flip = tirx.shift_left(tirx.bitwise_and(line, mask), tirx.const(4 - shift, "int32"))
+    e = line * line_elems + tirx.bitwise_xor(in_line, flip)
     if version:
         e = version[0] * (rows * cols) + e
     return e

@@ -18,7 +18,14 @@
 //
 // LA and LB give the element offset of (row, column) of the tile as stored: tw::rowmajor<LD,
 // LDSM> (LDSM: rows are 16-byte aligned, so ldmatrix may read them) or tw::swizzled<R, W, B,
-// S> (tilewright_cuda/layout.py; S the element size in bytes).
+// S> (tilewright_cuda/layout.py; S the element size in bytes). Each also says which steps
+// move every element by the same constant: at(r + i * ROW_PERIOD, c) = at(r, c) +
+// offset(i * ROW_PERIOD, 0), and, where COL_ADD, at(r, c + j * COL_PERIOD) = at(r, c) +
+// offset(0, j * COL_PERIOD), for every r, c >= 0. The warp tile loads its fragments at
+// compile-time steps from one lane address: the part of a step that is such a constant goes
+// into the ldmatrix's immediate offset, so only the few addresses of the remaining steps are
+// registers (they are invariant in a loop around the gemm, and the compiler keeps them live
+// across it, beside the accumulators).
 #pragma once
 
 namespace tw {
@@ -26,17 +33,32 @@ namespace tw {
 template <int LD, bool LDSM>
 struct rowmajor {
   static constexpr bool ldsm = LDSM;
+  static constexpr int ROW_PERIOD = 1, COL_PERIOD = 1;
+  static constexpr bool COL_ADD = true;
   static __device__ __forceinline__ int at(int r, int c) { return r * LD + c; }
+  static constexpr __device__ int offset(int dr, int dc) { return dr * LD + dc; }
 };
 
-// S: the element size in bytes (2 or 1); the swizzle moves 16-byte chunks of bytes.
+// S: the element size in bytes (2 or 1); the swizzle moves the 16-byte chunks of each
+// 128-byte line by the line's number: element (r, c) is line * LINE + (its offset in the line
+// ^ flip(line)). A step of 2^B lines (ROW_PERIOD rows) keeps the flip; so does a step of one
+// column block (COL_PERIOD) when the block holds a multiple of 2^B lines.
 template <int R, int W, int B, int S = 2>
 struct swizzled {
   static constexpr bool ldsm = true;
+  static constexpr int PER_ROW = W / S, LINE = 128 / S;
+  // W < 128: 2 or 4 rows share a line, and the tile is one column block (c < PER_ROW)
+  static constexpr int ROWS_PER_LINE = LINE / PER_ROW;
+  static constexpr int ROW_PERIOD = ROWS_PER_LINE << B, COL_PERIOD = PER_ROW;
+  static constexpr bool COL_ADD = R % ROW_PERIOD == 0;
   static __device__ __forceinline__ int at(int r, int c) {
-    constexpr int PER_ROW = W / S, LOG_S = S == 2 ? 1 : 0;
-    int e = (c / PER_ROW) * (R * PER_ROW) + r * PER_ROW + c % PER_ROW;
-    return e ^ (((e >> (7 - LOG_S)) & ((1 << B) - 1)) << (4 - LOG_S));
+    constexpr int LOG_S = S == 2 ? 1 : 0;
+    const int line = (c / PER_ROW) * (R / ROWS_PER_LINE) + r / ROWS_PER_LINE;
+    const int in_line = (r % ROWS_PER_LINE) * PER_ROW + c % PER_ROW;
+    return line * LINE + (in_line ^ ((line & ((1 << B) - 1)) << (4 - LOG_S)));
+  }
+  static constexpr __device__ int offset(int dr, int dc) {
+    return (dc / PER_ROW) * R * PER_ROW + (dr / ROWS_PER_LINE) * LINE;
   }
 };
 
@@ -119,33 +141,44 @@ __device__ __forceinline__ void mma(C* c, const unsigned* a, const unsigned* b) 
 #undef TW_MMA_F32
 
 // ldmatrix.sync.aligned.m8n8.x{N}[.trans].shared.b16: lane l gives the address of row l % 8
-// of matrix l / 8; register j receives matrix j (transposed with TRANS).
-template <int N, bool TRANS>
+// of matrix l / 8 (row, plus OFF bytes taken as the instruction's immediate offset); register
+// j receives matrix j (transposed with TRANS).
+template <int N, bool TRANS, int OFF = 0>
 __device__ __forceinline__ void ldmatrix(unsigned* d, const void* row) {
 #if defined(TW_HOST_EMULATION)
-  tw_emulate_ldmatrix(d, row, N, TRANS);
+  tw_emulate_ldmatrix(d, static_cast<const char*>(row) + OFF, N, TRANS);
 #elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 750
   unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(row));
   if constexpr (N == 4 && TRANS) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3]) : "r"(addr));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4+%5];\n"
+                 : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3]) : "r"(addr), "n"(OFF));
   } else if constexpr (N == 4) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3]) : "r"(addr));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4+%5];\n"
+                 : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3]) : "r"(addr), "n"(OFF));
   } else if constexpr (TRANS) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
-                 : "=r"(d[0]), "=r"(d[1]) : "r"(addr));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2+%3];\n"
+                 : "=r"(d[0]), "=r"(d[1]) : "r"(addr), "n"(OFF));
   } else {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
-                 : "=r"(d[0]), "=r"(d[1]) : "r"(addr));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2+%3];\n"
+                 : "=r"(d[0]), "=r"(d[1]) : "r"(addr), "n"(OFF));
   }
 #endif
+}
+
+// ldmatrix of the rows at (r + DR, c + DC) of a tile in layout L: the constant part of the
+// step (whole periods of L, see the layouts above) as the immediate offset.
+template <int N, bool TRANS, class L, int DR, int DC, class T>
+__device__ __forceinline__ void ldmatrix_at(unsigned* d, const T* tile, int r, int c) {
+  constexpr int LR = DR % L::ROW_PERIOD, LC = L::COL_ADD ? DC % L::COL_PERIOD : DC;
+  constexpr int OFF = L::offset(DR - LR, DC - LC) * static_cast<int>(sizeof(T));
+  ldmatrix<N, TRANS, OFF>(d, tile + L::at(r + LR, c + LC));
 }
 
 // The A fragment (16 x KS at m0, k0; KS = mma_kind<T>::k) in registers a[0..3]: matrices
 // (rows m0 / m0 + 8) x (the two 16-byte halves of k) in the order of the PTX A layout.
 // ldmatrix moves 16-bit elements, so 8-bit A takes it only stored [M][K] (no byte transpose).
-template <bool TRANS_A, class L, class T>
+// DM and DK: compile-time steps added to m0 and k0 (the warp tile's).
+template <bool TRANS_A, class L, int DM = 0, int DK = 0, class T>
 __device__ __forceinline__ void load_a(unsigned* a, const T* A, int m0, int k0) {
   const int lane = threadIdx.x % 32;
   constexpr int H = 16 / sizeof(T);  // elements in 16 bytes: half of KS
@@ -153,12 +186,16 @@ __device__ __forceinline__ void load_a(unsigned* a, const T* A, int m0, int k0) 
     const int j = lane / 8, i = lane % 8;
     const int m = m0 + (j & 1) * 8, k = k0 + (j >> 1) * H;
     // stored [M][K]: row m + i; stored [K][M]: row k + i, transposed
-    ldmatrix<4, TRANS_A>(a, TRANS_A ? A + L::at(k + i, m) : A + L::at(m + i, k));
+    if constexpr (TRANS_A) {
+      ldmatrix_at<4, true, L, DK, DM>(a, A, k + i, m);
+    } else {
+      ldmatrix_at<4, false, L, DM, DK>(a, A, m + i, k);
+    }
   } else {
     constexpr int E = 4 / sizeof(T);
     const int g = lane >> 2, t = (lane & 3) * E;
     auto at = [&](int i, int k) { return TRANS_A ? A[L::at(k, i)] : A[L::at(i, k)]; };
-    const int r0 = m0 + g, r1 = r0 + 8, k = k0 + t;
+    const int r0 = m0 + DM + g, r1 = r0 + 8, k = k0 + DK + t;
     a[0] = pack<T>([&](int e) { return at(r0, k + e); });
     a[1] = pack<T>([&](int e) { return at(r1, k + e); });
     a[2] = pack<T>([&](int e) { return at(r0, k + H + e); });
@@ -168,7 +205,8 @@ __device__ __forceinline__ void load_a(unsigned* a, const T* A, int m0, int k0) 
 
 // NB B fragments (KS x n8 each, NB = 1 or 2) at (k0, n0), n0 + 8: b[2 * nb + h] holds the
 // h-th 16-byte half of k of column tile nb. 8-bit B takes ldmatrix only stored [N][K].
-template <int NB, bool TRANS_B, class L, class T>
+// DK and DN: compile-time steps added to k0 and n0 (the warp tile's).
+template <int NB, bool TRANS_B, class L, int DK = 0, int DN = 0, class T>
 __device__ __forceinline__ void load_b(unsigned* b, const T* B, int k0, int n0) {
   const int lane = threadIdx.x % 32;
   constexpr int H = 16 / sizeof(T);
@@ -176,14 +214,18 @@ __device__ __forceinline__ void load_b(unsigned* b, const T* B, int k0, int n0) 
     const int j = (lane / 8) % (2 * NB), i = lane % 8;
     const int k = k0 + (j & 1) * H, n = n0 + (j >> 1) * 8;
     // stored [N][K]: row n + i; stored [K][N]: row k + i, transposed
-    ldmatrix<2 * NB, !TRANS_B>(b, TRANS_B ? B + L::at(n + i, k) : B + L::at(k + i, n));
+    if constexpr (TRANS_B) {
+      ldmatrix_at<2 * NB, false, L, DN, DK>(b, B, n + i, k);
+    } else {
+      ldmatrix_at<2 * NB, true, L, DK, DN>(b, B, k + i, n);
+    }
   } else {
     constexpr int E = 4 / sizeof(T);
     const int g = lane >> 2, t = (lane & 3) * E;
     auto at = [&](int k, int j) { return TRANS_B ? B[L::at(j, k)] : B[L::at(k, j)]; };
 #pragma unroll
     for (int nb = 0; nb < NB; ++nb) {
-      const int n = n0 + nb * 8 + g, k = k0 + t;
+      const int n = n0 + DN + nb * 8 + g, k = k0 + DK + t;
       b[2 * nb] = pack<T>([&](int e) { return at(k + e, n); });
       b[2 * nb + 1] = pack<T>([&](int e) { return at(k + H + e, n); });
     }
@@ -191,20 +233,38 @@ __device__ __forceinline__ void load_b(unsigned* b, const T* B, int k0, int n0) 
 }
 
 // One warp tile: acc[(mi * NI + ni) * 4 ..] += A[m0 + 16 mi, :K] B[:K, n0 + 8 ni].
-template <int MI, int NI, int K, bool TRANS_A, bool TRANS_B, class LA, class LB, class T, class C>
+// The fragments of one k step: A's MI row tiles from I on, B's NI column tiles from I on.
+template <bool TRANS_A, class L, int K0, int I, int MI, class T>
+__device__ __forceinline__ void load_a_tiles(unsigned (*a)[4], const T* A, int m0) {
+  if constexpr (I < MI) {
+    load_a<TRANS_A, L, I * 16, K0>(a[I], A, m0, 0);
+    load_a_tiles<TRANS_A, L, K0, I + 1, MI>(a, A, m0);
+  }
+}
+
+template <bool TRANS_B, class L, int K0, int I, int NI, class T>
+__device__ __forceinline__ void load_b_tiles(unsigned (*b)[2], const T* B, int n0) {
+  if constexpr (I < NI) {  // two column tiles a load, the last one alone when NI is odd
+    load_b<I + 1 < NI ? 2 : 1, TRANS_B, L, K0, I * 8>(b[I], B, 0, n0);
+    load_b_tiles<TRANS_B, L, K0, I + 2, NI>(b, B, n0);
+  }
+}
+
+// One warp tile: acc[(mi * NI + ni) * 4 ..] += A[m0 + 16 mi, :K] B[:K, n0 + 8 ni], from the
+// k step K0 on. The steps of k, the rows and the columns are template arguments: compile-time
+// steps from the lane's addresses at (m0, 0) and (0, n0).
+template <int MI, int NI, int K, bool TRANS_A, bool TRANS_B, class LA, class LB, int K0 = 0,
+          class T, class C>
 __device__ __forceinline__ void warp_tile(const T* A, const T* B, int m0, int n0, C* acc) {
-#pragma unroll
-  for (int k0 = 0; k0 < K; k0 += mma_kind<T>::k) {
+  if constexpr (K0 < K) {
     unsigned a[MI][4], b[NI][2];
-#pragma unroll
-    for (int mi = 0; mi < MI; ++mi) load_a<TRANS_A, LA>(a[mi], A, m0 + mi * 16, k0);
-#pragma unroll
-    for (int ni = 0; ni + 1 < NI; ni += 2) load_b<2, TRANS_B, LB>(b[ni], B, k0, n0 + ni * 8);
-    if constexpr (NI % 2) load_b<1, TRANS_B, LB>(b[NI - 1], B, k0, n0 + (NI - 1) * 8);
+    load_a_tiles<TRANS_A, LA, K0, 0, MI>(a, A, m0);
+    load_b_tiles<TRANS_B, LB, K0, 0, NI>(b, B, n0);
 #pragma unroll
     for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
       for (int ni = 0; ni < NI; ++ni) mma<T>(acc + (mi * NI + ni) * 4, a[mi], b[ni]);
+    warp_tile<MI, NI, K, TRANS_A, TRANS_B, LA, LB, K0 + mma_kind<T>::k>(A, B, m0, n0, acc);
   }
 }
 
