@@ -411,7 +411,7 @@ template <int N, bool TRANS, class D, class S>
 __device__ __forceinline__ void tw_ldmatrix(D* dst, const S* row) {
   unsigned r[N];
   tw::ldmatrix<N, TRANS>(r, row);
-  __builtin_memcpy(dst, r, sizeof r);
+  memcpy(dst, r, sizeof r);
 }
 
 // T.ptx_mma: one mma.sync of T's form (tw::mma_kind) of the calling warp: c[0..3] += a b,
@@ -419,8 +419,8 @@ __device__ __forceinline__ void tw_ldmatrix(D* dst, const S* row) {
 template <class T, class C>
 __device__ __forceinline__ void tw_mma_sync(C* c, const T* a, const T* b) {
   unsigned ra[4], rb[2];
-  __builtin_memcpy(ra, a, sizeof ra);
-  __builtin_memcpy(rb, b, sizeof rb);
+  memcpy(ra, a, sizeof ra);
+  memcpy(rb, b, sizeof rb);
   tw::mma<T>(c, ra, rb);
 }
 
@@ -429,8 +429,8 @@ __device__ __forceinline__ void tw_mma_sync(C* c, const T* a, const T* b) {
 template <class T>
 __device__ __forceinline__ void tw_mma_sync(half* c, const T* a, const T* b) {
   unsigned ra[4], rb[2];
-  __builtin_memcpy(ra, a, sizeof ra);
-  __builtin_memcpy(rb, b, sizeof rb);
+  memcpy(ra, a, sizeof ra);
+  memcpy(rb, b, sizeof rb);
 #if defined(TW_HOST_EMULATION)
   float f[4];
   for (int i = 0; i < 4; ++i) f[i] = __half2float(c[i]);
@@ -439,13 +439,13 @@ __device__ __forceinline__ void tw_mma_sync(half* c, const T* a, const T* b) {
 #elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   static_assert(tw::mma_kind<T>::code == 0, "float16 accumulators take float16 operands");
   unsigned rc[2];
-  __builtin_memcpy(rc, c, sizeof rc);
+  memcpy(rc, c, sizeof rc);
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f16.f16.f16.f16 {%0,%1}, {%2,%3,%4,%5}, {%6,%7}, "
       "{%0,%1};\n"
       : "+r"(rc[0]), "+r"(rc[1])
       : "r"(ra[0]), "r"(ra[1]), "r"(ra[2]), "r"(ra[3]), "r"(rb[0]), "r"(rb[1]));
-  __builtin_memcpy(c, rc, sizeof rc);
+  memcpy(c, rc, sizeof rc);
 #endif
 }
 #endif

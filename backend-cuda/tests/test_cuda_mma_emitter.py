@@ -1,0 +1,224 @@
+"""TileLang's warp-level tensor-core emitter (``tilewright_cuda.language.mma_emitter``) and the
+per-thread primitives it writes (``T.ptx_ldmatrix``, ``T.ptx_mma``): a GEMM written as
+upstream's ``examples/gemm/example_gemm_intrinsics.py`` writes it, run in the host emulation
+against torch for sm_80 and sm_90a (fp16 -> fp32, int8 -> int32, and the transposed and
+8-bit element-load paths of the fragments), built by NVRTC (SASS: LDSM, HMMA / IMMA, no local
+memory), and the refusals at the user's line."""
+
+import re
+
+import hostemu
+import pytest
+import sass
+import tilewright
+import tilewright_cuda.language as T
+import torch
+from tilewright.errors import KernelError
+from tilewright_cuda import arch, executor
+from tilewright_cuda.language.mma_emitter import (
+    TensorCoreIntrinEmitter,
+    get_swizzle_layout,
+    make_mma_swizzle_layout,
+)
+
+
+def emitter_gemm(M, N, K, in_dtype, out_dtype, accum_dtype, a_transposed=False,
+                 b_transposed=True, block_row_warps=2, block_col_warps=2, warp_row_tiles=32,
+                 warp_col_tiles=32, chunk=32):
+    """C = op(A) op(B) as the upstream example writes it (its tiling, shared tiles, swizzle
+    annotation, 2-stage loop, C through a 4-D shared tile)."""
+    micro_k = 32 if accum_dtype == "int32" else 16
+    block_M = block_row_warps * warp_row_tiles
+    block_N = block_col_warps * warp_col_tiles
+    block_K = chunk
+    mma_emitter = TensorCoreIntrinEmitter(
+        a_dtype=in_dtype, b_dtype=in_dtype, accum_dtype=accum_dtype,
+        a_transposed=a_transposed, b_transposed=b_transposed,
+        block_row_warps=block_row_warps, block_col_warps=block_col_warps,
+        warp_row_tiles=warp_row_tiles, warp_col_tiles=warp_col_tiles, chunk=chunk)
+    n = mma_emitter.n_dim
+    threads = 32 * block_row_warps * block_col_warps
+    warp_rows, warp_cols = warp_row_tiles // 16, warp_col_tiles // n
+    A_shape = (K, M) if a_transposed else (M, K)
+    B_shape = (N, K) if b_transposed else (K, N)
+    A_tile = (block_K, block_M) if a_transposed else (block_M, block_K)
+    B_tile = (block_N, block_K) if b_transposed else (block_K, block_N)
+
+    @T.prim_func
+    def main(A: T.Tensor(A_shape, in_dtype), B: T.Tensor(B_shape, in_dtype),
+             C: T.Tensor((M, N), out_dtype)):
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
+            A_shared = T.alloc_shared(A_tile, in_dtype, scope="shared.dyn")
+            B_shared = T.alloc_shared(B_tile, in_dtype, scope="shared.dyn")
+            C_shared = T.alloc_shared((block_M // 16, block_N // n, 16, n), out_dtype,
+                                      scope="shared.dyn")
+            A_local = T.alloc_local((warp_rows * 16 * micro_k // 32), in_dtype)
+            B_local = T.alloc_local((warp_cols * n * micro_k // 32), in_dtype)
+            C_local = T.alloc_local((warp_rows * warp_cols * 16 * n // 32), accum_dtype)
+            T.annotate_layout({A_shared: make_mma_swizzle_layout(A_shared),
+                               B_shared: make_mma_swizzle_layout(B_shared)})
+            T.use_swizzle(panel_size=10)
+            T.clear(C_local)
+            for ko in T.Pipelined(K // block_K, num_stages=2):
+                if a_transposed:
+                    for k, i in T.Parallel(block_K, block_M):
+                        A_shared[k, i] = A[ko * block_K + k, by * block_M + i]
+                else:
+                    for i, k in T.Parallel(block_M, block_K):
+                        A_shared[i, k] = A[by * block_M + i, ko * block_K + k]
+                if b_transposed:
+                    for j, k in T.Parallel(block_N, block_K):
+                        B_shared[j, k] = B[bx * block_N + j, ko * block_K + k]
+                else:
+                    for k, j in T.Parallel(block_K, block_N):
+                        B_shared[k, j] = B[ko * block_K + k, bx * block_N + j]
+                for ki in T.serial(0, block_K // micro_k):
+                    mma_emitter.ldmatrix_a(A_local, A_shared, ki)
+                    mma_emitter.ldmatrix_b(B_local, B_shared, ki)
+                    mma_emitter.mma(A_local, B_local, C_local)
+            mma_emitter.stmatrix(C_local, C_shared)
+            for i, j in T.Parallel(block_M, block_N):
+                C[by * block_M + i, bx * block_N + j] = C_shared[i // 16, j // n, i % 16, j % n]
+
+    return main
+
+
+def _operands(M, N, K, in_dtype, a_transposed, b_transposed):
+    torch.manual_seed(0)
+    if in_dtype == "int8":
+        a = torch.randint(-128, 128, (M, K), dtype=torch.int8)
+        b = torch.randint(-128, 128, (K, N), dtype=torch.int8)
+        ref = a.int() @ b.int()
+    else:
+        a = torch.randn(M, K).to(getattr(torch, in_dtype))
+        b = torch.randn(K, N).to(getattr(torch, in_dtype))
+        ref = a.float() @ b.float()
+    A = a.T.contiguous() if a_transposed else a
+    B = b.T.contiguous() if b_transposed else b
+    return A, B, ref
+
+
+# (in, out, accumulator, a_transposed, b_transposed, warp_col_tiles, target)
+CASES = [
+    ("float16", "float32", "float32", False, True, 32, "sm_80"),  # the example's form
+    ("int8", "int32", "int32", False, True, 32, "sm_90a"),
+    ("float16", "float16", "float32", True, False, 24, "sm_90a"),  # .trans ldmatrix, n8 tiles
+    ("int8", "int32", "int32", False, False, 32, "sm_80"),  # B by element loads
+]
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize("in_dtype, out_dtype, accum, a_t, b_t, wct, target", CASES,
+                         ids=["-".join(map(str, c)) for c in CASES])
+def test_emitter_gemm_matches_torch(in_dtype, out_dtype, accum, a_t, b_t, wct, target,
+                                    tmp_path):
+    M, N, K = 128, 2 * wct * 2, 96 if accum == "int32" else 64
+    func = emitter_gemm(M, N, K, in_dtype, out_dtype, accum, a_transposed=a_t,
+                        b_transposed=b_t, warp_col_tiles=wct)
+    lowered = tilewright.lower(func, f"cuda -arch={target}")
+    text = lowered.source.text
+    assert "tw_ldmatrix<" in text and "tw_mma_sync(" in text
+    A, B, ref = _operands(M, N, K, in_dtype, a_t, b_t)
+    C = torch.full((M, N), -7, dtype=getattr(torch, out_dtype))
+    hostemu.run(text, lowered.source.payload, tmp_path, A, B, C)
+    if accum == "int32":
+        assert torch.equal(C, ref)
+    else:
+        torch.testing.assert_close(C.float(), ref, atol=2e-2, rtol=2e-2)
+
+
+def test_stores_of_the_accumulators_need_no_barrier_between_them():
+    text = tilewright.lower(emitter_gemm(128, 128, 64, "float16", "float32", "float32"),
+                            "cuda -arch=sm_80").source.text
+    tail = text[text.rindex("tw_mma_sync("):]
+    # the fragment stores, then one barrier before the block reads C_shared
+    assert tail.count("__syncthreads()") == 1
+
+
+@pytest.mark.nvrtc
+@pytest.mark.sass
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+@pytest.mark.parametrize("in_dtype, accum, instruction",
+                         [("float16", "float32", "HMMA.16816.F32"),
+                          ("int8", "int32", "IMMA.16832.S8.S8")])
+def test_emitter_gemm_builds_to_tensor_core_instructions(target, in_dtype, accum, instruction):
+    out = "int32" if accum == "int32" else "float16"
+    text = tilewright.lower(emitter_gemm(256, 256, 128, in_dtype, out, accum),
+                            f"cuda -arch={target}").source.text
+    cubin, log = executor.nvrtc_compile(text, arch.get(target), ".")
+    code = sass.dump(cubin)
+    assert instruction in code and "LDSM.16.M88.4" in code
+    # the fragments stay in registers: no local memory
+    assert not re.search(r"\s(STL|LDL)[\s.]", code) and "0 bytes spill stores" in log
+
+
+def _kernel_with(make):
+    @T.prim_func
+    def main(A: T.Tensor((64, 64), "float16")):
+        with T.Kernel(1, threads=128):
+            S = T.alloc_shared((64, 64), "float16")
+            a = T.alloc_local((8,), "float16")
+            c = T.alloc_local((4,), "float32")
+            T.copy(A, S)
+            make(S, a, c)
+
+    return main
+
+
+def test_unsupported_dtype_pair_is_refused_at_the_users_line():
+    with pytest.raises(KernelError) as info:
+        TensorCoreIntrinEmitter(a_dtype="float16", b_dtype="float16", accum_dtype="int32",
+                                block_row_warps=2, block_col_warps=2, warp_row_tiles=32,
+                                warp_col_tiles=32, chunk=32)  # the line
+    assert "float16 x float16 -> int32 has no mma.sync form" in str(info.value)
+    assert "test_cuda_mma_emitter.py" in str(info.value)
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("warp_row_tiles", 24, "warp_row_tiles=24 is not a positive multiple of 16"),
+    ("warp_col_tiles", 12, "warp_col_tiles=12 is not a positive multiple of 8"),
+    ("chunk", 16, "chunk=16 is not a positive multiple of 32"),
+])
+def test_a_tile_not_a_multiple_of_the_instruction_is_refused(field, value, message):
+    config = dict(a_dtype="int8", b_dtype="int8", accum_dtype="int32", warp_row_tiles=32,
+                  warp_col_tiles=32, chunk=32)
+    config[field] = value
+    with pytest.raises(KernelError, match=re.escape(message)) as info:
+        TensorCoreIntrinEmitter(**config)
+    assert "test_cuda_mma_emitter.py" in str(info.value)
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda S, a, c: T.ptx_mma("float32", "m16n8k16", "row", "col", "fp16", "fp16", "int32",
+                               a.data, 0, a.data, 0, c.data, 0, False),
+     "m16n8k16 fp16 x fp16 -> int32 is not an mma.sync form"),
+    (lambda S, a, c: T.ptx_mma("float32", "m16n8k16", "row", "col", "fp16", "fp16", "fp32",
+                               a.data, 4, a.data, 0, c.data, 0, False),
+     "8 elements from a[4] pass the end of 'a' (8 elements)"),
+    (lambda S, a, c: T.ptx_ldmatrix(False, 3, T.access_ptr(S[0, 0], "r"),
+                                    T.access_ptr(a[0], "w")),
+     "T.ptx_ldmatrix loads 1, 2, 4 matrices"),
+    (lambda S, a, c: T.ptx_ldmatrix(False, 4, T.access_ptr(a[0], "r"),
+                                    T.access_ptr(a[0], "w")),
+     "T.ptx_ldmatrix source must be in shared memory"),
+])
+def test_bad_primitive_use_is_refused_at_the_users_line(make, message):
+    with pytest.raises(KernelError, match=re.escape(message)) as info:
+        _kernel_with(make)
+    assert "test_cuda_mma_emitter.py" in str(info.value)
+
+
+def test_primitives_need_sm_80():
+    func = emitter_gemm(64, 64, 32, "float16", "float32", "float32", block_row_warps=1,
+                        block_col_warps=1, warp_row_tiles=64, warp_col_tiles=64)
+    with pytest.raises(KernelError, match=r"T.ptx_ldmatrix needs sm_80 or newer"):
+        tilewright.lower(func, "cuda -arch=sm_75")
+
+
+def test_get_swizzle_layout_permutes_16_byte_chunks_within_a_row_block():
+    # 64 float16 (128 bytes) a row: chunk c of row r goes to c ^ (r % 8)
+    assert get_swizzle_layout(3, 9, 64, "float16") == (0, 3, (1 ^ 3) * 8 + 1)
+    # 32 int8 (32 bytes): two chunks, flipped every 4 rows
+    assert get_swizzle_layout(5, 17, 32, "int8") == (0, 5, 1)
+    cells = {get_swizzle_layout(r, c, 64, "float16") for r in range(8) for c in range(64)}
+    assert len(cells) == 8 * 64
