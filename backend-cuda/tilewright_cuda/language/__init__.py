@@ -12,7 +12,8 @@ names for these two, ``T.barrier_arrive``, ``T.barrier_wait``), ``T.mbarrier_exp
 thread index (``T.get_thread_binding``, ``T.thread_binding``), warp-specialised roles
 (``with T.ws(1):``), register budgets
 (``T.set_max_nreg``, ``T.inc_max_nreg``, ``T.dec_max_nreg``, ``T.no_set_max_nreg``) and
-``T.ClusterKernel``; the user's own CUDA device code (``T.import_source``, called with
+``T.ClusterKernel``; the user's own CUDA device code (``T.import_source`` or ``T.Kernel``'s
+``prelude=``, called with
 ``T.call_extern`` on pointers from ``T.access_ptr``). A TileLang Hopper kernel ports by
 changing its imports; a portable kernel never needs these, and other backends refuse them by
 name.
@@ -24,6 +25,7 @@ from tilewright.language import __all__ as _PORTABLE
 
 from .dialect import (
     ClusterKernel,
+    Kernel,
     access_ptr,
     alloc_barrier,
     attr,
@@ -62,7 +64,7 @@ from .dialect import (
 )
 
 __all__ = [  # noqa: PLE0604 - the portable names plus the dialect's
-    *_PORTABLE, "ClusterKernel", "access_ptr", "alloc_barrier", "attr", "barrier_arrive",
+    *_PORTABLE, "ClusterKernel", "Kernel", "access_ptr", "alloc_barrier", "attr", "barrier_arrive",
     "barrier_wait", "call_extern", "comm_reducer", "cp_async_barrier_noinc", "dec_max_nreg",
     "disable_warp_group_reg_alloc", "evaluate", "fence_proxy_async", "get_thread_binding",
     "import_source", "inc_max_nreg",

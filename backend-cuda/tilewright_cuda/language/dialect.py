@@ -38,7 +38,23 @@ span = _D.span  # the source span of the user's line, for statements a dialect h
 
 
 # -- kernels and roles -----------------------------------------------------------------------
-class ClusterKernel(_PortableKernel):
+class Kernel(_PortableKernel):
+    """``with T.Kernel(gx, gy, threads=128, prelude=code) as (bx, by):`` — the portable kernel;
+    ``prelude`` (TileLang's) is CUDA device code of the user's for :func:`call_extern`, placed
+    before the kernel as :func:`import_source` places it."""
+
+    def __init__(self, *grid, threads=128, prelude=None, **options):
+        super().__init__(*grid, threads=threads, **options)
+        self.prelude = prelude
+
+    def __enter__(self):
+        result = super().__enter__()
+        if self.prelude is not None:
+            import_source(self.prelude)
+        return result
+
+
+class ClusterKernel(Kernel):
     """``with T.ClusterKernel(gx, gy, threads=256, cluster_dims=(2, 1)) as (bx, by):`` — a
     kernel whose blocks are launched in thread-block clusters (``__cluster_dims__``)."""
 
