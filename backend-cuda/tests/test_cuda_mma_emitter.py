@@ -24,9 +24,11 @@ from tilewright_cuda.language.mma_emitter import (
 
 def emitter_gemm(M, N, K, in_dtype, out_dtype, accum_dtype, a_transposed=False,
                  b_transposed=True, block_row_warps=2, block_col_warps=2, warp_row_tiles=32,
-                 warp_col_tiles=32, chunk=32):
+                 warp_col_tiles=32, chunk=32, pad=0, global_store=False):
     """C = op(A) op(B) as the upstream example writes it (its tiling, shared tiles, swizzle
-    annotation, 2-stage loop, C through a 4-D shared tile)."""
+    annotation, 2-stage loop, C through a 4-D shared tile). ``pad``: elements added to each
+    shared row (a row not a multiple of 16 bytes: fragments by element loads);
+    ``global_store``: the accumulators stored straight into C (``stmatrix``'s pid_m, pid_n)."""
     micro_k = 32 if accum_dtype == "int32" else 16
     block_M = block_row_warps * warp_row_tiles
     block_N = block_col_warps * warp_col_tiles
@@ -41,8 +43,8 @@ def emitter_gemm(M, N, K, in_dtype, out_dtype, accum_dtype, a_transposed=False,
     warp_rows, warp_cols = warp_row_tiles // 16, warp_col_tiles // n
     A_shape = (K, M) if a_transposed else (M, K)
     B_shape = (N, K) if b_transposed else (K, N)
-    A_tile = (block_K, block_M) if a_transposed else (block_M, block_K)
-    B_tile = (block_N, block_K) if b_transposed else (block_K, block_N)
+    A_tile = (block_K, block_M + pad) if a_transposed else (block_M, block_K + pad)
+    B_tile = (block_N, block_K + pad) if b_transposed else (block_K, block_N + pad)
 
     @T.prim_func
     def main(A: T.Tensor(A_shape, in_dtype), B: T.Tensor(B_shape, in_dtype),
@@ -76,9 +78,13 @@ def emitter_gemm(M, N, K, in_dtype, out_dtype, accum_dtype, a_transposed=False,
                     mma_emitter.ldmatrix_a(A_local, A_shared, ki)
                     mma_emitter.ldmatrix_b(B_local, B_shared, ki)
                     mma_emitter.mma(A_local, B_local, C_local)
-            mma_emitter.stmatrix(C_local, C_shared)
-            for i, j in T.Parallel(block_M, block_N):
-                C[by * block_M + i, bx * block_N + j] = C_shared[i // 16, j // n, i % 16, j % n]
+            if global_store:
+                mma_emitter.stmatrix(C_local, C, pid_m=by, pid_n=bx)
+            else:
+                mma_emitter.stmatrix(C_local, C_shared)
+                for i, j in T.Parallel(block_M, block_N):
+                    C[by * block_M + i, bx * block_N + j] = \
+                        C_shared[i // 16, j // n, i % 16, j % n]
 
     return main
 
@@ -98,26 +104,28 @@ def _operands(M, N, K, in_dtype, a_transposed, b_transposed):
     return A, B, ref
 
 
-# (in, out, accumulator, a_transposed, b_transposed, warp_col_tiles, target)
+# (in, out, accumulator, a_transposed, b_transposed, warp_col_tiles, target, pad, global)
 CASES = [
-    ("float16", "float32", "float32", False, True, 32, "sm_80"),  # the example's form
-    ("int8", "int32", "int32", False, True, 32, "sm_90a"),
-    ("float16", "float16", "float32", True, False, 24, "sm_90a"),  # .trans ldmatrix, n8 tiles
-    ("int8", "int32", "int32", False, False, 32, "sm_80"),  # B by element loads
+    ("float16", "float32", "float32", False, True, 32, "sm_80", 0, False),  # the example's
+    ("int8", "int32", "int32", False, True, 32, "sm_90a", 0, False),
+    ("float16", "float16", "float32", True, False, 24, "sm_90a", 0, False),  # .trans, n8 tiles
+    ("int8", "int32", "int32", False, False, 32, "sm_80", 0, False),  # B by element loads
+    # 72-byte rows: A and B by element loads; the accumulators stored straight to global
+    ("float16", "float32", "float32", True, True, 32, "sm_80", 4, True),
 ]
 
 
 @pytest.mark.emulator
-@pytest.mark.parametrize("in_dtype, out_dtype, accum, a_t, b_t, wct, target", CASES,
-                         ids=["-".join(map(str, c)) for c in CASES])
-def test_emitter_gemm_matches_torch(in_dtype, out_dtype, accum, a_t, b_t, wct, target,
-                                    tmp_path):
+@pytest.mark.parametrize("in_dtype, out_dtype, accum, a_t, b_t, wct, target, pad, to_global",
+                         CASES, ids=["-".join(map(str, c)) for c in CASES])
+def test_emitter_gemm_matches_torch(in_dtype, out_dtype, accum, a_t, b_t, wct, target, pad,
+                                    to_global, tmp_path):
     M, N, K = 128, 2 * wct * 2, 96 if accum == "int32" else 64
     func = emitter_gemm(M, N, K, in_dtype, out_dtype, accum, a_transposed=a_t,
-                        b_transposed=b_t, warp_col_tiles=wct)
+                        b_transposed=b_t, warp_col_tiles=wct, pad=pad, global_store=to_global)
     lowered = tilewright.lower(func, f"cuda -arch={target}")
     text = lowered.source.text
-    assert "tw_ldmatrix<" in text and "tw_mma_sync(" in text
+    assert ("tw_ldmatrix<" in text) == (pad == 0) and "tw_mma_sync(" in text
     A, B, ref = _operands(M, N, K, in_dtype, a_t, b_t)
     C = torch.full((M, N), -7, dtype=getattr(torch, out_dtype))
     hostemu.run(text, lowered.source.payload, tmp_path, A, B, C)

@@ -428,6 +428,9 @@ def ptx_ldmatrix(trans, num, src_access_ptr, dst_access_ptr):
                     f"(.x1, .x2, .x4), got num={n}")
     src = _element_pointer(src_access_ptr, "T.ptx_ldmatrix source", "shared")
     dst = _element_pointer(dst_access_ptr, "T.ptx_ldmatrix destination", "local")
+    if str(dst.source.scope()) != "local":
+        raise error(f"T.ptx_ldmatrix destination must be a thread's registers (T.alloc_local); "
+                    f"{dst.source.name!r} is in {dst.source.scope()}")
     bits = dst.source.dtype.bits
     if src.source.dtype.bits != bits or bits not in (8, 16):
         raise error(f"T.ptx_ldmatrix moves 16-bit (or, without trans, 8-bit) elements into an "
@@ -452,7 +455,7 @@ def _fragment(data, offset, role: str):
     else:
         raise error(f"T.ptx_mma operand {role} must be a thread-local array or its .data, got "
                     f"{type(data).__name__}")
-    if not str(buf.scope()).startswith("local"):
+    if str(buf.scope()) != "local":
         raise error(f"T.ptx_mma operand {role} must be in registers (T.alloc_local); "
                     f"{buf.name!r} is in {buf.scope()}")
     return tirx.BufferLoad(buf, [to_expr(offset, "int32")])

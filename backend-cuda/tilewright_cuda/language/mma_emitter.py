@@ -88,10 +88,13 @@ class TensorCoreIntrinEmitter:
                             f"multiple of {unit} (the {'m16n8k' + str(k)} instruction's "
                             f"{dict(warp_row_tiles='m', warp_col_tiles='n', chunk='k')[what]})")
         for what, value in (("block_row_warps", block_row_warps),
-                            ("block_col_warps", block_col_warps), ("reduce_k", reduce_k)):
+                            ("block_col_warps", block_col_warps)):
             if not isinstance(value, int) or value <= 0:
                 raise error(f"TensorCoreIntrinEmitter: {what} must be a positive int, got "
                             f"{value!r}")
+        if reduce_k != 1:
+            raise error(f"TensorCoreIntrinEmitter: reduce_k={reduce_k!r} (warps splitting K, "
+                        "their partial sums reduced by the user) is not supported; use 1")
         self.a_dtype_abbrv = self.b_dtype_abbrv = ptx
         self.accum_dtype_abbrv = PTX_NAMES[self.accum_dtype]
         self.k_dim = self.micro_size_k = k
@@ -141,6 +144,14 @@ class TensorCoreIntrinEmitter:
         return (lane % 4) * e + j % e + h * reg, 8 * tile + lane // 4
 
     @staticmethod
+    def _rows_aligned(buf, base) -> bool:
+        """Whether every row of the tile ldmatrix would read starts on 16 bytes."""
+        itemsize = DType(buf.dtype).bits // 8
+        base = as_int(base)
+        return isinstance(buf.shape[-1], int) and buf.shape[-1] * itemsize % 16 == 0 and \
+            isinstance(base, int) and base * itemsize % 16 == 0
+
+    @staticmethod
     def _tile(buf, what: str):
         """(buffer, base index of its last two dimensions, leading indices) of a shared tile or
         a region of one."""
@@ -160,7 +171,8 @@ class TensorCoreIntrinEmitter:
         lane, _, warp_m = self.extract_thread_binding(self.get_thread_binding())
         _, h = self._per_register()
         wk = rk * self.chunk + ki * self.k_dim
-        use_ldmatrix = DType(self.a_dtype).bits == 16 or not self.a_transposed
+        use_ldmatrix = (DType(self.a_dtype).bits == 16 or not self.a_transposed) and \
+            self._rows_aligned(buf, base1)
         for i in range(self.warp_rows):
             wi = warp_m * self.warp_row_tiles + i * self.M_DIM
             if use_ldmatrix:
@@ -174,8 +186,9 @@ class TensorCoreIntrinEmitter:
             else:
                 for j in range(self.local_size_a):
                     row, k = self._fragment_a(lane, j)
+                    at = (wk + k, wi + row) if self.a_transposed else (wi + row, wk + k)
                     A_local_buf[i * self.local_size_a + j] = \
-                        buf[(*lead, base0 + wk + k, base1 + wi + row)]
+                        buf[(*lead, base0 + at[0], base1 + at[1])]
 
     def ldmatrix_b(self, B_local_buf, B_shared_buf, ki, rk=0):  # noqa: N803 - TileLang's names
         """The thread's ``warp_cols`` B fragments of k step ``ki`` from the shared tile into
@@ -184,7 +197,8 @@ class TensorCoreIntrinEmitter:
         lane, warp_n, _ = self.extract_thread_binding(self.get_thread_binding())
         _, h = self._per_register()
         wk = rk * self.chunk + ki * self.k_dim
-        use_ldmatrix = DType(self.b_dtype).bits == 16 or self.b_transposed
+        use_ldmatrix = (DType(self.b_dtype).bits == 16 or self.b_transposed) and \
+            self._rows_aligned(buf, base1)
         tiles = self.n_dim // 8
         for i in range(self.warp_cols):
             wi = warp_n * self.warp_col_tiles + i * self.n_dim
@@ -200,8 +214,9 @@ class TensorCoreIntrinEmitter:
             else:
                 for j in range(self.local_size_b):
                     k, col = self._fragment_b(lane, j)
+                    at = (wi + col, wk + k) if self.b_transposed else (wk + k, wi + col)
                     B_local_buf[i * self.local_size_b + j] = \
-                        buf[(*lead, base0 + wk + k, base1 + wi + col)]
+                        buf[(*lead, base0 + at[0], base1 + at[1])]
 
     def mma(self, A_local_buf, B_local_buf, C_local_buf, k_inner=0):  # noqa: N803
         """The warp's ``warp_rows x warp_cols`` tiles: C tile (i, j) += A fragment i times B
