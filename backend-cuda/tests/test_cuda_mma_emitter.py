@@ -230,3 +230,49 @@ def test_get_swizzle_layout_permutes_16_byte_chunks_within_a_row_block():
     assert get_swizzle_layout(5, 17, 32, "int8") == (0, 5, 1)
     cells = {get_swizzle_layout(r, c, 64, "float16") for r in range(8) for c in range(64)}
     assert len(cells) == 8 * 64
+
+
+def _ldmatrix_kernel(num, trans):
+    @T.prim_func
+    def main(A: T.Tensor((16, 16), "float16"), O: T.Tensor((32, 2 * num), "float16")):
+        with T.Kernel(1, threads=32):
+            S = T.alloc_shared((16, 16), "float16")
+            frag = T.alloc_local((2 * num,), "float16")
+            T.copy(A, S)
+            tx = T.get_thread_binding()
+            # lane l: row l % 8 of matrix l // 8 (matrices: the four 8x8 quarters, down first)
+            T.ptx_ldmatrix(trans, num, T.access_ptr(S[tx % 16, tx // 16 * 8], "r"),
+                           T.access_ptr(frag[0], "w"))
+            for v in T.serial(2 * num):
+                O[tx, v] = frag[v]
+
+    return main
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize("num, trans", [(1, True), (2, False), (4, True)])
+def test_ldmatrix_gives_each_lane_its_pairs_of_each_matrix(num, trans, tmp_path):
+    lowered = tilewright.lower(_ldmatrix_kernel(num, trans), "cuda -arch=sm_80")
+    A = torch.arange(256, dtype=torch.float32).reshape(16, 16).to(torch.float16)
+    O = torch.zeros(32, 2 * num, dtype=torch.float16)
+    hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, A, O)
+    want = torch.zeros_like(O)
+    for lane in range(32):
+        for j in range(num):
+            r0, c0 = j % 2 * 8, j // 2 * 8
+            for e in range(2):
+                want[lane, 2 * j + e] = A[r0 + 2 * (lane % 4) + e, c0 + lane // 4] if trans \
+                    else A[r0 + lane // 4, c0 + 2 * (lane % 4) + e]
+    assert torch.equal(O, want)
+
+
+def test_barriers_order_ldmatrix_after_the_tiles_writers_and_before_their_refill():
+    text = tilewright.lower(emitter_gemm(128, 128, 64, "float16", "float32", "float32"),
+                            "cuda -arch=sm_80").source.text
+    loop = text[text.index("for (int ko"):text.rindex("tw_mma_sync(")]
+    first_read = loop.index("tw_ldmatrix<")
+    # the refill of the tiles waits for the last iteration's ldmatrix; the ldmatrix for the
+    # refill's writes
+    writes = [m.start() for m in re.finditer(r"tw_smem_ptr\)\[[^\]]*\] =", loop)]
+    assert writes and loop.index("__syncthreads()") < writes[0]
+    assert "__syncthreads()" in loop[writes[-1]:first_read]
