@@ -1,9 +1,10 @@
 """TileLang's warp-level tensor-core emitter (``tilewright_cuda.language.mma_emitter``) and the
 per-thread primitives it writes (``T.ptx_ldmatrix``, ``T.ptx_mma``): a GEMM written as
 upstream's ``examples/gemm/example_gemm_intrinsics.py`` writes it, run in the host emulation
-against torch for sm_80 and sm_90a (fp16 -> fp32, int8 -> int32, and the transposed and
-8-bit element-load paths of the fragments), built by NVRTC (SASS: LDSM, HMMA / IMMA, no local
-memory), and the refusals at the user's line."""
+against torch for sm_80 and sm_90a (fp16 -> fp32 and fp16, int8 -> int32, the transposed
+and element-load paths of the fragments, n8 tiles, a store straight to global), built by NVRTC
+(SASS: LDSM, HMMA.F32 / .F16, IMMA, no local memory), ldmatrix's per-lane layout, the barriers
+around the fragments' loads, and the refusals at the user's line."""
 
 import re
 
@@ -108,7 +109,8 @@ def _operands(M, N, K, in_dtype, a_transposed, b_transposed):
 CASES = [
     ("float16", "float32", "float32", False, True, 32, "sm_80", 0, False),  # the example's
     ("int8", "int32", "int32", False, True, 32, "sm_90a", 0, False),
-    ("float16", "float16", "float32", True, False, 24, "sm_90a", 0, False),  # .trans, n8 tiles
+    # .trans ldmatrix, n8 tiles, float16 accumulators
+    ("float16", "float16", "float16", True, False, 24, "sm_90a", 0, False),
     ("int8", "int32", "int32", False, False, 32, "sm_80", 0, False),  # B by element loads
     # 72-byte rows: A and B by element loads; the accumulators stored straight to global
     ("float16", "float32", "float32", True, True, 32, "sm_80", 4, True),
@@ -132,7 +134,8 @@ def test_emitter_gemm_matches_torch(in_dtype, out_dtype, accum, a_t, b_t, wct, t
     if accum == "int32":
         assert torch.equal(C, ref)
     else:
-        torch.testing.assert_close(C.float(), ref, atol=2e-2, rtol=2e-2)
+        tolerance = 5e-2 if accum == "float16" else 2e-2  # float16 sums of 64 products
+        torch.testing.assert_close(C.float(), ref, atol=tolerance, rtol=tolerance)
 
 
 def test_stores_of_the_accumulators_need_no_barrier_between_them():
@@ -145,10 +148,10 @@ def test_stores_of_the_accumulators_need_no_barrier_between_them():
 
 @pytest.mark.nvrtc
 @pytest.mark.sass
-@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
-@pytest.mark.parametrize("in_dtype, accum, instruction",
-                         [("float16", "float32", "HMMA.16816.F32"),
-                          ("int8", "int32", "IMMA.16832.S8.S8")])
+@pytest.mark.parametrize("target, in_dtype, accum, instruction",
+                         [("sm_80", "float16", "float32", "HMMA.16816.F32"),
+                          ("sm_80", "float16", "float16", "HMMA.16816.F16"),
+                          ("sm_90a", "int8", "int32", "IMMA.16832.S8.S8")])
 def test_emitter_gemm_builds_to_tensor_core_instructions(target, in_dtype, accum, instruction):
     out = "int32" if accum == "int32" else "float16"
     text = tilewright.lower(emitter_gemm(256, 256, 128, in_dtype, out, accum),
