@@ -17,6 +17,7 @@ import torch
 from tilewright.errors import KernelError
 from tilewright_cuda import arch, executor
 from tilewright_cuda.language.mma_emitter import (
+    INT4TensorCoreIntrinEmitter,
     TensorCoreIntrinEmitter,
     get_swizzle_layout,
     make_mma_swizzle_layout,
@@ -25,7 +26,8 @@ from tilewright_cuda.language.mma_emitter import (
 
 def emitter_gemm(M, N, K, in_dtype, out_dtype, accum_dtype, a_transposed=False,
                  b_transposed=True, block_row_warps=2, block_col_warps=2, warp_row_tiles=32,
-                 warp_col_tiles=32, chunk=32, pad=0, global_store=False):
+                 warp_col_tiles=32, chunk=32, pad=0, global_store=False,
+                 emitter=TensorCoreIntrinEmitter):
     """C = op(A) op(B) as the upstream example writes it (its tiling, shared tiles, swizzle
     annotation, 2-stage loop, C through a 4-D shared tile). ``pad``: elements added to each
     shared row (a row not a multiple of 16 bytes: fragments by element loads);
@@ -34,7 +36,7 @@ def emitter_gemm(M, N, K, in_dtype, out_dtype, accum_dtype, a_transposed=False,
     block_M = block_row_warps * warp_row_tiles
     block_N = block_col_warps * warp_col_tiles
     block_K = chunk
-    mma_emitter = TensorCoreIntrinEmitter(
+    mma_emitter = emitter(
         a_dtype=in_dtype, b_dtype=in_dtype, accum_dtype=accum_dtype,
         a_transposed=a_transposed, b_transposed=b_transposed,
         block_row_warps=block_row_warps, block_col_warps=block_col_warps,
@@ -138,6 +140,29 @@ def test_emitter_gemm_matches_torch(in_dtype, out_dtype, accum, a_t, b_t, wct, t
         torch.testing.assert_close(C.float(), ref, atol=tolerance, rtol=tolerance)
 
 
+def _nibbles(x):
+    """int8 rows -> their signed 4-bit halves, low first (twice as many columns)."""
+    u = x.to(torch.int32) & 0xFF
+    halves = torch.stack([u & 0xF, u >> 4], -1).reshape(x.shape[0], -1)
+    return halves - 16 * (halves >= 8).to(torch.int32)
+
+
+@pytest.mark.emulator
+def test_int4_emitter_multiplies_the_halves_of_each_byte(tmp_path):
+    """INT4TensorCoreIntrinEmitter (the bitnet example's): int8 arrays of int4 pairs, four
+    m16n8k32.s4 instructions per 16x16 tile."""
+    M, N, K = 128, 128, 64
+    func = emitter_gemm(M, N, K, "int8", "int32", "int32", emitter=INT4TensorCoreIntrinEmitter)
+    lowered = tilewright.lower(func, "cuda -arch=sm_90a")
+    assert "tw_mma_sync_s4(" in lowered.source.text
+    torch.manual_seed(1)
+    A = torch.randint(-128, 128, (M, K), dtype=torch.int8)
+    B = torch.randint(-128, 128, (N, K), dtype=torch.int8)
+    C = torch.full((M, N), -7, dtype=torch.int32)
+    hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, A, B, C)
+    assert torch.equal(C, _nibbles(A) @ _nibbles(B).T)
+
+
 def test_stores_of_the_accumulators_need_no_barrier_between_them():
     text = tilewright.lower(emitter_gemm(128, 128, 64, "float16", "float32", "float32"),
                             "cuda -arch=sm_80").source.text
@@ -151,10 +176,13 @@ def test_stores_of_the_accumulators_need_no_barrier_between_them():
 @pytest.mark.parametrize("target, in_dtype, accum, instruction",
                          [("sm_80", "float16", "float32", "HMMA.16816.F32"),
                           ("sm_80", "float16", "float16", "HMMA.16816.F16"),
-                          ("sm_90a", "int8", "int32", "IMMA.16832.S8.S8")])
+                          ("sm_90a", "int8", "int32", "IMMA.16832.S8.S8"),
+                          ("sm_80", "int4", "int32", "IMMA.16832.S4.S4")])
 def test_emitter_gemm_builds_to_tensor_core_instructions(target, in_dtype, accum, instruction):
     out = "int32" if accum == "int32" else "float16"
-    text = tilewright.lower(emitter_gemm(256, 256, 128, in_dtype, out, accum),
+    emitter = INT4TensorCoreIntrinEmitter if in_dtype == "int4" else TensorCoreIntrinEmitter
+    in_dtype = "int8" if in_dtype == "int4" else in_dtype
+    text = tilewright.lower(emitter_gemm(256, 256, 128, in_dtype, out, accum, emitter=emitter),
                             f"cuda -arch={target}").source.text
     cubin, log = executor.nvrtc_compile(text, arch.get(target), ".")
     code = sass.dump(cubin)

@@ -98,6 +98,7 @@ TABLE = _table(
     # the rows every lane of the warp names) and T.ptx_mma (C, A, B: registers only)
     Intrinsic("tw_ldmatrix", MMA, ("write", "read")),
     Intrinsic("tw_mma_sync", MMA, ("readwrite", "read", "read"), "gemm", local=True),
+    Intrinsic("tw_mma_sync_s4", MMA, ("readwrite", "read", "read"), "gemm", local=True),
     Intrinsic("tw_gemm_wgmma", WGMMA, _GEMM_ARGS, "wgmma", in_flight=True),
     Intrinsic("tw_gemm_wgmma_rs", WGMMA, _GEMM_ARGS, "wgmma", in_flight=True),
     # A (kept values), B, C, the warpgroup, the metadata E (read by ordinary loads at issue)

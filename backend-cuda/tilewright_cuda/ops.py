@@ -128,8 +128,8 @@ PTX_MMA = _op("ptx_mma", (Operand("A", "read", kind="expr"), Operand("B", "read"
               (Attr("shape", str, "m16n8k16"), Attr("a_dtype", str, "float16"),
                Attr("c_dtype", str, "float32")),
               "mma.sync.aligned.SHAPE.row.col of the calling warp on thread-local fragments: "
-              "C (4 accumulators from the element) += A (4 registers) B (2 registers), in the "
-              "PTX fragment layouts")
+              "C (4 accumulators from the element) += A B (their registers from the elements), "
+              "in the PTX fragment layouts; A_DTYPE int4: two values a byte of int8 arrays")
 
 DIALECT_OPS = (TMA_COPY.name, INIT_BARRIERS.name, ARRIVE.name, WAIT_PARITY.name,
                EXPECT_TX.name, TMA_STORE_WAIT.name, FENCE_PROXY_ASYNC.name, SET_MAX_NREG.name,

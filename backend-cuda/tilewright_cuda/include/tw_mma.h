@@ -424,6 +424,24 @@ __device__ __forceinline__ void tw_mma_sync(C* c, const T* a, const T* b) {
   tw::mma<T>(c, ra, rb);
 }
 
+// T.ptx_mma's int4 form: mma.sync.m16n8k32.s32.s4.s4.s32, A two registers and B one of
+// int8 arrays holding two signed 4-bit values a byte (the first in the low bits).
+__device__ __forceinline__ void tw_mma_sync_s4(int* c, const signed char* a,
+                                               const signed char* b) {
+  unsigned ra[2], rb[1];
+  memcpy(ra, a, sizeof ra);
+  memcpy(rb, b, sizeof rb);
+#if defined(TW_HOST_EMULATION)
+  tw_emulate_mma_s4(c, ra, rb);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.s32.s4.s4.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, "
+      "{%0,%1,%2,%3};\n"
+      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+      : "r"(ra[0]), "r"(ra[1]), "r"(rb[0]));
+#endif
+}
+
 #ifdef __CUDA_FP16_TYPES_EXIST__
 // ... with float16 accumulators (mma.sync.m16n8k16.f16.f16.f16.f16: c[0..3] two half2).
 template <class T>

@@ -372,14 +372,15 @@ def ptx_cp_async(dst_access_ptr, src_access_ptr, num_elems):
 # -- per-thread tensor-core primitives (TileLang's T.ptx_ldmatrix / T.ptx_mma) ----------------
 LDMATRIX_NUMS = (1, 2, 4)
 # mma.sync forms: (shape, A/B type, accumulator type) by PTX type names, as TileLang's emitter
-# spells them, with the element types of the fragments
+# spells them -> (the element type of the A/B arrays, of the accumulators, 32-bit registers of
+# A and of B); int4 operands are int8 arrays of two values a byte, the first in the low bits
 MMA_FORMS = {
-    ("m16n8k16", "fp16", "fp32"): ("float16", "float32"),
-    ("m16n8k16", "fp16", "fp16"): ("float16", "float16"),
-    ("m16n8k16", "bf16", "fp32"): ("bfloat16", "float32"),
-    ("m16n8k32", "int8", "int32"): ("int8", "int32"),
+    ("m16n8k16", "fp16", "fp32"): ("float16", "float32", 4, 2),
+    ("m16n8k16", "fp16", "fp16"): ("float16", "float16", 4, 2),
+    ("m16n8k16", "bf16", "fp32"): ("bfloat16", "float32", 4, 2),
+    ("m16n8k32", "int8", "int32"): ("int8", "int32", 4, 2),
+    ("m16n8k32", "int4", "int32"): ("int8", "int32", 2, 1),
 }
-MMA_REGISTERS = {"A": 4, "B": 2}  # 32-bit registers of each operand of one mma.sync
 
 
 def _constant(value, what: str):
@@ -469,7 +470,8 @@ def ptx_mma(dtype, shape, a_layout, b_layout, a_precision, b_precision, c_precis
     thread-local arrays: the 4 accumulators from ``C[c_off]`` += the A fragment (4 32-bit
     registers from ``A[a_off]``) times the B fragment (2 registers from ``B[b_off]``), in the
     PTX fragment layouts. Forms: m16n8k16 fp16 x fp16 -> fp32 or fp16, bf16 x bf16 -> fp32;
-    m16n8k32 int8 x int8 -> int32; A row-major, B column-major, no saturation."""
+    m16n8k32 int8 x int8 -> int32, and int4 x int4 -> int32 (A 2 registers, B 1, of int8
+    arrays holding two values a byte); A row-major, B column-major, no saturation."""
     form = (str(shape), str(a_precision), str(c_precision))
     if form not in MMA_FORMS or str(b_precision) != str(a_precision):
         known = "; ".join(f"{s} {a} x {a} -> {c}" for s, a, c in MMA_FORMS)
@@ -480,7 +482,7 @@ def ptx_mma(dtype, shape, a_layout, b_layout, a_precision, b_precision, c_precis
                     f"forms), got {a_layout!r}, {b_layout!r}")
     if _constant(saturate, "T.ptx_mma saturate"):
         raise error("T.ptx_mma: saturation (.satfinite) is not supported; pass False")
-    operand_dtype, accum = MMA_FORMS[form]
+    operand_dtype, accum, a_registers, b_registers = MMA_FORMS[form]
     if str(dtype) != accum:
         raise error(f"T.ptx_mma: the result type {dtype} is not the accumulator type {accum} "
                     f"of {c_precision}")
@@ -491,10 +493,12 @@ def ptx_mma(dtype, shape, a_layout, b_layout, a_precision, b_precision, c_precis
         if str(load.source.dtype) != want:
             raise error(f"T.ptx_mma {form[0]} {form[1]} -> {form[2]}: operand {role} "
                         f"{load.source.name!r} is {load.source.dtype}, not {want}")
-        count = 4 if role == "C" else MMA_REGISTERS[role] * 32 // load.source.dtype.bits
+        registers = a_registers if role == "A" else b_registers
+        count = 4 if role == "C" else registers * 32 // load.source.dtype.bits
         _fits(load, count, f"T.ptx_mma operand {role}")
     _emit(ops.PTX_MMA.name, {r: tirx.address_of(load) for r, load in loads.items()},
-          {"shape": form[0], "a_dtype": operand_dtype, "c_dtype": accum})
+          {"shape": form[0], "a_dtype": "int4" if form[1] == "int4" else operand_dtype,
+           "c_dtype": accum})
 
 
 def cp_async_barrier_noinc(barrier):

@@ -267,6 +267,38 @@ class TensorCoreIntrinEmitter:
             annotations={OWN_ELEMENTS: 1}, span=span()))
 
 
+class INT4TensorCoreIntrinEmitter(TensorCoreIntrinEmitter):
+    """The emitter on int8 arrays that hold two signed 4-bit values a byte (the first in the
+    low bits): the fragments are loaded as the int8 emitter's (``a_dtype=b_dtype="int8"``,
+    ``accum_dtype="int32"``, ``warp_col_tiles`` a multiple of 16), and ``mma`` issues
+    ``mma.sync.m16n8k32.s32.s4.s4.s32``, four per 16x16 tile (each byte half of the k32 int8
+    step): C[m, n] += the sum over the bytes k and their two halves of A[m, k] B[n, k]. The
+    name of TileLang's former class (its bitnet example imports it; upstream removed it with
+    its int4 ``T.gemm``, commit 99ee74b34)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if (self.a_dtype, self.accum_dtype, self.n_dim) != ("int8", "int32", 16):
+            raise error(f"INT4TensorCoreIntrinEmitter takes int8 arrays of int4 pairs into int32 "
+                        f"with warp_col_tiles a multiple of 16, got {self.a_dtype} -> "
+                        f"{self.accum_dtype}, warp_col_tiles={self.warp_col_tiles}")
+
+    def mma(self, A_local_buf, B_local_buf, C_local_buf, k_inner=0):  # noqa: N803
+        """Per 16x16 tile (i, j): the A registers' halves (bytes 0-15, 16-31 of the k step)
+        times B's matching registers of each n8 half."""
+        la, lb, lo = self.local_size_a, self.local_size_b, self.local_size_out
+        # (A register pair, B register, C half) of each instruction, in 32-bit registers
+        steps = ((0, 0, 0), (0, 2, 1), (2, 1, 0), (2, 3, 1))
+        for i in range(self.warp_rows):
+            for j in range(self.warp_cols):
+                for a_reg, b_reg, half in steps:
+                    ptx_mma("int32", "m16n8k32", "row", "col", "int4", "int4", "int32",
+                            A_local_buf.data, i * la + 4 * a_reg,
+                            B_local_buf.data, j * lb + 4 * b_reg,
+                            C_local_buf.data, (i * self.warp_cols + j) * lo + half * lo // 2,
+                            False)
+
+
 def get_swizzle_layout(row_idx, col_idx, row_size, dtype, swizzle_bytes=None):
     """Where element ``(row_idx, col_idx)`` of a shared tile whose rows hold ``row_size``
     elements of ``dtype`` goes in TileLang's mma swizzle: ``(column block, row, column)``,
@@ -299,4 +331,5 @@ def make_mma_swizzle_layout(shared_buf, is_smooth: bool = False):
     return Layout(shape, forward)
 
 
-__all__ = ["TensorCoreIntrinEmitter", "get_swizzle_layout", "make_mma_swizzle_layout"]
+__all__ = ["INT4TensorCoreIntrinEmitter", "TensorCoreIntrinEmitter", "get_swizzle_layout",
+           "make_mma_swizzle_layout"]

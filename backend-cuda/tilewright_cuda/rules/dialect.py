@@ -239,10 +239,10 @@ def lower_ptx_ldmatrix(call: TileOpCall, ctx: RuleContext):
 def lower_ptx_mma(call: TileOpCall, ctx: RuleContext):
     """``tw_mma_sync(C, A, B)`` (``include/tw_mma.h``): one mma.sync of the warp, its form
     chosen by the element types of the fragments (the frontend checked them against the
-    shape)."""
+    shape); ``tw_mma_sync_s4`` for int4 operands packed in int8 arrays."""
     _require(call, ctx, "ldmatrix and mma.sync", since=80)
-    return intrinsics.call("tw_mma_sync", call.operands["C"], call.operands["A"],
-                           call.operands["B"])
+    name = "tw_mma_sync_s4" if call.attrs["a_dtype"] == "int4" else "tw_mma_sync"
+    return intrinsics.call(name, call.operands["C"], call.operands["A"], call.operands["B"])
 
 
 def lower_warp_shuffle(call):
