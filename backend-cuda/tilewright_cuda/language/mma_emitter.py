@@ -44,7 +44,7 @@ WARP = 32
 
 
 def _name(dtype) -> str:
-    return str(DType(dtype)) if not isinstance(dtype, str) else str(DType(dtype))
+    return str(DType(dtype))
 
 
 class TensorCoreIntrinEmitter:
@@ -220,19 +220,37 @@ class TensorCoreIntrinEmitter:
 
     def mma(self, A_local_buf, B_local_buf, C_local_buf, k_inner=0):  # noqa: N803
         """The warp's ``warp_rows x warp_cols`` tiles: C tile (i, j) += A fragment i times B
-        fragment j (two n8 instructions for an n16 tile)."""
-        halves = self.n_dim // 8
+        fragment j (:meth:`mma_atom` of each)."""
         for i in range(self.warp_rows):
             for j in range(self.warp_cols):
-                for h in range(halves):
-                    ptx_mma(self.accum_dtype, self.mma_prefix, "row", "col",
-                            self.a_dtype_abbrv, self.b_dtype_abbrv, self.accum_dtype_abbrv,
-                            A_local_buf.data, i * self.local_size_a,
-                            B_local_buf.data,
-                            j * self.local_size_b + h * self.local_size_b // halves,
-                            C_local_buf.data,
-                            (i * self.warp_cols + j) * self.local_size_out +
-                            h * self.local_size_out // halves, False)
+                self.mma_atom(A_local_buf, B_local_buf, C_local_buf, i, j, k_inner)
+
+    @property
+    def mma_num_inst_m(self) -> int:
+        """Tiles of 16 rows a warp holds (``mma_atom``'s ``inst_m_idx`` range)."""
+        return self.warp_rows
+
+    @property
+    def mma_num_inst_n(self) -> int:
+        """Tiles of ``n_dim`` columns a warp holds (``mma_atom``'s ``inst_n_idx`` range)."""
+        return self.warp_cols
+
+    def mma_atom(self, A_local_buf, B_local_buf, C_local_buf, inst_m_idx, inst_n_idx,  # noqa: N803
+                 k_inner=0):
+        """C tile (inst_m_idx, inst_n_idx) += A fragment inst_m_idx times B fragment
+        inst_n_idx: one mma.sync, two for an n16 tile (its halves of B's registers and of the
+        accumulators). ``k_inner`` is TileLang's offset into fragment-scope operands, which
+        thread-local arrays do not have: ignored, as TileLang ignores it for them."""
+        halves = self.n_dim // 8
+        for h in range(halves):
+            ptx_mma(self.accum_dtype, self.mma_prefix, "row", "col",
+                    self.a_dtype_abbrv, self.b_dtype_abbrv, self.accum_dtype_abbrv,
+                    A_local_buf.data, inst_m_idx * self.local_size_a,
+                    B_local_buf.data,
+                    inst_n_idx * self.local_size_b + h * self.local_size_b // halves,
+                    C_local_buf.data,
+                    (inst_m_idx * self.warp_cols + inst_n_idx) * self.local_size_out +
+                    h * self.local_size_out // halves, False)
 
     def stmatrix(self, C_local_buf, C_buf, pid_m=None, pid_n=None):  # noqa: N803
         """Each thread stores its accumulators: into a 2-D tile ``[M][N]`` of the block, or a
@@ -283,20 +301,18 @@ class INT4TensorCoreIntrinEmitter(TensorCoreIntrinEmitter):
                         f"with warp_col_tiles a multiple of 16, got {self.a_dtype} -> "
                         f"{self.accum_dtype}, warp_col_tiles={self.warp_col_tiles}")
 
-    def mma(self, A_local_buf, B_local_buf, C_local_buf, k_inner=0):  # noqa: N803
-        """Per 16x16 tile (i, j): the A registers' halves (bytes 0-15, 16-31 of the k step)
-        times B's matching registers of each n8 half."""
+    def mma_atom(self, A_local_buf, B_local_buf, C_local_buf, inst_m_idx, inst_n_idx,  # noqa: N803
+                 k_inner=0):
+        """16x16 tile (inst_m_idx, inst_n_idx): the A registers' halves (bytes 0-15, 16-31 of
+        the k step) times B's matching registers of each n8 half."""
         la, lb, lo = self.local_size_a, self.local_size_b, self.local_size_out
         # (A register pair, B register, C half) of each instruction, in 32-bit registers
-        steps = ((0, 0, 0), (0, 2, 1), (2, 1, 0), (2, 3, 1))
-        for i in range(self.warp_rows):
-            for j in range(self.warp_cols):
-                for a_reg, b_reg, half in steps:
-                    ptx_mma("int32", "m16n8k32", "row", "col", "int4", "int4", "int32",
-                            A_local_buf.data, i * la + 4 * a_reg,
-                            B_local_buf.data, j * lb + 4 * b_reg,
-                            C_local_buf.data, (i * self.warp_cols + j) * lo + half * lo // 2,
-                            False)
+        for a_reg, b_reg, half in ((0, 0, 0), (0, 2, 1), (2, 1, 0), (2, 3, 1)):
+            ptx_mma("int32", "m16n8k32", "row", "col", "int4", "int4", "int32",
+                    A_local_buf.data, inst_m_idx * la + 4 * a_reg,
+                    B_local_buf.data, inst_n_idx * lb + 4 * b_reg,
+                    C_local_buf.data, (inst_m_idx * self.warp_cols + inst_n_idx) * lo +
+                    half * lo // 2, False)
 
 
 def get_swizzle_layout(row_idx, col_idx, row_size, dtype, swizzle_bytes=None):
