@@ -7,11 +7,13 @@ them here).
 The emitter describes how a block's warps split a ``block_row_warps * warp_row_tiles`` x
 ``block_col_warps * warp_col_tiles`` tile and writes, inside the kernel, the per-thread code
 of one step: ``ldmatrix_a`` / ``ldmatrix_b`` fill each thread's fragments from shared tiles
-(``T.ptx_ldmatrix``, or element loads where ldmatrix cannot transpose 8-bit elements),
-``mma`` issues the warp's ``T.ptx_mma`` instructions, ``stmatrix`` stores the accumulators to
-a shared or global tile. The fragments are the thread-local arrays the kernel allocates
-(``T.alloc_local``): per 16-row tile ``local_size_a`` A elements, per ``micro_size_y``-column
-tile ``local_size_b`` B elements, per pair ``local_size_out`` accumulators, in the PTX
+(``T.ptx_ldmatrix``, or element loads where ldmatrix cannot transpose 8-bit elements or a
+row is not 16-byte aligned), ``mma`` issues the warp's ``T.ptx_mma`` instructions, ``stmatrix``
+stores the accumulators to a shared or global tile. ``INT4TensorCoreIntrinEmitter`` reads the
+int8 fragments as pairs of int4 values. The fragments are the thread-local arrays the kernel
+allocates (``T.alloc_local``): per 16-row tile ``local_size_a`` A elements, per
+``micro_size_y``-column tile ``local_size_b`` B elements, per pair ``local_size_out``
+accumulators, in the PTX
 ``mma.m16n8k16`` / ``m16n8k32`` fragment layouts (an n16 tile is two n8 instructions, its
 second half of B registers and of accumulators the second's).
 
