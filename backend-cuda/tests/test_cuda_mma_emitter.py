@@ -191,10 +191,10 @@ def test_emitter_gemm_builds_to_tensor_core_instructions(target, in_dtype, accum
     assert not re.search(r"\s(STL|LDL)[\s.]", code) and "0 bytes spill stores" in log
 
 
-def _kernel_with(make):
+def _kernel_with(make, threads=128):
     @T.prim_func
     def main(A: T.Tensor((64, 64), "float16")):
-        with T.Kernel(1, threads=128):
+        with T.Kernel(1, threads=threads):
             S = T.alloc_shared((64, 64), "float16")
             a = T.alloc_local((8,), "float16")
             c = T.alloc_local((4,), "float32")
@@ -224,6 +224,16 @@ def test_a_tile_not_a_multiple_of_the_instruction_is_refused(field, value, messa
     config[field] = value
     with pytest.raises(KernelError, match=re.escape(message)) as info:
         TensorCoreIntrinEmitter(**config)
+    assert "test_cuda_mma_emitter.py" in str(info.value)
+
+
+def test_a_block_of_other_threads_than_the_emitters_warps_is_refused():
+    emitter = TensorCoreIntrinEmitter(a_dtype="float16", b_dtype="float16",
+                                      accum_dtype="float32", block_row_warps=2,
+                                      block_col_warps=2, warp_row_tiles=16, warp_col_tiles=16)
+    with pytest.raises(KernelError, match=r"the kernel has threads=256; its 2 x 2 warps need "
+                                          r"threads=128") as info:
+        _kernel_with(lambda S, a, c: emitter.ldmatrix_a(a, S, 0), threads=256)
     assert "test_cuda_mma_emitter.py" in str(info.value)
 
 

@@ -112,7 +112,15 @@ class TensorCoreIntrinEmitter:
 
     # -- threads -----------------------------------------------------------------------------
     def get_thread_binding(self):
-        """The calling thread's index in the block (``thread_var`` when one was given)."""
+        """The calling thread's index in the block (``thread_var`` when one was given). The
+        block must have the emitter's ``threads``: other warps would repeat a warp's tile."""
+        threads = 1
+        for t in B.current("TensorCoreIntrinEmitter").threads or (1,):
+            threads *= t
+        if threads != self.threads:
+            raise error(f"TensorCoreIntrinEmitter: the kernel has threads={threads}; its "
+                        f"{self.block_row_warps} x {self.block_col_warps} warps need "
+                        f"threads={self.threads}")
         return self.thread_var if self.thread_var is not None else get_thread_binding()
 
     def extract_thread_binding(self, thread_id, is_m_first=None):
