@@ -64,7 +64,9 @@ compiled again after the search, is).
 those not portable only for GPU-only APIs (not those needing another library, nor those for
 another GPU: tcgen05 / sm_100, AMD, sm_120, each left out with the reason). Their
 ``tilelang.language`` becomes ``tilewright_cuda.language`` (the portable language plus the
-CUDA dialect), each kernel they compile is built for TARGET with NVRTC instead of their own
+CUDA dialect; ``tilelang.cuda.intrinsics`` and its modules, TileLang's warp-level tensor-core
+emitter, become ``tilewright_cuda.language.mma_emitter``), each kernel they compile is built
+for TARGET with NVRTC instead of their own
 backend, and they stop at their first kernel call (a call or ``get_profiler``: nothing runs on
 the host) or at the first kernel that does not build. Each example is ``built``, ``refused``,
 ``crashed`` (its worst kernel, as above), ``frontend error`` (first the ``T.<name>`` it uses
@@ -230,6 +232,10 @@ _DIALECT = [
      r"\1from tilewright_cuda.language import"),
     (re.compile(r"^(\s*)from tilewright import language as (\w+)", re.M),
      r"\1from tilewright_cuda import language as \2"),
+    # TileLang's warp-level tensor-core emitter and its mma swizzle (tilelang.cuda.intrinsics,
+    # its macro.mma_macro_generator and layout.mma_layout modules): the dialect's
+    (re.compile(r"^(\s*)from tilewright\.cuda\.intrinsics(\.[\w.]+)? import", re.M),
+     r"\1from tilewright_cuda.language.mma_emitter import"),
 ]
 
 

@@ -294,6 +294,34 @@ inline void tw_emulate_mma(C* c, const unsigned* a, const unsigned* b, int code)
   for (int i = 0; i < 4; ++i)
     for (int k = 0; k < K; ++k) c[i] += (C)(A[rows[i]][k] * B[k][cols[i]]);
 }
+// mma.sync.m16n8k32.s32.s4.s4.s32 across the calling warp: A two registers (rows g, g + 8),
+// B one (column g), each 8 signed 4-bit k from 8 (l % 4), the first in the low bits.
+inline void tw_emulate_mma_s4(int* c, const unsigned* a, const unsigned* b) {
+  unsigned t = tw_slot_base + threadIdx.x, base = t / 32 * 32;
+  tw_mma_exchange[t][0] = a[0];
+  tw_mma_exchange[t][1] = a[1];
+  tw_mma_exchange[t][4] = b[0];
+  tw_warp_sync();
+  int A[16][32], B[32][8];
+  auto s4 = [](unsigned r, int e) {
+    int v = (int)((r >> (4 * e)) & 0xfu);
+    return v < 8 ? v : v - 16;
+  };
+  for (int l = 0; l < 32; ++l) {
+    const unsigned* r = tw_mma_exchange[base + l];
+    int g = l >> 2, q = (l & 3) * 8;
+    for (int e = 0; e < 8; ++e) {
+      A[g][q + e] = s4(r[0], e);
+      A[g + 8][q + e] = s4(r[1], e);
+      B[q + e][g] = s4(r[4], e);
+    }
+  }
+  tw_warp_sync();
+  int lane = t % 32, g = lane >> 2, q = (lane & 3) * 2;
+  int rows[4] = {g, g, g + 8, g + 8}, cols[4] = {q, q + 1, q, q + 1};
+  for (int i = 0; i < 4; ++i)
+    for (int k = 0; k < 32; ++k) c[i] += A[rows[i]][k] * B[k][cols[i]];
+}
 // mma.sp::ordered_metadata.m16n8k32 (16-bit operands, selector 0) across the calling warp:
 // A the m16n8k16 fragment of the kept values [16][16], B the dense [32][8] fragment (register
 // j: k = 2 (l % 4) + 8 j + 0, 1), the metadata of row g from lanes 4 g and 4 g + 1 (k 0..15

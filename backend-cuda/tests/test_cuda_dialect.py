@@ -217,6 +217,19 @@ def test_imported_source_is_placed_once_before_the_kernels():
     assert "tw.cuda.import_source" not in json.dumps(launch)
 
 
+def test_a_kernels_prelude_is_imported_source():
+    @T.prim_func
+    def main(A: T.Tensor((128,), "int8"), O: T.Tensor((128,), "float32")):
+        with T.Kernel(1, threads=128, prelude=WIDEN_SOURCE):  # TileLang's T.import_source
+            tx = T.get_thread_binding()
+            T.call_extern("handle", "tw_test_widen", T.access_ptr(A[tx], "r", 1),
+                          T.access_ptr(O[tx], "w", 1), 1, 3)
+
+    text, _ = _lower(main, "cuda -arch=sm_80")
+    assert text.count(WIDEN_SOURCE.strip()) == 1
+    assert text.index("tw_test_widen(") < text.index('extern "C" __global__')
+
+
 def test_the_same_source_and_call_work_on_older_architectures():
     text, _ = _lower(extern_call(), "cuda -arch=sm_80")
     assert text.count("__device__ void tw_test_widen(") == 1

@@ -94,6 +94,11 @@ TABLE = _table(
     Intrinsic("tw_gemm_mma_rf_widened", MMA_WIDEN, _GEMM_ARGS, "gemm"),
     Intrinsic("tw_gemm_mma_rows_widened", MMA_WIDEN, _GEMM_ARGS, "gemm"),
     Intrinsic("tw::store_pair", MMA, ("write", "", "")),
+    # T.ptx_ldmatrix (destination registers, the lane's shared row: a warp-collective read of
+    # the rows every lane of the warp names) and T.ptx_mma (C, A, B: registers only)
+    Intrinsic("tw_ldmatrix", MMA, ("write", "read")),
+    Intrinsic("tw_mma_sync", MMA, ("readwrite", "read", "read"), "gemm", local=True),
+    Intrinsic("tw_mma_sync_s4", MMA, ("readwrite", "read", "read"), "gemm", local=True),
     Intrinsic("tw_gemm_wgmma", WGMMA, _GEMM_ARGS, "wgmma", in_flight=True),
     Intrinsic("tw_gemm_wgmma_rs", WGMMA, _GEMM_ARGS, "wgmma", in_flight=True),
     # A (kept values), B, C, the warpgroup, the metadata E (read by ordinary loads at issue)

@@ -117,17 +117,33 @@ WAIT_WGMMA = _op("wait_wgmma", (), (Attr("count", int, 0),),
                  "wgmma.wait_group COUNT: at most COUNT of the warpgroup's wgmma groups stay "
                  "in flight")
 
+PTX_LDMATRIX = _op("ptx_ldmatrix", (Operand("src", "read", kind="expr"),
+                                     Operand("dst", "write", kind="expr")),
+                   (Attr("num", int, 4), Attr("trans", bool, False)),
+                   "ldmatrix.sync.aligned.m8n8.xNUM(.trans).b16 of the calling warp: each lane "
+                   "gives the address of one 16-byte row of a shared tile (T.access_ptr); the "
+                   "NUM 32-bit registers it receives go to its thread-local array")
+PTX_MMA = _op("ptx_mma", (Operand("A", "read", kind="expr"), Operand("B", "read", kind="expr"),
+                          Operand("C", "readwrite", kind="expr")),
+              (Attr("shape", str, "m16n8k16"), Attr("a_dtype", str, "float16"),
+               Attr("c_dtype", str, "float32")),
+              "mma.sync.aligned.SHAPE.row.col of the calling warp on thread-local fragments: "
+              "C (4 accumulators from the element) += A B (their registers from the elements), "
+              "in the PTX fragment layouts; A_DTYPE int4: two values a byte of int8 arrays")
+
 DIALECT_OPS = (TMA_COPY.name, INIT_BARRIERS.name, ARRIVE.name, WAIT_PARITY.name,
                EXPECT_TX.name, TMA_STORE_WAIT.name, FENCE_PROXY_ASYNC.name, SET_MAX_NREG.name,
                WS.name, CLUSTER.name, THREAD_BINDING.name,
                NO_SET_MAX_NREG.name, CALL_EXTERN.name, IMPORT_SOURCE.name,
                THREAD_ALLREDUCE.name, CP_ASYNC.name, CP_ASYNC_BARRIER_NOINC.name,
                PTX_COMMIT_GROUP.name, PTX_WAIT_GROUP.name, SYNC_GRID.name,
-               WGMMA_GEMM.name, WAIT_WGMMA.name, NAMED_BARRIER.name)
+               WGMMA_GEMM.name, WAIT_WGMMA.name, NAMED_BARRIER.name, PTX_LDMATRIX.name,
+               PTX_MMA.name)
 # dialect ops each calling thread runs for itself: fine under a condition on the thread index
 PER_THREAD = frozenset({ARRIVE.name, WAIT_PARITY.name, FENCE_PROXY_ASYNC.name,
                         THREAD_BINDING.name, CP_ASYNC.name, CP_ASYNC_BARRIER_NOINC.name,
-                        PTX_COMMIT_GROUP.name, PTX_WAIT_GROUP.name, NAMED_BARRIER.name})
+                        PTX_COMMIT_GROUP.name, PTX_WAIT_GROUP.name, NAMED_BARRIER.name,
+                        PTX_LDMATRIX.name, PTX_MMA.name})
 
 # T.tvm_warp_shuffle, an expression: (mask, value, source lane, width) -> the value of that lane
 WARP_SHUFFLE = "tw.cuda.warp_shuffle"

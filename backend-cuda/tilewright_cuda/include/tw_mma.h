@@ -155,12 +155,18 @@ __device__ __forceinline__ void ldmatrix(unsigned* d, const void* row) {
   } else if constexpr (N == 4) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4+%5];\n"
                  : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3]) : "r"(addr), "n"(OFF));
-  } else if constexpr (TRANS) {
+  } else if constexpr (N == 2 && TRANS) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2+%3];\n"
                  : "=r"(d[0]), "=r"(d[1]) : "r"(addr), "n"(OFF));
-  } else {
+  } else if constexpr (N == 2) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2+%3];\n"
                  : "=r"(d[0]), "=r"(d[1]) : "r"(addr), "n"(OFF));
+  } else if constexpr (TRANS) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1+%2];\n"
+                 : "=r"(d[0]) : "r"(addr), "n"(OFF));
+  } else {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1+%2];\n"
+                 : "=r"(d[0]) : "r"(addr), "n"(OFF));
   }
 #endif
 }
@@ -455,3 +461,69 @@ __device__ __forceinline__ void tw_gemm_mma_rows(const T* A, const T* B,
     }
   }
 }
+
+// The CUDA dialect's per-thread tensor-core primitives (T.ptx_ldmatrix, T.ptx_mma), on
+// thread-local arrays of any element type: the registers are copied in and out whole.
+
+// T.ptx_ldmatrix: ldmatrix .xN (.trans) of the calling warp; this lane's row address is row,
+// the N registers it receives land in dst (4 N bytes).
+template <int N, bool TRANS, class D, class S>
+__device__ __forceinline__ void tw_ldmatrix(D* dst, const S* row) {
+  unsigned r[N];
+  tw::ldmatrix<N, TRANS>(r, row);
+  memcpy(dst, r, sizeof r);
+}
+
+// T.ptx_mma: one mma.sync of T's form (tw::mma_kind) of the calling warp: c[0..3] += a b,
+// a the 4 A registers, b the 2 B registers, in the PTX fragment layouts.
+template <class T, class C>
+__device__ __forceinline__ void tw_mma_sync(C* c, const T* a, const T* b) {
+  unsigned ra[4], rb[2];
+  memcpy(ra, a, sizeof ra);
+  memcpy(rb, b, sizeof rb);
+  tw::mma<T>(c, ra, rb);
+}
+
+// T.ptx_mma's int4 form: mma.sync.m16n8k32.s32.s4.s4.s32, A two registers and B one of
+// int8 arrays holding two signed 4-bit values a byte (the first in the low bits).
+__device__ __forceinline__ void tw_mma_sync_s4(int* c, const signed char* a,
+                                               const signed char* b) {
+  unsigned ra[2], rb[1];
+  memcpy(ra, a, sizeof ra);
+  memcpy(rb, b, sizeof rb);
+#if defined(TW_HOST_EMULATION)
+  tw_emulate_mma_s4(c, ra, rb);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.s32.s4.s4.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, "
+      "{%0,%1,%2,%3};\n"
+      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+      : "r"(ra[0]), "r"(ra[1]), "r"(rb[0]));
+#endif
+}
+
+#ifdef __CUDA_FP16_TYPES_EXIST__
+// ... with float16 accumulators (mma.sync.m16n8k16.f16.f16.f16.f16: c[0..3] two half2).
+template <class T>
+__device__ __forceinline__ void tw_mma_sync(half* c, const T* a, const T* b) {
+  unsigned ra[4], rb[2];
+  memcpy(ra, a, sizeof ra);
+  memcpy(rb, b, sizeof rb);
+#if defined(TW_HOST_EMULATION)
+  float f[4];
+  for (int i = 0; i < 4; ++i) f[i] = __half2float(c[i]);
+  tw_emulate_mma(f, ra, rb, tw::mma_kind<T>::code);
+  for (int i = 0; i < 4; ++i) c[i] = __float2half(f[i]);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  static_assert(tw::mma_kind<T>::code == 0, "float16 accumulators take float16 operands");
+  unsigned rc[2];
+  memcpy(rc, c, sizeof rc);
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f16.f16.f16.f16 {%0,%1}, {%2,%3,%4,%5}, {%6,%7}, "
+      "{%0,%1};\n"
+      : "+r"(rc[0]), "+r"(rc[1])
+      : "r"(ra[0]), "r"(ra[1]), "r"(ra[2]), "r"(ra[3]), "r"(rb[0]), "r"(rb[1]));
+  memcpy(c, rc, sizeof rc);
+#endif
+}
+#endif

@@ -5,13 +5,15 @@ What only NVIDIA hardware (Hopper, sm_90+) has, with TileLang's names: ``T.tma_c
 names for these two, ``T.barrier_arrive``, ``T.barrier_wait``), ``T.mbarrier_expect_tx``,
 ``T.tma_store_wait``, ``T.fence_proxy_async``, hand-issued asynchronous copies and gemms
 (``T.ptx_cp_async``, ``T.cp_async_barrier_noinc``, ``T.ptx_commit_group``,
-``T.ptx_wait_group``, ``T.wgmma_gemm``, ``T.wait_wgmma``), a barrier of the whole grid
+``T.ptx_wait_group``, ``T.wgmma_gemm``, ``T.wait_wgmma``), per-thread tensor-core fragments
+(``T.ptx_ldmatrix``, ``T.ptx_mma``: sm_80+), a barrier of the whole grid
 (``T.sync_grid``, a cooperative launch), named barriers of part of a block
 (``T.sync_threads(id, count)``), the
 thread index (``T.get_thread_binding``, ``T.thread_binding``), warp-specialised roles
 (``with T.ws(1):``), register budgets
 (``T.set_max_nreg``, ``T.inc_max_nreg``, ``T.dec_max_nreg``, ``T.no_set_max_nreg``) and
-``T.ClusterKernel``; the user's own CUDA device code (``T.import_source``, called with
+``T.ClusterKernel``; the user's own CUDA device code (``T.import_source`` or ``T.Kernel``'s
+``prelude=``, called with
 ``T.call_extern`` on pointers from ``T.access_ptr``). A TileLang Hopper kernel ports by
 changing its imports; a portable kernel never needs these, and other backends refuse them by
 name.
@@ -23,6 +25,7 @@ from tilewright.language import __all__ as _PORTABLE
 
 from .dialect import (
     ClusterKernel,
+    Kernel,
     access_ptr,
     alloc_barrier,
     attr,
@@ -44,6 +47,8 @@ from .dialect import (
     no_set_max_nreg,
     ptx_commit_group,
     ptx_cp_async,
+    ptx_ldmatrix,
+    ptx_mma,
     ptx_wait_group,
     set_max_nreg,
     sync_grid,
@@ -59,12 +64,13 @@ from .dialect import (
 )
 
 __all__ = [  # noqa: PLE0604 - the portable names plus the dialect's
-    *_PORTABLE, "ClusterKernel", "access_ptr", "alloc_barrier", "attr", "barrier_arrive",
+    *_PORTABLE, "ClusterKernel", "Kernel", "access_ptr", "alloc_barrier", "attr", "barrier_arrive",
     "barrier_wait", "call_extern", "comm_reducer", "cp_async_barrier_noinc", "dec_max_nreg",
     "disable_warp_group_reg_alloc", "evaluate", "fence_proxy_async", "get_thread_binding",
     "import_source", "inc_max_nreg",
     "mbarrier_arrive", "mbarrier_expect_tx", "mbarrier_wait_parity", "no_set_max_nreg",
-    "ptx_commit_group", "ptx_cp_async", "ptx_wait_group", "set_max_nreg", "sync_grid",
+    "ptx_commit_group", "ptx_cp_async", "ptx_ldmatrix", "ptx_mma", "ptx_wait_group",
+    "set_max_nreg", "sync_grid",
     "sync_threads", "thread_binding", "tma_copy", "tma_store_wait",
     "tvm_thread_allreduce", "tvm_warp_shuffle", "wait_wgmma", "wgmma_gemm", "ws",
 ]

@@ -34,10 +34,27 @@ THREAD_VARS = "cuda_thread_vars"
 
 _D = DialectSupport(__file__)
 error, _location, _emit = _D.error, _D.location, _D.emit
+span = _D.span  # the source span of the user's line, for statements a dialect helper emits
 
 
 # -- kernels and roles -----------------------------------------------------------------------
-class ClusterKernel(_PortableKernel):
+class Kernel(_PortableKernel):
+    """``with T.Kernel(gx, gy, threads=128, prelude=code) as (bx, by):`` — the portable kernel;
+    ``prelude`` (TileLang's) is CUDA device code of the user's for :func:`call_extern`, placed
+    before the kernel as :func:`import_source` places it."""
+
+    def __init__(self, *grid, threads=128, prelude=None, **options):
+        super().__init__(*grid, threads=threads, **options)
+        self.prelude = prelude
+
+    def __enter__(self):
+        result = super().__enter__()
+        if self.prelude is not None:
+            import_source(self.prelude)
+        return result
+
+
+class ClusterKernel(Kernel):
     """``with T.ClusterKernel(gx, gy, threads=256, cluster_dims=(2, 1)) as (bx, by):`` — a
     kernel whose blocks are launched in thread-block clusters (``__cluster_dims__``)."""
 
@@ -350,6 +367,138 @@ def ptx_cp_async(dst_access_ptr, src_access_ptr, num_elems):
         raise error(f"T.ptx_cp_async: {n} elements of {dst.source.dtype} are {size} bytes; "
                     f"cp.async copies {', '.join(map(str, CP_ASYNC_BYTES))} bytes")
     _emit(ops.CP_ASYNC.name, {"dst": dst_access_ptr, "src": src_access_ptr}, {"bytes": size})
+
+
+# -- per-thread tensor-core primitives (TileLang's T.ptx_ldmatrix / T.ptx_mma) ----------------
+LDMATRIX_NUMS = (1, 2, 4)
+# mma.sync forms: (shape, A/B type, accumulator type) by PTX type names, as TileLang's emitter
+# spells them -> (the element type of the A/B arrays, of the accumulators, 32-bit registers of
+# A and of B); int4 operands are int8 arrays of two values a byte, the first in the low bits
+MMA_FORMS = {
+    ("m16n8k16", "fp16", "fp32"): ("float16", "float32", 4, 2),
+    ("m16n8k16", "fp16", "fp16"): ("float16", "float16", 4, 2),
+    ("m16n8k16", "bf16", "fp32"): ("bfloat16", "float32", 4, 2),
+    ("m16n8k32", "int8", "int32"): ("int8", "int32", 4, 2),
+    ("m16n8k32", "int4", "int32"): ("int8", "int32", 2, 1),
+}
+
+
+def _constant(value, what: str):
+    n = as_int(value)
+    if not isinstance(n, int):
+        raise error(f"{what} must be a constant, got {value!r}")
+    return n
+
+
+def _size(buf):
+    dims = [as_int(d) for d in buf.shape]
+    if not all(isinstance(d, int) for d in dims):
+        return None
+    size = 1
+    for d in dims:
+        size *= d
+    return size
+
+
+def _fits(load, count: int, what: str):
+    """A thread-local element ``load`` from which ``count`` elements are touched: within its
+    1-D array when the index is a constant."""
+    buf = load.source
+    if len(buf.shape) != 1:
+        raise error(f"{what} takes a 1-D thread-local array (T.alloc_local((n,), ...)); "
+                    f"{buf.name!r} has shape {shape_str(buf.shape)}")
+    start, size = as_int(load.indices[0]), _size(buf)
+    if isinstance(start, int) and size is not None and start + count > size:
+        raise error(f"{what}: {count} elements from {buf.name}[{start}] pass the end of "
+                    f"{buf.name!r} ({size} elements)")
+
+
+def ptx_ldmatrix(trans, num, src_access_ptr, dst_access_ptr):
+    """``T.ptx_ldmatrix(trans, num, T.access_ptr(S[r, c], "r"), T.access_ptr(frag[i], "w"))``:
+    ``ldmatrix.sync.aligned.m8n8.x{num}[.trans].shared.b16`` of the calling warp (sm_80+;
+    every lane of the warp calls it together). Lane ``l`` gives the address of row ``l % 8``
+    of 8x8 matrix ``l // 8`` (16 contiguous bytes of a shared tile, 16-byte aligned); its
+    ``num`` 32-bit registers (matrix ``j``: row ``l // 4``, the pair of 16-bit columns
+    ``2 (l % 4)``, or that pair of rows of column ``l // 4`` with ``trans``) land in the
+    thread-local array from the given element on. 16-bit elements, or 8-bit ones without
+    ``trans``."""
+    t = _constant(trans, "T.ptx_ldmatrix trans")
+    n = _constant(num, "T.ptx_ldmatrix num")
+    if n not in LDMATRIX_NUMS:
+        raise error(f"T.ptx_ldmatrix loads {', '.join(map(str, LDMATRIX_NUMS))} matrices "
+                    f"(.x1, .x2, .x4), got num={n}")
+    src = _element_pointer(src_access_ptr, "T.ptx_ldmatrix source", "shared")
+    dst = _element_pointer(dst_access_ptr, "T.ptx_ldmatrix destination", "local")
+    if str(dst.source.scope()) != "local":
+        raise error(f"T.ptx_ldmatrix destination must be a thread's registers (T.alloc_local); "
+                    f"{dst.source.name!r} is in {dst.source.scope()}")
+    bits = dst.source.dtype.bits
+    if src.source.dtype.bits != bits or bits not in (8, 16):
+        raise error(f"T.ptx_ldmatrix moves 16-bit (or, without trans, 8-bit) elements into an "
+                    f"array of the same width: {src.source.name!r} is {src.source.dtype}, "
+                    f"{dst.source.name!r} is {dst.source.dtype}")
+    if t and bits != 16:
+        raise error(f"T.ptx_ldmatrix with trans transposes 16-bit elements; "
+                    f"{src.source.name!r} is {src.source.dtype}: load 8-bit operands "
+                    "k-contiguous, without trans")
+    _fits(dst, n * 32 // bits, "T.ptx_ldmatrix destination")
+    _emit(ops.PTX_LDMATRIX.name, {"src": src_access_ptr, "dst": dst_access_ptr},
+          {"num": n, "trans": bool(t)})
+
+
+def _fragment(data, offset, role: str):
+    """The element ``offset`` of the thread-local array ``data`` (its ``.data``, or the
+    buffer)."""
+    if isinstance(data, TileBuffer):
+        buf = data.buffer
+    elif isinstance(getattr(data, "op", None), tvm.ir.Op) and data.op.name == "tirx.buffer_data":
+        buf = data.args[0]
+    else:
+        raise error(f"T.ptx_mma operand {role} must be a thread-local array or its .data, got "
+                    f"{type(data).__name__}")
+    if str(buf.scope()) != "local":
+        raise error(f"T.ptx_mma operand {role} must be in registers (T.alloc_local); "
+                    f"{buf.name!r} is in {buf.scope()}")
+    return tirx.BufferLoad(buf, [to_expr(offset, "int32")])
+
+
+def ptx_mma(dtype, shape, a_layout, b_layout, a_precision, b_precision, c_precision,  # noqa: PLR0913
+            a_data, a_offset, b_data, b_offset, c_data, c_offset, saturate=False):
+    """``T.ptx_mma(accum_dtype, "m16n8k16", "row", "col", "fp16", "fp16", "fp32", A.data,
+    a_off, B.data, b_off, C.data, c_off, False)`` (TVM's argument order): one
+    ``mma.sync.aligned`` of the calling warp (sm_80+; every lane calls it together) on
+    thread-local arrays: the 4 accumulators from ``C[c_off]`` += the A fragment (4 32-bit
+    registers from ``A[a_off]``) times the B fragment (2 registers from ``B[b_off]``), in the
+    PTX fragment layouts. Forms: m16n8k16 fp16 x fp16 -> fp32 or fp16, bf16 x bf16 -> fp32;
+    m16n8k32 int8 x int8 -> int32, and int4 x int4 -> int32 (A 2 registers, B 1, of int8
+    arrays holding two values a byte); A row-major, B column-major, no saturation."""
+    form = (str(shape), str(a_precision), str(c_precision))
+    if form not in MMA_FORMS or str(b_precision) != str(a_precision):
+        known = "; ".join(f"{s} {a} x {a} -> {c}" for s, a, c in MMA_FORMS)
+        raise error(f"T.ptx_mma: {shape} {a_precision} x {b_precision} -> {c_precision} is not "
+                    f"an mma.sync form of the CUDA dialect (it has {known})")
+    if (str(a_layout), str(b_layout)) != ("row", "col"):
+        raise error(f"T.ptx_mma takes A 'row' and B 'col' (mma.sync's only layouts for these "
+                    f"forms), got {a_layout!r}, {b_layout!r}")
+    if _constant(saturate, "T.ptx_mma saturate"):
+        raise error("T.ptx_mma: saturation (.satfinite) is not supported; pass False")
+    operand_dtype, accum, a_registers, b_registers = MMA_FORMS[form]
+    if str(dtype) != accum:
+        raise error(f"T.ptx_mma: the result type {dtype} is not the accumulator type {accum} "
+                    f"of {c_precision}")
+    loads = {"A": _fragment(a_data, a_offset, "A"), "B": _fragment(b_data, b_offset, "B"),
+             "C": _fragment(c_data, c_offset, "C")}
+    for role, load in loads.items():
+        want = accum if role == "C" else operand_dtype
+        if str(load.source.dtype) != want:
+            raise error(f"T.ptx_mma {form[0]} {form[1]} -> {form[2]}: operand {role} "
+                        f"{load.source.name!r} is {load.source.dtype}, not {want}")
+        registers = a_registers if role == "A" else b_registers
+        count = 4 if role == "C" else registers * 32 // load.source.dtype.bits
+        _fits(load, count, f"T.ptx_mma operand {role}")
+    _emit(ops.PTX_MMA.name, {r: tirx.address_of(load) for r, load in loads.items()},
+          {"shape": form[0], "a_dtype": "int4" if form[1] == "int4" else operand_dtype,
+           "c_dtype": accum})
 
 
 def cp_async_barrier_noinc(barrier):

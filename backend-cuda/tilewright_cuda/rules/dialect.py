@@ -1,7 +1,8 @@
 """Lowering of the CUDA dialect (``tilewright_cuda.language``): mbarriers, TMA copies, the
 async-proxy fence, register budgets, warp-specialised roles and clusters, hand-issued
 ``cp.async`` copies and wgmma waits, as calls of ``include/tw_hopper.h`` and
-``include/tw_wgmma.h``. Needs sm_90 or newer (``setmaxnreg``, ``T.wait_wgmma``: sm_90a;
+``include/tw_wgmma.h``; per-thread ``ldmatrix`` and ``mma.sync`` (sm_80+) of
+``include/tw_mma.h``. Needs sm_90 or newer (``setmaxnreg``, ``T.wait_wgmma``: sm_90a;
 ``T.ptx_cp_async``: sm_80); an older architecture is an error naming the op and what it
 needs. ``T.wgmma_gemm`` has no rule here: ``transforms.dialect`` makes it a gemm left in
 flight, which ``rules.gemm`` lowers. Barrier and tile addresses are
@@ -222,6 +223,26 @@ def lower_wait_wgmma(call: TileOpCall, ctx: RuleContext):
         raise KernelError(f"T.wait_wgmma needs sm_90a (wgmma); the target architecture is "
                           f"{ctx.options.arch.name}: compile for 'cuda -arch=sm_90a'")
     return intrinsics.wgmma_wait(int(call.attrs["count"]))
+
+
+@register(ops.PTX_LDMATRIX.name)
+def lower_ptx_ldmatrix(call: TileOpCall, ctx: RuleContext):
+    """``tw_ldmatrix<num, trans>(registers, row)`` (``include/tw_mma.h``): the warp's
+    ldmatrix, this lane's row address and its registers."""
+    _require(call, ctx, "ldmatrix and mma.sync", since=80)
+    trans = "true" if call.attrs["trans"] else "false"
+    return intrinsics.call(f"tw_ldmatrix<{int(call.attrs['num'])}, {trans}>",
+                           call.operands["dst"], call.operands["src"])
+
+
+@register(ops.PTX_MMA.name)
+def lower_ptx_mma(call: TileOpCall, ctx: RuleContext):
+    """``tw_mma_sync(C, A, B)`` (``include/tw_mma.h``): one mma.sync of the warp, its form
+    chosen by the element types of the fragments (the frontend checked them against the
+    shape); ``tw_mma_sync_s4`` for int4 operands packed in int8 arrays."""
+    _require(call, ctx, "ldmatrix and mma.sync", since=80)
+    name = "tw_mma_sync_s4" if call.attrs["a_dtype"] == "int4" else "tw_mma_sync"
+    return intrinsics.call(name, call.operands["C"], call.operands["A"], call.operands["B"])
 
 
 def lower_warp_shuffle(call):
