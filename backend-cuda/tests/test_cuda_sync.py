@@ -297,3 +297,97 @@ def test_an_atomic_before_a_read_matches_torch(tmp_path):
     hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, v, y)
     counters = torch.maximum(torch.full((4,), 32, dtype=torch.int32), v.view(32, 4).amax(0))
     assert torch.equal(y, counters[(torch.arange(128) + 1) % 4])
+
+
+def compaction(variant="ticket", n=512, threads=128, threshold=0.5):
+    """Thread-level stream compaction: each thread keeps its values of ``X`` above
+    ``threshold`` in a shared list, each at a ticket of a shared counter
+    (``pos = TC.atomic_add(cnt[0], 1, return_prev=True); kept[pos] = v``), then the block
+    writes the list (zeros past its length) and the count. Other variants change one thing
+    in the loop, for barrier placement only: ``inline`` stores at the atomic itself; the
+    others break the tickets' guarantee or add an access of the list or the counter."""
+
+    @TC.prim_func
+    def main(X: TC.Tensor((n,), "float32"), Out: TC.Tensor((n,), "float32"),
+             Count: TC.Tensor((1,), "int32")):
+        with TC.Kernel(1, threads=threads):
+            tx = TC.get_thread_binding()
+            cnt = TC.alloc_shared((2,), "int32")
+            kept = TC.alloc_shared((n,), "float32")
+            pos = TC.alloc_var("int32")
+            TC.fill(cnt, 0)
+            for k in TC.serial(n // threads):
+                v = X[k * threads + tx]
+                if v > threshold:
+                    if variant == "ticket":
+                        pos = TC.atomic_add(cnt[0], 1, return_prev=True)
+                        kept[pos] = v
+                    elif variant == "inline":
+                        kept[TC.atomic_add(cnt[0], 1, return_prev=True)] = v
+                    elif variant == "two counters":  # tickets of cnt[0] and cnt[1] overlap
+                        if tx % 2 == 0:
+                            pos = TC.atomic_add(cnt[0], 1, return_prev=True)
+                            kept[pos] = v
+                        else:
+                            pos = TC.atomic_add(cnt[1], 1, return_prev=True)
+                            kept[pos] = v
+                    elif variant == "counter per iteration":  # cnt[k % 2]: two counters
+                        pos = TC.atomic_add(cnt[k % 2], 1, return_prev=True)
+                        kept[pos] = v
+                    elif variant == "zero step":  # every thread the same value
+                        pos = TC.atomic_add(cnt[0], 0, return_prev=True)
+                        kept[pos] = v
+                    elif variant == "variable step":  # not a constant: may be zero
+                        pos = TC.atomic_add(cnt[0], k % 2, return_prev=True)
+                        kept[pos] = v
+                    else:
+                        pos = TC.atomic_add(cnt[0], 1, return_prev=True)
+                        kept[pos] = v
+                if variant == "plain write" and tx == 0:
+                    kept[n - 1] = 0.0
+                if variant == "reset" and tx == 0:
+                    cnt[0] = 0
+                if variant == "another add" and tx == 0:
+                    TC.atomic_add(cnt[0], -1)
+            for i in TC.Parallel(n):
+                Out[i] = TC.if_then_else(i < cnt[0], kept[i], 0.0)
+            Count[0] = cnt[0]
+
+    return main
+
+
+@functools.cache
+def _compaction_text(variant: str) -> str:
+    return cuda_source.kernel(tilewright.lower(compaction(variant), "cuda -arch=sm_80")
+                              .source.text)
+
+
+@pytest.mark.parametrize("variant", ["ticket", "inline"])
+def test_stores_at_tickets_of_one_counter_need_no_barrier_between_them(variant):
+    kernel = _compaction_text(variant)
+    start, end = cuda_source.loop_span(kernel, "k")
+    assert "tw_atomic_add" in kernel[start:end]
+    assert "__syncthreads" not in kernel[start:end], kernel[start:end]
+    assert "__syncthreads();" in kernel[kernel.index("] = 0;"):start]  # the zeroing
+    assert "__syncthreads();" in kernel[end:kernel.index("Out_ptr[")]  # the list's reads
+    assert kernel.count("__syncthreads") == 2
+
+
+@pytest.mark.parametrize("variant", ["two counters", "counter per iteration", "zero step",
+                                     "variable step", "plain write", "reset", "another add"])
+def test_stores_at_tickets_keep_their_barrier_where_tickets_may_meet(variant):
+    kernel = _compaction_text(variant)
+    start, end = cuda_source.loop_span(kernel, "k")
+    assert "__syncthreads();" in kernel[start:end], kernel[start:end]
+
+
+@pytest.mark.emulator
+def test_compaction_at_tickets_matches_torch(tmp_path):
+    x = torch.rand(512, generator=torch.Generator().manual_seed(3))
+    out, count = torch.full((512,), -1.0), torch.full((1,), -1, dtype=torch.int32)
+    lowered = tilewright.lower(compaction(), "cuda -arch=sm_80")
+    hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, x, out, count)
+    want = x[x > 0.5]
+    assert int(count) == want.numel()
+    assert torch.equal(out[:want.numel()].sort().values, want.sort().values)
+    assert torch.equal(out[want.numel():], torch.zeros(512 - want.numel()))
