@@ -6,7 +6,7 @@ the counter, so stores at tickets of one counter write distinct elements whichev
 make them. :func:`find` recognises them in a block's program:
 
 - a ticket is a step, a per-thread variable (``T.alloc_var``: a thread-local buffer stored at
-  constant indices) or a ``Bind``/``LetStmt`` variable holding one, or one of these plus
+  constant indices) or a ``Bind`` variable holding one, or one of these plus
   thread-independent terms; a variable stops holding its ticket at any other store to it and
   wherever the counter's buffer may change other than by a step (a store, another atomic, a
   call taking its address), at an ``if`` either branch of which does so, and in a loop whose
@@ -196,15 +196,13 @@ class _Walk:
             if ticket is not None and key is not None:
                 held[key] = ticket
             return held
-        if isinstance(s, (tirx.Bind, tirx.LetStmt)):
+        if isinstance(s, tirx.Bind):
             ticket = self.ticket(s.value, held)
             if not self.uniform(s.value):
                 self.varying.add(s.var)
             held = _drop(held, tirx.Evaluate(s.value))
             if ticket is not None:
                 held[s.var] = ticket
-            if isinstance(s, tirx.LetStmt):
-                held = self.stmt(s.body, held)
             return held
         if isinstance(s, tirx.IfThenElse):
             self.stmt(s.then_case, dict(held))
@@ -236,6 +234,8 @@ def _variable(buffer, indices):
 def _drop(held: dict, node) -> dict:
     """``held`` without what ``node`` may change: variables it stores to, tickets whose
     counter's buffer it changes other than by a step."""
+    if not held:
+        return held
     gone = changed(node)
     if not gone:
         return held

@@ -170,7 +170,7 @@ def _renewed(state, loop):
         bound.add(loop.loop_var)
     tvm_ffi.structural_walk(loop.body, [
         (tirx.For, lambda s: bound.add(s.loop_var)),
-        ((tirx.Bind, tirx.LetStmt), lambda s: bound.add(s.var))])
+        (tirx.Bind, lambda s: bound.add(s.var))])
     renewed = {e for e in tickets if e[2].variables & bound}
     return (state[0], state[1] | {(buf, key) for buf, key, _ in renewed}, state[2],
             tickets - renewed, state[4])
