@@ -3,8 +3,9 @@ run as a loop over each thread's registers, is one statement: one barrier before
 between its iterations (block-causal varlen attention's dkv kernel had one per element); a
 loop whose iterations read what another thread wrote in an earlier iteration keeps its
 barriers; atomics of one function need none between them (a shared histogram's loop), but a
-plain access or another function's atomic after them does. Checked on the lowered source and
-in host emulation against torch."""
+plain access or another function's atomic after them does; neither do stores at tickets of one
+counter (a compaction's loop), unless the tickets may meet or the buffer is accessed otherwise.
+Checked on the lowered source and in host emulation against torch."""
 
 import functools
 import re
@@ -16,7 +17,9 @@ import tilewright
 import tilewright.language as T
 import tilewright_cuda.language as TC
 import torch
-from tilewright_cuda.analysis import lifetimes
+from tilewright_cuda import intrinsics
+from tilewright_cuda.analysis import lifetimes, tickets
+from tvm import tirx
 
 M = N = K = 64
 
@@ -391,3 +394,20 @@ def test_compaction_at_tickets_matches_torch(tmp_path):
     assert int(count) == want.numel()
     assert torch.equal(out[:want.numel()].sort().values, want.sort().values)
     assert torch.equal(out[want.numel():], torch.zeros(512 - want.numel()))
+
+
+def test_a_ticket_bound_to_a_variable_and_where_it_stops():
+    """``p = <step>; buf[p + 1] = tx`` is a ticket store; a plain write of the counter between
+    the step and the store, or a thread-dependent offset, makes it a plain one."""
+    tx, p = tirx.Var("tx", "int32"), tirx.Var("p", "int32")
+    cnt = tirx.decl_buffer((1,), "int32", "cnt", scope="shared.dyn")
+    buf = tirx.decl_buffer((64,), "int32", "buf", scope="shared.dyn")
+    take = tirx.Bind(p, intrinsics.atomic("add", tirx.BufferLoad(cnt, [0]),
+                                          tirx.IntImm("int32", 1)))
+    store = tirx.BufferStore(buf, tx, [p + 1])
+    found = tickets.find(tirx.SeqStmt([take, store]), tx).of(store)
+    assert found is not None and found.counter.source.same_as(cnt) and found.dim == 0
+    reset = tirx.BufferStore(cnt, tirx.IntImm("int32", 0), [0])
+    assert tickets.find(tirx.SeqStmt([take, reset, store]), tx).of(store) is None
+    spread = tirx.BufferStore(buf, tx, [p + tx])
+    assert tickets.find(tirx.SeqStmt([take, spread]), tx).of(spread) is None

@@ -117,13 +117,16 @@ class Syncs:
     def _loop(self, stmt, state):
         """A barrier the first iteration needs goes before the loop; inside, only what one
         iteration needs after the previous one (a counted loop's versions shifted back by
-        one). A ``while`` loop is one whose iterations are not counted."""
+        one). A ``while`` loop is one whose iterations are not counted. Ticket stores before
+        the loop whose expressions read a variable the loop binds (a copy of a loop binding
+        the same variable) count as plain writes, as on its back edge."""
+        state = _renewed(state, stmt)
         reads, writes, atomics, tickets, issued = state
         before = None
         if not _starts_with_sync(stmt.body) and _needs_sync(
                 Access(stmt.body, self.versions, self.tickets), state):
-            before, reads, writes, atomics, tickets = intrinsics.sync(), set(), set(), set(), \
-                set()
+            before = intrinsics.sync()
+            reads, writes, atomics, tickets = set(), set(), set(), set()
         counted = isinstance(stmt, tirx.For)
         var = hash(stmt.loop_var) if counted else None
 
@@ -160,8 +163,9 @@ def _needs_sync(acc: Access, state) -> bool:
 
 
 def _renewed(state, loop):
-    """``state`` at ``loop``'s back edge: a ticket store whose expressions read a variable
-    bound in the loop (its own or one its body binds) counts as a plain write."""
+    """``state`` where ``loop`` (re)binds its variables: a ticket store whose expressions
+    read a variable bound in the loop (its own or one its body binds) counts as a plain
+    write."""
     tickets = state[3]
     if not tickets:
         return state
