@@ -49,9 +49,9 @@ class Syncs:
     that follows them. Versions of a pipelined tile (transforms/pipeline) are told apart,
     with the previous iteration's versions shifted by one on a loop's back edge. Statements
     whose control flow is the same in every thread of the block are entered; others are
-    leaves. A state is (reads, writes,
-    atomics, ticket stores, issued) since the last barrier (issued: since the last
-    ``wait_group``)."""
+    leaves. A state is (reads, writes, atomics, ticket stores, issued) since the last barrier
+    (issued: since the last ``wait_group``); ``tickets`` are the block's ticket stores
+    (``analysis.tickets.find``), None to count every store as a plain write."""
 
     def __init__(self, tx, versions: dict | None = None, varying: list | None = None,
                  tickets=None):
@@ -117,10 +117,10 @@ class Syncs:
     def _loop(self, stmt, state):
         """A barrier the first iteration needs goes before the loop; inside, only what one
         iteration needs after the previous one (a counted loop's versions shifted back by
-        one). A ``while`` loop is one whose iterations are not counted. Ticket stores before
-        the loop whose expressions read a variable the loop binds (a copy of a loop binding
-        the same variable) count as plain writes, as on its back edge."""
-        state = _renewed(state, stmt)
+        one). A ``while`` loop is one whose iterations are not counted. A ticket store of
+        the body whose expressions read a variable the loop binds gets a barrier before it
+        in the body (its renewed self conflicts with it), so every iteration, the first
+        too, has one before it."""
         reads, writes, atomics, tickets, issued = state
         before = None
         if not _starts_with_sync(stmt.body) and _needs_sync(
@@ -163,9 +163,8 @@ def _needs_sync(acc: Access, state) -> bool:
 
 
 def _renewed(state, loop):
-    """``state`` where ``loop`` (re)binds its variables: a ticket store whose expressions
-    read a variable bound in the loop (its own or one its body binds) counts as a plain
-    write."""
+    """``state`` at ``loop``'s back edge: a ticket store whose expressions read a variable
+    bound in the loop (its own or one its body binds) counts as a plain write."""
     tickets = state[3]
     if not tickets:
         return state
