@@ -110,8 +110,12 @@ def find(body, tx, whole=None) -> Tickets:
     """The ticket stores of ``body``, a block's program whose thread index is ``tx``;
     ``whole`` (default ``body``) is the kernel, where a global counter must change only by
     steps."""
-    walk = _Walk(tx, [b for b in changed(whole if whole is not None else body)
-                      if layout.memory(b) == "global"])
+    steps = []
+    tvm_ffi.structural_walk(body, (tvm.ir.Call, lambda c: steps.append(c) if
+                                   intrinsics.ticket_step(c) is not None else None))
+    if not steps:
+        return Tickets({})
+    walk = _Walk(tx, whole if whole is not None else body)
     walk.stmt(body, {})
     return Tickets(walk.stores)
 
@@ -120,9 +124,9 @@ class _Walk:
     """One pass in program order; ``held`` maps a variable (a ``Var``, or a thread-local
     buffer and its constant indices) to the ticket it holds: (counter load, offset terms)."""
 
-    def __init__(self, tx, unsteady_globals: list):
+    def __init__(self, tx, whole):
         self.varying = {tx}  # variables whose value may differ between threads
-        self.unsteady = unsteady_globals
+        self.whole, self.unsteady = whole, None
         self.stores: dict = {}
 
     def uniform(self, e) -> bool:
@@ -143,6 +147,8 @@ class _Walk:
     def counter_ok(self, load) -> bool:
         memory = layout.memory(load.source)
         if memory == "global":
+            if self.unsteady is None:  # global buffers the kernel changes other than by steps
+                self.unsteady = [b for b in changed(self.whole) if layout.memory(b) == "global"]
             if any(load.source.same_as(b) for b in self.unsteady):
                 return False
         elif not shared(load.source) or memory == "local.fragment":
