@@ -306,9 +306,10 @@ def compaction(variant="ticket", n=512, threads=128, threshold=0.5):
     """Thread-level stream compaction: each thread keeps its values of ``X`` above
     ``threshold`` in a shared list, each at a ticket of a shared counter
     (``pos = TC.atomic_add(cnt[0], 1, return_prev=True); kept[pos] = v``), then the block
-    writes the list (zeros past its length) and the count. Other variants change one thing
-    in the loop, for barrier placement only: ``inline`` stores at the atomic itself; the
-    others break the tickets' guarantee or add an access of the list or the counter."""
+    writes the list (zeros past its length) and the count. Other variants change one thing,
+    for barrier placement only: ``inline`` stores at the atomic itself, ``global counter``
+    takes the tickets from ``Count`` (which nothing else writes); the others break the
+    tickets' guarantee or add an access of the list or the counter."""
 
     @TC.prim_func
     def main(X: TC.Tensor((n,), "float32"), Out: TC.Tensor((n,), "float32"),
@@ -319,6 +320,8 @@ def compaction(variant="ticket", n=512, threads=128, threshold=0.5):
             kept = TC.alloc_shared((n,), "float32")
             pos = TC.alloc_var("int32")
             TC.fill(cnt, 0)
+            if variant == "global counter written" and tx == 0:
+                Count[0] = 0
             for k in TC.serial(n // threads):
                 v = X[k * threads + tx]
                 if v > threshold:
@@ -334,6 +337,9 @@ def compaction(variant="ticket", n=512, threads=128, threshold=0.5):
                         else:
                             pos = TC.atomic_add(cnt[1], 1, return_prev=True)
                             kept[pos] = v
+                    elif variant in ("global counter", "global counter written"):
+                        pos = TC.atomic_add(Count[0], 1, return_prev=True)
+                        kept[pos] = v
                     elif variant == "counter per iteration":  # cnt[k % 2]: two counters
                         pos = TC.atomic_add(cnt[k % 2], 1, return_prev=True)
                         kept[pos] = v
@@ -354,7 +360,8 @@ def compaction(variant="ticket", n=512, threads=128, threshold=0.5):
                     TC.atomic_add(cnt[0], -1)
             for i in TC.Parallel(n):
                 Out[i] = TC.if_then_else(i < cnt[0], kept[i], 0.0)
-            Count[0] = cnt[0]
+            if not variant.startswith("global"):
+                Count[0] = cnt[0]
 
     return main
 
@@ -365,19 +372,21 @@ def _compaction_text(variant: str) -> str:
                               .source.text)
 
 
-@pytest.mark.parametrize("variant", ["ticket", "inline"])
+@pytest.mark.parametrize("variant", ["ticket", "inline", "global counter"])
 def test_stores_at_tickets_of_one_counter_need_no_barrier_between_them(variant):
     kernel = _compaction_text(variant)
     start, end = cuda_source.loop_span(kernel, "k")
     assert "tw_atomic_add" in kernel[start:end]
     assert "__syncthreads" not in kernel[start:end], kernel[start:end]
-    assert "__syncthreads();" in kernel[kernel.index("] = 0;"):start]  # the zeroing
     assert "__syncthreads();" in kernel[end:kernel.index("Out_ptr[")]  # the list's reads
-    assert kernel.count("__syncthreads") == 2
+    if variant != "global counter":  # the zeroing of the shared counter before its steps
+        assert "__syncthreads();" in kernel[kernel.index("] = 0;"):start]
+    assert kernel.count("__syncthreads") == (1 if variant == "global counter" else 2)
 
 
 @pytest.mark.parametrize("variant", ["two counters", "counter per iteration", "zero step",
-                                     "variable step", "plain write", "reset", "another add"])
+                                     "variable step", "plain write", "reset", "another add",
+                                     "global counter written"])
 def test_stores_at_tickets_keep_their_barrier_where_tickets_may_meet(variant):
     kernel = _compaction_text(variant)
     start, end = cuda_source.loop_span(kernel, "k")
