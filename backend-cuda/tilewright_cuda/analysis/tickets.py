@@ -9,8 +9,8 @@ make them. :func:`find` recognises them in a block's program:
   constant indices) or a ``Bind`` variable holding one, or one of these plus
   thread-independent terms; a variable stops holding its ticket at any other store to it and
   wherever the counter's buffer may change other than by a step (a store, another atomic, a
-  call taking its address), at an ``if`` either branch of which does so, and in a loop whose
-  body does so;
+  call taking its address): after an ``if`` or a loop that does so anywhere, and inside a
+  loop from its start; a ticket taken in a branch or a loop body is held there only;
 - a ticket store is a store to shared memory whose index along one dimension is a ticket and
   whose other indices are thread-independent; thread-independent means built from constants
   and variables whose values are the same in every thread of the block, without loads or
@@ -211,6 +211,7 @@ class _Walk:
                 held[s.var] = ticket
             return held
         if isinstance(s, tirx.IfThenElse):
+            held = _drop(held, tirx.Evaluate(s.condition))
             self.stmt(s.then_case, dict(held))
             if s.else_case is not None:
                 self.stmt(s.else_case, dict(held))
