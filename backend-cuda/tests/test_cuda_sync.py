@@ -384,13 +384,15 @@ def test_stores_at_tickets_of_one_counter_need_no_barrier_between_them(variant):
     assert kernel.count("__syncthreads") == (1 if variant == "global counter" else 2)
 
 
-@pytest.mark.parametrize("variant", ["two counters", "counter per iteration", "zero step",
-                                     "variable step", "plain write", "reset", "another add",
-                                     "global counter written"])
-def test_stores_at_tickets_keep_their_barrier_where_tickets_may_meet(variant):
+@pytest.mark.parametrize("variant, barriers", [
+    ("two counters", 1), ("counter per iteration", 1), ("zero step", 1), ("variable step", 1),
+    ("global counter written", 1),  # one before the stores: plain writes of one another
+    ("plain write", 2), ("reset", 2), ("another add", 2),  # and one before the other access
+])
+def test_stores_at_tickets_keep_their_barrier_where_tickets_may_meet(variant, barriers):
     kernel = _compaction_text(variant)
     start, end = cuda_source.loop_span(kernel, "k")
-    assert "__syncthreads();" in kernel[start:end], kernel[start:end]
+    assert kernel[start:end].count("__syncthreads();") == barriers, kernel[start:end]
 
 
 @pytest.mark.emulator
