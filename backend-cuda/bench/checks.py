@@ -344,7 +344,8 @@ def emulated() -> list[Check]:
     the registers of ``if tx < 128`` roles feeding register-A wgmma, per-thread atomics
     (shared histogram, float32 sums, tickets; DeepSeek's radix top-k selector), a block's
     atomic with return_prev, T.use_swizzle in both orders; the barriers sync insertion places
-    around register nests and shared rows; wgmma on K halves, N halves and stages of swizzled
+    around register nests and shared rows, and leaves out between stores at tickets (a
+    compaction); wgmma on K halves, N halves and stages of swizzled
     tiles and a run-time clear_accum; a pipelined loop inside another (barriers set up each
     round, or the producer's own outer loop) and a tile the threads write feeding a wgmma (the
     proxy fence); a GEMV of 2..15 rows on padded mma.sync; shared tiles whose bytes are reused
@@ -390,6 +391,7 @@ def emulated() -> list[Check]:
         ("sync_scaled_difference", "float16", sync.scaled_difference, _scaled_difference, 64,
          "float16"),
         ("sync_reversed_rows", "float32", sync.reversed_rows, _reversed_rows, 1, None),
+        ("sync_compaction_tickets", "float32", sync.compaction, _compaction, 1, None),
         ("sync_row_vector_per_step", "float16", sync.row_vector_per_step, _row_vector_per_step,
          128, "float16"),
         ("wgmma_k_halves", "float16", lambda: wgmma_slices.k_halves(dialect=True),
@@ -565,6 +567,16 @@ def _scaled_difference(g) -> Run:
 def _reversed_rows(g) -> Run:
     x = _rand(g, 4, 128)
     return Run([x, _poisoned((4, 128), torch.float32)], [1], [x.double().flip(1) * 2 + 1])
+
+
+def _compaction(g) -> Run:
+    """The values of 512 above 0.5, in the order the tickets place them, zeros after, and
+    their count."""
+    x = _rand(g, 512)
+    kept = x[x > 0.5].double()
+    want = torch.cat([kept, torch.zeros(512 - kept.numel(), dtype=torch.float64)])
+    return Run([x, _poisoned((512,), torch.float32), _poisoned((1,), torch.int32)], [1, 2],
+               [want, torch.tensor([float(kept.numel())])], {1: "all"})
 
 
 def _row_vector_per_step(g) -> Run:

@@ -47,7 +47,8 @@ def test_every_catalogue_case_example_and_dialect_kernel_is_checked():
     assert {"dialect-tma_column_blocks", "dialect-tma_wide_store", "dialect-named_barrier_break",
             "dialect-spread_layernorm_bwd", "dialect-ws_role_fragments", "dialect-topk_selector",
             "dialect-block_atomic_tickets", "dialect-use_swizzle_col",
-            "dialect-sync_reversed_rows", "dialect-wgmma_stage_k_halves",
+            "dialect-sync_reversed_rows", "dialect-sync_compaction_tickets",
+            "dialect-wgmma_stage_k_halves",
             "dialect-tma_scores_through_shared", "dialect-gemv_5_rows_int8",
             "dialect-mla_decode"} <= dialect
 

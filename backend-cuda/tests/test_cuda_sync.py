@@ -3,8 +3,9 @@ run as a loop over each thread's registers, is one statement: one barrier before
 between its iterations (block-causal varlen attention's dkv kernel had one per element); a
 loop whose iterations read what another thread wrote in an earlier iteration keeps its
 barriers; atomics of one function need none between them (a shared histogram's loop), but a
-plain access or another function's atomic after them does. Checked on the lowered source and
-in host emulation against torch."""
+plain access or another function's atomic after them does; neither do stores at tickets of one
+counter (a compaction's loop), unless the tickets may meet or the buffer is accessed otherwise.
+Checked on the lowered source and in host emulation against torch."""
 
 import functools
 import re
@@ -16,7 +17,9 @@ import tilewright
 import tilewright.language as T
 import tilewright_cuda.language as TC
 import torch
-from tilewright_cuda.analysis import lifetimes
+from tilewright_cuda import intrinsics
+from tilewright_cuda.analysis import lifetimes, tickets
+from tvm import tirx
 
 M = N = K = 64
 
@@ -297,3 +300,125 @@ def test_an_atomic_before_a_read_matches_torch(tmp_path):
     hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, v, y)
     counters = torch.maximum(torch.full((4,), 32, dtype=torch.int32), v.view(32, 4).amax(0))
     assert torch.equal(y, counters[(torch.arange(128) + 1) % 4])
+
+
+def compaction(variant="ticket", n=512, threads=128, threshold=0.5):
+    """Thread-level stream compaction: each thread keeps its values of ``X`` above
+    ``threshold`` in a shared list, each at a ticket of a shared counter
+    (``pos = TC.atomic_add(cnt[0], 1, return_prev=True); kept[pos] = v``), then the block
+    writes the list (zeros past its length) and the count. Other variants change one thing,
+    for barrier placement only: ``inline`` stores at the atomic itself, ``global counter``
+    takes the tickets from ``Count`` (which nothing else writes); the others break the
+    tickets' guarantee or add an access of the list or the counter."""
+
+    @TC.prim_func
+    def main(X: TC.Tensor((n,), "float32"), Out: TC.Tensor((n,), "float32"),
+             Count: TC.Tensor((1,), "int32")):
+        with TC.Kernel(1, threads=threads):
+            tx = TC.get_thread_binding()
+            cnt = TC.alloc_shared((2,), "int32")
+            kept = TC.alloc_shared((n,), "float32")
+            pos = TC.alloc_var("int32")
+            TC.fill(cnt, 0)
+            if variant == "global counter written" and tx == 0:
+                Count[0] = 0
+            for k in TC.serial(n // threads):
+                v = X[k * threads + tx]
+                if v > threshold:
+                    if variant == "ticket":
+                        pos = TC.atomic_add(cnt[0], 1, return_prev=True)
+                        kept[pos] = v
+                    elif variant == "inline":
+                        kept[TC.atomic_add(cnt[0], 1, return_prev=True)] = v
+                    elif variant == "two counters":  # tickets of cnt[0] and cnt[1] overlap
+                        if tx % 2 == 0:
+                            pos = TC.atomic_add(cnt[0], 1, return_prev=True)
+                            kept[pos] = v
+                        else:
+                            pos = TC.atomic_add(cnt[1], 1, return_prev=True)
+                            kept[pos] = v
+                    elif variant in ("global counter", "global counter written"):
+                        pos = TC.atomic_add(Count[0], 1, return_prev=True)
+                        kept[pos] = v
+                    elif variant == "counter per iteration":  # cnt[k % 2]: two counters
+                        pos = TC.atomic_add(cnt[k % 2], 1, return_prev=True)
+                        kept[pos] = v
+                    elif variant == "zero step":  # every thread the same value
+                        pos = TC.atomic_add(cnt[0], 0, return_prev=True)
+                        kept[pos] = v
+                    elif variant == "variable step":  # not a constant: may be zero
+                        pos = TC.atomic_add(cnt[0], k % 2, return_prev=True)
+                        kept[pos] = v
+                    else:
+                        pos = TC.atomic_add(cnt[0], 1, return_prev=True)
+                        kept[pos] = v
+                if variant == "plain write" and tx == 0:
+                    kept[n - 1] = 0.0
+                if variant == "reset" and tx == 0:
+                    cnt[0] = 0
+                if variant == "another add" and tx == 0:
+                    TC.atomic_add(cnt[0], -1)
+            for i in TC.Parallel(n):
+                Out[i] = TC.if_then_else(i < cnt[0], kept[i], 0.0)
+            if not variant.startswith("global"):
+                Count[0] = cnt[0]
+
+    return main
+
+
+@functools.cache
+def _compaction_text(variant: str) -> str:
+    return cuda_source.kernel(tilewright.lower(compaction(variant), "cuda -arch=sm_80")
+                              .source.text)
+
+
+@pytest.mark.parametrize("variant", ["ticket", "inline", "global counter"])
+def test_stores_at_tickets_of_one_counter_need_no_barrier_between_them(variant):
+    kernel = _compaction_text(variant)
+    start, end = cuda_source.loop_span(kernel, "k")
+    assert "tw_atomic_add" in kernel[start:end]
+    assert "__syncthreads" not in kernel[start:end], kernel[start:end]
+    assert "__syncthreads();" in kernel[end:kernel.index("Out_ptr[")]  # the list's reads
+    if variant != "global counter":  # the zeroing of the shared counter before its steps
+        assert "__syncthreads();" in kernel[kernel.index("] = 0;"):start]
+    assert kernel.count("__syncthreads") == (1 if variant == "global counter" else 2)
+
+
+@pytest.mark.parametrize("variant, barriers", [
+    ("two counters", 1), ("counter per iteration", 1), ("zero step", 1), ("variable step", 1),
+    ("global counter written", 1),  # one before the stores: plain writes of one another
+    ("plain write", 2), ("reset", 2), ("another add", 2),  # and one before the other access
+])
+def test_stores_at_tickets_keep_their_barrier_where_tickets_may_meet(variant, barriers):
+    kernel = _compaction_text(variant)
+    start, end = cuda_source.loop_span(kernel, "k")
+    assert kernel[start:end].count("__syncthreads();") == barriers, kernel[start:end]
+
+
+@pytest.mark.emulator
+def test_compaction_at_tickets_matches_torch(tmp_path):
+    x = torch.rand(512, generator=torch.Generator().manual_seed(3))
+    out, count = torch.full((512,), -1.0), torch.full((1,), -1, dtype=torch.int32)
+    lowered = tilewright.lower(compaction(), "cuda -arch=sm_80")
+    hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, x, out, count)
+    want = x[x > 0.5]
+    assert int(count) == want.numel()
+    assert torch.equal(out[:want.numel()].sort().values, want.sort().values)
+    assert torch.equal(out[want.numel():], torch.zeros(512 - want.numel()))
+
+
+def test_a_ticket_bound_to_a_variable_and_where_it_stops():
+    """``p = <step>; buf[p + 1] = tx`` is a ticket store; a plain write of the counter between
+    the step and the store, or a thread-dependent offset, makes it a plain one."""
+    tx, p = tirx.Var("tx", "int32"), tirx.Var("p", "int32")
+    cnt = tirx.decl_buffer((1,), "int32", "cnt", scope="shared.dyn")
+    buf = tirx.decl_buffer((64,), "int32", "buf", scope="shared.dyn")
+    take = tirx.Bind(p, intrinsics.atomic("add", tirx.BufferLoad(cnt, [0]),
+                                          tirx.IntImm("int32", 1)))
+    store = tirx.BufferStore(buf, tx, [p + 1])
+    found = tickets.find(tirx.SeqStmt([take, store]), tx).of(store)
+    assert found is not None and found.counter.source.same_as(cnt) and found.dim == 0
+    reset = tirx.BufferStore(cnt, tirx.IntImm("int32", 0), [0])
+    assert tickets.find(tirx.SeqStmt([take, reset, store]), tx).of(store) is None
+    spread = tirx.BufferStore(buf, tx, [p + tx])
+    assert tickets.find(tirx.SeqStmt([take, spread]), tx).of(spread) is None

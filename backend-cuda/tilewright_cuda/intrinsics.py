@@ -54,7 +54,11 @@ class Intrinsic:
     waits, mbarrier waits, the TMA store wait). ``multicast``: the name of the function that
     issues the same TMA load into every block of a cluster (a mask after the shared
     destination), "" when there is none. ``dtypes``: for a typed function (the atomics), each
-    element type it takes with the oldest architecture (``sm`` number) that has it."""
+    element type it takes with the oldest architecture (``sm`` number) that has it.
+    ``ticket``: it returns the previous value of the element its pointer (argument 1) names
+    and adds its value (argument 2) to it; a call adding a positive integer constant is a
+    *step*, and the steps of any threads on one element return distinct values (tickets)
+    while nothing else changes the element (:func:`ticket_step`)."""
 
     name: str
     header: str | None  # include/ file defining it (None: CUDA's own)
@@ -66,6 +70,7 @@ class Intrinsic:
     completes: bool = False
     multicast: str = ""
     dtypes: tuple[tuple[str, int], ...] = ()
+    ticket: bool = False
 
 
 def _table(*entries: Intrinsic) -> dict[str, Intrinsic]:
@@ -106,7 +111,7 @@ TABLE = _table(
               in_flight=True),
     Intrinsic("tw_wgmma_wait", WGMMA, (), "wgmma_wait", completes=True),
     Intrinsic("tw_wgmma_pack", WGMMA, ("write", "", ""), local=True),
-    *(Intrinsic(name, BASE, ("atomic", ""), dtypes=_ATOMIC_DTYPES[kind])
+    *(Intrinsic(name, BASE, ("atomic", ""), dtypes=_ATOMIC_DTYPES[kind], ticket=kind == "add")
       for kind, name in ATOMIC_FUNCTIONS.items()),
     Intrinsic("tw_fence_proxy_async", HOPPER, (), "fence_async"),
     Intrinsic("tw_fence_barrier_init", HOPPER),
@@ -216,6 +221,20 @@ def pointer_effects(call) -> list[tuple]:
                 isinstance(arg.args[0], tvm.ir.TensorLoad):
             out.append((arg.args[0], effect))
     return out
+
+
+def ticket_step(call):
+    """The element a step of a ``ticket`` function (an add of a positive integer constant,
+    returning the element's previous value) takes its ticket from, None when ``call`` is no
+    such step."""
+    entry = of(call) if isinstance(call, tvm.ir.Call) else None
+    if entry is None or not entry.ticket or len(call.args) != 3:
+        return None
+    pointer, value = call.args[1], call.args[2]
+    if not (isinstance(value, tirx.IntImm) and int(value.value) > 0 and
+            is_address_of(pointer) and isinstance(pointer.args[0], tvm.ir.TensorLoad)):
+        return None
+    return pointer.args[0]
 
 
 # -- builders ----------------------------------------------------------------------------------

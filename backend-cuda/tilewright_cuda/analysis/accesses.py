@@ -48,11 +48,21 @@ def conflict(xs, ys) -> bool:
     return any(b1.same_as(b2) and _overlap(k1, k2) for b1, k1, *_ in xs for b2, k2, *_ in ys)
 
 
+def _apart(xs, ys) -> bool:
+    return any(t1 != t2 and b1.same_as(b2) and _overlap(k1, k2)
+               for b1, k1, t1 in xs for b2, k2, t2 in ys)
+
+
 def atomics_conflict(xs, ys) -> bool:
     """Whether two sets of atomics' entries may touch the same memory with different functions
     (one function's atomics commute: the ``atomic`` effect of ``intrinsics``)."""
-    return any(f1 != f2 and b1.same_as(b2) and _overlap(k1, k2)
-               for b1, k1, f1 in xs for b2, k2, f2 in ys)
+    return _apart(xs, ys)
+
+
+def tickets_conflict(xs, ys) -> bool:
+    """Whether two sets of ticket stores' entries may touch the same memory through different
+    tickets (stores at tickets of one counter, :mod:`.tickets`, write distinct elements)."""
+    return _apart(xs, ys)
 
 
 def rekey(entries, var_hash, fn):
@@ -68,15 +78,19 @@ class Access:
     """The shared-memory effects of a statement: plain ``reads`` and ``writes`` (visible to
     other threads after the next barrier), ``atomics`` (atomic read-modify-writes: each reads
     and writes its element, and needs no barrier from another thread's atomic of the same
-    function), ``issued`` (cp.async writes, visible only after a wait and a barrier), and
+    function), ``tickets`` (stores at tickets, given ``tickets`` from :func:`.tickets.find`:
+    writes that need no barrier from another thread's store at a ticket of the same
+    counter), ``issued`` (cp.async writes, visible only after a wait and a barrier), and
     whether it waits for cp.async groups (``lands``). Entries are ``(buffer, version key)``,
-    an atomic's ``(buffer, version key, function)``. Pointer arguments of intrinsics count as
-    their table entry says; any other element address a call takes counts as written, any
-    other element read as read."""
+    an atomic's ``(buffer, version key, function)``, a ticket store's ``(buffer, version key,
+    Ticket)``; an atomic on a ticket counter that is not a step counts as a function of its
+    own, apart from the steps (so the tickets taken between two barriers stay distinct).
+    Pointer arguments of intrinsics count as their table entry says; any other element
+    address a call takes counts as written, any other element read as read."""
 
-    def __init__(self, stmt, versions: dict):
+    def __init__(self, stmt, versions: dict, tickets=None):
         self.reads, self.writes, self.issued, self.lands = set(), set(), set(), False
-        self.atomics = set()
+        self.atomics, self.tickets = set(), set()
         handled = []
 
         def entry(buf, indices):
@@ -103,7 +117,11 @@ class Access:
                 handled.append(load)
                 if effect == "atomic":
                     if shared(load.source):
-                        self.atomics.add((*entry(load.source, load.indices), found.name))
+                        function = found.name
+                        if tickets is not None and tickets.counts(load.source) and \
+                                intrinsics.ticket_step(c) is None:
+                            function = (found.name, "not a step")
+                        self.atomics.add((*entry(load.source, load.indices), function))
                 else:
                     add(load, *sets[effect]())
 
@@ -115,7 +133,11 @@ class Access:
 
         def store(s):
             if shared(s.buffer):
-                self.writes.add(entry(s.buffer, s.indices))
+                ticket = tickets.of(s) if tickets is not None else None
+                if ticket is None:
+                    self.writes.add(entry(s.buffer, s.indices))
+                else:
+                    self.tickets.add((*entry(s.buffer, s.indices), ticket))
 
         def address(c):  # printf and calls without declared effects take element addresses
             if intrinsics.is_address_of(c) and not any(c.args[0].same_as(h) for h in handled):

@@ -14,7 +14,15 @@ from tilewright.transform import StmtMutator, prim_func_pass, rebuild_for
 from tvm import tirx
 
 from .. import intrinsics, keys
-from ..analysis.accesses import Access, atomics_conflict, conflict, rekey, tma_only
+from ..analysis import tickets as ticket_stores
+from ..analysis.accesses import (
+    Access,
+    atomics_conflict,
+    conflict,
+    rekey,
+    tickets_conflict,
+    tma_only,
+)
 from ..analysis.ir import (
     depends_on_thread,
     find_thread,
@@ -33,14 +41,22 @@ class Syncs:
     ``atomic`` effect of ``intrinsics``) reads and writes, except that atomics of one function
     need no barrier between them: a histogram's atomic adds in a loop have none between
     iterations, but one before the loop after the zeroing and one after it before the reads.
-    ``cp.async`` writes count as written at the ``wait_group`` that follows them. Versions of
-    a pipelined tile (transforms/pipeline) are told apart, with the previous iteration's
-    versions shifted by one on a loop's back edge. Statements whose control flow is the same
-    in every thread of the block are entered; others are leaves. A state is (reads, writes,
-    atomics, issued) since the last barrier (issued: since the last ``wait_group``)."""
+    A store at a ticket (``analysis.tickets``) writes, except that stores at tickets of one
+    counter need no barrier between them: a compaction's loop of ``pos = T.atomic_add(cnt[0],
+    1, return_prev=True); buf[pos] = v`` has none inside; a ticket store whose expressions
+    read a variable a loop binds counts as a plain write on that loop's back edge (the next
+    iteration's value differs). ``cp.async`` writes count as written at the ``wait_group``
+    that follows them. Versions of a pipelined tile (transforms/pipeline) are told apart,
+    with the previous iteration's versions shifted by one on a loop's back edge. Statements
+    whose control flow is the same in every thread of the block are entered; others are
+    leaves. A state is (reads, writes, atomics, ticket stores, issued) since the last barrier
+    (issued: since the last ``wait_group``); ``tickets`` are the block's ticket stores
+    (``analysis.tickets.find``), None to count every store as a plain write."""
 
-    def __init__(self, tx, versions: dict | None = None, varying: list | None = None):
+    def __init__(self, tx, versions: dict | None = None, varying: list | None = None,
+                 tickets=None):
         self.tx, self.versions, self.varying = tx, versions or {}, varying or []
+        self.tickets = tickets
 
     def uniform(self, node) -> bool:
         """Whether ``node`` is the same in every thread: it reads neither the thread index nor
@@ -48,7 +64,7 @@ class Syncs:
         return not depends_on_thread(node, self.tx, self.varying)
 
     def run(self, stmt, state):
-        reads, writes, atomics, issued = state
+        reads, writes, atomics, tickets, issued = state
         if isinstance(stmt, tirx.SeqStmt):
             out = []
             for s in stmt.seq:
@@ -56,7 +72,7 @@ class Syncs:
                 out.append(s)
             return tirx.SeqStmt(out), state
         if intrinsics.is_sync(stmt):
-            return stmt, (set(), set(), set(), issued)
+            return stmt, (set(), set(), set(), set(), issued)
         if isinstance(stmt, tirx.For) and stmt.kind != tirx.ForKind.THREAD_BINDING and \
                 self.uniform(stmt.extent) and self.uniform(stmt.min) and \
                 not self._is_spread(stmt):
@@ -70,15 +86,15 @@ class Syncs:
                              else (None, state))
             return (tirx.IfThenElse(stmt.condition, then_case, else_case, span=stmt.span),
                     tuple(a | b for a, b in zip(s1, s2)))
-        acc = Access(stmt, self.versions)
+        acc = Access(stmt, self.versions, self.tickets)
         if _needs_sync(acc, state):
             stmt = tirx.SeqStmt([intrinsics.sync(), stmt])
-            reads, writes, atomics = set(), set(), set()
+            reads, writes, atomics, tickets = set(), set(), set(), set()
         reads, writes, issued = reads | acc.reads, writes | acc.writes, issued | acc.issued
-        atomics = atomics | acc.atomics
+        atomics, tickets = atomics | acc.atomics, tickets | acc.tickets
         if acc.lands:
             writes, issued = writes | issued, set()
-        return stmt, (reads, writes, atomics, issued)
+        return stmt, (reads, writes, atomics, tickets, issued)
 
     def _check_while(self, stmt) -> None:
         """A ``while`` loop is entered like a counted one when every thread of the block
@@ -101,28 +117,32 @@ class Syncs:
     def _loop(self, stmt, state):
         """A barrier the first iteration needs goes before the loop; inside, only what one
         iteration needs after the previous one (a counted loop's versions shifted back by
-        one). A ``while`` loop is one whose iterations are not counted."""
-        reads, writes, atomics, issued = state
+        one). A ``while`` loop is one whose iterations are not counted. A ticket store of
+        the body whose expressions read a variable the loop binds gets a barrier before it
+        in the body (its renewed self conflicts with it), so every iteration, the first
+        too, has one before it."""
+        reads, writes, atomics, tickets, issued = state
         before = None
-        if not _starts_with_sync(stmt.body) and _needs_sync(Access(stmt.body, self.versions),
-                                                            state):
-            before, reads, writes, atomics = intrinsics.sync(), set(), set(), set()
+        if not _starts_with_sync(stmt.body) and _needs_sync(
+                Access(stmt.body, self.versions, self.tickets), state):
+            before = intrinsics.sync()
+            reads, writes, atomics, tickets = set(), set(), set(), set()
         counted = isinstance(stmt, tirx.For)
         var = hash(stmt.loop_var) if counted else None
 
         def back_edge(key):
             return (key[0], key[1], (key[2] - 1) % key[3], key[3])
 
-        _, end = self.run(stmt.body, (set(), set(), set(), set(issued)))
+        _, end = self.run(stmt.body, (set(), set(), set(), set(), set(issued)))
         if counted:
             end = tuple(rekey(e, var, back_edge) for e in end)
-        body, end = self.run(stmt.body, end)
+        body, end = self.run(stmt.body, _renewed(end, stmt))
         if counted:
             loop = rebuild_for(stmt, body=body)
             end = tuple(rekey(e, var, lambda key: None) for e in end)
         else:
             loop = tirx.While(stmt.condition, body, span=stmt.span)
-        after = (reads | end[0], writes | end[1], atomics | end[2], end[3])
+        after = (reads | end[0], writes | end[1], atomics | end[2], tickets | end[3], end[4])
         return (loop if before is None else tirx.SeqStmt([before, loop])), after
 
     def _is_spread(self, loop) -> bool:
@@ -133,13 +153,33 @@ def _needs_sync(acc: Access, state) -> bool:
     """Whether a statement of accesses ``acc`` needs a barrier after ``state``'s: it reads what
     was written or updated atomically, writes what was read, written or updated atomically,
     or updates atomically what was read, written or updated by another atomic function."""
-    reads, writes, atomics, _ = state
-    return conflict(acc.reads, writes | atomics) or \
-        conflict(acc.writes | acc.issued, reads | writes | atomics) or \
-        conflict(acc.atomics, reads | writes) or atomics_conflict(acc.atomics, atomics)
+    reads, writes, atomics, tickets, _ = state
+    return conflict(acc.reads, writes | atomics | tickets) or \
+        conflict(acc.writes | acc.issued, reads | writes | atomics | tickets) or \
+        conflict(acc.atomics, reads | writes | tickets) or \
+        atomics_conflict(acc.atomics, atomics) or \
+        conflict(acc.tickets, reads | writes | atomics) or \
+        tickets_conflict(acc.tickets, tickets)
 
 
-_NOTHING = (frozenset(), frozenset(), frozenset(), frozenset())  # a state: nothing touched
+def _renewed(state, loop):
+    """``state`` at ``loop``'s back edge: a ticket store whose expressions read a variable
+    bound in the loop (its own or one its body binds) counts as a plain write."""
+    tickets = state[3]
+    if not tickets:
+        return state
+    bound: set = set()
+    if isinstance(loop, tirx.For):
+        bound.add(loop.loop_var)
+    tvm_ffi.structural_walk(loop.body, [
+        (tirx.For, lambda s: bound.add(s.loop_var)),
+        (tirx.Bind, lambda s: bound.add(s.var))])
+    renewed = {e for e in tickets if e[2].variables & bound}
+    return (state[0], state[1] | {(buf, key) for buf, key, _ in renewed}, state[2],
+            tickets - renewed, state[4])
+
+
+_NOTHING = (frozenset(),) * 5  # a state: nothing touched
 
 
 def _starts_with_sync(body) -> bool:
@@ -221,7 +261,9 @@ def insert_sync():
             if func.attrs is not None and keys.VERSIONS in func.attrs else {}
         tx_loop = find_thread(func)
         varying = thread_varying(tx_loop.body, tx_loop.loop_var)
-        body, _ = Syncs(tx_loop.loop_var, versions, varying).run(tx_loop.body, _NOTHING)
+        found = ticket_stores.find(tx_loop.body, tx_loop.loop_var, func.body)
+        body, _ = Syncs(tx_loop.loop_var, versions, varying, found).run(tx_loop.body,
+                                                                          _NOTHING)
         new_loop = rebuild_for(tx_loop, body=body)
         func = func.with_body(tvm_ffi.structural_map(
             func.body, (tirx.For, lambda s: new_loop if s.same_as(tx_loop) else s)))
