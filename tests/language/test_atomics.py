@@ -7,9 +7,11 @@ import tilewright.language as T
 import torch
 import tvm_ffi
 from language_helpers import TORCH, check, rand
+from source_lines import Markers
 from tilewright.ir import decode
 from tvm import tirx
 
+_M = Markers(__file__)
 TORCH_COMBINE = {"add": lambda a, x: a + x, "max": torch.maximum, "min": torch.minimum}
 
 
@@ -117,6 +119,49 @@ def test_return_prev_gives_each_block_a_distinct_old_value():
     # every old value of Best is either the start or some block's value, and at most max
     assert all(p == -100.0 or p in set(x.tolist()) for p in prev.tolist())
     assert float(prev.max()) <= float(x.max())
+
+
+def named_tickets(blocks):
+    """``p`` names one atomic's previous value, used twice; ``q``'s is never used."""
+    @T.prim_func
+    def main(Counter: T.Tensor((2,), "int32"), A: T.Tensor((2 * blocks,), "int32"),
+             B: T.Tensor((2 * blocks,), "int32")):
+        with T.Kernel(blocks) as bx:
+            p = T.atomic_add(Counter[0], 1, return_prev=True)
+            A[p] = bx
+            B[p] = bx
+            q = T.atomic_add(Counter[1], 1, return_prev=True)  # noqa: F841 - runs unused
+    return main
+
+
+@pytest.mark.parametrize("target", ["cpu", "interp"])
+def test_a_named_atomic_runs_once_where_it_is_named(target):
+    """The name is bound to the value (TileLang's let binding): one atomic per block whether
+    the name is used twice or never (before: one atomic per use, so two and none)."""
+    n = 40
+    counter = torch.zeros(2, dtype=torch.int32)
+    a, b = torch.full((2 * n,), -1, dtype=torch.int32), torch.full((2 * n,), -1, dtype=torch.int32)
+    tilewright.compile(named_tickets(n), target=target)(counter, a, b)
+    assert counter.tolist() == [n, n]
+    assert sorted(a[:n].tolist()) == list(range(n)) and torch.equal(a, b)
+    assert (a[n:] == -1).all()
+
+
+def test_a_named_atomic_used_after_its_block_is_refused_at_its_line():
+    """Before, the atomic moved to the use, out of the ``if``: every block ran it."""
+    def kernel():
+        @T.prim_func
+        def main(Counter: T.Tensor((1,), "int32"), A: T.Tensor((8,), "int32")):
+            with T.Kernel(8) as bx:
+                if bx < 4:
+                    p = T.atomic_add(Counter[0], 1, return_prev=True)  # atomic-in-if
+                A[p] = bx
+        return main
+
+    with pytest.raises(tilewright.KernelError) as info:
+        kernel()
+    _M.assert_at(info.value, "atomic-in-if", "'p' names the value of an atomic",
+                 "used after that block")
 
 
 @tilewright.jit(target="cpu")

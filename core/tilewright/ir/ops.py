@@ -81,7 +81,8 @@ for _name, _kind in ATOMIC_PREV.items():
     ))
     register_intrinsic(_name, f"atomic_{_kind}",
                        f"T.atomic_{_kind}(..., return_prev=True) (an atomic {_kind} of one "
-                       "element returning the previous value)", feature=ATOMIC_RETURN_PREV)
+                       "element returning the previous value)", feature=ATOMIC_RETURN_PREV,
+                       writes=True)
 
 PRINT_TILE = register_tile_op(TileOpSchema(
     "print_tile", (Operand("buf", "read"),), (Attr("msg", str, ""),),

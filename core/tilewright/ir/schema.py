@@ -153,20 +153,37 @@ def register_tile_op(schema: TileOpSchema) -> TileOpSchema:
 
 _INTRINSICS: dict[str, str] = {}
 _INTRINSIC_FEATURES: dict[str, tuple[str, str]] = {}  # ir name -> (feature, doc)
+# expression ops whose evaluation writes memory: the registered intrinsics that say so, and a
+# call of the user's external function (its effects are unknown)
+_WRITING: set[str] = {"tirx.call_extern"}
 
 
 def register_intrinsic(ir_name: str, capability: str, doc: str = "",
-                       feature: str | None = None) -> tvm.ir.Op:
+                       feature: str | None = None, writes: bool = False) -> tvm.ir.Op:
     """Register an expression-level op (for example an atomic that returns the old value).
     ``capability`` is the name a backend declares in its capabilities' ``tile_ops`` to
     support it: a tile op's (an atomic's), or the intrinsic's own when no tile op goes with it
     (a dialect's expression, ``tvm_warp_shuffle``); ``feature``, when
-    given, a backend feature it needs besides (an atomic's ``return_prev``)."""
+    given, a backend feature it needs besides (an atomic's ``return_prev``); ``writes``, that
+    evaluating it writes memory (:func:`writes_memory`)."""
     register_tvm_op(ir_name, doc or ir_name)
     _INTRINSICS[ir_name] = capability
     if feature is not None:
         _INTRINSIC_FEATURES[ir_name] = (feature, doc or ir_name)
+    if writes:
+        _WRITING.add(ir_name)
     return tvm.ir.Op.get(ir_name)
+
+
+def writes_memory(expr) -> bool:
+    """Whether evaluating ``expr`` writes memory: it calls an intrinsic registered with
+    ``writes=True`` (an atomic returning the previous value) or an external function. Such an
+    expression runs where it stands, once, whatever names its value."""
+    found = []
+    tvm_ffi.structural_walk(expr, (tvm.ir.Call, lambda call: found.append(call)
+                                   if isinstance(call.op, tvm.ir.Op) and
+                                   call.op.name in _WRITING else None))
+    return bool(found)
 
 
 def intrinsic_features(node) -> dict[str, str]:

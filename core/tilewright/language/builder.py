@@ -16,6 +16,7 @@ import tvm
 from tvm import tirx
 
 from ..errors import SourceLocation, kernel_error, user_location
+from ..ir.schema import writes_memory
 from .snapshots import reads_memory, settle
 
 _state = threading.local()
@@ -104,7 +105,7 @@ class Builder:
         as they are."""
         if not isinstance(value, tvm.ir.Expr) or \
                 not isinstance(value.ty, tvm.ir.PrimType) or not self.in_kernel() or \
-                not reads_memory(value):
+                not (reads_memory(value) or writes_memory(value)):
             return value
         var = tirx.Var(name, value.ty)
         self.emit(tirx.Bind(var, value, span=here()))

@@ -22,7 +22,8 @@ import tvm
 import tvm_ffi
 from tvm import tirx
 
-from ..ir.schema import decode
+from ..errors import KernelError, span_location
+from ..ir.schema import decode, writes_memory
 
 
 def reads_memory(expr) -> bool:
@@ -40,18 +41,27 @@ def settle(body: tirx.Stmt, snapshots: set) -> tirx.Stmt:
     binds: dict = {}
     keep: set = set()
 
+    followers: dict = {}  # a binding's variable -> the statements after it in its block
+
     def block(seq):
         stmts = list(seq.seq)
         for k, stmt in enumerate(stmts):
-            if isinstance(stmt, tirx.Bind) and stmt.var in snapshots and \
-                    _needed(stmt, stmts[k + 1:], uses):
-                keep.add(stmt.var)
+            if isinstance(stmt, tirx.Bind) and stmt.var in snapshots:
+                followers[stmt.var] = stmts[k + 1:]
 
     def bind(stmt):
         if stmt.var in snapshots:
-            binds[stmt.var] = stmt.value
+            binds[stmt.var] = stmt
 
     tvm_ffi.structural_walk(body, [(tirx.SeqStmt, block), (tirx.Bind, bind)])
+    for var, stmt in binds.items():
+        rest = followers.get(var, [])  # none: the binding is a whole body (an if's, say)
+        if writes_memory(stmt.value):
+            _check_in_scope(stmt, rest, uses)
+            keep.add(var)  # runs here, once, used or not
+        elif _needed(stmt, rest, uses):
+            keep.add(var)
+    binds = {var: stmt.value for var, stmt in binds.items()}
     inline = {var: value for var, value in binds.items() if var not in keep}
     if not inline:
         return body
@@ -90,6 +100,17 @@ def _uses(node, variables: set) -> Counter:
     tvm_ffi.structural_walk(node, (tirx.Bind, lambda b: count.subtract([b.var])
                                    if b.var in variables else None))
     return count
+
+
+def _check_in_scope(bind: tirx.Bind, rest: list, uses: Counter) -> None:
+    """A value that writes memory (an atomic returning the previous value) is bound where it
+    is named; a use of its name after the block it was computed in (an ``if``'s or a loop's
+    body) has no value to read: a KernelError at the binding."""
+    if sum(_uses(s, {bind.var})[bind.var] for s in rest) != uses[bind.var]:
+        raise KernelError(
+            f"'{bind.var.name}' names the value of an atomic (or an external call) computed "
+            "inside a block (an if's or a loop's body) and is used after that block: compute "
+            "it before the block, or use it inside", span_location(bind.span))
 
 
 def _needed(bind: tirx.Bind, rest: list, uses: Counter) -> bool:
