@@ -119,8 +119,8 @@ def compile(func, out_idx=None, execution_backend=None, target="auto",  # noqa: 
     if target_host is not None:
         _note("target_host=%r has no effect: each backend builds its own host code",
               target_host)
+    target_obj, backend = resolve_target(target)  # a bad target is named first
     func = prim_func_of(func, "compile")
-    target_obj, backend = resolve_target(target)
     start = time.perf_counter()
     kernel = _compile_kernel(func, out_idx=out_idx, target=target_obj,
                              pass_configs=_with_flags(pass_configs, compile_flags),
@@ -160,6 +160,7 @@ def par_compile(funcs, out_idx=None, execution_backend=None, target="auto", targ
 def lower(func, target="auto", pass_configs=None):
     """Lower ``func`` for ``target`` without building it; returns the engine's
     :class:`~tilewright.engine.Lowered` (final IR module and generated source)."""
+    resolve_target(target)  # a bad target is named first
     return _lower_engine(prim_func_of(func, "lower"), target, pass_configs)
 
 
