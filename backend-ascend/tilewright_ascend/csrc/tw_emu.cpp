@@ -671,6 +671,16 @@ struct GroupRun {
     const std::function<void()>* kernel = nullptr;
     bool give_up = false;  // the resumed core's read can never finish
 };
+// A context that runs ``entry`` on ``stack`` (``size`` bytes) and returns to ``link`` at its end:
+// each core of a group and each thread of a SIMT vector function runs in one.
+void start_context(ucontext_t& ctx, char* stack, size_t size, ucontext_t* link, void (*entry)()) {
+    getcontext(&ctx);
+    ctx.uc_stack.ss_sp = stack;
+    ctx.uc_stack.ss_size = size;
+    ctx.uc_link = link;
+    makecontext(&ctx, entry, 0);
+}
+
 GroupRun* GROUP = nullptr;
 constexpr size_t CORE_STACK = 16u << 20;  // a core's kernel body: locals, lambdas, SIMT calls
 std::unique_ptr<char[]> core_stacks[CORES];
@@ -687,12 +697,8 @@ void issue_group(const std::function<void()>& kernel) {
     GROUP = &group;
     for (int c = 0; c < CORES; ++c) {
         if (!core_stacks[c]) core_stacks[c].reset(new char[CORE_STACK]);
-        CoreRun& core = group.core[c];
-        getcontext(&core.ctx);
-        core.ctx.uc_stack.ss_sp = core_stacks[c].get();
-        core.ctx.uc_stack.ss_size = CORE_STACK;
-        core.ctx.uc_link = &group.main;
-        makecontext(&core.ctx, core_entry, 0);
+        start_context(group.core[c].ctx, core_stacks[c].get(), CORE_STACK, &group.main,
+                      core_entry);
     }
     for (;;) {
         int next = -1;
@@ -884,12 +890,8 @@ void simt_run(dim3 block, int core, int line, std::function<void()> body) {
     SIMT = &run;
     while (simt_stacks.size() < threads) simt_stacks.emplace_back(new char[SIMT_STACK]);
     for (uint32_t i = 0; i < threads; ++i) {
-        SimtThread& t = run.threads[i];
-        getcontext(&t.ctx);
-        t.ctx.uc_stack.ss_sp = simt_stacks[i].get();
-        t.ctx.uc_stack.ss_size = SIMT_STACK;
-        t.ctx.uc_link = &run.main;
-        makecontext(&t.ctx, simt_entry, 0);
+        start_context(run.threads[i].ctx, simt_stacks[i].get(), SIMT_STACK, &run.main,
+                      simt_entry);
     }
     for (;;) {  // one phase: every thread up to its next barrier or its end
         run.bytes.clear();
