@@ -59,8 +59,17 @@ __host__ __device__ inline unsigned long long tw_wgmma_desc(unsigned addr, unsig
 // or per wgmma.
 __host__ __device__ __forceinline__ unsigned long long tw_wgmma_desc_add(unsigned long long desc,
                                                                          unsigned bytes) {
-  const unsigned lo = (unsigned)desc + (bytes >> 4);
-  return (desc & 0xFFFFFFFF00000000ull) | lo;
+#if defined(__CUDA_ARCH__)
+  // the two words apart and back through mov.b64, so that the compiler cannot fold the add into
+  // a 64-bit one (an add with carry and an or of the high word per wgmma)
+  unsigned lo, hi;
+  asm("mov.b64 {%0, %1}, %2;" : "=r"(lo), "=r"(hi) : "l"(desc));
+  unsigned long long out;
+  asm("mov.b64 %0, {%1, %2};" : "=l"(out) : "r"(lo + (bytes >> 4)), "r"(hi));
+  return out;
+#else
+  return (desc & 0xFFFFFFFF00000000ull) | (unsigned)((unsigned)desc + (bytes >> 4));
+#endif
 }
 // The descriptor of the B block at k0 = n0 = 0 of a swizzled [RB, ...] tile of WB-byte column
 // blocks (layout.py) at b0, stored N-major (B_MN, rows are k) or K-major (rows are n); and the
@@ -99,7 +108,13 @@ template <int N>
 __device__ __forceinline__ void tw_wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
 }
+// v, the same in every lane of the warp (the warpgroup index), as ptxas can prove it: a
+// broadcast from lane 0 (what CUTLASS's canonical_warp_group_idx does), so that the descriptor
+// arithmetic built on it runs once per warp on the uniform datapath, not per thread with an
+// R2UR to move each descriptor word across
+__device__ __forceinline__ int tw_warp_uniform(int v) { return __shfl_sync(0xffffffffu, v, 0); }
 #else
+inline int tw_warp_uniform(int v) { return v; }
 inline unsigned tw_smem_u32(const void* p) {
   return (unsigned)((const unsigned char*)p - tw_smem_ptr);
 }
@@ -278,7 +293,8 @@ __device__ __forceinline__ void tw_gemm_wgmma(const void* A, const void* B,
                                               int scale_d = 1) {
   constexpr int EB = tw_wgmma_bytes(TY), KS = 32 / EB;  // a step is 32 bytes of K
   static_assert(!B_MN || EB == 2, "the 8-bit wgmma forms read B K-major only");
-  const unsigned long long da0 = tw_wgmma_desc(tw_smem_u32(A) + 64 * wg * WA, 16, 8 * WA, WA);
+  const unsigned long long da0 =
+      tw_wgmma_desc(tw_smem_u32(A) + 64 * tw_warp_uniform(wg) * WA, 16, 8 * WA, WA);
   const unsigned long long db0 = tw_wgmma_b_desc0<B_MN, RB, WB>(tw_smem_u32(B));
   tw_wgmma_fence();
 #pragma unroll
@@ -300,7 +316,8 @@ template <int N, int K, int NC, int TY, bool B_MN, int RA, int WA, int RB, int W
 __device__ __forceinline__ void tw_gemm_wgmma_sp(const void* A, const void* B, float* acc, int wg,
                                                  const void* E, int scale_d = 1) {
   static_assert(tw_wgmma_bytes(TY) == 2, "sparse wgmma is lowered for 16-bit operands only");
-  const unsigned long long da0 = tw_wgmma_desc(tw_smem_u32(A) + 64 * wg * WA, 16, 8 * WA, WA);
+  const unsigned long long da0 =
+      tw_wgmma_desc(tw_smem_u32(A) + 64 * tw_warp_uniform(wg) * WA, 16, 8 * WA, WA);
   const unsigned long long db0 = tw_wgmma_b_desc0<B_MN, RB, WB>(tw_smem_u32(B));
   const int rows = 64 * wg + 16 * (threadIdx.x / 32 % 4);
   tw_wgmma_fence();
