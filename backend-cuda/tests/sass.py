@@ -5,6 +5,7 @@ the ``nvidia-cuda-cuobjdump`` and ``nvidia-cuda-nvdisasm`` wheels: ``pip install
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -44,3 +45,26 @@ def dump(cubin: bytes, what: str = "-sass") -> str:
         result = subprocess.run(["cuobjdump", what, str(path)], capture_output=True, text=True,
                                 env=_env(), check=True)
     return result.stdout
+
+
+_INSTRUCTION = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)([^;]*);")
+_TENSOR_CORE = ("HGMMA", "QGMMA", "IGMMA", "HMMA", "QMMA", "IMMA")
+
+
+def hot_loop(text: str) -> list[str]:
+    """The opcodes (``HGMMA.64x128x16.F32``, ``MUFU.EX2`` ...) of the compute loop in the
+    ``cuobjdump -sass`` text of one kernel: of the loops (a backward branch to an address, the
+    body the instructions from there to the branch), the one with the most tensor-core
+    instructions, the shortest of those; an empty list when no loop has any."""
+    code = [(int(m[1], 16), m[2], m[3]) for m in _INSTRUCTION.finditer(text)]
+    best: list[str] = []
+    best_key = (0, 0)
+    for end, opcode, operands in code:
+        target = re.search(r"0x([0-9a-f]+)", operands) if opcode.startswith("BRA") else None
+        if target is None or int(target[1], 16) > end:
+            continue
+        body = [op for at, op, _ in code if int(target[1], 16) <= at <= end]
+        key = (sum(op.startswith(_TENSOR_CORE) for op in body), -len(body))
+        if key[0] and key > best_key:
+            best, best_key = body, key
+    return best

@@ -16,6 +16,8 @@ ROOT = BENCH.parents[1]
 sys.path.insert(0, str(BENCH))
 
 import build_bundles  # noqa: E402 - after the sys.path setup
+import sass  # noqa: E402
+import sass_loops  # noqa: E402
 
 
 @pytest.mark.nvrtc
@@ -83,3 +85,24 @@ def test_harness_list_accepts_the_built_bundles():
     for extra in ((), ("--quick",)):
         result = _list(root, *extra)
         assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.nvrtc
+@pytest.mark.sass
+def test_attention_compute_loop_builds_no_descriptor_per_wgmma():
+    # the FlashAttention bundle's compute loop (sass_loops.py; RESULTS.md "FlashAttention with
+    # fast math"): its 16 HGMMA take their descriptors as one add of a constant each to the
+    # tile's descriptor, on the uniform datapath: no USHF / ULOP3 pair or R2UR per HGMMA (at
+    # these sizes 553 instructions a step before, USHF 16, ULOP3 32, R2UR 18; 501 after), and
+    # fast math leaves exp2 one MUFU.EX2 without the FSETP guard
+    name, _case, func, _expect, configs = next(
+        c for c in build_bundles.cases(quick=True) if c[0] == "flash_attention_float16")
+    kernel = build_bundles.tw_compile(func, out_idx=[3], target="cuda -arch=sm_90a",
+                                      execution_backend="nvrtc", pass_configs=configs)
+    text = sass.dump(kernel.executable.cubin)
+    loop = sass.hot_loop(text)
+    ops = [op.split(".")[0] for op in loop]
+    assert ops.count("HGMMA") == 16 and ops.count("MUFU") >= 64
+    assert ops.count("USHF") <= 4 and ops.count("ULOP3") <= 8 and ops.count("R2UR") <= 4 \
+        and ops.count("FSETP") == 0 and len(loop) <= 520, \
+        sass_loops.loop_line(name, text)

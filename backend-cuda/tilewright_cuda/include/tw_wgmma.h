@@ -52,17 +52,36 @@ __host__ __device__ inline unsigned long long tw_wgmma_desc(unsigned addr, unsig
          ((unsigned long long)((lbo >> 4) & 0x3FFF) << 16) |
          ((unsigned long long)((sbo >> 4) & 0x3FFF) << 32) | (mode << 62);
 }
-// The descriptor of the B block at (k0, n0) of a swizzled [RB, ...] tile of WB-byte column
-// blocks (layout.py) of EB-byte elements: stored N-major (B_MN, rows are k) or K-major (rows
-// are n).
+// The descriptor of the operand `bytes` (a multiple of 16) past the one `desc` describes:
+// the start field alone grows, in the low word (a shared address stays below 256 KB, so the
+// 14-bit field does not carry). Built once per tile, a step's descriptor is then one integer
+// add of a constant, where tw_wgmma_desc of each step's address costs a mask, a shift and an
+// or per wgmma.
+__host__ __device__ __forceinline__ unsigned long long tw_wgmma_desc_add(unsigned long long desc,
+                                                                         unsigned bytes) {
+#if defined(__CUDA_ARCH__)
+  // the two words apart and back through mov.b64, so that the compiler cannot fold the add into
+  // a 64-bit one (an add with carry and an or of the high word per wgmma)
+  unsigned lo, hi;
+  asm("mov.b64 {%0, %1}, %2;" : "=r"(lo), "=r"(hi) : "l"(desc));
+  unsigned long long out;
+  asm("mov.b64 %0, {%1, %2};" : "=l"(out) : "r"(lo + (bytes >> 4)), "r"(hi));
+  return out;
+#else
+  return (desc & 0xFFFFFFFF00000000ull) | (unsigned)((unsigned)desc + (bytes >> 4));
+#endif
+}
+// The descriptor of the B block at k0 = n0 = 0 of a swizzled [RB, ...] tile of WB-byte column
+// blocks (layout.py) at b0, stored N-major (B_MN, rows are k) or K-major (rows are n); and the
+// block at (k0, n0), of EB-byte elements, as a byte offset from it.
+template <bool B_MN, int RB, int WB>
+__host__ __device__ inline unsigned long long tw_wgmma_b_desc0(unsigned b0) {
+  return B_MN ? tw_wgmma_desc(b0, RB * WB, 8 * WB, WB) : tw_wgmma_desc(b0, 16, 8 * WB, WB);
+}
 template <bool B_MN, int RB, int WB, int EB>
-__host__ __device__ inline unsigned long long tw_wgmma_b_desc(unsigned b0, int k0, int n0) {
-  if constexpr (B_MN) {
-    return tw_wgmma_desc(b0 + (n0 * EB / WB) * RB * WB + k0 * WB, RB * WB, 8 * WB, WB);
-  } else {
-    return tw_wgmma_desc(b0 + (k0 * EB / WB) * RB * WB + n0 * WB + (k0 * EB % WB), 16, 8 * WB,
-                         WB);
-  }
+__host__ __device__ constexpr unsigned tw_wgmma_b_offset(int k0, int n0) {
+  return B_MN ? (n0 * EB / WB) * RB * WB + k0 * WB
+              : (k0 * EB / WB) * RB * WB + n0 * WB + (k0 * EB % WB);
 }
 
 // one wgmma of type TY over NC columns (the m64nNCk16 or m64nNCk32 step)
@@ -89,7 +108,13 @@ template <int N>
 __device__ __forceinline__ void tw_wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
 }
+// v, the same in every lane of the warp (the warpgroup index), as ptxas can prove it: a
+// broadcast from lane 0 (what CUTLASS's canonical_warp_group_idx does), so that the descriptor
+// arithmetic built on it runs once per warp on the uniform datapath, not per thread with an
+// R2UR to move each descriptor word across
+__device__ __forceinline__ int tw_warp_uniform(int v) { return __shfl_sync(0xffffffffu, v, 0); }
 #else
+inline int tw_warp_uniform(int v) { return v; }
 inline unsigned tw_smem_u32(const void* p) {
   return (unsigned)((const unsigned char*)p - tw_smem_ptr);
 }
@@ -268,15 +293,18 @@ __device__ __forceinline__ void tw_gemm_wgmma(const void* A, const void* B,
                                               int scale_d = 1) {
   constexpr int EB = tw_wgmma_bytes(TY), KS = 32 / EB;  // a step is 32 bytes of K
   static_assert(!B_MN || EB == 2, "the 8-bit wgmma forms read B K-major only");
-  const unsigned a0 = tw_smem_u32(A), b0 = tw_smem_u32(B);
+  const unsigned long long da0 =
+      tw_wgmma_desc(tw_smem_u32(A) + 64 * tw_warp_uniform(wg) * WA, 16, 8 * WA, WA);
+  const unsigned long long db0 = tw_wgmma_b_desc0<B_MN, RB, WB>(tw_smem_u32(B));
   tw_wgmma_fence();
 #pragma unroll
   for (int k0 = 0; k0 < K; k0 += KS) {
-    const unsigned a = a0 + (k0 * EB / WA) * RA * WA + 64 * wg * WA + (k0 * EB % WA);
-    const unsigned long long da = tw_wgmma_desc(a, 16, 8 * WA, WA);
+    const unsigned long long da =
+        tw_wgmma_desc_add(da0, (k0 * EB / WA) * RA * WA + (k0 * EB % WA));
 #pragma unroll
     for (int n0 = 0; n0 < N; n0 += NC) {
-      const unsigned long long db = tw_wgmma_b_desc<B_MN, RB, WB, EB>(b0, k0, n0);
+      const unsigned long long db =
+          tw_wgmma_desc_add(db0, tw_wgmma_b_offset<B_MN, RB, WB, EB>(k0, n0));
       tw_wgmma_step<NC, TY, B_MN>(acc + n0 / 2, da, db, k0 == 0 ? scale_d : 1);
     }
   }
@@ -288,17 +316,20 @@ template <int N, int K, int NC, int TY, bool B_MN, int RA, int WA, int RB, int W
 __device__ __forceinline__ void tw_gemm_wgmma_sp(const void* A, const void* B, float* acc, int wg,
                                                  const void* E, int scale_d = 1) {
   static_assert(tw_wgmma_bytes(TY) == 2, "sparse wgmma is lowered for 16-bit operands only");
-  const unsigned a0 = tw_smem_u32(A), b0 = tw_smem_u32(B);
+  const unsigned long long da0 =
+      tw_wgmma_desc(tw_smem_u32(A) + 64 * tw_warp_uniform(wg) * WA, 16, 8 * WA, WA);
+  const unsigned long long db0 = tw_wgmma_b_desc0<B_MN, RB, WB>(tw_smem_u32(B));
   const int rows = 64 * wg + 16 * (threadIdx.x / 32 % 4);
   tw_wgmma_fence();
 #pragma unroll
   for (int k0 = 0; k0 < K; k0 += 32) {
-    const unsigned a = a0 + (k0 / WA) * RA * WA + 64 * wg * WA + (k0 % WA);  // k0 / 2 values
-    const unsigned long long da = tw_wgmma_desc(a, 16, 8 * WA, WA);
+    // k0 / 2 values
+    const unsigned long long da = tw_wgmma_desc_add(da0, (k0 / WA) * RA * WA + (k0 % WA));
     const unsigned e = tw_sparse_meta<LDE>(E, rows, k0);
 #pragma unroll
     for (int n0 = 0; n0 < N; n0 += NC) {
-      const unsigned long long db = tw_wgmma_b_desc<B_MN, RB, WB, 2>(b0, k0, n0);
+      const unsigned long long db =
+          tw_wgmma_desc_add(db0, tw_wgmma_b_offset<B_MN, RB, WB, 2>(k0, n0));
       tw_wgmma_step_sp<NC, TY, B_MN>(acc + n0 / 2, da, db, e, k0 == 0 ? scale_d : 1);
     }
   }
@@ -313,13 +344,14 @@ __device__ __forceinline__ void tw_gemm_wgmma_rs(const T* A, const void* B,
   static_assert(sizeof(T) == 2 && tw_wgmma_bytes(TY) == 2,
                 "wgmma register A holds 16-bit elements");
   const unsigned* a = reinterpret_cast<const unsigned*>(A);
-  const unsigned b0 = tw_smem_u32(B);
+  const unsigned long long db0 = tw_wgmma_b_desc0<B_MN, RB, WB>(tw_smem_u32(B));
   tw_wgmma_fence();
 #pragma unroll
   for (int k0 = 0; k0 < K; k0 += 16) {
 #pragma unroll
     for (int n0 = 0; n0 < N; n0 += NC) {
-      const unsigned long long db = tw_wgmma_b_desc<B_MN, RB, WB, 2>(b0, k0, n0);
+      const unsigned long long db =
+          tw_wgmma_desc_add(db0, tw_wgmma_b_offset<B_MN, RB, WB, 2>(k0, n0));
       tw_wgmma_step_rs<NC, TY, B_MN>(acc + n0 / 2, a + k0 / 4, db, k0 == 0 ? scale_d : 1);
     }
   }
