@@ -70,12 +70,12 @@ def test_w4a16_bundle_in_slices_of_k_records_both_kernels(tmp_path, monkeypatch)
     assert re.search(rf"{name} +ok ", listed.stdout)
 
 
-def test_w4a16_rows_keep_a_one_slice_row_beside_each_split_row(monkeypatch):
+def test_w4a16_rows_keep_diagnostic_rows_beside_each_split_row(monkeypatch):
     monkeypatch.setattr(build_bundles.kernels.w4a16_gemm, "fn", lambda *a, **k: None)
     rows = {name: case["config"]["splits"] for name, case, *_ in build_bundles.cases(False)
             if name.startswith("w4a16")}
-    assert rows == {"w4a16_m1_8192": 4, "w4a16_m1_8192_nosplit": 1,
-                    "w4a16_m16_8192": 4, "w4a16_m16_8192_nosplit": 1}
+    assert rows == {"w4a16_m1_8192": 4, "w4a16_m1_8192_nosplit": 1, "w4a16_m1_8192_n128": 4,
+                    "w4a16_m16_8192": 4, "w4a16_m16_8192_nosplit": 1, "w4a16_m16_8192_n128": 4}
 
 
 def _list(bundles: Path, *extra) -> subprocess.CompletedProcess:
