@@ -150,6 +150,25 @@ def test_w4a16_matches_torch_in_emulation(tmp_path, splits):
     torch.testing.assert_close(c.double(), want, rtol=1e-2, atol=1e-2 * want.abs().mean())
 
 
+@pytest.mark.emulator
+def test_w4a16_on_wgmma_dequantises_in_the_consumer_warpgroup(tmp_path):
+    # 64-row tiles on sm_90a: the gemm is wgmma, the loads a producer warpgroup's; the
+    # consumer warpgroup's 128 threads dequantise eight codes a call into the swizzled tile
+    m, n, k, group = 70, 256, 512, 64
+    gen = torch.Generator().manual_seed(7)
+    a = torch.randn(m, k, generator=gen).half()
+    q, scales, zeros = w4.quantize(torch.randn(n, k, generator=gen).half(), group)
+    tile = {"block_M": 64, "block_N": 128, "block_K": 64, "threads": 128, "num_stages": 2}
+    lowered = tilewright.lower(w4.w4a16_gemm.fn(m, n, k, group, **tile), "cuda -arch=sm_90a")
+    text = lowered.source.text
+    assert "tw_gemm_wgmma<" in text and "tw_mbar_wait" in text
+    assert "tw_dequant_u4x8_f16(" in text
+    c = torch.full((m, n), float("nan"), dtype=torch.float16)
+    hostemu.run(text, lowered.source.payload, tmp_path, a, q, scales, zeros, c)
+    want = a.double() @ w4.dequantize(q, scales, zeros).double().T
+    torch.testing.assert_close(c.double(), want, rtol=1e-2, atol=1e-2 * want.abs().mean())
+
+
 def test_w4a16_slices_must_divide_k():
     with pytest.raises(ValueError, match=r"K=1024 must be a multiple of block_K \* splits "
                                          r"= 128 \* 3"):
