@@ -7,7 +7,12 @@ zero point per ``group`` consecutive elements of a row: ``W[n, k] = (code - zero
 The kernel copies each k-tile of codes to shared memory, dequantises it there (``T.unpack``)
 into a float16 tile, and multiplies that on the tensor cores with float32 accumulation.
 
-Run: python examples/gemm_w4a16.py [--m 16 --n 1024 --k 1024] [--group 128]
+At decode sizes (M of 1 to 16) the output has only N / block_N tiles, too few blocks to keep
+every SM's loads in flight, so ``splits`` > 1 cuts K into that many slices (split-K): the
+blocks of slice ``s`` write their float32 partial sums to a workspace (``T.alloc_global``),
+and a second kernel adds the slices and rounds the sum to C's dtype.
+
+Run: python examples/gemm_w4a16.py [--m 16 --n 1024 --k 1024] [--group 128] [--splits 1]
 """
 
 import argparse
@@ -20,29 +25,58 @@ from tilewright.profiler import do_bench
 
 @tilewright.jit(out_idx=[4])
 def w4a16_gemm(M, N, K, group=128, dtype="float16", block_M=16, block_N=128, block_K=128,
-               threads=128, num_stages=3):
-    """The kernel: K a multiple of ``block_K``, ``block_K`` a multiple of 2."""
+               threads=128, num_stages=3, splits=1, combine_N=256):
+    """The kernel: K a multiple of ``block_K * splits``, ``block_K`` a multiple of 2; with
+    ``splits`` > 1, two kernels (the slices' partial sums, then their sum in blocks of
+    ``combine_N`` columns of a row)."""
+    if splits < 1 or K % (block_K * splits):
+        raise ValueError(f"K={K} must be a multiple of block_K * splits = {block_K} * "
+                         f"{splits}")
+    k_tiles = K // block_K // splits  # per slice
+
+    @T.macro
+    def slice_product(A, Q, Scales, Zeros, C_l, bx, by, bz):
+        """C_l = the (by, bx) tile of A @ W^T over the ``bz``-th slice of K."""
+        A_s = T.alloc_shared((block_M, block_K), dtype)
+        Q_s = T.alloc_shared((block_N, block_K // 2), "uint8")
+        W_s = T.alloc_shared((block_N, block_K), dtype)
+        T.clear(C_l)
+        for ko in T.Pipelined(k_tiles, num_stages=num_stages):
+            k0 = (bz * k_tiles + ko) * block_K
+            T.copy(A[by * block_M, k0], A_s)
+            T.copy(Q[bx * block_N, k0 // 2], Q_s)
+            for i, j in T.Parallel(block_N, block_K):
+                # a partial column tile's rows past N dequantise row N - 1 (not stored)
+                n, g = T.min(bx * block_N + i, N - 1), (k0 + j) // group
+                code = T.cast(T.unpack(Q_s[i, j // 2], j % 2, 4), dtype)
+                W_s[i, j] = (code - Zeros[n, g]) * Scales[n, g]
+            T.gemm(A_s, W_s, C_l, transpose_B=True)
 
     @T.prim_func
     def main(A: T.Tensor((M, K), dtype), Q: T.Tensor((N, K // 2), "uint8"),
              Scales: T.Tensor((N, K // group), dtype), Zeros: T.Tensor((N, K // group), dtype),
              C: T.Tensor((M, N), dtype)):
-        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
-            A_s = T.alloc_shared((block_M, block_K), dtype)
-            Q_s = T.alloc_shared((block_N, block_K // 2), "uint8")
-            W_s = T.alloc_shared((block_N, block_K), dtype)
-            C_l = T.alloc_fragment((block_M, block_N), "float32")
-            T.clear(C_l)
-            for ko in T.Pipelined(K // block_K, num_stages=num_stages):
-                T.copy(A[by * block_M, ko * block_K], A_s)
-                T.copy(Q[bx * block_N, ko * block_K // 2], Q_s)
-                for i, j in T.Parallel(block_N, block_K):
-                    # a partial column tile's rows past N dequantise row N - 1 (not stored)
-                    n, g = T.min(bx * block_N + i, N - 1), (ko * block_K + j) // group
-                    code = T.cast(T.unpack(Q_s[i, j // 2], j % 2, 4), dtype)
-                    W_s[i, j] = (code - Zeros[n, g]) * Scales[n, g]
-                T.gemm(A_s, W_s, C_l, transpose_B=True)
-            T.copy(C_l, C[by * block_M, bx * block_N])
+        if splits == 1:
+            with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M),
+                          threads=threads) as (bx, by):
+                C_l = T.alloc_fragment((block_M, block_N), "float32")
+                slice_product(A, Q, Scales, Zeros, C_l, bx, by, 0)
+                T.copy(C_l, C[by * block_M, bx * block_N])
+        else:
+            partial = T.alloc_global((splits, M, N), "float32")
+            with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), splits,
+                          threads=threads) as (bx, by, bz):
+                C_l = T.alloc_fragment((block_M, block_N), "float32")
+                slice_product(A, Q, Scales, Zeros, C_l, bx, by, bz)
+                T.copy(C_l, partial[bz, by * block_M, bx * block_N])
+            with T.Kernel(T.ceildiv(N, combine_N), M, threads=128) as (bx, m):
+                total = T.alloc_fragment((combine_N,), "float32")
+                for j in T.Parallel(combine_N):
+                    total[j] = 0.0
+                    for s in T.serial(splits):
+                        total[j] += partial[s, m, T.min(bx * combine_N + j, N - 1)]
+                    if bx * combine_N + j < N:
+                        C[m, bx * combine_N + j] = total[j]
 
     return main
 
@@ -93,16 +127,19 @@ def main():
     parser.add_argument("--k", type=int, default=1024)
     parser.add_argument("--group", type=int, default=128)
     parser.add_argument("--dtype", default="float16", choices=["float16", "bfloat16"])
+    parser.add_argument("--splits", type=int, default=1, help="slices of K (split-K)")
     args = parser.parse_args()
     dtype = getattr(torch, args.dtype)
     a = torch.randn(args.m, args.k).to(dtype)
     q, scales, zeros = quantize(torch.randn(args.n, args.k).to(dtype), args.group)
-    c = w4a16_mm(a, q, scales, zeros)
+    c = w4a16_mm(a, q, scales, zeros, splits=args.splits)
     ref = a.double() @ dequantize(q, scales, zeros).double().T
     torch.testing.assert_close(c.double(), ref, rtol=1e-2, atol=1e-2 * ref.abs().mean())
-    ms = do_bench(lambda: w4a16_mm(a, q, scales, zeros), return_mode="median")
+    ms = do_bench(lambda: w4a16_mm(a, q, scales, zeros, splits=args.splits),
+                  return_mode="median")
     gbps = (q.numel() + 2 * (a.numel() + c.numel() + 2 * scales.numel())) / ms * 1e-6
-    print(f"w4a16 gemm {args.m}x{args.n}x{args.k} group {args.group} {args.dtype}: matches "
+    print(f"w4a16 gemm {args.m}x{args.n}x{args.k} group {args.group} {args.dtype} in "
+          f"{args.splits} slices of K: matches "
           f"torch, {ms:.3f} ms, {gbps:.3f} GB/s")
 
 

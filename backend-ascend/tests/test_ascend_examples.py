@@ -131,6 +131,16 @@ def gemm_w4a16(target):
                                atol=1e-2 * want.abs().mean())
 
 
+def gemm_w4a16_splits_refused(target):
+    # split-K's kernel sequence: its first block splits the work between cube and vector
+    # cores through GM workspaces, which the backend's kernel sequences do not take yet
+    w = _example("gemm_w4a16")
+    with pytest.raises(tilewright.errors.KernelError, match=r"backend 'ascend' launches the "
+                       r"'with T.Kernel' blocks .* a kernel sequence does not support yet"):
+        _ascend(w.w4a16_gemm, target)(5, 64, 256, 64, block_M=16, block_N=32, block_K=64,
+                                      splits=2)
+
+
 def gemm_fp8_scaled_refused(target):
     # the cube has no float8: refused at the gemm's line, naming what it takes
     f = _example("gemm_fp8_scaled")
@@ -151,8 +161,8 @@ def gemm_sp_refused(target):
 
 CASES = [quickstart_vector_add, quickstart_matmul, quickstart_softmax, gemm_float32,
          gemm_splitk, flash_attention_causal, rmsnorm, softmax_bfloat16, row_reduce,
-         elementwise_add, gemm_dynamic, gemm_persistent, gemm_w4a16, gemm_fp8_scaled_refused,
-         gemm_sp_refused]
+         elementwise_add, gemm_dynamic, gemm_persistent, gemm_w4a16, gemm_w4a16_splits_refused,
+         gemm_fp8_scaled_refused, gemm_sp_refused]
 
 
 def test_every_example_has_a_case():

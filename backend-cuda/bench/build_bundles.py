@@ -15,7 +15,8 @@ signature, ``build.log`` (ptxas registers and spills) and ``case.json`` telling 
 the kernel computes, at which sizes, with which tile configuration (``kernels.py``). The build
 fails when a kernel spills registers or its SASS lacks the instructions its configuration is
 chosen for (HGMMA for the GEMMs and attention, QGMMA and no HMMA for the fp8 GEMMs,
-LDG.E.128/STG.E.128 for the add), when cuobjdump is here to read it.
+LDG.E.128/STG.E.128 for the add, 16-byte stores of the dequantised weights and no
+integer-to-float conversion for W4A16), when cuobjdump is here to read it.
 """
 
 from __future__ import annotations
@@ -154,13 +155,22 @@ def cases(quick: bool):
                    kernels.fp8_gemm_scaled.fn(n, n, n, layout, **config),
                    [f"QGMMA.64x{config['block_N']}x32.F32.E4M3.E4M3", "UTMALDG.2D", "!HMMA",
                     "!F2FP.F16.E4M3"], configs)
+    # W4A16 in slices of K (kernels.W4A16: two kernels, the partial sums then their sum);
+    # diagnostic rows (not in the smoke run): _nosplit, the one-slice kernel; _n128, 128
+    # columns a block (4 warps of 32: each warp's ldmatrix reads of the activations serve
+    # twice the columns, 6.25 instead of 7.5 bytes of shared-memory traffic per weight)
     for m, n in W4A16_SIZES[size]:
-        config = dict(kernels.W4A16)
-        yield (f"w4a16_m{m}_{n}",
-               {"kind": "w4a16", "M": m, "N": n, "K": n, "group": 128, "dtype": "float16",
-                "config": config},
-               kernels.w4a16_gemm.fn(m, n, n, 128, **config),
-               ["LDGSTS.E.BYPASS.128", "HMMA.16816.F32"], {})
+        for suffix, change in (("", {}), ("_nosplit", {"splits": 1}), ("_n128", {"block_N": 128})):
+            if quick and suffix:
+                continue
+            config = {**kernels.W4A16, **change}
+            yield (f"w4a16_m{m}_{n}{suffix}",
+                   {"kind": "w4a16", "M": m, "N": n, "K": n, "group": 128,
+                    "dtype": "float16", "config": config},
+                   kernels.w4a16_gemm.fn(m, n, n, 128, **config),
+                   # dequantised eight codes a call into 16-byte stores (include/tw_dequant.h),
+                   # not a code a thread through an integer-to-float conversion
+                   ["LDGSTS.E.BYPASS.128", "HMMA.16816.F32", "STS.128", "!I2F.F16"], {})
     # 2:4 sparse A against the dense cuBLAS GEMM: the sparse wgmma (HGMMA.SP, no dense
     # tensor-core instruction); diagnostic row (not in the smoke run): mma.sp over warp tiles
     for n in GEMM_SP_SIZES[size]:
@@ -359,8 +369,11 @@ def build_set(out: Path, quick: bool, args) -> None:
         log = log_path.read_text() if log_path and log_path.exists() else ""
         launch = kernel.executable.launch
         case["build"] = check_build(name, log, kernel.executable.cubin, expect)
-        case["build"]["smem_bytes"] = launch.get("dynamic_smem_bytes")
-        case["build"]["grid"], case["build"]["block"] = launch["grid"], launch["block"]
+        # per kernel: a kernel sequence (split-K's two kernels) launches each its own way
+        launches = kernels_of(launch)
+        case["build"]["smem_bytes"] = max(int(k["dynamic_smem_bytes"]) for k in launches)
+        case["build"]["grid"] = [k["grid"] for k in launches]
+        case["build"]["block"] = [k["block"] for k in launches]
         path = kernel.export(out / name, extra={
             "log": ("build.log", log.encode()),
             "case": ("case.json", json.dumps(case, indent=1).encode())})

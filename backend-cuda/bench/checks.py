@@ -274,9 +274,11 @@ def dequantising() -> list[Check]:
                 m, n, k, layout, **config),
             lambda layout=layout: [_fp8_scaled_run(m, n, k, layout)], k))
     rows, cols, depth = 5, 320, 512  # decode rows, 5 column tiles, 4 groups a row
-    out.append(Check("example-gemm_w4a16", "example", "float16",
-                     lambda: kernels.w4a16_gemm.fn(rows, cols, depth, 128, **kernels.W4A16),
-                     lambda: [_w4a16_run(rows, cols, depth, 128)], depth))
+    for suffix, config in (("", kernels.W4A16), ("_nosplit", {**kernels.W4A16, "splits": 1})):
+        out.append(Check(f"example-gemm_w4a16{suffix}", "example", "float16",
+                         lambda config=config: kernels.w4a16_gemm.fn(rows, cols, depth, 128,
+                                                                     **config),
+                         lambda: [_w4a16_run(rows, cols, depth, 128)], depth))
     return out
 
 

@@ -50,6 +50,35 @@ def test_low_precision_bundles_build_on_wgmma_and_pass_the_list(tmp_path, monkey
         build_bundles.check_build("row", "", cubin, ["UTMALDG.2D", "!QGMMA", "!IGMMA"])
 
 
+@pytest.mark.nvrtc
+@pytest.mark.sass
+def test_w4a16_bundle_in_slices_of_k_records_both_kernels(tmp_path, monkeypatch):
+    # the W4A16 row is a kernel sequence (split-K: the slices, then their sum): its build
+    # record lists each kernel's grid and block (the build stopped at the one-kernel
+    # launch['grid']), and harness.py --list accepts it
+    monkeypatch.setattr(sys, "argv", ["build_bundles.py", "--out", str(tmp_path), "--quick",
+                                      "--checks", "none", "--only", "w4a16"])
+    assert build_bundles.main() == 0
+    (name,) = [p.name for p in (tmp_path / "quick").iterdir()]
+    case = json.loads((tmp_path / "quick" / name / "case.json").read_text())
+    m, n, splits = case["M"], case["N"], case["config"]["splits"]
+    assert name == f"w4a16_m{m}_{n}" and splits == 4
+    assert case["build"]["grid"] == [[str(n // 64), "1", str(splits)], [str(n // 256), str(m),
+                                                                         "1"]]
+    assert case["build"]["block"] == [[128, 1, 1], [128, 1, 1]]
+    assert case["build"]["smem_bytes"] > 0 and case["build"]["sass"]["HMMA.16816.F32"] > 0
+    listed = _list(tmp_path, "--quick")
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    assert re.search(rf"{name} +ok ", listed.stdout)
+
+
+def test_w4a16_rows_keep_diagnostic_rows_beside_each_split_row(monkeypatch):
+    monkeypatch.setattr(build_bundles.kernels.w4a16_gemm, "fn", lambda *a, **k: None)
+    rows = {name: case["config"]["splits"] for name, case, *_ in build_bundles.cases(False)
+            if name.startswith("w4a16")}
+    assert rows == {"w4a16_m1_8192": 4, "w4a16_m1_8192_nosplit": 1, "w4a16_m1_8192_n128": 4,
+                    "w4a16_m16_8192": 4, "w4a16_m16_8192_nosplit": 1, "w4a16_m16_8192_n128": 4}
+
 
 def _list(bundles: Path, *extra) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT / "core")}

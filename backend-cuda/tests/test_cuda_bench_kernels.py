@@ -17,6 +17,7 @@ sys.path.insert(0, str(BENCH))
 sys.path.insert(0, str(ROOT / "examples"))
 
 import gemm_fp8_scaled as fp8  # noqa: E402 - after the sys.path setup
+import gemm_w4a16 as w4  # noqa: E402
 import kernels  # noqa: E402
 
 TARGET = "cuda -arch=sm_90a"
@@ -180,6 +181,23 @@ def test_bundled_fp8_gemm_config_runs_wgmma_and_matches_torch(layout, tmp_path):
         f"{n_tile}, 128>" in text
     want = fp8.reference(a, b, sa, sb, layout)
     torch.testing.assert_close(c.double(), want, rtol=8e-3, atol=1e-3 * want.abs().mean())
+
+
+@pytest.mark.emulator
+def test_bundled_w4a16_config_matches_torch(tmp_path):
+    # the bundle's tiles (16 x 64 x 128, 4 stages) and its 4 slices of K: 2 column tiles x 4
+    # slices of 2 k-tiles each, their partial sums added by the second kernel; M = 3 rows of
+    # the 16-row tile
+    m, n, k, group = 3, 128, 1024, 128
+    gen = torch.Generator().manual_seed(4)
+    a = torch.randn(m, k, generator=gen).half()
+    q, scales, zeros = w4.quantize(torch.randn(n, k, generator=gen).half(), group)
+    c = torch.full((m, n), float("nan"), dtype=torch.float16)
+    text = _emulate(kernels.w4a16_gemm.fn(m, n, k, group, **kernels.W4A16), tmp_path, a, q,
+                    scales, zeros, c)
+    assert "tw_dequant_u4x8_f16(" in text and "main_1_kernel" in text
+    want = a.double() @ w4.dequantize(q, scales, zeros).double().T
+    torch.testing.assert_close(c.double(), want, rtol=1e-2, atol=1e-2 * want.abs().mean())
 
 
 def test_bench_kernels_reject_sizes_they_do_not_handle():

@@ -7,7 +7,9 @@ per-k-block scaling matches torch in host emulation on both, its running sum of 
 products in registers beside the gemm's accumulator. The W4A16 GEMM's dequantised
 float16 tile feeds ``HMMA.16816.F32`` on sm_80 and sm_90a through ldmatrix, matches torch
 in host emulation, and is dequantised while the next stages' copies are in flight (the
-refill of stage k + S - 1 is issued before stage k's codes are dequantised). The GPU
+refill of stage k + S - 1 is issued before stage k's codes are dequantised), eight codes a
+call of ``tw_dequant_u4x8_f16``; in slices of K (split-K), a second kernel adds the slices'
+partial sums. The GPU
 harness's own reference for the scaled GEMM (it runs without TVM) agrees with the
 example's."""
 
@@ -88,10 +90,14 @@ def test_block_scaled_fp8_gemm_matches_torch_in_emulation(tmp_path, arch_name):
 @pytest.mark.nvcc
 @pytest.mark.sass
 @pytest.mark.parametrize("arch_name", ["sm_80", "sm_90a"])
-def test_w4a16_dequantised_tile_feeds_hmma(tmp_path, arch_name):
-    code = _sass(w4.w4a16_gemm.fn(16, 8192, 8192), arch_name, tmp_path)
+@pytest.mark.parametrize("splits", [1, 4])
+def test_w4a16_dequantised_tile_feeds_hmma(tmp_path, arch_name, splits):
+    code = _sass(w4.w4a16_gemm.fn(16, 8192, 8192, splits=splits), arch_name, tmp_path)
     assert "HMMA.16816.F32" in code  # the tensor cores on the dequantised float16 tile
     assert "LDSM.16.M88.4" in code and "LDGSTS.E.BYPASS.128" in code  # cp.async stages
+    # the codes dequantised eight a call (include/tw_dequant.h), stored 16 bytes at a time
+    assert "STS.128" in code and "I2F.F16" not in code
+    assert code.count("Function : ") == (2 if splits > 1 else 1)
 
 
 @pytest.mark.parametrize(("stages", "arch_name"), [(2, "sm_80"), (3, "sm_90a"), (4, "sm_90a")])
@@ -101,7 +107,7 @@ def test_w4a16_dequantises_while_the_next_stages_load(stages, arch_name):
     # and activations as cp.async) and its commit, then the dequantisation of stage k's codes
     # into the float16 tile, a barrier, the gemm; so while a tile is dequantised the S - 1
     # next stages' copies are in flight, the one issued this iteration included
-    tile = {**kernels.W4A16, "num_stages": stages}
+    tile = {**kernels.W4A16, "num_stages": stages, "splits": 1}
     source = tilewright.lower(w4.w4a16_gemm.fn(16, 1024, 1024, 128, **tile),
                               f"cuda -arch={arch_name}").source.text
     body = source[source.index("for (int ko = 0;"):].splitlines()
@@ -121,16 +127,52 @@ def test_w4a16_dequantises_while_the_next_stages_load(stages, arch_name):
 
 
 @pytest.mark.emulator
-def test_w4a16_matches_torch_in_emulation(tmp_path):
-    m, n, k, group = 5, 200, 256, 64  # decode rows, a partial column tile, 4 groups a row
+@pytest.mark.parametrize("splits", [1, 2])
+def test_w4a16_matches_torch_in_emulation(tmp_path, splits):
+    # decode rows, a partial column tile, 4 groups a row; in two slices of K: the partial
+    # sums of each slice's blocks in the workspace, added by the second kernel
+    m, n, k, group = 5, 200, 256, 64
     gen = torch.Generator().manual_seed(6)
     a = torch.randn(m, k, generator=gen).half()
     q, scales, zeros = w4.quantize(torch.randn(n, k, generator=gen).half(), group)
-    lowered = tilewright.lower(w4.w4a16_gemm.fn(m, n, k, group), "cuda -arch=sm_80")
+    lowered = tilewright.lower(w4.w4a16_gemm.fn(m, n, k, group, splits=splits),
+                               "cuda -arch=sm_80")
+    launch = lowered.source.payload
+    assert "tw_dequant_u4x8_f16(" in lowered.source.text  # eight codes a call
+    if splits > 1:
+        assert [g["grid"] for g in launch["kernels"]] == [["2", "1", str(splits)],
+                                                         ["1", str(m), "1"]]
+        assert launch["workspaces"] == [{"name": "partial", "dtype": "float32",
+                                         "bytes": str(splits * m * n * 4)}]
     c = torch.full((m, n), float("nan"), dtype=torch.float16)
-    hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, a, q, scales, zeros, c)
+    hostemu.run(lowered.source.text, launch, tmp_path, a, q, scales, zeros, c)
     want = a.double() @ w4.dequantize(q, scales, zeros).double().T
     torch.testing.assert_close(c.double(), want, rtol=1e-2, atol=1e-2 * want.abs().mean())
+
+
+@pytest.mark.emulator
+def test_w4a16_on_wgmma_dequantises_in_the_consumer_warpgroup(tmp_path):
+    # 64-row tiles on sm_90a: the gemm is wgmma, the loads a producer warpgroup's; the
+    # consumer warpgroup's 128 threads dequantise eight codes a call into the swizzled tile
+    m, n, k, group = 70, 256, 512, 64
+    gen = torch.Generator().manual_seed(7)
+    a = torch.randn(m, k, generator=gen).half()
+    q, scales, zeros = w4.quantize(torch.randn(n, k, generator=gen).half(), group)
+    tile = {"block_M": 64, "block_N": 128, "block_K": 64, "threads": 128, "num_stages": 2}
+    lowered = tilewright.lower(w4.w4a16_gemm.fn(m, n, k, group, **tile), "cuda -arch=sm_90a")
+    text = lowered.source.text
+    assert "tw_gemm_wgmma<" in text and "tw_mbar_wait" in text
+    assert "tw_dequant_u4x8_f16(" in text
+    c = torch.full((m, n), float("nan"), dtype=torch.float16)
+    hostemu.run(text, lowered.source.payload, tmp_path, a, q, scales, zeros, c)
+    want = a.double() @ w4.dequantize(q, scales, zeros).double().T
+    torch.testing.assert_close(c.double(), want, rtol=1e-2, atol=1e-2 * want.abs().mean())
+
+
+def test_w4a16_slices_must_divide_k():
+    with pytest.raises(ValueError, match=r"K=1024 must be a multiple of block_K \* splits "
+                                         r"= 128 \* 3"):
+        w4.w4a16_gemm.fn(1, 1024, 1024, splits=3)
 
 
 @pytest.mark.parametrize("layout", fp8.LAYOUTS)

@@ -35,6 +35,7 @@ CUDA, BASE, COPY, MMA, HOPPER, WGMMA, FP4, FP8 = (None, "tw_cuda.h", "tw_copy.h"
                                                   "tw_fp8.h")
 MMA_WIDEN = "tw_mma_widen.h"
 GRID = "tw_grid.h"
+DEQUANT = "tw_dequant.h"
 # a header -> the header it builds on (pasted before it)
 BUILDS_ON = {MMA_WIDEN: MMA}
 
@@ -147,6 +148,9 @@ TABLE = _table(
     Intrinsic("tw_fp4_encode", FP4),
     Intrinsic("tw_fp4_decode", FP4),
     Intrinsic("tw_fp8_e5m2", FP8),
+    # eight 4-bit codes (the 32-bit word at argument 2) to eight float16 (code - zero) * scale
+    # (16 bytes at argument 1); zero and scale are values
+    Intrinsic("tw_dequant_u4x8_f16", DEQUANT, ("write", "read", "", "")),
     Intrinsic("__shfl_xor_sync", CUDA, local=True),
     Intrinsic("__shfl_sync", CUDA, local=True),
     Intrinsic("__syncwarp", CUDA),

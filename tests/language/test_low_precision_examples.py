@@ -60,13 +60,15 @@ def test_scales_must_be_float32():
         fp8.scaled_mm(a, a, torch.ones(1), torch.ones(1, dtype=torch.float16))
 
 
-def test_w4a16_on_the_interpreter():
+@pytest.mark.parametrize(("target", "splits"), [("interp", 1), ("interp", 2), ("cpu", 2)])
+def test_w4a16_matches_torch(target, splits):
+    # splits: K in slices whose partial sums a second kernel adds (split-K)
     m, n, k, group = 7, 96, 256, 64
     gen = torch.Generator().manual_seed(2)
     a = torch.randn(m, k, generator=gen).half()
     q, scales, zeros = w4.quantize(torch.randn(n, k, generator=gen).half(), group)
-    func = w4.w4a16_gemm.fn(m, n, k, group, block_N=64)
-    got = tilewright.compile(func, out_idx=[4], target="interp")(a, q, scales, zeros)
+    func = w4.w4a16_gemm.fn(m, n, k, group, block_N=64, splits=splits)
+    got = tilewright.compile(func, out_idx=[4], target=target)(a, q, scales, zeros)
     want = a.double() @ w4.dequantize(q, scales, zeros).double().T
     torch.testing.assert_close(got.double(), want, rtol=1e-2, atol=1e-2 * want.abs().mean())
 

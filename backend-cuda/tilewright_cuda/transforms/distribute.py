@@ -11,8 +11,8 @@ from tilewright.errors import KernelError, span_location
 from tilewright.transform import StmtMutator, prim_func_pass, rebuild_for
 from tvm import tirx
 
-from .. import keys, layout
-from ..analysis import layouts
+from .. import intrinsics, keys, layout
+from ..analysis import dequant, layouts
 from ..analysis.ir import (
     accessed,
     buffers_in,
@@ -170,6 +170,9 @@ class Distribute(StmtMutator):
                         annotations={keys.SPREAD: 1}, span=loops[0].span)
 
     def _spread(self, loops, body):
+        found = dequant.match(loops, body, self.analyzer)
+        if found is not None:
+            return self._dequantised(loops, found)
         vector = self._vectorized(loops, body)
         if vector is not None:
             return vector
@@ -194,6 +197,35 @@ class Distribute(StmtMutator):
             inner = tirx.IfThenElse(flat < total, inner, None)
         count = self.analyzer.simplify(tirx.floordiv(total + threads - 1, threads))
         return tirx.For(it, 0, count, tirx.ForKind.SERIAL, inner,
+                        annotations={keys.SPREAD: 1}, span=loops[0].span)
+
+    def _dequantised(self, loops, found):
+        """A dequantisation nest (``analysis.dequant``): thread ``t`` takes the runs of
+        ``dequant.RUN`` elements ``t, t + threads, ...`` of the fused space, one
+        ``tw_dequant_u4x8_f16`` call a run."""
+        extents = [int(loop.extent.value) for loop in loops]
+        extents[-1] //= dequant.RUN
+        total = 1
+        for e in extents:
+            total *= e
+        it = tirx.Var("it", "int32")
+        flat = it * self.threads + self.tx
+        mapping, stride = {}, 1
+        for loop, extent in reversed(list(zip(loops, extents))):
+            value = flat if stride == 1 else tirx.floordiv(flat, stride)
+            if loop is not loops[0]:
+                value = tirx.floormod(value, extent)
+            mapping[loop.loop_var] = value * dequant.RUN if loop is loops[-1] else value
+            stride *= extent
+        store = found.store
+        inner = intrinsics.call(
+            "tw_dequant_u4x8_f16",
+            tirx.address_of(tirx.BufferLoad(store.buffer, list(store.indices))),
+            tirx.address_of(found.codes), found.zero, found.scale)
+        inner = substitute(inner, mapping)
+        if total % self.threads:
+            inner = tirx.IfThenElse(flat < total, inner, None)
+        return tirx.For(it, 0, -(-total // self.threads), tirx.ForKind.SERIAL, inner,
                         annotations={keys.SPREAD: 1}, span=loops[0].span)
 
     def _vector_width(self, loops, body) -> int | None:

@@ -1,0 +1,120 @@
+"""Dequantisation nests: a ``T.Parallel`` body that turns packed unsigned 4-bit codes into
+float16 weights with one zero point and one scale per run of ``RUN`` consecutive elements,
+
+    W[..., j] = (T.cast(T.unpack(Q[..., j // 2], j % 2, 4), "float16") - zero) * scale
+
+(``examples/gemm_w4a16.py``), which the distribution transform gives to
+``tw_dequant_u4x8_f16`` (``include/tw_dequant.h``), eight elements a call, instead of one
+element a thread at a time. Only this form is taken, with the roundings of the scalar code
+(the subtraction, then the product); bfloat16 weights and signed codes keep the scalar path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import tvm
+import tvm_ffi
+from tvm import tirx
+
+from .. import layout
+from .ir import substitute, uses
+
+RUN = 8  # elements a call: the eight 4-bit codes of a 32-bit word, 16 bytes of float16
+_SHARED = ("shared", "shared.dyn")
+
+
+@dataclass(frozen=True)
+class Dequant:
+    """A matched nest body: the float16 store, the load of the byte of codes, the zero point
+    and the scale, all still in the nest's loop variables."""
+
+    store: tirx.BufferStore
+    codes: tvm.ir.TensorLoad
+    zero: tirx.PrimExpr
+    scale: tirx.PrimExpr
+
+
+def match(loops, body, analyzer) -> Dequant | None:
+    """The dequantisation in ``body`` of the ``T.Parallel`` nest ``loops``, or None when the
+    body is anything else or a run of ``RUN`` iterations along the innermost loop ``j`` is not
+    one call's work: the store's last index ``j + c`` and the codes' ``j // 2 + d`` with ``c``
+    a multiple of 8 and ``d`` of 4 (16-byte and 4-byte aligned runs, contiguous in shared
+    memory; a swizzled tile keeps 16-byte chunks whole), the other indices and the zero point's
+    and scale's free of ``j`` within a run."""
+    j = loops[-1].loop_var
+    extent = loops[-1].extent
+    if not isinstance(body, tirx.BufferStore) or not isinstance(extent, tirx.IntImm) or \
+            int(extent.value) % RUN or \
+            not all(isinstance(loop.min, tirx.IntImm) and int(loop.min.value) == 0
+                    for loop in loops):
+        return None
+    dst = body.buffer
+    if str(dst.dtype) != "float16" or layout.memory(dst) not in _SHARED or \
+            not _run_start(list(body.indices), j, RUN, dst, analyzer):
+        return None
+    value = body.value
+    if not (isinstance(value, tirx.Mul) and isinstance(value.a, tirx.Sub) and
+            isinstance(value.a.a, tirx.Cast) and str(value.a.a.ty) == "float16"):
+        return None
+    zero, scale = value.a.b, value.b
+    codes = _unpacked_nibble(value.a.a.value, j, analyzer)
+    if codes is None or str(codes.source.dtype) != "uint8" or \
+            layout.memory(codes.source) not in _SHARED or \
+            not _run_start(list(codes.indices), j, RUN // 2, codes.source, analyzer, half=True):
+        return None
+    if not all(_run_invariant(e, j, extent, analyzer) for e in (zero, scale)):
+        return None
+    return Dequant(body, codes, zero, scale)
+
+
+def _unpacked_nibble(expr, j, analyzer):
+    """The byte load of ``(Q[...] >> (j % 2 * 4)) & 15`` (``T.unpack(Q[...], j % 2, 4)``),
+    else None."""
+    if not (isinstance(expr, tirx.BitwiseAnd) and isinstance(expr.b, tirx.IntImm) and
+            int(expr.b.value) == 15 and isinstance(expr.a, tirx.RShift)):
+        return None
+    load, shift = expr.a.a, expr.a.b
+    if not isinstance(load, tvm.ir.TensorLoad):
+        return None
+    amount = shift.value if isinstance(shift, tirx.Cast) else shift
+    if uses(amount, j) and analyzer.can_prove(amount == tirx.floormod(j, 2) * 4):
+        return load
+    return None
+
+
+def _run_start(indices, j, run, buf, analyzer, half=False) -> bool:
+    """The last index is ``j + c`` (``j // 2 + c`` with ``half``), ``c`` free of ``j`` and a
+    multiple of ``run``; the others free of ``j``; a row holds whole runs."""
+    if not indices or any(uses(i, j) for i in indices[:-1]):
+        return False
+    position = tirx.floordiv(j, 2) if half else j
+    offset = analyzer.simplify(indices[-1] - position)
+    if uses(offset, j) or not analyzer.can_prove(tirx.floormod(offset, run) == 0):
+        return False
+    last = buf.shape[-1]
+    return isinstance(last, tirx.IntImm) and int(last.value) % run == 0
+
+
+def _run_invariant(expr, j, extent, analyzer) -> bool:
+    """Whether ``expr`` has one value over each run ``j = RUN * q + v``, ``0 <= v < RUN``:
+    free of ``j`` but in the indices of the loads it is made of, which the runs do not
+    change."""
+    q, v = tirx.Var("q", "int32"), tirx.Var("v", "int32")
+    ok = [True]
+
+    def check(load):
+        for index in load.indices:
+            if not uses(index, j):
+                continue
+            with analyzer.constraint_scope(tirx.all(q >= 0, q < int(extent.value) // RUN,
+                                                    v >= 0, v < RUN)):
+                inside = substitute(index, {j: q * RUN + v})
+                first = substitute(index, {j: q * RUN})
+                if not analyzer.can_prove(inside == first):
+                    ok[0] = False
+
+    tvm_ffi.structural_walk(expr, [(tvm.ir.TensorLoad, check)])
+    stripped = tvm_ffi.structural_map(expr, (tvm.ir.TensorLoad,
+                                             lambda e: tirx.const(0, str(e.ty))))
+    return ok[0] and not uses(stripped, j)
