@@ -156,11 +156,11 @@ def cases(quick: bool):
                    [f"QGMMA.64x{config['block_N']}x32.F32.E4M3.E4M3", "UTMALDG.2D", "!HMMA",
                     "!F2FP.F16.E4M3"], configs)
     # W4A16 in slices of K (kernels.W4A16: two kernels, the partial sums then their sum);
-    # diagnostic rows (not in the smoke run): _nosplit, the one-slice kernel; _n128, 128
-    # columns a block (4 warps of 32: each warp's ldmatrix reads of the activations serve
-    # twice the columns, 6.25 instead of 7.5 bytes of shared-memory traffic per weight)
+    # diagnostic rows (not in the smoke run): _nosplit, the one-slice kernel; _n64, 64
+    # columns a block (4 warps of 16: each warp's ldmatrix reads of the activations serve
+    # half the columns, 7.5 instead of 6.25 bytes of shared-memory traffic per weight)
     for m, n in W4A16_SIZES[size]:
-        for suffix, change in (("", {}), ("_nosplit", {"splits": 1}), ("_n128", {"block_N": 128})):
+        for suffix, change in (("", {}), ("_nosplit", {"splits": 1}), ("_n64", {"block_N": 64})):
             if quick and suffix:
                 continue
             config = {**kernels.W4A16, **change}

@@ -37,12 +37,16 @@ Configurations (sm_90a, chosen for H100/H200):
   ``_128x128`` and ``_nows`` rows (tensor scales: 128x128 tiles, TMA issued in order) are
   there to choose from. (Before wgmma took 8-bit operands, ptxas ran the fp8 ``mma.sync`` as
   fp16 HMMA after unpacking, and 128-deep k-tiles spilled outside the block layout.)
-- W4A16 (``examples/gemm_w4a16.py``), decode shapes: 16-row, 64-column tiles, 128-deep
-  k-tiles, 4 stages of codes and activations in flight, K in 4 slices (split-K: 4 x 128 =
-  512 blocks for N = 8192, four per SM at 48 KB of shared memory each, where one slice gave
-  128 blocks, one per SM, and too few loads in flight to fill the memory pipe); the slices'
-  float32 partial sums (4 x M x N) added by a second kernel. The ``_nosplit`` rows are the
-  one-slice kernel, for comparison.
+- W4A16 (``examples/gemm_w4a16.py``), decode shapes: 16-row, 128-column tiles, 128-deep
+  k-tiles, 4 stages of codes and activations in flight, K in 4 slices (split-K: 64 x 4 = 256
+  blocks for N = 8192, two per SM at 80 KB of shared memory each, where one slice gave 64
+  blocks and too few loads in flight to fill the memory pipe); the slices' float32 partial
+  sums (4 x M x N) added by a second kernel. 128 columns rather than 64 because shared memory,
+  not DRAM, bounds this kernel in the model of RESULTS.md: each warp's reads of the activation
+  tile serve 32 columns instead of 16 (6.25 instead of 7.5 bytes of shared-memory traffic a
+  weight, a modelled 2.7x instead of 2.2x the float16 matmul). The ``_nosplit`` rows are the
+  one-slice kernel, the ``_n64`` rows 64-column tiles (512 blocks, four per SM), for
+  comparison.
 - 2:4 sparse float16 GEMM (``examples/gemm_sp.py``, ``GEMM_SP``): 128x128x64 tiles, 256
   threads = two warpgroups of 64 rows on the sparse wgmma (``wgmma.mma_async.sp`` m64n128k32,
   ``HGMMA.SP.64x128x32.F32``), 3 stages of kept values, int16 metadata and B. The diagnostic
@@ -80,7 +84,7 @@ SWIZZLE_PANEL = 16  # block rows per raster panel (T.use_swizzle), see above
 FP8_GEMM = {"block_M": 128, "block_K": 128, "threads": 256, "num_stages": 3}
 FP8_TILES = {"tensor": {"block_N": 256}, "token": {"block_N": 256},  # per scale layout,
              "block": {"block_N": 128}}                              # see above
-W4A16 = {"block_M": 16, "block_N": 64, "block_K": 128, "threads": 128, "num_stages": 4,
+W4A16 = {"block_M": 16, "block_N": 128, "block_K": 128, "threads": 128, "num_stages": 4,
          "splits": 4}
 GEMM_SP = {"block_M": 128, "block_N": 128, "block_K": 64, "threads": 256, "num_stages": 3}
 GEMM_SP_MMA = {**GEMM_SP, "threads": 128}  # mma.sp: the _mmasp diagnostic row

@@ -63,7 +63,8 @@ def test_w4a16_bundle_in_slices_of_k_records_both_kernels(tmp_path, monkeypatch)
     case = json.loads((tmp_path / "quick" / name / "case.json").read_text())
     m, n, splits = case["M"], case["N"], case["config"]["splits"]
     assert name == f"w4a16_m{m}_{n}" and splits == 4
-    assert case["build"]["grid"] == [[str(n // 64), "1", str(splits)], [str(n // 256), str(m),
+    columns = n // case["config"]["block_N"]
+    assert case["build"]["grid"] == [[str(columns), "1", str(splits)], [str(n // 256), str(m),
                                                                          "1"]]
     assert case["build"]["block"] == [[128, 1, 1], [128, 1, 1]]
     assert case["build"]["smem_bytes"] > 0 and case["build"]["sass"]["HMMA.16816.F32"] > 0
@@ -76,8 +77,8 @@ def test_w4a16_rows_keep_diagnostic_rows_beside_each_split_row(monkeypatch):
     monkeypatch.setattr(build_bundles.kernels.w4a16_gemm, "fn", lambda *a, **k: None)
     rows = {name: case["config"]["splits"] for name, case, *_ in build_bundles.cases(False)
             if name.startswith("w4a16")}
-    assert rows == {"w4a16_m1_8192": 4, "w4a16_m1_8192_nosplit": 1, "w4a16_m1_8192_n128": 4,
-                    "w4a16_m16_8192": 4, "w4a16_m16_8192_nosplit": 1, "w4a16_m16_8192_n128": 4}
+    assert rows == {"w4a16_m1_8192": 4, "w4a16_m1_8192_nosplit": 1, "w4a16_m1_8192_n64": 4,
+                    "w4a16_m16_8192": 4, "w4a16_m16_8192_nosplit": 1, "w4a16_m16_8192_n64": 4}
 
 
 def _list(bundles: Path, *extra) -> subprocess.CompletedProcess:
