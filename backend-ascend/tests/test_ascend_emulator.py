@@ -170,7 +170,37 @@ def test_printf_and_dump_tensor_print(capfd):
     out = capfd.readouterr().out
     assert "cid:0 vid:0" in out and "cid:0 vid:1" in out
     assert "DumpTensor: desc=111, addr=0, data_type=float32, position=UB, dump_size=4" in out
-    assert "64, 65, 66, 67" in out
+    assert "[64.000000, 65.000000, 66.000000, 67.000000]\n" in out
+
+
+@pytest.mark.parametrize(("shape", "head", "rows"), [
+    ((2, 4), "", ["[[0,1,2,3],", "[4,5,6,7]]"]),
+    ((1, 4), "shape is [1, 4], dumpSize is 8, dumpSize is greater than shapeSize.",
+     ["[[0,1,2,3]]"]),
+    ((3, 4), "shape is [3, 4], dumpSize is 8, data is not enough.",
+     ["[[0,1,2,3],", "[4,5,6,7],", "[-,-,-,-]]"]),
+])
+def test_dump_tensor_with_a_shape_prints_the_vendor_layout(capfd, shape, head, rows):
+    # DumpTensor.md's examples (docs/zh/api/SIMD-API/基础API/调试接口/上板打印/): the rows of
+    # the shape one a line, a shape smaller than dump_size prints its own elements, a larger one
+    # pads with "-"; integers print exactly, floats as %f
+    @T.prim_func
+    def main(A: T.Tensor((8,), "int32"), C: T.Tensor((8,), "int32")):
+        with T.Kernel(1, is_npu=True) as (_cid, vid):
+            a_ub = T.alloc_ub((8,), "int32")
+            with T.Scope("V"):
+                if vid == 0:
+                    T.copy(A[0], a_ub)
+                    T.barrier_all()
+                    T.dump_tensor(a_ub, 7, 8, shape)
+                    T.copy(a_ub, C[0])
+
+    kernel = tilewright.compile(main, out_idx=[-1], target="ascend")
+    a = torch.arange(8, dtype=torch.int32)
+    torch.testing.assert_close(kernel(a), a)
+    lines = capfd.readouterr().out.splitlines()
+    at = lines.index("DumpTensor: desc=7, addr=0, data_type=int32, position=UB, dump_size=8")
+    assert lines[at + 1:at + 1 + bool(head) + len(rows)] == ([head] if head else []) + rows
 
 
 def test_double_buffering_overlaps_mte2_with_compute():

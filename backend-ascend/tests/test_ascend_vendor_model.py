@@ -232,7 +232,7 @@ def test_dump_tensor_of_ub_orders_itself(capfd):
     a = torch.arange(64, dtype=torch.float32)
     out = tilewright.compile(main, out_idx=[-1], target="ascend")(a)
     torch.testing.assert_close(out, a * 2 + 1)
-    assert "0, 2, 4, 6" in capfd.readouterr().out
+    assert "[0.000000, 2.000000, 4.000000, 6.000000]" in capfd.readouterr().out
 
 
 def test_mmad_operands_start_aligned():

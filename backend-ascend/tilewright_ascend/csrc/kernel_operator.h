@@ -1360,7 +1360,8 @@ template <typename... Args> void printf(const char* fmt, Args... args) {
 namespace tw_emu {
 // one element of a DumpTensor, whose element types are bool, the 8- to 64-bit integers, half,
 // bfloat16_t and float ("数据类型" of DumpTensor.md): an integer exactly, in decimal (a float
-// holds no uint32 or int64 past 2**24 exactly), a floating value as %g
+// holds no uint32 or int64 past 2**24 exactly), a floating value as %f (the document's
+// examples: "19.000000", "0.113037")
 template <typename T> std::string dump_element(const T& v) {
     char buf[64];
     if constexpr (std::is_integral<T>::value && std::is_signed<T>::value)
@@ -1368,8 +1369,45 @@ template <typename T> std::string dump_element(const T& v) {
     else if constexpr (std::is_integral<T>::value)
         std::snprintf(buf, sizeof buf, "%llu", (unsigned long long)v);
     else
-        std::snprintf(buf, sizeof buf, "%g", double(float(v)));
+        std::snprintf(buf, sizeof buf, "%f", double(float(v)));
     return buf;
+}
+// The lines DumpTensor.md shows after the header. Without a shape: "[a, b, ...]". With a
+// ShapeInfo: nested brackets, one innermost row a line ("[[a,b],\n[c,d]]"); a shape of fewer
+// elements than dump_size prints the shape's ("shape is [7, 8], dumpSize is 64, dumpSize is
+// greater than shapeSize."), one of more pads with "-" ("... data is not enough.").
+template <typename T> std::string dump_values(const T* data, uint32_t size, uint32_t dims,
+                                              const uint32_t* shape) {
+    std::string out;
+    if (dims == 0) {
+        out = "[";
+        for (uint32_t i = 0; i < size; ++i) out += dump_element(data[i]) + (i + 1 < size ? ", " : "");
+        return out + "]\n";
+    }
+    uint64_t total = 1;
+    std::string dims_text;
+    for (uint32_t d = 0; d < dims; ++d) {
+        total *= shape[d];
+        dims_text += std::to_string(shape[d]) + (d + 1 < dims ? ", " : "");
+    }
+    if (total != size)
+        out += "shape is [" + dims_text + "], dumpSize is " + std::to_string(size) +
+               (total < size ? ", dumpSize is greater than shapeSize.\n" : ", data is not enough.\n");
+    uint64_t next = 0;
+    std::function<std::string(uint32_t)> level = [&](uint32_t d) {
+        std::string text = "[";
+        for (uint32_t i = 0; i < shape[d]; ++i) {
+            if (d + 1 == dims) {
+                text += next < size ? dump_element(data[next]) : std::string("-");
+                ++next;
+            } else {
+                text += level(d + 1);
+            }
+            if (i + 1 < shape[d]) text += d + 1 == dims ? "," : ",\n";
+        }
+        return text + "]";
+    };
+    return out + level(0) + "\n";
 }
 }  // namespace tw_emu
 
@@ -1378,7 +1416,8 @@ namespace AscendC {
 // asc_aicore_dump_utils.h): PipeBarrier<PIPE_ALL>, a copy to the dump area in GM (UB and L1:
 // copy_ubuf_to_gm / copy_cbuf_to_gm on MTE3, L0C: copy_matrix_cc_to_gm on FIX; L0A/L0B are not
 // dumped), PipeBarrier<PIPE_ALL>
-template <typename T> void DumpTensor(const LocalTensor<T>& t, uint32_t desc, uint32_t size, TW_LINE) {
+template <typename T> void DumpTensor(const LocalTensor<T>& t, uint32_t desc, uint32_t size,
+                                      const ShapeInfo& shape, TW_LINE) {
     if (t.space == tw_emu::SL0A || t.space == tw_emu::SL0B) {
         tw_emu::error(line, "DumpTensor of %s is not supported on 2201 (asc_aicore_dump_utils.h)", tw_emu::space_name(t.space));
         return;
@@ -1388,23 +1427,27 @@ template <typename T> void DumpTensor(const LocalTensor<T>& t, uint32_t desc, ui
                   {acc(t, uint64_t(size) * sizeof(T), false)}, [=] {
         std::printf("DumpTensor: desc=%u, addr=%llu, data_type=%s, position=%s, dump_size=%u\n", desc,
                     (unsigned long long)t.off, tw_emu::type_name<T>(), tw_emu::space_name(t.space), size);
-        for (uint32_t i = 0; i < size; ++i) std::printf("%s%s", tw_emu::dump_element(t.data()[i]).c_str(), i + 1 < size ? ", " : "\n");
+        std::fputs(tw_emu::dump_values(t.data(), size, shape.dims, shape.shape).c_str(), stdout);
         std::fflush(stdout);
     }, copy_cost(uint64_t(size) * sizeof(T), 64), uint64_t(size) * sizeof(T));
     tw_emu::issue_barrier_all(line);
 }
-template <typename T> void DumpTensor(const LocalTensor<T>& t, uint32_t desc, uint32_t size, ShapeInfo, TW_LINE) {
-    DumpTensor(t, desc, size, line);
+template <typename T> void DumpTensor(const LocalTensor<T>& t, uint32_t desc, uint32_t size, TW_LINE) {
+    DumpTensor(t, desc, size, ShapeInfo(), line);
 }
-template <typename T> void DumpTensor(const GlobalTensor<T>& t, uint32_t desc, uint32_t size, TW_LINE) {
+template <typename T> void DumpTensor(const GlobalTensor<T>& t, uint32_t desc, uint32_t size,
+                                      const ShapeInfo& shape, TW_LINE) {
     tw_emu::issue_barrier_all(line);  // then a scalar copy (mem_copy_gm_to_gm)
     tw_emu::issue(tw_emu::PS, "DumpTensor", line, {acc(t, uint64_t(size) * sizeof(T), false)}, [=] {
         std::printf("DumpTensor: desc=%u, addr=%p, data_type=%s, position=GM, dump_size=%u\n", desc,
                     (void*)t.ptr, tw_emu::type_name<T>(), size);
-        for (uint32_t i = 0; i < size; ++i) std::printf("%s%s", tw_emu::dump_element(t.ptr[i]).c_str(), i + 1 < size ? ", " : "\n");
+        std::fputs(tw_emu::dump_values(t.ptr, size, shape.dims, shape.shape).c_str(), stdout);
         std::fflush(stdout);
     }, 1.0, 0);
     tw_emu::issue_barrier_all(line);
+}
+template <typename T> void DumpTensor(const GlobalTensor<T>& t, uint32_t desc, uint32_t size, TW_LINE) {
+    DumpTensor(t, desc, size, ShapeInfo(), line);
 }
 
 // -- the arch-3510 register API (T.SimdVF), namespace AscendC::Reg ------------------------------
