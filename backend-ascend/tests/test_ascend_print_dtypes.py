@@ -56,7 +56,7 @@ def test_print_of_each_integer_width_formats_as_the_vendor_documents(capfd):
         for (dtype, values), msg in zip(VALUES.items(), ("u32", "i64", "u16", "u8", "b", "i8")):
             assert f"{msg}: {values[i]} ({dtype})\n" in out, (msg, values[i], out)
     assert "data_type=int64, position=UB, dump_size=8\n" in out
-    assert "0, 9223372036854775807, -9223372036854775808, 0, 0, 0, 0, 0\n" in out
+    assert "[0, 9223372036854775807, -9223372036854775808, 0, 0, 0, 0, 0]\n" in out
 
 
 @A.prim_func
