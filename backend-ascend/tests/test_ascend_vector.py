@@ -164,6 +164,25 @@ def test_print_goes_to_stdout(capfd):
     assert "DumpTensor: desc=0" in out
 
 
+def test_print_of_a_2d_tile_prints_one_row_a_line(capfd):
+    @T.prim_func
+    def main(A: T.Tensor((2, 4), "float32"), C: T.Tensor((2, 4), "float32")):
+        with T.Kernel(1, threads=32) as _bx:
+            x = T.alloc_fragment((2, 4), "float32")
+            T.copy(A[0, 0], x)
+            T.print(x, msg="x")
+            T.copy(x, C[0, 0])
+
+    a = torch.arange(8, dtype=torch.float32).reshape(2, 4)
+    torch.testing.assert_close(tilewright.compile(main, out_idx=[-1], target="ascend")(a), a)
+    out = capfd.readouterr().out
+    # UB rows are 32-byte aligned: 4 float32 padded to 8, the padding shown and named
+    assert "x: x 2x4 float32, rows padded to 8\nDumpTensor: desc=0, addr=0, data_type=float32, " \
+        "position=UB, dump_size=16\n[[0.000000,1.000000,2.000000,3.000000,0.000000,0.000000," \
+        "0.000000,0.000000],\n[4.000000,5.000000,6.000000,7.000000,0.000000,0.000000," \
+        "0.000000,0.000000]]\n" in out, out
+
+
 def test_ub_capacity_error_names_buffer_bytes_and_limit():
     @T.prim_func
     def big(A: T.Tensor((256, 256), "float32"), B: T.Tensor((256, 256), "float32")):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tilewright.errors import KernelError
+from tvm import tirx
 
 from ..facts import ops
 from ..facts.dtypes import INTEGERS
@@ -70,15 +71,28 @@ def rule_print_value(em, call):
 
 @rule("print_tile")
 def rule_print_tile(em, call):
+    """A UB tile through DumpTensor, one row a line (a ShapeInfo of rows x row stride). Rows
+    padded to their stride (UB rows are 32-byte aligned) print their padding too, and the
+    header says so; a region not starting at column 0, or whose rows are further apart than
+    the buffer's rows, prints as one flat list."""
     region = call.operands["buf"]
     if str(region.buffer.scope()) != "ascend.ub":
         raise KernelError("T.print of a tile: backend 'ascend' prints UB tiles (DumpTensor)")
     rows, cols, stride = view(em, region)
+    first = region.starts[-1]
+    # rows of the buffer's own, from their first column: their padding lies inside the buffer
+    whole_rows = rows > 1 and isinstance(first, (int, tirx.IntImm)) and int(first) == 0 and \
+        stride == int(region.buffer.shape[-1])
+    padded = f", rows padded to {stride}" if whole_rows and stride != cols else ""
     msg = call.attrs["msg"]
     em.line(f'AscendC::printf("{_c_string(msg)}{": " if msg else ""}{region.buffer.name} '
-            f'{rows}x{cols} {region.buffer.dtype}\\n");')
-    em.line(f"DumpTensor({em.buf(region.buffer)}[{offset_of(em, region)}], 0, "
-            f"{stride * (rows - 1) + cols});")
+            f'{rows}x{cols} {region.buffer.dtype}{padded}\\n");')
+    src = f"{em.buf(region.buffer)}[{offset_of(em, region)}]"
+    if whole_rows:
+        em.line(f"{{ uint32_t shp[] = {{{rows}, {stride}}}; ShapeInfo si(2, shp); "
+                f"DumpTensor({src}, 0, {rows * stride}, si); }}")
+    else:
+        em.line(f"DumpTensor({src}, 0, {stride * (rows - 1) + cols});")
 
 
 @rule("device_assert")
