@@ -1059,9 +1059,10 @@ class _Builder:
     def block_update(self) -> None:
         """Block code (statements outside ``T.Parallel``, once per block): a scalar set to this
         block's first element of an input, then updated from itself once or, in a
-        ``T.serial`` loop, several times (``S[0] = S[0] + X[...]``, or a max, min or
-        difference); a shared scalar or a per-thread one (read by later expressions), or an
-        element of an output that each block owns (``U[by, bx]``)."""
+        ``T.serial`` loop, several times (``S[0] = S[0] + X[...]``, or a difference, max or
+        min); a shared scalar or a per-thread one, read by later expressions and stored by
+        block code to an element of an output that each block owns (``V[by, bx] = S[0]``), or
+        such an element itself, first set by a one-iteration ``T.Parallel`` loop."""
         where = [w for w in ("shared", "local", "global") if self.allowed(f"block_update_{w}")]
         if not where or not self.allowed("block_update"):
             return
@@ -1069,10 +1070,10 @@ class _Builder:
         first = f"[{self.z}by * {self.bm}, bx * {self.bn}]"
         name, lo, hi = self.draw(st.sampled_from(self.inputs))
         other, olo, ohi = self.draw(st.sampled_from(self.inputs))
-        op = self.draw(st.sampled_from(("+", "-", "max", "min")))
+        op = self.draw(st.sampled_from(("+", "-", "+", "-", "max", "min")))
         times = self.draw(st.integers(1, 3))
         loop = times > 1 and self.draw(st.booleans())
-        err, mag = 0.0, max(abs(lo), abs(hi))
+        err = 0.0
         for _ in range(times):
             if op == "+":
                 lo, hi = lo + olo, hi + ohi
@@ -1081,31 +1082,34 @@ class _Builder:
             else:
                 f = max if op == "max" else min
                 lo, hi = f(lo, olo), f(hi, ohi)
-            mag = max(abs(lo), abs(hi))
-            err += self.u * mag if op in ("+", "-") else 0.0
+            err += self.u * max(abs(lo), abs(hi)) if op in ("+", "-") else 0.0
         if not self.fits(lo, hi) or (self.unsigned and lo < 0):
             return
+        out = self.fresh("U")
+        owned = f"{out}[{self.z}by, bx]"
+        gm, gn = math.ceil(self.M / self.bm), math.ceil(self.N / self.bn)
+        self.outputs.append((out, self.deep((gm, gn)), self.dtype, err))
         if kind == "global":
-            target = self.fresh("U")
-            cell = f"{target}[{self.z}by, bx]"
-            gm, gn = math.ceil(self.M / self.bm), math.ceil(self.N / self.bn)
-            self.outputs.append((target, self.deep((gm, gn)), self.dtype, err))
+            cell = owned
+            self.body += ["for i in T.Parallel(1):",
+                          f"    {out}[{self.z}by, bx + i] = {name}{first}"]
         else:
             target = self.fresh("s")
             cell = f"{target}[0]"
             alloc = "T.alloc_shared" if kind == "shared" else "T.alloc_local"
-            self.body.append(f"{target} = {alloc}((1,), {self.dtype!r})")
+            self.body += [f"{target} = {alloc}((1,), {self.dtype!r})", f"{cell} = {name}{first}"]
         value = f"{other}{first}"
         update = f"{cell} = ({cell} {op} {value})" if op in ("+", "-") else \
             f"{cell} = T.{op}({cell}, {value})"
-        self.body.append(f"{cell} = {name}{first}")
         if loop:
             self.body += [f"for {self.fresh('r')} in T.serial({times}):", f"    {update}"]
         else:
             self.body += [update] * times
         if kind != "global":
+            self.body.append(f"{owned} = {cell}")
             self.tiles.append(Tile(target, "scalar", lo, hi, err, self.dtype))
-        self.features |= {"block_update", f"block_update_{kind}", f"block_update_{op_name(op)}"} | \
+        self.features |= {"block_update", f"block_update_{kind}",
+                          f"block_update_{op_name(op)}"} | \
             ({"block_update_loop"} if loop else set())
 
 
