@@ -342,10 +342,11 @@ class _Builder:
     def int_op(self, depth: int) -> Expr:
         a = self.expr(depth - 1)
         op = self.draw(st.sampled_from(("+", "-", "*", "//", "%", ">>", "<<", "&", "|", "^",
-                                        "max", "min", "abs", "select", "cast", "clamp")))
+                                        "max", "min", "abs", "select", "cast") +
+                                       (("clamp",) if self.allowed("clamp") else ())))
         feats = a.features | {op_name(op)}
         if op == "clamp":
-            return self.clamp(a, feats) if self.allowed("clamp") else a
+            return self.clamp(a, feats)
         if op in ("//", "%"):
             return self.division(a, op, depth)
         if op == ">>":
@@ -524,15 +525,16 @@ class _Builder:
 
     def float_op(self, depth: int) -> Expr:
         a = self.expr(depth - 1)
+        # drawn only when allowed: avoided, the draws are those of before them
         op = self.draw(st.sampled_from(("+", "-", "*", "/", "max", "min", "abs", "neg",
                                         "exp", "sigmoid", "tanh", "sqrt", "floor", "select",
-                                        "cast", "exp2", "log", "rsqrt", "sin", "cos", "clamp",
-                                        "round", "ceil", "trunc")))
+                                        "cast") + tuple(f for f in (*UNARY_MATH, "clamp")
+                                                        if self.allowed(f))))
         feats = a.features | {op_name(op)}
         if op in UNARY_MATH:
-            return self.unary_math(op, a, feats) if self.allowed(op) else a
+            return self.unary_math(op, a, feats)
         if op == "clamp":
-            return self.clamp(a, feats) if self.allowed("clamp") else a
+            return self.clamp(a, feats)
         if op == "abs":
             lo = 0 if a.lo <= 0 <= a.hi else min(abs(a.lo), abs(a.hi))
             return Expr(f"T.abs({a.text})", lo, a.mag, a.err, a.exact, frozenset(feats))
@@ -1030,8 +1032,9 @@ class _Builder:
         kinds = [k for k in ATOMIC_KINDS if self.allowed(f"atomic_{k}")]
         if not kinds:
             return
-        kind = self.draw(st.sampled_from(kinds))
         src = self.draw(st.sampled_from(self.squares()))
+        # max and min drawn only when allowed: avoided, the draws are those of before them
+        kind = kinds[0] if len(kinds) == 1 else self.draw(st.sampled_from(kinds))
         blocks = math.ceil(self.M / self.bm) * math.ceil(self.N / self.bn) * max(1, self.depth)
         floating = src.dtype in FLOAT_DTYPES
         u = _ROUNDOFF.get(src.dtype, 0.0)
@@ -1191,10 +1194,11 @@ def programs(draw, avoid=(), dtypes=None, features=None) -> Program:
         b.features.add("partial_tile")
     for _ in range(draw(st.integers(1, 4))):
         kinds = ["map", "map", "map", "reduce", "cumsum", "repeat", "pipelined", "local",
-                 "gemm", "atomic", "block_update"]
+                 "gemm", "atomic"]
         # drawn only when allowed: avoided, the draws are those of before them
         kinds += (["subcopy"] if b.allowed("tile_copy") else []) + \
-            (["pipelined_gemm"] if b.allowed("pipelined_gemm") else [])
+            (["pipelined_gemm"] if b.allowed("pipelined_gemm") else []) + \
+            (["block_update"] if b.allowed("block_update") else [])
         kind = draw(st.sampled_from(kinds))
         getattr(b, kind)()
     if not any(line.lstrip().startswith("for i, j in T.Parallel") for line in b.body):
