@@ -219,3 +219,40 @@ def test_reinterpreted_constants(src, value, dst, want):
     const = tirx.const(value, src)
     folded = reinterpreted_constant(tirx.reinterpret(dst, const))
     assert str(folded.ty) == dst and folded.value == want
+
+
+def pipelined_count(M=128, N=128, K=128, bm=64, bn=64, bk=32):
+    @T.prim_func
+    def pipelined_count(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"),
+                        C: T.Tensor((M, N), "float32"), Sum: T.Tensor((N // bn, M // bm), "int32")):
+        with T.Kernel(N // bn, M // bm, threads=128) as (bx, by):
+            a = T.alloc_shared((bm, bk), "float16")
+            b = T.alloc_shared((bk, bn), "float16")
+            c = T.alloc_fragment((bm, bn), "float32")
+            S = T.alloc_shared((1,), "int32")
+            S[0] = 0
+            T.clear(c)
+            for ko in T.Pipelined(K // bk, num_stages=2):
+                T.copy(A[by * bm, ko * bk], a)
+                T.copy(B[ko * bk, bx * bn], b)
+                T.gemm(a, b, c)
+                S[0] = S[0] + ko
+            T.copy(c, C[by * bm, bx * bn])
+            Sum[bx, by] = S[0]
+
+    return pipelined_count
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_block_code_in_a_pipelined_gemm_loop_runs_once_per_block(arch, tmp_path):
+    """A block-code update in a T.Pipelined loop (on sm_90a the loop of a warp-specialised
+    consumer role, whose first thread makes it) beside the gemm it must not disturb."""
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(128, 128, generator=g).half()
+    b = torch.randn(128, 128, generator=g).half()
+    c, total = torch.zeros(128, 128), torch.zeros(2, 2, dtype=torch.int32)
+    lowered = tilewright.lower(pipelined_count(), f"cuda -arch={arch}")
+    hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, a, b, c, total)
+    torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-3, atol=1e-3)
+    assert total.flatten().tolist() == [0 + 1 + 2 + 3] * 4
