@@ -25,7 +25,7 @@ from .executor import EXECUTORS
 from .rules import INTRINSIC_RULES, RULES
 from .timers import TIMERS
 from .transforms import (
-    atomics,
+    block_code,
     dialect,
     distribute,
     finish,
@@ -66,7 +66,7 @@ def _infer_layout(ctx) -> list:
 
 
 def _lower_tile_ops(ctx) -> list:
-    return [lower_tile_ops(_rules(), "cuda", options.of(ctx)), atomics.gate_scalar_atomics(),
+    return [block_code.run_once(), lower_tile_ops(_rules(), "cuda", options.of(ctx)),
             lower_intrinsics(INTRINSIC_RULES, "CUDALowerIntrinsics"),
             float4.hold_float4_in_bytes()]
 

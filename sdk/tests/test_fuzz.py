@@ -47,9 +47,12 @@ CONTROL = ("if_else", "nested_parallel", "while_loop", "pipelined", "local_scala
 # a narrow accumulator is avoided by its reduce_into_DTYPE, which same-dtype ones share; the
 # kinds of T.gemm and T.atomic_add by avoiding the op
 # what later draws add, and the dtypes before them: avoided, the draws are those of before
+# math, 16-bit float casts, atomic max/min and block-code updates (drawn after all others)
+MATH_AND_BLOCK = {"exp2", "log", "rsqrt", "sin", "cos", "clamp", "round", "ceil", "trunc",
+                  "half_cast", "atomic_max", "atomic_min", "block_update"}
 NEW_FEATURES = {"tensor_3d", "dynamic_shape", "sign_cast", "float8_cast", "unpack",
                 "int4_input", "float_uint_cast", "unsigned_wrap_arith", "float8_input",
-                "tile_copy", "pipelined_gemm", "rebind", "reduce_low_to_low"}
+                "tile_copy", "pipelined_gemm", "rebind", "reduce_low_to_low", *MATH_AND_BLOCK}
 OLD_DTYPES = {"int8", "int16", "int32", "uint8", "int64", "float32", "float16", "bfloat16"}
 AVOIDABLE = {f for f in CONTROL if not f.startswith(("reduce_acc", "gemm_", "atomic_add_"))}
 
@@ -226,7 +229,7 @@ def test_new_draws_are_generated_and_valid():
     @settings(max_examples=300, deadline=None, database=None,
               suppress_health_check=list(HealthCheck))
     @hypothesis_seed(22)
-    @given(programs())
+    @given(programs(avoid=MATH_AND_BLOCK))  # drawn as before them
     def draw(program):
         for feature in set(NEW_DRAWS) & program.features:
             first.setdefault(feature, program)
@@ -254,7 +257,7 @@ def test_tile_copies_pipelined_gemms_and_rebinds_are_generated_and_valid():
     @settings(max_examples=300, deadline=None, database=None,
               suppress_health_check=list(HealthCheck))
     @hypothesis_seed(22)
-    @given(programs())
+    @given(programs(avoid=MATH_AND_BLOCK))  # drawn as before them
     def draw(program):
         for feature in set(TILE_DRAWS) & program.features:
             first.setdefault(feature, program)
@@ -273,6 +276,46 @@ def test_tile_copies_pipelined_gemms_and_rebinds_are_generated_and_valid():
     @given(programs(avoid={"tile_copy", "pipelined_gemm", "rebind", "reduce_low_to_low"}))
     def avoided(program):
         assert not program.features & set(TILE_DRAWS)
+
+    avoided()
+
+
+MATH_DRAWS = ("exp2", "log", "rsqrt", "sin", "cos", "clamp", "round", "ceil", "trunc",
+              "half_cast", "cast_float16", "cast_bfloat16", "atomic_max", "atomic_min",
+              "atomic_max_tile", "atomic_min_element", "block_update", "block_update_shared",
+              "block_update_local", "block_update_global", "block_update_loop",
+              "block_update_add", "block_update_sub", "block_update_max", "block_update_min")
+
+
+def test_math_atomics_and_block_code_are_generated_and_valid():
+    """exp2, log, rsqrt, sin, cos, clamp, round/ceil/trunc, casts through float16 and
+    bfloat16, atomic max/min and block-code updates of shared, per-thread and global scalars
+    are drawn; one program with each runs on the interpreter and agrees with itself; avoided,
+    none is drawn."""
+    first = {}
+
+    @settings(max_examples=400, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    @hypothesis_seed(33)
+    @given(programs())
+    def draw(program):
+        for feature in set(MATH_DRAWS) & program.features:
+            first.setdefault(feature, program)
+
+    draw()
+    assert set(first) == set(MATH_DRAWS)
+    interp = get_manager().backends()["interp"]
+    folder = tempfile.mkdtemp()
+    for program in {id(p): p for p in first.values()}.values():
+        differential(load(module_source(program, "interp", 0), folder), interp, 0,
+                     execute=True)
+
+    @settings(max_examples=60, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    @hypothesis_seed(33)
+    @given(programs(avoid=MATH_AND_BLOCK))
+    def avoided(program):
+        assert not program.features & set(MATH_DRAWS)
 
     avoided()
 

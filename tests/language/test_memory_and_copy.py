@@ -393,6 +393,29 @@ def test_a_column_tile_copies_as_a_column():
 
 
 
+def column_into_3d(bm=2):
+    @T.prim_func
+    def main(X: T.Tensor((1, 2, 2), "int32"), Y: T.Tensor((1, 2, 2), "int32")):
+        with T.Kernel(1, threads=32) as bx:
+            t = T.alloc_fragment((bm, 1), "int32")
+            T.copy(X[0, 0, 1], t)  # a column: X[0, 0:2, 1]
+            T.copy(t, Y[0, 0, 0])  # into a column: Y[0, 0:2, 0]
+    return main
+
+
+@pytest.mark.parametrize("target", ["cpu", "interp"])
+def test_a_column_tile_copies_as_a_column_of_a_3d_tensor(target):
+    """A (2, 1) tile copied from or to an element start of a 3-D tensor covers (1, 2, 1), a
+    column, as TileLang pads extents on the left; it covered (1, 1, 2) of a row (so the blocks
+    of a grid wrote each other's elements, a race the CPU backend's workers lost now and then:
+    the fuzzer's flaky failure)."""
+    x = torch.arange(4, dtype=torch.int32).reshape(1, 2, 2) + 1
+    y = torch.full((1, 2, 2), -1, dtype=torch.int32)
+    tilewright.compile(column_into_3d(), target=target)(x, y)
+    assert y[0, :, 0].tolist() == x[0, :, 1].tolist()
+    assert y[0, :, 1].tolist() == [-1, -1]
+
+
 def column_stages(M, K):
     @T.prim_func
     def main(A: T.Tensor((M, K), "float32"), Y: T.Tensor((M, K), "float32")):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import struct
 from pathlib import Path
 
 import tvm
@@ -129,14 +130,46 @@ def device_kernel(gvar, func, target):
 def printable_constants(func):
     """``func`` with each non-finite bfloat16 constant written as the float32 constant converted
     to bfloat16: TVM's CUDA printer writes the former as ``inff``/``nanf`` (T.infinity of
-    bfloat16, which does not compile) and the latter as ``CUDART_INF_F``/``CUDART_NAN_F``."""
+    bfloat16, which does not compile) and the latter as ``CUDART_INF_F``/``CUDART_NAN_F``;
+    and each reinterpret of a constant as the constant it is (the printer takes the operand's
+    address, ``*(uint *)(&(4660))``, which does not compile: ``T.unpack`` of a value the
+    simplifier folds)."""
 
     def visit(c):
         if str(c.ty) == "bfloat16" and not math.isfinite(c.value):
             return tirx.Cast("bfloat16", tirx.FloatImm("float32", c.value))
         return c
 
-    return tvm_ffi.structural_map(func, (tirx.FloatImm, visit))
+    func = tvm_ffi.structural_map(func, (tirx.FloatImm, visit))
+    return tvm_ffi.structural_map(func, (tvm.ir.Call, reinterpreted_constant))
+
+
+_FLOAT_FORMATS = {16: "<e", 32: "<f", 64: "<d"}  # struct's IEEE formats by width
+
+
+def reinterpreted_constant(c):
+    """``c``, or the constant it is when it reinterprets an integer or IEEE float constant of
+    one lane."""
+    if not c.op.same_as(_REINTERPRET) or \
+            not isinstance(c.args[0], (tirx.IntImm, tirx.FloatImm)):
+        return c
+    src, dst = (tvm.DataType(str(t)) for t in (c.args[0].ty, c.ty))
+    kinds = [str(t.with_lanes(1)).rstrip("0123456789") for t in (src, dst)]
+    if src.lanes != 1 or dst.lanes != 1 or src.bits != dst.bits or \
+            any(k not in ("int", "uint", "float") for k in kinds) or \
+            ("float" in kinds and src.bits not in _FLOAT_FORMATS):
+        return c
+    value, bits = c.args[0].value, src.bits
+    if kinds[0] == "float":
+        word = int.from_bytes(struct.pack(_FLOAT_FORMATS[bits], value), "little")
+    else:
+        word = int(value) % (1 << bits)
+    if kinds[1] == "float":
+        out = struct.unpack(_FLOAT_FORMATS[bits], word.to_bytes(bits // 8, "little"))[0]
+        return tirx.FloatImm(str(c.ty), out)
+    if kinds[1] == "int" and word >= 1 << (bits - 1):
+        word -= 1 << bits
+    return tirx.const(word, str(c.ty))
 
 
 FLOAT8 = frozenset({"float8_e4m3fn", "float8_e5m2"})

@@ -234,7 +234,7 @@ def thread_atomics(chosen):
     one atomic of each calling thread, as in TileLang (``tl.atomic_add_elem_op``), and becomes
     that thread's ``tw_atomic_<kind>`` call here; so does the form returning the previous
     value, whatever memory it is stored to (block code makes it once per block,
-    transforms.atomics). Elsewhere an element's atomic keeps its portable meaning: once per
+    transforms.block_code). Elsewhere an element's atomic keeps its portable meaning: once per
     block in block code, each iteration's in ``T.Parallel`` (rules.atomic). An element type
     the architecture's atomics lack is an error at the atomic's line."""
 

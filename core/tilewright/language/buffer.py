@@ -257,10 +257,11 @@ def squeeze(extents) -> list:
 
 def resolve(ref, like: tuple | None, what: str) -> Region:
     """Fill the inferred extents of ``ref`` from ``like``, the shape of the other side: taken
-    as it is when its rank is the number of extents to fill (a (64, 1) tile stays a column) or
-    becomes it without leading unit dimensions (one stage ``(1, 16, 1)`` of a ``(2, 16, 1)``
-    tile fills a column of 16 rows, aligned on the right as TileLang aligns extents), else
-    without its unit dimensions and right-aligned."""
+    as it is when its rank is the number of extents to fill (a (64, 1) tile stays a column),
+    with unit dimensions in front when it has fewer (a (64, 1) tile into a 3-D tensor fills
+    ``(1, 64, 1)``, as TileLang pads extents on the left), or without leading unit dimensions
+    when it has more (one stage ``(1, 16, 1)`` of a ``(2, 16, 1)`` tile fills a column of 16
+    rows), else without its unit dimensions and right-aligned."""
     buffer, starts, extents = ref
     if all(e is not None for e in extents):
         return Region(buffer, tuple(starts), tuple(as_int(e) for e in extents))
@@ -272,7 +273,7 @@ def resolve(ref, like: tuple | None, what: str) -> Region:
     while len(target) > len(missing) and isinstance(as_int(target[0]), int) and \
             as_int(target[0]) == 1:
         target.pop(0)
-    if len(target) != len(missing):
+    if len(target) > len(missing):
         target = squeeze(like) or [1]
     if len(target) > len(missing):
         raise kernel_error(f"{what}: a region of rank {len(missing)} starting in "

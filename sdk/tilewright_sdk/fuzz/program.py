@@ -12,7 +12,12 @@ cleared, filled and accumulated into twice, or discarded by ``clear_accum``, ``T
 a tile from every block into one output tile, whole or element by element, ``T.copy`` of a
 tile or of a window of it at an offset into another at another offset, between fragments and
 shared tiles, ``T.gemm`` carried by a ``T.Pipelined`` loop of 1 to 3 stages, a Python variable
-rebound to a second tile, float16/bfloat16 reductions into the other format), and the result
+rebound to a second tile, float16/bfloat16 reductions into the other format, ``T.atomic_max``
+and ``T.atomic_min`` like the add, block code updating a shared, per-thread or global scalar
+from itself outside ``T.Parallel``, once or in a ``T.serial`` loop), math (``exp``, ``exp2``,
+``log``, ``sqrt``, ``rsqrt``, ``sin``, ``cos``, ``sigmoid``, ``tanh``, ``clamp``, and ``floor``,
+``ceil``, ``round``, ``trunc`` of exact values), values rounded through ``float16`` or
+``bfloat16`` (integers through them exactly), and the result
 copied back, or stored element by element under a bounds guard (reading inputs straight from
 global memory too). Integers are signed (8 to 64 bits) or unsigned (8 to 32 bits; cast through
 the other signedness, wrapping below zero; sums, differences and products wrapping modulo
@@ -57,6 +62,8 @@ _OTHER_SIGN = {"int8": "uint8", "uint8": "int8", "int16": "uint16", "uint16": "i
 FLOAT8 = {"float8_e4m3fn": (2.0 ** -4, 2.0 ** -10, 448.0, True),
           "float8_e5m2": (2.0 ** -3, 2.0 ** -17, 57344.0, False)}
 REDUCE_KINDS = ("sum", "max", "min", "abssum", "absmax")
+UNARY_MATH = ("exp2", "log", "rsqrt", "sin", "cos", "round", "ceil", "trunc")
+ATOMIC_KINDS = ("add", "max", "min")
 
 
 @dataclass(frozen=True)
@@ -335,8 +342,11 @@ class _Builder:
     def int_op(self, depth: int) -> Expr:
         a = self.expr(depth - 1)
         op = self.draw(st.sampled_from(("+", "-", "*", "//", "%", ">>", "<<", "&", "|", "^",
-                                        "max", "min", "abs", "select", "cast")))
+                                        "max", "min", "abs", "select", "cast") +
+                                       (("clamp",) if self.allowed("clamp") else ())))
         feats = a.features | {op_name(op)}
+        if op == "clamp":
+            return self.clamp(a, feats)
         if op in ("//", "%"):
             return self.division(a, op, depth)
         if op == ">>":
@@ -408,6 +418,10 @@ class _Builder:
         if a.mag < 2 ** 24 and any(f in self.declared for f in FLOAT8) and \
                 self.allowed("float8_cast"):
             kinds.append("float8")
+        # float16 holds every integer up to 2**11, bfloat16 up to 2**8
+        halves = [h for h, top in (("float16", 2 ** 11), ("bfloat16", 2 ** 8))
+                  if h in self.declared and a.mag <= top and self.allowed("half_cast")]
+        kinds += ["half"] if halves else []
         other = _OTHER_SIGN.get(self.dtype)
         if other in self.declared and self.allowed("sign_cast"):
             kinds += ["sign", "sign"]  # wrapping only where a value crosses zero: drawn more
@@ -416,6 +430,10 @@ class _Builder:
         kind = self.draw(st.sampled_from(kinds))
         if kind == "sign":
             return self.sign_cast(a, other, feats)
+        if kind == "half":
+            to = self.draw(st.sampled_from(halves))
+            return Expr(f"T.cast(T.cast({a.text}, {to!r}), {self.dtype!r})", a.lo, a.hi,
+                        features=frozenset(feats | {"cast", "half_cast", f"cast_{to}"}))
         if kind == "float8":  # an integer rounds to the float8 grid, the same on every backend
             f8 = self.float8(a)
             if f8 is None or not self.fits(math.floor(f8[1]), math.ceil(f8[2])):
@@ -507,10 +525,16 @@ class _Builder:
 
     def float_op(self, depth: int) -> Expr:
         a = self.expr(depth - 1)
+        # drawn only when allowed: avoided, the draws are those of before them
         op = self.draw(st.sampled_from(("+", "-", "*", "/", "max", "min", "abs", "neg",
                                         "exp", "sigmoid", "tanh", "sqrt", "floor", "select",
-                                        "cast")))
+                                        "cast") + tuple(f for f in (*UNARY_MATH, "clamp")
+                                                        if self.allowed(f))))
         feats = a.features | {op_name(op)}
+        if op in UNARY_MATH:
+            return self.unary_math(op, a, feats)
+        if op == "clamp":
+            return self.clamp(a, feats)
         if op == "abs":
             lo = 0 if a.lo <= 0 <= a.hi else min(abs(a.lo), abs(a.hi))
             return Expr(f"T.abs({a.text})", lo, a.mag, a.err, a.exact, frozenset(feats))
@@ -557,6 +581,49 @@ class _Builder:
         err = a.err + b.err if op != "*" else a.err * b.mag + b.err * a.mag
         return self.rounded(f"({a.text} {op} {b.text})", lo, hi, err, a, b, feats)
 
+    def unary_math(self, op: str, a: Expr, feats) -> Expr:
+        """``exp2`` (of at most 6), ``log`` and ``rsqrt`` (of ``|a| + 0.25``), ``sin`` and
+        ``cos`` (of at most 64 in magnitude, where float32 keeps the argument's error
+        small), and ``round``, ``ceil``, ``trunc`` of exact values (of a rounded value they
+        may jump by 1; ``round`` of a half-way value, which the constants make, rounds to
+        even)."""
+        if op in ("round", "ceil", "trunc"):
+            if not a.exact:
+                return a
+            lo, hi = {"round": (math.floor(a.lo), math.ceil(a.hi)),
+                      "ceil": (math.ceil(a.lo), math.ceil(a.hi)),
+                      "trunc": (math.trunc(a.lo), math.trunc(a.hi))}[op]
+            return Expr(f"T.{op}({a.text})", lo, hi, 0.0, True, frozenset(feats))
+        if op == "exp2":
+            if a.hi > 6 or a.lo < -30:
+                return a
+            lo, hi = 2.0 ** a.lo, 2.0 ** a.hi
+            return self.rounded(f"T.exp2({a.text})", lo, hi, hi * math.log(2) * a.err * 1.01,
+                                a, features=feats)
+        shifted = f"T.abs({a.text}) + T.{self.dtype}(0.25)"
+        if op == "log":  # the slope is at most 4
+            return self.rounded(f"T.log({shifted})", math.log(0.25), math.log(a.mag + 0.25),
+                                4 * a.err, a, features=feats)
+        if op == "rsqrt":  # the slope is at most 0.5 * 0.25 ** -1.5 = 4
+            return self.rounded(f"T.rsqrt({shifted})", 1 / math.sqrt(a.mag + 0.25), 2.0,
+                                4 * a.err, a, features=feats)
+        if a.mag > 64:  # sin, cos
+            return a
+        return self.rounded(f"T.{op}({a.text})", -1.0, 1.0, a.err, a, features=feats)
+
+    def clamp(self, a: Expr, feats) -> Expr:
+        """``T.clamp(a, lo, hi)`` between two constants of the program's dtype."""
+        if self.floating:
+            lo = self.draw(st.sampled_from((-3.0, -1.5, -0.5, 0.0)))
+            hi = self.draw(st.sampled_from((0.25, 1.0, 2.5)))
+        else:
+            low = 0 if self.unsigned else -9
+            lo = self.draw(st.integers(low, 3))
+            hi = self.draw(st.integers(lo, lo + 12))
+        out_lo, out_hi = min(max(a.lo, lo), hi), min(max(a.hi, lo), hi)
+        return Expr(f"T.clamp({a.text}, {self.const(lo).text}, {self.const(hi).text})",
+                    out_lo, out_hi, a.err, a.exact, frozenset(feats))
+
     def float_cast(self, a: Expr, feats) -> Expr:
         """A cast of a float and back: through float32, or of an exact value through an
         integer dtype that holds it (truncation toward zero; a rounded value could truncate
@@ -571,6 +638,10 @@ class _Builder:
                 to, lo, hi, err = f8
                 return Expr(f"T.cast(T.cast({a.text}, {to!r}), {self.dtype!r})", lo, hi, err,
                             a.exact, frozenset(feats | {"cast", "float8_cast", f"cast_{to}"}))
+        halves = [h for h in ("float16", "bfloat16") if h in self.declared and
+                  h != self.dtype and self.allowed("half_cast")]
+        if halves and self.draw(st.integers(0, 2)) == 0:
+            return self.half_cast(a, self.draw(st.sampled_from(halves)), feats)
         if not (a.exact and ints and self.allowed("float_int_cast")) or \
                 self.draw(st.booleans()):
             return Expr(f"T.cast(T.cast({a.text}, 'float32'), {self.dtype!r})", a.lo, a.hi,
@@ -579,6 +650,15 @@ class _Builder:
         extra = {"cast", "float_int_cast"} | ({"float_uint_cast"} if to in unsigned else set())
         return Expr(f"T.cast(T.cast({a.text}, {to!r}), {self.dtype!r})", math.trunc(a.lo),
                     math.trunc(a.hi), 0.0, True, frozenset(feats | extra))
+
+    def half_cast(self, a: Expr, to: str, feats) -> Expr:
+        """A float rounded to ``float16`` or ``bfloat16`` and read back: one more rounding
+        (float16's subnormals are spaced 2**-24 below 2**-14)."""
+        u, sub = _ROUNDOFF[to], 2.0 ** -25 if to == "float16" else 0.0
+        err = a.err + 2 * (u * a.mag + sub)  # a computed value may round either way
+        lo, hi = a.lo - u * abs(a.lo) - sub, a.hi + u * abs(a.hi) + sub
+        return Expr(f"T.cast(T.cast({a.text}, {to!r}), {self.dtype!r})", lo, hi, err, a.exact,
+                    frozenset(feats | {"cast", "half_cast", f"cast_{to}"}))
 
     # -- statements ---------------------------------------------------------------------------
     def tile(self, kind: str, lo, hi, err, dtype=None, name=None) -> Tile:
@@ -946,30 +1026,94 @@ class _Builder:
             ({"gemm_transpose_A"} if ta else set()) | ({"gemm_transpose_B"} if tb else set())
 
     def atomic(self) -> None:
-        """Every block adds a tile atomically into one shared output tile, as a whole
-        (``T.atomic_add(Z[0, 0], t)``) or element by element in a ``T.Parallel`` loop; floats
-        may be added in any order."""
-        if not self.allowed("atomic_add"):
+        """Every block applies a tile atomically to one shared output tile (zero before), as a
+        whole (``T.atomic_add(Z[0, 0], t)``) or element by element in a ``T.Parallel`` loop:
+        an add (floats may be added in any order), a max or a min."""
+        kinds = [k for k in ATOMIC_KINDS if self.allowed(f"atomic_{k}")]
+        if not kinds:
             return
         src = self.draw(st.sampled_from(self.squares()))
+        # max and min drawn only when allowed: avoided, the draws are those of before them
+        kind = kinds[0] if len(kinds) == 1 else self.draw(st.sampled_from(kinds))
         blocks = math.ceil(self.M / self.bm) * math.ceil(self.N / self.bn) * max(1, self.depth)
-        lo, hi = min(0, blocks * src.lo), max(0, blocks * src.hi)
         floating = src.dtype in FLOAT_DTYPES
+        u = _ROUNDOFF.get(src.dtype, 0.0)
+        if kind == "add":
+            lo, hi = min(0, blocks * src.lo), max(0, blocks * src.hi)
+            err = blocks * src.err + u * blocks * max(abs(lo), abs(hi))
+        else:  # the extreme of zero and every block's element: exact but for the inputs' error
+            lo, hi = (max(0, src.lo), max(0, src.hi)) if kind == "max" else \
+                (min(0, src.lo), min(0, src.hi))
+            err = src.err
         limit = _FLOAT_MAX if floating else _LIMITS[src.dtype]
         if max(abs(lo), abs(hi)) > limit or (src.dtype.startswith("uint") and lo < 0):
             return
-        u = _ROUNDOFF.get(src.dtype, 0.0)
-        err = blocks * src.err + u * blocks * max(abs(lo), abs(hi))
         name = self.fresh("Z")
         if self.draw(st.booleans()):
-            self.body.append(f"T.atomic_add({name}[0, 0], {src.name})")
-            self.features.add("atomic_add_tile")
+            self.body.append(f"T.atomic_{kind}({name}[0, 0], {src.name})")
+            self.features.add(f"atomic_{kind}_tile")
         else:
             self.body += [f"for i, j in T.Parallel({self.bm}, {self.bn}):",
-                          f"    T.atomic_add({name}[i, j], {src.name}[i, j])"]
-            self.features.add("atomic_add_element")
+                          f"    T.atomic_{kind}({name}[i, j], {src.name}[i, j])"]
+            self.features.add(f"atomic_{kind}_element")
         self.outputs.append((name, (self.bm, self.bn), src.dtype, err))
-        self.features |= {"atomic_add", f"atomic_add_{src.dtype}"}
+        self.features |= {f"atomic_{kind}", f"atomic_{kind}_{src.dtype}"}
+
+    def block_update(self) -> None:
+        """Block code (statements outside ``T.Parallel``, once per block): a scalar set to this
+        block's first element of an input, then updated from itself once or, in a
+        ``T.serial`` loop, several times (``S[0] = S[0] + X[...]``, or a difference, max or
+        min); a shared scalar or a per-thread one, read by later expressions and stored by
+        block code to an element of an output that each block owns (``V[by, bx] = S[0]``), or
+        such an element itself, first set by a one-iteration ``T.Parallel`` loop."""
+        where = [w for w in ("shared", "local", "global") if self.allowed(f"block_update_{w}")]
+        if not where or not self.allowed("block_update"):
+            return
+        kind = self.draw(st.sampled_from(where))
+        first = f"[{self.z}by * {self.bm}, bx * {self.bn}]"
+        name, lo, hi = self.draw(st.sampled_from(self.inputs))
+        other, olo, ohi = self.draw(st.sampled_from(self.inputs))
+        op = self.draw(st.sampled_from(("+", "-", "+", "-", "max", "min")))
+        times = self.draw(st.integers(1, 3))
+        loop = times > 1 and self.draw(st.booleans())
+        err = 0.0
+        for _ in range(times):
+            if op == "+":
+                lo, hi = lo + olo, hi + ohi
+            elif op == "-":
+                lo, hi = lo - ohi, hi - olo
+            else:
+                f = max if op == "max" else min
+                lo, hi = f(lo, olo), f(hi, ohi)
+            err += self.u * max(abs(lo), abs(hi)) if op in ("+", "-") else 0.0
+        if not self.fits(lo, hi) or (self.unsigned and lo < 0):
+            return
+        out = self.fresh("U")
+        owned = f"{out}[{self.z}by, bx]"
+        gm, gn = math.ceil(self.M / self.bm), math.ceil(self.N / self.bn)
+        self.outputs.append((out, self.deep((gm, gn)), self.dtype, err))
+        if kind == "global":
+            cell = owned
+            self.body += ["for i in T.Parallel(1):",
+                          f"    {out}[{self.z}by, bx + i] = {name}{first}"]
+        else:
+            target = self.fresh("s")
+            cell = f"{target}[0]"
+            alloc = "T.alloc_shared" if kind == "shared" else "T.alloc_local"
+            self.body += [f"{target} = {alloc}((1,), {self.dtype!r})", f"{cell} = {name}{first}"]
+        value = f"{other}{first}"
+        update = f"{cell} = ({cell} {op} {value})" if op in ("+", "-") else \
+            f"{cell} = T.{op}({cell}, {value})"
+        if loop:
+            self.body += [f"for {self.fresh('r')} in T.serial({times}):", f"    {update}"]
+        else:
+            self.body += [update] * times
+        if kind != "global":
+            self.body.append(f"{owned} = {cell}")
+            self.tiles.append(Tile(target, "scalar", lo, hi, err, self.dtype))
+        self.features |= {"block_update", f"block_update_{kind}",
+                          f"block_update_{op_name(op)}"} | \
+            ({"block_update_loop"} if loop else set())
 
 
 def magnitude(tile: Tile) -> float:
@@ -1053,7 +1197,8 @@ def programs(draw, avoid=(), dtypes=None, features=None) -> Program:
                  "gemm", "atomic"]
         # drawn only when allowed: avoided, the draws are those of before them
         kinds += (["subcopy"] if b.allowed("tile_copy") else []) + \
-            (["pipelined_gemm"] if b.allowed("pipelined_gemm") else [])
+            (["pipelined_gemm"] if b.allowed("pipelined_gemm") else []) + \
+            (["block_update"] if b.allowed("block_update") else [])
         kind = draw(st.sampled_from(kinds))
         getattr(b, kind)()
     if not any(line.lstrip().startswith("for i, j in T.Parallel") for line in b.body):
