@@ -34,6 +34,9 @@ SPREAD = "tw.spread"
 # elements its own thread wrote or that no iteration writes: no barrier between its iterations
 OWN_ELEMENTS = "tw.own_elements"
 ROLE = "tw.cuda.role"  # a T.ws role's thread loop: its first thread
+# a pipelined loop whose versions and barrier phases (``i % S``, ``i / S``) become counters the
+# loop carries (transforms/pipeline/counters.py)
+COUNTED = "tw.cuda.counted"
 
 # -- function attributes -----------------------------------------------------------------------
 SMEM_LAYOUT = "tw.cuda.smem_layout"  # swizzled shared tiles: name -> [W, B] (layout.Swizzled)
