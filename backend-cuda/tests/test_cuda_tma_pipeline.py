@@ -310,3 +310,14 @@ def test_warp_specialised_attention_three_stages_matches_torch(tmp_path):
     ref = torch.nn.functional.scaled_dot_product_attention(
         *(t.transpose(1, 2).float() for t in (q, k, v))).transpose(1, 2)
     torch.testing.assert_close(o.float(), ref, rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.nvrtc
+@pytest.mark.sass
+def test_the_producer_loop_stays_rolled(tmp_path):
+    # one thread issues the loads and waits for each version between them: unrolling its loop
+    # buys nothing, and ptxas would unroll it whole (64 k-tiles here, 3 TMA loads each)
+    text = tilewright.lower(hopper_gemm(K=4096), "cuda -arch=sm_90a").source.text
+    assert "#pragma unroll 1\n      for (int k_load = 0;" in text
+    cubin, _ = executor.nvrtc_compile(text, arch.get("sm_90a"), str(tmp_path))
+    assert sass.dump(cubin).count("UTMALDG.2D") == 3

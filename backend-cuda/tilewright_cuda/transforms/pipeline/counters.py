@@ -101,6 +101,8 @@ def _count(loop, analyzer) -> tirx.Stmt:
         if uses(offset, i) or loads_in(offset) or any(uses(offset, v) for v in inner):
             return e  # not the count plus something fixed over the loop
         kind = tirx.FloorMod if isinstance(e, (tirx.FloorMod, tirx.FloorDiv)) else tirx.Mod
+        if kind is tirx.Mod and not analyzer.can_prove(loop.min + offset >= 0):
+            return e  # truncating below zero: the counters step as floor division does
         ring = next((r for r in rings if r.matches(offset, stages, kind)), None)
         if ring is None:
             ring = Ring(loop, offset, stages, kind, f"{i.name}{len(rings) or ''}")

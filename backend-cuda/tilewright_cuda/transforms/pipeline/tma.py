@@ -194,7 +194,7 @@ class TmaPlan:
             init barriers; sync                            # every thread
             if tx >= T:                                    # the producer warpgroup
                 setmaxnreg.dec 40
-                if tx == T: for j in range(n):
+                if tx == T: for j in range(n):             # kept rolled: #pragma unroll 1
                     wait(empty[j % S], ((j / S) & 1) ^ 1)  # version j % S released
                     P(j)                                   # loads, then arrivals on full
             else:                                          # the kernel's T threads
@@ -268,7 +268,7 @@ class TmaPlan:
 
         loads = [tirx.For(j, 0, n, tirx.ForKind.SERIAL,
                           tirx.SeqStmt([released(issued_base + j), refill]),
-                          annotations={keys.COUNTED: 1})]
+                          annotations={keys.COUNTED: 1, keys.DISABLE_UNROLL: True})]
         if tiles is not None:
             loads = [issued.start(), tiles.for_producer(
                 [issued.bind(issued_base), *loads, issued.add(issued_base, n)], pure)]
