@@ -48,9 +48,11 @@ def test_pipelined_copies_become_tma_loads_with_one_barrier_per_iteration():
     assert [(m["tensor"], m["box"], m["swizzle"]) for m in maps] == [
         ("A", [64, 128], 128), ("B", [64, 64], 128)]
     assert loop.count("tw_tma_load_2d(") == 3 and loop.count("tw_mbar_arrive(") == 1
-    # stage k % 3 waits for its phase: parity flips every third k-tile (7 k-tiles)
-    assert "tw_mbar_wait((&(((uint64_t*)tw_smem_ptr)[((k % 3) + " in loop
-    assert "((k % 6) / 3));" in loop
+    # stage k % 3 waits for its phase, (k / 3) & 1: parity flips every third k-tile (7
+    # k-tiles); both on counters the loop carries (pipeline/counters.py), no division
+    assert re.search(r"tw_mbar_wait\(\(&\(\(\(uint64_t\*\)tw_smem_ptr\)\[\((k\d*)_stage_ptr\[0\] "
+                     r"\+ \d+\)\]\)\), \(\1_round_ptr\[0\] & 1\)\);", loop)
+    assert not re.search(r"[%/] 3\b", loop)
     # the only barrier: iteration k-1's reads done before its version is refilled; the wgmma
     # needs no fence or barrier of its own (TMA writes through the async proxy)
     body = loop.split("tw_wgmma_wait<0>();", 1)[0]
@@ -71,7 +73,8 @@ def test_sm_90a_adds_a_producer_warpgroup():
     # one thread of the producer warpgroup issues every stage once its version is released
     assert "tw_setmaxnreg_dec<40>();" in producer and "if (((int)threadIdx.x) == 256) {" in \
         producer and producer.count("tw_tma_load_2d(") == 3
-    assert "tw_mbar_wait((&(((uint64_t*)tw_smem_ptr)[((k_load % 3) + " in producer
+    assert re.search(r"tw_mbar_wait\(\(&\(\(\(uint64_t\*\)tw_smem_ptr\)\[\(k_load_stage_ptr\[0\] "
+                     r"\+ \d+\)\]\)\), \(\(k_load_round_ptr\[0\] \+ 1\) & 1\)\);", producer)
     # the 256 compute threads: a larger register budget, a named barrier before the loop
     # (operands written before it), none in it; each releases the version its wgmma retired
     assert "tw_setmaxnreg_inc<232>();" in consumer and "__syncthreads" not in consumer
@@ -307,3 +310,14 @@ def test_warp_specialised_attention_three_stages_matches_torch(tmp_path):
     ref = torch.nn.functional.scaled_dot_product_attention(
         *(t.transpose(1, 2).float() for t in (q, k, v))).transpose(1, 2)
     torch.testing.assert_close(o.float(), ref, rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.nvrtc
+@pytest.mark.sass
+def test_the_producer_loop_stays_rolled(tmp_path):
+    # one thread issues the loads and waits for each version between them: unrolling its loop
+    # buys nothing, and ptxas would unroll it whole (64 k-tiles here, 3 TMA loads each)
+    text = tilewright.lower(hopper_gemm(K=4096), "cuda -arch=sm_90a").source.text
+    assert "#pragma unroll 1\n      for (int k_load = 0;" in text
+    cubin, _ = executor.nvrtc_compile(text, arch.get("sm_90a"), str(tmp_path))
+    assert sass.dump(cubin).count("UTMALDG.2D") == 3

@@ -34,6 +34,12 @@ SPREAD = "tw.spread"
 # elements its own thread wrote or that no iteration writes: no barrier between its iterations
 OWN_ELEMENTS = "tw.own_elements"
 ROLE = "tw.cuda.role"  # a T.ws role's thread loop: its first thread
+# a pipelined loop whose versions and barrier phases (``i % S``, ``i / S``) become counters the
+# loop carries (transforms/pipeline/counters.py)
+COUNTED = "tw.cuda.counted"
+# TVM's CUDA printer writes ``#pragma unroll 1`` before a loop annotated so (the producer
+# warpgroup's loop: ptxas would unroll it whole, 128 TMA loads for a 32-step FlashAttention)
+DISABLE_UNROLL = "disable_unroll"
 
 # -- function attributes -----------------------------------------------------------------------
 SMEM_LAYOUT = "tw.cuda.smem_layout"  # swizzled shared tiles: name -> [W, B] (layout.Swizzled)

@@ -38,6 +38,7 @@ from .transforms import (
     wgmma_wait,
 )
 from .transforms.pipeline import pipeline
+from .transforms.pipeline.counters import carry_stages
 
 DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
           "float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2",
@@ -92,8 +93,9 @@ PIPELINE = PassPipeline((
           "wait_group moved down to the first statement that needs its group retired"),
     Phase("place_memory", lambda ctx: [memory.role_registers(),
                                        memory.place_memory(options.of(ctx)), finish.finish(),
-                                       memory.strip_annotations()],
-          "shared tiles and fragments become views of one dynamic shared-memory pool"),
+                                       carry_stages(), memory.strip_annotations()],
+          "shared tiles and fragments become views of one dynamic shared-memory pool; "
+          "pipelined loops carry their versions and barrier phases as counters"),
 ))
 
 

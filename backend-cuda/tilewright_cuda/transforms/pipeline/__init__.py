@@ -21,8 +21,10 @@ barrier ``insert_sync`` put before it could be skipped). ``insert_sync`` adds on
 consumers need among themselves: it tells the versions of a tile apart from their index
 (``floormod(i + c, S)``; the tiles are listed in the function attribute
 ``keys.VERSIONS``), so the refill of one version and the reads of another need no
-barrier. A loop none of whose copies is a ``cp.async`` (before sm_80, unaligned or dynamic
-tiles) runs in order: with copies through registers nothing would overlap.
+barrier. Once the analyses are done, the versions and barrier phases of every loop made here
+become counters the loop carries (counters.py, in ``place_memory``). A loop none of whose
+copies is a ``cp.async`` (before sm_80, unaligned or dynamic tiles) runs in order: with copies
+through registers nothing would overlap.
 
 On sm_90+ the copy rule offers a TMA form of each producer it can (tma.py); when every
 producer of a loop has one, the loop takes the TMA forms of tma_pipeline.py instead: stages
@@ -158,6 +160,7 @@ def _pipeline_loop(loop, func_body, analyzer, tx):
     steady = one_barrier_for_wgmma(steady)
     annotations = {k: v for k, v in loop.annotations.items()
                    if str(k) not in keys.PIPELINE_HINTS}
+    annotations[keys.COUNTED] = 1  # versions on counters once the analyses are done
     main = tirx.For(i, 0, n, loop.kind, tirx.SeqStmt(steady), annotations=annotations,
                     span=loop.span)
     drain = [intrinsics.wgmma_wait(0)] if overlap else []

@@ -147,6 +147,7 @@ class TmaPlan:
     def _loop(self, body: list):
         annotations = {k: v for k, v in self.loop.annotations.items()
                        if str(k) not in keys.PIPELINE_HINTS}
+        annotations[keys.COUNTED] = 1
         return tirx.For(self.i, 0, self.loop.extent, self.loop.kind, tirx.SeqStmt(body),
                         annotations=annotations, span=self.loop.span)
 
@@ -193,7 +194,7 @@ class TmaPlan:
             init barriers; sync                            # every thread
             if tx >= T:                                    # the producer warpgroup
                 setmaxnreg.dec 40
-                if tx == T: for j in range(n):
+                if tx == T: for j in range(n):             # kept rolled: #pragma unroll 1
                     wait(empty[j % S], ((j / S) & 1) ^ 1)  # version j % S released
                     P(j)                                   # loads, then arrivals on full
             else:                                          # the kernel's T threads
@@ -266,7 +267,8 @@ class TmaPlan:
                                    tirx.floormod(tirx.floordiv(j, stages) + 1, 2))
 
         loads = [tirx.For(j, 0, n, tirx.ForKind.SERIAL,
-                          tirx.SeqStmt([released(issued_base + j), refill]))]
+                          tirx.SeqStmt([released(issued_base + j), refill]),
+                          annotations={keys.COUNTED: 1, keys.DISABLE_UNROLL: True})]
         if tiles is not None:
             loads = [issued.start(), tiles.for_producer(
                 [issued.bind(issued_base), *loads, issued.add(issued_base, n)], pure)]
