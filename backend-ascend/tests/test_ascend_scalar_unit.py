@@ -341,7 +341,7 @@ def test_the_kernels_compile_against_the_vendor_headers(asc_check):
                "gated16": gated("float16"), "indices": select_on_indices(),
                "scalar": scalar_math(), "after_store": after_store(),
                "bound": bound_in_nest(), "rows": running_rows(), "serial": running_serial(),
-               "across16": across("float16")}
+               "across16": across("float16"), "column": column_math()}
     sources = {name: tilewright.lower(f, target="ascend").source.text
                for name, f in kernels.items()}
     findings = asc_check(sources)
@@ -382,3 +382,37 @@ def test_a_branch_whose_read_cannot_finish_is_reported_at_the_branch(tmp_path):
                        rf"kernel\.cpp:{line} cannot be decided"):
         compile_and_run_source(text, low.source.payload, (a, torch.empty(8, dtype=torch.int32)),
                                tmp_path)
+
+
+def column_math(M=8):
+    """exp over a column read as ``t[i, (j + 1) % 1]`` (``t[i, 0]``) in T.Parallel(M, 1), in
+    the arm of an if/else on the loop index (a scalar nest): the vector unit computes it into
+    an (M, 1) tile, one element a 32-byte row, that the nest reads at ``[i, 0]``. It was read
+    as ``[i]``, one index for two dimensions: a TVM InternalError at compile (the fuzzer, seed
+    1, /work/findings/fuzz-ascend-internalerror.py)."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, 1), "float32"), B: T.Tensor((M, 1), "float32")):
+        with T.Kernel(1, threads=32) as _:
+            t = T.alloc_fragment((M, 1), "float32")
+            y = T.alloc_shared((M, 1), "float32")
+            T.copy(A[0, 0], t)
+            for i in T.Parallel(M):
+                for j in T.Parallel(1):
+                    if i % 3 == 0:
+                        y[i, j] = T.clamp(T.exp(t[i, (j + 1) % 1]), T.float32(-3.0),
+                                          T.float32(0.25))
+                    else:
+                        y[i, j] = t[i, j] * 2.0
+            T.copy(y, B[0, 0])
+
+    return main
+
+
+def test_math_over_a_column_read_by_a_scalar_nest():
+    kernel = tilewright.compile(column_math(), out_idx=[-1], target="ascend")
+    assert re.search(r"\bExp\(tw_t\d+\[r \* 8\], t\[r \* 8\], 1\)", kernel.get_kernel_source())
+    a = torch.randn(8, 1, generator=torch.Generator().manual_seed(11))
+    i = torch.arange(8)[:, None]
+    torch.testing.assert_close(kernel(a), torch.where(i % 3 == 0, a.exp().clamp(-3.0, 0.25),
+                                                      a * 2.0))

@@ -126,6 +126,24 @@ def tile_operand(buffer, indices, variables, extents):
     return Region(buffer, tuple(starts), tuple(exts)), tuple(dims)
 
 
+def tile_element(region, dims, variables, extents):
+    """The load of the element of ``region``, a tile value over the loop ``dims`` (as
+    :func:`tile_operand` gives), at the nest's current iteration. The tile may have more or
+    fewer dimensions than ``dims``: a value over (i, j) of T.Parallel(2, 1) lives in a (2, 1)
+    column tile or in a (2,) row, so the variables of the loops of more than one trip go,
+    in order, to the region's dimensions of more than one element, offset by its starts."""
+    shape = ints(region.extents)
+    moving = [d for d in dims if extents[d] != 1]
+    if shape is None or [extents[d] for d in moving] != [e for e in shape if e != 1]:
+        raise Unvectorizable(f"the tile {region.buffer.name!r} of extents {shape} does not "
+                             f"hold one element per iteration of loops {list(dims)}")
+    index = as_exprs(region.starts) or [tirx.const(0, "int32")]
+    at = iter(moving)
+    index = [simplify(x + variables[next(at)]) if e != 1 else x
+             for x, e in zip(index, shape or [1])]
+    return tirx.BufferLoad(region.buffer, index)
+
+
 def non_unit(region):
     dims = [e for e in (ints(region.extents) or []) if e != 1]
     return dims or [1]

@@ -105,6 +105,7 @@ from .tile_exprs import (
     seq,
     simplify,
     subst,
+    tile_element,
     tile_operand,
     uses_any,
     with_span,
@@ -585,8 +586,7 @@ class _Lowering(SelectLowering):
             value = self.eval(expand_math(call), variables, extents, ops, None)
             if value[0] != "t":
                 raise Unvectorizable(f"{call} is a scalar expression")
-            return tirx.BufferLoad(value[1].buffer, [variables[d] for d in value[2]] or
-                                   [tirx.const(0, "int32")])
+            return tile_element(value[1], value[2], variables, extents)
         return self.math_element(call, ops)
 
     def math_element(self, call, ops):
