@@ -1,6 +1,8 @@
 """Shared-memory accesses of statements, for barrier insertion, pipelining and fence removal:
 what a statement reads and writes (and which version of a pipelined tile), what it issues
-asynchronously, which tiles TMA loads fill. Effects of intrinsic calls come from
+asynchronously, which tiles TMA loads fill; for barrier insertion, which names the block's
+threads, global-memory accesses too (an element that identifies the thread touching it is
+that thread's own). Effects of intrinsic calls come from
 ``intrinsics.TABLE``."""
 
 from __future__ import annotations
@@ -19,6 +21,32 @@ def shared(buffer) -> bool:
     return layout.memory(buffer) in SHARED_MEMORIES
 
 
+def tracked(buffer, thread) -> bool:
+    """Whether an access to ``buffer`` counts: shared memory always, global memory when the
+    accesses are told apart by ``thread`` (the ``__syncthreads`` that orders a block's shared
+    accesses orders its global ones too)."""
+    return shared(buffer) or (thread is not None and layout.memory(buffer) == "global")
+
+
+def thread_key(indices, thread, analyzer):
+    """``("t", dimension, scale, threads)`` when index ``dimension`` of an access by thread
+    ``tx`` (``thread``: ``(tx, threads)``, ``tx`` in ``[0, threads)``) names the thread:
+    ``floormod(floordiv(index, scale), threads) == tx`` for every value of the other
+    variables (``analyzer`` bounds those of the loops inside the statement). Two accesses of
+    one key touch one element only from one thread; else None."""
+    tx, threads = thread
+    for d, index in enumerate(indices):
+        if not any(v.same_as(tx) for v in tirx.analysis.undefined_vars(index)):
+            continue
+        coeff = tvm.sym.detect_linear_equation(index, [tx])
+        if not coeff or not isinstance(coeff[0], tirx.IntImm) or int(coeff[0].value) <= 0:
+            continue
+        scale = int(coeff[0].value)
+        if analyzer.can_prove_equal(tirx.floormod(tirx.floordiv(index, scale), threads), tx):
+            return ("t", d, scale, threads)
+    return None
+
+
 def version_key(index, stages: int):
     """Which version of a pipelined tile an index names: ``("c", v)`` for a constant,
     ``("k", loop var, offset, stages)`` for ``floormod(var + offset, stages)``, else None."""
@@ -35,6 +63,8 @@ def version_key(index, stages: int):
 
 
 def _overlap(k1, k2) -> bool:
+    if k1 is not None and k1[0] == "t" and k1 == k2:
+        return False  # each element from its own thread
     if k1 is None or k2 is None or k1[0] != k2[0]:
         return True
     if k1[0] == "c":
@@ -86,21 +116,33 @@ class Access:
     Ticket)``; an atomic on a ticket counter that is not a step counts as a function of its
     own, apart from the steps (so the tickets taken between two barriers stay distinct).
     Pointer arguments of intrinsics count as their table entry says; any other element
-    address a call takes counts as written, any other element read as read."""
+    address a call takes counts as written, any other element read as read. Given
+    ``thread`` (``(tx, threads)``: the thread index of the accesses and the threads' count),
+    global tensors count too, keyed by :func:`thread_key` (TMA and ``cp.async`` sources are
+    the pointer arguments the table declares read)."""
 
-    def __init__(self, stmt, versions: dict, tickets=None):
+    def __init__(self, stmt, versions: dict, tickets=None, thread=None):
         self.reads, self.writes, self.issued, self.lands = set(), set(), set(), False
         self.atomics, self.tickets = set(), set()
         handled = []
+        analyzer = None
+        if thread is not None:
+            analyzer = tvm.sym.Analyzer()
+            analyzer.bind(thread[0], tvm.ir.Range.from_min_extent(0, thread[1]))
+            tvm_ffi.structural_walk(stmt, (tirx.For, lambda f: analyzer.bind(
+                f.loop_var, tvm.ir.Range.from_min_extent(f.min, f.extent)) if isinstance(
+                    f.min, tirx.IntImm) and isinstance(f.extent, tirx.IntImm) else None))
 
         def entry(buf, indices):
+            if not shared(buf):
+                return buf, thread_key(indices, thread, analyzer)
             stages = versions.get(str(buf.name))
             key = version_key(indices[0], stages) if stages and len(indices) == len(
                 buf.shape) == 3 else None
             return buf, key
 
         def add(target, *sets):
-            if shared(target.source):
+            if tracked(target.source, thread):
                 for into in sets:
                     into.add(entry(target.source, target.indices))
 
@@ -116,7 +158,7 @@ class Access:
             for load, effect in intrinsics.pointer_effects(c):
                 handled.append(load)
                 if effect == "atomic":
-                    if shared(load.source):
+                    if tracked(load.source, thread):
                         function = found.name
                         if tickets is not None and tickets.counts(load.source) and \
                                 intrinsics.ticket_step(c) is None:
@@ -128,11 +170,11 @@ class Access:
         tvm_ffi.structural_walk(stmt, (tvm.ir.Call, call))
 
         def load(e):
-            if shared(e.source) and not any(e.same_as(x) for x in handled):
+            if tracked(e.source, thread) and not any(e.same_as(x) for x in handled):
                 self.reads.add(entry(e.source, e.indices))
 
         def store(s):
-            if shared(s.buffer):
+            if tracked(s.buffer, thread):
                 ticket = tickets.of(s) if tickets is not None else None
                 if ticket is None:
                     self.writes.add(entry(s.buffer, s.indices))
