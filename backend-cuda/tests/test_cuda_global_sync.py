@@ -1,0 +1,151 @@
+"""Barriers for global memory shared between a block's threads: a ``T.Parallel`` loop that
+reads (or overwrites) elements of a global tensor that other threads of the block wrote (or
+read) in an earlier statement sees the block's program order, as the CPU reference runs it.
+The host emulation runs a block's threads one after another between barriers, so a missing
+``__syncthreads()`` gives a wrong answer there. An element each thread reads back itself
+needs none."""
+
+import hostemu
+import pytest
+import tilewright
+import tilewright.language as T
+import torch
+
+ROWS, N = 4, 128
+
+
+def _run(func, tmp_path, *args, target="cuda -arch=sm_80") -> str:
+    lowered = tilewright.lower(func, target)
+    hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, *args)
+    text = lowered.source.text
+    return text[text.find('extern "C" __global__'):]
+
+
+def flip_after_write():
+    @T.prim_func
+    def flip(A: T.Tensor((ROWS, N), "float32"), B: T.Tensor((ROWS, N), "float32"),
+             C: T.Tensor((ROWS, N), "float32")):
+        with T.Kernel(ROWS, threads=N) as bx:
+            for i in T.Parallel(N):
+                B[bx, i] = A[bx, i] + 1
+            for i in T.Parallel(N):
+                C[bx, i] = B[bx, N - 1 - i]
+
+    return flip
+
+
+def write_after_flip():
+    @T.prim_func
+    def war(A: T.Tensor((ROWS, N), "float32"), B: T.Tensor((ROWS, N), "float32"),
+            C: T.Tensor((ROWS, N), "float32")):
+        with T.Kernel(ROWS, threads=N) as bx:
+            for i in T.Parallel(N):
+                C[bx, i] = B[bx, N - 1 - i]
+            for i in T.Parallel(N):
+                B[bx, i] = A[bx, i]
+
+    return war
+
+
+def write_twice():
+    @T.prim_func
+    def waw(A: T.Tensor((ROWS, N), "float32"), B: T.Tensor((ROWS, N), "float32")):
+        with T.Kernel(ROWS, threads=N) as bx:
+            for i in T.Parallel(N):
+                B[bx, i] = A[bx, i]
+            for i in T.Parallel(N):
+                B[bx, N - 1 - i] = A[bx, i] * 2
+
+    return waw
+
+
+def own_elements(width=4 * N):
+    @T.prim_func
+    def own(A: T.Tensor((ROWS, width), "float32"), B: T.Tensor((ROWS, width), "float32"),
+            C: T.Tensor((ROWS, width), "float32")):
+        with T.Kernel(ROWS, threads=N) as bx:
+            for i in T.Parallel(width):
+                B[bx, i] = A[bx, i] + 1
+            for i in T.Parallel(width):
+                C[bx, i] = B[bx, i] * 2
+
+    return own
+
+
+def pipelined_flips(steps=4):
+    @T.prim_func
+    def flips(A: T.Tensor((ROWS, steps * N), "float32"), B: T.Tensor((ROWS, N), "float32"),
+              C: T.Tensor((ROWS, N), "float32")):
+        with T.Kernel(ROWS, threads=N) as bx:
+            S = T.alloc_shared((N,), "float32")
+            for k in T.Pipelined(steps, num_stages=2):
+                T.copy(A[bx, k * N:(k + 1) * N], S)
+                for i in T.Parallel(N):
+                    C[bx, i] = B[bx, N - 1 - i] + S[i]
+                for i in T.Parallel(N):
+                    B[bx, i] = C[bx, i]
+
+    return flips
+
+
+def _inputs(*shapes):
+    gen = torch.Generator().manual_seed(0)
+    return [torch.randn(*s, generator=gen) for s in shapes]
+
+
+@pytest.mark.emulator
+def test_read_of_another_threads_global_write_gets_a_barrier(tmp_path):
+    (a,) = _inputs((ROWS, N))
+    b, c = torch.full((ROWS, N), float("nan")), torch.full((ROWS, N), float("nan"))
+    source = _run(flip_after_write(), tmp_path, a, b, c)
+    torch.testing.assert_close(c, (a + 1).flip(1))
+    assert source.count("__syncthreads()") == 1
+
+
+@pytest.mark.emulator
+def test_overwrite_of_another_threads_global_read_gets_a_barrier(tmp_path):
+    a, b = _inputs((ROWS, N), (ROWS, N))
+    c = torch.full((ROWS, N), float("nan"))
+    want_c = b.flip(1)
+    source = _run(write_after_flip(), tmp_path, a, b, c)
+    torch.testing.assert_close(c, want_c)
+    torch.testing.assert_close(b, a)
+    assert source.count("__syncthreads()") == 1
+
+
+@pytest.mark.emulator
+def test_overwrite_of_another_threads_global_write_gets_a_barrier(tmp_path):
+    (a,) = _inputs((ROWS, N))
+    b = torch.full((ROWS, N), float("nan"))
+    source = _run(write_twice(), tmp_path, a, b)
+    torch.testing.assert_close(b, (a * 2).flip(1))
+    assert source.count("__syncthreads()") == 1
+
+
+@pytest.mark.emulator
+def test_a_threads_own_global_elements_get_no_barrier(tmp_path):
+    """``C[bx, i] = B[bx, i]`` after ``B[bx, i] = ...``: every element (four a thread, one
+    float4) is read back by the thread that wrote it."""
+    (a,) = _inputs((ROWS, 4 * N))
+    b, c = torch.full((ROWS, 4 * N), float("nan")), torch.full((ROWS, 4 * N), float("nan"))
+    source = _run(own_elements(), tmp_path, a, b, c)
+    torch.testing.assert_close(b, a + 1)
+    torch.testing.assert_close(c, (a + 1) * 2)
+    assert "__syncthreads()" not in source
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_pipelined_loop_orders_global_elements_across_threads(arch, tmp_path):
+    """Each step reads the row the previous step wrote, flipped (a back-edge read of other
+    threads' writes), and overwrites it after the flipped read (a write after other threads'
+    reads): barriers inside the pipelined loop."""
+    steps = 4
+    a, b = _inputs((ROWS, steps * N), (ROWS, N))
+    c = torch.full((ROWS, N), float("nan"))
+    want = b.clone()
+    for k in range(steps):
+        want = want.flip(1) + a[:, k * N:(k + 1) * N]
+    _run(pipelined_flips(steps), tmp_path, a, b, c, target=f"cuda -arch={arch}")
+    torch.testing.assert_close(c, want)
+    torch.testing.assert_close(b, want)
