@@ -28,12 +28,15 @@ def tracked(buffer, thread) -> bool:
     return shared(buffer) or (thread is not None and layout.memory(buffer) == "global")
 
 
-def thread_key(indices, thread, analyzer):
-    """``("t", dimension, scale, threads)`` when index ``dimension`` of an access by thread
-    ``tx`` (``thread``: ``(tx, threads)``, ``tx`` in ``[0, threads)``) names the thread:
-    ``floormod(floordiv(index, scale), threads) == tx`` for every value of the other
-    variables (``analyzer`` bounds those of the loops inside the statement). Two accesses of
-    one key touch one element only from one thread; else None."""
+def thread_key(indices, thread, analyzer, only=None):
+    """Which threads touch an element of a global tensor, for accesses by thread ``tx``
+    (``thread``: ``(tx, threads)``, ``tx`` in ``[0, threads)``): ``("t", dimension, scale,
+    threads)`` when index ``dimension`` names the thread, ``floormod(floordiv(index, scale),
+    threads) == tx`` for every value of the other variables (``analyzer`` bounds those of the
+    loops inside the statement); else ``("1", only)`` for an access only thread ``only`` makes;
+    else ``("e", indices)`` for an element of constant indices; else None. Accesses of one
+    ``"t"`` or ``"1"`` key touch an element from one thread only; of ``"e"`` keys, one element
+    when the indices are equal."""
     tx, threads = thread
     for d, index in enumerate(indices):
         if not any(v.same_as(tx) for v in tirx.analysis.undefined_vars(index)):
@@ -44,7 +47,23 @@ def thread_key(indices, thread, analyzer):
         scale = int(coeff[0].value)
         if analyzer.can_prove_equal(tirx.floormod(tirx.floordiv(index, scale), threads), tx):
             return ("t", d, scale, threads)
+    if only is not None:
+        return ("1", only)
+    if all(isinstance(i, tirx.IntImm) for i in indices):
+        return ("e", tuple(int(i.value) for i in indices))
     return None
+
+
+def only_thread(stmt, tx):
+    """The thread that alone runs ``stmt``: ``c`` for ``if tx == c: ...`` (no else), else
+    None."""
+    if not isinstance(stmt, tirx.IfThenElse) or stmt.else_case is not None or \
+            not isinstance(stmt.condition, tirx.EQ):
+        return None
+    a, b = stmt.condition.a, stmt.condition.b
+    if isinstance(a, tirx.IntImm):
+        a, b = b, a
+    return int(b.value) if a.same_as(tx) and isinstance(b, tirx.IntImm) else None
 
 
 def version_key(index, stages: int):
@@ -63,8 +82,10 @@ def version_key(index, stages: int):
 
 
 def _overlap(k1, k2) -> bool:
-    if k1 is not None and k1[0] == "t" and k1 == k2:
-        return False  # each element from its own thread
+    if k1 is not None and k1[0] in ("t", "1") and k1 == k2:
+        return False  # each element from one thread
+    if k1 is not None and k2 is not None and k1[0] == k2[0] == "e":
+        return k1[1] == k2[1]
     if k1 is None or k2 is None or k1[0] != k2[0]:
         return True
     if k1[0] == "c":
@@ -125,8 +146,9 @@ class Access:
         self.reads, self.writes, self.issued, self.lands = set(), set(), set(), False
         self.atomics, self.tickets = set(), set()
         handled = []
-        analyzer = None
+        analyzer, only = None, None
         if thread is not None:
+            only = only_thread(stmt, thread[0])
             analyzer = tvm.sym.Analyzer()
             analyzer.bind(thread[0], tvm.ir.Range.from_min_extent(0, thread[1]))
             tvm_ffi.structural_walk(stmt, (tirx.For, lambda f: analyzer.bind(
@@ -135,7 +157,7 @@ class Access:
 
         def entry(buf, indices):
             if not shared(buf):
-                return buf, thread_key(indices, thread, analyzer)
+                return buf, thread_key(indices, thread, analyzer, only)
             stages = versions.get(str(buf.name))
             key = version_key(indices[0], stages) if stages and len(indices) == len(
                 buf.shape) == 3 else None
