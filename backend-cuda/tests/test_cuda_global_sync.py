@@ -149,3 +149,51 @@ def test_pipelined_loop_orders_global_elements_across_threads(arch, tmp_path):
     _run(pipelined_flips(steps), tmp_path, a, b, c, target=f"cuda -arch={arch}")
     torch.testing.assert_close(c, want)
     torch.testing.assert_close(b, want)
+
+
+def constant_elements():
+    @T.prim_func
+    def consts(Y: T.Tensor((3,), "float32")):
+        with T.Kernel(1, threads=32) as _bx:
+            Y[0] = 1.0
+            Y[1] = 2.0
+            Y[2] = Y[0] + Y[1]
+
+    return consts
+
+
+def first_threads_updates(steps=12):
+    @T.prim_func
+    def updates(X: T.Tensor((steps,), "float32"), Acc: T.Tensor((2,), "float32"),
+                P: T.Tensor((2 * steps,), "float32")):
+        with T.Kernel(1, threads=64) as _bx:
+            for t in T.serial(steps):
+                P[t] = T.atomic_add(Acc[0], X[t], return_prev=True)
+                P[t + steps] = T.atomic_max(Acc[1], X[t], return_prev=True)
+
+    return updates
+
+
+@pytest.mark.emulator
+def test_constant_global_elements_are_told_apart(tmp_path):
+    """Block code's stores to ``Y[0]`` and ``Y[1]`` touch different elements (no barrier);
+    the read of both after them reads what other threads wrote (a barrier)."""
+    y = torch.full((3,), float("nan"))
+    source = _run(constant_elements(), tmp_path, y)
+    torch.testing.assert_close(y, torch.tensor([1.0, 2.0, 3.0]))
+    assert source.count("__syncthreads()") == 1
+
+
+@pytest.mark.emulator
+def test_first_threads_global_updates_need_no_barrier_between_them(tmp_path):
+    """Block code's atomics run by the first thread only (transforms.block_code): one thread
+    orders its own accesses, so the loop has no barrier."""
+    steps = 12
+    (x,) = _inputs((steps,))
+    acc = torch.tensor([0.0, -1e30])
+    p = torch.full((2 * steps,), float("nan"))
+    source = _run(first_threads_updates(steps), tmp_path, x, acc, p)
+    sums = torch.cumsum(torch.cat([torch.zeros(1), x]), 0)
+    torch.testing.assert_close(p[:steps], sums[:steps])
+    torch.testing.assert_close(acc[0], sums[steps])
+    assert "__syncthreads()" not in source
