@@ -9,6 +9,7 @@ import hostemu
 import pytest
 import tilewright
 import tilewright.language as T
+import tilewright_cuda.language as TC
 import torch
 
 ROWS, N = 4, 128
@@ -197,3 +198,42 @@ def test_first_threads_global_updates_need_no_barrier_between_them(tmp_path):
     torch.testing.assert_close(p[:steps], sums[:steps])
     torch.testing.assert_close(acc[0], sums[steps])
     assert "__syncthreads()" not in source
+
+
+def compaction(n=512, threads=128):
+    @T.prim_func
+    def compact(X: T.Tensor((n,), "int32"), Out: T.Tensor((n,), "int32"),
+                Count: T.Tensor((1,), "int32")):
+        with T.Kernel(1, threads=threads) as _bx:
+            tx = TC.get_thread_binding()
+            cnt = T.alloc_shared((1,), "int32")
+            if tx == 0:
+                cnt[0] = 0
+            for s in T.serial(n // threads):
+                v = X[s * threads + tx]
+                if v % 3 == 0:
+                    pos = T.atomic_add(cnt[0], 1, return_prev=True)
+                    Out[pos] = v
+            if tx == 0:
+                Count[0] = cnt[0]
+
+    return compact
+
+
+@pytest.mark.emulator
+def test_global_stores_at_tickets_need_no_barrier_between_them(tmp_path):
+    """``pos = T.atomic_add(cnt[0], 1, return_prev=True); Out[pos] = v`` in a loop: stores at
+    tickets of one counter write distinct elements of the global ``Out`` (analysis.tickets),
+    so the loop has no barrier."""
+    n = 512
+    x = torch.randint(0, 1000, (n,), generator=torch.Generator().manual_seed(0),
+                      dtype=torch.int32)
+    out = torch.full((n,), -1, dtype=torch.int32)
+    count = torch.zeros(1, dtype=torch.int32)
+    source = _run(compaction(n), tmp_path, x, out, count)
+    want = sorted(x[x % 3 == 0].tolist())
+    assert int(count[0]) == len(want)
+    assert sorted(out[:len(want)].tolist()) == want
+    loop = source[source.find("for (int s = 0"):source.find("Count_ptr[0] =")]
+    assert "Out_ptr[pos]" in loop
+    assert loop.count("__syncthreads()") == 1, loop  # after the loop, before cnt's read

@@ -21,11 +21,16 @@ def shared(buffer) -> bool:
     return layout.memory(buffer) in SHARED_MEMORIES
 
 
+def block_visible(buffer) -> bool:
+    """Whether ``buffer`` is memory every thread of the block reaches: shared or global (the
+    ``__syncthreads`` that orders a block's shared accesses orders its global ones too)."""
+    return shared(buffer) or layout.memory(buffer) == "global"
+
+
 def tracked(buffer, thread) -> bool:
     """Whether an access to ``buffer`` counts: shared memory always, global memory when the
-    accesses are told apart by ``thread`` (the ``__syncthreads`` that orders a block's shared
-    accesses orders its global ones too)."""
-    return shared(buffer) or (thread is not None and layout.memory(buffer) == "global")
+    accesses are told apart by ``thread``."""
+    return shared(buffer) if thread is None else block_visible(buffer)
 
 
 def thread_key(indices, thread, analyzer, only=None):
