@@ -237,3 +237,35 @@ def test_global_stores_at_tickets_need_no_barrier_between_them(tmp_path):
     loop = source[source.find("for (int s = 0"):source.find("Count_ptr[0] =")]
     assert "Out_ptr[pos]" in loop
     assert loop.count("__syncthreads()") == 1, loop  # after the loop, before cnt's read
+
+
+def offset_rows(width=64):
+    @T.prim_func
+    def rows(A: T.Tensor((ROWS * width,), "float32"), Y: T.Tensor((2, ROWS * width), "float32"),
+             Z: T.Tensor((ROWS * width,), "float32")):
+        with T.Kernel(ROWS, threads=N) as bx:
+            for i in T.Parallel(width):
+                Y[0, bx * width + i] = A[bx * width + i]
+            for i in T.Parallel(width):
+                Y[1, bx * width + i] = Y[0, bx * width + i] + 1
+            for i in T.Parallel(width):
+                Z[bx * width + i] = Y[1, bx * width + width - 1 - i]
+
+    return rows
+
+
+@pytest.mark.emulator
+def test_global_elements_a_row_apart_get_no_barrier(tmp_path):
+    """``Y[k, bx * 64 + tx]`` (``tx * 1 + u``, ``u`` the same in every thread): rows 0 and 1
+    lie 256 elements apart, more than 128 threads reach, so the second loop's read of its
+    own row-0 element and write of row 1 need no barrier; the third loop's flipped read of
+    row 1 does."""
+    width = 64
+    (a,) = _inputs((ROWS * width,))
+    y = torch.full((2, ROWS * width), float("nan"))
+    z = torch.full((ROWS * width,), float("nan"))
+    source = _run(offset_rows(width), tmp_path, a, y, z)
+    torch.testing.assert_close(y[0], a)
+    torch.testing.assert_close(y[1], a + 1)
+    torch.testing.assert_close(z, (a + 1).view(ROWS, width).flip(1).reshape(-1))
+    assert source.count("__syncthreads()") == 1

@@ -19,6 +19,7 @@ from ..analysis import tickets as ticket_stores
 from ..analysis.accesses import (
     Access,
     atomics_conflict,
+    bound_variables,
     conflict,
     rekey,
     tickets_conflict,
@@ -56,12 +57,13 @@ class Syncs:
     leaves. A state is (reads, writes, atomics, ticket stores, issued) since the last barrier
     (issued: since the last ``wait_group``); ``tickets`` are the block's ticket stores
     (``analysis.tickets.find``), None to count every store as a plain write; ``threads`` the
-    count of threads ``tx`` numbers from zero."""
+    count of threads ``tx`` numbers from zero; ``bound`` what ``accesses.bound_variables`` says
+    of the program."""
 
     def __init__(self, tx, threads, versions: dict | None = None, varying: list | None = None,
-                 tickets=None):
+                 tickets=None, bound: tuple | None = None):
         self.tx, self.versions, self.varying = tx, versions or {}, varying or []
-        self.tickets, self.thread = tickets, (tx, threads)
+        self.tickets, self.thread = tickets, (tx, threads, *(bound or ([], {})))
 
     def uniform(self, node) -> bool:
         """Whether ``node`` is the same in every thread: it reads neither the thread index nor
@@ -267,8 +269,8 @@ def insert_sync():
         tx_loop = find_thread(func)
         varying = thread_varying(tx_loop.body, tx_loop.loop_var)
         found = ticket_stores.find(tx_loop.body, tx_loop.loop_var, func.body)
-        body, _ = Syncs(tx_loop.loop_var, tx_loop.extent, versions, varying, found).run(
-            tx_loop.body, _NOTHING)
+        body, _ = Syncs(tx_loop.loop_var, tx_loop.extent, versions, varying, found,
+                        bound_variables(tx_loop.body)).run(tx_loop.body, _NOTHING)
         new_loop = rebuild_for(tx_loop, body=body)
         func = func.with_body(tvm_ffi.structural_map(
             func.body, (tirx.For, lambda s: new_loop if s.same_as(tx_loop) else s)))
@@ -279,8 +281,8 @@ def insert_sync():
 
         def sync_role(loop):
             body, _ = Syncs(loop.loop_var, loop.extent,
-                            varying=thread_varying(loop.body, loop.loop_var)) \
-                .run(loop.body, _NOTHING)
+                            varying=thread_varying(loop.body, loop.loop_var),
+                            bound=bound_variables(loop.body)).run(loop.body, _NOTHING)
             return _named_barriers(body, int(loop.annotations[keys.ROLE]),
                                    int(loop.extent.value))
 
