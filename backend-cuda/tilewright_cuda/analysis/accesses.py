@@ -1,6 +1,8 @@
 """Shared-memory accesses of statements, for barrier insertion, pipelining and fence removal:
 what a statement reads and writes (and which version of a pipelined tile), what it issues
-asynchronously, which tiles TMA loads fill. Effects of intrinsic calls come from
+asynchronously, which tiles TMA loads fill; for barrier insertion, which names the block's
+threads, global-memory accesses too (an element that identifies the thread touching it is
+that thread's own). Effects of intrinsic calls come from
 ``intrinsics.TABLE``."""
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import tvm_ffi
 from tvm import tirx
 
 from .. import intrinsics, layout
+from .ir import substitute
 
 SHARED_MEMORIES = ("shared", "shared.dyn", "local.fragment")  # fragments not in registers
 
@@ -17,6 +20,107 @@ SHARED_MEMORIES = ("shared", "shared.dyn", "local.fragment")  # fragments not in
 def shared(buffer) -> bool:
     """Whether ``buffer`` lives in shared memory (fragments not in registers do)."""
     return layout.memory(buffer) in SHARED_MEMORIES
+
+
+def bound_variables(body) -> tuple:
+    """The variables ``body``'s loops and ``Bind`` statements bind, and the loop variables of
+    its loops of one iteration mapped to their value (a constant start)."""
+    found, once = [], {}
+
+    def loop(f):
+        found.append(f.loop_var)
+        if isinstance(f.extent, tirx.IntImm) and int(f.extent.value) == 1 and \
+                isinstance(f.min, tirx.IntImm):
+            once[f.loop_var] = f.min
+
+    tvm_ffi.structural_walk(body, [(tirx.For, loop), (tirx.Bind, lambda b: found.append(b.var))])
+    return found, once
+
+
+def block_visible(buffer) -> bool:
+    """Whether ``buffer`` is memory every thread of the block reaches: shared or global (the
+    ``__syncthreads`` that orders a block's shared accesses orders its global ones too)."""
+    return shared(buffer) or layout.memory(buffer) == "global"
+
+
+def tracked(buffer, thread) -> bool:
+    """Whether an access to ``buffer`` counts: shared memory always, global memory when the
+    accesses are told apart by ``thread``."""
+    return shared(buffer) if thread is None else block_visible(buffer)
+
+
+class Offset:
+    """A thread-independent term of an index (compared by identity inside keys)."""
+
+    def __init__(self, expr):
+        self.expr = expr
+
+
+def _fixed(expr, thread) -> bool:
+    """Whether ``expr`` has the same value wherever the block's threads evaluate it: no loads
+    or calls, no thread index, no variable bound inside the block's program (a loop's or a
+    ``Bind``'s, ``thread[2]``)."""
+    bad = []
+    tvm_ffi.structural_walk(expr, [(tvm.ir.TensorLoad, bad.append), (tvm.ir.Call, bad.append)])
+    return not bad and not any(v.same_as(thread[0]) or any(v.same_as(b) for b in thread[2])
+                               for v in tirx.analysis.undefined_vars(expr))
+
+
+def thread_key(indices, thread, analyzer, only=None):
+    """Which threads touch an element of a global tensor, for accesses by thread ``tx``
+    (``thread``: ``(tx, threads, variables bound in the block's program, its loops of one
+    iteration's variables -> value)``, ``tx`` in ``[0, threads)``): ``("a", dimension,
+    scale, threads, Offset(u))`` when index ``dimension`` is ``scale * tx + u`` with ``u``
+    fixed (:func:`_fixed`); else ``("t", dimension, scale, threads)`` when the index names
+    the thread, ``floormod(floordiv(index, scale), threads) == tx`` for every value of the
+    other variables (``analyzer`` bounds those of the loops inside the statement); else
+    ``("1", only)`` for an access only thread ``only`` makes; else ``("e", indices)`` for an
+    element of constant indices; else None. Accesses of one ``"t"`` or ``"1"`` key touch an
+    element from one thread only; of ``"a"`` keys, when ``u`` differs by other than a
+    multiple of ``scale`` below ``threads`` of them; of ``"e"`` keys, one element when the
+    indices are equal."""
+    tx, threads = thread[0], thread[1]
+    if thread[3]:
+        indices = [analyzer.simplify(substitute(i, thread[3])) for i in indices]
+    for d, index in enumerate(indices):
+        if not any(v.same_as(tx) for v in tirx.analysis.undefined_vars(index)):
+            continue
+        coeff = tvm.sym.detect_linear_equation(index, [tx])
+        if not coeff or not isinstance(coeff[0], tirx.IntImm) or int(coeff[0].value) <= 0:
+            continue
+        scale = int(coeff[0].value)
+        if _fixed(coeff[1], thread):
+            return ("a", d, scale, threads, Offset(coeff[1]))
+        if analyzer.can_prove_equal(tirx.floormod(tirx.floordiv(index, scale), threads), tx):
+            return ("t", d, scale, threads)
+    if only is not None:
+        return ("1", only)
+    if all(isinstance(i, tirx.IntImm) for i in indices):
+        return ("e", tuple(int(i.value) for i in indices))
+    return None
+
+
+def _offsets_overlap(k1, k2) -> bool:
+    """Whether two ``"a"`` keys' elements may meet from two threads."""
+    if k1[1:4] != k2[1:4]:
+        return True
+    apart = tvm.sym.Analyzer().simplify(k1[4].expr - k2[4].expr)
+    if not isinstance(apart, tirx.IntImm):
+        return True
+    c, scale, threads = abs(int(apart.value)), k1[2], k1[3]
+    return c != 0 and c % scale == 0 and c // scale < threads
+
+
+def only_thread(stmt, tx):
+    """The thread that alone runs ``stmt``: ``c`` for ``if tx == c: ...`` (no else), else
+    None."""
+    if not isinstance(stmt, tirx.IfThenElse) or stmt.else_case is not None or \
+            not isinstance(stmt.condition, tirx.EQ):
+        return None
+    a, b = stmt.condition.a, stmt.condition.b
+    if isinstance(a, tirx.IntImm):
+        a, b = b, a
+    return int(b.value) if a.same_as(tx) and isinstance(b, tirx.IntImm) else None
 
 
 def version_key(index, stages: int):
@@ -35,6 +139,12 @@ def version_key(index, stages: int):
 
 
 def _overlap(k1, k2) -> bool:
+    if k1 is not None and k2 is not None and k1[0] == k2[0] == "a":
+        return _offsets_overlap(k1, k2)
+    if k1 is not None and k1[0] in ("t", "1") and k1 == k2:
+        return False  # each element from one thread
+    if k1 is not None and k2 is not None and k1[0] == k2[0] == "e":
+        return k1[1] == k2[1]
     if k1 is None or k2 is None or k1[0] != k2[0]:
         return True
     if k1[0] == "c":
@@ -86,21 +196,35 @@ class Access:
     Ticket)``; an atomic on a ticket counter that is not a step counts as a function of its
     own, apart from the steps (so the tickets taken between two barriers stay distinct).
     Pointer arguments of intrinsics count as their table entry says; any other element
-    address a call takes counts as written, any other element read as read."""
+    address a call takes counts as written, any other element read as read. Given
+    ``thread`` (``(tx, threads, *bound_variables(program))``: the thread index of the
+    accesses, the threads' count and the variables bound inside the block's program),
+    global tensors count too, keyed by :func:`thread_key` (TMA and ``cp.async`` sources are
+    the pointer arguments the table declares read)."""
 
-    def __init__(self, stmt, versions: dict, tickets=None):
+    def __init__(self, stmt, versions: dict, tickets=None, thread=None):
         self.reads, self.writes, self.issued, self.lands = set(), set(), set(), False
         self.atomics, self.tickets = set(), set()
         handled = []
+        analyzer, only = None, None
+        if thread is not None:
+            only = only_thread(stmt, thread[0])
+            analyzer = tvm.sym.Analyzer()
+            analyzer.bind(thread[0], tvm.ir.Range.from_min_extent(0, thread[1]))
+            tvm_ffi.structural_walk(stmt, (tirx.For, lambda f: analyzer.bind(
+                f.loop_var, tvm.ir.Range.from_min_extent(f.min, f.extent)) if isinstance(
+                    f.min, tirx.IntImm) and isinstance(f.extent, tirx.IntImm) else None))
 
         def entry(buf, indices):
+            if not shared(buf):
+                return buf, thread_key(indices, thread, analyzer, only)
             stages = versions.get(str(buf.name))
             key = version_key(indices[0], stages) if stages and len(indices) == len(
                 buf.shape) == 3 else None
             return buf, key
 
         def add(target, *sets):
-            if shared(target.source):
+            if tracked(target.source, thread):
                 for into in sets:
                     into.add(entry(target.source, target.indices))
 
@@ -116,7 +240,7 @@ class Access:
             for load, effect in intrinsics.pointer_effects(c):
                 handled.append(load)
                 if effect == "atomic":
-                    if shared(load.source):
+                    if tracked(load.source, thread):
                         function = found.name
                         if tickets is not None and tickets.counts(load.source) and \
                                 intrinsics.ticket_step(c) is None:
@@ -128,11 +252,11 @@ class Access:
         tvm_ffi.structural_walk(stmt, (tvm.ir.Call, call))
 
         def load(e):
-            if shared(e.source) and not any(e.same_as(x) for x in handled):
+            if tracked(e.source, thread) and not any(e.same_as(x) for x in handled):
                 self.reads.add(entry(e.source, e.indices))
 
         def store(s):
-            if shared(s.buffer):
+            if tracked(s.buffer, thread):
                 ticket = tickets.of(s) if tickets is not None else None
                 if ticket is None:
                     self.writes.add(entry(s.buffer, s.indices))

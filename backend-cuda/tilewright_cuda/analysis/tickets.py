@@ -11,10 +11,10 @@ make them. :func:`find` recognises them in a block's program:
   wherever the counter's buffer may change other than by a step (a store, another atomic, a
   call taking its address): after an ``if`` or a loop that does so anywhere, and inside a
   loop from its start; a ticket taken in a branch or a loop body is held there only;
-- a ticket store is a store to shared memory whose index along one dimension is a ticket and
-  whose other indices are thread-independent; thread-independent means built from constants
-  and variables whose values are the same in every thread of the block, without loads or
-  calls with side effects;
+- a ticket store is a store to shared or global memory whose index along one dimension is a
+  ticket and whose other indices are thread-independent; thread-independent means built from
+  constants and variables whose values are the same in every thread of the block, without
+  loads or calls with side effects;
 - the counter is a shared element at thread-independent indices (barrier insertion keeps
   other changes of it apart from the steps: :class:`accesses.Access` counts an atomic on it
   that is not a step as another function) or a global one that the kernel changes only by
@@ -31,7 +31,7 @@ import tvm_ffi
 from tvm import tirx
 
 from .. import intrinsics, layout
-from .accesses import shared
+from .accesses import block_visible, shared
 
 _PURE_EFFECTS = (0, 1)  # TVM's CallEffectKind: kExprAnnotation, kPure
 
@@ -174,7 +174,7 @@ class _Walk:
         return None
 
     def store(self, s, held):
-        if not shared(s.buffer):
+        if not block_visible(s.buffer):
             return
         found = None
         for dim, index in enumerate(s.indices):

@@ -9,8 +9,8 @@ against the other threads' accesses) and for per-thread storage (``T.alloc_local
 global memory whose value reads the element it replaces (``S[0] = S[0] + x``: each thread adds
 ``x`` once more) or makes an atomic (``return_prev=True``: one atomic per thread). Such a store
 is made by the first thread of the block (of the ``T.ws`` role) only, consecutive ones under one
-condition; a barrier before and after it orders a global tensor that other statements of the
-kernel touch (barrier insertion orders shared memory). An atomic's previous value bound to a
+condition (barrier insertion, ``transforms.sync``, orders it against the other threads'
+accesses of the shared or global memory it touches). An atomic's previous value bound to a
 name or stored to per-thread storage is made by the first thread into a shared slot that every
 thread then reads. Code inside ``T.Parallel``, and code the threads run individually (under a
 condition on ``T.get_thread_binding``'s index, or computed from it, which
@@ -25,9 +25,9 @@ from tilewright.ir import ATOMIC_PREV, decode
 from tilewright.transform import StmtMutator, prim_func_pass
 from tvm import tirx
 
-from .. import intrinsics, keys, layout, ops
+from .. import keys, layout, ops
 from ..analysis.accesses import shared
-from ..analysis.ir import buffers_in, index_dependent, is_parallel, loads_in
+from ..analysis.ir import index_dependent, is_parallel, loads_in
 
 
 def _makes_atomic(expr) -> bool:
@@ -58,10 +58,9 @@ def _is_thread_loop(loop) -> bool:
 class RunOnce(StmtMutator):
     """Gates the block code that must run once per block (see the module)."""
 
-    def __init__(self, reads_index, globals_elsewhere):
+    def __init__(self, reads_index):
         super().__init__()
         self.reads_index = reads_index
-        self.globals_elsewhere = globals_elsewhere  # group -> global buffers others touch
         self.tx = None
 
     # -- where block code is --------------------------------------------------------------------
@@ -137,10 +136,8 @@ class RunOnce(StmtMutator):
         def close():
             if not group:
                 return
-            gated = tirx.IfThenElse(self.tx == 0, group[0] if len(group) == 1 else
-                                    tirx.SeqStmt(list(group)), None)
-            fenced = bool(self.globals_elsewhere(group))
-            out.extend([intrinsics.sync(), gated, intrinsics.sync()] if fenced else [gated])
+            out.append(tirx.IfThenElse(self.tx == 0, group[0] if len(group) == 1 else
+                                       tirx.SeqStmt(list(group)), None))
             group.clear()
 
         for part in parts:
@@ -169,33 +166,12 @@ def _thread_indices(body) -> list:
             if c is not None and c.name == ops.THREAD_BINDING.name]
 
 
-def _globals_elsewhere(body):
-    """A function of a group of statements: the global buffers the group touches that some
-    other statement of ``body`` touches too (a tile op's regions included)."""
-    everywhere = []
-    tvm_ffi.structural_walk(body, (tvm.ir.TensorLoad, lambda ld: everywhere.append(ld.source)))
-    tvm_ffi.structural_walk(body, (tirx.BufferStore, lambda s: everywhere.append(s.buffer)))
-
-    def count(buffers, buf) -> int:
-        return sum(1 for b in buffers if b.same_as(buf))
-
-    def run(group) -> list:
-        mine = []
-        for stmt in group:
-            tvm_ffi.structural_walk(stmt, (tvm.ir.TensorLoad, lambda ld: mine.append(ld.source)))
-            mine.append(stmt.buffer)
-        return [b for b in buffers_in(tirx.SeqStmt(list(group)) if len(group) > 1 else group[0])
-                if layout.memory(b) == "global" and count(everywhere, b) > count(mine, b)]
-
-    return run
-
-
 def run_once():
     """The pass of :class:`RunOnce`."""
 
     def run(func):
         reads_index = index_dependent(func.body, _thread_indices(func.body))
-        mutator = RunOnce(reads_index, _globals_elsewhere(func.body))
+        mutator = RunOnce(reads_index)
         return func.with_body(mutator.visit(func.body))
 
     return prim_func_pass("CUDARunBlockCodeOnce", run)

@@ -1,4 +1,5 @@
-"""The ``insert_sync`` phase: barriers where shared-memory dependencies cross threads.
+"""The ``insert_sync`` phase: barriers where shared- or global-memory dependencies cross
+threads.
 
 :class:`Syncs` walks the block's program (each T.ws role's too, whose barriers become named
 barriers of its threads; none goes between roles, which hand data over with mbarriers). Before
@@ -18,6 +19,7 @@ from ..analysis import tickets as ticket_stores
 from ..analysis.accesses import (
     Access,
     atomics_conflict,
+    bound_variables,
     conflict,
     rekey,
     tickets_conflict,
@@ -37,7 +39,10 @@ from ..keys import WARPGROUP
 
 class Syncs:
     """Inserts ``__syncthreads()`` before a statement that reads shared memory written since
-    the last barrier, or writes shared memory read or written since then. An atomic (the
+    the last barrier, or writes shared memory read or written since then; global memory the
+    same, except for an element that identifies the thread touching it
+    (``accesses.thread_key``: ``B[bx, i]`` of a ``T.Parallel(threads)`` loop, read back by
+    the same thread, needs no barrier; ``B[bx, 127 - i]`` does). An atomic (the
     ``atomic`` effect of ``intrinsics``) reads and writes, except that atomics of one function
     need no barrier between them: a histogram's atomic adds in a loop have none between
     iterations, but one before the loop after the zeroing and one after it before the reads.
@@ -51,12 +56,14 @@ class Syncs:
     whose control flow is the same in every thread of the block are entered; others are
     leaves. A state is (reads, writes, atomics, ticket stores, issued) since the last barrier
     (issued: since the last ``wait_group``); ``tickets`` are the block's ticket stores
-    (``analysis.tickets.find``), None to count every store as a plain write."""
+    (``analysis.tickets.find``), None to count every store as a plain write; ``threads`` the
+    count of threads ``tx`` numbers from zero; ``bound`` what ``accesses.bound_variables`` says
+    of the program."""
 
-    def __init__(self, tx, versions: dict | None = None, varying: list | None = None,
-                 tickets=None):
+    def __init__(self, tx, threads, versions: dict | None = None, varying: list | None = None,
+                 tickets=None, bound: tuple | None = None):
         self.tx, self.versions, self.varying = tx, versions or {}, varying or []
-        self.tickets = tickets
+        self.tickets, self.thread = tickets, (tx, threads, *(bound or ([], {})))
 
     def uniform(self, node) -> bool:
         """Whether ``node`` is the same in every thread: it reads neither the thread index nor
@@ -86,7 +93,7 @@ class Syncs:
                              else (None, state))
             return (tirx.IfThenElse(stmt.condition, then_case, else_case, span=stmt.span),
                     tuple(a | b for a, b in zip(s1, s2)))
-        acc = Access(stmt, self.versions, self.tickets)
+        acc = Access(stmt, self.versions, self.tickets, self.thread)
         if _needs_sync(acc, state):
             stmt = tirx.SeqStmt([intrinsics.sync(), stmt])
             reads, writes, atomics, tickets = set(), set(), set(), set()
@@ -124,7 +131,7 @@ class Syncs:
         reads, writes, atomics, tickets, issued = state
         before = None
         if not _starts_with_sync(stmt.body) and _needs_sync(
-                Access(stmt.body, self.versions, self.tickets), state):
+                Access(stmt.body, self.versions, self.tickets, self.thread), state):
             before = intrinsics.sync()
             reads, writes, atomics, tickets = set(), set(), set(), set()
         counted = isinstance(stmt, tirx.For)
@@ -262,8 +269,8 @@ def insert_sync():
         tx_loop = find_thread(func)
         varying = thread_varying(tx_loop.body, tx_loop.loop_var)
         found = ticket_stores.find(tx_loop.body, tx_loop.loop_var, func.body)
-        body, _ = Syncs(tx_loop.loop_var, versions, varying, found).run(tx_loop.body,
-                                                                          _NOTHING)
+        body, _ = Syncs(tx_loop.loop_var, tx_loop.extent, versions, varying, found,
+                        bound_variables(tx_loop.body)).run(tx_loop.body, _NOTHING)
         new_loop = rebuild_for(tx_loop, body=body)
         func = func.with_body(tvm_ffi.structural_map(
             func.body, (tirx.For, lambda s: new_loop if s.same_as(tx_loop) else s)))
@@ -273,8 +280,9 @@ def insert_sync():
         func = func.with_body(_DropRoleSyncs().visit(func.body))
 
         def sync_role(loop):
-            body, _ = Syncs(loop.loop_var, varying=thread_varying(loop.body, loop.loop_var)) \
-                .run(loop.body, _NOTHING)
+            body, _ = Syncs(loop.loop_var, loop.extent,
+                            varying=thread_varying(loop.body, loop.loop_var),
+                            bound=bound_variables(loop.body)).run(loop.body, _NOTHING)
             return _named_barriers(body, int(loop.annotations[keys.ROLE]),
                                    int(loop.extent.value))
 
