@@ -185,9 +185,11 @@ def test_a_butterfly_is_accepted_exactly_when_it_stays_inside():
 
 def test_the_strategies_draw_dependent_ranges():
     # the property above is about nests whose ranges depend on enclosing loops: some are drawn
+    # (derandomized: a count over random draws is a property of the seed, 8 of 100 in one
+    # make test run)
     seen = []
 
-    @settings(max_examples=100, deadline=None, database=None,
+    @settings(max_examples=100, deadline=None, database=None, derandomize=True,
               suppress_health_check=list(HealthCheck))
     @given(_nests())
     def collect(nest):
