@@ -18,6 +18,25 @@ from tilewright_sdk.fuzz.check import Mismatch, compare, differential, load, mod
 from tilewright_sdk.fuzz.program import programs
 
 
+def _each_drawn_and_valid(features, drawn: list) -> None:
+    """Each of ``features`` is among the ``drawn`` programs' (``_drawn``), and a program with
+    each runs on the interpreter and agrees with itself."""
+    first = {}
+    for program in drawn:
+        for feature in set(features) & program.features:
+            first.setdefault(feature, program)
+    assert set(first) == set(features)
+    interp = get_manager().backends()["interp"]
+    folder = tempfile.mkdtemp()
+    for program in {id(p): p for p in first.values()}.values():
+        differential(load(module_source(program, "interp", 0), folder), interp, 0,
+                     execute=True)
+
+
+def _never_drawn(features, strategy, examples: int, seed: int) -> None:
+    assert not any(p.features & set(features) for p in _drawn(strategy, examples, seed))
+
+
 def test_generated_programs_are_valid_and_bounded():
     """Every drawn program traces, runs on the interpreter and agrees with itself; its
     tolerances are finite."""
@@ -62,32 +81,10 @@ def test_control_and_cast_features_are_generated_and_valid():
     T.Pipelined, T.alloc_local, shared results, casts that narrow or cross between integers
     and floats, narrow accumulators, GEMMs, atomics) are all generated; a program with each
     runs on the interpreter and agrees with itself; avoided, none is generated."""
-    first = {}
-
-    @settings(max_examples=400, deadline=None, database=None,
-              suppress_health_check=list(HealthCheck))
-    @hypothesis_seed(11)
-    @given(programs(avoid=NEW_FEATURES, dtypes=OLD_DTYPES))  # drawn as before them
-    def draw(program):
-        for feature in set(CONTROL) & program.features:
-            first.setdefault(feature, program)
-
-    draw()
-    assert set(first) == set(CONTROL)
-    interp = get_manager().backends()["interp"]
-    folder = tempfile.mkdtemp()
-    for program in {id(p): p for p in first.values()}.values():
-        differential(load(module_source(program, "interp", 0), folder), interp, 0,
-                     execute=True)
-
-    @settings(max_examples=40, deadline=None, database=None,
-              suppress_health_check=list(HealthCheck))
-    @hypothesis_seed(7)
-    @given(programs(avoid=AVOIDABLE))
-    def avoided(program):
-        assert not program.features & AVOIDABLE
-
-    avoided()
+    # drawn as before them
+    _each_drawn_and_valid(CONTROL, _drawn(programs(avoid=NEW_FEATURES, dtypes=OLD_DTYPES),
+                                          400, 11))
+    _never_drawn(AVOIDABLE, programs(avoid=AVOIDABLE), 40, 7)
 
 
 def test_avoided_features_are_never_generated(monkeypatch):
@@ -224,23 +221,7 @@ def test_new_draws_are_generated_and_valid():
     tiles, sizes read from the arguments, float8 casts, fragments and inputs, 4-bit fields and
     int4 inputs are all drawn; one program with each runs on the interpreter and agrees with
     itself."""
-    first = {}
-
-    @settings(max_examples=300, deadline=None, database=None,
-              suppress_health_check=list(HealthCheck))
-    @hypothesis_seed(22)
-    @given(programs(avoid=MATH_AND_BLOCK))  # drawn as before them
-    def draw(program):
-        for feature in set(NEW_DRAWS) & program.features:
-            first.setdefault(feature, program)
-
-    draw()
-    assert set(first) == set(NEW_DRAWS)
-    interp = get_manager().backends()["interp"]
-    folder = tempfile.mkdtemp()
-    for program in {id(p): p for p in first.values()}.values():
-        differential(load(module_source(program, "interp", 0), folder), interp, 0,
-                     execute=True)
+    _each_drawn_and_valid(NEW_DRAWS, _drawn(programs(avoid=MATH_AND_BLOCK), 300, 22))
 
 
 TILE_DRAWS = ("tile_copy", "tile_copy_window", "tile_copy_fragment_shared",
@@ -252,32 +233,9 @@ def test_tile_copies_pipelined_gemms_and_rebinds_are_generated_and_valid():
     carried by a T.Pipelined loop, a Python variable rebound to a second tile and float16 /
     bfloat16 reductions into the other low-precision dtype are drawn; one program with each
     runs on the interpreter and agrees with itself; avoided, none is drawn."""
-    first = {}
-
-    @settings(max_examples=300, deadline=None, database=None,
-              suppress_health_check=list(HealthCheck))
-    @hypothesis_seed(22)
-    @given(programs(avoid=MATH_AND_BLOCK))  # drawn as before them
-    def draw(program):
-        for feature in set(TILE_DRAWS) & program.features:
-            first.setdefault(feature, program)
-
-    draw()
-    assert set(first) == set(TILE_DRAWS)
-    interp = get_manager().backends()["interp"]
-    folder = tempfile.mkdtemp()
-    for program in {id(p): p for p in first.values()}.values():
-        differential(load(module_source(program, "interp", 0), folder), interp, 0,
-                     execute=True)
-
-    @settings(max_examples=60, deadline=None, database=None,
-              suppress_health_check=list(HealthCheck))
-    @hypothesis_seed(22)
-    @given(programs(avoid={"tile_copy", "pipelined_gemm", "rebind", "reduce_low_to_low"}))
-    def avoided(program):
-        assert not program.features & set(TILE_DRAWS)
-
-    avoided()
+    _each_drawn_and_valid(TILE_DRAWS, _drawn(programs(avoid=MATH_AND_BLOCK), 300, 22))
+    _never_drawn(TILE_DRAWS, programs(avoid={"tile_copy", "pipelined_gemm", "rebind",
+                                             "reduce_low_to_low"}), 60, 22)
 
 
 MATH_DRAWS = ("exp2", "log", "rsqrt", "sin", "cos", "clamp", "round", "ceil", "trunc",
@@ -292,32 +250,8 @@ def test_math_atomics_and_block_code_are_generated_and_valid():
     bfloat16, atomic max/min and block-code updates of shared, per-thread and global scalars
     are drawn; one program with each runs on the interpreter and agrees with itself; avoided,
     none is drawn."""
-    first = {}
-
-    @settings(max_examples=400, deadline=None, database=None,
-              suppress_health_check=list(HealthCheck))
-    @hypothesis_seed(33)
-    @given(programs())
-    def draw(program):
-        for feature in set(MATH_DRAWS) & program.features:
-            first.setdefault(feature, program)
-
-    draw()
-    assert set(first) == set(MATH_DRAWS)
-    interp = get_manager().backends()["interp"]
-    folder = tempfile.mkdtemp()
-    for program in {id(p): p for p in first.values()}.values():
-        differential(load(module_source(program, "interp", 0), folder), interp, 0,
-                     execute=True)
-
-    @settings(max_examples=60, deadline=None, database=None,
-              suppress_health_check=list(HealthCheck))
-    @hypothesis_seed(33)
-    @given(programs(avoid=MATH_AND_BLOCK))
-    def avoided(program):
-        assert not program.features & set(MATH_DRAWS)
-
-    avoided()
+    _each_drawn_and_valid(MATH_DRAWS, _drawn(programs(), 400, 33))
+    _never_drawn(MATH_DRAWS, programs(avoid=MATH_AND_BLOCK), 60, 33)
 
 
 def test_new_draws_respect_the_backends_capabilities():
@@ -417,53 +351,29 @@ def test_gemm_kernels_are_generated_and_valid():
     those of before."""
     from tilewright_sdk.fuzz.gemm import fuzz_plan, gemm_programs
 
-    first = {}
-
-    @settings(max_examples=150, deadline=None, database=None,
-              suppress_health_check=list(HealthCheck))
-    @hypothesis_seed(22)
-    @given(gemm_programs())
-    def draw(program):
-        for feature in set(GEMM_DRAWS) & program.features:
-            first.setdefault(feature, program)
+    drawn = _drawn(gemm_programs(), 150, 22)
+    for program in drawn:
         for line in program.body:  # every gemm's C: 16x8 tiles split over the warps
             shape = re.match(r"[cso] = T.alloc_fragment\(\((\d+), (\d+)\)", line)
             if shape:
                 rows, cols = int(shape[1]), int(shape[2])
                 assert rows % 16 == 0 and cols % 16 == 0
                 assert (rows // 16) * (cols // 8) % (program.threads // 32) == 0, line
-
-    draw()
-    assert set(first) == set(GEMM_DRAWS)
-    interp = get_manager().backends()["interp"]
-    folder = tempfile.mkdtemp()
-    for program in {id(p): p for p in first.values()}.values():
-        differential(load(module_source(program, "interp", 0), folder), interp, 0,
-                     execute=True)
+    _each_drawn_and_valid(GEMM_DRAWS, drawn)
 
     def sources(strategy) -> list:
-        out = []
-
-        @settings(max_examples=20, deadline=None, database=None,
-                  suppress_health_check=list(HealthCheck))
-        @hypothesis_seed(5)
-        @given(strategy)
-        def avoided(program):
-            out.append(program.kernel_source())
-
-        avoided()
-        return out
+        return [program.kernel_source() for program in _drawn(strategy, 20, 5)]
 
     ((_, tiles, count),) = fuzz_plan(20, avoid={"gemm_kernel"})
     assert count == 20 and sources(tiles) == sources(programs())
 
 
-def _drawn(strategy, examples: int) -> list:
+def _drawn(strategy, examples: int, seed: int = 1) -> list:
     out = []
 
     @settings(max_examples=examples, deadline=None, database=None,
               suppress_health_check=list(HealthCheck))
-    @hypothesis_seed(1)
+    @hypothesis_seed(seed)
     @given(strategy)
     def draw(program):
         out.append(program)
