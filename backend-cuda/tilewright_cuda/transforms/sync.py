@@ -269,7 +269,7 @@ def insert_sync():
         tx_loop = find_thread(func)
         varying = thread_varying(tx_loop.body, tx_loop.loop_var)
         found = ticket_stores.find(tx_loop.body, tx_loop.loop_var, func.body)
-        body, _ = Syncs(tx_loop.loop_var, tx_loop.extent, versions, varying, found,
+        body, _ = Syncs(tx_loop.loop_var, int(tx_loop.extent.value), versions, varying, found,
                         bound_variables(tx_loop.body)).run(tx_loop.body, _NOTHING)
         new_loop = rebuild_for(tx_loop, body=body)
         func = func.with_body(tvm_ffi.structural_map(
@@ -280,7 +280,7 @@ def insert_sync():
         func = func.with_body(_DropRoleSyncs().visit(func.body))
 
         def sync_role(loop):
-            body, _ = Syncs(loop.loop_var, loop.extent,
+            body, _ = Syncs(loop.loop_var, int(loop.extent.value),
                             varying=thread_varying(loop.body, loop.loop_var),
                             bound=bound_variables(loop.body)).run(loop.body, _NOTHING)
             return _named_barriers(body, int(loop.annotations[keys.ROLE]),
