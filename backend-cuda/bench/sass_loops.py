@@ -27,7 +27,7 @@ from tilewright.jit import compile as tw_compile  # noqa: E402
 
 def loop_line(name: str, text: str, most: int = 16) -> str:
     """One bundle's line: ``name: N instructions; loop L: OP=n ...``."""
-    total = sum(1 for line in text.splitlines() if line.strip().startswith("/*") and ";" in line)
+    total = len(sass.instructions(text))
     loop = sass.hot_loop(text)
     if not loop:
         return f"{name}: {total} instructions, no loop with tensor-core instructions"

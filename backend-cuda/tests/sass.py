@@ -51,12 +51,17 @@ _INSTRUCTION = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-
 _TENSOR_CORE = ("HGMMA", "QGMMA", "IGMMA", "HMMA", "QMMA", "IMMA")
 
 
+def instructions(text: str) -> list[tuple[int, str, str]]:
+    """The instructions of ``cuobjdump -sass`` text: (address, opcode, operands)."""
+    return [(int(m[1], 16), m[2], m[3]) for m in _INSTRUCTION.finditer(text)]
+
+
 def hot_loop(text: str) -> list[str]:
     """The opcodes (``HGMMA.64x128x16.F32``, ``MUFU.EX2`` ...) of the compute loop in the
     ``cuobjdump -sass`` text of one kernel: of the loops (a backward branch to an address, the
     body the instructions from there to the branch), the one with the most tensor-core
     instructions, the shortest of those; an empty list when no loop has any."""
-    code = [(int(m[1], 16), m[2], m[3]) for m in _INSTRUCTION.finditer(text)]
+    code = instructions(text)
     best: list[str] = []
     best_key = (0, 0)
     for end, opcode, operands in code:

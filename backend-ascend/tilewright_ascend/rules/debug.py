@@ -22,18 +22,21 @@ def rule_printf(em, call) -> None:
     em.line(f'AscendC::printf("{fmt}"{"".join(", " + a for a in args)});')
 
 
+def _dump_tensor(em, src: str, desc, size, dims=()) -> None:
+    """``DumpTensor`` of ``size`` elements from ``src``, laid out by a ``ShapeInfo`` of
+    ``dims`` when there are any."""
+    if dims:
+        em.line(f"{{ uint32_t shp[] = {{{', '.join(map(str, dims))}}}; "
+                f"ShapeInfo si({len(dims)}, shp); DumpTensor({src}, {desc}, {size}, si); }}")
+    else:
+        em.line(f"DumpTensor({src}, {desc}, {size});")
+
+
 @rule(ops.DUMP_TENSOR.name)
 def rule_dump_tensor(em, call) -> None:
-    src = call.operands["src"]
     shape = call.attrs["shape"]
-    if shape:
-        dims = shape.split(",")
-        em.line(f"{{ uint32_t shp[] = {{{', '.join(dims)}}}; ShapeInfo si({len(dims)}, shp); "
-                f"DumpTensor({tensor(em, src)}, {call.attrs['desc']}, "
-                f"{call.attrs['dump_size']}, si); }}")
-    else:
-        em.line(f"DumpTensor({tensor(em, src)}, {call.attrs['desc']}, "
-                f"{call.attrs['dump_size']});")
+    _dump_tensor(em, tensor(em, call.operands["src"]), call.attrs["desc"],
+                 call.attrs["dump_size"], shape.split(",") if shape else ())
 
 
 # T.print's conversion and argument type per kind of dtype. AscendC::printf stores each scalar
@@ -89,10 +92,9 @@ def rule_print_tile(em, call):
             f'{rows}x{cols} {region.buffer.dtype}{padded}\\n");')
     src = f"{em.buf(region.buffer)}[{offset_of(em, region)}]"
     if whole_rows:
-        em.line(f"{{ uint32_t shp[] = {{{rows}, {stride}}}; ShapeInfo si(2, shp); "
-                f"DumpTensor({src}, 0, {rows * stride}, si); }}")
+        _dump_tensor(em, src, 0, rows * stride, (rows, stride))
     else:
-        em.line(f"DumpTensor({src}, 0, {stride * (rows - 1) + cols});")
+        _dump_tensor(em, src, 0, stride * (rows - 1) + cols)
 
 
 @rule("device_assert")

@@ -7,11 +7,11 @@ from __future__ import annotations
 import tvm
 import tvm_ffi
 from tilewright.errors import KernelError
-from tilewright.ir import ATOMIC_PREV
+from tilewright.ir import ATOMIC_PREV, decode
 from tilewright.transform import rebuild_for
 from tvm import tirx
 
-from .. import intrinsics, keys
+from .. import intrinsics, keys, ops
 
 # -- loops ---------------------------------------------------------------------------------------
 
@@ -194,6 +194,15 @@ def thread_varying(body, tx) -> list:
                 rest.append((store, guards))
         pending = rest
     return varying
+
+
+def thread_index_buffers(body) -> list:
+    """The buffers ``T.get_thread_binding`` fills in ``body`` (before the threads are bound):
+    the thread indices :func:`index_dependent` starts from."""
+    found = []
+    tvm_ffi.structural_walk(body, (tirx.Evaluate, lambda s: found.append(decode(s))))
+    return [c.operands["dst"].buffer for c in found
+            if c is not None and c.name == ops.THREAD_BINDING.name]
 
 
 def index_dependent(body, indices):

@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import tvm
 import tvm_ffi
-from tilewright.ir import ATOMIC_PREV, decode
+from tilewright.ir import ATOMIC_PREV
 from tilewright.transform import StmtMutator, prim_func_pass
 from tvm import tirx
 
-from .. import keys, layout, ops
+from .. import keys, layout
 from ..analysis.accesses import shared
-from ..analysis.ir import index_dependent, is_parallel, loads_in
+from ..analysis.ir import index_dependent, is_parallel, loads_in, thread_index_buffers
 
 
 def _makes_atomic(expr) -> bool:
@@ -159,18 +159,11 @@ class RunOnce(StmtMutator):
         return out[0] if len(out) == 1 else tirx.SeqStmt(out)
 
 
-def _thread_indices(body) -> list:
-    found = []
-    tvm_ffi.structural_walk(body, (tirx.Evaluate, lambda s: found.append(decode(s))))
-    return [c.operands["dst"].buffer for c in found
-            if c is not None and c.name == ops.THREAD_BINDING.name]
-
-
 def run_once():
     """The pass of :class:`RunOnce`."""
 
     def run(func):
-        reads_index = index_dependent(func.body, _thread_indices(func.body))
+        reads_index = index_dependent(func.body, thread_index_buffers(func.body))
         mutator = RunOnce(reads_index)
         return func.with_body(mutator.visit(func.body))
 

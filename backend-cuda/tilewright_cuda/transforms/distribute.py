@@ -5,6 +5,8 @@ registers for nests over register accumulators, row vectors and spread fragments
 
 from __future__ import annotations
 
+import math
+
 import tvm
 import tvm_ffi
 from tilewright.errors import KernelError, span_location
@@ -205,9 +207,7 @@ class Distribute(StmtMutator):
         ``tw_dequant_u4x8_f16`` call a run."""
         extents = [int(loop.extent.value) for loop in loops]
         extents[-1] //= dequant.RUN
-        total = 1
-        for e in extents:
-            total *= e
+        total = math.prod(extents)
         it = tirx.Var("it", "int32")
         flat = it * self.threads + self.tx
         mapping, stride = {}, 1

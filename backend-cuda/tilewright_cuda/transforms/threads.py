@@ -23,6 +23,7 @@ from ..analysis.ir import (
     index_dependent,
     seq,
     substitute,
+    thread_index_buffers,
     threads_of,
 )
 from ..keys import WARPGROUP
@@ -239,8 +240,7 @@ def thread_atomics(chosen):
     the architecture's atomics lack is an error at the atomic's line."""
 
     def run(func):
-        indices = [call.operands["dst"].buffer for call in _tile_calls(func.body)
-                   if call.name == ops.THREAD_BINDING.name]
+        indices = thread_index_buffers(func.body)
         if not indices:
             return func
         mutator = _ThreadAtomics(index_dependent(func.body, indices), chosen.arch.sm)
@@ -329,8 +329,7 @@ def refuse_thread_conditioned_tile_ops():
     role."""
 
     def run(func):
-        indices = [call.operands["dst"].buffer for call in _tile_calls(func.body)
-                   if call.name == ops.THREAD_BINDING.name]
+        indices = thread_index_buffers(func.body)
         if not indices:
             return func
         reads_index = index_dependent(func.body, indices)
