@@ -8,11 +8,14 @@ roundoff, the reduction length), reporting the largest error and its ratio to wh
 allows.
 
 Under ``compute-sanitizer`` the checks run in batches, one process per batch and tool:
-memcheck over every check (its run gives the results too), racecheck and synccheck over
-those with shared memory and barriers. A batch the tool passes clean clears all its checks; a
-batch with errors, a crash or a timeout is split in halves until each error is pinned on
-one check, so a clean run costs one process per batch and tool and a bad check a few more.
-Without ``compute-sanitizer`` the batches run plainly and the verdict says so.
+first every check plainly (the results: a sanitizer's slowdown never costs the table a
+row), then memcheck over every check and racecheck and synccheck over those with shared memory
+and barriers, while the time budget lasts. A batch the tool passes clean clears all its checks.
+A process that ends early (a hang, a crash, a check that loses the CUDA context, which then
+stops its process) pins the check it ended on and goes on after it; a batch the sanitizer finds
+errors in is split in halves until each error is pinned on one check. A clean run costs one
+process per batch and tool, a bad check a few more. Without ``compute-sanitizer`` (or where it
+refuses the device) the checks run plainly alone and the verdict says so.
 """
 
 from __future__ import annotations
@@ -52,9 +55,26 @@ def run_checks(root: Path, names: list[str]) -> int:
             result = run_one(torch, load(root / name), open_bundle(root / name))
         except Exception as exc:  # noqa: BLE001 - reported as this check's result
             result = {"result": "error", "detail": f"{type(exc).__name__}: {exc}"[:300]}
+            if not context_alive(torch):
+                result["fatal"] = True  # the checks after it would all fail: stop here
         result["seconds"] = round(time.perf_counter() - start, 2)
         print(RESULT + json.dumps({"name": name, **result}), flush=True)
+        if result.get("fatal"):
+            return CONTEXT_LOST
     return 0
+
+
+CONTEXT_LOST = 3
+
+
+def context_alive(torch) -> bool:
+    """Whether the process's CUDA context still runs work (a kernel's illegal address or
+    trap makes every later call fail with the same error)."""
+    try:
+        torch.cuda.synchronize()
+        return float((torch.ones(1, device="cuda") + 1).item()) == 2.0
+    except Exception:  # noqa: BLE001 - any failure means the context is gone
+        return False
 
 
 def run_one(torch, kernel, bundle) -> dict:
@@ -118,6 +138,7 @@ class Outcome:
     errors: int | None
     complete: bool
     log: str = ""
+    timed_out: bool = False
 
 
 Runner = Callable[[str | None, list[str]], Outcome]
@@ -140,13 +161,14 @@ def process_runner(harness: Path, root: Path, sanitizer: str | None, timeout: fl
                ",".join(names)]
         if tool is not None:
             cmd = [sanitizer, "--tool", tool, "--report-api-errors", "no", *cmd]
+        timed_out = False
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
             out, code = proc.stdout + proc.stderr, proc.returncode
         except subprocess.TimeoutExpired as exc:
             out = "".join(x.decode() if isinstance(x, bytes) else (x or "")
                           for x in (exc.stdout, exc.stderr))
-            out, code = out + f"\n(timed out after {timeout:.0f} s)", None
+            out, code, timed_out = out + f"\n(timed out after {timeout:.0f} s)", None, True
         results = {}
         for line in out.splitlines():
             if line.startswith(RESULT):
@@ -154,7 +176,7 @@ def process_runner(harness: Path, root: Path, sanitizer: str | None, timeout: fl
                 results[item.pop("name")] = item
         errors = 0 if tool is None else sanitizer_errors(out)
         complete = code == 0 and set(results) == set(names)
-        return Outcome(results, errors, complete, out)
+        return Outcome(results, errors, complete, out, timed_out)
 
     return run
 
@@ -187,20 +209,49 @@ def attribute(run: Runner, tool: str | None, names: list[str], into: Verdicts,
         for name in names:
             into.tools.setdefault(name, {})[label] = "clean" if tool else "not sanitized"
         return
+    stop = None if outcome.complete else culprit(names, outcome.results)
+    if stop is not None:  # one check ended the process: pin it, go on around it
+        pin(into, label, names[stop], outcome)
+        if tool is None:
+            for name in names[:stop]:
+                into.tools.setdefault(name, {})[label] = "not sanitized"
+        elif stop:  # ran under the tool, but the process ended before its summary
+            attribute(run, tool, names[:stop], into, deadline)
+        if names[stop + 1:]:
+            attribute(run, tool, names[stop + 1:], into, deadline)
+        return
     if len(names) == 1:
-        (name,) = names
-        if not outcome.complete:
-            verdict = "crashed or timed out"
-        elif outcome.errors is None:
-            verdict = "no summary"
-        else:
-            verdict = f"{outcome.errors} errors"
-        into.tools.setdefault(name, {})[label] = verdict
-        into.logs.append(f"== {label} {name}: {verdict}\n{outcome.log[-6000:]}")
+        pin(into, label, names[0], outcome)
         return
     half = len(names) // 2
     attribute(run, tool, names[:half], into, deadline)
     attribute(run, tool, names[half:], into, deadline)
+
+
+def culprit(names: list[str], results: dict) -> int | None:
+    """The position of the check that ended an incomplete process: the one that reported
+    losing the CUDA context, else the first that never reported (a hang, or a crash that took
+    the process); None when every check reported."""
+    for i, name in enumerate(names):
+        if name not in results or results[name].get("fatal"):
+            return i
+    return None
+
+
+def pin(into: Verdicts, label: str, name: str, outcome: Outcome) -> None:
+    """Record one check's bad verdict and the end of its process's output."""
+    if outcome.results.get(name, {}).get("fatal"):
+        verdict = "lost the CUDA context"
+    elif outcome.timed_out:  # a hang, or a sanitizer slower than the batch's time
+        verdict = "timed out"
+    elif not outcome.complete:
+        verdict = "crashed or timed out"
+    elif outcome.errors is None:
+        verdict = "no summary"
+    else:
+        verdict = f"{outcome.errors} errors"
+    into.tools.setdefault(name, {})[label] = verdict
+    into.logs.append(f"== {label} {name}: {verdict}\n{outcome.log[-6000:]}")
 
 
 def batches(names: list[str], size: int) -> list[list[str]]:
@@ -209,18 +260,38 @@ def batches(names: list[str], size: int) -> list[list[str]]:
 
 def sanitize_all(run: Runner, cases: dict, tools_found: bool, batch: int,
                  deadline: float | None = None) -> Verdicts:
-    """Every bundled check through memcheck (or plainly without a sanitizer), then those with
-    shared memory and barriers through racecheck and synccheck, while ``deadline`` (a
-    ``time.monotonic()`` value) allows; checks a tool did not reach say so."""
+    """Every bundled check plainly (the results, always all of them), then, while ``deadline``
+    (a ``time.monotonic()`` value) allows and a sanitizer was found, every check through
+    memcheck and those with shared memory and barriers through racecheck and synccheck;
+    checks a tool did not reach say so."""
     into = Verdicts()
     names = sorted(cases)
     synced = [n for n in names if cases[n].get("shared_memory") and cases[n].get("barriers")]
-    plan = [("memcheck", names), ("racecheck", synced), ("synccheck", synced)] if \
-        tools_found else [(None, names)]
+    plan = [(None, names)]
+    if tools_found:
+        plan += [("memcheck", names), ("racecheck", synced), ("synccheck", synced)]
     for n, (tool, subset) in enumerate(plan):
-        for group in batches(subset, batch):  # the first tool covers every check
+        for group in batches(subset, batch):
             attribute(run, tool, group, into, deadline if n else None)
     return into
+
+
+PROBE = "import torch; print(float((torch.ones(4, device='cuda') * 2).sum().item()))"
+
+
+def sanitizer_refusal(sanitizer: str, timeout: float = 180.0) -> str | None:
+    """Why ``sanitizer`` cannot check this machine's kernels (it refuses the device on some
+    virtual machines), or None when memcheck ran a small torch program clean."""
+    try:
+        proc = subprocess.run([sanitizer, "--tool", "memcheck", "--report-api-errors", "no",
+                               sys.executable, "-c", PROBE],
+                              capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"{type(exc).__name__}: {exc}"[:300]
+    out = proc.stdout + proc.stderr
+    if proc.returncode == 0 and "8.0" in proc.stdout and sanitizer_errors(out) == 0:
+        return None
+    return " / ".join(out.strip().splitlines()[-4:])[:300] or f"exit status {proc.returncode}"
 
 
 def find_sanitizer() -> str | None:

@@ -599,10 +599,13 @@ def device_checks(args, only: set) -> bool:
         index = {n: e for n, e in index.items() if n in only}
     cases = {n: open_bundle(root / n).json("case") for n, e in index.items()
              if e["status"] == "bundled"}
-    sanitizer = args.sanitizer or check_runner.find_sanitizer()
     started = time.perf_counter()
-    log(f"# checks: {len(index)} ({len(cases)} bundled), "
-        f"{'under ' + sanitizer if sanitizer else 'NOT sanitized: no compute-sanitizer'}")
+    sanitizer = args.sanitizer or check_runner.find_sanitizer()
+    refusal = check_runner.sanitizer_refusal(sanitizer) if sanitizer else "none found"
+    if refusal:
+        sanitizer = None
+    log(f"# checks: {len(index)} ({len(cases)} bundled), plainly"
+        f"{', then under ' + sanitizer if sanitizer else ' only: NOT sanitized, ' + refusal}")
     run = check_runner.process_runner(Path(__file__).resolve(), root, sanitizer,
                                       args.batch_timeout)
     verdicts = check_runner.sanitize_all(run, cases, sanitizer is not None, args.batch,
@@ -642,11 +645,11 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=32,
                         help="checks per sanitized process")
     parser.add_argument("--checks-budget", type=float, default=300.0,
-                        help="seconds after which racecheck and synccheck stop starting "
-                             "batches (memcheck always covers every check)")
+                        help="seconds after which the sanitizers stop starting batches "
+                             "(the plain run that gives the results covers every check)")
     parser.add_argument("--batch-timeout", type=float, default=300.0,
                         help="seconds one process over a batch of checks may take before it "
-                             "is killed (its checks are then halved to find the one that hangs)")
+                             "is killed (the check it was on is pinned, the rest go on)")
     parser.add_argument("--sanitizer", default=None,
                         help="compute-sanitizer to use (default: on PATH or in /usr/local/cuda)")
     parser.add_argument("--child", help=argparse.SUPPRESS)

@@ -141,11 +141,16 @@ def test_checks_build_into_bundles_the_harness_lists(tmp_path, monkeypatch):
     assert harness.check_arguments(data, params) == []
     data["runs"][0]["args"][0] = data["runs"][0]["args"][0][:5]
     assert "the kernel takes float32 [20, 300]" in harness.check_arguments(data, params)[0]
-    # the child process reports every check, here without a GPU as an error result
+    # the child process reports the check; here, without a GPU, as an error that leaves no
+    # CUDA context to run the next one in (the process stops after it)
     run = check_runner.process_runner(BENCH / "harness.py", tmp_path / "checks", None, 300)
-    outcome = run(None, ["example-row_reduce"])
-    assert outcome.complete and outcome.errors == 0
-    assert outcome.results["example-row_reduce"]["result"] in ("ok", "error")
+    outcome = run(None, ["example-row_reduce", "conformance-copy-float16-full"])
+    first = outcome.results["example-row_reduce"]
+    if first["result"] == "ok":
+        assert outcome.complete and outcome.errors == 0
+    else:
+        assert first["fatal"] and list(outcome.results) == ["example-row_reduce"]
+        assert not outcome.complete and not outcome.timed_out
     # rebuilding one check keeps the other's bundle and row
     monkeypatch.setattr(sys, "argv", ["build_bundles.py", "--out", str(tmp_path), "--checks",
                                       "only", "--only", "example-row_reduce"])
@@ -164,17 +169,21 @@ def test_sanitizer_summaries_are_counted():
 
 
 def _fake(bad: dict):
-    """A runner whose checks are ok, except ``bad``: name -> "errors" or "crash"."""
+    """A runner whose checks are ok, except ``bad``: name -> "errors" (the sanitizer counts
+    two), "crash" (the process ends there, unreported) or "fatal" (reported, then the process
+    stops: the CUDA context is lost)."""
     calls = []
 
     def run(tool, names):
         calls.append((tool, list(names)))
-        crashed = [n for n in names if bad.get(n) == "crash"]
-        reached = names[:names.index(crashed[0])] if crashed else names
+        ended = [n for n in names if bad.get(n) in ("crash", "fatal")]
+        reached = names[:names.index(ended[0])] if ended else names
         results = {n: {"result": "ok", "max_error": 0.0, "tolerance_ratio": 0.1}
                    for n in reached}
-        errors = sum(bad.get(n) == "errors" for n in reached) * 2
-        return check_runner.Outcome(results, errors, not crashed, "log")
+        if ended and bad[ended[0]] == "fatal":
+            results[ended[0]] = {"result": "error", "detail": "illegal address", "fatal": True}
+        errors = sum(bad.get(n) == "errors" for n in reached) * 2 if tool else 0
+        return check_runner.Outcome(results, errors, not ended, "log")
 
     return run, calls
 
@@ -188,10 +197,28 @@ def test_errors_and_crashes_are_pinned_on_single_checks():
     assert into.tools["c12"] == {"memcheck": "crashed or timed out"}
     assert all(into.tools[n] == {"memcheck": "clean"} for n in names if n not in ("c3", "c12"))
     assert "c12" not in into.results and into.results["c0"]["result"] == "ok"
-    assert len(calls) <= 1 + 2 * 2 * 4  # two bisections of depth 4 at most
+    # the crash is pinned at once (the first check that never reported); the errors bisected
+    assert calls[1] == ("memcheck", names[:12]) and calls[-1] == ("memcheck", names[13:])
+    assert len(calls) <= 3 + 2 * 4
     clean, calls = _fake({})
     check_runner.attribute(clean, "memcheck", names, check_runner.Verdicts())
     assert len(calls) == 1
+
+
+def test_a_check_that_loses_the_context_or_hangs_costs_one_process_not_a_bisection():
+    names = [f"c{i}" for i in range(64)]
+    run, calls = _fake({"c5": "fatal", "c40": "crash"})
+    into = check_runner.Verdicts()
+    check_runner.attribute(run, None, names, into)
+    assert [c[1][0] for c in calls] == ["c0", "c6", "c41"]
+    assert into.tools["c5"] == {"plain": "lost the CUDA context"}
+    assert into.results["c5"]["detail"] == "illegal address"
+    assert into.tools["c40"] == {"plain": "crashed or timed out"}
+    assert "c40" not in into.results
+    assert all(into.tools[n] == {"plain": "not sanitized"} for n in names
+               if n not in ("c5", "c40"))
+    assert all(into.results[n]["result"] == "ok" for n in names if n not in ("c5", "c40"))
+    assert check_runner.culprit(["a", "b"], {"a": {}, "b": {}}) is None
 
 
 def test_race_and_sync_checks_cover_shared_memory_with_barriers_within_the_budget():
@@ -199,13 +226,23 @@ def test_race_and_sync_checks_cover_shared_memory_with_barriers_within_the_budge
              "b": {"shared_memory": False, "barriers": False}}
     run, calls = _fake({})
     into = check_runner.sanitize_all(run, cases, True, batch=8)
-    assert [tool for tool, _ in calls] == ["memcheck", "racecheck", "synccheck"]
-    assert into.tools["a"] == {t: "clean" for t in check_runner.TOOLS}
-    assert into.tools["b"] == {"memcheck": "clean"}
+    assert [tool for tool, _ in calls] == [None, "memcheck", "racecheck", "synccheck"]
+    assert into.tools["a"] == {"plain": "not sanitized", **{t: "clean" for t in
+                                                            check_runner.TOOLS}}
+    assert into.tools["b"] == {"plain": "not sanitized", "memcheck": "clean"}
     into = check_runner.sanitize_all(run, cases, True, batch=8, deadline=0)
+    assert into.results["a"]["result"] == "ok"  # the plain run is never cut by the budget
+    assert into.tools["a"]["memcheck"] == "not run (time budget)"
     assert into.tools["a"]["racecheck"] == "not run (time budget)"
     plain = check_runner.sanitize_all(run, cases, False, batch=8)
     assert plain.tools["b"] == {"plain": "not sanitized"}
+
+
+def test_a_sanitizer_that_refuses_the_device_is_named_not_used(tmp_path):
+    fake = tmp_path / "compute-sanitizer"
+    fake.write_text("#!/bin/sh\necho '========= Error: Device not supported'\nexit 1\n")
+    fake.chmod(0o755)
+    assert "Device not supported" in check_runner.sanitizer_refusal(str(fake))
 
 
 def test_the_table_has_a_row_per_check_with_result_error_and_verdict():
