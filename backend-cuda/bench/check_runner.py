@@ -279,7 +279,7 @@ def sanitize_all(run: Runner, cases: dict, tools_found: bool, batch: int,
 PROBE = "import torch; print(float((torch.ones(4, device='cuda') * 2).sum().item()))"
 
 
-def sanitizer_refusal(sanitizer: str, timeout: float = 180.0) -> str | None:
+def sanitizer_refusal(sanitizer: str, timeout: float = 90.0) -> str | None:
     """Why ``sanitizer`` cannot check this machine's kernels (it refuses the device on some
     virtual machines), or None when memcheck ran a small torch program clean."""
     try:
