@@ -20,9 +20,9 @@ case "${1:-}" in
     shift
     py="${PYTHON:-$root/.venv/bin/python}"
     "$py" "$here/build_bundles.py" --out "$here/bundles" "$@"
-    PYTHONPATH="$root/core" "$py" "$here/harness.py" --bundles "$here/bundles" --list
+    PYTHONPATH="$root/core${PYTHONPATH:+:$PYTHONPATH}" "$py" "$here/harness.py" --bundles "$here/bundles" --list
     if [ -d "$here/bundles/quick" ]; then
-      PYTHONPATH="$root/core" "$py" "$here/harness.py" --bundles "$here/bundles" --quick --list
+      PYTHONPATH="$root/core${PYTHONPATH:+:$PYTHONPATH}" "$py" "$here/harness.py" --bundles "$here/bundles" --quick --list
     fi
     du -sh "$here/bundles"
     ;;
@@ -30,7 +30,7 @@ case "${1:-}" in
     out="${2:?usage: run_h200.sh run OUTDIR}"
     mkdir -p "$out"
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$out/gpu.txt" || true
-    PYTHONPATH="$root/core" "${PYTHON:-python}" "$here/harness.py" --bundles "$here/bundles" \
+    PYTHONPATH="$root/core${PYTHONPATH:+:$PYTHONPATH}" "${PYTHON:-python}" "$here/harness.py" --bundles "$here/bundles" \
       --out "$out" "${@:3}"
     ;;
   *)
