@@ -306,6 +306,7 @@ def build_checks(out: Path, args) -> int:
         case = {"kind": "check", "group": check.group, "dtype": check.dtype,
                 "reduction": check.reduction, "runs": len(runs),
                 **({"tolerance_dtype": check.tolerance_dtype} if check.tolerance_dtype else {}),
+                **({"accum_dtype": check.accum_dtype} if check.accum_dtype else {}),
                 "pass_configs": check.pass_configs,
                 # racecheck and synccheck look at shared memory and the barriers guarding it
                 "shared_memory": any(k["dynamic_smem_bytes"] for k in kernels_of(launch)),

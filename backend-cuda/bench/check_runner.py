@@ -95,7 +95,8 @@ def run_one(torch, kernel, bundle) -> dict:
                 got, want = (in_order(x, unordered[position]) for x in (got, want))
             comparison = compare(got, want,
                                  dtype=case.get("tolerance_dtype") or str(got.dtype),
-                                 reduction_length=case["reduction"])
+                                 reduction_length=case["reduction"],
+                                 accum_dtype=case.get("accum_dtype"))
             ratio = tolerance_ratio(torch, got, want, comparison.tolerance)
             if ratio >= worst["tolerance_ratio"]:
                 worst.update(max_error=comparison.max_abs_error, tolerance_ratio=ratio,

@@ -92,6 +92,9 @@ class Check:
     # the dtype whose tolerance model judges every output (None: each output's own), for a
     # float32 output computed from values rounded to 16 bits on the way
     tolerance_dtype: str | None = None
+    # the accumulation model of the reduction (tilewright.testing's ``accum_dtype``; None:
+    # float32 for 16-bit outputs), e.g. ``fp8_tensor_core`` for fp8 wgmma
+    accum_dtype: str | None = None
 
 
 def conformance() -> list[Check]:
@@ -236,7 +239,8 @@ def dialect() -> list[Check]:
         out.append(Check(
             f"dialect-gemm_low_precision_{dtype}", "dialect", dtype,
             lambda dtype=dtype: kernels.gemm_low_precision.fn(m, n, k, dtype, threads=256),
-            lambda dtype=dtype: [_low_precision_run(m, n, k, dtype)], k))
+            lambda dtype=dtype: [_low_precision_run(m, n, k, dtype)], k,
+            accum_dtype=None if dtype == "int8" else "fp8_tensor_core"))
     m, n, k = 256, 512, 384  # the int8 row's 128 x 256 x 128 tiles: 2 x 2 blocks, 3 k-tiles
     out.append(Check("dialect-bench_int8_gemm", "dialect", "int8",
                      lambda: kernels.gemm_low_precision.fn(m, n, k, "int8", **kernels.INT8_GEMM),

@@ -269,3 +269,29 @@ def test_the_tolerance_ratio_is_one_at_the_models_bound():
     assert check_runner.tolerance_ratio(torch, edge, want, tol) == pytest.approx(1.0)
     nan = torch.tensor([float("nan"), 0.0, 0.0], dtype=torch.float64)
     assert check_runner.tolerance_ratio(torch, nan, want, tol) == float("inf")
+
+
+def _round_mantissa(x, bits: int):
+    """``x`` rounded to ``bits`` significant bits (a model of a narrow accumulator)."""
+    mantissa, exponent = torch.frexp(x)
+    return torch.ldexp(torch.round(mantissa * 2.0 ** bits) / 2.0 ** bits, exponent)
+
+
+def test_fp8_tensor_core_accumulation_has_its_own_model():
+    # The H200 (2026-12-04) put fp8 wgmma's products 127x past float32's model at K = 512:
+    # its accumulator keeps about 14 bits. A 14-bit accumulator, rounded after each k32 step,
+    # passes the fp8_tensor_core model and fails float32's; a wrong element fails both.
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randn(64, 512, generator=gen).to(torch.float8_e4m3fn).double()
+    b = torch.randn(64, 512, generator=gen).to(torch.float8_e4m3fn).double()
+    want = a @ b.T
+    acc = torch.zeros_like(want)
+    for k in range(0, 512, 32):
+        acc = _round_mantissa(acc + a[:, k:k + 32] @ b[:, k:k + 32].T, 14)
+    got = acc.float()
+    assert compare(got, want, reduction_length=512, accum_dtype="fp8_tensor_core").ok
+    assert not compare(got, want, reduction_length=512).ok
+    got[3, 5] += 1.0
+    assert not compare(got, want, reduction_length=512, accum_dtype="fp8_tensor_core").ok
+    low = [c for c in checks.dialect() if c.name.startswith("dialect-gemm_low_precision_f")]
+    assert low and {c.accum_dtype for c in low} == {"fp8_tensor_core"}

@@ -40,6 +40,10 @@ _UNIT_ROUNDOFF = {
     "bfloat16": 2.0 ** -8,
     "float8_e4m3fn": 2.0 ** -4,
     "float8_e5m2": 2.0 ** -3,
+    # Not a dtype: the float32 accumulator of Hopper's fp8 tensor-core instructions (wgmma
+    # with e4m3/e5m2 operands), which keeps about 14 bits of each sum (DeepSeek-V3 technical
+    # report, section 3.3.2, measured on H800). An accumulation model for ``accum_dtype``.
+    "fp8_tensor_core": 2.0 ** -14,
 }
 # Accumulation dtype assumed when none is given: low-precision kernels accumulate in float32.
 _DEFAULT_ACCUM = {"float16": "float32", "bfloat16": "float32", "float8_e4m3fn": "float32",
