@@ -259,18 +259,20 @@ def batches(names: list[str], size: int) -> list[list[str]]:
     return [names[i:i + size] for i in range(0, len(names), size)]
 
 
-def sanitize_all(run: Runner, cases: dict, tools_found: bool, batch: int,
+def sanitize_all(run: Runner, cases: dict, tools: tuple[str, ...], batch: int,
                  deadline: float | None = None) -> Verdicts:
     """Every bundled check plainly (the results, always all of them), then, while ``deadline``
-    (a ``time.monotonic()`` value) allows and a sanitizer was found, every check through
-    memcheck and those with shared memory and barriers through racecheck and synccheck;
-    checks a tool did not reach say so."""
+    (a ``time.monotonic()`` value) allows, each of ``tools`` in order (of :data:`TOOLS`:
+    memcheck over every check, racecheck and synccheck over those with shared memory and
+    barriers); checks a tool did not reach say so."""
     into = Verdicts()
     names = sorted(cases)
     synced = [n for n in names if cases[n].get("shared_memory") and cases[n].get("barriers")]
-    plan = [(None, names)]
-    if tools_found:
-        plan += [("memcheck", names), ("racecheck", synced), ("synccheck", synced)]
+    unknown = set(tools) - set(TOOLS)
+    if unknown:
+        raise ValueError(f"unknown sanitizer tools {sorted(unknown)}; known: {TOOLS}")
+    plan = [(None, names)] + [(tool, names if tool == "memcheck" else synced)
+                              for tool in tools]
     for n, (tool, subset) in enumerate(plan):
         for group in batches(subset, batch):
             attribute(run, tool, group, into, deadline if n else None)

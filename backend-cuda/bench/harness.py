@@ -617,7 +617,8 @@ def device_checks(args, only: set) -> bool:
         f"{', then under ' + sanitizer if sanitizer else ' only: NOT sanitized, ' + refusal}")
     run = check_runner.process_runner(Path(__file__).resolve(), root, sanitizer,
                                       args.batch_timeout)
-    verdicts = check_runner.sanitize_all(run, cases, sanitizer is not None, args.batch,
+    tools = tuple(t for t in args.tools.split(",") if t) if sanitizer else ()
+    verdicts = check_runner.sanitize_all(run, cases, tools, args.batch,
                                          time.monotonic() + args.checks_budget)
     rows = check_runner.rows(index, verdicts)
     table = check_runner.table(rows)
@@ -659,6 +660,9 @@ def main() -> int:
     parser.add_argument("--batch-timeout", type=float, default=300.0,
                         help="seconds one process over a batch of checks may take before it "
                              "is killed (the check it was on is pinned, the rest go on)")
+    parser.add_argument("--tools", default=",".join(check_runner.TOOLS),
+                        help="the compute-sanitizer tools to run after the plain run, in order "
+                             "(comma-separated; '' for none)")
     parser.add_argument("--sanitizer", default=None,
                         help="compute-sanitizer to use (default: on PATH or in /usr/local/cuda)")
     parser.add_argument("--child", help=argparse.SUPPRESS)

@@ -225,17 +225,22 @@ def test_race_and_sync_checks_cover_shared_memory_with_barriers_within_the_budge
     cases = {"a": {"shared_memory": True, "barriers": True},
              "b": {"shared_memory": False, "barriers": False}}
     run, calls = _fake({})
-    into = check_runner.sanitize_all(run, cases, True, batch=8)
+    into = check_runner.sanitize_all(run, cases, check_runner.TOOLS, batch=8)
     assert [tool for tool, _ in calls] == [None, "memcheck", "racecheck", "synccheck"]
     assert into.tools["a"] == {"plain": "not sanitized", **{t: "clean" for t in
                                                             check_runner.TOOLS}}
     assert into.tools["b"] == {"plain": "not sanitized", "memcheck": "clean"}
-    into = check_runner.sanitize_all(run, cases, True, batch=8, deadline=0)
+    into = check_runner.sanitize_all(run, cases, check_runner.TOOLS, batch=8, deadline=0)
     assert into.results["a"]["result"] == "ok"  # the plain run is never cut by the budget
     assert into.tools["a"]["memcheck"] == "not run (time budget)"
     assert into.tools["a"]["racecheck"] == "not run (time budget)"
-    plain = check_runner.sanitize_all(run, cases, False, batch=8)
+    plain = check_runner.sanitize_all(run, cases, (), batch=8)
     assert plain.tools["b"] == {"plain": "not sanitized"}
+    calls.clear()
+    check_runner.sanitize_all(run, cases, ("synccheck",), batch=8)
+    assert calls == [(None, ["a", "b"]), ("synccheck", ["a"])]
+    with pytest.raises(ValueError, match="unknown sanitizer tools"):
+        check_runner.sanitize_all(run, cases, ("initcheck",), batch=8)
 
 
 def test_a_sanitizer_that_refuses_the_device_is_named_not_used(tmp_path):
