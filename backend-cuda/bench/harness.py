@@ -115,6 +115,29 @@ def poisoned_call(kernel, inputs):
     return outs, full
 
 
+def where_wrong(got, want, rtol: float, atol: float, tile: tuple[int, int]) -> dict | None:
+    """Where a matrix output is wrong, by the output tiles of a block (``tile``), for a
+    failure a rerun cannot reproduce here: None when every element is within
+    ``atol + rtol |want|``; else the count, the tiles wholly / partly wrong, the wrong
+    elements' positions inside a tile (by 16 rows and 8 columns) and the worst element."""
+    err = (got.float() - want.float()).abs()
+    bad = ~(err <= atol + rtol * want.float().abs())  # NaN counts as wrong
+    if not bool(bad.any()):
+        return None
+    (tm, tn), (m, n) = tile, bad.shape
+    per_tile = bad[:m // tm * tm, :n // tn * tn].reshape(m // tm, tm, n // tn, tn)
+    share = per_tile.float().mean(dim=(1, 3))
+    inside = per_tile.sum(dim=(0, 2))
+    worst = int(err.nan_to_num(float("inf")).argmax())
+    return {"wrong": int(bad.sum()), "of": bad.numel(), "tiles": share.numel(),
+            "tiles_all_wrong": int((share == 1).sum()), "tiles_partly": int(
+                ((share > 0) & (share < 1)).sum()),
+            "by_16_rows": inside.reshape(tm // 16, 16, -1).sum(dim=(1, 2)).tolist(),
+            "by_8_cols": inside.reshape(-1, tn // 8, 8).sum(dim=(0, 2)).tolist(),
+            "worst": [worst // n, worst % n, float(got.flatten()[worst]),
+                      float(want.flatten()[worst])]}
+
+
 def tolerance(dtype) -> dict:
     return {torch.float16: {"rtol": 2e-2, "atol": 2e-2}, torch.bfloat16: {"rtol": 5e-2,
             "atol": 5e-2}, torch.float32: {"rtol": 1e-4, "atol": 1e-4}}[dtype]
@@ -319,8 +342,10 @@ def gemm_sp_row(kernel, case: dict) -> dict:
     b = torch.randn(k, n, device="cuda", dtype=dtype)
     (c,), full = poisoned_call(kernel, [values, meta, b])
     tol = tolerance(dtype)
-    torch.testing.assert_close(c, a.float() @ b.float(), rtol=tol["rtol"],
-                               atol=tol["atol"] * k ** 0.5)
+    wrong = where_wrong(c, a.float() @ b.float(), tol["rtol"], tol["atol"] * k ** 0.5,
+                        (case["config"]["block_M"], case["config"]["block_N"]))
+    if wrong is not None:
+        raise AssertionError(f"wrong elements: {json.dumps(wrong)}")
     ours, peer = compare(lambda: kernel.function(*full), lambda: torch.matmul(a, b))
     return {"ours_ms": ours, "peer_ms": peer, "peer": "torch.matmul of dense A (cuBLAS)",
             "ours_tflops": 2 * m * n * k / ours * 1e-9, "ratio": peer / ours}

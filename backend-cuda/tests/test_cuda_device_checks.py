@@ -300,3 +300,17 @@ def test_fp8_tensor_core_accumulation_has_its_own_model():
     assert not compare(got, want, reduction_length=512, accum_dtype="fp8_tensor_core").ok
     low = [c for c in checks.dialect() if c.name.startswith("dialect-gemm_low_precision_f")]
     assert low and {c.accum_dtype for c in low} == {"fp8_tensor_core"}
+
+
+def test_a_wrong_matrix_says_which_tiles_and_where_inside_them(monkeypatch):
+    monkeypatch.setattr(harness, "torch", torch, raising=False)
+    want = torch.randn(256, 512, generator=torch.Generator().manual_seed(0))
+    assert harness.where_wrong(want.clone(), want, 2e-2, 1e-2, (128, 128)) is None
+    got = want.clone()
+    got[128:256, :128] += 5.0  # one whole tile
+    got[5, 300] = float("nan")  # one element of another
+    wrong = harness.where_wrong(got, want, 2e-2, 1e-2, (128, 128))
+    assert (wrong["wrong"], wrong["tiles"]) == (128 * 128 + 1, 8)
+    assert (wrong["tiles_all_wrong"], wrong["tiles_partly"]) == (1, 1)
+    assert wrong["by_16_rows"][0] == 1024 + 1 and wrong["by_8_cols"][5] == 1024 + 1
+    assert wrong["worst"][:2] == [5, 300]
