@@ -312,5 +312,5 @@ def test_a_wrong_matrix_says_which_tiles_and_where_inside_them(monkeypatch):
     wrong = harness.where_wrong(got, want, 2e-2, 1e-2, (128, 128))
     assert (wrong["wrong"], wrong["tiles"]) == (128 * 128 + 1, 8)
     assert (wrong["tiles_all_wrong"], wrong["tiles_partly"]) == (1, 1)
-    assert wrong["by_16_rows"][0] == 1024 + 1 and wrong["by_8_cols"][5] == 1024 + 1
+    assert wrong["by_16_rows"][0] == 16 * 128 + 1 and wrong["by_8_cols"][5] == 128 * 8 + 1
     assert wrong["worst"][:2] == [5, 300]
