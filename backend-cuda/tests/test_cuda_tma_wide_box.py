@@ -10,6 +10,10 @@ wrong values (here, and dialect_cases' ``wide_tma_copy`` at 64 x 576 and 320 x 6
 test_cuda_dialect_emulate.py)."""
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import hostemu
 import pytest
@@ -158,3 +162,37 @@ def test_wide_boxes_build_with_nvrtc(tmp_path):
     cubin, _ = executor.nvrtc_compile(lowered.source.text, arch.get("sm_90a"), tmp_path)
     assert cubin
     json.dumps(lowered.source.payload)  # the launch description stays plain data
+
+
+_EMULATE = """
+import json, sys
+from pathlib import Path
+import hostemu, torch
+work = Path(sys.argv[1])
+q = torch.randn(8, 600).half()
+hostemu.run((work / "kernel.cu").read_text(), json.loads((work / "launch.json").read_text()),
+            work, q, torch.zeros(8, 576).half())
+"""
+
+
+@pytest.mark.emulator
+def test_the_emulation_traps_at_a_box_off_a_16_byte_column_boundary(tmp_path):
+    # the legal per-row kernel from column 8, its coordinates moved to column 4 as the
+    # H200's failing bundle had them: the emulation stops as the GPU did (in a child
+    # process: the trap aborts it)
+    lowered = tilewright.lower(part_copy((8, T.symbolic("n")), 0, 8, 8, 576),
+                               "cuda -arch=sm_90a")
+    text = lowered.source.text
+    for old, new in ((", 8, tma_part)", ", 4, tma_part)"), (", 264, tma_part)", ", 260, tma_part)"),
+                     (", 520, tma_part)", ", 516, tma_part)")):
+        assert old in text
+        text = text.replace(old, new)
+    (tmp_path / "kernel.cu").write_text(text)
+    (tmp_path / "launch.json").write_text(json.dumps(lowered.source.payload))
+    tests = Path(__file__).parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(tests), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    done = subprocess.run([sys.executable, "-c", _EMULATE, str(tmp_path)], capture_output=True,
+                          text=True, env=env, timeout=600)
+    assert done.returncode != 0
+    assert "not on a 16-byte boundary" in done.stderr
