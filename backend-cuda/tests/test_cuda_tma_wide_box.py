@@ -1,10 +1,12 @@
 """A TMA box is at most 256 elements in each dimension (cuTensorMapEncodeTiled's boxDim).
 Rows of a row-major tile wider than that are one box of a view of the tensor where one fits
 (rules/tma.py's ``_fold``): 576 columns as [192, 3], the tensor map's innermost dimension seen
-as two (``fold`` in the launch description, encoded by runtime/cuda.py). Where none fits (the
-first column not a multiple of any 16-byte part), 576 columns move as boxes of 256 + 256 + 64
-columns, one row deep, repeated over the rows (a box lands densely in shared memory, so a part
-of a row needs its own rows); 320 rows as 256 + 64 rows. The expected-transaction count stays
+as two (``fold`` in the launch description, encoded by runtime/cuda.py). Where none fits (a row
+length known only at run time), 576 columns move as boxes of 256 + 256 + 64 columns, one row
+deep, repeated over the rows (a box lands densely in shared memory, so a part of a row needs
+its own rows); 320 rows as 256 + 64 rows. A box's first column must be on a 16-byte boundary
+(the H200 raises an illegal instruction otherwise): such a copy is refused when it lowers, and
+the host emulation traps at one. The expected-transaction count stays
 the whole tile's. The host emulation runs each box as a tiled copy, so a misplaced part gives
 wrong values (here, and dialect_cases' ``wide_tma_copy`` at 64 x 576 and 320 x 64, run by
 test_cuda_dialect_emulate.py)."""

@@ -18,9 +18,10 @@ every choice left. Out-of-bounds parts of a box read as zero, as the ``cp.async`
 A box is at most 256 elements in each dimension (``cuTensorMapEncodeTiled``); a wider tile
 moves as several boxes completing on the same mbarrier (:func:`_pieces`), the expected bytes
 still the whole tile's. Rows wider than 256 elements of a row-major tile are one box of a view
-of the tensor instead where one fits (:func:`_fold`: 576 columns as 3 x 192). A swizzled tile
-moves as one box per 128-byte (64-, 32-byte) column block of its layout, and may be filled in
-part: every row, the columns of whole blocks. A TMA names its descriptor as
+of the tensor instead where one fits (:func:`_fold`: 576 columns as 3 x 192). A box starts
+on a 16-byte boundary of its rows (:func:`_check_inner_start`; the GPU traps otherwise). A
+swizzled tile moves as one box per 128-byte (64-, 32-byte) column block of its layout, and may
+be filled in part: every row, the columns of whole blocks. A TMA names its descriptor as
 ``tw.cuda.tensormap(tensor, box..., fold, swizzle)`` (``fold`` 0 for the tensor's own shape);
 the finish pass deduplicates and numbers them, one per distinct box.
 """
