@@ -1,15 +1,21 @@
 """A TMA box is at most 256 elements in each dimension (cuTensorMapEncodeTiled's boxDim).
 Rows of a row-major tile wider than that are one box of a view of the tensor where one fits
 (rules/tma.py's ``_fold``): 576 columns as [192, 3], the tensor map's innermost dimension seen
-as two (``fold`` in the launch description, encoded by runtime/cuda.py). Where none fits (the
-first column not a multiple of any 16-byte part), 576 columns move as boxes of 256 + 256 + 64
-columns, one row deep, repeated over the rows (a box lands densely in shared memory, so a part
-of a row needs its own rows); 320 rows as 256 + 64 rows. The expected-transaction count stays
+as two (``fold`` in the launch description, encoded by runtime/cuda.py). Where none fits (a row
+length known only at run time), 576 columns move as boxes of 256 + 256 + 64 columns, one row
+deep, repeated over the rows (a box lands densely in shared memory, so a part of a row needs
+its own rows); 320 rows as 256 + 64 rows. A box's first column must be on a 16-byte boundary
+(the H200 raises an illegal instruction otherwise): such a copy is refused when it lowers, and
+the host emulation traps at one. The expected-transaction count stays
 the whole tile's. The host emulation runs each box as a tiled copy, so a misplaced part gives
 wrong values (here, and dialect_cases' ``wide_tma_copy`` at 64 x 576 and 320 x 64, run by
 test_cuda_dialect_emulate.py)."""
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import hostemu
 import pytest
@@ -18,6 +24,7 @@ import tilewright_cuda.language as T
 import torch
 from dialect_cases import wide_tma_copy
 from test_cuda_pipeline import _emulate, gemm
+from tilewright.errors import KernelError
 from tilewright.runtime.cuda import tensor_map_layout
 from tilewright_cuda import arch, executor
 
@@ -75,14 +82,28 @@ def test_a_576_column_box_is_one_load_of_a_folded_view():
 
 
 def test_rows_stay_boxes_per_row_when_no_fold_fits():
-    # columns 4 .. 580: no part of a multiple of 16 bytes divides the first column
-    lowered = tilewright.lower(part_copy((64, 600), 0, 4, 64, 576), "cuda -arch=sm_90a")
+    # a row length known only at run time: no fold divides it, so each row moves as boxes
+    # of 256 + 256 + 64 columns, from column 8 (16 bytes) on
+    lowered = tilewright.lower(part_copy((64, T.symbolic("n")), 0, 8, 64, 576),
+                               "cuda -arch=sm_90a")
     assert [m["box"] for m in _maps(lowered)] == [[256, 1], [64, 1]]
     assert not any("fold" in m for m in _maps(lowered))
     text = _kernel(lowered)
     assert "for (int tma_part = 0; tma_part < 64; ++tma_part)" in text
     assert text.count("tw_tma_load_2d(") == 3
-    assert "((tma_part * 1152) + 1024))), 516, tma_part);" in text
+    assert "((tma_part * 1152) + 1024))), 520, tma_part);" in text
+
+
+@pytest.mark.parametrize("c0", [4, 2, 6])
+def test_a_box_off_a_16_byte_column_boundary_is_refused(c0):
+    # the H200 raised "an illegal instruction was encountered" at the first TMA load of
+    # columns 4 .. 580 of a float16 tensor (8-byte start; findings/tma: 4, 8 and 12 bytes
+    # trap, 0, 16 and 32 run); cuTensorMapEncodeTiled cannot see it, the coordinates are the
+    # kernel's
+    with pytest.raises(KernelError, match="16-byte boundary"):
+        tilewright.lower(part_copy((8, 600), 0, c0, 8, 576), "cuda -arch=sm_90a")
+    with pytest.raises(KernelError, match="16-byte boundary"):
+        tilewright.lower(part_copy((8, 64), 0, c0, 8, 32), "cuda -arch=sm_90a")
 
 
 def test_the_launcher_encodes_the_folded_view():
@@ -102,11 +123,12 @@ def test_a_tall_box_splits_its_rows():
 @pytest.mark.emulator
 @pytest.mark.parametrize("shape, r0, c0, maps", [
     ((40, 704), 8, 64, [[64, 9, 32]]),  # folded: columns 64 .. 640 are parts 1 .. 9 of 64
-    ((8, 600), 0, 4, [[256, 1], [64, 1]]),  # per row
+    ((8, 600), 0, 8, [[256, 1], [64, 1]]),  # per row (the row length a symbol)
 ])
 def test_wide_boxes_match_torch(shape, r0, c0, maps, tmp_path):
     rows = shape[0] - r0
-    lowered = tilewright.lower(part_copy(shape, r0, c0, rows, 576), "cuda -arch=sm_90a")
+    declared = (shape[0], T.symbolic("n")) if maps[0][1:] == [1] else shape
+    lowered = tilewright.lower(part_copy(declared, r0, c0, rows, 576), "cuda -arch=sm_90a")
     assert [m["box"] for m in _maps(lowered)] == maps
     q = torch.randn(shape, generator=torch.Generator().manual_seed(0)).half()
     out = torch.full((rows, 576), float("nan")).half()
@@ -142,3 +164,37 @@ def test_wide_boxes_build_with_nvrtc(tmp_path):
     cubin, _ = executor.nvrtc_compile(lowered.source.text, arch.get("sm_90a"), tmp_path)
     assert cubin
     json.dumps(lowered.source.payload)  # the launch description stays plain data
+
+
+_EMULATE = """
+import json, sys
+from pathlib import Path
+import hostemu, torch
+work = Path(sys.argv[1])
+q = torch.randn(8, 600).half()
+hostemu.run((work / "kernel.cu").read_text(), json.loads((work / "launch.json").read_text()),
+            work, q, torch.zeros(8, 576).half())
+"""
+
+
+@pytest.mark.emulator
+def test_the_emulation_traps_at_a_box_off_a_16_byte_column_boundary(tmp_path):
+    # the legal per-row kernel from column 8, its coordinates moved to column 4 as the
+    # H200's failing bundle had them: the emulation stops as the GPU did (in a child
+    # process: the trap aborts it)
+    lowered = tilewright.lower(part_copy((8, T.symbolic("n")), 0, 8, 8, 576),
+                               "cuda -arch=sm_90a")
+    text = lowered.source.text
+    for old, new in ((", 8, tma_part)", ", 4, tma_part)"), (", 264, tma_part)", ", 260, tma_part)"),
+                     (", 520, tma_part)", ", 516, tma_part)")):
+        assert old in text
+        text = text.replace(old, new)
+    (tmp_path / "kernel.cu").write_text(text)
+    (tmp_path / "launch.json").write_text(json.dumps(lowered.source.payload))
+    tests = Path(__file__).parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(tests), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    done = subprocess.run([sys.executable, "-c", _EMULATE, str(tmp_path)], capture_output=True,
+                          text=True, env=env, timeout=600)
+    assert done.returncode != 0
+    assert "not on a 16-byte boundary" in done.stderr

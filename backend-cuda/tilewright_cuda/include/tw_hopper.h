@@ -288,14 +288,25 @@ inline long long tw_tma_walk(const tw_tensormap* d, unsigned char* smem, const i
   }
   return n * d->elem_bytes;
 }
+// the H200 raises an illegal instruction at a box whose first column is off a 16-byte
+// boundary of the row (rules/tma.py's _check_inner_start refuses such a box when it lowers)
+inline void tw_tma_check_start(const tw_tensormap* d, const int* c) {
+  if ((c[0] * d->elem_bytes) % 16) {
+    std::fprintf(stderr, "TMA box starts at column %d (%lld bytes), not on a 16-byte boundary: "
+                 "an illegal instruction on the GPU\n", c[0], c[0] * d->elem_bytes);
+    __trap();
+  }
+}
 template <class... C> inline void tw_tma_load(const void* d, void* bar, void* dst,
                                               C... coords) {
   int c[] = {coords...};
   if ((long long)sizeof...(C) != ((const tw_tensormap*)d)->rank) { std::fprintf(stderr, "TMA rank\n"); __trap(); }
+  tw_tma_check_start((const tw_tensormap*)d, c);
   tw_mbar_complete_tx(bar, tw_tma_walk((const tw_tensormap*)d, (unsigned char*)dst, c, true));
 }
 template <class... C> inline void tw_tma_store(const void* d, void* src, C... coords) {
   int c[] = {coords...};
+  tw_tma_check_start((const tw_tensormap*)d, c);
   tw_tma_walk((const tw_tensormap*)d, (unsigned char*)src, c, false);
 }
 #define tw_tma_load_1d tw_tma_load

@@ -18,9 +18,10 @@ every choice left. Out-of-bounds parts of a box read as zero, as the ``cp.async`
 A box is at most 256 elements in each dimension (``cuTensorMapEncodeTiled``); a wider tile
 moves as several boxes completing on the same mbarrier (:func:`_pieces`), the expected bytes
 still the whole tile's. Rows wider than 256 elements of a row-major tile are one box of a view
-of the tensor instead where one fits (:func:`_fold`: 576 columns as 3 x 192). A swizzled tile
-moves as one box per 128-byte (64-, 32-byte) column block of its layout, and may be filled in
-part: every row, the columns of whole blocks. A TMA names its descriptor as
+of the tensor instead where one fits (:func:`_fold`: 576 columns as 3 x 192). A box starts
+on a 16-byte boundary of its rows (:func:`_check_inner_start`; the GPU traps otherwise). A
+swizzled tile moves as one box per 128-byte (64-, 32-byte) column block of its layout, and may
+be filled in part: every row, the columns of whole blocks. A TMA names its descriptor as
 ``tw.cuda.tensormap(tensor, box..., fold, swizzle)`` (``fold`` 0 for the tensor's own shape);
 the finish pass deduplicates and numbers them, one per distinct box.
 """
@@ -132,6 +133,7 @@ def _boxes(g, s, bar, what: str) -> list:
                               f"{width} bytes) is not a whole number of its swizzle's "
                               f"{period}-byte periods, so a box at a later block would not "
                               "start on one; TMA fills such a tile whole (every column)")
+    _check_inner_start(g, coords[0], itemsize, what)
     fold = _fold(g, dims[0], coords[0], itemsize) if swizzled is None else None
     if fold is not None:  # the rows as [fold, columns / fold]: one box instead of one a row
         dims = [fold, dims[0] // fold, *dims[1:]]
@@ -196,6 +198,24 @@ def _boxes(g, s, bar, what: str) -> list:
         stmts.insert(0, intrinsics.call("tw_mbar_expect_tx", bar,
                                         tirx.const(tile * itemsize, "uint32")))
     return stmts
+
+
+def _check_inner_start(g, start, itemsize: int, what: str):
+    """A box must start on a 16-byte boundary of its tensor's rows: the H200 raises "an
+    illegal instruction was encountered" at a ``cp.async.bulk.tensor`` whose first column
+    ``start`` is not a multiple of 16 bytes (``cuTensorMapEncodeTiled`` accepts the map; the
+    coordinates come at run time). Measured (findings/tma): a 2-D float16 map with boxes of
+    256 and 64 columns runs at starts of 0, 16 and 32 bytes and traps at 4, 8 and 12. Every
+    later box of the copy starts a whole number of 16-byte multiples after the first (parts
+    of 256 elements, swizzle column blocks, folded parts of ``c`` elements with ``c`` a
+    multiple of 16 bytes), so the first column decides."""
+    if itemsize >= 16:
+        return
+    if not tvm.sym.Analyzer().can_prove(tirx.floormod(start, 16 // itemsize) == 0):
+        raise KernelError(f"{what}: the box of {g.buffer.name!r} starts at column {start}, "
+                          f"{itemsize}-byte elements; TMA needs the first column of a box on "
+                          f"a 16-byte boundary (a multiple of {16 // itemsize}), or the GPU "
+                          "raises an illegal instruction")
 
 
 def _fold(g, width: int, start, itemsize: int) -> int | None:
@@ -277,6 +297,7 @@ def copy_choice(call: TileOpCall, ctx: RuleContext, fallback):
         loads = load(call.operands["src"], call.operands["dst"], intrinsics.stage_barrier(),
                      "T.copy")
     except KernelError:  # a box TMA cannot move (more than 5 dims, parts of a swizzled tile
-        # off its period, an innermost box under 16 bytes): keep cp.async
+        # off its period, an innermost box under 16 bytes, a first column off a 16-byte
+        # boundary): keep cp.async
         return fallback
     return tirx.IfThenElse(intrinsics.tma_choice(), leader(ctx, loads), fallback)
