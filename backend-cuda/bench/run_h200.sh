@@ -7,11 +7,19 @@
 #                                    catalogue, the examples, the dialect and benchmark kernels
 #                                    -- into bench/bundles/checks) and checks them all with
 #                                    harness.py --list
+#   backend-cuda/bench/run_h200.sh pack [--quick]
+#                                    on the development machine: bench/bundles as one xz
+#                                    archive, .devpack/bundles.tar.xz (git-ignored: carry
+#                                    ".devpack"); the check bundles alone exceed the 64 MiB a
+#                                    device run carries, the archive is ~20 MB (the quick
+#                                    sizes only with --quick)
 #   backend-cuda/bench/run_h200.sh run OUTDIR [--quick] [--only NAME,...] [--checks none|only]
-#                                    on the GPU machine (torch + cuda-python, no TVM): the
-#                                    checks under compute-sanitizer (table: OUTDIR/checks.md),
-#                                    then correctness and timing of the benchmark, one table
-# Run both from the repository root. Record results in backend-cuda/bench/RESULTS.md.
+#                                    on the GPU machine (torch + cuda-python, no TVM; unpacks
+#                                    .devpack/bundles.tar.xz first when bench/bundles is not
+#                                    there): the checks plainly, then under compute-sanitizer
+#                                    (table: OUTDIR/checks.md), then correctness and timing of
+#                                    the benchmark, one table
+# Run them from the repository root. Record results in backend-cuda/bench/RESULTS.md.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -26,15 +34,27 @@ case "${1:-}" in
     fi
     du -sh "$here/bundles"
     ;;
+  pack)
+    mkdir -p "$root/.devpack"
+    grep -qx '/.devpack/' "$root/.git/info/exclude" 2>/dev/null || \
+      echo '/.devpack/' >> "$root/.git/info/exclude"
+    skip=(--exclude=bundles/quick)
+    [ "${2:-}" = "--quick" ] && skip=()
+    tar -C "$here" -cf - "${skip[@]}" bundles | xz -T0 -4 > "$root/.devpack/bundles.tar.xz"
+    du -h "$root/.devpack/bundles.tar.xz"
+    ;;
   run)
     out="${2:?usage: run_h200.sh run OUTDIR}"
+    if [ ! -d "$here/bundles" ] && [ -f "$root/.devpack/bundles.tar.xz" ]; then
+      tar -C "$here" -xJf "$root/.devpack/bundles.tar.xz"
+    fi
     mkdir -p "$out"
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$out/gpu.txt" || true
     PYTHONPATH="$root/core${PYTHONPATH:+:$PYTHONPATH}" "${PYTHON:-python}" "$here/harness.py" --bundles "$here/bundles" \
       --out "$out" "${@:3}"
     ;;
   *)
-    echo "usage: $0 build [--quick] | run OUTDIR [--quick] [--only NAME,...]" >&2
+    echo "usage: $0 build [--quick] | pack [--quick] | run OUTDIR [--quick] [--only NAME,...]" >&2
     exit 2
     ;;
 esac

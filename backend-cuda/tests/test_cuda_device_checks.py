@@ -6,6 +6,7 @@ tried with a fake runner."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -314,3 +315,23 @@ def test_a_wrong_matrix_says_which_tiles_and_where_inside_them(monkeypatch):
     assert (wrong["tiles_all_wrong"], wrong["tiles_partly"]) == (1, 1)
     assert wrong["by_16_rows"][0] == 16 * 128 + 1 and wrong["by_8_cols"][5] == 128 * 8 + 1
     assert wrong["worst"][:2] == [5, 300]
+
+
+def test_pack_archives_the_bundles_and_run_unpacks_them(tmp_path):
+    # the check bundles exceed what a device run carries: pack them here, unpack them there
+    bench = tmp_path / "backend-cuda" / "bench"
+    (bench / "bundles" / "checks" / "a").mkdir(parents=True)
+    (bench / "bundles" / "quick").mkdir()
+    (bench / "bundles" / "checks" / "a" / "case.json").write_text('{"x": 1}')
+    (bench / "bundles" / "quick" / "q.json").write_text("{}")
+    script = bench / "run_h200.sh"
+    script.write_text((BENCH / "run_h200.sh").read_text())
+    (tmp_path / ".git" / "info").mkdir(parents=True)
+    subprocess.run(["bash", str(script), "pack"], check=True, capture_output=True)
+    assert (tmp_path / ".devpack" / "bundles.tar.xz").exists()
+    assert "/.devpack/" in (tmp_path / ".git" / "info" / "exclude").read_text()
+    shutil.rmtree(bench / "bundles")
+    subprocess.run(["bash", str(script), "run", str(tmp_path / "out")], check=True,
+                   capture_output=True, env={**os.environ, "PYTHON": "true"})
+    assert (bench / "bundles" / "checks" / "a" / "case.json").read_text() == '{"x": 1}'
+    assert not (bench / "bundles" / "quick").exists()  # the quick sizes only with --quick
