@@ -36,14 +36,37 @@ def scale_shapes(layout: str, m: int, n: int, k: int) -> tuple[tuple, tuple]:
 
 @tilewright.jit(out_idx=[4])
 def fp8_gemm_scaled(M, N, K, layout="block", dtype="float8_e4m3fn", out_dtype="bfloat16",
-                    block_M=128, block_N=128, block_K=GROUP, threads=256, num_stages=3):
+                    block_M=128, block_N=128, block_K=GROUP, threads=256, num_stages=3,
+                    overlap=False, fused_scale=False):
     """The kernel of one layout; in the block layout a k-tile is one scale group
-    (``block_K`` = 128) and a column tile lies in one 128-row block of B."""
+    (``block_K`` = 128) and a column tile lies in one 128-row block of B.
+
+    Block layout options (diagnostics; the defaults are the measured kernel): ``overlap``
+    keeps two product fragments, so that k-tile ``ko``'s wgmma is in flight while k-tile
+    ``ko - 1``'s product is scaled into the accumulator (its wait lands after that
+    promotion: transforms/wgmma_wait), the last k-tile promoted after the loop; without it
+    each k-tile's promotion waits for its own wgmma. ``fused_scale`` multiplies the two
+    scales first, one FFMA an element instead of an FMUL and an FFMA (float32 rounding of
+    ``a_scale * b_scale`` instead of ``C_k * a_scale``: the same model error)."""
     sa_shape, sb_shape = scale_shapes(layout, M, N, K)
+
+    @T.macro
+    def promote(C_l, C_k, SA, SB, by, sb_row, ko):
+        """C_l += k-tile ko's product C_k, scaled (rows past M read row M - 1's scale)."""
+        for i, j in T.Parallel(block_M, block_N):
+            if fused_scale:
+                C_l[i, j] += C_k[i, j] * (SA[T.min(by * block_M + i, M - 1), ko] *
+                                          SB[sb_row, ko])
+            else:
+                C_l[i, j] += C_k[i, j] * SA[T.min(by * block_M + i, M - 1), ko] * \
+                    SB[sb_row, ko]
     if layout == "block" and (block_K != GROUP or GROUP % block_N):
         raise ValueError(f"the block layout scales {GROUP}-deep k-tiles and {GROUP}-row blocks "
                          f"of B: block_K must be {GROUP} and block_N divide it (got "
                          f"block_K={block_K}, block_N={block_N})")
+    if overlap and (layout != "block" or -(-K // block_K) % 2):
+        raise ValueError(f"overlap takes the block layout's k-tiles two at a time: an even "
+                         f"number of them (K={K}, block_K={block_K}, layout {layout!r})")
 
     @T.prim_func
     def main(A: T.Tensor((M, K), dtype), B: T.Tensor((N, K), dtype),
@@ -57,13 +80,29 @@ def fp8_gemm_scaled(M, N, K, layout="block", dtype="float8_e4m3fn", out_dtype="b
             if layout == "block":
                 C_k = T.alloc_fragment((block_M, block_N), "float32")
                 sb_row = T.min(bx * block_N // GROUP, sb_shape[0] - 1)
-                for ko in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
-                    T.copy(A[by * block_M, ko * block_K], A_s)
-                    T.copy(B[bx * block_N, ko * block_K], B_s)
-                    T.gemm(A_s, B_s, C_k, transpose_B=True, clear_accum=True)
-                    for i, j in T.Parallel(block_M, block_N):  # rows past M read row M - 1
-                        C_l[i, j] += C_k[i, j] * SA[T.min(by * block_M + i, M - 1), ko] * \
-                            SB[sb_row, ko]
+                k_tiles = T.ceildiv(K, block_K)
+                if overlap:  # two k-tiles a step: even ones' products in C_k, odd in C_n
+                    C_n = T.alloc_fragment((block_M, block_N), "float32")
+                    A_t = T.alloc_shared((block_M, block_K), dtype)
+                    B_t = T.alloc_shared((block_N, block_K), dtype)
+                    T.clear(C_n)
+                    for kp in T.Pipelined(k_tiles // 2, num_stages=num_stages):
+                        T.copy(A[by * block_M, 2 * kp * block_K], A_s)
+                        T.copy(B[bx * block_N, 2 * kp * block_K], B_s)
+                        T.copy(A[by * block_M, (2 * kp + 1) * block_K], A_t)
+                        T.copy(B[bx * block_N, (2 * kp + 1) * block_K], B_t)
+                        T.gemm(A_s, B_s, C_k, transpose_B=True, clear_accum=True)
+                        # the previous step's odd product (zero at kp = 0) meanwhile
+                        promote(C_l, C_n, SA, SB, by, sb_row, T.max(2 * kp - 1, 0))
+                        T.gemm(A_t, B_t, C_n, transpose_B=True, clear_accum=True)
+                        promote(C_l, C_k, SA, SB, by, sb_row, 2 * kp)
+                    promote(C_l, C_n, SA, SB, by, sb_row, k_tiles - 1)
+                else:
+                    for ko in T.Pipelined(k_tiles, num_stages=num_stages):
+                        T.copy(A[by * block_M, ko * block_K], A_s)
+                        T.copy(B[bx * block_N, ko * block_K], B_s)
+                        T.gemm(A_s, B_s, C_k, transpose_B=True, clear_accum=True)
+                        promote(C_l, C_k, SA, SB, by, sb_row, ko)
             else:
                 for ko in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
                     T.copy(A[by * block_M, ko * block_K], A_s)

@@ -138,13 +138,22 @@ def cases(quick: bool):
                ["HGMMA.64x128x16.F32", copies, "MUFU.EX2", "!FSETP" if fast else "FSETP"],
                configs)
     # fp8 on sm_90a: wgmma on the 8-bit tiles TMA loads (QGMMA), never unpacked to fp16 for
-    # HMMA (what ptxas makes of fp8 mma.sync on Hopper); diagnostic rows (tensor scales, not
-    # in the smoke run): 128x128 tiles, and the TMA loads issued in order
+    # HMMA (what ptxas makes of fp8 mma.sync on Hopper); diagnostic rows (not in the smoke
+    # run): tensor scales on 128x128 tiles, and the TMA loads issued in order; block scales
+    # (the per-k-tile promotion, examples/gemm_fp8_scaled.py): _fused one FFMA an element
+    # (a_scale * b_scale first), _overlap k-tile ko's wgmma in flight while ko - 1's product
+    # is promoted, _overlap_fused both, _s4 four stages, _fused_s4, _nows TMA in order
     for n in GEMM_SIZES[size]:
         for layout, suffix, change, configs in (
                 ("tensor", "", {}, {}), ("token", "", {}, {}), ("block", "", {}, {}),
                 ("tensor", "_128x128", {"block_N": 128}, {}),
-                ("tensor", "_nows", {}, IN_ORDER)):
+                ("tensor", "_nows", {}, IN_ORDER),
+                ("block", "_fused", {"fused_scale": True}, {}),
+                ("block", "_overlap", {"overlap": True}, {}),
+                ("block", "_overlap_fused", {"overlap": True, "fused_scale": True}, {}),
+                ("block", "_s4", {"num_stages": 4}, {}),
+                ("block", "_fused_s4", {"fused_scale": True, "num_stages": 4}, {}),
+                ("block", "_nows", {}, IN_ORDER)):
             if quick and suffix:
                 continue
             config = {**kernels.fp8_config(layout), **change}

@@ -87,6 +87,36 @@ def test_block_scaled_fp8_gemm_matches_torch_in_emulation(tmp_path, arch_name):
     torch.testing.assert_close(c.double(), want, rtol=8e-3, atol=1e-3 * want.abs().mean())
 
 
+@pytest.mark.emulator
+@pytest.mark.parametrize("options", [{"overlap": True}, {"fused_scale": True},
+                                     {"overlap": True, "fused_scale": True}])
+def test_block_scaled_fp8_gemm_options_match_torch_in_emulation(tmp_path, options):
+    # the diagnostic rows' kernels (build_bundles: fp8_gemm_block_*_overlap/_fused): with
+    # overlap, k-tile ko's wgmma is issued before k-tile ko - 1's promotion and waited for
+    # after it (the emulation retires a group at its wait)
+    m, n, k = 80, 256, 512  # a partial row tile, 2 column tiles, 4 scale groups (2 steps)
+    gen = torch.Generator().manual_seed(7)
+    a, a_scale = fp8.quantize(torch.randn(m, k, generator=gen), "block")
+    b, b_scale = fp8.quantize_blocks(torch.randn(n, k, generator=gen))
+    lowered = tilewright.lower(fp8.fp8_gemm_scaled.fn(m, n, k, "block", **options),
+                               "cuda -arch=sm_90a")
+    text = lowered.source.text
+    if options.get("overlap"):
+        loop = text[text.index("for (int kp = 0;"):]
+        first, second = loop.split("tw_gemm_wgmma<", 3)[1:3]
+        assert "C_l_ptr[0] = " in first[:first.index("tw_wgmma_wait<0>();")]  # in flight
+        assert "C_l_ptr[0] = " in second[:second.index("tw_wgmma_wait<0>();")]
+    c = torch.full((m, n), float("nan"), dtype=torch.bfloat16)
+    hostemu.run(text, lowered.source.payload, tmp_path, a, b, a_scale, b_scale, c)
+    want = fp8.reference(a, b, a_scale, b_scale, "block")
+    torch.testing.assert_close(c.double(), want, rtol=8e-3, atol=1e-3 * want.abs().mean())
+
+
+def test_block_scaled_fp8_overlap_takes_k_tiles_two_at_a_time():
+    with pytest.raises(ValueError, match="even number"):
+        fp8.fp8_gemm_scaled.fn(256, 256, 384, "block", overlap=True)
+
+
 @pytest.mark.nvcc
 @pytest.mark.sass
 @pytest.mark.parametrize("arch_name", ["sm_80", "sm_90a"])
