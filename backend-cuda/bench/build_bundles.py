@@ -167,9 +167,18 @@ def cases(quick: bool):
     # W4A16 in slices of K (kernels.W4A16: two kernels, the partial sums then their sum);
     # diagnostic rows (not in the smoke run): _nosplit, the one-slice kernel; _n64, 64
     # columns a block (4 warps of 16: each warp's ldmatrix reads of the activations serve
-    # half the columns, 7.5 instead of 6.25 bytes of shared-memory traffic per weight)
+    # half the columns, 7.5 instead of 6.25 bytes of shared-memory traffic per weight).
+    # Occupancy rows (the default runs 256 blocks, 2 an SM at 80 KB, 16 k-tiles each, and
+    # reaches 1.3 TB/s): _s8, 8 slices two stages deep (56 KB: all 512 blocks resident, 4 an
+    # SM, 8 k-tiles each); _s8t256, the same with 256 threads (half the dequantisation a
+    # thread, 32 warps an SM); _t256, the default with 256 threads; _k256, 256-deep k-tiles
+    # two stages deep (112 KB, 2 an SM: half the barriers and scale loads a weight)
     for m, n in W4A16_SIZES[size]:
-        for suffix, change in (("", {}), ("_nosplit", {"splits": 1}), ("_n64", {"block_N": 64})):
+        for suffix, change in (("", {}), ("_nosplit", {"splits": 1}), ("_n64", {"block_N": 64}),
+                               ("_s8", {"splits": 8, "num_stages": 2}),
+                               ("_s8t256", {"splits": 8, "num_stages": 2, "threads": 256}),
+                               ("_t256", {"threads": 256}),
+                               ("_k256", {"block_K": 256, "num_stages": 2})):
             if quick and suffix:
                 continue
             config = {**kernels.W4A16, **change}

@@ -184,6 +184,28 @@ def test_w4a16_matches_torch_in_emulation(tmp_path, splits):
 
 
 @pytest.mark.emulator
+@pytest.mark.parametrize("tile", [
+    {"splits": 8, "num_stages": 2},                  # the bench's _s8 rows
+    {"splits": 8, "num_stages": 2, "threads": 256},  # _s8t256
+    {"splits": 4, "num_stages": 4, "threads": 256},  # _t256
+    {"splits": 4, "num_stages": 2, "block_K": 256},  # _k256
+])
+def test_w4a16_bench_tiles_match_torch_in_emulation(tmp_path, tile):
+    # the tile configurations of the W4A16 diagnostic bundles (bench/build_bundles.py) on
+    # sm_90a: decode rows, a partial column tile, 8 groups a row, 1 or 2 k-tiles a slice
+    m, n, k, group = 5, 200, 1024, 128
+    gen = torch.Generator().manual_seed(7)
+    a = torch.randn(m, k, generator=gen).half()
+    q, scales, zeros = w4.quantize(torch.randn(n, k, generator=gen).half(), group)
+    lowered = tilewright.lower(w4.w4a16_gemm.fn(m, n, k, group, **tile), "cuda -arch=sm_90a")
+    assert "tw_dequant_u4x8_f16(" in lowered.source.text
+    c = torch.full((m, n), float("nan"), dtype=torch.float16)
+    hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, a, q, scales, zeros, c)
+    want = a.double() @ w4.dequantize(q, scales, zeros).double().T
+    torch.testing.assert_close(c.double(), want, rtol=1e-2, atol=1e-2 * want.abs().mean())
+
+
+@pytest.mark.emulator
 def test_w4a16_on_wgmma_dequantises_in_the_consumer_warpgroup(tmp_path):
     # 64-row tiles on sm_90a: the gemm is wgmma, the loads a producer warpgroup's; the
     # consumer warpgroup's 128 threads dequantise eight codes a call into the swizzled tile
