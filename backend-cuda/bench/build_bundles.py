@@ -190,11 +190,17 @@ def cases(quick: bool):
                    # not a code a thread through an integer-to-float conversion
                    ["LDGSTS.E.BYPASS.128", "HMMA.16816.F32", "STS.128", "!I2F.F16"], {})
     # 2:4 sparse A against the dense cuBLAS GEMM: the sparse wgmma (HGMMA.SP, no dense
-    # tensor-core instruction); diagnostic row (not in the smoke run): mma.sp over warp tiles
+    # tensor-core instruction); diagnostic rows (not in the smoke run): mma.sp over warp tiles,
+    # and the sparse wgmma with 2 and 4 stages (the copies 1 and 3 k-tiles ahead of the
+    # wgmma.sp, each group retired before the next k-tile: a stage-reuse check of the fix of
+    # the 8192^3 wgmma.sp metadata race)
+    sp_wgmma = ["HGMMA.SP.64x128x32.F32", "!HMMA", "!HGMMA.64"]
     for n in GEMM_SP_SIZES[size]:
         for suffix, config, expect in (
-                ("", kernels.GEMM_SP, ["HGMMA.SP.64x128x32.F32", "!HMMA", "!HGMMA.64"]),
-                ("_mmasp", kernels.GEMM_SP_MMA, ["HMMA.SP.16832.F32", "LDSM.16.M88.4"])):
+                ("", kernels.GEMM_SP, sp_wgmma),
+                ("_mmasp", kernels.GEMM_SP_MMA, ["HMMA.SP.16832.F32", "LDSM.16.M88.4"]),
+                ("_2stages", {**kernels.GEMM_SP, "num_stages": 2}, sp_wgmma),
+                ("_4stages", {**kernels.GEMM_SP, "num_stages": 4}, sp_wgmma)):
             if quick and suffix:
                 continue
             yield (f"gemm_sp_float16_{n}{suffix}",

@@ -209,7 +209,9 @@ def dialect() -> list[Check]:
         dtype = str(case.args[0].dtype).removeprefix("torch.")
         out.append(Check(f"dialect-{name}", "dialect", dtype, lambda func=func: func,
                          lambda case=case: [_example_run(case)], case.reduction))
-    m, n, k = 256, 512, 256  # 2 x 2 blocks of 128 x 256 (pairs for multicast), 4 k-tiles
+    # 2 x 2 blocks of 128 x 256 (pairs for multicast), 9 k-tiles: the pipeline wraps its 3 (4)
+    # stages several times, so a stage refilled while a wgmma still reads it shows
+    m, n, k = 256, 512, 576
     for suffix, change, configs in BENCH_CONFIGS:
         for dtype in ("float16", "bfloat16") if suffix in ("", "_ws") else ("float16",):
             config = {**kernels.GEMM, **change}
@@ -242,11 +244,14 @@ def dialect() -> list[Check]:
             lambda dtype=dtype: kernels.gemm_low_precision.fn(m, n, k, dtype, threads=256),
             lambda dtype=dtype: [_low_precision_run(m, n, k, dtype)], k,
             accum_dtype=None if dtype == "int8" else "fp8_tensor_core"))
-    m, n, k = 256, 512, 384  # the int8 row's 128 x 256 x 128 tiles: 2 x 2 blocks, 3 k-tiles
+    # the int8 row's 128 x 256 x 128 tiles: 2 x 2 blocks, 9 k-tiles (3 stages wrapped 3 times)
+    m, n, k = 256, 512, 1152
     out.append(Check("dialect-bench_int8_gemm", "dialect", "int8",
                      lambda: kernels.gemm_low_precision.fn(m, n, k, "int8", **kernels.INT8_GEMM),
                      lambda: [_low_precision_run(m, n, k, "int8")], k))
-    m, n, k = 256, 256, 192  # the 2:4 rows' 128 x 128 x 64 tiles: 2 x 2 blocks, 3 k-tiles
+    # the 2:4 rows' 128 x 128 x 64 tiles: 2 x 2 blocks, 9 k-tiles (3 stages wrapped 3 times;
+    # with 3 k-tiles no stage was reused and the wgmma.sp metadata race of 8192^3 hid)
+    m, n, k = 256, 256, 576
     for suffix, config in (("", kernels.GEMM_SP), ("_mmasp", kernels.GEMM_SP_MMA)):
         out.append(Check(
             f"dialect-bench_gemm_sp_float16{suffix}", "dialect", "float16",
@@ -270,7 +275,8 @@ def dequantising() -> list[Check]:
     """The examples' scaled fp8 GEMM in each scale layout and W4A16 GEMM, in their benchmark
     configurations (``kernels.py``), at small sizes."""
     out = []
-    m, n, k = 200, 256, 384  # a partial row tile, 2 x 2 blocks, 3 scale groups along K
+    # a partial row tile, 2 x 2 blocks, 9 k-tiles and scale groups along K (3 stages wrapped)
+    m, n, k = 200, 256, 1152
     for layout in kernels.FP8_TILES:
         config = kernels.fp8_config(layout)
         out.append(Check(
@@ -278,7 +284,9 @@ def dequantising() -> list[Check]:
             lambda layout=layout, config=config: kernels.fp8_gemm_scaled.fn(
                 m, n, k, layout, **config),
             lambda layout=layout: [_fp8_scaled_run(m, n, k, layout)], k))
-    rows, cols, depth = 5, 320, 512  # decode rows, 5 column tiles, 4 groups a row
+    # decode rows, 5 column tiles, 48 groups a row: 12 k-tiles a split (4 splits), 3 times
+    # the 4 stages
+    rows, cols, depth = 5, 320, 6144
     for suffix, config in (("", kernels.W4A16), ("_nosplit", {**kernels.W4A16, "splits": 1})):
         out.append(Check(f"example-gemm_w4a16{suffix}", "example", "float16",
                          lambda config=config: kernels.w4a16_gemm.fn(rows, cols, depth, 128,

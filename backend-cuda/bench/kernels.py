@@ -50,7 +50,9 @@ Configurations (sm_90a, chosen for H100/H200):
   an SM and fewer barriers a weight (``build_bundles.py`` says which).
 - 2:4 sparse float16 GEMM (``examples/gemm_sp.py``, ``GEMM_SP``): 128x128x64 tiles, 256
   threads = two warpgroups of 64 rows on the sparse wgmma (``wgmma.mma_async.sp`` m64n128k32,
-  ``HGMMA.SP.64x128x32.F32``), 3 stages of kept values, int16 metadata and B. The diagnostic
+  ``HGMMA.SP.64x128x32.F32``), 3 stages of kept values, int16 metadata and B; each k-tile's
+  wgmma.sp group retires before the next k-tile (``wait_group 0``: the metadata registers it
+  reads are the gemm helper's own), the copies running two k-tiles ahead. The diagnostic
   ``_mmasp`` row (``GEMM_SP_MMA``: 128 threads, four warps of 64x64 on ``mma.sp`` m16n8k32,
   ``HMMA.SP.16832.F32``) is the configuration before the sparse wgmma. Neither is tuned nor
   measured on the H200 yet.

@@ -56,6 +56,10 @@ class Intrinsic:
     issues the same TMA load into every block of a cluster (a mask after the shared
     destination), "" when there is none. ``dtypes``: for a typed function (the atomics), each
     element type it takes with the oldest architecture (``sm`` number) that has it.
+    ``own_registers``: a wgmma gemm that builds registers of its own which its group reads
+    until it retires (wgmma.mma_async.sp's metadata, loaded from shared memory inside the
+    helper): they die when the call returns, so its group may not stay in flight past the
+    call (a pipelined loop retires it with ``wait_group 0``, never ``1``).
     ``ticket``: it returns the previous value of the element its pointer (argument 1) names
     and adds its value (argument 2) to it; a call adding a positive integer constant is a
     *step*, and the steps of any threads on one element return distinct values (tickets)
@@ -72,6 +76,7 @@ class Intrinsic:
     multicast: str = ""
     dtypes: tuple[tuple[str, int], ...] = ()
     ticket: bool = False
+    own_registers: bool = False
 
 
 def _table(*entries: Intrinsic) -> dict[str, Intrinsic]:
@@ -107,9 +112,10 @@ TABLE = _table(
     Intrinsic("tw_mma_sync_s4", MMA, ("readwrite", "read", "read"), "gemm", local=True),
     Intrinsic("tw_gemm_wgmma", WGMMA, _GEMM_ARGS, "wgmma", in_flight=True),
     Intrinsic("tw_gemm_wgmma_rs", WGMMA, _GEMM_ARGS, "wgmma", in_flight=True),
-    # A (kept values), B, C, the warpgroup, the metadata E (read by ordinary loads at issue)
+    # A (kept values), B, C, the warpgroup, the metadata E (read by ordinary loads at issue
+    # into the metadata registers the wgmma.sp reads until its group retires)
     Intrinsic("tw_gemm_wgmma_sp", WGMMA, ("read", "read", "readwrite", "", "read"), "wgmma",
-              in_flight=True),
+              in_flight=True, own_registers=True),
     Intrinsic("tw_wgmma_wait", WGMMA, (), "wgmma_wait", completes=True),
     Intrinsic("tw_wgmma_pack", WGMMA, ("write", "", ""), local=True),
     *(Intrinsic(name, BASE, ("atomic", ""), dtypes=_ATOMIC_DTYPES[kind], ticket=kind == "add")

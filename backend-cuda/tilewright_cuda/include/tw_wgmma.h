@@ -146,6 +146,9 @@ struct tw_wgmma_operand {
 // wait_group that retires its group. The emulation computes each instruction's products when
 // it is issued and again when it is retired, adds them to the accumulators at retirement,
 // and aborts when the two differ: shared memory under a wgmma in flight was overwritten.
+// A wgmma.sp reads its metadata register until it retires too, and tw_gemm_wgmma_sp loads
+// that register itself, so it dies when the gemm returns: a wait that leaves a group holding
+// a wgmma.sp in flight aborts (on the GPU the next code reuses the register under it).
 // Products are summed in float: exact for int8 (32 products of at most 2^14 each).
 struct tw_wgmma_op {
   void* d;  // float*, int* for TW_WGMMA_S8
@@ -284,6 +287,16 @@ inline void tw_wgmma_wait() {
     }
     groups.erase(groups.begin());
   }
+  for (auto& group : groups)
+    for (auto& op : group)
+      if (op.sparse) {
+        std::fprintf(stderr, "tw emulation: block (%u, %u, %u) thread %u: a wgmma.sp left in "
+                     "flight "
+                     "past tw_wgmma_wait<%d>: its metadata register is dead once "
+                     "tw_gemm_wgmma_sp returns\n",
+                     blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x, N);
+        __trap();
+      }
 }
 #endif
 

@@ -15,7 +15,9 @@ calls only side-effect-free operators or intrinsics the table marks ``local``, h
 barrier, mbarrier or fence, and touches neither the accumulator nor a register A operand of
 the group in flight. Anything else -- a shared or global store (which could overwrite a
 shared operand, or memory the pool places there), a barrier (after which other threads
-could), another gemm, an unknown call -- stops it. The wait stays in its sequence, so every
+could), another gemm, an unknown call -- stops it. A gemm whose group reads registers of its
+own (``own_registers``: wgmma.sp's metadata, dead once the call returns, free for the code
+after it) keeps its wait right after it. The wait stays in its sequence, so every
 thread of the warpgroup still executes it under the same control flow. A kernel that keeps
 groups in flight on purpose (``wait_group 1`` in a pipelined loop) is left as it is.
 
@@ -58,7 +60,8 @@ def _defer(items: list) -> list | None:
                 continue
             out.append(pending[0])
             pending = None
-        if intrinsics.extern_name(stmt) == _WAIT_ALL and k and _is_wgmma(items[k - 1]):
+        if intrinsics.extern_name(stmt) == _WAIT_ALL and k and _is_wgmma(items[k - 1]) and \
+                not intrinsics.of(items[k - 1]).own_registers:
             pending = (stmt, _held(items[k - 1]))
             continue
         out.append(stmt)

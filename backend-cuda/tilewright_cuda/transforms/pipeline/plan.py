@@ -188,9 +188,11 @@ def wgmma_can_overlap(consumers: list, tiles: list) -> bool:
     """Whether the loop's wgmma gemms may leave their group in flight into the next
     iteration: each reads only the pipelined tiles or shared tiles nothing in the loop
     writes, and its accumulator is touched by nothing else in the loop (not cleared, not
-    read element-wise as FlashAttention's scores are)."""
+    read element-wise as FlashAttention's scores are), and none is a gemm whose group reads
+    registers of the call's own (``own_registers``: wgmma.sp's metadata, dead once the call
+    returns; left in flight, the next iteration's code reuses them under the wgmma.sp)."""
     calls = [c for s in consumers for c in wgmma_calls(s)]
-    if not calls:
+    if not calls or any(intrinsics.of(c).own_registers for c in calls):
         return False
     without = [tvm_ffi.structural_map(s, (tirx.Evaluate, lambda e: tirx.Evaluate(0) if
                                           wgmma_calls(e) else e)) for s in consumers]
