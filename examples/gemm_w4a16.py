@@ -62,7 +62,9 @@ def w4a16_gemm(M, N, K, group=128, dtype="float16", block_M=16, block_N=128, blo
         if overlap:
             # step kp: k-tiles e = 2 kp (A_s, Q_s into W_s) and o = e + 1 (Q_t into W_t);
             # the gemm of o runs in step kp + 1 (its activations A_p loaded then) beside the
-            # dequantisation of e + 2, the last one after the loop
+            # dequantisation of e + 2, the last one after the loop. Each gemm comes before
+            # the dequantisation beside it: ptxas then interleaves e's HMMAs with o's
+            # dequantisation (the branch keeps the first pair apart)
             A_p = T.alloc_shared((block_M, block_K), dtype)
             Q_t = T.alloc_shared((block_N, block_K // 2), "uint8")
             W_t = T.alloc_shared((block_N, block_K), dtype)
@@ -74,11 +76,11 @@ def w4a16_gemm(M, N, K, group=128, dtype="float16", block_M=16, block_N=128, blo
                 T.copy(Q[bx * block_N, k0 // 2], Q_s)
                 T.copy(A[by * block_M, T.max(k0 - block_K, base)], A_p)
                 T.copy(Q[bx * block_N, (k0 + block_K) // 2], Q_t)
-                dequantise(Q_s, W_s, Scales, Zeros, bx, k0)
                 if kp > 0:
                     T.gemm(A_p, W_t, C_l, transpose_B=True)
-                dequantise(Q_t, W_t, Scales, Zeros, bx, k0 + block_K)
+                dequantise(Q_s, W_s, Scales, Zeros, bx, k0)
                 T.gemm(A_s, W_s, C_l, transpose_B=True)
+                dequantise(Q_t, W_t, Scales, Zeros, bx, k0 + block_K)
             T.copy(A[by * block_M, base + (k_tiles - 1) * block_K], A_l)
             T.gemm(A_l, W_t, C_l, transpose_B=True)
         else:

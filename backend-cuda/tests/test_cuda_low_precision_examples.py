@@ -250,9 +250,9 @@ def test_w4a16_overlap_is_bit_identical_to_the_default_in_emulation(tmp_path, ti
             loop = loop[:loop.index("\n  }\n")]
             assert loop.count("__syncthreads();") == 2  # two k-tiles a step
             assert loop.count("tw_gemm_mma_rf<") == 2 and loop.count("tw_dequant_u4x8_f16(") == 2
-            # no barrier between a dequantisation and the gemm that follows it
+            # no barrier between a gemm and the dequantisation that follows it
             for part in loop.split("__syncthreads();")[1:]:
-                assert part.index("tw_dequant_u4x8_f16(") < part.index("tw_gemm_mma_rf<")
+                assert part.index("tw_gemm_mma_rf<") < part.index("tw_dequant_u4x8_f16(")
         out[overlap] = torch.full((m, n), float("nan"), dtype=torch.float16)
         hostemu.run(text, lowered.source.payload, tmp_path / str(overlap), a, q, scales, zeros,
                     out[overlap])
