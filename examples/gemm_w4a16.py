@@ -25,14 +25,32 @@ from tilewright.profiler import do_bench
 
 @tilewright.jit(out_idx=[4])
 def w4a16_gemm(M, N, K, group=128, dtype="float16", block_M=16, block_N=128, block_K=128,
-               threads=128, num_stages=3, splits=1, combine_N=256):
+               threads=128, num_stages=3, splits=1, combine_N=256, overlap=False):
     """The kernel: K a multiple of ``block_K * splits``, ``block_K`` a multiple of 2; with
     ``splits`` > 1, two kernels (the slices' partial sums, then their sum in blocks of
-    ``combine_N`` columns of a row)."""
+    ``combine_N`` columns of a row).
+
+    ``overlap`` (a diagnostic; off by default) keeps two float16 tiles and takes k-tiles two
+    a step (an even number of them a slice): while one k-tile is dequantised into one tile,
+    the gemm of the previous k-tile reads the other, so one barrier a k-tile separates
+    them instead of two, and a warp's dequantisation and gemm instructions can interleave.
+    The same dequantisation and the same k order: the result is bit-identical."""
     if splits < 1 or K % (block_K * splits):
         raise ValueError(f"K={K} must be a multiple of block_K * splits = {block_K} * "
                          f"{splits}")
     k_tiles = K // block_K // splits  # per slice
+    if overlap and k_tiles % 2:
+        raise ValueError(f"overlap takes k-tiles two at a time: an even number of them a "
+                         f"slice (K={K}, block_K={block_K}, splits={splits})")
+
+    @T.macro
+    def dequantise(Q_s, W_s, Scales, Zeros, bx, k0):
+        """W_s = the codes Q_s of the k-tile at k0, dequantised."""
+        for i, j in T.Parallel(block_N, block_K):
+            # a partial column tile's rows past N dequantise row N - 1 (not stored)
+            n, g = T.min(bx * block_N + i, N - 1), (k0 + j) // group
+            code = T.cast(T.unpack(Q_s[i, j // 2], j % 2, 4), dtype)
+            W_s[i, j] = (code - Zeros[n, g]) * Scales[n, g]
 
     @T.macro
     def slice_product(A, Q, Scales, Zeros, C_l, bx, by, bz):
@@ -41,16 +59,37 @@ def w4a16_gemm(M, N, K, group=128, dtype="float16", block_M=16, block_N=128, blo
         Q_s = T.alloc_shared((block_N, block_K // 2), "uint8")
         W_s = T.alloc_shared((block_N, block_K), dtype)
         T.clear(C_l)
-        for ko in T.Pipelined(k_tiles, num_stages=num_stages):
-            k0 = (bz * k_tiles + ko) * block_K
-            T.copy(A[by * block_M, k0], A_s)
-            T.copy(Q[bx * block_N, k0 // 2], Q_s)
-            for i, j in T.Parallel(block_N, block_K):
-                # a partial column tile's rows past N dequantise row N - 1 (not stored)
-                n, g = T.min(bx * block_N + i, N - 1), (k0 + j) // group
-                code = T.cast(T.unpack(Q_s[i, j // 2], j % 2, 4), dtype)
-                W_s[i, j] = (code - Zeros[n, g]) * Scales[n, g]
-            T.gemm(A_s, W_s, C_l, transpose_B=True)
+        if overlap:
+            # step kp: k-tiles e = 2 kp (A_s, Q_s into W_s) and o = e + 1 (Q_t into W_t);
+            # the gemm of o runs in step kp + 1 (its activations A_p loaded then) beside the
+            # dequantisation of e + 2, the last one after the loop. Each gemm comes before
+            # the dequantisation beside it: ptxas then interleaves e's HMMAs with o's
+            # dequantisation (the branch keeps the first pair apart)
+            A_p = T.alloc_shared((block_M, block_K), dtype)
+            Q_t = T.alloc_shared((block_N, block_K // 2), "uint8")
+            W_t = T.alloc_shared((block_N, block_K), dtype)
+            A_l = T.alloc_shared((block_M, block_K), dtype)  # A_s outside the loop unpipelines it
+            base = bz * k_tiles * block_K
+            for kp in T.Pipelined(k_tiles // 2, num_stages=num_stages):
+                k0 = base + 2 * kp * block_K
+                T.copy(A[by * block_M, k0], A_s)
+                T.copy(Q[bx * block_N, k0 // 2], Q_s)
+                T.copy(A[by * block_M, T.max(k0 - block_K, base)], A_p)
+                T.copy(Q[bx * block_N, (k0 + block_K) // 2], Q_t)
+                if kp > 0:
+                    T.gemm(A_p, W_t, C_l, transpose_B=True)
+                dequantise(Q_s, W_s, Scales, Zeros, bx, k0)
+                T.gemm(A_s, W_s, C_l, transpose_B=True)
+                dequantise(Q_t, W_t, Scales, Zeros, bx, k0 + block_K)
+            T.copy(A[by * block_M, base + (k_tiles - 1) * block_K], A_l)
+            T.gemm(A_l, W_t, C_l, transpose_B=True)
+        else:
+            for ko in T.Pipelined(k_tiles, num_stages=num_stages):
+                k0 = (bz * k_tiles + ko) * block_K
+                T.copy(A[by * block_M, k0], A_s)
+                T.copy(Q[bx * block_N, k0 // 2], Q_s)
+                dequantise(Q_s, W_s, Scales, Zeros, bx, k0)
+                T.gemm(A_s, W_s, C_l, transpose_B=True)
 
     @T.prim_func
     def main(A: T.Tensor((M, K), dtype), Q: T.Tensor((N, K // 2), "uint8"),

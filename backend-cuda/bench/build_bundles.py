@@ -172,23 +172,35 @@ def cases(quick: bool):
     # reaches 1.3 TB/s): _s8, 8 slices two stages deep (56 KB: all 512 blocks resident, 4 an
     # SM, 8 k-tiles each); _s8t256, the same with 256 threads (half the dequantisation a
     # thread, 32 warps an SM); _t256, the default with 256 threads; _k256, 256-deep k-tiles
-    # two stages deep (112 KB, 2 an SM: half the barriers and scale loads a weight)
+    # two stages deep (112 KB, 2 an SM: half the barriers and scale loads a weight).
+    # Structure rows (option overlap: two float16 tiles, k-tile e + 1 dequantised while
+    # e's gemm runs, one barrier a k-tile instead of two; two k-tiles a pipeline stage):
+    # _overlap, the default's 4 slices two stages deep (2 x 2 k-tiles in flight), built for 2
+    # blocks an SM (cuda.blocks_per_sm: the tail's activation tile shares bytes with a
+    # pipeline version, 112 KB instead of 116: all 256 blocks resident); _overlap_k64,
+    # 64-deep k-tiles, two stages deep (58 KB: 3 an SM; as many barriers a weight as the
+    # default, none between a tile's dequantisation and the gemm beside it). No _s8 form:
+    # 8 slices at 2 (or 3) blocks an SM would run in two waves
     for m, n in W4A16_SIZES[size]:
-        for suffix, change in (("", {}), ("_nosplit", {"splits": 1}), ("_n64", {"block_N": 64}),
-                               ("_s8", {"splits": 8, "num_stages": 2}),
-                               ("_s8t256", {"splits": 8, "num_stages": 2, "threads": 256}),
-                               ("_t256", {"threads": 256}),
-                               ("_k256", {"block_K": 256, "num_stages": 2})):
+        for suffix, change, configs in (
+                ("", {}, {}), ("_nosplit", {"splits": 1}, {}), ("_n64", {"block_N": 64}, {}),
+                ("_s8", {"splits": 8, "num_stages": 2}, {}),
+                ("_s8t256", {"splits": 8, "num_stages": 2, "threads": 256}, {}),
+                ("_t256", {"threads": 256}, {}),
+                ("_k256", {"block_K": 256, "num_stages": 2}, {}),
+                ("_overlap", {"overlap": True, "num_stages": 2}, {"cuda.blocks_per_sm": 2}),
+                ("_overlap_k64", {"overlap": True, "block_K": 64, "num_stages": 2}, {})):
             if quick and suffix:
                 continue
             config = {**kernels.W4A16, **change}
             yield (f"w4a16_m{m}_{n}{suffix}",
                    {"kind": "w4a16", "M": m, "N": n, "K": n, "group": 128,
-                    "dtype": "float16", "config": config},
+                    "dtype": "float16", "config": config,
+                    **({"pass_configs": configs} if configs else {})},
                    kernels.w4a16_gemm.fn(m, n, n, 128, **config),
                    # dequantised eight codes a call into 16-byte stores (include/tw_dequant.h),
                    # not a code a thread through an integer-to-float conversion
-                   ["LDGSTS.E.BYPASS.128", "HMMA.16816.F32", "STS.128", "!I2F.F16"], {})
+                   ["LDGSTS.E.BYPASS.128", "HMMA.16816.F32", "STS.128", "!I2F.F16"], configs)
     # 2:4 sparse A against the dense cuBLAS GEMM: the sparse wgmma (HGMMA.SP, no dense
     # tensor-core instruction); diagnostic rows (not in the smoke run): mma.sp over warp tiles,
     # and the sparse wgmma with 2 and 4 stages (the copies 1 and 3 k-tiles ahead of the

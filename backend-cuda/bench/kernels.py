@@ -47,7 +47,9 @@ Configurations (sm_90a, chosen for H100/H200):
   weight, a modelled 2.7x instead of 2.2x the float16 matmul). The ``_nosplit`` rows are the
   one-slice kernel, the ``_n64`` rows 64-column tiles (512 blocks, four per SM), for
   comparison; the ``_s8``, ``_s8t256``, ``_t256`` and ``_k256`` rows try more blocks or warps
-  an SM and fewer barriers a weight (``build_bundles.py`` says which).
+  an SM and fewer barriers a weight, the ``_overlap`` and ``_overlap_k64`` rows the
+  ``overlap`` structure (two float16 tiles: a k-tile's gemm beside the next one's
+  dequantisation, one barrier a k-tile; ``build_bundles.py`` says which).
 - 2:4 sparse float16 GEMM (``examples/gemm_sp.py``, ``GEMM_SP``): 128x128x64 tiles, 256
   threads = two warpgroups of 64 rows on the sparse wgmma (``wgmma.mma_async.sp`` m64n128k32,
   ``HGMMA.SP.64x128x32.F32``), 3 stages of kept values, int16 metadata and B; each k-tile's

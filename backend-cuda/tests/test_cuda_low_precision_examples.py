@@ -224,6 +224,59 @@ def test_w4a16_on_wgmma_dequantises_in_the_consumer_warpgroup(tmp_path):
     torch.testing.assert_close(c.double(), want, rtol=1e-2, atol=1e-2 * want.abs().mean())
 
 
+@pytest.mark.emulator
+@pytest.mark.parametrize(("tile", "configs"), [
+    ({"splits": 1, "num_stages": 2}, {}),                 # 16 k-tiles, 8 steps
+    ({"splits": 2, "num_stages": 3}, {}),                 # 8 k-tiles a slice
+    ({"splits": 4, "num_stages": 2}, {"cuda.blocks_per_sm": 2}),  # the bench's _overlap
+    ({"splits": 4, "num_stages": 2, "block_K": 64}, {}),  # _overlap_k64
+])
+def test_w4a16_overlap_is_bit_identical_to_the_default_in_emulation(tmp_path, tile, configs):
+    # overlap's two float16 tiles: k-tile e + 1 dequantised while e's gemm runs, one barrier
+    # a k-tile; the same dequantisation and k order as the default, so the same bits (decode
+    # rows, a partial column tile, 16 groups a row; at 2 blocks an SM the tail's activations
+    # share bytes with a pipeline version)
+    m, n, k, group = 5, 200, 2048, 128
+    gen = torch.Generator().manual_seed(8)
+    a = torch.randn(m, k, generator=gen).half()
+    q, scales, zeros = w4.quantize(torch.randn(n, k, generator=gen).half(), group)
+    out = {}
+    for overlap in (False, True):
+        lowered = tilewright.lower(w4.w4a16_gemm.fn(m, n, k, group, overlap=overlap, **tile),
+                                   "cuda -arch=sm_90a", pass_configs=configs)
+        text = lowered.source.text
+        if overlap:
+            loop = text[text.index("for (int kp = 0;"):]
+            loop = loop[:loop.index("\n  }\n")]
+            assert loop.count("__syncthreads();") == 2  # two k-tiles a step
+            assert loop.count("tw_gemm_mma_rf<") == 2 and loop.count("tw_dequant_u4x8_f16(") == 2
+            # no barrier between a gemm and the dequantisation that follows it
+            for part in loop.split("__syncthreads();")[1:]:
+                assert part.index("tw_gemm_mma_rf<") < part.index("tw_dequant_u4x8_f16(")
+        out[overlap] = torch.full((m, n), float("nan"), dtype=torch.float16)
+        hostemu.run(text, lowered.source.payload, tmp_path / str(overlap), a, q, scales, zeros,
+                    out[overlap])
+    assert torch.equal(out[True], out[False])
+    want = a.double() @ w4.dequantize(q, scales, zeros).double().T
+    torch.testing.assert_close(out[True].double(), want, rtol=1e-2,
+                               atol=1e-2 * want.abs().mean())
+
+
+@pytest.mark.nvcc
+@pytest.mark.sass
+@pytest.mark.parametrize("tile", [{"splits": 4, "num_stages": 2},
+                                  {"splits": 4, "num_stages": 2, "block_K": 64}])
+def test_w4a16_overlap_feeds_hmma_without_spills(tmp_path, tile):
+    code = _sass(w4.w4a16_gemm.fn(16, 8192, 8192, overlap=True, **tile), "sm_90a", tmp_path)
+    assert "HMMA.16816.F32" in code and "LDGSTS.E.BYPASS.128" in code
+    assert "STS.128" in code and "I2F.F16" not in code
+
+
+def test_w4a16_overlap_takes_k_tiles_two_at_a_time():
+    with pytest.raises(ValueError, match="even number"):
+        w4.w4a16_gemm.fn(1, 1024, 1024, splits=8, overlap=True)
+
+
 def test_w4a16_slices_must_divide_k():
     with pytest.raises(ValueError, match=r"K=1024 must be a multiple of block_K \* splits "
                                          r"= 128 \* 3"):

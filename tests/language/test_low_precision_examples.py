@@ -73,6 +73,23 @@ def test_w4a16_matches_torch(target, splits):
     torch.testing.assert_close(got.double(), want, rtol=1e-2, atol=1e-2 * want.abs().mean())
 
 
+@pytest.mark.parametrize(("target", "splits"), [("interp", 1), ("cpu", 2)])
+def test_w4a16_overlap_gives_the_default_bits(target, splits):
+    # overlap: k-tiles two a step, two float16 tiles, the odd k-tile's gemm a step later;
+    # the same products in the same k order as the default
+    m, n, k, group = 7, 96, 1024, 64
+    gen = torch.Generator().manual_seed(3)
+    a = torch.randn(m, k, generator=gen).half()
+    q, scales, zeros = w4.quantize(torch.randn(n, k, generator=gen).half(), group)
+    got = {overlap: tilewright.compile(
+        w4.w4a16_gemm.fn(m, n, k, group, block_N=64, splits=splits, overlap=overlap),
+        out_idx=[4], target=target)(a, q, scales, zeros) for overlap in (False, True)}
+    assert torch.equal(got[True], got[False])
+    want = a.double() @ w4.dequantize(q, scales, zeros).double().T
+    torch.testing.assert_close(got[True].double(), want, rtol=1e-2,
+                               atol=1e-2 * want.abs().mean())
+
+
 def test_quantize_round_trips_within_half_a_step():
     w = torch.randn(8, 256).half()
     q, scales, zeros = w4.quantize(w, 128)
