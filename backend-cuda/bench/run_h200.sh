@@ -36,8 +36,10 @@ case "${1:-}" in
     ;;
   pack)
     mkdir -p "$root/.devpack"
-    grep -qx '/.devpack/' "$root/.git/info/exclude" 2>/dev/null || \
-      echo '/.devpack/' >> "$root/.git/info/exclude"
+    exclude="$(git -C "$root" rev-parse --path-format=absolute --git-path info/exclude \
+               2>/dev/null || echo "$root/.git/info/exclude")"  # a worktree's .git is a file
+    mkdir -p "$(dirname "$exclude")"
+    grep -qx '/.devpack/' "$exclude" 2>/dev/null || echo '/.devpack/' >> "$exclude"
     skip=(--exclude=bundles/quick)
     [ "${2:-}" = "--quick" ] && skip=()
     tar -C "$here" -cf - "${skip[@]}" bundles | xz -T0 -4 > "$root/.devpack/bundles.tar.xz"
