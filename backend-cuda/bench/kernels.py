@@ -56,8 +56,9 @@ Configurations (sm_90a, chosen for H100/H200):
   wgmma.sp group retires before the next k-tile (``wait_group 0``: the metadata registers it
   reads are the gemm helper's own), the copies running two k-tiles ahead. The diagnostic
   ``_mmasp`` row (``GEMM_SP_MMA``: 128 threads, four warps of 64x64 on ``mma.sp`` m16n8k32,
-  ``HMMA.SP.16832.F32``) is the configuration before the sparse wgmma. Neither is tuned nor
-  measured on the H200 yet.
+  ``HMMA.SP.16832.F32``) is the configuration before the sparse wgmma. Neither is tuned; on
+  the H200 (2026-12-04) ``_mmasp`` ran at 0.66x dense cuBLAS and the sparse-wgmma row was wrong
+  before the ``wait_group 0`` fix, which has not run there yet.
 - int8 GEMM (``gemm_low_precision``, ``INT8_GEMM``): 128x256x128 tiles (128-byte k-tiles, as
   the fp8 rows), 256 threads = two warpgroups on ``wgmma.mma_async`` m64n256k32 .s32.s8.s8
   (``IGMMA.64x256x32.S8.S8``), 3 stages filled by TMA, int32 C against ``torch._int_mm``. Not

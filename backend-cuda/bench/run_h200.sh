@@ -23,14 +23,15 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
+pythonpath="$root/core${PYTHONPATH:+:$PYTHONPATH}"  # the harness runs the source tree
 case "${1:-}" in
   build)
     shift
     py="${PYTHON:-$root/.venv/bin/python}"
     "$py" "$here/build_bundles.py" --out "$here/bundles" "$@"
-    PYTHONPATH="$root/core${PYTHONPATH:+:$PYTHONPATH}" "$py" "$here/harness.py" --bundles "$here/bundles" --list
+    PYTHONPATH="$pythonpath" "$py" "$here/harness.py" --bundles "$here/bundles" --list
     if [ -d "$here/bundles/quick" ]; then
-      PYTHONPATH="$root/core${PYTHONPATH:+:$PYTHONPATH}" "$py" "$here/harness.py" --bundles "$here/bundles" --quick --list
+      PYTHONPATH="$pythonpath" "$py" "$here/harness.py" --bundles "$here/bundles" --quick --list
     fi
     du -sh "$here/bundles"
     ;;
@@ -52,7 +53,7 @@ case "${1:-}" in
     fi
     mkdir -p "$out"
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$out/gpu.txt" || true
-    PYTHONPATH="$root/core${PYTHONPATH:+:$PYTHONPATH}" "${PYTHON:-python}" "$here/harness.py" --bundles "$here/bundles" \
+    PYTHONPATH="$pythonpath" "${PYTHON:-python}" "$here/harness.py" --bundles "$here/bundles" \
       --out "$out" "${@:3}"
     ;;
   *)
