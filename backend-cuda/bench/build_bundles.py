@@ -140,19 +140,18 @@ def cases(quick: bool):
     # fp8 on sm_90a: wgmma on the 8-bit tiles TMA loads (QGMMA), never unpacked to fp16 for
     # HMMA (what ptxas makes of fp8 mma.sync on Hopper); diagnostic rows (not in the smoke
     # run): tensor scales on 128x128 tiles, and the TMA loads issued in order; block scales
-    # (the per-k-tile promotion, examples/gemm_fp8_scaled.py): _fused one FFMA an element
-    # (a_scale * b_scale first), _overlap k-tile ko's wgmma in flight while ko - 1's product
-    # is promoted, _overlap_fused both, _s4 four stages, _fused_s4, _nows TMA in order
+    # (the per-k-tile promotion, examples/gemm_fp8_scaled.py; the default one FFMA an element,
+    # a_scale * b_scale first, four stages: 0.70-0.75x where the FMUL + FFMA form measured
+    # 0.54-0.65x, RESULTS.md): _unfused the FMUL + FFMA form, _s3 three stages, _overlap
+    # k-tile ko's wgmma in flight while ko - 1's product is promoted, _nows TMA in order
     for n in GEMM_SIZES[size]:
         for layout, suffix, change, configs in (
                 ("tensor", "", {}, {}), ("token", "", {}, {}), ("block", "", {}, {}),
                 ("tensor", "_128x128", {"block_N": 128}, {}),
                 ("tensor", "_nows", {}, IN_ORDER),
-                ("block", "_fused", {"fused_scale": True}, {}),
-                ("block", "_overlap", {"overlap": True}, {}),
-                ("block", "_overlap_fused", {"overlap": True, "fused_scale": True}, {}),
-                ("block", "_s4", {"num_stages": 4}, {}),
-                ("block", "_fused_s4", {"fused_scale": True, "num_stages": 4}, {}),
+                ("block", "_unfused", {"fused_scale": False}, {}),
+                ("block", "_s3", {"num_stages": 3}, {}),
+                ("block", "_overlap", {"overlap": True, "num_stages": 3}, {}),
                 ("block", "_nows", {}, IN_ORDER)):
             if quick and suffix:
                 continue
@@ -164,32 +163,25 @@ def cases(quick: bool):
                    kernels.fp8_gemm_scaled.fn(n, n, n, layout, **config),
                    [f"QGMMA.64x{config['block_N']}x32.F32.E4M3.E4M3", "UTMALDG.2D", "!HMMA",
                     "!F2FP.F16.E4M3"], configs)
-    # W4A16 in slices of K (kernels.W4A16: two kernels, the partial sums then their sum);
+    # W4A16 in slices of K (kernels.W4A16: two kernels, the partial sums then their sum; 8
+    # slices two stages deep, 56 KB: all 512 blocks resident, 4 an SM, 8 k-tiles each --
+    # 1.53x / 1.24x at M = 1 / 16 on the H200, ahead of the 4-slice form's 1.41x / 1.17x);
     # diagnostic rows (not in the smoke run): _nosplit, the one-slice kernel; _n64, 64
     # columns a block (4 warps of 16: each warp's ldmatrix reads of the activations serve
-    # half the columns, 7.5 instead of 6.25 bytes of shared-memory traffic per weight).
-    # Occupancy rows (the default runs 256 blocks, 2 an SM at 80 KB, 16 k-tiles each, and
-    # reaches 1.3 TB/s): _s8, 8 slices two stages deep (56 KB: all 512 blocks resident, 4 an
-    # SM, 8 k-tiles each); _s8t256, the same with 256 threads (half the dequantisation a
-    # thread, 32 warps an SM); _t256, the default with 256 threads; _k256, 256-deep k-tiles
-    # two stages deep (112 KB, 2 an SM: half the barriers and scale loads a weight).
-    # Structure rows (option overlap: two float16 tiles, k-tile e + 1 dequantised while
-    # e's gemm runs, one barrier a k-tile instead of two; two k-tiles a pipeline stage):
-    # _overlap, the default's 4 slices two stages deep (2 x 2 k-tiles in flight), built for 2
-    # blocks an SM (cuda.blocks_per_sm: the tail's activation tile shares bytes with a
-    # pipeline version, 112 KB instead of 116: all 256 blocks resident); _overlap_k64,
-    # 64-deep k-tiles, two stages deep (58 KB: 3 an SM; as many barriers a weight as the
-    # default, none between a tile's dequantisation and the gemm beside it). No _s8 form:
-    # 8 slices at 2 (or 3) blocks an SM would run in two waves
+    # half the columns, 7.5 instead of 6.25 bytes of shared-memory traffic per weight);
+    # _s4, 4 slices four stages deep (80 KB, 2 an SM: the default until 2026-12-04); _t256,
+    # 256 threads (half the dequantisation a thread, 32 warps an SM); _overlap, option
+    # overlap (two float16 tiles, k-tile e + 1 dequantised while e's gemm runs, one barrier a
+    # k-tile instead of two; two k-tiles a pipeline stage) on 4 slices two stages deep, built
+    # for 2 blocks an SM (cuda.blocks_per_sm: the tail's activation tile shares bytes with a
+    # pipeline version, 112 KB instead of 116: all 256 blocks resident)
     for m, n in W4A16_SIZES[size]:
         for suffix, change, configs in (
-                ("", {}, {}), ("_nosplit", {"splits": 1}, {}), ("_n64", {"block_N": 64}, {}),
-                ("_s8", {"splits": 8, "num_stages": 2}, {}),
-                ("_s8t256", {"splits": 8, "num_stages": 2, "threads": 256}, {}),
+                ("", {}, {}), ("_nosplit", {"splits": 1, "num_stages": 4}, {}),
+                ("_n64", {"block_N": 64}, {}),
+                ("_s4", {"splits": 4, "num_stages": 4}, {}),
                 ("_t256", {"threads": 256}, {}),
-                ("_k256", {"block_K": 256, "num_stages": 2}, {}),
-                ("_overlap", {"overlap": True, "num_stages": 2}, {"cuda.blocks_per_sm": 2}),
-                ("_overlap_k64", {"overlap": True, "block_K": 64, "num_stages": 2}, {})):
+                ("_overlap", {"overlap": True, "splits": 4}, {"cuda.blocks_per_sm": 2})):
             if quick and suffix:
                 continue
             config = {**kernels.W4A16, **change}

@@ -275,7 +275,7 @@ def dequantising() -> list[Check]:
     """The examples' scaled fp8 GEMM in each scale layout and W4A16 GEMM, in their benchmark
     configurations (``kernels.py``), at small sizes."""
     out = []
-    # a partial row tile, 2 x 2 blocks, 9 k-tiles and scale groups along K (3 stages wrapped)
+    # a partial row tile, 2 x 2 blocks, 9 k-tiles and scale groups along K (the stages wrapped)
     m, n, k = 200, 256, 1152
     for layout in kernels.FP8_TILES:
         config = kernels.fp8_config(layout)
@@ -284,10 +284,11 @@ def dequantising() -> list[Check]:
             lambda layout=layout, config=config: kernels.fp8_gemm_scaled.fn(
                 m, n, k, layout, **config),
             lambda layout=layout: [_fp8_scaled_run(m, n, k, layout)], k))
-    # decode rows, 5 column tiles, 48 groups a row: 12 k-tiles a split (4 splits), 3 times
-    # the 4 stages
+    # decode rows, 5 column tiles, 48 groups a row: 6 k-tiles a split (8 splits), 3 times
+    # the 2 stages (the one-slice form: 48 k-tiles, 12 times its 4 stages)
     rows, cols, depth = 5, 320, 6144
-    for suffix, config in (("", kernels.W4A16), ("_nosplit", {**kernels.W4A16, "splits": 1})):
+    one_slice = {**kernels.W4A16, "splits": 1, "num_stages": 4}
+    for suffix, config in (("", kernels.W4A16), ("_nosplit", one_slice)):
         out.append(Check(f"example-gemm_w4a16{suffix}", "example", "float16",
                          lambda config=config: kernels.w4a16_gemm.fn(rows, cols, depth, 128,
                                                                      **config),

@@ -33,23 +33,21 @@ Configurations (sm_90a, chosen for H100/H200):
   filled by TMA (the warp-specialised loop, the compiler's default), bfloat16 out. Tensor and
   token scales: 128x256 tiles (``QGMMA.64x256x32``, 3 x 48 KB of shared memory, the GEMM
   rows' tile); block scales: 128x128 (``QGMMA.64x128x32``; a k-tile is one scale group and
-  a column tile lies in one 128-row block of B). Not measured on the H200 yet; the
-  ``_128x128`` and ``_nows`` rows (tensor scales: 128x128 tiles, TMA issued in order) are
-  there to choose from. (Before wgmma took 8-bit operands, ptxas ran the fp8 ``mma.sync`` as
+  a column tile lies in one 128-row block of B), four stages, each k-tile's product promoted
+  with one FFMA an element (``fused_scale``: 0.70-0.75x rowwise ``_scaled_mm`` on the H200,
+  where the FMUL + FFMA form measured 0.54-0.65x; RESULTS.md, 2026-12-04). (Before wgmma
+  took 8-bit operands, ptxas ran the fp8 ``mma.sync`` as
   fp16 HMMA after unpacking, and 128-deep k-tiles spilled outside the block layout.)
 - W4A16 (``examples/gemm_w4a16.py``), decode shapes: 16-row, 128-column tiles, 128-deep
-  k-tiles, 4 stages of codes and activations in flight, K in 4 slices (split-K: 64 x 4 = 256
-  blocks for N = 8192, two per SM at 80 KB of shared memory each, where one slice gave 64
-  blocks and too few loads in flight to fill the memory pipe); the slices' float32 partial
-  sums (4 x M x N) added by a second kernel. 128 columns rather than 64 because shared memory,
-  not DRAM, bounds this kernel in the model of RESULTS.md: each warp's reads of the activation
-  tile serve 32 columns instead of 16 (6.25 instead of 7.5 bytes of shared-memory traffic a
-  weight, a modelled 2.7x instead of 2.2x the float16 matmul). The ``_nosplit`` rows are the
-  one-slice kernel, the ``_n64`` rows 64-column tiles (512 blocks, four per SM), for
-  comparison; the ``_s8``, ``_s8t256``, ``_t256`` and ``_k256`` rows try more blocks or warps
-  an SM and fewer barriers a weight, the ``_overlap`` and ``_overlap_k64`` rows the
-  ``overlap`` structure (two float16 tiles: a k-tile's gemm beside the next one's
-  dequantisation, one barrier a k-tile; ``build_bundles.py`` says which).
+  k-tiles, 2 stages of codes and activations in flight, K in 8 slices (split-K: 64 x 8 = 512
+  blocks for N = 8192, all resident, four per SM at 56 KB of shared memory each); the slices'
+  float32 partial sums (8 x M x N) added by a second kernel. Measured on the H200
+  (2026-12-04, RESULTS.md): 1.53x / 1.24x the float16 matmul at M = 1 / 16, where 4 slices
+  four stages deep (two blocks an SM, the ``_s4`` rows) gave 1.41x / 1.17x and one slice
+  (64 blocks: too few loads in flight) far less. 128 columns rather than 64 because shared
+  memory, not DRAM, bounds this kernel in the model of RESULTS.md: each warp's reads of the
+  activation tile serve 32 columns instead of 16 (6.25 instead of 7.5 bytes of shared-memory
+  traffic a weight). ``build_bundles.py`` lists the diagnostic rows.
 - 2:4 sparse float16 GEMM (``examples/gemm_sp.py``, ``GEMM_SP``): 128x128x64 tiles, 256
   threads = two warpgroups of 64 rows on the sparse wgmma (``wgmma.mma_async.sp`` m64n128k32,
   ``HGMMA.SP.64x128x32.F32``), 3 stages of kept values, int16 metadata and B; each k-tile's
@@ -89,9 +87,10 @@ ADD = {"block_M": 8, "block_N": 512, "threads": 256}
 SWIZZLE_PANEL = 16  # block rows per raster panel (T.use_swizzle), see above
 FP8_GEMM = {"block_M": 128, "block_K": 128, "threads": 256, "num_stages": 3}
 FP8_TILES = {"tensor": {"block_N": 256}, "token": {"block_N": 256},  # per scale layout,
-             "block": {"block_N": 128}}                              # see above
-W4A16 = {"block_M": 16, "block_N": 128, "block_K": 128, "threads": 128, "num_stages": 4,
-         "splits": 4}
+             "block": {"block_N": 128, "num_stages": 4,              # see above
+                       "fused_scale": True}}
+W4A16 = {"block_M": 16, "block_N": 128, "block_K": 128, "threads": 128, "num_stages": 2,
+         "splits": 8}
 GEMM_SP = {"block_M": 128, "block_N": 128, "block_K": 64, "threads": 256, "num_stages": 3}
 GEMM_SP_MMA = {**GEMM_SP, "threads": 128}  # mma.sp: the _mmasp diagnostic row
 INT8_GEMM = {"block_M": 128, "block_N": 256, "block_K": 128, "threads": 256, "num_stages": 3}

@@ -185,13 +185,13 @@ def test_w4a16_matches_torch_in_emulation(tmp_path, splits):
 
 @pytest.mark.emulator
 @pytest.mark.parametrize("tile", [
-    {"splits": 8, "num_stages": 2},                  # the bench's _s8 rows
-    {"splits": 8, "num_stages": 2, "threads": 256},  # _s8t256
-    {"splits": 4, "num_stages": 4, "threads": 256},  # _t256
-    {"splits": 4, "num_stages": 2, "block_K": 256},  # _k256
+    {"splits": 8, "num_stages": 2},                  # the bench's default W4A16 rows
+    {"splits": 8, "num_stages": 2, "threads": 256},  # _t256
+    {"splits": 4, "num_stages": 4},                  # _s4
+    {"splits": 4, "num_stages": 2, "block_K": 256},  # 256-deep k-tiles
 ])
 def test_w4a16_bench_tiles_match_torch_in_emulation(tmp_path, tile):
-    # the tile configurations of the W4A16 diagnostic bundles (bench/build_bundles.py) on
+    # the tile configurations of the W4A16 bundles (bench/build_bundles.py) on
     # sm_90a: decode rows, a partial column tile, 8 groups a row, 1 or 2 k-tiles a slice
     m, n, k, group = 5, 200, 1024, 128
     gen = torch.Generator().manual_seed(7)
@@ -229,7 +229,7 @@ def test_w4a16_on_wgmma_dequantises_in_the_consumer_warpgroup(tmp_path):
     ({"splits": 1, "num_stages": 2}, {}),                 # 16 k-tiles, 8 steps
     ({"splits": 2, "num_stages": 3}, {}),                 # 8 k-tiles a slice
     ({"splits": 4, "num_stages": 2}, {"cuda.blocks_per_sm": 2}),  # the bench's _overlap
-    ({"splits": 4, "num_stages": 2, "block_K": 64}, {}),  # _overlap_k64
+    ({"splits": 4, "num_stages": 2, "block_K": 64}, {}),  # 64-deep k-tiles
 ])
 def test_w4a16_overlap_is_bit_identical_to_the_default_in_emulation(tmp_path, tile, configs):
     # overlap's two float16 tiles: k-tile e + 1 dequantised while e's gemm runs, one barrier
