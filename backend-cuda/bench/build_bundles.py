@@ -83,12 +83,15 @@ def cases(quick: bool):
     # 128x128x2: 128x128 tiles, two blocks per SM (C direct: two blocks' shared C tiles would
     # not fit), so one block's prologue and epilogue run under the other's gemms; persistent:
     # ws with one block per SM walking the tiles (kernels.gemm_persistent), its producer
-    # warpgroup loading the next tile while the compute warpgroups store the last one.
+    # warpgroup loading the next tile while the compute warpgroups store the last one; s4:
+    # the default with a fourth stage, the shared C tile sharing bytes with the pipeline's
+    # buffers (the epilogue starts after the last k-tile's wait: 196736 bytes instead of 256 K).
     direct = {"num_stages": 4, "c_shared": False}
     both = ("float16", "bfloat16")
     for n in GEMM_SIZES[size]:
         for suffix, change, configs, copies, dtypes in (
                 ("_ws", {}, {}, "UTMALDG.2D", both),
+                ("_s4", {"num_stages": 4}, IN_ORDER, "UTMALDG.2D", both),
                 ("_cpasync", {}, CPASYNC, "LDGSTS.E.BYPASS.128", both[:1]),
                 ("_direct", direct, IN_ORDER, "UTMALDG.2D", both[:1]),
                 ("_multicast", {}, MULTICAST, "UTMALDG.2D.MULTICAST", both[:1]),

@@ -30,16 +30,19 @@ def _emulate(func, tmp_path, *args, configs=None):
 
 
 @pytest.mark.emulator
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_bundled_gemm_config_matches_torch(dtype, tmp_path):
-    # 2 x 2 blocks of the bundled 128x256x64 tile, 4 k-tiles through the 3 stages, loads
-    # issued in order (the bundle's pass configs), C through the swizzled shared tile
-    M, N, K = 256, 512, 256
+@pytest.mark.parametrize(("dtype", "stages"), [("float16", 3), ("bfloat16", 3),
+                                               ("float16", 4), ("bfloat16", 4)])
+def test_bundled_gemm_config_matches_torch(dtype, stages, tmp_path):
+    # 2 x 2 blocks of the bundled 128x256x64 tile, 10 k-tiles wrapping the 3 stages (or the
+    # _s4 rows' 4, whose shared C tile shares bytes with the pipeline's buffers), loads issued
+    # in order (the bundle's pass configs), C through the swizzled shared tile
+    M, N, K = 256, 512, 640
     torch.manual_seed(0)
     tdtype = getattr(torch, dtype)
     a, b = torch.randn(M, K).to(tdtype), torch.randn(K, N).to(tdtype)
     c = torch.full((M, N), float("nan")).to(tdtype)
-    text = _emulate(kernels.gemm.fn(M, N, K, dtype, **kernels.GEMM), tmp_path, a, b, c,
+    config = {**kernels.GEMM, "num_stages": stages}
+    text = _emulate(kernels.gemm.fn(M, N, K, dtype, **config), tmp_path, a, b, c,
                     configs=kernels.GEMM_PASS_CONFIGS)
     assert "tw_gemm_wgmma<256, 64, 256," in text  # the bundle's HGMMA.64x256x16 path
     kernel = text[text.index('extern "C" __global__'):]
