@@ -147,8 +147,9 @@ def cases(quick: bool):
     # _pingpong (cuda.wgmma_pingpong) the two consumer warpgroups take turns issuing each
     # k-tile's wgmma (BAR.SYNC before the 4 QGMMA, BAR.ARV after), so one warpgroup's 64
     # FFMA run while the tensor cores work on the other's product instead of both promoting
-    # at once; _pingpong_s5 the same five stages deep (the second warpgroup frees a stage
-    # half a k-tile later)
+    # at once; _p16 blocks in panels of 16 block rows (T.use_swizzle, as the GEMM rows: in
+    # launch order a wave of 132 blocks spans all 64 column blocks of B at 8192, 64 MB that
+    # L2 does not hold, where the block layout fell from 0.75x to 0.65x); _pingpong_p16 both
     for n in GEMM_SIZES[size]:
         for layout, suffix, change, configs in (
                 ("tensor", "", {}, {}), ("token", "", {}, {}), ("block", "", {}, {}),
@@ -159,7 +160,8 @@ def cases(quick: bool):
                 ("block", "_overlap", {"overlap": True, "num_stages": 3}, {}),
                 ("block", "_nows", {}, IN_ORDER),
                 ("block", "_pingpong", {}, PINGPONG),
-                ("block", "_pingpong_s5", {"num_stages": 5}, PINGPONG)):
+                ("block", "_p16", {"panel": kernels.SWIZZLE_PANEL}, {}),
+                ("block", "_pingpong_p16", {"panel": kernels.SWIZZLE_PANEL}, PINGPONG)):
             if quick and suffix:
                 continue
             config = {**kernels.fp8_config(layout), **change}
