@@ -37,7 +37,7 @@ def scale_shapes(layout: str, m: int, n: int, k: int) -> tuple[tuple, tuple]:
 @tilewright.jit(out_idx=[4])
 def fp8_gemm_scaled(M, N, K, layout="block", dtype="float8_e4m3fn", out_dtype="bfloat16",
                     block_M=128, block_N=128, block_K=GROUP, threads=256, num_stages=3,
-                    overlap=False, fused_scale=False):
+                    overlap=False, fused_scale=False, panel=0, c_shared=False):
     """The kernel of one layout; in the block layout a k-tile is one scale group
     (``block_K`` = 128) and a column tile lies in one 128-row block of B.
 
@@ -47,7 +47,14 @@ def fp8_gemm_scaled(M, N, K, layout="block", dtype="float8_e4m3fn", out_dtype="b
     promotion: transforms/wgmma_wait), the last k-tile promoted after the loop; without it
     each k-tile's promotion waits for its own wgmma. ``fused_scale`` multiplies the two
     scales first, one FFMA an element instead of an FMUL and an FFMA (float32 rounding of
-    ``a_scale * b_scale`` instead of ``C_k * a_scale``: the same model error)."""
+    ``a_scale * b_scale`` instead of ``C_k * a_scale``: the same model error).
+
+    ``panel`` (any layout; 0: off) runs the blocks in panels of ``panel`` block rows
+    (``T.use_swizzle``), so the blocks in flight together share their A and B tiles in L2:
+    in launch order a wave of 132 blocks otherwise spans every column block of B.
+    ``c_shared`` (any layout) stores C through a shared tile: the accumulators' 4-byte pair
+    stores go to shared memory, then whole rows leave in 16-byte stores, where straight from
+    the registers each warp's store fills half of each 32-byte sector it touches."""
     sa_shape, sb_shape = scale_shapes(layout, M, N, K)
 
     @T.macro
@@ -76,6 +83,9 @@ def fp8_gemm_scaled(M, N, K, layout="block", dtype="float8_e4m3fn", out_dtype="b
             A_s = T.alloc_shared((block_M, block_K), dtype)
             B_s = T.alloc_shared((block_N, block_K), dtype)
             C_l = T.alloc_fragment((block_M, block_N), "float32")
+            C_s = T.alloc_shared((block_M, block_N), out_dtype) if c_shared else None
+            if panel:
+                T.use_swizzle(panel_size=panel)
             T.clear(C_l)
             if layout == "block":
                 C_k = T.alloc_fragment((block_M, block_N), "float32")
@@ -114,7 +124,11 @@ def fp8_gemm_scaled(M, N, K, layout="block", dtype="float8_e4m3fn", out_dtype="b
                     else:
                         C_l[i, j] *= SA[T.min(by * block_M + i, M - 1)] * \
                             SB[T.min(bx * block_N + j, N - 1)]
-            T.copy(C_l, C[by * block_M, bx * block_N])
+            if c_shared:
+                T.copy(C_l, C_s)
+                T.copy(C_s, C[by * block_M, bx * block_N])
+            else:
+                T.copy(C_l, C[by * block_M, bx * block_N])
 
     return main
 

@@ -146,7 +146,15 @@ def cases(quick: bool):
     # (the per-k-tile promotion, examples/gemm_fp8_scaled.py; the default one FFMA an element,
     # a_scale * b_scale first, four stages: 0.70-0.75x where the FMUL + FFMA form measured
     # 0.54-0.65x, RESULTS.md): _unfused the FMUL + FFMA form, _s3 three stages, _overlap
-    # k-tile ko's wgmma in flight while ko - 1's product is promoted, _nows TMA in order
+    # k-tile ko's wgmma in flight while ko - 1's product is promoted, _nows TMA in order;
+    # _pingpong (cuda.wgmma_pingpong) the two consumer warpgroups take turns issuing each
+    # k-tile's wgmma (BAR.SYNC before the 4 QGMMA, BAR.ARV after), so one warpgroup's 64
+    # FFMA run while the tensor cores work on the other's product instead of both promoting
+    # at once; _pingpong_p16 and blocks in panels of 16 block rows (T.use_swizzle, as the
+    # GEMM rows: in launch order a wave of 132 blocks spans all 64 column blocks of B at 8192,
+    # 64 MB that L2 does not hold, where the block layout fell from 0.75x to 0.65x);
+    # _pingpong_p16_cs and C through a shared tile (c_shared, as the GEMM rows: 16-byte row
+    # stores instead of 32 4-byte pair stores a thread, half a sector each; 32 KB more)
     for n in GEMM_SIZES[size]:
         for layout, suffix, change, configs in (
                 ("tensor", "", {}, {}), ("token", "", {}, {}), ("block", "", {}, {}),
@@ -155,7 +163,11 @@ def cases(quick: bool):
                 ("block", "_unfused", {"fused_scale": False}, {}),
                 ("block", "_s3", {"num_stages": 3}, {}),
                 ("block", "_overlap", {"overlap": True, "num_stages": 3}, {}),
-                ("block", "_nows", {}, IN_ORDER)):
+                ("block", "_nows", {}, IN_ORDER),
+                ("block", "_pingpong", {}, PINGPONG),
+                ("block", "_pingpong_p16", {"panel": kernels.SWIZZLE_PANEL}, PINGPONG),
+                ("block", "_pingpong_p16_cs", {"panel": kernels.SWIZZLE_PANEL,
+                                               "c_shared": True}, PINGPONG)):
             if quick and suffix:
                 continue
             config = {**kernels.fp8_config(layout), **change}
@@ -165,7 +177,8 @@ def cases(quick: bool):
                     **({"pass_configs": configs} if configs else {})},
                    kernels.fp8_gemm_scaled.fn(n, n, n, layout, **config),
                    [f"QGMMA.64x{config['block_N']}x32.F32.E4M3.E4M3", "UTMALDG.2D", "!HMMA",
-                    "!F2FP.F16.E4M3"], configs)
+                    "!F2FP.F16.E4M3", *(["BAR.ARV"] if configs is PINGPONG else []),
+                    *(["STG.E.128"] if config.get("c_shared") else [])], configs)
     # W4A16 in slices of K (kernels.W4A16: two kernels, the partial sums then their sum; 8
     # slices two stages deep, 56 KB: all 512 blocks resident, 4 an SM, 8 k-tiles each --
     # 1.53x / 1.24x at M = 1 / 16 on the H200, ahead of the 4-slice form's 1.41x / 1.17x);

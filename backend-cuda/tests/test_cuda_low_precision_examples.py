@@ -112,6 +112,42 @@ def test_block_scaled_fp8_gemm_options_match_torch_in_emulation(tmp_path, option
     torch.testing.assert_close(c.double(), want, rtol=8e-3, atol=1e-3 * want.abs().mean())
 
 
+@pytest.mark.emulator
+@pytest.mark.parametrize(("m", "panel", "c_shared"), [(80, 0, False), (336, 2, False),
+                                                      (336, 2, True)])
+def test_block_scaled_fp8_pingpong_takes_turns_and_matches_torch_in_emulation(tmp_path, m,
+                                                                              panel, c_shared):
+    # the bench's fp8_gemm_block_*_pingpong rows (kernels.fp8_config("block"): 4 stages;
+    # cuda.wgmma_pingpong): the two consumer warpgroups take turns issuing each k-tile's
+    # wgmma, so one promotes its product while the tensor cores run the other's; 11 k-tiles
+    # wrap the stages twice and both turn barriers go through several phases. With panels
+    # (the _p16 rows' T.use_swizzle; here 2 block rows a panel, so that 3 block rows make a
+    # second, narrower panel walked backwards) the blocks run other blocks' tiles; with
+    # c_shared (the _cs rows) C leaves through a shared tile, the partial row tile's rows
+    # past M left out of its 16-byte stores.
+    n, k = 256, 11 * 128  # partial row tiles, 2 column tiles
+    gen = torch.Generator().manual_seed(11)
+    a, a_scale = fp8.quantize(torch.randn(m, k, generator=gen), "block")
+    b, b_scale = fp8.quantize_blocks(torch.randn(n, k, generator=gen))
+    config = {**kernels.fp8_config("block"), "panel": panel, "c_shared": c_shared}
+    lowered = tilewright.lower(fp8.fp8_gemm_scaled.fn(m, n, k, "block", **config),
+                               "cuda -arch=sm_90a", {"cuda.wgmma_pingpong": True})
+    text = lowered.source.text
+    loop = text[text.index("for (int ko = 0; ko < 11; ++ko) {"):]
+    turn = loop.index("tw_named_barrier_sync(((((int)threadIdx.x) >> 7) + 9), 256);")
+    gemm = loop.index("tw_gemm_wgmma<128, 128, 128, TW_WGMMA_E4M3,")
+    other = loop.index("tw_named_barrier_arrive((10 - (((int)threadIdx.x) >> 7)), 256);")
+    # the turn passes on once the gemm is issued, before this warpgroup waits for it
+    assert turn < gemm < other < loop.index("tw_wgmma_wait<0>();") < loop.index("C_l_ptr[0] =")
+    # panel index = (launch x + 2 launch y) / (2 columns x 2 rows a panel)
+    assert ("(((int)blockIdx.y) >> 1)" in text) == bool(panel)
+    assert ("tw_copy16((&(C_ptr[" in text) == c_shared
+    c = torch.full((m, n), float("nan"), dtype=torch.bfloat16)
+    hostemu.run(text, lowered.source.payload, tmp_path, a, b, a_scale, b_scale, c)
+    want = fp8.reference(a, b, a_scale, b_scale, "block")
+    torch.testing.assert_close(c.double(), want, rtol=8e-3, atol=1e-3 * want.abs().mean())
+
+
 def test_block_scaled_fp8_overlap_takes_k_tiles_two_at_a_time():
     with pytest.raises(ValueError, match="even number"):
         fp8.fp8_gemm_scaled.fn(256, 256, 384, "block", overlap=True)
