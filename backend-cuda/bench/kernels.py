@@ -25,8 +25,9 @@ Configurations (sm_90a, chosen for H100/H200):
   last one's epilogue. Measured no faster than the plain grid.
 - FlashAttention forward: 128 query rows per block, 128 keys per step, 256 threads (two
   warpgroups of 64 rows: both gemms are wgmma), K and V three stages deep through TMA.
-  ``attention_overlap`` (a diagnostic, not measured yet) is the same written in
-  FlashAttention-3's intra-warpgroup order, two stages deep (RESULTS.md).
+  ``attention_overlap`` (a diagnostic, 0.85x on the H200) is the same written in
+  FlashAttention-3's intra-warpgroup order, two stages deep; ``attention_overlap_one`` (not
+  measured yet) the same with one score fragment and no masked last step (RESULTS.md).
 - Elementwise add: 4096-element blocks of 256 threads, each thread moving 16-byte vectors.
 - Scaled fp8 GEMM (``examples/gemm_fp8_scaled.py``, ``fp8_config``): 128-row tiles, 256
   threads = two warpgroups of 64 rows each on the fp8 wgmma, 3 stages of 128-deep k-tiles
