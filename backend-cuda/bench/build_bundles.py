@@ -56,6 +56,7 @@ CPASYNC = {"cuda.disable_tma_lower": True}  # the tiles through cp.async instead
 MULTICAST = {"cuda.tma_multicast": True}  # pairs of blocks load their shared B tile once
 TWO_PER_SM = {"cuda.blocks_per_sm": 2, **IN_ORDER}  # one block's epilogue under another's gemms
 PINGPONG = {"cuda.wgmma_pingpong": True}  # the compute warpgroups take turns at their gemms
+LEAN_PRODUCER = {"cuda.producer_registers": 24}  # the compute warpgroups get 240 registers
 
 
 def cases(quick: bool):
@@ -118,6 +119,13 @@ def cases(quick: bool):
     # under the other's gemms); _overlap_pingpong: both. With fast math, as TileLang's example
     # builds it (kernels.ATTENTION_PASS_CONFIGS), but _precise (exp2f's precise form) and the
     # _overlap ones: with fast math ptxas spills their two score fragments (140 bytes)
+    # _r240: the default with the producer warpgroup at FlashAttention-3's 24 registers, the
+    # compute warpgroups at 240 (232 beside a producer of 40); _overlap_one
+    # (kernels.attention_overlap_one): _overlap with one score fragment and no masked last
+    # step, with fast math (0 spills), 2 stages (its V_{n-1} tile takes the third's room);
+    # _overlap_one_r240 the same at 240 registers; _overlap_one_both: P V issued right
+    # behind Q K^T (FlashAttention-3's order; 240 registers); _overlap_one_pingpong: with
+    # the compute warpgroups taking turns (240 registers: with 232 ptxas spilled 48 bytes)
     precise = {"tw.enable_fast_math": False}
     for suffix, builder, cfg, configs, copies in (
             ("", kernels.attention, config, {}, "UTMALDG.4D"),
@@ -129,7 +137,15 @@ def cases(quick: bool):
             ("_pingpong", kernels.attention, config, PINGPONG, "UTMALDG.4D"),
             ("_overlap_pingpong", kernels.attention_overlap, shallower,
              {**PINGPONG, **precise}, "UTMALDG.4D"),
-            ("_precise", kernels.attention, config, precise, "UTMALDG.4D")):
+            ("_precise", kernels.attention, config, precise, "UTMALDG.4D"),
+            ("_r240", kernels.attention, config, LEAN_PRODUCER, "UTMALDG.4D"),
+            ("_overlap_one", kernels.attention_overlap_one, shallower, {}, "UTMALDG.4D"),
+            ("_overlap_one_r240", kernels.attention_overlap_one, shallower, LEAN_PRODUCER,
+             "UTMALDG.4D"),
+            ("_overlap_one_both", kernels.attention_overlap_one,
+             {**shallower, "both_in_flight": True}, LEAN_PRODUCER, "UTMALDG.4D"),
+            ("_overlap_one_pingpong", kernels.attention_overlap_one, shallower,
+             {**PINGPONG, **LEAN_PRODUCER}, "UTMALDG.4D")):
         if quick and suffix == "_precise":
             continue
         configs = {**kernels.ATTENTION_PASS_CONFIGS, **configs}

@@ -192,15 +192,22 @@ BENCH_CONFIGS = (  # (suffix, tile changes, pass configs): the benchmark bundles
      {"cuda.blocks_per_sm": 2, **kernels.GEMM_PASS_CONFIGS}),
     ("_persistent", {"num_stages": 4, "c_shared": False, "workers": 3}, {}),  # 4 tiles
 )
+LEAN_PRODUCER = {"cuda.producer_registers": 24}  # compute warpgroups of 240 registers
 ATTENTION_CONFIGS = (("", {}, {}), ("_2stages", {"num_stages": 2}, {}),
                      ("_nows", {}, kernels.GEMM_PASS_CONFIGS),
                      ("_multicast", {}, {"cuda.tma_multicast": True}),
                      ("_cpasync", {}, {"cuda.disable_tma_lower": True}),
-                     ("_pingpong", {}, {"cuda.wgmma_pingpong": True}))
+                     ("_pingpong", {}, {"cuda.wgmma_pingpong": True}),
+                     ("_r240", {}, LEAN_PRODUCER))
 # kernels.attention_overlap (suffix, pass configs): warp-specialised, TMA issued in order, the
 # compute warpgroups taking turns
 OVERLAP_CONFIGS = (("_overlap", {}), ("_overlap_nows", kernels.GEMM_PASS_CONFIGS),
                    ("_overlap_pingpong", {"cuda.wgmma_pingpong": True}))
+# kernels.attention_overlap_one (suffix, arguments, pass configs): build_bundles' rows
+OVERLAP_ONE_CONFIGS = (
+    ("_overlap_one", {}, {}), ("_overlap_one_r240", {}, LEAN_PRODUCER),
+    ("_overlap_one_both", {"both_in_flight": True}, LEAN_PRODUCER),
+    ("_overlap_one_pingpong", {}, {"cuda.wgmma_pingpong": True, **LEAN_PRODUCER}))
 
 
 def dialect() -> list[Check]:
@@ -233,6 +240,12 @@ def dialect() -> list[Check]:
         out.append(Check(
             f"dialect-bench_attention_float16{suffix}", "dialect", "float16",
             lambda: kernels.attention_overlap.fn(b, h, keys, d, "float16"),
+            lambda: [_attention_run(b, h, keys, d)], keys, configs))
+    for suffix, change, configs in OVERLAP_ONE_CONFIGS:  # K_0 and V_3 outside: 3 iterations
+        out.append(Check(
+            f"dialect-bench_attention_float16{suffix}", "dialect", "float16",
+            lambda change=change: kernels.attention_overlap_one.fn(b, h, keys, d, "float16",
+                                                                   **change),
             lambda: [_attention_run(b, h, keys, d)], keys, configs))
     out.append(Check("dialect-bench_add_float32", "dialect", "float32",
                      lambda: kernels.add.fn(16, 1024, "float32", **kernels.ADD),

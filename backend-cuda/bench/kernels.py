@@ -25,8 +25,9 @@ Configurations (sm_90a, chosen for H100/H200):
   last one's epilogue. Measured no faster than the plain grid.
 - FlashAttention forward: 128 query rows per block, 128 keys per step, 256 threads (two
   warpgroups of 64 rows: both gemms are wgmma), K and V three stages deep through TMA.
-  ``attention_overlap`` (a diagnostic, not measured yet) is the same written in
-  FlashAttention-3's intra-warpgroup order, two stages deep (RESULTS.md).
+  ``attention_overlap`` (a diagnostic, 0.85x on the H200) is the same written in
+  FlashAttention-3's intra-warpgroup order, two stages deep; ``attention_overlap_one`` (not
+  measured yet) the same with one score fragment and no masked last step (RESULTS.md).
 - Elementwise add: 4096-element blocks of 256 threads, each thread moving 16-byte vectors.
 - Scaled fp8 GEMM (``examples/gemm_fp8_scaled.py``, ``fp8_config``): 128-row tiles, 256
   threads = two warpgroups of 64 rows each on the fp8 wgmma, 3 stages of 128-deep k-tiles
@@ -68,6 +69,7 @@ from pathlib import Path
 
 import tilewright
 import tilewright.language as T
+from tilewright_cuda.language import wait_wgmma, wgmma_gemm
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 
@@ -272,6 +274,22 @@ def online_softmax(scores, m, m_prev, rescale, row_sum, logsum, scale):
         logsum[i] = logsum[i] * rescale[i] + row_sum[i]
 
 
+@T.macro
+def online_softmax_lean(scores, m, m_prev, rescale, logsum, scale):
+    """:func:`online_softmax` with the block's row sums added into the rescaled ``logsum``
+    by the reduction itself: no row-sum fragment (two registers a thread fewer)."""
+    block_M, block_N = scores.shape
+    T.copy(m, m_prev)
+    T.reduce_max(scores, m, dim=1, clear=False)
+    for i in T.Parallel(block_M):
+        rescale[i] = T.exp2(m_prev[i] * scale - m[i] * scale)
+    for i, j in T.Parallel(block_M, block_N):
+        scores[i, j] = T.exp2(scores[i, j] * scale - m[i] * scale)
+    for i in T.Parallel(block_M):
+        logsum[i] *= rescale[i]
+    T.reduce_sum(scores, logsum, dim=1, clear=False)
+
+
 @tilewright.jit(out_idx=[3], pass_configs=ATTENTION_PASS_CONFIGS)
 def attention_overlap(batch, heads, seq_len, dim, dtype="float16", block_M=128, block_N=128,
                       threads=256, num_stages=2):
@@ -335,6 +353,88 @@ def attention_overlap(batch, heads, seq_len, dim, dtype="float16", block_M=128, 
                     acc_o[i, j] *= rescale[i]
                 for i, j in T.Parallel(block_M, block_N):  # element-wise: both in registers
                     scores[i, j] = scores_next[i, j]
+            for i, j in T.Parallel(block_M, dim):
+                acc_o[i, j] /= logsum[i]
+            T.copy(acc_o, Output[bz, bx * block_M:(bx + 1) * block_M, by, :])
+
+    return main
+
+
+@tilewright.jit(out_idx=[3], pass_configs=ATTENTION_PASS_CONFIGS)
+def attention_overlap_one(batch, heads, seq_len, dim, dtype="float16", block_M=128,
+                          block_N=128, threads=256, num_stages=2, both_in_flight=False):
+    """:func:`attention_overlap` with one score fragment. Step k rounds the probabilities
+    of the last step's softmax into ``P`` first, then issues ``S = Q K_{k+1}^T`` into the
+    same fragment, waits for it, issues ``O += P_k V_k``, runs the scores' softmax while
+    that gemm is in flight, waits for it and rescales O. :func:`attention_overlap` rounds
+    P_k after issuing the next scores, so it keeps both steps' scores (2 x 64 float32
+    registers a thread; fast math spilled them); here P (32) is the only copy beside them.
+    (Rounding P at the end of the step instead lets ptxas move the rounding, and with it the
+    wait for ``P_k V_k`` whose register operand P is, up into the softmax.)
+
+    K_0's scores and softmax come before the loop, from one more shared tile, and the last
+    step's ``P V`` after it, from another (V_{n-1}'s, loaded with Q and K_0): the loop runs
+    n - 1 steps and computes no scores it does not need, so it masks none
+    (:func:`attention_overlap`'s last step reads K_{n-1} again and masks those scores: 64
+    FSEL a step). Q, K_0, V_{n-1} and two stages of K and V: 224 KB, so two stages.
+
+    ``both_in_flight``: FlashAttention-3's order instead, ``P_k V_k`` issued right behind
+    the scores' gemm and only the scores waited for (``wait_wgmma(1)``) before the softmax.
+    ptxas (CUDA 13.0) puts that form's wait for ``P_k V_k`` after the first row maximum
+    (about 70 instructions into the softmax), so the softmax runs after both gemms.
+
+    Both want the compute warpgroups' 240 registers (``cuda.producer_registers`` 24: with
+    232 ptxas spilled)."""
+    scale = (1.0 / dim) ** 0.5 * 1.44269504  # exponents in base 2
+    shape = [batch, seq_len, heads, dim]
+    acc = "float32"
+    if seq_len % block_N:
+        raise ValueError(f"attention_overlap_one: seq_len {seq_len} must be a multiple of "
+                         f"block_N {block_N} (this kernel has no key mask)")
+    steps = seq_len // block_N
+
+    @T.prim_func
+    def main(Q: T.Tensor(shape, dtype), K: T.Tensor(shape, dtype), V: T.Tensor(shape, dtype),
+             Output: T.Tensor(shape, dtype)):
+        with T.Kernel(T.ceildiv(seq_len, block_M), heads, batch, threads=threads) as (bx, by, bz):
+            Q_s = T.alloc_shared([block_M, dim], dtype)
+            K_first = T.alloc_shared([block_N, dim], dtype)
+            V_last = T.alloc_shared([block_N, dim], dtype)
+            K_s = T.alloc_shared([block_N, dim], dtype)
+            V_s = T.alloc_shared([block_N, dim], dtype)
+            scores = T.alloc_fragment([block_M, block_N], acc)
+            probs = T.alloc_fragment([block_M, block_N], dtype)
+            acc_o = T.alloc_fragment([block_M, dim], acc)
+            m = T.alloc_fragment([block_M], acc)
+            m_prev = T.alloc_fragment([block_M], acc)
+            rescale = T.alloc_fragment([block_M], acc)
+            logsum = T.alloc_fragment([block_M], acc)
+            T.copy(Q[bz, bx * block_M:(bx + 1) * block_M, by, :], Q_s)
+            T.copy(K[bz, 0:block_N, by, :], K_first)
+            T.copy(V[bz, seq_len - block_N:seq_len, by, :], V_last)
+            T.fill(acc_o, 0)
+            T.fill(logsum, 0)
+            T.fill(m, -T.infinity(acc))
+            T.gemm(Q_s, K_first, scores, transpose_B=True, clear_accum=True,
+                   policy=T.GemmWarpPolicy.FullRow)
+            online_softmax_lean(scores, m, m_prev, rescale, logsum, scale)
+            for k in T.Pipelined(steps - 1, num_stages=num_stages):
+                T.copy(K[bz, (k + 1) * block_N:(k + 2) * block_N, by, :], K_s)
+                T.copy(V[bz, k * block_N:(k + 1) * block_N, by, :], V_s)
+                T.copy(scores, probs)
+                wgmma_gemm(Q_s, K_s, scores, transpose_B=True, clear_accum=True,
+                           policy=T.GemmWarpPolicy.FullRow)
+                if not both_in_flight:
+                    wait_wgmma(0)
+                wgmma_gemm(probs, V_s, acc_o, policy=T.GemmWarpPolicy.FullRow)
+                if both_in_flight:
+                    wait_wgmma(1)  # the scores; P_k V_k stays in flight
+                online_softmax_lean(scores, m, m_prev, rescale, logsum, scale)
+                wait_wgmma(0)
+                for i, j in T.Parallel(block_M, dim):
+                    acc_o[i, j] *= rescale[i]
+            T.copy(scores, probs)
+            T.gemm(probs, V_last, acc_o, policy=T.GemmWarpPolicy.FullRow)
             for i, j in T.Parallel(block_M, dim):
                 acc_o[i, j] /= logsum[i]
             T.copy(acc_o, Output[bz, bx * block_M:(bx + 1) * block_M, by, :])

@@ -125,6 +125,39 @@ def test_overlapped_attention_matches_torch_and_waits_after_the_softmax(tmp_path
 
 
 @pytest.mark.emulator
+@pytest.mark.parametrize(("both", "configs"), [
+    (False, {}), (False, kernels.GEMM_PASS_CONFIGS), (False, {"cuda.producer_registers": 24}),
+    (True, {"cuda.producer_registers": 24}),
+    (False, {"cuda.wgmma_pingpong": True, "cuda.producer_registers": 24})],
+    ids=["ws", "nows", "r240", "both", "pingpong"])
+def test_one_fragment_overlapped_attention_matches_torch(tmp_path, both, configs):
+    # the build_bundles rows _overlap_one, _overlap_one_r240, _overlap_one_both and
+    # _overlap_one_pingpong (and in-order loads): 5 steps of 128 keys, K_0 before the loop and
+    # V_4 after it, 4 iterations through the 2 stages (each refilled twice), 5 query blocks
+    b, h, s, d = 1, 1, 640, 128
+    torch.manual_seed(3)
+    q, k, v = (torch.randn(b, s, h, d).half() for _ in range(3))
+    o = torch.full((b, s, h, d), float("nan")).half()
+    func = kernels.attention_overlap_one.fn(b, h, s, d, "float16", both_in_flight=both)
+    text = _emulate(func, tmp_path, q, k, v, o, configs=configs)
+    loop = text[text.index("for (int k = 0; k < 4; ++k) {"):]
+    scores = loop.index("tw_gemm_wgmma<128, 128, 128,")  # Q K_{k+1}^T into the one fragment
+    pv = loop.index("tw_gemm_wgmma_rs<128, 128, 128,")  # P_k V_k, P in registers
+    last = loop.index("tw_wgmma_wait<0>();", pv)
+    if both:  # both groups in flight, the scores' retired alone before the softmax
+        assert "tw_wgmma_wait<" not in loop[scores:pv]
+        softmax = loop.index("tw_wgmma_wait<1>();", pv)
+    else:
+        assert scores < loop.index("tw_wgmma_wait<0>();", scores) < pv
+        softmax = pv
+    assert loop[softmax:last].count("exp2f(") == 66  # the softmax under P_k V_k
+    assert "-INFINITY" not in loop[:last] and "scores_next" not in text  # nothing masked
+    ref = torch.nn.functional.scaled_dot_product_attention(
+        *(t.transpose(1, 2).float() for t in (q, k, v))).transpose(1, 2)
+    torch.testing.assert_close(o.float(), ref, rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.emulator
 @pytest.mark.parametrize("builder", ["attention", "attention_overlap"])
 def test_pingpong_attention_takes_turns_and_matches_torch(tmp_path, builder):
     # cuda.wgmma_pingpong: the two compute warpgroups alternate at each step's first gemm;

@@ -67,6 +67,25 @@ def test_a_bad_value_is_an_error(value, error, message):
         tilewright.lower(func, TARGET, {"cuda.blocks_per_sm": value})
 
 
+def test_producer_registers_leave_the_rest_to_the_compute_warpgroups():
+    # 24 beside two compute warpgroups: (168 x 384 - 24 x 128) / 256 = 240, the cap
+    assert consumer_registers(256, producer=24) == 240
+    func = kernels.attention.fn(1, 1, 256, 128, "float16", **kernels.ATTENTION)
+    text = tilewright.lower(func, TARGET, {"cuda.producer_registers": 24}).source.text
+    assert "tw_setmaxnreg_dec<24>();" in text and "tw_setmaxnreg_inc<240>();" in text
+    text = tilewright.lower(func, TARGET).source.text
+    assert "tw_setmaxnreg_dec<40>();" in text and "tw_setmaxnreg_inc<232>();" in text
+
+
+@pytest.mark.parametrize("value", [16, 30, 264, True])
+def test_a_producer_budget_outside_setmaxnreg_is_an_error(value):
+    func = kernels.attention.fn(1, 1, 256, 128, "float16", **kernels.ATTENTION)
+    with pytest.raises(KernelError, match=r"cuda.producer_registers must be 0 or a multiple "
+                                          r"of 8 from 24 to 256 \(setmaxnreg's range\), got "
+                                          + re.escape(repr(value))):
+        tilewright.lower(func, TARGET, {"cuda.producer_registers": value})
+
+
 @pytest.mark.nvrtc
 def test_ptxas_keeps_to_the_share():
     func = kernels.gemm.fn(4096, 4096, 4096, "float16", **SMALL)

@@ -26,6 +26,9 @@ class Options:
     - ``blocks_per_sm``: blocks each SM should hold at once (``cuda.blocks_per_sm``, 1-8);
     - ``pingpong``: the two compute warpgroups of a warp-specialised loop take turns issuing
       their wgmma gemms (``cuda.wgmma_pingpong``, transforms/pipeline/tma);
+    - ``producer_registers``: the setmaxnreg budget of that loop's producer warpgroup
+      (``cuda.producer_registers``; 0: the compiler's own, ``pipeline.tma``), which the
+      compute warpgroups' budget is what is left of;
     - ``compile_flags``: what the device compiler (NVRTC or nvcc) gets besides our own flags:
       ``--use_fast_math`` when the pass configs ask for fast math (``TL_ENABLE_FAST_MATH``,
       off by default as in TileLang), then the user's ``TL_DEVICE_COMPILE_FLAGS``."""
@@ -36,6 +39,7 @@ class Options:
     multicast: bool = False
     blocks_per_sm: int = 1
     pingpong: bool = False
+    producer_registers: int = 0
     compile_flags: tuple[str, ...] = ()
 
     def __post_init__(self):
@@ -43,6 +47,11 @@ class Options:
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 8:
             raise KernelError(f"pass config {keys.BLOCKS_PER_SM} must be an integer from 1 to "
                               f"8, got {value!r}")
+        value = self.producer_registers
+        if isinstance(value, bool) or not isinstance(value, int) or \
+                not (value == 0 or 24 <= value <= 256 and value % 8 == 0):
+            raise KernelError(f"pass config {keys.PRODUCER_REGISTERS} must be 0 or a multiple "
+                              f"of 8 from 24 to 256 (setmaxnreg's range), got {value!r}")
 
 
 def of(ctx) -> Options:
@@ -52,6 +61,7 @@ def of(ctx) -> Options:
                  configs.get(keys.DISABLE_WARP_SPECIALIZED, False),
                  configs.get(keys.TMA_MULTICAST, False), configs.get(keys.BLOCKS_PER_SM, 1),
                  configs.get(keys.WGMMA_PINGPONG, False),
+                 configs.get(keys.PRODUCER_REGISTERS, 0),
                  compile_flags(fast_math(configs), configs.get(keys.DEVICE_COMPILE_FLAGS)))
 
 
@@ -85,9 +95,10 @@ def compile_flags(fast: bool | None, user) -> tuple[str, ...]:
 @functools.lru_cache(maxsize=64, typed=True)
 def parse(arch: str | None, disable_tma: bool = False, disable_ws: bool = False,
           multicast: bool = False, blocks_per_sm: int = 1, pingpong: bool = False,
-          flags: tuple[str, ...] = ()) -> Options:
+          producer_registers: int = 0, flags: tuple[str, ...] = ()) -> Options:
     chosen = arch_mod.resolve(arch)
     return Options(chosen, tma=chosen.sm >= 90 and not disable_tma,
                    warp_specialized=chosen.sm >= 90 and chosen.name.endswith("a") and
                    not disable_ws, multicast=bool(multicast), blocks_per_sm=blocks_per_sm,
-                   pingpong=bool(pingpong), compile_flags=flags)
+                   pingpong=bool(pingpong), producer_registers=producer_registers,
+                   compile_flags=flags)

@@ -169,6 +169,11 @@ def tilewright_pass_config_keys():
                       "(sm_90a), the warpgroups take turns issuing each iteration's first "
                       "wgmma gemm (two named barriers), so one's gemms run while the other "
                       "computes between its gemms", owner="cuda"),
+        PassConfigKey(keys.PRODUCER_REGISTERS, int, 0,
+                      "the setmaxnreg budget of a warp-specialised loop's producer warpgroup "
+                      "(24-256, a multiple of 8; 0: the compiler's, 40 or 56 in a persistent "
+                      "kernel); the compute warpgroups get the rest of the block's registers, "
+                      "at most 240 each", owner="cuda"),
     ]
 
 

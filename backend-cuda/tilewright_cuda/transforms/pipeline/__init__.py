@@ -202,7 +202,8 @@ def pipeline(options):
             stages = int(loop.annotations[keys.STAGES])
             if isinstance(new_loop, TmaPlan):
                 split = new_loop.specialise(body, options.multicast, options.blocks_per_sm,
-                                            options.pingpong, registers) \
+                                            options.pingpong, registers,
+                                            options.producer_registers) \
                     if options.warp_specialized and len(loops) == 1 else None
                 if split is not None:
                     specialised = True

@@ -185,7 +185,7 @@ class TmaPlan:
 
     # -- a producer warpgroup issues ---------------------------------------------------------
     def specialise(self, func_body, multicast: bool = False, blocks: int = 1,
-                   pingpong: bool = False, registers: bool = True):
+                   pingpong: bool = False, registers: bool = True, producer_registers: int = 0):
         """``func_body`` with one more warpgroup in the block that only issues the loads,
         or None when the kernel does not allow it (the loop is neither at the top of the
         block's program nor directly in a serial loop there whose other code leaves the
@@ -209,7 +209,8 @@ class TmaPlan:
         block-wide barriers among them become named barriers (hopper.insert_sync). With
         ``multicast``, tiles that pairs of blocks share are loaded once per pair
         (:class:`~.multicast.Multicast`); with ``pingpong`` the two compute warpgroups take
-        turns issuing (:func:`take_turns`)."""
+        turns issuing (:func:`take_turns`). ``producer_registers`` (not 0) replaces the
+        producer's budget of 40 (56 walking a persistent kernel's tiles)."""
         thread = block_loop(func_body)
         if thread is None or role_loops(func_body):
             return None
@@ -274,7 +275,8 @@ class TmaPlan:
                 [issued.bind(issued_base), *loads, issued.add(issued_base, n)], pure)]
         if cast is not None:  # stay until both blocks read every tile this one multicast
             loads.append(cast.drain(n, stages, released))
-        kept = PRODUCER_REGISTERS if tiles is None else PERSISTENT_PRODUCER_REGISTERS
+        kept = producer_registers or \
+            (PRODUCER_REGISTERS if tiles is None else PERSISTENT_PRODUCER_REGISTERS)
         producer = [intrinsics.call(f"tw_setmaxnreg_dec<{kept}>")] if registers else []
         producer.append(tirx.IfThenElse(self.tx == 0, seq(loads), None))
         count = consumed_base + self.i
