@@ -69,6 +69,33 @@ def test_bundled_sparse_gemm_config_matches_torch(tmp_path, config, path):
 
 
 @pytest.mark.emulator
+@pytest.mark.parametrize("row", sorted(kernels.GEMM_SP_ROWS))
+def test_bundled_sparse_gemm_rows_match_torch_with_their_pipeline_wrapped(tmp_path, row):
+    # each gemm_sp_float16_8192<row> configuration: 2 x 1 blocks, 2 x stages + 1 k-tiles, so
+    # every stage is refilled twice under the wgmma.sp groups (the metadata race of the
+    # 8192^3 row hid at 3 k-tiles); float16 C is the float32 sums rounded once (an ulp apart
+    # where the two sums round to either side)
+    config = kernels.GEMM_SP_ROWS[row]
+    bn, bk = config["block_N"], config["block_K"]
+    M, N, K = 128, 2 * bn, (2 * config["num_stages"] + 1) * bk
+    gen = torch.Generator().manual_seed(1)
+    a = randn_semi_sparse(M, K, torch.float16, generator=gen)
+    b = torch.randn(K, N, generator=gen).half()
+    out = getattr(torch, config.get("out_dtype", "float32"))
+    c = torch.full((M, N), float("nan")).to(out)
+    func = kernels.gemm_sp_kernel.fn(M, N, K, "float16", "int16", **config)
+    text = _emulate(func, tmp_path, *compress(a), b, c)
+    assert f"tw_gemm_wgmma_sp<{bn}, {bk}, {bn}, TW_WGMMA_F16, true, 128, {bk}, {bk}, 128, " \
+        f"{bk // 8}>" in text
+    assert "tw_wgmma_wait<1>" not in text  # each k-tile's group retires before the next
+    ref = a.float() @ b.float()
+    if out == torch.float32:
+        torch.testing.assert_close(c, ref, rtol=1e-5, atol=1e-4)
+    else:
+        torch.testing.assert_close(c.float(), ref, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.emulator
 def test_bundled_int8_gemm_config_runs_wgmma_and_matches_torch(tmp_path):
     # one block of the bundled 128x256x128 tile (two warpgroups of IGMMA 64x256x32), 2
     # k-tiles through the 3 stages; int32 results exactly torch._int_mm's
