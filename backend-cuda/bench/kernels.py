@@ -110,6 +110,8 @@ GEMM_SP_ROWS = {
     "_n256": {**GEMM_SP, "block_N": 256, "num_stages": 4},         # 4 x 41 KB
     "_n256k128": {**GEMM_SP, "block_N": 256, "block_K": 128, "num_stages": 2},  # 2 x 82 KB
     "_k128_f16": {**GEMM_SP, "block_K": 128, **_SP_F16},           # + 32 KB of C
+    # float16 C straight from the accumulators (half pairs): still two blocks an SM
+    "_k128s2_f16": {**GEMM_SP, "block_K": 128, "num_stages": 2, "out_dtype": "float16"},
     "_k128_f16p16": {**GEMM_SP, "block_K": 128, **_SP_F16, "panel": SWIZZLE_PANEL},
     "_n256_f16": {**GEMM_SP, "block_N": 256, **_SP_F16},           # 3 x 41 + 64 KB
 }
