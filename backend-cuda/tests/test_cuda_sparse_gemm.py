@@ -240,7 +240,9 @@ def _hot_loop(code: list) -> tuple[int, int]:
 
 def metadata_races(text: str) -> list[str]:
     """Where the SASS of a pipelined sparse-wgmma kernel could change a metadata register
-    under an HGMMA.SP in flight: where the loop leaves a group in flight, its HGMMA.SP must
+    under an HGMMA.SP in flight. Where each k-tile's group retires in it, nothing may write
+    a metadata register between its HGMMA.SP and the wait; where the loop leaves a group in
+    flight, its HGMMA.SP must
     stand in two branches (the parities: the host emulation checks that they alternate),
     which read disjoint metadata registers, each written (unguarded) only in its own branch and
     before the HGMMA.SP that reads it with no branch or wgmma wait in between, and nothing
@@ -259,6 +261,15 @@ def metadata_races(text: str) -> list[str]:
     meta = set().union(*segments)
     in_flight = any(op.startswith("WARPGROUP.DEPBAR") and operands.strip().endswith("0x1")
                     for _at, _guard, op, operands in body)
+    if not in_flight:  # each k-tile's group retires in it: nothing writes a register before
+        for k, (_at, _guard, op, operands) in enumerate(body):
+            reg = _metadata_of(operands) if op.startswith("HGMMA.SP") else None
+            for at, _g, later, later_operands in body[k + 1:] if reg is not None else ():
+                if later.startswith("WARPGROUP.DEPBAR"):
+                    break
+                if reg in _written(later, later_operands):
+                    problems.append(f"{at:#x}: R{reg} written under its HGMMA.SP")
+        return problems if meta else ["no HGMMA.SP in the hot loop"]
     if in_flight and sum(bool(s) for s in segments) != 2:
         # the group of the k-tile before is in flight where this k-tile writes its metadata:
         # only the other parity's registers are free then
@@ -288,17 +299,18 @@ def metadata_races(text: str) -> list[str]:
 
 @pytest.mark.nvcc
 @pytest.mark.sass
-@pytest.mark.parametrize(("bk", "stages"), [(64, 3), (128, 3), (64, 4)])
+@pytest.mark.parametrize(("bk", "stages"), [(64, 3), (128, 3), (64, 4), (128, 2)])
 def test_sparse_wgmma_in_flight_keeps_its_metadata_registers_in_sass(tmp_path, bk, stages):
-    # the bundled 128 x 128 tiles at 8192-deep K (a loop nvcc keeps rolled): ptxas keeps each
-    # parity's metadata registers apart and writes them only right before their HGMMA.SP
+    # the bundled 128 x 128 tiles at 8192-deep K (a loop nvcc keeps rolled): with a group in
+    # flight ptxas keeps each parity's metadata registers apart and writes them only right
+    # before their HGMMA.SP; with 2 stages the group retires before they are reused
     func = _sparse.fn(256, 256, 8192, "float16", "int16", False, bm=128, bn=128, bk=bk,
                       threads=256, stages=stages)
     source = tilewright.lower(func, "cuda -arch=sm_90a").source.text
-    assert "tw_gemm_wgmma_sp_kept<" in source
+    assert ("tw_gemm_wgmma_sp_kept<" in _kernel(source)) == (stages >= 3)
     cubin, log = executor.nvcc_compile(source, arch.get("sm_90a"), tmp_path)
     code = sass.dump(cubin)
-    assert "WARPGROUP.DEPBAR.LE gsb0, 0x1" in code
+    assert ("WARPGROUP.DEPBAR.LE gsb0, 0x1" in code) == (stages >= 3)
     assert metadata_races(code) == [], code
     assert int(re.search(r"(\d+) bytes spill stores", log).group(1)) == 0, log
     assert not re.search(r"\s(LDL|STL)", code)  # the register sets stay registers
