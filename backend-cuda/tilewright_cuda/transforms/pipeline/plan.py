@@ -195,9 +195,9 @@ def wgmma_can_overlap(consumers: list, tiles: list) -> bool:
     iteration: each reads only the pipelined tiles or shared tiles nothing in the loop
     writes, and its accumulator is touched by nothing else in the loop (not cleared, not
     read element-wise as FlashAttention's scores are). A gemm whose group reads registers of
-    its own (``owned_registers``) may only as the loop's one wgmma gemm, its registers then
-    the caller's (``hold_own_registers``); left in the call, the next iteration's code would
-    reuse them under the wgmma.sp in flight."""
+    its own (``owned_registers``) may only where it is the loop's one wgmma gemm, its
+    registers then the loop's (``HeldRegisters``); left in the call, the next iteration's
+    code would reuse them under the wgmma.sp in flight."""
     calls = [c for s in consumers for c in wgmma_calls(s)]
     if not calls or (owned_registers(consumers) and len(calls) > 1):
         return False
