@@ -385,16 +385,13 @@ __device__ __forceinline__ void tw_gemm_wgmma_sp(const void* A, const void* B, f
   }
   tw_wgmma_commit();
 }
-// the kept form's k-tile (see the top): metadata step k0 / 32 in e[k0 / 32]
+// the kept form's k-tile (see the top): metadata step k0 / 32 in e[k0 / 32], from the rows
+// `meta` of E; da0 and db0 the k0 = 0 descriptors
 template <int N, int K, int NC, int TY, bool B_MN, int RA, int WA, int RB, int WB, int LDE>
-__device__ __forceinline__ void tw_gemm_wgmma_sp_into(const void* A, const void* B, float* acc,
-                                                      int wg, const void* E, unsigned* e,
+__device__ __forceinline__ void tw_gemm_wgmma_sp_into(unsigned long long da0,
+                                                      unsigned long long db0, float* acc,
+                                                      const void* E, int rows, unsigned* e,
                                                       int scale_d) {
-  static_assert(tw_wgmma_bytes(TY) == 2, "sparse wgmma is lowered for 16-bit operands only");
-  const unsigned long long da0 =
-      tw_wgmma_desc(tw_smem_u32(A) + 64 * tw_warp_uniform(wg) * WA, 16, 8 * WA, WA);
-  const unsigned long long db0 = tw_wgmma_b_desc0<B_MN, RB, WB>(tw_smem_u32(B));
-  const int rows = 64 * wg + 16 * (threadIdx.x / 32 % 4);
 #pragma unroll
   for (int k0 = 0; k0 < K; k0 += 32) e[k0 / 32] = tw_sparse_meta<LDE>(E, rows, k0);
   tw_wgmma_fence();
@@ -416,14 +413,21 @@ __device__ __forceinline__ void tw_gemm_wgmma_sp_kept(const void* A, const void*
                                                       int wg, const void* E, unsigned* even,
                                                       unsigned* odd, int parity,
                                                       int scale_d = 1) {
+  static_assert(tw_wgmma_bytes(TY) == 2, "sparse wgmma is lowered for 16-bit operands only");
+  // the descriptors and metadata rows before the branch, where the loop around can hoist
+  // what of them does not change
+  const unsigned long long da0 =
+      tw_wgmma_desc(tw_smem_u32(A) + 64 * tw_warp_uniform(wg) * WA, 16, 8 * WA, WA);
+  const unsigned long long db0 = tw_wgmma_b_desc0<B_MN, RB, WB>(tw_smem_u32(B));
+  const int rows = 64 * wg + 16 * (threadIdx.x / 32 % 4);
   // two calls, not one through a pointer chosen by parity: each set's registers then have
   // fixed names (a pointer chosen at run time would put them in local memory)
   if (parity)
-    tw_gemm_wgmma_sp_into<N, K, NC, TY, B_MN, RA, WA, RB, WB, LDE>(A, B, acc, wg, E, odd,
+    tw_gemm_wgmma_sp_into<N, K, NC, TY, B_MN, RA, WA, RB, WB, LDE>(da0, db0, acc, E, rows, odd,
                                                                    scale_d);
   else
-    tw_gemm_wgmma_sp_into<N, K, NC, TY, B_MN, RA, WA, RB, WB, LDE>(A, B, acc, wg, E, even,
-                                                                   scale_d);
+    tw_gemm_wgmma_sp_into<N, K, NC, TY, B_MN, RA, WA, RB, WB, LDE>(da0, db0, acc, E, rows,
+                                                                   even, scale_d);
 }
 // A in registers (see the top): no descriptor, no shared-memory fence for A; the wgmma.fence
 // orders the ordinary instructions that wrote A (the convert) and acc before the wgmma reads.
