@@ -227,16 +227,24 @@ def cases(quick: bool):
                    ["LDGSTS.E.BYPASS.128", "HMMA.16816.F32", "STS.128", "!I2F.F16"], configs)
     # 2:4 sparse A against the dense cuBLAS GEMM: the sparse wgmma (HGMMA.SP, no dense
     # tensor-core instruction); diagnostic rows (not in the smoke run): mma.sp over warp tiles,
-    # and the sparse wgmma with 2 and 4 stages (the copies 1 and 3 k-tiles ahead of the
-    # wgmma.sp, each group retired before the next k-tile: a stage-reuse check of the fix of
-    # the 8192^3 wgmma.sp metadata race)
+    # and the sparse wgmma with 2 stages (each group retired in its k-tile) and 4 (the copies 2
+    # k-tiles ahead of the wgmma.sp, one group in flight on the held metadata registers, as
+    # the default's 3 stages)
+    # The kernels.GEMM_SP_ROWS rows: larger tiles (128-deep k-tiles: the metadata rows 16
+    # bytes, copied by cp.async where 64-deep ones took a 2-byte LDG and STS a thread; 256
+    # columns: HGMMA.SP.64x256x32) and float16 C through a shared tile (16-byte stores).
     sp_wgmma = ["HGMMA.SP.64x128x32.F32", "!HMMA", "!HGMMA.64"]
+    sp_rows = [("", kernels.GEMM_SP, sp_wgmma),
+               ("_mmasp", kernels.GEMM_SP_MMA, ["HMMA.SP.16832.F32", "LDSM.16.M88.4"]),
+               ("_2stages", {**kernels.GEMM_SP, "num_stages": 2}, sp_wgmma),
+               ("_4stages", {**kernels.GEMM_SP, "num_stages": 4}, sp_wgmma)]
+    for suffix, config in kernels.GEMM_SP_ROWS.items():
+        expect = [f"HGMMA.SP.64x{config['block_N']}x32.F32", "!HMMA", "!HGMMA.64"]
+        expect += ["!LDG.E.U16"] if config["block_K"] == 128 else []
+        expect += ["STG.E.128"] if config.get("c_shared") else []
+        sp_rows.append((suffix, config, expect))
     for n in GEMM_SP_SIZES[size]:
-        for suffix, config, expect in (
-                ("", kernels.GEMM_SP, sp_wgmma),
-                ("_mmasp", kernels.GEMM_SP_MMA, ["HMMA.SP.16832.F32", "LDSM.16.M88.4"]),
-                ("_2stages", {**kernels.GEMM_SP, "num_stages": 2}, sp_wgmma),
-                ("_4stages", {**kernels.GEMM_SP, "num_stages": 4}, sp_wgmma)):
+        for suffix, config, expect in sp_rows:
             if quick and suffix:
                 continue
             yield (f"gemm_sp_float16_{n}{suffix}",

@@ -13,7 +13,8 @@
   intra-warpgroup order too), and the 8-bit GEMMs (``kernels.gemm_low_precision``: int8
   into int32 against ``torch._int_mm``, float8_e4m3fn/e5m2 into float32 against the float64
   product of the float8 operands; int8 in the benchmark row's configuration too) and the 2:4
-  sparse GEMM in both benchmark configurations (sparse wgmma, mma.sp).
+  sparse GEMM in both benchmark configurations (sparse wgmma, mma.sp) and two of its other
+  rows' (128-deep k-tiles, 128 x 256 tiles).
 
 Each :class:`Check` is built here into a bundle (``build_bundles.py``) that also holds its
 inputs (drawn from the recorded seed) and torch's results in float64 (``check.pt``); the
@@ -271,6 +272,15 @@ def dialect() -> list[Check]:
             lambda config=config: kernels.gemm_sp_kernel.fn(m, n, k, "float16", "int16",
                                                             **config),
             lambda: [_gemm_sp_run(m, n, k)], k))
+    # two rows whose wgmma.sp groups stay in flight on other tiles (GEMM_SP_ROWS): 128-deep
+    # k-tiles (four metadata registers a set) and 128 x 256 (HGMMA.SP.64x256x32), 2 x 2
+    # blocks and 9 k-tiles each (3 and 4 stages wrapped)
+    for suffix, (m, n, k) in (("_k128", (256, 256, 1152)), ("_n256", (256, 512, 576))):
+        out.append(Check(
+            f"dialect-bench_gemm_sp_float16{suffix}", "dialect", "float16",
+            lambda m=m, n=n, k=k, config=kernels.GEMM_SP_ROWS[suffix]:
+                kernels.gemm_sp_kernel.fn(m, n, k, "float16", "int16", **config),
+            lambda m=m, n=n, k=k: [_gemm_sp_run(m, n, k)], k))
     return out
 
 

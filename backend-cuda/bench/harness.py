@@ -441,7 +441,7 @@ def expected_params(case: dict) -> list[tuple]:
         m, n, k = case["M"], case["N"], case["K"]
         factor = sparse.e_factor(dt, case["e_dtype"])
         return [(dt, [m, k // 2], False), (case["e_dtype"], [m, k // factor], False),
-                (dt, [k, n], False), ("float32", [m, n], True)]
+                (dt, [k, n], False), (case["config"].get("out_dtype", "float32"), [m, n], True)]
     if kind == "w4a16":
         m, n, k, groups = case["M"], case["N"], case["K"], case["K"] // case["group"]
         return [(dt, [m, k], False), ("uint8", [n, k // 2], False), (dt, [n, groups], False),

@@ -51,13 +51,22 @@ Configurations (sm_90a, chosen for H100/H200):
   traffic a weight). ``build_bundles.py`` lists the diagnostic rows.
 - 2:4 sparse float16 GEMM (``examples/gemm_sp.py``, ``GEMM_SP``): 128x128x64 tiles, 256
   threads = two warpgroups of 64 rows on the sparse wgmma (``wgmma.mma_async.sp`` m64n128k32,
-  ``HGMMA.SP.64x128x32.F32``), 3 stages of kept values, int16 metadata and B; each k-tile's
-  wgmma.sp group retires before the next k-tile (``wait_group 0``: the metadata registers it
-  reads are the gemm helper's own), the copies running two k-tiles ahead. The diagnostic
+  ``HGMMA.SP.64x128x32.F32``), 3 stages of kept values, int16 metadata and B; one wgmma.sp
+  group stays in flight into the next k-tile (``wait_group 1``) with its metadata in one of
+  two register sets the loop holds, by the parity of the k-tile
+  (``tw_gemm_wgmma_sp_kept``), the copies one k-tile ahead; 2 stages retire each k-tile's
+  group in it (``wait_group 0``, the copies running one k-tile ahead). The diagnostic
   ``_mmasp`` row (``GEMM_SP_MMA``: 128 threads, four warps of 64x64 on ``mma.sp`` m16n8k32,
   ``HMMA.SP.16832.F32``) is the configuration before the sparse wgmma. Neither is tuned; on
   the H200 (2026-12-04) ``_mmasp`` ran at 0.66x dense cuBLAS and the sparse-wgmma row was wrong
-  before the ``wait_group 0`` fix, which has not run there yet.
+  before the ``wait_group 0`` fix; with it, 0.74x (2 stages 0.75x, 4 stages 0.71x); the
+  group in flight has not run there yet. ``GEMM_SP_ROWS`` (not measured yet) make a
+  k-tile's group longer, so that a drain costs less of the loop: 128-deep k-tiles (four
+  HGMMA.SP a warpgroup a k-tile instead of two; the metadata rows grow from 8 to 16 bytes,
+  so cp.async copies them where 64-deep ones took a 2-byte LDG and STS a thread, the load's
+  latency in every iteration) and 128x256 tiles (HGMMA.SP.64x256x32); 2 stages of 128-deep
+  k-tiles keep two blocks an SM (100 KB of shared memory each); float16 C through a shared
+  tile as the dense GEMM stores it (``_f16``: half of the 256 MB fp32 C of 8192^2).
 - int8 GEMM (``gemm_low_precision``, ``INT8_GEMM``): 128x256x128 tiles (128-byte k-tiles, as
   the fp8 rows), 256 threads = two warpgroups on ``wgmma.mma_async`` m64n256k32 .s32.s8.s8
   (``IGMMA.64x256x32.S8.S8``), 3 stages filled by TMA, int32 C against ``torch._int_mm``. Not
@@ -95,6 +104,21 @@ W4A16 = {"block_M": 16, "block_N": 128, "block_K": 128, "threads": 128, "num_sta
          "splits": 8}
 GEMM_SP = {"block_M": 128, "block_N": 128, "block_K": 64, "threads": 256, "num_stages": 3}
 GEMM_SP_MMA = {**GEMM_SP, "threads": 128}  # mma.sp: the _mmasp diagnostic row
+# the sparse-wgmma rows beside GEMM_SP, by row suffix (see above; shared memory a stage: kept
+# values bm x bk / 2, metadata bm x bk / 8 bytes, B bk x bn, all 2-byte)
+_SP_F16 = {"out_dtype": "float16", "c_shared": True}  # C as the dense GEMM writes it
+GEMM_SP_ROWS = {
+    "_k128": {**GEMM_SP, "block_K": 128},                          # 3 x 50 KB
+    "_k128s2": {**GEMM_SP, "block_K": 128, "num_stages": 2},       # 2 x 50 KB: 2 blocks an SM
+    "_k128s4": {**GEMM_SP, "block_K": 128, "num_stages": 4},       # 4 x 50 KB
+    "_n256": {**GEMM_SP, "block_N": 256, "num_stages": 4},         # 4 x 41 KB
+    "_n256k128": {**GEMM_SP, "block_N": 256, "block_K": 128, "num_stages": 2},  # 2 x 82 KB
+    "_k128_f16": {**GEMM_SP, "block_K": 128, **_SP_F16},           # + 32 KB of C
+    # float16 C straight from the accumulators (half pairs): still two blocks an SM
+    "_k128s2_f16": {**GEMM_SP, "block_K": 128, "num_stages": 2, "out_dtype": "float16"},
+    "_k128_f16p16": {**GEMM_SP, "block_K": 128, **_SP_F16, "panel": SWIZZLE_PANEL},
+    "_n256_f16": {**GEMM_SP, "block_N": 256, **_SP_F16},           # 3 x 41 + 64 KB
+}
 INT8_GEMM = {"block_M": 128, "block_N": 256, "block_K": 128, "threads": 256, "num_stages": 3}
 
 

@@ -18,6 +18,7 @@ sys.path.insert(0, str(BENCH))
 import build_bundles  # noqa: E402 - after the sys.path setup
 import sass  # noqa: E402
 import sass_loops  # noqa: E402
+from test_cuda_sparse_gemm import metadata_races  # noqa: E402
 
 
 @pytest.mark.nvrtc
@@ -140,3 +141,21 @@ def test_attention_compute_loop_builds_no_descriptor_per_wgmma():
     assert ops.count("USHF") <= 4 and ops.count("ULOP3") <= 8 and ops.count("R2UR") <= 4 \
         and ops.count("FSETP") == 0 and ops.count("IMAD") <= 12 and len(loop) <= 500 \
         and text.count("UTMALDG") == 4, sass_loops.loop_line(name, text)
+
+
+@pytest.mark.nvrtc
+@pytest.mark.sass
+def test_sparse_wgmma_rows_keep_their_metadata_registers_under_each_hgmma_sp():
+    # every gemm_sp_float16_8192 row on the sparse wgmma, as the bundles build it (NVRTC):
+    # no metadata register written under an HGMMA.SP in flight (test_cuda_sparse_gemm's
+    # check: two parity branches where a group stays in flight, 3 stages or more)
+    rows = [c for c in build_bundles.cases(quick=False)
+            if c[0].startswith("gemm_sp_float16_8192") and not c[0].endswith("_mmasp")]
+    assert len(rows) == 12
+    for name, case, func, _expect, configs in rows:
+        kernel = build_bundles.tw_compile(func, out_idx=[3], target="cuda -arch=sm_90a",
+                                          execution_backend="nvrtc", pass_configs=configs)
+        text = sass.dump(kernel.executable.cubin)
+        held = "WARPGROUP.DEPBAR.LE gsb0, 0x1" in text
+        assert held == (case["config"]["num_stages"] >= 3), name
+        assert metadata_races(text) == [], (name, sass_loops.loop_line(name, text))

@@ -54,13 +54,15 @@ def test_bundled_gemm_config_matches_torch(dtype, stages, tmp_path):
 
 @pytest.mark.emulator
 @pytest.mark.parametrize(("config", "path"), [
-    ("GEMM_SP", "tw_gemm_wgmma_sp<128, 64, 128, TW_WGMMA_F16, true, 128, 64, 64, 128, 8>"),
+    ("GEMM_SP",
+     "tw_gemm_wgmma_sp_kept<128, 64, 128, TW_WGMMA_F16, true, 128, 64, 64, 128, 8>"),
     ("GEMM_SP_MMA", "tw_gemm_mma_sp_rf<128, 128, 64, false, 128, 2, 2"),
 ])
 def test_bundled_sparse_gemm_config_matches_torch(tmp_path, config, path):
-    # 2 x 2 blocks of the bundled 128x128x64 tile on the sparse wgmma (two warpgroups) and on
-    # mma.sp (the _mmasp row), 3 k-tiles through the 3 stages
-    M, N, K = 256, 256, 192
+    # 2 x 2 blocks of the bundled 128x128x64 tile on the sparse wgmma (two warpgroups, one
+    # group in flight on the held metadata registers) and on mma.sp (the _mmasp row), 9
+    # k-tiles through the 3 stages: each refilled twice
+    M, N, K = 256, 256, 576
     gen = torch.Generator().manual_seed(0)
     a = randn_semi_sparse(M, K, torch.float16, generator=gen)
     b = torch.randn(K, N, generator=gen).half()
@@ -69,6 +71,36 @@ def test_bundled_sparse_gemm_config_matches_torch(tmp_path, config, path):
     text = _emulate(func, tmp_path, *compress(a), b, c)
     assert path in text
     torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize("row", sorted(kernels.GEMM_SP_ROWS))
+def test_bundled_sparse_gemm_rows_match_torch_with_their_pipeline_wrapped(tmp_path, row):
+    # each gemm_sp_float16_8192<row> configuration: 2 x 1 blocks, 2 x stages + 1 k-tiles, so
+    # every stage is refilled twice under the wgmma.sp groups and the metadata registers
+    # change hands (the metadata race of the 8192^3 row hid at 3 k-tiles); float16 C is the
+    # float32 sums rounded once (an ulp apart where the two sums round to either side)
+    config = kernels.GEMM_SP_ROWS[row]
+    bn, bk = config["block_N"], config["block_K"]
+    M, N, K = 128, 2 * bn, (2 * config["num_stages"] + 1) * bk
+    gen = torch.Generator().manual_seed(1)
+    a = randn_semi_sparse(M, K, torch.float16, generator=gen)
+    b = torch.randn(K, N, generator=gen).half()
+    out = getattr(torch, config.get("out_dtype", "float32"))
+    c = torch.full((M, N), float("nan")).to(out)
+    func = kernels.gemm_sp_kernel.fn(M, N, K, "float16", "int16", **config)
+    text = _emulate(func, tmp_path, *compress(a), b, c)
+    kernel = text[text.index('extern "C" __global__'):]
+    # 3 stages or more: one group in flight, the metadata in the registers the loop holds
+    held = config["num_stages"] >= 3
+    assert f"tw_gemm_wgmma_sp{'_kept' if held else ''}<{bn}, {bk}, {bn}, TW_WGMMA_F16, true, " \
+        f"128, {bk}, {bk}, 128, {bk // 8}>" in kernel
+    assert ("tw_wgmma_wait<1>" in kernel) == held
+    ref = a.float() @ b.float()
+    if out == torch.float32:
+        torch.testing.assert_close(c, ref, rtol=1e-5, atol=1e-4)
+    else:
+        torch.testing.assert_close(c.float(), ref, rtol=1e-3, atol=1e-3)
 
 
 @pytest.mark.emulator

@@ -10,7 +10,9 @@ other dtypes take; a tile the instruction cannot cut is refused naming it. (cuda
 gemm_sp runs the example in emulation; the catalogue's gemm_sp row runs in
 test_cuda_conformance_emulated.)"""
 
+import json
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -28,6 +30,8 @@ from tilewright_cuda import arch, executor
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 
 import gemm_sp  # noqa: E402 - after the sys.path setup
+
+TESTS = Path(__file__).resolve().parent
 
 
 @pytest.mark.nvcc
@@ -118,26 +122,198 @@ def test_sparse_gemm_matches_torch_in_emulation(tmp_path, dtype, meta, trans_b, 
     torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-5, atol=1e-4)
 
 
+def _kernel(text: str) -> str:
+    return text[text.index('extern "C" __global__'):]
+
+
+# one emulated run in a process of its own (a wgmma.sp whose metadata register was overwritten
+# aborts the process): argv the source, its launch payload, the work folder
+RUN = """
+import json, sys, torch
+sys.path.insert(0, {tests!r})
+import hostemu
+from pathlib import Path
+from tilewright.utils.sparse import compress, randn_semi_sparse
+gen = torch.Generator().manual_seed(5)
+a = randn_semi_sparse(128, 512, torch.float16, generator=gen)
+b = torch.randn(512, 64, generator=gen).half()
+values, e = compress(a, torch.int16)
+c = torch.full((128, 64), float("nan"))
+hostemu.run(Path(sys.argv[1]).read_text(), json.loads(Path(sys.argv[2]).read_text()),
+            Path(sys.argv[3]), values, e, b, c)
+torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-5, atol=1e-4)
+print("MATCHES")
+"""
+
+
+def _emulate_in_subprocess(text: str, launch: dict, tmp_path) -> subprocess.CompletedProcess:
+    (tmp_path / "k.cu").write_text(text)
+    (tmp_path / "launch.json").write_text(json.dumps(launch))
+    return subprocess.run([sys.executable, "-c", RUN.format(tests=str(TESTS)),
+                           str(tmp_path / "k.cu"), str(tmp_path / "launch.json"),
+                           str(tmp_path)], capture_output=True, text=True, timeout=300,
+                          check=False)
+
+
 @pytest.mark.emulator
-def test_pipelined_sparse_wgmma_retires_its_group_before_the_next_k_tile(tmp_path):
-    # 3 stages and 8 k-tiles: the pipeline wraps around its stages; a dense wgmma gemm leaves
-    # its group in flight into the next iteration (wait_group 1), a wgmma.sp may not: its
-    # metadata register, loaded inside tw_gemm_wgmma_sp, is reused by the next iteration's
-    # code while the wgmma.sp reads it (the H200's 28% wrong elements at 8192^3). The
-    # emulation aborts on a wgmma.sp left in flight past a wait.
-    m, n, k = 128, 64, 512
-    lowered = tilewright.lower(_sparse.fn(m, n, k, "float16", "int16", False, stages=3),
+def test_pipelined_sparse_wgmma_keeps_one_group_in_flight_on_held_registers(tmp_path):
+    # 3 stages and 8 k-tiles: the pipeline wraps around its stages; the loop's wgmma.sp group
+    # stays in flight into the next iteration (wait_group 1) with its metadata in one of two
+    # register sets the loop holds (even and odd k-tiles), kept live after every wait; the
+    # emulation checks at each retirement that the register a wgmma.sp read still holds
+    # what it read. One set for every k-tile is the H200's race (28% wrong elements at
+    # 8192^3: ptxas reused the register under the HGMMA.SP in flight): the emulation aborts.
+    lowered = tilewright.lower(_sparse.fn(128, 64, 512, "float16", "int16", False, stages=3),
                                "cuda -arch=sm_90a")
-    text = lowered.source.text
-    assert "tw_gemm_wgmma_sp<" in text
-    assert "tw_wgmma_wait<1>" not in text and "tw_wgmma_wait<0>" in text
-    gen = torch.Generator().manual_seed(5)
+    text, launch = lowered.source.text, lowered.source.payload
+    kernel = _kernel(text)
+    assert "tw_gemm_wgmma_sp_kept<" in kernel and "tw_wgmma_wait<1>" in kernel
+    assert kernel.count("tw_wgmma_keep<2>((&(sp_meta_even_ptr[0])), (&(sp_meta_odd_ptr[0])))") \
+        == 2  # after the loop's wait_group 1 and after the drain's wait_group 0
+    good = _emulate_in_subprocess(text, launch, tmp_path)
+    assert good.returncode == 0 and "MATCHES" in good.stdout, good.stdout + good.stderr
+    parity = "(&(sp_meta_odd_ptr[0])), (k & 1))"  # the k-tile's parity (the loop is k's)
+    assert kernel.count(parity) == 1
+    broken = text.replace(parity, "(&(sp_meta_odd_ptr[0])), 0)")  # every k-tile even
+    bad = _emulate_in_subprocess(broken, launch, tmp_path)
+    if "overwritten before its wait_group" not in bad.stdout:
+        bad = _emulate_in_subprocess(broken, launch, tmp_path)  # g++ killed under load
+    assert bad.returncode != 0
+    assert "the metadata register read by a wgmma.sp in flight was overwritten before its " \
+           "wait_group" in bad.stdout, bad.stdout + bad.stderr
+
+
+@pytest.mark.emulator
+def test_two_stage_sparse_wgmma_retires_its_group_in_the_k_tile(tmp_path):
+    # two stages refill the version the last k-tile read: its group retires first
+    # (wait_group 0), on the metadata registers of the helper's own
+    m, n, k = 128, 64, 320  # 5 k-tiles through the 2 stages
+    lowered = tilewright.lower(_sparse.fn(m, n, k, "float16", "int16", False),
+                               "cuda -arch=sm_90a")
+    kernel = _kernel(lowered.source.text)
+    assert "tw_gemm_wgmma_sp<" in kernel and "tw_gemm_wgmma_sp_kept" not in kernel
+    assert "tw_wgmma_wait<1>" not in kernel and "tw_wgmma_wait<0>" in kernel
+    gen = torch.Generator().manual_seed(6)
     a = randn_semi_sparse(m, k, torch.float16, generator=gen)
     b = torch.randn(k, n, generator=gen).to(torch.float16)
     values, e = compress(a, torch.int16)
     c = torch.full((m, n), float("nan"))
-    hostemu.run(text, lowered.source.payload, tmp_path, values, e, b, c)
+    hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, values, e, b, c)
     torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-5, atol=1e-4)
+
+
+# a SASS instruction with its guard predicate: (address, predicate, opcode, operands)
+_GUARDED = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)([^;]*);")
+# opcodes whose first operand is not a register they write
+_NO_DEST = ("ST", "BRA", "BAR", "HGMMA", "WARPGROUP", "LDGSTS", "LDGDEPBAR", "DEPBAR", "MEMBAR",
+            "NOP", "ISETP", "UISETP", "PLOP3", "FENCE", "SYNCS", "EXIT", "RET", "CALL")
+
+
+def _written(opcode: str, operands: str) -> set:
+    """The general registers an instruction writes (its first operand; two for 64-bit
+    results)."""
+    match = re.match(r"\s*R(\d+)\b", operands)
+    if opcode.startswith(_NO_DEST) or match is None:
+        return set()
+    r = int(match[1])
+    return {r, r + 1} if ".64" in opcode or "WIDE" in opcode else {r}
+
+
+def _metadata_of(operands: str) -> int:
+    """The metadata register of an HGMMA.SP (``R24, gdesc[UR8].tnspB, R24, R88, 0x0``)."""
+    return int(operands.split(",")[3].strip().removeprefix("R"))
+
+
+def _hot_loop(code: list) -> tuple[int, int]:
+    """The first and last address of the loop with the most HGMMA.SP (the shortest of those)."""
+    best, key = (0, -1), (0, 0)
+    for at, _guard, op, operands in code:
+        target = re.search(r"0x([0-9a-f]+)", operands) if op.startswith("BRA") else None
+        if target is None or int(target[1], 16) > at:
+            continue
+        start = int(target[1], 16)
+        count = sum(o.startswith("HGMMA.SP") for a, _g, o, _r in code if start <= a <= at)
+        if (count, start - at) > key:
+            best, key = (start, at), (count, start - at)
+    return best
+
+
+def metadata_races(text: str) -> list[str]:
+    """Where the SASS of a pipelined sparse-wgmma kernel could change a metadata register
+    under an HGMMA.SP in flight. Where each k-tile's group retires in it, nothing may write
+    a metadata register between its HGMMA.SP and the wait; where the loop leaves a group in
+    flight, its HGMMA.SP must
+    stand in two branches (the parities: the host emulation checks that they alternate),
+    which read disjoint metadata registers, each written (unguarded) only in its own branch and
+    before the HGMMA.SP that reads it with no branch or wgmma wait in between, and nothing
+    after the loop writes one before the drain (``WARPGROUP.DEPBAR.LE gsb0, 0x0``)."""
+    code = [(int(m[1], 16), m[2] or "", m[3], m[4]) for m in _GUARDED.finditer(text)]
+    first, last = _hot_loop(code)
+    body = [c for c in code if first <= c[0] <= last]
+    problems, segments, current = [], [], set()
+    for _at, _guard, op, operands in body:
+        if op.startswith("HGMMA.SP"):
+            current.add(_metadata_of(operands))
+        if op.startswith("BRA"):
+            segments.append(current)
+            current = set()
+    segments.append(current)
+    meta = set().union(*segments)
+    in_flight = any(op.startswith("WARPGROUP.DEPBAR") and operands.strip().endswith("0x1")
+                    for _at, _guard, op, operands in body)
+    if not in_flight:  # each k-tile's group retires in it: nothing writes a register before
+        for k, (_at, _guard, op, operands) in enumerate(body):
+            reg = _metadata_of(operands) if op.startswith("HGMMA.SP") else None
+            for at, _g, later, later_operands in body[k + 1:] if reg is not None else ():
+                if later.startswith("WARPGROUP.DEPBAR"):
+                    break
+                if reg in _written(later, later_operands):
+                    problems.append(f"{at:#x}: R{reg} written under its HGMMA.SP")
+        return problems if meta else ["no HGMMA.SP in the hot loop"]
+    if in_flight and sum(bool(s) for s in segments) != 2:
+        # the group of the k-tile before is in flight where this k-tile writes its metadata:
+        # only the other parity's registers are free then
+        problems.append("a group stays in flight, but the HGMMA.SP are not in two branches")
+    for i, a in enumerate(segments):
+        for b in segments[i + 1:]:
+            if a & b:
+                problems.append(f"two branches read metadata registers {sorted(a & b)}")
+    for k, (at, guard, op, operands) in enumerate(body):
+        for r in _written(op, operands) & meta:
+            if guard:
+                problems.append(f"{at:#x}: a guarded write of R{r}")
+            rest = body[k + 1:]
+            reader = next((j for j, c in enumerate(rest) if c[2].startswith("HGMMA.SP") and
+                           _metadata_of(c[3]) == r), None)
+            if reader is None or any(c[2].startswith(("BRA", "WARPGROUP.DEPBAR"))
+                                     for c in rest[:reader]):
+                problems.append(f"{at:#x}: R{r} written where no HGMMA.SP of its branch reads "
+                                "it next")
+    for at, _guard, op, operands in (c for c in code if c[0] > last):
+        if op.startswith("WARPGROUP.DEPBAR") and operands.strip().endswith("0x0"):
+            break
+        problems += [f"{at:#x}: R{r} written after the loop, before the drain"
+                     for r in _written(op, operands) & meta]
+    return problems if meta else ["no HGMMA.SP in the hot loop"]
+
+
+@pytest.mark.nvcc
+@pytest.mark.sass
+@pytest.mark.parametrize(("bk", "stages"), [(64, 3), (128, 3), (64, 4), (128, 2)])
+def test_sparse_wgmma_in_flight_keeps_its_metadata_registers_in_sass(tmp_path, bk, stages):
+    # the bundled 128 x 128 tiles at 8192-deep K (a loop nvcc keeps rolled): with a group in
+    # flight ptxas keeps each parity's metadata registers apart and writes them only right
+    # before their HGMMA.SP; with 2 stages the group retires before they are reused
+    func = _sparse.fn(256, 256, 8192, "float16", "int16", False, bm=128, bn=128, bk=bk,
+                      threads=256, stages=stages)
+    source = tilewright.lower(func, "cuda -arch=sm_90a").source.text
+    assert ("tw_gemm_wgmma_sp_kept<" in _kernel(source)) == (stages >= 3)
+    cubin, log = executor.nvcc_compile(source, arch.get("sm_90a"), tmp_path)
+    code = sass.dump(cubin)
+    assert ("WARPGROUP.DEPBAR.LE gsb0, 0x1" in code) == (stages >= 3)
+    assert metadata_races(code) == [], code
+    assert int(re.search(r"(\d+) bytes spill stores", log).group(1)) == 0, log
+    assert not re.search(r"\s(LDL|STL)", code)  # the register sets stay registers
 
 
 def test_a_tile_mma_sp_cannot_cut_is_refused_naming_the_instruction():

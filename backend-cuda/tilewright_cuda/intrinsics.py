@@ -59,7 +59,8 @@ class Intrinsic:
     ``own_registers``: a wgmma gemm that builds registers of its own which its group reads
     until it retires (wgmma.mma_async.sp's metadata, loaded from shared memory inside the
     helper): they die when the call returns, so its group may not stay in flight past the
-    call (a pipelined loop retires it with ``wait_group 0``, never ``1``).
+    call. A pipelined loop retires it with ``wait_group 0``, or, to leave the group in flight
+    (``wait_group 1``), gives it registers of the loop's (``hold_sparse_metadata``).
     ``ticket``: it returns the previous value of the element its pointer (argument 1) names
     and adds its value (argument 2) to it; a call adding a positive integer constant is a
     *step*, and the steps of any threads on one element return distinct values (tickets)
@@ -116,6 +117,13 @@ TABLE = _table(
     # into the metadata registers the wgmma.sp reads until its group retires)
     Intrinsic("tw_gemm_wgmma_sp", WGMMA, ("read", "read", "readwrite", "", "read"), "wgmma",
               in_flight=True, own_registers=True),
+    # the same with the metadata in the caller's registers (two sets, even and odd, then the
+    # parity that picks the one it writes and the wgmma.sp reads): its group may stay in
+    # flight while tw_wgmma_keep(even, odd) after each wait keeps both sets live
+    Intrinsic("tw_gemm_wgmma_sp_kept", WGMMA,
+              ("read", "read", "readwrite", "", "read", "readwrite", "readwrite", ""), "wgmma",
+              in_flight=True),
+    Intrinsic("tw_wgmma_keep", WGMMA, ("read", "read"), local=True),
     Intrinsic("tw_wgmma_wait", WGMMA, (), "wgmma_wait", completes=True),
     Intrinsic("tw_wgmma_pack", WGMMA, ("write", "", ""), local=True),
     *(Intrinsic(name, BASE, ("atomic", ""), dtypes=_ATOMIC_DTYPES[kind], ticket=kind == "add")
@@ -297,6 +305,32 @@ def cp_async_wait(groups: int) -> tirx.Stmt:
 def wgmma_wait(groups: int) -> tirx.Stmt:
     """Retire this warpgroup's wgmma groups until at most ``groups`` are in flight."""
     return tirx.Evaluate(tirx.call_extern("void", f"tw_wgmma_wait<{groups}>"))
+
+
+SPARSE_WGMMA = "tw_gemm_wgmma_sp"
+
+
+def sparse_metadata_steps(call) -> int:
+    """The metadata registers a ``tw_gemm_wgmma_sp<N, K, ...>`` call's group reads: one a k32
+    step, K / 32."""
+    return int(str(call.args[0].value).split("<", 1)[1].split(",")[1]) // 32
+
+
+def hold_sparse_metadata(call, even, odd, parity) -> tvm.ir.Call:
+    """``call`` (a ``tw_gemm_wgmma_sp``) as ``tw_gemm_wgmma_sp_kept``: its metadata in the
+    registers ``even`` or ``odd`` (one-dimensional local buffers) as ``parity`` says."""
+    name = str(call.args[0].value).replace(SPARSE_WGMMA + "<", SPARSE_WGMMA + "_kept<", 1)
+    a, b, c, wg, e, *scale = call.args[1:]
+    return tirx.call_extern("void", name, a, b, c, wg, e, *(
+        tirx.address_of(tirx.BufferLoad(buf, [tirx.const(0, "int32")])) for buf in (even, odd)),
+        parity, *scale)
+
+
+def keep_sparse_metadata(even, odd) -> tirx.Stmt:
+    """Keeps the registers of ``hold_sparse_metadata`` live up to this point."""
+    steps = int(even.shape[0])
+    return tirx.Evaluate(tirx.call_extern("void", f"tw_wgmma_keep<{steps}>", *(
+        tirx.address_of(tirx.BufferLoad(buf, [tirx.const(0, "int32")])) for buf in (even, odd))))
 
 
 def fence_proxy_async() -> tirx.Stmt:

@@ -19,7 +19,8 @@ TYPES = {"TW_WGMMA_F16": ("f16", 16, "f32"), "TW_WGMMA_BF16": ("bf16", 16, "f32"
          "TW_WGMMA_E5M2": ("e5m2", 32, "f32")}
 # PTX accumulator type -> (C++ type, inline-assembly constraint)
 _ACCUMULATORS = {"f32": ("float", "f"), "s32": ("int", "r")}
-_GEMM = re.compile(r"tw_gemm_wgmma(_rs|_sp)?<\d+, \d+, (\d+), (TW_WGMMA_\w+), (true|false),")
+_GEMM = re.compile(
+    r"tw_gemm_wgmma(_rs|_sp|_sp_kept)?<\d+, \d+, (\d+), (TW_WGMMA_\w+), (true|false),")
 
 
 def _signature(name: str, nc: int, ty: str, b_mn: bool, a_param: str, more: str = "") -> str:
@@ -82,12 +83,13 @@ def instruction_sp(nc: int, ty: str, b_mn: bool) -> str:
 
 
 # the gemm loop's suffix -> its instruction specialisation
-_MAKERS = {None: instruction, "_rs": instruction_rs, "_sp": instruction_sp}
+_MAKERS = {None: instruction, "_rs": instruction_rs, "_sp": instruction_sp,
+           "_sp_kept": instruction_sp}
 
 
 def source(names: list[str]) -> str:
     """``tw_wgmma.h`` plus the instruction specialisations the gemm calls ``names`` (the
-    ``tw_gemm_wgmma[_rs|_sp]<...>`` names in the kernel, in order) use."""
+    ``tw_gemm_wgmma[_rs|_sp|_sp_kept]<...>`` names in the kernel, in order) use."""
     parts = [HEADER, "#ifndef TW_HOST_EMULATION"]
     seen = set()
     for name in names:

@@ -32,7 +32,18 @@
 // k16 step's A; B is as above, 32 deep a step. Each warp gives the metadata of its 16 rows
 // (PTX ISA: warp w % 4 covers rows 16 w .. 16 w + 15), laid out as mma.sp m16n8k32's
 // (tw_sparse_meta, sparsity selector 0), read from E's rows of LDE bytes. K counts dense
-// columns.
+// columns. The metadata registers are the helper's own, dead once it returns, so its group
+// must retire before the code after it runs (wait_group 0).
+//
+// tw_gemm_wgmma_sp_kept<...>(A, B, acc, wg, E, even, odd, parity): the same with the
+// metadata in registers of the caller's, K / 32 of them in `even` (parity 0) or `odd`
+// (parity 1), so that a pipelined loop can leave one group in flight (wait_group 1):
+// consecutive k-tiles alternate the parity, and tw_wgmma_keep<K / 32>(even, odd) after each
+// wait keeps both sets live, so ptxas cannot hand a register to other code while a wgmma.sp
+// in flight still reads it (an HGMMA.SP reads its metadata register until it retires; the
+// H200 gave 28% wrong elements at 8192^3 when ptxas reused it under a group in flight). Each
+// set is written only in its own parity's branch, after the wait that retired the group
+// which read it two k-tiles before.
 #ifndef TW_WGMMA_H
 #define TW_WGMMA_H
 
@@ -108,6 +119,14 @@ template <int N>
 __device__ __forceinline__ void tw_wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
 }
+// no code: the kept form's bookkeeping is the host emulation's
+__device__ __forceinline__ void tw_wgmma_hold_meta(const unsigned*) {}
+// the metadata registers of tw_gemm_wgmma_sp_kept (R a parity) live up to here
+template <int R>
+__device__ __forceinline__ void tw_wgmma_keep(const unsigned* even, const unsigned* odd) {
+#pragma unroll
+  for (int i = 0; i < R; ++i) asm volatile("" ::"r"(even[i]), "r"(odd[i]));
+}
 // v, the same in every lane of the warp (the warpgroup index), as ptxas can prove it: a
 // broadcast from lane 0 (what CUTLASS's canonical_warp_group_idx does), so that the descriptor
 // arithmetic built on it runs once per warp on the uniform datapath, not per thread with an
@@ -146,9 +165,11 @@ struct tw_wgmma_operand {
 // wait_group that retires its group. The emulation computes each instruction's products when
 // it is issued and again when it is retired, adds them to the accumulators at retirement,
 // and aborts when the two differ: shared memory under a wgmma in flight was overwritten.
-// A wgmma.sp reads its metadata register until it retires too, and tw_gemm_wgmma_sp loads
-// that register itself, so it dies when the gemm returns: a wait that leaves a group holding
-// a wgmma.sp in flight aborts (on the GPU the next code reuses the register under it).
+// A wgmma.sp reads its metadata register until it retires too: tw_gemm_wgmma_sp loads that
+// register itself, so it dies when the gemm returns, and a wait that leaves a group holding
+// such a wgmma.sp in flight aborts (on the GPU the next code reuses the register under it);
+// tw_gemm_wgmma_sp_kept's registers are the caller's, and retirement aborts when one was
+// overwritten before the wait (as for register A).
 // Products are summed in float: exact for int8 (32 products of at most 2^14 each).
 struct tw_wgmma_op {
   void* d;  // float*, int* for TW_WGMMA_S8
@@ -159,6 +180,8 @@ struct tw_wgmma_op {
   int scale_d = 1;                 // 0: the products replace the accumulators at retirement
   bool sparse = false;             // wgmma.sp: A holds kept values, meta picks their k
   unsigned meta[2] = {};           // ... for the thread's rows g and g + 8 of its warp
+  const unsigned* meta_reg = nullptr;  // ... the caller's metadata register (the kept form)
+  unsigned meta_held = 0;              // ... as issued
   const unsigned* regs = nullptr;  // register-A form: this thread's four A registers
   unsigned held[4] = {};           // ... as issued (they must not change until retirement)
   float a[2][16] = {};             // ... and the thread's two rows of A, from its quad's lanes
@@ -252,6 +275,14 @@ inline void tw_wgmma_step_sp(float* d, unsigned long long da, unsigned long long
   op.issued = tw_wgmma_products(op);
   tw_wgmma_open.get().push_back(std::move(op));
 }
+// the kept form: the wgmma.sp just issued reads the caller's register `reg` until it retires
+inline void tw_wgmma_hold_meta(const unsigned* reg) {
+  tw_wgmma_op& op = tw_wgmma_open.get().back();
+  op.meta_reg = reg;
+  op.meta_held = *reg;
+}
+template <int R>
+inline void tw_wgmma_keep(const unsigned*, const unsigned*) {}
 inline void tw_wgmma_commit() {
   tw_wgmma_groups.get().push_back(std::move(tw_wgmma_open.get()));
   tw_wgmma_open.get().clear();
@@ -266,6 +297,12 @@ inline void tw_wgmma_wait() {
       if (std::memcmp(now.data(), op.issued.data(), now.size() * sizeof(float)) != 0) {
         std::printf("tw emulation: block (%u, %u, %u) thread %u: shared memory read by a wgmma "
                     "in flight was overwritten before its wait_group\n",
+                    blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x);
+        __trap();
+      }
+      if (op.meta_reg && *op.meta_reg != op.meta_held) {
+        std::printf("tw emulation: block (%u, %u, %u) thread %u: the metadata register read by "
+                    "a wgmma.sp in flight was overwritten before its wait_group\n",
                     blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x);
         __trap();
       }
@@ -289,7 +326,7 @@ inline void tw_wgmma_wait() {
   }
   for (auto& group : groups)
     for (auto& op : group)
-      if (op.sparse) {
+      if (op.sparse && !op.meta_reg) {
         std::fprintf(stderr, "tw emulation: block (%u, %u, %u) thread %u: a wgmma.sp left in "
                      "flight "
                      "past tw_wgmma_wait<%d>: its metadata register is dead once "
@@ -347,6 +384,50 @@ __device__ __forceinline__ void tw_gemm_wgmma_sp(const void* A, const void* B, f
     }
   }
   tw_wgmma_commit();
+}
+// the kept form's k-tile (see the top): metadata step k0 / 32 in e[k0 / 32], from the rows
+// `meta` of E; da0 and db0 the k0 = 0 descriptors
+template <int N, int K, int NC, int TY, bool B_MN, int RA, int WA, int RB, int WB, int LDE>
+__device__ __forceinline__ void tw_gemm_wgmma_sp_into(unsigned long long da0,
+                                                      unsigned long long db0, float* acc,
+                                                      const void* E, int rows, unsigned* e,
+                                                      int scale_d) {
+#pragma unroll
+  for (int k0 = 0; k0 < K; k0 += 32) e[k0 / 32] = tw_sparse_meta<LDE>(E, rows, k0);
+  tw_wgmma_fence();
+#pragma unroll
+  for (int k0 = 0; k0 < K; k0 += 32) {
+    const unsigned long long da = tw_wgmma_desc_add(da0, (k0 / WA) * RA * WA + (k0 % WA));
+#pragma unroll
+    for (int n0 = 0; n0 < N; n0 += NC) {
+      const unsigned long long db =
+          tw_wgmma_desc_add(db0, tw_wgmma_b_offset<B_MN, RB, WB, 2>(k0, n0));
+      tw_wgmma_step_sp<NC, TY, B_MN>(acc + n0 / 2, da, db, e[k0 / 32], k0 == 0 ? scale_d : 1);
+      tw_wgmma_hold_meta(&e[k0 / 32]);
+    }
+  }
+  tw_wgmma_commit();
+}
+template <int N, int K, int NC, int TY, bool B_MN, int RA, int WA, int RB, int WB, int LDE>
+__device__ __forceinline__ void tw_gemm_wgmma_sp_kept(const void* A, const void* B, float* acc,
+                                                      int wg, const void* E, unsigned* even,
+                                                      unsigned* odd, int parity,
+                                                      int scale_d = 1) {
+  static_assert(tw_wgmma_bytes(TY) == 2, "sparse wgmma is lowered for 16-bit operands only");
+  // the descriptors and metadata rows before the branch, where the loop around can hoist
+  // what of them does not change
+  const unsigned long long da0 =
+      tw_wgmma_desc(tw_smem_u32(A) + 64 * tw_warp_uniform(wg) * WA, 16, 8 * WA, WA);
+  const unsigned long long db0 = tw_wgmma_b_desc0<B_MN, RB, WB>(tw_smem_u32(B));
+  const int rows = 64 * wg + 16 * (threadIdx.x / 32 % 4);
+  // two calls, not one through a pointer chosen by parity: each set's registers then have
+  // fixed names (a pointer chosen at run time would put them in local memory)
+  if (parity)
+    tw_gemm_wgmma_sp_into<N, K, NC, TY, B_MN, RA, WA, RB, WB, LDE>(da0, db0, acc, E, rows, odd,
+                                                                   scale_d);
+  else
+    tw_gemm_wgmma_sp_into<N, K, NC, TY, B_MN, RA, WA, RB, WB, LDE>(da0, db0, acc, E, rows,
+                                                                   even, scale_d);
 }
 // A in registers (see the top): no descriptor, no shared-memory fence for A; the wgmma.fence
 // orders the ordinary instructions that wrote A (the convert) and acc before the wgmma reads.

@@ -26,6 +26,14 @@ become counters the loop carries (counters.py, in ``place_memory``). A loop none
 copies is a ``cp.async`` (before sm_80, unaligned or dynamic tiles) runs in order: with copies
 through registers nothing would overlap.
 
+With three stages or more, a loop whose wgmma gemms read only its versioned tiles (and
+nothing else in it touches their accumulators) leaves one wgmma group in flight into the next
+iteration (``wait_group 1``; the refill then runs one iteration less ahead, so that it never
+writes the version the group in flight reads: ``plan.wgmma_can_overlap``). A loop whose one
+wgmma gemm is a wgmma.sp, whose metadata registers are the helper's own, hands it two
+register sets of the loop's, one for even iterations and one for odd ones, kept live after
+every wait (``plan.HeldRegisters``).
+
 On sm_90+ the copy rule offers a TMA form of each producer it can (tma.py); when every
 producer of a loop has one, the loop takes the TMA forms of tma_pipeline.py instead: stages
 complete on mbarriers, issued in order by one thread of the block or, on sm_90a, by a producer
@@ -50,11 +58,13 @@ from ... import intrinsics, keys
 from ...analysis.accesses import loaded_tiles, producer_writes
 from ...analysis.ir import block_loops, find_thread, nested, seq, touches, writes
 from .plan import (
+    HeldRegisters,
     Versioned,
     is_choice,
     issue_order,
     keep_one_wgmma_group,
     one_barrier_for_wgmma,
+    owned_registers,
     resolve,
     statements,
     strip_groups,
@@ -117,10 +127,16 @@ def _pipeline_loop(loop, func_body, analyzer, tx):
     if not use_tma and not any(_issues_cp_async(stmts[p]) for p in producers):
         return None  # nothing would overlap: the copies go through registers anyway
     versioned = Versioned(tiles, stages)
-    overlap = stages >= 3 and wgmma_can_overlap(consumers, tiles)
+    owned = owned_registers(consumers)
+    # (the TMA plans keep a wgmma.sp's registers in the call: its metadata tile is not a TMA
+    # destination, so its loops take cp.async anyway)
+    overlap = stages >= 3 and wgmma_can_overlap(consumers, tiles) and not (use_tma and owned)
+    held = HeldRegisters(owned[0], loop.loop_var) if overlap and owned else None
     if overlap:  # one wgmma group stays in flight: its version is refilled one step later
         stmts = [s if i_ in producers else keep_one_wgmma_group(s)
                  for i_, s in enumerate(stmts)]
+    if held is not None:
+        stmts = [s if i_ in producers else held.rewrite(s) for i_, s in enumerate(stmts)]
     if use_tma:
         kept = without_wgmma_barriers(stmts, producers, versioned.old)
         return TmaPlan(loop, stmts, producers, versioned, overlap, kept,
@@ -164,6 +180,9 @@ def _pipeline_loop(loop, func_body, analyzer, tx):
     main = tirx.For(i, 0, n, loop.kind, tirx.SeqStmt(steady), annotations=annotations,
                     span=loop.span)
     drain = [intrinsics.wgmma_wait(0)] if overlap else []
+    if held is not None:
+        prologue = [*held.start(), *prologue]
+        drain.append(held.keep())
     return tirx.SeqStmt([*prologue, main, *drain, intrinsics.cp_async_wait(0)]), versioned
 
 

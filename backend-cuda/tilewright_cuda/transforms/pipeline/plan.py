@@ -184,15 +184,22 @@ def wgmma_calls(stmt) -> list:
     return found
 
 
+def owned_registers(consumers: list) -> list:
+    """The loop's wgmma gemm calls whose group reads registers of the call's own
+    (``own_registers``: wgmma.sp's metadata, dead once the call returns)."""
+    return [c for s in consumers for c in wgmma_calls(s) if intrinsics.of(c).own_registers]
+
+
 def wgmma_can_overlap(consumers: list, tiles: list) -> bool:
     """Whether the loop's wgmma gemms may leave their group in flight into the next
     iteration: each reads only the pipelined tiles or shared tiles nothing in the loop
     writes, and its accumulator is touched by nothing else in the loop (not cleared, not
-    read element-wise as FlashAttention's scores are), and none is a gemm whose group reads
-    registers of the call's own (``own_registers``: wgmma.sp's metadata, dead once the call
-    returns; left in flight, the next iteration's code reuses them under the wgmma.sp)."""
+    read element-wise as FlashAttention's scores are). A gemm whose group reads registers of
+    its own (``owned_registers``) may only where it is the loop's one wgmma gemm, its
+    registers then the loop's (``HeldRegisters``); left in the call, the next iteration's
+    code would reuse them under the wgmma.sp in flight."""
     calls = [c for s in consumers for c in wgmma_calls(s)]
-    if not calls or any(intrinsics.of(c).own_registers for c in calls):
+    if not calls or (owned_registers(consumers) and len(calls) > 1):
         return False
     without = [tvm_ffi.structural_map(s, (tirx.Evaluate, lambda e: tirx.Evaluate(0) if
                                           wgmma_calls(e) else e)) for s in consumers]
@@ -205,6 +212,42 @@ def wgmma_can_overlap(consumers: list, tiles: list) -> bool:
         if any(touches(s, acc) for s in without):
             return False
     return True
+
+
+class HeldRegisters:
+    """The registers a loop's one wgmma.sp gemm keeps its metadata in while its group stays in
+    flight (``intrinsics.hold_sparse_metadata``): two sets, the even iterations' and the odd
+    ones', so that a k-tile's wgmma.sp never reads a register the next k-tile writes."""
+
+    def __init__(self, call, loop_var):
+        steps = intrinsics.sparse_metadata_steps(call)
+        self.loop_var = loop_var
+        self.even, self.odd = (tirx.decl_buffer((steps,), "uint32", f"sp_meta_{name}",
+                                                scope="local") for name in ("even", "odd"))
+
+    def rewrite(self, stmt):
+        """``stmt`` (a consumer that waits for all but its own group) with its wgmma.sp on the
+        held registers, picked by the parity of the iteration, and each wait followed by
+        ``keep``."""
+        def visit(e):
+            if intrinsics.role(e) == "wgmma":
+                return tirx.Evaluate(intrinsics.hold_sparse_metadata(
+                    e.value, self.even, self.odd, tirx.floormod(self.loop_var, 2)))
+            if intrinsics.role(e) == "wgmma_wait":
+                return tirx.SeqStmt([e, self.keep()])
+            return e
+
+        return tvm_ffi.structural_map(stmt, (tirx.Evaluate, visit))
+
+    def keep(self) -> tirx.Stmt:
+        return intrinsics.keep_sparse_metadata(self.even, self.odd)
+
+    def start(self) -> list:
+        """The two sets' allocations, zeroed (the first waits keep the set no group wrote
+        yet), before the loop's prologue."""
+        return [tirx.AllocBuffer(self.even), tirx.AllocBuffer(self.odd),
+                *(tirx.BufferStore(buf, tirx.const(0, "uint32"), [tirx.const(j, "int32")])
+                  for buf in (self.even, self.odd) for j in range(int(buf.shape[0])))]
 
 
 def keep_one_wgmma_group(stmt):
