@@ -174,14 +174,23 @@ def cases(quick: bool):
     # overlap (two float16 tiles, k-tile e + 1 dequantised while e's gemm runs, one barrier a
     # k-tile instead of two; two k-tiles a pipeline stage) on 4 slices two stages deep, built
     # for 2 blocks an SM (cuda.blocks_per_sm: the tail's activation tile shares bytes with a
-    # pipeline version, 112 KB instead of 116: all 256 blocks resident)
+    # pipeline version, 112 KB instead of 116: all 256 blocks resident); _ss, _s3ss, _s4ss:
+    # option stage_scales (a slice's scales and zero points staged in shared memory before
+    # its k-tiles, one wait on 16 / 32 two-byte loads a thread; each k-tile's dequantisation
+    # then reads them by LDS: its hot loop has no LDG, where the default's waits on 32
+    # LDG.E.U16 issued after each k-tile's barrier, 0 vs 32 of 527 / 558 instructions at
+    # M = 1 / 16) on the default's 8 slices two and three stages deep (60 / 72 KB: three
+    # blocks an SM, not four) and on _s4's 4 slices four stages deep (88 KB, two an SM as _s4)
     for m, n in W4A16_SIZES[size]:
         for suffix, change, configs in (
                 ("", {}, {}), ("_nosplit", {"splits": 1, "num_stages": 4}, {}),
                 ("_n64", {"block_N": 64}, {}),
                 ("_s4", {"splits": 4, "num_stages": 4}, {}),
                 ("_t256", {"threads": 256}, {}),
-                ("_overlap", {"overlap": True, "splits": 4}, {"cuda.blocks_per_sm": 2})):
+                ("_overlap", {"overlap": True, "splits": 4}, {"cuda.blocks_per_sm": 2}),
+                ("_ss", {"stage_scales": True}, {}),
+                ("_s3ss", {"stage_scales": True, "num_stages": 3}, {}),
+                ("_s4ss", {"stage_scales": True, "splits": 4, "num_stages": 4}, {})):
             if quick and suffix:
                 continue
             config = {**kernels.W4A16, **change}

@@ -262,6 +262,71 @@ def test_w4a16_overlap_is_bit_identical_to_the_default_in_emulation(tmp_path, ti
                                atol=1e-2 * want.abs().mean())
 
 
+@pytest.mark.emulator
+@pytest.mark.parametrize(("k", "group", "tile"), [
+    (8192, 128, {"splits": 8, "num_stages": 2}),  # the bench's _ss: 8 k-tiles, 4 wraps
+    (8192, 128, {"splits": 8, "num_stages": 3}),  # _s3ss: 8 k-tiles over 3 stages
+    (4096, 64, {"splits": 4, "num_stages": 4}),   # two groups a k-tile, 16 a slice
+    (4096, 256, {"splits": 2, "num_stages": 2}),  # a group over two k-tiles
+    (4096, 2048, {"splits": 4, "num_stages": 2}),  # a group over two slices
+])
+def test_w4a16_staged_scales_are_bit_identical_to_the_default_in_emulation(tmp_path, k, group,
+                                                                            tile):
+    # stage_scales: a slice's scales and zero points copied to shared memory before its
+    # k-tiles, the same arithmetic on the same values, so the same bits (decode rows, a
+    # partial column tile whose rows past N stage row N - 1)
+    m, n = 5, 200
+    gen = torch.Generator().manual_seed(9)
+    a = torch.randn(m, k, generator=gen).half()
+    q, scales, zeros = w4.quantize(torch.randn(n, k, generator=gen).half(), group)
+    out = {}
+    for staged in (False, True):
+        lowered = tilewright.lower(
+            w4.w4a16_gemm.fn(m, n, k, group, stage_scales=staged, **tile), "cuda -arch=sm_90a")
+        text = lowered.source.text
+        kernel = text[text.index("main_0_kernel(half* __restrict__ A_ptr"):]
+        kernel = kernel[kernel.index("{"):kernel.index("\n}\n")]
+        loop = kernel[kernel.index("for (int ko = 0;"):]
+        # staged: global scales only before the loop, the dequantisation unrolled, eight
+        # codes a call: 128 x 128 / 8 / 128 threads = 16 (the default's global zero point of
+        # a group over two slices, Zeros[n, bz // 2], keeps the scalar path)
+        assert ("Scales_ptr[" in loop) != staged and ("Zeros_ptr[" in loop) != staged
+        assert loop.count("tw_dequant_u4x8_f16(") == 16 or not staged
+        out[staged] = torch.full((m, n), float("nan"), dtype=torch.float16)
+        hostemu.run(text, lowered.source.payload, tmp_path / str(staged), a, q, scales, zeros,
+                    out[staged])
+    assert torch.equal(out[True], out[False])
+    want = a.double() @ w4.dequantize(q, scales, zeros).double().T
+    torch.testing.assert_close(out[True].double(), want, rtol=1e-2,
+                               atol=1e-2 * want.abs().mean())
+
+
+@pytest.mark.nvcc
+@pytest.mark.sass
+@pytest.mark.parametrize("tile", [{"splits": 8, "num_stages": 2},
+                                  {"splits": 4, "num_stages": 4}])
+def test_w4a16_staged_scales_leave_no_global_load_in_the_loop(tmp_path, tile):
+    # the bench's _ss and _s4ss: the hot loop reads its 32 zero points and scales a thread a
+    # k-tile from shared memory (LDS) instead of global memory (LDG, as the default does),
+    # dequantised eight codes a call
+    counts = {}
+    for staged in (False, True):
+        code = _sass(w4.w4a16_gemm.fn(16, 8192, 8192, stage_scales=staged, **tile), "sm_90a",
+                     tmp_path)
+        loop = [op.split(".")[0] for op in sass.hot_loop(code)]
+        assert loop.count("HMMA") == 32 and loop.count("STS") == 16  # 16 calls, STS.128
+        assert "I2F.F16" not in code
+        counts[staged] = loop.count("LDG"), loop.count("LDS")
+    assert counts[False][0] == 32 and counts[True] == (0, counts[False][1] + 32)
+
+
+def test_w4a16_staged_scales_take_whole_groups_or_whole_slices():
+    with pytest.raises(ValueError, match="whole groups or whole slices"):
+        w4.w4a16_gemm.fn(1, 1024, 1024, 384, splits=2, stage_scales=True)
+    with pytest.raises(ValueError, match="not of overlap"):
+        w4.w4a16_gemm.fn(1, 1024, 1024, splits=2, overlap=True, stage_scales=True)
+
+
 @pytest.mark.nvcc
 @pytest.mark.sass
 @pytest.mark.parametrize("tile", [{"splits": 4, "num_stages": 2},
