@@ -200,8 +200,10 @@ def cases(quick: bool):
                     **({"pass_configs": configs} if configs else {})},
                    kernels.w4a16_gemm.fn(m, n, n, 128, **config),
                    # dequantised eight codes a call into 16-byte stores (include/tw_dequant.h),
-                   # not a code a thread through an integer-to-float conversion
-                   ["LDGSTS.E.BYPASS.128", "HMMA.16816.F32", "STS.128", "!I2F.F16"], configs)
+                   # not a code a thread through an integer-to-float conversion; staged
+                   # scales read back by LDS.U16 (32 a thread a k-tile; the default has none)
+                   ["LDGSTS.E.BYPASS.128", "HMMA.16816.F32", "STS.128", "!I2F.F16",
+                    *(["LDS.U16"] if config.get("stage_scales") else [])], configs)
     # 2:4 sparse A against the dense cuBLAS GEMM: the sparse wgmma (HGMMA.SP, no dense
     # tensor-core instruction); diagnostic rows (not in the smoke run): mma.sp over warp tiles,
     # and the sparse wgmma with 2 and 4 stages (the copies 1 and 3 k-tiles ahead of the
