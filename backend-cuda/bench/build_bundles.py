@@ -174,13 +174,16 @@ def cases(quick: bool):
     # overlap (two float16 tiles, k-tile e + 1 dequantised while e's gemm runs, one barrier a
     # k-tile instead of two; two k-tiles a pipeline stage) on 4 slices two stages deep, built
     # for 2 blocks an SM (cuda.blocks_per_sm: the tail's activation tile shares bytes with a
-    # pipeline version, 112 KB instead of 116: all 256 blocks resident); _ss, _s3ss, _s4ss:
-    # option stage_scales (a slice's scales and zero points staged in shared memory before
-    # its k-tiles, one wait on 16 / 32 two-byte loads a thread; each k-tile's dequantisation
-    # then reads them by LDS: its hot loop has no LDG, where the default's waits on 32
-    # LDG.E.U16 issued after each k-tile's barrier, 0 vs 32 of 527 / 558 instructions at
-    # M = 1 / 16) on the default's 8 slices two and three stages deep (60 / 72 KB: three
-    # blocks an SM, not four) and on _s4's 4 slices four stages deep (88 KB, two an SM as _s4)
+    # pipeline version, 112 KB instead of 116: all 256 blocks resident); _ss, _s4ss: option
+    # stage_scales (a slice's scales and zero points staged in shared memory before its
+    # k-tiles, one wait on 16 / 32 two-byte loads a thread; each k-tile's dequantisation then
+    # reads them by LDS: its hot loop has no LDG, where the default's waits on 32 LDG.E.U16
+    # issued after each k-tile's barrier, 0 vs 32 of 527 / 558 instructions at M = 1 / 16)
+    # on the default's 8 slices two stages deep (60 KB: three blocks an SM, not four) and on
+    # _s4's 4 slices four stages deep (88 KB, two an SM as _s4); _swap: option swap (C^T =
+    # W A^T on wgmma m64n16k16, both tiles read from shared memory by the tensor cores: no
+    # ldmatrix, the activations read once a warpgroup rather than once a warp; two
+    # warpgroups of 64 weight rows, 56 KB, four blocks an SM as the default)
     for m, n in W4A16_SIZES[size]:
         for suffix, change, configs in (
                 ("", {}, {}), ("_nosplit", {"splits": 1, "num_stages": 4}, {}),
@@ -189,8 +192,8 @@ def cases(quick: bool):
                 ("_t256", {"threads": 256}, {}),
                 ("_overlap", {"overlap": True, "splits": 4}, {"cuda.blocks_per_sm": 2}),
                 ("_ss", {"stage_scales": True}, {}),
-                ("_s3ss", {"stage_scales": True, "num_stages": 3}, {}),
-                ("_s4ss", {"stage_scales": True, "splits": 4, "num_stages": 4}, {})):
+                ("_s4ss", {"stage_scales": True, "splits": 4, "num_stages": 4}, {}),
+                ("_swap", {"swap": True, "threads": 256}, {})):
             if quick and suffix:
                 continue
             config = {**kernels.W4A16, **change}
@@ -202,7 +205,9 @@ def cases(quick: bool):
                    # dequantised eight codes a call into 16-byte stores (include/tw_dequant.h),
                    # not a code a thread through an integer-to-float conversion; staged
                    # scales read back by LDS.U16 (32 a thread a k-tile; the default has none)
-                   ["LDGSTS.E.BYPASS.128", "HMMA.16816.F32", "STS.128", "!I2F.F16",
+                   ["LDGSTS.E.BYPASS.128", "STS.128", "!I2F.F16",
+                    *(["HGMMA.64x16x16.F32", "!HMMA"] if config.get("swap") else
+                      ["HMMA.16816.F32"]),
                     *(["LDS.U16"] if config.get("stage_scales") else [])], configs)
     # 2:4 sparse A against the dense cuBLAS GEMM: the sparse wgmma (HGMMA.SP, no dense
     # tensor-core instruction); diagnostic rows (not in the smoke run): mma.sp over warp tiles,

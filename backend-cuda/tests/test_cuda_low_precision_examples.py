@@ -265,7 +265,7 @@ def test_w4a16_overlap_is_bit_identical_to_the_default_in_emulation(tmp_path, ti
 @pytest.mark.emulator
 @pytest.mark.parametrize(("k", "group", "tile"), [
     (8192, 128, {"splits": 8, "num_stages": 2}),  # the bench's _ss: 8 k-tiles, 4 wraps
-    (8192, 128, {"splits": 8, "num_stages": 3}),  # _s3ss: 8 k-tiles over 3 stages
+    (8192, 128, {"splits": 8, "num_stages": 3}),  # 8 k-tiles over 3 stages
     (4096, 64, {"splits": 4, "num_stages": 4}),   # two groups a k-tile, 16 a slice
     (4096, 256, {"splits": 2, "num_stages": 2}),  # a group over two k-tiles
     (4096, 2048, {"splits": 4, "num_stages": 2}),  # a group over two slices
@@ -320,11 +320,51 @@ def test_w4a16_staged_scales_leave_no_global_load_in_the_loop(tmp_path, tile):
     assert counts[False][0] == 32 and counts[True] == (0, counts[False][1] + 32)
 
 
-def test_w4a16_staged_scales_take_whole_groups_or_whole_slices():
+@pytest.mark.emulator
+@pytest.mark.parametrize("tile", [
+    {"splits": 8, "num_stages": 2, "threads": 256},  # the bench's _swap: 8 k-tiles, 4 wraps
+    {"splits": 8, "num_stages": 2, "block_N": 64},   # one warpgroup of 64 weight rows
+    {"splits": 1, "num_stages": 3, "threads": 256},  # one slice: C^T stored into C
+    {"splits": 4, "num_stages": 2, "threads": 256, "stage_scales": True},
+])
+def test_w4a16_swapped_operands_match_torch_in_emulation(tmp_path, tile):
+    # swap: C^T = W A^T, the dequantised tile the wgmma's 64-row A operand and the activations
+    # its 16-column B (m64n16k16); decode rows (a partial column of C^T), a partial column
+    # tile (rows of C^T past N), 8192 deep
+    m, n, k, group = 5, 200, 8192, 128
+    gen = torch.Generator().manual_seed(10)
+    a = torch.randn(m, k, generator=gen).half()
+    q, scales, zeros = w4.quantize(torch.randn(n, k, generator=gen).half(), group)
+    lowered = tilewright.lower(w4.w4a16_gemm.fn(m, n, k, group, swap=True, **tile),
+                               "cuda -arch=sm_90a")
+    text = lowered.source.text
+    assert "tw_gemm_wgmma<16, 128, 16," in text and "tw_dequant_u4x8_f16(" in text
+    c = torch.full((m, n), float("nan"), dtype=torch.float16)
+    hostemu.run(text, lowered.source.payload, tmp_path, a, q, scales, zeros, c)
+    want = a.double() @ w4.dequantize(q, scales, zeros).double().T
+    torch.testing.assert_close(c.double(), want, rtol=1e-2, atol=1e-2 * want.abs().mean())
+
+
+@pytest.mark.nvcc
+@pytest.mark.sass
+@pytest.mark.parametrize("tile", [{"threads": 256}, {"block_N": 64}])
+def test_w4a16_swapped_operands_run_on_wgmma_without_ldmatrix(tmp_path, tile):
+    # the bench's _swap (two warpgroups) and one warpgroup of 64 weight rows: the tensor
+    # cores read both tiles from shared memory (HGMMA.64x16x16), no ldmatrix and no HMMA in
+    # the loop
+    code = _sass(w4.w4a16_gemm.fn(16, 8192, 8192, splits=8, num_stages=2, swap=True, **tile),
+                 "sm_90a", tmp_path)
+    loop = [op.split(".")[0] for op in sass.hot_loop(code)]
+    assert loop.count("HGMMA") == 8 and "LDSM" not in loop and "HMMA" not in loop
+    assert loop.count("STS") == 8 and "I2F.F16" not in code
+
+
+def test_w4a16_staged_scales_and_swap_refuse_what_they_cannot_do():
     with pytest.raises(ValueError, match="whole groups or whole slices"):
         w4.w4a16_gemm.fn(1, 1024, 1024, 384, splits=2, stage_scales=True)
-    with pytest.raises(ValueError, match="not of overlap"):
-        w4.w4a16_gemm.fn(1, 1024, 1024, splits=2, overlap=True, stage_scales=True)
+    for option in ("stage_scales", "swap"):
+        with pytest.raises(ValueError, match="not of overlap"):
+            w4.w4a16_gemm.fn(1, 1024, 1024, splits=2, overlap=True, **{option: True})
 
 
 @pytest.mark.nvcc
