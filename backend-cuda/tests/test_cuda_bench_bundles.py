@@ -78,9 +78,10 @@ def test_w4a16_rows_keep_diagnostic_rows_beside_each_split_row(monkeypatch):
     rows = {name: case["config"]["splits"] for name, case, *_ in build_bundles.cases(False)
             if name.startswith("w4a16")}
     suffixes = {"": 8, "_nosplit": 1, "_n64": 8, "_s4": 4, "_t256": 8, "_overlap": 4,
-                "_ss": 8, "_s4ss": 4, "_swap": 8}
-    assert rows == {f"w4a16_m{m}_8192{suffix}": splits for m in (1, 16)
-                    for suffix, splits in suffixes.items()}
+                "_s4ss": 4, "_swap": 8}
+    assert rows == {**{f"w4a16_m{m}_8192{suffix}": splits for m in (1, 16)
+                       for suffix, splits in suffixes.items()},
+                    "w4a16_m1_8192_swap8ss": 8}  # 8-row activation tiles: M = 1 only
 
 
 def _list(bundles: Path, *extra) -> subprocess.CompletedProcess:

@@ -326,6 +326,8 @@ def test_w4a16_staged_scales_leave_no_global_load_in_the_loop(tmp_path, tile):
     {"splits": 8, "num_stages": 2, "block_N": 64},   # one warpgroup of 64 weight rows
     {"splits": 1, "num_stages": 3, "threads": 256},  # one slice: C^T stored into C
     {"splits": 4, "num_stages": 2, "threads": 256, "stage_scales": True},
+    {"splits": 8, "num_stages": 2, "threads": 256, "block_M": 8,  # _swap8ss
+     "stage_scales": True},
 ])
 def test_w4a16_swapped_operands_match_torch_in_emulation(tmp_path, tile):
     # swap: C^T = W A^T, the dequantised tile the wgmma's 64-row A operand and the activations
@@ -338,7 +340,8 @@ def test_w4a16_swapped_operands_match_torch_in_emulation(tmp_path, tile):
     lowered = tilewright.lower(w4.w4a16_gemm.fn(m, n, k, group, swap=True, **tile),
                                "cuda -arch=sm_90a")
     text = lowered.source.text
-    assert "tw_gemm_wgmma<16, 128, 16," in text and "tw_dequant_u4x8_f16(" in text
+    rows = tile.get("block_M", 16)
+    assert f"tw_gemm_wgmma<{rows}, 128, {rows}," in text and "tw_dequant_u4x8_f16(" in text
     c = torch.full((m, n), float("nan"), dtype=torch.float16)
     hostemu.run(text, lowered.source.payload, tmp_path, a, q, scales, zeros, c)
     want = a.double() @ w4.dequantize(q, scales, zeros).double().T
