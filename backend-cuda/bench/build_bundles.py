@@ -182,9 +182,9 @@ def cases(quick: bool):
     # _s4; on the default's tiles the 4 KB would cost the fourth block an SM); _swap: option
     # swap (C^T = W A^T on wgmma m64n16k16, both tiles read from shared memory by the tensor
     # cores: no ldmatrix, the activations read once a warpgroup rather than once a warp; two
-    # warpgroups of 64 weight rows, 56 KB, four blocks an SM as the default); _swap8ss (M = 1
-    # only): swap on 8-row activation tiles (m64n8k16) with staged scales, whose 4 KB the
-    # halved activation stages pay for (56 KB, four an SM)
+    # warpgroups of 64 weight rows, 56 KB, four blocks an SM as the default); _swap8 (M = 1
+    # only): swap on 8-row activation tiles (m64n8k16, 52 KB); _swap8ss: and staged scales,
+    # whose 4 KB the halved activation stages pay for (56 KB, four an SM)
     for m, n in W4A16_SIZES[size]:
         for suffix, change, configs in (
                 ("", {}, {}), ("_nosplit", {"splits": 1, "num_stages": 4}, {}),
@@ -194,9 +194,10 @@ def cases(quick: bool):
                 ("_overlap", {"overlap": True, "splits": 4}, {"cuda.blocks_per_sm": 2}),
                 ("_s4ss", {"stage_scales": True, "splits": 4, "num_stages": 4}, {}),
                 ("_swap", {"swap": True, "threads": 256}, {}),
+                ("_swap8", {"swap": True, "threads": 256, "block_M": 8}, {}),
                 ("_swap8ss", {"swap": True, "threads": 256, "block_M": 8,
                               "stage_scales": True}, {})):
-            if quick and suffix or suffix == "_swap8ss" and m > 8:
+            if quick and suffix or suffix.startswith("_swap8") and m > 8:
                 continue
             config = {**kernels.W4A16, **change}
             yield (f"w4a16_m{m}_{n}{suffix}",

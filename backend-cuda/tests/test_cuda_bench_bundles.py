@@ -81,7 +81,8 @@ def test_w4a16_rows_keep_diagnostic_rows_beside_each_split_row(monkeypatch):
                 "_s4ss": 4, "_swap": 8}
     assert rows == {**{f"w4a16_m{m}_8192{suffix}": splits for m in (1, 16)
                        for suffix, splits in suffixes.items()},
-                    "w4a16_m1_8192_swap8ss": 8}  # 8-row activation tiles: M = 1 only
+                    "w4a16_m1_8192_swap8": 8,  # 8-row activation tiles: M = 1 only
+                    "w4a16_m1_8192_swap8ss": 8}
 
 
 def _list(bundles: Path, *extra) -> subprocess.CompletedProcess:
