@@ -349,6 +349,23 @@ def test_w4a16_swapped_operands_match_torch_in_emulation(tmp_path, tile):
     torch.testing.assert_close(c.double(), want, rtol=1e-2, atol=1e-2 * want.abs().mean())
 
 
+@pytest.mark.emulator
+def test_w4a16_swapped_operands_on_mma_sync_match_torch_in_emulation(tmp_path):
+    # sm_80 has no wgmma: C^T's 128 x 16 tile on mma.sync over four warps of 32 weight rows
+    m, n, k, group = 5, 200, 2048, 128
+    gen = torch.Generator().manual_seed(11)
+    a = torch.randn(m, k, generator=gen).half()
+    q, scales, zeros = w4.quantize(torch.randn(n, k, generator=gen).half(), group)
+    lowered = tilewright.lower(w4.w4a16_gemm.fn(m, n, k, group, splits=2, num_stages=2,
+                                                swap=True), "cuda -arch=sm_80")
+    text = lowered.source.text
+    assert "tw_gemm_mma_rf<128, 16, 128," in text and "tw_dequant_u4x8_f16(" in text
+    c = torch.full((m, n), float("nan"), dtype=torch.float16)
+    hostemu.run(text, lowered.source.payload, tmp_path, a, q, scales, zeros, c)
+    want = a.double() @ w4.dequantize(q, scales, zeros).double().T
+    torch.testing.assert_close(c.double(), want, rtol=1e-2, atol=1e-2 * want.abs().mean())
+
+
 @pytest.mark.nvcc
 @pytest.mark.sass
 @pytest.mark.parametrize("tile", [{"threads": 256}, {"block_N": 64}])
