@@ -9,7 +9,10 @@ float16 tile feeds ``HMMA.16816.F32`` on sm_80 and sm_90a through ldmatrix, matc
 in host emulation, and is dequantised while the next stages' copies are in flight (the
 refill of stage k + S - 1 is issued before stage k's codes are dequantised), eight codes a
 call of ``tw_dequant_u4x8_f16``; in slices of K (split-K), a second kernel adds the slices'
-partial sums. The GPU
+partial sums. Its options keep those results: staged scales (a slice's zero points and scales
+in shared memory, no global load in the loop) bit-identical to the default, swapped operands
+(C^T = W A^T on wgmma m64n16k16 / m64n8k16 on sm_90a, mma.sync on sm_80) within float32
+summation order. The GPU
 harness's own reference for the scaled GEMM (it runs without TVM) agrees with the
 example's."""
 
