@@ -46,10 +46,11 @@ def w4a16_gemm(M, N, K, group=128, dtype="float16", block_M=16, block_N=128, blo
     shared memory a group of the slice (4 KB at the bench's tiles).
 
     ``swap`` (off by default) multiplies the transpose, C^T = W A^T: the dequantised tile is
-    the gemm's M side and the activations its narrow N side, so on sm_90a a warpgroup's
-    wgmma (m64n16k16, ``block_N`` a multiple of 64 a warpgroup) reads both tiles from shared
-    memory itself, instead of each warp loading its fragments with ldmatrix; C^T's tile is
-    stored transposed. The same products, summed in another order by the tensor cores."""
+    the gemm's M side and the activations its narrow N side, so on sm_90a each warpgroup's
+    wgmma (m64n16k16, or m64n8k16 with ``block_M`` = 8; 64 rows of ``block_N`` a warpgroup)
+    reads both tiles from shared memory itself, instead of each warp loading its fragments
+    with ldmatrix; C^T's tile is stored transposed. The same products (on the GPU the
+    tensor cores sum them in their own order)."""
     if splits < 1 or K % (block_K * splits):
         raise ValueError(f"K={K} must be a multiple of block_K * splits = {block_K} * "
                          f"{splits}")
