@@ -25,7 +25,8 @@ from tilewright.profiler import do_bench
 
 @tilewright.jit(out_idx=[4])
 def w4a16_gemm(M, N, K, group=128, dtype="float16", block_M=16, block_N=128, block_K=128,
-               threads=128, num_stages=3, splits=1, combine_N=256, overlap=False):
+               threads=128, num_stages=3, splits=1, combine_N=256, overlap=False,
+               stage_scales=False, swap=False):
     """The kernel: K a multiple of ``block_K * splits``, ``block_K`` a multiple of 2; with
     ``splits`` > 1, two kernels (the slices' partial sums, then their sum in blocks of
     ``combine_N`` columns of a row).
@@ -34,11 +35,36 @@ def w4a16_gemm(M, N, K, group=128, dtype="float16", block_M=16, block_N=128, blo
     a step (an even number of them a slice): while one k-tile is dequantised into one tile,
     the gemm of the previous k-tile reads the other, so one barrier a k-tile separates
     them instead of two, and a warp's dequantisation and gemm instructions can interleave.
-    The same dequantisation and the same k order: the result is bit-identical."""
+    The same dequantisation and the same k order: the result is bit-identical.
+
+    ``stage_scales`` (off by default) copies the scales and zero points of a block's whole
+    slice of K to shared memory once, before its k-tiles (all of a thread's loads in flight
+    together, one wait), so each k-tile's dequantisation reads them there instead of waiting
+    on global loads after its barrier (per thread a k-tile: 32 two-byte loads from global
+    memory at the bench's tiles); the slice's length a multiple of ``group`` or ``group`` of
+    it. The same values in the same arithmetic: bit-identical. It costs 4 * block_N bytes of
+    shared memory a group of the slice (4 KB at the bench's tiles).
+
+    ``swap`` (off by default) multiplies the transpose, C^T = W A^T: the dequantised tile is
+    the gemm's M side and the activations its narrow N side, so on sm_90a each warpgroup's
+    wgmma (m64n16k16, or m64n8k16 with ``block_M`` = 8; 64 rows of ``block_N`` a warpgroup)
+    reads both tiles from shared memory itself, instead of each warp loading its fragments
+    with ldmatrix; C^T's tile is stored transposed. The same products (on the GPU the
+    tensor cores sum them in their own order)."""
     if splits < 1 or K % (block_K * splits):
         raise ValueError(f"K={K} must be a multiple of block_K * splits = {block_K} * "
                          f"{splits}")
     k_tiles = K // block_K // splits  # per slice
+    slice_K = k_tiles * block_K
+    if stage_scales and slice_K % group and group % slice_K:
+        raise ValueError(f"stage_scales takes whole groups or whole slices: a slice of "
+                         f"{slice_K} (K={K} in {splits}) and group={group}, one a multiple of "
+                         f"the other")
+    if (stage_scales or swap) and overlap:
+        raise ValueError("stage_scales and swap are options of the one-tile loop, not of "
+                         "overlap")
+    slice_groups = max(slice_K // group, 1)  # scale columns a slice
+    c_shape = (block_N, block_M) if swap else (block_M, block_N)
     if overlap and k_tiles % 2:
         raise ValueError(f"overlap takes k-tiles two at a time: an even number of them a "
                          f"slice (K={K}, block_K={block_K}, splits={splits})")
@@ -51,6 +77,23 @@ def w4a16_gemm(M, N, K, group=128, dtype="float16", block_M=16, block_N=128, blo
             n, g = T.min(bx * block_N + i, N - 1), (k0 + j) // group
             code = T.cast(T.unpack(Q_s[i, j // 2], j % 2, 4), dtype)
             W_s[i, j] = (code - Zeros[n, g]) * Scales[n, g]
+
+    @T.macro
+    def dequantise_staged(Q_s, W_s, S_s, Z_s, ko):
+        """W_s = the codes Q_s of the slice's ``ko``-th k-tile dequantised with the slice's
+        scales S_s and zero points Z_s (column 0 throughout when a group spans the slice)."""
+        for i, j in T.Parallel(block_N, block_K):
+            code = T.cast(T.unpack(Q_s[i, j // 2], j % 2, 4), dtype)
+            g = (ko * block_K + j) // group
+            W_s[i, j] = (code - Z_s[i, g]) * S_s[i, g]
+
+    @T.macro
+    def product(A_s, W_s, C_l):
+        """C_l += A_s @ W_s^T, or its transpose W_s @ A_s^T with ``swap``."""
+        if swap:
+            T.gemm(W_s, A_s, C_l, transpose_B=True)
+        else:
+            T.gemm(A_s, W_s, C_l, transpose_B=True)
 
     @T.macro
     def slice_product(A, Q, Scales, Zeros, C_l, bx, by, bz):
@@ -83,13 +126,37 @@ def w4a16_gemm(M, N, K, group=128, dtype="float16", block_M=16, block_N=128, blo
                 dequantise(Q_t, W_t, Scales, Zeros, bx, k0 + block_K)
             T.copy(A[by * block_M, base + (k_tiles - 1) * block_K], A_l)
             T.gemm(A_l, W_t, C_l, transpose_B=True)
+        elif stage_scales:
+            # a partial column tile's rows past N stage row N - 1 (not stored)
+            S_s = T.alloc_shared((block_N, slice_groups), dtype)
+            Z_s = T.alloc_shared((block_N, slice_groups), dtype)
+            for i, g in T.Parallel(block_N, slice_groups):
+                n = T.min(bx * block_N + i, N - 1)
+                S_s[i, g] = Scales[n, bz * slice_K // group + g]
+                Z_s[i, g] = Zeros[n, bz * slice_K // group + g]
+            for ko in T.Pipelined(k_tiles, num_stages=num_stages):
+                k0 = (bz * k_tiles + ko) * block_K
+                T.copy(A[by * block_M, k0], A_s)
+                T.copy(Q[bx * block_N, k0 // 2], Q_s)
+                dequantise_staged(Q_s, W_s, S_s, Z_s, ko)
+                product(A_s, W_s, C_l)
         else:
             for ko in T.Pipelined(k_tiles, num_stages=num_stages):
                 k0 = (bz * k_tiles + ko) * block_K
                 T.copy(A[by * block_M, k0], A_s)
                 T.copy(Q[bx * block_N, k0 // 2], Q_s)
                 dequantise(Q_s, W_s, Scales, Zeros, bx, k0)
-                T.gemm(A_s, W_s, C_l, transpose_B=True)
+                product(A_s, W_s, C_l)
+
+    @T.macro
+    def store(C_l, out, lead, bx, by):
+        """out[*lead, by * block_M :, bx * block_N :] = the tile C_l (C_l^T with ``swap``)."""
+        if swap:
+            for i, j in T.Parallel(block_N, block_M):
+                if by * block_M + j < M and bx * block_N + i < N:
+                    out[(*lead, by * block_M + j, bx * block_N + i)] = C_l[i, j]
+        else:
+            T.copy(C_l, out[(*lead, by * block_M, bx * block_N)])
 
     @T.prim_func
     def main(A: T.Tensor((M, K), dtype), Q: T.Tensor((N, K // 2), "uint8"),
@@ -98,16 +165,16 @@ def w4a16_gemm(M, N, K, group=128, dtype="float16", block_M=16, block_N=128, blo
         if splits == 1:
             with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M),
                           threads=threads) as (bx, by):
-                C_l = T.alloc_fragment((block_M, block_N), "float32")
+                C_l = T.alloc_fragment(c_shape, "float32")
                 slice_product(A, Q, Scales, Zeros, C_l, bx, by, 0)
-                T.copy(C_l, C[by * block_M, bx * block_N])
+                store(C_l, C, (), bx, by)
         else:
             partial = T.alloc_global((splits, M, N), "float32")
             with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), splits,
                           threads=threads) as (bx, by, bz):
-                C_l = T.alloc_fragment((block_M, block_N), "float32")
+                C_l = T.alloc_fragment(c_shape, "float32")
                 slice_product(A, Q, Scales, Zeros, C_l, bx, by, bz)
-                T.copy(C_l, partial[bz, by * block_M, bx * block_N])
+                store(C_l, partial, (bz,), bx, by)
             with T.Kernel(T.ceildiv(N, combine_N), M, threads=128) as (bx, m):
                 total = T.alloc_fragment((combine_N,), "float32")
                 for j in T.Parallel(combine_N):

@@ -206,15 +206,30 @@ def cases(quick: bool):
     # overlap (two float16 tiles, k-tile e + 1 dequantised while e's gemm runs, one barrier a
     # k-tile instead of two; two k-tiles a pipeline stage) on 4 slices two stages deep, built
     # for 2 blocks an SM (cuda.blocks_per_sm: the tail's activation tile shares bytes with a
-    # pipeline version, 112 KB instead of 116: all 256 blocks resident)
+    # pipeline version, 112 KB instead of 116: all 256 blocks resident); _s4ss: option
+    # stage_scales (a slice's scales and zero points staged in shared memory before its
+    # k-tiles, one wait on 32 two-byte loads a thread; each k-tile's dequantisation then
+    # reads them by LDS: its hot loop has no LDG, where _s4's waits on 32 LDG.E.U16 issued
+    # after each k-tile's barrier) on _s4's 4 slices four stages deep (88 KB, two an SM as
+    # _s4; on the default's tiles the 4 KB would cost the fourth block an SM); _swap: option
+    # swap (C^T = W A^T on wgmma m64n16k16, both tiles read from shared memory by the tensor
+    # cores: no ldmatrix, the activations read once a warpgroup rather than once a warp; two
+    # warpgroups of 64 weight rows, 56 KB, four blocks an SM as the default); _swap8 (M = 1
+    # only): swap on 8-row activation tiles (m64n8k16, 52 KB); _swap8ss: and staged scales,
+    # whose 4 KB the halved activation stages pay for (56 KB, four an SM)
     for m, n in W4A16_SIZES[size]:
         for suffix, change, configs in (
                 ("", {}, {}), ("_nosplit", {"splits": 1, "num_stages": 4}, {}),
                 ("_n64", {"block_N": 64}, {}),
                 ("_s4", {"splits": 4, "num_stages": 4}, {}),
                 ("_t256", {"threads": 256}, {}),
-                ("_overlap", {"overlap": True, "splits": 4}, {"cuda.blocks_per_sm": 2})):
-            if quick and suffix:
+                ("_overlap", {"overlap": True, "splits": 4}, {"cuda.blocks_per_sm": 2}),
+                ("_s4ss", {"stage_scales": True, "splits": 4, "num_stages": 4}, {}),
+                ("_swap", {"swap": True, "threads": 256}, {}),
+                ("_swap8", {"swap": True, "threads": 256, "block_M": 8}, {}),
+                ("_swap8ss", {"swap": True, "threads": 256, "block_M": 8,
+                              "stage_scales": True}, {})):
+            if quick and suffix or suffix.startswith("_swap8") and m > 8:
                 continue
             config = {**kernels.W4A16, **change}
             yield (f"w4a16_m{m}_{n}{suffix}",
@@ -223,8 +238,12 @@ def cases(quick: bool):
                     **({"pass_configs": configs} if configs else {})},
                    kernels.w4a16_gemm.fn(m, n, n, 128, **config),
                    # dequantised eight codes a call into 16-byte stores (include/tw_dequant.h),
-                   # not a code a thread through an integer-to-float conversion
-                   ["LDGSTS.E.BYPASS.128", "HMMA.16816.F32", "STS.128", "!I2F.F16"], configs)
+                   # not a code a thread through an integer-to-float conversion; staged
+                   # scales read back by LDS.U16 (32 a thread a k-tile; the default has none)
+                   ["LDGSTS.E.BYPASS.128", "STS.128", "!I2F.F16",
+                    *([f"HGMMA.64x{config['block_M']}x16.F32", "!HMMA"] if config.get("swap") else
+                      ["HMMA.16816.F32"]),
+                    *(["LDS.U16"] if config.get("stage_scales") else [])], configs)
     # 2:4 sparse A against the dense cuBLAS GEMM: the sparse wgmma (HGMMA.SP, no dense
     # tensor-core instruction); diagnostic rows (not in the smoke run): mma.sp over warp tiles,
     # and the sparse wgmma with 2 stages (each group retired in its k-tile) and 4 (the copies 2

@@ -308,10 +308,17 @@ def dequantising() -> list[Check]:
                 m, n, k, layout, **config),
             lambda layout=layout: [_fp8_scaled_run(m, n, k, layout)], k))
     # decode rows, 5 column tiles, 48 groups a row: 6 k-tiles a split (8 splits), 3 times
-    # the 2 stages (the one-slice form: 48 k-tiles, 12 times its 4 stages)
+    # the 2 stages (the one-slice form: 48 k-tiles, 12 times its 4 stages); the staged
+    # scales of the _s4ss row (12 groups a slice), _swap's wgmma on C^T, and _swap8's and
+    # _swap8ss's on 8-row activation tiles, the latter with staged scales (6 groups a slice)
     rows, cols, depth = 5, 320, 6144
     one_slice = {**kernels.W4A16, "splits": 1, "num_stages": 4}
-    for suffix, config in (("", kernels.W4A16), ("_nosplit", one_slice)):
+    staged_s4 = {**kernels.W4A16, "stage_scales": True, "splits": 4, "num_stages": 4}
+    swapped = {**kernels.W4A16, "swap": True, "threads": 256}
+    swapped8 = {**swapped, "block_M": 8}
+    for suffix, config in (("", kernels.W4A16), ("_nosplit", one_slice), ("_s4ss", staged_s4),
+                           ("_swap", swapped), ("_swap8", swapped8),
+                           ("_swap8ss", {**swapped8, "stage_scales": True})):
         out.append(Check(f"example-gemm_w4a16{suffix}", "example", "float16",
                          lambda config=config: kernels.w4a16_gemm.fn(rows, cols, depth, 128,
                                                                      **config),

@@ -63,7 +63,7 @@ def test_w4a16_bundle_in_slices_of_k_records_both_kernels(tmp_path, monkeypatch)
     (name,) = [p.name for p in (tmp_path / "quick").iterdir()]
     case = json.loads((tmp_path / "quick" / name / "case.json").read_text())
     m, n, splits = case["M"], case["N"], case["config"]["splits"]
-    assert name == f"w4a16_m{m}_{n}" and splits == 4
+    assert name == f"w4a16_m{m}_{n}" and splits == build_bundles.kernels.W4A16["splits"]
     columns = n // case["config"]["block_N"]
     assert case["build"]["grid"] == [[str(columns), "1", str(splits)], [str(n // 256), str(m),
                                                                          "1"]]
@@ -78,10 +78,12 @@ def test_w4a16_rows_keep_diagnostic_rows_beside_each_split_row(monkeypatch):
     monkeypatch.setattr(build_bundles.kernels.w4a16_gemm, "fn", lambda *a, **k: None)
     rows = {name: case["config"]["splits"] for name, case, *_ in build_bundles.cases(False)
             if name.startswith("w4a16")}
-    suffixes = {"": 4, "_nosplit": 1, "_n64": 4, "_s8": 8, "_s8t256": 8, "_t256": 4,
-                "_k256": 4, "_overlap": 4, "_overlap_k64": 4}
-    assert rows == {f"w4a16_m{m}_8192{suffix}": splits for m in (1, 16)
-                    for suffix, splits in suffixes.items()}
+    suffixes = {"": 8, "_nosplit": 1, "_n64": 8, "_s4": 4, "_t256": 8, "_overlap": 4,
+                "_s4ss": 4, "_swap": 8}
+    assert rows == {**{f"w4a16_m{m}_8192{suffix}": splits for m in (1, 16)
+                       for suffix, splits in suffixes.items()},
+                    "w4a16_m1_8192_swap8": 8,  # 8-row activation tiles: M = 1 only
+                    "w4a16_m1_8192_swap8ss": 8}
 
 
 def _list(bundles: Path, *extra) -> subprocess.CompletedProcess:

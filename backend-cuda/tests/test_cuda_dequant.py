@@ -23,7 +23,8 @@ def dequant_tile(N, K, group, form="vector", dtype="float16", threads=128):
     """W = the dequantised Q, through shared tiles: Q [N, K / 2] copied in, dequantised into
     a shared float16 tile by one T.Parallel nest (``form``: ``vector``, the pattern;
     ``commuted``, ``scale * (code - zero)``, the same roundings in the scalar path;
-    ``signed``, two's complement codes), copied out."""
+    ``signed``, two's complement codes; ``staged``, the pattern with the scales and zero
+    points copied to shared memory first), copied out."""
 
     @T.prim_func
     def main(Q: T.Tensor((N, K // 2), "uint8"), Scales: T.Tensor((N, K // group), dtype),
@@ -32,13 +33,19 @@ def dequant_tile(N, K, group, form="vector", dtype="float16", threads=128):
             Q_s = T.alloc_shared((N, K // 2), "uint8")
             W_s = T.alloc_shared((N, K), dtype)
             T.copy(Q, Q_s)
+            S, Z = Scales, Zeros
+            if form == "staged":
+                S = T.alloc_shared((N, K // group), dtype)
+                Z = T.alloc_shared((N, K // group), dtype)
+                T.copy(Scales, S)
+                T.copy(Zeros, Z)
             for i, j in T.Parallel(N, K):
                 code = T.cast(T.unpack(Q_s[i, j // 2], j % 2, 4, signed=form == "signed"),
                               dtype)
                 if form == "commuted":
-                    W_s[i, j] = Scales[i, j // group] * (code - Zeros[i, j // group])
+                    W_s[i, j] = S[i, j // group] * (code - Z[i, j // group])
                 else:
-                    W_s[i, j] = (code - Zeros[i, j // group]) * Scales[i, j // group]
+                    W_s[i, j] = (code - Z[i, j // group]) * S[i, j // group]
             T.copy(W_s, W)
 
     return main
@@ -76,13 +83,18 @@ def test_dequantisation_is_bit_exact_with_the_scalar_path(tmp_path):
     q, scales, zeros = inputs(N, K, group)
     want = reference(q, scales, zeros)
     got = {}
-    for form in ("vector", "commuted"):
+    for form in ("vector", "commuted", "staged"):
         source = tilewright.lower(dequant_tile(N, K, group, form), "cuda -arch=sm_90a").source
-        assert (CALL in source.text) == (form == "vector")
+        assert (CALL in source.text) == (form != "commuted")
+        # 256 runs for 128 threads: a loop of two calls, unrolled in the IR when the zero
+        # points and scales are read from shared memory (transforms/distribute.py); the
+        # header pasted with the first call defines it
+        assert source.text.count(CALL) == {"vector": 2, "commuted": 0, "staged": 3}[form]
         w = torch.full((N, K), float("nan"), dtype=torch.float16)
         hostemu.run(source.text, source.payload, tmp_path / form, q, scales, zeros, w)
         got[form] = w
     assert torch.equal(_bits(got["vector"]), _bits(got["commuted"]))
+    assert torch.equal(_bits(got["staged"]), _bits(got["vector"]))
     assert torch.equal(_bits(got["vector"]), _bits(want))
     # not a trivial check: mostly finite non-zero values, float16 subnormals among them
     finite = want[want.isfinite() & (want != 0)]

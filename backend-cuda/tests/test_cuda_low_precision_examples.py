@@ -9,7 +9,10 @@ float16 tile feeds ``HMMA.16816.F32`` on sm_80 and sm_90a through ldmatrix, matc
 in host emulation, and is dequantised while the next stages' copies are in flight (the
 refill of stage k + S - 1 is issued before stage k's codes are dequantised), eight codes a
 call of ``tw_dequant_u4x8_f16``; in slices of K (split-K), a second kernel adds the slices'
-partial sums. The GPU
+partial sums. Its options keep those results: staged scales (a slice's zero points and scales
+in shared memory, no global load in the loop) bit-identical to the default, swapped operands
+(C^T = W A^T on wgmma m64n16k16 / m64n8k16 on sm_90a, mma.sync on sm_80) within float32
+summation order. The GPU
 harness's own reference for the scaled GEMM (it runs without TVM) agrees with the
 example's."""
 
@@ -296,6 +299,132 @@ def test_w4a16_overlap_is_bit_identical_to_the_default_in_emulation(tmp_path, ti
     want = a.double() @ w4.dequantize(q, scales, zeros).double().T
     torch.testing.assert_close(out[True].double(), want, rtol=1e-2,
                                atol=1e-2 * want.abs().mean())
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize(("k", "group", "tile"), [
+    (8192, 128, {"splits": 8, "num_stages": 2}),  # the bench's _ss: 8 k-tiles, 4 wraps
+    (8192, 128, {"splits": 8, "num_stages": 3}),  # 8 k-tiles over 3 stages
+    (4096, 64, {"splits": 4, "num_stages": 4}),   # two groups a k-tile, 16 a slice
+    (4096, 256, {"splits": 2, "num_stages": 2}),  # a group over two k-tiles
+    (4096, 2048, {"splits": 4, "num_stages": 2}),  # a group over two slices
+])
+def test_w4a16_staged_scales_are_bit_identical_to_the_default_in_emulation(tmp_path, k, group,
+                                                                            tile):
+    # stage_scales: a slice's scales and zero points copied to shared memory before its
+    # k-tiles, the same arithmetic on the same values, so the same bits (decode rows, a
+    # partial column tile whose rows past N stage row N - 1)
+    m, n = 5, 200
+    gen = torch.Generator().manual_seed(9)
+    a = torch.randn(m, k, generator=gen).half()
+    q, scales, zeros = w4.quantize(torch.randn(n, k, generator=gen).half(), group)
+    out = {}
+    for staged in (False, True):
+        lowered = tilewright.lower(
+            w4.w4a16_gemm.fn(m, n, k, group, stage_scales=staged, **tile), "cuda -arch=sm_90a")
+        text = lowered.source.text
+        kernel = text[text.index("main_0_kernel(half* __restrict__ A_ptr"):]
+        kernel = kernel[kernel.index("{"):kernel.index("\n}\n")]
+        loop = kernel[kernel.index("for (int ko = 0;"):]
+        # staged: global scales only before the loop, the dequantisation unrolled, eight
+        # codes a call: 128 x 128 / 8 / 128 threads = 16 (the default's global zero point of
+        # a group over two slices, Zeros[n, bz // 2], keeps the scalar path)
+        assert ("Scales_ptr[" in loop) != staged and ("Zeros_ptr[" in loop) != staged
+        assert loop.count("tw_dequant_u4x8_f16(") == 16 or not staged
+        out[staged] = torch.full((m, n), float("nan"), dtype=torch.float16)
+        hostemu.run(text, lowered.source.payload, tmp_path / str(staged), a, q, scales, zeros,
+                    out[staged])
+    assert torch.equal(out[True], out[False])
+    want = a.double() @ w4.dequantize(q, scales, zeros).double().T
+    torch.testing.assert_close(out[True].double(), want, rtol=1e-2,
+                               atol=1e-2 * want.abs().mean())
+
+
+@pytest.mark.nvcc
+@pytest.mark.sass
+@pytest.mark.parametrize("tile", [{"splits": 8, "num_stages": 2},
+                                  {"splits": 4, "num_stages": 4}])
+def test_w4a16_staged_scales_leave_no_global_load_in_the_loop(tmp_path, tile):
+    # the bench's _ss and _s4ss: the hot loop reads its 32 zero points and scales a thread a
+    # k-tile from shared memory (LDS) instead of global memory (LDG, as the default does),
+    # dequantised eight codes a call
+    counts = {}
+    for staged in (False, True):
+        code = _sass(w4.w4a16_gemm.fn(16, 8192, 8192, stage_scales=staged, **tile), "sm_90a",
+                     tmp_path)
+        loop = [op.split(".")[0] for op in sass.hot_loop(code)]
+        assert loop.count("HMMA") == 32 and loop.count("STS") == 16  # 16 calls, STS.128
+        assert "I2F.F16" not in code
+        counts[staged] = loop.count("LDG"), loop.count("LDS")
+    assert counts[False][0] == 32 and counts[True] == (0, counts[False][1] + 32)
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize("tile", [
+    {"splits": 8, "num_stages": 2, "threads": 256},  # the bench's _swap: 8 k-tiles, 4 wraps
+    {"splits": 8, "num_stages": 2, "block_N": 64},   # one warpgroup of 64 weight rows
+    {"splits": 1, "num_stages": 3, "threads": 256},  # one slice: C^T stored into C
+    {"splits": 4, "num_stages": 2, "threads": 256, "stage_scales": True},
+    {"splits": 8, "num_stages": 2, "threads": 256, "block_M": 8},  # _swap8
+    {"splits": 8, "num_stages": 2, "threads": 256, "block_M": 8,  # _swap8ss
+     "stage_scales": True},
+])
+def test_w4a16_swapped_operands_match_torch_in_emulation(tmp_path, tile):
+    # swap: C^T = W A^T, the dequantised tile the wgmma's 64-row A operand and the activations
+    # its 16-column B (m64n16k16); decode rows (a partial column of C^T), a partial column
+    # tile (rows of C^T past N), 8192 deep
+    m, n, k, group = 5, 200, 8192, 128
+    gen = torch.Generator().manual_seed(10)
+    a = torch.randn(m, k, generator=gen).half()
+    q, scales, zeros = w4.quantize(torch.randn(n, k, generator=gen).half(), group)
+    lowered = tilewright.lower(w4.w4a16_gemm.fn(m, n, k, group, swap=True, **tile),
+                               "cuda -arch=sm_90a")
+    text = lowered.source.text
+    rows = tile.get("block_M", 16)
+    assert f"tw_gemm_wgmma<{rows}, 128, {rows}," in text and "tw_dequant_u4x8_f16(" in text
+    c = torch.full((m, n), float("nan"), dtype=torch.float16)
+    hostemu.run(text, lowered.source.payload, tmp_path, a, q, scales, zeros, c)
+    want = a.double() @ w4.dequantize(q, scales, zeros).double().T
+    torch.testing.assert_close(c.double(), want, rtol=1e-2, atol=1e-2 * want.abs().mean())
+
+
+@pytest.mark.emulator
+def test_w4a16_swapped_operands_on_mma_sync_match_torch_in_emulation(tmp_path):
+    # sm_80 has no wgmma: C^T's 128 x 16 tile on mma.sync over four warps of 32 weight rows
+    m, n, k, group = 5, 200, 2048, 128
+    gen = torch.Generator().manual_seed(11)
+    a = torch.randn(m, k, generator=gen).half()
+    q, scales, zeros = w4.quantize(torch.randn(n, k, generator=gen).half(), group)
+    lowered = tilewright.lower(w4.w4a16_gemm.fn(m, n, k, group, splits=2, num_stages=2,
+                                                swap=True), "cuda -arch=sm_80")
+    text = lowered.source.text
+    assert "tw_gemm_mma_rf<128, 16, 128," in text and "tw_dequant_u4x8_f16(" in text
+    c = torch.full((m, n), float("nan"), dtype=torch.float16)
+    hostemu.run(text, lowered.source.payload, tmp_path, a, q, scales, zeros, c)
+    want = a.double() @ w4.dequantize(q, scales, zeros).double().T
+    torch.testing.assert_close(c.double(), want, rtol=1e-2, atol=1e-2 * want.abs().mean())
+
+
+@pytest.mark.nvcc
+@pytest.mark.sass
+@pytest.mark.parametrize("tile", [{"threads": 256}, {"block_N": 64}])
+def test_w4a16_swapped_operands_run_on_wgmma_without_ldmatrix(tmp_path, tile):
+    # the bench's _swap (two warpgroups) and one warpgroup of 64 weight rows: the tensor
+    # cores read both tiles from shared memory (HGMMA.64x16x16), no ldmatrix and no HMMA in
+    # the loop
+    code = _sass(w4.w4a16_gemm.fn(16, 8192, 8192, splits=8, num_stages=2, swap=True, **tile),
+                 "sm_90a", tmp_path)
+    loop = [op.split(".")[0] for op in sass.hot_loop(code)]
+    assert loop.count("HGMMA") == 8 and "LDSM" not in loop and "HMMA" not in loop
+    assert loop.count("STS") == 8 and "I2F.F16" not in code
+
+
+def test_w4a16_staged_scales_and_swap_refuse_what_they_cannot_do():
+    with pytest.raises(ValueError, match="whole groups or whole slices"):
+        w4.w4a16_gemm.fn(1, 1024, 1024, 384, splits=2, stage_scales=True)
+    for option in ("stage_scales", "swap"):
+        with pytest.raises(ValueError, match="not of overlap"):
+            w4.w4a16_gemm.fn(1, 1024, 1024, splits=2, overlap=True, **{option: True})
 
 
 @pytest.mark.nvcc

@@ -90,6 +90,24 @@ def test_w4a16_overlap_gives_the_default_bits(target, splits):
                                atol=1e-2 * want.abs().mean())
 
 
+@pytest.mark.parametrize(("target", "splits"), [("interp", 1), ("cpu", 2)])
+@pytest.mark.parametrize("option", ["stage_scales", "swap"])
+def test_w4a16_options_match_the_default(target, splits, option):
+    # stage_scales: the slice's scales from shared memory, the same arithmetic; swap: C^T =
+    # W A^T, the same products summed in the same k order here: the same bits for both
+    m, n, k, group = 7, 96, 1024, 64
+    gen = torch.Generator().manual_seed(4)
+    a = torch.randn(m, k, generator=gen).half()
+    q, scales, zeros = w4.quantize(torch.randn(n, k, generator=gen).half(), group)
+    got = {on: tilewright.compile(
+        w4.w4a16_gemm.fn(m, n, k, group, block_N=64, splits=splits, **{option: on}),
+        out_idx=[4], target=target)(a, q, scales, zeros) for on in (False, True)}
+    want = a.double() @ w4.dequantize(q, scales, zeros).double().T
+    torch.testing.assert_close(got[True].double(), want, rtol=1e-2,
+                               atol=1e-2 * want.abs().mean())
+    assert torch.equal(got[True], got[False])
+
+
 def test_quantize_round_trips_within_half_a_step():
     w = torch.randn(8, 256).half()
     q, scales, zeros = w4.quantize(w, 128)

@@ -33,6 +33,7 @@ class Dequant:
     codes: tvm.ir.TensorLoad
     zero: tirx.PrimExpr
     scale: tirx.PrimExpr
+    staged: bool  # the zero point and scale load from shared memory only (or not at all)
 
 
 def match(loops, body, analyzer) -> Dequant | None:
@@ -65,7 +66,16 @@ def match(loops, body, analyzer) -> Dequant | None:
         return None
     if not all(_run_invariant(e, j, extent, analyzer) for e in (zero, scale)):
         return None
-    return Dequant(body, codes, zero, scale)
+    return Dequant(body, codes, zero, scale, _reads_only_shared(zero) and
+                   _reads_only_shared(scale))
+
+
+def _reads_only_shared(expr) -> bool:
+    """Whether every load in ``expr`` reads shared memory."""
+    memories = []
+    tvm_ffi.structural_walk(expr, [(tvm.ir.TensorLoad,
+                                    lambda load: memories.append(layout.memory(load.source)))])
+    return all(m in _SHARED for m in memories)
 
 
 def _unpacked_nibble(expr, j, analyzer):

@@ -225,7 +225,13 @@ class Distribute(StmtMutator):
         inner = substitute(inner, mapping)
         if total % self.threads:
             inner = tirx.IfThenElse(flat < total, inner, None)
-        return tirx.For(it, 0, -(-total // self.threads), tirx.ForKind.SERIAL, inner,
+        # zero points and scales staged in shared memory: unrolled, or ptxas unrolls the
+        # 16 calls of W4A16's 128 x 128 tiles only 4 times (a branch and the address
+        # arithmetic in the loop; examples/gemm_w4a16.py, stage_scales). Read from global
+        # memory they are unrolled already, and the unroll request would reschedule the
+        # measured default (its loop 527 -> 519 instructions)
+        kind = tirx.ForKind.UNROLLED if found.staged else tirx.ForKind.SERIAL
+        return tirx.For(it, 0, -(-total // self.threads), kind, inner,
                         annotations={keys.SPREAD: 1}, span=loops[0].span)
 
     def _vector_width(self, loops, body) -> int | None:
