@@ -113,22 +113,26 @@ def cases(quick: bool):
     b, h, s, d = ATTENTION_SIZES[size]
     config = dict(kernels.ATTENTION)
     shallower = {**config, "num_stages": 2}  # K and V two stages deep: 160 KB of shared memory
-    # _overlap: written the intra-warpgroup way (kernels.attention_overlap, 2 stages: its
-    # K_0 tile takes the third's room), P V_k in flight during the next scores' softmax;
-    # _pingpong: the two compute warpgroups take turns at each step's Q K^T (one's softmax
-    # under the other's gemms); _overlap_pingpong: both. With fast math, as TileLang's example
-    # builds it (kernels.ATTENTION_PASS_CONFIGS), but _precise (exp2f's precise form) and the
-    # _overlap ones: with fast math ptxas spills their two score fragments (140 bytes)
-    # _r240: the default with the producer warpgroup at FlashAttention-3's 24 registers, the
-    # compute warpgroups at 240 (232 beside a producer of 40); _overlap_one
-    # (kernels.attention_overlap_one): _overlap with one score fragment and no masked last
-    # step, with fast math (0 spills), 2 stages (its V_{n-1} tile takes the third's room);
-    # _overlap_one_r240 the same at 240 registers; _overlap_one_both: P V issued right
-    # behind Q K^T (FlashAttention-3's order; 240 registers); _overlap_one_pingpong: with
-    # the compute warpgroups taking turns (240 registers: with 232 ptxas spilled 48 bytes)
+    # The row without a suffix is the benchmark's FlashAttention (kernels.FLASH_ATTENTION:
+    # attention_overlap_one in FlashAttention-3's order, P V issued right behind Q K^T, 2
+    # stages, compute warpgroups of 240 registers). The others are diagnostics. _serial:
+    # kernels.attention, each step Q K^T, wait, softmax, P V, wait (the default until
+    # 2026-12-04); _2stages, _nows, _multicast, _cpasync, _pingpong, _precise and _r240 are
+    # _serial with one change each: K and V two stages deep (160 KB); TMA issued in order;
+    # K and V multicast to query blocks 2c and 2c + 1; cp.async; the two compute warpgroups
+    # taking turns at each step's Q K^T; exp2f's precise form; the producer warpgroup at
+    # FlashAttention-3's 24 registers (the compute ones at 240 instead of 232). _overlap:
+    # kernels.attention_overlap (the intra-warpgroup order with two score fragments, 2
+    # stages; precise math: with fast math ptxas spilled them, 140 bytes); _overlap_pingpong
+    # with turns. _overlap_one (kernels.attention_overlap_one): one score fragment and no
+    # masked last step, with fast math (0 spills), the softmax under P V in flight;
+    # _overlap_one_r240 the same at 240 registers; _overlap_one_pingpong with turns (240
+    # registers: with 232 ptxas spilled 48 bytes)
     precise = {"tw.enable_fast_math": False}
     for suffix, builder, cfg, configs, copies in (
-            ("", kernels.attention, config, {}, "UTMALDG.4D"),
+            ("", kernels.attention_overlap_one, kernels.FLASH_ATTENTION,
+             kernels.FLASH_ATTENTION_PASS_CONFIGS, "UTMALDG.4D"),
+            ("_serial", kernels.attention, config, {}, "UTMALDG.4D"),
             ("_2stages", kernels.attention, shallower, {}, "UTMALDG.4D"),
             ("_nows", kernels.attention, config, IN_ORDER, "UTMALDG.4D"),
             ("_multicast", kernels.attention, config, MULTICAST, "UTMALDG.4D.MULTICAST"),
@@ -142,8 +146,6 @@ def cases(quick: bool):
             ("_overlap_one", kernels.attention_overlap_one, shallower, {}, "UTMALDG.4D"),
             ("_overlap_one_r240", kernels.attention_overlap_one, shallower, LEAN_PRODUCER,
              "UTMALDG.4D"),
-            ("_overlap_one_both", kernels.attention_overlap_one,
-             {**shallower, "both_in_flight": True}, LEAN_PRODUCER, "UTMALDG.4D"),
             ("_overlap_one_pingpong", kernels.attention_overlap_one, shallower,
              {**PINGPONG, **LEAN_PRODUCER}, "UTMALDG.4D")):
         if quick and suffix == "_precise":
@@ -159,18 +161,17 @@ def cases(quick: bool):
     # fp8 on sm_90a: wgmma on the 8-bit tiles TMA loads (QGMMA), never unpacked to fp16 for
     # HMMA (what ptxas makes of fp8 mma.sync on Hopper); diagnostic rows (not in the smoke
     # run): tensor scales on 128x128 tiles, and the TMA loads issued in order; block scales
-    # (the per-k-tile promotion, examples/gemm_fp8_scaled.py; the default one FFMA an element,
-    # a_scale * b_scale first, four stages: 0.70-0.75x where the FMUL + FFMA form measured
-    # 0.54-0.65x, RESULTS.md): _unfused the FMUL + FFMA form, _s3 three stages, _overlap
-    # k-tile ko's wgmma in flight while ko - 1's product is promoted, _nows TMA in order;
-    # _pingpong (cuda.wgmma_pingpong) the two consumer warpgroups take turns issuing each
-    # k-tile's wgmma (BAR.SYNC before the 4 QGMMA, BAR.ARV after), so one warpgroup's 64
-    # FFMA run while the tensor cores work on the other's product instead of both promoting
-    # at once; _pingpong_p16 and blocks in panels of 16 block rows (T.use_swizzle, as the
-    # GEMM rows: in launch order a wave of 132 blocks spans all 64 column blocks of B at 8192,
-    # 64 MB that L2 does not hold, where the block layout fell from 0.75x to 0.65x);
-    # _pingpong_p16_cs and C through a shared tile (c_shared, as the GEMM rows: 16-byte row
-    # stores instead of 32 4-byte pair stores a thread, half a sector each; 32 KB more)
+    # (the per-k-tile promotion, examples/gemm_fp8_scaled.py; the default: one FFMA an
+    # element, a_scale * b_scale first, four stages, C through a swizzled shared tile in
+    # 16-byte row stores -- 0.79x / 0.72x at 4096 / 8192 where C stored from the accumulators
+    # in 4-byte pairs gave 0.75 / 0.68 and the FMUL + FFMA form 0.54-0.65x, RESULTS.md):
+    # _unfused the FMUL + FFMA form, _s3 three stages, _overlap k-tile ko's wgmma in flight
+    # while ko - 1's product is promoted, _nows TMA in order; _pingpong (cuda.wgmma_pingpong)
+    # the two consumer warpgroups take turns issuing each k-tile's wgmma (BAR.SYNC before the
+    # 4 QGMMA, BAR.ARV after), so one warpgroup's 64 FFMA run while the tensor cores work on
+    # the other's product; _p16 blocks in panels of 16 block rows (T.use_swizzle, as the GEMM
+    # rows: in launch order a wave of 132 blocks spans all 64 column blocks of B at 8192);
+    # _direct C stored from the accumulators (the default until 2026-12-04)
     for n in GEMM_SIZES[size]:
         for layout, suffix, change, configs in (
                 ("tensor", "", {}, {}), ("token", "", {}, {}), ("block", "", {}, {}),
@@ -181,9 +182,8 @@ def cases(quick: bool):
                 ("block", "_overlap", {"overlap": True, "num_stages": 3}, {}),
                 ("block", "_nows", {}, IN_ORDER),
                 ("block", "_pingpong", {}, PINGPONG),
-                ("block", "_pingpong_p16", {"panel": kernels.SWIZZLE_PANEL}, PINGPONG),
-                ("block", "_pingpong_p16_cs", {"panel": kernels.SWIZZLE_PANEL,
-                                               "c_shared": True}, PINGPONG)):
+                ("block", "_p16", {"panel": kernels.SWIZZLE_PANEL}, {}),
+                ("block", "_direct", {"c_shared": False}, {})):
             if quick and suffix:
                 continue
             config = {**kernels.fp8_config(layout), **change}
@@ -195,10 +195,12 @@ def cases(quick: bool):
                    [f"QGMMA.64x{config['block_N']}x32.F32.E4M3.E4M3", "UTMALDG.2D", "!HMMA",
                     "!F2FP.F16.E4M3", *(["BAR.ARV"] if configs is PINGPONG else []),
                     *(["STG.E.128"] if config.get("c_shared") else [])], configs)
-    # W4A16 in slices of K (kernels.W4A16: two kernels, the partial sums then their sum; 8
-    # slices two stages deep, 56 KB: all 512 blocks resident, 4 an SM, 8 k-tiles each --
-    # 1.53x / 1.24x at M = 1 / 16 on the H200, ahead of the 4-slice form's 1.41x / 1.17x);
-    # diagnostic rows (not in the smoke run): _nosplit, the one-slice kernel; _n64, 64
+    # W4A16 in slices of K (kernels.w4a16_config: two kernels, the partial sums then their
+    # sum; 8 slices two stages deep, 56 KB: all 512 blocks resident, 4 an SM, 8 k-tiles each
+    # -- 1.25x at M = 16 on the H200, ahead of the 4-slice form's 1.17x; at M = 1 the same
+    # swapped onto wgmma with staged scales, kernels.W4A16_NARROW: 1.76x). The diagnostic
+    # rows (not in the smoke run) change kernels.W4A16, the HMMA form: _s8 (M = 1 only) is
+    # that form itself (1.53x); _nosplit, the one-slice kernel; _n64, 64
     # columns a block (4 warps of 16: each warp's ldmatrix reads of the activations serve
     # half the columns, 7.5 instead of 6.25 bytes of shared-memory traffic per weight);
     # _s4, 4 slices four stages deep (80 KB, 2 an SM: the default until 2026-12-04); _t256,
@@ -215,8 +217,8 @@ def cases(quick: bool):
     # swap (C^T = W A^T on wgmma m64n16k16, both tiles read from shared memory by the tensor
     # cores: no ldmatrix, the activations read once a warpgroup rather than once a warp; two
     # warpgroups of 64 weight rows, 56 KB, four blocks an SM as the default); _swap8 (M = 1
-    # only): swap on 8-row activation tiles (m64n8k16, 52 KB); _swap8ss: and staged scales,
-    # whose 4 KB the halved activation stages pay for (56 KB, four an SM)
+    # only): swap on 8-row activation tiles (m64n8k16, 52 KB; with staged scales, whose 4 KB
+    # the halved activation stages pay for, 56 KB and four an SM, it is M = 1's default)
     for m, n in W4A16_SIZES[size]:
         for suffix, change, configs in (
                 ("", {}, {}), ("_nosplit", {"splits": 1, "num_stages": 4}, {}),
@@ -227,11 +229,10 @@ def cases(quick: bool):
                 ("_s4ss", {"stage_scales": True, "splits": 4, "num_stages": 4}, {}),
                 ("_swap", {"swap": True, "threads": 256}, {}),
                 ("_swap8", {"swap": True, "threads": 256, "block_M": 8}, {}),
-                ("_swap8ss", {"swap": True, "threads": 256, "block_M": 8,
-                              "stage_scales": True}, {})):
-            if quick and suffix or suffix.startswith("_swap8") and m > 8:
+                ("_s8", {}, {})):
+            if quick and suffix or suffix in ("_swap8", "_s8") and m > 8:
                 continue
-            config = {**kernels.W4A16, **change}
+            config = {**(kernels.w4a16_config(m) if suffix == "" else kernels.W4A16), **change}
             yield (f"w4a16_m{m}_{n}{suffix}",
                    {"kind": "w4a16", "M": m, "N": n, "K": n, "group": 128,
                     "dtype": "float16", "config": config,
@@ -245,19 +246,19 @@ def cases(quick: bool):
                       ["HMMA.16816.F32"]),
                     *(["LDS.U16"] if config.get("stage_scales") else [])], configs)
     # 2:4 sparse A against the dense cuBLAS GEMM: the sparse wgmma (HGMMA.SP, no dense
-    # tensor-core instruction); diagnostic rows (not in the smoke run): mma.sp over warp tiles,
-    # and the sparse wgmma with 2 stages (each group retired in its k-tile) and 4 (the copies 2
-    # k-tiles ahead of the wgmma.sp, one group in flight on the held metadata registers, as
-    # the default's 3 stages)
+    # tensor-core instruction), kernels.GEMM_SP (128x256x128, 2 stages: 0.91x where the
+    # 128x128x64 three-stage form, the _k64 row, gave 0.73-0.74x); diagnostic rows (not in
+    # the smoke run): mma.sp over warp tiles, and _k64 with 2 stages (each group retired in
+    # its k-tile) and 4 (the copies 2 k-tiles ahead of the wgmma.sp, one group in flight on
+    # the held metadata registers, as _k64's 3 stages)
     # The kernels.GEMM_SP_ROWS rows: larger tiles (128-deep k-tiles: the metadata rows 16
     # bytes, copied by cp.async where 64-deep ones took a 2-byte LDG and STS a thread; 256
     # columns: HGMMA.SP.64x256x32) and float16 C through a shared tile (16-byte stores).
     sp_wgmma = ["HGMMA.SP.64x128x32.F32", "!HMMA", "!HGMMA.64"]
-    sp_rows = [("", kernels.GEMM_SP, sp_wgmma),
-               ("_mmasp", kernels.GEMM_SP_MMA, ["HMMA.SP.16832.F32", "LDSM.16.M88.4"]),
-               ("_2stages", {**kernels.GEMM_SP, "num_stages": 2}, sp_wgmma),
-               ("_4stages", {**kernels.GEMM_SP, "num_stages": 4}, sp_wgmma)]
-    for suffix, config in kernels.GEMM_SP_ROWS.items():
+    sp_rows = [("_mmasp", kernels.GEMM_SP_MMA, ["HMMA.SP.16832.F32", "LDSM.16.M88.4"]),
+               ("_2stages", {**kernels.GEMM_SP_K64, "num_stages": 2}, sp_wgmma),
+               ("_4stages", {**kernels.GEMM_SP_K64, "num_stages": 4}, sp_wgmma)]
+    for suffix, config in {"": kernels.GEMM_SP, **kernels.GEMM_SP_ROWS}.items():
         expect = [f"HGMMA.SP.64x{config['block_N']}x32.F32", "!HMMA", "!HGMMA.64"]
         expect += ["!LDG.E.U16"] if config["block_K"] == 128 else []
         expect += ["STG.E.128"] if config.get("c_shared") else []

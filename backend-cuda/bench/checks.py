@@ -194,7 +194,7 @@ BENCH_CONFIGS = (  # (suffix, tile changes, pass configs): the benchmark bundles
     ("_persistent", {"num_stages": 4, "c_shared": False, "workers": 3}, {}),  # 4 tiles
 )
 LEAN_PRODUCER = {"cuda.producer_registers": 24}  # compute warpgroups of 240 registers
-ATTENTION_CONFIGS = (("", {}, {}), ("_2stages", {"num_stages": 2}, {}),
+ATTENTION_CONFIGS = (("_serial", {}, {}), ("_2stages", {"num_stages": 2}, {}),
                      ("_nows", {}, kernels.GEMM_PASS_CONFIGS),
                      ("_multicast", {}, {"cuda.tma_multicast": True}),
                      ("_cpasync", {}, {"cuda.disable_tma_lower": True}),
@@ -207,7 +207,7 @@ OVERLAP_CONFIGS = (("_overlap", {}), ("_overlap_nows", kernels.GEMM_PASS_CONFIGS
 # kernels.attention_overlap_one (suffix, arguments, pass configs): build_bundles' rows
 OVERLAP_ONE_CONFIGS = (
     ("_overlap_one", {}, {}), ("_overlap_one_r240", {}, LEAN_PRODUCER),
-    ("_overlap_one_both", {"both_in_flight": True}, LEAN_PRODUCER),
+    ("", {"both_in_flight": True}, kernels.FLASH_ATTENTION_PASS_CONFIGS),  # the bench's
     ("_overlap_one_pingpong", {}, {"cuda.wgmma_pingpong": True, **LEAN_PRODUCER}))
 
 
@@ -266,19 +266,22 @@ def dialect() -> list[Check]:
     # the 2:4 rows' 128 x 128 x 64 tiles: 2 x 2 blocks, 9 k-tiles (3 stages wrapped 3 times;
     # with 3 k-tiles no stage was reused and the wgmma.sp metadata race of 8192^3 hid)
     m, n, k = 256, 256, 576
-    for suffix, config in (("", kernels.GEMM_SP), ("_mmasp", kernels.GEMM_SP_MMA)):
+    for suffix, config in (("_k64", kernels.GEMM_SP_K64), ("_mmasp", kernels.GEMM_SP_MMA)):
         out.append(Check(
             f"dialect-bench_gemm_sp_float16{suffix}", "dialect", "float16",
             lambda config=config: kernels.gemm_sp_kernel.fn(m, n, k, "float16", "int16",
                                                             **config),
             lambda: [_gemm_sp_run(m, n, k)], k))
-    # two rows whose wgmma.sp groups stay in flight on other tiles (GEMM_SP_ROWS): 128-deep
-    # k-tiles (four metadata registers a set) and 128 x 256 (HGMMA.SP.64x256x32), 2 x 2
-    # blocks and 9 k-tiles each (3 and 4 stages wrapped)
-    for suffix, (m, n, k) in (("_k128", (256, 256, 1152)), ("_n256", (256, 512, 576))):
+    # the default's 128 x 256 x 128 tiles (2 stages, 9 k-tiles) and two rows whose wgmma.sp
+    # groups stay in flight on other tiles (GEMM_SP_ROWS): 128-deep k-tiles (four metadata
+    # registers a set) and 128 x 256 (HGMMA.SP.64x256x32), 2 x 2 blocks and 9 k-tiles each
+    # (3 and 4 stages wrapped)
+    rows = {"": kernels.GEMM_SP, **kernels.GEMM_SP_ROWS}
+    for suffix, (m, n, k) in (("", (256, 512, 1152)), ("_k128", (256, 256, 1152)),
+                              ("_n256", (256, 512, 576))):
         out.append(Check(
             f"dialect-bench_gemm_sp_float16{suffix}", "dialect", "float16",
-            lambda m=m, n=n, k=k, config=kernels.GEMM_SP_ROWS[suffix]:
+            lambda m=m, n=n, k=k, config=rows[suffix]:
                 kernels.gemm_sp_kernel.fn(m, n, k, "float16", "int16", **config),
             lambda m=m, n=n, k=k: [_gemm_sp_run(m, n, k)], k))
     return out

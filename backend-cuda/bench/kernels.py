@@ -23,11 +23,13 @@ Configurations (sm_90a, chosen for H100/H200):
 - Persistent GEMM (``gemm_persistent``, a diagnostic): the same tiles, 132 blocks walking
   them with ``T.Persistent``; the producer warpgroup loads a block's next tile during the
   last one's epilogue. Measured no faster than the plain grid.
-- FlashAttention forward: 128 query rows per block, 128 keys per step, 256 threads (two
-  warpgroups of 64 rows: both gemms are wgmma), K and V three stages deep through TMA.
-  ``attention_overlap`` (a diagnostic, 0.85x on the H200) is the same written in
-  FlashAttention-3's intra-warpgroup order, two stages deep; ``attention_overlap_one`` (not
-  measured yet) the same with one score fragment and no masked last step (RESULTS.md).
+- FlashAttention forward (``FLASH_ATTENTION``): ``attention_overlap_one``, 128 query rows per
+  block, 128 keys per step, 256 compute threads (two warpgroups of 64 rows: both gemms are
+  wgmma) at 240 registers beside a producer warpgroup at 24, K and V two stages deep through
+  TMA, each step's P V issued right behind its Q K^T (FlashAttention-3's order) with one
+  score fragment: 0.98-1.01x cuDNN on the H200. ``attention`` (the ``_serial`` row, three
+  stages; Q K^T, wait, softmax, P V, wait) gave 0.88-0.90x, ``attention_overlap`` (two score
+  fragments, precise math) 0.85x (RESULTS.md).
 - Elementwise add: 4096-element blocks of 256 threads, each thread moving 16-byte vectors.
 - Scaled fp8 GEMM (``examples/gemm_fp8_scaled.py``, ``fp8_config``): 128-row tiles, 256
   threads = two warpgroups of 64 rows each on the fp8 wgmma, 3 stages of 128-deep k-tiles
@@ -35,11 +37,14 @@ Configurations (sm_90a, chosen for H100/H200):
   token scales: 128x256 tiles (``QGMMA.64x256x32``, 3 x 48 KB of shared memory, the GEMM
   rows' tile); block scales: 128x128 (``QGMMA.64x128x32``; a k-tile is one scale group and
   a column tile lies in one 128-row block of B), four stages, each k-tile's product promoted
-  with one FFMA an element (``fused_scale``: 0.70-0.75x rowwise ``_scaled_mm`` on the H200,
-  where the FMUL + FFMA form measured 0.54-0.65x; RESULTS.md, 2026-12-04). (Before wgmma
-  took 8-bit operands, ptxas ran the fp8 ``mma.sync`` as
-  fp16 HMMA after unpacking, and 128-deep k-tiles spilled outside the block layout.)
-- W4A16 (``examples/gemm_w4a16.py``), decode shapes: 16-row, 128-column tiles, 128-deep
+  with one FFMA an element (``fused_scale``), C through a swizzled shared tile
+  (``c_shared``): 0.79x / 0.72x rowwise ``_scaled_mm`` at 4096^3 / 8192^3 on the H200, where
+  the FMUL + FFMA form stored from registers measured 0.54-0.65x (RESULTS.md, 2026-12-04).
+  (Before wgmma took 8-bit operands, ptxas ran the fp8 ``mma.sync`` as fp16 HMMA after
+  unpacking, and 128-deep k-tiles spilled outside the block layout.)
+- W4A16 (``examples/gemm_w4a16.py``, ``w4a16_config``), decode shapes; up to 8 rows
+  (``W4A16_NARROW``) the operands swapped (C^T = W A^T on wgmma m64n8k16) with staged
+  scales, 1.76x at M = 1; otherwise (``W4A16``): 16-row, 128-column tiles, 128-deep
   k-tiles, 2 stages of codes and activations in flight, K in 8 slices (split-K: 64 x 8 = 512
   blocks for N = 8192, all resident, four per SM at 56 KB of shared memory each); the slices'
   float32 partial sums (8 x M x N) added by a second kernel. Measured on the H200
@@ -49,24 +54,18 @@ Configurations (sm_90a, chosen for H100/H200):
   memory, not DRAM, bounds this kernel in the model of RESULTS.md: each warp's reads of the
   activation tile serve 32 columns instead of 16 (6.25 instead of 7.5 bytes of shared-memory
   traffic a weight). ``build_bundles.py`` lists the diagnostic rows.
-- 2:4 sparse float16 GEMM (``examples/gemm_sp.py``, ``GEMM_SP``): 128x128x64 tiles, 256
-  threads = two warpgroups of 64 rows on the sparse wgmma (``wgmma.mma_async.sp`` m64n128k32,
-  ``HGMMA.SP.64x128x32.F32``), 3 stages of kept values, int16 metadata and B; one wgmma.sp
-  group stays in flight into the next k-tile (``wait_group 1``) with its metadata in one of
-  two register sets the loop holds, by the parity of the k-tile
-  (``tw_gemm_wgmma_sp_kept``), the copies one k-tile ahead; 2 stages retire each k-tile's
-  group in it (``wait_group 0``, the copies running one k-tile ahead). The diagnostic
-  ``_mmasp`` row (``GEMM_SP_MMA``: 128 threads, four warps of 64x64 on ``mma.sp`` m16n8k32,
-  ``HMMA.SP.16832.F32``) is the configuration before the sparse wgmma. Neither is tuned; on
-  the H200 (2026-12-04) ``_mmasp`` ran at 0.66x dense cuBLAS and the sparse-wgmma row was wrong
-  before the ``wait_group 0`` fix; with it, 0.74x (2 stages 0.75x, 4 stages 0.71x); the
-  group in flight has not run there yet. ``GEMM_SP_ROWS`` (not measured yet) make a
-  k-tile's group longer, so that a drain costs less of the loop: 128-deep k-tiles (four
-  HGMMA.SP a warpgroup a k-tile instead of two; the metadata rows grow from 8 to 16 bytes,
-  so cp.async copies them where 64-deep ones took a 2-byte LDG and STS a thread, the load's
-  latency in every iteration) and 128x256 tiles (HGMMA.SP.64x256x32); 2 stages of 128-deep
-  k-tiles keep two blocks an SM (100 KB of shared memory each); float16 C through a shared
-  tile as the dense GEMM stores it (``_f16``: half of the 256 MB fp32 C of 8192^2).
+- 2:4 sparse float16 GEMM (``examples/gemm_sp.py``, ``GEMM_SP``): 128x256x128 tiles, 256
+  threads = two warpgroups of 64 rows on the sparse wgmma (``wgmma.mma_async.sp``
+  m64n256k32, ``HGMMA.SP.64x256x32.F32``: four a warpgroup a k-tile), 2 stages of kept
+  values, int16 metadata (16-byte rows: cp.async) and B (2 x 82 KB), each k-tile's group
+  retired in it (``wait_group 0``), float32 C. 0.91x dense cuBLAS on the H200 (2026-12-04
+  run 4), where the 128x128x64 three-stage form (``GEMM_SP_K64``, the ``_k64`` row: one
+  wgmma.sp group in flight into the next k-tile, its metadata in one of two register sets
+  the loop holds by the k-tile's parity, ``tw_gemm_wgmma_sp_kept``) gave 0.73-0.74x; the
+  other ``GEMM_SP_ROWS`` 0.71-0.90x (``build_bundles.py`` and RESULTS.md say which). The
+  diagnostic ``_mmasp`` row (``GEMM_SP_MMA``: 128 threads, four warps of 64x64 on
+  ``mma.sp`` m16n8k32, ``HMMA.SP.16832.F32``) is the configuration before the sparse wgmma
+  (0.64-0.66x).
 - int8 GEMM (``gemm_low_precision``, ``INT8_GEMM``): 128x256x128 tiles (128-byte k-tiles, as
   the fp8 rows), 256 threads = two warpgroups on ``wgmma.mma_async`` m64n256k32 .s32.s8.s8
   (``IGMMA.64x256x32.S8.S8``), 3 stages filled by TMA, int32 C against ``torch._int_mm``. Not
@@ -94,32 +93,51 @@ ATTENTION = {"block_M": 128, "block_N": 128, "threads": 256, "num_stages": 3}
 # with the compare and two multiplies of the precise exp2f (66 FSETP + 132 FMUL a step on
 # sm_90a: the compute loop 761 -> 565 SASS instructions)
 ATTENTION_PASS_CONFIGS = {"tw.enable_fast_math": True}
+# the benchmark's FlashAttention (the flash_attention_float16 row): attention_overlap_one in
+# FlashAttention-3's order, 2 stages, the compute warpgroups at 240 registers (the producer
+# warpgroup at 24); 0.98-1.01x cuDNN on the H200 where attention (the _serial row) gave
+# 0.90 in the same runs (RESULTS.md, 2026-12-04 runs 4 and 5)
+FLASH_ATTENTION = {"block_M": 128, "block_N": 128, "threads": 256, "num_stages": 2,
+                   "both_in_flight": True}
+FLASH_ATTENTION_PASS_CONFIGS = {"cuda.producer_registers": 24}
 ADD = {"block_M": 8, "block_N": 512, "threads": 256}
 SWIZZLE_PANEL = 16  # block rows per raster panel (T.use_swizzle), see above
 FP8_GEMM = {"block_M": 128, "block_K": 128, "threads": 256, "num_stages": 3}
 FP8_TILES = {"tensor": {"block_N": 256}, "token": {"block_N": 256},  # per scale layout,
              "block": {"block_N": 128, "num_stages": 4,              # see above
-                       "fused_scale": True}}
+                       "fused_scale": True, "c_shared": True}}
 W4A16 = {"block_M": 16, "block_N": 128, "block_K": 128, "threads": 128, "num_stages": 2,
          "splits": 8}
-GEMM_SP = {"block_M": 128, "block_N": 128, "block_K": 64, "threads": 256, "num_stages": 3}
-GEMM_SP_MMA = {**GEMM_SP, "threads": 128}  # mma.sp: the _mmasp diagnostic row
+# up to 8 rows (M = 1: one token): the operands swapped onto wgmma m64n8k16 (C^T = W A^T,
+# two warpgroups of 64 weight rows), the slice's scales and zero points staged in shared
+# memory; 1.76x where W4A16 gave 1.53-1.54x (RESULTS.md, 2026-12-04 run 4)
+W4A16_NARROW = {**W4A16, "block_M": 8, "threads": 256, "swap": True, "stage_scales": True}
+# 2:4 sparse: 128x256x128 tiles two stages deep (2 x 82 KB), each k-tile's wgmma.sp group
+# retired in it; GEMM_SP_K64 the 128x128x64 three-stage form, the default until 2026-12-04
+GEMM_SP = {"block_M": 128, "block_N": 256, "block_K": 128, "threads": 256, "num_stages": 2}
+GEMM_SP_K64 = {"block_M": 128, "block_N": 128, "block_K": 64, "threads": 256, "num_stages": 3}
+GEMM_SP_MMA = {**GEMM_SP_K64, "threads": 128}  # mma.sp: the _mmasp diagnostic row
 # the sparse-wgmma rows beside GEMM_SP, by row suffix (see above; shared memory a stage: kept
 # values bm x bk / 2, metadata bm x bk / 8 bytes, B bk x bn, all 2-byte)
 _SP_F16 = {"out_dtype": "float16", "c_shared": True}  # C as the dense GEMM writes it
 GEMM_SP_ROWS = {
-    "_k128": {**GEMM_SP, "block_K": 128},                          # 3 x 50 KB
-    "_k128s2": {**GEMM_SP, "block_K": 128, "num_stages": 2},       # 2 x 50 KB: 2 blocks an SM
-    "_k128s4": {**GEMM_SP, "block_K": 128, "num_stages": 4},       # 4 x 50 KB
-    "_n256": {**GEMM_SP, "block_N": 256, "num_stages": 4},         # 4 x 41 KB
-    "_n256k128": {**GEMM_SP, "block_N": 256, "block_K": 128, "num_stages": 2},  # 2 x 82 KB
-    "_k128_f16": {**GEMM_SP, "block_K": 128, **_SP_F16},           # + 32 KB of C
+    "_k64": GEMM_SP_K64,                                               # 3 x 24 KB
+    "_k128": {**GEMM_SP_K64, "block_K": 128},                          # 3 x 50 KB
+    "_k128s2": {**GEMM_SP_K64, "block_K": 128, "num_stages": 2},       # 2 x 50 KB: 2 an SM
+    "_k128s4": {**GEMM_SP_K64, "block_K": 128, "num_stages": 4},       # 4 x 50 KB
+    "_n256": {**GEMM_SP_K64, "block_N": 256, "num_stages": 4},         # 4 x 41 KB
+    "_k128_f16": {**GEMM_SP_K64, "block_K": 128, **_SP_F16},           # + 32 KB of C
     # float16 C straight from the accumulators (half pairs): still two blocks an SM
-    "_k128s2_f16": {**GEMM_SP, "block_K": 128, "num_stages": 2, "out_dtype": "float16"},
-    "_k128_f16p16": {**GEMM_SP, "block_K": 128, **_SP_F16, "panel": SWIZZLE_PANEL},
-    "_n256_f16": {**GEMM_SP, "block_N": 256, **_SP_F16},           # 3 x 41 + 64 KB
+    "_k128s2_f16": {**GEMM_SP_K64, "block_K": 128, "num_stages": 2, "out_dtype": "float16"},
+    "_k128_f16p16": {**GEMM_SP_K64, "block_K": 128, **_SP_F16, "panel": SWIZZLE_PANEL},
+    "_n256_f16": {**GEMM_SP_K64, "block_N": 256, **_SP_F16},           # 3 x 41 + 64 KB
 }
 INT8_GEMM = {"block_M": 128, "block_N": 256, "block_K": 128, "threads": 256, "num_stages": 3}
+
+
+def w4a16_config(m: int) -> dict:
+    """The W4A16 tile configuration for ``m`` rows of activations (see above)."""
+    return W4A16_NARROW if m <= W4A16_NARROW["block_M"] else W4A16
 
 
 def fp8_config(layout: str) -> dict:

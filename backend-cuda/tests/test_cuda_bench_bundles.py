@@ -25,7 +25,7 @@ from test_cuda_sparse_gemm import metadata_races  # noqa: E402
 @pytest.mark.sass
 @pytest.mark.parametrize(("only", "rows"), [
     ("fp8_gemm_tensor", {"fp8_gemm_tensor_1024": ("fp8_gemm", "QGMMA.64x256x32.F32.E4M3.E4M3")}),
-    ("int8_gemm,gemm_sp", {"gemm_sp_float16_1024": ("gemm_sp", "HGMMA.SP.64x128x32.F32"),
+    ("int8_gemm,gemm_sp", {"gemm_sp_float16_1024": ("gemm_sp", "HGMMA.SP.64x256x32.F32"),
                            "int8_gemm_1024": ("int8_gemm", "IGMMA.64x256x32.S8.S8")}),
 ])
 def test_low_precision_bundles_build_on_wgmma_and_pass_the_list(tmp_path, monkeypatch, only,
@@ -83,7 +83,7 @@ def test_w4a16_rows_keep_diagnostic_rows_beside_each_split_row(monkeypatch):
     assert rows == {**{f"w4a16_m{m}_8192{suffix}": splits for m in (1, 16)
                        for suffix, splits in suffixes.items()},
                     "w4a16_m1_8192_swap8": 8,  # 8-row activation tiles: M = 1 only
-                    "w4a16_m1_8192_swap8ss": 8}
+                    "w4a16_m1_8192_s8": 8}  # M = 1's default is kernels.W4A16_NARROW
 
 
 def _list(bundles: Path, *extra) -> subprocess.CompletedProcess:
@@ -125,15 +125,15 @@ def test_harness_list_accepts_the_built_bundles():
 @pytest.mark.nvrtc
 @pytest.mark.sass
 def test_attention_compute_loop_builds_no_descriptor_per_wgmma():
-    # the FlashAttention bundle's compute loop (sass_loops.py; RESULTS.md "FlashAttention with
-    # fast math"): its 16 HGMMA take their descriptors as one add of a constant each to the
-    # tile's descriptor, on the uniform datapath: no USHF / ULOP3 pair or R2UR per HGMMA (at
-    # these sizes 553 instructions a step before, USHF 16, ULOP3 32, R2UR 18; 501 after), and
-    # fast math leaves exp2 one MUFU.EX2 without the FSETP guard; the stage and the parity of
-    # its 3 stages are counters, not divisions by 3 (IMAD 20 -> 9, 512 -> 496 a step), and the
-    # producer's loop stays rolled: its 4 TMA loads once (2920 -> 968 instructions in the kernel)
+    # the serial FlashAttention bundle's compute loop (sass_loops.py; RESULTS.md "FlashAttention
+    # with fast math"): its 16 HGMMA take their descriptors as one add of a constant each to the
+    # tile's descriptor, on the uniform datapath: no USHF / ULOP3 pair or R2UR per HGMMA (at these
+    # sizes 553 instructions a step before, USHF 16, ULOP3 32, R2UR 18; 501 after), and fast math
+    # leaves exp2 one MUFU.EX2 without the FSETP guard; the stage and the parity of its 3 stages are
+    # counters, not divisions by 3 (IMAD 20 -> 9, 512 -> 496 a step), and the producer's loop stays
+    # rolled: its 4 TMA loads once (2920 -> 968 instructions in the kernel)
     name, _case, func, _expect, configs = next(
-        c for c in build_bundles.cases(quick=True) if c[0] == "flash_attention_float16")
+        c for c in build_bundles.cases(quick=True) if c[0] == "flash_attention_float16_serial")
     kernel = build_bundles.tw_compile(func, out_idx=[3], target="cuda -arch=sm_90a",
                                       execution_backend="nvrtc", pass_configs=configs)
     text = sass.dump(kernel.executable.cubin)

@@ -54,7 +54,7 @@ def test_bundled_gemm_config_matches_torch(dtype, stages, tmp_path):
 
 @pytest.mark.emulator
 @pytest.mark.parametrize(("config", "path"), [
-    ("GEMM_SP",
+    ("GEMM_SP_K64",
      "tw_gemm_wgmma_sp_kept<128, 64, 128, TW_WGMMA_F16, true, 128, 64, 64, 128, 8>"),
     ("GEMM_SP_MMA", "tw_gemm_mma_sp_rf<128, 128, 64, false, 128, 2, 2"),
 ])
@@ -74,13 +74,14 @@ def test_bundled_sparse_gemm_config_matches_torch(tmp_path, config, path):
 
 
 @pytest.mark.emulator
-@pytest.mark.parametrize("row", sorted(kernels.GEMM_SP_ROWS))
+@pytest.mark.parametrize("row", sorted(["", *kernels.GEMM_SP_ROWS]))
 def test_bundled_sparse_gemm_rows_match_torch_with_their_pipeline_wrapped(tmp_path, row):
-    # each gemm_sp_float16_8192<row> configuration: 2 x 1 blocks, 2 x stages + 1 k-tiles, so
-    # every stage is refilled twice under the wgmma.sp groups and the metadata registers
-    # change hands (the metadata race of the 8192^3 row hid at 3 k-tiles); float16 C is the
-    # float32 sums rounded once (an ulp apart where the two sums round to either side)
-    config = kernels.GEMM_SP_ROWS[row]
+    # each gemm_sp_float16_8192<row> configuration (the default's, "", too): 2 x 1 blocks, 2 x
+    # stages + 1 k-tiles, so every stage is refilled twice under the wgmma.sp groups and the
+    # metadata registers change hands (the metadata race of the 8192^3 row hid at 3 k-tiles);
+    # float16 C is the float32 sums rounded once (an ulp apart where the two sums round to either
+    # side)
+    config = {"": kernels.GEMM_SP, **kernels.GEMM_SP_ROWS}[row]
     bn, bk = config["block_N"], config["block_K"]
     M, N, K = 128, 2 * bn, (2 * config["num_stages"] + 1) * bk
     gen = torch.Generator().manual_seed(1)
@@ -163,7 +164,7 @@ def test_overlapped_attention_matches_torch_and_waits_after_the_softmax(tmp_path
     (False, {"cuda.wgmma_pingpong": True, "cuda.producer_registers": 24})],
     ids=["ws", "nows", "r240", "both", "pingpong"])
 def test_one_fragment_overlapped_attention_matches_torch(tmp_path, both, configs):
-    # the build_bundles rows _overlap_one, _overlap_one_r240, _overlap_one_both and
+    # the build_bundles rows _overlap_one, _overlap_one_r240, the default ("", both) and
     # _overlap_one_pingpong (and in-order loads): 5 steps of 128 keys, K_0 before the loop and
     # V_4 after it, 4 iterations through the 2 stages (each refilled twice), 5 query blocks
     b, h, s, d = 1, 1, 640, 128

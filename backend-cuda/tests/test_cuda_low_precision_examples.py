@@ -366,7 +366,7 @@ def test_w4a16_staged_scales_leave_no_global_load_in_the_loop(tmp_path, tile):
     {"splits": 1, "num_stages": 3, "threads": 256},  # one slice: C^T stored into C
     {"splits": 4, "num_stages": 2, "threads": 256, "stage_scales": True},
     {"splits": 8, "num_stages": 2, "threads": 256, "block_M": 8},  # _swap8
-    {"splits": 8, "num_stages": 2, "threads": 256, "block_M": 8,  # _swap8ss
+    {"splits": 8, "num_stages": 2, "threads": 256, "block_M": 8,  # W4A16_NARROW (M = 1)
      "stage_scales": True},
 ])
 def test_w4a16_swapped_operands_match_torch_in_emulation(tmp_path, tile):
