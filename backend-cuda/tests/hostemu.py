@@ -28,10 +28,12 @@ import atexit
 import ctypes
 import functools
 import hashlib
+import json
 import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -585,6 +587,19 @@ def build(source: str, launch: dict, workdir: Path) -> ctypes.CDLL:
                 src.write_text(f'#include "{SHIM_HEADER}"\n{text}')
                 _compile(["g++", *FLAGS, "-shared", "-I", str(shim_dir()), str(src)], lib)
     return ctypes.CDLL(str(lib))
+
+
+def run_script(script: str, source: str, launch: dict, workdir: Path,
+               timeout: float = 300) -> subprocess.CompletedProcess:
+    """``script`` (Python text; ``{tests}`` stands for this folder) in a process of its own,
+    with argv the paths of ``source`` and ``launch`` written into ``workdir`` and ``workdir``:
+    for a run that may abort its process (the emulation's wgmma checks)."""
+    (workdir / "k.cu").write_text(source)
+    (workdir / "launch.json").write_text(json.dumps(launch))
+    code = script.format(tests=str(Path(__file__).resolve().parent))
+    return subprocess.run([sys.executable, "-c", code, str(workdir / "k.cu"),
+                           str(workdir / "launch.json"), str(workdir)], capture_output=True,
+                          text=True, timeout=timeout, check=False)
 
 
 def run(source: str, launch: dict, workdir: Path, *args) -> None:

@@ -10,7 +10,6 @@ other dtypes take; a tile the instruction cannot cut is refused naming it. (cuda
 gemm_sp runs the example in emulation; the catalogue's gemm_sp row runs in
 test_cuda_conformance_emulated.)"""
 
-import json
 import re
 import subprocess
 import sys
@@ -147,12 +146,7 @@ print("MATCHES")
 
 
 def _emulate_in_subprocess(text: str, launch: dict, tmp_path) -> subprocess.CompletedProcess:
-    (tmp_path / "k.cu").write_text(text)
-    (tmp_path / "launch.json").write_text(json.dumps(launch))
-    return subprocess.run([sys.executable, "-c", RUN.format(tests=str(TESTS)),
-                           str(tmp_path / "k.cu"), str(tmp_path / "launch.json"),
-                           str(tmp_path)], capture_output=True, text=True, timeout=300,
-                          check=False)
+    return hostemu.run_script(RUN, text, launch, tmp_path)
 
 
 @pytest.mark.emulator

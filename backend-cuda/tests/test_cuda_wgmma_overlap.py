@@ -4,12 +4,12 @@ cp.async refill runs one stage less ahead, so it never overwrites a tile a wgmma
 reads. The host emulation retires wgmma groups at their wait_group and aborts when shared
 memory under one in flight changed; a schedule broken on purpose shows that it does."""
 
-import json
 import re
 import subprocess
 import sys
 from pathlib import Path
 
+import hostemu
 import pytest
 import sass
 import tilewright
@@ -92,12 +92,7 @@ print("MATCHES")
 
 
 def _emulate_in_subprocess(text: str, launch: dict, tmp_path) -> subprocess.CompletedProcess:
-    (tmp_path / "k.cu").write_text(text)
-    (tmp_path / "launch.json").write_text(json.dumps(launch))
-    return subprocess.run([sys.executable, "-c", RUN.format(tests=str(TESTS)),
-                           str(tmp_path / "k.cu"), str(tmp_path / "launch.json"),
-                           str(tmp_path)], capture_output=True, text=True, timeout=300,
-                          check=False)
+    return hostemu.run_script(RUN, text, launch, tmp_path)
 
 
 @pytest.mark.emulator
