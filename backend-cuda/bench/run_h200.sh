@@ -19,11 +19,21 @@
 #                                    there): the checks plainly, then under compute-sanitizer
 #                                    (table: OUTDIR/checks.md), then correctness and timing of
 #                                    the benchmark, one table
+#   backend-cuda/bench/run_h200.sh ncu OUTDIR ROW [ROW ...]
+#                                    on the GPU machine: Nsight Compute on one launch of each
+#                                    row's kernel (speed of light, occupancy, warp states, stall
+#                                    samples): OUTDIR/ROW.ncu-rep, ROW.txt (the details page),
+#                                    ROW.sass.csv (stall samples per SASS instruction)
 # Run them from the repository root. Record results in backend-cuda/bench/RESULTS.md.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 pythonpath="$root/core${PYTHONPATH:+:$PYTHONPATH}"  # the harness runs the source tree
+unpack() {  # the bundles pack made, on a machine that has only the archive
+  if [ ! -d "$here/bundles" ] && [ -f "$root/.devpack/bundles.tar.xz" ]; then
+    tar -C "$here" -xJf "$root/.devpack/bundles.tar.xz"
+  fi
+}
 case "${1:-}" in
   build)
     shift
@@ -48,16 +58,36 @@ case "${1:-}" in
     ;;
   run)
     out="${2:?usage: run_h200.sh run OUTDIR}"
-    if [ ! -d "$here/bundles" ] && [ -f "$root/.devpack/bundles.tar.xz" ]; then
-      tar -C "$here" -xJf "$root/.devpack/bundles.tar.xz"
-    fi
+    unpack
     mkdir -p "$out"
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$out/gpu.txt" || true
     PYTHONPATH="$pythonpath" "${PYTHON:-python}" "$here/harness.py" --bundles "$here/bundles" \
       --out "$out" "${@:3}"
     ;;
+  ncu)
+    out="${2:?usage: run_h200.sh ncu OUTDIR ROW [ROW ...]}"
+    [ $# -ge 3 ] || { echo "usage: $0 ncu OUTDIR ROW [ROW ...]" >&2; exit 2; }
+    unpack
+    mkdir -p "$out"
+    # one launch of each row's kernel after two warm-up launches, unmodified clocks (as the
+    # harness times it); NCU_FILTER picks other kernels (e.g. the peer's: "-k regex:nvjet|sm90")
+    read -r -a filter <<< "${NCU_FILTER:--k main_kernel --launch-skip 2 --launch-count 1}"
+    for row in "${@:3}"; do
+      PYTHONPATH="$pythonpath" ncu --clock-control none "${filter[@]}" --section SpeedOfLight \
+        --section WarpStateStats --section SourceCounters --section Occupancy \
+        -o "$out/$row" -f "${PYTHON:-python}" "$here/harness.py" --bundles "$here/bundles" \
+        --child "$row" --budget 0.05 > "$out/$row.txt" 2>&1 || true
+      if [ -f "$out/$row.ncu-rep" ]; then
+        ncu --import "$out/$row.ncu-rep" --page details >> "$out/$row.txt" 2>&1 || true
+        # stall samples per SASS instruction: where the warps wait
+        ncu --import "$out/$row.ncu-rep" --page source --csv --print-source sass \
+          > "$out/$row.sass.csv" 2>> "$out/$row.txt" || true
+      fi
+    done
+    ;;
   *)
-    echo "usage: $0 build [--quick] | pack [--quick] | run OUTDIR [--quick] [--only NAME,...]" >&2
+    echo "usage: $0 build [--quick] | pack [--quick] | run OUTDIR [--quick] [--only NAME,...]" \
+         "| ncu OUTDIR ROW [ROW ...]" >&2
     exit 2
     ;;
 esac

@@ -335,3 +335,38 @@ def test_pack_archives_the_bundles_and_run_unpacks_them(tmp_path):
                    capture_output=True, env={**os.environ, "PYTHON": "true"})
     assert (bench / "bundles" / "checks" / "a" / "case.json").read_text() == '{"x": 1}'
     assert not (bench / "bundles" / "quick").exists()  # the quick sizes only with --quick
+
+
+FAKE_NCU = """#!/usr/bin/env bash
+# records its arguments; a profile writes the -o report, an import prints its page
+echo "$@" >> "$(dirname "$0")/calls"
+if [ "$1" = --import ]; then echo "page of $2"; exit 0; fi
+while [ $# -gt 0 ]; do [ "$1" = -o ] && touch "$2.ncu-rep"; shift; done
+"""
+
+
+def test_ncu_profiles_each_row_and_writes_its_pages(tmp_path):
+    # run_h200.sh ncu OUTDIR ROW ...: one Nsight Compute profile of each row's kernel through
+    # the harness's --child, then its details page and its stall samples per SASS instruction
+    bench = tmp_path / "backend-cuda" / "bench"
+    (bench / "bundles").mkdir(parents=True)
+    script = bench / "run_h200.sh"
+    script.write_text((BENCH / "run_h200.sh").read_text())
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    (tools / "ncu").write_text(FAKE_NCU)
+    (tools / "ncu").chmod(0o755)
+    env = {**os.environ, "PATH": f"{tools}:{os.environ['PATH']}", "PYTHON": "true"}
+    out = tmp_path / "out"
+    subprocess.run(["bash", str(script), "ncu", str(out), "gemm_a", "gemm_b"], check=True,
+                   capture_output=True, env=env)
+    calls = (tools / "calls").read_text().splitlines()
+    assert len(calls) == 6  # per row: the profile, the details page, the source page
+    assert "--child gemm_a" in calls[0] and "-k main_kernel" in calls[0]
+    assert "--section SourceCounters" in calls[0] and calls[1].startswith("--import")
+    assert "--print-source sass" in calls[2] and "--child gemm_b" in calls[3]
+    assert "page of" in (out / "gemm_b.txt").read_text()
+    assert (out / "gemm_a.sass.csv").read_text().startswith("page of")
+    usage = subprocess.run(["bash", str(script), "ncu", str(out)], capture_output=True,
+                           text=True, env=env)
+    assert usage.returncode == 2 and "ROW" in usage.stderr
