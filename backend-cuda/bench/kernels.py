@@ -68,8 +68,8 @@ Configurations (sm_90a, chosen for H100/H200):
   (0.64-0.66x).
 - int8 GEMM (``gemm_low_precision``, ``INT8_GEMM``): 128x256x128 tiles (128-byte k-tiles, as
   the fp8 rows), 256 threads = two warpgroups on ``wgmma.mma_async`` m64n256k32 .s32.s8.s8
-  (``IGMMA.64x256x32.S8.S8``), 3 stages filled by TMA, int32 C against ``torch._int_mm``. Not
-  measured on the H200 yet.
+  (``IGMMA.64x256x32.S8.S8``), 3 stages filled by TMA, int32 C against ``torch._int_mm``:
+  1.05x / 1.36x at 4096^3 / 8192^3 on the H200 (2026-12-04 run 1).
 """
 
 import sys
