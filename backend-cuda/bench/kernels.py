@@ -299,11 +299,10 @@ def attention(batch, heads, seq_len, dim, dtype="float16", block_M=128, block_N=
 
 
 @T.macro
-def online_softmax(scores, m, m_prev, rescale, row_sum, logsum, scale):
-    """One key block of the online softmax: the running row maxima ``m`` and sums ``logsum``
-    updated from ``scores`` (rows of Q K^T), which become the block's unnormalised
-    probabilities in place; ``rescale`` the factor that takes sums to the new maxima
-    (exponents in base 2)."""
+def exponentiate(scores, m, m_prev, rescale, scale):
+    """The running row maxima ``m`` updated from ``scores`` (rows of Q K^T), which become the
+    block's unnormalised probabilities in place; ``rescale`` the factor that takes sums to
+    the new maxima (exponents in base 2)."""
     block_M, block_N = scores.shape
     T.copy(m, m_prev)
     T.reduce_max(scores, m, dim=1, clear=False)
@@ -311,8 +310,15 @@ def online_softmax(scores, m, m_prev, rescale, row_sum, logsum, scale):
         rescale[i] = T.exp2(m_prev[i] * scale - m[i] * scale)
     for i, j in T.Parallel(block_M, block_N):
         scores[i, j] = T.exp2(scores[i, j] * scale - m[i] * scale)
+
+
+@T.macro
+def online_softmax(scores, m, m_prev, rescale, row_sum, logsum, scale):
+    """One key block of the online softmax: :func:`exponentiate`, then the running row sums
+    ``logsum`` rescaled and the block's row sums (``row_sum``) added."""
+    exponentiate(scores, m, m_prev, rescale, scale)
     T.reduce_sum(scores, row_sum, dim=1)
-    for i in T.Parallel(block_M):
+    for i in T.Parallel(scores.shape[0]):
         logsum[i] = logsum[i] * rescale[i] + row_sum[i]
 
 
@@ -320,14 +326,8 @@ def online_softmax(scores, m, m_prev, rescale, row_sum, logsum, scale):
 def online_softmax_lean(scores, m, m_prev, rescale, logsum, scale):
     """:func:`online_softmax` with the block's row sums added into the rescaled ``logsum``
     by the reduction itself: no row-sum fragment (two registers a thread fewer)."""
-    block_M, block_N = scores.shape
-    T.copy(m, m_prev)
-    T.reduce_max(scores, m, dim=1, clear=False)
-    for i in T.Parallel(block_M):
-        rescale[i] = T.exp2(m_prev[i] * scale - m[i] * scale)
-    for i, j in T.Parallel(block_M, block_N):
-        scores[i, j] = T.exp2(scores[i, j] * scale - m[i] * scale)
-    for i in T.Parallel(block_M):
+    exponentiate(scores, m, m_prev, rescale, scale)
+    for i in T.Parallel(scores.shape[0]):
         logsum[i] *= rescale[i]
     T.reduce_sum(scores, logsum, dim=1, clear=False)
 

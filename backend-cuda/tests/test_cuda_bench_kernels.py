@@ -254,10 +254,10 @@ def test_bundled_fp8_gemm_config_runs_wgmma_and_matches_torch(layout, tmp_path):
 
 @pytest.mark.emulator
 def test_bundled_w4a16_config_matches_torch(tmp_path):
-    # the bundle's tiles (16 x 128 x 128, 4 stages) and its 4 slices of K: 4 slices of 2
-    # k-tiles each, their partial sums added by the second kernel; M = 3 rows of the 16-row
-    # tile
-    m, n, k, group = 3, 128, 1024, 128
+    # the bundle's tiles (16 x 128 x 128, 2 stages) and its 8 slices of K: 8 slices of 3
+    # k-tiles each (the stages wrapped), their partial sums added by the second kernel; M = 3
+    # rows of the 16-row tile
+    m, n, k, group = 3, 128, 3072, 128
     gen = torch.Generator().manual_seed(4)
     a = torch.randn(m, k, generator=gen).half()
     q, scales, zeros = w4.quantize(torch.randn(n, k, generator=gen).half(), group)

@@ -45,6 +45,20 @@ def _sass(func, arch_name, tmp_path):
     return sass.dump(cubin)
 
 
+def _w4a16_operands(m, n, k, group, seed):
+    """Random float16 activations [m, k] and weights [n, k] quantised in groups of ``group``
+    (examples/gemm_w4a16.py): a, codes, scales, zero points."""
+    gen = torch.Generator().manual_seed(seed)
+    a = torch.randn(m, k, generator=gen).half()
+    return (a, *w4.quantize(torch.randn(n, k, generator=gen).half(), group))
+
+
+def _assert_w4a16_matches(c, a, q, scales, zeros):
+    """C against the float64 product of the activations and the dequantised weights."""
+    want = a.double() @ w4.dequantize(q, scales, zeros).double().T
+    torch.testing.assert_close(c.double(), want, rtol=1e-2, atol=1e-2 * want.abs().mean())
+
+
 @pytest.mark.nvcc
 @pytest.mark.sass
 @pytest.mark.parametrize("layout", fp8.LAYOUTS)
@@ -204,9 +218,7 @@ def test_w4a16_matches_torch_in_emulation(tmp_path, splits):
     # decode rows, a partial column tile, 4 groups a row; in two slices of K: the partial
     # sums of each slice's blocks in the workspace, added by the second kernel
     m, n, k, group = 5, 200, 256, 64
-    gen = torch.Generator().manual_seed(6)
-    a = torch.randn(m, k, generator=gen).half()
-    q, scales, zeros = w4.quantize(torch.randn(n, k, generator=gen).half(), group)
+    a, q, scales, zeros = _w4a16_operands(m, n, k, group, 6)
     lowered = tilewright.lower(w4.w4a16_gemm.fn(m, n, k, group, splits=splits),
                                "cuda -arch=sm_80")
     launch = lowered.source.payload
@@ -218,8 +230,7 @@ def test_w4a16_matches_torch_in_emulation(tmp_path, splits):
                                          "bytes": str(splits * m * n * 4)}]
     c = torch.full((m, n), float("nan"), dtype=torch.float16)
     hostemu.run(lowered.source.text, launch, tmp_path, a, q, scales, zeros, c)
-    want = a.double() @ w4.dequantize(q, scales, zeros).double().T
-    torch.testing.assert_close(c.double(), want, rtol=1e-2, atol=1e-2 * want.abs().mean())
+    _assert_w4a16_matches(c, a, q, scales, zeros)
 
 
 @pytest.mark.emulator
@@ -233,15 +244,12 @@ def test_w4a16_bench_tiles_match_torch_in_emulation(tmp_path, tile):
     # the tile configurations of the W4A16 bundles (bench/build_bundles.py) on
     # sm_90a: decode rows, a partial column tile, 8 groups a row, 1 or 2 k-tiles a slice
     m, n, k, group = 5, 200, 1024, 128
-    gen = torch.Generator().manual_seed(7)
-    a = torch.randn(m, k, generator=gen).half()
-    q, scales, zeros = w4.quantize(torch.randn(n, k, generator=gen).half(), group)
+    a, q, scales, zeros = _w4a16_operands(m, n, k, group, 7)
     lowered = tilewright.lower(w4.w4a16_gemm.fn(m, n, k, group, **tile), "cuda -arch=sm_90a")
     assert "tw_dequant_u4x8_f16(" in lowered.source.text
     c = torch.full((m, n), float("nan"), dtype=torch.float16)
     hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, a, q, scales, zeros, c)
-    want = a.double() @ w4.dequantize(q, scales, zeros).double().T
-    torch.testing.assert_close(c.double(), want, rtol=1e-2, atol=1e-2 * want.abs().mean())
+    _assert_w4a16_matches(c, a, q, scales, zeros)
 
 
 @pytest.mark.emulator
@@ -249,9 +257,7 @@ def test_w4a16_on_wgmma_dequantises_in_the_consumer_warpgroup(tmp_path):
     # 64-row tiles on sm_90a: the gemm is wgmma, the loads a producer warpgroup's; the
     # consumer warpgroup's 128 threads dequantise eight codes a call into the swizzled tile
     m, n, k, group = 70, 256, 512, 64
-    gen = torch.Generator().manual_seed(7)
-    a = torch.randn(m, k, generator=gen).half()
-    q, scales, zeros = w4.quantize(torch.randn(n, k, generator=gen).half(), group)
+    a, q, scales, zeros = _w4a16_operands(m, n, k, group, 7)
     tile = {"block_M": 64, "block_N": 128, "block_K": 64, "threads": 128, "num_stages": 2}
     lowered = tilewright.lower(w4.w4a16_gemm.fn(m, n, k, group, **tile), "cuda -arch=sm_90a")
     text = lowered.source.text
@@ -259,8 +265,7 @@ def test_w4a16_on_wgmma_dequantises_in_the_consumer_warpgroup(tmp_path):
     assert "tw_dequant_u4x8_f16(" in text
     c = torch.full((m, n), float("nan"), dtype=torch.float16)
     hostemu.run(text, lowered.source.payload, tmp_path, a, q, scales, zeros, c)
-    want = a.double() @ w4.dequantize(q, scales, zeros).double().T
-    torch.testing.assert_close(c.double(), want, rtol=1e-2, atol=1e-2 * want.abs().mean())
+    _assert_w4a16_matches(c, a, q, scales, zeros)
 
 
 @pytest.mark.emulator
@@ -276,9 +281,7 @@ def test_w4a16_overlap_is_bit_identical_to_the_default_in_emulation(tmp_path, ti
     # rows, a partial column tile, 16 groups a row; at 2 blocks an SM the tail's activations
     # share bytes with a pipeline version)
     m, n, k, group = 5, 200, 2048, 128
-    gen = torch.Generator().manual_seed(8)
-    a = torch.randn(m, k, generator=gen).half()
-    q, scales, zeros = w4.quantize(torch.randn(n, k, generator=gen).half(), group)
+    a, q, scales, zeros = _w4a16_operands(m, n, k, group, 8)
     out = {}
     for overlap in (False, True):
         lowered = tilewright.lower(w4.w4a16_gemm.fn(m, n, k, group, overlap=overlap, **tile),
@@ -296,9 +299,7 @@ def test_w4a16_overlap_is_bit_identical_to_the_default_in_emulation(tmp_path, ti
         hostemu.run(text, lowered.source.payload, tmp_path / str(overlap), a, q, scales, zeros,
                     out[overlap])
     assert torch.equal(out[True], out[False])
-    want = a.double() @ w4.dequantize(q, scales, zeros).double().T
-    torch.testing.assert_close(out[True].double(), want, rtol=1e-2,
-                               atol=1e-2 * want.abs().mean())
+    _assert_w4a16_matches(out[True], a, q, scales, zeros)
 
 
 @pytest.mark.emulator
@@ -315,9 +316,7 @@ def test_w4a16_staged_scales_are_bit_identical_to_the_default_in_emulation(tmp_p
     # k-tiles, the same arithmetic on the same values, so the same bits (decode rows, a
     # partial column tile whose rows past N stage row N - 1)
     m, n = 5, 200
-    gen = torch.Generator().manual_seed(9)
-    a = torch.randn(m, k, generator=gen).half()
-    q, scales, zeros = w4.quantize(torch.randn(n, k, generator=gen).half(), group)
+    a, q, scales, zeros = _w4a16_operands(m, n, k, group, 9)
     out = {}
     for staged in (False, True):
         lowered = tilewright.lower(
@@ -335,9 +334,7 @@ def test_w4a16_staged_scales_are_bit_identical_to_the_default_in_emulation(tmp_p
         hostemu.run(text, lowered.source.payload, tmp_path / str(staged), a, q, scales, zeros,
                     out[staged])
     assert torch.equal(out[True], out[False])
-    want = a.double() @ w4.dequantize(q, scales, zeros).double().T
-    torch.testing.assert_close(out[True].double(), want, rtol=1e-2,
-                               atol=1e-2 * want.abs().mean())
+    _assert_w4a16_matches(out[True], a, q, scales, zeros)
 
 
 @pytest.mark.nvcc
@@ -374,9 +371,7 @@ def test_w4a16_swapped_operands_match_torch_in_emulation(tmp_path, tile):
     # its 16-column B (m64n16k16); decode rows (a partial column of C^T), a partial column
     # tile (rows of C^T past N), 8192 deep
     m, n, k, group = 5, 200, 8192, 128
-    gen = torch.Generator().manual_seed(10)
-    a = torch.randn(m, k, generator=gen).half()
-    q, scales, zeros = w4.quantize(torch.randn(n, k, generator=gen).half(), group)
+    a, q, scales, zeros = _w4a16_operands(m, n, k, group, 10)
     lowered = tilewright.lower(w4.w4a16_gemm.fn(m, n, k, group, swap=True, **tile),
                                "cuda -arch=sm_90a")
     text = lowered.source.text
@@ -384,25 +379,21 @@ def test_w4a16_swapped_operands_match_torch_in_emulation(tmp_path, tile):
     assert f"tw_gemm_wgmma<{rows}, 128, {rows}," in text and "tw_dequant_u4x8_f16(" in text
     c = torch.full((m, n), float("nan"), dtype=torch.float16)
     hostemu.run(text, lowered.source.payload, tmp_path, a, q, scales, zeros, c)
-    want = a.double() @ w4.dequantize(q, scales, zeros).double().T
-    torch.testing.assert_close(c.double(), want, rtol=1e-2, atol=1e-2 * want.abs().mean())
+    _assert_w4a16_matches(c, a, q, scales, zeros)
 
 
 @pytest.mark.emulator
 def test_w4a16_swapped_operands_on_mma_sync_match_torch_in_emulation(tmp_path):
     # sm_80 has no wgmma: C^T's 128 x 16 tile on mma.sync over four warps of 32 weight rows
     m, n, k, group = 5, 200, 2048, 128
-    gen = torch.Generator().manual_seed(11)
-    a = torch.randn(m, k, generator=gen).half()
-    q, scales, zeros = w4.quantize(torch.randn(n, k, generator=gen).half(), group)
+    a, q, scales, zeros = _w4a16_operands(m, n, k, group, 11)
     lowered = tilewright.lower(w4.w4a16_gemm.fn(m, n, k, group, splits=2, num_stages=2,
                                                 swap=True), "cuda -arch=sm_80")
     text = lowered.source.text
     assert "tw_gemm_mma_rf<128, 16, 128," in text and "tw_dequant_u4x8_f16(" in text
     c = torch.full((m, n), float("nan"), dtype=torch.float16)
     hostemu.run(text, lowered.source.payload, tmp_path, a, q, scales, zeros, c)
-    want = a.double() @ w4.dequantize(q, scales, zeros).double().T
-    torch.testing.assert_close(c.double(), want, rtol=1e-2, atol=1e-2 * want.abs().mean())
+    _assert_w4a16_matches(c, a, q, scales, zeros)
 
 
 @pytest.mark.nvcc
