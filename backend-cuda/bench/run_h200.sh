@@ -24,6 +24,15 @@
 #                                    row's kernel (speed of light, occupancy, warp states, stall
 #                                    samples): OUTDIR/ROW.ncu-rep, ROW.txt (the details page),
 #                                    ROW.sass.csv (stall samples per SASS instruction)
+#   backend-cuda/bench/run_h200.sh plan OUTDIR [PLAN]
+#                                    on the GPU machine: one whole device session as PLAN (a
+#                                    bash file of settings; default bench/next-run.plan, which
+#                                    says what the next run should measure): the benchmark
+#                                    rows, then the checks under the sanitizers, then ncu of
+#                                    our rows and the peer's, each step under its own time
+#                                    limit so an overrun costs only that step; everything is
+#                                    written under OUTDIR as it goes (OUTDIR/plan.log: each
+#                                    step's seconds and exit status)
 # Run them from the repository root. Record results in backend-cuda/bench/RESULTS.md.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -85,9 +94,42 @@ case "${1:-}" in
       fi
     done
     ;;
+  plan)
+    out="${2:?usage: run_h200.sh plan OUTDIR [PLAN]}"
+    plan="${3:-$here/next-run.plan}"
+    # the settings a plan may give (the empty ones skip their step)
+    ROWS="" BENCH_S=250 ROW_TIMEOUT=40
+    CHECKS="" CHECK_TOOLS=memcheck,racecheck,synccheck CHECKS_S=120 CHECKS_BUDGET=60
+    NCU_ROWS="" NCU_PEER_ROWS="" NCU_PEER_FILTER="-k regex:nvjet|sm90|cudnn --launch-skip 2 --launch-count 1" NCU_S=150
+    # shellcheck source=/dev/null
+    source "$plan"
+    mkdir -p "$out"
+    cp "$plan" "$out/plan.txt"
+    step() {  # step NAME SECONDS COMMAND...: one step under its limit, its time in plan.log
+      local name=$1 limit=$2 t0 rc=0
+      shift 2
+      t0=$(date +%s)
+      timeout "$limit" bash "$@" > "$out/$name.out" 2>&1 || rc=$?
+      echo "$name: ${limit}s limit, $(( $(date +%s) - t0 ))s, exit $rc" | tee -a "$out/plan.log"
+    }
+    [ -z "$ROWS" ] || step bench "$BENCH_S" "$0" run "$out/bench" --checks none \
+      --timeout "$ROW_TIMEOUT" --only "$ROWS"
+    if [ -n "$CHECKS" ]; then
+      only=()
+      [ "$CHECKS" = all ] || only=(--only "$CHECKS")
+      step checks "$CHECKS_S" "$0" run "$out/checks" --checks only "${only[@]}" --batch 64 \
+        --tools "$CHECK_TOOLS" --checks-budget "$CHECKS_BUDGET" --batch-timeout 60
+    fi
+    # shellcheck disable=SC2086  # the row lists split on commas into arguments
+    [ -z "$NCU_ROWS" ] || step ncu "$NCU_S" "$0" ncu "$out/ncu" ${NCU_ROWS//,/ }
+    # shellcheck disable=SC2086
+    [ -z "$NCU_PEER_ROWS" ] || NCU_FILTER="$NCU_PEER_FILTER" step ncu-peer "$NCU_S" "$0" ncu \
+      "$out/ncu-peer" ${NCU_PEER_ROWS//,/ }
+    cat "$out/plan.log"
+    ;;
   *)
     echo "usage: $0 build [--quick] | pack [--quick] | run OUTDIR [--quick] [--only NAME,...]" \
-         "| ncu OUTDIR ROW [ROW ...]" >&2
+         "| ncu OUTDIR ROW [ROW ...] | plan OUTDIR [PLAN]" >&2
     exit 2
     ;;
 esac

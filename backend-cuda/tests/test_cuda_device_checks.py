@@ -370,3 +370,63 @@ def test_ncu_profiles_each_row_and_writes_its_pages(tmp_path):
     usage = subprocess.run(["bash", str(script), "ncu", str(out)], capture_output=True,
                            text=True, env=env)
     assert usage.returncode == 2 and "ROW" in usage.stderr
+
+
+FAKE_PYTHON = """#!/usr/bin/env bash
+# records the harness's arguments; SLEEP makes the benchmark step overrun its limit
+echo "$@" >> "$(dirname "$0")/calls"
+case "$*" in *"--checks none"*) sleep "${SLEEP:-0}";; esac
+"""
+
+
+def _plan_run(tmp_path, plan: str, sleep: int = 0):
+    bench = tmp_path / "backend-cuda" / "bench"
+    (bench / "bundles").mkdir(parents=True)
+    script = bench / "run_h200.sh"
+    script.write_text((BENCH / "run_h200.sh").read_text())
+    (bench / "test.plan").write_text(plan)
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    for name, text in (("ncu", FAKE_NCU), ("python", FAKE_PYTHON)):
+        (tools / name).write_text(text)
+        (tools / name).chmod(0o755)
+    env = {**os.environ, "PATH": f"{tools}:{os.environ['PATH']}", "PYTHON": str(tools / "python"),
+           "SLEEP": str(sleep)}
+    out = tmp_path / "out"
+    subprocess.run(["bash", str(script), "plan", str(out), str(bench / "test.plan")],
+                   check=True, capture_output=True, env=env)
+    return out, (tools / "calls").read_text().splitlines()
+
+
+def test_plan_runs_rows_checks_and_both_profiles_in_order(tmp_path):
+    # run_h200.sh plan OUTDIR PLAN: one device session from a file of settings
+    out, calls = _plan_run(tmp_path, "ROWS=gemm_a,gemm_b\nCHECKS=all\nNCU_ROWS=gemm_a\n"
+                                     "NCU_PEER_ROWS=gemm_a,gemm_b\n")
+    assert "--only gemm_a,gemm_b" in calls[0] and "--checks none" in calls[0]
+    assert "--checks only" in calls[1] and "--only" not in calls[1]  # all checks
+    assert "--tools memcheck,racecheck,synccheck" in calls[1]
+    assert "-k main_kernel" in calls[2] and "--child gemm_a" in calls[2]
+    peer = [c for c in calls[3:] if "--child" in c]
+    assert [c.split("--child ")[1].split()[0] for c in peer] == ["gemm_a", "gemm_b"]
+    assert all("regex:nvjet" in c and "main_kernel" not in c for c in peer)
+    log = (out / "plan.log").read_text().splitlines()
+    assert [line.split(":")[0] for line in log] == ["bench", "checks", "ncu", "ncu-peer"]
+    assert all(line.endswith("exit 0") for line in log)
+    assert (out / "plan.txt").read_text().startswith("ROWS=gemm_a")
+
+
+def test_plan_step_over_its_limit_costs_only_that_step(tmp_path):
+    out, calls = _plan_run(tmp_path, "ROWS=gemm_a\nBENCH_S=1\nCHECKS=check_x\n", sleep=5)
+    log = (out / "plan.log").read_text().splitlines()
+    assert log[0].startswith("bench: 1s limit") and log[0].endswith("exit 124")
+    assert log[1].startswith("checks:") and log[1].endswith("exit 0")
+    assert "--only check_x" in calls[1] and len(log) == 2  # no ncu rows: no ncu step
+
+
+def test_next_run_plan_names_built_rows():
+    # the committed plan names benchmark rows build_bundles.py builds
+    settings = dict(line.split("=", 1) for line in (BENCH / "next-run.plan").read_text()
+                    .splitlines() if line and not line.startswith("#"))
+    built = {name for name, *_ in build_bundles.cases(quick=False)}
+    for key in ("ROWS", "NCU_ROWS", "NCU_PEER_ROWS"):
+        assert set(settings[key].split(",")) <= built, key
