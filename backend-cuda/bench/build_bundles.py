@@ -184,7 +184,11 @@ def cases(quick: bool):
     # the tensor rate; waves 7.8 -> 8 and 3.9 -> 4 at 4096 (1024 / 512 tiles on 132 SMs), 31.0
     # -> 32 and 15.5 -> 16 at 8192: +11% at both sizes, 0.79 / 0.72 -> about 0.88 / 0.80 of
     # _scaled_mm if shared memory bounds the default. Three stages (3 x 48 KB) and C through
-    # two 32 KB shared halves (208 KB); _n256s4 four stages (192 KB), C stored from registers
+    # two 32 KB shared halves (208 KB); _n256s4 four stages (192 KB), C stored from registers;
+    # _n256p16 _n256 in panels of 16 block rows, as the GEMM rows' 128 x 256 tiles: at 8192 a
+    # wave of 132 blocks then reads about 16 MB of A and 16 MB of B, which L2 holds, where
+    # in launch order (4 block rows x all 32 column tiles) it reads 4 MB of A and all 64 MB
+    # of B (the _p16 rows of 128 x 128 tiles measured no gain: 0.79 / 0.70)
     for n in GEMM_SIZES[size]:
         for layout, suffix, change, configs in (
                 ("tensor", "", {}, {}), ("token", "", {}, {}), ("block", "", {}, {}),
@@ -198,7 +202,9 @@ def cases(quick: bool):
                 ("block", "_p16", {"panel": kernels.SWIZZLE_PANEL}, {}),
                 ("block", "_direct", {"c_shared": False}, {}),
                 ("block", "_n256", {"block_N": 256, "num_stages": 3}, {}),
-                ("block", "_n256s4", {"block_N": 256, "c_shared": False}, {})):
+                ("block", "_n256s4", {"block_N": 256, "c_shared": False}, {}),
+                ("block", "_n256p16", {"block_N": 256, "num_stages": 3,
+                                       "panel": kernels.SWIZZLE_PANEL}, {})):
             if quick and suffix:
                 continue
             config = {**kernels.fp8_config(layout), **change}

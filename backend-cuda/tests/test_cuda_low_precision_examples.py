@@ -166,21 +166,24 @@ def test_block_scaled_fp8_pingpong_takes_turns_and_matches_torch_in_emulation(tm
 
 
 @pytest.mark.emulator
-@pytest.mark.parametrize(("stages", "c_shared", "configs"),
-                         [(3, True, {}), (4, False, {"cuda.producer_registers": 24})])
-def test_block_scaled_fp8_wide_column_tiles_match_torch_in_emulation(tmp_path, stages,
-                                                                     c_shared, configs):
+@pytest.mark.parametrize(("m", "stages", "c_shared", "panel", "configs"),
+                         [(80, 3, True, 0, {}), (80, 4, False, 0, {"cuda.producer_registers": 24}),
+                          (336, 3, True, 2, {})])
+def test_block_scaled_fp8_wide_column_tiles_match_torch_in_emulation(tmp_path, m, stages,
+                                                                     c_shared, panel, configs):
     # the bench's fp8_gemm_block_*_n256 rows: 128 x 256 tiles, each k-tile's two 128-column
     # halves multiplied into one product fragment in turn, each promoted with its own block
     # of B's scale; the second column tile's second half lies wholly past N (its TMA box
-    # reads zeros, its scale row is clamped, its C stores are left out), 80 rows a partial
-    # row tile, 11 k-tiles wrap the stages
-    m, n, k = 80, 384, 11 * 128
+    # reads zeros, its scale row is clamped, its C stores are left out), 80 or 336 rows a
+    # partial row tile, 11 k-tiles wrap the stages; with panels (the _n256p16 rows; here 2
+    # block rows a panel, so that 3 block rows make a second, narrower panel) the blocks run
+    # other blocks' tiles
+    n, k = 384, 11 * 128
     gen = torch.Generator().manual_seed(13)
     a, a_scale = fp8.quantize(torch.randn(m, k, generator=gen), "block")
     b, b_scale = fp8.quantize_blocks(torch.randn(n, k, generator=gen))
     config = {**kernels.fp8_config("block"), "block_N": 256, "num_stages": stages,
-              "c_shared": c_shared}
+              "c_shared": c_shared, "panel": panel}
     lowered = tilewright.lower(fp8.fp8_gemm_scaled.fn(m, n, k, "block", **config),
                                "cuda -arch=sm_90a", configs)
     text = lowered.source.text
@@ -191,6 +194,7 @@ def test_block_scaled_fp8_wide_column_tiles_match_torch_in_emulation(tmp_path, s
     assert "C_l_ptr[63] = (C_l_ptr[63] + (C_k_ptr[63] *" in first
     assert re.search(r"C_k_ptr\[63\] = \(C_l_ptr\[63\] \* local_\d+_ptr\[0\]\);", first)
     assert "C_h_ptr[0] = (C_h_ptr[0] + (C_k_ptr[0] *" in second
+    assert ("(((int)blockIdx.y) >> 1)" in text) == bool(panel)
     c = torch.full((m, n), float("nan"), dtype=torch.bfloat16)
     hostemu.run(text, lowered.source.payload, tmp_path, a, b, a_scale, b_scale, c)
     want = fp8.reference(a, b, a_scale, b_scale, "block")
