@@ -98,7 +98,7 @@ def fp8_gemm_scaled(M, N, K, layout="block", dtype="float8_e4m3fn", out_dtype="b
                 B_h = T.alloc_shared((tile_N, block_K), dtype)
                 C_h = T.alloc_fragment((block_M, tile_N), "float32")
                 C_hs = T.alloc_shared((block_M, tile_N), out_dtype) if c_shared else None
-                zero = T.alloc_var("float32", init=0)
+                zero = T.alloc_var("float32", init=0, name="zero")
                 T.clear(C_h)
             if panel:
                 T.use_swizzle(panel_size=panel)
