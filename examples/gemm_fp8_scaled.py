@@ -94,10 +94,9 @@ def fp8_gemm_scaled(M, N, K, layout="block", dtype="float8_e4m3fn", out_dtype="b
             B_s = T.alloc_shared((tile_N, block_K), dtype)
             C_l = T.alloc_fragment((block_M, tile_N), "float32")
             C_s = T.alloc_shared((block_M, tile_N), out_dtype) if c_shared else None
-            if halves > 1:  # the second half's B tile, accumulator and shared C tile
+            if halves > 1:  # the second half's B tile and accumulator
                 B_h = T.alloc_shared((tile_N, block_K), dtype)
                 C_h = T.alloc_fragment((block_M, tile_N), "float32")
-                C_hs = T.alloc_shared((block_M, tile_N), out_dtype) if c_shared else None
                 zero = T.alloc_var("float32", init=0, name="zero")
                 T.clear(C_h)
             if panel:
@@ -156,9 +155,9 @@ def fp8_gemm_scaled(M, N, K, layout="block", dtype="float8_e4m3fn", out_dtype="b
             if c_shared:
                 T.copy(C_l, C_s)
                 T.copy(C_s, C[by * block_M, bx * block_N])
-                if halves > 1:
-                    T.copy(C_h, C_hs)
-                    T.copy(C_hs, C[by * block_M, bx * block_N + tile_N])
+                if halves > 1:  # through the same shared tile: four stages still fit
+                    T.copy(C_h, C_s)
+                    T.copy(C_s, C[by * block_M, bx * block_N + tile_N])
             else:
                 T.copy(C_l, C[by * block_M, bx * block_N])
                 if halves > 1:

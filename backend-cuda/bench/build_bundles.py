@@ -176,15 +176,15 @@ def cases(quick: bool):
     # 128-column halves in turn through one 64x128 product fragment a warpgroup (QGMMA
     # .64x128x32, 4 a half), each promoted with its block of B's scale into its own
     # accumulator: 192 registers of C a thread, no local memory at 232 (ptxas -v), the loop
-    # 297 instructions (128 FFMA, 64 FMUL zeros, 8 QGMMA) for two tiles' worth of the
+    # 300 instructions (128 FFMA, 64 FMUL zeros, 8 QGMMA) for two tiles' worth of the
     # default's 132. The model (shared memory at 128 B/clk feeding the tensor cores'
     # 8192 fp8 flop/clk; a 64xNx32 wgmma reads 2 KB of A and N x 32 B of B, TMA writes each
     # k-tile once): 128 x 128 tiles need 160 B/clk at the tensor rate (A and B each read by
     # both warpgroups), these 144 B/clk (A read twice a warpgroup, B once), so 0.80 -> 0.89 of
     # the tensor rate; waves 7.8 -> 8 and 3.9 -> 4 at 4096 (1024 / 512 tiles on 132 SMs), 31.0
     # -> 32 and 15.5 -> 16 at 8192: +11% at both sizes, 0.79 / 0.72 -> about 0.88 / 0.80 of
-    # _scaled_mm if shared memory bounds the default. Three stages (3 x 48 KB) and C through
-    # two 32 KB shared halves (208 KB); _n256s4 four stages (192 KB), C stored from registers;
+    # _scaled_mm if shared memory bounds the default. Four stages (4 x 48 KB) and C through
+    # one 32 KB shared tile, a half at a time (224 KB); _n256s3 three stages (176 KB);
     # _n256p16 _n256 in panels of 16 block rows, as the GEMM rows' 128 x 256 tiles: at 8192 a
     # wave of 132 blocks then reads about 16 MB of A and 16 MB of B, which L2 holds, where
     # in launch order (4 block rows x all 32 column tiles) it reads 4 MB of A and all 64 MB
@@ -201,10 +201,9 @@ def cases(quick: bool):
                 ("block", "_pingpong", {}, PINGPONG),
                 ("block", "_p16", {"panel": kernels.SWIZZLE_PANEL}, {}),
                 ("block", "_direct", {"c_shared": False}, {}),
-                ("block", "_n256", {"block_N": 256, "num_stages": 3}, {}),
-                ("block", "_n256s4", {"block_N": 256, "c_shared": False}, {}),
-                ("block", "_n256p16", {"block_N": 256, "num_stages": 3,
-                                       "panel": kernels.SWIZZLE_PANEL}, {})):
+                ("block", "_n256", {"block_N": 256}, {}),
+                ("block", "_n256s3", {"block_N": 256, "num_stages": 3}, {}),
+                ("block", "_n256p16", {"block_N": 256, "panel": kernels.SWIZZLE_PANEL}, {})):
             if quick and suffix:
                 continue
             config = {**kernels.fp8_config(layout), **change}

@@ -158,6 +158,9 @@ def test_block_scaled_fp8_pingpong_takes_turns_and_matches_torch_in_emulation(tm
     assert turn < gemm < other < loop.index("tw_wgmma_wait<0>();") < loop.index("C_l_ptr[0] =")
     # panel index = (launch x + 2 launch y) / (2 columns x 2 rows a panel)
     assert ("(((int)blockIdx.y) >> 1)" in text) == bool(panel)
+    if c_shared:  # the second half's pair stores wait until the first half's rows are out
+        tail = text[text.index("tw_copy16((&(C_ptr["):]
+        assert tail.index("tw_named_barrier_sync(1, 256);") < tail.index("tw::store_pair(")
     assert ("tw_copy16((&(C_ptr[" in text) == c_shared
     c = torch.full((m, n), float("nan"), dtype=torch.bfloat16)
     hostemu.run(text, lowered.source.payload, tmp_path, a, b, a_scale, b_scale, c)
@@ -167,15 +170,17 @@ def test_block_scaled_fp8_pingpong_takes_turns_and_matches_torch_in_emulation(tm
 
 @pytest.mark.emulator
 @pytest.mark.parametrize(("m", "stages", "c_shared", "panel", "configs"),
-                         [(80, 3, True, 0, {}), (80, 4, False, 0, {"cuda.producer_registers": 24}),
-                          (336, 3, True, 2, {})])
+                         [(80, 4, True, 0, {}), (80, 3, True, 0, {}),
+                          (80, 4, False, 0, {"cuda.producer_registers": 24}),
+                          (336, 4, True, 2, {})])
 def test_block_scaled_fp8_wide_column_tiles_match_torch_in_emulation(tmp_path, m, stages,
                                                                      c_shared, panel, configs):
     # the bench's fp8_gemm_block_*_n256 rows: 128 x 256 tiles, each k-tile's two 128-column
     # halves multiplied into one product fragment in turn, each promoted with its own block
     # of B's scale; the second column tile's second half lies wholly past N (its TMA box
-    # reads zeros, its scale row is clamped, its C stores are left out), 80 or 336 rows a
-    # partial row tile, 11 k-tiles wrap the stages; with panels (the _n256p16 rows; here 2
+    # reads zeros, its scale row is clamped, its C stores are left out; with c_shared both
+    # halves leave through one shared tile, a barrier between), 80 or 336 rows a partial
+    # row tile, 11 k-tiles wrap the stages; with panels (the _n256p16 rows; here 2
     # block rows a panel, so that 3 block rows make a second, narrower panel) the blocks run
     # other blocks' tiles
     n, k = 384, 11 * 128
@@ -195,6 +200,9 @@ def test_block_scaled_fp8_wide_column_tiles_match_torch_in_emulation(tmp_path, m
     assert "C_k_ptr[63] = (C_l_ptr[63] * zero_ptr[0]);" in first
     assert "C_h_ptr[0] = (C_h_ptr[0] + (C_k_ptr[0] *" in second
     assert ("(((int)blockIdx.y) >> 1)" in text) == bool(panel)
+    if c_shared:  # the second half's pair stores wait until the first half's rows are out
+        tail = text[text.index("tw_copy16((&(C_ptr["):]
+        assert tail.index("tw_named_barrier_sync(1, 256);") < tail.index("tw::store_pair(")
     c = torch.full((m, n), float("nan"), dtype=torch.bfloat16)
     hostemu.run(text, lowered.source.payload, tmp_path, a, b, a_scale, b_scale, c)
     want = fp8.reference(a, b, a_scale, b_scale, "block")
@@ -206,7 +214,7 @@ def test_block_scaled_fp8_wide_column_tiles_match_torch_in_emulation(tmp_path, m
 def test_block_scaled_fp8_wide_column_tiles_promote_without_spills(tmp_path):
     # the _n256 rows at 4096^3: eight QGMMA.64x128x32 a k-tile (two halves of four), 128
     # FFMA promotions and 64 FMUL zeros, no local memory at 232 registers
-    config = {**kernels.fp8_config("block"), "block_N": 256, "num_stages": 3}
+    config = {**kernels.fp8_config("block"), "block_N": 256}
     code = _sass(fp8.fp8_gemm_scaled.fn(4096, 4096, 4096, "block", **config), "sm_90a",
                  tmp_path)
     loop = sass.hot_loop(code)
