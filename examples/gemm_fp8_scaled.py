@@ -135,10 +135,12 @@ def fp8_gemm_scaled(M, N, K, layout="block", dtype="float8_e4m3fn", out_dtype="b
                             # zeroed from the promoted sums: a zero that waits for them, so
                             # that ptxas issues the second gemm after the promotion (from
                             # constant zeros it issued it first, into 64 more registers
-                            # a thread than the 240 there are, and spilled 32 of them);
-                            # ``zero`` a variable, as the compiler would fold x * 0.0
+                            # a thread than the 240 there are, and spilled 32 of them).
+                            # min(|x|, 0) is 0 for every x, NaN too (min returns the other
+                            # operand), in one FMNMX; ``zero`` a variable, which the
+                            # compiler cannot fold
                             for i, j in T.Parallel(block_M, tile_N):
-                                C_k[i, j] = C_l[i, j] * zero
+                                C_k[i, j] = T.min(T.abs(C_l[i, j]), zero)
                             T.gemm(A_s, B_h, C_k, transpose_B=True)
                             promote(C_h, C_k, SA, SB, by, sb_half, ko)
             else:

@@ -176,7 +176,7 @@ def cases(quick: bool):
     # 128-column halves in turn through one 64x128 product fragment a warpgroup (QGMMA
     # .64x128x32, 4 a half), each promoted with its block of B's scale into its own
     # accumulator: 192 registers of C a thread, no local memory at 232 (ptxas -v), the loop
-    # 300 instructions (128 FFMA, 64 FMUL zeros, 8 QGMMA) for two tiles' worth of the
+    # 300 instructions (128 FFMA, 64 FMNMX zeros, 8 QGMMA) for two tiles' worth of the
     # default's 132. The model (shared memory at 128 B/clk feeding the tensor cores'
     # 8192 fp8 flop/clk; a 64xNx32 wgmma reads 2 KB of A and N x 32 B of B, TMA writes each
     # k-tile once): 128 x 128 tiles need 160 B/clk at the tensor rate (A and B each read by
