@@ -39,7 +39,12 @@ def fp8_gemm_scaled(M, N, K, layout="block", dtype="float8_e4m3fn", out_dtype="b
                     block_M=128, block_N=128, block_K=GROUP, threads=256, num_stages=3,
                     overlap=False, fused_scale=False, panel=0, c_shared=False):
     """The kernel of one layout; in the block layout a k-tile is one scale group
-    (``block_K`` = 128) and a column tile lies in one 128-row block of B.
+    (``block_K`` = 128) and a column tile lies in one 128-row block of B, or with
+    ``block_N`` = 256 spans two of them: each k-tile then runs one gemm a 128-column half
+    (B's two 128-row tiles, wgmma m64n128k32), each half's product promoted with its own
+    block's scale into that half's accumulator, so that the column tile's scales are known
+    at compile time and the product fragment stays 128 columns wide (a 256-wide one beside
+    a 256-wide accumulator: 256 registers a thread).
 
     Block layout options (diagnostics; the defaults are the measured kernel): ``overlap``
     keeps two product fragments, so that k-tile ``ko``'s wgmma is in flight while k-tile
@@ -57,23 +62,28 @@ def fp8_gemm_scaled(M, N, K, layout="block", dtype="float8_e4m3fn", out_dtype="b
     the registers each warp's store fills half of each 32-byte sector it touches."""
     sa_shape, sb_shape = scale_shapes(layout, M, N, K)
 
+    # the block layout's column tile in gemms of at most one scale block's width
+    halves = block_N // GROUP if layout == "block" and block_N > GROUP else 1
+    tile_N = block_N // halves
+
     @T.macro
     def promote(C_l, C_k, SA, SB, by, sb_row, ko):
         """C_l += k-tile ko's product C_k, scaled (rows past M read row M - 1's scale)."""
-        for i, j in T.Parallel(block_M, block_N):
+        for i, j in T.Parallel(block_M, tile_N):
             if fused_scale:
                 C_l[i, j] += C_k[i, j] * (SA[T.min(by * block_M + i, M - 1), ko] *
                                           SB[sb_row, ko])
             else:
                 C_l[i, j] += C_k[i, j] * SA[T.min(by * block_M + i, M - 1), ko] * \
                     SB[sb_row, ko]
-    if layout == "block" and (block_K != GROUP or GROUP % block_N):
+    if layout == "block" and (block_K != GROUP or (GROUP % block_N and block_N != 2 * GROUP)):
         raise ValueError(f"the block layout scales {GROUP}-deep k-tiles and {GROUP}-row blocks "
-                         f"of B: block_K must be {GROUP} and block_N divide it (got "
-                         f"block_K={block_K}, block_N={block_N})")
-    if overlap and (layout != "block" or -(-K // block_K) % 2):
+                         f"of B: block_K must be {GROUP} and block_N divide it or be "
+                         f"{2 * GROUP} (got block_K={block_K}, block_N={block_N})")
+    if overlap and (layout != "block" or -(-K // block_K) % 2 or halves > 1):
         raise ValueError(f"overlap takes the block layout's k-tiles two at a time: an even "
-                         f"number of them (K={K}, block_K={block_K}, layout {layout!r})")
+                         f"number of them, in column tiles of one scale block (K={K}, "
+                         f"block_K={block_K}, block_N={block_N}, layout {layout!r})")
 
     @T.prim_func
     def main(A: T.Tensor((M, K), dtype), B: T.Tensor((N, K), dtype),
@@ -81,15 +91,21 @@ def fp8_gemm_scaled(M, N, K, layout="block", dtype="float8_e4m3fn", out_dtype="b
              C: T.Tensor((M, N), out_dtype)):
         with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
             A_s = T.alloc_shared((block_M, block_K), dtype)
-            B_s = T.alloc_shared((block_N, block_K), dtype)
-            C_l = T.alloc_fragment((block_M, block_N), "float32")
-            C_s = T.alloc_shared((block_M, block_N), out_dtype) if c_shared else None
+            B_s = T.alloc_shared((tile_N, block_K), dtype)
+            C_l = T.alloc_fragment((block_M, tile_N), "float32")
+            C_s = T.alloc_shared((block_M, tile_N), out_dtype) if c_shared else None
+            if halves > 1:  # the second half's B tile and accumulator
+                B_h = T.alloc_shared((tile_N, block_K), dtype)
+                C_h = T.alloc_fragment((block_M, tile_N), "float32")
+                zero = T.alloc_var("float32", init=0, name="zero")
+                T.clear(C_h)
             if panel:
                 T.use_swizzle(panel_size=panel)
             T.clear(C_l)
             if layout == "block":
-                C_k = T.alloc_fragment((block_M, block_N), "float32")
+                C_k = T.alloc_fragment((block_M, tile_N), "float32")
                 sb_row = T.min(bx * block_N // GROUP, sb_shape[0] - 1)
+                sb_half = T.min(bx * block_N // GROUP + 1, sb_shape[0] - 1)
                 k_tiles = T.ceildiv(K, block_K)
                 if overlap:  # two k-tiles a step: even ones' products in C_k, odd in C_n
                     C_n = T.alloc_fragment((block_M, block_N), "float32")
@@ -111,8 +127,22 @@ def fp8_gemm_scaled(M, N, K, layout="block", dtype="float8_e4m3fn", out_dtype="b
                     for ko in T.Pipelined(k_tiles, num_stages=num_stages):
                         T.copy(A[by * block_M, ko * block_K], A_s)
                         T.copy(B[bx * block_N, ko * block_K], B_s)
+                        if halves > 1:
+                            T.copy(B[bx * block_N + tile_N, ko * block_K], B_h)
                         T.gemm(A_s, B_s, C_k, transpose_B=True, clear_accum=True)
                         promote(C_l, C_k, SA, SB, by, sb_row, ko)
+                        if halves > 1:  # the same product fragment for the second half,
+                            # zeroed from the promoted sums: a zero that waits for them, so
+                            # that ptxas issues the second gemm after the promotion (from
+                            # constant zeros it issued it first, into 64 more registers
+                            # a thread than the 240 there are, and spilled 32 of them).
+                            # min(|x|, 0) is 0 for every x, NaN too (min returns the other
+                            # operand), in one FMNMX; ``zero`` a variable, which the
+                            # compiler cannot fold
+                            for i, j in T.Parallel(block_M, tile_N):
+                                C_k[i, j] = T.min(T.abs(C_l[i, j]), zero)
+                            T.gemm(A_s, B_h, C_k, transpose_B=True)
+                            promote(C_h, C_k, SA, SB, by, sb_half, ko)
             else:
                 for ko in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
                     T.copy(A[by * block_M, ko * block_K], A_s)
@@ -127,8 +157,13 @@ def fp8_gemm_scaled(M, N, K, layout="block", dtype="float8_e4m3fn", out_dtype="b
             if c_shared:
                 T.copy(C_l, C_s)
                 T.copy(C_s, C[by * block_M, bx * block_N])
+                if halves > 1:  # through the same shared tile: four stages still fit
+                    T.copy(C_h, C_s)
+                    T.copy(C_s, C[by * block_M, bx * block_N + tile_N])
             else:
                 T.copy(C_l, C[by * block_M, bx * block_N])
+                if halves > 1:
+                    T.copy(C_h, C[by * block_M, bx * block_N + tile_N])
 
     return main
 

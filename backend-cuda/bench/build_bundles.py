@@ -171,7 +171,24 @@ def cases(quick: bool):
     # 4 QGMMA, BAR.ARV after), so one warpgroup's 64 FFMA run while the tensor cores work on
     # the other's product; _p16 blocks in panels of 16 block rows (T.use_swizzle, as the GEMM
     # rows: in launch order a wave of 132 blocks spans all 64 column blocks of B at 8192);
-    # _direct C stored from the accumulators (the default until 2026-12-04)
+    # _direct C stored from the accumulators (the default until 2026-12-04).
+    # _n256 (examples/gemm_fp8_scaled.py block_N=256): 128 x 256 tiles, each k-tile's two
+    # 128-column halves in turn through one 64x128 product fragment a warpgroup (QGMMA
+    # .64x128x32, 4 a half), each promoted with its block of B's scale into its own
+    # accumulator: 192 registers of C a thread, no local memory at 232 (ptxas -v), the loop
+    # 300 instructions (128 FFMA, 64 FMNMX zeros, 8 QGMMA) for two tiles' worth of the
+    # default's 132. The model (shared memory at 128 B/clk feeding the tensor cores'
+    # 8192 fp8 flop/clk; a 64xNx32 wgmma reads 2 KB of A and N x 32 B of B, TMA writes each
+    # k-tile once): 128 x 128 tiles need 160 B/clk at the tensor rate (A and B each read by
+    # both warpgroups), these 144 B/clk (A read twice a warpgroup, B once), so 0.80 -> 0.89 of
+    # the tensor rate; waves 7.8 -> 8 and 3.9 -> 4 at 4096 (1024 / 512 tiles on 132 SMs), 31.0
+    # -> 32 and 15.5 -> 16 at 8192: +11% at both sizes, 0.79 / 0.72 -> about 0.88 / 0.80 of
+    # _scaled_mm if shared memory bounds the default. Four stages (4 x 48 KB) and C through
+    # one 32 KB shared tile, a half at a time (224 KB); _n256s3 three stages (176 KB);
+    # _n256p16 _n256 in panels of 16 block rows, as the GEMM rows' 128 x 256 tiles: at 8192 a
+    # wave of 132 blocks then reads about 16 MB of A and 16 MB of B, which L2 holds, where
+    # in launch order (4 block rows x all 32 column tiles) it reads 4 MB of A and all 64 MB
+    # of B (the _p16 rows of 128 x 128 tiles measured no gain: 0.79 / 0.70)
     for n in GEMM_SIZES[size]:
         for layout, suffix, change, configs in (
                 ("tensor", "", {}, {}), ("token", "", {}, {}), ("block", "", {}, {}),
@@ -183,16 +200,21 @@ def cases(quick: bool):
                 ("block", "_nows", {}, IN_ORDER),
                 ("block", "_pingpong", {}, PINGPONG),
                 ("block", "_p16", {"panel": kernels.SWIZZLE_PANEL}, {}),
-                ("block", "_direct", {"c_shared": False}, {})):
+                ("block", "_direct", {"c_shared": False}, {}),
+                ("block", "_n256", {"block_N": 256}, {}),
+                ("block", "_n256s3", {"block_N": 256, "num_stages": 3}, {}),
+                ("block", "_n256p16", {"block_N": 256, "panel": kernels.SWIZZLE_PANEL}, {})):
             if quick and suffix:
                 continue
             config = {**kernels.fp8_config(layout), **change}
+            # block scales: one wgmma a 128-column scale block of B (block_N 256: two)
+            wgmma_n = min(config["block_N"], 128) if layout == "block" else config["block_N"]
             yield (f"fp8_gemm_{layout}_{n}{suffix}",
                    {"kind": "fp8_gemm", "M": n, "N": n, "K": n, "layout": layout,
                     "dtype": "float8_e4m3fn", "out_dtype": "bfloat16", "config": config,
                     **({"pass_configs": configs} if configs else {})},
                    kernels.fp8_gemm_scaled.fn(n, n, n, layout, **config),
-                   [f"QGMMA.64x{config['block_N']}x32.F32.E4M3.E4M3", "UTMALDG.2D", "!HMMA",
+                   [f"QGMMA.64x{wgmma_n}x32.F32.E4M3.E4M3", "UTMALDG.2D", "!HMMA",
                     "!F2FP.F16.E4M3", *(["BAR.ARV"] if configs is PINGPONG else []),
                     *(["STG.E.128"] if config.get("c_shared") else [])], configs)
     # W4A16 in slices of K (kernels.w4a16_config: two kernels, the partial sums then their

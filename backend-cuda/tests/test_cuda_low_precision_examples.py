@@ -165,9 +165,70 @@ def test_block_scaled_fp8_pingpong_takes_turns_and_matches_torch_in_emulation(tm
     torch.testing.assert_close(c.double(), want, rtol=8e-3, atol=1e-3 * want.abs().mean())
 
 
+@pytest.mark.emulator
+@pytest.mark.parametrize(("m", "stages", "c_shared", "panel", "configs"),
+                         [(80, 4, True, 0, {}), (80, 3, True, 0, {}),
+                          (80, 4, False, 0, {"cuda.producer_registers": 24}),
+                          (336, 4, True, 2, {})])
+def test_block_scaled_fp8_wide_column_tiles_match_torch_in_emulation(tmp_path, m, stages,
+                                                                     c_shared, panel, configs):
+    # the bench's fp8_gemm_block_*_n256 rows: 128 x 256 tiles, each k-tile's two 128-column
+    # halves multiplied into one product fragment in turn, each promoted with its own block
+    # of B's scale; the second column tile's second half lies wholly past N (its TMA box
+    # reads zeros, its scale row is clamped, its C stores are left out; with c_shared both
+    # halves leave through one shared tile, a barrier between), 80 or 336 rows a partial
+    # row tile, 11 k-tiles wrap the stages; with panels (the _n256p16 rows; here 2
+    # block rows a panel, so that 3 block rows make a second, narrower panel) the blocks run
+    # other blocks' tiles
+    n, k = 384, 11 * 128
+    gen = torch.Generator().manual_seed(13)
+    a, a_scale = fp8.quantize(torch.randn(m, k, generator=gen), "block")
+    b, b_scale = fp8.quantize_blocks(torch.randn(n, k, generator=gen))
+    config = {**kernels.fp8_config("block"), "block_N": 256, "num_stages": stages,
+              "c_shared": c_shared, "panel": panel}
+    lowered = tilewright.lower(fp8.fp8_gemm_scaled.fn(m, n, k, "block", **config),
+                               "cuda -arch=sm_90a", configs)
+    text = lowered.source.text
+    loop = text[text.index("for (int ko = 0; ko < 11; ++ko) {"):]
+    first, second = loop.split("tw_gemm_wgmma<128, 128, 128, TW_WGMMA_E4M3,")[1:3]
+    # the second half's product starts from zeros computed from the first half's promoted
+    # sums (ptxas then keeps the two gemms apart: one product fragment)
+    assert "C_l_ptr[63] = (C_l_ptr[63] + (C_k_ptr[63] *" in first
+    assert "C_k_ptr[63] = min(fabsf(C_l_ptr[63]), zero_ptr[0]);" in first
+    assert "C_h_ptr[0] = (C_h_ptr[0] + (C_k_ptr[0] *" in second
+    assert ("(((int)blockIdx.y) >> 1)" in text) == bool(panel)
+    if c_shared:  # the second half's pair stores wait until the first half's rows are out
+        tail = text[text.index("tw_copy16((&(C_ptr["):]
+        assert tail.index("tw_named_barrier_sync(1, 256);") < tail.index("tw::store_pair(")
+    c = torch.full((m, n), float("nan"), dtype=torch.bfloat16)
+    hostemu.run(text, lowered.source.payload, tmp_path, a, b, a_scale, b_scale, c)
+    want = fp8.reference(a, b, a_scale, b_scale, "block")
+    torch.testing.assert_close(c.double(), want, rtol=8e-3, atol=1e-3 * want.abs().mean())
+
+
+@pytest.mark.nvcc
+@pytest.mark.sass
+def test_block_scaled_fp8_wide_column_tiles_promote_without_spills(tmp_path):
+    # the _n256 rows at 4096^3: eight QGMMA.64x128x32 a k-tile (two halves of four), 128
+    # FFMA promotions and 64 FMNMX zeros, no local memory at 232 registers
+    config = {**kernels.fp8_config("block"), "block_N": 256}
+    code = _sass(fp8.fp8_gemm_scaled.fn(4096, 4096, 4096, "block", **config), "sm_90a",
+                 tmp_path)
+    loop = sass.hot_loop(code)
+    assert "QGMMA.64x128x32.F32.E4M3.E4M3" in code and "QGMMA.64x256" not in code
+    assert sum(op.startswith("QGMMA") for op in loop) == 8
+    assert sum(op.startswith("FFMA") for op in loop) == 128
+    assert sum(op.startswith("FMNMX") for op in loop) == 64
+    assert not any(op.startswith(("STL", "LDL")) for op in loop)
+
+
 def test_block_scaled_fp8_overlap_takes_k_tiles_two_at_a_time():
     with pytest.raises(ValueError, match="even number"):
         fp8.fp8_gemm_scaled.fn(256, 256, 384, "block", overlap=True)
+    with pytest.raises(ValueError, match="one scale block"):
+        fp8.fp8_gemm_scaled.fn(256, 256, 512, "block", block_N=256, overlap=True)
+    with pytest.raises(ValueError, match="divide it or be 256"):
+        fp8.fp8_gemm_scaled.fn(256, 384, 512, "block", block_N=192)
 
 
 @pytest.mark.nvcc

@@ -32,6 +32,20 @@ def test_scaled_fp8_gemm_on_the_interpreter(layout):
     torch.testing.assert_close(got.double(), want, rtol=8e-3, atol=1e-3 * want.abs().mean())
 
 
+def test_block_scales_in_256_column_tiles_on_the_interpreter():
+    # block_N = 256: each k-tile's two 128-column halves promoted with their own block of
+    # B's scale; the second column tile's second half lies past N = 384
+    m, n, k = 40, 384, 384
+    gen = torch.Generator().manual_seed(2)
+    a, a_scale = fp8.quantize(torch.randn(m, k, generator=gen), "block")
+    b, b_scale = fp8.quantize_blocks(torch.randn(n, k, generator=gen))
+    func = fp8.fp8_gemm_scaled.fn(m, n, k, "block", **{**TILE, "block_N": 256})
+    kernel = tilewright.compile(func, out_idx=[4], target="interp")
+    want = fp8.reference(a, b, a_scale, b_scale, "block")
+    got = kernel(a, b, a_scale, b_scale)
+    torch.testing.assert_close(got.double(), want, rtol=8e-3, atol=1e-3 * want.abs().mean())
+
+
 def test_block_scales_need_128_deep_k_tiles():
     with pytest.raises(ValueError, match="block_K must be 128 and block_N divide it"):
         fp8.fp8_gemm_scaled.fn(64, 256, 256, "block", block_K=64)
