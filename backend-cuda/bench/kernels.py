@@ -132,6 +132,24 @@ GEMM_SP_ROWS = {
     "_k128_f16p16": {**GEMM_SP_K64, "block_K": 128, **_SP_F16, "panel": SWIZZLE_PANEL},
     "_n256_f16": {**GEMM_SP_K64, "block_N": 256, **_SP_F16},           # 3 x 41 + 64 KB
 }
+# the same kernels fed by TMA (pass config cuda.tma_unswizzled: the metadata tile, 128 rows of
+# 16 bytes at 128-deep k-tiles, one unswizzled box), so all three operands load from one
+# producer warpgroup (the dense fp8 kernels' default form) or, with
+# cuda.disable_warp_specialized, from one thread in order (the dense GEMM's); at 3 stages
+# or more one wgmma.sp group stays in flight on the held metadata registers. By row suffix:
+# (config, pass configs); shared memory a stage as above
+GEMM_SP_TMA = {"cuda.tma_unswizzled": True}
+GEMM_SP_TMA_ROWS = {
+    "_tma": (GEMM_SP, GEMM_SP_TMA),                                    # 2 x 82 KB
+    "_k128_tma": (GEMM_SP_ROWS["_k128"], GEMM_SP_TMA),                 # 3 x 50 KB, wait 1
+    "_k128s4_tma": (GEMM_SP_ROWS["_k128s4"], GEMM_SP_TMA),             # 4 x 50 KB, wait 1
+    "_k128_tma_f16": (GEMM_SP_ROWS["_k128_f16"], GEMM_SP_TMA),         # + 32 KB of C
+    "_k128_tma_inorder": (GEMM_SP_ROWS["_k128"], {**GEMM_SP_TMA, **GEMM_PASS_CONFIGS}),
+    # 256 x 128 tiles on four compute warpgroups (64 rows each): 68 KB a stage for the
+    # 128 x 256 tile's flops where 128 x 256 takes 82 KB; 3 x 68 KB, wait 1
+    "_m256_tma": ({**GEMM_SP, "block_M": 256, "block_N": 128, "threads": 512,
+                   "num_stages": 3}, GEMM_SP_TMA),
+}
 INT8_GEMM = {"block_M": 128, "block_N": 256, "block_K": 128, "threads": 256, "num_stages": 3}
 
 
