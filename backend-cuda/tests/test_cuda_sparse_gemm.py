@@ -417,7 +417,7 @@ def test_metadata_tiles_stay_on_cp_async_without_the_pass_config_or_16_byte_rows
 
 @pytest.mark.nvcc
 @pytest.mark.sass
-@pytest.mark.parametrize("suffix", ["_tma", "_k128_tma", "_k128_tma_inorder", "_m256_tma"])
+@pytest.mark.parametrize("suffix", ["_tma", "_k128_tma", "_k128_tma_inorder", "_m256_tma_f16"])
 def test_tma_fed_sparse_rows_keep_their_metadata_registers_in_sass(tmp_path, suffix):
     # the bench rows' kernels at 8192^3: the hot loop has no LDGSTS (every operand a TMA
     # load, UTMALDG) and no metadata register written under an HGMMA.SP in flight
