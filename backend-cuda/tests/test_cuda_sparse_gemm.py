@@ -365,12 +365,14 @@ def _tma_lowered(config, configs, m, n, k):
 @pytest.mark.parametrize("suffix", list(kernels.GEMM_SP_TMA_ROWS))
 def test_tma_fed_sparse_bench_rows_match_torch_in_emulation(tmp_path, suffix):
     # every kernels.GEMM_SP_TMA_ROWS configuration (the bench's gemm_sp_float16_8192_<suffix>
-    # rows) on one block of its tile, 9 k-tiles: the pipeline wraps its 2-4 stages 2-4 times.
+    # rows) on 2 x 2 blocks (the boxes' coordinates follow blockIdx), 2 S + 1 k-tiles: the
+    # pipeline wraps its S stages twice.
     # Kept values, metadata and B are TMA loads (no cp.async left), the metadata one
     # unswizzled box of 128-bit rows; at 3 stages or more the wgmma.sp group stays in flight
     # on the held metadata registers, which the emulation checks at every retirement
     config, configs = kernels.GEMM_SP_TMA_ROWS[suffix]
-    m, n, k = config["block_M"], config["block_N"], 9 * config["block_K"]
+    m, n = 2 * config["block_M"], 2 * config["block_N"]
+    k = (2 * config["num_stages"] + 1) * config["block_K"]
     lowered = _tma_lowered(config, configs, m, n, k)
     text, kernel = lowered.source.text, _kernel(lowered.source.text)
     assert "tw_cp_async16" not in kernel and "tw_tma_load_2d" in kernel
