@@ -285,14 +285,25 @@ def cases(quick: bool):
         expect += ["!LDG.E.U16"] if config["block_K"] == 128 else []
         expect += ["STG.E.128"] if config.get("c_shared") else []
         sp_rows.append((suffix, config, expect))
+    # The kernels.GEMM_SP_TMA_ROWS rows: every operand a TMA load (UTMALDG, no LDGSTS: the
+    # consumers issue no copies and no address math for them), and at 3 stages or more the
+    # wgmma.sp group left in flight (WARPGROUP.DEPBAR.LE gsb0, 0x1)
+    sp_rows = [(suffix, config, expect, {}) for suffix, config, expect in sp_rows]
+    for suffix, (config, configs) in kernels.GEMM_SP_TMA_ROWS.items():
+        expect = [f"HGMMA.SP.64x{config['block_N']}x32.F32", "!HMMA", "!HGMMA.64",
+                  "UTMALDG.2D", "!LDGSTS", "!LDG.E.U16"]
+        expect += ["STG.E.128"] if config.get("c_shared") else []
+        sp_rows.append((suffix, config, expect, configs))
     for n in GEMM_SP_SIZES[size]:
-        for suffix, config, expect in sp_rows:
+        for suffix, config, expect, configs in sp_rows:
             if quick and suffix:
                 continue
             yield (f"gemm_sp_float16_{n}{suffix}",
                    {"kind": "gemm_sp", "M": n, "N": n, "K": n, "dtype": "float16",
-                    "e_dtype": "int16", "config": dict(config)},
-                   kernels.gemm_sp_kernel.fn(n, n, n, "float16", "int16", **config), expect, {})
+                    "e_dtype": "int16", "config": dict(config),
+                    **({"pass_configs": dict(configs)} if configs else {})},
+                   kernels.gemm_sp_kernel.fn(n, n, n, "float16", "int16", **config), expect,
+                   configs)
     for n in GEMM_SIZES[size]:  # int8 into int32 against torch._int_mm, on wgmma only
         config = dict(kernels.INT8_GEMM)
         yield (f"int8_gemm_{n}",

@@ -284,6 +284,20 @@ def dialect() -> list[Check]:
             lambda m=m, n=n, k=k, config=rows[suffix]:
                 kernels.gemm_sp_kernel.fn(m, n, k, "float16", "int16", **config),
             lambda m=m, n=n, k=k: [_gemm_sp_run(m, n, k)], k))
+    # three of the TMA-fed rows (kernels.GEMM_SP_TMA_ROWS: the metadata tile one unswizzled
+    # box): a producer warpgroup with each group retired (_tma, 2 stages), and the group in
+    # flight on held registers from a producer warpgroup (_m256_tma, four compute
+    # warpgroups) and from one thread in order (_k128_tma_inorder); 2 x 2 blocks, 2 S + 1
+    # k-tiles (the stages wrapped twice)
+    for suffix in ("_tma", "_m256_tma", "_k128_tma_inorder"):
+        config, configs = kernels.GEMM_SP_TMA_ROWS[suffix]
+        m, n = 2 * config["block_M"], 2 * config["block_N"]
+        k = (2 * config["num_stages"] + 1) * config["block_K"]
+        out.append(Check(
+            f"dialect-bench_gemm_sp_float16{suffix}", "dialect", "float16",
+            lambda m=m, n=n, k=k, config=config:
+                kernels.gemm_sp_kernel.fn(m, n, k, "float16", "int16", **config),
+            lambda m=m, n=n, k=k: [_gemm_sp_run(m, n, k)], k, pass_configs=dict(configs)))
     return out
 
 

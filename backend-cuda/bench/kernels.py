@@ -65,7 +65,12 @@ Configurations (sm_90a, chosen for H100/H200):
   other ``GEMM_SP_ROWS`` 0.71-0.90x (``build_bundles.py`` and RESULTS.md say which). The
   diagnostic ``_mmasp`` row (``GEMM_SP_MMA``: 128 threads, four warps of 64x64 on
   ``mma.sp`` m16n8k32, ``HMMA.SP.16832.F32``) is the configuration before the sparse wgmma
-  (0.64-0.66x).
+  (0.64-0.66x). The ``GEMM_SP_TMA_ROWS`` (not measured yet) feed all three operands by TMA
+  (pass config ``cuda.tma_unswizzled``: the metadata tile one unswizzled box, which needs
+  128-deep k-tiles for 16-byte rows) from a producer warpgroup, so the consumers' hot loop
+  has no LDGSTS, address math or block barrier (81 SASS instructions a 128x256x128 k-tile
+  where ``GEMM_SP``'s has 179 with 21 LDGSTS), and at 3 stages or more keep one wgmma.sp
+  group in flight on the held metadata registers.
 - int8 GEMM (``gemm_low_precision``, ``INT8_GEMM``): 128x256x128 tiles (128-byte k-tiles, as
   the fp8 rows), 256 threads = two warpgroups on ``wgmma.mma_async`` m64n256k32 .s32.s8.s8
   (``IGMMA.64x256x32.S8.S8``), 3 stages filled by TMA, int32 C against ``torch._int_mm``:
@@ -131,6 +136,26 @@ GEMM_SP_ROWS = {
     "_k128s2_f16": {**GEMM_SP_K64, "block_K": 128, "num_stages": 2, "out_dtype": "float16"},
     "_k128_f16p16": {**GEMM_SP_K64, "block_K": 128, **_SP_F16, "panel": SWIZZLE_PANEL},
     "_n256_f16": {**GEMM_SP_K64, "block_N": 256, **_SP_F16},           # 3 x 41 + 64 KB
+}
+# the same kernels fed by TMA (pass config cuda.tma_unswizzled: the metadata tile, 128 rows of
+# 16 bytes at 128-deep k-tiles, one unswizzled box), so all three operands load from one
+# producer warpgroup (the dense fp8 kernels' default form) or, with
+# cuda.disable_warp_specialized, from one thread in order (the dense GEMM's); at 3 stages
+# or more one wgmma.sp group stays in flight on the held metadata registers. By row suffix:
+# (config, pass configs); shared memory a stage as above
+GEMM_SP_TMA = {"cuda.tma_unswizzled": True}
+GEMM_SP_M256 = {**GEMM_SP, "block_M": 256, "block_N": 128, "threads": 512, "num_stages": 3}
+GEMM_SP_TMA_ROWS = {
+    "_tma": (GEMM_SP, GEMM_SP_TMA),                                    # 2 x 82 KB
+    "_k128_tma": (GEMM_SP_ROWS["_k128"], GEMM_SP_TMA),                 # 3 x 50 KB, wait 1
+    "_k128s4_tma": (GEMM_SP_ROWS["_k128s4"], GEMM_SP_TMA),             # 4 x 50 KB, wait 1
+    "_k128_tma_inorder": (GEMM_SP_ROWS["_k128"], {**GEMM_SP_TMA, **GEMM_PASS_CONFIGS}),
+    # 256 x 128 tiles on four compute warpgroups (64 rows each): 68 KB a stage for the
+    # 128 x 256 tile's flops where 128 x 256 takes 82 KB; 3 x 68 KB, wait 1
+    "_m256_tma": (GEMM_SP_M256, GEMM_SP_TMA),
+    # ... with float16 C (half pairs from the accumulators; no room for a shared C tile), the
+    # bytes the dense peer writes
+    "_m256_tma_f16": ({**GEMM_SP_M256, "out_dtype": "float16"}, GEMM_SP_TMA),
 }
 INT8_GEMM = {"block_M": 128, "block_N": 256, "block_K": 128, "threads": 256, "num_stages": 3}
 

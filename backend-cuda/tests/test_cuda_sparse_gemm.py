@@ -6,7 +6,10 @@ m16n8k32`` otherwise (sm_80+); the machine code shows the sparse tensor-core ins
 emulation checks every metadata width and B's two orientations against torch on both
 instructions (the emulated wgmma.sp reads values and B through its decoded descriptors and
 gathers each warp's metadata from its lanes as the PTX ISA lays it out), and the thread gemm
-other dtypes take; a tile the instruction cannot cut is refused naming it. (cuda_cases'
+other dtypes take; a tile the instruction cannot cut is refused naming it. With the pass config
+``cuda.tma_unswizzled`` the bench's TMA-fed configurations (kernels.GEMM_SP_TMA_ROWS: the
+metadata tile one unswizzled box, a producer warpgroup or one thread issuing, one wgmma.sp
+group in flight on held registers from 3 stages) match torch in emulation too. (cuda_cases'
 gemm_sp runs the example in emulation; the catalogue's gemm_sp row runs in
 test_cuda_conformance_emulated.)"""
 
@@ -320,3 +323,115 @@ def test_a_tile_mma_sp_cannot_cut_is_refused_naming_the_instruction():
     assert "M x N x K = 64 x 64 x 16 is not a multiple of the instruction shape 16 x 8 x 32" \
         in text
     assert "T.gemm_sp(A_s, E_s, B_s, C_l)" in text and "gemm_sp.py" in text
+
+
+# -- fed by TMA (pass config cuda.tma_unswizzled: the metadata tile one unswizzled box) --------
+sys.path.insert(0, str(TESTS.parent / "bench"))
+
+import kernels  # noqa: E402 - after the sys.path setup
+
+# one emulated run of the example kernel in a process of its own, M x N x K given: argv the
+# source, its launch payload, the work folder
+RUN_SIZED = """
+import json, sys, torch
+sys.path.insert(0, {tests!r})
+import hostemu
+from pathlib import Path
+from tilewright.utils.sparse import compress, randn_semi_sparse
+gen = torch.Generator().manual_seed(7)
+m, n, k = SIZES
+a = randn_semi_sparse(m, k, torch.float16, generator=gen)
+b = torch.randn(k, n, generator=gen).half()
+values, e = compress(a, torch.int16)
+c = torch.full((m, n), float("nan"), dtype=C_DTYPE)
+hostemu.run(Path(sys.argv[1]).read_text(), json.loads(Path(sys.argv[2]).read_text()),
+            Path(sys.argv[3]), values, e, b, c)
+torch.testing.assert_close(c.float(), a.float() @ b.float(), TOLERANCE)
+print("MATCHES")
+"""
+
+
+def _emulate_sized(text, launch, tmp_path, m, n, k, out_dtype):
+    """RUN_SIZED for M x N x K, C in ``out_dtype`` (float32 when None; float16 C rounds)."""
+    script = RUN_SIZED.replace("SIZES", f"{m}, {n}, {k}").replace(
+        "C_DTYPE", f"torch.{out_dtype or 'float32'}").replace(
+        "TOLERANCE", "rtol=2e-3, atol=2e-2" if out_dtype else "rtol=1e-5, atol=1e-4")
+    return hostemu.run_script(script, text, launch, tmp_path)
+
+
+def _tma_lowered(config, configs, m, n, k):
+    func = gemm_sp.gemm_sp_kernel.fn(m, n, k, "float16", "int16", **config)
+    return tilewright.lower(func, "cuda -arch=sm_90a", pass_configs=configs)
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize("suffix", list(kernels.GEMM_SP_TMA_ROWS))
+def test_tma_fed_sparse_bench_rows_match_torch_in_emulation(tmp_path, suffix):
+    # every kernels.GEMM_SP_TMA_ROWS configuration (the bench's gemm_sp_float16_8192_<suffix>
+    # rows) on 2 x 2 blocks (the boxes' coordinates follow blockIdx), 2 S + 1 k-tiles: the
+    # pipeline wraps its S stages twice.
+    # Kept values, metadata and B are TMA loads (no cp.async left), the metadata one
+    # unswizzled box of 128-bit rows; at 3 stages or more the wgmma.sp group stays in flight
+    # on the held metadata registers, which the emulation checks at every retirement
+    config, configs = kernels.GEMM_SP_TMA_ROWS[suffix]
+    m, n = 2 * config["block_M"], 2 * config["block_N"]
+    k = (2 * config["num_stages"] + 1) * config["block_K"]
+    lowered = _tma_lowered(config, configs, m, n, k)
+    text, kernel = lowered.source.text, _kernel(lowered.source.text)
+    assert "tw_cp_async16" not in kernel and "tw_tma_load_2d" in kernel
+    assert kernel.count("tw_gemm_wgmma_sp_kept<") == (config["num_stages"] >= 3)
+    assert ("tw_wgmma_wait<1>" in kernel) == (config["num_stages"] >= 3)
+    specialised = "cuda.disable_warp_specialized" not in configs
+    assert f"__launch_bounds__({config['threads'] + 128 * specialised}, 1)" in kernel
+    run = _emulate_sized(text, lowered.source.payload, tmp_path, m, n, k,
+                         config.get("out_dtype"))
+    assert run.returncode == 0 and "MATCHES" in run.stdout, run.stdout + run.stderr
+
+
+@pytest.mark.emulator
+def test_tma_fed_sparse_wgmma_in_flight_on_one_register_set_aborts_the_emulation(tmp_path):
+    # the producer-warpgroup form of _k128_tma with every k-tile's metadata in the even set:
+    # the next k-tile overwrites the registers of the wgmma.sp still in flight, which the
+    # emulation reports (the H200's race of 2026-12-04), so the check runs in the TMA form too
+    config, configs = kernels.GEMM_SP_TMA_ROWS["_k128_tma"]
+    m, n, k = config["block_M"], config["block_N"], 5 * config["block_K"]
+    lowered = _tma_lowered(config, configs, m, n, k)
+    text = lowered.source.text
+    parity = "(&(sp_meta_odd_ptr[0])), (ko & 1))"
+    assert _kernel(text).count(parity) == 1
+    broken = text.replace(parity, "(&(sp_meta_odd_ptr[0])), 0)")
+    bad = _emulate_sized(broken, lowered.source.payload, tmp_path, m, n, k, None)
+    if "overwritten before its wait_group" not in bad.stdout:
+        bad = _emulate_sized(broken, lowered.source.payload, tmp_path, m, n, k, None)
+    assert bad.returncode != 0
+    assert "the metadata register read by a wgmma.sp in flight was overwritten before its " \
+           "wait_group" in bad.stdout, bad.stdout + bad.stderr
+
+
+def test_metadata_tiles_stay_on_cp_async_without_the_pass_config_or_16_byte_rows():
+    # the default (no pass config) keeps the loop on cp.async, byte for byte the kernel of
+    # before; with it, 64-deep k-tiles' metadata rows of 8 bytes cannot be a TMA box, so the
+    # loop stays on cp.async too (TMA needs every producer)
+    def kernel(config, configs):
+        return _kernel(_tma_lowered(config, configs, 256, 256, 1024).source.text)
+
+    assert "tw_tma_load_2d" not in kernel(kernels.GEMM_SP, {})
+    assert "tw_tma_load_2d" not in kernel(kernels.GEMM_SP_K64, kernels.GEMM_SP_TMA)
+    assert "tw_tma_load_2d" in kernel(kernels.GEMM_SP, kernels.GEMM_SP_TMA)
+
+
+@pytest.mark.nvcc
+@pytest.mark.sass
+@pytest.mark.parametrize("suffix", ["_tma", "_k128_tma", "_k128_tma_inorder", "_m256_tma_f16"])
+def test_tma_fed_sparse_rows_keep_their_metadata_registers_in_sass(tmp_path, suffix):
+    # the bench rows' kernels at 8192^3: the hot loop has no LDGSTS (every operand a TMA
+    # load, UTMALDG) and no metadata register written under an HGMMA.SP in flight
+    config, configs = kernels.GEMM_SP_TMA_ROWS[suffix]
+    func = gemm_sp.gemm_sp_kernel.fn(8192, 8192, 8192, "float16", "int16", **config)
+    source = tilewright.lower(func, "cuda -arch=sm_90a", pass_configs=configs).source.text
+    cubin, log = executor.nvcc_compile(source, arch.get("sm_90a"), tmp_path)
+    code = sass.dump(cubin)
+    assert "UTMALDG.2D" in code and "LDGSTS" not in code
+    assert ("WARPGROUP.DEPBAR.LE gsb0, 0x1" in code) == (config["num_stages"] >= 3)
+    assert metadata_races(code) == [], code
+    assert int(re.search(r"(\d+) bytes spill stores", log).group(1)) == 0, log

@@ -21,6 +21,8 @@ class Options:
       ``cuda.disable_tma_lower``);
     - ``warp_specialized``: a kernel's only TMA-fed pipelined loop gets a producer warpgroup
       (sm_90a, unless ``cuda.disable_warp_specialized``);
+    - ``tma_unswizzled``: a copy into a whole unswizzled (row-major) shared tile may be a TMA
+      load too, one box of 16-byte multiple rows (``cuda.tma_unswizzled``, rules/tma);
     - ``multicast``: tiles pairs of blocks share are loaded once per pair
       (``cuda.tma_multicast``);
     - ``blocks_per_sm``: blocks each SM should hold at once (``cuda.blocks_per_sm``, 1-8);
@@ -37,6 +39,7 @@ class Options:
     tma: bool = True
     warp_specialized: bool = True
     multicast: bool = False
+    tma_unswizzled: bool = False
     blocks_per_sm: int = 1
     pingpong: bool = False
     producer_registers: int = 0
@@ -62,7 +65,8 @@ def of(ctx) -> Options:
                  configs.get(keys.TMA_MULTICAST, False), configs.get(keys.BLOCKS_PER_SM, 1),
                  configs.get(keys.WGMMA_PINGPONG, False),
                  configs.get(keys.PRODUCER_REGISTERS, 0),
-                 compile_flags(fast_math(configs), configs.get(keys.DEVICE_COMPILE_FLAGS)))
+                 compile_flags(fast_math(configs), configs.get(keys.DEVICE_COMPILE_FLAGS)),
+                 configs.get(keys.TMA_UNSWIZZLED, False))
 
 
 # flags that choose what the cubin is for: the target's arch decides that
@@ -95,10 +99,11 @@ def compile_flags(fast: bool | None, user) -> tuple[str, ...]:
 @functools.lru_cache(maxsize=64, typed=True)
 def parse(arch: str | None, disable_tma: bool = False, disable_ws: bool = False,
           multicast: bool = False, blocks_per_sm: int = 1, pingpong: bool = False,
-          producer_registers: int = 0, flags: tuple[str, ...] = ()) -> Options:
+          producer_registers: int = 0, flags: tuple[str, ...] = (),
+          tma_unswizzled: bool = False) -> Options:
     chosen = arch_mod.resolve(arch)
     return Options(chosen, tma=chosen.sm >= 90 and not disable_tma,
                    warp_specialized=chosen.sm >= 90 and chosen.name.endswith("a") and
                    not disable_ws, multicast=bool(multicast), blocks_per_sm=blocks_per_sm,
                    pingpong=bool(pingpong), producer_registers=producer_registers,
-                   compile_flags=flags)
+                   compile_flags=flags, tma_unswizzled=bool(tma_unswizzled))

@@ -160,6 +160,11 @@ def tilewright_pass_config_keys():
                       "in a warp-specialised T.Pipelined loop (sm_90a), load the tiles that "
                       "blocks 2c and 2c + 1 share once per pair of blocks (clusters of two, "
                       "TMA multicast)", owner="cuda"),
+        PassConfigKey(keys.TMA_UNSWIZZLED, bool, False,
+                      "in T.Pipelined loops (sm_90+), a T.copy into a whole unswizzled shared "
+                      "tile whose rows are a multiple of 16 bytes may be a TMA load too (one "
+                      "row-major box), so a loop with such a tile (T.gemm_sp's metadata) can "
+                      "be fed by TMA", owner="cuda"),
         PassConfigKey(keys.BLOCKS_PER_SM, int, 1,
                       "blocks each SM should hold at once: registers (__launch_bounds__, the "
                       "setmaxnreg budgets) and shared memory are budgeted for that many",

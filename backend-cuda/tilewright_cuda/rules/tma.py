@@ -13,7 +13,12 @@ stage its mbarrier (replacing ``tw_stage_barrier()``), and takes the ``cp.async`
 every choice left. Out-of-bounds parts of a box read as zero, as the ``cp.async`` path's do.
 
 ``T.copy(..., disable_tma=True)`` keeps one copy on ``cp.async``; the pass config
-``cuda.disable_tma_lower`` (TileLang's ``tl.disable_tma_lower``) keeps all of them.
+``cuda.disable_tma_lower`` (TileLang's ``tl.disable_tma_lower``) keeps all of them. With the
+pass config ``cuda.tma_unswizzled`` a copy into a whole unswizzled (row-major) tile whose rows
+are a multiple of 16 bytes is offered as a TMA load too, one dense box (T.gemm_sp's metadata
+tile, which the sparse wgmma's lanes read as rows of 16-bit words, so it has no swizzle;
+without it that loop's producers all stay on ``cp.async``). It is opt-in because it turns
+other loops with such a tile (scale rows, say) over to TMA as well.
 
 A box is at most 256 elements in each dimension (``cuTensorMapEncodeTiled``); a wider tile
 moves as several boxes completing on the same mbarrier (:func:`_pieces`), the expected bytes
@@ -274,14 +279,18 @@ def why_not(call: TileOpCall, ctx: RuleContext) -> str | None:
         return "not a global -> shared copy"
     swizzled = layout.swizzle_of(dst.buffer)
     shape = [const(d) for d in dst.buffer.shape]
-    if swizzled is None or len(shape) != 2 or None in shape:
-        return "the shared tile has no swizzled layout"
+    itemsize = tvm.runtime.DataType(str(src.buffer.dtype)).bits // 8
+    if len(shape) != 2 or None in shape:
+        return "the shared tile is not a 2-D tile of constant shape"
+    if swizzled is None and not ctx.options.tma_unswizzled:
+        return f"the shared tile has no swizzled layout ({keys.TMA_UNSWIZZLED} not set)"
     if not all(const(s) == 0 for s in dst.starts) or \
             [const(e) for e in dst.extents] != shape:
         return "the copy fills part of the shared tile"
-    if shape[0] * swizzled[0] % SWIZZLE_PERIOD:
+    if swizzled is None and shape[1] * itemsize % 16:
+        return "the unswizzled tile's rows are not a multiple of 16 bytes (TMA's box rule)"
+    if swizzled is not None and shape[0] * swizzled[0] % SWIZZLE_PERIOD:
         return "a column block of the tile is not a whole number of swizzle periods"
-    itemsize = tvm.runtime.DataType(str(src.buffer.dtype)).bits // 8
     if len(src.buffer.shape) > 1 and not ctx.can_prove(
             tirx.floormod(src.buffer.shape[-1], 16 // itemsize) == 0):
         return "the tensor's rows are not a multiple of 16 bytes (TMA's stride rule)"

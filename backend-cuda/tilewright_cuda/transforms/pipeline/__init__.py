@@ -32,7 +32,7 @@ iteration (``wait_group 1``; the refill then runs one iteration less ahead, so t
 writes the version the group in flight reads: ``plan.wgmma_can_overlap``). A loop whose one
 wgmma gemm is a wgmma.sp, whose metadata registers are the helper's own, hands it two
 register sets of the loop's, one for even iterations and one for odd ones, kept live after
-every wait (``plan.HeldRegisters``).
+every wait (``plan.HeldRegisters``), in the cp.async and the TMA forms alike.
 
 On sm_90+ the copy rule offers a TMA form of each producer it can (tma.py); when every
 producer of a loop has one, the loop takes the TMA forms of tma_pipeline.py instead: stages
@@ -128,9 +128,7 @@ def _pipeline_loop(loop, func_body, analyzer, tx):
         return None  # nothing would overlap: the copies go through registers anyway
     versioned = Versioned(tiles, stages)
     owned = owned_registers(consumers)
-    # (the TMA plans keep a wgmma.sp's registers in the call: its metadata tile is not a TMA
-    # destination, so its loops take cp.async anyway)
-    overlap = stages >= 3 and wgmma_can_overlap(consumers, tiles) and not (use_tma and owned)
+    overlap = stages >= 3 and wgmma_can_overlap(consumers, tiles)
     held = HeldRegisters(owned[0], loop.loop_var) if overlap and owned else None
     if overlap:  # one wgmma group stays in flight: its version is refilled one step later
         stmts = [s if i_ in producers else keep_one_wgmma_group(s)
@@ -141,7 +139,7 @@ def _pipeline_loop(loop, func_body, analyzer, tx):
         kept = without_wgmma_barriers(stmts, producers, versioned.old)
         return TmaPlan(loop, stmts, producers, versioned, overlap, kept,
                        issue_order(loop, len(stmts)), analyzer, tx,
-                       nested(func_body, loop)), versioned
+                       nested(func_body, loop), held), versioned
     n = loop.extent
     i = tirx.Var(loop.loop_var.name, loop.loop_var.ty)
     ahead_by = stages - 2 if overlap else stages - 1

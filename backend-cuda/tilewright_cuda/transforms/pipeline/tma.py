@@ -71,6 +71,7 @@ class TmaPlan:
     analyzer: Any
     tx: Any  # the block's threadIdx.x
     nested: bool  # inside another loop: the barriers are set up again on each of its rounds
+    held: Any = None  # plan.HeldRegisters of a wgmma.sp kept in flight (``overlap``), or None
 
     # -- shared by both forms ----------------------------------------------------------------
     def __post_init__(self):
@@ -179,6 +180,9 @@ class TmaPlan:
             ahead, stages)), None)
         steady = [refill if s is None else s for s in self._steady(bars)]
         drain = [intrinsics.wgmma_wait(0)] if self.overlap else []
+        if self.held is not None:
+            prologue = [*self.held.start(), *prologue]
+            drain.append(self.held.keep())
         return tirx.SeqStmt([*self._init(bars, [1] * (stages * len(self.groups))), *prologue,
                              intrinsics.fence_proxy_async(),
                              self._loop([intrinsics.sync(), *steady]), *drain])
@@ -296,6 +300,8 @@ class TmaPlan:
             steady.append(tirx.IfThenElse(self.i > 0, seq(release(tirx.floormod(
                 count - 1, stages))), None))
             tail.append(intrinsics.wgmma_wait(0))
+            if self.held is not None:  # the metadata registers live up to the last retirement
+                tail.append(self.held.keep())
             if cast is not None or tiles is not None:  # the last version too: a producer
                 tail.append(tirx.IfThenElse(n > 0, seq(release(tirx.floormod(  # waits for it
                     consumed_base + n - 1, stages))), None))
@@ -305,6 +311,8 @@ class TmaPlan:
         if pingpong:
             loop = take_turns(steady, self.tx, threads, self._loop)
         computed = [intrinsics.fence_proxy_async(), intrinsics.sync(), *loop, *tail]
+        if self.held is not None:
+            computed = [*self.held.start(), *computed]
         if tiles is not None:
             computed = [consumed.start(), tiles.rebuild([
                 *tiles.before, consumed.bind(consumed_base), *computed,
