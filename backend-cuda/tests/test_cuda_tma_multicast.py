@@ -104,3 +104,45 @@ def test_multicast_sass_loads_with_utmaldg_multicast():
     assert code.count("UTMALDG.2D.MULTICAST") >= 2 and "UCGABAR_WAIT" in code
     # the remote arrival releases at CTA scope: no GPU-wide fence in the loop
     assert code.count("MEMBAR.ALL.GPU") <= 1  # fence.mbarrier_init's, before the roles
+
+
+IN_ORDER_MULTICAST = {**kernels.GEMM_PASS_CONFIGS, **MULTICAST}
+
+
+def test_in_order_pairs_release_each_version_in_both_blocks():
+    # TMA issued in order by thread 0 (the bench GEMM's schedule), 3 stages, a wgmma group in
+    # flight: the refill at iteration ko overwrites the version read at ko - 2, so from its
+    # second round (ko + 1 >= 3) thread 0 releases it in both blocks, then waits for both
+    lowered = tilewright.lower(_gemm(512, 512, 512), TARGET, IN_ORDER_MULTICAST)
+    kernel = _kernel(lowered.source.text)
+    assert lowered.source.payload["cluster_dims"] == [2, 1, 1]
+    assert kernel.count("(uint)2);") == 3  # the three empty barriers: one arrival a block
+    loop = kernel[kernel.index("for (int ko = 0; ko < 8; ++ko)"):]
+    release = loop.index("if (2 <= ko)")
+    assert loop.index("__syncthreads();") < release < loop.index("tw_mbar_wait(") < \
+        loop.index("tw_tma_load_multicast_2d(")
+    assert loop.count("tw_mbar_arrive_cluster(") == 2
+    issued = re.findall(r"if \(tw_cluster_ctarank\(\) == (\d)\) \{\s*"
+                        r"tw_tma_load_multicast_2d\([^;]*?, 3, ", loop)
+    assert issued == ["0", "0", "1", "1"]
+    # set up in both blocks before either reaches across; neither exits while the other
+    # may still arrive on its barriers
+    assert kernel.count("tw_cluster_sync();") == 2
+    assert kernel.index("tw_wgmma_wait<0>();") < kernel.rindex("tw_cluster_sync();") < \
+        kernel.index("tw::store_pair(")
+
+
+def test_in_order_default_unchanged_without_multicast():
+    text = tilewright.lower(_gemm(512, 512, 512), TARGET, kernels.GEMM_PASS_CONFIGS).source.text
+    assert "tw_cluster" not in _kernel(text) and "tw_mbar_arrive_cluster" not in _kernel(text)
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize("dtype, m, n, k", [
+    ("float16", 512, 512, 576),   # 2 x 4 blocks, 9 k-tiles: 3 stages wrap three times
+    ("bfloat16", 448, 512, 520),  # a partial row block (64 rows) and a partial k-tile
+])
+def test_in_order_multicast_gemm_matches_torch(dtype, m, n, k, tmp_path):
+    text = _emulate(_gemm(m, n, k, dtype), "sm_90a", tmp_path, m, n, k, dtype,
+                    configs=IN_ORDER_MULTICAST)
+    assert "tw_tma_load_multicast_2d(" in text and "tw_mbar_arrive_cluster(" in text

@@ -21,7 +21,7 @@ turns issuing each iteration's first wgmma gemm (:func:`take_turns`, FlashAttent
 inter-warpgroup overlap): warpgroup 0 issues, lets warpgroup 1 issue, and computes (a
 softmax, say) while the tensor cores run warpgroup 1's gemm, and so on.
 
-With a producer warpgroup, a tile that two neighbouring blocks (blockIdx.x 2c and 2c + 1)
+In both forms, a tile that two neighbouring blocks (blockIdx.x 2c and 2c + 1)
 load from the same place -- the B tile of a GEMM whose rasterisation pairs blocks of one
 column -- is loaded once for both: the two blocks form a cluster, each loads half of the
 tile's TMA boxes and multicasts them into both blocks' shared memory (``multicast``, opt-in
@@ -152,8 +152,8 @@ class TmaPlan:
                         annotations=annotations, span=self.loop.span)
 
     # -- one thread of the block issues ------------------------------------------------------
-    def in_order(self) -> tirx.Stmt:
-        """::
+    def in_order(self, func_body=None, multicast: bool = False):
+        """(the loop in order, its :class:`~.multicast.Multicast` or None)::
 
             init barriers; sync
             P(0) ... P(S-2)                             # thread 0: loads, then arrivals
@@ -164,9 +164,26 @@ class TmaPlan:
                 wait(full[i % S][g], (i / S) & 1); C(i) # per group, before its reader
 
         With a wgmma group left in flight the refill runs one stage less ahead, as in the
-        cp.async form."""
+        cp.async form. With ``multicast`` (``func_body`` the kernel's body), tiles that pairs
+        of blocks share are loaded once per pair, as in the specialised form: the version a
+        refill overwrites is then free once both blocks are past the barrier that ends its
+        reads, so thread 0 first releases it in both blocks (an "empty" mbarrier of two
+        arrivals a version) and waits for the other block's release::
+
+                __syncthreads()
+                if j = i + S-1 < n:                     # thread 0
+                    if j >= S: arrive(empty[j % S]) in both blocks
+                    wait(empty[j % S], ((j / S) & 1) ^ 1); P(j)
+            ... after the loop: cluster barrier         # no arrival or load still to come
+
+        Both blocks run the same iterations (the pair shares the loop's extent), so they go
+        in step, at most one iteration apart."""
         n, stages = self.loop.extent, self.stages
-        bars = self._barriers(0)
+        cast = Multicast.plan(self, func_body) if multicast and not self.nested else None
+        if cast is not None:
+            self.stmts = cast.stmts
+        full = stages * len(self.groups)
+        bars = self._barriers(0 if cast is None else stages)
         ahead_by = stages - 2 if self.overlap else stages - 1
         prologue = []
         for s in range(ahead_by):
@@ -175,13 +192,24 @@ class TmaPlan:
             prologue.append(copies if self.analyzer.can_prove(in_range) else
                             tirx.IfThenElse(in_range, copies, None))
         ahead = self.i + ahead_by
-        refill = tirx.IfThenElse(ahead < n, self._produce(bars, ahead, tirx.floormod(
-            ahead, stages)), None)
+        version = tirx.floormod(ahead, stages)
+        refill = self._produce(bars, ahead, version)
+        if cast is not None:
+            empty = intrinsics.shared_addr(tirx.BufferLoad(bars, [full + version]))
+            release = [intrinsics.call("tw_mbar_arrive_cluster", empty, tirx.const(r, "uint32"))
+                       for r in range(CLUSTER)]
+            refill = seq([tirx.IfThenElse(ahead >= stages, self._leader(release), None),
+                          self._leader([intrinsics.call("tw_mbar_wait", empty, tirx.floormod(
+                              tirx.floordiv(ahead, stages) + 1, 2))]), refill])
+        refill = tirx.IfThenElse(ahead < n, refill, None)
         steady = [refill if s is None else s for s in self._steady(bars)]
         drain = [intrinsics.wgmma_wait(0)] if self.overlap else []
-        return tirx.SeqStmt([*self._init(bars, [1] * (stages * len(self.groups))), *prologue,
-                             intrinsics.fence_proxy_async(),
-                             self._loop([intrinsics.sync(), *steady]), *drain])
+        init = self._init(bars, [1] * full + [CLUSTER] * (0 if cast is None else stages))
+        if cast is not None:  # both blocks' barriers are set up before either reaches across
+            init[-1] = intrinsics.call("tw_cluster_sync")
+            drain.append(intrinsics.call("tw_cluster_sync"))
+        return tirx.SeqStmt([*init, *prologue, intrinsics.fence_proxy_async(),
+                             self._loop([intrinsics.sync(), *steady]), *drain]), cast
 
     # -- a producer warpgroup issues ---------------------------------------------------------
     def specialise(self, func_body, multicast: bool = False, blocks: int = 1,
