@@ -54,9 +54,13 @@ H200_SMS = 132  # persistent kernels: one block per SM
 IN_ORDER = kernels.GEMM_PASS_CONFIGS  # TMA issued in order by one compute thread
 CPASYNC = {"cuda.disable_tma_lower": True}  # the tiles through cp.async instead of TMA
 MULTICAST = {"cuda.tma_multicast": True}  # pairs of blocks load their shared B tile once
+IN_ORDER_MULTICAST = {**IN_ORDER, **MULTICAST}  # ... with the TMA loads issued in order
 TWO_PER_SM = {"cuda.blocks_per_sm": 2, **IN_ORDER}  # one block's epilogue under another's gemms
 PINGPONG = {"cuda.wgmma_pingpong": True}  # the compute warpgroups take turns at their gemms
 LEAN_PRODUCER = {"cuda.producer_registers": 24}  # the compute warpgroups get 240 registers
+
+
+ONLY_AT_4096 = {"_mc_s4"}  # GEMM rows for issue 18's 4096^3 alone
 
 
 def cases(quick: bool):
@@ -87,6 +91,18 @@ def cases(quick: bool):
     # warpgroup loading the next tile while the compute warpgroups store the last one; s4:
     # the default with a fourth stage, the shared C tile sharing bytes with the pipeline's
     # buffers (the epilogue starts after the last k-tile's wait: 196736 bytes instead of 256 K).
+    # mc: the default (TMA in order) in clusters of two blocks (2c, 2c + 1: two row blocks of
+    # one column) that load their shared B tile once, each block two of its four boxes into
+    # both (UTMALDG.2D.MULTICAST); thread 0 releases the version a refill overwrites in both
+    # blocks (2 remote arrivals) and waits for the pair's release (one more try-wait): the
+    # loop 123 -> 169 SASS instructions, all of them on thread 0's path. Model (RESULTS.md,
+    # 2026-12-04: 682 TFLOP/s = 0.81 us a k-tile a block at 4096^3): L2 -> SM traffic 48 ->
+    # 32 KB a k-tile a block, 7.8 -> 5.2 TB/s over 132 SMs; the price a per-k-tile step with
+    # the other block (a late one holds warpgroup 0's wgmma) and one cluster barrier a tile.
+    # Multicast on the ws schedule gave +0-3% over ws (0.92 -> 0.95, 0.97 -> 0.97 at 4096^3,
+    # +3% at 8192^3): expected 0.96-1.02 at 4096^3. mc_s4: mc with s4's fourth stage, loads
+    # two k-tiles ahead instead of one, so a late peer or TMA has a stage more of slack
+    # (4096^3 only).
     direct = {"num_stages": 4, "c_shared": False}
     both = ("float16", "bfloat16")
     for n in GEMM_SIZES[size]:
@@ -98,8 +114,12 @@ def cases(quick: bool):
                 ("_multicast", {}, MULTICAST, "UTMALDG.2D.MULTICAST", both[:1]),
                 ("_128x128x2", {"block_N": 128, "c_shared": False}, TWO_PER_SM, "UTMALDG.2D",
                  both[:1]),
-                ("_persistent", {**direct, "workers": H200_SMS}, {}, "UTMALDG.2D", both[:1])):
-            if quick and change:  # the smoke run checks the code paths, not the tile choices
+                ("_persistent", {**direct, "workers": H200_SMS}, {}, "UTMALDG.2D", both[:1]),
+                ("_mc", {}, IN_ORDER_MULTICAST, "UTMALDG.2D.MULTICAST", both),
+                ("_mc_s4", {"num_stages": 4}, IN_ORDER_MULTICAST, "UTMALDG.2D.MULTICAST",
+                 both)):
+            # the smoke run checks the code paths, not the tile choices
+            if quick and change or suffix in ONLY_AT_4096 and n != 4096:
                 continue
             config = {**kernels.GEMM, **change}
             builder = kernels.gemm_persistent if "workers" in change else kernels.gemm

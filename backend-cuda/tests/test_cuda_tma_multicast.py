@@ -138,11 +138,32 @@ def test_in_order_default_unchanged_without_multicast():
 
 
 @pytest.mark.emulator
-@pytest.mark.parametrize("dtype, m, n, k", [
-    ("float16", 512, 512, 576),   # 2 x 4 blocks, 9 k-tiles: 3 stages wrap three times
-    ("bfloat16", 448, 512, 520),  # a partial row block (64 rows) and a partial k-tile
+@pytest.mark.parametrize("dtype, m, n, k, stages", [
+    ("float16", 512, 512, 576, 3),   # 2 x 4 blocks, 9 k-tiles: 3 stages wrap three times
+    ("bfloat16", 448, 512, 520, 3),  # a partial row block (64 rows) and a partial k-tile
+    ("float16", 448, 512, 520, 4),   # the same through the _mc_s4 rows' 4 stages
 ])
-def test_in_order_multicast_gemm_matches_torch(dtype, m, n, k, tmp_path):
-    text = _emulate(_gemm(m, n, k, dtype), "sm_90a", tmp_path, m, n, k, dtype,
-                    configs=IN_ORDER_MULTICAST)
+def test_in_order_multicast_gemm_matches_torch(dtype, m, n, k, stages, tmp_path):
+    text = _emulate(_gemm(m, n, k, dtype, num_stages=stages), "sm_90a", tmp_path, m, n, k,
+                    dtype, configs=IN_ORDER_MULTICAST)
     assert "tw_tma_load_multicast_2d(" in text and "tw_mbar_arrive_cluster(" in text
+
+
+@pytest.mark.nvrtc
+@pytest.mark.sass
+def test_in_order_multicast_sass_loop():
+    # the _mc bench rows' kernel: its loop issues A's box and its two of B's four boxes
+    # (UTMALDG.2D + UTMALDG.2D.MULTICAST), releases the version in both blocks (two remote
+    # arrivals, SYNCS.ARRIVE.TRANS64.RED) and waits for the pair's release and each stage's
+    # bytes (two try-waits); the 4 HGMMA and one block barrier as in the default kernel
+    func = _gemm(4096, 4096, 4096)
+    cubin, log = executor.nvrtc_compile(tilewright.lower(func, TARGET, IN_ORDER_MULTICAST)
+                                        .source.text, arch.get("sm_90a"), ".")
+    assert "0 bytes spill stores" in log
+    loop = sass.hot_loop(sass.dump(cubin))
+    ops = loop
+    assert ops.count("HGMMA.64") == 4  # (sass.instructions cuts the shape at its "x")
+    assert ops.count("UTMALDG.2D") == 1 and ops.count("UTMALDG.2D.MULTICAST") == 4
+    assert ops.count("SYNCS.ARRIVE.TRANS64.RED.A1T0") == 2
+    assert ops.count("SYNCS.PHASECHK.TRANS64.TRYWAIT") == 2
+    assert ops.count("BAR.SYNC.DEFER_BLOCKING") == 1 and not any("MEMBAR" in op for op in ops)
