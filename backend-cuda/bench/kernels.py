@@ -149,17 +149,22 @@ def fp8_config(layout: str) -> dict:
 
 
 @T.macro
-def output_tile(A, B, C, A_s, B_s, C_l, C_s, bm, bn, num_stages):
+def output_tile(A, B, C, A_s, B_s, C_l, C_s, bm, bn, num_stages, tma_store=False):
     """C's tile (bm, bn) of A @ B, the tile shape that of ``C_l``: the k-loop pipelined
     through ``A_s`` and ``B_s``, then C stored from the accumulators, through the shared tile
-    ``C_s`` when there is one."""
+    ``C_s`` when there is one; with ``tma_store`` by a TMA store from ``C_s``, the previous
+    tile's store waited for (it must have read ``C_s``) before the accumulators overwrite it."""
     (block_M, block_K), block_N = A_s.shape, B_s.shape[1]
     T.clear(C_l)
     for ko in T.Pipelined(T.ceildiv(A.shape[1], block_K), num_stages=num_stages):
         T.copy(A[bm * block_M, ko * block_K], A_s)
         T.copy(B[ko * block_K, bn * block_N], B_s)
         T.gemm(A_s, B_s, C_l)
-    if C_s is not None:
+    if tma_store:
+        tma_store_wait()
+        T.copy(C_l, C_s)
+        tma_copy(C_s, C[bm * block_M:(bm + 1) * block_M, bn * block_N:(bn + 1) * block_N])
+    elif C_s is not None:
         T.copy(C_l, C_s)
         T.copy(C_s, C[bm * block_M, bn * block_N])
     else:
@@ -243,29 +248,11 @@ def gemm_persistent(M, N, K, dtype="float16", block_M=128, block_N=256, block_K=
             C_l = T.alloc_fragment((block_M, block_N), "float32")
             C_s = T.alloc_shared((block_M, block_N), dtype) if c_shared or tma_store else None
             for bm, bn in T.Persistent([m_blocks, n_blocks], workers, worker, group_size=panel):
-                if tma_store:
-                    stored_tile(A, B, C, A_s, B_s, C_l, C_s, bm, bn, num_stages)
-                else:
-                    output_tile(A, B, C, A_s, B_s, C_l, C_s, bm, bn, num_stages)
+                output_tile(A, B, C, A_s, B_s, C_l, C_s, bm, bn, num_stages, tma_store)
             if tma_store:
                 tma_store_wait()  # the last tile's store has read the shared tile
 
     return main
-
-
-@T.macro
-def stored_tile(A, B, C, A_s, B_s, C_l, C_s, bm, bn, num_stages):
-    """``output_tile`` with C's tile stored from ``C_s`` by TMA: the previous tile's store
-    must have read ``C_s`` before the accumulators overwrite it."""
-    (block_M, block_K), block_N = A_s.shape, B_s.shape[1]
-    T.clear(C_l)
-    for ko in T.Pipelined(T.ceildiv(A.shape[1], block_K), num_stages=num_stages):
-        T.copy(A[bm * block_M, ko * block_K], A_s)
-        T.copy(B[ko * block_K, bn * block_N], B_s)
-        T.gemm(A_s, B_s, C_l)
-    tma_store_wait()
-    T.copy(C_l, C_s)
-    tma_copy(C_s, C[bm * block_M:(bm + 1) * block_M, bn * block_N:(bn + 1) * block_N])
 
 
 @tilewright.jit(out_idx=[3], pass_configs=ATTENTION_PASS_CONFIGS)
