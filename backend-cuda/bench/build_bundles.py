@@ -91,27 +91,30 @@ def cases(quick: bool):
     # warpgroup loading the next tile while the compute warpgroups store the last one; s4:
     # the default with a fourth stage, the shared C tile sharing bytes with the pipeline's
     # buffers (the epilogue starts after the last k-tile's wait: 196736 bytes instead of 256 K).
-    # mc: the default (TMA in order) in clusters of two blocks (2c, 2c + 1: two row blocks of
-    # one column) that load their shared B tile once, each block two of its four boxes into
-    # both (UTMALDG.2D.MULTICAST); thread 0 releases the version a refill overwrites in both
-    # blocks (2 remote arrivals) and waits for the pair's release (one more try-wait): the
-    # loop 123 -> 169 SASS instructions, all of them on thread 0's path. Model (RESULTS.md,
-    # 2026-12-04: 682 TFLOP/s = 0.81 us a k-tile a block at 4096^3): L2 -> SM traffic 48 ->
-    # 32 KB a k-tile a block, 7.8 -> 5.2 TB/s over 132 SMs; the price a per-k-tile step with
-    # the other block (a late one holds warpgroup 0's wgmma) and one cluster barrier a tile.
-    # Multicast on the ws schedule gave +0-3% over ws (0.92 -> 0.95, 0.97 -> 0.97 at 4096^3,
-    # +3% at 8192^3): expected 0.96-1.02 at 4096^3. mc_s4: mc with s4's fourth stage, loads
-    # two k-tiles ahead instead of one, so a late peer or TMA has a stage more of slack
-    # (4096^3 only). pts: persistent (ws, 3 stages, 132 blocks walking the tiles, its
-    # producer loading the next tile during the epilogue) with C through the shared tile and
-    # one TMA store a tile (4 UTMASTG.2D by thread 0; no LDS/STG), waited for (DEPBAR.LE SB0)
-    # only before the next tile's pair stores. Model: a tile is 64 k-tiles x 0.81 us = 52 us
-    # of wgmma at 4096^3; between two tiles the default exposes the drain, the epilogue
-    # (64 STS, barrier, 16 LDS.128 + 16 STG.128 a thread), the block's exit and the next
-    # block's start, barrier init and first TMA round trip (an estimated 2-3 us, 4-6%); pts
-    # the drain, 64 STS, two barriers and thread 0's four store issues (< 0.5 us). On the ws
-    # loop, which measured 2-5% behind in-order (the _ws rows): expected level with the
-    # default or above, unless what made _persistent 4% slower than _ws remains (4096^3 only).
+    # mc: the default (TMA in order) in clusters of two blocks (2c, 2c + 1: two row blocks of one
+    # column) that load their shared B tile once, each block two of its four boxes into both
+    # (UTMALDG.2D.MULTICAST); after each k-tile's barrier thread 0 releases the version read two
+    # k-tiles ago in both blocks (2 remote arrivals) and, before a refill, waits for the pair's
+    # release (one more try-wait): the loop 123 -> 173 SASS instructions, all of them on thread 0's
+    # path. Model (RESULTS.md, 2026-12-04: 682 TFLOP/s = 0.81 us a k-tile a block at 4096^3): L2 ->
+    # SM traffic 48 -> 32 KB a k-tile a block, 7.8 -> 5.2 TB/s over 132 SMs; the price: with 3
+    # stages the refill at k-tile i needs the other block past its barrier of k-tile i (a late one
+    # holds warpgroup 0's wgmma), and one cluster barrier a tile. Multicast on the ws schedule gave
+    # +0-3% over ws (0.92 -> 0.95, 0.97 -> 0.97 at 4096^3, +3% at 8192^3): expected 0.96-1.02 at
+    # 4096^3. mc_s4: mc with a fourth stage (the shared C tile sharing bytes with them, as s4), the
+    # loads still one k-tile ahead: the fourth stage lets the other block be one k-tile behind (the
+    # refill at i waits for releases made at i - 1; 4096^3 only).
+    # pts: persistent (ws, 3 stages, 132 blocks walking the tiles, its producer loading the next
+    # tile during the epilogue) with C through the shared tile and one TMA store a tile (4
+    # UTMASTG.2D by thread 0; no LDS/STG), waited for (DEPBAR.LE SB0) only before the next tile's
+    # pair stores. Model: a tile is 64 k-tiles x 0.81 us = 52 us of wgmma at 4096^3; between two
+    # tiles the default exposes the drain, the epilogue (64 STS, barrier, 16 LDS.128 + 16 STG.128 a
+    # thread), the block's exit and the next block's start, barrier init and first TMA round trip
+    # (an estimated 2-3 us, 4-6%); pts the drain, 64 STS, two barriers and thread 0's four store
+    # issues (< 0.5 us). _persistent (C stored from the accumulators, 4 stages) measured level
+    # with _direct, its grid form (0.87-0.92 at 4096^3), so walking the tiles cost nothing there;
+    # on the ws loop, 2-5% behind in-order (the _ws rows): expected level with the default or
+    # above (4096^3 only).
     direct = {"num_stages": 4, "c_shared": False}
     both = ("float16", "bfloat16")
     for n in GEMM_SIZES[size]:

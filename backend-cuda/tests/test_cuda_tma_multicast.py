@@ -111,15 +111,17 @@ IN_ORDER_MULTICAST = {**kernels.GEMM_PASS_CONFIGS, **MULTICAST}
 
 def test_in_order_pairs_release_each_version_in_both_blocks():
     # TMA issued in order by thread 0 (the bench GEMM's schedule), 3 stages, a wgmma group in
-    # flight: the refill at iteration ko overwrites the version read at ko - 2, so from its
-    # second round (ko + 1 >= 3) thread 0 releases it in both blocks, then waits for both
+    # flight: iteration ko's barrier ends the reads of fill ko - 2, whose version the refill
+    # (fill ko + 1) overwrites, so thread 0 releases it in both blocks (while a later fill
+    # needs it: ko - 2 + 3 < 8), then waits for both blocks' release
     lowered = tilewright.lower(_gemm(512, 512, 512), TARGET, IN_ORDER_MULTICAST)
     kernel = _kernel(lowered.source.text)
     assert lowered.source.payload["cluster_dims"] == [2, 1, 1]
     assert kernel.count("(uint)2);") == 3  # the three empty barriers: one arrival a block
     loop = kernel[kernel.index("for (int ko = 0; ko < 8; ++ko)"):]
-    release = loop.index("if (2 <= ko)")
-    assert loop.index("__syncthreads();") < release < loop.index("tw_mbar_wait(") < \
+    release = loop.index("if ((2 <= ko) && (ko < 7)) {")
+    assert loop.index("__syncthreads();") < release < loop.index("tw_mbar_arrive_cluster(") < \
+        loop.index("if (ko < 7) {") < loop.index("tw_mbar_wait(") < \
         loop.index("tw_tma_load_multicast_2d(")
     assert loop.count("tw_mbar_arrive_cluster(") == 2
     issued = re.findall(r"if \(tw_cluster_ctarank\(\) == (\d)\) \{\s*"
@@ -130,6 +132,23 @@ def test_in_order_pairs_release_each_version_in_both_blocks():
     assert kernel.count("tw_cluster_sync();") == 2
     assert kernel.index("tw_wgmma_wait<0>();") < kernel.rindex("tw_cluster_sync();") < \
         kernel.index("tw::store_pair(")
+
+
+def test_in_order_multicast_spends_a_fourth_stage_on_the_other_blocks_lag():
+    # 4 stages: the loads stay one k-tile ahead (one fill before the loop), and the refill at
+    # ko (fill ko + 1) waits for the release of fill ko - 3, made at ko - 1 in both blocks:
+    # the other block may be an iteration behind
+    kernel = _kernel(tilewright.lower(_gemm(512, 512, 512, num_stages=4), TARGET,
+                                      IN_ORDER_MULTICAST).source.text)
+    loop = kernel.index("for (int ko = 0; ko < 8; ++ko)")
+    assert kernel[:loop].count("tw_tma_load_2d(") == 1  # A's box of fill 0
+    body = kernel[loop:]
+    assert "if ((2 <= ko) && (ko < 6)) {" in body  # release fill ko - 2 (fill ko + 2 needs it)
+    # empty[(ko - 2) % 4], written (ko + 2) % 4; the empty barriers from 24580
+    assert "tw_mbar_arrive_cluster((&(((uint64_t*)tw_smem_ptr)[(((ko + 2) & 3) + 24580)])), " \
+           "(uint)1);" in body
+    assert "tw_mbar_wait((&(((uint64_t*)tw_smem_ptr)[(((ko + 1) & 3) + 24580)])), " \
+           "((((ko + 1) >> 2) + 1) & 1));" in body
 
 
 def test_in_order_default_unchanged_without_multicast():

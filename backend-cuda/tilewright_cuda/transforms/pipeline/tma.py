@@ -55,6 +55,7 @@ MAX_CONSUMER_REGISTERS = 240
 # barriers of T.ws roles, one per first warpgroup: transforms/sync)
 TURN_BARRIER = 9
 REGISTER_FILE = 65536  # 32-bit registers per SM, shared by its blocks (cuda.blocks_per_sm)
+MULTICAST_AHEAD = 1  # k-tiles the in-order loads run ahead with multicast (TmaPlan.in_order)
 
 
 @dataclass
@@ -165,26 +166,30 @@ class TmaPlan:
 
         With a wgmma group left in flight the refill runs one stage less ahead, as in the
         cp.async form. With ``multicast`` (``func_body`` the kernel's body), tiles that pairs
-        of blocks share are loaded once per pair, as in the specialised form: the version a
-        refill overwrites is then free once both blocks are past the barrier that ends its
-        reads, so thread 0 first releases it in both blocks (an "empty" mbarrier of two
-        arrivals a version) and waits for the other block's release::
+        of blocks share are loaded once per pair, as in the specialised form: a version is
+        then free once both blocks are past the barrier that ends its reads (``d`` = 1, or 2
+        with a wgmma group in flight), so thread 0 releases each version there in both
+        blocks (an "empty" mbarrier of two arrivals a version) and waits for the pair's
+        release before a refill; the loads run one k-tile ahead (``a`` = 1: the in-order
+        GEMM's 3 stages; its ``_s4`` row's second k-tile ahead bought nothing), and the stages
+        beyond ``a + d`` let the other block be that many iterations behind::
 
                 __syncthreads()
-                if j = i + S-1 < n:                     # thread 0
-                    if j >= S: arrive(empty[j % S]) in both blocks
-                    wait(empty[j % S], ((j / S) & 1) ^ 1); P(j)
-            ... after the loop: cluster barrier         # no arrival or load still to come
+                if 0 <= i - d and i - d + S < n:            # thread 0: fill i - d read
+                    arrive(empty[(i - d) % S]) in both blocks
+                if j = i + a < n:                           # thread 0
+                    wait(empty[j % S], ((j / S) & 1) ^ 1); P(j)  # fill j - S released
+            ... after the loop: cluster barrier             # no arrival or load to come
 
-        Both blocks run the same iterations (the pair shares the loop's extent), so they go
-        in step, at most one iteration apart."""
+        Both blocks run the same iterations (the pair shares the loop's extent)."""
         n, stages = self.loop.extent, self.stages
         cast = Multicast.plan(self, func_body) if multicast and not self.nested else None
         if cast is not None:
             self.stmts = cast.stmts
         full = stages * len(self.groups)
         bars = self._barriers(0 if cast is None else stages)
-        ahead_by = stages - 2 if self.overlap else stages - 1
+        done_by = 2 if self.overlap else 1  # iteration i's barrier ends fill i - done_by's reads
+        ahead_by = stages - done_by if cast is None else min(stages - done_by, MULTICAST_AHEAD)
         prologue = []
         for s in range(ahead_by):
             copies = self._produce(bars, tirx.const(s, "int32"), tirx.const(s, "int32"))
@@ -194,15 +199,22 @@ class TmaPlan:
         ahead = self.i + ahead_by
         version = tirx.floormod(ahead, stages)
         refill = self._produce(bars, ahead, version)
+        release = []
         if cast is not None:
-            empty = intrinsics.shared_addr(tirx.BufferLoad(bars, [full + version]))
-            release = [intrinsics.call("tw_mbar_arrive_cluster", empty, tirx.const(r, "uint32"))
-                       for r in range(CLUSTER)]
-            refill = seq([tirx.IfThenElse(ahead >= stages, self._leader(release), None),
-                          self._leader([intrinsics.call("tw_mbar_wait", empty, tirx.floormod(
-                              tirx.floordiv(ahead, stages) + 1, 2))]), refill])
+            def empty(version):
+                return intrinsics.shared_addr(tirx.BufferLoad(bars, [full + version]))
+
+            read = self.i - done_by  # its version written as i + S - d's: with a = S - d,
+            freed = tirx.floormod(self.i + (stages - done_by), stages)  # the refill's counter
+            release = [tirx.IfThenElse(tirx.all(read >= 0, read + stages < n), self._leader([
+                intrinsics.call("tw_mbar_arrive_cluster", empty(freed), tirx.const(r, "uint32"))
+                for r in range(CLUSTER)]), None)]
+            refill = seq([self._leader([intrinsics.call(
+                "tw_mbar_wait", empty(version), tirx.floormod(tirx.floordiv(ahead, stages) + 1,
+                                                              2))]), refill])
         refill = tirx.IfThenElse(ahead < n, refill, None)
         steady = [refill if s is None else s for s in self._steady(bars)]
+        steady = [*release, *steady]
         drain = [intrinsics.wgmma_wait(0)] if self.overlap else []
         init = self._init(bars, [1] * full + [CLUSTER] * (0 if cast is None else stages))
         if cast is not None:  # both blocks' barriers are set up before either reaches across
