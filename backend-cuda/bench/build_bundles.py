@@ -54,9 +54,13 @@ H200_SMS = 132  # persistent kernels: one block per SM
 IN_ORDER = kernels.GEMM_PASS_CONFIGS  # TMA issued in order by one compute thread
 CPASYNC = {"cuda.disable_tma_lower": True}  # the tiles through cp.async instead of TMA
 MULTICAST = {"cuda.tma_multicast": True}  # pairs of blocks load their shared B tile once
+IN_ORDER_MULTICAST = {**IN_ORDER, **MULTICAST}  # ... with the TMA loads issued in order
 TWO_PER_SM = {"cuda.blocks_per_sm": 2, **IN_ORDER}  # one block's epilogue under another's gemms
 PINGPONG = {"cuda.wgmma_pingpong": True}  # the compute warpgroups take turns at their gemms
 LEAN_PRODUCER = {"cuda.producer_registers": 24}  # the compute warpgroups get 240 registers
+
+
+ONLY_AT_4096 = {"_mc_s4", "_pts"}  # GEMM rows for issue 18's 4096^3 alone
 
 
 def cases(quick: bool):
@@ -87,6 +91,30 @@ def cases(quick: bool):
     # warpgroup loading the next tile while the compute warpgroups store the last one; s4:
     # the default with a fourth stage, the shared C tile sharing bytes with the pipeline's
     # buffers (the epilogue starts after the last k-tile's wait: 196736 bytes instead of 256 K).
+    # mc: the default (TMA in order) in clusters of two blocks (2c, 2c + 1: two row blocks of one
+    # column) that load their shared B tile once, each block two of its four boxes into both
+    # (UTMALDG.2D.MULTICAST); after each k-tile's barrier thread 0 releases the version read two
+    # k-tiles ago in both blocks (2 remote arrivals) and, before a refill, waits for the pair's
+    # release (one more try-wait): the loop 123 -> 173 SASS instructions, all of them on thread 0's
+    # path. Model (RESULTS.md, 2026-12-04: 682 TFLOP/s = 0.81 us a k-tile a block at 4096^3): L2 ->
+    # SM traffic 48 -> 32 KB a k-tile a block, 7.8 -> 5.2 TB/s over 132 SMs; the price: with 3
+    # stages the refill at k-tile i needs the other block past its barrier of k-tile i (a late one
+    # holds warpgroup 0's wgmma), and one cluster barrier a tile. Multicast on the ws schedule gave
+    # +0-3% over ws (0.92 -> 0.95, 0.97 -> 0.97 at 4096^3, +3% at 8192^3): expected 0.96-1.02 at
+    # 4096^3. mc_s4: mc with a fourth stage (the shared C tile sharing bytes with them, as s4), the
+    # loads still one k-tile ahead: the fourth stage lets the other block be one k-tile behind (the
+    # refill at i waits for releases made at i - 1; 4096^3 only).
+    # pts: persistent (ws, 3 stages, 132 blocks walking the tiles, its producer loading the next
+    # tile during the epilogue) with C through the shared tile and one TMA store a tile (4
+    # UTMASTG.2D by thread 0; no LDS/STG), waited for (DEPBAR.LE SB0) only before the next tile's
+    # pair stores. Model: a tile is 64 k-tiles x 0.81 us = 52 us of wgmma at 4096^3; between two
+    # tiles the default exposes the drain, the epilogue (64 STS, barrier, 16 LDS.128 + 16 STG.128 a
+    # thread), the block's exit and the next block's start, barrier init and first TMA round trip
+    # (an estimated 2-3 us, 4-6%); pts the drain, 64 STS, two barriers and thread 0's four store
+    # issues (< 0.5 us). _persistent (C stored from the accumulators, 4 stages) measured level
+    # with _direct, its grid form (0.87-0.92 at 4096^3), so walking the tiles cost nothing there;
+    # on the ws loop, 2-5% behind in-order (the _ws rows): expected level with the default or
+    # above (4096^3 only).
     direct = {"num_stages": 4, "c_shared": False}
     both = ("float16", "bfloat16")
     for n in GEMM_SIZES[size]:
@@ -98,8 +126,13 @@ def cases(quick: bool):
                 ("_multicast", {}, MULTICAST, "UTMALDG.2D.MULTICAST", both[:1]),
                 ("_128x128x2", {"block_N": 128, "c_shared": False}, TWO_PER_SM, "UTMALDG.2D",
                  both[:1]),
-                ("_persistent", {**direct, "workers": H200_SMS}, {}, "UTMALDG.2D", both[:1])):
-            if quick and change:  # the smoke run checks the code paths, not the tile choices
+                ("_persistent", {**direct, "workers": H200_SMS}, {}, "UTMALDG.2D", both[:1]),
+                ("_mc", {}, IN_ORDER_MULTICAST, "UTMALDG.2D.MULTICAST", both),
+                ("_mc_s4", {"num_stages": 4}, IN_ORDER_MULTICAST, "UTMALDG.2D.MULTICAST",
+                 both),
+                ("_pts", {"workers": H200_SMS, "tma_store": True}, {}, "UTMASTG.2D", both)):
+            # the smoke run checks the code paths, not the tile choices
+            if quick and change or suffix in ONLY_AT_4096 and n != 4096:
                 continue
             config = {**kernels.GEMM, **change}
             builder = kernels.gemm_persistent if "workers" in change else kernels.gemm

@@ -192,6 +192,9 @@ BENCH_CONFIGS = (  # (suffix, tile changes, pass configs): the benchmark bundles
     ("_128x128x2", {"block_N": 128, "c_shared": False},
      {"cuda.blocks_per_sm": 2, **kernels.GEMM_PASS_CONFIGS}),
     ("_persistent", {"num_stages": 4, "c_shared": False, "workers": 3}, {}),  # 4 tiles
+    ("_mc", {}, {"cuda.tma_multicast": True, **kernels.GEMM_PASS_CONFIGS}),
+    ("_mc_s4", {"num_stages": 4}, {"cuda.tma_multicast": True, **kernels.GEMM_PASS_CONFIGS}),
+    ("_pts", {"workers": 3, "tma_store": True}, {}),  # 4 tiles, C through TMA stores
 )
 LEAN_PRODUCER = {"cuda.producer_registers": 24}  # compute warpgroups of 240 registers
 ATTENTION_CONFIGS = (("_serial", {}, {}), ("_2stages", {"num_stages": 2}, {}),
@@ -221,7 +224,8 @@ def dialect() -> list[Check]:
     # stages several times, so a stage refilled while a wgmma still reads it shows
     m, n, k = 256, 512, 576
     for suffix, change, configs in BENCH_CONFIGS:
-        for dtype in ("float16", "bfloat16") if suffix in ("", "_ws") else ("float16",):
+        both = suffix in ("", "_ws", "_mc", "_pts")
+        for dtype in ("float16", "bfloat16") if both else ("float16",):
             config = {**kernels.GEMM, **change}
             builder = kernels.gemm_persistent if "workers" in change else kernels.gemm
             out.append(Check(

@@ -22,7 +22,10 @@ Configurations (sm_90a, chosen for H100/H200):
   accumulators stored straight to global memory (the ``_direct`` rows) bought nothing.
 - Persistent GEMM (``gemm_persistent``, a diagnostic): the same tiles, 132 blocks walking
   them with ``T.Persistent``; the producer warpgroup loads a block's next tile during the
-  last one's epilogue. Measured no faster than the plain grid.
+  last one's epilogue. Measured no faster than the plain grid. With ``tma_store`` (the
+  ``_pts`` rows) C leaves its shared tile in one TMA store a tile, waited for before the next
+  tile's accumulators overwrite it, so only the pair stores into the shared tile stay between
+  two tiles' gemms.
 - FlashAttention forward (``FLASH_ATTENTION``): ``attention_overlap_one``, 128 query rows per
   block, 128 keys per step, 256 compute threads (two warpgroups of 64 rows: both gemms are
   wgmma) at 240 registers beside a producer warpgroup at 24, K and V two stages deep through
@@ -82,7 +85,7 @@ from pathlib import Path
 
 import tilewright
 import tilewright.language as T
-from tilewright_cuda.language import wait_wgmma, wgmma_gemm
+from tilewright_cuda.language import tma_copy, tma_store_wait, wait_wgmma, wgmma_gemm
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 
@@ -171,17 +174,22 @@ def fp8_config(layout: str) -> dict:
 
 
 @T.macro
-def output_tile(A, B, C, A_s, B_s, C_l, C_s, bm, bn, num_stages):
+def output_tile(A, B, C, A_s, B_s, C_l, C_s, bm, bn, num_stages, tma_store=False):
     """C's tile (bm, bn) of A @ B, the tile shape that of ``C_l``: the k-loop pipelined
     through ``A_s`` and ``B_s``, then C stored from the accumulators, through the shared tile
-    ``C_s`` when there is one."""
+    ``C_s`` when there is one; with ``tma_store`` by a TMA store from ``C_s``, the previous
+    tile's store waited for (it must have read ``C_s``) before the accumulators overwrite it."""
     (block_M, block_K), block_N = A_s.shape, B_s.shape[1]
     T.clear(C_l)
     for ko in T.Pipelined(T.ceildiv(A.shape[1], block_K), num_stages=num_stages):
         T.copy(A[bm * block_M, ko * block_K], A_s)
         T.copy(B[ko * block_K, bn * block_N], B_s)
         T.gemm(A_s, B_s, C_l)
-    if C_s is not None:
+    if tma_store:
+        tma_store_wait()
+        T.copy(C_l, C_s)
+        tma_copy(C_s, C[bm * block_M:(bm + 1) * block_M, bn * block_N:(bn + 1) * block_N])
+    elif C_s is not None:
         T.copy(C_l, C_s)
         T.copy(C_s, C[bm * block_M, bn * block_N])
     else:
@@ -247,10 +255,13 @@ def gemm_low_precision(M, N, K, dtype="int8", block_M=128, block_N=128, block_K=
 @tilewright.jit(out_idx=[2])
 def gemm_persistent(M, N, K, dtype="float16", block_M=128, block_N=256, block_K=64,
                     threads=256, num_stages=4, workers=132, panel=SWIZZLE_PANEL,
-                    c_shared=False):
+                    c_shared=False, tma_store=False):
     """The GEMM above as a persistent kernel: ``workers`` blocks (one per SM: 132 on an
     H100/H200 SXM) walk the output tiles (``T.Persistent``, in panels of ``panel`` block rows),
-    so a block's loads for its next tile run while it stores the last one."""
+    so a block's loads for its next tile run while it stores the last one. ``tma_store``: C
+    leaves its shared tile through one TMA store a tile (``T.tma_copy``), waited for only
+    before the next tile's accumulators overwrite the shared tile, so the store to global
+    memory runs under the next tile's gemms."""
     m_blocks, n_blocks = T.ceildiv(M, block_M), T.ceildiv(N, block_N)
 
     @T.prim_func
@@ -260,9 +271,11 @@ def gemm_persistent(M, N, K, dtype="float16", block_M=128, block_N=256, block_K=
             A_s = T.alloc_shared((block_M, block_K), dtype)
             B_s = T.alloc_shared((block_K, block_N), dtype)
             C_l = T.alloc_fragment((block_M, block_N), "float32")
-            C_s = T.alloc_shared((block_M, block_N), dtype) if c_shared else None
+            C_s = T.alloc_shared((block_M, block_N), dtype) if c_shared or tma_store else None
             for bm, bn in T.Persistent([m_blocks, n_blocks], workers, worker, group_size=panel):
-                output_tile(A, B, C, A_s, B_s, C_l, C_s, bm, bn, num_stages)
+                output_tile(A, B, C, A_s, B_s, C_l, C_s, bm, bn, num_stages, tma_store)
+            if tma_store:
+                tma_store_wait()  # the last tile's store has read the shared tile
 
     return main
 

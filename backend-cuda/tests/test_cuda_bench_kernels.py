@@ -30,22 +30,28 @@ def _emulate(func, tmp_path, *args, configs=None):
 
 
 @pytest.mark.emulator
+@pytest.mark.parametrize("multicast", [False, True], ids=["", "mc"])
 @pytest.mark.parametrize(("dtype", "stages"), [("float16", 3), ("bfloat16", 3),
                                                ("float16", 4), ("bfloat16", 4)])
-def test_bundled_gemm_config_matches_torch(dtype, stages, tmp_path):
+def test_bundled_gemm_config_matches_torch(dtype, stages, multicast, tmp_path):
     # 2 x 2 blocks of the bundled 128x256x64 tile, 10 k-tiles wrapping the 3 stages (or the
     # _s4 rows' 4, whose shared C tile shares bytes with the pipeline's buffers), loads issued
-    # in order (the bundle's pass configs), C through the swizzled shared tile
+    # in order (the bundle's pass configs), C through the swizzled shared tile; with
+    # ``multicast`` (the _mc rows) the two row blocks of a column in a cluster, each loading
+    # half of B's boxes into both
     M, N, K = 256, 512, 640
     torch.manual_seed(0)
     tdtype = getattr(torch, dtype)
     a, b = torch.randn(M, K).to(tdtype), torch.randn(K, N).to(tdtype)
     c = torch.full((M, N), float("nan")).to(tdtype)
     config = {**kernels.GEMM, "num_stages": stages}
+    configs = {**kernels.GEMM_PASS_CONFIGS, **({"cuda.tma_multicast": True} if multicast
+                                               else {})}
     text = _emulate(kernels.gemm.fn(M, N, K, dtype, **config), tmp_path, a, b, c,
-                    configs=kernels.GEMM_PASS_CONFIGS)
+                    configs=configs)
     assert "tw_gemm_wgmma<256, 64, 256," in text  # the bundle's HGMMA.64x256x16 path
     kernel = text[text.index('extern "C" __global__'):]
+    assert ("tw_tma_load_multicast_2d(" in kernel) == multicast
     assert "tw_setmaxnreg_" not in kernel and "tw_copy16(" in kernel
     ref = a.float() @ b.float()
     tol = {"float16": 1e-2, "bfloat16": 2e-2}[dtype]

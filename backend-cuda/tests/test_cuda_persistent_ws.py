@@ -136,3 +136,30 @@ def test_persistent_gemm_storing_through_a_swizzled_shared_tile_matches_torch(
     # in 16-byte chunks, after a barrier of the compute warpgroups only
     assert "^" in epilogue[1].split(";")[0] and len(epilogue) == 65
     assert "tw_named_barrier_sync(1, 256);" in epilogue[-1] and "tw_copy16(" in epilogue[-1]
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize("M, N, K, workers, dtype, configs", [
+    # 8 tiles over 3 blocks (three tiles for block 0), 9 k-tiles: the 3 stages wrap within a
+    # tile and carry on across tiles; the producer at its own 56 registers
+    (512, 512, 576, 3, "float16", {}),
+    # a partial row block (64 rows) and a partial k-tile: TMA clips the store, zero-fills the
+    # loads; the producer at 24 registers (cuda.producer_registers)
+    (448, 512, 520, 3, "bfloat16", {"cuda.producer_registers": 24}),
+])
+def test_persistent_gemm_with_tma_stores_matches_torch(M, N, K, workers, dtype, configs,
+                                                       tmp_path):
+    func = _persistent(M, N, K, workers, dtype, num_stages=3, tma_store=True)
+    text = _emulate(func, "sm_90a", tmp_path, M, N, K, dtype, configs=configs)
+    compute = _kernel(text).split("tw_setmaxnreg_inc<")[1]
+    # per tile: the last tile's store has read C_s (wait, barrier) before the pair stores
+    # overwrite it; the pairs visible to TMA (fence, barrier) before thread 0's four boxes of
+    # 64 columns in one commit group; once more after the tile loop, before the block exits
+    tile = compute[compute.index("for (int wave = 0;"):]
+    wait = tile.index("tw_tma_store_wait<0>();")
+    assert wait < tile.index("tw::store_pair(") < tile.rindex("tw::store_pair(") < \
+        tile.rindex("tw_fence_proxy_async();") < tile.index("tw_tma_store_2d(")
+    assert tile.count("tw_tma_store_2d(") == 4 and tile.count("tw_tma_store_commit();") == 1
+    assert tile.rstrip().endswith("tw_tma_store_wait<0>();\n    tw_named_barrier_sync(1, 256);"
+                                  "\n  }\n}")
+    assert "tw_copy16(" not in compute and "C_ptr[" not in compute

@@ -205,7 +205,7 @@ def pipeline(options):
         if not loops:
             _check_turns(options, False, None)
             return func
-        body, versions, specialised = func.body, {}, False
+        body, versions, specialised, cast = func.body, {}, False, None
         analyzer = tvm.sym.Analyzer()
         tx = find_thread(func).loop_var
         # T.no_set_max_nreg: a producer warpgroup keeps the kernel's register budget
@@ -226,7 +226,8 @@ def pipeline(options):
                     specialised = True
                     body, new_loop = split, loop  # the loop is gone: nothing to swap
                 else:
-                    new_loop = new_loop.in_order()
+                    new_loop, cast = new_loop.in_order(body, options.multicast and
+                                                       len(loops) == 1)
 
             def swap(node, loop=loop, new_loop=new_loop):
                 return new_loop if node.same_as(loop) else node
@@ -238,6 +239,8 @@ def pipeline(options):
             body = tvm_ffi.structural_map(body, [(tirx.For, swap), (tirx.AllocBuffer, alloc)])
             versions.update({b.name: stages for b in versioned.old})
         _check_turns(options, specialised, loops[0].span)
+        if cast is not None:
+            body = cast.clustered(body)
         func = func.with_body(resolve(body))  # copies of loops left alone: cp.async
         return func.with_attr(keys.VERSIONS, versions) if versions else func
 

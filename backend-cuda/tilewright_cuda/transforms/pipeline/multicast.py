@@ -1,10 +1,11 @@
-"""TMA multicast (pass config ``cuda.tma_multicast``): in a warp-specialised loop, a tile that
+"""TMA multicast (pass config ``cuda.tma_multicast``): in a TMA-fed loop (warp-specialised, or
+issued in order by one thread, ``tma.TmaPlan.in_order``; its only T.Pipelined loop), a tile that
 two neighbouring blocks (blockIdx.x 2c and 2c + 1) load from the same place -- the B tile of a
 GEMM whose rasterisation pairs blocks of one column -- is loaded once for both: the two blocks
 form a cluster, each loads half of the tile's TMA boxes and multicasts them into both blocks'
 shared memory. That halves the L2 traffic of the shared tile. Opt-in: on an H200 the bench
-GEMM (128x256 tiles) and FlashAttention kernels ran no faster with it
-(backend-cuda/bench/RESULTS.md), their L2 traffic not being what bounds them."""
+GEMM (128x256 tiles) and FlashAttention kernels ran no faster with it on the warp-specialised
+schedule (backend-cuda/bench/RESULTS.md); the in-order GEMM's form is the ``_mc`` rows'."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ CLUSTER = 2  # blocks per cluster when tiles are multicast
 
 
 class Multicast:
-    """The tiles of a specialised loop that the two blocks of a cluster (blockIdx.x 2c and
+    """The tiles of a TMA-fed loop that the two blocks of a cluster (blockIdx.x 2c and
     2c + 1) load from the same coordinates: each block issues half of such a tile's TMA boxes
     (the first half rank 0, the second rank 1), multicast into both blocks' shared memory, on
     each block's own full barrier (whose byte count is the whole tile's in both). A version is

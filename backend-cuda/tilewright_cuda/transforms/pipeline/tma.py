@@ -21,7 +21,7 @@ turns issuing each iteration's first wgmma gemm (:func:`take_turns`, FlashAttent
 inter-warpgroup overlap): warpgroup 0 issues, lets warpgroup 1 issue, and computes (a
 softmax, say) while the tensor cores run warpgroup 1's gemm, and so on.
 
-With a producer warpgroup, a tile that two neighbouring blocks (blockIdx.x 2c and 2c + 1)
+In both forms, a tile that two neighbouring blocks (blockIdx.x 2c and 2c + 1)
 load from the same place -- the B tile of a GEMM whose rasterisation pairs blocks of one
 column -- is loaded once for both: the two blocks form a cluster, each loads half of the
 tile's TMA boxes and multicasts them into both blocks' shared memory (``multicast``, opt-in
@@ -55,6 +55,7 @@ MAX_CONSUMER_REGISTERS = 240
 # barriers of T.ws roles, one per first warpgroup: transforms/sync)
 TURN_BARRIER = 9
 REGISTER_FILE = 65536  # 32-bit registers per SM, shared by its blocks (cuda.blocks_per_sm)
+MULTICAST_AHEAD = 1  # k-tiles the in-order loads run ahead with multicast (TmaPlan.in_order)
 
 
 @dataclass
@@ -153,8 +154,8 @@ class TmaPlan:
                         annotations=annotations, span=self.loop.span)
 
     # -- one thread of the block issues ------------------------------------------------------
-    def in_order(self) -> tirx.Stmt:
-        """::
+    def in_order(self, func_body=None, multicast: bool = False):
+        """(the loop in order, its :class:`~.multicast.Multicast` or None)::
 
             init barriers; sync
             P(0) ... P(S-2)                             # thread 0: loads, then arrivals
@@ -165,10 +166,31 @@ class TmaPlan:
                 wait(full[i % S][g], (i / S) & 1); C(i) # per group, before its reader
 
         With a wgmma group left in flight the refill runs one stage less ahead, as in the
-        cp.async form."""
+        cp.async form. With ``multicast`` (``func_body`` the kernel's body), tiles that pairs
+        of blocks share are loaded once per pair, as in the specialised form: a version is
+        then free once both blocks are past the barrier that ends its reads (``d`` = 1, or 2
+        with a wgmma group in flight), so thread 0 releases each version there in both
+        blocks (an "empty" mbarrier of two arrivals a version) and waits for the pair's
+        release before a refill; the loads run one k-tile ahead (``a`` = 1: the in-order
+        GEMM's 3 stages; its ``_s4`` row's second k-tile ahead bought nothing), and the stages
+        beyond ``a + d`` let the other block be that many iterations behind::
+
+                __syncthreads()
+                if 0 <= i - d and i - d + S < n:            # thread 0: fill i - d read
+                    arrive(empty[(i - d) % S]) in both blocks
+                if j = i + a < n:                           # thread 0
+                    wait(empty[j % S], ((j / S) & 1) ^ 1); P(j)  # fill j - S released
+            ... after the loop: cluster barrier             # no arrival or load to come
+
+        Both blocks run the same iterations (the pair shares the loop's extent)."""
         n, stages = self.loop.extent, self.stages
-        bars = self._barriers(0)
-        ahead_by = stages - 2 if self.overlap else stages - 1
+        cast = Multicast.plan(self, func_body) if multicast and not self.nested else None
+        if cast is not None:
+            self.stmts = cast.stmts
+        full = stages * len(self.groups)
+        bars = self._barriers(0 if cast is None else stages)
+        done_by = 2 if self.overlap else 1  # iteration i's barrier ends fill i - done_by's reads
+        ahead_by = stages - done_by if cast is None else min(stages - done_by, MULTICAST_AHEAD)
         prologue = []
         for s in range(ahead_by):
             copies = self._produce(bars, tirx.const(s, "int32"), tirx.const(s, "int32"))
@@ -176,16 +198,34 @@ class TmaPlan:
             prologue.append(copies if self.analyzer.can_prove(in_range) else
                             tirx.IfThenElse(in_range, copies, None))
         ahead = self.i + ahead_by
-        refill = tirx.IfThenElse(ahead < n, self._produce(bars, ahead, tirx.floormod(
-            ahead, stages)), None)
+        version = tirx.floormod(ahead, stages)
+        refill = self._produce(bars, ahead, version)
+        release = []
+        if cast is not None:
+            def empty(version):
+                return intrinsics.shared_addr(tirx.BufferLoad(bars, [full + version]))
+
+            read = self.i - done_by  # its version written as i + S - d's: with a = S - d,
+            freed = tirx.floormod(self.i + (stages - done_by), stages)  # the refill's counter
+            release = [tirx.IfThenElse(tirx.all(read >= 0, read + stages < n), self._leader([
+                intrinsics.call("tw_mbar_arrive_cluster", empty(freed), tirx.const(r, "uint32"))
+                for r in range(CLUSTER)]), None)]
+            refill = seq([self._leader([intrinsics.call(
+                "tw_mbar_wait", empty(version), tirx.floormod(tirx.floordiv(ahead, stages) + 1,
+                                                              2))]), refill])
+        refill = tirx.IfThenElse(ahead < n, refill, None)
         steady = [refill if s is None else s for s in self._steady(bars)]
+        steady = [*release, *steady]
         drain = [intrinsics.wgmma_wait(0)] if self.overlap else []
         if self.held is not None:
             prologue = [*self.held.start(), *prologue]
             drain.append(self.held.keep())
-        return tirx.SeqStmt([*self._init(bars, [1] * (stages * len(self.groups))), *prologue,
-                             intrinsics.fence_proxy_async(),
-                             self._loop([intrinsics.sync(), *steady]), *drain])
+        init = self._init(bars, [1] * full + [CLUSTER] * (0 if cast is None else stages))
+        if cast is not None:  # both blocks' barriers are set up before either reaches across
+            init[-1] = intrinsics.call("tw_cluster_sync")
+            drain.append(intrinsics.call("tw_cluster_sync"))
+        return tirx.SeqStmt([*init, *prologue, intrinsics.fence_proxy_async(),
+                             self._loop([intrinsics.sync(), *steady]), *drain]), cast
 
     # -- a producer warpgroup issues ---------------------------------------------------------
     def specialise(self, func_body, multicast: bool = False, blocks: int = 1,
