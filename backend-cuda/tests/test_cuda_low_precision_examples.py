@@ -20,6 +20,7 @@ import re
 import sys
 from pathlib import Path
 
+import cuda_source
 import hostemu
 import pytest
 import sass
@@ -408,6 +409,93 @@ def test_w4a16_swapped_operands_run_on_wgmma_without_ldmatrix(tmp_path, tile):
     loop = [op.split(".")[0] for op in sass.hot_loop(code)]
     assert loop.count("HGMMA") == 8 and "LDSM" not in loop and "HMMA" not in loop
     assert loop.count("STS") == 8 and "I2F.F16" not in code
+
+
+def _register_w_tile(m: int) -> dict:
+    """The bench's _reg rows' configuration for ``m`` activation rows."""
+    return {**kernels.W4A16_REGISTER_W, "block_M": 8 if m <= 8 else 16}
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize(("m", "k", "tile"), [
+    (1, 8192, {}),                     # the bench's w4a16_m1_8192_reg: 8 k-tiles, 4 wraps
+    (5, 8192, {}),                     # decode rows: a partial column of C^T
+    (16, 8192, {}),                    # w4a16_m16_8192_reg (m64n16k16)
+    (5, 4096, {"num_stages": 3, "splits": 4}),  # 8 k-tiles over 3 stages
+    (16, 2048, {"block_N": 64, "threads": 128, "splits": 2}),  # one warpgroup
+    (5, 4096, {"block_K": 64, "group": 64}),  # 64-deep k-tiles: two k32 steps a row
+])
+def test_w4a16_register_w_is_bit_identical_to_swap_in_emulation(tmp_path, m, k, tile):
+    # register_w: each thread dequantises the weights its wgmma A registers hold from codes
+    # in wgmma order, the same arithmetic on the same values as swap's shared tile, which the
+    # emulated wgmma sums in the same order: the same bits (a partial column tile: rows of
+    # C^T past N)
+    n = 200
+    tile = {**_register_w_tile(m), **tile}
+    group = tile.pop("group", 128)
+    a, q, scales, zeros = _w4a16_operands(m, n, k, group, 12)
+    out = {}
+    for register_w in (False, True):
+        lowered = tilewright.lower(
+            w4.w4a16_gemm.fn(m, n, k, group, **{**tile, "register_w": register_w}),
+            "cuda -arch=sm_90a")
+        text = lowered.source.text
+        loop = cuda_source.loop_body(text, "ko")
+        # a thread's block_N * block_K / threads weights, eight a call; the gemm's A in
+        # registers
+        calls = tile["block_N"] * tile["block_K"] // tile["threads"] // 8
+        if register_w:
+            assert loop.count("tw_dequant_u4x8_f16_a(") == calls and \
+                "tw_dequant_u4x8_f16(" not in loop and "tw_gemm_wgmma_rs<" in loop
+        else:
+            assert "tw_dequant_u4x8_f16_a(" not in loop and "tw_gemm_wgmma_rs<" not in loop
+        out[register_w] = torch.full((m, n), float("nan"), dtype=torch.float16)
+        codes = w4.wgmma_order(q) if register_w else q
+        hostemu.run(text, lowered.source.payload, tmp_path / str(register_w), a, codes, scales,
+                    zeros, out[register_w])
+    assert torch.equal(out[True], out[False])
+    _assert_w4a16_matches(out[True], a, q, scales, zeros)
+
+
+def test_w4a16_wgmma_order_is_a_byte_transpose_the_harness_undoes(monkeypatch):
+    # byte 4 t + s of each 16 holds byte 4 s + t of the plain order; its own inverse; the
+    # GPU harness's reference (it runs without the example) reads the same weights from it
+    monkeypatch.setattr(harness, "torch", torch)
+    a, q, scales, zeros = _w4a16_operands(1, 8, 256, 128, 13)
+    ordered = w4.wgmma_order(q)
+    assert torch.equal(ordered[:, 4 * 1 + 2], q[:, 4 * 2 + 1])
+    assert torch.equal(ordered[:, 16 + 4 * 3], q[:, 16 + 3])
+    assert torch.equal(w4.wgmma_order(ordered), q)
+    assert torch.equal(harness.w4a16_weights(ordered, scales, zeros, True),
+                       w4.dequantize(q, scales, zeros))
+    assert torch.equal(harness.w4a16_weights(q, scales, zeros, False),
+                       w4.dequantize(q, scales, zeros))
+
+
+@pytest.mark.nvcc
+@pytest.mark.sass
+@pytest.mark.parametrize("m", [1, 16])
+def test_w4a16_register_w_feeds_hgmma_from_registers(tmp_path, m):
+    # the bench's _reg rows: per thread and k-tile, 64 weights from eight 32-bit LDS of codes
+    # (the 7 predicated-off "@!PT LDS RZ" are ptxas padding) and four LDS.U16 of zero points
+    # and scales; no STS (the default's 8 STS.128 of its 64 weights) and the HGMMA's A
+    # operand a register (HGMMA.64x8x16.F32 R24, R56, gdesc[UR4], R24)
+    code = _sass(w4.w4a16_gemm.fn(m, 8192, 8192, **_register_w_tile(m)), "sm_90a", tmp_path)
+    loop = sass.hot_loop(code)
+    rows = 8 if m == 1 else 16
+    assert len([op for op in loop if op.startswith("HGMMA")]) == 8
+    assert re.search(rf"HGMMA\.64x{rows}x16\.F32 R\d+, R\d+, gdesc", code)
+    assert not [op for op in loop if op.startswith("STS")] and "I2F.F16" not in code
+    real_lds = [line for line in code.splitlines() if re.search(r"\bLDS R\d+, \[", line)]
+    assert loop.count("LDS.U16") == 4 and len(real_lds) == 8
+
+
+def test_w4a16_register_w_refuses_what_it_cannot_do():
+    with pytest.raises(ValueError, match="register_w takes swap and stage_scales"):
+        w4.w4a16_gemm.fn(1, 1024, 1024, splits=2, stage_scales=True, register_w=True)
+    with pytest.raises(ValueError, match="64 rows per warpgroup"):
+        w4.w4a16_gemm.fn(1, 1024, 1024, splits=2, swap=True, stage_scales=True,
+                         register_w=True, threads=128)
 
 
 def test_w4a16_staged_scales_and_swap_refuse_what_they_cannot_do():

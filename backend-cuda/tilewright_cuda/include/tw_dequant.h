@@ -39,21 +39,42 @@ __device__ __forceinline__ __half2 tw_half2_bits(unsigned bits) {
   return *reinterpret_cast<const __half2*>(&bits);
 }
 
+// (code 2b - zero, code 2b + 1 - zero) * scale of byte b of word: one PRMT, one LOP3, two
+// HADD2 and one HMUL2 (z, s: the zero point and scale in both halves)
+__device__ __forceinline__ __half2 tw_dequant_u4x2_f16(unsigned word, int b, __half2 z,
+                                                       __half2 s) {
+  const __half2 bias = tw_half2_bits(0xd400e400u);  // (-1024, -64)
+  // byte b in bytes 0 and 2, zeros in bytes 1 and 3
+  const unsigned pair = tw_byte_perm(word, 0u, 0x4040u | (b << 8) | b);
+  const __half2 codes = __hadd2(tw_half2_bits(tw_and_or(pair, 0x00f0000fu, 0x54006400u)),
+                                bias);
+  return __hmul2(__hsub2(codes, z), s);
+}
+
 // dst[0..7] = (code k - zero) * scale, code k in bits [4k, 4k + 4) of the 32-bit word at src
 // (the order T.unpack(Q[.., k // 2], k % 2, 4) reads them); src 4-byte and dst 16-byte aligned.
 __device__ __forceinline__ void tw_dequant_u4x8_f16(half* dst, const unsigned char* src,
                                                     half zero, half scale) {
   const unsigned word = *reinterpret_cast<const unsigned*>(src);
   const __half2 z = __half2half2(zero), s = __half2half2(scale);
-  const __half2 bias = tw_half2_bits(0xd400e400u);  // (-1024, -64)
   alignas(16) __half2 out[4];
 #pragma unroll
   for (int b = 0; b < 4; ++b) {
-    // byte b in bytes 0 and 2, zeros in bytes 1 and 3
-    const unsigned pair = tw_byte_perm(word, 0u, 0x4040u | (b << 8) | b);
-    const __half2 codes = __hadd2(tw_half2_bits(tw_and_or(pair, 0x00f0000fu, 0x54006400u)),
-                                  bias);
-    out[b] = __hmul2(__hsub2(codes, z), s);
+    out[b] = tw_dequant_u4x2_f16(word, b, z, s);
   }
   *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(out);
+}
+
+// The same eight codes into a thread's wgmma register A operand: the codes of byte b go to
+// dst[4 b] and dst[4 b + 1] (registers 4 b and 4 b + 1 from the first are columns 8 b and
+// 8 b + 1 from its column in the wgmma A layout: examples/gemm_w4a16.py's wgmma_order puts
+// a thread's eight codes of a row's k32 step in one word); src 4-byte, dst 4-byte aligned.
+__device__ __forceinline__ void tw_dequant_u4x8_f16_a(half* dst, const unsigned char* src,
+                                                      half zero, half scale) {
+  const unsigned word = *reinterpret_cast<const unsigned*>(src);
+  const __half2 z = __half2half2(zero), s = __half2half2(scale);
+#pragma unroll
+  for (int b = 0; b < 4; ++b) {
+    *reinterpret_cast<__half2*>(dst + 4 * b) = tw_dequant_u4x2_f16(word, b, z, s);
+  }
 }
