@@ -57,8 +57,8 @@ def w4a16_gemm(M, N, K, group=128, dtype="float16", block_M=16, block_N=128, blo
     registers hold as wgmma's register A operand (64 weight rows a warpgroup, ``block_N`` =
     64 per 128 threads), so the weights are never stored to shared memory and no barrier
     separates their dequantisation from the gemm. Its codes are in wgmma order
-    (:func:`wgmma_order`: each 16-byte run of a row holds the 32 codes of a thread's
-    registers 4 bytes a thread), so a thread reads the eight codes of a row's k32 step as one
+    (:func:`wgmma_order`: each 16-byte run of a row holds the 32 codes of a k32 step, 4
+    bytes a thread of a quad), so a thread reads the eight codes of a row's k32 step as one
     32-bit word; ``block_K`` and ``group`` multiples of 32. The same values in the same
     arithmetic: bit-identical to ``swap``'s dequantisation."""
     if splits < 1 or K % (block_K * splits):
@@ -98,11 +98,13 @@ def w4a16_gemm(M, N, K, group=128, dtype="float16", block_M=16, block_N=128, blo
         """W_s = the codes Q_s of the slice's ``ko``-th k-tile dequantised with the slice's
         scales S_s and zero points Z_s (column 0 throughout when a group spans the slice)."""
         for i, j in T.Parallel(block_N, block_K):
-            if register_w:  # wgmma order: byte 16 (j // 32) + 4 (j % 8 // 2) + j % 32 // 8
-                byte = j // 32 * 16 + j % 8 // 2 * 4 + j % 32 // 8
+            if register_w:  # wgmma order (wgmma_order): nibble j % 32 // 8 + 4 (j % 2)
+                # of the word j % 8 // 2 of the k32 step j // 32
+                byte = j // 32 * 16 + j % 8 // 2 * 4 + j % 2 * 2 + j % 32 // 16
+                nibble = j % 16 // 8
             else:
-                byte = j // 2
-            code = T.cast(T.unpack(Q_s[i, byte], j % 2, 4), dtype)
+                byte, nibble = j // 2, j % 2
+            code = T.cast(T.unpack(Q_s[i, byte], nibble, 4), dtype)
             g = (ko * block_K + j) // group
             W_s[i, j] = (code - Z_s[i, g]) * S_s[i, g]
 
@@ -226,16 +228,28 @@ def quantize(w, group=128):
 
 
 def wgmma_order(q):
-    """The packed codes [N, K / 2] (either order: the permutation is its own inverse) in the
-    order ``register_w`` reads them: in each 16-byte run of a row (the 32 codes of a k32
-    step), byte ``4 t + s`` holds the byte ``4 s + t`` of the plain order, so thread ``t`` of
-    a quad (lane % 4), whose registers hold columns ``8 s + 2 t`` and ``8 s + 2 t + 1`` of
-    the four k8 column groups ``s`` (wgmma's A layout), finds its eight codes in one 32-bit
-    word."""
+    """The packed codes [N, K / 2] in the order ``register_w`` reads them: each 16-byte run of
+    a row holds the 32 codes of a k32 step as four 32-bit words, word ``t`` the eight codes
+    of thread ``t`` of a quad (lane % 4), whose registers hold columns ``8 s + 2 t`` and
+    ``8 s + 2 t + 1`` of the four k8 column groups ``s`` (wgmma's A layout): column
+    ``8 s + 2 t + h`` is nibble ``s + 4 h`` of word ``t`` (nibble ``n`` in byte ``n // 2``, the
+    low half when ``n`` is even). ``tw_dequant_u4x8_f16_a`` (include/tw_dequant.h) takes
+    each pair of a thread's registers from the word with one LOP3. :func:`plain_order` undoes
+    it."""
     n, half = q.shape
     if half % 16:
         raise ValueError(f"K={2 * half} must be a multiple of 32 for the wgmma order")
-    return q.reshape(n, half // 16, 4, 4).transpose(-1, -2).reshape(n, half)
+    codes = torch.stack([q & 15, q >> 4], dim=-1).reshape(n, half // 16, 4, 4, 2)  # s, t, h
+    codes = codes.permute(0, 1, 3, 4, 2).reshape(n, 2 * half)  # t, h, s
+    return codes[:, 0::2] | (codes[:, 1::2] << 4)
+
+
+def plain_order(q):
+    """Codes in :func:`wgmma_order` back in the plain order."""
+    n, half = q.shape
+    codes = torch.stack([q & 15, q >> 4], dim=-1).reshape(n, half // 16, 4, 2, 4)  # t, h, s
+    codes = codes.permute(0, 1, 4, 2, 3).reshape(n, 2 * half)  # s, t, h
+    return codes[:, 0::2] | (codes[:, 1::2] << 4)
 
 
 def dequantize(q, scales, zeros):

@@ -315,12 +315,14 @@ def w4a16_row(kernel, case: dict) -> dict:
 def w4a16_weights(q, scales, zeros, wgmma_order: bool):
     """The weights [N, K] that W4A16's codes ``q`` [N, K / 2], scales and zero points stand
     for; ``wgmma_order``: the codes are in the order option register_w reads
-    (examples/gemm_w4a16.py, ``wgmma_order``: a 4 x 4 byte transpose in each 16 bytes)."""
+    (examples/gemm_w4a16.py, ``wgmma_order``: in each 16 bytes, column 8 s + 2 t + h is
+    nibble s + 4 h of word t)."""
     n, half = q.shape
     group = 2 * half // scales.shape[1]
+    codes = torch.stack([q & 15, q >> 4], dim=-1)
     if wgmma_order:
-        q = q.reshape(n, half // 16, 4, 4).transpose(-1, -2).reshape(n, half)
-    codes = torch.stack([q & 15, q >> 4], dim=-1).flatten(1).to(scales.dtype)
+        codes = codes.reshape(n, half // 16, 4, 2, 4).permute(0, 1, 4, 2, 3)
+    codes = codes.reshape(n, 2 * half).to(scales.dtype)
     return (codes - zeros.repeat_interleave(group, 1)) * scales.repeat_interleave(group, 1)
 
 

@@ -457,15 +457,18 @@ def test_w4a16_register_w_is_bit_identical_to_swap_in_emulation(tmp_path, m, k, 
     _assert_w4a16_matches(out[True], a, q, scales, zeros)
 
 
-def test_w4a16_wgmma_order_is_a_byte_transpose_the_harness_undoes(monkeypatch):
-    # byte 4 t + s of each 16 holds byte 4 s + t of the plain order; its own inverse; the
-    # GPU harness's reference (it runs without the example) reads the same weights from it
+def test_w4a16_wgmma_order_puts_a_threads_codes_in_one_word(monkeypatch):
+    # column 8 s + 2 t + h of a k32 step: nibble s + 4 h of word t; plain_order undoes it, and
+    # the GPU harness's reference (it runs without the example) reads the same weights
     monkeypatch.setattr(harness, "torch", torch)
     a, q, scales, zeros = _w4a16_operands(1, 8, 256, 128, 13)
     ordered = w4.wgmma_order(q)
-    assert torch.equal(ordered[:, 4 * 1 + 2], q[:, 4 * 2 + 1])
-    assert torch.equal(ordered[:, 16 + 4 * 3], q[:, 16 + 3])
-    assert torch.equal(w4.wgmma_order(ordered), q)
+    codes = torch.stack([q & 15, q >> 4], dim=-1).flatten(1)
+    nibbles = torch.stack([ordered & 15, ordered >> 4], dim=-1).flatten(1)
+    for column in (0, 1, 2, 9, 31, 32 + 8 * 3 + 2 * 1 + 1):
+        step, s, t, h = column // 32, column % 32 // 8, column % 8 // 2, column % 2
+        assert torch.equal(nibbles[:, 32 * step + 8 * t + s + 4 * h], codes[:, column])
+    assert torch.equal(w4.plain_order(ordered), q)
     assert torch.equal(harness.w4a16_weights(ordered, scales, zeros, True),
                        w4.dequantize(q, scales, zeros))
     assert torch.equal(harness.w4a16_weights(q, scales, zeros, False),
@@ -478,8 +481,9 @@ def test_w4a16_wgmma_order_is_a_byte_transpose_the_harness_undoes(monkeypatch):
 def test_w4a16_register_w_feeds_hgmma_from_registers(tmp_path, m):
     # the bench's _reg rows: per thread and k-tile, 64 weights from eight 32-bit LDS of codes
     # (the 7 predicated-off "@!PT LDS RZ" are ptxas padding) and four LDS.U16 of zero points
-    # and scales; no STS (the default's 8 STS.128 of its 64 weights) and the HGMMA's A
-    # operand a register (HGMMA.64x8x16.F32 R24, R56, gdesc[UR4], R24)
+    # and scales, each word's four pairs by one SHF and four LOP3 (no PRMT); no STS (the
+    # default's 8 STS.128 of its 64 weights) and the HGMMA's A operand a register
+    # (HGMMA.64x8x16.F32 R24, R56, gdesc[UR4], R24)
     code = _sass(w4.w4a16_gemm.fn(m, 8192, 8192, **_register_w_tile(m)), "sm_90a", tmp_path)
     loop = sass.hot_loop(code)
     rows = 8 if m == 1 else 16
@@ -488,6 +492,7 @@ def test_w4a16_register_w_feeds_hgmma_from_registers(tmp_path, m):
     assert not [op for op in loop if op.startswith("STS")] and "I2F.F16" not in code
     real_lds = [line for line in code.splitlines() if re.search(r"\bLDS R\d+, \[", line)]
     assert loop.count("LDS.U16") == 4 and len(real_lds) == 8
+    assert not [op for op in loop if op.startswith("PRMT")]
 
 
 def test_w4a16_register_w_refuses_what_it_cannot_do():

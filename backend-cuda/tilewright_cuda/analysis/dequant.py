@@ -74,8 +74,11 @@ def match(loops, body, analyzer) -> Dequant | None:
 
 # a run of a register A operand (layout.element of the wgmma layout): registers r0 + o of one
 # row, columns c0 + 8 (o // 4) + o % 2 from r0's column c0, r0 = 16 c + 2 h (the k32 step
-# c, the row half h); as pairs, registers r0 + 4 b and r0 + 4 b + 1 for b = 0..3
-A_RUN = (0, 1, 4, 5, 8, 9, 12, 13)
+# c, the row half h); as pairs, registers r0 + 4 b and r0 + 4 b + 1 for b = 0..3. Per
+# register: (o, the byte of its code from the word's first, the nibble in it): register
+# 4 b + h is nibble b + 4 h of the word (tw_dequant_u4x8_f16_a)
+A_RUN = tuple((4 * b + h, (b + 4 * h) // 2, (b + 4 * h) % 2) for b in range(4)
+              for h in range(2))
 
 
 @dataclass(frozen=True)
@@ -96,9 +99,9 @@ def match_registers(loops, body, acc, element, threads, tx, analyzer) -> Registe
     """The dequantisation in ``body`` of a 2-D ``T.Parallel`` nest over the register A operand
     ``acc`` (float16), as runs of eight registers (``A_RUN``) whose codes are one 32-bit word:
     with ``(row, column) = element(r)`` (the nest's iteration of register ``r`` of thread
-    ``tx``), over each run the byte of codes steps by one a pair of registers from a 4-byte
-    aligned first byte and the nibble is the column's parity (examples/gemm_w4a16.py's
-    wgmma order), the zero point and scale one value. Proved per run for every thread; None
+    ``tx``), over each run the codes are the nibbles of one 4-byte aligned word in the order
+    ``A_RUN`` gives (examples/gemm_w4a16.py's wgmma order), the zero point and scale one
+    value. Proved per run for every thread; None
     when any of it fails (the nest then runs a register at a time)."""
     if len(loops) != 2 or not isinstance(body, tirx.BufferStore) or \
             not body.buffer.same_as(acc) or str(acc.dtype) != "float16":
@@ -135,14 +138,14 @@ def match_registers(loops, body, acc, element, threads, tx, analyzer) -> Registe
             base = [at(r0, e) for e in load.indices]
             if not analyzer.can_prove(tirx.floormod(base[-1], 4) == 0):
                 return None
-            for o in A_RUN:
+            for o, step, half in A_RUN:
                 r = r0 + o
                 index = [at(r, e) for e in load.indices]
                 steps = [*(tirx.const(0, "int32") for _ in index[:-1]),
-                         tirx.const(o // 4, "int32")]
+                         tirx.const(step, "int32")]
                 if not all(analyzer.can_prove(a - b == d) for a, b, d in
                            zip(index, base, steps)) or \
-                        not analyzer.can_prove(at(r, shift) == 4 * (o % 2)) or \
+                        not analyzer.can_prove(at(r, shift) == 4 * half) or \
                         not all(_same_loads(at(r, e), at(r0, e), analyzer)
                                 for e in (zero, scale)):
                     return None
