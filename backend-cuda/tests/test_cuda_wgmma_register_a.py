@@ -2,6 +2,9 @@
 16-bit fragment written only by a copy of a wgmma accumulator and read only as a wgmma A
 operand (FlashAttention's P) stays in the accumulator's registers, converted pairwise, and
 the gemm takes wgmma's register-A form: no shared store of P, no fence or barrier for it.
+So does one written by ``T.Parallel`` nests at their own elements (``nest_chain``): each
+thread computes the elements its registers hold; a nest that reads another element, or nests
+that do not cover the fragment, keep it in shared memory.
 The host emulation gathers each thread's A rows from its quad's registers (the PTX m64k16 A
 fragment layout), so a layout bug gives wrong numbers; the SASS shows HGMMA with a register
 A operand."""
