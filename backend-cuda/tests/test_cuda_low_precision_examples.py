@@ -493,6 +493,8 @@ def test_w4a16_register_w_feeds_hgmma_from_registers(tmp_path, m):
     real_lds = [line for line in code.splitlines() if re.search(r"\bLDS R\d+, \[", line)]
     assert loop.count("LDS.U16") == 4 and len(real_lds) == 8
     assert not [op for op in loop if op.startswith("PRMT")]
+    # one barrier a k-tile: the activations' async-proxy fence before the pipeline's
+    assert len([op for op in loop if op.startswith("BAR.SYNC")]) == 1
 
 
 def test_w4a16_register_w_refuses_what_it_cannot_do():

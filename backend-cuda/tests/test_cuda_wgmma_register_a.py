@@ -262,6 +262,11 @@ def test_nest_written_fragment_takes_register_a(dtype):
     loop = cuda_source.loop_body(text, "ko")
     assert loop.count("P_ptr[31] = ") == 1 and "P_ptr[32] = " not in loop
     assert "store_pair" not in loop
+    # B's fence goes in front of the pipeline's barrier after the copies land
+    # (sync.drop_redundant_fences): one barrier a k-tile, none between the nest and the gemm
+    assert loop.count("__syncthreads()") == 1 and loop.count("tw_fence_proxy_async()") == 1
+    assert loop.index("tw_cp_async_wait<0>();") < loop.index("tw_fence_proxy_async();") < \
+        loop.index("__syncthreads();") < loop.index("P_ptr[0] = ")
 
 
 @pytest.mark.parametrize("kwargs", [{"form": "mirror"}, {"form": "halves"}, {"threads": 128}])
