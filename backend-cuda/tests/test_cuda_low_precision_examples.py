@@ -411,17 +411,20 @@ def test_w4a16_swapped_operands_run_on_wgmma_without_ldmatrix(tmp_path, tile):
     assert loop.count("STS") == 8 and "I2F.F16" not in code
 
 
-def _register_w_tile(m: int) -> dict:
-    """The bench's _reg rows' configuration for ``m`` activation rows."""
-    return {**kernels.W4A16_REGISTER_W, "block_M": 8 if m <= 8 else 16}
+def _register_w_tile(m: int, suffix: str = "_reg") -> dict:
+    """The bench's ``w4a16_m*_8192{suffix}`` row's configuration for ``m`` activation
+    rows (kernels.W4A16_REGISTER_W_ROWS)."""
+    return {**kernels.W4A16_REGISTER_W, "block_M": 8 if m <= 8 else 16,
+            **kernels.W4A16_REGISTER_W_ROWS[suffix]}
 
 
 @pytest.mark.emulator
 @pytest.mark.parametrize(("m", "k", "tile"), [
-    (1, 8192, {}),                     # the bench's w4a16_m1_8192_reg: 8 k-tiles, 4 wraps
-    (5, 8192, {}),                     # decode rows: a partial column of C^T
-    (16, 8192, {}),                    # w4a16_m16_8192_reg (m64n16k16)
-    (5, 4096, {"num_stages": 3, "splits": 4}),  # 8 k-tiles over 3 stages
+    # the bench's rows at 8192 deep (M = 1 and 16 as benched; 5: a partial column of C^T):
+    # _reg 8 k-tiles a slice through 2 stages (4 wraps), _reg_s3 through 3, _reg_s4 16 k-tiles
+    # through 4
+    *((m, 8192, {"row": suffix}) for suffix in kernels.W4A16_REGISTER_W_ROWS
+      for m in (1, 5, 16)),
     (16, 2048, {"block_N": 64, "threads": 128, "splits": 2}),  # one warpgroup
     (5, 4096, {"block_K": 64, "group": 64}),  # 64-deep k-tiles: two k32 steps a row
 ])
@@ -431,7 +434,7 @@ def test_w4a16_register_w_is_bit_identical_to_swap_in_emulation(tmp_path, m, k, 
     # emulated wgmma sums in the same order: the same bits (a partial column tile: rows of
     # C^T past N)
     n = 200
-    tile = {**_register_w_tile(m), **tile}
+    tile = {**_register_w_tile(m, tile.pop("row", "_reg")), **tile}
     group = tile.pop("group", 128)
     a, q, scales, zeros = _w4a16_operands(m, n, k, group, 12)
     out = {}
@@ -478,13 +481,15 @@ def test_w4a16_wgmma_order_puts_a_threads_codes_in_one_word(monkeypatch):
 @pytest.mark.nvcc
 @pytest.mark.sass
 @pytest.mark.parametrize("m", [1, 16])
-def test_w4a16_register_w_feeds_hgmma_from_registers(tmp_path, m):
+@pytest.mark.parametrize("suffix", list(kernels.W4A16_REGISTER_W_ROWS))
+def test_w4a16_register_w_feeds_hgmma_from_registers(tmp_path, m, suffix):
     # the bench's _reg rows: per thread and k-tile, 64 weights from eight 32-bit LDS of codes
     # (the 7 predicated-off "@!PT LDS RZ" are ptxas padding) and four LDS.U16 of zero points
     # and scales, each word's four pairs by one SHF and four LOP3 (no PRMT); no STS (the
     # default's 8 STS.128 of its 64 weights) and the HGMMA's A operand a register
     # (HGMMA.64x8x16.F32 R24, R56, gdesc[UR4], R24)
-    code = _sass(w4.w4a16_gemm.fn(m, 8192, 8192, **_register_w_tile(m)), "sm_90a", tmp_path)
+    code = _sass(w4.w4a16_gemm.fn(m, 8192, 8192, **_register_w_tile(m, suffix)), "sm_90a",
+                 tmp_path)
     loop = sass.hot_loop(code)
     rows = 8 if m == 1 else 16
     assert len([op for op in loop if op.startswith("HGMMA")]) == 8
