@@ -427,6 +427,7 @@ def _register_w_tile(m: int, suffix: str = "_reg") -> dict:
       for m in (1, 5, 16)),
     (16, 2048, {"block_N": 64, "threads": 128, "splits": 2}),  # one warpgroup
     (5, 4096, {"block_K": 64, "group": 64}),  # 64-deep k-tiles: two k32 steps a row
+    (5, 2048, {"splits": 2, "dtype": "bfloat16"}),  # bfloat16: a register at a time
 ])
 def test_w4a16_register_w_is_bit_identical_to_swap_in_emulation(tmp_path, m, k, tile):
     # register_w: each thread dequantises the weights its wgmma A registers hold from codes
@@ -436,23 +437,27 @@ def test_w4a16_register_w_is_bit_identical_to_swap_in_emulation(tmp_path, m, k, 
     n = 200
     tile = {**_register_w_tile(m, tile.pop("row", "_reg")), **tile}
     group = tile.pop("group", 128)
+    dtype = tile.pop("dtype", "float16")
     a, q, scales, zeros = _w4a16_operands(m, n, k, group, 12)
+    a, scales, zeros = (x.to(getattr(torch, dtype)) for x in (a, scales, zeros))
     out = {}
     for register_w in (False, True):
         lowered = tilewright.lower(
-            w4.w4a16_gemm.fn(m, n, k, group, **{**tile, "register_w": register_w}),
+            w4.w4a16_gemm.fn(m, n, k, group, dtype, **{**tile, "register_w": register_w}),
             "cuda -arch=sm_90a")
         text = lowered.source.text
         loop = cuda_source.loop_body(text, "ko")
         # a thread's block_N * block_K / threads weights, eight a call; the gemm's A in
         # registers
         calls = tile["block_N"] * tile["block_K"] // tile["threads"] // 8
-        if register_w:
+        if register_w and dtype == "bfloat16":
+            assert "tw_dequant_u4x8_f16" not in loop and "tw_gemm_wgmma_rs<" in loop
+        elif register_w:
             assert loop.count("tw_dequant_u4x8_f16_a(") == calls and \
                 "tw_dequant_u4x8_f16(" not in loop and "tw_gemm_wgmma_rs<" in loop
         else:
             assert "tw_dequant_u4x8_f16_a(" not in loop and "tw_gemm_wgmma_rs<" not in loop
-        out[register_w] = torch.full((m, n), float("nan"), dtype=torch.float16)
+        out[register_w] = torch.full((m, n), float("nan"), dtype=getattr(torch, dtype))
         codes = w4.wgmma_order(q) if register_w else q
         hostemu.run(text, lowered.source.payload, tmp_path / str(register_w), a, codes, scales,
                     zeros, out[register_w])
