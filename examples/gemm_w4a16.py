@@ -26,7 +26,7 @@ from tilewright.profiler import do_bench
 @tilewright.jit(out_idx=[4])
 def w4a16_gemm(M, N, K, group=128, dtype="float16", block_M=16, block_N=128, block_K=128,
                threads=128, num_stages=3, splits=1, combine_N=256, overlap=False,
-               stage_scales=False, swap=False):
+               stage_scales=False, swap=False, register_w=False):
     """The kernel: K a multiple of ``block_K * splits``, ``block_K`` a multiple of 2; with
     ``splits`` > 1, two kernels (the slices' partial sums, then their sum in blocks of
     ``combine_N`` columns of a row).
@@ -50,7 +50,17 @@ def w4a16_gemm(M, N, K, group=128, dtype="float16", block_M=16, block_N=128, blo
     wgmma (m64n16k16, or m64n8k16 with ``block_M`` = 8; 64 rows of ``block_N`` a warpgroup)
     reads both tiles from shared memory itself, instead of each warp loading its fragments
     with ldmatrix; C^T's tile is stored transposed. The same products (on the GPU the
-    tensor cores sum them in their own order)."""
+    tensor cores sum them in their own order).
+
+    ``register_w`` (with ``swap`` and ``stage_scales``; off by default) dequantises each
+    k-tile into a fragment instead of a shared tile: each thread computes the weights its
+    registers hold as wgmma's register A operand (64 weight rows a warpgroup, ``block_N`` =
+    64 per 128 threads), so the weights are never stored to shared memory and no barrier
+    separates their dequantisation from the gemm. Its codes are in wgmma order
+    (:func:`wgmma_order`: each 16-byte run of a row holds the 32 codes of a k32 step, 4
+    bytes a thread of a quad), so a thread reads the eight codes of a row's k32 step as one
+    32-bit word; ``block_K`` and ``group`` multiples of 32. The same values in the same
+    arithmetic: bit-identical to ``swap``'s dequantisation."""
     if splits < 1 or K % (block_K * splits):
         raise ValueError(f"K={K} must be a multiple of block_K * splits = {block_K} * "
                          f"{splits}")
@@ -63,6 +73,11 @@ def w4a16_gemm(M, N, K, group=128, dtype="float16", block_M=16, block_N=128, blo
     if (stage_scales or swap) and overlap:
         raise ValueError("stage_scales and swap are options of the one-tile loop, not of "
                          "overlap")
+    if register_w and not (swap and stage_scales and block_K % 32 == 0 and group % 32 == 0 and
+                           threads % 128 == 0 and block_N == 64 * (threads // 128)):
+        raise ValueError(f"register_w takes swap and stage_scales, block_K={block_K} and "
+                         f"group={group} multiples of 32, and block_N={block_N} = 64 rows per "
+                         f"warpgroup of threads={threads}")
     slice_groups = max(slice_K // group, 1)  # scale columns a slice
     c_shape = (block_N, block_M) if swap else (block_M, block_N)
     if overlap and k_tiles % 2:
@@ -83,7 +98,13 @@ def w4a16_gemm(M, N, K, group=128, dtype="float16", block_M=16, block_N=128, blo
         """W_s = the codes Q_s of the slice's ``ko``-th k-tile dequantised with the slice's
         scales S_s and zero points Z_s (column 0 throughout when a group spans the slice)."""
         for i, j in T.Parallel(block_N, block_K):
-            code = T.cast(T.unpack(Q_s[i, j // 2], j % 2, 4), dtype)
+            if register_w:  # wgmma order (wgmma_order): nibble j % 32 // 8 + 4 (j % 2)
+                # of the word j % 8 // 2 of the k32 step j // 32
+                byte = j // 32 * 16 + j % 8 // 2 * 4 + j % 2 * 2 + j % 32 // 16
+                nibble = j % 16 // 8
+            else:
+                byte, nibble = j // 2, j % 2
+            code = T.cast(T.unpack(Q_s[i, byte], nibble, 4), dtype)
             g = (ko * block_K + j) // group
             W_s[i, j] = (code - Z_s[i, g]) * S_s[i, g]
 
@@ -100,7 +121,10 @@ def w4a16_gemm(M, N, K, group=128, dtype="float16", block_M=16, block_N=128, blo
         """C_l = the (by, bx) tile of A @ W^T over the ``bz``-th slice of K."""
         A_s = T.alloc_shared((block_M, block_K), dtype)
         Q_s = T.alloc_shared((block_N, block_K // 2), "uint8")
-        W_s = T.alloc_shared((block_N, block_K), dtype)
+        if register_w:
+            W_s = T.alloc_fragment((block_N, block_K), dtype)
+        else:
+            W_s = T.alloc_shared((block_N, block_K), dtype)
         T.clear(C_l)
         if overlap:
             # step kp: k-tiles e = 2 kp (A_s, Q_s into W_s) and o = e + 1 (Q_t into W_t);
@@ -201,6 +225,31 @@ def quantize(w, group=128):
     codes = codes.reshape(n, k).to(torch.uint8)
     packed = codes[:, 0::2] | (codes[:, 1::2] << 4)
     return packed, scales.to(w.dtype), zeros.to(w.dtype)
+
+
+def wgmma_order(q):
+    """The packed codes [N, K / 2] in the order ``register_w`` reads them: each 16-byte run of
+    a row holds the 32 codes of a k32 step as four 32-bit words, word ``t`` the eight codes
+    of thread ``t`` of a quad (lane % 4), whose registers hold columns ``8 s + 2 t`` and
+    ``8 s + 2 t + 1`` of the four k8 column groups ``s`` (wgmma's A layout): column
+    ``8 s + 2 t + h`` is nibble ``s + 4 h`` of word ``t`` (nibble ``n`` in byte ``n // 2``, the
+    low half when ``n`` is even). ``tw_dequant_u4x8_f16_a`` (include/tw_dequant.h) takes
+    each pair of a thread's registers from the word with one LOP3. :func:`plain_order` undoes
+    it."""
+    n, half = q.shape
+    if half % 16:
+        raise ValueError(f"K={2 * half} must be a multiple of 32 for the wgmma order")
+    codes = torch.stack([q & 15, q >> 4], dim=-1).reshape(n, half // 16, 4, 4, 2)  # s, t, h
+    codes = codes.permute(0, 1, 3, 4, 2).reshape(n, 2 * half)  # t, h, s
+    return codes[:, 0::2] | (codes[:, 1::2] << 4)
+
+
+def plain_order(q):
+    """Codes in :func:`wgmma_order` back in the plain order."""
+    n, half = q.shape
+    codes = torch.stack([q & 15, q >> 4], dim=-1).reshape(n, half // 16, 4, 2, 4)  # t, h, s
+    codes = codes.permute(0, 1, 4, 2, 3).reshape(n, 2 * half)  # s, t, h
+    return codes[:, 0::2] | (codes[:, 1::2] << 4)
 
 
 def dequantize(q, scales, zeros):

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import itertools
 import json
 import re
 import shutil
@@ -300,6 +301,22 @@ def cases(quick: bool):
                     *([f"HGMMA.64x{config['block_M']}x16.F32", "!HMMA"] if config.get("swap") else
                       ["HMMA.16816.F32"]),
                     *(["LDS.U16"] if config.get("stage_scales") else [])], configs)
+    # W4A16 with the dequantised weights in registers as wgmma's register A operand
+    # (kernels.W4A16_REGISTER_W: W4A16_NARROW's swapped kernel with option register_w; 16
+    # activation rows at M = 16, m64n16k16): each thread dequantises the elements its A
+    # registers hold, eight codes (one 32-bit LDS of codes in wgmma order) a call, no STS of
+    # the weights and no barrier between their dequantisation and the HGMMA, whose A operand
+    # is registers (HGMMA.64xNx16.F32 R.., R.., gdesc..); _reg_s3 and _reg_s4 deeper
+    # pipelines (kernels.W4A16_REGISTER_W_ROWS)
+    for (m, n), (suffix, change) in itertools.product(
+            () if quick else W4A16_SIZES[size], kernels.W4A16_REGISTER_W_ROWS.items()):
+        config = {**kernels.W4A16_REGISTER_W, "block_M": 8 if m <= 8 else 16, **change}
+        yield (f"w4a16_m{m}_{n}{suffix}",
+               {"kind": "w4a16", "M": m, "N": n, "K": n, "group": 128, "dtype": "float16",
+                "config": config},
+               kernels.w4a16_gemm.fn(m, n, n, 128, **config),
+               ["LDGSTS.E.BYPASS.128", "!I2F.F16", "!STS.128", "!HMMA", "!PRMT",
+                f"HGMMA.64x{config['block_M']}x16.F32"], {})
     # 2:4 sparse A against the dense cuBLAS GEMM: the sparse wgmma (HGMMA.SP, no dense
     # tensor-core instruction), kernels.GEMM_SP (128x256x128, 2 stages: 0.91x where the
     # 128x128x64 three-stage form, the _k64 row, gave 0.73-0.74x); diagnostic rows (not in

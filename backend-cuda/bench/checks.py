@@ -337,13 +337,19 @@ def dequantising() -> list[Check]:
     staged_s4 = {**kernels.W4A16, "stage_scales": True, "splits": 4, "num_stages": 4}
     swapped = {**kernels.W4A16, "swap": True, "threads": 256}
     swapped8 = {**swapped, "block_M": 8}
+    # _reg: register_w (kernels.W4A16_REGISTER_W, codes in wgmma order) on 8-row activation
+    # tiles and (_reg16) 16-row ones, one barrier a k-tile
     for suffix, config in (("", kernels.W4A16), ("_nosplit", one_slice), ("_s4ss", staged_s4),
                            ("_swap", swapped), ("_swap8", swapped8),
-                           ("_swap8ss", {**swapped8, "stage_scales": True})):
+                           ("_swap8ss", {**swapped8, "stage_scales": True}),
+                           ("_reg", kernels.W4A16_REGISTER_W),
+                           ("_reg16", {**kernels.W4A16_REGISTER_W, "block_M": 16})):
         out.append(Check(f"example-gemm_w4a16{suffix}", "example", "float16",
                          lambda config=config: kernels.w4a16_gemm.fn(rows, cols, depth, 128,
                                                                      **config),
-                         lambda: [_w4a16_run(rows, cols, depth, 128)], depth))
+                         lambda config=config: [_w4a16_run(rows, cols, depth, 128,
+                                                           config.get("register_w", False))],
+                         depth))
     return out
 
 
@@ -358,12 +364,13 @@ def _fp8_scaled_run(m: int, n: int, k: int, layout: str) -> Run:
     return Run([a, b, sa, sb, c], [4], [fp8.reference(a, b, sa, sb, layout)])
 
 
-def _w4a16_run(m: int, n: int, k: int, group: int) -> Run:
+def _w4a16_run(m: int, n: int, k: int, group: int, wgmma_order: bool = False) -> Run:
+    """``wgmma_order``: the codes passed in the order option register_w reads."""
     gen = torch.Generator().manual_seed(SEED)
     a = torch.randn(m, k, generator=gen).half()
     q, scales, zeros = w4.quantize(torch.randn(n, k, generator=gen).half(), group)
     c = torch.full((m, n), float("nan"), dtype=torch.float16)
-    return Run([a, q, scales, zeros, c], [4],
+    return Run([a, w4.wgmma_order(q) if wgmma_order else q, scales, zeros, c], [4],
                [a.double() @ w4.dequantize(q, scales, zeros).double().T])
 
 

@@ -291,8 +291,7 @@ def w4a16_row(kernel, case: dict) -> dict:
     scales = (torch.rand(n, k // group, device="cuda") * 0.02 + 0.005).to(dtype)
     zeros = torch.randint(0, 16, (n, k // group), device="cuda").to(dtype)
     (c,), full = poisoned_call(kernel, [a, q, scales, zeros])
-    codes = torch.stack([q & 15, q >> 4], dim=-1).flatten(1).to(dtype)
-    w = (codes - zeros.repeat_interleave(group, 1)) * scales.repeat_interleave(group, 1)
+    w = w4a16_weights(q, scales, zeros, bool(case["config"].get("register_w")))
     ref = a.float() @ w.float().T
     torch.testing.assert_close(c.float(), ref, rtol=2e-2, atol=2e-2 * ref.abs().mean().item())
     wt = w.T
@@ -311,6 +310,20 @@ def w4a16_row(kernel, case: dict) -> dict:
     return {"ours_ms": ours, "peer_ms": peer, "peer": "torch.matmul of the float16 weights",
             "ours_tbps": moved / ours * 1e-9, "ratio": peer / ours, "timing": timing,
             "eager_ms": list(eager), "eager_ratio": eager[1] / eager[0]}
+
+
+def w4a16_weights(q, scales, zeros, wgmma_order: bool):
+    """The weights [N, K] that W4A16's codes ``q`` [N, K / 2], scales and zero points stand
+    for; ``wgmma_order``: the codes are in the order option register_w reads
+    (examples/gemm_w4a16.py, ``wgmma_order``: in each 16 bytes, column 8 s + 2 t + h is
+    nibble s + 4 h of word t)."""
+    n, half = q.shape
+    group = 2 * half // scales.shape[1]
+    codes = torch.stack([q & 15, q >> 4], dim=-1)
+    if wgmma_order:
+        codes = codes.reshape(n, half // 16, 4, 2, 4).permute(0, 1, 4, 2, 3)
+    codes = codes.reshape(n, 2 * half).to(scales.dtype)
+    return (codes - zeros.repeat_interleave(group, 1)) * scales.repeat_interleave(group, 1)
 
 
 GRAPH_CALLS = 20

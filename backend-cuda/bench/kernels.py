@@ -120,6 +120,15 @@ W4A16 = {"block_M": 16, "block_N": 128, "block_K": 128, "threads": 128, "num_sta
 # two warpgroups of 64 weight rows), the slice's scales and zero points staged in shared
 # memory; 1.76x where W4A16 gave 1.53-1.54x (RESULTS.md, 2026-12-04 run 4)
 W4A16_NARROW = {**W4A16, "block_M": 8, "threads": 256, "swap": True, "stage_scales": True}
+# W4A16_NARROW with the dequantised tile in registers as wgmma's register A operand (option
+# register_w: no shared store of the weights, no barrier between their dequantisation and
+# the gemm; codes in wgmma order). Not measured yet: build_bundles.py's _reg rows, by row
+# suffix: 24 KB of shared memory a block at M = 1 (56 KB with the shared tile), so deeper
+# pipelines fit four blocks an SM: _reg_s3 three stages (34 KB), _reg_s4 four slices four
+# stages deep (16 k-tiles a block, 256 blocks; the combine adds 4 partial sums, not 8)
+W4A16_REGISTER_W = {**W4A16_NARROW, "register_w": True}
+W4A16_REGISTER_W_ROWS = {"_reg": {}, "_reg_s3": {"num_stages": 3},
+                         "_reg_s4": {"splits": 4, "num_stages": 4}}
 # 2:4 sparse: 128x256x128 tiles two stages deep (2 x 82 KB), each k-tile's wgmma.sp group
 # retired in it; GEMM_SP_K64 the 128x128x64 three-stage form, the default until 2026-12-04
 GEMM_SP = {"block_M": 128, "block_N": 256, "block_K": 128, "threads": 256, "num_stages": 2}

@@ -4,7 +4,10 @@ with one zero point and scale per run of eight elements becomes one ``tw_dequant
 call per run (a 32-bit word of codes in, 16 bytes of float16 out), bit-exact with the scalar
 code: every byte value, random scales and zero points (fractional, negative, tiny and large),
 against the scalar path and torch's float16 arithmetic (one rounding per operation). Other
-forms (bfloat16, signed codes, a zero point that changes within a run) keep the scalar path."""
+forms (bfloat16, signed codes, a zero point that changes within a run) keep the scalar path.
+Into a wgmma register A operand, codes in wgmma order take ``tw_dequant_u4x8_f16_a`` (eight
+of a thread's registers a call), bit-exact as well; the byte order there runs a register at
+a time."""
 
 import re
 
@@ -140,3 +143,80 @@ def test_dequantisation_sass_is_permutes_and_paired_half_arithmetic(tmp_path, ar
     assert count.get("I2F.F16", 0) == 0 and count.get("STS.U16", 0) == 0
     assert count["STS.128"] == runs and count["PRMT"] >= 4 * runs
     assert count["HMUL2"] == 4 * runs and count["HADD2"] == 8 * runs
+
+
+REGISTER_CALL = "tw_dequant_u4x8_f16_a("
+
+
+def register_tile(K, group, order="wgmma"):
+    """O = W I for the dequantised W [128, K] in a fragment read only as a wgmma's register A
+    operand (256 threads, 64 rows a warpgroup) and I the identity: W itself, exactly, in
+    float32. The codes in ``wgmma`` order (examples/gemm_w4a16.py's ``wgmma_order``) or
+    ``plain``; the scales and zero points staged in shared memory."""
+    N = 128
+
+    @T.prim_func
+    def main(Q: T.Tensor((N, K // 2), "uint8"), Scales: T.Tensor((N, K // group), "float16"),
+             Zeros: T.Tensor((N, K // group), "float16"), I: T.Tensor((K, K), "float16"),
+             O: T.Tensor((N, K), "float32")):
+        with T.Kernel(1, threads=256):
+            Q_s = T.alloc_shared((N, K // 2), "uint8")
+            S = T.alloc_shared((N, K // group), "float16")
+            Z = T.alloc_shared((N, K // group), "float16")
+            I_s = T.alloc_shared((K, K), "float16")
+            W = T.alloc_fragment((N, K), "float16")
+            acc = T.alloc_fragment((N, K), "float32")
+            T.copy(Q, Q_s)
+            T.copy(Scales, S)
+            T.copy(Zeros, Z)
+            T.copy(I, I_s)
+            for i, j in T.Parallel(N, K):
+                if order == "wgmma":
+                    byte = j // 32 * 16 + j % 8 // 2 * 4 + j % 2 * 2 + j % 32 // 16
+                    nibble = j % 16 // 8
+                else:
+                    byte, nibble = j // 2, j % 2
+                code = T.cast(T.unpack(Q_s[i, byte], nibble, 4), "float16")
+                W[i, j] = (code - Z[i, j // group]) * S[i, j // group]
+            T.gemm(W, I_s, acc, clear_accum=True)
+            T.copy(acc, O)
+
+    return main
+
+
+def _wgmma_order(q):
+    """examples/gemm_w4a16.py's ``wgmma_order``: column 8 s + 2 t + h of each k32 step is
+    nibble s + 4 h of word t."""
+    n, half = q.shape
+    codes = torch.stack([q & 15, q >> 4], dim=-1).reshape(n, half // 16, 4, 4, 2)
+    codes = codes.permute(0, 1, 3, 4, 2).reshape(n, 2 * half)
+    return codes[:, 0::2] | (codes[:, 1::2] << 4)
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize(("order", "group", "fast"), [
+    ("wgmma", 32, True),   # eight codes a call into registers 4 b + h
+    ("plain", 32, False),  # the byte order: a register at a time
+    ("wgmma", 4, False),   # the zero point and scale change within a run of eight
+])
+def test_register_a_dequantisation_is_bit_exact(tmp_path, order, group, fast):
+    # 128 x 64 codes: every byte value 16 times; fractional, negative, tiny and large scales
+    # and zero points; the gemm by the identity gives each register's value back exactly
+    # (scales below 2^6: no infinity, whose product with the identity's zeros is a NaN)
+    K = 64
+    q, scales, zeros = inputs(128, K, group, seed=2)
+    scales = torch.where(scales.abs() < 64, scales, scales / 2048)
+    source = tilewright.lower(register_tile(K, group, order), "cuda -arch=sm_90a").source
+    assert "tw_gemm_wgmma_rs<64, 64," in source.text
+    # a thread's 32 registers, eight a call, unrolled; the header defines it once
+    assert (source.text.count(REGISTER_CALL) == 128 * K // 256 // 8 + 1) == fast
+    assert fast or REGISTER_CALL not in source.text
+    o = torch.full((128, K), float("nan"))
+    codes = _wgmma_order(q) if order == "wgmma" else q
+    hostemu.run(source.text, source.payload, tmp_path, codes, scales, zeros,
+                torch.eye(K, dtype=torch.float16), o)
+    want = reference(q, scales, zeros)
+    assert want.isfinite().all() and (want.abs() < 2.0 ** -14).any()
+    # float32 sums of one product: a negative zero comes back positive
+    assert torch.equal(o, want.float())
+    assert torch.equal(_bits(o.half())[want != 0], _bits(want)[want != 0])

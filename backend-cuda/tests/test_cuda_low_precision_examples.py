@@ -20,6 +20,7 @@ import re
 import sys
 from pathlib import Path
 
+import cuda_source
 import hostemu
 import pytest
 import sass
@@ -469,6 +470,110 @@ def test_w4a16_swapped_operands_run_on_wgmma_without_ldmatrix(tmp_path, tile):
     loop = [op.split(".")[0] for op in sass.hot_loop(code)]
     assert loop.count("HGMMA") == 8 and "LDSM" not in loop and "HMMA" not in loop
     assert loop.count("STS") == 8 and "I2F.F16" not in code
+
+
+def _register_w_tile(m: int, suffix: str = "_reg") -> dict:
+    """The bench's ``w4a16_m*_8192{suffix}`` row's configuration for ``m`` activation
+    rows (kernels.W4A16_REGISTER_W_ROWS)."""
+    return {**kernels.W4A16_REGISTER_W, "block_M": 8 if m <= 8 else 16,
+            **kernels.W4A16_REGISTER_W_ROWS[suffix]}
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize(("m", "k", "tile"), [
+    # the bench's rows at 8192 deep (M = 1 and 16 as benched; 5: a partial column of C^T):
+    # _reg 8 k-tiles a slice through 2 stages (4 wraps), _reg_s3 through 3, _reg_s4 16 k-tiles
+    # through 4
+    *((m, 8192, {"row": suffix}) for suffix in kernels.W4A16_REGISTER_W_ROWS
+      for m in (1, 5, 16)),
+    (16, 2048, {"block_N": 64, "threads": 128, "splits": 2}),  # one warpgroup
+    (5, 4096, {"block_K": 64, "group": 64}),  # 64-deep k-tiles: two k32 steps a row
+    (5, 2048, {"splits": 2, "dtype": "bfloat16"}),  # bfloat16: a register at a time
+])
+def test_w4a16_register_w_is_bit_identical_to_swap_in_emulation(tmp_path, m, k, tile):
+    # register_w: each thread dequantises the weights its wgmma A registers hold from codes
+    # in wgmma order, the same arithmetic on the same values as swap's shared tile, which the
+    # emulated wgmma sums in the same order: the same bits (a partial column tile: rows of
+    # C^T past N)
+    n = 200
+    tile = {**_register_w_tile(m, tile.pop("row", "_reg")), **tile}
+    group = tile.pop("group", 128)
+    dtype = tile.pop("dtype", "float16")
+    a, q, scales, zeros = _w4a16_operands(m, n, k, group, 12)
+    a, scales, zeros = (x.to(getattr(torch, dtype)) for x in (a, scales, zeros))
+    out = {}
+    for register_w in (False, True):
+        lowered = tilewright.lower(
+            w4.w4a16_gemm.fn(m, n, k, group, dtype, **{**tile, "register_w": register_w}),
+            "cuda -arch=sm_90a")
+        text = lowered.source.text
+        loop = cuda_source.loop_body(text, "ko")
+        # a thread's block_N * block_K / threads weights, eight a call; the gemm's A in
+        # registers
+        calls = tile["block_N"] * tile["block_K"] // tile["threads"] // 8
+        if register_w and dtype == "bfloat16":
+            assert "tw_dequant_u4x8_f16" not in loop and "tw_gemm_wgmma_rs<" in loop
+        elif register_w:
+            assert loop.count("tw_dequant_u4x8_f16_a(") == calls and \
+                "tw_dequant_u4x8_f16(" not in loop and "tw_gemm_wgmma_rs<" in loop
+        else:
+            assert "tw_dequant_u4x8_f16_a(" not in loop and "tw_gemm_wgmma_rs<" not in loop
+        out[register_w] = torch.full((m, n), float("nan"), dtype=getattr(torch, dtype))
+        codes = w4.wgmma_order(q) if register_w else q
+        hostemu.run(text, lowered.source.payload, tmp_path / str(register_w), a, codes, scales,
+                    zeros, out[register_w])
+    assert torch.equal(out[True], out[False])
+    _assert_w4a16_matches(out[True], a, q, scales, zeros)
+
+
+def test_w4a16_wgmma_order_puts_a_threads_codes_in_one_word(monkeypatch):
+    # column 8 s + 2 t + h of a k32 step: nibble s + 4 h of word t; plain_order undoes it, and
+    # the GPU harness's reference (it runs without the example) reads the same weights
+    monkeypatch.setattr(harness, "torch", torch)
+    a, q, scales, zeros = _w4a16_operands(1, 8, 256, 128, 13)
+    ordered = w4.wgmma_order(q)
+    codes = torch.stack([q & 15, q >> 4], dim=-1).flatten(1)
+    nibbles = torch.stack([ordered & 15, ordered >> 4], dim=-1).flatten(1)
+    for column in (0, 1, 2, 9, 31, 32 + 8 * 3 + 2 * 1 + 1):
+        step, s, t, h = column // 32, column % 32 // 8, column % 8 // 2, column % 2
+        assert torch.equal(nibbles[:, 32 * step + 8 * t + s + 4 * h], codes[:, column])
+    assert torch.equal(w4.plain_order(ordered), q)
+    assert torch.equal(harness.w4a16_weights(ordered, scales, zeros, True),
+                       w4.dequantize(q, scales, zeros))
+    assert torch.equal(harness.w4a16_weights(q, scales, zeros, False),
+                       w4.dequantize(q, scales, zeros))
+
+
+@pytest.mark.nvcc
+@pytest.mark.sass
+@pytest.mark.parametrize("m", [1, 16])
+@pytest.mark.parametrize("suffix", list(kernels.W4A16_REGISTER_W_ROWS))
+def test_w4a16_register_w_feeds_hgmma_from_registers(tmp_path, m, suffix):
+    # the bench's _reg rows: per thread and k-tile, 64 weights from eight 32-bit LDS of codes
+    # (the 7 predicated-off "@!PT LDS RZ" are ptxas padding) and four LDS.U16 of zero points
+    # and scales, each word's four pairs by one SHF and four LOP3 (no PRMT); no STS (the
+    # default's 8 STS.128 of its 64 weights) and the HGMMA's A operand a register
+    # (HGMMA.64x8x16.F32 R24, R56, gdesc[UR4], R24)
+    code = _sass(w4.w4a16_gemm.fn(m, 8192, 8192, **_register_w_tile(m, suffix)), "sm_90a",
+                 tmp_path)
+    loop = sass.hot_loop(code)
+    rows = 8 if m == 1 else 16
+    assert len([op for op in loop if op.startswith("HGMMA")]) == 8
+    assert re.search(rf"HGMMA\.64x{rows}x16\.F32 R\d+, R\d+, gdesc", code)
+    assert not [op for op in loop if op.startswith("STS")] and "I2F.F16" not in code
+    real_lds = [line for line in code.splitlines() if re.search(r"\bLDS R\d+, \[", line)]
+    assert loop.count("LDS.U16") == 4 and len(real_lds) == 8
+    assert not [op for op in loop if op.startswith("PRMT")]
+    # one barrier a k-tile: the activations' async-proxy fence before the pipeline's
+    assert len([op for op in loop if op.startswith("BAR.SYNC")]) == 1
+
+
+def test_w4a16_register_w_refuses_what_it_cannot_do():
+    with pytest.raises(ValueError, match="register_w takes swap and stage_scales"):
+        w4.w4a16_gemm.fn(1, 1024, 1024, splits=2, stage_scales=True, register_w=True)
+    with pytest.raises(ValueError, match="64 rows per warpgroup"):
+        w4.w4a16_gemm.fn(1, 1024, 1024, splits=2, swap=True, stage_scales=True,
+                         register_w=True, threads=128)
 
 
 def test_w4a16_staged_scales_and_swap_refuse_what_they_cannot_do():

@@ -2,6 +2,9 @@
 16-bit fragment written only by a copy of a wgmma accumulator and read only as a wgmma A
 operand (FlashAttention's P) stays in the accumulator's registers, converted pairwise, and
 the gemm takes wgmma's register-A form: no shared store of P, no fence or barrier for it.
+So does one written by ``T.Parallel`` nests at their own elements (``nest_chain``): each
+thread computes the elements its registers hold; a nest that reads another element, or nests
+that do not cover the fragment, keep it in shared memory.
 The host emulation gathers each thread's A rows from its quad's registers (the PTX m64k16 A
 fragment layout), so a layout bug gives wrong numbers; the SASS shows HGMMA with a register
 A operand."""
@@ -200,3 +203,95 @@ def test_attention_sass_has_register_a_hgmma(monkeypatch, tmp_path):
         assert builds[name][2] == 0, name  # no spills
     assert builds["P in registers"][3]["STS"] < builds["shared P"][3]["STS"]
     assert builds["P in registers"][3]["BAR"] < builds["shared P"][3]["BAR"]
+
+
+def nest_chain(M=256, N=64, K=256, block_K=64, threads=256, dtype="float16", form="own"):
+    """O = f(X) B^T per 128-row block, ``f(x) = 2 x - ko`` of each k-tile ``ko`` computed into
+    the fragment P by a ``T.Parallel`` nest over a shared tile (W4A16's dequantisation in
+    miniature) in a two-stage pipeline. ``form`` writes P another way that must keep it in
+    shared memory: ``mirror`` (a nest after the loop reads another iteration's element of P
+    into R: the last k-tile's f(X) mirrored along K), ``halves`` (two nests of 64 rows each:
+    neither covers P)."""
+
+    @T.prim_func
+    def main(X: T.Tensor((M, K), dtype), B: T.Tensor((N, K), dtype),
+             O: T.Tensor((M, N), "float32"), R: T.Tensor((M, block_K), dtype)):
+        with T.Kernel(M // 128, threads=threads) as bx:
+            X_s = T.alloc_shared((128, block_K), dtype)
+            B_s = T.alloc_shared((N, block_K), dtype)
+            P = T.alloc_fragment((128, block_K), dtype)
+            acc = T.alloc_fragment((128, N), "float32")
+            T.clear(acc)
+            for ko in T.Pipelined(K // block_K, num_stages=2):
+                T.copy(X[bx * 128, ko * block_K], X_s)
+                T.copy(B[0, ko * block_K], B_s)
+                if form == "halves":
+                    for h in T.unroll(2):
+                        for i, j in T.Parallel(64, block_K):
+                            P[h * 64 + i, j] = X_s[h * 64 + i, j] * T.cast(2, dtype) - \
+                                T.cast(ko, dtype)
+                else:
+                    for i, j in T.Parallel(128, block_K):
+                        P[i, j] = X_s[i, j] * T.cast(2, dtype) - T.cast(ko, dtype)
+                T.gemm(P, B_s, acc, transpose_B=True)
+            T.copy(acc, O[bx * 128, 0])
+            if form == "mirror":
+                for i, j in T.Parallel(128, block_K):
+                    R[bx * 128 + i, j] = P[i, block_K - 1 - j]
+
+    return main
+
+
+def _nest_reference(x, b, block_K):
+    """O and R of :func:`nest_chain` (R: ``mirror``'s)."""
+    tiles = [(x[:, ko * block_K:(ko + 1) * block_K] * 2 - ko).to(x.dtype)
+             for ko in range(x.shape[1] // block_K)]
+    return torch.cat(tiles, 1).float() @ b.float().t(), tiles[-1].flip(1)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_nest_written_fragment_takes_register_a(dtype):
+    # each thread computes the 32 halves its registers hold of P in the wgmma layout (row 16
+    # warp + lane / 4 (+ 8), columns 2 (lane % 4) + 8 t (+ 1)): no shared store of P
+    text = tilewright.lower(nest_chain(dtype=dtype), TARGET).source.text
+    kernel = cuda_source.kernel(text)
+    flag = "TW_WGMMA_BF16" if dtype == "bfloat16" else "TW_WGMMA_F16"
+    assert f"tw_gemm_wgmma_rs<64, 64, 64, {flag}, false, 64, 128>((&(P_ptr[0]))" in kernel
+    c_type = "nv_bfloat16" if dtype == "bfloat16" else "half"
+    assert f"{c_type} P_ptr[64];" in kernel  # (1, 64): the fragment's row length
+    loop = cuda_source.loop_body(text, "ko")
+    assert loop.count("P_ptr[31] = ") == 1 and "P_ptr[32] = " not in loop
+    assert "store_pair" not in loop
+    # B's fence goes in front of the pipeline's barrier after the copies land
+    # (sync.drop_redundant_fences): one barrier a k-tile, none between the nest and the gemm
+    assert loop.count("__syncthreads()") == 1 and loop.count("tw_fence_proxy_async()") == 1
+    assert loop.index("tw_cp_async_wait<0>();") < loop.index("tw_fence_proxy_async();") < \
+        loop.index("__syncthreads();") < loop.index("P_ptr[0] = ")
+
+
+@pytest.mark.parametrize("kwargs", [{"form": "mirror"}, {"form": "halves"}, {"threads": 128}])
+def test_other_nests_keep_the_fragment_in_shared_memory(kwargs):
+    # another iteration's element read, nests that do not cover P, 128 rows on one warpgroup
+    kernel = cuda_source.kernel(tilewright.lower(nest_chain(**kwargs), TARGET).source.text)
+    assert "tw_gemm_wgmma_rs" not in kernel and "P_ptr[64]" not in kernel
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize("dtype,form,threads", [
+    ("float16", "own", 256), ("bfloat16", "own", 256),
+    ("float16", "mirror", 256), ("float16", "halves", 256), ("float16", "own", 128)])
+def test_nest_written_fragment_matches_torch_in_emulation(dtype, form, threads, tmp_path):
+    # 4 k-tiles through two stages: the registers rewritten after each k-tile's wgmma retired
+    M, N, K, block_K = 256, 64, 256, 64
+    gen = torch.Generator().manual_seed(3)
+    tdtype = getattr(torch, dtype)
+    x, b = (torch.randn(r, K, generator=gen).to(tdtype) for r in (M, N))
+    o, r = torch.full((M, N), float("nan")), torch.zeros(M, block_K).to(tdtype)
+    lowered = tilewright.lower(nest_chain(M, N, K, block_K, threads, dtype, form), TARGET)
+    assert ("tw_gemm_wgmma_rs<" in cuda_source.kernel(lowered.source.text)) == \
+        (form == "own" and threads == 256)
+    hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, x, b, o, r)
+    want, mirrored = _nest_reference(x, b, block_K)
+    torch.testing.assert_close(o, want, rtol=1e-2, atol=3e-2)
+    if form == "mirror":
+        assert torch.equal(r, mirrored)

@@ -165,6 +165,9 @@ TABLE = _table(
     # eight 4-bit codes (the 32-bit word at argument 2) to eight float16 (code - zero) * scale
     # (16 bytes at argument 1); zero and scale are values
     Intrinsic("tw_dequant_u4x8_f16", DEQUANT, ("write", "read", "", "")),
+    # eight codes (nibble b + 4 h of the word) into registers 4 b + h from argument 1 of a
+    # wgmma register A operand
+    Intrinsic("tw_dequant_u4x8_f16_a", DEQUANT, ("write", "read", "", "")),
     Intrinsic("__shfl_xor_sync", CUDA, local=True),
     Intrinsic("__shfl_sync", CUDA, local=True),
     Intrinsic("__syncwarp", CUDA),

@@ -19,6 +19,7 @@ from .ir import (
     buffers_in,
     const,
     full,
+    loads_in,
     parallel_nests,
     role_loops,
     stores,
@@ -465,15 +466,17 @@ def register_a(func, arch, block: int) -> list:
     """2-D float16/bfloat16 fragments whose only writes are whole ``T.copy``s from a wgmma
     accumulator of their shape or from a shared tile or global tensor of their dtype
     (``TILE_SOURCES``: each thread loads the elements its registers hold; FlashMLA's
-    ``T.copy(Q_pe_shared, Q_pe_local_0)``), whose reads are as the whole A operand of gemms
-    that fit the register-A wgmma (C a wgmma accumulator with as many rows per warpgroup) and
-    at most whole copies into a shared tile (FlashMLA's
+    ``T.copy(Q_pe_shared, Q_pe_local_0)``) or stores of ``T.Parallel`` nests at their own
+    element (:func:`_nest_writes`: W4A16's dequantised weights), whose reads are as the whole
+    A operand of gemms that fit the register-A wgmma (C a wgmma accumulator with as many rows
+    per warpgroup) and at most whole copies into a shared tile (FlashMLA's
     ``T.copy(acc_s_1_cast, SP1_shared)``), and which nothing else touches. Threads are
     counted per ``T.ws`` role: a role's gemms and copies run on its threads."""
     frags = set(_fragments(func, lambda b: str(b.dtype) in layout.REGISTER_A_DTYPES and
                            len(b.shape) == 2))
     if not frags:
         return []
+    nested = _nest_writes(func, frags, role_threads(func, block))
     regions, ok, written, read = {f: 0 for f in frags}, {f: True for f in frags}, set(), set()
     for call, op, region in _operands(func, frags):
         buf, threads = region.buffer, threads_running(func, call, block)
@@ -492,7 +495,49 @@ def register_a(func, arch, block: int) -> list:
             good = False
         ok[buf] = ok[buf] and good
     uses = access_counts(func, frags)
-    return [f for f in frags if ok[f] and f in written and f in read and uses[f] == regions[f]]
+    return [f for f in frags if ok[f] and f in read and (f in written or nested[f]) and
+            uses[f] == regions[f] + nested[f]]
+
+
+def _nest_writes(func, frags, threads_of) -> dict:
+    """Per fragment, how many stores of ``T.Parallel`` nests write it as a register A operand
+    can be written: each thread computes the elements its registers hold in the wgmma layout
+    (``transforms.distribute`` runs such a nest over the registers, the iteration ``(i, j)``
+    of register ``r`` at the accumulator layout's element of ``r``). So the nest has two loops
+    over the fragment's whole shape and stores it at the iteration's own element
+    (:func:`spread_index`), nothing in it reads the fragment (another iteration's element
+    may be another thread's register) or touches another register layout, and the fragment's
+    rows are 64 per warpgroup of its threads (``threads_of``: the block's, or its ``T.ws``
+    role's). Reads of shared, global or thread-local memory inside the nest are free. A
+    fragment accessed any other way in a nest counts zero: it stays in shared memory."""
+    good = {f: 0 for f in frags}
+    bad = set()
+    for loops, inner in parallel_nests(func.body):
+        touched = [b for b in buffers_in(inner) if b in good]
+        if not touched:
+            continue
+        registers = [b for b in buffers_in(inner) if layout.of(b) is not None and
+                     not isinstance(layout.of(b), layout.Swizzled)]
+        read = set(loads_in(inner))
+
+        def visit(st, loops=loops, registers=registers, read=read):
+            buf = st.buffer
+            if buf not in good:
+                return
+            if len(loops) == 2 and not registers and buf not in read and \
+                    spread_index(list(st.indices), loops, buf.shape):
+                good[buf] += 1
+            else:
+                bad.add(buf)
+
+        tvm_ffi.structural_walk(loops[0], (tirx.BufferStore, visit))
+        bad.update(b for b in touched if b in read)
+    for f in frags:
+        threads = threads_of(f)
+        if f in bad or threads is None or threads % WARPGROUP or \
+                const(f.shape[0]) != 64 * (threads // WARPGROUP):
+            good[f] = 0
+    return good
 
 
 def _converts_accumulator(call, threads: int) -> bool:

@@ -100,6 +100,12 @@ class Distribute(StmtMutator):
         each thread runs the iterations of the elements it holds, ``(i, j)`` of register ``r``
         in the mma layout (``(row - c, col)`` when that iteration is in the nest)."""
         acc = registers[0]
+        if len(registers) == 1 and layout.is_register_a(acc):
+            found = dequant.match_registers(
+                loops, body, acc, lambda r: layout.element(acc, r, self.threads, self.tx),
+                self.threads, self.tx, self.analyzer)
+            if found is not None:
+                return self._dequantised_registers(loops, acc, found)
         r = tirx.Var("r", "int32")
         row, col = layout.element(acc, r, self.threads, self.tx)
         shift = _shift(body, registers, loops[0].loop_var)
@@ -124,6 +130,17 @@ class Distribute(StmtMutator):
                                                (tirx.BufferStore, store)])
         return tirx.For(r, 0, layout.registers(acc, self.threads), tirx.ForKind.UNROLLED,
                         inner, annotations={keys.SPREAD: 1}, span=loops[0].span)
+
+    def _dequantised_registers(self, loops, acc, found):
+        """A dequantisation nest over a register A operand (``dequant.match_registers``):
+        each thread's registers in runs of eight, one ``tw_dequant_u4x8_f16_a`` call (one
+        32-bit load of codes) a run, unrolled."""
+        call = intrinsics.call(
+            "tw_dequant_u4x8_f16_a",
+            tirx.address_of(tirx.BufferLoad(acc, layout.register_index(acc, found.first))),
+            tirx.address_of(found.codes), found.zero, found.scale)
+        return tirx.For(found.run, 0, found.runs, tirx.ForKind.UNROLLED, call,
+                        annotations={keys.SPREAD: 1}, span=loops[0].span)
 
     def _per_spread(self, loops, body, spread):
         """A nest over spread fragments (layout.Spread; infer_layout checked that it indexes
