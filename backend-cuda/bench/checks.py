@@ -320,14 +320,17 @@ def dequantising() -> list[Check]:
     configurations (``kernels.py``), at small sizes."""
     out = []
     # a partial row tile, 2 x 2 blocks, 9 k-tiles and scale groups along K (the stages wrapped)
+    # (_n256: the block layout's 256-column tiles, each half promoted with its own block of
+    # B's scale; 384 columns: the second tile's second half wholly past N)
     m, n, k = 200, 256, 1152
-    for layout in kernels.FP8_TILES:
-        config = kernels.fp8_config(layout)
+    fp8_rows = [(layout, "", kernels.fp8_config(layout), n) for layout in kernels.FP8_TILES]
+    fp8_rows.append(("block", "_n256", {**kernels.fp8_config("block"), "block_N": 256}, 384))
+    for layout, suffix, config, cols in fp8_rows:
         out.append(Check(
-            f"example-gemm_fp8_scaled_{layout}", "example", "float8_e4m3fn",
-            lambda layout=layout, config=config: kernels.fp8_gemm_scaled.fn(
-                m, n, k, layout, **config),
-            lambda layout=layout: [_fp8_scaled_run(m, n, k, layout)], k))
+            f"example-gemm_fp8_scaled_{layout}{suffix}", "example", "float8_e4m3fn",
+            lambda layout=layout, config=config, cols=cols: kernels.fp8_gemm_scaled.fn(
+                m, cols, k, layout, **config),
+            lambda layout=layout, cols=cols: [_fp8_scaled_run(m, cols, k, layout)], k))
     # decode rows, 5 column tiles, 48 groups a row: 6 k-tiles a split (8 splits), 3 times
     # the 2 stages (the one-slice form: 48 k-tiles, 12 times its 4 stages); the staged
     # scales of the _s4ss row (12 groups a slice), _swap's wgmma on C^T, and _swap8's and
