@@ -4,6 +4,8 @@ destination as written, a cp.async destination as in flight until a wait, an ato
 as updated atomically by its function (still a write to the other analyses), and a name the
 table does not know is an error rather than a guess."""
 
+import dataclasses
+
 import pytest
 from tilewright_cuda import intrinsics
 from tilewright_cuda.analysis import ir
@@ -53,3 +55,33 @@ def test_an_unknown_function_is_an_error():
     with pytest.raises(KeyError, match="intrinsics table has no 'tw_mystery'"):
         intrinsics.named("tw_mystery<3>")
     assert intrinsics.lookup("exp2f") is None
+
+
+def test_a_wgmma_gemm_name_reads_back_as_its_arguments():
+    # rules/gemm spells the call, codegen/wgmma and the pipeline's held metadata registers
+    # read it back: one value type knows the header's template order
+    sparse = intrinsics.WgmmaGemm("tw_gemm_wgmma_sp", 256, 128, 256, "TW_WGMMA_F16", True,
+                                  (128, 64, 128, 128, 16))
+    assert sparse.name == "tw_gemm_wgmma_sp<256, 128, 256, TW_WGMMA_F16, true, 128, 64, 128, " \
+                          "128, 16>"
+    assert intrinsics.WgmmaGemm.parse(sparse.name) == sparse and sparse.metadata_steps == 4
+    register_a = intrinsics.WgmmaGemm("tw_gemm_wgmma_rs", 8, 64, 8, "TW_WGMMA_BF16", False,
+                                      (8, 128))
+    assert intrinsics.WgmmaGemm.parse(register_a.name) == register_a
+    assert intrinsics.named(register_a.name).role == "wgmma"
+    assert intrinsics.WgmmaGemm.parse("tw_wgmma_wait<1>") is None
+    assert intrinsics.WgmmaGemm.parse("tw_gemm_wgmma") is None
+    held = intrinsics.hold_sparse_metadata(
+        tirx.call_extern("void", sparse.name, *[ZERO] * 5),
+        *(tirx.decl_buffer((4,), "uint32", n, scope="local") for n in ("even", "odd")), ZERO)
+    assert intrinsics.WgmmaGemm.parse(intrinsics.extern_name(held)) == \
+        dataclasses.replace(sparse, form="tw_gemm_wgmma_sp_kept")
+
+
+def test_a_wait_says_what_it_leaves_in_flight():
+    assert intrinsics.groups_left(intrinsics.wgmma_wait(1)) == 1
+    assert intrinsics.groups_left(intrinsics.cp_async_wait(0)) == 0
+    assert intrinsics.waits_all(intrinsics.wgmma_wait(0), "wgmma_wait")
+    assert not intrinsics.waits_all(intrinsics.cp_async_wait(0), "wgmma_wait")
+    assert not intrinsics.waits_all(intrinsics.wgmma_wait(2))
+    assert intrinsics.groups_left(intrinsics.cp_async_commit()) is None  # not a wait

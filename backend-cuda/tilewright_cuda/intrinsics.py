@@ -22,6 +22,7 @@ by the analyses: an address it takes counts as written, an element it names othe
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import tvm
@@ -210,6 +211,22 @@ def of(node) -> Intrinsic | None:
     return None if name is None else named(name)
 
 
+def groups_left(node) -> int | None:
+    """What a wait (an intrinsic that ``completes``: the cp.async and wgmma group waits, the
+    TMA store wait, an mbarrier wait) leaves in flight: its one template argument, the groups
+    still pending, or 0 for a wait that takes none; None for any other node."""
+    entry = of(node)
+    if entry is None or not entry.completes:
+        return None
+    _, bracket, pending = extern_name(node).partition("<")
+    return int(pending.rstrip(">")) if bracket else 0
+
+
+def waits_all(node, role: str | None = None) -> bool:
+    """Whether ``node`` is a wait (of ``role``, when given) that leaves nothing in flight."""
+    return groups_left(node) == 0 and (role is None or of(node).role == role)
+
+
 def role(node) -> str | None:
     """The role of the intrinsic ``node`` calls, None when it calls none."""
     entry = of(node)
@@ -310,19 +327,59 @@ def wgmma_wait(groups: int) -> tirx.Stmt:
     return tirx.Evaluate(tirx.call_extern("void", f"tw_wgmma_wait<{groups}>"))
 
 
-SPARSE_WGMMA = "tw_gemm_wgmma_sp"
+@dataclass(frozen=True)
+class WgmmaGemm:
+    """A wgmma gemm call's function and template arguments (include/tw_wgmma.h), the one place
+    that spells its name and reads it back: ``form`` the function (``tw_gemm_wgmma``, ``_rs``
+    A in registers, ``_sp`` 2:4 sparse A with its metadata rows, ``_sp_kept`` the same on the
+    caller's metadata registers), N and K of a warpgroup's gemm (K in dense columns), NC the
+    columns of one instruction, TY the operand type (the header's ``tw_wgmma_type``), B_MN
+    whether B is MN-major, then ``operands``: each shared operand's rows and swizzle width (A's
+    only in shared memory: RA, WA, RB, WB or RB, WB) and, for the sparse forms, the metadata
+    row's bytes (LDE)."""
+
+    form: str
+    n: int
+    k: int
+    nc: int
+    ty: str
+    b_mn: bool
+    operands: tuple[int, ...]
+
+    @property
+    def name(self) -> str:
+        args = (self.n, self.k, self.nc, self.ty, str(self.b_mn).lower(), *self.operands)
+        return f"{self.form}<{', '.join(map(str, args))}>"
+
+    @property
+    def metadata_steps(self) -> int:
+        """The metadata registers a sparse form's group reads: one a k32 step."""
+        return self.k // 32
+
+    @classmethod
+    def parse(cls, name: str) -> WgmmaGemm | None:
+        """The call named ``name``, None for a name of another function."""
+        form, bracket, args = name.partition("<")
+        if not bracket or form not in WGMMA_GEMMS:
+            return None
+        n, k, nc, ty, b_mn, *operands = (a.strip() for a in args.rstrip(">").split(","))
+        return cls(form, int(n), int(k), int(nc), ty, b_mn == "true",
+                   tuple(int(o) for o in operands))
+
+
+WGMMA_GEMMS = ("tw_gemm_wgmma", "tw_gemm_wgmma_rs", "tw_gemm_wgmma_sp", "tw_gemm_wgmma_sp_kept")
 
 
 def sparse_metadata_steps(call) -> int:
-    """The metadata registers a ``tw_gemm_wgmma_sp<N, K, ...>`` call's group reads: one a k32
-    step, K / 32."""
-    return int(str(call.args[0].value).split("<", 1)[1].split(",")[1]) // 32
+    """The metadata registers a ``tw_gemm_wgmma_sp`` call's group reads."""
+    return WgmmaGemm.parse(str(call.args[0].value)).metadata_steps
 
 
 def hold_sparse_metadata(call, even, odd, parity) -> tvm.ir.Call:
     """``call`` (a ``tw_gemm_wgmma_sp``) as ``tw_gemm_wgmma_sp_kept``: its metadata in the
     registers ``even`` or ``odd`` (one-dimensional local buffers) as ``parity`` says."""
-    name = str(call.args[0].value).replace(SPARSE_WGMMA + "<", SPARSE_WGMMA + "_kept<", 1)
+    gemm = WgmmaGemm.parse(str(call.args[0].value))
+    name = dataclasses.replace(gemm, form="tw_gemm_wgmma_sp_kept").name
     a, b, c, wg, e, *scale = call.args[1:]
     return tirx.call_extern("void", name, a, b, c, wg, e, *(
         tirx.address_of(tirx.BufferLoad(buf, [tirx.const(0, "int32")])) for buf in (even, odd)),

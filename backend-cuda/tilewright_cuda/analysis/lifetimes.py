@@ -123,14 +123,8 @@ def _waits_all(stmt) -> bool:
     """Whether ``stmt`` waits until no cp.async group, wgmma or TMA operation is pending."""
     found = []
 
-    def visit(call):
-        name = intrinsics.extern_name(call)
-        entry = intrinsics.lookup(name) if name is not None else None
-        if entry is not None and entry.completes:
-            pending = name.split("<", 1)[1].rstrip(">").strip() if "<" in name else "0"
-            found.append(pending == "0")
-
-    tvm_ffi.structural_walk(stmt, (tvm.ir.Call, visit))
+    tvm_ffi.structural_walk(stmt, (tvm.ir.Call, lambda call: found.append(
+        intrinsics.waits_all(call))))
     return any(found)
 
 

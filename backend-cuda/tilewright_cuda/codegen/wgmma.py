@@ -7,8 +7,9 @@ scale-d predicate as a run-time operand (0: the instruction's D is A B alone).""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
+
+from .. import intrinsics
 
 HEADER = (Path(__file__).resolve().parents[1] / "include" / "tw_wgmma.h").read_text()
 # tw_wgmma_type (the header's enum) -> (PTX operand type, K of one instruction, PTX
@@ -19,8 +20,6 @@ TYPES = {"TW_WGMMA_F16": ("f16", 16, "f32"), "TW_WGMMA_BF16": ("bf16", 16, "f32"
          "TW_WGMMA_E5M2": ("e5m2", 32, "f32")}
 # PTX accumulator type -> (C++ type, inline-assembly constraint)
 _ACCUMULATORS = {"f32": ("float", "f"), "s32": ("int", "r")}
-_GEMM = re.compile(
-    r"tw_gemm_wgmma(_rs|_sp|_sp_kept)?<\d+, \d+, (\d+), (TW_WGMMA_\w+), (true|false),")
 
 
 def _signature(name: str, nc: int, ty: str, b_mn: bool, a_param: str, more: str = "") -> str:
@@ -82,9 +81,9 @@ def instruction_sp(nc: int, ty: str, b_mn: bool) -> str:
             f'    : {_operands(ty, regs)}\n    : "l"(da), "l"(db), "r"(e), "r"(scale_d));\n}}\n')
 
 
-# the gemm loop's suffix -> its instruction specialisation
-_MAKERS = {None: instruction, "_rs": instruction_rs, "_sp": instruction_sp,
-           "_sp_kept": instruction_sp}
+# the gemm loop -> its instruction specialisation
+_MAKERS = {"tw_gemm_wgmma": instruction, "tw_gemm_wgmma_rs": instruction_rs,
+           "tw_gemm_wgmma_sp": instruction_sp, "tw_gemm_wgmma_sp_kept": instruction_sp}
 
 
 def source(names: list[str]) -> str:
@@ -93,9 +92,9 @@ def source(names: list[str]) -> str:
     parts = [HEADER, "#ifndef TW_HOST_EMULATION"]
     seen = set()
     for name in names:
-        match = _GEMM.match(name)
-        key = (int(match.group(2)), match.group(3), match.group(4) == "true")
-        make = _MAKERS[match.group(1)]
+        gemm = intrinsics.WgmmaGemm.parse(name)
+        key = (gemm.nc, gemm.ty, gemm.b_mn)
+        make = _MAKERS[gemm.form]
         if (make, key) not in seen:
             seen.add((make, key))
             parts.append(make(*key))

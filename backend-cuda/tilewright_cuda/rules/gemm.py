@@ -89,25 +89,24 @@ def lower_gemm_wgmma(call: TileOpCall, ctx: RuleContext, wait: int = 0):
     tx, _ = thread_var(ctx)
     n, k = const(c.extents[1]), gemm_fit.dense_k(call)
     width_b, _ = layout.swizzle_of(b.buffer)
-    b_mn = "true" if not call.attrs["transpose_B"] else "false"
+    b_mn = not call.attrs["transpose_B"]
     ty = gemm_fit.wgmma_form(call).code
     nc = gemm_fit.wgmma_chunk(n, width_b // layout.SWIZZLE_DTYPES[str(b.buffer.dtype)])
     rows_b = const(b.buffer.shape[-2])
     extra = []
     if layout.is_register_a(a.buffer):
-        name = f"tw_gemm_wgmma_rs<{n}, {k}, {nc}, {ty}, {b_mn}, {rows_b}, {width_b}>"
+        form, operands = "tw_gemm_wgmma_rs", (rows_b, width_b)
         a_arg = tirx.address_of(_origin(a))
     else:
         width_a, _ = layout.swizzle_of(a.buffer)
-        shape = f"{n}, {k}, {nc}, {ty}, {b_mn}, {const(a.buffer.shape[-2])}, {width_a}, " \
-                f"{rows_b}, {width_b}"
-        name = f"tw_gemm_wgmma<{shape}>"
+        form, operands = "tw_gemm_wgmma", (const(a.buffer.shape[-2]), width_a, rows_b, width_b)
         if call.name == "gemm_sp":
             e = call.operands["E"]
-            name = f"tw_gemm_wgmma_sp<{shape}, " \
-                   f"{gemm_fit.leading_dim(e) * e.buffer.dtype.bits // 8}>"
+            form = "tw_gemm_wgmma_sp"
+            operands = (*operands, gemm_fit.leading_dim(e) * e.buffer.dtype.bits // 8)
             extra = [_ptr(e)]
         a_arg = intrinsics.shared_addr(_origin(a))
+    name = intrinsics.WgmmaGemm(form, n, k, nc, ty, b_mn, operands).name
     clear = call.attrs["clear_accum"]
     if not isinstance(clear, bool):  # known at run time: the first k step's scale-d
         extra.append(tirx.Select(clear, tirx.const(0, "int32"), tirx.const(1, "int32")))

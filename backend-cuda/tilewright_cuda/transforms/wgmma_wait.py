@@ -35,8 +35,6 @@ from .. import intrinsics, layout
 from ..analysis.accesses import registers_only
 from ..analysis.ir import flat, loads_in, touches
 
-_WAIT_ALL = "tw_wgmma_wait<0>"
-
 
 def _is_wgmma(stmt) -> bool:
     return isinstance(stmt, tirx.Evaluate) and intrinsics.role(stmt) == "wgmma"
@@ -60,7 +58,7 @@ def _defer(items: list) -> list | None:
                 continue
             out.append(pending[0])
             pending = None
-        if intrinsics.extern_name(stmt) == _WAIT_ALL and k and _is_wgmma(items[k - 1]) and \
+        if intrinsics.waits_all(stmt, "wgmma_wait") and k and _is_wgmma(items[k - 1]) and \
                 not intrinsics.of(items[k - 1]).own_registers:
             pending = (stmt, _held(items[k - 1]))
             continue
@@ -74,7 +72,7 @@ def _keeps_groups_in_flight(body) -> bool:
     found = []
     tvm_ffi.structural_walk(body, (tirx.Evaluate, lambda e: found.append(e) if
                                    intrinsics.role(e) == "wgmma_wait" and
-                                   intrinsics.extern_name(e) != _WAIT_ALL else None))
+                                   not intrinsics.waits_all(e) else None))
     return bool(found)
 
 

@@ -253,7 +253,6 @@ class HeldRegisters:
 def keep_one_wgmma_group(stmt):
     """A consumer whose gemms wait for all but their own wgmma group (``wait_group 1``)."""
     def visit(e):
-        return intrinsics.wgmma_wait(1) if intrinsics.extern_name(e) == "tw_wgmma_wait<0>" \
-            else e
+        return intrinsics.wgmma_wait(1) if intrinsics.waits_all(e, "wgmma_wait") else e
 
     return tvm_ffi.structural_map(stmt, (tirx.Evaluate, visit))
