@@ -47,7 +47,7 @@ def dump(cubin: bytes, what: str = "-sass") -> str:
     return result.stdout
 
 
-_INSTRUCTION = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)([^;]*);")
+_INSTRUCTION = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][\w.]*)([^;]*);")
 _TENSOR_CORE = ("HGMMA", "QGMMA", "IGMMA", "HMMA", "QMMA", "IMMA")
 
 
@@ -60,7 +60,9 @@ def hot_loop(text: str) -> list[str]:
     """The opcodes (``HGMMA.64x128x16.F32``, ``MUFU.EX2`` ...) of the compute loop in the
     ``cuobjdump -sass`` text of one kernel: of the loops (a backward branch to an address, the
     body the instructions from there to the branch), the one with the most tensor-core
-    instructions, the shortest of those; an empty list when no loop has any."""
+    instructions, the shortest of those; an empty list when no loop has any. A body with an
+    ``EXIT`` is not a loop: ptxas puts an mbarrier wait's retry after the kernel's end, its
+    branch back into the loop spanning the epilogue."""
     code = instructions(text)
     best: list[str] = []
     best_key = (0, 0)
@@ -69,6 +71,8 @@ def hot_loop(text: str) -> list[str]:
         if target is None or int(target[1], 16) > end:
             continue
         body = [op for at, op, _ in code if int(target[1], 16) <= at <= end]
+        if "EXIT" in body:
+            continue
         key = (sum(op.startswith(_TENSOR_CORE) for op in body), -len(body))
         if key[0] and key > best_key:
             best, best_key = body, key

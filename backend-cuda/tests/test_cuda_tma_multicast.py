@@ -181,7 +181,7 @@ def test_in_order_multicast_sass_loop():
     assert "0 bytes spill stores" in log
     loop = sass.hot_loop(sass.dump(cubin))
     ops = loop
-    assert ops.count("HGMMA.64") == 4  # (sass.instructions cuts the shape at its "x")
+    assert ops.count("HGMMA.64x256x16.F32") == 4
     assert ops.count("UTMALDG.2D") == 1 and ops.count("UTMALDG.2D.MULTICAST") == 4
     assert ops.count("SYNCS.ARRIVE.TRANS64.RED.A1T0") == 2
     assert ops.count("SYNCS.PHASECHK.TRANS64.TRYWAIT") == 2
