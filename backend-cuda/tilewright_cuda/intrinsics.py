@@ -129,6 +129,7 @@ TABLE = _table(
     *(Intrinsic(name, BASE, ("atomic", ""), dtypes=_ATOMIC_DTYPES[kind], ticket=kind == "add")
       for kind, name in ATOMIC_FUNCTIONS.items()),
     Intrinsic("tw_fence_proxy_async", HOPPER, (), "fence_async"),
+    Intrinsic("tw_fence_gpu", GRID),
     Intrinsic("tw_fence_barrier_init", HOPPER),
     Intrinsic("tw_mbar_init", HOPPER),
     Intrinsic("tw_mbar_arrive", HOPPER),
