@@ -28,7 +28,7 @@ except ImportError:  # another backend: the option is refused
     fence_gpu = None
 
 
-@tilewright.jit(out_idx=[4])
+@tilewright.jit(out_idx=[-1])
 def w4a16_gemm(M, N, K, group=128, dtype="float16", block_M=16, block_N=128, block_K=128,
                threads=128, num_stages=3, splits=1, combine_N=256, overlap=False,
                stage_scales=False, swap=False, register_w=False, ticket_combine=False):
@@ -72,7 +72,7 @@ def w4a16_gemm(M, N, K, group=128, dtype="float16", block_M=16, block_N=128, blo
     (``fence_gpu``) and takes a ticket of its output tile's counter; the block that takes the
     last ticket (``splits`` - 1) adds the tile's ``splits`` partial sums in slice order 0, 1,
     ... (the second kernel's order: the same bits, whichever block comes last), stores C's
-    tile and puts the counter back to 0. The counters are a sixth argument, ``Tickets``
+    tile and puts the counter back to 0. The counters are an argument before C, ``Tickets``
     (int32, one per output tile, :func:`ticket_count`), zero before the first call and zero
     again after each."""
     if splits < 1 or K % (block_K * splits):
@@ -216,8 +216,8 @@ def w4a16_gemm(M, N, K, group=128, dtype="float16", block_M=16, block_N=128, blo
         @T.prim_func
         def main(A: T.Tensor((M, K), dtype), Q: T.Tensor((N, K // 2), "uint8"),
                  Scales: T.Tensor((N, K // group), dtype),
-                 Zeros: T.Tensor((N, K // group), dtype), C: T.Tensor((M, N), dtype),
-                 Tickets: T.Tensor((tiles,), "int32")):
+                 Zeros: T.Tensor((N, K // group), dtype), Tickets: T.Tensor((tiles,), "int32"),
+                 C: T.Tensor((M, N), dtype)):
             partial = T.alloc_global((splits, M, N), "float32")
             with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), splits,
                           threads=threads) as (bx, by, bz):

@@ -1,5 +1,5 @@
-// tilewright: what orders the blocks of a grid. T.sync_grid: cooperative groups' grid barrier.
-// It needs a cooperative launch (cuLaunchCooperativeKernel) with every block of the grid resident
+// tilewright: the barrier of a whole grid (T.sync_grid), cooperative groups' grid barrier. It
+// needs a cooperative launch (cuLaunchCooperativeKernel) with every block of the grid resident
 // at once; the launcher makes one for every kernel that calls it.
 // Under TW_HOST_EMULATION (tests/hostemu.py) the blocks of a cooperative kernel run at once,
 // and the barrier is the one of all their threads.
@@ -9,12 +9,7 @@
 #include <cooperative_groups.h>
 
 __device__ __forceinline__ void tw_grid_sync() { cooperative_groups::this_grid().sync(); }
-// T.fence_gpu: fence.sc.gpu (MEMBAR.SC.GPU), a thread's accesses ordered for the whole GPU
-__device__ __forceinline__ void tw_fence_gpu() { __threadfence(); }
 #else
 inline void tw_grid_sync() { tw_cluster_barrier->arrive_and_wait(); }
-// the emulation runs a kernel's blocks one after another (a cluster's at once): a compiler
-// and CPU fence is all it needs
-inline void tw_fence_gpu() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 #endif  // TW_HOST_EMULATION
 #endif  // TW_GRID_H
