@@ -22,11 +22,16 @@ import tilewright.language as T
 import torch
 from tilewright.profiler import do_bench
 
+try:  # option ticket_combine's fence between blocks is the CUDA dialect's (__threadfence)
+    from tilewright_cuda.language import fence_gpu
+except ImportError:  # another backend: the option is refused
+    fence_gpu = None
 
-@tilewright.jit(out_idx=[4])
+
+@tilewright.jit(out_idx=[-1])
 def w4a16_gemm(M, N, K, group=128, dtype="float16", block_M=16, block_N=128, block_K=128,
                threads=128, num_stages=3, splits=1, combine_N=256, overlap=False,
-               stage_scales=False, swap=False, register_w=False):
+               stage_scales=False, swap=False, register_w=False, ticket_combine=False):
     """The kernel: K a multiple of ``block_K * splits``, ``block_K`` a multiple of 2; with
     ``splits`` > 1, two kernels (the slices' partial sums, then their sum in blocks of
     ``combine_N`` columns of a row).
@@ -60,7 +65,16 @@ def w4a16_gemm(M, N, K, group=128, dtype="float16", block_M=16, block_N=128, blo
     (:func:`wgmma_order`: each 16-byte run of a row holds the 32 codes of a k32 step, 4
     bytes a thread of a quad), so a thread reads the eight codes of a row's k32 step as one
     32-bit word; ``block_K`` and ``group`` multiples of 32. The same values in the same
-    arithmetic: bit-identical to ``swap``'s dequantisation."""
+    arithmetic: bit-identical to ``swap``'s dequantisation.
+
+    ``ticket_combine`` (with ``splits`` > 1, CUDA only; off by default) adds the slices in the
+    one kernel instead of a second: each block stores its partial sums, fences them
+    (``fence_gpu``) and takes a ticket of its output tile's counter; the block that takes the
+    last ticket (``splits`` - 1) adds the tile's ``splits`` partial sums in slice order 0, 1,
+    ... (the second kernel's order: the same bits, whichever block comes last), stores C's
+    tile and puts the counter back to 0. The counters are an argument before C, ``Tickets``
+    (int32, one per output tile, :func:`ticket_count`), zero before the first call and zero
+    again after each."""
     if splits < 1 or K % (block_K * splits):
         raise ValueError(f"K={K} must be a multiple of block_K * splits = {block_K} * "
                          f"{splits}")
@@ -78,6 +92,10 @@ def w4a16_gemm(M, N, K, group=128, dtype="float16", block_M=16, block_N=128, blo
         raise ValueError(f"register_w takes swap and stage_scales, block_K={block_K} and "
                          f"group={group} multiples of 32, and block_N={block_N} = 64 rows per "
                          f"warpgroup of threads={threads}")
+    if ticket_combine and (splits < 2 or fence_gpu is None):
+        raise ValueError("ticket_combine adds the slices of a split K (splits > 1) on a "
+                         "backend with a GPU-wide fence (tilewright_cuda)")
+    tiles = ticket_count(M, N, block_M, block_N)
     slice_groups = max(slice_K // group, 1)  # scale columns a slice
     c_shape = (block_N, block_M) if swap else (block_M, block_N)
     if overlap and k_tiles % 2:
@@ -182,33 +200,73 @@ def w4a16_gemm(M, N, K, group=128, dtype="float16", block_M=16, block_N=128, blo
         else:
             T.copy(C_l, out[(*lead, by * block_M, bx * block_N)])
 
-    @T.prim_func
-    def main(A: T.Tensor((M, K), dtype), Q: T.Tensor((N, K // 2), "uint8"),
-             Scales: T.Tensor((N, K // group), dtype), Zeros: T.Tensor((N, K // group), dtype),
-             C: T.Tensor((M, N), dtype)):
-        if splits == 1:
-            with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M),
-                          threads=threads) as (bx, by):
-                C_l = T.alloc_fragment(c_shape, "float32")
-                slice_product(A, Q, Scales, Zeros, C_l, bx, by, 0)
-                store(C_l, C, (), bx, by)
-        else:
+    @T.macro
+    def add_slices(partial, C, bx, by):
+        """C's (by, bx) tile = the sum of its ``splits`` partial sums, in slice order."""
+        total = T.alloc_fragment((block_M, block_N), "float32")
+        for j, i in T.Parallel(block_M, block_N):
+            m, n = by * block_M + j, bx * block_N + i
+            total[j, i] = 0.0
+            for s in T.serial(splits):
+                total[j, i] += partial[s, T.min(m, M - 1), T.min(n, N - 1)]
+            if m < M and n < N:
+                C[m, n] = total[j, i]
+
+    if ticket_combine:
+        @T.prim_func
+        def main(A: T.Tensor((M, K), dtype), Q: T.Tensor((N, K // 2), "uint8"),
+                 Scales: T.Tensor((N, K // group), dtype),
+                 Zeros: T.Tensor((N, K // group), dtype), Tickets: T.Tensor((tiles,), "int32"),
+                 C: T.Tensor((M, N), dtype)):
             partial = T.alloc_global((splits, M, N), "float32")
             with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), splits,
                           threads=threads) as (bx, by, bz):
                 C_l = T.alloc_fragment(c_shape, "float32")
+                ticket = T.alloc_var("int32")
+                tile = by * T.ceildiv(N, block_N) + bx
                 slice_product(A, Q, Scales, Zeros, C_l, bx, by, bz)
                 store(C_l, partial, (bz,), bx, by)
-            with T.Kernel(T.ceildiv(N, combine_N), M, threads=128) as (bx, m):
-                total = T.alloc_fragment((combine_N,), "float32")
-                for j in T.Parallel(combine_N):
-                    total[j] = 0.0
-                    for s in T.serial(splits):
-                        total[j] += partial[s, m, T.min(bx * combine_N + j, N - 1)]
-                    if bx * combine_N + j < N:
-                        C[m, bx * combine_N + j] = total[j]
+                # release: every thread's partial sums visible GPU-wide, then the block's
+                # barrier, before the block's ticket (taken by one thread)
+                fence_gpu()
+                ticket = T.atomic_add(Tickets[tile], 1, return_prev=True)
+                if ticket == splits - 1:  # the tile's other slices have all stored theirs
+                    fence_gpu()  # acquire: their sums, not what L1 may hold
+                    add_slices(partial, C, bx, by)
+                    Tickets[tile] = 0  # for the next call: no other block counts on it now
+    else:
+        @T.prim_func
+        def main(A: T.Tensor((M, K), dtype), Q: T.Tensor((N, K // 2), "uint8"),
+                 Scales: T.Tensor((N, K // group), dtype), Zeros: T.Tensor((N, K // group), dtype),
+                 C: T.Tensor((M, N), dtype)):
+            if splits == 1:
+                with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M),
+                              threads=threads) as (bx, by):
+                    C_l = T.alloc_fragment(c_shape, "float32")
+                    slice_product(A, Q, Scales, Zeros, C_l, bx, by, 0)
+                    store(C_l, C, (), bx, by)
+            else:
+                partial = T.alloc_global((splits, M, N), "float32")
+                with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), splits,
+                              threads=threads) as (bx, by, bz):
+                    C_l = T.alloc_fragment(c_shape, "float32")
+                    slice_product(A, Q, Scales, Zeros, C_l, bx, by, bz)
+                    store(C_l, partial, (bz,), bx, by)
+                with T.Kernel(T.ceildiv(N, combine_N), M, threads=128) as (bx, m):
+                    total = T.alloc_fragment((combine_N,), "float32")
+                    for j in T.Parallel(combine_N):
+                        total[j] = 0.0
+                        for s in T.serial(splits):
+                            total[j] += partial[s, m, T.min(bx * combine_N + j, N - 1)]
+                        if bx * combine_N + j < N:
+                            C[m, bx * combine_N + j] = total[j]
 
     return main
+
+
+def ticket_count(M, N, block_M=16, block_N=128):
+    """The counters option ``ticket_combine`` takes: one per output tile."""
+    return -(-N // block_N) * -(-M // block_M)
 
 
 def quantize(w, group=128):

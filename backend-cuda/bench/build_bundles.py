@@ -307,7 +307,9 @@ def cases(quick: bool):
     # registers hold, eight codes (one 32-bit LDS of codes in wgmma order) a call, no STS of
     # the weights and no barrier between their dequantisation and the HGMMA, whose A operand
     # is registers (HGMMA.64xNx16.F32 R.., R.., gdesc..); _reg_s3 and _reg_s4 deeper
-    # pipelines (kernels.W4A16_REGISTER_W_ROWS)
+    # pipelines; _reg_tk, _reg_s3_tk, _reg_s4_tk the same with the slices added in the one
+    # kernel by the last slice block of each tile (option ticket_combine) instead of a second
+    # kernel (kernels.W4A16_REGISTER_W_ROWS)
     for (m, n), (suffix, change) in itertools.product(
             () if quick else W4A16_SIZES[size], kernels.W4A16_REGISTER_W_ROWS.items()):
         config = {**kernels.W4A16_REGISTER_W, "block_M": 8 if m <= 8 else 16, **change}
@@ -315,8 +317,13 @@ def cases(quick: bool):
                {"kind": "w4a16", "M": m, "N": n, "K": n, "group": 128, "dtype": "float16",
                 "config": config},
                kernels.w4a16_gemm.fn(m, n, n, 128, **config),
-               ["LDGSTS.E.BYPASS.128", "!I2F.F16", "!STS.128", "!HMMA", "!PRMT",
-                f"HGMMA.64x{config['block_M']}x16.F32"], {})
+               ["LDGSTS.E.BYPASS.128", "!I2F.F16", "!STS.128", "!HMMA",
+                f"HGMMA.64x{config['block_M']}x16.F32",
+                # _tk: the fences (MEMBAR.SC.GPU, then CCTL.IVALL: L1 dropped) around the
+                # ticket (ATOMG.E.ADD.STRONG.GPU); PRMT only in the last block's sum (its
+                # float16 pairs), the hot loop has none (test_cuda_low_precision_examples)
+                *(["ATOMG.E.ADD.STRONG.GPU", "MEMBAR.SC.GPU", "CCTL.IVALL"]
+                  if config.get("ticket_combine") else ["!PRMT"])], {})
     # 2:4 sparse A against the dense cuBLAS GEMM: the sparse wgmma (HGMMA.SP, no dense
     # tensor-core instruction), kernels.GEMM_SP (128x256x128, 2 stages: 0.91x where the
     # 128x128x64 three-stage form, the _k64 row, gave 0.73-0.74x); diagnostic rows (not in

@@ -346,12 +346,23 @@ def dequantising() -> list[Check]:
                            ("_swap", swapped), ("_swap8", swapped8),
                            ("_swap8ss", {**swapped8, "stage_scales": True}),
                            ("_reg", kernels.W4A16_REGISTER_W),
-                           ("_reg16", {**kernels.W4A16_REGISTER_W, "block_M": 16})):
+                           ("_reg16", {**kernels.W4A16_REGISTER_W, "block_M": 16}),
+                           # _reg_tk, _reg16_tk: the slices added by the last slice block of
+                           # each tile (ticket_combine), one kernel; the counters must be
+                           # back to 0 after the call. _reg16_s4_tk: 4 slices, 4 stages
+                           ("_reg_tk", {**kernels.W4A16_REGISTER_W, "ticket_combine": True}),
+                           ("_reg16_tk", {**kernels.W4A16_REGISTER_W, "block_M": 16,
+                                          "ticket_combine": True}),
+                           ("_reg16_s4_tk", {**kernels.W4A16_REGISTER_W, "block_M": 16,
+                                             "splits": 4, "num_stages": 4,
+                                             "ticket_combine": True})):
         out.append(Check(f"example-gemm_w4a16{suffix}", "example", "float16",
                          lambda config=config: kernels.w4a16_gemm.fn(rows, cols, depth, 128,
                                                                      **config),
-                         lambda config=config: [_w4a16_run(rows, cols, depth, 128,
-                                                           config.get("register_w", False))],
+                         lambda config=config: [_w4a16_run(
+                             rows, cols, depth, 128, config.get("register_w", False),
+                             w4.ticket_count(rows, cols, config["block_M"], config["block_N"])
+                             if config.get("ticket_combine") else 0)],
                          depth))
     return out
 
@@ -367,14 +378,20 @@ def _fp8_scaled_run(m: int, n: int, k: int, layout: str) -> Run:
     return Run([a, b, sa, sb, c], [4], [fp8.reference(a, b, sa, sb, layout)])
 
 
-def _w4a16_run(m: int, n: int, k: int, group: int, wgmma_order: bool = False) -> Run:
-    """``wgmma_order``: the codes passed in the order option register_w reads."""
+def _w4a16_run(m: int, n: int, k: int, group: int, wgmma_order: bool = False,
+               tickets: int = 0) -> Run:
+    """``wgmma_order``: the codes passed in the order option register_w reads; ``tickets``:
+    option ticket_combine's counters, zero before the call and expected zero after it."""
     gen = torch.Generator().manual_seed(SEED)
     a = torch.randn(m, k, generator=gen).half()
     q, scales, zeros = w4.quantize(torch.randn(n, k, generator=gen).half(), group)
     c = torch.full((m, n), float("nan"), dtype=torch.float16)
-    return Run([a, w4.wgmma_order(q) if wgmma_order else q, scales, zeros, c], [4],
-               [a.double() @ w4.dequantize(q, scales, zeros).double().T])
+    product = a.double() @ w4.dequantize(q, scales, zeros).double().T
+    codes = w4.wgmma_order(q) if wgmma_order else q
+    if not tickets:
+        return Run([a, codes, scales, zeros, c], [4], [product])
+    return Run([a, codes, scales, zeros, torch.zeros(tickets, dtype=torch.int32), c], [4, 5],
+               [torch.zeros(tickets, dtype=torch.float64), product])
 
 
 def _low_precision_run(m: int, n: int, k: int, dtype: str) -> Run:

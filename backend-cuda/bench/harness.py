@@ -290,7 +290,11 @@ def w4a16_row(kernel, case: dict) -> dict:
     q = torch.randint(0, 256, (n, k // 2), device="cuda", dtype=torch.uint8)
     scales = (torch.rand(n, k // group, device="cuda") * 0.02 + 0.005).to(dtype)
     zeros = torch.randint(0, 16, (n, k // group), device="cuda").to(dtype)
-    (c,), full = poisoned_call(kernel, [a, q, scales, zeros])
+    # option ticket_combine's counters (one per output tile, int32): zero before the first
+    # call, and each call leaves them zero
+    counters = [torch.zeros([int(d) for d in p.shape], dtype=torch.int32, device="cuda")
+                for p in kernel.signature.params[4:-1]]
+    (c,), full = poisoned_call(kernel, [a, q, scales, zeros, *counters])
     w = w4a16_weights(q, scales, zeros, bool(case["config"].get("register_w")))
     ref = a.float() @ w.float().T
     torch.testing.assert_close(c.float(), ref, rtol=2e-2, atol=2e-2 * ref.abs().mean().item())
@@ -306,6 +310,14 @@ def w4a16_row(kernel, case: dict) -> dict:
     except RuntimeError as exc:  # no graph capture here: the launches' overhead stays in
         log(f"  CUDA graph capture failed ({str(exc).splitlines()[0][:100]}); timed eagerly")
         (ours, peer), timing = eager, "one launch per timed call"
+    if counters:  # after every timed call the counters are back to 0, and one more call
+        # (its sums in slice order, whichever block came last) gives the first one's bits
+        again = torch.full_like(c, float("nan"))
+        kernel.function(*full[:-1], again)
+        torch.cuda.synchronize()
+        if any(x.any().item() for x in counters) or not torch.equal(again, c):
+            raise AssertionError("ticket_combine: the counters are not back to 0 after the "
+                                 "timed calls, or a later call differs from the first")
     moved = q.numel() + 2 * (a.numel() + c.numel() + 2 * scales.numel())
     return {"ours_ms": ours, "peer_ms": peer, "peer": "torch.matmul of the float16 weights",
             "ours_tbps": moved / ours * 1e-9, "ratio": peer / ours, "timing": timing,
@@ -457,8 +469,12 @@ def expected_params(case: dict) -> list[tuple]:
                 (dt, [k, n], False), (case["config"].get("out_dtype", "float32"), [m, n], True)]
     if kind == "w4a16":
         m, n, k, groups = case["M"], case["N"], case["K"], case["K"] // case["group"]
+        config = case["config"]  # option ticket_combine: a counter per output tile
+        tiles = -(-m // config.get("block_M", 1)) * -(-n // config.get("block_N", 1))
         return [(dt, [m, k], False), ("uint8", [n, k // 2], False), (dt, [n, groups], False),
-                (dt, [n, groups], False), (dt, [m, n], True)]
+                (dt, [n, groups], False),
+                *([("int32", [tiles], False)] if config.get("ticket_combine") else []),
+                (dt, [m, n], True)]
     raise ValueError(f"unknown case kind {kind!r}")
 
 

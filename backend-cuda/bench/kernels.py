@@ -127,8 +127,15 @@ W4A16_NARROW = {**W4A16, "block_M": 8, "threads": 256, "swap": True, "stage_scal
 # pipelines fit four blocks an SM: _reg_s3 three stages (34 KB), _reg_s4 four slices four
 # stages deep (16 k-tiles a block, 256 blocks; the combine adds 4 partial sums, not 8)
 W4A16_REGISTER_W = {**W4A16_NARROW, "register_w": True}
+# _tk: the slices added in the one kernel (option ticket_combine: the last slice block of
+# a column tile to take its ticket adds the tile's partial sums, in slice order), no second
+# kernel and its launch; counters zero before the first call (harness.w4a16_row). Not
+# measured yet
 W4A16_REGISTER_W_ROWS = {"_reg": {}, "_reg_s3": {"num_stages": 3},
-                         "_reg_s4": {"splits": 4, "num_stages": 4}}
+                         "_reg_s4": {"splits": 4, "num_stages": 4},
+                         "_reg_tk": {"ticket_combine": True},
+                         "_reg_s3_tk": {"num_stages": 3, "ticket_combine": True},
+                         "_reg_s4_tk": {"splits": 4, "num_stages": 4, "ticket_combine": True}}
 # 2:4 sparse: 128x256x128 tiles two stages deep (2 x 82 KB), each k-tile's wgmma.sp group
 # retired in it; GEMM_SP_K64 the 128x128x64 three-stage form, the default until 2026-12-04
 GEMM_SP = {"block_M": 128, "block_N": 256, "block_K": 128, "threads": 256, "num_stages": 2}

@@ -86,7 +86,9 @@ def test_w4a16_rows_keep_diagnostic_rows_beside_each_split_row(monkeypatch):
                     "w4a16_m1_8192_s8": 8,  # M = 1's default is kernels.W4A16_NARROW
                     # the weights in wgmma's register A operand (kernels.W4A16_REGISTER_W)
                     **{f"w4a16_m{m}_8192{suffix}": splits for m in (1, 16)
-                       for suffix, splits in (("_reg", 8), ("_reg_s3", 8), ("_reg_s4", 4))}}
+                       for suffix, splits in (("_reg", 8), ("_reg_s3", 8), ("_reg_s4", 4),
+                                              ("_reg_tk", 8), ("_reg_s3_tk", 8),
+                                              ("_reg_s4_tk", 4))}}
 
 
 def _list(bundles: Path, *extra) -> subprocess.CompletedProcess:

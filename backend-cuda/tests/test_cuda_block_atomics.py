@@ -7,6 +7,7 @@ import hostemu
 import pytest
 import tilewright
 import tilewright.language as T
+import tilewright_cuda.language as TC
 import torch
 from tilewright.testing import assert_close
 from tilewright_sdk.conformance.catalogue import cases
@@ -32,6 +33,46 @@ def test_an_old_value_into_a_variable_is_one_atomic_per_block(tmp_path):
     assert counter.item() == 12
     assert sorted(got.flatten().tolist()) == list(range(12))
     assert all(row == sorted(row) for row in got.tolist())  # a block's rounds in order
+
+
+def hand_over(blocks=3, width=128):
+    """Each block writes its row of W, then the last block to take a ticket sums the rows."""
+    @T.prim_func
+    def main(A: T.Tensor((blocks, width), "float32"), Count: T.Tensor((1,), "int32"),
+             W: T.Tensor((blocks, width), "float32"), Out: T.Tensor((width,), "float32")):
+        with T.Kernel(blocks, threads=128) as bx:
+            ticket = T.alloc_var("int32")
+            for i in T.Parallel(width):
+                W[bx, i] = A[bx, i] * 2
+            TC.fence_gpu()
+            ticket = T.atomic_add(Count[0], 1, return_prev=True)
+            if ticket == blocks - 1:
+                TC.fence_gpu()
+                for i in T.Parallel(width):
+                    Out[i] = 0.0
+                    for b in T.serial(blocks):
+                        Out[i] += W[b, i]
+
+    return main
+
+
+@pytest.mark.emulator
+def test_fence_gpu_hands_a_blocks_stores_to_the_last_ticket(tmp_path):
+    # T.fence_gpu: every thread's __threadfence, then the block's barrier, so the ticket one
+    # thread takes after it comes after every thread's stores (tw_fence.h, pasted only where
+    # a kernel fences)
+    lowered = tilewright.lower(hand_over(), "cuda -arch=sm_80")
+    text = lowered.source.text
+    assert text.count("tw_fence_gpu();\n  __syncthreads();") == 1
+    assert text.count("void tw_fence_gpu()") == 2  # the device and the emulation's
+    assert "cooperative_groups" not in text
+    plain = tilewright.lower(tickets(), "cuda -arch=sm_80").source.text
+    assert "tw_fence_gpu" not in plain
+    a = torch.randn(3, 128)
+    count, w, out = torch.zeros(1, dtype=torch.int32), torch.zeros(3, 128), torch.zeros(128)
+    hostemu.run(text, lowered.source.payload, tmp_path, a, count, w, out)
+    assert count.item() == 3
+    torch.testing.assert_close(out, (a * 2).sum(0))
 
 
 CASES = [c for c in cases(["reducers", "atomic_prev", "loop_jumps"])

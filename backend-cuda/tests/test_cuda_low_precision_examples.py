@@ -485,7 +485,7 @@ def _register_w_tile(m: int, suffix: str = "_reg") -> dict:
     # _reg 8 k-tiles a slice through 2 stages (4 wraps), _reg_s3 through 3, _reg_s4 16 k-tiles
     # through 4
     *((m, 8192, {"row": suffix}) for suffix in kernels.W4A16_REGISTER_W_ROWS
-      for m in (1, 5, 16)),
+      if not suffix.endswith("_tk") for m in (1, 5, 16)),
     (16, 2048, {"block_N": 64, "threads": 128, "splits": 2}),  # one warpgroup
     (5, 4096, {"block_K": 64, "group": 64}),  # 64-deep k-tiles: two k32 steps a row
     (5, 2048, {"splits": 2, "dtype": "bfloat16"}),  # bfloat16: a register at a time
@@ -526,6 +526,60 @@ def test_w4a16_register_w_is_bit_identical_to_swap_in_emulation(tmp_path, m, k, 
     _assert_w4a16_matches(out[True], a, q, scales, zeros)
 
 
+@pytest.mark.emulator
+@pytest.mark.parametrize(("m", "k", "tile"), [
+    # the bench's _tk rows at 8192 deep (M = 1 and 16 as benched, 5: a partial column of
+    # C^T), their pipelines wrapping as the _reg rows'; two row tiles of 8 (by > 0: another
+    # tile's counter); 3 slices of 64-deep k-tiles
+    *((m, 8192, {"row": suffix}) for suffix in kernels.W4A16_REGISTER_W_ROWS
+      if suffix.endswith("_tk") for m in (1, 5, 16)),
+    (16, 2048, {"row": "_reg_tk", "block_M": 8, "splits": 4}),
+    (5, 3072, {"row": "_reg_tk", "block_K": 64, "group": 64, "splits": 3}),
+])
+def test_w4a16_ticket_combine_is_bit_identical_to_the_combine_kernel_in_emulation(
+        tmp_path, m, k, tile):
+    # ticket_combine: the last slice block of a column tile to take its ticket adds the
+    # tile's partial sums in slice order, as the second kernel does: the same bits (the
+    # emulation runs the blocks one after another, slice 0 first: the last slice adds). The
+    # counters are back to 0 after a call, so a second call with them gives the same bits
+    n = 200
+    tile = {**_register_w_tile(m, tile.pop("row")), **tile}
+    group = tile.pop("group", 128)
+    a, q, scales, zeros = _w4a16_operands(m, n, k, group, 14)
+    codes = w4.wgmma_order(q)
+    out = {}
+    for ticket in (False, True):
+        lowered = tilewright.lower(
+            w4.w4a16_gemm.fn(m, n, k, group, **{**tile, "ticket_combine": ticket}),
+            "cuda -arch=sm_90a")
+        text, launch = lowered.source.text, lowered.source.payload
+        if ticket:  # one kernel: fence, barrier, ticket; the sum behind the last ticket
+            assert "kernels" not in launch or len(launch["kernels"]) == 1
+            kernel = text[text.index("tw_fence_gpu();"):]
+            assert re.match(r"tw_fence_gpu\(\);\s*__syncthreads\(\);(\s*int cse_v\d+ = [^;]*;)*"
+                            r"\s*if \(\(\(int\)threadIdx.x\) == 0\) \{\s*[^\n]*tw_atomic_add\(",
+                            kernel)
+            assert kernel.count("tw_fence_gpu();") == 2
+        else:
+            assert len(launch["kernels"]) == 2
+        out[ticket] = torch.full((m, n), float("nan"), dtype=torch.float16)
+        counters = torch.zeros(w4.ticket_count(m, n, tile["block_M"], tile["block_N"]),
+                               dtype=torch.int32)
+        hostemu.run(text, launch, tmp_path / str(ticket), a, codes, scales, zeros,
+                    *([counters] if ticket else []), out[ticket])
+    assert torch.equal(out[True], out[False])
+    _assert_w4a16_matches(out[True], a, q, scales, zeros)
+    assert not counters.any()
+    again = torch.full((m, n), float("nan"), dtype=torch.float16)
+    hostemu.run(text, launch, tmp_path / "again", a, codes, scales, zeros, counters, again)
+    assert torch.equal(again, out[True]) and not counters.any()
+
+
+def test_w4a16_ticket_combine_refuses_one_slice():
+    with pytest.raises(ValueError, match="ticket_combine adds the slices"):
+        w4.w4a16_gemm.fn(1, 1024, 1024, splits=1, ticket_combine=True)
+
+
 def test_w4a16_wgmma_order_puts_a_threads_codes_in_one_word(monkeypatch):
     # column 8 s + 2 t + h of a k32 step: nibble s + 4 h of word t; plain_order undoes it, and
     # the GPU harness's reference (it runs without the example) reads the same weights
@@ -562,7 +616,8 @@ def test_w4a16_register_w_feeds_hgmma_from_registers(tmp_path, m, suffix):
     assert re.search(rf"HGMMA\.64x{rows}x16\.F32 R\d+, R\d+, gdesc", code)
     assert not [op for op in loop if op.startswith("STS")] and "I2F.F16" not in code
     real_lds = [line for line in code.splitlines() if re.search(r"\bLDS R\d+, \[", line)]
-    assert loop.count("LDS.U16") == 4 and len(real_lds) == 8
+    # (the _tk rows: a ninth after the loop, each thread's read of the block's ticket)
+    assert loop.count("LDS.U16") == 4 and len(real_lds) == 8 + suffix.endswith("_tk")
     assert not [op for op in loop if op.startswith("PRMT")]
     # one barrier a k-tile: the activations' async-proxy fence before the pipeline's
     assert len([op for op in loop if op.startswith("BAR.SYNC")]) == 1

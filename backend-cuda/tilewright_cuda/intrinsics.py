@@ -36,6 +36,7 @@ CUDA, BASE, COPY, MMA, HOPPER, WGMMA, FP4, FP8 = (None, "tw_cuda.h", "tw_copy.h"
                                                   "tw_fp8.h")
 MMA_WIDEN = "tw_mma_widen.h"
 GRID = "tw_grid.h"
+FENCE = "tw_fence.h"
 DEQUANT = "tw_dequant.h"
 # a header -> the header it builds on (pasted before it)
 BUILDS_ON = {MMA_WIDEN: MMA}
@@ -130,6 +131,7 @@ TABLE = _table(
     *(Intrinsic(name, BASE, ("atomic", ""), dtypes=_ATOMIC_DTYPES[kind], ticket=kind == "add")
       for kind, name in ATOMIC_FUNCTIONS.items()),
     Intrinsic("tw_fence_proxy_async", HOPPER, (), "fence_async"),
+    Intrinsic("tw_fence_gpu", FENCE),
     Intrinsic("tw_fence_barrier_init", HOPPER),
     Intrinsic("tw_mbar_init", HOPPER),
     Intrinsic("tw_mbar_arrive", HOPPER),

@@ -97,6 +97,10 @@ PTX_WAIT_GROUP = _op("ptx_wait_group", (), (Attr("count", int, 0),),
                      "cp.async.wait_group COUNT: the calling thread waits until at most its "
                      "COUNT newest committed groups are in flight; the copies of the others "
                      "have landed")
+FENCE_GPU = _op("fence_gpu", (), (),
+                "__threadfence() in every thread of the block, then the block's barrier: the "
+                "block's memory accesses before it are ordered before its accesses after it "
+                "for every thread of the GPU")
 SYNC_GRID = _op("sync_grid", (), (),
                 "a barrier of every thread of every block of the grid (a cooperative launch: "
                 "all blocks resident at once)")
@@ -136,7 +140,7 @@ DIALECT_OPS = (TMA_COPY.name, INIT_BARRIERS.name, ARRIVE.name, WAIT_PARITY.name,
                WS.name, CLUSTER.name, THREAD_BINDING.name,
                NO_SET_MAX_NREG.name, CALL_EXTERN.name, IMPORT_SOURCE.name,
                THREAD_ALLREDUCE.name, CP_ASYNC.name, CP_ASYNC_BARRIER_NOINC.name,
-               PTX_COMMIT_GROUP.name, PTX_WAIT_GROUP.name, SYNC_GRID.name,
+               PTX_COMMIT_GROUP.name, PTX_WAIT_GROUP.name, SYNC_GRID.name, FENCE_GPU.name,
                WGMMA_GEMM.name, WAIT_WGMMA.name, NAMED_BARRIER.name, PTX_LDMATRIX.name,
                PTX_MMA.name)
 # dialect ops each calling thread runs for itself: fine under a condition on the thread index

@@ -35,7 +35,7 @@ INCLUDE = Path(__file__).resolve().parents[1] / "include"
 HEADERS = {name: (INCLUDE / name).read_text() for name in
            (intrinsics.BASE, intrinsics.COPY, intrinsics.MMA, intrinsics.MMA_WIDEN,
             intrinsics.HOPPER, intrinsics.FP4, intrinsics.FP8, intrinsics.GRID,
-            intrinsics.DEQUANT)}
+            intrinsics.FENCE, intrinsics.DEQUANT)}
 # attributes of the lowered kernel that are ours, not TVM's: read here, removed before TVM
 OUR_ATTRS = (keys.DYN_SMEM, keys.TENSORMAPS, keys.CLUSTER, keys.SEQUENCE, keys.IMPORT_SOURCE)
 # the launch-bounds attribute TVM's CUDA printer turns into __launch_bounds__(threads, blocks)
@@ -269,7 +269,7 @@ def generate(mod: tvm.IRModule, ctx) -> GeneratedSource:
     text = source.insert_headers(text, HEADERS[intrinsics.BASE] + "".join(
         HEADERS[h] for h in (intrinsics.COPY, intrinsics.MMA, intrinsics.MMA_WIDEN,
                              intrinsics.FP4, intrinsics.FP8, intrinsics.GRID,
-                             intrinsics.DEQUANT)
+                             intrinsics.FENCE, intrinsics.DEQUANT)
         if h in headers) + "".join(f"\n{s}\n" for s in imported))
     text = source.float8_on_every_arch(source.drop_unused_type_traits(text))
     metas = [{"entry": k.entry, "arch": arch.name, "params": k.params, "symbols": k.symbols,

@@ -3,7 +3,8 @@
 What only NVIDIA hardware (Hopper, sm_90+) has, with TileLang's names: ``T.tma_copy``,
 ``T.alloc_barrier``, ``T.mbarrier_arrive``, ``T.mbarrier_wait_parity`` (and TileLang's other
 names for these two, ``T.barrier_arrive``, ``T.barrier_wait``), ``T.mbarrier_expect_tx``,
-``T.tma_store_wait``, ``T.fence_proxy_async``, hand-issued asynchronous copies and gemms
+``T.tma_store_wait``, ``T.fence_proxy_async``, ``T.fence_gpu`` (``__threadfence``),
+hand-issued asynchronous copies and gemms
 (``T.ptx_cp_async``, ``T.cp_async_barrier_noinc``, ``T.ptx_commit_group``,
 ``T.ptx_wait_group``, ``T.wgmma_gemm``, ``T.wait_wgmma``), per-thread tensor-core fragments
 (``T.ptx_ldmatrix``, ``T.ptx_mma``: sm_80+), a barrier of the whole grid
@@ -37,6 +38,7 @@ from .dialect import (
     dec_max_nreg,
     disable_warp_group_reg_alloc,
     evaluate,
+    fence_gpu,
     fence_proxy_async,
     get_thread_binding,
     import_source,
@@ -66,7 +68,8 @@ from .dialect import (
 __all__ = [  # noqa: PLE0604 - the portable names plus the dialect's
     *_PORTABLE, "ClusterKernel", "Kernel", "access_ptr", "alloc_barrier", "attr", "barrier_arrive",
     "barrier_wait", "call_extern", "comm_reducer", "cp_async_barrier_noinc", "dec_max_nreg",
-    "disable_warp_group_reg_alloc", "evaluate", "fence_proxy_async", "get_thread_binding",
+    "disable_warp_group_reg_alloc", "evaluate", "fence_gpu", "fence_proxy_async",
+    "get_thread_binding",
     "import_source", "inc_max_nreg",
     "mbarrier_arrive", "mbarrier_expect_tx", "mbarrier_wait_parity", "no_set_max_nreg",
     "ptx_commit_group", "ptx_cp_async", "ptx_ldmatrix", "ptx_mma", "ptx_wait_group",

@@ -330,6 +330,19 @@ def fence_proxy_async():
     _emit(ops.FENCE_PROXY_ASYNC.name, {})
 
 
+def fence_gpu():
+    """``__threadfence()`` in every thread of the block, then the block's barrier: whatever
+    the block's threads wrote before it is seen by every thread of the GPU before anything
+    any of them does after it. A block that hands results in global memory to another block
+    calls it between its stores and the ticket one of its threads takes
+    (``T.atomic_add(..., return_prev=True)``), and the block whose ticket says the others
+    are done calls it again before it reads what they wrote (the CUDA programming guide's
+    ``__threadfence`` example: split-K's last slice adds the others' partial sums). Every
+    thread of the block must reach it (a barrier): not under a condition on the thread
+    index."""
+    _emit(ops.FENCE_GPU.name, {})
+
+
 # -- cp.async and hand-issued wgmma -----------------------------------------------------------
 CP_ASYNC_BYTES = (4, 8, 16)
 
@@ -817,7 +830,7 @@ def evaluate(value):
 __all__ = ["ClusterKernel", "access_ptr", "alloc_barrier", "attr", "barrier_arrive",
            "barrier_wait", "call_extern", "comm_reducer", "cp_async_barrier_noinc",
            "dec_max_nreg",
-           "disable_warp_group_reg_alloc", "evaluate", "fence_proxy_async",
+           "disable_warp_group_reg_alloc", "evaluate", "fence_gpu", "fence_proxy_async",
            "get_thread_binding", "import_source", "inc_max_nreg", "mbarrier_arrive",
            "mbarrier_expect_tx", "mbarrier_wait_parity", "no_set_max_nreg", "ptx_commit_group",
            "ptx_cp_async", "ptx_wait_group", "set_max_nreg", "sync_grid", "sync_threads",

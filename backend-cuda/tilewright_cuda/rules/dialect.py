@@ -209,6 +209,13 @@ def lower_sync_grid(call: TileOpCall, ctx: RuleContext):
     return intrinsics.call("tw_grid_sync")
 
 
+@register(ops.FENCE_GPU.name)
+def lower_fence_gpu(call: TileOpCall, ctx: RuleContext):
+    """``__threadfence()`` (``tw_fence_gpu``) in every thread, then the block's barrier, on
+    every architecture the backend targets."""
+    return tirx.SeqStmt([intrinsics.call("tw_fence_gpu"), intrinsics.sync()])
+
+
 @register(ops.NAMED_BARRIER.name)
 def lower_named_barrier(call: TileOpCall, ctx: RuleContext):
     """``bar.sync id, count`` (``tw_bar_sync``); the frontend checked the id and the count."""
