@@ -8,9 +8,12 @@ import re
 import sys
 from pathlib import Path
 
+import hostemu
 import pytest
 import sass
 import tilewright
+import tilewright.language as T
+import torch
 from test_cuda_persistent_ws import tile_code_gemm
 from test_cuda_pipeline import _emulate
 from tilewright_cuda import arch, executor
@@ -104,6 +107,73 @@ def test_a_tile_whose_b_copy_reads_shared_memory_starts_only_its_a_loads(tmp_pat
     assert "tw_mbar_init(" not in tiles and "int i_next = " in tiles
     following = tiles[tiles.index("int i_next = "):]
     assert following.count("tw_tma_load_2d(") == 2 and "col" not in following.split("C_ptr")[0]
+
+
+def _writes_its_operand(M, N, K, workers=2, bm=128, bn=256, bk=64):
+    """A persistent GEMM whose epilogue stores into B, the tensor its loads read."""
+    @T.prim_func
+    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16")):
+        with T.Kernel(workers, threads=256) as w:
+            A_s = T.alloc_shared((bm, bk), "float16")
+            B_s = T.alloc_shared((bk, bn), "float16")
+            C_l = T.alloc_fragment((bm, bn), "float32")
+            for i, j in T.Persistent([T.ceildiv(M, bm), T.ceildiv(N, bn)], workers, w):
+                T.clear(C_l)
+                for k in T.Pipelined(T.ceildiv(K, bk), num_stages=3):
+                    T.copy(A[i * bm, k * bk], A_s)
+                    T.copy(B[k * bk, j * bn], B_s)
+                    T.gemm(A_s, B_s, C_l)
+                T.copy(C_l, B[i * bm, j * bn])
+
+    return main
+
+
+def test_an_epilogue_that_writes_a_loaded_tensor_keeps_the_loads_per_tile():
+    # the next tile's loads, issued before this epilogue, could read B before it is stored
+    kernel = _kernel(tilewright.lower(_writes_its_operand(512, 512, 512), TARGET,
+                                      IN_ORDER).source.text)
+    tiles = kernel.split("for (int wave = 0;")[1]
+    assert "_next = " not in kernel and "tw_mbar_init(" in tiles
+
+
+def _adds_a_block_of_a(M, N, K, workers=3, bm=128, bn=128, bk=64):
+    """C = A @ B + A[:, :N] (K >= N), the tile's epilogue reading A, which its loads read."""
+    @T.prim_func
+    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"),
+             C: T.Tensor((M, N), "float16")):
+        with T.Kernel(workers, threads=256) as w:
+            A_s = T.alloc_shared((bm, bk), "float16")
+            B_s = T.alloc_shared((bk, bn), "float16")
+            C_l = T.alloc_fragment((bm, bn), "float32")
+            for i, j in T.Persistent([T.ceildiv(M, bm), T.ceildiv(N, bn)], workers, w):
+                T.clear(C_l)
+                for k in T.Pipelined(T.ceildiv(K, bk), num_stages=3):
+                    T.copy(A[i * bm, k * bk], A_s)
+                    T.copy(B[k * bk, j * bn], B_s)
+                    T.gemm(A_s, B_s, C_l)
+                for r, c in T.Parallel(bm, bn):
+                    C_l[r, c] += A[i * bm + r, j * bn + c]
+                T.copy(C_l, C[i * bm, j * bn])
+
+    return main
+
+
+@pytest.mark.emulator
+def test_an_epilogue_reading_a_loaded_tensor_sets_the_barriers_up_each_tile(tmp_path):
+    # the fallback: each tile sets its barriers up again (after a barrier: no thread still
+    # polls the last tile's) and loads its own first stages
+    M, N, K = 512, 256, 576  # 8 tiles of 128 x 128 over 3 blocks, 9 k-tiles
+    lowered = tilewright.lower(_adds_a_block_of_a(M, N, K), TARGET, IN_ORDER)
+    tiles = _kernel(lowered.source.text).split("for (int wave = 0;")[1]
+    assert "_next = " not in tiles
+    assert tiles.index("__syncthreads();") < tiles.index("tw_mbar_init(")
+    g = torch.Generator().manual_seed(1)
+    a = torch.randn((M, K), generator=g).half()
+    b = torch.randn((K, N), generator=g).half()
+    c = torch.full((M, N), float("nan")).half()
+    hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, a, b, c)
+    ref = a.double() @ b.double() + a.double()[:, :N]
+    torch.testing.assert_close(c.double(), ref.half().double(), rtol=1e-2, atol=8e-2)
 
 
 @pytest.mark.nvrtc

@@ -41,7 +41,17 @@ from tvm import tirx
 
 from ... import intrinsics, keys
 from ...analysis.accesses import loaded_tiles, shared
-from ...analysis.ir import block_loop, flat, loads_in, role_loops, seq, substitute, touches, uses
+from ...analysis.ir import (
+    block_loop,
+    buffers_in,
+    flat,
+    loads_in,
+    role_loops,
+    seq,
+    substitute,
+    touches,
+    uses,
+)
 from ...keys import WARP, WARPGROUP
 from .multicast import CLUSTER, Multicast
 from .persistent import Counter, TileLoop
@@ -232,9 +242,9 @@ class TmaPlan:
         """``func_body`` with the loop in order (:meth:`in_order`, no multicast) where it sits
         in a persistent kernel's serial loop over tiles (``persistent.TileLoop``), its loads
         carrying on from tile to tile; None when the kernel does not allow it (as
-        :meth:`specialise`: the tiles' other code touches the pipelined tiles or shared memory
-        the loads read, the loads need values the tile computes from memory or the thread
-        index, or the loop's extent changes from tile to tile)::
+        :meth:`specialise`: the tiles' other code touches the pipelined tiles, shared memory
+        the loads read or a tensor they load from, the loads need values the tile computes
+        from memory or the thread index, or the loop's extent changes from tile to tile)::
 
             init barriers; sync                              # once
             if the first tile is the block's: P(0) ... P(a-1)   # its first loads
@@ -273,8 +283,13 @@ class TmaPlan:
         computed = [s.var for s in tiles.before if isinstance(s, tirx.Bind) and not pure(s)]
         if any(uses(self.stmts[p], v) for p in self.producers for v in computed):
             return None
-        if any(touches(self.stmts[p], _shared_writes(tiles.before + tiles.after))
-               for p in self.producers):
+        tile_code = tiles.before + tiles.after
+        if any(touches(self.stmts[p], _shared_writes(tile_code)) for p in self.producers):
+            return None
+        # a tensor the loads read and the tile code touches (its epilogue may write what the
+        # next tile's loads, issued before it, would read)
+        read = [b for p in self.producers for b in buffers_in(self.stmts[p]) if not shared(b)]
+        if any(touches(s, read) for s in tile_code):
             return None
         done_by = 2 if self.overlap else 1
         ahead_by = stages - done_by
