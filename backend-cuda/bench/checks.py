@@ -233,9 +233,9 @@ def dialect() -> list[Check]:
             builder = kernels.gemm_persistent if "workers" in change else kernels.gemm
             out.append(Check(
                 f"dialect-bench_gemm_{dtype}{suffix}", "dialect", dtype,
-                lambda builder=builder, dtype=dtype, config=config: builder.fn(
-                    m, n, k, dtype, **config),
-                lambda dtype=dtype: [_gemm_run(m, n, k, dtype)], k, configs))
+                lambda builder=builder, dtype=dtype, config=config, m=m, n=n, k=k:
+                    builder.fn(m, n, k, dtype, **config),
+                lambda dtype=dtype, m=m, n=n, k=k: [_gemm_run(m, n, k, dtype)], k, configs))
     b, h, s, d = 1, 2, 256, 128  # query blocks in pairs (multicast), 2 steps of 128 keys
     for suffix, change, configs in ATTENTION_CONFIGS:
         out.append(Check(
