@@ -182,5 +182,13 @@ def test_persistent_in_order_bench_gemm_builds_without_spills():
     text = tilewright.lower(_persistent(4096, 4096, 4096, 132), TARGET, IN_ORDER).source.text
     cubin, log = executor.nvrtc_compile(text, arch.get("sm_90a"), ".")
     code = sass.dump(cubin)
-    assert "0 bytes spill stores" in log and code.count("UTMASTG.2D") >= 1
+    assert "0 bytes spill stores" in log and code.count("UTMASTG.2D") == 4
     assert int(re.search(r"Used (\d+) registers", log).group(1)) <= 255
+    # after the k-loop (its last instruction the wait that keeps one wgmma group in flight):
+    # the next tile's five loads (A's box, B's four), then the drain, the wait for the last
+    # tile's TMA store and the pair stores into the shared tile
+    after = code[code.rindex("WARPGROUP.DEPBAR.LE gsb0, 0x1"):]
+    drain = after.index("WARPGROUP.DEPBAR.LE gsb0, 0x0")
+    assert after[:drain].count("UTMALDG.2D") == 5
+    assert drain < after.index("DEPBAR.LE SB0, 0x0") < after.index("STS ")
+    assert "UTMALDG" not in after[drain:] and not re.search(r"\b(LDS|STG)\b", after)
