@@ -48,6 +48,7 @@ from ...analysis.ir import (
     loads_in,
     role_loops,
     seq,
+    stores,
     substitute,
     touches,
     uses,
@@ -243,8 +244,9 @@ class TmaPlan:
         in a persistent kernel's serial loop over tiles (``persistent.TileLoop``), its loads
         carrying on from tile to tile; None when the kernel does not allow it (as
         :meth:`specialise`: the tiles' other code touches the pipelined tiles, shared memory
-        the loads read or a tensor they load from, the loads need values the tile computes
-        from memory or the thread index, or the loop's extent changes from tile to tile)::
+        the loads read or a tensor they load from, the loads need values the tile stores or
+        computes from memory or the thread index, or the loop's extent changes from tile to
+        tile)::
 
             init barriers; sync                              # once
             if the first tile is the block's: P(0) ... P(a-1)   # its first loads
@@ -277,14 +279,21 @@ class TmaPlan:
         if not tiles.independent(self.tx, self.versioned.old) or not tiles.invariant(n):
             return None
 
-        def pure(s):  # a value thread 0 can compute for the next tile
-            return isinstance(s, tirx.Bind) and not uses(s, self.tx) and not loads_in(s.value)
+        computed = []  # the tile's values that cannot be recomputed for the next tile
 
-        computed = [s.var for s in tiles.before if isinstance(s, tirx.Bind) and not pure(s)]
+        def pure(s):  # a value thread 0 can compute for the next tile
+            return isinstance(s, tirx.Bind) and not uses(s, self.tx) and \
+                not loads_in(s.value) and not any(uses(s.value, v) for v in computed)
+
+        for s in tiles.before:
+            if isinstance(s, tirx.Bind) and not pure(s):
+                computed.append(s.var)
         if any(uses(self.stmts[p], v) for p in self.producers for v in computed):
             return None
+        # ... nor what the tile code stores (shared memory, registers)
         tile_code = tiles.before + tiles.after
-        if any(touches(self.stmts[p], _shared_writes(tile_code)) for p in self.producers):
+        stored = [b for s in tile_code for b in stores(s)]
+        if any(touches(self.stmts[p], stored) for p in self.producers):
             return None
         # a tensor the loads read and the tile code touches (its epilogue may write what the
         # next tile's loads, issued before it, would read)
