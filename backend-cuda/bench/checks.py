@@ -195,6 +195,9 @@ BENCH_CONFIGS = (  # (suffix, tile changes, pass configs): the benchmark bundles
     ("_mc", {}, {"cuda.tma_multicast": True, **kernels.GEMM_PASS_CONFIGS}),
     ("_mc_s4", {"num_stages": 4}, {"cuda.tma_multicast": True, **kernels.GEMM_PASS_CONFIGS}),
     ("_pts", {"workers": 3, "tma_store": True}, {}),  # 4 tiles, C through TMA stores
+    # 4 tiles over 3 blocks, in-order loads: block 0's next tile's first load before its
+    # first tile's epilogue
+    ("_pio", {"workers": 3, "tma_store": True}, kernels.GEMM_PASS_CONFIGS),
 )
 LEAN_PRODUCER = {"cuda.producer_registers": 24}  # compute warpgroups of 240 registers
 ATTENTION_CONFIGS = (("_serial", {}, {}), ("_2stages", {"num_stages": 2}, {}),
@@ -224,15 +227,15 @@ def dialect() -> list[Check]:
     # stages several times, so a stage refilled while a wgmma still reads it shows
     m, n, k = 256, 512, 576
     for suffix, change, configs in BENCH_CONFIGS:
-        both = suffix in ("", "_ws", "_mc", "_pts")
+        both = suffix in ("", "_ws", "_mc", "_pts", "_pio")
         for dtype in ("float16", "bfloat16") if both else ("float16",):
             config = {**kernels.GEMM, **change}
             builder = kernels.gemm_persistent if "workers" in change else kernels.gemm
             out.append(Check(
                 f"dialect-bench_gemm_{dtype}{suffix}", "dialect", dtype,
-                lambda builder=builder, dtype=dtype, config=config: builder.fn(
-                    m, n, k, dtype, **config),
-                lambda dtype=dtype: [_gemm_run(m, n, k, dtype)], k, configs))
+                lambda builder=builder, dtype=dtype, config=config, m=m, n=n, k=k:
+                    builder.fn(m, n, k, dtype, **config),
+                lambda dtype=dtype, m=m, n=n, k=k: [_gemm_run(m, n, k, dtype)], k, configs))
     b, h, s, d = 1, 2, 256, 128  # query blocks in pairs (multicast), 2 steps of 128 keys
     for suffix, change, configs in ATTENTION_CONFIGS:
         out.append(Check(

@@ -25,7 +25,10 @@ Configurations (sm_90a, chosen for H100/H200):
   last one's epilogue. Measured no faster than the plain grid. With ``tma_store`` (the
   ``_pts`` rows) C leaves its shared tile in one TMA store a tile, waited for before the next
   tile's accumulators overwrite it, so only the pair stores into the shared tile stay between
-  two tiles' gemms.
+  two tiles' gemms. Built with ``GEMM_PASS_CONFIGS`` (the ``_pio`` rows, not measured yet)
+  the loads stay in order on thread 0, the barriers are set up once, and the next tile's
+  first load is issued right after the k-loop, before the drain and the epilogue, so it lands
+  under them (``TmaPlan.in_order_tiles``).
 - FlashAttention forward (``FLASH_ATTENTION``): ``attention_overlap_one``, 128 query rows per
   block, 128 keys per step, 256 compute threads (two warpgroups of 64 rows: both gemms are
   wgmma) at 240 registers beside a producer warpgroup at 24, K and V two stages deep through
@@ -277,7 +280,8 @@ def gemm_persistent(M, N, K, dtype="float16", block_M=128, block_N=256, block_K=
     so a block's loads for its next tile run while it stores the last one. ``tma_store``: C
     leaves its shared tile through one TMA store a tile (``T.tma_copy``), waited for only
     before the next tile's accumulators overwrite the shared tile, so the store to global
-    memory runs under the next tile's gemms."""
+    memory runs under the next tile's gemms. With ``GEMM_PASS_CONFIGS`` thread 0 issues the
+    loads in order, the next tile's first ones before this tile's epilogue."""
     m_blocks, n_blocks = T.ceildiv(M, block_M), T.ceildiv(N, block_N)
 
     @T.prim_func

@@ -37,8 +37,9 @@ every wait (``plan.HeldRegisters``), in the cp.async and the TMA forms alike.
 On sm_90+ the copy rule offers a TMA form of each producer it can (tma.py); when every
 producer of a loop has one, the loop takes the TMA forms of tma_pipeline.py instead: stages
 complete on mbarriers, issued in order by one thread of the block or, on sm_90a, by a producer
-warpgroup added to the block (warp specialisation). Choices left anywhere else take
-``cp.async``.
+warpgroup added to the block (warp specialisation). In order, a loop in a persistent kernel's
+tile loop (``T.Persistent``) issues the next tile's first loads before the tile's epilogue.
+Choices left anywhere else take ``cp.async``.
 
 ``stage=[...]`` (one entry per statement of the body) selects the producers explicitly
 (stage 0; any other stage is a consumer) and ``order=[...]`` gives the order the body's
@@ -222,12 +223,16 @@ def pipeline(options):
                                             options.pingpong, registers,
                                             options.producer_registers) \
                     if options.warp_specialized and len(loops) == 1 else None
+                multicast = options.multicast and len(loops) == 1
+                walked = new_loop.in_order_tiles(body) \
+                    if split is None and not multicast else None
                 if split is not None:
                     specialised = True
                     body, new_loop = split, loop  # the loop is gone: nothing to swap
+                elif walked is not None:
+                    body, new_loop = walked, loop  # ... as in the tile loop rebuilt around it
                 else:
-                    new_loop, cast = new_loop.in_order(body, options.multicast and
-                                                       len(loops) == 1)
+                    new_loop, cast = new_loop.in_order(body, multicast)
 
             def swap(node, loop=loop, new_loop=new_loop):
                 return new_loop if node.same_as(loop) else node

@@ -1,6 +1,7 @@
 """A persistent kernel's tile loop (``T.Persistent``: a serial loop over the tiles a block
-walks) around a pipelined loop, for the producer warpgroup that walks the tiles itself, and
-the running count of the pipelined loop's iterations over the tiles each role keeps."""
+walks) around a pipelined loop, for the producer warpgroup that walks the tiles itself and for
+the in-order loads that start a block's next tile before its last one is stored, and the
+running count of the pipelined loop's iterations over the tiles each role keeps."""
 
 from __future__ import annotations
 
@@ -64,6 +65,27 @@ class TileLoop:
         own = [tirx.Bind(fresh[s.var], substitute(s.value, fresh), span=s.span) for s in binds]
         var = tirx.Var(f"{self.loop.loop_var.name}_load", self.loop.loop_var.ty)
         return self.rebuild([*own, *(substitute(s, fresh) for s in body)], var)
+
+
+    def for_round(self, body: list, pure, wave, name: str) -> tirx.Stmt:
+        """``body`` for round ``wave`` of the tile loop (an expression of its variable, or a
+        constant), under that round's guard and bounds: the tile's binds it can compute by
+        itself (``pure``) first, under variables of their own (suffix ``name``)."""
+        binds = [s for s in self.before if pure(s)]
+        fresh = {s.var: tirx.Var(f"{s.var.name}_{name}", s.var.ty) for s in binds}
+        mapping = {self.loop.loop_var: wave, **fresh}
+        own = [tirx.Bind(fresh[s.var], substitute(s.value, mapping), span=s.span)
+               for s in binds]
+        held = wave < self.loop.min + self.loop.extent
+        if self.guard is not None:
+            held = tirx.all(held, substitute(self.guard, mapping))
+        return tirx.IfThenElse(held, seq([*own, *(substitute(s, mapping) for s in body)]), None)
+
+    def invariant(self, expr) -> bool:
+        """``expr`` is the same in every round (uses neither the tile loop's variable nor a
+        value bound per tile)."""
+        return not uses(expr, self.loop.loop_var) and not any(
+            uses(expr, s.var) for s in self.before if isinstance(s, tirx.Bind))
 
 
 class Counter:

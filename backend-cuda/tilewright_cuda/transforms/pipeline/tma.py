@@ -36,11 +36,23 @@ from typing import Any
 import tvm
 import tvm_ffi
 from tilewright.errors import KernelError
+from tilewright.transform.walk import rebuild_for
 from tvm import tirx
 
 from ... import intrinsics, keys
 from ...analysis.accesses import loaded_tiles, shared
-from ...analysis.ir import block_loop, flat, loads_in, role_loops, seq, substitute, touches, uses
+from ...analysis.ir import (
+    block_loop,
+    buffers_in,
+    flat,
+    loads_in,
+    role_loops,
+    seq,
+    stores,
+    substitute,
+    touches,
+    uses,
+)
 from ...keys import WARP, WARPGROUP
 from .multicast import CLUSTER, Multicast
 from .persistent import Counter, TileLoop
@@ -226,6 +238,99 @@ class TmaPlan:
             drain.append(intrinsics.call("tw_cluster_sync"))
         return tirx.SeqStmt([*init, *prologue, intrinsics.fence_proxy_async(),
                              self._loop([intrinsics.sync(), *steady]), *drain]), cast
+
+    def in_order_tiles(self, func_body):
+        """``func_body`` with the loop in order (:meth:`in_order`, no multicast) where it sits
+        in a persistent kernel's serial loop over tiles (``persistent.TileLoop``), its loads
+        carrying on from tile to tile; None when the kernel does not allow it (as
+        :meth:`specialise`: the tiles' other code touches the pipelined tiles, shared memory
+        the loads read or a tensor they load from, the loads need values the tile stores or
+        computes from memory or the thread index, or the loop's extent changes from tile to
+        tile)::
+
+            init barriers; sync                              # once
+            if the first tile is the block's: P(0) ... P(a-1)   # its first loads
+            for wave:                                        # the tile loop
+                if guard: binds; code before the loop; b = count
+                    fence.proxy.async
+                    for i in range(n):                       # fill and iteration b + i
+                        __syncthreads()
+                        if i + a < n: P(b + i + a)
+                        wait(full[(b + i) % S][g], ((b + i) / S) & 1); C(i)
+                    if the next tile is the block's: P'(b + n) ... P'(b + n + a - 1)
+                    drain; count = b + n; code after the loop    # (its epilogue)
+
+        ``a`` is the in-order form's distance ahead (S - 1, S - 2 with a wgmma group in
+        flight); ``P'`` the loads of the next tile, its binds recomputed for it. The next
+        tile's first loads go where the last iteration's refill would have gone had the tile
+        been longer: the barrier of iteration n - 1 ended the reads of every version they
+        write (fills b + n - S + s <= b + n - 1 - d), so they need no barrier of their own and
+        land while the block drains its wgmma groups and stores the tile. The barriers are set
+        up once, and versions and phases count on over the tiles."""
+        thread = block_loop(func_body)
+        if thread is None or self.held is not None:
+            return None
+        items = flat([thread.body])
+        nest = TileLoop.find(items, self.loop)
+        if nest is None or nest[1] is None:
+            return None
+        at, tiles = nest
+        n, stages = self.loop.extent, self.stages
+        if not tiles.independent(self.tx, self.versioned.old) or not tiles.invariant(n):
+            return None
+
+        computed = []  # the tile's values that cannot be recomputed for the next tile
+
+        def pure(s):  # a value thread 0 can compute for the next tile
+            return isinstance(s, tirx.Bind) and not uses(s, self.tx) and \
+                not loads_in(s.value) and not any(uses(s.value, v) for v in computed)
+
+        for s in tiles.before:
+            if isinstance(s, tirx.Bind) and not pure(s):
+                computed.append(s.var)
+        if any(uses(self.stmts[p], v) for p in self.producers for v in computed):
+            return None
+        # ... nor what the tile code stores (shared memory, registers)
+        tile_code = tiles.before + tiles.after
+        stored = [b for s in tile_code for b in stores(s)]
+        if any(touches(self.stmts[p], stored) for p in self.producers):
+            return None
+        # a tensor the loads read and the tile code touches (its epilogue may write what the
+        # next tile's loads, issued before it, would read)
+        read = [b for p in self.producers for b in buffers_in(self.stmts[p]) if not shared(b)]
+        if any(touches(s, read) for s in tile_code):
+            return None
+        done_by = 2 if self.overlap else 1
+        ahead_by = stages - done_by
+        bars = self._barriers(0)
+        counter, base = Counter.of(tiles, f"{self.loop.loop_var.name}_count")
+
+        def fills(first):  # the tile's first ``ahead_by`` loads, fill ``first`` on
+            out = []
+            for s in range(ahead_by):
+                k = tirx.const(s, "int32")
+                copies = self._produce(bars, k, tirx.floormod(first + k, stages))
+                out.append(copies if self.analyzer.can_prove(k < n) else
+                           tirx.IfThenElse(k < n, copies, None))
+            return out
+
+        count = base + self.i
+        ahead = self.i + ahead_by
+        refill = tirx.IfThenElse(ahead < n, self._produce(
+            bars, ahead, tirx.floormod(count + ahead_by, stages)), None)
+        steady = [refill if s is None else s for s in self._steady(bars, count=count)]
+        wave = tiles.loop.loop_var
+        following = tiles.for_round(fills(base + n), pure, wave + 1, "next")
+        drain = [intrinsics.wgmma_wait(0)] if self.overlap else []
+        body = [*tiles.before, counter.bind(base), intrinsics.fence_proxy_async(),
+                self._loop([intrinsics.sync(), *steady]), following, *drain,
+                counter.add(base, n), *tiles.after]
+        first = tiles.for_round(fills(tirx.const(0, "int32")), pure, tiles.loop.min, "first")
+        init = self._init(bars, [1] * stages * len(self.groups), once=True)
+        new = rebuild_for(thread, body=seq([*items[:at], *init, *counter.start(), first,
+                                            tiles.rebuild(body), *items[at + 1:]]))
+        return tvm_ffi.structural_map(func_body, (tirx.For, lambda s: new if s.same_as(thread)
+                                                 else s))
 
     # -- a producer warpgroup issues ---------------------------------------------------------
     def specialise(self, func_body, multicast: bool = False, blocks: int = 1,
