@@ -224,7 +224,9 @@ def dialect() -> list[Check]:
         out.append(Check(f"dialect-{name}", "dialect", dtype, lambda func=func: func,
                          lambda case=case: [_example_run(case)], case.reduction))
     # 2 x 2 blocks of 128 x 256 (pairs for multicast), 9 k-tiles: the pipeline wraps its 3 (4)
-    # stages several times, so a stage refilled while a wgmma still reads it shows
+    # stages several times, so a stage refilled while a wgmma still reads it shows. (Every
+    # lambda below binds the sizes it reads as defaults: m, n and k are rebound further down,
+    # and a lambda reads a free name only when the check is built or run.)
     m, n, k = 256, 512, 576
     for suffix, change, configs in BENCH_CONFIGS:
         both = suffix in ("", "_ws", "_mc", "_pts", "_pio")
@@ -262,23 +264,25 @@ def dialect() -> list[Check]:
     for dtype in kernels.LOW_PRECISION_ACCUM:
         out.append(Check(
             f"dialect-gemm_low_precision_{dtype}", "dialect", dtype,
-            lambda dtype=dtype: kernels.gemm_low_precision.fn(m, n, k, dtype, threads=256),
-            lambda dtype=dtype: [_low_precision_run(m, n, k, dtype)], k,
+            lambda dtype=dtype, m=m, n=n, k=k: kernels.gemm_low_precision.fn(m, n, k, dtype,
+                                                                              threads=256),
+            lambda dtype=dtype, m=m, n=n, k=k: [_low_precision_run(m, n, k, dtype)], k,
             accum_dtype=None if dtype == "int8" else "fp8_tensor_core"))
     # the int8 row's 128 x 256 x 128 tiles: 2 x 2 blocks, 9 k-tiles (3 stages wrapped 3 times)
     m, n, k = 256, 512, 1152
     out.append(Check("dialect-bench_int8_gemm", "dialect", "int8",
-                     lambda: kernels.gemm_low_precision.fn(m, n, k, "int8", **kernels.INT8_GEMM),
-                     lambda: [_low_precision_run(m, n, k, "int8")], k))
+                     lambda m=m, n=n, k=k: kernels.gemm_low_precision.fn(m, n, k, "int8",
+                                                                         **kernels.INT8_GEMM),
+                     lambda m=m, n=n, k=k: [_low_precision_run(m, n, k, "int8")], k))
     # the 2:4 rows' 128 x 128 x 64 tiles: 2 x 2 blocks, 9 k-tiles (3 stages wrapped 3 times;
     # with 3 k-tiles no stage was reused and the wgmma.sp metadata race of 8192^3 hid)
     m, n, k = 256, 256, 576
     for suffix, config in (("_k64", kernels.GEMM_SP_K64), ("_mmasp", kernels.GEMM_SP_MMA)):
         out.append(Check(
             f"dialect-bench_gemm_sp_float16{suffix}", "dialect", "float16",
-            lambda config=config: kernels.gemm_sp_kernel.fn(m, n, k, "float16", "int16",
-                                                            **config),
-            lambda: [_gemm_sp_run(m, n, k)], k))
+            lambda config=config, m=m, n=n, k=k: kernels.gemm_sp_kernel.fn(
+                m, n, k, "float16", "int16", **config),
+            lambda m=m, n=n, k=k: [_gemm_sp_run(m, n, k)], k))
     # the default's 128 x 256 x 128 tiles (2 stages, 9 k-tiles) and two rows whose wgmma.sp
     # groups stay in flight on other tiles (GEMM_SP_ROWS): 128-deep k-tiles (four metadata
     # registers a set) and 128 x 256 (HGMMA.SP.64x256x32), 2 x 2 blocks and 9 k-tiles each
