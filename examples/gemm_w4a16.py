@@ -318,8 +318,9 @@ def dequantize(q, scales, zeros):
 
 
 def w4a16_mm(a, q, scales, zeros, **tile):
-    """C = a @ dequantize(q, scales, zeros)^T; the group size is read from the shapes, which
-    are checked before launch."""
+    """C = a @ dequantize(q, scales, zeros)^T, ``q`` in the plain order :func:`quantize` gives
+    (reordered for ``register_w``), with ``ticket_combine``'s counters made here; the group
+    size is read from the shapes, which are checked before launch."""
     (m, k), (n, half) = a.shape, q.shape
     if half * 2 != k or q.dtype != torch.uint8:
         raise ValueError(f"Q must be uint8 [N, K / 2] = [{n}, {k // 2}] for A [{m}, {k}] "
@@ -330,6 +331,12 @@ def w4a16_mm(a, q, scales, zeros, **tile):
                          f"be [N, K / group] = [{n}, {k} / group]")
     group = k // scales.shape[1]
     kernel = w4a16_gemm(m, n, k, group, str(a.dtype).removeprefix("torch."), **tile)
+    if tile.get("register_w"):  # a pass over Q: pre-order the codes and call the kernel
+        q = wgmma_order(q)      # to save it
+    if tile.get("ticket_combine"):  # fresh counters: this call alone takes their tickets
+        tiles = ticket_count(m, n, tile.get("block_M", 16), tile.get("block_N", 128))
+        return kernel(a, q, scales, zeros, torch.zeros(tiles, dtype=torch.int32,
+                                                       device=a.device))
     return kernel(a, q, scales, zeros)
 
 

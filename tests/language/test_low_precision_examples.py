@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import tilewright
 import torch
+from tilewright.errors import UnsupportedOpError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 
@@ -120,6 +121,31 @@ def test_w4a16_options_match_the_default(target, splits, option):
     torch.testing.assert_close(got[True].double(), want, rtol=1e-2,
                                atol=1e-2 * want.abs().mean())
     assert torch.equal(got[True], got[False])
+
+
+@pytest.mark.parametrize("target", ["interp", "cpu"])
+def test_w4a16_mm_reorders_the_codes_for_register_w(target, monkeypatch):
+    # register_w reads the codes in wgmma_order; the wrapper takes quantize's plain order
+    monkeypatch.setenv("TILEWRIGHT_TARGET", target)
+    m, n, k, group = 5, 192, 512, 128
+    gen = torch.Generator().manual_seed(5)
+    a = torch.randn(m, k, generator=gen).half()
+    q, scales, zeros = w4.quantize(torch.randn(n, k, generator=gen).half(), group)
+    tile = dict(swap=True, stage_scales=True, register_w=True, threads=256, block_M=8,
+                block_N=128, block_K=64, splits=2, num_stages=2)
+    want = a.double() @ w4.dequantize(q, scales, zeros).double().T
+    got = w4.w4a16_mm(a, q, scales, zeros, **tile)
+    torch.testing.assert_close(got.double(), want, rtol=1e-2, atol=1e-2 * want.abs().mean())
+    plain = w4.w4a16_gemm(m, n, k, group, **tile)(a, q, scales, zeros)  # the order unasked
+    assert not torch.allclose(plain.double(), want, rtol=1e-2, atol=1e-2 * want.abs().mean())
+
+
+def test_w4a16_ticket_combine_is_refused_where_blocks_cannot_fence(monkeypatch):
+    monkeypatch.setenv("TILEWRIGHT_TARGET", "cpu")
+    a = torch.zeros(5, 512).half()
+    q, scales, zeros = w4.quantize(torch.zeros(128, 512).half(), 128)
+    with pytest.raises(UnsupportedOpError, match="fence_gpu is an op of the .cuda. dialect"):
+        w4.w4a16_mm(a, q, scales, zeros, splits=2, ticket_combine=True)
 
 
 def test_quantize_round_trips_within_half_a_step():
