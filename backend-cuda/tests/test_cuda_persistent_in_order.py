@@ -109,35 +109,11 @@ def test_a_tile_whose_b_copy_reads_shared_memory_starts_only_its_a_loads(tmp_pat
     assert following.count("tw_tma_load_2d(") == 2 and "col" not in following.split("C_ptr")[0]
 
 
-def _writes_its_operand(M, N, K, workers=2, bm=128, bn=256, bk=64):
-    """A persistent GEMM whose epilogue stores into B, the tensor its loads read."""
-    @T.prim_func
-    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16")):
-        with T.Kernel(workers, threads=256) as w:
-            A_s = T.alloc_shared((bm, bk), "float16")
-            B_s = T.alloc_shared((bk, bn), "float16")
-            C_l = T.alloc_fragment((bm, bn), "float32")
-            for i, j in T.Persistent([T.ceildiv(M, bm), T.ceildiv(N, bn)], workers, w):
-                T.clear(C_l)
-                for k in T.Pipelined(T.ceildiv(K, bk), num_stages=3):
-                    T.copy(A[i * bm, k * bk], A_s)
-                    T.copy(B[k * bk, j * bn], B_s)
-                    T.gemm(A_s, B_s, C_l)
-                T.copy(C_l, B[i * bm, j * bn])
+def _epilogue_touching_a_loaded_tensor(M, N, K, epilogue, workers, bn, bm=128, bk=64):
+    """A persistent GEMM whose tile epilogue touches a tensor its loads read: ``"store_b"``
+    stores the tile into B (C unused); ``"add_a"`` computes C = A @ B + A[:, :N] (K >= N),
+    reading A."""
 
-    return main
-
-
-def test_an_epilogue_that_writes_a_loaded_tensor_keeps_the_loads_per_tile():
-    # the next tile's loads, issued before this epilogue, could read B before it is stored
-    kernel = _kernel(tilewright.lower(_writes_its_operand(512, 512, 512), TARGET,
-                                      IN_ORDER).source.text)
-    tiles = kernel.split("for (int wave = 0;")[1]
-    assert "_next = " not in kernel and "tw_mbar_init(" in tiles
-
-
-def _adds_a_block_of_a(M, N, K, workers=3, bm=128, bn=128, bk=64):
-    """C = A @ B + A[:, :N] (K >= N), the tile's epilogue reading A, which its loads read."""
     @T.prim_func
     def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"),
              C: T.Tensor((M, N), "float16")):
@@ -151,11 +127,22 @@ def _adds_a_block_of_a(M, N, K, workers=3, bm=128, bn=128, bk=64):
                     T.copy(A[i * bm, k * bk], A_s)
                     T.copy(B[k * bk, j * bn], B_s)
                     T.gemm(A_s, B_s, C_l)
-                for r, c in T.Parallel(bm, bn):
-                    C_l[r, c] += A[i * bm + r, j * bn + c]
-                T.copy(C_l, C[i * bm, j * bn])
+                if epilogue == "store_b":
+                    T.copy(C_l, B[i * bm, j * bn])
+                else:
+                    for r, c in T.Parallel(bm, bn):
+                        C_l[r, c] += A[i * bm + r, j * bn + c]
+                    T.copy(C_l, C[i * bm, j * bn])
 
     return main
+
+
+def test_an_epilogue_that_writes_a_loaded_tensor_keeps_the_loads_per_tile():
+    # the next tile's loads, issued before this epilogue, could read B before it is stored
+    func = _epilogue_touching_a_loaded_tensor(512, 512, 512, "store_b", workers=2, bn=256)
+    kernel = _kernel(tilewright.lower(func, TARGET, IN_ORDER).source.text)
+    tiles = kernel.split("for (int wave = 0;")[1]
+    assert "_next = " not in kernel and "tw_mbar_init(" in tiles
 
 
 @pytest.mark.emulator
@@ -163,7 +150,8 @@ def test_an_epilogue_reading_a_loaded_tensor_sets_the_barriers_up_each_tile(tmp_
     # the fallback: each tile sets its barriers up again (after a barrier: no thread still
     # polls the last tile's) and loads its own first stages
     M, N, K = 512, 256, 576  # 8 tiles of 128 x 128 over 3 blocks, 9 k-tiles
-    lowered = tilewright.lower(_adds_a_block_of_a(M, N, K), TARGET, IN_ORDER)
+    func = _epilogue_touching_a_loaded_tensor(M, N, K, "add_a", workers=3, bn=128)
+    lowered = tilewright.lower(func, TARGET, IN_ORDER)
     tiles = _kernel(lowered.source.text).split("for (int wave = 0;")[1]
     assert "_next = " not in tiles
     assert tiles.index("__syncthreads();") < tiles.index("tw_mbar_init(")
