@@ -224,14 +224,17 @@ def test_block_scaled_fp8_wide_column_tiles_promote_without_spills(tmp_path):
 
 
 @pytest.mark.emulator
-@pytest.mark.parametrize(("m", "n", "c_shared"), [(80, 640, True), (200, 256, False)])
-def test_block_scaled_fp8_192_column_tiles_match_torch_in_emulation(tmp_path, m, n, c_shared):
+@pytest.mark.parametrize(("m", "n", "c_shared", "panel"),
+                         [(80, 640, True, 0), (200, 256, False, 0), (336, 640, True, 2)])
+def test_block_scaled_fp8_192_column_tiles_match_torch_in_emulation(tmp_path, m, n, c_shared,
+                                                                    panel):
     # the bench's fp8_gemm_block_*_n192 rows: 128 x 192 tiles, one product fragment, each
     # column promoted with its own block of B's scale: the tile at even bx starts on a block
     # boundary (128 + 64 columns), at odd bx 64 columns past one (64 + 128); 640 columns:
     # tiles 0-2 whole (both parities), tile 3 partial (64 columns in block 4, the rest past
     # N, its next block row clamped); 256 columns: tile 1 odd and partial (64 columns of
-    # block 1). A partial row tile, 11 k-tiles wrap the four stages
+    # block 1). A partial row tile, 11 k-tiles wrap the four stages; with panels (the
+    # _n192p16 rows; here 2 block rows a panel) bx's parity is the remapped tile's
     k = 11 * 128
     gen = torch.Generator().manual_seed(17)
     a, a_scale = fp8.quantize(torch.randn(m, k, generator=gen), "block")
@@ -240,7 +243,8 @@ def test_block_scaled_fp8_192_column_tiles_match_torch_in_emulation(tmp_path, m,
     w = torch.randn(n, k, generator=gen) * (10.0 ** torch.arange(n // 128).repeat_interleave(
         128))[:, None]
     b, b_scale = fp8.quantize_blocks(w)
-    config = {**kernels.fp8_config("block"), "block_N": 192, "c_shared": c_shared}
+    config = {**kernels.fp8_config("block"), "block_N": 192, "c_shared": c_shared,
+              "panel": panel}
     lowered = tilewright.lower(fp8.fp8_gemm_scaled.fn(m, n, k, "block", **config),
                                "cuda -arch=sm_90a")
     text = lowered.source.text
@@ -248,6 +252,7 @@ def test_block_scaled_fp8_192_column_tiles_match_torch_in_emulation(tmp_path, m,
     # three of B's scales a k-tile: the first 64 columns', the last 64's and the middle
     # 64's (its row by the parity of bx)
     assert len(set(re.findall(r"SB_ptr\[[^\]]*\]", text))) == 3
+    assert ("(((int)blockIdx.y) >> 1)" in text) == bool(panel)
     c = torch.full((m, n), float("nan"), dtype=torch.bfloat16)
     hostemu.run(text, lowered.source.payload, tmp_path, a, b, a_scale, b_scale, c)
     want = fp8.reference(a, b, a_scale, b_scale, "block")
