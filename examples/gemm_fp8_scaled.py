@@ -44,7 +44,10 @@ def fp8_gemm_scaled(M, N, K, layout="block", dtype="float8_e4m3fn", out_dtype="b
     (B's two 128-row tiles, wgmma m64n128k32), each half's product promoted with its own
     block's scale into that half's accumulator, so that the column tile's scales are known
     at compile time and the product fragment stays 128 columns wide (a 256-wide one beside
-    a 256-wide accumulator: 256 registers a thread).
+    a 256-wide accumulator: 256 registers a thread). With ``block_N`` = 192 the column
+    tile starts on a block boundary at even ``bx`` and 64 columns past one at odd ``bx``: one
+    gemm (wgmma m64n192k32) into one product fragment, each column promoted with its own
+    block's scale (three of B's scales a k-tile, see ``b_scale``).
 
     Block layout options (diagnostics; the defaults are the measured kernel): ``overlap``
     keeps two product fragments, so that k-tile ``ko``'s wgmma is in flight while k-tile
@@ -63,24 +66,40 @@ def fp8_gemm_scaled(M, N, K, layout="block", dtype="float8_e4m3fn", out_dtype="b
     sa_shape, sb_shape = scale_shapes(layout, M, N, K)
 
     # the block layout's column tile in gemms of at most one scale block's width
-    halves = block_N // GROUP if layout == "block" and block_N > GROUP else 1
+    halves = block_N // GROUP if layout == "block" and block_N == 2 * GROUP else 1
     tile_N = block_N // halves
 
+    def b_scale(SB, bx, sb_row, j, ko):
+        """B's scale of the tile's column ``j`` in k-tile ``ko``: block row ``sb_row``'s, or
+        with ``block_N`` = 192 (tiles start on 128-column boundaries at even ``bx``, 64
+        columns past one at odd ``bx``) the next block row's from column 128, and from
+        column 64 at odd ``bx``. ``j`` is known for each register (the first and last 64
+        columns fold to one row each), the parity of ``bx`` only at run time: the middle 64
+        columns read row ``sb_row + bx % 2``, three loads a k-tile and no select."""
+        if block_N != GROUP + GROUP // 2:
+            return SB[sb_row, ko]
+        last = sb_shape[0] - 1
+        row = T.if_then_else(j < GROUP // 2, sb_row,
+                             T.min(sb_row + T.if_then_else(j < GROUP, bx % 2, 1), last))
+        return SB[row, ko]
+
     @T.macro
-    def promote(C_l, C_k, SA, SB, by, sb_row, ko):
+    def promote(C_l, C_k, SA, SB, bx, by, sb_row, ko):
         """C_l += k-tile ko's product C_k, scaled (rows past M read row M - 1's scale)."""
         for i, j in T.Parallel(block_M, tile_N):
             if fused_scale:
                 C_l[i, j] += C_k[i, j] * (SA[T.min(by * block_M + i, M - 1), ko] *
-                                          SB[sb_row, ko])
+                                          b_scale(SB, bx, sb_row, j, ko))
             else:
                 C_l[i, j] += C_k[i, j] * SA[T.min(by * block_M + i, M - 1), ko] * \
-                    SB[sb_row, ko]
-    if layout == "block" and (block_K != GROUP or (GROUP % block_N and block_N != 2 * GROUP)):
+                    b_scale(SB, bx, sb_row, j, ko)
+    if layout == "block" and (block_K != GROUP or (
+            GROUP % block_N and block_N not in (GROUP + GROUP // 2, 2 * GROUP))):
         raise ValueError(f"the block layout scales {GROUP}-deep k-tiles and {GROUP}-row blocks "
                          f"of B: block_K must be {GROUP} and block_N divide it or be "
-                         f"{2 * GROUP} (got block_K={block_K}, block_N={block_N})")
-    if overlap and (layout != "block" or -(-K // block_K) % 2 or halves > 1):
+                         f"{GROUP + GROUP // 2} or {2 * GROUP} (got block_K={block_K}, "
+                         f"block_N={block_N})")
+    if overlap and (layout != "block" or -(-K // block_K) % 2 or block_N > GROUP):
         raise ValueError(f"overlap takes the block layout's k-tiles two at a time: an even "
                          f"number of them, in column tiles of one scale block (K={K}, "
                          f"block_K={block_K}, block_N={block_N}, layout {layout!r})")
@@ -119,10 +138,10 @@ def fp8_gemm_scaled(M, N, K, layout="block", dtype="float8_e4m3fn", out_dtype="b
                         T.copy(B[bx * block_N, (2 * kp + 1) * block_K], B_t)
                         T.gemm(A_s, B_s, C_k, transpose_B=True, clear_accum=True)
                         # the previous step's odd product (zero at kp = 0) meanwhile
-                        promote(C_l, C_n, SA, SB, by, sb_row, T.max(2 * kp - 1, 0))
+                        promote(C_l, C_n, SA, SB, bx, by, sb_row, T.max(2 * kp - 1, 0))
                         T.gemm(A_t, B_t, C_n, transpose_B=True, clear_accum=True)
-                        promote(C_l, C_k, SA, SB, by, sb_row, 2 * kp)
-                    promote(C_l, C_n, SA, SB, by, sb_row, k_tiles - 1)
+                        promote(C_l, C_k, SA, SB, bx, by, sb_row, 2 * kp)
+                    promote(C_l, C_n, SA, SB, bx, by, sb_row, k_tiles - 1)
                 else:
                     for ko in T.Pipelined(k_tiles, num_stages=num_stages):
                         T.copy(A[by * block_M, ko * block_K], A_s)
@@ -130,7 +149,7 @@ def fp8_gemm_scaled(M, N, K, layout="block", dtype="float8_e4m3fn", out_dtype="b
                         if halves > 1:
                             T.copy(B[bx * block_N + tile_N, ko * block_K], B_h)
                         T.gemm(A_s, B_s, C_k, transpose_B=True, clear_accum=True)
-                        promote(C_l, C_k, SA, SB, by, sb_row, ko)
+                        promote(C_l, C_k, SA, SB, bx, by, sb_row, ko)
                         if halves > 1:  # the same product fragment for the second half,
                             # zeroed from the promoted sums: a zero that waits for them, so
                             # that ptxas issues the second gemm after the promotion (from
@@ -142,7 +161,7 @@ def fp8_gemm_scaled(M, N, K, layout="block", dtype="float8_e4m3fn", out_dtype="b
                             for i, j in T.Parallel(block_M, tile_N):
                                 C_k[i, j] = T.min(T.abs(C_l[i, j]), zero)
                             T.gemm(A_s, B_h, C_k, transpose_B=True)
-                            promote(C_h, C_k, SA, SB, by, sb_half, ko)
+                            promote(C_h, C_k, SA, SB, bx, by, sb_half, ko)
             else:
                 for ko in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
                     T.copy(A[by * block_M, ko * block_K], A_s)

@@ -235,7 +235,20 @@ def cases(quick: bool):
     # _n256p16 _n256 in panels of 16 block rows, as the GEMM rows' 128 x 256 tiles: at 8192 a
     # wave of 132 blocks then reads about 16 MB of A and 16 MB of B, which L2 holds, where
     # in launch order (4 block rows x all 32 column tiles) it reads 4 MB of A and all 64 MB
-    # of B (the _p16 rows of 128 x 128 tiles measured no gain: 0.79 / 0.70)
+    # of B (the _p16 rows of 128 x 128 tiles measured no gain: 0.79 / 0.70).
+    # _n192 (block_N=192): 128 x 192 tiles, one 64x192 product fragment a warpgroup (QGMMA
+    # .64x192x32, 4 a k-tile), each column promoted with its own block of B's scale (tiles
+    # start on a block boundary at even bx, 64 columns past one at odd bx: three scale loads
+    # a k-tile, the middle 64 columns' row by the parity of bx); 192 registers of C as
+    # _n256, no FMNMX zeros: the loop 180 instructions (96 FFMA, 6 FMUL, 5 LDG) for 1.5
+    # tiles' worth of the default's 133 (_n256: 299 for 2). The model above: TMA writes
+    # 40 KB a k-tile, the two warpgroups read 2 x (8 + 24) KB, 104 KB in 768 clk at the
+    # tensor rate = 135 B/clk, 0.95 of it (_n256 0.89, the default 0.80); waves: at 4096,
+    # 22 x 32 = 704 tiles, 5.3 -> 6 waves (0.86 of them useful with the partial last column
+    # tile; the default 0.97), at 8192 43 x 64 = 2752 tiles, 20.8 -> 21 (0.985): about
+    # 0.82 / 0.94 of the tensor rate where _n256 gives 0.86 / 0.86 -- the 8192 row is the
+    # one to watch (4096 loses its gain to the waves). Four stages (4 x 40 KB) and C
+    # through a 48 KB shared tile (208 KB); _n192p16 in panels of 16 block rows
     for n in GEMM_SIZES[size]:
         for layout, suffix, change, configs in (
                 ("tensor", "", {}, {}), ("token", "", {}, {}), ("block", "", {}, {}),
@@ -250,12 +263,15 @@ def cases(quick: bool):
                 ("block", "_direct", {"c_shared": False}, {}),
                 ("block", "_n256", {"block_N": 256}, {}),
                 ("block", "_n256s3", {"block_N": 256, "num_stages": 3}, {}),
-                ("block", "_n256p16", {"block_N": 256, "panel": kernels.SWIZZLE_PANEL}, {})):
+                ("block", "_n256p16", {"block_N": 256, "panel": kernels.SWIZZLE_PANEL}, {}),
+                ("block", "_n192", {"block_N": 192}, {}),
+                ("block", "_n192p16", {"block_N": 192, "panel": kernels.SWIZZLE_PANEL}, {})):
             if quick and suffix:
                 continue
             config = {**kernels.fp8_config(layout), **change}
-            # block scales: one wgmma a 128-column scale block of B (block_N 256: two)
-            wgmma_n = min(config["block_N"], 128) if layout == "block" else config["block_N"]
+            # block scales: one wgmma a column tile, block_N 256 two of 128 columns
+            wgmma_n = 128 if layout == "block" and config["block_N"] == 256 else \
+                config["block_N"]
             yield (f"fp8_gemm_{layout}_{n}{suffix}",
                    {"kind": "fp8_gemm", "M": n, "N": n, "K": n, "layout": layout,
                     "dtype": "float8_e4m3fn", "out_dtype": "bfloat16", "config": config,

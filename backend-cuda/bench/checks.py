@@ -332,6 +332,9 @@ def dequantising() -> list[Check]:
     m, n, k = 200, 256, 1152
     fp8_rows = [(layout, "", kernels.fp8_config(layout), n) for layout in kernels.FP8_TILES]
     fp8_rows.append(("block", "_n256", {**kernels.fp8_config("block"), "block_N": 256}, 384))
+    # (_n192: 192-column tiles, the middle 64 columns' scale block by the parity of the
+    # column tile; 640 columns: tiles at even and odd bx, the fourth partial)
+    fp8_rows.append(("block", "_n192", {**kernels.fp8_config("block"), "block_N": 192}, 640))
     for layout, suffix, config, cols in fp8_rows:
         out.append(Check(
             f"example-gemm_fp8_scaled_{layout}{suffix}", "example", "float8_e4m3fn",

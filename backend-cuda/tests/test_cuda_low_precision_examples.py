@@ -223,13 +223,68 @@ def test_block_scaled_fp8_wide_column_tiles_promote_without_spills(tmp_path):
     assert not any(op.startswith(("STL", "LDL")) for op in loop)
 
 
+@pytest.mark.emulator
+@pytest.mark.parametrize(("m", "n", "c_shared", "panel"),
+                         [(80, 640, True, 0), (200, 256, False, 0), (336, 640, True, 2)])
+def test_block_scaled_fp8_192_column_tiles_match_torch_in_emulation(tmp_path, m, n, c_shared,
+                                                                    panel):
+    # the bench's fp8_gemm_block_*_n192 rows: 128 x 192 tiles, one product fragment, each
+    # column promoted with its own block of B's scale: the tile at even bx starts on a block
+    # boundary (128 + 64 columns), at odd bx 64 columns past one (64 + 128); 640 columns:
+    # tiles 0-2 whole (both parities), tile 3 partial (64 columns in block 4, the rest past
+    # N, its next block row clamped); 256 columns: tile 1 odd and partial (64 columns of
+    # block 1). A partial row tile, 11 k-tiles wrap the four stages; with panels (the
+    # _n192p16 rows; here 2 block rows a panel) bx's parity is the remapped tile's
+    k = 11 * 128
+    gen = torch.Generator().manual_seed(17)
+    a, a_scale = fp8.quantize(torch.randn(m, k, generator=gen), "block")
+    # block scales far apart (1x-1000x), so a column promoted with its neighbour block's
+    # scale is off by far more than the tolerance
+    w = torch.randn(n, k, generator=gen) * (10.0 ** torch.arange(n // 128).repeat_interleave(
+        128))[:, None]
+    b, b_scale = fp8.quantize_blocks(w)
+    config = {**kernels.fp8_config("block"), "block_N": 192, "c_shared": c_shared,
+              "panel": panel}
+    lowered = tilewright.lower(fp8.fp8_gemm_scaled.fn(m, n, k, "block", **config),
+                               "cuda -arch=sm_90a")
+    text = lowered.source.text
+    assert "tw_gemm_wgmma<192, 128, 192, TW_WGMMA_E4M3," in text
+    # three of B's scales a k-tile: the first 64 columns', the last 64's and the middle
+    # 64's (its row by the parity of bx)
+    assert len(set(re.findall(r"SB_ptr\[[^\]]*\]", text))) == 3
+    assert ("(((int)blockIdx.y) >> 1)" in text) == bool(panel)
+    c = torch.full((m, n), float("nan"), dtype=torch.bfloat16)
+    hostemu.run(text, lowered.source.payload, tmp_path, a, b, a_scale, b_scale, c)
+    want = fp8.reference(a, b, a_scale, b_scale, "block")
+    torch.testing.assert_close(c.double(), want, rtol=8e-3, atol=1e-3 * want.abs().mean())
+
+
+@pytest.mark.nvcc
+@pytest.mark.sass
+def test_block_scaled_fp8_192_column_tiles_promote_without_spills(tmp_path):
+    # the _n192 rows at 4096^3: four QGMMA.64x192x32 a k-tile, 96 FFMA promotions (one a
+    # product register), 6 FMUL (a_scale times each of the three scales, two rows a thread),
+    # 5 scale loads (two rows of A, three rows of B), no local memory
+    config = {**kernels.fp8_config("block"), "block_N": 192}
+    code = _sass(fp8.fp8_gemm_scaled.fn(4096, 4096, 4096, "block", **config), "sm_90a",
+                 tmp_path)
+    loop = sass.hot_loop(code)
+    assert sum(op.startswith("QGMMA.64x192x32.F32.E4M3.E4M3") for op in loop) == 4
+    assert sum(op.startswith("FFMA") for op in loop) == 96
+    assert sum(op.startswith("FMUL") for op in loop) == 6
+    assert sum(op.startswith("LDG") for op in loop) == 5
+    assert not any(op.startswith(("STL", "LDL", "FSEL", "SEL")) for op in code)
+
+
 def test_block_scaled_fp8_overlap_takes_k_tiles_two_at_a_time():
     with pytest.raises(ValueError, match="even number"):
         fp8.fp8_gemm_scaled.fn(256, 256, 384, "block", overlap=True)
     with pytest.raises(ValueError, match="one scale block"):
         fp8.fp8_gemm_scaled.fn(256, 256, 512, "block", block_N=256, overlap=True)
-    with pytest.raises(ValueError, match="divide it or be 256"):
-        fp8.fp8_gemm_scaled.fn(256, 384, 512, "block", block_N=192)
+    with pytest.raises(ValueError, match="one scale block"):
+        fp8.fp8_gemm_scaled.fn(256, 384, 512, "block", block_N=192, overlap=True)
+    with pytest.raises(ValueError, match="divide it or be 192 or 256"):
+        fp8.fp8_gemm_scaled.fn(256, 384, 512, "block", block_N=320)
 
 
 @pytest.mark.nvcc
