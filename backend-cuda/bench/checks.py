@@ -365,8 +365,8 @@ def dequantising() -> list[Check]:
                                              "ticket_combine": True}),
                            # _reg_ov, _reg16_ov, _reg16_ov_tk: the dequantisation of k-tile
                            # i + 1 beside the wgmma of k-tile i (overlap_dequant, two register
-                           # fragments, the newest group in flight into the next step): 6
-                           # k-tiles a slice, 3 steps through 3 stages
+                           # fragments, the newest group in flight into the next step): 12
+                           # 64-deep k-tiles a slice, 6 steps through 4 stages
                            ("_reg_ov", {**kernels.W4A16_REGISTER_W,
                                         **kernels.W4A16_OVERLAP_ROWS["_reg_ov"]}),
                            ("_reg16_ov", {**kernels.W4A16_REGISTER_W, "block_M": 16,

@@ -641,13 +641,13 @@ def _overlap_tile(m: int, suffix: str = "_reg_ov") -> dict:
 @pytest.mark.emulator
 @pytest.mark.parametrize(("m", "k", "tile"), [
     # the bench's rows at 8192 deep (M = 1 and 16 as benched; 5: a partial column of C^T):
-    # 4 steps of two k-tiles a slice through 3 stages; _reg_ov_tk the slices added in the
-    # kernel
+    # 8 steps of two 64-deep k-tiles a slice through 4 stages; _reg_ov_tk the slices added
+    # in the kernel
     *((m, 8192, {"row": suffix}) for suffix in kernels.W4A16_OVERLAP_ROWS for m in (1, 5, 16)),
-    (5, 8192, {"splits": 2}),  # 16 steps through 3 stages: the pipeline wraps five times
-    (16, 8192, {"splits": 2, "num_stages": 4}),  # 4 stages, 2 steps ahead
+    (5, 8192, {"splits": 4}),  # 16 steps through 4 stages: the pipeline wraps four times
+    (16, 8192, {"block_K": 128, "num_stages": 3}),  # 128-deep k-tiles through 3 stages
     (16, 2048, {"block_N": 64, "threads": 128, "splits": 2}),  # one warpgroup
-    (5, 4096, {"block_K": 64, "group": 64, "splits": 4}),  # 64-deep k-tiles
+    (5, 4096, {"group": 64, "splits": 2}),  # a group a k-tile
 ])
 def test_w4a16_overlap_dequant_is_bit_identical_to_register_w_in_emulation(tmp_path, m, k,
                                                                            tile):
@@ -688,15 +688,16 @@ def test_w4a16_overlap_dequant_is_bit_identical_to_register_w_in_emulation(tmp_p
 @pytest.mark.parametrize("m", [1, 16])
 @pytest.mark.parametrize("suffix", list(kernels.W4A16_OVERLAP_ROWS))
 def test_w4a16_overlap_dequant_runs_beside_the_hgmma(tmp_path, m, suffix):
-    # the bench's _reg_ov rows: each step's two k-tiles, 8 HGMMA each; each warpgroup wait
-    # leaves one group in flight (the _reg rows': WARPGROUP.DEPBAR.LE gsb0, 0x0 after every
-    # k-tile's eighth HGMMA), and the next k-tile's dequantisation (64 HADD2 and 32 LOP3 a
-    # thread) lies between an HGMMA group's last HGMMA and the wait that retires it; no STS,
-    # no spills (_sass), one barrier a step
-    code = _sass(w4.w4a16_gemm.fn(m, 8192, 8192, **_overlap_tile(m, suffix)), "sm_90a",
-                 tmp_path)
+    # the bench's _reg_ov rows: each step's two 64-deep k-tiles, 4 HGMMA each; each
+    # warpgroup wait leaves one group in flight (the _reg rows': WARPGROUP.DEPBAR.LE gsb0, 0x0
+    # after every k-tile's eighth HGMMA), and the next k-tile's dequantisation (32 weights a
+    # thread: 32 HADD2, 16 LOP3) lies between an HGMMA group's last HGMMA and the wait that
+    # retires it; no STS, no spills (_sass), one barrier a step
+    tile = _overlap_tile(m, suffix)
+    code = _sass(w4.w4a16_gemm.fn(m, 8192, 8192, **tile), "sm_90a", tmp_path)
     loop = sass.hot_loop(code)
-    assert len([op for op in loop if op.startswith("HGMMA")]) == 16
+    weights = tile["block_N"] * tile["block_K"] // tile["threads"]  # a thread's, a k-tile
+    assert len([op for op in loop if op.startswith("HGMMA")]) == 2 * tile["block_K"] // 16
     assert not [op for op in loop if op.startswith("STS")] and "I2F.F16" not in code
     assert len([op for op in loop if op.startswith("BAR.SYNC")]) == 1
     # the same loop with operands: the last instructions up to its backward branch
@@ -718,7 +719,8 @@ def test_w4a16_overlap_dequant_runs_beside_the_hgmma(tmp_path, m, suffix):
         wait = next(j for j in range(wait + 1, len(ring)) if
                     ring[j].startswith("WARPGROUP.DEPBAR"))  # the first leaves it in flight
         between = [line.split()[0] for line in ring[k + 1:wait]]
-        assert between.count("HADD2") == 64 and between.count("LOP3.LUT") >= 32, between
+        assert between.count("HADD2") == weights and \
+            between.count("LOP3.LUT") >= weights // 2, between
 
 
 def test_w4a16_overlap_dequant_refuses_what_it_cannot_do():
