@@ -22,16 +22,18 @@ import tilewright.language as T
 import torch
 from tilewright.profiler import do_bench
 
-try:  # option ticket_combine's fence between blocks is the CUDA dialect's (__threadfence)
-    from tilewright_cuda.language import fence_gpu
-except ImportError:  # another backend: the option is refused
-    fence_gpu = None
+try:  # option ticket_combine's fence between blocks and overlap_dequant's wgmma groups are
+    # the CUDA dialect's (__threadfence; wgmma issued without a wait, retired by hand)
+    from tilewright_cuda.language import fence_gpu, wait_wgmma, wgmma_gemm
+except ImportError:  # another backend: the options are refused
+    fence_gpu = wait_wgmma = wgmma_gemm = None
 
 
 @tilewright.jit(out_idx=[-1])
 def w4a16_gemm(M, N, K, group=128, dtype="float16", block_M=16, block_N=128, block_K=128,
                threads=128, num_stages=3, splits=1, combine_N=256, overlap=False,
-               stage_scales=False, swap=False, register_w=False, ticket_combine=False):
+               stage_scales=False, swap=False, register_w=False, overlap_dequant=False,
+               ticket_combine=False):
     """The kernel: K a multiple of ``block_K * splits``, ``block_K`` a multiple of 2; with
     ``splits`` > 1, two kernels (the slices' partial sums, then their sum in blocks of
     ``combine_N`` columns of a row).
@@ -67,6 +69,16 @@ def w4a16_gemm(M, N, K, group=128, dtype="float16", block_M=16, block_N=128, blo
     32-bit word; ``block_K`` and ``group`` multiples of 32. The same values in the same
     arithmetic: bit-identical to ``swap``'s dequantisation.
 
+    ``overlap_dequant`` (with ``register_w``, CUDA on sm_90a only; off by default) keeps two
+    register fragments, one for the even k-tiles and one for the odd ones (an even number of
+    k-tiles a slice, two a pipeline step), and issues each k-tile's wgmma without waiting for
+    it (``wgmma_gemm``): a fragment is rewritten only after the wgmma that read it, two
+    k-tiles back, has retired (``wait_wgmma(1)``: all but the newest group), so the
+    dequantisation of k-tile i + 1 runs while the wgmma of k-tile i is in flight. The newest
+    group stays in flight into the next step; the pipeline then refills a stage one step
+    later (``num_stages`` >= 3), after the barrier that follows its groups' retirement. The
+    same values in the same k order: bit-identical to ``register_w``.
+
     ``ticket_combine`` (with ``splits`` > 1, CUDA only; off by default) adds the slices in the
     one kernel instead of a second: each block stores its partial sums, fences them
     (``fence_gpu``) and takes a ticket of its output tile's counter; the block that takes the
@@ -92,6 +104,12 @@ def w4a16_gemm(M, N, K, group=128, dtype="float16", block_M=16, block_N=128, blo
         raise ValueError(f"register_w takes swap and stage_scales, block_K={block_K} and "
                          f"group={group} multiples of 32, and block_N={block_N} = 64 rows per "
                          f"warpgroup of threads={threads}")
+    if overlap_dequant and not (register_w and k_tiles % 2 == 0 and num_stages >= 3 and
+                                wgmma_gemm is not None):
+        raise ValueError(f"overlap_dequant takes register_w, an even number of k-tiles a slice "
+                         f"(K={K}, block_K={block_K}, splits={splits}), num_stages >= 3 "
+                         f"(got {num_stages}) and a backend with hand-issued wgmma groups "
+                         f"(tilewright_cuda)")
     if ticket_combine and (splits < 2 or fence_gpu is None):
         raise ValueError("ticket_combine adds the slices of a split K (splits > 1) on a "
                          "backend with a GPU-wide fence (tilewright_cuda)")
@@ -176,12 +194,33 @@ def w4a16_gemm(M, N, K, group=128, dtype="float16", block_M=16, block_N=128, blo
                 n = T.min(bx * block_N + i, N - 1)
                 S_s[i, g] = Scales[n, bz * slice_K // group + g]
                 Z_s[i, g] = Zeros[n, bz * slice_K // group + g]
-            for ko in T.Pipelined(k_tiles, num_stages=num_stages):
-                k0 = (bz * k_tiles + ko) * block_K
-                T.copy(A[by * block_M, k0], A_s)
-                T.copy(Q[bx * block_N, k0 // 2], Q_s)
-                dequantise_staged(Q_s, W_s, S_s, Z_s, ko)
-                product(A_s, W_s, C_l)
+            if overlap_dequant:
+                # step kp: k-tiles e = 2 kp (A_s, Q_s into W_s) and e + 1 (A_t, Q_t into W_t);
+                # before each dequantisation, all but the newest group retired: the one
+                # that read the fragment (two k-tiles back) is not the newest
+                A_t = T.alloc_shared((block_M, block_K), dtype)
+                Q_t = T.alloc_shared((block_N, block_K // 2), "uint8")
+                W_t = T.alloc_fragment((block_N, block_K), dtype)
+                for kp in T.Pipelined(k_tiles // 2, num_stages=num_stages):
+                    k0 = (bz * k_tiles + 2 * kp) * block_K
+                    T.copy(A[by * block_M, k0], A_s)
+                    T.copy(Q[bx * block_N, k0 // 2], Q_s)
+                    T.copy(A[by * block_M, k0 + block_K], A_t)
+                    T.copy(Q[bx * block_N, (k0 + block_K) // 2], Q_t)
+                    wait_wgmma(1)
+                    dequantise_staged(Q_s, W_s, S_s, Z_s, 2 * kp)
+                    wgmma_gemm(W_s, A_s, C_l, transpose_B=True)
+                    wait_wgmma(1)
+                    dequantise_staged(Q_t, W_t, S_s, Z_s, 2 * kp + 1)
+                    wgmma_gemm(W_t, A_t, C_l, transpose_B=True)
+                wait_wgmma(0)
+            else:
+                for ko in T.Pipelined(k_tiles, num_stages=num_stages):
+                    k0 = (bz * k_tiles + ko) * block_K
+                    T.copy(A[by * block_M, k0], A_s)
+                    T.copy(Q[bx * block_N, k0 // 2], Q_s)
+                    dequantise_staged(Q_s, W_s, S_s, Z_s, ko)
+                    product(A_s, W_s, C_l)
         else:
             for ko in T.Pipelined(k_tiles, num_stages=num_stages):
                 k0 = (bz * k_tiles + ko) * block_K

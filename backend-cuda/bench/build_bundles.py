@@ -353,6 +353,21 @@ def cases(quick: bool):
                 # float16 pairs), the hot loop has none (test_cuda_low_precision_examples)
                 *(["ATOMG.E.ADD.STRONG.GPU", "MEMBAR.SC.GPU", "CCTL.IVALL"]
                   if config.get("ticket_combine") else ["!PRMT"])], {})
+    # _reg_ov, _reg_ov_tk: the _reg rows' kernel with the dequantisation of k-tile i + 1 run
+    # while the wgmma of k-tile i is in flight (option overlap_dequant; two register
+    # fragments, kernels.W4A16_OVERLAP_ROWS): the warpgroup's waits leave one group in
+    # flight (WARPGROUP.DEPBAR.LE gsb0, 0x1; the _reg rows' are all 0x0 in the hot loop)
+    for (m, n), (suffix, change) in itertools.product(
+            () if quick else W4A16_SIZES[size], kernels.W4A16_OVERLAP_ROWS.items()):
+        config = {**kernels.W4A16_REGISTER_W, "block_M": 8 if m <= 8 else 16, **change}
+        yield (f"w4a16_m{m}_{n}{suffix}",
+               {"kind": "w4a16", "M": m, "N": n, "K": n, "group": 128, "dtype": "float16",
+                "config": config},
+               kernels.w4a16_gemm.fn(m, n, n, 128, **config),
+               ["LDGSTS.E.BYPASS.128", "!I2F.F16", "!STS.128", "!HMMA",
+                f"HGMMA.64x{config['block_M']}x16.F32", "WARPGROUP.DEPBAR.LE gsb0, 0x1",
+                *(["ATOMG.E.ADD.STRONG.GPU", "MEMBAR.SC.GPU", "CCTL.IVALL"]
+                  if config.get("ticket_combine") else ["!PRMT"])], {})
     # 2:4 sparse A against the dense cuBLAS GEMM: the sparse wgmma (HGMMA.SP, no dense
     # tensor-core instruction), kernels.GEMM_SP (128x256x128, 2 stages: 0.91x where the
     # 128x128x64 three-stage form, the _k64 row, gave 0.73-0.74x); diagnostic rows (not in

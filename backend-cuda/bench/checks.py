@@ -365,7 +365,17 @@ def dequantising() -> list[Check]:
                                           "ticket_combine": True}),
                            ("_reg16_s4_tk", {**kernels.W4A16_REGISTER_W, "block_M": 16,
                                              "splits": 4, "num_stages": 4,
-                                             "ticket_combine": True})):
+                                             "ticket_combine": True}),
+                           # _reg_ov, _reg16_ov, _reg16_ov_tk: the dequantisation of k-tile
+                           # i + 1 beside the wgmma of k-tile i (overlap_dequant, two register
+                           # fragments, the newest group in flight into the next step): 12
+                           # 64-deep k-tiles a slice, 6 steps through 4 stages
+                           ("_reg_ov", {**kernels.W4A16_REGISTER_W,
+                                        **kernels.W4A16_OVERLAP_ROWS["_reg_ov"]}),
+                           ("_reg16_ov", {**kernels.W4A16_REGISTER_W, "block_M": 16,
+                                          **kernels.W4A16_OVERLAP_ROWS["_reg_ov"]}),
+                           ("_reg16_ov_tk", {**kernels.W4A16_REGISTER_W, "block_M": 16,
+                                             **kernels.W4A16_OVERLAP_ROWS["_reg_ov_tk"]})):
         out.append(Check(f"example-gemm_w4a16{suffix}", "example", "float16",
                          lambda config=config: kernels.w4a16_gemm.fn(rows, cols, depth, 128,
                                                                      **config),

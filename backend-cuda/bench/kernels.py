@@ -139,6 +139,18 @@ W4A16_REGISTER_W_ROWS = {"_reg": {}, "_reg_s3": {"num_stages": 3},
                          "_reg_tk": {"ticket_combine": True},
                          "_reg_s3_tk": {"num_stages": 3, "ticket_combine": True},
                          "_reg_s4_tk": {"splits": 4, "num_stages": 4, "ticket_combine": True}}
+# _reg_ov: the dequantisation of k-tile i + 1 beside the wgmma of k-tile i (option
+# overlap_dequant: two register fragments, even and odd k-tiles, each wgmma issued without a
+# wait and retired, wait_group 1, only before its fragment is rewritten; the _reg rows wait
+# for each k-tile's wgmma before the next dequantisation). 64-deep k-tiles, two a step: the
+# two fragments hold what _reg's one does (62-66 registers, as _reg's, where 128-deep ones
+# took 94-108: two blocks an SM instead of four) and a step's tiles are _reg's k-tile's
+# (10 KB at M = 1); four stages, the refill two steps (256 of K) ahead as _reg_s3's, since
+# the newest group stays in flight into the next step. _reg_ov_tk with ticket_combine. Not
+# measured yet
+W4A16_OVERLAP = {"overlap_dequant": True, "block_K": 64, "num_stages": 4}
+W4A16_OVERLAP_ROWS = {"_reg_ov": W4A16_OVERLAP,
+                      "_reg_ov_tk": {**W4A16_OVERLAP, "ticket_combine": True}}
 # 2:4 sparse: 128x256x128 tiles two stages deep (2 x 82 KB), each k-tile's wgmma.sp group
 # retired in it; GEMM_SP_K64 the 128x128x64 three-stage form, the default until 2026-12-04
 GEMM_SP = {"block_M": 128, "block_N": 256, "block_K": 128, "threads": 256, "num_stages": 2}

@@ -574,3 +574,25 @@ def _extern_call_case(g):
                  torch.full((2, 128), -1, dtype=torch.int32)), (1, 2, 3, 4),
                 [wide, wide * 2, q.to(torch.int32), squares.to(torch.int32)],
                 tol={"rtol": 0, "atol": 0})
+
+
+def carried_group_gemm(num_stages):
+    """A pipelined GEMM whose hand-issued wgmma group stays in flight into the next
+    iteration (each iteration retires all but its own group)."""
+    @T.prim_func
+    def main(A: T.Tensor((64, 256), "float16"), B: T.Tensor((64, 256), "float16"),
+             C: T.Tensor((64, 64), "float32")):
+        with T.Kernel(1, threads=128):
+            A_s = T.alloc_shared((64, 64), "float16")
+            B_s = T.alloc_shared((64, 64), "float16")
+            C_l = T.alloc_fragment((64, 64), "float32")
+            T.clear(C_l)
+            for ko in T.Pipelined(4, num_stages=num_stages):
+                T.copy(A[0, ko * 64], A_s)
+                T.copy(B[0, ko * 64], B_s)
+                T.wgmma_gemm(A_s, B_s, C_l, transpose_B=True)
+                T.wait_wgmma(1)
+            T.wait_wgmma(0)
+            T.copy(C_l, C)
+
+    return main

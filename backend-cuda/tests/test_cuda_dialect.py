@@ -12,6 +12,7 @@ import tilewright_cuda.language as T
 import torch
 from dialect_cases import (
     WIDEN_SOURCE,
+    carried_group_gemm,
     cluster_scale,
     extern_call,
     hand_wgmma,
@@ -632,3 +633,12 @@ def test_tensor_maps_check_the_tensor_at_launch():
         tensor_map_layout(p, torch.empty(100, 71, dtype=torch.float16))
     with pytest.raises(RuntimeError, match="expected a 2-D tensor"):
         tensor_map_layout(p, torch.empty(4, 100, 72, dtype=torch.float16))
+
+
+def test_a_pipelined_loop_that_carries_a_wgmma_group_refills_a_step_later():
+    # the group in flight at the next iteration's refill reads the version refilled S - 1
+    # steps ahead: the refill runs S - 2 ahead, so two stages are refused
+    with pytest.raises(KernelError, match=r"leaves wgmma groups in flight into its next "
+                                          r"iteration .* num_stages >= 3 \(got 2\)"):
+        tilewright.lower(carried_group_gemm(2), "cuda -arch=sm_90a")
+

@@ -686,6 +686,108 @@ def test_w4a16_register_w_refuses_what_it_cannot_do():
                          register_w=True, threads=128)
 
 
+def _overlap_tile(m: int, suffix: str = "_reg_ov") -> dict:
+    """The bench's ``w4a16_m*_8192{suffix}`` row's configuration for ``m`` activation rows
+    (kernels.W4A16_OVERLAP_ROWS)."""
+    return {**kernels.W4A16_REGISTER_W, "block_M": 8 if m <= 8 else 16,
+            **kernels.W4A16_OVERLAP_ROWS[suffix]}
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize(("m", "k", "tile"), [
+    # the bench's rows at 8192 deep (M = 1 and 16 as benched; 5: a partial column of C^T):
+    # 8 steps of two 64-deep k-tiles a slice through 4 stages; _reg_ov_tk the slices added
+    # in the kernel
+    *((m, 8192, {"row": suffix}) for suffix in kernels.W4A16_OVERLAP_ROWS for m in (1, 5, 16)),
+    (5, 8192, {"splits": 4}),  # 16 steps through 4 stages: the pipeline wraps four times
+    (16, 8192, {"block_K": 128, "num_stages": 3}),  # 128-deep k-tiles through 3 stages
+    (16, 2048, {"block_N": 64, "threads": 128, "splits": 2}),  # one warpgroup
+    (5, 4096, {"group": 64, "splits": 2}),  # a group a k-tile
+])
+def test_w4a16_overlap_dequant_is_bit_identical_to_register_w_in_emulation(tmp_path, m, k,
+                                                                           tile):
+    # overlap_dequant: the same dequantisation into two fragments by k-tile parity, each
+    # wgmma retired only before its fragment is rewritten (the emulation retires a group at
+    # its wait: a wait placed too late reads the next k-tile's weights), the k-tiles summed
+    # in the same order: the same bits as register_w's one fragment waited for each k-tile
+    n = 200
+    tile = {**_overlap_tile(m, tile.pop("row", "_reg_ov")), **tile}
+    group = tile.pop("group", 128)
+    a, q, scales, zeros = _w4a16_operands(m, n, k, group, 15)
+    codes = w4.wgmma_order(q)
+    tickets = w4.ticket_count(m, n, tile["block_M"], tile["block_N"]) \
+        if tile.get("ticket_combine") else 0
+    out = {}
+    for overlap in (False, True):
+        lowered = tilewright.lower(
+            w4.w4a16_gemm.fn(m, n, k, group, **{**tile, "overlap_dequant": overlap}),
+            "cuda -arch=sm_90a")
+        text = lowered.source.text
+        if overlap:  # two waits a step, each leaving the newest group in flight; the prologue
+            # one step ahead of the loop, which waits for all its copies
+            loop = cuda_source.loop_body(text, "kp")
+            assert loop.count("tw_wgmma_wait<1>();") == 2 and "tw_wgmma_wait<0>" not in loop
+            assert loop.count("tw_gemm_wgmma_rs<") == 2 and "tw_cp_async_wait<" + \
+                f"{tile['num_stages'] - 3}>();" in loop
+        out[overlap] = torch.full((m, n), float("nan"), dtype=torch.float16)
+        counters = [torch.zeros(tickets, dtype=torch.int32)] if tickets else []
+        hostemu.run(text, lowered.source.payload, tmp_path / str(overlap), a, codes, scales,
+                    zeros, *counters, out[overlap])
+        assert not counters or not counters[0].any()
+    assert torch.equal(out[True], out[False])
+    _assert_w4a16_matches(out[True], a, q, scales, zeros)
+
+
+@pytest.mark.nvcc
+@pytest.mark.sass
+@pytest.mark.parametrize("m", [1, 16])
+@pytest.mark.parametrize("suffix", list(kernels.W4A16_OVERLAP_ROWS))
+def test_w4a16_overlap_dequant_runs_beside_the_hgmma(tmp_path, m, suffix):
+    # the bench's _reg_ov rows: each step's two 64-deep k-tiles, 4 HGMMA each; each
+    # warpgroup wait leaves one group in flight (the _reg rows': WARPGROUP.DEPBAR.LE gsb0, 0x0
+    # after every k-tile's eighth HGMMA), and the next k-tile's dequantisation (32 weights a
+    # thread: 32 HADD2, 16 LOP3) lies between an HGMMA group's last HGMMA and the wait that
+    # retires it; no STS, no spills (_sass), one barrier a step
+    tile = _overlap_tile(m, suffix)
+    code = _sass(w4.w4a16_gemm.fn(m, 8192, 8192, **tile), "sm_90a", tmp_path)
+    loop = sass.hot_loop(code)
+    weights = tile["block_N"] * tile["block_K"] // tile["threads"]  # a thread's, a k-tile
+    assert len([op for op in loop if op.startswith("HGMMA")]) == 2 * tile["block_K"] // 16
+    assert not [op for op in loop if op.startswith("STS")] and "I2F.F16" not in code
+    assert len([op for op in loop if op.startswith("BAR.SYNC")]) == 1
+    # the same loop with operands: the last instructions up to its backward branch
+    body = [f"{op} {operands}" for _, op, operands in sass.instructions(code)]
+    branch = max(k for k, line in enumerate(body) if line.startswith("HGMMA")) + 1
+    while not body[branch].startswith("BRA"):
+        branch += 1
+    ring = body[branch - len(loop) + 1:branch + 1]
+    assert [line.split()[0] for line in ring] == loop
+    waits = [k for k, line in enumerate(ring) if line.startswith("WARPGROUP.DEPBAR")]
+    assert len(waits) == 2 and all("gsb0, 0x1" in ring[k] for k in waits), waits
+    ring = ring + ring  # read as a ring: the step's second group is retired in the next step
+    issued = [k for k, line in enumerate(ring[:len(loop)])
+              if line.startswith("HGMMA") and "gsb0" in line.split(";")[0].split(",")[-1]]
+    assert len(issued) == 2
+    for k in issued:  # between a group's last HGMMA and its wait: a k-tile's dequantisation
+        wait = next(j for j in range(k + 1, len(ring)) if
+                    ring[j].startswith("WARPGROUP.DEPBAR"))
+        wait = next(j for j in range(wait + 1, len(ring)) if
+                    ring[j].startswith("WARPGROUP.DEPBAR"))  # the first leaves it in flight
+        between = [line.split()[0] for line in ring[k + 1:wait]]
+        assert between.count("HADD2") == weights and \
+            between.count("LOP3.LUT") >= weights // 2, between
+
+
+def test_w4a16_overlap_dequant_refuses_what_it_cannot_do():
+    tile = {**kernels.W4A16_REGISTER_W, "overlap_dequant": True}
+    with pytest.raises(ValueError, match=r"num_stages >= 3 \(got 2\)"):
+        w4.w4a16_gemm.fn(1, 8192, 8192, **tile)
+    with pytest.raises(ValueError, match="an even number of k-tiles"):
+        w4.w4a16_gemm.fn(1, 3072, 3072, **{**tile, "num_stages": 3, "splits": 8})
+    with pytest.raises(ValueError, match="overlap_dequant takes register_w"):
+        w4.w4a16_gemm.fn(1, 8192, 8192, splits=8, num_stages=3, overlap_dequant=True)
+
+
 def test_w4a16_staged_scales_and_swap_refuse_what_they_cannot_do():
     with pytest.raises(ValueError, match="whole groups or whole slices"):
         w4.w4a16_gemm.fn(1, 1024, 1024, 384, splits=2, stage_scales=True)

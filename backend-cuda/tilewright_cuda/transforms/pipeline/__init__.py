@@ -29,7 +29,10 @@ through registers nothing would overlap.
 With three stages or more, a loop whose wgmma gemms read only its versioned tiles (and
 nothing else in it touches their accumulators) leaves one wgmma group in flight into the next
 iteration (``wait_group 1``; the refill then runs one iteration less ahead, so that it never
-writes the version the group in flight reads: ``plan.wgmma_can_overlap``). A loop whose one
+writes the version the group in flight reads: ``plan.wgmma_can_overlap``). A loop whose
+hand-issued groups (``T.wgmma_gemm``, ``T.wait_wgmma(n)``) are left in flight at the end of
+its body (``plan.carries_wgmma_groups``) is refilled one iteration less ahead the same way,
+its waits as written; with fewer than three stages it is refused. A loop whose one
 wgmma gemm is a wgmma.sp, whose metadata registers are the helper's own, hands it two
 register sets of the loop's, one for even iterations and one for odd ones, kept live after
 every wait (``plan.HeldRegisters``), in the cp.async and the TMA forms alike.
@@ -61,6 +64,7 @@ from ...analysis.ir import block_loops, find_thread, nested, seq, touches, write
 from .plan import (
     HeldRegisters,
     Versioned,
+    carries_wgmma_groups,
     is_choice,
     issue_order,
     keep_one_wgmma_group,
@@ -129,9 +133,18 @@ def _pipeline_loop(loop, func_body, analyzer, tx):
         return None  # nothing would overlap: the copies go through registers anyway
     versioned = Versioned(tiles, stages)
     owned = owned_registers(consumers)
-    overlap = stages >= 3 and wgmma_can_overlap(consumers, tiles)
-    held = HeldRegisters(owned[0], loop.loop_var) if overlap and owned else None
-    if overlap:  # one wgmma group stays in flight: its version is refilled one step later
+    carried = carries_wgmma_groups(consumers)
+    if carried and stages < 3:
+        raise KernelError(f"this T.Pipelined loop leaves wgmma groups in flight into its next "
+                          f"iteration (T.wait_wgmma(n) with n > 0 after its last "
+                          f"T.wgmma_gemm), so a stage is refilled one step later: it needs "
+                          f"num_stages >= 3 (got {stages})", span_location(loop.span))
+    keep_one = stages >= 3 and not carried and wgmma_can_overlap(consumers, tiles)
+    # a group in flight into the next iteration, the loop's own (keep_one) or the user's
+    # (carried): its version is refilled one step later
+    overlap = keep_one or carried
+    held = HeldRegisters(owned[0], loop.loop_var) if keep_one and owned else None
+    if keep_one:
         stmts = [s if i_ in producers else keep_one_wgmma_group(s)
                  for i_, s in enumerate(stmts)]
     if held is not None:

@@ -190,6 +190,25 @@ def owned_registers(consumers: list) -> list:
     return [c for s in consumers for c in wgmma_calls(s) if intrinsics.of(c).own_registers]
 
 
+def carries_wgmma_groups(consumers: list) -> bool:
+    """Whether the loop body, followed in program order, ends with wgmma groups in flight:
+    hand-issued groups (``T.wgmma_gemm``) that a ``T.wait_wgmma(n)`` with n > 0 leaves to
+    the next iteration (W4A16's ``overlap_dequant``: the newest k-tile's). Such a group may
+    still read the iteration's versions of the tiles when the next iteration starts."""
+    pending = 0
+
+    def visit(call):
+        nonlocal pending
+        if intrinsics.role(call) == "wgmma":
+            pending += 1
+        elif intrinsics.role(call) == "wgmma_wait":
+            pending = min(pending, intrinsics.groups_left(call))
+
+    for s in consumers:
+        tvm_ffi.structural_walk(s, (tvm.ir.Call, visit))
+    return pending > 0
+
+
 def wgmma_can_overlap(consumers: list, tiles: list) -> bool:
     """Whether the loop's wgmma gemms may leave their group in flight into the next
     iteration: each reads only the pipelined tiles or shared tiles nothing in the loop
