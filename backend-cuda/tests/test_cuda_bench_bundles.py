@@ -88,7 +88,9 @@ def test_w4a16_rows_keep_diagnostic_rows_beside_each_split_row(monkeypatch):
                     **{f"w4a16_m{m}_8192{suffix}": splits for m in (1, 16)
                        for suffix, splits in (("_reg", 8), ("_reg_s3", 8), ("_reg_s4", 4),
                                               ("_reg_tk", 8), ("_reg_s3_tk", 8),
-                                              ("_reg_s4_tk", 4))}}
+                                              ("_reg_s4_tk", 4),
+                                              # k-tile i + 1 dequantised under i's wgmma
+                                              ("_reg_ov", 8), ("_reg_ov_tk", 8))}}
 
 
 def _list(bundles: Path, *extra) -> subprocess.CompletedProcess:
