@@ -338,9 +338,13 @@ def cases(quick: bool):
     # is registers (HGMMA.64xNx16.F32 R.., R.., gdesc..); _reg_s3 and _reg_s4 deeper
     # pipelines; _reg_tk, _reg_s3_tk, _reg_s4_tk the same with the slices added in the one
     # kernel by the last slice block of each tile (option ticket_combine) instead of a second
-    # kernel (kernels.W4A16_REGISTER_W_ROWS)
+    # kernel (kernels.W4A16_REGISTER_W_ROWS); _reg_ov, _reg_ov_tk the dequantisation of k-tile
+    # i + 1 run while the wgmma of k-tile i is in flight (option overlap_dequant; two register
+    # fragments, kernels.W4A16_OVERLAP_ROWS): the warpgroup's waits leave one group in flight
+    # (WARPGROUP.DEPBAR.LE gsb0, 0x1; the other rows' are all 0x0 in the hot loop)
+    rows = {**kernels.W4A16_REGISTER_W_ROWS, **kernels.W4A16_OVERLAP_ROWS}
     for (m, n), (suffix, change) in itertools.product(
-            () if quick else W4A16_SIZES[size], kernels.W4A16_REGISTER_W_ROWS.items()):
+            () if quick else W4A16_SIZES[size], rows.items()):
         config = {**kernels.W4A16_REGISTER_W, "block_M": 8 if m <= 8 else 16, **change}
         yield (f"w4a16_m{m}_{n}{suffix}",
                {"kind": "w4a16", "M": m, "N": n, "K": n, "group": 128, "dtype": "float16",
@@ -348,24 +352,10 @@ def cases(quick: bool):
                kernels.w4a16_gemm.fn(m, n, n, 128, **config),
                ["LDGSTS.E.BYPASS.128", "!I2F.F16", "!STS.128", "!HMMA",
                 f"HGMMA.64x{config['block_M']}x16.F32",
+                *(["WARPGROUP.DEPBAR.LE gsb0, 0x1"] if config.get("overlap_dequant") else []),
                 # _tk: the fences (MEMBAR.SC.GPU, then CCTL.IVALL: L1 dropped) around the
                 # ticket (ATOMG.E.ADD.STRONG.GPU); PRMT only in the last block's sum (its
                 # float16 pairs), the hot loop has none (test_cuda_low_precision_examples)
-                *(["ATOMG.E.ADD.STRONG.GPU", "MEMBAR.SC.GPU", "CCTL.IVALL"]
-                  if config.get("ticket_combine") else ["!PRMT"])], {})
-    # _reg_ov, _reg_ov_tk: the _reg rows' kernel with the dequantisation of k-tile i + 1 run
-    # while the wgmma of k-tile i is in flight (option overlap_dequant; two register
-    # fragments, kernels.W4A16_OVERLAP_ROWS): the warpgroup's waits leave one group in
-    # flight (WARPGROUP.DEPBAR.LE gsb0, 0x1; the _reg rows' are all 0x0 in the hot loop)
-    for (m, n), (suffix, change) in itertools.product(
-            () if quick else W4A16_SIZES[size], kernels.W4A16_OVERLAP_ROWS.items()):
-        config = {**kernels.W4A16_REGISTER_W, "block_M": 8 if m <= 8 else 16, **change}
-        yield (f"w4a16_m{m}_{n}{suffix}",
-               {"kind": "w4a16", "M": m, "N": n, "K": n, "group": 128, "dtype": "float16",
-                "config": config},
-               kernels.w4a16_gemm.fn(m, n, n, 128, **config),
-               ["LDGSTS.E.BYPASS.128", "!I2F.F16", "!STS.128", "!HMMA",
-                f"HGMMA.64x{config['block_M']}x16.F32", "WARPGROUP.DEPBAR.LE gsb0, 0x1",
                 *(["ATOMG.E.ADD.STRONG.GPU", "MEMBAR.SC.GPU", "CCTL.IVALL"]
                   if config.get("ticket_combine") else ["!PRMT"])], {})
     # 2:4 sparse A against the dense cuBLAS GEMM: the sparse wgmma (HGMMA.SP, no dense

@@ -82,6 +82,16 @@ def test_scaled_fp8_gemm_runs_on_qgmma_on_sm_90a(tmp_path, layout):
     assert "F2FP.F16.E4M3" not in code and "F2FP.BF16.F32.PACK_AB" in code  # bf16 C only
 
 
+def _block_scaled_matches_torch(tmp_path, lowered, a, b, a_scale, b_scale):
+    """The lowered block-scale kernel run in host emulation, C poisoned with NaN, against the
+    float64 reference (bfloat16 C: rtol 8e-3)."""
+    c = torch.full((a.shape[0], b.shape[0]), float("nan"), dtype=torch.bfloat16)
+    hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, a, b, a_scale, b_scale,
+                c)
+    want = fp8.reference(a, b, a_scale, b_scale, "block")
+    torch.testing.assert_close(c.double(), want, rtol=8e-3, atol=1e-3 * want.abs().mean())
+
+
 @pytest.mark.emulator
 @pytest.mark.parametrize("arch_name", ["sm_89", "sm_90a"])
 def test_block_scaled_fp8_gemm_matches_torch_in_emulation(tmp_path, arch_name):
@@ -98,11 +108,7 @@ def test_block_scaled_fp8_gemm_matches_torch_in_emulation(tmp_path, arch_name):
     assert smem == 2 * 2 * 128 * 128 + (128 if arch_name == "sm_90a" else 0)
     assert ("tw_gemm_wgmma<128, 128, 128, TW_WGMMA_E4M3," in lowered.source.text) == \
         (arch_name == "sm_90a")
-    c = torch.full((m, n), float("nan"), dtype=torch.bfloat16)
-    hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, a, b, a_scale, b_scale,
-                c)
-    want = fp8.reference(a, b, a_scale, b_scale, "block")
-    torch.testing.assert_close(c.double(), want, rtol=8e-3, atol=1e-3 * want.abs().mean())
+    _block_scaled_matches_torch(tmp_path, lowered, a, b, a_scale, b_scale)
 
 
 @pytest.mark.emulator
@@ -124,10 +130,7 @@ def test_block_scaled_fp8_gemm_options_match_torch_in_emulation(tmp_path, option
         first, second = loop.split("tw_gemm_wgmma<", 3)[1:3]
         assert "C_l_ptr[0] = " in first[:first.index("tw_wgmma_wait<0>();")]  # in flight
         assert "C_l_ptr[0] = " in second[:second.index("tw_wgmma_wait<0>();")]
-    c = torch.full((m, n), float("nan"), dtype=torch.bfloat16)
-    hostemu.run(text, lowered.source.payload, tmp_path, a, b, a_scale, b_scale, c)
-    want = fp8.reference(a, b, a_scale, b_scale, "block")
-    torch.testing.assert_close(c.double(), want, rtol=8e-3, atol=1e-3 * want.abs().mean())
+    _block_scaled_matches_torch(tmp_path, lowered, a, b, a_scale, b_scale)
 
 
 @pytest.mark.emulator
@@ -160,10 +163,7 @@ def test_block_scaled_fp8_pingpong_takes_turns_and_matches_torch_in_emulation(tm
     # panel index = (launch x + 2 launch y) / (2 columns x 2 rows a panel)
     assert ("(((int)blockIdx.y) >> 1)" in text) == bool(panel)
     assert ("tw_copy16((&(C_ptr[" in text) == c_shared
-    c = torch.full((m, n), float("nan"), dtype=torch.bfloat16)
-    hostemu.run(text, lowered.source.payload, tmp_path, a, b, a_scale, b_scale, c)
-    want = fp8.reference(a, b, a_scale, b_scale, "block")
-    torch.testing.assert_close(c.double(), want, rtol=8e-3, atol=1e-3 * want.abs().mean())
+    _block_scaled_matches_torch(tmp_path, lowered, a, b, a_scale, b_scale)
 
 
 @pytest.mark.emulator
@@ -201,10 +201,7 @@ def test_block_scaled_fp8_wide_column_tiles_match_torch_in_emulation(tmp_path, m
     if c_shared:  # the second half's pair stores wait until the first half's rows are out
         tail = text[text.index("tw_copy16((&(C_ptr["):]
         assert tail.index("tw_named_barrier_sync(1, 256);") < tail.index("tw::store_pair(")
-    c = torch.full((m, n), float("nan"), dtype=torch.bfloat16)
-    hostemu.run(text, lowered.source.payload, tmp_path, a, b, a_scale, b_scale, c)
-    want = fp8.reference(a, b, a_scale, b_scale, "block")
-    torch.testing.assert_close(c.double(), want, rtol=8e-3, atol=1e-3 * want.abs().mean())
+    _block_scaled_matches_torch(tmp_path, lowered, a, b, a_scale, b_scale)
 
 
 @pytest.mark.nvcc
@@ -253,10 +250,7 @@ def test_block_scaled_fp8_192_column_tiles_match_torch_in_emulation(tmp_path, m,
     # 64's (its row by the parity of bx)
     assert len(set(re.findall(r"SB_ptr\[[^\]]*\]", text))) == 3
     assert ("(((int)blockIdx.y) >> 1)" in text) == bool(panel)
-    c = torch.full((m, n), float("nan"), dtype=torch.bfloat16)
-    hostemu.run(text, lowered.source.payload, tmp_path, a, b, a_scale, b_scale, c)
-    want = fp8.reference(a, b, a_scale, b_scale, "block")
-    torch.testing.assert_close(c.double(), want, rtol=8e-3, atol=1e-3 * want.abs().mean())
+    _block_scaled_matches_torch(tmp_path, lowered, a, b, a_scale, b_scale)
 
 
 @pytest.mark.nvcc
