@@ -56,13 +56,13 @@ def match(loops, body, analyzer) -> Dequant | None:
     if str(dst.dtype) != "float16" or layout.memory(dst) not in _SHARED or \
             not _run_start(list(body.indices), j, RUN, dst, analyzer):
         return None
-    value = body.value
-    if not (isinstance(value, tirx.Mul) and isinstance(value.a, tirx.Sub) and
-            isinstance(value.a.a, tirx.Cast) and str(value.a.a.ty) == "float16"):
+    parts = _parts(body.value)
+    if parts is None:
         return None
-    zero, scale = value.a.b, value.b
-    codes = _unpacked_nibble(value.a.a.value, j, analyzer)
-    if codes is None or str(codes.source.dtype) != "uint8" or \
+    codes, shift, zero, scale = parts
+    # T.unpack(Q[...], j % 2, 4): the low nibble at even j
+    if not (uses(shift, j) and analyzer.can_prove(shift == tirx.floormod(j, 2) * 4)) or \
+            str(codes.source.dtype) != "uint8" or \
             layout.memory(codes.source) not in _SHARED or \
             not _run_start(list(codes.indices), j, RUN // 2, codes.source, analyzer, half=True):
         return None
@@ -106,17 +106,10 @@ def match_registers(loops, body, acc, element, threads, tx, analyzer) -> Registe
     if len(loops) != 2 or not isinstance(body, tirx.BufferStore) or \
             not body.buffer.same_as(acc) or str(acc.dtype) != "float16":
         return None
-    value = body.value
-    if not (isinstance(value, tirx.Mul) and isinstance(value.a, tirx.Sub) and
-            isinstance(value.a.a, tirx.Cast) and str(value.a.a.ty) == "float16"):
+    parts = _parts(body.value)
+    if parts is None:
         return None
-    nibble = value.a.a.value
-    if not (isinstance(nibble, tirx.BitwiseAnd) and isinstance(nibble.b, tirx.IntImm) and
-            int(nibble.b.value) == 15 and isinstance(nibble.a, tirx.RShift) and
-            isinstance(nibble.a.a, tvm.ir.TensorLoad)):
-        return None
-    load, shift = nibble.a.a, nibble.a.b
-    shift = shift.value if isinstance(shift, tirx.Cast) else shift
+    load, shift, zero, scale = parts
     rows, cols = (int(e.value) for e in acc.shape)
     count = rows * cols // threads
     if str(load.source.dtype) != "uint8" or layout.memory(load.source) not in _SHARED or \
@@ -129,7 +122,6 @@ def match_registers(loops, body, acc, element, threads, tx, analyzer) -> Registe
         row, col = element(r)
         return substitute(expr, {i: row, j: col})
 
-    zero, scale = value.a.b, value.b
     u = tirx.Var("u", "int32")
     first = tirx.floordiv(u, 2) * 16 + tirx.floormod(u, 2) * 2
     with analyzer.constraint_scope(tirx.all(tx >= 0, tx < threads)):
@@ -180,19 +172,21 @@ def _reads_only_shared(expr) -> bool:
     return all(m in _SHARED for m in memories)
 
 
-def _unpacked_nibble(expr, j, analyzer):
-    """The byte load of ``(Q[...] >> (j % 2 * 4)) & 15`` (``T.unpack(Q[...], j % 2, 4)``),
-    else None."""
-    if not (isinstance(expr, tirx.BitwiseAnd) and isinstance(expr.b, tirx.IntImm) and
-            int(expr.b.value) == 15 and isinstance(expr.a, tirx.RShift)):
+def _parts(value):
+    """The pieces of ``((float16)((Q[...] >> shift) & 15) - zero) * scale`` (``T.unpack``'s
+    nibble less its zero point, times its scale): (the byte load, the shift, the zero point,
+    the scale), else None."""
+    if not (isinstance(value, tirx.Mul) and isinstance(value.a, tirx.Sub) and
+            isinstance(value.a.a, tirx.Cast) and str(value.a.a.ty) == "float16"):
         return None
-    load, shift = expr.a.a, expr.a.b
-    if not isinstance(load, tvm.ir.TensorLoad):
+    nibble = value.a.a.value
+    if not (isinstance(nibble, tirx.BitwiseAnd) and isinstance(nibble.b, tirx.IntImm) and
+            int(nibble.b.value) == 15 and isinstance(nibble.a, tirx.RShift) and
+            isinstance(nibble.a.a, tvm.ir.TensorLoad)):
         return None
-    amount = shift.value if isinstance(shift, tirx.Cast) else shift
-    if uses(amount, j) and analyzer.can_prove(amount == tirx.floormod(j, 2) * 4):
-        return load
-    return None
+    shift = nibble.a.b
+    return (nibble.a.a, shift.value if isinstance(shift, tirx.Cast) else shift, value.a.b,
+            value.b)
 
 
 def _run_start(indices, j, run, buf, analyzer, half=False) -> bool:
