@@ -166,6 +166,20 @@ class TmaPlan:
                         annotations=annotations, span=self.loop.span)
 
     # -- one thread of the block issues ------------------------------------------------------
+    def _first_loads(self, bars, count: int, first=None) -> list:
+        """The loop's first ``count`` loads (iterations 0 .. count - 1, each under ``i < n``
+        where that is not provable) into their own versions, or into the versions from fill
+        ``first`` on (a persistent kernel's tile: the fills count on over the tiles)."""
+        out = []
+        for s in range(count):
+            k = tirx.const(s, "int32")
+            version = k if first is None else tirx.floormod(first + k, self.stages)
+            copies = self._produce(bars, k, version)
+            in_range = k < self.loop.extent
+            out.append(copies if self.analyzer.can_prove(in_range) else
+                       tirx.IfThenElse(in_range, copies, None))
+        return out
+
     def in_order(self, func_body=None, multicast: bool = False):
         """(the loop in order, its :class:`~.multicast.Multicast` or None)::
 
@@ -203,12 +217,7 @@ class TmaPlan:
         bars = self._barriers(0 if cast is None else stages)
         done_by = 2 if self.overlap else 1  # iteration i's barrier ends fill i - done_by's reads
         ahead_by = stages - done_by if cast is None else min(stages - done_by, MULTICAST_AHEAD)
-        prologue = []
-        for s in range(ahead_by):
-            copies = self._produce(bars, tirx.const(s, "int32"), tirx.const(s, "int32"))
-            in_range = tirx.const(s, "int32") < n
-            prologue.append(copies if self.analyzer.can_prove(in_range) else
-                            tirx.IfThenElse(in_range, copies, None))
+        prologue = self._first_loads(bars, ahead_by)
         ahead = self.i + ahead_by
         version = tirx.floormod(ahead, stages)
         refill = self._produce(bars, ahead, version)
@@ -305,27 +314,20 @@ class TmaPlan:
         bars = self._barriers(0)
         counter, base = Counter.of(tiles, f"{self.loop.loop_var.name}_count")
 
-        def fills(first):  # the tile's first ``ahead_by`` loads, fill ``first`` on
-            out = []
-            for s in range(ahead_by):
-                k = tirx.const(s, "int32")
-                copies = self._produce(bars, k, tirx.floormod(first + k, stages))
-                out.append(copies if self.analyzer.can_prove(k < n) else
-                           tirx.IfThenElse(k < n, copies, None))
-            return out
-
         count = base + self.i
         ahead = self.i + ahead_by
         refill = tirx.IfThenElse(ahead < n, self._produce(
             bars, ahead, tirx.floormod(count + ahead_by, stages)), None)
         steady = [refill if s is None else s for s in self._steady(bars, count=count)]
         wave = tiles.loop.loop_var
-        following = tiles.for_round(fills(base + n), pure, wave + 1, "next")
+        following = tiles.for_round(self._first_loads(bars, ahead_by, base + n), pure, wave + 1,
+                                    "next")
         drain = [intrinsics.wgmma_wait(0)] if self.overlap else []
         body = [*tiles.before, counter.bind(base), intrinsics.fence_proxy_async(),
                 self._loop([intrinsics.sync(), *steady]), following, *drain,
                 counter.add(base, n), *tiles.after]
-        first = tiles.for_round(fills(tirx.const(0, "int32")), pure, tiles.loop.min, "first")
+        first = tiles.for_round(self._first_loads(bars, ahead_by, tirx.const(0, "int32")), pure,
+                                tiles.loop.min, "first")
         init = self._init(bars, [1] * stages * len(self.groups), once=True)
         new = rebuild_for(thread, body=seq([*items[:at], *init, *counter.start(), first,
                                             tiles.rebuild(body), *items[at + 1:]]))
