@@ -175,11 +175,15 @@ def _evaluator(exprs: list, names: list):
                 {"min": min, "max": max})
 
 
+def _grid(blocks: dict) -> tuple:
+    return tuple(int(blocks[f"blockIdx.{a}"].extent.value) if f"blockIdx.{a}" in blocks else 1
+                 for a in "xyz")
+
+
 def _pairs(blocks: dict, rounds):
     """(x, y, z, w) of the first block of every pair, in every round (``w`` 0 without
     rounds)."""
-    gx, gy, gz = (int(blocks[f"blockIdx.{a}"].extent.value) if f"blockIdx.{a}" in blocks else 1
-                  for a in "xyz")
+    gx, gy, gz = _grid(blocks)
     waves = rounds.waves if rounds is not None else range(1)
     for w in waves:
         for z in range(gz):
@@ -207,8 +211,7 @@ def _same_in_pairs(coords: list, blocks: dict, loop_var, analyzer, rounds=None) 
         held = _evaluator([rounds.guard], names) if rounds is not None else None
     except NotPython:
         return False
-    gx, gy, gz = (int(blocks[f"blockIdx.{a}"].extent.value) if f"blockIdx.{a}" in blocks else 1
-                  for a in "xyz")
+    gx, gy, gz = _grid(blocks)
     if gx * gy * gz * (len(rounds.waves) if rounds is not None else 1) > MAX_BLOCKS_CHECKED:
         return False
     return all(at(x, y, z, w) == at(x + 1, y, z, w) for x, y, z, w in _pairs(blocks, rounds)
