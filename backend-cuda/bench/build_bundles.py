@@ -62,6 +62,7 @@ LEAN_PRODUCER = {"cuda.producer_registers": 24}  # the compute warpgroups get 24
 
 
 ONLY_AT_4096 = {"_mc_s4", "_pts"}  # GEMM rows for issue 18's 4096^3 alone
+FLOAT16_ONLY_AT_8192 = {"_pio_mc"}  # ... and at 8192^3 (met there) float16 only
 
 
 def cases(quick: bool):
@@ -127,6 +128,29 @@ def cases(quick: bool):
     # barriers and 4 store issues (< 0.5 us), the first load's round trip under them; where
     # _pts runs the warp-specialised loop (2-5% behind in-order, RESULTS.md), pio keeps the
     # in-order one: expected 1-4% over the default at 4096^3 (0.96-1.02), level at 8192^3.
+    # pio_mc: pio in clusters of two (mc's B multicast; TmaPlan.in_order_tiles with
+    # cuda.tma_multicast). Blocks 2c and 2c + 1 walk their tiles together: T.Persistent hands
+    # them tiles 2k and 2k + 1 of the walk in every round, two row blocks of one column (the
+    # 16-row panels keep pairs in a column), and with 512 (2048) tiles on 132 blocks both have
+    # 4 or both 3 (16 or 15) rounds (116 (68) is even); a walk where a pair's rounds differ is
+    # refused. The loads one k-tile ahead as in mc; the empty barriers' handshake counts on
+    # over the tiles (a tile's last two fills released at the next tile's first two barriers),
+    # and the next tile's first load still goes before the drain and the epilogue, after a
+    # wait for the pair's release of the version it overwrites (made at both blocks' last
+    # barrier of the tile). SASS (4096^3): loop 164 instructions (pio 122, mc 173): 1
+    # UTMALDG.2D + 4 UTMALDG.2D.MULTICAST (2 issued a rank), 2 remote arrivals, the empty and
+    # full try-waits, 4 HGMMA, 1 BAR.SYNC; after it the next tile's empty try-wait and the same
+    # 5 loads, then the drain, the store wait, 64 STS, 4 UTMASTG.2D; one cluster barrier at the
+    # start and one after the tile loop (mc: two a tile); 154 registers, 0 spills. Model (52 us
+    # of wgmma a tile at 4096^3): against pio, L2 -> SM traffic 48 -> 32 KB a k-tile a block
+    # (7.8 -> 5.2 TB/s over 132 SMs), for 42 more loop instructions on thread 0's path (one
+    # compare on the others') and the pair's coupling (a refill waits for the other block's
+    # barrier of the same k-tile; the next tile's first load for its last one); against mc,
+    # pio's saving a tile (the block's exit, the next one's start, barrier set-up, two cluster
+    # barriers and first TMA round trip, the exposed epilogue: about 2-3 us, where pio_mc
+    # keeps the drain, the store wait, 64 STS and two barriers, < 0.5 us). Expected: pio's
+    # gain plus multicast's (+0-3% on the ws schedule): 1-4% over pio at 4096^3, level with
+    # pio and mc at 8192^3 (float16 only there).
     direct = {"num_stages": 4, "c_shared": False}
     both = ("float16", "bfloat16")
     for n in GEMM_SIZES[size]:
@@ -144,10 +168,14 @@ def cases(quick: bool):
                  both),
                 ("_pts", {"workers": H200_SMS, "tma_store": True}, {}, "UTMASTG.2D", both),
                 ("_pio", {"workers": H200_SMS, "tma_store": True}, IN_ORDER, "UTMASTG.2D",
-                 both)):
+                 both),
+                ("_pio_mc", {"workers": H200_SMS, "tma_store": True}, IN_ORDER_MULTICAST,
+                 "UTMALDG.2D.MULTICAST", both)):
             # the smoke run checks the code paths, not the tile choices
             if quick and change or suffix in ONLY_AT_4096 and n != 4096:
                 continue
+            if suffix in FLOAT16_ONLY_AT_8192 and n != 4096:
+                dtypes = dtypes[:1]
             config = {**kernels.GEMM, **change}
             builder = kernels.gemm_persistent if "workers" in change else kernels.gemm
             for dtype in dtypes[:1] if quick else dtypes:

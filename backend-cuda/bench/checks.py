@@ -198,6 +198,12 @@ BENCH_CONFIGS = (  # (suffix, tile changes, pass configs): the benchmark bundles
     # 4 tiles over 3 blocks, in-order loads: block 0's next tile's first load before its
     # first tile's epilogue
     ("_pio", {"workers": 3, "tma_store": True}, kernels.GEMM_PASS_CONFIGS),
+    # 4 tiles over one cluster of two blocks walking them together, B multicast: the pair's
+    # releases carry on into its second tile, whose first load goes before the first tile's
+    # epilogue once both blocks released its version (the cross-block release under
+    # racecheck and synccheck)
+    ("_pio_mc", {"workers": 2, "tma_store": True},
+     {"cuda.tma_multicast": True, **kernels.GEMM_PASS_CONFIGS}),
 )
 LEAN_PRODUCER = {"cuda.producer_registers": 24}  # compute warpgroups of 240 registers
 ATTENTION_CONFIGS = (("_serial", {}, {}), ("_2stages", {"num_stages": 2}, {}),
@@ -229,7 +235,7 @@ def dialect() -> list[Check]:
     # and a lambda reads a free name only when the check is built or run.)
     m, n, k = 256, 512, 576
     for suffix, change, configs in BENCH_CONFIGS:
-        both = suffix in ("", "_ws", "_mc", "_pts", "_pio")
+        both = suffix in ("", "_ws", "_mc", "_pts", "_pio", "_pio_mc")
         for dtype in ("float16", "bfloat16") if both else ("float16",):
             config = {**kernels.GEMM, **change}
             builder = kernels.gemm_persistent if "workers" in change else kernels.gemm

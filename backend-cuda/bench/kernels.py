@@ -28,7 +28,10 @@ Configurations (sm_90a, chosen for H100/H200):
   two tiles' gemms. Built with ``GEMM_PASS_CONFIGS`` (the ``_pio`` rows, not measured yet)
   the loads stay in order on thread 0, the barriers are set up once, and the next tile's
   first load is issued right after the k-loop, before the drain and the epilogue, so it lands
-  under them (``TmaPlan.in_order_tiles``).
+  under them (``TmaPlan.in_order_tiles``); with ``cuda.tma_multicast`` too (the ``_pio_mc``
+  rows) blocks 2c and 2c + 1 form a cluster and walk their tiles together (tiles 2k and
+  2k + 1: two row blocks of one column, for an even worker count and an even number of
+  tiles), each loading half of B's boxes into both.
 - FlashAttention forward (``FLASH_ATTENTION``): ``attention_overlap_one``, 128 query rows per
   block, 128 keys per step, 256 compute threads (two warpgroups of 64 rows: both gemms are
   wgmma) at 240 registers beside a producer warpgroup at 24, K and V two stages deep through

@@ -41,7 +41,8 @@ On sm_90+ the copy rule offers a TMA form of each producer it can (tma.py); when
 producer of a loop has one, the loop takes the TMA forms of tma_pipeline.py instead: stages
 complete on mbarriers, issued in order by one thread of the block or, on sm_90a, by a producer
 warpgroup added to the block (warp specialisation). In order, a loop in a persistent kernel's
-tile loop (``T.Persistent``) issues the next tile's first loads before the tile's epilogue.
+tile loop (``T.Persistent``) issues the next tile's first loads before the tile's epilogue (with
+``cuda.tma_multicast`` in clusters of two blocks that walk their tiles together).
 Choices left anywhere else take ``cp.async``.
 
 ``stage=[...]`` (one entry per statement of the body) selects the producers explicitly
@@ -237,8 +238,7 @@ def pipeline(options):
                                             options.producer_registers) \
                     if options.warp_specialized and len(loops) == 1 else None
                 multicast = options.multicast and len(loops) == 1
-                walked = new_loop.in_order_tiles(body) \
-                    if split is None and not multicast else None
+                walked = new_loop.in_order_tiles(body, multicast) if split is None else None
                 if split is not None:
                     specialised = True
                     body, new_loop = split, loop  # the loop is gone: nothing to swap

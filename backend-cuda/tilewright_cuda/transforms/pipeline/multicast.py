@@ -1,5 +1,6 @@
 """TMA multicast (pass config ``cuda.tma_multicast``): in a TMA-fed loop (warp-specialised, or
-issued in order by one thread, ``tma.TmaPlan.in_order``; its only T.Pipelined loop), a tile that
+issued in order by one thread, ``tma.TmaPlan.in_order``, also in a persistent kernel's tile loop,
+``tma.TmaPlan.in_order_tiles``; its only T.Pipelined loop), a tile that
 two neighbouring blocks (blockIdx.x 2c and 2c + 1) load from the same place -- the B tile of a
 GEMM whose rasterisation pairs blocks of one column -- is loaded once for both: the two blocks
 form a cluster, each loads half of the tile's TMA boxes and multicasts them into both blocks'
@@ -10,6 +11,7 @@ schedule (backend-cuda/bench/RESULTS.md); the in-order GEMM's form is the ``_mc`
 from __future__ import annotations
 
 import tvm_ffi
+from tilewright.errors import KernelError, span_location
 from tvm import tirx
 
 from ... import intrinsics, keys
@@ -31,25 +33,39 @@ class Multicast:
         self.stmts, self.block_x = stmts, block_x
 
     @staticmethod
-    def plan(loop_plan, func_body) -> Multicast | None:
+    def plan(loop_plan, func_body, tiles=None, pure=None) -> Multicast | None:
         """The multicast form of ``loop_plan``'s producers, or None when no tile is shared by
         the pairs, or that cannot be shown: the grid must be static with an even x extent,
         every coordinate a function of the block indices plus one of the loop variable.
-        ``loop_plan``: the loop's ``tma.TmaPlan``."""
+        ``loop_plan``: the loop's ``tma.TmaPlan``. ``tiles``: the ``persistent.TileLoop`` the
+        loop sits in, whose binds ``pure`` accepts are the same expressions of the round and
+        the block indices in every thread: the two blocks of a pair then walk their tiles
+        together, so a tile is shared when the pair loads it from the same place in every
+        round both blocks run, and a pair whose blocks run different rounds (one has a tile
+        where the other has none) is refused with a KernelError naming the tile loop."""
         blocks = _block_loops(func_body)
         x = blocks.get("blockIdx.x") if blocks is not None else None
         if x is None or int(x.extent.value) % CLUSTER or keys.CLUSTER in x.annotations:
             return None
+        rounds = None
+        if tiles is not None:
+            rounds = _Rounds.of(tiles, pure)
+            if rounds is None:
+                return None
         stmts, shared = list(loop_plan.stmts), 0
         for p in loop_plan.producers:
             loads = tma_loads(stmts[p])
             if len(loads) < CLUSTER or len(loads) % CLUSTER or not all(
                     _same_in_pairs(list(c.args[4:]), blocks, loop_plan.loop.loop_var,
-                                   loop_plan.analyzer) for c in loads):
+                                   loop_plan.analyzer, rounds) for c in loads):
                 continue
             stmts[p] = _multicast(stmts[p], loads)
             shared += 1
-        return Multicast(stmts, x) if shared else None
+        if not shared:
+            return None
+        if rounds is not None:
+            rounds.check_pairs(blocks)
+        return Multicast(stmts, x)
 
     @staticmethod
     def drain(n, stages: int, released) -> tirx.Stmt:
@@ -105,29 +121,98 @@ def _multicast(stmt, loads: list):
     return tvm_ffi.structural_map(stmt, (tirx.Evaluate, visit))
 
 
-MAX_BLOCKS_CHECKED = 1 << 20
+MAX_BLOCKS_CHECKED = 1 << 20  # blocks (times rounds) whose coordinates are evaluated
 
 
-def _same_in_pairs(coords: list, blocks: dict, loop_var, analyzer) -> bool:
+class _Rounds:
+    """The rounds of a persistent kernel's tile loop (``persistent.TileLoop``) as the pairs
+    see them: its variable and range, its guard and the tile's binds as expressions of the
+    round and the block indices."""
+
+    def __init__(self, tiles, values: dict, waves: range):
+        self.tiles, self.values, self.waves = tiles, values, waves
+        self.var = tiles.loop.loop_var
+        guard = tiles.guard if tiles.guard is not None else tirx.const(True, "bool")
+        self.guard = substitute(guard, values)
+
+    @staticmethod
+    def of(tiles, pure) -> _Rounds | None:
+        """The rounds of ``tiles``, or None when their range is not constant."""
+        lo, extent = (tiles.loop.min, tiles.loop.extent)
+        if not isinstance(lo, tirx.IntImm) or not isinstance(extent, tirx.IntImm):
+            return None
+        lo = int(lo.value)
+        return _Rounds(tiles, tiles.values(pure), range(lo, lo + int(extent.value)))
+
+    def check_pairs(self, blocks: dict) -> None:
+        """Raise a KernelError when, in some round, one block of a pair has a tile and the
+        other none: their loops would no longer meet at the shared loads and releases."""
+        held = _evaluator([self.guard], _names(blocks, self))
+        apart = next(((x, w) for x, y, z, w in _pairs(blocks, self)
+                      if held(x, y, z, w) != held(x + 1, y, z, w)), None)
+        if apart is None:
+            return
+        x, w = apart
+        raise KernelError(
+            f"{keys.TMA_MULTICAST}: the two blocks of a cluster (blockIdx.x 2c and 2c + 1) "
+            f"must walk this persistent kernel's tile loop together, a tile each in the same "
+            f"rounds, to load their shared tiles once for both; in round {w} one of blocks "
+            f"{x} and {x + 1} has a tile and the other none. Give T.Persistent an even number "
+            f"of workers and of tiles, or leave {keys.TMA_MULTICAST} unset",
+            span_location(self.tiles.loop.span))
+
+
+def _names(blocks: dict, rounds) -> list:
+    names = [(s.loop_var, tag.split(".")[1]) for tag, s in blocks.items()]
+    return names + ([(rounds.var, "w")] if rounds is not None else [])
+
+
+def _evaluator(exprs: list, names: list):
+    """``exprs`` as one Python function of the block indices ``x, y, z`` and the round ``w``
+    (NotPython when one cannot be written so)."""
+    source = ", ".join(py_expr(e, names, truncating=False) for e in exprs)
+    return eval(compile(f"lambda x, y, z, w: ({source},)", "<coords>", "eval"),
+                {"min": min, "max": max})
+
+
+def _grid(blocks: dict) -> tuple:
+    return tuple(int(blocks[f"blockIdx.{a}"].extent.value) if f"blockIdx.{a}" in blocks else 1
+                 for a in "xyz")
+
+
+def _pairs(blocks: dict, rounds):
+    """(x, y, z, w) of the first block of every pair, in every round (``w`` 0 without
+    rounds)."""
+    gx, gy, gz = _grid(blocks)
+    waves = rounds.waves if rounds is not None else range(1)
+    for w in waves:
+        for z in range(gz):
+            for y in range(gy):
+                for x in range(0, gx, CLUSTER):
+                    yield x, y, z, w
+
+
+def _same_in_pairs(coords: list, blocks: dict, loop_var, analyzer, rounds=None) -> bool:
     """Every coordinate is the same for blockIdx.x 2c and 2c + 1 at every step of the loop:
     its change with the loop variable does not depend on the blocks (shown symbolically), and
-    at 0 it is equal for every pair of the grid (evaluated)."""
-    names = [(s.loop_var, tag.split(".")[1]) for tag, s in blocks.items()]
-    block_vars = [v for v, _ in names]
+    at 0 it is equal for every pair of the grid (evaluated); with ``rounds`` (a persistent
+    kernel's tile loop, ``_Rounds``) in every round where both blocks have a tile."""
+    if rounds is not None:
+        coords = [substitute(c, rounds.values) for c in coords]
+    names = _names(blocks, rounds)
+    block_vars = [s.loop_var for s in blocks.values()]
     try:
         first = [substitute(c, {loop_var: tirx.const(0, "int32")}) for c in coords]
         for c, c0 in zip(coords, first):
             step = analyzer.simplify(c - c0)
             if any(uses(step, v) for v in block_vars):
                 return False
-        source = ", ".join(py_expr(c, names, truncating=False) for c in first)
+        at = _evaluator(first, names)
+        held = _evaluator([rounds.guard], names) if rounds is not None else None
     except NotPython:
         return False
-    at = eval(compile(f"lambda x, y, z: ({source},)", "<coords>", "eval"),
-              {"min": min, "max": max})
-    gx, gy, gz = (int(blocks[f"blockIdx.{a}"].extent.value) if f"blockIdx.{a}" in blocks else 1
-                  for a in "xyz")
-    if gx * gy * gz > MAX_BLOCKS_CHECKED:
+    gx, gy, gz = _grid(blocks)
+    if gx * gy * gz * (len(rounds.waves) if rounds is not None else 1) > MAX_BLOCKS_CHECKED:
         return False
-    return all(at(x, y, z) == at(x + 1, y, z)
-               for z in range(gz) for y in range(gy) for x in range(0, gx, CLUSTER))
+    return all(at(x, y, z, w) == at(x + 1, y, z, w) for x, y, z, w in _pairs(blocks, rounds)
+               if held is None or held(x, y, z, w)[0] and held(x + 1, y, z, w)[0])

@@ -81,6 +81,16 @@ class TileLoop:
             held = tirx.all(held, substitute(self.guard, mapping))
         return tirx.IfThenElse(held, seq([*own, *(substitute(s, mapping) for s in body)]), None)
 
+    def values(self, pure) -> dict:
+        """Each of the tile's binds ``pure`` accepts, its variable to its value with the binds
+        before it substituted: an expression of the tile loop's variable and what the tile
+        loop is under (the block indices)."""
+        out = {}
+        for s in self.before:
+            if pure(s):
+                out[s.var] = substitute(s.value, out)
+        return out
+
     def invariant(self, expr) -> bool:
         """``expr`` is the same in every round (uses neither the tile loop's variable nor a
         value bound per tile)."""

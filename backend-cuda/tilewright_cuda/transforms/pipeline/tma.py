@@ -25,7 +25,8 @@ In both forms, a tile that two neighbouring blocks (blockIdx.x 2c and 2c + 1)
 load from the same place -- the B tile of a GEMM whose rasterisation pairs blocks of one
 column -- is loaded once for both: the two blocks form a cluster, each loads half of the
 tile's TMA boxes and multicasts them into both blocks' shared memory (``multicast``, opt-in
-with the pass config ``cuda.tma_multicast``).
+with the pass config ``cuda.tma_multicast``); in order, in a persistent kernel too, whose two
+blocks of a cluster then walk their tiles together (:meth:`TmaPlan.in_order_tiles`).
 """
 
 from __future__ import annotations
@@ -166,15 +167,18 @@ class TmaPlan:
                         annotations=annotations, span=self.loop.span)
 
     # -- one thread of the block issues ------------------------------------------------------
-    def _first_loads(self, bars, count: int, first=None) -> list:
+    def _first_loads(self, bars, count: int, first=None, released=None) -> list:
         """The loop's first ``count`` loads (iterations 0 .. count - 1, each under ``i < n``
         where that is not provable) into their own versions, or into the versions from fill
-        ``first`` on (a persistent kernel's tile: the fills count on over the tiles)."""
+        ``first`` on (a persistent kernel's tile: the fills count on over the tiles), each
+        after ``released`` of its fill's number where given (the wait for its version)."""
         out = []
         for s in range(count):
             k = tirx.const(s, "int32")
             version = k if first is None else tirx.floormod(first + k, self.stages)
             copies = self._produce(bars, k, version)
+            if released is not None:
+                copies = seq([released(first + k), copies])
             in_range = k < self.loop.extent
             out.append(copies if self.analyzer.can_prove(in_range) else
                        tirx.IfThenElse(in_range, copies, None))
@@ -248,9 +252,9 @@ class TmaPlan:
         return tirx.SeqStmt([*init, *prologue, intrinsics.fence_proxy_async(),
                              self._loop([intrinsics.sync(), *steady]), *drain]), cast
 
-    def in_order_tiles(self, func_body):
-        """``func_body`` with the loop in order (:meth:`in_order`, no multicast) where it sits
-        in a persistent kernel's serial loop over tiles (``persistent.TileLoop``), its loads
+    def in_order_tiles(self, func_body, multicast: bool = False):
+        """``func_body`` with the loop in order (:meth:`in_order`) where it sits in a
+        persistent kernel's serial loop over tiles (``persistent.TileLoop``), its loads
         carrying on from tile to tile; None when the kernel does not allow it (as
         :meth:`specialise`: the tiles' other code touches the pipelined tiles, shared memory
         the loads read or a tensor they load from, the loads need values the tile stores or
@@ -275,7 +279,33 @@ class TmaPlan:
         been longer: the barrier of iteration n - 1 ended the reads of every version they
         write (fills b + n - S + s <= b + n - 1 - d), so they need no barrier of their own and
         land while the block drains its wgmma groups and stores the tile. The barriers are set
-        up once, and versions and phases count on over the tiles."""
+        up once, and versions and phases count on over the tiles.
+
+        With ``multicast`` (:meth:`~.multicast.Multicast.plan` of the tile loop: blocks 2c and
+        2c + 1 load a tile from the same place in every round both have one, and have a tile
+        in the same rounds, else the kernel is refused) the pair walks its tiles together in
+        a cluster, each block loading half of the shared tiles' boxes into both, as in
+        :meth:`in_order`: ``a`` = 1, and the empty barriers' handshake counts on over the
+        tiles like the full barriers' phases::
+
+                    for i in range(n):
+                        __syncthreads()
+                        if b + i >= d: arrive(empty[(b + i - d) % S]) in both blocks
+                        if i + a < n:
+                            wait(empty[(b + i + a) % S], (((b + i + a) / S) & 1) ^ 1)
+                            P(b + i + a)
+                        ...
+                    if the next tile is the block's:
+                        wait(empty[(b + n) % S], (((b + n) / S) & 1) ^ 1); P'(b + n)
+            cluster barrier                                  # after the tile loop
+
+        A fill is released at the barrier ``d`` iterations after its read, counted over the
+        tiles: the last ``d`` fills of a tile at the next tile's first iterations (the drain
+        and that barrier have ended their reads), the block's last tile's never (no fill waits
+        for them). The next tile's first load waits for the pair's release of fill
+        b + n - S, made at iteration b + n - S + d <= b + n - 1 in both blocks, so it still
+        goes before the epilogue. Both blocks run the same rounds and iterations, so their
+        arrivals match one for one."""
         thread = block_loop(func_body)
         if thread is None or self.held is not None:
             return None
@@ -309,30 +339,58 @@ class TmaPlan:
         read = [b for p in self.producers for b in buffers_in(self.stmts[p]) if not shared(b)]
         if any(touches(s, read) for s in tile_code):
             return None
+        cast = Multicast.plan(self, func_body, tiles, pure) if multicast else None
+        if cast is not None:
+            self.stmts = cast.stmts
         done_by = 2 if self.overlap else 1
-        ahead_by = stages - done_by
-        bars = self._barriers(0)
+        ahead_by = stages - done_by if cast is None else min(stages - done_by, MULTICAST_AHEAD)
+        full = stages * len(self.groups)
+        bars = self._barriers(0 if cast is None else stages)
         counter, base = Counter.of(tiles, f"{self.loop.loop_var.name}_count")
 
         count = base + self.i
         ahead = self.i + ahead_by
-        refill = tirx.IfThenElse(ahead < n, self._produce(
-            bars, ahead, tirx.floormod(count + ahead_by, stages)), None)
-        steady = [refill if s is None else s for s in self._steady(bars, count=count)]
+        refill = self._produce(bars, ahead, tirx.floormod(count + ahead_by, stages))
+        release, released = [], None
+        if cast is not None:
+            def empty(version):
+                return intrinsics.shared_addr(tirx.BufferLoad(bars, [full + version]))
+
+            def released(j):  # thread 0 waits until both blocks released fill j - S
+                return self._leader([intrinsics.call(
+                    "tw_mbar_wait", empty(tirx.floormod(j, stages)),
+                    tirx.floormod(tirx.floordiv(j, stages) + 1, 2))])
+
+            # fill count - d, read up to this barrier (its version written as the refill's,
+            # count + a, where a = S - d: one counter), released in both blocks; the last
+            # tile's last d fills are never released (no fill waits for them)
+            freed = tirx.floormod(count + (stages - done_by), stages)
+            release = [tirx.IfThenElse(count >= done_by, self._leader([
+                intrinsics.call("tw_mbar_arrive_cluster", empty(freed), tirx.const(r, "uint32"))
+                for r in range(CLUSTER)]), None)]
+            refill = seq([released(count + ahead_by), refill])
+        refill = tirx.IfThenElse(ahead < n, refill, None)
+        steady = [*release, *(refill if s is None else s for s in self._steady(bars, count=count))]
         wave = tiles.loop.loop_var
-        following = tiles.for_round(self._first_loads(bars, ahead_by, base + n), pure, wave + 1,
-                                    "next")
+        following = tiles.for_round(self._first_loads(bars, ahead_by, base + n, released), pure,
+                                    wave + 1, "next")
         drain = [intrinsics.wgmma_wait(0)] if self.overlap else []
         body = [*tiles.before, counter.bind(base), intrinsics.fence_proxy_async(),
                 self._loop([intrinsics.sync(), *steady]), following, *drain,
                 counter.add(base, n), *tiles.after]
         first = tiles.for_round(self._first_loads(bars, ahead_by, tirx.const(0, "int32")), pure,
                                 tiles.loop.min, "first")
-        init = self._init(bars, [1] * stages * len(self.groups), once=True)
+        init = self._init(bars, [1] * full + [CLUSTER] * (0 if cast is None else stages),
+                          once=True)
+        walked = [tiles.rebuild(body)]
+        if cast is not None:  # both blocks' barriers are set up before either reaches across;
+            init[-1] = intrinsics.call("tw_cluster_sync")  # neither exits while the other
+            walked.append(intrinsics.call("tw_cluster_sync"))  # may still arrive on its own
         new = rebuild_for(thread, body=seq([*items[:at], *init, *counter.start(), first,
-                                            tiles.rebuild(body), *items[at + 1:]]))
-        return tvm_ffi.structural_map(func_body, (tirx.For, lambda s: new if s.same_as(thread)
+                                            *walked, *items[at + 1:]]))
+        out = tvm_ffi.structural_map(func_body, (tirx.For, lambda s: new if s.same_as(thread)
                                                  else s))
+        return out if cast is None else cast.clustered(out)
 
     # -- a producer warpgroup issues ---------------------------------------------------------
     def specialise(self, func_body, multicast: bool = False, blocks: int = 1,
