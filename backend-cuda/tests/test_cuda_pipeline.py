@@ -241,3 +241,8 @@ def test_prologue_copies_join_the_first_stage(tmp_path):
                                {"cuda.prologue_copies": True}).source.text
     kernel = dynamic[dynamic.index("__global__"):]
     assert "tw_cp_async_wait<0>();" in kernel[:kernel.index("for (int k = 0;")]
+    # a loop fed by TMA (sm_90a) waits on mbarriers, not cp.async groups: the copy keeps its
+    # own wait
+    tma = tilewright.lower(gemm_plus_tile(M, N, K), "cuda -arch=sm_90a",
+                           {"cuda.prologue_copies": True}).source.text
+    assert "tw_tma_load" in tma and "tw_cp_async_wait<0>();" in tma

@@ -269,6 +269,7 @@ def pipeline(options):
                 continue
             new_loop, versioned = done
             stages = int(loop.annotations[keys.STAGES])
+            cp_async = not isinstance(new_loop, TmaPlan)  # its stages in cp.async groups
             if isinstance(new_loop, TmaPlan):
                 split = new_loop.specialise(body, options.multicast, options.blocks_per_sm,
                                             options.pingpong, registers,
@@ -293,8 +294,7 @@ def pipeline(options):
                 return a if new is None else tirx.AllocBuffer(new)
 
             body = tvm_ffi.structural_map(body, [(tirx.For, swap), (tirx.AllocBuffer, alloc)])
-            if options.prologue_copies and isinstance(new_loop, tirx.SeqStmt) and \
-                    analyzer.can_prove(loop.extent > 0):
+            if options.prologue_copies and cp_async and analyzer.can_prove(loop.extent > 0):
                 body = _copies_join_prologue(body, new_loop, versioned)
             versions.update({b.name: stages for b in versioned.old})
         _check_turns(options, specialised, loops[0].span)
