@@ -33,7 +33,7 @@ except ImportError:  # another backend: the options are refused
 def w4a16_gemm(M, N, K, group=128, dtype="float16", block_M=16, block_N=128, block_K=128,
                threads=128, num_stages=3, splits=1, combine_N=256, overlap=False,
                stage_scales=False, swap=False, register_w=False, overlap_dequant=False,
-               ticket_combine=False):
+               ticket_combine=False, copy_scales=False):
     """The kernel: K a multiple of ``block_K * splits``, ``block_K`` a multiple of 2; with
     ``splits`` > 1, two kernels (the slices' partial sums, then their sum in blocks of
     ``combine_N`` columns of a row).
@@ -79,6 +79,13 @@ def w4a16_gemm(M, N, K, group=128, dtype="float16", block_M=16, block_N=128, blo
     later (``num_stages`` >= 3), after the barrier that follows its groups' retirement. The
     same values in the same k order: bit-identical to ``register_w``.
 
+    ``copy_scales`` (with ``stage_scales``; off by default) stages the slice's scales and
+    zero points with ``T.copy`` (cp.async, 16 bytes a row at 8 groups a slice) instead of
+    loads and stores a thread; with the CUDA pass config ``cuda.prologue_copies`` they are
+    issued with the pipeline's first stage and waited for by its first wait, so the first
+    codes are requested at once rather than one memory latency after the block starts. The
+    same values: bit-identical.
+
     ``ticket_combine`` (with ``splits`` > 1, CUDA only; off by default) adds the slices in the
     one kernel instead of a second: each block stores its partial sums, fences them
     (``fence_gpu``) and takes a ticket of its output tile's counter; the block that takes the
@@ -110,6 +117,9 @@ def w4a16_gemm(M, N, K, group=128, dtype="float16", block_M=16, block_N=128, blo
                          f"(K={K}, block_K={block_K}, splits={splits}), num_stages >= 3 "
                          f"(got {num_stages}) and a backend with hand-issued wgmma groups "
                          f"(tilewright_cuda)")
+    if copy_scales and not stage_scales:
+        raise ValueError("copy_scales is how stage_scales stages the scales: it takes "
+                         "stage_scales")
     if ticket_combine and (splits < 2 or fence_gpu is None):
         raise ValueError("ticket_combine adds the slices of a split K (splits > 1) on a "
                          "backend with a GPU-wide fence (tilewright_cuda)")
@@ -187,13 +197,18 @@ def w4a16_gemm(M, N, K, group=128, dtype="float16", block_M=16, block_N=128, blo
             T.copy(A[by * block_M, base + (k_tiles - 1) * block_K], A_l)
             T.gemm(A_l, W_t, C_l, transpose_B=True)
         elif stage_scales:
-            # a partial column tile's rows past N stage row N - 1 (not stored)
+            # a partial column tile's rows past N stage row N - 1 (not stored; copy_scales:
+            # zeros, whose weights are zeros)
             S_s = T.alloc_shared((block_N, slice_groups), dtype)
             Z_s = T.alloc_shared((block_N, slice_groups), dtype)
-            for i, g in T.Parallel(block_N, slice_groups):
-                n = T.min(bx * block_N + i, N - 1)
-                S_s[i, g] = Scales[n, bz * slice_K // group + g]
-                Z_s[i, g] = Zeros[n, bz * slice_K // group + g]
+            if copy_scales:
+                T.copy(Scales[bx * block_N, bz * slice_K // group], S_s)
+                T.copy(Zeros[bx * block_N, bz * slice_K // group], Z_s)
+            else:
+                for i, g in T.Parallel(block_N, slice_groups):
+                    n = T.min(bx * block_N + i, N - 1)
+                    S_s[i, g] = Scales[n, bz * slice_K // group + g]
+                    Z_s[i, g] = Zeros[n, bz * slice_K // group + g]
             if overlap_dequant:
                 # step kp: k-tiles e = 2 kp (A_s, Q_s into W_s) and e + 1 (A_t, Q_t into W_t);
                 # before each dequantisation, all but the newest group retired: the one

@@ -370,13 +370,19 @@ def cases(quick: bool):
     # i + 1 run while the wgmma of k-tile i is in flight (option overlap_dequant; two register
     # fragments, kernels.W4A16_OVERLAP_ROWS): the warpgroup's waits leave one group in flight
     # (WARPGROUP.DEPBAR.LE gsb0, 0x1; the other rows' are all 0x0 in the hot loop)
+    # _reg_s3_tk_ps, _reg_ov_tk_ps (kernels.W4A16_PROLOGUE_ROWS): the scales' cp.async
+    # (LDGSTS) issued with the first stage's, before any wait, and 4 blocks an SM
     rows = {**kernels.W4A16_REGISTER_W_ROWS, **kernels.W4A16_OVERLAP_ROWS}
-    for (m, n), (suffix, change) in itertools.product(
-            () if quick else W4A16_SIZES[size], rows.items()):
+    prologue = [((m, n), suffix, change, kernels.W4A16_PROLOGUE_CONFIGS)
+                for (m, suffix), change in kernels.W4A16_PROLOGUE_ROWS.items()
+                for m_, n in W4A16_SIZES[size] if m_ == m and not quick]
+    for (m, n), suffix, change, configs in [
+            *(((m, n), suffix, change, {}) for (m, n), (suffix, change) in itertools.product(
+                () if quick else W4A16_SIZES[size], rows.items())), *prologue]:
         config = {**kernels.W4A16_REGISTER_W, "block_M": 8 if m <= 8 else 16, **change}
         yield (f"w4a16_m{m}_{n}{suffix}",
                {"kind": "w4a16", "M": m, "N": n, "K": n, "group": 128, "dtype": "float16",
-                "config": config},
+                "config": config, **({"pass_configs": configs} if configs else {})},
                kernels.w4a16_gemm.fn(m, n, n, 128, **config),
                ["LDGSTS.E.BYPASS.128", "!I2F.F16", "!STS.128", "!HMMA",
                 f"HGMMA.64x{config['block_M']}x16.F32",
@@ -385,7 +391,9 @@ def cases(quick: bool):
                 # ticket (ATOMG.E.ADD.STRONG.GPU); PRMT only in the last block's sum (its
                 # float16 pairs), the hot loop has none (test_cuda_low_precision_examples)
                 *(["ATOMG.E.ADD.STRONG.GPU", "MEMBAR.SC.GPU", "CCTL.IVALL"]
-                  if config.get("ticket_combine") else ["!PRMT"])], {})
+                  if config.get("ticket_combine") else ["!PRMT"]),
+                # _ps: no 2-byte loads of scales (they come by LDGSTS)
+                *(["!LDG.E.U16"] if config.get("copy_scales") else [])], configs)
     # 2:4 sparse A against the dense cuBLAS GEMM: the sparse wgmma (HGMMA.SP, no dense
     # tensor-core instruction), kernels.GEMM_SP (128x256x128, 2 stages: 0.91x where the
     # 128x128x64 three-stage form, the _k64 row, gave 0.73-0.74x); diagnostic rows (not in

@@ -390,6 +390,21 @@ def dequantising() -> list[Check]:
                              w4.ticket_count(rows, cols, config["block_M"], config["block_N"])
                              if config.get("ticket_combine") else 0)],
                          depth))
+    # the _ps rows (kernels.W4A16_PROLOGUE_ROWS, pass config cuda.prologue_copies): the
+    # scales' cp.async in the pipeline's first group, 16 bytes a row (8 groups a slice: 8192
+    # deep in 8 slices, 4096 in 4), 8 k-tiles (or 8 steps of two) a slice through 3 or 4
+    # stages; 5 rows, 320 columns (the third column tile's rows past N zero-filled)
+    for (m, suffix), change in kernels.W4A16_PROLOGUE_ROWS.items():
+        config = {**kernels.W4A16_REGISTER_W, "block_M": m if m > 8 else 8, **change}
+        deep = 1024 * config["splits"]
+        out.append(Check(f"example-gemm_w4a16_reg{'16' if m > 8 else ''}{suffix[4:]}",
+                         "example", "float16",
+                         lambda config=config, deep=deep: kernels.w4a16_gemm.fn(
+                             rows, cols, deep, 128, **config),
+                         lambda config=config, deep=deep: [_w4a16_run(
+                             rows, cols, deep, 128, True,
+                             w4.ticket_count(rows, cols, config["block_M"], config["block_N"]))],
+                         deep, pass_configs=kernels.W4A16_PROLOGUE_CONFIGS))
     return out
 
 

@@ -154,6 +154,21 @@ W4A16_REGISTER_W_ROWS = {"_reg": {}, "_reg_s3": {"num_stages": 3},
 W4A16_OVERLAP = {"overlap_dequant": True, "block_K": 64, "num_stages": 4}
 W4A16_OVERLAP_ROWS = {"_reg_ov": W4A16_OVERLAP,
                       "_reg_ov_tk": {**W4A16_OVERLAP, "ticket_combine": True}}
+# _ps: the slice's scales and zero points staged by cp.async with the pipeline's first stage
+# (option copy_scales, pass config cuda.prologue_copies) where the other rows load them,
+# store them and only then issue the first codes: one DRAM latency (~1 us) before any code
+# byte is requested, in a one-wave kernel whose blocks live 8-16 k-tiles. By (M, suffix):
+# at M = 1 8 slices (512 blocks, 4 an SM at 62-63 registers); at M = 16 4 slices, since the
+# register-A kernels take 66 registers there (3 blocks an SM: 8 slices' 512 blocks would be
+# 1.3 waves; capped at 64 they spill and ptxas serialises the wgmma), so 256 blocks, one
+# wave. The bytes each keeps in flight: RESULTS.md, "Bytes in flight". Not measured yet
+W4A16_PROLOGUE_CONFIGS = {"cuda.prologue_copies": True}
+_PS = {"ticket_combine": True, "copy_scales": True}
+W4A16_PROLOGUE_ROWS = {
+    (1, "_reg_s3_tk_ps"): {"num_stages": 3, **_PS},
+    (16, "_reg_s4_tk_ps"): {"splits": 4, "num_stages": 4, **_PS},
+    (1, "_reg_ov_tk_ps"): {**W4A16_OVERLAP, **_PS},
+    (16, "_reg_ov_s4_tk_ps"): {**W4A16_OVERLAP, "splits": 4, **_PS}}
 # 2:4 sparse: 128x256x128 tiles two stages deep (2 x 82 KB), each k-tile's wgmma.sp group
 # retired in it; GEMM_SP_K64 the 128x128x64 three-stage form, the default until 2026-12-04
 GEMM_SP = {"block_M": 128, "block_N": 256, "block_K": 128, "threads": 256, "num_stages": 2}

@@ -604,12 +604,14 @@ def run_script(script: str, source: str, launch: dict, workdir: Path,
 
 def run(source: str, launch: dict, workdir: Path, *args) -> None:
     """Launch the kernel on ``args`` (every kernel parameter, torch CPU tensors or ints); a
-    kernel sequence's blocks one after another, on workspaces allocated for the call."""
+    kernel sequence's blocks one after another, on workspaces allocated for the call. The
+    GPU's workspaces are uninitialised (``torch.empty``); here every byte is 0xFF (a float
+    NaN, an integer -1), so a read of an element nobody wrote shows in the results."""
     import torch
 
     lib = build(source, launch, workdir)
     symbols = symbol_values(launch["symbols"], args)
-    spaces = [torch.empty(max(1, _eval(w["bytes"], symbols)), dtype=torch.uint8)
+    spaces = [torch.full((max(1, _eval(w["bytes"], symbols)),), 255, dtype=torch.uint8)
               for w in launch.get("workspaces", ())]
     for kernel, name in _launchers(launch):
         _run_kernel(getattr(lib, name), kernel, symbols, spaces, args)

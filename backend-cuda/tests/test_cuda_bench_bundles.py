@@ -90,7 +90,10 @@ def test_w4a16_rows_keep_diagnostic_rows_beside_each_split_row(monkeypatch):
                                               ("_reg_tk", 8), ("_reg_s3_tk", 8),
                                               ("_reg_s4_tk", 4),
                                               # k-tile i + 1 dequantised under i's wgmma
-                                              ("_reg_ov", 8), ("_reg_ov_tk", 8))}}
+                                              ("_reg_ov", 8), ("_reg_ov_tk", 8))},
+                    # the scales in the pipeline's first stage (kernels.W4A16_PROLOGUE_ROWS)
+                    "w4a16_m1_8192_reg_s3_tk_ps": 8, "w4a16_m16_8192_reg_s4_tk_ps": 4,
+                    "w4a16_m1_8192_reg_ov_tk_ps": 8, "w4a16_m16_8192_reg_ov_s4_tk_ps": 4}
 
 
 def _list(bundles: Path, *extra) -> subprocess.CompletedProcess:

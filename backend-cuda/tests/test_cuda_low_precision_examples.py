@@ -39,8 +39,9 @@ import kernels  # noqa: E402
 FP8_TILE = {"num_stages": 2}  # sm_89: 101 KB of shared memory a block
 
 
-def _sass(func, arch_name, tmp_path):
-    source = tilewright.lower(func, f"cuda -arch={arch_name}").source.text
+def _sass(func, arch_name, tmp_path, pass_configs=None):
+    source = tilewright.lower(func, f"cuda -arch={arch_name}",
+                              pass_configs=pass_configs).source.text
     cubin, log = executor.nvcc_compile(source, arch.get(arch_name), tmp_path)
     assert int(re.search(r"(\d+) bytes spill stores", log).group(1)) == 0, log
     return sass.dump(cubin)
@@ -624,6 +625,21 @@ def test_w4a16_ticket_combine_is_bit_identical_to_the_combine_kernel_in_emulatio
     assert torch.equal(again, out[True]) and not counters.any()
 
 
+@pytest.mark.nvcc
+@pytest.mark.sass
+@pytest.mark.parametrize("suffix", ["_reg_tk", "_reg_s4_tk"])
+def test_w4a16_ticket_combine_at_one_row_reads_one_row(tmp_path, suffix):
+    # M = 1 on 8-row tiles: the last block's sum reads the partial sums of row 0 only, one
+    # float32 load a slice per thread (ptxas drops the sums of rows 1-7, which are never
+    # stored; their reads, clamped to row 0, are of what the slices wrote, never of rows
+    # nobody wrote: the emulation's workspaces are 0xFF, NaN, and the results match)
+    tile = _register_w_tile(1, suffix)
+    code = _sass(w4.w4a16_gemm.fn(1, 8192, 8192, **tile), "sm_90a", tmp_path)
+    ops = [op for _, op, _ in sass.instructions(code)]
+    tail = ops[ops.index("ATOMG.E.ADD.STRONG.GPU"):]
+    assert tail.count("LDG.E") == tile["splits"] and tail.count("STG.E.U16") == 1
+
+
 def test_w4a16_ticket_combine_refuses_one_slice():
     with pytest.raises(ValueError, match="ticket_combine adds the slices"):
         w4.w4a16_gemm.fn(1, 1024, 1024, splits=1, ticket_combine=True)
@@ -782,9 +798,95 @@ def test_w4a16_overlap_dequant_refuses_what_it_cannot_do():
         w4.w4a16_gemm.fn(1, 8192, 8192, splits=8, num_stages=3, overlap_dequant=True)
 
 
+def _prologue_tile(m: int, row: tuple) -> dict:
+    """The bench's W4A16_PROLOGUE_ROWS row ``row`` (its M, its suffix) for ``m`` activation
+    rows."""
+    return {**kernels.W4A16_REGISTER_W, "block_M": 8 if m <= 8 else 16,
+            **kernels.W4A16_PROLOGUE_ROWS[row]}
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize(("m", "row"), [(m, row) for row in kernels.W4A16_PROLOGUE_ROWS
+                                        for m in (row[0], 5)])
+def test_w4a16_prologue_scales_are_bit_identical_in_emulation(tmp_path, m, row):
+    # the bench's _ps rows at 8192 deep (their M, and 5: a partial column of C^T), their
+    # pipelines wrapping (8 k-tiles through 3 stages, 16 through 4; 8 and 16 steps of the
+    # overlapped loop through 4), 200 columns (a partial column tile: the cp.async of its
+    # scales zero-fills the rows past N). copy_scales with cuda.prologue_copies stages the
+    # same scales by cp.async in the pipeline's first group: the same bits as the loads and
+    # stores of stage_scales
+    n, k, group = 200, 8192, 128
+    tile = _prologue_tile(m, row)
+    a, q, scales, zeros = _w4a16_operands(m, n, k, group, 16)
+    codes = w4.wgmma_order(q)
+    tickets = w4.ticket_count(m, n, tile["block_M"], tile["block_N"])
+    out = {}
+    for copy in (False, True):
+        lowered = tilewright.lower(
+            w4.w4a16_gemm.fn(m, n, k, group, **{**tile, "copy_scales": copy}),
+            "cuda -arch=sm_90a", pass_configs=kernels.W4A16_PROLOGUE_CONFIGS)
+        text = lowered.source.text
+        loop = "kp" if tile.get("overlap_dequant") else "ko"
+        kernel = text[text.index("main_0_kernel(half*"):]
+        before = kernel[:kernel.index(f"for (int {loop} = 0;")]
+        if copy:  # the scales' cp.async, then the first stage's, one commit, no wait
+            assert "tw_cp_async_wait<" not in before and "Scales_ptr[" not in \
+                before[before.index("tw_cp_async_commit();"):]
+            assert before.index("tw_cp_async16((&(((half*)tw_smem_ptr)") < \
+                before.index("Q_ptr[")
+        else:
+            assert re.search(r"= Scales_ptr\[", before)
+        out[copy] = torch.full((m, n), float("nan"), dtype=torch.float16)
+        counters = torch.zeros(tickets, dtype=torch.int32)
+        hostemu.run(text, lowered.source.payload, tmp_path / str(copy), a, codes, scales,
+                    zeros, counters, out[copy])
+        assert not counters.any()
+    assert torch.equal(out[True], out[False])
+    _assert_w4a16_matches(out[True], a, q, scales, zeros)
+
+
+def test_w4a16_prologue_copies_keep_their_wait_without_the_pass_config():
+    # without cuda.prologue_copies the copies of copy_scales wait on their own before the
+    # pipeline's first loads (the T.copy rule's commit and wait_group 0)
+    tile = _prologue_tile(1, (1, "_reg_s3_tk_ps"))
+    text = tilewright.lower(w4.w4a16_gemm.fn(1, 1024, 8192, **tile),
+                            "cuda -arch=sm_90a").source.text
+    kernel = text[text.index("main_0_kernel(half*"):]
+    before = kernel[:kernel.index("for (int ko = 0;")]
+    assert before.count("tw_cp_async_wait<0>();") == 2 and \
+        before.index("tw_cp_async_wait<0>();") < before.index("Q_ptr[")
+
+
+@pytest.mark.nvcc
+@pytest.mark.sass
+@pytest.mark.parametrize("row", list(kernels.W4A16_PROLOGUE_ROWS))
+def test_w4a16_prologue_scales_issue_before_any_wait(tmp_path, row):
+    # the bench's _ps rows: no 2-byte loads of scales (the other rows' 8-16 LDG.E.U16, whose
+    # STS the first LDGSTS of codes waits behind); every LDGSTS of the prologue (the scales'
+    # and the first stages') issued before the first wait (DEPBAR), the hot loop as the
+    # rows without _ps (8 HGMMA a k-tile or step, no STS), no spills (_sass)
+    m = row[0]
+    tile = _prologue_tile(m, row)
+    code = _sass(w4.w4a16_gemm.fn(m, 8192, 8192, **tile), "sm_90a", tmp_path,
+                 kernels.W4A16_PROLOGUE_CONFIGS)
+    assert "LDG.E.U16" not in code
+    ops = [op for _, op, _ in sass.instructions(code)]
+    first_wait = ops.index("DEPBAR.LE")
+    stages = tile["num_stages"] - (2 if tile.get("overlap_dequant") else 1)
+    # a thread's cp.async a stage: its codes (2 16-byte chunks a k-tile, 4 a step) and its
+    # activations (up to one); the scales' two (or four at 16 groups a slice)
+    assert ops[:first_wait].count("LDGSTS.E.BYPASS.128") >= 2 * stages + 2
+    assert ops[:first_wait].count("LDGDEPBAR") == stages
+    loop = sass.hot_loop(code)
+    assert len([op for op in loop if op.startswith("HGMMA")]) == 8
+    assert not [op for op in loop if op.startswith("STS")]
+
+
 def test_w4a16_staged_scales_and_swap_refuse_what_they_cannot_do():
     with pytest.raises(ValueError, match="whole groups or whole slices"):
         w4.w4a16_gemm.fn(1, 1024, 1024, 384, splits=2, stage_scales=True)
+    with pytest.raises(ValueError, match="copy_scales is how stage_scales"):
+        w4.w4a16_gemm.fn(1, 1024, 1024, splits=2, copy_scales=True)
     for option in ("stage_scales", "swap"):
         with pytest.raises(ValueError, match="not of overlap"):
             w4.w4a16_gemm.fn(1, 1024, 1024, splits=2, overlap=True, **{option: True})

@@ -189,3 +189,60 @@ def test_tiles_allocated_inside_a_pipelined_loop(steps, tmp_path):
     o = torch.full((64, 32), float("nan"))
     hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, x, f, o)
     torch.testing.assert_close(o, x.float() @ f.T, rtol=1e-4, atol=1e-3)
+
+
+def gemm_plus_tile(M, N, K, bm=64, bn=64, bk=32, stages=3):
+    """C = A @ B + D, D's one tile copied to shared memory before the pipelined loop and
+    read after it."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"),
+             D: T.Tensor((bm, bn), "float16"), C: T.Tensor((M, N), "float16")):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=128) as (bx, by):
+            D_s = T.alloc_shared((bm, bn), "float16")
+            A_s = T.alloc_shared((bm, bk), "float16")
+            B_s = T.alloc_shared((bk, bn), "float16")
+            C_f = T.alloc_fragment((bm, bn), "float32")
+            T.clear(C_f)
+            T.copy(D, D_s)
+            for k in T.Pipelined(T.ceildiv(K, bk), num_stages=stages):
+                T.copy(A[by * bm, k * bk], A_s)
+                T.copy(B[k * bk, bx * bn], B_s)
+                T.gemm(A_s, B_s, C_f)
+            for i, j in T.Parallel(bm, bn):
+                C_f[i, j] += D_s[i, j]
+            T.copy(C_f, C[by * bm, bx * bn])
+
+    return main
+
+
+@pytest.mark.emulator
+def test_prologue_copies_join_the_first_stage(tmp_path):
+    # cuda.prologue_copies: the cp.async of D's tile, right before a loop that runs at least
+    # once, is committed with the first stage (no wait_group 0 of its own); the loop's first
+    # wait (wait_group 1 of the 2 prologue groups) and barrier cover it. Without the config,
+    # or before a loop that may run 0 times (K dynamic), it waits on its own
+    M, N, K = 128, 64, 96
+    g = torch.Generator().manual_seed(3)
+    a, b, d = (torch.randn(*s, generator=g).half() for s in ((M, K), (K, N), (64, 64)))
+    for configs, waits in (({"cuda.prologue_copies": True}, 0), (None, 1)):
+        lowered = tilewright.lower(gemm_plus_tile(M, N, K), "cuda -arch=sm_80", configs)
+        text = lowered.source.text
+        kernel = text[text.index("__global__"):]
+        before = kernel[:kernel.index("for (int k = 0;")]
+        assert before.count("tw_cp_async_wait<0>();") == waits
+        assert before.count("tw_cp_async_commit();") == 2 + waits
+        assert "tw_cp_async_wait<1>();\n    __syncthreads();" in kernel
+        c = torch.full((M, N), float("nan")).half()
+        hostemu.run(text, lowered.source.payload, tmp_path / str(waits), a, b, d, c)
+        want = a.double() @ b.double() + d.double().repeat(2, 1)
+        torch.testing.assert_close(c.double(), want, rtol=1e-2, atol=8e-2)
+    dynamic = tilewright.lower(gemm_plus_tile(M, N, T.dynamic("K")), "cuda -arch=sm_80",
+                               {"cuda.prologue_copies": True}).source.text
+    kernel = dynamic[dynamic.index("__global__"):]
+    assert "tw_cp_async_wait<0>();" in kernel[:kernel.index("for (int k = 0;")]
+    # a loop fed by TMA (sm_90a) waits on mbarriers, not cp.async groups: the copy keeps its
+    # own wait
+    tma = tilewright.lower(gemm_plus_tile(M, N, K), "cuda -arch=sm_90a",
+                           {"cuda.prologue_copies": True}).source.text
+    assert "tw_tma_load" in tma and "tw_cp_async_wait<0>();" in tma

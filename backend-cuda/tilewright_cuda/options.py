@@ -26,6 +26,9 @@ class Options:
     - ``multicast``: tiles pairs of blocks share are loaded once per pair
       (``cuda.tma_multicast``);
     - ``blocks_per_sm``: blocks each SM should hold at once (``cuda.blocks_per_sm``, 1-8);
+    - ``prologue_copies``: lone cp.async copies right before a cp.async ``T.Pipelined`` loop
+      join its prologue's first group instead of waiting on their own
+      (``cuda.prologue_copies``, transforms/pipeline);
     - ``pingpong``: the two compute warpgroups of a warp-specialised loop take turns issuing
       their wgmma gemms (``cuda.wgmma_pingpong``, transforms/pipeline/tma);
     - ``producer_registers``: the setmaxnreg budget of that loop's producer warpgroup
@@ -44,6 +47,7 @@ class Options:
     pingpong: bool = False
     producer_registers: int = 0
     compile_flags: tuple[str, ...] = ()
+    prologue_copies: bool = False
 
     def __post_init__(self):
         value = self.blocks_per_sm
@@ -66,7 +70,8 @@ def of(ctx) -> Options:
                  configs.get(keys.WGMMA_PINGPONG, False),
                  configs.get(keys.PRODUCER_REGISTERS, 0),
                  compile_flags(fast_math(configs), configs.get(keys.DEVICE_COMPILE_FLAGS)),
-                 configs.get(keys.TMA_UNSWIZZLED, False))
+                 configs.get(keys.TMA_UNSWIZZLED, False),
+                 configs.get(keys.PROLOGUE_COPIES, False))
 
 
 # flags that choose what the cubin is for: the target's arch decides that
@@ -100,10 +105,11 @@ def compile_flags(fast: bool | None, user) -> tuple[str, ...]:
 def parse(arch: str | None, disable_tma: bool = False, disable_ws: bool = False,
           multicast: bool = False, blocks_per_sm: int = 1, pingpong: bool = False,
           producer_registers: int = 0, flags: tuple[str, ...] = (),
-          tma_unswizzled: bool = False) -> Options:
+          tma_unswizzled: bool = False, prologue_copies: bool = False) -> Options:
     chosen = arch_mod.resolve(arch)
     return Options(chosen, tma=chosen.sm >= 90 and not disable_tma,
                    warp_specialized=chosen.sm >= 90 and chosen.name.endswith("a") and
                    not disable_ws, multicast=bool(multicast), blocks_per_sm=blocks_per_sm,
                    pingpong=bool(pingpong), producer_registers=producer_registers,
-                   compile_flags=flags, tma_unswizzled=bool(tma_unswizzled))
+                   compile_flags=flags, tma_unswizzled=bool(tma_unswizzled),
+                   prologue_copies=bool(prologue_copies))

@@ -169,6 +169,11 @@ def tilewright_pass_config_keys():
                       "blocks each SM should hold at once: registers (__launch_bounds__, the "
                       "setmaxnreg budgets) and shared memory are budgeted for that many",
                       owner="cuda"),
+        PassConfigKey(keys.PROLOGUE_COPIES, bool, False,
+                      "a T.copy into shared memory by cp.async right before a T.Pipelined "
+                      "loop of cp.async copies that runs at least once is issued with the "
+                      "loop's first stage and waited for by the loop's first wait, instead of "
+                      "on its own before the loop's first loads are issued", owner="cuda"),
         PassConfigKey(keys.WGMMA_PINGPONG, bool, False,
                       "in a warp-specialised T.Pipelined loop with two compute warpgroups "
                       "(sm_90a), the warpgroups take turns issuing each iteration's first "

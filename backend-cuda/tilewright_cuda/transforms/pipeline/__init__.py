@@ -199,6 +199,44 @@ def _pipeline_loop(loop, func_body, analyzer, tx):
     return tirx.SeqStmt([*prologue, main, *drain, intrinsics.cp_async_wait(0)]), versioned
 
 
+def _is_call(stmt, name: str) -> bool:
+    return isinstance(stmt, tirx.Evaluate) and intrinsics.extern_name(stmt) == name
+
+
+def _only_cp_async(stmt) -> bool:
+    """Whether ``stmt`` (a lone copy's nest, rules/copy) does nothing but issue cp.async."""
+    names, stores = [], []
+    tvm_ffi.structural_walk(stmt, [(tirx.Evaluate, lambda e: names.append(
+        intrinsics.extern_name(e))), (tirx.BufferStore, stores.append)])
+    return bool(names) and not stores and set(names) == {"tw_cp_async16"}
+
+
+def _copies_join_prologue(body, pipelined, versioned):
+    """``body`` with the lone cp.async copies right before ``pipelined`` (a cp.async loop's
+    replacement, its loop known to run at least once) issued into the prologue's first group:
+    their own commit and ``wait_group 0`` dropped (pass config ``cuda.prologue_copies``). The
+    first iteration's wait (``wait_group S - 2`` of the prologue's ``S - 1`` groups) then
+    covers them and its barrier shows them to every thread, so they are in flight beside the
+    first stages instead of one memory latency before them."""
+
+    first = pipelined.seq[0]  # a sequence of statements spliced into its parent's
+
+    def visit(q):
+        # the statements before the loop, allocations (no code) left out
+        items = [(j, x) for j, x in enumerate(q.seq) if not isinstance(x, tirx.AllocBuffer)]
+        at = next((k for k, (_, x) in enumerate(items) if x.same_as(first)), None)
+        k, dropped = at, set()
+        while k is not None and k >= 3 and \
+                _is_call(items[k - 1][1], "tw_cp_async_wait<0>") and \
+                _is_call(items[k - 2][1], "tw_cp_async_commit") and \
+                _only_cp_async(items[k - 3][1]) and not touches(items[k - 3][1], versioned.old):
+            dropped.update((items[k - 1][0], items[k - 2][0]))
+            k -= 3
+        return q if not dropped else seq([x for j, x in enumerate(q.seq) if j not in dropped])
+
+    return tvm_ffi.structural_map(body, (tirx.SeqStmt, visit))
+
+
 def _check_turns(options, specialised: bool, span) -> None:
     if options.pingpong and not specialised:
         raise KernelError(f"{keys.WGMMA_PINGPONG} needs a warp-specialised T.Pipelined loop "
@@ -232,6 +270,7 @@ def pipeline(options):
                 continue
             new_loop, versioned = done
             stages = int(loop.annotations[keys.STAGES])
+            cp_async = not isinstance(new_loop, TmaPlan)  # its stages in cp.async groups
             if isinstance(new_loop, TmaPlan):
                 split = new_loop.specialise(body, options.multicast, options.blocks_per_sm,
                                             options.pingpong, registers,
@@ -255,6 +294,8 @@ def pipeline(options):
                 return a if new is None else tirx.AllocBuffer(new)
 
             body = tvm_ffi.structural_map(body, [(tirx.For, swap), (tirx.AllocBuffer, alloc)])
+            if options.prologue_copies and cp_async and analyzer.can_prove(loop.extent > 0):
+                body = _copies_join_prologue(body, new_loop, versioned)
             versions.update({b.name: stages for b in versioned.old})
         _check_turns(options, specialised, loops[0].span)
         if cast is not None:
