@@ -378,7 +378,14 @@ def cases(quick: bool):
         sp_rows.append((suffix, config, expect))
     # The kernels.GEMM_SP_TMA_ROWS rows: every operand a TMA load (UTMALDG, no LDGSTS: the
     # consumers issue no copies and no address math for them), and at 3 stages or more the
-    # wgmma.sp group left in flight (WARPGROUP.DEPBAR.LE gsb0, 0x1)
+    # wgmma.sp group left in flight (WARPGROUP.DEPBAR.LE gsb0, 0x1). The persistent ones
+    # (kernels.py has their model): _m256_pws / _m256_pws_f16, _m256_tma's loop (4 UTMALDG a
+    # k-tile on the producer) walked by 132 blocks, hot loop 151 SASS instructions where
+    # _m256_tma's has 116 (32 R2UR: the descriptors' base through vector registers, as in the
+    # dense _persistent row's 153; ~600 issue slots a k-tile an SM sub-partition against ~2400
+    # clocks at the target), 96 registers, 0 spills; _m256_pio in order (TmaPlan.in_order_tiles
+    # with the held metadata registers), 170 (thread 0's loads in it, as _k128_tma_inorder's
+    # 169), 98 registers, 0 spills
     sp_rows = [(suffix, config, expect, {}) for suffix, config, expect in sp_rows]
     for suffix, (config, configs) in kernels.GEMM_SP_TMA_ROWS.items():
         expect = [f"HGMMA.SP.64x{config['block_N']}x32.F32", "!HMMA", "!HGMMA.64",
