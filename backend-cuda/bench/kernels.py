@@ -216,6 +216,11 @@ GEMM_SP_TMA_ROWS = {
     # ... in order (thread 0 issues, TmaPlan.in_order_tiles): the next tile's first load before
     # the drain and the epilogue, the wgmma.sp group in flight on the held registers
     "_m256_pio": (GEMM_SP_M256_PERSISTENT, {**GEMM_SP_TMA, **GEMM_PASS_CONFIGS}),
+    # _m256_tma in clusters of two blocks (blockIdx.x 2c, 2c + 1: two row blocks of one column
+    # in panels of 8 block rows) that load their shared B tile once (cuda.tma_multicast: each
+    # block one of its two boxes into both), L2 -> SM reads 68 -> 52 KB a k-tile a block
+    "_m256_tma_mc": ({**GEMM_SP_M256, "panel": 8},
+                     {**GEMM_SP_TMA, "cuda.tma_multicast": True}),
 }
 INT8_GEMM = {"block_M": 128, "block_N": 256, "block_K": 128, "threads": 256, "num_stages": 3}
 

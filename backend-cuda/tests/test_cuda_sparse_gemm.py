@@ -472,7 +472,7 @@ def test_metadata_tiles_stay_on_cp_async_without_the_pass_config_or_16_byte_rows
 @pytest.mark.nvcc
 @pytest.mark.sass
 @pytest.mark.parametrize("suffix", ["_tma", "_k128_tma", "_k128_tma_inorder", "_m256_tma_f16",
-                                    "_m256_pws", "_m256_pio"])
+                                    "_m256_pws", "_m256_pio", "_m256_tma_mc"])
 def test_tma_fed_sparse_rows_keep_their_metadata_registers_in_sass(tmp_path, suffix):
     # the bench rows' kernels at 8192^3: the hot loop has no LDGSTS (every operand a TMA
     # load, UTMALDG) and no metadata register written under an HGMMA.SP in flight
@@ -482,6 +482,7 @@ def test_tma_fed_sparse_rows_keep_their_metadata_registers_in_sass(tmp_path, suf
     cubin, log = executor.nvcc_compile(source, arch.get("sm_90a"), tmp_path)
     code = sass.dump(cubin)
     assert "UTMALDG.2D" in code and "LDGSTS" not in code
+    assert ("UTMALDG.2D.MULTICAST" in code) == ("cuda.tma_multicast" in configs)
     assert ("WARPGROUP.DEPBAR.LE gsb0, 0x1" in code) == (config["num_stages"] >= 3)
     assert metadata_races(code) == [], code
     assert int(re.search(r"(\d+) bytes spill stores", log).group(1)) == 0, log
