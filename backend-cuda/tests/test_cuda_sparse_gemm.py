@@ -9,7 +9,8 @@ gathers each warp's metadata from its lanes as the PTX ISA lays it out), and the
 other dtypes take; a tile the instruction cannot cut is refused naming it. With the pass config
 ``cuda.tma_unswizzled`` the bench's TMA-fed configurations (kernels.GEMM_SP_TMA_ROWS: the
 metadata tile one unswizzled box, a producer warpgroup or one thread issuing, one wgmma.sp
-group in flight on held registers from 3 stages) match torch in emulation too. (cuda_cases'
+group in flight on held registers from 3 stages; persistent blocks walking several tiles,
+clusters sharing B) match torch in emulation too. (cuda_cases'
 gemm_sp runs the example in emulation; the catalogue's gemm_sp row runs in
 test_cuda_conformance_emulated.)"""
 
