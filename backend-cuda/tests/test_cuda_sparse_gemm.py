@@ -438,6 +438,19 @@ def test_persistent_tma_fed_sparse_rows_carry_their_loads_from_tile_to_tile():
 
 
 @pytest.mark.emulator
+@pytest.mark.parametrize("suffix", ["_m256_pws", "_m256_pio"])
+def test_persistent_sparse_rows_with_fewer_k_tiles_than_stages_match_torch(tmp_path, suffix):
+    # 2 k-tiles a tile, 3 stages: the next tile's first loads (and, in order, the refills)
+    # under their i < n guards, the versions' count moving on by 2 a tile
+    config, configs = kernels.GEMM_SP_TMA_ROWS[suffix]
+    config = {**config, "workers": 4}
+    m, n, k = 640, 2 * config["block_N"], 2 * config["block_K"]
+    lowered = _tma_lowered(config, configs, m, n, k)
+    run = _emulate_sized(lowered.source.text, lowered.source.payload, tmp_path, m, n, k, None)
+    assert run.returncode == 0 and "MATCHES" in run.stdout, run.stdout + run.stderr
+
+
+@pytest.mark.emulator
 def test_persistent_in_order_sparse_wgmma_on_one_register_set_aborts_the_emulation(tmp_path):
     # _m256_pio with every k-tile's metadata in the even set: the emulation reports the
     # wgmma.sp in flight whose registers the next k-tile overwrote, so the test above's match
