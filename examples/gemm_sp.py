@@ -9,7 +9,10 @@ memory and multiplies them with ``T.gemm_sp``, accumulating in float32. C is flo
 ``out_dtype`` (the input dtype, as the dense GEMM writes it: half the bytes of C), stored
 through a shared tile with ``c_shared`` (whole rows of 16-byte stores instead of each thread's
 accumulator pairs); ``panel`` rasterises the blocks in panels of that many block rows
-(``T.use_swizzle``), as the dense benchmark GEMM does.
+(``T.use_swizzle``), as the dense benchmark GEMM does. With ``workers`` the kernel is
+persistent: that many blocks (one per SM) walk the output tiles (``T.Persistent``, in panels
+of ``panel`` or 8 block rows), so a block's loads for its next tile run while it stores the
+last one.
 
 Run: python examples/gemm_sp.py [--m 512 --n 512 --k 512] [--dtype bfloat16] [--e_dtype int32]
 """
@@ -27,16 +30,50 @@ from tilewright.utils.sparse import compress, randn_semi_sparse
 @tilewright.jit(out_idx=[-1])
 def gemm_sp_kernel(M, N, K, dtype="float16", e_dtype="int16", accum_dtype="float32",
                    block_M=128, block_N=128, block_K=64, threads=128, num_stages=2,
-                   out_dtype=None, c_shared=False, panel=None):
+                   out_dtype=None, c_shared=False, panel=None, workers=None):
     """The kernel: K a multiple of ``block_K``, ``block_K`` of ``e_factor``; C in
-    ``out_dtype`` (default ``accum_dtype``)."""
+    ``out_dtype`` (default ``accum_dtype``); ``workers`` blocks walking the tiles, or one
+    block a tile."""
     e_factor = sparse.e_factor(dtype, e_dtype)
     out_dtype = out_dtype or accum_dtype
+
+    @T.macro
+    def output_tile(A_sparse, E, B, C, A_s, E_s, B_s, C_l, C_s, by, bx):
+        T.clear(C_l)
+        for ko in T.Pipelined(K // block_K, num_stages=num_stages):
+            T.copy(A_sparse[by * block_M, ko * block_K // 2], A_s)
+            T.copy(E[by * block_M, ko * block_K // e_factor], E_s)
+            T.copy(B[ko * block_K, bx * block_N], B_s)
+            T.gemm_sp(A_s, E_s, B_s, C_l)
+        if c_shared:
+            T.copy(C_l, C_s)
+            T.copy(C_s, C[by * block_M, bx * block_N])
+        else:
+            T.copy(C_l, C[by * block_M, bx * block_N])
+
+    m_blocks, n_blocks = T.ceildiv(M, block_M), T.ceildiv(N, block_N)
+
+    if workers:
+        @T.prim_func
+        def persistent(A_sparse: T.Tensor((M, K // 2), dtype),
+                       E: T.Tensor((M, K // e_factor), e_dtype),
+                       B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), out_dtype)):
+            with T.Kernel(workers, threads=threads) as worker:
+                A_s = T.alloc_shared((block_M, block_K // 2), dtype)
+                E_s = T.alloc_shared((block_M, block_K // e_factor), e_dtype)
+                B_s = T.alloc_shared((block_K, block_N), dtype)
+                C_l = T.alloc_fragment((block_M, block_N), accum_dtype)
+                C_s = T.alloc_shared((block_M, block_N), out_dtype) if c_shared else None
+                for by, bx in T.Persistent([m_blocks, n_blocks], workers, worker,
+                                           group_size=panel or 8):
+                    output_tile(A_sparse, E, B, C, A_s, E_s, B_s, C_l, C_s, by, bx)
+
+        return persistent
 
     @T.prim_func
     def main(A_sparse: T.Tensor((M, K // 2), dtype), E: T.Tensor((M, K // e_factor), e_dtype),
              B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), out_dtype)):
-        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
+        with T.Kernel(n_blocks, m_blocks, threads=threads) as (bx, by):
             A_s = T.alloc_shared((block_M, block_K // 2), dtype)
             E_s = T.alloc_shared((block_M, block_K // e_factor), e_dtype)
             B_s = T.alloc_shared((block_K, block_N), dtype)
@@ -44,17 +81,7 @@ def gemm_sp_kernel(M, N, K, dtype="float16", e_dtype="int16", accum_dtype="float
             C_s = T.alloc_shared((block_M, block_N), out_dtype) if c_shared else None
             if panel:
                 T.use_swizzle(panel_size=panel)
-            T.clear(C_l)
-            for ko in T.Pipelined(K // block_K, num_stages=num_stages):
-                T.copy(A_sparse[by * block_M, ko * block_K // 2], A_s)
-                T.copy(E[by * block_M, ko * block_K // e_factor], E_s)
-                T.copy(B[ko * block_K, bx * block_N], B_s)
-                T.gemm_sp(A_s, E_s, B_s, C_l)
-            if c_shared:
-                T.copy(C_l, C_s)
-                T.copy(C_s, C[by * block_M, bx * block_N])
-            else:
-                T.copy(C_l, C[by * block_M, bx * block_N])
+            output_tile(A_sparse, E, B, C, A_s, E_s, B_s, C_l, C_s, by, bx)
 
     return main
 

@@ -414,12 +414,24 @@ def cases(quick: bool):
         sp_rows.append((suffix, config, expect))
     # The kernels.GEMM_SP_TMA_ROWS rows: every operand a TMA load (UTMALDG, no LDGSTS: the
     # consumers issue no copies and no address math for them), and at 3 stages or more the
-    # wgmma.sp group left in flight (WARPGROUP.DEPBAR.LE gsb0, 0x1)
+    # wgmma.sp group left in flight (WARPGROUP.DEPBAR.LE gsb0, 0x1). The persistent ones
+    # (kernels.py has their model): _m256_pws / _m256_pws_f16, _m256_tma's loop (4 UTMALDG a
+    # k-tile on the producer) walked by 132 blocks, hot loop 151 SASS instructions where
+    # _m256_tma's has 116 (32 R2UR: the descriptors' base through vector registers, as in the
+    # dense _persistent row's 153; ~600 issue slots a k-tile an SM sub-partition against ~2400
+    # clocks at the target), 96 registers, 0 spills; _m256_pio in order (TmaPlan.in_order_tiles
+    # with the held metadata registers), 170 (thread 0's loads in it, as _k128_tma_inorder's
+    # 169), 98 registers, 0 spills. _m256_tma_mc: _m256_tma in clusters of two sharing B (2
+    # UTMALDG.2D.MULTICAST, one of B's two boxes a block, and 2 UTMALDG.2D a k-tile on the
+    # producer), hot loop 121, 96 registers, 0 spills. Model: if L2 -> SM bandwidth bounds the
+    # loop (kernels.py), 68 -> 52 KB of L2 reads a k-tile, 51 GB/s an SM at 1.3x needing 39 of
+    # them; the dense GEMM's ws multicast gave +0-3% (RESULTS.md): expected level to +10%
     sp_rows = [(suffix, config, expect, {}) for suffix, config, expect in sp_rows]
     for suffix, (config, configs) in kernels.GEMM_SP_TMA_ROWS.items():
         expect = [f"HGMMA.SP.64x{config['block_N']}x32.F32", "!HMMA", "!HGMMA.64",
                   "UTMALDG.2D", "!LDGSTS", "!LDG.E.U16"]
         expect += ["STG.E.128"] if config.get("c_shared") else []
+        expect += ["UTMALDG.2D.MULTICAST"] if configs.get("cuda.tma_multicast") else []
         sp_rows.append((suffix, config, expect, configs))
     for n in GEMM_SP_SIZES[size]:
         for suffix, config, expect, configs in sp_rows:

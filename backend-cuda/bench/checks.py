@@ -301,14 +301,21 @@ def dialect() -> list[Check]:
             lambda m=m, n=n, k=k, config=rows[suffix]:
                 kernels.gemm_sp_kernel.fn(m, n, k, "float16", "int16", **config),
             lambda m=m, n=n, k=k: [_gemm_sp_run(m, n, k)], k))
-    # three of the TMA-fed rows (kernels.GEMM_SP_TMA_ROWS: the metadata tile one unswizzled
+    # six of the TMA-fed rows (kernels.GEMM_SP_TMA_ROWS: the metadata tile one unswizzled
     # box): a producer warpgroup with each group retired (_tma, 2 stages), and the group in
     # flight on held registers from a producer warpgroup (_m256_tma, four compute
     # warpgroups) and from one thread in order (_k128_tma_inorder); 2 x 2 blocks, 2 S + 1
-    # k-tiles (the stages wrapped twice)
-    for suffix in ("_tma", "_m256_tma", "_k128_tma_inorder"):
+    # k-tiles (the stages wrapped twice); the persistent rows (_m256_pws: the producer walks
+    # the tiles, _m256_pio: in order, the next tile's first load before the epilogue) with 4
+    # blocks walking 3 x 2 tiles, the last row of tiles half outside C, their versions and
+    # phases carried on from tile to tile; _m256_tma_mc: two clusters of two blocks sharing
+    # their B tiles (multicast)
+    for suffix in ("_tma", "_m256_tma", "_k128_tma_inorder", "_m256_pws", "_m256_pio",
+                   "_m256_tma_mc"):
         config, configs = kernels.GEMM_SP_TMA_ROWS[suffix]
         m, n = 2 * config["block_M"], 2 * config["block_N"]
+        if "workers" in config:
+            config, m = {**config, "workers": 4}, m + config["block_M"] // 2
         k = (2 * config["num_stages"] + 1) * config["block_K"]
         out.append(Check(
             f"dialect-bench_gemm_sp_float16{suffix}", "dialect", "float16",

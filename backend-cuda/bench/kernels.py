@@ -79,7 +79,24 @@ Configurations (sm_90a, chosen for H100/H200):
   128-deep k-tiles for 16-byte rows) from a producer warpgroup, so the consumers' hot loop
   has no LDGSTS, address math or block barrier (81 SASS instructions a 128x256x128 k-tile
   where ``GEMM_SP``'s has 179 with 21 LDGSTS), and at 3 stages or more keep one wgmma.sp
-  group in flight on the held metadata registers.
+  group in flight on the held metadata registers. Model behind the persistent ``_m256_pws``,
+  ``_m256_pws_f16`` and ``_m256_pio`` rows (not measured yet): 1.3x cuBLAS (1.69-1.81 ms at
+  8192^3, RESULTS.md 2026-12-04 run 4) is <= 1.32 ms, 1.33 us a 128-deep k-tile of 8.4
+  MFLOP an SM, where its sparse wgmma work is ~1024 clocks (~0.57 us): the tensor cores
+  more than half idle, the kernel bound by feeding them. The run-4 rows moved 41-50 GB/s an
+  SM into shared memory (``_k128``, ``_n256``, ``_n256k128``, ``_k128s2``), the dense GEMM
+  55 GB/s; read as a bandwidth bound (the rate barely moved from 50 to 100 KB in flight) or
+  as a latency bound (``_n256k128``: one 82 KB stage ahead, 1.9 us a k-tile), both say: at
+  1.32 ms 128x256x128 tiles (82 KB a k-tile) need 62 GB/s an SM, ~118 KB in flight, more
+  than two 82 KB stages give; 256x128x128 tiles (68 KB) 51 GB/s, ~97 KB: the one tile in
+  reach (``_m256_tma``: three stages fed by a producer warpgroup, two k-tiles, 136 KB,
+  ahead).
+  Between two tiles a block exposes the drain, the 128 KB float32 epilogue, its exit, the
+  next block's start and its first load's round trip (~3-4 us of a tile's ~85 us);
+  persistent, the producer fills the next tile's three stages under them (expected 2-4%
+  over ``_m256_tma``; ``_f16`` halves the epilogue's bytes). ``_m256_pio`` tells the two
+  readings of run 4 apart: in order, with a group in flight, it keeps one k-tile (68 KB)
+  ahead -- level with ``_m256_pws`` if bandwidth bounds the loop, ~0.85x if latency does.
 - int8 GEMM (``gemm_low_precision``, ``INT8_GEMM``): 128x256x128 tiles (128-byte k-tiles, as
   the fp8 rows), 256 threads = two warpgroups on ``wgmma.mma_async`` m64n256k32 .s32.s8.s8
   (``IGMMA.64x256x32.S8.S8``), 3 stages filled by TMA, int32 C against ``torch._int_mm``:
@@ -197,6 +214,7 @@ GEMM_SP_ROWS = {
 # (config, pass configs); shared memory a stage as above
 GEMM_SP_TMA = {"cuda.tma_unswizzled": True}
 GEMM_SP_M256 = {**GEMM_SP, "block_M": 256, "block_N": 128, "threads": 512, "num_stages": 3}
+GEMM_SP_M256_PERSISTENT = {**GEMM_SP_M256, "workers": 132}  # H100/H200 SXM: 132 SMs
 GEMM_SP_TMA_ROWS = {
     "_tma": (GEMM_SP, GEMM_SP_TMA),                                    # 2 x 82 KB
     "_k128_tma": (GEMM_SP_ROWS["_k128"], GEMM_SP_TMA),                 # 3 x 50 KB, wait 1
@@ -208,6 +226,19 @@ GEMM_SP_TMA_ROWS = {
     # ... with float16 C (half pairs from the accumulators; no room for a shared C tile), the
     # bytes the dense peer writes
     "_m256_tma_f16": ({**GEMM_SP_M256, "out_dtype": "float16"}, GEMM_SP_TMA),
+    # _m256_tma persistent (option workers: 132 blocks, one an SM, walk the tiles in panels
+    # of 8 block rows): the producer warpgroup walks them too and fills the next tile's three
+    # stages while the compute warpgroups drain and store the last one (float32 / float16 C)
+    "_m256_pws": (GEMM_SP_M256_PERSISTENT, GEMM_SP_TMA),
+    "_m256_pws_f16": ({**GEMM_SP_M256_PERSISTENT, "out_dtype": "float16"}, GEMM_SP_TMA),
+    # ... in order (thread 0 issues, TmaPlan.in_order_tiles): the next tile's first load before
+    # the drain and the epilogue, the wgmma.sp group in flight on the held registers
+    "_m256_pio": (GEMM_SP_M256_PERSISTENT, {**GEMM_SP_TMA, **GEMM_PASS_CONFIGS}),
+    # _m256_tma in clusters of two blocks (blockIdx.x 2c, 2c + 1: two row blocks of one column
+    # in panels of 8 block rows) that load their shared B tile once (cuda.tma_multicast: each
+    # block one of its two boxes into both), L2 -> SM reads 68 -> 52 KB a k-tile a block
+    "_m256_tma_mc": ({**GEMM_SP_M256, "panel": 8},
+                     {**GEMM_SP_TMA, "cuda.tma_multicast": True}),
 }
 INT8_GEMM = {"block_M": 128, "block_N": 256, "block_K": 128, "threads": 256, "num_stages": 3}
 

@@ -9,7 +9,8 @@ gathers each warp's metadata from its lanes as the PTX ISA lays it out), and the
 other dtypes take; a tile the instruction cannot cut is refused naming it. With the pass config
 ``cuda.tma_unswizzled`` the bench's TMA-fed configurations (kernels.GEMM_SP_TMA_ROWS: the
 metadata tile one unswizzled box, a producer warpgroup or one thread issuing, one wgmma.sp
-group in flight on held registers from 3 stages) match torch in emulation too. (cuda_cases'
+group in flight on held registers from 3 stages; persistent blocks walking several tiles,
+clusters sharing B) match torch in emulation too. (cuda_cases'
 gemm_sp runs the example in emulation; the catalogue's gemm_sp row runs in
 test_cuda_conformance_emulated.)"""
 
@@ -369,12 +370,16 @@ def _tma_lowered(config, configs, m, n, k):
 def test_tma_fed_sparse_bench_rows_match_torch_in_emulation(tmp_path, suffix):
     # every kernels.GEMM_SP_TMA_ROWS configuration (the bench's gemm_sp_float16_8192_<suffix>
     # rows) on 2 x 2 blocks (the boxes' coordinates follow blockIdx), 2 S + 1 k-tiles: the
-    # pipeline wraps its S stages twice.
+    # pipeline wraps its S stages twice; a persistent one (workers) on 3 x 2 tiles, the last
+    # row of tiles half outside C, walked by 4 blocks (two tiles each for two of them), so
+    # versions and phases carry on from tile to tile (2 S + 1 is not a multiple of S).
     # Kept values, metadata and B are TMA loads (no cp.async left), the metadata one
     # unswizzled box of 128-bit rows; at 3 stages or more the wgmma.sp group stays in flight
     # on the held metadata registers, which the emulation checks at every retirement
     config, configs = kernels.GEMM_SP_TMA_ROWS[suffix]
     m, n = 2 * config["block_M"], 2 * config["block_N"]
+    if "workers" in config:
+        config, m = {**config, "workers": 4}, m + config["block_M"] // 2
     k = (2 * config["num_stages"] + 1) * config["block_K"]
     lowered = _tma_lowered(config, configs, m, n, k)
     text, kernel = lowered.source.text, _kernel(lowered.source.text)
@@ -408,6 +413,64 @@ def test_tma_fed_sparse_wgmma_in_flight_on_one_register_set_aborts_the_emulation
            "wait_group" in bad.stdout, bad.stdout + bad.stderr
 
 
+def test_persistent_tma_fed_sparse_rows_carry_their_loads_from_tile_to_tile():
+    # _m256_pio (in order): TmaPlan.in_order_tiles takes the loop with its held metadata
+    # registers -- barriers set up once, the block's first load before the tile loop, each
+    # tile's register sets zeroed before its k-loop, the next tile's first load after the
+    # k-loop and before the drain, whose retirement the sets are held up to; _m256_pws: the
+    # producer warpgroup walks the tiles itself
+    config, configs = kernels.GEMM_SP_TMA_ROWS["_m256_pio"]
+    kernel = _kernel(_tma_lowered({**config, "workers": 4}, configs, 640, 256, 896).source.text)
+    top, tiles = kernel.split("for (int wave = 0; wave < 8; ++wave)")
+    assert top.count("tw_mbar_init(") == 3 and "tw_mbar_init(" not in tiles
+    assert "int by_first = " in top and top.count("tw_tma_load_2d(") == 4
+    k_loop, rest = tiles.split("tw_wgmma_wait<1>();", 1)
+    assert k_loop.index("sp_meta_even_ptr[0] = (uint)0;") < k_loop.index("for (int ko = 0;")
+    following, epilogue = rest.split("tw_wgmma_wait<0>();", 1)
+    assert "int by_next = " in following and following.count("tw_tma_load_2d(") == 4
+    assert epilogue.lstrip().startswith("tw_wgmma_keep<4>((&(sp_meta_even_ptr[0])), "
+                                        "(&(sp_meta_odd_ptr[0])));")
+    assert "tw_tma_load_2d(" not in epilogue
+    config, configs = kernels.GEMM_SP_TMA_ROWS["_m256_pws"]
+    kernel = _kernel(_tma_lowered({**config, "workers": 4}, configs, 640, 256, 896).source.text)
+    assert "for (int wave_load = 0; wave_load < 8; ++wave_load)" in kernel
+    assert "__launch_bounds__(640, 1)" in kernel and kernel.count("tw_mbar_init(") == 6
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize("suffix", ["_m256_pws", "_m256_pio"])
+def test_persistent_sparse_rows_with_fewer_k_tiles_than_stages_match_torch(tmp_path, suffix):
+    # 2 k-tiles a tile, 3 stages: the next tile's first loads (and, in order, the refills)
+    # under their i < n guards, the versions' count moving on by 2 a tile
+    config, configs = kernels.GEMM_SP_TMA_ROWS[suffix]
+    config = {**config, "workers": 4}
+    m, n, k = 640, 2 * config["block_N"], 2 * config["block_K"]
+    lowered = _tma_lowered(config, configs, m, n, k)
+    run = _emulate_sized(lowered.source.text, lowered.source.payload, tmp_path, m, n, k, None)
+    assert run.returncode == 0 and "MATCHES" in run.stdout, run.stdout + run.stderr
+
+
+@pytest.mark.emulator
+def test_persistent_in_order_sparse_wgmma_on_one_register_set_aborts_the_emulation(tmp_path):
+    # _m256_pio with every k-tile's metadata in the even set: the emulation reports the
+    # wgmma.sp in flight whose registers the next k-tile overwrote, so the test above's match
+    # rests on the held sets in the persistent in-order form too
+    config, configs = kernels.GEMM_SP_TMA_ROWS["_m256_pio"]
+    config = {**config, "workers": 2}
+    m, n, k = config["block_M"], 2 * config["block_N"], 5 * config["block_K"]
+    lowered = _tma_lowered(config, configs, m, n, k)
+    text = lowered.source.text
+    parity = "(&(sp_meta_odd_ptr[0])), (ko & 1))"
+    assert _kernel(text).count(parity) == 1
+    broken = text.replace(parity, "(&(sp_meta_odd_ptr[0])), 0)")
+    bad = _emulate_sized(broken, lowered.source.payload, tmp_path, m, n, k, None)
+    if "overwritten before its wait_group" not in bad.stdout:
+        bad = _emulate_sized(broken, lowered.source.payload, tmp_path, m, n, k, None)
+    assert bad.returncode != 0
+    assert "the metadata register read by a wgmma.sp in flight was overwritten before its " \
+           "wait_group" in bad.stdout, bad.stdout + bad.stderr
+
+
 def test_metadata_tiles_stay_on_cp_async_without_the_pass_config_or_16_byte_rows():
     # the default (no pass config) keeps the loop on cp.async, byte for byte the kernel of
     # before; with it, 64-deep k-tiles' metadata rows of 8 bytes cannot be a TMA box, so the
@@ -422,7 +485,8 @@ def test_metadata_tiles_stay_on_cp_async_without_the_pass_config_or_16_byte_rows
 
 @pytest.mark.nvcc
 @pytest.mark.sass
-@pytest.mark.parametrize("suffix", ["_tma", "_k128_tma", "_k128_tma_inorder", "_m256_tma_f16"])
+@pytest.mark.parametrize("suffix", ["_tma", "_k128_tma", "_k128_tma_inorder", "_m256_tma_f16",
+                                    "_m256_pws", "_m256_pio", "_m256_tma_mc"])
 def test_tma_fed_sparse_rows_keep_their_metadata_registers_in_sass(tmp_path, suffix):
     # the bench rows' kernels at 8192^3: the hot loop has no LDGSTS (every operand a TMA
     # load, UTMALDG) and no metadata register written under an HGMMA.SP in flight
@@ -432,6 +496,7 @@ def test_tma_fed_sparse_rows_keep_their_metadata_registers_in_sass(tmp_path, suf
     cubin, log = executor.nvcc_compile(source, arch.get("sm_90a"), tmp_path)
     code = sass.dump(cubin)
     assert "UTMALDG.2D" in code and "LDGSTS" not in code
+    assert ("UTMALDG.2D.MULTICAST" in code) == ("cuda.tma_multicast" in configs)
     assert ("WARPGROUP.DEPBAR.LE gsb0, 0x1" in code) == (config["num_stages"] >= 3)
     assert metadata_races(code) == [], code
     assert int(re.search(r"(\d+) bytes spill stores", log).group(1)) == 0, log

@@ -279,7 +279,10 @@ class TmaPlan:
         been longer: the barrier of iteration n - 1 ended the reads of every version they
         write (fills b + n - S + s <= b + n - 1 - d), so they need no barrier of their own and
         land while the block drains its wgmma groups and stores the tile. The barriers are set
-        up once, and versions and phases count on over the tiles.
+        up once, and versions and phases count on over the tiles. A wgmma.sp kept in flight
+        (``held``) has its two metadata register sets set up at each tile's start (its
+        iterations' parity starts again) and held up to the drain, which retires every group
+        before the next tile's first wgmma.sp writes a set.
 
         With ``multicast`` (:meth:`~.multicast.Multicast.plan` of the tile loop: blocks 2c and
         2c + 1 load a tile from the same place in every round both have one, and have a tile
@@ -307,7 +310,7 @@ class TmaPlan:
         goes before the epilogue. Both blocks run the same rounds and iterations, so their
         arrivals match one for one."""
         thread = block_loop(func_body)
-        if thread is None or self.held is not None:
+        if thread is None:
             return None
         items = flat([thread.body])
         nest = TileLoop.find(items, self.loop)
@@ -375,7 +378,12 @@ class TmaPlan:
         following = tiles.for_round(self._first_loads(bars, ahead_by, base + n, released), pure,
                                     wave + 1, "next")
         drain = [intrinsics.wgmma_wait(0)] if self.overlap else []
-        body = [*tiles.before, counter.bind(base), intrinsics.fence_proxy_async(),
+        # a wgmma.sp kept in flight: its metadata registers, set up for each tile and held up
+        # to the drain's retirement (the next tile's loads touch no register)
+        held = [] if self.held is None else self.held.start()
+        if self.held is not None:
+            drain.append(self.held.keep())
+        body = [*tiles.before, counter.bind(base), *held, intrinsics.fence_proxy_async(),
                 self._loop([intrinsics.sync(), *steady]), following, *drain,
                 counter.add(base, n), *tiles.after]
         first = tiles.for_round(self._first_loads(bars, ahead_by, tirx.const(0, "int32")), pure,
