@@ -62,6 +62,8 @@ LEAN_PRODUCER = {"cuda.producer_registers": 24}  # the compute warpgroups get 24
 
 
 ONLY_AT_4096 = {"_mc_s4", "_pts"}  # GEMM rows for issue 18's 4096^3 alone
+# the fp8 _pts rows (see there): 128 blocks, each the same number of tiles
+FP8_PERSISTENT = {"workers": 128, "tma_store": True}
 
 
 def cases(quick: bool):
@@ -265,7 +267,9 @@ def cases(quick: bool):
                 ("block", "_n256s3", {"block_N": 256, "num_stages": 3}, {}),
                 ("block", "_n256p16", {"block_N": 256, "panel": kernels.SWIZZLE_PANEL}, {}),
                 ("block", "_n192", {"block_N": 192}, {}),
-                ("block", "_n192p16", {"block_N": 192, "panel": kernels.SWIZZLE_PANEL}, {})):
+                ("block", "_n192p16", {"block_N": 192, "panel": kernels.SWIZZLE_PANEL}, {}),
+                ("block", "_pts", FP8_PERSISTENT, {}),
+                ("block", "_n256pts", {**FP8_PERSISTENT, "block_N": 256}, {})):
             if quick and suffix:
                 continue
             config = {**kernels.fp8_config(layout), **change}
@@ -279,7 +283,8 @@ def cases(quick: bool):
                    kernels.fp8_gemm_scaled.fn(n, n, n, layout, **config),
                    [f"QGMMA.64x{wgmma_n}x32.F32.E4M3.E4M3", "UTMALDG.2D", "!HMMA",
                     "!F2FP.F16.E4M3", *(["BAR.ARV"] if configs is PINGPONG else []),
-                    *(["STG.E.128"] if config.get("c_shared") else [])], configs)
+                    *(["UTMASTG.2D"] if config.get("tma_store") else
+                      ["STG.E.128"] if config.get("c_shared") else [])], configs)
     # W4A16 in slices of K (kernels.w4a16_config: two kernels, the partial sums then their
     # sum; 8 slices two stages deep, 56 KB: all 512 blocks resident, 4 an SM, 8 k-tiles each
     # -- 1.25x at M = 16 on the H200, ahead of the 4-slice form's 1.17x; at M = 1 the same
