@@ -115,6 +115,8 @@ def fp8_gemm_scaled(M, N, K, layout="block", dtype="float8_e4m3fn", out_dtype="b
                          f"of B: block_K must be {GROUP} and block_N divide it or be "
                          f"{GROUP + GROUP // 2} or {2 * GROUP} (got block_K={block_K}, "
                          f"block_N={block_N})")
+    if overlap and workers:
+        raise ValueError("overlap (a diagnostic) runs one tile a block: it takes no workers")
     if overlap and (layout != "block" or -(-K // block_K) % 2 or block_N > GROUP):
         raise ValueError(f"overlap takes the block layout's k-tiles two at a time: an even "
                          f"number of them, in column tiles of one scale block (K={K}, "

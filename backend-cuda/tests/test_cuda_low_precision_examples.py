@@ -345,6 +345,22 @@ def test_block_scaled_fp8_overlap_takes_k_tiles_two_at_a_time():
         fp8.fp8_gemm_scaled.fn(256, 384, 512, "block", block_N=192, overlap=True)
     with pytest.raises(ValueError, match="divide it or be 192 or 256"):
         fp8.fp8_gemm_scaled.fn(256, 384, 512, "block", block_N=320)
+    with pytest.raises(ValueError, match="it takes no workers"):
+        fp8.fp8_gemm_scaled.fn(256, 256, 512, "block", overlap=True, workers=2)
+
+
+def test_block_scaled_fp8_tma_store_needs_the_shared_c_tile():
+    with pytest.raises(ValueError, match="it needs c_shared"):
+        fp8.fp8_gemm_scaled.fn(256, 256, 512, "block", workers=2, tma_store=True)
+
+
+def test_block_scaled_fp8_grid_kernel_still_zeroes_its_product_fragment_in_code():
+    # rules.gemm clears a wgmma accumulator by scale-d only in a persistent kernel's tile
+    # loop; the measured grid kernels keep their zeroing code (ptxas folds it there)
+    text = tilewright.lower(fp8.fp8_gemm_scaled.fn(256, 256, 512, "block",
+                                                   **kernels.fp8_config("block")),
+                            "cuda -arch=sm_90a").source.text
+    assert "C_k_ptr[0] = 0x0p+0f" in text and "(((int)threadIdx.x) >> 7), 0);" not in text
 
 
 @pytest.mark.nvcc
