@@ -23,6 +23,11 @@ import tilewright.language as T
 import torch
 from tilewright.profiler import do_bench
 
+try:  # option tma_store's TMA store and its wait are the CUDA dialect's
+    from tilewright_cuda.language import tma_copy, tma_store_wait
+except ImportError:  # another backend: the option is refused
+    tma_copy = tma_store_wait = None
+
 GROUP = 128  # the block layout's scale granularity along K (and along N for B)
 LAYOUTS = ("tensor", "token", "block")
 
@@ -37,7 +42,8 @@ def scale_shapes(layout: str, m: int, n: int, k: int) -> tuple[tuple, tuple]:
 @tilewright.jit(out_idx=[4])
 def fp8_gemm_scaled(M, N, K, layout="block", dtype="float8_e4m3fn", out_dtype="bfloat16",
                     block_M=128, block_N=128, block_K=GROUP, threads=256, num_stages=3,
-                    overlap=False, fused_scale=False, panel=0, c_shared=False):
+                    overlap=False, fused_scale=False, panel=0, c_shared=False, workers=0,
+                    tma_store=False):
     """The kernel of one layout; in the block layout a k-tile is one scale group
     (``block_K`` = 128) and a column tile lies in one 128-row block of B, or with
     ``block_N`` = 256 spans two of them: each k-tile then runs one gemm a 128-column half
@@ -62,8 +68,18 @@ def fp8_gemm_scaled(M, N, K, layout="block", dtype="float8_e4m3fn", out_dtype="b
     in launch order a wave of 132 blocks otherwise spans every column block of B.
     ``c_shared`` (any layout) stores C through a shared tile: the accumulators' 4-byte pair
     stores go to shared memory, then whole rows leave in 16-byte stores, where straight from
-    the registers each warp's store fills half of each 32-byte sector it touches."""
+    the registers each warp's store fills half of each 32-byte sector it touches.
+
+    ``workers`` (any layout; 0: one block a tile) makes the kernel persistent: that many
+    blocks (one an SM) walk the tiles (``T.Persistent``, in panels of ``panel`` block rows),
+    so the loads of a block's next tile need not wait for its last tile's epilogue, its exit
+    and a new block's start. ``tma_store`` (with ``c_shared``; the CUDA dialect) sends each
+    shared C tile to global memory in one TMA store, waited for only before the shared tile
+    is written again (the next half or the next tile), so the store runs under the gemms."""
     sa_shape, sb_shape = scale_shapes(layout, M, N, K)
+    if tma_store and (not c_shared or tma_copy is None):
+        raise ValueError("tma_store stores C from its shared tile by TMA: it needs c_shared "
+                         "and the CUDA backend (tilewright_cuda)")
 
     # the block layout's column tile in gemms of at most one scale block's width
     halves = block_N // GROUP if layout == "block" and block_N == 2 * GROUP else 1
@@ -99,90 +115,115 @@ def fp8_gemm_scaled(M, N, K, layout="block", dtype="float8_e4m3fn", out_dtype="b
                          f"of B: block_K must be {GROUP} and block_N divide it or be "
                          f"{GROUP + GROUP // 2} or {2 * GROUP} (got block_K={block_K}, "
                          f"block_N={block_N})")
+    if overlap and workers:
+        raise ValueError("overlap (a diagnostic) runs one tile a block: it takes no workers")
     if overlap and (layout != "block" or -(-K // block_K) % 2 or block_N > GROUP):
         raise ValueError(f"overlap takes the block layout's k-tiles two at a time: an even "
                          f"number of them, in column tiles of one scale block (K={K}, "
                          f"block_K={block_K}, block_N={block_N}, layout {layout!r})")
 
+    @T.macro
+    def output_tile(A, B, SA, SB, C, A_s, B_s, B_h, C_l, C_h, C_k, C_s, zero, bx, by):
+        """C's tile (by, bx): its k-loop and its store (one of the grid's blocks, or one
+        round of a persistent block's walk over the tiles)."""
+        if halves > 1:
+            T.clear(C_h)
+        if panel and not workers:
+            T.use_swizzle(panel_size=panel)
+        T.clear(C_l)
+        if layout == "block":
+            if C_k is None:  # (a grid's block allocates it here, in the order it always did)
+                C_k = T.alloc_fragment((block_M, tile_N), "float32")
+            sb_row = T.min(bx * block_N // GROUP, sb_shape[0] - 1)
+            sb_half = T.min(bx * block_N // GROUP + 1, sb_shape[0] - 1)
+            k_tiles = T.ceildiv(K, block_K)
+            if overlap:  # two k-tiles a step: even ones' products in C_k, odd in C_n
+                C_n = T.alloc_fragment((block_M, block_N), "float32")
+                A_t = T.alloc_shared((block_M, block_K), dtype)
+                B_t = T.alloc_shared((block_N, block_K), dtype)
+                T.clear(C_n)
+                for kp in T.Pipelined(k_tiles // 2, num_stages=num_stages):
+                    T.copy(A[by * block_M, 2 * kp * block_K], A_s)
+                    T.copy(B[bx * block_N, 2 * kp * block_K], B_s)
+                    T.copy(A[by * block_M, (2 * kp + 1) * block_K], A_t)
+                    T.copy(B[bx * block_N, (2 * kp + 1) * block_K], B_t)
+                    T.gemm(A_s, B_s, C_k, transpose_B=True, clear_accum=True)
+                    # the previous step's odd product (zero at kp = 0) meanwhile
+                    promote(C_l, C_n, SA, SB, bx, by, sb_row, T.max(2 * kp - 1, 0))
+                    T.gemm(A_t, B_t, C_n, transpose_B=True, clear_accum=True)
+                    promote(C_l, C_k, SA, SB, bx, by, sb_row, 2 * kp)
+                promote(C_l, C_n, SA, SB, bx, by, sb_row, k_tiles - 1)
+            else:
+                for ko in T.Pipelined(k_tiles, num_stages=num_stages):
+                    T.copy(A[by * block_M, ko * block_K], A_s)
+                    T.copy(B[bx * block_N, ko * block_K], B_s)
+                    if halves > 1:
+                        T.copy(B[bx * block_N + tile_N, ko * block_K], B_h)
+                    T.gemm(A_s, B_s, C_k, transpose_B=True, clear_accum=True)
+                    promote(C_l, C_k, SA, SB, bx, by, sb_row, ko)
+                    if halves > 1:  # the same product fragment for the second half,
+                        # zeroed from the promoted sums: a zero that waits for them, so
+                        # that ptxas issues the second gemm after the promotion (from
+                        # constant zeros it issued it first, into 64 more registers
+                        # a thread than the 240 there are, and spilled 32 of them).
+                        # min(|x|, 0) is 0 for every x, NaN too (min returns the other
+                        # operand), in one FMNMX; ``zero`` a variable, which the
+                        # compiler cannot fold
+                        for i, j in T.Parallel(block_M, tile_N):
+                            C_k[i, j] = T.min(T.abs(C_l[i, j]), zero)
+                        T.gemm(A_s, B_h, C_k, transpose_B=True)
+                        promote(C_h, C_k, SA, SB, bx, by, sb_half, ko)
+        else:
+            for ko in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
+                T.copy(A[by * block_M, ko * block_K], A_s)
+                T.copy(B[bx * block_N, ko * block_K], B_s)
+                T.gemm(A_s, B_s, C_l, transpose_B=True)
+            for i, j in T.Parallel(block_M, block_N):
+                if layout == "tensor":
+                    C_l[i, j] *= SA[0] * SB[0]
+                else:
+                    C_l[i, j] *= SA[T.min(by * block_M + i, M - 1)] * \
+                        SB[T.min(bx * block_N + j, N - 1)]
+        for h, C_a in enumerate((C_l, C_h)[:halves]):  # a half at a time
+            col = bx * block_N + tile_N if h else bx * block_N
+            if tma_store:  # the previous store has read C_s before it is overwritten
+                tma_store_wait()
+                T.copy(C_a, C_s)
+                tma_copy(C_s, C[by * block_M:(by + 1) * block_M, col:col + tile_N])
+            elif c_shared:  # through the same shared tile: four stages still fit
+                T.copy(C_a, C_s)
+                T.copy(C_s, C[by * block_M, col])
+            else:
+                T.copy(C_a, C[by * block_M, col])
+
     @T.prim_func
     def main(A: T.Tensor((M, K), dtype), B: T.Tensor((N, K), dtype),
              SA: T.Tensor(sa_shape, "float32"), SB: T.Tensor(sb_shape, "float32"),
              C: T.Tensor((M, N), out_dtype)):
-        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
+        with T.Kernel(*((workers,) if workers else (T.ceildiv(N, block_N),
+                                                     T.ceildiv(M, block_M))),
+                      threads=threads) as grid:
             A_s = T.alloc_shared((block_M, block_K), dtype)
             B_s = T.alloc_shared((tile_N, block_K), dtype)
             C_l = T.alloc_fragment((block_M, tile_N), "float32")
             C_s = T.alloc_shared((block_M, tile_N), out_dtype) if c_shared else None
+            B_h = C_h = zero = C_k = None
             if halves > 1:  # the second half's B tile and accumulator
                 B_h = T.alloc_shared((tile_N, block_K), dtype)
                 C_h = T.alloc_fragment((block_M, tile_N), "float32")
                 zero = T.alloc_var("float32", init=0, name="zero")
-                T.clear(C_h)
-            if panel:
-                T.use_swizzle(panel_size=panel)
-            T.clear(C_l)
-            if layout == "block":
+            if layout == "block" and workers:  # the product fragment, once for all tiles
                 C_k = T.alloc_fragment((block_M, tile_N), "float32")
-                sb_row = T.min(bx * block_N // GROUP, sb_shape[0] - 1)
-                sb_half = T.min(bx * block_N // GROUP + 1, sb_shape[0] - 1)
-                k_tiles = T.ceildiv(K, block_K)
-                if overlap:  # two k-tiles a step: even ones' products in C_k, odd in C_n
-                    C_n = T.alloc_fragment((block_M, block_N), "float32")
-                    A_t = T.alloc_shared((block_M, block_K), dtype)
-                    B_t = T.alloc_shared((block_N, block_K), dtype)
-                    T.clear(C_n)
-                    for kp in T.Pipelined(k_tiles // 2, num_stages=num_stages):
-                        T.copy(A[by * block_M, 2 * kp * block_K], A_s)
-                        T.copy(B[bx * block_N, 2 * kp * block_K], B_s)
-                        T.copy(A[by * block_M, (2 * kp + 1) * block_K], A_t)
-                        T.copy(B[bx * block_N, (2 * kp + 1) * block_K], B_t)
-                        T.gemm(A_s, B_s, C_k, transpose_B=True, clear_accum=True)
-                        # the previous step's odd product (zero at kp = 0) meanwhile
-                        promote(C_l, C_n, SA, SB, bx, by, sb_row, T.max(2 * kp - 1, 0))
-                        T.gemm(A_t, B_t, C_n, transpose_B=True, clear_accum=True)
-                        promote(C_l, C_k, SA, SB, bx, by, sb_row, 2 * kp)
-                    promote(C_l, C_n, SA, SB, bx, by, sb_row, k_tiles - 1)
-                else:
-                    for ko in T.Pipelined(k_tiles, num_stages=num_stages):
-                        T.copy(A[by * block_M, ko * block_K], A_s)
-                        T.copy(B[bx * block_N, ko * block_K], B_s)
-                        if halves > 1:
-                            T.copy(B[bx * block_N + tile_N, ko * block_K], B_h)
-                        T.gemm(A_s, B_s, C_k, transpose_B=True, clear_accum=True)
-                        promote(C_l, C_k, SA, SB, bx, by, sb_row, ko)
-                        if halves > 1:  # the same product fragment for the second half,
-                            # zeroed from the promoted sums: a zero that waits for them, so
-                            # that ptxas issues the second gemm after the promotion (from
-                            # constant zeros it issued it first, into 64 more registers
-                            # a thread than the 240 there are, and spilled 32 of them).
-                            # min(|x|, 0) is 0 for every x, NaN too (min returns the other
-                            # operand), in one FMNMX; ``zero`` a variable, which the
-                            # compiler cannot fold
-                            for i, j in T.Parallel(block_M, tile_N):
-                                C_k[i, j] = T.min(T.abs(C_l[i, j]), zero)
-                            T.gemm(A_s, B_h, C_k, transpose_B=True)
-                            promote(C_h, C_k, SA, SB, bx, by, sb_half, ko)
+            if workers:  # each block walks the tiles, in panels of ``panel`` block rows
+                for by, bx in T.Persistent([T.ceildiv(M, block_M), T.ceildiv(N, block_N)],
+                                           workers, grid, group_size=panel or 1):
+                    output_tile(A, B, SA, SB, C, A_s, B_s, B_h, C_l, C_h, C_k, C_s, zero,
+                                bx, by)
+                if tma_store:
+                    tma_store_wait()  # the last tile's store has read C_s
             else:
-                for ko in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
-                    T.copy(A[by * block_M, ko * block_K], A_s)
-                    T.copy(B[bx * block_N, ko * block_K], B_s)
-                    T.gemm(A_s, B_s, C_l, transpose_B=True)
-                for i, j in T.Parallel(block_M, block_N):
-                    if layout == "tensor":
-                        C_l[i, j] *= SA[0] * SB[0]
-                    else:
-                        C_l[i, j] *= SA[T.min(by * block_M + i, M - 1)] * \
-                            SB[T.min(bx * block_N + j, N - 1)]
-            if c_shared:
-                T.copy(C_l, C_s)
-                T.copy(C_s, C[by * block_M, bx * block_N])
-                if halves > 1:  # through the same shared tile: four stages still fit
-                    T.copy(C_h, C_s)
-                    T.copy(C_s, C[by * block_M, bx * block_N + tile_N])
-            else:
-                T.copy(C_l, C[by * block_M, bx * block_N])
-                if halves > 1:
-                    T.copy(C_h, C[by * block_M, bx * block_N + tile_N])
+                bx, by = grid
+                output_tile(A, B, SA, SB, C, A_s, B_s, B_h, C_l, C_h, C_k, C_s, zero, bx, by)
 
     return main
 

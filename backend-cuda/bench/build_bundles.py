@@ -63,6 +63,8 @@ LEAN_PRODUCER = {"cuda.producer_registers": 24}  # the compute warpgroups get 24
 
 ONLY_AT_4096 = {"_mc_s4", "_pts"}  # GEMM rows for issue 18's 4096^3 alone
 FLOAT16_ONLY_AT_8192 = {"_pio_mc"}  # ... and at 8192^3 (met there) float16 only
+# the fp8 _pts rows (see there): 128 blocks, each the same number of tiles
+FP8_PERSISTENT = {"workers": 128, "tma_store": True}
 
 
 def cases(quick: bool):
@@ -277,6 +279,26 @@ def cases(quick: bool):
     # 0.82 / 0.94 of the tensor rate where _n256 gives 0.86 / 0.86 -- the 8192 row is the
     # one to watch (4096 loses its gain to the waves). Four stages (4 x 40 KB) and C
     # through a 48 KB shared tile (208 KB); _n192p16 in panels of 16 block rows
+    # _pts (workers=128, tma_store): persistent, warp-specialised (the default's loop), 128
+    # blocks walk the tiles in launch order, C leaves its shared tile by two TMA stores
+    # (UTMASTG.2D) waited for only before the next tile's pair stores; the producer loads the
+    # next tile's four stages while the consumers store the last. 128 blocks, not 132: 1024 /
+    # 4096 tiles give each the same 8 / 32 (the rounds 132 blocks take too: 7.8 -> 8, 31.0
+    # -> 32), so the tile loop has no guard -- with one, ptxas kept the k-loop's stage
+    # arithmetic off the uniform datapath (hot loop 161 instead of 147) and, with the
+    # product fragment zeroed by code, serialised every wgmma (C7520; rules.gemm now clears
+    # it by scale-d in a tile loop). Hot loop 147 instructions (64 FFMA, 4 QGMMA, one wait)
+    # where the default's is 132 (the stage counters carried over the tiles: IMAD/LOP3/R2UR
+    # +15), 0 spills at 224 registers. Model (measured default 0.156 / 1.27 ms = 19.5 / 39.7
+    # us a tile): the grid form exposes per tile the drain, the epilogue (32 STS, barrier,
+    # 16 LDS.128 + 16 STG.128 a thread), the block's exit, the next block's start, barrier
+    # init and first TMA round trip -- about 2-3 us (the GEMM rows' estimate), 10-15% of a
+    # 4096 tile, 5-7% of an 8192 one; _pts exposes the drain, 32 STS, three barriers and
+    # two store issues (< 0.5 us), and pays ~1-2% for the longer loop: 0.79 / 0.72 -> about
+    # 0.85 / 0.75. _n256pts: the same on _n256's 128 x 256 tiles (512 / 2048 tiles: 4 /
+    # 16 a block; C's halves through one shared tile, the second half's STS after the
+    # first half's stores have read it); hot loop 317 where _n256's is 300: about +3% /
+    # +1.5% over _n256 (tiles twice as long), if _n256 reaches its model 0.88 / 0.80.
     for n in GEMM_SIZES[size]:
         for layout, suffix, change, configs in (
                 ("tensor", "", {}, {}), ("token", "", {}, {}), ("block", "", {}, {}),
@@ -293,7 +315,9 @@ def cases(quick: bool):
                 ("block", "_n256s3", {"block_N": 256, "num_stages": 3}, {}),
                 ("block", "_n256p16", {"block_N": 256, "panel": kernels.SWIZZLE_PANEL}, {}),
                 ("block", "_n192", {"block_N": 192}, {}),
-                ("block", "_n192p16", {"block_N": 192, "panel": kernels.SWIZZLE_PANEL}, {})):
+                ("block", "_n192p16", {"block_N": 192, "panel": kernels.SWIZZLE_PANEL}, {}),
+                ("block", "_pts", FP8_PERSISTENT, {}),
+                ("block", "_n256pts", {**FP8_PERSISTENT, "block_N": 256}, {})):
             if quick and suffix:
                 continue
             config = {**kernels.fp8_config(layout), **change}
@@ -307,7 +331,8 @@ def cases(quick: bool):
                    kernels.fp8_gemm_scaled.fn(n, n, n, layout, **config),
                    [f"QGMMA.64x{wgmma_n}x32.F32.E4M3.E4M3", "UTMALDG.2D", "!HMMA",
                     "!F2FP.F16.E4M3", *(["BAR.ARV"] if configs is PINGPONG else []),
-                    *(["STG.E.128"] if config.get("c_shared") else [])], configs)
+                    *(["UTMASTG.2D"] if config.get("tma_store") else
+                      ["STG.E.128"] if config.get("c_shared") else [])], configs)
     # W4A16 in slices of K (kernels.w4a16_config: two kernels, the partial sums then their
     # sum; 8 slices two stages deep, 56 KB: all 512 blocks resident, 4 an SM, 8 k-tiles each
     # -- 1.25x at M = 16 on the H200, ahead of the 4-slice form's 1.17x; at M = 1 the same

@@ -348,6 +348,12 @@ def dequantising() -> list[Check]:
     # (_n192: 192-column tiles, the middle 64 columns' scale block by the parity of the
     # column tile; 640 columns: tiles at even and odd bx, the fourth partial)
     fp8_rows.append(("block", "_n192", {**kernels.fp8_config("block"), "block_N": 192}, 640))
+    # (_pts, _n256pts: persistent, warp-specialised, C out by TMA stores; 2 or 3 blocks walk
+    # 2 x 3 tiles of 128 or 2 x 2 of 256 columns, two or three each, as the rows' 128 blocks
+    # take the same number each; the versions and phases count on over the tiles)
+    persistent = {**kernels.fp8_config("block"), "tma_store": True}
+    fp8_rows.append(("block", "_pts", {**persistent, "workers": 3}, 384))
+    fp8_rows.append(("block", "_n256pts", {**persistent, "block_N": 256, "workers": 2}, 384))
     for layout, suffix, config, cols in fp8_rows:
         out.append(Check(
             f"example-gemm_fp8_scaled_{layout}{suffix}", "example", "float8_e4m3fn",

@@ -271,6 +271,72 @@ def test_block_scaled_fp8_192_column_tiles_promote_without_spills(tmp_path):
     assert not any(op.startswith(("STL", "LDL", "FSEL", "SEL")) for op in code)
 
 
+@pytest.mark.emulator
+@pytest.mark.parametrize(("block_N", "workers", "panel", "configs"),
+                         [(128, 3, 0, {}), (256, 3, 0, {}), (128, 2, 2, {}),
+                          (128, 2, 0, kernels.GEMM_PASS_CONFIGS),
+                          (256, 2, 2, kernels.GEMM_PASS_CONFIGS)])
+def test_block_scaled_fp8_persistent_matches_torch_in_emulation(tmp_path, block_N, workers,
+                                                                panel, configs):
+    # the bench's fp8_gemm_block_*_pts rows (workers, tma_store): blocks walk the tiles (3
+    # row tiles, the last partial; 3 column tiles of 128, or 2 of 256 whose last half lies
+    # past N: 9 or 6 tiles), 11 k-tiles a tile wrap the four stages and the versions and
+    # phases count on across the tiles; C leaves each tile (or half) by TMA stores from one
+    # shared tile. 3 blocks take 3 or 2 tiles each, as the rows' 128 blocks take 8 / 32 / 4
+    # / 16 (no guard on the tile loop); 2 blocks take 5 and 4, or with panels of 2 block
+    # rows walk other tiles (a guard). Warp-specialised, the producer walks the tiles by
+    # itself; in order (thread 0 issues the loads: TmaPlan.in_order_tiles) the next tile's
+    # first loads go before the tile's TMA stores. The product fragment is cleared by
+    # wgmma's scale-d (rules.gemm), not by zeroing code. Block scales far apart
+    # (1x-100x), so a tile promoted with another tile's scales is far off
+    m, n, k = 336, 384, 11 * 128
+    gen = torch.Generator().manual_seed(19)
+    a, a_scale = fp8.quantize(torch.randn(m, k, generator=gen), "block")
+    w = torch.randn(n, k, generator=gen) * (10.0 ** torch.arange(n // 128).repeat_interleave(
+        128))[:, None]
+    b, b_scale = fp8.quantize_blocks(w)
+    config = {**kernels.fp8_config("block"), "block_N": block_N, "panel": panel,
+              "workers": workers, "tma_store": True}
+    lowered = tilewright.lower(fp8.fp8_gemm_scaled.fn(m, n, k, "block", **config),
+                               "cuda -arch=sm_90a", configs)
+    text = lowered.source.text
+    kernel = text[text.index('extern "C" __global__'):]
+    assert ("int ko_count_base = ko_count_ptr[0];" in kernel) == bool(configs)
+    assert ("int ko_consumed_base = ko_consumed_ptr[0];" in kernel) == (not configs)
+    if not configs:  # the tile loop's guard (the producer's and the consumers')
+        guard = re.findall(r"if \(\(\(wave(?:_load)? \* \d+\) \+ \(\(int\)blockIdx.x\)\) < \d+\)",
+                           kernel)
+        assert len(guard) == (0 if workers == 3 else 2)
+    assert "C_k_ptr[0] = 0x0p+0f" not in kernel and "(((int)threadIdx.x) >> 7), 0);" in kernel
+    assert kernel.count("tw_tma_store_2d(") == 2 * block_N // 128  # two boxes a half
+    if configs:  # the next tile's first loads (4 stages: 3 ahead) before the TMA stores
+        after = kernel[kernel.index("for (int ko = 0; ko < 11; ++ko)"):]
+        following = after[after.index("int bx_next = "):after.index("tw_tma_store_wait<0>();")]
+        assert following.count("tw_tma_load_2d(") == 3 * (1 + block_N // 128)
+    _block_scaled_matches_torch(tmp_path, lowered, a, b, a_scale, b_scale)
+
+
+@pytest.mark.nvcc
+@pytest.mark.sass
+@pytest.mark.parametrize(("block_N", "loop_ffma"), [(128, 64), (256, 128)])
+def test_block_scaled_fp8_persistent_wgmma_are_not_serialised(tmp_path, block_N, loop_ffma):
+    # the _pts rows at 8192^3: each warpgroup's four QGMMA of a 128-column gemm issued
+    # together and waited for once (ptxas C7520 -- every wgmma waited for alone -- where
+    # the product fragment was zeroed by code in a guarded tile loop); no local memory
+    config = {**kernels.fp8_config("block"), "block_N": block_N, "workers": 128,
+              "tma_store": True}
+    source = tilewright.lower(fp8.fp8_gemm_scaled.fn(8192, 8192, 8192, "block", **config),
+                              "cuda -arch=sm_90a").source.text
+    cubin, log = executor.nvcc_compile(source, arch.get("sm_90a"), tmp_path)
+    assert "C7520" not in log and " 0 bytes spill stores" in log, log
+    code = sass.dump(cubin)
+    loop = sass.hot_loop(code)
+    assert sum(op.startswith("QGMMA.64x128x32.F32.E4M3.E4M3") for op in loop) == block_N // 32
+    assert sum(op.startswith("WARPGROUP.DEPBAR") for op in loop) == block_N // 128
+    assert sum(op.startswith("FFMA") for op in loop) == loop_ffma
+    assert "UTMASTG.2D" in code and not any(op.startswith(("STL", "LDL")) for op in loop)
+
+
 def test_block_scaled_fp8_overlap_takes_k_tiles_two_at_a_time():
     with pytest.raises(ValueError, match="even number"):
         fp8.fp8_gemm_scaled.fn(256, 256, 384, "block", overlap=True)
@@ -280,6 +346,22 @@ def test_block_scaled_fp8_overlap_takes_k_tiles_two_at_a_time():
         fp8.fp8_gemm_scaled.fn(256, 384, 512, "block", block_N=192, overlap=True)
     with pytest.raises(ValueError, match="divide it or be 192 or 256"):
         fp8.fp8_gemm_scaled.fn(256, 384, 512, "block", block_N=320)
+    with pytest.raises(ValueError, match="it takes no workers"):
+        fp8.fp8_gemm_scaled.fn(256, 256, 512, "block", overlap=True, workers=2)
+
+
+def test_block_scaled_fp8_tma_store_needs_the_shared_c_tile():
+    with pytest.raises(ValueError, match="it needs c_shared"):
+        fp8.fp8_gemm_scaled.fn(256, 256, 512, "block", workers=2, tma_store=True)
+
+
+def test_block_scaled_fp8_grid_kernel_still_zeroes_its_product_fragment_in_code():
+    # rules.gemm clears a wgmma accumulator by scale-d only in a persistent kernel's tile
+    # loop; the measured grid kernels keep their zeroing code (ptxas folds it there)
+    text = tilewright.lower(fp8.fp8_gemm_scaled.fn(256, 256, 512, "block",
+                                                   **kernels.fp8_config("block")),
+                            "cuda -arch=sm_90a").source.text
+    assert "C_k_ptr[0] = 0x0p+0f" in text and "(((int)threadIdx.x) >> 7), 0);" not in text
 
 
 @pytest.mark.nvcc

@@ -15,6 +15,7 @@ STAGE = "tw.stage"  # T.Pipelined's stage=[...]
 ORDER = "tw.order"  # T.Pipelined's order=[...]
 GROUP = "tw.group"  # T.Pipelined's group=[[...], ...]: order= and stage= index these groups
 PIPELINE_HINTS = (STAGES, STAGE, ORDER, GROUP)  # the pipeline transforms consume them
+PERSISTENT = "tw.persistent"  # T.Persistent's panel size on its serial loop over the tiles
 
 # -- the CUDA dialect (tilewright_cuda.language) -----------------------------------------------
 WS = "tw.cuda.ws"  # AttrStmt around a T.ws role's code; value: the warpgroups, "0,1"

@@ -42,7 +42,7 @@ from tvm import tirx
 from .. import intrinsics, layout
 from ..analysis import gemm_fit
 from ..analysis.ir import const, full
-from ..keys import WARP, WARPGROUP
+from ..keys import PERSISTENT, WARP, WARPGROUP
 from .common import cast, fill_call, thread_var
 from .fill import lower_fill
 from .table import register
@@ -84,7 +84,11 @@ def lower_gemm_wgmma(call: TileOpCall, ctx: RuleContext, wait: int = 0):
     removes it where nothing wrote B since an earlier one). A T.gemm_sp passes its metadata
     rows last (``tw_gemm_wgmma_sp``: A holds the kept values, K counts dense columns). A
     ``clear_accum`` known only at run time (``T.wgmma_gemm``'s) is passed as the scale-d
-    predicate of each N chunk's first wgmma (0: D = A B); a constant one zeroes C first."""
+    predicate of each N chunk's first wgmma (0: D = A B); a constant one zeroes C first, or,
+    in a persistent kernel's loop over tiles (``T.Persistent``), is scale-d 0 too: there
+    ptxas serialises every wgmma of a warp-specialised kernel that zeroes the accumulator in
+    code (C7520, "WG.AR in divergent path": the fp8 block-scale kernel's product fragment,
+    each wgmma waited for alone), where elsewhere it folds the zeros into the wgmma."""
     a, b, c = (call.operands[k] for k in ("A", "B", "C"))
     tx, _ = thread_var(ctx)
     n, k = const(c.extents[1]), gemm_fit.dense_k(call)
@@ -110,6 +114,9 @@ def lower_gemm_wgmma(call: TileOpCall, ctx: RuleContext, wait: int = 0):
     clear = call.attrs["clear_accum"]
     if not isinstance(clear, bool):  # known at run time: the first k step's scale-d
         extra.append(tirx.Select(clear, tirx.const(0, "int32"), tirx.const(1, "int32")))
+    elif clear and any(PERSISTENT in loop.annotations for loop in ctx.loops):
+        extra.append(tirx.const(0, "int32"))
+        clear = False  # ... by scale-d, not by zeroing code
     gemm = tirx.Evaluate(tirx.call_extern(
         "void", name, a_arg, intrinsics.shared_addr(_origin(b)),
         tirx.address_of(_origin(c)), tirx.floordiv(tx, WARPGROUP), *extra))
