@@ -337,7 +337,13 @@ def _gemm_sp_run(m: int, n: int, k: int) -> Run:
 
 def dequantising() -> list[Check]:
     """The examples' scaled fp8 GEMM in each scale layout and W4A16 GEMM, in their benchmark
-    configurations (``kernels.py``), at small sizes."""
+    configurations (``kernels.py``), at small sizes. (Each family in a function of its own:
+    a lambda reads a free name when the check is built, so a later loop of the same function
+    rebinding ``m`` silently resized the fp8 checks.)"""
+    return [*_fp8_scaled_checks(), *_w4a16_checks()]
+
+
+def _fp8_scaled_checks() -> list[Check]:
     out = []
     # a partial row tile, 2 x 2 blocks, 9 k-tiles and scale groups along K (the stages wrapped)
     # (_n256: the block layout's 256-column tiles, each half promoted with its own block of
@@ -360,6 +366,11 @@ def dequantising() -> list[Check]:
             lambda layout=layout, config=config, cols=cols: kernels.fp8_gemm_scaled.fn(
                 m, cols, k, layout, **config),
             lambda layout=layout, cols=cols: [_fp8_scaled_run(m, cols, k, layout)], k))
+    return out
+
+
+def _w4a16_checks() -> list[Check]:
+    out = []
     # decode rows, 5 column tiles, 48 groups a row: 6 k-tiles a split (8 splits), 3 times
     # the 2 stages (the one-slice form: 48 k-tiles, 12 times its 4 stages); the staged
     # scales of the _s4ss row (12 groups a slice), _swap's wgmma on C^T, and _swap8's and

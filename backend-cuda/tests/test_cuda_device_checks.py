@@ -4,6 +4,7 @@ into bundles that ``harness.py --list`` accepts (and rejects when broken); the h
 sanitizer batching (bench/check_runner.py) pins errors, crashes and hangs on single checks,
 tried with a fake runner."""
 
+import ast
 import json
 import os
 import shutil
@@ -52,6 +53,39 @@ def test_every_catalogue_case_example_and_dialect_kernel_is_checked():
             "dialect-wgmma_stage_k_halves",
             "dialect-tma_scores_through_shared", "dialect-gemv_5_rows_int8",
             "dialect-mla_decode"} <= dialect
+
+
+def _late_bound_names(tree: ast.Module) -> list[str]:
+    """Names a lambda of a module-level function reads free where the function binds them
+    again after the lambda, or where they are the target of a loop around the lambda: the
+    lambda would read the last binding when the check is built, not the one it was written
+    beside (it resized the fp8 checks once, and several GEMM checks before that)."""
+    found = []
+    for fn in (n for n in tree.body if isinstance(n, ast.FunctionDef)):
+        bound, loops = {}, []
+        for node in ast.walk(fn):
+            targets = node.targets if isinstance(node, ast.Assign) else \
+                [node.target] if isinstance(node, (ast.For, ast.AugAssign)) else []
+            for name in (n for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)):
+                bound.setdefault(name.id, []).append(node.lineno)
+            if isinstance(node, ast.For):
+                loops.append(node)
+        for lam in (n for n in ast.walk(fn) if isinstance(n, ast.Lambda)):
+            own = {a.arg for a in lam.args.args}
+            around = {n.id for loop in loops if loop.lineno < lam.lineno <= loop.end_lineno
+                      for n in ast.walk(loop.target) if isinstance(n, ast.Name)}
+            for name in (n.id for n in ast.walk(lam.body) if isinstance(n, ast.Name)):
+                if name not in own and (name in around or any(
+                        line > lam.lineno for line in bound.get(name, ()))):
+                    found.append(f"{fn.name}:{lam.lineno} {name}")
+    return found
+
+
+def test_no_check_lambda_reads_a_name_bound_again_later():
+    assert _late_bound_names(ast.parse((BENCH / "checks.py").read_text())) == []
+    # ... and the scan sees the defect it is for
+    bad = "def f():\n    m = 1\n    g = lambda: m\n    for m in (2, 3):\n        h = lambda: m\n"
+    assert _late_bound_names(ast.parse(bad)) == ["f:3 m", "f:5 m"]
 
 
 def test_emulated_features_runs_fit_their_kernels():
