@@ -185,6 +185,19 @@ def cases(quick: bool):
                        builder.fn(n, n, n, dtype, **config),
                        [f"HGMMA.64x{config['block_N']}x16.F32" +
                         (".BF16" if dtype == "bfloat16" else ""), copies], configs)
+    # sk: stream-K for the last, partial wave (kernels.gemm_stream_k, 4096^3 only). MODEL
+    if not quick and 4096 in GEMM_SIZES[size]:
+        config = {**kernels.GEMM, "workers": H200_SMS}
+        tickets = kernels.stream_k_tickets(4096, 4096, config["block_M"], config["block_N"],
+                                           H200_SMS)
+        for dtype in ("float16", "bfloat16"):
+            yield (f"gemm_{dtype}_4096_sk",
+                   {"kind": "gemm", "M": 4096, "N": 4096, "K": 4096, "dtype": dtype,
+                    "config": config, "tickets": tickets, "pass_configs": IN_ORDER},
+                   kernels.gemm_stream_k.fn(4096, 4096, 4096, dtype, **config),
+                   ["HGMMA.64x256x16.F32" + (".BF16" if dtype == "bfloat16" else ""),
+                    "UTMASTG.2D", "ATOMG.E.ADD.STRONG.GPU", "MEMBAR.SC.GPU", "CCTL.IVALL"],
+                   IN_ORDER)
     b, h, s, d = ATTENTION_SIZES[size]
     config = dict(kernels.ATTENTION)
     shallower = {**config, "num_stages": 2}  # K and V two stages deep: 160 KB of shared memory
