@@ -32,6 +32,12 @@ Configurations (sm_90a, chosen for H100/H200):
   rows) blocks 2c and 2c + 1 form a cluster and walk their tiles together (tiles 2k and
   2k + 1: two row blocks of one column, for an even worker count and an even number of
   tiles), each loading half of B's boxes into both.
+- Stream-K GEMM (``gemm_stream_k``, the ``_sk`` rows, 4096^3, not measured yet): the whole
+  waves of tiles as the ``_pio`` rows, then the k-tiles of the last, partial wave (116 tiles
+  at 4096^3) dealt out evenly to all 132 blocks, each tile's runs added in the kernel by the
+  block that takes its last ticket (in block order: deterministic). The model (in
+  build_bundles.py) expects it level with ``_pio``: the balanced tail saves ~6 us of ~208,
+  the fix-up on the critical path and the runs' cold pipeline starts cost about as much.
 - FlashAttention forward (``FLASH_ATTENTION``): ``attention_overlap_one``, 128 query rows per
   block, 128 keys per step, 256 compute threads (two warpgroups of 64 rows: both gemms are
   wgmma) at 240 registers beside a producer warpgroup at 24, K and V two stages deep through
