@@ -187,6 +187,37 @@ def cases(quick: bool):
                        builder.fn(n, n, n, dtype, **config),
                        [f"HGMMA.64x{config['block_N']}x16.F32" +
                         (".BF16" if dtype == "bfloat16" else ""), copies], configs)
+    # sk: stream-K for the last, partial wave (kernels.gemm_stream_k, 4096^3 only). 512 tiles
+    # on 132 blocks: the 3 whole waves (396 tiles) as pio (persistent, TMA in order, the next
+    # tile's first loads before the epilogue, C by TMA store), then the last wave's 116 tiles x
+    # 64 k-tiles = 7424 k-tiles dealt out as 56-57 a block (a run over the tail of one tile and
+    # the head of the next; 2-3 runs a tile), each run's float32 sums (128 KB) stored to a
+    # workspace, a ticket (ATOMG between two MEMBAR.SC.GPU), and the block taking a tile's last
+    # ticket adds its runs in block order (same bits whichever block is last) and stores C.
+    # SASS (4096^3, fp16): the whole tiles' k-loop 120 instructions (pio 122), the runs' 171
+    # (the same 5 UTMALDG + 4 HGMMA; the k offset a per-run value: 28 IMAD, 5 R2UR more);
+    # 253 registers (pio 154; the fix-up's sums beside the accumulators), 0 spills; the fix-up a
+    # block: 64 STG.E.64 of its run, then 128 LDG.E + 128 FADD a run of the tile, 64 pair STG.
+    # Model (0.81 us a k-tile a block at 4096^3, RESULTS.md 2026-12-04): pio runs 4 rounds on
+    # 116 blocks (256 k-tiles, ~208 us) while 16 idle for the last; sk 3 x 64 + 56.24 = 248.2
+    # k-tiles on every block (~201.6 us: -6.3 us), but the runs' loop starts cold twice (barrier
+    # set-up and first TMA round trip, ~1 us each: the next-tile loads of pio do not reach
+    # into it) and the last run's fix-up sits on the critical path: its 128 KB stored and fenced
+    # (~1 us), 2-3 x 128 KB read from L2 at ~64 B/clk an SM (~2.5 us), 64 KB of C (~0.5 us).
+    # Expected: level with pio (-1% to +2%); the row is the correct, deterministic base for
+    # cutting the fix-up (the last run's own sums from registers, 8-byte loads).
+    if not quick and 4096 in GEMM_SIZES[size]:
+        config = {**kernels.GEMM, "workers": H200_SMS}
+        tickets = kernels.stream_k_tickets(4096, 4096, config["block_M"], config["block_N"],
+                                           H200_SMS)
+        for dtype in ("float16", "bfloat16"):
+            yield (f"gemm_{dtype}_4096_sk",
+                   {"kind": "gemm", "M": 4096, "N": 4096, "K": 4096, "dtype": dtype,
+                    "config": config, "tickets": tickets, "pass_configs": IN_ORDER},
+                   kernels.gemm_stream_k.fn(4096, 4096, 4096, dtype, **config),
+                   ["HGMMA.64x256x16.F32" + (".BF16" if dtype == "bfloat16" else ""),
+                    "UTMASTG.2D", "ATOMG.E.ADD.STRONG.GPU", "MEMBAR.SC.GPU", "CCTL.IVALL"],
+                   IN_ORDER)
     b, h, s, d = ATTENTION_SIZES[size]
     config = dict(kernels.ATTENTION)
     shallower = {**config, "num_stages": 2}  # K and V two stages deep: 160 KB of shared memory

@@ -244,6 +244,18 @@ def dialect() -> list[Check]:
                 lambda builder=builder, dtype=dtype, config=config, m=m, n=n, k=k:
                     builder.fn(m, n, k, dtype, **config),
                 lambda dtype=dtype, m=m, n=n, k=k: [_gemm_run(m, n, k, dtype)], k, configs))
+    # stream-K (the _sk rows): 8 tiles on 3 blocks, 2 whole waves, then 2 tiles of 10 k-tiles
+    # dealt out as runs of 6, 7, 7: block 1 ends tile 0 and starts tile 1, each tile added up
+    # by the block that takes its second ticket (the fences and the ticket under racecheck
+    # and synccheck); the counters expected back at 0
+    m_sk, n_sk, k_sk, workers = 256, 1024, 640, 3
+    for dtype in ("float16", "bfloat16"):
+        out.append(Check(
+            f"dialect-bench_gemm_{dtype}_sk", "dialect", dtype,
+            lambda dtype=dtype: kernels.gemm_stream_k.fn(m_sk, n_sk, k_sk, dtype,
+                                                         **kernels.GEMM, workers=workers),
+            lambda dtype=dtype: [_stream_k_run(m_sk, n_sk, k_sk, workers, dtype)], k_sk,
+            kernels.GEMM_PASS_CONFIGS))
     b, h, s, d = 1, 2, 256, 128  # query blocks in pairs (multicast), 2 steps of 128 keys
     for suffix, change, configs in ATTENTION_CONFIGS:
         out.append(Check(
@@ -478,6 +490,14 @@ def _gemm_run(m: int, n: int, k: int, dtype: str) -> Run:
     a, b = (torch.randn(*s, generator=gen).to(getattr(torch, dtype)) for s in ((m, k), (k, n)))
     c = torch.full((m, n), float("nan"), dtype=a.dtype)
     return Run([a, b, c], [2], [a.double() @ b.double()])
+
+
+def _stream_k_run(m: int, n: int, k: int, workers: int, dtype: str) -> Run:
+    gemm = _gemm_run(m, n, k, dtype)
+    tickets = kernels.stream_k_tickets(m, n, workers=workers)
+    a, b, c = gemm.args
+    return Run([a, b, torch.zeros(tickets, dtype=torch.int32), c], [2, 3],
+               [torch.zeros(tickets, dtype=torch.float64), *gemm.expected])
 
 
 def _attention_run(b: int, h: int, s: int, d: int) -> Run:

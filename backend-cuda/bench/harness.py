@@ -151,12 +151,24 @@ def run_case(name: str, kernel, case: dict, ceilings: dict) -> dict:
         m, n, k = case["M"], case["N"], case["K"]
         a = torch.randn(m, k, device="cuda", dtype=dtype)
         b = torch.randn(k, n, device="cuda", dtype=dtype)
-        (c,), full = poisoned_call(kernel, [a, b])
+        # stream-K's counters (case "tickets", int32): zero before the first call, and each
+        # call leaves them zero
+        counters = [torch.zeros([int(d) for d in p.shape], dtype=torch.int32, device="cuda")
+                    for p in kernel.signature.params[2:-1]]
+        (c,), full = poisoned_call(kernel, [a, b, *counters])
         ref = (a.float() @ b.float()).to(dtype)
         tol = tolerance(dtype)
         torch.testing.assert_close(c.float(), ref.float(), rtol=tol["rtol"],
                                    atol=tol["atol"] * k ** 0.5)
         ours, peer = compare(lambda: kernel.function(*full), lambda: torch.matmul(a, b))
+        if counters:  # the timed calls left the counters at 0, and one more call (its
+            # partial sums added in block order, whichever block came last) gives the same bits
+            again = torch.full_like(c, float("nan"))
+            kernel.function(*full[:-1], again)
+            torch.cuda.synchronize()
+            if any(x.any().item() for x in counters) or not torch.equal(again, c):
+                raise AssertionError("stream-K: the counters are not back to 0 after the "
+                                     "timed calls, or a later call differs from the first")
         flops = 2 * m * n * k
         return {"ours_ms": ours, "peer_ms": peer, "peer": "torch.matmul (cuBLAS)",
                 "ours_tflops": flops / ours * 1e-9, "ratio": peer / ours}
@@ -438,9 +450,11 @@ def ceilings() -> dict:
 def expected_params(case: dict) -> list[tuple]:
     """(dtype, shape, is_output) of each kernel parameter a case's kind implies."""
     dt, kind = case["dtype"], case["kind"]
-    if kind == "gemm":
+    if kind == "gemm":  # stream-K: a counter per tile of the last wave ("tickets")
         m, n, k = case["M"], case["N"], case["K"]
-        return [(dt, [m, k], False), (dt, [k, n], False), (dt, [m, n], True)]
+        return [(dt, [m, k], False), (dt, [k, n], False),
+                *([("int32", [case["tickets"]], False)] if case.get("tickets") else []),
+                (dt, [m, n], True)]
     if kind == "attention":
         shape = [case["batch"], case["seq"], case["heads"], case["dim"]]
         return [(dt, shape, False)] * 3 + [(dt, shape, True)]

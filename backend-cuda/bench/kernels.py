@@ -32,6 +32,12 @@ Configurations (sm_90a, chosen for H100/H200):
   rows) blocks 2c and 2c + 1 form a cluster and walk their tiles together (tiles 2k and
   2k + 1: two row blocks of one column, for an even worker count and an even number of
   tiles), each loading half of B's boxes into both.
+- Stream-K GEMM (``gemm_stream_k``, the ``_sk`` rows, 4096^3, not measured yet): the whole
+  waves of tiles as the ``_pio`` rows, then the k-tiles of the last, partial wave (116 tiles
+  at 4096^3) dealt out evenly to all 132 blocks, each tile's runs added in the kernel by the
+  block that takes its last ticket (in block order: deterministic). The model (in
+  build_bundles.py) expects it level with ``_pio``: the balanced tail saves ~6 us of ~208,
+  the fix-up on the critical path and the runs' cold pipeline starts cost about as much.
 - FlashAttention forward (``FLASH_ATTENTION``): ``attention_overlap_one``, 128 query rows per
   block, 128 keys per step, 256 compute threads (two warpgroups of 64 rows: both gemms are
   wgmma) at 240 registers beside a producer warpgroup at 24, K and V two stages deep through
@@ -108,7 +114,7 @@ from pathlib import Path
 
 import tilewright
 import tilewright.language as T
-from tilewright_cuda.language import tma_copy, tma_store_wait, wait_wgmma, wgmma_gemm
+from tilewright_cuda.language import fence_gpu, tma_copy, tma_store_wait, wait_wgmma, wgmma_gemm
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 
@@ -357,6 +363,100 @@ def gemm_persistent(M, N, K, dtype="float16", block_M=128, block_N=256, block_K=
                 output_tile(A, B, C, A_s, B_s, C_l, C_s, bm, bn, num_stages, tma_store)
             if tma_store:
                 tma_store_wait()  # the last tile's store has read the shared tile
+
+    return main
+
+
+def stream_k_tickets(M, N, block_M=128, block_N=256, workers=132) -> int:
+    """The counters ``gemm_stream_k`` takes: one per tile of its last, partial wave."""
+    return -(-M // block_M) * -(-N // block_N) % workers
+
+
+@tilewright.jit(out_idx=[3])
+def gemm_stream_k(M, N, K, dtype="float16", block_M=128, block_N=256, block_K=64,
+                  threads=256, num_stages=3, workers=132, panel=SWIZZLE_PANEL,
+                  c_shared=True):
+    """``gemm_persistent`` (with ``tma_store``) for the whole waves of tiles, then the k-tiles
+    of the last, partial wave's tiles dealt out evenly to all ``workers`` blocks (stream-K):
+    block w takes the k-tiles ``[w S / workers, (w + 1) S / workers)`` of the S = (tiles of
+    the last wave) x (k-tiles a tile) in order, a contiguous run over one tile or a few. Each
+    run's float32 sums go to a workspace slot of the block's own; then (``fence_gpu``) the
+    block takes a ticket of the tile's counter, and the block that takes the tile's last one
+    adds the tile's runs in block order (the same bits whichever block comes last), stores
+    C's tile and puts the counter back to 0. The counters are an argument before C
+    (``stream_k_tickets`` of them, int32), zero before the first call and zero after each.
+    C always leaves the whole tiles through the shared tile (``c_shared`` must be True: it is
+    taken to accept ``GEMM``)."""
+    if not c_shared:
+        raise ValueError("gemm_stream_k stores the whole tiles through a shared C tile")
+    m_blocks, n_blocks = T.ceildiv(M, block_M), T.ceildiv(N, block_N)
+    tiles, k_tiles = m_blocks * n_blocks, T.ceildiv(K, block_K)
+    whole = tiles // workers * workers  # the tiles of the whole waves
+    rest = tiles - whole
+    work = rest * k_tiles  # the k-tiles dealt out
+    if not rest:
+        raise ValueError(f"gemm_stream_k: {tiles} tiles fill {tiles // workers} waves of "
+                         f"{workers} blocks; no partial wave to deal out (use gemm_persistent)")
+    run = -(-work // workers)  # the longest run, and the most tiles it can touch
+    runs = (run + k_tiles - 2) // k_tiles + 1
+
+    def place(tile):
+        """Tile ``tile``'s (row block, column block): T.Persistent's walk, in panels of
+        ``panel`` block rows."""
+        first = tile // (panel * n_blocks) * panel
+        rows = T.min(m_blocks - first, panel)
+        within = tile % (panel * n_blocks)
+        return first + within % rows, within // rows
+
+    def owner(i):
+        """The block whose run holds dealt k-tile ``i``."""
+        return ((i + 1) * workers - 1) // work
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype),
+             Tickets: T.Tensor((rest,), "int32"), C: T.Tensor((M, N), dtype)):
+        partial = T.alloc_global((workers, runs, block_M, block_N), "float32")
+        with T.Kernel(workers, threads=threads) as worker:
+            A_s = T.alloc_shared((block_M, block_K), dtype)
+            B_s = T.alloc_shared((block_K, block_N), dtype)
+            C_l = T.alloc_fragment((block_M, block_N), "float32")
+            C_s = T.alloc_shared((block_M, block_N), dtype)
+            # the dealt runs' own tiles: a pipelined loop's tiles must be its alone
+            A_r = T.alloc_shared((block_M, block_K), dtype)
+            B_r = T.alloc_shared((block_K, block_N), dtype)
+            ticket = T.alloc_var("int32")
+            for t in T.Persistent([whole], workers, worker, group_size=1):
+                bm, bn = place(t)
+                output_tile(A, B, C, A_s, B_s, C_l, C_s, bm, bn, num_stages, True)
+            tma_store_wait()  # the last whole tile's store has read the shared tile
+            start, end = worker * work // workers, (worker + 1) * work // workers
+            for r in T.serial(runs):
+                s = start // k_tiles + r  # the run's tile among the last wave's
+                lo = T.max(start, s * k_tiles) - s * k_tiles
+                hi = T.min(end, (s + 1) * k_tiles) - s * k_tiles
+                if lo < hi:
+                    bm, bn = place(whole + s)
+                    T.clear(C_l)
+                    for ko in T.Pipelined(hi - lo, num_stages=num_stages):
+                        T.copy(A[bm * block_M, (lo + ko) * block_K], A_r)
+                        T.copy(B[(lo + ko) * block_K, bn * block_N], B_r)
+                        T.gemm(A_r, B_r, C_l)
+                    T.copy(C_l, partial[worker, r, 0, 0])
+                    # release: the block's sums visible GPU-wide before its ticket
+                    fence_gpu()
+                    first, last = owner(s * k_tiles), owner((s + 1) * k_tiles - 1)
+                    ticket = T.atomic_add(Tickets[s], 1, return_prev=True)
+                    if ticket == last - first:  # every run of the tile has stored its sums
+                        fence_gpu()  # acquire: their sums, not what L1 may hold
+                        # the sum in the accumulators' registers (their sums are stored),
+                        # a run at a time: its slot's index worked out once, not per element
+                        T.clear(C_l)
+                        for w in T.serial(last - first + 1):
+                            slot = s - (first + w) * work // workers // k_tiles
+                            for j, i in T.Parallel(block_M, block_N):
+                                C_l[j, i] += partial[first + w, slot, j, i]
+                        T.copy(C_l, C[bm * block_M, bn * block_N])
+                        Tickets[s] = 0  # for the next call: no other block counts on it now
 
     return main
 
