@@ -101,6 +101,7 @@ case "${1:-}" in
     ROWS="" BENCH_S=250 ROW_TIMEOUT=40
     CHECKS="" CHECK_TOOLS=memcheck,racecheck,synccheck CHECKS_S=120 CHECKS_BUDGET=60
     NCU_ROWS="" NCU_PEER_ROWS="" NCU_PEER_FILTER="-k regex:nvjet|sm90|cudnn --launch-skip 2 --launch-count 1" NCU_S=150
+    SWEEP="" SWEEP_TOOLS=memcheck,racecheck SWEEP_S=90 SWEEP_BUDGET=60
     # shellcheck source=/dev/null
     source "$plan"
     mkdir -p "$out"
@@ -125,6 +126,14 @@ case "${1:-}" in
     # shellcheck disable=SC2086
     [ -z "$NCU_PEER_ROWS" ] || NCU_FILTER="$NCU_PEER_FILTER" step ncu-peer "$NCU_S" "$0" ncu \
       "$out/ncu-peer" ${NCU_PEER_ROWS//,/ }
+    # last, a second checks step: e.g. the whole catalogue (SWEEP=all) after the new kernels'
+    # checks had every tool first (a sanitizer walks the checks by name within its budget)
+    if [ -n "$SWEEP" ]; then
+      only=()
+      [ "$SWEEP" = all ] || only=(--only "$SWEEP")
+      step sweep "$SWEEP_S" "$0" run "$out/sweep" --checks only "${only[@]}" --batch 64 \
+        --tools "$SWEEP_TOOLS" --checks-budget "$SWEEP_BUDGET" --batch-timeout 60
+    fi
     cat "$out/plan.log"
     ;;
   *)

@@ -435,7 +435,7 @@ def _plan_run(tmp_path, plan: str, sleep: int = 0):
 def test_plan_runs_rows_checks_and_both_profiles_in_order(tmp_path):
     # run_h200.sh plan OUTDIR PLAN: one device session from a file of settings
     out, calls = _plan_run(tmp_path, "ROWS=gemm_a,gemm_b\nCHECKS=all\nNCU_ROWS=gemm_a\n"
-                                     "NCU_PEER_ROWS=gemm_a,gemm_b\n")
+                                     "NCU_PEER_ROWS=gemm_a,gemm_b\nSWEEP=all\n")
     assert "--only gemm_a,gemm_b" in calls[0] and "--checks none" in calls[0]
     assert "--checks only" in calls[1] and "--only" not in calls[1]  # all checks
     assert "--tools memcheck,racecheck,synccheck" in calls[1]
@@ -444,7 +444,10 @@ def test_plan_runs_rows_checks_and_both_profiles_in_order(tmp_path):
     assert [c.split("--child ")[1].split()[0] for c in peer] == ["gemm_a", "gemm_b"]
     assert all("regex:nvjet" in c and "main_kernel" not in c for c in peer)
     log = (out / "plan.log").read_text().splitlines()
-    assert [line.split(":")[0] for line in log] == ["bench", "checks", "ncu", "ncu-peer"]
+    assert [line.split(":")[0] for line in log] == ["bench", "checks", "ncu", "ncu-peer",
+                                                    "sweep"]
+    assert "--checks only" in calls[-1] and "--only" not in calls[-1]  # the sweep: all
+    assert "--tools memcheck,racecheck " in calls[-1]
     assert all(line.endswith("exit 0") for line in log)
     assert (out / "plan.txt").read_text().startswith("ROWS=gemm_a")
 
@@ -464,3 +467,8 @@ def test_next_run_plan_names_built_rows():
     built = {name for name, *_ in build_bundles.cases(quick=False)}
     for key in ("ROWS", "NCU_ROWS", "NCU_PEER_ROWS"):
         assert set(settings[key].split(",")) <= built, key
+    # ... and checks checks.py makes (or all)
+    named = {c.name for c in checks.every_check()}
+    for key in ("CHECKS", "SWEEP"):
+        if settings.get(key, "all") != "all":
+            assert set(settings[key].split(",")) <= named, key
