@@ -109,6 +109,22 @@ class TmaPlan:
     def _full(self, bars, version, g):
         return intrinsics.shared_addr(tirx.BufferLoad(bars, [version * len(self.groups) + g]))
 
+    def _empty(self, bars, version):
+        """``version``'s empty mbarrier (after the full ones): its readers released it."""
+        return intrinsics.shared_addr(tirx.BufferLoad(
+            bars, [self.stages * len(self.groups) + version]))
+
+    def _released(self, bars, j):
+        """Wait until fill ``j``'s version is free: fill j - S's readers released it (the
+        empty barrier's phase of fill j's round of the versions)."""
+        return intrinsics.call("tw_mbar_wait", self._empty(bars, tirx.floormod(j, self.stages)),
+                               tirx.floormod(tirx.floordiv(j, self.stages) + 1, 2))
+
+    def _release_in_cluster(self, bars, version) -> list:
+        """Arrivals on ``version``'s empty barrier in both blocks of the cluster."""
+        return [intrinsics.call("tw_mbar_arrive_cluster", self._empty(bars, version),
+                                tirx.const(r, "uint32")) for r in range(CLUSTER)]
+
     def _leader(self, body: list):
         return tirx.IfThenElse(self.tx == 0, seq(body), None)
 
@@ -227,17 +243,11 @@ class TmaPlan:
         refill = self._produce(bars, ahead, version)
         release = []
         if cast is not None:
-            def empty(version):
-                return intrinsics.shared_addr(tirx.BufferLoad(bars, [full + version]))
-
             read = self.i - done_by  # its version written as i + S - d's: with a = S - d,
             freed = tirx.floormod(self.i + (stages - done_by), stages)  # the refill's counter
-            release = [tirx.IfThenElse(tirx.all(read >= 0, read + stages < n), self._leader([
-                intrinsics.call("tw_mbar_arrive_cluster", empty(freed), tirx.const(r, "uint32"))
-                for r in range(CLUSTER)]), None)]
-            refill = seq([self._leader([intrinsics.call(
-                "tw_mbar_wait", empty(version), tirx.floormod(tirx.floordiv(ahead, stages) + 1,
-                                                              2))]), refill])
+            release = [tirx.IfThenElse(tirx.all(read >= 0, read + stages < n), self._leader(
+                self._release_in_cluster(bars, freed)), None)]
+            refill = seq([self._leader([self._released(bars, ahead)]), refill])
         refill = tirx.IfThenElse(ahead < n, refill, None)
         steady = [refill if s is None else s for s in self._steady(bars)]
         steady = [*release, *steady]
@@ -356,21 +366,15 @@ class TmaPlan:
         refill = self._produce(bars, ahead, tirx.floormod(count + ahead_by, stages))
         release, released = [], None
         if cast is not None:
-            def empty(version):
-                return intrinsics.shared_addr(tirx.BufferLoad(bars, [full + version]))
-
             def released(j):  # thread 0 waits until both blocks released fill j - S
-                return self._leader([intrinsics.call(
-                    "tw_mbar_wait", empty(tirx.floormod(j, stages)),
-                    tirx.floormod(tirx.floordiv(j, stages) + 1, 2))])
+                return self._leader([self._released(bars, j)])
 
             # fill count - d, read up to this barrier (its version written as the refill's,
             # count + a, where a = S - d: one counter), released in both blocks; the last
             # tile's last d fills are never released (no fill waits for them)
             freed = tirx.floormod(count + (stages - done_by), stages)
-            release = [tirx.IfThenElse(count >= done_by, self._leader([
-                intrinsics.call("tw_mbar_arrive_cluster", empty(freed), tirx.const(r, "uint32"))
-                for r in range(CLUSTER)]), None)]
+            release = [tirx.IfThenElse(count >= done_by, self._leader(
+                self._release_in_cluster(bars, freed)), None)]
             refill = seq([released(count + ahead_by), refill])
         refill = tirx.IfThenElse(ahead < n, refill, None)
         steady = [*release, *(refill if s is None else s for s in self._steady(bars, count=count))]
@@ -468,9 +472,6 @@ class TmaPlan:
         if cast is not None:
             self.stmts = cast.stmts
 
-        def empty(version):
-            return intrinsics.shared_addr(tirx.BufferLoad(bars, [full + version]))
-
         # a persistent kernel's loop runs once per tile: versions and phases go on counting
         # from the iterations of its earlier tiles (``base``; 0 without a tile loop)
         name = self.loop.loop_var.name
@@ -481,8 +482,7 @@ class TmaPlan:
             issued_base + self.i, stages)), {self.i: j})
 
         def released(j):  # the version load j writes is free (read by load j - S's readers)
-            return intrinsics.call("tw_mbar_wait", empty(tirx.floormod(j, stages)),
-                                   tirx.floormod(tirx.floordiv(j, stages) + 1, 2))
+            return self._released(bars, j)
 
         loads = [tirx.For(j, 0, n, tirx.ForKind.SERIAL,
                           tirx.SeqStmt([released(issued_base + j), refill]),
@@ -503,9 +503,8 @@ class TmaPlan:
         lane0 = tirx.floormod(self.tx, WARP) == 0
 
         def release(version):  # in every block of the cluster when tiles are multicast
-            arrive = [intrinsics.call("tw_mbar_arrive", empty(version))] if cast is None else \
-                [intrinsics.call("tw_mbar_arrive_cluster", empty(version), tirx.const(r, "uint32"))
-                 for r in range(CLUSTER)]
+            arrive = [intrinsics.call("tw_mbar_arrive", self._empty(bars, version))] \
+                if cast is None else self._release_in_cluster(bars, version)
             return [intrinsics.call("__syncwarp"), tirx.IfThenElse(lane0, seq(arrive), None)]
 
         tail = []
