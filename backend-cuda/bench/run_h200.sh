@@ -7,12 +7,13 @@
 #                                    catalogue, the examples, the dialect and benchmark kernels
 #                                    -- into bench/bundles/checks) and checks them all with
 #                                    harness.py --list
-#   backend-cuda/bench/run_h200.sh pack [--quick]
+#   backend-cuda/bench/run_h200.sh pack [--quick | --plan PLAN]
 #                                    on the development machine: bench/bundles as one xz
 #                                    archive, .devpack/bundles.tar.xz (git-ignored: carry
-#                                    ".devpack"); the check bundles alone exceed the 64 MiB a
-#                                    device run carries, the archive is ~20 MB (the quick
-#                                    sizes only with --quick)
+#                                    ".devpack"; the quick sizes only with --quick); with
+#                                    --plan only the bundles PLAN names (the whole catalogue's
+#                                    checks, ~77 MB packed, exceed the 64 MiB a device run
+#                                    carries: pack refuses an archive over 56 MiB)
 #   backend-cuda/bench/run_h200.sh run OUTDIR [--quick] [--only NAME,...] [--checks none|only]
 #                                    on the GPU machine (torch + cuda-python, no TVM; unpacks
 #                                    .devpack/bundles.tar.xz first when bench/bundles is not
@@ -60,10 +61,41 @@ case "${1:-}" in
                2>/dev/null || echo "$root/.git/info/exclude")"  # a worktree's .git is a file
     mkdir -p "$(dirname "$exclude")"
     grep -qx '/.devpack/' "$exclude" 2>/dev/null || echo '/.devpack/' >> "$exclude"
-    skip=(--exclude=bundles/quick)
-    [ "${2:-}" = "--quick" ] && skip=()
-    tar -C "$here" -cf - "${skip[@]}" bundles | xz -T0 -4 > "$root/.devpack/bundles.tar.xz"
+    skip=(--exclude=bundles/quick) names=(bundles)
+    case "${2:-}" in
+      --quick) skip=() ;;
+      --plan)  # only the bundles PLAN names: its rows and profiles, its checks and sweep
+        plan="${3:?usage: run_h200.sh pack --plan PLAN}"
+        ROWS="" CHECKS="" SWEEP="" NCU_ROWS="" NCU_PEER_ROWS=""
+        # shellcheck source=/dev/null
+        source "$plan"
+        names=()
+        for row in ${ROWS//,/ } ${NCU_ROWS//,/ } ${NCU_PEER_ROWS//,/ }; do
+          names+=("bundles/$row")
+        done
+        if [ "$CHECKS" = all ] || [ "$SWEEP" = all ]; then
+          names+=(bundles/checks)
+        elif [ -n "$CHECKS$SWEEP" ]; then
+          names+=(bundles/checks/index.json)
+          for check in ${CHECKS//,/ } ${SWEEP//,/ }; do names+=("bundles/checks/$check"); done
+        fi
+        mapfile -t names < <(printf '%s\n' "${names[@]}" | sort -u)
+        for name in "${names[@]}"; do
+          [ -e "$here/$name" ] || { echo "pack: $plan names $name, which is not built" \
+            "(run_h200.sh build first)" >&2; exit 1; }
+        done
+        ;;
+    esac
+    tar -C "$here" -cf - "${skip[@]}" "${names[@]}" | xz -T0 -4 > "$root/.devpack/bundles.tar.xz"
     du -h "$root/.devpack/bundles.tar.xz"
+    # a device run carries 64 MiB with the working tree: an archive over the limit never
+    # arrives (the whole catalogue's checks, ~77 MB since their sizes were fixed, are over it)
+    limit=$(( ${PACK_LIMIT_MB:-56} * 1024 * 1024 ))
+    if [ "$(stat -c %s "$root/.devpack/bundles.tar.xz")" -gt "$limit" ]; then
+      echo "pack: .devpack/bundles.tar.xz is over the ${PACK_LIMIT_MB:-56} MiB a device run" \
+        "can carry beside the working tree; pack --plan PLAN (only its bundles)" >&2
+      exit 1
+    fi
     ;;
   run)
     out="${2:?usage: run_h200.sh run OUTDIR}"

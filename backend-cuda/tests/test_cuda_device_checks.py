@@ -371,6 +371,44 @@ def test_pack_archives_the_bundles_and_run_unpacks_them(tmp_path):
     assert not (bench / "bundles" / "quick").exists()  # the quick sizes only with --quick
 
 
+def test_pack_with_a_plan_takes_only_its_bundles_and_refuses_what_cannot_be_carried(tmp_path):
+    bench = tmp_path / "backend-cuda" / "bench"
+    for name in ("row_a", "row_b", "checks/c1", "checks/c2", "checks/c3"):
+        (bench / "bundles" / name).mkdir(parents=True)
+        (bench / "bundles" / name / "x.bin").write_bytes(os.urandom(4096))
+    (bench / "bundles" / "checks" / "index.json").write_text("{}")
+    script = bench / "run_h200.sh"
+    script.write_text((BENCH / "run_h200.sh").read_text())
+    (tmp_path / ".git" / "info").mkdir(parents=True)
+    plan = bench / "test.plan"
+    plan.write_text("ROWS=row_a\nCHECKS=c1\nSWEEP=c3\nNCU_ROWS=row_a\n")
+    subprocess.run(["bash", str(script), "pack", "--plan", str(plan)], check=True,
+                   capture_output=True)
+    listed = subprocess.run(["tar", "-tJf", str(tmp_path / ".devpack" / "bundles.tar.xz")],
+                            check=True, capture_output=True, text=True).stdout.split()
+    tops = {"/".join(n.split("/")[:3 if n.startswith("bundles/checks/") else 2])
+            for n in listed}
+    assert sorted(tops) == [
+        "bundles/checks/c1", "bundles/checks/c3", "bundles/checks/index.json",
+        "bundles/row_a"]
+    # a plan naming what is not built, and an archive over the limit, are refused
+    plan.write_text("ROWS=row_z\n")
+    bad = subprocess.run(["bash", str(script), "pack", "--plan", str(plan)],
+                         capture_output=True, text=True)
+    assert bad.returncode == 1 and "names bundles/row_z, which is not built" in bad.stderr
+    big = subprocess.run(["bash", str(script), "pack"], capture_output=True, text=True,
+                         env={**os.environ, "PACK_LIMIT_MB": "0"})
+    assert big.returncode == 1 and "over the 0 MiB a device run can carry" in big.stderr
+
+
+def test_the_next_plan_packs_within_what_a_device_run_carries():
+    # what pack --plan takes for next-run.plan: its rows and named checks, never "all" (the
+    # whole catalogue's checks are over the limit)
+    settings = dict(line.split("=", 1) for line in (BENCH / "next-run.plan").read_text()
+                    .splitlines() if line and not line.startswith("#"))
+    assert settings.get("CHECKS") != "all" and settings.get("SWEEP") != "all"
+
+
 FAKE_NCU = """#!/usr/bin/env bash
 # records its arguments; a profile writes the -o report, an import prints its page
 echo "$@" >> "$(dirname "$0")/calls"
