@@ -61,7 +61,9 @@ PINGPONG = {"cuda.wgmma_pingpong": True}  # the compute warpgroups take turns at
 LEAN_PRODUCER = {"cuda.producer_registers": 24}  # the compute warpgroups get 240 registers
 
 
-ONLY_AT_4096 = {"_mc_s4", "_pts"}  # GEMM rows for issue 18's 4096^3 alone
+ONLY_AT_4096 = {"_mc_s4", "_pts", "_pts128", "_pio128", "_pio_mc128"}  # issue 18's 4096^3
+# the GEMM _128 rows: 128 blocks, so that 4096^3's 512 tiles are 4 whole rounds (see there)
+WHOLE_ROUNDS = 128
 FLOAT16_ONLY_AT_8192 = {"_pio_mc"}  # ... and at 8192^3 (met there) float16 only
 # the fp8 _pts rows (see there): 128 blocks, each the same number of tiles
 FP8_PERSISTENT = {"workers": 128, "tma_store": True}
@@ -153,6 +155,29 @@ def cases(quick: bool):
     # keeps the drain, the store wait, 64 STS and two barriers, < 0.5 us). Expected: pio's
     # gain plus multicast's (+0-3% on the ws schedule): 1-4% over pio at 4096^3, level with
     # pio and mc at 8192^3 (float16 only there).
+    # pts128, pio128, pio_mc128: _pts, _pio and _pio_mc on 128 blocks, not 132 (4096^3 only).
+    # 512 tiles on 128 blocks are 4 whole rounds: T.Persistent walks exactly 4 (132 blocks:
+    # 16, the 4 rounds rounded up to the panel's 16 rows, 12 of them empty) and its guard
+    # (wave * workers + block < 512) always holds, so the compiler drops it, in the
+    # producer's tile loop too. Makespan: 132 blocks take 4 rounds as well (3 whole, the 4th
+    # on 116 blocks), so the 4 idle SMs cost nothing at 4096^3. SASS (4096^3, float16 =
+    # bfloat16; hot loop with the same HGMMA as the 132-block row, registers the same, 0
+    # spills): pts128 loop 122 instructions for two k-tiles (8 HGMMA) where _pts has 152
+    # (_ws 116), R2UR 32 -> 6: with the guard ptxas keeps the k-loop's stage arithmetic (the
+    # wgmma descriptors and barrier addresses) in vector registers and moves it to uniform
+    # ones before each wgmma and wait (4 R2UR a HGMMA); without it, it stays on the uniform
+    # datapath -- the guard costs 15 instructions a k-tile on every compute warp, 13 of them
+    # R2UR on the path from the stage's barrier wait to the wgmma issue. 168 registers. pio128
+    # and pio_mc128 (154 registers): their k-loop was on the uniform datapath with the guard
+    # (1 R2UR); the compute warps' path 64 instructions (pio 63), 69 (pio_mc 68), thread 0's
+    # refill branch +10 (pio: 133 vs 122 in all) and +22 (pio_mc: 187 vs 164): with the
+    # block index below 128 the tile's coordinates simplify to shifts and masks of it (tile
+    # / 256 = wave / 2), and ptxas recomputes them from SR_CTAID.X in the branch (S2UR, USHF,
+    # ULOP3) instead of holding them in uniform registers -- one warp's uniform instructions
+    # in an 0.81 us (about 1600-cycle) k-tile. Expected: pts128 0-2% over _pts (its loop
+    # toward _ws's); pio128 and pio_mc128 level with _pio and _pio_mc (the guard was never
+    # in their k-loop): the control for the idle SMs' cost (none) and the refill's extra
+    # instructions.
     direct = {"num_stages": 4, "c_shared": False}
     both = ("float16", "bfloat16")
     for n in GEMM_SIZES[size]:
@@ -172,7 +197,13 @@ def cases(quick: bool):
                 ("_pio", {"workers": H200_SMS, "tma_store": True}, IN_ORDER, "UTMASTG.2D",
                  both),
                 ("_pio_mc", {"workers": H200_SMS, "tma_store": True}, IN_ORDER_MULTICAST,
-                 "UTMALDG.2D.MULTICAST", both)):
+                 "UTMALDG.2D.MULTICAST", both),
+                ("_pts128", {"workers": WHOLE_ROUNDS, "tma_store": True}, {}, "UTMASTG.2D",
+                 both),
+                ("_pio128", {"workers": WHOLE_ROUNDS, "tma_store": True}, IN_ORDER,
+                 "UTMASTG.2D", both),
+                ("_pio_mc128", {"workers": WHOLE_ROUNDS, "tma_store": True},
+                 IN_ORDER_MULTICAST, "UTMALDG.2D.MULTICAST", both)):
             # the smoke run checks the code paths, not the tile choices
             if quick and change or suffix in ONLY_AT_4096 and n != 4096:
                 continue

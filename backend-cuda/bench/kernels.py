@@ -31,7 +31,9 @@ Configurations (sm_90a, chosen for H100/H200):
   under them (``TmaPlan.in_order_tiles``); with ``cuda.tma_multicast`` too (the ``_pio_mc``
   rows) blocks 2c and 2c + 1 form a cluster and walk their tiles together (tiles 2k and
   2k + 1: two row blocks of one column, for an even worker count and an even number of
-  tiles), each loading half of B's boxes into both.
+  tiles), each loading half of B's boxes into both. On 128 blocks (the ``_pts128``,
+  ``_pio128`` and ``_pio_mc128`` rows, 4096^3, not measured yet) the 512 tiles are 4 whole
+  rounds, so the tile loop has no guard (the SASS and the model in build_bundles.py).
 - Stream-K GEMM (``gemm_stream_k``, the ``_sk`` rows, 4096^3, not measured yet): the whole
   waves of tiles as the ``_pio`` rows, then the k-tiles of the last, partial wave (116 tiles
   at 4096^3) dealt out evenly to all 132 blocks, each tile's runs added in the kernel by the

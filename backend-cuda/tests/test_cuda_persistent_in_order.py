@@ -87,6 +87,8 @@ def test_four_stages_start_two_loads_of_the_next_tile():
     (384, 512, 192, 2, "float16", {"num_stages": 2, "tma_store": False, "c_shared": True}),
     # more blocks than tiles: some blocks run none (no first load)
     (256, 256, 256, 5, "float16", {}),
+    # the _pio128 rows' form: 8 tiles over 2 blocks, 4 whole rounds (no guard) of 9 k-tiles
+    (512, 512, 576, 2, "bfloat16", {}),
 ])
 def test_persistent_in_order_gemm_matches_torch(M, N, K, workers, dtype, kw, tmp_path):
     text = _emulate(_persistent(M, N, K, workers, dtype, **kw), "sm_90a", tmp_path, M, N, K,
@@ -94,6 +96,23 @@ def test_persistent_in_order_gemm_matches_torch(M, N, K, workers, dtype, kw, tmp
     kernel = _kernel(text)
     tiles = -(-M // 128) * -(-N // 256)
     assert ("_next = " in kernel) == (tiles > workers) and "tw_setmaxnreg" not in kernel
+    if tiles % workers == 0:  # whole rounds: the tile loop without its guard
+        assert f"for (int wave = 0; wave < {tiles // workers}; ++wave)" in kernel
+        assert f"+ ((int)blockIdx.x)) < {tiles})" not in kernel
+
+
+@pytest.mark.parametrize("configs", [{}, IN_ORDER, {**IN_ORDER, "cuda.tma_multicast": True}],
+                         ids=["pts", "pio", "pio_mc"])
+def test_the_4096_rows_tile_loop_has_a_guard_at_132_workers_only(configs):
+    # 512 tiles: on 128 workers 4 whole rounds, the guard always true and dropped (in the
+    # producer's tile loop too); on 132 the last round partial, its rounds rounded up to the
+    # panel's 16 and the guard kept
+    for workers, rounds, guarded in ((128, 4, False), (132, 16, True)):
+        kernel = _kernel(tilewright.lower(_persistent(4096, 4096, 4096, workers), TARGET,
+                                          configs).source.text)
+        assert f"for (int wave = 0; wave < {rounds}; ++wave)" in kernel
+        assert ("+ ((int)blockIdx.x)) < 512)" in kernel) == guarded
+        assert ("wave_load" in kernel) == (configs == {})
 
 
 @pytest.mark.emulator

@@ -40,11 +40,13 @@ def _persistent(M, N, K, workers, dtype="float16", **kw):
 
 
 def test_pairs_walk_their_tiles_together_and_release_across_tiles():
-    # 8 tiles (4 row blocks x 2 columns) over one pair, 4 rounds of 9 k-tiles
+    # 8 tiles (4 row blocks x 2 columns) over one pair, 4 rounds of 9 k-tiles: every round
+    # a tile for both blocks, so the tile loop has no guard
     lowered = tilewright.lower(_persistent(512, 512, 576, 2), TARGET, IN_ORDER_MULTICAST)
     kernel = _kernel(lowered.source.text)
     assert lowered.source.payload["cluster_dims"] == [2, 1, 1]
-    top, tiles = kernel.split("for (int wave = 0; wave < 16; ++wave)")
+    top, tiles = kernel.split("for (int wave = 0; wave < 4; ++wave)")
+    assert "blockIdx.x)) < 8)" not in tiles
     # three full barriers (one arrival) and three empty ones (one arrival from each block),
     # set up once, in both blocks before either reaches across
     assert top.count("(uint)1);") == 3 and top.count("(uint)2);") == 3
@@ -66,7 +68,7 @@ def test_pairs_walk_their_tiles_together_and_release_across_tiles():
     # fill count + 9 - 3, then its multicast loads, all before the drain and the epilogue
     rest = tiles.split("tw_wgmma_wait<1>();", 1)[1]
     following = rest[:rest.index("tw_wgmma_wait<0>();")]
-    assert "if (wave < 3) {" in following and "int bn_next = " in following
+    assert "if ((wave < 3)" in following and "int bn_next = " in following
     assert following.index("tw_mbar_wait(") < following.index("tw_tma_load_multicast_2d(")
     assert following.count("tw_tma_load_multicast_2d(") == 4
     assert "__syncthreads" not in following and "tw_mbar_arrive_cluster" not in following
@@ -96,7 +98,8 @@ def test_pairs_that_share_no_tile_or_an_odd_worker_count_stay_unclustered():
 
 @pytest.mark.emulator
 @pytest.mark.parametrize("M, N, K, workers, dtype, kw", [
-    # 8 tiles, 4 rounds of 9 k-tiles each: the 3 versions wrap within a tile and carry on
+    # 8 tiles, 4 whole rounds (no guard) of 9 k-tiles each: the 3 versions wrap within a
+    # tile and carry on
     (512, 512, 576, 2, "float16", {}),
     (512, 512, 640, 2, "bfloat16", {}),
     # partial row block (64 rows), column block (128 columns) and k-tile (8 deep), 12 tiles
@@ -113,6 +116,8 @@ def test_pairs_that_share_no_tile_or_an_odd_worker_count_stay_unclustered():
     (512, 512, 64, 2, "bfloat16", {}),
     # more workers than tiles: the second pair has none
     (256, 256, 256, 4, "float16", {}),
+    # the dialect-bench_gemm_*_pio_mc checks' kernel: 4 tiles over one pair, 2 whole rounds
+    (256, 512, 576, 2, "bfloat16", {}),
 ])
 def test_persistent_multicast_gemm_matches_torch(M, N, K, workers, dtype, kw, tmp_path):
     text = _emulate(_persistent(M, N, K, workers, dtype, **kw), "sm_90a", tmp_path, M, N, K,
@@ -121,6 +126,9 @@ def test_persistent_multicast_gemm_matches_torch(M, N, K, workers, dtype, kw, tm
     assert "tw_tma_load_multicast_2d(" in kernel and "tw_mbar_arrive_cluster(" in kernel
     tiles = -(-M // 128) * -(-N // 256)
     assert ("_next = " in kernel) == (tiles > workers)
+    if tiles % workers == 0:  # whole rounds (the _pio_mc128 rows' form): no guard
+        assert f"for (int wave = 0; wave < {tiles // workers}; ++wave)" in kernel
+        assert f"+ ((int)blockIdx.x)) < {tiles})" not in kernel
 
 
 @pytest.mark.nvrtc

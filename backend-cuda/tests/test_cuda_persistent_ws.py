@@ -111,6 +111,28 @@ def test_persistent_bench_gemm_builds_without_spills():
     assert "UTMALDG.2D" in code and int(re.search(r"Used (\d+) registers", log).group(1)) <= 168
 
 
+@pytest.mark.nvrtc
+@pytest.mark.sass
+def test_whole_rounds_keep_the_compute_loops_stage_arithmetic_uniform():
+    # the _pts rows at 4096^3: on 132 blocks the tile loop's guard stays (a partial last
+    # round) and ptxas keeps the k-loop's stage and barrier addresses in vector registers,
+    # moved to the uniform ones (R2UR) for every wgmma and wait (32 in the loop: 152
+    # instructions, two k-tiles); on 128 blocks (4 whole rounds, no guard) they stay on the
+    # uniform datapath (6 R2UR, 122 instructions)
+    loops = {}
+    for workers in (132, 128):
+        text = tilewright.lower(_persistent(4096, 4096, 4096, workers, **kernels.GEMM,
+                                            tma_store=True),
+                                TARGET).source.text
+        cubin, log = executor.nvrtc_compile(text, arch.get("sm_90a"), ".")
+        assert "0 bytes spill stores" in log
+        loops[workers] = sass.hot_loop(sass.dump(cubin))
+        assert loops[workers].count("HGMMA.64x256x16.F32") == 8
+    r2ur = {w: sum(op.startswith("R2UR") for op in loop) for w, loop in loops.items()}
+    assert r2ur[128] <= 8 < 24 <= r2ur[132]
+    assert len(loops[128]) + 24 <= len(loops[132])
+
+
 @pytest.mark.emulator
 def test_a_load_that_reads_shared_memory_the_tile_code_writes_stays_with_it(tmp_path):
     # B's column comes from col[0], which the compute threads write per tile: B's copy stays
@@ -146,11 +168,20 @@ def test_persistent_gemm_storing_through_a_swizzled_shared_tile_matches_torch(
     # a partial row block (64 rows) and a partial k-tile: TMA clips the store, zero-fills the
     # loads; the producer at 24 registers (cuda.producer_registers)
     (448, 512, 520, 3, "bfloat16", {"cuda.producer_registers": 24}),
+    # the _pts128 rows' form: 8 tiles over 2 blocks, 4 whole rounds of 9 k-tiles, both roles'
+    # tile loops without a guard
+    (512, 512, 576, 2, "bfloat16", {}),
 ])
 def test_persistent_gemm_with_tma_stores_matches_torch(M, N, K, workers, dtype, configs,
                                                        tmp_path):
     func = _persistent(M, N, K, workers, dtype, num_stages=3, tma_store=True)
     text = _emulate(func, "sm_90a", tmp_path, M, N, K, dtype, configs=configs)
+    tiles = -(-M // 128) * -(-N // 256)
+    if tiles % workers == 0:
+        rounds = tiles // workers
+        assert f"for (int wave_load = 0; wave_load < {rounds}; ++wave_load)" in text
+        assert f"for (int wave = 0; wave < {rounds}; ++wave)" in text
+        assert f"+ ((int)blockIdx.x)) < {tiles})" not in text
     compute = _kernel(text).split("tw_setmaxnreg_inc<")[1]
     # per tile: the last tile's store has read C_s (wait, barrier) before the pair stores
     # overwrite it; the pairs visible to TMA (fence, barrier) before thread 0's four boxes of

@@ -5,7 +5,9 @@ import pytest
 import tilewright
 import tilewright.language as T
 import torch
+import tvm_ffi
 from language_helpers import check, rand
+from tvm import tirx
 
 
 @tilewright.jit(out_idx=[-1], target="cpu")
@@ -129,7 +131,7 @@ def persistent_visits(m_blocks, n_blocks, workers, group_size):
 
 
 @pytest.mark.parametrize("m,n,workers,group", [(5, 7, 4, 8), (13, 3, 5, 4), (2, 2, 7, 8),
-                                               (9, 10, 6, 2)])
+                                               (9, 10, 6, 2), (6, 4, 8, 8), (32, 16, 128, 16)])
 def test_persistent_2d_visits_every_tile_once(m, n, workers, group):
     count = torch.zeros(m, n, dtype=torch.int32)
     owner = torch.full((m, n), -1, dtype=torch.int32)
@@ -138,6 +140,21 @@ def test_persistent_2d_visits_every_tile_once(m, n, workers, group):
     # tiles are dealt round robin: worker loads differ by at most one
     loads = torch.bincount(owner.flatten(), minlength=workers)
     assert int(loads.max() - loads.min()) <= 1, loads
+
+
+@pytest.mark.parametrize("m,n,workers,group,rounds", [
+    (32, 16, 128, 16, 4),  # the 4096^3 GEMM's tiles on 128 workers: 4 whole rounds
+    (6, 4, 8, 8, 3),  # whole rounds fewer than the panel's rows
+    (32, 16, 132, 16, 16),  # a partial last round: 4 rounds, rounded up to the panel's 16
+    (5, 7, 4, 8, 16),
+])
+def test_persistent_rounds_are_whole_when_the_workers_divide_the_tiles(m, n, workers, group,
+                                                                     rounds):
+    loops = []
+    tvm_ffi.structural_walk(persistent_visits.fn(m, n, workers, group).body, (
+        tirx.For, lambda loop: loops.append(loop) if "tw.persistent" in loop.annotations
+        else None))
+    assert [int(loop.extent) for loop in loops] == [rounds]
 
 
 def test_persistent_2d_walks_panels_of_group_size_rows():

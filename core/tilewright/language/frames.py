@@ -607,8 +607,12 @@ class Persistent(LoopSpec):
 
     Each of ``num_workers`` resident blocks walks the tile domain in steps of ``num_workers``;
     2-D domains are visited in panels of ``group_size`` rows so neighbouring tiles share cached
-    data. The wave count is rounded up to a multiple of ``group_size``; iterations past the
-    last tile are skipped by a guard.
+    data. Round ``w`` hands worker ``b`` tile ``w * num_workers + b`` under the guard
+    ``tile < tiles``. When the workers divide the tiles (both constants) there are exactly
+    ``tiles / num_workers`` rounds, each a tile for every worker ``0 <= b < num_workers``: the
+    guard then always holds, and the compiler, knowing the worker index's range (the block
+    index of ``T.Kernel(num_workers)``), drops it. Otherwise the rounds are rounded up to a
+    multiple of ``group_size``; those past the last tile are empty, skipped by the guard.
     """
 
     kind_name = "persistent"
@@ -624,9 +628,15 @@ class Persistent(LoopSpec):
         for d in self.domain[1:]:
             total = total * to_expr(d)
         self.total = total
-        waves = tirx.floordiv(total + to_expr(self.num_workers) - 1, to_expr(self.num_workers))
+        workers = to_expr(self.num_workers)
+        waves = tirx.floordiv(total + workers - 1, workers)
         g = self.group_size
-        waves = tirx.floordiv(waves + g - 1, g) * g
+        tiles, count = as_int(total), as_int(self.num_workers)
+        if not (isinstance(tiles, int) and isinstance(count, int) and count > 0
+                and tiles % count == 0):
+            # the rounding adds only empty rounds; it stays because dropping it changes the
+            # code of kernels measured with it (a loop bound), for no gain the guard's
+            waves = tirx.floordiv(waves + g - 1, g) * g
         super().__init__((waves,), annotations={"tw.persistent": g})
 
     def run(self, names=()):
