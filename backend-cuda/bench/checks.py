@@ -204,6 +204,10 @@ BENCH_CONFIGS = (  # (suffix, tile changes, pass configs): the benchmark bundles
     # racecheck and synccheck)
     ("_pio_mc", {"workers": 2, "tma_store": True},
      {"cuda.tma_multicast": True, **kernels.GEMM_PASS_CONFIGS}),
+    # the 128-worker rows' form: 4 tiles over 2 blocks, 2 whole rounds, the tile loop without
+    # its guard (warp-specialised, and in order)
+    ("_pts128", {"workers": 2, "tma_store": True}, {}),
+    ("_pio128", {"workers": 2, "tma_store": True}, kernels.GEMM_PASS_CONFIGS),
 )
 LEAN_PRODUCER = {"cuda.producer_registers": 24}  # compute warpgroups of 240 registers
 ATTENTION_CONFIGS = (("_serial", {}, {}), ("_2stages", {"num_stages": 2}, {}),

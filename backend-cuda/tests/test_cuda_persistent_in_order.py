@@ -16,12 +16,14 @@ import tilewright.language as T
 import torch
 from test_cuda_persistent_ws import tile_code_gemm
 from test_cuda_pipeline import _emulate
+from tilewright.testing import compare
 from tilewright_cuda import arch, executor
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 sys.path.insert(0, str(BENCH))
 
-import kernels  # noqa: E402 - after the sys.path setup
+import checks  # noqa: E402 - after the sys.path setup
+import kernels  # noqa: E402
 
 TARGET = "cuda -arch=sm_90a"
 IN_ORDER = kernels.GEMM_PASS_CONFIGS
@@ -199,3 +201,20 @@ def test_persistent_in_order_bench_gemm_builds_without_spills():
     assert after[:drain].count("UTMALDG.2D") == 5
     assert drain < after.index("DEPBAR.LE SB0, 0x0") < after.index("STS ")
     assert "UTMALDG" not in after[drain:] and not re.search(r"\b(LDS|STG)\b", after)
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize("suffix", ["_pts128", "_pio128"])
+def test_the_guard_free_device_checks_pass_in_emulation(suffix, tmp_path):
+    # dialect-bench_gemm_float16_{pts128,pio128} as the check runner judges them on the GPU
+    # (C against its float64 reference with the tolerance model): 4 tiles over 2 blocks, whole
+    # rounds, so their tile loops have no guard -- the form of the _pts128 / _pio128 rows
+    check = next(c for c in checks.dialect() if c.name == f"dialect-bench_gemm_float16{suffix}")
+    lowered = tilewright.lower(check.make(), TARGET, check.pass_configs)
+    assert "+ ((int)blockIdx.x)) < 4)" not in lowered.source.text
+    assert "for (int wave = 0; wave < 2; ++wave)" in lowered.source.text
+    (run,) = check.runs()
+    hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, *run.args)
+    for position, want in zip(run.outputs, run.expected):
+        got = run.args[position]
+        assert compare(got, want, dtype=str(got.dtype), reduction_length=check.reduction).ok
