@@ -199,10 +199,6 @@ def _pipeline_loop(loop, func_body, analyzer, tx):
     return tirx.SeqStmt([*prologue, main, *drain, intrinsics.cp_async_wait(0)]), versioned
 
 
-def _is_call(stmt, name: str) -> bool:
-    return isinstance(stmt, tirx.Evaluate) and intrinsics.extern_name(stmt) == name
-
-
 def _only_cp_async(stmt) -> bool:
     """Whether ``stmt`` (a lone copy's nest, rules/copy) does nothing but issue cp.async."""
     names, stores = [], []
@@ -227,8 +223,8 @@ def _copies_join_prologue(body, pipelined, versioned):
         at = next((k for k, (_, x) in enumerate(items) if x.same_as(first)), None)
         k, dropped = at, set()
         while k is not None and k >= 3 and \
-                _is_call(items[k - 1][1], "tw_cp_async_wait<0>") and \
-                _is_call(items[k - 2][1], "tw_cp_async_commit") and \
+                intrinsics.extern_name(items[k - 1][1]) == "tw_cp_async_wait<0>" and \
+                intrinsics.extern_name(items[k - 2][1]) == "tw_cp_async_commit" and \
                 _only_cp_async(items[k - 3][1]) and not touches(items[k - 3][1], versioned.old):
             dropped.update((items[k - 1][0], items[k - 2][0]))
             k -= 3
