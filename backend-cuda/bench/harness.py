@@ -16,16 +16,18 @@ sparse GEMM (its values and metadata from tilewright.utils.sparse), torch._int_m
 int8 GEMM; for attention every SDPA backend torch has is timed and the fastest is the peer.
 The W4A16 rows (~10 us a call at decode sizes) are timed as CUDA graphs of back-to-back
 calls, theirs and the peer's alike, so that Python's launch overhead stays out of both.
-The machine's ceilings are measured too. Each bundle runs in a process of its own, killed
-after ``--timeout`` seconds, so a kernel that hangs or breaks the CUDA context costs only its
-row. The whole run takes about three minutes on an H200 (each timing stops after ``--budget``
-seconds or 50 runs). Full logs go to OUTDIR after every row (two
-files); one short table is printed last.
+The machine's ceilings are measured too. The rows run in the order ``--only`` gives (a
+plan's priority: a run cut short keeps the first), one after another in a worker process
+(row_runner.py): a row that runs past ``--timeout`` seconds is stopped, and one that hangs,
+crashes or breaks the CUDA context costs only its row (the rest go on in a fresh worker).
+Each timing stops after ``--budget`` seconds or 50 runs. Full logs go to OUTDIR after every
+row (two files); one short table is printed last.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import statistics
 import sys
@@ -34,6 +36,7 @@ import traceback
 from pathlib import Path
 
 import check_runner
+import row_runner
 from tilewright import sparse
 from tilewright.runtime import load, open_bundle
 from tilewright.runtime.cuda import kernels_of
@@ -569,12 +572,16 @@ def _case(path: Path) -> dict:
         return {}
 
 
-def bundles_in(root: Path, only: set) -> list[Path]:
-    return sorted(p for p in root.iterdir() if (p / "manifest.json").exists() and
-                  (not only or p.name in only))
+def bundles_in(root: Path, only: list[str]) -> list[Path]:
+    """The bundles under ``root``: those ``only`` names, in its order (a plan's priority), or
+    every one by name."""
+    built = sorted(p for p in root.iterdir() if (p / "manifest.json").exists())
+    if not only:
+        return built
+    return [root / name for name in only if root / name in built]
 
 
-def list_bundles(root: Path, only: set) -> int:
+def list_bundles(root: Path, only: list[str]) -> int:
     """Check every bundle under ``root`` (and its correctness checks, ``root/checks``) without
     a GPU; print one line each; 1 when one is broken or there are none."""
     paths = bundles_in(root, only)
@@ -613,60 +620,51 @@ def list_bundles(root: Path, only: set) -> int:
 
 
 def child(args) -> int:
-    """One measurement in this process: the ceilings (``--child ceilings``) or one bundle.
-    Prints its log lines, then ``RESULT <json>`` for the parent."""
+    """The measurements ``--child NAME[,NAME...]`` names, in this process and in order: the
+    ceilings (``ceilings``) or a bundle. Prints ``ROW <name>``, its log lines, then ``RESULT
+    <json>`` for each (row_runner.py reads them); stops after a row that lost the CUDA
+    context (every later call in this process would fail: the parent goes on in a fresh
+    one)."""
     global torch
     import torch as torch_module
 
     torch = torch_module
     globals()["BUDGET_S"] = args.budget
-    if args.child == "ceilings":
-        props = torch.cuda.get_device_properties(0)
-        result = {**ceilings(), "gpu": f"{props.name} ({props.multi_processor_count} SMs)",
-                  "torch": torch.__version__, "cuda": torch.version.cuda}
-    else:
-        path = args.bundles / args.child
-        case = open_bundle(path).json("case")
-        try:
-            result = run_case(path.name, load(path), case, json.loads(args.ceilings))
-            result["status"] = "ok"
-        except Exception as exc:  # noqa: BLE001 - reported as this bundle's row
-            log(traceback.format_exc().rstrip())
-            result = {"status": f"FAILED: {type(exc).__name__}: {str(exc)[:80]}"}
-    print("RESULT " + json.dumps(result), flush=True)
+    ceil = json.loads(args.ceilings)
+    for name in args.child.split(","):
+        print(row_runner.ROW + name, flush=True)
+        result = measure(args.bundles / name, ceil)
+        if name == "ceilings":
+            ceil = result
+        print(row_runner.RESULT + json.dumps({"name": name, **result}), flush=True)
+        if result.get("fatal"):
+            return check_runner.CONTEXT_LOST
     return 0
 
 
-def isolated(args, name: str, extra: list[str]) -> dict:
-    """Run ``--child name`` in a fresh process under ``--timeout``: a kernel that hangs or
-    crashes the CUDA context costs its own row, not the rest of the run."""
-    import subprocess
-
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--bundles", str(args.bundles),
-           "--budget", str(args.budget), "--child", name, *extra]
-    start = time.perf_counter()
+def measure(path: Path, ceil: dict) -> dict:
+    """One row's result (``status`` ok, or FAILED and why, ``fatal`` when the context is
+    lost): the machine's ceilings (``path`` named ``ceilings``) or a bundle's measurement;
+    the row's tensors are freed before the next."""
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
-        out, err, code = proc.stdout, proc.stderr, proc.returncode
-    except subprocess.TimeoutExpired as exc:
-        out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-        err, code = f"timed out after {args.timeout:.0f} s (a hang?)", None
-    result = None
-    for line in out.splitlines():
-        if line.startswith("RESULT "):
-            result = json.loads(line[len("RESULT "):])
-        elif line.strip():
-            log(f"  {line}")
-    if err.strip():
-        LOG.extend(f"  [stderr] {line}" for line in err.strip().splitlines()[-40:])
-    if result is None:
-        why = err.strip().splitlines()[-1] if err.strip() else f"exit status {code}"
-        result = {"status": f"FAILED: {why[:100]}"}
-    result["seconds"] = round(time.perf_counter() - start, 1)
+        if path.name == "ceilings":
+            props = torch.cuda.get_device_properties(0)
+            result = {**ceilings(), "gpu": f"{props.name} ({props.multi_processor_count} SMs)",
+                      "torch": torch.__version__, "cuda": torch.version.cuda}
+        else:
+            result = run_case(path.name, load(path), open_bundle(path).json("case"), ceil)
+        result["status"] = "ok"
+    except Exception as exc:  # noqa: BLE001 - reported as this bundle's row
+        log(traceback.format_exc().rstrip())
+        result = row_runner.failed(f"{type(exc).__name__}: {str(exc)[:80]}")
+    gc.collect()
+    if not check_runner.context_alive(torch):
+        return {**result, "fatal": True}
+    torch.cuda.empty_cache()
     return result
 
 
-def device_checks(args, only: set) -> bool:
+def device_checks(args, only: list[str]) -> bool:
     """The correctness checks (BUNDLES/checks) under compute-sanitizer: writes checks.json,
     checks.md (the table) and sanitizer.log to OUT, logs a summary and the rows that are not
     ok and clean; True when every bundled check passed clean."""
@@ -738,7 +736,7 @@ def main() -> int:
     parser.add_argument("--ceilings", default="{}", help=argparse.SUPPRESS)
     args = parser.parse_args()
     root = args.bundles / "quick" if args.quick else args.bundles
-    only = {s for s in args.only.split(",") if s}
+    only = list(dict.fromkeys(s for s in args.only.split(",") if s))  # in order, once each
     if args.list:
         return list_bundles(root, only)
     if args.run_checks:
@@ -753,7 +751,6 @@ def main() -> int:
         checked = device_checks(args, only)
     if args.checks == "only":
         return 0 if checked else 1
-    args.bundles = root
     started = time.perf_counter()
     rows = []
 
@@ -762,21 +759,34 @@ def main() -> int:
         (args.out / "results.json").write_text(json.dumps(
             {"ceilings": ceil, "results": dict(rows)}, indent=1))
 
-    log(f"# {time.strftime('%Y-%m-%d %H:%M:%S %Z')}, bundles {root}, one process each "
-        f"(timeout {args.timeout:.0f} s)")
-    ceil = isolated(args, "ceilings", [])
-    if "copy_tbps" not in ceil:
-        log(f"ceilings: {json.dumps(ceil)}")
-        save()
-        return 1
-    log(f"{ceil['gpu']}, torch {ceil['torch']}, CUDA {ceil['cuda']}; ceilings: torch bf16 "
-        f"matmul 8192^3 {ceil['bf16_matmul_tflops']:.0f} TFLOP/s, d2d copy "
-        f"{ceil['copy_tbps']:.2f} TB/s")
-    for path in bundles_in(root, only):
-        log(f"{path.name}:")
-        result = isolated(args, path.name, ["--ceilings", json.dumps(ceil)])
-        log(f"{path.name}: {json.dumps(result)}")
-        rows.append((path.name, result))
+    names = [p.name for p in bundles_in(root, only)]
+    checks = args.bundles / "checks"
+    for name in only:  # a name that is neither a row nor a check is a plan's mistake
+        if name not in names and not (checks / name).is_dir():
+            log(f"{name}: not built (no bundle {root / name})")
+            rows.append((name, row_runner.failed("not built")))
+    log(f"# {time.strftime('%Y-%m-%d %H:%M:%S %Z')}, bundles {root}, {len(names)} rows in "
+        f"order, in worker processes (timeout {args.timeout:.0f} s a row)")
+    ceil: dict = {}
+
+    def command(pending: list[str]) -> list[str]:  # the ceilings, once known, go along
+        return [sys.executable, str(Path(__file__).resolve()), "--bundles", str(root),
+                "--budget", str(args.budget), "--ceilings", json.dumps(ceil),
+                "--child", ",".join(pending)]
+
+    for name, result in row_runner.run_rows(command, ["ceilings", *names], args.timeout, log):
+        if name == "ceilings":
+            ceil.update(result)
+            if "copy_tbps" not in ceil:
+                log(f"ceilings: {json.dumps(ceil)}")
+                save()
+                return 1
+            log(f"{ceil['gpu']}, torch {ceil['torch']}, CUDA {ceil['cuda']}; ceilings: torch "
+                f"bf16 matmul 8192^3 {ceil['bf16_matmul_tflops']:.0f} TFLOP/s, d2d copy "
+                f"{ceil['copy_tbps']:.2f} TB/s")
+            continue
+        log(f"{name}: {json.dumps(result)}")
+        rows.append((name, result))
         save()
     log(f"total {time.perf_counter() - started:.0f} s")
     save()
