@@ -110,10 +110,14 @@ case "${1:-}" in
     [ $# -ge 3 ] || { echo "usage: $0 ncu OUTDIR ROW [ROW ...]" >&2; exit 2; }
     unpack
     mkdir -p "$out"
-    # one launch of each row's kernel after two warm-up launches, unmodified clocks (as the
-    # harness times it); NCU_FILTER picks other kernels (e.g. the peer's: "-k regex:nvjet|sm90")
-    read -r -a filter <<< "${NCU_FILTER:--k main_kernel --launch-skip 2 --launch-count 1}"
+    # one launch of each row's kernel (the bundle's first entry: main_kernel, or main_0_kernel
+    # of a kernel sequence) after two warm-up launches, unmodified clocks (as the harness
+    # times it); NCU_FILTER picks other kernels (e.g. the peer's: "-k regex:nvjet|sm90")
     for row in "${@:3}"; do
+      entry="$(grep -o '"entry": "[A-Za-z0-9_]*' "$here/bundles/$row/manifest.json" \
+               2>/dev/null | head -1 | cut -d'"' -f4 || true)"
+      read -r -a filter <<< \
+        "${NCU_FILTER:--k ${entry:-main_kernel} --launch-skip 2 --launch-count 1}"
       PYTHONPATH="$pythonpath" ncu --clock-control none "${filter[@]}" --section SpeedOfLight \
         --section WarpStateStats --section SourceCounters --section Occupancy \
         -o "$out/$row" -f "${PYTHON:-python}" "$here/harness.py" --bundles "$here/bundles" \

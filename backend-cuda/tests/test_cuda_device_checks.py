@@ -421,7 +421,9 @@ def test_ncu_profiles_each_row_and_writes_its_pages(tmp_path):
     # run_h200.sh ncu OUTDIR ROW ...: one Nsight Compute profile of each row's kernel through
     # the harness's --child, then its details page and its stall samples per SASS instruction
     bench = tmp_path / "backend-cuda" / "bench"
-    (bench / "bundles").mkdir(parents=True)
+    (bench / "bundles" / "gemm_b").mkdir(parents=True)  # a kernel sequence: its first kernel
+    (bench / "bundles" / "gemm_b" / "manifest.json").write_text(
+        '{"arch": "sm_90a", "entry": "main_0_kernel,main_1_kernel"}')
     script = bench / "run_h200.sh"
     script.write_text((BENCH / "run_h200.sh").read_text())
     tools = tmp_path / "tools"
@@ -437,6 +439,7 @@ def test_ncu_profiles_each_row_and_writes_its_pages(tmp_path):
     assert "--child gemm_a" in calls[0] and "-k main_kernel" in calls[0]
     assert "--section SourceCounters" in calls[0] and calls[1].startswith("--import")
     assert "--print-source sass" in calls[2] and "--child gemm_b" in calls[3]
+    assert "-k main_0_kernel --launch-skip 2" in calls[3]
     assert "page of" in (out / "gemm_b.txt").read_text()
     assert (out / "gemm_a.sass.csv").read_text().startswith("page of")
     usage = subprocess.run(["bash", str(script), "ncu", str(out)], capture_output=True,
