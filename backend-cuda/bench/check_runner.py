@@ -140,6 +140,7 @@ class Outcome:
     complete: bool
     log: str = ""
     timed_out: bool = False
+    out_of_time: bool = False  # stopped at the run's end (``stop_at``), not for its own time
 
 
 Runner = Callable[[str | None, list[str]], Outcome]
@@ -153,23 +154,26 @@ def sanitizer_errors(text: str) -> int | None:
     return sum(counts) if counts else None
 
 
-def process_runner(harness: Path, root: Path, sanitizer: str | None, timeout: float) -> Runner:
+def process_runner(harness: Path, root: Path, sanitizer: str | None, timeout: float,
+                   stop_at: float | None = None) -> Runner:
     """A :data:`Runner` that starts ``harness.py --run-checks`` on a batch, under
-    ``sanitizer --tool TOOL`` when a tool is given."""
+    ``sanitizer --tool TOOL`` when a tool is given; each process gets ``timeout`` seconds, and
+    none runs past ``stop_at`` (a ``time.monotonic()`` value: the end of the run's time)."""
 
     def run(tool: str | None, names: list[str]) -> Outcome:
         cmd = [sys.executable, str(harness), "--bundles", str(root), "--run-checks",
                ",".join(names)]
         if tool is not None:
             cmd = [sanitizer, "--tool", tool, "--report-api-errors", "no", *cmd]
+        limit = timeout if stop_at is None else max(1.0, min(timeout, stop_at - time.monotonic()))
         timed_out = False
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=limit)
             out, code = proc.stdout + proc.stderr, proc.returncode
         except subprocess.TimeoutExpired as exc:
             out = "".join(x.decode() if isinstance(x, bytes) else (x or "")
                           for x in (exc.stdout, exc.stderr))
-            out, code, timed_out = out + f"\n(timed out after {timeout:.0f} s)", None, True
+            out, code, timed_out = out + f"\n(timed out after {limit:.0f} s)", None, True
         results = {}
         for line in out.splitlines():
             if line.startswith(RESULT):
@@ -177,7 +181,8 @@ def process_runner(harness: Path, root: Path, sanitizer: str | None, timeout: fl
                 results[item.pop("name")] = item
         errors = 0 if tool is None else sanitizer_errors(out)
         complete = code == 0 and set(results) == set(names)
-        return Outcome(results, errors, complete, out, timed_out)
+        return Outcome(results, errors, complete, out, timed_out,
+                       out_of_time=timed_out and limit < timeout)
 
     return run
 
@@ -206,6 +211,12 @@ def attribute(run: Runner, tool: str | None, names: list[str], into: Verdicts,
     for name, result in outcome.results.items():
         into.results.setdefault(name, result)
     label = tool or "plain"
+    if outcome.out_of_time:  # the run's time ended under this process: no verdict on it
+        for name in names:
+            plain = tool is None and name in outcome.results
+            into.tools.setdefault(name, {})[label] = ("not sanitized" if plain else
+                                                      "not run (time budget)")
+        return
     if outcome.complete and outcome.errors == 0:
         for name in names:
             into.tools.setdefault(name, {})[label] = "clean" if tool else "not sanitized"
@@ -260,11 +271,13 @@ def batches(names: list[str], size: int) -> list[list[str]]:
 
 
 def sanitize_all(run: Runner, cases: dict, tools: tuple[str, ...], batch: int,
-                 deadline: float | None = None) -> Verdicts:
+                 deadline: float | None = None,
+                 progress: Callable[[Verdicts], None] | None = None) -> Verdicts:
     """Every bundled check plainly (the results, always all of them), then, while ``deadline``
     (a ``time.monotonic()`` value) allows, each of ``tools`` in order (of :data:`TOOLS`:
     memcheck over every check, racecheck and synccheck over those with shared memory and
-    barriers); checks a tool did not reach say so."""
+    barriers); checks a tool did not reach say so. ``progress`` is told the verdicts after
+    each batch (a run stopped from outside keeps what it had)."""
     into = Verdicts()
     names = sorted(cases)
     synced = [n for n in names if cases[n].get("shared_memory") and cases[n].get("barriers")]
@@ -276,6 +289,8 @@ def sanitize_all(run: Runner, cases: dict, tools: tuple[str, ...], batch: int,
     for n, (tool, subset) in enumerate(plan):
         for group in batches(subset, batch):
             attribute(run, tool, group, into, deadline if n else None)
+            if progress is not None:
+                progress(into)
     return into
 
 

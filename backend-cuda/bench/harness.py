@@ -681,21 +681,27 @@ def device_checks(args, only: list[str]) -> bool:
         sanitizer = None
     log(f"# checks: {len(index)} ({len(cases)} bundled), plainly"
         f"{', then under ' + sanitizer if sanitizer else ' only: NOT sanitized, ' + refusal}")
-    run = check_runner.process_runner(Path(__file__).resolve(), root, sanitizer,
-                                      args.batch_timeout)
+    now = time.monotonic()
+    run = check_runner.process_runner(
+        Path(__file__).resolve(), root, sanitizer, args.batch_timeout,
+        None if args.checks_stop is None else now + args.checks_stop)
     tools = tuple(t for t in args.tools.split(",") if t) if sanitizer else ()
+
+    def save(verdicts: check_runner.Verdicts) -> list[dict]:  # after every batch, and last
+        rows = check_runner.rows(index, verdicts)
+        (args.out / "checks.md").write_text(check_runner.table(rows) + "\n")
+        (args.out / "checks.json").write_text(json.dumps(rows, indent=1))
+        (args.out / "sanitizer.log").write_text("\n".join(verdicts.logs) + "\n")
+        return rows
+
     verdicts = check_runner.sanitize_all(run, cases, tools, args.batch,
-                                         time.monotonic() + args.checks_budget)
-    rows = check_runner.rows(index, verdicts)
-    table = check_runner.table(rows)
-    (args.out / "checks.md").write_text(table + "\n")
-    (args.out / "checks.json").write_text(json.dumps(rows, indent=1))
-    (args.out / "sanitizer.log").write_text("\n".join(verdicts.logs) + "\n")
+                                         now + args.checks_budget, save)
+    rows = save(verdicts)
     for r in rows:
         if check_runner.trouble(r):
             log(f"  {r['check']} {r['dtype']}: {r['result']} {r['error']}; {r['sanitizer']}; "
                 f"{r.get('detail', '')[:200]}")
-    log(f"{table.splitlines()[-1]}; {verdicts.processes} processes, "
+    log(f"{check_runner.table(rows).splitlines()[-1]}; {verdicts.processes} processes, "
         f"{time.perf_counter() - started:.0f} s (table: checks.md)")
     (args.out / "harness.log").write_text("\n".join(LOG) + "\n")
     return check_runner.healthy(rows)
@@ -723,6 +729,10 @@ def main() -> int:
     parser.add_argument("--checks-budget", type=float, default=300.0,
                         help="seconds after which the sanitizers stop starting batches "
                              "(the plain run that gives the results covers every check)")
+    parser.add_argument("--checks-stop", type=float, default=None,
+                        help="seconds after which a sanitized process still running is stopped "
+                             "(its checks: not run, time budget) so the tables are written "
+                             "within a caller's time limit; default: no such limit")
     parser.add_argument("--batch-timeout", type=float, default=300.0,
                         help="seconds one process over a batch of checks may take before it "
                              "is killed (the check it was on is pinned, the rest go on)")

@@ -155,7 +155,8 @@ case "${1:-}" in
       only=()
       [ "$CHECKS" = all ] || only=(--only "$CHECKS")
       step checks "$CHECKS_S" "$0" run "$out/checks" --checks only "${only[@]}" --batch 64 \
-        --tools "$CHECK_TOOLS" --checks-budget "$CHECKS_BUDGET" --batch-timeout 60
+        --tools "$CHECK_TOOLS" --checks-budget "$CHECKS_BUDGET" --batch-timeout 60 \
+        --checks-stop $((CHECKS_S - 10))
     fi
     # shellcheck disable=SC2086  # the row lists split on commas into arguments
     [ -z "$NCU_ROWS" ] || step ncu "$NCU_S" "$0" ncu "$out/ncu" ${NCU_ROWS//,/ }
@@ -168,7 +169,8 @@ case "${1:-}" in
       only=()
       [ "$SWEEP" = all ] || only=(--only "$SWEEP")
       step sweep "$SWEEP_S" "$0" run "$out/sweep" --checks only "${only[@]}" --batch 64 \
-        --tools "$SWEEP_TOOLS" --checks-budget "$SWEEP_BUDGET" --batch-timeout 60
+        --tools "$SWEEP_TOOLS" --checks-budget "$SWEEP_BUDGET" --batch-timeout 60 \
+        --checks-stop $((SWEEP_S - 10))
     fi
     cat "$out/plan.log"
     ;;

@@ -256,6 +256,34 @@ def test_a_check_that_loses_the_context_or_hangs_costs_one_process_not_a_bisecti
     assert check_runner.culprit(["a", "b"], {"a": {}, "b": {}}) is None
 
 
+def test_a_run_out_of_time_stops_its_process_and_keeps_every_finished_batch(tmp_path):
+    # the plan's step limit: the process running at the end is stopped (its checks: not
+    # run), the batches before it keep their verdicts, and each batch's end is saved
+    slow = tmp_path / "slow.py"
+    slow.write_text("import time; time.sleep(60)\n")
+    start = check_runner.time.monotonic()
+    run = check_runner.process_runner(slow, tmp_path, None, 300, stop_at=start + 1.0)
+    outcome = run(None, ["a"])
+    assert outcome.out_of_time and outcome.timed_out and not outcome.complete
+    assert check_runner.time.monotonic() - start < 30
+    fake, _ = _fake({})
+
+    def ends_in_racecheck(tool, names):
+        if tool == "racecheck":
+            return check_runner.Outcome({}, None, False, "log", True, out_of_time=True)
+        return fake(tool, names)
+
+    cases = {n: {"shared_memory": True, "barriers": True} for n in ("a", "b", "c")}
+    saved = []
+    into = check_runner.sanitize_all(ends_in_racecheck, cases, ("memcheck", "racecheck"), 2,
+                                     progress=lambda v: saved.append(dict(v.tools["a"])))
+    assert into.tools["a"] == {"plain": "not sanitized", "memcheck": "clean",
+                               "racecheck": "not run (time budget)"}
+    assert saved[0] == {"plain": "not sanitized"} and len(saved) == 6  # 3 tools x 2 batches
+    assert not any(check_runner.trouble(r) for r in check_runner.rows(
+        {n: {"status": "bundled", "dtype": "float16", "group": "g"} for n in cases}, into))
+
+
 def test_race_and_sync_checks_cover_shared_memory_with_barriers_within_the_budget():
     cases = {"a": {"shared_memory": True, "barriers": True},
              "b": {"shared_memory": False, "barriers": False}}
@@ -480,6 +508,7 @@ def test_plan_runs_rows_checks_and_both_profiles_in_order(tmp_path):
     assert "--only gemm_a,gemm_b" in calls[0] and "--checks none" in calls[0]
     assert "--checks only" in calls[1] and "--only" not in calls[1]  # all checks
     assert "--tools memcheck,racecheck,synccheck" in calls[1]
+    assert "--checks-stop 110" in calls[1]  # the step's 120 s less the time to write
     assert "-k main_kernel" in calls[2] and "--child gemm_a" in calls[2]
     peer = [c for c in calls[3:] if "--child" in c]
     assert [c.split("--child ")[1].split()[0] for c in peer] == ["gemm_a", "gemm_b"]
