@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -166,14 +168,10 @@ def process_runner(harness: Path, root: Path, sanitizer: str | None, timeout: fl
         if tool is not None:
             cmd = [sanitizer, "--tool", tool, "--report-api-errors", "no", *cmd]
         limit = timeout if stop_at is None else max(1.0, min(timeout, stop_at - time.monotonic()))
-        timed_out = False
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=limit)
-            out, code = proc.stdout + proc.stderr, proc.returncode
-        except subprocess.TimeoutExpired as exc:
-            out = "".join(x.decode() if isinstance(x, bytes) else (x or "")
-                          for x in (exc.stdout, exc.stderr))
-            out, code, timed_out = out + f"\n(timed out after {limit:.0f} s)", None, True
+        out, code = group_run(cmd, limit)
+        timed_out = code is None
+        if timed_out:
+            out += f"\n(timed out after {limit:.0f} s)"
         results = {}
         for line in out.splitlines():
             if line.startswith(RESULT):
@@ -185,6 +183,40 @@ def process_runner(harness: Path, root: Path, sanitizer: str | None, timeout: fl
                        out_of_time=timed_out and limit < timeout)
 
     return run
+
+
+GROUPS: set[int] = set()  # the process groups of the batches running now
+
+
+def group_run(cmd: list[str], timeout: float) -> tuple[str, int | None]:
+    """``cmd``'s output (stdout, then stderr) and exit status, None when it ran past
+    ``timeout`` and was stopped. It runs in a process group of its own, which a timeout stops
+    whole: compute-sanitizer's target process would outlive a sanitizer killed alone, and
+    keep the GPU busy into the next step. :func:`stop_groups` stops the groups running."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    GROUPS.add(proc.pid)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+        code = proc.returncode
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        code = None
+    finally:
+        GROUPS.discard(proc.pid)
+    return out + err, code
+
+
+def stop_groups(signum, frame) -> None:
+    """A signal handler (the caller's time limit: SIGTERM): the batches' process groups,
+    which the signal to the caller's group does not reach, stop with it."""
+    for group in list(GROUPS):
+        try:
+            os.killpg(group, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    raise SystemExit(128 + signum)
 
 
 @dataclass

@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import signal
 import statistics
 import sys
 import time
@@ -755,6 +756,7 @@ def main() -> int:
         return child(args)
     if args.out is None:
         parser.error("--out is required unless --list is given")
+    signal.signal(signal.SIGTERM, check_runner.stop_groups)  # a plan step's time limit
     args.out.mkdir(parents=True, exist_ok=True)
     checked = True
     if args.checks != "none" and (args.bundles / "checks").is_dir():

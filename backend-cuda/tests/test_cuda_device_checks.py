@@ -284,6 +284,18 @@ def test_a_run_out_of_time_stops_its_process_and_keeps_every_finished_batch(tmp_
         {n: {"status": "bundled", "dtype": "float16", "group": "g"} for n in cases}, into))
 
 
+def test_a_stopped_batch_takes_the_sanitizers_target_process_with_it(tmp_path):
+    # compute-sanitizer runs the checks in a child process: a timeout stops both
+    pid = tmp_path / "pid"
+    out, code = check_runner.group_run(
+        ["bash", "-c", f"sleep 60 & echo $! > {pid}; echo started; wait"], 1.0)
+    assert code is None and "started" in out and not check_runner.GROUPS
+    check_runner.time.sleep(0.2)
+    stat = Path(f"/proc/{int(pid.read_text())}/stat")
+    assert not stat.exists() or stat.read_text().split(") ")[1].startswith("Z")  # or a zombie
+    assert check_runner.group_run(["bash", "-c", "echo ok; exit 3"], 10) == ("ok\n", 3)
+
+
 def test_race_and_sync_checks_cover_shared_memory_with_barriers_within_the_budget():
     cases = {"a": {"shared_memory": True, "barriers": True},
              "b": {"shared_memory": False, "barriers": False}}
