@@ -38,6 +38,7 @@ from pathlib import Path
 
 import check_runner
 import row_runner
+import targets
 from tilewright import sparse
 from tilewright.runtime import load, open_bundle
 from tilewright.runtime.cuda import kernels_of
@@ -653,7 +654,12 @@ def measure(path: Path, ceil: dict) -> dict:
             result = {**ceilings(), "gpu": f"{props.name} ({props.multi_processor_count} SMs)",
                       "torch": torch.__version__, "cuda": torch.version.cuda}
         else:
-            result = run_case(path.name, load(path), open_bundle(path).json("case"), ceil)
+            bundle = open_bundle(path)
+            case = bundle.json("case")
+            # the target the row competes for, and which kernel it was (targets.py)
+            result = {**run_case(path.name, load(path), case, ceil),
+                      "case": targets.identity(case),
+                      "binary": bundle.manifest["files"]["binary"]["sha256"][:16]}
         result["status"] = "ok"
     except Exception as exc:  # noqa: BLE001 - reported as this bundle's row
         log(traceback.format_exc().rstrip())

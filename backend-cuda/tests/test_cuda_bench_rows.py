@@ -12,8 +12,10 @@ import pytest
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 sys.path.insert(0, str(BENCH))
 
-import harness  # noqa: E402 - after the sys.path setup
+import build_bundles  # noqa: E402 - after the sys.path setup
+import harness  # noqa: E402
 import row_runner  # noqa: E402
+import targets  # noqa: E402
 
 # a worker as harness.py --child is one: ROW, log lines, RESULT for each name it is given;
 # a name says how the row goes wrong
@@ -142,11 +144,13 @@ def test_a_worker_prints_each_row_and_stops_after_one_that_lost_the_context(
     alive = {"a": True, "b": False}
 
     class Bundle:
+        manifest = {"files": {"binary": {"sha256": "ab" * 32}}}
+
         def __init__(self, path):
             self.name = Path(path).name
 
         def json(self, _):
-            return {"kind": "gemm"}
+            return {"kind": "gemm", "M": 64, "config": {"block_M": 64}, "build": {}}
 
     def fake_case(name, kernel, case, ceil):
         if name == "b":
@@ -174,6 +178,61 @@ def test_a_worker_prints_each_row_and_stops_after_one_that_lost_the_context(
              if line.startswith(("ROW ", "RESULT "))]
     assert lines[0] == "ROW a" and lines[2] == "ROW b" and len(lines) == 4  # c never starts
     first, second = (json.loads(line[len("RESULT "):]) for line in (lines[1], lines[3]))
-    assert first == {"name": "a", "ours_ms": 2.0, "ceil": 4.0, "status": "ok"}
+    assert first == {"name": "a", "ours_ms": 2.0, "ceil": 4.0, "status": "ok",
+                     "case": {"kind": "gemm", "M": 64}, "binary": "ab" * 8}
     assert second["status"].startswith("FAILED: RuntimeError: CUDA error: an illegal")
     assert second["fatal"] is True
+
+
+def _result(ratio, binary="k1", m=4096, kind="gemm", dtype="float16", status="ok"):
+    case = {"kind": kind, "dtype": dtype, "M": m, "N": 8192 if kind == "w4a16" else m,
+            "K": 8192 if kind == "w4a16" else m}
+    return {"status": status, "ratio": ratio if status == "ok" else None, "case": case,
+            "binary": binary}
+
+
+def test_targets_rank_each_issues_rows_and_say_which_default_to_change(tmp_path):
+    run1 = {"results": {"gemm_float16_4096": _result(0.94),
+                        "gemm_float16_4096_pio": _result(0.98),
+                        "gemm_float16_4096_sk": _result(0.80, binary="old"),
+                        "w4a16_m1_8192": _result(2.6, m=1, kind="w4a16"),
+                        "int8_gemm_4096": _result(1.1, kind="int8_gemm", dtype="int8")}}
+    run2 = {"results": {"gemm_float16_4096": _result(0.96),
+                        "gemm_float16_4096_pio": _result(1.02),
+                        "gemm_float16_4096_sk": _result(0.99, binary="new"),
+                        "gemm_float16_4096_mc": _result(None, status="FAILED: timed out")}}
+    found = targets.verdicts(targets.collect([run1, run2], None))
+    gemm = next(v for v in found if v.target.default == "gemm_float16_4096")
+    # the median of the runs of one kernel; a row rebuilt since counts its new kernel only
+    assert [(r.name, r.ratio) for r in gemm.ranked] == [
+        ("gemm_float16_4096_pio", 1.0), ("gemm_float16_4096_sk", 0.99),
+        ("gemm_float16_4096", 0.95)]
+    assert gemm.met and gemm.change and [r.name for r in gemm.failed] == ["gemm_float16_4096_mc"]
+    w4 = next(v for v in found if v.target.default == "w4a16_m1_8192")
+    assert w4.met and not w4.change  # the default is the best
+    text = targets.table(found)
+    assert "`gemm_float16_4096` -> `gemm_float16_4096_pio`" in text
+    assert "`gemm_float16_4096_mc` (GEMM float16 4096^3 vs cuBLAS): FAILED: timed out" in text
+    assert "int8" not in text  # no target: no row
+    (tmp_path / "r.json").write_text(json.dumps(run1))
+    assert targets.main([str(tmp_path / "r.json")]) == 0
+
+
+def test_older_results_take_their_cases_from_the_bundles(tmp_path):
+    (tmp_path / "gemm_bfloat16_8192").mkdir()
+    (tmp_path / "gemm_bfloat16_8192" / "case.json").write_text(json.dumps(
+        {"kind": "gemm", "dtype": "bfloat16", "M": 8192, "N": 8192, "K": 8192,
+         "config": {}, "build": {}}))
+    old = {"results": {"gemm_bfloat16_8192": {"status": "ok", "ratio": 0.99},
+                       "gone_row": {"status": "ok", "ratio": 9.0}}}
+    found = targets.verdicts(targets.collect([old], tmp_path))
+    bf16 = next(v for v in found if v.target.default == "gemm_bfloat16_8192")
+    assert [r.name for r in bf16.ranked] == ["gemm_bfloat16_8192"] and not bf16.met
+    assert all(r.name != "gone_row" for v in found for r in v.ranked)
+
+
+def test_every_targets_default_row_is_built():
+    built = {name: case for name, case, *_ in build_bundles.cases(quick=False)}
+    for target in targets.TARGETS:
+        assert target.default in built, target
+        assert target.takes(targets.identity(built[target.default])), target
