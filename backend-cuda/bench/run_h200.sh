@@ -31,9 +31,11 @@
 #                                    says what the next run should measure): the benchmark
 #                                    rows, then the checks under the sanitizers, then ncu of
 #                                    our rows and the peer's, each step under its own time
-#                                    limit so an overrun costs only that step; everything is
-#                                    written under OUTDIR as it goes (OUTDIR/plan.log: each
-#                                    step's seconds and exit status)
+#                                    limit so an overrun costs only that step; after each
+#                                    step OUTDIR gets plan.log (each step's seconds and exit
+#                                    status), results.tar.xz (every file of the steps but the
+#                                    ncu reports), ncu-reports.tar.xz and targets.md (the
+#                                    issues' numbers): the 8 files a device run returns
 # Run them from the repository root. Record results in backend-cuda/bench/RESULTS.md.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -140,39 +142,62 @@ case "${1:-}" in
     SWEEP="" SWEEP_TOOLS=memcheck,racecheck SWEEP_S=90 SWEEP_BUDGET=60
     # shellcheck source=/dev/null
     source "$plan"
+    # the steps write under a work folder; OUTDIR gets what a device run returns (at most 8
+    # files of 16 MiB): plan.log, results.tar.xz (every step's files but the Nsight Compute
+    # reports), ncu-reports.tar.xz, targets.md (targets.py on the benchmark rows), remade
+    # after every step so that a run stopped from outside keeps the steps it finished
+    work="$(mktemp -d "${TMPDIR:-/tmp}/tw-plan.XXXXXX")"
     mkdir -p "$out"
-    cp "$plan" "$out/plan.txt"
+    cp "$plan" "$work/plan.txt"
+    : > "$work/plan.log"
+    keep() {
+      tar -C "$work" --exclude='*.ncu-rep' -cJf "$work.results" . && \
+        mv "$work.results" "$out/results.tar.xz"
+      local reports
+      reports="$(cd "$work" && find . -name '*.ncu-rep' | sort)"
+      if [ -n "$reports" ]; then
+        # shellcheck disable=SC2086  # the report paths have no spaces (row names)
+        tar -C "$work" -cJf "$work.reports" $reports && mv "$work.reports" "$out/ncu-reports.tar.xz"
+      fi
+      cp "$work/plan.log" "$out/plan.log"
+      if [ -f "$work/bench/results.json" ]; then
+        "${PYTHON:-python}" "$here/targets.py" "$work/bench/results.json" > "$out/targets.md" \
+          2>&1 || true
+      fi
+    }
     step() {  # step NAME SECONDS COMMAND...: one step under its limit, its time in plan.log
       local name=$1 limit=$2 t0 rc=0
       shift 2
       t0=$(date +%s)
-      timeout "$limit" bash "$@" > "$out/$name.out" 2>&1 || rc=$?
-      echo "$name: ${limit}s limit, $(( $(date +%s) - t0 ))s, exit $rc" | tee -a "$out/plan.log"
+      timeout "$limit" bash "$@" > "$work/$name.out" 2>&1 || rc=$?
+      echo "$name: ${limit}s limit, $(( $(date +%s) - t0 ))s, exit $rc" | tee -a "$work/plan.log"
+      keep
     }
-    [ -z "$ROWS" ] || step bench "$BENCH_S" "$0" run "$out/bench" --checks none \
+    [ -z "$ROWS" ] || step bench "$BENCH_S" "$0" run "$work/bench" --checks none \
       --timeout "$ROW_TIMEOUT" --only "$ROWS"
     if [ -n "$CHECKS" ]; then
       only=()
       [ "$CHECKS" = all ] || only=(--only "$CHECKS")
-      step checks "$CHECKS_S" "$0" run "$out/checks" --checks only "${only[@]}" --batch 64 \
+      step checks "$CHECKS_S" "$0" run "$work/checks" --checks only "${only[@]}" --batch 64 \
         --tools "$CHECK_TOOLS" --checks-budget "$CHECKS_BUDGET" --batch-timeout 60 \
         --checks-stop $((CHECKS_S - 10))
     fi
     # shellcheck disable=SC2086  # the row lists split on commas into arguments
-    [ -z "$NCU_ROWS" ] || step ncu "$NCU_S" "$0" ncu "$out/ncu" ${NCU_ROWS//,/ }
+    [ -z "$NCU_ROWS" ] || step ncu "$NCU_S" "$0" ncu "$work/ncu" ${NCU_ROWS//,/ }
     # shellcheck disable=SC2086
     [ -z "$NCU_PEER_ROWS" ] || NCU_FILTER="$NCU_PEER_FILTER" step ncu-peer "$NCU_S" "$0" ncu \
-      "$out/ncu-peer" ${NCU_PEER_ROWS//,/ }
+      "$work/ncu-peer" ${NCU_PEER_ROWS//,/ }
     # last, a second checks step: e.g. the whole catalogue (SWEEP=all) after the new kernels'
     # checks had every tool first (a sanitizer walks the checks by name within its budget)
     if [ -n "$SWEEP" ]; then
       only=()
       [ "$SWEEP" = all ] || only=(--only "$SWEEP")
-      step sweep "$SWEEP_S" "$0" run "$out/sweep" --checks only "${only[@]}" --batch 64 \
+      step sweep "$SWEEP_S" "$0" run "$work/sweep" --checks only "${only[@]}" --batch 64 \
         --tools "$SWEEP_TOOLS" --checks-budget "$SWEEP_BUDGET" --batch-timeout 60 \
         --checks-stop $((SWEEP_S - 10))
     fi
     cat "$out/plan.log"
+    [ ! -f "$out/targets.md" ] || cat "$out/targets.md"
     ;;
   *)
     echo "usage: $0 build [--quick] | pack [--quick] | run OUTDIR [--quick] [--only NAME,...]" \

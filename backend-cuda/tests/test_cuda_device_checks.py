@@ -488,9 +488,18 @@ def test_ncu_profiles_each_row_and_writes_its_pages(tmp_path):
 
 
 FAKE_PYTHON = """#!/usr/bin/env bash
-# records the harness's arguments; SLEEP makes the benchmark step overrun its limit
+# records the harness's arguments; SLEEP makes the benchmark step overrun its limit; the
+# benchmark step writes one row's results; targets.py runs for real
+case "$1" in *targets.py) exec "$REAL_PYTHON" "$@";; esac
 echo "$@" >> "$(dirname "$0")/calls"
-case "$*" in *"--checks none"*) sleep "${SLEEP:-0}";; esac
+case "$*" in *"--checks none"*)
+  sleep "${SLEEP:-0}"
+  out="$(echo "$*" | sed 's/.*--out \\([^ ]*\\).*/\\1/')"
+  mkdir -p "$out"
+  case='{"kind": "gemm", "dtype": "float16", "M": 4096, "N": 4096, "K": 4096}'
+  echo '{"results": {"gemm_float16_4096": {"status": "ok", "ratio": 1.01, "case": '"$case"'}}}' \\
+    > "$out/results.json";;
+esac
 """
 
 
@@ -499,6 +508,7 @@ def _plan_run(tmp_path, plan: str, sleep: int = 0):
     (bench / "bundles").mkdir(parents=True)
     script = bench / "run_h200.sh"
     script.write_text((BENCH / "run_h200.sh").read_text())
+    (bench / "targets.py").write_text((BENCH / "targets.py").read_text())
     (bench / "test.plan").write_text(plan)
     tools = tmp_path / "tools"
     tools.mkdir()
@@ -506,7 +516,7 @@ def _plan_run(tmp_path, plan: str, sleep: int = 0):
         (tools / name).write_text(text)
         (tools / name).chmod(0o755)
     env = {**os.environ, "PATH": f"{tools}:{os.environ['PATH']}", "PYTHON": str(tools / "python"),
-           "SLEEP": str(sleep)}
+           "SLEEP": str(sleep), "REAL_PYTHON": sys.executable, "TMPDIR": str(tmp_path)}
     out = tmp_path / "out"
     subprocess.run(["bash", str(script), "plan", str(out), str(bench / "test.plan")],
                    check=True, capture_output=True, env=env)
@@ -531,7 +541,19 @@ def test_plan_runs_rows_checks_and_both_profiles_in_order(tmp_path):
     assert "--checks only" in calls[-1] and "--only" not in calls[-1]  # the sweep: all
     assert "--tools memcheck,racecheck " in calls[-1]
     assert all(line.endswith("exit 0") for line in log)
-    assert (out / "plan.txt").read_text().startswith("ROWS=gemm_a")
+    # what comes back from a device run: at most 8 files, the steps' files in one archive
+    assert sorted(p.name for p in out.iterdir()) == [
+        "ncu-reports.tar.xz", "plan.log", "results.tar.xz", "targets.md"]
+    listed = subprocess.run(["tar", "-tJf", str(out / "results.tar.xz")], check=True,
+                            capture_output=True, text=True).stdout.split()
+    assert {"./plan.txt", "./plan.log", "./bench.out", "./bench/results.json",
+            "./ncu/gemm_a.txt", "./ncu-peer/gemm_b.txt"} <= set(listed)
+    assert not any(name.endswith(".ncu-rep") for name in listed)
+    reports = subprocess.run(["tar", "-tJf", str(out / "ncu-reports.tar.xz")], check=True,
+                             capture_output=True, text=True).stdout.split()
+    assert sorted(reports) == ["./ncu-peer/gemm_a.ncu-rep", "./ncu-peer/gemm_b.ncu-rep",
+                               "./ncu/gemm_a.ncu-rep"]
+    assert "| GEMM float16 4096^3 vs cuBLAS | >= 1.0 |" in (out / "targets.md").read_text()
 
 
 def test_plan_step_over_its_limit_costs_only_that_step(tmp_path):
