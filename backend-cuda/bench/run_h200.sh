@@ -104,7 +104,7 @@ case "${1:-}" in
     unpack
     mkdir -p "$out"
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$out/gpu.txt" || true
-    PYTHONPATH="$pythonpath" "${PYTHON:-python}" "$here/harness.py" --bundles "$here/bundles" \
+    PYTHONPATH="$pythonpath" "${PYTHON:-python3}" "$here/harness.py" --bundles "$here/bundles" \
       --out "$out" "${@:3}"
     ;;
   ncu)
@@ -122,7 +122,7 @@ case "${1:-}" in
         "${NCU_FILTER:--k ${entry:-main_kernel} --launch-skip 2 --launch-count 1}"
       PYTHONPATH="$pythonpath" ncu --clock-control none "${filter[@]}" --section SpeedOfLight \
         --section WarpStateStats --section SourceCounters --section Occupancy \
-        -o "$out/$row" -f "${PYTHON:-python}" "$here/harness.py" --bundles "$here/bundles" \
+        -o "$out/$row" -f "${PYTHON:-python3}" "$here/harness.py" --bundles "$here/bundles" \
         --child "$row" --budget 0.05 > "$out/$row.txt" 2>&1 || true
       if [ -f "$out/$row.ncu-rep" ]; then
         ncu --import "$out/$row.ncu-rep" --page details >> "$out/$row.txt" 2>&1 || true
@@ -161,7 +161,7 @@ case "${1:-}" in
       fi
       cp "$work/plan.log" "$out/plan.log"
       if [ -f "$work/bench/results.json" ]; then
-        "${PYTHON:-python}" "$here/targets.py" "$work/bench/results.json" > "$out/targets.md" \
+        "${PYTHON:-python3}" "$here/targets.py" "$work/bench/results.json" > "$out/targets.md" \
           2>&1 || true
       fi
     }
