@@ -34,8 +34,9 @@
 #                                    limit so an overrun costs only that step; after each
 #                                    step OUTDIR gets plan.log (each step's seconds and exit
 #                                    status), results.tar.xz (every file of the steps but the
-#                                    ncu reports), ncu-reports.tar.xz and targets.md (the
-#                                    issues' numbers): the 8 files a device run returns
+#                                    ncu reports), targets.md (the issues' numbers) and each
+#                                    ncu step's reports (STEP-reports.tar): within the 8 files
+#                                    a device run returns
 # Run them from the repository root. Record results in backend-cuda/bench/RESULTS.md.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -144,20 +145,19 @@ case "${1:-}" in
     source "$plan"
     # the steps write under a work folder; OUTDIR gets what a device run returns (at most 8
     # files of 16 MiB): plan.log, results.tar.xz (every step's files but the Nsight Compute
-    # reports), ncu-reports.tar.xz, targets.md (targets.py on the benchmark rows), remade
-    # after every step so that a run stopped from outside keeps the steps it finished
+    # reports), targets.md (targets.py on the benchmark rows), remade after every step so that
+    # a run stopped from outside keeps the steps it finished, and each ncu step's reports
+    # (ncu-reports.tar, ncu-peer-reports.tar; already compressed: a plain tar, made once)
     work="$(mktemp -d "${TMPDIR:-/tmp}/tw-plan.XXXXXX")"
     mkdir -p "$out"
     cp "$plan" "$work/plan.txt"
     : > "$work/plan.log"
-    keep() {
-      tar -C "$work" --exclude='*.ncu-rep' -cJf "$work.results" . && \
+    keep() {  # keep STEP: after STEP
+      tar -C "$work" --exclude='*.ncu-rep' -cf - . | xz -T0 -3 > "$work.results" && \
         mv "$work.results" "$out/results.tar.xz"
-      local reports
-      reports="$(cd "$work" && find . -name '*.ncu-rep' | sort)"
-      if [ -n "$reports" ]; then
-        # shellcheck disable=SC2086  # the report paths have no spaces (row names)
-        tar -C "$work" -cJf "$work.reports" $reports && mv "$work.reports" "$out/ncu-reports.tar.xz"
+      if compgen -G "$work/$1/*.ncu-rep" > /dev/null; then
+        (cd "$work" && tar -cf "$work.reports" "$1"/*.ncu-rep) && \
+          mv "$work.reports" "$out/$1-reports.tar"
       fi
       cp "$work/plan.log" "$out/plan.log"
       if [ -f "$work/bench/results.json" ]; then
@@ -171,7 +171,7 @@ case "${1:-}" in
       t0=$(date +%s)
       timeout "$limit" bash "$@" > "$work/$name.out" 2>&1 || rc=$?
       echo "$name: ${limit}s limit, $(( $(date +%s) - t0 ))s, exit $rc" | tee -a "$work/plan.log"
-      keep
+      keep "$name"
     }
     [ -z "$ROWS" ] || step bench "$BENCH_S" "$0" run "$work/bench" --checks none \
       --timeout "$ROW_TIMEOUT" --only "$ROWS"

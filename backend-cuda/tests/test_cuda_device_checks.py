@@ -543,16 +543,17 @@ def test_plan_runs_rows_checks_and_both_profiles_in_order(tmp_path):
     assert all(line.endswith("exit 0") for line in log)
     # what comes back from a device run: at most 8 files, the steps' files in one archive
     assert sorted(p.name for p in out.iterdir()) == [
-        "ncu-reports.tar.xz", "plan.log", "results.tar.xz", "targets.md"]
+        "ncu-peer-reports.tar", "ncu-reports.tar", "plan.log", "results.tar.xz", "targets.md"]
     listed = subprocess.run(["tar", "-tJf", str(out / "results.tar.xz")], check=True,
                             capture_output=True, text=True).stdout.split()
     assert {"./plan.txt", "./plan.log", "./bench.out", "./bench/results.json",
             "./ncu/gemm_a.txt", "./ncu-peer/gemm_b.txt"} <= set(listed)
     assert not any(name.endswith(".ncu-rep") for name in listed)
-    reports = subprocess.run(["tar", "-tJf", str(out / "ncu-reports.tar.xz")], check=True,
-                             capture_output=True, text=True).stdout.split()
-    assert sorted(reports) == ["./ncu-peer/gemm_a.ncu-rep", "./ncu-peer/gemm_b.ncu-rep",
-                               "./ncu/gemm_a.ncu-rep"]
+    reports = [subprocess.run(["tar", "-tf", str(out / f"{step}-reports.tar")], check=True,
+                              capture_output=True, text=True).stdout.split()
+               for step in ("ncu", "ncu-peer")]
+    assert reports == [["ncu/gemm_a.ncu-rep"], ["ncu-peer/gemm_a.ncu-rep",
+                                                "ncu-peer/gemm_b.ncu-rep"]]
     assert "| GEMM float16 4096^3 vs cuBLAS | >= 1.0 |" in (out / "targets.md").read_text()
 
 
