@@ -308,10 +308,11 @@ def sanitize_all(run: Runner, cases: dict, tools: tuple[str, ...], batch: int,
     """Every bundled check plainly (the results, always all of them), then, while ``deadline``
     (a ``time.monotonic()`` value) allows, each of ``tools`` in order (of :data:`TOOLS`:
     memcheck over every check, racecheck and synccheck over those with shared memory and
-    barriers); checks a tool did not reach say so. ``progress`` is told the verdicts after
-    each batch (a run stopped from outside keeps what it had)."""
+    barriers), each over the checks in the order of ``cases`` (a plan's first checks are
+    reached first); checks a tool did not reach say so. ``progress`` is told the verdicts
+    after each batch (a run stopped from outside keeps what it had)."""
     into = Verdicts()
-    names = sorted(cases)
+    names = list(cases)  # in the caller's order: a plan's first checks get every tool first
     synced = [n for n in names if cases[n].get("shared_memory") and cases[n].get("barriers")]
     unknown = set(tools) - set(TOOLS)
     if unknown:

@@ -27,6 +27,7 @@ row (two files); one short table is printed last.
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import gc
 import json
 import signal
@@ -574,13 +575,26 @@ def _case(path: Path) -> dict:
         return {}
 
 
-def bundles_in(root: Path, only: list[str]) -> list[Path]:
-    """The bundles under ``root``: those ``only`` names, in its order (a plan's priority), or
-    every one by name."""
-    built = sorted(p for p in root.iterdir() if (p / "manifest.json").exists())
+def is_pattern(name: str) -> bool:
+    return any(c in name for c in "*?[")
+
+
+def chosen(names, only: list[str]) -> list[str]:
+    """Those of ``names`` that ``only`` picks, in its order (a plan's priority), once each: a
+    name, or a pattern (``fnmatch``: ``conformance-*``) picking its matches by name; every
+    name, sorted, when ``only`` is empty."""
+    names = sorted(names)
     if not only:
-        return built
-    return [root / name for name in only if root / name in built]
+        return names
+    picked = (fnmatch.filter(names, item) if is_pattern(item) else
+              [item] if item in names else [] for item in only)
+    return list(dict.fromkeys(name for group in picked for name in group))
+
+
+def bundles_in(root: Path, only: list[str]) -> list[Path]:
+    """The bundles under ``root`` that ``only`` picks (:func:`chosen`), in its order."""
+    built = [p.name for p in root.iterdir() if (p / "manifest.json").exists()]
+    return [root / name for name in chosen(built, only)]
 
 
 def list_bundles(root: Path, only: list[str]) -> int:
@@ -595,8 +609,8 @@ def list_bundles(root: Path, only: list[str]) -> int:
         for entry in index.values():
             counts[entry["status"]] = counts.get(entry["status"], 0) + 1
         print(f"checks: {json.dumps(counts)} (index.json)")
-        missing = [n for n, e in index.items() if e["status"] == "bundled" and
-                   not (checks / n / "manifest.json").exists() and (not only or n in only)]
+        missing = [n for n in chosen(index, only) if index[n]["status"] == "bundled" and
+                   not (checks / n / "manifest.json").exists()]
         if missing:
             print(f"checks missing their bundles: {', '.join(missing)}")
             return 1
@@ -677,8 +691,11 @@ def device_checks(args, only: list[str]) -> bool:
     ok and clean; True when every bundled check passed clean."""
     root = args.bundles / "checks"
     index = json.loads((root / "index.json").read_text())
-    if only:
-        index = {n: e for n, e in index.items() if n in only}
+    index = {n: index[n] for n in chosen(index, only)}
+    for name, entry in index.items():  # a plan carries the checks it names, not every one
+        if entry["status"] == "bundled" and not (root / name / "manifest.json").exists():
+            index[name] = {**entry, "status": "not carried",
+                           "reason": f"no bundle {root / name} on this machine"}
     cases = {n: open_bundle(root / n).json("case") for n, e in index.items()
              if e["status"] == "bundled"}
     started = time.perf_counter()
@@ -718,7 +735,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bundles", type=Path, required=True)
     parser.add_argument("--out", type=Path, help="folder for the logs (not with --list)")
-    parser.add_argument("--only", default="", help="comma-separated bundle names")
+    parser.add_argument("--only", default="",
+                        help="comma-separated bundle names or patterns (conformance-*), in the "
+                             "order to run them")
     parser.add_argument("--quick", action="store_true",
                         help="the small sizes (BUNDLES/quick), a smoke run")
     parser.add_argument("--list", action="store_true",
@@ -780,7 +799,7 @@ def main() -> int:
     names = [p.name for p in bundles_in(root, only)]
     checks = args.bundles / "checks"
     for name in only:  # a name that is neither a row nor a check is a plan's mistake
-        if name not in names and not (checks / name).is_dir():
+        if not is_pattern(name) and name not in names and not (checks / name).is_dir():
             log(f"{name}: not built (no bundle {root / name})")
             rows.append((name, row_runner.failed("not built")))
     log(f"# {time.strftime('%Y-%m-%d %H:%M:%S %Z')}, bundles {root}, {len(names)} rows in "

@@ -80,7 +80,17 @@ case "${1:-}" in
           names+=(bundles/checks)
         elif [ -n "$CHECKS$SWEEP" ]; then
           names+=(bundles/checks/index.json)
-          for check in ${CHECKS//,/ } ${SWEEP//,/ }; do names+=("bundles/checks/$check"); done
+          set -f  # a check may be a pattern (conformance-*): it picks the built ones
+          for check in ${CHECKS//,/ } ${SWEEP//,/ }; do
+            case "$check" in
+              *[*?[]*) set +f
+                       mapfile -t -O "${#names[@]}" names < <(cd "$here" && compgen -G \
+                         "bundles/checks/$check" || echo "bundles/checks/$check")
+                       set -f ;;
+              *) names+=("bundles/checks/$check") ;;
+            esac
+          done
+          set +f
         fi
         mapfile -t names < <(printf '%s\n' "${names[@]}" | sort -u)
         for name in "${names[@]}"; do

@@ -413,7 +413,9 @@ def test_pack_archives_the_bundles_and_run_unpacks_them(tmp_path):
 
 def test_pack_with_a_plan_takes_only_its_bundles_and_refuses_what_cannot_be_carried(tmp_path):
     bench = tmp_path / "backend-cuda" / "bench"
-    for name in ("row_a", "row_b", "checks/c1", "checks/c2", "checks/c3"):
+    for name in ("row_a", "row_b", "checks/c1", "checks/c2", "checks/c3", "checks/conf-x",
+                 "checks/conf-y", "checks/dialect-bench_z", "checks/dialect-block_w",
+                 "checks/dialect-tma_v"):
         (bench / "bundles" / name).mkdir(parents=True)
         (bench / "bundles" / name / "x.bin").write_bytes(os.urandom(4096))
     (bench / "bundles" / "checks" / "index.json").write_text("{}")
@@ -421,7 +423,8 @@ def test_pack_with_a_plan_takes_only_its_bundles_and_refuses_what_cannot_be_carr
     script.write_text((BENCH / "run_h200.sh").read_text())
     (tmp_path / ".git" / "info").mkdir(parents=True)
     plan = bench / "test.plan"
-    plan.write_text("ROWS=row_a\nCHECKS=c1\nSWEEP=c3\nNCU_ROWS=row_a\n")
+    plan.write_text("ROWS=row_a\nCHECKS=c1\nSWEEP=c3,conf-*,dialect-[!b]*,dialect-block*\n"
+                    "NCU_ROWS=row_a\n")
     subprocess.run(["bash", str(script), "pack", "--plan", str(plan)], check=True,
                    capture_output=True)
     listed = subprocess.run(["tar", "-tJf", str(tmp_path / ".devpack" / "bundles.tar.xz")],
@@ -429,13 +432,18 @@ def test_pack_with_a_plan_takes_only_its_bundles_and_refuses_what_cannot_be_carr
     tops = {"/".join(n.split("/")[:3 if n.startswith("bundles/checks/") else 2])
             for n in listed}
     assert sorted(tops) == [
-        "bundles/checks/c1", "bundles/checks/c3", "bundles/checks/index.json",
-        "bundles/row_a"]
+        "bundles/checks/c1", "bundles/checks/c3", "bundles/checks/conf-x",
+        "bundles/checks/conf-y", "bundles/checks/dialect-block_w", "bundles/checks/dialect-tma_v",
+        "bundles/checks/index.json", "bundles/row_a"]
     # a plan naming what is not built, and an archive over the limit, are refused
     plan.write_text("ROWS=row_z\n")
     bad = subprocess.run(["bash", str(script), "pack", "--plan", str(plan)],
                          capture_output=True, text=True)
     assert bad.returncode == 1 and "names bundles/row_z, which is not built" in bad.stderr
+    plan.write_text("SWEEP=nothing-*\n")  # a pattern that picks nothing is a mistake too
+    bad = subprocess.run(["bash", str(script), "pack", "--plan", str(plan)],
+                         capture_output=True, text=True)
+    assert bad.returncode == 1 and "names bundles/checks/nothing-*, which is not" in bad.stderr
     big = subprocess.run(["bash", str(script), "pack"], capture_output=True, text=True,
                          env={**os.environ, "PACK_LIMIT_MB": "0"})
     assert big.returncode == 1 and "over the 0 MiB a device run can carry" in big.stderr
@@ -573,7 +581,30 @@ def test_next_run_plan_names_built_rows():
     for key in ("ROWS", "NCU_ROWS", "NCU_PEER_ROWS"):
         assert set(settings[key].split(",")) <= built, key
     # ... and checks checks.py makes (or all)
-    named = {c.name for c in checks.every_check()}
+    named = [c.name for c in checks.every_check()]
     for key in ("CHECKS", "SWEEP"):
         if settings.get(key, "all") != "all":
-            assert set(settings[key].split(",")) <= named, key
+            for item in settings[key].split(","):  # a name, or a pattern picking some
+                assert harness.chosen(named, [item]), (key, item)
+
+
+def test_checks_and_rows_are_picked_by_name_or_pattern_in_the_order_given():
+    names = ["conformance-a", "conformance-b", "dialect-bench_x", "dialect-block_y",
+             "dialect-tma_z", "example-e"]
+    assert harness.chosen(names, []) == sorted(names)
+    assert harness.chosen(names, ["example-e", "conformance-*", "dialect-[!b]*",
+                                  "dialect-block*", "conformance-a", "gone"]) == [
+        "example-e", "conformance-a", "conformance-b", "dialect-tma_z", "dialect-block_y"]
+
+
+def test_a_check_the_plan_did_not_carry_is_reported_not_run(tmp_path):
+    root = tmp_path / "checks"
+    root.mkdir()
+    (root / "index.json").write_text(json.dumps(
+        {"c1": {"status": "bundled", "dtype": "float16", "group": "g"}}))
+    args = harness.argparse.Namespace(bundles=tmp_path, out=tmp_path, sanitizer=None,
+                                      batch_timeout=10, checks_stop=None, tools="", batch=8,
+                                      checks_budget=10)
+    assert not harness.device_checks(args, ["c*"])
+    rows = json.loads((tmp_path / "checks.json").read_text())
+    assert rows[0]["result"] == "not carried" and "no bundle" in rows[0]["detail"]
