@@ -72,13 +72,15 @@ def reinterpret_operands_widened(func: tirx.PrimFunc) -> tirx.PrimFunc:
     converted back to the result's width (the same value, so the same bits). TVM's
     NarrowDataType makes a 64-bit integer expression whose values fit 32 bits 32-bit, also
     the operand of a reinterpret (``T.unpack`` of an int8 value cast to int64 reads the
-    fields of ``reinterpret(uint64, int64(x))``), and the CUDA printer then stops on the
-    widths."""
+    widths. A reinterpret to or from a pointer (``T.make_tensor`` of an address read from a
+    ``T.ptr`` table) is left as it is."""
 
     def visit(c):
         if not c.op.same_as(_REINTERPRET):
             return c
         (value,) = c.args
+        if not (isinstance(value.ty, tvm.ir.PrimType) and isinstance(c.ty, tvm.ir.PrimType)):
+            return c
         src, dst = tvm.DataType(str(value.ty)), tvm.DataType(str(c.ty))
         kind = str(src.with_lanes(1)).rstrip("0123456789")
         if kind not in ("int", "uint") or src.lanes != dst.lanes or src.bits >= dst.bits:
