@@ -9,7 +9,7 @@ import tilewright.language as T
 import torch
 from sass import dump
 from tilewright.errors import ConfigError
-from tilewright_cuda import options
+from tilewright_cuda import arch, executor, options
 from tilewright_cuda.executor import CompileError
 
 FAST = {tilewright.PassConfigKey.TL_ENABLE_FAST_MATH: True}
@@ -85,6 +85,38 @@ def test_user_flags_reach_nvrtc_and_a_bad_one_is_named():
     assert kernel.executable.launch["compile_flags"] == ["-lineinfo"]
     with pytest.raises(CompileError, match="--no-such-flag"):
         build({tilewright.PassConfigKey.TL_DEVICE_COMPILE_FLAGS: ["--no-such-flag"]})
+
+
+# what TileLang's examples give (deepseek_mla/example_mla_decode_ws.py): nvcc's flags
+TILELANG_FLAGS = ["-O3", "-Wno-deprecated-declarations", "-U__CUDA_NO_HALF_OPERATORS__",
+                  "--expt-relaxed-constexpr", "--expt-extended-lambda",
+                  "--ptxas-options=-v,--register-usage-level=10", "-DNDEBUG"]
+
+
+def test_nvccs_flags_become_nvrtcs():
+    kept, dropped = executor.nvrtc_flags(
+        [*TILELANG_FLAGS, "-Xcompiler", "-fPIC", "-Xptxas", "-O2,-v", "-lineinfo", "-g"])
+    assert kept == ["-U__CUDA_NO_HALF_OPERATORS__", "--ptxas-options=-v",
+                    "--ptxas-options=--register-usage-level=10", "-DNDEBUG",
+                    "--ptxas-options=-O2", "--ptxas-options=-v", "-lineinfo"]
+    assert [d.split(":")[0] for d in dropped] == [
+        "-O3", "-Wno-deprecated-declarations", "--expt-relaxed-constexpr",
+        "--expt-extended-lambda", "-Xcompiler=-fPIC", "-g"]
+    assert "host code's optimisation level" in dropped[0]
+
+
+@pytest.mark.nvrtc
+def test_tilelangs_nvcc_flags_build_with_nvrtc(tmp_path):
+    """TileLang's examples give nvcc's flags; NVRTC, which has no option for some of them,
+    builds with the others and its log says which it left out (it stopped on "-O3")."""
+    kernel = tilewright.compile(softmax_rows(), out_idx=[1], target="cuda -arch=sm_90a",
+                                execution_backend="nvrtc", compile_flags=TILELANG_FLAGS)
+    assert kernel.executable.launch["compile_flags"] == TILELANG_FLAGS
+    text = tilewright.lower(softmax_rows(), "cuda -arch=sm_90a").source.text
+    cubin, log = executor.nvrtc_compile(text, arch.get("sm_90a"), tmp_path, TILELANG_FLAGS)
+    assert cubin and log.startswith("NVRTC left out nvcc's flags it has no option for:")
+    assert "  -O3: the host code's optimisation level" in log
+    assert "ptxas info" in log  # -v reached ptxas as an option of its own
 
 
 @pytest.mark.nvrtc

@@ -74,11 +74,46 @@ def _define(path: Path, name: str) -> str:
 NVRTC_FLAGS = (FLAGS[0], "--diag-suppress=177,550", "--ptxas-options=-v")
 
 
+# nvcc's flags that NVRTC, which compiles device code alone, has no option for: each pattern
+# with what the flag is about. TileLang's examples give nvcc's flags (compile_flags=["-O3",
+# "--expt-relaxed-constexpr", ...]); NVRTC names any other flag it does not know.
+NVCC_ONLY = (
+    (r"-O[0-3]?", "the host code's optimisation level"),
+    (r"-g|--debug", "the host code's debug information (-G is the device code's)"),
+    (r"(-Xcompiler|--compiler-options)(=.*)?", "the host compiler's options"),
+    (r"-W(no-)?deprecated-declarations", "a warning"),
+    (r"--?expt-relaxed-constexpr|--?expt-extended-lambda|--?extended-lambda",
+     "a C++ extension of nvcc's front end (the generated code and its headers build without)"),
+)
+# nvcc splits these options' values at commas; NVRTC hands its value to ptxas as one option
+PTXAS = re.compile(r"(--ptxas-options|-Xptxas)=(.*)")
+
+
+def nvrtc_flags(flags) -> tuple[list[str], list[str]]:
+    """(the flags NVRTC gets for nvcc's ``flags``, one line for each left out and why): the
+    flags of :data:`NVCC_ONLY` are left out, a ptxas option list is given one option a flag;
+    the others pass as they are."""
+    kept, dropped = [], []
+    flags = iter(flags)
+    for flag in flags:
+        if flag in ("-Xcompiler", "--compiler-options", "-Xptxas", "--ptxas-options"):
+            flag = f"{flag}={next(flags, '')}"  # the value as the next argument
+        why = next((w for pattern, w in NVCC_ONLY if re.fullmatch(pattern, flag)), None)
+        ptxas = PTXAS.fullmatch(flag)
+        if why is not None:
+            dropped.append(f"{flag}: {why}")
+        elif ptxas is not None:
+            kept += [f"--ptxas-options={o}" for o in ptxas.group(2).split(",") if o]
+        else:
+            kept.append(flag)
+    return kept, dropped
+
+
 def nvrtc_options(arch, flags=()) -> list[str]:
     """NVRTC's options for ``arch``; ``flags`` (the compilation's ``compile_flags``: fast math,
-    the user's) come last."""
+    the user's, as nvcc takes them: :func:`nvrtc_flags`) come last."""
     return [f"--gpu-architecture={arch.name}", *NVRTC_FLAGS,
-            *(f"-I{d}" for d in include_dirs()), *flags]
+            *(f"-I{d}" for d in include_dirs()), *nvrtc_flags(flags)[0]]
 
 
 @functools.lru_cache(maxsize=1)
@@ -132,6 +167,10 @@ def nvrtc_compile(source: str, arch, workdir: Path, flags=()) -> tuple[bytes, st
         log = b" " * size
         nvrtc.nvrtcGetProgramLog(prog, log)
         log = log.decode(errors="replace").rstrip("\x00 ")
+        dropped = nvrtc_flags(flags)[1]
+        if dropped:  # said in the build's log, which a kernel keeps
+            log = "\n".join(["NVRTC left out nvcc's flags it has no option for:",
+                              *(f"  {d}" for d in dropped), log])
         if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             raise compile_failure("NVRTC", log, source, workdir,
                                   [nvcc_path() or "nvcc", "-cubin", arch.gencode, *FLAGS,
