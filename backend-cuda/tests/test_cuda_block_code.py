@@ -1,8 +1,9 @@
 """Block code (statements of the ``T.Kernel`` body outside ``T.Parallel``) runs once per block,
 as on the CPU and interpreter backends, and each ``T.Parallel`` element's atomic is its own
-(transforms/block_code.py); a reinterpret of a constant prints as the constant
-(codegen.printable_constants). The generated CUDA is run by the host emulation and compared
-with torch. Found by differential fuzzing (tilewright_sdk.fuzz on cuda_emu)."""
+(transforms/block_code.py); a reinterpret of a constant prints as the constant, the int32
+minimum as an int (codegen.printable_constants). The generated CUDA is run by the host
+emulation and compared with torch. Found by differential fuzzing (tilewright_sdk.fuzz on
+cuda_emu and cuda)."""
 
 import re
 
@@ -219,6 +220,34 @@ def test_reinterpreted_constants(src, value, dst, want):
     const = tirx.const(value, src)
     folded = reinterpreted_constant(tirx.reinterpret(dst, const))
     assert str(folded.ty) == dst and folded.value == want
+
+
+def saturated_max(n=8):
+    """``T.max`` of a saturating float -> int32 conversion and an int32 value: the
+    conversion's lower bound is the int32 constant -2^31 (transform.float_to_int)."""
+
+    @T.prim_func
+    def saturated_max(X: T.Tensor((n,), "float32"), Z: T.Tensor((n,), "int32"),
+                      Y: T.Tensor((n,), "int32")):
+        with T.Kernel(1, threads=32) as _:
+            for i in T.Parallel(n):
+                Y[i] = T.max(T.cast(X[i], "int32"), Z[i])
+
+    return saturated_max
+
+
+@pytest.mark.emulator
+def test_int32_minimum_prints_as_an_int(tmp_path):
+    """TVM printed the int32 constant -2^31 as ``-2147483648``, in C++ a ``long``, and
+    ``max(x ? -2147483648 : y, z)`` matched two overloads: NVRTC refused the kernel (found by
+    fuzzing the cuda backend, seed 31). Saturation as on the GPU: NaN 0, beyond the range its
+    bounds."""
+    x = torch.tensor([-3e9, 3e9, float("nan"), 5.7, -5.7, -2.0 ** 31, 0.0, 1e10])
+    z = torch.full((8,), -2 ** 31, dtype=torch.int32)
+    y = torch.zeros(8, dtype=torch.int32)
+    source = _run(saturated_max(), tmp_path, x, z, y)
+    assert "? -2147483648 :" not in source
+    assert y.tolist() == [-2 ** 31, 2 ** 31 - 1, 0, 5, -5, -2 ** 31, 0, 2 ** 31 - 1]
 
 
 def pipelined_count(M=128, N=128, K=128, bm=64, bn=64, bk=32):

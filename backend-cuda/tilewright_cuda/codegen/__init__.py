@@ -135,15 +135,27 @@ def printable_constants(func):
     bfloat16, which does not compile) and the latter as ``CUDART_INF_F``/``CUDART_NAN_F``;
     and each reinterpret of a constant as the constant it is (the printer takes the operand's
     address, ``*(uint *)(&(4660))``, which does not compile: ``T.unpack`` of a value the
-    simplifier folds)."""
+    simplifier folds); and each int32 constant -2^31 as the int64 constant converted to int32
+    (the printer writes an int32 constant as a bare number, and in C++ ``-2147483648`` is the
+    negation of the ``long`` 2147483648: ``max(x ? -2147483648 : y, z)`` of an int ``z``, the
+    lower bound of a saturating float -> int32 conversion, matches two overloads)."""
 
     def visit(c):
         if str(c.ty) == "bfloat16" and not math.isfinite(c.value):
             return tirx.Cast("bfloat16", tirx.FloatImm("float32", c.value))
         return c
 
+    def int32_min(c):
+        if c.value == INT32_MIN and str(c.ty) == "int32":
+            return tirx.Cast("int32", tirx.IntImm("int64", INT32_MIN))
+        return c
+
     func = tvm_ffi.structural_map(func, (tirx.FloatImm, visit))
-    return tvm_ffi.structural_map(func, (tvm.ir.Call, reinterpreted_constant))
+    func = tvm_ffi.structural_map(func, (tvm.ir.Call, reinterpreted_constant))
+    return tvm_ffi.structural_map(func, (tirx.IntImm, int32_min))
+
+
+INT32_MIN = -(2 ** 31)
 
 
 _FLOAT_FORMATS = {16: "<e", 32: "<f", 64: "<d"}  # struct's IEEE formats by width
