@@ -110,3 +110,45 @@ def test_widening_and_index_conversions_are_kept():
                  # int8 -> uint64 cast stopped in TVM)
                  tirx.Cast("uint64", tirx.Var("s", "int8"))):
         assert wrapping_int.rewrite(expr).same_as(expr)
+
+
+def wrapped_constants():
+    """Constants of wrapping types written in a kernel, each widened to int64 to be stored."""
+    import tilewright.language as T
+
+    @T.prim_func
+    def wrapped_constants(Y: T.Tensor((8,), "int64")):
+        with T.Kernel(1, threads=32) as _:
+            Y[0] = T.cast(T.uint8(0) - T.uint8(1), "int64")
+            Y[1] = T.cast(T.uint8(3) - 5, "int64")
+            Y[2] = T.cast(1 - T.uint16(2), "int64")
+            Y[3] = T.cast(T.int8(100) + T.int8(100), "int64")
+            Y[4] = T.cast(T.int16(-32768) * T.int16(-1), "int64")
+            Y[5] = T.cast(T.uint32(0) - T.uint32(1), "int64")
+            Y[6] = T.cast(T.uint8(1) << T.uint8(9), "int64")
+            Y[7] = T.cast(-T.uint8(1), "int64")
+
+    return wrapped_constants
+
+
+@pytest.mark.parametrize("target", ["cpu", "interp"])
+def test_constants_of_a_wrapping_type_fold_wrapped_in_a_kernel(target):
+    """Found by fuzzing the cuda backend (seed 59): ``T.uint8(0) - T.uint8(1)`` stopped the
+    trace in TVM ("Minuend's value is 0U ... will cause a negative uint"); the frontend folds
+    such constants as the language's arithmetic on their values wraps."""
+    import tilewright
+    import torch
+
+    y = torch.zeros(8, dtype=torch.int64)
+    tilewright.compile(wrapped_constants(), target=target)(y)
+    assert y.tolist() == [255, 254, 65535, -56, -32768, 2 ** 32 - 1, 0, 255]
+
+
+def test_other_constants_keep_tvms_arithmetic():
+    import tilewright.language as T
+    from tilewright.language.math import arith
+
+    assert arith("+", 2, 3) == 5 and arith("+", (1,), (2,)) == (1, 2)
+    assert arith("-", T.int32(0), T.int32(1)).value == -1  # int32: TVM's own folding
+    folded = arith("*", T.float32(1.5), T.float32(2.0))
+    assert str(folded.ty) == "float32" and folded.value == 3.0

@@ -14,7 +14,7 @@ from tvm import tirx
 from ..errors import KernelError, kernel_error, span_location
 from . import builder as B
 from .buffer import TileBuffer, VarHandle, as_int, dtype_of, to_expr
-from .math import if_then_else
+from .math import arith, if_then_else
 
 LOOP_KIND_KEY = "tw.loop"
 BLOCK_AXES = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
@@ -311,8 +311,14 @@ class Helpers:
         unsigned type cannot hold, and stops in TVM)."""
         dtype = dtype_of(value)
         if dtype is not None and dtype.startswith("uint"):
-            return tirx.const(0, dtype) - value
+            return arith("-", tirx.const(0, dtype), value)
         return -value
+
+    @staticmethod
+    def arith(op, a, b):
+        """``a op b`` for ``+ - * <<`` (constants of a wrapping type fold wrapped:
+        :func:`.math.arith`)."""
+        return arith(op, a, b)
 
     @staticmethod
     def floordiv(a, b):

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import operator
+
 import tvm
 from tvm import tirx
 
 from ..errors import kernel_error
+from ..ir import integers
 from .buffer import TileBuffer, dtype_of, to_expr
 from .dtypes import is_float, normalize_dtype
 
@@ -217,6 +220,36 @@ def dp4a(a, b, c) -> None:
     for j in range(4):
         total = total + element(loads[0], j) * element(loads[1], j)
     TileBuffer(loads[2].source)[tuple(loads[2].indices)] = total
+
+
+# the operators the frontend folds on constants of a type whose arithmetic wraps
+# (ir.integers): TVM folds two constants as the expression is built and stops where the exact
+# result leaves the type (0U - 1U: "Minuend's value is 0U ... will cause a negative uint";
+# int8 100 + 100: "Literal value 200 exceeds range of int8")
+FOLDED = {"+": operator.add, "-": operator.sub, "*": operator.mul, "<<": operator.lshift}
+
+
+def arith(op: str, a, b):
+    """``a op b`` (``op`` a key of :data:`FOLDED`) as Python or TVM computes it, except that
+    two integer constants of one wrapping type (a constant of it, or a Python int of its range
+    beside one) give the wrapped result, a constant of that type, as the language's
+    arithmetic on their values would (``transform.wrapping_int``)."""
+    folded = _wrapped_constant(op, a, b)
+    return FOLDED[op](a, b) if folded is None else folded
+
+
+def _wrapped_constant(op: str, a, b):
+    """The constant ``a op b`` wraps to, or None where the operands are not such constants."""
+    if any(isinstance(v, bool) or not isinstance(v, (int, tirx.IntImm)) for v in (a, b)):
+        return None
+    dtypes = {str(v.ty) for v in (a, b) if isinstance(v, tirx.IntImm)}
+    if len(dtypes) != 1 or not integers.wrapping(dtype := dtypes.pop()):
+        return None
+    low, high = integers.value_range(dtype)
+    x, y = (int(v.value) if isinstance(v, tirx.IntImm) else v for v in (a, b))
+    if not (low <= x <= high and low <= y <= high) or (op == "<<" and not 0 <= y < 64):
+        return None
+    return tirx.const(integers.wrapped(FOLDED[op](x, y), dtype), dtype)
 
 
 def floordiv(a, b):

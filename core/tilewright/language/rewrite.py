@@ -16,7 +16,10 @@ rewritten (line numbers kept, so errors and tracebacks point at the user's sourc
 - ``A if C else B`` calls ``__tw__.choose(C, lambda: A, lambda: B)``: a Python truth value
   picks one as usual; a symbolic one is ``T.if_then_else(C, A, B)``.
 - ``A // B`` and ``A % B`` call ``__tw__.floordiv`` / ``__tw__.floormod``, which refuse float
-  operands at the user's line (TIR's floor division is for integers).
+  operands at the user's line (TIR's floor division is for integers); ``A + B``, ``A - B``,
+  ``A * B`` and ``A << B`` call ``__tw__.arith``, which folds two constants of a wrapping
+  integer type to the wrapped constant (TVM stops on ``T.uint8(0) - T.uint8(1)``) and is the
+  operator otherwise.
 - ``while COND`` asks ``__tw__.while_loop(COND)``: a Python truth value runs a Python loop
   (re-evaluating the condition each time); a symbolic one runs the body once inside a frame
   that becomes an IR ``while`` loop. A body with ``break`` or ``continue`` needs a condition
@@ -40,6 +43,9 @@ from types import FunctionType
 from ..errors import TilewrightError
 
 HELPER = "__tw__"
+# the binary operators whose constants of a wrapping integer type the helpers fold
+# (math.arith)
+_FOLDED = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.LShift: "<<"}
 _BODY = "_tw_body"
 
 
@@ -150,6 +156,9 @@ class _Rewriter(ast.NodeTransformer):
         if isinstance(node.op, (ast.FloorDiv, ast.Mod)):
             name = "floordiv" if isinstance(node.op, ast.FloorDiv) else "floormod"
             return self._helper(name, node.left, node.right, node=node)
+        op = _FOLDED.get(type(node.op))
+        if op is not None:
+            return self._helper("arith", ast.Constant(op), node.left, node.right, node=node)
         return node
 
     def visit_Assign(self, node: ast.Assign):

@@ -43,30 +43,13 @@ import tvm
 import tvm_ffi
 from tvm import tirx
 
+from ..ir.integers import UINT, value_range, wrapping
 from .walk import prim_func_pass
 
-INT, UINT = tvm.runtime.DataTypeCode.INT, tvm.runtime.DataTypeCode.UINT
 WIDE = "int64"
 ARITHMETIC = (tirx.Add, tirx.Sub, tirx.Mul, tirx.FloorDiv, tirx.FloorMod, tirx.Div, tirx.Mod,
               tirx.Min, tirx.Max, tirx.LShift)
 COMPARISONS = (tirx.EQ, tirx.NE, tirx.LT, tirx.LE, tirx.GT, tirx.GE)
-
-
-def wrapping(dtype) -> bool:
-    """Whether the language's arithmetic on ``dtype`` wraps where TVM's folding stops."""
-    dtype = tvm.runtime.DataType(str(dtype))
-    return (dtype.type_code == UINT and 8 <= dtype.bits <= 32) or \
-        (dtype.type_code == INT and 8 <= dtype.bits < 32)
-
-
-def value_range(dtype) -> tuple[int, int] | None:
-    """The lowest and highest value of the integer ``dtype``; None for another type."""
-    dtype = tvm.runtime.DataType(str(dtype))
-    if dtype.type_code == UINT:
-        return 0, 2 ** dtype.bits - 1
-    if dtype.type_code == INT:
-        return -(2 ** (dtype.bits - 1)), 2 ** (dtype.bits - 1) - 1
-    return None
 
 
 def _scalar(dtype) -> tvm.runtime.DataType:
