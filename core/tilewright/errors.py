@@ -57,6 +57,11 @@ class UnsupportedOpError(KernelError):
     """The chosen backend cannot lower an op the kernel uses."""
 
 
+class KernelIndexError(KernelError, IndexError):
+    """A running kernel read or wrote an element outside its tensor or tile (the interpreter
+    reports it at the user's line; the pass config ``tw.bounds_check`` on every backend)."""
+
+
 class PluginError(TilewrightError):
     """A plugin broke the contract (bad declaration, unknown hook, version mismatch)."""
 

@@ -82,6 +82,30 @@ def test_device_assert_stops_the_kernel_with_its_message():
         kernel(-torch.ones(4))
 
 
+def test_an_element_outside_its_tensor_is_named_at_the_users_line():
+    """An index read from a tensor that leaves the tensor (TileLang's sparse MLA reads its KV
+    at its sentinel index): NumPy's IndexError, reported at the kernel's line."""
+
+    @T.prim_func
+    def gather(X: T.Tensor((8,), "float32"), Idx: T.Tensor((8,), "int32"),
+               Y: T.Tensor((8,), "float32")):
+        with T.Kernel(1, threads=32) as _:
+            for i in T.Parallel(8):
+                Y[i] = X[Idx[i]] * 2.0
+
+    kernel = tilewright.compile(gather, target="interp")
+    x, y = torch.arange(8.0), torch.zeros(8)
+    kernel(x, torch.tensor([7, 6, 5, 4, 3, 2, 1, 0], dtype=torch.int32), y)
+    assert y.tolist() == [14.0, 12.0, 10.0, 8.0, 6.0, 4.0, 2.0, 0.0]
+    with pytest.raises(tilewright.errors.KernelIndexError) as info:
+        kernel(x, torch.tensor([0, 1, 2, 3, 4, 5, 6, 8], dtype=torch.int32), y)
+    message = str(info.value)
+    assert message.startswith(f"{__file__}:")  # the user's file and line first
+    assert "index 8 is out of bounds for axis 0 with size 8" in message
+    assert "Y[i] = X[Idx[i]] * 2.0" in message  # the user's line, quoted
+    assert isinstance(info.value, IndexError)  # still one for code that caught NumPy's
+
+
 def test_a_wrong_rule_is_caught_by_the_conformance_case(monkeypatch):
     backend = get_manager().backends()["interp"]
     case = next(c for c in catalogue.cases(["reduce_sum"]) if c.dtype == "float32")

@@ -193,7 +193,7 @@ class _Emitter:
             self.emit(depth, f"while {self.expr(s.condition)}:")
             self.block(s.body, depth + 1)
         elif kind == "IfThenElse":
-            self.emit(depth, f"if {self.expr(s.condition)}:")
+            self.emit(depth, f"if {self.expr(s.condition)}:" + (f"  # {line}" if line else ""))
             self.block(s.then_case, depth + 1)
             if s.else_case is not None:
                 self.emit(depth, "else:")
@@ -202,7 +202,8 @@ class _Emitter:
             value = self.expr(s.value)
             if str(s.buffer.dtype) in EMULATED:
                 value = f"rt.round_to({value}, {str(s.buffer.dtype)!r})"
-            self.emit(depth, f"{self.buf(s.buffer)}[{self.index(s.indices)}] = {value}")
+            where = f"  # {line}" if line else ""  # the executor names it for an IndexError
+            self.emit(depth, f"{self.buf(s.buffer)}[{self.index(s.indices)}] = {value}{where}")
         elif kind == "DeclBuffer" and isinstance(s.data, tirx.Var):
             # T.make_tensor: the memory at an address the kernel read
             shape = ", ".join(self.expr(x) for x in s.buffer.shape)
@@ -221,7 +222,8 @@ class _Emitter:
             self.emit(depth, f"{name} = rt.alloc(({shape},), {str(buffer.dtype)!r})"
                       f"  # {buffer.scope()}")
         elif kind in ("Bind", "LetStmt"):
-            self.emit(depth, f"{self.var(s.var)} = {self.expr(s.value)}")
+            where = f"  # {line}" if line else ""
+            self.emit(depth, f"{self.var(s.var)} = {self.expr(s.value)}{where}")
             if kind == "LetStmt":
                 self.stmt(s.body, depth)
         elif kind == "AttrStmt":

@@ -12,9 +12,13 @@ from __future__ import annotations
 import functools
 import importlib.util
 import itertools
+import linecache
+import re
+import traceback
 from pathlib import Path
 
 import numpy as np
+from tilewright.errors import KernelIndexError, SourceLocation
 from tilewright.plugin import Availability, Executor, GeneratedSource
 
 SOURCE = "kernel.py"
@@ -27,16 +31,36 @@ def _load(workdir, entry: str):
                                                   path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return _quiet(getattr(module, entry))
+    return _quiet(getattr(module, entry), path)
 
 
-def _quiet(kernel):
+def _quiet(kernel, path: Path):
     @functools.wraps(kernel)
     def run(*args, **kwargs):
         with np.errstate(all="ignore"):
-            return kernel(*args, **kwargs)
+            try:
+                return kernel(*args, **kwargs)
+            except IndexError as exc:
+                raise out_of_bounds(exc, path) from exc
 
     return run
+
+
+_WHERE = re.compile(r"#\s*(\S+):(\d+)\s*$")
+
+
+def out_of_bounds(exc: IndexError, path: Path) -> KernelIndexError:
+    """A :class:`KernelIndexError` for NumPy's ``exc`` in the generated kernel at ``path``: the
+    user's line its statement came from (the comment the code generator leaves on it), the
+    generated line, and NumPy's message (the index and the size)."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if Path(f.filename).resolve() == path.resolve()]
+    generated = frames[-1].line if frames else ""
+    match = _WHERE.search(linecache.getline(str(path), frames[-1].lineno)) if frames else None
+    location = SourceLocation(match.group(1), int(match.group(2))) if match else None
+    return KernelIndexError(f"index out of bounds while the kernel ran: {exc} (generated "
+                            f"{path}:{frames[-1].lineno if frames else '?'}: "
+                            f"{generated.split('#')[0].strip()[:300]})", location)
 
 
 def _build(source: GeneratedSource, ctx, workdir):
