@@ -247,11 +247,25 @@ class _Bounds(StmtMutator):
                 float("inf") if hi == bound.POS_INF or hi >= (1 << (bits - 1)) - 1 else hi)
 
     def _split_range(self, expr, coarse: tuple[float, float]) -> tuple[float, float]:
-        """The range of ``expr`` as the union of its ranges for each value of the enclosing
-        loops of constant range whose variables other enclosing loops' ranges or ``expr``
-        depend on (those bounding other loops first, then the shortest, while the cases number
-        at most :data:`CASES`); ``coarse`` when there is nothing to split or some case is
-        unbounded. Cases in which an enclosing loop runs no iteration are left out."""
+        """The range of ``expr`` as the union of its ranges in each case of :meth:`_cases`;
+        ``coarse`` when there is nothing to split or some case is unbounded. Cases in which an
+        enclosing loop runs no iteration are left out."""
+        lo, hi, split = float("inf"), float("-inf"), False
+        for _, case in self._cases(expr):
+            split = True
+            if case is None:
+                continue  # an enclosing loop runs no iteration in this case
+            if case[0] == float("-inf") or case[1] == float("inf"):
+                return coarse
+            lo, hi = min(lo, case[0]), max(hi, case[1])
+        return coarse if not split or lo > hi else (lo, hi)
+
+    def _cases(self, expr):
+        """``(values, range of expr)`` for each value of the enclosing loops of constant range
+        whose variables other enclosing loops' ranges or ``expr`` depend on (those bounding
+        other loops first, then the shortest, while the cases number at most :data:`CASES`);
+        the range None where an enclosing loop runs no iteration; nothing when no loop is
+        split."""
         used = _free_vars(expr)
         bounding: set = set()
         for loop in self.loops:
@@ -266,20 +280,27 @@ class _Bounds(StmtMutator):
             if cases * _static(loop.extent) <= CASES:
                 chosen.add(loop.loop_var)
                 cases *= _static(loop.extent)
-        if not chosen:
-            return coarse
         split = [loop for loop in self.loops if loop.loop_var in chosen]
-        lo, hi = float("inf"), float("-inf")
+        if not split:
+            return
         for values in itertools.product(*(range(_static(loop.min),
                                                 _static(loop.min) + _static(loop.extent))
                                           for loop in split)):
-            case = self._case_range(expr, dict(zip((loop.loop_var for loop in split), values)))
-            if case is None:
-                continue  # an enclosing loop runs no iteration in this case
-            if case[0] == float("-inf") or case[1] == float("inf"):
-                return coarse
-            lo, hi = min(lo, case[0]), max(hi, case[1])
-        return coarse if lo > hi else (lo, hi)
+            named = dict(zip((loop.loop_var for loop in split), values))
+            yield named, self._case_range(expr, named)
+
+    def _leaving_case(self, index, size: int):
+        """For a tile index the analysis cannot bound as a whole (a shift or a product that
+        leaves its type in some iteration it cannot rule out), the first case of
+        :meth:`_cases` in which it is bounded and leaves ``[0, size)``: ``(values, lo, hi)``;
+        None when there is none."""
+        if _reads_unbounded(index, self.analyzer):
+            return None  # a value read from memory: bounded at run time only
+        for values, case in self._cases(index):
+            if case is not None and float("-inf") < case[0] and case[1] < float("inf") and \
+                    (case[0] < 0 or case[1] >= size):
+                return values, int(case[0]), int(case[1])
+        return None
 
     def _case_range(self, expr, values: dict) -> tuple[float, float] | None:
         """The range of ``expr`` with the loop variables in ``values`` at those values (the
@@ -351,6 +372,15 @@ class _Bounds(StmtMutator):
                                       f"leaves tile {buffer.name} of shape {_shape(buffer)}: "
                                       f"index {index} of dimension {dim} ranges over "
                                       f"[{int(lo)}, {int(hi)}]", where)
+                if _is_tile(buffer) and (lo == float("-inf") or hi == float("inf")):
+                    leaving = self._leaving_case(index, static)
+                    if leaving is not None:
+                        values, lo, hi = leaving
+                        when = ", ".join(f"{var} = {value}" for var, value in values.items())
+                        raise KernelError(
+                            f"{buffer.name}[{', '.join(map(str, node.indices))}] leaves tile "
+                            f"{buffer.name} of shape {_shape(buffer)}: index {index} of "
+                            f"dimension {dim} ranges over [{lo}, {hi}] when {when}", where)
             cond = tirx.And(index >= 0, index < size)
             if not self.analyzer.can_prove(cond):
                 parts.append(cond)
