@@ -369,8 +369,9 @@ def rows(index: dict, verdicts: Verdicts) -> list[dict]:
         else:
             result = verdicts.results.get(name)
             tools = verdicts.tools.get(name, {})
-            if result is None:
-                row.update(result="crashed", error="-")
+            if result is None:  # never reported: its process ended, or the run's time did
+                row.update(result="not run" if tools.get("plain") == "not run (time budget)"
+                           else "crashed", error="-")
             else:
                 row.update(result=result["result"], detail=result.get("detail", ""),
                            error=f"{result['max_error']:.2e} ({result['tolerance_ratio']:.2f} "

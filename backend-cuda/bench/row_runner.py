@@ -108,6 +108,7 @@ def _serve(proc: subprocess.Popen, pending: list[str], timeout: float, log):
             result["seconds"] = round(time.monotonic() - started, 1)
             pending.remove(name)
             current, progress = None, True
+            started = time.monotonic()  # the next row's ROW line is due within the timeout
             yield name, result
         elif line.strip():
             log(f"  {line}")

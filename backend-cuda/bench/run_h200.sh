@@ -198,7 +198,8 @@ case "${1:-}" in
     [ -z "$NCU_PEER_ROWS" ] || NCU_FILTER="$NCU_PEER_FILTER" step ncu-peer "$NCU_S" "$0" ncu \
       "$work/ncu-peer" ${NCU_PEER_ROWS//,/ }
     # last, a second checks step: e.g. the whole catalogue (SWEEP=all) after the new kernels'
-    # checks had every tool first (a sanitizer walks the checks by name within its budget)
+    # checks had every tool first (a sanitizer walks the checks in the order named, within
+    # its budget)
     if [ -n "$SWEEP" ]; then
       only=()
       [ "$SWEEP" = all ] || only=(--only "$SWEEP")

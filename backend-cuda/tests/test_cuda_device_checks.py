@@ -282,6 +282,15 @@ def test_a_run_out_of_time_stops_its_process_and_keeps_every_finished_batch(tmp_
     assert saved[0] == {"plain": "not sanitized"} and len(saved) == 6  # 3 tools x 2 batches
     assert not any(check_runner.trouble(r) for r in check_runner.rows(
         {n: {"status": "bundled", "dtype": "float16", "group": "g"} for n in cases}, into))
+    # a plain run the time ended: its checks that never reported did not run (not "crashed")
+    cut = check_runner.sanitize_all(
+        lambda tool, names: check_runner.Outcome(
+            {"a": {"result": "ok", "max_error": 0.0, "tolerance_ratio": 0.1}}, 0, False, "log",
+            True, out_of_time=True), {"a": {}, "b": {}}, (), 8)
+    rows = check_runner.rows({n: {"status": "bundled", "dtype": "float16", "group": "g"}
+                              for n in "ab"}, cut)
+    assert [(r["result"], r["sanitizer"]) for r in rows] == [
+        ("ok", "plain not sanitized"), ("not run", "plain not run (time budget)")]
 
 
 def test_a_stopped_batch_takes_the_sanitizers_target_process_with_it(tmp_path):
