@@ -72,6 +72,7 @@ def reinterpret_operands_widened(func: tirx.PrimFunc) -> tirx.PrimFunc:
     converted back to the result's width (the same value, so the same bits). TVM's
     NarrowDataType makes a 64-bit integer expression whose values fit 32 bits 32-bit, also
     the operand of a reinterpret (``T.unpack`` of an int8 value cast to int64 reads the
+    fields of ``reinterpret(uint64, int64(x))``), and the CUDA printer then stops on the
     widths. A reinterpret to or from a pointer (``T.make_tensor`` of an address read from a
     ``T.ptr`` table) is left as it is."""
 
