@@ -110,10 +110,10 @@ def nvrtc_flags(flags) -> tuple[list[str], list[str]]:
 
 
 def nvrtc_options(arch, flags=()) -> list[str]:
-    """NVRTC's options for ``arch``; ``flags`` (the compilation's ``compile_flags``: fast math,
-    the user's, as nvcc takes them: :func:`nvrtc_flags`) come last."""
+    """NVRTC's options for ``arch``; ``flags`` (NVRTC's, :func:`nvrtc_flags` of the
+    compilation's ``compile_flags``: fast math, the user's) come last."""
     return [f"--gpu-architecture={arch.name}", *NVRTC_FLAGS,
-            *(f"-I{d}" for d in include_dirs()), *nvrtc_flags(flags)[0]]
+            *(f"-I{d}" for d in include_dirs()), *flags]
 
 
 @functools.lru_cache(maxsize=1)
@@ -158,7 +158,8 @@ def nvrtc_compile(source: str, arch, workdir: Path, flags=()) -> tuple[bytes, st
     :class:`CompileError` with the failing generated line and a command that reproduces it."""
     from cuda.bindings import nvrtc
 
-    options = nvrtc_options(arch, flags)
+    kept, dropped = nvrtc_flags(flags)
+    options = nvrtc_options(arch, kept)
     (prog,) = _nvrtc_check(nvrtc.nvrtcCreateProgram(source.encode(), b"kernel.cu", 0, [], []),
                            None, "create")
     try:
@@ -167,7 +168,6 @@ def nvrtc_compile(source: str, arch, workdir: Path, flags=()) -> tuple[bytes, st
         log = b" " * size
         nvrtc.nvrtcGetProgramLog(prog, log)
         log = log.decode(errors="replace").rstrip("\x00 ")
-        dropped = nvrtc_flags(flags)[1]
         if dropped:  # said in the build's log, which a kernel keeps
             log = "\n".join(["NVRTC left out nvcc's flags it has no option for:",
                               *(f"  {d}" for d in dropped), log])

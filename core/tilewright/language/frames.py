@@ -314,11 +314,7 @@ class Helpers:
             return arith("-", tirx.const(0, dtype), value)
         return -value
 
-    @staticmethod
-    def arith(op, a, b):
-        """``a op b`` for ``+ - * <<`` (constants of a wrapping type fold wrapped:
-        :func:`.math.arith`)."""
-        return arith(op, a, b)
+    arith = staticmethod(arith)  # + - * <<: constants of a wrapping type fold wrapped
 
     @staticmethod
     def floordiv(a, b):

@@ -53,14 +53,15 @@ def out_of_bounds(exc: IndexError, path: Path) -> KernelIndexError:
     """A :class:`KernelIndexError` for NumPy's ``exc`` in the generated kernel at ``path``: the
     user's line its statement came from (the comment the code generator leaves on it), the
     generated line, and NumPy's message (the index and the size)."""
-    frames = [f for f in traceback.extract_tb(exc.__traceback__)
-              if Path(f.filename).resolve() == path.resolve()]
-    generated = frames[-1].line if frames else ""
-    match = _WHERE.search(linecache.getline(str(path), frames[-1].lineno)) if frames else None
+    lines = [f.lineno for f in traceback.extract_tb(exc.__traceback__)
+             if Path(f.filename).resolve() == path.resolve()]
+    line = lines[-1] if lines else None
+    generated = linecache.getline(str(path), line) if line else ""
+    match = _WHERE.search(generated)
     location = SourceLocation(match.group(1), int(match.group(2))) if match else None
     return KernelIndexError(f"index out of bounds while the kernel ran: {exc} (generated "
-                            f"{path}:{frames[-1].lineno if frames else '?'}: "
-                            f"{generated.split('#')[0].strip()[:300]})", location)
+                            f"{path}:{line or '?'}: {generated.split('#')[0].strip()[:300]})",
+                            location)
 
 
 def _build(source: GeneratedSource, ctx, workdir):
