@@ -106,6 +106,31 @@ def test_an_element_outside_its_tensor_is_named_at_the_users_line():
     assert isinstance(info.value, IndexError)  # still one for code that caught NumPy's
 
 
+def test_an_element_before_its_tensor_is_an_error_not_the_last_element():
+    """NumPy reads ``X[-1]`` as the last element; the hardware reads before the array. A
+    negative index the loops do not rule out is checked when the kernel runs; indices they
+    prove non-negative (loop variables, the block index) are emitted unchecked."""
+
+    @T.prim_func
+    def shift(X: T.Tensor((8,), "float32"), Off: T.Tensor((1,), "int32"),
+              Y: T.Tensor((8,), "float32")):
+        with T.Kernel(1, threads=32) as bx:
+            for i in T.Parallel(8):
+                Y[i] = X[i - Off[0]] + X[bx * 8 + i]
+
+    kernel = tilewright.compile(shift, target="interp")
+    x, y = torch.arange(8.0), torch.zeros(8)
+    kernel(x, torch.tensor([0], dtype=torch.int32), y)
+    assert y.tolist() == [2.0 * v for v in range(8)]
+    with pytest.raises(tilewright.errors.KernelIndexError) as info:
+        kernel(x, torch.tensor([1], dtype=torch.int32), y)
+    message = str(info.value)
+    assert message.startswith(f"{__file__}:")
+    assert "index -1 is out of bounds for axis 0 of X (negative)" in message
+    source = kernel.get_kernel_source()
+    assert source.count("rt.element_index(") == 1, source  # X[i - Off[0]] only
+
+
 def test_a_wrong_rule_is_caught_by_the_conformance_case(monkeypatch):
     backend = get_manager().backends()["interp"]
     case = next(c for c in catalogue.cases(["reduce_sum"]) if c.dtype == "float32")

@@ -16,7 +16,7 @@ from tilewright.errors import UnsupportedOpError, span_location
 from tilewright.ir import ATOMIC_PREV, decode
 from tilewright.ir.schema import Region as IRRegion
 from tilewright.plugin import DeviceCodegen, GeneratedSource
-from tvm import tirx
+from tvm import sym, tirx
 
 from .runtime import EMULATED
 
@@ -48,6 +48,8 @@ class _Emitter:
         self.taken: set[str] = {"np", "rt", "RULES", "atomic_prev"}
         self.buffers: dict[int, tirx.Buffer] = {}
         self.blocks: list[str] = []
+        # the loops' ranges: an element index it proves non-negative is emitted as it is
+        self.analyzer = sym.Analyzer()
 
     # -- names ---------------------------------------------------------------------------
     def fresh(self, hint: str) -> str:
@@ -95,7 +97,7 @@ class _Emitter:
         if kind == "StringImm":
             return repr(str(e.value))
         if kind == "TensorLoad":
-            return f"{self.buf(e.source)}[{self.index(e.indices)}]"
+            return f"{self.buf(e.source)}[{self.index(e.indices, e.source)}]"
         if kind in _BINARY:
             text = f"({self.expr(e.a)} {_BINARY[kind]} {self.expr(e.b)})"
             if kind in _WRAPPING and _dtype(e).startswith("uint"):
@@ -146,12 +148,24 @@ class _Emitter:
             kind = ATOMIC_PREV[op]
             load = e.args[0]
             return (f"atomic_prev({kind!r}, {self.buf(load.source)}, "
-                    f"({self.index(load.indices)},), {args[1]}, {str(load.source.dtype)!r})")
+                    f"({self.index(load.indices, load.source)},), {args[1]}, "
+                    f"{str(load.source.dtype)!r})")
         raise UnsupportedOpError(f"backend 'interp' cannot evaluate call {op}; add it to "
                                  "tilewright_interp.codegen or tilewright_interp.runtime")
 
-    def index(self, indices) -> str:
-        return ", ".join(self.expr(i) for i in indices) if len(indices) else "()"
+    def index(self, indices, buffer) -> str:
+        """The element index into ``buffer``. NumPy counts a negative index from the end of its
+        axis, where the hardware reads before the start: an index the loops' ranges do not
+        prove non-negative goes through ``rt.element_index``, which raises for it."""
+        if not len(indices):
+            return "()"
+        parts = []
+        for axis, i in enumerate(indices):
+            text = self.expr(i)
+            if not self.analyzer.can_prove(i >= 0):
+                text = f"rt.element_index({text}, {str(buffer.name)!r}, {axis})"
+            parts.append(text)
+        return ", ".join(parts)
 
     def region(self, r: IRRegion) -> str:
         starts = ", ".join(self.expr(s) if not isinstance(s, int) else str(s) for s in r.starts)
@@ -183,6 +197,7 @@ class _Emitter:
             lo, ext = self.expr(s.min), self.expr(s.extent)
             rng = f"range({ext})" if lo == "0" else f"range({lo}, {lo} + {ext})"
             block = s.kind == tirx.ForKind.THREAD_BINDING
+            self.analyzer.bind(s.loop_var, tvm.ir.Range.from_min_extent(s.min, s.extent))
             self.emit(depth, f"for {v} in {rng}:" + ("  # block index" if block else ""))
             if block:
                 self.blocks.append(v)
@@ -203,7 +218,8 @@ class _Emitter:
             if str(s.buffer.dtype) in EMULATED:
                 value = f"rt.round_to({value}, {str(s.buffer.dtype)!r})"
             where = f"  # {line}" if line else ""  # the executor names it for an IndexError
-            self.emit(depth, f"{self.buf(s.buffer)}[{self.index(s.indices)}] = {value}{where}")
+            self.emit(depth, f"{self.buf(s.buffer)}[{self.index(s.indices, s.buffer)}] = "
+                      f"{value}{where}")
         elif kind == "DeclBuffer" and isinstance(s.data, tirx.Var):
             # T.make_tensor: the memory at an address the kernel read
             shape = ", ".join(self.expr(x) for x in s.buffer.shape)

@@ -137,6 +137,14 @@ def tmod(a, b):
     return a - tdiv(a, b) * b
 
 
+def element_index(i, buffer: str, axis: int):
+    """``i`` as an element index on ``axis`` of ``buffer``; a negative one is an
+    :class:`IndexError` (NumPy would count it from the end of the axis)."""
+    if i < 0:
+        raise IndexError(f"index {i} is out of bounds for axis {axis} of {buffer} (negative)")
+    return i
+
+
 def converted(values, dtype) -> np.ndarray:
     """The array ``values`` as NumPy ``dtype``: floats into an integer dtype rounded toward
     zero, saturated at its bounds and NaN as 0 (the language's rule, which
