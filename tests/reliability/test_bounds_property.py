@@ -2,9 +2,11 @@
 enclosing loops, storing to a tile at a random index (perhaps under an ``if``). The check may
 refuse an access that stays inside (a false refusal), but it must never accept one that some
 iteration takes outside the tile (a silent out-of-bounds write) -- where its analysis bounds
-the index: an index it cannot bound (a shift or product that leaves int32 in an iteration it
-cannot rule out, though the iterations that run stay small) is left to the run-time check
-(``tw.bounds_check``) unless some case of the enclosing loops bounds it outside the tile."""
+the index, or where the nest runs at most ``ITERATIONS`` iterations: an index it cannot bound
+(a shift or product that leaves int32 in an iteration it cannot rule out, though the iterations
+that run stay small) is evaluated in every iteration then; past that it is left to the run-time
+check (``tw.bounds_check``) unless some case of the enclosing loops bounds it outside the
+tile."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from tilewright import KernelError
 from tilewright.transform import check_bounds
+from tilewright.transform.bounds import ITERATIONS
 from tvm import sym as arith
 from tvm import tirx
 
@@ -107,8 +110,8 @@ def _holds(cond, env) -> bool:
 
 
 def _indices(loops, cond, index):
-    """Every index the nest stores at; None past the values drawn (int32 would wrap, or
-    too many iterations to enumerate)."""
+    """Every index the nest stores at and the number of iterations; None past the values
+    drawn (int32 would wrap, or too many iterations to enumerate)."""
     out, count = [], [0]
 
     def walk(level, env):
@@ -128,7 +131,7 @@ def _indices(loops, cond, index):
         walk(0, {})
     except OverflowError:
         return None
-    return out
+    return out, count[0]
 
 
 def _accepted(loops, cond, index) -> bool:
@@ -160,8 +163,10 @@ def _bounded(loops, index) -> bool:
 @given(_nests())
 def test_the_check_never_accepts_an_access_that_leaves_the_tile(nest):
     loops, cond, index = nest
-    values = _indices(loops, cond, index)
-    assume(values is not None and _bounded(loops, index))
+    found = _indices(loops, cond, index)
+    assume(found is not None)
+    values, iterations = found
+    assume(_bounded(loops, index) or iterations <= ITERATIONS)
     if not _accepted(loops, cond, index):
         return  # a refusal is never unsafe
     assert all(0 <= v < SIZE for v in values), \
@@ -193,9 +198,33 @@ def test_an_index_unbounded_as_a_whole_is_refused_where_a_case_bounds_it_outside
                       tirx.shift_left(tirx.const(1, "int32"), i),
                       lambda env: (1 << env[j]) - (1 << env[i]))
         cond = (_shl(k), 6, True)
-    values = _indices(loops, cond, index)
-    assert values is not None and max(values) >= SIZE and not _bounded(loops, index)
+    values, _ = _indices(loops, cond, index)
+    assert max(values) >= SIZE and not _bounded(loops, index)
     assert not _accepted(loops, cond, index)
+
+
+@pytest.mark.parametrize("squares_below,accepted", [(4, True), (16, False)])
+def test_an_index_no_case_bounds_is_evaluated_in_every_iteration(squares_below, accepted):
+    """``for i in range(70): if i * i < c: local[1 << i]``: TVM bounds neither the index nor
+    (70 values, more than CASES) any case of it, and the condition does not bound ``i`` for
+    it; the 70 iterations are listed. Before, both were accepted, the second storing at 8."""
+    i = tirx.Var("i", "int32")
+    loops = [(i, _const(0), _const(70))]
+    cond = (_Expr(i * i, lambda env: env[i] ** 2), squares_below, True)
+    index = _Expr(tirx.shift_left(tirx.const(1, "int32"), i),
+                  lambda env: 1 << env[i] if env[i] < 21 else _fit(LIMIT + 1))
+    values, iterations = _indices(loops, cond, index)
+    assert not _bounded(loops, index) and iterations == 70
+    assert (max(values) < SIZE) == accepted
+    assert _accepted(loops, cond, index) == accepted
+    if not accepted:
+        local = tirx.decl_buffer((SIZE,), "float32", name="local", scope="local")
+        body = tirx.IfThenElse(tirx.LT(cond[0].tir, squares_below),
+                               tirx.BufferStore(local, tirx.const(1.0, "float32"), [index.tir]),
+                               None)
+        with pytest.raises(KernelError, match=r"leaves tile local of shape \(8\): index "
+                                              r"1 << i of dimension 0 is 8 when i = 3"):
+            check_bounds(tirx.PrimFunc([], tirx.For(i, 0, 70, tirx.ForKind.SERIAL, body)))
 
 
 def test_a_butterfly_is_accepted_exactly_when_it_stays_inside():
@@ -218,7 +247,7 @@ def test_a_butterfly_is_accepted_exactly_when_it_stays_inside():
                                       lambda env, dk=dk, c=c: c(env) // 2 + dk))]
         index = _Expr(j * c_tir + k + half * tirx.floordiv(c_tir, 2),
                       lambda env, half=half, c=c: env[j] * c(env) + env[k] + half * (c(env) // 2))
-        values = _indices(loops, None, index)
+        values, _ = _indices(loops, None, index)
         if not values:
             continue  # a store that never runs may be refused
         inside = all(0 <= v < SIZE for v in values)

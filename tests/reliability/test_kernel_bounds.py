@@ -313,3 +313,36 @@ def test_a_tile_region_over_dependent_loop_ranges(extra):
         return
     a = torch.randn(2)
     torch.testing.assert_close(_compile(main)(a), a.repeat(4))
+
+
+def _powers(count: int):
+    """Powers of two into a local tile of 8, under a condition the analysis does not bound the
+    exponent with (``i * i < count``): ``1 << i`` over 70 iterations is no int32 range, nor is
+    any case of it (70 values are more than the cases the check splits into)."""
+    @T.prim_func
+    def main(B: T.Tensor((8,), "float32")):
+        with T.Kernel(1, threads=1):
+            local = T.alloc_local((8,), "float32")
+            for i in T.serial(8):
+                local[i] = 0.0
+            for i in T.serial(70):
+                if i * i < count:
+                    local[1 << i] = local[1 << i] + 1.0  # the store
+            for i in T.serial(8):
+                B[i] = local[i]
+    return main
+
+
+@pytest.mark.parametrize("target", ["cpu", "interp"])
+def test_an_index_no_range_bounds_is_proven_iteration_by_iteration(target):
+    kernel = tilewright.compile(_powers(9), out_idx=[-1], target=target)  # i = 0, 1, 2
+    assert kernel().tolist() == [0.0, 1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0]
+
+
+def test_an_index_no_range_bounds_is_refused_at_the_iteration_that_leaves():
+    # i = 3 stores at 8: accepted before (a write past the tile on every backend)
+    with pytest.raises(tilewright.KernelError) as info:
+        _compile(_powers(10))
+    text = str(info.value)
+    assert "leaves tile local of shape (8)" in text and "is 8 when i = 3" in text
+    assert "# the store" in text

@@ -19,6 +19,12 @@ the enclosing loops of constant range that other loops' ranges or the index depe
 :data:`CASES` cases together): each case's bound is an interval bound too, so the union of the
 cases is never narrower than the accesses it covers.
 
+An index the analysis cannot bound at all (a shift or a product that would leave its type in
+iterations that never run) and that no case bounds outside the tile is evaluated in every
+iteration of the loops it depends on, when they number at most :data:`ITERATIONS` and every
+range, condition and index value is a constant once the loops' variables are: refused if one
+value leaves the tile, proven if none does.
+
 A loop whose range depends on a value known only at run time (a length read from a tensor, a
 ``T.dynamic`` size) is not bounded by the analysis: its accesses are never compile-time errors
 (the bound would be the range of the size's type, not of the program), only guarded at run time.
@@ -47,6 +53,14 @@ from .walk import StmtMutator, rebuild_for
 _IF_THEN_ELSE = "tirx.if_then_else"
 # the most combinations of enclosing loops' values an access is bounded in, one at a time
 CASES = 64
+# the most iterations an index no case bounds is evaluated in, one by one
+ITERATIONS = 4096
+
+
+class _NotEnumerable(Exception):
+    """An index's values cannot be listed: too many iterations, or a range, a condition or the
+    index not a constant in some iteration (a value read from memory, a size known at run
+    time, a fold TVM refuses)."""
 
 
 def _is_tile(buffer) -> bool:
@@ -302,6 +316,65 @@ class _Bounds(StmtMutator):
                 return values, int(case[0]), int(case[1])
         return None
 
+    def _leaving_value(self, index, size: int):
+        """For a tile index no case of :meth:`_cases` bounds: ``(values, value)`` of the first
+        iteration (in loop order) whose ``index`` leaves ``[0, size)``, False when every
+        iteration's stays inside, None when the iterations cannot be listed (see
+        :data:`ITERATIONS`). The loops listed are those the index, the enclosing conditions
+        and the listed loops' ranges depend on, and those whose range depends on a listed
+        loop's variable (in some iterations they run none); the others are taken to run."""
+        relevant = _free_vars(index)
+        for condition in self.conditions:
+            relevant |= _free_vars(condition)
+        changed = True
+        while changed:
+            changed = False
+            for loop in self.loops:
+                deps = _free_vars(loop.min) | _free_vars(loop.extent)
+                if loop.loop_var in relevant or deps & relevant:
+                    grown = relevant | deps | {loop.loop_var}
+                    changed, relevant = changed or grown != relevant, grown
+        listed = [loop for loop in self.loops if loop.loop_var in relevant]
+        if relevant - {loop.loop_var for loop in listed}:
+            return None  # a variable no enclosing loop binds (a size, a value of memory)
+        count = [0]
+
+        def constant(expr, values: dict) -> int:
+            analyzer = arith.Analyzer()
+            for var, value in values.items():
+                analyzer.bind(var, tirx.const(value, var.ty))
+            try:
+                folded = analyzer.simplify(expr)
+            except (ValueError, tvm.error.InternalError) as exc:  # an overflow, a / 0
+                raise _NotEnumerable from exc
+            if not isinstance(folded, tirx.IntImm):
+                raise _NotEnumerable
+            return int(folded.value)
+
+        def walk(level: int, values: dict):
+            if level == len(listed):
+                count[0] += 1
+                if count[0] > ITERATIONS:
+                    raise _NotEnumerable
+                if all(constant(c, values) for c in self.conditions):
+                    value = constant(index, values)
+                    if not 0 <= value < size:
+                        return values, value
+                return None
+            loop = listed[level]
+            start = constant(loop.min, values)
+            for value in range(start, start + constant(loop.extent, values)):
+                found = walk(level + 1, {**values, loop.loop_var: value})
+                if found is not None:
+                    return found
+            return None
+
+        try:
+            found = walk(0, {})
+        except _NotEnumerable:
+            return None
+        return found if found is not None else False
+
     def _case_range(self, expr, values: dict) -> tuple[float, float] | None:
         """The range of ``expr`` with the loop variables in ``values`` at those values (the
         other enclosing loops over their ranges, under the enclosing conditions); None when
@@ -381,6 +454,17 @@ class _Bounds(StmtMutator):
                             f"{buffer.name}[{', '.join(map(str, node.indices))}] leaves tile "
                             f"{buffer.name} of shape {_shape(buffer)}: index {index} of "
                             f"dimension {dim} ranges over [{lo}, {hi}] when {when}", where)
+                    value = None if _reads_unbounded(index, self.analyzer) else \
+                        self._leaving_value(index, static)
+                    if value is False:
+                        continue  # every iteration's index is inside
+                    if value is not None:
+                        values, value = value
+                        when = ", ".join(f"{var} = {v}" for var, v in values.items())
+                        raise KernelError(
+                            f"{buffer.name}[{', '.join(map(str, node.indices))}] leaves tile "
+                            f"{buffer.name} of shape {_shape(buffer)}: index {index} of "
+                            f"dimension {dim} is {value} when {when}", where)
             cond = tirx.And(index >= 0, index < size)
             if not self.analyzer.can_prove(cond):
                 parts.append(cond)
