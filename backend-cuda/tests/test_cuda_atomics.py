@@ -1,8 +1,9 @@
-"""float16 and bfloat16 atomic max/min (the compare-and-swap helpers of include/tw_cuda.h): the
-generated CUDA is run by the host emulation, one host thread per CUDA thread, with several
-blocks racing on the same elements; results are compared with torch. The cubin builds are
-checked for the 16-bit compare-and-swap (``atom.global.cas.b16``) in the PTX. Atomics inside
-T.Parallel are made by every thread."""
+"""float16 and bfloat16 atomic max/min and 8- and 16-bit integer add/max/min (the compare-and-swap
+helpers of include/tw_cuda.h): the generated CUDA is run by the host emulation, one host
+thread per CUDA thread, with several blocks racing on the same elements; results are compared
+with torch. The cubin builds are checked for the 16-bit compare-and-swap
+(``atom.global.cas.b16``) or the 32-bit one on the word holding a narrow integer in the PTX.
+Atomics inside T.Parallel are made by every thread."""
 
 import re
 import subprocess
@@ -14,6 +15,8 @@ import tilewright.language as T
 import torch
 
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
+NARROW = {"int8": torch.int8, "uint8": torch.uint8, "int16": torch.int16,
+          "uint16": torch.uint16}
 
 
 def tile_kernel(kind: str, dtype: str, splits=3, M=20, N=24, bm=16, bn=16):
@@ -153,3 +156,56 @@ def test_element_atomics_inside_parallel_run_on_every_thread(tmp_path):
     _run(parallel_kernel(), tmp_path, x, y, s)
     assert torch.equal(y, x.reshape(3, 2, 2, 4).sum(dim=(0, 2), dtype=torch.int32))
     assert int(s) == int(x.sum())
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize("dtype", NARROW)
+@pytest.mark.parametrize("kind", ["add", "max", "min"])
+def test_tile_atomics_of_narrow_integers(kind, dtype, tmp_path):
+    """Neighbouring elements of one 32-bit word belong to different threads; the adds wrap
+    modulo 2^bits (values up to the type's range: three of them pass it)."""
+    info = torch.iinfo(NARROW[dtype])
+    g = torch.Generator().manual_seed(2)
+    x = torch.randint(info.min, info.max + 1, (3, 20, 24), generator=g)
+    start = torch.randint(info.min, info.max + 1, (20, 24), generator=g)
+    y = start.to(NARROW[dtype])
+    _run(tile_kernel(kind, dtype), tmp_path, x.to(NARROW[dtype]), y)
+    want = {"add": lambda: start + x.sum(0), "max": lambda: start.maximum(x.amax(0)),
+            "min": lambda: start.minimum(x.amin(0))}[kind]()
+    assert torch.equal(y.long(), want.to(NARROW[dtype]).long())
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize("dtype", ["int8", "uint16"])
+def test_narrow_integer_return_prev(dtype, tmp_path):
+    blocks = 40
+    x = torch.randperm(blocks).to(NARROW[dtype])
+    best = torch.zeros(1, dtype=NARROW[dtype])
+    prev = torch.zeros(blocks, dtype=NARROW[dtype])
+    _run(prev_kernel("max", dtype, blocks), tmp_path, x, best, prev)
+    assert int(best) == blocks - 1
+    running = torch.cat([torch.zeros(1, dtype=torch.long), x.long()]).cummax(0).values
+    assert torch.equal(prev.long(), running[:-1])
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_narrow_integer_atomics_swap_their_word(arch, tmp_path):
+    from tilewright_cuda import executor
+
+    for func in (tile_kernel("add", "int8"), prev_kernel("min", "uint16")):
+        (tmp_path / "k.cu").write_text(tilewright.lower(func, f"cuda -arch={arch}").source.text)
+        cmd = [executor.nvcc_path(), "-ptx", f"-arch={arch}", "-std=c++17", "-o",
+               str(tmp_path / "k.ptx"), str(tmp_path / "k.cu")]
+        subprocess.run(cmd, check=True, capture_output=True)
+        assert re.search(r"atom\.global\.cas\.b32|atom\.cas\.b32",
+                         (tmp_path / "k.ptx").read_text())
+
+
+@pytest.mark.nvrtc
+@pytest.mark.parametrize("dtype", NARROW)
+def test_narrow_integer_atomics_build_with_nvrtc(dtype):
+    for func in (tile_kernel("add", dtype), prev_kernel("max", dtype)):
+        kernel = tilewright.compile(func, target="cuda -arch=sm_90a")
+        with open(f"{kernel.artifact_dir}/kernel.cubin", "rb") as f:
+            assert f.read(4) == b"\x7fELF"

@@ -112,13 +112,13 @@ def test_thread_atomics_build_with_nvrtc():
 
 def test_block_atomic_refuses_an_element_type_without_atomics():
     @T.prim_func
-    def int8_add(S: T.Tensor((1,), "int8")):
+    def float8_add(S: T.Tensor((1,), "float8_e4m3fn")):
         with T.Kernel(1, threads=32):
-            T.atomic_add(S[0], 1)
+            T.atomic_add(S[0], T.float8_e4m3fn(1.0))
 
-    with pytest.raises(KernelError, match=r"T.atomic_add on int8 is not supported by backend "
-                                          r"'cuda' \(supported: int32, "):
-        tilewright.lower(int8_add, "cuda -arch=sm_90a")
+    with pytest.raises(KernelError, match=r"T.atomic_add on float8_e4m3fn is not supported by "
+                                          r"backend 'cuda' \(supported: int32, "):
+        tilewright.lower(float8_add, "cuda -arch=sm_90a")
 
 
 def _uint16_key(x):

@@ -89,9 +89,11 @@ def _table(*entries: Intrinsic) -> dict[str, Intrinsic]:
 _GEMM_ARGS = ("read", "read", "readwrite", "")  # A, B, C (, C's row length)
 # what atomicAdd/Max/Min (and include/tw_cuda.h's compare-and-swap loops) take: sm_70 is the
 # oldest architecture of the backend; atomicAdd of a bfloat16 is sm_80's (CUDA's programming
-# guide); 16-bit max/min are tw_cuda.h's atomicCAS loops on an unsigned short (sm_70)
+# guide); 16-bit float max/min are tw_cuda.h's atomicCAS loops on an unsigned short, 8- and
+# 16-bit integers its loops on the 32-bit word that holds the element (sm_70)
 _WORDS = (("int32", 70), ("uint32", 70), ("int64", 70), ("uint64", 70), ("float32", 70),
-          ("float64", 70), ("float16", 70))
+          ("float64", 70), ("float16", 70), ("int8", 70), ("uint8", 70), ("int16", 70),
+          ("uint16", 70))
 ATOMIC_FUNCTIONS = {"add": "tw_atomic_add", "max": "tw_atomic_max", "min": "tw_atomic_min"}
 _ATOMIC_DTYPES = {"add": (*_WORDS, ("bfloat16", 80)), "max": (*_WORDS, ("bfloat16", 70)),
                   "min": (*_WORDS, ("bfloat16", 70))}

@@ -65,6 +65,59 @@ TW_HALF_ATOMIC(tw_atomic_max, __nv_bfloat16, __bfloat162float, >)
 TW_HALF_ATOMIC(tw_atomic_min, __nv_bfloat16, __bfloat162float, <)
 #endif
 
+// 8- and 16-bit integers: add (wrapping modulo 2^bits), max and min by a compare-and-swap loop
+// on the aligned 32-bit word that holds the element (CUDA's atomics take 32- and 64-bit
+// integers; atomicCAS on an unsigned int is native on every architecture this backend
+// targets). The element's neighbours in the word are compared with the rest of it and written
+// back as they were, so an update of theirs between the read and the swap makes it retry.
+struct TwAtomicAdd {
+  template <typename T> __device__ __forceinline__ T operator()(T a, T b) const {
+    return static_cast<T>(a + b);
+  }
+};
+struct TwAtomicMax {
+  template <typename T> __device__ __forceinline__ T operator()(T a, T b) const {
+    return a < b ? b : a;
+  }
+};
+struct TwAtomicMin {
+  template <typename T> __device__ __forceinline__ T operator()(T a, T b) const {
+    return b < a ? b : a;
+  }
+};
+template <typename T, typename BITS, typename OP>
+__device__ __forceinline__ T tw_atomic_narrow(T* address, T value) {
+  const unsigned long long at = reinterpret_cast<unsigned long long>(address);
+  unsigned int* word = reinterpret_cast<unsigned int*>(at & ~3ull);
+  const unsigned int shift = static_cast<unsigned int>(at & 3ull) * 8u;
+  const unsigned int mask = static_cast<unsigned int>(static_cast<BITS>(~BITS(0))) << shift;
+  unsigned int old = *word, assumed;
+  T current;
+  do {
+    assumed = old;
+    current = static_cast<T>(static_cast<BITS>((assumed & mask) >> shift));
+    const T next = OP()(current, value);
+    if (next == current) break;  // max/min that keep the element, an add of 0
+    const unsigned int bits = static_cast<unsigned int>(static_cast<BITS>(next)) << shift;
+    old = atomicCAS(word, assumed, (assumed & ~mask) | bits);
+  } while (assumed != old);
+  return current;
+}
+#define TW_NARROW_ATOMIC(T, BITS)                                                        \
+  __device__ __forceinline__ T tw_atomic_add(T* address, T value) {                     \
+    return tw_atomic_narrow<T, BITS, TwAtomicAdd>(address, value);                        \
+  }                                                                                      \
+  __device__ __forceinline__ T tw_atomic_max(T* address, T value) {                     \
+    return tw_atomic_narrow<T, BITS, TwAtomicMax>(address, value);                        \
+  }                                                                                      \
+  __device__ __forceinline__ T tw_atomic_min(T* address, T value) {                     \
+    return tw_atomic_narrow<T, BITS, TwAtomicMin>(address, value);                        \
+  }
+TW_NARROW_ATOMIC(signed char, unsigned char)
+TW_NARROW_ATOMIC(unsigned char, unsigned char)
+TW_NARROW_ATOMIC(short, unsigned short)
+TW_NARROW_ATOMIC(unsigned short, unsigned short)
+
 // The metadata register of a 2:4 sparse tensor-core step over 16 rows from m0 and 32 columns
 // of K from k0, for 16-bit operands: mma.sp m16n8k32 (include/tw_mma.h) and each warp's 16
 // rows of wgmma.mma_async.sp m64nNk32 (include/tw_wgmma.h), which the PTX ISA lays out alike.

@@ -23,6 +23,29 @@ ATOMIC = {
     "max": lambda y, x: y.maximum(x.amax(dim=0)),
     "min": lambda y, x: y.minimum(x.amin(dim=0)),
 }
+# the integer dtypes of the atomics' tile cases: inputs over the type's range, so the adds
+# wrap modulo 2**bits
+ATOMIC_INTEGERS = ("int8", "uint8", "int16", "uint16", "int32")
+
+
+def _atomic_inputs(torch, gen, dtype, M, N, splits=3):
+    if dtype in FLOATS:
+        return [rand(torch, gen, (splits, M, N), dtype), rand(torch, gen, (M, N), dtype)]
+    info = torch.iinfo(getattr(torch, dtype))
+    low, high = max(info.min, -(1 << 20)), min(info.max, 1 << 20)
+    return [rand(torch, gen, (splits, M, N), dtype, low, high),
+            rand(torch, gen, (M, N), dtype, low, high)]
+
+
+def _atomic_ref(ref):
+    """``ref`` of an atomic tile case; on integers computed in int64 and wrapped to the
+    accumulator's dtype (torch promotes a narrow sum to int64 and has no uint16 max)."""
+    def reference(x, y):
+        if y.is_floating_point():
+            return [ref(y, x)]
+        return [ref(y.long(), x.long()).to(y.dtype)]
+
+    return reference
 
 
 def _reduce(kind):
@@ -293,12 +316,9 @@ def _rows():
     for kind, ref in ATOMIC.items():
         rows.append(Kernel(
             f"atomic_{kind}", (*FRAG, f"atomic_{kind}"), (f"atomic_{kind}", "copy"),
-            _atomic_tile(kind),
-            lambda torch, gen, dtype, M, N, splits=3: [rand(torch, gen, (splits, M, N), dtype),
-                                                        rand(torch, gen, (M, N), dtype)],
-            lambda x, y, _ref=ref: [_ref(y, x)],
+            _atomic_tile(kind), _atomic_inputs, _atomic_ref(ref),
             {"full": {"M": 16, "N": 16}, "partial": {"M": 20, "N": 24}}, out_idx=(),
-            inplace=(1,), reduction=lambda **_: 3,
+            inplace=(1,), reduction=lambda **_: 3, dtypes=(*FLOATS, *ATOMIC_INTEGERS),
             doc=f"three blocks atomic_{kind} a tile into global Y"))
     return rows
 
