@@ -108,17 +108,25 @@ def test_scalar_return_prev_happens_once_per_block(tmp_path):
     assert sorted(ticket.tolist()) == list(range(7, 47))
 
 
+# (the kernels, the compare-and-swap their PTX shows): 16-bit floats swap their own 16 bits,
+# narrow integers the 32-bit word that holds them
+CAS = {"half": (lambda: (tile_kernel("max", "bfloat16"), prev_kernel("min", "float16")), 16),
+       "narrow_int": (lambda: (tile_kernel("add", "int8"), prev_kernel("min", "uint16")), 32)}
+
+
 @pytest.mark.nvcc
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
-def test_half_atomics_use_16_bit_cas(arch, tmp_path):
+@pytest.mark.parametrize("kinds", CAS)
+def test_atomics_compare_and_swap_in_ptx(kinds, arch, tmp_path):
     from tilewright_cuda import executor
 
-    for func in (tile_kernel("max", "bfloat16"), prev_kernel("min", "float16")):
+    kernels, bits = CAS[kinds]
+    for func in kernels():
         (tmp_path / "k.cu").write_text(tilewright.lower(func, f"cuda -arch={arch}").source.text)
         cmd = [executor.nvcc_path(), "-ptx", f"-arch={arch}", "-std=c++17", "-o",
                str(tmp_path / "k.ptx"), str(tmp_path / "k.cu")]
         subprocess.run(cmd, check=True, capture_output=True)
-        assert re.search(r"atom\.global\.cas\.b16|atom\.cas\.b16",
+        assert re.search(rf"atom\.global\.cas\.b{bits}|atom\.cas\.b{bits}",
                          (tmp_path / "k.ptx").read_text())
 
 
@@ -186,20 +194,6 @@ def test_narrow_integer_return_prev(dtype, tmp_path):
     assert int(best) == blocks - 1
     running = torch.cat([torch.zeros(1, dtype=torch.long), x.long()]).cummax(0).values
     assert torch.equal(prev.long(), running[:-1])
-
-
-@pytest.mark.nvcc
-@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
-def test_narrow_integer_atomics_swap_their_word(arch, tmp_path):
-    from tilewright_cuda import executor
-
-    for func in (tile_kernel("add", "int8"), prev_kernel("min", "uint16")):
-        (tmp_path / "k.cu").write_text(tilewright.lower(func, f"cuda -arch={arch}").source.text)
-        cmd = [executor.nvcc_path(), "-ptx", f"-arch={arch}", "-std=c++17", "-o",
-               str(tmp_path / "k.ptx"), str(tmp_path / "k.cu")]
-        subprocess.run(cmd, check=True, capture_output=True)
-        assert re.search(r"atom\.global\.cas\.b32|atom\.cas\.b32",
-                         (tmp_path / "k.ptx").read_text())
 
 
 @pytest.mark.nvrtc
