@@ -122,9 +122,10 @@ def device_kernel(gvar, func, target):
         raise KernelError(f"CUDA codegen expected one device kernel per function, got "
                           f"{len(kernels)}")
     (kernel_gvar, kernel), = kernels
-    # float8 math calls become float32 ones before LowerIntrin names CUDA's functions
+    # float8 math calls, and half ones CUDA has no function for, become float32 ones before
+    # LowerIntrin names CUDA's functions
     dev_mod = tirx.transform.LowerIntrin()(tvm.IRModule(
-        {kernel_gvar: float8_arithmetic(kernel)}, attrs=dev_mod.attrs))
+        {kernel_gvar: float8_arithmetic(half_math_in_float32(kernel))}, attrs=dev_mod.attrs))
     kernel = float8_conversions(printable_constants(dev_mod[kernel_gvar]))
     dev_mod = tvm.IRModule({kernel_gvar: kernel}, attrs=dev_mod.attrs)
     return dev_target, dev_mod, (kernel_gvar, kernel)
@@ -188,6 +189,22 @@ def reinterpreted_constant(c):
 
 
 FLOAT8 = frozenset({"float8_e4m3fn", "float8_e5m2"})
+HALF = frozenset({"float16", "bfloat16"})
+# the math functions of float16/bfloat16 values that CUDA's half headers (cuda_fp16.h,
+# cuda_bf16.h: hexp, hexp10, hlog10, hsin, hrint ...) lack: TVM leaves the call unresolved,
+# prints a name NVRTC rejects (hsinh, hfmod, hnearbyint), or one its CUDA preamble defines
+# (htan, hatan, herf, hpow: the float32 function rounded) for device compilation only
+HALF_MATH_IN_FLOAT32 = frozenset(tvm.ir.Op.get(f"tirx.{name}") for name in (
+    "tan", "atan", "erf", "pow", "log1p", "sinh", "cosh", "asin", "acos", "asinh", "acosh",
+    "atanh", "nearbyint", "fmod", "atan2", "hypot", "copysign"))
+
+
+def half_math_in_float32(func):
+    """``func`` with each :data:`HALF_MATH_IN_FLOAT32` call on float16/bfloat16 values the
+    float32 function rounded once (:mod:`tilewright.transform.narrow_float`, as CUDA's own
+    half functions are)."""
+    return func.with_body(narrow_float.rewrite(func.body, HALF, arithmetic=False,
+                                               math=HALF_MATH_IN_FLOAT32))
 
 
 def float8_arithmetic(func):

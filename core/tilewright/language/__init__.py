@@ -44,6 +44,12 @@ from .kernel import (
     view,
 )
 from .math import (
+    BINARY as _BINARY,
+)
+from .math import (
+    BITWISE as _BITWISE,
+)
+from .math import (
     PREDICATES as _PREDICATES,
 )
 from .math import (
@@ -52,10 +58,12 @@ from .math import (
 from .math import (
     Cast,
     abs,
+    bitwise_not,
     cast,
     ceildiv,
     clamp,
     dp4a,
+    fabs,
     floordiv,
     floormod,
     if_then_else,
@@ -68,6 +76,8 @@ from .math import (
     reinterpret,
     shift_left,
     shift_right,
+    truncdiv,
+    truncmod,
     unpack,
 )
 from .reducer import alloc_reducer, finalize_reducer, reducer_init, reducer_update
@@ -79,6 +89,8 @@ globals().update(_DTYPES)
 globals().update(_REDUCE_OPS)
 globals().update(_ATOMIC_OPS)
 globals().update(_UNARY)
+globals().update(_BINARY)
+globals().update(_BITWISE)
 globals().update(_PREDICATES)
 
 __all__ = [
@@ -87,16 +99,17 @@ __all__ = [
     "TileBuffer", "VarHandle", "Cast", "abs",
     "alloc_buffer", "alloc_fragment", "alloc_global", "alloc_local", "alloc_reducer",
     "alloc_shared", "alloc_var",
-    "annotate_layout", "c2d_im2col", "cast", "ceildiv", "clamp", "clear", "const", "copy",
-    "cumsum", "device_assert", "dp4a", "dtype", "dynamic", "empty", "fill", "floordiv",
+    "annotate_layout", "bitwise_not", "c2d_im2col", "cast", "ceildiv", "clamp", "clear",
+    "const", "copy",
+    "cumsum", "device_assert", "dp4a", "dtype", "dynamic", "empty", "fabs", "fill", "floordiv",
     "floormod",
     "finalize_reducer", "gemm", "gemm_sp", "get_block_binding", "if_then_else", "im2col",
     "index_to_coordinates", "infinity", "macro",
     "make_tensor", "max", "max_value", "min", "min_value", "parallel", "prim_func", "print",
     "reducer_init", "reducer_update", "region", "reinterpret", "reshape", "serial",
     "shift_left", "shift_right", "symbolic",
-    "sync_threads",
+    "sync_threads", "truncdiv", "truncmod",
     "unpack", "unroll",
     "use_swizzle", "vectorized", "view", *_DTYPES, *_REDUCE_OPS, *_ATOMIC_OPS, *_UNARY,
-    *_PREDICATES,
+    *_BINARY, *_BITWISE, *_PREDICATES,
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import operator
 
 import tvm
@@ -260,6 +261,53 @@ def floordiv(a, b):
     return tirx.floordiv(a, b)
 
 
+def _integers(name: str, a, b):
+    a, b = _pair(a, b)
+    if is_float(dtype_of(a)) or dtype_of(a) == "bool":
+        raise kernel_error(f"T.{name} needs integer arguments, got {dtype_of(a)}")
+    return a, b
+
+
+def truncdiv(a, b):
+    """Integer division rounding towards zero (C's ``/``); a Python int when both are."""
+    if isinstance(a, int) and isinstance(b, int):
+        quotient = builtins.abs(a) // builtins.abs(b)
+        return quotient if (a < 0) == (b < 0) else -quotient
+    return tirx.truncdiv(*_integers("truncdiv", a, b))
+
+
+def truncmod(a, b):
+    """The remainder of :func:`truncdiv` (the sign of ``a``, C's ``%``); a Python int when
+    both are."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a - b * truncdiv(a, b)
+    return tirx.truncmod(*_integers("truncmod", a, b))
+
+
+def _bitwise(name: str, fn):
+    def op(a, b):
+        return fn(*_integers(name, a, b))
+
+    op.__name__ = name
+    op.__doc__ = f"TileLang's ``T.{name}`` of two integers: the operator ``{fn.__name__}``."
+    return op
+
+
+# TileLang's functions for the bitwise operators
+BITWISE = {"bitwise_and": _bitwise("bitwise_and", operator.and_),
+           "bitwise_or": _bitwise("bitwise_or", operator.or_),
+           "bitwise_xor": _bitwise("bitwise_xor", operator.xor)}
+globals().update(BITWISE)
+
+
+def bitwise_not(a):
+    """TileLang's ``T.bitwise_not`` of an integer: the operator ``~``."""
+    a = to_expr(a)
+    if is_float(dtype_of(a)) or dtype_of(a) == "bool":
+        raise kernel_error(f"T.bitwise_not needs an integer argument, got {dtype_of(a)}")
+    return ~a
+
+
 def floormod(a, b):
     """The remainder of :func:`floordiv` (the sign of ``b``); a Python int when both are."""
     if isinstance(a, int) and isinstance(b, int):
@@ -314,7 +362,39 @@ UNARY = {name: _float_unary(name, fn) for name, fn in {
     "floor": tirx.floor, "ceil": tirx.ceil, "sin": tirx.sin, "cos": tirx.cos,
     "round": tirx.round, "trunc": tirx.trunc,
 }.items()}
+# TileLang's further math functions of C's libm (TVM's ops, which it re-exports): the backend
+# feature ``libm_math`` (docs/writing-a-backend.md) says a backend computes them
+UNARY.update({name: _float_unary(name, getattr(tirx, name)) for name in (
+    "exp10", "log10", "log1p", "tan", "sinh", "cosh", "asin", "acos", "atan", "asinh",
+    "acosh", "atanh", "erf", "nearbyint")})
 globals().update(UNARY)
+
+
+def _float_binary(name: str, fn):
+    def op(a, b):
+        a, b = _pair(a, b)
+        if not is_float(dtype_of(a)):
+            raise kernel_error(f"T.{name} needs floating-point arguments, got {dtype_of(a)}")
+        return fn(a, b)
+
+    op.__name__ = name
+    op.__doc__ = f"Elementwise ``{name}`` of two floating-point values (C's libm function)."
+    return op
+
+
+def _pow(a, b):
+    """TVM's ``pow`` takes float16/32/64 only: a narrower float's is the float32 power rounded
+    once (as every math function of narrow floats, :mod:`tilewright.transform.narrow_float`)."""
+    dtype = dtype_of(a)
+    if dtype in ("float16", "float32", "float64"):
+        return tirx.pow(a, b)
+    return tirx.Cast(dtype, tirx.pow(tirx.Cast("float32", a), tirx.Cast("float32", b)))
+
+
+# TileLang's two-argument libm functions (feature ``libm_math``, as the unary ones above)
+BINARY = {name: _float_binary(name, _pow if name == "pow" else getattr(tirx, name))
+          for name in ("pow", "fmod", "atan2", "hypot", "copysign")}
+globals().update(BINARY)
 
 
 def _float_predicate(name: str, fn):
@@ -352,6 +432,14 @@ def abs(x):  # noqa: A001 - the language's name
 
 # TVM gives float32's limits for bfloat16, which round to infinity in bfloat16
 _BF16_MAX = 3.3895313892515355e38
+
+
+def fabs(x):
+    """TileLang's ``T.fabs``: the absolute value of a floating-point value (:func:`abs`)."""
+    x = to_expr(x)
+    if not is_float(dtype_of(x)):
+        raise kernel_error(f"T.fabs needs a floating-point argument, got {dtype_of(x)}")
+    return abs(x)
 
 
 def max_value(dtype):

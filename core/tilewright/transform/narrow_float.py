@@ -22,7 +22,8 @@ or :func:`narrow_float_arithmetic` before lowering the type's conversions: the C
 and float8 (its bfloat16 rounding in integer code, since TVM's BF16ComputeLegalize drops a
 conversion between operations) and for float16's math functions (TVM expands ``tanh`` for
 LLVM in float16 arithmetic), CUDA for float8 (its ``hexp`` & co. of bfloat16 and float16
-follow the rule already), the interpreter for bfloat16 and float8.
+follow the rule already) and for the functions its half headers lack, the interpreter for
+bfloat16 and float8.
 """
 
 from __future__ import annotations
@@ -47,13 +48,14 @@ MATH = frozenset(tvm.ir.Op.get(name) for name in (
 
 
 def rewrite(expr_root, dtypes: frozenset, compute: str = "float32", narrowed=tirx.Cast,
-            arithmetic: bool = True):
+            arithmetic: bool = True, math: frozenset = MATH):
     """``expr_root`` (a statement or expression) with each arithmetic operation, comparison
-    and :data:`MATH` call on values of one of ``dtypes`` made on ``compute`` values, an
-    arithmetic or math result converted back to its type by ``narrowed(dtype, value)`` (a
-    conversion unless a backend whose legalisation drops conversions between operations
-    gives its own rounding). Without ``arithmetic`` only the math calls: for a type whose
-    arithmetic the target rounds per operation itself."""
+    and ``math`` call (default :data:`MATH`) on values of one of ``dtypes`` made on
+    ``compute`` values, an arithmetic or math result converted back to its type by
+    ``narrowed(dtype, value)`` (a conversion unless a backend whose legalisation drops
+    conversions between operations gives its own rounding). Without ``arithmetic`` only the
+    math calls: for a type whose arithmetic the target rounds per operation itself; a part of
+    :data:`MATH` as ``math``: for a target that has the other functions in the type."""
 
     def widened(value):
         return tirx.Cast(compute, value)
@@ -67,7 +69,7 @@ def rewrite(expr_root, dtypes: frozenset, compute: str = "float32", narrowed=tir
 
     def call(node):
         dtype = str(node.ty)
-        if dtype not in dtypes or node.op not in MATH:
+        if dtype not in dtypes or node.op not in math:
             return node
         return narrowed(dtype, tvm.ir.Call(node.op, [widened(a) for a in node.args],
                                            ret_ty=compute, span=node.span))

@@ -22,6 +22,7 @@ from . import (
     gemm_loops,
     grid,
     integers,
+    libm,
     loops,
     lowering_bfloat16,
     lowering_extra,
@@ -58,6 +59,7 @@ PIPELINE = PassPipeline((
         lowering_bfloat16.round_bfloat16_arithmetic(),
         lowering_bfloat16.float16_math_in_float32(),
         fastmath.lower_tanh(),
+        libm.lower_libm(),
         lowering_bfloat16.bfloat16_conversions_around_lets(),
         lowering_float8.lower_float8(),
         loops.lower_loops(not ctx.pass_configs.get("tw.disable_vectorize", False)),
@@ -67,7 +69,8 @@ PIPELINE = PassPipeline((
           "float32 exp/exp2 vectorisable (within 2 ulp, or the fast polynomial with "
           "TL_ENABLE_FAST_MATH); bfloat16 and float8 arithmetic and math functions, and "
           "float16 math functions, rounded per operation (their math in libm's float32 "
-          "functions); float32 tanh vectorisable (within 2 ulp); bfloat16 conversions in "
+          "functions); float32 tanh vectorisable (within 2 ulp); sinh, cosh, fmod, atanh and exp10 "
+          "as libm's calls; bfloat16 conversions in "
           "stores with bindings in integer code; float8 conversions as integer code; "
           "T.Parallel loops vectorised where their extent allows (a binding in a loop body "
           "the lowering copies renamed in each copy: ConvertSSA)"),
@@ -107,7 +110,7 @@ BACKEND = BackendModule(
         memory_scopes=frozenset({"global", "shared.dyn", "local.fragment", "local", "local.var",
                                  *(f"local.reducer.{op}" for op in REDUCER_OPS)}),
         features=frozenset({"dynamic_shapes", "partial_tiles", "kernel_sequence",
-                            "while_loops", "atomic_return_prev"}),
+                            "while_loops", "atomic_return_prev", "libm_math"}),
     ),
     description="reference backend: host CPU through TVM's LLVM codegen",
 )

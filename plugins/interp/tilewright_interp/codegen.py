@@ -27,9 +27,10 @@ _BINARY = {"Add": "+", "Sub": "-", "Mul": "*", "FloorDiv": "//", "FloorMod": "%"
 # unsigned arithmetic wraps modulo 2**bits (a Python int operand would go below zero or
 # past the dtype's range and stay there)
 _WRAPPING = ("Add", "Sub", "Mul", "LShift")
-_MATH = {"exp", "exp2", "log", "log2", "log10", "sqrt", "rsqrt", "sin", "cos", "tan", "tanh",
+_MATH = {"exp", "exp2", "exp10", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "sin", "cos",
+         "tan", "tanh", "sinh", "cosh", "asin", "acos", "atan", "asinh", "acosh", "atanh",
          "floor", "ceil", "trunc", "round", "nearbyint", "fabs", "sigmoid", "erf", "pow", "fmod",
-         "isnan", "isinf"}
+         "atan2", "hypot", "copysign", "isnan", "isinf"}
 _FLOAT = ("float", "bfloat")
 
 

@@ -295,6 +295,16 @@ nearbyint = round
 fabs = _unary(np.abs)
 sigmoid = _unary(lambda x: 1 / (1 + np.exp(-x)))
 erf = _unary(np.vectorize(math.erf))
+exp10 = _unary(lambda x: np.power(x.dtype.type(10), x))
+log1p = _unary(np.log1p)
+asin = _unary(np.arcsin)
+acos = _unary(np.arccos)
+atan = _unary(np.arctan)
+sinh = _unary(np.sinh)
+cosh = _unary(np.cosh)
+asinh = _unary(np.arcsinh)
+acosh = _unary(np.arccosh)
+atanh = _unary(np.arctanh)
 
 
 def pow(x, y):
@@ -305,6 +315,20 @@ def pow(x, y):
 def fmod(x, y):
     with np.errstate(all="ignore"):
         return np.fmod(x, y)
+
+
+def atan2(y, x):
+    with np.errstate(all="ignore"):
+        return np.arctan2(y, x)
+
+
+def hypot(x, y):
+    with np.errstate(all="ignore"):
+        return np.hypot(x, y)
+
+
+def copysign(x, y):
+    return np.copysign(x, y)
 
 
 def abs(x):

@@ -31,6 +31,45 @@ UNARY = {
     "abs": (False, T.abs, lambda x: x.abs()),
 }
 
+# TileLang's further math functions of C's libm (backend feature ``libm_math``): name ->
+# (kernel expression of x (|x| in [0.05, 0.9]) and p (in [1, 4]), torch reference)
+LIBM = {
+    "exp10": (lambda x, p: T.exp10(x), lambda x, p: torch_pow(10.0, x)),
+    "log10": (lambda x, p: T.log10(p), lambda x, p: p.log10()),
+    "log1p": (lambda x, p: T.log1p(x), lambda x, p: x.log1p()),
+    "tan": (lambda x, p: T.tan(x), lambda x, p: x.tan()),
+    "sinh": (lambda x, p: T.sinh(x), lambda x, p: x.sinh()),
+    "cosh": (lambda x, p: T.cosh(x), lambda x, p: x.cosh()),
+    "asin": (lambda x, p: T.asin(x), lambda x, p: x.asin()),
+    "acos": (lambda x, p: T.acos(x), lambda x, p: x.acos()),
+    "atan": (lambda x, p: T.atan(x), lambda x, p: x.atan()),
+    "asinh": (lambda x, p: T.asinh(x), lambda x, p: x.asinh()),
+    "acosh": (lambda x, p: T.acosh(p), lambda x, p: p.acosh()),
+    "atanh": (lambda x, p: T.atanh(x), lambda x, p: x.atanh()),
+    "erf": (lambda x, p: T.erf(x), lambda x, p: x.erf()),
+    "nearbyint": (lambda x, p: T.nearbyint(p), lambda x, p: p.round()),  # halves to even
+    "fabs": (lambda x, p: T.fabs(x), lambda x, p: x.abs()),
+    "pow": (lambda x, p: T.pow(p, x), lambda x, p: p.pow(x)),
+    "fmod": (lambda x, p: T.fmod(p, x), lambda x, p: p.fmod(x)),
+    "atan2": (lambda x, p: T.atan2(x, p), lambda x, p: x.atan2(p)),
+    "hypot": (lambda x, p: T.hypot(x, p), lambda x, p: x.hypot(p)),
+    "copysign": (lambda x, p: T.copysign(p, x), lambda x, p: p.copysign(x)),
+}
+
+
+def torch_pow(base: float, x):
+    return x.new_full(x.shape, base).pow(x)
+
+
+def _libm_inputs(torch, gen, dtype, M, N):
+    """x with |x| in [0.05, 0.9] of either sign (the domain of asin, atanh ...; never 0, the
+    divisor of fmod), p in [1, 4]."""
+    magnitude = rand(torch, gen, (M, N), "float32", 0.05, 0.9)
+    sign = rand(torch, gen, (M, N), "int32", 0, 1) * 2 - 1
+    return [(magnitude * sign).to(getattr(torch, dtype)),
+            rand(torch, gen, (M, N), dtype, 1.0, 4.0)]
+
+
 # Float arithmetic: name -> (kernel expression of x, y (> 0), torch reference)
 FLOAT_BINARY = {
     "add": (lambda x, y: x + y, lambda x, y: x + y),
@@ -73,6 +112,11 @@ INT_BINARY = {
     "and": (lambda x, y: x & y, lambda x, y: x & y),
     "or": (lambda x, y: x | y, lambda x, y: x | y),
     "xor": (lambda x, y: x ^ y, lambda x, y: x ^ y),
+    "truncdiv": (lambda x, y: T.truncdiv(x, 3), lambda x, y: x.div(3, rounding_mode="trunc")),
+    "truncmod": (lambda x, y: T.truncmod(x, 5), lambda x, y: x.fmod(5)),
+    "bitwise": (lambda x, y: T.bitwise_xor(T.bitwise_and(x, y), T.bitwise_or(x, 3)),
+                lambda x, y: (x & y) ^ (x | 3)),
+    "bitwise_not": (lambda x, y: T.bitwise_not(x), lambda x, y: ~x),
     "shr": (lambda x, y: x >> 2, lambda x, y: x >> 2),  # arithmetic for negative x
     "shl": (lambda x, y: T.abs(x) << 2, lambda x, y: x.abs() << 2),
     "clamp": (lambda x, y: T.clamp(x, 2, 5), lambda x, y: x.clamp(2, 5)),
@@ -465,6 +509,13 @@ ROWS = (
                                              rand(torch, gen, (M, N), dtype, 0.25, 4.0)],
            _unary_ref, {"partial": MN["partial"]}, dtypes=(*FLOATS, "float64"),
            doc="every math function of T (log, sqrt, rsqrt on positive inputs)"),
+    Kernel("libm_math", (*ELEMENTWISE, *LIBM), ("copy",),
+           lambda dtype, M, N: _elementwise("libm_math", LIBM, dtype, M, N), _libm_inputs,
+           _table_ref(LIBM), {"partial": MN["partial"]}, dtypes=(*FLOATS, "float64"),
+           features=("libm_math",),
+           doc="TileLang's further libm functions: exp10, log10, log1p, trigonometric and "
+               "hyperbolic functions and their inverses, erf, nearbyint, fabs, pow, fmod, "
+               "atan2, hypot, copysign"),
     Kernel("float_arith", (*ELEMENTWISE, "max", "min", "if_then_else"), ("copy",),
            lambda dtype, M, N: _elementwise("float_arith", FLOAT_BINARY, dtype, M, N),
            lambda torch, gen, dtype, M, N: [rand(torch, gen, (M, N), dtype),
@@ -498,11 +549,14 @@ ROWS = (
            _special_inputs, _table_ref(FLOAT_CLASSES), {"partial": MN["partial"]},
            dtypes=(*FLOATS, "float64"), doc="T.isnan, T.isinf and T.isfinite of NaN, "
            "infinities and finite values"),
-    Kernel("int_arith", (*ELEMENTWISE, "max", "min", "abs", "clamp", "if_then_else"), ("copy",),
+    Kernel("int_arith", (*ELEMENTWISE, "max", "min", "abs", "clamp", "if_then_else",
+                         "truncdiv", "truncmod", "bitwise_and", "bitwise_or", "bitwise_xor",
+                         "bitwise_not"), ("copy",),
            lambda dtype, M, N: _elementwise("int_arith", INT_BINARY, dtype, M, N),
            _int_inputs, _int_ref(_table_ref(INT_BINARY)), {"partial": MN["partial"]},
            dtypes=INTEGERS,
-           doc="integer + - * min max abs & | ^ >> << and comparisons, negative operands"),
+           doc="integer + - * min max abs & | ^ ~ >> <<, T.truncdiv, T.truncmod, T.bitwise_* "
+               "and comparisons, negative operands"),
     Kernel("int_floordiv", (*BASE, "Parallel", "floordiv", "floormod"), (), _floordiv,
            _floordiv_inputs,
            lambda x, d, dtype: _int_ref(lambda *t: _floordiv_ref(*t, dtype))(x, d),

@@ -1,0 +1,35 @@
+"""Math functions TVM's LLVM target has no lowering for (``sinh``, ``cosh``, ``fmod``: "unknown
+intrinsic" deep in its code generator), or lowers less precisely than libm (``atanh`` as half
+the logarithm of a quotient, 4e-6 off in float32; ``exp10`` as ``exp(x ln 10)``, 5e-12 off in
+float64), as calls of the C library's function for
+the value's type (``sinhf`` for float32, ``sinh`` for float64). Narrower floats reach this pass
+as float32 (``lowering_bfloat16``, :mod:`tilewright.transform.narrow_float`)."""
+
+from __future__ import annotations
+
+import tvm
+import tvm_ffi
+from tilewright.transform import prim_func_pass
+from tvm import tirx
+
+# TVM op -> libm's double-precision name (the float32 one ends in ``f``)
+LIBM = {"tirx.sinh": "sinh", "tirx.cosh": "cosh", "tirx.fmod": "fmod", "tirx.atanh": "atanh",
+        "tirx.exp10": "exp10"}
+_SUFFIX = {"float32": "f", "float64": ""}
+
+
+def lower_libm():
+    """Each call of a :data:`LIBM` op on float32 or float64 values as the libm call."""
+    ops = {tvm.ir.Op.get(name): libm for name, libm in LIBM.items()}
+
+    def rewrite(call):
+        if not isinstance(call.op, tvm.ir.Op):
+            return call
+        libm = next((name for op, name in ops.items() if call.op.same_as(op)), None)
+        dtype = str(call.ty)
+        if libm is None or dtype not in _SUFFIX:
+            return call
+        return tirx.call_pure_extern(dtype, libm + _SUFFIX[dtype], *call.args)
+
+    return prim_func_pass("CPULibm", lambda f: f.with_body(
+        tvm_ffi.structural_map(f.body, (tvm.ir.Call, rewrite))))
