@@ -15,7 +15,8 @@ shared tiles, ``T.gemm`` carried by a ``T.Pipelined`` loop of 1 to 3 stages, a P
 rebound to a second tile, float16/bfloat16 reductions into the other format, ``T.atomic_max``
 and ``T.atomic_min`` like the add, block code updating a shared, per-thread or global scalar
 from itself outside ``T.Parallel``, once or in a ``T.serial`` loop), math (``exp``, ``exp2``,
-``log``, ``sqrt``, ``rsqrt``, ``sin``, ``cos``, ``sigmoid``, ``tanh``, ``clamp``, and ``floor``,
+``log``, ``sqrt``, ``rsqrt``, ``sin``, ``cos``, ``sigmoid``, ``tanh``, ``clamp``, ``erf``, ``atan``,
+``asinh`` (backend feature ``libm_math``), and ``floor``,
 ``ceil``, ``round``, ``trunc`` of exact values), values rounded through ``float16`` or
 ``bfloat16`` (integers through them exactly), and the result
 copied back, or stored element by element under a bounds guard (reading inputs straight from
@@ -63,6 +64,9 @@ FLOAT8 = {"float8_e4m3fn": (2.0 ** -4, 2.0 ** -10, 448.0, True),
           "float8_e5m2": (2.0 ** -3, 2.0 ** -17, 57344.0, False)}
 REDUCE_KINDS = ("sum", "max", "min", "abssum", "absmax")
 UNARY_MATH = ("exp2", "log", "rsqrt", "sin", "cos", "round", "ceil", "trunc")
+# libm functions of slope at most 1 (backend feature libm_math: not drawn for a backend
+# without it)
+LIBM_MATH = ("erf", "atan", "asinh")
 ATOMIC_KINDS = ("add", "max", "min")
 
 
@@ -528,11 +532,14 @@ class _Builder:
         # drawn only when allowed: avoided, the draws are those of before them
         op = self.draw(st.sampled_from(("+", "-", "*", "/", "max", "min", "abs", "neg",
                                         "exp", "sigmoid", "tanh", "sqrt", "floor", "select",
-                                        "cast") + tuple(f for f in (*UNARY_MATH, "clamp")
+                                        "cast") + tuple(f for f in (*UNARY_MATH, "clamp",
+                                                                    *LIBM_MATH)
                                                         if self.allowed(f))))
         feats = a.features | {op_name(op)}
         if op in UNARY_MATH:
             return self.unary_math(op, a, feats)
+        if op in LIBM_MATH:
+            return self.libm_math(op, a, feats)
         if op == "clamp":
             return self.clamp(a, feats)
         if op == "abs":
@@ -610,6 +617,16 @@ class _Builder:
         if a.mag > 64:  # sin, cos
             return a
         return self.rounded(f"T.{op}({a.text})", -1.0, 1.0, a.err, a, features=feats)
+
+    def libm_math(self, op: str, a: Expr, feats) -> Expr:
+        """``erf``, ``atan`` or ``asinh``: increasing, of slope at most 1, so the argument's
+        error passes through; the function's own error (a few units in the last place of
+        float32 in CUDA's and libm's) is counted as three more roundings."""
+        fn = {"erf": math.erf, "atan": math.atan, "asinh": math.asinh}[op]
+        lo, hi = fn(a.lo), fn(a.hi)
+        return self.rounded(f"T.{op}({a.text})", lo, hi,
+                            a.err + 3 * _ROUNDOFF["float32"] * max(abs(lo), abs(hi)), a,
+                            features=feats | {"libm_math"})
 
     def clamp(self, a: Expr, feats) -> Expr:
         """``T.clamp(a, lo, hi)`` between two constants of the program's dtype."""
@@ -1133,6 +1150,8 @@ def programs(draw, avoid=(), dtypes=None, features=None) -> Program:
     features (default: all), of which ``dynamic_shapes`` lets sizes be read from the
     arguments."""
     declared = set(INT_DTYPES + FLOAT_DTYPES + tuple(FLOAT8)) if dtypes is None else set(dtypes)
+    if features is not None and "libm_math" not in features:
+        avoid = (*avoid, *LIBM_MATH)
     dtype = draw(st.sampled_from([d for d in INT_DTYPES + FLOAT_DTYPES if d in declared]))
     wide = next((w for w in ("int32", "int64") if w in declared and
                  _LIMITS[w] > _LIMITS.get(dtype, 0)), None)
