@@ -197,6 +197,14 @@ template <class T> T atomicMin(T* p, T v) {
 template <class T> T atomicCAS(T* p, T c, T v) {
   T o = *p; if (o == c) *p = v; return o;
 }
+// CUDA's bit counts (CUDA Math API, integer intrinsics): leading zeros of 32/64 bits (all of
+// them for 0), set bits
+inline int __clz(int x) { return x == 0 ? 32 : __builtin_clz((unsigned)x); }
+inline int __clzll(long long x) {
+  return x == 0 ? 64 : __builtin_clzll((unsigned long long)x);
+}
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
+inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
 // max and min of two arithmetic types in their common type, as CUDA's overloads of max(int,
 // int), max(long long, long long) ... take a char and an int promoted (an int8 reduction)
 template <class A, class B> std::common_type_t<A, B> max(A a, B b) {

@@ -117,7 +117,7 @@ BACKEND = BackendModule(
         memory_scopes=frozenset({"global", "shared.dyn", "local.fragment", "local", "local.var",
                                  *(f"local.reducer.{op}" for op in REDUCER_OPS)}),
         features=frozenset({"warps", "dynamic_shapes", "partial_tiles", "atomic_return_prev",
-                            "libm_math", "while_loops", "kernel_sequence"}),
+                            "extended_math", "while_loops", "kernel_sequence"}),
     ),
     accelerator=True,
     device="cuda",

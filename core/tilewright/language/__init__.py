@@ -47,6 +47,9 @@ from .math import (
     BINARY as _BINARY,
 )
 from .math import (
+    BIT_COUNTS as _BIT_COUNTS,
+)
+from .math import (
     BITWISE as _BITWISE,
 )
 from .math import (
@@ -69,6 +72,7 @@ from .math import (
     if_then_else,
     index_to_coordinates,
     infinity,
+    likely,
     max,
     max_value,
     min,
@@ -91,25 +95,30 @@ globals().update(_ATOMIC_OPS)
 globals().update(_UNARY)
 globals().update(_BINARY)
 globals().update(_BITWISE)
+globals().update(_BIT_COUNTS)
+# TileLang's other spellings
+cdiv = ceildiv
+Serial = serial
+Vectorized = vectorized
 globals().update(_PREDICATES)
 
 __all__ = [
     "Buffer", "DType", "Fragment", "FragmentBuffer", "GemmWarpPolicy", "Kernel", "Layout",
     "LocalBuffer", "Macro", "Parallel", "Persistent", "Pipelined", "SharedBuffer", "Tensor",
-    "TileBuffer", "VarHandle", "Cast", "abs",
+    "TileBuffer", "VarHandle", "Cast", "Serial", "Vectorized", "abs",
     "alloc_buffer", "alloc_fragment", "alloc_global", "alloc_local", "alloc_reducer",
     "alloc_shared", "alloc_var",
-    "annotate_layout", "bitwise_not", "c2d_im2col", "cast", "ceildiv", "clamp", "clear",
+    "annotate_layout", "bitwise_not", "c2d_im2col", "cast", "cdiv", "ceildiv", "clamp", "clear",
     "const", "copy",
     "cumsum", "device_assert", "dp4a", "dtype", "dynamic", "empty", "fabs", "fill", "floordiv",
     "floormod",
     "finalize_reducer", "gemm", "gemm_sp", "get_block_binding", "if_then_else", "im2col",
-    "index_to_coordinates", "infinity", "macro",
+    "index_to_coordinates", "infinity", "likely", "macro",
     "make_tensor", "max", "max_value", "min", "min_value", "parallel", "prim_func", "print",
     "reducer_init", "reducer_update", "region", "reinterpret", "reshape", "serial",
     "shift_left", "shift_right", "symbolic",
     "sync_threads", "truncdiv", "truncmod",
     "unpack", "unroll",
     "use_swizzle", "vectorized", "view", *_DTYPES, *_REDUCE_OPS, *_ATOMIC_OPS, *_UNARY,
-    *_BINARY, *_BITWISE, *_PREDICATES,
+    *_BINARY, *_BITWISE, *_BIT_COUNTS, *_PREDICATES,
 ]

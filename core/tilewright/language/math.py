@@ -261,6 +261,12 @@ def floordiv(a, b):
     return tirx.floordiv(a, b)
 
 
+def likely(cond):
+    """TileLang's ``T.likely``: a hint that ``cond`` is usually true; the condition itself
+    (the backends' compilers place branches by their own analysis)."""
+    return to_expr(cond)
+
+
 def _integers(name: str, a, b):
     a, b = _pair(a, b)
     if is_float(dtype_of(a)) or dtype_of(a) == "bool":
@@ -306,6 +312,28 @@ def bitwise_not(a):
     if is_float(dtype_of(a)) or dtype_of(a) == "bool":
         raise kernel_error(f"T.bitwise_not needs an integer argument, got {dtype_of(a)}")
     return ~a
+
+
+def _bit_count(name: str, fn):
+    def op(x):
+        x = to_expr(x)
+        dtype = dtype_of(x)
+        if dtype not in ("int32", "uint32", "int64", "uint64"):
+            raise kernel_error(f"T.{name} needs a 32- or 64-bit integer, got {dtype}")
+        unsigned = "u" + dtype.lstrip("u")
+        return tirx.Cast(dtype, fn(x if dtype == unsigned else tirx.reinterpret(unsigned, x)))
+
+    op.__name__ = name
+    op.__doc__ = (f"TileLang's ``T.{name}`` (TVM's) of a 32- or 64-bit integer's bits, in its "
+                  "dtype; a signed value's two's-complement bits (every backend counts them "
+                  "as unsigned: CUDA's ``__popc`` and ``__clz`` take them so)")
+    return op
+
+
+# the leading zero bits and the set bits of an integer's bits
+BIT_COUNTS = {"clz": _bit_count("clz", tirx.clz), "popcount": _bit_count("popcount",
+                                                                          tirx.popcount)}
+globals().update(BIT_COUNTS)
 
 
 def floormod(a, b):
@@ -363,7 +391,7 @@ UNARY = {name: _float_unary(name, fn) for name, fn in {
     "round": tirx.round, "trunc": tirx.trunc,
 }.items()}
 # TileLang's further math functions of C's libm (TVM's ops, which it re-exports): the backend
-# feature ``libm_math`` (docs/writing-a-backend.md) says a backend computes them
+# feature ``extended_math`` (docs/writing-a-backend.md) says a backend computes them
 UNARY.update({name: _float_unary(name, getattr(tirx, name)) for name in (
     "exp10", "log10", "log1p", "tan", "sinh", "cosh", "asin", "acos", "atan", "asinh",
     "acosh", "atanh", "erf", "nearbyint")})
@@ -391,7 +419,7 @@ def _pow(a, b):
     return tirx.Cast(dtype, tirx.pow(tirx.Cast("float32", a), tirx.Cast("float32", b)))
 
 
-# TileLang's two-argument libm functions (feature ``libm_math``, as the unary ones above)
+# TileLang's two-argument libm functions (feature ``extended_math``, as the unary ones above)
 BINARY = {name: _float_binary(name, _pow if name == "pow" else getattr(tirx, name))
           for name in ("pow", "fmod", "atan2", "hypot", "copysign")}
 globals().update(BINARY)

@@ -110,7 +110,7 @@ BACKEND = BackendModule(
         memory_scopes=frozenset({"global", "shared.dyn", "local.fragment", "local", "local.var",
                                  *(f"local.reducer.{op}" for op in REDUCER_OPS)}),
         features=frozenset({"dynamic_shapes", "partial_tiles", "kernel_sequence",
-                            "while_loops", "atomic_return_prev", "libm_math"}),
+                            "while_loops", "atomic_return_prev", "extended_math"}),
     ),
     description="reference backend: host CPU through TVM's LLVM codegen",
 )

@@ -139,6 +139,8 @@ class _Emitter:
             return f"({args[1]} if {args[0]} else {args[2]})"  # bounds
         if short in _MATH:
             return f"rt.{short}({', '.join(args)})"
+        if short in ("clz", "popcount"):  # of the operand's bits: its width counts
+            return f"rt.{short}({args[0]}, {_dtype(e.args[0])!r})"
         if short in ("abs",):
             return f"rt.abs({args[0]})"
         if short == "reinterpret" and _dtype(e).startswith("T.handle"):

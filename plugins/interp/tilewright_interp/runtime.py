@@ -317,6 +317,23 @@ def fmod(x, y):
         return np.fmod(x, y)
 
 
+def _bits_of(x, dtype: str) -> tuple[int, int]:
+    bits = np.dtype(dtype).itemsize * 8
+    return int(x) & ((1 << bits) - 1), bits
+
+
+def clz(x, dtype: str):
+    """The leading zero bits of ``x``'s ``dtype``-wide bits, in ``x``'s type."""
+    value, bits = _bits_of(x, dtype)
+    return np.dtype(dtype).type(bits - value.bit_length())
+
+
+def popcount(x, dtype: str):
+    """The set bits of ``x``'s ``dtype``-wide bits, in ``x``'s type."""
+    value, _ = _bits_of(x, dtype)
+    return np.dtype(dtype).type(value.bit_count())
+
+
 def atan2(y, x):
     with np.errstate(all="ignore"):
         return np.arctan2(y, x)

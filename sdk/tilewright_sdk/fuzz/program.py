@@ -16,7 +16,7 @@ rebound to a second tile, float16/bfloat16 reductions into the other format, ``T
 and ``T.atomic_min`` like the add, block code updating a shared, per-thread or global scalar
 from itself outside ``T.Parallel``, once or in a ``T.serial`` loop), math (``exp``, ``exp2``,
 ``log``, ``sqrt``, ``rsqrt``, ``sin``, ``cos``, ``sigmoid``, ``tanh``, ``clamp``, ``erf``, ``atan``,
-``asinh`` (backend feature ``libm_math``), and ``floor``,
+``asinh`` (backend feature ``extended_math``), and ``floor``,
 ``ceil``, ``round``, ``trunc`` of exact values), values rounded through ``float16`` or
 ``bfloat16`` (integers through them exactly), and the result
 copied back, or stored element by element under a bounds guard (reading inputs straight from
@@ -64,7 +64,7 @@ FLOAT8 = {"float8_e4m3fn": (2.0 ** -4, 2.0 ** -10, 448.0, True),
           "float8_e5m2": (2.0 ** -3, 2.0 ** -17, 57344.0, False)}
 REDUCE_KINDS = ("sum", "max", "min", "abssum", "absmax")
 UNARY_MATH = ("exp2", "log", "rsqrt", "sin", "cos", "round", "ceil", "trunc")
-# libm functions of slope at most 1 (backend feature libm_math: not drawn for a backend
+# libm functions of slope at most 1 (backend feature extended_math: not drawn for a backend
 # without it)
 LIBM_MATH = ("erf", "atan", "asinh")
 ATOMIC_KINDS = ("add", "max", "min")
@@ -626,7 +626,7 @@ class _Builder:
         lo, hi = fn(a.lo), fn(a.hi)
         return self.rounded(f"T.{op}({a.text})", lo, hi,
                             a.err + 3 * _ROUNDOFF["float32"] * max(abs(lo), abs(hi)), a,
-                            features=feats | {"libm_math"})
+                            features=feats | {"extended_math"})
 
     def clamp(self, a: Expr, feats) -> Expr:
         """``T.clamp(a, lo, hi)`` between two constants of the program's dtype."""
@@ -1150,7 +1150,7 @@ def programs(draw, avoid=(), dtypes=None, features=None) -> Program:
     features (default: all), of which ``dynamic_shapes`` lets sizes be read from the
     arguments."""
     declared = set(INT_DTYPES + FLOAT_DTYPES + tuple(FLOAT8)) if dtypes is None else set(dtypes)
-    if features is not None and "libm_math" not in features:
+    if features is not None and "extended_math" not in features:
         avoid = (*avoid, *LIBM_MATH)
     dtype = draw(st.sampled_from([d for d in INT_DTYPES + FLOAT_DTYPES if d in declared]))
     wide = next((w for w in ("int32", "int64") if w in declared and

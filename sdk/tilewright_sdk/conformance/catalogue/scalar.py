@@ -31,7 +31,7 @@ UNARY = {
     "abs": (False, T.abs, lambda x: x.abs()),
 }
 
-# TileLang's further math functions of C's libm (backend feature ``libm_math``): name ->
+# TileLang's further math functions of C's libm (backend feature ``extended_math``): name ->
 # (kernel expression of x (|x| in [0.05, 0.9]) and p (in [1, 4]), torch reference)
 LIBM = {
     "exp10": (lambda x, p: T.exp10(x), lambda x, p: torch_pow(10.0, x)),
@@ -502,6 +502,49 @@ def _int_helpers_ref(x, w):
          (5 + (x * w).sum(1)).tolist(), (g * 10 + 1).tolist()]).int()]
 
 
+def _bit_counts(dtype, N, bn=8):
+    """T.clz and T.popcount of 32- and 64-bit integers (a negative value's two's-complement
+    bits), in loops spelled as TileLang also does (T.Vectorized, T.Serial) under a T.likely
+    guard, over a T.cdiv grid."""
+
+    @T.prim_func
+    def bit_counts(X: T.Tensor((N,), dtype), Y: T.Tensor((2, N), dtype)):
+        with T.Kernel(T.cdiv(N, bn), threads=128) as bx:
+            x = T.alloc_local((bn,), dtype)
+            for i in T.Vectorized(bn):
+                x[i] = X[T.min(bx * bn + i, N - 1)]
+            for i in T.Serial(bn):
+                if T.likely(bx * bn + i < N):
+                    Y[0, bx * bn + i] = T.clz(x[i])
+                    Y[1, bx * bn + i] = T.popcount(x[i])
+
+    return bit_counts
+
+
+def _bit_count_inputs(torch, gen, dtype, N):
+    """Values over the type's range (64-bit ones within 2**62), with 0 and, signed, -1 and
+    the lowest value first."""
+    bits = int(dtype.lstrip("uint"))
+    if dtype.startswith("u"):
+        low, high = 0, (1 << min(bits, 62)) - 1
+    else:
+        low, high = -(1 << min(bits - 1, 62)), (1 << min(bits - 1, 62)) - 1
+    x = rand(torch, gen, (N,), "int64", low, high)
+    x[0] = 0
+    if low < 0:
+        x[1], x[2] = -1, -(1 << (bits - 1))
+    return [x.to(getattr(torch, dtype))]
+
+
+def _bit_counts_ref(x):
+    import torch
+
+    bits = x.element_size() * 8
+    values = [int(v) & ((1 << bits) - 1) for v in x.tolist()]
+    return [torch.tensor([[bits - v.bit_length() for v in values],
+                          [v.bit_count() for v in values]]).to(x.dtype)]
+
+
 ROWS = (
     Kernel("unary_math", (*ELEMENTWISE, *UNARY), ("copy",),
            lambda dtype, M, N: _elementwise("unary_math", _unary_table(), dtype, M, N),
@@ -512,7 +555,7 @@ ROWS = (
     Kernel("libm_math", (*ELEMENTWISE, *LIBM), ("copy",),
            lambda dtype, M, N: _elementwise("libm_math", LIBM, dtype, M, N), _libm_inputs,
            _table_ref(LIBM), {"partial": MN["partial"]}, dtypes=(*FLOATS, "float64"),
-           features=("libm_math",),
+           features=("extended_math",),
            doc="TileLang's further libm functions: exp10, log10, log1p, trigonometric and "
                "hyperbolic functions and their inverses, erf, nearbyint, fabs, pow, fmod, "
                "atan2, hypot, copysign"),
@@ -585,6 +628,14 @@ ROWS = (
            lambda dtype: _limits(dtype), lambda torch, gen, dtype: [], _limits_ref,
            {"full": {}}, dtypes=(*FLOATS, "float64", *INTEGERS), ref_args=("dtype",),
            doc="T.max_value, T.min_value and T.infinity of each dtype"),
+    Kernel("bit_counts", (*BASE, "alloc_local", "min", "cdiv", "Vectorized", "Serial",
+                          "likely", "clz", "popcount"), (), _bit_counts, _bit_count_inputs,
+           _bit_counts_ref, {"partial": {"N": 20}}, dtypes=("int32", "uint32", "int64",
+                                                           "uint64"), exact=True,
+           features=("extended_math",),
+           doc="T.clz and T.popcount of 32- and 64-bit integers (negative values' two's "
+               "complement, 0, the lowest value), with TileLang's spellings T.cdiv, "
+               "T.Vectorized, T.Serial and T.likely"),
     Kernel("int_helpers", (*BASE, "serial", "cast", "get_block_binding", "shift_left",
                            "shift_right", "dp4a", "index_to_coordinates"), (), _int_helpers,
            lambda torch, gen, dtype, N: [rand(torch, gen, (N, 4), dtype, -128, 127),
