@@ -20,9 +20,8 @@ CASES = cases(["libm_math"])
 BIT_CASES = cases(["bit_counts"])
 
 
-@pytest.mark.emulator
-@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_libm_row_in_emulation(case, tmp_path):
+def _emulated(case, tmp_path):
+    """(outputs, references) of ``case`` run in the host emulation for sm_90a."""
     func = case.kernel.make(case.dtype, **case.dims)
     lowered = tilewright.lower(func, "cuda -arch=sm_90a")
     inputs = case.kernel.inputs(torch, torch.Generator().manual_seed(0), case.dtype,
@@ -30,7 +29,13 @@ def test_libm_row_in_emulation(case, tmp_path):
     outputs = [torch.zeros(tuple(int(s) for s in p.shape), dtype=getattr(torch, str(p.dtype)))
                for p in func.params[len(inputs):]]
     hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, *inputs, *outputs)
-    for got, want in zip(outputs, case.reference(inputs), strict=True):
+    return zip(outputs, case.reference(inputs), strict=True)
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_libm_row_in_emulation(case, tmp_path):
+    for got, want in _emulated(case, tmp_path):
         assert_close(got, want, dtype=case.dtype, name=case.id)
 
 
@@ -47,14 +52,8 @@ def test_half_libm_builds(dtype, sm, tmp_path):
 @pytest.mark.emulator
 @pytest.mark.parametrize("case", BIT_CASES, ids=[c.id for c in BIT_CASES])
 def test_bit_counts_in_emulation(case, tmp_path):
-    func = case.kernel.make(case.dtype, **case.dims)
-    lowered = tilewright.lower(func, "cuda -arch=sm_90a")
-    inputs = case.kernel.inputs(torch, torch.Generator().manual_seed(0), case.dtype,
-                                **case.dims)
-    got = torch.zeros(tuple(int(s) for s in func.params[-1].shape), dtype=inputs[0].dtype)
-    hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, *inputs, got)
-    (want,) = case.reference(inputs)
-    assert got.tolist() == want.tolist()
+    for got, want in _emulated(case, tmp_path):
+        assert got.tolist() == want.tolist()
 
 
 @pytest.mark.nvrtc

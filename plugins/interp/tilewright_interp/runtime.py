@@ -307,14 +307,19 @@ acosh = _unary(np.arccosh)
 atanh = _unary(np.arctanh)
 
 
-def pow(x, y):
-    with np.errstate(all="ignore"):
-        return np.power(x, y)
+def _binary(fn):
+    def op(x, y):
+        with np.errstate(all="ignore"):
+            return fn(x, y)
+
+    return op
 
 
-def fmod(x, y):
-    with np.errstate(all="ignore"):
-        return np.fmod(x, y)
+pow = _binary(np.power)  # noqa: A001 - the language's name
+fmod = _binary(np.fmod)
+atan2 = _binary(np.arctan2)
+hypot = _binary(np.hypot)
+copysign = _binary(np.copysign)
 
 
 def _bits_of(x, dtype: str) -> tuple[int, int]:
@@ -333,19 +338,6 @@ def popcount(x, dtype: str):
     value, _ = _bits_of(x, dtype)
     return np.dtype(dtype).type(value.bit_count())
 
-
-def atan2(y, x):
-    with np.errstate(all="ignore"):
-        return np.arctan2(y, x)
-
-
-def hypot(x, y):
-    with np.errstate(all="ignore"):
-        return np.hypot(x, y)
-
-
-def copysign(x, y):
-    return np.copysign(x, y)
 
 
 def abs(x):
