@@ -110,21 +110,22 @@ def _holds(cond, env) -> bool:
 
 
 def _indices(loops, cond, index):
-    """Every index the nest stores at and the number of iterations; None past the values
-    drawn (int32 would wrap, or too many iterations to enumerate)."""
+    """Every index the nest stores at and the number of iterations of all its loops (as the
+    check counts them, which lists only the loops the index depends on: never more); None past
+    the values drawn (int32 would wrap, or too many iterations to enumerate)."""
     out, count = [], [0]
 
     def walk(level, env):
         if level == len(loops):
-            count[0] += 1
-            if count[0] > 20000:
-                raise OverflowError
             if cond is None or _holds(cond, env):
                 out.append(index.py(env))
             return
         var, start, extent = loops[level]
         lo, n = start.py(env), extent.py(env)
         for value in range(lo, lo + n):
+            count[0] += 1
+            if count[0] > 20000:
+                raise OverflowError
             walk(level + 1, {**env, var: value})
 
     try:

@@ -53,7 +53,8 @@ from .walk import StmtMutator, rebuild_for
 _IF_THEN_ELSE = "tirx.if_then_else"
 # the most combinations of enclosing loops' values an access is bounded in, one at a time
 CASES = 64
-# the most iterations an index no case bounds is evaluated in, one by one
+# the most iterations (of every enclosing loop listed) an index no case bounds is evaluated
+# in, one by one
 ITERATIONS = 4096
 
 
@@ -353,9 +354,6 @@ class _Bounds(StmtMutator):
 
         def walk(level: int, values: dict):
             if level == len(listed):
-                count[0] += 1
-                if count[0] > ITERATIONS:
-                    raise _NotEnumerable
                 if all(constant(c, values) for c in self.conditions):
                     value = constant(index, values)
                     if not 0 <= value < size:
@@ -364,6 +362,9 @@ class _Bounds(StmtMutator):
             loop = listed[level]
             start = constant(loop.min, values)
             for value in range(start, start + constant(loop.extent, values)):
+                count[0] += 1  # every loop's iterations: an outer one may run empty inner ones
+                if count[0] > ITERATIONS:
+                    raise _NotEnumerable
                 found = walk(level + 1, {**values, loop.loop_var: value})
                 if found is not None:
                     return found
