@@ -200,7 +200,9 @@ class _Emitter:
             lo, ext = self.expr(s.min), self.expr(s.extent)
             rng = f"range({ext})" if lo == "0" else f"range({lo}, {lo} + {ext})"
             block = s.kind == tirx.ForKind.THREAD_BINDING
-            self.analyzer.bind(s.loop_var, tvm.ir.Range.from_min_extent(s.min, s.extent))
+            # a loop's own range holds inside it (a variable two loops share is rebound)
+            self.analyzer.bind(s.loop_var, tvm.ir.Range.from_min_extent(s.min, s.extent),
+                               allow_override=True)
             self.emit(depth, f"for {v} in {rng}:" + ("  # block index" if block else ""))
             if block:
                 self.blocks.append(v)
