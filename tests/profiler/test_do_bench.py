@@ -83,7 +83,9 @@ def test_a_huge_reported_cache_is_flushed_within_the_budget(monkeypatch):
     used = flushed[-1]
     assert flushed[0] == 300 and bench.FLUSH_FLOOR_MB <= used < 300
     assert used * 0.05 <= bench.FLUSH_SHARE * 100 / bench.MIN_SAMPLES * 1.5
-    assert len(samples) >= 20 and flushed.count(used) >= len(samples)
+    # the minimum of samples whatever the load (the count past it depends on the clock: 17
+    # in one make test run on 2 busy cores, where this asked for 20)
+    assert len(samples) >= bench.MIN_SAMPLES and flushed.count(used) >= len(samples)
     # a size the caller gives is kept, and the budget still buys the minimum of samples
     flushed.clear()
     assert len(do_bench(lambda: None, rep=10, cache_size=300, return_mode="all")) == \
