@@ -1,9 +1,9 @@
 """Math functions TVM's LLVM target has no lowering for (``sinh``, ``cosh``, ``fmod``: "unknown
 intrinsic" deep in its code generator), or lowers less precisely than libm (``atanh`` as half
 the logarithm of a quotient, 4e-6 off in float32; ``exp10`` as ``exp(x ln 10)``, 5e-12 off in
-float64), as calls of the C library's function for
-the value's type (``sinhf`` for float32, ``sinh`` for float64). Narrower floats reach this pass
-as float32 (``lowering_bfloat16``, :mod:`tilewright.transform.narrow_float`)."""
+float64), as calls of the C library's function for the value's type (``sinhf`` for float32,
+``sinh`` for float64). Narrower floats reach this pass as float32 (``lowering_bfloat16``,
+:mod:`tilewright.transform.narrow_float`)."""
 
 from __future__ import annotations
 
