@@ -462,12 +462,8 @@ def abs(x):  # noqa: A001 - the language's name
 _BF16_MAX = 3.3895313892515355e38
 
 
-def fabs(x):
-    """TileLang's ``T.fabs``: the absolute value of a floating-point value (:func:`abs`)."""
-    x = to_expr(x)
-    if not is_float(dtype_of(x)):
-        raise kernel_error(f"T.fabs needs a floating-point argument, got {dtype_of(x)}")
-    return abs(x)
+# TileLang's T.fabs: abs of a floating-point value
+fabs = _float_unary("fabs", abs)
 
 
 def max_value(dtype):

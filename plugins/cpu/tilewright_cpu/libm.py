@@ -20,12 +20,11 @@ _SUFFIX = {"float32": "f", "float64": ""}
 
 def lower_libm():
     """Each call of a :data:`LIBM` op on float32 or float64 values as the libm call."""
-    ops = {tvm.ir.Op.get(name): libm for name, libm in LIBM.items()}
 
     def rewrite(call):
         if not isinstance(call.op, tvm.ir.Op):
             return call
-        libm = next((name for op, name in ops.items() if call.op.same_as(op)), None)
+        libm = LIBM.get(call.op.name)
         dtype = str(call.ty)
         if libm is None or dtype not in _SUFFIX:
             return call
