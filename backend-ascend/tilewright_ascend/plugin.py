@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tilewright.ir import INTEGER_REDUCE_KINDS
 from tilewright.plugin import (
     API_VERSION,
     ArchModel,
@@ -31,6 +32,7 @@ from .transforms.portable import lower_portable
 from .transforms.sequence import check_sequence, split_sequence
 from .transforms.sync import insert_sync
 from .transforms.vector import (
+    BITWISE_REDUCTION_DTYPES,
     PORTABLE_REDUCTIONS,
     PORTABLE_VECTOR_OPS,
     REDUCTION_DTYPES,
@@ -97,9 +99,11 @@ BACKEND = BackendModule(
         # by LoadDataWithTranspose from an L1 stored as rows of fractals, see cube.py) and
         # int8 into an int32 L0C (A [M, K], B [N, K]: int8 fractals are not transposed)
         # reductions: what the WholeReduce family computes on, and bfloat16 (see
-        # transforms.vector); atomics: what SetAtomicAdd/Max/Min take (facts.instructions)
+        # transforms.vector); the bitwise kinds: the integers the scalar unit reduces;
+        # atomics: what SetAtomicAdd/Max/Min take (facts.instructions)
         op_dtypes={"gemm": frozenset({"float16", "bfloat16", "float32", "int8"}),
                    **dict.fromkeys(PORTABLE_REDUCTIONS, REDUCTION_DTYPES),
+                   **{f"reduce_{k}": BITWISE_REDUCTION_DTYPES for k in INTEGER_REDUCE_KINDS},
                    **dict.fromkeys(("atomic_add", "atomic_max", "atomic_min"),
                                    ATOMIC_DTYPES)},
     ),

@@ -70,9 +70,12 @@ CONTROL = ("if_else", "nested_parallel", "while_loop", "pipelined", "local_scala
 MATH_AND_BLOCK = {"exp2", "log", "rsqrt", "sin", "cos", "clamp", "round", "ceil", "trunc",
                   "half_cast", "atomic_max", "atomic_min", "block_update", "erf", "atan",
                   "asinh"}
+# the bitwise reductions and T.cummax (drawn since 2026-12-05)
+BITS_AND_SCANS = {"reduce_bitand", "reduce_bitor", "reduce_bitxor", "cummax"}
 NEW_FEATURES = {"tensor_3d", "dynamic_shape", "sign_cast", "float8_cast", "unpack",
                 "int4_input", "float_uint_cast", "unsigned_wrap_arith", "float8_input",
-                "tile_copy", "pipelined_gemm", "rebind", "reduce_low_to_low", *MATH_AND_BLOCK}
+                "tile_copy", "pipelined_gemm", "rebind", "reduce_low_to_low", *BITS_AND_SCANS,
+                *MATH_AND_BLOCK}
 OLD_DTYPES = {"int8", "int16", "int32", "uint8", "int64", "float32", "float16", "bfloat16"}
 AVOIDABLE = {f for f in CONTROL if not f.startswith(("reduce_acc", "gemm_", "atomic_add_"))}
 
@@ -222,7 +225,8 @@ def test_new_draws_are_generated_and_valid():
     tiles, sizes read from the arguments, float8 casts, fragments and inputs, 4-bit fields and
     int4 inputs are all drawn; one program with each runs on the interpreter and agrees with
     itself."""
-    _each_drawn_and_valid(NEW_DRAWS, _drawn(programs(avoid=MATH_AND_BLOCK), 300, 22))
+    _each_drawn_and_valid(NEW_DRAWS, _drawn(programs(avoid=MATH_AND_BLOCK | BITS_AND_SCANS),
+                                            300, 22))
 
 
 TILE_DRAWS = ("tile_copy", "tile_copy_window", "tile_copy_fragment_shared",
@@ -234,7 +238,8 @@ def test_tile_copies_pipelined_gemms_and_rebinds_are_generated_and_valid():
     carried by a T.Pipelined loop, a Python variable rebound to a second tile and float16 /
     bfloat16 reductions into the other low-precision dtype are drawn; one program with each
     runs on the interpreter and agrees with itself; avoided, none is drawn."""
-    _each_drawn_and_valid(TILE_DRAWS, _drawn(programs(avoid=MATH_AND_BLOCK), 300, 22))
+    _each_drawn_and_valid(TILE_DRAWS, _drawn(programs(avoid=MATH_AND_BLOCK | BITS_AND_SCANS),
+                                             300, 22))
     _never_drawn(TILE_DRAWS, programs(avoid={"tile_copy", "pipelined_gemm", "rebind",
                                              "reduce_low_to_low"}), 60, 22)
 
@@ -253,8 +258,24 @@ def test_math_atomics_and_block_code_are_generated_and_valid():
     global scalars are drawn; one program with each runs on the interpreter and agrees with
     itself; avoided, none is drawn. (Seed 49: one whose 400 draws hold every feature, as
     seed 33's did before erf/atan/asinh.)"""
-    _each_drawn_and_valid(MATH_DRAWS, _drawn(programs(), 400, 49))
+    _each_drawn_and_valid(MATH_DRAWS, _drawn(programs(avoid=BITS_AND_SCANS), 400, 49))
     _never_drawn(MATH_DRAWS, programs(avoid=MATH_AND_BLOCK), 60, 49)
+
+
+SCAN_AND_BIT_DRAWS = ("reduce_bitand", "reduce_bitor", "reduce_bitxor", "cummax",
+                      "cummax_dim0", "cummax_dim1", "cummax_reverse", "cumsum")
+
+
+def test_bitwise_reductions_and_running_maxima_are_generated_and_valid():
+    """T.reduce_bitand/bitor/bitxor of integer tiles and T.cummax in both dimensions and
+    directions are drawn; one program with each runs on the interpreter and agrees with
+    itself; avoided, none is drawn (and no float program reduces bitwise)."""
+    drawn = _drawn(programs(), 300, 6)
+    _each_drawn_and_valid(SCAN_AND_BIT_DRAWS, drawn)
+    assert not any(p.dtype.startswith(("float", "bfloat")) and
+                   p.features & {"reduce_bitand", "reduce_bitor", "reduce_bitxor"}
+                   for p in drawn)
+    _never_drawn(BITS_AND_SCANS, programs(avoid=BITS_AND_SCANS), 60, 6)
 
 
 def test_new_draws_respect_the_backends_capabilities():

@@ -1,4 +1,4 @@
-"""T.reduce_*, T.cumsum and T.alloc_reducer on the CPU backend, against torch."""
+"""T.reduce_*, T.cumsum / T.cummax and T.alloc_reducer on the CPU backend, against torch."""
 
 import pytest
 import tilewright
@@ -167,33 +167,138 @@ def test_reduce_dynamic_shape_one_kernel():
     assert reduce_dynamic_rows(12) is kernel
 
 
-# -- cumsum ------------------------------------------------------------------------------------
+# -- bitwise reductions ------------------------------------------------------------------------
+BITS = {"bitand": torch.bitwise_and, "bitor": torch.bitwise_or, "bitxor": torch.bitwise_xor}
+
+
+def _fold(fn, x, dim, start=None):
+    parts = list(x.unbind(dim))
+    out = parts.pop(0) if start is None else start
+    for p in parts:
+        out = fn(out, p)
+    return out
+
+
 @tilewright.jit(out_idx=[-1], target="cpu")
-def cumsum_2d(M, N, dim, reverse, in_place, dtype):
+def reduce_bits(kind, M, N, dim, dtype, acc, clear):
+    shape = (M,) if dim == 1 else (N,)
+
+    @T.prim_func
+    def main(A: T.Tensor((M, N), dtype), Y0: T.Tensor(shape, acc), Y: T.Tensor(shape, acc)):
+        with T.Kernel(1) as _bx:
+            tile = T.alloc_fragment((M, N), dtype)
+            red = T.alloc_fragment(shape, acc)
+            T.copy(A, tile)
+            T.copy(Y0, red)
+            getattr(T, f"reduce_{kind}")(tile, red, dim=dim, clear=clear)
+            T.copy(red, Y)
+    return main
+
+
+@pytest.mark.parametrize("kind", list(BITS))
+@pytest.mark.parametrize("dtype,acc,N,dim,clear", [
+    ("int32", "int32", 24, 1, True),     # the vectorised last axis
+    ("int8", "int32", 13, 1, False),     # widened, onto an accumulator
+    ("uint8", "uint8", 16, 0, True),     # down the columns
+    ("int64", "int64", 40, 1, False),
+    ("uint16", "uint16", 9, 0, False),
+])
+def test_reduce_bitwise(kind, dtype, acc, N, dim, clear):
+    info = torch.iinfo(getattr(torch, dtype))
+    g = torch.Generator().manual_seed(N)
+    base = torch.randint(max(info.min, -2 ** 40), min(info.max, 2 ** 40), (1,), generator=g)
+    # one word with a bit flipped here and there: neither 0 nor all ones after and/or
+    flips = torch.randint(0, min(info.bits - 1, 40), (6, N), generator=g)
+    mask = torch.randint(0, 6, (6, N), generator=g) == 0
+    a = (base ^ (mask.long() << flips)).to(getattr(torch, dtype))
+    y0 = a.long()[0].to(getattr(torch, acc)) if dim == 0 else \
+        a.long()[:, 0].to(getattr(torch, acc)) ^ 5
+    got = reduce_bits(kind, 6, N, dim, dtype, acc, clear)(a, y0)
+    want = _fold(BITS[kind], a.long(), dim, None if clear else y0.long())
+    assert torch.equal(got.long(), want.to(getattr(torch, acc)).long())
+
+
+def _kernel_error(body_op, dtype="float32"):
+    @T.prim_func
+    def main(A: T.Tensor((4, 8), dtype), B: T.Tensor((4,), dtype)):
+        with T.Kernel(1) as _bx:
+            tile = T.alloc_fragment((4, 8), dtype)
+            red = T.alloc_fragment((4,), dtype)
+            T.copy(A, tile)
+            body_op(tile, red)
+            T.copy(red, B)
+    return main
+
+
+@pytest.mark.parametrize("op,message", [
+    (lambda t, r: T.reduce_bitor(t, r, dim=1), "T.reduce_bitor takes integer tiles; 'tile' is "
+                                               "float32"),
+    (lambda t, r: T.reduce(t, r, "prod", 1, True), "reduce_type must be one of sum, max"),
+    (lambda t, r: T.reduce_max(t, r, dim=1, batch=0), "batch must be a positive int, got 0"),
+    (lambda t, r: T.reduce_max(t, r, dim=1, annotations={"nan_propagate": True}),
+     "nan_propagate=True is not supported"),
+    (lambda t, r: T.reduce_sum(t, r, dim=1, annotations={"fast": 1}), "unknown annotation 'fast'"),
+])
+def test_reduce_options_refused_at_the_line(op, message):
+    with pytest.raises(tilewright.KernelError, match=message.replace("(", r"\(")) as err:
+        _kernel_error(op)
+    assert "test_reduce_scan.py" in str(err.value)
+
+
+def test_reduce_hints_of_tilelang_change_nothing():
+    """``batch`` and the ``enable_fadd2`` annotation schedule TileLang's all-reduce; here they
+    are accepted and the result is the reduction's."""
+    kernel = tilewright.compile(_kernel_error(
+        lambda t, r: T.reduce(t, r, "sum", 1, True, batch=2,
+                              annotations={"enable_fadd2": False, "nan_propagate": False})),
+        target="cpu")
+    a, out = rand(4, 8), torch.empty(4)
+    kernel(a, out)
+    check(out, a.double().sum(1), k=8)
+
+
+# -- cumsum / cummax --------------------------------------------------------------------------
+SCANS = {"cumsum": lambda x, d: x.cumsum(d), "cummax": lambda x, d: x.cummax(d).values}
+
+
+@tilewright.jit(out_idx=[-1], target="cpu")
+def scan_2d(name, M, N, dim, reverse, in_place, dtype, acc="float32"):
+    op = getattr(T, name)
+
     @T.prim_func
     def main(A: T.Tensor((M, N), dtype), B: T.Tensor((M, N), dtype)):
         with T.Kernel(1) as bx:
             src = T.alloc_shared((M, N), dtype)
-            dst = T.alloc_fragment((M, N), "float32")
+            dst = T.alloc_fragment((M, N), acc)
             T.copy(A, src)
             if in_place:
                 T.copy(src, dst)
-                T.cumsum(dst, dim=dim, reverse=reverse)
+                op(dst, dim=dim, reverse=reverse)
             else:
-                T.cumsum(src, dst, dim=dim, reverse=reverse)
+                op(src, dst, dim=dim, reverse=reverse)
             T.copy(dst, B)
     return main
 
 
+@pytest.mark.parametrize("name", list(SCANS))
 @pytest.mark.parametrize("dim,reverse,in_place,dtype", [
     (0, False, False, "float32"), (1, False, True, "float32"), (-1, True, False, "float32"),
     (0, True, True, "float32"), (1, False, False, "float16"), (0, False, True, "bfloat16")])
-def test_cumsum(dim, reverse, in_place, dtype):
+def test_scan(name, dim, reverse, in_place, dtype):
     a = rand(7, 11, dtype=dtype)
     x = a.double().flip(dim) if reverse else a.double()
-    want = x.cumsum(dim)
+    want = SCANS[name](x, dim)
     want = want.flip(dim) if reverse else want
-    check(cumsum_2d(7, 11, dim, reverse, in_place, dtype)(a), want, k=11)
+    check(scan_2d(name, 7, 11, dim, reverse, in_place, dtype)(a), want, k=11)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int32", "bfloat16"])
+def test_cummax_in_the_tiles_dtype(dtype):
+    """A running maximum in the tile's own dtype is exact (bfloat16 has no infinity in TVM:
+    the first element starts each row)."""
+    a = (torch.randn(5, 9) * 50).to(getattr(torch, dtype))
+    got = scan_2d("cummax", 5, 9, 1, True, False, dtype, dtype)(a)
+    assert torch.equal(got, a.flip(1).cummax(1).values.flip(1))
 
 
 @tilewright.jit(out_idx=[-1], target="cpu")

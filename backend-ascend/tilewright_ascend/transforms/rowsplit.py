@@ -19,7 +19,7 @@ from tvm import tirx
 
 from ..facts import ops
 
-_PER_ROW = {"copy", "fill", *(f"reduce_{k}" for k in ("sum", "max", "min", "abssum", "absmax"))}
+_PER_ROW = {"copy", "fill", *REDUCE_OPS}
 
 
 class _NoSplit(Exception):

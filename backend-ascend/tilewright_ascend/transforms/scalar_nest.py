@@ -149,10 +149,10 @@ def fold_branches(stmt, names):
 
 
 def scalar_reduction(src: Region, dst: Region, kind: str, dim: int, clear: bool, span):
-    """``T.reduce_<kind>`` of an integer tile, which A2's WholeReduce family does not take, as a
-    loop on the scalar unit: each element of ``dst`` combined with each of its elements of
-    ``src`` in turn (``clear``: the first element starts it), in ``src``'s dtype (a sum
-    wraps)."""
+    """``T.reduce_<kind>`` of an integer tile, which A2's WholeReduce family does not take (nor
+    any bitwise kind), as a loop on the scalar unit: each element of ``dst`` combined with each
+    of its elements of ``src`` in turn (``clear``: the first element starts it), in ``src``'s
+    dtype (a sum wraps)."""
     extents = ints(src.extents)
     rank = len(extents)
     if len(dst.extents) not in (rank - 1, rank):
@@ -169,7 +169,9 @@ def scalar_reduction(src: Region, dst: Region, kind: str, dim: int, clear: bool,
         x = tirx.Select(x < tirx.const(0, str(x.ty)), tirx.const(0, str(x.ty)) - x, x)
     acc = tirx.BufferLoad(dst.buffer, at_dst)
     combined = {"sum": acc + x, "abssum": acc + x, "max": tirx.Max(acc, x),
-                "absmax": tirx.Max(acc, x), "min": tirx.Min(acc, x)}[kind]
+                "absmax": tirx.Max(acc, x), "min": tirx.Min(acc, x),
+                "bitand": tirx.bitwise_and(acc, x), "bitor": tirx.bitwise_or(acc, x),
+                "bitxor": tirx.bitwise_xor(acc, x)}[kind]
     body = tirx.BufferStore(dst.buffer, combined, at_dst)
     if clear:
         body = tirx.IfThenElse(tirx.EQ(loops[dim], 0), tirx.BufferStore(dst.buffer, x, at_dst),
@@ -178,7 +180,8 @@ def scalar_reduction(src: Region, dst: Region, kind: str, dim: int, clear: bool,
     for n, d in enumerate(reversed(order)):
         body = tirx.For(loops[d], 0, extents[d], tirx.ForKind.SERIAL, body,
                         annotations={SCALAR_KEY: f"T.reduce_{kind} of {src.buffer.dtype}: A2's "
-                                     "WholeReduce takes floats"} if n == rank - 1 else {},
+                                     "WholeReduce takes floats, and no bitwise kind"}
+                        if n == rank - 1 else {},
                         span=span)
     return body
 

@@ -52,7 +52,16 @@ import math
 import tvm
 import tvm_ffi
 from tilewright.errors import KernelError, span_location
-from tilewright.ir import ATOMIC_OPS, REDUCE_OPS, Region, decode, make_call
+from tilewright.ir import (
+    ATOMIC_OPS,
+    INTEGER_REDUCE_KINDS,
+    REDUCE_OPS,
+    SCAN_OPS,
+    Region,
+    decode,
+    make_call,
+)
+from tilewright.transform.lowering_utils import SCAN_COMBINE
 from tilewright.transform.walk import prim_func_pass
 from tvm import tirx
 
@@ -120,9 +129,8 @@ from .vecmath import (
 )
 
 # portable tile ops this pass rewrites (their rules are the vector-path ops)
-PORTABLE_REDUCTIONS = ("reduce_sum", "reduce_max", "reduce_min", "reduce_abssum",
-                       "reduce_absmax")
-PORTABLE_VECTOR_OPS = (*PORTABLE_REDUCTIONS, "cumsum")
+PORTABLE_REDUCTIONS = tuple(sorted(REDUCE_OPS))
+PORTABLE_VECTOR_OPS = (*PORTABLE_REDUCTIONS, *sorted(SCAN_OPS))
 # the dtypes a portable reduction takes: those the WholeReduce family computes on, bfloat16
 # through a float32 copy, and the integers A2's WholeReduce lacks on the scalar unit (the
 # capabilities declare them, so other dtypes are refused before lowering and reported
@@ -130,6 +138,10 @@ PORTABLE_VECTOR_OPS = (*PORTABLE_REDUCTIONS, "cumsum")
 _SCALAR_REDUCTION_DTYPES = ("int8", "int16", "int32")
 REDUCTION_DTYPES = frozenset({*VECTOR_DTYPES["WholeReduceSum"], "bfloat16",
                               *_SCALAR_REDUCTION_DTYPES})
+# the bitwise kinds (no WholeReduce instruction) are always the scalar unit's, on every
+# integer dtype the backend holds
+BITWISE_REDUCTION_DTYPES = frozenset({*_SCALAR_REDUCTION_DTYPES, "int64", "uint8", "uint16",
+                                      "uint32"})
 
 _BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Max": "max", "Min": "min"}
 _COMMUTES = {"add", "mul", "max", "min"}
@@ -213,7 +225,8 @@ class _Lowering(SelectLowering):
         call = decode(stmt)
         if call is not None:
             family = "reduce" if call.name in REDUCE_OPS else \
-                "atomic" if call.name in ATOMIC_OPS else call.name
+                "atomic" if call.name in ATOMIC_OPS else \
+                "scan" if call.name in SCAN_OPS else call.name
             handler = getattr(self, "op_" + family, None)
             if handler is not None:
                 return seq(handler(call, stmt))
@@ -292,7 +305,8 @@ class _Lowering(SelectLowering):
                               span_location(stmt.span))
         rows = math.prod(extents[:dim]) if dim == rank - 1 else math.prod(extents[dim + 1:])
         dtype = str(src.buffer.dtype)
-        if dtype in _SCALAR_REDUCTION_DTYPES and not computes("WholeReduceSum", dtype):
+        if kind in INTEGER_REDUCE_KINDS or (dtype in _SCALAR_REDUCTION_DTYPES and
+                                            not computes("WholeReduceSum", dtype)):
             return [scalar_reduction(src, dst, kind, dim, call.attrs["clear"], stmt.span)]
         if not computes("WholeReduceSum", dtype):
             if not dtype.startswith("bfloat"):
@@ -323,11 +337,13 @@ class _Lowering(SelectLowering):
                              {"kind": kind, "dim": 1 if dim == rank - 1 else 0,
                               "clear": clear}, span=span))
 
-    def op_cumsum(self, call, stmt):
+    def op_scan(self, call, stmt):
+        """``T.cumsum`` / ``T.cummax``: a loop on the scalar unit, each element combined with
+        the result before it."""
         src, dst = call.operands["src"], call.operands["dst"]
         extents = ints(src.extents)
         if extents is None or str(src.buffer.scope()) != UB or str(dst.buffer.scope()) != UB:
-            raise KernelError("T.cumsum: backend 'ascend' scans UB tiles of static shape",
+            raise KernelError(f"T.{call.name}: backend 'ascend' scans UB tiles of static shape",
                               span_location(stmt.span))
         dim = call.attrs["dim"] % len(extents)
         loops = [tirx.Var(f"c{n}", "int32") for n in range(len(extents))]
@@ -346,11 +362,12 @@ class _Lowering(SelectLowering):
             x = tirx.Cast(str(dst.buffer.dtype), x)
         acc = tirx.BufferLoad(dst.buffer, at(dst, prev))
         body = tirx.IfThenElse(tirx.EQ(axis, 0), tirx.BufferStore(dst.buffer, x, at(dst, pos)),
-                               tirx.BufferStore(dst.buffer, acc + x, at(dst, pos)))
+                               tirx.BufferStore(dst.buffer, SCAN_COMBINE[call.name](acc, x),
+                                                at(dst, pos)))
         for d in reversed(range(len(extents))):
             body = tirx.For(loops[d], 0, extents[d], tirx.ForKind.SERIAL, body,
-                            annotations={SCALAR_KEY: "T.cumsum: each element adds the one "
-                                         "before it"} if d == 0 else {})
+                            annotations={SCALAR_KEY: f"T.{call.name}: each element combines "
+                                         "with the one before it"} if d == 0 else {})
         return [with_span(body, stmt.span)]
 
     def op_atomic(self, call, stmt):

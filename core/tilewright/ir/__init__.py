@@ -1,7 +1,17 @@
 """The tile IR: tile ops as TVM calls, each described by a registered schema."""
 
 from . import ops
-from .ops import ATOMIC_KINDS, ATOMIC_OPS, ATOMIC_PREV, PORTABLE_OPS, REDUCE_KINDS, REDUCE_OPS
+from .ops import (
+    ATOMIC_KINDS,
+    ATOMIC_OPS,
+    ATOMIC_PREV,
+    INTEGER_REDUCE_KINDS,
+    PORTABLE_OPS,
+    REDUCE_KINDS,
+    REDUCE_OPS,
+    SCAN_KINDS,
+    SCAN_OPS,
+)
 from .schema import (
     Attr,
     Operand,
@@ -24,7 +34,8 @@ from .schema import (
 )
 
 __all__ = [
-    "ATOMIC_KINDS", "ATOMIC_OPS", "ATOMIC_PREV", "PORTABLE_OPS", "REDUCE_KINDS", "REDUCE_OPS",
+    "ATOMIC_KINDS", "ATOMIC_OPS", "ATOMIC_PREV", "INTEGER_REDUCE_KINDS", "PORTABLE_OPS",
+    "REDUCE_KINDS", "REDUCE_OPS", "SCAN_KINDS", "SCAN_OPS",
     "Attr", "Operand", "Region", "TileOpCall",
     "TileOpSchema", "decode", "get_schema", "intrinsic_features", "intrinsics_in", "make_call",
     "matrix_dims", "ops",

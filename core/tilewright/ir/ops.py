@@ -46,7 +46,12 @@ REDUCE_KINDS = {
     "min": "minimum",
     "abssum": "sum of absolute values",
     "absmax": "maximum absolute value",
+    "bitand": "bitwise and of integers",
+    "bitor": "bitwise or of integers",
+    "bitxor": "bitwise exclusive or of integers",
 }
+# the kinds defined on integers only (a float tile is refused at the user's line)
+INTEGER_REDUCE_KINDS = frozenset({"bitand", "bitor", "bitxor"})
 
 for _kind, _doc in REDUCE_KINDS.items():
     register_tile_op(TileOpSchema(
@@ -56,12 +61,18 @@ for _kind, _doc in REDUCE_KINDS.items():
         doc=f"reduce a tile along one dimension: {_doc}",
     ))
 
-CUMSUM = register_tile_op(TileOpSchema(
-    "cumsum",
-    (Operand("src", "read"), Operand("dst", "write")),
-    (Attr("dim", int, 0), Attr("reverse", bool, False)),
-    doc="inclusive prefix sum along one dimension",
-))
+# The inclusive scans share one shape: T.cum<kind> -> what each element becomes.
+SCAN_KINDS = {
+    "sum": "inclusive prefix sum",
+    "max": "inclusive running maximum",
+}
+for _kind, _doc in SCAN_KINDS.items():
+    register_tile_op(TileOpSchema(
+        f"cum{_kind}",
+        (Operand("src", "read"), Operand("dst", "write")),
+        (Attr("dim", int, 0), Attr("reverse", bool, False)),
+        doc=f"{_doc} along one dimension",
+    ))
 
 # Atomics: `dst` is one element or a tile; `src` is a value or a tile of the same shape.
 # `element`: dst was written as one element (`A[i]`), not a region (`A[i:i+1]`, a tile op, the
@@ -99,8 +110,9 @@ DEVICE_ASSERT = register_tile_op(TileOpSchema(
 
 # the names of the two families' tile ops, for passes that treat a family alike
 REDUCE_OPS = frozenset(f"reduce_{k}" for k in REDUCE_KINDS)
+SCAN_OPS = frozenset(f"cum{k}" for k in SCAN_KINDS)
 ATOMIC_OPS = frozenset(f"atomic_{k}" for k in ATOMIC_KINDS)
 
 PORTABLE_OPS = ("copy", "fill", "gemm", "gemm_sp", *(f"reduce_{k}" for k in REDUCE_KINDS),
-                "cumsum", *(f"atomic_{k}" for k in ATOMIC_KINDS), "print_tile", "print_value",
-                "device_assert")
+                *(f"cum{k}" for k in SCAN_KINDS), *(f"atomic_{k}" for k in ATOMIC_KINDS),
+                "print_tile", "print_value", "device_assert")

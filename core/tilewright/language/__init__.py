@@ -87,10 +87,12 @@ from .math import (
 from .reducer import alloc_reducer, finalize_reducer, reducer_init, reducer_update
 from .tileops import ATOMIC_OPS as _ATOMIC_OPS
 from .tileops import REDUCE_OPS as _REDUCE_OPS
-from .tileops import GemmWarpPolicy, clear, copy, cumsum, fill, gemm, gemm_sp
+from .tileops import SCAN_OPS as _SCAN_OPS
+from .tileops import GemmWarpPolicy, clear, copy, fill, gemm, gemm_sp, reduce
 
 globals().update(_DTYPES)
 globals().update(_REDUCE_OPS)
+globals().update(_SCAN_OPS)
 globals().update(_ATOMIC_OPS)
 globals().update(_UNARY)
 globals().update(_BINARY)
@@ -110,15 +112,15 @@ __all__ = [
     "alloc_shared", "alloc_var",
     "annotate_layout", "bitwise_not", "c2d_im2col", "cast", "cdiv", "ceildiv", "clamp", "clear",
     "const", "copy",
-    "cumsum", "device_assert", "dp4a", "dtype", "dynamic", "empty", "fabs", "fill", "floordiv",
+    "device_assert", "dp4a", "dtype", "dynamic", "empty", "fabs", "fill", "floordiv",
     "floormod",
     "finalize_reducer", "gemm", "gemm_sp", "get_block_binding", "if_then_else", "im2col",
     "index_to_coordinates", "infinity", "likely", "macro",
     "make_tensor", "max", "max_value", "min", "min_value", "parallel", "prim_func", "print",
-    "reducer_init", "reducer_update", "region", "reinterpret", "reshape", "serial",
+    "reduce", "reducer_init", "reducer_update", "region", "reinterpret", "reshape", "serial",
     "shift_left", "shift_right", "symbolic",
     "sync_threads", "truncdiv", "truncmod",
     "unpack", "unroll",
-    "use_swizzle", "vectorized", "view", *_DTYPES, *_REDUCE_OPS, *_ATOMIC_OPS, *_UNARY,
+    "use_swizzle", "vectorized", "view", *_DTYPES, *_REDUCE_OPS, *_SCAN_OPS, *_ATOMIC_OPS, *_UNARY,
     *_BINARY, *_BITWISE, *_BIT_COUNTS, *_PREDICATES,
 ]

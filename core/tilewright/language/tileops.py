@@ -10,7 +10,14 @@ from tvm import tirx
 
 from .. import sparse as sp
 from ..errors import KernelValueError, kernel_error, user_location
-from ..ir import ATOMIC_KINDS, REDUCE_KINDS, make_call, matrix_dims
+from ..ir import (
+    ATOMIC_KINDS,
+    INTEGER_REDUCE_KINDS,
+    REDUCE_KINDS,
+    SCAN_KINDS,
+    make_call,
+    matrix_dims,
+)
 from . import builder as B
 from .buffer import (
     BufferSlice,
@@ -191,10 +198,37 @@ def _clear_accum(flag, c) -> bool:
     return False
 
 
-def _reduce(kind: str, buffer, out, dim: int = -1, clear: bool = True):
+# TileLang's reduction annotations: hints that change no result are accepted and ignored
+# (every backend here reduces without them); one that would change the result is refused
+_REDUCE_HINTS = frozenset({"enable_fadd2"})
+
+
+def _reduce_options(name: str, batch, annotations) -> None:
+    """TileLang's ``batch`` (output elements per all-reduce: a schedule, not a result) and
+    ``annotations``, checked at the user's line."""
+    if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
+        raise kernel_error(f"T.{name}: batch must be a positive int, got {batch!r}")
+    for key, value in dict(annotations or {}).items():
+        if key == "nan_propagate" and value:
+            raise kernel_error(f"T.{name}: annotation nan_propagate=True is not supported: "
+                               "a NaN in the tile may or may not reach the result; filter NaNs "
+                               "before reducing")
+        if key not in _REDUCE_HINTS and key != "nan_propagate":
+            raise kernel_error(f"T.{name}: unknown annotation {key!r} (known: nan_propagate, "
+                               f"{', '.join(sorted(_REDUCE_HINTS))})")
+
+
+def _reduce(kind: str, buffer, out, dim: int = -1, clear: bool = True, batch: int = 1,
+            annotations=None):
     name = f"reduce_{kind}"
+    _reduce_options(name, batch, annotations)
     src = resolve(region_of(buffer, f"T.{name}"), None, f"T.{name}")
     dst = resolve(region_of(out, f"T.{name}"), None, f"T.{name}")
+    if kind in INTEGER_REDUCE_KINDS:
+        for region in (src, dst):
+            if not str(region.buffer.dtype).startswith(("int", "uint")):
+                raise kernel_error(f"T.{name} takes integer tiles; {region.buffer.name!r} is "
+                                   f"{region.buffer.dtype}")
     rank = len(src.extents)
     axis = dim + rank if dim < 0 else dim
     if not 0 <= axis < rank:
@@ -214,8 +248,9 @@ def _reduce(kind: str, buffer, out, dim: int = -1, clear: bool = True):
 
 
 def _make_reduce(kind: str):
-    def reduce_op(buffer, out, dim: int = -1, clear: bool = True):
-        _reduce(kind, buffer, out, dim, clear)
+    def reduce_op(buffer, out, dim: int = -1, clear: bool = True, batch: int = 1,
+                  annotations=None):
+        _reduce(kind, buffer, out, dim, clear, batch, annotations)
 
     reduce_op.__name__ = f"reduce_{kind}"
     reduce_op.__doc__ = f"Reduce ``buffer`` along ``dim`` into ``out``: {REDUCE_KINDS[kind]}."
@@ -225,19 +260,41 @@ def _make_reduce(kind: str):
 REDUCE_OPS = {f"reduce_{kind}": _make_reduce(kind) for kind in REDUCE_KINDS}
 
 
-def cumsum(src, dst=None, dim: int = 0, reverse: bool = False):
-    """Inclusive prefix sum of ``src`` along ``dim`` into ``dst`` (in place when omitted)."""
-    s = resolve(region_of(src, "T.cumsum"), None, "T.cumsum")
-    d = s if dst is None else resolve(region_of(dst, "T.cumsum"), None, "T.cumsum")
+def reduce(buffer, out, reduce_type: str, dim: int, clear: bool, batch: int = 1,
+           annotations=None):
+    """``T.reduce_<reduce_type>`` named by a string (TileLang's ``T.reduce``)."""
+    if reduce_type not in REDUCE_KINDS:
+        raise kernel_error(f"T.reduce: reduce_type must be one of {', '.join(REDUCE_KINDS)}, "
+                           f"got {reduce_type!r}")
+    _reduce(reduce_type, buffer, out, dim, clear, batch, annotations)
+
+
+def _scan(kind: str, src, dst, dim: int, reverse: bool):
+    name = f"cum{kind}"
+    s = resolve(region_of(src, f"T.{name}"), None, f"T.{name}")
+    d = s if dst is None else resolve(region_of(dst, f"T.{name}"), None, f"T.{name}")
     rank = len(s.extents)
     axis = dim + rank if dim < 0 else dim
     if not 0 <= axis < rank:
-        raise kernel_error(f"T.cumsum: dim={dim} is out of range for a tile of rank {rank}")
+        raise kernel_error(f"T.{name}: dim={dim} is out of range for a tile of rank {rank}")
     if not _shapes_match(s.extents, d.extents):
-        raise KernelValueError(f"T.cumsum: destination {d.buffer.name!r} has shape "
+        raise KernelValueError(f"T.{name}: destination {d.buffer.name!r} has shape "
                                f"{shape_str(d.extents)} but the source is "
                                f"{shape_str(s.extents)}", user_location())
-    _emit("cumsum", {"src": s, "dst": d}, {"dim": axis, "reverse": reverse})
+    _emit(name, {"src": s, "dst": d}, {"dim": axis, "reverse": reverse})
+
+
+def _make_scan(kind: str):
+    def scan(src, dst=None, dim: int = 0, reverse: bool = False):
+        _scan(kind, src, dst, dim, reverse)
+
+    scan.__name__ = f"cum{kind}"
+    scan.__doc__ = (f"{SCAN_KINDS[kind].capitalize()} of ``src`` along ``dim`` into ``dst`` "
+                    "(in place when omitted; from the end when ``reverse``).")
+    return scan
+
+
+SCAN_OPS = {f"cum{kind}": _make_scan(kind) for kind in SCAN_KINDS}
 
 
 def _make_atomic(kind: str):
@@ -281,5 +338,5 @@ def _make_atomic(kind: str):
 
 ATOMIC_OPS = {f"atomic_{kind}": _make_atomic(kind) for kind in ATOMIC_KINDS}
 
-__all__ = ["GemmWarpPolicy", "clear", "copy", "cumsum", "fill", "gemm", "gemm_sp", *REDUCE_OPS,
-           *ATOMIC_OPS]
+__all__ = ["GemmWarpPolicy", "clear", "copy", "fill", "gemm", "gemm_sp", "reduce", *REDUCE_OPS,
+           *SCAN_OPS, *ATOMIC_OPS]

@@ -25,7 +25,7 @@ import tvm_ffi
 from tvm import tirx
 
 from ..errors import ConfigError, TilewrightError
-from ..ir import decode
+from ..ir import REDUCE_OPS, SCAN_OPS, decode
 from ..plugin import ArchModel
 from ..profiler.arch import get_arch
 
@@ -51,7 +51,7 @@ def _gemm_flops(call, size):
     return 2 * math.prod(size(e) for e in c.extents) * k, a.buffer.dtype
 
 
-@_flop_rule("reduce_sum", "reduce_max", "reduce_min", "reduce_abssum", "reduce_absmax", "cumsum")
+@_flop_rule(*sorted(REDUCE_OPS), *sorted(SCAN_OPS))
 def _per_source_element(call, size):
     src = call.operands["src"]
     return math.prod(size(e) for e in src.extents), src.buffer.dtype

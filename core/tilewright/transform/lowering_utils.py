@@ -73,11 +73,17 @@ def guarded_store(buffer, value, index, ctx):
     return store if cond is None else tirx.IfThenElse(cond, store, None)
 
 
+# each scan op -> how an element combines with the result before it (ir.ops.SCAN_KINDS)
+SCAN_COMBINE = {"cumsum": lambda prev, x: prev + x, "cummax": tirx.Max}
+
+
 def scan_rows(call: TileOpCall):
-    """``T.cumsum`` as (extents of the rows, ``body(row vars)``): each row is one serial
-    inclusive scan along the op's dimension (reversed when asked), so it may run in place."""
+    """``T.cumsum`` / ``T.cummax`` as (extents of the rows, ``body(row vars)``): each row is one
+    serial inclusive scan along the op's dimension (reversed when asked), so it may run in
+    place."""
     src, dst = call.operands["src"], call.operands["dst"]
     axis, reverse = call.attrs["dim"] % len(src.extents), call.attrs["reverse"]
+    combine = SCAN_COMBINE[call.name]
     dtype = str(dst.buffer.dtype)
     kept = [d for d in range(len(src.extents)) if d != axis]
     n = as_expr(src.extents[axis])
@@ -93,9 +99,10 @@ def scan_rows(call: TileOpCall):
 
         x = tirx.BufferLoad(src.buffer, index(src, pos))
         x = x if str(src.buffer.dtype) == dtype else tirx.Cast(dtype, x)
-        carried = tirx.if_then_else(r > 0, tirx.BufferLoad(dst.buffer, index(dst, prev)),
-                                    tirx.const(0, dtype))
+        # the first element is itself (no identity needed: TVM has no bfloat16 infinity)
+        value = tirx.if_then_else(r > 0, combine(tirx.BufferLoad(dst.buffer, index(dst, prev)),
+                                                 x), x)
         return tirx.For(r, 0, n, tirx.ForKind.SERIAL,
-                        tirx.BufferStore(dst.buffer, carried + x, index(dst, pos)))
+                        tirx.BufferStore(dst.buffer, value, index(dst, pos)))
 
     return [src.extents[d] for d in kept], body

@@ -79,12 +79,17 @@ def _reduce_parts(kind: str, dtype: str):
     else:  # integers have no infinity
         lowest, highest = tirx.min_value(dtype), tirx.max_value(dtype)
     zero = tirx.const(0, dtype)
+    # every bit set: -1 of a signed type, the highest value of an unsigned one
+    ones = tirx.const(-1, dtype) if dtype.startswith("int") else highest
     return {
         "sum": (zero, lambda a, x: a + x),
         "abssum": (zero, lambda a, x: a + tirx.abs(x)),
         "max": (lowest, lambda a, x: tirx.Max(a, x)),
         "min": (highest, lambda a, x: tirx.Min(a, x)),
         "absmax": (zero, lambda a, x: tirx.Max(a, tirx.abs(x))),
+        "bitand": (ones, tirx.bitwise_and),
+        "bitor": (zero, tirx.bitwise_or),
+        "bitxor": (zero, tirx.bitwise_xor),
     }[kind]
 
 

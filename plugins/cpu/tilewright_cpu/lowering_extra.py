@@ -14,7 +14,7 @@ import numpy as np
 import tvm
 import tvm_ffi
 from tilewright.errors import UnsupportedOpError
-from tilewright.ir import ATOMIC_KINDS, ATOMIC_PREV, Region, TileOpCall
+from tilewright.ir import ATOMIC_KINDS, ATOMIC_PREV, SCAN_OPS, Region, TileOpCall
 from tilewright.transform import RuleContext, prim_func_pass
 from tilewright.transform.lowering_utils import (
     as_expr,
@@ -36,10 +36,14 @@ ASSERT_RESET = "tilewright_cpu.device_assert_reset"
 ASSERT_RAISE = "tilewright_cpu.device_assert_raise"
 
 
-@register_lowering("cumsum")
-def lower_cumsum(call: TileOpCall, ctx: RuleContext):
+def lower_scan(call: TileOpCall, ctx: RuleContext):
+    """``T.cumsum`` / ``T.cummax``: each row a serial scan."""
     rows, body = scan_rows(call)
     return loop_nest(rows, body, ctx=ctx)
+
+
+for _scan in SCAN_OPS:
+    register_lowering(_scan)(lower_scan)
 
 
 # the dtypes csrc/tw_cpu_runtime.c defines tw_atomic_<kind>_<dtype> for (its FAMILY macro)

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import numpy as np
 from tilewright import sparse as sp
-from tilewright.ir import ATOMIC_KINDS, REDUCE_KINDS, matrix_dims
+from tilewright.ir import ATOMIC_KINDS, REDUCE_KINDS, SCAN_OPS, matrix_dims
 
 from .runtime import Region, converted
 
@@ -82,6 +82,9 @@ _REDUCE = {
     "min": (np.min, np.minimum),
     "abssum": (lambda x, axis: np.sum(np.abs(x), axis=axis), np.add),
     "absmax": (lambda x, axis: np.max(np.abs(x), axis=axis), np.maximum),
+    "bitand": (np.bitwise_and.reduce, np.bitwise_and),
+    "bitor": (np.bitwise_or.reduce, np.bitwise_or),
+    "bitxor": (np.bitwise_xor.reduce, np.bitwise_xor),
 }
 
 
@@ -101,13 +104,25 @@ for _kind in REDUCE_KINDS:
     register_lowering(f"reduce_{_kind}")(_make_reduce(_kind))
 
 
-@register_lowering("cumsum")
-def run_cumsum(block, src: Region, dst: Region, dim=0, reverse=False):
-    x = converted(src.read(), dst.array.dtype)
-    if reverse:
-        x = np.flip(x, axis=dim)
-    out = np.cumsum(x, axis=dim, dtype=dst.array.dtype)
-    dst.write(np.flip(out, axis=dim) if reverse else out)
+_SCAN = {"cumsum": np.add, "cummax": np.maximum}
+
+
+def _make_scan(name: str):
+    combine = _SCAN[name]
+
+    def run_scan(block, src: Region, dst: Region, dim=0, reverse=False):
+        x = converted(src.read(), dst.array.dtype)
+        if reverse:
+            x = np.flip(x, axis=dim)
+        out = combine.accumulate(x, axis=dim, dtype=dst.array.dtype)
+        dst.write(np.flip(out, axis=dim) if reverse else out)
+
+    run_scan.__name__ = f"run_{name}"
+    return run_scan
+
+
+for _name in SCAN_OPS:
+    register_lowering(_name)(_make_scan(_name))
 
 
 _ATOMIC = {"add": np.add, "max": np.maximum, "min": np.minimum}

@@ -62,7 +62,9 @@ _OTHER_SIGN = {"int8": "uint8", "uint8": "int8", "int16": "uint16", "uint16": "i
 # than overflowing to infinity)
 FLOAT8 = {"float8_e4m3fn": (2.0 ** -4, 2.0 ** -10, 448.0, True),
           "float8_e5m2": (2.0 ** -3, 2.0 ** -17, 57344.0, False)}
-REDUCE_KINDS = ("sum", "max", "min", "abssum", "absmax")
+REDUCE_KINDS = ("sum", "max", "min", "abssum", "absmax", "bitand", "bitor", "bitxor")
+BITWISE_REDUCE_KINDS = ("bitand", "bitor", "bitxor")  # of integer programs only
+SCAN_KINDS = ("sum", "max")
 UNARY_MATH = ("exp2", "log", "rsqrt", "sin", "cos", "round", "ceil", "trunc")
 # libm functions of slope at most 1 (backend feature extended_math: not drawn for a backend
 # without it)
@@ -912,7 +914,8 @@ class _Builder:
 
     def reduce(self) -> None:
         src = self.draw(st.sampled_from(self.squares()))
-        kinds = [k for k in REDUCE_KINDS if self.allowed(f"reduce_{k}")]
+        kinds = [k for k in REDUCE_KINDS if self.allowed(f"reduce_{k}") and
+                 not (self.floating and k in BITWISE_REDUCE_KINDS)]
         if not kinds:
             return
         kind = self.draw(st.sampled_from(kinds))
@@ -939,6 +942,10 @@ class _Builder:
         if kind in ("sum", "abssum"):
             lo = -mag * k if kind == "sum" and src.lo < 0 else 0
             lo, hi = lo - abs(init), mag * k + abs(init)
+        elif kind in BITWISE_REDUCE_KINDS:
+            # every operand in [-2**b, 2**b): so is any and/or/xor of them
+            bound = 1 << max(int(abs(v)).bit_length() for v in (src.lo, src.hi, init))
+            lo, hi = (-bound if min(src.lo, init) < 0 else 0), bound - 1
         else:
             lo, hi = -mag - abs(init), mag + abs(init)
         if kind in ("abssum", "absmax") and (self.unsigned or not self.fits(0, mag)):
@@ -979,20 +986,29 @@ class _Builder:
         self.outputs.append((name, self.deep(shape), tile.dtype, tile.err))
 
     def cumsum(self) -> None:
+        """``T.cumsum`` or ``T.cummax`` of a tile."""
+        kinds = [k for k in SCAN_KINDS if self.allowed(f"cum{k}")]
+        if not kinds:
+            return
+        # a kind drawn only when there is a choice: with cummax avoided, the draws are those
+        # of before it
+        kind = self.draw(st.sampled_from(kinds)) if len(kinds) > 1 else kinds[0]
         src = self.draw(st.sampled_from(self.squares()))
         dim = self.draw(st.integers(0, 1))
         reverse = self.draw(st.booleans())
         k = self.bn if dim == 1 else self.bm
-        mag = max(abs(src.lo), abs(src.hi)) * k
-        lo = -mag if src.lo < 0 else 0
-        if not self.fits(lo, mag):
+        if kind == "sum":
+            mag = max(abs(src.lo), abs(src.hi)) * k
+            lo, hi = (-mag if src.lo < 0 else 0), mag
+            err = src.err * k + self.u * math.sqrt(k) * mag * 2
+        else:  # a running maximum is one of the elements: exact
+            lo, hi, err = src.lo, src.hi, src.err
+        if not self.fits(lo, hi):
             return
-        err = src.err * k + self.u * math.sqrt(k) * mag * 2
-        out = self.tile("2d", lo, mag, err)
-        self.body.append(f"T.cumsum({src.name}, {out.name}, dim={dim}, reverse={reverse})")
-        self.features |= {"cumsum", f"cumsum_dim{dim}"} | ({"cumsum_reverse"} if reverse
-                                                          else set())
-
+        out = self.tile("2d", lo, hi, err)
+        self.body.append(f"T.cum{kind}({src.name}, {out.name}, dim={dim}, reverse={reverse})")
+        self.features |= {f"cum{kind}", f"cum{kind}_dim{dim}"} | (
+            {f"cum{kind}_reverse"} if reverse else set())
 
     def gemm(self) -> None:
         """``T.gemm`` of two loaded or computed tiles into a float32 (or, of int8 tiles,

@@ -5,7 +5,7 @@ directions, atomics on tiles and elements (with ``return_prev``), and reducers."
 # No `from __future__ import annotations`: T.prim_func evaluates the parameter annotations.
 import tilewright.language as T
 
-from .model import FLOATS, Kernel, rand, two_d
+from .model import FLOATS, INTEGERS, Kernel, rand, two_d
 from .tiles import BASE
 
 REDUCE = {
@@ -101,29 +101,99 @@ def _reduce_acc_ref(kind):
     return ref
 
 
-def _cumsum(dtype, M, N, bm=4):
+def _scan(name, acc):
+    """``T.<name>`` (a scan) along rows, forward and reverse, and in place down the columns
+    of each block's tile, on fragments of ``acc`` (the case's dtype when None)."""
+
+    def make(dtype, M, N, bm=4):
+        op = getattr(T, name)
+        frag = acc or dtype
+
+        @T.prim_func
+        def scan(X: T.Tensor((M, N), dtype), Y: T.Tensor((M, N), dtype),
+                 R: T.Tensor((M, N), dtype), C: T.Tensor((M, N), dtype)):
+            with T.Kernel(T.ceildiv(M, bm), threads=128) as bx:
+                x = T.alloc_fragment((bm, N), frag)
+                y = T.alloc_fragment((bm, N), frag)
+                T.copy(X[bx * bm, 0], x)
+                op(x, y, dim=1)
+                T.copy(y, Y[bx * bm, 0])
+                op(x, y, dim=1, reverse=True)
+                T.copy(y, R[bx * bm, 0])
+                op(x, dim=0)  # in place, down the rows of this block's tile
+                T.copy(x, C[bx * bm, 0])
+
+        return scan
+
+    return make
+
+
+def _scan_ref(scan, bm=4):
+    def ref(x):
+        import torch
+
+        blocks = [scan(b, 0) for b in x.split(bm, dim=0)]
+        return [scan(x, 1), scan(x.flip(1), 1).flip(1), torch.cat(blocks)]
+
+    return ref
+
+
+# scan op -> (its fragments' dtype (None: the case's), the dtypes it runs on, torch's scan)
+SCANS = {
+    "cumsum": ("float32", FLOATS, lambda x, d: x.cumsum(dim=d)),
+    "cummax": (None, (*FLOATS, "int8", "int32"), lambda x, d: x.cummax(dim=d).values),
+}
+# bitwise reduction -> torch's operation of two tensors
+BIT_REDUCE = {"bitand": lambda a, b: a & b, "bitor": lambda a, b: a | b,
+              "bitxor": lambda a, b: a ^ b}
+
+
+def _reduce_bits(dtype, M, N):
+    """Every bitwise reduction over each dimension: along rows into a fresh tile, down the
+    columns onto accumulators from Z0 (``clear=False``, through ``T.reduce``)."""
+
     @T.prim_func
-    def cumsum(X: T.Tensor((M, N), dtype), Y: T.Tensor((M, N), dtype),
-               R: T.Tensor((M, N), dtype), C: T.Tensor((M, N), dtype)):
-        with T.Kernel(T.ceildiv(M, bm), threads=128) as bx:
-            x = T.alloc_fragment((bm, N), "float32")
-            y = T.alloc_fragment((bm, N), "float32")
-            T.copy(X[bx * bm, 0], x)
-            T.cumsum(x, y, dim=1)
-            T.copy(y, Y[bx * bm, 0])
-            T.cumsum(x, y, dim=1, reverse=True)
-            T.copy(y, R[bx * bm, 0])
-            T.cumsum(x, dim=0)  # in place, down the rows of this block's tile
-            T.copy(x, C[bx * bm, 0])
+    def reduce_bits(X: T.Tensor((M, N), dtype), Z0: T.Tensor((3, N), dtype),
+                    Y: T.Tensor((3, M), dtype), Z: T.Tensor((3, N), dtype)):
+        with T.Kernel(1, threads=128) as _bx:
+            x = T.alloc_fragment((M, N), dtype)
+            y = T.alloc_fragment((M,), dtype)
+            z = T.alloc_fragment((N,), dtype)
+            T.copy(X[0, 0], x)
+            for k, kind in enumerate(BIT_REDUCE):  # a Python loop: one pair per kind
+                getattr(T, f"reduce_{kind}")(x, y, dim=1)
+                T.copy(y, Y[k, 0])
+                T.copy(Z0[k, 0], z)
+                T.reduce(x, z, kind, 0, False)
+                T.copy(z, Z[k, 0])
 
-    return cumsum
+    return reduce_bits
 
 
-def _cumsum_ref(x, bm=4):
-    blocks = [b.cumsum(dim=0) for b in x.split(bm, dim=0)]
+def _bits_inputs(torch, gen, dtype, M, N):
+    """One random word of the dtype's range with a random bit below the sign flipped in one
+    element of eight (random words would leave nothing of an 'and' over 20 elements,
+    everything of an 'or')."""
+    info = torch.iinfo(getattr(torch, dtype))
+
+    def words(shape):
+        base = torch.randint(info.min, min(info.max, (1 << 63) - 1), (1,), generator=gen)
+        flips = torch.randint(0, info.bits - 1, shape, generator=gen)
+        flipped = torch.randint(0, 8, shape, generator=gen) == 0
+        return (base ^ torch.bitwise_left_shift(flipped.long(), flips)).to(getattr(torch, dtype))
+
+    return [words((M, N)), words((3, N))]
+
+
+def _bits_ref(x, z0):
     import torch
 
-    return [x.cumsum(dim=1), x.flip(1).cumsum(dim=1).flip(1), torch.cat(blocks)]
+    wide = x.long()
+    kinds = list(BIT_REDUCE.values())
+    rows = [_bits(fn)(wide) for fn in kinds]
+    # down the columns, starting from the accumulator: z0's row first
+    cols = [_bits(fn)(torch.cat([z0[k:k + 1].long(), wide]).T) for k, fn in enumerate(kinds)]
+    return [torch.stack(rows).to(x.dtype), torch.stack(cols).to(x.dtype)]
 
 
 def _atomic_tile(kind):
@@ -199,11 +269,10 @@ REDUCERS = {
     "max": lambda x: x.amax(dim=1),
     "min": lambda x: x.amin(dim=1),
 }
-BIT_REDUCERS = ("bitand", "bitor", "bitxor")
 
 
 def _reducers(dtype, M, N, bm=4, bn=8):
-    ops = tuple(REDUCERS) if dtype in FLOATS else BIT_REDUCERS + ("sum",)
+    ops = tuple(REDUCERS) if dtype in FLOATS else (*BIT_REDUCE, "sum")
     R = len(ops)
 
     @T.prim_func
@@ -238,8 +307,8 @@ def _reducers_ref(x):
 
     if x.is_floating_point():
         return [torch.stack([ref(x) for ref in REDUCERS.values()])]
-    bits = [_bits(lambda a, b: a & b), _bits(lambda a, b: a | b), _bits(lambda a, b: a ^ b)]
-    return [torch.stack([f(x) for f in bits] + [x.sum(dim=1).to(x.dtype)])]
+    bits = [_bits(fn)(x) for fn in BIT_REDUCE.values()]
+    return [torch.stack([*bits, x.sum(dim=1).to(x.dtype)])]
 
 
 def _reduce_cols(dtype, M, N, bn=8):
@@ -329,9 +398,16 @@ ROWS = (
            _reduce_cols, two_d,
            lambda x: [x.sum(dim=0)], {"partial": {"M": 12, "N": 20}},
            reduction=lambda M, **_: M, doc="reduction over the first dimension"),
-    Kernel("cumsum", (*FRAG, "cumsum"), ("cumsum", "copy"), _cumsum, two_d, _cumsum_ref,
-           RED_SHAPES, out_idx=(1, 2, 3), reduction=lambda N, **_: N,
-           doc="inclusive prefix sums along rows (forward, reverse) and in place down columns"),
+    *(Kernel(name, (*FRAG, name), (name, "copy"), _scan(name, acc), two_d,
+             _scan_ref(scan), RED_SHAPES, out_idx=(1, 2, 3), reduction=lambda N, **_: N,
+             dtypes=dtypes, doc=f"{name} along rows (forward, reverse) and in place down "
+                                "columns")
+      for name, (acc, dtypes, scan) in SCANS.items()),
+    Kernel("reduce_bits", (*FRAG, *(f"reduce_{k}" for k in BIT_REDUCE), "reduce"),
+           (*(f"reduce_{k}" for k in BIT_REDUCE), "copy"), _reduce_bits, _bits_inputs,
+           _bits_ref, {"partial": {"M": 12, "N": 20}}, out_idx=(2, 3), exact=True,
+           dtypes=INTEGERS, doc="bitand, bitor, bitxor over each dimension, into a fresh tile "
+                                "and onto accumulators (clear=False)"),
     Kernel("atomic_add_scalar", (*BASE, "serial", "atomic_add", "cast"), ("atomic_add",),
            _atomic_scalar,
            lambda torch, gen, dtype, N: [rand(torch, gen, (N,), dtype), torch.zeros(1)],
