@@ -159,10 +159,19 @@ def gemm_sp_refused(target):
         _ascend(g.gemm_sp_kernel, target)(64, 64, 128, block_M=32, block_N=32, block_K=64)
 
 
+def block_sparse_gemm_refused(target):
+    # T.clear becomes the first iteration's GEMM (A2's cube has no fill of L0C), which the
+    # mask may skip: refused at the branch instead of leaving the accumulator unset
+    g = _example("block_sparse_gemm")
+    with pytest.raises(tilewright.KernelError, match=r"block_sparse_gemm.py:\d+: T.clear"
+                       r"\(C_local\) is made the first iteration's T.gemm"):
+        _ascend(g.block_sparse_matmul, target)(128, 128, 128)
+
+
 CASES = [quickstart_vector_add, quickstart_matmul, quickstart_softmax, gemm_float32,
          gemm_splitk, flash_attention_causal, rmsnorm, softmax_bfloat16, row_reduce,
          elementwise_add, gemm_dynamic, gemm_persistent, gemm_w4a16, gemm_w4a16_splits_refused,
-         gemm_fp8_scaled_refused, gemm_sp_refused]
+         gemm_fp8_scaled_refused, gemm_sp_refused, block_sparse_gemm_refused]
 
 
 def test_every_example_has_a_case():

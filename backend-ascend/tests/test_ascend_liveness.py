@@ -70,3 +70,38 @@ def test_live_ranges_cover_whole_loops():
     offsets = first_fit([("a", 64, (0, 5), None), ("b", 64, (3, 9), None),
                          ("c", 64, (6, 9), None), ("d", 40, None, 512)], 32)
     assert offsets == {"d": 512, "a": 0, "b": 64, "c": 0}
+
+
+def branch_on_a_tile(M=12, N=16, bm=4, bn=8):
+    """Blocks branch on a UB tile (``counts``, read on the scalar unit) after bfloat16 work
+    whose float32 temporaries are allocated before that branch."""
+    import tilewright.language as TP
+
+    @TP.prim_func
+    def main(X: TP.Tensor((M, N), "bfloat16"), Counts: TP.Tensor((M // bm, 2), "int32"),
+             Y: TP.Tensor((M, N), "bfloat16")):
+        with TP.Kernel(N // bn, M // bm, threads=128) as (bx, by):
+            x = TP.alloc_fragment((bm, bn), "bfloat16")
+            counts = TP.alloc_shared((2,), "int32")
+            TP.copy(X[by * bm, bx * bn], x)
+            TP.copy(Counts[by, 0], counts)
+            for i, j in TP.Parallel(bm, bn):
+                x[i, j] = x[i, j] * 2
+            if counts[0] != 0 and counts[1] != 0:
+                for i, j in TP.Parallel(bm, bn):
+                    x[i, j] = x[i, j] - 3
+            TP.copy(x, Y[by * bm, bx * bn])
+
+    return main
+
+
+def test_a_branch_condition_keeps_its_tile_live_and_ordered():
+    """The condition's tile is live up to the branch (the temporaries of the bfloat16 work
+    before it took its bytes: every block subtracted 3) and its read on S waits for the copy
+    into it and is waited by the next block's copy (the emulator found the write-after-read)."""
+    kernel = tilewright.compile(branch_on_a_tile(), out_idx=[2], target="ascend")
+    x = torch.randn(12, 16).bfloat16()
+    counts = torch.tensor([[1, 0], [2, 3], [0, 0]], dtype=torch.int32)
+    want = (x.float() * 2).bfloat16().float()
+    want[4:8] -= 3
+    torch.testing.assert_close(kernel(x, counts).float(), want, atol=0.05, rtol=0.01)

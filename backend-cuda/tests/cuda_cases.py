@@ -59,13 +59,15 @@ def func(name: str):
     if name == "gemm_sp":
         return _module("gemm_sp").gemm_sp_kernel.fn(128, 192, 128, block_M=64, block_N=64,
                                                     block_K=64)
+    if name == "block_sparse_gemm":
+        return _module("block_sparse_gemm").block_sparse_matmul.fn(128, 192, 256)
     raise KeyError(name)
 
 
 NAMES = ("gemm", "gemm_bf16", "gemm_dynamic", "elementwise_add", "flash_attention",
          "flash_attention_f16", "softmax",
          "rmsnorm", "row_reduce", "gemm_persistent", "gemm_splitk", "quickstart_vector_add",
-         "quickstart_matmul", "quickstart_softmax", "gemm_sp")
+         "quickstart_matmul", "quickstart_softmax", "gemm_sp", "block_sparse_gemm")
 
 
 def _nan(*shape):
@@ -149,6 +151,12 @@ def case(name: str) -> Case:
         b = rand(128, 192).half()
         return Case((*compress(a), b, _nan(128, 192)), (3,), [a.double() @ b.double()],
                     exact, 128)
+    if name == "block_sparse_gemm":  # half of the K blocks, never the first of a row of them
+        example = _module("block_sparse_gemm")
+        a, b = rand(128, 256).half(), rand(256, 192).half()
+        mask = example.random_mask(128, 192, 256, 0.5)
+        return Case((a, b, mask, _nan(128, 192)), (3,), [example.reference(a, b, mask)],
+                    exact, 256)
     raise KeyError(name)
 
 
@@ -156,7 +164,7 @@ def case(name: str) -> Case:
 EMULATED = ("elementwise_add", "softmax", "rmsnorm", "row_reduce", "gemm_persistent",
             "gemm_splitk", "gemm_dynamic", "flash_attention", "gemm", "gemm_bf16",
             "flash_attention_f16", "quickstart_vector_add", "quickstart_matmul",
-            "quickstart_softmax", "gemm_sp")
+            "quickstart_softmax", "gemm_sp", "block_sparse_gemm")
 
 FLOAT32 = ("elementwise_add", "softmax", "rmsnorm", "row_reduce", "gemm_persistent",
            "gemm_splitk", "gemm_dynamic", "flash_attention")

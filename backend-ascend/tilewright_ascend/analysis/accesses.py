@@ -5,8 +5,9 @@ A tile op's accesses come from its data path (:mod:`..facts.paths`) or, for the 
 not copies, from the table below (a vector op's reads and writes are its schema's operand
 effects, so a scratch operand such as a reduction's ``work`` counts as written); a
 ``T.Parallel`` nest and a ``T.SimtVF`` scope (a SIMT vector function) are vector work, a loop
-the scalar unit runs (:data:`..facts.keys.SCALAR_KEY`) scalar work; any other statement has
-the accesses of its children. CreateVecIndex (:data:`..facts.ops.VIDX`) writes its tile on
+the scalar unit runs (:data:`..facts.keys.SCALAR_KEY`) scalar work; a branch's or a while
+loop's condition reads its tiles on the scalar unit; any other statement has the accesses of
+its children. CreateVecIndex (:data:`..facts.ops.VIDX`) writes its tile on
 S, then on V, and sets and waits a flag of its own (:data:`VIDX_FLAG`).
 """
 
@@ -53,6 +54,9 @@ def accesses(stmt) -> list[Access]:
     if isinstance(stmt, tirx.AttrStmt) and stmt.attr_key == SIMT_KEY:  # asc_vf_call: the V pipe
         return _loop_accesses(stmt, "v")
     out = []
+    if isinstance(stmt, (tirx.IfThenElse, tirx.While)):  # the condition: GetValue on S
+        loads, _ = loads_and_stores(stmt.condition)
+        out += [Access("s", b, False) for b in loads if str(b.scope()) != "global"]
     for child in children(stmt):
         out.extend(accesses(child))
     return out
@@ -66,7 +70,7 @@ def _loop_accesses(loop, pipe: str) -> list[Access]:
 def children(stmt) -> list:
     if isinstance(stmt, tirx.SeqStmt):
         return list(stmt.seq)
-    if isinstance(stmt, (tirx.For, tirx.AttrStmt)):
+    if isinstance(stmt, (tirx.For, tirx.AttrStmt, tirx.While)):
         return [stmt.body]
     if isinstance(stmt, tirx.IfThenElse):
         return [stmt.then_case] + ([stmt.else_case] if stmt.else_case is not None else [])

@@ -2,7 +2,8 @@
 
 Program points are the leaf statements of the kernel in program order (a tile op, a
 ``T.Parallel`` nest, a store, a ``T.SimdVF`` vector function: its tiles live across all of
-it, since its instructions are not ordered through UB). A buffer is live from its first use
+it, since its instructions are not ordered through UB) and the conditions of branches (which
+read tiles on the scalar unit). A buffer is live from its first use
 to its last; a use inside a serial or pipelined loop makes it live for the whole outermost
 such loop around the use (the next iteration may read what this one left). Buffers whose
 live ranges overlap never share bytes; the others may.
@@ -34,7 +35,9 @@ def live_ranges(body, buffers: set) -> dict:
         if isinstance(stmt, tirx.AttrStmt) and stmt.attr_key != SIMD_VF_KEY:
             visit(stmt.body, loop_start)
             return
-        if isinstance(stmt, tirx.IfThenElse):
+        if isinstance(stmt, tirx.IfThenElse):  # the condition reads its tiles first
+            clock[0] += 1
+            use(buffers_in(stmt.condition), clock[0], clock[0])
             visit(stmt.then_case, loop_start)
             if stmt.else_case is not None:
                 visit(stmt.else_case, loop_start)

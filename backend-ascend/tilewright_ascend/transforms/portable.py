@@ -225,6 +225,15 @@ def _clear_accumulators(stmts: list, scopes: dict) -> list:
         if isinstance(stmt, tirx.For):
             pending = {b: tirx.EQ(stmt.loop_var, stmt.min) for b, v in init.items()
                        if isinstance(v, str) and b not in waiting}
+            for buf in pending:
+                branch = _branch_around_gemm(stmt.body, buf)
+                if branch is not None:
+                    raise KernelError(
+                        f"T.clear({buf.name}) is made the first iteration's T.gemm (A2's cube "
+                        "has no fill of L0C), but this condition may skip that GEMM and leave "
+                        f"{buf.name!r} unset: backend 'ascend' needs the loop's GEMM into it "
+                        "unconditional (mask its operands instead)",
+                        span_location(branch.span))
             stmt = _gemms(stmt, pending)
             if pending:
                 names = ", ".join(str(b.name) for b in pending)
@@ -245,6 +254,30 @@ def _clear_accumulators(stmts: list, scopes: dict) -> list:
         names = ", ".join(str(b.name) for b in init)
         raise KernelError(f"T.clear({names}) is followed by no T.gemm into it")
     return out
+
+
+def _branch_around_gemm(stmt, buffer):
+    """The innermost ``if`` around the first ``T.gemm`` into ``buffer`` in ``stmt``, or None
+    when that GEMM is not under a condition."""
+    found = []
+
+    def visit(node, branch):
+        if found:
+            return
+        if _gemm_into(node, buffer):
+            found.append(branch)
+        elif isinstance(node, tirx.SeqStmt):
+            for child in node.seq:
+                visit(child, branch)
+        elif isinstance(node, tirx.IfThenElse):
+            visit(node.then_case, node)
+            if node.else_case is not None:
+                visit(node.else_case, node)
+        elif isinstance(node, (tirx.For, tirx.AttrStmt, tirx.While)):
+            visit(node.body, branch)
+
+    visit(stmt, None)
+    return found[0] if found else None
 
 
 def _uses(stmt, buffer) -> bool:

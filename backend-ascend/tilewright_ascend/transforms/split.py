@@ -343,6 +343,13 @@ class Split:
                     vec.append(_loop_like(s, body, fresh))
                 continue
             call = decode(s)
+            tiles = sorted(b.name for b in buffers_in(s.condition) if str(b.scope()) != GM) \
+                if isinstance(s, tirx.IfThenElse) else []
+            if tiles and any(c.name == "gemm" for c in _calls(s)):
+                raise KernelError(f"this condition around a T.gemm reads the tile "
+                                  f"{tiles[0]!r}, which only the vector core holds: backend "
+                                  "'ascend' does not compile a GEMM under it",
+                                  span_location(s.span))
             if call is None and any(c.name == "gemm" for c in _calls(s)):
                 raise KernelError("the cube/vector split handles T.gemm at the top level of the "
                                   "kernel or one loop deep, not under a condition or a let "

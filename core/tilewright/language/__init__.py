@@ -43,6 +43,7 @@ from .kernel import (
     symbolic,
     view,
 )
+from .logical import all_of, any_of
 from .math import (
     BINARY as _BINARY,
 )
@@ -107,7 +108,7 @@ globals().update(_PREDICATES)
 __all__ = [
     "Buffer", "DType", "Fragment", "FragmentBuffer", "GemmWarpPolicy", "Kernel", "Layout",
     "LocalBuffer", "Macro", "Parallel", "Persistent", "Pipelined", "SharedBuffer", "Tensor",
-    "TileBuffer", "VarHandle", "Cast", "Serial", "Vectorized", "abs",
+    "TileBuffer", "VarHandle", "Cast", "Serial", "Vectorized", "abs", "all_of", "any_of",
     "alloc_buffer", "alloc_fragment", "alloc_global", "alloc_local", "alloc_reducer",
     "alloc_shared", "alloc_var",
     "annotate_layout", "bitwise_not", "c2d_im2col", "cast", "cdiv", "ceildiv", "clamp", "clear",

@@ -281,10 +281,67 @@ def _im2col_ref(img, kernel=3, stride=2, dilation=1, pad=1):
     return [m, m]
 
 
+# per block of rows: (its mask, its counts): every combination of the three tests below
+FLAG_PATTERNS = (((0, 0, 0), (1, 2, 3)), ((0, 1, 0), (0, 2, 3)), ((1, 1, 0), (4, 0, 1)),
+                 ((1, 1, 1), (7, 8, 9)), ((1, 0, 1), (1, 1, 0)))
+
+
+def _any_all_of(dtype, M, N, bm=4, bn=8):
+    """Blocks branch on T.any_of / T.all_of of a whole row of a global bool mask, of a region
+    of it, and of a shared int32 tile (its elements != 0)."""
+
+    @T.prim_func
+    def any_all_of(X: T.Tensor((M, N), dtype), Mask: T.Tensor((T.ceildiv(M, bm), 3), "bool"),
+                   Counts: T.Tensor((T.ceildiv(M, bm), 3), "int32"),
+                   Y: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=128) as (bx, by):
+            x = T.alloc_fragment((bm, bn), dtype)
+            counts = T.alloc_shared((3,), "int32")
+            T.copy(X[by * bm, bx * bn], x)
+            T.copy(Counts[by, 0], counts)
+            if T.any_of(Mask[by, :]):
+                for i, j in T.Parallel(bm, bn):
+                    x[i, j] = x[i, j] * 2
+            if T.all_of(Mask[by, 0:2]):
+                for i, j in T.Parallel(bm, bn):
+                    x[i, j] = x[i, j] + 1
+            if T.all_of(counts):
+                for i, j in T.Parallel(bm, bn):
+                    x[i, j] = x[i, j] - 3
+            T.copy(x, Y[by * bm, bx * bn])
+
+    return any_all_of
+
+
+def _any_all_of_inputs(torch, gen, dtype, M, N, bm=4):
+    blocks = -(-M // bm)
+    rows = [FLAG_PATTERNS[b % len(FLAG_PATTERNS)] for b in range(blocks)]
+    return [rand(torch, gen, (M, N), dtype), torch.tensor([m for m, _ in rows]).bool(),
+            torch.tensor([c for _, c in rows], dtype=torch.int32)]
+
+
+def _any_all_of_ref(x, mask, counts, bm=4):
+    y = x.clone()
+    for b in range(mask.shape[0]):
+        rows = y[b * bm:(b + 1) * bm]
+        if mask[b].any():
+            rows *= 2
+        if mask[b, :2].all():
+            rows += 1
+        if (counts[b] != 0).all():
+            rows -= 3
+    return [y]
+
+
 MN = {"partial": {"M": 12, "N": 20}}
 TILE = (*BASE, "alloc_fragment", "copy", "Parallel")
 
 ROWS = (
+    Kernel("any_all_of", (*TILE, "alloc_shared", "any_of", "all_of"), ("copy",), _any_all_of,
+           _any_all_of_inputs, _any_all_of_ref, {"partial": {"M": 18, "N": 20}},
+           dtypes=("float32", "float16", "bfloat16", "int32"),
+           doc="blocks branch on T.any_of / T.all_of of a global mask row, a region of it and "
+               "a shared int32 tile"),
     Kernel("loops", (*BASE, "serial", "unroll", "alloc_local", "alloc_var", "cast"), (),
            _loops, two_d,
            lambda x: [(x.sum(dim=1) * 4 + 3)], {"partial": {"M": 6, "N": 10}},
