@@ -110,9 +110,11 @@ def test_950_sources_compile_against_the_arch_3510_headers(asc_check):
                 if k.name == "conformance/unary_math-float32-partial"]
     assert rounding, "the unary_math case is in the 950 source set"
     sources, refused = generated([*mainline(), *examples(target="ascend-950"), *rounding])
-    # the fp8 GEMM example (the cube computes no float8, refused at the gemm's line) and the
-    # 2:4 sparse one (no T.gemm_sp on Ascend) only
+    # the fp8 GEMM example (the cube computes no float8, refused at the gemm's line), the
+    # 2:4 sparse one (no T.gemm_sp on Ascend) and the block-sparse one (its mask may skip the
+    # GEMM that clears L0C) only
     assert sorted(r.split(":")[0] for r in refused) == [
+        "examples/block_sparse_gemm.block_sparse_matmul",
         "examples/gemm_fp8_scaled.fp8_gemm_scaled", "examples/gemm_sp.gemm_sp_kernel"]
     assert any("float8_e4m3fn operands" in r for r in refused), refused
     assert "(SoC 950PR, dav-3510)" in sources["seed__vector_add"]

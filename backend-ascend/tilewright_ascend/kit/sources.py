@@ -162,6 +162,7 @@ EXAMPLES = {
                                                      "block_K": 64})],
     "gemm_sp": [("gemm_sp_kernel", (64, 64, 128), {"block_M": 32, "block_N": 32,
                                                    "block_K": 64})],
+    "block_sparse_gemm": [("block_sparse_matmul", (128, 128, 128), {})],
 }
 
 

@@ -36,7 +36,7 @@ from tilewright.errors import KernelError, span_location
 from tilewright.ir import Region, decode, make_call, tile_ops_in
 from tvm import tirx
 
-from ..analysis.buffers import buffers_in
+from ..analysis.buffers import buffers_in, loads_and_stores
 from ..facts import ops
 from ..facts.events import CROSS_IDS
 from ..facts.paths import DUAL_COPY_PATHS, GM, UB
@@ -343,14 +343,16 @@ class Split:
                     vec.append(_loop_like(s, body, fresh))
                 continue
             call = decode(s)
-            tiles = sorted(b.name for b in buffers_in(s.condition) if str(b.scope()) != GM) \
-                if isinstance(s, tirx.IfThenElse) else []
-            if tiles and any(c.name == "gemm" for c in _calls(s)):
+            gemm_under = call is None and any(c.name == "gemm" for c in _calls(s))
+            tiles = sorted(b.name for b in loads_and_stores(s.condition)[0]
+                           if str(b.scope()) != GM) \
+                if gemm_under and isinstance(s, tirx.IfThenElse) else []
+            if tiles:
                 raise KernelError(f"this condition around a T.gemm reads the tile "
                                   f"{tiles[0]!r}, which only the vector core holds: backend "
                                   "'ascend' does not compile a GEMM under it",
                                   span_location(s.span))
-            if call is None and any(c.name == "gemm" for c in _calls(s)):
+            if gemm_under:
                 raise KernelError("the cube/vector split handles T.gemm at the top level of the "
                                   "kernel or one loop deep, not under a condition or a let "
                                   "(as T.Persistent produces); backend 'ascend' does not "
