@@ -307,3 +307,31 @@ def test_a_guarded_column_store_writes_only_the_rows_inside():
     x = torch.randn(3, 1, generator=torch.Generator().manual_seed(4))
     r = tilewright.compile(column_store(), out_idx=[1], target="ascend")(x)
     torch.testing.assert_close(r, x + 1.0)
+
+
+def unsigned_branch(dtype="int32"):
+    """A branch on a uint8 cast of an index that is 0 in a one-wide loop (the fuzzer's seed
+    139): TVM's simplifier folds ``(uint8)0 < 1`` through ``0U - 1U`` and stopped on its own
+    check inside the Ascend code generator."""
+
+    @T.prim_func
+    def main(A: T.Tensor((1, 1), dtype), B: T.Tensor((1, 1), dtype)):
+        with T.Kernel(1, 1, threads=128) as (bx, by):
+            t = T.alloc_fragment((1, 1), dtype)
+            u = T.alloc_fragment((1, 1), dtype)
+            T.copy(A[by, bx], t)
+            for i in T.Parallel(1):
+                for j in T.Parallel(1):
+                    if T.cast(bx + j, "uint8") < T.uint8(1):
+                        u[i, j] = t[i, j] + 1
+                    else:
+                        u[i, j] = t[i, j]
+            T.copy(u, B[by, bx])
+
+    return main
+
+
+def test_a_branch_on_an_unsigned_zero_compiles():
+    a = torch.tensor([[41]], dtype=torch.int32)
+    cpu, ascend = _both(unsigned_branch(), a)
+    assert cpu.item() == ascend.item() == 42

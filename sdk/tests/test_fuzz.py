@@ -70,8 +70,8 @@ CONTROL = ("if_else", "nested_parallel", "while_loop", "pipelined", "local_scala
 MATH_AND_BLOCK = {"exp2", "log", "rsqrt", "sin", "cos", "clamp", "round", "ceil", "trunc",
                   "half_cast", "atomic_max", "atomic_min", "block_update", "erf", "atan",
                   "asinh"}
-# the bitwise reductions and T.cummax (drawn since 2026-12-05)
-BITS_AND_SCANS = {"reduce_bitand", "reduce_bitor", "reduce_bitxor", "cummax"}
+# the bitwise reductions, T.cummax and block code branching on data (drawn since 2026-12-05)
+BITS_AND_SCANS = {"reduce_bitand", "reduce_bitor", "reduce_bitxor", "cummax", "block_branch"}
 NEW_FEATURES = {"tensor_3d", "dynamic_shape", "sign_cast", "float8_cast", "unpack",
                 "int4_input", "float_uint_cast", "unsigned_wrap_arith", "float8_input",
                 "tile_copy", "pipelined_gemm", "rebind", "reduce_low_to_low", *BITS_AND_SCANS,
@@ -264,18 +264,28 @@ def test_math_atomics_and_block_code_are_generated_and_valid():
 
 SCAN_AND_BIT_DRAWS = ("reduce_bitand", "reduce_bitor", "reduce_bitxor", "cummax",
                       "cummax_dim0", "cummax_dim1", "cummax_reverse", "cumsum")
+BRANCH_DRAWS = ("block_branch_global", "block_branch_shared", "block_branch_any_of",
+                "block_branch_all_of")
 
 
 def test_bitwise_reductions_and_running_maxima_are_generated_and_valid():
     """T.reduce_bitand/bitor/bitxor of integer tiles and T.cummax in both dimensions and
     directions are drawn; one program with each runs on the interpreter and agrees with
     itself; avoided, none is drawn (and no float program reduces bitwise)."""
-    drawn = _drawn(programs(), 300, 6)
+    drawn = _drawn(programs(avoid={"block_branch"}), 300, 6)
     _each_drawn_and_valid(SCAN_AND_BIT_DRAWS, drawn)
     assert not any(p.dtype.startswith(("float", "bfloat")) and
                    p.features & {"reduce_bitand", "reduce_bitor", "reduce_bitxor"}
                    for p in drawn)
     _never_drawn(BITS_AND_SCANS, programs(avoid=BITS_AND_SCANS), 60, 6)
+
+
+def test_block_code_branching_on_data_is_generated_and_valid():
+    """Block code branching on an element of an input in global memory or of a shared tile,
+    or on T.any_of / T.all_of of part of a row of a shared tile, is drawn; one program with
+    each runs on the interpreter and agrees with itself."""
+    _each_drawn_and_valid(BRANCH_DRAWS, _drawn(programs(avoid=BITS_AND_SCANS - {
+        "block_branch"}), 200, 4))
 
 
 def test_new_draws_respect_the_backends_capabilities():

@@ -39,6 +39,7 @@ from ..facts.keys import (
 from ..facts.simt import memories_with_simt
 from ..facts.terms import statement_term
 from ..rules import RULES, emit_scalar_loop, emit_vector_function, parallel_rule
+from ..transforms.tile_exprs import simplified
 from ..transforms.vecmath import fold_constant_math
 from .expr import ExprPrinter
 from .simt import ATTRIBUTE as SIMT_ATTRIBUTE
@@ -141,7 +142,7 @@ class Emitter:
         if isinstance(e, (int, float)):
             return self.printer.cpp(e)
         # math of what simplifies to constants (the block index of a grid of one) is a value
-        return self.printer.cpp(fold_constant_math(self.analyzer.simplify(e)))
+        return self.printer.cpp(fold_constant_math(simplified(self.analyzer, e)))
 
     # -- output -----------------------------------------------------------------------
     def line(self, text: str) -> None:

@@ -28,6 +28,7 @@ from ..facts.dtypes import ctype
 from ..facts.simt import BARRIER, GM, GM_LOAD, GM_STORE, LAUNCH, MATH, THREAD_INDEX, block_of
 from ..facts.terms import statement_term
 from ..transforms.simt import is_barrier
+from ..transforms.tile_exprs import simplified
 from .expr import ExprPrinter
 
 ATTRIBUTE = "__simt_vf__"
@@ -167,7 +168,7 @@ class _Function:
         return self.ident(b, str(b.name))
 
     def expr(self, e) -> str:
-        return self.printer.cpp(self.analyzer.simplify(e))
+        return self.printer.cpp(simplified(self.analyzer, e))
 
     def line(self, text: str) -> None:
         self.lines.append("    " * self.depth + text)

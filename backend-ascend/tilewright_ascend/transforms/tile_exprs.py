@@ -19,8 +19,18 @@ class Unvectorizable(Exception):
     """The expression has a node the vector unit cannot compute."""
 
 
+def simplified(analyzer, e):
+    """``e`` simplified by ``analyzer``, or ``e`` itself where TVM's simplifier fails: folding
+    a comparison of an unsigned value that is a constant 0 (``(uint8)j < 1`` with ``j`` in
+    ``[0, 1)``) it builds ``0U - 1U`` and stops on its own check (TVM 0.27)."""
+    try:
+        return analyzer.simplify(e)
+    except tvm.error.InternalError:
+        return e
+
+
 def simplify(e):
-    return sym.Analyzer().simplify(e)
+    return simplified(sym.Analyzer(), e)
 
 
 def vars_in(e) -> list:

@@ -1148,6 +1148,43 @@ class _Builder:
                           f"block_update_{op_name(op)}"} | \
             ({"block_update_loop"} if loop else set())
 
+    def block_branch(self) -> None:
+        """Block code that branches on data: a new tile computed by one ``T.Parallel`` map,
+        then rewritten by a second one only when a condition of the block holds. The condition
+        reads exact values (an input tile or a tile computed without rounding): an element of
+        a shared tile or of an input in global memory against a constant, or ``T.any_of`` /
+        ``T.all_of`` of part of a row of a shared tile (its elements != 0)."""
+        if not self.allowed("block_branch"):
+            return
+        exact = [t for t in self.squares() if t.err == 0.0 and self.scope(t) == "shared"]
+        forms = ["global"] + (["shared", "any_of", "all_of"] if exact else [])
+        form = self.draw(st.sampled_from(forms))
+        if form == "global":
+            name, lo, hi = self.draw(st.sampled_from(self.inputs))
+            read = f"{name}[{self.z}by * {self.bm}, bx * {self.bn}]"
+        else:
+            tile = self.draw(st.sampled_from(exact))
+            r, c = self.draw(st.integers(0, self.bm - 1)), self.draw(st.integers(0, self.bn - 1))
+            lo, hi = tile.lo, tile.hi
+            read = f"{tile.name}[{r}, {c}]"
+        if form in ("any_of", "all_of"):
+            width = self.draw(st.integers(1, self.bn - c))
+            cond = f"T.{form}({tile.name}[{r}, {c}:{c + width}])"
+        else:  # against a value inside the range: either way happens
+            k = self.draw(st.integers(math.ceil(lo), max(math.ceil(lo), math.floor(hi))))
+            cond = f"{read} {self.draw(st.sampled_from(('>', '<=', '!=')))} {self.const(k).text}"
+        first, then = self.expr(self.draw(st.integers(1, 3))), \
+            self.expr(self.draw(st.integers(1, 3)))
+        out = self.tile("2d", min(first.lo, then.lo), max(first.hi, then.hi),
+                        max(first.err, then.err))
+        head = self.loop_head()
+        pad = " " * (len(head[-1]) - len(head[-1].lstrip()) + 4)
+        self.body += [*head, f"{pad}{out.name}[i, j] = {first.text}", f"if {cond}:",
+                      *(f"    {line}" for line in head),
+                      f"    {pad}{out.name}[i, j] = {then.text}"]
+        self.features |= first.features | then.features | {"block_branch",
+                                                            f"block_branch_{form}"}
+
 
 def magnitude(tile: Tile) -> float:
     return max(abs(tile.lo), abs(tile.hi))
@@ -1233,7 +1270,8 @@ def programs(draw, avoid=(), dtypes=None, features=None) -> Program:
         # drawn only when allowed: avoided, the draws are those of before them
         kinds += (["subcopy"] if b.allowed("tile_copy") else []) + \
             (["pipelined_gemm"] if b.allowed("pipelined_gemm") else []) + \
-            (["block_update"] if b.allowed("block_update") else [])
+            (["block_update"] if b.allowed("block_update") else []) + \
+            (["block_branch"] if b.allowed("block_branch") else [])
         kind = draw(st.sampled_from(kinds))
         getattr(b, kind)()
     if not any(line.lstrip().startswith("for i, j in T.Parallel") for line in b.body):
