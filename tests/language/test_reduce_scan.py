@@ -405,3 +405,36 @@ def test_reducer_fill_other_than_identity_of_a_sum_and_copy_before_finalize():
         bad("fill")
     with pytest.raises(tilewright.KernelError, match="is a reducer"):
         bad("copy")
+
+
+def test_tilelang_schedule_arguments_of_scans_and_reducers_are_accepted():
+    """TileLang 0.1.15's ``T.cumsum(..., annotations=)`` / ``T.cummax`` and
+    ``T.finalize_reducer(acc, batch=, annotations=)``: hints of its CUDA lowering, accepted
+    here; a batch below 1 is refused at the line."""
+
+    @T.prim_func
+    def main(A: T.Tensor((4, 8), "float32"), S: T.Tensor((4, 8), "float32"),
+             R: T.Tensor((4,), "float32")):
+        with T.Kernel(1) as _bx:
+            tile = T.alloc_fragment((4, 8), "float32")
+            T.copy(A, tile)
+            acc = T.alloc_reducer((4,), "float32", op="max")
+            T.reducer_init(acc)
+            for i, j in T.Parallel(4, 8):
+                T.reducer_update(acc[i], tile[i, j])
+            out = T.alloc_fragment((4,), "float32")
+            T.finalize_reducer(acc, out, batch=2, annotations={})
+            T.copy(out, R)
+            T.cummax(tile, dim=1, annotations={"test.scan": "cummax"})
+            T.copy(tile, S)
+
+    a, s, r = rand(4, 8), torch.empty(4, 8), torch.empty(4)
+    tilewright.compile(main, target="cpu")(a, s, r)
+    assert torch.equal(r, a.amax(1)) and torch.equal(s, a.cummax(1).values)
+    with pytest.raises(tilewright.KernelError, match="batch must be a positive int, got 0"):
+        @T.prim_func
+        def bad(A: T.Tensor((4,), "float32")):
+            with T.Kernel(1) as _bx:
+                acc = T.alloc_reducer((4,), "float32")
+                T.reducer_init(acc)
+                T.finalize_reducer(acc, batch=0)

@@ -150,10 +150,16 @@ def reducer_update(element, value):
                                                        to_expr(value, acc.dtype)))
 
 
-def finalize_reducer(acc, dst=None):
+def finalize_reducer(acc, dst=None, batch: int = 1, annotations=None):
     """Merge the contributions and write the result to ``dst``; without ``dst`` (TileLang's
-    form), ``T.copy(acc, dst)`` does that later."""
+    form), ``T.copy(acc, dst)`` does that later. TileLang's ``batch`` (outputs per all-reduce
+    call) and ``annotations`` schedule its CUDA merge: accepted, they change no result."""
     acc = _check(acc, "T.finalize_reducer")
+    if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
+        raise kernel_error(f"T.finalize_reducer: batch must be a positive int, got {batch!r}")
+    if annotations is not None and not isinstance(annotations, dict):
+        raise kernel_error("T.finalize_reducer: annotations must be a dict, got "
+                           f"{type(annotations).__name__}")
     if dst is None:
         B.require_kernel("T.finalize_reducer").finalized.append(acc.buffer)
         return

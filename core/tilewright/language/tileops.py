@@ -285,12 +285,17 @@ def _scan(kind: str, src, dst, dim: int, reverse: bool):
 
 
 def _make_scan(kind: str):
-    def scan(src, dst=None, dim: int = 0, reverse: bool = False):
+    def scan(src, dst=None, dim: int = 0, reverse: bool = False, annotations=None):
+        if annotations is not None and not isinstance(annotations, dict):
+            raise kernel_error(f"T.cum{kind}: annotations must be a dict, got "
+                               f"{type(annotations).__name__}")
         _scan(kind, src, dst, dim, reverse)
 
     scan.__name__ = f"cum{kind}"
     scan.__doc__ = (f"{SCAN_KINDS[kind].capitalize()} of ``src`` along ``dim`` into ``dst`` "
-                    "(in place when omitted; from the end when ``reverse``).")
+                    "(in place when omitted; from the end when ``reverse``). TileLang's "
+                    "``annotations`` (lowering hints of its scan) are accepted and change "
+                    "nothing.")
     return scan
 
 
