@@ -224,3 +224,33 @@ def test_an_element_and_a_one_element_region_are_told_apart_in_the_ir():
     tvm_ffi.structural_walk(main.body, (tirx.Evaluate, lambda s: calls.append(decode(s))))
     atomics = [(c.name, c.attrs["element"]) for c in calls if c is not None]
     assert atomics == [("atomic_add", True), ("atomic_max", False)]
+
+
+@pytest.mark.parametrize("target", ["cpu", "interp"])
+def test_wide_atomic_adds_inside_parallel_loops(target):
+    """TileLang's T.atomic_addx2 / T.atomic_addx4 from a T.Parallel loop (its test's form):
+    each thread adds the pair or quad starting at its element."""
+
+    @T.prim_func
+    def main(A: T.Tensor((8, 16), "float32"), B: T.Tensor((8, 16), "float32"),
+             C: T.Tensor((8, 16), "float32")):
+        with T.Kernel(2, 2, threads=32) as (bx, by):
+            for i, j in T.Parallel(4, 4):
+                T.atomic_addx2(B[bx * 4 + i, by * 8 + j * 2], A[bx * 4 + i, by * 8 + j * 2])
+            for i, j in T.Parallel(4, 2):
+                T.atomic_addx4(C[bx * 4 + i, by * 8 + j * 4], A[bx * 4 + i, by * 8 + j * 4])
+
+    a, b, c = torch.randn(8, 16), torch.ones(8, 16), torch.zeros(8, 16)
+    tilewright.compile(main, target=target)(a, b, c)
+    torch.testing.assert_close(b, a + 1)
+    torch.testing.assert_close(c, a)
+
+
+def test_a_wide_atomic_returning_its_vector_is_refused_at_the_line():
+    with pytest.raises(tilewright.KernelError, match=r"T.atomic_addx2\(..., return_prev=True\) "
+                                                     r"returns a vector of 2 values") as err:
+        @T.prim_func
+        def main(A: T.Tensor((4,), "float16"), B: T.Tensor((4,), "float16")):
+            with T.Kernel(1) as _bx:
+                T.atomic_addx2(B[0], A[0], return_prev=True)
+    assert "test_atomics.py" in str(err.value)

@@ -89,12 +89,14 @@ from .reducer import alloc_reducer, finalize_reducer, reducer_init, reducer_upda
 from .tileops import ATOMIC_OPS as _ATOMIC_OPS
 from .tileops import REDUCE_OPS as _REDUCE_OPS
 from .tileops import SCAN_OPS as _SCAN_OPS
+from .tileops import WIDE_ATOMIC_OPS as _WIDE_ATOMIC_OPS
 from .tileops import GemmWarpPolicy, clear, copy, fill, gemm, gemm_sp, reduce
 
 globals().update(_DTYPES)
 globals().update(_REDUCE_OPS)
 globals().update(_SCAN_OPS)
 globals().update(_ATOMIC_OPS)
+globals().update(_WIDE_ATOMIC_OPS)
 globals().update(_UNARY)
 globals().update(_BINARY)
 globals().update(_BITWISE)
@@ -122,6 +124,7 @@ __all__ = [
     "shift_left", "shift_right", "symbolic",
     "sync_threads", "truncdiv", "truncmod",
     "unpack", "unroll",
-    "use_swizzle", "vectorized", "view", *_DTYPES, *_REDUCE_OPS, *_SCAN_OPS, *_ATOMIC_OPS, *_UNARY,
+    "use_swizzle", "vectorized", "view", *_DTYPES, *_REDUCE_OPS, *_SCAN_OPS, *_ATOMIC_OPS,
+    *_WIDE_ATOMIC_OPS, *_UNARY,
     *_BINARY, *_BITWISE, *_BIT_COUNTS, *_PREDICATES,
 ]

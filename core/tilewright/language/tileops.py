@@ -343,5 +343,36 @@ def _make_atomic(kind: str):
 
 ATOMIC_OPS = {f"atomic_{kind}": _make_atomic(kind) for kind in ATOMIC_KINDS}
 
+
+def _make_atomic_add_wide(lanes: int):
+    def atomic_add_wide(dst, value, return_prev: bool = False):
+        name = f"atomic_addx{lanes}"
+        if return_prev:
+            raise kernel_error(f"T.{name}(..., return_prev=True) returns a vector of {lanes} "
+                               "values in TileLang; here take each element's with "
+                               "T.atomic_add(dst[..., j + k], value[..., j + k], "
+                               "return_prev=True)")
+        starts = []
+        for operand in (dst, value):
+            buffer, first, _ = region_of(operand, f"T.{name}")
+            starts.append((buffer, [to_expr(i) for i in first]))
+        for k in range(lanes):
+            (d, at), (v, vat) = starts
+            ATOMIC_OPS["atomic_add"](
+                tirx.BufferLoad(d, [*at[:-1], at[-1] + k]),
+                tirx.BufferLoad(v, [*vat[:-1], vat[-1] + k]))
+
+    atomic_add_wide.__name__ = f"atomic_addx{lanes}"
+    atomic_add_wide.__doc__ = (
+        f"TileLang's {lanes}-wide atomic add: ``dst`` and ``value`` name the first of {lanes} "
+        "consecutive elements (``B[i, j]`` or a slice ``B[i, j:j + "
+        f"{lanes}]``); each element is added atomically (CUDA's vector atomics add them in one "
+        "instruction, an optimisation here, not a guarantee: no other thread sees them half "
+        "done in either).")
+    return atomic_add_wide
+
+
+WIDE_ATOMIC_OPS = {f"atomic_addx{n}": _make_atomic_add_wide(n) for n in (2, 4)}
+
 __all__ = ["GemmWarpPolicy", "clear", "copy", "fill", "gemm", "gemm_sp", "reduce", *REDUCE_OPS,
-           *SCAN_OPS, *ATOMIC_OPS]
+           *SCAN_OPS, *ATOMIC_OPS, *WIDE_ATOMIC_OPS]

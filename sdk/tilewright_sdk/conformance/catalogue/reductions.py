@@ -224,6 +224,23 @@ def _atomic_scalar(dtype, N, bn=8):
     return atomic_scalar
 
 
+def _atomic_wide(dtype, N, bn=8, splits=3):
+    """TileLang's 2- and 4-wide atomic adds: each of ``splits`` blocks per column strip adds
+    its row of X to Y in pairs and to Z in quads."""
+
+    @T.prim_func
+    def atomic_wide(X: T.Tensor((splits, N), dtype), Y: T.Tensor((N,), dtype),
+                    Z: T.Tensor((N,), dtype)):
+        with T.Kernel(T.ceildiv(N, bn), splits, threads=128) as (bx, bz):
+            for p in T.serial(bn // 2):
+                T.atomic_addx2(Y[bx * bn + p * 2], X[bz, bx * bn + p * 2])
+            for q in T.serial(bn // 4):
+                T.atomic_addx4(Z[bx * bn + q * 4:bx * bn + q * 4 + 4],
+                               X[bz, bx * bn + q * 4:bx * bn + q * 4 + 4])
+
+    return atomic_wide
+
+
 def _atomic_prev(dtype, N, blocks=5):
     """One block's serial loop returns each previous value (deterministic: exclusive running
     sum, max and min); then ``blocks`` blocks draw tickets from a counter."""
@@ -413,6 +430,14 @@ ROWS = (
            lambda torch, gen, dtype, N: [rand(torch, gen, (N,), dtype), torch.zeros(1)],
            lambda x, y: [y + x.sum()], {"partial": {"N": 20}}, out_idx=(), inplace=(1,),
            reduction=lambda N, **_: N, doc="every element atomically added to Y[0]"),
+    Kernel("atomic_add_wide", (*BASE, "serial", "atomic_addx2", "atomic_addx4"), ("atomic_add",),
+           _atomic_wide,
+           lambda torch, gen, dtype, N: [rand(torch, gen, (3, N), dtype),
+                                         rand(torch, gen, (N,), dtype),
+                                         rand(torch, gen, (N,), dtype)],
+           lambda x, y, z: [y + x.sum(dim=0), z + x.sum(dim=0)], {"full": {"N": 24}},
+           out_idx=(), inplace=(1, 2), reduction=lambda **_: 3,
+           doc="T.atomic_addx2 / T.atomic_addx4 from three blocks, on elements and slices"),
     Kernel("atomic_prev", (*BASE, "serial", "alloc_var", "atomic_add", "atomic_max",
                            "atomic_min"),
            ("atomic_add", "atomic_max", "atomic_min"), _atomic_prev, _atomic_prev_inputs,
