@@ -72,9 +72,10 @@ def test_live_ranges_cover_whole_loops():
     assert offsets == {"d": 512, "a": 0, "b": 64, "c": 0}
 
 
-def branch_on_a_tile(M=12, N=16, bm=4, bn=8):
-    """Blocks branch on a UB tile (``counts``, read on the scalar unit) after bfloat16 work
-    whose float32 temporaries are allocated before that branch."""
+def branch_on_a_tile(use, M=12, N=16, bm=4, bn=8):
+    """Blocks read a UB tile (``counts``) on the scalar unit after bfloat16 work whose float32
+    temporaries are allocated before that read: in a branch's condition (``use`` "branch") or
+    as a loop's trip count ("loop")."""
     import tilewright.language as TP
 
     @TP.prim_func
@@ -87,21 +88,28 @@ def branch_on_a_tile(M=12, N=16, bm=4, bn=8):
             TP.copy(Counts[by, 0], counts)
             for i, j in TP.Parallel(bm, bn):
                 x[i, j] = x[i, j] * 2
-            if counts[0] != 0 and counts[1] != 0:
-                for i, j in TP.Parallel(bm, bn):
-                    x[i, j] = x[i, j] - 3
+            if use == "branch":
+                if counts[0] != 0 and counts[1] != 0:
+                    for i, j in TP.Parallel(bm, bn):
+                        x[i, j] = x[i, j] - 3
+            else:
+                for _ in TP.serial(counts[1]):
+                    for i, j in TP.Parallel(bm, bn):
+                        x[i, j] = x[i, j] - 1
             TP.copy(x, Y[by * bm, bx * bn])
 
     return main
 
 
-def test_a_branch_condition_keeps_its_tile_live_and_ordered():
-    """The condition's tile is live up to the branch (the temporaries of the bfloat16 work
-    before it took its bytes: every block subtracted 3) and its read on S waits for the copy
-    into it and is waited by the next block's copy (the emulator found the write-after-read)."""
-    kernel = tilewright.compile(branch_on_a_tile(), out_idx=[2], target="ascend")
+@pytest.mark.parametrize("use", ["branch", "loop"])
+def test_a_tile_read_by_a_branch_or_a_loop_bound_stays_live_and_ordered(use):
+    """The tile is live up to its read (the temporaries of the bfloat16 work before it took
+    its bytes: every block took the branch, the loop ran a garbage trip count) and its read on
+    S waits for the copy into it and is waited by the next block's copy (the emulator found the
+    write-after-read)."""
+    kernel = tilewright.compile(branch_on_a_tile(use), out_idx=[2], target="ascend")
     x = torch.randn(12, 16).bfloat16()
     counts = torch.tensor([[1, 0], [2, 3], [0, 0]], dtype=torch.int32)
     want = (x.float() * 2).bfloat16().float()
-    want[4:8] -= 3
+    want[4:8] -= 3  # block 1 only: the branch's - 3, or three trips of - 1
     torch.testing.assert_close(kernel(x, counts).float(), want, atol=0.05, rtol=0.01)

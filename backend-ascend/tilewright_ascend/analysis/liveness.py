@@ -2,8 +2,8 @@
 
 Program points are the leaf statements of the kernel in program order (a tile op, a
 ``T.Parallel`` nest, a store, a ``T.SimdVF`` vector function: its tiles live across all of
-it, since its instructions are not ordered through UB) and the conditions of branches (which
-read tiles on the scalar unit). A buffer is live from its first use
+it, since its instructions are not ordered through UB), the conditions of branches and the
+bounds of loops (which read tiles on the scalar unit). A buffer is live from its first use
 to its last; a use inside a serial or pipelined loop makes it live for the whole outermost
 such loop around the use (the next iteration may read what this one left). Buffers whose
 live ranges overlap never share bytes; the others may.
@@ -46,10 +46,12 @@ def live_ranges(body, buffers: set) -> dict:
                 str(stmt.annotations.get("tw.loop", "")) != "parallel" and \
                 stmt.kind != tirx.ForKind.THREAD_BINDING:
             outer = loop_start is None
+            clock[0] += 1  # its bounds are read first (a trip count from a tile)
             start = clock[0]
+            use(buffers_in(stmt.min) | buffers_in(stmt.extent), start, start)
             visit(stmt.body, start if outer else loop_start)
             if outer:  # everything used in the loop lives across all of it
-                used = buffers_in(stmt.body)
+                used = buffers_in(stmt)
                 use(used, start, clock[0])
             return
         if isinstance(stmt, tirx.For):  # the block or vid binding, or a T.Parallel nest
