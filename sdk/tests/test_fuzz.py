@@ -265,7 +265,7 @@ def test_math_atomics_and_block_code_are_generated_and_valid():
 SCAN_AND_BIT_DRAWS = ("reduce_bitand", "reduce_bitor", "reduce_bitxor", "cummax",
                       "cummax_dim0", "cummax_dim1", "cummax_reverse", "cumsum")
 BRANCH_DRAWS = ("block_branch_global", "block_branch_shared", "block_branch_any_of",
-                "block_branch_all_of")
+                "block_branch_all_of", "block_branch_loop")
 
 
 def test_bitwise_reductions_and_running_maxima_are_generated_and_valid():
@@ -282,10 +282,11 @@ def test_bitwise_reductions_and_running_maxima_are_generated_and_valid():
 
 def test_block_code_branching_on_data_is_generated_and_valid():
     """Block code branching on an element of an input in global memory or of a shared tile,
-    or on T.any_of / T.all_of of part of a row of a shared tile, is drawn; one program with
-    each runs on the interpreter and agrees with itself."""
+    or on T.any_of / T.all_of of part of a row of a shared tile, and a loop whose trip count
+    such an element gives, are drawn; one program with each runs on the interpreter and agrees
+    with itself."""
     _each_drawn_and_valid(BRANCH_DRAWS, _drawn(programs(avoid=BITS_AND_SCANS - {
-        "block_branch"}), 200, 4))
+        "block_branch"}), 200, 5))
 
 
 def test_new_draws_respect_the_backends_capabilities():

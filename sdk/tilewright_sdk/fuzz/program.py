@@ -1150,16 +1150,18 @@ class _Builder:
 
     def block_branch(self) -> None:
         """Block code that branches on data: a new tile computed by one ``T.Parallel`` map,
-        then rewritten by a second one only when a condition of the block holds. The condition
-        reads exact values (an input tile or a tile computed without rounding): an element of
-        a shared tile or of an input in global memory against a constant, or ``T.any_of`` /
-        ``T.all_of`` of part of a row of a shared tile (its elements != 0)."""
+        then rewritten by a second one only when a condition of the block holds, or as many
+        times (0 to 3) as an element says. The condition reads exact values (an input tile or a
+        tile computed without rounding): an element of a shared tile or of an input in global
+        memory against a constant, or ``T.any_of`` / ``T.all_of`` of part of a row of a shared
+        tile (its elements != 0)."""
         if not self.allowed("block_branch"):
             return
         exact = [t for t in self.squares() if t.err == 0.0 and self.scope(t) == "shared"]
-        forms = ["global"] + (["shared", "any_of", "all_of"] if exact else [])
+        forms = ["global"] + (["shared", "any_of", "all_of"] if exact else []) + \
+            (["loop"] if self.allowed("block_branch_loop") else [])
         form = self.draw(st.sampled_from(forms))
-        if form == "global":
+        if form == "global" or (form == "loop" and not exact):
             name, lo, hi = self.draw(st.sampled_from(self.inputs))
             read = f"{name}[{self.z}by * {self.bm}, bx * {self.bn}]"
         else:
@@ -1170,6 +1172,8 @@ class _Builder:
         if form in ("any_of", "all_of"):
             width = self.draw(st.integers(1, self.bn - c))
             cond = f"T.{form}({tile.name}[{r}, {c}:{c + width}])"
+        elif form == "loop":  # a trip count of 0 to 3 read from the data
+            cond = f"T.serial(T.min(T.max(T.cast({read}, 'int32'), 0), 3))"
         else:  # against a value inside the range: either way happens
             k = self.draw(st.integers(math.ceil(lo), max(math.ceil(lo), math.floor(hi))))
             cond = f"{read} {self.draw(st.sampled_from(('>', '<=', '!=')))} {self.const(k).text}"
@@ -1179,7 +1183,8 @@ class _Builder:
                         max(first.err, then.err))
         head = self.loop_head()
         pad = " " * (len(head[-1]) - len(head[-1].lstrip()) + 4)
-        self.body += [*head, f"{pad}{out.name}[i, j] = {first.text}", f"if {cond}:",
+        opening = f"for _ in {cond}:" if form == "loop" else f"if {cond}:"
+        self.body += [*head, f"{pad}{out.name}[i, j] = {first.text}", opening,
                       *(f"    {line}" for line in head),
                       f"    {pad}{out.name}[i, j] = {then.text}"]
         self.features |= first.features | then.features | {"block_branch",
