@@ -305,3 +305,29 @@ def test_dialect_tour_and_hand_written_mma_match_torch(capfd):
     x, w = torch.randn(48, 64).half(), torch.randn(64, 32).half()
     mma = tilewright.compile(K.mma_tile(), out_idx=[-1], target="ascend")
     torch.testing.assert_close(mma(x, w), x.float() @ w.float(), rtol=1e-3, atol=1e-3)
+
+
+def test_a_runaway_loop_stops_at_the_instruction_limit():
+    """A trip count far past what was meant (2**30 here, as a tile overwritten by another
+    buffer once gave) stops the launch with an error naming the limit, instead of holding every
+    issued instruction until the host's memory runs out (14 GB before the limit)."""
+    import tilewright.language as TP
+
+    @TP.prim_func
+    def main(X: TP.Tensor((4, 8), "float32"), N: TP.Tensor((1,), "int32"),
+             Y: TP.Tensor((4, 8), "float32")):
+        with TP.Kernel(1, threads=128) as _bx:
+            x = TP.alloc_fragment((4, 8), "float32")
+            TP.copy(X, x)
+            for _ in TP.serial(N[0]):
+                for i, j in TP.Parallel(4, 8):
+                    x[i, j] = x[i, j] + 1
+            TP.copy(x, Y)
+
+    kernel = tilewright.compile(main, target="ascend")
+    x, y = torch.zeros(4, 8), torch.zeros(4, 8)
+    kernel(x, torch.tensor([5], dtype=torch.int32), y)
+    assert torch.equal(y, x + 5)
+    with pytest.raises(EmulatorError, match=r"block 0 issued 4194304 instructions, the "
+                                            r"emulator's limit: a loop runs far longer"):
+        kernel(x, torch.tensor([2 ** 30], dtype=torch.int32), y)

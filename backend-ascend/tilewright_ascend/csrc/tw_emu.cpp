@@ -74,6 +74,7 @@ struct State {
     std::vector<Name> names;
     std::string report;
     int errors = 0, races = 0, groups = 0;
+    bool over_budget = false;  // a block issued MAX_BLOCK_INSTRS: the launch stops
     uint32_t fence[CORES] = {0, 0, 0};
     uint32_t epoch[LANES] = {0};  // PipeBarriers issued so far per (core, pipe)
     int atomic[CORES] = {0, 0, 0};
@@ -172,7 +173,23 @@ void name_range(int space, uint64_t off, uint64_t len, const char* name) {
     S->names.push_back({S->core, space, off, len, name});
 }
 
+// Instructions one block may issue (each is kept until the block ends, about 400 bytes with
+// its closure): a kernel past it loops far longer than meant, and would take the host's memory
+// (a trip count read from a tile whose bytes another buffer took ran until it held 14 GB).
+constexpr size_t MAX_BLOCK_INSTRS = size_t(1) << 22;
+void stop_issuing();  // after the cores' scheduler below
+
 static void push(Instr in, int pipe) {
+    if (S->instrs.size() >= MAX_BLOCK_INSTRS) {
+        if (!S->over_budget)
+            error(in.line, "block %d issued %llu instructions, the emulator's limit: a loop runs "
+                  "far longer than meant (a trip count read from data no copy has written, or "
+                  "that another buffer overwrote?); the launch stops here", S->block,
+                  (unsigned long long)MAX_BLOCK_INSTRS);
+        S->over_budget = true;
+        stop_issuing();
+        return;
+    }
     in.lane = S->core * NPIPE + pipe;
     in.fence = S->fence[S->core];
     in.epoch = S->epoch[in.lane];
@@ -717,6 +734,14 @@ void issue_group(const std::function<void()>& kernel) {
 }
 }  // namespace
 
+// every core of the group done: the one issuing now is left for good (its stack is reused by
+// the next launch), and the scheduler above ends the group
+void stop_issuing() {
+    if (!GROUP) return;
+    for (int c = 0; c < CORES; ++c) GROUP->core[c].done = true;
+    swapcontext(&GROUP->core[S->core].ctx, &GROUP->main);
+}
+
 void settle(int line) {
     uint32_t read = S->fence[S->core];  // this core's last scalar read (+1); 0: none
     auto finished = [&] { return read == 0 || (RUN->done.size() >= read && RUN->done[read - 1]); };
@@ -805,6 +830,10 @@ int launch(int blocks, int nargs, void** args, const int64_t* sizes, const char*
         Run run;
         RUN = &run;
         issue_group(kernel);
+        if (S->over_budget) {
+            RUN = nullptr;
+            break;
+        }
         run_block();
         RUN = nullptr;
     }
