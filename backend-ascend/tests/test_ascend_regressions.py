@@ -335,3 +335,30 @@ def test_a_branch_on_an_unsigned_zero_compiles():
     a = torch.tensor([[41]], dtype=torch.int32)
     cpu, ascend = _both(unsigned_branch(), a)
     assert cpu.item() == ascend.item() == 42
+
+
+def gemm_with_an_unused_tile():
+    @T.prim_func
+    def main(A: T.Tensor((64, 64), "float16"), B: T.Tensor((64, 64), "float16"),
+             C: T.Tensor((64, 64), "float32")):
+        with T.Kernel(2, 2, threads=128) as (bx, by):
+            a = T.alloc_shared((32, 32), "float16")
+            b = T.alloc_shared((32, 32), "float16")
+            acc = T.alloc_fragment((32, 32), "float32")
+            _spare = T.alloc_shared((8,), "float32")  # allocated, never used
+            T.clear(acc)
+            for k in T.Pipelined(2, num_stages=2):
+                T.copy(A[by * 32, k * 32], a)
+                T.copy(B[k * 32, bx * 32], b)
+                T.gemm(a, b, acc)
+            T.copy(acc, C[by * 32, bx * 32])
+
+    return main
+
+
+def test_an_unused_tile_leaves_a_cube_kernel_on_the_cube():
+    """An allocated tile no statement uses counted as vector work: the cube-only GEMM went to
+    the vector scope ('T.copy runs on the AIC core but is inside T.Scope('V')')."""
+    a, b = torch.randn(64, 64).half(), torch.randn(64, 64).half()
+    cpu, ascend = _both(gemm_with_an_unused_tile(), a, b)
+    torch.testing.assert_close(ascend, cpu, rtol=1e-3, atol=1e-3)

@@ -437,8 +437,38 @@ def _reducers(func):
     return func.with_body(tvm_ffi.structural_map(func.body, (tirx.For, rewrite)))
 
 
+def _drop_unused(func):
+    """``func`` without the allocations of tiles nothing reads or writes: an unused tile would
+    count as vector work and put a cube-only kernel in the vector scope."""
+    used = set()
+
+    def note(b):
+        used.add(b)
+
+    def skip_allocs(node):
+        return tirx.Evaluate(tirx.const(0, "int32")) if isinstance(node, tirx.AllocBuffer) \
+            else node
+
+    # a tile is used where its buffer or its data pointer appears (an address taken)
+    tvm_ffi.structural_walk(tvm_ffi.structural_map(func.body, (tirx.AllocBuffer, skip_allocs)),
+                            [(tirx.Buffer, note), (tirx.Var, note)])
+
+    def unused(buf) -> bool:
+        return buf not in used and buf.data not in used
+
+    if not any(unused(a.buffer) for a in allocations(func)):
+        return func
+
+    def keep(seq):
+        kept = [s for s in seq.seq if not (isinstance(s, tirx.AllocBuffer) and
+                                           unused(s.buffer))]
+        return kept[0] if len(kept) == 1 else tirx.SeqStmt(kept, span=seq.span)
+
+    return func.with_body(tvm_ffi.structural_map(func.body, (tirx.SeqStmt, keep)))
+
+
 def to_dialect(func):
-    func = _operand_loads(_fold_staging(_reducers(func)))
+    func = _operand_loads(_fold_staging(_reducers(_drop_unused(func))))
     loops, body = _block_loops(func)
     if not loops or any(NPU_KEY in lp.annotations for lp in loops):
         return func
