@@ -468,7 +468,10 @@ def _drop_unused(func):
 
 
 def to_dialect(func):
-    func = _operand_loads(_fold_staging(_reducers(_drop_unused(func))))
+    loops, _ = _block_loops(func)
+    if loops and not any(NPU_KEY in lp.annotations for lp in loops):  # a portable kernel
+        func = _drop_unused(func)
+    func = _operand_loads(_fold_staging(_reducers(func)))
     loops, body = _block_loops(func)
     if not loops or any(NPU_KEY in lp.annotations for lp in loops):
         return func
