@@ -83,16 +83,12 @@ class Syncs:
         if isinstance(stmt, tirx.For) and stmt.kind != tirx.ForKind.THREAD_BINDING and \
                 self.uniform(stmt.extent) and self.uniform(stmt.min) and \
                 not self._is_spread(stmt):
-            return self._loop(stmt, state)
+            return self._headed(stmt, [stmt.min, stmt.extent], state, self._loop)
         if isinstance(stmt, tirx.While):
             self._check_while(stmt)
             return self._loop(stmt, state)
         if isinstance(stmt, tirx.IfThenElse) and self.uniform(stmt.condition):
-            then_case, s1 = self.run(stmt.then_case, state)
-            else_case, s2 = (self.run(stmt.else_case, state) if stmt.else_case is not None
-                             else (None, state))
-            return (tirx.IfThenElse(stmt.condition, then_case, else_case, span=stmt.span),
-                    tuple(a | b for a, b in zip(s1, s2)))
+            return self._headed(stmt, [stmt.condition], state, self._branch)
         acc = Access(stmt, self.versions, self.tickets, self.thread)
         if _needs_sync(acc, state):
             stmt = tirx.SeqStmt([intrinsics.sync(), stmt])
@@ -102,6 +98,27 @@ class Syncs:
         if acc.lands:
             writes, issued = writes | issued, set()
         return stmt, (reads, writes, atomics, tickets, issued)
+
+    def _headed(self, stmt, header: list, state, enter):
+        """A branch or a counted loop entered alike by every thread, whose condition or bounds
+        (``header``) are read before its body: a barrier goes before it when they read shared
+        memory written since the last one (``if s[0] > 0:`` after the threads wrote ``s``:
+        threads would decide apart, and a barrier inside the branch then waits forever)."""
+        reading = [tirx.Evaluate(e) for e in header]
+        head = Access(reading[0] if len(reading) == 1 else tirx.SeqStmt(reading), self.versions,
+                      self.tickets, self.thread)
+        if not _needs_sync(head, state):
+            reads, writes, atomics, tickets, issued = state
+            return enter(stmt, (reads | head.reads, writes, atomics, tickets, issued))
+        entered, after = enter(stmt, (set(head.reads), set(), set(), set(), state[4]))
+        return tirx.SeqStmt([intrinsics.sync(), entered]), after
+
+    def _branch(self, stmt, state):
+        then_case, s1 = self.run(stmt.then_case, state)
+        else_case, s2 = (self.run(stmt.else_case, state) if stmt.else_case is not None
+                         else (None, state))
+        return (tirx.IfThenElse(stmt.condition, then_case, else_case, span=stmt.span),
+                tuple(a | b for a, b in zip(s1, s2)))
 
     def _check_while(self, stmt) -> None:
         """A ``while`` loop is entered like a counted one when every thread of the block
