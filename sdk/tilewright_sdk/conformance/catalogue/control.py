@@ -2,7 +2,8 @@
 ``T.unroll``, ``range``, ``T.parallel``, ``T.vectorized``), ``T.Persistent``, ``T.macro``,
 Python names rebound to a second tile, dynamic and symbolic shapes, per-thread storage
 (``T.alloc_local``, ``T.alloc_var``), several T.Kernel blocks, views of tiles (``T.reshape``,
-``T.view``, ``T.reinterpret``) and the im2col gather."""
+``T.view``, ``T.reinterpret``), the im2col gather, and blocks branching on data
+(``T.any_of`` / ``T.all_of``)."""
 
 # No `from __future__ import annotations`: T.prim_func evaluates the parameter annotations.
 import tilewright.language as T

@@ -1,6 +1,7 @@
 """Rows for reductions and their relatives: every ``T.reduce_*`` kind with float32 and
-same-dtype accumulators over both dimensions and with ``clear=False``, ``T.cumsum`` in both
-directions, atomics on tiles and elements (with ``return_prev``), and reducers."""
+same-dtype accumulators over both dimensions and with ``clear=False`` (the bitwise kinds on
+every integer dtype), ``T.cumsum`` and ``T.cummax`` in both directions, atomics on tiles and
+elements (with ``return_prev``, and TileLang's 2- and 4-wide adds), and reducers."""
 
 # No `from __future__ import annotations`: T.prim_func evaluates the parameter annotations.
 import tilewright.language as T
