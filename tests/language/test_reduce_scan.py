@@ -238,6 +238,8 @@ def _kernel_error(body_op, dtype="float32"):
     (lambda t, r: T.reduce_max(t, r, dim=1, annotations={"nan_propagate": True}),
      "nan_propagate=True is not supported"),
     (lambda t, r: T.reduce_sum(t, r, dim=1, annotations={"fast": 1}), "unknown annotation 'fast'"),
+    (lambda t, r: T.reduce_sum(t, r, dim=1, annotations="fast"),
+     "annotations must be a dict, got str"),
 ])
 def test_reduce_options_refused_at_the_line(op, message):
     with pytest.raises(tilewright.KernelError, match=message.replace("(", r"\(")) as err:

@@ -208,7 +208,10 @@ def _reduce_options(name: str, batch, annotations) -> None:
     ``annotations``, checked at the user's line."""
     if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
         raise kernel_error(f"T.{name}: batch must be a positive int, got {batch!r}")
-    for key, value in dict(annotations or {}).items():
+    if annotations is not None and not isinstance(annotations, dict):
+        raise kernel_error(f"T.{name}: annotations must be a dict, got "
+                           f"{type(annotations).__name__}")
+    for key, value in (annotations or {}).items():
         if key == "nan_propagate" and value:
             raise kernel_error(f"T.{name}: annotation nan_propagate=True is not supported: "
                                "a NaN in the tile may or may not reach the result; filter NaNs "
