@@ -23,7 +23,7 @@ from .buffer import TileBuffer, to_expr
 from .dtypes import is_float
 from .kernel import _alloc
 from .math import infinity
-from .tileops import copy, fill
+from .tileops import copy, fill, schedule_hints
 
 OPS = ("sum", "max", "min", "bitand", "bitor", "bitxor")
 
@@ -155,11 +155,7 @@ def finalize_reducer(acc, dst=None, batch: int = 1, annotations=None):
     form), ``T.copy(acc, dst)`` does that later. TileLang's ``batch`` (outputs per all-reduce
     call) and ``annotations`` schedule its CUDA merge: accepted, they change no result."""
     acc = _check(acc, "T.finalize_reducer")
-    if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
-        raise kernel_error(f"T.finalize_reducer: batch must be a positive int, got {batch!r}")
-    if annotations is not None and not isinstance(annotations, dict):
-        raise kernel_error("T.finalize_reducer: annotations must be a dict, got "
-                           f"{type(annotations).__name__}")
+    schedule_hints("finalize_reducer", batch, annotations)
     if dst is None:
         B.require_kernel("T.finalize_reducer").finalized.append(acc.buffer)
         return

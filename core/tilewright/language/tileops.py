@@ -203,14 +203,20 @@ def _clear_accum(flag, c) -> bool:
 _REDUCE_HINTS = frozenset({"enable_fadd2"})
 
 
-def _reduce_options(name: str, batch, annotations) -> None:
-    """TileLang's ``batch`` (output elements per all-reduce: a schedule, not a result) and
-    ``annotations``, checked at the user's line."""
+def schedule_hints(name: str, batch=1, annotations=None) -> None:
+    """TileLang's ``batch`` (outputs per all-reduce call) and ``annotations`` of a reduction,
+    a scan or ``T.finalize_reducer``: they schedule its CUDA lowering, not a result; checked at
+    the user's line."""
     if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
         raise kernel_error(f"T.{name}: batch must be a positive int, got {batch!r}")
     if annotations is not None and not isinstance(annotations, dict):
         raise kernel_error(f"T.{name}: annotations must be a dict, got "
                            f"{type(annotations).__name__}")
+
+
+def _reduce_options(name: str, batch, annotations) -> None:
+    """A reduction's ``batch`` and ``annotations``: only hints that change no result."""
+    schedule_hints(name, batch, annotations)
     for key, value in (annotations or {}).items():
         if key == "nan_propagate" and value:
             raise kernel_error(f"T.{name}: annotation nan_propagate=True is not supported: "
@@ -289,9 +295,7 @@ def _scan(kind: str, src, dst, dim: int, reverse: bool):
 
 def _make_scan(kind: str):
     def scan(src, dst=None, dim: int = 0, reverse: bool = False, annotations=None):
-        if annotations is not None and not isinstance(annotations, dict):
-            raise kernel_error(f"T.cum{kind}: annotations must be a dict, got "
-                               f"{type(annotations).__name__}")
+        schedule_hints(f"cum{kind}", annotations=annotations)
         _scan(kind, src, dst, dim, reverse)
 
     scan.__name__ = f"cum{kind}"
@@ -355,15 +359,12 @@ def _make_atomic_add_wide(lanes: int):
                                "values in TileLang; here take each element's with "
                                "T.atomic_add(dst[..., j + k], value[..., j + k], "
                                "return_prev=True)")
-        starts = []
-        for operand in (dst, value):
-            buffer, first, _ = region_of(operand, f"T.{name}")
-            starts.append((buffer, [to_expr(i) for i in first]))
+        (d, at), (v, vat) = ((buffer, [to_expr(i) for i in first])
+                             for buffer, first, _ in (region_of(x, f"T.{name}")
+                                                      for x in (dst, value)))
         for k in range(lanes):
-            (d, at), (v, vat) = starts
-            ATOMIC_OPS["atomic_add"](
-                tirx.BufferLoad(d, [*at[:-1], at[-1] + k]),
-                tirx.BufferLoad(v, [*vat[:-1], vat[-1] + k]))
+            ATOMIC_OPS["atomic_add"](tirx.BufferLoad(d, [*at[:-1], at[-1] + k]),
+                                     tirx.BufferLoad(v, [*vat[:-1], vat[-1] + k]))
 
     atomic_add_wide.__name__ = f"atomic_addx{lanes}"
     atomic_add_wide.__doc__ = (
