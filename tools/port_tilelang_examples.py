@@ -102,16 +102,16 @@ GPU_ONLY = [
     (r"\bT\.(ws|ws_op|WS\w+|annotate_ws\w*|set_max_nreg|inc_max_nreg|dec_max_nreg|"
      r"no_set_max_nreg|disable_warp_group_reg_alloc|annotate_producer\w*|"
      r"annotate_consumer\w*)\b", "warp specialisation"),
-    (r"\bT\.(get_thread_binding|thread_binding|get_warp\w*|shfl\w*|tvm_warp_shuffle|any_sync|"
-     r"tvm_thread_allreduce|launch_thread|get_block_binding|block_rank_in_cluster|sync_grid|"
-     r"ClusterKernel|PersistentTileScheduler)\b", "thread- or cluster-level programming"),
+    (r"\bT\.(get_warp\w*|shfl\w*|tvm_warp_shuffle|any_sync|tvm_thread_allreduce|launch_thread|"
+     r"block_rank_in_cluster|sync_grid|ClusterKernel|PersistentTileScheduler)\b",
+     "warp-, cluster- or grid-level programming"),
     (r"\bT\.(call_extern|import_source)\b", "CUDA source called from the kernel"),
     (r"tilelang\.(cuda|rocm)\.intrinsics|tilelang\.intrinsics|from tilelang\.tileop",
      "tensor-core intrinsic emitters"),
     (r"tilelang\.contrib\.(nvcc|hipcc|nvrtc)|from tilelang\.contrib import (nvcc|hipcc|nvrtc)|"
      r"tilelang\.tools\.cuda|from tilelang\.tools\.cuda import",
      "the CUDA toolchain or CUDA tools"),
-    (r"\bT\.(gemm_sp|mma_gemm_blockscaled|dp4a)\b", "sparse / block-scaled tensor-core GEMM"),
+    (r"\bT\.mma_gemm_blockscaled\b", "block-scaled tensor-core GEMM"),
     (r"target\s*=\s*[\"']hip|\bT\.mfma\w*", "AMD GPUs (HIP)"),
 ]
 # GPU-only libraries; a CPU-capable one (einops ...) is simply needed in the environment

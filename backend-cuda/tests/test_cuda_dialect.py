@@ -504,7 +504,6 @@ def test_warp_shuffle_is_refused_by_the_cpu_backend_at_its_line():
 # -- errors ----------------------------------------------------------------------------------
 @pytest.mark.parametrize("kernel, op", [(tma_gemm, "alloc_barrier"), (ws_gemm, "alloc_barrier"),
                                         (cluster_scale, "ClusterKernel"),
-                                        (thread_index, "get_thread_binding"),
                                         (extern_call, "import_source")])
 def test_other_backends_refuse_dialect_ops_by_name(kernel, op):
     with pytest.raises(KernelError, match=rf"T\.{op} is an op of the 'cuda' dialect.*backend "

@@ -7,6 +7,7 @@ other backend at compile time, naming the op. Names are the user's (``T.tma_copy
 
 from __future__ import annotations
 
+from tilewright.ir import THREAD_BINDING
 from tilewright.ir.schema import (
     Attr,
     Operand,
@@ -62,10 +63,6 @@ CLUSTER = _op("ClusterKernel", (), (Attr("dims", str, ""),),
 
 NO_SET_MAX_NREG = _op("no_set_max_nreg", (), (),
                       "the warp-specialised pipeline moves no registers between its roles")
-THREAD_BINDING = _op("get_thread_binding", (Operand("dst", "write"),),
-                     (Attr("dim", int, 0), Attr("threads", str, "")),
-                     "the calling thread's index along one of T.Kernel's thread dimensions, "
-                     "stored into a per-thread variable")
 CALL_EXTERN = _op("call_extern", (Operand("call", "read", kind="expr"),), (),
                   "a call of a device function of the user's CUDA source (T.import_source) or "
                   "of CUDA's, made by every calling thread; its value is discarded")
@@ -137,7 +134,7 @@ PTX_MMA = _op("ptx_mma", (Operand("A", "read", kind="expr"), Operand("B", "read"
 
 DIALECT_OPS = (TMA_COPY.name, INIT_BARRIERS.name, ARRIVE.name, WAIT_PARITY.name,
                EXPECT_TX.name, TMA_STORE_WAIT.name, FENCE_PROXY_ASYNC.name, SET_MAX_NREG.name,
-               WS.name, CLUSTER.name, THREAD_BINDING.name,
+               WS.name, CLUSTER.name,
                NO_SET_MAX_NREG.name, CALL_EXTERN.name, IMPORT_SOURCE.name,
                THREAD_ALLREDUCE.name, CP_ASYNC.name, CP_ASYNC_BARRIER_NOINC.name,
                PTX_COMMIT_GROUP.name, PTX_WAIT_GROUP.name, SYNC_GRID.name, FENCE_GPU.name,

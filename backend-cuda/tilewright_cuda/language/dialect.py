@@ -19,6 +19,7 @@ from tilewright.language.buffer import (
     to_expr,
 )
 from tilewright.language.extension import DialectSupport
+from tilewright.language.threads import THREAD_VARS, get_thread_binding, thread_binding
 from tvm import tirx
 
 from .. import intrinsics, ops
@@ -29,8 +30,6 @@ from ..keys import WARPGROUP
 from ..keys import WS as WS_KEY
 
 BARRIER_PREFIX = "mbarrier"
-# the kernel frame's record of T.get_thread_binding's variables: [(buffer, dimension)]
-THREAD_VARS = "cuda_thread_vars"
 
 _D = DialectSupport(__file__)
 error, _location, _emit = _D.error, _D.location, _D.emit
@@ -232,52 +231,6 @@ def barrier_wait(barrier_id, parity=None):
                     "T.barrier_wait(mbars[i], parity)")
     _emit(ops.WAIT_PARITY.name, {"barrier": _barrier(barrier_id, "T.barrier_wait"),
                                  "parity": to_expr(parity, "int32")}, what="T.barrier_wait")
-
-
-# -- threads ---------------------------------------------------------------------------------
-def get_thread_binding(dim: int = 0):
-    """``tx = T.get_thread_binding()``: the calling thread's index along dimension ``dim``
-    (0, 1, 2: ``threadIdx.x/y/z``) of ``T.Kernel``'s ``threads``, as an int32 value of each
-    thread (the block's index, also inside a ``T.ws`` role). Tile ops stay the block's: a tile
-    op under a condition on this index is still spread over every thread of the block (or
-    role), so thread-dependent code should be scalar code. ``T.atomic_add/max/min`` of one
-    element is such code there, as in TileLang: under a condition on this index, or with an
-    element or value computed from it, each thread makes its own atomic."""
-    if not isinstance(dim, int) or isinstance(dim, bool) or not 0 <= dim <= 2:
-        raise error(f"T.get_thread_binding takes a thread dimension 0, 1 or 2, got {dim!r}")
-    builder = _D.kernel_builder("T.get_thread_binding")
-    threads = tuple(builder.threads)
-    if threads[dim] == 1 and dim > 0:
-        raise error(f"T.get_thread_binding({dim}): the kernel has threads={threads[:dim + 1]} "
-                    f"(a single thread along dimension {dim})")
-    n = sum(1 for f in builder.frames for s in f.stmts if isinstance(s, tirx.AllocBuffer))
-    buf = declare(f"thread_{'xyz'[dim]}_{n}", (1,), "int32", "local.var")
-    builder.enclosing("kernel").info.setdefault(THREAD_VARS, []).append((buf, dim))
-    builder.emit(tirx.AllocBuffer(buf, span=B.span_of(_location())))
-    region = resolve(region_of(TileBuffer(buf), "T.get_thread_binding"), None,
-                     "T.get_thread_binding")
-    _emit(ops.THREAD_BINDING.name, {"dst": region},
-          {"dim": dim, "threads": ",".join(map(str, threads))})
-    return tirx.BufferLoad(buf, [tirx.const(0, "int32")])
-
-
-def thread_binding(start, stop, thread: str = "threadIdx.x"):
-    """``tx = T.thread_binding(0, threads, thread="threadIdx.x")`` in a ``T.Kernel`` body:
-    TileLang's way of naming a thread index the kernel already has, the same as
-    ``T.get_thread_binding(0)`` (``threadIdx.y``: 1, ``threadIdx.z``: 2). The range must be
-    the kernel's whole extent along that dimension (a new thread loop is not a tile
-    program's)."""
-    tags = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
-    if thread not in tags:
-        raise error(f"T.thread_binding names a thread index of the kernel ({', '.join(tags)}), "
-                    f"got thread={thread!r}")
-    dim = tags.index(thread)
-    threads = tuple(_D.kernel_builder("T.thread_binding").threads)
-    if as_int(start) != 0 or as_int(stop) != threads[dim]:
-        raise error(f"T.thread_binding({start}, {stop}, thread={thread!r}): the kernel has "
-                    f"{threads[dim]} threads along {thread} (threads={threads}); the range "
-                    f"must be 0..{threads[dim]}")
-    return get_thread_binding(dim)
 
 
 # -- TMA -------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from .ops import (
     REDUCE_OPS,
     SCAN_KINDS,
     SCAN_OPS,
+    THREAD_BINDING,
 )
 from .schema import (
     Attr,
@@ -35,7 +36,7 @@ from .schema import (
 
 __all__ = [
     "ATOMIC_KINDS", "ATOMIC_OPS", "ATOMIC_PREV", "INTEGER_REDUCE_KINDS", "PORTABLE_OPS",
-    "REDUCE_KINDS", "REDUCE_OPS", "SCAN_KINDS", "SCAN_OPS",
+    "REDUCE_KINDS", "REDUCE_OPS", "SCAN_KINDS", "SCAN_OPS", "THREAD_BINDING",
     "Attr", "Operand", "Region", "TileOpCall",
     "TileOpSchema", "decode", "get_schema", "intrinsic_features", "intrinsics_in", "make_call",
     "matrix_dims", "ops",

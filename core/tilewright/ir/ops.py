@@ -108,6 +108,14 @@ DEVICE_ASSERT = register_tile_op(TileOpSchema(
     doc="stop the kernel with an error when a condition does not hold",
 ))
 
+THREAD_BINDING = register_tile_op(TileOpSchema(
+    "get_thread_binding", (Operand("dst", "write"),),
+    (Attr("dim", int, 0), Attr("threads", str, "")),
+    doc="the calling thread's index along one of T.Kernel's thread dimensions (THREADS: the "
+        "three extents, 'x,y,z'), stored into a per-thread variable: the kernel's code that "
+        "reads it runs once per thread (thread-level programming)",
+))
+
 # the names of the two families' tile ops, for passes that treat a family alike
 REDUCE_OPS = frozenset(f"reduce_{k}" for k in REDUCE_KINDS)
 SCAN_OPS = frozenset(f"cum{k}" for k in SCAN_KINDS)

@@ -86,6 +86,7 @@ from .math import (
     unpack,
 )
 from .reducer import alloc_reducer, finalize_reducer, reducer_init, reducer_update
+from .threads import get_thread_binding, thread_binding
 from .tileops import ATOMIC_OPS as _ATOMIC_OPS
 from .tileops import REDUCE_OPS as _REDUCE_OPS
 from .tileops import SCAN_OPS as _SCAN_OPS
@@ -117,12 +118,13 @@ __all__ = [
     "const", "copy",
     "device_assert", "dp4a", "dtype", "dynamic", "empty", "fabs", "fill", "floordiv",
     "floormod",
-    "finalize_reducer", "gemm", "gemm_sp", "get_block_binding", "if_then_else", "im2col",
+    "finalize_reducer", "gemm", "gemm_sp", "get_block_binding", "get_thread_binding",
+    "if_then_else", "im2col",
     "index_to_coordinates", "infinity", "likely", "macro",
     "make_tensor", "max", "max_value", "min", "min_value", "parallel", "prim_func", "print",
     "reduce", "reducer_init", "reducer_update", "region", "reinterpret", "reshape", "serial",
     "shift_left", "shift_right", "symbolic",
-    "sync_threads", "truncdiv", "truncmod",
+    "sync_threads", "thread_binding", "truncdiv", "truncmod",
     "unpack", "unroll",
     "use_swizzle", "vectorized", "view", *_DTYPES, *_REDUCE_OPS, *_SCAN_OPS, *_ATOMIC_OPS,
     *_WIDE_ATOMIC_OPS, *_UNARY,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tilewright.ir import THREAD_BINDING
 from tilewright.language.reducer import OPS as REDUCER_OPS
 from tilewright.plugin import (
     API_VERSION,
@@ -13,7 +14,12 @@ from tilewright.plugin import (
     get_manager,
     hookimpl,
 )
-from tilewright.transform import lower_intrinsics, lower_tile_ops, saturating_float_to_int
+from tilewright.transform import (
+    lower_intrinsics,
+    lower_tile_ops,
+    saturating_float_to_int,
+    serialize_threads,
+)
 from tvm import tirx
 
 from . import (
@@ -44,6 +50,9 @@ def _rules(ctx) -> dict:
 
 
 PIPELINE = PassPipeline((
+    Phase("serialize_threads", lambda ctx: [serialize_threads("CPUSerializeThreads")],
+          "code reading T.get_thread_binding's index run for each thread in turn "
+          "(tilewright.transform.threads)"),
     Phase("lower_tile_ops", lambda ctx: [gemm_loops.fuse_gemm_k(),
                                          gemm_loops.hoist_gemm_conversions(),
                                          lower_tile_ops(_rules(ctx), "cpu"),
@@ -105,7 +114,7 @@ BACKEND = BackendModule(
     codegens={"cpu": CODEGEN},
     executors=EXECUTORS,
     capabilities=Capabilities(
-        tile_ops=frozenset(RULES),
+        tile_ops=frozenset({*RULES, THREAD_BINDING.name}),
         dtypes=frozenset(DTYPES),
         memory_scopes=frozenset({"global", "shared.dyn", "local.fragment", "local", "local.var",
                                  *(f"local.reducer.{op}" for op in REDUCER_OPS)}),

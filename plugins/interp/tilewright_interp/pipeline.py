@@ -15,7 +15,12 @@ from __future__ import annotations
 from tilewright.errors import UnsupportedOpError, span_location
 from tilewright.ir import tile_ops_in
 from tilewright.plugin import PassPipeline, Phase
-from tilewright.transform import narrow_float_arithmetic, prim_func_pass, saturating_float_to_int
+from tilewright.transform import (
+    narrow_float_arithmetic,
+    prim_func_pass,
+    saturating_float_to_int,
+    serialize_threads,
+)
 
 from .lowering import RULES
 from .runtime import EMULATED
@@ -35,6 +40,9 @@ def check_tile_ops():
 
 
 PIPELINE = PassPipeline((
+    Phase("serialize_threads", lambda ctx: [serialize_threads("InterpSerializeThreads")],
+          "code reading T.get_thread_binding's index run for each thread in turn "
+          "(tilewright.transform.threads)"),
     Phase("check_tile_ops", lambda ctx: [check_tile_ops()],
           "every tile op has a rule in tilewright_interp.lowering"),
     Phase("saturating_float_to_int",

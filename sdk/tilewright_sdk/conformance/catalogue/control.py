@@ -334,6 +334,43 @@ def _any_all_of_ref(x, mask, counts, bm=4):
     return [y]
 
 
+def _thread_level(dtype, M, N, bm=8, bk=4):
+    """TileLang's split-K GEMV by thread-level code: thread (r, k) of a block sums columns
+    k, k + 4, ... of row r times V in a register, adds it atomically into the block's shared
+    row sums (set to 0 by the threads k == 0), and the threads of column 0 swap the sums of
+    rows r and bm - 1 - r through values bound to names before storing them."""
+
+    @T.prim_func
+    def thread_level(X: T.Tensor((M, N), dtype), V: T.Tensor((N,), dtype),
+                     Y: T.Tensor((M,), dtype)):
+        with T.Kernel(T.ceildiv(M, bm), threads=(bm, bk)) as bx:
+            r = T.get_thread_binding(0)
+            k = T.thread_binding(0, bk, thread="threadIdx.y")
+            acc = T.alloc_local((1,), "float32")
+            sums = T.alloc_shared((bm,), "float32")
+            if k == 0:
+                sums[r] = 0
+            T.clear(acc)
+            for ko in T.serial(T.ceildiv(N, bk)):
+                if ko * bk + k < N and bx * bm + r < M:
+                    acc[0] += T.cast(X[bx * bm + r, ko * bk + k], "float32") * \
+                        T.cast(V[ko * bk + k], "float32")
+            T.atomic_add(sums[r], acc[0])
+            mine = sums[r]
+            theirs = sums[bm - 1 - r]
+            if k == 0:
+                sums[bm - 1 - r] = mine
+                sums[r] = theirs
+            if k == 0 and bx * bm + bm - 1 - r < M:
+                Y[bx * bm + bm - 1 - r] = T.cast(sums[r], dtype)
+
+    return thread_level
+
+
+def _thread_level_ref(x, v, bm=8):
+    return [x @ v]
+
+
 MN = {"partial": {"M": 12, "N": 20}}
 TILE = (*BASE, "alloc_fragment", "copy", "Parallel")
 
@@ -343,6 +380,15 @@ ROWS = (
            dtypes=("float32", "float16", "bfloat16", "int32"),
            doc="blocks branch on T.any_of / T.all_of of a global mask row, a region of it and "
                "a shared int32 tile"),
+    Kernel("thread_level", (*BASE, "serial", "alloc_local", "alloc_shared", "cast",
+                            "get_thread_binding", "thread_binding", "atomic_add"),
+           ("get_thread_binding", "atomic_add"), _thread_level,
+           lambda torch, gen, dtype, M, N: [rand(torch, gen, (M, N), dtype),
+                                             rand(torch, gen, (N,), dtype)],
+           _thread_level_ref, {"partial": {"M": 20, "N": 30}},
+           reduction=lambda N, **_: N, dtypes=("float32", "float16", "bfloat16"),
+           doc="thread-level code (T.get_thread_binding, T.thread_binding): a split-K GEMV "
+               "summing in registers, atomics into shared memory, a swap through names"),
     Kernel("loops", (*BASE, "serial", "unroll", "alloc_local", "alloc_var", "cast"), (),
            _loops, two_d,
            lambda x: [(x.sum(dim=1) * 4 + 3)], {"partial": {"M": 6, "N": 10}},

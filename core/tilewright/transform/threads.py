@@ -1,0 +1,356 @@
+"""Thread-level code run by a backend without threads: each thread's part, thread after thread.
+
+``tx = T.get_thread_binding()`` (:mod:`tilewright.language.threads`) makes the code that
+reads it per-thread code. :func:`thread_dependence` finds it: the per-thread storage
+(``local*`` scopes) and the names bound to values that may differ between the block's
+threads, because they are computed from the thread index, under a condition or a loop
+bound reading it, or from an atomic's previous value. :func:`serialize_threads` is the pass
+for backends that run a block as one sequence (the CPU, the interpreter):
+
+- per-thread storage becomes an array with a leading thread dimension (``acc`` of shape
+  ``(1,)`` becomes ``(threads, 1)``, each thread's row its copy); a name bound to a
+  thread's value becomes such an array of one element a thread;
+- a statement that does not depend on the thread stays the block's, run once; a sequence, a
+  loop whose bounds and a branch whose condition do not depend on the thread keep their
+  shape and have their parts treated in turn. Each part that does depend on the thread runs
+  in a loop over the threads (``x`` fastest): every thread finishes it before the next
+  part starts, the order the barriers of a GPU backend give to code that shares memory
+  between threads;
+- a branch on the thread index that holds the block's work (tile ops, ``T.Parallel`` loops
+  that read nothing of a thread's: TileLang's ``if tx < 32: ... else: ...`` splitting the
+  block into roles) runs that work once when some thread takes the branch, and its
+  per-thread parts for the threads that take it. The same work in a loop whose trip count
+  depends on the thread has no such meaning and is refused at the loop's line.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import tvm
+import tvm_ffi
+from tvm import tirx
+
+from ..errors import KernelError, span_location
+from ..ir import ATOMIC_PREV, THREAD_BINDING, decode, is_region
+from .walk import prim_func_pass, rebuild_for
+
+PARALLEL_KEY = "tw.loop"
+
+
+def thread_indices(body) -> list:
+    """``(buffer, dim, threads)`` of each ``T.get_thread_binding`` in ``body``: the
+    variable it fills, the thread dimension, the kernel's three thread extents."""
+    found = []
+    tvm_ffi.structural_walk(body, (tirx.Evaluate, lambda s: found.append(decode(s))))
+    return [(c.operands["dst"].buffer, int(c.attrs["dim"]),
+             tuple(int(t) for t in c.attrs["threads"].split(",")))
+            for c in found if c is not None and c.name == THREAD_BINDING.name]
+
+
+def _is_local(buffer) -> bool:
+    return str(buffer.scope()).startswith("local")
+
+
+def _guarded_writes(body) -> list:
+    """``(target, bound, parts, guards)`` of every assignment under ``body`` that can make a
+    value per-thread: a store to per-thread storage (``local*``), a tile op writing it, and
+    every ``Bind`` (``bound``: the target is its variable, else a buffer); ``parts`` the
+    expressions the assigned value and place come from, ``guards`` the conditions and loop
+    bounds it runs under."""
+    found: list = []
+
+    def walk(stmt, guards: tuple) -> None:
+        if isinstance(stmt, tirx.IfThenElse):
+            walk(stmt.then_case, guards + (stmt.condition,))
+            if stmt.else_case is not None:
+                walk(stmt.else_case, guards + (stmt.condition,))
+        elif isinstance(stmt, tirx.SeqStmt):
+            for part in stmt.seq:
+                walk(part, guards)
+        elif isinstance(stmt, tirx.For):
+            walk(stmt.body, guards + (stmt.min, stmt.extent))
+        elif isinstance(stmt, tirx.While):
+            walk(stmt.body, guards + (stmt.condition,))
+        elif isinstance(stmt, tirx.Bind):
+            found.append((stmt.var, True, (stmt.value,), guards))
+        elif isinstance(stmt, tirx.BufferStore) and _is_local(stmt.buffer):
+            found.append((stmt.buffer, False, (stmt.value, *stmt.indices), guards))
+        elif isinstance(stmt, tirx.Evaluate):
+            call = decode(stmt)
+            if call is not None and call.name != THREAD_BINDING.name:
+                for region in call.regions("write"):
+                    if _is_local(region.buffer):
+                        found.append((region.buffer, False, tuple(call.stmt.value.args),
+                                      guards))
+        elif hasattr(stmt, "body") and isinstance(stmt.body, tirx.Stmt):
+            walk(stmt.body, guards)
+
+    walk(body, ())
+    return found
+
+
+class ThreadDependence:
+    """What under a kernel body may differ between the block's threads: ``buffers`` (the
+    thread indices and the per-thread storage computed from them) and ``variables`` (names
+    bound to such values)."""
+
+    def __init__(self, body, indices):
+        self.buffers, self.variables = list(indices), []
+        pending, changed = _guarded_writes(body), True
+        while changed:
+            changed, rest = False, []
+            for target, bound, parts, guards in pending:
+                if self._known(target):
+                    continue
+                if any(self.reads(e) for e in (*parts, *guards)):
+                    (self.variables if bound else self.buffers).append(target)
+                    changed = True
+                else:
+                    rest.append((target, bound, parts, guards))
+            pending = rest
+
+    def _known(self, target) -> bool:
+        return any(t.same_as(target) for t in (*self.buffers, *self.variables))
+
+    def reads(self, node) -> bool:
+        """Whether ``node`` reads a value that may differ between the threads (an atomic's
+        previous value differs in each thread even at one address)."""
+        found = []
+
+        def load(ld):
+            if any(ld.source.same_as(b) for b in self.buffers):
+                found.append(ld)
+
+        def var(v):
+            if any(v.same_as(x) for x in self.variables):
+                found.append(v)
+
+        def call(c):
+            if isinstance(c.op, tvm.ir.Op) and c.op.name in ATOMIC_PREV:
+                found.append(c)
+
+        tvm_ffi.structural_walk(node, [(tvm.ir.TensorLoad, load), (tirx.Var, var),
+                                       (tvm.ir.Call, call)])
+        return bool(found)
+
+    def touches(self, stmt) -> bool:
+        """Whether ``stmt`` reads such a value or writes per-thread storage."""
+        if self.reads(stmt):
+            return True
+        found = []
+        tvm_ffi.structural_walk(stmt, (tirx.BufferStore, lambda s: found.append(s) if any(
+            s.buffer.same_as(b) for b in self.buffers) else None))
+        return bool(found)
+
+
+def thread_dependence(body) -> ThreadDependence | None:
+    """The :class:`ThreadDependence` of a kernel body, or None when it reads no thread
+    index."""
+    indices = [buf for buf, _, _ in thread_indices(body)]
+    return ThreadDependence(body, indices) if indices else None
+
+
+class _Serialize:
+    def __init__(self, body):
+        found = thread_indices(body)
+        self.dims = {buf: dim for buf, dim, _ in found}
+        self.threads = found[0][2]
+        self.count = self.threads[0] * self.threads[1] * self.threads[2]
+        self.dep = ThreadDependence(body, [buf for buf, _, _ in found])
+        self.expanded = {}  # per-thread buffer -> its array with a thread dimension
+        for buf in self.dep.buffers:
+            if buf not in self.dims:
+                self.expanded[buf] = tirx.decl_buffer(
+                    (self.count, *buf.shape), buf.dtype, f"{buf.name}_threads", scope="local")
+        self.bound = {}  # per-thread Bind variable -> its array of one element a thread
+        self.flags = itertools.count()
+
+    # -- the per-thread statement of thread t ------------------------------------------------
+    def _index_of(self, buf, ids):
+        return ids[self.dims[buf]]
+
+    def _per_thread(self, node, ids, linear):
+        """``node`` as thread ``ids`` (one variable a dimension; ``linear`` its number)
+        runs it."""
+
+        def load(ld):
+            if ld.source in self.dims:
+                return ids[self.dims[ld.source]]
+            if ld.source in self.expanded:
+                return tirx.BufferLoad(self.expanded[ld.source], [linear, *ld.indices])
+            return ld
+
+        def store(st):
+            if st.buffer in self.expanded:
+                return tirx.BufferStore(self.expanded[st.buffer], st.value,
+                                        [linear, *st.indices], span=st.span)
+            return st
+
+        def region(c):
+            # post-order: the region's start is in the expanded array already; its extents
+            # gain the thread dimension's 1
+            if is_region(c) and any(c.args[0].source.same_as(e)
+                                    for e in self.expanded.values()) and \
+                    len(c.args) - 1 < len(c.args[0].source.shape):
+                return tvm.ir.Call(c.op, [c.args[0], tirx.const(1, "int32"), *c.args[1:]])
+            return c
+
+        def var(v):
+            return tirx.BufferLoad(self.expanded[self.bound[v]], [linear, 0]) \
+                if v in self.bound else v
+
+        return tvm_ffi.structural_map(node, [(tvm.ir.TensorLoad, load),
+                                             (tirx.BufferStore, store), (tvm.ir.Call, region),
+                                             (tirx.Var, var)])
+
+    def _each_thread(self, make):
+        """A loop over the block's threads (``x`` fastest) around ``make(ids, linear)``."""
+        ids = [tirx.Var(f"thread_{'xyz'[d]}", "int32") if self.threads[d] > 1 else
+               tirx.const(0, "int32") for d in range(3)]
+        linear = ids[0] + self.threads[0] * (ids[1] + self.threads[1] * ids[2])
+        stmt = make(ids, tvm.sym.Analyzer().simplify(linear))
+        for d in range(3):
+            if self.threads[d] > 1:
+                stmt = tirx.For(ids[d], 0, self.threads[d], tirx.ForKind.SERIAL, stmt)
+        return stmt
+
+    def leaf(self, stmt, guards):
+        """``stmt`` run by each thread in turn (those meeting ``guards``). A store into
+        memory the threads share whose value reads that memory (``s[tx] = s[n - 1 - tx]``)
+        reads every thread's value before any thread stores, as the threads of one warp
+        do."""
+
+        def each(node):
+            def make(ids, linear):
+                body = self._per_thread(node, ids, linear)
+                if guards:
+                    cond = self._per_thread(_all(guards), ids, linear)
+                    body = tirx.IfThenElse(cond, body, None, span=stmt.span)
+                return body
+
+            return self._each_thread(make)
+
+        if isinstance(stmt, tirx.BufferStore) and stmt.buffer not in self.expanded and \
+                any(ld.same_as(stmt.buffer) for ld in _loaded(stmt.value)):
+            value = tirx.decl_buffer((1,), stmt.value.ty, f"{stmt.buffer.name}_value",
+                                     scope="local")
+            self.expanded[value] = tirx.decl_buffer((self.count, 1), stmt.value.ty,
+                                                    f"{stmt.buffer.name}_values", scope="local")
+            read = tirx.BufferStore(value, stmt.value, [0], span=stmt.span)
+            write = tirx.BufferStore(stmt.buffer, tirx.BufferLoad(value, [0]), stmt.indices,
+                                     span=stmt.span)
+            return tirx.SeqStmt([tirx.AllocBuffer(self.expanded[value]), each(read),
+                                 each(write)])
+        return each(stmt)
+
+    def any_thread(self, guards, body, span):
+        """``body`` once when some thread meets every one of ``guards``."""
+        flag = tirx.decl_buffer((1,), "int32", f"any_thread_{next(self.flags)}",
+                                scope="local.var")
+        zero, one = (tirx.BufferStore(flag, tirx.const(v, "int32"), [0]) for v in (0, 1))
+        scan = self._each_thread(lambda ids, linear: tirx.IfThenElse(
+            self._per_thread(_all(guards), ids, linear), one, None))
+        taken = tirx.IfThenElse(tirx.BufferLoad(flag, [0]) == 1, body, None, span=span)
+        return tirx.SeqStmt([tirx.AllocBuffer(flag), zero, scan, taken])
+
+    # -- the block's statements ----------------------------------------------------------------
+    def block_work(self, stmt) -> bool:
+        """Whether ``stmt`` holds work of the block that reads nothing of a thread's: a
+        tile op or a ``T.Parallel`` loop."""
+        found = []
+
+        def tile(s):
+            call = decode(s)
+            if call is not None and not self.dep.touches(s):
+                found.append(s)
+
+        def loop(s):
+            if s.annotations and s.annotations.get(PARALLEL_KEY) == "parallel" and \
+                    not self.dep.touches(s):
+                found.append(s)
+
+        tvm_ffi.structural_walk(stmt, [(tirx.Evaluate, tile), (tirx.For, loop)])
+        return bool(found)
+
+    def visit(self, stmt, guards=()):
+        if isinstance(stmt, tirx.SeqStmt):
+            return tirx.SeqStmt([self.visit(s, guards) for s in stmt.seq])
+        if isinstance(stmt, tirx.AllocBuffer):
+            if stmt.buffer in self.dims:
+                return tirx.Evaluate(0)
+            if stmt.buffer in self.expanded:
+                return tirx.AllocBuffer(self.expanded[stmt.buffer], span=stmt.span)
+            return stmt
+        call = decode(stmt)
+        if call is not None and call.name == THREAD_BINDING.name:
+            return tirx.Evaluate(0)
+        if isinstance(stmt, tirx.Bind) and any(stmt.var.same_as(v)
+                                               for v in self.dep.variables):
+            # a name bound to a thread's value: each thread's value in its element
+            value = tirx.decl_buffer((1,), stmt.var.ty, stmt.var.name, scope="local")
+            self.expanded[value] = tirx.decl_buffer((self.count, 1), stmt.var.ty,
+                                                    f"{stmt.var.name}_threads", scope="local")
+            store = self.leaf(tirx.BufferStore(value, stmt.value, [0], span=stmt.span), guards)
+            self.bound[stmt.var] = value
+            return tirx.SeqStmt([tirx.AllocBuffer(self.expanded[value]), store])
+        if not self.dep.touches(stmt):
+            return stmt
+        uniform = not isinstance(stmt, tirx.For | tirx.IfThenElse | tirx.While) or \
+            not self.dep.reads(_header(stmt))
+        if isinstance(stmt, tirx.For) and uniform and \
+                not (stmt.annotations and stmt.annotations.get(PARALLEL_KEY) == "parallel"):
+            return rebuild_for(stmt, body=self.visit(stmt.body, guards))
+        if isinstance(stmt, tirx.While) and uniform:
+            return tirx.While(stmt.condition, self.visit(stmt.body, guards), span=stmt.span)
+        if isinstance(stmt, tirx.IfThenElse) and uniform:
+            return tirx.IfThenElse(stmt.condition, self.visit(stmt.then_case, guards),
+                                   None if stmt.else_case is None else
+                                   self.visit(stmt.else_case, guards), span=stmt.span)
+        if isinstance(stmt, tirx.IfThenElse) and self.block_work(stmt):
+            cond = stmt.condition
+            parts = [self.any_thread(guards + (cond,),
+                                     self.visit(stmt.then_case, guards + (cond,)), stmt.span)]
+            if stmt.else_case is not None:
+                other = guards + (tirx.Not(cond),)
+                parts.append(self.any_thread(other, self.visit(stmt.else_case, other),
+                                             stmt.span))
+            return tirx.SeqStmt(parts)
+        if isinstance(stmt, tirx.For | tirx.While) and self.block_work(stmt):
+            raise KernelError(
+                "a loop whose trip count depends on the thread index "
+                "(T.get_thread_binding) holds tile ops or T.Parallel loops, the block's "
+                "work: which threads run them is not defined; bound the loop by values "
+                "every thread shares, or make its body per-thread scalar code",
+                span_location(stmt.span))
+        return self.leaf(stmt, guards)
+
+
+def _header(stmt):
+    if isinstance(stmt, tirx.For):
+        return tirx.Evaluate(stmt.min + stmt.extent)
+    return tirx.Evaluate(stmt.condition)
+
+
+def _all(conds):
+    out = conds[0]
+    for c in conds[1:]:
+        out = tirx.And(out, c)
+    return out
+
+
+def serialize_threads(name: str = "SerializeThreads"):
+    """The pass (see the module): a kernel without ``T.get_thread_binding`` is left as it is."""
+
+    def run(func):
+        if not thread_indices(func.body):
+            return func
+        return func.with_body(_Serialize(func.body).visit(func.body))
+
+    return prim_func_pass(name, run)
+
+
+def _loaded(expr) -> list:
+    found = []
+    tvm_ffi.structural_walk(expr, (tvm.ir.TensorLoad, lambda ld: found.append(ld.source)))
+    return found

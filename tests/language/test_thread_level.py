@@ -1,0 +1,207 @@
+"""Thread-level programming in the portable language (``T.get_thread_binding``,
+``T.thread_binding``; TileLang's GEMV, top-k and logits-masking kernels): code reading the
+thread index runs once per thread on the CPU and the interpreter, each statement for every
+thread before the next (tilewright.transform.threads); checked against torch. CUDA compiles
+the same kernels (the conformance case ``thread_level``); Ascend refuses the index at the
+line."""
+
+import pytest
+import tilewright
+import tilewright.language as T
+import torch
+from tilewright.errors import KernelError, UnsupportedOpError
+
+TARGETS = ("cpu", "interp")
+
+
+def splitk_gemv(N, K, bn=8, bk=4):
+    """TileLang's split-K GEMV: thread (tn, tk) sums its slice of row tn into a register,
+    then adds it atomically into the block's shared row sums, which thread tk == 0 set to 0."""
+
+    @T.prim_func
+    def main(A: T.Tensor((K,), "float16"), B: T.Tensor((N, K), "float16"),
+             C: T.Tensor((N,), "float32")):
+        with T.Kernel(T.ceildiv(N, bn), threads=(bn, bk)) as bx:
+            tn = T.get_thread_binding(0)
+            tk = T.get_thread_binding(1)
+            acc = T.alloc_local((1,), "float32")
+            sums = T.alloc_shared((bn,), "float32")
+            if tk == 0:
+                sums[tn] = 0
+            T.clear(acc)
+            for ko in T.serial(T.ceildiv(K, bk)):
+                k = ko * bk + tk
+                acc[0] += A[k].astype("float32") * B[bx * bn + tn, k].astype("float32")
+            T.atomic_add(sums[tn], acc[0])
+            C[bx * bn + tn] = sums[tn]
+
+    return main
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_split_k_gemv_sums_each_threads_slice(target):
+    kernel = tilewright.compile(splitk_gemv(24, 64), out_idx=[2], target=target)
+    a, b = torch.randn(64, dtype=torch.float16), torch.randn(24, 64, dtype=torch.float16)
+    torch.testing.assert_close(kernel(a, b), b.float() @ a.float(), rtol=1e-4, atol=1e-4)
+
+
+def per_thread_values(n=16):
+    """A shared tile reversed by the threads swapping pairs of elements through the values
+    they bound to names before any thread overwrites the tile, then read and written by each
+    thread in one statement; per-thread arrays and variables; a loop as long as the thread's
+    index; work of the block (copies) between the per-thread parts."""
+
+    @T.prim_func
+    def main(A: T.Tensor((n * 4,), "float32"), R: T.Tensor((n,), "float32"),
+             R2: T.Tensor((n,), "float32"),
+             W: T.Tensor((n * 4,), "float32"), L: T.Tensor((n,), "int32")):
+        with T.Kernel(1, threads=n):
+            tx = T.get_thread_binding()
+            s = T.alloc_shared((n,), "float32")
+            T.copy(A[0:n], s)
+            mine = s[tx]
+            theirs = s[n - 1 - tx]
+            s[tx] = theirs
+            s[n - 1 - tx] = mine
+            T.copy(s, R[0:n])
+            s[tx] = s[n - 1 - tx]  # every thread reads before any writes
+            T.copy(s, R2[0:n])
+            vals = T.alloc_local((4,), "float32")
+            for k in T.serial(4):
+                vals[k] = A[tx * 4 + k]
+            for k in T.serial(4):
+                W[tx * 4 + k] = vals[3 - k] * 2
+            count = T.alloc_var("int32")
+            count = 0
+            for _ in T.serial(tx % 5):
+                count += 1
+            L[tx] = count
+
+    return main
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_bound_values_arrays_and_trip_counts_are_each_threads(target):
+    kernel = tilewright.compile(per_thread_values(), out_idx=[1, 2, 3, 4], target=target)
+    a = torch.randn(64)
+    r, r2, w, counts = kernel(a)
+    torch.testing.assert_close(r, a[:16].flip(0))
+    torch.testing.assert_close(r2, a[:16])
+    torch.testing.assert_close(w, a.view(16, 4).flip(1).reshape(-1) * 2)
+    assert counts.tolist() == [t % 5 for t in range(16)]
+
+
+def roles(n=8, threads=64):
+    """TileLang's ``if tx < 32: <tile work> else: <tile work>`` (DeepSeek's mHC kernel):
+    each branch's tile work done once, its per-thread statements by the threads taking it."""
+
+    @T.prim_func
+    def main(A: T.Tensor((n,), "float32"), P: T.Tensor((n,), "float32"),
+             Q: T.Tensor((n,), "float32"), D: T.Tensor((threads,), "int32")):
+        with T.Kernel(1, threads=threads):
+            s = T.alloc_shared((n,), "float32")
+            T.copy(A, s)
+            if T.get_thread_binding() < 32:
+                for i in T.Parallel(n):
+                    P[i] = P[i] + s[i] * 2
+                D[T.get_thread_binding()] = 1
+            else:
+                acc = T.alloc_fragment((n,), "float32")
+                for i in T.Parallel(n):
+                    acc[i] = s[i] + 1
+                T.copy(acc, Q)
+                D[T.get_thread_binding()] = 2
+
+    return main
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_branch_on_the_thread_index_runs_its_tile_work_once(target):
+    kernel = tilewright.compile(roles(), target=target)
+    a, p = torch.randn(8), torch.randn(8)
+    q, d = torch.zeros(8), torch.zeros(64, dtype=torch.int32)
+    expect = p + a * 2
+    kernel(a, p, q, d)
+    torch.testing.assert_close(p, expect)  # P += ... once, not once per thread
+    torch.testing.assert_close(q, a + 1)
+    assert d.tolist() == [1] * 32 + [2] * 32
+
+
+def clean_logits(rows, cols, threads=32, block=64):
+    """TileLang's dsa_hisa logits masking: T.thread_binding inside a pipelined loop over the
+    row's column blocks, a value bound from the index, branches on it."""
+
+    @T.prim_func
+    def main(Logits: T.Tensor((rows, cols), "float32"), Ks: T.Tensor((rows,), "int32"),
+             Ke: T.Tensor((rows,), "int32")):
+        with T.Kernel(rows, threads=threads) as bx:
+            tx = T.thread_binding(0, threads, thread="threadIdx.x")
+            ks = Ks[bx]
+            ke = Ke[bx]
+            for n in T.Pipelined(T.ceildiv(cols, block)):
+                for k in T.serial(block // threads):
+                    idx = n * block + k * threads + tx
+                    if idx == ks or idx == ke - 1:
+                        Logits[bx, idx] = T.infinity("float32")
+                    if idx < ks or idx >= ke:
+                        Logits[bx, idx] = -T.infinity("float32")
+
+    return main
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_thread_binding_masks_each_rows_window(target):
+    kernel = tilewright.compile(clean_logits(6, 128), target=target)
+    logits = torch.randn(6, 128)
+    ks = torch.tensor([0, 3, 10, 50, 64, 100], dtype=torch.int32)
+    ke = torch.tensor([128, 40, 11, 90, 65, 128], dtype=torch.int32)
+    expect = logits.clone()
+    col = torch.arange(128)[None, :]
+    expect[(col == ks[:, None]) | (col == ke[:, None] - 1)] = float("inf")
+    expect[(col < ks[:, None]) | (col >= ke[:, None])] = float("-inf")
+    kernel(logits, ks, ke)
+    torch.testing.assert_close(logits, expect)
+
+
+def test_tile_work_in_a_loop_as_long_as_the_thread_index_is_refused():
+    @T.prim_func
+    def main(A: T.Tensor((8,), "float32")):
+        with T.Kernel(1, threads=8):
+            tx = T.get_thread_binding()
+            for _ in T.serial(tx):
+                for i in T.Parallel(8):
+                    A[i] = A[i] + 1
+
+    with pytest.raises(KernelError, match=r"test_thread_level.py:\d+: a loop whose trip count "
+                                          r"depends on the thread index"):
+        tilewright.compile(main, target="cpu")
+
+
+def test_the_thread_index_is_checked_where_it_is_read():
+    with pytest.raises(KernelError, match=r"T.get_thread_binding\(1\): the kernel has "
+                                          r"threads=\(32, 1\)"):
+        @T.prim_func
+        def one_dim(A: T.Tensor((8,), "float32")):
+            with T.Kernel(1, threads=32):
+                A[T.get_thread_binding(1)] = 0
+
+    with pytest.raises(KernelError, match=r"the range must be 0..32"):
+        @T.prim_func
+        def wrong_range(A: T.Tensor((8,), "float32")):
+            with T.Kernel(1, threads=32):
+                A[T.thread_binding(0, 16)] = 0
+
+    with pytest.raises(KernelError, match="cannot be used inside a T.Parallel loop"):
+        @T.prim_func
+        def in_parallel(A: T.Tensor((8,), "float32")):
+            with T.Kernel(1, threads=32):
+                for i in T.Parallel(8):
+                    A[i] = T.get_thread_binding()
+
+
+def test_ascend_refuses_the_thread_index_at_the_line():
+    pytest.importorskip("tilewright_ascend")
+    with pytest.raises(UnsupportedOpError, match=r"test_thread_level.py:\d+: "
+                                                 r"T.get_thread_binding is not supported by "
+                                                 r"backend 'ascend'"):
+        tilewright.lower(splitk_gemv(16, 32), target="ascend")
