@@ -244,11 +244,12 @@ def cases(quick: bool):
         for dtype in ("float16", "bfloat16"):
             yield (f"gemm_{dtype}_4096_sk",
                    {"kind": "gemm", "M": 4096, "N": 4096, "K": 4096, "dtype": dtype,
-                    "config": config, "tickets": tickets, "pass_configs": IN_ORDER},
+                    "config": config, "tickets": tickets,
+                    "pass_configs": kernels.STREAM_K_PASS_CONFIGS},
                    kernels.gemm_stream_k.fn(4096, 4096, 4096, dtype, **config),
                    ["HGMMA.64x256x16.F32" + (".BF16" if dtype == "bfloat16" else ""),
                     "UTMASTG.2D", "ATOMG.E.ADD.STRONG.GPU", "MEMBAR.SC.GPU", "CCTL.IVALL"],
-                   IN_ORDER)
+                   kernels.STREAM_K_PASS_CONFIGS)
     b, h, s, d = ATTENTION_SIZES[size]
     config = dict(kernels.ATTENTION)
     shallower = {**config, "num_stages": 2}  # K and V two stages deep: 160 KB of shared memory

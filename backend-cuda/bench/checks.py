@@ -259,7 +259,7 @@ def dialect() -> list[Check]:
             lambda dtype=dtype: kernels.gemm_stream_k.fn(m_sk, n_sk, k_sk, dtype,
                                                          **kernels.GEMM, workers=workers),
             lambda dtype=dtype: [_stream_k_run(m_sk, n_sk, k_sk, workers, dtype)], k_sk,
-            kernels.GEMM_PASS_CONFIGS))
+            kernels.STREAM_K_PASS_CONFIGS))
     b, h, s, d = 1, 2, 256, 128  # query blocks in pairs (multicast), 2 steps of 128 keys
     for suffix, change, configs in ATTENTION_CONFIGS:
         out.append(Check(

@@ -127,6 +127,11 @@ from gemm_w4a16 import w4a16_gemm  # noqa: E402, F401
 GEMM = {"block_M": 128, "block_N": 256, "block_K": 64, "threads": 256, "num_stages": 3,
         "c_shared": True}
 GEMM_PASS_CONFIGS = {"cuda.disable_warp_specialized": True}  # TMA issued in order, see above
+# gemm_stream_k's fix-up reads the runs' sums at slots its arithmetic keeps inside the
+# workspace (owner(), the slot of a run), which the compiler cannot prove: TileLang's
+# safe-memory guard would make each of its 128 loads a thread conditional (253 registers ->
+# 255 and a spill); as a TileLang author would, the kernel switches the guard off
+STREAM_K_PASS_CONFIGS = {**GEMM_PASS_CONFIGS, "tw.disable_safe_memory": True}
 ATTENTION = {"block_M": 128, "block_N": 128, "threads": 256, "num_stages": 3}
 # as TileLang's FlashAttention example sets it: exp2 as one MUFU.EX2 (ex2.approx.ftz), not
 # with the compare and two multiplies of the precise exp2f (66 FSETP + 132 FMUL a step on

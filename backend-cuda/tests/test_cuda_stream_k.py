@@ -74,7 +74,7 @@ def _emulate(M, N, K, workers, dtype, tmp_path, calls=1):
     tickets = torch.zeros(kernels.stream_k_tickets(M, N, workers=workers), dtype=torch.int32)
     lowered = tilewright.lower(
         kernels.gemm_stream_k.fn(M, N, K, dtype, **kernels.GEMM, workers=workers), TARGET,
-        kernels.GEMM_PASS_CONFIGS)
+        kernels.STREAM_K_PASS_CONFIGS)
     outs = []
     for call in range(calls):
         c = torch.full((M, N), float("nan")).to(tdtype)
@@ -134,7 +134,7 @@ def test_stream_k_bench_gemm_builds_without_spills():
     # k-tiles dealt out as 56-57 k-tiles a block
     text = tilewright.lower(kernels.gemm_stream_k.fn(4096, 4096, 4096, "float16",
                                                      **kernels.GEMM, workers=132),
-                            TARGET, kernels.GEMM_PASS_CONFIGS).source.text
+                            TARGET, kernels.STREAM_K_PASS_CONFIGS).source.text
     cubin, log = executor.nvrtc_compile(text, arch.get("sm_90a"), ".")
     code = sass.dump(cubin)
     assert "0 bytes spill stores" in log

@@ -97,13 +97,24 @@ def roles(n=8, threads=64):
 
     @T.prim_func
     def main(A: T.Tensor((n,), "float32"), P: T.Tensor((n,), "float32"),
-             Q: T.Tensor((n,), "float32"), D: T.Tensor((threads,), "int32")):
+             Q: T.Tensor((n,), "float32"), D: T.Tensor((threads,), "int32"),
+             S: T.Tensor((2,), "float32"), H: T.Tensor((n,), "float32")):
         with T.Kernel(1, threads=threads):
             s = T.alloc_shared((n,), "float32")
             T.copy(A, s)
+            hits = T.alloc_fragment((n,), "float32")  # the block's tile, not a thread's
+            T.clear(hits)
             if T.get_thread_binding() < 32:
                 for i in T.Parallel(n):
+                    hits[i] += 1
+                for i in T.Parallel(n):
                     P[i] = P[i] + s[i] * 2
+                m = T.alloc_fragment((2, n), "float32")
+                for r, i in T.Parallel(2, n):
+                    m[r, i] = s[i] * (r + 1)
+                sums = T.alloc_fragment((2,), "float32")
+                T.reduce_sum(m, sums, dim=1)  # the block's tiles: along the rows of m
+                T.copy(sums, S)
                 D[T.get_thread_binding()] = 1
             else:
                 acc = T.alloc_fragment((n,), "float32")
@@ -111,6 +122,7 @@ def roles(n=8, threads=64):
                     acc[i] = s[i] + 1
                 T.copy(acc, Q)
                 D[T.get_thread_binding()] = 2
+            T.copy(hits, H)
 
     return main
 
@@ -119,9 +131,12 @@ def roles(n=8, threads=64):
 def test_a_branch_on_the_thread_index_runs_its_tile_work_once(target):
     kernel = tilewright.compile(roles(), target=target)
     a, p = torch.randn(8), torch.randn(8)
-    q, d = torch.zeros(8), torch.zeros(64, dtype=torch.int32)
+    q, d, s = torch.zeros(8), torch.zeros(64, dtype=torch.int32), torch.zeros(2)
+    hits = torch.zeros(8)
     expect = p + a * 2
-    kernel(a, p, q, d)
+    kernel(a, p, q, d, s, hits)
+    assert hits.tolist() == [1.0] * 8
+    torch.testing.assert_close(s, torch.stack([a.sum(), 2 * a.sum()]))
     torch.testing.assert_close(p, expect)  # P += ... once, not once per thread
     torch.testing.assert_close(q, a + 1)
     assert d.tolist() == [1] * 32 + [2] * 32

@@ -41,7 +41,7 @@ def _compile_here(configs) -> None:
     """Compile the well-behaved configs in this process first: their steps in the child
     processes are then disk-cache hits, well within the short time limits of these tests."""
     for config in configs:
-        if config.get("mode", "copy") in ("copy", "wild"):
+        if config.get("mode", "copy") == "copy":
             copy_or_misbehave(N, **config)
 
 
@@ -56,7 +56,10 @@ def test_misbehaving_configs_fail_alone_and_the_best_is_right(capsys):
            "hog": "exceeded the 1 GiB memory limit (MemoryError",
            "raise": "RuntimeError: this config raises",
            "exit": "SystemExit: 5 (sys.exit)"}
-    configs = [GOOD[0], *({"mode": m} for m in bad), {"mode": "wild"}, GOOD[1]]
+    # the gather's indices leave X: unguarded (TileLang's switch, this config's alone), the
+    # loads crash the measuring process (guarded, they would read 0 and fail the check)
+    wild = {"mode": "wild", "pass_configs": {"tl.disable_safe_memory_legalize": True}}
+    configs = [GOOD[0], *({"mode": m} for m in bad), wild, GOOD[1]]
     _compile_here(configs)
     tuned = _tuned(configs, timeout=8, memory_limit="1 GiB", workers=2, progress=True)
     kernel = tuned(N)

@@ -37,8 +37,9 @@ def test_tile_ops_expand_into_fields():
 def test_record_and_render_cpu(tmp_path):
     steps = record(gemm(), "cpu")
     assert steps[0]["phase"] == "input"
-    assert [s["name"] for s in steps[1:5]] == ["CPUFuseGemmK", "CPUHoistGemmConversions",
-                                              "LowerTileOps", "CPULowerIntrinsics"]
+    assert [s["name"] for s in steps[1:6]] == ["CPUSerializeThreads", "CPUFuseGemmK",
+                                              "CPUHoistGemmConversions", "LowerTileOps",
+                                              "CPULowerIntrinsics"]
     page = render({"cpu": steps, "broken": "UnsupportedOpError: nope"}, "t")
     assert page.count("<h3") == len(steps) and '<div class="err">UnsupportedOpError' in page
     assert 'class="k tileop">T.gemm' in page  # tile op before lowering

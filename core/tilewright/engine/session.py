@@ -16,7 +16,8 @@ from ..errors import KernelError, TilewrightError, UnsupportedOpError, span_loca
 from ..ir import Region, intrinsic_features, intrinsics_in, tile_ops_in
 from ..log import get_logger
 from ..plugin import BackendModule, Executor, GeneratedSource, get_manager, passconfig
-from ..transform import check_bounds, instrument_bounds, reraise_pass_error
+from ..transform import check_bounds, instrument_bounds, legalize_safe_memory, reraise_pass_error
+from ..transform.safe_memory import DISABLE_KEY as SAFE_MEMORY_DISABLE_KEY
 from ..transform.sequence import kernel_blocks
 from . import events, listeners
 from .target import Target, resolve_target
@@ -245,6 +246,8 @@ def lower(func: tirx.PrimFunc, target="auto", pass_configs=None) -> Lowered:
     check_bounds(func)
     if configs.get("tw.bounds_check"):
         func = instrument_bounds(func)
+    if not configs.get(SAFE_MEMORY_DISABLE_KEY):
+        func = legalize_safe_memory(func)
     _log.debug("session %d: lowering %s for %s (backend %s)", session, name, target_obj,
                backend.name)
     detach = _attach_config_tools(session, configs)

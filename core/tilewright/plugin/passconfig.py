@@ -23,6 +23,12 @@ CORE_KEYS = (
                   "check every element access against its buffer's shape while the kernel "
                   "runs (T.device_assert before each access not provably in bounds), on every "
                   "backend; for debugging"),
+    PassConfigKey("tw.disable_safe_memory", bool, False,
+                  "leave element accesses of global tensors that may leave them unguarded "
+                  "(by default a load outside reads 0 and a store outside is not made, as "
+                  "TileLang's safe-memory legalisation)",
+                  tilelang="TL_DISABLE_SAFE_MEMORY_ACCESS",
+                  tilelang_value="tl.disable_safe_memory_legalize"),
     PassConfigKey("tw.disable_vectorize", bool, False, "do not vectorise T.Parallel loops",
                   tilelang="TIR_DISABLE_VECTORIZE", tilelang_value="tirx.disable_vectorize"),
     PassConfigKey("tw.dump_ir", bool, False, "print the IR after every pass",

@@ -85,8 +85,6 @@ ROWS = (
      "TileLang's data race check"),
     ("TL_DISABLE_PRELOWER_SEMANTIC_CHECK", "tl.disable_prelower_semantic_check", bool,
      "tilelang", "TileLang's semantic checks before lowering"),
-    ("TL_DISABLE_SAFE_MEMORY_ACCESS", "tl.disable_safe_memory_legalize", bool, "tilelang",
-     "TileLang's bounds guards"),
     ("TL_DISABLE_OUT_OF_BOUND_WARNING", "tl.disable_out_of_bound_warning", bool, "tilelang",
      "TileLang's out-of-bounds warnings"),
     ("TL_CONFIG_INDEX_BITWIDTH", "tl.config_index_bitwidth", int, "tilelang",

@@ -6,12 +6,13 @@ from .bounds import check_bounds, instrument_bounds
 from .float_to_int import saturating_float_to_int
 from .lower_tile_ops import RuleContext, lower_intrinsics, lower_tile_ops
 from .narrow_float import narrow_float_arithmetic
+from .safe_memory import legalize_safe_memory
 from .threads import serialize_threads, thread_dependence
 from .walk import StmtMutator, prim_func_pass, rebuild_for, reraise_pass_error
 from .wrapping_int import wrapping_integer_arithmetic
 
 __all__ = ["PassConfigKey", "RuleContext", "StmtMutator", "check_bounds", "instrument_bounds",
-           "lower_intrinsics", "lower_tile_ops", "narrow_float_arithmetic", "prim_func_pass",
-           "rebuild_for", "reraise_pass_error", "saturating_float_to_int", "serialize_threads",
-           "thread_dependence",
+           "legalize_safe_memory", "lower_intrinsics", "lower_tile_ops",
+           "narrow_float_arithmetic", "prim_func_pass", "rebuild_for", "reraise_pass_error",
+           "saturating_float_to_int", "serialize_threads", "thread_dependence",
            "wrapping_integer_arithmetic"]

@@ -32,7 +32,7 @@ import tvm_ffi
 from tvm import tirx
 
 from ..errors import KernelError, span_location
-from ..ir import ATOMIC_PREV, THREAD_BINDING, decode, is_region
+from ..ir import ATOMIC_PREV, THREAD_BINDING, decode
 from .walk import prim_func_pass, rebuild_for
 
 PARALLEL_KEY = "tw.loop"
@@ -49,7 +49,8 @@ def thread_indices(body) -> list:
 
 
 def _is_local(buffer) -> bool:
-    return str(buffer.scope()).startswith("local")
+    """Per-thread storage: ``T.alloc_local`` / ``T.alloc_var`` (a fragment is the block's)."""
+    return str(buffer.scope()) in ("local", "local.var")
 
 
 def _guarded_writes(body) -> list:
@@ -158,13 +159,25 @@ class _Serialize:
         self.threads = found[0][2]
         self.count = self.threads[0] * self.threads[1] * self.threads[2]
         self.dep = ThreadDependence(body, [buf for buf, _, _ in found])
-        self.expanded = {}  # per-thread buffer -> its array with a thread dimension
+        self.expanded = {}  # per-thread buffer -> the threads' copies, one after another
         for buf in self.dep.buffers:
             if buf not in self.dims:
-                self.expanded[buf] = tirx.decl_buffer(
-                    (self.count, *buf.shape), buf.dtype, f"{buf.name}_threads", scope="local")
+                self._expand(buf)
         self.bound = {}  # per-thread Bind variable -> its array of one element a thread
         self.flags = itertools.count()
+
+    def _expand(self, buf):
+        """The threads' copies of per-thread ``buf``: thread ``t``'s rows ``t * d0 ..`` of
+        its first dimension ``d0`` (the rank stays, so do a tile op's dims)."""
+        shape = list(buf.shape)
+        self.expanded[buf] = tirx.decl_buffer((shape[0] * self.count, *shape[1:]), buf.dtype,
+                                              f"{buf.name}_threads", scope="local")
+        return self.expanded[buf]
+
+    @staticmethod
+    def _at(buf, indices, linear):
+        """``indices`` of per-thread ``buf`` as thread ``linear``'s in its expanded array."""
+        return [linear * buf.shape[0] + indices[0], *indices[1:]]
 
     # -- the per-thread statement of thread t ------------------------------------------------
     def _index_of(self, buf, ids):
@@ -178,31 +191,22 @@ class _Serialize:
             if ld.source in self.dims:
                 return ids[self.dims[ld.source]]
             if ld.source in self.expanded:
-                return tirx.BufferLoad(self.expanded[ld.source], [linear, *ld.indices])
+                return tirx.BufferLoad(self.expanded[ld.source],
+                                       self._at(ld.source, ld.indices, linear))
             return ld
 
         def store(st):
             if st.buffer in self.expanded:
                 return tirx.BufferStore(self.expanded[st.buffer], st.value,
-                                        [linear, *st.indices], span=st.span)
+                                        self._at(st.buffer, st.indices, linear), span=st.span)
             return st
 
-        def region(c):
-            # post-order: the region's start is in the expanded array already; its extents
-            # gain the thread dimension's 1
-            if is_region(c) and any(c.args[0].source.same_as(e)
-                                    for e in self.expanded.values()) and \
-                    len(c.args) - 1 < len(c.args[0].source.shape):
-                return tvm.ir.Call(c.op, [c.args[0], tirx.const(1, "int32"), *c.args[1:]])
-            return c
-
         def var(v):
-            return tirx.BufferLoad(self.expanded[self.bound[v]], [linear, 0]) \
+            return tirx.BufferLoad(self.expanded[self.bound[v]], [linear]) \
                 if v in self.bound else v
 
         return tvm_ffi.structural_map(node, [(tvm.ir.TensorLoad, load),
-                                             (tirx.BufferStore, store), (tvm.ir.Call, region),
-                                             (tirx.Var, var)])
+                                             (tirx.BufferStore, store), (tirx.Var, var)])
 
     def _each_thread(self, make):
         """A loop over the block's threads (``x`` fastest) around ``make(ids, linear)``."""
@@ -235,8 +239,7 @@ class _Serialize:
                 any(ld.same_as(stmt.buffer) for ld in _loaded(stmt.value)):
             value = tirx.decl_buffer((1,), stmt.value.ty, f"{stmt.buffer.name}_value",
                                      scope="local")
-            self.expanded[value] = tirx.decl_buffer((self.count, 1), stmt.value.ty,
-                                                    f"{stmt.buffer.name}_values", scope="local")
+            self._expand(value)
             read = tirx.BufferStore(value, stmt.value, [0], span=stmt.span)
             write = tirx.BufferStore(stmt.buffer, tirx.BufferLoad(value, [0]), stmt.indices,
                                      span=stmt.span)
@@ -289,8 +292,7 @@ class _Serialize:
                                                for v in self.dep.variables):
             # a name bound to a thread's value: each thread's value in its element
             value = tirx.decl_buffer((1,), stmt.var.ty, stmt.var.name, scope="local")
-            self.expanded[value] = tirx.decl_buffer((self.count, 1), stmt.var.ty,
-                                                    f"{stmt.var.name}_threads", scope="local")
+            self._expand(value)
             store = self.leaf(tirx.BufferStore(value, stmt.value, [0], span=stmt.span), guards)
             self.bound[stmt.var] = value
             return tirx.SeqStmt([tirx.AllocBuffer(self.expanded[value]), store])

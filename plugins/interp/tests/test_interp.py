@@ -15,6 +15,8 @@ from tilewright_interp import lowering
 catalogue = pytest.importorskip("tilewright_sdk.conformance.catalogue")
 runner = pytest.importorskip("tilewright_sdk.conformance.runner")
 
+UNGUARDED = {"tl.disable_safe_memory_legalize": True}  # TileLang's switch
+
 
 def _row_sum(M, N, bm=4):
     @T.prim_func
@@ -84,7 +86,9 @@ def test_device_assert_stops_the_kernel_with_its_message():
 
 def test_an_element_outside_its_tensor_is_named_at_the_users_line():
     """An index read from a tensor that leaves the tensor (TileLang's sparse MLA reads its KV
-    at its sentinel index): NumPy's IndexError, reported at the kernel's line."""
+    at its sentinel index): the load reads 0, as TileLang's guard makes it; with the guard
+    switched off (TL_DISABLE_SAFE_MEMORY_ACCESS), NumPy's IndexError, reported at the
+    kernel's line."""
 
     @T.prim_func
     def gather(X: T.Tensor((8,), "float32"), Idx: T.Tensor((8,), "int32"),
@@ -93,8 +97,11 @@ def test_an_element_outside_its_tensor_is_named_at_the_users_line():
             for i in T.Parallel(8):
                 Y[i] = X[Idx[i]] * 2.0
 
-    kernel = tilewright.compile(gather, target="interp")
     x, y = torch.arange(8.0), torch.zeros(8)
+    guarded = tilewright.compile(gather, target="interp")
+    guarded(x, torch.tensor([0, 1, 2, 3, 4, 5, 6, 8], dtype=torch.int32), y)
+    assert y.tolist() == [0.0, 2.0, 4.0, 6.0, 8.0, 10.0, 12.0, 0.0]
+    kernel = tilewright.compile(gather, target="interp", pass_configs=UNGUARDED)
     kernel(x, torch.tensor([7, 6, 5, 4, 3, 2, 1, 0], dtype=torch.int32), y)
     assert y.tolist() == [14.0, 12.0, 10.0, 8.0, 6.0, 4.0, 2.0, 0.0]
     with pytest.raises(tilewright.errors.KernelIndexError) as info:
@@ -107,9 +114,10 @@ def test_an_element_outside_its_tensor_is_named_at_the_users_line():
 
 
 def test_an_element_before_its_tensor_is_an_error_not_the_last_element():
-    """NumPy reads ``X[-1]`` as the last element; the hardware reads before the array. A
-    negative index the loops do not rule out is checked when the kernel runs; indices they
-    prove non-negative (loop variables, the block index) are emitted unchecked."""
+    """NumPy reads ``X[-1]`` as the last element; the hardware reads before the array. With
+    TileLang's guard switched off, a negative index the loops do not rule out is checked when
+    the kernel runs; indices they prove non-negative (loop variables, the block index) are
+    emitted unchecked."""
 
     @T.prim_func
     def shift(X: T.Tensor((8,), "float32"), Off: T.Tensor((1,), "int32"),
@@ -118,7 +126,7 @@ def test_an_element_before_its_tensor_is_an_error_not_the_last_element():
             for i in T.Parallel(8):
                 Y[i] = X[i - Off[0]] + X[bx * 8 + i]
 
-    kernel = tilewright.compile(shift, target="interp")
+    kernel = tilewright.compile(shift, target="interp", pass_configs=UNGUARDED)
     x, y = torch.arange(8.0), torch.zeros(8)
     kernel(x, torch.tensor([0], dtype=torch.int32), y)
     assert y.tolist() == [2.0 * v for v in range(8)]
