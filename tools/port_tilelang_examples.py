@@ -784,6 +784,11 @@ def classify(rc: int, output: str, checked: bool) -> tuple[str, str]:
         if failed:
             return "wrong", failed.group(0).strip()[:200]
         return ("verified", "") if checked else ("ran (no check)", "")
+    if rc < 0 and "Traceback" not in output:  # a signal ended it: name it, not the last line
+        name = signal.Signals(-rc).name
+        return "runtime error", f"killed by {name}" + (
+            " (the host's memory ran out?)" if name == "SIGKILL" else "") + \
+            f" after: {_error_line(output)}"
     line = _error_line(output)
     missing = _MISSING.match(line)
     if missing and missing.group(1) not in ("tilewright", "tilelang"):

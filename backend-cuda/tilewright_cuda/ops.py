@@ -7,7 +7,7 @@ other backend at compile time, naming the op. Names are the user's (``T.tma_copy
 
 from __future__ import annotations
 
-from tilewright.ir import THREAD_BINDING
+from tilewright.ir import NAMED_BARRIER, THREAD_BINDING
 from tilewright.ir.schema import (
     Attr,
     Operand,
@@ -101,12 +101,6 @@ FENCE_GPU = _op("fence_gpu", (), (),
 SYNC_GRID = _op("sync_grid", (), (),
                 "a barrier of every thread of every block of the grid (a cooperative launch: "
                 "all blocks resident at once)")
-NAMED_BARRIER = _op("named_barrier", (), (Attr("barrier_id", int, 1),
-                                            Attr("arrive_count", int, 32)),
-                    "bar.sync BARRIER_ID, ARRIVE_COUNT: the calling thread waits until "
-                    "ARRIVE_COUNT threads (whole warps) have arrived at hardware barrier "
-                    "BARRIER_ID (1-15), which orders their shared-memory accesses; the threads "
-                    "that call it are the user's choice (TileLang's T.sync_threads(id, count))")
 WGMMA_GEMM = _op("wgmma_gemm", (Operand("A", "read"), Operand("B", "read"),
                                 Operand("C", "readwrite")),
                  (Attr("transpose_A", bool, False), Attr("transpose_B", bool, False),
@@ -138,7 +132,7 @@ DIALECT_OPS = (TMA_COPY.name, INIT_BARRIERS.name, ARRIVE.name, WAIT_PARITY.name,
                NO_SET_MAX_NREG.name, CALL_EXTERN.name, IMPORT_SOURCE.name,
                THREAD_ALLREDUCE.name, CP_ASYNC.name, CP_ASYNC_BARRIER_NOINC.name,
                PTX_COMMIT_GROUP.name, PTX_WAIT_GROUP.name, SYNC_GRID.name, FENCE_GPU.name,
-               WGMMA_GEMM.name, WAIT_WGMMA.name, NAMED_BARRIER.name, PTX_LDMATRIX.name,
+               WGMMA_GEMM.name, WAIT_WGMMA.name, PTX_LDMATRIX.name,
                PTX_MMA.name)
 # dialect ops each calling thread runs for itself: fine under a condition on the thread index
 PER_THREAD = frozenset({ARRIVE.name, WAIT_PARITY.name, FENCE_PROXY_ASYNC.name,

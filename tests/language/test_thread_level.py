@@ -142,6 +142,54 @@ def test_a_branch_on_the_thread_index_runs_its_tile_work_once(target):
     assert d.tolist() == [1] * 32 + [2] * 32
 
 
+def prefix_sums(n=64, threads=128):
+    """A scan across threads (Hillis-Steele, TileLang's top-k selector's cumsum): inside a
+    branch the first ``n`` threads take, a loop whose steps exchange values through shared
+    memory at named barriers: every statement for every thread of the branch before the
+    next; a condition the branch changes the inputs of, taken before it runs."""
+
+    @T.prim_func
+    def main(X: T.Tensor((n,), "int32"), Y: T.Tensor((n,), "int32"),
+             F: T.Tensor((threads,), "int32")):
+        with T.Kernel(1, threads=threads):
+            tx = T.get_thread_binding()
+            s = T.alloc_shared((n,), "int32")
+            flags = T.alloc_shared((threads,), "int32")
+            val = T.alloc_var("int32")
+            flags[tx] = tx % 3
+            if tx < n:
+                s[tx] = X[tx]
+            T.sync_threads()
+            if tx < n:
+                for i in T.serial(6):
+                    T.sync_threads(1, n)
+                    if tx >= (1 << i):
+                        val = s[tx] + s[tx - (1 << i)]
+                    T.sync_threads(1, n)
+                    if tx >= (1 << i):
+                        s[tx] = val
+            T.sync_threads()
+            if tx < n:
+                Y[tx] = s[tx]
+            if flags[tx] == 0:
+                for _ in T.serial(2):
+                    flags[tx] = flags[tx] + 10
+            else:
+                flags[tx] = -1
+            F[tx] = flags[tx]
+
+    return main
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_scan_across_threads_at_named_barriers(target):
+    kernel = tilewright.compile(prefix_sums(), out_idx=[1, 2], target=target)
+    x = torch.randint(-50, 50, (64,), dtype=torch.int32)
+    y, flags = kernel(x)
+    assert y.tolist() == torch.cumsum(x, 0).tolist()
+    assert flags.tolist() == [20 if t % 3 == 0 else -1 for t in range(128)]
+
+
 def clean_logits(rows, cols, threads=32, block=64):
     """TileLang's dsa_hisa logits masking: T.thread_binding inside a pipelined loop over the
     row's column blocks, a value bound from the index, branches on it."""

@@ -293,3 +293,13 @@ def test_dialect_port_renames_the_language(runner):
     assert namespace["simplify_prim_func"](len) is len
     source = "from tilelang import language as L\nL.ws(1)\nL.ptx_x()\nB.T.to(1)\nL.ptx_x()\n"
     assert runner.missing_names(source, {"ws"}) == ["ptx_x"]
+
+
+def test_an_example_killed_by_a_signal_is_named_by_it(runner):
+    output = "  correctness: PASS  (M=4096)\n  latency: 107.3 ms\n"
+    result, detail = runner.classify(-9, output, True)
+    assert result == "runtime error"
+    assert detail == ("killed by SIGKILL (the host's memory ran out?) after:   latency: "
+                      "107.3 ms")
+    assert runner.classify(-11, "Traceback (most recent call last):\nValueError: x\n",
+                           True)[1] == "ValueError: x"  # an exception still names itself

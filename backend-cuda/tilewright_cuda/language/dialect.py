@@ -7,7 +7,7 @@ import tvm
 from tilewright.ir import matrix_dims
 from tilewright.language import Kernel as _PortableKernel
 from tilewright.language import builder as B
-from tilewright.language import sync_threads as _portable_sync_threads
+from tilewright.language import sync_threads
 from tilewright.language.buffer import (
     TileBuffer,
     as_int,
@@ -503,42 +503,6 @@ def sync_grid():
         raise error("T.sync_grid needs a cooperative launch, which has no thread-block "
                     "clusters: use T.Kernel, not T.ClusterKernel")
     _emit(ops.SYNC_GRID.name, {})
-
-
-# ids of the hardware's 16 barriers a kernel's T.sync_threads(id, count) may take: 0 is the
-# block's own (__syncthreads, which barrier insertion places)
-NAMED_BARRIER_IDS = range(1, 16)
-
-
-def sync_threads(barrier_id=None, arrive_count=None):
-    """``T.sync_threads()``: the portable block barrier. ``T.sync_threads(id, count)``: a named
-    barrier of part of the block, ``bar.sync id, count``: each calling thread waits until
-    ``count`` threads have arrived at barrier ``id`` (1-15), and their shared-memory accesses
-    before it are visible to each other after it; ``count`` is a multiple of 32 (whole warps)
-    up to the block's threads, and every thread of those warps must call it (under
-    ``if tx < 256:``, say). In a warp-specialised kernel (T.ws roles, or a pipelined loop given
-    a producer warpgroup) the roles' own barriers take ids 1-10, and the kernel is refused."""
-    if barrier_id is None and arrive_count is None:
-        _portable_sync_threads()
-        return
-    builder = _D.kernel_builder("T.sync_threads")
-    threads = 1
-    for t in builder.threads:
-        threads *= t
-    if barrier_id is None or arrive_count is None:
-        raise error("T.sync_threads(barrier_id, arrive_count) needs both: the barrier's id and "
-                    "how many threads arrive at it")
-    barrier_id, arrive_count = as_int(barrier_id), as_int(arrive_count)
-    if not isinstance(barrier_id, int) or barrier_id not in NAMED_BARRIER_IDS:
-        raise error(f"T.sync_threads: barrier_id must be an integer constant in 1..15, got "
-                    f"{barrier_id!r} (id 0 is the whole block's barrier, __syncthreads, which "
-                    "the backend places itself)")
-    if not isinstance(arrive_count, int) or arrive_count <= 0 or arrive_count % 32 or \
-            arrive_count > threads:
-        raise error(f"T.sync_threads: arrive_count must be a positive multiple of 32 (whole "
-                    f"warps) up to the block's {threads} threads, got {arrive_count!r}")
-    _emit(ops.NAMED_BARRIER.name, {}, {"barrier_id": barrier_id, "arrive_count": arrive_count},
-          what="T.sync_threads")
 
 
 def _gemm_matrix(value, what: str):

@@ -6,6 +6,7 @@ from .ops import (
     ATOMIC_OPS,
     ATOMIC_PREV,
     INTEGER_REDUCE_KINDS,
+    NAMED_BARRIER,
     PORTABLE_OPS,
     REDUCE_KINDS,
     REDUCE_OPS,
@@ -35,8 +36,8 @@ from .schema import (
 )
 
 __all__ = [
-    "ATOMIC_KINDS", "ATOMIC_OPS", "ATOMIC_PREV", "INTEGER_REDUCE_KINDS", "PORTABLE_OPS",
-    "REDUCE_KINDS", "REDUCE_OPS", "SCAN_KINDS", "SCAN_OPS", "THREAD_BINDING",
+    "ATOMIC_KINDS", "ATOMIC_OPS", "ATOMIC_PREV", "INTEGER_REDUCE_KINDS", "NAMED_BARRIER",
+    "PORTABLE_OPS", "REDUCE_KINDS", "REDUCE_OPS", "SCAN_KINDS", "SCAN_OPS", "THREAD_BINDING",
     "Attr", "Operand", "Region", "TileOpCall",
     "TileOpSchema", "decode", "get_schema", "intrinsic_features", "intrinsics_in", "make_call",
     "matrix_dims", "ops",

@@ -116,6 +116,14 @@ THREAD_BINDING = register_tile_op(TileOpSchema(
         "reads it runs once per thread (thread-level programming)",
 ))
 
+NAMED_BARRIER = register_tile_op(TileOpSchema(
+    "named_barrier", (), (Attr("barrier_id", int, 1), Attr("arrive_count", int, 32)),
+    doc="TileLang's T.sync_threads(BARRIER_ID, ARRIVE_COUNT): the calling thread waits until "
+        "ARRIVE_COUNT threads (whole warps) of the block have arrived at barrier BARRIER_ID "
+        "(1-15), which orders their shared-memory accesses; the threads that call it are the "
+        "kernel's choice (thread-level code)",
+))
+
 # the names of the two families' tile ops, for passes that treat a family alike
 REDUCE_OPS = frozenset(f"reduce_{k}" for k in REDUCE_KINDS)
 SCAN_OPS = frozenset(f"cum{k}" for k in SCAN_KINDS)

@@ -12,6 +12,7 @@ import tvm_ffi
 from tvm import tirx
 
 from ..errors import KernelError, kernel_error, span_location
+from ..ir import NAMED_BARRIER, make_call
 from . import builder as B
 from .buffer import TileBuffer, VarHandle, as_int, dtype_of, to_expr
 from .math import arith, if_then_else
@@ -579,16 +580,39 @@ def sync_threads(barrier_id=None, arrive_count=None) -> None:
     ``TL_DISABLE_THREAD_STORAGE_SYNC``, which none does yet, must make it a barrier). It is
     checked where it stands: inside a ``with T.Kernel``, not inside a ``T.Parallel`` loop (the
     iterations of one loop are not ordered among themselves, so a barrier between them has no
-    meaning)."""
+    meaning).
+
+    ``T.sync_threads(barrier_id, arrive_count)``: a named barrier of part of the block in
+    thread-level code (``T.get_thread_binding``): each calling thread waits until
+    ``arrive_count`` threads have arrived at barrier ``barrier_id`` (1-15), and their
+    shared-memory accesses before it are visible to each other after it; ``arrive_count`` is a
+    multiple of 32 (whole warps) up to the block's threads, and every thread of those warps
+    must call it (under ``if tx < 256:``, say). CUDA makes it ``bar.sync id, count``; the CPU
+    and the interpreter, which run each statement of thread-level code for every thread
+    before the next, need no barrier."""
     builder = B.require_kernel("T.sync_threads")
     if builder.enclosing("parallel") is not None:
         raise kernel_error("T.sync_threads inside a T.Parallel loop: the iterations of one "
                            "parallel loop are unordered; put the barrier between loops")
-    if barrier_id is not None or arrive_count is not None:
-        raise kernel_error("T.sync_threads(barrier_id, arrive_count) is a named barrier of "
-                           "part of a block's threads, which the portable language does not "
-                           "have: the CUDA dialect (tilewright_cuda.language) has it; "
-                           "T.sync_threads() orders the whole block")
+    if barrier_id is None and arrive_count is None:
+        return
+    if barrier_id is None or arrive_count is None:
+        raise kernel_error("T.sync_threads(barrier_id, arrive_count) needs both: the barrier's "
+                           "id and how many threads arrive at it")
+    threads = builder.threads[0] * builder.threads[1] * builder.threads[2]
+    barrier_id, arrive_count = as_int(barrier_id), as_int(arrive_count)
+    if not isinstance(barrier_id, int) or not 1 <= barrier_id <= 15:
+        raise kernel_error(f"T.sync_threads: barrier_id must be an integer constant in 1..15, "
+                           f"got {barrier_id!r} (id 0 is the whole block's barrier, "
+                           "T.sync_threads())")
+    if not isinstance(arrive_count, int) or arrive_count <= 0 or arrive_count % 32 or \
+            arrive_count > threads:
+        raise kernel_error(f"T.sync_threads: arrive_count must be a positive multiple of 32 "
+                           f"(whole warps) up to the block's {threads} threads, got "
+                           f"{arrive_count!r}")
+    builder.emit(make_call(NAMED_BARRIER.name, {},
+                           {"barrier_id": barrier_id, "arrive_count": arrive_count},
+                           span=B.here()))
 
 
 def get_block_binding(dim: int = 0):

@@ -32,7 +32,7 @@ import tvm_ffi
 from tvm import tirx
 
 from ..errors import KernelError, span_location
-from ..ir import ATOMIC_PREV, THREAD_BINDING, decode
+from ..ir import ATOMIC_OPS, ATOMIC_PREV, NAMED_BARRIER, THREAD_BINDING, decode
 from .walk import prim_func_pass, rebuild_for
 
 PARALLEL_KEY = "tw.loop"
@@ -258,25 +258,40 @@ class _Serialize:
         return tirx.SeqStmt([tirx.AllocBuffer(flag), zero, scan, taken])
 
     # -- the block's statements ----------------------------------------------------------------
+    def _per_thread_op(self, call) -> bool:
+        """A tile op each calling thread makes for itself: an atomic on one element."""
+        return call.name in ATOMIC_OPS and bool(call.attrs.get("element"))
+
     def block_work(self, stmt) -> bool:
         """Whether ``stmt`` holds work of the block that reads nothing of a thread's: a
-        tile op or a ``T.Parallel`` loop."""
+        tile op (but an element's atomic) or a ``T.Parallel`` loop."""
         found = []
 
         def tile(s):
             call = decode(s)
-            if call is not None and not self.dep.touches(s):
+            if call is not None and not self._per_thread_op(call) and \
+                    not self.dep.touches(s):
                 found.append(s)
 
         def loop(s):
-            if s.annotations and s.annotations.get(PARALLEL_KEY) == "parallel" and \
-                    not self.dep.touches(s):
+            if _is_parallel(s) and not self.dep.touches(s):
                 found.append(s)
 
         tvm_ffi.structural_walk(stmt, [(tirx.Evaluate, tile), (tirx.For, loop)])
         return bool(found)
 
+    def _lockstep(self, stmt) -> bool:
+        """Whether a branch on the thread index keeps its shape, each of its statements
+        run for the threads taking it before the next: when it holds the block's work, or
+        loops (whose iterations the threads may share memory between, at barriers)."""
+        found = []
+        tvm_ffi.structural_walk(stmt, (tirx.For, lambda s: found.append(s)
+                                       if not _is_parallel(s) else None))
+        return bool(found) or self.block_work(stmt)
+
     def visit(self, stmt, guards=()):
+        """``stmt`` of the block's program, under ``guards`` (the conditions on the thread
+        of the branches it is in)."""
         if isinstance(stmt, tirx.SeqStmt):
             return tirx.SeqStmt([self.visit(s, guards) for s in stmt.seq])
         if isinstance(stmt, tirx.AllocBuffer):
@@ -286,8 +301,8 @@ class _Serialize:
                 return tirx.AllocBuffer(self.expanded[stmt.buffer], span=stmt.span)
             return stmt
         call = decode(stmt)
-        if call is not None and call.name == THREAD_BINDING.name:
-            return tirx.Evaluate(0)
+        if call is not None and call.name in (THREAD_BINDING.name, NAMED_BARRIER.name):
+            return tirx.Evaluate(0)  # the index is the thread loop's; the order is the loops'
         if isinstance(stmt, tirx.Bind) and any(stmt.var.same_as(v)
                                                for v in self.dep.variables):
             # a name bound to a thread's value: each thread's value in its element
@@ -296,36 +311,51 @@ class _Serialize:
             store = self.leaf(tirx.BufferStore(value, stmt.value, [0], span=stmt.span), guards)
             self.bound[stmt.var] = value
             return tirx.SeqStmt([tirx.AllocBuffer(self.expanded[value]), store])
-        if not self.dep.touches(stmt):
+        if isinstance(stmt, tirx.Bind) or (not guards and not self.dep.touches(stmt)):
             return stmt
-        uniform = not isinstance(stmt, tirx.For | tirx.IfThenElse | tirx.While) or \
-            not self.dep.reads(_header(stmt))
-        if isinstance(stmt, tirx.For) and uniform and \
-                not (stmt.annotations and stmt.annotations.get(PARALLEL_KEY) == "parallel"):
+        header = isinstance(stmt, tirx.For | tirx.IfThenElse | tirx.While) and \
+            self.dep.reads(_header(stmt))
+        if isinstance(stmt, tirx.For) and not header and not _is_parallel(stmt):
             return rebuild_for(stmt, body=self.visit(stmt.body, guards))
-        if isinstance(stmt, tirx.While) and uniform:
+        if isinstance(stmt, tirx.While) and not header:
             return tirx.While(stmt.condition, self.visit(stmt.body, guards), span=stmt.span)
-        if isinstance(stmt, tirx.IfThenElse) and uniform:
+        if isinstance(stmt, tirx.IfThenElse) and not header:
             return tirx.IfThenElse(stmt.condition, self.visit(stmt.then_case, guards),
                                    None if stmt.else_case is None else
                                    self.visit(stmt.else_case, guards), span=stmt.span)
-        if isinstance(stmt, tirx.IfThenElse) and self.block_work(stmt):
-            cond = stmt.condition
-            parts = [self.any_thread(guards + (cond,),
-                                     self.visit(stmt.then_case, guards + (cond,)), stmt.span)]
+        if isinstance(stmt, tirx.IfThenElse) and self._lockstep(stmt):
+            # each thread's condition, taken before either branch runs (they may change
+            # what it reads)
+            flag = tirx.decl_buffer((1,), "int32", f"branch_{next(self.flags)}",
+                                    scope="local")
+            parts = [tirx.AllocBuffer(self._expand(flag)),
+                     self.leaf(tirx.BufferStore(flag, tirx.Cast("int32", stmt.condition), [0],
+                                                span=stmt.span), guards)]
+            taken = tirx.BufferLoad(flag, [tirx.const(0, "int32")])
+            branches = [(stmt.then_case, guards + (taken != 0,))]
             if stmt.else_case is not None:
-                other = guards + (tirx.Not(cond),)
-                parts.append(self.any_thread(other, self.visit(stmt.else_case, other),
-                                             stmt.span))
+                branches.append((stmt.else_case, guards + (taken == 0,)))
+            for branch, inner in branches:
+                body = self.visit(branch, inner)
+                # the block's work in the branch is done once, when some thread takes it
+                parts.append(self.any_thread(inner, body, stmt.span)
+                             if self.block_work(branch) else body)
             return tirx.SeqStmt(parts)
-        if isinstance(stmt, tirx.For | tirx.While) and self.block_work(stmt):
+        if isinstance(stmt, tirx.For | tirx.While) and header and self.block_work(stmt):
             raise KernelError(
                 "a loop whose trip count depends on the thread index "
                 "(T.get_thread_binding) holds tile ops or T.Parallel loops, the block's "
                 "work: which threads run them is not defined; bound the loop by values "
                 "every thread shares, or make its body per-thread scalar code",
                 span_location(stmt.span))
+        if guards and not self.dep.touches(stmt) and (
+                self.block_work(stmt) or (call is not None and not self._per_thread_op(call))):
+            return stmt  # the block's work in a branch some thread takes: once
         return self.leaf(stmt, guards)
+
+
+def _is_parallel(loop) -> bool:
+    return bool(loop.annotations) and loop.annotations.get(PARALLEL_KEY) == "parallel"
 
 
 def _header(stmt):
@@ -342,14 +372,21 @@ def _all(conds):
 
 
 def serialize_threads(name: str = "SerializeThreads"):
-    """The pass (see the module): a kernel without ``T.get_thread_binding`` is left as it is."""
+    """The pass (see the module): a kernel without ``T.get_thread_binding`` is left as it is,
+    but for its named barriers (``T.sync_threads(id, count)``), which order nothing more
+    here."""
 
     def run(func):
         if not thread_indices(func.body):
-            return func
+            return func.with_body(tvm_ffi.structural_map(func.body, (tirx.Evaluate, _unnamed)))
         return func.with_body(_Serialize(func.body).visit(func.body))
 
     return prim_func_pass(name, run)
+
+
+def _unnamed(stmt):
+    call = decode(stmt)
+    return tirx.Evaluate(0) if call is not None and call.name == NAMED_BARRIER.name else stmt
 
 
 def _loaded(expr) -> list:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tilewright.ir import THREAD_BINDING
+from tilewright.ir import NAMED_BARRIER, THREAD_BINDING
 from tilewright.language.reducer import OPS as REDUCER_OPS
 from tilewright.plugin import (
     API_VERSION,
@@ -114,7 +114,7 @@ BACKEND = BackendModule(
     codegens={"cpu": CODEGEN},
     executors=EXECUTORS,
     capabilities=Capabilities(
-        tile_ops=frozenset({*RULES, THREAD_BINDING.name}),
+        tile_ops=frozenset({*RULES, THREAD_BINDING.name, NAMED_BARRIER.name}),
         dtypes=frozenset(DTYPES),
         memory_scopes=frozenset({"global", "shared.dyn", "local.fragment", "local", "local.var",
                                  *(f"local.reducer.{op}" for op in REDUCER_OPS)}),

@@ -371,6 +371,35 @@ def _thread_level_ref(x, v, bm=8):
     return [x @ v]
 
 
+def _thread_scan(dtype, M, N, threads=128):
+    """Row bx of Y: the running sums of X's row by the first N threads of the block (a scan
+    across threads, TileLang's top-k cumsum): a loop exchanging values through shared memory
+    at named barriers, inside a branch on the thread index."""
+
+    @T.prim_func
+    def thread_scan(X: T.Tensor((M, N), dtype), Y: T.Tensor((M, N), dtype)):
+        with T.Kernel(M, threads=threads) as bx:
+            tx = T.get_thread_binding()
+            s = T.alloc_shared((N,), dtype)
+            val = T.alloc_var(dtype)
+            if tx < N:
+                s[tx] = X[bx, tx]
+            T.sync_threads()
+            if tx < 64:
+                for i in T.serial(6):
+                    T.sync_threads(1, 64)
+                    if tx >= (1 << i) and tx < N:
+                        val = s[tx] + s[tx - (1 << i)]
+                    T.sync_threads(1, 64)
+                    if tx >= (1 << i) and tx < N:
+                        s[tx] = val
+            T.sync_threads()
+            if tx < N:
+                Y[bx, tx] = s[tx]
+
+    return thread_scan
+
+
 MN = {"partial": {"M": 12, "N": 20}}
 TILE = (*BASE, "alloc_fragment", "copy", "Parallel")
 
@@ -389,6 +418,14 @@ ROWS = (
            reduction=lambda N, **_: N, dtypes=("float32", "float16", "bfloat16"),
            doc="thread-level code (T.get_thread_binding, T.thread_binding): a split-K GEMV "
                "summing in registers, atomics into shared memory, a swap through names"),
+    Kernel("thread_scan", (*BASE, "serial", "alloc_shared", "alloc_var", "get_thread_binding",
+                           "sync_threads"),
+           ("get_thread_binding", "named_barrier"), _thread_scan,
+           lambda torch, gen, dtype, M, N: [rand(torch, gen, (M, N), dtype)],
+           lambda x: [x.cumsum(dim=1)], {"partial": {"M": 3, "N": 50}},
+           dtypes=("int32", "int64"), exact=True,
+           doc="a scan across threads at named barriers (T.sync_threads(id, count)) inside a "
+               "branch on the thread index"),
     Kernel("loops", (*BASE, "serial", "unroll", "alloc_local", "alloc_var", "cast"), (),
            _loops, two_d,
            lambda x: [(x.sum(dim=1) * 4 + 3)], {"partial": {"M": 6, "N": 10}},
