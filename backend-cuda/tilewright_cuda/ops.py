@@ -7,7 +7,11 @@ other backend at compile time, naming the op. Names are the user's (``T.tma_copy
 
 from __future__ import annotations
 
-from tilewright.ir import NAMED_BARRIER, THREAD_BINDING
+from tilewright.ir import (
+    NAMED_BARRIER,
+    THREAD_ALLREDUCE,  # noqa: F401 - the core's op; rules.dialect lowers it
+    THREAD_BINDING,
+)
 from tilewright.ir.schema import (
     Attr,
     Operand,
@@ -69,14 +73,6 @@ CALL_EXTERN = _op("call_extern", (Operand("call", "read", kind="expr"),), (),
 IMPORT_SOURCE = _op("import_source", (), (Attr("chars", int, 0),),
                     "the user's CUDA source, placed once before the kernel in the generated "
                     "file (the text travels in the kernel's annotation keys.IMPORT_SOURCE)")
-THREAD_ALLREDUCE = _op("tvm_thread_allreduce", (Operand("value", "read", kind="expr"),
-                                                Operand("dst", "write")),
-                       (Attr("combiner", str, "sum"), Attr("dim", int, 0),
-                        Attr("threads", str, "")),
-                       "every thread of a group along one of T.Kernel's thread dimensions gets "
-                       "the group's values combined (sum, max or min) in its one-element "
-                       "array")
-
 CP_ASYNC = _op("ptx_cp_async", (Operand("dst", "write", kind="expr"),
                                  Operand("src", "read", kind="expr")),
                (Attr("bytes", int, 16),),
@@ -130,7 +126,7 @@ DIALECT_OPS = (TMA_COPY.name, INIT_BARRIERS.name, ARRIVE.name, WAIT_PARITY.name,
                EXPECT_TX.name, TMA_STORE_WAIT.name, FENCE_PROXY_ASYNC.name, SET_MAX_NREG.name,
                WS.name, CLUSTER.name,
                NO_SET_MAX_NREG.name, CALL_EXTERN.name, IMPORT_SOURCE.name,
-               THREAD_ALLREDUCE.name, CP_ASYNC.name, CP_ASYNC_BARRIER_NOINC.name,
+               CP_ASYNC.name, CP_ASYNC_BARRIER_NOINC.name,
                PTX_COMMIT_GROUP.name, PTX_WAIT_GROUP.name, SYNC_GRID.name, FENCE_GPU.name,
                WGMMA_GEMM.name, WAIT_WGMMA.name, PTX_LDMATRIX.name,
                PTX_MMA.name)

@@ -45,6 +45,50 @@ def test_split_k_gemv_sums_each_threads_slice(target):
     torch.testing.assert_close(kernel(a, b), b.float() @ a.float(), rtol=1e-4, atol=1e-4)
 
 
+def allreduce_gemv(N, K, bn=4, reduce=8, tile=4):
+    """TileLang's GEMV with TVM's thread allreduce: thread (n, k) sums its slices of row n
+    into a register; the ``reduce`` threads of a row combine theirs (T.tvm_thread_allreduce
+    inside T.attr(T.comm_reducer(...), "reduce_scope", ...)), each getting the row's sum."""
+
+    @T.prim_func
+    def main(A: T.Tensor((K,), "float16"), B: T.Tensor((N, K), "float16"),
+             C: T.Tensor((N,), "float32"), M: T.Tensor((N, reduce), "float32")):
+        with T.Kernel(T.ceildiv(N, bn), threads=(bn, reduce)) as bx:
+            tn = T.get_thread_binding(0)
+            tk = T.get_thread_binding(1)
+            acc = T.alloc_local((1,), "float32")
+            total = T.alloc_local((1,), "float32")
+            biggest = T.alloc_local((1,), "float32")
+            T.clear(acc)
+            for ko in T.serial(T.ceildiv(K, reduce * tile)):
+                for k in T.serial(tile):
+                    col = ko * reduce * tile + tk * tile + k
+                    acc[0] += A[col].astype("float32") * B[bx * bn + tn, col].astype("float32")
+            with T.attr(T.comm_reducer(lambda x, y: x + y, [T.cast(0, "float32")]),
+                        "reduce_scope", T.reinterpret(T.uint64(0), dtype="handle")):
+                T.evaluate(T.tvm_thread_allreduce(T.uint32(1), acc[0], True, total[0], tk,
+                                                  dtype="handle"))
+            with T.attr(T.comm_reducer(lambda x, y: T.max(x, y), [T.cast(0, "float32")]),
+                        "reduce_scope", T.reinterpret(T.uint64(0), dtype="handle")):
+                T.evaluate(T.tvm_thread_allreduce(T.uint32(1), acc[0], True, biggest[0], tk,
+                                                  dtype="handle"))
+            C[bx * bn + tn] = total[0]
+            M[bx * bn + tn, tk] = biggest[0] - acc[0]  # >= 0 in every thread
+
+    return main
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_thread_allreduce_gives_every_thread_its_groups_sum(target):
+    kernel = tilewright.compile(allreduce_gemv(12, 64), out_idx=[2, 3], target=target)
+    a, b = torch.randn(64, dtype=torch.float16), torch.randn(12, 64, dtype=torch.float16)
+    c, m = kernel(a, b)
+    torch.testing.assert_close(c, b.float() @ a.float(), rtol=1e-4, atol=1e-4)
+    partial = (b.float() * a.float()).view(12, 2, 8, 4).sum(dim=(1, 3))  # thread k's sum
+    torch.testing.assert_close(m, partial.max(dim=1, keepdim=True).values - partial,
+                               rtol=1e-4, atol=1e-4)
+
+
 def per_thread_values(n=16):
     """A shared tile reversed by the threads swapping pairs of elements through the values
     they bound to names before any thread overwrites the tile, then read and written by each

@@ -19,7 +19,14 @@ from tilewright.language.buffer import (
     to_expr,
 )
 from tilewright.language.extension import DialectSupport
-from tilewright.language.threads import THREAD_VARS, get_thread_binding, thread_binding
+from tilewright.language.threads import (
+    attr,
+    comm_reducer,
+    evaluate,
+    get_thread_binding,
+    thread_binding,
+    tvm_thread_allreduce,
+)
 from tvm import tirx
 
 from .. import intrinsics, ops
@@ -645,103 +652,6 @@ def import_source(source: str):
     if source not in sources:
         sources.append(source)
     _emit(ops.IMPORT_SOURCE.name, {}, {"chars": len(source)})
-
-
-# -- TVM's thread allreduce (TileLang's hand-written GEMV reductions) ---------------------------
-class comm_reducer:  # noqa: N801 - TVM's name
-    """``T.comm_reducer(lambda x, y: x + y, [identity])``: how :func:`tvm_thread_allreduce`
-    combines values: a sum, ``T.max`` or ``T.min`` of the two arguments."""
-
-    KINDS = {tirx.Add: "sum", tirx.Max: "max", tirx.Min: "min"}
-
-    def __init__(self, fcombine, identity):
-        x, y = tirx.Var("x", "float32"), tirx.Var("y", "float32")
-        combined = fcombine(x, y)
-        kind = self.KINDS.get(type(combined))
-        if kind is None or not {combined.a.same_as(x), combined.b.same_as(x)} == {True, False}:
-            raise error("T.comm_reducer combines two values with x + y, T.max(x, y) or "
-                        f"T.min(x, y); got {combined}")
-        self.kind, self.identity = kind, identity
-
-
-class attr:  # noqa: N801 - TVM's name
-    """``with T.attr(T.comm_reducer(...), "reduce_scope", ...):``, TVM's scope of a
-    :func:`tvm_thread_allreduce` (the only attribute the dialect has)."""
-
-    def __init__(self, node, key, value=None):
-        if key != "reduce_scope" or not isinstance(node, comm_reducer):
-            raise error(f"T.attr: the CUDA dialect has the 'reduce_scope' of a T.comm_reducer "
-                        f"around T.tvm_thread_allreduce only, got key {key!r}")
-        self.reducer = node
-
-    def __enter__(self):
-        self._frame = _D.kernel_builder("T.attr").open("cuda_reduce_scope", reducer=self.reducer)
-        return self
-
-    def __exit__(self, exc_type, exc, tb):
-        builder = B.current("T.attr")
-        body = builder.close(self._frame)
-        if exc_type is None:
-            builder.emit(body)
-        return False
-
-
-class _AllReduce:
-    """What :func:`tvm_thread_allreduce` makes, for :func:`evaluate` to emit."""
-
-    def __init__(self, operands: dict, attrs: dict):
-        self.operands, self.attrs = operands, attrs
-
-
-def _thread_dim(builder, value) -> int | None:
-    """The thread dimension a T.get_thread_binding / T.thread_binding value names (also
-    through the variable ``kr = T.thread_binding(...)`` binds it to), or None."""
-    if isinstance(value, tirx.Var):
-        value = next((s.value for f in builder.frames for s in f.stmts
-                      if isinstance(s, tirx.Bind) and s.var.same_as(value)), None)
-    if isinstance(value, tvm.ir.TensorLoad):
-        bindings = builder.enclosing("kernel").info.get(THREAD_VARS, ())
-        return next((dim for buf, dim in bindings if buf.same_as(value.source)), None)
-    return None
-
-
-def tvm_thread_allreduce(count, value, cond, dst, *threads, dtype="handle"):
-    """``T.evaluate(T.tvm_thread_allreduce(T.uint32(1), acc[0], True, out[0], kr))`` inside
-    ``with T.attr(T.comm_reducer(...), "reduce_scope", ...)``: the threads that differ only
-    in the thread index ``kr`` (one of T.Kernel's thread dimensions, from T.thread_binding)
-    combine their ``value``; each gets the result in ``out[0]``, a one-element local array.
-    Every thread of the block must reach it."""
-    builder = _D.kernel_builder("T.tvm_thread_allreduce")
-    scope = builder.enclosing("cuda_reduce_scope")
-    if scope is None:
-        raise error("T.tvm_thread_allreduce must be inside 'with T.attr(T.comm_reducer(...), "
-                    "\"reduce_scope\", ...)', which says how values are combined")
-    if as_int(count) != 1 or not (cond is True or as_int(cond) == 1):
-        raise error(f"T.tvm_thread_allreduce reduces one value under the condition True, got "
-                    f"count {count} and condition {cond}")
-    dims = [_thread_dim(builder, t) for t in threads]
-    if len(dims) != 1 or dims[0] is None:
-        raise error("T.tvm_thread_allreduce takes one thread index, from T.thread_binding or "
-                    "T.get_thread_binding, to reduce along")
-    if not isinstance(dst, tvm.ir.TensorLoad) or [as_int(d) for d in dst.source.shape] != [1] \
-            or not str(dst.source.scope()).startswith("local"):
-        raise error("T.tvm_thread_allreduce writes its result to a one-element local array "
-                    "(T.alloc_local((1,), dtype)), as out[0]")
-    threads_of = tuple(builder.threads)
-    region = resolve(region_of(TileBuffer(dst.source), "T.tvm_thread_allreduce"), None,
-                     "T.tvm_thread_allreduce")
-    return _AllReduce({"value": to_expr(value), "dst": region},
-                      {"combiner": scope.info["reducer"].kind, "dim": dims[0],
-                       "threads": ",".join(map(str, threads_of))})
-
-
-def evaluate(value):
-    """``T.evaluate(T.tvm_thread_allreduce(...))``: emit the reduction (the only value the
-    CUDA dialect evaluates as a statement)."""
-    if not isinstance(value, _AllReduce):
-        raise error(f"T.evaluate in the CUDA dialect takes T.tvm_thread_allreduce(...), got "
-                    f"{type(value).__name__}")
-    _emit(ops.THREAD_ALLREDUCE.name, value.operands, value.attrs)
 
 
 __all__ = ["ClusterKernel", "access_ptr", "alloc_barrier", "attr", "barrier_arrive",

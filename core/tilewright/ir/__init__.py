@@ -12,6 +12,7 @@ from .ops import (
     REDUCE_OPS,
     SCAN_KINDS,
     SCAN_OPS,
+    THREAD_ALLREDUCE,
     THREAD_BINDING,
 )
 from .schema import (
@@ -37,7 +38,8 @@ from .schema import (
 
 __all__ = [
     "ATOMIC_KINDS", "ATOMIC_OPS", "ATOMIC_PREV", "INTEGER_REDUCE_KINDS", "NAMED_BARRIER",
-    "PORTABLE_OPS", "REDUCE_KINDS", "REDUCE_OPS", "SCAN_KINDS", "SCAN_OPS", "THREAD_BINDING",
+    "PORTABLE_OPS", "REDUCE_KINDS", "REDUCE_OPS", "SCAN_KINDS", "SCAN_OPS", "THREAD_ALLREDUCE",
+    "THREAD_BINDING",
     "Attr", "Operand", "Region", "TileOpCall",
     "TileOpSchema", "decode", "get_schema", "intrinsic_features", "intrinsics_in", "make_call",
     "matrix_dims", "ops",

@@ -124,6 +124,14 @@ NAMED_BARRIER = register_tile_op(TileOpSchema(
         "kernel's choice (thread-level code)",
 ))
 
+THREAD_ALLREDUCE = register_tile_op(TileOpSchema(
+    "tvm_thread_allreduce", (Operand("value", "read", kind="expr"), Operand("dst", "write")),
+    (Attr("combiner", str, "sum"), Attr("dim", int, 0), Attr("threads", str, "")),
+    doc="TVM's thread allreduce (TileLang's hand-written GEMV reductions): every thread of a "
+        "group along one of T.Kernel's thread dimensions (DIM) gets the group's values "
+        "combined (COMBINER: sum, max or min) in its one-element array",
+))
+
 # the names of the two families' tile ops, for passes that treat a family alike
 REDUCE_OPS = frozenset(f"reduce_{k}" for k in REDUCE_KINDS)
 SCAN_OPS = frozenset(f"cum{k}" for k in SCAN_KINDS)

@@ -86,7 +86,14 @@ from .math import (
     unpack,
 )
 from .reducer import alloc_reducer, finalize_reducer, reducer_init, reducer_update
-from .threads import get_thread_binding, thread_binding
+from .threads import (
+    attr,
+    comm_reducer,
+    evaluate,
+    get_thread_binding,
+    thread_binding,
+    tvm_thread_allreduce,
+)
 from .tileops import ATOMIC_OPS as _ATOMIC_OPS
 from .tileops import REDUCE_OPS as _REDUCE_OPS
 from .tileops import SCAN_OPS as _SCAN_OPS
@@ -113,7 +120,7 @@ __all__ = [
     "LocalBuffer", "Macro", "Parallel", "Persistent", "Pipelined", "SharedBuffer", "Tensor",
     "TileBuffer", "VarHandle", "Cast", "Serial", "Vectorized", "abs", "all_of", "any_of",
     "alloc_buffer", "alloc_fragment", "alloc_global", "alloc_local", "alloc_reducer",
-    "alloc_shared", "alloc_var",
+    "alloc_shared", "alloc_var", "attr", "comm_reducer", "evaluate", "tvm_thread_allreduce",
     "annotate_layout", "bitwise_not", "c2d_im2col", "cast", "cdiv", "ceildiv", "clamp", "clear",
     "const", "copy",
     "device_assert", "dp4a", "dtype", "dynamic", "empty", "fabs", "fill", "floordiv",

@@ -32,10 +32,20 @@ import tvm_ffi
 from tvm import tirx
 
 from ..errors import KernelError, span_location
-from ..ir import ATOMIC_OPS, ATOMIC_PREV, NAMED_BARRIER, THREAD_BINDING, decode
+from ..ir import (
+    ATOMIC_OPS,
+    ATOMIC_PREV,
+    NAMED_BARRIER,
+    THREAD_ALLREDUCE,
+    THREAD_BINDING,
+    decode,
+)
 from .walk import prim_func_pass, rebuild_for
 
 PARALLEL_KEY = "tw.loop"
+# the ops of thread-level code :func:`serialize_threads` removes (a backend running it
+# declares them among its tile ops)
+THREAD_OPS = (THREAD_BINDING.name, NAMED_BARRIER.name, THREAD_ALLREDUCE.name)
 
 
 def thread_indices(body) -> list:
@@ -212,12 +222,46 @@ class _Serialize:
         """A loop over the block's threads (``x`` fastest) around ``make(ids, linear)``."""
         ids = [tirx.Var(f"thread_{'xyz'[d]}", "int32") if self.threads[d] > 1 else
                tirx.const(0, "int32") for d in range(3)]
-        linear = ids[0] + self.threads[0] * (ids[1] + self.threads[1] * ids[2])
-        stmt = make(ids, tvm.sym.Analyzer().simplify(linear))
+        stmt = make(ids, self._linear(ids))
         for d in range(3):
             if self.threads[d] > 1:
                 stmt = tirx.For(ids[d], 0, self.threads[d], tirx.ForKind.SERIAL, stmt)
         return stmt
+
+    def _linear(self, ids):
+        """The number of the thread of indices ``ids`` (``x`` fastest)."""
+        return tvm.sym.Analyzer().simplify(
+            ids[0] + self.threads[0] * (ids[1] + self.threads[1] * ids[2]))
+
+    def allreduce(self, call, guards):
+        """``T.tvm_thread_allreduce``: each thread's value into an array, then each thread
+        combines its group's (the threads differing only along the op's dimension), in
+        thread order."""
+        if guards:
+            raise KernelError("T.tvm_thread_allreduce under a condition on the thread index: "
+                              "every thread of the block must reach it", span_location(
+                                  call.span))
+        dim, dst = int(call.attrs["dim"]), call.operands["dst"]
+        combine = {"sum": tirx.Add, "max": tirx.Max, "min": tirx.Min}[call.attrs["combiner"]]
+        dtype = str(dst.buffer.dtype)
+        value = tirx.decl_buffer((1,), dtype, "allreduce_value", scope="local")
+        values = self._expand(value)
+        held = self.leaf(tirx.BufferStore(value, tirx.Cast(dtype, call.operands["value"]),
+                                          [0], span=call.span), guards)
+
+        def make(ids, linear):
+            def of(k):  # the group's k-th value
+                return tirx.BufferLoad(values, [self._linear([*ids[:dim], k, *ids[dim + 1:]])])
+
+            k = tirx.Var("k", "int32")
+            mine = tirx.BufferLoad(dst.buffer, list(dst.starts))
+            combined = tirx.SeqStmt([
+                tirx.BufferStore(dst.buffer, of(tirx.const(0, "int32")), list(dst.starts)),
+                tirx.For(k, 1, self.threads[dim] - 1, tirx.ForKind.SERIAL, tirx.BufferStore(
+                    dst.buffer, combine(mine, of(k)), list(dst.starts)))])
+            return self._per_thread(combined, ids, linear)
+
+        return tirx.SeqStmt([tirx.AllocBuffer(values), held, self._each_thread(make)])
 
     def leaf(self, stmt, guards):
         """``stmt`` run by each thread in turn (those meeting ``guards``). A store into
@@ -303,6 +347,8 @@ class _Serialize:
         call = decode(stmt)
         if call is not None and call.name in (THREAD_BINDING.name, NAMED_BARRIER.name):
             return tirx.Evaluate(0)  # the index is the thread loop's; the order is the loops'
+        if call is not None and call.name == THREAD_ALLREDUCE.name:
+            return self.allreduce(call, guards)
         if isinstance(stmt, tirx.Bind) and any(stmt.var.same_as(v)
                                                for v in self.dep.variables):
             # a name bound to a thread's value: each thread's value in its element

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from tilewright.ir import NAMED_BARRIER, THREAD_BINDING
 from tilewright.language.reducer import OPS as REDUCER_OPS
 from tilewright.plugin import (
     API_VERSION,
@@ -20,6 +19,7 @@ from tilewright.transform import (
     saturating_float_to_int,
     serialize_threads,
 )
+from tilewright.transform.threads import THREAD_OPS
 from tvm import tirx
 
 from . import (
@@ -114,7 +114,7 @@ BACKEND = BackendModule(
     codegens={"cpu": CODEGEN},
     executors=EXECUTORS,
     capabilities=Capabilities(
-        tile_ops=frozenset({*RULES, THREAD_BINDING.name, NAMED_BARRIER.name}),
+        tile_ops=frozenset({*RULES, *THREAD_OPS}),
         dtypes=frozenset(DTYPES),
         memory_scopes=frozenset({"global", "shared.dyn", "local.fragment", "local", "local.var",
                                  *(f"local.reducer.{op}" for op in REDUCER_OPS)}),

@@ -3,9 +3,9 @@ tile IR in Python and NumPy."""
 
 from __future__ import annotations
 
-from tilewright.ir import NAMED_BARRIER, THREAD_BINDING
 from tilewright.language.reducer import OPS as REDUCER_OPS
 from tilewright.plugin import API_VERSION, BackendModule, Capabilities, hookimpl
+from tilewright.transform.threads import THREAD_OPS
 
 from . import __version__
 from .codegen import CODEGEN
@@ -22,8 +22,8 @@ BACKEND = BackendModule(
     codegens={"interp": CODEGEN},
     executors=EXECUTORS,
     capabilities=Capabilities(
-        tile_ops=frozenset({*RULES, THREAD_BINDING.name, NAMED_BARRIER.name}),  # the ops with a
-        # lowering rule, the thread index and named barriers (the first phase removes them)
+        tile_ops=frozenset({*RULES, *THREAD_OPS}),  # the ops with a lowering rule, and those
+        # of thread-level code, which the first phase removes
         dtypes=frozenset({"bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
                           "uint32", "uint64", "float16", "bfloat16", "float32", "float64",
                           "float8_e4m3fn", "float8_e5m2", "float4_e2m1fn"}),
