@@ -135,6 +135,53 @@ def test_bound_values_arrays_and_trip_counts_are_each_threads(target):
     assert counts.tolist() == [t % 5 for t in range(16)]
 
 
+def storage_in_a_branch():
+    @T.prim_func
+    def main(A: T.Tensor((8,), "float32"), B: T.Tensor((8,), "float32")):
+        with T.Kernel(1, threads=8):
+            tx = T.get_thread_binding()
+            if tx < 4:
+                tmp = T.alloc_local((2,), "float32")  # each thread's, made in the branch
+                tmp[0] = A[tx] * 3
+                tmp[1] = tmp[0] + 1
+                B[tx] = tmp[1]
+
+    return main
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_storage_allocated_in_a_branch_on_the_index_is_each_threads(target):
+    a, b = torch.arange(8.0), torch.zeros(8)
+    tilewright.compile(storage_in_a_branch(), target=target)(a, b)
+    assert b.tolist() == [1.0, 4.0, 7.0, 10.0, 0.0, 0.0, 0.0, 0.0]
+
+
+def two_kernels():
+    """Two T.Kernel launches with their own threads (8, then 16), one on a 2-D grid."""
+
+    @T.prim_func
+    def main(A: T.Tensor((2, 2, 8), "float32"), B: T.Tensor((16,), "float32")):
+        with T.Kernel(2, 2, threads=8) as (bx, by):
+            tx = T.get_thread_binding()
+            A[by, bx, tx] = tx + bx * 10 + by * 100
+        with T.Kernel(1, threads=16):
+            tx = T.get_thread_binding()
+            B[tx] = tx * 2
+
+    return main
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_each_kernel_runs_its_own_threads(target):
+    a, b = torch.zeros(2, 2, 8), torch.zeros(16)
+    tilewright.compile(two_kernels(), target=target)(a, b)
+    t = torch.arange(8.0)
+    torch.testing.assert_close(a, torch.stack([torch.stack([t + x * 10 + y * 100
+                                                            for x in range(2)])
+                                               for y in range(2)]))
+    assert b.tolist() == [2.0 * t for t in range(16)]
+
+
 def roles(n=8, threads=64):
     """TileLang's ``if tx < 32: <tile work> else: <tile work>`` (DeepSeek's mHC kernel):
     each branch's tile work done once, its per-thread statements by the threads taking it."""

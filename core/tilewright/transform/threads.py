@@ -40,9 +40,10 @@ from ..ir import (
     THREAD_BINDING,
     decode,
 )
-from .walk import prim_func_pass, rebuild_for
+from .walk import StmtMutator, prim_func_pass, rebuild_for
 
 PARALLEL_KEY = "tw.loop"
+KERNEL_THREADS_KEY = "tw.threads"  # on a kernel's block loop: T.Kernel's threads
 # the ops of thread-level code :func:`serialize_threads` removes (a backend running it
 # declares them among its tile ops)
 THREAD_OPS = (THREAD_BINDING.name, NAMED_BARRIER.name, THREAD_ALLREDUCE.name)
@@ -215,8 +216,13 @@ class _Serialize:
             return tirx.BufferLoad(self.expanded[self.bound[v]], [linear]) \
                 if v in self.bound else v
 
+        def alloc(a):  # per-thread storage allocated inside the statement
+            return tirx.AllocBuffer(self.expanded[a.buffer], span=a.span) \
+                if a.buffer in self.expanded else a
+
         return tvm_ffi.structural_map(node, [(tvm.ir.TensorLoad, load),
-                                             (tirx.BufferStore, store), (tirx.Var, var)])
+                                             (tirx.BufferStore, store), (tirx.Var, var),
+                                             (tirx.AllocBuffer, alloc)])
 
     def _each_thread(self, make):
         """A loop over the block's threads (``x`` fastest) around ``make(ids, linear)``."""
@@ -425,9 +431,22 @@ def serialize_threads(name: str = "SerializeThreads"):
     def run(func):
         if not thread_indices(func.body):
             return func.with_body(tvm_ffi.structural_map(func.body, (tirx.Evaluate, _unnamed)))
-        return func.with_body(_Serialize(func.body).visit(func.body))
+        return func.with_body(_Kernels().visit(func.body))
 
     return prim_func_pass(name, run)
+
+
+class _Kernels(StmtMutator):
+    """Each ``T.Kernel`` of a function (several launch in order) serialised with its own
+    threads and its own per-thread values."""
+
+    def visit_For(self, stmt):
+        if stmt.annotations and KERNEL_THREADS_KEY in stmt.annotations:
+            if not thread_indices(stmt.body):
+                return rebuild_for(stmt, body=tvm_ffi.structural_map(
+                    stmt.body, (tirx.Evaluate, _unnamed)))
+            return rebuild_for(stmt, body=_Serialize(stmt.body).visit(stmt.body))
+        return super().visit_For(stmt)
 
 
 def _unnamed(stmt):
