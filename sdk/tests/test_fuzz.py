@@ -70,8 +70,10 @@ CONTROL = ("if_else", "nested_parallel", "while_loop", "pipelined", "local_scala
 MATH_AND_BLOCK = {"exp2", "log", "rsqrt", "sin", "cos", "clamp", "round", "ceil", "trunc",
                   "half_cast", "atomic_max", "atomic_min", "block_update", "erf", "atan",
                   "asinh"}
-# the bitwise reductions, T.cummax and block code branching on data (drawn since 2026-12-05)
-BITS_AND_SCANS = {"reduce_bitand", "reduce_bitor", "reduce_bitxor", "cummax", "block_branch"}
+# the bitwise reductions, T.cummax, block code branching on data and thread-level code (drawn
+# since 2026-12-05)
+BITS_AND_SCANS = {"reduce_bitand", "reduce_bitor", "reduce_bitxor", "cummax", "block_branch",
+                  "thread_code"}
 NEW_FEATURES = {"tensor_3d", "dynamic_shape", "sign_cast", "float8_cast", "unpack",
                 "int4_input", "float_uint_cast", "unsigned_wrap_arith", "float8_input",
                 "tile_copy", "pipelined_gemm", "rebind", "reduce_low_to_low", *BITS_AND_SCANS,
@@ -272,7 +274,7 @@ def test_bitwise_reductions_and_running_maxima_are_generated_and_valid():
     """T.reduce_bitand/bitor/bitxor of integer tiles and T.cummax in both dimensions and
     directions are drawn; one program with each runs on the interpreter and agrees with
     itself; avoided, none is drawn (and no float program reduces bitwise)."""
-    drawn = _drawn(programs(avoid={"block_branch"}), 300, 6)
+    drawn = _drawn(programs(avoid={"block_branch", "thread_code"}), 300, 6)
     _each_drawn_and_valid(SCAN_AND_BIT_DRAWS, drawn)
     assert not any(p.dtype.startswith(("float", "bfloat")) and
                    p.features & {"reduce_bitand", "reduce_bitor", "reduce_bitxor"}
@@ -287,6 +289,14 @@ def test_block_code_branching_on_data_is_generated_and_valid():
     with itself."""
     _each_drawn_and_valid(BRANCH_DRAWS, _drawn(programs(avoid=BITS_AND_SCANS - {
         "block_branch"}), 200, 5))
+
+
+def test_thread_level_code_is_generated_and_valid():
+    """Thread-level code (T.get_thread_binding: a running sum down a column per thread, a
+    column mirrored from another thread's) is drawn; one program with each runs on the
+    interpreter and agrees with itself."""
+    _each_drawn_and_valid(("thread_code_scan", "thread_code_mirror"),
+                          _drawn(programs(avoid=BITS_AND_SCANS - {"thread_code"}), 300, 11))
 
 
 def test_new_draws_respect_the_backends_capabilities():

@@ -1191,6 +1191,44 @@ class _Builder:
                                                             f"block_branch_{form}"}
 
 
+    def thread_code(self) -> None:
+        """Thread-level code (``T.get_thread_binding``): thread ``tx < bn`` of the block
+        writes column ``tx`` of a new shared tile from a shared tile, in a loop over the rows
+        inside the branch on its index: a running sum down the column (a ``T.alloc_var``
+        accumulator), or the mirrored column ``bn - 1 - tx``, another thread's. Backends
+        without threads run it thread after thread; CUDA on its threads."""
+        if not self.allowed("thread_code"):
+            return
+        sources = [t for t in self.squares() if self.scope(t) == "shared"]
+        if not sources:
+            return
+        src = self.draw(st.sampled_from(sources))
+        form = self.draw(st.sampled_from(("scan", "mirror")))
+        lo, hi, err = src.lo, src.hi, src.err
+        if form == "scan":  # sums of 1 to bm elements
+            lo, hi = min(lo, lo * self.bm), max(hi, hi * self.bm)
+            err = src.err * self.bm + self.u * self.bm * max(abs(lo), abs(hi))
+            if not self.fits(lo, hi):
+                return
+        out = self.tile("2d", lo, hi, err)
+        self.body[-1] = self.body[-1].replace("T.alloc_fragment", "T.alloc_shared")
+        tx, r = self.fresh("tx"), self.fresh("r")
+        self.body.append(f"{tx} = T.get_thread_binding()")
+        if form == "scan":
+            acc = self.fresh("acc")
+            self.body += [f"{acc} = T.alloc_var({self.dtype!r})",
+                          f"if {tx} < {self.bn}:",
+                          f"    {acc} = {self.const(0).text}",
+                          f"    for {r} in T.serial({self.bm}):",
+                          f"        {acc} = {acc} + {src.name}[{r}, {tx}]",
+                          f"        {out.name}[{r}, {tx}] = {acc}"]
+        else:
+            self.body += [f"if {tx} < {self.bn}:",
+                          f"    for {r} in T.serial({self.bm}):",
+                          f"        {out.name}[{r}, {tx}] = {src.name}[{r}, {self.bn - 1} - {tx}]"]
+        self.features |= {"thread_code", f"thread_code_{form}"}
+
+
 def magnitude(tile: Tile) -> float:
     return max(abs(tile.lo), abs(tile.hi))
 
@@ -1276,7 +1314,8 @@ def programs(draw, avoid=(), dtypes=None, features=None) -> Program:
         kinds += (["subcopy"] if b.allowed("tile_copy") else []) + \
             (["pipelined_gemm"] if b.allowed("pipelined_gemm") else []) + \
             (["block_update"] if b.allowed("block_update") else []) + \
-            (["block_branch"] if b.allowed("block_branch") else [])
+            (["block_branch"] if b.allowed("block_branch") else []) + \
+            (["thread_code"] if b.allowed("thread_code") else [])
         kind = draw(st.sampled_from(kinds))
         getattr(b, kind)()
     if not any(line.lstrip().startswith("for i, j in T.Parallel") for line in b.body):
