@@ -88,6 +88,33 @@ def test_thread_code_and_element_atomics_stay_inside_the_tensors(target):
         assert whole[N:].isnan().all()
 
 
+@pytest.mark.parametrize("target", ["cpu", "interp"])
+def test_a_tensors_safe_value_is_what_its_loads_outside_read(target):
+    @T.prim_func
+    def shift(A: T.Tensor((N,), "float32"), I: T.Tensor((N,), "int32"),
+              B: T.Tensor((N,), "float32"), J: T.Tensor((N,), "int32")):
+        with T.Kernel(T.ceildiv(N, 8), threads=32) as bx:
+            T.annotate_safe_value({A: -7.5, I: 3})
+            for i in T.serial(8):
+                B[bx * 8 + i] = A[bx * 8 + i + 1]
+                J[bx * 8 + i] = I[bx * 8 + i + 2]
+
+    (a, _), (b, _), (i, _), (j, _) = _views(torch.arange(N, dtype=torch.float32), 0.0, 0.0,
+                                            0.0)
+    ints = torch.arange(N, dtype=torch.int32)
+    jj = torch.zeros(N, dtype=torch.int32)
+    tilewright.compile(shift, target=target)(a, ints, b, jj)
+    assert b.tolist() == [float(k + 1) for k in range(N - 1)] + [-7.5]
+    assert jj.tolist() == [k + 2 for k in range(N - 2)] + [3, 3]
+    with pytest.raises(tilewright.errors.KernelError, match="the kernel's global tensors"):
+        @T.prim_func
+        def tile_key(A: T.Tensor((N,), "float32")):
+            with T.Kernel(1, threads=32):
+                s = T.alloc_shared((8,), "float32")
+                T.annotate_safe_value({s: 1.0})
+                A[0] = s[0]
+
+
 def test_disabling_the_guards_leaves_the_access_to_the_interpreters_check():
     (a, _), (b, _) = _views(torch.arange(N, dtype=torch.float32), 0.0)
     kernel = tilewright.compile(shift_in_block_code(), target="interp",

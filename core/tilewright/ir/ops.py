@@ -132,6 +132,10 @@ THREAD_ALLREDUCE = register_tile_op(TileOpSchema(
         "combined (COMBINER: sum, max or min) in its one-element array",
 ))
 
+# the kernel loop's annotation T.annotate_safe_value makes: {global tensor's name: the value a
+# load of it outside its extent reads}, which the safe-memory guard uses instead of 0
+SAFE_VALUES_KEY = "tw.safe_values"
+
 # the names of the two families' tile ops, for passes that treat a family alike
 REDUCE_OPS = frozenset(f"reduce_{k}" for k in REDUCE_KINDS)
 SCAN_OPS = frozenset(f"cum{k}" for k in SCAN_KINDS)

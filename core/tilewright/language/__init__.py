@@ -1,7 +1,14 @@
 """``import tilewright.language as T``: the portable tile language."""
 
 from . import tvm_names  # noqa: F401 - TileLang's tvm.tirx.PrimExpr on TVM 0.27
-from .annotations import Fragment, Layout, annotate_layout, region, use_swizzle
+from .annotations import (
+    Fragment,
+    Layout,
+    annotate_layout,
+    annotate_safe_value,
+    region,
+    use_swizzle,
+)
 from .buffer import TileBuffer, VarHandle
 from .conv import c2d_im2col, im2col
 from .debug import device_assert, print
@@ -121,7 +128,8 @@ __all__ = [
     "TileBuffer", "VarHandle", "Cast", "Serial", "Vectorized", "abs", "all_of", "any_of",
     "alloc_buffer", "alloc_fragment", "alloc_global", "alloc_local", "alloc_reducer",
     "alloc_shared", "alloc_var", "attr", "comm_reducer", "evaluate", "tvm_thread_allreduce",
-    "annotate_layout", "bitwise_not", "c2d_im2col", "cast", "cdiv", "ceildiv", "clamp", "clear",
+    "annotate_layout", "annotate_safe_value", "bitwise_not", "c2d_im2col", "cast", "cdiv",
+    "ceildiv", "clamp", "clear",
     "const", "copy",
     "device_assert", "dp4a", "dtype", "dynamic", "empty", "fabs", "fill", "floordiv",
     "floormod",

@@ -14,6 +14,7 @@ import inspect
 from tvm import tirx
 
 from ..errors import kernel_error
+from ..ir import SAFE_VALUES_KEY
 from . import builder as B
 from .buffer import BufferSlice, TileBuffer, as_int, to_expr
 
@@ -69,6 +70,26 @@ def annotate_layout(layouts: dict):
                                f"{buf.name!r} of shape {buf.shape}")
         builder.kernel_annotations.setdefault("tw.layouts", {})[buf.name] = \
             list(layout.index_map())
+
+
+def annotate_safe_value(safe_values: dict):
+    """``T.annotate_safe_value({A: -1e4})``: what a load of global tensor ``A`` at an index
+    outside its extent reads (0 unless annotated; the loads the compiler cannot prove inside
+    are guarded on every backend, :mod:`tilewright.transform.safe_memory`). The values are
+    Python numbers, converted to the tensor's dtype."""
+    builder = B.require_kernel("T.annotate_safe_value")
+    if not isinstance(safe_values, dict):
+        raise kernel_error(f"T.annotate_safe_value takes a dict {{tensor: value}}, got "
+                           f"{type(safe_values).__name__}")
+    for buf, value in safe_values.items():
+        if not isinstance(buf, TileBuffer) or str(buf.buffer.scope()) != "global":
+            raise kernel_error("T.annotate_safe_value keys must be the kernel's global "
+                               f"tensors (its parameters), got {getattr(buf, 'name', buf)!r}")
+        value = as_int(value)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise kernel_error(f"T.annotate_safe_value: the value for {buf.name!r} must be a "
+                               f"number, got {value!r}")
+        builder.kernel_annotations.setdefault(SAFE_VALUES_KEY, {})[buf.name] = float(value)
 
 
 def use_swizzle(panel_size: int = 10, order: str = "row", enable: bool = True):

@@ -30,7 +30,7 @@ import tvm
 import tvm_ffi
 from tvm import tirx
 
-from ..ir import ATOMIC_OPS, ATOMIC_PREV, THREAD_BINDING, decode, is_region
+from ..ir import ATOMIC_OPS, ATOMIC_PREV, SAFE_VALUES_KEY, THREAD_BINDING, decode, is_region
 from .walk import StmtMutator, prim_func_pass
 
 DISABLE_KEY = "tw.disable_safe_memory"
@@ -40,11 +40,18 @@ def _is_global(buffer) -> bool:
     return str(buffer.scope()) == "global"
 
 
-def _zero(dtype: str):
+def _value(value: float, dtype: str):
+    """``value`` as a constant of ``dtype``."""
+    if dtype.startswith(("int", "uint", "bool")):
+        return tirx.const(int(value), dtype)
     try:
-        return tirx.const(0, dtype)
+        return tirx.const(value, dtype)
     except Exception:  # a dtype TVM makes no constant of directly (float8 ...)
-        return tirx.Cast(dtype, tirx.const(0, "float32"))
+        return tirx.Cast(dtype, tirx.const(value, "float32"))
+
+
+def _zero(dtype: str):
+    return _value(0.0, dtype)
 
 
 def _all(conds):
@@ -58,6 +65,17 @@ class _Guard(StmtMutator):
     def __init__(self):
         super().__init__()
         self.made = []  # (guarded load, its condition, the load) of the loads guarded here
+        self.safe = {}  # a global tensor's name -> what its loads outside it read (the kernel's)
+
+    def visit_For(self, stmt):
+        values = stmt.annotations.get(SAFE_VALUES_KEY) if stmt.annotations else None
+        if values is None:
+            return super().visit_For(stmt)
+        outer, self.safe = self.safe, {str(k): float(v) for k, v in values.items()}
+        try:
+            return super().visit_For(stmt)
+        finally:
+            self.safe = outer
 
     # -- conditions --------------------------------------------------------------------------
     def inside(self, buffer, indices, extents=None) -> list:
@@ -81,7 +99,9 @@ class _Guard(StmtMutator):
         if not conds:
             return load
         cond = _all(conds)
-        guarded = tirx.if_then_else(cond, load, _zero(str(load.ty)))
+        name, dtype = str(load.source.name), str(load.ty)
+        safe = _value(self.safe[name], dtype) if name in self.safe else _zero(dtype)
+        guarded = tirx.if_then_else(cond, load, safe)
         self.made.append((guarded, cond, load))
         return guarded
 

@@ -371,6 +371,75 @@ def _thread_level_ref(x, v, bm=8):
     return [x @ v]
 
 
+def _thread_allreduce(dtype, M, N, reduce=8, rows=4, tile=4):
+    """TileLang's GEMV by TVM's thread allreduce: thread (k, r) sums its slices of row r of X
+    times V in a register; the ``reduce`` threads of a row combine their sums
+    (T.tvm_thread_allreduce in T.attr(T.comm_reducer(...), "reduce_scope", ...)) and their
+    largest partial sum, which every one of them gets."""
+
+    @T.prim_func
+    def thread_allreduce(X: T.Tensor((M, N), dtype), V: T.Tensor((N,), dtype),
+                         Y: T.Tensor((M,), dtype), Z: T.Tensor((M,), dtype)):
+        with T.Kernel(T.ceildiv(M, rows), threads=(reduce, rows)) as bx:
+            k = T.get_thread_binding(0)
+            r = T.get_thread_binding(1)
+            acc = T.alloc_local((1,), "float32")
+            total = T.alloc_local((1,), "float32")
+            most = T.alloc_local((1,), "float32")
+            T.clear(acc)
+            for ko in T.serial(T.ceildiv(N, reduce * tile)):
+                for j in T.serial(tile):
+                    col = ko * reduce * tile + k * tile + j
+                    if col < N and bx * rows + r < M:
+                        acc[0] += T.cast(X[bx * rows + r, col], "float32") * \
+                            T.cast(V[col], "float32")
+            with T.attr(T.comm_reducer(lambda x, y: x + y, [T.cast(0, "float32")]),
+                        "reduce_scope", T.reinterpret(T.uint64(0), dtype="handle")):
+                T.evaluate(T.tvm_thread_allreduce(T.uint32(1), acc[0], True, total[0], k,
+                                                  dtype="handle"))
+            with T.attr(T.comm_reducer(lambda x, y: T.max(x, y), [T.cast(0, "float32")]),
+                        "reduce_scope", T.reinterpret(T.uint64(0), dtype="handle")):
+                T.evaluate(T.tvm_thread_allreduce(T.uint32(1), acc[0], True, most[0], k,
+                                                  dtype="handle"))
+            if k == 0 and bx * rows + r < M:
+                Y[bx * rows + r] = T.cast(total[0], dtype)
+                Z[bx * rows + r] = T.cast(most[0], dtype)
+
+    return thread_allreduce
+
+
+def _thread_allreduce_ref(x, v, reduce=8, tile=4):
+    M, N = x.shape
+    cols = x * v
+    slices = -(-N // (reduce * tile)) * reduce * tile
+    padded = cols.new_zeros(M, slices)
+    padded[:, :N] = cols
+    # thread k's columns: ko * reduce * tile + k * tile + j
+    partial = padded.view(M, -1, reduce, tile).sum(dim=(1, 3))
+    return [cols.sum(dim=1), partial.max(dim=1).values]
+
+
+def _safe_value(dtype, M, N, bn=8):
+    """A kernel reading one element past its block's end of a row: the last block's loads
+    that pass the tensor read the value T.annotate_safe_value gives it, not 0, and its
+    stores that pass the output are not made."""
+
+    @T.prim_func
+    def safe_value(X: T.Tensor((M, N), dtype), Y: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, bn), M, threads=128) as (bx, by):
+            T.annotate_safe_value({X: 3})
+            for j in T.serial(bn):
+                Y[by, bx * bn + j] = X[by, bx * bn + j + 1]
+
+    return safe_value
+
+
+def _safe_value_ref(x, bn=8):
+    y = x.new_full(x.shape, 3)
+    y[:, :-1] = x[:, 1:]
+    return [y]
+
+
 def _thread_scan(dtype, M, N, threads=128):
     """Row bx of Y: the running sums of X's row by the first N threads of the block (a scan
     across threads, TileLang's top-k cumsum): a loop exchanging values through shared memory
@@ -418,6 +487,19 @@ ROWS = (
            reduction=lambda N, **_: N, dtypes=("float32", "float16", "bfloat16"),
            doc="thread-level code (T.get_thread_binding, T.thread_binding): a split-K GEMV "
                "summing in registers, atomics into shared memory, a swap through names"),
+    Kernel("thread_allreduce", (*BASE, "serial", "alloc_local", "clear", "cast",
+                                "get_thread_binding", "attr", "comm_reducer", "evaluate",
+                                "tvm_thread_allreduce", "reinterpret", "uint64", "uint32"),
+           ("get_thread_binding", "tvm_thread_allreduce", "fill"), _thread_allreduce,
+           lambda torch, gen, dtype, M, N: [rand(torch, gen, (M, N), dtype),
+                                             rand(torch, gen, (N,), dtype)],
+           _thread_allreduce_ref, {"partial": {"M": 10, "N": 70}}, out_idx=(2, 3),
+           reduction=lambda N, **_: N, dtypes=("float32", "float16", "bfloat16"),
+           doc="TVM's thread allreduce (sum and max) of a GEMV's per-thread partial sums"),
+    Kernel("safe_value", (*BASE, "serial", "annotate_safe_value"), (), _safe_value, two_d,
+           _safe_value_ref, {"partial": {"M": 3, "N": 20}},
+           dtypes=("float32", "float16", "int32"), exact=True,
+           doc="global loads past the tensor's end read T.annotate_safe_value's value"),
     Kernel("thread_scan", (*BASE, "serial", "alloc_shared", "alloc_var", "get_thread_binding",
                            "sync_threads"),
            ("get_thread_binding", "named_barrier"), _thread_scan,
