@@ -7,8 +7,9 @@ from __future__ import annotations
 import tvm
 import tvm_ffi
 from tilewright.errors import KernelError
-from tilewright.ir import ATOMIC_PREV, decode
+from tilewright.ir import decode
 from tilewright.transform import rebuild_for
+from tilewright.transform.threads import ThreadDependence, guarded_writes
 from tvm import tirx
 
 from .. import intrinsics, keys, ops
@@ -142,33 +143,9 @@ def uses(node, var) -> bool:
     return bool(found)
 
 
-def _guarded_assigns(body, binds: bool) -> list:
-    """``(statement, guards)`` of every store to a per-thread buffer (``local*`` scopes) under
-    ``body`` (and with ``binds``, every ``Bind``), in order, with the conditions and loop
-    bounds it runs under."""
-    found: list = []
-
-    def walk(stmt, guards: tuple) -> None:
-        if isinstance(stmt, tirx.IfThenElse):
-            walk(stmt.then_case, guards + (stmt.condition,))
-            if stmt.else_case is not None:
-                walk(stmt.else_case, guards + (stmt.condition,))
-        elif isinstance(stmt, tirx.SeqStmt):
-            for part in stmt.seq:
-                walk(part, guards)
-        elif isinstance(stmt, tirx.For):
-            walk(stmt.body, guards + (stmt.min, stmt.extent))
-        elif isinstance(stmt, tirx.While):
-            walk(stmt.body, guards + (stmt.condition,))
-        elif (binds and isinstance(stmt, tirx.Bind)) or (
-                isinstance(stmt, tirx.BufferStore) and
-                str(stmt.buffer.scope()).startswith("local")):
-            found.append((stmt, guards))
-        elif hasattr(stmt, "body") and isinstance(stmt.body, tirx.Stmt):
-            walk(stmt.body, guards)
-
-    walk(body, ())
-    return found
+def _in_registers(buffer) -> bool:
+    """Storage each thread holds its own of here: ``local*`` scopes (fragments too)."""
+    return str(buffer.scope()).startswith("local")
 
 
 def thread_varying(body, tx) -> list:
@@ -178,20 +155,20 @@ def thread_varying(body, tx) -> list:
     or whose value is an extern call (an atomic's previous value differs between threads even
     at one address)."""
     varying: list = []
-    pending = _guarded_assigns(body, binds=False)
+    pending = guarded_writes(body, _in_registers, binds=False, tile_ops=False)
     changed = True
     while changed:
         changed, rest = False, []
-        for store, guards in pending:
-            if any(store.buffer.same_as(v) for v in varying):
+        for write in pending:
+            buffer, _, parts, guards = write
+            if any(buffer.same_as(v) for v in varying):
                 continue
-            if _is_extern_call(store.value) or any(
-                    depends_on_thread(e, tx, varying)
-                    for e in (store.value, *store.indices, *guards)):
-                varying.append(store.buffer)
+            if _is_extern_call(parts[0]) or any(depends_on_thread(e, tx, varying)
+                                                for e in (*parts, *guards)):
+                varying.append(buffer)
                 changed = True
             else:
-                rest.append((store, guards))
+                rest.append(write)
         pending = rest
     return varying
 
@@ -210,37 +187,10 @@ def index_dependent(body, indices):
     the block because it reads the thread index (``indices``: T.get_thread_binding's
     variables, before the threads are bound), directly or through a ``Bind`` variable or a
     per-thread buffer (``local*`` scopes) computed from it, under a condition reading it, or
-    from an atomic's previous value (different in every thread even at one address)."""
-    assigns = _guarded_assigns(body, binds=True)
-    buffers, variables = list(indices), []
-
-    def reads(expr) -> bool:
-        return any(b.same_as(x) for b in loads_in(expr) for x in buffers) or \
-            any(uses(expr, v) for v in variables) or _is_atomic_prev(expr)
-
-    pending, changed = assigns, True
-    while changed:
-        changed, rest = False, []
-        for stmt, guards in pending:
-            target = stmt.var if isinstance(stmt, tirx.Bind) else stmt.buffer
-            parts = (stmt.value,) if isinstance(stmt, tirx.Bind) else (stmt.value,
-                                                                        *stmt.indices)
-            if any(t.same_as(target) for t in (*buffers, *variables)):
-                continue
-            if any(reads(e) for e in (*parts, *guards)):
-                (variables if isinstance(stmt, tirx.Bind) else buffers).append(target)
-                changed = True
-            else:
-                rest.append((stmt, guards))
-        pending = rest
-    return reads
-
-
-def _is_atomic_prev(expr) -> bool:
-    found = []
-    tvm_ffi.structural_walk(expr, (tvm.ir.Call, lambda c: found.append(c) if isinstance(
-        c.op, tvm.ir.Op) and c.op.name in ATOMIC_PREV else None))
-    return bool(found)
+    from an atomic's previous value (different in every thread even at one address): the
+    core's analysis (:class:`tilewright.transform.threads.ThreadDependence`) with this
+    backend's registers."""
+    return ThreadDependence(body, indices, _in_registers, tile_ops=False).reads
 
 
 def _is_extern_call(expr) -> bool:

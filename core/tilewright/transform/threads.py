@@ -59,17 +59,18 @@ def thread_indices(body) -> list:
             for c in found if c is not None and c.name == THREAD_BINDING.name]
 
 
-def _is_local(buffer) -> bool:
+def is_per_thread(buffer) -> bool:
     """Per-thread storage: ``T.alloc_local`` / ``T.alloc_var`` (a fragment is the block's)."""
     return str(buffer.scope()) in ("local", "local.var")
 
 
-def _guarded_writes(body) -> list:
+def guarded_writes(body, per_thread=is_per_thread, binds: bool = True,
+                   tile_ops: bool = True) -> list:
     """``(target, bound, parts, guards)`` of every assignment under ``body`` that can make a
-    value per-thread: a store to per-thread storage (``local*``), a tile op writing it, and
-    every ``Bind`` (``bound``: the target is its variable, else a buffer); ``parts`` the
-    expressions the assigned value and place come from, ``guards`` the conditions and loop
-    bounds it runs under."""
+    value per-thread: a store to per-thread storage (``per_thread`` of its buffer), with
+    ``tile_ops`` a tile op writing it, with ``binds`` every ``Bind`` (``bound``: the target is
+    its variable, else a buffer); ``parts`` the expressions the assigned value and place come
+    from (the value first), ``guards`` the conditions and loop bounds it runs under."""
     found: list = []
 
     def walk(stmt, guards: tuple) -> None:
@@ -85,14 +86,15 @@ def _guarded_writes(body) -> list:
         elif isinstance(stmt, tirx.While):
             walk(stmt.body, guards + (stmt.condition,))
         elif isinstance(stmt, tirx.Bind):
-            found.append((stmt.var, True, (stmt.value,), guards))
-        elif isinstance(stmt, tirx.BufferStore) and _is_local(stmt.buffer):
+            if binds:
+                found.append((stmt.var, True, (stmt.value,), guards))
+        elif isinstance(stmt, tirx.BufferStore) and per_thread(stmt.buffer):
             found.append((stmt.buffer, False, (stmt.value, *stmt.indices), guards))
-        elif isinstance(stmt, tirx.Evaluate):
+        elif isinstance(stmt, tirx.Evaluate) and tile_ops:
             call = decode(stmt)
             if call is not None and call.name != THREAD_BINDING.name:
                 for region in call.regions("write"):
-                    if _is_local(region.buffer):
+                    if per_thread(region.buffer):
                         found.append((region.buffer, False, tuple(call.stmt.value.args),
                                       guards))
         elif hasattr(stmt, "body") and isinstance(stmt.body, tirx.Stmt):
@@ -105,11 +107,13 @@ def _guarded_writes(body) -> list:
 class ThreadDependence:
     """What under a kernel body may differ between the block's threads: ``buffers`` (the
     thread indices and the per-thread storage computed from them) and ``variables`` (names
-    bound to such values)."""
+    bound to such values). ``per_thread`` and ``tile_ops`` as :func:`guarded_writes`'s (a
+    backend whose fragments live in its threads' registers counts them too)."""
 
-    def __init__(self, body, indices):
+    def __init__(self, body, indices, per_thread=is_per_thread, tile_ops: bool = True):
         self.buffers, self.variables = list(indices), []
-        pending, changed = _guarded_writes(body), True
+        pending = guarded_writes(body, per_thread, tile_ops=tile_ops)
+        changed = True
         while changed:
             changed, rest = False, []
             for target, bound, parts, guards in pending:
