@@ -21,6 +21,7 @@ from .frames import (
     Persistent,
     Pipelined,
     get_block_binding,
+    get_block_extent,
     parallel,
     serial,
     sync_threads,
@@ -92,12 +93,14 @@ from .math import (
     truncmod,
     unpack,
 )
+from .random import rng_init, rng_rand, rng_rand_float
 from .reducer import alloc_reducer, finalize_reducer, reducer_init, reducer_update
 from .threads import (
     attr,
     comm_reducer,
     evaluate,
     get_thread_binding,
+    get_thread_extent,
     thread_binding,
     tvm_thread_allreduce,
 )
@@ -133,11 +136,13 @@ __all__ = [
     "const", "copy",
     "device_assert", "dp4a", "dtype", "dynamic", "empty", "fabs", "fill", "floordiv",
     "floormod",
-    "finalize_reducer", "gemm", "gemm_sp", "get_block_binding", "get_thread_binding",
+    "finalize_reducer", "gemm", "gemm_sp", "get_block_binding", "get_block_extent",
+    "get_thread_binding", "get_thread_extent",
     "if_then_else", "im2col",
     "index_to_coordinates", "infinity", "likely", "macro",
     "make_tensor", "max", "max_value", "min", "min_value", "parallel", "prim_func", "print",
-    "reduce", "reducer_init", "reducer_update", "region", "reinterpret", "reshape", "serial",
+    "reduce", "reducer_init", "reducer_update", "region", "rng_init", "rng_rand",
+    "rng_rand_float", "reinterpret", "reshape", "serial",
     "shift_left", "shift_right", "symbolic",
     "sync_threads", "thread_binding", "truncdiv", "truncmod",
     "unpack", "unroll",

@@ -18,6 +18,8 @@ from .buffer import TileBuffer, VarHandle, as_int, dtype_of, to_expr
 from .math import arith, if_then_else
 
 LOOP_KIND_KEY = "tw.loop"
+# a loop frame's info key: why the loop's iterations must run in order (see LoopSpec.run)
+IN_ORDER = "in_order"
 BLOCK_AXES = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
 
 
@@ -103,9 +105,13 @@ class LoopSpec:
         body = builder.close(frame)
         if finish is not None:
             body = finish(body)
-        annotations = {LOOP_KIND_KEY: self.kind_name, **self.annotations}
+        # a body that must see its iterations in order (IN_ORDER: it draws random numbers from
+        # one generator) makes a T.Parallel loop of a one-thread block a serial loop
+        kind, for_kind = ("serial", tirx.ForKind.SERIAL) if frame.info.get(IN_ORDER) \
+            else (self.kind_name, self.for_kind)
+        annotations = {LOOP_KIND_KEY: kind, **self.annotations}
         for var, start, extent in reversed(list(zip(loop_vars, self.starts, self.extents))):
-            body = tirx.For(var, to_expr(start), to_expr(extent), self.for_kind, body,
+            body = tirx.For(var, to_expr(start), to_expr(extent), for_kind, body,
                             annotations=annotations, span=span)
         builder.emit(body)
 
@@ -119,8 +125,9 @@ class Parallel(LoopSpec):
         builder = B.current("T.Parallel")
         outer = builder.enclosing("parallel") is None
         yield from super().run(names)
-        if outer:  # check the whole nest once, at its outermost T.Parallel
-            check_races(builder.frames[-1].stmts[-1])
+        nest = builder.frames[-1].stmts[-1]
+        if outer and str(nest.annotations[LOOP_KIND_KEY]) == "parallel":
+            check_races(nest)  # the whole nest once, at its outermost T.Parallel
 
     def __init__(self, *extents, coalesced_width=None):
         super().__init__(extents, annotations={"tw.coalesced_width": coalesced_width}
@@ -626,6 +633,18 @@ def get_block_binding(dim: int = 0):
                            f"{len(kernel.vars)} (the kernel's grid is {len(kernel.vars)}-D), "
                            f"got {dim!r}")
     return kernel.vars[dim]
+
+
+def get_block_extent(dim: int = 0):
+    """``T.get_block_extent(0)``: the number of blocks along dimension ``dim`` of the
+    enclosing ``T.Kernel``'s grid (CUDA's ``gridDim``)."""
+    builder = B.require_kernel("T.get_block_extent")
+    kernel = builder.enclosing("kernel").info["kernel"]
+    if not isinstance(dim, int) or isinstance(dim, bool) or not 0 <= dim < len(kernel.grid):
+        raise kernel_error(f"T.get_block_extent takes a grid dimension below "
+                           f"{len(kernel.grid)} (the kernel's grid is {len(kernel.grid)}-D), "
+                           f"got {dim!r}")
+    return to_expr(kernel.grid[dim])
 
 
 class Persistent(LoopSpec):

@@ -60,6 +60,15 @@ def get_thread_binding(dim: int = 0):
     return tirx.BufferLoad(buf, [tirx.const(0, "int32")])
 
 
+def get_thread_extent(dim: int = 0):
+    """``T.get_thread_extent(0)``: the number of threads along dimension ``dim`` of the
+    enclosing ``T.Kernel``'s ``threads`` (CUDA's ``blockDim``), an int32 constant."""
+    if not isinstance(dim, int) or isinstance(dim, bool) or not 0 <= dim <= 2:
+        raise kernel_error(f"T.get_thread_extent takes a thread dimension 0, 1 or 2, got "
+                           f"{dim!r}")
+    return tirx.const(B.require_kernel("T.get_thread_extent").threads[dim], "int32")
+
+
 def thread_binding(start, stop, thread: str = "threadIdx.x"):
     """``tx = T.thread_binding(0, threads, thread="threadIdx.x")`` in a ``T.Kernel`` body:
     TileLang's way of naming a thread index the kernel already has, the same as

@@ -30,6 +30,9 @@ from .catalogue import Case
 from .outcomes import NOT_VERIFIED
 
 MODES = ("codegen", "compile", "execute")
+# a case feature: blocks of one thread (T.Kernel(..., threads=1)), which every backend has
+# except one that schedules whole warps (feature "warps": the core refuses other sizes)
+SINGLE_THREAD_BLOCKS = "single_thread_blocks"
 
 
 class Unsupported(Exception):
@@ -67,7 +70,9 @@ def missing_capabilities(case: Case, backend: BackendModule, func=None) -> list[
                 and not caps.supports(op, case.dtype)]
     dtypes = {case.dtype, "float32"} | (dtypes_used(func) if func is not None else set())
     missing += [f"dtype {d}" for d in sorted(dtypes) if d not in caps.dtypes]
-    missing += [f"feature {f}" for f in case.features if f not in caps.features]
+    # a backend has blocks of one thread unless it schedules whole warps
+    features = caps.features | ({SINGLE_THREAD_BLOCKS} if "warps" not in caps.features else set())
+    missing += [f"feature {f}" for f in case.features if f not in features]
     if func is not None and caps.memory_scopes:
         missing += [f"memory scope {s}" for s in sorted(memory_scopes(func) -
                                                          caps.memory_scopes)]
