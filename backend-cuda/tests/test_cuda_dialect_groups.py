@@ -161,9 +161,15 @@ def test_a_cooperative_launch_description_is_checked():
         check_launch(bad)
 
 
-def test_sync_grid_is_refused_on_other_backends():
-    with pytest.raises(KernelError, match=r"T\.sync_grid is an op of the 'cuda' dialect"):
-        tilewright.lower(grid_sum(), "cpu")
+def test_sync_grid_is_portable_the_cpu_runs_the_kernel_in_phases():
+    # T.sync_grid is the core's: the CPU backend runs the blocks' statements before the
+    # barrier for every block, then those after it (tilewright.transform.grid_sync)
+    a = torch.randn(4, 128)
+    w, o = torch.zeros_like(a), torch.zeros_like(a)
+    tilewright.compile(grid_sum(), target="cpu")(a, w, o)
+    assert torch.equal(o, (a * 2).roll(-1, 0) + a * 2)
+    with pytest.raises(KernelError, match=r"T\.sync_grid is not supported by backend 'ascend'"):
+        tilewright.lower(grid_sum(), "ascend")
 
 
 def test_sync_grid_in_a_cluster_kernel_is_refused_at_the_users_line():

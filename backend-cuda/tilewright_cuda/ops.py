@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from tilewright.ir import (
     NAMED_BARRIER,
+    SYNC_GRID,
     THREAD_ALLREDUCE,  # noqa: F401 - the core's op; rules.dialect lowers it
     THREAD_BINDING,
 )
@@ -94,9 +95,6 @@ FENCE_GPU = _op("fence_gpu", (), (),
                 "__threadfence() in every thread of the block, then the block's barrier: the "
                 "block's memory accesses before it are ordered before its accesses after it "
                 "for every thread of the GPU")
-SYNC_GRID = _op("sync_grid", (), (),
-                "a barrier of every thread of every block of the grid (a cooperative launch: "
-                "all blocks resident at once)")
 WGMMA_GEMM = _op("wgmma_gemm", (Operand("A", "read"), Operand("B", "read"),
                                 Operand("C", "readwrite")),
                  (Attr("transpose_A", bool, False), Attr("transpose_B", bool, False),

@@ -7,6 +7,7 @@ import tvm
 from tilewright.ir import matrix_dims
 from tilewright.language import Kernel as _PortableKernel
 from tilewright.language import builder as B
+from tilewright.language import sync_grid as core_sync_grid
 from tilewright.language import sync_threads
 from tilewright.language.buffer import (
     TileBuffer,
@@ -509,7 +510,7 @@ def sync_grid():
     if CLUSTER_KEY in B.current("T.sync_grid").kernel_annotations:
         raise error("T.sync_grid needs a cooperative launch, which has no thread-block "
                     "clusters: use T.Kernel, not T.ClusterKernel")
-    _emit(ops.SYNC_GRID.name, {})
+    core_sync_grid()
 
 
 def _gemm_matrix(value, what: str):

@@ -13,6 +13,7 @@ from .ops import (
     SAFE_VALUES_KEY,
     SCAN_KINDS,
     SCAN_OPS,
+    SYNC_GRID,
     THREAD_ALLREDUCE,
     THREAD_BINDING,
 )
@@ -40,7 +41,7 @@ from .schema import (
 __all__ = [
     "ATOMIC_KINDS", "ATOMIC_OPS", "ATOMIC_PREV", "INTEGER_REDUCE_KINDS", "NAMED_BARRIER",
     "PORTABLE_OPS", "REDUCE_KINDS", "REDUCE_OPS", "SAFE_VALUES_KEY", "SCAN_KINDS", "SCAN_OPS",
-    "THREAD_ALLREDUCE", "THREAD_BINDING",
+    "SYNC_GRID", "THREAD_ALLREDUCE", "THREAD_BINDING",
     "Attr", "Operand", "Region", "TileOpCall",
     "TileOpSchema", "decode", "get_schema", "intrinsic_features", "intrinsics_in", "make_call",
     "matrix_dims", "ops",

@@ -124,6 +124,14 @@ NAMED_BARRIER = register_tile_op(TileOpSchema(
         "kernel's choice (thread-level code)",
 ))
 
+SYNC_GRID = register_tile_op(TileOpSchema(
+    "sync_grid", (), (),
+    doc="TileLang's T.sync_grid(): a barrier of every thread of every block of the grid; the "
+        "global memory writes before it are visible to every block after it (CUDA: a "
+        "cooperative launch; a backend running the blocks one after another runs the kernel "
+        "in phases, each for every block, transform.grid_sync)",
+))
+
 THREAD_ALLREDUCE = register_tile_op(TileOpSchema(
     "tvm_thread_allreduce", (Operand("value", "read", kind="expr"), Operand("dst", "write")),
     (Attr("combiner", str, "sum"), Attr("dim", int, 0), Attr("threads", str, "")),

@@ -12,7 +12,7 @@ import tvm_ffi
 from tvm import tirx
 
 from ..errors import KernelError, kernel_error, span_location
-from ..ir import NAMED_BARRIER, make_call
+from ..ir import NAMED_BARRIER, SYNC_GRID, make_call
 from . import builder as B
 from .buffer import TileBuffer, VarHandle, as_int, dtype_of, to_expr
 from .math import arith, if_then_else
@@ -620,6 +620,21 @@ def sync_threads(barrier_id=None, arrive_count=None) -> None:
     builder.emit(make_call(NAMED_BARRIER.name, {},
                            {"barrier_id": barrier_id, "arrive_count": arrive_count},
                            span=B.here()))
+
+
+def sync_grid() -> None:
+    """``T.sync_grid()``: a barrier of the whole grid between two statements of the kernel:
+    every block finishes what comes before it before any block goes on, and the global
+    memory written before it is read after it (TileLang's persistent kernels: partial results
+    of every block, then their combination). CUDA launches the kernel cooperatively (all its
+    blocks resident at once); the CPU and the interpreter, which run the blocks one after
+    another, run the kernel in phases, each for every block (:mod:`tilewright.transform.
+    grid_sync`), so there it must stand in the kernel's body, not in a loop or a branch."""
+    builder = B.require_kernel("T.sync_grid")
+    if builder.enclosing("parallel") is not None:
+        raise kernel_error("T.sync_grid inside a T.Parallel loop: a barrier of the grid stands "
+                           "between the kernel's statements")
+    builder.emit(make_call(SYNC_GRID.name, {}, {}, span=B.here()))
 
 
 def get_block_binding(dim: int = 0):

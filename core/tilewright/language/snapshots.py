@@ -23,6 +23,7 @@ import tvm_ffi
 from tvm import tirx
 
 from ..errors import KernelError, span_location
+from ..ir.ops import SYNC_GRID
 from ..ir.schema import decode, writes_memory
 
 
@@ -125,7 +126,18 @@ def _needed(bind: tirx.Bind, rest: list, uses: Counter) -> bool:
     between = rest[:last + 1]
     if isinstance(rest[last], tirx.BufferStore):
         between = rest[:last]  # a store evaluates its value, then writes
-    return any(_writes(s) & read for s in between)
+    if any(_writes(s) & read for s in between):
+        return True
+    # after a grid barrier other blocks' writes to global memory are visible
+    return any(str(b.scope()) == "global" for b in read) and \
+        any(_grid_barrier_in(s) for s in between)
+
+
+def _grid_barrier_in(stmt) -> bool:
+    found = []
+    tvm_ffi.structural_walk(stmt, (tirx.Evaluate, lambda e: found.append(e) if (
+        (op := decode(e)) is not None and op.name == SYNC_GRID.name) else None))
+    return bool(found)
 
 
 def _buffers_read(expr) -> set:

@@ -4,6 +4,7 @@
 from ..plugin.passconfig import NAMES as PassConfigKey
 from .bounds import check_bounds, instrument_bounds
 from .float_to_int import saturating_float_to_int
+from .grid_sync import split_grid_syncs
 from .lower_tile_ops import RuleContext, lower_intrinsics, lower_tile_ops
 from .narrow_float import narrow_float_arithmetic
 from .safe_memory import legalize_safe_memory
@@ -14,5 +15,6 @@ from .wrapping_int import wrapping_integer_arithmetic
 __all__ = ["PassConfigKey", "RuleContext", "StmtMutator", "check_bounds", "instrument_bounds",
            "legalize_safe_memory", "lower_intrinsics", "lower_tile_ops",
            "narrow_float_arithmetic", "prim_func_pass", "rebuild_for", "reraise_pass_error",
-           "saturating_float_to_int", "serialize_threads", "thread_dependence",
+           "saturating_float_to_int", "serialize_threads", "split_grid_syncs",
+           "thread_dependence",
            "wrapping_integer_arithmetic"]

@@ -18,7 +18,9 @@ from tilewright.transform import (
     lower_tile_ops,
     saturating_float_to_int,
     serialize_threads,
+    split_grid_syncs,
 )
+from tilewright.transform.grid_sync import GRID_OPS
 from tilewright.transform.threads import THREAD_OPS
 from tvm import tirx
 
@@ -50,6 +52,9 @@ def _rules(ctx) -> dict:
 
 
 PIPELINE = PassPipeline((
+    Phase("split_grid_syncs", lambda ctx: [split_grid_syncs("CPUSplitGridSyncs")],
+          "a kernel with T.sync_grid() run as consecutive launches, one a phase "
+          "(tilewright.transform.grid_sync)"),
     Phase("serialize_threads", lambda ctx: [serialize_threads("CPUSerializeThreads")],
           "code reading T.get_thread_binding's index run for each thread in turn "
           "(tilewright.transform.threads)"),
@@ -114,7 +119,7 @@ BACKEND = BackendModule(
     codegens={"cpu": CODEGEN},
     executors=EXECUTORS,
     capabilities=Capabilities(
-        tile_ops=frozenset({*RULES, *THREAD_OPS}),
+        tile_ops=frozenset({*RULES, *THREAD_OPS, *GRID_OPS}),
         dtypes=frozenset(DTYPES),
         memory_scopes=frozenset({"global", "shared.dyn", "local.fragment", "local", "local.var",
                                  *(f"local.reducer.{op}" for op in REDUCER_OPS)}),

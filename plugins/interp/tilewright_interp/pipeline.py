@@ -20,6 +20,7 @@ from tilewright.transform import (
     prim_func_pass,
     saturating_float_to_int,
     serialize_threads,
+    split_grid_syncs,
 )
 
 from .lowering import RULES
@@ -40,6 +41,9 @@ def check_tile_ops():
 
 
 PIPELINE = PassPipeline((
+    Phase("split_grid_syncs", lambda ctx: [split_grid_syncs("InterpSplitGridSyncs")],
+          "a kernel with T.sync_grid() run as consecutive launches, one a phase "
+          "(tilewright.transform.grid_sync)"),
     Phase("serialize_threads", lambda ctx: [serialize_threads("InterpSerializeThreads")],
           "code reading T.get_thread_binding's index run for each thread in turn "
           "(tilewright.transform.threads)"),

@@ -371,6 +371,45 @@ def _thread_level_ref(x, v, bm=8):
     return [x @ v]
 
 
+def _sync_grid(dtype, M, N, bm=4):
+    """A persistent two-phase kernel: each block doubles its rows into a fragment and writes
+    their sums; after the grid barrier (T.sync_grid) each block reads every block's sums and
+    divides its fragment, kept across the barrier, by their total."""
+
+    @T.prim_func
+    def sync_grid(X: T.Tensor((M, N), dtype), P: T.Tensor((T.ceildiv(M, bm),), "float32"),
+                  Y: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(M, bm), threads=128) as bx:
+            tile = T.alloc_fragment((bm, N), "float32")
+            part = T.alloc_var("float32")
+            total = T.alloc_var("float32")
+            row0 = bx * bm
+            for i, j in T.Parallel(bm, N):
+                tile[i, j] = T.if_then_else(row0 + i < M, T.cast(X[row0 + i, j], "float32") * 2,
+                                            0)
+            part = 0
+            for i in T.serial(bm):
+                for j in T.serial(N):
+                    part += tile[i, j]
+            P[bx] = part
+            T.sync_grid()
+            total = 0
+            for b in T.serial(T.ceildiv(M, bm)):
+                total += P[b]
+            for i, j in T.Parallel(bm, N):
+                if row0 + i < M:
+                    Y[row0 + i, j] = T.cast(tile[i, j] / total, dtype)
+
+    return sync_grid
+
+
+def _sync_grid_ref(x, bm=4):
+    doubled = x * 2
+    rows = doubled.new_zeros(-(-x.shape[0] // bm) * bm)
+    rows[: x.shape[0]] = doubled.sum(dim=1)
+    return [rows.view(-1, bm).sum(dim=1), doubled / doubled.sum()]
+
+
 def _thread_allreduce(dtype, M, N, reduce=8, rows=4, tile=4):
     """TileLang's GEMV by TVM's thread allreduce: thread (k, r) sums its slices of row r of X
     times V in a register; the ``reduce`` threads of a row combine their sums
@@ -487,6 +526,12 @@ ROWS = (
            reduction=lambda N, **_: N, dtypes=("float32", "float16", "bfloat16"),
            doc="thread-level code (T.get_thread_binding, T.thread_binding): a split-K GEMV "
                "summing in registers, atomics into shared memory, a swap through names"),
+    Kernel("sync_grid", (*BASE, "Parallel", "serial", "alloc_fragment", "alloc_var", "cast",
+                         "if_then_else", "sync_grid"), ("sync_grid",), _sync_grid, two_d,
+           _sync_grid_ref, {"partial": {"M": 10, "N": 6}}, out_idx=(1, 2),
+           reduction=lambda M, N, **_: M * N,
+           doc="a grid barrier between a persistent kernel's phases (T.sync_grid), with a "
+               "fragment kept across it"),
     Kernel("thread_allreduce", (*BASE, "serial", "alloc_local", "clear", "cast",
                                 "get_thread_binding", "attr", "comm_reducer", "evaluate",
                                 "tvm_thread_allreduce", "reinterpret", "uint64", "uint32"),
