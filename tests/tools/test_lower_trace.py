@@ -60,8 +60,8 @@ def test_trace_layout_and_report(tmp_path, capsys):
         assert (root / name).read_text() == kernel.get_kernel_source()
     assert (root / "report.html").resolve() == (run / "report.html").resolve()
     phases = {p.name for p in run.iterdir() if p.is_dir()}
-    assert {"split_grid_syncs", "serialize_threads", "lower_tile_ops", "lower_loops", "lower_memory",
-            "lower_blocks", "codegen", "unscoped"} <= phases
+    assert {"split_grid_syncs", "serialize_threads", "lower_tile_ops", "lower_loops",
+            "lower_memory", "lower_blocks", "codegen", "unscoped"} <= phases
     before = sorted(p.name for p in (run / "lower_tile_ops").iterdir())
     assert before[:2] == ["02_CPUFuseGemmK_after.tir", "02_CPUFuseGemmK_before.tir"]
     assert "04_LowerTileOps_before.tir" in before  # files named by pass

@@ -1,6 +1,9 @@
 """``import tilewright.language as T``: the portable tile language."""
 
-from . import tvm_names  # noqa: F401 - TileLang's tvm.tirx.PrimExpr on TVM 0.27
+from . import (
+    int_operands,  # noqa: F401 - Python ints beside TVM expressions, as TileLang's TVM
+    tvm_names,  # noqa: F401 - TileLang's tvm.tirx.PrimExpr on TVM 0.27
+)
 from .annotations import (
     Fragment,
     Layout,
@@ -71,6 +74,7 @@ from .math import (
 from .math import (
     Cast,
     abs,
+    align_up,
     bitwise_not,
     cast,
     ceildiv,
@@ -133,7 +137,7 @@ __all__ = [
     "alloc_buffer", "alloc_fragment", "alloc_global", "alloc_local", "alloc_reducer",
     "alloc_shared", "alloc_var", "attr", "comm_reducer", "evaluate", "tvm_thread_allreduce",
     "annotate_layout", "annotate_safe_value", "bitwise_not", "c2d_im2col", "cast", "cdiv",
-    "ceildiv", "clamp", "clear",
+    "align_up", "ceildiv", "clamp", "clear",
     "const", "copy",
     "device_assert", "dp4a", "dtype", "dynamic", "empty", "fabs", "fill", "floordiv",
     "floormod",

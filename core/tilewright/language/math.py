@@ -101,9 +101,10 @@ def Cast(dtype, value):  # noqa: N802 - TileLang's (and TVM's) name and argument
     return cast(value, dtype)
 
 
-def clamp(value, lo, hi):
-    """``value`` limited to ``[lo, hi]``."""
-    return min(max(value, lo), hi)
+def clamp(value, min_val, max_val):
+    """``value`` limited to ``[min_val, max_val]`` (TileLang's parameter names):
+    ``T.min(T.max(value, min_val), max_val)``."""
+    return min(max(value, min_val), max_val)
 
 
 def reinterpret(value, dtype):
@@ -360,6 +361,11 @@ def ceildiv(a, b):
         return -(-a // b)
     a, b = _pair(a, b)
     return tirx.floordiv(a + b - 1, b)
+
+
+def align_up(x, y):
+    """``x`` rounded up to a multiple of ``y``: ``T.ceildiv(x, y) * y`` (TileLang's)."""
+    return ceildiv(x, y) * y
 
 
 def _float_unary(name: str, fn):
