@@ -173,3 +173,19 @@ def test_policy_error_is_none_where_mma_fits():
     assert mma_policy_error(gemm, arch.get("sm_80"), 128) is None
     assert "gives 3 warps" in mma_policy_error(gemm, arch.get("sm_80"), 96)
     assert mma_policy_error(gemm, arch.get("sm_75"), 96) is None
+
+
+def test_a_symbol_only_inside_a_dimension_is_named():
+    # the CPU backend solves n from A's n * 4 elements; the CUDA launcher reads whole
+    # dimensions only, and says which symbol it cannot find
+    n = T.symbolic("n")
+
+    @T.prim_func
+    def main(A: T.Tensor((n * 4,), "int32")):
+        with T.Kernel(T.ceildiv(n * 4, 128), threads=128) as bx:
+            for i in T.Parallel(128):
+                if bx * 128 + i < n * 4:
+                    A[bx * 128 + i] = n
+
+    with pytest.raises(KernelError, match=r"launches the kernel with the symbol n"):
+        tilewright.lower(main, "cuda -arch=sm_90a")

@@ -60,11 +60,11 @@ def test_trace_layout_and_report(tmp_path, capsys):
         assert (root / name).read_text() == kernel.get_kernel_source()
     assert (root / "report.html").resolve() == (run / "report.html").resolve()
     phases = {p.name for p in run.iterdir() if p.is_dir()}
-    assert {"split_grid_syncs", "serialize_threads", "lower_tile_ops", "lower_loops",
-            "lower_memory", "lower_blocks", "codegen", "unscoped"} <= phases
+    assert {"bind_solved_symbols", "split_grid_syncs", "serialize_threads", "lower_tile_ops",
+            "lower_loops", "lower_memory", "lower_blocks", "codegen", "unscoped"} <= phases
     before = sorted(p.name for p in (run / "lower_tile_ops").iterdir())
-    assert before[:2] == ["02_CPUFuseGemmK_after.tir", "02_CPUFuseGemmK_before.tir"]
-    assert "04_LowerTileOps_before.tir" in before  # files named by pass
+    assert before[:2] == ["03_CPUFuseGemmK_after.tir", "03_CPUFuseGemmK_before.tir"]
+    assert "05_LowerTileOps_before.tir" in before  # files named by pass
     codegen = sorted(p.name for p in (run / "codegen").iterdir())
     assert len(codegen) == 2 and codegen[0].endswith("_codegen_after.ll")
     assert codegen[1].endswith("_codegen_before.tir")
@@ -73,10 +73,10 @@ def test_trace_layout_and_report(tmp_path, capsys):
     assert [r["index"] for r in recs] == list(range(len(recs)))
     statuses = {r["status"] for r in recs}
     assert {"changed", "noop", "codegen"} <= statuses
-    first, second, third = recs[:3]
-    assert first["name"] == "CPUSplitGridSyncs" and first["status"] == "noop"
-    assert second["name"] == "CPUSerializeThreads" and second["status"] == "noop"
-    assert third["name"] == "CPUFuseGemmK" and third["phase"] == "lower_tile_ops"
+    assert [(r["name"], r["status"]) for r in recs[:3]] == [
+        ("CPUBindSolvedSymbols", "noop"), ("CPUSplitGridSyncs", "noop"),
+        ("CPUSerializeThreads", "noop")]
+    assert recs[3]["name"] == "CPUFuseGemmK" and recs[3]["phase"] == "lower_tile_ops"
     changed = [r for r in recs if r["status"] == "changed"]
     assert all(r["changed"] and r["add_lines"] + r["del_lines"] > 0 for r in changed)
     assert "report:" in capsys.readouterr().err
@@ -248,7 +248,7 @@ def test_environment_switch_is_read_at_import(tmp_path):
     out = subprocess.run([sys.executable, str(script)], check=False, capture_output=True, text=True,
                          env=env, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert re.search(r"\[lower_trace\] [o*] 04 lower_tile_ops/LowerTileOps  \+\d+ -\d+",
+    assert re.search(r"\[lower_trace\] [o*] 05 lower_tile_ops/LowerTileOps  \+\d+ -\d+",
                      out.stdout)
     assert re.search(r"\[lower_trace\] # \d+ codegen/codegen", out.stdout)
     assert "more lines of generated source" in out.stdout

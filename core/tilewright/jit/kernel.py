@@ -46,8 +46,10 @@ class JITKernel(KernelCall):
         self._lowered_text = lowered_text
 
     # -- inspection -------------------------------------------------------------------
-    def get_kernel_source(self) -> str:
-        """The generated source (LLVM IR, CUDA C++, Ascend C ... by backend)."""
+    def get_kernel_source(self, kernel_only: bool = False) -> str:
+        """The generated source (LLVM IR, CUDA C++, Ascend C ... by backend). ``kernel_only``
+        (TileLang's: its device code without the host launcher) changes nothing: the source
+        is the kernel's."""
         return self._source
 
     def get_tir(self):
@@ -93,6 +95,11 @@ class JITKernel(KernelCall):
         ``tensor_supply_type`` (a :class:`~tilewright.TensorSupplyType`, default ``Auto``)
         says."""
         return Profiler(self, tensor_supply_type or TensorSupplyType.Auto)
+
+    def run_once(self, func=None):
+        """Call the kernel (or ``func``) once on inputs the profiler makes, as TileLang's
+        ``kernel.run_once()``; returns what the call returns."""
+        return self.get_profiler().run_once(func)
 
     def __repr__(self) -> str:
         return (f"JITKernel({self.signature.name}, target={self.target!s}, "

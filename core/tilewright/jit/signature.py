@@ -12,6 +12,8 @@ from tvm import tirx
 
 from ..errors import ArgumentError, TilewrightError
 from ..ir import decode, is_region, schema_of_call
+from ..runtime.expr import ExprError, solve_linear
+from ..runtime.expr import parse as parse_expr
 from ..runtime.signature import KernelSignature, ParamSpec
 from .coverage import covered_outputs
 
@@ -124,12 +126,23 @@ def _dim(extent):
 
 
 def _check_symbols_readable(func: tirx.PrimFunc) -> None:
-    """Every shape symbol must be a whole dimension of some parameter, else no argument gives
-    its value: a TypeError naming the symbol, as for a symbol used only by outputs."""
+    """Every shape symbol must be a whole dimension of some parameter, or the one unknown of a
+    dimension linear in it (``n * 4``: solved from that dimension when the kernel is called),
+    else no argument gives its value: a TypeError naming the symbol, as for a symbol used only
+    by outputs."""
     whole = {str(p.name) for p in func.params if not tirx.buffer.is_buffer_var(p)}
     for p in func.params:
         if tirx.buffer.is_buffer_var(p):
             whole.update(str(s.name) for s in p.shape if isinstance(s, tirx.Var))
+    found = True
+    while found:  # the symbols solved from a dimension (which may give the next one's)
+        found = False
+        for p in func.params:
+            for extent in (p.shape if tirx.buffer.is_buffer_var(p) else ()):
+                unknown = _solvable(extent, whole)
+                if unknown is not None:
+                    whole.add(unknown)
+                    found = True
     for p in func.params:
         if not tirx.buffer.is_buffer_var(p):
             continue
@@ -143,6 +156,27 @@ def _check_symbols_readable(func: tirx.PrimFunc) -> None:
                         f"{name!r} is never a whole dimension of a parameter, so no argument "
                         f"gives its value; add a parameter with {name!r} as one of its "
                         "dimensions")
+
+
+def _solvable(extent, known: set) -> str | None:
+    """The one symbol of ``extent`` not in ``known`` when ``extent`` is linear in it (checked
+    at a few values of it, the known ones set to 7), else None."""
+    if isinstance(extent, (tirx.IntImm, tirx.Var)):
+        return None
+    names = set()
+    tvm_ffi.structural_walk(extent, (tirx.Var, lambda v: names.add(str(v.name))))
+    unknown = names - known
+    if len(unknown) != 1:
+        return None
+    (name,) = unknown
+    try:
+        expr = parse_expr(expr_text(extent))
+    except (ArgumentError, ExprError):
+        return None
+    others = {n: 7 for n in names - unknown}
+    if solve_linear(expr, name, expr({**others, name: 5}), others) != 5:
+        return None
+    return name
 
 
 def _shape_text(shape) -> str:

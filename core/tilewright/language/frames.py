@@ -650,6 +650,21 @@ def get_block_binding(dim: int = 0):
     return kernel.vars[dim]
 
 
+def let(var, value, body=None):
+    """TileLang's (TVM script's) ``T.let``: ``v = T.int32(); T.let(v, ko * block_K)`` binds
+    the variable ``v`` to the value for the statements after it; ``T.let(v, value, body)`` is
+    the expression ``body`` with ``v`` bound."""
+    if not isinstance(var, tirx.Var):
+        raise kernel_error(f"T.let binds a variable (v = T.int32(), say), got {var!r:.60}")
+    value = to_expr(value)
+    if str(value.ty) != str(var.ty):
+        value = tirx.Cast(str(var.ty), value)
+    if body is not None:
+        return tirx.Let(var, value, to_expr(body))
+    B.require_kernel("T.let").emit(tirx.Bind(var, value, span=B.here()))
+    return None
+
+
 def get_block_extent(dim: int = 0):
     """``T.get_block_extent(0)``: the number of blocks along dimension ``dim`` of the
     enclosing ``T.Kernel``'s grid (CUDA's ``gridDim``)."""

@@ -345,14 +345,22 @@ def floormod(a, b):
     return tirx.floormod(a, b)
 
 
+# the floating formats without an infinity, and what a value beyond their range becomes
+_NO_INFINITY = {"float8_e4m3fn": "converts to NaN", "float4_e2m1fn": "saturates"}
+
+
 def infinity(dtype):
     """Positive infinity of a floating-point ``dtype``."""
     dtype = normalize_dtype(dtype)
     if not is_float(dtype):
         raise kernel_error(f"T.infinity needs a floating-point dtype, got {dtype}")
-    if dtype == "bfloat16":  # TVM has no bfloat16 infinity; float32's converts exactly
-        return tirx.Cast(dtype, tirx.infinity("float32"))
-    return tirx.infinity(dtype)
+    if dtype in ("float16", "float32", "float64"):
+        return tirx.infinity(dtype)
+    if dtype in _NO_INFINITY:
+        raise kernel_error(f"T.infinity({dtype}): {dtype} has no infinity (a value beyond its "
+                           f"largest finite one, T.max_value({dtype!r}), {_NO_INFINITY[dtype]})")
+    # TVM has no infinity of bfloat16 or float8_e5m2; float32's converts to theirs
+    return tirx.Cast(dtype, tirx.infinity("float32"))
 
 
 def ceildiv(a, b):

@@ -136,6 +136,16 @@ class _Rewriter(ast.NodeTransformer):
         name = "all_of" if isinstance(node.op, ast.And) else "any_of"
         return ast.fix_missing_locations(self._helper(name, node.values[0], *thunks, node=node))
 
+    def visit_Compare(self, node: ast.Compare):
+        # `lo < x < hi`: Python's `lo < x and x < hi` (its `and` is all_of's, above)
+        if len(node.ops) == 1:
+            self.generic_visit(node)
+            return node
+        operands = [node.left, *node.comparators]
+        pairs = [ast.copy_location(ast.Compare(a, [op], [b]), node)
+                 for a, op, b in zip(operands, node.ops, operands[1:])]
+        return self.visit_BoolOp(ast.copy_location(ast.BoolOp(ast.And(), pairs), node))
+
     def visit_IfExp(self, node: ast.IfExp):
         self.generic_visit(node)
         no_args = ast.arguments(posonlyargs=[], args=[], kwonlyargs=[], kw_defaults=[],

@@ -17,7 +17,7 @@ import functools
 import warnings
 
 from ..errors import ArgumentError
-from .expr import ExprError
+from .expr import ExprError, solve_linear
 from .expr import parse as parse_expr
 from .signature import PACKED, KernelSignature
 
@@ -220,6 +220,7 @@ class KernelCall:
                            "kernel in a torch.autograd.Function")
         for name, _, _ in sig.symbols:
             symbols.setdefault(name, None)
+        self._solve_symbols(args, symbols)
         shapes = []
         for index in self._outputs:
             spec = sig.params[index]
@@ -243,6 +244,32 @@ class KernelCall:
                         raise ArgumentError(f"argument {spec.name!r}: dimension {dim} must be "
                                             f"{want} = {value}, got {arg.shape[dim]}")
         return shapes, copies
+
+
+    def _solve_symbols(self, args, symbols: dict) -> None:
+        """A symbol no argument gives as a whole dimension, from a dimension that is a linear
+        expression of it (``n * 4``, ``n + 1``), repeated while one is found."""
+        found = True
+        while found:
+            found = False
+            for pos, (index, arg) in enumerate(zip(self._inputs, args)):
+                spec = self.signature.params[index]
+                if spec.kind == "scalar":
+                    continue
+                for dim, want in enumerate(spec.shape):
+                    if not isinstance(want, str) or want.isidentifier():
+                        continue
+                    expr = _parsed(want)
+                    unknown = [n for n in expr.names if symbols.get(n) is None]
+                    if len(unknown) != 1:
+                        continue
+                    value = solve_linear(expr, unknown[0], int(arg.shape[dim]), symbols)
+                    if value is None:
+                        raise ArgumentError(f"{self._where(pos, spec)}: dimension {dim} must "
+                                            f"be {want} for an integer {unknown[0]}, got "
+                                            f"{arg.shape[dim]}")
+                    symbols[unknown[0]] = value
+                    found = True
 
 
 INDEX_MAX = {"int32": (1 << 31) - 1, "int64": (1 << 63) - 1}

@@ -158,6 +158,25 @@ class Expr:
         return f"Expr({self.text!r})"
 
 
+def solve_linear(expr: Expr, unknown: str, target: int, symbols: Mapping[str, int]):
+    """The integer value of symbol ``unknown`` for which ``expr`` (the other symbols it reads
+    given by ``symbols``) equals ``target``, when ``expr`` is ``a * unknown + b`` with ``a``
+    not 0 (``n * 4``, ``n + 1``, ``3 * n + 1``; seen at three points); None when it is not
+    such an expression or no integer gives ``target``."""
+    try:
+        values = [expr({**symbols, unknown: x}) for x in (0, 1, 2)]
+    except ExprError:
+        return None
+    a, b = values[1] - values[0], values[0]
+    if a == 0 or values[2] - values[1] != a or (target - b) % a:
+        return None
+    value = (target - b) // a
+    try:
+        return value if expr({**symbols, unknown: value}) == target else None
+    except ExprError:
+        return None
+
+
 def parse(text, symbols: Iterable[str] | None = None) -> Expr:
     """Parse ``text``; with ``symbols``, every name it reads must be one of them."""
     if isinstance(text, bool) or not isinstance(text, (str, int)):

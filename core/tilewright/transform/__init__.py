@@ -8,11 +8,13 @@ from .grid_sync import split_grid_syncs
 from .lower_tile_ops import RuleContext, lower_intrinsics, lower_tile_ops
 from .narrow_float import narrow_float_arithmetic
 from .safe_memory import legalize_safe_memory
+from .shape_symbols import bind_solved_symbols
 from .threads import serialize_threads, thread_dependence
 from .walk import StmtMutator, prim_func_pass, rebuild_for, reraise_pass_error
 from .wrapping_int import wrapping_integer_arithmetic
 
-__all__ = ["PassConfigKey", "RuleContext", "StmtMutator", "check_bounds", "instrument_bounds",
+__all__ = ["PassConfigKey", "RuleContext", "StmtMutator", "bind_solved_symbols", "check_bounds",
+           "instrument_bounds",
            "legalize_safe_memory", "lower_intrinsics", "lower_tile_ops",
            "narrow_float_arithmetic", "prim_func_pass", "rebuild_for", "reraise_pass_error",
            "saturating_float_to_int", "serialize_threads", "split_grid_syncs",

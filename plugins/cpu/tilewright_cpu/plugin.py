@@ -14,6 +14,7 @@ from tilewright.plugin import (
     hookimpl,
 )
 from tilewright.transform import (
+    bind_solved_symbols,
     lower_intrinsics,
     lower_tile_ops,
     saturating_float_to_int,
@@ -52,6 +53,10 @@ def _rules(ctx) -> dict:
 
 
 PIPELINE = PassPipeline((
+    Phase("bind_solved_symbols",
+          lambda ctx: [bind_solved_symbols("CPUBindSolvedSymbols")],
+          "a shape symbol given only by a dimension linear in it (T.Tensor((n * 4,))) bound "
+          "from that dimension (tilewright.transform.shape_symbols)"),
     Phase("split_grid_syncs", lambda ctx: [split_grid_syncs("CPUSplitGridSyncs")],
           "a kernel with T.sync_grid() run as consecutive launches, one a phase "
           "(tilewright.transform.grid_sync)"),

@@ -16,6 +16,7 @@ from tilewright.errors import UnsupportedOpError, span_location
 from tilewright.ir import tile_ops_in
 from tilewright.plugin import PassPipeline, Phase
 from tilewright.transform import (
+    bind_solved_symbols,
     narrow_float_arithmetic,
     prim_func_pass,
     saturating_float_to_int,
@@ -41,6 +42,10 @@ def check_tile_ops():
 
 
 PIPELINE = PassPipeline((
+    Phase("bind_solved_symbols",
+          lambda ctx: [bind_solved_symbols("InterpBindSolvedSymbols")],
+          "a shape symbol given only by a dimension linear in it (T.Tensor((n * 4,))) bound "
+          "from that dimension (tilewright.transform.shape_symbols)"),
     Phase("split_grid_syncs", lambda ctx: [split_grid_syncs("InterpSplitGridSyncs")],
           "a kernel with T.sync_grid() run as consecutive launches, one a phase "
           "(tilewright.transform.grid_sync)"),

@@ -1,0 +1,106 @@
+"""Shape symbols that are no tensor's whole dimension: ``A: T.Tensor((n * 4,), ...)``.
+
+A kernel's caller gives a symbol's value through a dimension: ``n`` of ``A: T.Tensor((n,))``
+is ``A.shape[0]``. TileLang also reads it from a dimension linear in it (``n * 4``, ``n + 1``,
+``3 * n + 1``): the runtime solves it (``tilewright.runtime.call``, which checks the
+dimension is such a value), and :func:`bind_solved_symbols` makes the kernel do the same:
+the parameter's dimension becomes a variable of its own, which the compiled function reads
+from the tensor as it reads any dimension, and the symbol is bound to ``(dim - b) // a`` at
+the top of the kernel, before any use.
+"""
+
+from __future__ import annotations
+
+import tvm
+import tvm_ffi
+from tvm import tirx
+
+from .walk import prim_func_pass
+
+
+def _symbols(expr) -> set:
+    found = set()
+    tvm_ffi.structural_walk(expr, (tirx.Var, found.add))
+    return found
+
+
+def _linear(extent, var) -> tuple | None:
+    """``(a, b)`` with ``extent == a * var + b`` (``a`` a non-zero constant), or None."""
+    analyzer = tvm.sym.Analyzer()
+    at = [analyzer.simplify(tvm_ffi.structural_map(extent, (tirx.Var, lambda v, x=x: tirx.const(
+        x, v.ty.dtype) if v.same_as(var) else v))) for x in (0, 1, 2)]
+    a, b = analyzer.simplify(at[1] - at[0]), at[0]
+    if not isinstance(a, tirx.IntImm) or int(a.value) == 0 or \
+            not analyzer.can_prove_equal(at[2] - at[1], a):
+        return None
+    rebuilt = analyzer.simplify(a * var + b - extent)
+    if not (isinstance(rebuilt, tirx.IntImm) and int(rebuilt.value) == 0):
+        return None
+    return a, b
+
+
+def bind_solved_symbols(name: str = "BindSolvedSymbols"):
+    """The pass (for a backend whose compiled function reads its tensors' shapes itself: the
+    CPU's and the interpreter's packed functions; the CUDA launcher reads only whole
+    dimensions, and refuses such a symbol naming it)."""
+    return prim_func_pass(name, solve_symbols)
+
+
+def solve_symbols(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    """``func`` with each symbol given only by a linear dimension bound from that dimension
+    (see the module's doc); unchanged when there is none."""
+    params = list(func.params)
+    known = {p for p in params if not tirx.buffer.is_buffer_var(p)}
+    for p in params:
+        if tirx.buffer.is_buffer_var(p):
+            known.update(d for d in p.shape if isinstance(d, tirx.Var))
+    binds, replaced = [], {}
+    changed = True
+    while changed:
+        changed = False
+        for k, p in enumerate(params):
+            if not tirx.buffer.is_buffer_var(p):
+                continue
+            for d, extent in enumerate(p.shape):
+                if isinstance(extent, (tirx.Var, tirx.IntImm)):
+                    continue
+                unknown = [v for v in _symbols(extent) if v not in known]
+                if len(unknown) != 1:
+                    continue
+                form = _linear(extent, unknown[0])
+                if form is None:
+                    continue
+                dim = tirx.Var(f"{p.name}_dim{d}", extent.ty.dtype)
+                shape = list(p.shape)
+                shape[d] = dim
+                new = tirx.decl_buffer(shape, p.dtype, p.name, scope=p.scope())
+                replaced[p] = new
+                params[k] = p = new
+                a, b = form
+                binds.append(tirx.Bind(unknown[0], tirx.floordiv(dim - b, a)))
+                known.update((unknown[0], dim))
+                changed = True
+    if not binds:
+        return func
+    final = {old: params[i] for i, old in enumerate(func.params) if old in replaced}
+    chain = {}
+    for old in replaced:  # a buffer replaced twice maps to its last replacement
+        new = replaced[old]
+        while new in replaced:
+            new = replaced[new]
+        chain[old] = new
+    final.update(chain)
+
+    def load(ld):
+        new = final.get(ld.source)
+        return tirx.BufferLoad(new, list(ld.indices)) if new is not None else ld
+
+    def store(st):
+        new = final.get(st.buffer)
+        return tirx.BufferStore(new, st.value, list(st.indices), span=st.span) \
+            if new is not None else st
+
+    body = tvm_ffi.structural_map(func.body, [(tvm.ir.TensorLoad, load),
+                                              (tirx.BufferStore, store)])
+    return tirx.PrimFunc(params, tirx.SeqStmt([*binds, body]), ret_type=func.ret_type,
+                         attrs=func.attrs)

@@ -1,0 +1,124 @@
+"""What TileLang's own language tests (testing/python/language, ported by
+tools/port_tilelang_tests.py) found missing or different: ``T.let``, ``T.align_up``,
+``T.clamp``'s keyword names, chained comparisons, ``T.infinity`` of the float8 formats,
+``kernel.run_once()`` and ``get_kernel_source(kernel_only=...)``, and tensors whose shape is a
+linear expression of a symbol no argument gives whole (``T.Tensor((n * 4,))``)."""
+
+import pytest
+import tilewright
+import tilewright.language as T
+import torch
+from tilewright.errors import ArgumentError, KernelError
+
+TARGETS = ["cpu", "interp"]
+
+
+def let_and_align(n=64, block=16):
+    @T.prim_func
+    def main(A: T.Tensor((n,), "float32"), B: T.Tensor((n,), "float32"),
+             C: T.Tensor((4,), "int32")):
+        with T.Kernel(n // block, threads=32) as bx:
+            offset = T.int32()
+            T.let(offset, bx * block)
+            for i in T.Parallel(block):
+                B[offset + i] = T.clamp(A[offset + i], min_val=-0.5, max_val=0.5)
+            if bx == 0:
+                C[0] = T.align_up(37, 16)
+                C[1] = T.align_up(T.int32(n) - 3, 8)
+                C[2] = T.let(T.int32(), 5, 7)
+                C[3] = T.if_then_else(0 < bx + 1 < 2, 1, 0)
+
+    return main
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_let_align_up_clamp_and_chained_comparisons(target):
+    a = torch.randn(64)
+    b, c = torch.zeros(64), torch.zeros(4, dtype=torch.int32)
+    kernel = tilewright.compile(let_and_align(), target=target)
+    kernel(a, b, c)
+    assert torch.equal(b, a.clamp(-0.5, 0.5))
+    assert c.tolist() == [48, 64, 7, 1]
+    assert kernel.get_kernel_source(kernel_only=True) == kernel.get_kernel_source()
+
+
+def test_run_once_calls_the_kernel_on_made_inputs():
+    kernel = tilewright.compile(let_and_align(), target="cpu")
+    assert kernel.run_once() is None  # the kernel returns nothing: it writes its arguments
+
+
+def chained(lo, hi):
+    @T.prim_func
+    def main(A: T.Tensor((128,), "float32"), B: T.Tensor((128,), "float32")):
+        with T.Kernel(1, threads=128):
+            for i in T.Parallel(128):
+                if lo < i < hi:
+                    B[i] = A[i] * 2.0
+                else:
+                    B[i] = A[i] * 0.5
+
+    return main
+
+
+def test_a_chained_comparison_is_each_pair_compared():
+    a = torch.randn(128)
+    b = torch.zeros(128)
+    tilewright.compile(chained(16, 96), target="cpu")(a, b)
+    inside = (torch.arange(128) > 16) & (torch.arange(128) < 96)
+    torch.testing.assert_close(b, torch.where(inside, a * 2, a * 0.5))
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float8_e5m2", "float16"])
+def test_infinity_of_formats_tvm_has_none_for(dtype):
+    @T.prim_func
+    def main(A: T.Tensor((32,), dtype)):
+        with T.Kernel(1, threads=32):
+            T.fill(A, T.infinity(dtype))
+
+    a = torch.zeros(32, dtype=getattr(torch, dtype))
+    tilewright.compile(main, target="cpu")(a)
+    assert (a.float() == torch.inf).all()
+
+
+@pytest.mark.parametrize("dtype", ["float8_e4m3fn", "float4_e2m1fn"])
+def test_infinity_of_a_format_without_one_is_refused(dtype):
+    with pytest.raises(KernelError, match=rf"{dtype} has no infinity"):
+        @T.prim_func
+        def main(A: T.Tensor((32,), "float32")):
+            with T.Kernel(1, threads=32):
+                A[0] = T.cast(T.infinity(dtype), "float32")
+
+
+def linear_shape():
+    n = T.symbolic("n")
+
+    @T.prim_func
+    def main(A: T.Tensor((n * 3 + 1,), "int32"), B: T.Tensor((n,), "int32")):
+        with T.Kernel(1, threads=32):
+            for i in T.serial(n * 3 + 1):
+                A[i] = i + n
+
+    return main
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_symbol_solved_from_a_linear_dimension(target):
+    kernel = tilewright.compile(linear_shape(), out_idx=[1], target=target)
+    a = torch.zeros(13, dtype=torch.int32)
+    b = kernel(a)  # n = 4: solved from A's 13 = 3 * n + 1; B (n,) allocated
+    assert b.shape == (4,) and a.tolist() == [i + 4 for i in range(13)]
+    with pytest.raises(ArgumentError, match=r"dimension 0 must be \(n \* 3\) \+ 1 for an "
+                                            r"integer n, got 12"):
+        kernel(torch.zeros(12, dtype=torch.int32))
+
+
+def test_a_symbol_no_dimension_gives_is_still_refused():
+    m = T.symbolic("m")
+
+    @T.prim_func
+    def main(A: T.Tensor((m * m,), "int32")):
+        with T.Kernel(1, threads=32):
+            A[0] = 1
+
+    with pytest.raises(ArgumentError, match=r"symbol 'm' is never a whole dimension"):
+        tilewright.compile(main, target="cpu")
