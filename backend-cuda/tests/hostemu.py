@@ -206,12 +206,21 @@ inline int __clzll(long long x) {
 inline int __popc(unsigned x) { return __builtin_popcount(x); }
 inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
 // max and min of two arithmetic types in their common type, as CUDA's overloads of max(int,
-// int), max(long long, long long) ... take a char and an int promoted (an int8 reduction)
+// int), max(long long, long long) ... take a char and an int promoted (an int8 reduction);
+// of floats those of fmaxf / fminf (CUDA Math API: "If one argument is NaN, returns the
+// other argument"; __hmax / __hmin of half and bfloat16 likewise)
+template <class C> C tw_emu_pick(C a, C b, bool larger) {
+  if constexpr (!std::is_integral_v<C>) {  // float, double, __half, __nv_bfloat16
+    if (std::isnan(static_cast<float>(a))) return b;
+    if (std::isnan(static_cast<float>(b))) return a;
+  }
+  return larger ? (a > b ? a : b) : (a < b ? a : b);
+}
 template <class A, class B> std::common_type_t<A, B> max(A a, B b) {
-  using C = std::common_type_t<A, B>; return C(a) > C(b) ? C(a) : C(b);
+  using C = std::common_type_t<A, B>; return tw_emu_pick<C>(C(a), C(b), true);
 }
 template <class A, class B> std::common_type_t<A, B> min(A a, B b) {
-  using C = std::common_type_t<A, B>; return C(a) < C(b) ? C(a) : C(b);
+  using C = std::common_type_t<A, B>; return tw_emu_pick<C>(C(a), C(b), false);
 }
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 inline double rsqrt(double x) { return 1.0 / std::sqrt(x); }

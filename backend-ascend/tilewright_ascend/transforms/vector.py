@@ -51,7 +51,7 @@ import math
 
 import tvm
 import tvm_ffi
-from tilewright.errors import KernelError, span_location
+from tilewright.errors import KernelError, UnsupportedOpError, span_location
 from tilewright.ir import (
     ATOMIC_OPS,
     INTEGER_REDUCE_KINDS,
@@ -285,6 +285,11 @@ class _Lowering(SelectLowering):
     def op_reduce(self, call, stmt):
         src, dst = call.operands["src"], call.operands["dst"]
         kind = call.name.removeprefix("reduce_")
+        if call.attrs.get("nan_propagate"):
+            raise UnsupportedOpError(f"T.{call.name}(..., nan_propagate=True): backend 'ascend' "
+                                     "reduces with its vector instructions, whose handling of "
+                                     "a NaN element it does not choose; filter NaNs first",
+                                     span_location(stmt.span))
         if str(src.buffer.scope()) != UB or str(dst.buffer.scope()) != UB:
             raise KernelError(f"T.{call.name}: backend 'ascend' reduces UB tiles (fragments); "
                               f"{src.buffer.name!r} -> {dst.buffer.name!r} are not both tiles",

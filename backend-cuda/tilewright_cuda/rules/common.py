@@ -17,6 +17,7 @@ from __future__ import annotations
 from tilewright.errors import KernelError
 from tilewright.ir import TileOpCall, get_schema
 from tilewright.transform import RuleContext
+from tilewright.transform.lowering_utils import compare_floats
 from tvm import tirx
 
 from .. import keys, layout
@@ -67,8 +68,12 @@ def infinity(dtype: str, sign: int = 1):
     return tirx.infinity(dtype) * sign if sign < 0 else tirx.infinity(dtype)
 
 
-def reduce_parts(kind: str, dtype: str):
-    """(identity, combine(acc, x), merge(a, b)) of a reduction kind."""
+def reduce_parts(kind: str, dtype: str, nan_propagate: bool = False):
+    """(identity, combine(acc, x), merge(a, b)) of a reduction kind. A float32 / float64 max
+    or min is CUDA's ``max`` / ``min`` (fmaxf / fminf: a NaN operand is ignored, the
+    language's rule); a float16 / bfloat16 one, and any with ``nan_propagate``, the core's
+    ``compare_floats`` (TVM's CUDA prelude defines ``max(half, half)`` as ``__hgt(a, b) ? a :
+    b``, whose result of a NaN depends on the operands' order)."""
     is_float = dtype.startswith(("float", "bfloat"))
     lowest = infinity(dtype, -1) if is_float else tirx.min_value(dtype)
     highest = infinity(dtype) if is_float else tirx.max_value(dtype)
@@ -76,12 +81,14 @@ def reduce_parts(kind: str, dtype: str):
     add, mx, mn = (lambda a, b: a + b), tirx.Max, tirx.Min
     bitand, bitor, bitxor = tirx.bitwise_and, tirx.bitwise_or, tirx.bitwise_xor
     ones = tirx.const(-1, dtype) if dtype.startswith("int") else highest
+    if is_float and (nan_propagate or dtype not in ("float32", "float64")):
+        mx, mn = compare_floats("max", nan_propagate), compare_floats("min", nan_propagate)
     return {
         "sum": (zero, add, add),
         "abssum": (zero, lambda a, x: a + tirx.abs(x), add),
         "max": (lowest, mx, mx),
         "min": (highest, mn, mn),
-        "absmax": (zero, lambda a, x: tirx.Max(a, tirx.abs(x)), mx),
+        "absmax": (zero, lambda a, x: mx(a, tirx.abs(x)), mx),
         # the bitwise kinds of T.alloc_reducer (integer dtypes only)
         "bitand": (ones, bitand, bitand),
         "bitor": (zero, bitor, bitor),

@@ -29,13 +29,14 @@ def _make_reduce_rule(kind: str):
     def lower_reduce(call: TileOpCall, ctx: RuleContext):
         src, dst = call.operands["src"], call.operands["dst"]
         axis, clear = call.attrs["dim"], call.attrs["clear"]
+        nan = bool(call.attrs.get("nan_propagate", False))
         if layout.is_accumulator(src.buffer):
-            return _reduce_registers(kind, src, dst, clear, ctx)
+            return _reduce_registers(kind, src, dst, clear, ctx, nan)
         axis = axis % len(src.extents)
         if layout.is_spread(src.buffer):
-            return _reduce_spread(kind, src, dst, axis, clear, ctx)
+            return _reduce_spread(kind, src, dst, axis, clear, ctx, nan)
         dtype = str(dst.buffer.dtype)
-        identity, combine, merge = reduce_parts(kind, dtype)
+        identity, combine, merge = reduce_parts(kind, dtype, nan)
         kept = [d for d in range(len(src.extents)) if d != axis]
         keep_rank = len(dst.extents) == len(src.extents)
         kept_extents = [src.extents[d] for d in kept]
@@ -65,7 +66,8 @@ def _make_reduce_rule(kind: str):
     return lower_reduce
 
 
-def _reduce_registers(kind: str, src: Region, dst: Region, clear: bool, ctx: RuleContext):
+def _reduce_registers(kind: str, src: Region, dst: Region, clear: bool, ctx: RuleContext,
+                      nan_propagate: bool = False):
     """A row reduction of an accumulator in registers whose warps own whole rows: each thread
     combines its registers of each of its rows, the four lanes sharing a row (lane / 4) combine
     with XOR shuffles, and the first of them writes the row's result."""
@@ -73,7 +75,7 @@ def _reduce_registers(kind: str, src: Region, dst: Region, clear: bool, ctx: Rul
     m, n = (int(e.value) for e in src.buffer.shape)
     wm, _ = layout.grid(src.buffer, threads)
     dtype = str(dst.buffer.dtype)
-    identity, combine, merge = reduce_parts(kind, dtype)
+    identity, combine, merge = reduce_parts(kind, dtype, nan_propagate)
     tiles_m, tiles_n = m // wm // 16, n // 8
     part = tirx.decl_buffer((1,), dtype, "red_part", scope="local")
     lane = tirx.floormod(tx, WARP)
@@ -106,7 +108,7 @@ def _reduce_registers(kind: str, src: Region, dst: Region, clear: bool, ctx: Rul
 
 
 def _reduce_spread(kind: str, src: Region, dst: Region, axis: int, clear: bool,
-                   ctx: RuleContext):
+                   ctx: RuleContext, nan_propagate: bool = False):
     """A reduction of a spread fragment (layout.Spread) along its last dimension: each thread
     combines the registers it holds of each row (``layout.spread_rows``), each warp combines
     its lanes' partials with XOR shuffles and its first lane puts them in a shared slot per
@@ -119,7 +121,7 @@ def _reduce_spread(kind: str, src: Region, dst: Region, axis: int, clear: bool,
     warps = threads // WARP
     rows, per_row = layout.spread_rows(src.buffer.shape, axis, threads)
     dtype = str(dst.buffer.dtype)
-    identity, combine, merge = reduce_parts(kind, dtype)
+    identity, combine, merge = reduce_parts(kind, dtype, nan_propagate)
     part = tirx.decl_buffer((1,), dtype, "red_part", scope="local")
     scratch = tirx.decl_buffer((warps, rows), dtype, "red_warps", scope="shared.dyn")
     row, q = tirx.Var("row", "int32"), tirx.Var("q", "int32")

@@ -7,6 +7,7 @@ from .ops import (
     ATOMIC_PREV,
     INTEGER_REDUCE_KINDS,
     NAMED_BARRIER,
+    NAN_REDUCE_KINDS,
     PORTABLE_OPS,
     REDUCE_KINDS,
     REDUCE_OPS,
@@ -40,6 +41,7 @@ from .schema import (
 
 __all__ = [
     "ATOMIC_KINDS", "ATOMIC_OPS", "ATOMIC_PREV", "INTEGER_REDUCE_KINDS", "NAMED_BARRIER",
+    "NAN_REDUCE_KINDS",
     "PORTABLE_OPS", "REDUCE_KINDS", "REDUCE_OPS", "SAFE_VALUES_KEY", "SCAN_KINDS", "SCAN_OPS",
     "SYNC_GRID", "THREAD_ALLREDUCE", "THREAD_BINDING",
     "Attr", "Operand", "Region", "TileOpCall",

@@ -52,13 +52,21 @@ REDUCE_KINDS = {
 }
 # the kinds defined on integers only (a float tile is refused at the user's line)
 INTEGER_REDUCE_KINDS = frozenset({"bitand", "bitor", "bitxor"})
+# the kinds that compare floats: a NaN element is ignored (IEEE 754's maxNum / minNum, CUDA's
+# fmaxf and __hmax, TileLang's default), unless the op's NAN_PROPAGATE attribute is set, which
+# makes the result NaN when an element is (TileLang's nan_propagate=True); the combining
+# functions every backend uses are transform.lowering_utils.compare_floats
+NAN_REDUCE_KINDS = frozenset({"max", "min", "absmax"})
 
 for _kind, _doc in REDUCE_KINDS.items():
     register_tile_op(TileOpSchema(
         f"reduce_{_kind}",
         (Operand("src", "read"), Operand("dst", "readwrite")),
-        (Attr("dim", int, -1), Attr("clear", bool, True)),
-        doc=f"reduce a tile along one dimension: {_doc}",
+        (Attr("dim", int, -1), Attr("clear", bool, True),
+         *((Attr("nan_propagate", bool, False),) if _kind in NAN_REDUCE_KINDS else ())),
+        doc=f"reduce a tile along one dimension: {_doc}" + (
+            " (a NaN element is ignored unless NAN_PROPAGATE, which makes the result NaN)"
+            if _kind in NAN_REDUCE_KINDS else ""),
     ))
 
 # The inclusive scans share one shape: T.cum<kind> -> what each element becomes.

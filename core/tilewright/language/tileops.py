@@ -13,6 +13,7 @@ from ..errors import KernelValueError, kernel_error, user_location
 from ..ir import (
     ATOMIC_KINDS,
     INTEGER_REDUCE_KINDS,
+    NAN_REDUCE_KINDS,
     REDUCE_KINDS,
     SCAN_KINDS,
     make_call,
@@ -214,23 +215,29 @@ def schedule_hints(name: str, batch=1, annotations=None) -> None:
                            f"{type(annotations).__name__}")
 
 
-def _reduce_options(name: str, batch, annotations) -> None:
-    """A reduction's ``batch`` and ``annotations``: only hints that change no result."""
+def _reduce_options(name: str, batch, annotations, nan_propagate) -> bool:
+    """A reduction's ``batch`` and ``annotations`` (hints that change no result, and
+    ``nan_propagate``, also a keyword): whether a NaN element makes the result NaN."""
     schedule_hints(name, batch, annotations)
     for key, value in (annotations or {}).items():
-        if key == "nan_propagate" and value:
-            raise kernel_error(f"T.{name}: annotation nan_propagate=True is not supported: "
-                               "a NaN in the tile may or may not reach the result; filter NaNs "
-                               "before reducing")
-        if key not in _REDUCE_HINTS and key != "nan_propagate":
+        if key == "nan_propagate":
+            nan_propagate = nan_propagate or value
+        elif key not in _REDUCE_HINTS:
             raise kernel_error(f"T.{name}: unknown annotation {key!r} (known: nan_propagate, "
                                f"{', '.join(sorted(_REDUCE_HINTS))})")
+    if not isinstance(nan_propagate, bool) and nan_propagate not in (0, 1):
+        raise kernel_error(f"T.{name}: nan_propagate is True or False, got {nan_propagate!r}")
+    if nan_propagate and name.removeprefix("reduce_") not in NAN_REDUCE_KINDS:
+        raise kernel_error(f"T.{name}: nan_propagate applies to the reductions that compare "
+                           f"({', '.join(f'T.reduce_{k}' for k in sorted(NAN_REDUCE_KINDS))}); "
+                           "a sum is NaN when an element is")
+    return bool(nan_propagate)
 
 
 def _reduce(kind: str, buffer, out, dim: int = -1, clear: bool = True, batch: int = 1,
-            annotations=None):
+            annotations=None, nan_propagate: bool = False):
     name = f"reduce_{kind}"
-    _reduce_options(name, batch, annotations)
+    nan_propagate = _reduce_options(name, batch, annotations, nan_propagate)
     src = resolve(region_of(buffer, f"T.{name}"), None, f"T.{name}")
     dst = resolve(region_of(out, f"T.{name}"), None, f"T.{name}")
     if kind in INTEGER_REDUCE_KINDS:
@@ -253,16 +260,22 @@ def _reduce(kind: str, buffer, out, dim: int = -1, clear: bool = True, batch: in
             f"T.{name}: output {dst.buffer.name!r} has shape {shape_str(out_shape)} but reducing "
             f"{shape_str(src.extents)} over dim {dim} gives {shape_str(kept or (1,))} (or "
             f"{shape_str(kept_unit)} keeping the dimension)", user_location())
-    _emit(name, {"src": src, "dst": dst}, {"dim": axis, "clear": clear})
+    attrs = {"dim": axis, "clear": clear}
+    if kind in NAN_REDUCE_KINDS:
+        attrs["nan_propagate"] = nan_propagate
+    _emit(name, {"src": src, "dst": dst}, attrs)
 
 
 def _make_reduce(kind: str):
     def reduce_op(buffer, out, dim: int = -1, clear: bool = True, batch: int = 1,
-                  annotations=None):
-        _reduce(kind, buffer, out, dim, clear, batch, annotations)
+                  annotations=None, nan_propagate: bool = False):
+        _reduce(kind, buffer, out, dim, clear, batch, annotations, nan_propagate)
 
     reduce_op.__name__ = f"reduce_{kind}"
-    reduce_op.__doc__ = f"Reduce ``buffer`` along ``dim`` into ``out``: {REDUCE_KINDS[kind]}."
+    reduce_op.__doc__ = f"Reduce ``buffer`` along ``dim`` into ``out``: {REDUCE_KINDS[kind]}." + (
+        " A NaN element is ignored (IEEE 754's maxNum / minNum, as CUDA's fmaxf), unless "
+        "``nan_propagate=True``, which makes the result NaN." if kind in NAN_REDUCE_KINDS
+        else "")
     return reduce_op
 
 
@@ -270,12 +283,12 @@ REDUCE_OPS = {f"reduce_{kind}": _make_reduce(kind) for kind in REDUCE_KINDS}
 
 
 def reduce(buffer, out, reduce_type: str, dim: int, clear: bool, batch: int = 1,
-           annotations=None):
+           annotations=None, nan_propagate: bool = False):
     """``T.reduce_<reduce_type>`` named by a string (TileLang's ``T.reduce``)."""
     if reduce_type not in REDUCE_KINDS:
         raise kernel_error(f"T.reduce: reduce_type must be one of {', '.join(REDUCE_KINDS)}, "
                            f"got {reduce_type!r}")
-    _reduce(reduce_type, buffer, out, dim, clear, batch, annotations)
+    _reduce(reduce_type, buffer, out, dim, clear, batch, annotations, nan_propagate)
 
 
 def _scan(kind: str, src, dst, dim: int, reverse: bool):

@@ -73,6 +73,30 @@ def guarded_store(buffer, value, index, ctx):
     return store if cond is None else tirx.IfThenElse(cond, store, None)
 
 
+def compare_floats(kind: str, nan_propagate: bool = False):
+    """``combine(acc, x)`` of a reduction that compares floats (``ir.NAN_REDUCE_KINDS``: max,
+    min, absmax) with the language's NaN rule: a NaN operand is ignored (IEEE 754's maxNum /
+    minNum: the other operand; NaN only when both are), or, with ``nan_propagate``, makes the
+    result NaN. TVM's own ``Max`` / ``Min`` of a NaN is the backend's choice (the CPU's
+    depends on the operands' order)."""
+    pick = tirx.Min if kind == "min" else tirx.Max
+
+    def combine(acc, x):
+        if kind == "absmax":
+            x = tirx.abs(x)
+        if nan_propagate:
+            return tirx.Select(_isnan(acc) | _isnan(x), acc + x, pick(acc, x))
+        return tirx.Select(_isnan(x), acc, tirx.Select(_isnan(acc), x, pick(acc, x)))
+
+    return combine
+
+
+def _isnan(x):
+    """TVM's isnan, of float32 for the narrower formats (it has none of bfloat16's; a
+    conversion to float32 keeps a NaN)."""
+    return tirx.isnan(x if str(x.ty) in ("float32", "float64") else tirx.Cast("float32", x))
+
+
 # each scan op -> how an element combines with the result before it (ir.ops.SCAN_KINDS)
 SCAN_COMBINE = {"cumsum": lambda prev, x: prev + x, "cummax": tirx.Max}
 

@@ -13,6 +13,7 @@ from tilewright.ir import REDUCE_KINDS, TileOpCall
 from tilewright.transform import RuleContext
 from tilewright.transform.lowering_utils import (
     as_expr,
+    compare_floats,
     guarded_load,
     guarded_store,
     loop_nest,
@@ -69,8 +70,9 @@ def lower_gemm_sp(call: TileOpCall, ctx: RuleContext):
     return gemm_sp_loops(call, ctx)
 
 
-def _reduce_parts(kind: str, dtype: str):
-    """(identity, combine(acc, x)) of a reduction kind."""
+def _reduce_parts(kind: str, dtype: str, nan_propagate: bool = False):
+    """(identity, combine(acc, x)) of a reduction kind; floats compared with the language's
+    NaN rule (``compare_floats``)."""
     if dtype.startswith(("float", "bfloat")):
         # TVM has no bfloat16 infinity; float32's converts exactly
         highest = tirx.Cast(dtype, tirx.infinity("float32")) if dtype == "bfloat16" else \
@@ -81,12 +83,14 @@ def _reduce_parts(kind: str, dtype: str):
     zero = tirx.const(0, dtype)
     # every bit set: -1 of a signed type, the highest value of an unsigned one
     ones = tirx.const(-1, dtype) if dtype.startswith("int") else highest
+    compare = dtype.startswith(("float", "bfloat"))
     return {
         "sum": (zero, lambda a, x: a + x),
         "abssum": (zero, lambda a, x: a + tirx.abs(x)),
-        "max": (lowest, lambda a, x: tirx.Max(a, x)),
-        "min": (highest, lambda a, x: tirx.Min(a, x)),
-        "absmax": (zero, lambda a, x: tirx.Max(a, tirx.abs(x))),
+        "max": (lowest, compare_floats("max", nan_propagate) if compare else tirx.Max),
+        "min": (highest, compare_floats("min", nan_propagate) if compare else tirx.Min),
+        "absmax": (zero, compare_floats("absmax", nan_propagate) if compare else
+                   lambda a, x: tirx.Max(a, tirx.abs(x))),
         "bitand": (ones, tirx.bitwise_and),
         "bitor": (zero, tirx.bitwise_or),
         "bitxor": (zero, tirx.bitwise_xor),
@@ -96,11 +100,12 @@ def _reduce_parts(kind: str, dtype: str):
 LANES = 8
 
 
-def _reduce_last_axis_vectorised(kind, src, dst, axis, clear, kept, dst_index, ctx):
+def _reduce_last_axis_vectorised(kind, src, dst, axis, clear, kept, dst_index, ctx,
+                                 nan_propagate=False):
     """A reduction along the contiguous last axis: LANES partial results in a vector, combined
     at the end. Only for constant extents that are a multiple of LANES."""
     dtype = str(dst.buffer.dtype)
-    identity, combine = _reduce_parts(kind, dtype)
+    identity, combine = _reduce_parts(kind, dtype, nan_propagate)
     part = tirx.decl_buffer((LANES,), dtype, "partial", scope="local")
     extent = int(src.extents[axis].value if isinstance(src.extents[axis], tirx.IntImm)
                  else src.extents[axis])
@@ -118,7 +123,8 @@ def _reduce_last_axis_vectorised(kind, src, dst, axis, clear, kept, dst_index, c
             lane, 0, LANES, tirx.ForKind.VECTORIZED,
             tirx.BufferStore(part, combine(tirx.BufferLoad(part, [lane]), x), [lane])))
         merge_combine = _reduce_parts("max" if kind == "absmax" else
-                                      "sum" if kind == "abssum" else kind, dtype)[1]
+                                      "sum" if kind == "abssum" else kind, dtype,
+                                      nan_propagate)[1]
         merged = [tirx.BufferStore(dst.buffer, identity, index)] if clear else []
         merged.append(tirx.For(r, 0, LANES, tirx.ForKind.SERIAL, tirx.BufferStore(
             dst.buffer, merge_combine(tirx.BufferLoad(dst.buffer, index),
@@ -133,8 +139,9 @@ def _make_reduce_rule(kind: str):
     def lower_reduce(call: TileOpCall, ctx: RuleContext):
         src, dst = call.operands["src"], call.operands["dst"]
         axis, clear = call.attrs["dim"], call.attrs["clear"]
+        nan_propagate = bool(call.attrs.get("nan_propagate", False))
         dtype = str(dst.buffer.dtype)
-        identity, combine = _reduce_parts(kind, dtype)
+        identity, combine = _reduce_parts(kind, dtype, nan_propagate)
         kept = [d for d in range(len(src.extents)) if d != axis]
         keep_rank = len(dst.extents) == len(src.extents)
 
@@ -150,7 +157,7 @@ def _make_reduce_rule(kind: str):
                 int(getattr(extent, "value", extent)) % LANES == 0 and \
                 int(getattr(extent, "value", extent)) >= 2 * LANES:
             return _reduce_last_axis_vectorised(kind, src, dst, axis, clear, kept, dst_index,
-                                                ctx)
+                                                ctx, nan_propagate)
 
         def body(v):
             index = dst_index(v)

@@ -129,7 +129,8 @@ BACKEND = BackendModule(
         memory_scopes=frozenset({"global", "shared.dyn", "local.fragment", "local", "local.var",
                                  *(f"local.reducer.{op}" for op in REDUCER_OPS)}),
         features=frozenset({"dynamic_shapes", "partial_tiles", "kernel_sequence",
-                            "while_loops", "atomic_return_prev", "extended_math"}),
+                            "while_loops", "atomic_return_prev", "extended_math",
+                            "nan_reductions"}),
     ),
     description="reference backend: host CPU through TVM's LLVM codegen",
 )

@@ -76,22 +76,30 @@ def run_gemm_sp(block, A: Region, E: Region, B: Region, C: Region, transpose_A=F
     C.write(product if clear_accum else C.read() + product)
 
 
+# the comparing kinds ignore a NaN element (np.fmax / np.fmin: IEEE 754's maxNum / minNum) or,
+# with nan_propagate, give NaN (np.maximum / np.minimum): ir.NAN_REDUCE_KINDS
 _REDUCE = {
     "sum": (np.sum, np.add),
-    "max": (np.max, np.maximum),
-    "min": (np.min, np.minimum),
+    "max": (np.fmax.reduce, np.fmax),
+    "min": (np.fmin.reduce, np.fmin),
     "abssum": (lambda x, axis: np.sum(np.abs(x), axis=axis), np.add),
-    "absmax": (lambda x, axis: np.max(np.abs(x), axis=axis), np.maximum),
+    "absmax": (lambda x, axis: np.fmax.reduce(np.abs(x), axis=axis), np.fmax),
     "bitand": (np.bitwise_and.reduce, np.bitwise_and),
     "bitor": (np.bitwise_or.reduce, np.bitwise_or),
     "bitxor": (np.bitwise_xor.reduce, np.bitwise_xor),
 }
 
 
-def _make_reduce(kind: str):
-    reduce, combine = _REDUCE[kind]
+_PROPAGATE = {
+    "max": (np.max, np.maximum),
+    "min": (np.min, np.minimum),
+    "absmax": (lambda x, axis: np.max(np.abs(x), axis=axis), np.maximum),
+}
 
-    def run_reduce(block, src: Region, dst: Region, dim=-1, clear=True):
+
+def _make_reduce(kind: str):
+    def run_reduce(block, src: Region, dst: Region, dim=-1, clear=True, nan_propagate=False):
+        reduce, combine = (_PROPAGATE if nan_propagate else _REDUCE)[kind]
         acc = dst.array.dtype
         out = reduce(converted(src.read(), acc), axis=dim).reshape(dst.extents)
         dst.write(out if clear else combine(dst.read(), out))

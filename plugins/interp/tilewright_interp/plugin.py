@@ -32,7 +32,8 @@ BACKEND = BackendModule(
         memory_scopes=frozenset({"global", "shared.dyn", "local.fragment", "local", "local.var",
                                  *(f"local.reducer.{op}" for op in REDUCER_OPS)}),
         features=frozenset({"dynamic_shapes", "partial_tiles", "kernel_sequence",
-                            "while_loops", "atomic_return_prev", "extended_math"}),
+                            "while_loops", "atomic_return_prev", "extended_math",
+                            "nan_reductions"}),
     ),
     description="reference interpreter: runs the tile IR in Python and NumPy, one block "
                 "at a time",

@@ -371,6 +371,27 @@ def _thread_level_ref(x, v, bm=8):
     return [x @ v]
 
 
+def _let_align(dtype, M, N, bn=8):
+    """Each block's first column bound with T.let; X plus each column rounded up to a multiple
+    of 4 (T.align_up)."""
+
+    @T.prim_func
+    def let_align(X: T.Tensor((M, N), dtype), Y: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, bn), threads=32) as bx:
+            col = T.int32()
+            T.let(col, bx * bn)
+            for i, j in T.Parallel(M, bn):
+                if col + j < N:
+                    Y[i, col + j] = X[i, col + j] + T.cast(T.align_up(col + j, 4), dtype)
+
+    return let_align
+
+
+def _let_align_ref(x):
+    columns = (x.new_ones(x.shape[1]).cumsum(0) - 1 + 3) // 4 * 4
+    return [x + columns]
+
+
 def _sync_grid(dtype, M, N, bm=4):
     """A persistent two-phase kernel: each block doubles its rows into a fragment and writes
     their sums; after the grid barrier (T.sync_grid) each block reads every block's sums and
@@ -526,6 +547,9 @@ ROWS = (
            reduction=lambda N, **_: N, dtypes=("float32", "float16", "bfloat16"),
            doc="thread-level code (T.get_thread_binding, T.thread_binding): a split-K GEMV "
                "summing in registers, atomics into shared memory, a swap through names"),
+    Kernel("let_align", (*BASE, "Parallel", "let", "align_up", "int32", "cast"), (),
+           _let_align, two_d, _let_align_ref, {"partial": {"M": 5, "N": 21}},
+           doc="a variable bound with T.let; T.align_up of a column index"),
     Kernel("sync_grid", (*BASE, "Parallel", "serial", "alloc_fragment", "alloc_var", "cast",
                          "if_then_else", "sync_grid"), ("sync_grid",), _sync_grid, two_d,
            _sync_grid_ref, {"partial": {"M": 10, "N": 6}}, out_idx=(1, 2),

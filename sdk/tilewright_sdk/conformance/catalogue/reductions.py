@@ -410,6 +410,48 @@ def _rows():
     return rows
 
 
+NAN_KINDS = ("max", "min", "absmax")
+
+
+def _reduce_nan(dtype, M, N, bm=4):
+    """Rows of X (NaN in some of them) reduced by max, min and absmax, the NaN ignored (the
+    default) and propagated (nan_propagate=True), into Y (M, 6)."""
+
+    @T.prim_func
+    def reduce_nan(X: T.Tensor((M, N), dtype), Y: T.Tensor((M, 6), dtype)):
+        with T.Kernel(T.ceildiv(M, bm), threads=128) as bx:
+            tile = T.alloc_fragment((bm, N), dtype)
+            out = T.alloc_fragment((bm, 6), dtype)
+            part = T.alloc_fragment((bm,), dtype)
+            T.copy(X[bx * bm, 0], tile)
+            for k, propagate in enumerate((False, True)):
+                for j, kind in enumerate(NAN_KINDS):
+                    T.reduce(tile, part, kind, dim=1, clear=True, nan_propagate=propagate)
+                    for i in T.Parallel(bm):
+                        out[i, k * 3 + j] = part[i]
+            T.copy(out, Y[bx * bm, 0])
+
+    return reduce_nan
+
+
+def _nan_inputs(torch, gen, dtype, M, N, **_):
+    x = rand(torch, gen, (M, N), dtype)
+    x[1, 0] = x[2, N - 1] = x[2, N // 2] = x[M - 1, 3] = float("nan")
+    return [x]
+
+
+def _reduce_nan_ref(x):
+    ignored = [x.nan_to_num(nan=float("-inf")).amax(dim=1),
+               x.nan_to_num(nan=float("inf")).amin(dim=1),
+               x.abs().nan_to_num(nan=0.0).amax(dim=1)]
+    # torch's amax / amin give NaN for a row holding one
+    propagated = [x.amax(dim=1), x.amin(dim=1), x.abs().amax(dim=1)]
+    y = x.new_empty(x.shape[0], 6)
+    for k, column in enumerate(ignored + propagated):
+        y[:, k] = column
+    return [y]
+
+
 ROWS = (
     *_rows(),
     Kernel("reduce_sum_dim0", (*FRAG, "reduce_sum"), ("reduce_sum", "copy"),
@@ -421,6 +463,12 @@ ROWS = (
              dtypes=dtypes, doc=f"{name} along rows (forward, reverse) and in place down "
                                 "columns")
       for name, (acc, dtypes, scan) in SCANS.items()),
+    Kernel("reduce_nan", (*FRAG, "Parallel", "reduce"), ("reduce_max", "reduce_min",
+                                                          "reduce_absmax", "copy"),
+           _reduce_nan, _nan_inputs, _reduce_nan_ref, {"partial": {"M": 10, "N": 12}},
+           out_idx=(1,), reduction=lambda N, **_: N, features=("nan_reductions",),
+           doc="max, min and absmax of rows holding NaNs: ignored (IEEE maxNum, the default) "
+               "and propagated (nan_propagate=True)"),
     Kernel("reduce_bits", (*FRAG, *(f"reduce_{k}" for k in BIT_REDUCE), "reduce"),
            (*(f"reduce_{k}" for k in BIT_REDUCE), "copy"), _reduce_bits, _bits_inputs,
            _bits_ref, {"partial": {"M": 12, "N": 20}}, out_idx=(2, 3), exact=True,
