@@ -78,6 +78,11 @@ class ArgumentError(TilewrightError, TypeError):
     """A kernel was called with arguments that do not match its signature."""
 
 
+class AssumptionError(TilewrightError, RuntimeError):
+    """A kernel's ``T.assume`` over its arguments' values and shapes does not hold for a
+    call."""
+
+
 def user_location(skip_internal: bool = True) -> SourceLocation | None:
     """The innermost stack frame outside the tilewright package and TVM: the user's line."""
     frame = sys._getframe(1)

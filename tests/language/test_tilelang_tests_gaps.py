@@ -8,7 +8,7 @@ import pytest
 import tilewright
 import tilewright.language as T
 import torch
-from tilewright.errors import ArgumentError, KernelError
+from tilewright.errors import ArgumentError, AssumptionError, KernelError
 
 TARGETS = ["cpu", "interp"]
 
@@ -122,3 +122,32 @@ def test_a_symbol_no_dimension_gives_is_still_refused():
 
     with pytest.raises(ArgumentError, match=r"symbol 'm' is never a whole dimension"):
         tilewright.compile(main, target="cpu")
+
+
+def assumed():
+    N = T.dynamic("N")
+
+    @T.prim_func
+    def main(A: T.Tensor((N,), "float32"), l: T.int32):
+        with T.Kernel(1, threads=32):
+            T.assume(N % 4 == 0 and l >= 0)  # over the parameters: checked at each call
+            tx = T.get_thread_binding()
+            if tx < N:
+                T.assume(tx + l < 1000)  # over computed values: accepted
+                A[tx] = T.Select(l > 1, 1.0 + l, 0.0)
+
+    return main
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_assumptions_over_parameters_are_checked_at_each_call(target):
+    kernel = tilewright.compile(assumed(), target=target)
+    a = torch.zeros(4)
+    kernel(a, 2)
+    assert a.tolist() == [3.0] * 4
+    with pytest.raises(AssumptionError, match=r"Assume: \(\(\(N % 4\) == 0\) and \(l >= 0\)\) "
+                                              r"does not hold for this call \(N = 2, l = 1\)"):
+        kernel(torch.zeros(2), 1)
+    with pytest.raises(AssumptionError, match=r"\(N = 4, l = -1\)"):
+        kernel(a, -1)  # the same shapes as the first call: checked again for the scalar
+    assert kernel.signature.assumptions == ("(((N % 4) == 0) and (l >= 0))",)

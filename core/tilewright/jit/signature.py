@@ -61,7 +61,8 @@ def signature_of(func: tirx.PrimFunc, out_idx) -> KernelSignature:
                 symbols.append((s, pos, dim))
     name = str(func.attrs["global_symbol"]) if func.attrs and "global_symbol" in func.attrs \
         else "main"
-    return KernelSignature(name, tuple(params), tuple(symbols))
+    assumptions = tuple(expr_text(c) for c in (func.attrs or {}).get("tw.assumptions", []))
+    return KernelSignature(name, tuple(params), tuple(symbols), assumptions)
 
 
 def written_buffers(func: tirx.PrimFunc) -> list:
@@ -95,7 +96,8 @@ def written_buffers(func: tirx.PrimFunc) -> list:
 
 
 _BINARY = {tirx.Add: "+", tirx.Sub: "-", tirx.Mul: "*", tirx.FloorDiv: "//",
-           tirx.FloorMod: "%"}
+           tirx.FloorMod: "%", tirx.EQ: "==", tirx.NE: "!=", tirx.LT: "<", tirx.LE: "<=",
+           tirx.GT: ">", tirx.GE: ">=", tirx.And: "and", tirx.Or: "or"}
 _CALLS = {tirx.Min: "min", tirx.Max: "max", tirx.Div: "truncdiv", tirx.Mod: "truncmod"}
 
 
@@ -112,6 +114,8 @@ def expr_text(e) -> str:
         return f"({expr_text(e.a)} {_BINARY[type(e)]} {expr_text(e.b)})"
     if type(e) in _CALLS:
         return f"{_CALLS[type(e)]}({expr_text(e.a)}, {expr_text(e.b)})"
+    if isinstance(e, tirx.Not):
+        return f"(not {expr_text(e.a)})"
     raise ArgumentError(f"a tensor shape uses {e}, which tilewright cannot compute when the "
                         "kernel is called; use +, -, *, //, %, min and max of shape symbols")
 

@@ -23,6 +23,7 @@ from .frames import (
     Parallel,
     Persistent,
     Pipelined,
+    assume,
     get_block_binding,
     get_block_extent,
     let,
@@ -74,6 +75,7 @@ from .math import (
 )
 from .math import (
     Cast,
+    Select,
     abs,
     align_up,
     bitwise_not,
@@ -134,8 +136,8 @@ globals().update(_PREDICATES)
 __all__ = [
     "Buffer", "DType", "Fragment", "FragmentBuffer", "GemmWarpPolicy", "Kernel", "Layout",
     "LocalBuffer", "Macro", "Parallel", "Persistent", "Pipelined", "SharedBuffer", "Tensor",
-    "TileBuffer", "VarHandle", "Cast", "Serial", "Vectorized", "abs", "all_of", "any_of",
-    "alloc_buffer", "alloc_fragment", "alloc_global", "alloc_local", "alloc_reducer",
+    "TileBuffer", "VarHandle", "Cast", "Select", "Serial", "Vectorized", "abs", "all_of", "any_of",
+    "alloc_buffer", "alloc_fragment", "assume", "alloc_global", "alloc_local", "alloc_reducer",
     "alloc_shared", "alloc_var", "attr", "comm_reducer", "evaluate", "tvm_thread_allreduce",
     "annotate_layout", "annotate_safe_value", "bitwise_not", "c2d_im2col", "cast", "cdiv",
     "align_up", "ceildiv", "clamp", "clear",

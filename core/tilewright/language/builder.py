@@ -72,6 +72,7 @@ class Builder:
         self.threads: tuple[int, ...] = ()
         self.finalized: list = []  # reducers T.finalize_reducer(acc) made readable by T.copy
         self.snapshots: set = set()  # variables binding `x = <load>` values (see snapshots.py)
+        self.assumptions: list = []  # T.assume conditions over the parameters only
 
     # -- activation -------------------------------------------------------------------
     @contextlib.contextmanager
@@ -149,6 +150,7 @@ class Builder:
             "tw.outputs": [i for i, p in enumerate(self.params) if p.is_output],
             "tw.packed_params": [[i, p.packed_bits] for i, p in enumerate(self.params)
                                  if p.packed_bits],
+            **({"tw.assumptions": list(self.assumptions)} if self.assumptions else {}),
         })
 
 

@@ -665,6 +665,39 @@ def let(var, value, body=None):
     return None
 
 
+def assume(cond) -> None:
+    """``T.assume(cond)``: the kernel may take ``cond`` for true (TileLang's axiom; TVM's
+    ``assume``). A condition over the kernel's parameters only (scalars, shape symbols:
+    ``T.assume(N % 4 == 0)``) is checked when the kernel is called, as TileLang checks it on
+    the host: a call that breaks it raises :class:`~tilewright.errors.AssumptionError`
+    naming it. One over values the kernel computes (``T.assume(l + i < N)``) is accepted; the
+    backends here do not use it (dropping an assumption changes no result of a kernel whose
+    assumptions hold)."""
+    builder = B.require_kernel("T.assume")
+    cond = to_expr(cond)
+    if str(cond.ty) != "bool":
+        cond = cond != tirx.const(0, str(cond.ty))
+    if _over_parameters(builder, cond):
+        builder.assumptions.append(cond)
+
+
+def _over_parameters(builder, expr) -> bool:
+    """Whether ``expr`` reads only the kernel's scalar parameters and shape symbols."""
+    known = set()
+    for p in builder.params:
+        if tirx.buffer.is_buffer_var(p.buffer):
+            known.update(d for d in p.buffer.shape if isinstance(d, tirx.Var))
+        else:
+            known.add(p.buffer)
+    found = {"vars": set(), "loads": 0}
+
+    def load(_):
+        found["loads"] += 1
+
+    tvm_ffi.structural_walk(expr, [(tirx.Var, found["vars"].add), (tvm.ir.TensorLoad, load)])
+    return not found["loads"] and found["vars"] <= known and bool(found["vars"])
+
+
 def get_block_extent(dim: int = 0):
     """``T.get_block_extent(0)``: the number of blocks along dimension ``dim`` of the
     enclosing ``T.Kernel``'s grid (CUDA's ``gridDim``)."""

@@ -77,6 +77,14 @@ def if_then_else(cond, then_value, else_value):
     return tirx.if_then_else(to_expr(cond), a, b)
 
 
+def Select(condition, true_value, false_value, span=None):  # noqa: N802 - TVM's name
+    """TVM's (TileLang's) ``T.Select``: ``true_value`` where ``condition`` holds, else
+    ``false_value``, both sides computed (a backend may make it a branch-free select); use
+    :func:`if_then_else` where the other side must not be read."""
+    a, b = _pair(true_value, false_value)
+    return tirx.Select(to_expr(condition), a, b)
+
+
 def cast(value, dtype):
     """``value`` converted to ``dtype``. A Python int outside int32 is a constant of ``dtype``
     itself (``T.cast(0x80000000, "uint32")``), not first an int32 literal out of range; an

@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import warnings
 
-from ..errors import ArgumentError
+from ..errors import ArgumentError, AssumptionError
 from .expr import ExprError, solve_linear
 from .expr import parse as parse_expr
 from .signature import PACKED, KernelSignature
@@ -119,7 +119,9 @@ class KernelCall:
         plan = self._plans.get(key)
         if plan is None:
             plan = self._plans[key] = self._new_plan(args)
-        outs, copies = plan
+        outs, copies, symbols = plan
+        if self.signature.assumptions:
+            self._check_assumptions(args, symbols)
         if copies:
             args, written = self._copy_inputs(args, copies)
         if not outs:
@@ -161,12 +163,12 @@ class KernelCall:
             names = ", ".join(self.signature.params[i].name for i in inputs)
             raise ArgumentError(f"kernel {self.signature.name} takes {len(inputs)} input(s) "
                                 f"({names}), got {len(args)}")
-        shapes, copies = self._plan(args)
+        shapes, copies, symbols = self._plan(args)
         device = args[0].device if args and hasattr(args[0], "device") else self._device
         allocators = [self._empty if self.signature.params[i].covered else self._zeros
                       for i in self._outputs]
         return tuple((new, shape, dtype, device) for new, (shape, dtype)
-                     in zip(allocators, shapes)), tuple(copies)
+                     in zip(allocators, shapes)), tuple(copies), symbols
 
     def _plan(self, args):
         """Check every argument against the signature (once per key of :meth:`__call__`);
@@ -243,8 +245,24 @@ class KernelCall:
                     if value != arg.shape[dim]:
                         raise ArgumentError(f"argument {spec.name!r}: dimension {dim} must be "
                                             f"{want} = {value}, got {arg.shape[dim]}")
-        return shapes, copies
+        return shapes, copies, symbols
 
+
+    def _check_assumptions(self, args, symbols: dict) -> None:
+        """The kernel's ``T.assume`` conditions over its scalars and shape symbols."""
+        if not self.signature.assumptions:
+            return
+        values = dict(symbols)
+        for index, arg in zip(self._inputs, args):
+            spec = self.signature.params[index]
+            if spec.kind == "scalar":
+                values[spec.name] = int(arg)
+        for text in self.signature.assumptions:
+            if not _parsed(text)(values):
+                shown = ", ".join(f"{k} = {v}" for k, v in sorted(values.items())
+                                  if k in _parsed(text).names)
+                raise AssumptionError(f"kernel {self.signature.name}: Assume: {text} does not "
+                                      f"hold for this call ({shown})")
 
     def _solve_symbols(self, args, symbols: dict) -> None:
         """A symbol no argument gives as a whole dimension, from a dimension that is a linear

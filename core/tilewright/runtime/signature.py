@@ -90,6 +90,8 @@ class KernelSignature:
     name: str
     params: tuple[ParamSpec, ...]
     symbols: tuple[tuple[str, int, int], ...]  # (symbol, input position, dim)
+    # T.assume conditions over the scalar parameters and shape symbols, checked at each call
+    assumptions: tuple[str, ...] = ()
 
     @property
     def inputs(self) -> tuple[ParamSpec, ...]:
@@ -100,7 +102,10 @@ class KernelSignature:
         return tuple(p for p in self.params if p.is_output)
 
     def to_json(self) -> dict:
-        return asdict(self)
+        data = asdict(self)
+        if not self.assumptions:  # a kernel without T.assume keeps its description's bytes
+            del data["assumptions"]
+        return data
 
     @staticmethod
     def from_json(data) -> KernelSignature:
@@ -125,7 +130,9 @@ class KernelSignature:
             _expect(_is_int(dim) and 0 <= dim < len(inputs[pos].shape) and
                     inputs[pos].shape[dim] == sym, f"symbol {sym!r}: dimension {dim!r}")
             checked.append((sym, pos, dim))
+        # the whole-dimension symbols, and those solved from a dimension linear in them
         known = {s for s, _, _ in checked}
+        known |= _solved(params, known)
         for p in params:
             for d in p.shape:
                 if isinstance(d, str):
@@ -133,7 +140,27 @@ class KernelSignature:
                         parse(d, known)
                     except ExprError as exc:
                         raise SignatureError(f"shape of {p.name!r}: {exc}") from None
-        return KernelSignature(name, params, tuple(checked))
+        assumptions = data.get("assumptions", [])
+        _expect(isinstance(assumptions, list) and len(assumptions) <= _MAX_PARAMS and
+                all(isinstance(a, str) for a in assumptions), "assumptions")
+        scalars = {p.name for p in params if p.kind == "scalar"}
+        for text in assumptions:
+            try:
+                parse(text, known | scalars)
+            except ExprError as exc:
+                raise SignatureError(f"assumption {text!r}: {exc}") from None
+        return KernelSignature(name, params, tuple(checked), tuple(assumptions))
+
+
+def _solved(params, known: set) -> set:
+    """The symbols read only inside a dimension's expression (solved when called)."""
+    names = set()
+    for p in params:
+        for d in p.shape:
+            if isinstance(d, str) and not d.isidentifier():
+                names.update(re.findall(r"[A-Za-z_]\w*", d))
+    return names - known - {"min", "max", "truncdiv", "truncmod", "and", "or", "not", "if",
+                            "else"}
 
 
 def _expect(ok, what: str) -> None:

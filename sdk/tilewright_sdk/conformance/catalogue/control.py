@@ -372,17 +372,19 @@ def _thread_level_ref(x, v, bm=8):
 
 
 def _let_align(dtype, M, N, bn=8):
-    """Each block's first column bound with T.let; X plus each column rounded up to a multiple
-    of 4 (T.align_up)."""
+    """Each block's first column bound with T.let (T.assume: not negative); X plus each
+    column rounded up to a multiple of 4 (T.align_up, through a T.Select)."""
 
     @T.prim_func
     def let_align(X: T.Tensor((M, N), dtype), Y: T.Tensor((M, N), dtype)):
         with T.Kernel(T.ceildiv(N, bn), threads=32) as bx:
             col = T.int32()
             T.let(col, bx * bn)
+            T.assume(col >= 0)
             for i, j in T.Parallel(M, bn):
                 if col + j < N:
-                    Y[i, col + j] = X[i, col + j] + T.cast(T.align_up(col + j, 4), dtype)
+                    Y[i, col + j] = X[i, col + j] + T.cast(
+                        T.Select(col + j > 0, T.align_up(col + j, 4), 0), dtype)
 
     return let_align
 
@@ -547,7 +549,8 @@ ROWS = (
            reduction=lambda N, **_: N, dtypes=("float32", "float16", "bfloat16"),
            doc="thread-level code (T.get_thread_binding, T.thread_binding): a split-K GEMV "
                "summing in registers, atomics into shared memory, a swap through names"),
-    Kernel("let_align", (*BASE, "Parallel", "let", "align_up", "int32", "cast"), (),
+    Kernel("let_align", (*BASE, "Parallel", "let", "align_up", "assume", "Select", "int32",
+                         "cast"), (),
            _let_align, two_d, _let_align_ref, {"partial": {"M": 5, "N": 21}},
            doc="a variable bound with T.let; T.align_up of a column index"),
     Kernel("sync_grid", (*BASE, "Parallel", "serial", "alloc_fragment", "alloc_var", "cast",
