@@ -6,7 +6,7 @@ import pytest
 import tilewright
 import tilewright.language as T
 import torch
-from tilewright.errors import KernelError
+from tilewright.errors import ArgumentError, KernelError
 
 
 def grouped_gemm(groups, M, N, K, block):
@@ -55,3 +55,33 @@ def test_make_tensor_takes_an_address():
                 C = T.make_tensor(A[0], (4,), T.float32)
                 for i in T.Parallel(4):
                     B[i] = C[i]
+
+
+def pointer_parameters():
+    # TileLang's matmul with `a_ptr: T.ptr` parameters: the kernel gets addresses, and the
+    # tensors' shapes from its scalars
+    @T.prim_func
+    def main(a_ptr: T.ptr, c_ptr: T.ptr, m: T.int32):
+        A = T.make_tensor(a_ptr, (m,), "float32")
+        C = T.make_tensor(c_ptr, (m,), "float32")
+        with T.Kernel(T.ceildiv(m, 32), threads=32) as bx:
+            for i in T.Parallel(32):
+                if bx * 32 + i < m:
+                    C[bx * 32 + i] = A[bx * 32 + i] * 2
+
+    return main
+
+
+@pytest.mark.parametrize("target", ["cpu", "interp"])
+def test_pointer_parameters_take_tensors_or_addresses(target):
+    kernel = tilewright.compile(pointer_parameters(), target=target)
+    a, c = torch.randn(100), torch.zeros(100)
+    kernel(a, c, 100)
+    assert torch.equal(c, a * 2)
+    c.zero_()
+    kernel(a.data_ptr(), c.data_ptr(), 100)
+    assert torch.equal(c, a * 2)
+    assert kernel.signature.params[0].dtype == "handle"
+    with pytest.raises(ArgumentError, match=r"is a pointer \(T.ptr\): pass a tensor or its "
+                                            r"data_ptr\(\), got float"):
+        kernel(1.5, c, 100)

@@ -49,8 +49,8 @@ def signature_of(func: tirx.PrimFunc, out_idx) -> KernelSignature:
         else:
             if i in outputs:
                 raise TilewrightError(f"out_idx names scalar parameter {p.name!r}")
-            params.append(ParamSpec(str(p.name), (), str(p.ty), False, "scalar",
-                                    written=False))
+            dtype = "handle" if isinstance(p.ty, tvm.ir.PointerType) else str(p.ty)  # T.ptr
+            params.append(ParamSpec(str(p.name), (), dtype, False, "scalar", written=False))
     _check_symbols_readable(func)
     symbols, seen = [], set()
     inputs = [p for p in params if not p.is_output]

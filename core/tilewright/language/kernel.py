@@ -88,7 +88,8 @@ def make_tensor(ptr, shape, dtype="float32", strides=None) -> TileBuffer:
         raise kernel_error("T.make_tensor(..., strides=...) is not supported: the tensor is "
                            "contiguous; give its shape")
     addr = to_expr(ptr)
-    kind = str(addr.ty)
+    # a T.ptr parameter is a pointer (TVM's handle type prints as "T.handle")
+    kind = "handle" if isinstance(addr.ty, tvm.ir.PointerType) else str(addr.ty)
     if kind not in ("int64", "uint64", "handle"):
         raise kernel_error(f"T.make_tensor takes an address (an element of a T.ptr tensor, "
                            f"int64), got a {kind} value")

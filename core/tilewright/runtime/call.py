@@ -13,6 +13,7 @@ Needs only the standard library and torch.
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import warnings
 
@@ -63,6 +64,9 @@ class KernelCall:
                                if signature.params[i].packed_bits]
         self._packed_outputs = [(pos, signature.params[i]) for pos, i in enumerate(self._outputs)
                                 if signature.params[i].packed_bits]
+        # the positions of T.ptr arguments, passed as pointers
+        self._pointers = [pos for pos, i in enumerate(self._inputs)
+                          if signature.params[i].dtype == "handle"]
 
     @property
     def entry_address(self) -> int | None:
@@ -122,6 +126,8 @@ class KernelCall:
         outs, copies, symbols = plan
         if self.signature.assumptions:
             self._check_assumptions(args, symbols)
+        if self._pointers:
+            args = self._addresses(args)
         if copies:
             args, written = self._copy_inputs(args, copies)
         if not outs:
@@ -248,6 +254,15 @@ class KernelCall:
         return shapes, copies, symbols
 
 
+    def _addresses(self, args) -> list:
+        """The T.ptr arguments as pointers (a tensor's data, or the address given)."""
+        args = list(args)
+        for pos in self._pointers:
+            arg = args[pos]
+            args[pos] = ctypes.c_void_p(arg.data_ptr() if isinstance(arg, self._tensor_type)
+                                        else arg)
+        return args
+
     def _check_assumptions(self, args, symbols: dict) -> None:
         """The kernel's ``T.assume`` conditions over its scalars and shape symbols."""
         if not self.signature.assumptions:
@@ -308,6 +323,11 @@ def _short_repr(value) -> str:
 
 
 def _check_scalar(arg, spec, where: str, torch) -> None:
+    if spec.dtype == "handle":  # a T.ptr parameter: a tensor (its data) or an address
+        if isinstance(arg, bool) or not isinstance(arg, (int, torch.Tensor)):
+            raise ArgumentError(f"{where} is a pointer (T.ptr): pass a tensor or its "
+                                f"data_ptr(), got {type(arg).__name__} {_short_repr(arg)}")
+        return
     if isinstance(arg, torch.Tensor):
         raise ArgumentError(f"{where} is a scalar of dtype {spec.dtype}, got a tensor")
     if spec.dtype.startswith(("int", "uint")):

@@ -245,6 +245,9 @@ def at_address(address: int, shape, dtype: str) -> np.ndarray:
     if dtype in EMULATED:
         raise TypeError(f"the interpreter holds {dtype} tensors as float32 copies; it cannot "
                         "address one through T.make_tensor")
+    if isinstance(address, ctypes.c_void_p):  # a T.ptr parameter
+        address = address.value or 0
+    address = int(address)
     if not address:
         raise ValueError("T.make_tensor at address 0 (a null pointer in the T.ptr table)")
     shape = tuple(int(s) for s in shape)
