@@ -145,8 +145,9 @@ def test_float4_arguments_are_checked():
     kernel = tilewright.compile(widen, out_idx=-1, target="cpu")
     with pytest.raises(ArgumentError, match=r"float4_e2m1fn of shape \(4, 8\), passed packed "
                                             r"2 values a byte: a float4_e2m1fn_x2 tensor of "
-                                            r"shape \(4, 4\); got uint8 of shape \(4, 4\)"):
-        kernel(torch.zeros(4, 4, dtype=torch.uint8))
+                                            r"shape \(4, 4\) \(or uint8\); got int8 of shape "
+                                            r"\(4, 4\)"):
+        kernel(torch.zeros(4, 4, dtype=torch.int8))
     with pytest.raises(ArgumentError, match=r"got float4_e2m1fn_x2 of shape \(4, 8\)"):
         kernel(pack(torch.zeros(4, 16, dtype=torch.uint8)))
 
@@ -177,3 +178,22 @@ def test_an_odd_dynamic_last_dimension_is_refused_at_the_call(target):
     with pytest.raises(ArgumentError, match=r"would have shape \(3,\) .*float4_e2m1fn_x2 "
                                             "tensor packs 2 values a byte"):
         narrow(torch.ones(3))
+
+
+def test_float4_bytes_may_come_as_uint8():
+    # TileLang passes float4_e2m1fn tensors as uint8 bytes of two values each
+    @T.prim_func
+    def main(X: T.Tensor((4, 16), "float4_e2m1fn"), Y: T.Tensor((4, 16), "float32")):
+        with T.Kernel(1, threads=32):
+            for i, j in T.Parallel(4, 16):
+                Y[i, j] = T.cast(X[i, j], "float32")
+
+    kernel = tilewright.compile(main, target="cpu")
+    codes = torch.randint(0, 256, (4, 8), dtype=torch.uint8)
+    y_bytes, y_typed = torch.zeros(4, 16), torch.zeros(4, 16)
+    kernel(codes, y_bytes)
+    kernel(codes.view(torch.float4_e2m1fn_x2), y_typed)
+    assert torch.equal(y_bytes, y_typed)
+    with pytest.raises(ArgumentError, match=r"float4_e2m1fn_x2 tensor of shape \(4, 8\) "
+                                            r"\(or uint8\); got int8"):
+        kernel(codes.view(torch.int8), y_bytes)

@@ -350,15 +350,20 @@ def unpack(arg, spec, where: str):
     import torch
 
     host, host_dtype = spec.host_shape, getattr(torch, spec.host_dtype)
-    if not isinstance(arg, torch.Tensor) or arg.dtype != host_dtype or arg.dim() != len(host) \
-            or isinstance(host[-1], int) and arg.shape[-1] != host[-1]:
+    # float4_e2m1fn bytes may also come as uint8 (TileLang passes them so)
+    as_bytes = spec.dtype == "float4_e2m1fn" and isinstance(arg, torch.Tensor) and \
+        arg.dtype == torch.uint8
+    if not isinstance(arg, torch.Tensor) or arg.dtype != host_dtype and not as_bytes or \
+            arg.dim() != len(host) or isinstance(host[-1], int) and arg.shape[-1] != host[-1]:
         got = f"{str(arg.dtype).removeprefix('torch.')} of shape {tuple(arg.shape)}" \
             if isinstance(arg, torch.Tensor) else type(arg).__name__
         what = f"int{spec.packed_bits}" if spec.dtype == "int8" else spec.dtype
         article = "an" if spec.host_dtype.startswith(("int", "uint")) else "a"
         raise ArgumentError(f"{where} is {what} of shape {_fmt(spec.shape)}, passed packed "
                             f"{spec.per_byte} values a byte: {article} {spec.host_dtype} tensor "
-                            f"of shape {_fmt(host)}; got {got}")
+                            f"of shape {_fmt(host)}"
+                            f"{' (or uint8)' if spec.dtype == 'float4_e2m1fn' else ''}; got "
+                            f"{got}")
     codes = arg.view(getattr(torch, spec.held_dtype))
     if PACKED[spec.dtype][2]:
         low = ((codes & 0x0F) ^ 0x08) - 0x08  # the low nibble, sign-extended
