@@ -151,3 +151,50 @@ def test_assumptions_over_parameters_are_checked_at_each_call(target):
     with pytest.raises(AssumptionError, match=r"\(N = 4, l = -1\)"):
         kernel(a, -1)  # the same shapes as the first call: checked again for the scalar
     assert kernel.signature.assumptions == ("(((N % 4) == 0) and (l >= 0))",)
+
+
+def reducer_forms(op, M=8, N=16):
+    # TileLang's update forms (acc[i] = T.max(acc[i], x), acc[i] = acc[i] + x) and its reads
+    # of a finalized reducer's elements
+    @T.prim_func
+    def main(A: T.Tensor((M, N), "float32"), B: T.Tensor((M,), "float32"),
+             C: T.Tensor((M,), "float32")):
+        with T.Kernel(1, threads=128):
+            r = T.alloc_reducer(M, "float32", op=op, replication="all")
+            T.clear(r)
+            frag = T.alloc_fragment((M, N), "float32")
+            T.copy(A, frag)
+            for i, j in T.Parallel(M, N):
+                if op == "sum":
+                    r[i] = r[i] + frag[i, j]
+                elif op == "max":
+                    r[i] = T.max(r[i], frag[i, j])
+                else:
+                    r[i] = T.min(frag[i, j], r[i])
+            T.finalize_reducer(r)
+            T.copy(r, B)
+            for i in T.Parallel(M):
+                C[i] = r[i] * 2
+
+    return main
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("op, ref", [("sum", lambda a: a.sum(1)), ("max", lambda a: a.amax(1)),
+                                     ("min", lambda a: a.amin(1))])
+def test_reducer_update_forms_and_reads_after_finalize(target, op, ref):
+    a, b, c = torch.randn(8, 16), torch.zeros(8), torch.zeros(8)
+    tilewright.compile(reducer_forms(op), target=target)(a, b, c)
+    torch.testing.assert_close(b, ref(a))
+    torch.testing.assert_close(c, 2 * ref(a))
+
+
+def test_a_mismatched_reducer_update_is_refused():
+    with pytest.raises(KernelError, match=r"T.min of an element of the max reducer"):
+        @T.prim_func
+        def main(A: T.Tensor((8,), "float32")):
+            with T.Kernel(1, threads=32):
+                r = T.alloc_reducer(8, "float32", op="max")
+                T.clear(r)
+                for i in T.Parallel(8):
+                    r[i] = T.min(r[i], A[i])

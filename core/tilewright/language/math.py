@@ -59,14 +59,31 @@ def promoted(a: str, b: str) -> str:
     return a if a.startswith("int") else b
 
 
+def _reducer_update(op: str, a, b):
+    """``T.max(acc[i], x)`` of an element of a reducer: the update TileLang writes as
+    ``acc[i] = T.max(acc[i], x)`` (an element of a reducer answers ``reducer_combine``;
+    :mod:`.reducer`), or None."""
+    for element, other in ((a, b), (b, a)):
+        combine = getattr(element, "reducer_combine", None)
+        if combine is not None:
+            return combine(op, other)
+    return None
+
+
 def max(a, b):  # noqa: A001 - the language's name
     """The larger of two values."""
+    update = _reducer_update("max", a, b)
+    if update is not None:
+        return update
     a, b = _pair(a, b)
     return tirx.Max(a, b)
 
 
 def min(a, b):  # noqa: A001 - the language's name
     """The smaller of two values."""
+    update = _reducer_update("min", a, b)
+    if update is not None:
+        return update
     a, b = _pair(a, b)
     return tirx.Min(a, b)
 

@@ -19,7 +19,7 @@ from tvm import tirx
 
 from ..errors import kernel_error
 from . import builder as B
-from .buffer import TileBuffer, to_expr
+from .buffer import TileBuffer, declare, to_expr
 from .dtypes import is_float
 from .kernel import _alloc
 from .math import infinity
@@ -47,7 +47,10 @@ class ReducerBuffer(TileBuffer):
         fill_reducer(self, value)
 
     def __getitem__(self, key):
-        return _ReducerElement(self, key if isinstance(key, tuple) else (key,))
+        key = key if isinstance(key, tuple) else (key,)
+        if not self.is_reducer:  # finalized: its merged values (TileLang reads them so)
+            return merged(self)[key]
+        return _ReducerElement(self, key)
 
     def __setitem__(self, key, value):
         key = key if isinstance(key, tuple) else (key,)
@@ -70,6 +73,20 @@ class _ReducerElement:
         if self.reducer.op != "sum":
             raise kernel_error(f"'+=' updates a sum reducer; {self.reducer.name!r} is a "
                                f"{self.reducer.op} reducer: use T.reducer_update")
+        return _Contribution(self, value)
+
+    def __add__(self, value):  # acc[i] = acc[i] + x
+        return self.__iadd__(value)
+
+    __radd__ = __add__
+
+    def reducer_combine(self, op: str, value):
+        """``T.max(acc[i], x)`` / ``T.min(acc[i], x)`` (:func:`.math.max`): a contribution,
+        when the reducer combines with ``op``."""
+        if self.reducer.op != op:
+            raise kernel_error(f"T.{op} of an element of the {self.reducer.op} reducer "
+                               f"{self.reducer.name!r}: a {op} reducer combines so; use "
+                               "T.reducer_update")
         return _Contribution(self, value)
 
     def __getattr__(self, name):
@@ -134,9 +151,40 @@ def fill_reducer(acc: ReducerBuffer, value) -> None:
         raise kernel_error(f"T.fill of the {acc.op} reducer {acc.name!r} must use its identity "
                            f"{identity}: each thread's partial starts there, so another value "
                            "would be counted once per partial")
-    B.current("T.fill").finalized[:] = [b for b in B.current().finalized
-                                        if not b.same_as(acc.buffer)]
+    builder = B.current("T.fill")
+    builder.finalized[:] = [b for b in builder.finalized if not b.same_as(acc.buffer)]
+    kernel = builder.enclosing("kernel")
+    if kernel is not None:  # a new epoch: its merged values are read from a new copy
+        merged_reducers = kernel.info.get("merged_reducers", {})
+        for b in [b for b in merged_reducers if b.same_as(acc.buffer)]:
+            del merged_reducers[b]
     fill(TileBuffer(acc.buffer), value)
+
+
+def merged(acc: ReducerBuffer) -> TileBuffer:
+    """The merged values of finalized reducer ``acc``, for reading its elements: a fragment
+    ``T.copy(acc, ...)`` fills where the first element is read (the merge TileLang's
+    ``T.finalize_reducer`` makes in place; a reducer's partials are merged by a copy here)."""
+    builder = B.require_kernel(f"reading reducer {acc.name!r}")
+    kernel = builder.enclosing("kernel")
+    cache = kernel.info.setdefault("merged_reducers", {})
+    found = next((m for b, m in cache.items() if b.same_as(acc.buffer)), None)
+    if found is None:
+        buf = declare(f"{acc.name}_merged", tuple(acc.buffer.shape), str(acc.buffer.dtype),
+                      "local.fragment")
+        kernel.stmts.insert(0, tirx.AllocBuffer(buf, span=B.here()))
+        found = cache[acc.buffer] = TileBuffer(buf)
+        # the copy goes before the loop nest the read stands in (a T.Parallel loop's
+        # iterations read the merged values; the copy is the block's)
+        outer = next((k for k, f in enumerate(builder.frames) if f.kind == "parallel"),
+                     len(builder.frames))
+        inner = builder.frames[outer:]
+        del builder.frames[outer:]
+        try:
+            copy(TileBuffer(acc.buffer), found)
+        finally:
+            builder.frames.extend(inner)
+    return found
 
 
 def reducer_update(element, value):
