@@ -198,3 +198,34 @@ def test_a_mismatched_reducer_update_is_refused():
                 T.clear(r)
                 for i in T.Parallel(8):
                     r[i] = T.min(r[i], A[i])
+
+
+def test_unroll_forms_and_copy_hints():
+    @T.prim_func
+    def main(A: T.Tensor((64,), "float32"), out: T.Tensor((64,), "float32")):
+        with T.Kernel(1, threads=64):
+            tid = T.get_thread_binding()
+            for i in T.unroll(tid % 32):  # a trip count known when run: a plain loop
+                out[i] = i
+            for k in T.unroll(0, 16, step=4, unroll_factor=2):
+                out[32 + k] = 100 + k
+            for k in T.serial(1, 10, 3):
+                out[48 + k] = 200 + k
+            s = T.alloc_shared((4,), "float32")
+            T.copy(A[60:64], s, annotations={"prefer_instruction": "tma"})
+            T.copy(s, out[60:64])
+
+    a = torch.randn(64)
+    out = torch.zeros(64)
+    tilewright.compile(main, target="cpu")(a, out)
+    want = torch.zeros(64)
+    want[:31] = torch.arange(31.0)
+    want[[32, 36, 40, 44]] = torch.tensor([100.0, 104, 108, 112])
+    want[[49, 52, 55]] = torch.tensor([201.0, 204, 207])
+    want[60:] = a[60:]
+    assert torch.equal(out, want)
+    with pytest.raises(KernelError, match=r"T.copy: unknown annotation speed='max'"):
+        @T.prim_func
+        def bad(A: T.Tensor((4,), "float32"), B: T.Tensor((4,), "float32")):
+            with T.Kernel(1, threads=32):
+                T.copy(A, B, annotations={"speed": "max"})

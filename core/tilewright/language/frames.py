@@ -80,6 +80,7 @@ class LoopSpec:
 
     kind_name = "serial"
     for_kind = tirx.ForKind.SERIAL
+    step, offset = 1, 0  # a T.serial / T.unroll loop of another step: see serial
 
     def __init__(self, extents, starts=None, annotations=None):
         self.extents = tuple(_index(e, f"a T.{self.kind_name} extent") for e in extents)
@@ -101,7 +102,10 @@ class LoopSpec:
         loop_vars = [tirx.Var(n, "int32") for n in names]
         frame = builder.open(self.kind_name, loop_vars=loop_vars, starts=self.starts,
                              extents=self.extents)
-        yield loop_vars[0] if len(loop_vars) == 1 else tuple(loop_vars)
+        # a loop of step s counts its iterations; the body sees start + s * iteration
+        values = [v if self.step == 1 else to_expr(self.offset) + v * self.step
+                  for v in loop_vars]
+        yield values[0] if len(values) == 1 else tuple(values)
         body = builder.close(frame)
         if finish is not None:
             body = finish(body)
@@ -109,6 +113,10 @@ class LoopSpec:
         # one generator) makes a T.Parallel loop of a one-thread block a serial loop
         kind, for_kind = ("serial", tirx.ForKind.SERIAL) if frame.info.get(IN_ORDER) \
             else (self.kind_name, self.for_kind)
+        if for_kind == tirx.ForKind.UNROLLED and not all(
+                isinstance(as_int(e), int) for e in self.extents):
+            # a trip count known only when the kernel runs: a loop, not unrolled
+            kind, for_kind = "serial", tirx.ForKind.SERIAL
         annotations = {LOOP_KIND_KEY: kind, **self.annotations}
         for var, start, extent in reversed(list(zip(loop_vars, self.starts, self.extents))):
             body = tirx.For(var, to_expr(start), to_expr(extent), for_kind, body,
@@ -188,19 +196,34 @@ class serial(LoopSpec):  # noqa: N801 - the language's name
     kind_name = "serial"
 
     def __init__(self, start, stop=None, step=None, annotations=None):
-        if step not in (None, 1):
-            raise kernel_error("T.serial supports step 1 only")
+        step = 1 if step is None else as_int(step)
+        if not isinstance(step, int) or isinstance(step, bool) or step < 1:
+            raise kernel_error(f"T.{self.kind_name}'s step must be a positive int, got {step!r}")
         start, stop = _start_stop(start, stop)
         extent = stop - start if isinstance(start, int) and isinstance(stop, int) else \
             to_expr(stop) - to_expr(start)
+        if step != 1:  # iterations start, start + step, ... below stop
+            self.step, self.offset = step, start
+            extent, start = -(-extent // step) if isinstance(extent, int) else \
+                tirx.floordiv(extent + step - 1, step), 0
         super().__init__((extent,), (start,), annotations)
 
 
 class unroll(serial):  # noqa: N801 - the language's name
-    """``for k in T.unroll(n)``: a sequential loop the backend unrolls."""
+    """``for k in T.unroll(n)``, ``T.unroll(start, stop, step)``: a sequential loop the
+    backend unrolls (TileLang's ``unroll_factor`` and ``explicit`` are hints; a trip count
+    known only when the kernel runs is a plain loop)."""
 
     kind_name = "unroll"
     for_kind = tirx.ForKind.UNROLLED
+
+    def __init__(self, start, stop=None, step=None, explicit=False, unroll_factor=None,
+                 annotations=None):
+        if unroll_factor is not None and (not isinstance(unroll_factor, int) or
+                                          unroll_factor < 1):
+            raise kernel_error(f"T.unroll's unroll_factor must be a positive int, got "
+                               f"{unroll_factor!r}")
+        super().__init__(start, stop, step, annotations)
 
 
 # -- helpers the rewritten kernel code calls through `__tw__` -------------------------------

@@ -63,9 +63,21 @@ def _shapes_match(a, b) -> bool:
     return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
 
 
+# TileLang's T.copy annotations: which instruction a CUDA backend should prefer; a hint that
+# changes no result (the CUDA backend picks TMA, cp.async or plain copies by itself)
+_COPY_HINTS = {"prefer_instruction": ("tma", "cp_async", "ldg", "stg", "auto")}
+
+
 def copy(src, dst, coalesced_width=None, disable_tma=False, eviction_policy=None,
-         loop_layout=None):
+         loop_layout=None, annotations=None):
     """Copy a tile from ``src`` to ``dst`` (buffers, slices or a start element)."""
+    for key, value in (annotations or {}).items():
+        if key == "disable_tma":
+            disable_tma = disable_tma or bool(value)
+        elif key not in _COPY_HINTS or value not in _COPY_HINTS[key]:
+            raise kernel_error(f"T.copy: unknown annotation {key}={value!r} (known: "
+                               "disable_tma, prefer_instruction in "
+                               f"{', '.join(_COPY_HINTS['prefer_instruction'])})")
     src_ref, dst_ref = region_of(src, "T.copy source"), region_of(dst, "T.copy destination")
     src_known = all(e is not None for e in src_ref[2])
     dst_known = all(e is not None for e in dst_ref[2])
