@@ -158,8 +158,8 @@ def lower_thread_allreduce(call: TileOpCall, ctx: RuleContext):
     up to a warp (a power of two) is consecutive lanes of one warp."""
     threads = [int(t) for t in call.attrs["threads"].split(",")]
     dim = int(call.attrs["dim"])
-    group = threads[dim]
-    if dim != 0 or group > keys.WARP or keys.WARP % group:
+    group = int(call.attrs.get("width", 0)) or threads[dim]
+    if dim != 0 or group > keys.WARP or keys.WARP % group or threads[dim] % group:
         raise KernelError(
             f"T.tvm_thread_allreduce along threadIdx.{'xyz'[dim]} ({group} threads, "
             f"threads={tuple(threads)}): the CUDA backend reduces along the x dimension in "

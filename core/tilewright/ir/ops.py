@@ -142,10 +142,12 @@ SYNC_GRID = register_tile_op(TileOpSchema(
 
 THREAD_ALLREDUCE = register_tile_op(TileOpSchema(
     "tvm_thread_allreduce", (Operand("value", "read", kind="expr"), Operand("dst", "write")),
-    (Attr("combiner", str, "sum"), Attr("dim", int, 0), Attr("threads", str, "")),
-    doc="TVM's thread allreduce (TileLang's hand-written GEMV reductions): every thread of a "
-        "group along one of T.Kernel's thread dimensions (DIM) gets the group's values "
-        "combined (COMBINER: sum, max or min) in its one-element array",
+    (Attr("combiner", str, "sum"), Attr("dim", int, 0), Attr("threads", str, ""),
+     Attr("width", int, 0)),
+    doc="TVM's thread allreduce (TileLang's hand-written GEMV reductions) and TileLang's "
+        "T.warp_reduce_*: every thread of a group along one of T.Kernel's thread dimensions "
+        "(DIM; WIDTH consecutive threads, 0: the whole dimension) gets the group's values "
+        "combined (COMBINER: sum, max, min, bitand, bitor) in its one-element array",
 ))
 
 # the kernel loop's annotation T.annotate_safe_value makes: {global tensor's name: the value a

@@ -103,6 +103,7 @@ from .math import (
 )
 from .random import rng_init, rng_rand, rng_rand_float
 from .reducer import alloc_reducer, finalize_reducer, reducer_init, reducer_update
+from .threads import WARP_REDUCE_OPS as _WARP_REDUCE_OPS
 from .threads import (
     attr,
     comm_reducer,
@@ -123,6 +124,7 @@ globals().update(_REDUCE_OPS)
 globals().update(_SCAN_OPS)
 globals().update(_ATOMIC_OPS)
 globals().update(_WIDE_ATOMIC_OPS)
+globals().update(_WARP_REDUCE_OPS)
 globals().update(_UNARY)
 globals().update(_BINARY)
 globals().update(_BITWISE)
@@ -155,6 +157,6 @@ __all__ = [
     "sync_grid", "sync_threads", "thread_binding", "truncdiv", "truncmod",
     "unpack", "unroll",
     "use_swizzle", "vectorized", "view", *_DTYPES, *_REDUCE_OPS, *_SCAN_OPS, *_ATOMIC_OPS,
-    *_WIDE_ATOMIC_OPS, *_UNARY,
+    *_WIDE_ATOMIC_OPS, *_WARP_REDUCE_OPS, *_UNARY,
     *_BINARY, *_BITWISE, *_BIT_COUNTS, *_PREDICATES,
 ]

@@ -187,3 +187,51 @@ def evaluate(value):
                            f"{type(value).__name__}")
     _kernel_builder("T.evaluate").emit(make_call(THREAD_ALLREDUCE.name, value.operands,
                                                  value.attrs, span=B.here()))
+
+
+# -- TileLang's warp reductions: the value combined over the calling thread's warp --------------
+WARP = 32
+WARP_REDUCE_KINDS = ("sum", "max", "min", "bitand", "bitor")
+
+
+def _warp_reduce(kind: str, value):
+    name = f"T.warp_reduce_{kind}"
+    builder = _kernel_builder(name)
+    threads = tuple(builder.threads)
+    if threads[0] % WARP == 0:
+        width = WARP
+    elif threads[1] == threads[2] == 1:
+        width = threads[0]  # a block smaller than a warp is one (partial) warp
+    else:
+        raise kernel_error(f"{name}: the block's threads={threads} split warps across "
+                           f"threadIdx.y; give threadIdx.x a multiple of {WARP} threads")
+    value = to_expr(value)
+    dtype = str(value.ty)
+    if kind.startswith("bit") and not dtype.startswith(("int", "uint")):
+        raise kernel_error(f"{name} combines integers; the value is {dtype}")
+    n = sum(1 for f in builder.frames for s in f.stmts if isinstance(s, tirx.AllocBuffer))
+    buf = declare(f"warp_{kind}_{n}", (1,), dtype, "local")
+    builder.emit(tirx.AllocBuffer(buf, span=B.here()))
+    region = resolve(region_of(TileBuffer(buf), name), None, name)
+    builder.emit(make_call(THREAD_ALLREDUCE.name, {"value": value, "dst": region},
+                           {"combiner": kind, "dim": 0,
+                            "threads": ",".join(map(str, threads)), "width": width},
+                           span=B.here()))
+    return tirx.BufferLoad(buf, [tirx.const(0, "int32")])
+
+
+def _make_warp_reduce(kind: str):
+    def warp_reduce(value):
+        return _warp_reduce(kind, value)
+
+    warp_reduce.__name__ = f"warp_reduce_{kind}"
+    warp_reduce.__doc__ = (
+        f"``T.warp_reduce_{kind}(value)`` in thread-level code: the {kind} of ``value`` over "
+        "the calling thread's warp (32 consecutive threads along threadIdx.x), which each "
+        "of them gets; every thread of the warp must reach it (CUDA: XOR shuffles; the CPU "
+        "and the interpreter combine the warp's values in thread order)")
+    return warp_reduce
+
+
+WARP_REDUCE_OPS = {f"warp_reduce_{k}": _make_warp_reduce(k) for k in WARP_REDUCE_KINDS}
+

@@ -40,6 +40,7 @@ from ..ir import (
     THREAD_BINDING,
     decode,
 )
+from .lowering_utils import compare_floats
 from .walk import StmtMutator, prim_func_pass, rebuild_for
 
 PARALLEL_KEY = "tw.loop"
@@ -252,22 +253,29 @@ class _Serialize:
                               "every thread of the block must reach it", span_location(
                                   call.span))
         dim, dst = int(call.attrs["dim"]), call.operands["dst"]
-        combine = {"sum": tirx.Add, "max": tirx.Max, "min": tirx.Min}[call.attrs["combiner"]]
+        width = int(call.attrs.get("width", 0)) or self.threads[dim]
         dtype = str(dst.buffer.dtype)
+        kind = call.attrs["combiner"]
+        # a float max / min with the language's NaN rule (CUDA's fmaxf: a NaN is ignored)
+        combine = compare_floats(kind) if kind in ("max", "min") and \
+            dtype.startswith(("float", "bfloat")) else \
+            {"sum": tirx.Add, "max": tirx.Max, "min": tirx.Min, "bitand": tirx.bitwise_and,
+             "bitor": tirx.bitwise_or}[kind]
         value = tirx.decl_buffer((1,), dtype, "allreduce_value", scope="local")
         values = self._expand(value)
         held = self.leaf(tirx.BufferStore(value, tirx.Cast(dtype, call.operands["value"]),
                                           [0], span=call.span), guards)
 
         def make(ids, linear):
-            def of(k):  # the group's k-th value
-                return tirx.BufferLoad(values, [self._linear([*ids[:dim], k, *ids[dim + 1:]])])
+            def of(k):  # the group's k-th value (the group: WIDTH consecutive threads)
+                at = tirx.floordiv(ids[dim], width) * width + k
+                return tirx.BufferLoad(values, [self._linear([*ids[:dim], at, *ids[dim + 1:]])])
 
             k = tirx.Var("k", "int32")
             mine = tirx.BufferLoad(dst.buffer, list(dst.starts))
             combined = tirx.SeqStmt([
                 tirx.BufferStore(dst.buffer, of(tirx.const(0, "int32")), list(dst.starts)),
-                tirx.For(k, 1, self.threads[dim] - 1, tirx.ForKind.SERIAL, tirx.BufferStore(
+                tirx.For(k, 1, width - 1, tirx.ForKind.SERIAL, tirx.BufferStore(
                     dst.buffer, combine(mine, of(k)), list(dst.starts)))])
             return self._per_thread(combined, ids, linear)
 

@@ -394,6 +394,45 @@ def _let_align_ref(x):
     return [x + columns]
 
 
+WARP_KINDS = ("sum", "max", "min")
+WARP_BITS = ("bitand", "bitor")
+
+
+def _warp_reduce(dtype, M, N, threads=64):
+    """Each thread of a block of 64 (two warps) reads X[bx, tx] and writes its warp's sum,
+    max and min of it (integers: also the bitwise and / or) to Y[bx, tx, k]."""
+    kinds = WARP_KINDS + (WARP_BITS if dtype.startswith("int") else ())
+
+    @T.prim_func
+    def warp_reduce(X: T.Tensor((M, threads), dtype),
+                    Y: T.Tensor((M, threads, len(kinds)), dtype)):
+        with T.Kernel(M, threads=threads) as bx:
+            tx = T.get_thread_binding()
+            v = T.alloc_local((1,), dtype)
+            v[0] = X[bx, tx]
+            for k, kind in enumerate(kinds):
+                Y[bx, tx, k] = getattr(T, f"warp_reduce_{kind}")(v[0])
+
+    return warp_reduce
+
+
+def _warp_reduce_ref(x, threads=64):
+    kinds = WARP_KINDS + (WARP_BITS if not x.is_floating_point() else ())
+    warps = x.view(x.shape[0], threads // 32, 32)
+    y = x.new_zeros(x.shape[0], threads // 32, 32, len(kinds))
+    for k, kind in enumerate(kinds):
+        if kind == "sum":
+            part = warps.sum(dim=2)
+        elif kind in ("max", "min"):
+            part = warps.amax(dim=2) if kind == "max" else warps.amin(dim=2)
+        else:
+            part = warps[..., 0].clone()
+            for lane in range(1, 32):
+                part = part & warps[..., lane] if kind == "bitand" else part | warps[..., lane]
+        y[..., k] = part[..., None]
+    return [y.view(x.shape[0], threads, len(kinds))]
+
+
 def _sync_grid(dtype, M, N, bm=4):
     """A persistent two-phase kernel: each block doubles its rows into a fragment and writes
     their sums; after the grid barrier (T.sync_grid) each block reads every block's sums and
@@ -553,6 +592,13 @@ ROWS = (
                          "cast"), (),
            _let_align, two_d, _let_align_ref, {"partial": {"M": 5, "N": 21}},
            doc="a variable bound with T.let; T.align_up of a column index"),
+    Kernel("warp_reduce", (*BASE, "alloc_local", "get_thread_binding",
+                           *(f"warp_reduce_{k}" for k in WARP_KINDS + WARP_BITS)),
+           ("get_thread_binding", "tvm_thread_allreduce"), _warp_reduce,
+           lambda torch, gen, dtype, M, N: [rand(torch, gen, (M, 64), dtype)],
+           _warp_reduce_ref, {"full": {"M": 3, "N": 64}}, reduction=lambda **_: 32,
+           dtypes=("float32", "int32"),
+           doc="T.warp_reduce_sum/max/min (and bitand/bitor of integers) over each warp"),
     Kernel("sync_grid", (*BASE, "Parallel", "serial", "alloc_fragment", "alloc_var", "cast",
                          "if_then_else", "sync_grid"), ("sync_grid",), _sync_grid, two_d,
            _sync_grid_ref, {"partial": {"M": 10, "N": 6}}, out_idx=(1, 2),
