@@ -26,7 +26,7 @@ from tvm import tirx
 from ..errors import KernelError, span_location
 from ..ir import SYNC_GRID, THREAD_BINDING, decode
 from .threads import KERNEL_THREADS_KEY, is_per_thread
-from .walk import prim_func_pass, rebuild_for
+from .walk import prim_func_pass, rebuild_for, replace_buffers
 
 GRID_OPS = (SYNC_GRID.name,)  # declared by a backend that runs this pass
 
@@ -212,27 +212,8 @@ def _phase(kernel, k, body, used, variables, allocs, binds, indices, saved):
         if any(buf in u for u in used[k + 1:]):
             tail.append(_copy_loops(buf.shape, lambda ix, b=buf, w=workspace: tirx.BufferStore(
                 w, tirx.BufferLoad(b, ix), [block, *ix])))
-    stmt = _renamed(_seq([*head, *body, *tail]), renames, fresh)
+    stmt = replace_buffers(_seq([*head, *body, *tail]), fresh, renames)
     return kernel.launch(stmt, loop_vars)
-
-
-def _renamed(node, variables: dict, buffers: dict):
-    def load(ld):
-        new = buffers.get(ld.source)
-        return tirx.BufferLoad(new, list(ld.indices)) if new is not None else ld
-
-    def store(st):
-        new = buffers.get(st.buffer)
-        return tirx.BufferStore(new, st.value, list(st.indices), span=st.span) \
-            if new is not None else st
-
-    def alloc(a):
-        new = buffers.get(a.buffer)
-        return tirx.AllocBuffer(new, span=a.span) if new is not None else a
-
-    return tvm_ffi.structural_map(node, [(tvm.ir.TensorLoad, load), (tirx.BufferStore, store),
-                                         (tirx.AllocBuffer, alloc),
-                                         (tirx.Var, lambda v: variables.get(v, v))])
 
 
 def _split_function(func):

@@ -15,7 +15,7 @@ import tvm
 import tvm_ffi
 from tvm import tirx
 
-from .walk import prim_func_pass
+from .walk import prim_func_pass, replace_buffers
 
 
 def _symbols(expr) -> set:
@@ -90,17 +90,6 @@ def solve_symbols(func: tirx.PrimFunc) -> tirx.PrimFunc:
             new = replaced[new]
         chain[old] = new
     final.update(chain)
-
-    def load(ld):
-        new = final.get(ld.source)
-        return tirx.BufferLoad(new, list(ld.indices)) if new is not None else ld
-
-    def store(st):
-        new = final.get(st.buffer)
-        return tirx.BufferStore(new, st.value, list(st.indices), span=st.span) \
-            if new is not None else st
-
-    body = tvm_ffi.structural_map(func.body, [(tvm.ir.TensorLoad, load),
-                                              (tirx.BufferStore, store)])
+    body = replace_buffers(func.body, final)
     return tirx.PrimFunc(params, tirx.SeqStmt([*binds, body]), ret_type=func.ret_type,
                          attrs=func.attrs)

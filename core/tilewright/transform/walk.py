@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 
 import tvm
+import tvm_ffi
 from tvm import sym as arith
 from tvm import tirx
 
@@ -61,6 +62,29 @@ class StmtMutator:
         if body.same_as(stmt.body):
             return stmt
         return tirx.AttrStmt(stmt.node, stmt.attr_key, stmt.value, body, span=stmt.span)
+
+
+def replace_buffers(node, buffers: dict, variables: dict | None = None):
+    """``node`` with each buffer in ``buffers`` (its loads, stores and allocation) replaced by
+    its value there, and each variable in ``variables`` by its value."""
+
+    def load(ld):
+        new = buffers.get(ld.source)
+        return tirx.BufferLoad(new, list(ld.indices)) if new is not None else ld
+
+    def store(st):
+        new = buffers.get(st.buffer)
+        return tirx.BufferStore(new, st.value, list(st.indices), span=st.span) \
+            if new is not None else st
+
+    def alloc(a):
+        new = buffers.get(a.buffer)
+        return tirx.AllocBuffer(new, span=a.span) if new is not None else a
+
+    rules = [(tvm.ir.TensorLoad, load), (tirx.BufferStore, store), (tirx.AllocBuffer, alloc)]
+    if variables:
+        rules.append((tirx.Var, lambda v: variables.get(v, v)))
+    return tvm_ffi.structural_map(node, rules)
 
 
 def rebuild_for(loop, **changes):
