@@ -241,7 +241,9 @@ def test_pipelined_inside_parallel():
 
 
 # -- dynamic dimensions that no argument gives ---------------------------------------------------
-def test_dynamic_dimension_only_in_an_expression_is_type_error_at_call():
+def test_a_dynamic_dimension_only_in_an_expression_is_solved_at_call():
+    # TileLang reads n from A's n * 2 elements (tools/port_tilelang_tests.py found it); a size
+    # no integer n gives is refused naming the dimension
     @tilewright.jit(out_idx=[-1], target="cpu")
     def twice():
         n = T.dynamic("n")
@@ -254,12 +256,15 @@ def test_dynamic_dimension_only_in_an_expression_is_type_error_at_call():
         return main
 
     kernel = twice()
+    a = torch.randn(8)
+    torch.testing.assert_close(kernel(a), a[0::2] + a[1::2])
     with pytest.raises(TypeError) as info:
-        kernel(torch.randn(8))
-    assert "'C'" in str(info.value) and "'n'" in str(info.value)
+        kernel(torch.randn(7))
+    assert isinstance(info.value, tilewright.ArgumentError)
+    assert "dimension 0 must be n * 2 for an integer n, got 7" in str(info.value)
 
 
-def test_dynamic_dimension_never_whole_is_type_error_not_a_compiler_crash():
+def test_a_dynamic_dimension_never_whole_is_read_from_the_expression():
     @tilewright.jit(out_idx=[-1], target="cpu")
     def even_sum():
         n = T.dynamic("n")
@@ -272,11 +277,8 @@ def test_dynamic_dimension_never_whole_is_type_error_not_a_compiler_crash():
                     C[0] = C[0] + A[2 * i]
         return main
 
-    with pytest.raises(TypeError) as info:
-        even_sum()
-    assert isinstance(info.value, tilewright.ArgumentError)
-    assert "'A'" in str(info.value) and "(n * 2,)" in str(info.value), str(info.value)
-    assert "'n'" in str(info.value)
+    a = torch.randn(10)
+    torch.testing.assert_close(even_sum()(a), a[0::2].sum().reshape(1))
 
 
 def test_eager_dynamic_dimension_only_in_output_is_type_error_at_call():

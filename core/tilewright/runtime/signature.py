@@ -154,9 +154,12 @@ class KernelSignature:
 
 
 def _solved(params, known: set) -> set:
-    """The symbols read only inside a dimension's expression (solved when called)."""
+    """The symbols read only inside an input's dimension expression (solved from it when
+    the kernel is called; an output's shape gives no symbol)."""
     names = set()
     for p in params:
+        if p.is_output:
+            continue
         for d in p.shape:
             if isinstance(d, str) and not d.isidentifier():
                 names.update(re.findall(r"[A-Za-z_]\w*", d))
