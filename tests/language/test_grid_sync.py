@@ -176,3 +176,23 @@ def test_a_barrier_in_a_parallel_loop_is_refused():
                 for i in T.Parallel(32):
                     A[bx, i] = 1
                     T.sync_grid()
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_two_dimensional_grid_keeps_each_blocks_storage(target):
+    # a 2 x 3 grid: each block's fragment lives in its own row of the workspace
+    @T.prim_func
+    def main(X: T.Tensor((2, 3, 8), "float32"), Y: T.Tensor((2, 3, 8), "float32")):
+        with T.Kernel(2, 3, threads=32) as (bx, by):
+            tile = T.alloc_fragment((8,), "float32")
+            for i in T.Parallel(8):
+                tile[i] = X[bx, by, i] + 1
+            T.sync_grid()
+            for i in T.Parallel(8):
+                Y[bx, by, i] = tile[i] * 2
+
+    x = torch.randn(2, 3, 8)
+    y = torch.zeros_like(x)
+    tilewright.compile(main, target=target)(x, y)
+    torch.testing.assert_close(y, (x + 1) * 2)
+

@@ -104,10 +104,13 @@ class _Kernel:
         return math.prod(int(e.value) for e in extents)
 
     def block_index(self, loop_vars) -> tirx.PrimExpr:
-        index = loop_vars[-1]
-        for var, loop in zip(loop_vars[-2::-1], self.loops[-2::-1]):
-            index = var * loop.extent + index
-        return index if len(loop_vars) > 1 else loop_vars[0]
+        """The block's number in the grid (the innermost block loop fastest): its row of
+        the workspaces."""
+        index, stride = tirx.const(0, "int32"), 1
+        for var, loop in zip(reversed(loop_vars), reversed(self.loops)):
+            index = index + var * stride
+            stride = stride * loop.extent
+        return index
 
     def launch(self, body, loop_vars):
         """The block loops around ``body``, with ``loop_vars`` as their variables."""
