@@ -253,7 +253,6 @@ class KernelCall:
                                             f"{want} = {value}, got {arg.shape[dim]}")
         return shapes, copies, symbols
 
-
     def _addresses(self, args) -> list:
         """The T.ptr arguments as pointers (a tensor's data, or the address given)."""
         args = list(args)
@@ -264,9 +263,8 @@ class KernelCall:
         return args
 
     def _check_assumptions(self, args, symbols: dict) -> None:
-        """The kernel's ``T.assume`` conditions over its scalars and shape symbols."""
-        if not self.signature.assumptions:
-            return
+        """The kernel's ``T.assume`` conditions over its scalars and shape symbols (every
+        call: a scalar's value is not part of the plan's key)."""
         values = dict(symbols)
         for index, arg in zip(self._inputs, args):
             spec = self.signature.params[index]
