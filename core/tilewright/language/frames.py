@@ -664,13 +664,16 @@ def get_block_binding(dim: int = 0):
     """``bx = T.get_block_binding(0)``: the block's index along dimension ``dim`` of the
     enclosing ``T.Kernel``'s grid, the variable ``with T.Kernel(...) as (bx, by)`` gives (a
     macro can read it without being passed it)."""
-    builder = B.require_kernel("T.get_block_binding")
-    kernel = builder.enclosing("kernel").info["kernel"]
-    if not isinstance(dim, int) or isinstance(dim, bool) or not 0 <= dim < len(kernel.vars):
-        raise kernel_error(f"T.get_block_binding takes a grid dimension below "
-                           f"{len(kernel.vars)} (the kernel's grid is {len(kernel.vars)}-D), "
-                           f"got {dim!r}")
-    return kernel.vars[dim]
+    return _grid_kernel("T.get_block_binding", dim).vars[dim]
+
+
+def _grid_kernel(what: str, dim) -> Kernel:
+    """The enclosing ``T.Kernel``, ``dim`` checked to be one of its grid dimensions."""
+    kernel = B.require_kernel(what).enclosing("kernel").info["kernel"]
+    if not isinstance(dim, int) or isinstance(dim, bool) or not 0 <= dim < len(kernel.grid):
+        raise kernel_error(f"{what} takes a grid dimension below {len(kernel.grid)} (the "
+                           f"kernel's grid is {len(kernel.grid)}-D), got {dim!r}")
+    return kernel
 
 
 def let(var, value, body=None):
@@ -712,25 +715,15 @@ def _over_parameters(builder, expr) -> bool:
             known.update(d for d in p.buffer.shape if isinstance(d, tirx.Var))
         else:
             known.add(p.buffer)
-    found = {"vars": set(), "loads": 0}
-
-    def load(_):
-        found["loads"] += 1
-
-    tvm_ffi.structural_walk(expr, [(tirx.Var, found["vars"].add), (tvm.ir.TensorLoad, load)])
-    return not found["loads"] and found["vars"] <= known and bool(found["vars"])
+    variables, loads = set(), []
+    tvm_ffi.structural_walk(expr, [(tirx.Var, variables.add), (tvm.ir.TensorLoad, loads.append)])
+    return not loads and bool(variables) and variables <= known
 
 
 def get_block_extent(dim: int = 0):
     """``T.get_block_extent(0)``: the number of blocks along dimension ``dim`` of the
     enclosing ``T.Kernel``'s grid (CUDA's ``gridDim``)."""
-    builder = B.require_kernel("T.get_block_extent")
-    kernel = builder.enclosing("kernel").info["kernel"]
-    if not isinstance(dim, int) or isinstance(dim, bool) or not 0 <= dim < len(kernel.grid):
-        raise kernel_error(f"T.get_block_extent takes a grid dimension below "
-                           f"{len(kernel.grid)} (the kernel's grid is {len(kernel.grid)}-D), "
-                           f"got {dim!r}")
-    return to_expr(kernel.grid[dim])
+    return to_expr(_grid_kernel("T.get_block_extent", dim).grid[dim])
 
 
 class Persistent(LoopSpec):

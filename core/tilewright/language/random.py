@@ -66,11 +66,16 @@ def _u64(expr) -> tirx.PrimExpr:
     return tirx.Cast("uint64", expr)
 
 
-class _Emitter:
-    """Statements made into the builder's current frame, and fresh names for their values."""
+def _u64c(value: int) -> tirx.PrimExpr:
+    return tirx.const(value, "uint64")
 
-    def __init__(self, builder, state):
-        self.builder, self.state = builder, state
+
+class _Emitter:
+    """The statements of one call (at the user's line) on a kernel's generator state, and
+    fresh names for their values."""
+
+    def __init__(self, state):
+        self.state = state
         self.span = B.here()
 
     def word(self, index: int) -> tirx.PrimExpr:
@@ -117,10 +122,6 @@ class _Emitter:
         """The counter plus one and the output of the new counter."""
         out.append(self.increment())
         self.refill(out)
-
-
-def _u64c(value: int) -> tirx.PrimExpr:
-    return tirx.const(value, "uint64")
 
 
 def _pick(values: list, index) -> tirx.PrimExpr:
@@ -201,7 +202,7 @@ def rng_init(seed, seq=None, off=0, generator: str = PHILOX):
         state = _State(kernel, declare(f"rng_state_{n}", (STATE_WORDS,), "uint32", "local"))
         state.allocate(state.words)
         kernel.info[RNG] = state
-    emit = _Emitter(builder, state)
+    emit = _Emitter(state)
     out: list = []
     key = _split64(seed, "seed")
     sub = _split64(seq, "subsequence")
@@ -267,7 +268,7 @@ def _draw4(emit: _Emitter, out: list) -> list:
 def rng_rand():
     """``T.rng_rand()``: the next uint32 of this thread's generator (``curand``)."""
     builder, state = _drawing("T.rng_rand()")
-    emit, out = _Emitter(builder, state), []
+    emit, out = _Emitter(state), []
     value = _draw(emit, out)
     for stmt in out:
         builder.emit(stmt)
@@ -312,7 +313,7 @@ def rng_rand_float(bit: int = 32, dist: str = "uniform"):
         raise kernel_error(f"T.rng_rand_float draws from the 'uniform' or 'normal' "
                            f"distribution, got dist={dist!r}")
     builder, state = _drawing("T.rng_rand_float()")
-    emit, out = _Emitter(builder, state), []
+    emit, out = _Emitter(state), []
     dtype = f"float{bit}"
     if dist == "uniform":
         u = _draw(emit, out)

@@ -24,7 +24,7 @@ from tvm import tirx
 
 from ..errors import KernelError, span_location
 from ..ir.ops import SYNC_GRID
-from ..ir.schema import decode, writes_memory
+from ..ir.schema import decode, tile_ops_in, writes_memory
 
 
 def reads_memory(expr) -> bool:
@@ -130,14 +130,7 @@ def _needed(bind: tirx.Bind, rest: list, uses: Counter) -> bool:
         return True
     # after a grid barrier other blocks' writes to global memory are visible
     return any(str(b.scope()) == "global" for b in read) and \
-        any(_grid_barrier_in(s) for s in between)
-
-
-def _grid_barrier_in(stmt) -> bool:
-    found = []
-    tvm_ffi.structural_walk(stmt, (tirx.Evaluate, lambda e: found.append(e) if (
-        (op := decode(e)) is not None and op.name == SYNC_GRID.name) else None))
-    return bool(found)
+        any(c.name == SYNC_GRID.name for s in between for c in tile_ops_in(s))
 
 
 def _buffers_read(expr) -> set:

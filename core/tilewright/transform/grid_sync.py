@@ -24,7 +24,7 @@ import tvm_ffi
 from tvm import tirx
 
 from ..errors import KernelError, span_location
-from ..ir import SYNC_GRID, THREAD_BINDING, decode
+from ..ir import SYNC_GRID, THREAD_BINDING, decode, tile_ops_in
 from .threads import KERNEL_THREADS_KEY, is_per_thread
 from .walk import prim_func_pass, rebuild_for, replace_buffers
 
@@ -61,10 +61,7 @@ def _vars_used(node) -> set:
 
 def _nested_sync(stmt):
     """The first grid barrier under ``stmt`` (a loop's or a branch's body), or None."""
-    found = []
-    tvm_ffi.structural_walk(stmt, (tirx.Evaluate, lambda s: found.append(s)
-                                   if _is_sync(s) else None))
-    return found[0] if found else None
+    return next((c for c in tile_ops_in(stmt) if c.name == SYNC_GRID.name), None)
 
 
 class _Kernel:

@@ -14,15 +14,11 @@ from tilewright.plugin import (
     hookimpl,
 )
 from tilewright.transform import (
-    bind_solved_symbols,
     lower_intrinsics,
     lower_tile_ops,
     saturating_float_to_int,
-    serialize_threads,
-    split_grid_syncs,
 )
-from tilewright.transform.grid_sync import GRID_OPS
-from tilewright.transform.threads import THREAD_OPS
+from tilewright.transform.sequential import SEQUENTIAL_OPS, sequential_phases
 from tvm import tirx
 
 from . import (
@@ -53,16 +49,7 @@ def _rules(ctx) -> dict:
 
 
 PIPELINE = PassPipeline((
-    Phase("bind_solved_symbols",
-          lambda ctx: [bind_solved_symbols("CPUBindSolvedSymbols")],
-          "a shape symbol given only by a dimension linear in it (T.Tensor((n * 4,))) bound "
-          "from that dimension (tilewright.transform.shape_symbols)"),
-    Phase("split_grid_syncs", lambda ctx: [split_grid_syncs("CPUSplitGridSyncs")],
-          "a kernel with T.sync_grid() run as consecutive launches, one a phase "
-          "(tilewright.transform.grid_sync)"),
-    Phase("serialize_threads", lambda ctx: [serialize_threads("CPUSerializeThreads")],
-          "code reading T.get_thread_binding's index run for each thread in turn "
-          "(tilewright.transform.threads)"),
+    *sequential_phases("CPU"),
     Phase("lower_tile_ops", lambda ctx: [gemm_loops.fuse_gemm_k(),
                                          gemm_loops.hoist_gemm_conversions(),
                                          lower_tile_ops(_rules(ctx), "cpu"),
@@ -124,7 +111,7 @@ BACKEND = BackendModule(
     codegens={"cpu": CODEGEN},
     executors=EXECUTORS,
     capabilities=Capabilities(
-        tile_ops=frozenset({*RULES, *THREAD_OPS, *GRID_OPS}),
+        tile_ops=frozenset({*RULES, *SEQUENTIAL_OPS}),
         dtypes=frozenset(DTYPES),
         memory_scopes=frozenset({"global", "shared.dyn", "local.fragment", "local", "local.var",
                                  *(f"local.reducer.{op}" for op in REDUCER_OPS)}),

@@ -16,13 +16,11 @@ from tilewright.errors import UnsupportedOpError, span_location
 from tilewright.ir import tile_ops_in
 from tilewright.plugin import PassPipeline, Phase
 from tilewright.transform import (
-    bind_solved_symbols,
     narrow_float_arithmetic,
     prim_func_pass,
     saturating_float_to_int,
-    serialize_threads,
-    split_grid_syncs,
 )
+from tilewright.transform.sequential import sequential_phases
 
 from .lowering import RULES
 from .runtime import EMULATED
@@ -42,16 +40,7 @@ def check_tile_ops():
 
 
 PIPELINE = PassPipeline((
-    Phase("bind_solved_symbols",
-          lambda ctx: [bind_solved_symbols("InterpBindSolvedSymbols")],
-          "a shape symbol given only by a dimension linear in it (T.Tensor((n * 4,))) bound "
-          "from that dimension (tilewright.transform.shape_symbols)"),
-    Phase("split_grid_syncs", lambda ctx: [split_grid_syncs("InterpSplitGridSyncs")],
-          "a kernel with T.sync_grid() run as consecutive launches, one a phase "
-          "(tilewright.transform.grid_sync)"),
-    Phase("serialize_threads", lambda ctx: [serialize_threads("InterpSerializeThreads")],
-          "code reading T.get_thread_binding's index run for each thread in turn "
-          "(tilewright.transform.threads)"),
+    *sequential_phases("Interp"),
     Phase("check_tile_ops", lambda ctx: [check_tile_ops()],
           "every tile op has a rule in tilewright_interp.lowering"),
     Phase("saturating_float_to_int",

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from tilewright.language.reducer import OPS as REDUCER_OPS
 from tilewright.plugin import API_VERSION, BackendModule, Capabilities, hookimpl
-from tilewright.transform.grid_sync import GRID_OPS
-from tilewright.transform.threads import THREAD_OPS
+from tilewright.transform.sequential import SEQUENTIAL_OPS
 
 from . import __version__
 from .codegen import CODEGEN
@@ -25,7 +24,7 @@ BACKEND = BackendModule(
     capabilities=Capabilities(
         # the ops with a lowering rule, and those of grid barriers and thread-level code,
         # which the first phases remove
-        tile_ops=frozenset({*RULES, *THREAD_OPS, *GRID_OPS}),
+        tile_ops=frozenset({*RULES, *SEQUENTIAL_OPS}),
         dtypes=frozenset({"bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
                           "uint32", "uint64", "float16", "bfloat16", "float32", "float64",
                           "float8_e4m3fn", "float8_e5m2", "float4_e2m1fn"}),
