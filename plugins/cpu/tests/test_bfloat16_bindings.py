@@ -172,3 +172,30 @@ def test_float8_of_a_selection_whose_branch_converts_to_bfloat16():
     want = chosen.float().tanh().bfloat16().float().to(torch.float8_e4m3fn)
     got = float8_of_a_converted_selection()(x)
     assert torch.equal(got.view(torch.uint8), want.view(torch.uint8))
+
+
+@tilewright.jit(target="cpu")
+def conversion_in_an_expression():
+    @T.prim_func
+    def main(X: T.Tensor((N,), "float32"), Y: T.Tensor((N,), "float32"),
+             Z: T.Tensor((N,), "int32")):
+        with T.Kernel(1, threads=N):
+            tx = T.get_thread_binding(0)
+            held = T.alloc_var("bfloat16")
+            held = X[tx]
+            # TileLang's test_tilelang_language_select: a conversion compared with a named one
+            Z[tx] = T.Select(T.cast(X[tx], "bfloat16") == held, 1, 0)
+            # beside the float32 exp's binding
+            Y[tx] = T.cast(T.cast(T.exp(X[tx]), "bfloat16"), "float32") - T.exp(X[tx])
+    return main
+
+
+def test_a_conversion_to_bfloat16_in_an_expression_rounds():
+    # TVM's BF16ComputeLegalize dropped the conversion: the value kept float32's bits
+    x = torch.randn(N, generator=torch.Generator().manual_seed(1)).clamp(min=1e-4)
+    y, z = torch.empty(N), torch.empty(N, dtype=torch.int32)
+    conversion_in_an_expression()(x, y, z)
+    assert torch.equal(z, torch.ones(N, dtype=torch.int32))
+    # exp on the CPU is within 2 ulp of torch's: only a tie could round elsewhere
+    assert torch.allclose(y, x.exp().bfloat16().float() - x.exp(), atol=1e-6)
+    assert (y != 0).any()

@@ -131,14 +131,35 @@ def round_bfloat16_arithmetic():
     """Each arithmetic operation on bfloat16 values rounds its result to bfloat16
     (:mod:`tilewright.transform.narrow_float`), as on the interpreter and a GPU: the operation
     is made in float32 and rounded in integer code, which TVM's BF16ComputeLegalize keeps
-    (it would drop a plain conversion and keep float32 between operations). Conversions the
-    kernel writes (a GEMM's operands) are left alone."""
+    (it would drop a plain conversion and keep float32 between operations). A conversion to
+    bfloat16 inside an expression (``T.cast(x, T.bfloat16) == y``) is rounded so too: the
+    legalisation dropped it, and the value kept all of float32's bits. Like torch's and the
+    interpreter's, a conversion of a wider value goes through float32. A conversion stored
+    straight into a bfloat16 buffer is left to the store, which rounds it (BF16StorageLegalize
+    for a tensor, :func:`round_bfloat16_tiles` for a tile)."""
 
     def narrowed(dtype, value):
         return tirx.Cast(dtype, _float32_rounded_to_bfloat16(value))
 
-    return prim_func_pass("CPURoundBfloat16Arithmetic", lambda func: func.with_body(
-        narrow_float.rewrite(func.body, frozenset({"bfloat16"}), narrowed=narrowed)))
+    def run(func):
+        stored = []  # conversions a store into a bfloat16 buffer rounds itself
+        tvm_ffi.structural_walk(func.body, (tirx.BufferStore, lambda s: stored.append(s.value)
+                                            if str(s.buffer.dtype) == "bfloat16" and
+                                            isinstance(s.value, tirx.Cast) else None))
+
+        def conversion(cast):
+            if str(cast.ty) != "bfloat16" or str(cast.value.ty) == "bfloat16" or \
+                    any(cast.same_as(value) for value in stored):
+                return cast
+            value = cast.value
+            return narrowed("bfloat16", value if str(value.ty) == "float32" else
+                            tirx.Cast("float32", value))
+
+        body = tvm_ffi.structural_map(func.body, (tirx.Cast, conversion))
+        return func.with_body(narrow_float.rewrite(body, frozenset({"bfloat16"}),
+                                                   narrowed=narrowed))
+
+    return prim_func_pass("CPURoundBfloat16Arithmetic", run)
 
 
 def _has_let(expr) -> bool:

@@ -9,7 +9,7 @@ payloads are not compared), and group-wise dequantisation of packed 4-bit weight
 import tilewright.language as T
 from tilewright import sparse as sp
 
-from .model import FLOAT8, Kernel, rand
+from .model import FLOAT8, Kernel, eager, rand
 
 BASE = ("prim_func", "Tensor", "Kernel", "ceildiv")
 # the accumulator of each 8-bit operand dtype
@@ -283,6 +283,56 @@ def _gemm_sp_ref(values, meta, b, dtype):
     return [(a.long() @ b.long()).int()]
 
 
+NARROW = ("float16", "bfloat16", *FLOAT8)  # the targets of casts_in_expressions
+
+
+def _casts_in_expressions(dtype, targets, bn=64):
+    """Eager style: X converted to each narrow dtype of ``targets`` inside an expression (read
+    back as float32 and compared with X's own conversion), not stored as that dtype: the
+    conversion must round there as a store rounds."""
+
+    def casts_in_expressions(X):
+        n = T.const("n")
+        X: T.Tensor((n,), dtype)
+        outs = [T.empty((n,), "float32") for _ in targets]
+        same = [T.empty((n,), "int32") for _ in targets]
+        with T.Kernel(T.ceildiv(n, bn), threads=128) as bx:
+            for k, t in enumerate(targets):
+                for i in T.Parallel(bn):
+                    g = bx * bn + i
+                    if g < n:
+                        narrow = T.cast(X[g], t) if k % 2 else T.Cast(t, X[g])
+                        outs[k][g] = T.cast(narrow, "float32") * 1.0
+                        same[k][g] = T.Select(T.cast(X[g], t) == narrow, 1, 0)
+        return (*outs, *same)
+
+    return casts_in_expressions
+
+
+def _casts_in_expressions_inputs(torch, gen, dtype, N, targets):
+    """Values of every magnitude up to 300 (no float8 saturation) and exact ties between
+    neighbours of bfloat16 and of float16 (ties to even) for a float ``dtype``; integers up
+    to 300 (bfloat16 rounds those above 256) otherwise."""
+    if not dtype.startswith("float"):
+        return [rand(torch, gen, (N,), dtype, -300, 300)]
+    scale = torch.pow(10.0, torch.rand(N, generator=gen) * 4 - 3)
+    x = (torch.randn(N, generator=gen) * scale).clamp(-300, 300).float()
+    bits = x.view(torch.int32)
+    quarter = N // 4
+    ties = bits.clone()
+    ties[:quarter] = (bits[:quarter] & ~0xFFFF) | 0x8000  # between two bfloat16 values
+    ties[quarter:2 * quarter] = (bits[quarter:2 * quarter] & ~0x1FFF) | 0x1000  # float16's
+    x = ties.view(torch.float32)
+    return [x.to(getattr(torch, dtype))]
+
+
+def _casts_in_expressions_ref(x, targets):
+    import torch
+
+    outs = [x.to(getattr(torch, t)).float() for t in targets]
+    return [*outs, *(torch.ones_like(x, dtype=torch.int32) for _ in targets)]
+
+
 GEMM = (*BASE, "alloc_shared", "alloc_fragment", "copy", "gemm", "clear", "Pipelined")
 CAST_NAMES = (*BASE, "Parallel", "cast", "Cast", *FLOAT8, *WIDE)
 
@@ -299,6 +349,16 @@ ROWS = (
            doc="every float8 code decoded to float32, float16 and bfloat16, and probes of each "
                "encoded (ties, subnormals, saturation, infinities, NaN): exactly torch's values "
                "(any NaN for a NaN)"),
+    Kernel("casts_in_expressions", (*BASE, "const", "empty", "Parallel", "cast", "Cast",
+                                    "Select", *NARROW), (),
+           lambda dtype, N, targets: eager(_casts_in_expressions(dtype, targets), n=N),
+           _casts_in_expressions_inputs, _casts_in_expressions_ref,
+           {"partial": {"N": 200, "targets": NARROW}}, out_idx=(),
+           dtypes=("float32", "float64", "int32"), dtype_dims=("targets",),
+           ref_args=("targets",), exact=True,
+           doc="a conversion to float16, bfloat16 or float8 inside an expression rounds as a "
+               "stored one does (read back as float32, compared with itself); ties of "
+               "bfloat16 and float16 neighbours among the values"),
     Kernel("float4_casts", (*BASE, "Parallel", "alloc_fragment", "cast", "Cast",
                             "float4_e2m1fn", *WIDE), (), _float4_casts, _float4_cast_inputs,
            _float4_cast_ref, {"full": {"P": 256}}, out_idx=tuple(range(4, 8)),
