@@ -17,7 +17,7 @@ from tilewright.plugin import (
     get_manager,
     hookimpl,
 )
-from tilewright.transform import lower_intrinsics, lower_tile_ops
+from tilewright.transform import lower_intrinsics, lower_tile_ops, min_max_ignoring_nan
 
 from . import __version__, arch, keys, ops, options
 from .codegen import CODEGEN
@@ -44,6 +44,11 @@ DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32"
           "float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2",
           "float4_e2m1fn")
 
+# the float types whose Max / Min TVM's CUDA prelude leaves to the operands' order when one is
+# NaN (``max(half, half)`` is ``__hgt(a, b) ? a : b``); float32's and float64's are CUDA's
+# ``fmaxf`` / ``fmax`` (math_functions.hpp), which follow the language's NaN rule already
+HALF_MIN_MAX = frozenset({"float16", "bfloat16"})
+
 
 def _rules() -> dict:
     """The backend's rules and those other plugins register for it."""
@@ -67,7 +72,8 @@ def _infer_layout(ctx) -> list:
 
 
 def _lower_tile_ops(ctx) -> list:
-    return [block_code.run_once(), lower_tile_ops(_rules(), "cuda", options.of(ctx)),
+    return [min_max_ignoring_nan("CUDAHalfMinMax", HALF_MIN_MAX),
+            block_code.run_once(), lower_tile_ops(_rules(), "cuda", options.of(ctx)),
             lower_intrinsics(INTRINSIC_RULES, "CUDALowerIntrinsics"),
             float4.hold_float4_in_bytes()]
 
@@ -80,7 +86,9 @@ PIPELINE = PassPipeline((
     Phase("infer_layout", _infer_layout,
           "fragments used only as mma accumulators become registers in the mma layout"),
     Phase("lower_tile_ops", _lower_tile_ops,
-          "each tile op becomes parallel nests or thread code (tilewright_cuda.rules); "
+          "T.max / T.min of float16 and bfloat16 ignore a NaN operand (IEEE maxNum, as "
+          "float32's fmaxf); each tile op becomes parallel nests or thread code "
+          "(tilewright_cuda.rules); "
           "float4 buffers hold a code a byte, float4 conversions call tw_fp4.h"),
     Phase("pipeline", lambda ctx: [pipeline(options.of(ctx))],
           "T.Pipelined loops: multi-versioned shared tiles filled by cp.async groups or TMA "
@@ -118,7 +126,7 @@ BACKEND = BackendModule(
                                  *(f"local.reducer.{op}" for op in REDUCER_OPS)}),
         features=frozenset({"warps", "dynamic_shapes", "partial_tiles", "atomic_return_prev",
                             "extended_math", "while_loops", "kernel_sequence",
-                            "nan_reductions"}),
+                            "nan_reductions", "nan_min_max"}),
     ),
     accelerator=True,
     device="cuda",

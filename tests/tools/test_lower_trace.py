@@ -63,8 +63,8 @@ def test_trace_layout_and_report(tmp_path, capsys):
     assert {"bind_solved_symbols", "split_grid_syncs", "serialize_threads", "lower_tile_ops",
             "lower_loops", "lower_memory", "lower_blocks", "codegen", "unscoped"} <= phases
     before = sorted(p.name for p in (run / "lower_tile_ops").iterdir())
-    assert before[:2] == ["03_CPUFuseGemmK_after.tir", "03_CPUFuseGemmK_before.tir"]
-    assert "05_LowerTileOps_before.tir" in before  # files named by pass
+    assert before[:2] == ["03_CPUFloatMinMax_after.tir", "03_CPUFloatMinMax_before.tir"]
+    assert "06_LowerTileOps_before.tir" in before  # files named by pass
     codegen = sorted(p.name for p in (run / "codegen").iterdir())
     assert len(codegen) == 2 and codegen[0].endswith("_codegen_after.ll")
     assert codegen[1].endswith("_codegen_before.tir")
@@ -76,7 +76,7 @@ def test_trace_layout_and_report(tmp_path, capsys):
     assert [(r["name"], r["status"]) for r in recs[:3]] == [
         ("CPUBindSolvedSymbols", "noop"), ("CPUSplitGridSyncs", "noop"),
         ("CPUSerializeThreads", "noop")]
-    assert recs[3]["name"] == "CPUFuseGemmK" and recs[3]["phase"] == "lower_tile_ops"
+    assert recs[3]["name"] == "CPUFloatMinMax" and recs[3]["phase"] == "lower_tile_ops"
     changed = [r for r in recs if r["status"] == "changed"]
     assert all(r["changed"] and r["add_lines"] + r["del_lines"] > 0 for r in changed)
     assert "report:" in capsys.readouterr().err
@@ -248,7 +248,7 @@ def test_environment_switch_is_read_at_import(tmp_path):
     out = subprocess.run([sys.executable, str(script)], check=False, capture_output=True, text=True,
                          env=env, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert re.search(r"\[lower_trace\] [o*] 05 lower_tile_ops/LowerTileOps  \+\d+ -\d+",
+    assert re.search(r"\[lower_trace\] [o*] 06 lower_tile_ops/LowerTileOps  \+\d+ -\d+",
                      out.stdout)
     assert re.search(r"\[lower_trace\] # \d+ codegen/codegen", out.stdout)
     assert "more lines of generated source" in out.stdout

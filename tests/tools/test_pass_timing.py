@@ -28,12 +28,13 @@ def test_pass_config_prints_the_table_and_dumps_ir(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "pass timing: main" in err and "lower_loops / CPULowerLoops" in err
     dumps = sorted(p.name for p in tmp_path.iterdir())
-    assert dumps[:6] == ["00_bind_solved_symbols_CPUBindSolvedSymbols.tir",
+    assert dumps[:7] == ["00_bind_solved_symbols_CPUBindSolvedSymbols.tir",
                          "01_split_grid_syncs_CPUSplitGridSyncs.tir",
                          "02_serialize_threads_CPUSerializeThreads.tir",
-                         "03_lower_tile_ops_CPUFuseGemmK.tir",
-                         "04_lower_tile_ops_CPUHoistGemmConversions.tir",
-                         "05_lower_tile_ops_LowerTileOps.tir"]
+                         "03_lower_tile_ops_CPUFloatMinMax.tir",
+                         "04_lower_tile_ops_CPUFuseGemmK.tir",
+                         "05_lower_tile_ops_CPUHoistGemmConversions.tir",
+                         "06_lower_tile_ops_LowerTileOps.tir"]
     assert any("lower_blocks_CPULowerBlocks" in d for d in dumps)
     assert not events.active()  # the tools detach when the compilation ends
 

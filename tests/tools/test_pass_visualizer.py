@@ -37,8 +37,9 @@ def test_tile_ops_expand_into_fields():
 def test_record_and_render_cpu(tmp_path):
     steps = record(gemm(), "cpu")
     assert steps[0]["phase"] == "input"
-    assert [s["name"] for s in steps[1:8]] == ["CPUBindSolvedSymbols", "CPUSplitGridSyncs",
-                                              "CPUSerializeThreads", "CPUFuseGemmK",
+    assert [s["name"] for s in steps[1:9]] == ["CPUBindSolvedSymbols", "CPUSplitGridSyncs",
+                                              "CPUSerializeThreads", "CPUFloatMinMax",
+                                              "CPUFuseGemmK",
                                               "CPUHoistGemmConversions", "LowerTileOps",
                                               "CPULowerIntrinsics"]
     page = render({"cpu": steps, "broken": "UnsupportedOpError: nope"}, "t")

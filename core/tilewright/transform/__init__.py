@@ -3,6 +3,7 @@
 # TileLang spells the pass-config names tilelang.transform.PassConfigKey
 from ..plugin.passconfig import NAMES as PassConfigKey
 from .bounds import check_bounds, instrument_bounds
+from .float_min_max import min_max_ignoring_nan
 from .float_to_int import saturating_float_to_int
 from .grid_sync import split_grid_syncs
 from .lower_tile_ops import RuleContext, lower_intrinsics, lower_tile_ops
@@ -16,7 +17,8 @@ from .wrapping_int import wrapping_integer_arithmetic
 __all__ = ["PassConfigKey", "RuleContext", "StmtMutator", "bind_solved_symbols", "check_bounds",
            "instrument_bounds",
            "legalize_safe_memory", "lower_intrinsics", "lower_tile_ops",
-           "narrow_float_arithmetic", "prim_func_pass", "rebuild_for", "reraise_pass_error",
+           "min_max_ignoring_nan", "narrow_float_arithmetic", "prim_func_pass", "rebuild_for",
+           "reraise_pass_error",
            "saturating_float_to_int", "serialize_threads", "split_grid_syncs",
            "thread_dependence",
            "wrapping_integer_arithmetic"]

@@ -16,6 +16,7 @@ from tilewright.plugin import (
 from tilewright.transform import (
     lower_intrinsics,
     lower_tile_ops,
+    min_max_ignoring_nan,
     saturating_float_to_int,
 )
 from tilewright.transform.sequential import SEQUENTIAL_OPS, sequential_phases
@@ -50,12 +51,14 @@ def _rules(ctx) -> dict:
 
 PIPELINE = PassPipeline((
     *sequential_phases("CPU"),
-    Phase("lower_tile_ops", lambda ctx: [gemm_loops.fuse_gemm_k(),
+    Phase("lower_tile_ops", lambda ctx: [min_max_ignoring_nan("CPUFloatMinMax"),
+                                         gemm_loops.fuse_gemm_k(),
                                          gemm_loops.hoist_gemm_conversions(),
                                          lower_tile_ops(_rules(ctx), "cpu"),
                                          lower_intrinsics(lowering_extra.INTRINSIC_RULES,
                                                           "CPULowerIntrinsics")],
-          "GEMM K loops merged into deeper GEMMs; narrow GEMM operands that a loop does not "
+          "T.max / T.min of floats ignore a NaN operand (IEEE maxNum); GEMM K loops merged "
+          "into deeper GEMMs; narrow GEMM operands that a loop does not "
           "write converted once before it; each tile op becomes loops (rules in "
           "tilewright_cpu.lowering)"),
     Phase("lower_loops", lambda ctx: [
@@ -117,7 +120,7 @@ BACKEND = BackendModule(
                                  *(f"local.reducer.{op}" for op in REDUCER_OPS)}),
         features=frozenset({"dynamic_shapes", "partial_tiles", "kernel_sequence",
                             "while_loops", "atomic_return_prev", "extended_math",
-                            "nan_reductions"}),
+                            "nan_reductions", "nan_min_max"}),
     ),
     description="reference backend: host CPU through TVM's LLVM codegen",
 )

@@ -16,6 +16,7 @@ from tilewright.errors import UnsupportedOpError, span_location
 from tilewright.ir import tile_ops_in
 from tilewright.plugin import PassPipeline, Phase
 from tilewright.transform import (
+    min_max_ignoring_nan,
     narrow_float_arithmetic,
     prim_func_pass,
     saturating_float_to_int,
@@ -41,6 +42,8 @@ def check_tile_ops():
 
 PIPELINE = PassPipeline((
     *sequential_phases("Interp"),
+    Phase("float_min_max", lambda ctx: [min_max_ignoring_nan("InterpFloatMinMax")],
+          "T.max / T.min of floats ignore a NaN operand (IEEE maxNum)"),
     Phase("check_tile_ops", lambda ctx: [check_tile_ops()],
           "every tile op has a rule in tilewright_interp.lowering"),
     Phase("saturating_float_to_int",

@@ -183,6 +183,25 @@ def _stack(values):
 
     return torch.stack(values)
 
+# T.max / T.min with a NaN operand on either side: the NaN ignored (IEEE 754's maxNum /
+# minNum, torch's fmax / fmin; a NaN only where both are), whatever the operands' order; an
+# operand that is an expression (computed once)
+NAN_MIN_MAX = {
+    "max": (T.max, lambda x, y: x.fmax(y)),
+    "max_swapped": (lambda x, y: T.max(y, x), lambda x, y: y.fmax(x)),
+    "min": (T.min, lambda x, y: x.fmin(y)),
+    "min_swapped": (lambda x, y: T.min(y, x), lambda x, y: y.fmin(x)),
+    "max_of_sum": (lambda x, y: T.max(x + y, y * 2), lambda x, y: (x + y).fmax(y * 2)),
+}
+
+
+def _nan_operands(torch, gen, dtype, M, N):
+    """Two operands with NaNs among their elements, some at the same place in both."""
+    x, y = rand(torch, gen, (M, N), dtype), rand(torch, gen, (M, N), dtype)
+    x.view(-1)[::3] = float("nan")
+    y.view(-1)[::4] = float("nan")
+    return [x, y]
+
 
 def _table_ref(table):
     return lambda x, p: [_stack([ref(x, p) for _, ref in table.values()])]
@@ -566,6 +585,11 @@ ROWS = (
            _table_ref(FLOAT_BINARY), {"partial": MN["partial"]},
            dtypes=(*FLOATS, "float64"),
            doc="+ - * / negation, T.max, T.min and comparisons through T.if_then_else"),
+    Kernel("min_max_nan", (*ELEMENTWISE, "max", "min"), ("copy",),
+           lambda dtype, M, N: _elementwise("min_max_nan", NAN_MIN_MAX, dtype, M, N),
+           _nan_operands, _table_ref(NAN_MIN_MAX), {"partial": MN["partial"]},
+           dtypes=(*FLOATS, "float64"), features=("nan_min_max",),
+           doc="T.max / T.min ignore a NaN operand on either side (IEEE maxNum / minNum)"),
     Kernel("float8_arith", (*ELEMENTWISE, "max", "min", "clamp", "if_then_else", *UNARY,
                             *FLOAT8), ("copy",),
            lambda dtype, M, N: _elementwise("float8_arith", FLOAT8_ARITH, dtype, M, N),
