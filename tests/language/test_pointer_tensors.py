@@ -85,3 +85,30 @@ def test_pointer_parameters_take_tensors_or_addresses(target):
     with pytest.raises(ArgumentError, match=r"is a pointer \(T.ptr\): pass a tensor or its "
                                             r"data_ptr\(\), got float"):
         kernel(1.5, c, 100)
+
+
+def pointers_through_a_tile(block=512):
+    # no tensor parameter, and a tile of 2 KiB: the CPU allocates it from the heap (TVM's
+    # workspace needs a device, which only a tensor parameter gave; the build stopped)
+    @T.prim_func
+    def main(a_ptr: T.ptr, c_ptr: T.ptr, m: T.int32):
+        A = T.make_tensor(a_ptr, (m,), "float32")
+        C = T.make_tensor(c_ptr, (m,), "float32")
+        with T.Kernel(T.ceildiv(m, block), threads=128) as bx:
+            tile = T.alloc_shared((block,), "float32")
+            for i in T.Parallel(block):
+                tile[i] = T.if_then_else(bx * block + i < m, A[bx * block + i], 0.0)
+            for i in T.Parallel(block):
+                if bx * block + i < m:
+                    C[bx * block + i] = tile[block - 1 - i] + tile[i]
+
+    return main
+
+
+@pytest.mark.parametrize("target", ["cpu", "interp"])
+def test_a_kernel_without_tensor_parameters_allocates_its_tiles(target):
+    kernel = tilewright.compile(pointers_through_a_tile(), target=target)
+    a, c = torch.randn(1024), torch.zeros(1024)
+    kernel(a.data_ptr(), c.data_ptr(), 1024)
+    want = (a.view(2, 512) + a.view(2, 512).flip(1)).view(-1)
+    assert torch.equal(c, want)

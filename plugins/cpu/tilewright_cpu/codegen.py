@@ -7,6 +7,9 @@ import re
 
 import tvm
 from tilewright.plugin import DeviceCodegen, GeneratedSource
+from tvm import tirx
+
+DLPACK_CPU = 1  # DLDeviceType kDLCPU (dlpack.h)
 
 
 @functools.lru_cache(maxsize=1)
@@ -33,13 +36,36 @@ def stable_text(text: str) -> str:
 #   on the block index and was placed where that index is not defined ("Buffer block is used
 #   before its definition"). The frontend and the CPU's lowering size every buffer already.
 SKIPPED_TVM_PASSES = ("s_tir.CompactBufferAllocation",)
+# and for a kernel without tensor parameters (see _on_the_host)
+TENSORLESS_SKIPPED = ("tirx.StorageRewrite",)
+
+
+def _tensorless(func) -> bool:
+    return isinstance(func, tirx.PrimFunc) and \
+        not any(isinstance(param.ty, tirx.BufferType) for param in func.params)
+
+
+def _on_the_host(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    """``func`` (without tensor parameters) marked as running on CPU device 0. TVM allocates a
+    buffer of 1 KiB or more from the device of its function's first tensor (MakePackedAPI
+    names it, LowerTVMBuiltin calls TVMBackendAllocWorkspace with it): without one the build
+    stopped ("Unknown device id in current IR": a kernel with no tensor parameters, TileLang's
+    test_tilelang_language_parallel). TVM's StorageRewrite, which moves allocations to the
+    top of the function, outside these marks, is skipped for such a function."""
+    zero = tirx.IntImm("int32", 0)
+    return func.with_body(tirx.AttrStmt(zero, "device_type", tirx.IntImm("int32", DLPACK_CPU),
+                                        tirx.AttrStmt(zero, "device_id", zero, func.body)))
 
 
 def generate(mod: tvm.IRModule, ctx) -> GeneratedSource:
+    tensorless = [gv for gv, f in mod.functions.items() if _tensorless(f)]
+    mod = tvm.IRModule({gv: _on_the_host(f) if gv in tensorless else f
+                        for gv, f in mod.functions.items()})
+    skipped = (*SKIPPED_TVM_PASSES, *(TENSORLESS_SKIPPED if tensorless else ()))
     outer = tvm.transform.PassContext.current()
     with tvm.transform.PassContext(
             opt_level=outer.opt_level, required_pass=list(outer.required_pass),
-            disabled_pass=[*outer.disabled_pass, *SKIPPED_TVM_PASSES],
+            disabled_pass=[*outer.disabled_pass, *skipped],
             instruments=list(outer.instruments), config=dict(outer.config)):
         executable = tvm.compile(mod, target=host_target())
     text = stable_text(executable.mod.inspect_source("ll"))
