@@ -164,28 +164,42 @@ def lower(func, target="auto", pass_configs=None):
     return _lower_engine(prim_func_of(func, "lower"), target, pass_configs)
 
 
+# the language's annotations of a parameter that only a kernel takes (a tensor, an address)
+KERNEL_PARAMETERS = frozenset({"Tensor", "StridedTensor", "ptr"})
+
+
 def _is_factory(fn) -> bool:
-    """A kernel factory defines a ``@T.prim_func`` or has no ``with T.Kernel`` block of its
-    own (it returns a PrimFunc made elsewhere); an eager kernel opens ``T.Kernel`` itself."""
+    """A kernel factory defines a ``@T.prim_func`` or returns a PrimFunc made elsewhere; an
+    eager kernel opens ``T.Kernel`` itself or declares its tensors (``A: T.Tensor[...]`` in
+    its body or its signature, or a ``T.ptr`` there), the ``T.Kernel`` in a ``T.macro`` it
+    calls (TileLang's eager kernels)."""
     try:
         tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
     except (OSError, TypeError, SyntaxError):
         return True
-    opens_kernel = False
-    for node in ast.walk(tree.body[0]):
+    top = tree.body[0]
+    args = (*top.args.posonlyargs, *top.args.args, *top.args.kwonlyargs) \
+        if isinstance(top, (ast.FunctionDef, ast.AsyncFunctionDef)) else ()
+    params = {a.arg for a in args}
+    # a parameter annotated as a tensor or an address (``A: T.Tensor[...]``, ``p: T.ptr``)
+    eager = any(isinstance(n, ast.Attribute) and n.attr in KERNEL_PARAMETERS
+                for a in args if a.annotation is not None for n in ast.walk(a.annotation))
+    for node in ast.walk(top):
         if isinstance(node, ast.With):
             for item in node.items:
                 call = item.context_expr
                 target = call.func if isinstance(call, ast.Call) else call
-                opens_kernel = opens_kernel or getattr(target, "attr", None) == "Kernel"
-        if node is tree.body[0] or not isinstance(node, ast.FunctionDef):
+                eager = eager or getattr(target, "attr", None) == "Kernel"
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            eager = eager or node.target.id in params
+        if node is top or not isinstance(node, ast.FunctionDef):
             continue
         for deco in node.decorator_list:
             target = deco.func if isinstance(deco, ast.Call) else deco
             name = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
             if name == "prim_func":
                 return True
-    return not opens_kernel
+    return not eager
 
 
 _TENSOR_TYPES: dict[type, bool] = {}  # type -> whether its values are tensors

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import re
 from dataclasses import dataclass
 
 import tvm
@@ -174,12 +175,24 @@ FragmentBuffer = _TileType("FragmentBuffer", "local.fragment")
 LocalBuffer = _TileType("LocalBuffer", "local")
 
 
-def const(names: str):
-    """``M, N = T.const("M, N")``: shape symbols bound at compile time from the arguments."""
-    builder = B.current("T.const")
-    parts = [n.strip() for n in names.split(",") if n.strip()]
+def _symbol_names(names: str, api: str) -> list[str]:
+    """The names of ``T.const`` / ``T.dynamic``: separated by commas or spaces, as TileLang
+    takes them (``"M, N"``, ``"M N K"``); each a Python identifier."""
+    parts = [n for n in re.split(r"[,\s]+", names) if n] if isinstance(names, str) else None
     if not parts:
-        raise kernel_error("T.const needs at least one name")
+        raise kernel_error(f"{api} needs one or more names separated by commas or spaces, "
+                           f"got {names!r}")
+    wrong = [n for n in parts if not n.isidentifier()]
+    if wrong:
+        raise kernel_error(f"{api}: {', '.join(map(repr, wrong))} is not a name")
+    return parts
+
+
+def const(names: str):
+    """``M, N = T.const("M, N")`` (or ``"M N"``): shape symbols bound at compile time from
+    the arguments."""
+    builder = B.current("T.const")
+    parts = _symbol_names(names, "T.const")
     values = tuple(builder.const_symbol(n) for n in parts)
     return values[0] if len(values) == 1 else values
 
@@ -187,9 +200,7 @@ def const(names: str):
 def dynamic(name: str, dtype: str = "int32"):
     """``M = T.dynamic("m")``: a shape symbol read from the arguments at every call;
     ``M, N = T.dynamic("m, n")`` declares several, as ``T.const`` does."""
-    parts = [n.strip() for n in name.split(",") if n.strip()]
-    if not parts:
-        raise kernel_error("T.dynamic needs at least one name")
+    parts = _symbol_names(name, "T.dynamic")
     values = tuple(tirx.Var(n, normalize_dtype(dtype)) for n in parts)
     return values[0] if len(values) == 1 else values
 
@@ -197,8 +208,16 @@ def dynamic(name: str, dtype: str = "int32"):
 symbolic = dynamic
 
 
-def empty(shape, dtype="float32") -> TileBuffer:
-    """``C = T.empty((M, N), dtype)``: an output tensor the kernel allocates and returns."""
+def empty(*shape, dtype="float32") -> TileBuffer:
+    """``C = T.empty((M, N), dtype)`` (or TileLang's ``T.empty(M, N, dtype=...)``): an output
+    tensor the kernel allocates and returns."""
+    if len(shape) == 2 and isinstance(shape[0], (tuple, list)):
+        shape, dtype = shape
+    elif len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        shape = shape[0]
+    elif not shape or isinstance(shape[-1], (str, DType)):
+        raise kernel_error(f"T.empty takes a shape (a tuple, or its dimensions one by one) and "
+                           f"dtype=, got {shape!r}")
     builder = B.current("T.empty")
     if builder.in_kernel():
         raise kernel_error("T.empty declares a kernel output; call it before 'with T.Kernel'")
@@ -239,7 +258,9 @@ def annotate(name, current, annotation, value):
             raise kernel_error(f"declare tensor {name!r} before 'with T.Kernel'")
         if isinstance(current, TileBuffer):
             return current
-        if current is not None and not isinstance(current, ParamSlot):
+        if isinstance(current, TensorSpec):  # get_tir(T.Tensor(shape, dtype), ...)
+            _check_placeholder(name, annotation, current)
+        elif current is not None and not isinstance(current, ParamSlot):
             raise kernel_error(f"{name!r} is annotated as a tensor, but the call passed "
                                f"{type(current).__name__} {current!r:.40}; pass a torch.Tensor")
         buf = declare(name, annotation.shape, annotation.dtype, "global")
@@ -250,6 +271,20 @@ def annotate(name, current, annotation, value):
 
 
 HELPERS = Helpers(annotate)
+
+
+def _check_placeholder(name, annotation: TensorSpec, given: TensorSpec) -> None:
+    """A ``T.Tensor`` given for an eager kernel's tensor ``name`` where no tensor exists yet
+    (TileLang's ``kernel.get_tir(T.Tensor((128, 128)), ...)``): it stands for a tensor of
+    its shape and dtype; the program keeps the annotation's symbols."""
+    if given.dtype != annotation.dtype or len(given.shape) != len(annotation.shape):
+        raise kernel_error(f"{name!r} is annotated as {len(annotation.shape)}-d "
+                           f"{annotation.dtype}, but the call gave T.Tensor{given.shape} "
+                           f"{given.dtype}")
+    for dim, (want, got) in enumerate(zip(annotation.shape, given.shape)):
+        if isinstance(want, int) and isinstance(got, int) and want != got:
+            raise kernel_error(f"{name!r} is annotated with {want} in dimension {dim}, but the "
+                               f"call gave T.Tensor{given.shape}")
 
 
 def _bind_consts(builder, name, shape, slot) -> None:
@@ -317,12 +352,31 @@ def _finish(builder: B.Builder) -> tirx.PrimFunc:
     return func.with_body(widen_fragments(func.body))
 
 
+def _declared(name, value, annotation):
+    """An eager kernel's argument ``value`` for the parameter ``name`` its signature annotates
+    with ``annotation``: a tensor (``A: T.Tensor[(M, N), T.float32]``) declared as the body's
+    annotations declare the others; a scalar of a dtype (``a_ptr: T.ptr``, ``n: T.int32``)
+    given at run time (a tensor for a pointer, or ``T.ptr()`` standing for one) a parameter
+    of that dtype; anything else (a compile-time value) as it is."""
+    if isinstance(annotation, TensorSpec):
+        return annotate(name, value, annotation, None)
+    if isinstance(annotation, DType) and (
+            isinstance(value, ParamSlot) or isinstance(value, tirx.Var) and
+            str(value.ty) == normalize_dtype(annotation)):
+        var = tirx.Var(name, normalize_dtype(annotation))
+        B.current(f"declaring {name!r}").add_param(name, var)
+        return var
+    return value
+
+
 def trace_eager(fn, args: dict, const_values: dict | None, name: str | None = None):
     """Trace an eager-style kernel: tensors in ``args`` are declared by annotations in the
     body; other arguments are compile-time values. Returns (PrimFunc, builder)."""
     builder = B.Builder(name or fn.__name__, const_values=const_values)
     body = rewrite(fn, HELPERS)
+    annotations = {k: v for k, v in inspect.get_annotations(fn).items() if k in args}
     with builder.active():
+        args = {k: _declared(k, v, annotations.get(k)) for k, v in args.items()}
         result = body(**args)
     func = _finish(builder)
     outputs = result if isinstance(result, tuple) else (result,) if result is not None else ()

@@ -1,0 +1,98 @@
+"""The forms of TileLang's eager kernels (its test_tilelang_language_eager_jit.py): ``T.const``
+names separated by spaces, a ``T.Kernel`` opened by a ``T.macro`` the kernel calls, tensors
+annotated in the signature, ``get_tir`` with ``T.Tensor`` placeholders, ``T.empty(M, N,
+dtype=)`` and ``T.ptr`` parameters of an eager kernel."""
+
+import pytest
+import tilewright
+import tilewright.language as T
+import torch
+from tilewright.errors import KernelError
+
+
+@T.macro
+def copy_rows(A, B):
+    M, N = A.shape
+    with T.Kernel(T.ceildiv(M, 32), threads=32) as bx:
+        for i, j in T.Parallel(32, N):
+            if bx * 32 + i < M:
+                B[bx * 32 + i, j] = A[bx * 32 + i, j] * 2
+
+
+@tilewright.jit(target="cpu")
+def spaced_consts(A, B):
+    M, N = T.const("M N")
+    A: T.Tensor[[M, N], T.float32]
+    B: T.Tensor[[M, N], T.float32]
+    copy_rows(A, B)  # the T.Kernel is the macro's
+
+
+@tilewright.jit(target="cpu")
+def signature_tensors(A: T.Tensor[[64, 16], T.float32], B: T.Tensor[[64, 16], T.float32]):
+    copy_rows(A, B)
+
+
+@T.macro
+def doubled(A):
+    M, N = A.shape
+    B = T.empty(M, N, dtype=A.dtype)
+    with T.Kernel(T.ceildiv(M, 32), threads=32) as bx:
+        for i, j in T.Parallel(32, N):
+            if bx * 32 + i < M:
+                B[bx * 32 + i, j] = A[bx * 32 + i, j] * 2
+    return B
+
+
+@tilewright.jit(target="cpu")
+def returned(A):
+    M = T.const("M")
+    A: T.Tensor[[M, 16], T.float32]
+    return doubled(A)
+
+
+@tilewright.jit(target="cpu")
+def through_pointers(A: T.ptr, B: T.ptr, M: int, N: int):
+    A = T.make_tensor(A, (M, N), T.float32)
+    B = T.make_tensor(B, (M, N), T.float32)
+    copy_rows(A, B)
+
+
+def test_eager_kernels_opened_by_a_macro():
+    a = torch.randn(70, 16)
+    for kernel in (spaced_consts, signature_tensors):
+        x = a[:64] if kernel is signature_tensors else a
+        b = torch.zeros_like(x)
+        kernel(x, b)
+        assert torch.equal(b, x * 2)
+    assert torch.equal(returned(a), a * 2)
+
+
+def test_get_tir_takes_tensor_placeholders_and_par_compile_builds_them():
+    funcs = [k.get_tir(T.Tensor((64, 16), T.float32), T.Tensor((64, 16), T.float32))
+             for k in (spaced_consts, signature_tensors)]
+    kernels = tilewright.par_compile(funcs, target="cpu")
+    a = torch.randn(64, 16)
+    for kernel in kernels:
+        b = torch.zeros_like(a)
+        kernel(a, b)
+        assert torch.equal(b, a * 2)
+    with pytest.raises(KernelError, match=r"'A' is annotated as 2-d float32, but the call gave "
+                                          r"T.Tensor\(64,\) float32"):
+        spaced_consts.get_tir(T.Tensor((64,), T.float32), T.Tensor((64, 16), T.float32))
+
+
+def test_pointer_parameters_of_an_eager_kernel():
+    a, b = torch.randn(40, 8), torch.zeros(40, 8)
+    through_pointers(a, b, 40, 8)
+    assert torch.equal(b, a * 2)
+
+
+def test_const_names_must_be_names():
+    @tilewright.jit(target="cpu")
+    def bad(A):
+        M, N = T.const("M, 2N")
+        A: T.Tensor[[M, N], T.float32]
+        copy_rows(A, A)
+
+    with pytest.raises(KernelError, match=r"T.const: '2N' is not a name"):
+        bad(torch.zeros(4, 4))
