@@ -153,6 +153,36 @@ def test_assumptions_over_parameters_are_checked_at_each_call(target):
     assert kernel.signature.assumptions == ("(((N % 4) == 0) and (l >= 0))",)
 
 
+def assumed_in_branches():
+    N = T.dynamic("N")
+
+    @T.prim_func
+    def main(A: T.Tensor((N,), "float32"), l: T.int32):
+        with T.Kernel(1, threads=32):
+            if l > 0:
+                T.assume(N % 4 == 0)  # binds the calls with l > 0 only
+            else:
+                T.assume(N < 8)
+            for _i in T.serial(l):
+                T.assume(N > 100)  # inside a loop (maybe never run): not checked
+            tx = T.get_thread_binding()
+            if tx < N:
+                A[tx] = 1.0 + l
+
+    return main
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_an_assumption_in_a_branch_binds_the_calls_that_take_it(target):
+    kernel = tilewright.compile(assumed_in_branches(), target=target)
+    kernel(torch.zeros(8), 1)
+    kernel(torch.zeros(6), 0)  # N % 4 != 0, but the branch is not taken
+    with pytest.raises(AssumptionError, match=r"\(N = 6, l = 1\)"):
+        kernel(torch.zeros(6), 1)
+    with pytest.raises(AssumptionError, match=r"\(N = 8, l = 0\)"):
+        kernel(torch.zeros(8), 0)
+
+
 def reducer_forms(op, M=8, N=16):
     # TileLang's update forms (acc[i] = T.max(acc[i], x), acc[i] = acc[i] + x) and its reads
     # of a finalized reducer's elements

@@ -249,7 +249,9 @@ class _BranchFrame:
         builder = B.current("if")
         if self.which == "then":
             self.branch._span = B.here()
-        self.frame = builder.open("if")
+        cond = self.branch.cond
+        self.frame = builder.open("if", taken=cond if self.which == "then" else
+                                  tirx.Not(to_expr(cond)))
         return None
 
     def __exit__(self, exc_type, exc, tb):
@@ -698,13 +700,31 @@ def assume(cond) -> None:
     the host: a call that breaks it raises :class:`~tilewright.errors.AssumptionError`
     naming it. One over values the kernel computes (``T.assume(l + i < N)``) is accepted; the
     backends here do not use it (dropping an assumption changes no result of a kernel whose
-    assumptions hold)."""
+    assumptions hold). Inside an ``if`` over parameters it binds the calls that take the
+    branch; inside a loop it is accepted unchecked."""
     builder = B.require_kernel("T.assume")
     cond = to_expr(cond)
     if str(cond.ty) != "bool":
         cond = cond != tirx.const(0, str(cond.ty))
-    if _over_parameters(builder, cond):
+    guards = _branches_taken(builder)
+    if guards is not None and _over_parameters(builder, cond):
+        for guard in reversed(guards):  # under `if g:` it binds the calls where g holds
+            cond = tirx.Or(tirx.Not(guard), cond)
         builder.assumptions.append(cond)
+
+
+def _branches_taken(builder) -> list | None:
+    """The conditions of the branches enclosing the current statement inside its kernel, when
+    each is over the kernel's parameters; None when a loop encloses it or a branch depends on
+    what the kernel computes (an assumption there is accepted, not checked)."""
+    guards = []
+    for frame in reversed(builder.frames):
+        if frame.kind == "kernel":
+            return guards
+        if frame.kind != "if" or not _over_parameters(builder, frame.info["taken"]):
+            return None
+        guards.append(frame.info["taken"])
+    return guards
 
 
 def _over_parameters(builder, expr) -> bool:
