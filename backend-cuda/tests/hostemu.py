@@ -576,7 +576,7 @@ def _launcher(kernel: dict, name: str) -> str:
         if p["kind"] == "tensormap":  # the host struct of include/tw_hopper.h
             args.append(f"*(const tw_tensormap*)ptrs[{n}]")
             continue
-        pointer = p["kind"] in ("tensor", "workspace")
+        pointer = p["kind"] in ("tensor", "workspace") or p.get("dtype") == "handle"
         args.append(f"tw_ptr{{ptrs[{n}]}}" if pointer else f"ints[{n}]")
     return LAUNCHER.replace("LAUNCH", name).replace("KERNEL", kernel["entry"]).replace(
         "ARGS", ", ".join(args))
@@ -650,6 +650,9 @@ def _run_kernel(launcher, kernel: dict, symbols: dict, spaces: list, args) -> No
         elif p["kind"] == "tensormap":
             maps.append(_TensorMap.of(p, args[p["param"]]))
             ptrs[i] = ctypes.addressof(maps[-1])
+        elif p["kind"] == "scalar" and p["dtype"] == "handle":  # a T.ptr address
+            arg = args[p["param"]]
+            ptrs[i] = arg.data_ptr() if hasattr(arg, "data_ptr") else int(arg)
         elif p["kind"] == "scalar":
             ints[i] = int(args[p["param"]])
         else:

@@ -58,7 +58,8 @@ def _rules() -> dict:
 
 def _bind_threads(ctx) -> list:
     chosen = options.of(ctx)  # an unknown architecture or a bad pass config fails here, first
-    return [kernels.check_sequence(), kernels.split_kernels(), threads.thread_atomics(chosen),
+    return [kernels.pointer_tensors_into_blocks(), kernels.check_sequence(),
+            kernels.split_kernels(), threads.thread_atomics(chosen),
             threads.thread_ranges_as_roles(), threads.refuse_thread_conditioned_tile_ops(),
             dialect.issue_wgmma_groups(),
             threads.bind_threads(),
@@ -126,7 +127,7 @@ BACKEND = BackendModule(
                                  *(f"local.reducer.{op}" for op in REDUCER_OPS)}),
         features=frozenset({"warps", "dynamic_shapes", "partial_tiles", "atomic_return_prev",
                             "extended_math", "while_loops", "kernel_sequence",
-                            "nan_reductions", "nan_min_max"}),
+                            "nan_reductions", "nan_min_max", "pointer_params"}),
     ),
     accelerator=True,
     device="cuda",

@@ -85,6 +85,9 @@ def test_pointer_parameters_take_tensors_or_addresses(target):
     with pytest.raises(ArgumentError, match=r"is a pointer \(T.ptr\): pass a tensor or its "
                                             r"data_ptr\(\), got float"):
         kernel(1.5, c, 100)
+    with pytest.raises(ArgumentError, match=r"is an address \(T.ptr\) the kernel reads on "
+                                            r"device 'cpu' .*got one on 'meta'"):
+        kernel(torch.empty(100, device="meta"), c, 100)
 
 
 def pointers_through_a_tile(block=512):

@@ -94,9 +94,10 @@ def param_kinds(func: tirx.PrimFunc, device_func, count: int | None = None) -> l
         elif tirx.buffer.is_buffer_var(p):
             by_name[f"{p.name}_ptr"] = {"kind": "tensor", "param": index, "name": str(p.name)}
             by_name[str(p.name)] = by_name[f"{p.name}_ptr"]
-        else:
+        else:  # a T.ptr address: dtype "handle"
+            dtype = "handle" if isinstance(p.ty, tvm.ir.PointerType) else str(p.ty)
             by_name[str(p.name)] = {"kind": "scalar", "param": index, "name": str(p.name),
-                                    "dtype": str(p.ty)}
+                                    "dtype": dtype}
     out = []
     for p in device_func.params:
         name = str(p.name)

@@ -14,12 +14,41 @@ import json
 
 import tvm
 from tilewright.errors import KernelError, span_location
-from tilewright.transform import prim_func_pass
+from tilewright.transform import prim_func_pass, rebuild_for
 from tilewright.transform.sequence import is_block, is_workspace, split_blocks, top_level
 from tvm import tirx
 
 from .. import keys
 from ..analysis.ir import unknown_at_launch
+
+
+def _inside_block(block: tirx.For, stmts: list) -> tirx.For:
+    """``block`` with ``stmts`` put first inside its ``blockIdx`` loops."""
+    if isinstance(block.body, tirx.For) and block.body.kind == tirx.ForKind.THREAD_BINDING:
+        return rebuild_for(block, body=_inside_block(block.body, stmts))
+    return rebuild_for(block, body=tirx.SeqStmt([*stmts, block.body]))
+
+
+def pointer_tensors_into_blocks():
+    """The tensors a kernel makes of ``T.ptr`` addresses before its ``with T.Kernel`` blocks
+    (``A = T.make_tensor(a_ptr, (m, k), dtype)``: an address bound to a name, a buffer
+    declared on it) made inside each block instead: the device code reads the address, a
+    parameter of the kernel the launcher passes, and declares the tensor there; the host runs
+    nothing but the launches."""
+
+    def moved(stmt) -> bool:
+        return isinstance(stmt, tirx.DeclBuffer) or \
+            isinstance(stmt, tirx.Bind) and isinstance(stmt.var.ty, tvm.ir.PointerType)
+
+    def run(func):
+        stmts = top_level(func)
+        if not any(isinstance(s, tirx.Bind) and moved(s) for s in stmts):
+            return func
+        inner = [s for s in stmts if moved(s)]
+        body = [_inside_block(s, inner) if is_block(s) else s for s in stmts if not moved(s)]
+        return func.with_body(body[0] if len(body) == 1 else tirx.SeqStmt(body))
+
+    return prim_func_pass("CUDAPointerTensorsIntoBlocks", run)
 
 
 def check_sequence():

@@ -189,6 +189,11 @@ class KernelCall:
             where = self._where(pos, spec)
             if spec.kind == "scalar":
                 _check_scalar(arg, spec, where, torch)
+                if isinstance(arg, torch.Tensor) and arg.device.type != self._device:
+                    raise ArgumentError(f"{where} is an address (T.ptr) the kernel reads on "
+                                        f"device '{self._device}' (backend "
+                                        f"'{self._backend_name}'): pass a tensor there, got "
+                                        f"one on '{arg.device}'")
                 continue
             if not isinstance(arg, torch.Tensor):
                 raise ArgumentError(f"{where} must be a torch.Tensor of shape {_fmt(spec.shape)}"

@@ -20,7 +20,8 @@ from .signature import KernelSignature, SignatureError
 
 _CTYPES = {"int32": ctypes.c_int32, "int64": ctypes.c_int64, "uint32": ctypes.c_uint32,
            "uint64": ctypes.c_uint64, "float32": ctypes.c_float, "float64": ctypes.c_double,
-           "bool": ctypes.c_bool, "int8": ctypes.c_int8, "int16": ctypes.c_int16}
+           "bool": ctypes.c_bool, "int8": ctypes.c_int8, "int16": ctypes.c_int16,
+           "handle": ctypes.c_void_p}  # a T.ptr address (KernelCall makes it a c_void_p)
 _SMEM_DEFAULT_LIMIT = 48 * 1024
 
 
@@ -165,6 +166,9 @@ class CubinFunction:
         import torch
 
         device = next((a.device for a in args if isinstance(a, torch.Tensor)), None)
+        if device is None and torch.cuda.is_available() and any(
+                p.get("dtype") == "handle" for k in self.kernels for p in k["params"]):
+            device = torch.device("cuda", torch.cuda.current_device())  # addresses only
         if device is None or device.type != "cuda":
             raise RuntimeError("CUDA kernels take CUDA tensors; got none on a CUDA device")
         _, fns = self._function(device.index or 0)
@@ -208,7 +212,8 @@ class CubinFunction:
                 values.append(spaces[p["workspace"]].data_ptr())
                 types.append(ctypes.c_void_p)
             elif p["kind"] == "scalar":
-                values.append(args[p["param"]])
+                value = args[p["param"]]
+                values.append(value.value if isinstance(value, ctypes.c_void_p) else value)
                 types.append(_CTYPES[p["dtype"]])
             elif p["kind"] == "tensormap":  # a TMA descriptor, passed by value
                 values.append(self._tensor_map(index, p, args[p["param"]]))

@@ -161,7 +161,7 @@ def execute(case: Case, func, target: str, seed: int = 0) -> str:
         gen = torch.Generator().manual_seed(seed)
         inputs = case.kernel.inputs(torch, gen, case.dtype, **dims)
         expected = case.reference(inputs, **dims)
-        args = [t.clone() for t in inputs]
+        args = [t.clone() if hasattr(t, "clone") else t for t in inputs]  # tensors, scalars
         result = kernel(*args)
         actual = [] if result is None else list(result) if isinstance(result, (list, tuple)) \
             else [result]

@@ -29,12 +29,9 @@ NOT_COMPUTING = {
     "uint4": "no backend computes unsigned 4-bit elements: a kernel using uint4 is refused naming "
              "the backend (the contract's unsupported-dtype check)",
     "handle": "pointers (T.ptr tables) are held in int64 by the language: backends compute int64",
-    "ptr": "TileLang's name of handle",
     "FragmentBuffer": "an annotation of a T.macro's tile parameter, as T.SharedBuffer (which "
                       "the named_value row uses): it documents the parameter",
     "LocalBuffer": "an annotation of a T.macro's tile parameter, as T.SharedBuffer",
-    "make_tensor": "a tensor at an address a T.ptr table holds: a case needs host tensors' "
-                   "addresses; tested on cpu and interp in tests/language/test_pointer_tensors.py",
 }
 
 CATALOGUE: tuple[Kernel, ...] = (*tiles.ROWS, *scalar.ROWS, *reductions.ROWS, *control.ROWS,

@@ -433,6 +433,36 @@ def _warp_reduce_ref(x, threads=64):
     return [y.view(x.shape[0], threads, len(kinds))]
 
 
+def _pointer_params(dtype, N, block=256):
+    """TileLang's ``T.ptr`` parameters: addresses (the caller passes tensors), tensors made on
+    them with ``T.make_tensor`` before the kernel, a block of 1 KiB staged through a tile."""
+
+    @T.prim_func
+    def pointer_params(x_ptr: T.ptr, y_ptr: T.ptr, n: T.int32):
+        X = T.make_tensor(x_ptr, (n,), dtype)
+        Y = T.make_tensor(y_ptr, (n,), dtype)
+        with T.Kernel(T.ceildiv(n, block), threads=128) as bx:
+            tile = T.alloc_shared((block,), dtype)
+            for i in T.Parallel(block):
+                tile[i] = T.if_then_else(bx * block + i < n, X[bx * block + i], 0)
+            for i in T.Parallel(block):
+                if bx * block + i < n:
+                    Y[bx * block + i] = tile[i] * 2 + tile[block - 1 - i]
+
+    return pointer_params
+
+
+def _pointer_inputs(torch, gen, dtype, N):
+    return [rand(torch, gen, (N,), dtype), torch.zeros(N, dtype=getattr(torch, dtype)), N]
+
+
+def _pointer_ref(x, y, n, block=256):
+    padded = x.new_zeros(-(-n // block) * block)
+    padded[:n] = x
+    tiles = padded.view(-1, block)
+    return [(tiles * 2 + tiles.flip(1)).view(-1)[:n]]
+
+
 def _sync_grid(dtype, M, N, bm=4):
     """A persistent two-phase kernel: each block doubles its rows into a fragment and writes
     their sums; after the grid barrier (T.sync_grid) each block reads every block's sums and
@@ -599,6 +629,13 @@ ROWS = (
            _warp_reduce_ref, {"full": {"M": 3, "N": 64}}, reduction=lambda **_: 32,
            dtypes=("float32", "int32"),
            doc="T.warp_reduce_sum/max/min (and bitand/bitor of integers) over each warp"),
+    Kernel("pointer_params", (*BASE, "Parallel", "alloc_shared", "if_then_else", "ptr",
+                              "make_tensor", "int32"), (), _pointer_params, _pointer_inputs,
+           _pointer_ref, {"partial": {"N": 600}}, out_idx=(), inplace=(1,),
+           features=("pointer_params",), dtypes=("float32", "float16", "int32"),  # the
+           # interpreter holds bfloat16 tensors as float32 copies: it cannot address those
+           doc="T.ptr parameters (the caller's tensors passed as addresses) made tensors with "
+               "T.make_tensor before the kernel"),
     Kernel("sync_grid", (*BASE, "Parallel", "serial", "alloc_fragment", "alloc_var", "cast",
                          "if_then_else", "sync_grid"), ("sync_grid",), _sync_grid, two_d,
            _sync_grid_ref, {"partial": {"M": 10, "N": 6}}, out_idx=(1, 2),
