@@ -133,6 +133,31 @@ def test_float4_strided_tensor_writes_its_values_and_nothing_between_rows(target
 
 
 @pytest.mark.parametrize("target", TARGETS)
+def test_int4_strided_tensor_is_read_and_written_in_place(target):
+    @T.prim_func
+    def main(A: T.StridedTensor((3, 8), (T.dynamic("s"), 1), T.int4),
+             B: T.Tensor((3, 8), T.int32)):
+        with T.Kernel(1, threads=32):
+            for i, j in T.Parallel(3, 8):
+                B[i, j] = T.cast(A[i, j], "int32")
+            for i, j in T.Parallel(3, 8):
+                A[i, j] = A[i, j] + 1
+
+    def values(packed):  # two signed nibbles a byte, the low one first
+        return torch.stack((((packed & 15) ^ 8) - 8, packed >> 4), -1).reshape(3, 8)
+
+    kernel = tilewright.compile(main, out_idx=-1, target=target)
+    back = torch.randint(-128, 128, (3, 7), generator=torch.Generator().manual_seed(1),
+                         dtype=torch.int8)
+    before = back.clone()
+    a = back[:, 1:5]
+    old = values(a)
+    assert torch.equal(kernel(a), old.int())
+    assert torch.equal(values(a), (old + 9) % 16 - 8)  # wraps as a 4-bit store does
+    assert torch.equal(back[:, 0], before[:, 0]) and torch.equal(back[:, 5:], before[:, 5:])
+
+
+@pytest.mark.parametrize("target", TARGETS)
 def test_strides_that_contradict_the_declaration_are_refused(target):
     kernel = tilewright.compile(blocks(8, 16), target=target)
     a = torch.randn(8, 20)[:, :16]
@@ -237,6 +262,19 @@ def test_an_exported_kernel_passes_strides(tmp_path):
     a, b = torch.randn(8, 20)[:, 2:18], torch.zeros(8, 40)[:, 3:35:2]
     loaded(a, b)
     torch.testing.assert_close(b, a * 2 + 20)
+
+
+def test_the_profiler_makes_inputs_with_constant_strides():
+    @T.prim_func
+    def main(A: T.StridedTensor((4, 6), (1, 4), T.float32), B: T.Tensor((4, 6), T.float32)):
+        with T.Kernel(1, threads=32):
+            for i, j in T.Parallel(4, 6):
+                B[i, j] = A[i, j] * 3
+
+    kernel = tilewright.compile(main, out_idx=-1, target="cpu")
+    profiler = kernel.get_profiler()
+    profiler.assert_allclose(lambda a: a * 3)
+    assert profiler.supply(kernel.signature.params[0]).stride() == (1, 4)
 
 
 @pytest.mark.parametrize("target", TARGETS)

@@ -300,4 +300,4 @@ def declare(name: str, shape, dtype, scope: str, strides=None) -> tirx.Buffer:
         return tirx.decl_buffer(dims, dtype, name, scope=scope)
     item = max(1, tvm.runtime.DataType(dtype).bits // 8)
     return tirx.decl_buffer(dims, dtype, name, scope=scope, strides=list(strides),
-                            data_alignment=item, offset_factor=1)
+                            data_alignment=item)

@@ -55,13 +55,17 @@ def _integers(values, what: str, item: str) -> tuple:
     return tuple(as_int(v) for v in values)
 
 
-def _strided_tensor(shape, strides, dtype="float32"):
+def _strided_tensor(shape, strides, dtype="float32", scope=None):
     """Declare a global tensor parameter of ``shape`` and ``dtype`` whose elements lie
     ``strides`` apart (one an axis, counted in elements, as ``torch.Tensor.stride()`` counts
     them): a row of a wider matrix, a transposed view, every other row. A stride is a
     constant, which the argument's stride must equal, or a ``T.dynamic`` symbol, read from the
     argument at every call like a shape symbol. A float4 tensor's strides count values (two a
-    byte): its last stride is 1, and the others are twice the packed tensor's."""
+    byte): its last stride is 1, and the others are twice the packed tensor's. ``scope`` is
+    TileLang's keyword; a kernel's tensors are global."""
+    if scope not in (None, "global"):
+        raise kernel_error(f"T.StridedTensor(..., scope={scope!r}): a strided tensor is a "
+                           "kernel's global tensor parameter; tiles are contiguous")
     shape = _integers(shape, "T.StridedTensor shape", "dimension")
     strides = _integers(strides, "T.StridedTensor strides", "stride")
     if len(strides) != len(shape):

@@ -90,6 +90,17 @@ class ParamSpec:
         last = last // self.per_byte if isinstance(last, int) else f"({last}) // {self.per_byte}"
         return (*self.shape[:-1], last)
 
+    @property
+    def host_strides(self) -> tuple | None:
+        """The strides of the tensor a caller passes, when a ``T.StridedTensor`` declares
+        them all as constants (a packed tensor's counted in bytes); else None: a contiguous
+        tensor, or strides that symbols give."""
+        if not self.strides or not all(isinstance(s, int) for s in self.strides):
+            return None
+        if not self.packed_bits:
+            return self.strides
+        return (*(s // self.per_byte for s in self.strides[:-1]), self.strides[-1])
+
 
 @dataclass(frozen=True)
 class KernelSignature:
