@@ -93,6 +93,23 @@ def test_eager_kernel_with_symbols_in_shape_and_strides(target):
 
 
 @pytest.mark.parametrize("target", TARGETS)
+def test_a_t_const_stride_is_read_from_the_argument(target):
+    @tilewright.jit(target=target)
+    def rows(x):
+        m, n, s = T.const("m, n, s")
+        x: T.StridedTensor((m, n), (s, 1), T.float32)
+        y = T.empty((m, n), T.float32)
+        with T.Kernel(m, threads=32) as bx:
+            for j in T.Parallel(n):
+                y[bx, j] = x[bx, j] + s
+        return y
+
+    base = torch.randn(10, 12)
+    torch.testing.assert_close(rows(base[::2, 3:9]), base[::2, 3:9] + 24)
+    torch.testing.assert_close(rows(base[:, :5]), base[:, :5] + 12)
+
+
+@pytest.mark.parametrize("target", TARGETS)
 def test_an_axis_of_extent_one_may_have_any_stride(target):
     @T.prim_func
     def main(A: T.StridedTensor((1, 8), (64, 1), T.float32), B: T.Tensor((1, 8), T.float32)):

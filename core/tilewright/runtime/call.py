@@ -422,7 +422,7 @@ def _check_reach(arg, spec, where: str) -> None:
     """Refuses a strided tensor whose farthest element lies beyond the kernel's index type."""
     got = tuple(arg.stride())
     farthest = sum((n - 1) * s for n, s in zip(arg.shape, got) if n > 0)
-    if farthest >= INDEX_MAX[spec.index_dtype]:
+    if farthest > INDEX_MAX[spec.index_dtype]:
         raise ArgumentError(f"{where} of shape {tuple(arg.shape)} and strides {_fmt(got)} "
                             f"reaches element {farthest}, beyond the kernel's "
                             f"{spec.index_dtype} indices; declare its strides with T.int64 "
