@@ -69,7 +69,10 @@ def run_file(path: Path, work: Path, target: str, timeout: float) -> FileResult:
         return result
     (work / path.name).write_text(port_source(source))
     report = work / f"{path.stem}.xml"
-    env = {**os.environ, "PYTHONPATH": str(work / "_shim"), "TILEWRIGHT_TARGET": target,
+    # the caller's PYTHONPATH after the shim: a checkout named there is the one tested
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(work / "_shim"),
+                                                        os.environ.get("PYTHONPATH", "")]),
+           "TILEWRIGHT_TARGET": target,
            "TILEWRIGHT_TESTING_ASSUME_CUDA": "9.0"}
     try:
         subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",

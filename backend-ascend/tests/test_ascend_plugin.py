@@ -2,6 +2,7 @@
 
 import pytest
 import tilewright
+import tilewright.language as portable
 import tilewright_ascend.language as T
 from tilewright.errors import KernelError, TargetError, UnsupportedOpError
 from tilewright.ir import registered_ops
@@ -86,3 +87,18 @@ def test_msprof_timers_unavailable_with_reason():
     for name in ("msprof", "msprof_detail"):
         assert not availability(found[name])
         assert "msprof" in availability(found[name]).reason
+
+
+def test_a_strided_tensor_is_refused_at_its_first_use():
+    # no 'strided_tensors' feature: Ascend's data movement addresses tensors contiguously
+    @portable.prim_func
+    def main(A: portable.StridedTensor((4, 8), (16, 1), "float32"),
+             B: portable.Tensor((4, 8), "float32")):
+        with portable.Kernel(1, threads=1):
+            for i, j in portable.Parallel(4, 8):
+                B[i, j] = A[i, j]
+
+    with pytest.raises(UnsupportedOpError, match=r"test_ascend_plugin.py:\d+: parameter 'A' is "
+                                                 r"a T.StridedTensor, which backend 'ascend' "
+                                                 r"does not take"):
+        tilewright.lower(main, "ascend")

@@ -145,9 +145,9 @@ def test_float4_arguments_are_checked():
     kernel = tilewright.compile(widen, out_idx=-1, target="cpu")
     with pytest.raises(ArgumentError, match=r"float4_e2m1fn of shape \(4, 8\), passed packed "
                                             r"2 values a byte: a float4_e2m1fn_x2 tensor of "
-                                            r"shape \(4, 4\) \(or uint8\); got int8 of shape "
-                                            r"\(4, 4\)"):
-        kernel(torch.zeros(4, 4, dtype=torch.int8))
+                                            r"shape \(4, 4\) \(or uint8, int8\); got int16 of "
+                                            r"shape \(4, 4\)"):
+        kernel(torch.zeros(4, 4, dtype=torch.int16))
     with pytest.raises(ArgumentError, match=r"got float4_e2m1fn_x2 of shape \(4, 8\)"):
         kernel(pack(torch.zeros(4, 16, dtype=torch.uint8)))
 
@@ -180,8 +180,8 @@ def test_an_odd_dynamic_last_dimension_is_refused_at_the_call(target):
         narrow(torch.ones(3))
 
 
-def test_float4_bytes_may_come_as_uint8():
-    # TileLang passes float4_e2m1fn tensors as uint8 bytes of two values each
+def test_float4_bytes_may_come_as_uint8_or_int8():
+    # TileLang passes float4_e2m1fn tensors as uint8 (or int8) bytes of two values each
     @T.prim_func
     def main(X: T.Tensor((4, 16), "float4_e2m1fn"), Y: T.Tensor((4, 16), "float32")):
         with T.Kernel(1, threads=32):
@@ -194,6 +194,9 @@ def test_float4_bytes_may_come_as_uint8():
     kernel(codes, y_bytes)
     kernel(codes.view(torch.float4_e2m1fn_x2), y_typed)
     assert torch.equal(y_bytes, y_typed)
+    y_signed = torch.zeros(4, 16)
+    kernel(codes.view(torch.int8), y_signed)  # TileLang's subtype tests pass int8 views
+    assert torch.equal(y_bytes, y_signed)
     with pytest.raises(ArgumentError, match=r"float4_e2m1fn_x2 tensor of shape \(4, 8\) "
-                                            r"\(or uint8\); got int8"):
-        kernel(codes.view(torch.int8), y_bytes)
+                                            r"\(or uint8, int8\); got int16"):
+        kernel(codes.view(torch.int16), y_bytes)

@@ -441,6 +441,31 @@ def test_several_kernel_blocks_on_a_backend_without_kernel_sequence(fake_backend
               "'kernel_sequence' feature (cpu)")
 
 
+def test_a_strided_tensor_on_a_backend_without_strided_tensors(fake_backends):
+    def k():
+        @T.prim_func
+        def main(A: T.StridedTensor((4, 8), (T.dynamic("s"), 1), "float32"),
+                 C: T.Tensor((4, 8), "float32")):
+            with T.Kernel(1, threads=32):  # strided-kernel
+                for i, j in T.Parallel(4, 8):
+                    C[i, j] = A[i, j] * 2.0  # strided-use
+        return main
+
+    def unused():
+        @T.prim_func
+        def main(A: T.StridedTensor((4, 8), (8, 1), "float32"), C: T.Tensor((4, 8), "float32")):
+            with T.Kernel(1, threads=32):  # strided-unused
+                for i, j in T.Parallel(4, 8):
+                    C[i, j] = 1.0
+        return main
+
+    for factory, line in ((k, "strided-use"), (unused, "strided-unused")):
+        with pytest.raises(tilewright.UnsupportedOpError) as info:
+            build(factory, target="warpy")
+        assert_at(info.value, line, "parameter 'A' is a T.StridedTensor", "backend 'warpy'",
+                  "declare it with T.Tensor", "'strided_tensors' feature (cpu)")
+
+
 def test_while_with_a_runtime_condition_cannot_break():
     def k():
         @T.prim_func

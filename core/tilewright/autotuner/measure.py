@@ -20,7 +20,7 @@ from ..errors import ConfigError
 from ..jit.cache import DiskCache
 from ..plugin.passconfig import quiet_ignored
 from ..profiler import do_bench
-from ..utils.tensor import random_float4
+from ..utils.tensor import random_float4, with_declared_strides
 
 
 @dataclass
@@ -180,7 +180,8 @@ class Measurer:
 
 
 def random_inputs(kernel) -> list:
-    """Random tensors for a kernel's inputs, shaped and typed by its signature."""
+    """Random tensors for a kernel's inputs, shaped, typed (and strided, where a
+    ``T.StridedTensor`` declares constant strides) by its signature."""
     import torch
 
     out = []
@@ -194,13 +195,14 @@ def random_inputs(kernel) -> list:
         device = kernel.backend.device
         shape = spec.host_shape
         if dtype == torch.float4_e2m1fn_x2:
-            out.append(random_float4(shape, device))
+            tensor = random_float4(shape, device)
         elif dtype.is_floating_point:
-            out.append(torch.randn(shape, device=device).to(dtype))
+            tensor = torch.randn(shape, device=device).to(dtype)
         elif dtype == torch.bool:
-            out.append(torch.rand(shape, device=device) > 0.5)
+            tensor = torch.rand(shape, device=device) > 0.5
         else:
-            out.append(torch.randint(-4, 5, shape, device=device).to(dtype))
+            tensor = torch.randint(-4, 5, shape, device=device).to(dtype)
+        out.append(with_declared_strides(tensor, spec))
     return out
 
 

@@ -76,8 +76,9 @@ def _instrument(session: int, phase: list):
 
 
 def check_support(func: tirx.PrimFunc, backend: BackendModule) -> None:
-    """Every tile op and dtype the kernel uses must be one the backend declares, and a
-    ``while`` loop with a run-time condition needs the ``while_loops`` feature."""
+    """Every tile op and dtype the kernel uses must be one the backend declares, a ``while``
+    loop with a run-time condition needs the ``while_loops`` feature, and a
+    ``T.StridedTensor`` parameter the ``strided_tensors`` feature."""
     caps = backend.capabilities
     for call in tile_ops_in(func):
         if call.name not in caps.tile_ops and call.schema.dialect:
@@ -125,6 +126,8 @@ def check_support(func: tirx.PrimFunc, backend: BackendModule) -> None:
             f"backend '{backend.name}' runs one block per function: split it into one kernel "
             "per block, or compile for a backend with the 'kernel_sequence' feature ("
             f"{', '.join(having) or 'none is loaded'})", span_location(launches[1].span))
+    if "strided_tensors" not in caps.features:
+        _refuse_strided(func, backend)
     for name in sorted(set(intrinsics_in(func)) - caps.tile_ops):
         raise UnsupportedOpError(f"T.{name} is not supported by backend '{backend.name}'; "
                                  "choose another target or rewrite the kernel without it",
@@ -135,6 +138,25 @@ def check_support(func: tirx.PrimFunc, backend: BackendModule) -> None:
                                      f"does not declare the feature {feature!r})",
                                      _feature_location(func, feature))
     _check_dtypes(func, backend)
+
+
+def _refuse_strided(func: tirx.PrimFunc, backend: BackendModule) -> None:
+    """Refuses a ``T.StridedTensor`` parameter on ``backend`` (which lacks the
+    ``strided_tensors`` feature) at the first line using it, else the first kernel's."""
+    for param in func.params:
+        if not tirx.buffer.is_buffer_var(param) or not len(param.strides):
+            continue
+        having = ", ".join(sorted(name for name, b in get_manager().backends().items()
+                                  if "strided_tensors" in b.capabilities.features))
+        location = _first_line(func, lambda stmt, b=param: _touches(stmt, b))
+        if location is None and _kernel_launches(func):
+            location = span_location(_kernel_launches(func)[0].span)
+        raise UnsupportedOpError(
+            f"parameter {param.name!r} is a T.StridedTensor, which backend '{backend.name}' "
+            "does not take (it addresses its tensors contiguously): declare it with T.Tensor "
+            "(a non-contiguous argument is then passed as a contiguous copy), or compile for a "
+            f"backend with the 'strided_tensors' feature ({having or 'none is loaded'})",
+            location)
 
 
 def _check_dtypes(func: tirx.PrimFunc, backend: BackendModule) -> None:

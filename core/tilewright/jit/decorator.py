@@ -430,7 +430,7 @@ class JITFunction:
                 raise KernelError(f"{self.fn.__name__}: T.const symbol(s) {unbound} appear in "
                                   "no tensor annotation, so no argument gives their value")
             recipe = self._recipes[level1] = dict(builder.const_sources)
-        consts = {name: int(tensors[p].shape[d]) for name, (p, d) in recipe.items()}
+        consts = {name: source.value(tensors) for name, source in recipe.items()}
         key = (level1, tuple(sorted(consts.items())))
         kernel = self._kernels.get(key)
         if kernel is None:

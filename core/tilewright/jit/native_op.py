@@ -195,6 +195,8 @@ def encode_variant(variant: Variant, sources, consts: dict) -> list[int]:
             continue
         if p.dtype not in DL_DTYPES:
             raise NotNative(f"dtype {p.dtype}")
+        if p.strides:  # passed with their strides, which C++ does not check
+            raise NotNative(f"T.StridedTensor {p.name!r}")
         params += [0, int(p.is_output), source, *DL_DTYPES[p.dtype], p.align,
                    INDEX_MAX[p.index_dtype], int(p.covered), len(p.shape)]
         for d in p.shape:

@@ -43,26 +43,36 @@ def signature_of(func: tirx.PrimFunc, out_idx) -> KernelSignature:
                 raise TilewrightError(f"{what} tensor {p.name!r} of shape {shape}: its last "
                                       f"dimension must be a multiple of {8 // bits}, the values "
                                       "one byte of the packed tensor holds")
+            strides = tuple(_dim(s) for s in p.strides)
+            if strides and i in outputs:
+                raise TilewrightError(f"out_idx names {p.name!r}, a T.StridedTensor: the "
+                                      "outputs a kernel returns are allocated contiguous; "
+                                      "declare it with T.Tensor, or pass the strided tensor "
+                                      "as an input the kernel writes")
+            if strides and any(str(getattr(s, "ty", "int32")) == "int64" for s in p.strides):
+                index = "int64"
             params.append(ParamSpec(str(p.name), shape, str(p.dtype), i in outputs, "tensor",
                                     align, index, any(p.same_as(w) for w in written),
-                                    i in covered, bits))
+                                    i in covered, bits, strides))
         else:
             if i in outputs:
                 raise TilewrightError(f"out_idx names scalar parameter {p.name!r}")
             dtype = "handle" if isinstance(p.ty, tvm.ir.PointerType) else str(p.ty)  # T.ptr
             params.append(ParamSpec(str(p.name), (), dtype, False, "scalar", written=False))
     _check_symbols_readable(func)
-    symbols, seen = [], set()
+    symbols, stride_symbols, seen = [], [], set()
     inputs = [p for p in params if not p.is_output]
-    for pos, p in enumerate(inputs):
-        for dim, s in enumerate(p.shape):
-            if isinstance(s, str) and s.isidentifier() and s not in seen:
-                seen.add(s)
-                symbols.append((s, pos, dim))
+    for found, field in ((symbols, "shape"), (stride_symbols, "strides")):
+        for pos, p in enumerate(inputs):
+            for axis, s in enumerate(getattr(p, field)):
+                if isinstance(s, str) and s.isidentifier() and s not in seen:
+                    seen.add(s)
+                    found.append((s, pos, axis))
     name = str(func.attrs["global_symbol"]) if func.attrs and "global_symbol" in func.attrs \
         else "main"
     assumptions = tuple(expr_text(c) for c in (func.attrs or {}).get("tw.assumptions", []))
-    return KernelSignature(name, tuple(params), tuple(symbols), assumptions)
+    return KernelSignature(name, tuple(params), tuple(symbols), assumptions,
+                           tuple(stride_symbols))
 
 
 def written_buffers(func: tirx.PrimFunc) -> list:
@@ -133,11 +143,13 @@ def _check_symbols_readable(func: tirx.PrimFunc) -> None:
     """Every shape symbol must be a whole dimension of some parameter, or the one unknown of a
     dimension linear in it (``n * 4``: solved from that dimension when the kernel is called),
     else no argument gives its value: a TypeError naming the symbol, as for a symbol used only
-    by outputs."""
-    whole = {str(p.name) for p in func.params if not tirx.buffer.is_buffer_var(p)}
+    by outputs. A ``T.StridedTensor``'s stride may use the symbols that are a whole dimension or
+    stride (the kernel binds its strides on entry, before it solves the others)."""
+    direct = set()
     for p in func.params:
         if tirx.buffer.is_buffer_var(p):
-            whole.update(str(s.name) for s in p.shape if isinstance(s, tirx.Var))
+            direct.update(str(s.name) for s in (*p.shape, *p.strides) if isinstance(s, tirx.Var))
+    whole = direct | {str(p.name) for p in func.params if not tirx.buffer.is_buffer_var(p)}
     found = True
     while found:  # the symbols solved from a dimension (which may give the next one's)
         found = False
@@ -150,16 +162,17 @@ def _check_symbols_readable(func: tirx.PrimFunc) -> None:
     for p in func.params:
         if not tirx.buffer.is_buffer_var(p):
             continue
-        for extent in p.shape:
-            used: list = []
-            tvm_ffi.structural_walk(extent, (tirx.Var, used.append))
-            for name in (str(v.name) for v in used):
-                if name not in whole:
-                    raise ArgumentError(
-                        f"the shape of {str(p.name)!r} is {_shape_text(p.shape)}: symbol "
-                        f"{name!r} is never a whole dimension of a parameter, so no argument "
-                        f"gives its value; add a parameter with {name!r} as one of its "
-                        "dimensions")
+        for what, values, known in (("shape", p.shape, whole), ("strides", p.strides, direct)):
+            for extent in values:
+                used: list = []
+                tvm_ffi.structural_walk(extent, (tirx.Var, used.append))
+                for name in (str(v.name) for v in used):
+                    if name not in known:
+                        raise ArgumentError(
+                            f"the {what} of {str(p.name)!r} is {_shape_text(values)}: symbol "
+                            f"{name!r} is never a whole dimension or stride of a parameter, so "
+                            f"no argument gives its value; add a parameter with {name!r} as "
+                            "one of its dimensions")
 
 
 def _solvable(extent, known: set) -> str | None:

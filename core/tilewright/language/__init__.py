@@ -40,6 +40,7 @@ from .kernel import (
     LocalBuffer,
     Macro,
     SharedBuffer,
+    StridedTensor,
     Tensor,
     alloc_buffer,
     alloc_fragment,
@@ -137,7 +138,8 @@ globals().update(_PREDICATES)
 
 __all__ = [
     "Buffer", "DType", "Fragment", "FragmentBuffer", "GemmWarpPolicy", "Kernel", "Layout",
-    "LocalBuffer", "Macro", "Parallel", "Persistent", "Pipelined", "SharedBuffer", "Tensor",
+    "LocalBuffer", "Macro", "Parallel", "Persistent", "Pipelined", "SharedBuffer",
+    "StridedTensor", "Tensor",
     "TileBuffer", "VarHandle", "Cast", "Select", "Serial", "Vectorized", "abs", "all_of", "any_of",
     "alloc_buffer", "alloc_fragment", "assume", "alloc_global", "alloc_local", "alloc_reducer",
     "alloc_shared", "alloc_var", "attr", "comm_reducer", "evaluate", "tvm_thread_allreduce",

@@ -285,11 +285,19 @@ def resolve(ref, like: tuple | None, what: str) -> Region:
     return Region(buffer, tuple(starts), tuple(as_int(e) for e in filled))
 
 
-def declare(name: str, shape, dtype, scope: str) -> tirx.Buffer:
+def declare(name: str, shape, dtype, scope: str, strides=None) -> tirx.Buffer:
+    """A buffer of ``shape`` and ``dtype`` in ``scope``; with ``strides`` (a
+    ``T.StridedTensor``'s, in elements), its elements lie that far apart, and the code assumes
+    no more alignment of its data than one element's."""
     dims = []
     for s in (shape if isinstance(shape, (tuple, list)) else (shape,)):
         s = as_int(s)
         if isinstance(s, int) and s <= 0:
             raise kernel_error(f"buffer {name!r} has a non-positive dimension {s}")
         dims.append(s)
-    return tirx.decl_buffer(dims, storage_dtype(normalize_dtype(dtype)), name, scope=scope)
+    dtype = storage_dtype(normalize_dtype(dtype))
+    if strides is None:
+        return tirx.decl_buffer(dims, dtype, name, scope=scope)
+    item = max(1, tvm.runtime.DataType(dtype).bits // 8)
+    return tirx.decl_buffer(dims, dtype, name, scope=scope, strides=list(strides),
+                            data_alignment=item)

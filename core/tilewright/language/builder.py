@@ -66,7 +66,7 @@ class Builder:
         self.params: list[ParamBinding] = []
         self.const_values = const_values
         self.const_symbols: dict[str, tirx.Var] = {}
-        self.const_sources: dict[str, tuple[str, int]] = {}
+        self.const_sources: dict = {}  # T.const name -> kernel.ConstSource
         self.kernel_seen = False
         self.kernel_annotations: dict = {}
         self.threads: tuple[int, ...] = ()

@@ -22,10 +22,12 @@ from .rewrite import rewrite
 
 @dataclass(frozen=True)
 class TensorSpec:
-    """``T.Tensor(shape, dtype)``: the declared type of a global tensor."""
+    """``T.Tensor(shape, dtype)``: the declared type of a global tensor; ``strides`` (one an
+    axis, counted in elements) for a ``T.StridedTensor``, None for a contiguous one."""
 
     shape: tuple
     dtype: str
+    strides: tuple | None = None
 
     def __class_getitem__(cls, item):
         shape, dtype = item
@@ -37,13 +39,53 @@ def _tensor(shape, dtype="float32", data=None):
     buffer's ``.data``), a view of that buffer's memory with this shape and dtype, as in
     TileLang: ``T.Tensor((K * K * C, F), dtype, kernel.data)`` reads a 4-D tensor as a matrix
     (a view of a tile stays in the tile's memory)."""
-    shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
-    for dim, extent in enumerate(shape):
-        if isinstance(extent, float) or str(getattr(extent, "ty", "int")).startswith("float"):
-            raise kernel_error(f"T.Tensor shape {shape}: dimension {dim} is the float {extent}; "
-                               "shapes are integers (use // rather than /)")
-    spec = TensorSpec(tuple(as_int(s) for s in shape), normalize_dtype(dtype))
+    shape = _integers(shape, "T.Tensor shape", "dimension")
+    spec = TensorSpec(shape, normalize_dtype(dtype))
     return spec if data is None else _view(spec, data)
+
+
+def _integers(values, what: str, item: str) -> tuple:
+    """``values`` (a tuple, a list or one value) as a tuple of ints and integer expressions;
+    a float among them is an error naming ``what`` and the ``item`` it is."""
+    values = tuple(values) if isinstance(values, (tuple, list)) else (values,)
+    for n, value in enumerate(values):
+        if isinstance(value, float) or str(getattr(value, "ty", "int")).startswith("float"):
+            raise kernel_error(f"{what} {values}: {item} {n} is the float {value}; they are "
+                               "integers (use // rather than /)")
+    return tuple(as_int(v) for v in values)
+
+
+def _strided_tensor(shape, strides, dtype="float32", scope=None):
+    """Declare a global tensor parameter of ``shape`` and ``dtype`` whose elements lie
+    ``strides`` apart (one an axis, counted in elements, as ``torch.Tensor.stride()`` counts
+    them): a row of a wider matrix, a transposed view, every other row. A stride is a
+    constant, which the argument's stride must equal, or a ``T.dynamic`` symbol, read from the
+    argument at every call like a shape symbol. A float4 tensor's strides count values (two a
+    byte): its last stride is 1, and the others are twice the packed tensor's. ``scope`` is
+    TileLang's keyword; a kernel's tensors are global."""
+    if scope not in (None, "global"):
+        raise kernel_error(f"T.StridedTensor(..., scope={scope!r}): a strided tensor is a "
+                           "kernel's global tensor parameter; tiles are contiguous")
+    shape = _integers(shape, "T.StridedTensor shape", "dimension")
+    strides = _integers(strides, "T.StridedTensor strides", "stride")
+    if len(strides) != len(shape):
+        raise kernel_error(f"T.StridedTensor: shape {shape} has {len(shape)} dimension(s) but "
+                           f"strides {strides} give {len(strides)}; give one stride an axis")
+    for axis, stride in enumerate(strides):
+        if isinstance(stride, int) and stride < 0:
+            raise kernel_error(f"T.StridedTensor strides {strides}: stride {axis} is negative; "
+                               "torch tensors have strides of 0 or more")
+    dtype = normalize_dtype(dtype)
+    per_byte = 8 // packed_bits(dtype) if packed_bits(dtype) else 1
+    if per_byte > 1:
+        last = strides[-1] if strides else 1
+        odd = [s for s in strides[:-1] if isinstance(s, int) and s % per_byte]
+        if not isinstance(last, int) or last != 1 or odd:
+            raise kernel_error(
+                f"T.StridedTensor of {dtype} with strides {strides}: its values are packed "
+                f"{per_byte} a byte along the last axis, so the last stride must be 1 and the "
+                f"others multiples of {per_byte} (a byte's worth of values)")
+    return TensorSpec(shape, dtype, strides)
 
 
 class _TensorType:
@@ -61,6 +103,23 @@ class _TensorType:
 Tensor = _TensorType()
 
 
+class _StridedTensorType:
+    """``T.StridedTensor(shape, strides, dtype)`` and ``T.StridedTensor[shape, strides,
+    dtype]``."""
+
+    __call__ = staticmethod(_strided_tensor)
+    __doc__ = _strided_tensor.__doc__
+
+    def __getitem__(self, item):
+        if not isinstance(item, tuple) or len(item) != 3:
+            raise kernel_error("T.StridedTensor[shape, strides, dtype] takes a shape, strides "
+                               "and a dtype")
+        return _strided_tensor(*item)
+
+
+StridedTensor = _StridedTensorType()
+
+
 def _view(spec: TensorSpec, data) -> TileBuffer:
     """A buffer over the memory whose ``.data`` is ``data`` (a tensor's or a tile's)."""
     base = getattr(data, "args", [None])[0] if isinstance(getattr(data, "op", None), tvm.ir.Op) \
@@ -68,6 +127,10 @@ def _view(spec: TensorSpec, data) -> TileBuffer:
     if base is None:
         raise kernel_error("T.Tensor(shape, dtype, data): data must be the .data of a buffer "
                            f"(a tensor or a tile), got {data!r:.60}")
+    if len(base.strides):
+        raise kernel_error(f"T.Tensor(shape, dtype, data) over {base.name}.data: "
+                           f"{base.name!r} is a T.StridedTensor, whose elements are not "
+                           "consecutive in its memory; index or slice it instead of viewing it")
     old, new = _elements(base.shape, base.dtype), _elements(spec.shape, spec.dtype)
     if old is not None and new is not None and new > old:
         raise kernel_error(f"T.Tensor{spec.shape} of {spec.dtype} over {base.name}.data needs "
@@ -263,8 +326,8 @@ def annotate(name, current, annotation, value):
         elif current is not None and not isinstance(current, ParamSlot):
             raise kernel_error(f"{name!r} is annotated as a tensor, but the call passed "
                                f"{type(current).__name__} {current!r:.40}; pass a torch.Tensor")
-        buf = declare(name, annotation.shape, annotation.dtype, "global")
-        _bind_consts(builder, name, annotation.shape, current)
+        buf = declare(name, annotation.shape, annotation.dtype, "global", annotation.strides)
+        _bind_consts(builder, name, annotation, current)
         builder.add_param(name, buf, packed_bits=packed_bits(annotation.dtype))
         return TileBuffer(buf)
     return value if value is not None else current
@@ -287,11 +350,35 @@ def _check_placeholder(name, annotation: TensorSpec, given: TensorSpec) -> None:
                                f"call gave T.Tensor{given.shape}")
 
 
-def _bind_consts(builder, name, shape, slot) -> None:
-    for dim, extent in enumerate(shape):
-        if isinstance(extent, tirx.Var) and extent.name in builder.const_symbols and \
-                builder.const_symbols[extent.name].same_as(extent):
-            builder.const_sources.setdefault(extent.name, (name, dim))
+@dataclass(frozen=True)
+class ConstSource:
+    """Where an eager kernel reads a ``T.const`` symbol: dimension ``axis`` of tensor argument
+    ``param``, or its stride there (a symbol among ``T.StridedTensor`` strides), counted in
+    the kernel's values: a packed tensor (int4, float4) holds ``scale`` values a byte along
+    its last dimension, whose size and the other strides are that many times the tensor's."""
+
+    param: str
+    axis: int
+    stride: bool = False
+    scale: int = 1
+
+    def value(self, tensors: dict) -> int:
+        """The symbol's value for the tensor arguments ``tensors`` (by parameter name)."""
+        tensor = tensors[self.param]
+        got = tensor.stride(self.axis) if self.stride else tensor.shape[self.axis]
+        return int(got) * self.scale
+
+
+def _bind_consts(builder, name, spec: TensorSpec, slot) -> None:
+    bits = packed_bits(spec.dtype)
+    for stride, values in ((False, spec.shape), (True, spec.strides or ())):
+        for axis, extent in enumerate(values):
+            if isinstance(extent, tirx.Var) and extent.name in builder.const_symbols and \
+                    builder.const_symbols[extent.name].same_as(extent):
+                last = axis == len(values) - 1
+                scale = 8 // bits if bits and stride != last else 1
+                builder.const_sources.setdefault(extent.name,
+                                                 ConstSource(name, axis, stride, scale))
 
 
 def prim_func(fn=None, *, name: str | None = None):
@@ -327,7 +414,7 @@ def prim_func(fn=None, *, name: str | None = None):
         for param in inspect.signature(fn).parameters.values():
             spec = annotations.get(param.name)
             if isinstance(spec, TensorSpec):
-                buf = declare(param.name, spec.shape, spec.dtype, "global")
+                buf = declare(param.name, spec.shape, spec.dtype, "global", spec.strides)
                 builder.add_param(param.name, buf, packed_bits=packed_bits(spec.dtype))
                 args.append(TileBuffer(buf))
             elif isinstance(spec, (DType, str)):
@@ -394,7 +481,7 @@ def eager_consts(fn, static: dict, tensors: dict) -> dict:
     if unbound:
         raise KernelError(f"{fn.__name__}: T.const symbol(s) {unbound} appear in no tensor "
                           "annotation, so no argument gives their value")
-    return {name: int(tensors[p].shape[d]) for name, (p, d) in builder.const_sources.items()}
+    return {name: source.value(tensors) for name, source in builder.const_sources.items()}
 
 
 class Macro:

@@ -6,7 +6,10 @@ shapes, devices, layouts and alignments; later calls with the same key cost one 
 They refuse what the generated code cannot handle (a dimension or element count above its
 index type, a scalar out of its dtype's range) and pass an input it cannot address as it is
 (non-contiguous strides, or a storage offset that breaks the alignment the code assumes) as an
-aligned contiguous copy, copied back after the call when the kernel may write it.
+aligned contiguous copy, copied back after the call when the kernel may write it. A
+``T.StridedTensor`` input is passed as it is: its strides must be those the kernel declares,
+a symbol among them taking the argument's stride (a kernel with one keys the checks by the
+arguments' strides too).
 
 Needs only the standard library and torch.
 """
@@ -67,6 +70,7 @@ class KernelCall:
         # the positions of T.ptr arguments, passed as pointers
         self._pointers = [pos for pos, i in enumerate(self._inputs)
                           if signature.params[i].dtype == "handle"]
+        self._strided = signature.strided
 
     @property
     def entry_address(self) -> int | None:
@@ -113,13 +117,16 @@ class KernelCall:
 
     def _launch(self, args):
         # fast path: one dict lookup keyed by what the argument checks depend on
-        try:
-            key = tuple([(a.dtype, a.shape, a.device, a.is_contiguous(), a.data_ptr() & 255,
-                          a.requires_grad) for a in args])
-        except AttributeError:  # scalars or non-torch values among the arguments
-            key = tuple((a.dtype, a.shape, a.device, a.is_contiguous(), a.data_ptr() & 255,
-                         a.requires_grad) if isinstance(a, self._tensor_type) else
-                        (type(a), _scalar_key(a)) for a in args)
+        if self._strided:
+            key = self._strided_key(args)
+        else:
+            try:
+                key = tuple([(a.dtype, a.shape, a.device, a.is_contiguous(),
+                              a.data_ptr() & 255, a.requires_grad) for a in args])
+            except AttributeError:  # scalars or non-torch values among the arguments
+                key = tuple((a.dtype, a.shape, a.device, a.is_contiguous(), a.data_ptr() & 255,
+                             a.requires_grad) if isinstance(a, self._tensor_type) else
+                            (type(a), _scalar_key(a)) for a in args)
         plan = self._plans.get(key)
         if plan is None:
             plan = self._plans[key] = self._new_plan(args)
@@ -147,13 +154,26 @@ class KernelCall:
             _copy_back(written)
         return outs[0] if len(outs) == 1 else outs
 
+    def _strided_key(self, args) -> tuple:
+        """The plan key of a kernel with a ``T.StridedTensor``: the tensors' strides decide
+        its checks and the values of its stride symbols."""
+        return tuple((a.dtype, a.shape, a.stride(), a.device, a.data_ptr() & 255,
+                      a.requires_grad) if isinstance(a, self._tensor_type) else
+                     (type(a), _scalar_key(a)) for a in args)
+
     def _copy_inputs(self, args, copies):
         """Inputs the generated code cannot address as they are (a storage offset that breaks
         the alignment it assumes, strides that are not contiguous), as aligned contiguous
-        copies; the pairs (original, copy) of those the kernel may write."""
+        copies; the pairs (original, copy) of those the kernel may write. A
+        ``T.StridedTensor`` whose stride on an axis of extent 1 is not the one the kernel
+        declares (which its compiled code may insist on) is passed as a view with that
+        stride: the same elements."""
         args = list(args)
         written = []
-        for pos, is_written in copies:
+        for pos, is_written, strides in copies:
+            if strides is not None:
+                args[pos] = args[pos].as_strided(args[pos].shape, strides)
+                continue
             copy = args[pos].clone(memory_format=self._contiguous)
             if is_written:
                 written.append((args[pos], copy))
@@ -184,6 +204,7 @@ class KernelCall:
         sig = self.signature
         symbols: dict[str, int] = {}
         copies = []
+        strided = []  # (position, argument, spec, where) of the T.StridedTensor inputs
         for pos, (index, arg) in enumerate(zip(self._inputs, args)):
             spec = sig.params[index]
             where = self._where(pos, spec)
@@ -220,20 +241,28 @@ class KernelCall:
                     if got > INDEX_MAX[spec.index_dtype]:
                         raise ArgumentError(f"{where}: dimension {dim} ({want} = {got}) does not "
                                             f"fit the kernel's {spec.index_dtype} indices")
-            if arg.numel() > INDEX_MAX[spec.index_dtype]:
+            if spec.strides:
+                _check_reach(arg, spec, where)
+                strided.append((pos, arg, spec, where))
+            elif arg.numel() > INDEX_MAX[spec.index_dtype]:
                 raise ArgumentError(f"{where} has {arg.numel()} elements, more than the "
                                     f"kernel's {spec.index_dtype} indices address; split the "
                                     "work or declare the shape with T.int64 dimensions")
-            if not arg.is_contiguous() or arg.data_ptr() % spec.align:
-                copies.append((pos, spec.written))
+            if not spec.strides and (not arg.is_contiguous() or arg.data_ptr() % spec.align):
+                copies.append((pos, spec.written, None))
             if arg.requires_grad and torch.is_grad_enabled():
                 warn_once(f"kernel {sig.name}: input {spec.name!r} requires grad, but the "
                            "kernel is not differentiable: its outputs are not connected to "
                            "autograd. Call it under torch.no_grad(), or pair it with a backward "
                            "kernel in a torch.autograd.Function")
+        _bind_strides(strided, symbols)
         for name, _, _ in sig.symbols:
             symbols.setdefault(name, None)
         self._solve_symbols(args, symbols)
+        for pos, arg, spec, where in strided:
+            passed = _passed_strides(arg, spec, where, symbols)
+            if passed != tuple(arg.stride()):
+                copies.append((pos, False, passed))
         shapes = []
         for index in self._outputs:
             spec = sig.params[index]
@@ -348,14 +377,15 @@ def _check_scalar(arg, spec, where: str, torch) -> None:
 def unpack(arg, spec, where: str):
     """The values of a packed 4-bit tensor ``arg`` one a byte (:data:`.signature.PACKED`), as
     the compiled kernel takes them: the last dimension doubled, each byte's low nibble first;
-    int4 values sign-extended into int8, float4_e2m1fn codes as uint8. ``where`` names the
-    argument in the error a wrong tensor gets."""
+    int4 values sign-extended into int8, float4_e2m1fn codes as uint8. A ``T.StridedTensor``'s
+    values keep the strides of ``arg`` counted in values (the last 1, the others doubled).
+    ``where`` names the argument in the error a wrong tensor gets."""
     import torch
 
     host, host_dtype = spec.host_shape, getattr(torch, spec.host_dtype)
-    # float4_e2m1fn bytes may also come as uint8 (TileLang passes them so)
+    # float4_e2m1fn bytes may also come as uint8 or int8 (TileLang passes them so)
     as_bytes = spec.dtype == "float4_e2m1fn" and isinstance(arg, torch.Tensor) and \
-        arg.dtype == torch.uint8
+        arg.dtype in (torch.uint8, torch.int8)
     if not isinstance(arg, torch.Tensor) or arg.dtype != host_dtype and not as_bytes or \
             arg.dim() != len(host) or isinstance(host[-1], int) and arg.shape[-1] != host[-1]:
         got = f"{str(arg.dtype).removeprefix('torch.')} of shape {tuple(arg.shape)}" \
@@ -365,15 +395,82 @@ def unpack(arg, spec, where: str):
         raise ArgumentError(f"{where} is {what} of shape {_fmt(spec.shape)}, passed packed "
                             f"{spec.per_byte} values a byte: {article} {spec.host_dtype} tensor "
                             f"of shape {_fmt(host)}"
-                            f"{' (or uint8)' if spec.dtype == 'float4_e2m1fn' else ''}; got "
+                            f"{' (or uint8, int8)' if spec.dtype == 'float4_e2m1fn' else ''}; got "
                             f"{got}")
+    if spec.strides and arg.dim() and arg.shape[-1] > 1 and arg.stride(-1) != 1:
+        raise ArgumentError(f"{where} is {spec.dtype} passed packed {spec.per_byte} values a "
+                            "byte along its last dimension, which must be contiguous (stride "
+                            f"1); got strides {tuple(arg.stride())}")
     codes = arg.view(getattr(torch, spec.held_dtype))
     if PACKED[spec.dtype][2]:
         low = ((codes & 0x0F) ^ 0x08) - 0x08  # the low nibble, sign-extended
         high = codes >> 4  # arithmetic shift: the high nibble, sign-extended
     else:
         low, high = codes & 0x0F, codes >> 4
-    return torch.stack((low, high), dim=-1).reshape(*arg.shape[:-1], arg.shape[-1] * 2)
+    values = torch.stack((low, high), dim=-1).reshape(*arg.shape[:-1], arg.shape[-1] * 2)
+    if not spec.strides or not arg.dim():
+        return values
+    strides = (*(s * spec.per_byte for s in arg.stride()[:-1]), 1)
+    return torch.empty_strided(values.shape, strides, dtype=values.dtype,
+                               device=values.device).copy_(values)
+
+
+def _strides_text(spec) -> str:
+    """How ``spec``'s strides are counted, for an error about them."""
+    if not spec.packed_bits:
+        return ""
+    return (f" (counted in {spec.dtype} values, {spec.per_byte} a byte: the packed tensor's "
+            "strides but the last, times that)")
+
+
+def _check_reach(arg, spec, where: str) -> None:
+    """Refuses a strided tensor whose farthest element lies beyond the kernel's index type."""
+    got = tuple(arg.stride())
+    farthest = sum((n - 1) * s for n, s in zip(arg.shape, got) if n > 0)
+    if farthest > INDEX_MAX[spec.index_dtype]:
+        raise ArgumentError(f"{where} of shape {tuple(arg.shape)} and strides {_fmt(got)} "
+                            f"reaches element {farthest}, beyond the kernel's "
+                            f"{spec.index_dtype} indices; declare its strides with T.int64 "
+                            "symbols")
+
+
+def _bind_strides(strided, symbols: dict) -> None:
+    """Check the strides of the ``T.StridedTensor`` arguments ``strided`` (position,
+    argument, spec, where) against their specs: a constant stride must be the argument's, a
+    symbol takes the argument's value, the same wherever it stands (a dimension too). The
+    stride of an axis of extent 1 addresses nothing: it is not compared, and gives a symbol
+    only when no other axis does."""
+    for _, arg, spec, where in strided:
+        got = tuple(arg.stride())
+        for axis, (want, stride, extent) in enumerate(zip(spec.strides, got, arg.shape)):
+            if extent <= 1:
+                continue
+            if isinstance(want, int):
+                if want != stride:
+                    raise ArgumentError(f"{where} must have strides {_fmt(spec.strides)}, got "
+                                        f"{_fmt(got)} (stride {axis}){_strides_text(spec)}")
+            elif want.isidentifier() and symbols.setdefault(want, stride) != stride:
+                raise ArgumentError(f"{where}: stride {axis} is {want} = {stride}, but {want} = "
+                                    f"{symbols[want]} already (an earlier dimension or stride)"
+                                    f"{_strides_text(spec)}")
+    for _, arg, spec, _ in strided:
+        for want, stride in zip(spec.strides, arg.stride()):
+            if isinstance(want, str) and want.isidentifier():
+                symbols.setdefault(want, stride)
+
+
+def _passed_strides(arg, spec, where: str, symbols: dict) -> tuple:
+    """The strides ``arg`` is passed with once every symbol is known: its own, each checked
+    against a stride ``spec`` writes as an expression of symbols, and on an axis of extent 1
+    the declared one."""
+    passed = []
+    for axis, (want, stride, extent) in enumerate(zip(spec.strides, arg.stride(), arg.shape)):
+        value = _eval_dim(want, symbols, spec.name)
+        if extent > 1 and value != stride:
+            raise ArgumentError(f"{where}: stride {axis} must be {want} = {value}, got "
+                                f"{stride}{_strides_text(spec)}")
+        passed.append(value if extent <= 1 else stride)
+    return tuple(passed)
 
 
 def _pack(values, dtype):

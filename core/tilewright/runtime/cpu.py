@@ -231,6 +231,8 @@ class LibraryFunction:
         self._last_error = lib.tw_shim_last_error
         self.name = signature.name
         self._kinds = []
+        # the positions of T.StridedTensor parameters, passed with their strides
+        self._strided = {i for i, p in enumerate(signature.params) if p.strides}
         for p in signature.params:
             if p.kind == "tensor":
                 code, bits = DL_DTYPES[p.dtype]
@@ -255,8 +257,12 @@ class LibraryFunction:
                 dims = self._shapes.get(shape)
                 if dims is None:
                     dims = self._shapes[shape] = (ctypes.c_int64 * len(shape))(*shape)
+                strides = None
+                if i in self._strided:
+                    strides = (ctypes.c_int64 * len(shape))(*arg.stride())
+                    keep.append(strides)
                 tensor = DLTensor(arg.data_ptr(), _DLDevice(_CPU, 0), len(shape), dtype, dims,
-                                  None, 0)
+                                  strides, 0)
                 keep.append(tensor)
                 slot.value.v_ptr = ctypes.addressof(tensor)
             elif kind == FFI_FLOAT:

@@ -58,6 +58,11 @@ class ParamSpec:
     # along the last dimension, low bits first (:data:`PACKED`); ``shape`` is the kernel's
     # (unpacked) shape; 0: not packed
     packed_bits: int = 0
+    # a T.StridedTensor's strides, one an axis in elements (ints, symbol names, or expression
+    # strings over symbols), which the argument's must be; () for a contiguous tensor, which
+    # the kernel indexes row-major (a non-contiguous argument is passed as a copy). A packed
+    # tensor's count its values: the last is 1, the others twice the packed tensor's
+    strides: tuple = ()
 
     @property
     def host_dtype(self) -> str:
@@ -85,6 +90,17 @@ class ParamSpec:
         last = last // self.per_byte if isinstance(last, int) else f"({last}) // {self.per_byte}"
         return (*self.shape[:-1], last)
 
+    @property
+    def host_strides(self) -> tuple | None:
+        """The strides of the tensor a caller passes, when a ``T.StridedTensor`` declares
+        them all as constants (a packed tensor's counted in bytes); else None: a contiguous
+        tensor, or strides that symbols give."""
+        if not self.strides or not all(isinstance(s, int) for s in self.strides):
+            return None
+        if not self.packed_bits:
+            return self.strides
+        return (*(s // self.per_byte for s in self.strides[:-1]), self.strides[-1])
+
 
 @dataclass(frozen=True)
 class KernelSignature:
@@ -93,6 +109,9 @@ class KernelSignature:
     symbols: tuple[tuple[str, int, int], ...]  # (symbol, input position, dim)
     # T.assume conditions over the scalar parameters and shape symbols, checked at each call
     assumptions: tuple[str, ...] = ()
+    # the symbols a T.StridedTensor's stride gives and no dimension does:
+    # (symbol, input position, axis)
+    stride_symbols: tuple[tuple[str, int, int], ...] = ()
 
     @property
     def inputs(self) -> tuple[ParamSpec, ...]:
@@ -102,10 +121,21 @@ class KernelSignature:
     def outputs(self) -> tuple[ParamSpec, ...]:
         return tuple(p for p in self.params if p.is_output)
 
+    @property
+    def strided(self) -> bool:
+        """Whether a parameter is a ``T.StridedTensor``."""
+        return any(p.strides for p in self.params)
+
     def to_json(self) -> dict:
         data = asdict(self)
-        if not self.assumptions:  # a kernel without T.assume keeps its description's bytes
+        # a kernel without T.assume or strided tensors keeps its description's bytes
+        if not self.assumptions:
             del data["assumptions"]
+        if not self.stride_symbols:
+            del data["stride_symbols"]
+        for param in data["params"]:
+            if not param["strides"]:
+                del param["strides"]
         return data
 
     @staticmethod
@@ -122,25 +152,20 @@ class KernelSignature:
         symbols = data.get("symbols")
         _expect(isinstance(symbols, list), "symbols is not a list")
         inputs = [p for p in params if not p.is_output]
-        checked = []
-        for entry in symbols:
-            _expect(isinstance(entry, list | tuple) and len(entry) == 3, f"symbol {entry!r}")
-            sym, pos, dim = entry
-            _expect(isinstance(sym, str) and sym.isidentifier(), f"symbol name {sym!r}")
-            _expect(_is_int(pos) and 0 <= pos < len(inputs), f"symbol {sym!r}: input {pos!r}")
-            _expect(_is_int(dim) and 0 <= dim < len(inputs[pos].shape) and
-                    inputs[pos].shape[dim] == sym, f"symbol {sym!r}: dimension {dim!r}")
-            checked.append((sym, pos, dim))
-        # the whole-dimension symbols, and those solved from a dimension linear in them
-        known = {s for s, _, _ in checked}
+        checked = _symbol_sources(symbols, inputs, "shape", "dimension")
+        strided = _symbol_sources(data.get("stride_symbols", []), inputs, "strides", "stride")
+        # the whole-dimension and whole-stride symbols, and those solved from a dimension
+        # linear in them
+        known = {s for s, _, _ in checked + strided}
         known |= _solved(params, known)
         for p in params:
-            for d in p.shape:
-                if isinstance(d, str):
-                    try:
-                        parse(d, known)
-                    except ExprError as exc:
-                        raise SignatureError(f"shape of {p.name!r}: {exc}") from None
+            for what, values in (("shape", p.shape), ("strides", p.strides)):
+                for d in values:
+                    if isinstance(d, str):
+                        try:
+                            parse(d, known)
+                        except ExprError as exc:
+                            raise SignatureError(f"{what} of {p.name!r}: {exc}") from None
         assumptions = data.get("assumptions", [])
         _expect(isinstance(assumptions, list) and len(assumptions) <= _MAX_PARAMS and
                 all(isinstance(a, str) for a in assumptions), "assumptions")
@@ -150,7 +175,25 @@ class KernelSignature:
                 parse(text, known | scalars)
             except ExprError as exc:
                 raise SignatureError(f"assumption {text!r}: {exc}") from None
-        return KernelSignature(name, params, tuple(checked), tuple(assumptions))
+        return KernelSignature(name, params, tuple(checked), tuple(assumptions),
+                               tuple(strided))
+
+
+def _symbol_sources(entries, inputs, field: str, item: str) -> list:
+    """Checked ``(symbol, input position, axis)`` entries: the symbol is the whole ``field``
+    entry (shape or strides) of that input at that axis."""
+    _expect(isinstance(entries, list), f"the symbols of {field} are not a list")
+    checked = []
+    for entry in entries:
+        _expect(isinstance(entry, list | tuple) and len(entry) == 3, f"symbol {entry!r}")
+        sym, pos, axis = entry
+        _expect(isinstance(sym, str) and sym.isidentifier(), f"symbol name {sym!r}")
+        _expect(_is_int(pos) and 0 <= pos < len(inputs), f"symbol {sym!r}: input {pos!r}")
+        values = getattr(inputs[pos], field)
+        _expect(_is_int(axis) and 0 <= axis < len(values) and values[axis] == sym,
+                f"symbol {sym!r}: {item} {axis!r}")
+        checked.append((sym, pos, axis))
+    return checked
 
 
 def _solved(params, known: set) -> set:
@@ -206,8 +249,13 @@ def _param(index: int, p) -> ParamSpec:
             f"param {name!r} packed_bits {packed_bits!r}")
     _expect(dtype != "float4_e2m1fn" or packed_bits, f"param {name!r} of dtype {dtype} is "
             "not packed")
+    strides = p.get("strides", [])
+    _expect(isinstance(strides, list | tuple) and (not strides or len(strides) == len(shape))
+            and all(_is_int(d) and 0 <= d < 1 << 62 or isinstance(d, str) and len(d) <= 2000
+                    for d in strides) and (not strides or not flags["is_output"]),
+            f"param {name!r} strides {strides!r}")
     return ParamSpec(name, tuple(shape), dtype, flags["is_output"], kind, align, index_dtype,
-                     flags["written"], flags["covered"], packed_bits)
+                     flags["written"], flags["covered"], packed_bits, tuple(strides))
 
 
 __all__ = ["DTYPES", "PACKED", "KernelSignature", "ParamSpec", "SignatureError"]

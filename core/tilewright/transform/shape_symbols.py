@@ -53,8 +53,8 @@ def solve_symbols(func: tirx.PrimFunc) -> tirx.PrimFunc:
     known = {p for p in params if not tirx.buffer.is_buffer_var(p)}
     for p in params:
         if tirx.buffer.is_buffer_var(p):
-            known.update(d for d in p.shape if isinstance(d, tirx.Var))
-    binds, replaced = [], {}
+            known.update(d for d in (*p.shape, *p.strides) if isinstance(d, tirx.Var))
+    binds, replaced, solved = [], {}, set()
     changed = True
     while changed:
         changed = False
@@ -64,22 +64,34 @@ def solve_symbols(func: tirx.PrimFunc) -> tirx.PrimFunc:
             for d, extent in enumerate(p.shape):
                 if isinstance(extent, (tirx.Var, tirx.IntImm)):
                     continue
-                unknown = [v for v in _symbols(extent) if v not in known]
-                if len(unknown) != 1:
-                    continue
-                form = _linear(extent, unknown[0])
-                if form is None:
+                used = _symbols(extent)
+                unknown = [v for v in used if v not in known]
+                if not unknown and used & solved:
+                    # another tensor's dimension over a symbol solved here: read as it is (the
+                    # caller's runtime checks it), since the symbol is bound only in the body
+                    form = None
+                elif len(unknown) == 1:
+                    form = _linear(extent, unknown[0])
+                    if form is None:
+                        continue
+                else:
                     continue
                 dim = tirx.Var(f"{p.name}_dim{d}", extent.ty.dtype)
                 shape = list(p.shape)
                 shape[d] = dim
-                new = tirx.decl_buffer(shape, p.dtype, p.name, scope=p.scope())
+                new = tirx.decl_buffer(shape, p.dtype, p.name, scope=p.scope(),
+                                       strides=list(p.strides),
+                                       data_alignment=int(p.data_alignment),
+                                       offset_factor=int(p.offset_factor))
                 replaced[p] = new
                 params[k] = p = new
-                a, b = form
-                binds.append(tirx.Bind(unknown[0], tirx.floordiv(dim - b, a)))
-                known.update((unknown[0], dim))
+                known.add(dim)
                 changed = True
+                if form is not None:
+                    a, b = form
+                    binds.append(tirx.Bind(unknown[0], tirx.floordiv(dim - b, a)))
+                    known.add(unknown[0])
+                    solved.add(unknown[0])
     if not binds:
         return func
     final = {old: params[i] for i, old in enumerate(func.params) if old in replaced}

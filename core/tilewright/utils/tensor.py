@@ -45,14 +45,29 @@ def random_float4(shape, device="cpu"):
         torch.float4_e2m1fn_x2)
 
 
+def with_declared_strides(tensor, param):
+    """``tensor`` with the strides ``param`` (a ``T.StridedTensor``'s) declares when they are
+    all constants (a copy in memory laid out so), else ``tensor``."""
+    strides = getattr(param, "host_strides", None)
+    if strides is None or tuple(tensor.stride()) == tuple(strides):
+        return tensor
+    torch = _torch()
+    laid = torch.empty_strided(tensor.shape, strides, dtype=tensor.dtype, device=tensor.device)
+    return laid.copy_(tensor)
+
+
 def get_tensor_supply(supply_type: TensorSupplyType = TensorSupplyType.Integer, device="cpu"):
     """A function from a kernel parameter (``kernel.params[i]``: name, shape, dtype) to a new
-    torch tensor filled as ``supply_type`` says, on ``device``."""
+    torch tensor filled as ``supply_type`` says, on ``device`` (with the strides a
+    ``T.StridedTensor`` declares as constants)."""
     if not isinstance(supply_type, TensorSupplyType):
         raise TypeError(f"supply_type must be a TensorSupplyType, got {supply_type!r}")
     torch = _torch()
 
     def supply(param):
+        return with_declared_strides(filled(param), param)
+
+    def filled(param):
         dtype = getattr(torch, getattr(param, "host_dtype", param.dtype))
         shape = _static_shape(param)
         if dtype == torch.float4_e2m1fn_x2:  # two codes a byte: bytes as the kinds allow

@@ -132,10 +132,18 @@ def lower_print_tile(call: TileOpCall, ctx: RuleContext):
     def wide(values):
         return [tirx.Cast("int64", as_expr(v)) for v in values]
 
+    # the elements' strides: a T.StridedTensor's own, else row-major
+    strides = list(buf.strides)
+    if not strides:
+        step = tirx.const(1, "int64")
+        for extent in reversed(list(buf.shape)):
+            strides.insert(0, step)
+            step = step * tirx.Cast("int64", as_expr(extent))
     return tirx.Evaluate(tirx.call_packed(
         PRINT_TILE, tvm.ir.StringImm(call.attrs["msg"]), tvm.ir.StringImm(str(buf.name)),
         tvm.ir.StringImm(str(buf.dtype)), buf.data, tirx.const(len(buf.shape), "int32"),
-        *wide(buf.shape), *wide(region.starts), *wide(region.extents), *_positions(ctx)))
+        *wide(buf.shape), *wide(strides), *wide(region.starts), *wide(region.extents),
+        *_positions(ctx)))
 
 
 @register_lowering("device_assert")
@@ -220,21 +228,25 @@ _NUMPY = {"float16": np.float16, "bfloat16": np.uint16, "float32": np.float32,
 def _print_tile(msg, name, dtype, data, rank, *rest):
     rank = int(rank)
     dims = [int(d) for d in rest[:rank]]
-    starts = [int(s) for s in rest[rank:2 * rank]]
-    extents = [int(e) for e in rest[2 * rank:3 * rank]]
+    strides = [int(s) for s in rest[rank:2 * rank]]
+    starts = [int(s) for s in rest[2 * rank:3 * rank]]
+    extents = [int(e) for e in rest[3 * rank:4 * rank]]
     dtype = str(dtype)
-    size = int(np.prod(dims))
+    item = np.dtype(_NUMPY[dtype]).itemsize
+    # the elements up to the farthest one the strides reach
+    size = 1 + sum((d - 1) * s for d, s in zip(dims, strides)) if all(dims) else 0
     address = data.value if hasattr(data, "value") else int(data)
-    raw = np.ctypeslib.as_array((ctypes.c_uint8 * (size * np.dtype(_NUMPY[dtype]).itemsize))
+    raw = np.ctypeslib.as_array((ctypes.c_uint8 * (size * item))
                                 .from_address(address)).view(_NUMPY[dtype])
+    array = np.lib.stride_tricks.as_strided(raw, dims, [s * item for s in strides],
+                                            writeable=False)
     if dtype == "bfloat16":
-        raw = (raw.astype(np.uint32) << 16).view(np.float32)
-    array = raw.reshape(dims)
+        array = (array.astype(np.uint32) << 16).view(np.float32)
     label = str(name)
     if starts != [0] * rank or extents != dims:  # a slice: print only that region
         array = array[tuple(slice(s, s + e) for s, e in zip(starts, extents))]
         label += "[" + ", ".join(f"{s}:{s + e}" for s, e in zip(starts, extents)) + "]"
-    head = f"[{_where(rest[3 * rank:])}] {msg}{': ' if msg else ''}{label} shape " \
+    head = f"[{_where(rest[4 * rank:])}] {msg}{': ' if msg else ''}{label} shape " \
            f"{tuple(array.shape)} {dtype}"
     print(f"{head}\n{np.array2string(array, threshold=256, edgeitems=4)}", flush=True)
     return 0

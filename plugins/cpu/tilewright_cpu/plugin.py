@@ -120,7 +120,8 @@ BACKEND = BackendModule(
                                  *(f"local.reducer.{op}" for op in REDUCER_OPS)}),
         features=frozenset({"dynamic_shapes", "partial_tiles", "kernel_sequence",
                             "while_loops", "atomic_return_prev", "extended_math",
-                            "nan_reductions", "nan_min_max", "pointer_params"}),
+                            "nan_reductions", "nan_min_max", "pointer_params",
+                            "strided_tensors"}),
     ),
     description="reference backend: host CPU through TVM's LLVM codegen",
 )

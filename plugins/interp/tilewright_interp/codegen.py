@@ -295,6 +295,11 @@ class _Emitter:
                 if isinstance(dim, tirx.Var) and not tirx.buffer.is_buffer_var(dim) and \
                         dim.__chandle__() not in self.names:
                     prologue.append(f"{self.var(dim)} = {name}.shape[{axis}]")
+            # a T.StridedTensor's array is a view with the argument's strides; a symbol among
+            # them is the argument's stride, in elements
+            for axis, stride in enumerate(buffer.strides):
+                if isinstance(stride, tirx.Var) and stride.__chandle__() not in self.names:
+                    prologue.append(f"{self.var(stride)} = rt.stride({arg}, {axis})")
             if dtype in EMULATED:
                 epilogue.append(f"rt.write_back({arg}, {name}, {dtype!r})")
         body_start = len(self.lines)

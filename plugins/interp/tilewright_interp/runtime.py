@@ -225,6 +225,14 @@ def bind(arg, dtype: str):
     return np.asarray(arg)
 
 
+def stride(arg, axis: int) -> int:
+    """The stride of axis ``axis`` of a kernel argument, in elements."""
+    if hasattr(arg, "stride"):  # a torch tensor
+        return int(arg.stride(axis))
+    array = np.asarray(arg)
+    return array.strides[axis] // array.itemsize
+
+
 def view(base: np.ndarray, shape, base_dtype: str, dtype: str) -> np.ndarray:
     """``T.Tensor(shape, dtype, A.data)``: the first elements of ``A``'s memory seen with
     ``shape`` (and ``dtype``: another dtype reinterprets the bytes; bfloat16 and float8

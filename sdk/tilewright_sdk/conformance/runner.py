@@ -161,7 +161,7 @@ def execute(case: Case, func, target: str, seed: int = 0) -> str:
         gen = torch.Generator().manual_seed(seed)
         inputs = case.kernel.inputs(torch, gen, case.dtype, **dims)
         expected = case.reference(inputs, **dims)
-        args = [t.clone() if hasattr(t, "clone") else t for t in inputs]  # tensors, scalars
+        args = [_copy(torch, t) for t in inputs]
         result = kernel(*args)
         actual = [] if result is None else list(result) if isinstance(result, (list, tuple)) \
             else [result]
@@ -177,3 +177,14 @@ def execute(case: Case, func, target: str, seed: int = 0) -> str:
                                   name=f"output {n} at {dims}", **exact)
             worst = max(worst, result.max_rel_error)
     return f"max relative error {worst:.3g}"
+
+
+def _copy(torch, tensor):
+    """A copy of the input ``tensor`` with its strides (``clone`` makes a view that is not
+    dense, every other column of a matrix, contiguous; a case of strided tensors passes
+    such views); a scalar input as it is."""
+    if not isinstance(tensor, torch.Tensor):
+        return tensor
+    copy = torch.empty_strided(tensor.shape, tensor.stride(), dtype=tensor.dtype,
+                               device=tensor.device)
+    return copy.copy_(tensor)

@@ -71,6 +71,33 @@ def _copy_views_ref(a):
     return [a.T.contiguous(), a[:, 1::2][:, : n // 2], a[:, n // 2: n // 2 * 2], a[1]]
 
 
+def _strided(dtype, M, N, bm=8, bn=16):
+    """T.StridedTensor parameters: a column block of a wider matrix (its row stride a
+    symbol), a transposed view (both strides symbols, the subscript form) and one the kernel
+    writes, every other column of a wider buffer (a constant column stride)."""
+    sa, ta, tb, sc = T.dynamic("sa, ta, tb, sc")
+
+    @T.prim_func
+    def strided_tensors(A: T.StridedTensor((M, N), (sa, 1), dtype),
+                        At: T.StridedTensor[(M, N), (ta, tb), dtype],
+                        C: T.StridedTensor((M, N), (sc, 2), dtype)):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=128) as (bx, by):
+            S = T.alloc_shared((bm, bn), dtype)
+            F = T.alloc_fragment((bm, bn), dtype)
+            T.copy(A[by * bm, bx * bn], S)
+            for i, j in T.Parallel(bm, bn):
+                F[i, j] = S[i, j] * 2 + At[by * bm + i, bx * bn + j]
+            T.copy(F, C[by * bm, bx * bn])
+
+    return strided_tensors
+
+
+def _strided_inputs(torch, gen, dtype, M, N):
+    wide = rand(torch, gen, (M, N + 5), dtype)
+    return [wide[:, 2:N + 2], rand(torch, gen, (N, M), dtype).t(),
+            torch.zeros(M, 2 * N, dtype=getattr(torch, dtype))[:, ::2]]
+
+
 def _fill(dtype, M, N, bm=16, bn=16):
     @T.prim_func
     def fill(A: T.Tensor((M, N), dtype), B: T.Tensor((M, N), dtype)):
@@ -402,6 +429,13 @@ ROWS = (
            {"full": {"M": 16, "N": 32}, "partial": {"M": 20, "N": 26}}, out_idx=(1, 2, 3, 4),
            doc="a transposed tile, a stride-2 gather, a sub-rectangle through T.region, a row "
                "of a 2-D tensor as a 1-D tile"),
+    Kernel("strided_tensors", (*BASE, "StridedTensor", "dynamic", "alloc_shared",
+                               "alloc_fragment", "copy", "Parallel"), ("copy",), _strided,
+           _strided_inputs, lambda a, at, c: [a * 2 + at],
+           {"full": {"M": 16, "N": 32}, "partial": {"M": 20, "N": 26}}, out_idx=(),
+           inplace=(2,), features=("strided_tensors",),
+           doc="non-contiguous tensors addressed with their strides: T.copy from a column "
+               "block and into every other column, elements of a transposed view"),
     Kernel("fill", (*BASE, "fill", "clear", "Parallel", "alloc_fragment", "copy"),
            ("fill", "copy"), _fill, two_d, lambda a: [a + 1.5], MN,
            doc="T.fill and T.clear, then an elementwise add"),
