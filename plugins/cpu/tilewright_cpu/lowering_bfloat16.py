@@ -19,6 +19,7 @@ from tvm import tirx
 from .lowering_float8 import innermost_vectorized, lane_cells, outer_selection, selected_first
 
 REINTERPRET = tvm.ir.Op.get("tirx.reinterpret")
+CALL_EXTERN = tvm.ir.Op.get("tirx.call_extern")
 
 
 def _u32(x):
@@ -127,6 +128,12 @@ def _float32_rounded_to_bfloat16(value):
         "float32", tirx.shift_left(_bfloat16_bits(bits), _u32(16))))
 
 
+def _external(value) -> bool:
+    """Whether ``value`` is a runtime function's result (an atomic's previous value: a float32
+    holding a bfloat16 exactly, which the call must make once)."""
+    return isinstance(value, tvm.ir.Call) and value.op.same_as(CALL_EXTERN)
+
+
 def round_bfloat16_arithmetic():
     """Each arithmetic operation on bfloat16 values rounds its result to bfloat16
     (:mod:`tilewright.transform.narrow_float`), as on the interpreter and a GPU: the operation
@@ -149,7 +156,7 @@ def round_bfloat16_arithmetic():
 
         def conversion(cast):
             if str(cast.ty) != "bfloat16" or str(cast.value.ty) == "bfloat16" or \
-                    any(cast.same_as(value) for value in stored):
+                    any(cast.same_as(value) for value in stored) or _external(cast.value):
                 return cast
             value = cast.value
             return narrowed("bfloat16", value if str(value.ty) == "float32" else
