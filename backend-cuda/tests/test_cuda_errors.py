@@ -175,16 +175,15 @@ def test_policy_error_is_none_where_mma_fits():
     assert mma_policy_error(gemm, arch.get("sm_75"), 96) is None
 
 
-def test_a_symbol_only_inside_a_dimension_is_named():
-    # the CPU backend solves n from A's n * 4 elements; the CUDA launcher reads whole
-    # dimensions only, and says which symbol it cannot find
+def test_a_symbol_only_inside_a_nonlinear_dimension_is_named():
+    # a symbol in a linear dimension (n * 4) the launcher solves; one in n * n it cannot
     n = T.symbolic("n")
 
     @T.prim_func
-    def main(A: T.Tensor((n * 4,), "int32")):
-        with T.Kernel(T.ceildiv(n * 4, 128), threads=128) as bx:
+    def main(A: T.Tensor((n * n,), "int32")):
+        with T.Kernel(T.ceildiv(n * n, 128), threads=128) as bx:
             for i in T.Parallel(128):
-                if bx * 128 + i < n * 4:
+                if bx * 128 + i < n * n:
                     A[bx * 128 + i] = n
 
     with pytest.raises(KernelError, match=r"launches the kernel with the symbol n"):

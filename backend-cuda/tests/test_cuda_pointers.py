@@ -1,7 +1,8 @@
 """TileLang's ``T.ptr`` addresses on CUDA, run by the host emulation: scalar address
 parameters (the conformance row ``pointer_params``: the caller's tensors passed as addresses,
 ``T.make_tensor`` on them before the kernel, which the backend moves into the kernel) and a
-grouped GEMM reading a table of addresses (``T.Tensor([groups], T.ptr)``)."""
+grouped GEMM reading a table of addresses (``T.Tensor([groups], T.ptr)``); and a shape symbol
+that only a linear dimension gives (``T.Tensor((n * 3 + 1,))``), which the launcher solves."""
 
 import hostemu
 import pytest
@@ -69,3 +70,26 @@ def test_grouped_gemm_through_a_table_of_addresses(tmp_path):
                 table(c))
     for x, w, got in zip(a, b, c, strict=True):
         assert_close(got, x.double() @ w.double(), dtype="float16", reduction_length=K)
+
+
+def linear_dimension():
+    n = T.symbolic("n")
+
+    @T.prim_func
+    def main(A: T.Tensor((n * 3 + 1,), "int32")):
+        with T.Kernel(T.ceildiv(n * 3 + 1, 8), threads=32) as bx:
+            for i in T.Parallel(8):
+                if bx * 8 + i < n * 3 + 1:
+                    A[bx * 8 + i] = bx * 8 + i + n * 100
+
+    return main
+
+
+@pytest.mark.emulator
+def test_a_symbol_solved_from_a_linear_dimension(tmp_path):
+    # TileLang reads n from A's 3 * n + 1 elements: the launcher solves it from the extent
+    lowered = tilewright.lower(linear_dimension(), "cuda -arch=sm_80")
+    assert lowered.source.payload["symbols"] == {"A_dim0": [0, 0]}
+    a = torch.zeros(13, dtype=torch.int32)
+    hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, a)  # n = 4, 2 blocks
+    assert a.tolist() == [i + 400 for i in range(13)]

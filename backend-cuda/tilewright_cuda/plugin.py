@@ -18,6 +18,7 @@ from tilewright.plugin import (
     hookimpl,
 )
 from tilewright.transform import lower_intrinsics, lower_tile_ops, min_max_ignoring_nan
+from tilewright.transform.shape_symbols import substitute_solved_symbols
 
 from . import __version__, arch, keys, ops, options
 from .codegen import CODEGEN
@@ -58,7 +59,8 @@ def _rules() -> dict:
 
 def _bind_threads(ctx) -> list:
     chosen = options.of(ctx)  # an unknown architecture or a bad pass config fails here, first
-    return [kernels.pointer_tensors_into_blocks(), kernels.check_sequence(),
+    return [substitute_solved_symbols("CUDASubstituteSolvedSymbols"),
+            kernels.pointer_tensors_into_blocks(), kernels.check_sequence(),
             kernels.split_kernels(), threads.thread_atomics(chosen),
             threads.thread_ranges_as_roles(), threads.refuse_thread_conditioned_tile_ops(),
             dialect.issue_wgmma_groups(),

@@ -6,7 +6,8 @@ is ``A.shape[0]``. TileLang also reads it from a dimension linear in it (``n * 4
 dimension is such a value), and :func:`bind_solved_symbols` makes the kernel do the same:
 the parameter's dimension becomes a variable of its own, which the compiled function reads
 from the tensor as it reads any dimension, and the symbol is bound to ``(dim - b) // a`` at
-the top of the kernel, before any use.
+the top of the kernel, before any use. A backend whose host runs only launches (CUDA) uses
+:func:`substitute_solved_symbols`: the symbol is replaced by that value wherever it appears.
 """
 
 from __future__ import annotations
@@ -41,14 +42,46 @@ def _linear(extent, var) -> tuple | None:
 
 def bind_solved_symbols(name: str = "BindSolvedSymbols"):
     """The pass (for a backend whose compiled function reads its tensors' shapes itself: the
-    CPU's and the interpreter's packed functions; the CUDA launcher reads only whole
-    dimensions, and refuses such a symbol naming it)."""
+    CPU's and the interpreter's packed functions)."""
     return prim_func_pass(name, solve_symbols)
+
+
+def substitute_solved_symbols(name: str = "SubstituteSolvedSymbols"):
+    """The pass for a backend that runs nothing on the host but its launches (CUDA): each
+    symbol given only by a linear dimension is replaced by its value ``(dim - b) // a``
+    wherever it is used, the grid included, so that the launcher reads the dimension as it
+    reads any whole dimension and the kernel computes the symbol."""
+
+    def run(func):
+        solved = _solved(func)
+        if solved is None:
+            return func
+        params, binds, body = solved
+        values = {}
+        for var, value in binds:  # in order: a value may read a symbol solved before
+            values[var] = tvm_ffi.structural_map(value, (tirx.Var, lambda v: values.get(v, v)))
+        body = tvm_ffi.structural_map(body, (tirx.Var, lambda v: values.get(v, v)))
+        return tirx.PrimFunc(params, body, ret_type=func.ret_type, attrs=func.attrs)
+
+    return prim_func_pass(name, run)
 
 
 def solve_symbols(func: tirx.PrimFunc) -> tirx.PrimFunc:
     """``func`` with each symbol given only by a linear dimension bound from that dimension
     (see the module's doc); unchanged when there is none."""
+    solved = _solved(func)
+    if solved is None:
+        return func
+    params, binds, body = solved
+    return tirx.PrimFunc(params, tirx.SeqStmt([*(tirx.Bind(v, e) for v, e in binds), body]),
+                         ret_type=func.ret_type, attrs=func.attrs)
+
+
+def _solved(func: tirx.PrimFunc):
+    """``(params, [(symbol, value)], body)``: ``func``'s parameters with each linear dimension
+    that alone gives a symbol (or reads one so solved) made a variable of its own, each such
+    symbol's value over that variable, and the body reading the new buffers; None when there
+    is no such symbol."""
     params = list(func.params)
     known = {p for p in params if not tirx.buffer.is_buffer_var(p)}
     for p in params:
@@ -82,6 +115,7 @@ def solve_symbols(func: tirx.PrimFunc) -> tirx.PrimFunc:
                 new = tirx.decl_buffer(shape, p.dtype, p.name, scope=p.scope(),
                                        strides=list(p.strides),
                                        data_alignment=int(p.data_alignment),
+                                       elem_offset=p.elem_offset,
                                        offset_factor=int(p.offset_factor))
                 replaced[p] = new
                 params[k] = p = new
@@ -89,11 +123,11 @@ def solve_symbols(func: tirx.PrimFunc) -> tirx.PrimFunc:
                 changed = True
                 if form is not None:
                     a, b = form
-                    binds.append(tirx.Bind(unknown[0], tirx.floordiv(dim - b, a)))
+                    binds.append((unknown[0], tirx.floordiv(dim - b, a)))
                     known.add(unknown[0])
                     solved.add(unknown[0])
     if not binds:
-        return func
+        return None
     final = {old: params[i] for i, old in enumerate(func.params) if old in replaced}
     chain = {}
     for old in replaced:  # a buffer replaced twice maps to its last replacement
@@ -102,6 +136,4 @@ def solve_symbols(func: tirx.PrimFunc) -> tirx.PrimFunc:
             new = replaced[new]
         chain[old] = new
     final.update(chain)
-    body = replace_buffers(func.body, final)
-    return tirx.PrimFunc(params, tirx.SeqStmt([*binds, body]), ret_type=func.ret_type,
-                         attrs=func.attrs)
+    return params, binds, replace_buffers(func.body, final)
