@@ -168,14 +168,53 @@ def test_a_threads_value_across_the_barrier_is_refused():
         make.__code__.co_firstlineno + 5
 
 
-def test_a_barrier_in_a_parallel_loop_is_refused():
-    with pytest.raises(KernelError, match=r"T.sync_grid inside a T.Parallel loop"):
+def reversed_sum(N=256, block=64):
+    # TileLang's test_tilelang_language_cooperative: the barrier stands in a T.Parallel loop's
+    # body, and cuts the loop there
+    @T.prim_func
+    def main(A: T.Tensor((N,), T.float32)):
+        with T.Kernel(T.ceildiv(N, block), threads=128) as bx:
+            A_local = T.alloc_fragment((block,), T.float32)
+            n_idx = bx * block
+            for i in T.Parallel(block):
+                A[n_idx + i] = n_idx + i
+            T.sync_grid()
+            for i in T.Parallel(block):
+                A_local[i] = A[N - n_idx - i - 1]
+                T.sync_grid()
+                A[n_idx + i] = A[n_idx + i] + A_local[i]
+
+    return main
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_barrier_in_a_parallel_loop_cuts_the_loop(target):
+    kernel = tilewright.compile(reversed_sum(), target=target)
+    a = torch.rand(256)
+    kernel(a)
+    assert torch.equal(a, torch.full((256,), 255.0))
+
+
+def test_a_barrier_deeper_in_a_parallel_loop_or_across_a_name_is_refused():
+    with pytest.raises(KernelError, match=r"T.sync_grid inside a T.Parallel loop stands in "
+                                          r"the loop's body itself"):
         @T.prim_func
-        def main(A: T.Tensor((4, 32), "float32")):
+        def nested(A: T.Tensor((4, 32), "float32")):
             with T.Kernel(4, threads=32) as bx:
                 for i in T.Parallel(32):
-                    A[bx, i] = 1
+                    if i > 2:
+                        A[bx, i] = 1
+                        T.sync_grid()
+
+    with pytest.raises(KernelError, match=r"'x' is named before a barrier inside a T.Parallel "
+                                          r"loop and read after it"):
+        @T.prim_func
+        def named(A: T.Tensor((4, 32), "float32")):
+            with T.Kernel(4, threads=32) as bx:
+                for i in T.Parallel(32):
+                    x = A[bx, i] * 2
                     T.sync_grid()
+                    A[bx, i] = x
 
 
 @pytest.mark.parametrize("target", TARGETS)

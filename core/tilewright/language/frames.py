@@ -106,9 +106,18 @@ class LoopSpec:
         values = [v if self.step == 1 else to_expr(self.offset) + v * self.step
                   for v in loop_vars]
         yield values[0] if len(values) == 1 else tuple(values)
+        barriers = frame.info.get(BARRIERS)
+        if barriers:  # a T.Parallel loop a barrier cuts: one loop before it, one after
+            _emit_cut(builder, frame, barriers, lambda part, vs: self._loop(
+                frame, vs, part, span), loop_vars)
+            return
         body = builder.close(frame)
         if finish is not None:
             body = finish(body)
+        builder.emit(self._loop(frame, loop_vars, body, span))
+
+    def _loop(self, frame, loop_vars, body, span):
+        """The loop nest over ``loop_vars`` around ``body``."""
         # a body that must see its iterations in order (IN_ORDER: it draws random numbers from
         # one generator) makes a T.Parallel loop of a one-thread block a serial loop
         kind, for_kind = ("serial", tirx.ForKind.SERIAL) if frame.info.get(IN_ORDER) \
@@ -121,7 +130,48 @@ class LoopSpec:
         for var, start, extent in reversed(list(zip(loop_vars, self.starts, self.extents))):
             body = tirx.For(var, to_expr(start), to_expr(extent), for_kind, body,
                             annotations=annotations, span=span)
-        builder.emit(body)
+        return body
+
+
+BARRIERS = "barriers"  # a T.Parallel frame's info: the barriers standing in its body
+
+
+def _emit_cut(builder, frame, barriers: list, loop, loop_vars) -> None:
+    """Emit the loop of ``frame`` cut at each of ``barriers`` (statements of its body): the
+    statements between two barriers as one loop (``loop(body, vars)``, fresh variables after
+    the first), the barriers between the loops. Every iteration's statements before a barrier
+    run before any after it, which is what a barrier in a data-parallel loop means; a value
+    named before the barrier is not one the loops after it can read (keep it in a tile)."""
+    builder.close(frame)
+    parts, current = [], []
+    for stmt in frame.stmts:
+        if any(stmt.same_as(b) for b in barriers):
+            parts.append((current, stmt))
+            current = []
+        else:
+            current.append(stmt)
+    parts.append((current, None))
+    named = []
+    for n, (stmts, barrier) in enumerate(parts):
+        body = B.seq(stmts)
+        used = set()
+        tvm_ffi.structural_walk(body, (tirx.Var, used.add))
+        late = [v for v in named if v in used]
+        if late:
+            raise kernel_error(f"{late[0].name!r} is named before a barrier inside a T.Parallel "
+                               "loop and read after it: the barrier cuts the loop in two, so "
+                               "keep the value in a tile indexed by the loop's variables",
+                               span_location(barrier.span if barrier is not None else
+                                             parts[n - 1][1].span))
+        tvm_ffi.structural_walk(body, (tirx.Bind, lambda s: named.append(s.var)))
+        fresh = loop_vars if n == 0 else [tirx.Var(v.name, v.ty) for v in loop_vars]
+        if n:
+            mapping = dict(zip(loop_vars, fresh))
+            body = tvm_ffi.structural_map(body, (tirx.Var, lambda v, m=mapping: m.get(v, v)))
+        if stmts:
+            builder.emit(loop(body, fresh))
+        if barrier is not None:
+            builder.emit(barrier)
 
 
 class Parallel(LoopSpec):
@@ -132,10 +182,12 @@ class Parallel(LoopSpec):
     def run(self, names=()):
         builder = B.current("T.Parallel")
         outer = builder.enclosing("parallel") is None
+        before = len(builder.frames[-1].stmts)
         yield from super().run(names)
-        nest = builder.frames[-1].stmts[-1]
-        if outer and str(nest.annotations[LOOP_KIND_KEY]) == "parallel":
-            check_races(nest)  # the whole nest once, at its outermost T.Parallel
+        for nest in builder.frames[-1].stmts[before:]:  # one nest, or those a barrier cut
+            if outer and isinstance(nest, tirx.For) and \
+                    str(nest.annotations[LOOP_KIND_KEY]) == "parallel":
+                check_races(nest)  # the whole nest once, at its outermost T.Parallel
 
     def __init__(self, *extents, coalesced_width=None):
         super().__init__(extents, annotations={"tw.coalesced_width": coalesced_width}
@@ -654,12 +706,27 @@ def sync_grid() -> None:
     of every block, then their combination). CUDA launches the kernel cooperatively (all its
     blocks resident at once); the CPU and the interpreter, which run the blocks one after
     another, run the kernel in phases, each for every block (:mod:`tilewright.transform.
-    grid_sync`), so there it must stand in the kernel's body, not in a loop or a branch."""
+    grid_sync`), so there it must stand in the kernel's body, not in a loop or a branch. In the
+    body of a ``T.Parallel`` loop it cuts the loop in two: every iteration before it, then
+    every iteration after it (TileLang's test_tilelang_language_cooperative)."""
     builder = B.require_kernel("T.sync_grid")
-    if builder.enclosing("parallel") is not None:
-        raise kernel_error("T.sync_grid inside a T.Parallel loop: a barrier of the grid stands "
-                           "between the kernel's statements")
-    builder.emit(make_call(SYNC_GRID.name, {}, {}, span=B.here()))
+    barrier = make_call(SYNC_GRID.name, {}, {}, span=B.here())
+    _cut_parallel_loop(builder, "T.sync_grid", barrier)
+    builder.emit(barrier)
+
+
+def _cut_parallel_loop(builder, what: str, barrier) -> None:
+    """A barrier standing in the body of a ``T.Parallel`` loop cuts the loop there (see
+    :func:`_emit_cut`); one deeper in it (under an ``if`` or another loop of its body) is
+    refused."""
+    parallel = builder.enclosing("parallel")
+    if parallel is None:
+        return
+    if builder.frames[-1] is not parallel:
+        raise kernel_error(f"{what} inside a T.Parallel loop stands in the loop's body itself "
+                           "(it cuts the loop in two there), not under a branch or an inner "
+                           "loop of it")
+    parallel.info.setdefault(BARRIERS, []).append(barrier)
 
 
 def get_block_binding(dim: int = 0):
