@@ -115,6 +115,31 @@ def test_a_constant_index_past_the_end_is_a_compile_error():
     assert "always outside [0, 64)" in str(info.value)
 
 
+def test_a_negative_index_counts_from_the_end():
+    # as in Python and TileLang's LegalizeNegativeIndex: A[-1] is the last element, and an
+    # index negative in every iteration counts from the end; one below minus the size is
+    # still an error
+    @T.prim_func
+    def main(A: T.Tensor((16,), "float32"), S: T.Tensor((4, 4), "float32"),
+             C: T.Tensor((6,), "float32")):
+        with T.Kernel(1) as bx:
+            for i in T.serial(4):
+                C[i] = A[-i - 1]
+            C[4] = A[-16] + S[-1, -4]
+            C[-1] = 7
+
+    a, s = torch.arange(16.0), torch.arange(16.0).view(4, 4)
+    assert _compile(main)(a, s).tolist() == [15, 14, 13, 12, 0 + 12, 7]
+
+    @T.prim_func
+    def below(A: T.Tensor((16,), "float32"), C: T.Tensor((1,), "float32")):
+        with T.Kernel(1) as bx:
+            C[0] = A[-17]
+
+    with pytest.raises(tilewright.KernelError, match=r"always outside \[0, 16\)"):
+        _compile(below)
+
+
 def test_a_store_that_leaves_its_tile_is_a_compile_error():
     # a shared tile of 4 elements written with 16 (a fragment indexed by exactly the loop's
     # variables takes the loop's extents instead, as TileLang's layout inference gives it)

@@ -16,7 +16,13 @@ from ..errors import KernelError, TilewrightError, UnsupportedOpError, span_loca
 from ..ir import Region, intrinsic_features, intrinsics_in, tile_ops_in
 from ..log import get_logger
 from ..plugin import BackendModule, Executor, GeneratedSource, get_manager, passconfig
-from ..transform import check_bounds, instrument_bounds, legalize_safe_memory, reraise_pass_error
+from ..transform import (
+    check_bounds,
+    instrument_bounds,
+    legalize_negative_indices,
+    legalize_safe_memory,
+    reraise_pass_error,
+)
 from ..transform.safe_memory import DISABLE_KEY as SAFE_MEMORY_DISABLE_KEY
 from ..transform.sequence import kernel_blocks
 from . import events, listeners
@@ -265,6 +271,7 @@ def lower(func: tirx.PrimFunc, target="auto", pass_configs=None) -> Lowered:
         else "main"
     ctx = CompileContext(target_obj, backend, configs, session, name)
     check_support(func, backend)
+    func = legalize_negative_indices(func)
     check_bounds(func)
     if configs.get("tw.bounds_check"):
         func = instrument_bounds(func)

@@ -2,7 +2,7 @@
 
 # TileLang spells the pass-config names tilelang.transform.PassConfigKey
 from ..plugin.passconfig import NAMES as PassConfigKey
-from .bounds import check_bounds, instrument_bounds
+from .bounds import check_bounds, instrument_bounds, legalize_negative_indices
 from .float_min_max import min_max_ignoring_nan
 from .float_to_int import saturating_float_to_int
 from .grid_sync import split_grid_syncs
@@ -15,7 +15,7 @@ from .walk import StmtMutator, prim_func_pass, rebuild_for, reraise_pass_error
 from .wrapping_int import wrapping_integer_arithmetic
 
 __all__ = ["PassConfigKey", "RuleContext", "StmtMutator", "bind_solved_symbols", "check_bounds",
-           "instrument_bounds",
+           "instrument_bounds", "legalize_negative_indices",
            "legalize_safe_memory", "lower_intrinsics", "lower_tile_ops",
            "min_max_ignoring_nan", "narrow_float_arithmetic", "prim_func_pass", "rebuild_for",
            "reraise_pass_error",

@@ -518,6 +518,57 @@ class _Bounds(StmtMutator):
         return tirx.SeqStmt([*asserts, stmt])
 
 
+class _NegativeIndices(_Bounds):
+    """:func:`legalize_negative_indices`: the walk's loop ranges and conditions bound each
+    index; the accesses are rewritten, not checked."""
+
+    def __init__(self):
+        super().__init__(instrument=False)
+
+    def _legal(self, buffer, indices) -> list:
+        out = []
+        for index, size in zip(indices, buffer.shape):
+            static = _static(size)
+            if static is not None and "x" not in str(getattr(index, "ty", "")):
+                lo, hi = self._range(index)
+                if hi < 0 and lo >= -static:
+                    index = index + static
+            out.append(index)
+        return out
+
+    def _loads(self, expr):
+        def load(node):
+            indices = self._legal(node.source, node.indices)
+            if all(a.same_as(b) for a, b in zip(indices, node.indices)):
+                return node
+            return tirx.BufferLoad(node.source, indices)
+
+        return tvm_ffi.structural_map(expr, (tvm.ir.TensorLoad, load))
+
+    def visit_BufferStore(self, stmt):
+        indices = self._legal(stmt.buffer, [self._loads(i) for i in stmt.indices])
+        value = self._loads(stmt.value)
+        if value.same_as(stmt.value) and all(a.same_as(b) for a, b in
+                                             zip(indices, stmt.indices)):
+            return stmt
+        return tirx.BufferStore(stmt.buffer, value, indices, span=stmt.span)
+
+    def visit_Evaluate(self, stmt):
+        if decode(stmt) is not None:
+            return stmt  # a tile op: its regions are checked, not rewritten
+        value = self._loads(stmt.value)
+        return stmt if value.same_as(stmt.value) else tirx.Evaluate(value, span=stmt.span)
+
+
+def legalize_negative_indices(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    """``func`` with each element index that is negative in every iteration and no further
+    below zero than its dimension's size counted from the end, as Python and TileLang count
+    it (``A[-1]`` is the last element, ``A[-i - 1]`` with ``i < 4`` the last four): the size
+    is added. An index only sometimes negative is left to the bounds checks."""
+    body = _NegativeIndices().visit(func.body)
+    return func if body.same_as(func.body) else func.with_body(body)
+
+
 def check_bounds(func: tirx.PrimFunc) -> None:
     """Raise a :class:`KernelError` at the user's line for an access or tile-op region that
     the module docstring calls an error; warn for a global region wholly outside."""
@@ -531,4 +582,4 @@ def instrument_bounds(func: tirx.PrimFunc) -> tirx.PrimFunc:
     return func if body.same_as(func.body) else func.with_body(body)
 
 
-__all__ = ["check_bounds", "instrument_bounds"]
+__all__ = ["check_bounds", "instrument_bounds", "legalize_negative_indices"]
