@@ -11,6 +11,8 @@ import tilewright
 import tilewright.language as T
 import tilewright_cuda.language as TC
 import torch
+from tilewright.testing import assert_close
+from tilewright_sdk.conformance.catalogue import cases
 
 ROWS, N = 4, 128
 
@@ -271,30 +273,15 @@ def test_global_elements_a_row_apart_get_no_barrier(tmp_path):
     assert source.count("__syncthreads()") == 1
 
 
-def reversed_sum(N=256, block=64):
-    # TileLang's test_tilelang_language_cooperative: T.sync_grid in a T.Parallel loop's body
-    # cuts the loop there; the kernel is launched cooperatively
-    @T.prim_func
-    def main(A: T.Tensor((N,), T.float32)):
-        with T.Kernel(T.ceildiv(N, block), threads=128) as bx:
-            A_local = T.alloc_fragment((block,), T.float32)
-            n_idx = bx * block
-            for i in T.Parallel(block):
-                A[n_idx + i] = n_idx + i
-            T.sync_grid()
-            for i in T.Parallel(block):
-                A_local[i] = A[N - n_idx - i - 1]
-                T.sync_grid()
-                A[n_idx + i] = A[n_idx + i] + A_local[i]
-
-    return main
-
 
 @pytest.mark.emulator
-def test_a_grid_barrier_in_a_parallel_loop(tmp_path):
-    a = torch.rand(256)
-    lowered = tilewright.lower(reversed_sum(), "cuda -arch=sm_90a")
+@pytest.mark.parametrize("case", cases(["sync_grid_parallel"]), ids=lambda c: c.id)
+def test_a_grid_barrier_in_a_parallel_loop(case, tmp_path):
+    # TileLang's test_tilelang_language_cooperative: the barrier cuts the T.Parallel loop
+    x = case.kernel.inputs(torch, torch.Generator().manual_seed(0), case.dtype, **case.dims)[0]
+    lowered = tilewright.lower(case.kernel.make(case.dtype, **case.dims), "cuda -arch=sm_90a")
     assert lowered.source.payload["cooperative"]
     assert lowered.source.text.count("tw_grid_sync();") == 2
-    hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, a)
-    assert torch.equal(a, torch.full((256,), 255.0))
+    y = torch.zeros_like(x)
+    hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, x, y)
+    assert_close(y, case.reference([x])[0], dtype=case.dtype, name=case.id)

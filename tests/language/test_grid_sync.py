@@ -168,33 +168,6 @@ def test_a_threads_value_across_the_barrier_is_refused():
         make.__code__.co_firstlineno + 5
 
 
-def reversed_sum(N=256, block=64):
-    # TileLang's test_tilelang_language_cooperative: the barrier stands in a T.Parallel loop's
-    # body, and cuts the loop there
-    @T.prim_func
-    def main(A: T.Tensor((N,), T.float32)):
-        with T.Kernel(T.ceildiv(N, block), threads=128) as bx:
-            A_local = T.alloc_fragment((block,), T.float32)
-            n_idx = bx * block
-            for i in T.Parallel(block):
-                A[n_idx + i] = n_idx + i
-            T.sync_grid()
-            for i in T.Parallel(block):
-                A_local[i] = A[N - n_idx - i - 1]
-                T.sync_grid()
-                A[n_idx + i] = A[n_idx + i] + A_local[i]
-
-    return main
-
-
-@pytest.mark.parametrize("target", TARGETS)
-def test_a_barrier_in_a_parallel_loop_cuts_the_loop(target):
-    kernel = tilewright.compile(reversed_sum(), target=target)
-    a = torch.rand(256)
-    kernel(a)
-    assert torch.equal(a, torch.full((256,), 255.0))
-
-
 def test_a_barrier_deeper_in_a_parallel_loop_or_across_a_name_is_refused():
     with pytest.raises(KernelError, match=r"T.sync_grid inside a T.Parallel loop stands in "
                                           r"the loop's body itself"):

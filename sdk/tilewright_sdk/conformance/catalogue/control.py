@@ -495,6 +495,26 @@ def _sync_grid(dtype, M, N, bm=4):
     return sync_grid
 
 
+def _sync_grid_parallel(dtype, N, block=64):
+    """TileLang's cooperative test: T.sync_grid in a T.Parallel loop's body cuts the loop
+    there; X plus its reverse, each element read from another block after the barrier."""
+
+    @T.prim_func
+    def sync_grid_parallel(X: T.Tensor((N,), dtype), Y: T.Tensor((N,), dtype)):
+        with T.Kernel(T.ceildiv(N, block), threads=128) as bx:
+            mine = T.alloc_fragment((block,), dtype)
+            n_idx = bx * block
+            for i in T.Parallel(block):
+                Y[n_idx + i] = X[n_idx + i]
+            T.sync_grid()
+            for i in T.Parallel(block):
+                mine[i] = Y[N - n_idx - i - 1]
+                T.sync_grid()
+                Y[n_idx + i] = Y[n_idx + i] + mine[i]
+
+    return sync_grid_parallel
+
+
 def _sync_grid_ref(x, bm=4):
     doubled = x * 2
     rows = doubled.new_zeros(-(-x.shape[0] // bm) * bm)
@@ -642,6 +662,11 @@ ROWS = (
            reduction=lambda M, N, **_: M * N,
            doc="a grid barrier between a persistent kernel's phases (T.sync_grid), with a "
                "fragment kept across it"),
+    Kernel("sync_grid_parallel", (*BASE, "Parallel", "alloc_fragment", "sync_grid"),
+           ("sync_grid",), _sync_grid_parallel,
+           lambda torch, gen, dtype, N: [rand(torch, gen, (N,), dtype)],
+           lambda x: [x + x.flip(0)], {"full": {"N": 256}}, out_idx=(1,),
+           doc="a grid barrier in a T.Parallel loop's body, which cuts the loop there"),
     Kernel("thread_allreduce", (*BASE, "serial", "alloc_local", "clear", "cast",
                                 "get_thread_binding", "attr", "comm_reducer", "evaluate",
                                 "tvm_thread_allreduce", "reinterpret", "uint64", "uint32"),
