@@ -42,14 +42,34 @@ class Layout:
 
 class Fragment(Layout):
     """``T.Fragment(shape, forward_thread_fn=..., forward_index_fn=...)``: a layout that also
-    says which thread holds each element."""
+    says which thread holds each element; or, as TileLang also takes it,
+    ``T.Fragment(shape, forward_fn)`` with ``forward_fn(*index)`` giving ``(thread, local
+    index)`` (with ``replicate > 1`` it takes the replica too, ``forward_fn(i, rep)``: the
+    first replica's place is the one described)."""
 
-    def __init__(self, shape, forward_thread_fn=None, forward_index_fn=None, replicate=1,
-                 forward_fn=None):
-        index_fn = forward_index_fn or forward_fn or (lambda *i: i)
-        super().__init__(shape, index_fn)
+    def __init__(self, shape, forward_fn=None, forward_thread_fn=None, replicate=1,
+                 forward_index_fn=None):
+        self.replicate = as_int(replicate)
+        if forward_fn is not None:
+            dims = len(tuple(shape))
+            arity = len(inspect.signature(forward_fn).parameters)
+            extra = (0,) if self.replicate != 1 and arity == dims + 1 else ()
+            if arity not in (dims, dims + len(extra)) and not _varargs(forward_fn):
+                raise kernel_error(f"T.Fragment: forward_fn takes {arity} argument(s) but the "
+                                   f"shape has {dims} dimension(s)"
+                                   + (" (and one replica)" if self.replicate != 1 else ""))
+
+            def place(*index):
+                out = forward_fn(*index, *extra)
+                if not isinstance(out, (tuple, list)) or len(out) != 2:
+                    raise kernel_error("T.Fragment: forward_fn gives (thread, local index) "
+                                       f"for an element, got {out!r:.60}")
+                return out
+
+            forward_thread_fn = lambda *i: place(*i)[0]  # noqa: E731
+            forward_index_fn = lambda *i: place(*i)[1]  # noqa: E731
+        super().__init__(shape, forward_index_fn or (lambda *i: i))
         self.forward_thread_fn = forward_thread_fn
-        self.replicate = replicate
 
 
 def _varargs(fn) -> bool:

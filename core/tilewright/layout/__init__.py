@@ -12,7 +12,8 @@ from ..language.annotations import Fragment, Layout
 from ..language.buffer import TileBuffer
 from ..language.dtypes import DType
 
-__all__ = ["Fragment", "Layout", "make_full_bank_swizzled_layout",
+__all__ = ["Fragment", "Layout", "make_full_bank_swizzled_layout", "make_gemm_fragment_8x8",
+           "make_gemm_fragment_8x8_transposed",
            "make_half_bank_swizzled_layout", "make_quarter_bank_swizzled_layout",
            "make_swizzled_layout"]
 
@@ -52,3 +53,18 @@ def make_half_bank_swizzled_layout(buffer) -> Layout:
 def make_quarter_bank_swizzled_layout(buffer) -> Layout:
     """32-byte XOR swizzle."""
     return _xor_swizzle(buffer, 32, "make_quarter_bank_swizzled_layout")
+
+
+def make_gemm_fragment_8x8() -> Fragment:
+    """The 8x8 tile of a warp's tensor-core fragment as ``ldmatrix`` / ``stmatrix`` and
+    ``mma.m16n8k16`` hold it (PTX ISA, "Matrix fragments for mma.m16n8k16"): each of the 32
+    threads holds two neighbouring elements of one row, thread ``4 * row + col // 2``."""
+    return Fragment((8, 8), forward_thread_fn=lambda i, j: i * 4 + j // 2,
+                    forward_index_fn=lambda i, j: j % 2)
+
+
+def make_gemm_fragment_8x8_transposed() -> Fragment:
+    """:func:`make_gemm_fragment_8x8` of the transposed tile: each thread holds two
+    neighbouring elements of one column, thread ``4 * col + row // 2``."""
+    return Fragment((8, 8), forward_thread_fn=lambda i, j: j * 4 + i // 2,
+                    forward_index_fn=lambda i, j: i % 2)
