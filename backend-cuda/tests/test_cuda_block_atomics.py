@@ -1,7 +1,9 @@
 """Block code and the conformance suite's scalar cases in the host emulation: an atomic's old
 value assigned to a per-thread variable happens once per block (thread 0 into a shared slot,
 every thread reads it: it was made by every thread), the bitwise reducers combine their
-partials with their own operator (they were summed), and run-time break/continue."""
+partials with their own operator (they were summed), a reducer's starting value counts once
+per output however many threads hold partials (in epochs reopened by a pipelined loop too),
+and run-time break/continue."""
 
 import hostemu
 import pytest
@@ -75,8 +77,9 @@ def test_fence_gpu_hands_a_blocks_stores_to_the_last_ticket(tmp_path):
     torch.testing.assert_close(out, (a * 2).sum(0))
 
 
-CASES = [c for c in cases(["reducers", "atomic_prev", "loop_jumps"])
-         if c.id in ("reducers-int32-partial", "atomic_prev-int32-partial",
+CASES = [c for c in cases(["reducers", "reducer_seeds", "atomic_prev", "loop_jumps"])
+         if c.id in ("reducers-int32-partial", "reducer_seeds-int32-partial",
+                     "reducer_seeds-float32-full", "atomic_prev-int32-partial",
                      "loop_jumps-float32-partial")]
 
 
@@ -102,3 +105,43 @@ def test_scalar_conformance_case_in_host_emulation(case, tmp_path):
     for n, (got, want) in enumerate(zip(results, expected, strict=True)):
         assert_close(got, want, dtype=str(got.dtype), name=f"{case.id} output {n}",
                      reduction_length=case.kernel.reduction(**case.dims))
+
+
+def pipelined_logsumexp(K=512, BK=128):
+    """TileLang's epoch inside a T.Pipelined loop: each tile's max reducer seeded with the
+    running maximum, its sum reducer with the rescaled running sum."""
+    @T.prim_func
+    def main(A: T.Tensor((K,), "float32"), B: T.Tensor((1,), "float32")):
+        with T.Kernel(1, threads=128):
+            staged = T.alloc_shared((BK,), "float32")
+            tile = T.alloc_fragment((BK,), "float32")
+            run_max = T.alloc_fragment((1,), "float32")
+            run_sum = T.alloc_fragment((1,), "float32")
+            run_max[0] = -T.infinity("float32")
+            run_sum[0] = 0.0
+            for k in T.Pipelined(K // BK, num_stages=2):
+                T.copy(A[k * BK], staged)
+                T.copy(staged, tile)
+                new_max = T.alloc_reducer((1,), "float32", op="max")
+                T.reducer_init(new_max, run_max[0])
+                for i in T.Parallel(BK):
+                    T.reducer_update(new_max[0], tile[i])
+                m = T.alloc_fragment((1,), "float32")
+                T.finalize_reducer(new_max, m)
+                new_sum = T.alloc_reducer((1,), "float32")
+                T.reducer_init(new_sum, T.exp(run_max[0] - m[0]) * run_sum[0])
+                for i in T.Parallel(BK):
+                    T.reducer_update(new_sum[0], T.exp(tile[i] - m[0]))
+                T.finalize_reducer(new_sum, run_sum)
+                run_max[0] = m[0]
+            B[0] = T.log(run_sum[0]) + run_max[0]
+
+    return main
+
+
+@pytest.mark.emulator
+def test_reducer_epochs_seeded_in_a_pipelined_loop(tmp_path):
+    lowered = tilewright.lower(pipelined_logsumexp(), "cuda -arch=sm_80")
+    a, b = torch.randn(512, generator=torch.Generator().manual_seed(0)), torch.zeros(1)
+    hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, a, b)
+    torch.testing.assert_close(b, torch.logsumexp(a, 0).reshape(1), rtol=1e-5, atol=1e-5)

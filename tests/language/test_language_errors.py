@@ -482,3 +482,206 @@ def test_while_with_a_runtime_condition_cannot_break():
     with pytest.raises(tilewright.KernelError) as info:
         build(k)
     assert_at(info.value, "while-break", "'break' or 'continue'", "compile time")
+
+
+# -- reducers: the rules of an epoch (TileLang's, each at the offending line) --------------------
+@T.macro
+def update_before_init(acc, src, out):
+    for i in T.Parallel(8):
+        T.reducer_update(acc[0], src[i])  # red-update-early
+    T.finalize_reducer(acc, out)
+
+
+@T.macro
+def never_finalized(acc, src, out):
+    T.reducer_init(acc)  # red-unclosed
+    for i in T.Parallel(8):
+        T.reducer_update(acc[0], src[i])
+
+
+@T.macro
+def older_update_in_an_epoch_of_reducer_init(acc, src, out):
+    T.reducer_init(acc)
+    for i in T.Parallel(8):
+        acc[0] += src[i]  # red-plus-equals
+    T.finalize_reducer(acc, out)
+
+
+@T.macro
+def read_before_finalize(acc, src, out):
+    T.reducer_init(acc)
+    for i in T.Parallel(8):
+        T.reducer_update(acc[0], src[i])
+    out[0] = acc[0]  # red-read
+    T.finalize_reducer(acc, out)
+
+
+@T.macro
+def read_after_finalize(acc, src, out):
+    T.reducer_init(acc)
+    for i in T.Parallel(8):
+        T.reducer_update(acc[0], src[i])
+    T.finalize_reducer(acc, out)
+    out[0] = acc[0] * 2.0  # red-read-late
+
+
+@T.macro
+def clear_in_an_epoch_of_reducer_init(acc, src, out):
+    T.reducer_init(acc)
+    T.clear(acc)  # red-clear
+    for i in T.Parallel(8):
+        T.reducer_update(acc[0], src[i])
+    T.finalize_reducer(acc, out)
+
+
+@T.macro
+def clear_then_finalize_into_a_destination(acc, src, out):
+    T.clear(acc)
+    for i in T.Parallel(8):
+        T.reducer_update(acc[0], src[i])
+    T.finalize_reducer(acc, out)  # red-older-dst
+
+
+@T.macro
+def update_outside_parallel(acc, src, out):
+    T.reducer_init(acc)
+    T.reducer_update(acc[0], src[0])  # red-uniform
+    T.finalize_reducer(acc, out)
+
+
+@T.macro
+def init_twice(acc, src, out):
+    T.reducer_init(acc)
+    T.reducer_init(acc)  # red-init-twice
+    T.finalize_reducer(acc, out)
+
+
+@T.macro
+def init_in_parallel(acc, src, out):
+    for i in T.Parallel(8):
+        T.reducer_init(acc)  # red-init-parallel
+        T.reducer_update(acc[0], src[i])
+    T.finalize_reducer(acc, out)
+
+
+@T.macro
+def finalize_outside_the_loop_of_the_init(acc, src, out):
+    for _ in T.serial(4):
+        T.reducer_init(acc)
+        for i in T.Parallel(8):
+            T.reducer_update(acc[0], src[i])
+    T.finalize_reducer(acc, out)  # red-scope-out
+
+
+@T.macro
+def finalize_in_a_loop_the_init_is_not_in(acc, src, out):
+    T.reducer_init(acc)
+    for _ in T.serial(4):
+        for i in T.Parallel(8):
+            T.reducer_update(acc[0], src[i])
+        T.finalize_reducer(acc, out)  # red-scope-loop
+
+
+@T.macro
+def finalize_in_place_an_epoch_of_reducer_init(acc, src, out):
+    T.reducer_init(acc)
+    T.finalize_reducer(acc)  # red-in-place
+
+
+@T.macro
+def finalize_twice(acc, src, out):
+    T.reducer_init(acc)
+    T.finalize_reducer(acc, out)
+    T.finalize_reducer(acc, out)  # red-finalize-twice
+
+
+@T.macro
+def update_after_finalize(acc, src, out):
+    T.reducer_init(acc)
+    T.finalize_reducer(acc, out)
+    for i in T.Parallel(8):
+        T.reducer_update(acc[0], src[i])  # red-update-late
+
+
+@T.macro
+def finalize_before_init(acc, src, out):
+    T.finalize_reducer(acc, out)  # red-finalize-early
+
+
+@T.macro
+def finalize_into_a_reducer(acc, src, out):
+    other = T.alloc_reducer((1,), "float32")
+    T.reducer_init(other)
+    T.reducer_init(acc)
+    T.finalize_reducer(acc, other)  # red-into-reducer
+
+
+@T.macro
+def starting_value_of_another_dtype(acc, src, out):
+    T.reducer_init(acc, T.float16(1.0))  # red-seed-dtype
+    T.finalize_reducer(acc, out)
+
+
+@T.macro
+def never_initialized(acc, src, out):
+    out[0] = 0.0
+
+
+@T.macro
+def batch_above_the_outputs(acc, src, out):
+    T.reducer_init(acc)
+    T.finalize_reducer(acc, out, batch=2)  # red-batch
+
+
+def reducer_misuse(body):
+    @T.prim_func
+    def main(A: T.Tensor((8,), "float32"), B: T.Tensor((1,), "float32")):
+        with T.Kernel(1, threads=128):
+            src = T.alloc_fragment((8,), "float32")
+            out = T.alloc_fragment((1,), "float32")
+            T.copy(A, src)
+            acc = T.alloc_reducer((1,), "float32", op="sum")  # red-alloc
+            body(acc, src, out)
+            T.copy(out, B)
+    return main
+
+
+@pytest.mark.parametrize("body,marker,words", [
+    (update_before_init, "red-update-early", ["T.reducer_update on reducer 'acc' before "
+                                              "T.reducer_init"]),
+    (never_finalized, "red-unclosed", ["reducer 'acc' is initialized but never finalized"]),
+    (older_update_in_an_epoch_of_reducer_init, "red-plus-equals",
+     ["illegal store to reducer 'acc'", "T.reducer_update(acc[...], x) only"]),
+    (read_before_finalize, "red-read", ["illegal read of reducer 'acc'", "before "
+                                        "T.finalize_reducer"]),
+    (read_after_finalize, "red-read-late", ["illegal read of reducer 'acc' after "
+                                            "T.finalize_reducer", "destination"]),
+    (clear_in_an_epoch_of_reducer_init, "red-clear", ["illegal store to reducer 'acc'",
+                                                      "T.fill / T.clear"]),
+    (clear_then_finalize_into_a_destination, "red-older-dst",
+     ["illegal T.finalize_reducer(acc, dst)", "finalizes in place"]),
+    (update_outside_parallel, "red-uniform", ["reducer 'acc' outside any T.Parallel loop"]),
+    (init_twice, "red-init-twice", ["double T.reducer_init on reducer 'acc'"]),
+    (init_in_parallel, "red-init-parallel", ["T.reducer_init of reducer 'acc' inside a "
+                                             "T.Parallel loop"]),
+    (finalize_outside_the_loop_of_the_init, "red-scope-out",
+     ["reducer 'acc' is not in the scope of its T.reducer_init"]),
+    (finalize_in_a_loop_the_init_is_not_in, "red-scope-loop",
+     ["reducer 'acc' is not in the scope of its T.reducer_init"]),
+    (finalize_in_place_an_epoch_of_reducer_init, "red-in-place",
+     ["without a destination", "T.finalize_reducer(acc, dst)"]),
+    (finalize_twice, "red-finalize-twice", ["double T.finalize_reducer on reducer 'acc'"]),
+    (update_after_finalize, "red-update-late", ["reducer 'acc' after T.finalize_reducer"]),
+    (finalize_before_init, "red-finalize-early", ["T.finalize_reducer on reducer 'acc' before "
+                                                  "T.reducer_init"]),
+    (finalize_into_a_reducer, "red-into-reducer", ["must be an ordinary fragment, not a "
+                                                   "reducer"]),
+    (starting_value_of_another_dtype, "red-seed-dtype",
+     ["dtype float16 does not match reducer 'acc' of dtype float32"]),
+    (never_initialized, "red-alloc", ["reducer 'acc' is allocated but never initialized"]),
+    (batch_above_the_outputs, "red-batch", ["batch (2) exceeds total output elements (1)"]),
+], ids=lambda v: v.__name__ if isinstance(v, T.Macro) else None)
+def test_reducer_misuse_is_refused_at_its_line(body, marker, words):
+    with pytest.raises(tilewright.KernelError) as info:
+        build(reducer_misuse, body)
+    assert_at(info.value, marker, *words)

@@ -234,7 +234,9 @@ def _kernel_error(body_op, dtype="float32"):
     (lambda t, r: T.reduce_bitor(t, r, dim=1), "T.reduce_bitor takes integer tiles; 'tile' is "
                                                "float32"),
     (lambda t, r: T.reduce(t, r, "prod", 1, True), "reduce_type must be one of sum, max"),
-    (lambda t, r: T.reduce_max(t, r, dim=1, batch=0), "batch must be a positive int, got 0"),
+    (lambda t, r: T.reduce_max(t, r, dim=1, batch=0), "batch must be >= 1, got 0"),
+    (lambda t, r: T.reduce_max(t, r, dim=1, batch=8), "exceeds total output elements"),
+    (lambda t, r: T.reduce_max(t, r, dim=1, batch=3), "must evenly divide total output"),
     (lambda t, r: T.reduce_sum(t, r, dim=1, annotations={"nan_propagate": True}),
      "nan_propagate applies to the reductions that compare"),
     (lambda t, r: T.reduce_sum(t, r, dim=1, annotations={"fast": 1}), "unknown annotation 'fast'"),
@@ -390,6 +392,36 @@ def test_reducer_in_tilelang_style(op):
     check(reducer_tilelang_style(8, 16, op)(a), want, k=16)
 
 
+def older_form_twice(M=4, N=8):
+    # TileLang's older form opens a second epoch after the first is finalized in place: the
+    # elements read after each finalize are that epoch's merged values
+    @T.prim_func
+    def main(A: T.Tensor((M, N), "float32"), Y: T.Tensor((2, M), "float32")):
+        with T.Kernel(1, threads=128):
+            t = T.alloc_fragment((M, N), "float32")
+            T.copy(A, t)
+            acc = T.alloc_reducer((M,), "float32", op="sum", replication="all")
+            T.clear(acc)
+            for i, j in T.Parallel(M, N):
+                acc[i] += t[i, j]
+            T.finalize_reducer(acc)
+            for i in T.Parallel(M):
+                Y[0, i] = acc[i]
+            T.clear(acc)
+            for i, j in T.Parallel(M, N):
+                acc[i] += t[i, j] * 2.0
+            T.finalize_reducer(acc)
+            T.copy(acc, Y[1, 0])
+    return main
+
+
+@pytest.mark.parametrize("target", ["cpu", "interp"])
+def test_reducer_older_form_reopens_after_its_finalize(target):
+    a, y = rand(4, 8), torch.zeros(2, 4)
+    tilewright.compile(older_form_twice(), target=target)(a, y)
+    check(y, torch.stack([a.double().sum(1), 2 * a.double().sum(1)]), k=8)
+
+
 def test_reducer_fill_other_than_identity_of_a_sum_and_copy_before_finalize():
     def bad(what):
         @T.prim_func
@@ -433,10 +465,178 @@ def test_tilelang_schedule_arguments_of_scans_and_reducers_are_accepted():
     a, s, r = rand(4, 8), torch.empty(4, 8), torch.empty(4)
     tilewright.compile(main, target="cpu")(a, s, r)
     assert torch.equal(r, a.amax(1)) and torch.equal(s, a.cummax(1).values)
-    with pytest.raises(tilewright.KernelError, match="batch must be a positive int, got 0"):
+    with pytest.raises(tilewright.KernelError, match="batch must be >= 1, got 0"):
         @T.prim_func
         def bad(A: T.Tensor((4,), "float32")):
             with T.Kernel(1) as _bx:
                 acc = T.alloc_reducer((4,), "float32")
                 T.reducer_init(acc)
                 T.finalize_reducer(acc, batch=0)
+
+
+# -- T.reducer_init(acc, init): a starting value, combined once ---------------------------------
+FOLDS = {"sum": lambda a, b: a + b, "max": torch.maximum, "min": torch.minimum,
+         "bitand": lambda a, b: a & b, "bitor": lambda a, b: a | b,
+         "bitxor": lambda a, b: a ^ b}
+
+
+def _fold_from(op, start, values):
+    out = start
+    for v in values:
+        out = FOLDS[op](out, v)
+    return out
+
+
+def seeded(op, dtype, seed, M=4, N=16):
+    # one scalar over the whole tile (the threads' partials meet) and one per row, each
+    # seeded with `seed`
+    @T.prim_func
+    def main(X: T.Tensor((M, N), dtype), Total: T.Tensor((1,), dtype),
+             Rows: T.Tensor((M,), dtype)):
+        with T.Kernel(1, threads=128):
+            tile = T.alloc_fragment((M, N), dtype)
+            T.copy(X, tile)
+            total = T.alloc_reducer((1,), dtype, op=op)
+            rows = T.alloc_reducer((M,), dtype, op=op)
+            T.reducer_init(total, seed)
+            T.reducer_init(rows, seed)
+            for i, j in T.Parallel(M, N):
+                T.reducer_update(total[0], tile[i, j])
+                T.reducer_update(rows[i], tile[i, j])
+            t = T.alloc_fragment((1,), dtype)
+            r = T.alloc_fragment((M,), dtype)
+            T.finalize_reducer(total, t)
+            T.finalize_reducer(rows, r)
+            T.copy(t, Total)
+            T.copy(r, Rows)
+    return main
+
+
+@pytest.mark.parametrize("target", ["cpu", "interp"])
+@pytest.mark.parametrize("op,dtype,seed", [
+    ("sum", "float32", 100.0), ("max", "float32", 0.5), ("min", "float32", -0.25),
+    ("sum", "int32", -7), ("bitand", "int32", 0x0FF0), ("bitor", "int32", 1 << 20),
+    ("bitxor", "int32", 0x5A5A)])
+def test_reducer_starting_value_counts_once(target, op, dtype, seed):
+    if dtype == "float32":
+        x = rand(4, 16)
+    else:
+        x = torch.randint(0, 1 << 16, (4, 16), generator=torch.Generator().manual_seed(1),
+                          dtype=torch.int32)
+    total, rows = torch.zeros(1, dtype=x.dtype), torch.zeros(4, dtype=x.dtype)
+    tilewright.compile(seeded(op, dtype, seed), target=target)(x, total, rows)
+    start = torch.tensor(seed, dtype=x.dtype)
+    want_total = _fold_from(op, start, x.flatten())
+    want_rows = torch.stack([_fold_from(op, start, row) for row in x])
+    torch.testing.assert_close(total, want_total.reshape(1), rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(rows, want_rows, rtol=1e-5, atol=1e-4)
+
+
+def seed_taken_at_init(out_dtype):
+    # TileLang's test: the seed's source changes after the init; its value at the init counts
+    # (converted into a destination of another dtype after the seed is combined)
+    @T.prim_func
+    def main(A: T.Tensor((8,), "float32"), B: T.Tensor((1,), out_dtype)):
+        with T.Kernel(1, threads=128):
+            src = T.alloc_fragment((8,), "float32")
+            T.copy(A, src)
+            seed = T.alloc_fragment((1,), "float32")
+            seed[0] = 5.0
+            acc = T.alloc_reducer((1,), "float32", op="sum")
+            T.reducer_init(acc, seed[0])
+            seed[0] = 100.0
+            for i in T.Parallel(8):
+                T.reducer_update(acc[0], src[i])
+            result = T.alloc_fragment((1,), out_dtype)
+            T.finalize_reducer(acc, result)
+            T.copy(result, B)
+    return main
+
+
+@pytest.mark.parametrize("target", ["cpu", "interp"])
+@pytest.mark.parametrize("out_dtype", ["float32", "float16"])
+def test_reducer_starting_value_is_its_value_at_the_init(target, out_dtype):
+    a = torch.arange(1.0, 9.0) / 64
+    b = torch.zeros(1, dtype=getattr(torch, out_dtype))
+    tilewright.compile(seed_taken_at_init(out_dtype), target=target)(a, b)
+    assert b.item() == (a.sum() + 5.0).to(b.dtype).item()
+
+
+def online_logsumexp(loop, K=512, BK=128):
+    # an epoch per tile inside the loop (TileLang's online softmax), the max seeded with the
+    # running maximum; a pipelined loop stages each tile through shared memory
+    @T.prim_func
+    def main(A: T.Tensor((K,), "float32"), B: T.Tensor((1,), "float32")):
+        with T.Kernel(1, threads=128):
+            staged = T.alloc_shared((BK,), "float32")
+            tile = T.alloc_fragment((BK,), "float32")
+            running_max = T.alloc_fragment((1,), "float32")
+            running_sum = T.alloc_fragment((1,), "float32")
+            running_max[0] = -T.infinity("float32")
+            running_sum[0] = 0.0
+            tiles = T.Pipelined(K // BK, num_stages=2) if loop == "pipelined" else \
+                T.serial(K // BK)
+            for k in tiles:
+                T.copy(A[k * BK], staged)
+                T.copy(staged, tile)
+                new_max = T.alloc_reducer((1,), "float32", op="max")
+                T.reducer_init(new_max, running_max[0])
+                for i in T.Parallel(BK):
+                    T.reducer_update(new_max[0], tile[i])
+                m = T.alloc_fragment((1,), "float32")
+                T.finalize_reducer(new_max, m)
+                new_sum = T.alloc_reducer((1,), "float32", op="sum")
+                T.reducer_init(new_sum, T.exp(running_max[0] - m[0]) * running_sum[0])
+                for i in T.Parallel(BK):
+                    T.reducer_update(new_sum[0], T.exp(tile[i] - m[0]))
+                T.finalize_reducer(new_sum, running_sum)
+                running_max[0] = m[0]
+            B[0] = T.log(running_sum[0]) + running_max[0]
+    return main
+
+
+@pytest.mark.parametrize("target", ["cpu", "interp"])
+@pytest.mark.parametrize("loop", ["serial", "pipelined"])
+def test_reducer_epochs_reopen_in_a_loop_seeded_with_running_values(target, loop):
+    a = rand(512)
+    b = torch.zeros(1)
+    tilewright.compile(online_logsumexp(loop), target=target)(a, b)
+    torch.testing.assert_close(b, torch.logsumexp(a, 0).reshape(1), rtol=1e-5, atol=1e-5)
+
+
+def epoch_in_branches(M=8):
+    # TileLang's legal shapes: a whole epoch in a block-uniform branch, and a finalize in an
+    # if nested in the epoch's scope (skipped, it leaves the partials unread)
+    @T.prim_func
+    def main(A: T.Tensor((M,), "float32"), S: T.Tensor((2,), "int32"),
+             B: T.Tensor((2, 2), "float32")):
+        with T.Kernel(2, threads=128) as bx:
+            src = T.alloc_fragment((M,), "float32")
+            T.copy(A, src)
+            result = T.alloc_fragment((1,), "float32")
+            result[0] = 0.0
+            if bx == 0:
+                whole = T.alloc_reducer((1,), "float32")
+                T.reducer_init(whole, T.cast(bx + 1, "float32"))
+                for i in T.Parallel(M):
+                    T.reducer_update(whole[0], src[i])
+                T.finalize_reducer(whole, result)
+            B[bx, 0] = result[0]
+            acc = T.alloc_reducer((1,), "float32", op="max")
+            T.reducer_init(acc, -1.0)
+            if S[bx] >= 0:
+                for i in T.Parallel(M):
+                    T.reducer_update(acc[0], src[i] * T.cast(S[bx], "float32"))
+                T.finalize_reducer(acc, result)
+                B[bx, 1] = result[0]
+    return main
+
+
+@pytest.mark.parametrize("target", ["cpu", "interp"])
+def test_reducer_epoch_in_a_branch_and_finalize_in_a_nested_branch(target):
+    a = torch.arange(1.0, 9.0) - 6
+    s = torch.tensor([-1, 2], dtype=torch.int32)
+    b = torch.full((2, 2), 77.0)
+    tilewright.compile(epoch_in_branches(), target=target)(a, s, b)
+    want = torch.tensor([[a.sum() + 1, 77.0], [0.0, (a * 2).amax()]])
+    torch.testing.assert_close(b, want)

@@ -91,6 +91,11 @@ class TileBuffer:
         """The buffer's memory, for ``T.Tensor(shape, dtype, buf.data)`` views."""
         return self.buffer.data
 
+    def renamed(self, buffer: tirx.Buffer) -> TileBuffer:
+        """This handle over ``buffer``: its allocation declared again under the name of the
+        variable the kernel assigns it to."""
+        return type(self)(buffer)
+
     def __repr__(self) -> str:
         return (f"TileBuffer({self.name}, shape={self.shape}, dtype={self.dtype}, "
                 f"scope={self.scope})")

@@ -21,6 +21,10 @@ from .snapshots import reads_memory, settle
 
 _state = threading.local()
 
+# a kernel frame's info key: functions run when the kernel's body is complete, for checks that
+# need all of it (a reducer epoch left open, say)
+KERNEL_CHECKS = "kernel_checks"
+
 
 def span_of(location: SourceLocation | None):
     if location is None:
@@ -70,7 +74,6 @@ class Builder:
         self.kernel_seen = False
         self.kernel_annotations: dict = {}
         self.threads: tuple[int, ...] = ()
-        self.finalized: list = []  # reducers T.finalize_reducer(acc) made readable by T.copy
         self.snapshots: set = set()  # variables binding `x = <load>` values (see snapshots.py)
         self.assumptions: list = []  # T.assume conditions over the parameters only
 

@@ -64,6 +64,8 @@ class Kernel:
         body = builder.close(self._frame)
         if exc_type is not None:
             return False
+        for check in self._frame.info.get(B.KERNEL_CHECKS, ()):
+            check()
         annotations = {"tw.threads": list(self.threads), **builder.kernel_annotations}
         for axis in reversed(range(len(self.grid))):
             var, extent = self.vars[axis], to_expr(self.grid[axis])
@@ -465,7 +467,7 @@ class Helpers:
         stmts[-1] = tirx.AllocBuffer(new, span=stmts[-1].span) if isinstance(
             stmts[-1], tirx.AllocBuffer) else tirx.DeclBuffer(new, data=stmts[-1].data,
                                                                span=stmts[-1].span)
-        return type(value)(new)
+        return value.renamed(new)
 
 
 class JumpLoop:

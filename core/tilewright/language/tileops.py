@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import enum
+import math
 
 import tvm
 from tvm import tirx
@@ -103,7 +104,7 @@ def copy(src, dst, coalesced_width=None, disable_tma=False, eviction_policy=None
 def fill(buffer, value):
     """Set every element of ``buffer`` (or a slice of it) to ``value``; a reducer starts an
     epoch at ``value`` (see :mod:`.reducer`)."""
-    if getattr(buffer, "is_reducer", False):
+    if getattr(buffer, "is_reducer", None) is not None:  # a reducer, finalized or not
         buffer.fill(value)
         return
     region = resolve(region_of(buffer, "T.fill"), None, "T.fill")
@@ -219,12 +220,31 @@ _REDUCE_HINTS = frozenset({"enable_fadd2"})
 def schedule_hints(name: str, batch=1, annotations=None) -> None:
     """TileLang's ``batch`` (outputs per all-reduce call) and ``annotations`` of a reduction,
     a scan or ``T.finalize_reducer``: they schedule its CUDA lowering, not a result; checked at
-    the user's line."""
-    if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
-        raise kernel_error(f"T.{name}: batch must be a positive int, got {batch!r}")
+    the user's line (a batch below 1 is a ValueError, as in TileLang)."""
+    if not isinstance(batch, int) or isinstance(batch, bool):
+        raise kernel_error(f"T.{name}: batch must be an int, got {batch!r}")
+    if batch < 1:
+        raise KernelValueError(f"T.{name}: batch must be >= 1, got {batch}", user_location())
     if annotations is not None and not isinstance(annotations, dict):
         raise kernel_error(f"T.{name}: annotations must be a dict, got "
                            f"{type(annotations).__name__}")
+
+
+def check_batch(name: str, batch: int, shape) -> None:
+    """A ``batch`` above 1 groups the outputs of a reduction (a tile of ``shape``) into
+    all-reduce calls of ``batch`` each: it must not exceed their count and must divide it
+    (TileLang checks so where it lowers the call; a count known only when the kernel runs is
+    not checked)."""
+    extents = [as_int(e) for e in shape]
+    if batch <= 1 or not all(isinstance(e, int) for e in extents):
+        return
+    outputs = math.prod(extents)
+    if batch > outputs:
+        raise kernel_error(f"T.{name}: batch ({batch}) exceeds total output elements "
+                           f"({outputs}); each all-reduce call covers batch of them")
+    if outputs % batch:
+        raise kernel_error(f"T.{name}: batch ({batch}) must evenly divide total output "
+                           f"elements ({outputs})")
 
 
 def _reduce_options(name: str, batch, annotations, nan_propagate) -> bool:
@@ -272,6 +292,7 @@ def _reduce(kind: str, buffer, out, dim: int = -1, clear: bool = True, batch: in
             f"T.{name}: output {dst.buffer.name!r} has shape {shape_str(out_shape)} but reducing "
             f"{shape_str(src.extents)} over dim {dim} gives {shape_str(kept or (1,))} (or "
             f"{shape_str(kept_unit)} keeping the dimension)", user_location())
+    check_batch(name, batch, out_shape)
     attrs = {"dim": axis, "clear": clear}
     if kind in NAN_REDUCE_KINDS:
         attrs["nan_propagate"] = nan_propagate

@@ -310,6 +310,68 @@ def _reducers(dtype, M, N, bm=4, bn=8):
     return reducers
 
 
+def _reducer_seeds(dtype, M, N, bm=4, bn=8):
+    """``T.reducer_init(acc, init)``: each row's reduction seeded with S[k], read from a
+    fragment that changes after the init (the value at the init counts, once); and the block's
+    whole tile reduced by one epoch per column tile inside a serial loop, each seeded with the
+    running result the previous one finalized into the same fragment."""
+    ops = tuple(REDUCERS) if dtype in FLOATS else (*BIT_REDUCE, "sum")
+    R, blocks = len(ops), (M + bm - 1) // bm
+
+    @T.prim_func
+    def reducer_seeds(X: T.Tensor((M, N), dtype), S: T.Tensor((R,), dtype),
+                      Y: T.Tensor((R, M), dtype), Z: T.Tensor((R, blocks), dtype)):
+        with T.Kernel(T.ceildiv(M, bm), threads=128) as bx:
+            out = T.alloc_fragment((bm,), dtype)
+            seed = T.alloc_fragment((1,), dtype)
+            total = T.alloc_fragment((1,), dtype)
+            for k, op in enumerate(ops):  # a Python loop: one set of reducers per op
+                rows = T.alloc_reducer((bm,), dtype, op=op)
+                seed[0] = S[k]
+                T.reducer_init(rows, seed[0])
+                seed[0] = S[k] + S[k]  # after the init: not the starting value
+                for c in T.serial(T.ceildiv(N, bn)):
+                    for i, j in T.Parallel(bm, bn):
+                        if bx * bm + i < M and c * bn + j < N:
+                            T.reducer_update(rows[i], X[bx * bm + i, c * bn + j])
+                T.finalize_reducer(rows, out)
+                T.copy(out, Y[k, bx * bm])
+                tile = T.alloc_reducer((1,), dtype, op=op)
+                total[0] = S[k]
+                for c in T.serial(T.ceildiv(N, bn)):  # an epoch per iteration
+                    T.reducer_init(tile, total[0])
+                    for i, j in T.Parallel(bm, bn):
+                        if bx * bm + i < M and c * bn + j < N:
+                            T.reducer_update(tile[0], X[bx * bm + i, c * bn + j])
+                    T.finalize_reducer(tile, total)
+                Z[k, bx] = total[0]
+
+    return reducer_seeds
+
+
+def _reducer_seeds_inputs(torch, gen, dtype, M, N):
+    R = len(REDUCERS) if dtype in FLOATS else len(BIT_REDUCE) + 1
+    return [rand(torch, gen, (M, N), dtype), rand(torch, gen, (R,), dtype)]
+
+
+def _reducer_seeds_ref(x, s, bm=4):
+    folds = [COMBINE[op] for op in REDUCERS] if x.is_floating_point() else \
+        [*BIT_REDUCE.values(), COMBINE["sum"]]
+    M, N = x.shape
+    rows, blocks = x.new_empty((len(folds), M)), x.new_empty((len(folds), -(-M // bm)))
+    for k, fold in enumerate(folds):
+        acc = s[k].expand(M)
+        for c in range(N):
+            acc = fold(acc, x[:, c])
+        rows[k] = acc
+        for b in range(0, M, bm):
+            value = s[k]
+            for v in x[b:b + bm].flatten():
+                value = fold(value, v)
+            blocks[k, b // bm] = value
+    return [rows, blocks]
+
+
 def _bits(fn):
     def reduce(x):
         out = x[:, 0]
@@ -510,5 +572,13 @@ ROWS = (
            accumulate_in_dtype=True,
            doc="T.alloc_reducer for sum, max, min (floats) and bitand, bitor, bitxor, sum "
                "(integers), updated inside T.Parallel with partial tiles"),
+    Kernel("reducer_seeds", (*FRAG, "serial", "Parallel", "alloc_reducer", "reducer_init",
+                             "reducer_update", "finalize_reducer"), ("copy", "fill"),
+           _reducer_seeds, _reducer_seeds_inputs, _reducer_seeds_ref, RED_SHAPES,
+           reduction=lambda M, N: 4 * N, out_idx=(2, 3), dtypes=("float32", "float16", "int32"),
+           accumulate_in_dtype=True,
+           doc="T.reducer_init(acc, init): a starting value combined once per output, taken "
+               "where the init stands, and epochs reopened in a serial loop seeded with the "
+               "running result"),
 )
 
