@@ -225,6 +225,16 @@ template <class A, class B> std::common_type_t<A, B> min(A a, B b) {
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 inline double rsqrt(double x) { return 1.0 / std::sqrt(x); }
 inline float __expf(float x) { return std::exp(x); }
+// the other fast float32 intrinsics TileLang's T.__log ... call, as the precise functions
+// (within the intrinsics' error bounds); __ldg, a plain read
+inline float __exp10f(float x) { return std::pow(10.0f, x); }
+inline float __logf(float x) { return std::log(x); }
+inline float __log2f(float x) { return std::log2(x); }
+inline float __log10f(float x) { return std::log10(x); }
+inline float __tanf(float x) { return std::tan(x); }
+inline float __cosf(float x) { return std::cos(x); }
+inline float __sinf(float x) { return std::sin(x); }
+template <class T> T __ldg(const T* p) { return *p; }
 inline float exp2f(float x) { return std::exp2(x); }
 inline float __int_as_float(unsigned v) { float f; std::memcpy(&f, &v, 4); return f; }
 inline double __longlong_as_double(unsigned long long v) {
@@ -672,3 +682,43 @@ def _run_kernel(launcher, kernel: dict, symbols: dict, spaces: list, args) -> No
     if launcher(ptrs, ints, *grid, int(kernel["block"][0]), cluster[0]):
         raise RuntimeError(f"host emulation: every thread of a block of {kernel['entry']} waits "
                            f"for another (a deadlock: a barrier that not every thread reaches?)")
+
+
+def run_case(case, target: str, workdir: Path) -> str:
+    """A conformance case (``tilewright_sdk.conformance.catalogue.Case``) lowered for the CUDA
+    ``target`` and run here; every output is compared with the case's float64 reference under
+    the suite's tolerance (exactly for an exact row, within the row's ``approximate`` error
+    where that is looser). Outputs start as NaN (-1 for integers), so an element the kernel
+    leaves unwritten fails. Returns the generated source."""
+    import tilewright
+    import torch
+    from tilewright.testing import assert_close, tolerance
+
+    func = case.kernel.make(case.dtype, **case.dims)
+    lowered = tilewright.lower(func, target)
+    inputs = case.kernel.inputs(torch, torch.Generator().manual_seed(0), case.dtype,
+                                **case.dims)
+    expected = case.reference(inputs)
+    outputs = {i % len(func.params) for i in case.kernel.out_idx}
+    given, args, results = iter(t.clone() for t in inputs), [], []
+    for i, param in enumerate(func.params):
+        if i in outputs:
+            dtype = getattr(torch, str(param.dtype))
+            fill = float("nan") if dtype.is_floating_point else -1
+            results.append(torch.full([int(s) for s in param.shape], fill, dtype=dtype))
+            args.append(results[-1])
+        else:
+            args.append(next(given))
+    run(lowered.source.text, lowered.source.payload, workdir, *args)
+    for n, (got, want) in enumerate(zip(results, expected, strict=True)):
+        dtype, length = str(got.dtype), case.kernel.reduction(**case.dims)
+        given_tolerance = {}
+        if case.kernel.exact:
+            given_tolerance = {"rtol": 0.0, "atol": 0.0, "max_mismatch_ratio": 0.0}
+        elif case.kernel.approximate:
+            loose = max(case.kernel.approximate,
+                        tolerance(dtype, reduction_length=length).rtol)
+            given_tolerance = {"rtol": loose, "atol": loose}
+        assert_close(got, want, dtype=dtype, reduction_length=length,
+                     name=f"{case.id} output {n}", **given_tolerance)
+    return lowered.source.text

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import tvm
 from tilewright.errors import KernelError
+from tilewright.ir import FAST_MATH_FUNCTIONS
 from tvm import tirx
 
 from . import ops
@@ -37,6 +38,7 @@ CUDA, BASE, COPY, MMA, HOPPER, WGMMA, FP4, FP8 = (None, "tw_cuda.h", "tw_copy.h"
 MMA_WIDEN = "tw_mma_widen.h"
 GRID = "tw_grid.h"
 FENCE = "tw_fence.h"
+PDL = "tw_pdl.h"
 DEQUANT = "tw_dequant.h"
 # a header -> the header it builds on (pasted before it)
 BUILDS_ON = {MMA_WIDEN: MMA}
@@ -50,8 +52,10 @@ class Intrinsic:
     mbarrier argument 1, writes the shared destination argument 2 through the async proxy),
     ``fence_async`` (orders generic-proxy shared writes before async-proxy reads),
     ``mbar_wait``, ``grid_sync`` (a barrier of the whole grid: the kernel needs a cooperative
-    launch), ``setmaxnreg`` (changes the warpgroup's register count: the count at entry
-    must be fixed), ``placeholder`` (replaced before codegen), or ``""``. ``in_flight``: the
+    launch), ``pdl_sync`` (waits for the kernels before it on the stream: the kernel is
+    launched to start before they finish), ``setmaxnreg`` (changes the warpgroup's register
+    count: the count at entry must be fixed), ``placeholder`` (replaced before codegen), or
+    ``""``. ``in_flight``: the
     shared memory it touches is read or written after it returns (cp.async, TMA loads and
     stores, wgmma); ``completes``: it waits for such operations (cp.async and wgmma group
     waits, mbarrier waits, the TMA store wait). ``multicast``: the name of the function that
@@ -152,6 +156,8 @@ TABLE = _table(
     Intrinsic("tw_setmaxnreg_dec", HOPPER, (), "setmaxnreg"),
     Intrinsic("tw_cluster_sync", HOPPER),
     Intrinsic("tw_grid_sync", GRID, (), "grid_sync", completes=True),
+    Intrinsic("tw_pdl_trigger", PDL),
+    Intrinsic("tw_pdl_sync", PDL, (), "pdl_sync"),
     Intrinsic("tw_cluster_ctarank", HOPPER),
     Intrinsic("tw_offset_bytes", HOPPER),
     Intrinsic("TW_TMAP", HOPPER),
@@ -179,6 +185,10 @@ TABLE = _table(
     Intrinsic("__trap", CUDA),
     Intrinsic("__float2bfloat16_rn", CUDA, local=True),
     Intrinsic("printf", CUDA),
+    # T.__ldg: a read of the element through the read-only data cache
+    Intrinsic("__ldg", CUDA, ("read",)),
+    # TileLang's fast-math functions of float32 (rules.expressions)
+    *(Intrinsic(f"__{fn}f", CUDA, local=True) for fn in FAST_MATH_FUNCTIONS),
 )
 
 

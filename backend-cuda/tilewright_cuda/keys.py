@@ -16,6 +16,8 @@ ORDER = "tw.order"  # T.Pipelined's order=[...]
 GROUP = "tw.group"  # T.Pipelined's group=[[...], ...]: order= and stage= index these groups
 PIPELINE_HINTS = (STAGES, STAGE, ORDER, GROUP)  # the pipeline transforms consume them
 PERSISTENT = "tw.persistent"  # T.Persistent's panel size on its serial loop over the tiles
+# T.annotate_min_blocks_per_sm's blocks on the outermost block loop
+MIN_BLOCKS_PER_SM = "tw.min_blocks_per_sm"
 
 # -- the CUDA dialect (tilewright_cuda.language) -----------------------------------------------
 WS = "tw.cuda.ws"  # AttrStmt around a T.ws role's code; value: the warpgroups, "0,1"
@@ -45,7 +47,9 @@ DISABLE_UNROLL = "disable_unroll"
 # -- function attributes -----------------------------------------------------------------------
 SMEM_LAYOUT = "tw.cuda.smem_layout"  # swizzled shared tiles: name -> [W, B] (layout.Swizzled)
 VERSIONS = "tw.cuda.smem_versions"  # pipelined tiles: name -> versions
-BLOCKS = "tw.cuda.blocks_per_sm"  # blocks per SM the kernel is built for (when not 1)
+# blocks per SM the kernel asks registers for (T.annotate_min_blocks_per_sm; without it the
+# pass config cuda.blocks_per_sm's)
+BLOCKS = "tw.cuda.blocks_per_sm"
 TENSORMAPS = "tw.cuda.tensormaps"  # JSON: the TMA descriptors the launcher encodes
 DYN_SMEM = "tw.dyn_smem_bytes"  # bytes of the dynamic shared-memory pool
 # JSON on each block's function of a kernel sequence: {"index": its place in the launch order,

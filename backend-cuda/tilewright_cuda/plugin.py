@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from tilewright.ir import FAST_MATH, LDG
 from tilewright.language.reducer import OPS as REDUCER_OPS
 from tilewright.plugin import (
     API_VERSION,
@@ -123,7 +124,9 @@ BACKEND = BackendModule(
     codegens={"cuda": CODEGEN},
     executors=EXECUTORS,
     capabilities=Capabilities(
-        tile_ops=frozenset(RULES) | frozenset(dialect.REWRITTEN) | frozenset(ops.EXPRESSION_OPS),
+        # the portable expression intrinsics CUDA lowers itself (rules.expressions)
+        tile_ops=frozenset(RULES) | frozenset(dialect.REWRITTEN) | frozenset(ops.EXPRESSION_OPS)
+        | {FAST_MATH, LDG},
         dtypes=frozenset(DTYPES),
         memory_scopes=frozenset({"global", "shared.dyn", "local.fragment", "local", "local.var",
                                  *(f"local.reducer.{op}" for op in REDUCER_OPS)}),

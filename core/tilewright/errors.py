@@ -53,6 +53,11 @@ class KernelValueError(KernelError, ValueError):
     """A tile op got operands of the wrong shape (a ValueError, as in TileLang)."""
 
 
+class KernelTypeError(KernelError, TypeError):
+    """An operand of the wrong kind or dtype (a TypeError, as in TileLang): ``T.__exp`` of an
+    integer, ``T.__ldg`` of something that is no buffer element."""
+
+
 class UnsupportedOpError(KernelError):
     """The chosen backend cannot lower an op the kernel uses."""
 

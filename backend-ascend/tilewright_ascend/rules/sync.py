@@ -1,6 +1,9 @@
-"""Synchronisation: intra-core flags and barriers, cross-core flags."""
+"""Synchronisation: intra-core flags and barriers, cross-core flags; TileLang's programmatic
+dependent launch, which has nothing to order here."""
 
 from __future__ import annotations
+
+from tilewright.ir import PDL_SYNC, PDL_TRIGGER
 
 from ..facts import ops
 from .table import rule
@@ -39,3 +42,10 @@ def rule_set_cross_flag(em, call) -> None:
 @rule(ops.WAIT_CROSS_FLAG.name)
 def rule_wait_cross_flag(em, call) -> None:
     em.line(f"CrossCoreWaitFlag({em.expr(call.operands['event_id'])});")
+
+
+@rule(PDL_TRIGGER.name, PDL_SYNC.name)
+def rule_pdl(em, call) -> None:
+    """``T.pdl_trigger`` / ``T.pdl_sync``: a kernel starts after the one before it on the
+    stream has finished, so there is nothing to let start early or to wait for."""
+    em.line(f"// T.{call.name}(): kernels run one after another here")

@@ -38,8 +38,8 @@ The pass runs on kernels the ``portable`` phase converted (function attribute
   (:meth:`_Lowering.split`).
 - ``T.reduce_*`` become ``VREDUCE`` (one reduction per row, vector adds down columns)
   with a UB work tile (integer ones, which WholeReduce does not take, a scalar loop);
-  ``T.cumsum`` a scalar loop; ``T.fill`` of UB Duplicate; a ``T.copy`` that converts
-  dtypes goes through a UB staging tile and Cast (float -> integer saturating,
+  ``T.cumsum`` and ``T.transpose`` a scalar loop; ``T.fill`` of UB Duplicate; a ``T.copy``
+  that converts dtypes goes through a UB staging tile and Cast (float -> integer saturating,
   :func:`..facts.instructions.float_to_int_steps`; an integer conversion that may overflow
   wraps in a scalar loop, since A2's Cast saturates); a scalar ``T.atomic_*`` writes
   its value into a one-element UB tile that the atomic copy adds to global memory.
@@ -57,9 +57,11 @@ from tilewright.ir import (
     INTEGER_REDUCE_KINDS,
     REDUCE_OPS,
     SCAN_OPS,
+    TRANSPOSE,
     Region,
     decode,
     make_call,
+    transpose_dims,
 )
 from tilewright.transform.lowering_utils import SCAN_COMBINE
 from tilewright.transform.walk import prim_func_pass
@@ -130,7 +132,7 @@ from .vecmath import (
 
 # portable tile ops this pass rewrites (their rules are the vector-path ops)
 PORTABLE_REDUCTIONS = tuple(sorted(REDUCE_OPS))
-PORTABLE_VECTOR_OPS = (*PORTABLE_REDUCTIONS, *sorted(SCAN_OPS))
+PORTABLE_VECTOR_OPS = (*PORTABLE_REDUCTIONS, *sorted(SCAN_OPS), TRANSPOSE.name)
 # the dtypes a portable reduction takes: those the WholeReduce family computes on, bfloat16
 # through a float32 copy, and the integers A2's WholeReduce lacks on the scalar unit (the
 # capabilities declare them, so other dtypes are refused before lowering and reported
@@ -373,6 +375,33 @@ class _Lowering(SelectLowering):
             body = tirx.For(loops[d], 0, extents[d], tirx.ForKind.SERIAL, body,
                             annotations={SCALAR_KEY: f"T.{call.name}: each element combines "
                                          "with the one before it"} if d == 0 else {})
+        return [with_span(body, stmt.span)]
+
+    def op_transpose(self, call, stmt):
+        """``T.transpose``: a loop on the scalar unit, each element read and written at its
+        transposed place (converted to the destination's dtype)."""
+        src, dst = call.operands["src"], call.operands["dst"]
+        sdims, ddims = transpose_dims(src.extents), transpose_dims(dst.extents)
+        extents = ints([src.extents[d] for d in sdims])
+        if extents is None or str(src.buffer.scope()) != UB or str(dst.buffer.scope()) != UB:
+            raise KernelError("T.transpose: backend 'ascend' transposes UB tiles of static "
+                              f"shape ({src.buffer.name!r} and {dst.buffer.name!r} are not "
+                              "both)", span_location(stmt.span))
+        loops = [tirx.Var(f"t{n}", "int32") for n in range(len(extents))]
+        swapped = [*loops[:-2], loops[-1], loops[-2]]
+
+        def at(region, dims, index):
+            return [tirx.const(0, "int32") + s + (index[dims.index(d)] if d in dims else 0)
+                    for d, s in enumerate(as_exprs(region.starts))]
+
+        x = tirx.BufferLoad(src.buffer, at(src, sdims, loops))
+        if str(src.buffer.dtype) != str(dst.buffer.dtype):
+            x = tirx.Cast(str(dst.buffer.dtype), x)
+        body = tirx.BufferStore(dst.buffer, x, at(dst, ddims, swapped))
+        for d in reversed(range(len(extents))):
+            body = tirx.For(loops[d], 0, extents[d], tirx.ForKind.SERIAL, body,
+                            annotations={SCALAR_KEY: "T.transpose: each element moves to its "
+                                         "transposed place"} if d == 0 else {})
         return [with_span(body, stmt.span)]
 
     def op_atomic(self, call, stmt):

@@ -35,11 +35,14 @@ INCLUDE = Path(__file__).resolve().parents[1] / "include"
 HEADERS = {name: (INCLUDE / name).read_text() for name in
            (intrinsics.BASE, intrinsics.COPY, intrinsics.MMA, intrinsics.MMA_WIDEN,
             intrinsics.HOPPER, intrinsics.FP4, intrinsics.FP8, intrinsics.GRID,
-            intrinsics.FENCE, intrinsics.DEQUANT)}
+            intrinsics.FENCE, intrinsics.DEQUANT, intrinsics.PDL)}
 # attributes of the lowered kernel that are ours, not TVM's: read here, removed before TVM
-OUR_ATTRS = (keys.DYN_SMEM, keys.TENSORMAPS, keys.CLUSTER, keys.SEQUENCE, keys.IMPORT_SOURCE)
+OUR_ATTRS = (keys.DYN_SMEM, keys.TENSORMAPS, keys.CLUSTER, keys.SEQUENCE, keys.IMPORT_SOURCE,
+             keys.BLOCKS)
 # the launch-bounds attribute TVM's CUDA printer turns into __launch_bounds__(threads, blocks)
 MIN_BLOCKS = "tirx.launch_bounds_min_blocks_per_sm"
+# the function attribute TVM's CUDA printer reads to mark pointer parameters __restrict__
+NO_ALIAS = "tirx.noalias"
 
 
 def tvm_target(arch) -> tvm.target.Target:
@@ -244,7 +247,8 @@ def float8_conversions(func):
 
 class Kernel:
     """One function of the lowered module as a device kernel (``gvar``, ``device_func``): its
-    launch (``entry``, ``params``, ``symbols``, ``launch``: grid, block, shared memory), its
+    launch (``entry``, ``params``, ``symbols``, ``launch``: grid, block, shared memory;
+    ``cooperative``, ``pdl``: how the launcher starts it), its
     place in a kernel sequence (``sequence``, None outside one) and what its printed source
     needs (``names``: our intrinsics it calls, ``used``: their table entries; ``maps``,
     ``cluster``: the dialect's TMA descriptors and cluster dims)."""
@@ -257,6 +261,8 @@ class Kernel:
         self.sources = json.loads(str(attrs[keys.IMPORT_SOURCE])) \
             if keys.IMPORT_SOURCE in attrs else []
         sequence = json.loads(str(attrs[keys.SEQUENCE])) if keys.SEQUENCE in attrs else None
+        # T.annotate_min_blocks_per_sm's blocks, else the pass config's
+        annotated = int(attrs[keys.BLOCKS]) if keys.BLOCKS in attrs else None
         for key in OUR_ATTRS:
             if key in func.attrs:
                 func = func.without_attr(key)
@@ -271,10 +277,25 @@ class Kernel:
         roles = {entry.role for entry in self.used}
         # a barrier of the whole grid: every block resident at once (a cooperative launch)
         self.cooperative = "grid_sync" in roles
+        # T.pdl_sync: launched to overlap the kernel before it (a cooperative launch does not
+        # overlap; the wait then finds that kernel finished). Its parameters lose __restrict__,
+        # with which nvcc may read them through the non-coherent read-only path (ld.global.nc),
+        # which need not see what the kernel it overlaps writes.
+        self.pdl = "pdl_sync" in roles and not self.cooperative
+        if "pdl_sync" in roles:
+            device_func = device_func.with_attr(NO_ALIAS, False)
+        blocks = annotated or chosen.blocks_per_sm
+        if annotated is not None and "setmaxnreg" in roles and annotated != chosen.blocks_per_sm:
+            raise KernelError(
+                f"T.annotate_min_blocks_per_sm({annotated}) in a kernel whose warpgroups set "
+                f"their registers (setmaxnreg) for {chosen.blocks_per_sm} block(s) per SM: "
+                f"give the pass config {keys.BLOCKS_PER_SM}={annotated} instead, which "
+                "budgets them for that many", span_location(func.body.span))
         # a warp tile's accumulators (let ptxas use up to 255 registers: its share of the SM's),
-        # setmaxnreg (the register count at entry must be fixed), or several blocks per SM
-        if roles & {"gemm", "wgmma", "setmaxnreg"} or chosen.blocks_per_sm > 1:
-            device_func = device_func.with_attr(MIN_BLOCKS, chosen.blocks_per_sm)
+        # setmaxnreg (the register count at entry must be fixed), several blocks per SM, or
+        # T.annotate_min_blocks_per_sm
+        if roles & {"gemm", "wgmma", "setmaxnreg"} or blocks > 1 or annotated is not None:
+            device_func = device_func.with_attr(MIN_BLOCKS, blocks)
         self.device_func = device_func
         count = None if sequence is None else sequence["params"]
         self.entry = str(self.gvar.name_hint)
@@ -301,11 +322,12 @@ def generate(mod: tvm.IRModule, ctx) -> GeneratedSource:
     text = source.insert_headers(text, HEADERS[intrinsics.BASE] + "".join(
         HEADERS[h] for h in (intrinsics.COPY, intrinsics.MMA, intrinsics.MMA_WIDEN,
                              intrinsics.FP4, intrinsics.FP8, intrinsics.GRID,
-                             intrinsics.FENCE, intrinsics.DEQUANT)
+                             intrinsics.FENCE, intrinsics.DEQUANT, intrinsics.PDL)
         if h in headers) + "".join(f"\n{s}\n" for s in imported))
     text = source.float8_on_every_arch(source.drop_unused_type_traits(text))
     metas = [{"entry": k.entry, "arch": arch.name, "params": k.params, "symbols": k.symbols,
-              **k.launch, **({"cooperative": True} if k.cooperative else {})}
+              **k.launch, **({"cooperative": True} if k.cooperative else {}),
+              **({"pdl": True} if k.pdl else {})}
              for k in kernels]
     head, body = source.split_kernel(text)
     if body and (any(k.maps or k.cluster for k in kernels) or

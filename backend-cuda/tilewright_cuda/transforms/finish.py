@@ -5,7 +5,7 @@ and recorded in the function attribute ``keys.TENSORMAPS`` for the launcher
 ``if (lo <= threadIdx.x < hi)`` over ``threadIdx.x - lo``; the user's calls become
 ``call_extern``; a ``T.ClusterKernel``'s cluster
 dims become the function attribute ``keys.CLUSTER``, the sources of ``T.import_source`` the
-attribute ``keys.IMPORT_SOURCE``."""
+attribute ``keys.IMPORT_SOURCE``, ``T.annotate_min_blocks_per_sm``'s blocks ``keys.BLOCKS``."""
 
 from __future__ import annotations
 
@@ -77,6 +77,8 @@ def finish():
         if isinstance(block, tirx.For) and keys.CLUSTER in block.annotations:
             dims = [int(d) for d in block.annotations[keys.CLUSTER]]
             func = func.with_attr(keys.CLUSTER, json.dumps(dims))
+        if isinstance(block, tirx.For) and keys.MIN_BLOCKS_PER_SM in block.annotations:
+            func = func.with_attr(keys.BLOCKS, int(block.annotations[keys.MIN_BLOCKS_PER_SM]))
         if isinstance(block, tirx.For) and keys.IMPORT_SOURCE in block.annotations:
             func = func.with_attr(keys.IMPORT_SOURCE, json.dumps(
                 [str(s) for s in block.annotations[keys.IMPORT_SOURCE]]))

@@ -13,7 +13,7 @@ import tvm_ffi
 from tvm import tirx
 
 from ..errors import KernelError, TilewrightError, UnsupportedOpError, span_location
-from ..ir import Region, intrinsic_features, intrinsics_in, tile_ops_in
+from ..ir import Region, apply_fallbacks, intrinsic_features, intrinsics_in, tile_ops_in
 from ..log import get_logger
 from ..plugin import BackendModule, Executor, GeneratedSource, get_manager, passconfig
 from ..transform import (
@@ -270,6 +270,9 @@ def lower(func: tirx.PrimFunc, target="auto", pass_configs=None) -> Lowered:
     name = str(func.attrs["global_symbol"]) if func.attrs and "global_symbol" in func.attrs \
         else "main"
     ctx = CompileContext(target_obj, backend, configs, session, name)
+    # intrinsics the backend does not declare and the core can decompose (a fast-math call
+    # into the precise function, T.__ldg into a load) are decomposed, not refused
+    func = apply_fallbacks(func, backend.capabilities.tile_ops)
     check_support(func, backend)
     func = legalize_negative_indices(func)
     check_bounds(func)

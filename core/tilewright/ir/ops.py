@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from tvm import tirx
+
 from .schema import Attr, Operand, TileOpSchema, register_intrinsic, register_tile_op
 
 COPY = register_tile_op(TileOpSchema(
@@ -103,6 +105,47 @@ for _name, _kind in ATOMIC_PREV.items():
                        "element returning the previous value)", feature=ATOMIC_RETURN_PREV,
                        writes=True)
 
+TRANSPOSE = register_tile_op(TileOpSchema(
+    "transpose",
+    (Operand("src", "read"), Operand("dst", "write")),
+    doc="dst[..., j, i] = src[..., i, j] between two tiles (schema.transpose_dims says which "
+        "dimensions take part), converted to dst's dtype",
+))
+
+# Programmatic dependent launch: orderings between a kernel and the kernels launched around it
+# on one stream. A backend that starts a kernel only after the previous one has finished has
+# nothing to order and lowers both to nothing.
+PDL_TRIGGER = register_tile_op(TileOpSchema(
+    "pdl_trigger", (),
+    doc="TileLang's T.pdl_trigger(): the kernel launched after this one on the stream may "
+        "start (it still waits at its T.pdl_sync for this one to finish)",
+))
+PDL_SYNC = register_tile_op(TileOpSchema(
+    "pdl_sync", (),
+    doc="TileLang's T.pdl_sync(): wait until the kernels launched before this one on the "
+        "stream have finished and their memory writes are visible",
+))
+
+# TileLang's fast-math functions: T.__<name>(x) -> the function it approximates. A backend
+# declaring the capability FAST_MATH lowers the intrinsics itself (CUDA: __expf & co. of
+# float32); any other gets the precise function, which is as accurate as the contract asks.
+FAST_MATH = "fast_math"
+FAST_MATH_FUNCTIONS = ("exp", "exp10", "log", "log2", "log10", "tan", "cos", "sin")
+# ir name -> the precise function (the name of TVM's op and of tvm.tirx's builder)
+FAST_MATH_OPS = {f"tw.fast_{fn}": fn for fn in FAST_MATH_FUNCTIONS}
+for _name, _fn in FAST_MATH_OPS.items():
+    register_intrinsic(_name, FAST_MATH, f"T.__{_fn}(x): {_fn}(x) at least as accurate as "
+                       f"CUDA's fast intrinsic of float32", fallback=lambda call, fn=_fn:
+                       getattr(tirx, fn)(call.args[0]))
+
+# T.__ldg(x[i]): a load through the read-only data cache; a backend without the capability
+# LDG reads the element plainly
+LDG = "ldg"
+READ_ONLY_LOAD = "tw.read_only_load"
+register_intrinsic(READ_ONLY_LOAD, LDG, "T.__ldg(x[i]): x[i], read through a cache for data "
+                   "that does not change while the kernel runs", fallback=lambda call:
+                   call.args[0])
+
 PRINT_TILE = register_tile_op(TileOpSchema(
     "print_tile", (Operand("buf", "read"),), (Attr("msg", str, ""),),
     doc="print a whole buffer from the kernel (debugging)",
@@ -161,4 +204,5 @@ ATOMIC_OPS = frozenset(f"atomic_{k}" for k in ATOMIC_KINDS)
 
 PORTABLE_OPS = ("copy", "fill", "gemm", "gemm_sp", *(f"reduce_{k}" for k in REDUCE_KINDS),
                 *(f"cum{k}" for k in SCAN_KINDS), *(f"atomic_{k}" for k in ATOMIC_KINDS),
-                "print_tile", "print_value", "device_assert")
+                "print_tile", "print_value", "device_assert", "transpose", "pdl_trigger",
+                "pdl_sync")

@@ -95,6 +95,18 @@ def matrix_dims(extents) -> list[int] | None:
     return [len(extents) - 2, len(extents) - 1] if len(dims) < 2 <= len(extents) else None
 
 
+def transpose_dims(extents) -> list[int]:
+    """The dimensions of a region that ``T.transpose`` moves: all but its leading dimensions
+    of extent 1 (a stage ``[s, :, :]`` of a ``[stages, M, N]`` tile is an ``(M, N)``
+    matrix), and at least the last two. The last two swap; the others keep their place."""
+    extents = list(extents)
+    first = 0
+    while first < len(extents) - 2 and isinstance(extents[first], int | tirx.IntImm) and \
+            int(extents[first]) == 1:
+        first += 1
+    return list(range(first, len(extents)))
+
+
 @dataclass(frozen=True)
 class TileOpCall:
     """A decoded tile op: its schema, operands by name, attributes by name, source span."""
@@ -153,26 +165,50 @@ def register_tile_op(schema: TileOpSchema) -> TileOpSchema:
 
 _INTRINSICS: dict[str, str] = {}
 _INTRINSIC_FEATURES: dict[str, tuple[str, str]] = {}  # ir name -> (feature, doc)
+# ir name -> fallback(call) -> PrimExpr: what a backend that does not declare the intrinsic's
+# capability computes instead (the precise function of a fast-math call, a plain load)
+_FALLBACKS: dict = {}
 # expression ops whose evaluation writes memory: the registered intrinsics that say so, and a
 # call of the user's external function (its effects are unknown)
 _WRITING: set[str] = {"tirx.call_extern"}
 
 
 def register_intrinsic(ir_name: str, capability: str, doc: str = "",
-                       feature: str | None = None, writes: bool = False) -> tvm.ir.Op:
+                       feature: str | None = None, writes: bool = False,
+                       fallback=None) -> tvm.ir.Op:
     """Register an expression-level op (for example an atomic that returns the old value).
     ``capability`` is the name a backend declares in its capabilities' ``tile_ops`` to
     support it: a tile op's (an atomic's), or the intrinsic's own when no tile op goes with it
     (a dialect's expression, ``tvm_warp_shuffle``); ``feature``, when
     given, a backend feature it needs besides (an atomic's ``return_prev``); ``writes``, that
-    evaluating it writes memory (:func:`writes_memory`)."""
+    evaluating it writes memory (:func:`writes_memory`); ``fallback(call) -> PrimExpr``, when
+    given, an implementation in plain TIR that a backend not declaring ``capability`` gets
+    instead of a refusal (:func:`apply_fallbacks`)."""
     register_tvm_op(ir_name, doc or ir_name)
     _INTRINSICS[ir_name] = capability
     if feature is not None:
         _INTRINSIC_FEATURES[ir_name] = (feature, doc or ir_name)
     if writes:
         _WRITING.add(ir_name)
+    if fallback is not None:
+        _FALLBACKS[ir_name] = fallback
     return tvm.ir.Op.get(ir_name)
+
+
+def apply_fallbacks(node, declared):
+    """``node`` (a PrimFunc or Stmt) with each call of an intrinsic that has a fallback and
+    whose capability is not in ``declared`` (a backend's ``tile_ops``) replaced by the
+    fallback: the core's decomposition of what a backend lacks."""
+
+    def visit(call):
+        if not isinstance(call.op, tvm.ir.Op):
+            return call
+        fallback = _FALLBACKS.get(call.op.name)
+        if fallback is None or _INTRINSICS[call.op.name] in declared:
+            return call
+        return fallback(call)
+
+    return tvm_ffi.structural_map(node, (tvm.ir.Call, visit))
 
 
 def writes_memory(expr) -> bool:

@@ -8,6 +8,7 @@ from .annotations import (
     Fragment,
     Layout,
     annotate_layout,
+    annotate_min_blocks_per_sm,
     annotate_safe_value,
     region,
     use_swizzle,
@@ -58,6 +59,7 @@ from .kernel import (
     symbolic,
     view,
 )
+from .ldst import LDST as _LDST
 from .logical import all_of, any_of
 from .math import (
     BINARY as _BINARY,
@@ -67,6 +69,9 @@ from .math import (
 )
 from .math import (
     BITWISE as _BITWISE,
+)
+from .math import (
+    FAST_MATH as _FAST_MATH,
 )
 from .math import (
     PREDICATES as _PREDICATES,
@@ -102,6 +107,7 @@ from .math import (
     truncmod,
     unpack,
 )
+from .pdl import pdl_sync, pdl_trigger
 from .random import rng_init, rng_rand, rng_rand_float
 from .reducer import alloc_reducer, finalize_reducer, reducer_init, reducer_update
 from .threads import WARP_REDUCE_OPS as _WARP_REDUCE_OPS
@@ -118,7 +124,7 @@ from .tileops import ATOMIC_OPS as _ATOMIC_OPS
 from .tileops import REDUCE_OPS as _REDUCE_OPS
 from .tileops import SCAN_OPS as _SCAN_OPS
 from .tileops import WIDE_ATOMIC_OPS as _WIDE_ATOMIC_OPS
-from .tileops import GemmWarpPolicy, clear, copy, fill, gemm, gemm_sp, reduce
+from .tileops import GemmWarpPolicy, clear, copy, fill, gemm, gemm_sp, reduce, transpose
 
 globals().update(_DTYPES)
 globals().update(_REDUCE_OPS)
@@ -130,6 +136,8 @@ globals().update(_UNARY)
 globals().update(_BINARY)
 globals().update(_BITWISE)
 globals().update(_BIT_COUNTS)
+globals().update(_FAST_MATH)
+globals().update(_LDST)
 # TileLang's other spellings
 cdiv = ceildiv
 Serial = serial
@@ -143,7 +151,8 @@ __all__ = [
     "TileBuffer", "VarHandle", "Cast", "Select", "Serial", "Vectorized", "abs", "all_of", "any_of",
     "alloc_buffer", "alloc_fragment", "assume", "alloc_global", "alloc_local", "alloc_reducer",
     "alloc_shared", "alloc_var", "attr", "comm_reducer", "evaluate", "tvm_thread_allreduce",
-    "annotate_layout", "annotate_safe_value", "bitwise_not", "c2d_im2col", "cast", "cdiv",
+    "annotate_layout", "annotate_min_blocks_per_sm", "annotate_safe_value", "bitwise_not",
+    "c2d_im2col", "cast", "cdiv",
     "align_up", "ceildiv", "clamp", "clear",
     "const", "copy",
     "device_assert", "dp4a", "dtype", "dynamic", "empty", "fabs", "fill", "floordiv",
@@ -152,13 +161,14 @@ __all__ = [
     "get_thread_binding", "get_thread_extent",
     "if_then_else", "im2col",
     "index_to_coordinates", "infinity", "let", "likely", "macro",
-    "make_tensor", "max", "max_value", "min", "min_value", "parallel", "prim_func", "print",
+    "make_tensor", "max", "max_value", "min", "min_value", "parallel", "pdl_sync",
+    "pdl_trigger", "prim_func", "print",
     "reduce", "reducer_init", "reducer_update", "region", "rng_init", "rng_rand",
     "rng_rand_float", "reinterpret", "reshape", "serial",
     "shift_left", "shift_right", "symbolic",
-    "sync_grid", "sync_threads", "thread_binding", "truncdiv", "truncmod",
+    "sync_grid", "sync_threads", "thread_binding", "transpose", "truncdiv", "truncmod",
     "unpack", "unroll",
     "use_swizzle", "vectorized", "view", *_DTYPES, *_REDUCE_OPS, *_SCAN_OPS, *_ATOMIC_OPS,
     *_WIDE_ATOMIC_OPS, *_WARP_REDUCE_OPS, *_UNARY,
-    *_BINARY, *_BITWISE, *_BIT_COUNTS, *_PREDICATES,
+    *_BINARY, *_BITWISE, *_BIT_COUNTS, *_PREDICATES, *_FAST_MATH, *_LDST,
 ]

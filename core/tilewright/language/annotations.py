@@ -1,9 +1,9 @@
 """Layout and scheduling annotations: ``T.annotate_layout``, ``T.Layout``, ``T.Fragment``,
-``T.use_swizzle``, and ``T.region``.
+``T.use_swizzle``, ``T.annotate_min_blocks_per_sm`` and ``T.region``.
 
 Annotations are hints about *how* to run a kernel, never about *what* it computes: they are
-recorded on the kernel's block loop (``tw.layouts`` / ``tw.swizzle`` annotations) for backends
-that use them; a
+recorded on the kernel's block loop (``tw.layouts`` / ``tw.swizzle`` /
+``tw.min_blocks_per_sm`` annotations) for backends that use them; a
 backend that does not need them (the CPU backend) ignores them without changing results.
 """
 
@@ -121,6 +121,27 @@ def use_swizzle(panel_size: int = 10, order: str = "row", enable: bool = True):
         raise kernel_error(f"T.use_swizzle panel_size must be positive, got {panel_size}")
     if enable:
         builder.kernel_annotations["tw.swizzle"] = [int(panel_size), order]
+
+
+# the kernel loop's annotation T.annotate_min_blocks_per_sm makes: the blocks each
+# multiprocessor should hold at once
+MIN_BLOCKS_KEY = "tw.min_blocks_per_sm"
+# the most blocks a multiprocessor of any NVIDIA architecture holds at once
+MAX_BLOCKS_PER_SM = 32
+
+
+def annotate_min_blocks_per_sm(n: int):
+    """``T.annotate_min_blocks_per_sm(n)``: ask the compiler to keep each thread's register
+    use low enough for ``n`` blocks of this kernel to be resident on one multiprocessor at
+    once (CUDA: ``__launch_bounds__(threads, n)``; more blocks in flight, maybe at the price
+    of register spills). A hint about speed: the backends without such a limit (cpu, interp,
+    Ascend) ignore it. ``n`` is an int from 1 to 32."""
+    builder = B.require_kernel("T.annotate_min_blocks_per_sm")
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_BLOCKS_PER_SM:
+        raise kernel_error(f"T.annotate_min_blocks_per_sm takes an int from 1 to "
+                           f"{MAX_BLOCKS_PER_SM} (blocks resident on one multiprocessor), "
+                           f"got {n!r}")
+    builder.kernel_annotations[MIN_BLOCKS_KEY] = n
 
 
 def region(start, access_type: str = "rw", *extents) -> BufferSlice:

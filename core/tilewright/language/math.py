@@ -8,8 +8,8 @@ import operator
 import tvm
 from tvm import tirx
 
-from ..errors import kernel_error
-from ..ir import integers
+from ..errors import KernelTypeError, kernel_error, user_location
+from ..ir import FAST_MATH_FUNCTIONS, integers
 from .buffer import TileBuffer, dtype_of, to_expr
 from .dtypes import is_float, normalize_dtype
 
@@ -435,6 +435,37 @@ UNARY.update({name: _float_unary(name, getattr(tirx, name)) for name in (
     "exp10", "log10", "log1p", "tan", "sinh", "cosh", "asin", "acos", "atan", "asinh",
     "acosh", "atanh", "erf", "nearbyint")})
 globals().update(UNARY)
+
+
+# the dtypes a fast-math function takes (TileLang's: the IEEE formats and bfloat16, not float8)
+FAST_MATH_DTYPES = ("float16", "bfloat16", "float32", "float64")
+
+
+def _fast(fn: str):
+    name = f"__{fn}"
+
+    def op(x):
+        x = to_expr(x)
+        dtype = dtype_of(x)
+        if dtype not in FAST_MATH_DTYPES:
+            raise KernelTypeError(f"T.{name} only supports floating-point inputs, but got "
+                                  f"{dtype} (it takes {', '.join(FAST_MATH_DTYPES)})",
+                                  user_location())
+        return tirx.call_intrin(dtype, f"tw.fast_{fn}", x)
+
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = (
+        f"TileLang's fast ``{fn}``: ``{fn}(x)`` of a float16, bfloat16, float32 or float64 "
+        f"value, at least as accurate as CUDA's ``__{fn}f`` intrinsic for float32 (the error "
+        "bounds of CUDA's programming guide, appendix \"Intrinsic Functions\"; the other "
+        f"dtypes get ``T.{fn}``'s accuracy). The precise ``T.{fn}`` meets that bound, so a "
+        "backend may compute it instead: CUDA calls the intrinsic for float32, the other "
+        "backends compute the precise function.")
+    return op
+
+
+# TileLang's fast-math names: T.__exp, T.__log ... (ir.FAST_MATH_FUNCTIONS)
+FAST_MATH = {f"__{fn}": _fast(fn) for fn in FAST_MATH_FUNCTIONS}
 
 
 def _float_binary(name: str, fn):

@@ -19,6 +19,7 @@ from ..ir import (
     SCAN_KINDS,
     make_call,
     matrix_dims,
+    transpose_dims,
 )
 from . import builder as B
 from .buffer import (
@@ -99,6 +100,43 @@ def copy(src, dst, coalesced_width=None, disable_tma=False, eviction_policy=None
     _emit("copy", {"src": src_r, "dst": dst_r},
           {"coalesced_width": coalesced_width or 0, "disable_tma": disable_tma,
            "eviction_policy": eviction_policy or ""})
+
+
+def transpose(src, dst, annotations=None):
+    """``dst[..., j, i] = src[..., i, j]``: a tile (shared, fragment or local; a buffer or a
+    slice of one) written transposed into another, converted to ``dst``'s dtype as by
+    ``T.copy``. The last two dimensions swap; leading dimensions of extent 1 are left out
+    (``T.transpose(A_s[stage, :, :], B_s)`` transposes one stage), the others must match.
+    ``dst`` must be ``src``'s shape reversed in its last two dimensions and another tile:
+    transposing in place would race. TileLang's ``annotations`` (lowering hints) are accepted
+    and change nothing."""
+    if annotations is not None and not isinstance(annotations, dict):
+        raise kernel_error(f"T.transpose: annotations must be a dict, got "
+                           f"{type(annotations).__name__}")
+    src_r = resolve(region_of(src, "T.transpose source"), None, "T.transpose")
+    dst_r = resolve(region_of(dst, "T.transpose destination"), None, "T.transpose")
+    for what, region in (("source", src_r), ("destination", dst_r)):
+        if str(region.buffer.scope()) == "global":
+            raise kernel_error(f"T.transpose {what} {region.buffer.name!r} is a global tensor; "
+                               "it transposes tiles: T.copy the tensor's tile into a shared or "
+                               "fragment tile first")
+    if src_r.buffer.same_as(dst_r.buffer):
+        raise kernel_error(f"T.transpose of {src_r.buffer.name!r} into itself: every element "
+                           "would be read and written by different iterations; transpose into "
+                           "another tile")
+    s_dims, d_dims = transpose_dims(src_r.extents), transpose_dims(dst_r.extents)
+    s_ext = [src_r.extents[d] for d in s_dims]
+    d_ext = [dst_r.extents[d] for d in d_dims]
+    want = [*s_ext[:-2], s_ext[-1], s_ext[-2]] if len(s_ext) >= 2 else None
+    if want is None or len(d_ext) != len(want) or \
+            not all(_same(a, b) for a, b in zip(d_ext, want)):
+        raise KernelValueError(
+            f"T.transpose shape mismatch: source {src_r.buffer.name!r} region "
+            f"{shape_str(src_r.extents)} transposes to "
+            f"{shape_str(want) if want else 'nothing (it needs two dimensions)'}, but "
+            f"destination {dst_r.buffer.name!r} region is {shape_str(dst_r.extents)}",
+            user_location())
+    _emit("transpose", {"src": src_r, "dst": dst_r})
 
 
 def fill(buffer, value):
@@ -424,5 +462,6 @@ def _make_atomic_add_wide(lanes: int):
 
 WIDE_ATOMIC_OPS = {f"atomic_addx{n}": _make_atomic_add_wide(n) for n in (2, 4)}
 
-__all__ = ["GemmWarpPolicy", "clear", "copy", "fill", "gemm", "gemm_sp", "reduce", *REDUCE_OPS,
+__all__ = ["GemmWarpPolicy", "clear", "copy", "fill", "gemm", "gemm_sp", "reduce", "transpose",
+           *REDUCE_OPS,
            *SCAN_OPS, *ATOMIC_OPS, *WIDE_ATOMIC_OPS]

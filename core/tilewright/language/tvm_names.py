@@ -4,10 +4,12 @@ TileLang ships its own TVM: ``tvm.tirx.PrimExpr`` is the base class of TIR expre
 expression's ``dtype`` is its type's name. In TVM 0.27 that class is ``tvm.ir.Expr`` and the
 type is ``expr.ty``. TileLang's examples annotate their bit-twiddling helpers with
 ``tirx.PrimExpr`` (``from tvm import tirx``) and check ``val.dtype == T.uint8``, so a kernel
-ported by renaming TileLang's imports stops there, before anything of ours runs. Importing
-``tilewright.language`` therefore gives ``tvm.tirx`` the name ``PrimExpr`` (TVM's own class)
-and scalar expressions a read-only ``dtype`` (``str(expr.ty)``; an expression whose type is
-not a scalar's has none), when TVM lacks them; nothing else of TVM changes.
+ported by renaming TileLang's imports stops there, before anything of ours runs; its tests
+check that an intrinsic is a ``tirx.Call`` (TVM 0.27's ``tvm.ir.Call``). Importing
+``tilewright.language`` therefore gives ``tvm.tirx`` the names ``PrimExpr`` and ``Call``
+(TVM's own classes) and scalar expressions a read-only ``dtype`` (``str(expr.ty)``; an
+expression whose type is not a scalar's has none), when TVM lacks them; nothing else of TVM
+changes.
 """
 
 import tvm
@@ -24,5 +26,7 @@ def _dtype(expr) -> str:
 
 if not hasattr(tirx, "PrimExpr"):
     tirx.PrimExpr = tvm.ir.Expr
+if not hasattr(tirx, "Call"):
+    tirx.Call = tvm.ir.Call
 if not hasattr(ExprWithOp, "dtype"):
     ExprWithOp.dtype = property(_dtype, doc="The scalar type's name (TileLang's TVM).")

@@ -121,7 +121,10 @@ class CubinFunction:
     ``workspace`` parameter). Called with every kernel parameter (inputs and outputs) in
     kernel order. The module is loaded on first call, so building needs no GPU. A kernel
     description with ``cooperative`` (a kernel that synchronises its whole grid) is launched
-    with ``cuLaunchCooperativeKernel`` after checking that its grid fits on the GPU at once.
+    with ``cuLaunchCooperativeKernel`` after checking that its grid fits on the GPU at once;
+    one with ``pdl`` (a kernel that waits for the kernels before it with ``T.pdl_sync``) with
+    ``cuLaunchKernelEx`` and programmatic stream serialisation, so that it may start before
+    the previous kernel on the stream has finished.
     """
 
     def __init__(self, cubin: bytes, launch: dict, source: str = ""):
@@ -228,6 +231,11 @@ class CubinFunction:
                 fn, *grid, bx, by, bz, int(kernel["dynamic_smem_bytes"]), stream,
                 (tuple(values), tuple(types))), f"launching {kernel['entry']} cooperatively")
             return
+        if kernel.get("pdl"):
+            _check(driver.cuLaunchKernelEx(_pdl_config(grid, kernel, stream), fn,
+                                           (tuple(values), tuple(types)), 0),
+                   f"launching {kernel['entry']} (programmatic dependent launch)")
+            return
         _check(driver.cuLaunchKernel(fn, *grid, bx, by, bz, int(kernel["dynamic_smem_bytes"]),
                                      stream, (tuple(values), tuple(types)), 0),
                f"launching {kernel['entry']}")
@@ -254,6 +262,22 @@ class CubinFunction:
                  "source": ("kernel.cu", self.source.encode()), **(extra or {})}
         return write_bundle(path, "cubin", files, arch=self.launch.get("arch"),
                             entry=",".join(k["entry"] for k in self.kernels))
+
+
+def _pdl_config(grid, kernel: dict, stream):
+    """The ``CUlaunchConfig`` of a programmatic dependent launch of ``kernel`` on ``grid``."""
+    driver = _driver()
+    attr = driver.CUlaunchAttribute()
+    attr.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+    attr.value.programmaticStreamSerializationAllowed = 1
+    config = driver.CUlaunchConfig()
+    config.gridDimX, config.gridDimY, config.gridDimZ = grid
+    config.blockDimX, config.blockDimY, config.blockDimZ = kernel["block"]
+    config.sharedMemBytes = int(kernel["dynamic_smem_bytes"])
+    config.hStream = stream
+    config.attrs = [attr]
+    config.numAttrs = 1
+    return config
 
 
 def cooperative_grid_error(kernel: dict, grid, per_sm: int, sms: int) -> str | None:
@@ -350,6 +374,9 @@ def _check_kernel(kernel: dict, symbols: dict, spaces: int, expect, expression) 
     cooperative = kernel.get("cooperative", False)
     expect(isinstance(cooperative, bool) and not (cooperative and cluster),
            f"cooperative {cooperative!r} (a bool; cooperative launches have no clusters)")
+    pdl = kernel.get("pdl", False)
+    expect(isinstance(pdl, bool) and not (pdl and cooperative),
+           f"pdl {pdl!r} (a bool; a cooperative launch is not a dependent one)")
     params = kernel.get("params")
     expect(isinstance(params, list) and len(params) <= 1024, "params")
     for p in params:

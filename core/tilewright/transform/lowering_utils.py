@@ -6,7 +6,7 @@ from __future__ import annotations
 import tvm
 from tvm import tirx
 
-from ..ir import Region, TileOpCall
+from ..ir import Region, TileOpCall, transpose_dims
 from .lower_tile_ops import RuleContext
 
 PARALLEL = {"tw.loop": "parallel"}
@@ -71,6 +71,22 @@ def guarded_store(buffer, value, index, ctx):
     store = tirx.BufferStore(buffer, value, index)
     cond = in_bounds(buffer, index, ctx)
     return store if cond is None else tirx.IfThenElse(cond, store, None)
+
+
+def transpose_nest(call: TileOpCall, ctx: RuleContext, annotations=PARALLEL):
+    """``T.transpose(src, dst)`` as a loop nest over the source region (its dimensions of
+    ``ir.transpose_dims``), element ``(..., i, j)`` of ``src`` stored at ``(..., j, i)`` of
+    ``dst``, converted to ``dst``'s dtype; guarded where it may leave either tile."""
+    src, dst = call.operands["src"], call.operands["dst"]
+    sdims, ddims = transpose_dims(src.extents), transpose_dims(dst.extents)
+    dtype = str(dst.buffer.dtype)
+
+    def body(v):
+        swapped = [*v[:-2], v[-1], v[-2]]
+        value = guarded_load(src.buffer, region_index(src, v, sdims), ctx, dtype)
+        return guarded_store(dst.buffer, value, region_index(dst, swapped, ddims), ctx)
+
+    return loop_nest([src.extents[d] for d in sdims], body, annotations=annotations, ctx=ctx)
 
 
 def compare_floats(kind: str, nan_propagate: bool = False):

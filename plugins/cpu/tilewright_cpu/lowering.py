@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tilewright.ir import REDUCE_KINDS, TileOpCall
+from tilewright.ir import PDL_SYNC, PDL_TRIGGER, REDUCE_KINDS, TileOpCall
 from tilewright.transform import RuleContext
 from tilewright.transform.lowering_utils import (
     as_expr,
@@ -19,6 +19,7 @@ from tilewright.transform.lowering_utils import (
     loop_nest,
     non_unit,
     region_index,
+    transpose_nest,
 )
 from tvm import tirx
 
@@ -58,6 +59,18 @@ def lower_fill(call: TileOpCall, ctx: RuleContext):
     return loop_nest([dst.extents[d] for d in dims],
                      lambda v: guarded_store(dst.buffer, value, region_index(dst, v, dims), ctx),
                      ctx=ctx)
+
+
+@register_lowering("transpose")
+def lower_transpose(call: TileOpCall, ctx: RuleContext):
+    return transpose_nest(call, ctx)
+
+
+@register_lowering(PDL_TRIGGER.name)
+@register_lowering(PDL_SYNC.name)
+def lower_pdl(call: TileOpCall, ctx: RuleContext):
+    """A kernel starts after the previous one has finished: nothing to order."""
+    return tirx.Evaluate(tirx.const(0, "int32"))
 
 
 @register_lowering("gemm")

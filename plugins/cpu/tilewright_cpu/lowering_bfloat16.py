@@ -188,6 +188,32 @@ def _float32_of_bfloat16_bits(bits16):
     return tirx.reinterpret("float32", tirx.shift_left(tirx.Cast("uint32", bits16), _u32(16)))
 
 
+def bfloat16_bits_of_values():
+    """The bits of a bfloat16 value that is not an element of one of the kernel's tensors
+    (``T.reinterpret(S[i], "uint16")`` of a tile's element, ``T.lds32`` of a bfloat16 tile)
+    are taken from its float32 value: TVM 0.27's BF16ComputeLegalize holds bfloat16 tiles and
+    values in float32 and left the reinterpret a bitcast of a float32 to 16 bits, which LLVM
+    refuses. The float32 holds the bfloat16 exactly (stores into bfloat16 tiles are rounded,
+    :func:`round_bfloat16_tiles`), so its high 16 bits are the value's bits."""
+
+    def run(func):
+        tensors = _tensors(func)
+
+        def visit(call):
+            if not call.op.same_as(REINTERPRET) or str(call.args[0].ty) != "bfloat16":
+                return call
+            value = call.args[0]
+            if isinstance(value, tvm.ir.TensorLoad) and is_tensor(value.source, tensors):
+                return call  # a tensor's element: its uint16 storage, read as it is
+            wide = tirx.reinterpret("uint32", tirx.Cast("float32", value))
+            bits = tirx.Cast("uint16", tirx.shift_right(wide, _u32(16)))
+            return bits if str(call.ty) == "uint16" else tirx.reinterpret(str(call.ty), bits)
+
+        return func.with_body(tvm_ffi.structural_map(func.body, (tvm.ir.Call, visit)))
+
+    return prim_func_pass("CPUBfloat16BitsOfValues", run)
+
+
 def _bfloat16_bound(value):
     """The float32 ``value`` rounded to bfloat16 in integer code, its bits bound once, as a
     bfloat16 expression."""
@@ -258,11 +284,23 @@ def _branches(stmt):
     return tirx.IfThenElse(cond, store_of(then_value), store_of(else_value), span=stmt.span)
 
 
-def _converted_around_lets(expr, span, lane=None):
+def is_tensor(buffer, tensors) -> bool:
+    """Whether ``buffer`` is one of the kernel's tensors (``tensors``: the data variables of
+    its parameters), whose bfloat16 elements stay 16-bit in memory; every other bfloat16
+    buffer (a tile, a ``T.alloc_global`` workspace the kernel allocates) BF16ComputeLegalize
+    re-declares as float32."""
+    return any(buffer.data.same_as(t) for t in tensors)
+
+
+def _tensors(func) -> list:
+    return [p.data for p in func.params if tirx.buffer.is_buffer_var(p)]
+
+
+def _converted_around_lets(expr, span, lane=None, tensors=()):
     """``expr`` with its conversions between bfloat16 and float32 made in integer code (see
     :func:`bfloat16_conversions_around_lets`), and the stores of the tile reads it holds in
     float32 local arrays, to be made before it; inside the vectorized loop ``lane`` each lane
-    holds its read in its own element."""
+    holds its read in its own element. ``tensors``: as :func:`is_tensor` takes them."""
     lazy, held = _lazy_loads(expr), []
 
     def convert(cast):
@@ -278,7 +316,7 @@ def _converted_around_lets(expr, span, lane=None):
             return _float32_of_bfloat16_bits(value.args[0])
         if not isinstance(value, tvm.ir.TensorLoad):
             return cast
-        if str(value.source.scope()) == "global":
+        if is_tensor(value.source, tensors):
             return _float32_of_bfloat16_bits(tirx.reinterpret("uint16", value))
         if any(value.same_as(load) for load in lazy):
             return cast
@@ -319,12 +357,19 @@ def bfloat16_conversions_around_lets():
     float8's lowering stored it into a bfloat16 element, read inside the binding with the
     same result ("Load/Store of buffer selected ... occurred before its declaration")."""
 
-    return prim_func_pass("CPUBfloat16AroundLets",
-                          lambda func: func.with_body(_AroundLets().visit(func.body)))
+    def run(func):
+        mutator = _AroundLets()
+        mutator.tensors = _tensors(func)
+        return func.with_body(mutator.visit(func.body))
+
+    return prim_func_pass("CPUBfloat16AroundLets", run)
 
 
 class _AroundLets(StmtMutator):
-    """:func:`bfloat16_conversions_around_lets` with the innermost vectorized loop known."""
+    """:func:`bfloat16_conversions_around_lets` with the innermost vectorized loop and the
+    kernel's tensors known."""
+
+    tensors: list = []
 
     def lane(self):
         return innermost_vectorized(self.loops)
@@ -345,7 +390,7 @@ class _AroundLets(StmtMutator):
                                  self.visit_BufferStore(chosen),
                                  self.visit_BufferStore(tirx.BufferStore(
                                      stmt.buffer, rest, stmt.indices, span=stmt.span))])
-        value, held = _converted_around_lets(stmt.value, stmt.span, self.lane())
+        value, held = _converted_around_lets(stmt.value, stmt.span, self.lane(), self.tensors)
         if value.same_as(stmt.value):
             return stmt
         return _after_held(held, tirx.BufferStore(stmt.buffer, value, stmt.indices,
@@ -374,7 +419,8 @@ class _AroundLets(StmtMutator):
             return tirx.SeqStmt([tirx.AllocBuffer(cell, span=stmt.span),
                                  self.visit_BufferStore(chosen), self.branch(tirx.IfThenElse(
                                      rest, stmt.then_case, stmt.else_case, span=stmt.span))])
-        condition, held = _converted_around_lets(stmt.condition, stmt.span, self.lane())
+        condition, held = _converted_around_lets(stmt.condition, stmt.span, self.lane(),
+                                                 self.tensors)
         return _after_held(held, tirx.IfThenElse(condition, stmt.then_case, stmt.else_case,
                                                   span=stmt.span))
 

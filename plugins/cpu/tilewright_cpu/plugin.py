@@ -63,6 +63,7 @@ PIPELINE = PassPipeline((
           "tilewright_cpu.lowering)"),
     Phase("lower_loops", lambda ctx: [
         saturating_float_to_int("CPUSaturatingFloatToInt"),
+        lowering_bfloat16.bfloat16_bits_of_values(),
         lowering_bfloat16.hold_narrow_bindings(),
         *fastmath.passes(ctx.pass_configs),
         lowering_bfloat16.round_bfloat16_arithmetic(),
@@ -73,7 +74,8 @@ PIPELINE = PassPipeline((
         lowering_float8.lower_float8(),
         loops.lower_loops(not ctx.pass_configs.get("tw.disable_vectorize", False)),
         tirx.transform.ConvertSSA()],
-          "float -> integer conversions saturating (NaN gives 0); named bfloat16 and "
+          "float -> integer conversions saturating (NaN gives 0); the bits of a bfloat16 "
+          "value not read from a tensor taken from its float32; named bfloat16 and "
           "float8 values held in float32 local arrays; the kernel's "
           "float32 exp/exp2 vectorisable (within 2 ulp, or the fast polynomial with "
           "TL_ENABLE_FAST_MATH); bfloat16 and float8 arithmetic and math functions, and "

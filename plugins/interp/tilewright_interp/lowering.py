@@ -12,7 +12,15 @@ from collections.abc import Callable
 
 import numpy as np
 from tilewright import sparse as sp
-from tilewright.ir import ATOMIC_KINDS, REDUCE_KINDS, SCAN_OPS, matrix_dims
+from tilewright.ir import (
+    ATOMIC_KINDS,
+    PDL_SYNC,
+    PDL_TRIGGER,
+    REDUCE_KINDS,
+    SCAN_OPS,
+    matrix_dims,
+    transpose_dims,
+)
 
 from .runtime import Region, converted
 
@@ -35,6 +43,20 @@ def run_copy(block, src: Region, dst: Region, **_attrs):
     if values.size != np.prod(dst.extents):
         raise ValueError(f"T.copy: {src.extents} elements do not fit {dst.extents}")
     dst.write(values)  # converted to dst's dtype by the write
+
+
+@register_lowering("transpose")
+def run_transpose(block, src: Region, dst: Region):
+    """The source's last two dimensions swapped (``ir.transpose_dims``: leading dimensions of
+    extent 1 left out), converted to the destination's dtype by the write."""
+    kept = [src.extents[d] for d in transpose_dims(src.extents)]
+    dst.write(np.swapaxes(src.read().reshape(kept), -1, -2))
+
+
+@register_lowering(PDL_TRIGGER.name)
+@register_lowering(PDL_SYNC.name)
+def run_pdl(block):
+    """Kernels run one after another: nothing to order."""
 
 
 @register_lowering("fill")

@@ -178,6 +178,37 @@ def _kernel_sequence(dtype, M, N, bm=4, bn=8):
     return kernel_sequence
 
 
+def _pdl_sequence(dtype, M, N, bm=4, bn=8):
+    """:func:`_kernel_sequence` as a programmatic dependent launch: the first kernel lets the
+    second start (T.pdl_trigger) after its stores, the second computes its own part before it
+    waits for the first (T.pdl_sync) and reads the workspace after; both ask for two resident
+    blocks per multiprocessor."""
+
+    @T.prim_func
+    def pdl_sequence(A: T.Tensor((M, N), dtype), B: T.Tensor((M, N), dtype)):
+        W = T.alloc_global((M, N), dtype)
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=128) as (bx, by):
+            T.annotate_min_blocks_per_sm(2)
+            for i, j in T.Parallel(bm, bn):
+                r = by * bm + i
+                c = bx * bn + j
+                if r < M and c < N:
+                    W[r, c] = A[r, c] * 2.0
+            T.pdl_trigger()
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=128) as (bx, by):
+            T.annotate_min_blocks_per_sm(2)
+            own = T.alloc_fragment((bm, bn), dtype)
+            T.copy(A[by * bm, bx * bn], own)
+            T.pdl_sync()
+            for i, j in T.Parallel(bm, bn):
+                r = by * bm + i
+                c = bx * bn + j
+                if r < M and c < N:
+                    B[r, c] = W[M - 1 - r, c] + own[i, j]
+
+    return pdl_sequence
+
+
 def _views(dtype, M, N, bm=4, bn=8):
     """Y = -X + 1 through views: a tile seen flat (T.reshape) and as bytes of its shape
     (T.view), each element's sign flipped through its bits (T.reinterpret to the unsigned
@@ -716,6 +747,12 @@ ROWS = (
     Kernel("kernel_sequence", (*BASE, "alloc_global", "Parallel"), (), _kernel_sequence,
            two_d, lambda a: [a.flip(0) * 2 + 1], MN, features=("kernel_sequence",),
            doc="two T.Kernel launches in order sharing a T.alloc_global workspace"),
+    Kernel("pdl_sequence", (*BASE, "alloc_global", "alloc_fragment", "copy", "Parallel",
+                            "pdl_trigger", "pdl_sync", "annotate_min_blocks_per_sm"),
+           ("copy", "pdl_trigger", "pdl_sync"), _pdl_sequence, two_d,
+           lambda a: [a.flip(0) * 2 + a], MN, features=("kernel_sequence",),
+           doc="two launches ordered by TileLang's programmatic dependent launch "
+               "(T.pdl_trigger, T.pdl_sync), each asking for two blocks per multiprocessor"),
     Kernel("views", (*BASE, "alloc_shared", "copy", "reshape", "view", "reinterpret",
                      "parallel", "serial", "vectorized", "cast"), ("copy",), _views, two_d,
            lambda a: [1 - a], MN,

@@ -39,7 +39,10 @@ class Kernel:
     - ``accumulate_in_dtype``: reductions accumulate in the case's dtype (the tolerance uses
       its unit roundoff for the sum, not float32's);
     - ``exact``: outputs must equal the reference exactly (NaN matches NaN), as conversions
-      must.
+      must;
+    - ``approximate``: the relative error (and, for outputs near zero, the absolute error) an
+      output may have where that is more than its dtype's tolerance: the bound of an
+      approximate function's contract (TileLang's fast math); 0: none.
     """
 
     name: str
@@ -58,6 +61,7 @@ class Kernel:
     ref_args: tuple[str, ...] = ()
     accumulate_in_dtype: bool = False
     exact: bool = False
+    approximate: float = 0.0
     doc: str = ""
 
 

@@ -70,6 +70,33 @@ def _libm_inputs(torch, gen, dtype, M, N):
             rand(torch, gen, (M, N), dtype, 1.0, 4.0)]
 
 
+# TileLang's fast-math functions: name -> (kernel expression of x (in [-1, 1]) and p (in
+# [0.5, 2]), torch reference). FAST_MATH runs on every backend; FAST_LIBM's precise functions
+# are libm's (backend feature ``extended_math``).
+FAST_MATH = {
+    "__exp": (lambda x, p: T.__exp(x), lambda x, p: x.exp()),
+    "__log": (lambda x, p: T.__log(p), lambda x, p: p.log()),
+    "__log2": (lambda x, p: T.__log2(p), lambda x, p: p.log2()),
+    "__cos": (lambda x, p: T.__cos(x), lambda x, p: x.cos()),
+    "__sin": (lambda x, p: T.__sin(x), lambda x, p: x.sin()),
+}
+FAST_LIBM = {
+    "__exp10": (lambda x, p: T.__exp10(x), lambda x, p: torch_pow(10.0, x)),
+    "__log10": (lambda x, p: T.__log10(p), lambda x, p: p.log10()),
+    "__tan": (lambda x, p: T.__tan(x), lambda x, p: x.tan()),
+}
+# the error the fast-math rows allow beyond a rounding, relative and (outputs near 0: log near
+# 1, sin near 0) absolute: 2^-17, above the bounds of CUDA's float32 intrinsics on these
+# inputs (the programming guide's table: __expf 2 + floor(|1.173 x|) ulp, __exp10f
+# 2 + floor(|2.97 x|) ulp, __logf / __sinf / __cosf 2^-21.41 absolute, __tanf from __sinf and
+# __cosf)
+FAST_MATH_ERROR = 2.0 ** -17
+
+
+def _fast_inputs(torch, gen, dtype, M, N):
+    return [rand(torch, gen, (M, N), dtype, -1.0, 1.0), rand(torch, gen, (M, N), dtype, 0.5, 2.0)]
+
+
 # Float arithmetic: name -> (kernel expression of x, y (> 0), torch reference)
 FLOAT_BINARY = {
     "add": (lambda x, y: x + y, lambda x, y: x + y),
@@ -578,6 +605,16 @@ ROWS = (
            doc="TileLang's further libm functions: exp10, log10, log1p, trigonometric and "
                "hyperbolic functions and their inverses, erf, nearbyint, fabs, pow, fmod, "
                "atan2, hypot, copysign"),
+    Kernel("fast_math", (*ELEMENTWISE, *FAST_MATH), ("copy",),
+           lambda dtype, M, N: _elementwise("fast_math", FAST_MATH, dtype, M, N), _fast_inputs,
+           _table_ref(FAST_MATH), MN, dtypes=(*FLOATS, "float64"), approximate=FAST_MATH_ERROR,
+           doc="TileLang's fast exp, log, log2, cos and sin (CUDA's float32 intrinsics, the "
+               "precise functions elsewhere) within the intrinsics' error bounds"),
+    Kernel("fast_libm", (*ELEMENTWISE, *FAST_LIBM), ("copy",),
+           lambda dtype, M, N: _elementwise("fast_libm", FAST_LIBM, dtype, M, N), _fast_inputs,
+           _table_ref(FAST_LIBM), {"partial": MN["partial"]}, dtypes=(*FLOATS, "float64"),
+           features=("extended_math",), approximate=FAST_MATH_ERROR,
+           doc="TileLang's fast exp10, log10 and tan, whose precise functions are libm's"),
     Kernel("float_arith", (*ELEMENTWISE, "max", "min", "if_then_else"), ("copy",),
            lambda dtype, M, N: _elementwise("float_arith", FLOAT_BINARY, dtype, M, N),
            lambda torch, gen, dtype, M, N: [rand(torch, gen, (M, N), dtype),
