@@ -8,6 +8,7 @@ import tilewright.language as T
 import torch
 from language_helpers import check, rand
 from source_lines import Markers
+from tvm import tirx
 
 _M = Markers(__file__)
 THIS, line_of = _M.path, _M.line_of
@@ -138,3 +139,17 @@ def test_device_assert_passes_and_fails_with_the_line():
     assert f"{THIS.name}:{line_of('assert')}" in text and "negative input" in text, text
     a[17] = 4.0  # the kernel keeps working after a failed assertion
     check(kernel(a), a.double().sqrt())
+
+
+def test_each_kernel_block_has_its_own_annotations():
+    # T.use_swizzle in the first block of a kernel sequence does not reach the second
+    @T.prim_func
+    def main(A: T.Tensor((64,), "float32")):
+        with T.Kernel(2, threads=32) as bx:
+            T.use_swizzle(panel_size=2)
+            A[bx] = 1
+        with T.Kernel(2, threads=32) as bx:
+            A[bx + 2] = 2
+
+    first, second = [s for s in main.body.seq if isinstance(s, tirx.For)]
+    assert "tw.swizzle" in first.annotations and "tw.swizzle" not in second.annotations

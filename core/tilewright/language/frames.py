@@ -55,6 +55,7 @@ class Kernel:
                                "after the other (each is a launch, in order)")
         builder.kernel_seen = True
         builder.threads = self.threads
+        builder.kernel_annotations = {}  # each block's own (T.use_swizzle, layouts ...)
         self._span = B.here()
         self._frame = builder.open("kernel", kernel=self)
         return self.vars
