@@ -416,3 +416,35 @@ def test_math_over_a_column_read_by_a_scalar_nest():
     i = torch.arange(8)[:, None]
     torch.testing.assert_close(kernel(a), torch.where(i % 3 == 0, a.exp().clamp(-3.0, 0.25),
                                                       a * 2.0))
+
+
+def named_element(N=64):
+    """A name bound to a tile's element before the tile is written (``v = f[0]``): the scalar
+    unit's read (GetValue on S) waits for the copy that fills the tile, and the value is the
+    one at that line."""
+
+    @T.prim_func
+    def main(A: T.Tensor((N,), "float32"), B: T.Tensor((N,), "float32")):
+        with T.Kernel(1, threads=64):
+            f = T.alloc_fragment((N,), "float32")
+            T.copy(A, f)
+            v = f[0]
+            f[0] = 5.0
+            for i in T.Parallel(N):
+                f[i] = f[i] + v
+            T.copy(f, B)
+
+    return main
+
+
+def test_a_name_bound_to_a_tile_element_waits_for_its_copy():
+    # the read stood before the MTE2 -> S wait (a race the emulator reports), and a
+    # declaration of the read's type did not build on the emulator
+    kernel = tilewright.compile(named_element(), out_idx=[-1], target="ascend")
+    text = kernel.get_kernel_source()
+    assert re.search(r"WaitFlag<HardEvent::MTE2_S>\(0\);\s+auto v = TW_CAST\(float, "
+                     r"f\.GetValue\(0\)\);", text)
+    a = torch.randn(64, generator=torch.Generator().manual_seed(2))
+    want = a + a[0]
+    want[0] = 5 + a[0]
+    torch.testing.assert_close(kernel(a), want)

@@ -85,6 +85,11 @@ def test_pointer_parameters_of_an_eager_kernel():
     a, b = torch.randn(40, 8), torch.zeros(40, 8)
     through_pointers(a, b, 40, 8)
     assert torch.equal(b, a * 2)
+    # TileLang's par_compile of configs with T.ptr() placeholders
+    (kernel,) = through_pointers.par_compile([{"A": T.ptr(), "B": T.ptr(), "M": 40, "N": 8}])
+    b.zero_()
+    kernel(a, b)
+    assert torch.equal(b, a * 2)
 
 
 def test_const_names_must_be_names():

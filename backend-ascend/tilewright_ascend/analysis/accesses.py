@@ -6,7 +6,8 @@ not copies, from the table below (a vector op's reads and writes are its schema'
 effects, so a scratch operand such as a reduction's ``work`` counts as written); a
 ``T.Parallel`` nest and a ``T.SimtVF`` scope (a SIMT vector function) are vector work, a loop
 the scalar unit runs (:data:`..facts.keys.SCALAR_KEY`) scalar work; a branch's or a while
-loop's condition and a loop's bounds read their tiles on the scalar unit; any other statement
+loop's condition, a loop's bounds and a named value (a ``Bind``) read their tiles on the scalar
+unit; any other statement
 has the accesses of its children. CreateVecIndex (:data:`..facts.ops.VIDX`) writes its tile on
 S, then on V, and sets and waits a flag of its own (:data:`VIDX_FLAG`).
 """
@@ -54,9 +55,11 @@ def accesses(stmt) -> list[Access]:
     if isinstance(stmt, tirx.AttrStmt) and stmt.attr_key == SIMT_KEY:  # asc_vf_call: the V pipe
         return _loop_accesses(stmt, "v")
     out = []
-    # a branch's or a while loop's condition, a loop's bounds: GetValue on S
+    # a branch's or a while loop's condition, a loop's bounds, a named value (``v = f[0]``,
+    # a Bind: ``float v = f.GetValue(0)``): GetValue on S
     read = [stmt.condition] if isinstance(stmt, (tirx.IfThenElse, tirx.While)) else \
-        [stmt.min, stmt.extent] if isinstance(stmt, tirx.For) else []
+        [stmt.min, stmt.extent] if isinstance(stmt, tirx.For) else \
+        [stmt.value] if isinstance(stmt, tirx.Bind) else []
     for expr in read:
         loads, _ = loads_and_stores(expr)
         out += [Access("s", b, False) for b in loads if str(b.scope()) != "global"]

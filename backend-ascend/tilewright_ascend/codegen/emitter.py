@@ -19,7 +19,7 @@ from tvm import sym, tirx
 
 from .. import __version__
 from ..analysis.accesses import has_simt
-from ..analysis.buffers import allocations
+from ..analysis.buffers import allocations, loads_and_stores
 from ..analysis.cores import core_of
 from ..analysis.gemm import gemm_calls, square_operands
 from ..facts.arch import ARCHS, CUBE_SCOPES, EMULATOR_SPACES, MEMORIES, arch_of, soc_of
@@ -204,6 +204,12 @@ class Emitter:
 
     def stmt_Bind(self, s):
         value = self.expr(s.value)
+        loads, _ = loads_and_stores(s.value)
+        if any(str(b.scope()) != "global" for b in loads):
+            # a value the scalar unit reads (GetValue): its type is the cast's, the value that
+            # of the read at this line (the emulator's GetValue gives it when the read has run)
+            self.line(f"auto {self.var(s.var)} = TW_CAST({ctype(str(s.var.ty))}, {value});")
+            return
         self.line(f"{ctype(str(s.var.ty))} {self.var(s.var)} = {value};")
 
     def stmt_AttrStmt(self, s):

@@ -439,6 +439,11 @@ def _finish(builder: B.Builder) -> tirx.PrimFunc:
     return func.with_body(widen_fragments(func.body))
 
 
+def _var_dtype(var) -> str:
+    """A variable's dtype by the language's name (``handle`` for an address)."""
+    return "handle" if isinstance(var.ty, tvm.ir.PointerType) else str(var.ty)
+
+
 def _declared(name, value, annotation):
     """An eager kernel's argument ``value`` for the parameter ``name`` its signature annotates
     with ``annotation``: a tensor (``A: T.Tensor[(M, N), T.float32]``) declared as the body's
@@ -449,7 +454,7 @@ def _declared(name, value, annotation):
         return annotate(name, value, annotation, None)
     if isinstance(annotation, DType) and (
             isinstance(value, ParamSlot) or isinstance(value, tirx.Var) and
-            str(value.ty) == normalize_dtype(annotation)):
+            _var_dtype(value) == normalize_dtype(annotation)):
         var = tirx.Var(name, normalize_dtype(annotation))
         B.current(f"declaring {name!r}").add_param(name, var)
         return var
