@@ -685,7 +685,9 @@ def _held(args: list, params, name: str) -> list:
 def _stored(expected, output):
     """The expected value as stored: float32 for a 16-bit output (float32's rounding is far
     below a 16-bit output's tolerance; half the bytes a bundle carries) and where float32
-    holds a float64 value exactly (copies, integers, NaN), float64 otherwise."""
+    holds a float64 value exactly (copies, integers, NaN), float64 otherwise; a tensor of its
+    own (a reference may give views of one storage as different dtypes, which torch.save
+    refuses: the word_access case's int32 words of its int16 input)."""
     if output.dtype in (torch.float16, torch.bfloat16):
         return expected.float()
     if expected.dtype == torch.float64:
@@ -693,7 +695,7 @@ def _stored(expected, output):
         back = single.double()
         if bool(((back == expected) | (back.isnan() & expected.isnan())).all()):
             return single
-    return expected
+    return expected.clone()
 
 
 BARRIERS = ("__syncthreads", "tw_mbar_", "tw_named_barrier", "tw_cluster_sync", "__syncwarp")

@@ -214,9 +214,10 @@ class CubinFunction:
             elif p["kind"] == "workspace":
                 values.append(spaces[p["workspace"]].data_ptr())
                 types.append(ctypes.c_void_p)
-            elif p["kind"] == "scalar":
+            elif p["kind"] == "scalar":  # a T.ptr address: an int, a c_void_p or a tensor
                 value = args[p["param"]]
-                values.append(value.value if isinstance(value, ctypes.c_void_p) else value)
+                values.append(value.value if isinstance(value, ctypes.c_void_p) else
+                              value.data_ptr() if hasattr(value, "data_ptr") else value)
                 types.append(_CTYPES[p["dtype"]])
             elif p["kind"] == "tensormap":  # a TMA descriptor, passed by value
                 values.append(self._tensor_map(index, p, args[p["param"]]))
