@@ -69,7 +69,7 @@ def test_tilelang_named_dump_switches_write_the_ir(tmp_path, capsys):
     dumps = sorted(p.name for p in folder.iterdir())
     # one file per pass, numbered in order, named by phase and pass
     assert dumps[0].startswith("00_bind_solved_symbols_") and \
-        "05_lower_tile_ops_LowerTileOps.tir" in dumps, dumps
+        "06_lower_tile_ops_LowerTileOps.tir" in dumps, dumps
     assert "# ---- IR after lower_loops / CPULowerLoops ----" in capsys.readouterr().err
 
 
@@ -77,7 +77,7 @@ def test_tilelang_strings_dump_too_and_come_back_under_our_names(tmp_path):
     folder = tmp_path / "strings"
     tilewright.compile(double(), out_idx=[-1], target="cpu", pass_configs={
         "tl.dump_ir_path": str(folder), "tl.pass_profile": False})
-    assert (folder / "05_lower_tile_ops_LowerTileOps.tir").is_file()
+    assert (folder / "06_lower_tile_ops_LowerTileOps.tir").is_file()
     assert passconfig.validate({"tl.enable_dump_ir": True, "tl.dump_ir_path": "d",
                                 "tirx.disable_vectorize": True}) == \
         {"tw.disable_vectorize": True, "tw.dump_ir": True, "tw.dump_ir_dir": "d"}

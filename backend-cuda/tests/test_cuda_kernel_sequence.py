@@ -312,19 +312,32 @@ def scratch_sized_by(how: str):
     return main
 
 
-@pytest.mark.parametrize("how", ["nowhere", "inside"])
-def test_a_workspace_sized_by_a_symbol_unknown_at_launch_is_refused(how):
+def test_a_workspace_sized_by_a_symbol_unknown_at_launch_is_refused():
     """The launcher allocates the workspace before the blocks run: a symbol that no tensor
-    extent nor scalar argument carries (S alone, or only inside 2 * S) cannot size it. It
-    was missing from the launch symbols: the description failed when loaded ('reads S,
-    which is not a shape symbol')."""
+    extent nor scalar argument carries (S alone) cannot size it. It was missing from the
+    launch symbols: the description failed when loaded ('reads S, which is not a shape
+    symbol')."""
     with pytest.raises(tilewright.errors.KernelError, match=r"the T.alloc_global workspace "
                        r"'W' of shape \(S,\) .* S is neither the whole extent of a tensor "
                        r"argument nor an integer scalar argument") as err:
-        tilewright.lower(scratch_sized_by(how), "cuda -arch=sm_80")
+        tilewright.lower(scratch_sized_by("nowhere"), "cuda -arch=sm_80")
     lines = open(__file__).read().splitlines()
     assert err.value.location.line == 1 + next(n for n, text in enumerate(lines)
                                                if text.endswith("# sized by S"))
+
+
+@pytest.mark.emulator
+def test_a_workspace_sized_by_a_symbol_solved_from_an_extent(tmp_path):
+    # S found only inside A's extent 2 * S: replaced by A's extent // 2 (the workspace's size
+    # and the kernels' reads alike), which the launcher reads
+    lowered = tilewright.lower(scratch_sized_by("inside"), "cuda -arch=sm_80")
+    launch = lowered.source.payload
+    assert launch["workspaces"][0]["bytes"] == "((A_dim0 // 2) * 4)"
+    a, b = torch.randn(256), torch.full((256,), float("nan"))
+    hostemu.run(lowered.source.text, launch, tmp_path, a, b)  # S = 128
+    torch.testing.assert_close(b[:128], a[:128] * 2 + 1)
+    # the blocks' second half lies past W's S elements: not written, read as 0
+    torch.testing.assert_close(b[128:], torch.ones(128))
 
 
 @pytest.mark.emulator
@@ -341,11 +354,12 @@ def test_a_workspace_sized_by_a_scalar_argument(tmp_path):
 
 
 def test_a_grid_over_a_symbol_unknown_at_launch_is_refused():
-    """One block, no workspace: its grid reads S, found only inside the extent 2 * S."""
+    """One block, no workspace: its grid reads S, found only inside the extent S * S (a
+    linear extent, 2 * S, gives it: the launcher solves that)."""
     S = T.dynamic("S")
 
     @T.prim_func
-    def main(A: T.Tensor((2 * S,), "float32"), B: T.Tensor((2 * S,), "float32")):
+    def main(A: T.Tensor((S * S,), "float32"), B: T.Tensor((S * S,), "float32")):
         with T.Kernel(T.ceildiv(S, 32), threads=32) as bx:
             for i in T.Parallel(32):
                 if bx * 32 + i < S:
