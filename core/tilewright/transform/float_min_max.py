@@ -36,15 +36,22 @@ def _read_once(expr) -> bool:
     return isinstance(expr, (tirx.Var, tirx.IntImm, tirx.FloatImm, tvm.ir.TensorLoad))
 
 
-def min_max_ignoring_nan(name: str, dtypes=FLOAT_TYPES):
+def min_max_ignoring_nan(name: str, dtypes=FLOAT_TYPES, native=None):
     """A pass (named ``name``) rewriting each ``Max`` / ``Min`` of one of ``dtypes`` into the
-    NaN rule's form."""
+    NaN rule's form; ``native(kind, a, b)``, where the backend has one, makes it one call of
+    float32 or float64 operands (LLVM's ``llvm.maxnum``: no binding, which a backend's
+    legalisation may not take)."""
 
     def rule(node):
         dtype = str(node.ty)
         if dtype not in dtypes:
             return node
-        combine = compare_floats("max" if isinstance(node, tirx.Max) else "min")
+        kind = "max" if isinstance(node, tirx.Max) else "min"
+        if native is not None:
+            a, b = ((o if dtype in WIDE else tirx.Cast("float32", o)) for o in (node.a, node.b))
+            result = native(kind, a, b)
+            return result if dtype in WIDE else tirx.Cast(dtype, result)
+        combine = compare_floats(kind)
         bound, operands = [], []
         for n, operand in enumerate((node.a, node.b)):
             if dtype not in WIDE:  # compared in float32, exactly: bound so (see the module)

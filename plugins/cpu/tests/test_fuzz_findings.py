@@ -339,3 +339,29 @@ def test_a_constant_reinterpreted(source, dtype, offset, target):
                                 target=target)
     want = torch.tensor([[offset]], dtype=getattr(torch, source)).view(getattr(torch, dtype))
     assert kernel().view(torch.uint8).tolist() == want.view(torch.uint8).tolist()
+
+
+M_SYM, N_SYM = T.symbolic("m"), T.dynamic("n")
+
+
+@tilewright.jit(out_idx=[-1], target="cpu")
+def min_of_a_conversion():
+    # the NaN rule of T.min bound its operand T.cast(j - 2, bfloat16) in a Let, which TVM's
+    # bfloat16 legalisation left to LLVM's code generator: the process died (fuzzer, seed 0);
+    # the CPU makes the rule one llvm.minnum call
+    @T.prim_func
+    def main(X: T.Tensor((M_SYM, N_SYM), "bfloat16"), Y: T.Tensor((M_SYM, N_SYM), "bfloat16")):
+        with T.Kernel(T.ceildiv(N_SYM, 2), T.ceildiv(M_SYM, 8), threads=128) as (bx, by):
+            for i, j in T.Parallel(8, 2):
+                if by * 8 + i < M_SYM and bx * 2 + j < N_SYM:
+                    Y[by * 8 + i, bx * 2 + j] = T.min(X[by * 8 + i, (bx * 2 + j - 2) % N_SYM],
+                                                      T.cast(bx * 2 + j - 2, "bfloat16"))
+    return main
+
+
+def test_a_min_of_a_bfloat16_conversion():
+    x = torch.randn(8, 6, generator=torch.Generator().manual_seed(3)).bfloat16()
+    x[0, 1] = float("nan")
+    col = torch.arange(6)
+    want = torch.fmin(x[:, (col - 2) % 6], (col - 2).bfloat16().expand(8, 6))
+    torch.testing.assert_close(min_of_a_conversion()(x), want)

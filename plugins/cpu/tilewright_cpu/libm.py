@@ -32,3 +32,11 @@ def lower_libm():
 
     return prim_func_pass("CPULibm", lambda f: f.with_body(
         tvm_ffi.structural_map(f.body, (tvm.ir.Call, rewrite))))
+
+
+def llvm_min_max(kind: str, a, b):
+    """IEEE 754's maxNum / minNum of two float32 or float64 values: LLVM's ``llvm.maxnum`` /
+    ``llvm.minnum`` (LangRef: a NaN operand gives the other one, NaN only when both are), one
+    call, which the loop vectoriser widens; the language's NaN rule for ``T.max`` / ``T.min``
+    (:mod:`tilewright.transform.float_min_max`) without binding the operands."""
+    return tirx.call_llvm_pure_intrin(str(a.ty), f"llvm.{kind}num", a, b)

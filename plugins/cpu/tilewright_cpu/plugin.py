@@ -51,7 +51,8 @@ def _rules(ctx) -> dict:
 
 PIPELINE = PassPipeline((
     *sequential_phases("CPU"),
-    Phase("lower_tile_ops", lambda ctx: [min_max_ignoring_nan("CPUFloatMinMax"),
+    Phase("lower_tile_ops", lambda ctx: [min_max_ignoring_nan("CPUFloatMinMax",
+                                                              native=libm.llvm_min_max),
                                          gemm_loops.fuse_gemm_k(),
                                          gemm_loops.hoist_gemm_conversions(),
                                          lower_tile_ops(_rules(ctx), "cpu"),
