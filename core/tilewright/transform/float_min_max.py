@@ -11,8 +11,9 @@ A backend whose ``Max`` / ``Min`` do not follow the rule for some float types ap
 rules build, which follow the rule already, are left alone). An operand that is more than a
 name, a constant or a load is bound once (a ``Let``): the rule reads each operand three
 times. Narrower operands are compared as float32 values (exactly; the result converts back
-exactly): a binding of a bfloat16 value is one the CPU's bfloat16 legalisation retypes
-without its variable.
+exactly). A backend with the rule in one call gives it as ``native`` and nothing is bound:
+the CPU's ``llvm.maxnum`` (a bound operand that converts to bfloat16 crashed LLVM's code
+generator there: TVM's bfloat16 legalisation does not visit a binding's value).
 """
 
 from __future__ import annotations
