@@ -7,6 +7,7 @@ from __future__ import annotations
 import tvm
 import tvm_ffi
 from tilewright.errors import KernelError, span_location
+from tilewright.ir import value_dtype
 from tvm import tirx
 
 from .. import keys
@@ -95,9 +96,8 @@ def param_kinds(func: tirx.PrimFunc, device_func, count: int | None = None) -> l
             by_name[f"{p.name}_ptr"] = {"kind": "tensor", "param": index, "name": str(p.name)}
             by_name[str(p.name)] = by_name[f"{p.name}_ptr"]
         else:  # a T.ptr address: dtype "handle"
-            dtype = "handle" if isinstance(p.ty, tvm.ir.PointerType) else str(p.ty)
             by_name[str(p.name)] = {"kind": "scalar", "param": index, "name": str(p.name),
-                                    "dtype": dtype}
+                                    "dtype": value_dtype(p)}
     out = []
     for p in device_func.params:
         name = str(p.name)

@@ -14,6 +14,7 @@ import json
 
 import tvm
 from tilewright.errors import KernelError, span_location
+from tilewright.ir import value_dtype
 from tilewright.transform import prim_func_pass, rebuild_for
 from tilewright.transform.sequence import is_block, is_workspace, split_blocks, top_level
 from tvm import tirx
@@ -38,7 +39,7 @@ def pointer_tensors_into_blocks():
 
     def moved(stmt) -> bool:
         return isinstance(stmt, tirx.DeclBuffer) or \
-            isinstance(stmt, tirx.Bind) and isinstance(stmt.var.ty, tvm.ir.PointerType)
+            isinstance(stmt, tirx.Bind) and value_dtype(stmt.var) == "handle"
 
     def run(func):
         stmts = top_level(func)

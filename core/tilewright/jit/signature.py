@@ -11,7 +11,7 @@ import tvm_ffi
 from tvm import tirx
 
 from ..errors import ArgumentError, TilewrightError
-from ..ir import decode, is_region, schema_of_call
+from ..ir import decode, is_region, schema_of_call, value_dtype
 from ..runtime.expr import ExprError, solve_linear
 from ..runtime.expr import parse as parse_expr
 from ..runtime.signature import KernelSignature, ParamSpec
@@ -57,8 +57,8 @@ def signature_of(func: tirx.PrimFunc, out_idx) -> KernelSignature:
         else:
             if i in outputs:
                 raise TilewrightError(f"out_idx names scalar parameter {p.name!r}")
-            dtype = "handle" if isinstance(p.ty, tvm.ir.PointerType) else str(p.ty)  # T.ptr
-            params.append(ParamSpec(str(p.name), (), dtype, False, "scalar", written=False))
+            params.append(ParamSpec(str(p.name), (), value_dtype(p), False, "scalar",
+                                    written=False))
     _check_symbols_readable(func)
     symbols, stride_symbols, seen = [], [], set()
     inputs = [p for p in params if not p.is_output]

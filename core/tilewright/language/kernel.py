@@ -12,6 +12,7 @@ import tvm
 from tvm import tirx
 
 from ..errors import KernelError, kernel_error
+from ..ir import value_dtype
 from . import builder as B
 from .buffer import IterationVar, TileBuffer, VarHandle, as_int, declare, to_expr
 from .dtypes import DTYPES, SUB_BYTE, DType, normalize_dtype
@@ -152,8 +153,7 @@ def make_tensor(ptr, shape, dtype="float32", strides=None) -> TileBuffer:
         raise kernel_error("T.make_tensor(..., strides=...) is not supported: the tensor is "
                            "contiguous; give its shape")
     addr = to_expr(ptr)
-    # a T.ptr parameter is a pointer (TVM's handle type prints as "T.handle")
-    kind = "handle" if isinstance(addr.ty, tvm.ir.PointerType) else str(addr.ty)
+    kind = value_dtype(addr)  # a T.ptr parameter is an address: "handle"
     if kind not in ("int64", "uint64", "handle"):
         raise kernel_error(f"T.make_tensor takes an address (an element of a T.ptr tensor, "
                            f"int64), got a {kind} value")
@@ -439,11 +439,6 @@ def _finish(builder: B.Builder) -> tirx.PrimFunc:
     return func.with_body(widen_fragments(func.body))
 
 
-def _var_dtype(var) -> str:
-    """A variable's dtype by the language's name (``handle`` for an address)."""
-    return "handle" if isinstance(var.ty, tvm.ir.PointerType) else str(var.ty)
-
-
 def _declared(name, value, annotation):
     """An eager kernel's argument ``value`` for the parameter ``name`` its signature annotates
     with ``annotation``: a tensor (``A: T.Tensor[(M, N), T.float32]``) declared as the body's
@@ -454,7 +449,7 @@ def _declared(name, value, annotation):
         return annotate(name, value, annotation, None)
     if isinstance(annotation, DType) and (
             isinstance(value, ParamSlot) or isinstance(value, tirx.Var) and
-            _var_dtype(value) == normalize_dtype(annotation)):
+            value_dtype(value) == normalize_dtype(annotation)):
         var = tirx.Var(name, normalize_dtype(annotation))
         B.current(f"declaring {name!r}").add_param(name, var)
         return var
