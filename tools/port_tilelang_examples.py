@@ -219,6 +219,9 @@ _IMPORTS = [
 ]
 _DEVICES = [
     (re.compile(r"target\s*=\s*([\"'])cuda\1"), 'target="auto"'),
+    # TVM 0.27's configuration-dict form of a CUDA target (its architecture is the device's)
+    (re.compile(r"target\s*=\s*\{[^{}]*([\"'])kind\1\s*:\s*([\"'])cuda\2[^{}]*\}"),
+     'target="auto"'),
     # a device string, not the architecture that carver.arch.CUDA("cuda") describes
     (re.compile(r"(?<!CUDA\()([\"'])cuda(:\d+)?\1"), r'\1cpu\1'),
 ]

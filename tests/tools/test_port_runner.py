@@ -60,6 +60,11 @@ def test_port_renames_imports_and_devices(runner):
     assert 'device="cpu"' in ported and '"cuda"' not in ported
 
 
+def test_port_maps_a_cuda_target_dict_to_the_host(runner):
+    ported = runner.port_source('k = tilelang.compile(f, target={"kind": "cuda", "arch": "sm_90"})')
+    assert ported == 'k = tilelang.compile(f, target="auto")'
+
+
 def test_an_example_using_streams_and_events_runs_on_the_host(runner, tmp_path):
     examples = tmp_path / "tilelang" / "examples" / "demo"
     examples.mkdir(parents=True)

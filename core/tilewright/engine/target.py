@@ -1,10 +1,15 @@
-"""Target strings: ``"auto"``, ``"cpu"``, ``"cuda -arch=sm_90a"`` ... resolved to one backend."""
+"""Targets resolved to one backend: strings (``"auto"``, ``"cpu"``, ``"cuda -arch=sm_90a"``),
+TVM's configuration dicts (``{"kind": "cuda", "arch": "sm_90a"}``, the only form TVM 0.27's
+``tvm.target.Target`` reads) and ``tvm.target.Target`` objects."""
 
 from __future__ import annotations
 
 import os
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass
+
+from tvm.target import Target as TVMTarget
 
 from ..errors import TargetError
 from ..plugin import BackendModule, PluginManager, get_manager
@@ -28,9 +33,36 @@ class Target:
         return f"{self.kind} {opts}".strip()
 
 
-def parse_target(text: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+def _option_text(target, key: str, value) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (str, int, float)):
+        return str(value)
+    if isinstance(value, (list, tuple)) and all(isinstance(v, (str, int)) for v in value):
+        return ",".join(str(v) for v in value)
+    raise TargetError(f"target {target!r}: option {key!r} must be a string, a number or a list "
+                      f"of them, got {type(value).__name__}")
+
+
+def _parse_config(config: Mapping) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """A TVM configuration dict: ``kind``, then the options; TVM's bookkeeping entries ``tag``
+    and ``keys`` (its schedule-dispatch names) mean nothing to a backend and are dropped."""
+    kind = config.get("kind")
+    if not isinstance(kind, str) or not kind.strip():
+        raise TargetError(f"target {dict(config)!r} names no kind (a target dict needs "
+                          "\"kind\": \"cpu\", \"cuda\" ...)")
+    options = [(str(k), _option_text(dict(config), str(k), v)) for k, v in config.items()
+               if k not in ("kind", "tag", "keys")]
+    return kind.strip(), tuple(sorted(options))
+
+
+def parse_target(text) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """The kind and the sorted ``(key, value)`` options of a target string or dict."""
+    if isinstance(text, Mapping):
+        return _parse_config(text)
     if not isinstance(text, str) or not text.strip():
-        raise TargetError(f"a target must be a non-empty string, got {text!r}")
+        raise TargetError(f"a target must be a non-empty string or a dict such as "
+                          f"{{'kind': 'cuda', 'arch': 'sm_90a'}}, got {text!r}")
     try:
         parts = shlex.split(text)
     except ValueError as exc:
@@ -51,9 +83,11 @@ def resolve_target(target, manager: PluginManager | None = None) -> tuple[Target
     manager = manager or get_manager()
     if isinstance(target, Target):
         return target, manager.backends()[target.backend]
+    if isinstance(target, TVMTarget):
+        target = _from_tvm(target, manager)
     if target in (None, "auto") and os.environ.get(ENV_TARGET):
         target = os.environ[ENV_TARGET]
-    kind, options = parse_target(target or "auto")
+    kind, options = parse_target("auto" if target is None or target == "" else target)
     if kind == "auto":
         if options:
             raise TargetError("target 'auto' takes no options")
@@ -72,3 +106,11 @@ def resolve_target(target, manager: PluginManager | None = None) -> tuple[Target
         defaults = backend.target_defaults(kind)
         options = tuple(sorted({**{k: str(v) for k, v in defaults.items()}, **given}.items()))
     return Target(kind, options, backend.name), backend
+
+
+def _from_tvm(target: TVMTarget, manager: PluginManager) -> dict:
+    """A ``tvm.target.Target`` as a configuration dict: its kind and the attributes its backend
+    has options for (TVM fills in the rest itself, ``max_num_threads`` and the like)."""
+    kind = target.kind.name
+    known = set(manager.backend_for(kind).target_options)
+    return {"kind": kind, **{k: v for k, v in target.export().items() if k in known}}
