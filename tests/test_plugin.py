@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import types
 from importlib import metadata
 
@@ -36,8 +40,10 @@ class FakeDist:
 class FakeEntryPoint:
     """What the manager reads from an ``importlib.metadata`` entry point."""
 
-    def __init__(self, name: str, load, version: str = "9.9"):
+    def __init__(self, name: str, load, version: str = "9.9", value: str | None = None):
         self.name = name
+        if value is not None:  # the plugin module (else the manager names the entry point)
+            self.value = value
         self._load = load
         self.dist = FakeDist(f"tilewright-{name}", version)
         self.loads = 0
@@ -116,6 +122,85 @@ def test_loading_is_idempotent():
     manager.load()
     assert broken.loads == 1 and fake.loads == 1
     assert list(manager.backends()) == ["fake"]
+
+
+# -- declared targets: a target imports only its plugin ---------------------------------------
+class FakeDeclaration:
+    """An entry point of ``tilewright.targets``: a kind, then the plugin's module."""
+
+    def __init__(self, kind: str, plugin: str):
+        self.name, self.value = kind, f"tw_{plugin}.plugin"
+
+
+def claiming(name: str, *kinds: str) -> FakeEntryPoint:
+    return FakeEntryPoint(name, lambda: backend_plugin(
+        name, lambda: [fake_backend(name, kinds=kinds or (f"k{name}",))]),
+        value=f"tw_{name}.plugin")
+
+
+def test_a_declared_target_imports_only_its_plugin():
+    a, b = claiming("a"), claiming("b")
+    manager = PluginManager(entry_points=[a, b], declarations=[
+        FakeDeclaration("ka", "a"), FakeDeclaration("kb", "b")])
+    assert manager.backend_for("ka").name == "a"
+    assert manager.backend_for("ka").name == "a"
+    assert (a.loads, b.loads) == (1, 0)
+    assert manager.declared_targets("b") == {"kb"}
+    assert set(manager.backends()) == {"a", "b"}  # what needs every plugin loads the rest
+    assert (a.loads, b.loads) == (1, 1)
+
+
+def test_the_plugins_a_binary_may_depend_on_are_the_same_loaded_or_not():
+    entry_points = [claiming("a"), claiming("b")]
+    declarations = [FakeDeclaration("ka", "a"), FakeDeclaration("kb", "b")]
+    lazy = PluginManager(entry_points=entry_points, declarations=declarations)
+    lazy.backend_for("ka")
+    full = PluginManager(entry_points=entry_points, declarations=declarations).load()
+    assert lazy.sources() == full.sources() == [("a", "9.9", "tw_a"), ("b", "9.9", "tw_b")]
+
+
+def test_a_plugin_declaring_nothing_makes_every_target_load_everything():
+    a, b = claiming("a"), claiming("b")
+    manager = PluginManager(entry_points=[a, b], declarations=[FakeDeclaration("ka", "a")])
+    assert manager.backend_for("ka").name == "a"
+    assert (a.loads, b.loads) == (1, 1)  # b might claim ka too
+    assert manager.declared_targets("b") == set()
+
+
+def test_a_kind_two_plugins_declare_is_refused_naming_both():
+    a, b = claiming("a", "shared"), claiming("b", "shared")
+    manager = PluginManager(entry_points=[a, b], declarations=[
+        FakeDeclaration("shared", "a"), FakeDeclaration("shared", "b")])
+    with pytest.raises(TargetError, match="target 'shared' is claimed by several backends"):
+        manager.backend_for("shared")
+
+
+def test_a_plugin_claiming_other_targets_than_it_declares_is_named(caplog):
+    a, b = claiming("a", "ka", "kz"), claiming("b")
+    manager = PluginManager(entry_points=[a, b], declarations=[
+        FakeDeclaration("ka", "a"), FakeDeclaration("kb", "b")])
+    assert manager.backend_for("ka").name == "a"
+    assert b.loads == 1
+    assert "declares the targets ka (entry-point group tilewright.targets) but its backends " \
+        "claim ka, kz; loading every plugin" in caplog.text
+
+
+def test_a_declared_plugin_that_fails_to_import_is_named_like_any_other():
+    broken = FakeEntryPoint("broken", broken_import, value="tw_broken.plugin")
+    manager = PluginManager(entry_points=[broken, claiming("b")], declarations=[
+        FakeDeclaration("kbroken", "broken"), FakeDeclaration("kb", "b")])
+    with pytest.raises(TargetError, match=r"no installed backend claims target 'kbroken'.*"
+                                          r"tilewright_broken_dep"):
+        manager.backend_for("kbroken")
+    assert broken.loads == 1
+
+
+def test_the_installed_distributions_declare_what_their_backends_claim():
+    manager = PluginManager().load()
+    for name in ("cpu", "interp"):
+        record = manager.records[name]
+        assert manager.declared_targets(name) == \
+            {kind for b in record.backends for kind in b.target_kinds}
 
 
 def test_missing_target_lists_plugins_that_did_not_load():
@@ -427,3 +512,37 @@ def test_misspelt_selection_lists_installed_plugins(monkeypatch):
     assert str(exc.value) == (f"{ENV_SELECT}='cpux,-fak': no installed plugin is named 'cpux', "
                               "'fak'; installed plugins: cpu, fake; did you mean cpu, fake? "
                               "(or 'none')")
+
+
+LOAD_FROM_CACHE = '''
+import json, sys, torch, tilewright, tilewright.language as T
+
+@T.prim_func
+def double(A: T.Tensor((64,), "float32"), B: T.Tensor((64,), "float32")):
+    with T.Kernel(1):
+        for i in T.Parallel(64):
+            B[i] = A[i] * 2.0
+
+kernel = tilewright.compile(double, out_idx=[-1], target="cpu")
+a = torch.randn(64)
+assert torch.equal(kernel(a), a * 2)
+print(json.dumps([kernel.artifact_dir, sorted({m.split(".")[0] for m in sys.modules
+                                               if m.startswith("tilewright_")})]))
+'''
+
+
+def test_a_cached_cpu_kernel_imports_no_other_backend(tmp_path):
+    """The first compile lowers, which asks every plugin for lowering rules (all load); the
+    second, in a fresh process, finds the same cache entry (the key does not depend on what
+    was imported) and imports the CPU plugin only."""
+    env = {**os.environ, "TILEWRIGHT_CACHE_DIR": str(tmp_path / "cache")}
+    env.pop(ENV_SELECT, None)
+    script = tmp_path / "double.py"
+    script.write_text(LOAD_FROM_CACHE)
+    runs = [json.loads(subprocess.run([sys.executable, str(script)], env=env,
+                                      capture_output=True, text=True, check=True,
+                                      timeout=300).stdout.splitlines()[-1]) for _ in range(2)]
+    (first_dir, first_modules), (second_dir, second_modules) = runs
+    assert first_dir == second_dir
+    assert {"tilewright_cpu", "tilewright_cuda"} <= set(first_modules)
+    assert second_modules == ["tilewright_cpu"]

@@ -2,11 +2,10 @@
 ``tvm.target.Target``; each resolves to the same target (and so the same cache entry)."""
 
 import pytest
-import torch
-import tvm
-
 import tilewright
 import tilewright.language as T
+import torch
+import tvm
 from tilewright.engine import resolve_target
 
 

@@ -1,7 +1,8 @@
 """tilewright-sdk new-backend: refusals, the files it writes, and a contract round trip."""
 
-import importlib
 import sys
+import tomllib
+from importlib.metadata import EntryPoint
 
 import pytest
 from tilewright.plugin import PluginManager, set_manager
@@ -48,18 +49,25 @@ def test_scaffolded_backend_passes_the_contract_checks(tmp_path):
     folder = main(["new-backend", "fresh", "--dir", str(tmp_path)])
     assert folder == 0
     sys.path.insert(0, str(tmp_path / "fresh"))
-    manager = PluginManager(entry_points=[])
+    # the entry points its pyproject.toml declares, as pip would install them
+    groups = tomllib.loads((tmp_path / "fresh" / "pyproject.toml").read_text())["project"][
+        "entry-points"]
+    plugins, targets = ([EntryPoint(k, v, group) for k, v in groups[group].items()]
+                        for group in ("tilewright.plugins", "tilewright.targets"))
+    manager = PluginManager(entry_points=plugins, declarations=targets)
     previous = set_manager(manager)
     try:
-        module = importlib.import_module("tilewright_fresh.plugin")
-        record = manager.register(module, "fresh")
-        assert record.status == "ok", record.error
-        backend = manager.backends()["fresh"]
+        backend = manager.backend_for("fresh")
+        assert manager.records["fresh"].status == "ok", manager.records["fresh"].error
         for check in ("check_declarations", "check_capabilities", "check_target_claims",
-                      "check_executors", "check_phases_visible", "check_unsupported_message",
-                      "check_timers", "check_arch_models"):
+                      "check_target_declarations", "check_executors", "check_phases_visible",
+                      "check_unsupported_message", "check_timers", "check_arch_models"):
             getattr(contract, check)(backend)
         assert not backend.executors[0].available()
+        undeclared = PluginManager(entry_points=plugins, declarations=[])
+        with pytest.raises(AssertionError, match=r"declares the targets \[\] in the entry-point "
+                           r"group tilewright.targets but its backends claim \['fresh'\]"):
+            contract.check_target_declarations(undeclared.backend_for("fresh"), undeclared)
     finally:
         set_manager(previous)
         sys.path.remove(str(tmp_path / "fresh"))

@@ -21,6 +21,10 @@ test = ["pytest>=8", "tilewright-sdk>=0.1,<0.2"]
 [project.entry-points."tilewright.plugins"]
 {{name}} = "{{package}}.plugin"
 
+# The target kinds the backend claims: a target of these imports this plugin only.
+[project.entry-points."tilewright.targets"]
+{{name}} = "{{package}}.plugin"
+
 [tool.setuptools.dynamic]
 version = { attr = "{{package}}.__version__" }
 
@@ -272,8 +276,9 @@ def backend():
 
 
 @pytest.mark.parametrize("check", [
-    "check_declarations", "check_capabilities", "check_target_claims", "check_executors",
-    "check_phases_visible", "check_unsupported_message", "check_timers", "check_arch_models",
+    "check_declarations", "check_capabilities", "check_target_claims",
+    "check_target_declarations", "check_executors", "check_phases_visible",
+    "check_unsupported_message", "check_timers", "check_arch_models",
 ])
 def test_contract(backend, check):
     getattr(contract, check)(backend)

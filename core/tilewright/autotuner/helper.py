@@ -34,7 +34,7 @@ def serve() -> None:
         except ImportError:
             pass
     try:
-        get_manager()
+        get_manager().load()
     except Exception:  # noqa: BLE001 - each child meets the same error and reports it
         pass
     selection = os.environ.get("TILEWRIGHT_PLUGINS")

@@ -129,10 +129,12 @@ def _package(dist: str, module: str) -> dict:
 def _doctor_report() -> dict:
     from ..jit.cache import DiskCache
     from ..plugin import API_VERSION
+    from ..plugin.passconfig import known_keys
     from ..version import __version__
 
     tvm = _package("apache-tvm", "tvm")
     manager = _manager()
+    known_keys()  # asks every plugin for its keys: a hook failing there is among the notes
     plugins = _plugins_report(manager)
     backends = []
     for plugin in plugins["plugins"]:

@@ -82,7 +82,7 @@ def resolve_target(target, manager: PluginManager | None = None) -> tuple[Target
     device is present, else the CPU backend."""
     manager = manager or get_manager()
     if isinstance(target, Target):
-        return target, manager.backends()[target.backend]
+        return target, manager.backend_for(target.kind)
     if isinstance(target, TVMTarget):
         target = _from_tvm(target, manager)
     if target in (None, "auto") and os.environ.get(ENV_TARGET):

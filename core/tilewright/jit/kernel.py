@@ -6,6 +6,7 @@ import contextlib
 import functools
 import hashlib
 import importlib
+import importlib.util
 import os
 import shutil
 import sys
@@ -110,9 +111,14 @@ class JITKernel(KernelCall):
 def _fingerprint(package: str) -> str:
     """A digest of the contents of a package's files (its Python modules and what they read:
     the CUDA backend's headers, say): editing the compiler (core or backend) in place
-    invalidates kernels cached by the old code, even at one version."""
-    module = sys.modules.get(package) or importlib.import_module(package)
-    root = os.path.dirname(module.__file__)
+    invalidates kernels cached by the old code, even at one version. The package is found
+    without importing it (a plugin the compile did not need stays unimported)."""
+    module = sys.modules.get(package)
+    origin = getattr(module, "__file__", None) if module is not None else \
+        getattr(importlib.util.find_spec(package), "origin", None)
+    if origin is None:
+        return f"no files: {package}"
+    root = os.path.dirname(origin)
     h = hashlib.sha256()
     files = []
     pending = [root]
@@ -132,18 +138,11 @@ def _fingerprint(package: str) -> str:
 
 
 def _plugins_fingerprint() -> list:
-    """Every loaded plugin with its version and a digest of its package: a plugin may teach
-    any backend an op (``tilewright_lowering_rules``), so each can change a binary."""
-    manager = get_manager()
-    out = []
-    for record in sorted(manager.records.values(), key=lambda r: r.name):
-        if record.status == "ok" and record.module is not None:
-            package = record.module.__name__.split(".")[0]
-            module = sys.modules.get(package)
-            code = _fingerprint(package) if getattr(module, "__file__", None) else \
-                f"in-memory module {package}"
-            out.append([record.name, record.version, code])
-    return out
+    """Every selected plugin, loaded or not, with its version and a digest of its package: a
+    plugin may teach any backend an op (``tilewright_lowering_rules``), so each can change a
+    binary, and the key must not depend on which plugins this process happened to import."""
+    return [[name, version, _fingerprint(package)]
+            for name, version, package in get_manager().sources()]
 
 
 def cache_key(func: tirx.PrimFunc, target, backend, executor, configs: dict, outputs) -> str:

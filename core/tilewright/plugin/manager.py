@@ -12,6 +12,14 @@ several backends claim is refused, each with an error naming every distribution 
 timer, architecture model, pass-config key, language extension, command-line tool or lowering
 rule that an earlier plugin already provides is refused from the later one, with a note.
 
+A distribution may declare the target kinds its plugin's backends claim in the entry-point
+group ``tilewright.targets`` (``cpu = "tilewright_cpu.plugin"``: a kind, then the plugin's
+module). When every selected plugin declares its kinds and one declares the kind a target
+names, :meth:`PluginManager.backend_for` imports that plugin only (a CPU user does not pay for
+importing the CUDA and Ascend backends); a plugin whose backends claim other kinds than it
+declares is named in a warning and everything is loaded. Anything that needs every plugin (the
+hooks :meth:`PluginManager.collect` gathers, the backend list, ``target="auto"``) loads the rest.
+
 ``TILEWRIGHT_PLUGINS`` selects plugins: unset loads all, ``none`` loads none, ``a,b`` loads
 only ``a`` and ``b``, ``-a`` loads all but ``a``; a name that is not installed is an error
 listing the installed ones.
@@ -35,6 +43,9 @@ from .types import BackendModule, Timer
 from .validate import ENV_SELECT
 
 ENTRY_POINT_GROUP = "tilewright.plugins"
+# target kind -> the module of the plugin whose backends claim it (optional; lets a target load
+# only its own plugin)
+TARGETS_GROUP = "tilewright.targets"
 # what a user with no backend at all is told to do
 INSTALL_HINT = ("install a backend, for example `pip install tilewright-cpu` (from a checkout: "
                 "`pip install -e plugins/cpu`), and check with `tilewright backends`")
@@ -66,8 +77,12 @@ class PluginRecord:
 class PluginManager:
     """Loads and validates plugins; answers which backend owns a target."""
 
-    def __init__(self, entry_points=None):
+    def __init__(self, entry_points=None, declarations=None):
+        """``entry_points`` / ``declarations``: the ``tilewright.plugins`` and
+        ``tilewright.targets`` entry points to use instead of the installed ones (tests)."""
         self._explicit = entry_points
+        self._explicit_declarations = declarations
+        self._scanned = None  # importlib.metadata's entry points, once read
         self._lock = threading.Lock()
         self._loaded = False
         self.pm = pluggy.PluginManager(hookspecs.PROJECT)
@@ -76,40 +91,120 @@ class PluginManager:
         self._probes: dict[tuple, guard.Probe] = {}
 
     # -- loading ----------------------------------------------------------------------
+    def _installed(self, group: str) -> list:
+        """The installed entry points of ``group``, read once (one scan of every
+        distribution's metadata serves both groups)."""
+        if self._scanned is None:
+            self._scanned = metadata.entry_points()
+        return list(self._scanned.select(group=group))
+
     def _entry_points(self):
         if self._explicit is not None:
             return list(self._explicit)
-        return list(metadata.entry_points(group=ENTRY_POINT_GROUP))
+        return self._installed(ENTRY_POINT_GROUP)
+
+    def _declarations(self) -> dict[str, set[str]]:
+        """Plugin module -> the target kinds its distribution declares."""
+        if self._explicit_declarations is not None:
+            entry_points = self._explicit_declarations
+        elif self._explicit is not None:
+            entry_points = []
+        else:
+            entry_points = self._installed(TARGETS_GROUP)
+        out: dict[str, set[str]] = {}
+        for ep in entry_points:
+            out.setdefault(ep.value, set()).add(ep.name)
+        return out
+
+    def _selected(self) -> list:
+        """The entry points ``TILEWRIGHT_PLUGINS`` selects; the others are recorded disabled."""
+        entry_points = self._entry_points()
+        only, excluded = validate.selection(os.environ.get(ENV_SELECT),
+                                            [ep.name for ep in entry_points])
+        selected = []
+        for ep in entry_points:
+            if (only is not None and ep.name not in only) or ep.name in excluded:
+                if ep.name not in self.records:
+                    record = self.records[ep.name] = _record_of(ep)
+                    record.status, record.error = "disabled", f"disabled by {ENV_SELECT}"
+            else:
+                selected.append(ep)
+        return selected
+
+    def _load_entry(self, ep) -> PluginRecord:
+        record = self.records[ep.name] = _record_of(ep)
+        try:
+            module = guard.call(ep.load, env=ENV_IMPORT_TIMEOUT,
+                                what=f"importing {getattr(ep, 'value', ep.name)}")
+        except PluginFault as fault:
+            self._fail(record, str(fault))
+            return record
+        self._register(record, module)
+        return record
 
     def load(self) -> PluginManager:
+        """Load every selected plugin (those already loaded stay as they are)."""
         if self._loaded:
             return self
         with self._lock:
             if self._loaded:
                 return self
-            entry_points = self._entry_points()
-            only, excluded = validate.selection(os.environ.get(ENV_SELECT),
-                                                [ep.name for ep in entry_points])
-            for ep in entry_points:
-                name = ep.name
-                dist = getattr(ep, "dist", None)
-                record = PluginRecord(name, getattr(dist, "version", "") or "",
-                                      getattr(dist, "name", "") or "")
-                self.records[name] = record
-                if (only is not None and name not in only) or name in excluded:
-                    record.status, record.error = "disabled", f"disabled by {ENV_SELECT}"
-                    continue
-                try:
-                    module = guard.call(ep.load, env=ENV_IMPORT_TIMEOUT,
-                                        what=f"importing {getattr(ep, 'value', name)}")
-                except PluginFault as fault:
-                    self._fail(record, str(fault))
-                    continue
-                self._register(record, module)
+            for ep in self._selected():
+                if ep.name not in self.records:
+                    self._load_entry(ep)
             self._loaded = True
         for message in self.conflicts():
             _log.warning("%s", message)
         return self
+
+    def _load_declaring(self, kind: str) -> BackendModule | None:
+        """The backend claiming ``kind``, importing only the plugin that declares it; None
+        where the declarations cannot tell (a selected plugin declares nothing, none or several
+        declare ``kind``, the plugin failed or claims other kinds than it declares)."""
+        with self._lock:
+            if self._loaded:
+                return None
+            selected, declared = self._selected(), self._declarations()
+            if not selected or any(getattr(ep, "value", None) not in declared
+                                   for ep in selected):
+                return None
+            owners = [ep for ep in selected if kind in declared[ep.value]]
+            if len(owners) != 1:
+                return None
+            ep = owners[0]
+            record = self.records.get(ep.name) or self._load_entry(ep)
+        if record.status != "ok":
+            return None
+        claimed = {k for backend in record.backends for k in backend.target_kinds}
+        if claimed != declared[ep.value]:
+            _log.warning("%s declares the targets %s (entry-point group %s) but its backends "
+                         "claim %s; loading every plugin", record.label,
+                         ", ".join(sorted(declared[ep.value])), TARGETS_GROUP,
+                         ", ".join(sorted(claimed)) or "none")
+            return None
+        return next(b for b in record.backends if kind in b.target_kinds)
+
+    def declared_targets(self, plugin: str) -> set[str] | None:
+        """The target kinds the distribution of plugin ``plugin`` declares in
+        ``tilewright.targets`` (empty where it declares none); None for a plugin registered
+        without an entry point."""
+        ep = next((ep for ep in self._entry_points() if ep.name == plugin), None)
+        return None if ep is None else \
+            self._declarations().get(getattr(ep, "value", None), set())
+
+    def sources(self) -> list[tuple[str, str, str]]:
+        """``(name, version, top-level package)`` of every plugin that is loaded or selected
+        and not yet loaded (registered ones included, failed ones not): what may change a
+        compiled binary."""
+        out = {name: (name, record.version, record.module.__name__.split(".")[0])
+               for name, record in self.records.items()
+               if record.status == "ok" and record.module is not None}
+        for ep in self._selected():
+            record = self.records.get(ep.name) or _record_of(ep)
+            if record.status == "ok":  # the entry point names the package, loaded or not
+                package = getattr(ep, "value", ep.name).split(":")[0].split(".")[0]
+                out[ep.name] = (ep.name, record.version, package)
+        return [out[name] for name in sorted(out)]
 
     def register(self, module, name: str, version: str = "") -> PluginRecord:
         """Register an already-imported plugin module (used by tests and embedders)."""
@@ -240,6 +335,8 @@ class PluginManager:
         return INSTALL_HINT
 
     def backend_for(self, kind: str) -> BackendModule:
+        if not self._loaded and (backend := self._load_declaring(kind)) is not None:
+            return backend
         owners = self._kind_owners(kind)
         if len(owners) > 1:
             raise TargetError(_kind_conflict(kind, owners))
@@ -257,6 +354,12 @@ class PluginManager:
         if len(declared) > 1:
             raise TargetError(_name_conflict(name, declared))
         return owners[0][1]
+
+
+def _record_of(ep) -> PluginRecord:
+    dist = getattr(ep, "dist", None)
+    return PluginRecord(ep.name, getattr(dist, "version", "") or "",
+                        getattr(dist, "name", "") or "")
 
 
 def _fix(owners) -> str:
@@ -279,11 +382,12 @@ _MANAGER: PluginManager | None = None
 
 
 def get_manager() -> PluginManager:
-    """The process-wide plugin manager, loaded on first use."""
+    """The process-wide plugin manager. Its queries load what they need: a target's backend
+    only its plugin where the plugins declare their targets, the others everything."""
     global _MANAGER
     if _MANAGER is None:
         _MANAGER = PluginManager()
-    return _MANAGER.load()
+    return _MANAGER
 
 
 def set_manager(manager: PluginManager | None) -> PluginManager | None:

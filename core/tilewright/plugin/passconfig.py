@@ -85,7 +85,7 @@ def known_keys() -> dict[str, PassConfigKey]:
     """Every key: the core's, the loaded plugins', then TileLang's remaining members
     (:mod:`.tilelang_keys`) under the backend they belong to. Collected again when the
     process's manager or its plugins change."""
-    manager = get_manager()
+    manager = get_manager().load()
     plugins = tuple((name, r.status, id(r.module)) for name, r in manager.records.items())
     if _KNOWN[0] is manager and _KNOWN[1] == plugins:
         return dict(_KNOWN[2])
@@ -118,7 +118,7 @@ def note_ignored(configs: dict, backend: str) -> None:
     """Log once per key and backend in this process that a key of another backend (or of
     TileLang's own compiler) has no effect on ``backend``; nothing within
     :func:`quiet_ignored`."""
-    if _QUIET[0]:
+    if _QUIET[0] or not configs:
         return
     keys = known_keys()
     for name in configs:
@@ -167,6 +167,8 @@ def _unknown_hint(name: str, candidates, tilelang) -> str:
 def validate(pass_configs: dict | None) -> dict:
     """A sorted copy of ``pass_configs`` under our key names; an unknown key, a wrong type or
     one key given under two spellings with different values is a ConfigError."""
+    if not pass_configs:
+        return {}  # without collecting every plugin's keys (which loads every plugin)
     keys = known_keys()
     aliases = {k.tilelang_value: k.name for k in tilelang_keys(keys).values()}
     configs: dict = {}

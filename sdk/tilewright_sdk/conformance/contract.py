@@ -56,6 +56,24 @@ def check_target_claims(backend: BackendModule, manager=None) -> None:
                                           f"claimed by {', '.join(owners) or 'nobody'}")
 
 
+def check_target_declarations(backend: BackendModule, manager=None) -> None:
+    """The plugin's distribution declares, in the entry-point group ``tilewright.targets``,
+    exactly the target kinds its backends claim (so that a target imports only its plugin)."""
+    manager = (manager or get_manager()).load()
+    for record in manager.records.values():
+        if backend not in record.backends:
+            continue
+        declared = manager.declared_targets(record.name)
+        if declared is None:
+            return  # registered in memory, not installed: no distribution to declare
+        claimed = {kind for b in record.backends for kind in b.target_kinds}
+        assert declared == claimed, (
+            f"{record.label} declares the targets {sorted(declared)} in the entry-point "
+            f"group tilewright.targets but its backends claim {sorted(claimed)}: list each "
+            f"kind there as `KIND = \"{record.module.__name__}\"`")
+        return
+
+
 def check_executors(backend: BackendModule) -> None:
     """Executor names are unique; each says whether it is available, and why not."""
     names = [e.name for e in backend.executors]
@@ -131,7 +149,7 @@ def check_unsupported_message(backend: BackendModule) -> None:
 
 
 def _plugin_results(backend: BackendModule, hook: str) -> list:
-    manager = get_manager()
+    manager = get_manager().load()
     for record in manager.records.values():
         if backend in record.backends and record.module is not None:
             impl = getattr(record.module, hook, None)

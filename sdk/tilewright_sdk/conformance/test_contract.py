@@ -11,6 +11,7 @@ from .contract import (
     check_executors,
     check_phases_visible,
     check_target_claims,
+    check_target_declarations,
     check_timers,
     check_unsupported_dtype_message,
     check_unsupported_message,
@@ -27,6 +28,10 @@ def test_capabilities_name_known_ops_and_dtypes(tilewright_backend):
 
 def test_claims_its_targets_alone(tilewright_backend):
     check_target_claims(tilewright_backend)
+
+
+def test_declares_its_targets(tilewright_backend):
+    check_target_declarations(tilewright_backend)
 
 
 def test_executors_explain_unavailability(tilewright_backend):
