@@ -1,7 +1,8 @@
 """The forms of TileLang's eager kernels (its test_tilelang_language_eager_jit.py): ``T.const``
 names separated by spaces, a ``T.Kernel`` opened by a ``T.macro`` the kernel calls, tensors
 annotated in the signature, ``get_tir`` with ``T.Tensor`` placeholders, ``T.empty(M, N,
-dtype=)`` and ``T.ptr`` parameters of an eager kernel."""
+dtype=)`` and ``T.ptr`` parameters of an eager kernel; parameters annotated with a dtype
+(``p: T.ptr``, ``n: T.int32``) are given at run time, TileLang's "dynamic" scalars."""
 
 import pytest
 import tilewright
@@ -90,6 +91,30 @@ def test_pointer_parameters_of_an_eager_kernel():
     b.zero_()
     kernel(a, b)
     assert torch.equal(b, a * 2)
+
+
+@tilewright.jit(target="cpu")
+def scale_prefix(P: T.ptr, n: T.int32, scale: T.float32, size: int):
+    A = T.make_tensor(P, (size,), T.float32)
+    with T.Kernel(1):
+        for i in T.Parallel(size):
+            if i < n:
+                A[i] = A[i] * scale
+
+
+def test_dtype_annotated_parameters_are_given_at_run_time():
+    """An address as an int (``data_ptr()``, was compiled in as a constant: a crash in TVM
+    for any real address) or as a tensor, and scalars, all without recompiling; ``size``
+    (``int``) is a compile-time value."""
+    for n, scale, by_address in ((10, 2.0, True), (20, 3.0, False), (64, 0.5, True)):
+        a = torch.randn(64)
+        expected = a.clone()
+        expected[:n] *= scale
+        scale_prefix(a.data_ptr() if by_address else a, n, scale, 64)
+        assert torch.equal(a, expected)
+    assert len(scale_prefix._kernels) == 1
+    tir = scale_prefix.get_tir(T.ptr(), 5, 1.0, 64).script()
+    assert "def scale_prefix(P: T.handle, n: T.int32, scale: T.float32)" in tir
 
 
 def test_const_names_must_be_names():

@@ -29,6 +29,7 @@ from tvm import tirx
 from ..engine import lower as _lower_engine
 from ..engine import resolve_target
 from ..errors import ArgumentError, KernelError
+from ..language.dtypes import DType
 from ..language.kernel import ParamSlot, trace_eager
 from ..plugin.passconfig import NAMES
 from .kernel import JITKernel
@@ -250,6 +251,12 @@ class JITFunction:
         self._names = tuple(self._signature.parameters) if simple else None
         self._defaults = {k: p.default for k, p in self._signature.parameters.items()
                           if p.default is not inspect.Parameter.empty}
+        # an eager kernel's parameters its signature annotates with a dtype (``p: T.ptr``,
+        # ``n: T.int32``): given at run time (an int, a float or a tensor's address), never
+        # compiled in
+        self._scalars = frozenset(
+            name for name, annotation in inspect.get_annotations(fn).items()
+            if isinstance(annotation, DType) and name in self._signature.parameters)
         self._kernels: dict = {}
         self._recipes: dict = {}
         # an eager kernel's calls by position: (reads, each argument's dtype and shape or
@@ -365,12 +372,18 @@ class JITFunction:
         # every call of an eager kernel comes here: one dict lookup when the arguments'
         # dtypes, shapes and compile-time values and the globals the kernel reads are those
         # of an earlier call
-        key = (self._reads.snapshot(), tuple([(a.dtype, a.shape) if _is_tensor(a) else
-                                              (type(a), _freeze(a)) for a in args]))
+        scalars = self._scalars
+        key = (self._reads.snapshot(), tuple([
+            (type(a),) if scalars and self._names[i] in scalars else
+            (a.dtype, a.shape) if _is_tensor(a) else (type(a), _freeze(a))
+            for i, a in enumerate(args)]))
         known = self._calls.get(key)
         if known is None:
             kernel, inputs = self.specialize(args, kwargs)
-            positions = [next(i for i, a in enumerate(args) if a is t) for t in inputs]
+            names = self._names[:len(args)]
+            if any(p.name not in names for p in kernel.signature.inputs):
+                return kernel(*inputs)  # an input from a default: not cached by position
+            positions = [names.index(p.name) for p in kernel.signature.inputs]
             known = self._calls[key] = (kernel, positions)
         kernel, positions = known
         return kernel(*[args[i] for i in positions])
@@ -380,10 +393,13 @@ class JITFunction:
         specialisation; for ``target`` when given, else the decorator's) and its inputs in
         kernel order."""
         arguments = self._bind(args, kwargs)
-        tensors = {k: v for k, v in arguments.items() if _is_tensor(v)}
-        static = {k: v for k, v in arguments.items() if k not in tensors}
-        kernel = self._eager_kernel(tensors, static, target)
-        inputs = [tensors.get(p.name) for p in kernel.signature.inputs]
+        # (a tensor given for a ``T.ptr`` parameter is its address: a run-time scalar)
+        scalars = {k: v for k, v in arguments.items() if k in self._scalars}
+        tensors = {k: v for k, v in arguments.items() if _is_tensor(v) and k not in scalars}
+        static = {k: v for k, v in arguments.items() if k not in tensors and k not in scalars}
+        kernel = self._eager_kernel(tensors, static, target, tuple(scalars))
+        inputs = [tensors[p.name] if p.name in tensors else scalars.get(p.name)
+                  for p in kernel.signature.inputs]
         missing = [p.name for p, t in zip(kernel.signature.inputs, inputs) if t is None]
         if missing:
             raise ArgumentError(f"{self.fn.__name__}: no tensor passed for {', '.join(missing)}")
@@ -413,12 +429,16 @@ class JITFunction:
         func, _, _ = trace_eager(self.fn, {**static, **slots}, None)
         return func
 
-    def _eager_kernel(self, tensors: dict, static: dict, target=None) -> JITKernel:
+    def _eager_kernel(self, tensors: dict, static: dict, target=None,
+                      scalars: tuple = ()) -> JITKernel:
+        """``scalars``: the names of the parameters given at run time that are not tensors
+        (their values are not part of the kernel)."""
         level1 = (_freeze(static), tuple((k, str(t.dtype), t.dim()) for k, t in tensors.items()),
-                  self._reads.snapshot(), target)
+                  self._reads.snapshot(), target, scalars)
         recipe = self._recipes.get(level1)
         if recipe is None:
-            slots = {k: ParamSlot(k, t) for k, t in tensors.items()}
+            slots = {**{k: ParamSlot(k) for k in scalars},
+                     **{k: ParamSlot(k, t) for k, t in tensors.items()}}
             _, builder, _ = trace_eager(self.fn, {**static, **slots}, None)
             declared = {p.name for p in builder.params}
             undeclared = sorted(set(tensors) - declared)
@@ -434,7 +454,8 @@ class JITFunction:
         key = (level1, tuple(sorted(consts.items())))
         kernel = self._kernels.get(key)
         if kernel is None:
-            slots = {k: ParamSlot(k, t) for k, t in tensors.items()}
+            slots = {**{k: ParamSlot(k) for k in scalars},
+                     **{k: ParamSlot(k, t) for k, t in tensors.items()}}
             func, _, _ = trace_eager(self.fn, {**static, **slots}, consts)
             kernel = self._kernels[key] = self._compile(func, target)
         return kernel
@@ -449,8 +470,9 @@ class JITFunction:
         for name, param in params.items():
             if name not in static and param.default is not inspect.Parameter.empty:
                 static[name] = param.default
-            elif name not in static or _is_tensor(static[name]):
-                static[name] = ParamSlot(name)
+            elif name not in static or _is_tensor(static[name]) or \
+                    name in self._scalars and not isinstance(static[name], tirx.Var):
+                static[name] = ParamSlot(name)  # a run-time argument
         return static, consts
 
     def compile(self, *args, **kwargs) -> JITKernel:
