@@ -126,3 +126,85 @@ def test_const_names_must_be_names():
 
     with pytest.raises(KernelError, match=r"T.const: '2N' is not a name"):
         bad(torch.zeros(4, 4))
+
+
+@T.prim_func
+def handle_params(A_ptr: T.handle, B_ptr: T.handle):
+    A = T.match_buffer(A_ptr, (16, 16), dtype=T.float32, align=16)
+    B = T.match_buffer(B_ptr, (16, 16), T.float32)
+    with T.Kernel(1):
+        for i, j in T.Parallel(16, 16):
+            B[i, j] = A[j, i] + 1
+
+
+@tilewright.jit(target="cpu")
+def last_to_first(A: T.ptr, is_2d=False):
+    """TileLang's eager-JIT tutorial: a T.ptr parameter made a tensor whose T.const sizes the
+    tensor passed gives."""
+    if is_2d:
+        M, N = T.const("M, N")
+        A = T.match_buffer(A, [M, N], T.float32)
+        with T.Kernel(1):
+            A[0, 0] = A[M - 1, N - 1]
+    else:
+        L = T.const("L")
+        A = T.match_buffer(A, [L], T.float32)
+        with T.Kernel(1):
+            A[0] = A[L - 1]
+
+
+def test_match_buffer_makes_a_handle_parameter_a_tensor():
+    kernel = tilewright.compile(handle_params, target="cpu")
+    assert [p.name for p in kernel.signature.inputs] == ["A_ptr", "B_ptr"]
+    a, b = torch.randn(16, 16), torch.zeros(16, 16)
+    kernel(a, b)
+    assert torch.equal(b, a.T + 1)
+    for x in (torch.randn(64, 96), torch.randn(5, 7), torch.randn(50)):
+        last_to_first(x, is_2d=x.dim() == 2)
+        assert x.flatten()[0] == x.flatten()[-1]
+    with pytest.raises(KernelError, match=r"T.match_buffer makes a tensor parameter of a "
+                                          r"T.handle / T.ptr parameter: pass the tensor itself"):
+        last_to_first(4096)
+
+    @tilewright.jit(target="cpu")
+    def unannotated(P):
+        A = T.make_tensor(P, (4,), T.float32)
+        with T.Kernel(1):
+            A[0] = 1.0
+
+    with pytest.raises(KernelError, match=r"T.make_tensor takes an address given at run time.*"
+                                          r"got the Python int 4096: annotate"):
+        unannotated(4096)
+
+
+def test_parse_cache_key_follows_what_decides_the_kernel():
+    a, b = torch.randn(8, 16), torch.randn(8, 16)
+    assert spaced_consts.parse_cache_key(a, b) == spaced_consts.parse_cache_key(b, a)
+    assert spaced_consts.parse_cache_key(a, b) != \
+        spaced_consts.parse_cache_key(a.half(), b.half())
+    assert scale_prefix.parse_cache_key(1, 2, 3.0, 64) == \
+        scale_prefix.parse_cache_key(5, 6, 7.0, 64)  # run-time arguments: their types only
+    assert scale_prefix.parse_cache_key(1, 2, 3.0, 64) != \
+        scale_prefix.parse_cache_key(1, 2, 3.0, 32)
+
+
+def test_func_attr_names_the_kernel_and_takes_tvms_noalias_promise():
+    @T.prim_func
+    def main(A: T.Tensor((8,), T.float32)):
+        T.func_attr({"global_symbol": "renamed", "tir.noalias": True})
+        with T.Kernel(1):
+            for i in T.Parallel(8):
+                A[i] = A[i] + 1
+
+    kernel = tilewright.compile(main, target="cpu")
+    assert kernel.signature.name == "renamed"
+    a = torch.zeros(8)
+    kernel(a)
+    assert torch.equal(a, torch.ones(8))
+    with pytest.raises(KernelError, match=r"T.func_attr: attribute\(s\) 'target' are not "
+                                          r"supported \(supported: global_symbol, tir.noalias"):
+        @T.prim_func
+        def bad(A: T.Tensor((8,), T.float32)):
+            T.func_attr({"target": "cuda"})
+            with T.Kernel(1):
+                A[0] = 1.0

@@ -169,16 +169,32 @@ def lower(func, target="auto", pass_configs=None):
 KERNEL_PARAMETERS = frozenset({"Tensor", "StridedTensor", "ptr"})
 
 
-def _is_factory(fn) -> bool:
+def _function_tree(fn) -> ast.AST | None:
+    """The syntax tree of ``fn``'s definition; None where its source cannot be read."""
+    try:
+        return ast.parse(textwrap.dedent(inspect.getsource(fn))).body[0]
+    except (OSError, TypeError, SyntaxError):
+        return None
+
+
+def _matched_params(top: ast.AST | None) -> frozenset:
+    """The names ``T.match_buffer(name, ...)`` takes in the function: parameters that become
+    tensors (their ``T.const`` sizes read from the tensor passed)."""
+    if top is None:
+        return frozenset()
+    return frozenset(
+        node.args[0].id for node in ast.walk(top)
+        if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Name)
+        and getattr(node.func, "attr", getattr(node.func, "id", None)) == "match_buffer")
+
+
+def _is_factory(top: ast.AST | None) -> bool:
     """A kernel factory defines a ``@T.prim_func`` or returns a PrimFunc made elsewhere; an
     eager kernel opens ``T.Kernel`` itself or declares its tensors (``A: T.Tensor[...]`` in
     its body or its signature, or a ``T.ptr`` there), the ``T.Kernel`` in a ``T.macro`` it
-    calls (TileLang's eager kernels)."""
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
-    except (OSError, TypeError, SyntaxError):
+    calls (TileLang's eager kernels). ``top``: its definition's syntax tree."""
+    if top is None:
         return True
-    top = tree.body[0]
     args = (*top.args.posonlyargs, *top.args.args, *top.args.kwonlyargs) \
         if isinstance(top, (ast.FunctionDef, ast.AsyncFunctionDef)) else ()
     params = {a.arg for a in args}
@@ -242,7 +258,8 @@ class JITFunction:
         self.verbose = verbose
         self.debug_root_path = debug_root_path
         self.compile_flags = compile_flags
-        self.factory = _is_factory(fn)
+        tree = _function_tree(fn)
+        self.factory = _is_factory(tree)
         self._signature = inspect.signature(fn)
         # for binding a call without inspect (see _bind): the parameter names in order and
         # the defaults, when every parameter may be passed by position or by keyword
@@ -253,10 +270,11 @@ class JITFunction:
                           if p.default is not inspect.Parameter.empty}
         # an eager kernel's parameters its signature annotates with a dtype (``p: T.ptr``,
         # ``n: T.int32``): given at run time (an int, a float or a tensor's address), never
-        # compiled in
+        # compiled in; but for addresses the body makes tensors with ``T.match_buffer``
         self._scalars = frozenset(
             name for name, annotation in inspect.get_annotations(fn).items()
-            if isinstance(annotation, DType) and name in self._signature.parameters)
+            if isinstance(annotation, DType) and name in self._signature.parameters) - \
+            _matched_params(tree)
         self._kernels: dict = {}
         self._recipes: dict = {}
         # an eager kernel's calls by position: (reads, each argument's dtype and shape or
@@ -353,9 +371,27 @@ class JITFunction:
                     self._dump(func, kernel)
         return kernels
 
+    def parse_cache_key(self, *args, **kwargs) -> tuple:
+        """The key under which a call with these arguments finds its compiled kernel in this
+        process (TileLang's name): a factory's arguments, or an eager kernel's tensors'
+        dtypes and shapes, run-time arguments' types and compile-time values; with the
+        values of the globals the function reads."""
+        if self.factory:
+            return (_freeze(args), _freeze(kwargs), self._reads.snapshot())
+        if kwargs or self._names is None:
+            arguments = self._bind(args, kwargs)
+            return (self._reads.snapshot(), _freeze({
+                k: (type(v),) if k in self._scalars else
+                (v.dtype, v.shape) if _is_tensor(v) else v for k, v in arguments.items()}))
+        scalars = self._scalars
+        return (self._reads.snapshot(), tuple([
+            (type(a),) if scalars and self._names[i] in scalars else
+            (a.dtype, a.shape) if _is_tensor(a) else (type(a), _freeze(a))
+            for i, a in enumerate(args)]))
+
     def __call__(self, *args, **kwargs):
         if self.factory:
-            key = (_freeze(args), _freeze(kwargs), self._reads.snapshot())
+            key = self.parse_cache_key(*args, **kwargs)
             kernel = self._kernels.get(key)
             if kernel is None:
                 kernel = self._compile(self._factory_func(args, kwargs))
@@ -372,11 +408,7 @@ class JITFunction:
         # every call of an eager kernel comes here: one dict lookup when the arguments'
         # dtypes, shapes and compile-time values and the globals the kernel reads are those
         # of an earlier call
-        scalars = self._scalars
-        key = (self._reads.snapshot(), tuple([
-            (type(a),) if scalars and self._names[i] in scalars else
-            (a.dtype, a.shape) if _is_tensor(a) else (type(a), _freeze(a))
-            for i, a in enumerate(args)]))
+        key = self.parse_cache_key(*args)
         known = self._calls.get(key)
         if known is None:
             kernel, inputs = self.specialize(args, kwargs)

@@ -132,6 +132,15 @@ class Builder:
             raise kernel_error(f"parameter {name!r} is declared twice")
         self.params.append(ParamBinding(name, buffer, is_output, packed_bits))
 
+    def replace_param(self, var, name: str, buffer, packed_bits: int = 0) -> bool:
+        """Make the scalar parameter ``var`` (a ``T.handle`` / ``T.ptr``) the tensor parameter
+        ``buffer`` at the same position (``T.match_buffer``); False if ``var`` is none."""
+        for i, p in enumerate(self.params):
+            if p.buffer.same_as(var):
+                self.params[i] = ParamBinding(name, buffer, p.is_output, packed_bits)
+                return True
+        return False
+
     def const_symbol(self, name: str):
         """``T.const(name)``: the bound value when known, else a symbol to be bound."""
         if self.const_values is not None and name in self.const_values:

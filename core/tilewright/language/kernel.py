@@ -152,6 +152,10 @@ def make_tensor(ptr, shape, dtype="float32", strides=None) -> TileBuffer:
     if strides is not None:
         raise kernel_error("T.make_tensor(..., strides=...) is not supported: the tensor is "
                            "contiguous; give its shape")
+    if isinstance(ptr, int):  # a compile-time number (an eager argument not annotated T.ptr)
+        raise kernel_error(f"T.make_tensor takes an address given at run time (a T.ptr "
+                           f"parameter, an element of a T.ptr tensor), got the Python int "
+                           f"{ptr}: annotate the parameter 'NAME: T.ptr'")
     addr = to_expr(ptr)
     kind = value_dtype(addr)  # a T.ptr parameter is an address: "handle"
     if kind not in ("int64", "uint64", "handle"):
@@ -165,6 +169,63 @@ def make_tensor(ptr, shape, dtype="float32", strides=None) -> TileBuffer:
     tensor = declare("tensor", spec.shape, spec.dtype, "global")
     builder.emit(tirx.DeclBuffer(tensor, data=var, span=B.here()))
     return TileBuffer(tensor)
+
+
+def match_buffer(param, shape, dtype="float32", data=None, strides=None, elem_offset=None,
+                 scope="global", align=-1, offset_factor=0, buffer_type="default",
+                 axis_separators=None) -> TileBuffer:
+    """TileLang's (and TVM script's) ``A = T.match_buffer(A_ptr, shape, dtype)``: the
+    ``T.handle`` / ``T.ptr`` parameter ``A_ptr`` becomes a tensor parameter of that shape and
+    dtype, as if annotated ``T.Tensor`` (``T.const`` symbols in the shape are read from the
+    tensor passed); any other address is read as ``T.make_tensor`` reads it. The keywords
+    after ``strides`` describe the buffer TVM would match and change nothing here."""
+    if isinstance(param, TileBuffer):
+        raise kernel_error(f"T.match_buffer takes a T.handle / T.ptr parameter, got tensor "
+                           f"{param.name!r}: it is already a tensor")
+    if isinstance(param, int):
+        raise kernel_error(f"T.match_buffer makes a tensor parameter of a T.handle / T.ptr "
+                           f"parameter: pass the tensor itself (its shape gives the T.const "
+                           f"sizes), got the Python int {param}")
+    if scope != "global":
+        raise kernel_error(f"T.match_buffer of a parameter makes a global tensor, got scope "
+                           f"{scope!r}")
+    builder = B.current("T.match_buffer")
+    if isinstance(param, tirx.Var) and not builder.in_kernel():
+        spec = _tensor(shape, dtype)
+        if strides is not None:
+            spec = TensorSpec(spec.shape, spec.dtype,
+                              _integers(strides, "T.match_buffer strides", "stride"))
+        name = param.name
+        buf = declare(name, spec.shape, spec.dtype, "global", spec.strides)
+        if builder.replace_param(param, name, buf, packed_bits(spec.dtype)):
+            _bind_consts(builder, name, spec, None)
+            return TileBuffer(buf)
+    return make_tensor(param, shape, dtype, strides)
+
+
+# the attributes T.func_attr takes: TVM's no-alias promise (every backend already compiles the
+# kernel's tensors as not overlapping, TileLang's default too) and the kernel's name
+_FUNC_ATTRS = ("global_symbol", "tir.noalias", "tirx.noalias")
+
+
+def func_attr(attrs: dict) -> None:
+    """TVM script's ``T.func_attr({...})`` in a kernel's body, before ``T.Kernel``:
+    ``"global_symbol"`` names the kernel; ``"tir.noalias"`` is what every backend assumes."""
+    builder = B.current("T.func_attr")
+    if not isinstance(attrs, dict):
+        raise kernel_error(f"T.func_attr takes a dict, got {type(attrs).__name__}")
+    if builder.in_kernel():
+        raise kernel_error("T.func_attr belongs before 'with T.Kernel'")
+    unknown = sorted(str(k) for k in attrs if k not in _FUNC_ATTRS)
+    if unknown:
+        raise kernel_error(f"T.func_attr: attribute(s) {', '.join(map(repr, unknown))} are not "
+                           f"supported (supported: {', '.join(_FUNC_ATTRS)})")
+    if "global_symbol" in attrs:
+        name = attrs["global_symbol"]
+        if not isinstance(name, str) or not name.isidentifier():
+            raise kernel_error(f"T.func_attr: 'global_symbol' must be an identifier, got "
+                               f"{name!r}")
+        builder.name = name
 
 
 def view(src, shape=None, dtype=None) -> TileBuffer:
