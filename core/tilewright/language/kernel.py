@@ -545,6 +545,23 @@ def eager_consts(fn, static: dict, tensors: dict) -> dict:
     return {name: source.value(tensors) for name, source in builder.const_sources.items()}
 
 
+class Ref:
+    """``x: T.Ref``, the annotation of a ``T.macro`` parameter passed by reference: the caller
+    gives a buffer element (``buf[i]``) or a ``T.alloc_var`` scalar, and ``x = v`` in the
+    macro stores into it (reading ``x`` reads it)."""
+
+
+def _reference(macro: str, name: str, value):
+    """The argument ``value`` of the ``T.Ref`` parameter ``name`` as a scalar that stores into
+    the caller's element or variable."""
+    if isinstance(value, VarHandle):
+        return value
+    if isinstance(value, tvm.ir.TensorLoad):  # what ``buf[i]`` reads
+        return IterationVar(value.source, tuple(value.indices))
+    raise kernel_error(f"T.macro {macro}: parameter {name!r} is a T.Ref: pass a buffer element "
+                       f"(buf[i]) or a T.alloc_var scalar, got {type(value).__name__}")
+
+
 class Macro:
     """``@T.macro``: a helper whose statements are emitted inline where it is called."""
 
@@ -556,9 +573,16 @@ class Macro:
         self.__doc__ = fn.__doc__
         self._body = None
         self._depth = 0
+        self._refs = frozenset(k for k, v in inspect.get_annotations(fn).items() if v is Ref)
 
     def __call__(self, *args, **kwargs):
         B.current(f"macro {self.fn.__name__}")
+        if self._refs:
+            bound = inspect.signature(self.fn).bind(*args, **kwargs)
+            for name in self._refs & bound.arguments.keys():
+                bound.arguments[name] = _reference(self.fn.__name__, name,
+                                                   bound.arguments[name])
+            args, kwargs = bound.args, bound.kwargs
         if self._body is None:
             self._body = rewrite(self.fn, HELPERS)
         if self._depth >= self.MAX_DEPTH:
