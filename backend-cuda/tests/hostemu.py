@@ -39,6 +39,7 @@ from pathlib import Path
 
 import filelock
 from tilewright.runtime.cuda import kernels_of, symbol_values
+from tilewright_sdk.conformance.runner import copy_argument
 
 SHIM = r"""
 #include <vector_types.h>  // float4 & co. for vectorised loads and stores (16-byte aligned)
@@ -700,7 +701,7 @@ def run_case(case, target: str, workdir: Path) -> str:
                                 **case.dims)
     expected = case.reference(inputs)
     outputs = {i % len(func.params) for i in case.kernel.out_idx}
-    given, args, results = iter(t.clone() for t in inputs), [], []
+    given, args, results = iter(copy_argument(torch, t) for t in inputs), [], []
     for i, param in enumerate(func.params):
         if i in outputs:
             dtype = getattr(torch, str(param.dtype))
@@ -710,6 +711,7 @@ def run_case(case, target: str, workdir: Path) -> str:
         else:
             args.append(next(given))
     run(lowered.source.text, lowered.source.payload, workdir, *args)
+    results += [args[i] for i in case.kernel.inplace]
     for n, (got, want) in enumerate(zip(results, expected, strict=True)):
         dtype, length = str(got.dtype), case.kernel.reduction(**case.dims)
         given_tolerance = {}

@@ -18,3 +18,25 @@ CASES = [c for c in cases(["gemm", "gemm_pipelined", "attention", "gemm_sp", "ge
 def test_conformance_case_in_host_emulation(case, tmp_path):
     source = hostemu.run_case(case, "cuda -arch=sm_80", tmp_path)
     assert "tw_gemm_mma" in source  # the tensor-core path
+
+
+def _inplace_cases() -> list:
+    """The first case of each kernel that writes into its arguments (atomics, their returned
+    previous values, tables of addresses): the outputs the check reads are those arguments."""
+    from tilewright.plugin import get_manager
+
+    features = get_manager().backend_for("cuda").capabilities.features
+    first = {}
+    for case in cases():
+        if case.kernel.inplace and set(case.kernel.features) <= features:
+            first.setdefault(case.kernel.name, case)
+    return list(first.values())
+
+
+INPLACE = _inplace_cases()
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize("case", INPLACE, ids=[c.id for c in INPLACE])
+def test_a_case_writing_its_arguments_in_host_emulation(case, tmp_path):
+    hostemu.run_case(case, "cuda -arch=sm_90a", tmp_path)

@@ -161,7 +161,7 @@ def execute(case: Case, func, target: str, seed: int = 0) -> str:
         gen = torch.Generator().manual_seed(seed)
         inputs = case.kernel.inputs(torch, gen, case.dtype, **dims)
         expected = case.reference(inputs, **dims)
-        args = [_copy(torch, t) for t in inputs]
+        args = [copy_argument(torch, t) for t in inputs]
         result = kernel(*args)
         actual = [] if result is None else list(result) if isinstance(result, (list, tuple)) \
             else [result]
@@ -184,7 +184,7 @@ def execute(case: Case, func, target: str, seed: int = 0) -> str:
     return f"max relative error {worst:.3g}"
 
 
-def _copy(torch, tensor):
+def copy_argument(torch, tensor):
     """A copy of the input ``tensor`` with its strides (``clone`` makes a view that is not
     dense, every other column of a matrix, contiguous; a case of strided tensors passes
     such views); a scalar input as it is."""
