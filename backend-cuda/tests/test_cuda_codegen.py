@@ -178,6 +178,7 @@ def test_device_assert_and_print_are_gated():
             T.device_assert(A[0] > 0.0, msg="positive")
 
     text = tilewright.lower(main, "cuda").source.text
-    assert "if (((int)threadIdx.x) == 0)" in text  # the tile: one thread prints it
-    assert text.count("printf(") == 4  # tile header, tile element, scalar, assertion
+    kernel = text[text.index('extern "C" __global__'):]  # after the pasted headers
+    assert "if (((int)threadIdx.x) == 0)" in kernel  # the tile: one thread prints it
+    assert kernel.count(" printf(") == 4  # tile header, tile element, scalar, assertion
     assert "__trap()" in text and "positive" in text

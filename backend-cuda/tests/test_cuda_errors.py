@@ -190,17 +190,3 @@ def test_a_symbol_only_inside_a_nonlinear_dimension_is_named():
         tilewright.lower(main, "cuda -arch=sm_90a")
 
 
-def test_a_strided_tensor_is_refused_at_its_first_use():
-    # the CUDA backend addresses its tensors contiguously (no 'strided_tensors' feature); a
-    # T.Tensor parameter takes a non-contiguous argument as a contiguous copy
-    @T.prim_func
-    def main(A: T.StridedTensor((4, 8), (T.symbolic("s"), 1), "float32"),
-             B: T.Tensor((4, 8), "float32")):
-        with T.Kernel(1, threads=128):
-            for i, j in T.Parallel(4, 8):
-                B[i, j] = A[i, j]
-
-    with pytest.raises(UnsupportedOpError, match=r"test_cuda_errors.py:\d+: parameter 'A' is "
-                                                 r"a T.StridedTensor, which backend 'cuda' does "
-                                                 r"not take .* declare it with T.Tensor"):
-        tilewright.lower(main, "cuda -arch=sm_90a")

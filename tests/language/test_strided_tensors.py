@@ -124,6 +124,24 @@ def test_an_axis_of_extent_one_may_have_any_stride(target):
 
 
 @pytest.mark.parametrize("target", TARGETS)
+def test_a_misaligned_written_strided_tensor_is_passed_as_an_aligned_copy(target):
+    """The code may assume the data aligned (CUDA's 16-byte chunks): the call passes an
+    aligned copy with the same strides (the stride symbols keep their values) and copies the
+    written elements back, leaving the elements between them as they were."""
+    kernel = tilewright.compile(blocks(12, 20), target=target)
+    a_base, b_base = torch.randn(12 * 33 + 1), torch.randn(12 * 45 + 1)
+    a = a_base[1:].view(12, 33)[:, 4:24]  # 4 bytes past an aligned start
+    b = b_base[1:].view(12, 45)[:, 1:41:2]  # column stride 2
+    assert a.data_ptr() % 16 and b.data_ptr() % 16
+    untouched = b_base.clone()
+    kernel(a, b)
+    torch.testing.assert_close(b, a * 2 + 33)
+    written = torch.zeros(12 * 45 + 1, dtype=torch.bool)
+    written[1:].view(12, 45)[:, 1:41:2] = True
+    assert torch.equal(b_base[~written], untouched[~written])
+
+
+@pytest.mark.parametrize("target", TARGETS)
 def test_float4_strided_tensor_writes_its_values_and_nothing_between_rows(target):
     """TileLang's subtype test: float4 values stored through a strided view of a buffer with
     padding after each row (its strides counted in values, two a byte)."""

@@ -20,7 +20,7 @@ import tvm_ffi
 from tvm import tirx
 
 from .. import layout
-from .ir import substitute, uses
+from .ir import row_step, substitute, unit_inner, uses
 
 RUN = 8  # elements a call: the eight 4-bit codes of a 32-bit word, 16 bytes of float16
 _SHARED = ("shared", "shared.dyn")
@@ -198,8 +198,8 @@ def _run_start(indices, j, run, buf, analyzer, half=False) -> bool:
     offset = analyzer.simplify(indices[-1] - position)
     if uses(offset, j) or not analyzer.can_prove(tirx.floormod(offset, run) == 0):
         return False
-    last = buf.shape[-1]
-    return isinstance(last, tirx.IntImm) and int(last.value) % run == 0
+    last = row_step(buf)
+    return unit_inner(buf) and isinstance(last, tirx.IntImm) and int(last.value) % run == 0
 
 
 def _run_invariant(expr, j, extent, analyzer) -> bool:

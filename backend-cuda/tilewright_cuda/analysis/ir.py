@@ -297,6 +297,22 @@ def const(e) -> int | None:
     return int(e.value) if isinstance(e, tirx.IntImm) else None
 
 
+# -- tensors' layouts ---------------------------------------------------------------------------
+def unit_inner(buffer) -> bool:
+    """Whether the elements of ``buffer``'s innermost dimension are adjacent in memory: a
+    contiguous tensor or tile, or a ``T.StridedTensor`` whose last stride is 1."""
+    strides = list(buffer.strides or ())
+    return not strides or const(strides[-1]) == 1
+
+
+def row_step(buffer):
+    """The elements from one row of ``buffer`` (its innermost dimension) to the next: the
+    innermost extent of a contiguous buffer, a ``T.StridedTensor``'s second-last stride. The
+    vector and TMA paths prove their alignment with it, not with the extent."""
+    strides = list(buffer.strides or ())
+    return strides[-2] if len(strides) > 1 else buffer.shape[-1]
+
+
 # -- expressions as Python -----------------------------------------------------------------------
 class NotPython(Exception):
     """An expression :func:`py_expr` cannot write as Python."""
@@ -349,8 +365,9 @@ def py_expr(e, names=None, truncating: bool = True) -> str:
 def launch_symbols(params) -> dict:
     """Where the launcher finds each symbol when the kernel is called, from the kernel's
     parameters ``params``: a shape symbol that is a whole extent of a tensor parameter as
-    ``{name: [parameter, dimension]}``, an integer scalar parameter (a grid of
-    ``T.ceildiv(max_seqlen, 128)`` blocks) as ``{name: [parameter]}``. A symbol found only
+    ``{name: [parameter, dimension]}``, a stride symbol of a ``T.StridedTensor`` parameter as
+    ``{name: [parameter, dimension, 1]}`` (in elements), an integer scalar parameter (a grid
+    of ``T.ceildiv(max_seqlen, 128)`` blocks) as ``{name: [parameter]}``. A symbol found only
     inside an extent (``2 * M``) or nowhere is unknown at launch."""
     found = {}
     for index, p in enumerate(params):
@@ -358,6 +375,9 @@ def launch_symbols(params) -> dict:
             for dim, extent in enumerate(p.shape):
                 if isinstance(extent, tirx.Var):
                     found.setdefault(str(extent.name), [index, dim])
+            for dim, stride in enumerate(p.strides or ()):
+                if isinstance(stride, tirx.Var):
+                    found.setdefault(str(stride.name), [index, dim, 1])
         elif "int" in str(p.ty):
             found.setdefault(str(p.name), [index])
     return found

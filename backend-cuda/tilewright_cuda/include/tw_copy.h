@@ -7,8 +7,22 @@
 // store through registers.
 #pragma once
 
+#if defined(TW_HOST_EMULATION)
+// the GPU faults ("misaligned address") on a 16-byte chunk not on a 16-byte boundary; the
+// host would copy it
+inline void tw_check_chunk(const void* dst, const void* src, const char* what) {
+  if ((reinterpret_cast<unsigned long long>(dst) | reinterpret_cast<unsigned long long>(src)) &
+      15) {
+    std::fprintf(stderr, "%s of 16 bytes from %p to %p: not 16-byte aligned (a misaligned "
+                 "address on the GPU)\n", what, src, dst);
+    __trap();
+  }
+}
+#endif
+
 __device__ __forceinline__ void tw_cp_async16(void* dst, const void* src, int src_bytes) {
 #if defined(TW_HOST_EMULATION)
+  tw_check_chunk(dst, src, "cp.async");
   std::memcpy(dst, src, src_bytes);
   std::memset(static_cast<char*>(dst) + src_bytes, 0, 16 - src_bytes);
 #elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -33,6 +47,7 @@ __device__ __forceinline__ void tw_cp_async_wait() {
 
 __device__ __forceinline__ void tw_copy16(void* dst, const void* src, int src_bytes) {
 #if defined(TW_HOST_EMULATION)
+  tw_check_chunk(dst, src, "128-bit copy");
   std::memcpy(dst, src, src_bytes);
   std::memset(static_cast<char*>(dst) + src_bytes, 0, 16 - src_bytes);
 #else

@@ -23,7 +23,7 @@ from tvm import tirx
 
 from .. import intrinsics, keys, layout
 from ..analysis.accesses import SHARED_MEMORIES
-from ..analysis.ir import const
+from ..analysis.ir import const, row_step, unit_inner
 from . import tma
 from .common import cast, reducer_kind, thread_var
 from .reduce import finalize_reducer
@@ -98,7 +98,8 @@ def vector_copy(src: Region, dst: Region, sdims, ddims, ctx: RuleContext):
                                              tile.buffer.shape[-1], tile.starts[-1]))
     if None in (inner, row, start) or inner % vec or row % vec or start % vec:
         return None
-    if not ctx.can_prove(tirx.floormod(as_expr(tensor.buffer.shape[-1]), vec) == 0) or \
+    if not unit_inner(tensor.buffer) or \
+            not ctx.can_prove(tirx.floormod(as_expr(row_step(tensor.buffer)), vec) == 0) or \
             not ctx.can_prove(tirx.floormod(as_expr(tensor.starts[-1]), vec) == 0):
         return None
     use_async = loading and ctx.options.arch.sm >= 80
@@ -134,7 +135,8 @@ def copy_from_registers(src: Region, dst: Region, ctx: RuleContext):
     dtype = str(dst.buffer.dtype)
     paired = dtype in ("float16", "bfloat16", "float32") and len(dims) == 2 and \
         dims[-1] == len(dst.buffer.shape) - 1 and \
-        ctx.can_prove(tirx.floormod(as_expr(dst.buffer.shape[-1]), 2) == 0) and \
+        unit_inner(dst.buffer) and \
+        ctx.can_prove(tirx.floormod(as_expr(row_step(dst.buffer)), 2) == 0) and \
         ctx.can_prove(tirx.floormod(as_expr(dst.starts[-1]), 2) == 0)
     first = r * 2 if paired else r
     row, col = layout.element(src.buffer, first, threads, tx)

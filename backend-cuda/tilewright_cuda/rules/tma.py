@@ -42,7 +42,7 @@ from tilewright.transform import RuleContext
 from tvm import tirx
 
 from .. import intrinsics, keys, layout, ops
-from ..analysis.ir import const
+from ..analysis.ir import const, row_step, unit_inner
 from .common import leader
 
 SWIZZLE_BYTES = {3: 128, 2: 64, 1: 32}
@@ -291,8 +291,10 @@ def why_not(call: TileOpCall, ctx: RuleContext) -> str | None:
         return "the unswizzled tile's rows are not a multiple of 16 bytes (TMA's box rule)"
     if swizzled is not None and shape[0] * swizzled[0] % SWIZZLE_PERIOD:
         return "a column block of the tile is not a whole number of swizzle periods"
+    if not unit_inner(src.buffer):
+        return "the tensor's last dimension is not contiguous (TMA's stride rule)"
     if len(src.buffer.shape) > 1 and not ctx.can_prove(
-            tirx.floormod(src.buffer.shape[-1], 16 // itemsize) == 0):
+            tirx.floormod(row_step(src.buffer), 16 // itemsize) == 0):
         return "the tensor's rows are not a multiple of 16 bytes (TMA's stride rule)"
     return None
 

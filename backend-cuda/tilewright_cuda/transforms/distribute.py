@@ -21,7 +21,9 @@ from ..analysis.ir import (
     find_thread,
     is_parallel,
     map_roles,
+    row_step,
     substitute,
+    unit_inner,
     uses,
 )
 from ..keys import WARP
@@ -294,8 +296,8 @@ class Distribute(StmtMutator):
             if uses(offset, j) or not self.analyzer.can_prove(
                     tirx.floormod(substitute(offset, {j: q * vec}), vec) == 0):
                 return None
-            if len(buf.shape) > 1 and not self.analyzer.can_prove(
-                    tirx.floormod(buf.shape[-1], vec) == 0):
+            if not unit_inner(buf) or len(buf.shape) > 1 and not self.analyzer.can_prove(
+                    tirx.floormod(row_step(buf), vec) == 0):
                 return None
         return vec
 

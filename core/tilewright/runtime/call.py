@@ -62,6 +62,7 @@ class KernelCall:
                                                          len(signature.params)))
         self._tensor_type, self._empty, self._zeros = torch.Tensor, torch.empty, torch.zeros
         self._contiguous = torch.contiguous_format
+        self._empty_strided = torch.empty_strided
         # packed tensors: (argument position, spec) of inputs, (output position, spec) of outputs
         self._packed_inputs = [(pos, signature.params[i]) for pos, i in enumerate(self._inputs)
                                if signature.params[i].packed_bits]
@@ -167,14 +168,21 @@ class KernelCall:
         copies; the pairs (original, copy) of those the kernel may write. A
         ``T.StridedTensor`` whose stride on an axis of extent 1 is not the one the kernel
         declares (which its compiled code may insist on) is passed as a view with that
-        stride: the same elements."""
+        stride: the same elements; one whose data is not aligned as the code assumes, as an
+        aligned copy with those strides (its stride symbols keep their values)."""
         args = list(args)
         written = []
         for pos, is_written, strides in copies:
-            if strides is not None:
+            aligned = args[pos].data_ptr() % self.signature.params[self._inputs[pos]].align == 0
+            if strides is not None and aligned:  # the same elements, seen with these strides
                 args[pos] = args[pos].as_strided(args[pos].shape, strides)
                 continue
-            copy = args[pos].clone(memory_format=self._contiguous)
+            if strides is not None:
+                original = args[pos]
+                copy = self._empty_strided(original.shape, strides, dtype=original.dtype,
+                                           device=original.device).copy_(original)
+            else:
+                copy = args[pos].clone(memory_format=self._contiguous)
             if is_written:
                 written.append((args[pos], copy))
             args[pos] = copy
@@ -261,7 +269,9 @@ class KernelCall:
         self._solve_symbols(args, symbols)
         for pos, arg, spec, where in strided:
             passed = _passed_strides(arg, spec, where, symbols)
-            if passed != tuple(arg.stride()):
+            if arg.data_ptr() % spec.align:  # an aligned copy, the same strides
+                copies.append((pos, spec.written, passed))
+            elif passed != tuple(arg.stride()):
                 copies.append((pos, False, passed))
         shapes = []
         for index in self._outputs:

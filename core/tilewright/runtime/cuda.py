@@ -112,8 +112,9 @@ class CubinFunction:
 
     ``launch`` (from the backend's codegen) holds ``entry``, ``params`` (tensor / scalar /
     symbol, in device-parameter order), ``symbols`` (where each symbol of the grid is read:
-    ``[kernel parameter, dimension]`` for a tensor's extent, ``[kernel parameter]`` for an
-    integer scalar argument; see :func:`symbol_values`), ``grid`` (three Python expressions
+    ``[kernel parameter, dimension]`` for a tensor's extent, ``[kernel parameter, dimension,
+    1]`` for its stride, ``[kernel parameter]`` for an integer scalar argument; see
+    :func:`symbol_values`), ``grid`` (three Python expressions
     over the symbols), ``block`` and ``dynamic_smem_bytes``. A kernel sequence (several
     ``with T.Kernel`` blocks) has ``symbols``, ``kernels`` (one such description per block,
     launched in order) and ``workspaces`` (``name``, ``dtype`` and ``bytes``, an expression
@@ -308,9 +309,11 @@ def _int(value, low: int, high: int) -> bool:
 
 def symbol_values(sources: dict, args) -> dict:
     """Each launch symbol's value for a call on ``args`` (every kernel parameter in order):
-    ``[param, dim]`` is the extent of a tensor argument, ``[param]`` an integer scalar
-    argument itself (a grid such as ``T.ceildiv(max_seqlen, 128)`` over a scalar)."""
-    return {name: int(args[src[0]].shape[src[1]]) if len(src) == 2 else int(args[src[0]])
+    ``[param, dim]`` is the extent of a tensor argument, ``[param, dim, 1]`` its stride (in
+    elements: a ``T.StridedTensor``'s), ``[param]`` an integer scalar argument itself (a grid
+    such as ``T.ceildiv(max_seqlen, 128)`` over a scalar)."""
+    return {name: int(args[src[0]].shape[src[1]]) if len(src) == 2 else
+            int(args[src[0]].stride(src[1])) if len(src) == 3 else int(args[src[0]])
             for name, src in sources.items()}
 
 
@@ -339,8 +342,9 @@ def check_launch(launch) -> dict:
     expect(isinstance(launch, dict), "not an object")
     symbols = launch.get("symbols")
     expect(isinstance(symbols, dict) and all(
-        isinstance(k, str) and k.isidentifier() and isinstance(v, list) and len(v) in (1, 2) and
-        all(_int(x, 0, 1 << 16) for x in v) for k, v in symbols.items()), "symbols")
+        isinstance(k, str) and k.isidentifier() and isinstance(v, list) and
+        len(v) in (1, 2, 3) and all(_int(x, 0, 1 << 16) for x in v) and
+        (len(v) < 3 or v[2] == 1) for k, v in symbols.items()), "symbols")
     spaces = launch.get("workspaces", [])
     expect(isinstance(spaces, list) and len(spaces) <= 1024, "workspaces")
     for w in spaces:
@@ -425,7 +429,8 @@ class BundleKernel(KernelCall):
             kind = "tensor" if dim else "scalar"
             if param >= limit or signature.params[param].kind != kind or \
                     dim and dim[0] >= len(signature.params[param].shape):
-                where = f"dimension {dim[0]}" if dim else "as a scalar"
+                where = f"{'stride' if dim[1:] else 'dimension'} {dim[0]}" if dim \
+                    else "as a scalar"
                 raise BundleError(bundle.path, "fields", f"symbol {name!r} is read from "
                                                          f"parameter {param}, {where}")
         return BundleKernel(CubinFunction(bundle.files["binary"], launch,
