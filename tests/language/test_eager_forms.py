@@ -8,7 +8,7 @@ import pytest
 import tilewright
 import tilewright.language as T
 import torch
-from tilewright.errors import KernelError
+from tilewright.errors import ArgumentError, KernelError
 
 
 @T.macro
@@ -208,3 +208,27 @@ def test_func_attr_names_the_kernel_and_takes_tvms_noalias_promise():
             T.func_attr({"target": "cuda"})
             with T.Kernel(1):
                 A[0] = 1.0
+
+
+@tilewright.jit(target="cpu")
+def add_rows(A, B, M, N):
+    """TileLang's eager-JIT tutorial's dynamic sizes: ``M: T.int32`` in the body."""
+    M: T.int32
+    N: T.int32
+    A: T.Tensor[[M, N], T.float32]
+    B: T.Tensor[[M, N], T.float32]
+    with T.Kernel(T.ceildiv(M, 4), threads=32) as bx:
+        for i, j in T.Parallel(4, N):
+            if bx * 4 + i < M:
+                B[bx * 4 + i, j] = A[bx * 4 + i, j] + M
+
+
+def test_body_annotated_scalars_are_given_at_run_time():
+    for m in (5, 9, 13):
+        a, b = torch.randn(m, 8), torch.zeros(m, 8)
+        add_rows(a, b, m, 8)
+        assert torch.equal(b, a + m)
+    assert len(add_rows._kernels) == 1
+    with pytest.raises(ArgumentError, match=r"kernel add_rows: M = 6, but the tensors' shapes "
+                                            r"give M = 5"):
+        add_rows(torch.randn(5, 8), torch.zeros(5, 8), 6, 8)

@@ -29,7 +29,7 @@ from tvm import tirx
 from ..engine import lower as _lower_engine
 from ..engine import resolve_target
 from ..errors import ArgumentError, KernelError
-from ..language.dtypes import DType
+from ..language.dtypes import DTYPES, DType
 from ..language.kernel import ParamSlot, trace_eager
 from ..plugin.passconfig import NAMES
 from .kernel import JITKernel
@@ -177,6 +177,18 @@ def _function_tree(fn) -> ast.AST | None:
         return None
 
 
+def _body_scalars(top: ast.AST | None) -> frozenset:
+    """The names an eager kernel's body annotates with a dtype (``n: T.int32``, TileLang's
+    dynamic scalars): parameters given at run time."""
+    if top is None:
+        return frozenset()
+    return frozenset(
+        node.target.id for node in ast.walk(top)
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and
+        node.value is None and isinstance(node.annotation, ast.Attribute) and
+        node.annotation.attr in DTYPES)
+
+
 def _matched_params(top: ast.AST | None) -> frozenset:
     """The names ``T.match_buffer(name, ...)`` takes in the function: parameters that become
     tensors (their ``T.const`` sizes read from the tensor passed)."""
@@ -271,10 +283,10 @@ class JITFunction:
         # an eager kernel's parameters its signature annotates with a dtype (``p: T.ptr``,
         # ``n: T.int32``): given at run time (an int, a float or a tensor's address), never
         # compiled in; but for addresses the body makes tensors with ``T.match_buffer``
-        self._scalars = frozenset(
+        self._scalars = (frozenset(
             name for name, annotation in inspect.get_annotations(fn).items()
-            if isinstance(annotation, DType) and name in self._signature.parameters) - \
-            _matched_params(tree)
+            if isinstance(annotation, DType)) | _body_scalars(tree)) & \
+            frozenset(self._signature.parameters) - _matched_params(tree)
         self._kernels: dict = {}
         self._recipes: dict = {}
         # an eager kernel's calls by position: (reads, each argument's dtype and shape or

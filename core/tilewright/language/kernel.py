@@ -391,6 +391,11 @@ def annotate(name, current, annotation, value):
         _bind_consts(builder, name, annotation, current)
         builder.add_param(name, buf, packed_bits=packed_bits(annotation.dtype))
         return TileBuffer(buf)
+    if isinstance(annotation, DType) and isinstance(current, ParamSlot) and value is None:
+        # ``n: T.int32`` in an eager kernel's body: the argument ``n`` is given at run time
+        var = tirx.Var(name, normalize_dtype(annotation))
+        B.current(f"declaring {name!r}").add_param(name, var)
+        return var
     return value if value is not None else current
 
 

@@ -72,6 +72,14 @@ class KernelCall:
         self._pointers = [pos for pos, i in enumerate(self._inputs)
                           if signature.params[i].dtype == "handle"]
         self._strided = signature.strided
+        # scalar arguments a tensor's shape names too (``n: T.int32`` and ``T.Tensor[[n], ...]``):
+        # (position, name), checked against the shapes at every call
+        dims = {d for p in signature.params if p.kind == "tensor" for d in p.shape
+                if isinstance(d, str)}
+        self._shape_scalars = [(pos, signature.params[i].name)
+                               for pos, i in enumerate(self._inputs)
+                               if signature.params[i].kind == "scalar" and
+                               signature.params[i].name in dims]
 
     @property
     def entry_address(self) -> int | None:
@@ -132,6 +140,10 @@ class KernelCall:
         if plan is None:
             plan = self._plans[key] = self._new_plan(args)
         outs, copies, symbols = plan
+        for pos, name in self._shape_scalars:
+            if symbols.get(name) is not None and args[pos] != symbols[name]:
+                raise ArgumentError(f"kernel {self.signature.name}: {name} = {args[pos]!r}, but "
+                                    f"the tensors' shapes give {name} = {symbols[name]}")
         if self.signature.assumptions:
             self._check_assumptions(args, symbols)
         if self._pointers:
