@@ -115,3 +115,33 @@ def test_a_kernel_without_tensor_parameters_allocates_its_tiles(target):
     kernel(a.data_ptr(), c.data_ptr(), 1024)
     want = (a.view(2, 512) + a.view(2, 512).flip(1)).view(-1)
     assert torch.equal(c, want)
+
+
+def low_precision_through_a_table(dtype, groups=3, n=40):
+    @T.prim_func
+    def main(X_ptrs: T.Tensor([groups], T.ptr), Y: T.Tensor([groups, n], T.float32)):
+        with T.Kernel(groups, threads=32) as g:
+            X = T.make_tensor(X_ptrs[g], (n,), dtype)
+            for i in T.Parallel(n):
+                Y[g, i] = T.cast(X[i], T.float32)
+                X[i] = T.cast(X[i] * 3, dtype)
+
+    return main
+
+
+@pytest.mark.parametrize("target", ["cpu", "interp"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float8_e4m3fn"])
+def test_low_precision_tensors_at_an_address_are_read_and_written(target, dtype):
+    """The interpreter holds bfloat16 and float8 values in float32: a tensor it makes at an
+    address is a float32 copy whose changed elements go back to the memory when the call
+    ends (it refused such a tensor before); each block writes its own tensor."""
+    kernel = tilewright.compile(low_precision_through_a_table(dtype), out_idx=[-1],
+                                target=target)
+    torch_dtype = getattr(torch, dtype)
+    xs = [torch.randn(40).to(torch_dtype) for _ in range(3)]
+    before = [x.clone() for x in xs]
+    y = kernel(table(xs))
+    torch.testing.assert_close(y, torch.stack([x.float() for x in before]), rtol=0, atol=0)
+    for x, old in zip(xs, before):
+        assert torch.equal(x, (old * 3).to(torch_dtype)) if dtype == "bfloat16" else \
+            torch.equal(x, (old.float() * 3).to(torch_dtype))

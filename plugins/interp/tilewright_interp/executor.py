@@ -4,7 +4,8 @@ The source is written to ``kernel.py`` in the folder the cache keeps, so a debug
 line by line, and reloading a cached kernel needs nothing but that file. The kernel runs with
 NumPy's floating-point and overflow warnings off: a float division by zero, an invalid
 operation or an integer that wraps gives what the hardware gives (inf, NaN, the wrapped value),
-as on every other backend, without a warning per element.
+as on every other backend, without a warning per element. When it returns, what it wrote into
+bfloat16 and float8 tensors it made at an address (held as float32 copies) is stored back.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from pathlib import Path
 import numpy as np
 from tilewright.errors import KernelIndexError, SourceLocation
 from tilewright.plugin import Availability, Executor, GeneratedSource
+
+from .runtime import write_addressed
 
 SOURCE = "kernel.py"
 _ids = itertools.count()
@@ -42,6 +45,8 @@ def _quiet(kernel, path: Path):
                 return kernel(*args, **kwargs)
             except IndexError as exc:
                 raise out_of_bounds(exc, path) from exc
+            finally:  # bfloat16 / float8 tensors the kernel made at an address
+                write_addressed()
 
     return run
 

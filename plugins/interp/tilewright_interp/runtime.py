@@ -246,12 +246,19 @@ def view(base: np.ndarray, shape, base_dtype: str, dtype: str) -> np.ndarray:
     return flat[:math.prod(shape)].reshape(shape)
 
 
+# the tensors of an emulated dtype (bfloat16, float8) a call made at an address: (the memory in
+# the dtype's storage type, the float32 copy the kernel works on, that copy as made), written
+# back by write_addressed when the call ends
+_ADDRESSED: list = []
+
+
 def at_address(address: int, shape, dtype: str) -> np.ndarray:
     """``T.make_tensor(ptr, shape, dtype)``: the host memory at ``address`` (a tensor's
     ``data_ptr()``, read from a ``T.ptr`` table) as an array of ``shape`` and ``dtype``, which
-    the kernel reads and writes in place."""
-    if dtype in EMULATED:
-        raise TypeError(f"the interpreter holds {dtype} tensors as float32 copies; it cannot "
+    the kernel reads and writes in place; for bfloat16 and float8, a float32 copy whose
+    changed elements :func:`write_addressed` stores back."""
+    if dtype in CODED:
+        raise TypeError(f"the interpreter holds {dtype} tensors as codes one a byte; it cannot "
                         "address one through T.make_tensor")
     if isinstance(address, ctypes.c_void_p):  # a T.ptr parameter
         address = address.value or 0
@@ -260,8 +267,25 @@ def at_address(address: int, shape, dtype: str) -> np.ndarray:
         raise ValueError("T.make_tensor at address 0 (a null pointer in the T.ptr table)")
     shape = tuple(int(s) for s in shape)
     count = math.prod(shape)
-    memory = (ctypes.c_char * (count * np.dtype(NUMPY[dtype]).itemsize)).from_address(address)
-    return np.frombuffer(memory, dtype=NUMPY[dtype], count=count).reshape(shape)
+    storage = _STORAGE[dtype]
+    memory = (ctypes.c_char * (count * np.dtype(storage).itemsize)).from_address(address)
+    array = np.frombuffer(memory, dtype=storage, count=count).reshape(shape)
+    if dtype not in EMULATED:
+        return array
+    work = array.astype(np.float32)
+    _ADDRESSED.append((array, work, work.copy()))
+    return work
+
+
+def write_addressed() -> None:
+    """Store the elements a call changed in its float32 copies of addressed tensors
+    (:func:`at_address`) back into their memory, rounded to their dtype (the kernel's stores
+    rounded them already), in the order the copies were made; then forget the copies. Only
+    changed elements are stored: blocks that each address the tensor write their own parts."""
+    while _ADDRESSED:
+        memory, work, before = _ADDRESSED.pop(0)
+        changed = work.view(np.uint32) != before.view(np.uint32)
+        memory[changed] = work[changed].astype(memory.dtype)
 
 
 def write_back(arg, array, dtype: str) -> None:

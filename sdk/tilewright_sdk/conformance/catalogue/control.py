@@ -683,8 +683,7 @@ ROWS = (
     Kernel("pointer_params", (*BASE, "Parallel", "alloc_shared", "if_then_else", "ptr",
                               "make_tensor", "int32"), (), _pointer_params, _pointer_inputs,
            _pointer_ref, {"partial": {"N": 600}}, out_idx=(), inplace=(1,),
-           features=("pointer_params",), dtypes=("float32", "float16", "int32"),  # the
-           # interpreter holds bfloat16 tensors as float32 copies: it cannot address those
+           features=("pointer_params",), dtypes=("float32", "float16", "bfloat16", "int32"),
            doc="T.ptr parameters (the caller's tensors passed as addresses) made tensors with "
                "T.make_tensor before the kernel"),
     Kernel("sync_grid", (*BASE, "Parallel", "serial", "alloc_fragment", "alloc_var", "cast",
