@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import threading
 
 import ml_dtypes
 import numpy as np
@@ -246,10 +247,16 @@ def view(base: np.ndarray, shape, base_dtype: str, dtype: str) -> np.ndarray:
     return flat[:math.prod(shape)].reshape(shape)
 
 
-# the tensors of an emulated dtype (bfloat16, float8) a call made at an address: (the memory in
-# the dtype's storage type, the float32 copy the kernel works on, that copy as made), written
-# back by write_addressed when the call ends
-_ADDRESSED: list = []
+# the tensors of an emulated dtype (bfloat16, float8) the calls running on a thread made at an
+# address: (the memory in the dtype's storage type, the float32 copy the kernel works on, that
+# copy as made), written back by write_addressed when the call ends
+_ADDRESSED = threading.local()
+
+
+def _addressed() -> list:
+    if not hasattr(_ADDRESSED, "copies"):
+        _ADDRESSED.copies = []
+    return _ADDRESSED.copies
 
 
 def at_address(address: int, shape, dtype: str) -> np.ndarray:
@@ -273,7 +280,7 @@ def at_address(address: int, shape, dtype: str) -> np.ndarray:
     if dtype not in EMULATED:
         return array
     work = array.astype(np.float32)
-    _ADDRESSED.append((array, work, work.copy()))
+    _addressed().append((array, work, work.copy()))
     return work
 
 
@@ -282,8 +289,9 @@ def write_addressed() -> None:
     (:func:`at_address`) back into their memory, rounded to their dtype (the kernel's stores
     rounded them already), in the order the copies were made; then forget the copies. Only
     changed elements are stored: blocks that each address the tensor write their own parts."""
-    while _ADDRESSED:
-        memory, work, before = _ADDRESSED.pop(0)
+    copies = _addressed()
+    while copies:
+        memory, work, before = copies.pop(0)
         changed = work.view(np.uint32) != before.view(np.uint32)
         memory[changed] = work[changed].astype(memory.dtype)
 
