@@ -195,6 +195,49 @@ def test_a_declared_plugin_that_fails_to_import_is_named_like_any_other():
     assert broken.loads == 1
 
 
+class FakeProbe:
+    """An entry point of ``tilewright.devices``: a plugin's name, then its device probe."""
+
+    def __init__(self, plugin: str, present: bool):
+        self.name, self.value, self.calls = plugin, f"tw_{plugin}.device:present", 0
+        self.present = present
+
+    def load(self):
+        def probe():
+            self.calls += 1
+            return Availability(self.present, "" if self.present else "no device")
+        return probe
+
+
+def accelerator(name: str, present: bool) -> FakeEntryPoint:
+    return FakeEntryPoint(name, lambda: backend_plugin(name, lambda: [fake_backend(
+        name, kinds=(f"k{name}",), accelerator=True, device=name,
+        device_available=lambda: Availability(present, ""))]), value=f"tw_{name}.plugin")
+
+
+def test_target_auto_imports_only_the_plugins_whose_device_is_present():
+    absent, present, host = accelerator("gpu", False), accelerator("npu", True), claiming("cpu")
+    probes = [FakeProbe("gpu", False), FakeProbe("npu", True)]
+    manager = PluginManager(entry_points=[absent, present, host], declarations=[
+        FakeDeclaration("kgpu", "gpu"), FakeDeclaration("knpu", "npu"),
+        FakeDeclaration("kcpu", "cpu")], devices=probes)
+    assert manager.accelerator_with_device().name == "npu"
+    assert (absent.loads, present.loads, host.loads) == (0, 1, 0)
+    assert [p.calls for p in probes] == [1, 1]
+
+
+def test_without_a_present_device_target_auto_imports_no_accelerator():
+    absent, host = accelerator("gpu", False), claiming("cpu")
+    manager = PluginManager(entry_points=[absent, host], declarations=[
+        FakeDeclaration("kgpu", "gpu"), FakeDeclaration("kcpu", "cpu")],
+        devices=[FakeProbe("gpu", False)])
+    assert manager.accelerator_with_device() is None
+    assert (absent.loads, host.loads) == (0, 0)
+    undeclared = PluginManager(entry_points=[accelerator("gpu", True), claiming("cpu")],
+                               declarations=[FakeDeclaration("kcpu", "cpu")])
+    assert undeclared.accelerator_with_device().name == "gpu"  # it declares nothing: probed
+
+
 def test_the_installed_distributions_declare_what_their_backends_claim():
     manager = PluginManager().load()
     for name in ("cpu", "interp"):

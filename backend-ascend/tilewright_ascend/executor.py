@@ -14,7 +14,6 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
-import importlib.util
 import json
 import os
 import shutil
@@ -28,6 +27,7 @@ from tilewright.plugin import Availability, Executor, GeneratedSource
 
 from .exception_dump import encode_descriptor
 from .facts.arch import ARCH, EMULATOR_SPACES, MEMORIES
+from .facts.device import npu_available
 
 CSRC = Path(__file__).parent / "csrc"
 LIBRARY = "kernel.so"
@@ -49,18 +49,6 @@ def emulator_available() -> Availability:
     if _compiler() is None:
         return Availability(False, "no C++ compiler (g++ or clang++) on PATH; install g++")
     return Availability(True)
-
-
-def npu_available() -> Availability:
-    """Whether CANN, bisheng and torch_npu are present; never imports torch_npu."""
-    missing = []
-    if not os.environ.get("ASCEND_HOME_PATH"):
-        missing.append("ASCEND_HOME_PATH is not set (source ascend-toolkit/set_env.sh)")
-    if shutil.which("bisheng") is None:
-        missing.append("bisheng is not on PATH (part of CANN)")
-    if importlib.util.find_spec("torch_npu") is None:
-        missing.append("torch_npu is not installed")
-    return Availability(not missing, "; ".join(missing))
 
 
 def _cache_root() -> Path:

@@ -6,7 +6,6 @@ from tilewright.ir import INTEGER_REDUCE_KINDS
 from tilewright.plugin import (
     API_VERSION,
     ArchModel,
-    Availability,
     BackendModule,
     Capabilities,
     LanguageExtension,
@@ -19,9 +18,10 @@ from tilewright.transform import narrow_float_arithmetic, saturating_float_to_in
 
 from . import __version__
 from .codegen import CODEGEN
-from .executor import EXECUTORS, npu_available
+from .executor import EXECUTORS
 from .facts import ops
 from .facts.arch import ARCHS, CLOCK_GHZ, CUBE_MNK, HBM_GBPS, MEMORIES, arch_of
+from .facts.device import device_present, npu_available
 from .facts.instructions import ATOMIC_DTYPES
 from .profiler import TIMERS
 from .rules import RULES
@@ -42,13 +42,6 @@ from .transforms.views import fold_views
 
 DTYPES = ("float32", "float16", "bfloat16", "int32", "int16", "int8", "uint8", "uint16",
           "uint32", "int64", "bool")
-
-def _device_available() -> Availability:
-    npu = npu_available()
-    if npu:
-        return npu
-    return Availability(False, f"no NPU here ({npu.reason}); kernels run on the CPU emulator")
-
 
 PIPELINE = PassPipeline((
     Phase("portable", lambda ctx: [check_sequence(), split_sequence(), fold_views(),
@@ -110,7 +103,7 @@ BACKEND = BackendModule(
     accelerator=True,
     # tensors live where the first available executor runs: the NPU, else the CPU emulator
     device="npu" if npu_available() else "cpu",
-    device_available=_device_available,
+    device_available=device_present,
     target_options=("soc",),
     description="Huawei Ascend A2/A3 (target ascend, dav-2201) and Ascend 950 (target "
                 "ascend-950, dav-3510): Ascend C codegen; bisheng + torch_npu, or the CPU "

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from tilewright.plugin import Availability, Timer
 
-from .executor import npu_available
+from .facts.device import npu_available
 
 KERNEL_DETAILS = "kernel_details.csv"  # under <dir>/<worker>/ASCEND_PROFILER_OUTPUT/
 DURATION_COLUMN = "Duration(us)"

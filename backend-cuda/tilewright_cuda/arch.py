@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass
 
 from tilewright.errors import TargetError
+from tilewright.plugin import Availability
 
 ENV = "TILEWRIGHT_CUDA_ARCH"
 DEFAULT = "sm_90a"
@@ -78,6 +79,13 @@ def resolve(option: str | None) -> Arch:
     if option:
         return get(option)
     return get(visible_gpu_arch() or os.environ.get(ENV) or DEFAULT)
+
+
+def device_present() -> Availability:
+    """The backend's device probe (also declared in the entry-point group
+    ``tilewright.devices``, so that target ``"auto"`` asks it without importing the backend):
+    a visible GPU, else what plain ``cuda`` compiles for."""
+    return Availability(visible_gpu_arch() is not None, describe_default())
 
 
 def describe_default() -> str:

@@ -8,7 +8,6 @@ from tilewright.language.reducer import OPS as REDUCER_OPS
 from tilewright.plugin import (
     API_VERSION,
     ArchModel,
-    Availability,
     BackendModule,
     Capabilities,
     LanguageExtension,
@@ -111,10 +110,6 @@ PIPELINE = PassPipeline((
 ))
 
 
-def device_available() -> Availability:
-    return Availability(arch.visible_gpu_arch() is not None, arch.describe_default())
-
-
 BACKEND = BackendModule(
     name="cuda",
     version=__version__,
@@ -137,7 +132,7 @@ BACKEND = BackendModule(
     ),
     accelerator=True,
     device="cuda",
-    device_available=device_available,
+    device_available=arch.device_present,
     target_options=("arch",),
     target_defaults=lambda kind: {"arch": arch.resolve(None).name},
     description="NVIDIA GPUs: CUDA C++ through TVM's CUDA codegen, NVRTC or nvcc, launched "

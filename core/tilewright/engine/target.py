@@ -91,9 +91,9 @@ def resolve_target(target, manager: PluginManager | None = None) -> tuple[Target
     if kind == "auto":
         if options:
             raise TargetError("target 'auto' takes no options")
-        for backend in sorted(manager.backends().values(), key=lambda b: b.name):
-            if backend.accelerator and backend.device_available():
-                return Target(backend.target_kinds[0], (), backend.name), backend
+        backend = manager.accelerator_with_device()
+        if backend is not None:
+            return Target(backend.target_kinds[0], (), backend.name), backend
         kind = "cpu"
     backend = manager.backend_for(kind)
     known = set(backend.target_options)

@@ -17,8 +17,12 @@ group ``tilewright.targets`` (``cpu = "tilewright_cpu.plugin"``: a kind, then th
 module). When every selected plugin declares its kinds and one declares the kind a target
 names, :meth:`PluginManager.backend_for` imports that plugin only (a CPU user does not pay for
 importing the CUDA and Ascend backends); a plugin whose backends claim other kinds than it
-declares is named in a warning and everything is loaded. Anything that needs every plugin (the
-hooks :meth:`PluginManager.collect` gathers, the backend list, ``target="auto"``) loads the rest.
+declares is named in a warning and everything is loaded. An accelerator's distribution also
+declares a probe of its device in ``tilewright.devices`` (``cuda =
+"tilewright_cuda.arch:device_present"``: the plugin's name, then a function importing nothing
+heavy): ``target="auto"`` (:meth:`PluginManager.accelerator_with_device`) then imports only the
+plugins whose probe finds a device. Anything that needs every plugin (the hooks
+:meth:`PluginManager.collect` gathers, the backend list) loads the rest.
 
 ``TILEWRIGHT_PLUGINS`` selects plugins: unset loads all, ``none`` loads none, ``a,b`` loads
 only ``a`` and ``b``, ``-a`` loads all but ``a``; a name that is not installed is an error
@@ -38,7 +42,7 @@ import pluggy
 from ..errors import PluginError, TargetError
 from ..log import get_logger
 from . import guard, hookspecs, validate
-from .guard import ENV_IMPORT_TIMEOUT, PluginFault
+from .guard import ENV_IMPORT_TIMEOUT, ENV_PROBE_TIMEOUT, PluginFault
 from .types import BackendModule, Timer
 from .validate import ENV_SELECT
 
@@ -46,6 +50,9 @@ ENTRY_POINT_GROUP = "tilewright.plugins"
 # target kind -> the module of the plugin whose backends claim it (optional; lets a target load
 # only its own plugin)
 TARGETS_GROUP = "tilewright.targets"
+# plugin name -> a cheap probe of its accelerator's device (optional; lets target "auto" skip
+# importing the plugins of absent devices)
+DEVICES_GROUP = "tilewright.devices"
 # what a user with no backend at all is told to do
 INSTALL_HINT = ("install a backend, for example `pip install tilewright-cpu` (from a checkout: "
                 "`pip install -e plugins/cpu`), and check with `tilewright backends`")
@@ -77,11 +84,13 @@ class PluginRecord:
 class PluginManager:
     """Loads and validates plugins; answers which backend owns a target."""
 
-    def __init__(self, entry_points=None, declarations=None):
-        """``entry_points`` / ``declarations``: the ``tilewright.plugins`` and
-        ``tilewright.targets`` entry points to use instead of the installed ones (tests)."""
+    def __init__(self, entry_points=None, declarations=None, devices=None):
+        """``entry_points`` / ``declarations`` / ``devices``: the ``tilewright.plugins``,
+        ``tilewright.targets`` and ``tilewright.devices`` entry points to use instead of the
+        installed ones (tests)."""
         self._explicit = entry_points
         self._explicit_declarations = declarations
+        self._explicit_devices = devices
         self._scanned = None  # importlib.metadata's entry points, once read
         self._lock = threading.Lock()
         self._loaded = False
@@ -115,6 +124,16 @@ class PluginManager:
         for ep in entry_points:
             out.setdefault(ep.value, set()).add(ep.name)
         return out
+
+    def _devices(self) -> dict:
+        """Plugin name -> the entry point of its device probe."""
+        if self._explicit_devices is not None:
+            entry_points = self._explicit_devices
+        elif self._explicit is not None:
+            entry_points = []
+        else:
+            entry_points = self._installed(DEVICES_GROUP)
+        return {ep.name: ep for ep in entry_points}
 
     def _selected(self) -> list:
         """The entry points ``TILEWRIGHT_PLUGINS`` selects; the others are recorded disabled."""
@@ -183,6 +202,53 @@ class PluginManager:
                          ", ".join(sorted(claimed)) or "none")
             return None
         return next(b for b in record.backends if kind in b.target_kinds)
+
+    def accelerator_with_device(self) -> BackendModule | None:
+        """The first accelerator backend (by name) whose device is present, else None. Where
+        every selected plugin declares its targets, only the plugins whose declared device
+        probe finds a device are imported (a plugin that declares targets and no probe has no
+        accelerator); otherwise every plugin is loaded and each accelerator probed."""
+        candidates = self._probed()
+        if candidates is None:
+            backends = list(self.backends().values())
+        else:
+            with self._lock:
+                records = [self.records.get(ep.name) or self._load_entry(ep)
+                           for ep in candidates]
+            backends = [b for r in records if r.status == "ok" for b in r.backends]
+        for backend in sorted(backends, key=lambda b: b.name):
+            if backend.accelerator and backend.device_available():
+                return backend
+        return None
+
+    def _probed(self) -> list | None:
+        """The selected plugins whose declared device probe finds a device; None where the
+        declarations cannot tell (everything loaded already, or a plugin declares nothing)."""
+        if self._loaded:
+            return None
+        selected, declared, devices = self._selected(), self._declarations(), self._devices()
+        if any(getattr(ep, "value", None) not in declared for ep in selected):
+            return None
+        found = []
+        for ep in selected:
+            probe = devices.get(ep.name)
+            if probe is None:
+                continue
+            try:
+                present = guard.call(lambda p=probe: p.load()(), env=ENV_PROBE_TIMEOUT,
+                                     what=f"device probe {probe.value}")
+            except PluginFault as fault:
+                _log.warning("%s: %s; the plugin is loaded to probe its backends", ep.name,
+                             fault)
+                present = True
+            if present:
+                found.append(ep)
+        return found
+
+    def device_probe(self, plugin: str):
+        """The device probe plugin ``plugin``'s distribution declares (a callable), or None."""
+        ep = self._devices().get(plugin)
+        return None if ep is None else ep.load()
 
     def declared_targets(self, plugin: str) -> set[str] | None:
         """The target kinds the distribution of plugin ``plugin`` declares in

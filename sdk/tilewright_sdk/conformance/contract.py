@@ -58,7 +58,9 @@ def check_target_claims(backend: BackendModule, manager=None) -> None:
 
 def check_target_declarations(backend: BackendModule, manager=None) -> None:
     """The plugin's distribution declares, in the entry-point group ``tilewright.targets``,
-    exactly the target kinds its backends claim (so that a target imports only its plugin)."""
+    exactly the target kinds its backends claim (so that a target imports only its plugin),
+    and, for an accelerator, a probe of its device in ``tilewright.devices`` that agrees with
+    the backend's own (so that target ``"auto"`` imports it only where the device is)."""
     manager = (manager or get_manager()).load()
     for record in manager.records.values():
         if backend not in record.backends:
@@ -71,6 +73,15 @@ def check_target_declarations(backend: BackendModule, manager=None) -> None:
             f"{record.label} declares the targets {sorted(declared)} in the entry-point "
             f"group tilewright.targets but its backends claim {sorted(claimed)}: list each "
             f"kind there as `KIND = \"{record.module.__name__}\"`")
+        if backend.accelerator:
+            probe = manager.device_probe(record.name)
+            assert probe is not None, (
+                f"{record.label} has the accelerator backend '{backend.name}' but declares no "
+                f"probe of its device in the entry-point group tilewright.devices "
+                f"(`{record.name} = \"MODULE:FUNCTION\"`, a function importing nothing heavy)")
+            assert bool(probe()) == bool(backend.device_available()), (
+                f"{record.label}: the device probe it declares says {bool(probe())}, backend "
+                f"'{backend.name}' says {bool(backend.device_available())}")
         return
 
 
