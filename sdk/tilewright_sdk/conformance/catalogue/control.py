@@ -425,6 +425,29 @@ def _let_align_ref(x):
     return [x + columns]
 
 
+@T.macro
+def _doubled_into(y: T.Ref, x):
+    y = x * 2  # noqa: F841 - stores into the caller's element
+
+
+def _match_buffer(dtype, M, N, bn=16):
+    """TVM script's parameters: ``T.handle`` addresses made tensors by ``T.match_buffer``
+    (``T.func_attr`` naming the kernel), each output element stored through a ``T.Ref``
+    macro parameter."""
+
+    @T.prim_func
+    def match_buffer(X_ptr: T.handle, Y_ptr: T.handle):
+        T.func_attr({"global_symbol": "matched", "tir.noalias": True})
+        X = T.match_buffer(X_ptr, (M, N), dtype)
+        Y = T.match_buffer(Y_ptr, (M, N), dtype)
+        with T.Kernel(T.ceildiv(N, bn), threads=32) as bx:
+            for i, j in T.Parallel(M, bn):
+                if bx * bn + j < N:
+                    _doubled_into(Y[i, bx * bn + j], X[i, bx * bn + j])
+
+    return match_buffer
+
+
 WARP_KINDS = ("sum", "max", "min")
 WARP_BITS = ("bitand", "bitor")
 
@@ -673,6 +696,10 @@ ROWS = (
                          "cast"), (),
            _let_align, two_d, _let_align_ref, {"partial": {"M": 5, "N": 21}},
            doc="a variable bound with T.let; T.align_up of a column index"),
+    Kernel("match_buffer", (*BASE, "Parallel", "handle", "match_buffer", "func_attr", "macro",
+                            "Ref"), (), _match_buffer, two_d, lambda x: [x * 2], MN,
+           out_idx=(1,), doc="T.handle parameters made tensors by T.match_buffer, "
+                             "T.func_attr, output elements stored through a T.Ref parameter"),
     Kernel("warp_reduce", (*BASE, "alloc_local", "get_thread_binding",
                            *(f"warp_reduce_{k}" for k in WARP_KINDS + WARP_BITS)),
            ("get_thread_binding", "tvm_thread_allreduce"), _warp_reduce,
