@@ -112,28 +112,24 @@ class PluginManager:
             return list(self._explicit)
         return self._installed(ENTRY_POINT_GROUP)
 
+    def _declared_group(self, group: str, given) -> list:
+        """The entry points of a declaration group: those given to the constructor; none
+        where only the plugins were given (a test's world); else the installed ones."""
+        if given is not None:
+            return list(given)
+        return [] if self._explicit is not None else self._installed(group)
+
     def _declarations(self) -> dict[str, set[str]]:
         """Plugin module -> the target kinds its distribution declares."""
-        if self._explicit_declarations is not None:
-            entry_points = self._explicit_declarations
-        elif self._explicit is not None:
-            entry_points = []
-        else:
-            entry_points = self._installed(TARGETS_GROUP)
         out: dict[str, set[str]] = {}
-        for ep in entry_points:
+        for ep in self._declared_group(TARGETS_GROUP, self._explicit_declarations):
             out.setdefault(ep.value, set()).add(ep.name)
         return out
 
     def _devices(self) -> dict:
         """Plugin name -> the entry point of its device probe."""
-        if self._explicit_devices is not None:
-            entry_points = self._explicit_devices
-        elif self._explicit is not None:
-            entry_points = []
-        else:
-            entry_points = self._installed(DEVICES_GROUP)
-        return {ep.name: ep for ep in entry_points}
+        return {ep.name: ep for ep in self._declared_group(DEVICES_GROUP,
+                                                            self._explicit_devices)}
 
     def _selected(self) -> list:
         """The entry points ``TILEWRIGHT_PLUGINS`` selects; the others are recorded disabled."""
