@@ -579,11 +579,12 @@ class Macro:
         self._body = None
         self._depth = 0
         self._refs = frozenset(k for k, v in inspect.get_annotations(fn).items() if v is Ref)
+        self._signature = inspect.signature(fn) if self._refs else None
 
     def __call__(self, *args, **kwargs):
         B.current(f"macro {self.fn.__name__}")
         if self._refs:
-            bound = inspect.signature(self.fn).bind(*args, **kwargs)
+            bound = self._signature.bind(*args, **kwargs)
             for name in self._refs & bound.arguments.keys():
                 bound.arguments[name] = _reference(self.fn.__name__, name,
                                                    bound.arguments[name])

@@ -92,6 +92,7 @@ class PluginManager:
         self._explicit_declarations = declarations
         self._explicit_devices = devices
         self._scanned = None  # importlib.metadata's entry points, once read
+        self._versions: dict[str, str] = {}  # plugin -> version, of plugins not loaded yet
         self._lock = threading.Lock()
         self._loaded = False
         self.pm = pluggy.PluginManager(hookspecs.PROJECT)
@@ -262,11 +263,19 @@ class PluginManager:
                for name, record in self.records.items()
                if record.status == "ok" and record.module is not None}
         for ep in self._selected():
-            record = self.records.get(ep.name) or _record_of(ep)
-            if record.status == "ok":  # the entry point names the package, loaded or not
+            record = self.records.get(ep.name)
+            if record is None or record.status == "ok":  # the entry point names the package
                 package = getattr(ep, "value", ep.name).split(":")[0].split(".")[0]
-                out[ep.name] = (ep.name, record.version, package)
+                version = record.version if record is not None else self._version(ep)
+                out[ep.name] = (ep.name, version, package)
         return [out[name] for name in sorted(out)]
+
+    def _version(self, ep) -> str:
+        """The version of a plugin not loaded yet, its distribution's metadata read once (the
+        cache key of every compile asks)."""
+        if ep.name not in self._versions:
+            self._versions[ep.name] = _record_of(ep).version
+        return self._versions[ep.name]
 
     def register(self, module, name: str, version: str = "") -> PluginRecord:
         """Register an already-imported plugin module (used by tests and embedders)."""

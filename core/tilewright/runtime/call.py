@@ -185,16 +185,15 @@ class KernelCall:
         args = list(args)
         written = []
         for pos, is_written, strides in copies:
-            aligned = args[pos].data_ptr() % self.signature.params[self._inputs[pos]].align == 0
-            if strides is not None and aligned:  # the same elements, seen with these strides
-                args[pos] = args[pos].as_strided(args[pos].shape, strides)
+            original = args[pos]
+            if strides is None:
+                copy = original.clone(memory_format=self._contiguous)
+            elif original.data_ptr() % self.signature.params[self._inputs[pos]].align == 0:
+                args[pos] = original.as_strided(original.shape, strides)  # the same elements
                 continue
-            if strides is not None:
-                original = args[pos]
+            else:  # an aligned copy with these strides
                 copy = self._empty_strided(original.shape, strides, dtype=original.dtype,
                                            device=original.device).copy_(original)
-            else:
-                copy = args[pos].clone(memory_format=self._contiguous)
             if is_written:
                 written.append((args[pos], copy))
             args[pos] = copy
