@@ -326,11 +326,12 @@ class KernelCall:
             if spec.kind == "scalar":
                 values[spec.name] = int(arg)
         for text in self.signature.assumptions:
-            if not _parsed(text)(values):
+            assumed = _parsed(text)
+            if not assumed(values):
                 shown = ", ".join(f"{k} = {v}" for k, v in sorted(values.items())
-                                  if k in _parsed(text).names)
-                raise AssumptionError(f"kernel {self.signature.name}: Assume: {text} does not "
-                                      f"hold for this call ({shown})")
+                                  if k in assumed.names)
+                raise AssumptionError(f"kernel {self.signature.name}: Assume: {assumed.shown()} "
+                                      f"does not hold for this call ({shown})")
 
     def _solve_symbols(self, args, symbols: dict) -> None:
         """A symbol no argument gives as a whole dimension, from a dimension that is a linear

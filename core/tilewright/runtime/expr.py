@@ -140,6 +140,11 @@ class Expr:
             self._nodes[id(semantics)] = node
         return node
 
+    def shown(self) -> str:
+        """The expression as a user would write it, with only the parentheses it needs
+        (``N % 4 == 0`` for the stored ``((N % 4) == 0)``)."""
+        return self.text if self._tree is None else ast.unparse(self._tree)
+
     def _needs(self, symbols: Mapping[str, object]) -> None:
         missing = sorted(n for n in self.names if symbols.get(n) is None)
         if missing:
