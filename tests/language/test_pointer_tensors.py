@@ -145,3 +145,62 @@ def test_low_precision_tensors_at_an_address_are_read_and_written(target, dtype)
     for x, old in zip(xs, before):
         assert torch.equal(x, (old * 3).to(torch_dtype)) if dtype == "bfloat16" else \
             torch.equal(x, (old.float() * 3).to(torch_dtype))
+
+
+def two_views_of_one_address(dtype, n=32, half=16):
+    @T.prim_func
+    def main(X_ptrs: T.Tensor([1], T.ptr), Y: T.Tensor([n], T.float32)):
+        with T.Kernel(1, threads=32):
+            whole = T.make_tensor(X_ptrs[0], (n,), dtype)
+            same = T.make_tensor(X_ptrs[0], (2, half), dtype)
+            for i in T.Parallel(n):
+                whole[i] = T.cast(i, dtype)
+            for i, j in T.Parallel(2, half):
+                Y[i * half + j] = T.cast(same[i, j], T.float32) + 1
+                same[i, j] = T.cast(same[i, j] * 2, dtype)
+
+    return main
+
+
+@pytest.mark.parametrize("target", ["cpu", "interp"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_two_tensors_at_one_address_see_each_others_stores(target, dtype):
+    """Two ``T.make_tensor`` of one address in one block are one memory: the interpreter's
+    float32 copy of a bfloat16 tensor is shared by both (each had its own copy before, so the
+    second read the values from before the first's stores)."""
+    kernel = tilewright.compile(two_views_of_one_address(dtype), out_idx=[-1], target=target)
+    x = torch.full((32,), 7.0).to(getattr(torch, dtype))
+    y = kernel(table([x]))
+    assert y.tolist() == [i + 1.0 for i in range(32)]
+    assert x.float().tolist() == [2.0 * i for i in range(32)]
+
+
+def overlapping_views(n=32):
+    @T.prim_func
+    def main(X_ptrs: T.Tensor([1], T.ptr), Y: T.Tensor([n], T.float32)):
+        with T.Kernel(1, threads=32):
+            tail = T.make_tensor(X_ptrs[0] + 2 * (n // 2), (n // 2,), T.bfloat16)
+            inside = T.make_tensor(X_ptrs[0] + 2 * (n // 2 + 4), (4,), T.bfloat16)
+            whole = T.make_tensor(X_ptrs[0], (n,), T.bfloat16)
+            for i in T.Parallel(4):
+                inside[i] = T.cast(-1, T.bfloat16)
+            for i in T.Parallel(n // 2):
+                Y[i] = T.cast(tail[i], T.float32)
+            for i in T.Parallel(n):
+                Y[i] = Y[i] + T.cast(whole[i], T.float32)
+
+    return main
+
+
+def test_the_interpreter_refuses_a_copy_that_would_miss_another_ones_stores():
+    """A bfloat16 tensor made inside one made before (its dtype) is a view of it; one that
+    covers more of the memory than it would be a second copy: refused, naming both."""
+    kernel = tilewright.compile(overlapping_views(), out_idx=[-1], target="interp")
+    x = torch.zeros(32, dtype=torch.bfloat16)
+    with pytest.raises(TypeError, match=r"cannot make a bfloat16 tensor of 32 elements at "
+                                        r"0x[0-9a-f]+ that overlaps the bfloat16 one made at "
+                                        r"0x[0-9a-f]+ \(32 bytes\)"):
+        kernel(table([x]))
+    assert torch.equal(x, torch.zeros(32, dtype=torch.bfloat16))  # refused before any store
+    y = tilewright.compile(overlapping_views(), out_idx=[-1], target="cpu")(table([x]))
+    assert y[4:8].tolist() == [-1.0] * 4 and x[20:24].tolist() == [-1.0] * 4

@@ -15,6 +15,7 @@ from __future__ import annotations
 import ctypes
 import math
 import threading
+from dataclasses import dataclass
 
 import ml_dtypes
 import numpy as np
@@ -247,23 +248,39 @@ def view(base: np.ndarray, shape, base_dtype: str, dtype: str) -> np.ndarray:
     return flat[:math.prod(shape)].reshape(shape)
 
 
-# the tensors of an emulated dtype (bfloat16, float8) the calls running on a thread made at an
-# address: (the memory in the dtype's storage type, the float32 copy the kernel works on, that
-# copy as made), written back by write_addressed when the call ends
+# the tensors the calls running on a thread made at an address, by (first byte, end, dtype): a
+# tensor made again (in each block, say) is one entry; an emulated dtype's (bfloat16, float8)
+# with its float32 copy, written back by write_addressed when the call ends
 _ADDRESSED = threading.local()
 
 
-def _addressed() -> list:
-    if not hasattr(_ADDRESSED, "copies"):
-        _ADDRESSED.copies = []
-    return _ADDRESSED.copies
+@dataclass
+class _Addressed:
+    start: int  # the first byte
+    end: int  # one past the last byte
+    dtype: str
+    memory: np.ndarray  # the bytes, as the dtype's storage type
+    work: np.ndarray | None = None  # an emulated dtype's float32 copy, the kernel's view of it
+    before: np.ndarray | None = None  # that copy as made
+
+    def overlaps(self, start: int, end: int) -> bool:
+        return start < self.end and self.start < end
+
+
+def _addressed() -> dict[tuple, _Addressed]:
+    if not hasattr(_ADDRESSED, "made"):
+        _ADDRESSED.made = {}
+    return _ADDRESSED.made
 
 
 def at_address(address: int, shape, dtype: str) -> np.ndarray:
     """``T.make_tensor(ptr, shape, dtype)``: the host memory at ``address`` (a tensor's
     ``data_ptr()``, read from a ``T.ptr`` table) as an array of ``shape`` and ``dtype``, which
     the kernel reads and writes in place; for bfloat16 and float8, a float32 copy whose
-    changed elements :func:`write_addressed` stores back."""
+    changed elements :func:`write_addressed` stores back. A tensor of an emulated dtype made
+    inside the bytes of one made before in the call, with its dtype, is a view of that one's
+    copy (both see each other's stores, as on the devices); one that overlaps another any
+    other way is refused (two copies of one memory would not)."""
     if dtype in CODED:
         raise TypeError(f"the interpreter holds {dtype} tensors as codes one a byte; it cannot "
                         "address one through T.make_tensor")
@@ -274,26 +291,45 @@ def at_address(address: int, shape, dtype: str) -> np.ndarray:
         raise ValueError("T.make_tensor at address 0 (a null pointer in the T.ptr table)")
     shape = tuple(int(s) for s in shape)
     count = math.prod(shape)
-    storage = _STORAGE[dtype]
-    memory = (ctypes.c_char * (count * np.dtype(storage).itemsize)).from_address(address)
+    storage = np.dtype(_STORAGE[dtype])
+    end = address + count * storage.itemsize
+    made = _addressed()
+    key = (address, end, dtype)
+    known = made.get(key)
+    if known is not None and known.work is not None:
+        return known.work.reshape(shape)
+    for other in made.values() if known is None else ():
+        if not other.overlaps(address, end) or (other.work is None and dtype not in EMULATED):
+            continue
+        offset, inside = divmod(address - other.start, storage.itemsize)
+        if other.dtype == dtype and not inside and address >= other.start and end <= other.end:
+            return other.work.reshape(-1)[offset:offset + count].reshape(shape)
+        raise TypeError(
+            f"the interpreter holds {', '.join(sorted(EMULATED))} tensors made at an address "
+            f"as float32 copies: it cannot make a {dtype} tensor of {count} elements at "
+            f"{address:#x} that overlaps the {other.dtype} one made at {other.start:#x} "
+            f"({other.end - other.start} bytes) other than inside it with its dtype")
+    memory = (ctypes.c_char * (end - address)).from_address(address)
     array = np.frombuffer(memory, dtype=storage, count=count).reshape(shape)
     if dtype not in EMULATED:
+        made[key] = _Addressed(address, end, dtype, array)
         return array
     work = array.astype(np.float32)
-    _addressed().append((array, work, work.copy()))
+    made[key] = _Addressed(address, end, dtype, array, work, work.copy())
     return work
 
 
 def write_addressed() -> None:
     """Store the elements a call changed in its float32 copies of addressed tensors
     (:func:`at_address`) back into their memory, rounded to their dtype (the kernel's stores
-    rounded them already), in the order the copies were made; then forget the copies. Only
+    rounded them already), in the order the copies were made; then forget the tensors. Only
     changed elements are stored: blocks that each address the tensor write their own parts."""
-    copies = _addressed()
-    while copies:
-        memory, work, before = copies.pop(0)
-        changed = work.view(np.uint32) != before.view(np.uint32)
-        memory[changed] = work[changed].astype(memory.dtype)
+    made = _addressed()
+    for tensor in made.values():
+        if tensor.work is not None:
+            changed = tensor.work.view(np.uint32) != tensor.before.view(np.uint32)
+            tensor.memory[changed] = tensor.work[changed].astype(tensor.memory.dtype)
+    made.clear()
 
 
 def write_back(arg, array, dtype: str) -> None:
