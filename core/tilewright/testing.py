@@ -41,6 +41,7 @@ _UNIT_ROUNDOFF = {
     "bfloat16": 2.0 ** -8,
     "float8_e4m3fn": 2.0 ** -4,
     "float8_e5m2": 2.0 ** -3,
+    "float8_e8m0fnu": 2.0 ** -1,  # powers of two: a conversion may be off by a factor of 1.5
     # Not a dtype: the float32 accumulator of Hopper's fp8 tensor-core instructions (wgmma
     # with e4m3/e5m2 operands), which keeps about 14 bits of each sum (DeepSeek-V3 technical
     # report, section 3.3.2, measured on H800). An accumulation model for ``accum_dtype``.

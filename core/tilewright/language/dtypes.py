@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import struct
 from dataclasses import dataclass
 
 from tvm import tirx
@@ -11,8 +12,8 @@ from ..errors import kernel_error
 
 _CANONICAL = (
     "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-    "float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2", "float4_e2m1fn",
-    "int4", "uint4", "handle",
+    "float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu",
+    "float4_e2m1fn", "int4", "uint4", "handle",
 )
 # dtypes narrower than a byte: a tensor parameter of one is passed packed, 8 // bits values a
 # byte along its last dimension (low bits first), as TileLang passes them: int4 in torch.int8,
@@ -138,13 +139,55 @@ class FloatFormat:
         return self.value(self.max_code)
 
 
+@dataclass(frozen=True)
+class ScaleFormat:
+    """An unsigned format of an exponent only, the OCP MX scale ``float8_e8m0fnu``: code ``c``
+    is ``2 ** (c - bias)`` (code 0 is 2^-127: there is no zero, no sign, no infinity) and
+    ``nan_code`` is NaN.
+
+    A conversion to it is torch's (``c10::detail::fp8e8m0fnu_from_fp32_value``): float32's
+    biased exponent field, the sign ignored, plus one where the mantissa bits it drops are
+    above half, or exactly half under a normal float32's implicit one (a tie rounds up; under a
+    subnormal's implicit zero it rounds down); NaN and +-inf give NaN, and so does an exponent
+    that rounds past the largest code. TileLang's CUDA rounds up instead (``cudaRoundPosInf``);
+    the language keeps torch's rule on every backend (:meth:`encode` is the reference)."""
+
+    bits: int
+    bias: int
+    nan_code: int
+
+    @property
+    def max_code(self) -> int:
+        return self.nan_code - 1
+
+    def value(self, code: int) -> float:
+        """The value of ``code`` (NaN for the NaN code)."""
+        return float("nan") if code == self.nan_code else 2.0 ** (code - self.bias)
+
+    @property
+    def max_value(self) -> float:
+        return self.value(self.max_code)
+
+    def encode(self, x: float) -> int:
+        """The code of the float32 value ``x`` (the rule above, on its float32 bits)."""
+        bits = struct.unpack("<I", struct.pack("<f", x))[0]
+        exponent = (bits >> 23) & 0xFF
+        if exponent == 0xFF:
+            return self.nan_code
+        guard, rest = (bits >> 22) & 1, bits & 0x3FFFFF
+        return exponent + (guard and (rest != 0 or exponent > 0))
+
+
 # the narrow floating formats, their facts in one place: the CPU backend's conversions (integer
-# code) and the interpreter's float4 rounding read them; CUDA's headers implement the same
+# code) and the interpreter's rounding read them; CUDA's headers implement the same
 FLOAT_FORMATS = {
     "float8_e4m3fn": FloatFormat(8, 4, 3, True, 0x7E, 0x7F),
     "float8_e5m2": FloatFormat(8, 5, 2, False, 0x7B, 0x7F),
+    "float8_e8m0fnu": ScaleFormat(8, 127, 0xFF),
     "float4_e2m1fn": FloatFormat(4, 2, 1, True, 0x7, None),
 }
+# the formats without a sign: a conversion to one drops the sign, one from it is positive
+UNSIGNED_FORMATS = frozenset(n for n, f in FLOAT_FORMATS.items() if isinstance(f, ScaleFormat))
 
 
 def is_float(dtype: str) -> bool:

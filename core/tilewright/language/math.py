@@ -11,7 +11,7 @@ from tvm import tirx
 from ..errors import KernelTypeError, kernel_error, user_location
 from ..ir import FAST_MATH_FUNCTIONS, integers
 from .buffer import TileBuffer, dtype_of, to_expr
-from .dtypes import is_float, normalize_dtype
+from .dtypes import FLOAT_FORMATS, UNSIGNED_FORMATS, is_float, normalize_dtype
 
 
 def _pair(a, b):
@@ -371,7 +371,8 @@ def floormod(a, b):
 
 
 # the floating formats without an infinity, and what a value beyond their range becomes
-_NO_INFINITY = {"float8_e4m3fn": "converts to NaN", "float4_e2m1fn": "saturates"}
+_NO_INFINITY = {"float8_e4m3fn": "converts to NaN", "float8_e8m0fnu": "converts to NaN",
+                "float4_e2m1fn": "saturates"}
 
 
 def infinity(dtype):
@@ -539,10 +540,15 @@ fabs = _float_unary("fabs", abs)
 def max_value(dtype):
     """The largest finite value of ``dtype``."""
     dtype = normalize_dtype(dtype)
+    if dtype in UNSIGNED_FORMATS:  # TVM 0.27 gives 2^128 for float8_e8m0fnu, its NaN code
+        return tirx.const(FLOAT_FORMATS[dtype].max_value, dtype)
     return tirx.const(_BF16_MAX, dtype) if dtype == "bfloat16" else tirx.max_value(dtype)
 
 
 def min_value(dtype):
-    """The lowest finite value of ``dtype``."""
+    """The lowest finite value of ``dtype`` (a positive one for float8_e8m0fnu, which has no
+    sign and no zero: 2^-127)."""
     dtype = normalize_dtype(dtype)
+    if dtype in UNSIGNED_FORMATS:  # TVM 0.27 gives 0.0, which float8_e8m0fnu cannot hold
+        return tirx.const(FLOAT_FORMATS[dtype].value(0), dtype)
     return tirx.const(-_BF16_MAX, dtype) if dtype == "bfloat16" else tirx.min_value(dtype)

@@ -44,6 +44,7 @@ CONTEXT = {PARALLEL_LAUNCH: "tw_shim_parallel_launch",
 _ENTRY = re.compile(r"^__tvm_ffi_[A-Za-z_][A-Za-z0-9_]{0,1023}$")
 DL_DTYPES = {"bool": (6, 8), "float16": (2, 16), "bfloat16": (4, 16), "float32": (2, 32),
            "float64": (2, 64), "float8_e4m3fn": (10, 8), "float8_e5m2": (12, 8),
+           "float8_e8m0fnu": (14, 8),
            **{f"int{b}": (0, b) for b in (8, 16, 32, 64)},
            **{f"uint{b}": (1, b) for b in (8, 16, 32, 64)}}
 FFI_INT, FFI_BOOL, FFI_FLOAT, FFI_TENSOR = 1, 2, 3, 7

@@ -56,6 +56,7 @@ def _ensure_context(device_index: int):
 _TMA_DTYPES = {"float16": "FLOAT16", "bfloat16": "BFLOAT16", "float32": "FLOAT32",
                "float64": "FLOAT64", "int32": "INT32", "int64": "INT64", "uint8": "UINT8",
                "int8": "UINT8", "float8_e4m3fn": "UINT8", "float8_e5m2": "UINT8",
+               "float8_e8m0fnu": "UINT8",
                "uint16": "UINT16", "int16": "UINT16", "uint32": "UINT32",
                "uint64": "UINT64"}
 _TMA_SWIZZLE = {0: "NONE", 32: "32B", 64: "64B", 128: "128B"}

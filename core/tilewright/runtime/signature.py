@@ -18,7 +18,7 @@ from .expr import ExprError, parse
 
 DTYPES = frozenset({"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
                     "uint64", "float16", "bfloat16", "float32", "float64",
-                    "float8_e4m3fn", "float8_e5m2", "float4_e2m1fn",
+                    "float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu", "float4_e2m1fn",
                     "handle"})  # handle: a T.ptr scalar parameter, an address
 INDEX_DTYPES = ("int32", "int64")
 PACKED_BITS = (0, 4)

@@ -26,7 +26,7 @@ from .lowering_utils import compare_floats
 from .walk import prim_func_pass
 
 WIDE = frozenset({"float64", "float32"})
-FLOAT_TYPES = WIDE | {"float16", "bfloat16", "float8_e4m3fn", "float8_e5m2"}
+FLOAT_TYPES = WIDE | {"float16", "bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu"}
 
 
 def _read_once(expr) -> bool:

@@ -77,7 +77,8 @@ def round_bfloat16_tiles():
     return prim_func_pass("CPURoundBfloat16Tiles", run)
 
 
-HELD_IN_FLOAT32 = frozenset({"bfloat16", "float8_e4m3fn", "float8_e5m2", "float4_e2m1fn"})
+HELD_IN_FLOAT32 = frozenset({"bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu",
+                             "float4_e2m1fn"})
 
 
 def hold_narrow_bindings():

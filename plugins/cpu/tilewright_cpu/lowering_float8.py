@@ -10,8 +10,9 @@ to or from these types is replaced here by explicit bit manipulation, reading th
 facts from :data:`tilewright.language.dtypes.FLOAT_FORMATS` (round to nearest even;
 ``float8_e4m3fn`` saturates to +-448, infinities included, and has one NaN per sign;
 ``float8_e5m2`` is IEEE-like with infinities; ``float4_e2m1fn`` saturates to +-6 and has no
-NaN: NaN converts to +6, as CUDA's ``__nv_cvt_float_to_fp4`` does). Other floating types convert
-through float32, which holds every float8 and float4 value exactly.
+NaN: NaN converts to +6, as CUDA's ``__nv_cvt_float_to_fp4`` does; ``float8_e8m0fnu``, the
+unsigned powers of two of MX scales, converts as torch does, :class:`ScaleFormat`). Other
+floating types convert through float32, which holds every float8 and float4 value exactly.
 
 A kernel's own float8 and float4 tiles (shared, fragment, local) are held as bytes (``uint8``),
 their loads and stores reinterpreted: TVM's float8 legalisation would otherwise turn them into
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 import tvm
 import tvm_ffi
-from tilewright.language.dtypes import FLOAT_FORMATS, FloatFormat
+from tilewright.language.dtypes import FLOAT_FORMATS, FloatFormat, ScaleFormat
 from tilewright.transform import StmtMutator, narrow_float, prim_func_pass, rebuild_for
 from tvm import tirx
 
@@ -50,9 +51,22 @@ def _let(value, name: str, body):
     return tirx.Let(var, value, body(var))
 
 
-def encode(value, fmt: FloatFormat):
+def encode(value, fmt: FloatFormat | ScaleFormat):
     """The bits (uint8) of a float32 ``value`` in format ``fmt``."""
-    return _let(tirx.reinterpret("uint32", value), "f8_bits", lambda bits: _encode(bits, fmt))
+    rule = _encode_scale if isinstance(fmt, ScaleFormat) else _encode
+    return _let(tirx.reinterpret("uint32", value), "f8_bits", lambda bits: rule(bits, fmt))
+
+
+def _encode_scale(bits, fmt: ScaleFormat):
+    """:meth:`ScaleFormat.encode` (torch's float8_e8m0fnu conversion) on float32 ``bits``:
+    the exponent field, plus one where the dropped mantissa is above half or a normal's tie;
+    NaN and +-inf (exponent 255) stay 255, the NaN code."""
+    exponent = (bits >> _u32(23)) & _u32(0xFF)
+    guard = (bits >> _u32(22)) & _u32(1)
+    rest = bits & _u32(0x3FFFFF)
+    up = tirx.Select(tirx.Or(rest != _u32(0), exponent != _u32(0)), guard, _u32(0))
+    code = tirx.Select(exponent == _u32(0xFF), _u32(fmt.nan_code), exponent + up)
+    return tirx.Cast("uint8", code)
 
 
 def _encode(bits, fmt: FloatFormat):
@@ -85,9 +99,18 @@ def _max_bits(fmt: FloatFormat) -> int:
     return (exponent << 23) | mantissa
 
 
-def decode(code, fmt: FloatFormat):
+def decode(code, fmt: FloatFormat | ScaleFormat):
     """The float32 value of bits ``code`` (uint8) in format ``fmt``."""
-    return _let(tirx.Cast("uint32", code), "f8_code", lambda bound: _decode(bound, fmt))
+    rule = _decode_scale if isinstance(fmt, ScaleFormat) else _decode
+    return _let(tirx.Cast("uint32", code), "f8_code", lambda bound: rule(bound, fmt))
+
+
+def _decode_scale(code, fmt: ScaleFormat):
+    """``2 ** (code - 127)``: the code as float32's exponent field; code 0 is 2^-127, float32's
+    subnormal 0x00400000; the NaN code a quiet NaN."""
+    value = tirx.Select(code == _u32(0), _u32(0x00400000), code << _u32(23))
+    return tirx.reinterpret("float32", tirx.Select(code == _u32(fmt.nan_code),
+                                                   _u32(0x7FC00000), value))
 
 
 def _decode(code, fmt: FloatFormat):

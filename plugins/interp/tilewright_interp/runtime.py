@@ -19,11 +19,11 @@ from dataclasses import dataclass
 
 import ml_dtypes
 import numpy as np
-from tilewright.language.dtypes import FLOAT_FORMATS, FloatFormat
+from tilewright.language.dtypes import FLOAT_FORMATS, FloatFormat, ScaleFormat
 
 NUMPY = {"float16": np.float16, "float32": np.float32, "float64": np.float64,
          "bfloat16": np.float32, "float8_e4m3fn": np.float32, "float8_e5m2": np.float32,
-         "float4_e2m1fn": np.float32,
+         "float4_e2m1fn": np.float32, "float8_e8m0fnu": np.float32,
          "int8": np.int8, "int16": np.int16, "int32": np.int32, "int64": np.int64,
          "uint8": np.uint8, "uint16": np.uint16, "uint32": np.uint32, "uint64": np.uint64,
          "bool": np.bool_}
@@ -66,10 +66,26 @@ def _round_saturating(fmt: FloatFormat):
     return rounded
 
 
+def _round_scale(fmt: ScaleFormat):
+    """Rounding to an exponent-only format (float8_e8m0fnu), as :meth:`ScaleFormat.encode`
+    rounds (torch's rule), on float32 bits: the value of the code that rule gives."""
+    def rounded(x):
+        bits = np.asarray(x, dtype=np.float32).view(np.uint32)
+        exponent = (bits >> 23) & 0xFF
+        up = ((bits >> 22) & 1) & (((bits & 0x3FFFFF) != 0) | (exponent != 0))
+        code = np.where(exponent == 0xFF, fmt.nan_code, exponent + up).astype(np.uint32)
+        out = np.where(code == 0, np.uint32(0x00400000), code << 23)
+        out = np.where(code == fmt.nan_code, np.uint32(0x7FC00000), out).view(np.float32)
+        return out if out.ndim else np.float32(out)
+
+    return rounded
+
+
 # types held in float32 here: a value of one is rounded by its function when stored or cast
 EMULATED = {"bfloat16": round_bf16,
             "float8_e4m3fn": _round_float8(ml_dtypes.float8_e4m3fn, 448.0),
             "float8_e5m2": _round_float8(ml_dtypes.float8_e5m2, None),
+            "float8_e8m0fnu": _round_scale(FLOAT_FORMATS["float8_e8m0fnu"]),
             "float4_e2m1fn": _round_saturating(FLOAT_FORMATS["float4_e2m1fn"])}
 # emulated types whose tensors arrive as codes one a byte (uint8), not in their own torch dtype
 CODED = {"float4_e2m1fn": FLOAT_FORMATS["float4_e2m1fn"]}
@@ -117,7 +133,7 @@ def cast(value, dtype: str):
 
 # the storage type of each dtype, for reading one value's bits as another dtype
 _STORAGE = {**NUMPY, "bfloat16": ml_dtypes.bfloat16, "float8_e4m3fn": ml_dtypes.float8_e4m3fn,
-            "float8_e5m2": ml_dtypes.float8_e5m2}
+            "float8_e5m2": ml_dtypes.float8_e5m2, "float8_e8m0fnu": ml_dtypes.float8_e8m0fnu}
 
 
 def reinterpret(value, src: str, dtype: str):
