@@ -139,6 +139,32 @@ def _float4_casts(dtype, P, bn=128):
     return float4_casts
 
 
+def _e8m0_cast_inputs(torch, gen, dtype, P):
+    """The 256 codes; probes of each WIDE dtype: the powers of two it holds, the ties of the
+    conversion (1.5 times each: up for a normal source, down for a subnormal one) and the
+    values just beside them, zero and the subnormals, infinities and NaN, both signs (the
+    sign is dropped); random bit patterns of the dtype (every exponent) fill the rest."""
+    codes = torch.arange(256, dtype=torch.int32).to(torch.uint8).view(getattr(torch, dtype))
+    probes = []
+    for wide in WIDE:
+        t, bits = getattr(torch, wide), torch.int32 if wide == "float32" else torch.int16
+        info = torch.finfo(t)
+        low = int(torch.log2(torch.tensor(info.smallest_normal)).item()) - info.bits + 4
+        powers = torch.exp2(torch.arange(low, 128, dtype=torch.float64)).to(t)
+        powers = powers[powers.isfinite() & (powers > 0)].unique()
+        ties = (powers.double() * 1.5).to(t)
+        ties = ties[ties.isfinite()]
+        special = torch.tensor([0.0, float("inf"), float("nan")]).to(t)
+        designed = torch.cat([powers, ties, (ties.view(bits) + 1).view(t),
+                              (ties.view(bits) - 1).view(t), special])
+        designed = torch.cat([designed, -designed])[:P]
+        width = 32 if wide == "float32" else 16
+        raw = torch.randint(-2 ** (width - 1), 2 ** (width - 1) - 1, (P - designed.numel(),),
+                            generator=gen, dtype=torch.int64).to(bits).view(t)
+        probes.append(torch.cat([designed, raw]))
+    return [codes, *probes]
+
+
 # float4_e2m1fn from its definition: the magnitudes of codes 0-7 (bias 1, one mantissa bit)
 FLOAT4_MAGNITUDES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
 
@@ -349,6 +375,14 @@ ROWS = (
            doc="every float8 code decoded to float32, float16 and bfloat16, and probes of each "
                "encoded (ties, subnormals, saturation, infinities, NaN): exactly torch's values "
                "(any NaN for a NaN)"),
+    Kernel("float8_e8m0_casts", (*BASE, "Parallel", "cast", "Cast", "float8_e8m0fnu", *WIDE), (),
+           _float8_casts, _e8m0_cast_inputs, _float8_cast_ref, {"full": {"P": PROBES}},
+           out_idx=tuple(range(4, 10)), dtypes=("float8_e8m0fnu",), ref_args=("dtype",),
+           exact=True,
+           doc="the MX scale format float8_e8m0fnu (unsigned powers of two): every code decoded "
+               "to float32, float16 and bfloat16, and probes of each encoded (powers of two, "
+               "the ties of 1.5 times each and their neighbours, subnormals, signs, infinities, "
+               "NaN, random bit patterns): exactly torch's codes"),
     Kernel("casts_in_expressions", (*BASE, "const", "empty", "Parallel", "cast", "Cast",
                                     "Select", *NARROW), (),
            lambda dtype, N, targets: eager(_casts_in_expressions(dtype, targets), n=N),

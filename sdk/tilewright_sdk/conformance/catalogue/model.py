@@ -14,7 +14,7 @@ INTEGERS = SIGNED + UNSIGNED
 FLOAT8 = ("float8_e4m3fn", "float8_e5m2")
 # every dtype of the language, in the order the reports list them
 ALL_DTYPES = ("bool", *INTEGERS, "float16", "bfloat16", "float32", "float64", *FLOAT8,
-              "float4_e2m1fn")
+              "float8_e8m0fnu", "float4_e2m1fn")
 # the dtypes torch converts to and from (float4_e2m1fn_x2 tensors it only holds)
 TORCH_CASTS = tuple(d for d in ALL_DTYPES if d != "float4_e2m1fn")
 
