@@ -23,7 +23,9 @@ IN_ORDER = "in_order"
 BLOCK_AXES = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
 
 
-def _index(value, what: str):
+def index_value(value, what: str):
+    """``value`` (an extent, a grid dimension) as an int or an integer expression; anything
+    else is a KernelError naming ``what``."""
     value = as_int(value)
     if isinstance(value, float):
         raise kernel_error(f"{what} must be an integer, got {value}")
@@ -39,7 +41,7 @@ class Kernel:
     def __init__(self, *grid, threads=128, prelude=None, **options):
         if not 1 <= len(grid) <= 3:
             raise kernel_error(f"T.Kernel takes 1 to 3 grid dimensions, got {len(grid)}")
-        self.grid = tuple(_index(g, "a T.Kernel grid dimension") for g in grid)
+        self.grid = tuple(index_value(g, "a T.Kernel grid dimension") for g in grid)
         threads = threads if isinstance(threads, (tuple, list)) else (threads,)
         self.threads = tuple(int(t) for t in threads) + (1,) * (3 - len(threads))
         if any(t <= 0 for t in self.threads):
@@ -65,6 +67,7 @@ class Kernel:
         body = builder.close(self._frame)
         if exc_type is not None:
             return False
+        body = self.finish(body)
         for check in self._frame.info.get(B.KERNEL_CHECKS, ()):
             check()
         annotations = {"tw.threads": list(self.threads), **builder.kernel_annotations}
@@ -78,6 +81,12 @@ class Kernel:
         return False
 
 
+    def finish(self, body):
+        """The block's program as built (a kernel whose launch is known only at its end
+        restates it here)."""
+        return body
+
+
 class LoopSpec:
     """A loop nest to build: one ``For`` per extent, with a kind and annotations."""
 
@@ -86,7 +95,7 @@ class LoopSpec:
     step, offset = 1, 0  # a T.serial / T.unroll loop of another step: see serial
 
     def __init__(self, extents, starts=None, annotations=None):
-        self.extents = tuple(_index(e, f"a T.{self.kind_name} extent") for e in extents)
+        self.extents = tuple(index_value(e, f"a T.{self.kind_name} extent") for e in extents)
         self.starts = tuple(starts) if starts else (0,) * len(self.extents)
         self.annotations = annotations or {}
 
@@ -832,10 +841,10 @@ class Persistent(LoopSpec):
     kind_name = "persistent"
 
     def __init__(self, domain, num_workers, worker_id, group_size: int = 8):
-        self.domain = tuple(_index(d, "a T.Persistent domain extent") for d in domain)
+        self.domain = tuple(index_value(d, "a T.Persistent domain extent") for d in domain)
         if not 1 <= len(self.domain) <= 3:
             raise kernel_error("T.Persistent takes a domain of 1 to 3 dimensions")
-        self.num_workers = _index(num_workers, "T.Persistent's worker count")
+        self.num_workers = index_value(num_workers, "T.Persistent's worker count")
         self.worker_id = worker_id
         self.group_size = int(group_size)
         total = to_expr(self.domain[0])

@@ -12,12 +12,14 @@ thread, thread after thread, each statement for every thread before the next one
 from __future__ import annotations
 
 import tvm
+import tvm_ffi
 from tvm import tirx
 
 from ..errors import kernel_error
-from ..ir import THREAD_ALLREDUCE, THREAD_BINDING, make_call
+from ..ir import THREAD_ALLREDUCE, THREAD_BINDING, decode, make_call
 from . import builder as B
 from .buffer import TileBuffer, as_int, declare, region_of, resolve, to_expr
+from .frames import BLOCK_AXES, Kernel, index_value
 
 # the kernel frame's record of T.get_thread_binding's variables: [(buffer, dimension)]
 THREAD_VARS = "thread_vars"
@@ -69,12 +71,25 @@ def get_thread_extent(dim: int = 0):
     return tirx.const(B.require_kernel("T.get_thread_extent").threads[dim], "int32")
 
 
-def thread_binding(start, stop, thread: str = "threadIdx.x"):
-    """``tx = T.thread_binding(0, threads, thread="threadIdx.x")`` in a ``T.Kernel`` body:
-    TileLang's way of naming a thread index the kernel already has, the same as
-    ``T.get_thread_binding(0)`` (``threadIdx.y``: 1, ``threadIdx.z``: 2). The range must be
-    the kernel's whole extent along that dimension (a new thread loop is not a tile
-    program's)."""
+def thread_binding(start, stop=None, thread: str = "threadIdx.x", *, annotations=None):
+    """TVM script's thread loops and TileLang's thread index:
+
+    - in a ``T.Kernel`` body, ``tx = T.thread_binding(0, threads, thread="threadIdx.x")``
+      names a thread index the kernel already has, the same as ``T.get_thread_binding(0)``
+      (``threadIdx.y``: 1, ``threadIdx.z``: 2); the range must be the kernel's whole extent
+      along that dimension;
+    - without one, ``for bx in T.thread_binding(n, thread="blockIdx.x"):`` with
+      ``for tx in T.thread_binding(128, thread="threadIdx.x"):`` inside it (TVM script's form,
+      ``T.thread_binding(start, stop, thread)`` too, from 0) is a kernel: the outermost such
+      loop opens it, each loop sets the extent of its block or thread dimension, and the body
+      is the block's program with ``tx`` the calling thread's index (as after
+      ``T.get_thread_binding``): ``with T.Kernel(n, threads=128) as bx`` written as loops."""
+    if stop is None:
+        start, stop = 0, start
+    builder = B.current("T.thread_binding")
+    kernel = builder.enclosing("kernel")
+    if kernel is None or isinstance(kernel.info["kernel"], _ScriptKernel):
+        return _LaunchLoop(start, stop, thread, annotations)
     if thread not in THREAD_TAGS:
         raise kernel_error(f"T.thread_binding names a thread index of the kernel "
                            f"({', '.join(THREAD_TAGS)}), got thread={thread!r}")
@@ -85,6 +100,86 @@ def thread_binding(start, stop, thread: str = "threadIdx.x"):
                            f"has {threads[dim]} threads along {thread} (threads={threads}); "
                            f"the range must be 0..{threads[dim]}")
     return get_thread_binding(dim)
+
+
+class _ScriptKernel(Kernel):
+    """The kernel a TVM-script thread loop opens: its grid and threads are the extents of
+    the loops inside it, set as each loop opens (one block and one thread until then)."""
+
+    def __init__(self):
+        super().__init__(1, threads=1)
+        self.set: dict[str, int] = {}  # the loops' tags and extents
+
+    def take(self, tag: str, extent):
+        """Set the extent along ``tag``; the index variable of the loop."""
+        if tag in self.set:
+            if as_int(extent) != self.set[tag]:
+                raise kernel_error(f"T.thread_binding(..., thread={tag!r}) of extent {extent}: "
+                                   f"this kernel's {tag} loops have extent {self.set[tag]}")
+        elif tag in BLOCK_AXES:
+            axis = BLOCK_AXES.index(tag)
+            grid = list(self.grid) + [1] * (axis + 1 - len(self.grid))
+            grid[axis] = extent
+            self.grid = tuple(grid)
+            self.vars = self.vars + tuple(tirx.Var(n, "int32") for n in
+                                          ("bx", "by", "bz")[len(self.vars):len(grid)])
+            self.set[tag] = as_int(extent)
+        else:
+            if not isinstance(as_int(extent), int) or as_int(extent) <= 0:
+                raise kernel_error(f"T.thread_binding(..., thread={tag!r}): a thread extent "
+                                   f"must be a positive constant, got {extent}")
+            threads = list(self.threads)
+            threads[THREAD_TAGS.index(tag)] = as_int(extent)
+            self.threads = B.current("T.thread_binding").threads = tuple(threads)
+            self.set[tag] = as_int(extent)
+        if tag in BLOCK_AXES:
+            return self.vars[BLOCK_AXES.index(tag)]
+        return get_thread_binding(THREAD_TAGS.index(tag))
+
+    def finish(self, body):
+        """``body`` with its thread indices' records naming the kernel's final threads (a
+        ``threadIdx.y`` loop inside a ``threadIdx.x`` one sets them after the first)."""
+        threads = ",".join(map(str, self.threads))
+
+        def restate(stmt):
+            call = decode(stmt)
+            if call is None or call.name != THREAD_BINDING.name or \
+                    call.attrs["threads"] == threads:
+                return stmt
+            return make_call(THREAD_BINDING.name, call.operands,
+                             {**call.attrs, "threads": threads}, span=stmt.span)
+
+        return tvm_ffi.structural_map(body, (tirx.Evaluate, restate))
+
+
+class _LaunchLoop:
+    """``for v in T.thread_binding(n, thread=tag)`` outside a ``T.Kernel``: see
+    :func:`thread_binding`."""
+
+    def __init__(self, start, stop, thread, annotations):
+        if thread not in THREAD_TAGS + BLOCK_AXES:
+            raise kernel_error(f"T.thread_binding loops bind blockIdx.x/y/z or threadIdx.x/y/z, "
+                               f"got thread={thread!r}")
+        if as_int(start) != 0:
+            raise kernel_error(f"T.thread_binding({start}, {stop}, thread={thread!r}): a thread "
+                               "loop starts at 0")
+        self.extent = index_value(stop, f"a T.thread_binding extent ({thread})")
+        self.thread = thread
+
+    def __iter__(self):
+        builder = B.current("T.thread_binding")
+        frame = builder.enclosing("kernel")
+        if frame is not None:  # a loop inside the kernel an outer one opened
+            yield frame.info["kernel"].take(self.thread, self.extent)
+            return
+        kernel = _ScriptKernel()
+        kernel.__enter__()
+        try:
+            yield kernel.take(self.thread, self.extent)
+        except BaseException as exc:
+            kernel.__exit__(type(exc), exc, exc.__traceback__)
+            raise
+        kernel.__exit__(None, None, None)
 
 
 # -- TVM's thread allreduce (TileLang's hand-written GEMV reductions) ---------------------------
