@@ -100,3 +100,25 @@ def test_misuse_refused_at_the_line(body, dtype, error, message):
     with pytest.raises(error, match=message) as err:
         _refused(body, dtype)
     assert "test_ldst.py" in str(err.value)
+
+
+def named_word(n=32):
+    @T.prim_func
+    def main(X: T.Tensor((2 * n,), "bfloat16"), Y: T.Tensor((n,), "uint32")):
+        with T.Kernel(1, threads=32):
+            for i in T.serial(n):
+                w = T.ldg32(X[2 * i:2 * i + 2])  # a named value, kept across the store
+                X[2 * i] = T.bfloat16(0)
+                Y[i] = w
+
+    return main
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_named_word_of_bfloat16_elements_keeps_its_bits(target):
+    """The CPU held a named value computed from bfloat16 loads in float32: a uint32 word of
+    two bfloat16 elements lost its low bits (found while adding the 64-bit forms)."""
+    x = torch.randn(64).bfloat16()
+    words = x.view(torch.int32).clone()
+    y = tilewright.compile(named_word(), out_idx=[1], target=target)(x)
+    assert torch.equal(y.view(torch.int32), words)

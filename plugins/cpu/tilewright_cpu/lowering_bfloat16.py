@@ -83,9 +83,10 @@ HELD_IN_FLOAT32 = frozenset({"bfloat16", "float8_e4m3fn", "float8_e5m2", "float8
 
 def hold_narrow_bindings():
     """A binding whose value loads a bfloat16, float8 or float4 buffer (a named value the
-    language keeps, see ``tilewright.language.snapshots``) becomes a one-element float32 local
-    array (exact for these types) written where the binding stood and read where the variable
-    was used. These types are held in others here (float32, bytes): float8's lowering and TVM
+    language keeps, see ``tilewright.language.snapshots``) becomes a one-element local array
+    written where the binding stood and read where the variable was used: float32 for a value
+    of these types (exact), the variable's own dtype otherwise (a ``T.ldg32`` word of two
+    bfloat16 elements is a uint32: through float32 it lost its low bits). These types are held in others here (float32, bytes): float8's lowering and TVM
     0.27's bfloat16 legalisation rewrite the buffers' stores and loads, but not a binding's
     variable or, for bfloat16, a load inside a ``Bind`` ("Load/Store of buffer ... occurred
     before its declaration")."""
@@ -101,11 +102,12 @@ def hold_narrow_bindings():
             if not any(str(ld.source.dtype) in HELD_IN_FLOAT32 for ld in loads):
                 return stmt
             dtype = str(stmt.var.ty)
-            value = stmt.value if dtype == "float32" else tirx.Cast("float32", stmt.value)
-            cell = tirx.decl_buffer((1,), "float32", f"{stmt.var.name}_held", scope="local")
+            held = "float32" if dtype in HELD_IN_FLOAT32 else dtype
+            value = stmt.value if dtype == held else tirx.Cast(held, stmt.value)
+            cell = tirx.decl_buffer((1,), held, f"{stmt.var.name}_held", scope="local")
             zero = [tirx.IntImm("int32", 0)]
             load = tirx.BufferLoad(cell, zero)
-            self.held[stmt.var] = load if dtype == "float32" else tirx.Cast(dtype, load)
+            self.held[stmt.var] = load if dtype == held else tirx.Cast(dtype, load)
             return tirx.SeqStmt([tirx.AllocBuffer(cell, span=stmt.span),
                                  tirx.BufferStore(cell, value, zero, span=stmt.span)])
 
