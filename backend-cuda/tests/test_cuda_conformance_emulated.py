@@ -40,3 +40,14 @@ INPLACE = _inplace_cases()
 @pytest.mark.parametrize("case", INPLACE, ids=[c.id for c in INPLACE])
 def test_a_case_writing_its_arguments_in_host_emulation(case, tmp_path):
     hostemu.run_case(case, "cuda -arch=sm_90a", tmp_path)
+
+
+VECTORS = cases(["vector_access"])
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize("case", VECTORS, ids=[c.id for c in VECTORS])
+def test_vector_cases_in_host_emulation(case, tmp_path):
+    """Vector dtypes: CUDA's vector types (float2, uint4, the packed int / int2 of 8- and
+    16-bit lanes, whose construction from lanes codegen's ``packed_vectors`` writes as words)."""
+    hostemu.run_case(case, "cuda -arch=sm_90a", tmp_path)

@@ -64,7 +64,8 @@ class UnsupportedOpError(KernelError):
 
 class KernelIndexError(KernelError, IndexError):
     """A running kernel read or wrote an element outside its tensor or tile (the interpreter
-    reports it at the user's line; the pass config ``tw.bounds_check`` on every backend)."""
+    reports it at the user's line; the pass config ``tw.bounds_check`` on every backend), or a
+    kernel names a lane a vector value does not have (``T.extract_lane``)."""
 
 
 class PluginError(TilewrightError):

@@ -129,7 +129,7 @@ def device_kernel(gvar, func, target):
     # LowerIntrin names CUDA's functions
     dev_mod = tirx.transform.LowerIntrin()(tvm.IRModule(
         {kernel_gvar: float8_arithmetic(half_math_in_float32(kernel))}, attrs=dev_mod.attrs))
-    kernel = float8_conversions(printable_constants(dev_mod[kernel_gvar]))
+    kernel = float8_conversions(packed_vectors(printable_constants(dev_mod[kernel_gvar])))
     dev_mod = tvm.IRModule({kernel_gvar: kernel}, attrs=dev_mod.attrs)
     return dev_target, dev_mod, (kernel_gvar, kernel)
 
@@ -161,6 +161,42 @@ def printable_constants(func):
 
 
 INT32_MIN = -(2 ** 31)
+
+
+def packed_vectors(func):
+    """``func`` with each vector of 8- or 16-bit integers of 32 bits or more (``int8x4``,
+    ``int16x4`` ...) built from its lanes' values (a ``Shuffle`` of scalars: the lanes of a
+    wrapping vector operation, ``T.int8x8(a, ..., h)``) built as 32-bit words instead, the
+    lanes' bits shifted into place, and reinterpreted: TVM's CUDA printer holds such a vector
+    in an ``int`` / ``int2`` / ``int4`` and writes its construction as ``make_int2`` of every
+    lane (eight arguments for ``int8x8``), which does not compile."""
+
+    def visit(shuffle):
+        t = tvm.runtime.DataType(str(shuffle.ty))
+        lanes, bits = t.lanes, t.bits
+        if lanes == 1 or t.type_code not in (0, 1) or bits not in (8, 16) or \
+                (lanes * bits) % 32 or any(tvm.runtime.DataType(str(v.ty)).lanes != 1
+                                           for v in shuffle.vectors):
+            return shuffle
+        per_word = 32 // bits
+        values = [shuffle.vectors[int(i)] for i in shuffle.indices]
+        words = []
+        for w in range(lanes // per_word):
+            word = None
+            for k in range(per_word):
+                value = values[w * per_word + k]
+                unsigned = tirx.reinterpret(f"uint{bits}", value) if t.type_code == 0 \
+                    else value
+                part = tirx.Cast("uint32", unsigned)
+                if k:
+                    part = tirx.shift_left(part, tirx.const(k * bits, "uint32"))
+                word = part if word is None else tirx.bitwise_or(word, part)
+            words.append(word)
+        packed = words[0] if len(words) == 1 else \
+            tirx.Shuffle(words, [tirx.const(w, "int32") for w in range(len(words))])
+        return tirx.reinterpret(str(shuffle.ty), packed)
+
+    return tvm_ffi.structural_map(func, (tirx.Shuffle, visit))
 
 
 _FLOAT_FORMATS = {16: "<e", 32: "<f", 64: "<d"}  # struct's IEEE formats by width

@@ -13,9 +13,17 @@ import tvm_ffi
 from tvm import tirx
 
 from ..errors import KernelError, TilewrightError, UnsupportedOpError, span_location
-from ..ir import Region, apply_fallbacks, intrinsic_features, intrinsics_in, tile_ops_in
+from ..ir import (
+    Region,
+    apply_fallbacks,
+    intrinsic_features,
+    intrinsics_in,
+    tile_ops_in,
+    vector_values,
+)
 from ..log import get_logger
 from ..plugin import BackendModule, Executor, GeneratedSource, get_manager, passconfig
+from ..plugin.types import VECTOR_BITS
 from ..transform import (
     check_bounds,
     instrument_bounds,
@@ -169,23 +177,29 @@ def _check_dtypes(func: tirx.PrimFunc, backend: BackendModule) -> None:
     """Every dtype of the kernel's tensors, allocations and conversions is one the backend
     declares it computes (``Capabilities.dtypes``); the first that is not is refused at the
     first line using it, naming the backend and the dtypes it offers."""
-    offered = backend.capabilities.dtypes
+    caps = backend.capabilities
 
     def refuse(dtype: str, what: str, location):
+        vectors = ""
+        if tvm.runtime.DataType(dtype).lanes > 1:  # which vectors the backend computes
+            vectors = "; vectors of none" if "vector_dtypes" not in caps.features else \
+                "; vectors of them of any width" if "wide_vectors" in caps.features else \
+                f"; vectors of them of up to {VECTOR_BITS} bits"
         return UnsupportedOpError(
             f"{what} is {dtype}, which backend '{backend.name}' does not compute (it offers "
-            f"{', '.join(sorted(offered))}); choose another target or another dtype", location)
+            f"{', '.join(sorted(caps.dtypes))}{vectors}); choose another target or another "
+            "dtype", location)
 
     for param in func.params:
         buf = func.buffer_map.get(param, param) if hasattr(func, "buffer_map") else param
         dtype = str(getattr(buf, "dtype", ""))
-        if dtype and dtype not in offered and dtype != "handle":
+        if dtype and not caps.computes(dtype) and dtype != "handle":
             raise refuse(dtype, f"parameter {buf.name!r}",
                          _first_line(func, lambda stmt, b=buf: _touches(stmt, b)))
     found = []
 
     def allocated(stmt):
-        if not found and str(stmt.buffer.dtype) not in offered:
+        if not found and not caps.computes(str(stmt.buffer.dtype)):
             found.append(stmt)
 
     tvm_ffi.structural_walk(func.body, (tirx.AllocBuffer, allocated))
@@ -195,9 +209,13 @@ def _check_dtypes(func: tirx.PrimFunc, backend: BackendModule) -> None:
     casts = []
     tvm_ffi.structural_walk(func.body, (tirx.Cast, lambda c: casts.append(str(c.ty))))
     for dtype in casts:
-        if dtype not in offered:
+        if not caps.computes(dtype):
             raise refuse(dtype, "a conversion's result", _first_line(
                 func, lambda stmt, d=dtype: _converts_to(stmt, d)))
+    for dtype in vector_values(func.body):
+        if not caps.computes(dtype):
+            raise refuse(dtype, "a value", _first_line(
+                func, lambda stmt, d=dtype: d in vector_values(stmt)))
 
 
 def _touches(stmt, buffer) -> bool:

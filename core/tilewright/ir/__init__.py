@@ -48,7 +48,7 @@ from .schema import (
     tile_ops_in,
     transpose_dims,
 )
-from .types import value_dtype
+from .types import value_dtype, vector_values
 
 __all__ = [
     "ATOMIC_KINDS", "ATOMIC_OPS", "ATOMIC_PREV", "FAST_MATH", "FAST_MATH_FUNCTIONS",
@@ -62,5 +62,5 @@ __all__ = [
     "matrix_dims", "ops",
     "is_region", "register_intrinsic", "register_tile_op", "registered_capabilities",
     "registered_ops", "schema_of_call",
-    "tile_ops_in", "transpose_dims", "value_dtype",
+    "tile_ops_in", "transpose_dims", "value_dtype", "vector_values",
 ]

@@ -129,6 +129,11 @@ class TileBuffer:
     def __setitem__(self, key, value) -> None:
         key = self._key(key)
         if len(key) != self.ndim or any(isinstance(k, slice) for k in key):
+            value = value.load() if isinstance(value, VarHandle) else value
+            lanes = _lanes(value)
+            if lanes > 1:
+                self._store_lanes(self[key], value, lanes)
+                return
             raise kernel_error(f"store to {self.name!r} needs one index per dimension "
                                f"({self.ndim}); use T.fill or T.copy for regions")
         builder = B.require_kernel(f"storing to {self.name!r}")
@@ -137,6 +142,32 @@ class TileBuffer:
         store = tirx.BufferStore(self.buffer, to_expr(value, self.dtype),
                                  [to_expr(k) for k in key], span=B.here())
         builder.emit(store)
+
+    def _store_lanes(self, region: BufferSlice, value, lanes: int) -> None:
+        """``y[i:i + n] = v`` of a vector ``v`` of ``n`` lanes: lane ``k`` into element ``i + k``
+        along the last dimension (converted to the buffer's dtype), the vector computed once."""
+        sizes = [as_int(e) for e in region.extents]
+        if any(e != 1 for e in sizes[:-1]) or sizes[-1] != lanes:
+            raise kernel_error(f"store of a {value.ty} value ({lanes} lanes) to "
+                               f"{self.name!r}{list(sizes)}: it fills {lanes} consecutive "
+                               "elements along the last dimension")
+        builder = B.require_kernel(f"storing to {self.name!r}")
+        span = B.here()
+        vector = tirx.Var("lanes", str(value.ty))
+        stores = [tirx.Bind(vector, value, span=span)]
+        first = [to_expr(s) for s in region.starts]
+        for k in range(lanes):
+            lane = to_expr(tirx.Shuffle([vector], [tirx.const(k, "int32")]), self.dtype)
+            index = [*first[:-1], first[-1] + k] if k else first
+            stores.append(tirx.BufferStore(self.buffer, lane, index, span=span))
+        builder.emit(B.seq(stores))
+
+
+def _lanes(value) -> int:
+    """The lanes of a vector value (``T.float32x2`` ...); 1 for anything else."""
+    if not isinstance(value, tvm.ir.Expr):
+        return 1
+    return tvm.runtime.DataType(str(value.ty)).lanes
 
 
 def _start(value):

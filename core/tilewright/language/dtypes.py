@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import re
 import struct
 from dataclasses import dataclass
 
@@ -38,6 +39,20 @@ _ALIASES = {"float": "float32", "half": "float16", "double": "float64", "int": "
 ALIAS_NAMES = ("float", "half", "double", "int", "uint", "tfloat32", "float8_e4m3", "ptr")
 
 
+# vector dtypes, TileLang's ``T.float32x2`` ...: ``<scalar>x<lanes>``, a value of ``lanes``
+# elements held as one (a register pair, a 64- to 256-bit access), of these element dtypes and
+# at most MAX_VECTOR_BITS in all (TileLang's widest access, T.ldg256)
+_VECTOR = re.compile(r"(?P<scalar>[a-z0-9_]+?)x(?P<lanes>[0-9]+)")
+VECTOR_LANES = ("float16", "bfloat16", "float32", "int8", "uint8", "int16", "uint16", "int32",
+                "uint32")
+VECTOR_WIDTHS = (2, 4, 8, 16, 32)
+MAX_VECTOR_BITS = 256
+
+
+def _vector_bits(scalar: str, lanes: int) -> int:
+    return int("".join(c for c in scalar.split("_")[0] if c.isdigit())) * lanes
+
+
 class DType(str):
     """A dtype name, as TileLang's ``T.dtype``: ``T.dtype(x)`` accepts a name, an alias
     (``"half"``) or a torch dtype and gives the canonical name; calling a dtype makes a
@@ -48,11 +63,23 @@ class DType(str):
 
     @property
     def bits(self) -> int:
+        """Bits of one value (of one lane for a vector dtype, as TVM's ``DataType.bits``)."""
         if self == "bool":
             return 8
         if self == "handle":
             return 64
-        return int("".join(c for c in self.split("_")[0] if c.isdigit()))
+        return int("".join(c for c in self.scalar.split("_")[0] if c.isdigit()))
+
+    @property
+    def lanes(self) -> int:
+        """The number of values a value of the dtype holds (``T.float32x2``: 2)."""
+        vector = _VECTOR.fullmatch(self)
+        return int(vector["lanes"]) if vector and self not in _CANONICAL else 1
+
+    @property
+    def scalar(self) -> str:
+        """The dtype of one lane (``float32`` of ``float32x2``; the dtype itself otherwise)."""
+        return self.rsplit("x", 1)[0] if self.lanes > 1 else str(self)
 
     @property
     def itemsize(self) -> int:
@@ -67,7 +94,19 @@ class DType(str):
 
         return getattr(torch, TORCH.get(str(self), str(self)))
 
-    def __call__(self, value=None):
+    def __call__(self, value=None, *more):
+        if self.lanes > 1 and value is not None:
+            # a vector: T.float32x2(a, b) of its lanes' values, T.float32x2(x) of one repeated
+            values = [value, *more]
+            lanes = [tirx.const(v, self.scalar) if isinstance(v, (bool, int, float)) else
+                     v if str(v.ty) == self.scalar else tirx.Cast(self.scalar, v)
+                     for v in values]
+            if len(values) == 1:
+                return tirx.Broadcast(lanes[0], self.lanes)
+            if len(values) != self.lanes:
+                raise kernel_error(f"T.{self}(...) takes one value or {self.lanes} (one a "
+                                   f"lane), got {len(values)}")
+            return tirx.Shuffle(lanes, [tirx.const(k, "int32") for k in range(self.lanes)])
         if value is None:
             return tirx.Var("v", str(self))
         if isinstance(value, (bool, int, float)):
@@ -87,6 +126,14 @@ def normalize_dtype(dtype) -> str:
     name = _ALIASES.get(name, name)
     if name in _CANONICAL:
         return name
+    vector = _VECTOR.fullmatch(name)
+    if vector and vector["scalar"] in VECTOR_LANES and int(vector["lanes"]) in VECTOR_WIDTHS \
+            and _vector_bits(vector["scalar"], int(vector["lanes"])) <= MAX_VECTOR_BITS:
+        return name
+    if vector:
+        raise kernel_error(f"unknown dtype {name!r}: a vector dtype is <element>x<lanes> of "
+                           f"{', '.join(VECTOR_LANES)} with {', '.join(map(str, VECTOR_WIDTHS))} "
+                           f"lanes, {MAX_VECTOR_BITS} bits at most")
     close = difflib.get_close_matches(name, _CANONICAL, n=3)
     hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
     raise kernel_error(f"unknown dtype {name!r}{hint} (valid: {', '.join(_CANONICAL)})")
@@ -194,4 +241,7 @@ def is_float(dtype: str) -> bool:
     return dtype.startswith(("float", "bfloat"))
 
 
-DTYPES = {name: DType(name) for name in _CANONICAL + ALIAS_NAMES}
+# TileLang's vector dtype names (T.float32x2 ... T.uint8x64)
+VECTOR_NAMES = tuple(f"{scalar}x{lanes}" for lanes in VECTOR_WIDTHS for scalar in VECTOR_LANES
+                     if _vector_bits(scalar, lanes) <= MAX_VECTOR_BITS)
+DTYPES = {name: DType(name) for name in _CANONICAL + ALIAS_NAMES + VECTOR_NAMES}

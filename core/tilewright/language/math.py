@@ -8,9 +8,15 @@ import operator
 import tvm
 from tvm import tirx
 
-from ..errors import KernelTypeError, kernel_error, user_location
+from ..errors import (
+    KernelIndexError,
+    KernelTypeError,
+    KernelValueError,
+    kernel_error,
+    user_location,
+)
 from ..ir import FAST_MATH_FUNCTIONS, integers
-from .buffer import TileBuffer, dtype_of, to_expr
+from .buffer import TileBuffer, VarHandle, dtype_of, to_expr
 from .dtypes import FLOAT_FORMATS, UNSIGNED_FORMATS, is_float, normalize_dtype
 
 
@@ -141,9 +147,39 @@ def reinterpret(value, dtype):
                            "other way round)")
     dtype = normalize_dtype(dtype)
     value = to_expr(value)
-    if tvm.runtime.DataType(dtype).bits != tvm.runtime.DataType(str(value.ty)).bits:
-        raise kernel_error(f"T.reinterpret of a {value.ty} value as {dtype}: the widths differ")
+    if _width(dtype) != _width(str(value.ty)):
+        raise kernel_error(f"T.reinterpret of a {value.ty} value as {dtype}: the widths differ "
+                           f"({_width(str(value.ty))} and {_width(dtype)} bits)")
     return tirx.reinterpret(dtype, value)
+
+
+def _width(dtype: str) -> int:
+    """The bits of a value of ``dtype``, every lane of a vector dtype."""
+    t = tvm.runtime.DataType(dtype)
+    return t.bits * t.lanes
+
+
+def extract_lane(vector, lane):
+    """``T.extract_lane(v, k)``: lane ``k`` (a constant) of the vector value ``v``
+    (``T.float32x2`` ...), a value of its element dtype."""
+    if isinstance(vector, VarHandle):
+        vector = vector.load()
+    if not isinstance(vector, tvm.ir.Expr):
+        raise KernelTypeError(f"T.extract_lane expects a PrimExpr vector, got "
+                              f"{type(vector).__name__}", user_location())
+    lanes = tvm.runtime.DataType(str(vector.ty)).lanes
+    if lanes <= 1:
+        raise KernelValueError(f"T.extract_lane expects a vector expression (float32x2 ...), "
+                               f"got a {vector.ty} value", user_location())
+    if isinstance(lane, tirx.IntImm):
+        lane = int(lane.value)
+    if not isinstance(lane, int) or isinstance(lane, bool):
+        raise KernelTypeError(f"T.extract_lane takes the lane as a compile-time integer, got "
+                              f"{lane!r}", user_location())
+    if not 0 <= lane < lanes:
+        raise KernelIndexError(f"T.extract_lane: lane {lane} is out of bounds of a {vector.ty} "
+                               f"value (0..{lanes - 1})", user_location())
+    return tirx.Shuffle([vector], [tirx.const(lane, "int32")])
 
 
 def unpack(packed, index, bits: int = 4, signed: bool = False):

@@ -126,6 +126,9 @@ class Executor:
             raise PluginError(f"executor {self.name!r}: fingerprint must be callable")
 
 
+VECTOR_BITS = 128  # the widest vector of a backend with 'vector_dtypes' (CUDA's float4, uint4)
+
+
 @dataclass(frozen=True)
 class Capabilities:
     """What a backend supports, as data: the core checks kernels against it."""
@@ -152,6 +155,19 @@ class Capabilities:
     def supports(self, op: str, dtype: str) -> bool:
         """Whether ``op`` is declared for inputs of ``dtype``."""
         return op in self.tile_ops and dtype in self.op_dtypes.get(op, self.dtypes)
+
+    def computes(self, dtype: str) -> bool:
+        """Whether the backend computes values of ``dtype``: one of ``dtypes``, or a vector of
+        one (``float32x2`` ...) where it declares the feature ``vector_dtypes`` (up to
+        ``VECTOR_BITS`` in all; any width the language has with ``wide_vectors`` too)."""
+        if dtype in self.dtypes:
+            return True
+        scalar, _, lanes = dtype.rpartition("x")
+        if not lanes.isdigit() or scalar not in self.dtypes or \
+                "vector_dtypes" not in self.features:
+            return False
+        bits = int("".join(c for c in scalar.split("_")[0] if c.isdigit()))
+        return "wide_vectors" in self.features or bits * int(lanes) <= VECTOR_BITS
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import tvm
 import tvm_ffi
+from tilewright.ir import vector_values
 from tilewright.transform import StmtMutator, prim_func_pass, rebuild_for
 from tvm import tirx
 from tvm.sym.pattern import detect_linear_equation
@@ -72,6 +73,8 @@ class _Loops(StmtMutator):
         self.vectorize = vectorize
 
     def visit_For(self, stmt):
+        """A loop that builds vector values (``T.float32x2(a, b)``, ``T.ldg64``'s words) stays
+        scalar: TVM 0.27's VectorizeLoop cannot widen a ``Shuffle`` of several vectors."""
         stmt = super().visit_For(stmt)
         annotations = {k: v for k, v in stmt.annotations.items() if not str(k).startswith("tw.")}
         kind = str(stmt.annotations.get(LOOP_KEY, ""))
@@ -81,6 +84,7 @@ class _Loops(StmtMutator):
         if kind != "parallel" or not self.vectorize or _has_loop(stmt.body) or \
                 _has_side_effects(stmt.body) or not _stores_vary(stmt.body, var) or \
                 touches_float8(stmt.body) or _stores_invariant_bfloat16(stmt.body, var) or \
+                vector_values(stmt.body) or \
                 not isinstance(stmt.extent, tirx.IntImm) or int(stmt.extent.value) % VECTOR_LANES:
             return rebuild_for(stmt, annotations=annotations)
         extent = int(stmt.extent.value)

@@ -82,14 +82,14 @@ HELD_IN_FLOAT32 = frozenset({"bfloat16", "float8_e4m3fn", "float8_e5m2", "float8
 
 
 def hold_narrow_bindings():
-    """A binding whose value loads a bfloat16, float8 or float4 buffer (a named value the
-    language keeps, see ``tilewright.language.snapshots``) becomes a one-element local array
-    written where the binding stood and read where the variable was used: float32 for a value
-    of these types (exact), the variable's own dtype otherwise (a ``T.ldg32`` word of two
-    bfloat16 elements is a uint32: through float32 it lost its low bits). These types are held in others here (float32, bytes): float8's lowering and TVM
-    0.27's bfloat16 legalisation rewrite the buffers' stores and loads, but not a binding's
-    variable or, for bfloat16, a load inside a ``Bind`` ("Load/Store of buffer ... occurred
-    before its declaration")."""
+    """A binding whose value loads a bfloat16, float8 or float4 buffer (a named value the language
+    keeps, see ``tilewright.language.snapshots``) becomes a one-element local array written
+    where the binding stood and read where the variable was used: float32 for a value of these
+    types (exact), the variable's own dtype otherwise (a ``T.ldg32`` word of two bfloat16
+    elements is a uint32: through float32 it lost its low bits). These types are held in others
+    here (float32, bytes): float8's lowering and TVM 0.27's bfloat16 legalisation rewrite the
+    buffers' stores and loads, but not a binding's variable or, for bfloat16, a load inside a
+    ``Bind`` ("Load/Store of buffer ... occurred before its declaration")."""
 
     class Hold(StmtMutator):
         def __init__(self):

@@ -18,7 +18,7 @@ from tilewright.ir.schema import Region as IRRegion
 from tilewright.plugin import DeviceCodegen, GeneratedSource
 from tvm import sym, tirx
 
-from .runtime import EMULATED
+from .runtime import EMULATED, lanes_of
 
 _BINARY = {"Add": "+", "Sub": "-", "Mul": "*", "FloorDiv": "//", "FloorMod": "%",
            "EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">=",
@@ -98,7 +98,17 @@ class _Emitter:
         if kind == "StringImm":
             return repr(str(e.value))
         if kind == "TensorLoad":
-            return f"{self.buf(e.source)}[{self.index(e.indices, e.source)}]"
+            load = f"{self.buf(e.source)}[{self.index(e.indices, e.source)}]"
+            # an element of a vector dtype's buffer: its lanes, a copy (not a view)
+            return f"{load}.copy()" if lanes_of(str(e.source.dtype))[1] > 1 else load
+        if kind == "Shuffle":
+            vectors = ", ".join(self.expr(v) for v in e.vectors)
+            indices = ", ".join(str(int(i)) for i in e.indices)
+            return f"rt.shuffle([{vectors}], [{indices}])"
+        if kind == "Broadcast":
+            return f"rt.broadcast({self.expr(e.value)}, {int(e.lanes)})"
+        if kind == "Ramp":
+            return f"rt.ramp({self.expr(e.base)}, {self.expr(e.stride)}, {int(e.lanes)})"
         if kind in _BINARY:
             text = f"({self.expr(e.a)} {_BINARY[kind]} {self.expr(e.b)})"
             if kind in _WRAPPING and _dtype(e).startswith("uint"):
@@ -110,6 +120,8 @@ class _Emitter:
                 return f"({self.expr(e.a)} {op} {self.expr(e.b)})"
             return f"rt.t{kind.lower()}({self.expr(e.a)}, {self.expr(e.b)})"
         if kind in ("Min", "Max"):
+            if lanes_of(_dtype(e))[1] > 1:  # lane by lane
+                return f"np.{kind.lower()}imum({self.expr(e.a)}, {self.expr(e.b)})"
             return f"{kind.lower()}({self.expr(e.a)}, {self.expr(e.b)})"
         if kind == "And":
             return f"({self.expr(e.a)} and {self.expr(e.b)})"
@@ -119,6 +131,9 @@ class _Emitter:
             return f"(not {self.expr(e.a)})"
         if kind == "BitwiseNot":
             return f"(~{self.expr(e.a)})"
+        if kind == "Select" and lanes_of(_dtype(e))[1] > 1:  # lane by lane
+            return (f"np.where({self.expr(e.condition)}, {self.expr(e.true_value)}, "
+                    f"{self.expr(e.false_value)})")
         if kind == "Select":
             return (f"({self.expr(e.true_value)} if {self.expr(e.condition)} else "
                     f"{self.expr(e.false_value)})")
@@ -220,8 +235,9 @@ class _Emitter:
                 self.block(s.else_case, depth + 1)
         elif kind == "BufferStore":
             value = self.expr(s.value)
-            if str(s.buffer.dtype) in EMULATED:
-                value = f"rt.round_to({value}, {str(s.buffer.dtype)!r})"
+            scalar = lanes_of(str(s.buffer.dtype))[0]
+            if scalar in EMULATED:
+                value = f"rt.round_to({value}, {scalar!r})"
             where = f"  # {line}" if line else ""  # the executor names it for an IndexError
             self.emit(depth, f"{self.buf(s.buffer)}[{self.index(s.indices, s.buffer)}] = "
                       f"{value}{where}")

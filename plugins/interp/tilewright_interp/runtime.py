@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import ml_dtypes
 import numpy as np
-from tilewright.language.dtypes import FLOAT_FORMATS, FloatFormat, ScaleFormat
+from tilewright.language.dtypes import FLOAT_FORMATS, DType, FloatFormat, ScaleFormat
 
 NUMPY = {"float16": np.float16, "float32": np.float32, "float64": np.float64,
          "bfloat16": np.float32, "float8_e4m3fn": np.float32, "float8_e5m2": np.float32,
@@ -121,6 +121,10 @@ def cast(value, dtype: str):
     range and NaN before, :mod:`tilewright.transform.float_to_int`), an integer out of an
     integer dtype's range wraps modulo its size (two's complement, as C, LLVM and torch
     convert)."""
+    scalar, lanes = lanes_of(dtype)
+    if lanes > 1:  # lane by lane; one value converted into every lane
+        values = np.broadcast_to(np.asarray(value), (lanes,))
+        return np.array([cast(v, scalar) for v in values], dtype=NUMPY[scalar])
     if dtype in EMULATED:
         return round_to(np.float32(value), dtype)
     if dtype == "bool":
@@ -138,11 +142,40 @@ _STORAGE = {**NUMPY, "bfloat16": ml_dtypes.bfloat16, "float8_e4m3fn": ml_dtypes.
 
 def reinterpret(value, src: str, dtype: str):
     """``T.reinterpret``: the bits of ``value`` (of dtype ``src``) read as ``dtype``, of the
-    same width; an emulated result is held in float32 again."""
-    bits = np.asarray(value).astype(_STORAGE[src]).view(_STORAGE[dtype])[()]
-    if dtype in EMULATED:
-        return np.float32(bits)
-    return cast(bits, dtype)
+    same width; an emulated result is held in float32 again. A vector dtype's value is an
+    array of its lanes (``uint32x2`` as ``float32x2``, ``uint64`` as ``float16x4`` ...)."""
+    (src, _), (dtype, lanes) = lanes_of(src), lanes_of(dtype)
+    bits = np.asarray(value).astype(_STORAGE[src]).reshape(-1).view(_STORAGE[dtype])
+    if lanes == 1:
+        bits = bits[0]
+        return np.float32(bits) if dtype in EMULATED else cast(bits, dtype)
+    return bits.astype(np.float32) if dtype in EMULATED else bits.astype(NUMPY[dtype])
+
+
+# -- vector dtypes (T.float32x2 ...): a value is a NumPy array of its lanes, a buffer of one has
+# its lanes as a last axis
+def lanes_of(dtype: str) -> tuple[str, int]:
+    """(the dtype of one lane, the lanes) of ``dtype``: ``("float32", 2)`` for float32x2."""
+    t = DType(dtype)
+    return t.scalar, t.lanes
+
+
+def shuffle(vectors, indices):
+    """TIR's ``Shuffle``: the lanes ``indices`` of the vectors' lanes one after another (a
+    scalar is one lane); one index gives a scalar (``T.extract_lane``)."""
+    lanes = np.concatenate([np.atleast_1d(np.asarray(v)) for v in vectors])
+    picked = lanes[list(indices)]
+    return picked[0] if len(indices) == 1 else picked
+
+
+def broadcast(value, lanes: int):
+    """TIR's ``Broadcast``: ``value`` in each of ``lanes`` lanes."""
+    return np.full(lanes, value)
+
+
+def ramp(base, stride, lanes: int):
+    """TIR's ``Ramp``: ``base + k * stride`` for lane ``k``, as an index array."""
+    return base + stride * np.arange(lanes)
 
 
 def tdiv(a, b):
@@ -182,8 +215,11 @@ def converted(values, dtype) -> np.ndarray:
 
 
 def alloc(shape, dtype: str) -> np.ndarray:
-    """A per-block tile (shared or fragment memory), zero-filled."""
-    return np.zeros(tuple(int(s) for s in shape), dtype=NUMPY[dtype])
+    """A per-block tile (shared or fragment memory), zero-filled; a vector dtype's lanes are a
+    last axis."""
+    scalar, lanes = lanes_of(dtype)
+    shape = tuple(int(s) for s in shape) + ((lanes,) if lanes > 1 else ())
+    return np.zeros(shape, dtype=NUMPY[scalar])
 
 
 class Region:

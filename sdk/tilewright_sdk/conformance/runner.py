@@ -69,7 +69,7 @@ def missing_capabilities(case: Case, backend: BackendModule, func=None) -> list[
                 if op in caps.tile_ops and case.dtype in caps.dtypes
                 and not caps.supports(op, case.dtype)]
     dtypes = {case.dtype, "float32"} | (dtypes_used(func) if func is not None else set())
-    missing += [f"dtype {d}" for d in sorted(dtypes) if d not in caps.dtypes]
+    missing += [f"dtype {d}" for d in sorted(dtypes) if not caps.computes(d)]
     # a backend has blocks of one thread unless it schedules whole warps
     features = caps.features | ({SINGLE_THREAD_BLOCKS} if "warps" not in caps.features else set())
     missing += [f"feature {f}" for f in case.features if f not in features]

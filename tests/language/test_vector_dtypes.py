@@ -1,0 +1,186 @@
+"""Vector dtypes as TileLang has them (``T.float32x2``, ``T.bfloat16x2``, ``T.uint32x4`` ...):
+values of several lanes built with ``T.float32x2(a, b)`` (or one value broadcast), held in
+``T.alloc_var``, read lane by lane with ``T.extract_lane``, reinterpreted bit for bit, stored
+into ``y[i:i + n]``; and the 64-, 128- and 256-bit word accesses ``T.ldg64`` ... ``T.stg256``,
+``T.lds64`` / ``T.sts128``, whose values are ``uint32x2`` / ``uint32x4`` / ``uint32x8``. Checked
+on the CPU backend and the interpreter against torch (TileLang's ``test_tilelang_language_ldg``,
+``_ldst`` and ``_extract_lane`` kernels among them)."""
+
+import pytest
+import tilewright
+import tilewright.language as T
+import torch
+from tilewright.errors import KernelError, UnsupportedOpError
+
+TARGETS = ["cpu", "interp"]
+
+
+def packed_lanes(dtype, vector):
+    """TileLang's extract-lane kernel: two elements packed into one vector variable, read
+    back lane by lane."""
+    @T.prim_func
+    def kernel(A: T.Tensor((2,), dtype), B: T.Tensor((2,), dtype)):
+        with T.Kernel(1, threads=32):
+            packed = T.alloc_var(vector)
+            packed = vector(A[0], A[1])
+            B[0] = T.extract_lane(packed, 0)
+            B[1] = T.extract_lane(packed, 1)
+
+    return kernel
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32", "int8"])
+def test_lanes_pack_and_extract(target, dtype):
+    kernel = tilewright.compile(packed_lanes(T.dtype(dtype), T.dtype(f"{dtype}x2")),
+                                out_idx=-1, target=target)
+    x = torch.tensor([1.25, -2.5]).to(getattr(torch, dtype)) if dtype != "int8" else \
+        torch.tensor([7, -100], dtype=torch.int8)
+    assert torch.equal(kernel(x), x)
+
+
+def wide_words(dtype, words, n_rows=3, row_words=16):
+    """Each row's words moved ``words`` at a time: global -> global (ldg/stg), global ->
+    shared -> global (sts/lds, at most 128 bits), the first lane's word as an int32, and a
+    predicated copy of the even groups only."""
+    per_word = 32 // torch.tensor([], dtype=getattr(torch, dtype)).element_size() // 8
+    width = 32 * words
+    group = per_word * words
+    groups = row_words // words
+    cols = row_words * per_word
+    ldg, stg = getattr(T, f"ldg{width}"), getattr(T, f"stg{width}")
+    shared = width <= 128
+    lds, sts = (getattr(T, f"lds{width}"), getattr(T, f"sts{width}")) if shared else (None, None)
+
+    @T.prim_func
+    def main(X: T.Tensor((n_rows, cols), dtype), Y: T.Tensor((n_rows, cols), dtype),
+             Z: T.Tensor((n_rows, cols), dtype), P: T.Tensor((n_rows, cols), dtype),
+             F: T.Tensor((n_rows, groups), "int32")):
+        with T.Kernel(n_rows, threads=32) as r:
+            S = T.alloc_shared((cols,), dtype)
+            for g in T.Parallel(groups):
+                stg(Y[r, g * group:g * group + group], ldg(X[r, g * group:g * group + group]))
+                stg(P[r, g * group:g * group + group],
+                    ldg(X[r, g * group:g * group + group], pred=g % 2 == 0))
+                F[r, g] = T.reinterpret(T.extract_lane(ldg(X[r, g * group]), 0), "int32")
+                if shared:
+                    sts(S[g * group:g * group + group], ldg(X[r, g * group]))
+            for g in T.Parallel(groups):
+                if shared:
+                    stg(Z[r, g * group], lds(S[g * group:g * group + group]))
+                else:
+                    stg(Z[r, g * group], ldg(X[r, g * group]))
+
+    return main, group
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "int8"])
+@pytest.mark.parametrize("words", [2, 4, 8])
+def test_wide_word_accesses(target, dtype, words):
+    kernel, group = wide_words(dtype, words)
+    compiled = tilewright.compile(kernel, out_idx=[1, 2, 3, 4], target=target)
+    x = (torch.randn(3, 16 * (32 // 8 // torch.tensor([], dtype=getattr(torch, dtype))
+                              .element_size())) * 50).to(getattr(torch, dtype))
+    y, z, p, first = compiled(x)
+    assert torch.equal(y, x) and torch.equal(z, x)
+    even = (torch.arange(x.shape[1]) // group % 2 == 0)
+    assert torch.equal(p, torch.where(even, x, torch.zeros((), dtype=x.dtype)))
+    assert torch.equal(first, x.view(torch.int32)[:, ::words])
+
+
+def tilelang_ldg_forms(N=128):
+    """TileLang's ldg64 / ldg128 tests: a word pair read as float32x2 stored into a slice of
+    two; four words of float32 as float32x4."""
+    @T.prim_func
+    def main(X: T.Tensor((N,), T.float32), Y: T.Tensor((N,), T.float32),
+             Z: T.Tensor((N,), T.float32)):
+        with T.Kernel(N // 4, threads=32) as pid:
+            Y[pid * 4:pid * 4 + 2] = T.reinterpret(T.ldg64(X[pid * 4:pid * 4 + 2]), T.float32x2)
+            Y[pid * 4 + 2:pid * 4 + 4] = T.reinterpret(T.ldg64(X[pid * 4 + 2:pid * 4 + 4]),
+                                                       T.float32x2)
+            Z[pid * 4:pid * 4 + 4] = T.reinterpret(T.ldg128(X[pid * 4:pid * 4 + 4]),
+                                                   T.float32x4)
+
+    return main
+
+
+def vector_arithmetic(N=64):
+    """Lane-wise arithmetic on float32x2 values, a broadcast, min/max and a select."""
+    @T.prim_func
+    def main(X: T.Tensor((N,), T.float32), Y: T.Tensor((N,), T.float32)):
+        with T.Kernel(N // 2, threads=32) as pid:
+            v = T.reinterpret(T.ldg64(X[pid * 2:pid * 2 + 2]), T.float32x2)
+            w = v * T.float32x2(2.0) + T.float32x2(1.0, -1.0)
+            Y[pid * 2:pid * 2 + 2] = T.max(w, T.float32x2(0.0))
+
+    return main
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_vector_values_store_into_slices(target):
+    x = torch.randn(128)
+    y, z = tilewright.compile(tilelang_ldg_forms(), out_idx=[1, 2], target=target)(x)
+    assert torch.equal(y, x) and torch.equal(z, x)
+    x = torch.randn(64)
+    y = tilewright.compile(vector_arithmetic(), out_idx=[1], target=target)(x)
+    want = (x * 2 + torch.tensor([1.0, -1.0]).repeat(32)).clamp(min=0)
+    assert torch.equal(y, want)
+
+
+def test_vector_dtype_names():
+    assert (T.float32x2.lanes, T.float32x2.scalar, T.float32x2.bits) == (2, "float32", 32)
+    assert T.dtype("bfloat16x8") == T.bfloat16x8 and T.uint8x32.lanes == 32
+    assert (T.float32.lanes, T.float8_e8m0fnu.lanes) == (1, 1)
+    for name in ("float32x3", "float32x16", "float64x2"):
+        with pytest.raises(KernelError, match=rf"unknown dtype '{name}': a vector dtype is "
+                                              r"<element>x<lanes> .* 256 bits at most"):
+            T.dtype(name)
+
+
+def test_extract_lane_refuses_what_tilelang_refuses():
+    from tvm import tirx
+
+    vector = tirx.Var("vector", "bfloat16x2")
+    assert str(T.extract_lane(vector, tirx.IntImm("int32", 1)).ty) == "bfloat16"
+    with pytest.raises(TypeError, match="expects a PrimExpr"):
+        T.extract_lane(1, 0)
+    with pytest.raises(ValueError, match="expects a vector expression"):
+        T.extract_lane(tirx.Var("scalar", "bfloat16"), 0)
+    with pytest.raises(TypeError, match="compile-time integer"):
+        T.extract_lane(vector, tirx.Var("lane", "int32"))
+    for lane in (-1, 2):
+        with pytest.raises(IndexError, match="out of bounds"):
+            T.extract_lane(vector, lane)
+
+
+def test_misuse_is_refused_at_the_line():
+    with pytest.raises(KernelError, match=r"store of a float32x2 value \(2 lanes\) to 'Y'\[4\]"):
+        @T.prim_func
+        def wrong_slice(X: T.Tensor((8,), T.float32), Y: T.Tensor((8,), T.float32)):
+            with T.Kernel(1, threads=32):
+                Y[0:4] = T.reinterpret(T.ldg64(X[0:2]), T.float32x2)
+
+    with pytest.raises(KernelError, match=r"T.ldg64: 64 bits are 4 float16 element\(s\)"):
+        @T.prim_func
+        def wrong_words(X: T.Tensor((8,), T.float16), Y: T.Tensor((8,), T.float16)):
+            with T.Kernel(1, threads=32):
+                T.stg64(Y[0:4], T.ldg64(X[0:2]))
+
+    with pytest.raises(KernelError, match=r"T.stg128 stores 128 bits \(uint32x4"):
+        @T.prim_func
+        def wrong_value(X: T.Tensor((8,), T.float32), Y: T.Tensor((8,), T.float32)):
+            with T.Kernel(1, threads=32):
+                T.stg128(Y[0:4], T.ldg64(X[0:2]))
+
+    with pytest.raises(KernelError, match=r"widths differ \(64 and 128 bits\)"):
+        @T.prim_func
+        def wrong_width(X: T.Tensor((8,), T.float32), Y: T.Tensor((8,), T.float32)):
+            with T.Kernel(1, threads=32):
+                Y[0:4] = T.reinterpret(T.ldg64(X[0:2]), T.float32x4)
+
+
+def test_a_backend_without_vector_dtypes_refuses_them_at_the_line():
+    with pytest.raises(UnsupportedOpError, match=r"a value is uint32x2, which backend 'ascend' "
+                                                 r"does not compute.*\n.*T.ldg64"):
+        tilewright.lower(tilelang_ldg_forms(), "ascend")
