@@ -27,10 +27,10 @@ from .rules import INTRINSIC_RULES, RULES
 from .timers import TIMERS
 from .transforms import (
     block_code,
+    coded_floats,
     dialect,
     distribute,
     finish,
-    float4,
     kernels,
     layout,
     memory,
@@ -78,7 +78,7 @@ def _lower_tile_ops(ctx) -> list:
     return [min_max_ignoring_nan("CUDAHalfMinMax", HALF_MIN_MAX),
             block_code.run_once(), lower_tile_ops(_rules(), "cuda", options.of(ctx)),
             lower_intrinsics(INTRINSIC_RULES, "CUDALowerIntrinsics"),
-            float4.hold_float4_in_bytes()]
+            coded_floats.hold_coded_floats_in_bytes()]
 
 
 PIPELINE = PassPipeline((
@@ -92,7 +92,8 @@ PIPELINE = PassPipeline((
           "T.max / T.min of float16 and bfloat16 ignore a NaN operand (IEEE maxNum, as "
           "float32's fmaxf); each tile op becomes parallel nests or thread code "
           "(tilewright_cuda.rules); "
-          "float4 buffers hold a code a byte, float4 conversions call tw_fp4.h"),
+          "float4 buffers hold a code a byte, float4 conversions call tw_fp4.h "
+          "(transforms.coded_floats)"),
     Phase("pipeline", lambda ctx: [pipeline(options.of(ctx))],
           "T.Pipelined loops: multi-versioned shared tiles filled by cp.async groups or TMA "
           "on mbarriers (sm_90a: by a producer warpgroup the block gains)"),
