@@ -19,8 +19,8 @@ from tilewright.plugin import (
 
 KNOWN_DTYPES = frozenset({
     "bool", "int4", "uint4", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
-    "uint64", "float8_e4m3fn", "float8_e5m2", "float4_e2m1fn", "float16", "bfloat16",
-    "tfloat32", "float32", "float64"})
+    "uint64", "float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu", "float4_e2m1fn", "float16",
+    "bfloat16", "tfloat32", "float32", "float64"})
 
 
 def check_declarations(backend: BackendModule) -> None:
