@@ -1,13 +1,16 @@
-"""The floating types CUDA holds as codes, one a byte (``uint8``). A kernel's buffers of them
-(tensor parameters and tiles) become byte buffers, as the call passes such a tensor; each
-conversion to one of them is a call of its encode function and each conversion from it a call
-of its decode function (:data:`CODED`, the one table of what each type calls). Arithmetic on
-their values is made in float32 and converted back first (:mod:`tilewright.transform.
-narrow_float`: one rounding per operation).
+"""The floating types CUDA holds as codes, one a byte (``uint8``): ``float4_e2m1fn`` and
+``float8_e8m0fnu``. A kernel's buffers of them (tensor parameters and tiles) become byte
+buffers, as the call passes such a tensor; each conversion to one of them is a call of its
+encode function and each conversion from it a call of its decode function (:data:`CODED`, the
+one table of what each type calls). Arithmetic on their values is made in float32 and
+converted back first (:mod:`tilewright.transform.narrow_float`: one rounding per operation).
 
 - float4_e2m1fn (``include/tw_fp4.h``: CUDA's ``cuda_fp4.h``, rounding to nearest even,
   saturating to +-6, NaN to +6). TVM's CUDA printer packs a float4 buffer two codes a byte
   and stores a code by writing its whole byte (the neighbour's code lost).
+- float8_e8m0fnu (``include/tw_e8m0.h``: torch's rule, :class:`tilewright.language.dtypes.
+  ScaleFormat`, in integer code). CUDA's ``__nv_cvt_float_to_e8m0`` (and so its
+  ``__nv_fp8_e8m0``) rounds only toward zero or up, not by torch's rule.
 
 So no buffer or value of these types reaches TVM's printer. A copy's cp.async or TMA load
 moves the bytes (a load of a coded type that stands for an address or a tensor is left to the
@@ -39,6 +42,7 @@ class Coding:
 
 CODED = {
     "float4_e2m1fn": Coding("tw_fp4_encode", "tw_fp4_decode"),
+    "float8_e8m0fnu": Coding("tw_e8m0_encode", "tw_e8m0_decode"),
 }
 DTYPES = frozenset(CODED)
 
