@@ -237,7 +237,10 @@ inline float __cosf(float x) { return std::cos(x); }
 inline float __sinf(float x) { return std::sin(x); }
 template <class T> T __ldg(const T* p) { return *p; }
 inline float exp2f(float x) { return std::exp2(x); }
+// CUDA's reinterpretations of a float's bits (device-only in CUDA's headers)
 inline float __int_as_float(unsigned v) { float f; std::memcpy(&f, &v, 4); return f; }
+inline float __uint_as_float(unsigned v) { float f; std::memcpy(&f, &v, 4); return f; }
+inline unsigned __float_as_uint(float f) { unsigned v; std::memcpy(&v, &f, 4); return v; }
 inline double __longlong_as_double(unsigned long long v) {
   double d; std::memcpy(&d, &v, 8); return d;
 }

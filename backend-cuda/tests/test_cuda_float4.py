@@ -79,3 +79,22 @@ def test_block_quantisation_matches_the_cpu_backend(tmp_path):
     packed = want_q.view(torch.uint8)
     assert torch.equal(q, torch.stack((packed & 15, packed >> 4), dim=-1).reshape(M, N))
     assert torch.equal(s, want_s)
+
+
+
+def test_a_float4_value_passed_as_such_is_refused():
+    """A float4 value the kernel uses other than converted or stored (here passed to the
+    user's function) is refused as a KernelError naming the value and its use (before: an
+    AttributeError formatting the refusal, which was given a TVM span for a location)."""
+    import tilewright_cuda.language as T
+    from tilewright.errors import KernelError
+
+    @T.prim_func
+    def main(q: T.Tensor((128,), T.float4_e2m1fn)):
+        with T.Kernel(1, threads=128):
+            tx = T.get_thread_binding()
+            T.call_extern("handle", "tw_take_code", q[tx])
+
+    with pytest.raises(KernelError, match=r"(?s)float4_e2m1fn values as codes.*cannot pass "
+                       r"q\[thread_x_0\] to "):
+        tilewright.lower(main, "cuda -arch=sm_90a")

@@ -40,6 +40,7 @@ GRID = "tw_grid.h"
 FENCE = "tw_fence.h"
 PDL = "tw_pdl.h"
 DEQUANT = "tw_dequant.h"
+E8M0 = "tw_e8m0.h"
 # a header -> the header it builds on (pasted before it)
 BUILDS_ON = {MMA_WIDEN: MMA}
 
@@ -172,6 +173,8 @@ TABLE = _table(
     Intrinsic("tw_stage_barrier", None, (), "placeholder"),
     Intrinsic("tw_fp4_encode", FP4),
     Intrinsic("tw_fp4_decode", FP4),
+    Intrinsic("tw_e8m0_encode", E8M0),
+    Intrinsic("tw_e8m0_decode", E8M0),
     Intrinsic("tw_fp8_e5m2", FP8),
     # eight 4-bit codes (the 32-bit word at argument 2) to eight float16 (code - zero) * scale
     # (16 bytes at argument 1); zero and scale are values

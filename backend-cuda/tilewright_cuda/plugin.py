@@ -27,10 +27,10 @@ from .rules import INTRINSIC_RULES, RULES
 from .timers import TIMERS
 from .transforms import (
     block_code,
+    coded_floats,
     dialect,
     distribute,
     finish,
-    float4,
     kernels,
     layout,
     memory,
@@ -43,7 +43,7 @@ from .transforms.pipeline.counters import carry_stages
 
 DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
           "float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2",
-          "float4_e2m1fn")
+          "float8_e8m0fnu", "float4_e2m1fn")
 
 # the float types whose Max / Min TVM's CUDA prelude leaves to the operands' order when one is
 # NaN (``max(half, half)`` is ``__hgt(a, b) ? a : b``); float32's and float64's are CUDA's
@@ -78,7 +78,7 @@ def _lower_tile_ops(ctx) -> list:
     return [min_max_ignoring_nan("CUDAHalfMinMax", HALF_MIN_MAX),
             block_code.run_once(), lower_tile_ops(_rules(), "cuda", options.of(ctx)),
             lower_intrinsics(INTRINSIC_RULES, "CUDALowerIntrinsics"),
-            float4.hold_float4_in_bytes()]
+            coded_floats.hold_coded_floats_in_bytes()]
 
 
 PIPELINE = PassPipeline((
@@ -92,7 +92,8 @@ PIPELINE = PassPipeline((
           "T.max / T.min of float16 and bfloat16 ignore a NaN operand (IEEE maxNum, as "
           "float32's fmaxf); each tile op becomes parallel nests or thread code "
           "(tilewright_cuda.rules); "
-          "float4 buffers hold a code a byte, float4 conversions call tw_fp4.h"),
+          "float4_e2m1fn and float8_e8m0fnu buffers hold a code a byte, their conversions "
+          "call tw_fp4.h / tw_e8m0.h (transforms.coded_floats)"),
     Phase("pipeline", lambda ctx: [pipeline(options.of(ctx))],
           "T.Pipelined loops: multi-versioned shared tiles filled by cp.async groups or TMA "
           "on mbarriers (sm_90a: by a producer warpgroup the block gains)"),
