@@ -190,3 +190,20 @@ def test_a_symbol_only_inside_a_nonlinear_dimension_is_named():
         tilewright.lower(main, "cuda -arch=sm_90a")
 
 
+
+
+def test_an_error_in_a_dialect_kernel_names_the_users_line():
+    """A kernel written with the CUDA dialect (``tilewright_cuda.language``): the refusal of
+    its block size names the user's ``with T.Kernel`` line, not the dialect's own (its frames
+    are marked internal, ``tilewright.errors.mark_internal``; the span was dialect.py's)."""
+    import tilewright_cuda.language as D
+
+    @D.prim_func
+    def one_thread(A: D.Tensor((64,), "float32")):
+        with D.Kernel(1, threads=1):
+            A[0] = 1.0
+
+    with pytest.raises(KernelError) as info:
+        tilewright.lower(one_thread, "cuda -arch=sm_90a")
+    assert info.value.location.filename == __file__
+    assert "with D.Kernel(1, threads=1)" in str(info.value)

@@ -89,12 +89,28 @@ class AssumptionError(TilewrightError, RuntimeError):
     call."""
 
 
+# the folders whose frames are not the user's: the core's, and those mark_internal adds
+_INTERNAL_DIRS = [_PKG_DIR + os.sep]
+
+
+def mark_internal(directory: str) -> None:
+    """Frames of files under ``directory`` (a language dialect's or a backend's package) are
+    not the user's: :func:`user_location` passes over them, so an error raised or a statement
+    built inside the dialect names the kernel's line that called it."""
+    path = os.path.abspath(directory) + os.sep
+    if path not in _INTERNAL_DIRS:
+        _INTERNAL_DIRS.append(path)
+
+
 def user_location(skip_internal: bool = True) -> SourceLocation | None:
-    """The innermost stack frame outside the tilewright package and TVM: the user's line."""
+    """The innermost stack frame outside the tilewright package (and the packages
+    :func:`mark_internal` names) and TVM: the user's line."""
     frame = sys._getframe(1)
+    internal_dirs = tuple(_INTERNAL_DIRS)
     while frame is not None:
         filename = frame.f_code.co_filename
-        internal = filename.startswith(_PKG_DIR) or "/tvm/" in filename or "/tvm_ffi/" in filename
+        internal = filename.startswith(internal_dirs) or "/tvm/" in filename or \
+            "/tvm_ffi/" in filename
         if not (skip_internal and internal) and not filename.startswith("<"):
             return SourceLocation(filename, frame.f_lineno)
         frame = frame.f_back

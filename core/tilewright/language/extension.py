@@ -13,13 +13,10 @@ line and emit one tile-op statement into the kernel being traced::
 from __future__ import annotations
 
 import os
-import sys
 
-from ..errors import KernelError, SourceLocation
+from ..errors import KernelError, SourceLocation, mark_internal, user_location
 from ..ir import make_call
 from . import builder as B
-
-_CORE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class DialectSupport:
@@ -29,19 +26,12 @@ class DialectSupport:
         while os.path.exists(os.path.join(os.path.dirname(here), "__init__.py")):
             here = os.path.dirname(here)
         self.package = here
+        mark_internal(here)  # the core's own locations (B.here(), kernel_error) skip it too
 
     def location(self) -> SourceLocation | None:
         """The user's line: the innermost frame outside tilewright, the dialect's package and
         TVM."""
-        frame = sys._getframe(1)
-        while frame is not None:
-            name = frame.f_code.co_filename
-            internal = name.startswith((self.package + os.sep, _CORE + os.sep)) or \
-                "/tvm/" in name or "/tvm_ffi/" in name
-            if not internal and not name.startswith("<"):
-                return SourceLocation(name, frame.f_lineno)
-            frame = frame.f_back
-        return None
+        return user_location()
 
     def error(self, message: str) -> KernelError:
         return KernelError(message, self.location())
