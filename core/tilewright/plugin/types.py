@@ -127,6 +127,8 @@ class Executor:
 
 
 VECTOR_BITS = 128  # the widest vector of a backend with 'vector_dtypes' (CUDA's float4, uint4)
+# a vector dtype's name: lanes of an 8- to 32-bit integer or a 16- or 32-bit float
+_VECTOR = re.compile(r"(?P<scalar>u?int(?P<bits>8|16|32)|b?float(?P<fbits>16|32))x(?P<lanes>\d+)")
 
 
 @dataclass(frozen=True)
@@ -162,12 +164,12 @@ class Capabilities:
         ``VECTOR_BITS`` in all; any width the language has with ``wide_vectors`` too)."""
         if dtype in self.dtypes:
             return True
-        scalar, _, lanes = dtype.rpartition("x")
-        if not lanes.isdigit() or scalar not in self.dtypes or \
+        vector = _VECTOR.fullmatch(dtype)
+        if vector is None or vector["scalar"] not in self.dtypes or \
                 "vector_dtypes" not in self.features:
             return False
-        bits = int("".join(c for c in scalar.split("_")[0] if c.isdigit()))
-        return "wide_vectors" in self.features or bits * int(lanes) <= VECTOR_BITS
+        bits = int(vector["bits"] or vector["fbits"]) * int(vector["lanes"])
+        return "wide_vectors" in self.features or bits <= VECTOR_BITS
 
 
 @dataclass(frozen=True)
