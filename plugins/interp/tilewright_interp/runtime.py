@@ -155,7 +155,7 @@ def reinterpret(value, src: str, dtype: str):
 
 # -- vector dtypes (T.float32x2 ...): a value is a NumPy array of its lanes, a buffer of one has
 # its lanes as a last axis
-@functools.lru_cache(maxsize=None)  # every rt.cast asks: one parse a dtype
+@functools.cache  # every rt.cast asks: one parse a dtype
 def lanes_of(dtype: str) -> tuple[str, int]:
     """(the dtype of one lane, the lanes) of ``dtype``: ``("float32", 2)`` for float32x2."""
     t = DType(dtype)
