@@ -184,3 +184,18 @@ def test_a_backend_without_vector_dtypes_refuses_them_at_the_line():
     with pytest.raises(UnsupportedOpError, match=r"a value is uint32x2, which backend 'ascend' "
                                                  r"does not compute.*\n.*T.ldg64"):
         tilewright.lower(tilelang_ldg_forms(), "ascend")
+
+
+def test_tensors_and_tiles_hold_scalars():
+    with pytest.raises(KernelError, match=r"T.Tensor of float32x2: tensors and tiles hold "
+                                          r"scalars; declare them of float32 with the 2 lanes"):
+        @T.prim_func
+        def vector_tensor(A: T.Tensor((8,), T.float32x2), B: T.Tensor((8,), T.float32)):
+            with T.Kernel(1, threads=32):
+                B[0] = T.extract_lane(A[0], 0)
+
+    with pytest.raises(KernelError, match=r"T.alloc_shared of bfloat16x8.*T.ldg128"):
+        @T.prim_func
+        def vector_tile(A: T.Tensor((8,), T.float32)):
+            with T.Kernel(1, threads=32):
+                T.alloc_shared((4,), T.bfloat16x8)

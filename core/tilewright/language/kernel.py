@@ -35,12 +35,24 @@ class TensorSpec:
         return _tensor(shape, dtype)
 
 
+def _scalar_elements(dtype, what: str) -> None:
+    """Tensors and tiles hold scalars: a vector dtype (``float32x2``) is refused for them (a
+    vector lives in a ``T.alloc_var`` / ``T.alloc_local``; torch has no vector tensors)."""
+    dtype = DType(dtype)
+    if dtype.lanes > 1:
+        raise kernel_error(f"{what} of {dtype}: tensors and tiles hold scalars; declare them of "
+                           f"{dtype.scalar} with the {dtype.lanes} lanes as a last dimension "
+                           f"(read a vector with T.ldg{dtype.bits * dtype.lanes} or slices), "
+                           "or keep the vector in a T.alloc_var")
+
+
 def _tensor(shape, dtype="float32", data=None):
     """Declare a global tensor parameter of ``shape`` and ``dtype``; with ``data`` (another
     buffer's ``.data``), a view of that buffer's memory with this shape and dtype, as in
     TileLang: ``T.Tensor((K * K * C, F), dtype, kernel.data)`` reads a 4-D tensor as a matrix
     (a view of a tile stays in the tile's memory)."""
     shape = _integers(shape, "T.Tensor shape", "dimension")
+    _scalar_elements(dtype, "T.Tensor")
     spec = TensorSpec(shape, normalize_dtype(dtype))
     return spec if data is None else _view(spec, data)
 
@@ -76,6 +88,7 @@ def _strided_tensor(shape, strides, dtype="float32", scope=None):
         if isinstance(stride, int) and stride < 0:
             raise kernel_error(f"T.StridedTensor strides {strides}: stride {axis} is negative; "
                                "torch tensors have strides of 0 or more")
+    _scalar_elements(dtype, "T.StridedTensor")
     dtype = normalize_dtype(dtype)
     per_byte = 8 // packed_bits(dtype) if packed_bits(dtype) else 1
     if per_byte > 1:
@@ -342,6 +355,7 @@ def empty(*shape, dtype="float32") -> TileBuffer:
     elif not shape or isinstance(shape[-1], (str, DType)):
         raise kernel_error(f"T.empty takes a shape (a tuple, or its dimensions one by one) and "
                            f"dtype=, got {shape!r}")
+    _scalar_elements(dtype, "T.empty")
     builder = B.current("T.empty")
     if builder.in_kernel():
         raise kernel_error("T.empty declares a kernel output; call it before 'with T.Kernel'")
@@ -609,6 +623,8 @@ def macro(fn):
 # -- allocation ------------------------------------------------------------------------------
 def _alloc(shape, dtype, scope: str, what: str, name: str | None = None) -> TileBuffer:
     builder = B.require_kernel(what)
+    if what not in ("T.alloc_var", "T.alloc_local"):
+        _scalar_elements(dtype, what)
     if builder.enclosing("parallel") is not None:
         raise kernel_error(f"{what} inside a T.Parallel loop: allocate before the loop")
     n = sum(1 for f in builder.frames for s in f.stmts if isinstance(s, tirx.AllocBuffer))
@@ -635,6 +651,7 @@ def alloc_local(shape, dtype, scope="local", name=None) -> TileBuffer:
 def alloc_global(shape, dtype, scope="global", name=None) -> TileBuffer:
     """A global-memory workspace the kernel's ``T.Kernel`` blocks share: allocated before the
     first block, outside every ``with T.Kernel``, and freed when the kernel returns."""
+    _scalar_elements(dtype, "T.alloc_global")
     builder = B.current("T.alloc_global")
     if builder.in_kernel():
         raise kernel_error("T.alloc_global allocates a workspace shared by the kernel's "
