@@ -3,41 +3,21 @@
 extents, the ``threadIdx`` loop variables CUDA's thread indices; run in the host emulation
 against torch (the kernels of ``tests/language/test_script_thread_loops.py``)."""
 
+import sys
+from pathlib import Path
+
 import hostemu
 import pytest
 import tilewright
-import tilewright.language as T
 import torch
 
-
-def grid_of_rows():
-    @T.prim_func
-    def main(A: T.Tensor((64, 32), "float32"), B: T.Tensor((64, 32), "float32")):
-        for by in T.thread_binding(4, thread="blockIdx.y"):
-            for bx in T.thread_binding(0, 2, thread="blockIdx.x"):
-                for ty in T.thread_binding(16, thread="threadIdx.y"):
-                    for tx in T.thread_binding(16, thread="threadIdx.x"):
-                        B[by * 16 + ty, bx * 16 + tx] = A[by * 16 + ty, bx * 16 + tx] * 2.0 + ty
-
-    return main
-
-
-def two_launches():
-    @T.prim_func
-    def main(A: T.Tensor((8, 32), "float32"), B: T.Tensor((8, 32), "float32")):
-        for bx in T.thread_binding(8, thread="blockIdx.x"):
-            for tx in T.thread_binding(32, thread="threadIdx.x"):
-                A[bx, tx] = T.cast(bx * 32 + tx, "float32")
-        for bx in T.thread_binding(8, thread="blockIdx.x"):
-            for tx in T.thread_binding(32, thread="threadIdx.x"):
-                B[bx, tx] = A[bx, 31 - tx]
-
-    return main
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "language"))
+from test_script_thread_loops import scaled_plus_row, two_launches  # noqa: E402
 
 
 @pytest.mark.emulator
 def test_thread_loops_launch_as_their_extents(tmp_path):
-    lowered = tilewright.lower(grid_of_rows(), "cuda -arch=sm_90a")
+    lowered = tilewright.lower(scaled_plus_row(), "cuda -arch=sm_90a")
     assert "__launch_bounds__(256)" in lowered.source.text
     x, y = torch.randn(64, 32), torch.zeros(64, 32)
     hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, x, y)
