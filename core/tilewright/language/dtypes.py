@@ -216,8 +216,12 @@ class ScaleFormat:
         return self.value(self.max_code)
 
     def encode(self, x: float) -> int:
-        """The code of the float32 value ``x`` (the rule above, on its float32 bits)."""
-        bits = struct.unpack("<I", struct.pack("<f", x))[0]
+        """The code of the float32 value ``x`` (the rule above, on its float32 bits; a Python
+        float beyond float32's range is its infinity: NaN)."""
+        try:
+            bits = struct.unpack("<I", struct.pack("<f", x))[0]
+        except OverflowError:
+            return self.nan_code
         exponent = (bits >> 23) & 0xFF
         if exponent == 0xFF:
             return self.nan_code
