@@ -204,9 +204,10 @@ def check_unsupported_dtype_message(backend: BackendModule) -> None:
     from .catalogue import probe_kernel
 
     dtypes = backend.capabilities.dtypes
-    # a dtype the language holds in another (int4 in int8) is the backend's as that one is; a
-    # vector dtype (float32x2) one it computes where it declares 'vector_dtypes'
-    missing = sorted(d for d in {storage_dtype(str(d)) for d in DTYPES.values()}
+    # a dtype the language holds in another (int4 in int8) is the backend's as that one is;
+    # vector dtypes (float32x2) are no tensor's (the language refuses them for every backend)
+    missing = sorted(d for d in {storage_dtype(str(d)) for d in DTYPES.values()
+                                 if d.lanes == 1}
                      if not backend.capabilities.computes(d))
     if not missing:
         return
