@@ -17,7 +17,9 @@ along x). It checks what the generated code computes (indexing, guards, barriers
 reductions); it says nothing about speed. float16 and bfloat16 use the host side of
 cuda_fp16.h and cuda_bf16.h; mma.sync and ldmatrix are emulated per warp from the PTX
 fragment layouts (through memory between two barriers of the warp), cp.async as a synchronous
-copy with zero fill. The shim is a header precompiled once per process (its parse is most of
+copy with zero fill. A block may have up to three dimensions (a ``T.CUDASourceCodeKernel``'s);
+the warp-level helpers number its threads by ``threadIdx.x`` alone, as in the one-dimensional
+blocks of generated kernels. The shim is a header precompiled once per process (its parse is most of
 a small kernel's build); each kernel's library is named by the digest of the shim and its
 source.
 """
@@ -32,6 +34,7 @@ import json
 import os
 import re
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -436,10 +439,11 @@ inline void tw_fiber_main() {
   tw_enter(next);
   setcontext(&tw_fibers[next].context);
 }
-inline int tw_run_grid(int gx, int gy, int gz, int threads, int cluster,
+inline int tw_run_grid(int gx, int gy, int gz, int bx, int by, int bz, int cluster,
                        void (*body)(void**, long long*), void** ptrs, long long* ints) {
   gridDim = {(unsigned)gx, (unsigned)gy, (unsigned)gz};
-  blockDim = {(unsigned)threads, 1, 1};
+  blockDim = {(unsigned)bx, (unsigned)by, (unsigned)bz};
+  int threads = bx * by * bz;
   tw_body = body;
   tw_body_ptrs = ptrs;
   tw_body_ints = ints;
@@ -469,7 +473,8 @@ inline int tw_run_grid(int gx, int gy, int gz, int threads, int cluster,
     }
     for (int i = 0; i < n; ++i) {
       tw_fiber& f = fibers[i];
-      f.thread = {(unsigned)(i % threads), 0, 0};
+      f.thread = {(unsigned)(i % threads % bx), (unsigned)(i % threads / bx % by),
+                  (unsigned)(i % threads / (bx * by))};
       f.rank = i / threads;
       f.block = {(unsigned)x0 + f.rank, (unsigned)y, (unsigned)z};
       f.done = false;
@@ -491,9 +496,9 @@ inline int tw_run_grid(int gx, int gy, int gz, int threads, int cluster,
 """
 
 LAUNCHER = r"""
-extern "C" int LAUNCH(void** ptrs, long long* ints, int gx, int gy, int gz, int threads,
-                         int cluster) {
-  return tw_run_grid(gx, gy, gz, threads, cluster,
+extern "C" int LAUNCH(void** ptrs, long long* ints, int gx, int gy, int gz, int bx, int by,
+                         int bz, int cluster) {
+  return tw_run_grid(gx, gy, gz, bx, by, bz, cluster,
               [](void** ptrs, long long* ints) { KERNEL(ARGS); }, ptrs, ints);
 }
 """
@@ -591,7 +596,9 @@ def _launcher(kernel: dict, name: str) -> str:
             args.append(f"*(const tw_tensormap*)ptrs[{n}]")
             continue
         pointer = p["kind"] in ("tensor", "workspace") or p.get("dtype") == "handle"
-        args.append(f"tw_ptr{{ptrs[{n}]}}" if pointer else f"ints[{n}]")
+        floating = p.get("dtype", "").startswith("float")  # its bits as a double's
+        args.append(f"tw_ptr{{ptrs[{n}]}}" if pointer else
+                    f"*(double*)&ints[{n}]" if floating else f"ints[{n}]")
     return LAUNCHER.replace("LAUNCH", name).replace("KERNEL", kernel["entry"]).replace(
         "ARGS", ", ".join(args))
 
@@ -634,10 +641,11 @@ def run_script(script: str, source: str, launch: dict, workdir: Path,
 
 
 def run(source: str, launch: dict, workdir: Path, *args) -> None:
-    """Launch the kernel on ``args`` (every kernel parameter, torch CPU tensors or ints); a
-    kernel sequence's blocks one after another, on workspaces allocated for the call. The
-    GPU's workspaces are uninitialised (``torch.empty``); here every byte is 0xFF (a float
-    NaN, an integer -1), so a read of an element nobody wrote shows in the results."""
+    """Launch the kernel on ``args`` (every kernel parameter: torch CPU tensors, ints or
+    floats); a kernel sequence's blocks one after another, on workspaces allocated for the
+    call. The GPU's workspaces are uninitialised (``torch.empty``); here every byte is 0xFF
+    (a float NaN, an integer -1), so a read of an element nobody wrote shows in the
+    results."""
     import torch
 
     lib = build(source, launch, workdir)
@@ -667,6 +675,8 @@ def _run_kernel(launcher, kernel: dict, symbols: dict, spaces: list, args) -> No
         elif p["kind"] == "scalar" and p["dtype"] == "handle":  # a T.ptr address
             arg = args[p["param"]]
             ptrs[i] = arg.data_ptr() if hasattr(arg, "data_ptr") else int(arg)
+        elif p["kind"] == "scalar" and p["dtype"].startswith("float"):
+            ints[i] = struct.unpack("<q", struct.pack("<d", float(args[p["param"]])))[0]
         elif p["kind"] == "scalar":
             ints[i] = int(args[p["param"]])
         else:
@@ -683,7 +693,7 @@ def _run_kernel(launcher, kernel: dict, symbols: dict, spaces: list, args) -> No
     if cluster[1:] != [1, 1] or not 1 <= cluster[0] <= 8 or grid[0] % cluster[0]:
         raise RuntimeError(f"host emulation runs clusters of up to 8 blocks along x whose "
                            f"count divides the grid; got cluster {cluster}, grid {grid}")
-    if launcher(ptrs, ints, *grid, int(kernel["block"][0]), cluster[0]):
+    if launcher(ptrs, ints, *grid, *(int(b) for b in kernel["block"]), cluster[0]):
         raise RuntimeError(f"host emulation: every thread of a block of {kernel['entry']} waits "
                            f"for another (a deadlock: a barrier that not every thread reaches?)")
 

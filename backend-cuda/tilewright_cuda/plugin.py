@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from tilewright.ir import FAST_MATH, LDG
+from tilewright.ir import FAST_MATH, LDG, SOURCE_KERNELS
 from tilewright.language.reducer import OPS as REDUCER_OPS
 from tilewright.plugin import (
     API_VERSION,
@@ -130,7 +130,7 @@ BACKEND = BackendModule(
                             "atomic_return_prev",
                             "extended_math", "while_loops", "kernel_sequence",
                             "nan_reductions", "nan_min_max", "pointer_params",
-                            "strided_tensors"}),
+                            "strided_tensors", SOURCE_KERNELS}),
     ),
     accelerator=True,
     device="cuda",

@@ -58,6 +58,11 @@ class KernelTypeError(KernelError, TypeError):
     integer, ``T.__ldg`` of something that is no buffer element."""
 
 
+class KernelFileNotFoundError(KernelError, FileNotFoundError):
+    """A kernel names a file that does not exist (a FileNotFoundError, as in TileLang): the
+    CUDA source of ``T.CUDASourceCodeKernel``."""
+
+
 class UnsupportedOpError(KernelError):
     """The chosen backend cannot lower an op the kernel uses."""
 

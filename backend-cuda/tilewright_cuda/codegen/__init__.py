@@ -20,7 +20,7 @@ from tvm import tirx
 from tvm.tirx.build import split_host_device_mods
 
 from .. import intrinsics, keys, options
-from . import source, wgmma
+from . import external, source, wgmma
 from .launch import (
     check_grid_known,
     check_params_known,
@@ -343,9 +343,14 @@ class Kernel:
 def generate(mod: tvm.IRModule, ctx) -> GeneratedSource:
     """One source for the module's kernels: one ``__global__`` function per function of
     ``mod`` (a kernel sequence has one per block, see ``transforms.kernels``), compiled into
-    one cubin; the launch description of a sequence lists them in launch order."""
+    one cubin; the launch description of a sequence lists them in launch order. A
+    ``T.CUDASourceCodeKernel``'s is the user's source (``codegen.external``)."""
     chosen = options.of(ctx)
     arch = chosen.arch
+    for func in mod.functions.values():  # T.CUDASourceCodeKernel: its function's only launch
+        stmt = external.marker(func)
+        if stmt is not None:
+            return external.generate(func, stmt, chosen, ctx.func_name)
     kernels = [Kernel(gvar, func, chosen) for gvar, func in mod.functions.items()]
     kernels.sort(key=lambda k: k.sequence["index"] if k.sequence else 0)
     dev_mod = tvm.IRModule({k.gvar: k.device_func for k in kernels}, attrs=kernels[0].attrs)

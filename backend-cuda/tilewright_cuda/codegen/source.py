@@ -13,6 +13,10 @@ reads or changes printed source.
   descriptors of its own tile primitives, which the CUDA dialect does not use.
 - **``__cluster_dims__``** goes before the kernel's name: TVM's CUDA printer has no cluster
   attribute (clusters reach only its LLVM/NVPTX path).
+- **The user's source** (``T.CUDASourceCodeKernel``) is read for its ``__global__``
+  functions (the entry must be one, named unmangled), and ``__cluster_dims__`` is added to the
+  entry's declarations when the launch asks for clusters: the source is the user's text, which
+  no IR describes.
 - **The float8 types** (``cuda_fp8.h`` and TVM's ``fp8_e4_t`` & co.) are declared for every
   architecture, not only ``__CUDA_ARCH__ >= 890``: ``cuda_fp8.h`` converts in software below
   sm_89, and the alternative, TVM's FP8 legalisation, decodes a negative float8 wrongly in
@@ -93,3 +97,62 @@ def cluster_dims(kernel: str, entry: str, dims: list[int]) -> str:
     attr = f"{KERNEL} void __cluster_dims__({dims[0]}, {dims[1]}, {dims[2]}) "
     return "".join(line.replace(f"{KERNEL} void ", attr) if f" {entry}(" in line else line
                    for line in kernel.splitlines(keepends=True))
+
+
+_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
+_ATTRS = r"(?:(?:__launch_bounds__|__cluster_dims__)\s*\([^)]*\)\s*)*"
+_GLOBAL = re.compile(rf"\b__global__\s+{_ATTRS}void\s+{_ATTRS}(\w+)\s*\(")
+_EXTERN_C_BLOCK = re.compile(r'\bextern\s+"C"\s*\{')
+
+
+def _code(text: str) -> str:
+    """``text`` with its comments blanked (newlines kept), so offsets stay those of ``text``."""
+    return _COMMENT.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), text)
+
+
+def global_functions(text: str) -> list[tuple[str, int, int]]:
+    """(name, start of the declaration, start of the name) of each ``__global__`` function
+    declaration of the user's CUDA ``text``, in order (a prototype and a definition both)."""
+    return [(m.group(1), m.start(), m.start(1)) for m in _GLOBAL.finditer(_code(text))]
+
+
+def entries(text: str) -> list[str]:
+    """The names of the ``__global__`` functions of ``text``, each once, in order."""
+    return list(dict.fromkeys(name for name, _, _ in global_functions(text)))
+
+
+def is_extern_c(text: str, entry: str) -> bool:
+    """Whether the ``__global__`` function ``entry`` of ``text`` is declared ``extern "C"``
+    (its name unmangled, which the launcher looks up): on its declaration, or inside an
+    ``extern "C" { ... }`` block."""
+    code = _code(text)
+    for name, start, _ in global_functions(text):
+        if name != entry:
+            continue
+        statement = code[max(code.rfind(";", 0, start), code.rfind("}", 0, start)) + 1:start]
+        if 'extern "C"' in " ".join(statement.split()):
+            return True
+        for block in _EXTERN_C_BLOCK.finditer(code, 0, start):
+            inner = code[block.end():start]
+            if inner.count("{") >= inner.count("}"):
+                return True
+    return False
+
+
+def entry_cluster_dims(text: str, entry: str, dims: list[int]) -> str:
+    """``text`` with ``__cluster_dims__(x, y, z)`` before the name of each ``__global__``
+    declaration of ``entry``."""
+    attr = f"__cluster_dims__({dims[0]}, {dims[1]}, {dims[2]}) "
+    out, at = [], 0
+    for name, _, where in global_functions(text):
+        if name == entry:
+            out += [text[at:where], attr]
+            at = where
+    return "".join(out) + text[at:]
+
+
+def declares_cluster_dims(text: str, entry: str) -> bool:
+    """Whether a declaration of ``entry`` in ``text`` has ``__cluster_dims__`` already."""
+    code = _code(text)
+    return any("__cluster_dims__" in code[start:where]
+               for name, start, where in global_functions(text) if name == entry)

@@ -14,6 +14,7 @@ from tvm import tirx
 
 from ..errors import KernelError, TilewrightError, UnsupportedOpError, span_location
 from ..ir import (
+    SOURCE_KERNELS,
     Region,
     apply_fallbacks,
     intrinsic_features,
@@ -267,9 +268,11 @@ def _feature_location(func: tirx.PrimFunc, feature: str):
 
 
 def _check_warps(func: tirx.PrimFunc, backend: BackendModule) -> None:
-    """A backend that schedules warps needs a block size that is a multiple of 32."""
+    """A backend that schedules warps needs a block size that is a multiple of 32 (but for a
+    ``T.CUDASourceCodeKernel``'s, whose threads the user's code schedules)."""
     loop = func.body
-    if isinstance(loop, tirx.For) and "tw.threads" in loop.annotations:
+    if isinstance(loop, tirx.For) and "tw.threads" in loop.annotations and \
+            SOURCE_KERNELS not in intrinsic_features(loop):
         threads = [int(t) for t in loop.annotations["tw.threads"]]
         total = threads[0] * threads[1] * threads[2]
         if total % 32:

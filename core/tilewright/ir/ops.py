@@ -146,6 +146,14 @@ register_intrinsic(READ_ONLY_LOAD, LDG, "T.__ldg(x[i]): x[i], read through a cac
                    "that does not change while the kernel runs", fallback=lambda call:
                    call.args[0])
 
+# T.CUDASourceCodeKernel: a kernel launch whose program is the user's CUDA source. Its block
+# loops hold one statement, a call of SOURCE_KERNEL (source, entry, threads x, y, z, cluster
+# x, y, z), which only a backend declaring the feature SOURCE_KERNELS compiles
+SOURCE_KERNELS = "cuda_source_kernels"
+SOURCE_KERNEL = "tw.cuda_source_kernel"
+register_intrinsic(SOURCE_KERNEL, None, "T.CUDASourceCodeKernel (a kernel launch of the user's "
+                   "CUDA source)", feature=SOURCE_KERNELS, writes=True)
+
 PRINT_TILE = register_tile_op(TileOpSchema(
     "print_tile", (Operand("buf", "read"),), (Attr("msg", str, ""),),
     doc="print a whole buffer from the kernel (debugging)",

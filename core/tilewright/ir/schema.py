@@ -173,19 +173,21 @@ _FALLBACKS: dict = {}
 _WRITING: set[str] = {"tirx.call_extern"}
 
 
-def register_intrinsic(ir_name: str, capability: str, doc: str = "",
+def register_intrinsic(ir_name: str, capability: str | None, doc: str = "",
                        feature: str | None = None, writes: bool = False,
                        fallback=None) -> tvm.ir.Op:
     """Register an expression-level op (for example an atomic that returns the old value).
     ``capability`` is the name a backend declares in its capabilities' ``tile_ops`` to
     support it: a tile op's (an atomic's), or the intrinsic's own when no tile op goes with it
-    (a dialect's expression, ``tvm_warp_shuffle``); ``feature``, when
+    (a dialect's expression, ``tvm_warp_shuffle``); None for an op that only its ``feature``
+    admits (the marker of a ``T.CUDASourceCodeKernel`` launch). ``feature``, when
     given, a backend feature it needs besides (an atomic's ``return_prev``); ``writes``, that
     evaluating it writes memory (:func:`writes_memory`); ``fallback(call) -> PrimExpr``, when
     given, an implementation in plain TIR that a backend not declaring ``capability`` gets
     instead of a refusal (:func:`apply_fallbacks`)."""
     register_tvm_op(ir_name, doc or ir_name)
-    _INTRINSICS[ir_name] = capability
+    if capability is not None:
+        _INTRINSICS[ir_name] = capability
     if feature is not None:
         _INTRINSIC_FEATURES[ir_name] = (feature, doc or ir_name)
     if writes:

@@ -146,7 +146,9 @@ def _plugins_fingerprint() -> list:
 
 
 def cache_key(func: tirx.PrimFunc, target, backend, executor, configs: dict, outputs) -> str:
-    """The disk-cache key of one compile: everything that decides the binary."""
+    """The disk-cache key of one compile: everything that decides the binary. The program's
+    text includes its metadata: TVM's printer leaves a string with a newline (the CUDA source
+    of ``T.CUDASourceCodeKernel`` or ``T.import_source``) out of the text otherwise."""
     return make_key({
         "tilewright": __version__, "tvm": tvm.__version__, "backend": backend.name,
         "backend_version": backend.version,
@@ -155,7 +157,7 @@ def cache_key(func: tirx.PrimFunc, target, backend, executor, configs: dict, out
         "plugins": _plugins_fingerprint(),
         "target": str(target), "pass_configs": configs, "executor": executor.name,
         "toolchain": executor.fingerprint() if executor.fingerprint is not None else "",
-        "out_idx": outputs, "program": func.script(),
+        "out_idx": outputs, "program": func.script(show_meta=True),
     })
 
 

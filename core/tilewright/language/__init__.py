@@ -114,6 +114,7 @@ from .math import (
 from .pdl import pdl_sync, pdl_trigger
 from .random import rng_init, rng_rand, rng_rand_float
 from .reducer import alloc_reducer, finalize_reducer, reducer_init, reducer_update
+from .source_kernel import CUDASourceCodeKernel
 from .threads import WARP_REDUCE_OPS as _WARP_REDUCE_OPS
 from .threads import (
     attr,
@@ -149,7 +150,8 @@ Vectorized = vectorized
 globals().update(_PREDICATES)
 
 __all__ = [
-    "Buffer", "DType", "Fragment", "FragmentBuffer", "GemmWarpPolicy", "Kernel", "Layout",
+    "Buffer", "CUDASourceCodeKernel", "DType", "Fragment", "FragmentBuffer", "GemmWarpPolicy",
+    "Kernel", "Layout",
     "LocalBuffer", "Macro", "Parallel", "Persistent", "Pipelined", "SharedBuffer",
     "StridedTensor", "Tensor",
     "TileBuffer", "VarHandle", "Cast", "Select", "Serial", "Vectorized", "abs", "all_of", "any_of",

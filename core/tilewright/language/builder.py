@@ -72,6 +72,7 @@ class Builder:
         self.const_symbols: dict[str, tirx.Var] = {}
         self.const_sources: dict = {}  # T.const name -> kernel.ConstSource
         self.kernel_seen = False
+        self.source_kernel = False  # T.CUDASourceCodeKernel: the function's only launch
         self.kernel_annotations: dict = {}
         self.threads: tuple[int, ...] = ()
         self.snapshots: set = set()  # variables binding `x = <load>` values (see snapshots.py)

@@ -55,6 +55,9 @@ class Kernel:
         if builder.in_kernel():
             raise kernel_error("'with T.Kernel(...)' blocks cannot be nested; write them one "
                                "after the other (each is a launch, in order)")
+        if builder.source_kernel:
+            raise kernel_error("a function with T.CUDASourceCodeKernel has no other kernel "
+                               "launch: write one function per launch")
         builder.kernel_seen = True
         builder.threads = self.threads
         builder.kernel_annotations = {}  # each block's own (T.use_swizzle, layouts ...)

@@ -32,6 +32,11 @@ NOT_COMPUTING = {
     "FragmentBuffer": "an annotation of a T.macro's tile parameter, as T.SharedBuffer (which "
                       "the named_value row uses): it documents the parameter",
     "LocalBuffer": "an annotation of a T.macro's tile parameter, as T.SharedBuffer",
+    "CUDASourceCodeKernel": "a launch of the user's CUDA source, which only CUDA compiles (the "
+                            "feature cuda_source_kernels); the others refuse it at its line: "
+                            "tests/language/test_source_kernels.py, run in the host "
+                            "emulation and built by NVRTC in "
+                            "backend-cuda/tests/test_cuda_source_kernels.py",
 }
 
 CATALOGUE: tuple[Kernel, ...] = (*tiles.ROWS, *scalar.ROWS, *reductions.ROWS, *control.ROWS,
