@@ -254,3 +254,31 @@ def test_a_wide_atomic_returning_its_vector_is_refused_at_the_line():
             with T.Kernel(1) as _bx:
                 T.atomic_addx2(B[0], A[0], return_prev=True)
     assert "test_atomics.py" in str(err.value)
+
+
+def previous_values(M, N, bm, bn, dtype):
+    """TileLang's atomic-return-prev test: each element's atomic add keeps the value it
+    replaced, stored into a tensor of the same dtype."""
+    @T.prim_func
+    def main(A: T.Tensor((M, N), dtype), B: T.Tensor((M, N), dtype),
+             old: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(M, bm), T.ceildiv(N, bn), threads=32) as (bx, by):
+            for i, j in T.Parallel(bm, bn):
+                r, c = bx * bm + i, by * bn + j
+                if r < M and c < N:
+                    old[r, c] = T.atomic_add(B[r, c], A[r, c], return_prev=True)
+
+    return main
+
+
+@pytest.mark.parametrize("target", ["cpu", "interp"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
+def test_a_previous_value_converted_to_a_16_bit_type_is_one_atomic(target, dtype):
+    """The CPU made a bfloat16 atomic twice when its previous value was stored (TVM's bfloat16
+    legalisation writes the conversion with its operand twice): B gained 2A and old read the
+    value after the first add (TileLang's test_atomic_return_prev_16bit found it)."""
+    t = getattr(torch, dtype)
+    a, b, old = torch.full((32, 32), 5.0, dtype=t), torch.full((32, 32), 2.0, dtype=t), \
+        torch.zeros(32, 32, dtype=t)
+    tilewright.compile(previous_values(32, 32, 8, 8, dtype), target=target)(a, b, old)
+    assert old.unique().tolist() == [2.0] and b.unique().tolist() == [7.0]

@@ -104,6 +104,56 @@ def _atomic_prev_rule(kind: str):
 
 # Expression intrinsics (atomics returning the old value) become runtime calls.
 INTRINSIC_RULES = {name: _atomic_prev_rule(k) for name, k in ATOMIC_PREV.items()}
+# the runtime's atomics (their names as _atomic_call makes them): calls with an effect
+ATOMIC_EXTERNS = frozenset(f"tw_atomic_{kind}_{dtype}" for kind in ATOMIC_KINDS
+                           for dtype in ATOMIC_DTYPES)
+
+
+def _atomic_results(expr) -> list:
+    """The calls of runtime atomics in ``expr``, in order."""
+    found = []
+
+    def visit(call):
+        if isinstance(call.op, tvm.ir.Op) and call.op.name == "tirx.call_extern" and \
+                str(call.args[0].value) in ATOMIC_EXTERNS:
+            found.append(call)
+
+    tvm_ffi.structural_walk(expr, (tvm.ir.Call, visit))
+    return found
+
+
+def spill_atomic_results():
+    """A statement whose value uses an atomic's previous value (``old[i] = T.atomic_add(...,
+    return_prev=True)``) first stores it in a local element, made once, and reads it there:
+    TVM 0.27's bfloat16 legalisation writes the conversion of a float32 value to bfloat16 with
+    its operand twice, so a bfloat16 atomic's call was made twice (added twice, returning the
+    value after the first add). A ``Let`` binding the call does not survive the passes that
+    copy a thread's statements."""
+
+    def spill(stmt, value, rebuild):
+        calls = _atomic_results(value)
+        if not calls:
+            return stmt
+        prefix, cells = [], {}
+        for n, call in enumerate(calls):
+            cell = tirx.decl_buffer((1,), str(call.ty), f"atomic_prev_{n}", scope="local")
+            zero = [tirx.IntImm("int32", 0)]
+            prefix += [tirx.AllocBuffer(cell, span=stmt.span),
+                       tirx.BufferStore(cell, call, zero, span=stmt.span)]
+            cells[call] = tirx.BufferLoad(cell, zero)
+        value = tvm_ffi.structural_map(value, (tvm.ir.Call, lambda c: next(
+            (load for call, load in cells.items() if call.same_as(c)), c)))
+        return tirx.SeqStmt([*prefix, rebuild(value)])
+
+    def store(s):
+        return spill(s, s.value, lambda v: tirx.BufferStore(s.buffer, v, s.indices,
+                                                            span=s.span))
+
+    def bind(s):
+        return spill(s, s.value, lambda v: tirx.Bind(s.var, v, span=s.span))
+
+    return prim_func_pass("CPUSpillAtomicResults", lambda f: f.with_body(tvm_ffi.structural_map(
+        f.body, [(tirx.BufferStore, store), (tirx.Bind, bind)])))
 
 
 def _positions(ctx: RuleContext) -> list:

@@ -57,7 +57,8 @@ PIPELINE = PassPipeline((
                                          gemm_loops.hoist_gemm_conversions(),
                                          lower_tile_ops(_rules(ctx), "cpu"),
                                          lower_intrinsics(lowering_extra.INTRINSIC_RULES,
-                                                          "CPULowerIntrinsics")],
+                                                          "CPULowerIntrinsics"),
+                                         lowering_extra.spill_atomic_results()],
           "T.max / T.min of floats ignore a NaN operand (IEEE maxNum); GEMM K loops merged "
           "into deeper GEMMs; narrow GEMM operands that a loop does not "
           "write converted once before it; each tile op becomes loops (rules in "
