@@ -50,6 +50,8 @@ MAX_VECTOR_BITS = 256
 
 
 def _vector_bits(scalar: str, lanes: int) -> int:
+    """The bits of ``lanes`` values of the numeric dtype ``scalar`` (the digits of its name's
+    first part: float8_e4m3fn is 8)."""
     return int("".join(c for c in scalar.split("_")[0] if c.isdigit())) * lanes
 
 
@@ -68,13 +70,13 @@ class DType(str):
             return 8
         if self == "handle":
             return 64
-        return int("".join(c for c in self.scalar.split("_")[0] if c.isdigit()))
+        return _vector_bits(self.scalar, 1)
 
     @property
     def lanes(self) -> int:
         """The number of values a value of the dtype holds (``T.float32x2``: 2)."""
         vector = _VECTOR.fullmatch(self)
-        return int(vector["lanes"]) if vector and self not in _CANONICAL else 1
+        return int(vector["lanes"]) if vector else 1
 
     @property
     def scalar(self) -> str:
