@@ -201,6 +201,15 @@ template <class T> T atomicMin(T* p, T v) {
 template <class T> T atomicCAS(T* p, T c, T v) {
   T o = *p; if (o == c) *p = v; return o;
 }
+template <class T> T atomicOr(T* p, T v) {
+  T o = *p; *p = o | v; return o;
+}
+template <class T> T atomicAnd(T* p, T v) {
+  T o = *p; *p = o & v; return o;
+}
+template <class T> T atomicXor(T* p, T v) {
+  T o = *p; *p = o ^ v; return o;
+}
 // CUDA's bit counts (CUDA Math API, integer intrinsics): leading zeros of 32/64 bits (all of
 // them for 0), set bits
 inline int __clz(int x) { return x == 0 ? 32 : __builtin_clz((unsigned)x); }

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import tvm
 from tilewright.errors import KernelError
-from tilewright.ir import FAST_MATH_FUNCTIONS
+from tilewright.ir import ATOMIC_KINDS, BITWISE_ATOMIC_KINDS, FAST_MATH_FUNCTIONS, MEMORY_ORDERS
 from tvm import tirx
 
 from . import ops
@@ -41,8 +41,12 @@ FENCE = "tw_fence.h"
 PDL = "tw_pdl.h"
 DEQUANT = "tw_dequant.h"
 E8M0 = "tw_e8m0.h"
+ATOMICS = "tw_atomics.h"
 # a header -> the header it builds on (pasted before it)
 BUILDS_ON = {MMA_WIDEN: MMA}
+# the headers a kernel that uses them gets after BASE (always there), in this order (tw_hopper.h
+# goes with the kernels' tensor maps, codegen)
+PASTED = (COPY, MMA, MMA_WIDEN, FP4, E8M0, FP8, GRID, FENCE, DEQUANT, PDL, ATOMICS)
 
 
 @dataclass(frozen=True)
@@ -99,9 +103,17 @@ _GEMM_ARGS = ("read", "read", "readwrite", "")  # A, B, C (, C's row length)
 _WORDS = (("int32", 70), ("uint32", 70), ("int64", 70), ("uint64", 70), ("float32", 70),
           ("float64", 70), ("float16", 70), ("int8", 70), ("uint8", 70), ("int16", 70),
           ("uint16", 70))
-ATOMIC_FUNCTIONS = {"add": "tw_atomic_add", "max": "tw_atomic_max", "min": "tw_atomic_min"}
+ATOMIC_FUNCTIONS = {kind: f"tw_atomic_{kind}" for kind in ATOMIC_KINDS}
+# the same with a memory order (a third argument; tw_atomics.h's fences around the call)
+ORDERED_ATOMIC_FUNCTIONS = {kind: f"{name}_ordered" for kind, name in ATOMIC_FUNCTIONS.items()}
+# the bitwise kinds: atomicOr/And/Xor's integers, tw_cuda.h's loops for 8- and 16-bit ones
+_INTEGER_WORDS = tuple((d, sm) for d, sm in _WORDS if d.startswith(("int", "uint")))
 _ATOMIC_DTYPES = {"add": (*_WORDS, ("bfloat16", 80)), "max": (*_WORDS, ("bfloat16", 70)),
-                  "min": (*_WORDS, ("bfloat16", 70))}
+                  "min": (*_WORDS, ("bfloat16", 70)),
+                  **dict.fromkeys(BITWISE_ATOMIC_KINDS, _INTEGER_WORDS)}
+# T.atomic_load / T.atomic_store (tw_cuda.h): volatile accesses of an element's 1 to 8 bytes
+_LOAD_STORE_DTYPES = (*_WORDS, ("bfloat16", 70), ("float8_e4m3fn", 70), ("float8_e5m2", 70),
+                      ("float8_e8m0fnu", 70))
 TABLE = _table(
     Intrinsic("tw_cp_async16", COPY, ("async", "read", ""), "copy16", in_flight=True),
     Intrinsic("tw_copy16", COPY, ("write", "read", ""), "copy16"),
@@ -135,8 +147,14 @@ TABLE = _table(
     Intrinsic("tw_wgmma_keep", WGMMA, ("read", "read"), local=True),
     Intrinsic("tw_wgmma_wait", WGMMA, (), "wgmma_wait", completes=True),
     Intrinsic("tw_wgmma_pack", WGMMA, ("write", "", ""), local=True),
-    *(Intrinsic(name, BASE, ("atomic", ""), dtypes=_ATOMIC_DTYPES[kind], ticket=kind == "add")
+    *(Intrinsic(name, BASE if kind not in BITWISE_ATOMIC_KINDS else ATOMICS,
+                ("atomic", ""), dtypes=_ATOMIC_DTYPES[kind], ticket=kind == "add")
       for kind, name in ATOMIC_FUNCTIONS.items()),
+    *(Intrinsic(name, ATOMICS, ("atomic", "", ""), dtypes=_ATOMIC_DTYPES[kind],
+                ticket=kind == "add")
+      for kind, name in ORDERED_ATOMIC_FUNCTIONS.items()),
+    Intrinsic("tw_atomic_load", ATOMICS, ("read", ""), dtypes=_LOAD_STORE_DTYPES),
+    Intrinsic("tw_atomic_store", ATOMICS, ("write", "", ""), dtypes=_LOAD_STORE_DTYPES),
     Intrinsic("tw_fence_proxy_async", HOPPER, (), "fence_async"),
     Intrinsic("tw_fence_gpu", FENCE),
     Intrinsic("tw_fence_barrier_init", HOPPER),
@@ -283,7 +301,7 @@ def ticket_step(call):
     returning the element's previous value) takes its ticket from, None when ``call`` is no
     such step."""
     entry = of(call) if isinstance(call, tvm.ir.Call) else None
-    if entry is None or not entry.ticket or len(call.args) != 3:
+    if entry is None or not entry.ticket or len(call.args) not in (3, 4):  # a memory order
         return None
     pointer, value = call.args[1], call.args[2]
     if not (isinstance(value, tirx.IntImm) and int(value.value) > 0 and
@@ -310,24 +328,50 @@ def is_sync(stmt) -> bool:
         isinstance(stmt.value.op, tvm.ir.Op) and stmt.value.op.name == "tirx.tvm_storage_sync"
 
 
-def atomic(kind: str, load, value, sm: int | None = None) -> tvm.ir.Call:
-    """``tw_atomic_<kind>(&load, value)``: one atomic add, max or min of the calling thread on
-    the element ``load``, returning the element's previous value. An element type the table
-    does not list for the function, or lists for a newer architecture than ``sm`` (None: not
-    checked), is a KernelError."""
-    entry = named(ATOMIC_FUNCTIONS[kind])
+def _typed(what: str, entry: Intrinsic, load, sm: int | None) -> str:
+    """The element type of ``load``, checked against what ``entry`` takes on ``sm``."""
     dtype = str(load.source.dtype)
     oldest = dict(entry.dtypes)
     if dtype not in oldest:
-        raise KernelError(f"T.atomic_{kind} on {dtype} is not supported by backend 'cuda' "
+        raise KernelError(f"{what} on {dtype} is not supported by backend 'cuda' "
                           f"(supported: {', '.join(oldest)})")
     if sm is not None and sm < oldest[dtype]:
-        raise KernelError(f"T.atomic_{kind} on {dtype} needs sm_{oldest[dtype]} or newer "
+        raise KernelError(f"{what} on {dtype} needs sm_{oldest[dtype]} or newer "
                           f"(CUDA's atomic for {dtype}); the target is sm_{sm}: use a newer "
                           "-arch or another element type")
+    return dtype
+
+
+def atomic(kind: str, load, value, sm: int | None = None, order: int = 0) -> tvm.ir.Call:
+    """``tw_atomic_<kind>(&load, value)``: one atomic of the calling thread on the element
+    ``load`` (add, max, min, or, and, xor), returning the element's previous value; with a
+    memory ``order`` other than relaxed (its id, ``tilewright.ir.MEMORY_ORDERS``)
+    ``tw_atomic_<kind>_ordered(&load, value, order)``. An element type the table does not list
+    for the function, or lists for a newer architecture than ``sm`` (None: not checked), is a
+    KernelError."""
+    relaxed = order == MEMORY_ORDERS["relaxed"]
+    entry = named((ATOMIC_FUNCTIONS if relaxed else ORDERED_ATOMIC_FUNCTIONS)[kind])
+    dtype = _typed(f"T.atomic_{kind}", entry, load, sm)
     if str(value.ty) != dtype:
         value = tirx.Cast(dtype, value)
-    return tirx.call_extern(dtype, entry.name, tirx.address_of(load), value)
+    return tirx.call_extern(dtype, entry.name, tirx.address_of(load), value,
+                            *(() if relaxed else (tirx.const(order, "int32"),)))
+
+
+def atomic_load(load, order: int) -> tvm.ir.Call:
+    """``tw_atomic_load(&load, order)``: the element read whole with the memory order."""
+    dtype = _typed("T.atomic_load", named("tw_atomic_load"), load, None)
+    return tirx.call_extern(dtype, "tw_atomic_load", tirx.address_of(load),
+                            tirx.const(order, "int32"))
+
+
+def atomic_store(load, value, order: int) -> tvm.ir.Call:
+    """``tw_atomic_store(&load, value, order)``: the element written whole with the order."""
+    dtype = _typed("T.atomic_store", named("tw_atomic_store"), load, None)
+    if str(value.ty) != dtype:
+        value = tirx.Cast(dtype, value)
+    return tirx.call_extern("void", "tw_atomic_store", tirx.address_of(load), value,
+                            tirx.const(order, "int32"))
 
 
 def cp_async_commit() -> tirx.Stmt:

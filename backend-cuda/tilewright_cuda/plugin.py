@@ -122,7 +122,7 @@ BACKEND = BackendModule(
     capabilities=Capabilities(
         # the portable expression intrinsics CUDA lowers itself (rules.expressions)
         tile_ops=frozenset(RULES) | frozenset(dialect.REWRITTEN) | frozenset(ops.EXPRESSION_OPS)
-        | {FAST_MATH, LDG},
+        | {FAST_MATH, LDG, "atomic_load"},
         dtypes=frozenset(DTYPES),
         memory_scopes=frozenset({"global", "shared.dyn", "local.fragment", "local", "local.var",
                                  *(f"local.reducer.{op}" for op in REDUCER_OPS)}),

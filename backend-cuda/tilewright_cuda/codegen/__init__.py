@@ -33,9 +33,7 @@ from .launch import (
 
 INCLUDE = Path(__file__).resolve().parents[1] / "include"
 HEADERS = {name: (INCLUDE / name).read_text() for name in
-           (intrinsics.BASE, intrinsics.COPY, intrinsics.MMA, intrinsics.MMA_WIDEN,
-            intrinsics.HOPPER, intrinsics.FP4, intrinsics.E8M0, intrinsics.FP8, intrinsics.GRID,
-            intrinsics.FENCE, intrinsics.DEQUANT, intrinsics.PDL)}
+           (intrinsics.BASE, intrinsics.HOPPER, *intrinsics.PASTED)}
 # attributes of the lowered kernel that are ours, not TVM's: read here, removed before TVM
 OUR_ATTRS = (keys.DYN_SMEM, keys.TENSORMAPS, keys.CLUSTER, keys.SEQUENCE, keys.IMPORT_SOURCE,
              keys.BLOCKS)
@@ -361,10 +359,8 @@ def generate(mod: tvm.IRModule, ctx) -> GeneratedSource:
     # the user's sources (T.import_source), each once, after ours
     imported = list(dict.fromkeys(s for k in kernels for s in k.sources))
     text = source.insert_headers(text, HEADERS[intrinsics.BASE] + "".join(
-        HEADERS[h] for h in (intrinsics.COPY, intrinsics.MMA, intrinsics.MMA_WIDEN,
-                             intrinsics.FP4, intrinsics.E8M0, intrinsics.FP8, intrinsics.GRID,
-                             intrinsics.FENCE, intrinsics.DEQUANT, intrinsics.PDL)
-        if h in headers) + "".join(f"\n{s}\n" for s in imported))
+        HEADERS[h] for h in intrinsics.PASTED if h in headers) +
+        "".join(f"\n{s}\n" for s in imported))
     text = source.float8_on_every_arch(source.drop_unused_type_traits(text))
     metas = [{"entry": k.entry, "arch": arch.name, "params": k.params, "symbols": k.symbols,
               **k.launch, **({"cooperative": True} if k.cooperative else {}),

@@ -20,6 +20,23 @@ __device__ __forceinline__ T tw_atomic_min(T* address, T value) {
   return atomicMin(address, value);
 }
 
+// int64_t / uint64_t are long / unsigned long under nvcc on Linux (long long / unsigned long
+// long under NVRTC), which CUDA's atomics do not take: the same 64 bits as the long long types.
+#ifndef _WIN32
+#define TW_LONG_ATOMICS(T, WORD)                                                         \
+  __device__ __forceinline__ T tw_atomic_add(T* address, T value) {                     \
+    return (T)atomicAdd((unsigned long long*)address, (unsigned long long)value);        \
+  }                                                                                      \
+  __device__ __forceinline__ T tw_atomic_max(T* address, T value) {                     \
+    return (T)atomicMax((WORD*)address, (WORD)value);                                    \
+  }                                                                                      \
+  __device__ __forceinline__ T tw_atomic_min(T* address, T value) {                     \
+    return (T)atomicMin((WORD*)address, (WORD)value);                                    \
+  }
+TW_LONG_ATOMICS(long, long long)
+TW_LONG_ATOMICS(unsigned long, unsigned long long)
+#endif
+
 #define TW_FLOAT_ATOMIC(NAME, T, BITS, CMP)                                              \
   template <>                                                                            \
   __device__ __forceinline__ T NAME<T>(T* address, T value) {                            \

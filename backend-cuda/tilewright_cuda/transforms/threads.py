@@ -12,7 +12,7 @@ from __future__ import annotations
 import tvm
 import tvm_ffi
 from tilewright.errors import KernelError, span_location
-from tilewright.ir import ATOMIC_KINDS, ATOMIC_PREV, Region, decode, make_call
+from tilewright.ir import ATOMIC_KINDS, ATOMIC_PREV, MEMORY_ORDERS, Region, decode, make_call
 from tilewright.transform import StmtMutator, prim_func_pass, rebuild_for
 from tvm import tirx
 
@@ -230,8 +230,9 @@ def _contains(node, target) -> bool:
 def thread_atomics(chosen):
     """TileLang's thread-level atomics. In code whose threads are already individual, under an
     ``if`` / ``while`` on T.get_thread_binding's index or naming its element or value with
-    that index (directly or through variables computed from it), ``T.atomic_add/max/min`` of
-    one element (``A[i]``; the one-element region ``A[i:i+1]`` is a tile op, the block's) is
+    that index (directly or through variables computed from it), ``T.atomic_add/max/min/...``
+    or ``T.atomic_store`` of one element (``A[i]``; the one-element region ``A[i:i+1]`` is a
+    tile op, the block's) is
     one atomic of each calling thread, as in TileLang (``tl.atomic_add_elem_op``), and becomes
     that thread's ``tw_atomic_<kind>`` call here; so does the form returning the previous
     value, whatever memory it is stored to (block code makes it once per block,
@@ -278,9 +279,11 @@ class _ThreadAtomics(StmtMutator):
     def _per_thread(self, *exprs) -> bool:
         return self.guards > 0 or any(self.reads_index(e) for e in exprs)
 
-    def _atomic(self, kind: str, load, value, span):
+    def _atomic(self, kind: str, load, value, order: int, span):
         try:
-            return intrinsics.atomic(kind, load, value, self.sm)
+            if kind == "store":
+                return intrinsics.atomic_store(load, value, order)
+            return intrinsics.atomic(kind, load, value, self.sm, order)
         except KernelError as exc:
             raise KernelError(exc.message, span_location(span)) from None
 
@@ -293,15 +296,16 @@ class _ThreadAtomics(StmtMutator):
         if not self._per_thread(value, *dst.starts):
             return stmt
         load = tirx.BufferLoad(dst.buffer, list(dst.starts))
-        return tirx.Evaluate(self._atomic(_KINDS[call.name], load, value, stmt.span),
+        return tirx.Evaluate(self._atomic(_KINDS[call.name], load, value,
+                                          MEMORY_ORDERS[call.attrs["memory_order"]], stmt.span),
                              span=stmt.span)
 
     def visit_BufferStore(self, stmt):
         prevs = _atomic_prevs(stmt.value)
         if not prevs or not self._per_thread(*stmt.indices, *(a for c in prevs for a in c.args)):
             return stmt
-        made = [(c, self._atomic(ATOMIC_PREV[c.op.name], c.args[0], c.args[1], stmt.span))
-                for c in prevs]
+        made = [(c, self._atomic(ATOMIC_PREV[c.op.name], c.args[0], c.args[1],
+                                 c.args[2].value, stmt.span)) for c in prevs]
 
         def swap(c):
             return next((new for old, new in made if old.same_as(c)), c)
@@ -310,7 +314,8 @@ class _ThreadAtomics(StmtMutator):
         return tirx.BufferStore(stmt.buffer, value, stmt.indices, span=stmt.span)
 
 
-_KINDS = {f"atomic_{kind}": kind for kind in ATOMIC_KINDS}  # op -> kind, as the core names them
+# op -> kind, as the core names them (an atomic store's "store")
+_KINDS = {**{f"atomic_{kind}": kind for kind in ATOMIC_KINDS}, "atomic_store": "store"}
 
 
 def _atomic_prevs(expr) -> list:

@@ -87,23 +87,49 @@ for _kind, _doc in SCAN_KINDS.items():
 # Atomics: `dst` is one element or a tile; `src` is a value or a tile of the same shape.
 # `element`: dst was written as one element (`A[i]`), not a region (`A[i:i+1]`, a tile op, the
 # block's): in thread-level code (T.get_thread_binding) an element's atomic is each thread's.
-ATOMIC_KINDS = ("add", "max", "min")
+# The read-modify-write kinds: add, max and min are portable (every backend has them); the
+# bitwise ones take integers only, and a backend offers them as it can (Ascend C's atomic
+# copies add, max and min only).
+PORTABLE_ATOMIC_KINDS = ("add", "max", "min")
+BITWISE_ATOMIC_KINDS = ("or", "and", "xor")
+ATOMIC_KINDS = (*PORTABLE_ATOMIC_KINDS, *BITWISE_ATOMIC_KINDS)
+# C++'s memory orders (std::memory_order, in its order; TileLang's ids are the same) and those
+# each kind of atomic takes, as C++ allows them: a load cannot release, a store cannot acquire
+MEMORY_ORDERS = {"relaxed": 0, "consume": 1, "acquire": 2, "release": 3, "acq_rel": 4,
+                 "seq_cst": 5}
+LOAD_ORDERS = ("relaxed", "consume", "acquire", "seq_cst")
+STORE_ORDERS = ("relaxed", "release", "seq_cst")
 # the backend feature an atomic returning the previous value needs (Ascend C's atomics return
 # nothing: a backend without it refuses return_prev)
 ATOMIC_RETURN_PREV = "atomic_return_prev"
-# the expression intrinsic of each kind that returns the previous value -> the kind
+# the expression intrinsic of each kind that returns the previous value -> the kind; its
+# arguments: the element (a BufferLoad), the value, the memory order's id
 ATOMIC_PREV = {f"tw.atomic_{k}_prev": k for k in ATOMIC_KINDS}
 for _name, _kind in ATOMIC_PREV.items():
     register_tile_op(TileOpSchema(
         f"atomic_{_kind}",
         (Operand("dst", "readwrite"), Operand("src", "read", kind="any")),
-        (Attr("memory_order", str, "relaxed"), Attr("element", bool, False)),
+        (Attr("memory_order", str, "relaxed"), Attr("element", bool, False),
+         # T.atomic_add(..., use_tma=True): TileLang's request for a TMA reduction
+         *((Attr("use_tma", bool, False),) if _kind == "add" else ())),
         doc=f"atomic read-modify-write ({_kind}) of global memory shared by blocks",
     ))
     register_intrinsic(_name, f"atomic_{_kind}",
                        f"T.atomic_{_kind}(..., return_prev=True) (an atomic {_kind} of one "
                        "element returning the previous value)", feature=ATOMIC_RETURN_PREV,
                        writes=True)
+# T.atomic_store: one element (`element` is always true: the op is an element's, each
+# thread's in thread-level code, made once per block in block code like the kinds above)
+ATOMIC_STORE = register_tile_op(TileOpSchema(
+    "atomic_store",
+    (Operand("dst", "write"), Operand("src", "read", kind="expr")),
+    (Attr("memory_order", str, "seq_cst"), Attr("element", bool, True)),
+    doc="an atomic store of one element of global memory with a memory order",
+))
+# T.atomic_load: the element (a BufferLoad) and the memory order's id; the capability is its own
+ATOMIC_LOAD = "tw.atomic_load"
+register_intrinsic(ATOMIC_LOAD, "atomic_load",
+                   "T.atomic_load (an atomic load of one element with a memory order)")
 
 TRANSPOSE = register_tile_op(TileOpSchema(
     "transpose",
@@ -208,9 +234,10 @@ SAFE_VALUES_KEY = "tw.safe_values"
 # the names of the two families' tile ops, for passes that treat a family alike
 REDUCE_OPS = frozenset(f"reduce_{k}" for k in REDUCE_KINDS)
 SCAN_OPS = frozenset(f"cum{k}" for k in SCAN_KINDS)
-ATOMIC_OPS = frozenset(f"atomic_{k}" for k in ATOMIC_KINDS)
+# the element ops of atomics: an element's is each calling thread's in thread-level code
+ATOMIC_OPS = frozenset({*(f"atomic_{k}" for k in ATOMIC_KINDS), "atomic_store"})
 
 PORTABLE_OPS = ("copy", "fill", "gemm", "gemm_sp", *(f"reduce_{k}" for k in REDUCE_KINDS),
-                *(f"cum{k}" for k in SCAN_KINDS), *(f"atomic_{k}" for k in ATOMIC_KINDS),
+                *(f"cum{k}" for k in SCAN_KINDS), *(f"atomic_{k}" for k in PORTABLE_ATOMIC_KINDS),
                 "print_tile", "print_value", "device_assert", "transpose", "pdl_trigger",
                 "pdl_sync")

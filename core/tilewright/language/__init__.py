@@ -84,6 +84,7 @@ from .math import (
 )
 from .math import (
     Cast,
+    Ramp,
     Select,
     abs,
     align_up,
@@ -129,7 +130,18 @@ from .tileops import ATOMIC_OPS as _ATOMIC_OPS
 from .tileops import REDUCE_OPS as _REDUCE_OPS
 from .tileops import SCAN_OPS as _SCAN_OPS
 from .tileops import WIDE_ATOMIC_OPS as _WIDE_ATOMIC_OPS
-from .tileops import GemmWarpPolicy, clear, copy, fill, gemm, gemm_sp, reduce, transpose
+from .tileops import (
+    GemmWarpPolicy,
+    atomic_load,
+    atomic_store,
+    clear,
+    copy,
+    fill,
+    gemm,
+    gemm_sp,
+    reduce,
+    transpose,
+)
 
 globals().update(_DTYPES)
 globals().update(_REDUCE_OPS)
@@ -154,9 +166,11 @@ __all__ = [
     "Kernel", "Layout",
     "LocalBuffer", "Macro", "Parallel", "Persistent", "Pipelined", "SharedBuffer",
     "StridedTensor", "Tensor",
-    "TileBuffer", "VarHandle", "Cast", "Select", "Serial", "Vectorized", "abs", "all_of", "any_of",
+    "TileBuffer", "VarHandle", "Cast", "Ramp", "Select", "Serial", "Vectorized", "abs",
+    "all_of", "any_of",
     "alloc_buffer", "alloc_fragment", "assume", "alloc_global", "alloc_local", "alloc_reducer",
-    "alloc_shared", "alloc_var", "attr", "comm_reducer", "evaluate", "tvm_thread_allreduce",
+    "alloc_shared", "alloc_var", "atomic_load", "atomic_store", "attr", "comm_reducer",
+    "evaluate", "tvm_thread_allreduce",
     "annotate_layout", "annotate_min_blocks_per_sm", "annotate_safe_value", "bitwise_not",
     "c2d_im2col", "cast", "cdiv",
     "align_up", "ceildiv", "clamp", "clear",

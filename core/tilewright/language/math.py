@@ -108,6 +108,12 @@ def Select(condition, true_value, false_value, span=None):  # noqa: N802 - TVM's
     return tirx.Select(to_expr(condition), a, b)
 
 
+def Ramp(base, stride, lanes):  # noqa: N802 - TVM's (and TileLang's) name
+    """The vector of ``lanes`` indices ``base, base + stride, ...`` (TVM's ``Ramp``): an index
+    naming consecutive elements (``T.atomic_addx2(B[T.Ramp(i, 1, 2)], ...)``)."""
+    return tirx.Ramp(to_expr(base), to_expr(stride), int(lanes))
+
+
 def cast(value, dtype):
     """``value`` converted to ``dtype``. A Python int outside int32 is a constant of ``dtype``
     itself (``T.cast(0x80000000, "uint32")``), not first an int32 literal out of range; an

@@ -10,13 +10,18 @@ import tvm
 from tvm import tirx
 
 from .. import sparse as sp
-from ..errors import KernelValueError, kernel_error, user_location
+from ..errors import KernelTypeError, KernelValueError, kernel_error, user_location
 from ..ir import (
     ATOMIC_KINDS,
+    ATOMIC_LOAD,
+    BITWISE_ATOMIC_KINDS,
     INTEGER_REDUCE_KINDS,
+    LOAD_ORDERS,
+    MEMORY_ORDERS,
     NAN_REDUCE_KINDS,
     REDUCE_KINDS,
     SCAN_KINDS,
+    STORE_ORDERS,
     make_call,
     matrix_dims,
     transpose_dims,
@@ -83,6 +88,10 @@ def copy(src, dst, coalesced_width=None, disable_tma=False, eviction_policy=None
     src_ref, dst_ref = region_of(src, "T.copy source"), region_of(dst, "T.copy destination")
     src_known = all(e is not None for e in src_ref[2])
     dst_known = all(e is not None for e in dst_ref[2])
+    if not src_known and not dst_known and \
+            B.require_kernel("T.copy").enclosing("parallel") is not None:
+        _copy_element(src_ref, dst_ref)
+        return
     if not src_known and not dst_known:
         src_r = resolve(src_ref, None, "T.copy")
         dst_r = resolve(dst_ref, None, "T.copy")
@@ -100,6 +109,16 @@ def copy(src, dst, coalesced_width=None, disable_tma=False, eviction_policy=None
     _emit("copy", {"src": src_r, "dst": dst_r},
           {"coalesced_width": coalesced_width or 0, "disable_tma": disable_tma,
            "eviction_policy": eviction_policy or ""})
+
+
+def _copy_element(src_ref, dst_ref) -> None:
+    """``T.copy(A[i, j], B[i, j])`` inside ``T.Parallel`` (TileLang's element copy): each
+    iteration's store of its element, converted to ``B``'s dtype."""
+    load = _element(src_ref, "T.copy source")
+    buffer, first, _ = dst_ref
+    store = tirx.BufferStore(buffer, to_expr(load, str(buffer.dtype)),
+                             [to_expr(i) for i in first], span=B.here())
+    B.require_kernel("T.copy").emit(store)
 
 
 def transpose(src, dst, annotations=None):
@@ -393,19 +412,48 @@ def _make_scan(kind: str):
 SCAN_OPS = {f"cum{kind}": _make_scan(kind) for kind in SCAN_KINDS}
 
 
+def memory_order_id(what: str, memory_order, valid) -> int:
+    """The id of ``memory_order`` (C++'s order of ``std::memory_order``), which ``what`` must
+    take; a name it does not take is a ValueError at the user's line, as in TileLang."""
+    if memory_order not in valid:
+        raise KernelValueError(f"{what} does not support memory_order={memory_order!r}; "
+                               f"expected one of {sorted(valid)}", user_location())
+    return MEMORY_ORDERS[memory_order]
+
+
+def _element(ref, what: str):
+    """The element (a BufferLoad) that ``ref`` (``region_of``'s) names; anything wider is an
+    error."""
+    buffer, first, extents = ref
+    if any(e is not None for e in extents):
+        raise kernel_error(f"{what} takes one element (A[i, j]), got a region of "
+                           f"{buffer.name!r}")
+    return tirx.BufferLoad(buffer, [to_expr(i) for i in first])
+
+
+def _atomic_prev(kind: str, load, value, order: int):
+    """The expression an atomic of ``kind`` returning the element's previous value makes."""
+    dtype = str(load.source.dtype)
+    return tvm.ir.Call(tvm.ir.Op.get(f"tw.atomic_{kind}_prev"),
+                       [load, to_expr(value, dtype), tirx.const(order, "int32")], ret_ty=dtype)
+
+
 def _make_atomic(kind: str):
-    def atomic(dst, value, memory_order=None, return_prev: bool = False):
+    def atomic(dst, value, memory_order=None, return_prev: bool = False, use_tma: bool = False,
+               annotations=None):
         name = f"atomic_{kind}"
+        order = memory_order_id(f"T.{name}", memory_order or "relaxed", MEMORY_ORDERS)
         ref = region_of(dst, f"T.{name}")
+        if kind in BITWISE_ATOMIC_KINDS and not _is_integer(ref[0].dtype):
+            raise KernelTypeError(f"T.{name} takes integer elements; {ref[0].name!r} is "
+                                  f"{ref[0].dtype}", user_location())
         tile_value = isinstance(value, (TileBuffer, BufferSlice))
         if all(e is None for e in ref[2]) and not tile_value:  # one element: dst is A[i, j]
             region = resolve(ref, None, f"T.{name}")
             if dtype_of(value) is None and not hasattr(value, "buffer"):
                 value = to_expr(value, str(region.buffer.dtype))
             if return_prev:
-                op = tvm.ir.Op.get(f"tw.atomic_{kind}_prev")
-                return tvm.ir.Call(op, [dst, to_expr(value, str(region.buffer.dtype))],
-                                   ret_ty=str(region.buffer.dtype))
+                return _atomic_prev(kind, _element(ref, f"T.{name}"), value, order)
             _emit(name, {"dst": region, "src": to_expr(value, str(region.buffer.dtype))},
                   {"memory_order": memory_order or "relaxed", "element": True},
                   element_op=True)
@@ -422,46 +470,102 @@ def _make_atomic(kind: str):
                 raise kernel_error(f"T.{name}: value tile {src.buffer.name!r} has shape "
                                    f"{shape_str(src.extents)} but destination "
                                    f"{region.buffer.name!r} is {shape_str(region.extents)}")
-        _emit(name, {"dst": region, "src": src}, {"memory_order": memory_order or "relaxed"},
-              element_op=True)
+        attrs = {"memory_order": memory_order or "relaxed"}
+        if use_tma:
+            if kind != "add":
+                raise kernel_error(f"T.{name} has no use_tma (TMA reduces add only)")
+            attrs["use_tma"] = True
+        _emit(name, {"dst": region, "src": src}, attrs, element_op=True)
         return None
 
     atomic.__name__ = f"atomic_{kind}"
-    atomic.__doc__ = (f"Atomic {kind} into global memory: ``dst`` is one element (``A[i]``) or "
-                      "a tile; ``return_prev=True`` returns the old value (one element only).")
+    atomic.__doc__ = (
+        f"Atomic {kind} into global memory: ``dst`` is one element (``A[i]``) or a tile; "
+        "``return_prev=True`` returns the old value (one element only). ``memory_order`` "
+        "(C++'s names; relaxed when omitted) orders the kernel's other memory accesses around "
+        "it for other threads. ``use_tma`` (add of a tile from shared memory): TileLang's "
+        "request for a TMA reduction on sm_90+, which the CUDA backend honours; other backends "
+        "add the same values. ``annotations``: TileLang's lowering hints, accepted and unused."
+        + (" Integer elements only." if kind in BITWISE_ATOMIC_KINDS else ""))
     return atomic
+
+
+def _is_integer(dtype) -> bool:
+    return str(dtype).startswith(("int", "uint"))
 
 
 ATOMIC_OPS = {f"atomic_{kind}": _make_atomic(kind) for kind in ATOMIC_KINDS}
 
 
+def atomic_load(src, memory_order: str = "seq_cst"):
+    """The value of one element (``A[i]``) read atomically with ``memory_order`` (relaxed,
+    consume, acquire or seq_cst): another block's ``T.atomic_store`` or atomic into it is seen
+    whole, and an acquire load orders the accesses after it (a consumer spinning on a flag
+    that a producer publishes with a release store)."""
+    order = memory_order_id("T.atomic_load", memory_order, LOAD_ORDERS)
+    load = _element(region_of(src, "T.atomic_load"), "T.atomic_load")
+    return tvm.ir.Call(tvm.ir.Op.get(ATOMIC_LOAD), [load, tirx.const(order, "int32")],
+                       ret_ty=str(load.source.dtype))
+
+
+def atomic_store(dst, src, memory_order: str = "seq_cst") -> None:
+    """Store ``src`` into one element (``A[i]``) atomically with ``memory_order`` (relaxed,
+    release or seq_cst): a release store publishes the writes before it to whoever acquires
+    the element. Like the element atomics, it is each thread's in thread-level code and the
+    block's (made once) in block code."""
+    memory_order_id("T.atomic_store", memory_order, STORE_ORDERS)
+    ref = region_of(dst, "T.atomic_store")
+    _element(ref, "T.atomic_store")
+    region = resolve(ref, None, "T.atomic_store")
+    _emit("atomic_store", {"dst": region, "src": to_expr(src, str(region.buffer.dtype))},
+          {"memory_order": memory_order, "element": True}, element_op=True)
+
+
+def _lane_start(ref, lanes: int, what: str):
+    """``(buffer, index of the first element)`` of the ``lanes`` consecutive elements that
+    ``ref`` names: ``B[i, j]``, a slice ``B[i, j:j + lanes]`` or ``B[i, T.Ramp(j, 1, lanes)]``."""
+    buffer, first, _ = ref
+    first = [to_expr(i) for i in first]
+    last = first[-1]
+    if isinstance(last, tirx.Ramp):
+        if as_int(last.stride) != 1 or as_int(last.lanes) != lanes:
+            raise kernel_error(f"{what}: a T.Ramp index names {lanes} consecutive elements "
+                               f"(stride 1, {lanes} lanes), got stride {last.stride}, "
+                               f"{last.lanes} lanes")
+        first[-1] = last.base
+    return buffer, first
+
+
 def _make_atomic_add_wide(lanes: int):
     def atomic_add_wide(dst, value, return_prev: bool = False):
         name = f"atomic_addx{lanes}"
+        (d, at), (v, vat) = (_lane_start(region_of(x, f"T.{name}"), lanes, f"T.{name}")
+                             for x in (dst, value))
+        pairs = [(tirx.BufferLoad(d, [*at[:-1], at[-1] + k]),
+                  tirx.BufferLoad(v, [*vat[:-1], vat[-1] + k])) for k in range(lanes)]
         if return_prev:
-            raise kernel_error(f"T.{name}(..., return_prev=True) returns a vector of {lanes} "
-                               "values in TileLang; here take each element's with "
-                               "T.atomic_add(dst[..., j + k], value[..., j + k], "
-                               "return_prev=True)")
-        (d, at), (v, vat) = ((buffer, [to_expr(i) for i in first])
-                             for buffer, first, _ in (region_of(x, f"T.{name}")
-                                                      for x in (dst, value)))
-        for k in range(lanes):
-            ATOMIC_OPS["atomic_add"](tirx.BufferLoad(d, [*at[:-1], at[-1] + k]),
-                                     tirx.BufferLoad(v, [*vat[:-1], vat[-1] + k]))
+            olds = [_atomic_prev("add", load, val, MEMORY_ORDERS["relaxed"])
+                    for load, val in pairs]
+            return tirx.Shuffle(olds, [tirx.const(k, "int32") for k in range(lanes)])
+        for load, val in pairs:
+            ATOMIC_OPS["atomic_add"](load, val)
+        return None
 
     atomic_add_wide.__name__ = f"atomic_addx{lanes}"
     atomic_add_wide.__doc__ = (
         f"TileLang's {lanes}-wide atomic add: ``dst`` and ``value`` name the first of {lanes} "
-        "consecutive elements (``B[i, j]`` or a slice ``B[i, j:j + "
-        f"{lanes}]``); each element is added atomically (CUDA's vector atomics add them in one "
-        "instruction, an optimisation here, not a guarantee: no other thread sees them half "
-        "done in either).")
+        "consecutive elements (``B[i, j]``, a slice ``B[i, j:j + "
+        f"{lanes}]`` or ``B[i, T.Ramp(j, 1, {lanes})]``); each element is added atomically "
+        "(CUDA's vector atomics add them in one instruction, an optimisation here, not a "
+        "guarantee: no other thread sees them half done in either). ``return_prev=True`` "
+        f"returns the previous values as a vector of {lanes} lanes of the destination's dtype "
+        f"(``Prev[i:i + {lanes}] = ...`` stores it).")
     return atomic_add_wide
 
 
 WIDE_ATOMIC_OPS = {f"atomic_addx{n}": _make_atomic_add_wide(n) for n in (2, 4)}
+ELEMENT_ATOMICS = {"atomic_load": atomic_load, "atomic_store": atomic_store}
 
 __all__ = ["GemmWarpPolicy", "clear", "copy", "fill", "gemm", "gemm_sp", "reduce", "transpose",
            *REDUCE_OPS,
-           *SCAN_OPS, *ATOMIC_OPS, *WIDE_ATOMIC_OPS]
+           *SCAN_OPS, *ATOMIC_OPS, *WIDE_ATOMIC_OPS, *ELEMENT_ATOMICS]

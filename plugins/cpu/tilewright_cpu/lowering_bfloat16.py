@@ -82,8 +82,10 @@ HELD_IN_FLOAT32 = frozenset({"bfloat16", "float8_e4m3fn", "float8_e5m2", "float8
 
 
 def hold_narrow_bindings():
-    """A binding whose value loads a bfloat16, float8 or float4 buffer (a named value the language
-    keeps, see ``tilewright.language.snapshots``) becomes a one-element local array written
+    """A binding (a named value the language keeps, see ``tilewright.language.snapshots``)
+    whose value loads a bfloat16, float8 or float4 buffer, or is of one of these types (a
+    vector of them built from values held elsewhere: ``T.atomic_addx2``'s previous values, which
+    spill_atomic_results holds in float32) becomes a one-element local array written
     where the binding stood and read where the variable was used: float32 for a value of these
     types (exact), the variable's own dtype otherwise (a ``T.ldg32`` word of two bfloat16
     elements is a uint32: through float32 it lost its low bits). These types are held in others
@@ -99,7 +101,11 @@ def hold_narrow_bindings():
         def visit_Bind(self, stmt):
             loads = []
             tvm_ffi.structural_walk(stmt.value, (tvm.ir.TensorLoad, lambda ld: loads.append(ld)))
-            if not any(str(ld.source.dtype) in HELD_IN_FLOAT32 for ld in loads):
+            ty = stmt.var.ty
+            element = str(tvm.runtime.DataType(str(ty.dtype)).with_lanes(1)) \
+                if isinstance(ty, tvm.ir.PrimType) else ""
+            if element not in HELD_IN_FLOAT32 and \
+                    not any(str(ld.source.dtype) in HELD_IN_FLOAT32 for ld in loads):
                 return stmt
             dtype = str(stmt.var.ty)
             held = "float32" if dtype in HELD_IN_FLOAT32 else dtype

@@ -14,7 +14,15 @@ import numpy as np
 import tvm
 import tvm_ffi
 from tilewright.errors import UnsupportedOpError
-from tilewright.ir import ATOMIC_KINDS, ATOMIC_PREV, SCAN_OPS, Region, TileOpCall
+from tilewright.ir import (
+    ATOMIC_KINDS,
+    ATOMIC_LOAD,
+    ATOMIC_PREV,
+    BITWISE_ATOMIC_KINDS,
+    SCAN_OPS,
+    Region,
+    TileOpCall,
+)
 from tilewright.transform import RuleContext, prim_func_pass
 from tilewright.transform.lowering_utils import (
     as_expr,
@@ -46,24 +54,43 @@ for _scan in SCAN_OPS:
     register_lowering(_scan)(lower_scan)
 
 
-# the dtypes csrc/tw_cpu_runtime.c defines tw_atomic_<kind>_<dtype> for (its FAMILY macro)
-ATOMIC_DTYPES = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
-                           "uint64", "float16", "bfloat16", "float32", "float64"})
+# the dtypes csrc/tw_cpu_runtime.c defines tw_atomic_<kind>_<dtype> for (its FAMILY and
+# INTEGERS macros), and tw_atomic_load_<dtype> / tw_atomic_store_<dtype> (LOAD_STORE)
+_INTEGERS = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+                       "uint64"})
+ATOMIC_DTYPES = frozenset({*_INTEGERS, "float16", "bfloat16", "float32", "float64"})
+_KIND_DTYPES = {kind: _INTEGERS if kind in BITWISE_ATOMIC_KINDS else ATOMIC_DTYPES
+                for kind in ATOMIC_KINDS}
+_WIDE = ("float16", "bfloat16")  # travel to and from the runtime as float32
+
+
+def _checked(what: str, buffer, dtypes) -> str:
+    dtype = str(buffer.dtype)
+    if dtype not in dtypes:
+        raise UnsupportedOpError(
+            f"T.{what} into {dtype} ({buffer.name}) is not supported by backend 'cpu' "
+            f"(it takes {', '.join(sorted(dtypes))}); use one of those")
+    return dtype
+
+
+def _as_runtime(value, dtype: str):
+    """``value`` as the runtime takes an element of ``dtype``."""
+    value_type = "float32" if dtype in _WIDE else dtype
+    return value if str(value.ty) == value_type else tirx.Cast(value_type, value)
+
+
+def _from_runtime(value, dtype: str):
+    return tirx.Cast(dtype, value) if dtype in _WIDE else value
 
 
 def _atomic_call(kind: str, buffer, index, value):
-    """``tw_atomic_<kind>_<dtype>(&buffer[index], value)``, returning the previous value."""
-    dtype = str(buffer.dtype)
-    if dtype not in ATOMIC_DTYPES:
-        raise UnsupportedOpError(
-            f"T.atomic_{kind} into {dtype} ({buffer.name}) is not supported by backend 'cpu' "
-            f"(it takes {', '.join(sorted(ATOMIC_DTYPES))}); accumulate in one of those")
-    wide = dtype in ("float16", "bfloat16")
-    value_type = "float32" if wide else dtype
-    value = value if str(value.ty) == value_type else tirx.Cast(value_type, value)
+    """``tw_atomic_<kind>_<dtype>(&buffer[index], value)``, returning the previous value. The
+    runtime's atomics are sequentially consistent, whatever memory order the kernel names."""
+    dtype = _checked(f"atomic_{kind}", buffer, _KIND_DTYPES[kind])
     ptr = tirx.address_of(tirx.BufferLoad(buffer, index))
-    old = tirx.call_extern(value_type, f"tw_atomic_{kind}_{dtype}", ptr, value)
-    return tirx.Cast(dtype, old) if wide else old
+    old = tirx.call_extern("float32" if dtype in _WIDE else dtype, f"tw_atomic_{kind}_{dtype}",
+                           ptr, _as_runtime(value, dtype))
+    return _from_runtime(old, dtype)
 
 
 def _make_atomic_rule(kind: str):
@@ -93,20 +120,46 @@ for _kind in ATOMIC_KINDS:
     register_lowering(f"atomic_{_kind}")(_make_atomic_rule(_kind))
 
 
+@register_lowering("atomic_store")
+def lower_atomic_store(call: TileOpCall, ctx: RuleContext):
+    """``tw_atomic_store_<dtype>(&dst, value)`` (sequentially consistent)."""
+    runtime.load()
+    dst, value = call.operands["dst"], call.operands["src"]
+    dtype = _checked("atomic_store", dst.buffer, ATOMIC_DTYPES)
+    ptr = tirx.address_of(tirx.BufferLoad(dst.buffer, list(dst.starts)))
+    store = tirx.Evaluate(tirx.call_extern("void", f"tw_atomic_store_{dtype}", ptr,
+                                           _as_runtime(value, dtype)))
+    cond = in_bounds(dst.buffer, list(dst.starts), ctx)
+    return store if cond is None else tirx.IfThenElse(cond, store, None)
+
+
 def _atomic_prev_rule(kind: str):
     def rule(call):
         runtime.load()
-        load, value = call.args
+        load, value, _order = call.args
         return _atomic_call(kind, load.source, list(load.indices), value)
 
     return rule
 
 
-# Expression intrinsics (atomics returning the old value) become runtime calls.
-INTRINSIC_RULES = {name: _atomic_prev_rule(k) for name, k in ATOMIC_PREV.items()}
-# the runtime's atomics (their names as _atomic_call makes them): calls with an effect
-ATOMIC_EXTERNS = frozenset(f"tw_atomic_{kind}_{dtype}" for kind in ATOMIC_KINDS
-                           for dtype in ATOMIC_DTYPES)
+def _atomic_load_rule(call):
+    """``tw_atomic_load_<dtype>(&element)`` (sequentially consistent)."""
+    runtime.load()
+    load = call.args[0]
+    dtype = _checked("atomic_load", load.source, ATOMIC_DTYPES)
+    return _from_runtime(tirx.call_extern("float32" if dtype in _WIDE else dtype,
+                                          f"tw_atomic_load_{dtype}", tirx.address_of(load)),
+                         dtype)
+
+
+# Expression intrinsics (atomics returning the old value, atomic loads) become runtime calls.
+INTRINSIC_RULES = {**{name: _atomic_prev_rule(k) for name, k in ATOMIC_PREV.items()},
+                   ATOMIC_LOAD: _atomic_load_rule}
+# the runtime's calls that return a value read atomically (their names as the rules make
+# them): made once each (spill_atomic_results)
+ATOMIC_EXTERNS = frozenset({*(f"tw_atomic_{kind}_{dtype}" for kind in ATOMIC_KINDS
+                              for dtype in _KIND_DTYPES[kind]),
+                            *(f"tw_atomic_load_{dtype}" for dtype in ATOMIC_DTYPES)})
 
 
 def _atomic_results(expr) -> list:

@@ -118,7 +118,7 @@ BACKEND = BackendModule(
     codegens={"cpu": CODEGEN},
     executors=EXECUTORS,
     capabilities=Capabilities(
-        tile_ops=frozenset({*RULES, *SEQUENTIAL_OPS}),
+        tile_ops=frozenset({*RULES, *SEQUENTIAL_OPS, "atomic_load"}),
         dtypes=frozenset(DTYPES),
         memory_scopes=frozenset({"global", "shared.dyn", "local.fragment", "local", "local.var",
                                  *(f"local.reducer.{op}" for op in REDUCER_OPS)}),

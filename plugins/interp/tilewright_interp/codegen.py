@@ -13,7 +13,7 @@ import re
 
 import tvm
 from tilewright.errors import UnsupportedOpError, span_location
-from tilewright.ir import ATOMIC_PREV, decode
+from tilewright.ir import ATOMIC_LOAD, ATOMIC_PREV, decode
 from tilewright.ir.schema import Region as IRRegion
 from tilewright.plugin import DeviceCodegen, GeneratedSource
 from tvm import sym, tirx
@@ -168,6 +168,8 @@ class _Emitter:
             return (f"atomic_prev({kind!r}, {self.buf(load.source)}, "
                     f"({self.index(load.indices, load.source)},), {args[1]}, "
                     f"{str(load.source.dtype)!r})")
+        if op == ATOMIC_LOAD:  # blocks run one at a time: any load is whole and in order
+            return args[0]
         raise UnsupportedOpError(f"backend 'interp' cannot evaluate call {op}; add it to "
                                  "tilewright_interp.codegen or tilewright_interp.runtime")
 

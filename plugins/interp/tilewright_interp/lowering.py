@@ -155,14 +155,16 @@ for _name in SCAN_OPS:
     register_lowering(_name)(_make_scan(_name))
 
 
-_ATOMIC = {"add": np.add, "max": np.maximum, "min": np.minimum}
+_ATOMIC = {"add": np.add, "max": np.maximum, "min": np.minimum, "or": np.bitwise_or,
+           "and": np.bitwise_and, "xor": np.bitwise_xor}
 
 
 def _make_atomic(kind: str):
     combine = _ATOMIC[kind]
 
-    def run_atomic(block, dst: Region, src, memory_order="relaxed", element=False):
-        # blocks run one at a time, so a read-modify-write is atomic
+    def run_atomic(block, dst: Region, src, memory_order="relaxed", element=False,
+                   use_tma=False):
+        # blocks run one at a time, so a read-modify-write is atomic (and in order)
         value = src.read().reshape(dst.extents) if isinstance(src, Region) else src
         wide = np.float32 if dst.array.dtype == np.float16 else dst.array.dtype
         dst.write(combine(dst.read().astype(wide), np.asarray(value, dtype=wide)))
@@ -173,6 +175,12 @@ def _make_atomic(kind: str):
 
 for _kind in ATOMIC_KINDS:
     register_lowering(f"atomic_{_kind}")(_make_atomic(_kind))
+
+
+@register_lowering("atomic_store")
+def run_atomic_store(block, dst: Region, src, memory_order="seq_cst", element=True):
+    # blocks run one at a time: a store is whole and in order
+    dst.write(np.asarray(src, dtype=dst.array.dtype))
 
 
 def atomic_prev(kind: str, array, index, value, dtype: str):

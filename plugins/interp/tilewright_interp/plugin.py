@@ -24,7 +24,7 @@ BACKEND = BackendModule(
     capabilities=Capabilities(
         # the ops with a lowering rule, and those of grid barriers and thread-level code,
         # which the first phases remove
-        tile_ops=frozenset({*RULES, *SEQUENTIAL_OPS}),
+        tile_ops=frozenset({*RULES, *SEQUENTIAL_OPS, "atomic_load"}),  # + codegen's load
         dtypes=frozenset({"bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
                           "uint32", "uint64", "float16", "bfloat16", "float32", "float64",
                           "float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu",

@@ -244,18 +244,24 @@ def _atomic_wide(dtype, N, bn=8, splits=3):
 
 def _atomic_prev(dtype, N, blocks=5):
     """One block's serial loop returns each previous value (deterministic: exclusive running
-    sum, max and min); then ``blocks`` blocks draw tickets from a counter."""
+    sum, max and min) and adds X's first eight elements to a row of W two and four at a time,
+    keeping the vectors of previous values (a T.Ramp index once); then ``blocks`` blocks draw
+    tickets from a counter."""
 
     @T.prim_func
     def atomic_prev(X: T.Tensor((N,), dtype), Acc: T.Tensor((3,), dtype),
                     P: T.Tensor((3, N), dtype), Counter: T.Tensor((1,), "int32"),
-                    Seen: T.Tensor((blocks,), "int32")):
+                    Seen: T.Tensor((blocks,), "int32"), W: T.Tensor((2, 8), dtype)):
         with T.Kernel(blocks, threads=128) as bx:
             if bx == 0:
                 for t in T.serial(N):
                     P[0, t] = T.atomic_add(Acc[0], X[t], return_prev=True)
                     P[1, t] = T.atomic_max(Acc[1], X[t], return_prev=True)
                     P[2, t] = T.atomic_min(Acc[2], X[t], return_prev=True)
+                W[1, 0:2] = T.atomic_addx2(W[0, 0:2], X[0:2], return_prev=True)
+                W[1, 2:4] = T.atomic_addx2(W[0, T.Ramp(2, 1, 2)], X[T.Ramp(2, 1, 2)],
+                                           return_prev=True)
+                W[1, 4:8] = T.atomic_addx4(W[0, 4:8], X[4:8], return_prev=True)
             ticket = T.alloc_var("int32")
             ticket = T.atomic_add(Counter[0], 1, return_prev=True)
             T.atomic_add(Seen[ticket], 1)
@@ -267,10 +273,10 @@ def _atomic_prev_inputs(torch, gen, dtype, N, blocks=5):
     x = rand(torch, gen, (N,), dtype)
     acc = torch.tensor([0.0, -100.0, 100.0]).to(x.dtype)
     return [x, acc, torch.zeros(3, N, dtype=x.dtype), torch.zeros(1, dtype=torch.int32),
-            torch.zeros(blocks, dtype=torch.int32)]
+            torch.zeros(blocks, dtype=torch.int32), rand(torch, gen, (2, 8), dtype)]
 
 
-def _atomic_prev_ref(x, acc, p, counter, seen):
+def _atomic_prev_ref(x, acc, p, counter, seen, w):
     import torch
 
     n = x.shape[0]
@@ -278,7 +284,46 @@ def _atomic_prev_ref(x, acc, p, counter, seen):
     high = torch.cat([acc[1:2], x]).cummax(0).values
     low = torch.cat([acc[2:3], x]).cummin(0).values
     return [torch.stack([add[n], high[n], low[n]]), torch.stack([add[:n], high[:n], low[:n]]),
-            counter + seen.shape[0], torch.ones_like(seen)]
+            counter + seen.shape[0], torch.ones_like(seen),
+            torch.stack([w[0] + x[:8], w[0]])]
+
+
+def _atomic_bits(dtype, N, blocks=4):
+    """The bitwise atomics from ``blocks`` blocks at once, each with a memory order; every
+    element read with an acquire load, and each block's first with a release store."""
+
+    @T.prim_func
+    def atomic_bits(X: T.Tensor((blocks, N), dtype), Acc: T.Tensor((3,), dtype),
+                    Y: T.Tensor((blocks, N), dtype), Flag: T.Tensor((blocks,), dtype)):
+        with T.Kernel(blocks, threads=128) as bx:
+            for i in T.Parallel(N):
+                T.atomic_or(Acc[0], X[bx, i])
+                T.atomic_and(Acc[1], X[bx, i], memory_order="acq_rel")
+                T.atomic_xor(Acc[2], X[bx, i], memory_order="seq_cst")
+                Y[bx, i] = T.atomic_load(X[bx, i], memory_order="acquire")
+            T.atomic_store(Flag[bx], X[bx, 0], memory_order="release")
+
+    return atomic_bits
+
+
+def _atomic_bits_inputs(torch, gen, dtype, N, blocks=4):
+    info = torch.iinfo(getattr(torch, dtype))
+    x = rand(torch, gen, (blocks, N), dtype, max(info.min, -(1 << 30)), min(info.max, 1 << 30))
+    acc = torch.tensor([0, -1, 0]).to(x.dtype)  # -1: every bit set, whatever the width
+    return [x, acc, torch.zeros_like(x), torch.zeros(blocks, dtype=x.dtype)]
+
+
+def _atomic_bits_ref(x, acc, y, flag):
+    import functools
+    import operator
+
+    import torch
+
+    values = [int(v) for v in x.long().flatten()]
+    start = [int(v) for v in acc.long()]
+    combined = [functools.reduce(op, values, first) for op, first in
+                zip((operator.or_, operator.and_, operator.xor), start)]
+    return [torch.tensor(combined).to(acc.dtype), x.clone(), x[:, 0].clone()]
 
 
 # reducer op -> (dtypes it applies to, torch reference over dim 1)
@@ -550,12 +595,21 @@ ROWS = (
            out_idx=(), inplace=(1, 2), reduction=lambda **_: 3,
            doc="T.atomic_addx2 / T.atomic_addx4 from three blocks, on elements and slices"),
     Kernel("atomic_prev", (*BASE, "serial", "alloc_var", "atomic_add", "atomic_max",
-                           "atomic_min"),
+                           "atomic_min", "atomic_addx2", "atomic_addx4", "Ramp"),
            ("atomic_add", "atomic_max", "atomic_min"), _atomic_prev, _atomic_prev_inputs,
-           _atomic_prev_ref, {"partial": {"N": 12}}, out_idx=(), inplace=(1, 2, 3, 4),
-           reduction=lambda N, **_: N, dtypes=("float32", "int32"),
+           _atomic_prev_ref, {"partial": {"N": 12}}, out_idx=(), inplace=(1, 2, 3, 4, 5),
+           reduction=lambda N, **_: N, dtypes=("float32", "int32", "bfloat16", "float16"),
            features=("atomic_return_prev",),
-           doc="atomics with return_prev: running values in one block, tickets across blocks"),
+           doc="atomics with return_prev: running values in one block (the 16-bit floats "
+               "too: each atomic made once), the vectors T.atomic_addx2 / x4 return, tickets "
+               "across blocks"),
+    Kernel("atomic_bits", (*BASE, "Parallel", "atomic_or", "atomic_and", "atomic_xor",
+                           "atomic_load", "atomic_store"),
+           ("atomic_or", "atomic_and", "atomic_xor", "atomic_store"), _atomic_bits,
+           _atomic_bits_inputs, _atomic_bits_ref, {"partial": {"N": 12}}, out_idx=(),
+           inplace=(1, 2, 3), dtypes=(*ATOMIC_INTEGERS, "int64"), exact=True,
+           doc="atomic or / and / xor from four blocks at once with memory orders, acquire "
+               "loads and release stores"),
     Kernel("reduce_then_store", (*FRAG, "fill", "reduce_sum", "reduce_absmax", "Parallel",
                                  "if_then_else", "cast"), ("copy", "fill", "reduce_sum",
                                                             "reduce_absmax"),
