@@ -36,12 +36,17 @@ def index_value(value, what: str):
 
 
 class Kernel:
-    """``with T.Kernel(gx, gy, threads=128) as (bx, by):`` — the program of one block."""
+    """``with T.Kernel(gx, gy, threads=128) as (bx, by):`` — the program of one block.
+
+    ``T.Kernel(threads=n)``, without a grid dimension, is one block, as in TileLang: the
+    launch is the grid ``(1,)`` and ``as`` binds an empty tuple (no block index to name;
+    ``T.get_block_binding(0)`` is 0 and ``T.get_block_extent(0)`` 1, as CUDA has them)."""
 
     def __init__(self, *grid, threads=128, prelude=None, **options):
-        if not 1 <= len(grid) <= 3:
-            raise kernel_error(f"T.Kernel takes 1 to 3 grid dimensions, got {len(grid)}")
-        self.grid = tuple(index_value(g, "a T.Kernel grid dimension") for g in grid)
+        if len(grid) > 3:
+            raise kernel_error(f"T.Kernel takes 0 to 3 grid dimensions, got {len(grid)}")
+        self.grid = tuple(index_value(g, "a T.Kernel grid dimension") for g in grid) or (1,)
+        self.gridless = not grid  # ``as`` binds no block index
         threads = threads if isinstance(threads, (tuple, list)) else (threads,)
         self.threads = tuple(int(t) for t in threads) + (1,) * (3 - len(threads))
         if any(t <= 0 for t in self.threads):
@@ -63,7 +68,7 @@ class Kernel:
         builder.kernel_annotations = {}  # each block's own (T.use_swizzle, layouts ...)
         self._span = B.here()
         self._frame = builder.open("kernel", kernel=self)
-        return self.vars
+        return () if self.gridless else self.vars
 
     def __exit__(self, exc_type, exc, tb):
         builder = B.current("T.Kernel")
