@@ -99,3 +99,51 @@ def test_jumps_of_other_tile_loops_are_refused_at_the_loop(loop, shown):
     with pytest.raises(KernelError, match=f"'break' or 'continue' in a {shown} loop") as info:
         tilewright.compile(jump_in(loop), out_idx=[1], target="interp")
     assert info.value.location.line == jump_in.__code__.co_firstlineno + 4
+
+
+@T.macro
+def doubled(x):
+    return x * 2  # a macro's value: its own body opened no frame
+
+
+def returning_from(where: str):
+    @T.prim_func
+    def main(A: T.Tensor((4,), "float32"), C: T.Tensor((4,), "float32")):
+        with T.Kernel(1):
+            for k in T.serial(4):
+                C[k] = doubled(A[k])
+                if where == "serial":
+                    return
+            for _k in T.Parallel(4):
+                if where == "parallel":
+                    return
+            if A[0] > 0:
+                if where == "branch":
+                    return
+                C[0] = 0.0
+            if where == "kernel":
+                return
+            C[1] = 0.0
+
+    return main
+
+
+@pytest.mark.parametrize("where, message, offset", [
+    ("serial", r"'return' inside a T.serial loop: .*its statements dropped", 7),
+    ("parallel", r"'return' inside a T.Parallel loop", 10),
+    ("branch", r"'return' under a condition known only at run time", 13),
+])
+def test_a_return_out_of_a_loop_or_a_run_time_branch_is_refused(where, message, offset):
+    """The kernel's body is traced once: a ``return`` inside a tile loop left the loop
+    unbuilt (the kernel lost it: silently nothing ran), one under a run-time ``if`` dropped
+    the statements after the branch for every run."""
+    with pytest.raises(KernelError, match=message) as info:
+        returning_from(where)
+    assert info.value.location.line == returning_from.__code__.co_firstlineno + offset
+
+
+@pytest.mark.parametrize("target", ["cpu", "interp"])
+def test_a_return_in_the_kernel_block_or_a_macro_ends_them(target):
+    a = torch.tensor([1.0, -2.0, 3.0, 4.0])
+    c = tilewright.compile(returning_from("kernel"), out_idx=[1], target=target)(a)
+    assert c.tolist() == [0.0, -4.0, 6.0, 8.0]  # C[1] = 0.0 after the return does not run

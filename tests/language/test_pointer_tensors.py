@@ -197,7 +197,7 @@ def test_the_interpreter_refuses_a_copy_that_would_miss_another_ones_stores():
     covers more of the memory than it would be a second copy: refused, naming both."""
     kernel = tilewright.compile(overlapping_views(), out_idx=[-1], target="interp")
     x = torch.zeros(32, dtype=torch.bfloat16)
-    with pytest.raises(TypeError, match=r"cannot make a bfloat16 tensor of 32 elements at "
+    with pytest.raises(TypeError, match=r"cannot make a tensor of 32 bfloat16 elements at "
                                         r"0x[0-9a-f]+ that overlaps the bfloat16 one made at "
                                         r"0x[0-9a-f]+ \(32 bytes\)"):
         kernel(table([x]))

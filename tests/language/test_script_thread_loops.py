@@ -94,3 +94,61 @@ def test_the_loops_extents_must_agree_and_be_launchable():
             for v in T.thread_binding(2, thread="vthread"):
                 A[v] = 1.0
 
+
+
+def leaving_thread_loops(how: str):
+    """A thread-loop kernel whose body leaves a thread loop early (``how``), or, with
+    ``continue``, ends the iteration's body: every block and thread writes its element, and
+    those past the ``continue`` nothing more."""
+    @T.prim_func
+    def main(A: T.Tensor((64,), "float32"), B: T.Tensor((64,), "float32")):
+        for bx in T.thread_binding(2, thread="blockIdx.x"):
+            for tx in T.thread_binding(32, thread="threadIdx.x"):
+                A[bx * 32 + tx] = 1.0
+                if how == "inner break":
+                    break
+                if how == "inner return":
+                    return
+                if how == "continue":
+                    continue
+                B[bx * 32 + tx] = 1.0
+            if how == "outer break":
+                break
+            if how == "outer return":
+                return
+
+    return main
+
+
+@pytest.mark.parametrize("how, loop", [("inner break", "threadIdx.x"),
+                                       ("outer break", "blockIdx.x")])
+def test_a_break_out_of_a_thread_loop_is_refused_at_its_line(how, loop):
+    """A ``break`` left the loop that opens the kernel with the kernel unfinished (the kernel
+    had no statement: silently nothing ran); out of a thread loop inside it, every thread ran
+    the statements before it. Thread loops' iterations run at once: none ends the others."""
+    line = leaving_thread_loops.__code__.co_firstlineno + (10 if how == "inner break" else 17)
+    with pytest.raises(KernelError, match=rf"'break' out of a T.thread_binding loop \({loop}\): "
+                                          r"its iterations are the kernel's blocks or threads"
+                       ) as info:
+        leaving_thread_loops(how)
+    assert info.value.location.line == line
+    assert str(info.value.location.filename) == __file__
+
+
+@pytest.mark.parametrize("how", ["inner return", "outer return"])
+def test_a_return_inside_a_thread_loop_kernel_is_refused_at_its_line(how):
+    line = leaving_thread_loops.__code__.co_firstlineno + (12 if how == "inner return" else 19)
+    with pytest.raises(KernelError, match=r"'return' inside a T.thread_binding loop that opens "
+                                          r"a kernel: .*end the function after the loop"
+                       ) as info:
+        leaving_thread_loops(how)
+    assert info.value.location.line == line
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_continue_in_a_thread_loop_ends_its_body(target):
+    a, b = torch.zeros(64), torch.zeros(64)
+    tilewright.compile(leaving_thread_loops("continue"), target=target)(a, b)
+    assert torch.equal(a, torch.ones(64)) and torch.equal(b, torch.zeros(64))
+    tilewright.compile(leaving_thread_loops("none"), target=target)(a, b)
+    assert torch.equal(b, torch.ones(64))

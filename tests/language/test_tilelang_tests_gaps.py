@@ -1,8 +1,9 @@
 """What TileLang's own language tests (testing/python/language, ported by
 tools/port_tilelang_tests.py) found missing or different: ``T.let``, ``T.align_up``,
 ``T.clamp``'s keyword names, chained comparisons, ``T.infinity`` of the float8 formats,
-``kernel.run_once()`` and ``get_kernel_source(kernel_only=...)``, and tensors whose shape is a
-linear expression of a symbol no argument gives whole (``T.Tensor((n * 4,))``)."""
+``kernel.run_once()`` and ``get_kernel_source(kernel_only=...)``, tensors whose shape is a
+linear expression of a symbol no argument gives whole (``T.Tensor((n * 4,))``), and
+``T.Kernel(threads=1)`` without grid dimensions (one block)."""
 
 import pytest
 import tilewright
@@ -259,3 +260,42 @@ def test_unroll_forms_and_copy_hints():
         def bad(A: T.Tensor((4,), "float32"), B: T.Tensor((4,), "float32")):
             with T.Kernel(1, threads=32):
                 T.copy(A, B, annotations={"speed": "max"})
+
+
+def atomic_add_from_fragment(src_dtype, N=64, threads=1):
+    """TileLang's ``atomic_add_mixed_dtype_program``: a ``T.Kernel`` without grid dimensions
+    is one block (the ``as`` target binds an empty tuple)."""
+    @T.prim_func
+    def main(Src: T.Tensor((N,), src_dtype), Out: T.Tensor((N,), "float32"),
+             Where: T.Tensor((2,), "int32")):
+        with T.Kernel(threads=threads) as bound:
+            assert bound == ()
+            frag = T.alloc_fragment((N,), src_dtype)
+            for i in T.Parallel(N):
+                frag[i] = Src[i]
+            for i in T.Parallel(N):
+                T.atomic_add(Out[i], frag[i])
+            Where[0] = T.get_block_binding(0)
+            Where[1] = T.get_block_extent(0)
+
+    return main
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("src_dtype", ["float32", "float16", "bfloat16"])
+def test_a_kernel_without_grid_dimensions_is_one_block(target, src_dtype):
+    src = torch.arange(1, 65).to(getattr(torch, src_dtype))
+    out, where = torch.ones(64), torch.full((2,), -1, dtype=torch.int32)
+    tilewright.compile(atomic_add_from_fragment(src_dtype), target=target)(src, out, where)
+    assert torch.equal(out, 1 + src.float())  # once: one block
+    assert where.tolist() == [0, 1]
+
+
+def test_a_kernel_has_at_most_three_grid_dimensions():
+    def main(A: T.Tensor((4,), "float32")):
+        with T.Kernel(1, 1, 1, 1, threads=32):
+            A[0] = 1.0
+
+    with pytest.raises(KernelError, match=r"T.Kernel takes 0 to 3 grid dimensions, got 4") as e:
+        T.prim_func(main)
+    assert e.value.location.line == main.__code__.co_firstlineno + 1

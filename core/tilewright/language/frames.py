@@ -36,12 +36,19 @@ def index_value(value, what: str):
 
 
 class Kernel:
-    """``with T.Kernel(gx, gy, threads=128) as (bx, by):`` — the program of one block."""
+    """``with T.Kernel(gx, gy, threads=128) as (bx, by):`` — the program of one block.
+
+    ``T.Kernel(threads=n)``, without a grid dimension, is one block, as in TileLang: the
+    launch is the grid ``(1,)`` and ``as`` binds an empty tuple (no block index to name;
+    ``T.get_block_binding(0)`` is 0 and ``T.get_block_extent(0)`` 1, as CUDA has them)."""
+
+    opened_by_loop = False  # a kernel a TVM-script thread loop opens (language.threads)
 
     def __init__(self, *grid, threads=128, prelude=None, **options):
-        if not 1 <= len(grid) <= 3:
-            raise kernel_error(f"T.Kernel takes 1 to 3 grid dimensions, got {len(grid)}")
-        self.grid = tuple(index_value(g, "a T.Kernel grid dimension") for g in grid)
+        if len(grid) > 3:
+            raise kernel_error(f"T.Kernel takes 0 to 3 grid dimensions, got {len(grid)}")
+        self.grid = tuple(index_value(g, "a T.Kernel grid dimension") for g in grid) or (1,)
+        self.gridless = not grid  # ``as`` binds no block index
         threads = threads if isinstance(threads, (tuple, list)) else (threads,)
         self.threads = tuple(int(t) for t in threads) + (1,) * (3 - len(threads))
         if any(t <= 0 for t in self.threads):
@@ -63,7 +70,7 @@ class Kernel:
         builder.kernel_annotations = {}  # each block's own (T.use_swizzle, layouts ...)
         self._span = B.here()
         self._frame = builder.open("kernel", kernel=self)
-        return self.vars
+        return () if self.gridless else self.vars
 
     def __exit__(self, exc_type, exc, tb):
         builder = B.current("T.Kernel")
@@ -455,6 +462,15 @@ class Helpers:
         return WhileLoop(cond)
 
     @staticmethod
+    def frame_depth() -> int | None:
+        builder = B.maybe_current()
+        return len(builder.frames) if builder is not None else None
+
+    @staticmethod
+    def returning(depth: int | None) -> None:
+        returning(depth)
+
+    @staticmethod
     def single_target(ctx):
         return _Single(ctx) if isinstance(ctx, Kernel) else ctx
 
@@ -539,6 +555,9 @@ class JumpLoop:
         B.current(f"'{kind}'").emit(self._store(JUMPS[kind]))
 
     def python_jump(self, kind: str) -> None:
+        check = getattr(self.iterable, "check_jump", None)
+        if check is not None:  # a loop that refuses some jumps (a T.thread_binding loop)
+            check(kind)
         builder = B.maybe_current()
         if builder is None or self._depth is None:
             return
@@ -559,6 +578,38 @@ class JumpLoop:
 
 
 JUMPS = {"continue": 1, "break": 2}
+
+
+def returning(depth: int | None) -> None:
+    """A ``return`` of a kernel's (or a macro's) body, which opened the frames above ``depth``:
+    refused at its line inside any frame but a ``with T.Kernel`` block. The body is traced
+    once, so a ``return`` inside a tile loop or a thread loop would leave the loop unbuilt
+    (its statements dropped), and one under a run-time condition would drop the statements
+    after the branch for every run."""
+    builder = B.maybe_current()
+    if builder is None or depth is None:
+        return
+    for frame in builder.frames[depth:]:
+        if frame.kind == "kernel" and not frame.info["kernel"].opened_by_loop:
+            continue
+        if frame.kind == "kernel":
+            raise kernel_error("'return' inside a T.thread_binding loop that opens a kernel: "
+                               "the loop is the kernel's launch, its iterations blocks and "
+                               "threads that all run the body, so none can end the function; "
+                               "end the function after the loop")
+        if frame.kind in ("if", "while"):
+            raise kernel_error("'return' under a condition known only at run time: the kernel "
+                               "is traced once, so the statements after it would be dropped "
+                               "whatever the condition; guard them with an 'if' instead")
+        if frame.kind in ("serial", "parallel", "pipelined", "unroll"):
+            shown = frame.kind.capitalize() if frame.kind in ("parallel", "pipelined") \
+                else frame.kind
+            raise kernel_error(f"'return' inside a T.{shown} loop: the kernel is traced once, "
+                               "and a return would leave the loop unbuilt (its statements "
+                               "dropped); end the function after the loop")
+        raise kernel_error(f"'return' inside a {frame.kind!r} block of the kernel: a return "
+                           "stands in the function's body or its 'with T.Kernel' block; end "
+                           "the function after the block")
 
 
 def _guard_after_jumps(stmt, flag, clear):

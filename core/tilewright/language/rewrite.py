@@ -28,6 +28,9 @@ rewritten (line numbers kept, so errors and tracebacks point at the user's sourc
   are Python's, and refused under a run-time condition (``__tw__.python_jump``); in a tile loop
   (``T.serial``, ``range`` in a kernel) they set the loop's flag (``__tw__.jump``), and the
   statements after each jump point run only while the flag is clear (``frames.JumpLoop``).
+- ``return`` first calls ``__tw__.returning(depth)`` with the builder's frame depth at the
+  function's start, which refuses it inside a frame the function opened other than a
+  ``with T.Kernel`` block (a loop, a run-time branch: ``frames.returning``).
 """
 
 from __future__ import annotations
@@ -47,11 +50,13 @@ HELPER = "__tw__"
 # (math.arith)
 _FOLDED = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.LShift: "<<"}
 _BODY = "_tw_body"
+_ENTRY = "_tw_entry"  # the builder's frame depth when the function starts (see visit_Return)
 
 
 class _Rewriter(ast.NodeTransformer):
     def __init__(self):
         self.depth = 0
+        self.returns = False
 
     def visit_FunctionDef(self, node: ast.FunctionDef):
         self.depth += 1
@@ -60,9 +65,20 @@ class _Rewriter(ast.NodeTransformer):
                 return node  # nested helpers keep plain Python semantics
             node.decorator_list = []
             self.generic_visit(node)
+            if self.returns:
+                entry = ast.Assign([ast.Name(_ENTRY, ast.Store())],
+                                   self._helper("frame_depth", node=node))
+                node.body.insert(0, ast.fix_missing_locations(ast.copy_location(entry, node)))
             return node
         finally:
             self.depth -= 1
+
+    def visit_Return(self, node: ast.Return):
+        # __tw__.returning(_tw_entry); return VALUE
+        self.generic_visit(node)
+        self.returns = True
+        check = ast.Expr(self._helper("returning", ast.Name(_ENTRY, ast.Load()), node=node))
+        return [ast.fix_missing_locations(ast.copy_location(check, node)), node]
 
     def _helper(self, name: str, *args, node) -> ast.Call:
         call = ast.Call(ast.Attribute(ast.Name(HELPER, ast.Load()), name, ast.Load()),

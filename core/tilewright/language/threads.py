@@ -106,6 +106,8 @@ class _ScriptKernel(Kernel):
     """The kernel a TVM-script thread loop opens: its grid and threads are the extents of
     the loops inside it, set as each loop opens (one block and one thread until then)."""
 
+    opened_by_loop = True
+
     def __init__(self):
         super().__init__(1, threads=1)
         self.set: dict[str, int] = {}  # the loops' tags and extents
@@ -165,6 +167,17 @@ class _LaunchLoop:
                                "loop starts at 0")
         self.extent = index_value(stop, f"a T.thread_binding extent ({thread})")
         self.thread = thread
+
+    def check_jump(self, kind: str) -> None:
+        """A ``break`` out of the loop is refused: its iterations are the kernel's blocks or
+        threads, which all run the body, so none ends the others (and the loop that opens
+        the kernel would be left with the kernel unfinished). A ``continue`` ends the
+        iteration's body, as it would in each block or thread."""
+        if kind == "break":
+            raise kernel_error(f"'break' out of a T.thread_binding loop ({self.thread}): its "
+                               "iterations are the kernel's blocks or threads, which all run "
+                               "the body, so none can end the others; guard the body with an "
+                               "'if' instead")
 
     def __iter__(self):
         builder = B.current("T.thread_binding")

@@ -246,8 +246,9 @@ class _Emitter:
         elif kind == "DeclBuffer" and isinstance(s.data, tirx.Var):
             # T.make_tensor: the memory at an address the kernel read
             shape = ", ".join(self.expr(x) for x in s.buffer.shape)
+            where = f"  # {line}" if line else ""  # the executor names it for a refusal
             self.emit(depth, f"{self.buf(s.buffer)} = rt.at_address({self.var(s.data)}, "
-                      f"({shape},), {str(s.buffer.dtype)!r})")
+                      f"({shape},), {str(s.buffer.dtype)!r}){where}")
         elif kind == "DeclBuffer" and getattr(s, "data", None) is not None:
             # a view of a global tensor's memory: T.Tensor(shape, dtype, A.data)
             base = s.data.args[0]
@@ -308,7 +309,7 @@ class _Emitter:
             params.append(arg)
             name = self.buf(buffer)
             dtype = str(buffer.dtype)
-            prologue.append(f"{name} = rt.bind({arg}, {dtype!r})")
+            prologue.append(f"{name} = rt.bind({arg}, {dtype!r}, {str(buffer.name)!r})")
             for axis, dim in enumerate(buffer.shape):
                 if isinstance(dim, tirx.Var) and not tirx.buffer.is_buffer_var(dim) and \
                         dim.__chandle__() not in self.names:

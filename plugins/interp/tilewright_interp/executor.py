@@ -19,7 +19,7 @@ import traceback
 from pathlib import Path
 
 import numpy as np
-from tilewright.errors import KernelIndexError, SourceLocation
+from tilewright.errors import KernelError, KernelIndexError, SourceLocation
 from tilewright.plugin import Availability, Executor, GeneratedSource
 
 from .runtime import write_addressed
@@ -43,6 +43,10 @@ def _quiet(kernel, path: Path):
         with np.errstate(all="ignore"):
             try:
                 return kernel(*args, **kwargs)
+            except KernelError as exc:  # a refusal of the runtime's (rt.at_address)
+                if exc.location is not None:
+                    raise
+                raise type(exc)(exc.message, _statement(exc, path)[0]) from exc
             except IndexError as exc:
                 raise out_of_bounds(exc, path) from exc
             finally:  # bfloat16 / float8 tensors the kernel made at an address
@@ -54,16 +58,24 @@ def _quiet(kernel, path: Path):
 _WHERE = re.compile(r"#\s*(\S+):(\d+)\s*$")
 
 
-def out_of_bounds(exc: IndexError, path: Path) -> KernelIndexError:
-    """A :class:`KernelIndexError` for NumPy's ``exc`` in the generated kernel at ``path``: the
-    user's line its statement came from (the comment the code generator leaves on it), the
-    generated line, and NumPy's message (the index and the size)."""
+def _statement(exc: BaseException, path: Path) -> tuple[SourceLocation | None, int | None, str]:
+    """Where ``exc`` was raised in the generated kernel at ``path``: the user's line its
+    statement came from (the comment the code generator leaves on it), the generated line's
+    number and text."""
     lines = [f.lineno for f in traceback.extract_tb(exc.__traceback__)
              if Path(f.filename).resolve() == path.resolve()]
     line = lines[-1] if lines else None
     generated = linecache.getline(str(path), line) if line else ""
     match = _WHERE.search(generated)
     location = SourceLocation(match.group(1), int(match.group(2))) if match else None
+    return location, line, generated
+
+
+def out_of_bounds(exc: IndexError, path: Path) -> KernelIndexError:
+    """A :class:`KernelIndexError` for NumPy's ``exc`` in the generated kernel at ``path``, at
+    the user's line of its statement, with the generated line and NumPy's message (the index
+    and the size)."""
+    location, line, generated = _statement(exc, path)
     return KernelIndexError(f"index out of bounds while the kernel ran: {exc} (generated "
                             f"{path}:{line or '?'}: {generated.split('#')[0].strip()[:300]})",
                             location)

@@ -3,8 +3,9 @@ rounding, math.
 
 Every buffer is a NumPy array: global tensors are views of the torch arguments (bfloat16 and
 float8 ones are float32 copies written back after the kernel; float4_e2m1fn ones, passed as
-codes one a byte, are decoded into float32 copies and encoded back), shared and fragment tiles
-are allocated per block. bfloat16, float8 and float4 values are held in float32 and rounded to
+codes one a byte, are decoded into float32 copies and encoded back; a ``T.make_tensor`` inside
+an argument's memory is a view of its array), shared and fragment tiles are allocated per
+block. bfloat16, float8 and float4 values are held in float32 and rounded to
 their type (nearest even; float8_e4m3fn saturates at +-448 as torch does, float4_e2m1fn at +-6
 with NaN giving +6, as CUDA's conversion does) whenever they are stored or cast, so results
 match a machine that stores them.
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 
 import ml_dtypes
 import numpy as np
+from tilewright.errors import KernelTypeError, KernelValueError
 from tilewright.language.dtypes import FLOAT_FORMATS, DType, FloatFormat, ScaleFormat
 
 NUMPY = {"float16": np.float16, "float32": np.float32, "float64": np.float64,
@@ -268,16 +270,30 @@ class Region:
         return mask
 
 
-def bind(arg, dtype: str):
-    """The NumPy array a kernel argument is seen as."""
+def bind(arg, dtype: str, name: str):
+    """The NumPy array a kernel argument (parameter ``name``) is seen as. A torch tensor's
+    memory is noted for the call (:func:`at_address`), so that a tensor made at an address
+    inside it is the array itself: a bfloat16 or float8 one's float32 copy is the parameter's
+    values while the call runs."""
     if hasattr(arg, "detach"):  # a torch tensor
         if arg.device.type != "cpu":
             raise ValueError(f"the interpreter runs on the host; got a tensor on {arg.device}")
         if dtype in CODED:
-            return decode(arg.detach().numpy(), CODED[dtype])
-        if dtype in EMULATED:
-            return arg.detach().float().numpy().copy()
-        return arg.detach().numpy()
+            array = decode(arg.detach().numpy(), CODED[dtype])
+        elif dtype in EMULATED:
+            array = arg.detach().float().numpy().copy()
+        else:
+            array = arg.detach().numpy()
+        if arg.numel():
+            start = arg.data_ptr()
+            last = sum((size - 1) * step for size, step in zip(arg.shape, arg.stride()))
+            # a float32 copy that element for element is the memory: a view of it is a tensor
+            # made inside the memory (a float4 one's codes may be an unpacked copy: no view)
+            viewable = dtype in EMULATED and dtype not in CODED and arg.is_contiguous()
+            _addressed()[("parameter", name)] = _Addressed(
+                start, start + (last + 1) * arg.element_size(), dtype, f"parameter {name!r}",
+                work=array if viewable else None)
+        return array
     return np.asarray(arg)
 
 
@@ -302,9 +318,9 @@ def view(base: np.ndarray, shape, base_dtype: str, dtype: str) -> np.ndarray:
     return flat[:math.prod(shape)].reshape(shape)
 
 
-# the tensors the calls running on a thread made at an address, by (first byte, end, dtype): a
-# tensor made again (in each block, say) is one entry; an emulated dtype's (bfloat16, float8)
-# with its float32 copy, written back by write_addressed when the call ends
+# the memory the call running on a thread knows by address: its tensor parameters (bind) and
+# the tensors it made at an address (at_address), a tensor made again (in each block, say) one
+# entry; a bfloat16 or float8 one with the float32 copy the kernel works on
 _ADDRESSED = threading.local()
 
 
@@ -313,9 +329,14 @@ class _Addressed:
     start: int  # the first byte
     end: int  # one past the last byte
     dtype: str
-    memory: np.ndarray  # the bytes, as the dtype's storage type
-    work: np.ndarray | None = None  # an emulated dtype's float32 copy, the kernel's view of it
-    before: np.ndarray | None = None  # that copy as made
+    what: str  # how a refusal names it
+    # the kernel's float32 copy of a bfloat16 / float8 memory, one element per element (a
+    # tensor made inside the memory with its dtype is a view of it); None when there is none
+    work: np.ndarray | None = None
+    # a copy at_address made: the bytes, as the dtype's storage type, and the copy as made
+    # (write_addressed stores the changed elements back; a parameter's copy is write_back's)
+    memory: np.ndarray | None = None
+    before: np.ndarray | None = None
 
     def overlaps(self, start: int, end: int) -> bool:
         return start < self.end and self.start < end
@@ -329,58 +350,58 @@ def _addressed() -> dict[tuple, _Addressed]:
 
 def at_address(address: int, shape, dtype: str) -> np.ndarray:
     """``T.make_tensor(ptr, shape, dtype)``: the host memory at ``address`` (a tensor's
-    ``data_ptr()``, read from a ``T.ptr`` table) as an array of ``shape`` and ``dtype``, which
-    the kernel reads and writes in place; for bfloat16 and float8, a float32 copy whose
-    changed elements :func:`write_addressed` stores back. A tensor of an emulated dtype made
-    inside the bytes of one made before in the call, with its dtype, is a view of that one's
-    copy (both see each other's stores, as on the devices); one that overlaps another any
-    other way is refused (two copies of one memory would not)."""
+    ``data_ptr()``, read from a ``T.ptr`` table or a ``T.ptr`` parameter) as an array of
+    ``shape`` and ``dtype``, which the kernel reads and writes in place; for bfloat16 and
+    float8, a float32 copy whose changed elements :func:`write_addressed` stores back. A
+    tensor of an emulated dtype made inside the memory of a parameter or of one made before in
+    the call, with its dtype, is a view of that one's float32 copy (both see each other's
+    stores, as on the devices); one that overlaps such memory any other way, or overlaps any
+    memory with an emulated dtype, is refused (two copies of one memory would not)."""
     if dtype in CODED:
-        raise TypeError(f"the interpreter holds {dtype} tensors as codes one a byte; it cannot "
-                        "address one through T.make_tensor")
+        raise KernelTypeError(f"the interpreter holds {dtype} tensors as codes one a byte; it "
+                              "cannot address one through T.make_tensor")
     if isinstance(address, ctypes.c_void_p):  # a T.ptr parameter
         address = address.value or 0
     address = int(address)
     if not address:
-        raise ValueError("T.make_tensor at address 0 (a null pointer in the T.ptr table)")
+        raise KernelValueError("T.make_tensor at address 0 (a null pointer in the T.ptr table)")
     shape = tuple(int(s) for s in shape)
     count = math.prod(shape)
     storage = np.dtype(_STORAGE[dtype])
     end = address + count * storage.itemsize
     made = _addressed()
-    key = (address, end, dtype)
-    known = made.get(key)
-    if known is not None and known.work is not None:
-        return known.work.reshape(shape)
-    for other in made.values() if known is None else ():
-        if not other.overlaps(address, end) or (other.work is None and dtype not in EMULATED):
-            continue
+    for other in made.values():
+        if not other.overlaps(address, end) or (other.dtype not in EMULATED and
+                                                dtype not in EMULATED):
+            continue  # both memory itself
         offset, inside = divmod(address - other.start, storage.itemsize)
-        if other.dtype == dtype and not inside and address >= other.start and end <= other.end:
+        if other.work is not None and other.dtype == dtype and not inside and \
+                other.start <= address and end <= other.end:
             return other.work.reshape(-1)[offset:offset + count].reshape(shape)
-        raise TypeError(
-            f"the interpreter holds {', '.join(sorted(EMULATED))} tensors made at an address "
-            f"as float32 copies: it cannot make a {dtype} tensor of {count} elements at "
-            f"{address:#x} that overlaps the {other.dtype} one made at {other.start:#x} "
+        raise KernelTypeError(
+            f"the interpreter holds {', '.join(sorted(EMULATED))} tensors as float32 copies: "
+            f"it cannot make a tensor of {count} {dtype} elements at "
+            f"{address:#x} that overlaps the {other.dtype} {other.what} at {other.start:#x} "
             f"({other.end - other.start} bytes) other than inside it with its dtype")
     memory = (ctypes.c_char * (end - address)).from_address(address)
     array = np.frombuffer(memory, dtype=storage, count=count).reshape(shape)
+    key = (address, end, dtype)
     if dtype not in EMULATED:
-        made[key] = _Addressed(address, end, dtype, array)
+        made[key] = _Addressed(address, end, dtype, "one made")
         return array
     work = array.astype(np.float32)
-    made[key] = _Addressed(address, end, dtype, array, work, work.copy())
+    made[key] = _Addressed(address, end, dtype, "one made", work, array, work.copy())
     return work
 
 
 def write_addressed() -> None:
-    """Store the elements a call changed in its float32 copies of addressed tensors
-    (:func:`at_address`) back into their memory, rounded to their dtype (the kernel's stores
-    rounded them already), in the order the copies were made; then forget the tensors. Only
-    changed elements are stored: blocks that each address the tensor write their own parts."""
+    """Store the elements a call changed in the float32 copies :func:`at_address` made back
+    into their memory, rounded to their dtype (the kernel's stores rounded them already), in
+    the order the copies were made; then forget the call's memory. Only changed elements are
+    stored: blocks that each address the tensor write their own parts."""
     made = _addressed()
     for tensor in made.values():
-        if tensor.work is not None:
+        if tensor.before is not None:
             changed = tensor.work.view(np.uint32) != tensor.before.view(np.uint32)
             tensor.memory[changed] = tensor.work[changed].astype(tensor.memory.dtype)
     made.clear()
