@@ -7,6 +7,8 @@ against Python's reductions, built with NVRTC for sm_80 and sm_90a."""
 import functools
 import operator
 import re
+import sys
+from pathlib import Path
 
 import cuda_source
 import hostemu
@@ -16,6 +18,9 @@ import tilewright
 import tilewright_cuda.language as T
 import torch
 from tilewright.errors import KernelError
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "language"))
+from test_atomic_orders import UNUSED_COUNTS, unused_previous_values  # noqa: E402
 
 
 def orders_kernel(blocks=2, n=32):
@@ -218,3 +223,14 @@ def test_sixty_four_bit_integer_atomics_in_the_emulation(tmp_path):
     lowered = _lower(sixty_four_bit_kernel())
     hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, u, s)
     assert u.tolist() == [7, 6, 6, 0] and s.tolist() == [-6, 0, 6, 0]
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize("dtype", ["int32", "bfloat16"])
+def test_an_unused_previous_value_is_one_atomic_where_it_stands(tmp_path, dtype):
+    """The language test's kernel (tests/language/test_atomic_orders.py): a bare statement
+    made the atomic in every thread of block code on CUDA (96 for 3)."""
+    c = torch.zeros(7, dtype=getattr(torch, dtype))
+    lowered = _lower(unused_previous_values(dtype))
+    hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, c)
+    assert c.tolist() == UNUSED_COUNTS

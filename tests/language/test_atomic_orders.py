@@ -269,3 +269,39 @@ def test_ascend_refuses_what_its_atomic_copies_lack_at_the_line(which):
                                                  "backend 'ascend'") as err:
         tilewright.lower(kernel, "ascend")
     _M.assert_at(err.value, f"asc-{which}")
+
+
+def unused_previous_values(dtype="int32"):
+    """Atomics whose previous value the kernel leaves unused: named and never read (in block
+    code, under a condition on the thread, in T.Parallel), written as a bare statement, and
+    inside an expression statement. Each counts one: a block's, a thread's, an iteration's."""
+    @T.prim_func
+    def kernel(C: T.Tensor((7,), dtype)):
+        with T.Kernel(3, threads=32) as bx:
+            old = T.atomic_add(C[0], 1, return_prev=True)  # noqa: F841 - the point
+            tx = T.get_thread_binding()
+            if tx == 0:
+                mine = T.atomic_add(C[1], 1, return_prev=True)  # noqa: F841
+            for _i in T.Parallel(32):
+                each = T.atomic_add(C[2], 1, return_prev=True)  # noqa: F841
+            T.atomic_add(C[3], 1, return_prev=True)
+            T.atomic_add(C[4], 1, return_prev=True) + 1
+            for _i in T.Parallel(32):
+                T.atomic_add(C[5], 1, return_prev=True) * 2
+            T.atomic_max(C[6], bx, return_prev=True, memory_order="acq_rel")
+
+    return kernel
+
+
+UNUSED_COUNTS = [3, 3, 96, 3, 3, 96, 2]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("dtype", ["int32", "bfloat16"])
+def test_an_atomic_whose_previous_value_is_unused_is_made_once_where_it_stands(target, dtype):
+    """Before: a name bound to the previous value in block code made the atomic once per
+    thread on cpu and interp (CUDA once per block), in T.Parallel once per thread and
+    iteration (3072 for 96), and a bare statement or an expression statement made none."""
+    c = torch.zeros(7, dtype=getattr(torch, dtype))
+    tilewright.compile(unused_previous_values(dtype), target=target)(c)
+    assert c.tolist() == UNUSED_COUNTS

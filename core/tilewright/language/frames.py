@@ -13,9 +13,11 @@ from tvm import tirx
 
 from ..errors import KernelError, kernel_error, span_location
 from ..ir import NAMED_BARRIER, SYNC_GRID, make_call
+from ..ir.schema import writes_memory
 from . import builder as B
 from .buffer import TileBuffer, VarHandle, as_int, dtype_of, to_expr
 from .math import arith, if_then_else
+from .tileops import atomics_as_statements
 
 LOOP_KIND_KEY = "tw.loop"
 # a loop frame's info key: why the loop's iterations must run in order (see LoopSpec.run)
@@ -363,6 +365,17 @@ class Helpers:
         if builder is not None and builder.in_kernel():
             return serial(*args)
         return range(*args)
+
+    @staticmethod
+    def statement(value):
+        """An expression written as a statement (``T.atomic_add(C[0], 1, return_prev=True)``
+        with its value left unused): evaluated where it stands when it writes memory, which
+        dropping it would lose; anything else is left as Python leaves it."""
+        if isinstance(value, tvm.ir.Expr) and writes_memory(value) and \
+                not atomics_as_statements(value):
+            B.require_kernel("an expression with an effect").emit(
+                tirx.Evaluate(value, span=B.here()))
+        return value
 
     @staticmethod
     def branch(cond):

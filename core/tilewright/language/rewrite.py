@@ -187,6 +187,13 @@ class _Rewriter(ast.NodeTransformer):
             return self._helper("arith", ast.Constant(op), node.left, node.right, node=node)
         return node
 
+    def visit_Expr(self, node: ast.Expr):
+        # a bare expression (a call): __tw__.statement(VALUE) evaluates one with an effect
+        self.generic_visit(node)
+        if not isinstance(node.value, ast.Constant):  # a docstring stays
+            node.value = self._helper("statement", node.value, node=node.value)
+        return node
+
     def visit_Assign(self, node: ast.Assign):
         # `x = v`: stores into x when x is a T.alloc_var scalar; names a fresh allocation
         self.generic_visit(node)

@@ -7,6 +7,7 @@ import enum
 import math
 
 import tvm
+import tvm_ffi
 from tvm import tirx
 
 from .. import sparse as sp
@@ -14,6 +15,7 @@ from ..errors import KernelTypeError, KernelValueError, kernel_error, user_locat
 from ..ir import (
     ATOMIC_KINDS,
     ATOMIC_LOAD,
+    ATOMIC_PREV,
     BITWISE_ATOMIC_KINDS,
     INTEGER_REDUCE_KINDS,
     LOAD_ORDERS,
@@ -26,6 +28,7 @@ from ..ir import (
     matrix_dims,
     transpose_dims,
 )
+from ..ir.schema import writes_memory
 from . import builder as B
 from .buffer import (
     BufferSlice,
@@ -495,6 +498,40 @@ def _is_integer(dtype) -> bool:
 
 
 ATOMIC_OPS = {f"atomic_{kind}": _make_atomic(kind) for kind in ATOMIC_KINDS}
+_ORDER_NAMES = {order: name for name, order in MEMORY_ORDERS.items()}
+
+
+def atomics_as_statements(value) -> bool:
+    """An expression with atomics returning the previous value written as a statement (its
+    value unused: ``T.atomic_add(C[0], 1, return_prev=True)``, ``T.atomic_add(...) + 1``):
+    emits each outermost such atomic as the element's atomic, which goes where the kernel's
+    other element atomics go (once per block in block code, each thread's in thread-level
+    code, each iteration's in ``T.Parallel``). False, emitting nothing, when ``value`` has no
+    such atomic or has another effect (a call of an external function: the caller evaluates
+    it whole)."""
+    if not isinstance(value, tvm.ir.Expr):
+        return False
+    prevs = []
+    tvm_ffi.structural_walk(value, (tvm.ir.Call, lambda c: prevs.append(c) if isinstance(
+        c.op, tvm.ir.Op) and c.op.name in ATOMIC_PREV else None))
+    outer = [c for c in prevs if not any(d is not c and _within(c, d) for d in prevs)]
+    rest = tvm_ffi.structural_map(value, (tvm.ir.Call, lambda c: tirx.const(0, str(c.ty)) if
+                                          any(c.same_as(o) for o in outer) else c))
+    if not outer or writes_memory(rest):
+        return False
+    for call in outer:
+        load, operand, order = call.args
+        ATOMIC_OPS[f"atomic_{ATOMIC_PREV[call.op.name]}"](
+            load, operand, memory_order=_ORDER_NAMES[order.value])
+    return True
+
+
+def _within(node, container) -> bool:
+    found = []
+    for arg in container.args:
+        tvm_ffi.structural_walk(arg, (tvm.ir.Call, lambda c: found.append(c)
+                                      if c.same_as(node) else None))
+    return bool(found)
 
 
 def atomic_load(src, memory_order: str = "seq_cst"):

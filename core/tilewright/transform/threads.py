@@ -34,7 +34,6 @@ from tvm import tirx
 from ..errors import KernelError, span_location
 from ..ir import (
     ATOMIC_OPS,
-    ATOMIC_PREV,
     NAMED_BARRIER,
     THREAD_ALLREDUCE,
     THREAD_BINDING,
@@ -131,8 +130,12 @@ class ThreadDependence:
         return any(t.same_as(target) for t in (*self.buffers, *self.variables))
 
     def reads(self, node) -> bool:
-        """Whether ``node`` reads a value that may differ between the threads (an atomic's
-        previous value differs in each thread even at one address)."""
+        """Whether ``node`` reads a value that may differ between the threads. An atomic's
+        previous value does when the atomic is each thread's (its element or value read the
+        thread's, or a condition on the thread guards it: found so); in block code the atomic
+        is the block's, made once, and so is its value (``pos = T.atomic_add(C[0], 1,
+        return_prev=True)`` is one ticket a block, as on CUDA; counting it per thread made
+        it once per thread, inside ``T.Parallel`` once per thread and iteration)."""
         found = []
 
         def load(ld):
@@ -143,12 +146,7 @@ class ThreadDependence:
             if any(v.same_as(x) for x in self.variables):
                 found.append(v)
 
-        def call(c):
-            if isinstance(c.op, tvm.ir.Op) and c.op.name in ATOMIC_PREV:
-                found.append(c)
-
-        tvm_ffi.structural_walk(node, [(tvm.ir.TensorLoad, load), (tirx.Var, var),
-                                       (tvm.ir.Call, call)])
+        tvm_ffi.structural_walk(node, [(tvm.ir.TensorLoad, load), (tirx.Var, var)])
         return bool(found)
 
     def touches(self, stmt) -> bool:

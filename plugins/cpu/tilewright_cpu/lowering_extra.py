@@ -177,7 +177,8 @@ def _atomic_results(expr) -> list:
 
 def spill_atomic_results():
     """A statement whose value uses an atomic's previous value (``old[i] = T.atomic_add(...,
-    return_prev=True)``) first stores it in a local element, made once, and reads it there:
+    return_prev=True)``, a binding, an expression statement) first stores it in a local
+    element, made once, and reads it there:
     TVM 0.27's bfloat16 legalisation writes the conversion of a float32 value to bfloat16 with
     its operand twice, so a bfloat16 atomic's call was made twice (added twice, returning the
     value after the first add). A ``Let`` binding the call does not survive the passes that
@@ -205,8 +206,14 @@ def spill_atomic_results():
     def bind(s):
         return spill(s, s.value, lambda v: tirx.Bind(s.var, v, span=s.span))
 
+    def evaluate(s):  # an expression statement whose value is left unused
+        calls = _atomic_results(s.value)
+        if len(calls) == 1 and calls[0].same_as(s.value):  # the atomic's call itself: once
+            return s
+        return spill(s, s.value, lambda v: tirx.Evaluate(v, span=s.span))
+
     return prim_func_pass("CPUSpillAtomicResults", lambda f: f.with_body(tvm_ffi.structural_map(
-        f.body, [(tirx.BufferStore, store), (tirx.Bind, bind)])))
+        f.body, [(tirx.BufferStore, store), (tirx.Bind, bind), (tirx.Evaluate, evaluate)])))
 
 
 def _positions(ctx: RuleContext) -> list:
