@@ -14,7 +14,10 @@ proven inside the buffer's extent gets a guard (``0 <= i``, ``i < n``: only the 
 proven). A load becomes ``T.if_then_else(inside, A[i], 0)``; a store, ``if inside: B[i] =
 ...``; an atomic on one element (``T.atomic_add(C[i], v)``, also with ``return_prev``), made
 only inside. Tile ops' regions are not element accesses: the ops guard their partial tiles
-themselves. Accesses proven inside (a size that is a multiple of the tile, every constant
+themselves (their reads outside read 0), but for a ``T.copy`` from a tensor with a safe value
+that may be read outside it: that copy becomes a ``T.Parallel`` loop of element accesses,
+guarded as above, so its padding is the safe value, as TileLang's. Accesses proven inside (a
+size that is a multiple of the tile, every constant
 shape) are left as they are, so such kernels do not change.
 
 The pass config ``tw.disable_safe_memory`` (TileLang's ``TL_DISABLE_SAFE_MEMORY_ACCESS``,
@@ -31,6 +34,8 @@ import tvm_ffi
 from tvm import tirx
 
 from ..ir import ATOMIC_OPS, ATOMIC_PREV, SAFE_VALUES_KEY, THREAD_BINDING, decode, is_region
+from .lowering_utils import as_expr, non_unit, region_index
+from .threads import PARALLEL_KEY
 from .walk import StmtMutator, prim_func_pass
 
 DISABLE_KEY = "tw.disable_safe_memory"
@@ -181,6 +186,8 @@ class _Guard(StmtMutator):
         if call is None:
             value = self.expr(stmt.value)
             return stmt if value.same_as(stmt.value) else tirx.Evaluate(value, span=stmt.span)
+        if call.name == "copy" and self._padded(call.operands["src"]):
+            return self.visit(_element_copy(call, stmt.span))
         # a portable tile op: its expression operands are element accesses; its regions are
         # not. A dialect op's expressions are the dialect's (addresses, descriptors ...).
         args = list(stmt.value.args)
@@ -198,12 +205,35 @@ class _Guard(StmtMutator):
                     return tirx.IfThenElse(_all(conds), new, None, span=stmt.span)
         return new
 
+    def _padded(self, src) -> bool:
+        """Whether a copy from ``src`` may read outside a global tensor whose reads outside
+        read a value of the kernel's (``T.annotate_safe_value``) rather than a tile copy's 0."""
+        return _is_global(src.buffer) and str(src.buffer.name) in self.safe and \
+            bool(self.inside(src.buffer, src.starts, src.extents))
+
     def visit_While(self, stmt):
         cond = self.expr(stmt.condition)
         body = self.visit(stmt.body)
         if cond.same_as(stmt.condition) and body.same_as(stmt.body):
             return stmt
         return tirx.While(cond, body, span=stmt.span)
+
+
+def _element_copy(call, span):
+    """``T.copy(src, dst)`` as a ``T.Parallel`` loop of element loads and stores, which the
+    pass then guards like any other (a load outside ``src`` reads its safe value)."""
+    src, dst = call.operands["src"], call.operands["dst"]
+    sdims, ddims = non_unit(src), non_unit(dst)
+    loop_vars = [tirx.Var(name, "int32") for name in "ijklmn"[:len(sdims)]]
+    value = tirx.BufferLoad(src.buffer, region_index(src, loop_vars, sdims))
+    dtype = str(dst.buffer.dtype)
+    body = tirx.BufferStore(dst.buffer, value if str(value.ty) == dtype else
+                            tirx.Cast(dtype, value), region_index(dst, loop_vars, ddims),
+                            span=span)
+    for var, d in reversed(list(zip(loop_vars, sdims))):
+        body = tirx.For(var, 0, as_expr(src.extents[d]), tirx.ForKind.SERIAL, body,
+                        annotations={PARALLEL_KEY: "parallel"}, span=span)
+    return body
 
 
 def legalize_safe_memory(func: tirx.PrimFunc) -> tirx.PrimFunc:
