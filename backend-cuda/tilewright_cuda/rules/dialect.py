@@ -12,6 +12,8 @@ transforms (roles in ``transforms.roles``, clusters in ``transforms.finish``).""
 
 from __future__ import annotations
 
+import math
+
 from tilewright.errors import KernelError
 from tilewright.ir import TileOpCall
 from tilewright.transform import RuleContext
@@ -19,7 +21,7 @@ from tvm import tirx
 
 from .. import intrinsics, keys, ops
 from . import tma
-from .common import butterfly, leader, reduce_parts
+from .common import combine_lanes, leader, reduce_parts, thread_var
 from .table import INTRINSIC_RULES, register
 
 
@@ -155,11 +157,14 @@ def lower_import_source(call: TileOpCall, ctx: RuleContext):
 @register(ops.THREAD_ALLREDUCE.name)
 def lower_thread_allreduce(call: TileOpCall, ctx: RuleContext):
     """The group's values combined by XOR shuffles: a group along threadIdx's x dimension of
-    up to a warp (a power of two) is consecutive lanes of one warp."""
+    up to a warp (a power of two) is consecutive lanes of one warp. In a 1-D block the last
+    group may have fewer threads (``T.warp_reduce_*`` in a block of 48 threads: its second
+    warp has 16, ``common.combine_lanes``)."""
     threads = [int(t) for t in call.attrs["threads"].split(",")]
     dim = int(call.attrs["dim"])
     group = int(call.attrs.get("width", 0)) or threads[dim]
-    if dim != 0 or group > keys.WARP or keys.WARP % group or threads[dim] % group:
+    if dim != 0 or group > keys.WARP or keys.WARP % group or \
+            threads[dim] % group and threads[1:] != [1, 1]:
         raise KernelError(
             f"T.tvm_thread_allreduce along threadIdx.{'xyz'[dim]} ({group} threads, "
             f"threads={tuple(threads)}): the CUDA backend reduces along the x dimension in "
@@ -169,7 +174,9 @@ def lower_thread_allreduce(call: TileOpCall, ctx: RuleContext):
     _, _, merge = reduce_parts(call.attrs["combiner"], str(dst.dtype))
     first = tirx.BufferStore(dst, tirx.Cast(str(dst.dtype), call.operands["value"]),
                              [tirx.const(0, "int32")])
-    return tirx.SeqStmt([first, *butterfly(dst, merge, group)])
+    tx, _ = thread_var(ctx)
+    combined = combine_lanes(dst, merge, group, tx, math.prod(threads))
+    return tirx.SeqStmt([first, *combined]) if combined else first
 
 
 @register(ops.CP_ASYNC.name)
