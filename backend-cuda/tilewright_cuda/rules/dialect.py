@@ -36,6 +36,17 @@ def _require(call: TileOpCall, ctx: RuleContext, feature: str, arch_specific: bo
             f"{arch.name}: compile for 'cuda -arch=sm_90a' or use portable ops")
 
 
+def _whole_warps(call: TileOpCall, ctx: RuleContext, instruction: str):
+    """A warp-wide instruction (``.sync.aligned``: every lane of the warp executes it
+    together) needs a block of whole warps."""
+    _, threads = thread_var(ctx)
+    if threads % keys.WARP:
+        raise KernelError(
+            f"T.{call.name} issues {instruction}, which all {keys.WARP} lanes of a warp execute "
+            f"together, but threads={threads} leaves a partial warp of {threads % keys.WARP} "
+            f"threads: use a multiple of {keys.WARP} threads")
+
+
 @register(ops.INIT_BARRIERS.name)
 def lower_alloc_barrier(call: TileOpCall, ctx: RuleContext):
     _require(call, ctx, "mbarriers with transaction counts")
@@ -88,6 +99,7 @@ def lower_tma_store_wait(call: TileOpCall, ctx: RuleContext):
 @register(ops.SET_MAX_NREG.name)
 def lower_set_max_nreg(call: TileOpCall, ctx: RuleContext):
     _require(call, ctx, "setmaxnreg", arch_specific=True)
+    _whole_warps(call, ctx, "setmaxnreg")
     kind = "inc" if call.attrs["is_inc"] else "dec"
     return intrinsics.call(f"tw_setmaxnreg_{kind}<{int(call.attrs['reg_count'])}>")
 
@@ -244,6 +256,7 @@ def lower_ptx_ldmatrix(call: TileOpCall, ctx: RuleContext):
     """``tw_ldmatrix<num, trans>(registers, row)`` (``include/tw_mma.h``): the warp's
     ldmatrix, this lane's row address and its registers."""
     _require(call, ctx, "ldmatrix and mma.sync", since=80)
+    _whole_warps(call, ctx, "ldmatrix")
     trans = "true" if call.attrs["trans"] else "false"
     return intrinsics.call(f"tw_ldmatrix<{int(call.attrs['num'])}, {trans}>",
                            call.operands["dst"], call.operands["src"])
@@ -255,6 +268,7 @@ def lower_ptx_mma(call: TileOpCall, ctx: RuleContext):
     chosen by the element types of the fragments (the frontend checked them against the
     shape); ``tw_mma_sync_s4`` for int4 operands packed in int8 arrays."""
     _require(call, ctx, "ldmatrix and mma.sync", since=80)
+    _whole_warps(call, ctx, "mma.sync")
     name = "tw_mma_sync_s4" if call.attrs["a_dtype"] == "int4" else "tw_mma_sync"
     return intrinsics.call(name, call.operands["C"], call.operands["A"], call.operands["B"])
 
