@@ -284,7 +284,7 @@ def test_tensor_core_gemm_is_refused_on_a_partial_warp():
         with pytest.raises(UnsupportedOpError) as info:
             tilewright.lower(main, f"cuda -arch={arch}")
         _assert_at(info.value, "gemm-line", "T.gemm of float16", "mma.sync m16n8k16",
-                   "whole warps of 32 threads", "threads=48 leaves a partial warp of 16",
+                   "whole warps of 32 threads", "threads=48 leaves a partial warp of 16 threads",
                    "use a multiple of 32 threads")
 
 
@@ -334,6 +334,19 @@ def test_warp_wide_dialect_ops_are_refused_on_a_partial_warp():
             tilewright.lower(func, "cuda -arch=sm_90a")
         _assert_at(info.value, marker, instruction, "all 32 lanes of a warp",
                    "threads=48 leaves a partial warp of 16 threads")
+
+
+def test_one_thread_is_named_so():
+    @T.prim_func
+    def main(A: T.Tensor((16,), "float32")):
+        with T.Kernel(1, threads=1):
+            T.set_max_nreg(240, 1)  # one-line
+            for i in T.Parallel(16):
+                A[i] = A[i] + 1.0
+
+    with pytest.raises(KernelError) as info:
+        tilewright.lower(main, "cuda -arch=sm_90a")
+    _assert_at(info.value, "one-line", "threads=1 leaves a partial warp of 1 thread: use")
 
 
 def test_a_block_above_1024_threads_is_refused_at_its_line():

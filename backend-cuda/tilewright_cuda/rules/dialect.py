@@ -20,6 +20,7 @@ from tilewright.transform import RuleContext
 from tvm import tirx
 
 from .. import intrinsics, keys, ops
+from ..analysis import gemm_fit
 from . import tma
 from .common import combine_lanes, leader, reduce_parts, thread_var
 from .table import INTRINSIC_RULES, register
@@ -41,10 +42,8 @@ def _whole_warps(call: TileOpCall, ctx: RuleContext, instruction: str):
     together) needs a block of whole warps."""
     _, threads = thread_var(ctx)
     if threads % keys.WARP:
-        raise KernelError(
-            f"T.{call.name} issues {instruction}, which all {keys.WARP} lanes of a warp execute "
-            f"together, but threads={threads} leaves a partial warp of {threads % keys.WARP} "
-            f"threads: use a multiple of {keys.WARP} threads")
+        raise KernelError(f"T.{call.name} issues {instruction}, which all {keys.WARP} lanes of a "
+                          f"warp execute together, but {gemm_fit.partial_warp(threads)}")
 
 
 @register(ops.INIT_BARRIERS.name)
