@@ -1,27 +1,27 @@
 """Runs generated CUDA C++ on the host, for tests on machines without a GPU.
 
 The source is compiled with g++ against a small shim: every CUDA thread of a block is a fiber
-of one host thread (ucontext), switched only where it waits: ``__syncthreads``, a named
-barrier or a warp's barrier (``tw_sync``), an mbarrier's phase. Between two waits a thread
-runs alone, so a run is deterministic, a missing barrier shows up the same way every time,
-and a deadlock (every thread waiting) is a RuntimeError instead of a hang; the barriers'
-state (block, named, warp and mbarriers) is the library's own and made fresh as each cluster
-of blocks starts, so a launch after a deadlock starts clean. Warp shuffles
-exchange through memory between two barriers of the warp (a warp-collective op waits for its
-warp only, as on the GPU, so the warps of one T.ws role run it while another role's do other
-work), the dynamic shared-memory pool is poisoned before each block, and blocks run one after
-another, except that the blocks of one thread-block cluster run at once, each with its own
-shared memory, so that they can wait for each other (cluster barriers, TMA multicast, remote
-mbarrier arrivals), and so do all the blocks of a cooperative kernel (``T.sync_grid``, up to 8
-along x). It checks what the generated code computes (indexing, guards, barriers,
-reductions); it says nothing about speed. float16 and bfloat16 use the host side of
-cuda_fp16.h and cuda_bf16.h; mma.sync and ldmatrix are emulated per warp from the PTX
-fragment layouts (through memory between two barriers of the warp), cp.async as a synchronous
-copy with zero fill. A block may have up to three dimensions (a ``T.CUDASourceCodeKernel``'s);
-the warp-level helpers number its threads by ``threadIdx.x`` alone, as in the one-dimensional
-blocks of generated kernels. The shim is a header precompiled once per process (its parse is most of
-a small kernel's build); each kernel's library is named by the digest of the shim and its
-source.
+of one host thread (ucontext), switched only where it waits: ``__syncthreads``, a named barrier
+or a warp's barrier (``tw_sync``), an mbarrier's phase. Between two waits a thread runs alone,
+so a run is deterministic, a missing barrier shows up the same way every time, and a deadlock
+(every thread waiting) is a RuntimeError instead of a hang; the barriers' state (block, named,
+warp and mbarriers) is the library's own and made fresh as each cluster of blocks starts, so a
+launch after a deadlock starts clean. Warp shuffles exchange through memory between two
+barriers of the warp (a warp-collective op waits for its warp only, as on the GPU, so the warps
+of one T.ws role run it while another role's do other work; a block's last warp may be partial,
+and a shuffle whose member mask names a lane that does not exist is an error), the dynamic
+shared-memory pool is poisoned before each block, and blocks run one after another, except that
+the blocks of one thread-block cluster run at once, each with its own shared memory, so that
+they can wait for each other (cluster barriers, TMA multicast, remote mbarrier arrivals), and
+so do all the blocks of a cooperative kernel (``T.sync_grid``, up to 8 along x). It checks what
+the generated code computes (indexing, guards, barriers, reductions); it says nothing about
+speed. float16 and bfloat16 use the host side of cuda_fp16.h and cuda_bf16.h; mma.sync and
+ldmatrix are emulated per warp from the PTX fragment layouts (through memory between two
+barriers of the warp), cp.async as a synchronous copy with zero fill. A block may have up to
+three dimensions (a ``T.CUDASourceCodeKernel``'s); the warp-level helpers number its threads by
+``threadIdx.x`` alone, as in the one-dimensional blocks of generated kernels. The shim is a
+header precompiled once per process (its parse is most of a small kernel's build); each
+kernel's library is named by the digest of the shim and its source.
 """
 
 from __future__ import annotations
@@ -171,23 +171,40 @@ inline void __syncthreads() { tw_block_sync[tw_cta_rank].arrive_and_wait(); }
 inline void tw_warp_sync() { tw_warp_syncs[tw_cta_rank][threadIdx.x / 32].arrive_and_wait(); }
 inline void __syncwarp(unsigned = 0xffffffffu) { tw_warp_sync(); }
 inline void __trap() { std::fflush(stdout); std::abort(); }
-template <class T> T __shfl_xor_sync(unsigned, T v, int offset, int = 32) {
-  unsigned t = tw_slot_base + threadIdx.x;
+// The lanes of the calling thread's warp that exist: the last warp of a block whose size is
+// not a multiple of 32 has fewer. A shuffle whose member mask names a lane that does not exist,
+// or leaves out the calling lane, is undefined on the GPU: the launch fails (tw_run_grid
+// returns 2); a value read from a lane outside the mask is undefined too: it reads as 0xFF
+// bytes (a float NaN, an integer -1).
+int tw_block_threads;
+bool tw_bad_shuffle;
+inline unsigned tw_live_lanes() {
+  int left = tw_block_threads - (int)(threadIdx.x / 32 * 32);
+  return left >= 32 ? 0xffffffffu : (1u << left) - 1;
+}
+template <class T> T tw_shuffle(unsigned mask, T v, unsigned lane) {
+  unsigned t = tw_slot_base + threadIdx.x, live = tw_live_lanes();
+  if (((mask & ~live) || !((mask >> (threadIdx.x % 32)) & 1)) && !tw_bad_shuffle) {
+    std::printf("tw emulation: block (%u, %u, %u) thread %u: a warp shuffle's member mask "
+                "0x%08x does not fit the lanes of its warp that exist (0x%08x) and the "
+                "calling lane\n", blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x, mask, live);
+    std::fflush(stdout);
+    tw_bad_shuffle = true;
+  }
   std::memcpy(tw_exchange[t], &v, sizeof(T));
   tw_warp_sync();
   T r;
-  std::memcpy(&r, tw_exchange[t ^ offset], sizeof(T));
+  if ((mask & live) >> lane & 1) std::memcpy(&r, tw_exchange[t / 32 * 32 + lane], sizeof(T));
+  else std::memset(&r, 0xff, sizeof(T));
   tw_warp_sync();
   return r;
 }
-template <class T> T __shfl_sync(unsigned, T v, int lane, int width = 32) {
-  unsigned t = tw_slot_base + threadIdx.x;
-  std::memcpy(tw_exchange[t], &v, sizeof(T));
-  tw_warp_sync();
-  T r;  // lane of the calling thread's group of `width` lanes
-  std::memcpy(&r, tw_exchange[t / 32 * 32 + (t % 32) / width * width + lane % width], sizeof(T));
-  tw_warp_sync();
-  return r;
+template <class T> T __shfl_xor_sync(unsigned mask, T v, int offset, int = 32) {
+  return tw_shuffle(mask, v, (threadIdx.x % 32) ^ offset);
+}
+template <class T> T __shfl_sync(unsigned mask, T v, int lane, int width = 32) {
+  // lane of the calling thread's group of `width` lanes
+  return tw_shuffle(mask, v, threadIdx.x % 32 / width * width + lane % width);
 }
 template <class T> T atomicAdd(T* p, T v) {
   T o = *p; *p = o + v; return o;
@@ -453,6 +470,8 @@ inline int tw_run_grid(int gx, int gy, int gz, int bx, int by, int bz, int clust
   gridDim = {(unsigned)gx, (unsigned)gy, (unsigned)gz};
   blockDim = {(unsigned)bx, (unsigned)by, (unsigned)bz};
   int threads = bx * by * bz;
+  tw_block_threads = threads;
+  tw_bad_shuffle = false;
   tw_body = body;
   tw_body_ptrs = ptrs;
   tw_body_ints = ints;
@@ -500,7 +519,7 @@ inline int tw_run_grid(int gx, int gy, int gz, int bx, int by, int bz, int clust
     if (tw_deadlock) { munmap(stacks, each * n); return 1; }
   }
   munmap(stacks, each * n);
-  return 0;
+  return tw_bad_shuffle ? 2 : 0;
 }
 """
 
@@ -702,9 +721,14 @@ def _run_kernel(launcher, kernel: dict, symbols: dict, spaces: list, args) -> No
     if cluster[1:] != [1, 1] or not 1 <= cluster[0] <= 8 or grid[0] % cluster[0]:
         raise RuntimeError(f"host emulation runs clusters of up to 8 blocks along x whose "
                            f"count divides the grid; got cluster {cluster}, grid {grid}")
-    if launcher(ptrs, ints, *grid, *(int(b) for b in kernel["block"]), cluster[0]):
+    failed = launcher(ptrs, ints, *grid, *(int(b) for b in kernel["block"]), cluster[0])
+    if failed == 1:
         raise RuntimeError(f"host emulation: every thread of a block of {kernel['entry']} waits "
                            f"for another (a deadlock: a barrier that not every thread reaches?)")
+    if failed:
+        raise RuntimeError(f"host emulation: a warp shuffle of {kernel['entry']} names lanes "
+                           f"that do not exist or leaves out the calling lane (undefined on "
+                           f"the GPU)")
 
 
 def run_case(case, target: str, workdir: Path) -> str:

@@ -156,17 +156,6 @@ def test_shared_memory_above_the_arch_limit_gives_bytes_and_limit():
         tilewright.lower(_big_shared(), "cuda -arch=sm_80")
 
 
-def test_threads_not_a_multiple_of_a_warp_is_refused():
-    @T.prim_func
-    def main(A: T.Tensor((64,), "float32")):
-        with T.Kernel(1, threads=48):
-            for i in T.Parallel(64):
-                A[i] = A[i] + 1.0
-
-    with pytest.raises(KernelError, match="multiple of 32"):
-        tilewright.lower(main, "cuda")
-
-
 def test_device_assert_and_print_are_gated():
     @T.prim_func
     def main(A: T.Tensor((128,), "float32")):

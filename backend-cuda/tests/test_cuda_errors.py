@@ -194,16 +194,18 @@ def test_a_symbol_only_inside_a_nonlinear_dimension_is_named():
 
 def test_an_error_in_a_dialect_kernel_names_the_users_line():
     """A kernel written with the CUDA dialect (``tilewright_cuda.language``): the refusal of
-    its block size names the user's ``with T.Kernel`` line, not the dialect's own (its frames
-    are marked internal, ``tilewright.errors.mark_internal``; the span was dialect.py's)."""
+    its block size (above a CUDA block's 1024 threads) names the user's ``with T.Kernel``
+    line, not the dialect's own (its frames are marked internal,
+    ``tilewright.errors.mark_internal``; the span was dialect.py's)."""
     import tilewright_cuda.language as D
 
     @D.prim_func
-    def one_thread(A: D.Tensor((64,), "float32")):
-        with D.Kernel(1, threads=1):
+    def too_many(A: D.Tensor((64,), "float32")):
+        with D.Kernel(1, threads=2048):
             A[0] = 1.0
 
     with pytest.raises(KernelError) as info:
-        tilewright.lower(one_thread, "cuda -arch=sm_90a")
+        tilewright.lower(too_many, "cuda -arch=sm_90a")
     assert info.value.location.filename == __file__
-    assert "with D.Kernel(1, threads=1)" in str(info.value)
+    assert "with D.Kernel(1, threads=2048)" in str(info.value)
+    assert "at most 1024" in str(info.value)

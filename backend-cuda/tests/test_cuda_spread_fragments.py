@@ -113,7 +113,8 @@ def test_spread_reduction_rows():
     assert layout.spread_rows((4, 256), -1, 128) == (4, 2)  # register k holds row k // 2
     assert layout.spread_rows((256, 4), 0, 128) is None  # not the last dimension
     assert layout.spread_rows((1, 64), 1, 128) is None  # a row shorter than the threads
-    assert layout.spread_rows((1, 96), 1, 48) is None  # a warp and a half: no whole shuffles
+    # a warp and a half: its second warp's 16 lanes combine through masked shuffles
+    assert layout.spread_rows((1, 96), 1, 48) == (1, 2)
 
 
 def mixed_spread(D=256, threads=64):

@@ -4,6 +4,7 @@ the frontend annotations it reads, its pass-config keys, and the hardware's grou
 # -- hardware ----------------------------------------------------------------------------------
 WARP = 32
 WARPGROUP = 128  # four warps: the unit of wgmma, setmaxnreg and T.ws roles
+MAX_THREADS = 1024  # threads of one block (any count up to it: the last warp may be partial)
 THREAD_TAG = "threadIdx.x"
 
 # -- frontend annotations (the core's language) ------------------------------------------------

@@ -378,12 +378,12 @@ def spread_register_shape(buffer, threads: int) -> list[int]:
 def spread_rows(shape, axis: int, threads: int) -> tuple[int, int] | None:
     """``(rows, per_row)`` of a reduction along ``axis`` of a spread fragment of ``shape``:
     register ``k`` of every thread holds an element of row ``k // per_row``; None unless the
-    dimensions after ``axis`` have extent one, ``axis``'s length is a multiple of ``threads``
-    and the threads are whole warps (the warps' partials are combined with shuffles)."""
+    dimensions after ``axis`` have extent one and ``axis``'s length is a multiple of
+    ``threads``."""
     dims = [int(e.value) if isinstance(e, tirx.IntImm) else e for e in shape]
     axis %= len(dims)
     if spread_registers(dims, threads) is None or any(d != 1 for d in dims[axis + 1:]) or \
-            dims[axis] % threads or threads % WARP:
+            dims[axis] % threads:
         return None
     per_row = dims[axis] // threads
     return spread_registers(dims, threads) // per_row, per_row

@@ -126,7 +126,7 @@ BACKEND = BackendModule(
         dtypes=frozenset(DTYPES),
         memory_scopes=frozenset({"global", "shared.dyn", "local.fragment", "local", "local.var",
                                  *(f"local.reducer.{op}" for op in REDUCER_OPS)}),
-        features=frozenset({"vector_dtypes", "warps", "dynamic_shapes", "partial_tiles",
+        features=frozenset({"vector_dtypes", "dynamic_shapes", "partial_tiles",
                             "atomic_return_prev",
                             "extended_math", "while_loops", "kernel_sequence",
                             "nan_reductions", "nan_min_max", "pointer_params",

@@ -89,6 +89,28 @@ def test_thread_allreduce_gives_every_thread_its_groups_sum(target):
                                rtol=1e-4, atol=1e-4)
 
 
+def warp_sums(threads):
+    @T.prim_func
+    def main(X: T.Tensor((threads,), "int32"), Y: T.Tensor((threads,), "int32")):
+        with T.Kernel(1, threads=threads):
+            tx = T.get_thread_binding()
+            Y[tx] = T.warp_reduce_sum(X[tx])
+
+    return main
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("threads", [1, 16, 48, 100])
+def test_a_warp_reduction_in_a_partial_last_warp(target, threads):
+    """A 1-D block of 48 threads is a warp of 32 and one of 16 (100: three and 4): each
+    thread gets the sum over its own warp's threads, as on the GPU."""
+    kernel = tilewright.compile(warp_sums(threads), out_idx=[1], target=target)
+    x = torch.arange(threads, dtype=torch.int32) * 3 - 7
+    want = torch.cat([x[w:w + 32].sum().expand(len(x[w:w + 32]))
+                      for w in range(0, threads, 32)]).to(torch.int32)
+    assert torch.equal(kernel(x), want)
+
+
 def per_thread_values(n=16):
     """A shared tile reversed by the threads swapping pairs of elements through the values
     they bound to names before any thread overwrites the tile, then read and written by each

@@ -233,10 +233,20 @@ def mma_shape_misfit(call: TileOpCall, arch, threads: int) -> str | None:
     ik = mma_form(call, arch).k
     if None in (m, n, k) or m % 16 or n % 8 or k % ik:
         return f"tile {m}x{n}x{k} is not a multiple of the 16x8x{ik} instruction"
+    if threads % WARP:
+        return f"it runs on whole warps of {WARP} threads, and {partial_warp(threads)}"
     if (m // 16) * (n // 8) % (threads // WARP):
         return f"{(m // 16) * (n // 8)} 16x8 output tiles do not split evenly over " \
                f"{threads // WARP} warps"
     return None
+
+
+def partial_warp(threads: int) -> str:
+    """What a block of ``threads`` threads lacks for a warp-wide instruction (mma.sync,
+    ldmatrix, setmaxnreg: every lane of the warp takes part), and what to do."""
+    lanes = threads % WARP
+    return f"threads={threads} leaves a partial warp of {lanes} thread" \
+        f"{'' if lanes == 1 else 's'}: use a multiple of {WARP} threads"
 
 
 PADDED_ROWS = range(2, 16)
@@ -263,6 +273,8 @@ def mma_rows_misfit(call: TileOpCall, arch, threads: int) -> str | None:
     k, ik, warps = dense_k(call), mma_form(call, arch).k, threads // WARP
     if call.name != "gemm" or m not in PADDED_ROWS:
         return f"M = {m} is not a T.gemm tile of {PADDED_ROWS.start}..{PADDED_ROWS.stop - 1} rows"
+    if threads % WARP:
+        return f"it runs on whole warps of {WARP} threads, and {partial_warp(threads)}"
     if None in (n, k) or n % (8 * warps) or k % ik:
         return f"tile N x K = {n} x {k} does not give each of {warps} warps whole 8-column " \
                f"tiles and whole k{ik} steps"

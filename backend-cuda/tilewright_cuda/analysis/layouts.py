@@ -320,6 +320,8 @@ def row_vectors(func, chosen: dict, threads: int) -> set:
     strip = {acc for acc, kind in chosen.items() if kind.grid == "rows" and
              own(acc) is not None and
              layout.accumulator_grid(acc.shape, kind, own(acc)) == (own(acc) // WARP, 1)}
+    if not strip:  # (accumulators, and so their warps, are whole)
+        return set()
     vecs = _fragments(func, lambda b: str(b.dtype) == "float32" and len(b.shape) == 1 and
                       isinstance(b.shape[0], tirx.IntImm) and own(b) is not None and
                       int(b.shape[0].value) % (16 * (own(b) // WARP)) == 0)

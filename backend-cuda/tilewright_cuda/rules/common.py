@@ -1,5 +1,6 @@
 """What the lowering rules share: the thread context of a rule, conversions, the reduction
-kinds' algebra and warp shuffles.
+kinds' algebra and warp shuffles (masked to the lanes that exist: a block need not be whole
+warps).
 
 A rule returns one of two kinds of code:
 
@@ -96,16 +97,57 @@ def reduce_parts(kind: str, dtype: str, nan_propagate: bool = False):
     }[kind]
 
 
-def shfl_xor(value, offset: int, width: int = WARP):
-    return tirx.call_extern(str(value.ty), "__shfl_xor_sync", FULL_MASK, value,
+def lane_mask(tx, threads: int):
+    """The member mask of a shuffle by thread ``tx`` of a block of ``threads``: the lanes of its
+    warp that exist. Every lane (``FULL_MASK``) in a block of whole warps; the last warp of any
+    other block has ``threads % 32`` lanes, and a shuffle whose mask names a lane that does not
+    exist is undefined."""
+    if threads % WARP == 0:
+        return FULL_MASK
+    partial = tirx.const((1 << threads % WARP) - 1, "uint32")
+    if threads < WARP:
+        return partial
+    return tirx.Select(tirx.floordiv(tx, WARP) == threads // WARP, partial, FULL_MASK)
+
+
+def shfl_xor(value, offset: int, width: int = WARP, mask=FULL_MASK):
+    return tirx.call_extern(str(value.ty), "__shfl_xor_sync", mask, value,
                             tirx.const(offset, "int32"), tirx.const(width, "int32"))
 
 
-def butterfly(buf, merge, group: int) -> list:
-    """Combine ``buf[0]`` across ``group`` consecutive lanes with XOR shuffles."""
+def butterfly(buf, merge, group: int, mask=FULL_MASK) -> list:
+    """Combine ``buf[0]`` across ``group`` consecutive lanes with XOR shuffles (every lane of
+    the group exists; ``mask``: :func:`lane_mask`)."""
     stmts, offset = [], group // 2
     while offset:
         value = tirx.BufferLoad(buf, [0])
-        stmts.append(tirx.BufferStore(buf, merge(value, shfl_xor(value, offset)), [0]))
+        stmts.append(tirx.BufferStore(buf, merge(value, shfl_xor(value, offset, mask=mask)),
+                                      [0]))
         offset //= 2
     return stmts
+
+
+def combine_lanes(buf, merge, group: int, tx, threads: int) -> list:
+    """Combine ``buf[0]`` across the calling thread's group of ``group`` consecutive threads
+    (``group`` a power of two up to a warp), every thread of the group getting the result, in
+    a block of ``threads``. When the groups are whole, the :func:`butterfly`; else the last
+    group has fewer threads (a block of 48 threads, groups of 32): each XOR step combines a
+    partner's value only when the partner exists, which leaves the group's first thread
+    holding the whole group's (each step adds the upper half of its group's lanes that
+    exist to the lower half), and a shuffle from that thread hands it to the others."""
+    while group > 1 and group // 2 >= threads:  # the same threads: a block smaller than one
+        group //= 2
+    mask = lane_mask(tx, threads)
+    if threads % group == 0:
+        return butterfly(buf, merge, group, mask)
+    other = tirx.decl_buffer((1,), buf.dtype, f"{buf.name}_other", scope="local")
+    stmts, offset = [tirx.AllocBuffer(other)], group // 2
+    while offset:
+        value = tirx.BufferLoad(buf, [0])
+        stmts += [tirx.BufferStore(other, shfl_xor(value, offset, mask=mask), [0]),
+                  tirx.IfThenElse(tirx.bitwise_xor(tx, offset) < threads, tirx.BufferStore(
+                      buf, merge(value, tirx.BufferLoad(other, [0])), [0]), None)]
+        offset //= 2
+    first = tirx.call_extern(str(buf.dtype), "__shfl_sync", mask, tirx.BufferLoad(buf, [0]),
+                             tirx.const(0, "int32"), tirx.const(group, "int32"))
+    return [*stmts, tirx.BufferStore(buf, first, [0])]

@@ -12,14 +12,17 @@ transforms (roles in ``transforms.roles``, clusters in ``transforms.finish``).""
 
 from __future__ import annotations
 
+import math
+
 from tilewright.errors import KernelError
 from tilewright.ir import TileOpCall
 from tilewright.transform import RuleContext
 from tvm import tirx
 
 from .. import intrinsics, keys, ops
+from ..analysis import gemm_fit
 from . import tma
-from .common import butterfly, leader, reduce_parts
+from .common import combine_lanes, leader, reduce_parts, thread_var
 from .table import INTRINSIC_RULES, register
 
 
@@ -32,6 +35,15 @@ def _require(call: TileOpCall, ctx: RuleContext, feature: str, arch_specific: bo
         raise KernelError(
             f"T.{call.name} needs {need} ({feature}); the target architecture is "
             f"{arch.name}: compile for 'cuda -arch=sm_90a' or use portable ops")
+
+
+def _whole_warps(call: TileOpCall, ctx: RuleContext, instruction: str):
+    """A warp-wide instruction (``.sync.aligned``: every lane of the warp executes it
+    together) needs a block of whole warps."""
+    _, threads = thread_var(ctx)
+    if threads % keys.WARP:
+        raise KernelError(f"T.{call.name} issues {instruction}, which all {keys.WARP} lanes of a "
+                          f"warp execute together, but {gemm_fit.partial_warp(threads)}")
 
 
 @register(ops.INIT_BARRIERS.name)
@@ -86,6 +98,7 @@ def lower_tma_store_wait(call: TileOpCall, ctx: RuleContext):
 @register(ops.SET_MAX_NREG.name)
 def lower_set_max_nreg(call: TileOpCall, ctx: RuleContext):
     _require(call, ctx, "setmaxnreg", arch_specific=True)
+    _whole_warps(call, ctx, "setmaxnreg")
     kind = "inc" if call.attrs["is_inc"] else "dec"
     return intrinsics.call(f"tw_setmaxnreg_{kind}<{int(call.attrs['reg_count'])}>")
 
@@ -155,11 +168,14 @@ def lower_import_source(call: TileOpCall, ctx: RuleContext):
 @register(ops.THREAD_ALLREDUCE.name)
 def lower_thread_allreduce(call: TileOpCall, ctx: RuleContext):
     """The group's values combined by XOR shuffles: a group along threadIdx's x dimension of
-    up to a warp (a power of two) is consecutive lanes of one warp."""
+    up to a warp (a power of two) is consecutive lanes of one warp. In a 1-D block the last
+    group may have fewer threads (``T.warp_reduce_*`` in a block of 48 threads: its second
+    warp has 16, ``common.combine_lanes``)."""
     threads = [int(t) for t in call.attrs["threads"].split(",")]
     dim = int(call.attrs["dim"])
     group = int(call.attrs.get("width", 0)) or threads[dim]
-    if dim != 0 or group > keys.WARP or keys.WARP % group or threads[dim] % group:
+    if dim != 0 or group > keys.WARP or keys.WARP % group or \
+            threads[dim] % group and threads[1:] != [1, 1]:
         raise KernelError(
             f"T.tvm_thread_allreduce along threadIdx.{'xyz'[dim]} ({group} threads, "
             f"threads={tuple(threads)}): the CUDA backend reduces along the x dimension in "
@@ -169,7 +185,9 @@ def lower_thread_allreduce(call: TileOpCall, ctx: RuleContext):
     _, _, merge = reduce_parts(call.attrs["combiner"], str(dst.dtype))
     first = tirx.BufferStore(dst, tirx.Cast(str(dst.dtype), call.operands["value"]),
                              [tirx.const(0, "int32")])
-    return tirx.SeqStmt([first, *butterfly(dst, merge, group)])
+    tx, _ = thread_var(ctx)
+    combined = combine_lanes(dst, merge, group, tx, math.prod(threads))
+    return tirx.SeqStmt([first, *combined]) if combined else first
 
 
 @register(ops.CP_ASYNC.name)
@@ -237,6 +255,7 @@ def lower_ptx_ldmatrix(call: TileOpCall, ctx: RuleContext):
     """``tw_ldmatrix<num, trans>(registers, row)`` (``include/tw_mma.h``): the warp's
     ldmatrix, this lane's row address and its registers."""
     _require(call, ctx, "ldmatrix and mma.sync", since=80)
+    _whole_warps(call, ctx, "ldmatrix")
     trans = "true" if call.attrs["trans"] else "false"
     return intrinsics.call(f"tw_ldmatrix<{int(call.attrs['num'])}, {trans}>",
                            call.operands["dst"], call.operands["src"])
@@ -248,6 +267,7 @@ def lower_ptx_mma(call: TileOpCall, ctx: RuleContext):
     chosen by the element types of the fragments (the frontend checked them against the
     shape); ``tw_mma_sync_s4`` for int4 operands packed in int8 arrays."""
     _require(call, ctx, "ldmatrix and mma.sync", since=80)
+    _whole_warps(call, ctx, "mma.sync")
     name = "tw_mma_sync_s4" if call.attrs["a_dtype"] == "int4" else "tw_mma_sync"
     return intrinsics.call(name, call.operands["C"], call.operands["A"], call.operands["B"])
 

@@ -21,7 +21,7 @@ from tvm import tirx
 from .. import intrinsics, keys, layout
 from ..analysis.ir import const, substitute
 from ..keys import WARP
-from .common import butterfly, cast, reduce_parts, thread_var
+from .common import butterfly, cast, combine_lanes, lane_mask, reduce_parts, thread_var
 from .table import register
 
 
@@ -116,9 +116,9 @@ def _reduce_spread(kind: str, src: Region, dst: Region, axis: int, clear: bool,
     writes the result when ``dst`` is thread-local (every thread keeps it), else the first
     thread does. A barrier after it keeps the slots until every thread has read them. Each
     loop writes a shared element from one thread once (``keys.OWN_ELEMENTS``): no barrier
-    between rows."""
+    between rows. A block's last warp may be partial (``common.combine_lanes``)."""
     tx, threads = thread_var(ctx)
-    warps = threads // WARP
+    warps = -(-threads // WARP)
     rows, per_row = layout.spread_rows(src.buffer.shape, axis, threads)
     dtype = str(dst.buffer.dtype)
     identity, combine, merge = reduce_parts(kind, dtype, nan_propagate)
@@ -132,7 +132,7 @@ def _reduce_spread(kind: str, src: Region, dst: Region, axis: int, clear: bool,
         tirx.BufferStore(part, identity, [0]),
         tirx.For(q, 0, per_row, tirx.ForKind.UNROLLED,
                  tirx.BufferStore(part, combine(tirx.BufferLoad(part, [0]), x), [0])),
-        *butterfly(part, merge, WARP),
+        *combine_lanes(part, merge, WARP, tx, threads),
         tirx.IfThenElse(lane == 0, tirx.BufferStore(scratch, tirx.BufferLoad(part, [0]),
                                                     [warp, row]), None),
     ])
@@ -187,12 +187,15 @@ def _serial_reduce(kept_extents, length, src, dst, clear, identity, combine, dst
 
 def _shuffle_reduce(kept_extents, rows, length, src, dst, clear, identity, combine, merge,
                     dst_index, src_index, dtype, ctx):
-    """Rows are shared among groups of G lanes (G a power of two up to a warp): each lane
-    reduces a strided part of its row in a register, the group combines with XOR shuffles,
-    and the group's first lane writes the result. Every lane runs every shuffle."""
+    """Rows are shared among groups of G lanes (G a power of two up to a warp that divides
+    the block's threads: every group whole, in a last warp that may be partial too): each
+    lane reduces a strided part of its row in a register, the group combines with XOR
+    shuffles, and the group's first lane writes the result. Every lane runs every shuffle."""
     tx, threads = thread_var(ctx)
     rows_c, length_c = const(rows), const(length)
     group = WARP
+    while threads % group:
+        group //= 2
     if rows_c is not None:
         while group > 1 and group * rows_c > threads:
             group //= 2
@@ -229,7 +232,7 @@ def _shuffle_reduce(kept_extents, rows, length, src, dst, clear, identity, combi
     body = tirx.SeqStmt([
         tirx.BufferStore(part, identity, [0]),
         tirx.IfThenElse(row_ok, accumulate, None),
-        *butterfly(part, merge, group),
+        *butterfly(part, merge, group, lane_mask(tx, threads)),
         write,
     ])
     return tirx.SeqStmt([tirx.AllocBuffer(part),
@@ -242,9 +245,10 @@ for _kind in REDUCE_KINDS:
 
 def finalize_reducer(kind: str, src: Region, dst: Region, ctx: RuleContext):
     """``T.finalize_reducer``: every thread holds a partial reducer; combine them across the
-    block (XOR shuffles within each warp, then one slot per warp in shared memory)."""
+    block (XOR shuffles within each warp, a partial last warp's too (``common.combine_lanes``),
+    then one slot per warp in shared memory)."""
     tx, threads = thread_var(ctx)
-    warps = threads // WARP
+    warps = -(-threads // WARP)
     dtype = str(src.buffer.dtype)
     identity, _, merge = reduce_parts(kind, dtype)
     size = const(src.extents[0]) if len(src.extents) == 1 else None
@@ -257,7 +261,7 @@ def finalize_reducer(kind: str, src: Region, dst: Region, ctx: RuleContext):
     warp, lane = tirx.floordiv(tx, WARP), tirx.floormod(tx, WARP)
     per_warp = tirx.SeqStmt([
         tirx.BufferStore(part, tirx.BufferLoad(src.buffer, [as_expr(src.starts[0]) + e]), [0]),
-        *butterfly(part, merge, WARP),
+        *combine_lanes(part, merge, WARP, tx, threads),
         tirx.IfThenElse(lane == 0, tirx.BufferStore(scratch, tirx.BufferLoad(part, [0]),
                                                     [warp, e]), None),
     ])

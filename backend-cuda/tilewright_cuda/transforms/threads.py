@@ -31,11 +31,20 @@ from ..keys import WARPGROUP
 
 def bind_threads():
     """The block's program runs on ``threads`` threads: wrap it in a ``threadIdx.x`` loop.
-    (A 2-D or 3-D ``threads`` is flattened; the language exposes no thread index.)"""
+    (A 2-D or 3-D ``threads`` is flattened; the language exposes no thread index.) Any count
+    up to the hardware's ``keys.MAX_THREADS`` (the last warp may be partial); more is an
+    error at the ``T.Kernel`` line."""
 
     def run(func):
         loops, inner = block_loops(func)
         threads = threads_of(func)
+        if threads > keys.MAX_THREADS:
+            shape = [int(t) for t in loops[0].annotations[keys.THREADS]]
+            raise KernelError(
+                f"T.Kernel threads={shape[0] if threads == shape[0] else tuple(shape)} gives "
+                f"{threads} threads per block, but a CUDA block has at most "
+                f"{keys.MAX_THREADS}: use fewer threads (each runs more of the tile ops)",
+                span_location(loops[0].span))
         loops, inner = _rasterise(loops, inner)
         tx = tirx.Var("tx", "int32")
         iv = tirx.IterVar(tvm.ir.Range(0, threads), tx, tirx.IterVar.ThreadIndex, keys.THREAD_TAG)

@@ -223,7 +223,8 @@ THREAD_ALLREDUCE = register_tile_op(TileOpSchema(
      Attr("width", int, 0)),
     doc="TVM's thread allreduce (TileLang's hand-written GEMV reductions) and TileLang's "
         "T.warp_reduce_*: every thread of a group along one of T.Kernel's thread dimensions "
-        "(DIM; WIDTH consecutive threads, 0: the whole dimension) gets the group's values "
+        "(DIM; WIDTH consecutive threads, the last run of the dimension possibly shorter, "
+        "0: the whole dimension) gets the group's values "
         "combined (COMBINER: sum, max, min, bitand, bitor) in its one-element array",
 ))
 

@@ -306,10 +306,8 @@ def _warp_reduce(kind: str, value):
     name = f"T.warp_reduce_{kind}"
     builder = _kernel_builder(name)
     threads = tuple(builder.threads)
-    if threads[0] % WARP == 0:
-        width = WARP
-    elif threads[1] == threads[2] == 1:
-        width = threads[0]  # a block smaller than a warp is one (partial) warp
+    if threads[0] % WARP == 0 or threads[1] == threads[2] == 1:
+        width = WARP  # in a 1-D block the last warp may be partial (48 threads: 32 and 16)
     else:
         raise kernel_error(f"{name}: the block's threads={threads} split warps across "
                            f"threadIdx.y; give threadIdx.x a multiple of {WARP} threads")
@@ -335,9 +333,10 @@ def _make_warp_reduce(kind: str):
     warp_reduce.__name__ = f"warp_reduce_{kind}"
     warp_reduce.__doc__ = (
         f"``T.warp_reduce_{kind}(value)`` in thread-level code: the {kind} of ``value`` over "
-        "the calling thread's warp (32 consecutive threads along threadIdx.x), which each "
-        "of them gets; every thread of the warp must reach it (CUDA: XOR shuffles; the CPU "
-        "and the interpreter combine the warp's values in thread order)")
+        "the calling thread's warp (32 consecutive threads along threadIdx.x; the last warp "
+        "of a 1-D block whose size is not a multiple of 32 has fewer), which each of them "
+        "gets; every thread of the warp must reach it (CUDA: XOR shuffles; the CPU and the "
+        "interpreter combine the warp's values in thread order)")
     return warp_reduce
 
 

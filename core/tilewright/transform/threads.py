@@ -244,8 +244,9 @@ class _Serialize:
 
     def allreduce(self, call, guards):
         """``T.tvm_thread_allreduce``: each thread's value into an array, then each thread
-        combines its group's (the threads differing only along the op's dimension), in
-        thread order."""
+        combines its group's (the threads differing only along the op's dimension; with a
+        ``width``, runs of that many of them, the last of which may be shorter), in thread
+        order."""
         if guards:
             raise KernelError("T.tvm_thread_allreduce under a condition on the thread index: "
                               "every thread of the block must reach it", span_location(
@@ -271,9 +272,12 @@ class _Serialize:
 
             k = tirx.Var("k", "int32")
             mine = tirx.BufferLoad(dst.buffer, list(dst.starts))
+            # the group's threads: WIDTH, but for a last group the block leaves shorter
+            size = width if self.threads[dim] % width == 0 else tirx.min(
+                width, self.threads[dim] - tirx.floordiv(ids[dim], width) * width)
             combined = tirx.SeqStmt([
                 tirx.BufferStore(dst.buffer, of(tirx.const(0, "int32")), list(dst.starts)),
-                tirx.For(k, 1, width - 1, tirx.ForKind.SERIAL, tirx.BufferStore(
+                tirx.For(k, 1, size - 1, tirx.ForKind.SERIAL, tirx.BufferStore(
                     dst.buffer, combine(mine, of(k)), list(dst.starts)))])
             return self._per_thread(combined, ids, linear)
 

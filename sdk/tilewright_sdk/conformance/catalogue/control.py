@@ -452,10 +452,12 @@ WARP_KINDS = ("sum", "max", "min")
 WARP_BITS = ("bitand", "bitor")
 
 
-def _warp_reduce(dtype, M, N, threads=64):
-    """Each thread of a block of 64 (two warps) reads X[bx, tx] and writes its warp's sum,
-    max and min of it (integers: also the bitwise and / or) to Y[bx, tx, k]."""
+def _warp_reduce(dtype, M, N):
+    """Each thread of a block of N (64: two warps; 48: a warp and a partial one of 16 threads)
+    reads X[bx, tx] and writes its warp's sum, max and min of it (integers: also the bitwise
+    and / or) to Y[bx, tx, k]."""
     kinds = WARP_KINDS + (WARP_BITS if dtype.startswith("int") else ())
+    threads = N
 
     @T.prim_func
     def warp_reduce(X: T.Tensor((M, threads), dtype),
@@ -470,21 +472,22 @@ def _warp_reduce(dtype, M, N, threads=64):
     return warp_reduce
 
 
-def _warp_reduce_ref(x, threads=64):
+def _warp_reduce_ref(x):
     kinds = WARP_KINDS + (WARP_BITS if not x.is_floating_point() else ())
-    warps = x.view(x.shape[0], threads // 32, 32)
-    y = x.new_zeros(x.shape[0], threads // 32, 32, len(kinds))
-    for k, kind in enumerate(kinds):
-        if kind == "sum":
-            part = warps.sum(dim=2)
-        elif kind in ("max", "min"):
-            part = warps.amax(dim=2) if kind == "max" else warps.amin(dim=2)
-        else:
-            part = warps[..., 0].clone()
-            for lane in range(1, 32):
-                part = part & warps[..., lane] if kind == "bitand" else part | warps[..., lane]
-        y[..., k] = part[..., None]
-    return [y.view(x.shape[0], threads, len(kinds))]
+    y = x.new_zeros(*x.shape, len(kinds))
+    for first in range(0, x.shape[1], 32):  # each warp's threads (the last may be fewer)
+        warp = x[:, first:first + 32]
+        for k, kind in enumerate(kinds):
+            if kind == "sum":
+                part = warp.sum(dim=1)
+            elif kind in ("max", "min"):
+                part = warp.amax(dim=1) if kind == "max" else warp.amin(dim=1)
+            else:
+                part = warp[:, 0].clone()
+                for lane in range(1, warp.shape[1]):
+                    part = part & warp[:, lane] if kind == "bitand" else part | warp[:, lane]
+            y[:, first:first + 32, k] = part[:, None]
+    return [y]
 
 
 def _pointer_params(dtype, N, block=256):
@@ -703,10 +706,11 @@ ROWS = (
     Kernel("warp_reduce", (*BASE, "alloc_local", "get_thread_binding",
                            *(f"warp_reduce_{k}" for k in WARP_KINDS + WARP_BITS)),
            ("get_thread_binding", "tvm_thread_allreduce"), _warp_reduce,
-           lambda torch, gen, dtype, M, N: [rand(torch, gen, (M, 64), dtype)],
-           _warp_reduce_ref, {"full": {"M": 3, "N": 64}}, reduction=lambda **_: 32,
-           dtypes=("float32", "int32"),
-           doc="T.warp_reduce_sum/max/min (and bitand/bitor of integers) over each warp"),
+           lambda torch, gen, dtype, M, N: [rand(torch, gen, (M, N), dtype)],
+           _warp_reduce_ref, {"full": {"M": 3, "N": 64}, "partial": {"M": 2, "N": 48}},
+           reduction=lambda **_: 32, dtypes=("float32", "int32"),
+           doc="T.warp_reduce_sum/max/min (and bitand/bitor of integers) over each warp, the "
+               "last one of a block of 48 threads partial"),
     Kernel("pointer_params", (*BASE, "Parallel", "alloc_shared", "if_then_else", "ptr",
                               "make_tensor", "int32"), (), _pointer_params, _pointer_inputs,
            _pointer_ref, {"partial": {"N": 600}}, out_idx=(), inplace=(1,),
