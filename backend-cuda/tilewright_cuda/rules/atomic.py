@@ -1,11 +1,11 @@
-"""Atomics: ``T.atomic_add/max/min/or/and/xor`` become ``atomicAdd`` ... and the
-compare-and-swap helpers of ``include/tw_cuda.h`` (``tw_atomic_*``, float16/bfloat16 max/min
-too), one element per thread; the expression form returning the old value
-(``return_prev=True``) too; ``T.atomic_store`` and ``T.atomic_load`` tw_cuda.h's volatile
-accesses. A memory order other than relaxed is the helpers' third argument (their fences). A
-lone element's atomic in block code is made once per block (by thread 0); one in thread-level
-code (``transforms.threads.thread_atomics``) is already each thread's own call when it gets
-here."""
+"""Atomics: ``T.atomic_add/max/min`` become ``atomicAdd`` ... and the compare-and-swap
+helpers of ``include/tw_cuda.h`` (``tw_atomic_*``, float16/bfloat16 max/min too), the bitwise
+kinds ``include/tw_atomics.h``'s, one element per thread; the expression form returning the
+old value (``return_prev=True``) too; ``T.atomic_store`` and ``T.atomic_load`` tw_atomics.h's
+volatile accesses. A memory order other than relaxed calls the ``_ordered`` helper, its fences
+around the atomic (``intrinsics.atomic``). A lone element's atomic in block code is made once
+per block (by thread 0); one in thread-level code (``transforms.threads.thread_atomics``) is
+already each thread's own call when it gets here."""
 
 from __future__ import annotations
 
@@ -22,8 +22,9 @@ from .table import INTRINSIC_RULES, register
 
 def atomic_call(kind: str, buffer, index, value, ctx: RuleContext | None = None,
                 order: int = 0):
-    """``tw_atomic_<kind>(&buffer[index], value[, order])``, returning the previous value; the
-    element types and the architecture each needs are the intrinsics table's."""
+    """``tw_atomic_<kind>(&buffer[index], value)`` (``_ordered`` with a memory ``order`` other
+    than relaxed), returning the previous value; the element types and the architecture each
+    needs are the intrinsics table's."""
     sm = ctx.options.arch.sm if ctx is not None and ctx.options is not None else None
     return intrinsics.atomic(kind, tirx.BufferLoad(buffer, index), value, sm, order)
 

@@ -487,8 +487,9 @@ def _make_atomic(kind: str):
         "``return_prev=True`` returns the old value (one element only). ``memory_order`` "
         "(C++'s names; relaxed when omitted) orders the kernel's other memory accesses around "
         "it for other threads. ``use_tma`` (add of a tile from shared memory): TileLang's "
-        "request for a TMA reduction on sm_90+, which the CUDA backend honours; other backends "
-        "add the same values. ``annotations``: TileLang's lowering hints, accepted and unused."
+        "request for a TMA reduction on sm_90+, an instruction choice: every backend here adds "
+        "the same values element by element. ``annotations``: TileLang's lowering hints, "
+        "accepted and unused."
         + (" Integer elements only." if kind in BITWISE_ATOMIC_KINDS else ""))
     return atomic
 
