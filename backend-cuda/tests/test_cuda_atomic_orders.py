@@ -19,8 +19,9 @@ import tilewright_cuda.language as T
 import torch
 from tilewright.errors import KernelError
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "language"))
-from test_atomic_orders import UNUSED_COUNTS, unused_previous_values  # noqa: E402
+TESTS = Path(__file__).resolve().parents[2] / "tests"
+sys.path[:0] = [str(TESTS / "language"), str(TESTS)]  # the language tests and their helpers
+from test_atomic_orders import UNUSED_COUNTS, unused_previous_values, wide_prev  # noqa: E402
 
 
 def orders_kernel(blocks=2, n=32):
@@ -69,25 +70,11 @@ def test_bitwise_atomics_loads_and_stores_in_the_emulation(tmp_path):
     assert count.tolist() in ([0, 1, 2], [1, 0, 2])  # one ticket per block
 
 
-def wide_prev_kernel(dtype, lanes=2):
-    op = getattr(T, f"atomic_addx{lanes}")
-
-    @T.prim_func
-    def wide(Dst: T.Tensor((2 * lanes,), dtype), Val: T.Tensor((2 * lanes,), dtype),
-             Prev: T.Tensor((2 * lanes,), dtype)):
-        with T.Kernel(1, threads=32):
-            Prev[0:lanes] = op(Dst[0:lanes], Val[0:lanes], return_prev=True)
-            Prev[lanes:2 * lanes] = op(Dst[T.Ramp(lanes, 1, lanes)],
-                                       Val[T.Ramp(lanes, 1, lanes)], return_prev=True)
-
-    return wide
-
-
 @pytest.mark.emulator
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 @pytest.mark.parametrize("lanes", [2, 4])
 def test_wide_atomic_add_returns_each_lane_once(tmp_path, dtype, lanes):
-    lowered = _lower(wide_prev_kernel(dtype, lanes))
+    lowered = _lower(wide_prev(lanes, dtype, ramp=True))
     assert lowered.source.text.count("tw_atomic_add((") == 2 * lanes
     td = getattr(torch, dtype)
     dst = torch.arange(1, 2 * lanes + 1).to(td)
@@ -138,7 +125,7 @@ def test_loads_and_stores_of_every_width_in_the_emulation(tmp_path):
 @pytest.mark.nvrtc
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 def test_ordered_atomics_build_with_nvrtc(arch):
-    for func in (orders_kernel(), typed_kernel(), wide_prev_kernel("bfloat16", 4)):
+    for func in (orders_kernel(), typed_kernel(), wide_prev(4, "bfloat16", ramp=True)):
         kernel = tilewright.compile(func, target=f"cuda -arch={arch}")
         with open(f"{kernel.artifact_dir}/kernel.cubin", "rb") as f:
             assert f.read(4) == b"\x7fELF"

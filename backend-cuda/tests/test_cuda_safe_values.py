@@ -11,7 +11,8 @@ import pytest
 import tilewright
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "language"))
+TESTS = Path(__file__).resolve().parents[2] / "tests"
+sys.path[:0] = [str(TESTS / "language"), str(TESTS)]  # the language tests and their helpers
 from test_copy_elements import padded_copy, padded_reference, padded_tile_copy  # noqa: E402
 
 
