@@ -445,7 +445,8 @@ def _make_atomic(kind: str):
     def atomic(dst, value, memory_order=None, return_prev: bool = False, use_tma: bool = False,
                annotations=None):
         name = f"atomic_{kind}"
-        order = memory_order_id(f"T.{name}", memory_order or "relaxed", MEMORY_ORDERS)
+        memory_order = memory_order or "relaxed"
+        order = memory_order_id(f"T.{name}", memory_order, MEMORY_ORDERS)
         ref = region_of(dst, f"T.{name}")
         if kind in BITWISE_ATOMIC_KINDS and not _is_integer(ref[0].dtype):
             raise KernelTypeError(f"T.{name} takes integer elements; {ref[0].name!r} is "
@@ -458,7 +459,7 @@ def _make_atomic(kind: str):
             if return_prev:
                 return _atomic_prev(kind, _element(ref, f"T.{name}"), value, order)
             _emit(name, {"dst": region, "src": to_expr(value, str(region.buffer.dtype))},
-                  {"memory_order": memory_order or "relaxed", "element": True},
+                  {"memory_order": memory_order, "element": True},
                   element_op=True)
             return None
         if return_prev:
@@ -473,7 +474,7 @@ def _make_atomic(kind: str):
                 raise kernel_error(f"T.{name}: value tile {src.buffer.name!r} has shape "
                                    f"{shape_str(src.extents)} but destination "
                                    f"{region.buffer.name!r} is {shape_str(region.extents)}")
-        attrs = {"memory_order": memory_order or "relaxed"}
+        attrs = {"memory_order": memory_order}
         if use_tma:
             if kind != "add":
                 raise kernel_error(f"T.{name} has no use_tma (TMA reduces add only)")

@@ -34,8 +34,7 @@ import tvm_ffi
 from tvm import tirx
 
 from ..ir import ATOMIC_OPS, ATOMIC_PREV, SAFE_VALUES_KEY, THREAD_BINDING, decode, is_region
-from .lowering_utils import as_expr, non_unit, region_index
-from .threads import PARALLEL_KEY
+from .lowering_utils import loop_nest, non_unit, region_index
 from .walk import StmtMutator, prim_func_pass
 
 DISABLE_KEY = "tw.disable_safe_memory"
@@ -224,16 +223,15 @@ def _element_copy(call, span):
     pass then guards like any other (a load outside ``src`` reads its safe value)."""
     src, dst = call.operands["src"], call.operands["dst"]
     sdims, ddims = non_unit(src), non_unit(dst)
-    loop_vars = [tirx.Var(name, "int32") for name in "ijklmn"[:len(sdims)]]
-    value = tirx.BufferLoad(src.buffer, region_index(src, loop_vars, sdims))
     dtype = str(dst.buffer.dtype)
-    body = tirx.BufferStore(dst.buffer, value if str(value.ty) == dtype else
-                            tirx.Cast(dtype, value), region_index(dst, loop_vars, ddims),
-                            span=span)
-    for var, d in reversed(list(zip(loop_vars, sdims))):
-        body = tirx.For(var, 0, as_expr(src.extents[d]), tirx.ForKind.SERIAL, body,
-                        annotations={PARALLEL_KEY: "parallel"}, span=span)
-    return body
+
+    def store(loop_vars):
+        value = tirx.BufferLoad(src.buffer, region_index(src, loop_vars, sdims))
+        return tirx.BufferStore(dst.buffer, value if str(value.ty) == dtype else
+                                tirx.Cast(dtype, value), region_index(dst, loop_vars, ddims),
+                                span=span)
+
+    return loop_nest([src.extents[d] for d in sdims], store)
 
 
 def legalize_safe_memory(func: tirx.PrimFunc) -> tirx.PrimFunc:

@@ -73,9 +73,14 @@ def _checked(what: str, buffer, dtypes) -> str:
     return dtype
 
 
+def _runtime_type(dtype: str) -> str:
+    """The type the runtime takes and returns an element of ``dtype`` as."""
+    return "float32" if dtype in _WIDE else dtype
+
+
 def _as_runtime(value, dtype: str):
     """``value`` as the runtime takes an element of ``dtype``."""
-    value_type = "float32" if dtype in _WIDE else dtype
+    value_type = _runtime_type(dtype)
     return value if str(value.ty) == value_type else tirx.Cast(value_type, value)
 
 
@@ -88,7 +93,7 @@ def _atomic_call(kind: str, buffer, index, value):
     runtime's atomics are sequentially consistent, whatever memory order the kernel names."""
     dtype = _checked(f"atomic_{kind}", buffer, _KIND_DTYPES[kind])
     ptr = tirx.address_of(tirx.BufferLoad(buffer, index))
-    old = tirx.call_extern("float32" if dtype in _WIDE else dtype, f"tw_atomic_{kind}_{dtype}",
+    old = tirx.call_extern(_runtime_type(dtype), f"tw_atomic_{kind}_{dtype}",
                            ptr, _as_runtime(value, dtype))
     return _from_runtime(old, dtype)
 
@@ -147,7 +152,7 @@ def _atomic_load_rule(call):
     runtime.load()
     load = call.args[0]
     dtype = _checked("atomic_load", load.source, ATOMIC_DTYPES)
-    return _from_runtime(tirx.call_extern("float32" if dtype in _WIDE else dtype,
+    return _from_runtime(tirx.call_extern(_runtime_type(dtype),
                                           f"tw_atomic_load_{dtype}", tirx.address_of(load)),
                          dtype)
 
