@@ -21,7 +21,9 @@ from tilewright.errors import KernelError
 
 TESTS = Path(__file__).resolve().parents[2] / "tests"
 sys.path[:0] = [str(TESTS / "language"), str(TESTS)]  # the language tests and their helpers
-from test_atomic_orders import UNUSED_COUNTS, unused_previous_values, wide_prev  # noqa: E402
+from test_atomic_orders import (  # noqa: E402
+    FOLDED_COUNTS, FOLDED_D, UNUSED_COUNTS, folded_previous_values, unused_previous_values,
+    wide_prev)
 
 
 def orders_kernel(blocks=2, n=32):
@@ -221,3 +223,14 @@ def test_an_unused_previous_value_is_one_atomic_where_it_stands(tmp_path, dtype)
     lowered = _lower(unused_previous_values(dtype))
     hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, c)
     assert c.tolist() == UNUSED_COUNTS
+
+
+@pytest.mark.emulator
+def test_an_atomic_in_an_expression_folded_to_a_constant_is_made(tmp_path):
+    """The language test's kernel: ``T.atomic_add(C[0], 1, return_prev=True) * 0`` folded to
+    0 as it was built and the generated CUDA had no atomic."""
+    c = torch.zeros(5, dtype=torch.int32)
+    d = torch.full((3, 32), -1, dtype=torch.int32)
+    lowered = _lower(folded_previous_values())
+    hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, c, d)
+    assert c.tolist() == FOLDED_COUNTS and d.tolist() == FOLDED_D

@@ -296,6 +296,40 @@ def unused_previous_values(dtype="int32"):
 UNUSED_COUNTS = [3, 3, 96, 3, 3, 96, 2]
 
 
+def folded_previous_values(dtype="int32"):
+    """Atomics returning their previous value in an expression that TVM folds to a constant
+    as it is built (``x * 0``, ``0 * x``, ``x % 1``): in a thread's store, named in block
+    code, as an expression statement in block code and in T.Parallel."""
+    @T.prim_func
+    def kernel(C: T.Tensor((5,), dtype), D: T.Tensor((3, 32), dtype)):
+        with T.Kernel(3, threads=32) as bx:
+            tx = T.get_thread_binding()
+            D[bx, tx] = T.atomic_add(C[0], 1, return_prev=True) * 0 + tx
+            zero = T.atomic_add(C[1], 1, return_prev=True) % 1  # noqa: F841 - the point
+            0 * T.atomic_add(C[2], 2, return_prev=True)
+            for _i in T.Parallel(32):
+                T.atomic_add(C[3], 1, return_prev=True) * 0
+            if tx == 1:
+                D[bx, 0] = T.atomic_max(C[4], bx + 1, return_prev=True) * 0 + 1
+
+    return kernel
+
+
+FOLDED_COUNTS = [96, 3, 6, 96, 3]
+FOLDED_D = [[1] + list(range(1, 32))] * 3
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("dtype", ["int32", "int64"])
+def test_an_atomic_in_an_expression_folded_to_a_constant_is_still_made(target, dtype):
+    """Before: TVM folded ``T.atomic_add(C[0], 1, return_prev=True) * 0`` to 0 as the
+    expression was built, and the atomic was lost on every backend (C stayed 0)."""
+    c = torch.zeros(5, dtype=getattr(torch, dtype))
+    d = torch.full((3, 32), -1, dtype=getattr(torch, dtype))
+    tilewright.compile(folded_previous_values(dtype), target=target)(c, d)
+    assert c.tolist() == FOLDED_COUNTS and d.tolist() == FOLDED_D
+
+
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("dtype", ["int32", "bfloat16"])
 def test_an_atomic_whose_previous_value_is_unused_is_made_once_where_it_stands(target, dtype):

@@ -16,7 +16,7 @@ from ..ir import NAMED_BARRIER, SYNC_GRID, make_call
 from ..ir.schema import writes_memory
 from . import builder as B
 from .buffer import TileBuffer, VarHandle, as_int, dtype_of, to_expr
-from .math import arith, if_then_else
+from .math import arith, if_then_else, keeping_effects
 from .tileops import atomics_as_statements
 
 LOOP_KIND_KEY = "tw.loop"
@@ -731,7 +731,7 @@ def _integer_division(op: str, a, b):
         hint = "T.floor(a / b)" if op == "//" else "a - T.floor(a / b) * b"
         raise kernel_error(f"'{op}' needs integer operands, got {' and '.join(floats)}; for "
                            f"floats write {hint}")
-    return a // b if op == "//" else a % b
+    return keeping_effects(a // b if op == "//" else a % b, a, b)
 
 
 

@@ -6,6 +6,7 @@ import builtins
 import operator
 
 import tvm
+import tvm_ffi
 from tvm import tirx
 
 from ..errors import (
@@ -16,6 +17,7 @@ from ..errors import (
     user_location,
 )
 from ..ir import FAST_MATH_FUNCTIONS, integers
+from ..ir.schema import writes_memory
 from .buffer import TileBuffer, VarHandle, dtype_of, to_expr
 from .dtypes import FLOAT_FORMATS, UNSIGNED_FORMATS, is_float, normalize_dtype
 
@@ -304,7 +306,27 @@ def arith(op: str, a, b):
     beside one) give the wrapped result, a constant of that type, as the language's
     arithmetic on their values would (``transform.wrapping_int``)."""
     folded = _wrapped_constant(op, a, b)
-    return FOLDED[op](a, b) if folded is None else folded
+    return keeping_effects(FOLDED[op](a, b) if folded is None else folded, a, b)
+
+
+def keeping_effects(result, *operands):
+    """``result`` of an operation on ``operands``, with each operand that writes memory and
+    that TVM's constant folding dropped as the expression was built (``T.atomic_add(C[0], 1,
+    return_prev=True) * 0`` is 0, ``... % 1`` too) bound around it by an unused ``Let``, so
+    that the write is still made where the expression is evaluated."""
+    for operand in operands:
+        if isinstance(operand, tvm.ir.Expr) and writes_memory(operand) and \
+                not _contains(result, operand):
+            result = tirx.Let(tirx.Var("effect", operand.ty), operand, to_expr(result))
+    return result
+
+
+def _contains(expr, node) -> bool:
+    found = []
+    if isinstance(expr, tvm.ir.Expr):
+        tvm_ffi.structural_walk(expr, (type(node), lambda n: found.append(n)
+                                       if n.same_as(node) else None))
+    return bool(found)
 
 
 def _wrapped_constant(op: str, a, b):
@@ -326,7 +348,7 @@ def floordiv(a, b):
     if isinstance(a, int) and isinstance(b, int):
         return a // b
     a, b = _pair(a, b)
-    return tirx.floordiv(a, b)
+    return keeping_effects(tirx.floordiv(a, b), a, b)
 
 
 def likely(cond):
@@ -409,7 +431,7 @@ def floormod(a, b):
     if isinstance(a, int) and isinstance(b, int):
         return a % b
     a, b = _pair(a, b)
-    return tirx.floormod(a, b)
+    return keeping_effects(tirx.floormod(a, b), a, b)
 
 
 # the floating formats without an infinity, and what a value beyond their range becomes
