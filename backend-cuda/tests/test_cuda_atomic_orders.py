@@ -22,8 +22,13 @@ from tilewright.errors import KernelError
 TESTS = Path(__file__).resolve().parents[2] / "tests"
 sys.path[:0] = [str(TESTS / "language"), str(TESTS)]  # the language tests and their helpers
 from test_atomic_orders import (  # noqa: E402
-    FOLDED_COUNTS, FOLDED_D, UNUSED_COUNTS, folded_previous_values, unused_previous_values,
-    wide_prev)
+    FOLDED_COUNTS,
+    FOLDED_D,
+    UNUSED_COUNTS,
+    folded_previous_values,
+    unused_previous_values,
+    wide_prev,
+)
 
 
 def orders_kernel(blocks=2, n=32):
