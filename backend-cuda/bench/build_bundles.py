@@ -540,9 +540,10 @@ def cases(quick: bool):
                ["IGMMA.64x256x32.S8.S8", "UTMALDG.2D", "!IMMA", "!HMMA"], {})
     rows, cols = ADD_SIZES[size]
     config = dict(kernels.ADD)
-    yield ("elementwise_add_float32",
-           {"kind": "add", "M": rows, "N": cols, "dtype": "float32", "config": config},
-           kernels.add.fn(rows, cols, "float32", **config), ["LDG.E.128", "STG.E.128"], {})
+    for dtype in ("float32", "float16", "bfloat16"):  # 16-byte vectors of 4 or 8 elements
+        yield (f"elementwise_add_{dtype}",
+               {"kind": "add", "M": rows, "N": cols, "dtype": dtype, "config": config},
+               kernels.add.fn(rows, cols, dtype, **config), ["LDG.E.128", "STG.E.128"], {})
 
 
 def build_info(log: str) -> dict:

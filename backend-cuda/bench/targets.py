@@ -52,8 +52,9 @@ TARGETS = (
     *(_gemm(dtype, n) for n in (4096, 8192) for dtype in ("float16", "bfloat16")),
     Target("18", "FlashAttention fp16 forward vs SDPA's fastest backend",
            {"kind": "attention", "dtype": "float16"}, 0.9, "flash_attention_float16"),
-    Target("18", "elementwise add vs copy bandwidth", {"kind": "add"}, 0.95,
-           "elementwise_add_float32"),
+    *(Target("18", f"elementwise add {dtype} vs copy bandwidth",
+             {"kind": "add", "dtype": dtype}, 0.95, f"elementwise_add_{dtype}")
+      for dtype in ("float32", "float16", "bfloat16")),
     *(Target("23", f"fp8 GEMM 128x128 block scales {n}^3 vs torch._scaled_mm",
              {"kind": "fp8_gemm", "layout": "block", "M": n, "N": n, "K": n}, 0.9,
              f"fp8_gemm_block_{n}") for n in (4096, 8192)),

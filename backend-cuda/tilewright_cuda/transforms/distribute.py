@@ -256,8 +256,8 @@ class Distribute(StmtMutator):
     def _vector_width(self, loops, body) -> int | None:
         """Elements per 16-byte vector when every thread can take whole vectors: the body is
         plain stores of loads and arithmetic (no call, cast or branch) to global or shared
-        buffers of one 32-bit type, each indexed by the innermost loop variable with unit
-        stride in its contiguous last dimension at a 16-byte aligned start, and the
+        buffers of one type of ``VECTOR_TYPES``, each indexed by the innermost loop variable
+        with unit stride in its contiguous last dimension at a 16-byte aligned start, and the
         constant iteration space splits evenly into vectors for all threads."""
         stmts = list(body.seq) if isinstance(body, tirx.SeqStmt) else [body]
         if not all(isinstance(st, tirx.BufferStore) for st in stmts):
@@ -277,12 +277,12 @@ class Distribute(StmtMutator):
                 (tvm.ir.Call, calls.append), (tirx.Cast, calls.append)])
         if calls:
             return None
-        # 32-bit elements only: TVM's vector code for 16-bit types mixed with float32
-        # arithmetic (8 lanes through ulonglong4) does not compile
+        # one type of VECTOR_TYPES (no cast: TVM's vector code for 16-bit types mixed with
+        # float32 arithmetic, 8 lanes through ulonglong4, does not compile)
         dtypes = {str(buf.dtype) for buf, _ in accesses}
-        if len(dtypes) != 1 or next(iter(dtypes)) not in ("float32", "int32"):
+        if len(dtypes) != 1 or next(iter(dtypes)) not in VECTOR_TYPES:
             return None
-        vec = VECTOR_BYTES // 4
+        vec = VECTOR_BYTES * 8 // tvm.runtime.DataType(next(iter(dtypes))).bits
         inner = int(extents[-1].value)
         if inner % vec or total % (vec * self.threads):
             return None
@@ -327,6 +327,9 @@ class Distribute(StmtMutator):
 
 
 VECTOR_BYTES = 16
+# the element types whose elementwise nests take 16-byte vectors: 4 lanes of 32 bits (float4,
+# int4) or 8 of 16 (uint4 read as half2 / nv_bfloat162 pairs)
+VECTOR_TYPES = ("float32", "int32", "float16", "bfloat16")
 
 
 def _row_registers(body, s):
