@@ -12,7 +12,7 @@ import tvm_ffi
 from tvm import tirx
 
 from .. import intrinsics, layout
-from .ir import substitute
+from .ir import pure_call, substitute
 
 SHARED_MEMORIES = ("shared", "shared.dyn", "local.fragment")  # fragments not in registers
 
@@ -367,10 +367,6 @@ def tma_only(body) -> set:
     return {b for b in loaded if not any(b.same_as(o) for o in other)}
 
 
-# TVM's CallEffectKind of operators that neither read nor write state: kExprAnnotation, kPure
-_PURE_EFFECTS = (0, 1)
-
-
 def registers_only(stmt) -> bool:
     """Whether ``stmt`` writes nothing but thread-local storage and orders nothing with other
     threads or the async proxy: every store goes to thread-local storage, every call is a TVM
@@ -398,8 +394,7 @@ def registers_only(stmt) -> bool:
                     not layout.is_thread_local(target.source):
                 bad.append(c)
             return
-        kind = c.op.get_attr("TCallEffectKind")
-        if kind is None or int(kind) not in _PURE_EFFECTS:
+        if not pure_call(c):
             bad.append(c)
 
     def store(s):

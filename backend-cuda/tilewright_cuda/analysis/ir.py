@@ -136,6 +136,17 @@ def seq(stmts: list):
     return stmts[0] if len(stmts) == 1 else tirx.SeqStmt(stmts)
 
 
+# TVM's CallEffectKind of operators that neither read nor write state: kExprAnnotation, kPure
+PURE_EFFECTS = (0, 1)
+
+
+def pure_call(call) -> bool:
+    """Whether ``call`` is a TVM operator that neither reads nor writes state (math, casts'
+    helpers): not an external function, an intrinsic with effects or one of unknown effect."""
+    kind = call.op.get_attr("TCallEffectKind") if isinstance(call.op, tvm.ir.Op) else None
+    return kind is not None and int(kind) in PURE_EFFECTS
+
+
 def uses(node, var) -> bool:
     found = []
     tvm_ffi.structural_walk(node, (tirx.Var, lambda v: found.append(v) if v.same_as(var)

@@ -32,8 +32,7 @@ from tvm import tirx
 
 from .. import intrinsics, layout
 from .accesses import block_visible, shared
-
-_PURE_EFFECTS = (0, 1)  # TVM's CallEffectKind: kExprAnnotation, kPure
+from .ir import pure_call
 
 
 class Ticket:
@@ -135,8 +134,7 @@ class _Walk:
         bad = []
 
         def call(c):
-            kind = c.op.get_attr("TCallEffectKind") if isinstance(c.op, tvm.ir.Op) else None
-            if kind is None or int(kind) not in _PURE_EFFECTS:
+            if not pure_call(c):
                 bad.append(c)
 
         tvm_ffi.structural_walk(e, [

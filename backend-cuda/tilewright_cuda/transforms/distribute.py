@@ -21,6 +21,7 @@ from ..analysis.ir import (
     find_thread,
     is_parallel,
     map_roles,
+    pure_call,
     row_step,
     substitute,
     unit_inner,
@@ -195,6 +196,8 @@ class Distribute(StmtMutator):
         if found is not None:
             return self._dequantised(loops, found)
         vector = self._vectorized(loops, body)
+        if vector is None:
+            vector = self._staged(loops, body)
         if vector is not None:
             return vector
         extents = [loop.extent for loop in loops]
@@ -259,16 +262,10 @@ class Distribute(StmtMutator):
         buffers of one type of ``VECTOR_TYPES``, each indexed by the innermost loop variable
         with unit stride in its contiguous last dimension at a 16-byte aligned start, and the
         constant iteration space splits evenly into vectors for all threads."""
-        stmts = list(body.seq) if isinstance(body, tirx.SeqStmt) else [body]
-        if not all(isinstance(st, tirx.BufferStore) for st in stmts):
+        stmts = _stores(body)
+        total = _constant_space(loops)
+        if stmts is None or total is None:
             return None
-        extents = [loop.extent for loop in loops]
-        if not all(isinstance(e, tirx.IntImm) for e in extents) or \
-                not all(_is_zero(loop.min) for loop in loops):
-            return None
-        total = 1
-        for e in extents:
-            total *= int(e.value)
         accesses, calls = [], []
         for st in stmts:
             accesses.append((st.buffer, list(st.indices)))
@@ -283,23 +280,47 @@ class Distribute(StmtMutator):
         if len(dtypes) != 1 or next(iter(dtypes)) not in VECTOR_TYPES:
             return None
         vec = VECTOR_BYTES * 8 // tvm.runtime.DataType(next(iter(dtypes))).bits
-        inner = int(extents[-1].value)
-        if inner % vec or total % (vec * self.threads):
+        if not self._splits(loops, total, vec):
             return None
         j = loops[-1].loop_var
-        q = tirx.Var("q", "int32")
-        for buf, indices in accesses:
-            if str(buf.scope()) not in ("global", "shared", "shared.dyn") or not indices or \
-                    any(uses(i, j) for i in indices[:-1]):
-                return None
-            offset = self.analyzer.simplify(indices[-1] - j)
-            if uses(offset, j) or not self.analyzer.can_prove(
-                    tirx.floormod(substitute(offset, {j: q * vec}), vec) == 0):
-                return None
-            if not unit_inner(buf) or len(buf.shape) > 1 and not self.analyzer.can_prove(
-                    tirx.floormod(row_step(buf), vec) == 0):
-                return None
+        if not all(self._aligned(buf, indices, j, vec) for buf, indices in accesses):
+            return None
         return vec
+
+    def _splits(self, loops, total: int, vec: int) -> bool:
+        """Whether rows of the nest split into vectors of ``vec`` and the space into whole
+        vectors for every thread."""
+        return int(loops[-1].extent.value) % vec == 0 and total % (vec * self.threads) == 0
+
+    def _aligned(self, buf, indices, j, vec: int) -> bool:
+        """Whether the access ``buf[indices]`` reads or writes ``vec`` adjacent elements at
+        an aligned start for each vector of the innermost loop variable ``j``: global or
+        shared memory, ``j`` in the last index only, plus an offset that is a multiple of
+        ``vec``, rows a multiple of ``vec`` apart."""
+        q = tirx.Var("q", "int32")
+        if str(buf.scope()) not in ("global", "shared", "shared.dyn") or not indices or \
+                any(uses(i, j) for i in indices[:-1]):
+            return False
+        offset = self.analyzer.simplify(indices[-1] - j)
+        if uses(offset, j) or not self.analyzer.can_prove(
+                tirx.floormod(substitute(offset, {j: q * vec}), vec) == 0):
+            return False
+        return unit_inner(buf) and (len(buf.shape) == 1 or self.analyzer.can_prove(
+            tirx.floormod(row_step(buf), vec) == 0))
+
+    def _lanes(self, loops, vec: int, it, v) -> dict:
+        """Loop variable -> its value at lane ``v`` of thread ``tx``'s vector ``it`` (vectors
+        ``tx, tx + threads, ...`` of the fused space)."""
+        base = (it * self.threads + self.tx) * vec  # the vector's first element, flat
+        mapping, stride = {}, 1
+        for loop in reversed(loops):
+            extent = int(loop.extent.value)
+            value = base if stride == 1 else tirx.floordiv(base, stride)
+            if loop is not loops[0]:
+                value = tirx.floormod(value, extent)
+            mapping[loop.loop_var] = value + v if stride == 1 else value
+            stride *= extent
+        return mapping
 
     def _vectorized(self, loops, body):
         """Thread ``t`` takes the 16-byte vectors ``t, t + threads, ...`` of the fused space:
@@ -308,28 +329,132 @@ class Distribute(StmtMutator):
         vec = self._vector_width(loops, body)
         if vec is None:
             return None
-        extents = [int(loop.extent.value) for loop in loops]
-        total = 1
-        for e in extents:
-            total *= e
+        total = _constant_space(loops)
         it, v = tirx.Var("it", "int32"), tirx.Var("v", "int32")
-        base = (it * self.threads + self.tx) * vec  # the vector's first element, flat
-        mapping, stride = {}, 1
-        for loop, extent in reversed(list(zip(loops, extents))):
-            value = base if stride == 1 else tirx.floordiv(base, stride)
-            if loop is not loops[0]:
-                value = tirx.floormod(value, extent)
-            mapping[loop.loop_var] = value + v if stride == 1 else value
-            stride *= extent
-        inner = tirx.For(v, 0, vec, tirx.ForKind.VECTORIZED, substitute(body, mapping))
+        inner = tirx.For(v, 0, vec, tirx.ForKind.VECTORIZED,
+                         substitute(body, self._lanes(loops, vec, it, v)))
         return tirx.For(it, 0, total // (vec * self.threads), tirx.ForKind.SERIAL, inner,
                         annotations={keys.SPREAD: 1}, span=loops[0].span)
+
+    def _staged(self, loops, body):
+        """A nest whose values convert or call math (``B[i, j] = T.exp(T.Cast("float32",
+        A[i, j]))``), or mix element types, with every store and every load that moves with
+        the innermost loop variable vectorisable (``_aligned``): each thread takes vectors of
+        ``16 / widest element bytes`` iterations; for each store in order, the loads that
+        move with ``j`` are copied into registers by vector loads, the values computed lane
+        by lane (unrolled), and stored by one vector store. Loads that do not move with
+        ``j`` stay in the lane's expression. None when the nest has a branch (a conditional
+        load must not be hoisted), a call with an effect, or an access that cannot be a
+        vector."""
+        stmts = _stores(body)
+        total = _constant_space(loops)
+        if stmts is None or total is None:
+            return None
+        j = loops[-1].loop_var
+        moving, widest = [], 0
+        for st in stmts:
+            if not _lane_safe(st.value):
+                return None
+            loads = _distinct([e for e in _loads(st.value) if uses(e, j)])
+            moving.append(loads)
+            for buf in [st.buffer, *(e.source for e in loads)]:
+                if str(buf.dtype) not in STAGED_TYPES:
+                    return None
+                widest = max(widest, tvm.runtime.DataType(str(buf.dtype)).bits // 8)
+        vec = VECTOR_BYTES // widest
+        if not self._splits(loops, total, vec):
+            return None
+        for st, loads in zip(stmts, moving, strict=True):
+            if not all(self._aligned(acc, list(acc_indices), j, vec) for acc, acc_indices in
+                       [(st.buffer, st.indices), *((e.source, e.indices) for e in loads)]):
+                return None
+        it = tirx.Var("it", "int32")
+        seq = []
+        for n, (st, loads) in enumerate(zip(stmts, moving, strict=True)):
+            registers = []
+            for k, load in enumerate(loads):
+                reg = tirx.decl_buffer((vec,), load.source.dtype, f"{load.source.name}_v{n}{k}",
+                                       scope="local")
+                v = tirx.Var("v", "int32")
+                seq += [tirx.AllocBuffer(reg), tirx.For(
+                    v, 0, vec, tirx.ForKind.VECTORIZED,
+                    tirx.BufferStore(reg, substitute(load, self._lanes(loops, vec, it, v)),
+                                     [v]))]
+                registers.append(reg)
+            out = tirx.decl_buffer((vec,), st.buffer.dtype, f"{st.buffer.name}_v{n}",
+                                   scope="local")
+            v = tirx.Var("v", "int32")
+            value = _replace_loads(st.value, loads, [tirx.BufferLoad(r, [v]) for r in registers])
+            seq += [tirx.AllocBuffer(out), tirx.For(
+                v, 0, vec, tirx.ForKind.UNROLLED,
+                tirx.BufferStore(out, substitute(value, self._lanes(loops, vec, it, v)), [v]))]
+            v = tirx.Var("v", "int32")
+            lanes = self._lanes(loops, vec, it, v)
+            seq.append(tirx.For(v, 0, vec, tirx.ForKind.VECTORIZED, tirx.BufferStore(
+                st.buffer, tirx.BufferLoad(out, [v]), [substitute(i, lanes) for i in st.indices])))
+        return tirx.For(it, 0, total // (vec * self.threads), tirx.ForKind.SERIAL,
+                        tirx.SeqStmt(seq), annotations={keys.SPREAD: 1}, span=loops[0].span)
 
 
 VECTOR_BYTES = 16
 # the element types whose elementwise nests take 16-byte vectors: 4 lanes of 32 bits (float4,
 # int4) or 8 of 16 (uint4 read as half2 / nv_bfloat162 pairs)
 VECTOR_TYPES = ("float32", "int32", "float16", "bfloat16")
+# the element types a staged nest (Distribute._staged) moves by vectors: lanes of 8, 16 or 32
+# bits in 4, 8 or 16 bytes (TVM's CUDA vector types: char4 / int2 / int4, half4 / uint4,
+# float2 / float4 ...)
+STAGED_TYPES = ("float32", "int32", "uint32", "float16", "bfloat16", "int8", "uint8")
+
+
+def _stores(body) -> list | None:
+    """The statements of a nest body that is only buffer stores, else None."""
+    stmts = list(body.seq) if isinstance(body, tirx.SeqStmt) else [body]
+    return stmts if all(isinstance(st, tirx.BufferStore) for st in stmts) else None
+
+
+def _constant_space(loops) -> int | None:
+    """The size of a nest's iteration space when its loops start at 0 with constant extents."""
+    if not all(isinstance(loop.extent, tirx.IntImm) and _is_zero(loop.min) for loop in loops):
+        return None
+    return math.prod(int(loop.extent.value) for loop in loops)
+
+
+def _loads(expr) -> list:
+    found = []
+    tvm_ffi.structural_walk(expr, (tvm.ir.TensorLoad, found.append))
+    return found
+
+
+def _distinct(loads) -> list:
+    out = []
+    for load in loads:
+        if not any(tvm_ffi.structural_equal(load, o) for o in out):
+            out.append(load)
+    return out
+
+
+def _replace_loads(expr, loads, values):
+    def visit(e):
+        for load, value in zip(loads, values, strict=True):
+            if tvm_ffi.structural_equal(e, load):
+                return value
+        return e
+
+    return tvm_ffi.structural_map(expr, (tvm.ir.TensorLoad, visit))
+
+
+def _lane_safe(expr) -> bool:
+    """Whether every load in ``expr`` runs whenever it is evaluated (no ``Select`` or
+    ``if_then_else``, whose unchosen side C does not evaluate) and its calls are pure math
+    (no atomic or external function), so that its loads may be made before it, by vector."""
+    bad = []
+
+    def call(c):
+        if not pure_call(c) or c.op.name == "tirx.if_then_else":
+            bad.append(c)
+
+    tvm_ffi.structural_walk(expr, [(tvm.ir.Call, call), (tirx.Select, bad.append)])
+    return not bad
 
 
 def _row_registers(body, s):
