@@ -7,9 +7,7 @@ from pathlib import Path
 
 import hostemu
 import pytest
-import sass
 import tilewright
-import tilewright_cuda.language as T
 import torch
 from tilewright.utils.sparse import compress, randn_semi_sparse
 
@@ -240,28 +238,6 @@ def test_bundled_add_config_is_vectorised_and_matches_torch(tmp_path, dtype, vec
     text = _emulate(kernels.add.fn(M, N, dtype, **kernels.ADD), tmp_path, a, b, c)
     assert f"*({vector}*)(C_ptr + " in text
     torch.testing.assert_close(c, a + b, rtol=0, atol=0)
-
-
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
-def test_16_bit_elementwise_arithmetic_is_128_bit_accesses_in_sass(dtype, arch):
-    """Sums, products, differences and negations of one 16-bit type: LDG.E.128 / STG.E.128
-    and packed half2 / bfloat162 arithmetic, no 16-bit access (the generated vector code
-    compiles with NVRTC for both architectures)."""
-    M, N = 16, 1024
-
-    @T.prim_func
-    def axpy(A: T.Tensor((M, N), dtype), B: T.Tensor((M, N), dtype),
-             C: T.Tensor((M, N), dtype)):
-        with T.Kernel(N // 512, M // 8, threads=128) as (bx, by):
-            for i, j in T.Parallel(8, 512):
-                a = A[by * 8 + i, bx * 512 + j]
-                C[by * 8 + i, bx * 512 + j] = a * B[by * 8 + i, bx * 512 + j] * 2 - (-a)
-
-    kernel = tilewright.compile(axpy, target=f"cuda -arch={arch}")
-    ops = [op for _, op, _ in sass.instructions(sass.dump(kernel.executable.cubin))]
-    loads = [op for op in ops if op.startswith(("LDG", "STG"))]
-    assert loads and all(".128" in op for op in loads), loads
 
 
 @pytest.mark.emulator

@@ -404,6 +404,7 @@ VECTOR_TYPES = ("float32", "int32", "float16", "bfloat16")
 # bits in 4, 8 or 16 bytes (TVM's CUDA vector types: char4 / int2 / int4, half4 / uint4,
 # float2 / float4 ...)
 STAGED_TYPES = ("float32", "int32", "uint32", "float16", "bfloat16", "int8", "uint8")
+_IF_THEN_ELSE = tvm.ir.Op.get("prim.if_then_else")  # pure, but evaluates one side only
 
 
 def _stores(body) -> list | None:
@@ -450,7 +451,7 @@ def _lane_safe(expr) -> bool:
     bad = []
 
     def call(c):
-        if not pure_call(c) or c.op.name == "tirx.if_then_else":
+        if not pure_call(c) or c.op.same_as(_IF_THEN_ELSE):
             bad.append(c)
 
     tvm_ffi.structural_walk(expr, [(tvm.ir.Call, call), (tirx.Select, bad.append)])

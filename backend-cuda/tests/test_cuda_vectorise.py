@@ -1,0 +1,136 @@
+"""Elementwise ``T.Parallel`` nests move their elements by 16-byte vectors
+(transforms/distribute.py): a nest of one element type of plain arithmetic as TVM's vector
+code (float4, or uint4 read as half2 / bfloat162 pairs), and a nest that converts, calls math
+or mixes types through registers (``Distribute._staged``): its moving loads by vectors, the
+values lane by lane, one vector store. Checked in the host emulation against torch and in the
+SASS of NVRTC's build for sm_80 and sm_90a (128- or 64-bit global accesses, no local memory);
+nests whose loads are conditional or whose calls have effects keep their element accesses."""
+
+import collections
+
+import hostemu
+import pytest
+import sass
+import tilewright
+import tilewright_cuda.language as T
+import torch
+
+M, N, BLOCK_M, BLOCK_N = 16, 1024, 8, 512
+
+
+def elementwise(din, dout, body, threads=128):
+    """C = body(A, row scale S) over [M, N] in blocks of 8 x 512."""
+    @T.prim_func
+    def kernel(A: T.Tensor((M, N), din), S: T.Tensor((M,), "float32"),
+               C: T.Tensor((M, N), dout)):
+        with T.Kernel(N // BLOCK_N, M // BLOCK_M, threads=threads) as (bx, by):
+            for i, j in T.Parallel(BLOCK_M, BLOCK_N):
+                r, c = by * BLOCK_M + i, bx * BLOCK_N + j
+                C[r, c] = body(A[r, c], S[r], dout)
+
+    return kernel
+
+
+def _f32(x):
+    return T.Cast("float32", x)
+
+
+BODIES = {
+    # name: (kernel body, torch reference on float32 values)
+    "silu": (lambda a, s, d: T.Cast(d, _f32(a) / (1 + T.exp(-_f32(a)))),
+             lambda a, s: a / (1 + torch.exp(-a))),
+    "row_scale": (lambda a, s, d: T.Cast(d, _f32(a) * s), lambda a, s: a * s[:, None]),
+    "relu": (lambda a, s, d: T.Cast(d, T.max(_f32(a), 0.0)), lambda a, s: a.clamp(min=0)),
+}
+TYPES = [("float16", "float16", "uint4"), ("bfloat16", "bfloat16", "uint4"),
+         ("float16", "float32", "float4"), ("float32", "bfloat16", "nv_bfloat164"),
+         ("int8", "float32", "float4"), ("float32", "float32", "float4")]
+
+
+def _inputs(din, dout):
+    gen = torch.Generator().manual_seed(0)
+    a = (torch.randn(M, N, generator=gen) * 3).to(getattr(torch, din))
+    s = torch.rand(M, generator=gen)
+    c = torch.full((M, N), float("nan")).to(getattr(torch, dout))
+    return a, s, c
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize("body", BODIES)
+@pytest.mark.parametrize(("din", "dout", "vector"), TYPES)
+def test_converting_nests_move_vectors_and_match_torch(tmp_path, body, din, dout, vector):
+    make, reference = BODIES[body]
+    a, s, c = _inputs(din, dout)
+    lowered = tilewright.lower(elementwise(din, dout, make), "cuda -arch=sm_90a")
+    assert f"*({vector}*)(C_ptr + " in lowered.source.text
+    hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, a, s, c)
+    want = reference(a.float(), s).to(c.dtype)
+    # one rounding of float32 math: expf's last bit may differ from torch's
+    torch.testing.assert_close(c.float(), want.float(), rtol=1e-6, atol=1e-6)
+
+
+def _global_accesses(func, arch):
+    kernel = tilewright.compile(func, target=f"cuda -arch={arch}")
+    ops = [op for _, op, _ in sass.instructions(sass.dump(kernel.executable.cubin))]
+    return collections.Counter(op.split(".CONSTANT")[0] for op in ops
+                               if op.startswith(("LDG", "STG", "LDL", "STL")))
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+@pytest.mark.parametrize(("din", "dout", "loads", "stores"), [
+    ("float16", "float16", "LDG.E.128", "STG.E.128"),   # 8 lanes
+    ("bfloat16", "bfloat16", "LDG.E.128", "STG.E.128"),
+    ("float16", "float32", "LDG.E.64", "STG.E.128"),    # 4 lanes: 8 bytes in, 16 out
+    ("int8", "float32", "LDG.E", "STG.E.128")])         # 4 lanes: 4 bytes in
+def test_converting_nests_are_vector_accesses_in_sass(arch, din, dout, loads, stores):
+    """Before: one 8- or 16-bit load and one store an element (LDG.E.U16 / STG.E.U16); the
+    registers the lanes pass through stay registers (no LDL / STL)."""
+    found = _global_accesses(elementwise(din, dout, BODIES["silu"][0]), arch)
+    assert set(found) == {loads, stores}, found
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_16_bit_arithmetic_nests_are_128_bit_accesses_in_sass(dtype, arch):
+    """Sums, products, differences and negations of one 16-bit type: TVM's vector code
+    (before, one 16-bit access an element)."""
+    found = _global_accesses(elementwise(
+        dtype, dtype, lambda a, s, d: a * a * 2 - (-a)), arch)
+    assert set(found) == {"LDG.E.128", "STG.E.128"}, found
+
+
+@pytest.mark.emulator
+def test_a_conditional_load_is_not_hoisted(tmp_path):
+    """``T.if_then_else(c, A[...], 0)`` reads A only where c holds (here: never past the
+    columns it covers); its nest keeps element accesses, so no vector load reads the rest."""
+    a, s, c = _inputs("float16", "float32")
+    func = elementwise("float16", "float32", lambda a, s, d: T.if_then_else(
+        s > 0.5, T.Cast(d, a), T.Cast(d, 0)))
+    lowered = tilewright.lower(func, "cuda -arch=sm_90a")
+    assert "*(half4*)(A_ptr" not in lowered.source.text
+    hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, a, s, c)
+    want = torch.where(s[:, None] > 0.5, a.float(), torch.zeros(()))
+    torch.testing.assert_close(c, want)
+
+
+@pytest.mark.emulator
+def test_a_nest_reading_what_it_wrote_sees_its_store(tmp_path):
+    """Two stores in one nest, the second reading the first's element: each store's loads
+    are made after the stores before it."""
+    @T.prim_func
+    def kernel(A: T.Tensor((M, N), "float16"), B: T.Tensor((M, N), "float32"),
+               C: T.Tensor((M, N), "float16")):
+        with T.Kernel(N // BLOCK_N, M // BLOCK_M, threads=128) as (bx, by):
+            for i, j in T.Parallel(BLOCK_M, BLOCK_N):
+                r, c = by * BLOCK_M + i, bx * BLOCK_N + j
+                B[r, c] = T.Cast("float32", A[r, c]) * 2
+                C[r, c] = T.Cast("float16", B[r, c] + 1)
+
+    a, _, _ = _inputs("float16", "float16")
+    b = torch.full((M, N), float("nan"))
+    c = torch.full((M, N), float("nan")).half()
+    lowered = tilewright.lower(kernel, "cuda -arch=sm_90a")
+    assert "*(float4*)(B_ptr + " in lowered.source.text
+    hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, a, b, c)
+    torch.testing.assert_close(b, a.float() * 2)
+    torch.testing.assert_close(c, (a.float() * 2 + 1).half())
