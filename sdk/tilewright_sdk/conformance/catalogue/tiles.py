@@ -127,6 +127,31 @@ def _elementwise(dtype, M, N, bm=16, bn=16):
     return elementwise
 
 
+def _elementwise_vectors(dtype, M, N, bm=8, bn=256):
+    """Whole 8 x 256 tiles, 16 elements a thread: the nests a backend may move by vectors
+    (CUDA: 16-byte accesses): arithmetic in the dtype; float32 arithmetic on converted
+    elements and a row's scale (a load that does not move along the row) into float32 and
+    back into the dtype."""
+    @T.prim_func
+    def elementwise_vectors(A: T.Tensor((M, N), dtype), B: T.Tensor((M, N), dtype),
+                            S: T.Tensor((M,), "float32"), C: T.Tensor((M, N), dtype),
+                            D: T.Tensor((M, N), "float32"), E: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=128) as (bx, by):
+            for i, j in T.Parallel(bm, bn):
+                r, c = by * bm + i, bx * bn + j
+                C[r, c] = A[r, c] * 2.0 + B[r, c]
+            for i, j in T.Parallel(bm, bn):
+                r, c = by * bm + i, bx * bn + j
+                D[r, c] = T.Cast("float32", A[r, c]) * S[r] + T.Cast("float32", B[r, c])
+                E[r, c] = T.Cast(dtype, T.max(T.Cast("float32", A[r, c]), 0.0) * S[r])
+
+    return elementwise_vectors
+
+
+def _elementwise_vectors_ref(a, b, s):
+    return [a * 2.0 + b, a * s[:, None] + b, a.clamp(min=0) * s[:, None]]
+
+
 def _broadcast(dtype, M, N, bm=16, bn=16):
     @T.prim_func
     def broadcast(A: T.Tensor((M, N), dtype), R: T.Tensor((M, N), dtype),
@@ -443,6 +468,13 @@ ROWS = (
            lambda torch, gen, dtype, M, N: [rand(torch, gen, (M, N), dtype),
                                              rand(torch, gen, (M, N), dtype)],
            lambda a, b: [a * 2.0 + b], MN, doc="T.Parallel with a bounds guard"),
+    Kernel("elementwise_vectors", (*BASE, "Parallel", "Cast", "max"), (), _elementwise_vectors,
+           lambda torch, gen, dtype, M, N: [rand(torch, gen, (M, N), dtype),
+                                             rand(torch, gen, (M, N), dtype),
+                                             rand(torch, gen, (M,), "float32")],
+           _elementwise_vectors_ref, {"full": {"M": 16, "N": 512}}, out_idx=(3, 4, 5),
+           doc="elementwise nests over whole tiles, with conversions and a row's scale: the "
+               "shapes a backend moves by vectors (CUDA's 16-byte accesses)"),
     Kernel("broadcast", (*BASE, "alloc_fragment", "alloc_buffer", "copy", "Parallel"), ("copy",),
            _broadcast,
            two_d, _broadcast_ref, MN, out_idx=(1, 2), dtypes=(*FLOATS, *INTEGERS),
