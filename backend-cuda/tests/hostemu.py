@@ -17,7 +17,8 @@ so do all the blocks of a cooperative kernel (``T.sync_grid``, up to 8 along x).
 the generated code computes (indexing, guards, barriers, reductions); it says nothing about
 speed. float16 and bfloat16 use the host side of cuda_fp16.h and cuda_bf16.h; mma.sync and
 ldmatrix are emulated per warp from the PTX fragment layouts (through memory between two
-barriers of the warp), cp.async as a synchronous copy with zero fill. A block may have up to
+barriers of the warp); a cp.async copy (zero-filled past its source bytes) lands when a wait
+retires its group (or an mbarrier arrival tracks it), so a read before the wait sees poison. A block may have up to
 three dimensions (a ``T.CUDASourceCodeKernel``'s); the warp-level helpers number its threads by
 ``threadIdx.x`` alone, as in the one-dimensional blocks of generated kernels. The shim is a
 header precompiled once per process (its parse is most of a small kernel's build); each
@@ -71,9 +72,47 @@ constexpr int TW_MAX_CLUSTER = 8;
 // thread waits (a barrier, an mbarrier's phase): between two waits a thread runs alone, so
 // the emulation is deterministic and costs no more than its arithmetic. Every wait is a loop
 // `while (!ready) tw_wait_turn();` that hands over to the next thread in round robin.
-struct tw_fiber { ucontext_t context; tw_dim3 thread, block; unsigned rank; bool done; };
+// a cp.async chunk in flight: its bytes (read at issue), written into dst when its group
+// completes
+struct tw_chunk { void* dst; int bytes; unsigned char data[16]; };
+struct tw_fiber {
+  ucontext_t context; tw_dim3 thread, block; unsigned rank; bool done;
+  std::vector<tw_chunk> open;                 // issued since the last commit
+  std::vector<std::vector<tw_chunk>> groups;  // committed, oldest first
+};
 tw_fiber* tw_fibers;
 int tw_fiber_count, tw_fiber_now, tw_fibers_left;
+// PTX ISA, cp.async: the copies of a thread land in shared memory only when a
+// cp.async.wait_group leaves their group no longer pending (or a cp.async.mbarrier.arrive
+// tracks them); until then a read of the destination sees what was there (the pool's
+// poison), so a read before its wait shows in the results
+inline void tw_emu_cp_async(void* dst, const void* src, int src_bytes, int bytes) {
+  tw_chunk c{dst, bytes, {}};
+  std::memcpy(c.data, src, src_bytes);
+  std::memset(c.data + src_bytes, 0, bytes - src_bytes);
+  tw_fibers[tw_fiber_now].open.push_back(c);
+}
+inline void tw_emu_cp_land(const std::vector<tw_chunk>& chunks) {
+  for (const tw_chunk& c : chunks) std::memcpy(c.dst, c.data, c.bytes);
+}
+inline void tw_emu_cp_commit() {
+  tw_fiber& f = tw_fibers[tw_fiber_now];
+  f.groups.push_back(std::move(f.open));
+  f.open.clear();
+}
+inline void tw_emu_cp_wait(int pending) {  // cp.async.wait_group pending
+  tw_fiber& f = tw_fibers[tw_fiber_now];
+  while ((int)f.groups.size() > pending) {
+    tw_emu_cp_land(f.groups.front());
+    f.groups.erase(f.groups.begin());
+  }
+}
+inline void tw_emu_cp_land_all() {  // every copy the thread issued, committed or not
+  tw_emu_cp_wait(0);
+  tw_fiber& f = tw_fibers[tw_fiber_now];
+  tw_emu_cp_land(f.open);
+  f.open.clear();
+}
 long long tw_idle_turns;  // turns in a row in which no thread could go on: 2 rounds, deadlock
 ucontext_t tw_launcher_context;
 // the running thread's coordinates and block (set at every switch)
@@ -506,6 +545,8 @@ inline int tw_run_grid(int gx, int gy, int gz, int bx, int by, int bz, int clust
       f.rank = i / threads;
       f.block = {(unsigned)x0 + f.rank, (unsigned)y, (unsigned)z};
       f.done = false;
+      f.open.clear();
+      f.groups.clear();
       getcontext(&f.context);
       f.context.uc_stack.ss_sp = stacks + i * each + TW_PAGE;
       f.context.uc_stack.ss_size = TW_FIBER_STACK;

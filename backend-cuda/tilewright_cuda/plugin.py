@@ -28,6 +28,7 @@ from .timers import TIMERS
 from .transforms import (
     block_code,
     coded_floats,
+    cp_async_wait,
     dialect,
     distribute,
     finish,
@@ -100,9 +101,11 @@ PIPELINE = PassPipeline((
     Phase("distribute", lambda ctx: [distribute.distribute_roles(), distribute.distribute()],
           "T.Parallel iterations are spread over the block's threads"),
     Phase("insert_sync", lambda ctx: [sync.drop_redundant_fences(), sync.insert_sync(),
+                                      cp_async_wait.defer_cp_async_waits(),
                                       wgmma_wait.defer_wgmma_waits()],
-          "__syncthreads() where shared-memory dependencies cross threads; each wgmma's "
-          "wait_group moved down to the first statement that needs its group retired"),
+          "__syncthreads() where shared-memory dependencies cross threads; each copy's "
+          "cp.async wait and each wgmma's wait_group moved down to the first statement that "
+          "needs its data"),
     Phase("place_memory", lambda ctx: [memory.role_registers(),
                                        memory.place_memory(options.of(ctx)), finish.finish(),
                                        carry_stages(), memory.strip_annotations()],

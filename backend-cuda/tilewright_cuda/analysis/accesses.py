@@ -403,3 +403,19 @@ def registers_only(stmt) -> bool:
 
     tvm_ffi.structural_walk(stmt, [(tvm.ir.Call, call), (tirx.BufferStore, store)])
     return not bad
+
+
+def only_cp_async(stmt) -> bool:
+    """Whether ``stmt`` (a lone copy's nest, rules/copy) does nothing but issue cp.async."""
+    names, stores = [], []
+    tvm_ffi.structural_walk(stmt, [(tirx.Evaluate, lambda e: names.append(
+        intrinsics.extern_name(e))), (tirx.BufferStore, stores.append)])
+    return bool(names) and not stores and set(names) == {"tw_cp_async16"}
+
+
+def cp_async_destinations(stmt) -> list:
+    """The shared buffers the cp.async copies in ``stmt`` write."""
+    found = []
+    tvm_ffi.structural_walk(stmt, (tvm.ir.Call, lambda c: found.append(
+        c.args[1].args[0].source) if intrinsics.extern_name(c) == "tw_cp_async16" else None))
+    return found

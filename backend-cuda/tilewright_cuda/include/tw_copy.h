@@ -23,8 +23,7 @@ inline void tw_check_chunk(const void* dst, const void* src, const char* what) {
 __device__ __forceinline__ void tw_cp_async16(void* dst, const void* src, int src_bytes) {
 #if defined(TW_HOST_EMULATION)
   tw_check_chunk(dst, src, "cp.async");
-  std::memcpy(dst, src, src_bytes);
-  std::memset(static_cast<char*>(dst) + src_bytes, 0, 16 - src_bytes);
+  tw_emu_cp_async(dst, src, src_bytes, 16);  // lands at its group's wait
 #elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(dst));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
@@ -33,14 +32,18 @@ __device__ __forceinline__ void tw_cp_async16(void* dst, const void* src, int sr
 }
 
 __device__ __forceinline__ void tw_cp_async_commit() {
-#if !defined(TW_HOST_EMULATION) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#if defined(TW_HOST_EMULATION)
+  tw_emu_cp_commit();
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   asm volatile("cp.async.commit_group;\n" ::: "memory");
 #endif
 }
 
 template <int N>
 __device__ __forceinline__ void tw_cp_async_wait() {
-#if !defined(TW_HOST_EMULATION) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#if defined(TW_HOST_EMULATION)
+  tw_emu_cp_wait(N);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory");
 #endif
 }

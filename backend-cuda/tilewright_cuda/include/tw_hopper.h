@@ -228,11 +228,15 @@ inline void tw_mbar_arrive(void* bar) {
   if (--s.pending < 0) { std::fprintf(stderr, "mbarrier: more arrivals than its count\n"); __trap(); }
   tw_mbar_complete(s);
 }
-// cp.async lands at once here; the noinc arrival is then an ordinary one
+// cp.async lands when its group's wait retires it (the shim's tw_emu_cp_*); the noinc
+// arrival lands every copy the thread issued before it, then arrives
 template <int N> inline void tw_cp_async_bytes(void* dst, const void* src) {
-  std::memcpy(dst, src, N);
+  tw_emu_cp_async(dst, src, N, N);
 }
-inline void tw_cp_async_mbar_arrive_noinc(void* bar) { tw_mbar_arrive(bar); }
+inline void tw_cp_async_mbar_arrive_noinc(void* bar) {
+  tw_emu_cp_land_all();
+  tw_mbar_arrive(bar);
+}
 inline void tw_mbar_expect_tx(void* bar, unsigned bytes) {
   tw_mbar_get(bar).tx += bytes;
 }

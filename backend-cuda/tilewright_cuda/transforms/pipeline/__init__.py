@@ -60,7 +60,7 @@ from tilewright.transform import prim_func_pass
 from tvm import tirx
 
 from ... import intrinsics, keys
-from ...analysis.accesses import loaded_tiles, producer_writes
+from ...analysis.accesses import loaded_tiles, only_cp_async, producer_writes
 from ...analysis.ir import block_loops, find_thread, nested, seq, touches, writes
 from .plan import (
     HeldRegisters,
@@ -199,14 +199,6 @@ def _pipeline_loop(loop, func_body, analyzer, tx):
     return tirx.SeqStmt([*prologue, main, *drain, intrinsics.cp_async_wait(0)]), versioned
 
 
-def _only_cp_async(stmt) -> bool:
-    """Whether ``stmt`` (a lone copy's nest, rules/copy) does nothing but issue cp.async."""
-    names, stores = [], []
-    tvm_ffi.structural_walk(stmt, [(tirx.Evaluate, lambda e: names.append(
-        intrinsics.extern_name(e))), (tirx.BufferStore, stores.append)])
-    return bool(names) and not stores and set(names) == {"tw_cp_async16"}
-
-
 def _copies_join_prologue(body, pipelined, versioned):
     """``body`` with the lone cp.async copies right before ``pipelined`` (a cp.async loop's
     replacement, its loop known to run at least once) issued into the prologue's first group:
@@ -225,7 +217,7 @@ def _copies_join_prologue(body, pipelined, versioned):
         while k is not None and k >= 3 and \
                 intrinsics.extern_name(items[k - 1][1]) == "tw_cp_async_wait<0>" and \
                 intrinsics.extern_name(items[k - 2][1]) == "tw_cp_async_commit" and \
-                _only_cp_async(items[k - 3][1]) and not touches(items[k - 3][1], versioned.old):
+                only_cp_async(items[k - 3][1]) and not touches(items[k - 3][1], versioned.old):
             dropped.update((items[k - 1][0], items[k - 2][0]))
             k -= 3
         return q if not dropped else seq([x for j, x in enumerate(q.seq) if j not in dropped])
