@@ -1,7 +1,8 @@
 """``T.annotate_safe_value`` on CUDA (host emulation): a tile copy that passes the end of a
 tensor pads with the safe value, directly or through a shared tile, and TileLang's element
 copy inside ``T.Parallel`` does too (the language tests' kernels,
-tests/language/test_copy_elements.py)."""
+tests/language/test_copy_elements.py); inside nested ``T.sblock`` scopes, the innermost
+block's value (tests/language/test_script_blocks.py)."""
 
 import sys
 from pathlib import Path
@@ -14,6 +15,7 @@ import torch
 TESTS = Path(__file__).resolve().parents[2] / "tests"
 sys.path[:0] = [str(TESTS / "language"), str(TESTS)]  # the language tests and their helpers
 from test_copy_elements import padded_copy, padded_reference, padded_tile_copy  # noqa: E402
+from test_script_blocks import BM, BN, M, N, check_lexical_scope, lexical_scope  # noqa: E402
 
 
 @pytest.mark.emulator
@@ -42,3 +44,13 @@ def test_element_copies_in_parallel_pad_with_the_safe_value(tmp_path):
     want = torch.full((PM, PN), -99.0)
     want[:M, :N] = a
     assert torch.equal(b, want)
+
+
+@pytest.mark.emulator
+def test_the_innermost_blocks_safe_value_pads_its_copies(tmp_path):
+    a = torch.arange(M * N, dtype=torch.int32).reshape(M, N)
+    out, inner = (torch.zeros(BM, BN, dtype=torch.int32) for _ in range(2))
+    lowered = tilewright.lower(lexical_scope(), "cuda -arch=sm_90a")
+    assert "-99" in lowered.source.text and "-1" in lowered.source.text
+    hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, a, out, inner)
+    check_lexical_scope(a, out, inner)

@@ -3,8 +3,9 @@ tensor, addressed with the strides it declares (constants, or ``T.dynamic`` symb
 the argument's ``stride()`` at every call), on the CPU backend and the interpreter. Element
 access, slices and ``T.copy`` read and write the argument's own memory (no copy), checked
 against torch; a wrong argument is an ``ArgumentError`` naming the parameter, what it must be
-and what it is. An ordinary ``T.Tensor`` still takes a non-contiguous argument as a
-contiguous copy (``tests/reliability/test_kernel_bounds.py``)."""
+and what it is (TileLang's ``tilelang_copy_with_stride`` among them, ``T.Var`` telling its
+symbolic stride from a number). An ordinary ``T.Tensor`` still takes a non-contiguous argument
+as a contiguous copy (``tests/reliability/test_kernel_bounds.py``)."""
 
 import json
 
@@ -54,6 +55,32 @@ def test_copies_read_and_write_the_arguments_with_their_strides(target):
     wider = torch.randn(20, 40)
     kernel(wider[:, :26], b)
     torch.testing.assert_close(b, wider[:, :26] * 2 + 40)
+
+
+def tilelang_copy_with_stride(M, N, NN, block_M, block_N, dtype=T.float16):
+    """TileLang's test_tilelang_language_copy kernel: the first N columns of an (M, NN)
+    matrix, its row stride NN a number or a T.dynamic symbol, copied element by element."""
+    @T.prim_func
+    def main(A: T.StridedTensor((M, N), (NN, 1), dtype), B: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=128) as (bx, by):
+            for i, j in T.Parallel(block_M, block_N):
+                B[by * block_M + i, bx * block_N + j] = A[by * block_M + i, bx * block_N + j]
+
+    return main
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("stride", [2048, "NN"])
+def test_tilelangs_copy_with_a_constant_or_dynamic_stride(target, stride):
+    M = N = 1024
+    NN = T.dynamic(stride) if isinstance(stride, str) else stride
+    assert isinstance(NN, T.Var) == isinstance(stride, str)
+    kernel = tilewright.compile(tilelang_copy_with_stride(M, N, NN, 128, 128), out_idx=[1],
+                                target=target)
+    if isinstance(NN, T.Var):
+        NN = N * 2
+    a = torch.randn(M, NN, dtype=torch.float16)
+    assert torch.equal(kernel(a[:, :N]), a[:, :N])
 
 
 @pytest.mark.parametrize("target", TARGETS)

@@ -255,11 +255,12 @@ def test_unroll_forms_and_copy_hints():
     want[[49, 52, 55]] = torch.tensor([201.0, 204, 207])
     want[60:] = a[60:]
     assert torch.equal(out, want)
-    with pytest.raises(KernelError, match=r"T.copy: unknown annotation speed='max'"):
+    with pytest.raises(KernelError, match=r"T.copy: prefer_instruction must be one of 'tma', "
+                                          r"'cp_async', 'sync'.*got 'fastest'"):
         @T.prim_func
         def bad(A: T.Tensor((4,), "float32"), B: T.Tensor((4,), "float32")):
             with T.Kernel(1, threads=32):
-                T.copy(A, B, annotations={"speed": "max"})
+                T.copy(A, B, annotations={"prefer_instruction": "fastest"})
 
 
 def atomic_add_from_fragment(src_dtype, N=64, threads=1):

@@ -31,6 +31,7 @@ from ..transform import (
     legalize_negative_indices,
     legalize_safe_memory,
     reraise_pass_error,
+    without_safe_value_scopes,
 )
 from ..transform.safe_memory import DISABLE_KEY as SAFE_MEMORY_DISABLE_KEY
 from ..transform.sequence import kernel_blocks
@@ -299,8 +300,8 @@ def lower(func: tirx.PrimFunc, target="auto", pass_configs=None) -> Lowered:
     check_bounds(func)
     if configs.get("tw.bounds_check"):
         func = instrument_bounds(func)
-    if not configs.get(SAFE_MEMORY_DISABLE_KEY):
-        func = legalize_safe_memory(func)
+    func = without_safe_value_scopes(func) if configs.get(SAFE_MEMORY_DISABLE_KEY) else \
+        legalize_safe_memory(func)
     _log.debug("session %d: lowering %s for %s (backend %s)", session, name, target_obj,
                backend.name)
     detach = _attach_config_tools(session, configs)

@@ -4,6 +4,9 @@ A tile op lives in the IR as ``Evaluate(Call(Op("tw.<name>"), args))``. The argu
 op's operands in schema order (a region operand is a ``tw.region`` call holding the first
 element and the extents), followed by its attributes in schema order. :func:`decode` turns
 such a statement back into a :class:`TileOpCall` view with named operands and attributes.
+The call's own ``attrs`` hold the user's annotations that no pass reads (TileLang's keys this
+language gives no meaning, ``T.copy(..., annotations={"test.copy": "sync"})``): printed with
+the program, they change no lowering.
 """
 
 from __future__ import annotations
@@ -285,8 +288,10 @@ def _decode_attr(attr: Attr, value: Any):
 
 
 def make_call(name: str, operands: dict[str, Any], attrs: dict[str, Any] | None = None,
-              span=None) -> tirx.Evaluate:
-    """Build the statement for tile op ``name``; operands are :class:`Region` or PrimExpr."""
+              span=None, annotations: dict[str, Any] | None = None) -> tirx.Evaluate:
+    """Build the statement for tile op ``name``; operands are :class:`Region` or PrimExpr.
+    ``annotations`` (values the IR holds: strings, numbers, expressions) go on the call's
+    ``attrs``, which no pass reads (see the module)."""
     schema = _REGISTRY[name]
     attrs = {**schema.attr_defaults(), **(attrs or {})}
     args = []
@@ -294,7 +299,7 @@ def make_call(name: str, operands: dict[str, Any], attrs: dict[str, Any] | None 
         value = operands[op.name]
         args.append(value.to_expr() if isinstance(value, Region) else value)
     args.extend(_encode_attr(a, attrs[a.name]) for a in schema.attrs)
-    call = tvm.ir.Call(tvm.ir.Op.get(schema.ir_name), args)
+    call = tvm.ir.Call(tvm.ir.Op.get(schema.ir_name), args, attrs=annotations or None)
     return tirx.Evaluate(call, span=span)
 
 

@@ -44,6 +44,7 @@ from .kernel import (
     SharedBuffer,
     StridedTensor,
     Tensor,
+    Var,
     alloc_buffer,
     alloc_fragment,
     alloc_global,
@@ -115,6 +116,7 @@ from .math import (
 from .pdl import pdl_sync, pdl_trigger
 from .random import rng_init, rng_rand, rng_rand_float
 from .reducer import alloc_reducer, finalize_reducer, reducer_init, reducer_update
+from .script_blocks import axis, block_attr, init, reads, sblock, sblock_attr, where, writes
 from .source_kernel import CUDASourceCodeKernel
 from .threads import WARP_REDUCE_OPS as _WARP_REDUCE_OPS
 from .threads import (
@@ -165,11 +167,12 @@ __all__ = [
     "Buffer", "CUDASourceCodeKernel", "DType", "Fragment", "FragmentBuffer", "GemmWarpPolicy",
     "Kernel", "Layout",
     "LocalBuffer", "Macro", "Parallel", "Persistent", "Pipelined", "SharedBuffer",
-    "StridedTensor", "Tensor",
+    "StridedTensor", "Tensor", "Var",
     "TileBuffer", "VarHandle", "Cast", "Ramp", "Select", "Serial", "Vectorized", "abs",
     "all_of", "any_of",
     "alloc_buffer", "alloc_fragment", "assume", "alloc_global", "alloc_local", "alloc_reducer",
-    "alloc_shared", "alloc_var", "atomic_load", "atomic_store", "attr", "comm_reducer",
+    "alloc_shared", "alloc_var", "atomic_load", "atomic_store", "attr", "axis", "block_attr",
+    "comm_reducer",
     "evaluate", "tvm_thread_allreduce",
     "annotate_layout", "annotate_min_blocks_per_sm", "annotate_safe_value", "bitwise_not",
     "c2d_im2col", "cast", "cdiv",
@@ -181,16 +184,16 @@ __all__ = [
     "finalize_reducer", "gemm", "gemm_sp", "get_block_binding", "get_block_extent",
     "get_thread_binding", "get_thread_extent",
     "if_then_else", "im2col",
-    "index_to_coordinates", "infinity", "let", "likely", "macro",
+    "index_to_coordinates", "infinity", "init", "let", "likely", "macro",
     "Ref", "func_attr", "make_tensor", "match_buffer", "max", "max_value", "min", "min_value",
     "parallel", "pdl_sync",
     "pdl_trigger", "prim_func", "print",
-    "reduce", "reducer_init", "reducer_update", "region", "rng_init", "rng_rand",
-    "rng_rand_float", "reinterpret", "reshape", "serial",
+    "reads", "reduce", "reducer_init", "reducer_update", "region", "rng_init", "rng_rand",
+    "rng_rand_float", "reinterpret", "reshape", "sblock", "sblock_attr", "serial",
     "shift_left", "shift_right", "symbolic",
     "sync_grid", "sync_threads", "thread_binding", "transpose", "truncdiv", "truncmod",
     "unpack", "unroll",
-    "use_swizzle", "vectorized", "view", *_DTYPES, *_REDUCE_OPS, *_SCAN_OPS, *_ATOMIC_OPS,
-    *_WIDE_ATOMIC_OPS, *_WARP_REDUCE_OPS, *_UNARY,
+    "use_swizzle", "vectorized", "view", "where", "writes", *_DTYPES, *_REDUCE_OPS, *_SCAN_OPS,
+    *_ATOMIC_OPS, *_WIDE_ATOMIC_OPS, *_WARP_REDUCE_OPS, *_UNARY,
     *_BINARY, *_BITWISE, *_BIT_COUNTS, *_PREDICATES, *_FAST_MATH, *_LDST,
 ]

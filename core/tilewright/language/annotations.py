@@ -17,6 +17,7 @@ from ..errors import kernel_error
 from ..ir import SAFE_VALUES_KEY
 from . import builder as B
 from .buffer import BufferSlice, TileBuffer, as_int, to_expr
+from .script_blocks import safe_value_scope
 
 
 class Layout:
@@ -96,8 +97,12 @@ def annotate_safe_value(safe_values: dict):
     """``T.annotate_safe_value({A: -1e4})``: what a load of global tensor ``A`` at an index
     outside its extent reads (0 unless annotated; the loads the compiler cannot prove inside
     are guarded on every backend, :mod:`tilewright.transform.safe_memory`). The values are
-    Python numbers, converted to the tensor's dtype."""
+    Python numbers, converted to the tensor's dtype. They apply to the whole kernel, or,
+    inside a ``with T.sblock(...)``, to that block and the blocks nested in it, where they
+    take precedence over the kernel's and the outer blocks' values for the same tensor
+    (:mod:`.script_blocks`)."""
     builder = B.require_kernel("T.annotate_safe_value")
+    scoped = safe_value_scope(builder)
     if not isinstance(safe_values, dict):
         raise kernel_error(f"T.annotate_safe_value takes a dict {{tensor: value}}, got "
                            f"{type(safe_values).__name__}")
@@ -109,7 +114,9 @@ def annotate_safe_value(safe_values: dict):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise kernel_error(f"T.annotate_safe_value: the value for {buf.name!r} must be a "
                                f"number, got {value!r}")
-        builder.kernel_annotations.setdefault(SAFE_VALUES_KEY, {})[buf.name] = float(value)
+        values = scoped if scoped is not None else \
+            builder.kernel_annotations.setdefault(SAFE_VALUES_KEY, {})
+        values[buf.name] = float(value)
 
 
 def use_swizzle(panel_size: int = 10, order: str = "row", enable: bool = True):

@@ -1060,7 +1060,7 @@ def _guarded_accesses(node, guards: tuple, stores: list, loads: list) -> None:
         expr_loads(node, guards)
     elif hasattr(node, "body") and isinstance(node.body, tirx.Stmt):
         for field in ("value", "condition"):
-            if isinstance(getattr(node, field, None), tvm.ir.PrimExpr):
+            if isinstance(getattr(node, field, None), tvm.ir.Expr):
                 expr_loads(getattr(node, field), guards)
         _guarded_accesses(node.body, guards, stores, loads)
     else:

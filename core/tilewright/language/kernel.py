@@ -343,6 +343,9 @@ def dynamic(name: str, dtype: str = "int32"):
 
 
 symbolic = dynamic
+# TVM's variable, the type of what T.dynamic returns (TileLang's T.Var: isinstance(NN, T.Var)
+# tells a shape symbol from a number); T.Var("n", "int32") makes one
+Var = tirx.Var
 
 
 def empty(*shape, dtype="float32") -> TileBuffer:

@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import difflib
 import enum
 import math
+import warnings
 
 import tvm
 import tvm_ffi
@@ -30,6 +32,7 @@ from ..ir import (
 )
 from ..ir.schema import writes_memory
 from . import builder as B
+from .annotations import Fragment
 from .buffer import (
     BufferSlice,
     TileBuffer,
@@ -51,12 +54,13 @@ class GemmWarpPolicy(enum.Enum):
     FullCol = "full_col"
 
 
-def _emit(name: str, operands: dict, attrs: dict | None = None, element_op=False) -> None:
+def _emit(name: str, operands: dict, attrs: dict | None = None, element_op=False,
+          annotations: dict | None = None) -> None:
     builder = B.require_kernel(f"T.{name}")
     if not element_op and builder.enclosing("parallel") is not None:
         raise kernel_error(f"T.{name} is a tile operation and cannot be used inside a "
                            "T.Parallel loop; call it outside the loop")
-    builder.emit(make_call(name, operands, attrs, span=B.here()))
+    builder.emit(make_call(name, operands, attrs, span=B.here(), annotations=annotations))
 
 
 def _same(a, b) -> bool:
@@ -73,21 +77,40 @@ def _shapes_match(a, b) -> bool:
     return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
 
 
-# TileLang's T.copy annotations: which instruction a CUDA backend should prefer; a hint that
-# changes no result (the CUDA backend picks TMA, cp.async or plain copies by itself)
-_COPY_HINTS = {"prefer_instruction": ("tma", "cp_async", "ldg", "stg", "auto")}
+# TileLang's T.copy annotations that have a meaning here, checked at the user's line;
+# prefer_instruction and parallel_loop_layout are hints that change no result (the backends
+# choose TMA, cp.async or plain copies, and the copy loop's layout, by themselves)
+_PREFERRED = ("tma", "cp_async", "sync", "ldg", "stg", "auto")
+_EVICTION = ("evict_normal", "evict_first", "evict_last")  # TileLang's codes 0, 1, 2
+_COPY_KEYS = ("coalesced_width", "disable_tma", "eviction_policy", "prefer_instruction",
+              "parallel_loop_layout")
 
 
 def copy(src, dst, coalesced_width=None, disable_tma=False, eviction_policy=None,
-         loop_layout=None, annotations=None):
-    """Copy a tile from ``src`` to ``dst`` (buffers, slices or a start element)."""
-    for key, value in (annotations or {}).items():
-        if key == "disable_tma":
-            disable_tma = disable_tma or bool(value)
-        elif key not in _COPY_HINTS or value not in _COPY_HINTS[key]:
-            raise kernel_error(f"T.copy: unknown annotation {key}={value!r} (known: "
-                               "disable_tma, prefer_instruction in "
-                               f"{', '.join(_COPY_HINTS['prefer_instruction'])})")
+         loop_layout=None, annotations=None, prefer_instruction=None):
+    """Copy a tile from ``src`` to ``dst`` (buffers, slices or a start element).
+
+    ``annotations`` takes TileLang's keys ``coalesced_width``, ``disable_tma``,
+    ``eviction_policy`` (a name or TileLang's code 0/1/2), ``prefer_instruction`` (``"tma"``,
+    ``"cp_async"``, ``"sync"`` ...) and ``parallel_loop_layout`` (a ``T.Fragment``), which
+    take precedence over the arguments of the same meaning and are checked as they are. Any
+    other key is kept with its value on the tile op (the call's ``attrs``, printed with the
+    program: ``T.Call("tw.copy", [...], attrs={"test.copy": "sync"})``) and changes no code,
+    as TileLang keeps it for passes of its own; a key close to a known one
+    (``disable_tmaa``) gives a RuntimeWarning naming that one, since it is probably a
+    misspelling that does nothing. An element copy inside ``T.Parallel`` is a store, which
+    keeps no annotations."""
+    if annotations is not None and not isinstance(annotations, dict):
+        raise kernel_error(f"T.copy: annotations must be a dict, got "
+                           f"{type(annotations).__name__}")
+    given = dict(annotations or {})
+    coalesced_width = _coalesced_width(given.pop("coalesced_width", coalesced_width))
+    disable_tma = _flag("disable_tma", given.pop("disable_tma", disable_tma))
+    eviction_policy = _eviction_policy(given.pop("eviction_policy", eviction_policy))
+    _choice("prefer_instruction", given.pop("prefer_instruction", prefer_instruction),
+            _PREFERRED)
+    _loop_layout(given.pop("parallel_loop_layout", loop_layout))
+    kept = _kept_annotations("T.copy", given, _COPY_KEYS)
     src_ref, dst_ref = region_of(src, "T.copy source"), region_of(dst, "T.copy destination")
     src_known = all(e is not None for e in src_ref[2])
     dst_known = all(e is not None for e in dst_ref[2])
@@ -110,8 +133,83 @@ def copy(src, dst, coalesced_width=None, disable_tma=False, eviction_policy=None
             f"{shape_str(src_r.extents)} but destination {dst_r.buffer.name!r} region has "
             f"shape {shape_str(dst_r.extents)}")
     _emit("copy", {"src": src_r, "dst": dst_r},
-          {"coalesced_width": coalesced_width or 0, "disable_tma": disable_tma,
-           "eviction_policy": eviction_policy or ""})
+          {"coalesced_width": coalesced_width, "disable_tma": disable_tma,
+           "eviction_policy": eviction_policy}, annotations=kept)
+
+
+def _flag(key: str, value) -> bool:
+    value = as_int(value)
+    if not isinstance(value, int):
+        raise kernel_error(f"T.copy: {key} must be a bool, got {value!r}")
+    return bool(value)
+
+
+def _coalesced_width(value) -> int:
+    if value is None:
+        return 0
+    value = as_int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise kernel_error(f"T.copy: coalesced_width must be a non-negative int, got {value!r}")
+    return value
+
+
+def _eviction_policy(value) -> str:
+    value = as_int(value)
+    if value is None or value == "":
+        return ""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < len(_EVICTION):
+        return _EVICTION[value]
+    return _choice("eviction_policy", value, _EVICTION)
+
+
+def _choice(key: str, value, choices):
+    """``value`` of copy annotation ``key``: None or one of ``choices``."""
+    if value is not None and value not in choices:
+        raise kernel_error(f"T.copy: {key} must be one of {', '.join(map(repr, choices))}, "
+                           f"got {value!r}")
+    return value
+
+
+def _loop_layout(value) -> None:
+    if value is not None and not isinstance(value, Fragment):
+        raise kernel_error(f"T.copy: the loop layout (parallel_loop_layout) must be a "
+                           f"T.Fragment, got {type(value).__name__}")
+
+
+def _kept_annotations(what: str, given: dict, known) -> dict | None:
+    """The annotations of ``given``, every key unknown to ``what``, as the attributes an op
+    keeps without reading them: keys are strings, values ones the IR holds (strings, numbers,
+    expressions, lists and dicts of them). A key close to one of ``known`` is probably its
+    misspelling, which would do nothing: a RuntimeWarning at the user's line names that one."""
+    for key, value in given.items():
+        if not isinstance(key, str):
+            raise kernel_error(f"{what}: annotation keys must be strings, got {key!r}")
+        if not _holdable(value):
+            raise kernel_error(f"{what}: annotation {key!r} is kept on the op, so its value "
+                               "must be a string, a number, an expression or a list or dict "
+                               f"of them; got {type(value).__name__}")
+        close = difflib.get_close_matches(key, known, n=1, cutoff=0.8)
+        if close:
+            _warn_at_user_line(f"{what}: annotation {key!r} is not one this language reads "
+                               "(it is kept on the op and changes nothing); did you mean "
+                               f"{close[0]!r}?")
+    return given or None
+
+
+def _warn_at_user_line(message: str) -> None:
+    where = user_location()
+    if where is None:
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
+    else:
+        warnings.warn_explicit(message, RuntimeWarning, where.filename, where.line)
+
+
+def _holdable(value) -> bool:
+    if isinstance(value, (list, tuple)):
+        return all(_holdable(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _holdable(v) for k, v in value.items())
+    return value is None or isinstance(value, (str, int, float, tvm_ffi.Object))
 
 
 def _copy_element(src_ref, dst_ref) -> None:

@@ -16,7 +16,9 @@ proven). A load becomes ``T.if_then_else(inside, A[i], 0)``; a store, ``if insid
 only inside. Tile ops' regions are not element accesses: the ops guard their partial tiles
 themselves (their reads outside read 0), but for a ``T.copy`` from a tensor with a safe value
 that may be read outside it: that copy becomes a ``T.Parallel`` loop of element accesses,
-guarded as above, so its padding is the safe value, as TileLang's. Accesses proven inside (a
+guarded as above, so its padding is the safe value, as TileLang's. The safe values are the
+kernel's (its block loop's annotation) and, inside a ``T.sblock`` with its own, the block's
+(an ``AttrStmt`` around its body, which the pass removes). Accesses proven inside (a
 size that is a multiple of the tile, every constant
 shape) are left as they are, so such kernels do not change.
 
@@ -78,6 +80,18 @@ class _Guard(StmtMutator):
         outer, self.safe = self.safe, {str(k): float(v) for k, v in values.items()}
         try:
             return super().visit_For(stmt)
+        finally:
+            self.safe = outer
+
+    def visit_AttrStmt(self, stmt):
+        """A ``T.sblock``'s safe values: its body with them over the enclosing ones, the
+        scope itself removed (:func:`without_safe_value_scopes`)."""
+        if str(stmt.attr_key) != SAFE_VALUES_KEY:
+            return super().visit_AttrStmt(stmt)
+        outer = self.safe
+        self.safe = {**outer, **{str(k): float(v) for k, v in stmt.node.items()}}
+        try:
+            return self.visit(stmt.body)
         finally:
             self.safe = outer
 
@@ -235,8 +249,25 @@ def _element_copy(call, span):
 
 
 def legalize_safe_memory(func: tirx.PrimFunc) -> tirx.PrimFunc:
-    """``func`` with its global element accesses guarded (see the module)."""
+    """``func`` with its global element accesses guarded (see the module), without the
+    scopes of its ``T.sblock`` safe values."""
     body = _Guard().visit(func.body)
+    return func if body.same_as(func.body) else func.with_body(body)
+
+
+class _Unscoped(StmtMutator):
+    def visit_AttrStmt(self, stmt):
+        if str(stmt.attr_key) == SAFE_VALUES_KEY:
+            return self.visit(stmt.body)
+        return super().visit_AttrStmt(stmt)
+
+
+def without_safe_value_scopes(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    """``func`` without the scopes of its ``T.sblock`` safe values (``AttrStmt``
+    :data:`SAFE_VALUES_KEY`, which :mod:`tilewright.language.script_blocks` makes), their
+    bodies where they stood: what a kernel left unguarded (``tw.disable_safe_memory``)
+    hands its backend, which knows no such scope."""
+    body = _Unscoped().visit(func.body)
     return func if body.same_as(func.body) else func.with_body(body)
 
 
