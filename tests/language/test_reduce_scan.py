@@ -239,7 +239,8 @@ def _kernel_error(body_op, dtype="float32"):
     (lambda t, r: T.reduce_max(t, r, dim=1, batch=3), "must evenly divide total output"),
     (lambda t, r: T.reduce_sum(t, r, dim=1, annotations={"nan_propagate": True}),
      "nan_propagate applies to the reductions that compare"),
-    (lambda t, r: T.reduce_sum(t, r, dim=1, annotations={"fast": 1}), "unknown annotation 'fast'"),
+    (lambda t, r: T.reduce_sum(t, r, dim=1, annotations={"fast": object()}),
+     "annotation 'fast' is kept on the op, so its value must be"),
     (lambda t, r: T.reduce_sum(t, r, dim=1, annotations="fast"),
      "annotations must be a dict, got str"),
 ])
@@ -250,15 +251,23 @@ def test_reduce_options_refused_at_the_line(op, message):
 
 
 def test_reduce_hints_of_tilelang_change_nothing():
-    """``batch`` and the ``enable_fadd2`` annotation schedule TileLang's all-reduce; here they
-    are accepted and the result is the reduction's."""
+    """``batch`` and the ``enable_fadd2`` annotation schedule TileLang's all-reduce, and any
+    other key (a backend's own hint) is accepted as T.copy's are; here the result is the
+    reduction's."""
     kernel = tilewright.compile(_kernel_error(
         lambda t, r: T.reduce(t, r, "sum", 1, True, batch=2,
-                              annotations={"enable_fadd2": False, "nan_propagate": False})),
+                              annotations={"enable_fadd2": False, "nan_propagate": False,
+                                           "fast": 1})),
         target="cpu")
     a, out = rand(4, 8), torch.empty(4)
     kernel(a, out)
     check(out, a.double().sum(1), k=8)
+
+
+def test_a_misspelt_reduce_annotation_warns_at_the_line():
+    with pytest.warns(RuntimeWarning, match="did you mean 'nan_propagate'"):
+        _kernel_error(lambda t, r: T.reduce_max(t, r, dim=1,
+                                                annotations={"nan_propagte": True}))
 
 
 # -- cumsum / cummax --------------------------------------------------------------------------

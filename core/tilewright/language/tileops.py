@@ -370,8 +370,8 @@ def _clear_accum(flag, c) -> bool:
     return False
 
 
-# TileLang's reduction annotations: hints that change no result are accepted and ignored
-# (every backend here reduces without them); one that would change the result is refused
+# TileLang's reduction annotations: hints that change no result, accepted and ignored (every
+# backend here reduces without them), as any other key is; nan_propagate changes the result
 _REDUCE_HINTS = frozenset({"enable_fadd2"})
 
 
@@ -409,12 +409,12 @@ def _reduce_options(name: str, batch, annotations, nan_propagate) -> bool:
     """A reduction's ``batch`` and ``annotations`` (hints that change no result, and
     ``nan_propagate``, also a keyword): whether a NaN element makes the result NaN."""
     schedule_hints(name, batch, annotations)
-    for key, value in (annotations or {}).items():
-        if key == "nan_propagate":
-            nan_propagate = nan_propagate or value
-        elif key not in _REDUCE_HINTS:
-            raise kernel_error(f"T.{name}: unknown annotation {key!r} (known: nan_propagate, "
-                               f"{', '.join(sorted(_REDUCE_HINTS))})")
+    given = dict(annotations or {})
+    if "nan_propagate" in given:
+        nan_propagate = nan_propagate or given.pop("nan_propagate")
+    # TileLang's other keys (enable_fadd2, a backend's own hints) change no result here: a
+    # key close to a known one warns, as T.copy's
+    _kept_annotations(f"T.{name}", given, {"nan_propagate", *_REDUCE_HINTS})
     if not isinstance(nan_propagate, bool) and nan_propagate not in (0, 1):
         raise kernel_error(f"T.{name}: nan_propagate is True or False, got {nan_propagate!r}")
     if nan_propagate and name.removeprefix("reduce_") not in NAN_REDUCE_KINDS:
