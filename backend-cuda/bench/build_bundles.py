@@ -546,6 +546,11 @@ def cases(quick: bool):
         yield (f"elementwise_add_{dtype}",
                {"kind": "add", "M": rows, "N": cols, "dtype": dtype, "config": config},
                kernels.add.fn(rows, cols, dtype, **config), ["LDG.E.128", "STG.E.128"], {})
+    for dtype in ("float16", "bfloat16"):  # converted to float32: staged through registers
+        yield (f"silu_{dtype}",
+               {"kind": "silu", "M": rows, "N": cols, "dtype": dtype, "config": config},
+               kernels.silu.fn(rows, cols, dtype, **config),
+               ["LDG.E.128", "STG.E.128", "!LDG.E.U16", "!LDL"], {})
 
 
 def build_info(log: str) -> dict:

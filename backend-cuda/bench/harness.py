@@ -202,6 +202,16 @@ def run_case(name: str, kernel, case: dict, ceilings: dict) -> dict:
         tbps = moved / ours * 1e-9
         return {"ours_ms": ours, "peer_ms": None, "peer": "d2d copy bandwidth",
                 "ours_tbps": tbps, "ratio": tbps / ceilings["copy_tbps"]}
+    if kind == "silu":
+        x = torch.randn(case["M"], case["N"], device="cuda", dtype=dtype)
+        (y,), full = poisoned_call(kernel, [x])
+        torch.testing.assert_close(y, torch.nn.functional.silu(x.float()).to(dtype),
+                                   **tolerance(dtype))
+        ours, peer = compare(lambda: kernel.function(*full),
+                             lambda: torch.nn.functional.silu(x))
+        tbps = 2 * x.numel() * x.element_size() / ours * 1e-9
+        return {"ours_ms": ours, "peer_ms": peer, "peer": "torch silu", "ours_tbps": tbps,
+                "copy_ratio": tbps / ceilings["copy_tbps"], "ratio": peer / ours}
     if kind in ("softmax", "rmsnorm"):
         x = torch.randn(case["M"], case["N"], device="cuda", dtype=dtype)
         if kind == "softmax":
@@ -467,7 +477,7 @@ def expected_params(case: dict) -> list[tuple]:
     if kind == "add":
         shape = [case["M"], case["N"]]
         return [(dt, shape, False)] * 2 + [(dt, shape, True)]
-    if kind == "softmax":
+    if kind in ("softmax", "silu"):
         return [(dt, [case["M"], case["N"]], False), (dt, [case["M"], case["N"]], True)]
     if kind == "rmsnorm":
         return [(dt, [case["M"], case["N"]], False), (dt, [case["N"]], False),

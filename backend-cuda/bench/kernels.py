@@ -710,6 +710,26 @@ def attention_overlap_one(batch, heads, seq_len, dim, dtype="float16", block_M=1
     return main
 
 
+@tilewright.jit(out_idx=[1])
+def silu(M, N, dtype="float16", block_M=8, block_N=512, threads=256):
+    """Y = X * sigmoid(X), each element converted to float32 and back, over [M, N] tensors
+    whose sizes are multiples of the block: the conversions and the call keep the nest off
+    TVM's vector arithmetic, so each thread's 16 bytes go through registers (distribute's
+    staged vectors: one 128-bit load and one store a run of 8 16-bit elements)."""
+    if M % block_M or N % block_N:
+        raise ValueError(f"silu: [{M}, {N}] must be a multiple of the block "
+                         f"[{block_M}, {block_N}]")
+
+    @T.prim_func
+    def main(X: T.Tensor((M, N), dtype), Y: T.Tensor((M, N), dtype)):
+        with T.Kernel(N // block_N, M // block_M, threads=threads) as (bx, by):
+            for i, j in T.Parallel(block_M, block_N):
+                x = T.Cast("float32", X[by * block_M + i, bx * block_N + j])
+                Y[by * block_M + i, bx * block_N + j] = T.Cast(dtype, x / (1.0 + T.exp(-x)))
+
+    return main
+
+
 @tilewright.jit(out_idx=[2])
 def add(M, N, dtype="float32", block_M=8, block_N=512, threads=256):
     """C = A + B over [M, N] tensors whose sizes are multiples of the block (no tails), so

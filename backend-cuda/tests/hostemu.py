@@ -18,11 +18,11 @@ the generated code computes (indexing, guards, barriers, reductions); it says no
 speed. float16 and bfloat16 use the host side of cuda_fp16.h and cuda_bf16.h; mma.sync and
 ldmatrix are emulated per warp from the PTX fragment layouts (through memory between two
 barriers of the warp); a cp.async copy (zero-filled past its source bytes) lands when a wait
-retires its group (or an mbarrier arrival tracks it), so a read before the wait sees poison. A block may have up to
-three dimensions (a ``T.CUDASourceCodeKernel``'s); the warp-level helpers number its threads by
-``threadIdx.x`` alone, as in the one-dimensional blocks of generated kernels. The shim is a
-header precompiled once per process (its parse is most of a small kernel's build); each
-kernel's library is named by the digest of the shim and its source.
+retires its group (or an mbarrier arrival tracks it), so a read before the wait sees poison. A
+block may have up to three dimensions (a ``T.CUDASourceCodeKernel``'s); the warp-level helpers
+number its threads by ``threadIdx.x`` alone, as in the one-dimensional blocks of generated
+kernels. The shim is a header precompiled once per process (its parse is most of a small
+kernel's build); each kernel's library is named by the digest of the shim and its source.
 """
 
 from __future__ import annotations

@@ -241,6 +241,18 @@ def test_bundled_add_config_is_vectorised_and_matches_torch(tmp_path, dtype, vec
 
 
 @pytest.mark.emulator
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_bundled_silu_config_is_staged_and_matches_torch(tmp_path, dtype):
+    # float32 math on 16-bit elements: 8 elements a thread through registers by one uint4
+    M, N = 16, 1024
+    x = (torch.randn(M, N) * 4).to(getattr(torch, dtype))
+    y = torch.full((M, N), float("nan")).to(x.dtype)
+    text = _emulate(kernels.silu.fn(M, N, dtype, **kernels.ADD), tmp_path, x, y)
+    assert "*(uint4*)(Y_ptr + " in text and "*(uint4*)(X_v00_ptr + 0) = *(uint4*)(X_ptr" in text
+    torch.testing.assert_close(y, torch.nn.functional.silu(x.float()).to(x.dtype))
+
+
+@pytest.mark.emulator
 @pytest.mark.parametrize("layout", ["token", "block"])
 def test_bundled_fp8_gemm_config_runs_wgmma_and_matches_torch(layout, tmp_path):
     # the bundle's tiles (128x256x128 for token scales, 128x128x128 for block scales; 3
