@@ -134,3 +134,41 @@ def test_a_nest_reading_what_it_wrote_sees_its_store(tmp_path):
     hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, a, b, c)
     torch.testing.assert_close(b, a.float() * 2)
     torch.testing.assert_close(c, (a.float() * 2 + 1).half())
+
+
+def guarded(dtype, N, by_row_only=False):
+    """SiLU of a [M, N] tensor with M a T.dynamic size: tiles of 8 x 512 under the bounds
+    guard TileLang kernels write (``if r < M and c < N``)."""
+    M = T.dynamic("M")
+
+    @T.prim_func
+    def kernel(A: T.Tensor((M, N), dtype), C: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, BLOCK_N), T.ceildiv(M, BLOCK_M), threads=128) as (bx, by):
+            for i, j in T.Parallel(BLOCK_M, BLOCK_N):
+                r, c = by * BLOCK_M + i, bx * BLOCK_N + j
+                if by_row_only:
+                    if r < M:
+                        C[r, c] = BODIES["silu"][0](A[r, c], None, dtype)
+                elif r < M and c < N:
+                    C[r, c] = BODIES["silu"][0](A[r, c], None, dtype)
+
+    return kernel
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize(("N", "vector"), [(1000, True), (1001, False), (512, True)],
+                         ids=["N=1000", "N=1001", "rows-only"])
+def test_a_nest_under_a_bounds_guard_moves_vectors(tmp_path, N, vector):
+    """The guard is tested once a vector where it has one value for a vector's elements: a
+    row bound, and a column bound ``c < N`` with N a multiple of the vector's 8 elements
+    (1000; the last tile's vectors past N are skipped whole). N = 1001 splits a vector: the
+    nest keeps its element accesses."""
+    M = 13  # the second row of tiles is partial
+    func = guarded("float16", N, by_row_only=N == 512)
+    lowered = tilewright.lower(func, "cuda -arch=sm_90a")
+    assert ("*(uint4*)(C_ptr + " in lowered.source.text) == vector
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randn(M, N, generator=gen).half()
+    c = torch.full((M, N), float("nan")).half()
+    hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, a, c)
+    torch.testing.assert_close(c, torch.nn.functional.silu(a.float()).half())

@@ -195,9 +195,10 @@ class Distribute(StmtMutator):
         found = dequant.match(loops, body, self.analyzer)
         if found is not None:
             return self._dequantised(loops, found)
-        vector = self._vectorized(loops, body)
+        guard, inner = _guard(body)
+        vector = self._vectorized(loops, inner, guard)
         if vector is None:
-            vector = self._staged(loops, body)
+            vector = self._staged(loops, inner, guard)
         if vector is not None:
             return vector
         extents = [loop.extent for loop in loops]
@@ -322,21 +323,57 @@ class Distribute(StmtMutator):
             stride *= extent
         return mapping
 
-    def _vectorized(self, loops, body):
+    def _vectorized(self, loops, body, guard=None):
         """Thread ``t`` takes the 16-byte vectors ``t, t + threads, ...`` of the fused space:
         a serial loop over them around a vectorised loop over one vector's elements, which
-        TVM's code generator turns into 128-bit loads and stores."""
+        TVM's code generator turns into 128-bit loads and stores; under ``guard`` (the nest's
+        condition, the same for every element of a vector: ``_lane_uniform``) tested once a
+        vector."""
         vec = self._vector_width(loops, body)
-        if vec is None:
+        if vec is None or not self._lane_uniform(guard, loops[-1].loop_var, vec):
             return None
         total = _constant_space(loops)
         it, v = tirx.Var("it", "int32"), tirx.Var("v", "int32")
         inner = tirx.For(v, 0, vec, tirx.ForKind.VECTORIZED,
                          substitute(body, self._lanes(loops, vec, it, v)))
-        return tirx.For(it, 0, total // (vec * self.threads), tirx.ForKind.SERIAL, inner,
+        return tirx.For(it, 0, total // (vec * self.threads), tirx.ForKind.SERIAL,
+                        self._guarded(inner, guard, loops, vec, it),
                         annotations={keys.SPREAD: 1}, span=loops[0].span)
 
-    def _staged(self, loops, body):
+    def _guarded(self, stmt, guard, loops, vec: int, it):
+        """``stmt`` (a vector's statements) under ``guard`` at the vector's first element."""
+        if guard is None:
+            return stmt
+        return tirx.IfThenElse(substitute(guard, self._lanes(loops, vec, it, 0)), stmt, None)
+
+    def _lane_uniform(self, guard, j, vec: int) -> bool:
+        """Whether the condition ``guard`` has one value for all ``vec`` elements of a vector
+        (``j`` the innermost loop variable, each vector starting at a multiple of ``vec``):
+        it is a conjunction of terms that do not use ``j`` and comparisons ``a < b`` /
+        ``a <= b`` (``>`` / ``>=`` the other way round) whose ``a`` grows by one with ``j``
+        and whose ``b - a`` at a vector's start is a multiple of ``vec`` (``b - a + 1`` for
+        ``<=``): a column bound ``bx * 512 + j < N`` with ``N`` a multiple of ``vec``."""
+        if guard is None:
+            return True
+        q = tirx.Var("q", "int32")
+        for term in _conjuncts(guard):
+            if not uses(term, j):
+                continue
+            if isinstance(term, (tirx.GT, tirx.GE)):
+                term = (tirx.LT if isinstance(term, tirx.GT) else tirx.LE)(term.b, term.a)
+            if not isinstance(term, (tirx.LT, tirx.LE)) or _loads(term):
+                return False
+            room = term.b - term.a  # falls by one a step of j
+            step = self.analyzer.simplify(substitute(room, {j: j + 1}) - room)
+            if not isinstance(step, tirx.IntImm) or int(step.value) != -1:
+                return False
+            edge = room if isinstance(term, tirx.LT) else room + 1
+            if not self.analyzer.can_prove(
+                    tirx.floormod(substitute(edge, {j: q * vec}), vec) == 0):
+                return False
+        return True
+
+    def _staged(self, loops, body, guard=None):
         """A nest whose values convert or call math (``B[i, j] = T.exp(T.Cast("float32",
         A[i, j]))``), or mix element types, with every store and every load that moves with
         the innermost loop variable vectorisable (``_aligned``): each thread takes vectors of
@@ -362,7 +399,8 @@ class Distribute(StmtMutator):
                     return None
                 widest = max(widest, tvm.runtime.DataType(str(buf.dtype)).bits // 8)
         vec = VECTOR_BYTES // widest
-        if not self._splits(loops, total, vec):
+        if not self._splits(loops, total, vec) or \
+                not self._lane_uniform(guard, loops[-1].loop_var, vec):
             return None
         for st, loads in zip(stmts, moving, strict=True):
             if not all(self._aligned(acc, list(acc_indices), j, vec) for acc, acc_indices in
@@ -393,7 +431,8 @@ class Distribute(StmtMutator):
             seq.append(tirx.For(v, 0, vec, tirx.ForKind.VECTORIZED, tirx.BufferStore(
                 st.buffer, tirx.BufferLoad(out, [v]), [substitute(i, lanes) for i in st.indices])))
         return tirx.For(it, 0, total // (vec * self.threads), tirx.ForKind.SERIAL,
-                        tirx.SeqStmt(seq), annotations={keys.SPREAD: 1}, span=loops[0].span)
+                        self._guarded(tirx.SeqStmt(seq), guard, loops, vec, it),
+                        annotations={keys.SPREAD: 1}, span=loops[0].span)
 
 
 VECTOR_BYTES = 16
@@ -405,6 +444,20 @@ VECTOR_TYPES = ("float32", "int32", "float16", "bfloat16")
 # float2 / float4 ...)
 STAGED_TYPES = ("float32", "int32", "uint32", "float16", "bfloat16", "int8", "uint8")
 _IF_THEN_ELSE = tvm.ir.Op.get("prim.if_then_else")  # pure, but evaluates one side only
+
+
+def _guard(body) -> tuple:
+    """``(condition, statements)`` of a nest body that is one ``if`` without ``else``,
+    ``(None, body)`` for any other."""
+    if isinstance(body, tirx.IfThenElse) and body.else_case is None:
+        return body.condition, body.then_case
+    return None, body
+
+
+def _conjuncts(cond) -> list:
+    if isinstance(cond, tirx.And):
+        return _conjuncts(cond.a) + _conjuncts(cond.b)
+    return [cond]
 
 
 def _stores(body) -> list | None:
