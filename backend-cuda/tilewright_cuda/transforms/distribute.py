@@ -380,8 +380,10 @@ class Distribute(StmtMutator):
         ``16 / widest element bytes`` iterations; for each store in order, the loads that
         move with ``j`` are copied into registers by vector loads, the values computed lane
         by lane (unrolled), and stored by one vector store. Loads that do not move with
-        ``j`` stay in the lane's expression. None when the nest has a branch (a conditional
-        load must not be hoisted), a call with an effect, or an access that cannot be a
+        ``j`` stay in the lane's expression. A ``guard`` (the nest's one ``if``) must have
+        one value for a vector's elements (``_lane_uniform``) and is tested once a vector.
+        None when a value loads conditionally (``T.if_then_else``, a select: the load must
+        not be hoisted) or calls a function with an effect, or an access cannot be a
         vector."""
         stmts = _stores(body)
         total = _constant_space(loops)
