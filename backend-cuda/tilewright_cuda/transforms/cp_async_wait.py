@@ -78,8 +78,8 @@ def _only_copy_groups(body) -> bool:
     own groups), so a wait moved down leaves no other copy's data unwaited for."""
     commits, patterns, issued, in_patterns = [], [], [], []
 
-    def visit(node):
-        items = flat(list(node.seq))
+    def visit(node):  # each sequence's own statements: a nested one is visited on its own
+        items = list(node.seq)
         for k in _copy_waits(items):
             patterns.append(k)
             tvm_ffi.structural_walk(items[k - 2], (tvm.ir.Call, lambda c: in_patterns.append(c)
