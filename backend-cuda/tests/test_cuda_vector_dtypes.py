@@ -17,6 +17,7 @@ from tilewright.errors import UnsupportedOpError
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "language"))
 from test_vector_dtypes import (  # noqa: E402
     packed_lanes,
+    slice_to_slice,
     tilelang_ldg_forms,
     vector_arithmetic,
     wide_words,
@@ -63,6 +64,18 @@ def test_vector_values_store_into_slices(tmp_path):
     x, y = torch.randn(64), torch.zeros(64)
     hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, x, y)
     assert torch.equal(y, (x * 2 + torch.tensor([1.0, -1.0]).repeat(32)).clamp(min=0))
+
+
+@pytest.mark.emulator
+def test_a_slice_stores_into_a_slice_as_a_vector(tmp_path):
+    lowered = tilewright.lower(slice_to_slice(), "cuda -arch=sm_90a")
+    a = torch.arange(256.0).reshape(16, 16)
+    b = torch.zeros(16, 8, dtype=torch.bfloat16)
+    want = a.clone()
+    want[0, 4:8] = want[0, 0:4].clone()
+    want[1, 1:5] = want[1, 0:4].clone()
+    hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, a, b)
+    assert torch.equal(a, want) and torch.equal(b[2, :4], want[2, 8:12].bfloat16())
 
 
 def test_vectors_past_128_bits_are_refused_at_the_line():

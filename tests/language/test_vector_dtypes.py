@@ -128,6 +128,44 @@ def test_vector_values_store_into_slices(target):
     assert torch.equal(y, want)
 
 
+def slice_to_slice():
+    """TVM script's vector load of a slice stored into a slice (TileLang's
+    ``test_let_vectorize_load``: ``b = A[0, 0:4]; A[0, 4:8] = b``), also overlapping its
+    source (all lanes are read before any is stored)."""
+    @T.prim_func
+    def main(A: T.Tensor((16, 16), T.float32), B: T.Tensor((16, 8), T.bfloat16)):
+        with T.Kernel(1, threads=32):
+            b = A[0, 0:4]
+            A[0, 4:8] = b
+            A[1, 1:5] = A[1, 0:4]
+            B[2, 0:4] = A[2, 8:12]  # converted lane by lane
+
+    return main
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_slice_stores_into_a_slice_as_a_vector(target):
+    """Before: "store to 'A' needs one index per dimension"."""
+    a = torch.arange(256.0).reshape(16, 16)
+    b = torch.zeros(16, 8, dtype=torch.bfloat16)
+    want = a.clone()
+    want[0, 4:8] = want[0, 0:4].clone()
+    want[1, 1:5] = want[1, 0:4].clone()
+    tilewright.compile(slice_to_slice(), target=target)(a, b)
+    assert torch.equal(a, want) and torch.equal(b[2, :4], want[2, 8:12].bfloat16())
+
+
+def test_a_region_stored_into_a_slice_is_refused_at_the_line():
+    with pytest.raises(KernelError, match=r"region A\[2, 2\] into 'A': a region is stored "
+                                          r"as a vector only when") as err:
+        @T.prim_func
+        def main(A: T.Tensor((16, 16), T.float32)):
+            with T.Kernel(1, threads=32):
+                A[0, 0:4] = A[0:2, 4:6]  # a 2-D region
+
+    assert "A[0, 0:4] = A[0:2, 4:6]" in str(err.value)
+
+
 def test_vector_dtype_names():
     assert (T.float32x2.lanes, T.float32x2.scalar, T.float32x2.bits) == (2, "float32", 32)
     assert T.dtype("bfloat16x8") == T.bfloat16x8 and T.uint8x32.lanes == 32

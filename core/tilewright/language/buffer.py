@@ -130,6 +130,8 @@ class TileBuffer:
         key = self._key(key)
         if len(key) != self.ndim or any(isinstance(k, slice) for k in key):
             value = value.load() if isinstance(value, VarHandle) else value
+            if isinstance(value, BufferSlice):  # TVM script's vector load: A[i, 0:4]
+                value = _slice_vector(value, self.name)
             lanes = _lanes(value)
             if lanes > 1:
                 self._store_lanes(self[key], value, lanes)
@@ -161,6 +163,22 @@ class TileBuffer:
             index = [*first[:-1], first[-1] + k] if k else first
             stores.append(tirx.BufferStore(self.buffer, lane, index, span=span))
         builder.emit(B.seq(stores))
+
+
+def _slice_vector(region: BufferSlice, target: str):
+    """The vector of a slice along the last dimension (``A[i, 0:4]``, a ``float32x4``) that a
+    store into a slice (``B[i, 4:8] = A[i, 0:4]``) takes, as TVM script's ``b = A[i, 0:4]``
+    is a vector load; any other region is an error naming the store."""
+    sizes = [as_int(e) for e in region.extents]
+    name = str(region.buffer.name)
+    if any(e != 1 for e in sizes[:-1]) or not isinstance(sizes[-1], int) or sizes[-1] < 2:
+        raise kernel_error(f"store of the region {name}{list(sizes)} into {target!r}: a "
+                           "region is stored as a vector only when it is consecutive elements "
+                           "along the last dimension (A[i, 0:4]); use T.copy for regions")
+    first = [to_expr(s) for s in region.starts]
+    loads = [tirx.BufferLoad(region.buffer, [*first[:-1], first[-1] + k] if k else first)
+             for k in range(sizes[-1])]
+    return tirx.Shuffle(loads, [tirx.const(k, "int32") for k in range(sizes[-1])])
 
 
 def _lanes(value) -> int:
