@@ -313,7 +313,8 @@ def test_barriers_order_ldmatrix_after_the_tiles_writers_and_before_their_refill
     loop = text[text.index("for (int ko"):text.rindex("tw_mma_sync(")]
     first_read = loop.index("tw_ldmatrix<")
     # the refill of the tiles waits for the last iteration's ldmatrix; the ldmatrix for the
-    # refill's writes
-    writes = [m.start() for m in re.finditer(r"tw_smem_ptr\)\[[^\]]*\] =", loop)]
+    # refill's writes (16-byte vector stores: *(uint4*)(((half*)tw_smem_ptr) + ...) = ...)
+    writes = [m.start() for m in re.finditer(r"tw_smem_ptr\)(\[[^\]]*\]| \+ [^=;]*\)) =",
+                                             loop)]
     assert writes and loop.index("__syncthreads()") < writes[0]
     assert "__syncthreads()" in loop[writes[-1]:first_read]
