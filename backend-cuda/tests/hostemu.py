@@ -200,7 +200,14 @@ template <class T> struct tw_per_thread {
 tw_sync tw_block_sync[TW_MAX_CLUSTER], tw_cluster_barrier_sync;
 tw_sync tw_wgmma_warp_syncs[TW_MAX_CLUSTER * 32];  // a register-A wgmma's exchange
 // mbarriers by address: arrivals still expected, transaction bytes, phase bit
-struct tw_mbar_state { long long expected, pending, tx; int phase; };
+// a TMA load's bytes waiting to land: in shared memory at dst once a wait sees the phase of
+// its mbarrier that counted them complete
+struct tw_landing { unsigned long long phase; unsigned char* dst; std::vector<unsigned char> bytes; };
+struct tw_mbar_state {
+  long long expected, pending, tx; int phase;
+  unsigned long long completed = 0;  // phases completed so far
+  std::vector<tw_landing> landings;
+};
 std::map<void*, tw_mbar_state> tw_mbars;
 std::map<long long, tw_sync> tw_named;  // named barriers by block, id and thread count
 tw_sync* tw_cluster_barrier = &tw_cluster_barrier_sync;

@@ -1,8 +1,9 @@
 // tilewright CUDA dialect (sm_90+): TMA, mbarriers, named barriers, register budgets,
 // cp.async copies that arrive on an mbarrier.
-// Under TW_HOST_EMULATION (tests/hostemu.py) the same functions run on the host: a TMA is a
-// synchronous tiled copy honouring the box and the swizzle mode, an mbarrier a counter with a
-// phase bit, a named barrier a barrier of the role's threads (the emulation's tw_sync).
+// Under TW_HOST_EMULATION (tests/hostemu.py) the same functions run on the host: a TMA load is
+// a tiled copy honouring the box and the swizzle mode that lands when a wait sees its
+// mbarrier's phase complete (a TMA store is synchronous), an mbarrier a counter with a phase
+// bit, a named barrier a barrier of the role's threads (the emulation's tw_sync).
 #ifndef TW_HOPPER_H
 #define TW_HOPPER_H
 #define TW_TMAP(k) (&tw_tmap_##k)
@@ -210,7 +211,7 @@ struct tw_tensormap {
 // the mbarriers' and named barriers' state is the shim's (tw_mbars, tw_named in
 // tests/hostemu.py): each kernel library's own, cleared as each cluster of blocks starts
 inline void tw_mbar_complete(tw_mbar_state& s) {
-  if (s.pending == 0 && s.tx == 0) { s.phase ^= 1; s.pending = s.expected; }
+  if (s.pending == 0 && s.tx == 0) { s.phase ^= 1; s.pending = s.expected; ++s.completed; }
 }
 inline void* tw_offset_bytes(void* p, int bytes) { return (char*)p + bytes; }
 inline void tw_mbar_init(void* bar, unsigned count) {
@@ -245,8 +246,18 @@ inline void tw_mbar_complete_tx(void* bar, long long bytes) {
   s.tx -= bytes;
   tw_mbar_complete(s);
 }
+// PTX ISA, mbarrier: the bytes a TMA load counts against a phase are visible to the threads
+// that observe the phase complete by a wait; here they land at the first such wait, so a
+// read of a TMA destination before its wait sees what was there (the pool's poison, an
+// older stage's tile)
 inline void tw_mbar_wait(void* bar, int parity) {
   while (tw_mbar_get(bar).phase == (parity & 1)) tw_wait_turn();
+  tw_mbar_state& s = tw_mbar_get(bar);
+  auto done = std::stable_partition(s.landings.begin(), s.landings.end(),
+                                    [&](const tw_landing& l) { return l.phase >= s.completed; });
+  for (auto it = done; it != s.landings.end(); ++it)
+    std::memcpy(it->dst, it->bytes.data(), it->bytes.size());
+  s.landings.erase(done, s.landings.end());
   tw_progress();
 }
 inline tw_sync* tw_named_barrier(int id, int threads) {
@@ -306,7 +317,14 @@ template <class... C> inline void tw_tma_load(const void* d, void* bar, void* ds
   int c[] = {coords...};
   if ((long long)sizeof...(C) != ((const tw_tensormap*)d)->rank) { std::fprintf(stderr, "TMA rank\n"); __trap(); }
   tw_tma_check_start((const tw_tensormap*)d, c);
-  tw_mbar_complete_tx(bar, tw_tma_walk((const tw_tensormap*)d, (unsigned char*)dst, c, true));
+  const tw_tensormap* map = (const tw_tensormap*)d;
+  long long n = map->elem_bytes;
+  for (int i = 0; i < map->rank; ++i) n *= map->box[i];
+  tw_mbar_state& s = tw_mbar_get(bar);
+  tw_landing landing{s.completed, (unsigned char*)dst, std::vector<unsigned char>(n)};
+  tw_tma_walk(map, landing.bytes.data(), c, true);  // the box as it will land, swizzled
+  s.landings.push_back(std::move(landing));
+  tw_mbar_complete_tx(bar, n);
 }
 template <class... C> inline void tw_tma_store(const void* d, void* src, C... coords) {
   int c[] = {coords...};

@@ -1,14 +1,19 @@
-"""cp.async waits (transforms/cp_async_wait.py): the copies of consecutive ``T.copy`` calls
-from global into shared memory are in flight together, one ``wait_group 0`` after the last
-where each had its own; a statement that reads a destination keeps the wait before it. The
-host emulation lands a copy only when a wait retires its group (tests/hostemu.py), so a
-missing wait gives the shared pool's poison instead of the data."""
+"""Asynchronous copies into shared memory. cp.async waits (transforms/cp_async_wait.py): the
+copies of consecutive ``T.copy`` calls from global into shared memory are in flight together,
+one ``wait_group 0`` after the last where each had its own; a statement that reads a
+destination keeps the wait before it. The host emulation lands a cp.async copy only when a
+wait retires its group (tests/hostemu.py) and a TMA load only when a wait sees its mbarrier's
+phase complete (include/tw_hopper.h), so a missing wait gives the shared pool's poison
+instead of the data."""
+
+import re
 
 import hostemu
 import pytest
 import tilewright
 import tilewright_cuda.language as T
 import torch
+from dialect_cases import wide_tma_copy
 
 TARGET = "cuda -arch=sm_90a"
 WAIT = "tw_cp_async_wait<0>();"
@@ -91,3 +96,20 @@ def test_a_read_of_a_destination_keeps_the_wait_before_it(tmp_path):
     a, b, c = _operands(M, N)
     hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, a, b, c)
     torch.testing.assert_close(c, a * 2 + b)
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize("wait", [True, False], ids=["waited", "unwaited"])
+def test_a_tma_load_lands_at_the_wait_for_its_barrier(tmp_path, wait):
+    """dialect_cases' T.tma_copy of a 64 x 576 tile (three boxes on one mbarrier), read after
+    T.mbarrier_wait_parity; without the wait the block reads the poisoned pool."""
+    lowered = tilewright.lower(wide_tma_copy(), TARGET)
+    text = lowered.source.text
+    if not wait:  # the kernel's one wait, not the header's definition
+        head, kernel = text.split('extern "C" __global__', 1)
+        assert len(re.findall(r"tw_mbar_wait\([^;]*\);", kernel)) == 1
+        text = head + 'extern "C" __global__' + re.sub(r"tw_mbar_wait\([^;]*\);", "", kernel)
+    q = torch.randn(64, 576).bfloat16()
+    o = torch.zeros(64, 576).bfloat16()
+    hostemu.run(text, lowered.source.payload, tmp_path, q, o)
+    assert torch.equal(o, q) if wait else o.isnan().all()
