@@ -18,8 +18,10 @@ the generated code computes (indexing, guards, barriers, reductions); it says no
 speed. float16 and bfloat16 use the host side of cuda_fp16.h and cuda_bf16.h; mma.sync and
 ldmatrix are emulated per warp from the PTX fragment layouts (through memory between two
 barriers of the warp); a cp.async copy (zero-filled past its source bytes) lands when a wait
-retires its group (or an mbarrier arrival tracks it), so a read before the wait sees poison. A
-block may have up to three dimensions (a ``T.CUDASourceCodeKernel``'s); the warp-level helpers
+retires its group (or an mbarrier arrival tracks it), a TMA load when a wait sees its
+mbarrier's phase complete, and a TMA store reads its tile when a bulk wait retires its group,
+so a read before its wait sees poison (or an older stage) and a tile overwritten before a
+store's wait is stored overwritten. A block may have up to three dimensions (a ``T.CUDASourceCodeKernel``'s); the warp-level helpers
 number its threads by ``threadIdx.x`` alone, as in the one-dimensional blocks of generated
 kernels. The shim is a header precompiled once per process (its parse is most of a small
 kernel's build); each kernel's library is named by the digest of the shim and its source.
@@ -75,10 +77,17 @@ constexpr int TW_MAX_CLUSTER = 8;
 // a cp.async chunk in flight: its bytes (read at issue), written into dst when its group
 // completes
 struct tw_chunk { void* dst; int bytes; unsigned char data[16]; };
+// a TMA store in flight: it reads its shared-memory box (and writes the tensor) when a
+// cp.async.bulk.wait_group.read retires its group, or when its thread ends
+struct tw_bulk_store {
+  void (*run)(const tw_bulk_store&); const void* map; unsigned char* src; int c[5];
+};
 struct tw_fiber {
   ucontext_t context; tw_dim3 thread, block; unsigned rank; bool done;
   std::vector<tw_chunk> open;                 // issued since the last commit
   std::vector<std::vector<tw_chunk>> groups;  // committed, oldest first
+  std::vector<tw_bulk_store> open_stores;     // the same for TMA stores
+  std::vector<std::vector<tw_bulk_store>> store_groups;
 };
 tw_fiber* tw_fibers;
 int tw_fiber_count, tw_fiber_now, tw_fibers_left;
@@ -106,6 +115,28 @@ inline void tw_emu_cp_wait(int pending) {  // cp.async.wait_group pending
     tw_emu_cp_land(f.groups.front());
     f.groups.erase(f.groups.begin());
   }
+}
+// PTX ISA, cp.async.bulk.wait_group.read: a TMA store's reads of shared memory are done
+// only when its bulk group is no longer pending, so a box overwritten before the wait is
+// stored as overwritten
+inline void tw_emu_bulk_store(const tw_bulk_store& store) {
+  tw_fibers[tw_fiber_now].open_stores.push_back(store);
+}
+inline void tw_emu_bulk_commit() {
+  tw_fiber& f = tw_fibers[tw_fiber_now];
+  f.store_groups.push_back(std::move(f.open_stores));
+  f.open_stores.clear();
+}
+inline void tw_emu_bulk_wait(int pending) {
+  tw_fiber& f = tw_fibers[tw_fiber_now];
+  while ((int)f.store_groups.size() > pending) {
+    for (const tw_bulk_store& store : f.store_groups.front()) store.run(store);
+    f.store_groups.erase(f.store_groups.begin());
+  }
+}
+inline void tw_emu_bulk_flush() {  // a thread's stores still in flight as it ends
+  tw_emu_bulk_commit();
+  tw_emu_bulk_wait(0);
 }
 inline void tw_emu_cp_land_all() {  // every copy the thread issued, committed or not
   tw_emu_cp_wait(0);
@@ -202,7 +233,9 @@ tw_sync tw_wgmma_warp_syncs[TW_MAX_CLUSTER * 32];  // a register-A wgmma's excha
 // mbarriers by address: arrivals still expected, transaction bytes, phase bit
 // a TMA load's bytes waiting to land: in shared memory at dst once a wait sees the phase of
 // its mbarrier that counted them complete
-struct tw_landing { unsigned long long phase; unsigned char* dst; std::vector<unsigned char> bytes; };
+struct tw_landing {
+  unsigned long long phase; unsigned char* dst; std::vector<unsigned char> bytes;
+};
 struct tw_mbar_state {
   long long expected, pending, tx; int phase;
   unsigned long long completed = 0;  // phases completed so far
@@ -504,6 +537,7 @@ long long* tw_body_ints;
 inline void tw_fiber_main() {
   tw_progress();
   tw_body(tw_body_ptrs, tw_body_ints);
+  tw_emu_bulk_flush();
   tw_progress();
   tw_fibers[tw_fiber_now].done = true;
   if (--tw_fibers_left == 0) setcontext(&tw_launcher_context);
@@ -554,6 +588,8 @@ inline int tw_run_grid(int gx, int gy, int gz, int bx, int by, int bz, int clust
       f.done = false;
       f.open.clear();
       f.groups.clear();
+      f.open_stores.clear();
+      f.store_groups.clear();
       getcontext(&f.context);
       f.context.uc_stack.ss_sp = stacks + i * each + TW_PAGE;
       f.context.uc_stack.ss_size = TW_FIBER_STACK;

@@ -2,8 +2,9 @@
 // cp.async copies that arrive on an mbarrier.
 // Under TW_HOST_EMULATION (tests/hostemu.py) the same functions run on the host: a TMA load is
 // a tiled copy honouring the box and the swizzle mode that lands when a wait sees its
-// mbarrier's phase complete (a TMA store is synchronous), an mbarrier a counter with a phase
-// bit, a named barrier a barrier of the role's threads (the emulation's tw_sync).
+// mbarrier's phase complete, a TMA store reads its box when a bulk wait retires its group,
+// an mbarrier a counter with a phase bit, a named barrier a barrier of the role's threads
+// (the emulation's tw_sync).
 #ifndef TW_HOPPER_H
 #define TW_HOPPER_H
 #define TW_TMAP(k) (&tw_tmap_##k)
@@ -273,8 +274,8 @@ inline void tw_named_barrier_arrive(int id, int threads) {
 inline void tw_bar_sync(int id, int threads) { tw_named_barrier_sync(id, threads); }
 template <int N> inline void tw_setmaxnreg_inc() {}
 template <int N> inline void tw_setmaxnreg_dec() {}
-inline void tw_tma_store_commit() {}
-template <int N> inline void tw_tma_store_wait() {}
+inline void tw_tma_store_commit() { tw_emu_bulk_commit(); }
+template <int N> inline void tw_tma_store_wait() { tw_emu_bulk_wait(N); }
 // the shared-memory byte offset of box element `linear` under the swizzle mode
 inline long long tw_swizzled(long long o, long long swizzle) {
   long long mask = swizzle == 128 ? 7 : swizzle == 64 ? 3 : swizzle == 32 ? 1 : 0;
@@ -326,10 +327,17 @@ template <class... C> inline void tw_tma_load(const void* d, void* bar, void* ds
   s.landings.push_back(std::move(landing));
   tw_mbar_complete_tx(bar, n);
 }
+inline void tw_tma_store_run(const tw_bulk_store& store) {
+  tw_tma_walk((const tw_tensormap*)store.map, store.src, store.c, false);
+}
+// the box is read from shared memory when the store's bulk group retires (the shim's
+// tw_emu_bulk_*), not here
 template <class... C> inline void tw_tma_store(const void* d, void* src, C... coords) {
   int c[] = {coords...};
   tw_tma_check_start((const tw_tensormap*)d, c);
-  tw_tma_walk((const tw_tensormap*)d, (unsigned char*)src, c, false);
+  tw_bulk_store store{tw_tma_store_run, d, (unsigned char*)src, {}};
+  for (int i = 0; i < (int)sizeof...(C); ++i) store.c[i] = c[i];
+  tw_emu_bulk_store(store);
 }
 #define tw_tma_load_1d tw_tma_load
 #define tw_tma_load_2d tw_tma_load
