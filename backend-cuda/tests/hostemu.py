@@ -21,9 +21,9 @@ barriers of the warp); a cp.async copy (zero-filled past its source bytes) lands
 retires its group (or an mbarrier arrival tracks it), a TMA load when a wait sees its
 mbarrier's phase complete, and a TMA store reads its tile when a bulk wait retires its group,
 so a read before its wait sees poison (or an older stage) and a tile overwritten before a
-store's wait is stored overwritten. A block may have up to three dimensions (a ``T.CUDASourceCodeKernel``'s); the warp-level helpers
-number its threads by ``threadIdx.x`` alone, as in the one-dimensional blocks of generated
-kernels. The shim is a header precompiled once per process (its parse is most of a small
+store's wait is stored overwritten. A block may have up to three dimensions (a
+``T.CUDASourceCodeKernel``'s); the warp-level helpers number its threads by ``threadIdx.x``
+alone, as in the one-dimensional blocks of generated kernels. The shim is a header precompiled once per process (its parse is most of a small
 kernel's build); each kernel's library is named by the digest of the shim and its source.
 """
 
