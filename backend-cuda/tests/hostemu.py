@@ -23,8 +23,9 @@ mbarrier's phase complete, and a TMA store reads its tile when a bulk wait retir
 so a read before its wait sees poison (or an older stage) and a tile overwritten before a
 store's wait is stored overwritten. A block may have up to three dimensions (a
 ``T.CUDASourceCodeKernel``'s); the warp-level helpers number its threads by ``threadIdx.x``
-alone, as in the one-dimensional blocks of generated kernels. The shim is a header precompiled once per process (its parse is most of a small
-kernel's build); each kernel's library is named by the digest of the shim and its source.
+alone, as in the one-dimensional blocks of generated kernels. The shim is a header
+precompiled once per process (its parse is most of a small kernel's build); each kernel's
+library is named by the digest of the shim and its source.
 """
 
 from __future__ import annotations
