@@ -405,17 +405,24 @@ def registers_only(stmt) -> bool:
     return not bad
 
 
+def is_cp_async(call) -> bool:
+    """Whether ``call`` is a 16-byte cp.async copy (the table's in-flight ``copy16``)."""
+    entry = intrinsics.of(call)
+    return entry is not None and entry.role == "copy16" and entry.in_flight
+
+
 def only_cp_async(stmt) -> bool:
     """Whether ``stmt`` (a lone copy's nest, rules/copy) does nothing but issue cp.async."""
-    names, stores = [], []
-    tvm_ffi.structural_walk(stmt, [(tirx.Evaluate, lambda e: names.append(
-        intrinsics.extern_name(e))), (tirx.BufferStore, stores.append)])
-    return bool(names) and not stores and set(names) == {"tw_cp_async16"}
+    calls, stores = [], []
+    tvm_ffi.structural_walk(stmt, [(tirx.Evaluate, lambda e: calls.append(e.value)),
+                                   (tirx.BufferStore, stores.append)])
+    return bool(calls) and not stores and all(is_cp_async(c) for c in calls)
 
 
 def cp_async_destinations(stmt) -> list:
-    """The shared buffers the cp.async copies in ``stmt`` write."""
+    """The shared buffers the cp.async copies in ``stmt`` write (their ``async`` pointers)."""
     found = []
-    tvm_ffi.structural_walk(stmt, (tvm.ir.Call, lambda c: found.append(
-        c.args[1].args[0].source) if intrinsics.extern_name(c) == "tw_cp_async16" else None))
+    tvm_ffi.structural_walk(stmt, (tvm.ir.Call, lambda c: found.extend(
+        load.source for load, effect in intrinsics.pointer_effects(c) if effect == "async")
+        if is_cp_async(c) else None))
     return found

@@ -26,7 +26,12 @@ from tilewright.transform import prim_func_pass
 from tvm import tirx
 
 from .. import intrinsics
-from ..analysis.accesses import cp_async_destinations, only_cp_async, registers_only
+from ..analysis.accesses import (
+    cp_async_destinations,
+    is_cp_async,
+    only_cp_async,
+    registers_only,
+)
 from ..analysis.ir import buffers_in, flat
 
 
@@ -34,8 +39,9 @@ def _shares_memory(stmt, buffers) -> bool:
     return any(b.data.same_as(x.data) for b in buffers_in(stmt) for x in buffers)
 
 
-def _is_commit(stmt) -> bool:
-    return intrinsics.extern_name(stmt) == "tw_cp_async_commit"
+def _is_commit(stmt) -> bool:  # a cp.async group's commit: the table's group role, no wait
+    entry = intrinsics.of(stmt)
+    return entry is not None and entry.role == "group" and not entry.completes
 
 
 def _copy_waits(items: list) -> list[int]:
@@ -83,14 +89,12 @@ def _only_copy_groups(body) -> bool:
         for k in _copy_waits(items):
             patterns.append(k)
             tvm_ffi.structural_walk(items[k - 2], (tvm.ir.Call, lambda c: in_patterns.append(c)
-                                                   if intrinsics.extern_name(c) ==
-                                                   "tw_cp_async16" else None))
+                                                   if is_cp_async(c) else None))
 
     tvm_ffi.structural_walk(body, [
         (tirx.SeqStmt, visit),
         (tirx.Evaluate, lambda e: commits.append(e) if _is_commit(e) else None),
-        (tvm.ir.Call, lambda c: issued.append(c)
-         if intrinsics.extern_name(c) == "tw_cp_async16" else None)])
+        (tvm.ir.Call, lambda c: issued.append(c) if is_cp_async(c) else None)])
     left = []
     tvm_ffi.structural_walk(body, (tirx.Evaluate, lambda e: left.append(e) if
                                    intrinsics.role(e) == "group" and not _is_commit(e) and
