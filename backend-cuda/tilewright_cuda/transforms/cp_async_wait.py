@@ -62,7 +62,8 @@ def _defer(items: list) -> list | None:
                     not _shares_memory(stmt, dests):
                 out.append(stmt)
                 dests += cp_async_destinations(stmt)
-                moved = True
+                # passing an allocation alone changes no order worth a different source
+                moved = moved or not isinstance(stmt, (tirx.AllocBuffer, tirx.DeclBuffer))
                 continue
             else:
                 out += [wait]
