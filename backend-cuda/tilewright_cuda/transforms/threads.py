@@ -2,7 +2,7 @@
 one ``threadIdx.x`` loop (``T.use_swizzle`` remaps the block indices here), and each ``T.ws``
 role becomes a nested ``threadIdx.x`` loop over the role's threads, so rules and distribution
 spread tile ops over the role only. First, an ``if`` / ``elif`` chain on the dialect's thread
-index (``T.get_thread_binding``) whose branches select whole warpgroups becomes ``T.ws``
+index (``T.get_thread_binding``) whose branches select whole warps becomes ``T.ws``
 roles, and any other tile op under an ``if`` on the index is refused at the ``if``; before
 that, an element's atomic in such thread-level code becomes each thread's own
 (:func:`thread_atomics`)."""
@@ -26,7 +26,7 @@ from ..analysis.ir import (
     thread_index_buffers,
     threads_of,
 )
-from ..keys import WARPGROUP
+from ..keys import WARP, WARPGROUP
 
 
 def bind_threads():
@@ -159,8 +159,8 @@ def _thread_range(cond, is_index) -> tuple[int, int] | None:
 
 def _role_branches(stmt, is_index, threads: int) -> list | None:
     """``[(lo, hi, body)]`` of an ``if`` / ``elif`` chain whose conditions select disjoint
-    warpgroup-aligned ranges ``[lo, hi)`` of the thread index (a final ``else`` the one range
-    left), else None."""
+    warp-aligned ranges ``[lo, hi)`` of the thread index (a final ``else`` the one range left),
+    else None."""
     branches, taken = [], []
     node = stmt
     while node is not None:
@@ -168,15 +168,15 @@ def _role_branches(stmt, is_index, threads: int) -> list | None:
             rng, body, node = _thread_range(node.condition, is_index), node.then_case, \
                 node.else_case
         else:  # a final else: the one range left, when it is one
-            rest = [t for t in range(0, threads, WARPGROUP)
+            rest = [t for t in range(0, threads, WARP)
                     if not any(lo <= t < hi for lo, hi in taken)]
-            if not rest or rest != list(range(rest[0], rest[-1] + WARPGROUP, WARPGROUP)):
+            if not rest or rest != list(range(rest[0], rest[-1] + WARP, WARP)):
                 return None
-            rng, body, node = (rest[0], rest[-1] + WARPGROUP), node, None
+            rng, body, node = (rest[0], rest[-1] + WARP), node, None
         if rng is None:
             return None
         lo, hi = max(rng[0], 0), min(rng[1], threads)
-        if lo >= hi or lo % WARPGROUP or hi % WARPGROUP or \
+        if lo >= hi or lo % WARP or hi % WARP or \
                 any(lo < end and start < hi for start, end in taken):
             return None
         taken.append((lo, hi))
@@ -185,11 +185,11 @@ def _role_branches(stmt, is_index, threads: int) -> list | None:
 
 
 def thread_ranges_as_roles():
-    """TileLang's warp specialisation by hand, ``if tx < 128: ... elif tx >= 128 and tx <
-    256: ... else: ...`` on ``T.get_thread_binding()`` of a 1-D block, becomes roles (as
-    ``T.ws``'s, keys.WS ``"lo:hi"``) when every branch selects whole warpgroups (disjoint
-    ranges of multiples of 128 threads) and one holds a tile op: each branch is a role of its
-    threads, its tile ops spread over them and its barriers named barriers of them. Any other
+    """TileLang's warp specialisation by hand, ``if tx < 32: ... elif tx >= 32 and tx <
+    96: ... else: ...`` on ``T.get_thread_binding()`` of a 1-D block, becomes roles (as
+    ``T.ws``'s, keys.WS ``"lo:hi"``) when every branch selects whole warps (disjoint ranges
+    whose ends are multiples of 32 threads) and one holds a tile op: each branch is a role
+    of its threads, its tile ops spread over them and its barriers named barriers of them. Any other
     condition is left to :func:`refuse_thread_conditioned_tile_ops`."""
 
     def run(func):
@@ -342,7 +342,7 @@ def refuse_thread_conditioned_tile_ops():
     index (or on a value computed from it, :func:`analysis.ir.index_dependent`) is an error at
     the ``if``'s line: tile ops are spread over every thread of the block (or role), so the
     threads the condition leaves out would skip their share of it and the barriers inside it.
-    Thread-dependent code is scalar code; a warpgroup-aligned range of threads is a role
+    Thread-dependent code is scalar code; a warp-aligned range of threads is a role
     (:func:`thread_ranges_as_roles`)."""
 
     def run(func):
