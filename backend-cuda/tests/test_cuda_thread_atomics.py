@@ -313,15 +313,21 @@ def test_a_one_element_region_is_the_blocks_atomic_an_element_each_threads(tmp_p
     assert y.tolist() == [int(x[0]), int(x.sum())]
 
 
-def test_a_one_element_region_under_a_thread_condition_is_refused():
-    @T.prim_func
-    def guarded(Y: T.Tensor((1,), "int32")):
-        with T.Kernel(1, threads=128):
-            tx = T.get_thread_binding()
-            if tx < 64:
-                T.atomic_add(Y[0:1], 1)
+def test_a_one_element_region_under_whole_warps_is_the_roles_atomic_else_refused():
+    def guarded(part):
+        @T.prim_func
+        def main(Y: T.Tensor((1,), "int32")):
+            with T.Kernel(1, threads=128):
+                tx = T.get_thread_binding()
+                if tx < part:
+                    T.atomic_add(Y[0:1], 1)
 
+        return main
+
+    # whole warps are a role (threads.thread_ranges_as_roles): the role's one atomic
+    text = cuda_source.kernel(tilewright.lower(guarded(64), "cuda -arch=sm_90a").source.text)
+    assert text.count("tw_atomic_add(") == 1 and "if (((int)threadIdx.x) == 0)" in text
     with pytest.raises(KernelError, match=r"T.atomic_add under a condition on the thread "
                                           r"index") as err:
-        tilewright.lower(guarded, "cuda -arch=sm_90a")
-    assert "if tx < 64:" in str(err.value)  # the condition's line
+        tilewright.lower(guarded(40), "cuda -arch=sm_90a")
+    assert "if tx < part:" in str(err.value)  # the condition's line

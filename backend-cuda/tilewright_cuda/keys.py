@@ -21,7 +21,7 @@ PERSISTENT = "tw.persistent"  # T.Persistent's panel size on its serial loop ove
 MIN_BLOCKS_PER_SM = "tw.min_blocks_per_sm"
 
 # -- the CUDA dialect (tilewright_cuda.language) -----------------------------------------------
-WS = "tw.cuda.ws"  # AttrStmt around a T.ws role's code; value: the warpgroups, "0,1"
+WS = "tw.cuda.ws"  # AttrStmt around a T.ws role's code; value: its threads "lo:hi"
 CLUSTER = "tw.cuda.cluster_dims"  # annotation of the block loop and function attribute: [x, y, z]
 # T.import_source: the user's CUDA sources, each once, in order of first import; annotation of
 # the block loop (a list of strings) and function attribute (JSON list)

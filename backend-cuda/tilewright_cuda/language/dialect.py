@@ -125,9 +125,9 @@ class ws:  # noqa: N801 - TileLang's name
         builder = B.current("T.ws")
         body = builder.close(self._frame)
         if exc_type is None:
+            lo, hi = self.groups[0] * WARPGROUP, (self.groups[-1] + 1) * WARPGROUP
             builder.emit(tirx.AttrStmt(tirx.IntImm("int32", 0), WS_KEY,
-                                       tvm.ir.StringImm(",".join(map(str, self.groups))), body,
-                                       span=self._span))
+                                       tvm.ir.StringImm(f"{lo}:{hi}"), body, span=self._span))
         return False
 
 

@@ -99,6 +99,14 @@ def lower_tma_store_wait(call: TileOpCall, ctx: RuleContext):
 def lower_set_max_nreg(call: TileOpCall, ctx: RuleContext):
     _require(call, ctx, "setmaxnreg", arch_specific=True)
     _whole_warps(call, ctx, "setmaxnreg")
+    for loop in ctx.loops:
+        if keys.ROLE in loop.annotations and (int(loop.annotations[keys.ROLE]) % keys.WARPGROUP
+                                              or int(loop.extent.value) % keys.WARPGROUP):
+            lo = int(loop.annotations[keys.ROLE])
+            raise KernelError(f"T.{call.name} issues setmaxnreg, which the {keys.WARPGROUP} "
+                              f"threads of a warpgroup execute together, but its role is "
+                              f"threads {lo}..{lo + int(loop.extent.value) - 1}: give it a role of "
+                              "whole warpgroups")
     kind = "inc" if call.attrs["is_inc"] else "dec"
     return intrinsics.call(f"tw_setmaxnreg_{kind}<{int(call.attrs['reg_count'])}>")
 

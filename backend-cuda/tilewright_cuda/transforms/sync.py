@@ -249,8 +249,40 @@ class _DropRoleSyncs(StmtMutator):
         return tirx.SeqStmt(out) if len(out) != 1 else out[0]
 
 
-def _named_barriers(body, lo: int, n: int):
-    ident = tirx.const(1 + lo // WARPGROUP, "int32")
+def _barrier_ids(loops) -> dict:
+    """The named barrier of each first thread of the roles ``loops`` (those that have
+    barriers): ``1 + lo / 128`` (1-8) for a role starting a warpgroup, ids 11-15 in order for
+    the other first threads (9 and 10 are the ping-pong turns'); more of those than 5 is
+    refused at the sixth role."""
+    ids = {}
+    for loop in sorted(loops, key=lambda loop: int(loop.annotations[keys.ROLE])):
+        lo = int(loop.annotations[keys.ROLE])
+        if lo in ids:
+            continue
+        if lo % WARPGROUP == 0:
+            ids[lo] = 1 + lo // WARPGROUP
+            continue
+        ids[lo] = 11 + sum(1 for k in ids if k % WARPGROUP)
+        if ids[lo] > 15:
+            raise UnsupportedOpError(
+                "cuda backend: roles with barriers starting at more than 5 threads inside a "
+                f"warpgroup (here {', '.join(str(k) for k in ids if k % WARPGROUP)}) need "
+                "more named barriers than a block has; start some roles at a multiple of 128 "
+                "threads", span_location(loop.span))
+    return ids
+
+
+def _has_sync(body) -> bool:
+    found = []
+    tvm_ffi.structural_walk(body, (tirx.Evaluate, lambda s: found.append(s)
+                                   if intrinsics.is_sync(s) else None))
+    return bool(found)
+
+
+def _named_barriers(body, ident: int | None, n: int):
+    if ident is None:  # no barrier in the role
+        return body
+    ident = tirx.const(ident, "int32")
 
     def visit(stmt):
         if intrinsics.is_sync(stmt):
@@ -261,8 +293,9 @@ def _named_barriers(body, lo: int, n: int):
 
 
 def _refuse_user_named_barriers(body) -> None:
-    """A warp-specialised kernel's roles take named barriers 1-8 (``1 + first warpgroup``) and
-    the ping-pong turns 9 and 10; the user's ``T.sync_threads(id, count)`` beside them is
+    """A warp-specialised kernel's roles take named barriers 1-8 and 11-15
+    (:func:`_barrier_ids`) and the ping-pong turns 9 and 10; the user's
+    ``T.sync_threads(id, count)`` beside them is
     refused rather than renumbered (its id is the user's handshake with other code)."""
     found = []
     tvm_ffi.structural_walk(body, (tirx.Evaluate, lambda s: found.append(s)
@@ -270,14 +303,14 @@ def _refuse_user_named_barriers(body) -> None:
     if found:
         raise UnsupportedOpError(
             "cuda backend: T.sync_threads(barrier_id, arrive_count) in a warp-specialised "
-            "kernel, whose roles use named barriers 1-10 themselves; order the role's threads "
+            "kernel, whose roles use named barriers 1-15 themselves; order the role's threads "
             "with its own barriers (T.sync_threads()) or with mbarriers",
             span_location(found[0].span))
 
 
 def insert_sync():
     """Barriers for the block (:class:`Syncs` over its thread loop), then barriers inside each
-    T.ws role as named barriers of its threads (id ``1 + first warpgroup``); none between
+    T.ws role as named barriers of its threads (:func:`_barrier_ids`); none between
     roles."""
 
     def run(func):
@@ -300,10 +333,12 @@ def insert_sync():
             body, _ = Syncs(loop.loop_var, int(loop.extent.value),
                             varying=thread_varying(loop.body, loop.loop_var),
                             bound=bound_variables(loop.body)).run(loop.body, _NOTHING)
-            return _named_barriers(body, int(loop.annotations[keys.ROLE]),
-                                   int(loop.extent.value))
+            return body
 
-        return map_roles(func, sync_role)
+        func = map_roles(func, sync_role)
+        ids = _barrier_ids([loop for loop in role_loops(func.body) if _has_sync(loop.body)])
+        return map_roles(func, lambda loop: _named_barriers(
+            loop.body, ids.get(int(loop.annotations[keys.ROLE])), int(loop.extent.value)))
 
     return prim_func_pass("CUDAInsertSync", run)
 

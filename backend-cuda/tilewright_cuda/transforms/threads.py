@@ -2,7 +2,7 @@
 one ``threadIdx.x`` loop (``T.use_swizzle`` remaps the block indices here), and each ``T.ws``
 role becomes a nested ``threadIdx.x`` loop over the role's threads, so rules and distribution
 spread tile ops over the role only. First, an ``if`` / ``elif`` chain on the dialect's thread
-index (``T.get_thread_binding``) whose branches select whole warpgroups becomes ``T.ws``
+index (``T.get_thread_binding``) whose branches select whole warps becomes ``T.ws``
 roles, and any other tile op under an ``if`` on the index is refused at the ``if``; before
 that, an element's atomic in such thread-level code becomes each thread's own
 (:func:`thread_atomics`)."""
@@ -12,7 +12,7 @@ from __future__ import annotations
 import tvm
 import tvm_ffi
 from tilewright.errors import KernelError, span_location
-from tilewright.ir import ATOMIC_KINDS, ATOMIC_PREV, MEMORY_ORDERS, Region, decode, make_call
+from tilewright.ir import ATOMIC_KINDS, ATOMIC_PREV, MEMORY_ORDERS, Region, decode
 from tilewright.transform import StmtMutator, prim_func_pass, rebuild_for
 from tvm import tirx
 
@@ -26,7 +26,7 @@ from ..analysis.ir import (
     thread_index_buffers,
     threads_of,
 )
-from ..keys import WARPGROUP
+from ..keys import WARP, WARPGROUP
 
 
 def bind_threads():
@@ -111,21 +111,28 @@ def bind_roles():
         def visit(stmt):
             if str(stmt.attr_key) != keys.WS:
                 return stmt
-            groups = [int(g) for g in str(stmt.value.value).split(",")]
-            lo, n = groups[0] * WARPGROUP, len(groups) * WARPGROUP
-            if lo + n > threads:
-                raise KernelError(f"T.ws({', '.join(map(str, groups))}) needs threads up to "
-                                  f"{lo + n}; the kernel has {threads}",
+            lo, hi = _role_threads(stmt)
+            if hi > threads:
+                raise KernelError(f"the T.ws role of threads {lo}..{hi - 1} needs threads up "
+                                  f"to {hi}; the kernel has {threads}",
                                   span_location(stmt.span))
-            var = tirx.Var(f"tx_ws{groups[0]}", "int32")
-            iv = tirx.IterVar(tvm.ir.Range(0, n), var, tirx.IterVar.ThreadIndex,
+            name = f"tx_ws{lo // WARPGROUP}" if lo % WARPGROUP == 0 else f"tx_ws_t{lo}"
+            var = tirx.Var(name, "int32")
+            iv = tirx.IterVar(tvm.ir.Range(0, hi - lo), var, tirx.IterVar.ThreadIndex,
                               keys.THREAD_TAG)
-            return tirx.For(var, 0, n, tirx.ForKind.THREAD_BINDING, stmt.body,
+            return tirx.For(var, 0, hi - lo, tirx.ForKind.THREAD_BINDING, stmt.body,
                             thread_binding=iv, annotations={keys.ROLE: lo}, span=stmt.span)
 
         return func.with_body(tvm_ffi.structural_map(func.body, (tirx.AttrStmt, visit)))
 
     return prim_func_pass("CUDABindRoles", run)
+
+
+def _role_threads(stmt) -> tuple[int, int]:
+    """``[lo, hi)``: the threads of the role a ``keys.WS`` AttrStmt wraps (its value
+    ``"lo:hi"``)."""
+    lo, hi = str(stmt.value.value).split(":")
+    return int(lo), int(hi)
 
 
 def _thread_range(cond, is_index) -> tuple[int, int] | None:
@@ -151,8 +158,9 @@ def _thread_range(cond, is_index) -> tuple[int, int] | None:
 
 
 def _role_branches(stmt, is_index, threads: int) -> list | None:
-    """``[(first warpgroup, groups, body)]`` of an ``if`` / ``elif`` chain whose conditions
-    select disjoint warpgroup-aligned ranges of the thread index, else None."""
+    """``[(lo, hi, body)]`` of an ``if`` / ``elif`` chain whose conditions select disjoint
+    warp-aligned ranges ``[lo, hi)`` of the thread index (a final ``else`` the one range left),
+    else None."""
     branches, taken = [], []
     node = stmt
     while node is not None:
@@ -160,29 +168,29 @@ def _role_branches(stmt, is_index, threads: int) -> list | None:
             rng, body, node = _thread_range(node.condition, is_index), node.then_case, \
                 node.else_case
         else:  # a final else: the one range left, when it is one
-            rest = [t for t in range(0, threads, WARPGROUP)
+            rest = [t for t in range(0, threads, WARP)
                     if not any(lo <= t < hi for lo, hi in taken)]
-            if not rest or rest != list(range(rest[0], rest[-1] + WARPGROUP, WARPGROUP)):
+            if not rest or rest != list(range(rest[0], rest[-1] + WARP, WARP)):
                 return None
-            rng, body, node = (rest[0], rest[-1] + WARPGROUP), node, None
+            rng, body, node = (rest[0], rest[-1] + WARP), node, None
         if rng is None:
             return None
         lo, hi = max(rng[0], 0), min(rng[1], threads)
-        if lo >= hi or lo % WARPGROUP or hi % WARPGROUP or \
+        if lo >= hi or lo % WARP or hi % WARP or \
                 any(lo < end and start < hi for start, end in taken):
             return None
         taken.append((lo, hi))
-        branches.append((lo // WARPGROUP, (hi - lo) // WARPGROUP, body))
+        branches.append((lo, hi, body))
     return branches
 
 
 def thread_ranges_as_roles():
-    """TileLang's warp specialisation by hand, ``if tx < 128: ... elif tx >= 128 and tx <
-    256: ... else: ...`` on ``T.get_thread_binding()`` of a 1-D block, becomes ``T.ws``
-    roles when every branch selects whole warpgroups (disjoint ranges of multiples of 128
-    threads) and one holds a tile op: each branch is a role of its warpgroups, its tile ops
-    spread over them. Any other condition is left to
-    :func:`refuse_thread_conditioned_tile_ops`."""
+    """TileLang's warp specialisation by hand, ``if tx < 32: ... elif tx >= 32 and tx <
+    96: ... else: ...`` on ``T.get_thread_binding()`` of a 1-D block, becomes roles (as
+    ``T.ws``'s, keys.WS ``"lo:hi"``) when every branch selects whole warps (disjoint ranges
+    whose ends are multiples of 32 threads) and one holds a tile op: each branch is a role
+    of its threads, its tile ops spread over them and its barriers named barriers of them. Any other
+    condition is left to :func:`refuse_thread_conditioned_tile_ops`."""
 
     def run(func):
         calls = [c for c in _tile_calls(func.body) if c.name == ops.THREAD_BINDING.name]
@@ -206,14 +214,9 @@ def thread_ranges_as_roles():
             if branches is None:
                 return stmt
             made.extend(body for _, _, body in branches)
-            roles = []
-            for first, count, body in branches:
-                groups = ",".join(str(g) for g in range(first, first + count))
-                start = make_call(ops.WS.name, {}, {"groups": groups}, span=stmt.span)
-                roles.append(tirx.AttrStmt(tirx.IntImm("int32", 0), keys.WS,
-                                           tvm.ir.StringImm(groups),
-                                           tirx.SeqStmt([start, body]), span=stmt.span))
-            return seq(roles)
+            return seq([tirx.AttrStmt(tirx.IntImm("int32", 0), keys.WS,
+                                      tvm.ir.StringImm(f"{lo}:{hi}"), body, span=stmt.span)
+                        for lo, hi, body in branches])
 
         return func.with_body(tvm_ffi.structural_map(func.body, (tirx.IfThenElse, visit),
                                                      order="pre"))
@@ -339,8 +342,8 @@ def refuse_thread_conditioned_tile_ops():
     index (or on a value computed from it, :func:`analysis.ir.index_dependent`) is an error at
     the ``if``'s line: tile ops are spread over every thread of the block (or role), so the
     threads the condition leaves out would skip their share of it and the barriers inside it.
-    Thread-dependent code is scalar code; a warpgroup-aligned range of threads is a ``T.ws``
-    role."""
+    Thread-dependent code is scalar code; a warp-aligned range of threads is a role
+    (:func:`thread_ranges_as_roles`)."""
 
     def run(func):
         indices = thread_index_buffers(func.body)
