@@ -339,3 +339,32 @@ def test_an_atomic_whose_previous_value_is_unused_is_made_once_where_it_stands(t
     c = torch.zeros(7, dtype=getattr(torch, dtype))
     tilewright.compile(unused_previous_values(dtype), target=target)(c)
     assert c.tolist() == UNUSED_COUNTS
+
+
+def nested_previous_values(dtype):
+    """Atomics whose value is another's previous value: in block code, in T.Parallel, folded
+    away there (``* 0``) and stored."""
+    @T.prim_func
+    def kernel(C: T.Tensor((6,), dtype), D: T.Tensor((3, 4), dtype)):
+        with T.Kernel(3, threads=32) as bx:
+            T.atomic_max(C[0], T.atomic_add(C[1], 1, return_prev=True))
+            for i in T.Parallel(4):
+                T.atomic_add(C[2], T.atomic_add(C[3], 1, return_prev=True) * 0 + 1)
+                D[bx, i] = T.atomic_add(C[4], T.atomic_add(C[5], 2, return_prev=True) * 0 + 1,
+                                        return_prev=True) * 0 + i
+
+    return kernel
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("dtype", ["int32", "bfloat16"])
+def test_an_atomic_of_another_atomics_previous_value_makes_each_once(target, dtype):
+    """Before, on the CPU: the inner atomic was made twice (C[1] counted 6 for 3 blocks), and
+    a bfloat16 one folded away failed to build ("value.ty() == var->ty": the binding that kept
+    it bound a bfloat16 variable to the float32 value TVM's legalisation made)."""
+    c = torch.zeros(6, dtype=getattr(torch, dtype))
+    d = torch.full((3, 4), -1, dtype=getattr(torch, dtype))
+    tilewright.compile(nested_previous_values(dtype), target=target)(c, d)
+    assert c.tolist() == [2, 3, 12, 12, 12, 24]  # the max of the tickets 0, 1, 2 is 2
+    assert d.tolist() == [[0, 1, 2, 3]] * 3
+
