@@ -368,3 +368,29 @@ def test_an_atomic_of_another_atomics_previous_value_makes_each_once(target, dty
     assert c.tolist() == [2, 3, 12, 12, 12, 24]  # the max of the tickets 0, 1, 2 is 2
     assert d.tolist() == [[0, 1, 2, 3]] * 3
 
+
+def stored_values(dtype):
+    """Each element stored atomically as a value computed from a tile and a tensor."""
+    @T.prim_func
+    def kernel(A: T.Tensor((8, 8), dtype), B: T.Tensor((8, 8), dtype)):
+        with T.Kernel(2, threads=32) as bx:
+            tile = T.alloc_fragment((4, 8), dtype)
+            T.copy(A[bx * 4, 0], tile)
+            for i, j in T.Parallel(4, 8):
+                T.atomic_store(B[bx * 4 + i, j], tile[i, j] * A[bx * 4 + i, j] + 1,
+                               memory_order="release")
+
+    return kernel
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
+def test_atomic_store_of_a_computed_value(target, dtype):
+    """Before, on the CPU: a bfloat16 value failed to build ("Load/Store of buffer tile
+    occurred before its declaration": the bfloat16 passes left the store's operand, rounded
+    with a binding, reading the tile)."""
+    a = (torch.randint(-8, 9, (8, 8), generator=torch.Generator().manual_seed(2)) / 2).to(
+        getattr(torch, dtype))  # exact products and sums: the same whether fused or not
+    b = torch.zeros_like(a)
+    tilewright.compile(stored_values(dtype), target=target)(a, b)
+    assert torch.equal(b, a * a + 1)
