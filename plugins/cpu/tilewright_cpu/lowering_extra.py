@@ -127,23 +127,22 @@ for _kind in ATOMIC_KINDS:
 
 @register_lowering("atomic_store")
 def lower_atomic_store(call: TileOpCall, ctx: RuleContext):
-    """``tw_atomic_store_<dtype>(&dst, value)`` (sequentially consistent). A float16 or
-    bfloat16 value is first stored into a float32 local element, the runtime's type: the
-    bfloat16 passes convert a store's value, not an expression statement's operands (a
-    bfloat16 sum, rounded with a binding, left a tile's read unconverted: "Load/Store of buffer
-    ... occurred before its declaration")."""
+    """``tw_atomic_store_<dtype>(&dst, value)`` (sequentially consistent). The value is first
+    stored into a local element of the runtime's type: the passes that lower bfloat16 and
+    float8 values convert a store's value, not an expression statement's operands (a bfloat16
+    sum, rounded with a binding, left a tile's read unconverted: "Load/Store of buffer ...
+    occurred before its declaration"; a conversion through float8 bound its code twice:
+    "Detected bound for f8_code conflicts with memorization")."""
     runtime.load()
     dst, value = call.operands["dst"], call.operands["src"]
     dtype = _checked("atomic_store", dst.buffer, ATOMIC_DTYPES)
     ptr = tirx.address_of(tirx.BufferLoad(dst.buffer, list(dst.starts)))
-    value, held = _as_runtime(value, dtype), []
-    if dtype in _WIDE:
-        cell = tirx.decl_buffer((1,), "float32", "atomic_value", scope="local")
-        zero = [tirx.IntImm("int32", 0)]
-        held = [tirx.AllocBuffer(cell), tirx.BufferStore(cell, value, zero)]
-        value = tirx.BufferLoad(cell, zero)
-    store = tirx.Evaluate(tirx.call_extern("void", f"tw_atomic_store_{dtype}", ptr, value))
-    store = tirx.SeqStmt([*held, store]) if held else store
+    cell = tirx.decl_buffer((1,), _runtime_type(dtype), "atomic_value", scope="local")
+    zero = [tirx.IntImm("int32", 0)]
+    store = tirx.SeqStmt([
+        tirx.AllocBuffer(cell), tirx.BufferStore(cell, _as_runtime(value, dtype), zero),
+        tirx.Evaluate(tirx.call_extern("void", f"tw_atomic_store_{dtype}", ptr,
+                                       tirx.BufferLoad(cell, zero)))])
     cond = in_bounds(dst.buffer, list(dst.starts), ctx)
     return store if cond is None else tirx.IfThenElse(cond, store, None)
 
