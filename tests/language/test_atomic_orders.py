@@ -397,24 +397,29 @@ def test_atomic_store_of_a_computed_value(target, dtype):
 
 
 def stored_through_float8(dtype):
+    """Each element of A converted to float8 and back, stored atomically into B and added
+    atomically into C."""
     @T.prim_func
-    def kernel(A: T.Tensor((32,), dtype), B: T.Tensor((32,), dtype)):
+    def kernel(A: T.Tensor((32,), dtype), B: T.Tensor((32,), dtype),
+               C: T.Tensor((32,), dtype)):
         with T.Kernel(1, threads=32):
             tile = T.alloc_fragment((32,), dtype)
             T.copy(A, tile)
             for i in T.Parallel(32):
                 T.atomic_store(B[i], T.cast(T.cast(tile[i], "float8_e4m3fn"), dtype))
+                T.atomic_add(C[i], T.cast(T.cast(tile[i], "float8_e4m3fn"), dtype))
 
     return kernel
 
 
 @pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize("dtype", ["int8", "float32"])
-def test_atomic_store_of_a_value_converted_through_float8(target, dtype):
+@pytest.mark.parametrize("dtype", ["int8", "int32", "float32"])
+def test_atomics_of_a_value_converted_through_float8(target, dtype):
     """Before, on the CPU: the build failed ("Detected bound for f8_code conflicts with
-    memorization": the float8 lowering left the store's operand binding its code, bound
+    memorization": the float8 lowering left the atomic's operand binding its code, bound
     twice); found by the differential fuzzer (seed 0)."""
     a = torch.arange(-16, 16).to(getattr(torch, dtype))
-    b = torch.zeros_like(a)
-    tilewright.compile(stored_through_float8(dtype), target=target)(a, b)
-    assert torch.equal(b, a.to(torch.float8_e4m3fn).to(getattr(torch, dtype)))
+    b, c = torch.zeros_like(a), torch.zeros_like(a)
+    tilewright.compile(stored_through_float8(dtype), target=target)(a, b, c)
+    want = a.to(torch.float8_e4m3fn).to(getattr(torch, dtype))
+    assert torch.equal(b, want) and torch.equal(c, want)

@@ -98,8 +98,22 @@ def _atomic_call(kind: str, buffer, index, value):
     return _from_runtime(old, dtype)
 
 
+def _held(value, dtype: str) -> tuple:
+    """``value`` stored into a local element of the runtime's type for ``dtype``: the
+    statements and the element's load, which the runtime's call takes. The passes that lower
+    bfloat16 and float8 values convert a store's value, not an expression statement's operands
+    (a bfloat16 sum, rounded with a binding, left a tile's read unconverted: "Load/Store of
+    buffer ... occurred before its declaration"; a conversion through float8 bound its code
+    twice: "Detected bound for f8_code conflicts with memorization")."""
+    cell = tirx.decl_buffer((1,), _runtime_type(dtype), "atomic_value", scope="local")
+    zero = [tirx.IntImm("int32", 0)]
+    return ([tirx.AllocBuffer(cell), tirx.BufferStore(cell, _as_runtime(value, dtype), zero)],
+            tirx.BufferLoad(cell, zero))
+
+
 def _make_atomic_rule(kind: str):
     def lower_atomic(call: TileOpCall, ctx: RuleContext):
+        """An element of a tile, or an expression's value held first (:func:`_held`)."""
         runtime.load()
         dst, src = call.operands["dst"], call.operands["src"]
         ddims = non_unit(dst)
@@ -107,9 +121,10 @@ def _make_atomic_rule(kind: str):
 
         def body(v):
             index = region_index(dst, v, ddims)
-            value = tirx.BufferLoad(src.buffer, region_index(src, v, sdims)) \
-                if isinstance(src, Region) else src
+            held, value = ([], tirx.BufferLoad(src.buffer, region_index(src, v, sdims))) \
+                if isinstance(src, Region) else _held(src, str(dst.buffer.dtype))
             update = tirx.Evaluate(_atomic_call(kind, dst.buffer, index, value))
+            update = tirx.SeqStmt([*held, update]) if held else update
             cond = in_bounds(dst.buffer, index, ctx)
             return update if cond is None else tirx.IfThenElse(cond, update, None)
 
@@ -127,22 +142,15 @@ for _kind in ATOMIC_KINDS:
 
 @register_lowering("atomic_store")
 def lower_atomic_store(call: TileOpCall, ctx: RuleContext):
-    """``tw_atomic_store_<dtype>(&dst, value)`` (sequentially consistent). The value is first
-    stored into a local element of the runtime's type: the passes that lower bfloat16 and
-    float8 values convert a store's value, not an expression statement's operands (a bfloat16
-    sum, rounded with a binding, left a tile's read unconverted: "Load/Store of buffer ...
-    occurred before its declaration"; a conversion through float8 bound its code twice:
-    "Detected bound for f8_code conflicts with memorization")."""
+    """``tw_atomic_store_<dtype>(&dst, value)`` (sequentially consistent), the value held
+    first (:func:`_held`)."""
     runtime.load()
     dst, value = call.operands["dst"], call.operands["src"]
     dtype = _checked("atomic_store", dst.buffer, ATOMIC_DTYPES)
     ptr = tirx.address_of(tirx.BufferLoad(dst.buffer, list(dst.starts)))
-    cell = tirx.decl_buffer((1,), _runtime_type(dtype), "atomic_value", scope="local")
-    zero = [tirx.IntImm("int32", 0)]
-    store = tirx.SeqStmt([
-        tirx.AllocBuffer(cell), tirx.BufferStore(cell, _as_runtime(value, dtype), zero),
-        tirx.Evaluate(tirx.call_extern("void", f"tw_atomic_store_{dtype}", ptr,
-                                       tirx.BufferLoad(cell, zero)))])
+    held, value = _held(value, dtype)
+    store = tirx.SeqStmt([*held, tirx.Evaluate(tirx.call_extern(
+        "void", f"tw_atomic_store_{dtype}", ptr, value))])
     cond = in_bounds(dst.buffer, list(dst.starts), ctx)
     return store if cond is None else tirx.IfThenElse(cond, store, None)
 
