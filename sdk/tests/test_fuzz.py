@@ -319,8 +319,8 @@ def test_atomics_and_vectors_are_generated_and_valid():
     code, tickets; read, unused, bare, inside the store, folded away), atomic loads and stores
     and vector values (stored into slices, read back lane by lane) are drawn; one program with
     each runs on the interpreter and agrees with itself; avoided, none is drawn."""
-    _each_drawn_and_valid(ATOMIC_DRAWS, _drawn(programs(), 400, 2))
-    _never_drawn(ATOMIC_DRAWS, programs(avoid=ATOMICS_AND_VECTORS), 60, 2)
+    _each_drawn_and_valid(ATOMIC_DRAWS, _drawn(programs(), 400, 4))
+    _never_drawn(ATOMIC_DRAWS, programs(avoid=ATOMICS_AND_VECTORS), 60, 4)
 
 
 def test_atomics_and_vectors_respect_the_backends_capabilities():

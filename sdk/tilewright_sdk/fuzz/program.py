@@ -1283,13 +1283,14 @@ def programs(draw, avoid=(), dtypes=None, features=None, tile_ops=None,
     for _ in range(draw(st.integers(1, 4))):
         kinds = ["map", "map", "map", "reduce", "cumsum", "repeat", "pipelined", "local",
                  "gemm", "atomic"]
-        # drawn only when allowed: avoided, the draws are those of before them
+        # drawn only when allowed: avoided, the draws are those of before them (previous
+        # values twice: four forms)
         kinds += (["subcopy"] if b.allowed("tile_copy") else []) + \
             (["pipelined_gemm"] if b.allowed("pipelined_gemm") else []) + \
             (["block_update"] if b.allowed("block_update") else []) + \
             (["block_branch"] if b.allowed("block_branch") else []) + \
             (["thread_code"] if b.allowed("thread_code") else []) + \
-            (["atomic_prev"] if b.allowed("atomic_prev") else []) + \
+            (["atomic_prev"] * 2 if b.allowed("atomic_prev") else []) + \
             (["vector_map"] if b.lanes() else [])
         kind = draw(st.sampled_from(kinds))
         getattr(b, kind)()
