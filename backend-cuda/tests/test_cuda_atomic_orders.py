@@ -239,3 +239,38 @@ def test_an_atomic_in_an_expression_folded_to_a_constant_is_made(tmp_path):
     lowered = _lower(folded_previous_values())
     hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, c, d)
     assert c.tolist() == FOLDED_COUNTS and d.tolist() == FOLDED_D
+
+
+def constant_stores_kernel():
+    """Constants stored and combined atomically into 64- and 16-bit integers (the generated
+    code prints a small int64 constant of T.atomic_store as an int literal)."""
+    @T.prim_func
+    def constants(L: T.Tensor((3,), T.int64), S: T.Tensor((3,), T.int16)):
+        with T.Kernel(1, threads=32):
+            T.atomic_store(L[0], T.int64(5))
+            T.atomic_store(L[1], T.int64(-3), memory_order="release")
+            T.atomic_or(L[2], T.int64(6), memory_order="acq_rel")
+            T.atomic_store(S[0], T.int16(7))
+            T.atomic_xor(S[1], T.int16(3), memory_order="seq_cst")
+            T.atomic_add(S[2], T.int16(-2), memory_order="release")
+
+    return constants
+
+
+@pytest.mark.emulator
+def test_constants_stored_into_64_and_16_bit_integers_in_the_emulation(tmp_path):
+    """Before: "no instance of function template tw_atomic_store matches the argument list"
+    (T deduced as int64_t from the address and int from the literal); found by the
+    differential fuzzer (CUDA in compile mode, seed 0)."""
+    big = torch.zeros(3, dtype=torch.int64)
+    small = torch.tensor([0, 1, 1], dtype=torch.int16)
+    lowered = _lower(constant_stores_kernel())
+    hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, big, small)
+    assert big.tolist() == [5, -3, 6] and small.tolist() == [7, 2, -1]
+
+
+@pytest.mark.nvrtc
+def test_constants_stored_into_64_and_16_bit_integers_build_with_nvrtc():
+    kernel = tilewright.compile(constant_stores_kernel(), target="cuda -arch=sm_80")
+    with open(f"{kernel.artifact_dir}/kernel.cubin", "rb") as f:
+        assert f.read(4) == b"\x7fELF"

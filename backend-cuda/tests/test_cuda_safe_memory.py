@@ -58,3 +58,27 @@ def test_the_guard_is_the_stores_and_switches_off():
     assert "< 40)" in text and "< 39)" in text  # the store's bound, then the load's beyond it
     off = tilewright.lower(shift, TARGET, {"tl.disable_safe_memory_legalize": True})
     assert "< 40)" not in off.source.text and "< 39)" not in off.source.text
+
+
+@pytest.mark.emulator
+def test_an_atomic_load_outside_reads_the_safe_value(tmp_path):
+    """``T.atomic_load`` past the end is not made and reads what a load reads there (0, or the
+    tensor's safe value). Before, its element became the guarded load: "'Call' object has no
+    attribute 'source'" as it was lowered."""
+    @T.prim_func
+    def shift(A: T.Tensor((N,), "float32"), I: T.Tensor((N,), "int32"),
+              B: T.Tensor((N,), "float32"), J: T.Tensor((N,), "int32")):
+        with T.Kernel(T.ceildiv(N, 32), threads=32) as bx:
+            T.annotate_safe_value({I: 3})
+            for i in T.Parallel(32):
+                B[bx * 32 + i] = T.atomic_load(A[bx * 32 + i + 1], memory_order="acquire")
+            for i in T.serial(32):
+                J[bx * 32 + i] = T.atomic_load(I[bx * 32 + i + 2])
+
+    (a, _), (b, b_whole) = _view(torch.arange(N, dtype=torch.float32)), _view(0.0)
+    ints, j = torch.arange(N, dtype=torch.int32), torch.zeros(N, dtype=torch.int32)
+    lowered = tilewright.lower(shift, TARGET)
+    hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, a, ints, b, j)
+    assert b.tolist() == [float(k + 1) for k in range(N - 1)] + [0.0]
+    assert j.tolist() == [k + 2 for k in range(N - 2)] + [3, 3]
+    assert b_whole[N:].isnan().all()

@@ -74,10 +74,14 @@ MATH_AND_BLOCK = {"exp2", "log", "rsqrt", "sin", "cos", "clamp", "round", "ceil"
 # since 2026-12-05)
 BITS_AND_SCANS = {"reduce_bitand", "reduce_bitor", "reduce_bitxor", "cummax", "block_branch",
                   "thread_code"}
+# the bitwise atomics, memory orders, previous values, atomic loads and stores and vector
+# values (drawn since 2026-12-12)
+ATOMICS_AND_VECTORS = {"atomic_or", "atomic_and", "atomic_xor", "atomic_memory_order",
+                       "atomic_prev", "atomic_load", "atomic_store", "vector"}
 NEW_FEATURES = {"tensor_3d", "dynamic_shape", "sign_cast", "float8_cast", "unpack",
                 "int4_input", "float_uint_cast", "unsigned_wrap_arith", "float8_input",
                 "tile_copy", "pipelined_gemm", "rebind", "reduce_low_to_low", *BITS_AND_SCANS,
-                *MATH_AND_BLOCK}
+                *MATH_AND_BLOCK, *ATOMICS_AND_VECTORS}
 OLD_DTYPES = {"int8", "int16", "int32", "uint8", "int64", "float32", "float16", "bfloat16"}
 AVOIDABLE = {f for f in CONTROL if not f.startswith(("reduce_acc", "gemm_", "atomic_add_"))}
 
@@ -227,8 +231,8 @@ def test_new_draws_are_generated_and_valid():
     tiles, sizes read from the arguments, float8 casts, fragments and inputs, 4-bit fields and
     int4 inputs are all drawn; one program with each runs on the interpreter and agrees with
     itself."""
-    _each_drawn_and_valid(NEW_DRAWS, _drawn(programs(avoid=MATH_AND_BLOCK | BITS_AND_SCANS),
-                                            300, 22))
+    _each_drawn_and_valid(NEW_DRAWS, _drawn(programs(avoid=MATH_AND_BLOCK | BITS_AND_SCANS |
+                                                     ATOMICS_AND_VECTORS), 300, 22))
 
 
 TILE_DRAWS = ("tile_copy", "tile_copy_window", "tile_copy_fragment_shared",
@@ -240,8 +244,8 @@ def test_tile_copies_pipelined_gemms_and_rebinds_are_generated_and_valid():
     carried by a T.Pipelined loop, a Python variable rebound to a second tile and float16 /
     bfloat16 reductions into the other low-precision dtype are drawn; one program with each
     runs on the interpreter and agrees with itself; avoided, none is drawn."""
-    _each_drawn_and_valid(TILE_DRAWS, _drawn(programs(avoid=MATH_AND_BLOCK | BITS_AND_SCANS),
-                                             300, 22))
+    _each_drawn_and_valid(TILE_DRAWS, _drawn(programs(avoid=MATH_AND_BLOCK | BITS_AND_SCANS |
+                                                      ATOMICS_AND_VECTORS), 300, 22))
     _never_drawn(TILE_DRAWS, programs(avoid={"tile_copy", "pipelined_gemm", "rebind",
                                              "reduce_low_to_low"}), 60, 22)
 
@@ -260,7 +264,8 @@ def test_math_atomics_and_block_code_are_generated_and_valid():
     global scalars are drawn; one program with each runs on the interpreter and agrees with
     itself; avoided, none is drawn. (Seed 49: one whose 400 draws hold every feature, as
     seed 33's did before erf/atan/asinh.)"""
-    _each_drawn_and_valid(MATH_DRAWS, _drawn(programs(avoid=BITS_AND_SCANS), 400, 49))
+    _each_drawn_and_valid(MATH_DRAWS, _drawn(programs(avoid=BITS_AND_SCANS |
+                                                      ATOMICS_AND_VECTORS), 400, 49))
     _never_drawn(MATH_DRAWS, programs(avoid=MATH_AND_BLOCK), 60, 49)
 
 
@@ -274,7 +279,8 @@ def test_bitwise_reductions_and_running_maxima_are_generated_and_valid():
     """T.reduce_bitand/bitor/bitxor of integer tiles and T.cummax in both dimensions and
     directions are drawn; one program with each runs on the interpreter and agrees with
     itself; avoided, none is drawn (and no float program reduces bitwise)."""
-    drawn = _drawn(programs(avoid={"block_branch", "thread_code"}), 300, 6)
+    drawn = _drawn(programs(avoid={"block_branch", "thread_code", *ATOMICS_AND_VECTORS}), 300,
+                   6)
     _each_drawn_and_valid(SCAN_AND_BIT_DRAWS, drawn)
     assert not any(p.dtype.startswith(("float", "bfloat")) and
                    p.features & {"reduce_bitand", "reduce_bitor", "reduce_bitxor"}
@@ -288,7 +294,7 @@ def test_block_code_branching_on_data_is_generated_and_valid():
     such an element gives, are drawn; one program with each runs on the interpreter and agrees
     with itself."""
     _each_drawn_and_valid(BRANCH_DRAWS, _drawn(programs(avoid=BITS_AND_SCANS - {
-        "block_branch"}), 200, 5))
+        "block_branch"} | ATOMICS_AND_VECTORS), 200, 5))
 
 
 def test_thread_level_code_is_generated_and_valid():
@@ -296,7 +302,52 @@ def test_thread_level_code_is_generated_and_valid():
     column mirrored from another thread's) is drawn; one program with each runs on the
     interpreter and agrees with itself."""
     _each_drawn_and_valid(("thread_code_scan", "thread_code_mirror"),
-                          _drawn(programs(avoid=BITS_AND_SCANS - {"thread_code"}), 300, 11))
+                          _drawn(programs(avoid=BITS_AND_SCANS - {"thread_code"} |
+                                          ATOMICS_AND_VECTORS), 300, 11))
+
+
+ATOMIC_DRAWS = ("atomic_or", "atomic_and", "atomic_xor", "atomic_memory_order",
+                "atomic_prev_block", "atomic_prev_parallel", "atomic_prev_thread",
+                "atomic_prev_ticket", "atomic_prev_read", "atomic_prev_unused",
+                "atomic_prev_statement", "atomic_prev_inline", "atomic_prev_folded",
+                "atomic_prev_ticket_nested", "atomic_load", "atomic_store", "vector_map",
+                "vector_lanes", "vector_store_slice", "vector_store_extract")
+
+
+def test_atomics_and_vectors_are_generated_and_valid():
+    """Bitwise atomics, memory orders, previous values (block code, T.Parallel, thread-level
+    code, tickets; read, unused, bare, inside the store, folded away), atomic loads and stores
+    and vector values (stored into slices, read back lane by lane) are drawn; one program with
+    each runs on the interpreter and agrees with itself; avoided, none is drawn."""
+    _each_drawn_and_valid(ATOMIC_DRAWS, _drawn(programs(), 400, 4))
+    _never_drawn(ATOMIC_DRAWS, programs(avoid=ATOMICS_AND_VECTORS), 60, 4)
+
+
+def test_atomics_and_vectors_respect_the_backends_capabilities():
+    """Without the features atomic_return_prev and vector_dtypes no previous value and no
+    vector; without a tile op none of its atomics; an atomic only into a dtype the backend
+    takes it for (op_dtypes); vectors of at most 128 bits without wide_vectors."""
+    ops = {"atomic_add", "atomic_max", "atomic_min"}
+    takes = {op: frozenset({"int32", "float32"}) for op in ops}
+
+    @settings(max_examples=150, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    @hypothesis_seed(2)
+    @given(programs(features=frozenset({"partial_tiles"}), tile_ops=ops, op_dtypes=takes))
+    def check(program):
+        assert not {f for f in program.features if f.startswith(
+            ("atomic_prev", "atomic_or", "atomic_and", "atomic_xor", "atomic_load",
+             "atomic_store", "vector"))}
+        source = program.kernel_source()
+        assert "return_prev" not in source and "T.atomic_load" not in source
+        if "T.atomic_" in source:
+            assert program.dtype in ("int32", "float32")
+
+    check()
+    widths = {(p.dtype, f) for p in _drawn(programs(features=frozenset({"vector_dtypes"})),
+                                           400, 2) for f in p.features if f == "vector_x8"}
+    assert widths and all(dtype in ("int8", "uint8", "int16", "uint16", "float16", "bfloat16")
+                          for dtype, _ in widths)
 
 
 def test_new_draws_respect_the_backends_capabilities():

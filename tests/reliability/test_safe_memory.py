@@ -115,6 +115,30 @@ def test_a_tensors_safe_value_is_what_its_loads_outside_read(target):
                 A[0] = s[0]
 
 
+@pytest.mark.parametrize("target", ["cpu", "interp"])
+def test_an_atomic_load_outside_reads_what_a_load_reads(target):
+    """``T.atomic_load`` of an element past the end is not made and reads the tensor's safe
+    value (0 without one), in T.Parallel and in block code. Before, its element became the
+    guarded load, which the CPU could not take the address of ("'Call' object has no
+    attribute 'source'")."""
+    @T.prim_func
+    def shift(A: T.Tensor((N,), "float32"), I: T.Tensor((N,), "int32"),
+              B: T.Tensor((N,), "float32"), J: T.Tensor((N,), "int32")):
+        with T.Kernel(T.ceildiv(N, 8), threads=32) as bx:
+            T.annotate_safe_value({I: 3})
+            for i in T.Parallel(8):
+                B[bx * 8 + i] = T.atomic_load(A[bx * 8 + i + 1], memory_order="acquire")
+            for i in T.serial(8):
+                J[bx * 8 + i] = T.atomic_load(I[bx * 8 + i + 2])
+
+    (a, _), (b, b_whole) = _views(torch.arange(N, dtype=torch.float32), 0.0)
+    ints, j = torch.arange(N, dtype=torch.int32), torch.zeros(N, dtype=torch.int32)
+    tilewright.compile(shift, target=target)(a, ints, b, j)
+    assert b.tolist() == [float(k + 1) for k in range(N - 1)] + [0.0]
+    assert j.tolist() == [k + 2 for k in range(N - 2)] + [3, 3]
+    assert b_whole[N:].isnan().all()
+
+
 def test_disabling_the_guards_leaves_the_access_to_the_interpreters_check():
     (a, _), (b, _) = _views(torch.arange(N, dtype=torch.float32), 0.0)
     kernel = tilewright.compile(shift_in_block_code(), target="interp",

@@ -21,6 +21,11 @@ TW_BITWISE_OP(TwAtomicOr, |, atomicOr)
 TW_BITWISE_OP(TwAtomicAnd, &, atomicAnd)
 TW_BITWISE_OP(TwAtomicXor, ^, atomicXor)
 
+// The element's type is the address's: a value of another type (a literal the code generator
+// printed as an int where the element is int64_t, char or short) converts to it, as
+// atomicAdd's operand does, instead of failing the template's deduction.
+template <typename T> struct TwElement { typedef T type; };
+
 template <int BYTES> struct TwBitwiseAtomic;
 template <> struct TwBitwiseAtomic<1> {
   template <typename OP, typename T> static __device__ __forceinline__ T run(T* a, T v) {
@@ -44,13 +49,16 @@ template <> struct TwBitwiseAtomic<8> {
                                      static_cast<unsigned long long>(v)));
   }
 };
-template <typename T> __device__ __forceinline__ T tw_atomic_or(T* address, T value) {
+template <typename T>
+__device__ __forceinline__ T tw_atomic_or(T* address, typename TwElement<T>::type value) {
   return TwBitwiseAtomic<sizeof(T)>::template run<TwAtomicOr>(address, value);
 }
-template <typename T> __device__ __forceinline__ T tw_atomic_and(T* address, T value) {
+template <typename T>
+__device__ __forceinline__ T tw_atomic_and(T* address, typename TwElement<T>::type value) {
   return TwBitwiseAtomic<sizeof(T)>::template run<TwAtomicAnd>(address, value);
 }
-template <typename T> __device__ __forceinline__ T tw_atomic_xor(T* address, T value) {
+template <typename T>
+__device__ __forceinline__ T tw_atomic_xor(T* address, typename TwElement<T>::type value) {
   return TwBitwiseAtomic<sizeof(T)>::template run<TwAtomicXor>(address, value);
 }
 
@@ -75,7 +83,9 @@ __device__ __forceinline__ void tw_order_after(int order) {
 }
 #define TW_ORDERED_ATOMIC(NAME)                                                          \
   template <typename T>                                                                  \
-  __device__ __forceinline__ T NAME##_ordered(T* address, T value, int order) {          \
+  __device__ __forceinline__ T NAME##_ordered(T* address,                                \
+                                              typename TwElement<T>::type value,         \
+                                              int order) {                               \
     tw_order_before(order);                                                              \
     const T old = NAME(address, value);                                                  \
     tw_order_after(order);                                                               \
@@ -102,7 +112,8 @@ __device__ __forceinline__ T tw_atomic_load(T* address, int order) {
   return *reinterpret_cast<T*>(&bits);
 }
 template <typename T>
-__device__ __forceinline__ void tw_atomic_store(T* address, T value, int order) {
+__device__ __forceinline__ void tw_atomic_store(T* address, typename TwElement<T>::type value,
+                                                int order) {
   typedef typename TwBits<sizeof(T)>::type Bits;
   tw_order_before(order);
   *reinterpret_cast<volatile Bits*>(address) = *reinterpret_cast<Bits*>(&value);

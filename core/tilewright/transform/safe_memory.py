@@ -13,10 +13,11 @@ backend's pipeline: with the ranges of the enclosing loops and the conditions of
 proven inside the buffer's extent gets a guard (``0 <= i``, ``i < n``: only the halves not
 proven). A load becomes ``T.if_then_else(inside, A[i], 0)``; a store, ``if inside: B[i] =
 ...``; an atomic on one element (``T.atomic_add(C[i], v)``, also with ``return_prev``), made
-only inside. Tile ops' regions are not element accesses: the ops guard their partial tiles
-themselves (their reads outside read 0), but for a ``T.copy`` from a tensor with a safe value
-that may be read outside it: that copy becomes a ``T.Parallel`` loop of element accesses,
-guarded as above, so its padding is the safe value, as TileLang's. The safe values are the
+only inside; ``T.atomic_load(A[i])``, made only inside, reads what a load outside reads.
+Tile ops' regions are not element accesses: the ops guard their partial tiles themselves
+(their reads outside read 0), but for a ``T.copy`` from a tensor with a safe value that may
+be read outside it: that copy becomes a ``T.Parallel`` loop of element accesses, guarded as
+above, so its padding is the safe value, as TileLang's. The safe values are the
 kernel's (its block loop's annotation) and, inside a ``T.sblock`` with its own, the block's
 (an ``AttrStmt`` around its body, which the pass removes). Accesses proven inside (a
 size that is a multiple of the tile, every constant
@@ -35,7 +36,15 @@ import tvm
 import tvm_ffi
 from tvm import tirx
 
-from ..ir import ATOMIC_OPS, ATOMIC_PREV, SAFE_VALUES_KEY, THREAD_BINDING, decode, is_region
+from ..ir import (
+    ATOMIC_LOAD,
+    ATOMIC_OPS,
+    ATOMIC_PREV,
+    SAFE_VALUES_KEY,
+    THREAD_BINDING,
+    decode,
+    is_region,
+)
 from .lowering_utils import loop_nest, non_unit, region_index
 from .walk import StmtMutator, prim_func_pass
 
@@ -124,8 +133,10 @@ class _Guard(StmtMutator):
         return guarded
 
     def _unguarded(self, expr):
-        """``(load, condition)`` when ``expr`` is a load this pass guarded, else None."""
-        return next(((load, cond) for g, cond, load in self.made if g.same_as(expr)), None)
+        """``(load, condition, the value read outside)`` when ``expr`` is a load this pass
+        guarded, else None."""
+        return next(((load, cond, g.args[2]) for g, cond, load in self.made
+                     if g.same_as(expr)), None)
 
     def _call(self, call):
         if not isinstance(call.op, tvm.ir.Op) or not call.args:
@@ -136,9 +147,10 @@ class _Guard(StmtMutator):
         # a region's start, an element's address and an atomic's destination are not loads
         if is_region(call) or call.op.name == "tirx.address_of":
             return tvm.ir.Call(call.op, [made[0], *call.args[1:]])
-        if call.op.name in ATOMIC_PREV:
+        if call.op.name in ATOMIC_PREV or call.op.name == ATOMIC_LOAD:
             inner = tvm.ir.Call(call.op, [made[0], *call.args[1:]], ret_ty=call.ty)
-            return tirx.if_then_else(made[1], inner, _zero(str(call.ty)))
+            outside = made[2] if call.op.name == ATOMIC_LOAD else _zero(str(call.ty))
+            return tirx.if_then_else(made[1], inner, outside)
         return call
 
     def expr(self, expr):

@@ -6,7 +6,8 @@ of bfloat16); atomics into 8- and 16-bit integers (no runtime helper: the proces
 undefined symbol); a bfloat16 operation in a branch of an operand T.if_then_else (its tile read
 kept its bfloat16 buffer); a vectorised bfloat16 reduction (every lane took the last lane's
 partial result); a reinterpret (T.unpack of a signed value) of an operand TVM folded to 0 (its
-LLVM code generator took it for a null pointer)."""
+LLVM code generator took it for a null pointer); a vectorised division of a division by negative
+constants (LowerIntrin's bound of a vector comparison)."""
 
 import pytest
 import tilewright
@@ -287,6 +288,36 @@ def test_a_division_of_a_division(n, inner, outer):
     torch_inner, torch_outer = FLOOR[inner][1], FLOOR[outer][1]
     expected = x + torch_outer(torch_inner(x, torch.tensor(-1, dtype=torch.int32)), x.abs() + 1)
     torch.testing.assert_close(ys, expected)
+
+
+def vector_division_of_a_division(dtype, inner, outer):
+    @T.prim_func
+    def main(X: T.Tensor((8, 16), dtype), Y: T.Tensor((8, 16), dtype)):
+        with T.Kernel(1, threads=128) as bx:
+            t = T.alloc_fragment((8, 16), dtype)
+            T.copy(X[0, 0], t)
+            s = T.alloc_shared((8, 16), dtype)
+            for i, j in T.Parallel(8, 16):
+                s[i, j] = outer(t[i, j] * inner(T.cast(j - 6, dtype), T.cast(-7, dtype)),
+                                T.cast(-4, dtype))
+            T.copy(s, Y[0, 0])
+    return main
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int32", "int64"])
+@pytest.mark.parametrize("inner", FLOOR)
+@pytest.mark.parametrize("outer", FLOOR)
+def test_a_vectorised_division_of_a_division_by_negative_constants(dtype, inner, outer):
+    # seed 2 of the fuzzer's atomics and vectors: CSE bound the inner division's correction,
+    # a vector comparison, and LowerIntrin's bound of it stopped the build ("IntImm can only
+    # take scalar, but boolx8 was supplied")
+    x = (torch.arange(128).reshape(8, 16) % 21 - 10).to(getattr(torch, dtype))  # no overflow
+    kernel = tilewright.compile(vector_division_of_a_division(dtype, FLOOR[inner][0],
+                                                              FLOOR[outer][0]),
+                                out_idx=[-1], target="cpu")
+    j = torch.arange(16, dtype=torch.int64) - 6
+    expected = FLOOR[outer][1](x.long() * FLOOR[inner][1](j, torch.tensor(-7)), torch.tensor(-4))
+    assert torch.equal(kernel(x).long(), expected)
 
 
 def unpacked_index(M, N):

@@ -167,17 +167,24 @@ def uint64_arithmetic_without_nuw():
 
 def _floor_from_truncated(node):
     """``node`` (a floor division or modulo of signed integers) written with truncating
-    division and a correction, without bindings."""
+    division and a correction, without bindings. The correction is integer arithmetic, not a
+    comparison: where common-subexpression elimination binds a vectorised part of it (a
+    division of a division repeats the inner one), LowerIntrin bounds the binding's value, and
+    TVM 0.27's bound of a vector comparison stops the build ("IntImm can only take scalar, but
+    boolx8 was supplied")."""
     a, b = node.a, node.b
     dtype = str(node.ty)
-    zero = tirx.const(0, dtype)
-    rmod = tirx.Mod(a, b)  # truncating: the sign of ``a``
+    bits = tvm.runtime.DataType(dtype).bits
+    rmod = tirx.Mod(a, b)  # truncating: the sign of ``a``, and |rmod| < |b|
     # the truncated quotient is one above the floor where the remainder is not zero and its
-    # sign is not the divisor's
-    past = tirx.Or(tirx.And(rmod < zero, b > zero), tirx.And(rmod > zero, b < zero))
+    # sign is not the divisor's: -1 there, 0 elsewhere (the sign bits of rmod ^ b and of
+    # rmod | -rmod, which is negative where rmod is not zero, spread by an arithmetic shift)
+    signs = tirx.bitwise_and(tirx.bitwise_xor(rmod, b),
+                             tirx.bitwise_or(rmod, tirx.const(0, dtype) - rmod))
+    past = tirx.shift_right(signs, tirx.const(bits - 1, dtype))
     if isinstance(node, tirx.FloorDiv):
-        return tirx.Div(a, b) - tirx.Cast(dtype, past)
-    return rmod + tirx.Select(past, b, zero)
+        return tirx.Div(a, b) + past
+    return rmod + tirx.bitwise_and(b, past)
 
 
 def lower_floor_division():

@@ -98,8 +98,22 @@ def _atomic_call(kind: str, buffer, index, value):
     return _from_runtime(old, dtype)
 
 
+def _held(value, dtype: str) -> tuple:
+    """``value`` stored into a local element of the runtime's type for ``dtype``: the
+    statements and the element's load, which the runtime's call takes. The passes that lower
+    bfloat16 and float8 values convert a store's value, not an expression statement's operands
+    (a bfloat16 sum, rounded with a binding, left a tile's read unconverted: "Load/Store of
+    buffer ... occurred before its declaration"; a conversion through float8 bound its code
+    twice: "Detected bound for f8_code conflicts with memorization")."""
+    cell = tirx.decl_buffer((1,), _runtime_type(dtype), "atomic_value", scope="local")
+    zero = [tirx.IntImm("int32", 0)]
+    return ([tirx.AllocBuffer(cell), tirx.BufferStore(cell, _as_runtime(value, dtype), zero)],
+            tirx.BufferLoad(cell, zero))
+
+
 def _make_atomic_rule(kind: str):
     def lower_atomic(call: TileOpCall, ctx: RuleContext):
+        """An element of a tile, or an expression's value held first (:func:`_held`)."""
         runtime.load()
         dst, src = call.operands["dst"], call.operands["src"]
         ddims = non_unit(dst)
@@ -107,9 +121,10 @@ def _make_atomic_rule(kind: str):
 
         def body(v):
             index = region_index(dst, v, ddims)
-            value = tirx.BufferLoad(src.buffer, region_index(src, v, sdims)) \
-                if isinstance(src, Region) else src
+            held, value = ([], tirx.BufferLoad(src.buffer, region_index(src, v, sdims))) \
+                if isinstance(src, Region) else _held(src, str(dst.buffer.dtype))
             update = tirx.Evaluate(_atomic_call(kind, dst.buffer, index, value))
+            update = tirx.SeqStmt([*held, update]) if held else update
             cond = in_bounds(dst.buffer, index, ctx)
             return update if cond is None else tirx.IfThenElse(cond, update, None)
 
@@ -127,13 +142,15 @@ for _kind in ATOMIC_KINDS:
 
 @register_lowering("atomic_store")
 def lower_atomic_store(call: TileOpCall, ctx: RuleContext):
-    """``tw_atomic_store_<dtype>(&dst, value)`` (sequentially consistent)."""
+    """``tw_atomic_store_<dtype>(&dst, value)`` (sequentially consistent), the value held
+    first (:func:`_held`)."""
     runtime.load()
     dst, value = call.operands["dst"], call.operands["src"]
     dtype = _checked("atomic_store", dst.buffer, ATOMIC_DTYPES)
     ptr = tirx.address_of(tirx.BufferLoad(dst.buffer, list(dst.starts)))
-    store = tirx.Evaluate(tirx.call_extern("void", f"tw_atomic_store_{dtype}", ptr,
-                                           _as_runtime(value, dtype)))
+    held, value = _held(value, dtype)
+    store = tirx.SeqStmt([*held, tirx.Evaluate(tirx.call_extern(
+        "void", f"tw_atomic_store_{dtype}", ptr, value))])
     cond = in_bounds(dst.buffer, list(dst.starts), ctx)
     return store if cond is None else tirx.IfThenElse(cond, store, None)
 
@@ -168,7 +185,8 @@ ATOMIC_EXTERNS = frozenset({*(f"tw_atomic_{kind}_{dtype}" for kind in ATOMIC_KIN
 
 
 def _atomic_results(expr) -> list:
-    """The calls of runtime atomics in ``expr``, in order."""
+    """The calls of runtime atomics in ``expr``, in order, one inside another's operands
+    before it."""
     found = []
 
     def visit(call):
@@ -180,6 +198,19 @@ def _atomic_results(expr) -> list:
     return found
 
 
+def _without_kept_effects(expr):
+    """``expr`` without the bindings whose variable it never reads and whose value calls no
+    runtime atomic."""
+
+    def let(node):
+        used = []
+        tvm_ffi.structural_walk(node.body, (tirx.Var, lambda v: used.append(v)
+                                            if v.same_as(node.var) else None))
+        return node if used or _atomic_results(node.value) else node.body
+
+    return tvm_ffi.structural_map(expr, (tirx.Let, let))
+
+
 def spill_atomic_results():
     """A statement whose value uses an atomic's previous value (``old[i] = T.atomic_add(...,
     return_prev=True)``, a binding, an expression statement) first stores it in a local
@@ -187,22 +218,31 @@ def spill_atomic_results():
     TVM 0.27's bfloat16 legalisation writes the conversion of a float32 value to bfloat16 with
     its operand twice, so a bfloat16 atomic's call was made twice (added twice, returning the
     value after the first add). A ``Let`` binding the call does not survive the passes that
-    copy a thread's statements."""
+    copy a thread's statements. An atomic whose operand is another's previous value
+    (``T.atomic_max(S[0], T.atomic_add(C[0], 1, return_prev=True))``) reads the inner one's
+    element: each is made once, the inner first. The unused binding that kept an atomic folded
+    away (``T.atomic_add(...) * 0``, see ``tilewright.language.math.keeping_effects``) is
+    dropped once the atomic is made before the statement: a bfloat16 one was left binding a
+    bfloat16 variable to the float32 value TVM's bfloat16 legalisation makes of it ("value.ty()
+    == var->ty")."""
 
     def spill(stmt, value, rebuild):
         calls = _atomic_results(value)
         if not calls:
             return stmt
-        prefix, cells = [], {}
+        prefix, cells = [], []
+
+        def held(expr):  # the calls already stored replaced by their elements, outermost first
+            return _without_kept_effects(tvm_ffi.structural_map(expr, (tvm.ir.Call, lambda c: (
+                next((load for call, load in cells if call.same_as(c)), c))), order="pre"))
+
         for n, call in enumerate(calls):
             cell = tirx.decl_buffer((1,), str(call.ty), f"atomic_prev_{n}", scope="local")
             zero = [tirx.IntImm("int32", 0)]
             prefix += [tirx.AllocBuffer(cell, span=stmt.span),
-                       tirx.BufferStore(cell, call, zero, span=stmt.span)]
-            cells[call] = tirx.BufferLoad(cell, zero)
-        value = tvm_ffi.structural_map(value, (tvm.ir.Call, lambda c: next(
-            (load for call, load in cells.items() if call.same_as(c)), c)))
-        return tirx.SeqStmt([*prefix, rebuild(value)])
+                       tirx.BufferStore(cell, held(call), zero, span=stmt.span)]
+            cells.append((call, tirx.BufferLoad(cell, zero)))
+        return tirx.SeqStmt([*prefix, rebuild(held(value))])
 
     def store(s):
         return spill(s, s.value, lambda v: tirx.BufferStore(s.buffer, v, s.indices,

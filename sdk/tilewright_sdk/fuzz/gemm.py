@@ -380,7 +380,8 @@ def _kernels(draw, kind: str, operands: list, declared: set) -> GemmProgram:
 KERNEL_SHARE = 0.25
 
 
-def fuzz_plan(examples: int, avoid=(), dtypes=None, features=None) -> list[tuple]:
+def fuzz_plan(examples: int, avoid=(), dtypes=None, features=None, tile_ops=None,
+              op_dtypes=None) -> list[tuple]:
     """What the fuzzer runs, as ``(name, strategy, examples)`` parts run one after another:
     GEMM and attention kernels a quarter of ``examples``, attention among them as often as
     :func:`kernel_kinds` has it, each kernel's operand dtype drawn at the odds it has there;
@@ -398,7 +399,8 @@ def fuzz_plan(examples: int, avoid=(), dtypes=None, features=None) -> list[tuple
     gemms = [dtype for kind, dtype in kinds if kind == "gemm"]
     flashes = round(kernels * len(flash) / len(kinds)) if kinds else 0
     declared = _declared(dtypes)
-    parts = [("tile programs", programs(avoid, dtypes, features), examples - kernels),
+    parts = [("tile programs", programs(avoid, dtypes, features, tile_ops, op_dtypes),
+              examples - kernels),
              ("GEMM kernels", _kernels("gemm", gemms, declared), kernels - flashes),
              ("attention kernels", _kernels("attention", flash, declared), flashes)]
     return [part for part in parts if part[2] > 0]

@@ -8,13 +8,19 @@ between integers and floats, reductions of every kind with float32, same-dtype o
 accumulators and ``clear=False``, cumulative sums both ways, sums over a run-time ``while`` loop
 and over a ``T.Pipelined`` loop loading a shared tile, per-thread ``T.alloc_local`` scalars,
 ``T.gemm`` of two tiles with either transposed into a float32 or int32 accumulator that is
-cleared, filled and accumulated into twice, or discarded by ``clear_accum``, ``T.atomic_add`` of
-a tile from every block into one output tile, whole or element by element, ``T.copy`` of a
+cleared, filled and accumulated into twice, or discarded by ``clear_accum``, ``T.copy`` of a
 tile or of a window of it at an offset into another at another offset, between fragments and
 shared tiles, ``T.gemm`` carried by a ``T.Pipelined`` loop of 1 to 3 stages, a Python variable
-rebound to a second tile, float16/bfloat16 reductions into the other format, ``T.atomic_max``
-and ``T.atomic_min`` like the add, block code updating a shared, per-thread or global scalar
-from itself outside ``T.Parallel``, once or in a ``T.serial`` loop), math (``exp``, ``exp2``,
+rebound to a second tile, float16/bfloat16 reductions into the other format, block code
+updating a shared, per-thread or global scalar from itself outside ``T.Parallel``, once or in a
+``T.serial`` loop, atomics (:mod:`.atomics`: a tile from every block added, maxed, minned or, of
+integers, or-ed, and-ed or xor-ed into one output tile, whole or element by element, with or
+without a ``memory_order``; atomics returning the previous value in block code, thread-level
+code and ``T.Parallel``, named, written inside an expression or left unused, and tickets;
+``T.atomic_load`` of inputs and of such an element, ``T.atomic_store`` of the result),
+vector values (:mod:`.vectors`: ``T.float32x2(a, b)``, ``T.int8x4(...)`` ..., combined lane by
+lane, stored into a slice of a tile or read back with ``T.extract_lane``)), math (``exp``,
+``exp2``,
 ``log``, ``sqrt``, ``rsqrt``, ``sin``, ``cos``, ``sigmoid``, ``tanh``, ``clamp``, ``erf``, ``atan``,
 ``asinh`` (backend feature ``extended_math``), and ``floor``,
 ``ceil``, ``round``, ``trunc`` of exact values), values rounded through ``float16`` or
@@ -31,7 +37,9 @@ axis ``bz``, loaded as 2-D tiles or through a 3-D shared tile at a 3-D offset), 
 backends with ``dynamic_shapes``, ``M`` and ``N`` may be sizes read from the arguments
 (``T.symbolic``/``T.dynamic``). Every expression carries an interval of its values and a bound
 of its rounding error, so the generator only writes what is defined (no overflow, no division by
-zero, no NaN) and the checker knows how far a correct backend may be from the interpreter.
+zero, no NaN) and the checker knows how far a correct backend may be from the interpreter;
+an output never depends on the order in which blocks, threads and iterations run (see
+:mod:`.atomics` for how atomics keep to it).
 
 Features (``floordiv``, ``negative_floordiv``, ``shift``, ``reduce_max`` ...) are recorded per
 program for the statistics and can be avoided (:func:`programs`), which is how the fuzzer stays
@@ -46,15 +54,20 @@ from dataclasses import dataclass, field
 
 from hypothesis import strategies as st
 
-INT_DTYPES = ("int8", "int16", "int32", "uint8", "int64", "uint16", "uint32")
-FLOAT_DTYPES = ("float32", "float16", "bfloat16")
-_LIMITS = {"int8": 127, "int16": 32767, "int32": 2**31 - 1, "int64": 2**63 - 1, "uint8": 255,
-           "uint16": 2**16 - 1, "uint32": 2**32 - 1}
-_LOWEST = {"int8": -128, "int16": -32768, "int32": -2**31, "int64": -2**63, "uint8": 0,
-           "uint16": 0, "uint32": 0}
+from .atomics import AtomicDraws
+from .values import (
+    FLOAT_DTYPES,
+    FLOAT_MAX,
+    INT_DTYPES,
+    LIMITS,
+    LOWEST,
+    ROUNDOFF,
+    Expr,
+    Tile,
+)
+from .vectors import VectorDraws
+
 _NARROW_INTS = ("int8", "uint8", "int16", "uint16")  # what a cast may wrap into
-_ROUNDOFF = {"float32": 2.0 ** -24, "float16": 2.0 ** -11, "bfloat16": 2.0 ** -8}
-_FLOAT_MAX = 1e4  # magnitudes stay far below float16's 65504
 _OTHER_SIGN = {"int8": "uint8", "uint8": "int8", "int16": "uint16", "uint16": "int16",
                "int32": "uint32", "uint32": "int32"}
 # float8: (unit roundoff, half the spacing of its subnormals, largest finite value, whether a
@@ -69,39 +82,9 @@ UNARY_MATH = ("exp2", "log", "rsqrt", "sin", "cos", "round", "ceil", "trunc")
 # libm functions of slope at most 1 (backend feature extended_math: not drawn for a backend
 # without it)
 LIBM_MATH = ("erf", "atan", "asinh")
-ATOMIC_KINDS = ("add", "max", "min")
-
-
-@dataclass(frozen=True)
-class Expr:
-    """Source text of a scalar expression at element ``[i, j]`` of a tile, the interval of its
-    values, a bound of its absolute rounding error, and whether it is exact (the same bits on
-    every correct backend: loads, constants, indices and what only selects among them)."""
-
-    text: str
-    lo: float
-    hi: float
-    err: float = 0.0
-    exact: bool = True
-    features: frozenset = frozenset()
-
-    @property
-    def mag(self) -> float:
-        return max(abs(self.lo), abs(self.hi))
-
-
-@dataclass
-class Tile:
-    name: str
-    kind: str  # "2d" (bm, bn), "row" (bm,) indexed by i, "col" (bn,) indexed by j, "scalar"
-    lo: float
-    hi: float
-    err: float
-    dtype: str
-
-    def at(self) -> str:
-        return {"2d": f"{self.name}[i, j]", "row": f"{self.name}[i]",
-                "col": f"{self.name}[j]", "scalar": f"{self.name}[0]"}[self.kind]
+# the tile ops of the atomics drawn: a backend that lacks one gets none of it
+ATOMIC_OPS = ("atomic_add", "atomic_max", "atomic_min", "atomic_or", "atomic_and",
+              "atomic_xor", "atomic_load", "atomic_store")
 
 
 @dataclass
@@ -169,13 +152,15 @@ def grid_extent(name: str, size: int, block: int, dynamic: bool) -> str:
     return f"T.ceildiv({name}, {block})" if dynamic else str(math.ceil(size / block))
 
 
-class _Builder:
+class _Builder(AtomicDraws, VectorDraws):
     """The state of one program being drawn."""
 
     def __init__(self, draw, dtype, M, N, bm, bn, avoid, wide, declared, depth=0,
-                 dynamic=()):
+                 dynamic=(), op_dtypes=None, wide_vectors=True):
         self.draw, self.dtype = draw, dtype
         self.declared = declared
+        self.op_dtypes = op_dtypes or {}  # op -> the dtypes the backend takes it for
+        self.wide_vectors = wide_vectors  # vectors wider than 128 bits
         self.M, self.N, self.bm, self.bn = M, N, bm, bn
         self.depth = depth
         self.z = "bz, " if depth else ""  # a global index's leading part
@@ -186,8 +171,8 @@ class _Builder:
         self.wide = wide  # a declared dtype integers round-trip through, or None
         self.floating = dtype in FLOAT_DTYPES
         self.unsigned = dtype.startswith("uint")
-        self.limit = _FLOAT_MAX if self.floating else _LIMITS[dtype]
-        self.u = _ROUNDOFF.get(dtype, 0.0)
+        self.limit = FLOAT_MAX if self.floating else LIMITS[dtype]
+        self.u = ROUNDOFF.get(dtype, 0.0)
         self.tiles: list[Tile] = []
         self.body: list[str] = []
         self.outputs: list = []
@@ -232,6 +217,10 @@ class _Builder:
 
     def allowed(self, *features) -> bool:
         return not (set(features) & self.avoid)
+
+    def takes(self, op: str, dtype: str) -> bool:
+        """Whether the backend takes tile op ``op`` for ``dtype`` (its ``op_dtypes``)."""
+        return dtype in self.op_dtypes.get(op, (dtype,))
 
     def const(self, value) -> Expr:
         """A constant of the program's dtype (``T.float16(0.5)``): an untyped Python number
@@ -322,7 +311,8 @@ class _Builder:
             s = self.draw(st.integers(1, 5))
             col = f"({col} - {s}) % {self.Nt}"
             feats |= {"floordiv", "negative_floordiv", "rotated_index", "global_rotated_index"}
-        return Expr(f"{name}[{self.z}{row}, {col}]", lo, hi, features=frozenset(feats))
+        element = self.atomic_load(f"{name}[{self.z}{row}, {col}]")
+        return Expr(element, lo, hi, features=frozenset(feats))
 
     def rotate(self) -> Expr:
         """An element of a loaded tile at a rotated position: ``(i - s) % bm`` has negative
@@ -349,10 +339,13 @@ class _Builder:
         a = self.expr(depth - 1)
         op = self.draw(st.sampled_from(("+", "-", "*", "//", "%", ">>", "<<", "&", "|", "^",
                                         "max", "min", "abs", "select", "cast") +
-                                       (("clamp",) if self.allowed("clamp") else ())))
+                                       (("clamp",) if self.allowed("clamp") else ()) +
+                                       (("lanes",) if self.lanes() else ())))
         feats = a.features | {op_name(op)}
         if op == "clamp":
             return self.clamp(a, feats)
+        if op == "lanes":
+            return self.lane_expr(a, depth, feats)
         if op in ("//", "%"):
             return self.division(a, op, depth)
         if op == ">>":
@@ -413,10 +406,10 @@ class _Builder:
         """A cast of an integer and back: through a wider integer dtype, through a narrower
         one (which wraps a value outside its range modulo its size, as C and torch do), or
         through float32 (exact below 2**24)."""
-        low = _LOWEST[self.dtype]
+        low = LOWEST[self.dtype]
         kinds = ["wide"] if self.wide is not None else []
         narrow = [n for n in _NARROW_INTS if n in self.declared and
-                  _LIMITS[n] < self.limit and low <= _LOWEST[n]]
+                  LIMITS[n] < self.limit and low <= LOWEST[n]]
         if narrow and self.allowed("narrow_cast"):
             kinds.append("narrow")
         if "float32" in self.declared and self.allowed("int_float_cast") and a.mag < 2 ** 24:
@@ -455,8 +448,8 @@ class _Builder:
             return Expr(f"T.cast(T.cast({a.text}, 'float32'), {self.dtype!r})", a.lo, a.hi,
                         features=frozenset(feats | {"cast", "int_float_cast"}))
         to = self.draw(st.sampled_from(narrow))
-        inside = _LOWEST[to] <= a.lo and a.hi <= _LIMITS[to]
-        lo, hi = (a.lo, a.hi) if inside else (_LOWEST[to], _LIMITS[to])
+        inside = LOWEST[to] <= a.lo and a.hi <= LIMITS[to]
+        lo, hi = (a.lo, a.hi) if inside else (LOWEST[to], LIMITS[to])
         extra = {"cast", "narrow_cast"} | (set() if inside else {"narrow_cast_wrap"})
         return Expr(f"T.cast(T.cast({a.text}, {to!r}), {self.dtype!r})", lo, hi,
                     features=frozenset(feats | extra))
@@ -468,7 +461,7 @@ class _Builder:
         the signed dtype holds cast there and back."""
         feats = frozenset(feats | {"cast", "sign_cast"})
         if self.unsigned:
-            if a.hi > _LIMITS[other]:
+            if a.hi > LIMITS[other]:
                 return a
             return Expr(f"T.cast(T.cast({a.text}, {other!r}), {self.dtype!r})", a.lo, a.hi,
                         features=feats)
@@ -536,8 +529,11 @@ class _Builder:
                                         "exp", "sigmoid", "tanh", "sqrt", "floor", "select",
                                         "cast") + tuple(f for f in (*UNARY_MATH, "clamp",
                                                                     *LIBM_MATH)
-                                                        if self.allowed(f))))
+                                                        if self.allowed(f)) +
+                                       (("lanes",) if self.lanes() else ())))
         feats = a.features | {op_name(op)}
+        if op == "lanes":
+            return self.lane_expr(a, depth, feats)
         if op in UNARY_MATH:
             return self.unary_math(op, a, feats)
         if op in LIBM_MATH:
@@ -627,7 +623,7 @@ class _Builder:
         fn = {"erf": math.erf, "atan": math.atan, "asinh": math.asinh}[op]
         lo, hi = fn(a.lo), fn(a.hi)
         return self.rounded(f"T.{op}({a.text})", lo, hi,
-                            a.err + 3 * _ROUNDOFF["float32"] * max(abs(lo), abs(hi)), a,
+                            a.err + 3 * ROUNDOFF["float32"] * max(abs(lo), abs(hi)), a,
                             features=feats | {"extended_math"})
 
     def clamp(self, a: Expr, feats) -> Expr:
@@ -649,7 +645,7 @@ class _Builder:
         to either side of an integer)."""
         unsigned = ("uint32", "uint16", "uint8") if self.allowed("float_uint_cast") else ()
         ints = [n for n in ("int32", "int16", "int8", *unsigned)
-                if n in self.declared and a.mag < _LIMITS[n] and
+                if n in self.declared and a.mag < LIMITS[n] and
                 (a.lo >= 0 or not n.startswith("uint"))]
         if self.allowed("float8_cast") and self.draw(st.integers(0, 2)) == 0:
             f8 = self.float8(a)
@@ -673,7 +669,7 @@ class _Builder:
     def half_cast(self, a: Expr, to: str, feats) -> Expr:
         """A float rounded to ``float16`` or ``bfloat16`` and read back: one more rounding
         (float16's subnormals are spaced 2**-24 below 2**-14)."""
-        u, sub = _ROUNDOFF[to], 2.0 ** -25 if to == "float16" else 0.0
+        u, sub = ROUNDOFF[to], 2.0 ** -25 if to == "float16" else 0.0
         err = a.err + 2 * (u * a.mag + sub)  # a computed value may round either way
         lo, hi = a.lo - u * abs(a.lo) - sub, a.hi + u * abs(a.hi) + sub
         return Expr(f"T.cast(T.cast({a.text}, {to!r}), {self.dtype!r})", lo, hi, err, a.exact,
@@ -932,12 +928,12 @@ class _Builder:
                 accs += [d for d in ("float16", "bfloat16") if d in self.declared]
         else:  # a narrower integer accumulator, when the sum fits it
             accs += [n for n in _NARROW_INTS if n in self.declared and
-                     _LIMITS[n] < self.limit and _LOWEST[self.dtype] <= _LOWEST[n]]
+                     LIMITS[n] < self.limit and LOWEST[self.dtype] <= LOWEST[n]]
         accs = [a for a in dict.fromkeys(accs) if self.allowed(f"reduce_into_{a}")]
         if not accs:
             return
         acc = self.draw(st.sampled_from(accs))
-        acc_limit = _FLOAT_MAX if acc in FLOAT_DTYPES else _LIMITS[acc]
+        acc_limit = FLOAT_MAX if acc in FLOAT_DTYPES else LIMITS[acc]
         mag = max(abs(src.lo), abs(src.hi))
         if kind in ("sum", "abssum"):
             lo = -mag * k if kind == "sum" and src.lo < 0 else 0
@@ -953,7 +949,7 @@ class _Builder:
         if not self.fits(lo, hi) or max(abs(lo), abs(hi)) > acc_limit or \
                 (acc.startswith("uint") and lo < 0):
             return
-        u_acc = _ROUNDOFF.get(acc, 0.0)
+        u_acc = ROUNDOFF.get(acc, 0.0)
         err = src.err * k + (u_acc * math.sqrt(k) * k * mag if kind in ("sum", "abssum")
                              else 0.0) + max(self.u, u_acc) * max(abs(lo), abs(hi))
         out = self.tile("row" if dim == 1 else "col", lo, hi, err, acc)
@@ -1057,40 +1053,6 @@ class _Builder:
         self.features |= {"gemm", f"gemm_{acc}", f"gemm_{init}"} | \
             ({"gemm_twice"} if times == 2 else set()) | \
             ({"gemm_transpose_A"} if ta else set()) | ({"gemm_transpose_B"} if tb else set())
-
-    def atomic(self) -> None:
-        """Every block applies a tile atomically to one shared output tile (zero before), as a
-        whole (``T.atomic_add(Z[0, 0], t)``) or element by element in a ``T.Parallel`` loop:
-        an add (floats may be added in any order), a max or a min."""
-        kinds = [k for k in ATOMIC_KINDS if self.allowed(f"atomic_{k}")]
-        if not kinds:
-            return
-        src = self.draw(st.sampled_from(self.squares()))
-        # max and min drawn only when allowed: avoided, the draws are those of before them
-        kind = kinds[0] if len(kinds) == 1 else self.draw(st.sampled_from(kinds))
-        blocks = math.ceil(self.M / self.bm) * math.ceil(self.N / self.bn) * max(1, self.depth)
-        floating = src.dtype in FLOAT_DTYPES
-        u = _ROUNDOFF.get(src.dtype, 0.0)
-        if kind == "add":
-            lo, hi = min(0, blocks * src.lo), max(0, blocks * src.hi)
-            err = blocks * src.err + u * blocks * max(abs(lo), abs(hi))
-        else:  # the extreme of zero and every block's element: exact but for the inputs' error
-            lo, hi = (max(0, src.lo), max(0, src.hi)) if kind == "max" else \
-                (min(0, src.lo), min(0, src.hi))
-            err = src.err
-        limit = _FLOAT_MAX if floating else _LIMITS[src.dtype]
-        if max(abs(lo), abs(hi)) > limit or (src.dtype.startswith("uint") and lo < 0):
-            return
-        name = self.fresh("Z")
-        if self.draw(st.booleans()):
-            self.body.append(f"T.atomic_{kind}({name}[0, 0], {src.name})")
-            self.features.add(f"atomic_{kind}_tile")
-        else:
-            self.body += [f"for i, j in T.Parallel({self.bm}, {self.bn}):",
-                          f"    T.atomic_{kind}({name}[i, j], {src.name}[i, j])"]
-            self.features.add(f"atomic_{kind}_element")
-        self.outputs.append((name, (self.bm, self.bn), src.dtype, err))
-        self.features |= {f"atomic_{kind}", f"atomic_{kind}_{src.dtype}"}
 
     def block_update(self) -> None:
         """Block code (statements outside ``T.Parallel``, once per block): a scalar set to this
@@ -1240,17 +1202,27 @@ def op_name(op: str) -> str:
 
 
 @st.composite
-def programs(draw, avoid=(), dtypes=None, features=None) -> Program:
+def programs(draw, avoid=(), dtypes=None, features=None, tile_ops=None,
+             op_dtypes=None) -> Program:
     """A strategy of valid programs; ``avoid``: features never to generate; ``dtypes``: the
     dtypes a program may use (default: all); ``features``: the backend's capability
     features (default: all), of which ``dynamic_shapes`` lets sizes be read from the
-    arguments."""
+    arguments, ``extended_math`` draws erf, atan and asinh, ``atomic_return_prev`` atomics
+    returning the previous value and ``vector_dtypes`` vector values (``wide_vectors``: of
+    more than 128 bits too); ``tile_ops``: the tile ops the backend declares (default: all),
+    of which the atomics' are drawn; ``op_dtypes``: op -> the dtypes the backend takes it for,
+    where fewer than ``dtypes`` (the atomics')."""
     declared = set(INT_DTYPES + FLOAT_DTYPES + tuple(FLOAT8)) if dtypes is None else set(dtypes)
-    if features is not None and "extended_math" not in features:
-        avoid = (*avoid, *LIBM_MATH)
+    if features is not None:
+        lacking = {"extended_math": LIBM_MATH, "atomic_return_prev": ("atomic_prev",),
+                   "vector_dtypes": ("vector",)}
+        avoid = (*avoid, *(f for need, fs in lacking.items() if need not in features
+                           for f in fs))
+    if tile_ops is not None:
+        avoid = (*avoid, *(op for op in ATOMIC_OPS if op not in tile_ops))
     dtype = draw(st.sampled_from([d for d in INT_DTYPES + FLOAT_DTYPES if d in declared]))
     wide = next((w for w in ("int32", "int64") if w in declared and
-                 _LIMITS[w] > _LIMITS.get(dtype, 0)), None)
+                 LIMITS[w] > LIMITS.get(dtype, 0)), None)
     bm = draw(st.sampled_from((1, 2, 4, 8, 16)))
     bn = draw(st.sampled_from((1, 2, 4, 8, 16)))
     M = draw(st.integers(1, 3 * bm + 3))
@@ -1259,7 +1231,8 @@ def programs(draw, avoid=(), dtypes=None, features=None) -> Program:
     dynamic = ()
     if (features is None or "dynamic_shapes" in features) and "dynamic_shape" not in avoid:
         dynamic = draw(st.sampled_from(((),) * 6 + (("M",), ("N",), ("M", "N"))))
-    b = _Builder(draw, dtype, M, N, bm, bn, avoid, wide, declared, depth, dynamic)
+    b = _Builder(draw, dtype, M, N, bm, bn, avoid, wide, declared, depth, dynamic, op_dtypes,
+                 features is None or "wide_vectors" in features)
     z = b.z
     floating = dtype in FLOAT_DTYPES
     n_inputs = draw(st.integers(1, 3))
@@ -1310,12 +1283,15 @@ def programs(draw, avoid=(), dtypes=None, features=None) -> Program:
     for _ in range(draw(st.integers(1, 4))):
         kinds = ["map", "map", "map", "reduce", "cumsum", "repeat", "pipelined", "local",
                  "gemm", "atomic"]
-        # drawn only when allowed: avoided, the draws are those of before them
+        # drawn only when allowed: avoided, the draws are those of before them (previous
+        # values twice: four forms)
         kinds += (["subcopy"] if b.allowed("tile_copy") else []) + \
             (["pipelined_gemm"] if b.allowed("pipelined_gemm") else []) + \
             (["block_update"] if b.allowed("block_update") else []) + \
             (["block_branch"] if b.allowed("block_branch") else []) + \
-            (["thread_code"] if b.allowed("thread_code") else [])
+            (["thread_code"] if b.allowed("thread_code") else []) + \
+            (["atomic_prev"] * 2 if b.allowed("atomic_prev") else []) + \
+            (["vector_map"] if b.lanes() else [])
         kind = draw(st.sampled_from(kinds))
         getattr(b, kind)()
     if not any(line.lstrip().startswith("for i, j in T.Parallel") for line in b.body):
@@ -1330,7 +1306,7 @@ def programs(draw, avoid=(), dtypes=None, features=None) -> Program:
         err = e.err
         b.body += [f"for i, j in T.Parallel({bm}, {bn}):",
                    f"    if by * {bm} + i < {b.Mt} and bx * {bn} + j < {b.Nt}:",
-                   f"        Y[{z}by * {bm} + i, bx * {bn} + j] = {e.text}"]
+                   f"        {b.store(f'Y[{z}by * {bm} + i, bx * {bn} + j]', e.text)}"]
         b.features |= e.features | {"global_store"}
     outputs = [("Y", b.deep((M, N)), dtype, err), *b.outputs]
     return Program(dtype, M, N, bm, bn, inputs, outputs, b.body, b.features, depth, dynamic,

@@ -67,7 +67,9 @@ def test_backend_agrees_with_the_interpreter(tilewright_backend, tilewright_fuzz
 
     plan = fuzz_plan(stats.examples, avoid=stats.avoided,
                      dtypes=tilewright_backend.capabilities.dtypes,
-                     features=tilewright_backend.capabilities.features)
+                     features=tilewright_backend.capabilities.features,
+                     tile_ops=tilewright_backend.capabilities.tile_ops,
+                     op_dtypes=tilewright_backend.capabilities.op_dtypes)
     stats.plan = {name: examples for name, _, examples in plan}
     try:
         for _, strategy, examples in plan:  # tile programs, then GEMM and attention kernels
