@@ -24,6 +24,17 @@ NOT_COMPUTING = {
     "VarHandle": "the class T.alloc_var returns; T.alloc_var has cases",
     "Macro": "the class T.macro returns; T.macro has cases",
     "dtype": "TileLang's name of the DType class",
+    "Var": "TVM's variable type (what T.dynamic returns), for isinstance checks; T.dynamic "
+           "has cases",
+    "sblock": "a lexical scope (TVM script's block) around statements that have cases "
+              "(tests/language/test_script_blocks.py)",
+    "reads": "TVM script's access hint inside a T.sblock: checked and dropped",
+    "writes": "TVM script's access hint inside a T.sblock: checked and dropped",
+    "axis": "TVM script's block iteration variables: refused at the user's line",
+    "block_attr": "TVM script's block attributes: refused at the user's line",
+    "sblock_attr": "TVM script's block attributes: refused at the user's line",
+    "init": "TVM script's block initialisation: refused at the user's line",
+    "where": "TVM script's block predicate: refused at the user's line",
     "int4": "held one value a byte in int8 by the language and packed two a byte at the call "
             "by the core (tests/language/test_int4_tensors.py): backends compute int8",
     "uint4": "no backend computes unsigned 4-bit elements: a kernel using uint4 is refused naming "
