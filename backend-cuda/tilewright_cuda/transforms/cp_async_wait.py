@@ -92,14 +92,17 @@ def _only_copy_groups(body) -> bool:
             tvm_ffi.structural_walk(items[k - 2], (tvm.ir.Call, lambda c: in_patterns.append(c)
                                                    if is_cp_async(c) else None))
 
+    left = []  # waits that leave groups in flight
+
+    def evaluate(e):
+        if _is_commit(e):
+            commits.append(e)
+        elif intrinsics.role(e) == "group" and not intrinsics.waits_all(e):
+            left.append(e)
+
     tvm_ffi.structural_walk(body, [
-        (tirx.SeqStmt, visit),
-        (tirx.Evaluate, lambda e: commits.append(e) if _is_commit(e) else None),
+        (tirx.SeqStmt, visit), (tirx.Evaluate, evaluate),
         (tvm.ir.Call, lambda c: issued.append(c) if is_cp_async(c) else None)])
-    left = []
-    tvm_ffi.structural_walk(body, (tirx.Evaluate, lambda e: left.append(e) if
-                                   intrinsics.role(e) == "group" and not _is_commit(e) and
-                                   not intrinsics.waits_all(e) else None))
     return not left and len(commits) == len(patterns) and len(issued) == len(in_patterns)
 
 

@@ -316,12 +316,13 @@ def keeping_effects(result, *operands):
     that the write is still made where the expression is evaluated."""
     for operand in operands:
         if isinstance(operand, tvm.ir.Expr) and writes_memory(operand) and \
-                not _contains(result, operand):
+                not contains(result, operand):
             result = tirx.Let(tirx.Var("effect", operand.ty), operand, to_expr(result))
     return result
 
 
-def _contains(expr, node) -> bool:
+def contains(expr, node) -> bool:
+    """Whether ``node`` itself (not a structurally equal copy) stands in ``expr``."""
     found = []
     if isinstance(expr, tvm.ir.Expr):
         tvm_ffi.structural_walk(expr, (type(node), lambda n: found.append(n)

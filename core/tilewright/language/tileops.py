@@ -44,6 +44,7 @@ from .buffer import (
     squeeze,
     to_expr,
 )
+from .math import contains
 
 
 class GemmWarpPolicy(enum.Enum):
@@ -627,11 +628,7 @@ def atomics_as_statements(value) -> bool:
 
 
 def _within(node, container) -> bool:
-    found = []
-    for arg in container.args:
-        tvm_ffi.structural_walk(arg, (tvm.ir.Call, lambda c: found.append(c)
-                                      if c.same_as(node) else None))
-    return bool(found)
+    return any(contains(arg, node) for arg in container.args)
 
 
 def atomic_load(src, memory_order: str = "seq_cst"):
