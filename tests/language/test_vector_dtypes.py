@@ -128,6 +128,49 @@ def test_vector_values_store_into_slices(target):
     assert torch.equal(y, want)
 
 
+def narrow_lanes(dtype, lanes, N=64):
+    """Each group of ``lanes`` elements of X, Y, Z computed as vectors of ``dtype``: products,
+    sums, differences, min / max and a math function, each rounded to ``dtype`` as the scalar
+    operation is; a conversion to float32 lanes and back; a lane read with extract_lane."""
+    vec, wide = T.dtype(f"{dtype}x{lanes}"), T.dtype(f"float32x{lanes}")
+    ldg = getattr(T, f"ldg{16 * lanes}")
+
+    @T.prim_func
+    def main(X: T.Tensor((N,), dtype), Y: T.Tensor((N,), dtype), Z: T.Tensor((N,), dtype),
+             A: T.Tensor((N,), dtype), B: T.Tensor((N,), dtype), C: T.Tensor((N,), dtype),
+             D: T.Tensor((N // lanes,), dtype)):
+        with T.Kernel(N // lanes, threads=32) as g:
+            x = T.reinterpret(ldg(X[g * lanes:g * lanes + lanes]), vec)
+            y = T.reinterpret(ldg(Y[g * lanes:g * lanes + lanes]), vec)
+            z = T.reinterpret(ldg(Z[g * lanes:g * lanes + lanes]), vec)
+            A[g * lanes:g * lanes + lanes] = x * y + z
+            B[g * lanes:g * lanes + lanes] = T.max(x - y, z) * (x + z)
+            C[g * lanes:g * lanes + lanes] = T.Cast(vec, T.Cast(wide, x) * T.Cast(wide, y))
+            D[g] = T.extract_lane(x * y + z, 1)
+
+    return main
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("lanes", [2, 4, 8])
+def test_narrow_float_lanes_round_after_each_operation(target, dtype, lanes):
+    """A bfloat16 / float16 vector's lane rounds after each operation, as the scalar does and
+    as a GPU's ``__hmul2`` / ``__hfma2``-free code does. Before: the CPU and the interpreter kept
+    float32 between a bfloat16 vector's operations (``x * y + z`` off by 0.0625 at 10), and the
+    CPU could not build a rounded product of a tensor's lanes ("BF16 needs to be storaged
+    lowered first")."""
+    torch.manual_seed(lanes)
+    tdt = getattr(torch, dtype)
+    x, y, z = ((torch.randn(64) * 4).to(tdt) for _ in range(3))
+    outs = [torch.zeros(64, dtype=tdt) for _ in range(3)] + [torch.zeros(64 // lanes, dtype=tdt)]
+    tilewright.compile(narrow_lanes(dtype, lanes), target=target)(x, y, z, *outs)
+    assert torch.equal(outs[0], x * y + z)
+    assert torch.equal(outs[1], torch.maximum(x - y, z) * (x + z))
+    assert torch.equal(outs[2], (x.float() * y.float()).to(tdt))
+    assert torch.equal(outs[3], (x * y + z)[1::lanes])
+
+
 def slice_to_slice():
     """TVM script's vector load of a slice stored into a slice (TileLang's
     ``test_let_vectorize_load``: ``b = A[0, 0:4]; A[0, 4:8] = b``), also overlapping its

@@ -32,6 +32,7 @@ import tvm
 import tvm_ffi
 from tvm import tirx
 
+from .lanes import binary, by_lane, gathered, lane
 from .walk import prim_func_pass
 
 ARITHMETIC = (tirx.Add, tirx.Sub, tirx.Mul, tirx.Div, tirx.Min, tirx.Max)
@@ -48,35 +49,67 @@ MATH = frozenset(tvm.ir.Op.get(name) for name in (
 
 
 def rewrite(expr_root, dtypes: frozenset, compute: str = "float32", narrowed=tirx.Cast,
-            arithmetic: bool = True, math: frozenset = MATH):
+            arithmetic: bool = True, math: frozenset = MATH, by_lanes: bool = False):
     """``expr_root`` (a statement or expression) with each arithmetic operation, comparison
     and ``math`` call (default :data:`MATH`) on values of one of ``dtypes`` made on
     ``compute`` values, an arithmetic or math result converted back to its type by
     ``narrowed(dtype, value)`` (a conversion unless a backend whose legalisation drops
     conversions between operations gives its own rounding). Without ``arithmetic`` only the
     math calls: for a type whose arithmetic the target rounds per operation itself; a part of
-    :data:`MATH` as ``math``: for a target that has the other functions in the type."""
+    :data:`MATH` as ``math``: for a target that has the other functions in the type. A vector
+    of one of ``dtypes`` (``bfloat16x2``) is computed on ``compute`` values of its lanes
+    (``float32x2``), or with ``by_lanes`` one lane at a time, its conversions to and from other
+    types too (:mod:`.lanes`): for a ``narrowed`` or a legalisation that takes scalars only."""
+
+    def rewritten(ty) -> bool:
+        """Whether values of ``ty`` (a scalar, or a vector lane by lane) are rewritten."""
+        return isinstance(ty, tvm.ir.PrimType) and \
+            str(tvm.runtime.DataType(str(ty.dtype)).with_lanes(1)) in dtypes
+
+    def wide(ty) -> str:
+        """``compute`` with the lanes of ``ty``."""
+        return str(tvm.runtime.DataType(compute).with_lanes(tvm.runtime.DataType(
+            str(ty.dtype)).lanes))
 
     def widened(value):
-        return tirx.Cast(compute, value)
+        return tirx.Cast(wide(value.ty), value)
 
     def visit(node):
-        dtype = str(node.a.ty)
-        if dtype not in dtypes:
+        if not rewritten(node.a.ty):
             return node
         same = type(node)(widened(node.a), widened(node.b))
-        return same if isinstance(node, COMPARISONS) else narrowed(dtype, same)
+        return same if isinstance(node, COMPARISONS) else narrowed(str(node.a.ty), same)
 
     def call(node):
-        dtype = str(node.ty)
-        if dtype not in dtypes or node.op not in math:
+        if not rewritten(node.ty) or node.op not in math:
             return node
-        return narrowed(dtype, tvm.ir.Call(node.op, [widened(a) for a in node.args],
-                                           ret_ty=compute, span=node.span))
+        return narrowed(str(node.ty), tvm.ir.Call(node.op, [widened(a) for a in node.args],
+                                                  ret_ty=wide(node.ty), span=node.span))
 
-    rules = [(tvm.ir.Call, call)]
+    def element(ty) -> str:
+        return str(tvm.runtime.DataType(str(ty.dtype)).with_lanes(1))
+
+    def conversion(node):  # by_lanes: a vector's conversion to or from one of dtypes
+        if tvm.runtime.DataType(str(node.ty.dtype)).lanes == 1 or \
+                not (rewritten(node.ty) or rewritten(node.value.ty)):
+            return node
+        return gathered([tirx.Cast(element(node.ty), lane(node.value, k))
+                         for k in range(tvm.runtime.DataType(str(node.ty.dtype)).lanes)])
+
+    def lane_call(node, k):
+        return tvm.ir.Call(node.op, [lane(a, k) for a in node.args],
+                           ret_ty=element(node.ty), span=node.span)
+
+    def each(rule, rebuild, applies):
+        return by_lane(rule, rebuild, applies) if by_lanes else rule
+
+    rules = [(tvm.ir.Call, each(call, lane_call,
+                                lambda node: rewritten(node.ty) and node.op in math))]
     if arithmetic:
-        rules.append((ARITHMETIC + COMPARISONS, visit))
+        rules.append((ARITHMETIC + COMPARISONS, each(visit, binary,
+                                                     lambda node: rewritten(node.a.ty))))
+    if by_lanes:
+        rules.append((tirx.Cast, conversion))
     return tvm_ffi.structural_map(expr_root, rules)
 
 

@@ -44,6 +44,7 @@ import tvm_ffi
 from tvm import tirx
 
 from ..ir.integers import UINT, value_range, wrapping
+from .lanes import binary, by_lane, lane
 from .walk import prim_func_pass
 
 WIDE = "int64"
@@ -123,36 +124,6 @@ def _product(a, b, dtype):
     return a * low + (upper << _const(16, str(b.ty)))
 
 
-def lane(value, k: int):
-    """Lane ``k`` of the vector ``value``: the scalar itself where ``value`` is built of
-    scalars (a ``Shuffle`` of them, a ``Broadcast``), else a one-lane ``Shuffle``."""
-    if tvm.runtime.DataType(str(value.ty)).lanes == 1:
-        return value
-    if isinstance(value, tirx.Broadcast):
-        return value.value
-    if isinstance(value, tirx.Shuffle) and all(
-            tvm.runtime.DataType(str(v.ty)).lanes == 1 for v in value.vectors):
-        return value.vectors[int(value.indices[k])]
-    return tirx.Shuffle([value], [tirx.const(k, "int32")])
-
-
-def _by_lane(rule, rebuild):
-    """``rule`` for a scalar node; a vector node (``int8x8`` ...) is made lane by lane (its
-    working type with the same lanes, ``int32x8``, would be 256 bits, wider than CUDA's
-    vector types) and its lanes gathered again: ``rebuild(node, k)`` is lane ``k``'s node."""
-    def apply(node):
-        lanes = tvm.runtime.DataType(str(node.ty)).lanes
-        if lanes == 1:
-            return rule(node)
-        done = rule(node)
-        if done.same_as(node):
-            return node
-        return tirx.Shuffle([rule(rebuild(node, k)) for k in range(lanes)],
-                            [tirx.const(k, "int32") for k in range(lanes)])
-
-    return apply
-
-
 def rewrite(expr_root):
     """``expr_root`` (a statement or expression) with each arithmetic operation, comparison,
     left shift, bitwise not and conversion of a :func:`wrapping` type made by the module's
@@ -189,14 +160,11 @@ def rewrite(expr_root):
             return node
         return wrapped(widened(node.value, working_type(node)), dtype)
 
-    def binary(node, k):
-        return type(node)(lane(node.a, k), lane(node.b, k))
-
     return tvm_ffi.structural_map(expr_root, [
-        (ARITHMETIC, _by_lane(arithmetic, binary)),
-        (COMPARISONS, _by_lane(comparison, binary)),
-        (tirx.BitwiseNot, _by_lane(bitwise_not, lambda n, k: tirx.bitwise_not(lane(n.a, k)))),
-        (tirx.Cast, _by_lane(cast, lambda n, k: tirx.Cast(str(_scalar(n.ty)), lane(n.value, k))))])
+        (ARITHMETIC, by_lane(arithmetic, binary)),
+        (COMPARISONS, by_lane(comparison, binary)),
+        (tirx.BitwiseNot, by_lane(bitwise_not, lambda n, k: tirx.bitwise_not(lane(n.a, k)))),
+        (tirx.Cast, by_lane(cast, lambda n, k: tirx.Cast(str(_scalar(n.ty)), lane(n.value, k))))])
 
 
 def wrapping_integer_arithmetic(name: str):

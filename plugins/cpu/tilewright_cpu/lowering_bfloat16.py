@@ -14,6 +14,7 @@ from __future__ import annotations
 import tvm
 import tvm_ffi
 from tilewright.transform import StmtMutator, narrow_float, prim_func_pass
+from tilewright.transform import lanes as lanes_module
 from tvm import tirx
 
 from .lowering_float8 import innermost_vectorized, lane_cells, outer_selection, selected_first
@@ -152,7 +153,10 @@ def round_bfloat16_arithmetic():
     legalisation dropped it, and the value kept all of float32's bits. Like torch's and the
     interpreter's, a conversion of a wider value goes through float32. A conversion stored
     straight into a bfloat16 buffer is left to the store, which rounds it (BF16StorageLegalize
-    for a tensor, :func:`round_bfloat16_tiles` for a tile)."""
+    for a tensor, :func:`round_bfloat16_tiles` for a tile). A bfloat16 vector's operations and
+    conversions are made lane by lane: the rounding and TVM's legalisation take scalars (left
+    a vector, its operations kept float32's bits, and a tensor's lanes read inside the
+    rounding's binding were not legalised: "BF16 needs to be storaged lowered first")."""
 
     def narrowed(dtype, value):
         return tirx.Cast(dtype, _float32_rounded_to_bfloat16(value))
@@ -164,6 +168,11 @@ def round_bfloat16_arithmetic():
                                             isinstance(s.value, tirx.Cast) else None))
 
         def conversion(cast):
+            lanes = tvm.runtime.DataType(str(cast.ty)).lanes
+            if lanes > 1 and str(cast.ty) == f"bfloat16x{lanes}" and \
+                    not any(cast.same_as(value) for value in stored):
+                return lanes_module.gathered([conversion(tirx.Cast(
+                    "bfloat16", lanes_module.lane(cast.value, k))) for k in range(lanes)])
             if str(cast.ty) != "bfloat16" or str(cast.value.ty) == "bfloat16" or \
                     any(cast.same_as(value) for value in stored) or _external(cast.value):
                 return cast
@@ -173,7 +182,7 @@ def round_bfloat16_arithmetic():
 
         body = tvm_ffi.structural_map(func.body, (tirx.Cast, conversion))
         return func.with_body(narrow_float.rewrite(body, frozenset({"bfloat16"}),
-                                                   narrowed=narrowed))
+                                                   narrowed=narrowed, by_lanes=True))
 
     return prim_func_pass("CPURoundBfloat16Arithmetic", run)
 

@@ -16,13 +16,14 @@ from __future__ import annotations
 import ctypes
 import functools
 import math
+import re
 import threading
 from dataclasses import dataclass
 
 import ml_dtypes
 import numpy as np
 from tilewright.errors import KernelTypeError, KernelValueError
-from tilewright.language.dtypes import FLOAT_FORMATS, DType, FloatFormat, ScaleFormat
+from tilewright.language.dtypes import FLOAT_FORMATS, FloatFormat, ScaleFormat
 
 NUMPY = {"float16": np.float16, "float32": np.float32, "float64": np.float64,
          "bfloat16": np.float32, "float8_e4m3fn": np.float32, "float8_e5m2": np.float32,
@@ -159,9 +160,11 @@ def reinterpret(value, src: str, dtype: str):
 # its lanes as a last axis
 @functools.cache  # every rt.cast asks: one parse a dtype
 def lanes_of(dtype: str) -> tuple[str, int]:
-    """(the dtype of one lane, the lanes) of ``dtype``: ``("float32", 2)`` for float32x2."""
-    t = DType(dtype)
-    return t.scalar, t.lanes
+    """(the dtype of one lane, the lanes) of ``dtype``: ``("float32", 2)`` for float32x2. Read
+    from the name, not checked as a user's dtype is: the lowering makes vectors wider than the
+    language's (a bfloat16x16's arithmetic on float32x16 values)."""
+    found = re.fullmatch(r"(\w+?)x(\d+)", dtype)
+    return (found.group(1), int(found.group(2))) if found else (dtype, 1)
 
 
 def shuffle(vectors, indices):
