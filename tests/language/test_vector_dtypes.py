@@ -6,6 +6,8 @@ into ``y[i:i + n]``; and the 64-, 128- and 256-bit word accesses ``T.ldg64`` ...
 on the CPU backend and the interpreter against torch (TileLang's ``test_tilelang_language_ldg``,
 ``_ldst`` and ``_extract_lane`` kernels among them)."""
 
+import runpy
+
 import pytest
 import tilewright
 import tilewright.language as T
@@ -207,6 +209,28 @@ def test_a_region_stored_into_a_slice_is_refused_at_the_line():
                 A[0, 0:4] = A[0:2, 4:6]  # a 2-D region
 
     assert "A[0, 0:4] = A[0:2, 4:6]" in str(err.value)
+
+
+@pytest.mark.parametrize("expr", ["X[0:4] * 2.0", "2.0 - X[i, 0:4]", "T.exp(X[0:4])",
+                                  "-X[0:2, 0:4]", "X[0:4] < 1.0"])
+def test_arithmetic_on_a_region_is_refused_at_the_line(expr, tmp_path):
+    """Before: Python's "unsupported operand type(s) for *: 'BufferSlice' and 'float'", or a
+    TVM error, with no line."""
+    source = f"""
+import tilewright.language as T
+
+@T.prim_func
+def main(X: T.Tensor((4, 8), T.float32), Y: T.Tensor((4, 8), T.float32)):
+    with T.Kernel(1, threads=32):
+        i = 1
+        Y[0, 0] = {expr}
+"""
+    path = tmp_path / "kernel.py"
+    path.write_text(source)
+    with pytest.raises(KernelError, match=r"the region X\[[0-9i:, ]*\] is not a value: "
+                                          r"arithmetic and math take elements") as err:
+        runpy.run_path(str(path))
+    assert f"Y[0, 0] = {expr}" in str(err.value)
 
 
 def test_vector_dtype_names():

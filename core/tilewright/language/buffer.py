@@ -38,6 +38,8 @@ def to_expr(value, dtype: str | None = None):
         value = value.asobject()
     elif isinstance(value, TileBuffer):
         raise kernel_error(f"buffer {value.name!r} used where a scalar was expected; index it")
+    elif isinstance(value, BufferSlice):
+        value.not_a_value()
     if isinstance(value, bool):
         return tirx.const(value, dtype or "bool")
     if isinstance(value, int):
@@ -56,6 +58,28 @@ class BufferSlice:
     buffer: tirx.Buffer
     starts: tuple
     extents: tuple
+
+    def not_a_value(self, *_):
+        """Arithmetic on a region: refused at the user's line (Python's TypeError named no
+        line and no buffer)."""
+        raise kernel_error(
+            f"the region {self.text()} is not a value: arithmetic and math take elements "
+            f"({self.buffer.name}[i]) or vector values (T.float32x4(...), T.ldg128(...)); "
+            "loop over the region with T.Parallel, or move it with T.copy")
+
+    def text(self) -> str:
+        """The region as the kernel wrote it: ``A[0:4]``, ``A[i, 0:64]``."""
+        dims = [str(start) if as_int(extent) == 1 else
+                f"{start}:{_ANALYZER.simplify(to_expr(start) + to_expr(extent))}"
+                for start, extent in zip(self.starts, self.extents)]
+        return f"{self.buffer.name}[{', '.join(dims)}]"
+
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = not_a_value
+    __truediv__ = __rtruediv__ = __floordiv__ = __rfloordiv__ = __mod__ = __rmod__ = not_a_value
+    __pow__ = __rpow__ = __neg__ = __abs__ = __invert__ = not_a_value
+    __and__ = __rand__ = __or__ = __ror__ = __xor__ = __rxor__ = not_a_value
+    __lshift__ = __rlshift__ = __rshift__ = __rrshift__ = not_a_value
+    __lt__ = __le__ = __gt__ = __ge__ = not_a_value
 
 
 class TileBuffer:
