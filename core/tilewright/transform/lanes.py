@@ -10,15 +10,20 @@ import tvm
 from tvm import tirx
 
 
+def lanes_of(ty) -> int:
+    """The lanes of a value of type ``ty``: 1 for a scalar, a pointer or a tuple."""
+    return tvm.runtime.DataType(str(ty.dtype)).lanes if isinstance(ty, tvm.ir.PrimType) else 1
+
+
 def lane(value, k: int):
     """Lane ``k`` of the vector ``value``: the scalar itself where ``value`` is built of
     scalars (a ``Shuffle`` of them, a ``Broadcast``), else a one-lane ``Shuffle``."""
-    if tvm.runtime.DataType(str(value.ty)).lanes == 1:
+    if lanes_of(value.ty) == 1:
         return value
     if isinstance(value, tirx.Broadcast):
         return value.value
     if isinstance(value, tirx.Shuffle) and all(
-            tvm.runtime.DataType(str(v.ty)).lanes == 1 for v in value.vectors):
+            lanes_of(v.ty) == 1 for v in value.vectors):
         return value.vectors[int(value.indices[k])]
     return tirx.Shuffle([value], [tirx.const(k, "int32")])
 
@@ -29,7 +34,7 @@ def by_lane(rule, rebuild, applies=None):
     and its lanes gathered again: ``rebuild(node, k)`` is lane ``k``'s node (built of
     :func:`lane`), to which ``rule`` is applied."""
     def apply(node):
-        lanes = tvm.runtime.DataType(str(node.ty)).lanes
+        lanes = lanes_of(node.ty)
         if lanes == 1:
             return rule(node)
         if not (applies(node) if applies is not None else not rule(node).same_as(node)):

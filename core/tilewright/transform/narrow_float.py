@@ -32,7 +32,7 @@ import tvm
 import tvm_ffi
 from tvm import tirx
 
-from .lanes import binary, by_lane, gathered, lane
+from .lanes import binary, by_lane, gathered, lane, lanes_of
 from .walk import prim_func_pass
 
 ARITHMETIC = (tirx.Add, tirx.Sub, tirx.Mul, tirx.Div, tirx.Min, tirx.Max)
@@ -61,15 +61,16 @@ def rewrite(expr_root, dtypes: frozenset, compute: str = "float32", narrowed=tir
     (``float32x2``), or with ``by_lanes`` one lane at a time, its conversions to and from other
     types too (:mod:`.lanes`): for a ``narrowed`` or a legalisation that takes scalars only."""
 
+    def element(ty) -> str:
+        return str(tvm.runtime.DataType(str(ty.dtype)).with_lanes(1))
+
     def rewritten(ty) -> bool:
         """Whether values of ``ty`` (a scalar, or a vector lane by lane) are rewritten."""
-        return isinstance(ty, tvm.ir.PrimType) and \
-            str(tvm.runtime.DataType(str(ty.dtype)).with_lanes(1)) in dtypes
+        return isinstance(ty, tvm.ir.PrimType) and element(ty) in dtypes
 
     def wide(ty) -> str:
         """``compute`` with the lanes of ``ty``."""
-        return str(tvm.runtime.DataType(compute).with_lanes(tvm.runtime.DataType(
-            str(ty.dtype)).lanes))
+        return str(tvm.runtime.DataType(compute).with_lanes(lanes_of(ty)))
 
     def widened(value):
         return tirx.Cast(wide(value.ty), value)
@@ -86,15 +87,11 @@ def rewrite(expr_root, dtypes: frozenset, compute: str = "float32", narrowed=tir
         return narrowed(str(node.ty), tvm.ir.Call(node.op, [widened(a) for a in node.args],
                                                   ret_ty=wide(node.ty), span=node.span))
 
-    def element(ty) -> str:
-        return str(tvm.runtime.DataType(str(ty.dtype)).with_lanes(1))
-
     def conversion(node):  # by_lanes: a vector's conversion to or from one of dtypes
-        if tvm.runtime.DataType(str(node.ty.dtype)).lanes == 1 or \
-                not (rewritten(node.ty) or rewritten(node.value.ty)):
+        if lanes_of(node.ty) == 1 or not (rewritten(node.ty) or rewritten(node.value.ty)):
             return node
         return gathered([tirx.Cast(element(node.ty), lane(node.value, k))
-                         for k in range(tvm.runtime.DataType(str(node.ty.dtype)).lanes)])
+                         for k in range(lanes_of(node.ty))])
 
     def lane_call(node, k):
         return tvm.ir.Call(node.op, [lane(a, k) for a in node.args],
