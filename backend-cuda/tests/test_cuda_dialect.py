@@ -4,6 +4,7 @@ cubins whose machine code has the Hopper instructions and are refused with the o
 other backends and on older architectures (test_cuda_dialect_emulate.py runs them)."""
 
 import json
+import re
 
 import pytest
 import sass
@@ -270,11 +271,15 @@ def test_thread_allreduce_is_xor_shuffles_within_the_group_and_builds():
     assert cubin
 
 
-@pytest.mark.parametrize("threads, axis, message", [
-    ((64, 2), "x", r"along threadIdx\.x \(64 threads"),
-    ((8, 16), "y", r"along threadIdx\.y \(16 threads"),
+@pytest.mark.parametrize("threads, axis, offsets", [
+    ((64, 2), "x", [16, 8, 4, 2, 1]),
+    ((8, 16), "y", [16, 8]),
 ])
-def test_thread_allreduce_beyond_a_warp_is_refused(threads, axis, message):
+def test_thread_allreduce_beyond_a_warp_combines_the_warps_in_shared_memory(threads, axis,
+                                                                             offsets):
+    """A group of more than a warp shuffles within each warp, then combines the warps'
+    totals through shared slots after the block's barrier (test_cuda_thread_allreduce.py runs
+    them)."""
     @T.prim_func
     def main(A: T.Tensor((threads[1], threads[0]), "float32"),
              S: T.Tensor((threads[1], threads[0]), "float32")):
@@ -289,8 +294,10 @@ def test_thread_allreduce_beyond_a_warp_is_refused(threads, axis, message):
                                                   x if axis == "x" else y))
             S[y, x] = out[0]
 
-    with pytest.raises(KernelError, match=message):
-        tilewright.lower(main, "cuda -arch=sm_90a")
+    kernel = _kernel(_lower(main)[0])
+    assert [int(o) for o in re.findall(r"__shfl_xor_sync\([^;]*, (\d+), 32\)", kernel)] == \
+        offsets
+    assert kernel.count("__syncthreads();") == 1
 
 
 # -- machine code ----------------------------------------------------------------------------

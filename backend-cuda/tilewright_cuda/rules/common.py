@@ -21,7 +21,7 @@ from tilewright.transform import RuleContext
 from tilewright.transform.lowering_utils import compare_floats
 from tvm import tirx
 
-from .. import keys, layout
+from .. import intrinsics, keys, layout
 from ..keys import WARP
 
 FULL_MASK = tirx.const(0xFFFFFFFF, "uint32")
@@ -115,14 +115,16 @@ def shfl_xor(value, offset: int, width: int = WARP, mask=FULL_MASK):
                             tirx.const(offset, "int32"), tirx.const(width, "int32"))
 
 
-def butterfly(buf, merge, group: int, mask=FULL_MASK) -> list:
-    """Combine ``buf[0]`` across ``group`` consecutive lanes with XOR shuffles (every lane of
-    the group exists; ``mask``: :func:`lane_mask`)."""
+def butterfly(buf, merge, group: int, mask=FULL_MASK, stride: int = 1) -> list:
+    """Combine ``buf[0]`` across ``group`` lanes ``stride`` apart (consecutive lanes by
+    default; ``group * stride`` lanes of one warp, both powers of two) with XOR shuffles at
+    offsets ``stride * group / 2``, ..., ``stride`` (every lane of the group exists;
+    ``mask``: :func:`lane_mask`)."""
     stmts, offset = [], group // 2
     while offset:
         value = tirx.BufferLoad(buf, [0])
-        stmts.append(tirx.BufferStore(buf, merge(value, shfl_xor(value, offset, mask=mask)),
-                                      [0]))
+        stmts.append(tirx.BufferStore(
+            buf, merge(value, shfl_xor(value, offset * stride, mask=mask)), [0]))
         offset //= 2
     return stmts
 
@@ -151,3 +153,54 @@ def combine_lanes(buf, merge, group: int, tx, threads: int) -> list:
     first = tirx.call_extern(str(buf.dtype), "__shfl_sync", mask, tirx.BufferLoad(buf, [0]),
                              tirx.const(0, "int32"), tirx.const(group, "int32"))
     return [*stmts, tirx.BufferStore(buf, first, [0])]
+
+
+def warp_lanes(group: int, stride: int) -> int:
+    """How many members of a group of ``group`` threads ``stride`` apart
+    (:func:`combine_strided`) XOR shuffles combine inside one warp: the largest power of two
+    dividing ``group`` whose members span at most a warp (``lanes * stride`` threads, an
+    aligned run that divides the warp), for a power of two ``stride``; else one."""
+    lanes = 1
+    if stride & (stride - 1) == 0:
+        while stride * lanes * 2 <= WARP and group % (lanes * 2) == 0:
+            lanes *= 2
+    return lanes
+
+
+def combine_strided(buf, merge, group: int, stride: int, tx, threads: int) -> list:
+    """Combine ``buf[0]`` across the calling thread's group of ``group`` threads ``stride``
+    apart in a block of ``threads`` (thread ``tx``'s group: ``tx % stride + stride * i +
+    stride * group * (tx // (stride * group))`` for ``i`` below ``group``: the threads that
+    differ only along one dimension of the block), every thread of the group getting the
+    result. First the :func:`butterfly` at offsets ``stride * 2^i`` combines the
+    :func:`warp_lanes` members of each aligned run of ``lanes * stride`` threads (whole in a
+    partial last warp too: the run divides the warp and the block). When that is the whole
+    group, nothing else; otherwise the first ``stride`` threads of each run (one per group)
+    put its total in a shared slot (``<buf>_parts``: one per run, in the order of the
+    threads), and after the block's barrier every thread combines its group's ``group /
+    lanes`` slots in order. Every thread of the block must run it (the barrier); barrier
+    insertion puts one before a later write of the slots (a loop's next iteration)."""
+    lanes = warp_lanes(group, stride)
+    shuffles = butterfly(buf, merge, lanes, lane_mask(tx, threads), stride)
+    if lanes == group:
+        return shuffles
+    parts, run = group // lanes, stride * lanes
+    slots = tirx.decl_buffer((threads // lanes,), buf.dtype, f"{buf.name}_parts",
+                             scope="shared.dyn")
+    column = tirx.floormod(tx, stride) if stride > 1 else 0  # the thread's place in its run
+    if lanes == 1:
+        slot = tx
+    else:
+        slot = column + stride * tirx.floordiv(tx, run)
+    put = tirx.BufferStore(slots, tirx.BufferLoad(buf, [0]), [slot])
+    if lanes > 1:
+        put = tirx.IfThenElse(tirx.floormod(tx, run) < stride, put, None)
+    first = column  # the group's first slot
+    if stride * group < threads:
+        first = first + stride * parts * tirx.floordiv(tx, stride * group)
+    part = tirx.Var(f"{buf.name}_part", "int32")
+    gather = tirx.For(part, 1, parts - 1, tirx.ForKind.SERIAL, tirx.BufferStore(
+        buf, merge(tirx.BufferLoad(buf, [0]), tirx.BufferLoad(slots, [first + stride * part])),
+        [0]))
+    return [*shuffles, tirx.AllocBuffer(slots), put, intrinsics.sync(),
+            tirx.BufferStore(buf, tirx.BufferLoad(slots, [first]), [0]), gather]

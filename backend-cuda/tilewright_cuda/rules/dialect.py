@@ -22,7 +22,14 @@ from tvm import tirx
 from .. import intrinsics, keys, ops
 from ..analysis import gemm_fit
 from . import tma
-from .common import combine_lanes, leader, reduce_parts, thread_var
+from .common import (
+    combine_lanes,
+    combine_strided,
+    leader,
+    reduce_parts,
+    thread_var,
+    warp_lanes,
+)
 from .table import INTRINSIC_RULES, register
 
 
@@ -175,26 +182,44 @@ def lower_import_source(call: TileOpCall, ctx: RuleContext):
 
 @register(ops.THREAD_ALLREDUCE.name)
 def lower_thread_allreduce(call: TileOpCall, ctx: RuleContext):
-    """The group's values combined by XOR shuffles: a group along threadIdx's x dimension of
-    up to a warp (a power of two) is consecutive lanes of one warp. In a 1-D block the last
-    group may have fewer threads (``T.warp_reduce_*`` in a block of 48 threads: its second
-    warp has 16, ``common.combine_lanes``)."""
+    """The group's values combined, every thread of the group getting the result. A group of
+    consecutive threads along threadIdx's x dimension of up to a warp (a power of two) takes
+    XOR shuffles of consecutive lanes of one warp; in a 1-D block the last group may have
+    fewer threads (``T.warp_reduce_*`` in a block of 48 threads: its second warp has 16,
+    ``common.combine_lanes``). A group along any dimension (the threads that share the other
+    coordinates: ``stride`` = the product of the dimensions below it apart in the block's
+    linear thread number ``x + X * (y + Y * z)``) takes ``common.combine_strided``: shuffles
+    within each warp, and across warps a shared slot per warp and the block's barrier."""
     threads = [int(t) for t in call.attrs["threads"].split(",")]
     dim = int(call.attrs["dim"])
     group = int(call.attrs.get("width", 0)) or threads[dim]
-    if dim != 0 or group > keys.WARP or keys.WARP % group or \
-            threads[dim] % group and threads[1:] != [1, 1]:
-        raise KernelError(
-            f"T.tvm_thread_allreduce along threadIdx.{'xyz'[dim]} ({group} threads, "
-            f"threads={tuple(threads)}): the CUDA backend reduces along the x dimension in "
-            f"groups of up to {keys.WARP} threads (a power of two); reduce a tile with "
-            "T.reduce_sum / T.reduce_max instead")
     dst = call.operands["dst"].buffer
     _, _, merge = reduce_parts(call.attrs["combiner"], str(dst.dtype))
     first = tirx.BufferStore(dst, tirx.Cast(str(dst.dtype), call.operands["value"]),
                              [tirx.const(0, "int32")])
-    tx, _ = thread_var(ctx)
-    combined = combine_lanes(dst, merge, group, tx, math.prod(threads))
+    tx, running = thread_var(ctx)
+    block = math.prod(threads)
+    if dim == 0 and group <= keys.WARP and keys.WARP % group == 0 and \
+            (threads[0] % group == 0 or threads[1:] == [1, 1]):
+        combined = combine_lanes(dst, merge, group, tx, block)
+    elif group != threads[dim]:
+        raise KernelError(
+            f"T.tvm_thread_allreduce along threadIdx.{'xyz'[dim]} in runs of {group} threads "
+            f"(threads={tuple(threads)}): the CUDA backend reduces runs of up to {keys.WARP} "
+            "threads (a power of two) along x that divide it or fill a 1-D block, else the "
+            "whole dimension")
+    else:
+        stride = math.prod(threads[:dim])
+        if running < block and warp_lanes(group, stride) < group:
+            raise KernelError(
+                f"T.tvm_thread_allreduce along threadIdx.{'xyz'[dim]} ({group} threads "
+                f"{stride} apart, threads={tuple(threads)}) in a role of {running} threads "
+                "(T.ws, or a branch on the thread index selecting warps): its group spans "
+                "warps, which the CUDA backend combines through shared memory at the block's "
+                "barrier, and every thread of the block must reach that; in a role it reduces "
+                "a group inside one warp (a power of two of threads a power of two apart, "
+                f"spanning up to {keys.WARP}): move the reduction out of the branch")
+        combined = combine_strided(dst, merge, group, stride, tx, block)
     return tirx.SeqStmt([first, *combined]) if combined else first
 
 

@@ -259,9 +259,9 @@ def tvm_thread_allreduce(count, value, cond, dst, *threads, dtype="handle"):
     ``with T.attr(T.comm_reducer(...), "reduce_scope", ...)``: the threads that differ only
     in the thread index ``kr`` (one of T.Kernel's thread dimensions, from T.thread_binding)
     combine their ``value``; each gets the result in ``out[0]``, a one-element local array.
-    Every thread of the block must reach it. CUDA combines the values with shuffles (a
-    group of up to a warp along ``threadIdx.x``); the CPU and the interpreter combine each
-    group's values in thread order."""
+    Every thread of the block must reach it. CUDA combines the values with shuffles within
+    each warp and, for a group spanning warps, through shared memory at the block's barrier;
+    the CPU and the interpreter combine each group's values in thread order."""
     builder = _kernel_builder("T.tvm_thread_allreduce")
     scope = builder.enclosing("reduce_scope")
     if scope is None:
