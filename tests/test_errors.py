@@ -131,6 +131,56 @@ def test_nested_pipelined():
     assert_at(info.value, "nested-pipelined", "T.Pipelined cannot be nested")
 
 
+@pytest.mark.parametrize("stages", [-1, 1.5, "3"])
+def test_pipelined_stages_must_be_a_count(stages):
+    """Before: -1 was accepted and 1.5 truncated to 1, silently."""
+    def k():
+        @T.prim_func
+        def main(A: T.Tensor((64,), "float32"), C: T.Tensor((64,), "float32")):
+            with T.Kernel(1) as bx:
+                for k in T.Pipelined(4, num_stages=stages):  # bad-stages
+                    C[k] = A[k]
+        return main
+
+    with pytest.raises(tilewright.KernelError) as info:
+        build(k)
+    assert_at(info.value, "bad-stages", "T.Pipelined's num_stages must be an int >= 0")
+
+
+def test_a_float_index_is_refused_at_the_line():
+    """Before: LLVM's "Expected buffer index to be an integer", with no line."""
+    def k():
+        @T.prim_func
+        def main(A: T.Tensor((64,), "float32"), C: T.Tensor((64,), "float32")):
+            with T.Kernel(1) as bx:
+                for i in T.Parallel(32):
+                    C[i] = A[i * 0.5]  # float-index
+        return main
+
+    with pytest.raises(tilewright.KernelError) as info:
+        build(k)
+    assert_at(info.value, "float-index", "an index of 'A' is float32")
+
+
+@pytest.mark.parametrize("out_idx, words", [
+    ([3], "out_idx 3 is out of range for the 3 parameters (A, C, s)"),
+    (-4, "out_idx -4 is out of range"),
+    (1.5, "out_idx must be an int or a list of ints"),
+    (["C"], "out_idx must be an int or a list of ints")])
+def test_out_idx_out_of_range_is_refused(out_idx, words):
+    """Before: taken modulo the parameter count, out_idx=[3] of 3 parameters made the first
+    input an output, silently."""
+    @T.prim_func
+    def main(A: T.Tensor((64,), "float32"), C: T.Tensor((64,), "float32"), s: T.float32):
+        with T.Kernel(1) as bx:
+            for i in T.Parallel(64):
+                C[i] = A[i] * s
+
+    with pytest.raises(tilewright.TilewrightError) as info:
+        tilewright.compile(main, out_idx=out_idx, target="cpu")
+    assert words in str(info.value)
+
+
 def test_unknown_pass_config_lists_close_matches():
     def k():
         @T.prim_func

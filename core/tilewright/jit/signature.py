@@ -6,6 +6,8 @@ index type its code assumes."""
 
 from __future__ import annotations
 
+import numbers
+
 import tvm
 import tvm_ffi
 from tvm import tirx
@@ -207,5 +209,16 @@ def output_indices(func: tirx.PrimFunc, out_idx) -> list:
         "tw.outputs" in func.attrs else []
     if out_idx is None:
         return declared
-    out_idx = [out_idx] if isinstance(out_idx, int) else list(out_idx)
-    return sorted(set(declared) | {i % len(func.params) for i in out_idx})
+    names = ", ".join(str(p.name) for p in func.params)
+    listed = [out_idx] if isinstance(out_idx, numbers.Integral) else \
+        list(out_idx) if isinstance(out_idx, (list, tuple)) else None
+    if listed is None or any(not isinstance(i, numbers.Integral) or isinstance(i, bool)
+                             for i in listed):
+        raise TilewrightError(f"out_idx must be an int or a list of ints (positions among the "
+                              f"parameters {names}), got {out_idx!r}")
+    n = len(func.params)
+    for i in listed:  # wrapped modulo n, 3 of 3 parameters named the first one
+        if not -n <= i < n:
+            raise TilewrightError(f"out_idx {i} is out of range for the {n} parameters "
+                                  f"({names}): use 0 to {n - 1}, or -1 to {-n} from the end")
+    return sorted(set(declared) | {int(i) % n for i in listed})

@@ -134,19 +134,19 @@ class TileBuffer:
     def __getitem__(self, key):
         key = self._key(key)
         if len(key) == self.ndim and not any(isinstance(k, slice) for k in key):
-            return tirx.BufferLoad(self.buffer, [to_expr(k) for k in key])
+            return tirx.BufferLoad(self.buffer, [index_expr(k, self.name) for k in key])
         starts, extents = [], []
         for dim, k in enumerate(key + (slice(None),) * (self.ndim - len(key))):
             if isinstance(k, slice):
                 if k.step not in (None, 1):
                     raise kernel_error(f"slices of {self.name!r} must have step 1")
-                start = 0 if k.start is None else _start(k.start)
+                start = 0 if k.start is None else _start(k.start, self.name)
                 stop = self.shape[dim] if k.stop is None else k.stop
                 starts.append(start)
                 extents.append(stop - start if isinstance(stop, int) and isinstance(start, int)
                                else as_int(_ANALYZER.simplify(to_expr(stop) - to_expr(start))))
             else:
-                starts.append(_start(k))
+                starts.append(_start(k, self.name))
                 extents.append(1)
         return BufferSlice(self.buffer, tuple(starts), tuple(extents))
 
@@ -166,7 +166,7 @@ class TileBuffer:
         if builder.enclosing("parallel", "serial", "pipelined", "kernel") is None:
             raise kernel_error(f"store to {self.name!r} outside the kernel body")
         store = tirx.BufferStore(self.buffer, to_expr(value, self.dtype),
-                                 [to_expr(k) for k in key], span=B.here())
+                                 [index_expr(k, self.name) for k in key], span=B.here())
         builder.emit(store)
 
     def _store_lanes(self, region: BufferSlice, value, lanes: int) -> None:
@@ -212,10 +212,23 @@ def _lanes(value) -> int:
     return tvm.runtime.DataType(str(value.ty)).lanes
 
 
-def _start(value):
-    """A region start: a Python int as it is, anything else (a ``T.alloc_var``) as an
+def index_expr(value, name: str):
+    """``value`` as an index of the buffer ``name``: an integer expression, else an error at
+    the user's line (a float index reached LLVM or NVRTC: "Expected buffer index to be an
+    integer")."""
+    expr = to_expr(value)
+    dtype = dtype_of(expr)
+    if dtype is not None and not dtype.startswith(("int", "uint")):
+        raise kernel_error(f"an index of {name!r} is {dtype} ({expr}): indices are integers; "
+                           "convert it with T.cast(..., 'int32') or compute it with // and %")
+    return expr
+
+
+def _start(value, name: str):
+    """A region start: a Python int as it is, anything else (a ``T.alloc_var``) as an integer
     expression."""
-    return value if isinstance(value, int) else to_expr(value)
+    return value if isinstance(value, int) and not isinstance(value, bool) else \
+        index_expr(value, name)
 
 
 def _binary(name: str, reflected: bool = False):

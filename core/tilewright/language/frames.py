@@ -247,8 +247,12 @@ class Pipelined(LoopSpec):
 
     def __init__(self, start, stop=None, num_stages=0, order=None, stage=None, sync=None,
                  group=None):
+        stages = as_int(num_stages)
+        if not isinstance(stages, int) or isinstance(stages, bool) or stages < 0:
+            raise kernel_error(f"T.Pipelined's num_stages must be an int >= 0 (0: not "
+                               f"pipelined), got {num_stages!r}")
         start, stop = _start_stop(start, stop)
-        annotations = {"tw.num_stages": int(num_stages)}
+        annotations = {"tw.num_stages": stages}
         if order is not None:
             annotations["tw.order"] = [int(o) for o in order]
         if stage is not None:
