@@ -5,12 +5,14 @@ float32 accumulate, 128 threads. Each measurement runs in a fresh Python process
 empty cache folder:
 
 - ours: tracing the kernel plus ``tilewright.lower(func, "cuda -arch=sm_80")`` to CUDA source
-  (imports are timed separately and not counted);
+  (imports are timed separately and not counted; the backend's plugin, which the first lowering
+  of a process loads, is counted), then a second kernel (2048^3) in the same process: the
+  latency once everything is loaded;
 - NVRTC: building that source to an sm_80 cubin (``tilewright_cuda.executor.nvrtc_compile``,
   the first NVRTC call of the process included), with registers and spills from ptxas;
 - TileLang, when ``$TILELANG_PYTHON`` names a Python with tilelang 0.1.15 (TileLang bundles its
-  own tvm, so it runs in its own environment): the same kernel through ``tilelang.lower`` under
-  an explicit ``cuda`` sm_80 target context.
+  own tvm, so it runs in its own environment): the same two kernels through ``tilelang.lower``
+  under an explicit ``cuda`` sm_80 target context. The target ratio is the first kernel's.
 
 Medians of ``--runs`` fresh processes (default 3) are printed with the targets: ours at most
 0.5x TileLang, NVRTC at most 2 s, no spills. ``--profile`` also prints where our lowering spends
@@ -67,8 +69,11 @@ OURS = textwrap.dedent('''
     t2 = time.perf_counter()
     lowered = tilewright.lower(matmul(1024, 1024, 1024, 128, 128, 32), "cuda -arch=sm_80")
     t3 = time.perf_counter()
+    tilewright.lower(matmul(2048, 2048, 2048, 128, 128, 32), "cuda -arch=sm_80")
+    t4 = time.perf_counter()
     source = lowered.source.text
-    out = {"import_s": t1 - t0, "lower_s": t3 - t2, "source_chars": len(source),
+    out = {"import_s": t1 - t0, "lower_s": t3 - t2, "again_s": t4 - t3,
+           "source_chars": len(source),
            "smem_bytes": lowered.source.payload["dynamic_smem_bytes"]}
     if sys.argv[1] == "build":
         workdir = sys.argv[2]
@@ -107,7 +112,10 @@ TILELANG = textwrap.dedent('''
     with target:
         artifact = tilelang.lower(func, target=target)
     t3 = time.perf_counter()
-    print("RESULT " + json.dumps({"import_s": t1 - t0, "lower_s": t3 - t2,
+    with target:
+        tilelang.lower(matmul(2048, 2048, 2048, 128, 128, 32), target=target)
+    t4 = time.perf_counter()
+    print("RESULT " + json.dumps({"import_s": t1 - t0, "lower_s": t3 - t2, "again_s": t4 - t3,
                                   "version": tilelang.__version__,
                                   "source_chars": len(artifact.kernel_source)}))
 ''')
@@ -129,8 +137,8 @@ def _run(python: str, script: str, *args: str) -> dict:
     return json.loads(lines[-1][len("RESULT "):])
 
 
-def _each(results) -> str:
-    return ", ".join(f"{r['lower_s']:.3f}" for r in results)
+def _each(results, key="lower_s") -> str:
+    return ", ".join(f"{r[key]:.3f}" for r in results)
 
 
 def _ptxas(log: str) -> tuple[int, int]:
@@ -151,10 +159,13 @@ def main() -> int:
     registers, spills = _ptxas(first["log"])
     print(f"standard GEMM 1024^3, 128x128x32, 3 stages, fp16 -> fp32, 128 threads, sm_80; "
           f"{args.runs} fresh process(es) each")
+    again_s = statistics.median(r["again_s"] for r in ours)
     print(f"  ours:     lower to CUDA source {lower_s:.3f} s median "
           f"({_each(ours)}); imports "
           f"{statistics.median(r['import_s'] for r in ours):.2f} s (not counted); "
           f"{first['source_chars']} chars, {first['smem_bytes']} B shared memory")
+    print(f"            a second kernel in the same process (2048^3): {again_s:.3f} s median "
+          f"({_each(ours, 'again_s')})")
     nvrtc_ok = first["nvrtc_s"] <= NVRTC_TARGET_S
     print(f"  NVRTC:    cubin in {first['nvrtc_s']:.3f} s ({first['cubin_bytes']} B), "
           f"{registers} registers, {spills} bytes spilled; target <= {NVRTC_TARGET_S} s: "
@@ -165,10 +176,13 @@ def main() -> int:
         theirs = [_run(tl_python, TILELANG, "lower") for _ in range(args.runs)]
         tl_s = statistics.median(r["lower_s"] for r in theirs)
         ratio = lower_s / tl_s
+        tl_again = statistics.median(r["again_s"] for r in theirs)
         print(f"  TileLang {theirs[0]['version']}: tilelang.lower {tl_s:.3f} s median "
               f"({_each(theirs)}); imports "
-              f"{statistics.median(r['import_s'] for r in theirs):.2f} s (not counted)")
-        print(f"  ratio ours / TileLang = {ratio:.2f}x; target <= {RATIO_TARGET}x: "
+              f"{statistics.median(r['import_s'] for r in theirs):.2f} s (not counted); "
+              f"a second kernel {tl_again:.3f} s ({_each(theirs, 'again_s')})")
+        print(f"  ratio ours / TileLang = {ratio:.2f}x (the first kernel of a process; a "
+              f"second: {again_s / tl_again:.2f}x); target <= {RATIO_TARGET}x: "
               f"{'met' if ratio <= RATIO_TARGET else 'MISSED'}")
         ok = ok and ratio <= RATIO_TARGET
     else:
