@@ -147,6 +147,22 @@ def test_pipelined_stages_must_be_a_count(stages):
     assert_at(info.value, "bad-stages", "T.Pipelined's num_stages must be an int >= 0")
 
 
+@pytest.mark.parametrize("grid", [(0,), (4, -1)])
+def test_a_grid_without_blocks_is_refused_at_the_line(grid):
+    """Before: TVM's "Check failed: pb->value != 0 (0 vs. 0) : Divide by zero", no line."""
+    def k():
+        @T.prim_func
+        def main(A: T.Tensor((64,), "float32"), C: T.Tensor((64,), "float32")):
+            with T.Kernel(*grid, threads=32):  # empty-grid
+                for i in T.Parallel(32):
+                    C[i] = A[i]
+        return main
+
+    with pytest.raises(tilewright.KernelError) as info:
+        build(k)
+    assert_at(info.value, "empty-grid", "T.Kernel grid dimensions must be positive")
+
+
 def test_a_float_index_is_refused_at_the_line():
     """Before: LLVM's "Expected buffer index to be an integer", with no line."""
     def k():
