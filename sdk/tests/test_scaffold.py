@@ -39,6 +39,8 @@ def test_render_writes_every_part_of_a_distribution():
                           "tests/test_contract.py"}
     assert 'name = "tilewright-my-accel"' in files["pyproject.toml"]
     assert f'my-accel = "{pkg}.plugin"' in files["pyproject.toml"]
+    assert f'[project.entry-points."tilewright.hooks"]\ntilewright_backends = "{pkg}.plugin"' \
+        in files["pyproject.toml"]
     assert "{{" not in "".join(files.values())
     for path in (f"{pkg}/plugin.py", f"{pkg}/pipeline.py", f"{pkg}/codegen.py",
                  f"{pkg}/executor.py", "tox.ini"):

@@ -55,7 +55,8 @@ tox                              # the same, each in a fresh environment
 | file | what it is |
 |---|---|
 | `pyproject.toml` | the distribution; its entry point `tilewright.plugins: {{name}}` is how the \
-core finds the backend |
+core finds the backend; `tilewright.targets` and `tilewright.hooks` list its target kinds and the \
+hooks `plugin.py` implements, so that compiling for another backend does not import this one |
 | `{{package}}/plugin.py` | the entry-point module: implements the hook `tilewright_backends` and \
 returns the `BackendModule` (name, targets, pipeline, codegen, executors, capabilities) |
 | `{{package}}/pipeline.py` | the `PassPipeline`: ordered, named phases of TVM passes; the engine \

@@ -519,7 +519,9 @@ _MANAGER: PluginManager | None = None
 
 def get_manager() -> PluginManager:
     """The process-wide plugin manager. Its queries load what they need: a target's backend
-    only its plugin where the plugins declare their targets, the others everything."""
+    only its plugin where the plugins declare their targets, a hook's :meth:`~PluginManager.
+    collect` only the plugins implementing it where the plugins declare their hooks, the
+    others everything."""
     global _MANAGER
     if _MANAGER is None:
         _MANAGER = PluginManager()
