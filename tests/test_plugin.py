@@ -246,6 +246,138 @@ def test_the_installed_distributions_declare_what_their_backends_claim():
             {kind for b in record.backends for kind in b.target_kinds}
 
 
+# -- declared hooks: collecting a hook imports only the plugins implementing it ----------------
+class FakeHookDeclaration:
+    """An entry point of ``tilewright.hooks``: a hook, then the plugin's module."""
+
+    def __init__(self, hook: str, plugin: str):
+        self.name, self.value = hook, f"tw_{plugin}.plugin"
+
+
+def fake_timer(name: str) -> Timer:
+    return Timer(name, lambda: Availability(True), lambda fn, w, r: [1.0] * r)
+
+
+def implementing(name: str, *hooks: str) -> FakeEntryPoint:
+    """A plugin with a backend claiming ``k<name>`` that implements ``hooks`` too (a timer, an
+    architecture model: nothing)."""
+    def make():
+        extra = {hook: (lambda: [fake_timer(f"t{name}")]) if hook == "tilewright_timers"
+                 else (lambda: []) for hook in hooks}
+        return plugin_module(name, tilewright_backends=lambda: [fake_backend(
+            name, kinds=(f"k{name}",))], **extra)
+    return FakeEntryPoint(name, make, value=f"tw_{name}.plugin")
+
+
+def declaring(**plugins: tuple[str, ...]) -> list[FakeHookDeclaration]:
+    """The ``tilewright.hooks`` entry points of plugins declaring these hooks besides
+    ``tilewright_backends``."""
+    return [FakeHookDeclaration(hook, plugin) for plugin, hooks in plugins.items()
+            for hook in ("tilewright_backends", *hooks)]
+
+
+def test_collecting_a_hook_imports_only_the_plugins_declaring_it():
+    a, b, c = (implementing("a", "tilewright_timers"), implementing("b"),
+               implementing("c", "tilewright_timers"))
+    manager = PluginManager(entry_points=[a, b, c], hooks=declaring(
+        a=("tilewright_timers",), b=(), c=("tilewright_timers",)))
+    assert [t.name for t in manager.collect("tilewright_timers")] == ["ta", "tc"]
+    assert manager.collect("tilewright_lowering_rules", backend="ka") == []
+    assert manager.collect("tilewright_timers") != []
+    assert (a.loads, b.loads, c.loads) == (1, 0, 1)
+    assert set(manager.records) == {"a", "c"}
+    assert manager.declared_hooks("b") == {"tilewright_backends"}
+    assert set(manager.backends()) == {"a", "b", "c"}  # what needs every plugin loads the rest
+
+
+def test_a_plugin_declaring_no_hooks_makes_collect_load_everything():
+    a, b = implementing("a", "tilewright_timers"), implementing("b")
+    manager = PluginManager(entry_points=[a, b], hooks=declaring(a=("tilewright_timers",)))
+    assert [t.name for t in manager.collect("tilewright_timers")] == ["ta"]
+    assert (a.loads, b.loads) == (1, 1)  # b might implement it too
+    assert manager.declared_hooks("b") == set()
+
+
+def test_a_plugin_implementing_an_undeclared_hook_is_named_and_collect_loads_everything(
+        caplog):
+    a = implementing("a", "tilewright_timers", "tilewright_arch_models")
+    b, c = implementing("b"), implementing("c", "tilewright_arch_models")
+    manager = PluginManager(entry_points=[a, b, c], hooks=declaring(
+        a=("tilewright_timers",), b=(), c=("tilewright_arch_models",)))
+    assert [t.name for t in manager.collect("tilewright_timers")] == ["ta"]
+    assert "plugin 'a' (tilewright-a 9.9) declares the hooks tilewright_backends, " \
+        "tilewright_timers (entry-point group tilewright.hooks) but implements " \
+        "tilewright_arch_models, tilewright_backends, tilewright_timers; collecting a hook " \
+        "loads every plugin" in caplog.text
+    assert (a.loads, b.loads, c.loads) == (1, 1, 1)
+
+
+def test_a_plugin_declaring_a_hook_it_lacks_makes_later_collects_load_everything(caplog):
+    a, b = implementing("a"), implementing("b")
+    manager = PluginManager(entry_points=[a, b],
+                            declarations=[FakeDeclaration("ka", "a"), FakeDeclaration("kb", "b")],
+                            hooks=declaring(a=("tilewright_timers",), b=()))
+    assert manager.backend_for("ka").name == "a"  # its target loads it, and it is checked
+    assert "declares the hooks tilewright_backends, tilewright_timers (entry-point group " \
+        "tilewright.hooks) but implements tilewright_backends;" in caplog.text
+    assert b.loads == 0
+    assert manager.collect("tilewright_arch_models") == []
+    assert b.loads == 1  # nobody declares arch models, but the declarations are not trusted
+
+
+def test_the_contract_check_names_the_declared_and_the_implemented_hooks():
+    from tilewright_sdk.conformance.contract import check_hook_declarations
+
+    manager = PluginManager(entry_points=[implementing("a", "tilewright_timers")],
+                            hooks=declaring(a=()))
+    backend = manager.backend_for("ka")
+    with pytest.raises(AssertionError) as exc:
+        check_hook_declarations(backend, manager)
+    assert str(exc.value).startswith(  # pytest's rewritten assert may append the comparison
+        "plugin 'a' (tilewright-a 9.9) declares the hooks ['tilewright_backends'] in the "
+        "entry-point group tilewright.hooks but its module a implements "
+        "['tilewright_backends', 'tilewright_timers']: list each hook there as "
+        "`tilewright_HOOK = \"a\"` (and reinstall the distribution, which is where entry "
+        "points are read from)")
+    check_hook_declarations(backend, PluginManager(
+        entry_points=[implementing("a", "tilewright_timers")],
+        hooks=declaring(a=("tilewright_timers",))).load())
+
+
+def repository_entry_points() -> dict[str, list[metadata.EntryPoint]]:
+    """The entry points the backends of this repository declare, read from their
+    ``pyproject.toml`` (what installing them gives)."""
+    import tomllib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    groups: dict[str, list] = {}
+    for pyproject in [*root.glob("*/pyproject.toml"), *root.glob("plugins/*/pyproject.toml")]:
+        declared = tomllib.loads(pyproject.read_text())["project"].get("entry-points", {})
+        if ENTRY_POINT_GROUP in declared:
+            for group in (ENTRY_POINT_GROUP, "tilewright.targets", "tilewright.hooks"):
+                groups.setdefault(group, []).extend(
+                    metadata.EntryPoint(k, v, group) for k, v in declared[group].items())
+    return groups
+
+
+def test_the_repository_backends_declare_the_hooks_they_implement():
+    from tilewright_sdk.conformance.contract import check_hook_declarations
+
+    groups = repository_entry_points()
+    manager = PluginManager(entry_points=groups[ENTRY_POINT_GROUP],
+                            declarations=groups["tilewright.targets"],
+                            hooks=groups["tilewright.hooks"])
+    assert {"cpu", "interp", "cuda", "ascend"} <= {ep.name for ep in groups[ENTRY_POINT_GROUP]}
+    manager.backend_for("cuda")
+    manager.collect("tilewright_lowering_rules", backend="cuda")  # no plugin declares any
+    assert set(manager.records) == {"cuda"}
+    for record in manager.load().records.values():
+        assert record.status == "ok", record.error
+        for backend in record.backends:
+            check_hook_declarations(backend, manager)
+
+
 def test_missing_target_lists_plugins_that_did_not_load():
     manager = PluginManager(entry_points=[FakeEntryPoint("broken", broken_import)])
     with pytest.raises(TargetError, match=r"no installed backend claims target 'cuda'") as exc:
@@ -505,9 +637,7 @@ def test_two_backends_with_one_name_are_both_refused():
 
 
 def test_hook_items_claimed_twice_keep_the_first_and_note_the_second():
-    def timer(name):
-        return Timer(name, lambda: Availability(True), lambda fn, w, r: [1.0] * r)
-
+    timer = fake_timer
     manager = PluginManager(entry_points=[])
     manager.register(plugin_module("a", tilewright_timers=lambda: [timer("event")]), "a")
     manager.register(plugin_module("b", tilewright_timers=lambda: [timer("event"),
@@ -559,6 +689,10 @@ def test_misspelt_selection_lists_installed_plugins(monkeypatch):
 
 LOAD_FROM_CACHE = '''
 import json, sys, torch, tilewright, tilewright.language as T
+from tilewright.plugin import get_manager
+
+if sys.argv[1:] == ["all"]:
+    get_manager().load()
 
 @T.prim_func
 def double(A: T.Tensor((64,), "float32"), B: T.Tensor((64,), "float32")):
@@ -575,16 +709,17 @@ print(json.dumps([kernel.artifact_dir, sorted({m.split(".")[0] for m in sys.modu
 
 
 def test_a_cached_cpu_kernel_imports_no_other_backend(tmp_path):
-    """The first compile lowers, which asks every plugin for lowering rules (all load); the
-    second, in a fresh process, finds the same cache entry (the key does not depend on what
-    was imported) and imports the CPU plugin only."""
+    """The first compile, in a process that loaded every plugin, lowers; the second, in a fresh
+    process, finds the same cache entry (the key does not depend on what was imported) and
+    imports the CPU plugin only."""
     env = {**os.environ, "TILEWRIGHT_CACHE_DIR": str(tmp_path / "cache")}
     env.pop(ENV_SELECT, None)
     script = tmp_path / "double.py"
     script.write_text(LOAD_FROM_CACHE)
-    runs = [json.loads(subprocess.run([sys.executable, str(script)], env=env,
+    runs = [json.loads(subprocess.run([sys.executable, str(script), *args], env=env,
                                       capture_output=True, text=True, check=True,
-                                      timeout=300).stdout.splitlines()[-1]) for _ in range(2)]
+                                      timeout=300).stdout.splitlines()[-1])
+            for args in (["all"], [])]
     (first_dir, first_modules), (second_dir, second_modules) = runs
     assert first_dir == second_dir
     assert {"tilewright_cpu", "tilewright_cuda"} <= set(first_modules)

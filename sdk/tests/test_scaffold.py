@@ -39,6 +39,8 @@ def test_render_writes_every_part_of_a_distribution():
                           "tests/test_contract.py"}
     assert 'name = "tilewright-my-accel"' in files["pyproject.toml"]
     assert f'my-accel = "{pkg}.plugin"' in files["pyproject.toml"]
+    assert f'[project.entry-points."tilewright.hooks"]\ntilewright_backends = "{pkg}.plugin"' \
+        in files["pyproject.toml"]
     assert "{{" not in "".join(files.values())
     for path in (f"{pkg}/plugin.py", f"{pkg}/pipeline.py", f"{pkg}/codegen.py",
                  f"{pkg}/executor.py", "tox.ini"):
@@ -52,15 +54,17 @@ def test_scaffolded_backend_passes_the_contract_checks(tmp_path):
     # the entry points its pyproject.toml declares, as pip would install them
     groups = tomllib.loads((tmp_path / "fresh" / "pyproject.toml").read_text())["project"][
         "entry-points"]
-    plugins, targets = ([EntryPoint(k, v, group) for k, v in groups[group].items()]
-                        for group in ("tilewright.plugins", "tilewright.targets"))
-    manager = PluginManager(entry_points=plugins, declarations=targets)
+    plugins, targets, hooks = ([EntryPoint(k, v, group) for k, v in groups[group].items()]
+                               for group in ("tilewright.plugins", "tilewright.targets",
+                                             "tilewright.hooks"))
+    manager = PluginManager(entry_points=plugins, declarations=targets, hooks=hooks)
     previous = set_manager(manager)
     try:
         backend = manager.backend_for("fresh")
         assert manager.records["fresh"].status == "ok", manager.records["fresh"].error
         for check in ("check_declarations", "check_capabilities", "check_target_claims",
-                      "check_target_declarations", "check_executors", "check_phases_visible",
+                      "check_target_declarations", "check_hook_declarations",
+                      "check_executors", "check_phases_visible",
                       "check_unsupported_message", "check_timers", "check_arch_models"):
             getattr(contract, check)(backend)
         assert not backend.executors[0].available()

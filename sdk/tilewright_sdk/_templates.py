@@ -25,6 +25,11 @@ test = ["pytest>=8", "tilewright-sdk>=0.1,<0.2"]
 [project.entry-points."tilewright.targets"]
 {{name}} = "{{package}}.plugin"
 
+# The hooks the plugin implements, one line each (add one when plugin.py implements another):
+# collecting a hook imports only the plugins declaring it.
+[project.entry-points."tilewright.hooks"]
+tilewright_backends = "{{package}}.plugin"
+
 [tool.setuptools.dynamic]
 version = { attr = "{{package}}.__version__" }
 
@@ -50,7 +55,8 @@ tox                              # the same, each in a fresh environment
 | file | what it is |
 |---|---|
 | `pyproject.toml` | the distribution; its entry point `tilewright.plugins: {{name}}` is how the \
-core finds the backend |
+core finds the backend; `tilewright.targets` and `tilewright.hooks` list its target kinds and the \
+hooks `plugin.py` implements, so that compiling for another backend does not import this one |
 | `{{package}}/plugin.py` | the entry-point module: implements the hook `tilewright_backends` and \
 returns the `BackendModule` (name, targets, pipeline, codegen, executors, capabilities) |
 | `{{package}}/pipeline.py` | the `PassPipeline`: ordered, named phases of TVM passes; the engine \
@@ -277,8 +283,8 @@ def backend():
 
 @pytest.mark.parametrize("check", [
     "check_declarations", "check_capabilities", "check_target_claims",
-    "check_target_declarations", "check_executors", "check_phases_visible",
-    "check_unsupported_message", "check_timers", "check_arch_models",
+    "check_target_declarations", "check_hook_declarations", "check_executors",
+    "check_phases_visible", "check_unsupported_message", "check_timers", "check_arch_models",
 ])
 def test_contract(backend, check):
     getattr(contract, check)(backend)

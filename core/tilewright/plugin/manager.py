@@ -21,8 +21,14 @@ declares is named in a warning and everything is loaded. An accelerator's distri
 declares a probe of its device in ``tilewright.devices`` (``cuda =
 "tilewright_cuda.arch:device_present"``: the plugin's name, then a function importing nothing
 heavy): ``target="auto"`` (:meth:`PluginManager.accelerator_with_device`) then imports only the
-plugins whose probe finds a device. Anything that needs every plugin (the hooks
-:meth:`PluginManager.collect` gathers, the backend list) loads the rest.
+plugins whose probe finds a device. A distribution also declares the hooks its plugin
+implements in ``tilewright.hooks`` (``tilewright_timers = "tilewright_cuda.plugin"``: a hook,
+``tilewright_backends`` included, then the plugin's module). When every selected plugin
+declares its hooks, :meth:`PluginManager.collect` imports only the plugins declaring the hook it
+gathers (compiling for CUDA asks every plugin for lowering rules; none declares them, so none
+other is imported); a plugin implementing other hooks than it declares is named in a warning
+when it loads, and from then on each collect loads every plugin. What needs every plugin (the
+backend list) loads the rest.
 
 ``TILEWRIGHT_PLUGINS`` selects plugins: unset loads all, ``none`` loads none, ``a,b`` loads
 only ``a`` and ``b``, ``-a`` loads all but ``a``; a name that is not installed is an error
@@ -53,6 +59,9 @@ TARGETS_GROUP = "tilewright.targets"
 # plugin name -> a cheap probe of its accelerator's device (optional; lets target "auto" skip
 # importing the plugins of absent devices)
 DEVICES_GROUP = "tilewright.devices"
+# hook -> the module of a plugin implementing it (optional; lets collecting a hook load only the
+# plugins implementing it)
+HOOKS_GROUP = "tilewright.hooks"
 # what a user with no backend at all is told to do
 INSTALL_HINT = ("install a backend, for example `pip install tilewright-cpu` (from a checkout: "
                 "`pip install -e plugins/cpu`), and check with `tilewright backends`")
@@ -84,13 +93,15 @@ class PluginRecord:
 class PluginManager:
     """Loads and validates plugins; answers which backend owns a target."""
 
-    def __init__(self, entry_points=None, declarations=None, devices=None):
-        """``entry_points`` / ``declarations`` / ``devices``: the ``tilewright.plugins``,
-        ``tilewright.targets`` and ``tilewright.devices`` entry points to use instead of the
-        installed ones (tests)."""
+    def __init__(self, entry_points=None, declarations=None, devices=None, hooks=None):
+        """``entry_points`` / ``declarations`` / ``devices`` / ``hooks``: the
+        ``tilewright.plugins``, ``tilewright.targets``, ``tilewright.devices`` and
+        ``tilewright.hooks`` entry points to use instead of the installed ones (tests)."""
         self._explicit = entry_points
         self._explicit_declarations = declarations
         self._explicit_devices = devices
+        self._explicit_hooks = hooks
+        self._hooks_trusted = True  # False once a plugin implements other hooks than declared
         self._scanned = None  # importlib.metadata's entry points, once read
         self._versions: dict[str, str] = {}  # plugin -> version, of plugins not loaded yet
         self._lock = threading.Lock()
@@ -127,6 +138,13 @@ class PluginManager:
             out.setdefault(ep.value, set()).add(ep.name)
         return out
 
+    def _hook_declarations(self) -> dict[str, set[str]]:
+        """Plugin module -> the hooks its distribution declares."""
+        out: dict[str, set[str]] = {}
+        for ep in self._declared_group(HOOKS_GROUP, self._explicit_hooks):
+            out.setdefault(ep.value, set()).add(ep.name)
+        return out
+
     def _devices(self) -> dict:
         """Plugin name -> the entry point of its device probe."""
         return {ep.name: ep for ep in self._declared_group(DEVICES_GROUP,
@@ -156,7 +174,23 @@ class PluginManager:
             self._fail(record, str(fault))
             return record
         self._register(record, module)
+        if record.status == "ok":
+            self._check_hooks(record, getattr(ep, "value", None))
         return record
+
+    def _check_hooks(self, record: PluginRecord, value: str | None) -> None:
+        """Where the distribution of a plugin just loaded declares hooks, they are the hooks its
+        module implements; otherwise warn, and collecting a hook loads every plugin from now
+        on."""
+        declared = self._hook_declarations().get(value)
+        implemented = _implemented(record.module)
+        if declared is None or declared == implemented:
+            return
+        self._hooks_trusted = False
+        _log.warning("%s declares the hooks %s (entry-point group %s) but implements %s; "
+                     "collecting a hook loads every plugin", record.label,
+                     ", ".join(sorted(declared)), HOOKS_GROUP,
+                     ", ".join(sorted(implemented)) or "none")
 
     def load(self) -> PluginManager:
         """Load every selected plugin (those already loaded stay as they are)."""
@@ -200,6 +234,22 @@ class PluginManager:
             return None
         return next(b for b in record.backends if kind in b.target_kinds)
 
+    def _load_implementing(self, hook: str) -> bool:
+        """Import the selected plugins whose distributions declare ``hook``; False where the
+        declarations cannot tell (a selected plugin declares no hooks, or one loaded implements
+        other hooks than it declares), and everything is to be loaded."""
+        with self._lock:
+            if self._loaded:
+                return True
+            selected, declared = self._selected(), self._hook_declarations()
+            if not self._hooks_trusted or any(getattr(ep, "value", None) not in declared
+                                              for ep in selected):
+                return False
+            for ep in selected:
+                if hook in declared[ep.value] and ep.name not in self.records:
+                    self._load_entry(ep)
+            return self._hooks_trusted
+
     def accelerator_with_device(self) -> BackendModule | None:
         """The first accelerator backend (by name) whose device is present, else None. Where
         every selected plugin declares its targets, only the plugins whose declared device
@@ -241,6 +291,13 @@ class PluginManager:
             if present:
                 found.append(ep)
         return found
+
+    def declared_hooks(self, plugin: str) -> set[str] | None:
+        """The hooks the distribution of plugin ``plugin`` declares in ``tilewright.hooks``
+        (empty where it declares none); None for a plugin registered without an entry point."""
+        ep = next((ep for ep in self._entry_points() if ep.name == plugin), None)
+        return None if ep is None else \
+            self._hook_declarations().get(getattr(ep, "value", None), set())
 
     def device_probe(self, plugin: str):
         """The device probe plugin ``plugin``'s distribution declares (a callable), or None."""
@@ -322,8 +379,11 @@ class PluginManager:
     def collect(self, hook: str, **kwargs) -> list:
         """Concatenate what ``hook`` returns from every working plugin: list items, or the
         ``(key, value)`` pairs of a mapping. A plugin whose hook raises, times out or returns
-        the wrong type is noted and skipped; so is an item whose name an earlier plugin gave."""
-        self.load()
+        the wrong type is noted and skipped; so is an item whose name an earlier plugin gave.
+        Where every selected plugin declares its hooks, only those declaring ``hook`` are
+        imported (and those loaded already answer); otherwise every plugin is."""
+        if not self._load_implementing(hook):
+            self.load()
         out, owners = [], {}
         for record in list(self.records.values()):
             if record.status != "ok" or record.module is None or hook in record.failed_hooks:
@@ -427,6 +487,11 @@ class PluginManager:
         return owners[0][1]
 
 
+def _implemented(module) -> set[str]:
+    """The hooks a plugin module implements (``tilewright_backends`` included)."""
+    return {name for name in _SPEC_NAMES if callable(getattr(module, name, None))}
+
+
 def _record_of(ep) -> PluginRecord:
     dist = getattr(ep, "dist", None)
     return PluginRecord(ep.name, getattr(dist, "version", "") or "",
@@ -454,7 +519,9 @@ _MANAGER: PluginManager | None = None
 
 def get_manager() -> PluginManager:
     """The process-wide plugin manager. Its queries load what they need: a target's backend
-    only its plugin where the plugins declare their targets, the others everything."""
+    only its plugin where the plugins declare their targets, a hook's :meth:`~PluginManager.
+    collect` only the plugins implementing it where the plugins declare their hooks, the
+    others everything."""
     global _MANAGER
     if _MANAGER is None:
         _MANAGER = PluginManager()

@@ -85,6 +85,28 @@ def check_target_declarations(backend: BackendModule, manager=None) -> None:
         return
 
 
+def check_hook_declarations(backend: BackendModule, manager=None) -> None:
+    """The plugin's distribution declares, in the entry-point group ``tilewright.hooks``,
+    exactly the hooks its module implements (``tilewright_backends`` included), so that
+    collecting a hook imports only the plugins implementing it."""
+    manager = (manager or get_manager()).load()
+    for record in manager.records.values():
+        if backend not in record.backends:
+            continue
+        declared = manager.declared_hooks(record.name)
+        if declared is None:
+            return  # registered in memory, not installed: no distribution to declare
+        implemented = {name for name in dir(record.module) if name.startswith("tilewright_")
+                       and callable(getattr(record.module, name))}
+        assert declared == implemented, (
+            f"{record.label} declares the hooks {sorted(declared)} in the entry-point group "
+            f"tilewright.hooks but its module {record.module.__name__} implements "
+            f"{sorted(implemented)}: list each hook there as "
+            f"`tilewright_HOOK = \"{record.module.__name__}\"` (and reinstall the "
+            f"distribution, which is where entry points are read from)")
+        return
+
+
 def check_executors(backend: BackendModule) -> None:
     """Executor names are unique; each says whether it is available, and why not."""
     names = [e.name for e in backend.executors]

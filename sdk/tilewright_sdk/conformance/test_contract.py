@@ -9,6 +9,7 @@ from .contract import (
     check_capabilities,
     check_declarations,
     check_executors,
+    check_hook_declarations,
     check_phases_visible,
     check_target_claims,
     check_target_declarations,
@@ -32,6 +33,10 @@ def test_claims_its_targets_alone(tilewright_backend):
 
 def test_declares_its_targets(tilewright_backend):
     check_target_declarations(tilewright_backend)
+
+
+def test_declares_its_hooks(tilewright_backend):
+    check_hook_declarations(tilewright_backend)
 
 
 def test_executors_explain_unavailability(tilewright_backend):
