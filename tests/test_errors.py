@@ -163,6 +163,27 @@ def test_a_grid_without_blocks_is_refused_at_the_line(grid):
     assert_at(info.value, "empty-grid", "T.Kernel grid dimensions must be positive")
 
 
+@pytest.mark.parametrize("name, words", [
+    ("ptx_wait_group", "no T.ptx_wait_group: the cuda dialect has it (import "
+                       "tilewright_cuda.language as T; it compiles for cuda)"),
+    ("reduce_summ", "no T.reduce_summ; did you mean T.reduce_sum"),
+    ("not_a_tile_op", "no T.not_a_tile_op; docs/porting-from-tilelang.md")])
+def test_a_name_the_language_lacks_says_where_it_is(name, words):
+    """Before: "module 'tilewright.language' has no attribute 'ptx_wait_group'"."""
+    with pytest.raises(AttributeError) as info:
+        getattr(T, name)
+    assert words in str(info.value)
+    assert not hasattr(T, "__wrapped__")  # dunders stay plain, for inspect and pytest
+
+
+def test_a_language_function_named_in_a_wrong_call():
+    """Before: Python named the factory's inner function ("_float_binary.<locals>.op()")."""
+    with pytest.raises(TypeError, match=r"^T\.pow\(\) missing 1 required positional"):
+        T.pow(1.0)
+    with pytest.raises(TypeError, match=r"^T\.exp\(\) takes 1 positional argument"):
+        T.exp(1.0, 2.0)
+
+
 def test_a_float_index_is_refused_at_the_line():
     """Before: LLVM's "Expected buffer index to be an integer", with no line."""
     def k():

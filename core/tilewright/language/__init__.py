@@ -4,6 +4,7 @@ from . import (
     int_operands,  # noqa: F401 - Python ints beside TVM expressions, as TileLang's TVM
     tvm_names,  # noqa: F401 - TileLang's tvm.tirx.PrimExpr on TVM 0.27
 )
+from . import missing as _missing
 from .annotations import (
     Fragment,
     Layout,
@@ -197,3 +198,11 @@ __all__ = [
     *_ATOMIC_OPS, *_WIDE_ATOMIC_OPS, *_WARP_REDUCE_OPS, *_UNARY,
     *_BINARY, *_BITWISE, *_BIT_COUNTS, *_PREDICATES, *_FAST_MATH, *_LDST,
 ]
+
+
+def __getattr__(name: str):
+    """``T.<name>`` the language lacks: an AttributeError that names the dialect that has it
+    or the close names (``missing``)."""
+    if name.startswith("_"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    raise AttributeError(_missing.missing_name(name, __all__))

@@ -197,7 +197,7 @@ def _wide(kind: str, words: int):
         def access(dst, value, pred=None) -> None:
             _store_word(dst, value, name, scopes, memory, pred, words)
         verb = f"a uint32x{words} value (or any {WORD_BITS * words}-bit one) written to them"
-    access.__name__ = access.__qualname__ = name
+    access.__name__, access.__qualname__ = name, f"T.{name}"
     access.__doc__ = (f"TileLang's ``T.{name}(x[i:i + n])`` of {memory}: {verb} (word 0 in "
                       f"lane 0, each word as :func:`{kind}32` has it); ``pred`` as there.")
     return access

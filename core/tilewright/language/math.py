@@ -385,7 +385,7 @@ def _bitwise(name: str, fn):
     def op(a, b):
         return fn(*_integers(name, a, b))
 
-    op.__name__ = name
+    op.__name__, op.__qualname__ = name, f"T.{name}"  # Python names it in a TypeError
     op.__doc__ = f"TileLang's ``T.{name}`` of two integers: the operator ``{fn.__name__}``."
     return op
 
@@ -414,7 +414,7 @@ def _bit_count(name: str, fn):
         unsigned = "u" + dtype.lstrip("u")
         return tirx.Cast(dtype, fn(x if dtype == unsigned else tirx.reinterpret(unsigned, x)))
 
-    op.__name__ = name
+    op.__name__, op.__qualname__ = name, f"T.{name}"  # Python names it in a TypeError
     op.__doc__ = (f"TileLang's ``T.{name}`` (TVM's) of a 32- or 64-bit integer's bits, in its "
                   "dtype; a signed value's two's-complement bits (every backend counts them "
                   "as unsigned: CUDA's ``__popc`` and ``__clz`` take them so)")
@@ -474,7 +474,7 @@ def _float_unary(name: str, fn):
             raise kernel_error(f"T.{name} needs a floating-point argument, got {dtype_of(x)}")
         return fn(x)
 
-    op.__name__ = name
+    op.__name__, op.__qualname__ = name, f"T.{name}"  # Python names it in a TypeError
     op.__doc__ = f"Elementwise ``{name}`` of a floating-point value."
     return op
 
@@ -519,7 +519,7 @@ def _fast(fn: str):
                                   user_location())
         return tirx.call_intrin(dtype, f"tw.fast_{fn}", x)
 
-    op.__name__ = op.__qualname__ = name
+    op.__name__, op.__qualname__ = name, f"T.{name}"  # Python names it in a TypeError
     op.__doc__ = (
         f"TileLang's fast ``{fn}``: ``{fn}(x)`` of a float16, bfloat16, float32 or float64 "
         f"value, at least as accurate as CUDA's ``__{fn}f`` intrinsic for float32 (the error "
@@ -541,7 +541,7 @@ def _float_binary(name: str, fn):
             raise kernel_error(f"T.{name} needs floating-point arguments, got {dtype_of(a)}")
         return fn(a, b)
 
-    op.__name__ = name
+    op.__name__, op.__qualname__ = name, f"T.{name}"  # Python names it in a TypeError
     op.__doc__ = f"Elementwise ``{name}`` of two floating-point values (C's libm function)."
     return op
 
@@ -571,7 +571,7 @@ def _float_predicate(name: str, fn):
             x = tirx.Cast("float32", x)
         return fn(x)
 
-    op.__name__ = name
+    op.__name__, op.__qualname__ = name, f"T.{name}"  # Python names it in a TypeError
     op.__doc__ = (f"Whether a value is {name[2:]} (a bool; constant for integers: only "
                   f"floating-point values can be NaN or infinite), as TVM's ``{name}``.")
     return op

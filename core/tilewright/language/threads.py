@@ -331,6 +331,7 @@ def _make_warp_reduce(kind: str):
         return _warp_reduce(kind, value)
 
     warp_reduce.__name__ = f"warp_reduce_{kind}"
+    warp_reduce.__qualname__ = f"T.{warp_reduce.__name__}"
     warp_reduce.__doc__ = (
         f"``T.warp_reduce_{kind}(value)`` in thread-level code: the {kind} of ``value`` over "
         "the calling thread's warp (32 consecutive threads along threadIdx.x; the last warp "

@@ -464,6 +464,7 @@ def _make_reduce(kind: str):
         _reduce(kind, buffer, out, dim, clear, batch, annotations, nan_propagate)
 
     reduce_op.__name__ = f"reduce_{kind}"
+    reduce_op.__qualname__ = f"T.{reduce_op.__name__}"
     reduce_op.__doc__ = f"Reduce ``buffer`` along ``dim`` into ``out``: {REDUCE_KINDS[kind]}." + (
         " A NaN element is ignored (IEEE 754's maxNum / minNum, as CUDA's fmaxf), unless "
         "``nan_propagate=True``, which makes the result NaN." if kind in NAN_REDUCE_KINDS
@@ -504,6 +505,7 @@ def _make_scan(kind: str):
         _scan(kind, src, dst, dim, reverse)
 
     scan.__name__ = f"cum{kind}"
+    scan.__qualname__ = f"T.{scan.__name__}"
     scan.__doc__ = (f"{SCAN_KINDS[kind].capitalize()} of ``src`` along ``dim`` into ``dst`` "
                     "(in place when omitted; from the end when ``reverse``). TileLang's "
                     "``annotations`` (lowering hints of its scan) are accepted and change "
@@ -582,6 +584,7 @@ def _make_atomic(kind: str):
         return None
 
     atomic.__name__ = f"atomic_{kind}"
+    atomic.__qualname__ = f"T.{atomic.__name__}"
     atomic.__doc__ = (
         f"Atomic {kind} into global memory: ``dst`` is one element (``A[i]``) or a tile; "
         "``return_prev=True`` returns the old value (one element only). ``memory_order`` "
@@ -686,6 +689,7 @@ def _make_atomic_add_wide(lanes: int):
         return None
 
     atomic_add_wide.__name__ = f"atomic_addx{lanes}"
+    atomic_add_wide.__qualname__ = f"T.{atomic_add_wide.__name__}"
     atomic_add_wide.__doc__ = (
         f"TileLang's {lanes}-wide atomic add: ``dst`` and ``value`` name the first of {lanes} "
         "consecutive elements (``B[i, j]``, a slice ``B[i, j:j + "
