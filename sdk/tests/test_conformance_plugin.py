@@ -83,7 +83,7 @@ def test_invalid_declarations_fail_the_contract_with_the_reason(pytester, manage
     result = pytester.runpytest_inprocess(
         "-p", "no:cacheprovider", "--pyargs",
         "tilewright_sdk.conformance.test_contract", "--tilewright-backend", "broken")
-    result.assert_outcomes(errors=11)
+    result.assert_outcomes(errors=12)
     result.stdout.fnmatch_lines([("*backend plugin 'broken' failed to load: tilewright_backends "
                                   "raised PluginError: backend 'broken': no PassPipeline for "
                                   "target 'broken'*")])
@@ -100,7 +100,7 @@ def test_interp_conformance_writes_the_reports(pytester, tmp_path, workers):
         "tilewright_sdk.conformance", "--tilewright-backend", "interp", "--tilewright-mode",
         "execute", "--examples", "2", "--seed", "0", "--tilewright-report", str(report),
         "-k", "contract or copy_3d or reduce_sum or gemm_nt or agrees_with")
-    result.assert_outcomes(passed=1 + 11 + 3 + 14 + 6)
+    result.assert_outcomes(passed=1 + 12 + 3 + 14 + 6)
     result.stdout.fnmatch_lines(["*tilewright conformance: backend interp, mode execute*",
                                  "gemm_nt*pass 2/2*pass 2/2*pass 2/2*",
                                  "*tilewright fuzz: backend interp*", "* programs (* executed*"])

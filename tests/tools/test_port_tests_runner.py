@@ -56,6 +56,6 @@ def test_the_runner_counts_passes_and_failures(tmp_path):
     rows = {r["test_file"]: r for r in json.loads(out.read_text())}
     demo = rows["test_tilelang_language_demo.py"]
     assert (demo["passed"], demo["failed"]) == (1, 1)
-    assert "no attribute 'no_such_thing'" in demo["failures"]["test_missing_name"]
+    assert "has no T.no_such_thing" in demo["failures"]["test_missing_name"]
     assert rows["test_tilelang_language_tma.py"]["not_portable"] == "TMA"
     assert "files: 2, portable: 1, all passing: 0; tests passed: 1, failed: 1" in run.stdout
