@@ -7,6 +7,7 @@ from __future__ import annotations
 import difflib
 import functools
 import importlib
+import threading
 
 from ..log import get_logger
 from ..plugin import get_manager
@@ -14,10 +15,24 @@ from ..plugin import get_manager
 _log = get_logger("language")
 
 
-@functools.cache
+_asking = threading.local()  # a dialect importing a missing name while it is asked
+
+
 def _dialects() -> tuple:
     """``(extension, module)`` of every installed dialect that imports (asked once, on the
-    first missing name: it imports the plugins that declare dialects)."""
+    first missing name: it imports the plugins that declare dialects); none while asking,
+    for a plugin's import that probes the language for a name it lacks."""
+    if getattr(_asking, "active", False):
+        return ()
+    _asking.active = True
+    try:
+        return _imported_dialects()
+    finally:
+        _asking.active = False
+
+
+@functools.cache
+def _imported_dialects() -> tuple:
     found = []
     for extension in get_manager().collect("tilewright_language_extensions"):
         try:
