@@ -172,3 +172,38 @@ def test_a_nest_under_a_bounds_guard_moves_vectors(tmp_path, N, vector):
     c = torch.full((M, N), float("nan")).half()
     hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, a, c)
     torch.testing.assert_close(c, torch.nn.functional.silu(a.float()).half())
+
+
+def eight_lanes(dtype):
+    """A vector of eight 16-bit floats built from a fragment's elements (the differential
+    fuzzer's ``T.float16x8(t[0], ..., t[7])``), added to itself and read back lane by lane."""
+    vec = T.dtype(f"{dtype}x8")
+
+    @T.prim_func
+    def main(X: T.Tensor((8,), dtype), Y: T.Tensor((8,), dtype)):
+        with T.Kernel(1, threads=32):
+            t = T.alloc_fragment((8,), dtype)
+            T.copy(X, t)
+            for i in T.Parallel(1):
+                w = vec(t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7])
+                w = w + w * w
+                Y[0], Y[1] = T.extract_lane(w, 0), T.extract_lane(w, 1)
+                Y[2], Y[3] = T.extract_lane(w, 2), T.extract_lane(w, 3)
+                Y[4], Y[5] = T.extract_lane(w, 4), T.extract_lane(w, 5)
+                Y[6], Y[7] = T.extract_lane(w, 6), T.extract_lane(w, 7)
+
+    return main
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_eight_16_bit_float_lanes_build_from_their_values(tmp_path, dtype):
+    """Before: TVM printed ``make_uint4`` of the eight halves, which no compiler takes ("too
+    many arguments to function 'uint4 make_uint4(...)'"); the lanes are packed into four
+    32-bit words now. Checked in the host emulation against torch and built by NVRTC."""
+    x = torch.randn(8).to(getattr(torch, dtype))
+    y = torch.zeros(8, dtype=x.dtype)
+    lowered = tilewright.lower(eight_lanes(dtype), "cuda -arch=sm_80")
+    hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, x, y)
+    assert torch.equal(y, x + x * x)
+    tilewright.compile(eight_lanes(dtype), target="cuda -arch=sm_90a")

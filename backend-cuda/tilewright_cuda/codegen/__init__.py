@@ -163,18 +163,26 @@ INT32_MIN = -(2 ** 31)
 
 def packed_vectors(func):
     """``func`` with each vector of 8- or 16-bit integers of 32 bits or more (``int8x4``,
-    ``int16x4`` ...) built from its lanes' values (a ``Shuffle`` of scalars: the lanes of a
+    ``int16x4`` ...) or of 8 16-bit floats (``float16x8``, ``bfloat16x8``) built from its
+    lanes' values (a ``Shuffle`` of scalars: the lanes of a
     wrapping vector operation, ``T.int8x8(a, ..., h)``) built as 32-bit words instead, the
     lanes' bits shifted into place, and reinterpreted: TVM's CUDA printer holds such a vector
-    in an ``int`` / ``int2`` / ``int4`` and writes its construction as ``make_int2`` of every
-    lane (eight arguments for ``int8x8``), which does not compile."""
+    in an ``int`` / ``int2`` / ``int4`` (a ``uint4`` for 8 halves) and writes its construction
+    as ``make_int2`` of every lane (eight arguments for ``int8x8``), which does not compile."""
+
+    def built_badly(t) -> bool:
+        """Whether TVM's printer builds a vector of type ``t`` with too many arguments: 8- and
+        16-bit integers in whole 32-bit words; 16-bit floats beyond the 64 bits of ``half4``
+        / ``nv_bfloat164`` (``float16x8`` is a ``uint4`` there: ``make_uint4`` of 8 halves)."""
+        if t.type_code in (0, 1):
+            return t.bits in (8, 16) and (t.lanes * t.bits) % 32 == 0
+        return t.type_code in (2, 4) and t.bits == 16 and t.lanes * t.bits > 64
 
     def visit(shuffle):
         t = tvm.runtime.DataType(str(shuffle.ty))
         lanes, bits = t.lanes, t.bits
-        if lanes == 1 or t.type_code not in (0, 1) or bits not in (8, 16) or \
-                (lanes * bits) % 32 or any(tvm.runtime.DataType(str(v.ty)).lanes != 1
-                                           for v in shuffle.vectors):
+        if lanes == 1 or not built_badly(t) or any(tvm.runtime.DataType(str(v.ty)).lanes != 1
+                                             for v in shuffle.vectors):
             return shuffle
         per_word = 32 // bits
         values = [shuffle.vectors[int(i)] for i in shuffle.indices]
@@ -183,8 +191,8 @@ def packed_vectors(func):
             word = None
             for k in range(per_word):
                 value = values[w * per_word + k]
-                unsigned = tirx.reinterpret(f"uint{bits}", value) if t.type_code == 0 \
-                    else value
+                unsigned = value if t.type_code == 1 else \
+                    tirx.reinterpret(f"uint{bits}", value)
                 part = tirx.Cast("uint32", unsigned)
                 if k:
                     part = tirx.shift_left(part, tirx.const(k * bits, "uint32"))
