@@ -50,10 +50,8 @@ class Kernel:
         if len(grid) > 3:
             raise kernel_error(f"T.Kernel takes 0 to 3 grid dimensions, got {len(grid)}")
         self.grid = tuple(index_value(g, "a T.Kernel grid dimension") for g in grid) or (1,)
-        empty = [g for g in self.grid if isinstance(g, int) and g <= 0]
-        if empty:  # TVM divided by it: "Check failed: pb->value != 0", no line
-            raise kernel_error(f"T.Kernel grid dimensions must be positive, got "
-                               f"{tuple(grid)}: a launch of no blocks does nothing")
+        if any(isinstance(g, int) and g <= 0 for g in self.grid):  # TVM divided by it
+            raise kernel_error(f"T.Kernel grid dimensions must be positive, got {tuple(grid)}")
         self.gridless = not grid  # ``as`` binds no block index
         threads = threads if isinstance(threads, (tuple, list)) else (threads,)
         self.threads = tuple(int(t) for t in threads) + (1,) * (3 - len(threads))
