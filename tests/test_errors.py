@@ -1,6 +1,7 @@
 """Bad kernels and bad calls: one clear error that names the problem and the user's line."""
 
 import pathlib
+import runpy
 
 import pytest
 import tilewright
@@ -182,6 +183,26 @@ def test_a_language_function_named_in_a_wrong_call():
         T.pow(1.0)
     with pytest.raises(TypeError, match=r"^T\.exp\(\) takes 1 positional argument"):
         T.exp(1.0, 2.0)
+
+
+@pytest.mark.parametrize("keyword, words", [
+    ("thread=256", "T.Kernel got an unexpected keyword argument 'thread'; did you mean "
+                   "'threads'?"),
+    ("prelud=''", "unexpected keyword argument 'prelud'; did you mean 'prelude'?")])
+def test_a_misspelt_kernel_keyword_is_refused(tmp_path, keyword, words):
+    """Before: any keyword was taken and dropped: ``thread=256`` ran with 128 threads."""
+    path = tmp_path / "kernel.py"
+    path.write_text(f"""
+import tilewright.language as T
+
+@T.prim_func
+def main(A: T.Tensor((64,), "float32")):
+    with T.Kernel(1, {keyword}):
+        A[0] = 1.0
+""")
+    with pytest.raises(tilewright.KernelError) as info:
+        runpy.run_path(str(path))
+    assert words in str(info.value) and f"T.Kernel(1, {keyword})" in str(info.value)
 
 
 def test_a_float_index_is_refused_at_the_line():

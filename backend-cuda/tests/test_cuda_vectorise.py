@@ -184,7 +184,7 @@ def eight_lanes(dtype):
         with T.Kernel(1, threads=32):
             t = T.alloc_fragment((8,), dtype)
             T.copy(X, t)
-            for i in T.Parallel(1):
+            for _i in T.Parallel(1):
                 w = vec(t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7])
                 w = w + w * w
                 Y[0], Y[1] = T.extract_lane(w, 0), T.extract_lane(w, 1)

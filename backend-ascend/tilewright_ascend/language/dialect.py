@@ -40,6 +40,8 @@ class Kernel(_PortableKernel):
     ``cid`` is the block on the 1-D core grid; ``vid`` (0 or 1) the vector sub-core.
     """
 
+    KEYWORDS = ("threads", "prelude", "is_npu")
+
     def __init__(self, *grid, is_npu=False, threads=None, **options):
         if not is_npu:
             raise error("Ascend kernels are written 'with T.Kernel(n, is_npu=True) as (cid, "

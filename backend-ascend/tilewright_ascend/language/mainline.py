@@ -58,6 +58,8 @@ class Kernel(_PortableKernel):
     vector work to the cores of an AI core group (``threads=`` is accepted and has no effect on
     Ascend, as in TileLang mainline)."""
 
+    KEYWORDS = ("threads", "prelude", "is_npu")
+
     def __init__(self, *grid, threads=None, is_npu=None, **options):
         if is_npu is not None:
             raise _error("T.Kernel(..., is_npu=True) as (cid, vid) is the adapter tree's "

@@ -65,6 +65,8 @@ class ClusterKernel(Kernel):
     """``with T.ClusterKernel(gx, gy, threads=256, cluster_dims=(2, 1)) as (bx, by):`` — a
     kernel whose blocks are launched in thread-block clusters (``__cluster_dims__``)."""
 
+    KEYWORDS = ("threads", "prelude", "cluster_dims")
+
     def __init__(self, *grid, cluster_dims=(1, 1, 1), threads=128, **options):
         dims = cluster_dims if isinstance(cluster_dims, (tuple, list)) else (cluster_dims,)
         if not 1 <= len(dims) <= 3 or not all(isinstance(d, int) and d > 0 for d in dims):

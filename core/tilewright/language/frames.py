@@ -7,6 +7,8 @@ once and emits its statements into the frame), then closes the frame into IR ``F
 
 from __future__ import annotations
 
+import difflib
+
 import tvm
 import tvm_ffi
 from tvm import tirx
@@ -46,7 +48,17 @@ class Kernel:
 
     opened_by_loop = False  # a kernel a TVM-script thread loop opens (language.threads)
 
+    # TileLang 0.1.15's keyword besides threads and prelude: a hint the target decides here
+    HINTS = ("is_cpu",)
+    KEYWORDS = ("threads", "prelude")  # a dialect's kernel adds its own (cluster_dims ...)
+
     def __init__(self, *grid, threads=128, prelude=None, **options):
+        unknown = sorted(set(options) - set(self.HINTS))
+        if unknown:  # `thread=256` ran with 128 threads, silently
+            close = difflib.get_close_matches(unknown[0], [*self.KEYWORDS, *self.HINTS], n=1)
+            raise kernel_error(f"T.{type(self).__name__} got an unexpected keyword argument "
+                               f"{unknown[0]!r}" + (f"; did you mean {close[0]!r}?" if close
+                                                    else ""))
         if len(grid) > 3:
             raise kernel_error(f"T.Kernel takes 0 to 3 grid dimensions, got {len(grid)}")
         self.grid = tuple(index_value(g, "a T.Kernel grid dimension") for g in grid) or (1,)
