@@ -205,6 +205,23 @@ def main(A: T.Tensor((64,), "float32")):
     assert words in str(info.value) and f"T.Kernel(1, {keyword})" in str(info.value)
 
 
+@pytest.mark.parametrize("dim", ["'x'", "True", "None"])
+def test_a_tensor_dimension_that_is_not_an_integer_is_refused(tmp_path, dim):
+    """Before: TVM's "AssertionError: data must be int or Expr, but got x", no line."""
+    path = tmp_path / "kernel.py"
+    path.write_text(f"""
+import tilewright.language as T
+
+@T.prim_func
+def main(A: T.Tensor(({dim}, 4), "float32")):
+    with T.Kernel(1):
+        A[0, 0] = 1.0
+""")
+    with pytest.raises(tilewright.KernelError, match=r"T.Tensor shape .*: dimension 0 is .*; "
+                                                     r"they are ints, T.dynamic symbols"):
+        runpy.run_path(str(path))
+
+
 def test_a_float_index_is_refused_at_the_line():
     """Before: LLVM's "Expected buffer index to be an integer", with no line."""
     def k():

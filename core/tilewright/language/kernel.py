@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import numbers
 import re
 from dataclasses import dataclass
 
@@ -65,7 +66,10 @@ def _integers(values, what: str, item: str) -> tuple:
         if isinstance(value, float) or str(getattr(value, "ty", "int")).startswith("float"):
             raise kernel_error(f"{what} {values}: {item} {n} is the float {value}; they are "
                                "integers (use // rather than /)")
-    return tuple(as_int(v) for v in values)
+        if isinstance(value, bool) or not isinstance(value, (numbers.Integral, tvm.ir.Expr)):
+            raise kernel_error(f"{what} {values}: {item} {n} is {value!r}; they are ints, "
+                               "T.dynamic symbols or integer expressions of them")
+    return tuple(as_int(int(v) if isinstance(v, numbers.Integral) else v) for v in values)
 
 
 def _strided_tensor(shape, strides, dtype="float32", scope=None):
