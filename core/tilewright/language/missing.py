@@ -46,7 +46,11 @@ def _imported_dialects() -> tuple:
 def missing_name(name: str, public) -> str:
     """The message for ``T.<name>``, absent from the language whose names are ``public``."""
     message = f"tilewright.language has no T.{name}"
-    owners = [(ext, module) for ext, module in _dialects() if hasattr(module, name)]
+    try:
+        owners = [(ext, module) for ext, module in _dialects() if hasattr(module, name)]
+    except Exception as exc:  # noqa: BLE001 - hasattr(T, name) must stay an AttributeError
+        _log.warning("the dialects could not be asked for T.%s: %s", name, exc)
+        owners = []
     if owners:
         where = "; ".join(f"the {ext.name} dialect has it (import {ext.module} as T; it "
                           f"compiles for {', '.join(ext.backends)})" for ext, _ in owners)

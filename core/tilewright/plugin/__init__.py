@@ -8,6 +8,7 @@ from .manager import (
     PluginRecord,
     get_manager,
     hookimpl,
+    implemented_hooks,
     set_manager,
 )
 from .types import (
@@ -33,5 +34,5 @@ __all__ = [
     "ArchModel", "Availability", "BackendModule", "Capabilities", "CliTool", "DeviceCodegen",
     "Executor", "GeneratedSource", "LanguageExtension", "PassConfigKey", "PassPipeline", "Phase",
     "PluginManager", "PluginRecord", "Timer", "check_api_version", "get_manager", "hookimpl",
-    "set_manager",
+    "implemented_hooks", "set_manager",
 ]

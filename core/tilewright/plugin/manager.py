@@ -183,7 +183,7 @@ class PluginManager:
         module implements; otherwise warn, and collecting a hook loads every plugin from now
         on."""
         declared = self._hook_declarations().get(value)
-        implemented = _implemented(record.module)
+        implemented = implemented_hooks(record.module)
         if declared is None or declared == implemented:
             return
         self._hooks_trusted = False
@@ -487,8 +487,9 @@ class PluginManager:
         return owners[0][1]
 
 
-def _implemented(module) -> set[str]:
-    """The hooks a plugin module implements (``tilewright_backends`` included)."""
+def implemented_hooks(module) -> set[str]:
+    """The hooks a plugin module implements (``tilewright_backends`` included): what its
+    distribution declares in ``tilewright.hooks``."""
     return {name for name in _SPEC_NAMES if callable(getattr(module, name, None))}
 
 

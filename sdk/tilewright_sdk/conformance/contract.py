@@ -15,6 +15,7 @@ from tilewright.plugin import (
     PassPipeline,
     Timer,
     get_manager,
+    implemented_hooks,
 )
 
 KNOWN_DTYPES = frozenset({
@@ -61,50 +62,52 @@ def check_target_declarations(backend: BackendModule, manager=None) -> None:
     exactly the target kinds its backends claim (so that a target imports only its plugin),
     and, for an accelerator, a probe of its device in ``tilewright.devices`` that agrees with
     the backend's own (so that target ``"auto"`` imports it only where the device is)."""
+    manager, record = _installed_record(backend, manager)
+    if record is None:
+        return  # registered in memory, not installed: no distribution to declare
+    declared = manager.declared_targets(record.name)
+    claimed = {kind for b in record.backends for kind in b.target_kinds}
+    assert declared == claimed, (
+        f"{record.label} declares the targets {sorted(declared)} in the entry-point "
+        f"group tilewright.targets but its backends claim {sorted(claimed)}: list each "
+        f"kind there as `KIND = \"{record.module.__name__}\"`")
+    if backend.accelerator:
+        probe = manager.device_probe(record.name)
+        assert probe is not None, (
+            f"{record.label} has the accelerator backend '{backend.name}' but declares no "
+            f"probe of its device in the entry-point group tilewright.devices "
+            f"(`{record.name} = \"MODULE:FUNCTION\"`, a function importing nothing heavy)")
+        assert bool(probe()) == bool(backend.device_available()), (
+            f"{record.label}: the device probe it declares says {bool(probe())}, backend "
+            f"'{backend.name}' says {bool(backend.device_available())}")
+
+
+def _installed_record(backend: BackendModule, manager):
+    """The loaded manager and the record of the plugin whose backends include ``backend``;
+    None for one registered in memory (no distribution declares anything for it)."""
     manager = (manager or get_manager()).load()
     for record in manager.records.values():
-        if backend not in record.backends:
-            continue
-        declared = manager.declared_targets(record.name)
-        if declared is None:
-            return  # registered in memory, not installed: no distribution to declare
-        claimed = {kind for b in record.backends for kind in b.target_kinds}
-        assert declared == claimed, (
-            f"{record.label} declares the targets {sorted(declared)} in the entry-point "
-            f"group tilewright.targets but its backends claim {sorted(claimed)}: list each "
-            f"kind there as `KIND = \"{record.module.__name__}\"`")
-        if backend.accelerator:
-            probe = manager.device_probe(record.name)
-            assert probe is not None, (
-                f"{record.label} has the accelerator backend '{backend.name}' but declares no "
-                f"probe of its device in the entry-point group tilewright.devices "
-                f"(`{record.name} = \"MODULE:FUNCTION\"`, a function importing nothing heavy)")
-            assert bool(probe()) == bool(backend.device_available()), (
-                f"{record.label}: the device probe it declares says {bool(probe())}, backend "
-                f"'{backend.name}' says {bool(backend.device_available())}")
-        return
+        if backend in record.backends:
+            return manager, (record if manager.declared_targets(record.name) is not None
+                             else None)
+    return manager, None
 
 
 def check_hook_declarations(backend: BackendModule, manager=None) -> None:
     """The plugin's distribution declares, in the entry-point group ``tilewright.hooks``,
     exactly the hooks its module implements (``tilewright_backends`` included), so that
     collecting a hook imports only the plugins implementing it."""
-    manager = (manager or get_manager()).load()
-    for record in manager.records.values():
-        if backend not in record.backends:
-            continue
-        declared = manager.declared_hooks(record.name)
-        if declared is None:
-            return  # registered in memory, not installed: no distribution to declare
-        implemented = {name for name in dir(record.module) if name.startswith("tilewright_")
-                       and callable(getattr(record.module, name))}
-        assert declared == implemented, (
-            f"{record.label} declares the hooks {sorted(declared)} in the entry-point group "
-            f"tilewright.hooks but its module {record.module.__name__} implements "
-            f"{sorted(implemented)}: list each hook there as "
-            f"`tilewright_HOOK = \"{record.module.__name__}\"` (and reinstall the "
-            f"distribution, which is where entry points are read from)")
-        return
+    manager, record = _installed_record(backend, manager)
+    if record is None:
+        return  # registered in memory, not installed: no distribution to declare
+    declared = manager.declared_hooks(record.name)
+    implemented = implemented_hooks(record.module)
+    assert declared == implemented, (
+        f"{record.label} declares the hooks {sorted(declared)} in the entry-point group "
+        f"tilewright.hooks but its module {record.module.__name__} implements "
+        f"{sorted(implemented)}: list each hook there as "
+        f"`tilewright_HOOK = \"{record.module.__name__}\"` (and reinstall the "
+        f"distribution, which is where entry points are read from)")
 
 
 def check_executors(backend: BackendModule) -> None:
