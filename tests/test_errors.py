@@ -17,6 +17,14 @@ def build(factory, *args):
     return tilewright.jit(factory, out_idx=[-1], target="cpu")(*args)
 
 
+def trace_file(tmp_path, kernel: str) -> None:
+    """Trace ``kernel`` (a ``@T.prim_func``'s source, spliced from a parameter) from a module
+    file of its own, as a user's kernel is: its error then quotes that file's line."""
+    path = tmp_path / "kernel.py"
+    path.write_text("import tilewright.language as T\n" + kernel)
+    runpy.run_path(str(path))
+
+
 # -- errors while tracing a kernel -----------------------------------------------------------
 def test_copy_shape_mismatch():
     def k():
@@ -191,35 +199,27 @@ def test_a_language_function_named_in_a_wrong_call():
     ("prelud=''", "unexpected keyword argument 'prelud'; did you mean 'prelude'?")])
 def test_a_misspelt_kernel_keyword_is_refused(tmp_path, keyword, words):
     """Before: any keyword was taken and dropped: ``thread=256`` ran with 128 threads."""
-    path = tmp_path / "kernel.py"
-    path.write_text(f"""
-import tilewright.language as T
-
+    with pytest.raises(tilewright.KernelError) as info:
+        trace_file(tmp_path, f"""
 @T.prim_func
 def main(A: T.Tensor((64,), "float32")):
     with T.Kernel(1, {keyword}):
         A[0] = 1.0
 """)
-    with pytest.raises(tilewright.KernelError) as info:
-        runpy.run_path(str(path))
     assert words in str(info.value) and f"T.Kernel(1, {keyword})" in str(info.value)
 
 
 @pytest.mark.parametrize("dim", ["'x'", "True", "None"])
 def test_a_tensor_dimension_that_is_not_an_integer_is_refused(tmp_path, dim):
     """Before: TVM's "AssertionError: data must be int or Expr, but got x", no line."""
-    path = tmp_path / "kernel.py"
-    path.write_text(f"""
-import tilewright.language as T
-
+    with pytest.raises(tilewright.KernelError, match=r"T.Tensor shape .*: dimension 0 is .*; "
+                                                     r"they are ints, T.dynamic symbols"):
+        trace_file(tmp_path, f"""
 @T.prim_func
 def main(A: T.Tensor(({dim}, 4), "float32")):
     with T.Kernel(1):
         A[0, 0] = 1.0
 """)
-    with pytest.raises(tilewright.KernelError, match=r"T.Tensor shape .*: dimension 0 is .*; "
-                                                     r"they are ints, T.dynamic symbols"):
-        runpy.run_path(str(path))
 
 
 def test_a_float_index_is_refused_at_the_line():
