@@ -27,7 +27,9 @@ from .frames import (
     Pipelined,
     assume,
     get_block_binding,
+    get_block_bindings,
     get_block_extent,
+    get_block_extents,
     let,
     parallel,
     serial,
@@ -125,7 +127,9 @@ from .threads import (
     comm_reducer,
     evaluate,
     get_thread_binding,
+    get_thread_bindings,
     get_thread_extent,
+    get_thread_extents,
     thread_binding,
     tvm_thread_allreduce,
 )
@@ -162,11 +166,12 @@ globals().update(_LDST)
 cdiv = ceildiv
 Serial = serial
 Vectorized = vectorized
+Unroll = unroll
 globals().update(_PREDICATES)
 
 __all__ = [
     "Buffer", "CUDASourceCodeKernel", "DType", "Fragment", "FragmentBuffer", "GemmWarpPolicy",
-    "Kernel", "Layout",
+    "Kernel", "Layout", "Unroll",
     "LocalBuffer", "Macro", "Parallel", "Persistent", "Pipelined", "SharedBuffer",
     "StridedTensor", "Tensor", "Var",
     "TileBuffer", "VarHandle", "Cast", "Ramp", "Select", "Serial", "Vectorized", "abs",
@@ -184,6 +189,7 @@ __all__ = [
     "floormod",
     "finalize_reducer", "gemm", "gemm_sp", "get_block_binding", "get_block_extent",
     "get_thread_binding", "get_thread_extent",
+    "get_block_bindings", "get_block_extents", "get_thread_bindings", "get_thread_extents",
     "if_then_else", "im2col",
     "index_to_coordinates", "infinity", "init", "let", "likely", "macro",
     "Ref", "func_attr", "make_tensor", "match_buffer", "max", "max_value", "min", "min_value",

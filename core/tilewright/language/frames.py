@@ -833,6 +833,12 @@ def get_block_binding(dim: int = 0):
     return _grid_kernel("T.get_block_binding", dim).vars[dim]
 
 
+def get_block_bindings():
+    """``T.get_block_bindings()``: the block's index along each dimension of the enclosing
+    ``T.Kernel``'s grid (as many as the grid has)."""
+    return list(B.require_kernel("T.get_block_bindings").enclosing("kernel").info["kernel"].vars)
+
+
 def _grid_kernel(what: str, dim) -> Kernel:
     """The enclosing ``T.Kernel``, ``dim`` checked to be one of its grid dimensions."""
     kernel = B.require_kernel(what).enclosing("kernel").info["kernel"]
@@ -908,6 +914,13 @@ def get_block_extent(dim: int = 0):
     """``T.get_block_extent(0)``: the number of blocks along dimension ``dim`` of the
     enclosing ``T.Kernel``'s grid (CUDA's ``gridDim``)."""
     return to_expr(_grid_kernel("T.get_block_extent", dim).grid[dim])
+
+
+def get_block_extents():
+    """``T.get_block_extents()``: the number of blocks along each dimension of the enclosing
+    ``T.Kernel``'s grid (CUDA's ``gridDim``; as many as the grid has)."""
+    kernel = B.require_kernel("T.get_block_extents").enclosing("kernel").info["kernel"]
+    return [to_expr(extent) for extent in kernel.grid]
 
 
 class Persistent(LoopSpec):

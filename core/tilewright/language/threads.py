@@ -71,6 +71,21 @@ def get_thread_extent(dim: int = 0):
     return tirx.const(B.require_kernel("T.get_thread_extent").threads[dim], "int32")
 
 
+def get_thread_bindings():
+    """``tx, ty, tz = T.get_thread_bindings()``: the calling thread's index along each of the
+    three thread dimensions (``T.get_thread_binding(d)``); a dimension of one thread is the
+    constant 0."""
+    threads = tuple(_kernel_builder("T.get_thread_bindings").threads)
+    return [get_thread_binding(d) if d == 0 or threads[d] > 1 else tirx.const(0, "int32")
+            for d in range(3)]
+
+
+def get_thread_extents():
+    """``T.get_thread_extents()``: the number of threads along each of the three thread
+    dimensions of the enclosing ``T.Kernel`` (CUDA's ``blockDim``), int32 constants."""
+    return [get_thread_extent(d) for d in range(3)]
+
+
 def thread_binding(start, stop=None, thread: str = "threadIdx.x", *, annotations=None):
     """TVM script's thread loops and TileLang's thread index:
 

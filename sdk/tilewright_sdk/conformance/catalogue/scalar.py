@@ -591,6 +591,43 @@ def _bit_counts_ref(x):
                           [v.bit_count() for v in values]]).to(x.dtype)]
 
 
+def _indices(dtype, M, N, threads=(4, 2)):
+    """TileLang's plural index functions: T.get_block_bindings / T.get_block_extents of a 2-D
+    grid, T.get_thread_bindings / T.get_thread_extents of a 2-D block (its third dimension
+    the constant 0 and 1), each thread's record written in a T.Unroll loop."""
+    width = 8
+
+    @T.prim_func
+    def indices(Y: T.Tensor((M, N, threads[1], threads[0], width), dtype)):
+        with T.Kernel(M, N, threads=threads):
+            bx, by = T.get_block_bindings()
+            gx, gy = T.get_block_extents()
+            tx, ty, tz = T.get_thread_bindings()
+            nx, ny, nz = T.get_thread_extents()
+            record = T.alloc_local((width,), dtype)
+            record[0], record[1], record[2], record[3] = bx, by, gx, gy
+            record[4], record[5], record[6] = tx * 10 + ty, tz, nx * ny * nz
+            record[7] = 0
+            for i in T.Unroll(width):
+                Y[bx, by, ty, tx, i] = record[i]
+
+    return indices
+
+
+def _indices_ref(dtype, M, N, threads=(4, 2)):
+    import torch
+
+    nx, ny = threads
+    out = torch.zeros((M, N, ny, nx, 8), dtype=getattr(torch, dtype))
+    for bx in range(M):
+        for by in range(N):
+            for ty in range(ny):
+                for tx in range(nx):
+                    out[bx, by, ty, tx, :7] = torch.tensor(
+                        [bx, by, M, N, tx * 10 + ty, 0, nx * ny])
+    return [out]
+
+
 ROWS = (
     Kernel("unary_math", (*ELEMENTWISE, *UNARY), ("copy",),
            lambda dtype, M, N: _elementwise("unary_math", _unary_table(), dtype, M, N),
@@ -704,4 +741,11 @@ ROWS = (
            _int_helpers_ref, {"partial": {"N": 20}}, dtypes=("int8",), exact=True,
            doc="TileLang's T.shift_left, T.shift_right, T.dp4a, T.index_to_coordinates and "
                "T.get_block_binding"),
+    Kernel("indices", (*BASE, "alloc_local", "Unroll", "get_block_bindings",
+                       "get_block_extents", "get_thread_bindings", "get_thread_extents"),
+           ("get_thread_binding",), _indices, lambda torch, gen, dtype, M, N: [],
+           _indices_ref, {"full": {"M": 3, "N": 2}}, out_idx=(0,), ref_args=("dtype", "M", "N"),
+           dtypes=("int32",), exact=True,
+           doc="TileLang's T.get_block_bindings, T.get_block_extents, T.get_thread_bindings "
+               "and T.get_thread_extents of a 2-D grid and block, and T.Unroll"),
 )
