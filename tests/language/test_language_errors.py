@@ -405,6 +405,42 @@ def test_a_postponed_annotation_naming_a_local_of_the_factory_only_says_so():
         postponed_kernels.annotation_only(64, 96, 64)
 
 
+def test_a_buffer_assigned_to_an_alloc_var_is_refused_at_its_line():
+    def k():
+        @T.prim_func
+        def main(A: T.Tensor((16,), "float32"), B: T.Tensor((16,), "float32")):
+            with T.Kernel(1, threads=16):
+                s = T.alloc_shared((16,), "float32")
+                v = T.alloc_var("float32")
+                v = s  # var-takes-buffer
+                for i in T.Parallel(16):
+                    B[i] = v + A[i]
+        return main
+
+    with pytest.raises(tilewright.KernelError) as info:
+        build(k)
+    assert_at(info.value, "var-takes-buffer", "v is a T.alloc_var scalar", "s a buffer of shape "
+              "[16]", "v = s[i]")
+
+
+def test_an_alloc_var_name_can_name_a_new_allocation():
+    @T.prim_func
+    def main(A: T.Tensor((4,), "float32"), B: T.Tensor((4,), "float32")):
+        with T.Kernel(1):
+            v = T.alloc_var("float32", init=A[0])
+            B[0] = v
+            v = T.alloc_var("float32", init=A[1])
+            B[1] = v
+            v = T.alloc_local((2,), "float32")
+            v[0], v[1] = A[2], A[3]
+            B[2], B[3] = v[1], v[0]
+
+    a = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    b = torch.zeros(4)
+    tilewright.compile(main, target="cpu")(a, b)
+    assert b.tolist() == [1.0, 2.0, 4.0, 3.0]
+
+
 def test_while_with_a_runtime_condition_on_a_backend_without_while_loops(fake_backends):
     def k():
         @T.prim_func

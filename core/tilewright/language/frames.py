@@ -521,6 +521,13 @@ class Helpers:
         stmts = builder.frames[-1].stmts
         if not stmts or not isinstance(stmts[-1], (tirx.AllocBuffer, tirx.DeclBuffer)) or \
                 not stmts[-1].buffer.same_as(value.buffer):
+            if isinstance(current, VarHandle) and not isinstance(value, VarHandle):
+                # TileLang stores what is assigned to a T.alloc_var: a whole buffer is no value
+                raise kernel_error(
+                    f"{name} is a T.alloc_var scalar and {value.buffer.name} a buffer of shape "
+                    f"{list(value.buffer.shape)}: '{name} = {value.buffer.name}' stores a "
+                    f"value into {name}; store one element ({name} = {value.buffer.name}[i]) "
+                    "or bind the buffer to another name")
             return value
         old = value.buffer
         new = tirx.decl_buffer(old.shape, old.dtype, name, scope=old.scope())
