@@ -1,6 +1,7 @@
 """TileLang's pass-config names: ``tilewright.PassConfigKey.TL_*`` gives our key, and
 ``pass_configs`` accept TileLang's strings ("tl.enable_dump_ir") as another spelling of it."""
 
+import os
 import subprocess
 import sys
 import types
@@ -13,6 +14,7 @@ import torch
 from tilewright.errors import ConfigError, PluginError
 from tilewright.plugin import (
     ENTRY_POINT_GROUP,
+    ENV_SELECT,
     PassConfigKey,
     PluginManager,
     hookimpl,
@@ -259,3 +261,33 @@ def test_import_stays_light():
     code = ("import sys, tilewright; assert 'PassConfigKey' in tilewright.__all__; "
             "assert 'tvm' not in sys.modules, 'import tilewright imported TVM'")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+CORE_CONFIGS_ONLY = '''
+import sys, torch, tilewright, tilewright.language as T
+
+@T.prim_func
+def add_one(A: T.Tensor((16,), "float32"), B: T.Tensor((16,), "float32")):
+    with T.Kernel(1):
+        for i in T.Parallel(16):
+            B[i] = A[i] + 1.0
+
+kernel = tilewright.compile(add_one, target="cpu", pass_configs={
+    "tl.disable_safe_memory_legalize": True, "tw.disable_cache": True})
+a = torch.randn(16)
+b = torch.empty(16)
+kernel(a, b)
+assert torch.equal(b, a + 1)
+print(sorted({m.split(".")[0] for m in sys.modules if m.startswith("tilewright_")}))
+'''
+
+
+def test_core_pass_configs_load_no_other_backend(tmp_path):
+    """Keys the core declares (ours or TileLang's spelling) are validated without collecting
+    every plugin's keys, which imports every backend that declares some (0.6 s here)."""
+    env = {k: v for k, v in os.environ.items() if k != ENV_SELECT}
+    script = tmp_path / "add_one.py"
+    script.write_text(CORE_CONFIGS_ONLY)
+    out = subprocess.run([sys.executable, str(script)], env=env, check=True,
+                         capture_output=True, text=True, timeout=300).stdout
+    assert out.splitlines()[-1] == "['tilewright_cpu']"

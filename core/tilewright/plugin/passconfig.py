@@ -118,8 +118,8 @@ def note_ignored(configs: dict, backend: str) -> None:
     """Log once per key and backend in this process that a key of another backend (or of
     TileLang's own compiler) has no effect on ``backend``; nothing within
     :func:`quiet_ignored`."""
-    if _QUIET[0] or not configs:
-        return
+    if _QUIET[0] or not configs or _core_keys_for(configs):
+        return  # the core's keys have an effect on every backend
     keys = known_keys()
     for name in configs:
         key = keys.get(name)
@@ -164,12 +164,21 @@ def _unknown_hint(name: str, candidates, tilelang) -> str:
     return hint or _close(name, candidates)
 
 
+def _core_keys_for(written) -> dict[str, PassConfigKey] | None:
+    """The core's keys when they name every key ``written`` (by our name or TileLang's value):
+    validating those needs no plugin's keys, and collecting them loads every plugin that
+    declares some. None otherwise."""
+    core = {k.name: k for k in CORE_KEYS}
+    values = {k.tilelang_value for k in CORE_KEYS if k.tilelang_value}
+    return core if all(w in core or w in values for w in written) else None
+
+
 def validate(pass_configs: dict | None) -> dict:
     """A sorted copy of ``pass_configs`` under our key names; an unknown key, a wrong type or
     one key given under two spellings with different values is a ConfigError."""
     if not pass_configs:
         return {}  # without collecting every plugin's keys (which loads every plugin)
-    keys = known_keys()
+    keys = _core_keys_for(pass_configs) or known_keys()
     aliases = {k.tilelang_value: k.name for k in tilelang_keys(keys).values()}
     configs: dict = {}
     spelled: dict = {}
