@@ -22,10 +22,10 @@ import tvm
 import tvm_ffi
 from tvm import tirx
 
+from .lowering_utils import WIDE_FLOATS as WIDE
 from .lowering_utils import compare_floats
 from .walk import prim_func_pass
 
-WIDE = frozenset({"float64", "float32"})
 FLOAT_TYPES = WIDE | {"float16", "bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu"}
 
 

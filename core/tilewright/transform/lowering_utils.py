@@ -89,17 +89,29 @@ def transpose_nest(call: TileOpCall, ctx: RuleContext, annotations=PARALLEL):
     return loop_nest([src.extents[d] for d in sdims], body, annotations=annotations, ctx=ctx)
 
 
-def compare_floats(kind: str, nan_propagate: bool = False):
+# the float types a backend's native maxNum / minNum takes; narrower ones compare as float32
+WIDE_FLOATS = frozenset({"float64", "float32"})
+
+
+def compare_floats(kind: str, nan_propagate: bool = False, native=None):
     """``combine(acc, x)`` of a reduction that compares floats (``ir.NAN_REDUCE_KINDS``: max,
     min, absmax) with the language's NaN rule: a NaN operand is ignored (IEEE 754's maxNum /
     minNum: the other operand; NaN only when both are), or, with ``nan_propagate``, makes the
     result NaN. TVM's own ``Max`` / ``Min`` of a NaN is the backend's choice (the CPU's
-    depends on the operands' order)."""
+    depends on the operands' order). ``native(kind, a, b)``, where a backend has the rule in
+    one call of float32 or float64 operands (the CPU's ``llvm.maxnum``), computes it: TVM's
+    ``isnan`` is no vectorisable op, so the selects on it keep a reduction's lanes scalar."""
     pick = tirx.Min if kind == "min" else tirx.Max
+    native_kind = "min" if kind == "min" else "max"
 
     def combine(acc, x):
         if kind == "absmax":
             x = tirx.abs(x)
+        if native is not None and not nan_propagate:
+            dtype = str(acc.ty)
+            a, b = ((o if dtype in WIDE_FLOATS else tirx.Cast("float32", o)) for o in (acc, x))
+            result = native(native_kind, a, b)
+            return result if dtype in WIDE_FLOATS else tirx.Cast(dtype, result)
         if nan_propagate:
             return tirx.Select(_isnan(acc) | _isnan(x), acc + x, pick(acc, x))
         return tirx.Select(_isnan(x), acc, tirx.Select(_isnan(acc), x, pick(acc, x)))

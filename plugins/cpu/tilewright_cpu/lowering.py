@@ -23,6 +23,7 @@ from tilewright.transform.lowering_utils import (
 )
 from tvm import tirx
 
+from .libm import llvm_min_max
 from .microkernel import gemm_loops, gemm_sp_loops
 
 Rule = Callable[[TileOpCall, RuleContext], tirx.Stmt]
@@ -85,7 +86,8 @@ def lower_gemm_sp(call: TileOpCall, ctx: RuleContext):
 
 def _reduce_parts(kind: str, dtype: str, nan_propagate: bool = False):
     """(identity, combine(acc, x)) of a reduction kind; floats compared with the language's
-    NaN rule (``compare_floats``)."""
+    NaN rule (``compare_floats``), through ``llvm.maxnum`` / ``llvm.minnum``, which the
+    vectoriser widens."""
     if dtype.startswith(("float", "bfloat")):
         # TVM has no bfloat16 infinity; float32's converts exactly
         highest = tirx.Cast(dtype, tirx.infinity("float32")) if dtype == "bfloat16" else \
@@ -100,9 +102,11 @@ def _reduce_parts(kind: str, dtype: str, nan_propagate: bool = False):
     return {
         "sum": (zero, lambda a, x: a + x),
         "abssum": (zero, lambda a, x: a + tirx.abs(x)),
-        "max": (lowest, compare_floats("max", nan_propagate) if compare else tirx.Max),
-        "min": (highest, compare_floats("min", nan_propagate) if compare else tirx.Min),
-        "absmax": (zero, compare_floats("absmax", nan_propagate) if compare else
+        "max": (lowest, compare_floats("max", nan_propagate, llvm_min_max) if compare else
+                tirx.Max),
+        "min": (highest, compare_floats("min", nan_propagate, llvm_min_max) if compare else
+                tirx.Min),
+        "absmax": (zero, compare_floats("absmax", nan_propagate, llvm_min_max) if compare else
                    lambda a, x: tirx.Max(a, tirx.abs(x))),
         "bitand": (ones, tirx.bitwise_and),
         "bitor": (zero, tirx.bitwise_or),
