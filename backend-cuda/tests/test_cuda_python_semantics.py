@@ -61,3 +61,26 @@ def test_a_rebound_tile_variable_names_the_second_tile(tmp_path):
     c = torch.full((M, N), float("nan"))
     hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, a, b, c)
     torch.testing.assert_close(c, a * 2 + b)
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize("extent", [0, -4])
+def test_loops_without_iterations_run_none(tmp_path, extent):
+    """A constant loop extent below zero runs no iteration, as Python's range (TVM's unrolling
+    crashed on it: "Cannot unroll non-constant loop")."""
+    @T.prim_func
+    def main(A: T.Tensor((N,), "float32")):
+        with T.Kernel(1, threads=64):
+            for i in T.Parallel(extent):
+                A[i] = 1.0
+            for k in T.unroll(extent):
+                A[k] = 2.0
+            for k in T.Pipelined(extent, num_stages=2):
+                A[k + 1] = 3.0
+            for i in T.Parallel(N):
+                A[i] = A[i] + 5.0
+
+    lowered = tilewright.lower(main, "cuda -arch=sm_90a")
+    a = torch.zeros(N)
+    hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, a)
+    assert torch.equal(a, torch.full((N,), 5.0))

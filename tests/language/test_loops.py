@@ -201,3 +201,35 @@ def persistent_1d(M, workers, bm=8):
 def test_persistent_1d_with_partial_last_tile():
     x = rand(43)
     check(persistent_1d(43, 3)(x), x + 1)
+
+
+def empty_loops(extent):
+    """Loops of every kind that run no iteration (a constant extent of 0 or below, and
+    ``range(5, 2)``) beside a store that runs."""
+
+    @T.prim_func
+    def main(A: T.Tensor((16,), "float32")):
+        with T.Kernel(1, threads=32):
+            for i in T.Parallel(extent):
+                A[i] = 1.0
+            for k in T.Pipelined(extent, num_stages=2):
+                A[k] = 2.0
+            for k in T.serial(extent):
+                A[k] = 3.0
+            for k in T.unroll(extent):
+                A[k] = 4.0
+            for k in range(5, 2):
+                A[k] = 6.0
+            A[3] = 5.0
+
+    return main
+
+
+@pytest.mark.parametrize("target", ["cpu", "interp"])
+@pytest.mark.parametrize("extent", [0, -4])
+def test_loops_without_iterations_run_none(target, extent):
+    """A constant extent below zero is no iteration, as Python's range; neither is an access
+    out of bounds (the bounds check refused T.serial(0)'s A[k], "always outside [0, 16)")."""
+    a = torch.zeros(16)
+    tilewright.compile(empty_loops(extent), target=target)(a)
+    assert a.tolist() == [0.0] * 3 + [5.0] + [0.0] * 12

@@ -121,7 +121,10 @@ class LoopSpec:
     step, offset = 1, 0  # a T.serial / T.unroll loop of another step: see serial
 
     def __init__(self, extents, starts=None, annotations=None):
-        self.extents = tuple(index_value(e, f"a T.{self.kind_name} extent") for e in extents)
+        # a constant extent below zero runs no iteration, as Python's range(5, 2) (a loop of
+        # negative extent crashed TVM's unrolling on CUDA)
+        self.extents = tuple(max(e, 0) if isinstance(e, int) else e for e in (
+            index_value(e, f"a T.{self.kind_name} extent") for e in extents))
         self.starts = tuple(starts) if starts else (0,) * len(self.extents)
         self.annotations = annotations or {}
 

@@ -168,6 +168,9 @@ class _Bounds(StmtMutator):
         return any(v not in loops for v in free)
 
     def visit_For(self, stmt):
+        extent = _static(stmt.extent)
+        if extent is not None and extent <= 0:
+            return stmt  # its body never runs (T.serial(0)): no access in it happens
         parallel = stmt.annotations.get("tw.loop") == "parallel" if stmt.annotations else False
         if not parallel and self._run_time(stmt):
             # unbound: its accesses are not proven out of range at compile time, only
