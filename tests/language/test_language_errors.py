@@ -5,6 +5,7 @@ import dataclasses
 import types
 from importlib import metadata
 
+import numpy as np
 import pytest
 import tilewright
 import tilewright.language as T
@@ -721,3 +722,32 @@ def test_reducer_misuse_is_refused_at_its_line(body, marker, words):
     with pytest.raises(tilewright.KernelError) as info:
         build(reducer_misuse, body)
     assert_at(info.value, marker, *words)
+
+
+def test_a_store_of_what_is_no_value_is_refused_at_its_line():
+    def k():
+        @T.prim_func
+        def main(A: T.Tensor((4,), "float32")):
+            with T.Kernel(1):
+                A[0] = "x"  # store-a-string
+        return main
+
+    with pytest.raises(tilewright.KernelError) as info:
+        k()
+    assert_at(info.value, "store-a-string", "expected a value", "got str 'x'")
+
+
+def test_numpy_scalars_store_their_values():
+    """``A[i] = np.int64(3)`` into a float32 tensor converts as Python's 3 does (TVM took the
+    numpy integer as int32 and failed: "dtype mismatch on BufferStore")."""
+    values = (np.int64(3), np.float32(2.5), np.bool_(True), np.uint8(200))
+
+    @T.prim_func
+    def main(A: T.Tensor((4,), "float32")):
+        with T.Kernel(1):
+            for n, v in enumerate(values):
+                A[n] = v
+
+    a = torch.zeros(4)
+    tilewright.compile(main, target="cpu")(a)
+    assert a.tolist() == [3.0, 2.5, 1.0, 200.0]

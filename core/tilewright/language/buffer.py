@@ -40,12 +40,17 @@ def to_expr(value, dtype: str | None = None):
         raise kernel_error(f"buffer {value.name!r} used where a scalar was expected; index it")
     elif isinstance(value, BufferSlice):
         value.not_a_value()
+    elif type(value).__module__ == "numpy" and hasattr(value, "item"):
+        value = value.item()  # a numpy scalar: its Python value (np.int64 passed as int32)
     if isinstance(value, bool):
         return tirx.const(value, dtype or "bool")
     if isinstance(value, int):
         return tirx.const(value, dtype or "int32")
     if isinstance(value, float):
         return tirx.const(value, dtype or "float32")
+    if not isinstance(value, tvm.ir.Expr):
+        raise kernel_error(f"expected a value (a number, an element or an expression), got "
+                           f"{type(value).__name__} {value!r:.40}")
     if dtype is not None and dtype_of(value) not in (None, dtype):
         return tirx.Cast(dtype, value)
     return value
