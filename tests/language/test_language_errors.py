@@ -751,3 +751,25 @@ def test_numpy_scalars_store_their_values():
     a = torch.zeros(4)
     tilewright.compile(main, target="cpu")(a)
     assert a.tolist() == [3.0, 2.5, 1.0, 200.0]
+
+
+@pytest.mark.parametrize("op", ["<<", ">>", "&", "|", "^", "~"])
+def test_bitwise_operators_of_floats_are_refused_at_their_line(op):
+    """``A[i] & 3`` of a float32 ``A`` stopped deep in TVM ("Expected integer argument as LHS
+    of & operator"); ints and bools keep Python's operators."""
+    def k():
+        @T.prim_func
+        def main(A: T.Tensor((16,), "float32"), B: T.Tensor((16,), "int32")):
+            with T.Kernel(1):
+                ops = {"<<": lambda a: a << 2, ">>": lambda a: a >> 2,  # shifts
+                       "&": lambda a: a & 2, "|": lambda a: a | 2,  # and-or
+                       "^": lambda a: a ^ 2, "~": lambda a: ~a}  # xor-not
+                for i in T.Parallel(16):
+                    B[i] = T.cast(ops[op](A[i]), "int32")
+        return main
+
+    with pytest.raises(tilewright.KernelError) as info:
+        k()
+    marker = {"<<": "shifts", ">>": "shifts", "&": "and-or", "|": "and-or"}.get(op, "xor-not")
+    assert_at(info.value, marker, f"'{op}' needs integer operands, got float32",
+              "T.reinterpret")

@@ -18,7 +18,7 @@ from ..ir import NAMED_BARRIER, SYNC_GRID, make_call
 from ..ir.schema import writes_memory
 from . import builder as B
 from .buffer import TileBuffer, VarHandle, as_int, dtype_of, to_expr
-from .math import arith, if_then_else, keeping_effects
+from .math import arith, bitwise, if_then_else, keeping_effects, refuse_float_operands
 from .tileops import atomics_as_statements
 
 LOOP_KIND_KEY = "tw.loop"
@@ -456,6 +456,7 @@ class Helpers:
         return -value
 
     arith = staticmethod(arith)  # + - * <<: constants of a wrapping type fold wrapped
+    bitwise = staticmethod(bitwise)  # & | ^ >> ~: of integers and bools
 
     @staticmethod
     def floordiv(a, b):
@@ -750,15 +751,10 @@ class _Single:
 def _integer_division(op: str, a, b):
     """``a // b`` or ``a % b``; on symbolic values both operands must be integers (TIR's
     floordiv/floormod), a float one gets an error at the user's line."""
-    types = [dtype_of(v) for v in (a, b)]
-    if all(t is None for t in types):
+    if dtype_of(a) is None and dtype_of(b) is None:
         return a // b if op == "//" else a % b
-    floats = [t for t in types if t is not None and not t.startswith(("int", "uint"))] + \
-        [type(v).__name__ for v, t in zip((a, b), types) if t is None and isinstance(v, float)]
-    if floats:
-        hint = "T.floor(a / b)" if op == "//" else "a - T.floor(a / b) * b"
-        raise kernel_error(f"'{op}' needs integer operands, got {' and '.join(floats)}; for "
-                           f"floats write {hint}")
+    refuse_float_operands(op, (a, b), "for floats write " + (
+        "T.floor(a / b)" if op == "//" else "a - T.floor(a / b) * b"))
     return keeping_effects(a // b if op == "//" else a % b, a, b)
 
 

@@ -298,6 +298,33 @@ def dp4a(a, b, c) -> None:
 # result leaves the type (0U - 1U: "Minuend's value is 0U ... will cause a negative uint";
 # int8 100 + 100: "Literal value 200 exceeds range of int8")
 FOLDED = {"+": operator.add, "-": operator.sub, "*": operator.mul, "<<": operator.lshift}
+# Python's bitwise operators, which take integers (and, but for shifts, bools) only
+BITWISE_OPERATORS = {"&": operator.and_, "|": operator.or_, "^": operator.xor,
+                     ">>": operator.rshift, "<<": operator.lshift, "~": operator.invert}
+
+
+def refuse_float_operands(op: str, operands, hint: str, bools: bool = False) -> None:
+    """A KernelError at the user's line when an operand of ``op`` is a float (a float
+    expression or a Python float beside an expression): TVM would stop deep inside with an
+    InternalError. Python values alone are left to Python."""
+    types = [dtype_of(v) for v in operands]
+    if all(t is None for t in types):
+        return
+    kinds = ("int", "uint", "bool") if bools else ("int", "uint")
+    floats = [t for t in types if t is not None and not t.startswith(kinds)] + \
+        [type(v).__name__ for v, t in zip(operands, types) if t is None and isinstance(v, float)]
+    if floats:
+        raise kernel_error(f"'{op}' needs integer operands, got {' and '.join(floats)}; "
+                           f"{hint}")
+
+
+def bitwise(op: str, *operands):
+    """``a & b``, ``a | b``, ``a ^ b``, ``a >> b``, ``~a`` (``op`` a key of
+    :data:`BITWISE_OPERATORS`) of integers or bools; a float operand is refused at the user's
+    line (``T.reinterpret`` gives a float's bits)."""
+    refuse_float_operands(op, operands, "T.reinterpret(x, T.int32) gives a float32's bits",
+                          bools=op not in ("<<", ">>"))
+    return keeping_effects(BITWISE_OPERATORS[op](*operands), *operands)
 
 
 def arith(op: str, a, b):
@@ -305,6 +332,8 @@ def arith(op: str, a, b):
     two integer constants of one wrapping type (a constant of it, or a Python int of its range
     beside one) give the wrapped result, a constant of that type, as the language's
     arithmetic on their values would (``transform.wrapping_int``)."""
+    if op == "<<":
+        refuse_float_operands(op, (a, b), "T.reinterpret(x, T.int32) gives a float32's bits")
     folded = _wrapped_constant(op, a, b)
     return keeping_effects(FOLDED[op](a, b) if folded is None else folded, a, b)
 

@@ -49,6 +49,7 @@ HELPER = "__tw__"
 # the binary operators whose constants of a wrapping integer type the helpers fold
 # (math.arith)
 _FOLDED = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.LShift: "<<"}
+_BITWISE = {ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^", ast.RShift: ">>"}
 _BODY = "_tw_body"
 _ENTRY = "_tw_entry"  # the builder's frame depth when the function starts (see visit_Return)
 
@@ -175,6 +176,8 @@ class _Rewriter(ast.NodeTransformer):
             return self._helper("not_of", node.operand, node=node)
         if isinstance(node.op, ast.USub):
             return self._helper("negate", node.operand, node=node)
+        if isinstance(node.op, ast.Invert):
+            return self._helper("bitwise", ast.Constant("~"), node.operand, node=node)
         return node
 
     def visit_BinOp(self, node: ast.BinOp):
@@ -185,6 +188,9 @@ class _Rewriter(ast.NodeTransformer):
         op = _FOLDED.get(type(node.op))
         if op is not None:
             return self._helper("arith", ast.Constant(op), node.left, node.right, node=node)
+        op = _BITWISE.get(type(node.op))
+        if op is not None:
+            return self._helper("bitwise", ast.Constant(op), node.left, node.right, node=node)
         return node
 
     def visit_Expr(self, node: ast.Expr):
