@@ -17,7 +17,7 @@ from ..errors import KernelError, kernel_error, span_location
 from ..ir import NAMED_BARRIER, SYNC_GRID, make_call
 from ..ir.schema import writes_memory
 from . import builder as B
-from .buffer import TileBuffer, VarHandle, as_int, dtype_of, to_expr
+from .buffer import BufferSlice, TileBuffer, VarHandle, as_int, dtype_of, to_expr
 from .math import arith, bitwise, if_then_else, keeping_effects, refuse_float_operands
 from .tileops import atomics_as_statements
 
@@ -324,6 +324,30 @@ class unroll(serial):  # noqa: N801 - the language's name
 
 
 # -- helpers the rewritten kernel code calls through `__tw__` -------------------------------
+def truth(cond):
+    """A condition of ``if``, ``while``, ``and`` / ``or`` / ``not`` or ``x if c else y``: a
+    Python value as it is (Python's truth); a run-time value (an expression, a ``T.alloc_var``
+    scalar) as a bool expression, non-zero being true as in C (``if v:`` of an int32 variable
+    stopped in TVM, "Not of int32"; ``not v`` was Python's False); a constant folded to Python's
+    bool. A buffer or a region has no truth value: refused at the user's line (``if s:`` of a
+    tile was always true)."""
+    if isinstance(cond, TileBuffer) and not isinstance(cond, VarHandle):
+        raise kernel_error(f"buffer {cond.name!r} has no truth value; test one of its "
+                           f"elements ({cond.name}[0] != 0, say)")
+    if not isinstance(cond, (VarHandle, BufferSlice)) and dtype_of(cond) is None:
+        return cond
+    cond = to_expr(cond)  # a region raises: it is no value
+    if isinstance(cond, (tirx.IntImm, tirx.FloatImm)):
+        return bool(cond.value)
+    dtype = dtype_of(cond)
+    return cond if dtype == "bool" else tirx.NE(cond, tirx.const(0, dtype))
+
+
+def _as_bool(value):
+    """A condition from :func:`truth` as a bool expression (a Python value's truth a constant)."""
+    return tirx.const(bool(value), "bool") if dtype_of(value) is None else value
+
+
 class _Branch:
     def __init__(self, cond):
         self.cond = cond
@@ -400,10 +424,7 @@ class Helpers:
 
     @staticmethod
     def branch(cond):
-        if dtype_of(cond) is not None:
-            cond = to_expr(cond)
-        if isinstance(cond, tirx.IntImm):
-            cond = bool(cond.value)
+        cond = truth(cond)
         branch = _Branch(cond)
         if dtype_of(cond) is None:
             branch.value = bool(cond)
@@ -412,38 +433,40 @@ class Helpers:
     @staticmethod
     def all_of(value, *thunks):
         for thunk in thunks:
-            if dtype_of(value) is None:
-                if not value:
+            test = truth(value)
+            if dtype_of(test) is None:
+                if not test:
                     return value
                 value = thunk()
             else:
-                value = tirx.And(value, to_expr(thunk()))
+                value = tirx.And(test, _as_bool(truth(thunk())))
         return value
 
     @staticmethod
     def any_of(value, *thunks):
         for thunk in thunks:
-            if dtype_of(value) is None:
-                if value:
+            test = truth(value)
+            if dtype_of(test) is None:
+                if test:
                     return value
                 value = thunk()
             else:
-                value = tirx.Or(value, to_expr(thunk()))
+                value = tirx.Or(test, _as_bool(truth(thunk())))
         return value
 
     @staticmethod
     def choose(cond, then, otherwise):
         """``then() if cond else otherwise()``: Python's for a Python truth value; for a
         symbolic condition both values, selected by ``T.if_then_else`` (TileLang's meaning)."""
+        cond = truth(cond)
         if dtype_of(cond) is None:
             return then() if cond else otherwise()
         return if_then_else(cond, then(), otherwise())
 
     @staticmethod
     def not_of(value):
-        if dtype_of(value) is None:
-            return not value
-        return tirx.Not(to_expr(value) if dtype_of(value) == "bool" else to_expr(value) != 0)
+        value = truth(value)
+        return not value if dtype_of(value) is None else tirx.Not(value)
 
     @staticmethod
     def negate(value):
@@ -692,10 +715,7 @@ class WhileLoop:
     once inside this frame and whose condition is evaluated before every iteration."""
 
     def __init__(self, cond):
-        if dtype_of(cond) is not None:
-            cond = to_expr(cond)
-        if isinstance(cond, tirx.IntImm):
-            cond = bool(cond.value)
+        cond = truth(cond)
         self.cond, self.symbolic, self._first = cond, dtype_of(cond) is not None, True
         if self.symbolic and B.maybe_current() is None:
             raise kernel_error("a 'while' loop with a run-time condition can only be used "
@@ -705,14 +725,11 @@ class WhileLoop:
         if self._first:
             self._first = False
             return bool(self.cond)
-        value = thunk()
+        value = truth(thunk())
         if dtype_of(value) is not None:
-            value = to_expr(value)
-            if not isinstance(value, tirx.IntImm):
-                raise kernel_error("the condition of this 'while' loop was a Python value at "
-                                   "its first test and is a run-time value now; make it a "
-                                   "run-time value from the start (a T.alloc_var)")
-            value = value.value
+            raise kernel_error("the condition of this 'while' loop was a Python value at "
+                               "its first test and is a run-time value now; make it a "
+                               "run-time value from the start (a T.alloc_var)")
         return bool(value)
 
     def __enter__(self):
@@ -729,7 +746,7 @@ class WhileLoop:
         body = B.current("while").close(self._frame)
         if exc_type is not None:
             return False
-        cond = self.cond if dtype_of(self.cond) == "bool" else self.cond != 0
+        cond = self.cond  # a bool expression (truth)
         B.current("while").emit(tirx.While(cond, body, span=self._span))
         return False
 
