@@ -773,3 +773,18 @@ def test_bitwise_operators_of_floats_are_refused_at_their_line(op):
     marker = {"<<": "shifts", ">>": "shifts", "&": "and-or", "|": "and-or"}.get(op, "xor-not")
     assert_at(info.value, marker, f"'{op}' needs integer operands, got float32",
               "T.reinterpret")
+
+
+def test_a_macro_called_with_arguments_it_does_not_take_is_refused_at_the_call():
+    @T.macro
+    def scale(x, y, factor=2.0):
+        x[0] = y * factor
+
+    with pytest.raises(tilewright.KernelError) as info:
+        @T.prim_func
+        def main(A: T.Tensor((4,), "float32")):
+            with T.Kernel(1):
+                scale(A)  # macro-call
+    assert_at(info.value, "macro-call", "T.macro scale(x, y, factor=2.0)",
+              "missing a required argument: 'y'")
+    assert isinstance(info.value, TypeError)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import tvm
 from tvm import tirx
 
-from ..errors import KernelError, kernel_error
+from ..errors import KernelError, KernelTypeError, kernel_error, user_location
 from ..ir import value_dtype
 from . import builder as B
 from .buffer import IterationVar, TileBuffer, VarHandle, as_int, declare, to_expr
@@ -600,12 +600,16 @@ class Macro:
         self._body = None
         self._depth = 0
         self._refs = frozenset(k for k, v in inspect.get_annotations(fn).items() if v is Ref)
-        self._signature = inspect.signature(fn) if self._refs else None
+        self._signature = inspect.signature(fn)
 
     def __call__(self, *args, **kwargs):
         B.current(f"macro {self.fn.__name__}")
-        if self._refs:
+        try:
             bound = self._signature.bind(*args, **kwargs)
+        except TypeError as exc:  # Python's message, at the line of the call
+            raise KernelTypeError(f"T.macro {self.fn.__name__}{self._signature}: {exc}",
+                                  user_location()) from None
+        if self._refs:
             for name in self._refs & bound.arguments.keys():
                 bound.arguments[name] = _reference(self.fn.__name__, name,
                                                    bound.arguments[name])
