@@ -788,3 +788,20 @@ def test_a_macro_called_with_arguments_it_does_not_take_is_refused_at_the_call()
     assert_at(info.value, "macro-call", "T.macro scale(x, y, factor=2.0)",
               "missing a required argument: 'y'")
     assert isinstance(info.value, TypeError)
+
+
+@pytest.mark.parametrize("divisor", ["ceildiv", "floordiv", "floormod"])
+def test_a_constant_zero_divisor_is_refused_at_its_line(divisor):
+    """``T.ceildiv(n, 0)`` raised Python's ZeroDivisionError, ``A[i] // 0`` TVM's "Divide by
+    zero" check; both name the line now."""
+    def k(block):
+        @T.prim_func
+        def main(A: T.Tensor((16,), "int32")):
+            with T.Kernel(T.ceildiv(16, block if divisor == "ceildiv" else 1)):  # grid-div
+                for i in T.Parallel(16):
+                    A[i] = A[i] // block if divisor == "floordiv" else A[i] % block  # elem-div
+        return main
+
+    with pytest.raises(tilewright.KernelError) as info:
+        k(0)
+    assert_at(info.value, "grid-div" if divisor == "ceildiv" else "elem-div", "by zero")

@@ -772,6 +772,8 @@ def _integer_division(op: str, a, b):
         return a // b if op == "//" else a % b
     refuse_float_operands(op, (a, b), "for floats write " + (
         "T.floor(a / b)" if op == "//" else "a - T.floor(a / b) * b"))
+    if as_int(b) == 0:  # TVM's constant folding stops with "Divide by zero"
+        raise kernel_error(f"'{a} {op} {b}': division by zero")
     return keeping_effects(a // b if op == "//" else a % b, a, b)
 
 

@@ -18,7 +18,7 @@ from ..errors import (
 )
 from ..ir import FAST_MATH_FUNCTIONS, integers
 from ..ir.schema import writes_memory
-from .buffer import TileBuffer, VarHandle, dtype_of, to_expr
+from .buffer import TileBuffer, VarHandle, as_int, dtype_of, to_expr
 from .dtypes import FLOAT_FORMATS, UNSIGNED_FORMATS, is_float, normalize_dtype
 
 
@@ -484,7 +484,10 @@ def infinity(dtype):
 
 
 def ceildiv(a, b):
-    """``ceil(a / b)`` for integers; a Python int when both are."""
+    """``ceil(a / b)`` for integers; a Python int when both are. A divisor of 0 is refused at
+    the user's line (Python's ZeroDivisionError named no line of the kernel)."""
+    if as_int(b) == 0:
+        raise kernel_error(f"T.ceildiv({a}, {b}): division by zero")
     if isinstance(a, int) and isinstance(b, int):
         return -(-a // b)
     a, b = _pair(a, b)
