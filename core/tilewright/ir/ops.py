@@ -259,7 +259,8 @@ VOTE_OPS = {
     "ballot_sync": ("warp", "uint64", "bit n set when lane n's predicate is non-zero"),
     "activemask": ("warp", "uint64", "bit n set when lane n runs it"),
     "match_any_sync": ("warp", "uint32", "bit n set when lane n's value equals the caller's"),
-    "match_all_sync": ("warp", "uint32", "MASK when every lane's value is the same, else 0"),
+    "match_all_sync": ("warp", "uint32", "MASK (its lanes that exist) when every lane's value "
+                       "is the same, else 0"),
     "syncthreads_count": ("block", "int32", "the number of threads whose predicate is "
                           "non-zero"),
     "syncthreads_and": ("block", "int32", "1 when every thread's predicate is non-zero, "

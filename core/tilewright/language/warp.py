@@ -182,8 +182,9 @@ def match_any_sync(value, mask=FULL_MASK):
 
 
 def match_all_sync(value, mask=FULL_MASK):
-    """``T.match_all_sync(value, mask=0xFFFFFFFF)``: ``mask`` (uint32) when every lane of it
-    holds the same ``value``, else 0 (``__match_all_sync`` without its predicate output)."""
+    """``T.match_all_sync(value, mask=0xFFFFFFFF)``: ``mask`` (uint32; its lanes that exist,
+    in a partial warp) when every lane of it holds the same ``value``, else 0
+    (``__match_all_sync`` without its predicate output)."""
     return _collective("match_all_sync", {"value": _match_value(value, "match_all_sync")},
                        {"mask": _mask(mask, "match_all_sync")}, "uint32")
 

@@ -413,7 +413,12 @@ class _Serialize:
                                  tirx.bitwise_or(acc, tirx.Cast(dtype, bit)), acc)
         else:  # match_all_sync: count the lanes that differ, then the mask when none does
             update = tirx.Select(tirx.And(member, theirs != mine), one, acc)
-            final = tirx.Select(acc == zero, tirx.const(mask, dtype), zero)
+            # the lanes of the mask that exist (a partial warp has fewer)
+            lanes = tirx.min(self.count - (linear - tirx.floormod(linear, 32)), 32)
+            live = tirx.shift_left(tirx.const(1, "uint64"), tirx.Cast("uint64", lanes)) - \
+                tirx.const(1, "uint64")
+            final = tirx.Select(acc == zero, tirx.Cast(dtype, tirx.bitwise_and(
+                live, tirx.const(mask, "uint64"))), zero)
         stmts = [tirx.BufferStore(dst.buffer, init, list(dst.starts)),
                  tirx.For(k, 0, extent, tirx.ForKind.SERIAL,
                           tirx.BufferStore(dst.buffer, update, list(dst.starts)))]
