@@ -251,8 +251,20 @@ tw_sync tw_warp_syncs[TW_MAX_CLUSTER][32];  // one per warp: warp ops wait on th
 alignas(16) unsigned char tw_exchange[TW_MAX_CLUSTER * 1024][16];
 inline void __syncthreads() { tw_block_sync[tw_cta_rank].arrive_and_wait(); }
 inline void tw_warp_sync() { tw_warp_syncs[tw_cta_rank][threadIdx.x / 32].arrive_and_wait(); }
-inline void __syncwarp(unsigned = 0xffffffffu) { tw_warp_sync(); }
+// a barrier of the lanes of `mask` in the calling thread's warp (the whole warp's when the mask
+// names every lane that exists); the partial ones by block, warp and mask
+std::map<long long, tw_sync> tw_lane_syncs;
+unsigned tw_live_lanes();
+inline void tw_mask_sync(unsigned mask) {
+  unsigned lanes = mask & tw_live_lanes();
+  if (lanes == tw_live_lanes()) return tw_warp_sync();
+  long long key = ((long long)tw_cta_rank * 32 + threadIdx.x / 32) << 32 | lanes;
+  auto it = tw_lane_syncs.try_emplace(key, __builtin_popcount(lanes)).first;
+  it->second.arrive_and_wait();
+}
+inline void __syncwarp(unsigned mask = 0xffffffffu) { tw_mask_sync(mask); }
 inline void __trap() { std::fflush(stdout); std::abort(); }
+inline void __nanosleep(unsigned) {}  // a thread runs alone until it waits: nothing to pause
 // The lanes of the calling thread's warp that exist: the last warp of a block whose size is
 // not a multiple of 32 has fewer. A shuffle whose member mask names a lane that does not exist,
 // or leaves out the calling lane, is undefined on the GPU: the launch fails (tw_run_grid
@@ -260,7 +272,7 @@ inline void __trap() { std::fflush(stdout); std::abort(); }
 // bytes (a float NaN, an integer -1).
 int tw_block_threads;
 bool tw_bad_shuffle;
-inline unsigned tw_live_lanes() {
+unsigned tw_live_lanes() {
   int left = tw_block_threads - (int)(threadIdx.x / 32 * 32);
   return left >= 32 ? 0xffffffffu : (1u << left) - 1;
 }
@@ -278,11 +290,11 @@ template <class T> T tw_shuffle(unsigned mask, T v, unsigned lane) {
   unsigned t = tw_slot_base + threadIdx.x, live = tw_live_lanes();
   tw_check_mask(mask);
   std::memcpy(tw_exchange[t], &v, sizeof(T));
-  tw_warp_sync();
+  tw_mask_sync(mask);
   T r;
   if ((mask & live) >> lane & 1) std::memcpy(&r, tw_exchange[t / 32 * 32 + lane], sizeof(T));
   else std::memset(&r, 0xff, sizeof(T));
-  tw_warp_sync();
+  tw_mask_sync(mask);
   return r;
 }
 // PTX's shfl (mode 0 idx, 1 bfly, 2 down, 3 up): the source lane of the calling lane in its
@@ -315,13 +327,13 @@ template <class T, class F> unsigned tw_warp_vote(unsigned mask, T v, F f) {
   unsigned t = tw_slot_base + threadIdx.x, live = tw_live_lanes(), bits = 0;
   tw_check_mask(mask);
   std::memcpy(tw_exchange[t], &v, sizeof(T));
-  tw_warp_sync();
+  tw_mask_sync(mask);
   for (unsigned k = 0; k < 32; ++k) {
     T o;
     std::memcpy(&o, tw_exchange[t / 32 * 32 + k], sizeof(T));
     if ((mask & live) >> k & 1 && f(o)) bits |= 1u << k;
   }
-  tw_warp_sync();
+  tw_mask_sync(mask);
   return bits;
 }
 inline int __any_sync(unsigned m, int p) {
@@ -643,6 +655,7 @@ inline int tw_run_grid(int gx, int gy, int gz, int bx, int by, int bz, int clust
     tw_cluster_barrier_sync = tw_sync(n);
     tw_mbars.clear();
     tw_named.clear();
+    tw_lane_syncs.clear();
     for (tw_sync& s : tw_wgmma_warp_syncs) s = tw_sync(32);
     tw_idle_turns = 0;
     for (int r = 0; r < cluster; ++r) {

@@ -209,6 +209,7 @@ TABLE = _table(
         "__activemask", "__match_any_sync", "__syncthreads_count", "__syncthreads_and",
         "__syncthreads_or")),
     Intrinsic("tw_match_all_sync", BASE, local=True),
+    Intrinsic("__nanosleep", CUDA),  # a pause of the calling thread (sm_70)
     Intrinsic("__trap", CUDA),
     Intrinsic("__float2bfloat16_rn", CUDA, local=True),
     Intrinsic("printf", CUDA),

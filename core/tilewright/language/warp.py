@@ -294,9 +294,12 @@ def ffs(value):
     """``T.__ffs(x)``: the position of the least significant set bit of the integer ``x``,
     counted from 1, or 0 when ``x`` is 0 (int32; CUDA's ``__ffs`` / ``__ffsll``)."""
     value = _integer(value, "__ffs")
-    zero = tirx.const(0, str(value.ty))
-    below = tirx.bitwise_xor(value, value - tirx.const(1, str(value.ty)))  # through that bit
-    return tirx.Select(value == zero, tirx.const(0, "int32"),
+    dtype = str(value.ty)
+    unsigned = "uint64" if dtype.endswith("64") else "uint32"
+    bits = value if dtype == unsigned else tirx.Cast(unsigned, value)  # its two's complement
+    zero = tirx.const(0, unsigned)
+    below = tirx.bitwise_xor(bits, bits - tirx.const(1, unsigned))  # up to that bit
+    return tirx.Select(bits == zero, tirx.const(0, "int32"),
                        tirx.Cast("int32", tirx.popcount(below)))
 
 
