@@ -22,19 +22,42 @@ cannot tell a mask decided at run time from a divergent warp, so one is refused.
 
 from __future__ import annotations
 
+import functools
+import inspect
+
 from tvm import tirx
 
-from ..errors import KernelTypeError, kernel_error
+from ..errors import KernelTypeError, kernel_error, user_location
 from ..ir import SYNC_WARP, make_call, mask_attr
 from . import builder as B
 from .buffer import TileBuffer, as_int, declare, region_of, resolve, to_expr
-from .threads import WARP, get_thread_binding, thread_builder
+from .threads import THREAD_VARS, WARP, get_thread_binding, thread_builder
 
 FULL_MASK = 0xFFFFFFFF
 WARPS_PER_GROUP = 4  # a warpgroup (Hopper's): four warps
 # the value dtypes a shuffle moves (CUDA's __shfl_sync overloads, narrower integers widened)
 SHUFFLE_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
                   "uint64", "float16", "bfloat16", "float32", "float64")
+
+
+def _checked(name: str):
+    """A language function whose call with arguments its signature does not take is a
+    TypeError at the user's line naming ``T.<name>`` and the signature."""
+
+    def wrap(fn):
+        signature = inspect.signature(fn)
+
+        @functools.wraps(fn)
+        def call(*args, **kwargs):
+            try:
+                signature.bind(*args, **kwargs)
+            except TypeError as exc:
+                raise KernelTypeError(f"T.{name}{signature}: {exc}", user_location()) from None
+            return fn(*args, **kwargs)
+
+        return call
+
+    return wrap
 
 
 def _mask(mask, name: str) -> int:
@@ -64,19 +87,21 @@ def _predicate(predicate, name: str):
     if dtype == "bool":
         return tirx.Cast("int32", value)
     if not dtype.startswith(("int", "uint")) or "x" in dtype:
-        raise KernelTypeError(f"T.{name} requires an integer or boolean predicate, got {dtype}")
+        raise KernelTypeError(f"T.{name} requires an integer or boolean predicate, got {dtype}",
+                              user_location())
     return tirx.Cast("int32", value != tirx.const(0, dtype))
 
 
 def _collective(name: str, operands: dict, attrs: dict, dtype: str):
     """Emit warp op ``name`` writing a fresh one-element local array of ``dtype``; its element."""
     builder = thread_builder(f"T.{name}")
-    get_thread_binding(0)  # the op is per-thread code: each thread gets its own result
     n = sum(1 for f in builder.frames for s in f.stmts if isinstance(s, tirx.AllocBuffer))
     buf = declare(f"{name}_{n}", (1,), dtype, "local")
     builder.emit(tirx.AllocBuffer(buf, span=B.here()))
     region = resolve(region_of(TileBuffer(buf), f"T.{name}"), None, f"T.{name}")
     builder.emit(make_call(name, {**operands, "dst": region}, attrs, span=B.here()))
+    if not builder.enclosing("kernel").info.get(THREAD_VARS):
+        get_thread_binding(0)  # the kernel's code is per-thread code, each thread its result
     return tirx.BufferLoad(buf, [tirx.const(0, "int32")])
 
 
@@ -86,14 +111,16 @@ def _shuffle(name: str, value, lane, width, mask):
     dtype = str(value.ty)
     if dtype not in SHUFFLE_DTYPES:
         raise KernelTypeError(f"T.{name} moves a scalar of {', '.join(SHUFFLE_DTYPES)}, got "
-                              f"{dtype}")
+                              f"{dtype}", user_location())
     lane = to_expr(lane)
     if not str(lane.ty).startswith(("int", "uint")):
-        raise KernelTypeError(f"T.{name} takes an integer lane or offset, got {lane.ty}")
+        raise KernelTypeError(f"T.{name} takes an integer lane or offset, got {lane.ty}",
+                              user_location())
     attrs = {"width": _width(width, name), "mask": _mask(mask, name)}
     return _collective(name, {"value": value, "lane": to_expr(lane, "int32")}, attrs, dtype)
 
 
+@_checked("shfl_sync")
 def shfl_sync(value, src_lane, width=WARP, mask=FULL_MASK):
     """``T.shfl_sync(value, src_lane, width=32, mask=0xFFFFFFFF)``: ``value`` of lane
     ``src_lane`` (modulo ``width``) of the calling thread's group of ``width`` consecutive
@@ -101,6 +128,7 @@ def shfl_sync(value, src_lane, width=WARP, mask=FULL_MASK):
     return _shuffle("shfl_sync", value, src_lane, width, mask)
 
 
+@_checked("shfl_xor")
 def shfl_xor(value, delta, width=WARP, mask=FULL_MASK):
     """``T.shfl_xor(value, delta, width=32, mask=0xFFFFFFFF)``: ``value`` of the lane whose
     number is the caller's XOR ``delta``; the caller's own when that lane is in a later group
@@ -108,6 +136,7 @@ def shfl_xor(value, delta, width=WARP, mask=FULL_MASK):
     return _shuffle("shfl_xor", value, delta, width, mask)
 
 
+@_checked("shfl_down")
 def shfl_down(value, delta, width=WARP, mask=FULL_MASK):
     """``T.shfl_down(value, delta, width=32, mask=0xFFFFFFFF)``: ``value`` of the lane
     ``delta`` above the caller; the caller's own past the end of its group of ``width`` lanes
@@ -115,6 +144,7 @@ def shfl_down(value, delta, width=WARP, mask=FULL_MASK):
     return _shuffle("shfl_down", value, delta, width, mask)
 
 
+@_checked("shfl_up")
 def shfl_up(value, delta, width=WARP, mask=FULL_MASK):
     """``T.shfl_up(value, delta, width=32, mask=0xFFFFFFFF)``: ``value`` of the lane
     ``delta`` below the caller; the caller's own before the start of its group of ``width``
@@ -123,6 +153,7 @@ def shfl_up(value, delta, width=WARP, mask=FULL_MASK):
 
 
 # -- votes -----------------------------------------------------------------------------------------
+@_checked("any_sync")
 def any_sync(predicate, mask=FULL_MASK):
     """``T.any_sync(predicate, mask=0xFFFFFFFF)``: 1 when the predicate (an integer or a
     boolean) of some lane of ``mask`` in the calling thread's warp is non-zero, else 0
@@ -131,6 +162,7 @@ def any_sync(predicate, mask=FULL_MASK):
                        {"mask": _mask(mask, "any_sync")}, "int32")
 
 
+@_checked("all_sync")
 def all_sync(predicate, mask=FULL_MASK):
     """``T.all_sync(predicate, mask=0xFFFFFFFF)``: 1 when the predicate of every lane of
     ``mask`` in the calling thread's warp is non-zero, else 0 (int32; ``__all_sync``)."""
@@ -138,6 +170,7 @@ def all_sync(predicate, mask=FULL_MASK):
                        {"mask": _mask(mask, "all_sync")}, "int32")
 
 
+@_checked("ballot_sync")
 def ballot_sync(predicate, mask=FULL_MASK):
     """``T.ballot_sync(predicate, mask=0xFFFFFFFF)``: a uint64 whose bit ``n`` is set when
     lane ``n`` of ``mask`` has a non-zero predicate (``__ballot_sync`` zero-extended: the
@@ -146,12 +179,14 @@ def ballot_sync(predicate, mask=FULL_MASK):
                        {"mask": _mask(mask, "ballot_sync")}, "uint64")
 
 
+@_checked("ballot")
 def ballot(predicate):
     """``T.ballot(predicate)``: ``T.ballot_sync(predicate)`` over the whole warp."""
     return _collective("ballot_sync", {"value": _predicate(predicate, "ballot")},
                        {"mask": mask_attr(FULL_MASK)}, "uint64")
 
 
+@_checked("activemask")
 def activemask():
     """``T.activemask()``: a uint64 whose bit ``n`` is set when lane ``n`` of the calling
     thread's warp runs the call: the lanes that exist, less those a condition on the thread
@@ -166,7 +201,7 @@ def _match_value(value, name: str):
     dtype = str(value.ty)
     if dtype not in SHUFFLE_DTYPES:
         raise KernelTypeError(f"T.{name} compares a scalar of {', '.join(SHUFFLE_DTYPES)}, got "
-                              f"{dtype}")
+                              f"{dtype}", user_location())
     if dtype in ("float16", "bfloat16"):
         return tirx.Cast("float32", value)  # exactly, equal values stay equal
     if dtype == "bool" or dtype.endswith(("int8", "int16")):
@@ -174,6 +209,7 @@ def _match_value(value, name: str):
     return value
 
 
+@_checked("match_any_sync")
 def match_any_sync(value, mask=FULL_MASK):
     """``T.match_any_sync(value, mask=0xFFFFFFFF)``: a uint32 whose bit ``n`` is set when
     lane ``n`` of ``mask`` holds the caller's ``value`` (``__match_any_sync``)."""
@@ -181,6 +217,7 @@ def match_any_sync(value, mask=FULL_MASK):
                        {"mask": _mask(mask, "match_any_sync")}, "uint32")
 
 
+@_checked("match_all_sync")
 def match_all_sync(value, mask=FULL_MASK):
     """``T.match_all_sync(value, mask=0xFFFFFFFF)``: ``mask`` (uint32; its lanes that exist,
     in a partial warp) when every lane of it holds the same ``value``, else 0
@@ -190,6 +227,7 @@ def match_all_sync(value, mask=FULL_MASK):
 
 
 def _block_vote(name: str, doc: str):
+    @_checked(name)
     def vote(predicate):
         return _collective(name, {"value": _predicate(predicate, name)},
                            {"mask": mask_attr(FULL_MASK)}, "int32")
@@ -209,6 +247,7 @@ syncthreads_or = _block_vote("syncthreads_or", "1 when some thread's predicate i
                              "else 0")
 
 
+@_checked("sync_warp")
 def sync_warp(mask=None):
     """``T.sync_warp(mask=0xFFFFFFFF)``: the lanes of ``mask`` of the calling thread's warp
     wait for each other, which orders their memory accesses (``__syncwarp``; the CPU and the
@@ -237,6 +276,7 @@ def _size(value, default: int, what: str, name: str) -> int:
     return value
 
 
+@_checked("get_lane_idx")
 def get_lane_idx(warp_size=None):
     """``T.get_lane_idx(warp_size=32)``: the calling thread's lane, its number in the block
     modulo ``warp_size`` (int32)."""
@@ -244,6 +284,7 @@ def get_lane_idx(warp_size=None):
     return tirx.floormod(_linear("get_lane_idx"), size)
 
 
+@_checked("get_warp_idx_sync")
 def get_warp_idx_sync(warp_size=None):
     """``T.get_warp_idx_sync(warp_size=32)``: the calling thread's warp, its number in the
     block divided by ``warp_size`` (int32; the same as :func:`get_warp_idx`)."""
@@ -251,6 +292,7 @@ def get_warp_idx_sync(warp_size=None):
     return tirx.floordiv(_linear("get_warp_idx_sync"), size)
 
 
+@_checked("get_warp_idx")
 def get_warp_idx(warp_size=None):
     """``T.get_warp_idx(warp_size=32)``: the calling thread's warp, its number in the block
     divided by ``warp_size`` (int32)."""
@@ -258,6 +300,7 @@ def get_warp_idx(warp_size=None):
     return tirx.floordiv(_linear("get_warp_idx"), size)
 
 
+@_checked("get_warp_group_idx")
 def get_warp_group_idx(warp_size=None, warps_per_group=None):
     """``T.get_warp_group_idx(warp_size=32, warps_per_group=4)``: the calling thread's
     warpgroup, its number in the block divided by ``warp_size * warps_per_group`` (int32)."""
@@ -268,6 +311,7 @@ def get_warp_group_idx(warp_size=None, warps_per_group=None):
     return tirx.floordiv(_linear("get_warp_group_idx"), size * group)
 
 
+@_checked("shuffle_elect")
 def shuffle_elect(thread_extent):
     """``T.shuffle_elect(thread_extent)``: true for one thread of each group of
     ``thread_extent`` consecutive threads of the block (its first), for the block's first
@@ -286,10 +330,11 @@ def shuffle_elect(thread_extent):
 def _integer(value, name: str):
     value = to_expr(value)
     if not str(value.ty).startswith(("int", "uint")) or "x" in str(value.ty):
-        raise KernelTypeError(f"T.{name} takes an integer, got {value.ty}")
+        raise KernelTypeError(f"T.{name} takes an integer, got {value.ty}", user_location())
     return value
 
 
+@_checked("__ffs")
 def ffs(value):
     """``T.__ffs(x)``: the position of the least significant set bit of the integer ``x``,
     counted from 1, or 0 when ``x`` is 0 (int32; CUDA's ``__ffs`` / ``__ffsll``)."""
@@ -303,6 +348,7 @@ def ffs(value):
                        tirx.Cast("int32", tirx.popcount(below)))
 
 
+@_checked("__fns")
 def fns(mask, base, offset):
     """``T.__fns(mask, base, offset)``: the position (uint32) of the ``offset``-th set bit of
     the 32-bit ``mask`` counting up from bit ``base`` (0 to 31) and including it, counting
