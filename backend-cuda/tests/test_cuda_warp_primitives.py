@@ -275,3 +275,22 @@ def test_tilelangs_shuffle_elect_in_host_emulation(threads, extent, tmp_path):
     index = torch.arange(threads)
     want = index == 0 if extent == 0 else index % extent == 0
     assert torch.equal(out, want.to(torch.int32))
+
+
+@pytest.mark.parametrize("first", [32, 16])
+def test_a_block_predicate_under_a_condition_on_the_thread_is_refused_at_its_line(first):
+    """A branch selecting whole warps is a role (its vote refused as in T.ws); another one is
+    refused as a block's op under a condition."""
+
+    @T.prim_func
+    def main(A: T.Tensor((64,), "int32")):
+        with T.Kernel(1, threads=64):
+            tx = T.get_thread_binding()
+            if tx < first:
+                A[tx] = T.syncthreads_or(tx == 3)
+
+    message = "is a barrier of the whole block" if first == 32 else \
+        "under a condition on the thread index"
+    with pytest.raises(KernelError, match=r"test_cuda_warp_primitives\.py:\d+: "
+                       r"T\.syncthreads_or " + message):
+        tilewright.lower(main, TARGET)

@@ -415,3 +415,21 @@ def test_ascend_refuses_a_warp_primitive_at_its_line():
                                                  r"T\.syncthreads_count is not supported by "
                                                  r"backend 'ascend'"):
         tilewright.lower(main, target="ascend")
+
+
+def block_vote_under_a_condition():
+    @T.prim_func
+    def main(A: T.Tensor((64,), "int32")):
+        with T.Kernel(1, threads=64):
+            tx = T.get_thread_binding()
+            if tx < 32:
+                A[tx] = T.syncthreads_or(tx == 3)
+
+    return main
+
+
+def test_a_block_predicate_under_a_condition_on_the_thread_is_refused_at_its_line():
+    with pytest.raises(KernelError, match=r"test_warp_primitives\.py:\d+: T\.syncthreads_or "
+                                          r"under a condition on the thread index: it is a "
+                                          r"barrier of the whole block"):
+        tilewright.lower(block_vote_under_a_condition(), "cpu")

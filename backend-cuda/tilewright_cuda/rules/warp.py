@@ -73,8 +73,9 @@ def _lower_vote(call: TileOpCall, ctx: RuleContext):
                      str(loop.thread_binding.thread_tag) == keys.THREAD_TAG)
         if running < block:
             raise KernelError(f"T.{call.name} is a barrier of the whole block ({block} "
-                              f"threads), which a role of {running} threads (T.ws) cannot "
-                              "reach alone: move it out of the role")
+                              f"threads), which a role of {running} threads (T.ws, or a "
+                              "branch on the thread index selecting warps) cannot reach "
+                              "alone: move it out of the role")
         args = [call.operands["value"]]
     elif call.name == "activemask":
         args = []

@@ -268,13 +268,14 @@ VOTE_OPS = {
     "syncthreads_or": ("block", "int32", "1 when some thread's predicate is non-zero, else 0"),
 }
 for _name, (_scope, _dtype, _doc) in VOTE_OPS.items():
+    _over = "lanes of the calling thread's warp" if _scope == "warp" else "block"
     register_tile_op(TileOpSchema(
         _name, (Operand("value", "read", kind="expr"), Operand("dst", "write")),
         (Attr("mask", int, -1),),
-        doc=f"TileLang's T.{_name} over the "
-            f"{'lanes of the calling thread warp' if _scope == 'warp' else 'block'}: {_doc} "
-            f"({_dtype})",
+        doc=f"TileLang's T.{_name} over the {_over}: {_doc} ({_dtype})",
     ))
+# the votes that are barriers of the whole block: every thread must reach them
+BLOCK_VOTE_OPS = frozenset(n for n, (scope, _, _) in VOTE_OPS.items() if scope == "block")
 
 
 def lane_mask(attr) -> int:

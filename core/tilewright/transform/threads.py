@@ -20,7 +20,14 @@ for backends that run a block as one sequence (the CPU, the interpreter):
   that read nothing of a thread's: TileLang's ``if tx < 32: ... else: ...`` splitting the
   block into roles) runs that work once when some thread takes the branch, and its
   per-thread parts for the threads that take it. The same work in a loop whose trip count
-  depends on the thread has no such meaning and is refused at the loop's line.
+  depends on the thread has no such meaning and is refused at the loop's line;
+- an op whose threads exchange values (``T.tvm_thread_allreduce``, the warp shuffles and
+  votes of ``ir.SHUFFLE_OPS`` / ``ir.VOTE_OPS``) is a statement of every thread at once: each
+  thread's value is staged in an array (with whether it runs the op: meets the conditions of
+  the branches it is in), then each thread computes its result from the others'. A branch
+  holding one keeps its shape, as a branch holding the block's work does; a loop whose trip
+  count depends on the thread refuses one, and so does a condition a block's vote (a barrier
+  every thread must reach) is under.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from tvm import tirx
 from ..errors import KernelError, span_location
 from ..ir import (
     ATOMIC_OPS,
+    BLOCK_VOTE_OPS,
     NAMED_BARRIER,
     SHUFFLE_OPS,
     SYNC_WARP,
@@ -322,6 +330,10 @@ class _Serialize:
         """A shuffle or a vote (``ir.SHUFFLE_OPS``, ``ir.VOTE_OPS``): each thread's value and
         whether it runs the op (meets ``guards``) into arrays, then each thread that runs it
         computes its result from those of its warp (of the block for a block's vote)."""
+        if guards and call.name in BLOCK_VOTE_OPS:
+            raise KernelError(f"T.{call.name} under a condition on the thread index: it is a "
+                              "barrier of the whole block, which every thread must reach; move "
+                              "it out of the condition", span_location(call.span))
         value = call.operands["value"]
         staged = tirx.decl_buffer((1,), str(value.ty), f"{call.name}_values", scope="local")
         running = tirx.decl_buffer((1,), "int32", f"{call.name}_running", scope="local")
@@ -489,8 +501,9 @@ class _Serialize:
 
     def _lockstep(self, stmt) -> bool:
         """Whether a branch on the thread index keeps its shape, each of its statements
-        run for the threads taking it before the next: when it holds the block's work, or
-        loops (whose iterations the threads may share memory between, at barriers)."""
+        run for the threads taking it before the next: when it holds the block's work, loops
+        (whose iterations the threads may share memory between, at barriers) or an op whose
+        threads exchange values."""
         found = []
         tvm_ffi.structural_walk(stmt, (tirx.For, lambda s: found.append(s)
                                        if not _is_parallel(s) else None))
