@@ -1,7 +1,8 @@
 """Lowering of the core's warp ops (``ir.SHUFFLE_OPS``, ``ir.VOTE_OPS``, ``ir.SYNC_WARP``):
 CUDA's warp intrinsics, registered from one table each. Their member mask is the user's
 limited to the lanes of the caller's warp that exist (``common.lane_mask``: a 1-D block's
-last warp may be partial); a shuffle of a value narrower than 32 bits (bool, 8- and 16-bit
+last warp may be partial); a shuffle (``common.SHUFFLE_FUNCTIONS``, which the reductions and
+``T.tvm_warp_shuffle`` use too) of a value narrower than 32 bits (bool, 8- and 16-bit
 integers) moves it as an int; a block's vote (``__syncthreads_count/and/or``) is a barrier
 of the whole block, which a role's threads alone cannot reach."""
 
@@ -15,11 +16,9 @@ from tvm import tirx
 from .. import intrinsics, keys
 from ..keys import WARP
 from . import common
+from .common import SHUFFLE_FUNCTIONS
 from .table import register
 
-# the core's op -> CUDA's function
-SHUFFLE_FUNCTIONS = {"shfl_sync": "__shfl_sync", "shfl_xor": "__shfl_xor_sync",
-                     "shfl_down": "__shfl_down_sync", "shfl_up": "__shfl_up_sync"}
 # the core's op -> (CUDA's function, the dtype it returns); tw_match_all_sync drops
 # __match_all_sync's predicate output (include/tw_cuda.h)
 VOTE_FUNCTIONS = {
