@@ -433,3 +433,20 @@ def test_a_block_predicate_under_a_condition_on_the_thread_is_refused_at_its_lin
                                           r"under a condition on the thread index: it is a "
                                           r"barrier of the whole block"):
         tilewright.lower(block_vote_under_a_condition(), "cpu")
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_shuffle_reading_a_lane_outside_its_mask_gets_the_callers_value(target):
+    """Lanes 0..7 (mask 0xFF) shuffle down by 4: lanes 4..7 would read lanes 8..11."""
+
+    @T.prim_func
+    def main(A: T.Tensor((32,), "int32"), B: T.Tensor((32,), "int32")):
+        with T.Kernel(1, threads=32):
+            tx = T.get_thread_binding()
+            B[tx] = 0
+            if tx < 8:
+                B[tx] = T.shfl_down(A[tx], 4, 32, 0xFF)
+
+    a = torch.arange(32, dtype=torch.int32) + 100
+    (_, b) = run(main, target, a, torch.zeros_like(a))
+    assert b.tolist() == [104, 105, 106, 107, 104, 105, 106, 107] + [0] * 24

@@ -362,7 +362,7 @@ class _Serialize:
 
     def _shuffle(self, call, values, runs, linear):
         """The source lane as PTX's shfl picks it (``ir.SHUFFLE_OPS``); the caller's own value
-        when it is out of its group, or does not exist or run the shuffle."""
+        when it is out of its group or the mask, or does not exist or run the shuffle."""
         width = int(call.attrs["width"])
         lane = tirx.floormod(linear, 32)
         first = lane - tirx.floormod(lane, width)  # the first lane of the caller's group
@@ -383,6 +383,11 @@ class _Serialize:
         thread = linear - lane + source
         there, safe = self._exists(thread, runs, linear)
         take = there if ok is None else tirx.And(ok, there)
+        mask = lane_mask(call.attrs["mask"])
+        if mask != 0xFFFFFFFF:  # a source lane outside the mask: the caller's own value
+            bit = tirx.shift_right(tirx.const(mask, "int64"), tirx.Cast(
+                "int64", tirx.bitwise_and(source, tirx.const(31, "int32"))))
+            take = tirx.And(take, tirx.bitwise_and(bit, tirx.const(1, "int64")) == 1)
         pick = tirx.Select(take, safe, linear)
         dst = call.operands["dst"]
         return tirx.BufferStore(dst.buffer, tirx.BufferLoad(values, [pick]), list(dst.starts))
