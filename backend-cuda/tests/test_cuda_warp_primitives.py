@@ -294,3 +294,24 @@ def test_a_block_predicate_under_a_condition_on_the_thread_is_refused_at_its_lin
     with pytest.raises(KernelError, match=r"test_cuda_warp_primitives\.py:\d+: "
                        r"T\.syncthreads_or " + message):
         tilewright.lower(main, TARGET)
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize("dtype", ["bool", "int8", "uint8", "int16"])
+def test_narrow_values_shuffle_as_ints_and_equal_the_cpu_backends(dtype, tmp_path):
+    @T.prim_func
+    def main(A: T.Tensor((48,), dtype), B: T.Tensor((48, 2), dtype)):
+        with T.Kernel(1, threads=48):
+            tx = T.get_thread_binding()
+            B[tx, 0] = T.shfl_xor(A[tx], 3)
+            B[tx, 1] = T.shfl_up(A[tx], 2, 8)
+
+    a = (torch.arange(48) % 3 == 0) if dtype == "bool" else \
+        (torch.arange(48) * 7 % 100).to(getattr(torch, dtype))
+    on_cpu = torch.zeros((48, 2), dtype=a.dtype)
+    tilewright.compile(main, target="cpu")(a, on_cpu)
+    lowered = tilewright.lower(main, TARGET)
+    assert "__shfl_xor_sync(" in lowered.source.text
+    out = torch.zeros_like(on_cpu)
+    hostemu.run(lowered.source.text, lowered.source.payload, tmp_path, a, out)
+    assert torch.equal(out, on_cpu)

@@ -68,12 +68,14 @@ def test_shuffles_pick_the_lanes_ptx_picks(mode, target):
 
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64", "int8",
-                                   "int64", "uint32"])
+                                   "int16", "int64", "uint32", "bool"])
 def test_shuffles_move_every_dtype_exactly_in_a_partial_warp(dtype, target):
     """48 threads: the second warp has 16 lanes; a source past them is the caller's own."""
     torch_dtype = getattr(torch, dtype)
     if torch_dtype.is_floating_point:
         a = torch.randn(48, generator=torch.Generator().manual_seed(0)).to(torch_dtype)
+    elif dtype == "bool":
+        a = torch.arange(48) % 3 == 0
     else:
         a = torch.arange(48).to(torch_dtype) * 5
     if dtype == "int64":
