@@ -358,23 +358,24 @@ def fns(mask, base, offset):
     base = tirx.Cast("int64", _integer(base, "__fns"))
     offset = tirx.Cast("int64", _integer(offset, "__fns"))
     one = tirx.const(1, "uint64")
-
-    def below(n):  # the bits below bit n (0 <= n <= 32)
-        return tirx.shift_left(one, tirx.Cast("uint64", n)) - one
-
+    # the bits from base up (for offset > 0) and from base down (offset < 0), each bound once
+    up, down = tirx.Var("fns_up", "uint64"), tirx.Var("fns_down", "uint64")
     result = tirx.const(FULL_MASK, "uint32")
-    for p in range(32):
+    for p in range(32):  # at most one position is the one sought
         here = tirx.const(p, "int64")
-        set_p = tirx.bitwise_and(tirx.shift_right(bits, tirx.const(p, "uint64")), one) == one
-        up = tirx.Cast("int64", tirx.popcount(tirx.bitwise_and(
-            bits, tirx.bitwise_and(below(here + 1), tirx.bitwise_not(below(base))))))
-        down = tirx.Cast("int64", tirx.popcount(tirx.bitwise_and(
-            bits, tirx.bitwise_and(below(base + 1), tirx.bitwise_not(below(here))))))
-        found = tirx.Select(offset > 0, tirx.And(here >= base, up == offset),
-                            tirx.Select(offset < 0, tirx.And(here <= base, down == -offset),
-                                        here == base))
-        result = tirx.Select(tirx.And(set_p, found), tirx.const(p, "uint32"), result)
-    return result
+        if_up = tirx.And(tirx.bitwise_and(up, tirx.const(1 << p, "uint64")) != 0,
+                         tirx.Cast("int64", tirx.popcount(tirx.bitwise_and(
+                             up, tirx.const((2 << p) - 1, "uint64")))) == offset)
+        if_down = tirx.And(tirx.bitwise_and(down, tirx.const(1 << p, "uint64")) != 0,
+                           tirx.Cast("int64", tirx.popcount(tirx.shift_right(
+                               down, tirx.const(p, "uint64")))) == -offset)
+        found = tirx.Select(offset > 0, if_up, tirx.Select(offset < 0, if_down, tirx.And(
+            here == base, tirx.bitwise_and(bits, tirx.const(1 << p, "uint64")) != 0)))
+        result = tirx.Select(found, tirx.const(p, "uint32"), result)
+    low = tirx.shift_left(one, tirx.Cast("uint64", base)) - one  # the bits below base
+    return tirx.Let(up, tirx.bitwise_and(bits, tirx.bitwise_not(low)), tirx.Let(
+        down, tirx.bitwise_and(bits, tirx.bitwise_or(low, tirx.shift_left(
+            one, tirx.Cast("uint64", base)))), result))
 
 
 BIT_HELPERS = {"__ffs": ffs, "__fns": fns}
