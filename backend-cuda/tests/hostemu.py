@@ -9,7 +9,9 @@ warp and mbarriers) is the library's own and made fresh as each cluster of block
 launch after a deadlock starts clean. Warp shuffles exchange through memory between two
 barriers of the warp (a warp-collective op waits for its warp only, as on the GPU, so the warps
 of one T.ws role run it while another role's do other work; a block's last warp may be partial,
-and a shuffle whose member mask names a lane that does not exist is an error), the dynamic
+and a shuffle whose member mask names a lane that does not exist is an error; shuffles pick
+their source lanes as PTX's shfl modes do, votes exchange the same way, and a block's vote,
+``__syncthreads_count/and/or``, between two block barriers), the dynamic
 shared-memory pool is poisoned before each block, and blocks run one after another, except that
 the blocks of one thread-block cluster run at once, each with its own shared memory, so that
 they can wait for each other (cluster barriers, TMA multicast, remote mbarrier arrivals), and
@@ -249,8 +251,20 @@ tw_sync tw_warp_syncs[TW_MAX_CLUSTER][32];  // one per warp: warp ops wait on th
 alignas(16) unsigned char tw_exchange[TW_MAX_CLUSTER * 1024][16];
 inline void __syncthreads() { tw_block_sync[tw_cta_rank].arrive_and_wait(); }
 inline void tw_warp_sync() { tw_warp_syncs[tw_cta_rank][threadIdx.x / 32].arrive_and_wait(); }
-inline void __syncwarp(unsigned = 0xffffffffu) { tw_warp_sync(); }
+// a barrier of the lanes of `mask` in the calling thread's warp (the whole warp's when the mask
+// names every lane that exists); the partial ones by block, warp and mask
+std::map<long long, tw_sync> tw_lane_syncs;
+unsigned tw_live_lanes();
+inline void tw_mask_sync(unsigned mask) {
+  unsigned lanes = mask & tw_live_lanes();
+  if (lanes == tw_live_lanes()) return tw_warp_sync();
+  long long key = ((long long)tw_cta_rank * 32 + threadIdx.x / 32) << 32 | lanes;
+  auto it = tw_lane_syncs.try_emplace(key, __builtin_popcount(lanes)).first;
+  it->second.arrive_and_wait();
+}
+inline void __syncwarp(unsigned mask = 0xffffffffu) { tw_mask_sync(mask); }
 inline void __trap() { std::fflush(stdout); std::abort(); }
+inline void __nanosleep(unsigned) {}  // a thread runs alone until it waits: nothing to pause
 // The lanes of the calling thread's warp that exist: the last warp of a block whose size is
 // not a multiple of 32 has fewer. A shuffle whose member mask names a lane that does not exist,
 // or leaves out the calling lane, is undefined on the GPU: the launch fails (tw_run_grid
@@ -258,12 +272,12 @@ inline void __trap() { std::fflush(stdout); std::abort(); }
 // bytes (a float NaN, an integer -1).
 int tw_block_threads;
 bool tw_bad_shuffle;
-inline unsigned tw_live_lanes() {
+unsigned tw_live_lanes() {
   int left = tw_block_threads - (int)(threadIdx.x / 32 * 32);
   return left >= 32 ? 0xffffffffu : (1u << left) - 1;
 }
-template <class T> T tw_shuffle(unsigned mask, T v, unsigned lane) {
-  unsigned t = tw_slot_base + threadIdx.x, live = tw_live_lanes();
+inline void tw_check_mask(unsigned mask) {
+  unsigned live = tw_live_lanes();
   if (((mask & ~live) || !((mask >> (threadIdx.x % 32)) & 1)) && !tw_bad_shuffle) {
     std::printf("tw emulation: block (%u, %u, %u) thread %u: a warp shuffle's member mask "
                 "0x%08x does not fit the lanes of its warp that exist (0x%08x) and the "
@@ -271,21 +285,91 @@ template <class T> T tw_shuffle(unsigned mask, T v, unsigned lane) {
     std::fflush(stdout);
     tw_bad_shuffle = true;
   }
+}
+template <class T> T tw_shuffle(unsigned mask, T v, unsigned lane) {
+  unsigned t = tw_slot_base + threadIdx.x, live = tw_live_lanes();
+  tw_check_mask(mask);
   std::memcpy(tw_exchange[t], &v, sizeof(T));
-  tw_warp_sync();
+  tw_mask_sync(mask);
   T r;
   if ((mask & live) >> lane & 1) std::memcpy(&r, tw_exchange[t / 32 * 32 + lane], sizeof(T));
   else std::memset(&r, 0xff, sizeof(T));
-  tw_warp_sync();
+  tw_mask_sync(mask);
   return r;
 }
-template <class T> T __shfl_xor_sync(unsigned mask, T v, int offset, int = 32) {
-  return tw_shuffle(mask, v, (threadIdx.x % 32) ^ offset);
+// PTX's shfl (mode 0 idx, 1 bfly, 2 down, 3 up): the source lane of the calling lane in its
+// group of `width` lanes, its own lane when the source is out of the group as the mode says
+inline unsigned tw_shuffle_lane(int mode, int b, int width) {
+  int lane = threadIdx.x % 32, first = lane & ~(width - 1), last = first + width - 1, j;
+  b &= 31;
+  switch (mode) {
+    case 0: return first | (b & (width - 1));
+    case 1: j = lane ^ b; return j <= last ? j : lane;
+    case 2: j = lane + b; return j <= last ? j : lane;
+    default: j = lane - b; return j >= first ? j : lane;
+  }
 }
 template <class T> T __shfl_sync(unsigned mask, T v, int lane, int width = 32) {
-  // lane of the calling thread's group of `width` lanes
-  return tw_shuffle(mask, v, threadIdx.x % 32 / width * width + lane % width);
+  return tw_shuffle(mask, v, tw_shuffle_lane(0, lane, width));
 }
+template <class T> T __shfl_xor_sync(unsigned mask, T v, int offset, int width = 32) {
+  return tw_shuffle(mask, v, tw_shuffle_lane(1, offset, width));
+}
+template <class T> T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = 32) {
+  return tw_shuffle(mask, v, tw_shuffle_lane(2, delta, width));
+}
+template <class T> T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = 32) {
+  return tw_shuffle(mask, v, tw_shuffle_lane(3, delta, width));
+}
+// a warp's vote: the lanes of the mask that exist for which `f` holds of their value,
+// exchanged between two barriers of the warp
+template <class T, class F> unsigned tw_warp_vote(unsigned mask, T v, F f) {
+  unsigned t = tw_slot_base + threadIdx.x, live = tw_live_lanes(), bits = 0;
+  tw_check_mask(mask);
+  std::memcpy(tw_exchange[t], &v, sizeof(T));
+  tw_mask_sync(mask);
+  for (unsigned k = 0; k < 32; ++k) {
+    T o;
+    std::memcpy(&o, tw_exchange[t / 32 * 32 + k], sizeof(T));
+    if ((mask & live) >> k & 1 && f(o)) bits |= 1u << k;
+  }
+  tw_mask_sync(mask);
+  return bits;
+}
+inline int __any_sync(unsigned m, int p) {
+  return tw_warp_vote(m, p, [](int o) { return o != 0; }) != 0;
+}
+inline int __all_sync(unsigned m, int p) {
+  return tw_warp_vote(m, p, [](int o) { return o == 0; }) == 0;
+}
+inline unsigned __ballot_sync(unsigned m, int p) {
+  return tw_warp_vote(m, p, [](int o) { return o != 0; });
+}
+inline unsigned __activemask() { return tw_live_lanes(); }
+template <class T> unsigned __match_any_sync(unsigned m, T v) {
+  return tw_warp_vote(m, v, [v](T o) { return o == v; });
+}
+template <class T> unsigned __match_all_sync(unsigned m, T v, int* pred) {
+  *pred = tw_warp_vote(m, v, [v](T o) { return o == v; }) == (m & tw_live_lanes());
+  return *pred ? m : 0;
+}
+// a block's vote: the number of its threads with a non-zero predicate, exchanged between two
+// barriers of the block
+inline int tw_block_count(int p) {
+  std::memcpy(tw_exchange[tw_slot_base + threadIdx.x], &p, sizeof(int));
+  __syncthreads();
+  int n = 0;
+  for (int k = 0; k < tw_block_threads; ++k) {
+    int o;
+    std::memcpy(&o, tw_exchange[tw_slot_base + k], sizeof(int));
+    n += o != 0;
+  }
+  __syncthreads();
+  return n;
+}
+inline int __syncthreads_count(int p) { return tw_block_count(p); }
+inline int __syncthreads_and(int p) { return tw_block_count(p) == tw_block_threads; }
+inline int __syncthreads_or(int p) { return tw_block_count(p) != 0; }
 template <class T> T atomicAdd(T* p, T v) {
   T o = *p; *p = o + v; return o;
 }
@@ -571,6 +655,7 @@ inline int tw_run_grid(int gx, int gy, int gz, int bx, int by, int bz, int clust
     tw_cluster_barrier_sync = tw_sync(n);
     tw_mbars.clear();
     tw_named.clear();
+    tw_lane_syncs.clear();
     for (tw_sync& s : tw_wgmma_warp_syncs) s = tw_sync(32);
     tw_idle_turns = 0;
     for (int r = 0; r < cluster; ++r) {

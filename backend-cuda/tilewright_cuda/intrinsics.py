@@ -203,6 +203,13 @@ TABLE = _table(
     Intrinsic("__shfl_xor_sync", CUDA, local=True),
     Intrinsic("__shfl_sync", CUDA, local=True),
     Intrinsic("__syncwarp", CUDA),
+    # the warp primitives (rules.warp)
+    *(Intrinsic(name, CUDA, local=True) for name in (
+        "__shfl_down_sync", "__shfl_up_sync", "__any_sync", "__all_sync", "__ballot_sync",
+        "__activemask", "__match_any_sync", "__syncthreads_count", "__syncthreads_and",
+        "__syncthreads_or")),
+    Intrinsic("tw_match_all_sync", BASE, local=True),
+    Intrinsic("__nanosleep", CUDA),  # a pause of the calling thread (sm_70)
     Intrinsic("__trap", CUDA),
     Intrinsic("__float2bfloat16_rn", CUDA, local=True),
     Intrinsic("printf", CUDA),

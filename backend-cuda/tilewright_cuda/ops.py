@@ -8,10 +8,12 @@ other backend at compile time, naming the op. Names are the user's (``T.tma_copy
 from __future__ import annotations
 
 from tilewright.ir import (
+    BLOCK_VOTE_OPS,
     NAMED_BARRIER,
     SYNC_GRID,
     THREAD_ALLREDUCE,  # noqa: F401 - the core's op; rules.dialect lowers it
     THREAD_BINDING,
+    WARP_OPS,
 )
 from tilewright.ir.schema import (
     Attr,
@@ -128,11 +130,13 @@ DIALECT_OPS = (TMA_COPY.name, INIT_BARRIERS.name, ARRIVE.name, WAIT_PARITY.name,
                PTX_COMMIT_GROUP.name, PTX_WAIT_GROUP.name, SYNC_GRID.name, FENCE_GPU.name,
                WGMMA_GEMM.name, WAIT_WGMMA.name, PTX_LDMATRIX.name,
                PTX_MMA.name)
-# dialect ops each calling thread runs for itself: fine under a condition on the thread index
+# ops each calling thread runs for itself: fine under a condition on the thread index (the
+# core's warp shuffles and votes too: the threads of the mask reach them together; not a
+# block's vote, a barrier every thread of the block must reach)
 PER_THREAD = frozenset({ARRIVE.name, WAIT_PARITY.name, FENCE_PROXY_ASYNC.name,
                         THREAD_BINDING.name, CP_ASYNC.name, CP_ASYNC_BARRIER_NOINC.name,
                         PTX_COMMIT_GROUP.name, PTX_WAIT_GROUP.name, NAMED_BARRIER.name,
-                        PTX_LDMATRIX.name, PTX_MMA.name})
+                        PTX_LDMATRIX.name, PTX_MMA.name, *(WARP_OPS - BLOCK_VOTE_OPS)})
 
 # T.tvm_warp_shuffle, an expression: (mask, value, source lane, width) -> the value of that lane
 WARP_SHUFFLE = "tw.cuda.warp_shuffle"

@@ -1,6 +1,13 @@
 // tilewright CUDA device helpers, pasted into every generated kernel source.
 #pragma once
 
+// __match_all_sync without its predicate output (T.match_all_sync: the mask or 0)
+template <typename T>
+__device__ __forceinline__ unsigned tw_match_all_sync(unsigned mask, T value) {
+  int all;
+  return __match_all_sync(mask, value, &all);
+}
+
 template <typename T>
 __device__ __forceinline__ T tw_atomic_add(T* address, T value) {
   return atomicAdd(address, value);

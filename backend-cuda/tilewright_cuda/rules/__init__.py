@@ -2,7 +2,7 @@
 per op family, each registering its rules (``table.register``): ``copy``, ``transpose``,
 ``fill``, ``gemm``, ``reduce``, ``scan``, ``atomic``, ``debug``, ``pdl``, the expression
 intrinsics (``expressions``: fast math, ``T.__ldg``) and the CUDA dialect (``dialect``, with
-TMA boxes in ``tma``)."""
+TMA boxes in ``tma``) and the warp primitives (``warp``)."""
 
 from . import (  # noqa: F401 - they register
     atomic,
@@ -16,6 +16,7 @@ from . import (  # noqa: F401 - they register
     reduce,
     scan,
     transpose,
+    warp,
 )
 from .table import INTRINSIC_RULES, RULES
 

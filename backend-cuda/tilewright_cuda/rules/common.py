@@ -25,6 +25,9 @@ from .. import intrinsics, keys, layout
 from ..keys import WARP
 
 FULL_MASK = tirx.const(0xFFFFFFFF, "uint32")
+# the core's shuffle ops (ir.SHUFFLE_OPS) -> CUDA's functions, which the reductions use too
+SHUFFLE_FUNCTIONS = {"shfl_sync": "__shfl_sync", "shfl_xor": "__shfl_xor_sync",
+                     "shfl_down": "__shfl_down_sync", "shfl_up": "__shfl_up_sync"}
 
 
 def thread_var(ctx: RuleContext):
@@ -111,7 +114,7 @@ def lane_mask(tx, threads: int):
 
 
 def shfl_xor(value, offset: int, width: int = WARP, mask=FULL_MASK):
-    return tirx.call_extern(str(value.ty), "__shfl_xor_sync", mask, value,
+    return tirx.call_extern(str(value.ty), SHUFFLE_FUNCTIONS["shfl_xor"], mask, value,
                             tirx.const(offset, "int32"), tirx.const(width, "int32"))
 
 
@@ -150,7 +153,8 @@ def combine_lanes(buf, merge, group: int, tx, threads: int) -> list:
                   tirx.IfThenElse(tirx.bitwise_xor(tx, offset) < threads, tirx.BufferStore(
                       buf, merge(value, tirx.BufferLoad(other, [0])), [0]), None)]
         offset //= 2
-    first = tirx.call_extern(str(buf.dtype), "__shfl_sync", mask, tirx.BufferLoad(buf, [0]),
+    first = tirx.call_extern(str(buf.dtype), SHUFFLE_FUNCTIONS["shfl_sync"], mask,
+                             tirx.BufferLoad(buf, [0]),
                              tirx.const(0, "int32"), tirx.const(group, "int32"))
     return [*stmts, tirx.BufferStore(buf, first, [0])]
 

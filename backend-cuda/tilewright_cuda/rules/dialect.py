@@ -23,6 +23,7 @@ from .. import intrinsics, keys, ops
 from ..analysis import gemm_fit
 from . import tma
 from .common import (
+    SHUFFLE_FUNCTIONS,
     combine_lanes,
     combine_strided,
     leader,
@@ -307,7 +308,7 @@ def lower_ptx_mma(call: TileOpCall, ctx: RuleContext):
 
 def lower_warp_shuffle(call):
     """``T.tvm_warp_shuffle``: ``__shfl_sync(mask, value, lane, width)`` (any architecture)."""
-    return tirx.call_extern(call.dtype, "__shfl_sync", *call.args)
+    return tirx.call_extern(call.dtype, SHUFFLE_FUNCTIONS["shfl_sync"], *call.args)
 
 
 INTRINSIC_RULES[ops.WARP_SHUFFLE] = lower_warp_shuffle

@@ -228,12 +228,81 @@ THREAD_ALLREDUCE = register_tile_op(TileOpSchema(
         "combined (COMBINER: sum, max, min, bitand, bitor) in its one-element array",
 ))
 
+# TileLang's warp shuffles, one op each, named as the language names them -> its mode. Each
+# thread of a warp (32 consecutive threads in the block's linear thread number
+# x + X * (y + Y * z); a 1-D block's last warp may have fewer) reads the value of one source
+# lane of the warp, chosen by the mode as PTX's shfl chooses it (the LANE operand taken modulo
+# 32; WIDTH splits the warp into groups of consecutive lanes):
+# - idx: lane LANE modulo WIDTH of the caller's group;
+# - xor: the caller's lane XOR LANE, the caller's own value when that is in a later group;
+# - down: the caller's lane + LANE, the caller's own value past its group's end;
+# - up: the caller's lane - LANE, the caller's own value before its group's start.
+# A source lane that does not exist (past a partial warp's end) or that does not run the
+# shuffle gives the caller's own value (undefined on a GPU). MASK (a constant) names the lanes
+# that run it, every one of which must reach it; an int attribute holds its 32 bits as a signed
+# int32 (-1: every lane), read back with lane_mask.
+SHUFFLE_OPS = {"shfl_sync": "idx", "shfl_xor": "xor", "shfl_down": "down", "shfl_up": "up"}
+for _name, _mode in SHUFFLE_OPS.items():
+    register_tile_op(TileOpSchema(
+        _name, (Operand("value", "read", kind="expr"), Operand("lane", "read", kind="expr"),
+                Operand("dst", "write")),
+        (Attr("width", int, 32), Attr("mask", int, -1)),
+        doc=f"TileLang's T.{_name}: the value of another lane of the calling thread's warp "
+            f"(PTX's shfl.{_mode}), in the caller's one-element array",
+    ))
+# TileLang's votes, one op each -> (the threads combined: 'warp' (the lanes of MASK, a
+# constant, in the calling thread's warp that run it) or 'block' (a barrier of the whole
+# block), the result's dtype, what each thread gets in its one-element array)
+VOTE_OPS = {
+    "any_sync": ("warp", "int32", "1 when some lane's predicate is non-zero, else 0"),
+    "all_sync": ("warp", "int32", "1 when every lane's predicate is non-zero, else 0"),
+    "ballot_sync": ("warp", "uint64", "bit n set when lane n's predicate is non-zero"),
+    "activemask": ("warp", "uint64", "bit n set when lane n runs it"),
+    "match_any_sync": ("warp", "uint32", "bit n set when lane n's value equals the caller's"),
+    "match_all_sync": ("warp", "uint32", "MASK (its lanes that exist) when every lane's value "
+                       "is the same, else 0"),
+    "syncthreads_count": ("block", "int32", "the number of threads whose predicate is "
+                          "non-zero"),
+    "syncthreads_and": ("block", "int32", "1 when every thread's predicate is non-zero, "
+                        "else 0"),
+    "syncthreads_or": ("block", "int32", "1 when some thread's predicate is non-zero, else 0"),
+}
+for _name, (_scope, _dtype, _doc) in VOTE_OPS.items():
+    _over = "lanes of the calling thread's warp" if _scope == "warp" else "block"
+    register_tile_op(TileOpSchema(
+        _name, (Operand("value", "read", kind="expr"), Operand("dst", "write")),
+        (Attr("mask", int, -1),),
+        doc=f"TileLang's T.{_name} over the {_over}: {_doc} ({_dtype})",
+    ))
+# the votes that are barriers of the whole block: every thread must reach them
+BLOCK_VOTE_OPS = frozenset(n for n, (scope, _, _) in VOTE_OPS.items() if scope == "block")
+
+
+def lane_mask(attr) -> int:
+    """The 32-bit member mask a warp op's MASK attribute holds."""
+    return int(attr) & 0xFFFFFFFF
+
+
+def mask_attr(mask: int) -> int:
+    """The MASK attribute holding the 32-bit member mask ``mask``."""
+    return mask - (1 << 32) if mask >= 1 << 31 else mask
+
+
+SYNC_WARP = register_tile_op(TileOpSchema(
+    "sync_warp", (), (Attr("mask", int, -1),),
+    doc="TileLang's T.sync_warp(mask): the lanes of MASK of the calling thread's warp wait "
+        "for each other, which orders their memory accesses (a backend running a block's "
+        "threads in lockstep has nothing to do)",
+))
+
 # the kernel loop's annotation T.annotate_safe_value makes: {global tensor's name: the value a
 # load of it outside its extent reads}, which the safe-memory guard uses instead of 0
 SAFE_VALUES_KEY = "tw.safe_values"
 
 # the names of the two families' tile ops, for passes that treat a family alike
 REDUCE_OPS = frozenset(f"reduce_{k}" for k in REDUCE_KINDS)
+# the warp-level ops of thread-level code, each a collective of the threads that run it
+WARP_OPS = frozenset({*SHUFFLE_OPS, *VOTE_OPS, SYNC_WARP.name})
 SCAN_OPS = frozenset(f"cum{k}" for k in SCAN_KINDS)
 # the element ops of atomics: an element's is each calling thread's in thread-level code
 ATOMIC_OPS = frozenset({*(f"atomic_{k}" for k in ATOMIC_KINDS), "atomic_store"})

@@ -149,6 +149,29 @@ from .tileops import (
     reduce,
     transpose,
 )
+from .warp import BIT_HELPERS as _BIT_HELPERS
+from .warp import (
+    activemask,
+    all_sync,
+    any_sync,
+    ballot,
+    ballot_sync,
+    get_lane_idx,
+    get_warp_group_idx,
+    get_warp_idx,
+    get_warp_idx_sync,
+    match_all_sync,
+    match_any_sync,
+    shfl_down,
+    shfl_sync,
+    shfl_up,
+    shfl_xor,
+    shuffle_elect,
+    sync_warp,
+    syncthreads_and,
+    syncthreads_count,
+    syncthreads_or,
+)
 
 globals().update(_DTYPES)
 globals().update(_REDUCE_OPS)
@@ -162,6 +185,7 @@ globals().update(_BITWISE)
 globals().update(_BIT_COUNTS)
 globals().update(_FAST_MATH)
 globals().update(_LDST)
+globals().update(_BIT_HELPERS)
 # TileLang's other spellings
 cdiv = ceildiv
 Serial = serial
@@ -200,7 +224,13 @@ __all__ = [
     "shift_left", "shift_right", "symbolic",
     "sync_grid", "sync_threads", "thread_binding", "transpose", "truncdiv", "truncmod",
     "unpack", "unroll",
-    "use_swizzle", "vectorized", "view", "where", "writes", *_DTYPES, *_REDUCE_OPS, *_SCAN_OPS,
+    "use_swizzle", "vectorized", "view", "where", "writes",
+    # warp-level primitives
+    "activemask", "all_sync", "any_sync", "ballot", "ballot_sync", "get_lane_idx",
+    "get_warp_group_idx", "get_warp_idx", "get_warp_idx_sync", "match_all_sync",
+    "match_any_sync", "shfl_down", "shfl_sync", "shfl_up", "shfl_xor", "shuffle_elect",
+    "sync_warp", "syncthreads_and", "syncthreads_count", "syncthreads_or", *_BIT_HELPERS,
+    *_DTYPES, *_REDUCE_OPS, *_SCAN_OPS,
     *_ATOMIC_OPS, *_WIDE_ATOMIC_OPS, *_WARP_REDUCE_OPS, *_UNARY,
     *_BINARY, *_BITWISE, *_BIT_COUNTS, *_PREDICATES, *_FAST_MATH, *_LDST,
 ]

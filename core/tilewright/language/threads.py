@@ -26,7 +26,9 @@ THREAD_VARS = "thread_vars"
 THREAD_TAGS = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
 
 
-def _kernel_builder(what: str):
+def thread_builder(what: str):
+    """The kernel's builder for thread-level code ``what`` (refused outside a ``T.Kernel``
+    and inside a ``T.Parallel`` loop)."""
     builder = B.require_kernel(what)
     if builder.enclosing("parallel") is not None:
         raise kernel_error(f"{what} cannot be used inside a T.Parallel loop: its iterations "
@@ -45,7 +47,7 @@ def get_thread_binding(dim: int = 0):
     if not isinstance(dim, int) or isinstance(dim, bool) or not 0 <= dim <= 2:
         raise kernel_error(f"T.get_thread_binding takes a thread dimension 0, 1 or 2, got "
                            f"{dim!r}")
-    builder = _kernel_builder("T.get_thread_binding")
+    builder = thread_builder("T.get_thread_binding")
     threads = tuple(builder.threads)
     if threads[dim] == 1 and dim > 0:
         raise kernel_error(f"T.get_thread_binding({dim}): the kernel has threads="
@@ -109,7 +111,7 @@ def thread_binding(start, stop=None, thread: str = "threadIdx.x", *, annotations
         raise kernel_error(f"T.thread_binding names a thread index of the kernel "
                            f"({', '.join(THREAD_TAGS)}), got thread={thread!r}")
     dim = THREAD_TAGS.index(thread)
-    threads = tuple(_kernel_builder("T.thread_binding").threads)
+    threads = tuple(thread_builder("T.thread_binding").threads)
     if as_int(start) != 0 or as_int(stop) != threads[dim]:
         raise kernel_error(f"T.thread_binding({start}, {stop}, thread={thread!r}): the kernel "
                            f"has {threads[dim]} threads along {thread} (threads={threads}); "
@@ -239,7 +241,7 @@ class attr:  # noqa: N801 - TVM's name
         self.reducer = node
 
     def __enter__(self):
-        self._frame = _kernel_builder("T.attr").open("reduce_scope", reducer=self.reducer)
+        self._frame = thread_builder("T.attr").open("reduce_scope", reducer=self.reducer)
         return self
 
     def __exit__(self, exc_type, exc, tb):
@@ -277,7 +279,7 @@ def tvm_thread_allreduce(count, value, cond, dst, *threads, dtype="handle"):
     Every thread of the block must reach it. CUDA combines the values with shuffles within
     each warp and, for a group spanning warps, through shared memory at the block's barrier;
     the CPU and the interpreter combine each group's values in thread order."""
-    builder = _kernel_builder("T.tvm_thread_allreduce")
+    builder = thread_builder("T.tvm_thread_allreduce")
     scope = builder.enclosing("reduce_scope")
     if scope is None:
         raise kernel_error("T.tvm_thread_allreduce must be inside 'with T.attr("
@@ -308,7 +310,7 @@ def evaluate(value):
     if not isinstance(value, _AllReduce):
         raise kernel_error(f"T.evaluate takes T.tvm_thread_allreduce(...), got "
                            f"{type(value).__name__}")
-    _kernel_builder("T.evaluate").emit(make_call(THREAD_ALLREDUCE.name, value.operands,
+    thread_builder("T.evaluate").emit(make_call(THREAD_ALLREDUCE.name, value.operands,
                                                  value.attrs, span=B.here()))
 
 
@@ -319,7 +321,7 @@ WARP_REDUCE_KINDS = ("sum", "max", "min", "bitand", "bitor")
 
 def _warp_reduce(kind: str, value):
     name = f"T.warp_reduce_{kind}"
-    builder = _kernel_builder(name)
+    builder = thread_builder(name)
     threads = tuple(builder.threads)
     if threads[0] % WARP == 0 or threads[1] == threads[2] == 1:
         width = WARP  # in a 1-D block the last warp may be partial (48 threads: 32 and 16)

@@ -20,7 +20,14 @@ for backends that run a block as one sequence (the CPU, the interpreter):
   that read nothing of a thread's: TileLang's ``if tx < 32: ... else: ...`` splitting the
   block into roles) runs that work once when some thread takes the branch, and its
   per-thread parts for the threads that take it. The same work in a loop whose trip count
-  depends on the thread has no such meaning and is refused at the loop's line.
+  depends on the thread has no such meaning and is refused at the loop's line;
+- an op whose threads exchange values (``T.tvm_thread_allreduce``, the warp shuffles and
+  votes of ``ir.SHUFFLE_OPS`` / ``ir.VOTE_OPS``) is a statement of every thread at once: each
+  thread's value is staged in an array (with whether it runs the op: meets the conditions of
+  the branches it is in), then each thread computes its result from the others'. A branch
+  holding one keeps its shape, as a branch holding the block's work does; a loop whose trip
+  count depends on the thread refuses one, and so does a condition a block's vote (a barrier
+  every thread must reach) is under.
 """
 
 from __future__ import annotations
@@ -34,10 +41,16 @@ from tvm import tirx
 from ..errors import KernelError, span_location
 from ..ir import (
     ATOMIC_OPS,
+    BLOCK_VOTE_OPS,
     NAMED_BARRIER,
+    SHUFFLE_OPS,
+    SYNC_WARP,
     THREAD_ALLREDUCE,
     THREAD_BINDING,
+    VOTE_OPS,
+    WARP_OPS,
     decode,
+    lane_mask,
 )
 from .lowering_utils import compare_floats
 from .walk import StmtMutator, prim_func_pass, rebuild_for
@@ -46,7 +59,10 @@ PARALLEL_KEY = "tw.loop"
 KERNEL_THREADS_KEY = "tw.threads"  # on a kernel's block loop: T.Kernel's threads
 # the ops of thread-level code :func:`serialize_threads` removes (a backend running it
 # declares them among its tile ops)
-THREAD_OPS = (THREAD_BINDING.name, NAMED_BARRIER.name, THREAD_ALLREDUCE.name)
+THREAD_OPS = (THREAD_BINDING.name, NAMED_BARRIER.name, THREAD_ALLREDUCE.name,
+              *sorted(WARP_OPS))
+# the ops whose threads exchange values: each a statement of every thread at once
+COLLECTIVE_OPS = frozenset({THREAD_ALLREDUCE.name, *SHUFFLE_OPS, *VOTE_OPS})
 
 
 def thread_indices(body) -> list:
@@ -57,6 +73,33 @@ def thread_indices(body) -> list:
     return [(c.operands["dst"].buffer, int(c.attrs["dim"]),
              tuple(int(t) for t in c.attrs["threads"].split(",")))
             for c in found if c is not None and c.name == THREAD_BINDING.name]
+
+
+def collective_results(body) -> list:
+    """The arrays the warp ops (shuffles, votes) under ``body`` write: each thread's result,
+    whatever the values it is computed from."""
+    found = []
+
+    def note(stmt):
+        call = decode(stmt)
+        if call is not None and call.name in WARP_OPS and "dst" in call.operands:
+            found.append(call.operands["dst"].buffer)
+
+    tvm_ffi.structural_walk(body, (tirx.Evaluate, note))
+    return found
+
+
+def contains_collective(stmt) -> bool:
+    """Whether ``stmt`` holds an op whose threads exchange values (:data:`COLLECTIVE_OPS`)."""
+    found = []
+
+    def note(s):
+        call = decode(s)
+        if call is not None and call.name in COLLECTIVE_OPS:
+            found.append(s)
+
+    tvm_ffi.structural_walk(stmt, (tirx.Evaluate, note))
+    return bool(found)
 
 
 def is_per_thread(buffer) -> bool:
@@ -111,7 +154,7 @@ class ThreadDependence:
     backend whose fragments live in its threads' registers counts them too)."""
 
     def __init__(self, body, indices, per_thread=is_per_thread, tile_ops: bool = True):
-        self.buffers, self.variables = list(indices), []
+        self.buffers, self.variables = [*indices, *collective_results(body)], []
         pending = guarded_writes(body, per_thread, tile_ops=tile_ops)
         changed = True
         while changed:
@@ -283,6 +326,123 @@ class _Serialize:
 
         return tirx.SeqStmt([tirx.AllocBuffer(values), held, self._each_thread(make)])
 
+    def warp_op(self, call, guards):
+        """A shuffle or a vote (``ir.SHUFFLE_OPS``, ``ir.VOTE_OPS``): each thread's value and
+        whether it runs the op (meets ``guards``) into arrays, then each thread that runs it
+        computes its result from those of its warp (of the block for a block's vote)."""
+        if guards and call.name in BLOCK_VOTE_OPS:
+            raise KernelError(f"T.{call.name} under a condition on the thread index: it is a "
+                              "barrier of the whole block, which every thread must reach; move "
+                              "it out of the condition", span_location(call.span))
+        value = call.operands["value"]
+        staged = tirx.decl_buffer((1,), str(value.ty), f"{call.name}_values", scope="local")
+        running = tirx.decl_buffer((1,), "int32", f"{call.name}_running", scope="local")
+        values, runs = self._expand(staged), self._expand(running)
+        flag = tirx.Cast("int32", _all(guards)) if guards else tirx.const(1, "int32")
+        parts = [tirx.AllocBuffer(values), tirx.AllocBuffer(runs),
+                 self.leaf(tirx.BufferStore(running, flag, [0], span=call.span), ()),
+                 self.leaf(tirx.BufferStore(staged, value, [0], span=call.span), guards)]
+        rule = self._shuffle if call.name in SHUFFLE_OPS else self._vote
+
+        def make(ids, linear):
+            body = self._per_thread(rule(call, values, runs, linear), ids, linear)
+            if guards:
+                body = tirx.IfThenElse(self._per_thread(_all(guards), ids, linear), body, None)
+            return body
+
+        parts.append(self._each_thread(make))
+        return tirx.SeqStmt(parts)
+
+    def _exists(self, thread, runs, linear):
+        """(whether ``thread`` exists and runs the op, ``thread`` or ``linear`` when not:
+        an index safe to read)."""
+        inside = tirx.And(thread >= 0, thread < self.count)
+        safe = tirx.Select(inside, thread, linear)
+        return tirx.And(inside, tirx.BufferLoad(runs, [safe]) != 0), safe
+
+    def _shuffle(self, call, values, runs, linear):
+        """The source lane as PTX's shfl picks it (``ir.SHUFFLE_OPS``); the caller's own value
+        when it is out of its group or the mask, or does not exist or run the shuffle."""
+        width = int(call.attrs["width"])
+        lane = tirx.floormod(linear, 32)
+        first = lane - tirx.floormod(lane, width)  # the first lane of the caller's group
+        last = first + (width - 1)
+        b = tirx.bitwise_and(call.operands["lane"], tirx.const(31, "int32"))
+        mode = SHUFFLE_OPS[call.name]
+        if mode == "idx":
+            source, ok = first + tirx.bitwise_and(b, tirx.const(width - 1, "int32")), None
+        elif mode == "xor":
+            source = tirx.bitwise_xor(lane, b)
+            ok = source <= last
+        elif mode == "down":
+            source = lane + b
+            ok = source <= last
+        else:
+            source = lane - b
+            ok = source >= first
+        thread = linear - lane + source
+        there, safe = self._exists(thread, runs, linear)
+        take = there if ok is None else tirx.And(ok, there)
+        mask = lane_mask(call.attrs["mask"])
+        if mask != 0xFFFFFFFF:  # a source lane outside the mask: the caller's own value
+            bit = tirx.shift_right(tirx.const(mask, "int64"), tirx.Cast(
+                "int64", tirx.bitwise_and(source, tirx.const(31, "int32"))))
+            take = tirx.And(take, tirx.bitwise_and(bit, tirx.const(1, "int64")) == 1)
+        pick = tirx.Select(take, safe, linear)
+        dst = call.operands["dst"]
+        return tirx.BufferStore(dst.buffer, tirx.BufferLoad(values, [pick]), list(dst.starts))
+
+    def _vote(self, call, values, runs, linear):
+        """The vote of ``ir.VOTE_OPS`` over the lanes of the mask in the caller's warp that
+        run it, or over the block's threads that do."""
+        kind = call.name
+        dst = call.operands["dst"]
+        dtype = str(dst.buffer.dtype)
+        mask = lane_mask(call.attrs["mask"])
+        k = tirx.Var("k", "int32")
+        if VOTE_OPS[kind][0] == "block":
+            thread, extent, bit = k, self.count, None
+            member, safe = self._exists(thread, runs, linear)
+        else:
+            thread, extent = linear - tirx.floormod(linear, 32) + k, 32
+            there, safe = self._exists(thread, runs, linear)
+            bit = tirx.shift_left(tirx.const(1, "uint64"), tirx.Cast("uint64", k))
+            in_mask = tirx.bitwise_and(tirx.const(mask, "uint64"), bit) != \
+                tirx.const(0, "uint64")
+            member = there if kind == "activemask" else tirx.And(there, in_mask)
+        theirs, mine = tirx.BufferLoad(values, [safe]), tirx.BufferLoad(values, [linear])
+        acc = tirx.BufferLoad(dst.buffer, list(dst.starts))
+        one, zero = tirx.const(1, dtype), tirx.const(0, dtype)
+        true = tirx.And(member, theirs != tirx.const(0, str(theirs.ty)))
+        init, update, final = zero, None, None
+        if kind in ("any_sync", "syncthreads_or"):
+            update = tirx.Select(true, one, acc)
+        elif kind in ("all_sync", "syncthreads_and"):
+            init = one
+            update = tirx.Select(tirx.And(member, tirx.Not(true)), zero, acc)
+        elif kind == "syncthreads_count":
+            update = acc + tirx.Select(true, one, zero)
+        elif kind in ("ballot_sync", "activemask"):
+            hit = member if kind == "activemask" else true
+            update = tirx.Select(hit, tirx.bitwise_or(acc, tirx.Cast(dtype, bit)), acc)
+        elif kind == "match_any_sync":
+            update = tirx.Select(tirx.And(member, theirs == mine),
+                                 tirx.bitwise_or(acc, tirx.Cast(dtype, bit)), acc)
+        else:  # match_all_sync: count the lanes that differ, then the mask when none does
+            update = tirx.Select(tirx.And(member, theirs != mine), one, acc)
+            # the lanes of the mask that exist (a partial warp has fewer)
+            lanes = tirx.min(self.count - (linear - tirx.floormod(linear, 32)), 32)
+            live = tirx.shift_left(tirx.const(1, "uint64"), tirx.Cast("uint64", lanes)) - \
+                tirx.const(1, "uint64")
+            final = tirx.Select(acc == zero, tirx.Cast(dtype, tirx.bitwise_and(
+                live, tirx.const(mask, "uint64"))), zero)
+        stmts = [tirx.BufferStore(dst.buffer, init, list(dst.starts)),
+                 tirx.For(k, 0, extent, tirx.ForKind.SERIAL,
+                          tirx.BufferStore(dst.buffer, update, list(dst.starts)))]
+        if final is not None:
+            stmts.append(tirx.BufferStore(dst.buffer, final, list(dst.starts)))
+        return tirx.SeqStmt(stmts)
+
     def leaf(self, stmt, guards):
         """``stmt`` run by each thread in turn (those meeting ``guards``). A store into
         memory the threads share whose value reads that memory (``s[tx] = s[n - 1 - tx]``)
@@ -346,12 +506,13 @@ class _Serialize:
 
     def _lockstep(self, stmt) -> bool:
         """Whether a branch on the thread index keeps its shape, each of its statements
-        run for the threads taking it before the next: when it holds the block's work, or
-        loops (whose iterations the threads may share memory between, at barriers)."""
+        run for the threads taking it before the next: when it holds the block's work, loops
+        (whose iterations the threads may share memory between, at barriers) or an op whose
+        threads exchange values."""
         found = []
         tvm_ffi.structural_walk(stmt, (tirx.For, lambda s: found.append(s)
                                        if not _is_parallel(s) else None))
-        return bool(found) or self.block_work(stmt)
+        return bool(found) or self.block_work(stmt) or contains_collective(stmt)
 
     def visit(self, stmt, guards=()):
         """``stmt`` of the block's program, under ``guards`` (the conditions on the thread
@@ -365,10 +526,13 @@ class _Serialize:
                 return tirx.AllocBuffer(self.expanded[stmt.buffer], span=stmt.span)
             return stmt
         call = decode(stmt)
-        if call is not None and call.name in (THREAD_BINDING.name, NAMED_BARRIER.name):
+        if call is not None and call.name in (THREAD_BINDING.name, NAMED_BARRIER.name,
+                                              SYNC_WARP.name):
             return tirx.Evaluate(0)  # the index is the thread loop's; the order is the loops'
         if call is not None and call.name == THREAD_ALLREDUCE.name:
             return self.allreduce(call, guards)
+        if call is not None and call.name in COLLECTIVE_OPS:
+            return self.warp_op(call, guards)
         if isinstance(stmt, tirx.Bind) and any(stmt.var.same_as(v)
                                                for v in self.dep.variables):
             # a name bound to a thread's value: each thread's value in its element
@@ -407,6 +571,12 @@ class _Serialize:
                 parts.append(self.any_thread(inner, body, stmt.span)
                              if self.block_work(branch) else body)
             return tirx.SeqStmt(parts)
+        if isinstance(stmt, tirx.For | tirx.While) and header and contains_collective(stmt):
+            raise KernelError(
+                "a loop whose trip count depends on the thread index holds a warp shuffle, "
+                "vote or reduction, which every thread of its warp (its block) must reach "
+                "together: bound the loop by values every thread shares",
+                span_location(stmt.span))
         if isinstance(stmt, tirx.For | tirx.While) and header and self.block_work(stmt):
             raise KernelError(
                 "a loop whose trip count depends on the thread index "

@@ -9,7 +9,7 @@ exercises; the SDK's tests require it to be empty. Shapes are small: the suite c
 semantics, not speed, and must stay quick on an interpreter.
 """
 
-from . import access, control, low_precision, reductions, rng, scalar, tiles
+from . import access, control, low_precision, reductions, rng, scalar, tiles, warp
 from .model import ALL_DTYPES, FLOATS, Case, Kernel, eager, rand
 from .tiles import probe_kernel
 
@@ -51,7 +51,8 @@ NOT_COMPUTING = {
 }
 
 CATALOGUE: tuple[Kernel, ...] = (*tiles.ROWS, *scalar.ROWS, *reductions.ROWS, *control.ROWS,
-                                 *low_precision.ROWS, *rng.ROWS, *access.ROWS)
+                                 *low_precision.ROWS, *rng.ROWS, *access.ROWS,
+                                 *warp.ROWS)
 
 
 def cases(names=None) -> list[Case]:
