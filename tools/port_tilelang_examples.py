@@ -102,7 +102,7 @@ GPU_ONLY = [
     (r"\bT\.(ws|ws_op|WS\w+|annotate_ws\w*|set_max_nreg|inc_max_nreg|dec_max_nreg|"
      r"no_set_max_nreg|disable_warp_group_reg_alloc|annotate_producer\w*|"
      r"annotate_consumer\w*)\b", "warp specialisation"),
-    (r"\bT\.(tvm_warp_shuffle|launch_thread|"
+    (r"\bT\.(launch_thread|"
      r"block_rank_in_cluster|ClusterKernel|PersistentTileScheduler)\b",
      "warp-, cluster- or grid-level programming"),
     (r"\bT\.(call_extern|import_source)\b", "CUDA source called from the kernel"),

@@ -171,6 +171,7 @@ from .warp import (
     syncthreads_and,
     syncthreads_count,
     syncthreads_or,
+    tvm_warp_shuffle,
 )
 
 globals().update(_DTYPES)
@@ -229,7 +230,8 @@ __all__ = [
     "activemask", "all_sync", "any_sync", "ballot", "ballot_sync", "get_lane_idx",
     "get_warp_group_idx", "get_warp_idx", "get_warp_idx_sync", "match_all_sync",
     "match_any_sync", "shfl_down", "shfl_sync", "shfl_up", "shfl_xor", "shuffle_elect",
-    "sync_warp", "syncthreads_and", "syncthreads_count", "syncthreads_or", *_BIT_HELPERS,
+    "sync_warp", "syncthreads_and", "syncthreads_count", "syncthreads_or", "tvm_warp_shuffle",
+    *_BIT_HELPERS,
     *_DTYPES, *_REDUCE_OPS, *_SCAN_OPS,
     *_ATOMIC_OPS, *_WIDE_ATOMIC_OPS, *_WARP_REDUCE_OPS, *_UNARY,
     *_BINARY, *_BITWISE, *_BIT_COUNTS, *_PREDICATES, *_FAST_MATH, *_LDST,

@@ -106,7 +106,8 @@ def _collective(name: str, operands: dict, attrs: dict, dtype: str):
 
 
 # -- shuffles ------------------------------------------------------------------------------------
-def _shuffle(name: str, value, lane, width, mask):
+def _shuffle(name: str, value, lane, width, mask, op: str | None = None):
+    """Shuffle op ``op`` (default ``name``, the function the user called)."""
     value = to_expr(value)
     dtype = str(value.ty)
     if dtype not in SHUFFLE_DTYPES:
@@ -117,7 +118,8 @@ def _shuffle(name: str, value, lane, width, mask):
         raise KernelTypeError(f"T.{name} takes an integer lane or offset, got {lane.ty}",
                               user_location())
     attrs = {"width": _width(width, name), "mask": _mask(mask, name)}
-    return _collective(name, {"value": value, "lane": to_expr(lane, "int32")}, attrs, dtype)
+    return _collective(op or name, {"value": value, "lane": to_expr(lane, "int32")}, attrs,
+                       dtype)
 
 
 @_checked("shfl_sync")
@@ -150,6 +152,17 @@ def shfl_up(value, delta, width=WARP, mask=FULL_MASK):
     ``delta`` below the caller; the caller's own before the start of its group of ``width``
     lanes (``__shfl_up_sync``)."""
     return _shuffle("shfl_up", value, delta, width, mask)
+
+
+@_checked("tvm_warp_shuffle")
+def tvm_warp_shuffle(mask, value, lane, width, warp_size):
+    """TVM's ``T.tvm_warp_shuffle(mask, value, lane, width, warp_size)``, as TileLang's
+    Hadamard transform writes it: :func:`shfl_sync` of ``value`` from ``lane`` of the caller's
+    group of ``width`` lanes, ``mask`` its members; ``warp_size`` is 32. (The CUDA dialect's
+    own takes a member mask computed at run time too.)"""
+    if as_int(warp_size) != WARP:
+        raise kernel_error(f"T.tvm_warp_shuffle: warp_size is {WARP}, got {warp_size!r}")
+    return _shuffle("tvm_warp_shuffle", value, lane, width, mask, op="shfl_sync")
 
 
 # -- votes -----------------------------------------------------------------------------------------

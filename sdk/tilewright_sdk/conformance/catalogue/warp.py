@@ -23,6 +23,8 @@ SHUFFLES = (
     ("shfl_up", lambda v, tx: T.shfl_up(v, 2), lambda lane: lane - 2 if lane >= 2 else None),
     ("shfl_up", lambda v, tx: T.shfl_up(v, 5, 16),
      lambda lane: lane - 5 if lane % 16 >= 5 else None),
+    ("tvm_warp_shuffle", lambda v, tx: T.tvm_warp_shuffle(0xFFFFFFFF, v, (tx ^ 2) % 32, 32, 32),
+     lambda lane: lane ^ 2),
 )
 
 
@@ -169,7 +171,7 @@ THREADS = {"full": {"M": 2, "N": 64}, "partial": {"M": 2, "N": 48}}
 ROWS = (
     Kernel("warp_shuffle", ("Kernel", "Tensor", "prim_func", "alloc_local", "alloc_shared",
                             "get_thread_binding", "shfl_sync", "shfl_xor", "shfl_down",
-                            "shfl_up", "sync_warp"),
+                            "shfl_up", "sync_warp", "tvm_warp_shuffle"),
            ("get_thread_binding", "shfl_sync", "shfl_xor", "shfl_down", "shfl_up",
             "sync_warp"), _shuffles,
            lambda torch, gen, dtype, M, N: [rand(torch, gen, (M, N), dtype)], _shuffles_ref,
