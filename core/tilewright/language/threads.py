@@ -77,7 +77,7 @@ def get_thread_bindings():
     """``tx, ty, tz = T.get_thread_bindings()``: the calling thread's index along each of the
     three thread dimensions (``T.get_thread_binding(d)``); a dimension of one thread is the
     constant 0."""
-    threads = tuple(_kernel_builder("T.get_thread_bindings").threads)
+    threads = tuple(thread_builder("T.get_thread_bindings").threads)
     return [get_thread_binding(d) if d == 0 or threads[d] > 1 else tirx.const(0, "int32")
             for d in range(3)]
 
