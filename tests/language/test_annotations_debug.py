@@ -141,6 +141,37 @@ def test_device_assert_passes_and_fails_with_the_line():
     check(kernel(a), a.double().sqrt())
 
 
+def asserting(M, block=8):
+    @T.prim_func
+    def main(A: T.Tensor((M,), "int32"), B: T.Tensor((M,), "int32")):
+        assert M % block == 0, f"M = {M} must be a multiple of {block}"  # static-assert
+        with T.Kernel(M // block) as bx:
+            for i in T.Parallel(block):
+                assert A[bx * block + i] >= 0, "negative input"  # python-assert
+                B[bx * block + i] = A[bx * block + i] * 2
+
+    return main
+
+
+@pytest.mark.parametrize("target", ["cpu", "interp"])
+def test_python_assert_checks_python_values_now_and_run_time_values_in_the_kernel(target):
+    """``assert`` of a Python value is Python's (its message evaluated on failure only); of a
+    run-time value, ``T.device_assert`` (TVM stopped at it: "Cannot use and / or / not
+    operator to Expr")."""
+    with pytest.raises(AssertionError, match="M = 20 must be a multiple of 8"):
+        asserting(20)
+    kernel = tilewright.compile(asserting(16), target=target)
+    a = torch.arange(16, dtype=torch.int32)
+    b = torch.zeros(16, dtype=torch.int32)
+    kernel(a, b)
+    assert torch.equal(b, a * 2)
+    a[5] = -3
+    with pytest.raises(RuntimeError) as info:
+        kernel(a, b)
+    text = str(info.value)
+    assert f"{THIS.name}:{line_of('python-assert')}" in text and "negative input" in text, text
+
+
 def test_each_kernel_block_has_its_own_annotations():
     # T.use_swizzle in the first block of a kernel sequence does not reach the second
     @T.prim_func

@@ -18,6 +18,7 @@ from ..ir import NAMED_BARRIER, SYNC_GRID, make_call
 from ..ir.schema import writes_memory
 from . import builder as B
 from .buffer import BufferSlice, TileBuffer, VarHandle, as_int, dtype_of, to_expr
+from .debug import device_assert
 from .math import arith, bitwise, if_then_else, keeping_effects, refuse_float_operands
 from .tileops import atomics_as_statements
 
@@ -462,6 +463,20 @@ class Helpers:
         if dtype_of(cond) is None:
             return then() if cond else otherwise()
         return if_then_else(cond, then(), otherwise())
+
+    @staticmethod
+    def check(cond, message):
+        """``assert cond, message`` in a kernel: Python's assert of a Python value (a
+        compile-time check, ``assert K % block_K == 0``); ``T.device_assert`` of a run-time
+        one (TVM stopped: "Cannot use and / or / not operator to Expr")."""
+        cond = truth(cond)
+        if dtype_of(cond) is None:
+            if not cond:
+                text = message()
+                raise AssertionError(*(() if text is None else (text,)))
+            return
+        text = message()
+        device_assert(cond, "" if text is None else str(text))
 
     @staticmethod
     def not_of(value):

@@ -193,6 +193,16 @@ class _Rewriter(ast.NodeTransformer):
             return self._helper("bitwise", ast.Constant(op), node.left, node.right, node=node)
         return node
 
+    def visit_Assert(self, node: ast.Assert):
+        # assert COND, MSG -> __tw__.check(COND, lambda: MSG): Python's assert of a Python
+        # value (the message evaluated on failure only), T.device_assert of a run-time one
+        self.generic_visit(node)
+        no_args = ast.arguments(posonlyargs=[], args=[], kwonlyargs=[], kw_defaults=[],
+                                defaults=[])
+        message = ast.Lambda(no_args, node.msg if node.msg is not None else ast.Constant(None))
+        call = self._helper("check", node.test, ast.copy_location(message, node), node=node)
+        return ast.fix_missing_locations(ast.copy_location(ast.Expr(call), node))
+
     def visit_Expr(self, node: ast.Expr):
         # a bare expression (a call): __tw__.statement(VALUE) evaluates one with an effect
         self.generic_visit(node)
