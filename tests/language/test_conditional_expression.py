@@ -6,7 +6,6 @@ import pytest
 import tilewright
 import tilewright.language as T
 import torch
-from source_lines import Markers
 
 
 def padded(n=16, valid=11, use_b=True):
@@ -73,17 +72,28 @@ def test_run_time_values_are_conditions_as_in_c(target, a0, a1, x0, x1):
     assert b.tolist() == want
 
 
-def test_a_tile_as_a_condition_is_refused_at_its_line():
+def test_an_optional_buffer_is_tested_by_its_presence():
+    """``if bias:`` of a macro's optional tile parameter: a buffer is true (TileLang's kernels
+    write this), ``None`` false."""
+
     @T.macro
-    def tile_test(s, A):
-        if s:  # tile-condition
-            A[0] = 1.0
+    def add_bias(acc, bias):
+        if bias:
+            for i in T.Parallel(4):
+                acc[i] = acc[i] + bias[i]
 
-    with pytest.raises(tilewright.KernelError) as info:
-        @T.prim_func
-        def main(A: T.Tensor((4,), "float32")):
-            with T.Kernel(1):
-                s = T.alloc_shared((4,), "float32")
-                tile_test(s, A)
+    @T.prim_func
+    def main(A: T.Tensor((4,), "float32"), Bias: T.Tensor((4,), "float32"),
+             C: T.Tensor((2, 4), "float32")):
+        with T.Kernel(1):
+            acc = T.alloc_fragment((4,), "float32")
+            T.copy(A, acc)
+            add_bias(acc, None)
+            T.copy(acc, C[0, 0])
+            add_bias(acc, Bias)
+            T.copy(acc, C[1, 0])
 
-    Markers(__file__).assert_at(info.value, "tile-condition", "buffer 's' has no truth value")
+    a, bias = torch.randn(4), torch.randn(4)
+    c = torch.zeros(2, 4)
+    tilewright.compile(main, target="cpu")(a, bias, c)
+    assert torch.equal(c, torch.stack([a, a + bias]))

@@ -330,11 +330,10 @@ def truth(cond):
     Python value as it is (Python's truth); a run-time value (an expression, a ``T.alloc_var``
     scalar) as a bool expression, non-zero being true as in C (``if v:`` of an int32 variable
     stopped in TVM, "Not of int32"; ``not v`` was Python's False); a constant folded to Python's
-    bool. A buffer or a region has no truth value: refused at the user's line (``if s:`` of a
-    tile was always true)."""
+    bool. A buffer is true, as any Python object (TileLang's kernels test an optional one:
+    ``if bias:``); a region is no value, refused at the user's line."""
     if isinstance(cond, TileBuffer) and not isinstance(cond, VarHandle):
-        raise kernel_error(f"buffer {cond.name!r} has no truth value; test one of its "
-                           f"elements ({cond.name}[0] != 0, say)")
+        return True
     if not isinstance(cond, (VarHandle, BufferSlice)) and dtype_of(cond) is None:
         return cond
     cond = to_expr(cond)  # a region raises: it is no value
