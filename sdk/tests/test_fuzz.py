@@ -370,8 +370,9 @@ def test_atomics_and_vectors_respect_the_backends_capabilities():
 
 
 def test_new_draws_respect_the_backends_capabilities():
-    """No size read from the arguments without the dynamic_shapes feature, no float8 or
-    unsigned dtype the backend does not declare, none of the avoided features."""
+    """No size read from the arguments without the dynamic_shapes feature, no T.fmod,
+    T.clz or T.popcount without extended_math, no float8 or unsigned dtype the backend does
+    not declare, none of the avoided features."""
     avoid = {"tensor_3d", "unpack", "sign_cast", "int4_input", "unsigned_wrap_arith"}
 
     @settings(max_examples=80, deadline=None, database=None,
@@ -381,7 +382,7 @@ def test_new_draws_respect_the_backends_capabilities():
                     features=frozenset({"partial_tiles"})))
     def check(program):
         assert not program.features & (avoid | {"dynamic_shape", "float8_cast", "tile_3d",
-                                                "float8_input"})
+                                                "float8_input", "fmod", "bit_count"})
         assert not program.packed and not program.float8
         assert not program.dynamic and not program.depth
         source = program.kernel_source()

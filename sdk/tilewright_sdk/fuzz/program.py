@@ -1287,14 +1287,16 @@ def programs(draw, avoid=(), dtypes=None, features=None, tile_ops=None,
     """A strategy of valid programs; ``avoid``: features never to generate; ``dtypes``: the
     dtypes a program may use (default: all); ``features``: the backend's capability
     features (default: all), of which ``dynamic_shapes`` lets sizes be read from the
-    arguments, ``extended_math`` draws erf, atan and asinh, ``atomic_return_prev`` atomics
+    arguments, ``extended_math`` draws erf, atan, asinh, fmod, clz and popcount,
+    ``atomic_return_prev`` atomics
     returning the previous value and ``vector_dtypes`` vector values (``wide_vectors``: of
     more than 128 bits too); ``tile_ops``: the tile ops the backend declares (default: all),
     of which the atomics' are drawn; ``op_dtypes``: op -> the dtypes the backend takes it for,
     where fewer than ``dtypes`` (the atomics')."""
     declared = set(INT_DTYPES + FLOAT_DTYPES + tuple(FLOAT8)) if dtypes is None else set(dtypes)
     if features is not None:
-        lacking = {"extended_math": LIBM_MATH, "atomic_return_prev": ("atomic_prev",),
+        lacking = {"extended_math": (*LIBM_MATH, "fmod", "bit_count"),
+                   "atomic_return_prev": ("atomic_prev",),
                    "vector_dtypes": ("vector",)}
         avoid = (*avoid, *(f for need, fs in lacking.items() if need not in features
                            for f in fs))
