@@ -78,10 +78,15 @@ BITS_AND_SCANS = {"reduce_bitand", "reduce_bitor", "reduce_bitxor", "cummax", "b
 # values (drawn since 2026-12-12)
 ATOMICS_AND_VECTORS = {"atomic_or", "atomic_and", "atomic_xor", "atomic_memory_order",
                        "atomic_prev", "atomic_load", "atomic_store", "vector"}
+# integer negation, ~, T.popcount / T.clz, T.truncdiv / T.truncmod, bitwise operators and
+# floor divisions of negative operands, T.fmod, and tiles 32 or 64 columns wide (drawn since
+# 2026-12-06)
+INT_AND_WIDE = {"int_neg", "bitwise_not", "bit_count", "truncdiv", "bitwise_negative",
+                "negative_divisor", "fmod", "wide_tile"}
 NEW_FEATURES = {"tensor_3d", "dynamic_shape", "sign_cast", "float8_cast", "unpack",
                 "int4_input", "float_uint_cast", "unsigned_wrap_arith", "float8_input",
                 "tile_copy", "pipelined_gemm", "rebind", "reduce_low_to_low", *BITS_AND_SCANS,
-                *MATH_AND_BLOCK, *ATOMICS_AND_VECTORS}
+                *MATH_AND_BLOCK, *ATOMICS_AND_VECTORS, *INT_AND_WIDE}
 OLD_DTYPES = {"int8", "int16", "int32", "uint8", "int64", "float32", "float16", "bfloat16"}
 AVOIDABLE = {f for f in CONTROL if not f.startswith(("reduce_acc", "gemm_", "atomic_add_"))}
 
@@ -232,7 +237,7 @@ def test_new_draws_are_generated_and_valid():
     int4 inputs are all drawn; one program with each runs on the interpreter and agrees with
     itself."""
     _each_drawn_and_valid(NEW_DRAWS, _drawn(programs(avoid=MATH_AND_BLOCK | BITS_AND_SCANS |
-                                                     ATOMICS_AND_VECTORS), 300, 22))
+                                                     ATOMICS_AND_VECTORS | INT_AND_WIDE), 300, 22))
 
 
 TILE_DRAWS = ("tile_copy", "tile_copy_window", "tile_copy_fragment_shared",
@@ -245,7 +250,7 @@ def test_tile_copies_pipelined_gemms_and_rebinds_are_generated_and_valid():
     bfloat16 reductions into the other low-precision dtype are drawn; one program with each
     runs on the interpreter and agrees with itself; avoided, none is drawn."""
     _each_drawn_and_valid(TILE_DRAWS, _drawn(programs(avoid=MATH_AND_BLOCK | BITS_AND_SCANS |
-                                                      ATOMICS_AND_VECTORS), 300, 22))
+                                                      ATOMICS_AND_VECTORS | INT_AND_WIDE), 300, 22))
     _never_drawn(TILE_DRAWS, programs(avoid={"tile_copy", "pipelined_gemm", "rebind",
                                              "reduce_low_to_low"}), 60, 22)
 
@@ -265,7 +270,8 @@ def test_math_atomics_and_block_code_are_generated_and_valid():
     itself; avoided, none is drawn. (Seed 49: one whose 400 draws hold every feature, as
     seed 33's did before erf/atan/asinh.)"""
     _each_drawn_and_valid(MATH_DRAWS, _drawn(programs(avoid=BITS_AND_SCANS |
-                                                      ATOMICS_AND_VECTORS), 400, 49))
+                                                      ATOMICS_AND_VECTORS | INT_AND_WIDE), 400,
+                                                     49))
     _never_drawn(MATH_DRAWS, programs(avoid=MATH_AND_BLOCK), 60, 49)
 
 
@@ -279,7 +285,8 @@ def test_bitwise_reductions_and_running_maxima_are_generated_and_valid():
     """T.reduce_bitand/bitor/bitxor of integer tiles and T.cummax in both dimensions and
     directions are drawn; one program with each runs on the interpreter and agrees with
     itself; avoided, none is drawn (and no float program reduces bitwise)."""
-    drawn = _drawn(programs(avoid={"block_branch", "thread_code", *ATOMICS_AND_VECTORS}), 300,
+    drawn = _drawn(programs(avoid={"block_branch", "thread_code", *ATOMICS_AND_VECTORS,
+                                    *INT_AND_WIDE}), 300,
                    6)
     _each_drawn_and_valid(SCAN_AND_BIT_DRAWS, drawn)
     assert not any(p.dtype.startswith(("float", "bfloat")) and
@@ -294,7 +301,7 @@ def test_block_code_branching_on_data_is_generated_and_valid():
     such an element gives, are drawn; one program with each runs on the interpreter and agrees
     with itself."""
     _each_drawn_and_valid(BRANCH_DRAWS, _drawn(programs(avoid=BITS_AND_SCANS - {
-        "block_branch"} | ATOMICS_AND_VECTORS), 200, 5))
+        "block_branch"} | ATOMICS_AND_VECTORS | INT_AND_WIDE), 200, 5))
 
 
 def test_thread_level_code_is_generated_and_valid():
@@ -303,7 +310,7 @@ def test_thread_level_code_is_generated_and_valid():
     interpreter and agrees with itself."""
     _each_drawn_and_valid(("thread_code_scan", "thread_code_mirror"),
                           _drawn(programs(avoid=BITS_AND_SCANS - {"thread_code"} |
-                                          ATOMICS_AND_VECTORS), 300, 11))
+                                          ATOMICS_AND_VECTORS | INT_AND_WIDE), 300, 11))
 
 
 ATOMIC_DRAWS = ("atomic_or", "atomic_and", "atomic_xor", "atomic_memory_order",
@@ -319,8 +326,20 @@ def test_atomics_and_vectors_are_generated_and_valid():
     code, tickets; read, unused, bare, inside the store, folded away), atomic loads and stores
     and vector values (stored into slices, read back lane by lane) are drawn; one program with
     each runs on the interpreter and agrees with itself; avoided, none is drawn."""
-    _each_drawn_and_valid(ATOMIC_DRAWS, _drawn(programs(), 400, 4))
+    _each_drawn_and_valid(ATOMIC_DRAWS, _drawn(programs(avoid=INT_AND_WIDE), 400, 4))
     _never_drawn(ATOMIC_DRAWS, programs(avoid=ATOMICS_AND_VECTORS), 60, 4)
+
+
+NEW_OP_DRAWS = (*INT_AND_WIDE, "not", "popcount", "clz", "truncmod")
+
+
+def test_integer_operations_fmod_and_wide_tiles_are_generated_and_valid():
+    """Integer negation, ~, T.popcount and T.clz, T.truncdiv and T.truncmod, &, | and ^ of
+    negative operands, floor divisions by a negative divisor computed at run time, T.fmod
+    of exact floats and tiles 32 or 64 columns wide are drawn; one program with each runs on
+    the interpreter and agrees with itself; avoided, none is drawn."""
+    _each_drawn_and_valid(NEW_OP_DRAWS, _drawn(programs(), 300, 6))
+    _never_drawn(NEW_OP_DRAWS, programs(avoid=INT_AND_WIDE), 60, 6)
 
 
 def test_atomics_and_vectors_respect_the_backends_capabilities():
@@ -351,8 +370,9 @@ def test_atomics_and_vectors_respect_the_backends_capabilities():
 
 
 def test_new_draws_respect_the_backends_capabilities():
-    """No size read from the arguments without the dynamic_shapes feature, no float8 or
-    unsigned dtype the backend does not declare, none of the avoided features."""
+    """No size read from the arguments without the dynamic_shapes feature, no T.fmod,
+    T.clz or T.popcount without extended_math, no float8 or unsigned dtype the backend does
+    not declare, none of the avoided features."""
     avoid = {"tensor_3d", "unpack", "sign_cast", "int4_input", "unsigned_wrap_arith"}
 
     @settings(max_examples=80, deadline=None, database=None,
@@ -362,7 +382,7 @@ def test_new_draws_respect_the_backends_capabilities():
                     features=frozenset({"partial_tiles"})))
     def check(program):
         assert not program.features & (avoid | {"dynamic_shape", "float8_cast", "tile_3d",
-                                                "float8_input"})
+                                                "float8_input", "fmod", "bit_count"})
         assert not program.packed and not program.float8
         assert not program.dynamic and not program.depth
         source = program.kernel_source()

@@ -144,6 +144,29 @@ def test_constants_of_a_wrapping_type_fold_wrapped_in_a_kernel(target):
     assert y.tolist() == [255, 254, 65535, -56, -32768, 2 ** 32 - 1, 0, 255]
 
 
+@pytest.mark.parametrize("target", ["cpu", "interp"])
+def test_bitwise_not_of_an_unsigned_constant_wraps(target):
+    """Found by the fuzzer's new ``~`` draws: the interpreter evaluated ``~T.uint8(0)`` as
+    Python's ``~0``, -1, and failed to store it into a uint8 tile (OverflowError) instead of
+    giving 255."""
+    import tilewright
+    import tilewright.language as T
+    import torch
+
+    @T.prim_func
+    def unsigned_not(X: T.Tensor((4,), "uint8"), Y: T.Tensor((4,), "uint8"),
+                     Z: T.Tensor((4,), "uint16")):
+        with T.Kernel(1, threads=32) as _:
+            for i in T.Parallel(4):
+                Y[i] = ~T.uint8(0) - X[i]
+                Z[i] = (~T.uint16(1)) // T.uint16(3) + T.cast(X[i], "uint16")
+
+    x = torch.tensor([0, 1, 7, 200], dtype=torch.uint8)
+    y, z = tilewright.compile(unsigned_not, out_idx=[1, 2], target=target)(x)
+    assert y.tolist() == [255 - v for v in x.tolist()]
+    assert z.tolist() == [21844 + v for v in x.tolist()]
+
+
 def test_other_constants_keep_tvms_arithmetic():
     import tilewright.language as T
     from tilewright.language.math import arith

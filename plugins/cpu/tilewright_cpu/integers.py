@@ -8,7 +8,7 @@ import tvm_ffi
 from tilewright.transform import prim_func_pass, wrapping_integer_arithmetic
 from tvm import sym, tirx
 
-from .irutil import const_int
+from .irutil import calls_out, const_int
 
 
 def _unsigned(expr) -> bool:
@@ -216,6 +216,33 @@ def lower_floor_division():
             func.body, ((tirx.FloorDiv, tirx.FloorMod), lower)))
 
     return prim_func_pass("CPULowerFloorDivision", run)
+
+
+def clz_defined_at_zero():
+    """``T.clz`` of zero is its operand's width: each count is selected against its operand's
+    zero test, which LLVM folds into one ``llvm.ctlz`` defined at zero. TVM 0.27's LLVM
+    lowering of ``clz`` is ``llvm.ctlz`` with ``is_zero_poison`` set, so a count of a value LLVM
+    proves zero (a tile filled with 0 and read back) was poison: the int64 ``T.clz`` of such an
+    element stored whatever the output's memory held, not 64 (found by the differential
+    fuzzer, seed 41). (``llvm.ctlz`` called with the flag clear cannot be written here: the
+    flag is one bit for every lane, which TVM's vectoriser broadcasts.) The operand is read
+    twice; one that calls out of the kernel (a runtime atomic) is bound once."""
+
+    def define(call):
+        if not isinstance(call.op, tvm.ir.Op) or call.op.name != "prim.clz":
+            return call
+        value = call.args[0]
+        vtype = str(value.ty)
+        bits = tvm.runtime.DataType(vtype).bits
+        opaque = calls_out(value)
+        operand = tirx.Var("clz_operand", vtype) if opaque else value
+        count = tirx.clz(operand)
+        count = tirx.Select(operand == tirx.const(0, vtype), tirx.const(bits, str(count.ty)),
+                            count)
+        return tirx.Let(operand, value, count) if opaque else count
+
+    return prim_func_pass("CPUClzDefinedAtZero", lambda f: f.with_body(
+        tvm_ffi.structural_map(f.body, (tvm.ir.Call, define))))
 
 
 FLOAT16_MAX = 65504  # and an integer from 65520 on converts to infinity

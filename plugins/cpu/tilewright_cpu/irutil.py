@@ -1,11 +1,23 @@
 """Facts about TVM IR that the CPU's passes share: constant integers, substitution, statement
-sequences, whole-buffer regions."""
+sequences, whole-buffer regions, calls out of the kernel."""
 
 from __future__ import annotations
 
+import tvm
 import tvm_ffi
 from tilewright.ir import Region
 from tvm import tirx
+
+# calls out of the kernel (printing, runtime atomics): run once each, in order
+OPAQUE_CALLS = frozenset({"tirx.tvm_call_packed", "tirx.call_extern", "tirx.call_packed"})
+
+
+def calls_out(node) -> bool:
+    """Whether ``node`` holds a call of :data:`OPAQUE_CALLS`."""
+    found = []
+    tvm_ffi.structural_walk(node, (tvm.ir.Call, lambda c: found.append(c) if isinstance(
+        c.op, tvm.ir.Op) and c.op.name in OPAQUE_CALLS else None))
+    return bool(found)
 
 
 def substitute(node, var, value):

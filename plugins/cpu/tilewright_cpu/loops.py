@@ -3,14 +3,13 @@ allows, the frontend's loop annotations dropped."""
 
 from __future__ import annotations
 
-import tvm
 import tvm_ffi
 from tilewright.ir import vector_values
 from tilewright.transform import StmtMutator, prim_func_pass, rebuild_for
 from tvm import tirx
 from tvm.sym.pattern import detect_linear_equation
 
-from .irutil import substitute
+from .irutil import calls_out, substitute
 from .lowering_float8 import touches_float8
 
 LOOP_KEY = "tw.loop"
@@ -26,10 +25,8 @@ def _has_loop(stmt) -> bool:
 def _has_side_effects(stmt) -> bool:
     """Assertions and calls out of the kernel (printing, atomics) run lane by lane."""
     found = []
-    tvm_ffi.structural_walk(stmt, [(tirx.AssertStmt, lambda s: found.append(s)),
-                                   (tvm.ir.Call, lambda c: found.append(c) if isinstance(
-                                       c.op, tvm.ir.Op) and c.op.name in _OPAQUE_CALLS else None)])
-    return bool(found)
+    tvm_ffi.structural_walk(stmt, (tirx.AssertStmt, lambda s: found.append(s)))
+    return bool(found) or calls_out(stmt)
 
 
 def _mentions(exprs, var) -> bool:
@@ -59,9 +56,6 @@ def _stores_invariant_bfloat16(stmt, var) -> bool:
     dtype is uint16 ... RHS's dtype is bfloat16x8"; found by the differential fuzzer)."""
     return any(str(store.buffer.dtype) == "bfloat16" and not _mentions([store.value], var)
                for store in _stores(stmt))
-
-
-_OPAQUE_CALLS = frozenset({"tirx.tvm_call_packed", "tirx.call_extern", "tirx.call_packed"})
 
 
 class _Loops(StmtMutator):

@@ -321,6 +321,14 @@ def _converted_around_lets(expr, span, lane=None, tensors=()):
     holds its read in its own element. ``tensors``: as :func:`is_tensor` takes them."""
     lazy, held = _lazy_loads(expr), []
 
+    def widened(value):
+        """The float32 lanes of the bfloat16 ``value``, a shuffle's made of its vectors'."""
+        if isinstance(value, tirx.Shuffle):
+            return tirx.Shuffle([widened(v) for v in value.vectors], value.indices)
+        target = str(value.ty).replace("bfloat16", "float32")
+        return convert(tirx.Cast(target, value)) if target == "float32" else \
+            tirx.Cast(target, value)
+
     def convert(cast):
         source, target, value = str(cast.value.ty), str(cast.ty), cast.value
         if target == "bfloat16" and source != "bfloat16":  # through float32, as TVM converts
@@ -332,6 +340,8 @@ def _converted_around_lets(expr, span, lane=None, tensors=()):
             return cast
         if isinstance(value, tvm.ir.Call) and value.op.same_as(REINTERPRET):
             return _float32_of_bfloat16_bits(value.args[0])
+        if isinstance(value, tirx.Shuffle):  # lanes of vectors: those of their conversions
+            return widened(value)
         if not isinstance(value, tvm.ir.TensorLoad):
             return cast
         if is_tensor(value.source, tensors):

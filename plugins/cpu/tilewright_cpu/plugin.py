@@ -98,7 +98,8 @@ PIPELINE = PassPipeline((
                                        integers.wrap_integers(),
                                        integers.uint64_arithmetic_without_nuw(),
                                        integers.lower_floor_division(),
-                                       integers.float16_of_integers_in_range()],
+                                       integers.float16_of_integers_in_range(),
+                                       integers.clz_defined_at_zero()],
           "the block grid becomes one parallel loop over CPU workers; the integer operand of a "
           "reinterpret kept from folding into a constant; unsigned and 8/16-bit integer "
           "arithmetic made in int64 and wrapped into its type; uint64 addition, subtraction and "
@@ -106,7 +107,7 @@ PIPELINE = PassPipeline((
           "converted to uint64 unfolded; floor division by a "
           "divisor that is not a positive constant written with truncating division, without the "
           "bindings TVM's lowering would give it; a conversion of an integer to float16 made of "
-          "its value clamped into float16's range"),
+          "its value clamped into float16's range; T.clz of 0 its operand's width"),
 ))
 
 BACKEND = BackendModule(

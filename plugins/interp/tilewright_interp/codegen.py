@@ -130,7 +130,10 @@ class _Emitter:
         if kind == "Not":
             return f"(not {self.expr(e.a)})"
         if kind == "BitwiseNot":
-            return f"(~{self.expr(e.a)})"
+            text = f"(~{self.expr(e.a)})"
+            if _dtype(e).startswith("uint"):  # ~ of a Python int (a constant) is negative
+                return f"rt.cast({text}, {_dtype(e)!r})"
+            return text
         if kind == "Select" and lanes_of(_dtype(e))[1] > 1:  # lane by lane
             return (f"np.where({self.expr(e.condition)}, {self.expr(e.true_value)}, "
                     f"{self.expr(e.false_value)})")

@@ -23,14 +23,17 @@ lane, stored into a slice of a tile or read back with ``T.extract_lane``)), math
 ``exp2``,
 ``log``, ``sqrt``, ``rsqrt``, ``sin``, ``cos``, ``sigmoid``, ``tanh``, ``clamp``, ``erf``, ``atan``,
 ``asinh`` (backend feature ``extended_math``), and ``floor``,
-``ceil``, ``round``, ``trunc`` of exact values), values rounded through ``float16`` or
+``ceil``, ``round``, ``trunc`` and ``fmod`` of exact values), values rounded through ``float16`` or
 ``bfloat16`` (integers through them exactly), and the result
 copied back, or stored element by element under a bounds guard (reading inputs straight from
 global memory too). Integers are signed (8 to 64 bits) or unsigned (8 to 32 bits; cast through
 the other signedness, wrapping below zero; sums, differences and products wrapping modulo
-``2**bits``), 4-bit fields of them are read with ``T.unpack``, signed programs may take an
+``2**bits``; negated, ``~``, ``T.popcount`` / ``T.clz``, ``&``, ``|`` and ``^`` of either sign,
+floor divisions by a divisor of either sign, constant or computed, and ``T.truncdiv`` /
+``T.truncmod``), 4-bit fields of them are read with ``T.unpack``, signed programs may take an
 ``int4`` input (passed packed) and float programs a ``float8_e4m3fn`` or ``float8_e5m2`` input
-(loaded into a float8 fragment read through a cast, or converted by ``T.copy``); floats and
+(loaded into a float8 fragment read through a cast, or converted by ``T.copy``); tiles are 1 to
+16 rows by 1 to 64 columns (32 and 64: several contiguous elements a thread); floats and
 integers are converted to float8 and back (``float8_e4m3fn`` saturating at 448) and float8
 fragments are read back through a cast. Tensors may be 3-D (``(depth, M, N)`` over a third grid
 axis ``bz``, loaded as 2-D tiles or through a 3-D shared tile at a 3-D offset), and, for
@@ -82,6 +85,9 @@ UNARY_MATH = ("exp2", "log", "rsqrt", "sin", "cos", "round", "ceil", "trunc")
 # libm functions of slope at most 1 (backend feature extended_math: not drawn for a backend
 # without it)
 LIBM_MATH = ("erf", "atan", "asinh")
+# integer operations (op drawn -> its feature), drawn since 2026-12-06
+INT_OPS = {"neg": "int_neg", "not": "bitwise_not", "popcount": "bit_count",
+           "clz": "bit_count", "truncdiv": "truncdiv", "truncmod": "truncdiv"}
 # the tile ops of the atomics drawn: a backend that lacks one gets none of it
 ATOMIC_OPS = ("atomic_add", "atomic_max", "atomic_min", "atomic_or", "atomic_and",
               "atomic_xor", "atomic_load", "atomic_store")
@@ -340,10 +346,14 @@ class _Builder(AtomicDraws, VectorDraws):
         op = self.draw(st.sampled_from(("+", "-", "*", "//", "%", ">>", "<<", "&", "|", "^",
                                         "max", "min", "abs", "select", "cast") +
                                        (("clamp",) if self.allowed("clamp") else ()) +
-                                       (("lanes",) if self.lanes() else ())))
+                                       (("lanes",) if self.lanes() else ()) +
+                                       tuple(op for op, feature in INT_OPS.items()
+                                             if self.allowed(feature))))
         feats = a.features | {op_name(op)}
         if op == "clamp":
             return self.clamp(a, feats)
+        if op in INT_OPS:
+            return self.int_unary(op, a, depth, feats)
         if op == "lanes":
             return self.lane_expr(a, depth, feats)
         if op in ("//", "%"):
@@ -371,6 +381,13 @@ class _Builder(AtomicDraws, VectorDraws):
         if op == "select":
             return self.select(a, b, feats)
         if op in ("&", "|", "^"):
+            if (a.lo < 0 or b.lo < 0) and self.allowed("bitwise_negative"):
+                # two's complement: operands in [-2**k, 2**k) give a result there too
+                bound = 1 << max(int(abs(v)).bit_length() for v in (a.lo, a.hi, b.lo, b.hi))
+                if not self.fits(-bound, bound - 1):
+                    return a
+                return Expr(f"({a.text} {op} {b.text})", -bound, bound - 1,
+                            features=frozenset(feats | {"bitwise_negative"}))
             if a.lo < 0 or b.lo < 0:
                 return a
             bits = max(int(a.hi), int(b.hi), 1).bit_length()
@@ -390,6 +407,48 @@ class _Builder(AtomicDraws, VectorDraws):
         if not self.fits(lo, hi):
             return self.wrapped(text, lo, hi, feats) or a
         return Expr(text, lo, hi, features=frozenset(feats))
+
+    def int_unary(self, op: str, a: Expr, depth: int, feats) -> Expr:
+        """``-a`` (an unsigned one wrapping), ``~a``, ``T.popcount`` / ``T.clz`` of a 32- or
+        64-bit integer (a negative one's two's-complement bits), or ``T.truncdiv`` /
+        ``T.truncmod`` (C's ``/`` and ``%``, rounding towards zero) of operands of either
+        sign."""
+        feats = frozenset(feats | {INT_OPS[op]})
+        if op == "neg":
+            text = f"(-{a.text})"
+            if self.fits(-a.hi, -a.lo):
+                return Expr(text, -a.hi, -a.lo, features=feats)
+            return self.wrapped(text, -a.hi, -a.lo, feats) or a
+        if op == "not":  # -a - 1, or 2**bits - 1 - a of an unsigned a
+            lo, hi = (self.limit - a.hi, self.limit - a.lo) if self.unsigned else \
+                (-a.hi - 1, -a.lo - 1)
+            return Expr(f"(~{a.text})", lo, hi, features=feats)
+        if op in ("popcount", "clz"):  # of a narrower integer widened to int32 (its sign)
+            if self.dtype in ("int32", "uint32", "int64"):
+                return Expr(f"T.{op}({a.text})", 0, int(self.dtype.lstrip("uint")),
+                            features=feats)
+            if "int32" not in self.declared:
+                return a
+            return Expr(f"T.cast(T.{op}(T.cast({a.text}, 'int32')), {self.dtype!r})", 0, 32,
+                        features=feats | {"cast"})
+        if self.draw(st.booleans()) or depth <= 1:  # truncdiv, truncmod
+            low = 1 if self.unsigned else -7
+            d = self.draw(st.integers(low, 7).filter(lambda v: v != 0))
+            dtext, dmag = f"T.{self.dtype}({d})", abs(d)
+        else:
+            e = self.expr(depth - 2)
+            if self.unsigned or not self.fits(-e.mag - 1, e.mag + 1):
+                return a
+            sign = self.draw(st.sampled_from(("", "-")))
+            dtext, dmag = f"({sign}T.abs({e.text}) {sign or '+'} T.{self.dtype}(1))", e.mag + 1
+            feats |= e.features
+        if op == "truncdiv":  # |a / d| <= |a|, the sign of a * d
+            if not self.fits(-a.mag, a.mag) and not self.unsigned:
+                return a  # the lowest value divided by -1 overflows
+            lo, hi = (0 if self.unsigned else -a.mag), a.mag
+        else:  # the sign of a, less than |d| in magnitude
+            lo, hi = (-(dmag - 1) if a.lo < 0 else 0), (dmag - 1 if a.hi > 0 else 0)
+        return Expr(f"T.{op}({a.text}, {dtext})", lo, hi, features=feats)
 
     def wrapped(self, text: str, lo: int, hi: int, feats) -> Expr | None:
         """An unsigned sum, difference or product whose exact value ``[lo, hi]`` may leave the
@@ -486,6 +545,9 @@ class _Builder(AtomicDraws, VectorDraws):
             if self.unsigned or not self.fits(0, e.mag + 1):
                 return a
             dtext, dlo, dhi = f"(T.abs({e.text}) + T.{self.dtype}(1))", 1, e.mag + 1
+            if self.allowed("negative_divisor") and self.draw(st.booleans()):
+                dtext, dlo, dhi = f"(-T.abs({e.text}) - T.{self.dtype}(1))", -e.mag - 1, -1
+                a = Expr(a.text, a.lo, a.hi, features=a.features | {"negative_divisor"})
             a = Expr(a.text, a.lo, a.hi, features=a.features | e.features)
         negative = a.lo < 0 or dlo < 0
         if negative and not negative_ok:
@@ -499,6 +561,8 @@ class _Builder(AtomicDraws, VectorDraws):
         feats = a.features | {"floordiv"} | ({"negative_floordiv"} if negative else set())
         if op == "//":
             values = [a.lo / dlo, a.lo / dhi, a.hi / dlo, a.hi / dhi]
+            if not self.fits(math.floor(min(values)), math.floor(max(values))):
+                return a  # the lowest value divided by -1 overflows
             lo, hi = math.floor(min(values)) - 1, math.ceil(max(values)) + 1
         else:
             bound = max(abs(dlo), abs(dhi)) - 1
@@ -530,8 +594,11 @@ class _Builder(AtomicDraws, VectorDraws):
                                         "cast") + tuple(f for f in (*UNARY_MATH, "clamp",
                                                                     *LIBM_MATH)
                                                         if self.allowed(f)) +
-                                       (("lanes",) if self.lanes() else ())))
+                                       (("lanes",) if self.lanes() else ()) +
+                                       (("fmod",) if self.allowed("fmod") else ())))
         feats = a.features | {op_name(op)}
+        if op == "fmod":
+            return self.fmod(a, feats)
         if op == "lanes":
             return self.lane_expr(a, depth, feats)
         if op in UNARY_MATH:
@@ -625,6 +692,19 @@ class _Builder(AtomicDraws, VectorDraws):
         return self.rounded(f"T.{op}({a.text})", lo, hi,
                             a.err + 3 * ROUNDOFF["float32"] * max(abs(lo), abs(hi)), a,
                             features=feats | {"extended_math"})
+
+    def fmod(self, a: Expr, feats) -> Expr:
+        """``T.fmod(a, c)`` of an exact value by a constant of either sign: the remainder of
+        the quotient rounded towards zero, exact in every float format (it is discontinuous:
+        of a rounded value, any)."""
+        c = self.draw(st.sampled_from((0.75, 1.5, -2.0, 3.0)))
+        if not a.exact:  # of a leaf instead: a load, a constant or an index
+            a = self.leaf()
+            if not a.exact:
+                return a
+        lo, hi = max(a.lo, -abs(c)) if a.lo < 0 else 0.0, min(a.hi, abs(c)) if a.hi > 0 else 0.0
+        return Expr(f"T.fmod({a.text}, {self.const(c).text})", lo, hi, 0.0, True,
+                    frozenset(feats))
 
     def clamp(self, a: Expr, feats) -> Expr:
         """``T.clamp(a, lo, hi)`` between two constants of the program's dtype."""
@@ -1207,14 +1287,16 @@ def programs(draw, avoid=(), dtypes=None, features=None, tile_ops=None,
     """A strategy of valid programs; ``avoid``: features never to generate; ``dtypes``: the
     dtypes a program may use (default: all); ``features``: the backend's capability
     features (default: all), of which ``dynamic_shapes`` lets sizes be read from the
-    arguments, ``extended_math`` draws erf, atan and asinh, ``atomic_return_prev`` atomics
+    arguments, ``extended_math`` draws erf, atan, asinh, fmod, clz and popcount,
+    ``atomic_return_prev`` atomics
     returning the previous value and ``vector_dtypes`` vector values (``wide_vectors``: of
     more than 128 bits too); ``tile_ops``: the tile ops the backend declares (default: all),
     of which the atomics' are drawn; ``op_dtypes``: op -> the dtypes the backend takes it for,
     where fewer than ``dtypes`` (the atomics')."""
     declared = set(INT_DTYPES + FLOAT_DTYPES + tuple(FLOAT8)) if dtypes is None else set(dtypes)
     if features is not None:
-        lacking = {"extended_math": LIBM_MATH, "atomic_return_prev": ("atomic_prev",),
+        lacking = {"extended_math": (*LIBM_MATH, "fmod", "bit_count"),
+                   "atomic_return_prev": ("atomic_prev",),
                    "vector_dtypes": ("vector",)}
         avoid = (*avoid, *(f for need, fs in lacking.items() if need not in features
                            for f in fs))
@@ -1224,7 +1306,9 @@ def programs(draw, avoid=(), dtypes=None, features=None, tile_ops=None,
     wide = next((w for w in ("int32", "int64") if w in declared and
                  LIMITS[w] > LIMITS.get(dtype, 0)), None)
     bm = draw(st.sampled_from((1, 2, 4, 8, 16)))
-    bn = draw(st.sampled_from((1, 2, 4, 8, 16)))
+    # 32 and 64 columns: several contiguous elements per thread, which backends vectorise
+    bn = draw(st.sampled_from((1, 2, 4, 8, 16) + ((32, 64) if "wide_tile" not in avoid
+                                                   else ())))
     M = draw(st.integers(1, 3 * bm + 3))
     N = draw(st.integers(1, 3 * bn + 3))
     depth = draw(st.sampled_from((0, 0, 0, 0, 0, 0, 1, 2, 3))) if "tensor_3d" not in avoid else 0
@@ -1280,6 +1364,8 @@ def programs(draw, avoid=(), dtypes=None, features=None, tile_ops=None,
     b.features |= {f"dynamic_{d}" for d in dynamic} | ({"dynamic_shape"} if dynamic else set())
     if M % bm or N % bn:
         b.features.add("partial_tile")
+    if bn > 16:
+        b.features.add("wide_tile")
     for _ in range(draw(st.integers(1, 4))):
         kinds = ["map", "map", "map", "reduce", "cumsum", "repeat", "pipelined", "local",
                  "gemm", "atomic"]
