@@ -11,6 +11,7 @@ import pytest
 import tilewright
 import tilewright as tilelang
 import tilewright.language as T
+import tilewright_cuda.language as cuda_lang
 import torch
 from tilewright.errors import KernelError
 from tilewright_cuda import arch, executor
@@ -87,8 +88,6 @@ def test_every_warp_kernel_builds_with_nvrtc():
 
 
 def test_a_block_vote_inside_a_role_is_refused_at_its_line():
-    import tilewright_cuda.language as cuda_lang
-
     @cuda_lang.prim_func
     def main(A: T.Tensor((256,), "int32")):
         with T.Kernel(1, threads=256):

@@ -184,3 +184,17 @@ def test_each_kernel_block_has_its_own_annotations():
 
     first, second = [s for s in main.body.seq if isinstance(s, tirx.For)]
     assert "tw.swizzle" in first.annotations and "tw.swizzle" not in second.annotations
+
+
+def test_an_assert_of_a_run_time_value_outside_the_kernel_block_is_refused_at_its_line():
+    N = T.dynamic("N")
+
+    with pytest.raises(tilewright.KernelError) as info:
+        @T.prim_func
+        def main(A: T.Tensor((N,), "int32")):
+            assert N % 4 == 0, "N must be a multiple of 4"  # host-assert
+            with T.Kernel(1):
+                A[0] = 1
+    text = str(info.value)
+    assert f"{THIS.name}:{line_of('host-assert')}" in text, text
+    assert "inside 'with T.Kernel(...)'" in text, text

@@ -474,6 +474,11 @@ class Helpers:
                 text = message()
                 raise AssertionError(*(() if text is None else (text,)))
             return
+        builder = B.maybe_current()
+        if builder is None or builder.enclosing("kernel") is None:
+            raise kernel_error("an 'assert' of a value known only when the kernel runs must "
+                               "be inside 'with T.Kernel(...)', where it is T.device_assert "
+                               "(a Python value's assert is checked where it stands)")
         text = message()
         device_assert(cond, "" if text is None else str(text))
 
