@@ -154,6 +154,26 @@ def test_device_assert_that_fails_names_the_source_line():
         kernel(torch.randn(8))
 
 
+def test_an_assert_of_each_element_runs_in_the_scalar_loop():
+    """``assert A[i] >= 0`` inside a T.Parallel loop (T.device_assert of each element): the
+    loop runs on the scalar unit with the assertion in it (it was refused: "cannot run an
+    expression statement ... on the scalar unit")."""
+    @T.prim_func
+    def doubled(A: T.Tensor((16,), "int32"), B: T.Tensor((16,), "int32")):
+        with T.Kernel(2) as bx:
+            for i in T.Parallel(8):
+                assert A[bx * 8 + i] >= 0, "negative input"
+                B[bx * 8 + i] = A[bx * 8 + i] * 2
+
+    kernel = tilewright.compile(doubled, out_idx=[-1], target="ascend")
+    a = torch.arange(16, dtype=torch.int32)
+    assert torch.equal(kernel(a), a * 2)
+    a[11] = -3
+    with pytest.raises(EmulatorError, match=r"device assertion failed: .*test_ascend_vector"
+                                            r"\.py:\d+: .*negative input"):
+        kernel(a)
+
+
 def test_print_goes_to_stdout(capfd):
     func, dims = _kernel("debug")
     kernel = tilewright.compile(func, out_idx=[-1], target="ascend")

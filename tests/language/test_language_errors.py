@@ -805,3 +805,12 @@ def test_a_constant_zero_divisor_is_refused_at_its_line(divisor):
     with pytest.raises(tilewright.KernelError) as info:
         k(0)
     assert_at(info.value, "grid-div" if divisor == "ceildiv" else "elem-div", "by zero")
+
+
+def test_a_message_that_is_no_string_is_refused_at_its_line():
+    with pytest.raises(tilewright.KernelError) as info:
+        @T.prim_func
+        def main(A: T.Tensor((4,), "float32")):
+            with T.Kernel(1):
+                T.print(A[0], msg=5)  # print-number
+    assert_at(info.value, "print-number", "T.print's message must be a string, got int 5")

@@ -110,6 +110,9 @@ REG_OP = _op("tile.reg", (Operand("scalar", "read", kind="expr"),), _REG_ATTRS,
              "a register instruction: dst = op(src0[, src1 | scalar]) under a mask")
 REGISTER_INSTRUCTIONS = (REG_LOAD.name, REG_STORE.name, REG_OP.name)
 
+# the core's tile ops that are statements of scalar code (an element's assertion or print):
+# the scalar unit runs them inside the loops it takes over from the vector unit
+SCALAR_STATEMENTS = frozenset({"device_assert", "print_value"})
 VECTOR_OPS = tuple(f"{PREFIX}tile.{n}" for n in (*BINARY, *UNARY, *SCALAR, "fill", "cast"))
 SYNC_OPS = tuple(PREFIX + n for n in ("set_flag", "wait_flag", "pipe_barrier", "barrier_all",
                                       "set_cross_flag", "wait_cross_flag",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import tvm
 import tvm_ffi
 from tilewright.errors import KernelError, span_location
+from tilewright.ir import decode
 from tvm import tirx
 
 from ..analysis.buffers import flat_index
@@ -13,7 +14,7 @@ from ..facts import ops
 from ..facts.dtypes import ctype
 from ..facts.keys import SCALAR_KEY
 from ..facts.terms import statement_term
-from .table import rule
+from .table import RULES, rule
 
 
 def emit_scalar_loop(em, loop) -> None:
@@ -54,6 +55,9 @@ def _scalar_stmt(em, s):
     elif isinstance(s, tirx.BufferStore):
         em.line(f"{em.buf(s.buffer)}.SetValue({em.expr(flat_index(s.buffer, s.indices))}, "
                 f"TW_CAST({ctype(str(s.buffer.dtype))}, {em.expr(s.value)}));")
+    elif isinstance(s, tirx.Evaluate) and (call := decode(s)) is not None and \
+            call.name in ops.SCALAR_STATEMENTS:
+        RULES[call.name](em, call)  # T.device_assert / T.print of an element in the loop
     else:
         raise KernelError(f"backend 'ascend' cannot run {statement_term(s)} on the scalar "
                           "unit", span_location(getattr(s, "span", None)))
