@@ -122,6 +122,16 @@ def user_location(skip_internal: bool = True) -> SourceLocation | None:
     return None
 
 
+def bind_call(signature, label: str, args, kwargs):
+    """``signature.bind(*args, **kwargs)``; arguments it does not take are a
+    :class:`KernelTypeError` at the user's line naming ``label`` and the signature (Python's
+    own TypeError names no line of the kernel)."""
+    try:
+        return signature.bind(*args, **kwargs)
+    except TypeError as exc:
+        raise KernelTypeError(f"{label}{signature}: {exc}", user_location()) from None
+
+
 def kernel_error(message: str, location: SourceLocation | None = None) -> KernelError:
     """A :class:`KernelError` at ``location`` or, when none is known, at the user's line."""
     return KernelError(message, location if location is not None else user_location())

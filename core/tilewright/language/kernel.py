@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import tvm
 from tvm import tirx
 
-from ..errors import KernelError, KernelTypeError, kernel_error, user_location
+from ..errors import KernelError, bind_call, kernel_error
 from ..ir import value_dtype
 from . import builder as B
 from .buffer import IterationVar, TileBuffer, VarHandle, as_int, declare, to_expr
@@ -604,11 +604,7 @@ class Macro:
 
     def __call__(self, *args, **kwargs):
         B.current(f"macro {self.fn.__name__}")
-        try:
-            bound = self._signature.bind(*args, **kwargs)
-        except TypeError as exc:  # Python's message, at the line of the call
-            raise KernelTypeError(f"T.macro {self.fn.__name__}{self._signature}: {exc}",
-                                  user_location()) from None
+        bound = bind_call(self._signature, f"T.macro {self.fn.__name__}", args, kwargs)
         if self._refs:
             for name in self._refs & bound.arguments.keys():
                 bound.arguments[name] = _reference(self.fn.__name__, name,

@@ -27,7 +27,7 @@ import inspect
 
 from tvm import tirx
 
-from ..errors import KernelTypeError, kernel_error, user_location
+from ..errors import KernelTypeError, bind_call, kernel_error, user_location
 from ..ir import SYNC_WARP, make_call, mask_attr
 from . import builder as B
 from .buffer import TileBuffer, as_int, declare, region_of, resolve, to_expr
@@ -49,10 +49,7 @@ def _checked(name: str):
 
         @functools.wraps(fn)
         def call(*args, **kwargs):
-            try:
-                signature.bind(*args, **kwargs)
-            except TypeError as exc:
-                raise KernelTypeError(f"T.{name}{signature}: {exc}", user_location()) from None
+            bind_call(signature, f"T.{name}", args, kwargs)
             return fn(*args, **kwargs)
 
         return call
@@ -297,20 +294,23 @@ def get_lane_idx(warp_size=None):
     return tirx.floormod(_linear("get_lane_idx"), size)
 
 
+def _warp_idx(name: str, warp_size):
+    size = _size(warp_size, WARP, "warp_size", name)
+    return tirx.floordiv(_linear(name), size)
+
+
 @_checked("get_warp_idx_sync")
 def get_warp_idx_sync(warp_size=None):
     """``T.get_warp_idx_sync(warp_size=32)``: the calling thread's warp, its number in the
     block divided by ``warp_size`` (int32; the same as :func:`get_warp_idx`)."""
-    size = _size(warp_size, WARP, "warp_size", "get_warp_idx_sync")
-    return tirx.floordiv(_linear("get_warp_idx_sync"), size)
+    return _warp_idx("get_warp_idx_sync", warp_size)
 
 
 @_checked("get_warp_idx")
 def get_warp_idx(warp_size=None):
     """``T.get_warp_idx(warp_size=32)``: the calling thread's warp, its number in the block
     divided by ``warp_size`` (int32)."""
-    size = _size(warp_size, WARP, "warp_size", "get_warp_idx")
-    return tirx.floordiv(_linear("get_warp_idx"), size)
+    return _warp_idx("get_warp_idx", warp_size)
 
 
 @_checked("get_warp_group_idx")

@@ -58,6 +58,9 @@ CORE_KEYS = (
                   tilelang="TL_DISABLE_FAST_MATH", tilelang_value="tl.disable_fast_math"),
 )
 
+_CORE_KEYS = {k.name: k for k in CORE_KEYS}
+_CORE_VALUES = frozenset(k.tilelang_value for k in CORE_KEYS if k.tilelang_value)
+
 DEBUG_KEYS = ("tw.dump_ir", "tw.dump_ir_dir", "tw.pass_timing", "tw.layout_visualization_enable")
 
 
@@ -168,9 +171,8 @@ def _core_keys_for(written) -> dict[str, PassConfigKey] | None:
     """The core's keys when they name every key ``written`` (by our name or TileLang's value):
     validating those needs no plugin's keys, and collecting them loads every plugin that
     declares some. None otherwise."""
-    core = {k.name: k for k in CORE_KEYS}
-    values = {k.tilelang_value for k in CORE_KEYS if k.tilelang_value}
-    return core if all(w in core or w in values for w in written) else None
+    return dict(_CORE_KEYS) if all(w in _CORE_KEYS or w in _CORE_VALUES for w in written) \
+        else None
 
 
 def validate(pass_configs: dict | None) -> dict:
